@@ -1,0 +1,114 @@
+#ifndef GDT_COMMON_SUBPROCESS_H_
+#define GDT_COMMON_SUBPROCESS_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gdt {
+
+// How a child process ended.
+struct ExitStatus {
+  int exit_code = 0;  // Valid when signal == 0.
+  int signal = 0;     // Signal that killed the process, or 0.
+  // The shell's convention: the exit code, or 128+signal.
+  int code() const { return signal != 0 ? 128 + signal : exit_code; }
+  bool success() const { return signal == 0 && exit_code == 0; }
+};
+
+// Which of the child's output pipes a chunk came from.
+enum class OutputSource { kStdout, kStderr };
+
+struct SpawnOptions {
+  std::vector<std::string> argv;  // argv[0] is looked up in PATH.
+  // The complete environment of the child (nothing is inherited).
+  std::map<std::string, std::string> env;
+  std::string working_dir;          // Empty: the parent's.
+  bool new_process_group = true;    // setpgid(0, 0) in the child.
+  bool capture_output = true;       // Pipes for stdout/stderr; else inherit.
+  bool die_with_parent = false;     // PR_SET_PDEATHSIG(SIGKILL); for tests.
+  std::string stdin_path = "/dev/null";
+};
+
+// A child process, optionally the leader of its own process group, with its
+// stdout and stderr on pipes. The destructor kills the process group with
+// SIGKILL if the child has not been reaped, so nothing outlives its owner by
+// accident. Not thread-safe.
+class Subprocess {
+ public:
+  using OutputCallback = std::function<void(OutputSource, std::string_view)>;
+
+  // Starts the child. Errors: InvalidArgument for an empty argv; NotFound if
+  // argv[0] cannot be executed; Internal for fork/pipe failures.
+  static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(
+      const SpawnOptions& options);
+
+  ~Subprocess();
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+
+  // Waits up to `timeout` for output and passes whatever arrives to
+  // `callback`. Returns false once both pipes are closed (or were never
+  // captured).
+  bool PumpOutput(std::chrono::milliseconds timeout,
+                  const OutputCallback& callback);
+
+  // Reaps the child if it has exited; never blocks.
+  std::optional<ExitStatus> TryWait();
+
+  // Blocks until the child exits, delivering output to `callback` (may be
+  // empty). Returns the exit status.
+  ExitStatus Wait(const OutputCallback& callback = nullptr);
+
+  // Like Wait() but gives up at `deadline`, returning nullopt (the child is
+  // left running).
+  std::optional<ExitStatus> WaitUntil(
+      std::chrono::steady_clock::time_point deadline,
+      const OutputCallback& callback = nullptr);
+
+  // Sends `signal` to the child's process group (or the child alone when it
+  // has none). Returns false if nothing was signalled.
+  bool SignalGroup(int signal);
+
+  // SIGTERM to the group, then SIGKILL after `grace` unless the child exited;
+  // then reaps it. Returns the exit status.
+  ExitStatus Terminate(std::chrono::milliseconds grace,
+                       const OutputCallback& callback = nullptr);
+
+  std::optional<ExitStatus> exit_status() const { return exit_; }
+
+ private:
+  Subprocess() = default;
+  void CloseFd(int& fd);
+
+  pid_t pid_ = -1;
+  bool own_group_ = false;
+  int out_fd_ = -1;
+  int err_fd_ = -1;
+  std::optional<ExitStatus> exit_;
+};
+
+// The current process's environment as a map.
+std::map<std::string, std::string> CurrentEnvironment();
+
+// Runs argv to completion with the current environment and returns its exit
+// status with stdout and stderr concatenated in `output`. Gives up (killing
+// the child) after `timeout`: DeadlineExceeded.
+absl::StatusOr<ExitStatus> RunCommand(const std::vector<std::string>& argv,
+                                      std::chrono::milliseconds timeout,
+                                      std::string* output = nullptr);
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_SUBPROCESS_H_

@@ -1,0 +1,113 @@
+#ifndef GDT_GITLAB_JOB_PAYLOAD_H_
+#define GDT_GITLAB_JOB_PAYLOAD_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::gitlab {
+
+// One entry of the payload's `variables` array.
+struct JobVariable {
+  std::string key;
+  std::string value;
+  bool is_public = true;
+  bool file = false;
+  bool masked = false;
+  bool raw = false;
+};
+
+// One entry of `steps`: "script", "after_script", "release", ...
+struct JobStep {
+  std::string name;
+  std::vector<std::string> script;
+  int64_t timeout_seconds = 3600;
+  std::string when = "on_success";
+  bool allow_failure = false;
+};
+
+struct JobArtifact {
+  std::string name;
+  bool untracked = false;
+  std::vector<std::string> paths;
+  std::vector<std::string> exclude;
+  std::string when = "on_success";  // on_success, on_failure, always.
+  std::string artifact_type = "archive";
+  std::string artifact_format = "zip";
+  std::string expire_in;
+};
+
+struct JobDependency {
+  int64_t id = 0;
+  std::string token;
+  std::string name;
+  std::string artifacts_filename;  // Empty: the dependency has no artifacts.
+  int64_t artifacts_size = 0;
+};
+
+// The job as gitlab-runner writes it to JOB_RESPONSE_FILE (the runner's
+// re-encoding of GitLab's job request response, restricted to the fields the
+// runner knows; see ../shared/gitlab-custom-executor.md §3). This is the
+// *trusted* job context: top-level id/token/job_info come from the server.
+struct JobPayload {
+  int64_t id = 0;
+  std::string token;
+  bool allow_git_fetch = true;
+  // job_info
+  std::string name;                        // "train 2/4"
+  std::string stage;
+  int64_t project_id = 0;
+  std::string project_name;
+  std::optional<int64_t> pipeline_id;      // Only from runner >= 19.
+  std::string project_full_path;           // Only from runner >= 19.
+  // git_info
+  std::string repo_url;
+  std::string ref;
+  std::string sha;
+  std::string before_sha;
+  std::string ref_type;
+  std::vector<std::string> refspecs;
+  int64_t depth = 0;
+  bool ref_protected = false;
+  // runner_info
+  int64_t timeout_seconds = 0;
+  std::vector<JobVariable> variables;
+  std::vector<JobStep> steps;
+  std::vector<JobArtifact> artifacts;
+  std::vector<JobDependency> dependencies;
+
+  // The last value of variable `key` in `variables` (later entries win, as in
+  // the runner), or nullopt.
+  std::optional<std::string> Variable(std::string_view key) const;
+};
+
+// Parses JOB_RESPONSE_FILE text. Unknown fields are ignored (the runner adds
+// fields over versions). Errors: InvalidArgument naming the problem, e.g.
+// "JOB_RESPONSE_FILE is not valid JSON: ..." or "JOB_RESPONSE_FILE has no
+// numeric 'id'". Required: id, token, job_info.name, job_info.project_id.
+absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text);
+
+// Reads and parses the file. Errors: NotFound / PermissionDenied for an
+// unreadable file, otherwise as ParseJobPayload.
+absl::StatusOr<JobPayload> LoadJobPayload(const std::string& path);
+
+// Encodes the payload as the runner does: one line of JSON with the fields
+// of §13.10 (job_info.pipeline_id only when set), plus a trailing newline.
+std::string SerializeJobPayload(const JobPayload& payload);
+
+// Splits "train 2/4" into ("train", 2, 4). Errors: InvalidArgument when the
+// name has no " i/N" suffix with 1 <= i <= N.
+struct NodeSuffix {
+  std::string group_name;
+  int index = 0;
+  int total = 0;
+};
+absl::StatusOr<NodeSuffix> ParseNodeSuffix(std::string_view job_name);
+
+}  // namespace gdt::gitlab
+
+#endif  // GDT_GITLAB_JOB_PAYLOAD_H_

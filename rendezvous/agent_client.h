@@ -1,0 +1,54 @@
+#ifndef GDT_RENDEZVOUS_AGENT_CLIENT_H_
+#define GDT_RENDEZVOUS_AGENT_CLIENT_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "gdt/v1/agent.grpc.pb.h"
+
+namespace gdt::rendezvous {
+
+// The only class that calls a gdt-agent's stub. Thread-safe.
+class AgentClient {
+ public:
+  // `endpoint` is host:port. Connects lazily.
+  explicit AgentClient(const std::string& endpoint);
+
+  const std::string& endpoint() const { return endpoint_; }
+
+  absl::Status SetupMember(const v1::SetupMemberRequest& request,
+                           std::chrono::milliseconds timeout);
+
+  // Runs a stage on the agent and blocks until it exits, passing its output
+  // to `on_output` in order. `poll_signal` is called about every 50 ms from
+  // another thread; when it returns a signal, that signal is sent to the
+  // stage (each returned value is sent once). Returns the stage's exit.
+  // Errors: Unavailable when the agent cannot be reached or the stream broke
+  // before the exit arrived; whatever the agent rejected the start with.
+  absl::StatusOr<v1::StageExit> RunStage(
+      const v1::StartStage& start,
+      const std::function<void(v1::OutputStream, std::string_view)>& on_output,
+      const std::function<std::optional<v1::Signal>()>& poll_signal);
+
+  // Returns the number of process groups that had to be killed.
+  absl::StatusOr<uint32_t> TeardownMember(
+      const v1::TeardownMemberRequest& request,
+      std::chrono::milliseconds timeout);
+
+  // Returns whether `port` is free on the agent's host.
+  absl::StatusOr<bool> CheckPort(uint32_t port,
+                                 std::chrono::milliseconds timeout);
+
+ private:
+  std::string endpoint_;
+  std::unique_ptr<v1::Agent::Stub> stub_;
+};
+
+}  // namespace gdt::rendezvous
+
+#endif  // GDT_RENDEZVOUS_AGENT_CLIENT_H_
