@@ -1,0 +1,103 @@
+#include "common/subprocess.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+SpawnOptions Shell(const std::string& script) {
+  SpawnOptions options;
+  options.argv = {"/bin/sh", "-c", script};
+  options.env = {{"PATH", "/usr/bin:/bin"}, {"GREETING", "hello"}};
+  options.die_with_parent = true;
+  return options;
+}
+
+TEST(SubprocessTest, CapturesBothStreamsAndExitCode) {
+  auto child = Subprocess::Spawn(Shell("echo $GREETING; echo oops >&2; exit 3"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out, err;
+
+  ExitStatus status = (*child)->Wait([&](OutputSource s, std::string_view d) {
+    (s == OutputSource::kStdout ? out : err).append(d);
+  });
+
+  EXPECT_EQ(status.code(), 3);
+  EXPECT_EQ(out, "hello\n");
+  EXPECT_EQ(err, "oops\n");
+}
+
+TEST(SubprocessTest, MissingProgramIsNotFound) {
+  SpawnOptions options = Shell("");
+  options.argv = {"/nonexistent/program"};
+
+  auto child = Subprocess::Spawn(options);
+
+  EXPECT_EQ(child.status().code(), absl::StatusCode::kNotFound);
+}
+
+bool ProcessIsZombie(pid_t pid) {
+  FILE* f = fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (f == nullptr) return true;
+  char buf[512] = {0};
+  const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  return std::string(buf, n).find(") Z") != std::string::npos;
+}
+
+TEST(SubprocessTest, TerminateKillsTheWholeGroupAfterGrace) {
+  // The shell ignores SIGTERM and has a grandchild: both must be gone.
+  auto child = Subprocess::Spawn(
+      Shell("trap '' TERM; sleep 30 & echo $!; wait"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out;
+  while (out.find('\n') == std::string::npos) {
+    ASSERT_TRUE((*child)->PumpOutput(milliseconds(1000),
+                                     [&](OutputSource, std::string_view d) {
+                                       out.append(d);
+                                     }));
+  }
+  const pid_t grandchild = std::stoi(out);
+  ASSERT_GT(grandchild, 0);
+
+  ExitStatus status = (*child)->Terminate(milliseconds(200));
+
+  EXPECT_EQ(status.signal, SIGKILL);
+  // The grandchild was in the same group, so it got SIGKILL too; once it is
+  // reaped by init, kill(pid, 0) fails.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(5);
+  while (kill(grandchild, 0) == 0 && !ProcessIsZombie(grandchild) &&
+         std::chrono::steady_clock::now() < deadline) {
+    usleep(10000);
+  }
+  EXPECT_TRUE(kill(grandchild, 0) != 0 || ProcessIsZombie(grandchild))
+      << "grandchild " << grandchild << " survived Terminate()";
+}
+
+TEST(SubprocessTest, WaitUntilGivesUpAtDeadline) {
+  auto child = Subprocess::Spawn(Shell("sleep 30"));
+  ASSERT_TRUE(child.ok()) << child.status();
+
+  auto status = (*child)->WaitUntil(std::chrono::steady_clock::now() +
+                                    milliseconds(100));
+
+  EXPECT_FALSE(status.has_value());
+}
+
+TEST(SubprocessTest, RunCommandTimesOut) {
+  auto status = RunCommand({"sleep", "30"}, milliseconds(100));
+
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace gdt

@@ -1,0 +1,113 @@
+#include "rendezvous/agent_client.h"
+
+#include <atomic>
+#include <thread>
+
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/grpc_status.h"
+
+namespace gdt::rendezvous {
+namespace {
+
+std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
+}  // namespace
+
+AgentClient::AgentClient(const std::string& endpoint)
+    : endpoint_(endpoint),
+      stub_(v1::Agent::NewStub(
+          grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()))) {}
+
+absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
+                                      std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::SetupMemberResponse response;
+  return FromGrpcStatus(stub_->SetupMember(&context, request, &response));
+}
+
+absl::StatusOr<v1::StageExit> AgentClient::RunStage(
+    const v1::StartStage& start,
+    const std::function<void(v1::OutputStream, std::string_view)>& on_output,
+    const std::function<std::optional<v1::Signal>()>& poll_signal) {
+  grpc::ClientContext context;
+  // Fail fast when the agent is down instead of queueing the stage.
+  context.set_wait_for_ready(false);
+  std::shared_ptr<grpc::ClientReaderWriter<v1::RunStageRequest,
+                                           v1::RunStageResponse>>
+      stream = stub_->RunStage(&context);
+  v1::RunStageRequest first;
+  *first.mutable_start() = start;
+  if (!stream->Write(first)) {
+    return FromGrpcStatus(stream->Finish()).ok()
+               ? absl::UnavailableError("agent closed the stage stream")
+               : FromGrpcStatus(stream->Finish());
+  }
+
+  // gRPC allows one reader and one writer at a time on a stream, so signals
+  // are written from a helper thread while this thread reads.
+  std::atomic<bool> done{false};
+  std::thread signaller;
+  if (poll_signal) {
+    signaller = std::thread([&] {
+      while (!done.load()) {
+        if (std::optional<v1::Signal> signal = poll_signal()) {
+          v1::RunStageRequest message;
+          message.mutable_signal()->set_signal(*signal);
+          if (!stream->Write(message)) return;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+
+  std::optional<v1::StageExit> exit;
+  v1::RunStageResponse response;
+  while (stream->Read(&response)) {
+    if (response.has_output()) {
+      if (on_output) {
+        on_output(response.output().stream(), response.output().data());
+      }
+    } else if (response.has_exit()) {
+      exit = response.exit();
+    }
+  }
+  done.store(true);
+  if (signaller.joinable()) signaller.join();
+  stream->WritesDone();
+  absl::Status status = FromGrpcStatus(stream->Finish());
+  if (exit.has_value()) return *exit;
+  if (status.ok()) {
+    return absl::UnavailableError("agent ended the stage without an exit code");
+  }
+  return status;
+}
+
+absl::StatusOr<uint32_t> AgentClient::TeardownMember(
+    const v1::TeardownMemberRequest& request,
+    std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::TeardownMemberResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->TeardownMember(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.processes_killed();
+}
+
+absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
+                                            std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::CheckPortRequest request;
+  request.set_port(port);
+  v1::CheckPortResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->CheckPort(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.free();
+}
+
+}  // namespace gdt::rendezvous

@@ -1,0 +1,138 @@
+#include "rendezvous/coordinator_client.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/grpc_status.h"
+
+namespace gdt::rendezvous {
+namespace {
+
+std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
+// Codes that mean "try again": the coordinator is down, restarting, or the
+// connection broke.
+bool IsTransient(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kUnknown ||
+         status.code() == absl::StatusCode::kInternal ||
+         status.code() == absl::StatusCode::kCancelled;
+}
+
+}  // namespace
+
+CoordinatorClient::CoordinatorClient(const std::string& endpoint)
+    : endpoint_(endpoint),
+      stub_(v1::Coordinator::NewStub(
+          grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()))) {}
+
+absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
+    const v1::HostSpec& host, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::RegisterHostRequest request;
+  *request.mutable_host() = host;
+  v1::RegisterHostResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->RegisterHost(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.heartbeat_interval_seconds();
+}
+
+absl::StatusOr<bool> CoordinatorClient::Heartbeat(
+    const std::string& host_name, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::HeartbeatRequest request;
+  request.set_host_name(host_name);
+  v1::HeartbeatResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.reregister();
+}
+
+absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
+    const v1::JoinGangRequest& request, Deadline deadline,
+    const std::function<void(const v1::WaitingEvent&)>& on_waiting,
+    const std::function<void(const absl::Status&)>& on_reconnect) {
+  std::chrono::milliseconds backoff(200);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
+        stub_->JoinGang(&context, request);
+    v1::JoinGangEvent event;
+    bool got_event = false;
+    while (reader->Read(&event)) {
+      got_event = true;
+      switch (event.event_case()) {
+        case v1::JoinGangEvent::kWaiting:
+          if (on_waiting) on_waiting(event.waiting());
+          break;
+        case v1::JoinGangEvent::kAdmitted:
+          context.TryCancel();
+          reader->Finish().ok();
+          return event.admitted().assignment();
+        case v1::JoinGangEvent::kAborted:
+          context.TryCancel();
+          reader->Finish().ok();
+          return absl::AbortedError(event.aborted().reason());
+        default:
+          break;
+      }
+    }
+    absl::Status status = FromGrpcStatus(reader->Finish());
+    if (status.ok()) {
+      status = absl::UnavailableError("coordinator ended the join stream early");
+    }
+    if (std::chrono::system_clock::now() >= deadline ||
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gang did not form before the deadline (last: ", status.message(),
+          ")"));
+    }
+    if (!IsTransient(status)) return status;
+    if (on_reconnect) on_reconnect(status);
+    if (got_event) backoff = std::chrono::milliseconds(200);
+    const auto wake = std::min(
+        deadline, std::chrono::system_clock::now() +
+                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                          backoff));
+    std::this_thread::sleep_until(wake);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
+                                           std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::ReportExitResponse response;
+  return FromGrpcStatus(stub_->ReportExit(&context, request, &response));
+}
+
+absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
+                                          std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::LeaveGangResponse response;
+  return FromGrpcStatus(stub_->LeaveGang(&context, request, &response));
+}
+
+absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
+    const v1::GetStatusRequest& request, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::GetStatusResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->GetStatus(&context, request, &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+}  // namespace gdt::rendezvous
