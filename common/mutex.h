@@ -45,8 +45,8 @@ class CondVar {
   bool WaitUntil(Mutex& mu, TimePoint deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
-    const bool notified = cv_.wait_until(lock, deadline) ==
-                          std::cv_status::no_timeout;
+    const bool notified =
+        cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
     return notified;
   }

@@ -210,12 +210,13 @@ std::optional<ExitStatus> Subprocess::WaitUntil(
     }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
-    const milliseconds wait = std::min(
-        milliseconds(20),
-        std::chrono::duration_cast<milliseconds>(deadline - now) +
-            milliseconds(1));
-    if (!PumpOutput(wait, callback)) usleep(static_cast<useconds_t>(
-        std::min<int64_t>(wait.count(), 5) * 1000));
+    const milliseconds wait =
+        std::min(milliseconds(20),
+                 std::chrono::duration_cast<milliseconds>(deadline - now) +
+                     milliseconds(1));
+    if (!PumpOutput(wait, callback))
+      usleep(
+          static_cast<useconds_t>(std::min<int64_t>(wait.count(), 5) * 1000));
   }
 }
 
@@ -266,13 +267,12 @@ absl::StatusOr<ExitStatus> RunCommand(const std::vector<std::string>& argv,
   auto collect = [output](OutputSource, std::string_view data) {
     if (output != nullptr) output->append(data);
   };
-  std::optional<ExitStatus> status = (*child)->WaitUntil(
-      std::chrono::steady_clock::now() + timeout, collect);
+  std::optional<ExitStatus> status =
+      (*child)->WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
   if (!status.has_value()) {
     (*child)->Terminate(std::chrono::milliseconds(500), collect);
-    return absl::DeadlineExceededError(
-        absl::StrCat(argv[0], " did not finish within ", timeout.count(),
-                     " ms"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        argv[0], " did not finish within ", timeout.count(), " ms"));
   }
   return *status;
 }

@@ -32,10 +32,10 @@ struct SpawnOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH.
   // The complete environment of the child (nothing is inherited).
   std::map<std::string, std::string> env;
-  std::string working_dir;          // Empty: the parent's.
-  bool new_process_group = true;    // setpgid(0, 0) in the child.
-  bool capture_output = true;       // Pipes for stdout/stderr; else inherit.
-  bool die_with_parent = false;     // PR_SET_PDEATHSIG(SIGKILL); for tests.
+  std::string working_dir;        // Empty: the parent's.
+  bool new_process_group = true;  // setpgid(0, 0) in the child.
+  bool capture_output = true;     // Pipes for stdout/stderr; else inherit.
+  bool die_with_parent = false;   // PR_SET_PDEATHSIG(SIGKILL); for tests.
   std::string stdin_path = "/dev/null";
 };
 

@@ -23,7 +23,8 @@ SpawnOptions Shell(const std::string& script) {
 }
 
 TEST(SubprocessTest, CapturesBothStreamsAndExitCode) {
-  auto child = Subprocess::Spawn(Shell("echo $GREETING; echo oops >&2; exit 3"));
+  auto child =
+      Subprocess::Spawn(Shell("echo $GREETING; echo oops >&2; exit 3"));
   ASSERT_TRUE(child.ok()) << child.status();
   std::string out, err;
 
@@ -56,15 +57,14 @@ bool ProcessIsZombie(pid_t pid) {
 
 TEST(SubprocessTest, TerminateKillsTheWholeGroupAfterGrace) {
   // The shell ignores SIGTERM and has a grandchild: both must be gone.
-  auto child = Subprocess::Spawn(
-      Shell("trap '' TERM; sleep 30 & echo $!; wait"));
+  auto child =
+      Subprocess::Spawn(Shell("trap '' TERM; sleep 30 & echo $!; wait"));
   ASSERT_TRUE(child.ok()) << child.status();
   std::string out;
   while (out.find('\n') == std::string::npos) {
-    ASSERT_TRUE((*child)->PumpOutput(milliseconds(1000),
-                                     [&](OutputSource, std::string_view d) {
-                                       out.append(d);
-                                     }));
+    ASSERT_TRUE((*child)->PumpOutput(
+        milliseconds(1000),
+        [&](OutputSource, std::string_view d) { out.append(d); }));
   }
   const pid_t grandchild = std::stoi(out);
   ASSERT_GT(grandchild, 0);
@@ -87,8 +87,8 @@ TEST(SubprocessTest, WaitUntilGivesUpAtDeadline) {
   auto child = Subprocess::Spawn(Shell("sleep 30"));
   ASSERT_TRUE(child.ok()) << child.status();
 
-  auto status = (*child)->WaitUntil(std::chrono::steady_clock::now() +
-                                    milliseconds(100));
+  auto status =
+      (*child)->WaitUntil(std::chrono::steady_clock::now() + milliseconds(100));
 
   EXPECT_FALSE(status.has_value());
 }

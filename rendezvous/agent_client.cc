@@ -35,8 +35,8 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
   grpc::ClientContext context;
   // Fail fast when the agent is down instead of queueing the stage.
   context.set_wait_for_ready(false);
-  std::shared_ptr<grpc::ClientReaderWriter<v1::RunStageRequest,
-                                           v1::RunStageResponse>>
+  std::shared_ptr<
+      grpc::ClientReaderWriter<v1::RunStageRequest, v1::RunStageResponse>>
       stream = stub_->RunStage(&context);
   v1::RunStageRequest first;
   *first.mutable_start() = start;

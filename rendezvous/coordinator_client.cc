@@ -88,7 +88,8 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     }
     absl::Status status = FromGrpcStatus(reader->Finish());
     if (status.ok()) {
-      status = absl::UnavailableError("coordinator ended the join stream early");
+      status =
+          absl::UnavailableError("coordinator ended the join stream early");
     }
     if (std::chrono::system_clock::now() >= deadline ||
         status.code() == absl::StatusCode::kDeadlineExceeded) {
@@ -100,9 +101,10 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     if (on_reconnect) on_reconnect(status);
     if (got_event) backoff = std::chrono::milliseconds(200);
     const auto wake = std::min(
-        deadline, std::chrono::system_clock::now() +
-                      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                          backoff));
+        deadline,
+        std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                backoff));
     std::this_thread::sleep_until(wake);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Checks the dependency rule of docs/architecture.md on #include lines:
+#   layer 0: proto, common          layer 1: rendezvous, gitlab
+#   layer 2: coordinator, agent, executor, nccl_bootstrap
+# A directory may include only from the directories listed for it; the
+# coordinator's scheduling logic (everything but *_service.*, *_client.* and
+# main.cc) may not see gRPC or generated protos at all.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+declare -A allowed=(
+  [common]="common"
+  [rendezvous]="common rendezvous gdt"
+  [gitlab]="common gitlab"
+  [coordinator]="common coordinator rendezvous gdt"
+  [agent]="common rendezvous agent gdt"
+  [executor]="common rendezvous gitlab executor gdt"
+  [nccl_bootstrap]="common rendezvous nccl_bootstrap gdt"
+)
+ours="proto common rendezvous gitlab coordinator agent executor nccl_bootstrap tests examples gdt"
+status=0
+for dir in "${!allowed[@]}"; do
+  [ -d "$dir" ] || continue
+  while IFS= read -r hit; do
+    file=${hit%%:*}
+    inc=$(sed -E 's/.*#include "([^"]+)".*/\1/' <<<"$hit")
+    top=${inc%%/*}
+    case " $ours " in *" $top "*) ;; *) continue ;; esac  # Not one of ours.
+    case " ${allowed[$dir]} " in
+      *" $top "*) ;;
+      *) echo "layering: $file includes \"$inc\" ($dir may use: ${allowed[$dir]})" >&2; status=1 ;;
+    esac
+  done < <(grep -HE '^#include "[^"]+"' -r "$dir" --include='*.h' --include='*.cc' || true)
+done
+
+# gRPC-free scheduling logic.
+while IFS= read -r f; do
+  case "$f" in
+    *_service.*|*_client.*|*main.cc|*_test.cc|*cli.*) continue ;;
+  esac
+  if grep -qE '#include [<"](grpcpp|grpc|gdt/v1)/' "$f"; then
+    echo "layering: $f is coordinator logic but includes gRPC or protos" >&2
+    status=1
+  fi
+done < <(git ls-files 'coordinator/*.h' 'coordinator/*.cc')
+
+# gitlab/ is layer 1 without gRPC.
+if git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' >/dev/null; then
+  git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' >&2
+  echo "layering: common/ and gitlab/ must not use gRPC or protos" >&2
+  status=1
+fi
+[ $status -eq 0 ] && echo "check-layering: dependency rule holds"
+exit $status
