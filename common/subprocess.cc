@@ -96,6 +96,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
     if (options.capture_output) {
       dup2(out_pipe[1], 1);
       dup2(err_pipe[1], 2);
+    } else if (!options.output_path.empty()) {
+      const int out = open(options.output_path.c_str(),
+                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (out < 0) {
+        const int err = errno;
+        (void)!write(exec_pipe[1], &err, sizeof(err));
+        _exit(127);
+      }
+      dup2(out, 1);
+      dup2(out, 2);
     }
     if (!options.working_dir.empty() &&
         chdir(options.working_dir.c_str()) != 0) {

@@ -35,7 +35,10 @@ struct SpawnOptions {
   std::string working_dir;        // Empty: the parent's.
   bool new_process_group = true;  // setpgid(0, 0) in the child.
   bool capture_output = true;     // Pipes for stdout/stderr; else inherit.
-  bool die_with_parent = false;   // PR_SET_PDEATHSIG(SIGKILL); for tests.
+  // When set (and capture_output is false), stdout and stderr are appended
+  // to this file instead of being inherited.
+  std::string output_path;
+  bool die_with_parent = false;  // PR_SET_PDEATHSIG(SIGKILL); for tests.
   std::string stdin_path = "/dev/null";
 };
 

@@ -1,0 +1,146 @@
+#include "tests/e2e_util.h"
+
+#include <filesystem>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace gdt::testing {
+namespace fs = std::filesystem;
+
+std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node) {
+  const std::string project = dir.Sub("project");
+  fs::create_directories(project + "/examples/ddp");
+  fs::copy_file(SourceDir() + "/examples/ddp/train.py",
+                project + "/examples/ddp/train.py",
+                fs::copy_options::overwrite_existing);
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat("train:\n"
+                   "  parallel: ",
+                   nodes,
+                   "\n"
+                   "  timeout: 5 minutes\n"
+                   "  variables:\n"
+                   "    GDT_GPUS_PER_NODE: \"0\"\n"
+                   "    GDT_NPROC_PER_NODE: \"",
+                   procs_per_node,
+                   "\"\n"
+                   "    GDT_LAUNCHER: torchrun\n"
+                   "    DDP_STEPS: \"4\"\n"
+                   "  script:\n"
+                   "    - echo \"node rank $GDT_NODE_RANK of "
+                   "$GDT_NUM_NODES via $PET_MASTER_ADDR:$PET_MASTER_PORT\"\n"
+                   "    - torchrun examples/ddp/train.py\n"
+                   "  artifacts:\n"
+                   "    paths: [out/]\n"
+                   "    when: always\n"));
+  return project;
+}
+
+std::vector<Admission> ReadAdmissions(const std::string& run_dir, int members) {
+  // gdt: gang <id> admitted: member i/N is node rank R of N on host H (...),
+  // master ADDR:PORT
+  static const std::regex kLine(
+      R"(gdt: gang (\S+) admitted: member (\d+)/\d+ is node rank (\d+) of \d+ on host (\S+) .*master (\S+))");
+  std::vector<Admission> admissions;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/logs", ignored)) {
+    const std::string log = ReadFile(entry.path().string());
+    std::smatch match;
+    if (!std::regex_search(log, match, kLine)) {
+      ADD_FAILURE() << entry.path() << " has no admission line:\n" << log;
+      continue;
+    }
+    Admission admission;
+    admission.job_log = entry.path().string();
+    admission.gang_id = match[1];
+    admission.member_index = std::stoi(match[2]);
+    admission.node_rank = std::stoi(match[3]);
+    admission.host = match[4];
+    admission.master = match[5];
+    admissions.push_back(admission);
+  }
+  EXPECT_EQ(static_cast<int>(admissions.size()), members)
+      << "member logs under " << run_dir << "/logs";
+  return admissions;
+}
+
+void ExpectOneGangWithRanks(const std::vector<Admission>& admissions, int n) {
+  ASSERT_EQ(static_cast<int>(admissions.size()), n);
+  std::set<int> ranks;
+  for (const Admission& a : admissions) {
+    EXPECT_EQ(a.gang_id, admissions[0].gang_id) << a.job_log;
+    EXPECT_EQ(a.master, admissions[0].master) << a.job_log;
+    ranks.insert(a.node_rank);
+  }
+  std::set<int> expected;
+  for (int i = 0; i < n; ++i) expected.insert(i);
+  EXPECT_EQ(ranks, expected) << "node ranks must be 0..n-1, each once";
+}
+
+void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
+                                          int world_size) {
+  std::set<int> ranks;
+  std::set<std::string> digests;
+  std::error_code ignored;
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir, ignored)) {
+    const std::string name = entry.path().filename().string();
+    // Reports kept as artifacts; the builds dirs are gone after cleanup.
+    if (name.rfind("rank-", 0) != 0 || entry.path().extension() != ".json") {
+      continue;
+    }
+    nlohmann::json report =
+        nlohmann::json::parse(ReadFile(entry.path().string()), nullptr, false);
+    ASSERT_FALSE(report.is_discarded()) << entry.path();
+    EXPECT_EQ(report.value("world_size", 0), world_size) << entry.path();
+    EXPECT_TRUE(report.value("params_identical", false)) << entry.path();
+    EXPECT_GT(report.value("steps", 0), 0) << entry.path();
+    ranks.insert(report.value("rank", -1));
+    digests.insert(report.value("param_sha256", ""));
+  }
+  EXPECT_EQ(static_cast<int>(ranks.size()), world_size)
+      << "one report per rank expected under " << run_dir;
+  EXPECT_EQ(digests.size(), 1u) << "all ranks must end with equal parameters";
+}
+
+void ExpectLeasesReleased(GdtCluster& cluster) {
+  absl::StatusOr<nlohmann::json> status = cluster.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& host : (*status)["hosts"]) {
+    EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();
+    EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
+  }
+  ASSERT_FALSE((*status)["gangs"].empty()) << status->dump();
+  for (const auto& gang : (*status)["gangs"]) {
+    EXPECT_EQ(gang.value("state", ""), "done") << gang.dump();
+  }
+}
+
+int MembersPresent(const nlohmann::json& status) {
+  int present = 0;
+  for (const auto& gang : status["gangs"]) {
+    if (gang.value("state", "") != "forming") continue;
+    for (const auto& member : gang["members"]) {
+      if (member.value("present", false)) ++present;
+    }
+  }
+  return present;
+}
+
+std::unique_ptr<Subprocess> StartRunLocal(const GdtCluster& cluster,
+                                          const std::string& project,
+                                          const std::string& job) {
+  SpawnOptions options;
+  options.argv = cluster.RunLocalArgv(project, job, {});
+  options.env = CurrentEnvironment();
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      Subprocess::Spawn(options);
+  EXPECT_TRUE(process.ok()) << process.status();
+  return process.ok() ? std::move(*process) : nullptr;
+}
+
+}  // namespace gdt::testing

@@ -1,0 +1,52 @@
+#ifndef GDT_TESTS_E2E_UTIL_H_
+#define GDT_TESTS_E2E_UTIL_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "tests/support/cluster.h"
+
+namespace gdt::testing {
+
+// A project directory with examples/ddp/train.py and a .gitlab-ci.yml whose
+// job `train` runs it as a `nodes`-member gang with `procs_per_node`
+// processes per member. Returns its path (inside `dir`).
+std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node);
+
+// What one member's job log says about its admission.
+struct Admission {
+  std::string job_log;
+  std::string gang_id;
+  int member_index = 0;
+  int node_rank = -1;
+  std::string host;
+  std::string master;
+};
+
+// Parses the admission line of each member log under `run_dir`/logs.
+std::vector<Admission> ReadAdmissions(const std::string& run_dir, int members);
+
+// One gang, node ranks 0..n-1 each once, one master for all.
+void ExpectOneGangWithRanks(const std::vector<Admission>& admissions, int n);
+
+// Every rank's report (an artifact of the job) exists, agrees on the world
+// size and says its parameters equal everyone else's.
+void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
+                                          int world_size);
+
+// The coordinator holds no GPU, slot or port lease and every gang is done.
+void ExpectLeasesReleased(GdtCluster& cluster);
+
+// Members of forming gangs whose executors are connected.
+int MembersPresent(const nlohmann::json& status);
+
+// Starts run-local in the background; output on its pipes.
+std::unique_ptr<Subprocess> StartRunLocal(const GdtCluster& cluster,
+                                          const std::string& project,
+                                          const std::string& job);
+
+}  // namespace gdt::testing
+
+#endif  // GDT_TESTS_E2E_UTIL_H_

@@ -1,0 +1,395 @@
+#include "tests/support/cluster.h"
+
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::testing {
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+
+std::string SourceDir() { return GDT_SOURCE_DIR; }
+
+std::string BinaryPath(const std::string& name) {
+  static const std::map<std::string, std::string> paths = {
+      {"gdt-coord", GDT_COORD_BIN},
+      {"gdt-agent", GDT_AGENT_BIN},
+      {"gdt-executor", GDT_EXECUTOR_BIN},
+      {"gdt-ci", GDT_CI_BIN},
+  };
+  return paths.at(name);
+}
+
+std::string TorchrunFixDir() {
+  return SourceDir() + "/tests/support/torchrun-py311";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = (fs::temp_directory_path() / "gdt-test-XXXXXX").string();
+  char* made = mkdtemp(tmpl.data());
+  path_ = made != nullptr ? made : "";
+}
+
+TempDir::~TempDir() {
+  std::error_code ignored;
+  if (!path_.empty()) fs::remove_all(path_, ignored);
+}
+
+namespace {
+
+bool RunQuiet(const std::vector<std::string>& argv) {
+  absl::StatusOr<ExitStatus> status = RunCommand(argv, milliseconds(10000));
+  return status.ok() && status->success();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NetworkNamespaces>> NetworkNamespaces::Create(
+    int hosts) {
+  if (geteuid() != 0) {
+    return absl::FailedPreconditionError("network namespaces need root");
+  }
+  auto set = std::unique_ptr<NetworkNamespaces>(new NetworkNamespaces());
+  static int counter = 0;
+  const std::string base =
+      absl::StrCat("gdt", getpid() % 100000, "x", counter++);
+  set->bridge_ = base + "br";
+  if (!RunQuiet({"ip", "netns", "add", set->bridge_}) ||
+      !RunQuiet(
+          {"ip", "-n", set->bridge_, "link", "add", "br0", "type", "bridge"}) ||
+      !RunQuiet({"ip", "-n", set->bridge_, "link", "set", "br0", "up"})) {
+    return absl::FailedPreconditionError("cannot create the bridge namespace");
+  }
+  for (int i = 0; i < hosts; ++i) {
+    const std::string ns = absl::StrCat(base, "h", i);
+    const std::string leg = absl::StrCat("leg", i);
+    set->hosts_.push_back(ns);
+    const std::string address = absl::StrCat("10.200.0.", i + 1, "/24");
+    if (!RunQuiet({"ip", "netns", "add", ns}) ||
+        !RunQuiet({"ip", "link", "add", "eth0", "netns", ns, "type", "veth",
+                   "peer", "name", leg, "netns", set->bridge_}) ||
+        !RunQuiet(
+            {"ip", "-n", set->bridge_, "link", "set", leg, "master", "br0"}) ||
+        !RunQuiet({"ip", "-n", set->bridge_, "link", "set", leg, "up"}) ||
+        !RunQuiet({"ip", "-n", ns, "addr", "add", address, "dev", "eth0"}) ||
+        !RunQuiet({"ip", "-n", ns, "link", "set", "eth0", "up"}) ||
+        !RunQuiet({"ip", "-n", ns, "link", "set", "lo", "up"})) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot set up namespace ", ns));
+    }
+  }
+  return set;
+}
+
+NetworkNamespaces::~NetworkNamespaces() {
+  for (const std::string& ns : hosts_) {
+    std::string pids;
+    (void)RunCommand({"ip", "netns", "pids", ns}, milliseconds(5000), &pids);
+    std::istringstream in(pids);
+    for (int pid; in >> pid;) kill(pid, SIGKILL);
+    RunQuiet({"ip", "netns", "del", ns});
+  }
+  RunQuiet({"ip", "netns", "del", bridge_});
+}
+
+std::string NetworkNamespaces::Address(int host) const {
+  return absl::StrCat("10.200.0.", host + 1);
+}
+
+std::vector<std::string> NetworkNamespaces::Exec(int host) const {
+  return {"ip", "netns", "exec", hosts_.at(host)};
+}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(
+    const std::vector<std::string>& prefix,
+    const std::vector<std::string>& argv,
+    const std::map<std::string, std::string>& extra_env,
+    const std::string& log_path, milliseconds timeout) {
+  auto daemon = std::unique_ptr<Daemon>(new Daemon());
+  daemon->log_path_ = log_path;
+  const std::string port_file = log_path + ".port";
+  std::error_code ignored;
+  fs::remove(port_file, ignored);
+
+  SpawnOptions options;
+  options.argv = prefix;
+  options.argv.insert(options.argv.end(), argv.begin(), argv.end());
+  options.argv.push_back("--port-file");
+  options.argv.push_back(port_file);
+  options.env = CurrentEnvironment();
+  for (const auto& [key, value] : extra_env) options.env[key] = value;
+  options.capture_output = false;
+  options.output_path = log_path;
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      Subprocess::Spawn(options);
+  if (!process.ok()) return process.status();
+  daemon->process_ = std::move(*process);
+
+  const bool ready = WaitFor(
+      [&] {
+        return fs::exists(port_file) || daemon->process_->TryWait().has_value();
+      },
+      timeout);
+  if (!ready || !fs::exists(port_file)) {
+    return absl::UnavailableError(absl::StrCat(
+        argv.at(0), " did not report its port; log:\n", ReadFile(log_path)));
+  }
+  daemon->endpoint_ = ReadFile(port_file);
+  while (!daemon->endpoint_.empty() &&
+         isspace(static_cast<unsigned char>(daemon->endpoint_.back()))) {
+    daemon->endpoint_.pop_back();
+  }
+  return daemon;
+}
+
+Daemon::~Daemon() {
+  if (process_ != nullptr && !process_->exit_status().has_value()) {
+    process_->Terminate(milliseconds(5000));
+  }
+}
+
+ExitStatus Daemon::Stop(int signal) {
+  if (process_->exit_status().has_value()) return *process_->exit_status();
+  process_->SignalGroup(signal);
+  std::optional<ExitStatus> status = process_->WaitUntil(
+      std::chrono::steady_clock::now() + milliseconds(15000));
+  if (!status.has_value()) return process_->Terminate(milliseconds(100));
+  return *status;
+}
+
+CommandResult Run(const std::vector<std::string>& argv,
+                  const std::map<std::string, std::string>& extra_env,
+                  milliseconds timeout) {
+  CommandResult result;
+  SpawnOptions options;
+  options.argv = argv;
+  options.env = CurrentEnvironment();
+  for (const auto& [key, value] : extra_env) options.env[key] = value;
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> process =
+      Subprocess::Spawn(options);
+  if (!process.ok()) {
+    result.status.exit_code = 127;
+    result.output = process.status().ToString();
+    return result;
+  }
+  auto collect = [&](OutputSource, std::string_view data) {
+    result.output.append(data);
+  };
+  std::optional<ExitStatus> status = (*process)->WaitUntil(
+      std::chrono::steady_clock::now() + timeout, collect);
+  if (!status.has_value()) {
+    result.output +=
+        absl::StrCat("\n[test: killed after ", timeout.count(), " ms]\n");
+    status = (*process)->Terminate(milliseconds(3000), collect);
+  }
+  result.status = *status;
+  return result;
+}
+
+absl::StatusOr<nlohmann::json> CoordinatorStatus(
+    const std::string& endpoint, const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = prefix;
+  for (const std::string& arg : {BinaryPath("gdt-coord"), std::string("status"),
+                                 std::string("--coordinator"), endpoint,
+                                 std::string("--json"), std::string("--all")}) {
+    argv.push_back(arg);
+  }
+  CommandResult result = Run(argv, {}, milliseconds(20000));
+  if (!result.status.success()) {
+    return absl::UnavailableError(
+        absl::StrCat("gdt-coord status failed: ", result.output));
+  }
+  nlohmann::json parsed = nlohmann::json::parse(result.output, nullptr, false);
+  if (parsed.is_discarded()) {
+    return absl::InternalError(absl::StrCat(
+        "gdt-coord status --json printed no JSON: ", result.output));
+  }
+  return parsed;
+}
+
+bool WaitFor(const std::function<bool()>& condition, milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    if (condition()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+}
+
+GdtCluster::GdtCluster(const NetworkNamespaces* namespaces, int control_host)
+    : namespaces_(namespaces), control_host_(control_host) {}
+
+GdtCluster::~GdtCluster() {
+  agents_.clear();
+  coordinator_.reset();
+}
+
+std::vector<std::string> GdtCluster::Prefix(int host) const {
+  if (namespaces_ == nullptr || host < 0) return {};
+  return namespaces_->Exec(host);
+}
+
+std::string GdtCluster::coordinator_endpoint() const {
+  return coordinator_ != nullptr ? coordinator_->endpoint()
+                                 : coordinator_listen_;
+}
+
+absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
+  if (coordinator_listen_.empty()) {
+    coordinator_listen_ = !listen.empty() ? listen
+                          : namespaces_ != nullptr
+                              ? namespaces_->Address(control_host_) + ":0"
+                              : "127.0.0.1:0";
+  }
+  const std::string config = dir_.Sub("coord.yaml");
+  WriteFile(config, absl::StrCat("listen_address: ", coordinator_listen_,
+                                 "\nstate_path: ", dir_.Sub("coord.db"),
+                                 "\nheartbeat_interval_seconds: 1\n",
+                                 "host_down_after_seconds: 5\n"));
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
+      Prefix(control_host_),
+      {BinaryPath("gdt-coord"), "serve", "--config", config}, {},
+      dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log")),
+      milliseconds(20000));
+  if (!daemon.ok()) return daemon.status();
+  coordinator_ = std::move(*daemon);
+  // A restart must come back on the same address: pin the port it got.
+  coordinator_listen_ = coordinator_->endpoint();
+  return absl::OkStatus();
+}
+
+void GdtCluster::StopCoordinator(int signal) {
+  if (coordinator_ != nullptr) coordinator_->Stop(signal);
+  coordinator_.reset();
+}
+
+absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
+  const std::string address = spec.host >= 0 && namespaces_ != nullptr
+                                  ? namespaces_->Address(spec.host)
+                                  : "127.0.0.1";
+  const std::string config = dir_.Sub("agent-" + spec.name + ".yaml");
+  std::string yaml = absl::StrCat(
+      "coordinator: ", coordinator_endpoint(), "\nlisten_address: ", address,
+      ":0\nscratch_dir: ", dir_.Sub("agent-" + spec.name),
+      "\nkill_grace_seconds: 5\nhost:\n  name: ", spec.name,
+      "\n  address: ", address, "\n  cpu_slots: ", spec.cpu_slots,
+      "\n  gpus: ", spec.gpus, "\n");
+  if (!spec.network_interface.empty()) {
+    absl::StrAppend(&yaml, "  network_interface: ", spec.network_interface,
+                    "\n");
+  }
+  WriteFile(config, yaml);
+  // Job scripts call a bare `torchrun`; the wrapper works around Debian's
+  // torch 1.13 on Python 3.11 (see tests/support/torchrun-py311/torchrun).
+  const char* path = getenv("PATH");
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
+      Prefix(spec.host), {BinaryPath("gdt-agent"), "--config", config},
+      {{"PATH",
+        TorchrunFixDir() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
+       {"PET_MONITOR_INTERVAL", "0.5"}},
+      dir_.Sub("agent-" + spec.name + ".log"), milliseconds(20000));
+  if (!daemon.ok()) return daemon.status();
+  agents_.push_back(std::move(*daemon));
+  return absl::OkStatus();
+}
+
+void GdtCluster::StopAgents(int signal) {
+  for (auto& agent : agents_) agent->Stop(signal);
+}
+
+absl::Status GdtCluster::WaitForHosts(int count, milliseconds timeout) {
+  std::string last;
+  const bool ok = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = Status();
+        if (!status.ok()) {
+          last = status.status().ToString();
+          return false;
+        }
+        last = status->dump();
+        int up = 0;
+        for (const auto& host : (*status)["hosts"]) {
+          if (host.value("state", "") == "up") ++up;
+        }
+        return up >= count;
+      },
+      timeout);
+  if (ok) return absl::OkStatus();
+  return absl::DeadlineExceededError(absl::StrCat(
+      "fewer than ", count, " hosts came up; last status: ", last));
+}
+
+std::string GdtCluster::WriteExecutorConfig() const {
+  const std::string config = dir_.Sub("executor.yaml");
+  WriteFile(config,
+            absl::StrCat("coordinator: ", coordinator_endpoint(),
+                         "\nbuilds_root: ", dir_.Sub("builds"),
+                         "\ncache_root: ", dir_.Sub("cache"),
+                         "\narrival_host: runner\njoin_timeout_seconds: 120\n",
+                         "log_level: info\n"));
+  return config;
+}
+
+CommandResult GdtCluster::RunLocal(const std::string& project_dir,
+                                   const std::string& job,
+                                   const std::vector<std::string>& extra,
+                                   milliseconds timeout) {
+  return Run(RunLocalArgv(project_dir, job, extra), {}, timeout);
+}
+
+std::vector<std::string> GdtCluster::RunLocalArgv(
+    const std::string& project_dir, const std::string& job,
+    const std::vector<std::string>& extra) const {
+  std::vector<std::string> argv = Prefix(control_host_);
+  for (const std::string& arg :
+       {BinaryPath("gdt-ci"), std::string("run-local"), std::string("--file"),
+        project_dir + "/.gitlab-ci.yml", std::string("--job"), job,
+        std::string("--executor"), BinaryPath("gdt-executor"),
+        std::string("--executor-config"), WriteExecutorConfig(),
+        std::string("--project-dir"), project_dir, std::string("--work-dir"),
+        run_dir()}) {
+    argv.push_back(arg);
+  }
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
+absl::StatusOr<nlohmann::json> GdtCluster::Status() {
+  return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_));
+}
+
+std::string GdtCluster::Logs() const {
+  std::string logs;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator(dir_.path(), ignored)) {
+    if (entry.path().extension() == ".log") {
+      absl::StrAppend(&logs, "==== ", entry.path().filename().string(), "\n",
+                      ReadFile(entry.path().string()));
+    }
+  }
+  return logs;
+}
+
+}  // namespace gdt::testing
