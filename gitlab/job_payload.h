@@ -58,12 +58,12 @@ struct JobPayload {
   std::string token;
   bool allow_git_fetch = true;
   // job_info
-  std::string name;                        // "train 2/4"
+  std::string name;  // "train 2/4"
   std::string stage;
   int64_t project_id = 0;
   std::string project_name;
-  std::optional<int64_t> pipeline_id;      // Only from runner >= 19.
-  std::string project_full_path;           // Only from runner >= 19.
+  std::optional<int64_t> pipeline_id;  // Only from runner >= 19.
+  std::string project_full_path;       // Only from runner >= 19.
   // git_info
   std::string repo_url;
   std::string ref;

@@ -1,0 +1,94 @@
+#ifndef GDT_GITLAB_RUN_LOCAL_H_
+#define GDT_GITLAB_RUN_LOCAL_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "gitlab/ci_yaml.h"
+#include "gitlab/job_payload.h"
+#include "gitlab/runner_emulator.h"
+
+namespace gdt::gitlab {
+
+// What `gdt-ci run-local` was asked to do. Relative paths are resolved
+// against the current directory, except work_dir (see below).
+struct RunLocalOptions {
+  std::string ci_file = ".gitlab-ci.yml";
+  std::string job_name;
+  std::string executor;         // Required: the custom executor binary.
+  std::string executor_config;  // Passed as `--config FILE` to every exec.
+  std::string project_dir = ".";
+  // Default <project_dir>/.gdt-run/<pipeline id>; relative paths are taken
+  // from project_dir.
+  std::string work_dir;
+  std::optional<int64_t> pipeline_id;  // Default: from the wall clock.
+  std::vector<std::string> vars;       // "KEY=VALUE" pipeline variables.
+  std::optional<int64_t> timeout_seconds;
+  std::optional<int64_t> graceful_kill_timeout_seconds;
+  // Emulation knob for tests (runner: 3 s).
+  std::optional<std::chrono::milliseconds> preparation_retry_interval;
+};
+
+// What a local pipeline needs to invent in place of a GitLab server.
+struct LocalPipeline {
+  int64_t pipeline_id = 0;
+  int64_t project_id = 1;
+  std::string project_name;  // Last component of the project directory.
+  std::string namespace_path = "local";
+  std::string server_url = "http://gitlab.local";
+  std::string sha = "0000000000000000000000000000000000000000";
+  std::string ref = "main";
+  std::string user = "local";
+  int64_t timeout_seconds = 3600;
+  std::vector<std::pair<std::string, std::string>> pipeline_variables;
+};
+
+// Builds the N job payloads of `job` as GitLab would hand them to runners
+// (gitlab-custom-executor.md §13.7): the same project and pipeline, distinct
+// increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is
+// 1), and the predefined variables of §13.2 item 2 followed by the YAML and
+// pipeline variables.
+std::vector<JobPayload> BuildPayloads(const CiJob& job,
+                                      const LocalPipeline& pipeline);
+
+// One member's outcome.
+struct MemberResult {
+  std::string name;
+  int64_t job_id = 0;
+  std::string log_path;
+  JobResult result;
+};
+
+struct RunLocalResult {
+  int64_t pipeline_id = 0;
+  std::string work_dir;
+  std::vector<MemberResult> members;
+  bool success() const;
+};
+
+// Runs every member of the job concurrently through its own emulated
+// gitlab-runner, writing each log line to `out` as "[<name>] <line>" (whole
+// lines, never interleaved) and to <work_dir>/logs/<job-name-slug>.log.
+// `interrupt`, when it becomes true, aborts every member like a runner that
+// got SIGINT. Errors (bad input, to be reported as one line and exit code 2):
+// InvalidArgument / NotFound for a missing or bad CI file, unknown job, bad
+// --var, a missing executor or an unusable work directory.
+absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
+                                        std::ostream& out,
+                                        const std::atomic<bool>* interrupt);
+
+// The summary table, or one JSON document when `json`.
+std::string FormatSummary(const RunLocalResult& result, bool json);
+
+// The path of `name` in the directory of the running executable.
+std::string SiblingExecutable(const std::string& name);
+
+}  // namespace gdt::gitlab
+
+#endif  // GDT_GITLAB_RUN_LOCAL_H_
