@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace gdt::rendezvous {
@@ -16,9 +17,7 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 }  // namespace
 
 AgentClient::AgentClient(const std::string& endpoint)
-    : endpoint_(endpoint),
-      stub_(v1::Agent::NewStub(
-          grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()))) {}
+    : endpoint_(endpoint), stub_(v1::Agent::NewStub(NewChannel(endpoint))) {}
 
 absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace gdt::rendezvous {
@@ -27,8 +28,7 @@ bool IsTransient(const absl::Status& status) {
 
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
     : endpoint_(endpoint),
-      stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()))) {}
+      stub_(v1::Coordinator::NewStub(NewChannel(endpoint))) {}
 
 absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {

@@ -1,0 +1,279 @@
+#include "agent/agent_service.h"
+
+#include <deque>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/port_check.h"
+#include "common/mutex.h"
+#include "rendezvous/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::agent {
+namespace {
+
+// Output queued for a client that reads slowly; beyond this the stage stops
+// reading the script's pipes until the client catches up.
+constexpr size_t kMaxQueuedBytes = 4 << 20;
+
+StageRequest FromProto(const v1::StartStage& start) {
+  StageRequest request;
+  request.member_id = start.member_id();
+  request.stage = start.stage();
+  request.script = start.script();
+  request.env.insert(start.env().begin(), start.env().end());
+  request.working_dir = start.working_dir();
+  request.kill_grace = std::chrono::seconds(start.kill_grace_seconds());
+  for (const v1::StageFile& file : start.files()) {
+    request.files.push_back({file.env_var(), file.name(), file.content()});
+  }
+  return request;
+}
+
+// One RunStage call. Reactions and the stage's supervising thread both
+// touch it; `mu_` guards the shared state. gRPC calls (StartWrite, Finish)
+// are made without holding `mu_`, since their reactions may run inline.
+// Finish() is called only after the stage's OnExit(), so the stage never
+// sees a destroyed observer; OnDone() deletes the reactor.
+class StageReactor final
+    : public grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>,
+      public StageObserver {
+ public:
+  explicit StageReactor(Supervisor& supervisor) : supervisor_(supervisor) {
+    StartRead(&request_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // Half-close does nothing once the stage runs; before that the call
+      // is malformed.
+      if (!started_) {
+        started_ = true;
+        Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "RunStage stream ended before StartStage"));
+      }
+      return;
+    }
+    if (!started_) {
+      started_ = true;
+      Begin();
+      return;
+    }
+    std::shared_ptr<Stage> stage = CurrentStage();
+    switch (request_.signal().signal()) {
+      case v1::SIGNAL_TERM:
+        stage->Signal(StageSignal::kTerm);
+        break;
+      case v1::SIGNAL_KILL:
+        stage->Signal(StageSignal::kKill);
+        break;
+      case v1::SIGNAL_INT:
+        stage->Signal(StageSignal::kInt);
+        break;
+      default:
+        spdlog::warn("ignoring RunStage message member={}: not a signal",
+                     member_id_);
+        break;
+    }
+    StartRead(&request_);
+  }
+
+  void OnCancel() override {
+    std::shared_ptr<Stage> stage;
+    {
+      MutexLock lock(mu_);
+      cancelled_ = true;
+      stage = stage_;
+    }
+    // The executor went away: stop the stage as SIGNAL_TERM would.
+    if (stage != nullptr) stage->Signal(StageSignal::kTerm);
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::RunStageResponse* next = nullptr;
+    bool finish = false;
+    {
+      MutexLock lock(mu_);
+      queued_bytes_ -= queue_.front().second;
+      queue_.pop_front();
+      if (!ok) broken_ = true;
+      if (!queue_.empty()) {
+        next = &queue_.front().first;
+      } else {
+        writing_ = false;
+        finish = exit_queued_;
+      }
+    }
+    if (next != nullptr) {
+      StartWrite(next);
+    } else if (finish) {
+      Finish(grpc::Status::OK);
+    }
+  }
+
+  void OnDone() override { delete this; }
+
+  bool ReadyForOutput() override {
+    MutexLock lock(mu_);
+    return broken_ || queued_bytes_ < kMaxQueuedBytes;
+  }
+
+  void OnOutput(OutputSource source, std::string_view data) override {
+    v1::RunStageResponse message;
+    v1::OutputChunk* chunk = message.mutable_output();
+    chunk->set_stream(source == OutputSource::kStdout
+                          ? v1::OUTPUT_STREAM_STDOUT
+                          : v1::OUTPUT_STREAM_STDERR);
+    chunk->set_data(data.data(), data.size());
+    Enqueue(std::move(message), data.size(), /*last=*/false);
+  }
+
+  void OnExit(const ExitStatus& status) override {
+    spdlog::info("stage exited member={} stage={} code={}", member_id_,
+                 stage_name_, status.code());
+    v1::RunStageResponse message;
+    message.mutable_exit()->set_exit_code(status.code());
+    message.mutable_exit()->set_signal(status.signal);
+    // Last statement: once the exit is written, Finish() may delete us.
+    Enqueue(std::move(message), 0, /*last=*/true);
+  }
+
+ private:
+  void Begin() {
+    if (!request_.has_start()) {
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "the first RunStage message must be StartStage"));
+      return;
+    }
+    member_id_ = request_.start().member_id();
+    stage_name_ = request_.start().stage();
+    absl::StatusOr<std::shared_ptr<Stage>> stage =
+        supervisor_.StartStage(FromProto(request_.start()), this);
+    if (!stage.ok()) {
+      spdlog::warn("stage rejected member={} stage={}: {}", member_id_,
+                   stage_name_, stage.status().ToString());
+      Finish(rendezvous::ToGrpcStatus(stage.status()));
+      return;
+    }
+    bool cancelled = false;
+    {
+      MutexLock lock(mu_);
+      stage_ = *stage;
+      cancelled = cancelled_;
+    }
+    if (cancelled) (*stage)->Signal(StageSignal::kTerm);
+    StartRead(&request_);
+  }
+
+  std::shared_ptr<Stage> CurrentStage() {
+    MutexLock lock(mu_);
+    return stage_;
+  }
+
+  void Enqueue(v1::RunStageResponse message, size_t bytes, bool last) {
+    const v1::RunStageResponse* first = nullptr;
+    {
+      MutexLock lock(mu_);
+      if (last) exit_queued_ = true;
+      // Output for a client that is gone is dropped; the exit still goes
+      // through the queue so that Finish() follows it.
+      if (broken_ && !last) return;
+      queue_.emplace_back(std::move(message), bytes);
+      queued_bytes_ += bytes;
+      if (!writing_) {
+        writing_ = true;
+        first = &queue_.front().first;
+      }
+    }
+    // std::deque keeps element addresses stable while others are appended.
+    if (first != nullptr) StartWrite(first);
+  }
+
+  Supervisor& supervisor_;
+  // Reactions that read are serialised by gRPC (one read at a time).
+  v1::RunStageRequest request_;
+  bool started_ = false;
+  std::string member_id_;
+  std::string stage_name_;
+
+  Mutex mu_;
+  std::shared_ptr<Stage> stage_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<std::pair<v1::RunStageResponse, size_t>> queue_
+      ABSL_GUARDED_BY(mu_);
+  size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool broken_ ABSL_GUARDED_BY(mu_) = false;
+  bool exit_queued_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace
+
+grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
+                                       const v1::SetupMemberRequest* request,
+                                       v1::SetupMemberResponse* response) {
+  const std::vector<std::string> extra_dirs(request->extra_dirs().begin(),
+                                            request->extra_dirs().end());
+  absl::Status status = supervisor_.SetupMember(
+      request->member_id(), request->builds_dir(), extra_dirs);
+  if (!status.ok()) {
+    spdlog::warn("setup failed member={}: {}", request->member_id(),
+                 status.ToString());
+  } else {
+    spdlog::info("member set up member={} builds_dir={}", request->member_id(),
+                 request->builds_dir());
+  }
+  return rendezvous::ToGrpcStatus(status);
+}
+
+grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
+AgentService::RunStage(grpc::CallbackServerContext* context) {
+  return new StageReactor(supervisor_);
+}
+
+grpc::Status AgentService::TeardownMember(
+    grpc::ServerContext* context, const v1::TeardownMemberRequest* request,
+    v1::TeardownMemberResponse* response) {
+  absl::StatusOr<uint32_t> killed = supervisor_.TeardownMember(
+      request->member_id(), request->remove_builds_dir());
+  if (!killed.ok()) {
+    spdlog::warn("teardown failed member={}: {}", request->member_id(),
+                 killed.status().ToString());
+    return rendezvous::ToGrpcStatus(killed.status());
+  }
+  response->set_processes_killed(*killed);
+  return grpc::Status::OK;
+}
+
+grpc::Status AgentService::CheckPort(grpc::ServerContext* context,
+                                     const v1::CheckPortRequest* request,
+                                     v1::CheckPortResponse* response) {
+  absl::StatusOr<bool> free = IsPortFree(request->port());
+  if (!free.ok()) return rendezvous::ToGrpcStatus(free.status());
+  response->set_free(*free);
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
+    const std::string& listen_address, AgentService& service) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen_address));
+  }
+  return std::unique_ptr<AgentServer>(new AgentServer(std::move(server), port));
+}
+
+void AgentServer::Shutdown(std::chrono::system_clock::time_point deadline) {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->Shutdown(deadline);
+  server_->Wait();
+}
+
+}  // namespace gdt::agent

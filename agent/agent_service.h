@@ -1,0 +1,69 @@
+#ifndef GDT_AGENT_AGENT_SERVICE_H_
+#define GDT_AGENT_AGENT_SERVICE_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent/supervisor.h"
+#include "gdt/v1/agent.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gdt::agent {
+
+// The gRPC face of the agent. Each handler converts the request into a
+// Supervisor call and the result back; no process handling lives here.
+// RunStage uses the callback API (a reactor per stage, fed by the stage's
+// own thread); the unary calls are synchronous because teardown may wait
+// out a kill grace.
+//
+// Thread-safe. Keeps a reference to `supervisor`, which must outlive it.
+class AgentService final
+    : public v1::Agent::WithCallbackMethod_RunStage<v1::Agent::Service> {
+ public:
+  explicit AgentService(Supervisor& supervisor) : supervisor_(supervisor) {}
+
+  grpc::Status SetupMember(grpc::ServerContext* context,
+                           const v1::SetupMemberRequest* request,
+                           v1::SetupMemberResponse* response) override;
+  grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>* RunStage(
+      grpc::CallbackServerContext* context) override;
+  grpc::Status TeardownMember(grpc::ServerContext* context,
+                              const v1::TeardownMemberRequest* request,
+                              v1::TeardownMemberResponse* response) override;
+  grpc::Status CheckPort(grpc::ServerContext* context,
+                         const v1::CheckPortRequest* request,
+                         v1::CheckPortResponse* response) override;
+
+ private:
+  Supervisor& supervisor_;
+};
+
+// A started gRPC server hosting one AgentService. Not thread-safe.
+class AgentServer {
+ public:
+  // Listens on `listen_address` (host:port; port 0 picks one).
+  // Errors: Unavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<AgentServer>> Start(
+      const std::string& listen_address, AgentService& service);
+
+  // The bound port.
+  int port() const { return port_; }
+
+  // Stops accepting calls, gives running ones until `deadline` and cancels
+  // the rest. Idempotent.
+  void Shutdown(std::chrono::system_clock::time_point deadline);
+
+ private:
+  AgentServer(std::unique_ptr<grpc::Server> server, int port)
+      : server_(std::move(server)), port_(port) {}
+
+  std::unique_ptr<grpc::Server> server_;
+  int port_;
+  bool shut_down_ = false;
+};
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_AGENT_SERVICE_H_

@@ -1,0 +1,532 @@
+#include "agent/agent_service.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "common/mutex.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rendezvous/agent_client.h"
+
+namespace gdt::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+
+// Every stage a test runs is SIGKILLed after this long, so a broken agent
+// fails the test instead of hanging it.
+constexpr seconds kStageDeadline(30);
+
+// True once `pid` is gone or a zombie waiting for init.
+bool ProcessGone(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string line;
+  std::getline(stat, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || line.size() < paren + 3 ||
+         line[paren + 2] == 'Z' || line[paren + 2] == 'X';
+}
+
+// Polls `condition` until it holds or `timeout` passes.
+template <typename Condition>
+bool WaitFor(Condition condition, milliseconds timeout) {
+  const auto deadline = steady_clock::now() + timeout;
+  while (!condition()) {
+    if (steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return true;
+}
+
+// What a stage produced, as the executor would see it.
+struct StageResult {
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::string out;
+  std::string err;
+};
+
+// Output seen so far, shared with the signal poller on another thread.
+class OutputLog {
+ public:
+  void Append(v1::OutputStream stream, std::string_view data) {
+    MutexLock lock(mu_);
+    (stream == v1::OUTPUT_STREAM_STDOUT ? out_ : err_).append(data);
+  }
+  bool StdoutContains(const std::string& text) {
+    MutexLock lock(mu_);
+    return out_.find(text) != std::string::npos;
+  }
+  std::string out() {
+    MutexLock lock(mu_);
+    return out_;
+  }
+  std::string err() {
+    MutexLock lock(mu_);
+    return err_;
+  }
+
+ private:
+  Mutex mu_;
+  std::string out_ ABSL_GUARDED_BY(mu_);
+  std::string err_ ABSL_GUARDED_BY(mu_);
+};
+
+class AgentServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir() + "/agent-test-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    root_ = fs::path(pattern).lexically_normal().string();
+    supervisor_ = std::make_unique<Supervisor>(
+        root_ + "/scratch", seconds(10),
+        std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
+                                           {"BASE_ONLY", "base"},
+                                           {"OVERRIDDEN", "base"}});
+    service_ = std::make_unique<AgentService>(*supervisor_);
+    absl::StatusOr<std::unique_ptr<AgentServer>> server =
+        AgentServer::Start("127.0.0.1:0", *service_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    endpoint_ = "127.0.0.1:" + std::to_string(server_->port());
+    client_ = std::make_unique<rendezvous::AgentClient>(endpoint_);
+  }
+
+  void TearDown() override {
+    supervisor_->Shutdown();
+    server_->Shutdown(std::chrono::system_clock::now() + seconds(5));
+    server_.reset();
+    service_.reset();
+    supervisor_.reset();
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+
+  static v1::StartStage Start(const std::string& member,
+                              const std::string& script) {
+    v1::StartStage start;
+    start.set_member_id(member);
+    start.set_stage("build_script");
+    start.set_script(script);
+    return start;
+  }
+
+  // Runs a stage to its end. `signal_when` is asked about the output so far
+  // every 50 ms; each signal it returns is sent once.
+  StageResult Run(const v1::StartStage& start,
+                  const std::function<std::optional<v1::Signal>(OutputLog&)>&
+                      signal_when = nullptr) {
+    OutputLog log;
+    const auto deadline = steady_clock::now() + kStageDeadline;
+    bool killed = false;
+    StageResult result;
+    result.exit = client_->RunStage(
+        start,
+        [&](v1::OutputStream stream, std::string_view data) {
+          log.Append(stream, data);
+        },
+        [&]() -> std::optional<v1::Signal> {
+          if (!killed && steady_clock::now() >= deadline) {
+            killed = true;
+            ADD_FAILURE() << "stage ran past the test deadline";
+            return v1::SIGNAL_KILL;
+          }
+          return signal_when ? signal_when(log) : std::nullopt;
+        });
+    result.out = log.out();
+    result.err = log.err();
+    return result;
+  }
+
+  // Returns `signal` once, as soon as stdout contains `marker`.
+  static std::function<std::optional<v1::Signal>(OutputLog&)> SignalAfter(
+      const std::string& marker, v1::Signal signal,
+      steady_clock::time_point* sent_at) {
+    auto sent = std::make_shared<bool>(false);
+    return [=](OutputLog& log) -> std::optional<v1::Signal> {
+      if (*sent || !log.StdoutContains(marker)) return std::nullopt;
+      *sent = true;
+      if (sent_at != nullptr) *sent_at = steady_clock::now();
+      return signal;
+    };
+  }
+
+  std::string root_;
+  std::unique_ptr<Supervisor> supervisor_;
+  std::unique_ptr<AgentService> service_;
+  std::unique_ptr<AgentServer> server_;
+  std::string endpoint_;
+  std::unique_ptr<rendezvous::AgentClient> client_;
+};
+
+TEST_F(AgentServiceTest, StreamsStdoutAndStderrInOrderThenTheExitCode) {
+  StageResult result =
+      Run(Start("g1/1",
+                "echo out1; echo err1 >&2; echo out2\n"
+                "echo err2 >&2; printf 'no newline'; exit 7\n"));
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_EQ(result.exit->exit_code(), 7);
+  EXPECT_EQ(result.exit->signal(), 0);
+  EXPECT_EQ(result.out, "out1\nout2\nno newline");
+  EXPECT_EQ(result.err, "err1\nerr2\n");
+}
+
+TEST_F(AgentServiceTest, OutputArrivesWhileTheStageRuns) {
+  // The stage waits for its own output to have reached the client, so it
+  // only ends if chunks are streamed rather than buffered until exit.
+  const std::string flag = root_ + "/seen";
+  v1::StartStage start =
+      Start("g1/1",
+            "echo partial-line-without-newline | tr -d '\\n'\n"
+            "while [ ! -e " +
+                flag + " ]; do sleep 0.02; done\necho done\n");
+  bool created = false;
+  StageResult result = Run(start, [&](OutputLog& log) {
+    if (!created && log.StdoutContains("partial-line")) {
+      std::ofstream(flag.c_str()) << "x";
+      created = true;
+    }
+    return std::optional<v1::Signal>();
+  });
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_EQ(result.exit->exit_code(), 0);
+  EXPECT_EQ(result.out, "partial-line-without-newlinedone\n");
+}
+
+TEST_F(AgentServiceTest, ScriptSeesAgentEnvironmentOverlaidWithStageEnv) {
+  v1::StartStage start =
+      Start("g1/1", "echo \"$BASE_ONLY $OVERRIDDEN $GDT_NODE_RANK\"\n");
+  (*start.mutable_env())["OVERRIDDEN"] = "stage";
+  (*start.mutable_env())["GDT_NODE_RANK"] = "3";
+
+  StageResult result = Run(start);
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_EQ(result.out, "base stage 3\n");
+}
+
+TEST_F(AgentServiceTest, StageFileIsWrittenAndItsVariablePointsToIt) {
+  v1::StartStage start =
+      Start("g1/1", "echo \"$GDT_HOSTFILE\"; cat \"$GDT_HOSTFILE\"\n");
+  v1::StageFile* file = start.add_files();
+  file->set_env_var("GDT_HOSTFILE");
+  file->set_name("hostfile");
+  file->set_content("10.0.0.1 slots=8\n10.0.0.2 slots=8\n");
+
+  StageResult result = Run(start);
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  const std::string path = supervisor_->ScratchDir("g1/1") + "/hostfile";
+  EXPECT_EQ(path[0], '/');
+  EXPECT_EQ(result.out, path + "\n10.0.0.1 slots=8\n10.0.0.2 slots=8\n");
+}
+
+TEST_F(AgentServiceTest, RunsInScratchDirOrInTheWorkingDirItCreates) {
+  StageResult in_scratch = Run(Start("g1/1", "pwd\n"));
+  v1::StartStage start = Start("g1/1", "pwd\n");
+  start.set_working_dir(root_ + "/builds/project");
+  StageResult in_working_dir = Run(start);
+
+  ASSERT_TRUE(in_scratch.exit.ok()) << in_scratch.exit.status();
+  EXPECT_EQ(in_scratch.out, supervisor_->ScratchDir("g1/1") + "\n");
+  ASSERT_TRUE(in_working_dir.exit.ok()) << in_working_dir.exit.status();
+  EXPECT_EQ(in_working_dir.out, root_ + "/builds/project\n");
+  // The script itself is kept in the scratch dir, private to the agent.
+  struct stat info {};
+  ASSERT_EQ(
+      stat((supervisor_->ScratchDir("g1/1") + "/build_script-1.sh").c_str(),
+           &info),
+      0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
+}
+
+TEST_F(AgentServiceTest, TermStopsALongStageAndItsChildWithinTheGrace) {
+  v1::StartStage start =
+      Start("g1/1", "sleep 300 & echo child=$!\nsleep 300\n");
+  start.set_kill_grace_seconds(30);
+
+  const auto begin = steady_clock::now();
+  StageResult result =
+      Run(start, SignalAfter("child=", v1::SIGNAL_TERM, nullptr));
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_LT(steady_clock::now() - begin, seconds(10));  // Well inside 30 s.
+  EXPECT_EQ(result.exit->signal(), SIGTERM);
+  EXPECT_EQ(result.exit->exit_code(), 128 + SIGTERM);
+  const pid_t child = std::stoi(result.out.substr(result.out.find('=') + 1));
+  EXPECT_TRUE(WaitFor([&] { return ProcessGone(child); }, seconds(5)));
+}
+
+TEST_F(AgentServiceTest, StageIgnoringTermIsKilledAfterTheGrace) {
+  v1::StartStage start = Start("g1/1", "trap '' TERM\necho ready\nsleep 300\n");
+  start.set_kill_grace_seconds(1);
+
+  steady_clock::time_point sent_at;
+  StageResult result =
+      Run(start, SignalAfter("ready", v1::SIGNAL_TERM, &sent_at));
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  const auto elapsed = steady_clock::now() - sent_at;
+  EXPECT_GE(elapsed, milliseconds(900));
+  EXPECT_LT(elapsed, seconds(10));
+  EXPECT_EQ(result.exit->signal(), SIGKILL);
+  EXPECT_EQ(result.exit->exit_code(), 128 + SIGKILL);
+}
+
+TEST_F(AgentServiceTest, KillAndIntReachTheScript) {
+  StageResult killed =
+      Run(Start("g1/1", "trap '' TERM INT\necho ready\nsleep 300\n"),
+          SignalAfter("ready", v1::SIGNAL_KILL, nullptr));
+  StageResult interrupted =
+      Run(Start("g1/1",
+                "trap 'echo got-int; exit 5' INT\necho ready\n"
+                "while true; do sleep 0.05; done\n"),
+          SignalAfter("ready", v1::SIGNAL_INT, nullptr));
+
+  ASSERT_TRUE(killed.exit.ok()) << killed.exit.status();
+  EXPECT_EQ(killed.exit->exit_code(), 137);
+  ASSERT_TRUE(interrupted.exit.ok()) << interrupted.exit.status();
+  EXPECT_EQ(interrupted.exit->exit_code(), 5);
+  EXPECT_EQ(interrupted.out, "ready\ngot-int\n");
+}
+
+TEST_F(AgentServiceTest, BackgroundProcessIsGoneWhenTheStageEnds) {
+  StageResult result = Run(Start("g1/1", "sleep 300 &\necho $!\nexit 0\n"));
+
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_EQ(result.exit->exit_code(), 0);
+  const pid_t orphan = std::stoi(result.out);
+  EXPECT_TRUE(WaitFor([&] { return ProcessGone(orphan); }, seconds(5)));
+  EXPECT_EQ(supervisor_->running_stages(), 0u);
+}
+
+TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
+  const std::string builds = root_ + "/builds/g1-1";
+  const std::string neighbour = root_ + "/builds/g1-2";
+  const std::string cache = root_ + "/cache/g1-1";
+  fs::create_directories(neighbour);
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/1");
+  setup.set_builds_dir(builds);
+  setup.add_extra_dirs(cache);
+  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());
+  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());  // Idempotent.
+  struct stat info {};
+  ASSERT_EQ(stat(builds.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0755u);
+  EXPECT_TRUE(fs::is_directory(cache));
+  EXPECT_TRUE(fs::is_directory(supervisor_->ScratchDir("g1/1")));
+  ASSERT_TRUE(Run(Start("g1/1", "touch " + builds + "/artifact\n")).exit.ok());
+
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/1");
+  teardown.set_remove_builds_dir(true);
+  absl::StatusOr<uint32_t> killed =
+      client_->TeardownMember(teardown, seconds(5));
+
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(*killed, 0u);
+  EXPECT_FALSE(fs::exists(supervisor_->ScratchDir("g1/1")));
+  EXPECT_FALSE(fs::exists(builds));
+  EXPECT_TRUE(fs::is_directory(neighbour));
+  EXPECT_TRUE(fs::is_directory(cache));
+  // Again, and for a member never seen: nothing to do, no error.
+  EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
+  teardown.set_member_id("never/seen");
+  EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
+}
+
+TEST_F(AgentServiceTest, TeardownKeepsBuildsDirUnlessAsked) {
+  const std::string builds = root_ + "/builds/g1-1";
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/1");
+  setup.set_builds_dir(builds);
+  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());
+
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/1");
+  ASSERT_TRUE(client_->TeardownMember(teardown, seconds(5)).ok());
+
+  EXPECT_TRUE(fs::is_directory(builds));
+  EXPECT_FALSE(fs::exists(supervisor_->ScratchDir("g1/1")));
+}
+
+TEST_F(AgentServiceTest, TeardownTerminatesRunningStages) {
+  OutputLog log;
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::thread stage([&] {
+    exit = client_->RunStage(
+        Start("g1/1", "echo ready\nsleep 300\n"),
+        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
+        nullptr);
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
+
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/1");
+  absl::StatusOr<uint32_t> killed =
+      client_->TeardownMember(teardown, seconds(20));
+  stage.join();
+
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_EQ(*killed, 1u);
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->exit_code(), 128 + SIGTERM);
+}
+
+TEST_F(AgentServiceTest, SetupErrorNamesThePath) {
+  const std::string file = root_ + "/plain-file";
+  std::ofstream(file.c_str()) << "x";
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/1");
+  setup.set_builds_dir(file + "/builds");
+
+  absl::Status status = client_->SetupMember(setup, seconds(5));
+
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(file + "/builds"));
+}
+
+TEST_F(AgentServiceTest, BadStartIsRejectedWithInvalidArgument) {
+  v1::StartStage start = Start("g1/1", "echo never\n");
+  v1::StageFile* file = start.add_files();
+  file->set_env_var("X");
+  file->set_name("../escape");
+
+  StageResult result = Run(start);
+
+  EXPECT_EQ(result.exit.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(result.exit.status().message(), HasSubstr("../escape"));
+  EXPECT_EQ(result.out, "");
+}
+
+TEST_F(AgentServiceTest, FirstMessageMustBeStartStage) {
+  auto stub = v1::Agent::NewStub(
+      grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + seconds(10));
+  auto stream = stub->RunStage(&context);
+  v1::RunStageRequest request;
+  request.mutable_signal()->set_signal(v1::SIGNAL_TERM);
+  stream->Write(request);
+  stream->WritesDone();
+  v1::RunStageResponse response;
+  while (stream->Read(&response)) {
+  }
+
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(AgentServiceTest, CancelledClientStopsTheStage) {
+  auto stub = v1::Agent::NewStub(
+      grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + seconds(20));
+  auto stream = stub->RunStage(&context);
+  v1::RunStageRequest request;
+  *request.mutable_start() = Start("g1/1", "echo ready\nsleep 300\n");
+  request.mutable_start()->set_kill_grace_seconds(5);
+  ASSERT_TRUE(stream->Write(request));
+  v1::RunStageResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(response.output().data(), "ready\n");
+
+  context.TryCancel();
+
+  EXPECT_TRUE(
+      WaitFor([&] { return supervisor_->running_stages() == 0; }, seconds(10)));
+  stream->Finish().ok();
+}
+
+TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {
+  OutputLog log;
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::thread stage([&] {
+    exit = client_->RunStage(
+        Start("g1/1", "echo ready\nsleep 300\n"),
+        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
+        nullptr);
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
+
+  supervisor_->Shutdown();
+  stage.join();
+  StageResult refused = Run(Start("g1/2", "echo never\n"));
+
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->exit_code(), 128 + SIGTERM);
+  EXPECT_EQ(refused.exit.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A TCP socket listening on a kernel-chosen loopback port.
+class Listener {
+ public:
+  Listener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address));
+    listen(fd_, 1);
+    socklen_t length = sizeof(address);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length);
+    port_ = ntohs(address.sin_port);
+  }
+  ~Listener() { Close(); }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  uint32_t port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  uint32_t port_ = 0;
+};
+
+TEST_F(AgentServiceTest, CheckPortTellsBusyFromFree) {
+  Listener listener;
+  ASSERT_GT(listener.port(), 0u);
+
+  absl::StatusOr<bool> busy = client_->CheckPort(listener.port(), seconds(5));
+  listener.Close();
+  absl::StatusOr<bool> free = client_->CheckPort(listener.port(), seconds(5));
+
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_FALSE(*busy);
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_TRUE(*free);
+  EXPECT_EQ(client_->CheckPort(0, seconds(5)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(EscapePathComponentTest, KeepsIdsDistinctAndInsideOneDirectory) {
+  EXPECT_EQ(EscapePathComponent("gang-1_a.b"), "gang-1_a.b");
+  EXPECT_EQ(EscapePathComponent("g1/12"), "g1%2F12");
+  EXPECT_EQ(EscapePathComponent(".."), "%2E.");
+  EXPECT_NE(EscapePathComponent("g1/12"), EscapePathComponent("g1_12"));
+  EXPECT_NE(EscapePathComponent("a%2Fb"), EscapePathComponent("a/b"));
+}
+
+}  // namespace
+}  // namespace gdt::agent

@@ -1,0 +1,256 @@
+#include "agent/config.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gdt::agent {
+namespace {
+
+absl::Status UnknownKey(const std::string& key) {
+  return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
+}
+
+absl::StatusOr<std::string> ReadString(const YAML::Node& value,
+                                       const std::string& key) {
+  if (!value.IsScalar()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " must be a string"));
+  }
+  return value.Scalar();
+}
+
+// Reads an integer in [0, max] with one clear line on bad input.
+absl::StatusOr<uint64_t> ReadUint(const YAML::Node& value,
+                                  const std::string& key, uint64_t max) {
+  uint64_t parsed = 0;
+  if (!value.IsScalar() || !absl::SimpleAtoi(value.Scalar(), &parsed) ||
+      parsed > max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, " must be an integer between 0 and ", max, ", got '",
+        value.IsScalar() ? value.Scalar() : "(not a number)", "'"));
+  }
+  return parsed;
+}
+
+absl::StatusOr<GpuConfig> ParseGpu(const YAML::Node& value,
+                                   const std::string& path, uint32_t position) {
+  if (!value.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " must be a map like {index: 0, uuid: GPU-..., model: H100}"));
+  }
+  GpuConfig gpu;
+  gpu.index = position;
+  for (const auto& entry : value) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string full = absl::StrCat(path, ".", key);
+    if (key == "index") {
+      absl::StatusOr<uint64_t> index = ReadUint(entry.second, full, UINT32_MAX);
+      if (!index.ok()) return index.status();
+      gpu.index = static_cast<uint32_t>(*index);
+    } else if (key == "uuid" || key == "model") {
+      absl::StatusOr<std::string> text = ReadString(entry.second, full);
+      if (!text.ok()) return text.status();
+      (key == "uuid" ? gpu.uuid : gpu.model) = *text;
+    } else if (key == "memory_bytes") {
+      absl::StatusOr<uint64_t> bytes = ReadUint(entry.second, full, UINT64_MAX);
+      if (!bytes.ok()) return bytes.status();
+      gpu.memory_bytes = *bytes;
+    } else {
+      return UnknownKey(full);
+    }
+  }
+  return gpu;
+}
+
+// `gpus` is a count or a list of GPU maps.
+absl::Status ParseGpus(const YAML::Node& value, HostConfig& host) {
+  host.gpus.clear();
+  if (value.IsScalar()) {
+    absl::StatusOr<uint64_t> count = ReadUint(value, "host.gpus", 1024);
+    if (!count.ok()) return count.status();
+    for (uint32_t i = 0; i < *count; ++i) {
+      GpuConfig gpu;
+      gpu.index = i;
+      host.gpus.push_back(gpu);
+    }
+    return absl::OkStatus();
+  }
+  if (!value.IsSequence()) {
+    return absl::InvalidArgumentError(
+        "host.gpus must be a count or a list of {index, uuid, model, "
+        "memory_bytes}");
+  }
+  for (size_t i = 0; i < value.size(); ++i) {
+    absl::StatusOr<GpuConfig> gpu = ParseGpu(
+        value[i], absl::StrCat("host.gpus[", i, "]"), static_cast<uint32_t>(i));
+    if (!gpu.ok()) return gpu.status();
+    for (const GpuConfig& other : host.gpus) {
+      if (other.index == gpu->index) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("host.gpus lists index ", gpu->index, " twice"));
+      }
+    }
+    host.gpus.push_back(*gpu);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseHost(const YAML::Node& value, HostConfig& host) {
+  if (!value.IsMap()) {
+    return absl::InvalidArgumentError("host must be a map");
+  }
+  for (const auto& entry : value) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string full = "host." + key;
+    if (key == "gpus") {
+      GDT_RETURN_IF_ERROR(ParseGpus(entry.second, host));
+    } else if (key == "name" || key == "address" ||
+               key == "network_interface") {
+      absl::StatusOr<std::string> text = ReadString(entry.second, full);
+      if (!text.ok()) return text.status();
+      if (key == "name") host.name = *text;
+      if (key == "address") host.address = *text;
+      if (key == "network_interface") host.network_interface = *text;
+    } else if (key == "labels") {
+      if (!entry.second.IsMap()) {
+        return absl::InvalidArgumentError(
+            "host.labels must be a map of strings");
+      }
+      for (const auto& label : entry.second) {
+        const std::string name = label.first.as<std::string>();
+        absl::StatusOr<std::string> text =
+            ReadString(label.second, "host.labels." + name);
+        if (!text.ok()) return text.status();
+        host.labels[name] = *text;
+      }
+    } else if (key == "cpu_slots") {
+      absl::StatusOr<uint64_t> slots = ReadUint(entry.second, full, 4096);
+      if (!slots.ok()) return slots.status();
+      host.cpu_slots = static_cast<uint32_t>(*slots);
+    } else {
+      return UnknownKey(full);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
+                        Config& config) {
+  if (key == "host") return ParseHost(value, config.host);
+  if (key == "coordinator" || key == "listen_address" ||
+      key == "advertise_endpoint" || key == "scratch_dir" ||
+      key == "log_level") {
+    absl::StatusOr<std::string> text = ReadString(value, key);
+    if (!text.ok()) return text.status();
+    if (key == "coordinator") config.coordinator = *text;
+    if (key == "listen_address") config.listen_address = *text;
+    if (key == "advertise_endpoint") config.advertise_endpoint = *text;
+    if (key == "scratch_dir") config.scratch_dir = *text;
+    if (key == "log_level") config.log_level = *text;
+    return absl::OkStatus();
+  }
+  if (key == "kill_grace_seconds") {
+    absl::StatusOr<uint64_t> seconds = ReadUint(value, key, 3600);
+    if (!seconds.ok()) return seconds.status();
+    config.kill_grace = std::chrono::seconds(*seconds);
+    return absl::OkStatus();
+  }
+  return UnknownKey(key);
+}
+
+// Checks `endpoint` is host:port with a port in [min_port, 65535].
+absl::Status CheckEndpoint(const std::string& key, const std::string& endpoint,
+                           uint32_t min_port) {
+  const size_t colon = endpoint.rfind(':');
+  uint32_t port = 0;
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port > 65535 ||
+      port < min_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " must be host:port, got '", endpoint, "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const Config& config) {
+  if (config.coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "coordinator is required (host:port of gdt-coord)");
+  }
+  GDT_RETURN_IF_ERROR(CheckEndpoint("coordinator", config.coordinator, 1));
+  GDT_RETURN_IF_ERROR(
+      CheckEndpoint("listen_address", config.listen_address, 0));
+  if (!config.advertise_endpoint.empty()) {
+    GDT_RETURN_IF_ERROR(
+        CheckEndpoint("advertise_endpoint", config.advertise_endpoint, 1));
+  }
+  if (config.host.name.empty()) {
+    return absl::InvalidArgumentError("host.name must not be empty");
+  }
+  if (config.host.address.empty()) {
+    return absl::InvalidArgumentError("host.address must not be empty");
+  }
+  if (config.host.cpu_slots == 0) {
+    return absl::InvalidArgumentError("host.cpu_slots must be at least 1");
+  }
+  if (config.scratch_dir.empty() || config.scratch_dir[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scratch_dir must be an absolute path, got '",
+                     config.scratch_dir, "'"));
+  }
+  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+  for (const char* level : kLevels) {
+    if (config.log_level == level) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown log_level '", config.log_level,
+                   "' (use trace, debug, info, warn, error, critical, off)"));
+}
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
+  Config config;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (!root.IsNull() && !root.IsMap()) {
+      return absl::InvalidArgumentError("the config must be a YAML map");
+    }
+    if (root.IsMap()) {
+      for (const auto& entry : root) {
+        GDT_RETURN_IF_ERROR(
+            ParseEntry(entry.first.as<std::string>(), entry.second, config));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp reports errors by throwing; this is the only place we catch.
+    return absl::InvalidArgumentError(absl::StrCat("bad YAML: ", e.what()));
+  }
+  if (config.host.name.empty()) config.host.name = HostName();
+  GDT_RETURN_IF_ERROR(ValidateConfig(config));
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError("cannot read the file");
+  std::stringstream text;
+  text << file.rdbuf();
+  return ParseConfig(text.str());
+}
+
+}  // namespace gdt::agent

@@ -1,0 +1,65 @@
+#ifndef GDT_AGENT_CONFIG_H_
+#define GDT_AGENT_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::agent {
+
+// One GPU as the host's driver numbers it. Config-declared GPUs may leave
+// `uuid` and `model` empty.
+struct GpuConfig {
+  uint32_t index = 0;
+  std::string uuid;
+  std::string model;
+  uint64_t memory_bytes = 0;
+};
+
+// What the agent tells the coordinator about its host.
+struct HostConfig {
+  std::string name;                   // Default: gethostname().
+  std::string address = "127.0.0.1";  // What peers use (MASTER_ADDR).
+  std::vector<GpuConfig> gpus;        // Empty for a CPU-only host.
+  std::map<std::string, std::string> labels;
+  std::string network_interface;
+  uint32_t cpu_slots = 1;  // Members at once on a CPU-only host.
+};
+
+// Settings for gdt-agent. Plain data: defaults live here, parsing lives in
+// ParseConfig(), and nothing outside config.cc knows the file is YAML.
+struct Config {
+  std::string coordinator;  // host:port, required.
+  std::string listen_address = "0.0.0.0:7071";
+  // host:port the executor and coordinator use to reach this agent; empty =
+  // <host.address>:<bound port>.
+  std::string advertise_endpoint;
+  HostConfig host;
+  std::string scratch_dir = "/var/lib/gdt/agent";
+  std::chrono::seconds kill_grace{10};
+  std::string log_level = "info";
+};
+
+// Parses YAML text. `gpus` is either a count (indices 0..n-1) or a list of
+// {index, uuid, model, memory_bytes}. Unknown keys are an error so that typos
+// are caught.
+// Errors: InvalidArgument naming the key or value that is wrong, e.g.
+// "unknown key 'host.gpu'".
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text);
+
+// Reads and parses the file at `path`.
+// Errors: NotFound when it cannot be read; those of ParseConfig.
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+
+// Checks values that flags may have overridden after parsing.
+// Errors: InvalidArgument naming the setting.
+absl::Status ValidateConfig(const Config& config);
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_CONFIG_H_

@@ -1,0 +1,126 @@
+#include "agent/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::agent {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, DefaultsNeedOnlyTheCoordinator) {
+  absl::StatusOr<Config> config = ParseConfig("coordinator: coord:7070\n");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->coordinator, "coord:7070");
+  EXPECT_EQ(config->listen_address, "0.0.0.0:7071");
+  EXPECT_EQ(config->advertise_endpoint, "");
+  EXPECT_FALSE(config->host.name.empty());  // gethostname()
+  EXPECT_EQ(config->host.address, "127.0.0.1");
+  EXPECT_TRUE(config->host.gpus.empty());
+  EXPECT_EQ(config->host.cpu_slots, 1u);
+  EXPECT_EQ(config->scratch_dir, "/var/lib/gdt/agent");
+  EXPECT_EQ(config->kill_grace, std::chrono::seconds(10));
+}
+
+TEST(ConfigTest, GpuCountBecomesIndicesWithoutDetails) {
+  absl::StatusOr<Config> config = ParseConfig(R"(
+coordinator: 10.0.0.1:7070
+listen_address: 127.0.0.1:0
+host:
+  name: gpu-07
+  address: 10.0.0.7
+  gpus: 3
+  labels: {rack: r1, nvlink_domain: d0}
+  network_interface: eth1
+  cpu_slots: 2
+scratch_dir: /tmp/agent
+kill_grace_seconds: 4
+log_level: debug
+)");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->host.gpus.size(), 3u);
+  for (uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(config->host.gpus[i].index, i);
+    EXPECT_EQ(config->host.gpus[i].uuid, "");
+    EXPECT_EQ(config->host.gpus[i].model, "");
+  }
+  EXPECT_EQ(config->host.name, "gpu-07");
+  EXPECT_EQ(config->host.address, "10.0.0.7");
+  EXPECT_EQ(config->host.labels.at("rack"), "r1");
+  EXPECT_EQ(config->host.labels.at("nvlink_domain"), "d0");
+  EXPECT_EQ(config->host.network_interface, "eth1");
+  EXPECT_EQ(config->host.cpu_slots, 2u);
+  EXPECT_EQ(config->kill_grace, std::chrono::seconds(4));
+  EXPECT_EQ(config->log_level, "debug");
+}
+
+TEST(ConfigTest, GpuListKeepsDetails) {
+  absl::StatusOr<Config> config = ParseConfig(R"(
+coordinator: coord:7070
+host:
+  gpus:
+    - {index: 4, uuid: GPU-aaa, model: H100, memory_bytes: 85899345920}
+    - {uuid: GPU-bbb}
+)");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_EQ(config->host.gpus.size(), 2u);
+  EXPECT_EQ(config->host.gpus[0].index, 4u);
+  EXPECT_EQ(config->host.gpus[0].uuid, "GPU-aaa");
+  EXPECT_EQ(config->host.gpus[0].model, "H100");
+  EXPECT_EQ(config->host.gpus[0].memory_bytes, 85899345920u);
+  EXPECT_EQ(config->host.gpus[1].index, 1u);  // Its position.
+  EXPECT_EQ(config->host.gpus[1].uuid, "GPU-bbb");
+}
+
+TEST(ConfigTest, UnknownKeysAreNamed) {
+  EXPECT_THAT(ParseConfig("coordinator: c:1\nlisten: x\n").status().message(),
+              HasSubstr("unknown key 'listen'"));
+  EXPECT_THAT(
+      ParseConfig("coordinator: c:1\nhost: {gpu: 2}\n").status().message(),
+      HasSubstr("unknown key 'host.gpu'"));
+  EXPECT_THAT(ParseConfig("coordinator: c:1\nhost:\n  gpus:\n    - {idx: 0}\n")
+                  .status()
+                  .message(),
+              HasSubstr("unknown key 'host.gpus[0].idx'"));
+}
+
+TEST(ConfigTest, BadValuesGiveOneClearLine) {
+  struct Case {
+    const char* yaml;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"listen_address: 0.0.0.0:1\n", "coordinator is required"},
+      {"coordinator: nohostport\n", "coordinator must be host:port"},
+      {"coordinator: c:1\nhost: {gpus: -1}\n", "host.gpus must be an integer"},
+      {"coordinator: c:1\nhost: {gpus: [{index: 0}, {index: 0}]}\n",
+       "index 0 twice"},
+      {"coordinator: c:1\nhost: {cpu_slots: 0}\n",
+       "cpu_slots must be at least"},
+      {"coordinator: c:1\nkill_grace_seconds: soon\n", "kill_grace_seconds"},
+      {"coordinator: c:1\nscratch_dir: relative\n", "scratch_dir must be"},
+      {"coordinator: c:1\nlog_level: loud\n", "unknown log_level 'loud'"},
+      {"coordinator: [c\n", "bad YAML"},
+      {"- a\n- b\n", "must be a YAML map"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<Config> config = ParseConfig(c.yaml);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+        << c.yaml;
+    EXPECT_THAT(config.status().message(), HasSubstr(c.message)) << c.yaml;
+    EXPECT_EQ(std::string(config.status().message()).find('\n'),
+              std::string::npos)
+        << c.yaml;
+  }
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadConfig("/nonexistent/agent.yaml").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gdt::agent

@@ -1,0 +1,115 @@
+#include "agent/daemon.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::agent {
+namespace {
+
+// How long stage exits already on their way may take to reach clients
+// after every stage has stopped.
+constexpr std::chrono::seconds kServerDrain(2);
+
+bool IsWildcardHost(const std::string& host) {
+  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
+         host == "*";
+}
+
+}  // namespace
+
+v1::HostSpec MakeHostSpec(const HostConfig& host,
+                          const std::string& agent_endpoint) {
+  v1::HostSpec spec;
+  spec.set_name(host.name);
+  spec.set_address(host.address);
+  spec.set_agent_endpoint(agent_endpoint);
+  for (const GpuConfig& gpu : host.gpus) {
+    v1::Gpu* out = spec.add_gpus();
+    out->set_index(gpu.index);
+    out->set_uuid(gpu.uuid);
+    out->set_model(gpu.model);
+    out->set_memory_bytes(gpu.memory_bytes);
+  }
+  spec.mutable_labels()->insert(host.labels.begin(), host.labels.end());
+  spec.set_network_interface(host.network_interface);
+  spec.set_cpu_slots(host.cpu_slots);
+  return spec;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& content) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::trunc);
+    out << content << "\n";
+    out.close();
+    if (!out) {
+      return absl::InternalError(absl::StrCat("cannot write ", temporary));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const std::string error = strerror(errno);
+    std::remove(temporary.c_str());
+    return absl::InternalError(
+        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error));
+  }
+  return absl::OkStatus();
+}
+
+Daemon::Daemon(const Config& config)
+    : config_(config),
+      supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment()),
+      service_(supervisor_),
+      coordinator_(config.coordinator) {}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
+  std::unique_ptr<Daemon> daemon(new Daemon(config));
+  absl::StatusOr<std::unique_ptr<AgentServer>> server =
+      AgentServer::Start(config.listen_address, daemon->service_);
+  if (!server.ok()) return server.status();
+  daemon->server_ = std::move(*server);
+
+  const std::string port = std::to_string(daemon->server_->port());
+  std::string host =
+      config.listen_address.substr(0, config.listen_address.rfind(':'));
+  if (IsWildcardHost(host)) host = config.host.address;
+  daemon->bound_endpoint_ = absl::StrCat(host, ":", port);
+  daemon->advertise_endpoint_ =
+      !config.advertise_endpoint.empty()
+          ? config.advertise_endpoint
+          : absl::StrCat(config.host.address, ":", port);
+  spdlog::info("gdt-agent listening on {} host={} advertise={}",
+               daemon->bound_endpoint_, config.host.name,
+               daemon->advertise_endpoint_);
+
+  daemon->registrar_ = std::make_unique<Registrar>(
+      daemon->coordinator_,
+      MakeHostSpec(config.host, daemon->advertise_endpoint_),
+      Registrar::Options{});
+  daemon->registrar_->Start();
+  return daemon;
+}
+
+Daemon::~Daemon() { Shutdown(); }
+
+void Daemon::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (registrar_ != nullptr) registrar_->Stop();
+  const size_t running = supervisor_.running_stages();
+  if (running > 0) {
+    spdlog::info("terminating running stages count={}", running);
+  }
+  supervisor_.Shutdown();
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + kServerDrain);
+  }
+}
+
+}  // namespace gdt::agent

@@ -1,0 +1,69 @@
+#ifndef GDT_AGENT_DAEMON_H_
+#define GDT_AGENT_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "agent/agent_service.h"
+#include "agent/config.h"
+#include "agent/registrar.h"
+#include "agent/supervisor.h"
+#include "rendezvous/coordinator_client.h"
+
+namespace gdt::agent {
+
+// The running gdt-agent: its gRPC server, the stage supervisor and the
+// registration with the coordinator, wired from a Config. main() and tests
+// drive the same wiring through this class.
+//
+// Not thread-safe: Start, Shutdown and the destructor from one thread.
+class Daemon {
+ public:
+  // Binds the server, then starts registering with the coordinator in the
+  // background (an unreachable coordinator is retried, not an error).
+  // Errors: Unavailable when the listen address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(const Config& config);
+
+  // Calls Shutdown().
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // host:port as bound: the listen host (host.address for a wildcard) and
+  // the port the kernel gave.
+  const std::string& bound_endpoint() const { return bound_endpoint_; }
+  // host:port the coordinator and executors are told to use.
+  const std::string& advertise_endpoint() const { return advertise_endpoint_; }
+
+  // Stops registering, terminates every running stage (SIGTERM, grace,
+  // SIGKILL), then stops the server. Idempotent.
+  void Shutdown();
+
+ private:
+  explicit Daemon(const Config& config);
+
+  const Config config_;
+  Supervisor supervisor_;
+  AgentService service_;
+  rendezvous::CoordinatorClient coordinator_;
+  std::unique_ptr<AgentServer> server_;
+  std::unique_ptr<Registrar> registrar_;
+  std::string bound_endpoint_;
+  std::string advertise_endpoint_;
+  bool shut_down_ = false;
+};
+
+// The HostSpec the agent registers, from the config and its endpoint.
+v1::HostSpec MakeHostSpec(const HostConfig& host,
+                          const std::string& agent_endpoint);
+
+// Writes `content` plus a newline to `path` atomically (a temporary file in
+// the same directory, then rename), so readers never see a partial file.
+// Errors: Internal naming the path.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::string& content);
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_DAEMON_H_

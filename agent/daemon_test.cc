@@ -1,0 +1,274 @@
+#include "agent/daemon.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/mutex.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rendezvous/agent_client.h"
+
+namespace gdt::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+// A real coordinator service on loopback that only records what agents
+// tell it. Asks for heartbeats every second.
+class FakeCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status RegisterHost(grpc::ServerContext* context,
+                            const v1::RegisterHostRequest* request,
+                            v1::RegisterHostResponse* response) override {
+    MutexLock lock(mu_);
+    registrations_.push_back(request->host());
+    response->set_heartbeat_interval_seconds(1);
+    changed_.NotifyAll();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* context,
+                         const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override {
+    MutexLock lock(mu_);
+    heartbeats_.push_back(request->host_name());
+    response->set_reregister(reregister_next_);
+    reregister_next_ = false;
+    changed_.NotifyAll();
+    return grpc::Status::OK;
+  }
+
+  // Starts serving on `address` (port 0 picks one); returns host:port.
+  std::string Serve(const std::string& address) {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(this);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port == 0) return "";
+    return "127.0.0.1:" + std::to_string(port);
+  }
+
+  void Stop() {
+    if (server_ == nullptr) return;
+    server_->Shutdown(std::chrono::system_clock::now() + seconds(1));
+    server_->Wait();
+    server_.reset();
+  }
+
+  ~FakeCoordinator() override { Stop(); }
+
+  void ReregisterOnNextHeartbeat() {
+    MutexLock lock(mu_);
+    reregister_next_ = true;
+  }
+
+  // Waits until at least `registrations` registrations and `heartbeats`
+  // heartbeats arrived, or `timeout` passes.
+  bool WaitFor(size_t registrations, size_t heartbeats, milliseconds timeout) {
+    const auto deadline = steady_clock::now() + timeout;
+    MutexLock lock(mu_);
+    while (registrations_.size() < registrations ||
+           heartbeats_.size() < heartbeats) {
+      if (!changed_.WaitUntil(mu_, deadline) &&
+          steady_clock::now() >= deadline) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  std::vector<v1::HostSpec> registrations() {
+    MutexLock lock(mu_);
+    return registrations_;
+  }
+  std::vector<std::string> heartbeats() {
+    MutexLock lock(mu_);
+    return heartbeats_;
+  }
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+  Mutex mu_;
+  CondVar changed_;
+  std::vector<v1::HostSpec> registrations_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> heartbeats_ ABSL_GUARDED_BY(mu_);
+  bool reregister_next_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir() + "/agent-daemon-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    root_ = fs::path(pattern).lexically_normal().string();
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    fs::remove_all(root_, ignored);
+  }
+
+  Config MakeConfig(const std::string& coordinator) {
+    absl::StatusOr<Config> config = ParseConfig(R"(
+coordinator: )" + coordinator + R"(
+listen_address: 127.0.0.1:0
+scratch_dir: )" + root_ + R"(/scratch
+kill_grace_seconds: 2
+host:
+  name: gpu-07
+  address: 127.0.0.1
+  gpus:
+    - {index: 0, uuid: GPU-aaa, model: H100, memory_bytes: 1024}
+    - {index: 1, uuid: GPU-bbb, model: H100, memory_bytes: 1024}
+  labels: {rack: r1, switch: s4}
+  network_interface: lo
+)");
+    EXPECT_TRUE(config.ok()) << config.status();
+    return config.value_or(Config{});
+  }
+
+  std::string root_;
+};
+
+TEST_F(DaemonTest, RegistersItsHostAndHeartbeats) {
+  FakeCoordinator coordinator;
+  const std::string endpoint = coordinator.Serve("127.0.0.1:0");
+  ASSERT_FALSE(endpoint.empty());
+
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(MakeConfig(endpoint));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ASSERT_TRUE(coordinator.WaitFor(1, 2, seconds(15)));
+
+  const v1::HostSpec host = coordinator.registrations().front();
+  EXPECT_EQ(host.name(), "gpu-07");
+  EXPECT_EQ(host.address(), "127.0.0.1");
+  EXPECT_EQ(host.agent_endpoint(), (*daemon)->advertise_endpoint());
+  EXPECT_EQ(host.agent_endpoint(), (*daemon)->bound_endpoint());
+  ASSERT_EQ(host.gpus_size(), 2);
+  EXPECT_EQ(host.gpus(1).index(), 1u);
+  EXPECT_EQ(host.gpus(1).uuid(), "GPU-bbb");
+  EXPECT_EQ(host.gpus(1).model(), "H100");
+  EXPECT_EQ(host.gpus(1).memory_bytes(), 1024u);
+  EXPECT_THAT(host.labels(),
+              UnorderedElementsAre(Pair("rack", "r1"), Pair("switch", "s4")));
+  EXPECT_EQ(host.network_interface(), "lo");
+  EXPECT_EQ(host.cpu_slots(), 1u);
+  EXPECT_EQ(coordinator.heartbeats().front(), "gpu-07");
+
+  // The advertised endpoint really is the agent.
+  rendezvous::AgentClient agent(host.agent_endpoint());
+  EXPECT_TRUE(agent.CheckPort(1, seconds(5)).ok());
+}
+
+TEST_F(DaemonTest, RegistersAgainWhenTheCoordinatorAsks) {
+  FakeCoordinator coordinator;
+  const std::string endpoint = coordinator.Serve("127.0.0.1:0");
+  ASSERT_FALSE(endpoint.empty());
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(MakeConfig(endpoint));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ASSERT_TRUE(coordinator.WaitFor(1, 0, seconds(15)));
+
+  coordinator.ReregisterOnNextHeartbeat();
+
+  EXPECT_TRUE(coordinator.WaitFor(2, 1, seconds(15)));
+}
+
+TEST_F(DaemonTest, KeepsTryingUntilTheCoordinatorComesUp) {
+  // Find a free port, then start the daemon before anything listens there.
+  std::string address;
+  {
+    FakeCoordinator placeholder;
+    address = placeholder.Serve("127.0.0.1:0");
+    ASSERT_FALSE(address.empty());
+  }
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(MakeConfig(address));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+
+  FakeCoordinator coordinator;
+  ASSERT_EQ(coordinator.Serve(address), address);
+
+  EXPECT_TRUE(coordinator.WaitFor(1, 0, seconds(20)));
+}
+
+TEST_F(DaemonTest, ShutdownTerminatesRunningStages) {
+  FakeCoordinator coordinator;
+  const std::string endpoint = coordinator.Serve("127.0.0.1:0");
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(MakeConfig(endpoint));
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  rendezvous::AgentClient agent((*daemon)->bound_endpoint());
+  Mutex mu;
+  std::string output;
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::thread stage([&] {
+    v1::StartStage start;
+    start.set_member_id("g1/1");
+    start.set_stage("build_script");
+    start.set_script("trap '' TERM\necho ready\nsleep 300\n");
+    exit = agent.RunStage(
+        start,
+        [&](v1::OutputStream, std::string_view data) {
+          MutexLock lock(mu);
+          output.append(data);
+        },
+        nullptr);
+  });
+  const auto deadline = steady_clock::now() + seconds(10);
+  while (true) {
+    {
+      MutexLock lock(mu);
+      if (output == "ready\n") break;
+    }
+    ASSERT_LT(steady_clock::now(), deadline);
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+
+  const auto begin = steady_clock::now();
+  (*daemon)->Shutdown();
+  stage.join();
+
+  // The stage ignored SIGTERM, so it took the 2 s grace and then SIGKILL.
+  EXPECT_GE(steady_clock::now() - begin, milliseconds(1900));
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_EQ(exit->exit_code(), 128 + SIGKILL);
+}
+
+TEST_F(DaemonTest, ListenFailureIsUnavailable) {
+  Config config = MakeConfig("127.0.0.1:1");
+  config.listen_address = "203.0.113.1:0";  // Not an address of this host.
+
+  EXPECT_EQ(Daemon::Start(config).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+TEST_F(DaemonTest, PortFileIsWrittenAtomically) {
+  const std::string path = root_ + "/agent.port";
+
+  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4242").ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4343").ok());
+
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_EQ(text.str(), "127.0.0.1:4343\n");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_FALSE(WriteFileAtomically(root_ + "/missing/dir/port", "x").ok());
+}
+
+}  // namespace
+}  // namespace gdt::agent

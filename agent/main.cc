@@ -1,0 +1,79 @@
+// gdt-agent: the daemon on every GPU host. It registers the host with
+// gdt-coord, heartbeats, and runs the stages of the gang members placed here
+// for gdt-executor. Logs go to stderr.
+#include <signal.h>
+
+#include <cstdio>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "agent/config.h"
+#include "agent/daemon.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+constexpr int kExitStartError = 1;
+constexpr int kExitConfigError = 2;
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gdt-agent: runs gang members' stages on this host"};
+  std::string config_path;
+  std::string listen;
+  std::string port_file;
+  app.add_option("--config", config_path, "YAML config file")->required();
+  app.add_option("--listen", listen,
+                 "host:port to serve on (overrides config)");
+  app.add_option("--port-file", port_file,
+                 "write the bound host:port here once serving");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitConfigError;
+  }
+
+  absl::StatusOr<gdt::agent::Config> config =
+      gdt::agent::LoadConfig(config_path);
+  if (config.ok() && !listen.empty()) {
+    config->listen_address = listen;
+    if (absl::Status valid = gdt::agent::ValidateConfig(*config); !valid.ok()) {
+      config = valid;
+    }
+  }
+  if (!config.ok()) {
+    std::fprintf(stderr, "gdt-agent: %s: %s\n", config_path.c_str(),
+                 std::string(config.status().message()).c_str());
+    return kExitConfigError;
+  }
+  gdt::InitLogging("gdt-agent", config->log_level).IgnoreError();
+
+  // Block the signals before gRPC starts its threads; sigwait() takes them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<std::unique_ptr<gdt::agent::Daemon>> daemon =
+      gdt::agent::Daemon::Start(*config);
+  if (!daemon.ok()) {
+    spdlog::critical("cannot start: {}", daemon.status().ToString());
+    return kExitStartError;
+  }
+  if (!port_file.empty()) {
+    absl::Status written =
+        gdt::agent::WriteFileAtomically(port_file, (*daemon)->bound_endpoint());
+    if (!written.ok()) {
+      spdlog::critical("{}", written.ToString());
+      return kExitStartError;
+    }
+  }
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  spdlog::info("signal {} received, shutting down", signal_number);
+  (*daemon)->Shutdown();
+  return 0;
+}

@@ -1,0 +1,19 @@
+#ifndef GDT_AGENT_PORT_CHECK_H_
+#define GDT_AGENT_PORT_CHECK_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::agent {
+
+// Returns whether TCP `port` can be bound on 0.0.0.0 right now (without
+// SO_REUSEADDR), by binding it and closing the socket again. A port in use
+// or one this process may not bind reads as not free.
+// Errors: InvalidArgument for port 0 or above 65535; Internal when no socket
+// can be made.
+absl::StatusOr<bool> IsPortFree(uint32_t port);
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_PORT_CHECK_H_

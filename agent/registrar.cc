@@ -1,0 +1,93 @@
+#include "agent/registrar.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "spdlog/spdlog.h"
+
+namespace gdt::agent {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
+                     Options options)
+    : client_(client), host_(std::move(host)), options_(options) {}
+
+Registrar::~Registrar() { Stop(); }
+
+void Registrar::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Registrar::Stop() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+    wake_.NotifyAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+bool Registrar::Sleep(milliseconds duration) {
+  const auto deadline = std::chrono::steady_clock::now() + duration;
+  MutexLock lock(mu_);
+  while (!stopping_ && std::chrono::steady_clock::now() < deadline) {
+    wake_.WaitUntil(mu_, deadline);
+  }
+  return !stopping_;
+}
+
+void Registrar::Run() {
+  const std::string& name = host_.name();
+  // Whether the coordinator answered the last call; logs only on a change.
+  bool reachable = true;
+  milliseconds backoff = options_.initial_backoff;
+  while (true) {
+    {
+      MutexLock lock(mu_);
+      if (stopping_) return;
+    }
+    absl::StatusOr<uint32_t> interval =
+        client_.RegisterHost(host_, options_.rpc_timeout);
+    if (!interval.ok()) {
+      if (reachable) {
+        spdlog::warn("cannot register host={} coordinator={}: {}; retrying",
+                     name, client_.endpoint(), interval.status().ToString());
+      }
+      reachable = false;
+      if (!Sleep(backoff)) return;
+      backoff = std::min(backoff * 2, options_.max_backoff);
+      continue;
+    }
+    reachable = true;
+    backoff = options_.initial_backoff;
+    const seconds period(std::max<uint32_t>(*interval, 1));
+    spdlog::info("registered host={} coordinator={} gpus={} heartbeat={}s",
+                 name, client_.endpoint(), host_.gpus_size(), period.count());
+
+    while (Sleep(period)) {
+      absl::StatusOr<bool> reregister =
+          client_.Heartbeat(name, options_.rpc_timeout);
+      if (!reregister.ok()) {
+        if (reachable) {
+          spdlog::warn("heartbeat failed host={} coordinator={}: {}", name,
+                       client_.endpoint(), reregister.status().ToString());
+        }
+        reachable = false;
+        continue;
+      }
+      if (!reachable) {
+        spdlog::info("coordinator reachable again host={} coordinator={}", name,
+                     client_.endpoint());
+      }
+      reachable = true;
+      if (*reregister) {
+        spdlog::info("coordinator asked host={} to register again", name);
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace gdt::agent

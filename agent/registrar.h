@@ -1,0 +1,59 @@
+#ifndef GDT_AGENT_REGISTRAR_H_
+#define GDT_AGENT_REGISTRAR_H_
+
+#include <chrono>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "common/mutex.h"
+#include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/coordinator_client.h"
+
+namespace gdt::agent {
+
+// Keeps this host registered with the coordinator: registers (retrying with
+// backoff while the coordinator is unreachable), then heartbeats at the
+// interval the coordinator asked for, and registers again when the
+// coordinator says it no longer knows the host. Logs once per change between
+// reachable and unreachable.
+//
+// Thread-safe. Keeps a reference to `client`, which must outlive it.
+class Registrar {
+ public:
+  struct Options {
+    std::chrono::milliseconds rpc_timeout{5000};
+    std::chrono::milliseconds initial_backoff{200};
+    std::chrono::milliseconds max_backoff{5000};
+  };
+
+  Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
+            Options options);
+  // Stops the loop.
+  ~Registrar();
+  Registrar(const Registrar&) = delete;
+  Registrar& operator=(const Registrar&) = delete;
+
+  // Starts the registration loop on its own thread. Call once.
+  void Start();
+  // Stops the loop and waits for it; an RPC in flight finishes first (at
+  // most `rpc_timeout`). Idempotent.
+  void Stop();
+
+ private:
+  void Run();
+  // Waits `duration` unless Stop() is called; returns false when stopping.
+  bool Sleep(std::chrono::milliseconds duration);
+
+  rendezvous::CoordinatorClient& client_;
+  const v1::HostSpec host_;
+  const Options options_;
+
+  Mutex mu_;
+  CondVar wake_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_REGISTRAR_H_

@@ -1,0 +1,115 @@
+#ifndef GDT_AGENT_STAGE_H_
+#define GDT_AGENT_STAGE_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+#include "common/subprocess.h"
+
+namespace gdt::agent {
+
+// What a client may ask a running stage to do.
+enum class StageSignal {
+  kTerm,  // SIGTERM to the process group, SIGKILL after the grace.
+  kKill,  // SIGKILL to the process group now.
+  kInt,   // SIGINT to the process group.
+};
+
+// Receives a stage's output and its end. Every call comes from the stage's
+// own supervising thread, in order.
+class StageObserver {
+ public:
+  virtual ~StageObserver() = default;
+  // Returns false while the observer cannot take more output; the stage then
+  // stops reading the script's pipes (the script blocks on write) but still
+  // delivers signals.
+  virtual bool ReadyForOutput() { return true; }
+  // A chunk of output as it arrived; chunks of one stream are in order.
+  virtual void OnOutput(OutputSource source, std::string_view data) = 0;
+  // The script exited and its process group is gone. Called exactly once and
+  // last: the stage never touches the observer again, so the observer may
+  // be destroyed from here on.
+  virtual void OnExit(const ExitStatus& status) = 0;
+};
+
+struct StageOptions {
+  std::string script_path;                 // Run as `/bin/bash <script_path>`.
+  std::map<std::string, std::string> env;  // The complete environment.
+  std::string working_dir;                 // Must exist.
+  std::chrono::milliseconds kill_grace{10000};  // SIGTERM → SIGKILL.
+};
+
+// One stage script running in its own process group, supervised by a
+// thread that streams its output to an observer, applies signals and, once
+// the script exits, kills whatever is left in its process group so nothing
+// runs on into the next stage.
+//
+// Thread-safe. The observer must stay alive until its OnExit() returns.
+class Stage {
+ public:
+  // Spawns the script and starts supervising it. `on_finished` runs on the
+  // supervising thread after the process group is gone and before
+  // observer->OnExit().
+  // Errors: those of Subprocess::Spawn.
+  static absl::StatusOr<std::shared_ptr<Stage>> Start(
+      const StageOptions& options, StageObserver* observer,
+      std::function<void(Stage*)> on_finished);
+
+  // Kills a stage that is still running (SIGKILL) and waits for its thread.
+  ~Stage();
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
+
+  // Asks the supervising thread to deliver `signal`; does nothing once the
+  // stage has finished.
+  void Signal(StageSignal signal);
+
+  // Waits until the stage has finished or `deadline` passes; returns whether
+  // it finished.
+  bool WaitFinished(std::chrono::steady_clock::time_point deadline);
+
+  bool finished() const;
+  pid_t process_group() const { return process_group_; }
+  std::chrono::milliseconds kill_grace() const { return kill_grace_; }
+
+ private:
+  Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
+        std::function<void(Stage*)> on_finished,
+        std::chrono::milliseconds kill_grace);
+
+  void Run();
+  void ApplySignals();
+
+  // Constant after construction.
+  const pid_t process_group_;
+  const std::chrono::milliseconds kill_grace_;
+  StageObserver* const observer_;
+  const std::function<void(Stage*)> on_finished_;
+
+  // Owned by the supervising thread.
+  std::unique_ptr<Subprocess> child_;
+  std::optional<std::chrono::steady_clock::time_point> kill_at_;
+
+  mutable Mutex mu_;
+  CondVar changed_;
+  std::vector<StageSignal> pending_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+
+  std::thread thread_;
+};
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_STAGE_H_

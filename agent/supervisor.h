@@ -1,0 +1,120 @@
+#ifndef GDT_AGENT_SUPERVISOR_H_
+#define GDT_AGENT_SUPERVISOR_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "agent/stage.h"
+#include "common/mutex.h"
+
+namespace gdt::agent {
+
+// A file written into the member's scratch dir before a stage starts; the
+// stage's `env_var` then holds its absolute path.
+struct StageFileSpec {
+  std::string env_var;
+  std::string name;  // Plain file name, no '/'.
+  std::string content;
+};
+
+// Everything needed to start one stage of one member.
+struct StageRequest {
+  std::string member_id;
+  std::string stage;   // Runner stage name, e.g. "build_script".
+  std::string script;  // Contents of the script.
+  std::map<std::string, std::string> env;  // Overlaid on the agent's own.
+  std::string working_dir;  // Absolute; empty = the member's scratch dir.
+  std::chrono::seconds kill_grace{0};  // 0 = the agent's default.
+  std::vector<StageFileSpec> files;
+};
+
+// Supervises the members placed on this host: their directories and the
+// stages they run. A member is known from SetupMember() or its first stage
+// until TeardownMember(); each has a scratch dir
+// `<scratch_root>/<escaped member id>` holding its stage scripts and files.
+//
+// Thread-safe. Stages call back into the supervisor, so it must outlive
+// them: the destructor calls Shutdown().
+class Supervisor {
+ public:
+  // `base_env` is the environment every stage starts from.
+  Supervisor(std::string scratch_root, std::chrono::seconds default_kill_grace,
+             std::map<std::string, std::string> base_env);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Creates `builds_dir` and `extra_dirs` (with parents, mode 0755) and the
+  // member's scratch dir, and remembers `builds_dir` for TeardownMember().
+  // Idempotent. Errors: InvalidArgument for an empty member id or a path that
+  // is not absolute; PermissionDenied or Internal naming the path that could
+  // not be created.
+  absl::Status SetupMember(const std::string& member_id,
+                           const std::string& builds_dir,
+                           const std::vector<std::string>& extra_dirs);
+
+  // Writes the script and files into the member's scratch dir and starts the
+  // stage, reporting to `observer` (which must outlive the stage's OnExit).
+  // Unknown members are fine: the scratch dir is created on demand.
+  // Errors: InvalidArgument for a bad member id, file name or working dir;
+  // Unavailable once Shutdown() began; Internal when a file cannot be
+  // written or the script cannot be spawned.
+  absl::StatusOr<std::shared_ptr<Stage>> StartStage(const StageRequest& request,
+                                                    StageObserver* observer);
+
+  // Terminates every running stage of the member (SIGTERM, its grace,
+  // SIGKILL), removes its scratch dir and, when `remove_builds_dir`, the
+  // builds dir SetupMember() recorded (nothing else). Returns how many
+  // process groups were still alive. Idempotent; unknown members are fine.
+  // Errors: DeadlineExceeded if a stage outlived its grace by far; Internal
+  // naming a directory that could not be removed.
+  absl::StatusOr<uint32_t> TeardownMember(const std::string& member_id,
+                                          bool remove_builds_dir);
+
+  // Refuses new stages from now on, terminates every running stage and
+  // returns once all have finished.
+  void Shutdown();
+
+  // The member's scratch dir (it may not exist yet).
+  std::string ScratchDir(const std::string& member_id) const;
+
+  // Number of stages still running.
+  size_t running_stages() const;
+
+ private:
+  struct Member {
+    std::string builds_dir;  // As given to SetupMember; empty if none.
+    int stages_started = 0;
+    std::map<Stage*, std::weak_ptr<Stage>> running;
+  };
+
+  void StageFinished(const std::string& member_id, Stage* stage);
+  // Running stages of one member, or of all members when `member_id` is
+  // null.
+  std::vector<std::shared_ptr<Stage>> RunningStages(
+      const std::string* member_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string scratch_root_;
+  const std::chrono::seconds default_kill_grace_;
+  const std::map<std::string, std::string> base_env_;
+
+  mutable Mutex mu_;
+  CondVar stage_finished_;
+  std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
+  size_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Escapes a member id into one path component: [A-Za-z0-9_-] and inner
+// dots stay, every other byte becomes %XX, so distinct ids never collide.
+std::string EscapePathComponent(const std::string& text);
+
+}  // namespace gdt::agent
+
+#endif  // GDT_AGENT_SUPERVISOR_H_
