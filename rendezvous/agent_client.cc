@@ -40,9 +40,11 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
   v1::RunStageRequest first;
   *first.mutable_start() = start;
   if (!stream->Write(first)) {
-    return FromGrpcStatus(stream->Finish()).ok()
-               ? absl::UnavailableError("agent closed the stage stream")
-               : FromGrpcStatus(stream->Finish());
+    // Finish() may be called once only; it carries the reason.
+    absl::Status status = FromGrpcStatus(stream->Finish());
+    if (status.ok())
+      return absl::UnavailableError("agent closed the stage stream");
+    return status;
   }
 
   // gRPC allows one reader and one writer at a time on a stream, so signals

@@ -1,0 +1,130 @@
+#include "executor/config.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gdt::executor {
+namespace {
+
+bool IsLogLevel(const std::string& level) {
+  for (const char* known :
+       {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
+    if (level == known) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::chrono::seconds> PositiveSeconds(const YAML::Node& value,
+                                                     const std::string& key) {
+  const int64_t seconds = value.as<int64_t>();
+  if (seconds <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, " must be a positive number of seconds, not ", seconds));
+  }
+  return std::chrono::seconds(seconds);
+}
+
+std::string HostName() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
+  return name;
+}
+
+}  // namespace
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
+  Config config;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (!root.IsNull() && !root.IsMap()) {
+      return absl::InvalidArgumentError("executor config must be a YAML map");
+    }
+    for (const auto& entry : root) {
+      const std::string key = entry.first.as<std::string>();
+      const YAML::Node& value = entry.second;
+      if (key == "coordinator") {
+        config.coordinator = value.as<std::string>();
+      } else if (key == "builds_root") {
+        config.builds_root = value.as<std::string>();
+      } else if (key == "cache_root") {
+        config.cache_root = value.as<std::string>();
+      } else if (key == "arrival_host") {
+        config.arrival_host = value.as<std::string>();
+      } else if (key == "join_timeout_seconds") {
+        absl::StatusOr<std::chrono::seconds> seconds =
+            PositiveSeconds(value, key);
+        if (!seconds.ok()) return seconds.status();
+        config.join_timeout = *seconds;
+      } else if (key == "rpc_timeout_seconds") {
+        absl::StatusOr<std::chrono::seconds> seconds =
+            PositiveSeconds(value, key);
+        if (!seconds.ok()) return seconds.status();
+        config.rpc_timeout = *seconds;
+      } else if (key == "log_level") {
+        config.log_level = value.as<std::string>();
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("unknown key '", key, "' in executor config"));
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp reports errors by throwing; this is the only place we catch.
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad executor config: ", e.what()));
+  }
+  if (config.coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "executor config needs 'coordinator' (host:port of gdt-coord)");
+  }
+  if (config.builds_root.empty() || config.builds_root.front() != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("builds_root must be an absolute path, not '",
+                     config.builds_root, "'"));
+  }
+  if (config.cache_root.empty() || config.cache_root.front() != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cache_root must be an absolute path, not '", config.cache_root, "'"));
+  }
+  if (!IsLogLevel(config.log_level)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown log_level '", config.log_level,
+                     "' (use trace, debug, info, warn, error, critical, off)"));
+  }
+  if (config.arrival_host.empty()) config.arrival_host = HostName();
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read executor config ", path));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<Config> config = ParseConfig(text.str());
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
+}
+
+std::string ResolveConfigPath(
+    const std::string& flag_value,
+    const std::map<std::string, std::string>& environment) {
+  if (!flag_value.empty()) return flag_value;
+  if (auto it = environment.find("GDT_EXECUTOR_CONFIG");
+      it != environment.end() && !it->second.empty()) {
+    return it->second;
+  }
+  return std::string(kDefaultConfigPath);
+}
+
+}  // namespace gdt::executor

@@ -1,0 +1,47 @@
+#ifndef GDT_EXECUTOR_CONFIG_H_
+#define GDT_EXECUTOR_CONFIG_H_
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::executor {
+
+// Settings of gdt-executor, from the runner host's executor.yaml. Plain data:
+// defaults live here, parsing lives in ParseConfig(), and nothing outside
+// config.cc knows the file is YAML.
+struct Config {
+  std::string coordinator;  // host:port of gdt-coord; required.
+  std::string builds_root = "/var/lib/gdt/builds";
+  std::string cache_root = "/var/lib/gdt/cache";
+  std::string arrival_host;  // Empty in the file: this host's name.
+  std::chrono::seconds join_timeout{3600};
+  std::chrono::seconds rpc_timeout{10};
+  std::string log_level = "warn";
+};
+
+// The path used when neither --config nor GDT_EXECUTOR_CONFIG is given.
+inline constexpr std::string_view kDefaultConfigPath = "/etc/gdt/executor.yaml";
+
+// Parses YAML text. Unknown keys are an error so that typos are caught; an
+// empty arrival_host becomes gethostname().
+// Errors: InvalidArgument naming the key or the YAML problem.
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text);
+
+// Reads and parses `path`. Errors: NotFound when the file cannot be read,
+// otherwise as ParseConfig, each message naming the path.
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+
+// The config file to read: `flag_value` when non-empty, else the
+// GDT_EXECUTOR_CONFIG variable of the runner's (not the job's) environment,
+// else kDefaultConfigPath.
+std::string ResolveConfigPath(
+    const std::string& flag_value,
+    const std::map<std::string, std::string>& environment);
+
+}  // namespace gdt::executor
+
+#endif  // GDT_EXECUTOR_CONFIG_H_

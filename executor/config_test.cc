@@ -1,0 +1,91 @@
+#include "executor/config.h"
+
+#include <chrono>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::executor {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, ParsesEveryKey) {
+  absl::StatusOr<Config> config = ParseConfig(R"(
+coordinator: coord.example:7070
+builds_root: /srv/builds
+cache_root: /srv/cache
+arrival_host: runner-3
+join_timeout_seconds: 120
+rpc_timeout_seconds: 5
+log_level: debug
+)");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->coordinator, "coord.example:7070");
+  EXPECT_EQ(config->builds_root, "/srv/builds");
+  EXPECT_EQ(config->cache_root, "/srv/cache");
+  EXPECT_EQ(config->arrival_host, "runner-3");
+  EXPECT_EQ(config->join_timeout, std::chrono::seconds(120));
+  EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(config->log_level, "debug");
+}
+
+TEST(ConfigTest, FillsDefaults) {
+  absl::StatusOr<Config> config = ParseConfig("coordinator: c:1\n");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->builds_root, "/var/lib/gdt/builds");
+  EXPECT_EQ(config->cache_root, "/var/lib/gdt/cache");
+  EXPECT_FALSE(config->arrival_host.empty());
+  EXPECT_EQ(config->join_timeout, std::chrono::seconds(3600));
+  EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(config->log_level, "warn");
+}
+
+TEST(ConfigTest, UnknownKeyIsNamed) {
+  absl::StatusOr<Config> config =
+      ParseConfig("coordinator: c:1\ncoordinater: c:2\n");
+
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(config.status().message(), HasSubstr("coordinater"));
+}
+
+TEST(ConfigTest, RejectsBadValues) {
+  EXPECT_THAT(ParseConfig("builds_root: /b\n").status().message(),
+              HasSubstr("coordinator"));
+  EXPECT_THAT(ParseConfig("coordinator: c:1\njoin_timeout_seconds: 0\n")
+                  .status()
+                  .message(),
+              HasSubstr("join_timeout_seconds"));
+  EXPECT_FALSE(
+      ParseConfig("coordinator: c:1\nrpc_timeout_seconds: soon\n").ok());
+  EXPECT_THAT(
+      ParseConfig("coordinator: c:1\nbuilds_root: rel\n").status().message(),
+      HasSubstr("builds_root"));
+  EXPECT_THAT(
+      ParseConfig("coordinator: c:1\nlog_level: loud\n").status().message(),
+      HasSubstr("loud"));
+  EXPECT_FALSE(ParseConfig("- a\n- b\n").ok());
+  EXPECT_FALSE(ParseConfig("coordinator: [\n").ok());
+}
+
+TEST(ConfigTest, LoadConfigNamesMissingFile) {
+  absl::StatusOr<Config> config = LoadConfig("/nonexistent/executor.yaml");
+
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(config.status().message(),
+              HasSubstr("/nonexistent/executor.yaml"));
+}
+
+TEST(ConfigTest, ConfigPathPrefersFlagThenEnvironment) {
+  const std::map<std::string, std::string> with_env = {
+      {"GDT_EXECUTOR_CONFIG", "/env.yaml"}};
+
+  EXPECT_EQ(ResolveConfigPath("/flag.yaml", with_env), "/flag.yaml");
+  EXPECT_EQ(ResolveConfigPath("", with_env), "/env.yaml");
+  EXPECT_EQ(ResolveConfigPath("", {}), "/etc/gdt/executor.yaml");
+}
+
+}  // namespace
+}  // namespace gdt::executor

@@ -1,0 +1,37 @@
+#ifndef GDT_EXECUTOR_ENV_CONTRACT_H_
+#define GDT_EXECUTOR_ENV_CONTRACT_H_
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "gdt/v1/agent.pb.h"
+#include "gdt/v1/coordinator.pb.h"
+
+namespace gdt::executor {
+
+// What a member's user script sees besides the job's own variables
+// (product-brief §5): the environment and the files the agent writes before
+// the stage starts (it sets each file's env_var to the file's path).
+struct StageEnvironment {
+  std::map<std::string, std::string> env;
+  std::vector<v1::StageFile> files;
+};
+
+// Builds the environment contract for a member placed by `assignment`.
+// Generic: GDT_GANG_ID, GDT_EPOCH, GDT_NODE_RANK, GDT_NUM_NODES,
+// GDT_NPROC_PER_NODE, GDT_WORLD_SIZE, GDT_MASTER_ADDR, GDT_MASTER_PORT,
+// GDT_PEERS (newline-separated, rank order), GDT_COORDINATOR,
+// CUDA_VISIBLE_DEVICES ("" for a CPU-only member), GDT_CHECKPOINT_DIR
+// (<project_dir>/checkpoints, only when `project_dir` is known), and the
+// GDT_HOSTFILE file ("addr slots=P" per rank). The torchrun launcher (also
+// the default) adds PET_*; the env launcher adds MASTER_ADDR, MASTER_PORT,
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; NCCL_SOCKET_IFNAME and
+// GLOO_SOCKET_IFNAME follow the host's network interface. Never sets
+// CI_NODE_INDEX. Pure function.
+StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
+                                          const std::string& project_dir);
+
+}  // namespace gdt::executor
+
+#endif  // GDT_EXECUTOR_ENV_CONTRACT_H_

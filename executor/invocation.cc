@@ -1,0 +1,95 @@
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "executor/stages.h"
+
+namespace gdt::executor {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: gdt-executor [--config FILE] config|prepare|cleanup | "
+    "gdt-executor [--config FILE] run <script_path> <stage_name>";
+
+absl::Status Usage(const std::string& problem) {
+  return absl::InvalidArgumentError(absl::StrCat(problem, "; ", kUsage));
+}
+
+}  // namespace
+
+absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
+                                           const Environment& environment) {
+  std::string config_flag;
+  std::vector<std::string> positional;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    // --config may come before or after the stage name: runners are set up
+    // with either `config_args = ["--config", F, "config"]` or
+    // `["config", "--config", F]`.
+    if (arg == "--config") {
+      if (i + 1 >= args.size()) return Usage("--config needs a file");
+      config_flag = args[++i];
+    } else if (absl::StartsWith(arg, "--config=")) {
+      config_flag = arg.substr(std::string("--config=").size());
+    } else if (absl::StartsWith(arg, "-")) {
+      return Usage(absl::StrCat("unknown option '", arg, "'"));
+    } else {
+      positional.push_back(arg);
+    }
+  }
+  if (positional.empty()) return Usage("no stage given");
+
+  Invocation invocation;
+  invocation.config_path = ResolveConfigPath(config_flag, environment);
+  const std::string& stage = positional[0];
+  const size_t extra = positional.size() - 1;
+  if (stage == "run") {
+    if (extra != 2) {
+      return Usage(absl::StrCat("run takes <script_path> <stage_name>, got ",
+                                extra, " arguments"));
+    }
+    invocation.stage = Invocation::Stage::kRun;
+    invocation.script_path = positional[1];
+    invocation.stage_name = positional[2];
+    return invocation;
+  }
+  if (stage == "config") {
+    invocation.stage = Invocation::Stage::kConfig;
+  } else if (stage == "prepare") {
+    invocation.stage = Invocation::Stage::kPrepare;
+  } else if (stage == "cleanup") {
+    invocation.stage = Invocation::Stage::kCleanup;
+  } else {
+    return Usage(absl::StrCat("unknown stage '", stage, "'"));
+  }
+  if (extra != 0) {
+    return Usage(absl::StrCat(stage, " takes no arguments"));
+  }
+  return invocation;
+}
+
+Outcome RunInvocation(const Invocation& invocation,
+                      const StageContext& context) {
+  switch (invocation.stage) {
+    case Invocation::Stage::kConfig:
+      return ConfigStage(context);
+    case Invocation::Stage::kPrepare:
+      return PrepareStage(context);
+    case Invocation::Stage::kRun:
+      return RunScriptStage(context, invocation.script_path,
+                            invocation.stage_name);
+    case Invocation::Stage::kCleanup:
+      return CleanupStage(context);
+  }
+  return Outcome::SystemFailure("unknown stage");
+}
+
+Outcome ConfigLoadFailure(const Invocation& invocation,
+                          const absl::Status& status) {
+  Outcome outcome = invocation.stage == Invocation::Stage::kCleanup
+                        ? Outcome::Success()
+                        : Outcome::SystemFailure("");
+  outcome.message =
+      absl::StrCat("cannot load executor config: ", status.message());
+  return outcome;
+}
+
+}  // namespace gdt::executor

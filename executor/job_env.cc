@@ -1,0 +1,189 @@
+#include "executor/job_env.h"
+
+#include <limits>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+
+namespace gdt::executor {
+namespace {
+
+constexpr absl::string_view kJobVariablePrefix = "CUSTOM_ENV_";
+
+std::string Get(const Environment& environment, const std::string& key) {
+  auto it = environment.find(key);
+  return it == environment.end() ? std::string() : it->second;
+}
+
+int ExitCodeFrom(const Environment& environment, const std::string& key,
+                 int fallback, std::vector<std::string>& warnings) {
+  auto it = environment.find(key);
+  int code = 0;
+  if (it != environment.end() && absl::SimpleAtoi(it->second, &code) &&
+      code >= 0 && code <= 255) {
+    return code;
+  }
+  warnings.push_back(absl::StrCat(
+      key, it == environment.end() ? " is not set" : " is not an exit code",
+      ", using ", fallback));
+  return fallback;
+}
+
+// Parses an optional integer job variable in [min, max]; `fallback` when the
+// variable is unset or empty.
+absl::StatusOr<int64_t> IntVariable(const JobEnv& env, std::string_view key,
+                                    int64_t fallback, int64_t min,
+                                    int64_t max) {
+  std::optional<std::string> value = env.JobVariable(key);
+  if (!value.has_value() || value->empty()) return fallback;
+  int64_t parsed = 0;
+  if (!absl::SimpleAtoi(*value, &parsed) || parsed < min || parsed > max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(key), " must be an integer from ", min, " to ",
+                     max, ", not '", *value, "'"));
+  }
+  return parsed;
+}
+
+absl::StatusOr<int64_t> PipelineId(const JobEnv& env,
+                                   const gitlab::JobPayload& payload) {
+  if (payload.pipeline_id.has_value()) return *payload.pipeline_id;
+  std::optional<std::string> value = payload.Variable("CI_PIPELINE_ID");
+  std::string source = "the job payload's CI_PIPELINE_ID";
+  if (!value.has_value()) {
+    value = env.JobVariable("CI_PIPELINE_ID");
+    source = "CI_PIPELINE_ID";
+  }
+  if (!value.has_value()) {
+    return absl::InvalidArgumentError(
+        "the job has no pipeline id (no job_info.pipeline_id, no "
+        "CI_PIPELINE_ID)");
+  }
+  int64_t id = 0;
+  if (!absl::SimpleAtoi(*value, &id) || id <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        source, " must be a positive integer, not '", *value, "'"));
+  }
+  return id;
+}
+
+}  // namespace
+
+std::optional<std::string> JobEnv::JobVariable(std::string_view key) const {
+  auto it = job_variables.find(std::string(key));
+  if (it == job_variables.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string JobEnv::MemberStatePath() const {
+  return absl::StrCat(tmpdir.empty() ? "/tmp" : tmpdir, "/gdt-member.json");
+}
+
+JobEnv ReadJobEnv(const Environment& environment) {
+  JobEnv env;
+  env.tmpdir = Get(environment, "TMPDIR");
+  env.job_response_file = Get(environment, "JOB_RESPONSE_FILE");
+  env.exit_codes.build_failure =
+      ExitCodeFrom(environment, "BUILD_FAILURE_EXIT_CODE", 1, env.warnings);
+  env.exit_codes.system_failure =
+      ExitCodeFrom(environment, "SYSTEM_FAILURE_EXIT_CODE", 2, env.warnings);
+  env.exit_codes.exit_code_file = Get(environment, "BUILD_EXIT_CODE_FILE");
+  for (const auto& [key, value] : environment) {
+    absl::string_view name = key;
+    if (absl::ConsumePrefix(&name, kJobVariablePrefix)) {
+      env.job_variables[std::string(name)] = value;
+    }
+  }
+  return env;
+}
+
+absl::StatusOr<v1::Launcher> ParseLauncher(std::string_view name) {
+  if (name == "torchrun") return v1::LAUNCHER_TORCHRUN;
+  if (name == "env") return v1::LAUNCHER_ENV;
+  if (name == "nccl") return v1::LAUNCHER_NCCL;
+  if (name == "none") return v1::LAUNCHER_NONE;
+  return absl::InvalidArgumentError(
+      absl::StrCat("GDT_LAUNCHER '", std::string(name),
+                   "' is not a launcher (use torchrun, env, nccl or none)"));
+}
+
+absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
+                                       const gitlab::JobPayload& payload) {
+  JobInfo job;
+  job.job_id = payload.id;
+  job.job_name = payload.name;
+  job.project_id = payload.project_id;
+  job.instance = env.JobVariable("CI_SERVER_URL").value_or("");
+  job.project_dir = env.JobVariable("CI_PROJECT_DIR").value_or("");
+
+  absl::StatusOr<int64_t> pipeline = PipelineId(env, payload);
+  if (!pipeline.ok()) return pipeline.status();
+  job.pipeline_id = *pipeline;
+
+  // The trusted name decides the member's place; a name without " i/N" is a
+  // job without `parallel`, i.e. a gang of one.
+  if (absl::StatusOr<gitlab::NodeSuffix> suffix =
+          gitlab::ParseNodeSuffix(payload.name);
+      suffix.ok()) {
+    job.group_name = suffix->group_name;
+    job.member_index = suffix->index;
+    job.member_total = suffix->total;
+  } else {
+    job.group_name = payload.name;
+  }
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  absl::StatusOr<int64_t> total =
+      IntVariable(env, "CI_NODE_TOTAL", job.member_total, 1, kMaxInt);
+  if (!total.ok()) return total.status();
+  absl::StatusOr<int64_t> index =
+      IntVariable(env, "CI_NODE_INDEX", job.member_index, 1, *total);
+  if (!index.ok()) return index.status();
+  if (*total != job.member_total || *index != job.member_index) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CI_NODE_INDEX/CI_NODE_TOTAL ", *index, "/", *total,
+        " disagree with the job name '", payload.name, "' (member ",
+        job.member_index, "/", job.member_total, ")"));
+  }
+
+  absl::StatusOr<int64_t> gpus =
+      IntVariable(env, "GDT_GPUS_PER_NODE", 0, 0, 1024);
+  if (!gpus.ok()) return gpus.status();
+  job.gpus_per_node = static_cast<int>(*gpus);
+  absl::StatusOr<int64_t> procs =
+      IntVariable(env, "GDT_NPROC_PER_NODE", 1, 1, 1024);
+  if (!procs.ok()) return procs.status();
+  job.procs_per_node = static_cast<int>(*procs);
+  if (std::optional<std::string> launcher = env.JobVariable("GDT_LAUNCHER");
+      launcher.has_value() && !launcher->empty()) {
+    absl::StatusOr<v1::Launcher> parsed = ParseLauncher(*launcher);
+    if (!parsed.ok()) return parsed.status();
+    job.launcher = *parsed;
+  }
+
+  // The runner's runner_info.timeout is trusted; CI_JOB_TIMEOUT is the same
+  // number as a job variable, used when the payload has none.
+  if (payload.timeout_seconds > 0) {
+    job.job_timeout = std::chrono::seconds(payload.timeout_seconds);
+  } else if (std::optional<std::string> timeout =
+                 env.JobVariable("CI_JOB_TIMEOUT");
+             timeout.has_value()) {
+    int64_t seconds = 0;
+    if (absl::SimpleAtoi(*timeout, &seconds) && seconds > 0) {
+      job.job_timeout = std::chrono::seconds(seconds);
+    }
+  }
+  return job;
+}
+
+v1::GangKey GangKeyOf(const JobInfo& job) {
+  v1::GangKey key;
+  key.set_instance(job.instance);
+  key.set_project_id(job.project_id);
+  key.set_pipeline_id(job.pipeline_id);
+  key.set_group_name(job.group_name);
+  key.set_size(static_cast<uint32_t>(job.member_total));
+  return key;
+}
+
+}  // namespace gdt::executor

@@ -1,0 +1,84 @@
+#ifndef GDT_EXECUTOR_JOB_ENV_H_
+#define GDT_EXECUTOR_JOB_ENV_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "executor/outcome.h"
+#include "gdt/v1/coordinator.pb.h"
+#include "gitlab/job_payload.h"
+
+namespace gdt::executor {
+
+using Environment = std::map<std::string, std::string>;
+
+// Everything the runner passes to a stage through the environment (§3 of
+// gitlab-custom-executor.md), read in this one place. Job variables arrive
+// as CUSTOM_ENV_<KEY>; they are stored without the prefix. Remember that
+// pipeline authors can override any job variable: trust JOB_RESPONSE_FILE
+// for identity (ResolveJobInfo does).
+struct JobEnv {
+  std::string tmpdir;             // TMPDIR: the per-job temp dir.
+  std::string job_response_file;  // JOB_RESPONSE_FILE.
+  ExitCodes exit_codes;           // BUILD_/SYSTEM_FAILURE_EXIT_CODE, file.
+  // Problems that were worked around, e.g. an unset exit code; main() logs
+  // them as warnings.
+  std::vector<std::string> warnings;
+  std::map<std::string, std::string> job_variables;
+
+  // The job variable `key` (without CUSTOM_ENV_), or nullopt.
+  std::optional<std::string> JobVariable(std::string_view key) const;
+  // Where prepare records the member's assignment for later stages.
+  std::string MemberStatePath() const;
+};
+
+// Reads the runner's variables from `environment`. Never fails: a missing
+// or non-numeric exit code falls back to 1 / 2 with a warning, other missing
+// values stay empty and are reported by the stage that needs them.
+JobEnv ReadJobEnv(const Environment& environment);
+
+// Who this member is and what it asks for: the trusted identity from the
+// payload checked against the job variables, plus the job's gdt inputs.
+struct JobInfo {
+  int64_t job_id = 0;
+  std::string job_name;  // "train 2/4".
+  std::string instance;  // CI_SERVER_URL.
+  int64_t project_id = 0;
+  int64_t pipeline_id = 0;
+  std::string group_name;  // "train".
+  int member_index = 1;    // 1-based i of i/N.
+  int member_total = 1;    // N.
+  int gpus_per_node = 0;
+  int procs_per_node = 1;
+  v1::Launcher launcher = v1::LAUNCHER_TORCHRUN;
+  std::chrono::seconds job_timeout{0};  // 0: unknown.
+  std::string project_dir;              // CI_PROJECT_DIR; may be empty.
+};
+
+// Derives the member's identity and inputs. The job id, name, project and
+// (from runner 19) pipeline come from the payload; the pipeline falls back to
+// the payload's CI_PIPELINE_ID variable, then CUSTOM_ENV_CI_PIPELINE_ID. A
+// name without an " i/N" suffix is a gang of one.
+// Errors: InvalidArgument, one line naming the variable, for the job's own
+// mistakes: CI_NODE_INDEX/CI_NODE_TOTAL not integers or disagreeing with the
+// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE not integers in range, an
+// unknown GDT_LAUNCHER, no usable pipeline id.
+absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
+                                       const gitlab::JobPayload& payload);
+
+// Parses a GDT_LAUNCHER value (torchrun, env, nccl, none).
+// Errors: InvalidArgument naming the value.
+absl::StatusOr<v1::Launcher> ParseLauncher(std::string_view name);
+
+// The GangKey of a member.
+v1::GangKey GangKeyOf(const JobInfo& job);
+
+}  // namespace gdt::executor
+
+#endif  // GDT_EXECUTOR_JOB_ENV_H_

@@ -1,0 +1,79 @@
+#include "executor/outcome.h"
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::executor {
+
+Outcome Outcome::ScriptFailure(int code) {
+  Outcome outcome;
+  outcome.kind = OutcomeKind::kScriptFailure;
+  outcome.script_exit_code = code;
+  return outcome;
+}
+
+Outcome Outcome::UserError(std::string message) {
+  Outcome outcome;
+  outcome.kind = OutcomeKind::kUserError;
+  outcome.script_exit_code = 1;
+  outcome.message = std::move(message);
+  return outcome;
+}
+
+Outcome Outcome::SystemFailure(std::string message) {
+  Outcome outcome;
+  outcome.kind = OutcomeKind::kSystemFailure;
+  outcome.message = std::move(message);
+  return outcome;
+}
+
+Outcome JoinFailureOutcome(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kAlreadyExists:
+      return Outcome::UserError(
+          absl::StrCat("gang rejected: ", status.message()));
+    case absl::StatusCode::kAborted:
+      return Outcome::SystemFailure(
+          absl::StrCat("gang aborted: ", status.message()));
+    case absl::StatusCode::kDeadlineExceeded:
+      return Outcome::SystemFailure(std::string(status.message()));
+    default:
+      return Outcome::SystemFailure(
+          absl::StrCat("cannot join gang: ", status.ToString()));
+  }
+}
+
+int FinishOutcome(const Outcome& outcome, const ExitCodes& codes,
+                  std::ostream& err) {
+  if (!outcome.message.empty()) err << "gdt: " << outcome.message << "\n";
+  switch (outcome.kind) {
+    case OutcomeKind::kSuccess:
+      err.flush();
+      return 0;
+    case OutcomeKind::kScriptFailure:
+    case OutcomeKind::kUserError:
+      if (!codes.exit_code_file.empty()) {
+        std::ofstream file(codes.exit_code_file, std::ios::trunc);
+        file << outcome.script_exit_code << "\n";
+        file.close();
+        if (!file) {
+          err << "gdt: cannot write exit code to " << codes.exit_code_file
+              << ": " << std::strerror(errno) << "\n";
+        }
+      }
+      err.flush();
+      return codes.build_failure;
+    case OutcomeKind::kSystemFailure:
+      err.flush();
+      return codes.system_failure;
+  }
+  return codes.system_failure;
+}
+
+}  // namespace gdt::executor

@@ -1,0 +1,59 @@
+#ifndef GDT_EXECUTOR_OUTCOME_H_
+#define GDT_EXECUTOR_OUTCOME_H_
+
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace gdt::executor {
+
+// What happened in one executor stage, as data. main() turns it into the
+// runner's exit code with FinishOutcome(); nothing else picks exit codes.
+enum class OutcomeKind {
+  kSuccess,        // Exit 0.
+  kScriptFailure,  // The user's script exited non-zero: BUILD_FAILURE with
+                   // its real code in BUILD_EXIT_CODE_FILE.
+  kUserError,      // The job is wrong (bad CI_NODE_INDEX, unknown launcher,
+                   // infeasible gang): BUILD_FAILURE with code 1, no retry.
+  kSystemFailure,  // Infrastructure (config, payload, coordinator or agent
+                   // unreachable): SYSTEM_FAILURE, the runner may retry.
+};
+
+struct Outcome {
+  OutcomeKind kind = OutcomeKind::kSuccess;
+  int script_exit_code = 0;  // kScriptFailure only.
+  std::string message;       // One line for the job log; empty on success.
+  // A helper thread may still be blocked in an RPC (an interrupted join):
+  // the process must end without running static destructors.
+  bool exit_immediately = false;
+
+  static Outcome Success() { return Outcome{}; }
+  static Outcome ScriptFailure(int code);
+  static Outcome UserError(std::string message);
+  static Outcome SystemFailure(std::string message);
+};
+
+// The exit codes and file the runner hands to every stage (§5 of
+// gitlab-custom-executor.md).
+struct ExitCodes {
+  int build_failure = 1;
+  int system_failure = 2;
+  std::string exit_code_file;  // BUILD_EXIT_CODE_FILE; may be empty.
+};
+
+// Classifies a failed JoinGang: the coordinator's verdicts on the job itself
+// (InvalidArgument, FailedPrecondition, AlreadyExists: an infeasible or
+// malformed gang) are user errors; everything else is a system failure that a
+// retry may fix.
+Outcome JoinFailureOutcome(const absl::Status& status);
+
+// Prints the outcome's message as one "gdt: ..." line on `err`, writes
+// BUILD_EXIT_CODE_FILE for build failures, and returns the process exit
+// code. Never fails: a file that cannot be written is reported on `err`.
+int FinishOutcome(const Outcome& outcome, const ExitCodes& codes,
+                  std::ostream& err);
+
+}  // namespace gdt::executor
+
+#endif  // GDT_EXECUTOR_OUTCOME_H_

@@ -1,0 +1,90 @@
+#include "executor/outcome.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::executor {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FinishOutcomeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = testing::TempDir() + "/outcome-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    // Deliberately not 1 and 2: the codes come from the runner.
+    codes_.build_failure = 11;
+    codes_.system_failure = 12;
+    codes_.exit_code_file = dir_ + "/build_exit_code";
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::string ExitCodeFile() {
+    std::ifstream file(codes_.exit_code_file);
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+
+  std::string dir_;
+  ExitCodes codes_;
+  std::ostringstream err_;
+};
+
+TEST_F(FinishOutcomeTest, SuccessExitsZeroSilently) {
+  EXPECT_EQ(FinishOutcome(Outcome::Success(), codes_, err_), 0);
+  EXPECT_EQ(err_.str(), "");
+  EXPECT_FALSE(std::filesystem::exists(codes_.exit_code_file));
+}
+
+TEST_F(FinishOutcomeTest, ScriptFailureWritesRealCode) {
+  EXPECT_EQ(FinishOutcome(Outcome::ScriptFailure(3), codes_, err_), 11);
+  EXPECT_EQ(ExitCodeFile(), "3\n");
+}
+
+TEST_F(FinishOutcomeTest, UserErrorIsBuildFailureWithCodeOne) {
+  EXPECT_EQ(
+      FinishOutcome(Outcome::UserError("CI_NODE_INDEX is bad"), codes_, err_),
+      11);
+  EXPECT_EQ(ExitCodeFile(), "1\n");
+  EXPECT_EQ(err_.str(), "gdt: CI_NODE_INDEX is bad\n");
+}
+
+TEST_F(FinishOutcomeTest, SystemFailureUsesSystemCodeAndNoFile) {
+  EXPECT_EQ(
+      FinishOutcome(Outcome::SystemFailure("coordinator down"), codes_, err_),
+      12);
+  EXPECT_FALSE(std::filesystem::exists(codes_.exit_code_file));
+  EXPECT_EQ(err_.str(), "gdt: coordinator down\n");
+}
+
+TEST(JoinFailureOutcomeTest, CoordinatorVerdictsOnTheJobAreUserErrors) {
+  for (absl::Status status : {absl::FailedPreconditionError("9 nodes > 8"),
+                              absl::InvalidArgumentError("size 0"),
+                              absl::AlreadyExistsError("job 7 joined")}) {
+    Outcome outcome = JoinFailureOutcome(status);
+    EXPECT_EQ(outcome.kind, OutcomeKind::kUserError) << status;
+    EXPECT_THAT(outcome.message, HasSubstr(status.message()));
+  }
+}
+
+TEST(JoinFailureOutcomeTest, EverythingElseIsSystemFailure) {
+  for (absl::Status status :
+       {absl::UnavailableError("down"), absl::DeadlineExceededError("late"),
+        absl::AbortedError("deadlock breaker"),
+        absl::ResourceExhaustedError("full")}) {
+    EXPECT_EQ(JoinFailureOutcome(status).kind, OutcomeKind::kSystemFailure)
+        << status;
+  }
+}
+
+}  // namespace
+}  // namespace gdt::executor

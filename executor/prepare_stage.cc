@@ -1,0 +1,208 @@
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/mutex.h"
+#include "executor/member_state.h"
+#include "executor/stage_support.h"
+#include "executor/stages.h"
+#include "rendezvous/agent_client.h"
+#include "rendezvous/coordinator_client.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::executor {
+namespace {
+
+using std::chrono::milliseconds;
+
+// What the thread blocked in JoinGang hands to the stage's thread. Shared
+// ownership: when a signal interrupts the join, the stage returns and the
+// thread finishes on its own (JoinGang cannot be cancelled from outside).
+struct JoinProgress {
+  Mutex mu;
+  CondVar changed;
+  std::deque<std::string> lines ABSL_GUARDED_BY(mu);  // For the job log.
+  std::optional<absl::StatusOr<v1::Assignment>> result ABSL_GUARDED_BY(mu);
+  bool reached ABSL_GUARDED_BY(mu) = false;  // Any waiting event arrived.
+};
+
+std::string WaitingLine(const v1::WaitingEvent& waiting) {
+  if (!waiting.reason().empty()) return waiting.reason();
+  return absl::StrCat("waiting: ", waiting.members_present(), "/",
+                      waiting.members_total(), " members present");
+}
+
+std::string GpuList(const v1::Assignment& assignment) {
+  if (assignment.gpu_indices().empty()) return "none";
+  return absl::StrJoin(assignment.gpu_indices(), ",");
+}
+
+}  // namespace
+
+Outcome PrepareStage(const StageContext& context) {
+  const Config& config = context.config;
+  std::variant<JobInfo, Outcome> loaded = LoadJob(context.env);
+  if (Outcome* failure = std::get_if<Outcome>(&loaded)) return *failure;
+  const JobInfo& job = std::get<JobInfo>(loaded);
+  if (context.env.tmpdir.empty()) {
+    return Outcome::SystemFailure("TMPDIR is not set: nowhere to keep state");
+  }
+  const milliseconds rpc_timeout(config.rpc_timeout);
+
+  v1::JoinGangRequest request;
+  *request.mutable_key() = GangKeyOf(job);
+  request.set_member_index(static_cast<uint32_t>(job.member_index));
+  request.set_job_id(job.job_id);
+  request.set_job_name(job.job_name);
+  request.set_gpus_per_node(static_cast<uint32_t>(job.gpus_per_node));
+  request.set_procs_per_node(static_cast<uint32_t>(job.procs_per_node));
+  request.set_launcher(job.launcher);
+  request.set_arrival_host(config.arrival_host);
+  request.set_job_timeout_seconds(
+      static_cast<uint32_t>(job.job_timeout.count()));
+  std::chrono::seconds wait = config.join_timeout;
+  if (job.job_timeout.count() > 0 && job.job_timeout < wait) {
+    wait = job.job_timeout;
+  }
+  const auto deadline = std::chrono::system_clock::now() + wait;
+
+  auto coordinator =
+      std::make_shared<rendezvous::CoordinatorClient>(config.coordinator);
+  context.out << "gdt: joining gang " << job.group_name << " (pipeline "
+              << job.pipeline_id << ") as member " << job.member_index << "/"
+              << job.member_total << " via coordinator " << config.coordinator
+              << std::endl;
+  if (int signal = context.signal.load(); signal != 0) {
+    return Outcome::SystemFailure(
+        absl::StrCat("prepare interrupted by signal ", signal));
+  }
+
+  auto progress = std::make_shared<JoinProgress>();
+  std::thread joiner([progress, coordinator, request, deadline] {
+    absl::StatusOr<v1::Assignment> result = coordinator->JoinGang(
+        request, deadline,
+        [&progress](const v1::WaitingEvent& waiting) {
+          MutexLock lock(progress->mu);
+          progress->reached = true;
+          progress->lines.push_back(WaitingLine(waiting));
+          progress->changed.NotifyAll();
+        },
+        [&progress, &coordinator](const absl::Status& status) {
+          MutexLock lock(progress->mu);
+          progress->lines.push_back(absl::StrCat(
+              "coordinator unreachable at ", coordinator->endpoint(), " (",
+              status.message(), "), retrying"));
+          progress->changed.NotifyAll();
+        });
+    MutexLock lock(progress->mu);
+    progress->result = std::move(result);
+    progress->changed.NotifyAll();
+  });
+
+  std::optional<absl::StatusOr<v1::Assignment>> result;
+  bool reached = false;
+  std::string last_line;
+  while (!result.has_value()) {
+    std::deque<std::string> lines;
+    {
+      MutexLock lock(progress->mu);
+      if (progress->lines.empty() && !progress->result.has_value()) {
+        // Wakes up now and then to notice a signal.
+        progress->changed.WaitUntil(
+            progress->mu, std::chrono::steady_clock::now() + milliseconds(100));
+      }
+      lines.swap(progress->lines);
+      result = progress->result;
+      reached = progress->reached;
+    }
+    for (const std::string& line : lines) {
+      if (line == last_line) continue;
+      context.out << "gdt: " << line << std::endl;
+      last_line = line;
+    }
+    if (int signal = context.signal.load(); signal != 0 && !result) {
+      joiner.detach();
+      LeaveGangQuietly(*coordinator, request.key(), job.member_index,
+                       job.job_id, rpc_timeout);
+      Outcome outcome = Outcome::SystemFailure(
+          absl::StrCat("prepare interrupted by signal ", signal,
+                       " while joining gang ", job.group_name));
+      outcome.exit_immediately = true;
+      return outcome;
+    }
+  }
+  joiner.join();
+
+  if (!result->ok()) {
+    // Whatever the reason, never stay half-joined.
+    LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
+                     rpc_timeout);
+    if (result->status().code() == absl::StatusCode::kDeadlineExceeded &&
+        !reached) {
+      return Outcome::SystemFailure(
+          absl::StrCat("coordinator ", config.coordinator, " unreachable for ",
+                       wait.count(), " s: ", result->status().message()));
+    }
+    return JoinFailureOutcome(result->status());
+  }
+  const v1::Assignment& assignment = **result;
+  if (assignment.agent_endpoint().empty()) {
+    LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
+                     rpc_timeout);
+    return Outcome::SystemFailure(absl::StrCat(
+        "coordinator placed gang ", assignment.gang_id(), " on host ",
+        assignment.host_name(), " without an agent endpoint"));
+  }
+
+  MemberState state;
+  state.assignment = assignment;
+  state.gang_key = request.key();
+  state.member_index = job.member_index;
+  state.job_id = job.job_id;
+  state.member_id = absl::StrCat(assignment.gang_id(), "/", job.job_id);
+  state.agent_endpoint = assignment.agent_endpoint();
+  state.builds_dir = BuildsDirOf(config, job.job_id);
+  state.cache_dir = config.cache_root;
+  const std::string state_path = context.env.MemberStatePath();
+  if (absl::Status status = WriteMemberState(state_path, state); !status.ok()) {
+    LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
+                     rpc_timeout);
+    return Outcome::SystemFailure(std::string(status.message()));
+  }
+
+  rendezvous::AgentClient agent(state.agent_endpoint);
+  v1::SetupMemberRequest setup;
+  setup.set_member_id(state.member_id);
+  setup.set_builds_dir(state.builds_dir);
+  setup.add_extra_dirs(state.cache_dir);
+  if (absl::Status status = agent.SetupMember(setup, rpc_timeout);
+      !status.ok()) {
+    std::remove(state_path.c_str());
+    LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
+                     rpc_timeout);
+    return Outcome::SystemFailure(absl::StrCat(
+        "cannot set up member on agent ", state.agent_endpoint, " (host ",
+        assignment.host_name(), "): ", status.ToString()));
+  }
+
+  context.out << "gdt: gang " << assignment.gang_id() << " admitted: member "
+              << job.member_index << "/" << job.member_total << " is node rank "
+              << assignment.node_rank() << " of " << assignment.num_nodes()
+              << " on host " << assignment.host_name()
+              << " (GPUs: " << GpuList(assignment) << "), master "
+              << assignment.master_addr() << ":" << assignment.master_port()
+              << std::endl;
+  spdlog::info("member admitted gang={} job={} rank={} host={}",
+               assignment.gang_id(), job.job_id, assignment.node_rank(),
+               assignment.host_name());
+  return Outcome::Success();
+}
+
+}  // namespace gdt::executor

@@ -1,0 +1,49 @@
+#include "executor/stage_support.h"
+
+#include "absl/strings/str_cat.h"
+#include "gitlab/job_payload.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::executor {
+
+std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env) {
+  if (env.job_response_file.empty()) {
+    return Outcome::SystemFailure(
+        "JOB_RESPONSE_FILE is not set: gdt-executor must be run by "
+        "gitlab-runner's custom executor");
+  }
+  absl::StatusOr<gitlab::JobPayload> payload =
+      gitlab::LoadJobPayload(env.job_response_file);
+  if (!payload.ok()) {
+    return Outcome::SystemFailure(std::string(payload.status().message()));
+  }
+  absl::StatusOr<JobInfo> job = ResolveJobInfo(env, *payload);
+  if (!job.ok()) {
+    return Outcome::UserError(std::string(job.status().message()));
+  }
+  return *std::move(job);
+}
+
+std::string BuildsDirOf(const Config& config, int64_t job_id) {
+  return absl::StrCat(config.builds_root, "/", job_id);
+}
+
+void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
+                      const v1::GangKey& key, int member_index, int64_t job_id,
+                      std::chrono::milliseconds timeout) {
+  v1::LeaveGangRequest request;
+  *request.mutable_key() = key;
+  request.set_member_index(static_cast<uint32_t>(member_index));
+  request.set_job_id(job_id);
+  if (absl::Status status = coordinator.LeaveGang(request, timeout);
+      !status.ok()) {
+    spdlog::warn("cannot leave gang group={} pipeline={} job={}: {}",
+                 key.group_name(), key.pipeline_id(), job_id,
+                 status.ToString());
+  } else {
+    spdlog::info("left gang group={} pipeline={} job={}", key.group_name(),
+                 key.pipeline_id(), job_id);
+  }
+}
+
+}  // namespace gdt::executor

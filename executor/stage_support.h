@@ -1,0 +1,30 @@
+#ifndef GDT_EXECUTOR_STAGE_SUPPORT_H_
+#define GDT_EXECUTOR_STAGE_SUPPORT_H_
+
+#include <chrono>
+#include <string>
+#include <variant>
+
+#include "executor/config.h"
+#include "executor/job_env.h"
+#include "executor/outcome.h"
+#include "rendezvous/coordinator_client.h"
+
+namespace gdt::executor {
+
+// Loads JOB_RESPONSE_FILE and resolves the member's identity. Returns the
+// job, or the outcome that ends the stage: a system failure for a missing or
+// garbled payload, a user error for the job's own mistakes.
+std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env);
+
+// The member's builds dir: <builds_root>/<job_id>.
+std::string BuildsDirOf(const Config& config, int64_t job_id);
+
+// Leaves the gang, logging (not returning) a failure.
+void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
+                      const v1::GangKey& key, int member_index, int64_t job_id,
+                      std::chrono::milliseconds timeout);
+
+}  // namespace gdt::executor
+
+#endif  // GDT_EXECUTOR_STAGE_SUPPORT_H_

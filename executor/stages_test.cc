@@ -1,0 +1,617 @@
+// Drives the stage functions in-process against a fake coordinator and a
+// fake agent, each a real gRPC service on 127.0.0.1:0.
+#include "executor/stages.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "executor/member_state.h"
+#include "gdt/v1/agent.grpc.pb.h"
+#include "gdt/v1/coordinator.grpc.pb.h"
+#include "gitlab/job_payload.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::executor {
+namespace {
+
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Key;
+using ::testing::Not;
+using ::testing::Pair;
+
+// Admits every member at once (after one waiting event), or rejects joins
+// with `reject`. Records what it was asked.
+class FakeCoordinator final : public v1::Coordinator::Service {
+ public:
+  grpc::Status JoinGang(
+      grpc::ServerContext*, const v1::JoinGangRequest* request,
+      grpc::ServerWriter<v1::JoinGangEvent>* writer) override {
+    MutexLock lock(mu_);
+    joins_.push_back(*request);
+    if (!reject_.ok()) return reject_;
+    v1::JoinGangEvent waiting;
+    waiting.mutable_waiting()->set_reason(
+        "gang train (pipeline 77): 3/4 members present");
+    writer->Write(waiting);
+    v1::JoinGangEvent admitted;
+    v1::Assignment* assignment =
+        admitted.mutable_admitted()->mutable_assignment();
+    *assignment = assignment_;
+    writer->Write(admitted);
+    return grpc::Status::OK;
+  }
+  grpc::Status ReportExit(grpc::ServerContext*,
+                          const v1::ReportExitRequest* request,
+                          v1::ReportExitResponse*) override {
+    MutexLock lock(mu_);
+    exits_.push_back(*request);
+    return grpc::Status::OK;
+  }
+  grpc::Status LeaveGang(grpc::ServerContext*,
+                         const v1::LeaveGangRequest* request,
+                         v1::LeaveGangResponse*) override {
+    MutexLock lock(mu_);
+    leaves_.push_back(*request);
+    return grpc::Status::OK;
+  }
+
+  void set_assignment(const v1::Assignment& assignment) {
+    MutexLock lock(mu_);
+    assignment_ = assignment;
+  }
+  void set_reject(const grpc::Status& status) {
+    MutexLock lock(mu_);
+    reject_ = status;
+  }
+  std::vector<v1::JoinGangRequest> joins() {
+    MutexLock lock(mu_);
+    return joins_;
+  }
+  std::vector<v1::ReportExitRequest> exits() {
+    MutexLock lock(mu_);
+    return exits_;
+  }
+  std::vector<v1::LeaveGangRequest> leaves() {
+    MutexLock lock(mu_);
+    return leaves_;
+  }
+
+ private:
+  Mutex mu_;
+  v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
+  grpc::Status reject_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::JoinGangRequest> joins_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::LeaveGangRequest> leaves_ ABSL_GUARDED_BY(mu_);
+};
+
+// Echoes each stage's environment and files to stdout (one "KEY=VALUE" line
+// each), writes "stderr line" to stderr and exits with `exit_code`. With
+// `wait_for_signal`, it first waits for a signal and exits 128+15.
+class FakeAgent final : public v1::Agent::Service {
+ public:
+  grpc::Status SetupMember(grpc::ServerContext*,
+                           const v1::SetupMemberRequest* request,
+                           v1::SetupMemberResponse*) override {
+    MutexLock lock(mu_);
+    setups_.push_back(*request);
+    return grpc::Status::OK;
+  }
+  grpc::Status RunStage(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::RunStageResponse, v1::RunStageRequest>*
+          stream) override {
+    v1::RunStageRequest request;
+    if (!stream->Read(&request) || !request.has_start()) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no start");
+    }
+    int exit_code = 0;
+    bool wait_for_signal = false;
+    {
+      MutexLock lock(mu_);
+      starts_.push_back(request.start());
+      exit_code = exit_code_;
+      wait_for_signal = wait_for_signal_;
+    }
+    std::string echo;
+    for (const auto& [key, value] : request.start().env()) {
+      echo += key + "=" + value + "\n";
+    }
+    for (const v1::StageFile& file : request.start().files()) {
+      echo += file.env_var() + "=<" + file.content() + ">\n";
+    }
+    Send(stream, v1::OUTPUT_STREAM_STDOUT, echo);
+    Send(stream, v1::OUTPUT_STREAM_STDERR, "stderr line\n");
+    if (wait_for_signal) {
+      while (stream->Read(&request)) {
+        if (request.has_signal()) {
+          MutexLock lock(mu_);
+          signals_.push_back(request.signal().signal());
+          exit_code = 128 + SIGTERM;
+          break;
+        }
+      }
+    }
+    v1::RunStageResponse exit;
+    exit.mutable_exit()->set_exit_code(exit_code);
+    stream->Write(exit);
+    return grpc::Status::OK;
+  }
+  grpc::Status TeardownMember(grpc::ServerContext*,
+                              const v1::TeardownMemberRequest* request,
+                              v1::TeardownMemberResponse*) override {
+    MutexLock lock(mu_);
+    teardowns_.push_back(*request);
+    return grpc::Status::OK;
+  }
+
+  void set_exit_code(int code) {
+    MutexLock lock(mu_);
+    exit_code_ = code;
+  }
+  void set_wait_for_signal(bool wait) {
+    MutexLock lock(mu_);
+    wait_for_signal_ = wait;
+  }
+  std::vector<v1::SetupMemberRequest> setups() {
+    MutexLock lock(mu_);
+    return setups_;
+  }
+  std::vector<v1::StartStage> starts() {
+    MutexLock lock(mu_);
+    return starts_;
+  }
+  std::vector<v1::Signal> signals() {
+    MutexLock lock(mu_);
+    return signals_;
+  }
+  std::vector<v1::TeardownMemberRequest> teardowns() {
+    MutexLock lock(mu_);
+    return teardowns_;
+  }
+
+ private:
+  static void Send(grpc::ServerReaderWriter<v1::RunStageResponse,
+                                            v1::RunStageRequest>* stream,
+                   v1::OutputStream which, const std::string& data) {
+    v1::RunStageResponse response;
+    response.mutable_output()->set_stream(which);
+    response.mutable_output()->set_data(data);
+    stream->Write(response);
+  }
+
+  Mutex mu_;
+  int exit_code_ ABSL_GUARDED_BY(mu_) = 0;
+  bool wait_for_signal_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::SetupMemberRequest> setups_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::StartStage> starts_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::Signal> signals_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::TeardownMemberRequest> teardowns_ ABSL_GUARDED_BY(mu_);
+};
+
+std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
+                                    std::string* endpoint) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *endpoint = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
+// A port nothing listens on: bound once, then released.
+std::string ClosedEndpoint() {
+  FakeAgent unused;
+  std::string endpoint;
+  std::unique_ptr<grpc::Server> server = Serve(&unused, &endpoint);
+  server->Shutdown(std::chrono::system_clock::now());
+  return endpoint;
+}
+
+class StagesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator_server_ = Serve(&coordinator_, &coordinator_endpoint_);
+    agent_server_ = Serve(&agent_, &agent_endpoint_);
+    ASSERT_NE(coordinator_server_, nullptr);
+    ASSERT_NE(agent_server_, nullptr);
+
+    std::string pattern = testing::TempDir() + "/stages-XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+
+    v1::Assignment assignment;
+    assignment.set_gang_id("g77");
+    assignment.set_epoch(1);
+    assignment.set_node_rank(1);
+    assignment.set_num_nodes(4);
+    assignment.set_procs_per_node(2);
+    assignment.set_world_size(8);
+    assignment.set_host_name("gpu-02");
+    assignment.set_host_address("10.0.0.2");
+    assignment.set_agent_endpoint(agent_endpoint_);
+    assignment.add_gpu_indices(0);
+    assignment.add_gpu_indices(1);
+    assignment.set_master_addr("10.0.0.1");
+    assignment.set_master_port(31000);
+    for (const char* peer : {"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"}) {
+      assignment.add_peers(peer);
+    }
+    assignment.set_launcher(v1::LAUNCHER_TORCHRUN);
+    assignment.set_coordinator_endpoint(coordinator_endpoint_);
+    coordinator_.set_assignment(assignment);
+
+    gitlab::JobPayload payload;
+    payload.id = 1002;
+    payload.token = "glcbt-TEST-1002";
+    payload.name = "train 2/4";
+    payload.project_id = 5;
+    payload.pipeline_id = 77;
+    payload.timeout_seconds = 600;
+    std::ofstream(dir_ + "/response.json")
+        << gitlab::SerializeJobPayload(payload);
+    environment_ = {
+        {"TMPDIR", dir_},
+        {"BUILD_FAILURE_EXIT_CODE", "1"},
+        {"SYSTEM_FAILURE_EXIT_CODE", "2"},
+        {"BUILD_EXIT_CODE_FILE", dir_ + "/build_exit_code"},
+        {"JOB_RESPONSE_FILE", dir_ + "/response.json"},
+        {"CUSTOM_ENV_CI_SERVER_URL", "https://gitlab.test"},
+        {"CUSTOM_ENV_CI_NODE_INDEX", "2"},
+        {"CUSTOM_ENV_CI_NODE_TOTAL", "4"},
+        {"CUSTOM_ENV_CI_PROJECT_DIR", dir_ + "/builds/1002/ml/model"},
+        {"CUSTOM_ENV_GDT_GPUS_PER_NODE", "2"},
+        {"CUSTOM_ENV_GDT_NPROC_PER_NODE", "2"},
+    };
+    config_.coordinator = coordinator_endpoint_;
+    config_.builds_root = dir_ + "/builds";
+    config_.cache_root = dir_ + "/cache";
+    config_.arrival_host = "runner-1";
+    config_.join_timeout = std::chrono::seconds(5);
+    config_.rpc_timeout = std::chrono::seconds(5);
+  }
+
+  void TearDown() override {
+    coordinator_server_->Shutdown(std::chrono::system_clock::now() +
+                                  std::chrono::seconds(1));
+    agent_server_->Shutdown(std::chrono::system_clock::now() +
+                            std::chrono::seconds(1));
+    std::filesystem::remove_all(dir_);
+  }
+
+  Outcome Run(const std::vector<std::string>& args) {
+    env_ = ReadJobEnv(environment_);
+    absl::StatusOr<Invocation> invocation = ParseInvocation(args, {});
+    if (!invocation.ok()) return Outcome::SystemFailure("bad test args");
+    const StageContext context{config_, env_, signal_, out_, err_};
+    return RunInvocation(*invocation, context);
+  }
+
+  std::string WriteScript(const std::string& body) {
+    const std::string path = dir_ + "/script";
+    std::ofstream(path) << body;
+    return path;
+  }
+
+  std::string ExitCodeFile() {
+    std::ifstream file(dir_ + "/build_exit_code");
+    std::stringstream text;
+    text << file.rdbuf();
+    return text.str();
+  }
+
+  FakeCoordinator coordinator_;
+  FakeAgent agent_;
+  std::unique_ptr<grpc::Server> coordinator_server_;
+  std::unique_ptr<grpc::Server> agent_server_;
+  std::string coordinator_endpoint_;
+  std::string agent_endpoint_;
+  std::string dir_;
+  Environment environment_;
+  JobEnv env_;
+  Config config_;
+  std::atomic<int> signal_{0};
+  std::ostringstream out_;
+  std::ostringstream err_;
+};
+
+TEST_F(StagesTest, ConfigPrintsOnlyTheRunnerJson) {
+  Outcome outcome = Run({"config"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  const nlohmann::json json = nlohmann::json::parse(out_.str());
+  EXPECT_EQ(json["builds_dir"], dir_ + "/builds/1002");
+  EXPECT_EQ(json["cache_dir"], dir_ + "/cache");
+  EXPECT_EQ(json["builds_dir_is_shared"], false);
+  EXPECT_EQ(json["hostname"], "runner-1");
+  EXPECT_EQ(json["driver"]["name"], "gdt");
+  EXPECT_EQ(json["driver"]["version"], "0.1.0");
+  EXPECT_EQ(json.size(), 5u);
+}
+
+TEST_F(StagesTest, ConfigFailsEarlyOnBadIdentity) {
+  environment_["CUSTOM_ENV_CI_NODE_INDEX"] = "7";
+
+  Outcome outcome = Run({"config"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kUserError);
+  EXPECT_THAT(outcome.message, HasSubstr("CI_NODE_INDEX"));
+  EXPECT_EQ(out_.str(), "");
+}
+
+TEST_F(StagesTest, PrepareJoinsWritesStateAndSetsUpMember) {
+  Outcome outcome = Run({"prepare"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  ASSERT_EQ(coordinator_.joins().size(), 1u);
+  const v1::JoinGangRequest join = coordinator_.joins()[0];
+  EXPECT_EQ(join.key().instance(), "https://gitlab.test");
+  EXPECT_EQ(join.key().project_id(), 5);
+  EXPECT_EQ(join.key().pipeline_id(), 77);
+  EXPECT_EQ(join.key().group_name(), "train");
+  EXPECT_EQ(join.key().size(), 4u);
+  EXPECT_EQ(join.member_index(), 2u);
+  EXPECT_EQ(join.job_id(), 1002);
+  EXPECT_EQ(join.gpus_per_node(), 2u);
+  EXPECT_EQ(join.procs_per_node(), 2u);
+  EXPECT_EQ(join.arrival_host(), "runner-1");
+
+  absl::StatusOr<MemberState> state =
+      ReadMemberState(dir_ + "/gdt-member.json");
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->assignment.gang_id(), "g77");
+  EXPECT_EQ(state->assignment.node_rank(), 1u);
+  EXPECT_EQ(state->member_id, "g77/1002");
+  EXPECT_EQ(state->member_index, 2);
+  EXPECT_EQ(state->job_id, 1002);
+  EXPECT_EQ(state->agent_endpoint, agent_endpoint_);
+  EXPECT_EQ(state->builds_dir, dir_ + "/builds/1002");
+  EXPECT_EQ(state->gang_key.group_name(), "train");
+
+  ASSERT_EQ(agent_.setups().size(), 1u);
+  EXPECT_EQ(agent_.setups()[0].member_id(), "g77/1002");
+  EXPECT_EQ(agent_.setups()[0].builds_dir(), dir_ + "/builds/1002");
+  EXPECT_THAT(agent_.setups()[0].extra_dirs(), ElementsAre(dir_ + "/cache"));
+
+  EXPECT_THAT(out_.str(),
+              HasSubstr("gdt: gang train (pipeline 77): 3/4 members present"));
+  EXPECT_THAT(out_.str(),
+              HasSubstr("gdt: gang g77 admitted: member 2/4 is node rank 1 "
+                        "of 4 on host gpu-02 (GPUs: 0,1), master "
+                        "10.0.0.1:31000"));
+  EXPECT_THAT(coordinator_.leaves(), IsEmpty());
+}
+
+TEST_F(StagesTest, InfeasibleGangIsUserErrorAndLeaves) {
+  coordinator_.set_reject(grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                                       "gang needs 4 hosts, cluster has 2"));
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kUserError);
+  EXPECT_THAT(outcome.message, HasSubstr("cluster has 2"));
+  EXPECT_EQ(coordinator_.leaves().size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+TEST_F(StagesTest, PrepareWithUnreachableCoordinatorIsSystemFailure) {
+  config_.coordinator = ClosedEndpoint();
+  config_.join_timeout = std::chrono::seconds(1);
+  config_.rpc_timeout = std::chrono::seconds(1);
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message, HasSubstr(config_.coordinator));
+  EXPECT_THAT(out_.str(), HasSubstr("coordinator unreachable"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+TEST_F(StagesTest, PrepareWithUnreachableAgentLeavesGang) {
+  v1::Assignment assignment;
+  assignment.set_gang_id("g77");
+  assignment.set_agent_endpoint(ClosedEndpoint());
+  coordinator_.set_assignment(assignment);
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message, HasSubstr(assignment.agent_endpoint()));
+  EXPECT_EQ(coordinator_.leaves().size(), 1u);
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+TEST_F(StagesTest, PrepareInterruptedBeforeJoinIsSystemFailure) {
+  signal_ = SIGTERM;
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(coordinator_.joins(), IsEmpty());
+}
+
+TEST_F(StagesTest, FailingBuildScriptIsBuildFailureWithItsCode) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  agent_.set_exit_code(3);
+  const std::string script = WriteScript("#!/usr/bin/env bash\nexit 3\n");
+
+  Outcome outcome = Run({"run", script, "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, 3);
+  EXPECT_EQ(FinishOutcome(outcome, env_.exit_codes, err_), 1);
+  EXPECT_EQ(ExitCodeFile(), "3\n");
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  EXPECT_EQ(coordinator_.exits()[0].exit_code(), 3);
+  EXPECT_EQ(coordinator_.exits()[0].gang_id(), "g77");
+  EXPECT_EQ(coordinator_.exits()[0].job_id(), 1002);
+}
+
+TEST_F(StagesTest, BuildScriptGetsContractAndStreamsOutput) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  out_.str("");
+  const std::string script = WriteScript("#!/usr/bin/env bash\ntrue\n");
+
+  Outcome outcome = Run({"run", script, "build_script"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  ASSERT_EQ(agent_.starts().size(), 1u);
+  const v1::StartStage start = agent_.starts()[0];
+  EXPECT_EQ(start.member_id(), "g77/1002");
+  EXPECT_EQ(start.stage(), "build_script");
+  EXPECT_EQ(start.script(), "#!/usr/bin/env bash\ntrue\n");
+  EXPECT_EQ(start.working_dir(), dir_ + "/builds/1002");
+  EXPECT_THAT(start.env(), Contains(Pair("GDT_NODE_RANK", "1")));
+  EXPECT_THAT(start.env(), Contains(Pair("PET_NNODES", "4")));
+  EXPECT_THAT(start.env(), Contains(Pair("CUDA_VISIBLE_DEVICES", "0,1")));
+  EXPECT_THAT(start.env(),
+              Contains(Pair("GDT_CHECKPOINT_DIR",
+                            dir_ + "/builds/1002/ml/model/checkpoints")));
+  ASSERT_EQ(start.files_size(), 1);
+  EXPECT_EQ(start.files(0).env_var(), "GDT_HOSTFILE");
+  EXPECT_THAT(out_.str(), HasSubstr("GDT_MASTER_PORT=31000\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("stderr line\n"));
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  EXPECT_EQ(coordinator_.exits()[0].exit_code(), 0);
+}
+
+TEST_F(StagesTest, OtherStagesRunPlainly) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  const std::string script = WriteScript("git clone ...\n");
+
+  for (const char* stage : {"get_sources", "clear_worktree", "after_script"}) {
+    EXPECT_EQ(Run({"run", script, stage}).kind, OutcomeKind::kSuccess);
+  }
+  EXPECT_EQ(Run({"run", script, "step_release"}).kind, OutcomeKind::kSuccess);
+
+  ASSERT_EQ(agent_.starts().size(), 4u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(agent_.starts()[i].env(), IsEmpty());
+    EXPECT_EQ(agent_.starts()[i].files_size(), 0);
+  }
+  EXPECT_THAT(agent_.starts()[3].env(), Contains(Key("GDT_GANG_ID")));
+  EXPECT_THAT(coordinator_.exits(), IsEmpty());
+}
+
+TEST_F(StagesTest, SignalIsForwardedToTheStage) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  agent_.set_wait_for_signal(true);
+  signal_ = SIGTERM;
+
+  Outcome outcome = Run({"run", WriteScript("sleep 100\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, 143);
+  EXPECT_THAT(agent_.signals(), ElementsAre(v1::SIGNAL_TERM));
+}
+
+TEST_F(StagesTest, RunWithoutPrepareIsSystemFailure) {
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message, HasSubstr("prepare did not complete"));
+  EXPECT_EQ(FinishOutcome(outcome, env_.exit_codes, err_), 2);
+}
+
+TEST_F(StagesTest, UnreachableAgentIsSystemFailureNamingIt) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  absl::StatusOr<MemberState> state =
+      ReadMemberState(dir_ + "/gdt-member.json");
+  ASSERT_TRUE(state.ok()) << state.status();
+  state->agent_endpoint = ClosedEndpoint();
+  ASSERT_TRUE(WriteMemberState(dir_ + "/gdt-member.json", *state).ok());
+
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message, HasSubstr(state->agent_endpoint));
+}
+
+TEST_F(StagesTest, CleanupTearsDownAndLeaves) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+
+  Outcome outcome = Run({"cleanup"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSuccess);
+  ASSERT_EQ(agent_.teardowns().size(), 1u);
+  EXPECT_EQ(agent_.teardowns()[0].member_id(), "g77/1002");
+  EXPECT_TRUE(agent_.teardowns()[0].remove_builds_dir());
+  ASSERT_EQ(coordinator_.leaves().size(), 1u);
+  EXPECT_EQ(coordinator_.leaves()[0].job_id(), 1002);
+  EXPECT_EQ(coordinator_.leaves()[0].member_index(), 2u);
+  EXPECT_EQ(coordinator_.leaves()[0].key().group_name(), "train");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+TEST_F(StagesTest, CleanupWithoutAdmissionLeavesByPayloadKey) {
+  Outcome outcome = Run({"cleanup"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSuccess);
+  EXPECT_THAT(agent_.teardowns(), IsEmpty());
+  ASSERT_EQ(coordinator_.leaves().size(), 1u);
+  EXPECT_EQ(coordinator_.leaves()[0].key().pipeline_id(), 77);
+  EXPECT_EQ(coordinator_.leaves()[0].key().size(), 4u);
+}
+
+TEST_F(StagesTest, CleanupAlwaysSucceeds) {
+  config_.coordinator = ClosedEndpoint();
+  config_.rpc_timeout = std::chrono::seconds(1);
+  environment_.erase("JOB_RESPONSE_FILE");
+
+  EXPECT_EQ(Run({"cleanup"}).kind, OutcomeKind::kSuccess);
+}
+
+TEST(InvocationTest, ParsesTheRunnersArgv) {
+  absl::StatusOr<Invocation> run = ParseInvocation(
+      {"--config", "/e.yaml", "run", "/tmp/s/script", "build_script"}, {});
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->stage, Invocation::Stage::kRun);
+  EXPECT_EQ(run->config_path, "/e.yaml");
+  EXPECT_EQ(run->script_path, "/tmp/s/script");
+  EXPECT_EQ(run->stage_name, "build_script");
+
+  absl::StatusOr<Invocation> config =
+      ParseInvocation({"config", "--config=/f.yaml"}, {});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->stage, Invocation::Stage::kConfig);
+  EXPECT_EQ(config->config_path, "/f.yaml");
+
+  EXPECT_FALSE(ParseInvocation({}, {}).ok());
+  EXPECT_FALSE(ParseInvocation({"run", "/s"}, {}).ok());
+  EXPECT_FALSE(ParseInvocation({"prepare", "extra"}, {}).ok());
+  EXPECT_FALSE(ParseInvocation({"deploy"}, {}).ok());
+  EXPECT_FALSE(ParseInvocation({"--verbose", "config"}, {}).ok());
+}
+
+TEST(InvocationTest, ConfigLoadFailureSparesCleanup) {
+  Invocation cleanup;
+  cleanup.stage = Invocation::Stage::kCleanup;
+  Invocation prepare;
+  prepare.stage = Invocation::Stage::kPrepare;
+  const absl::Status status = absl::NotFoundError("no file");
+
+  EXPECT_EQ(ConfigLoadFailure(cleanup, status).kind, OutcomeKind::kSuccess);
+  EXPECT_EQ(ConfigLoadFailure(prepare, status).kind,
+            OutcomeKind::kSystemFailure);
+}
+
+}  // namespace
+}  // namespace gdt::executor
