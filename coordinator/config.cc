@@ -1,0 +1,152 @@
+#include "coordinator/config.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gdt::coordinator {
+namespace {
+
+// Reads a non-negative integer setting, with one clear line on bad input.
+absl::StatusOr<uint32_t> ReadUint(const YAML::Node& value,
+                                  const std::string& key) {
+  try {
+    const int64_t parsed = value.as<int64_t>();
+    if (parsed < 0 || parsed > UINT32_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " must be a non-negative integer, got ", parsed));
+    }
+    return static_cast<uint32_t>(parsed);
+  } catch (const YAML::Exception&) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(key, " must be a non-negative integer"));
+  }
+}
+
+absl::StatusOr<std::string> ReadString(const YAML::Node& value,
+                                       const std::string& key) {
+  if (!value.IsScalar()) {
+    return absl::InvalidArgumentError(absl::StrCat(key, " must be a string"));
+  }
+  return value.as<std::string>();
+}
+
+absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
+  if (!value.IsMap()) {
+    return absl::InvalidArgumentError(
+        "master_port_range must be a map like {min: 29510, max: 29999}");
+  }
+  for (const auto& entry : value) {
+    const std::string key = entry.first.as<std::string>();
+    if (key == "min" || key == "max") {
+      absl::StatusOr<uint32_t> port =
+          ReadUint(entry.second, "master_port_range." + key);
+      if (!port.ok()) return port.status();
+      (key == "min" ? config.master_port_min : config.master_port_max) = *port;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key 'master_port_range.", key, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
+                        Config& config) {
+  if (key == "master_port_range") return ParsePortRange(value, config);
+  if (key == "listen_address" || key == "advertise_endpoint" ||
+      key == "state_path" || key == "log_level") {
+    absl::StatusOr<std::string> text = ReadString(value, key);
+    if (!text.ok()) return text.status();
+    if (key == "listen_address") config.listen_address = *text;
+    if (key == "advertise_endpoint") config.advertise_endpoint = *text;
+    if (key == "state_path") config.state_path = *text;
+    if (key == "log_level") config.log_level = *text;
+    return absl::OkStatus();
+  }
+  if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
+      key == "host_down_after_seconds") {
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    if (key == "max_nodes_per_job") config.max_nodes_per_job = *number;
+    if (key == "heartbeat_interval_seconds") {
+      config.heartbeat_interval = std::chrono::seconds(*number);
+    }
+    if (key == "host_down_after_seconds") {
+      config.host_down_after = std::chrono::seconds(*number);
+    }
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const Config& config) {
+  if (config.listen_address.empty()) {
+    return absl::InvalidArgumentError("listen_address must not be empty");
+  }
+  if (config.state_path.empty()) {
+    return absl::InvalidArgumentError("state_path must not be empty");
+  }
+  if (config.master_port_min == 0 || config.master_port_max > 65535 ||
+      config.master_port_min > config.master_port_max) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "master_port_range must satisfy 1 <= min <= max <= 65535, got ",
+        config.master_port_min, "..", config.master_port_max));
+  }
+  if (config.max_nodes_per_job == 0) {
+    return absl::InvalidArgumentError("max_nodes_per_job must be at least 1");
+  }
+  if (config.heartbeat_interval.count() == 0) {
+    return absl::InvalidArgumentError(
+        "heartbeat_interval_seconds must be at least 1");
+  }
+  if (config.host_down_after <= config.heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host_down_after_seconds (", config.host_down_after.count(),
+        ") must be larger than heartbeat_interval_seconds (",
+        config.heartbeat_interval.count(), ")"));
+  }
+  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
+                                            "error", "critical", "off"};
+  for (const char* level : kLevels) {
+    if (config.log_level == level) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown log_level '", config.log_level,
+                   "' (use trace, debug, info, warn, error, critical, off)"));
+}
+
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
+  Config config;
+  try {
+    const YAML::Node root = YAML::Load(std::string(yaml_text));
+    if (root.IsNull()) return config;  // An empty file means all defaults.
+    if (!root.IsMap()) {
+      return absl::InvalidArgumentError("the config must be a YAML map");
+    }
+    for (const auto& entry : root) {
+      GDT_RETURN_IF_ERROR(
+          ParseEntry(entry.first.as<std::string>(), entry.second, config));
+    }
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp reports errors by throwing; this is the only place we catch.
+    return absl::InvalidArgumentError(absl::StrCat("bad YAML: ", e.what()));
+  }
+  GDT_RETURN_IF_ERROR(ValidateConfig(config));
+  return config;
+}
+
+absl::StatusOr<Config> LoadConfig(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) return absl::NotFoundError("cannot read the file");
+  std::stringstream text;
+  text << file.rdbuf();
+  return ParseConfig(text.str());
+}
+
+}  // namespace gdt::coordinator

@@ -1,0 +1,43 @@
+#ifndef GDT_COORDINATOR_CONFIG_H_
+#define GDT_COORDINATOR_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::coordinator {
+
+// Settings for gdt-coord. Plain data: defaults live here, parsing lives in
+// ParseConfig(), and nothing outside config.cc knows the file is YAML.
+struct Config {
+  std::string listen_address = "127.0.0.1:7070";
+  // What goes into Assignment.coordinator_endpoint; empty = the bound address.
+  std::string advertise_endpoint;
+  std::string state_path = "/var/lib/gdt/coord.db";
+  uint32_t master_port_min = 29510;
+  uint32_t master_port_max = 29999;
+  uint32_t max_nodes_per_job = 8;
+  std::chrono::seconds heartbeat_interval{2};
+  std::chrono::seconds host_down_after{10};
+  std::string log_level = "info";
+};
+
+// Parses YAML text. Unknown keys are an error so that typos are caught.
+// Errors: InvalidArgument naming the key or value that is wrong, e.g.
+// "unknown key 'foo'".
+absl::StatusOr<Config> ParseConfig(std::string_view yaml_text);
+
+// Reads and parses the file at `path`.
+// Errors: NotFound when it cannot be read; those of ParseConfig.
+absl::StatusOr<Config> LoadConfig(const std::string& path);
+
+// Checks values that flags may have overridden after parsing.
+// Errors: InvalidArgument naming the setting.
+absl::Status ValidateConfig(const Config& config);
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_CONFIG_H_

@@ -1,0 +1,86 @@
+#include "coordinator/config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ConfigTest, EmptyFileGivesDefaults) {
+  absl::StatusOr<Config> config = ParseConfig("");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen_address, "127.0.0.1:7070");
+  EXPECT_EQ(config->state_path, "/var/lib/gdt/coord.db");
+  EXPECT_EQ(config->master_port_min, 29510u);
+  EXPECT_EQ(config->master_port_max, 29999u);
+  EXPECT_EQ(config->max_nodes_per_job, 8u);
+  EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(2));
+  EXPECT_EQ(config->host_down_after, std::chrono::seconds(10));
+  EXPECT_EQ(config->log_level, "info");
+  EXPECT_EQ(config->advertise_endpoint, "");
+}
+
+TEST(ConfigTest, ReadsEveryKey) {
+  absl::StatusOr<Config> config = ParseConfig(R"(
+listen_address: 0.0.0.0:0
+advertise_endpoint: coord.example.com:7070
+state_path: /tmp/x/coord.db
+master_port_range: {min: 30000, max: 30010}
+max_nodes_per_job: 16
+heartbeat_interval_seconds: 3
+host_down_after_seconds: 12
+log_level: debug
+)");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen_address, "0.0.0.0:0");
+  EXPECT_EQ(config->advertise_endpoint, "coord.example.com:7070");
+  EXPECT_EQ(config->state_path, "/tmp/x/coord.db");
+  EXPECT_EQ(config->master_port_min, 30000u);
+  EXPECT_EQ(config->master_port_max, 30010u);
+  EXPECT_EQ(config->max_nodes_per_job, 16u);
+  EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(3));
+  EXPECT_EQ(config->host_down_after, std::chrono::seconds(12));
+  EXPECT_EQ(config->log_level, "debug");
+}
+
+TEST(ConfigTest, UnknownKeyIsNamed) {
+  absl::StatusOr<Config> config = ParseConfig("listen_address: a:1\nfoo: 1\n");
+
+  EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(config.status().message(), "unknown key 'foo'");
+}
+
+TEST(ConfigTest, UnknownNestedKeyIsNamed) {
+  absl::StatusOr<Config> config =
+      ParseConfig("master_port_range: {min: 1, maxx: 2}\n");
+
+  EXPECT_EQ(config.status().message(), "unknown key 'master_port_range.maxx'");
+}
+
+TEST(ConfigTest, RejectsBadValues) {
+  EXPECT_THAT(ParseConfig("max_nodes_per_job: lots").status().message(),
+              HasSubstr("max_nodes_per_job must be a non-negative integer"));
+  EXPECT_THAT(ParseConfig("master_port_range: {min: 3000, max: 2000}")
+                  .status()
+                  .message(),
+              HasSubstr("master_port_range must satisfy"));
+  EXPECT_THAT(ParseConfig("log_level: loud").status().message(),
+              HasSubstr("unknown log_level 'loud'"));
+  EXPECT_THAT(ParseConfig("host_down_after_seconds: 1").status().message(),
+              HasSubstr("must be larger than heartbeat_interval_seconds"));
+  EXPECT_THAT(ParseConfig("[1, 2]").status().message(),
+              HasSubstr("must be a YAML map"));
+  EXPECT_THAT(ParseConfig("a: [").status().message(), HasSubstr("bad YAML"));
+}
+
+TEST(ConfigTest, MissingFileIsNotFound) {
+  EXPECT_EQ(LoadConfig("/nonexistent/gdt/coord.yaml").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

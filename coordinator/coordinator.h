@@ -1,0 +1,89 @@
+#ifndef GDT_COORDINATOR_COORDINATOR_H_
+#define GDT_COORDINATOR_COORDINATOR_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "common/mutex.h"
+#include "coordinator/model.h"
+#include "coordinator/port_checker.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/store.h"
+
+namespace gdt::coordinator {
+
+// The thread-safe core of gdt-coord: owns the Store and the Scheduler, runs
+// admission passes on one scheduler thread (woken by joins, leaves,
+// registrations and a 1 s tick), and hands member events to the event sink.
+// The sink is always called without any lock of this class held, so it may
+// call back into it.
+//
+// Thread-safe. Keeps references to `clock` and `port_checker`.
+class Coordinator {
+ public:
+  using EventSink = std::function<void(std::vector<MemberEvent>)>;
+
+  // Errors: those of Scheduler::Create.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
+      const Clock& clock, std::unique_ptr<Store> store,
+      const SchedulerOptions& options, PortChecker& port_checker);
+
+  ~Coordinator();  // Stops the scheduler thread.
+  Coordinator(const Coordinator&) = delete;
+  Coordinator& operator=(const Coordinator&) = delete;
+
+  // Sets where member events go. Call before Start() and before any join.
+  void SetEventSink(EventSink sink);
+
+  // Starts and stops the scheduler thread. Stop() is idempotent.
+  void Start();
+  void Stop();
+
+  // Runs one admission pass now on the calling thread: plan under the lock,
+  // ask agents about master ports without it, commit under it.
+  void RunAdmissionPass();
+
+  // The operations below mirror the RPCs; see Scheduler for their errors.
+  absl::Status RegisterHost(const HostSpec& spec);
+  bool Heartbeat(const std::string& host_name);
+  absl::StatusOr<std::string> Join(const JoinRequest& request,
+                                   uint64_t stream_id);
+  void Detach(const std::string& gang_id, uint32_t member_index,
+              uint64_t stream_id);
+  absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          int32_t exit_code);
+  absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
+  Snapshot GetSnapshot(bool include_finished);
+
+ private:
+  Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker)
+      : store_(std::move(store)), port_checker_(port_checker) {}
+
+  // Drains the scheduler's outbox; the caller holds `mu_`.
+  std::vector<MemberEvent> TakeEventsLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Deliver(std::vector<MemberEvent> events);
+  void Wake();
+  void Loop();
+
+  std::unique_ptr<Store> store_;
+  PortChecker& port_checker_;
+  EventSink sink_;  // Set before use; constant afterwards.
+
+  Mutex mu_;
+  std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
+  CondVar wake_cv_;
+  bool wake_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_COORDINATOR_H_

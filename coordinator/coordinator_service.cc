@@ -1,0 +1,418 @@
+#include "coordinator/coordinator_service.h"
+
+#include <deque>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+namespace {
+
+HostSpec FromProto(const v1::HostSpec& proto) {
+  HostSpec spec;
+  spec.name = proto.name();
+  spec.address = proto.address();
+  spec.agent_endpoint = proto.agent_endpoint();
+  for (const v1::Gpu& gpu : proto.gpus()) {
+    spec.gpus.push_back(
+        GpuInfo{gpu.index(), gpu.uuid(), gpu.model(), gpu.memory_bytes()});
+  }
+  spec.labels.insert(proto.labels().begin(), proto.labels().end());
+  spec.network_interface = proto.network_interface();
+  spec.cpu_slots = proto.cpu_slots();
+  return spec;
+}
+
+void ToProto(const HostSpec& spec, v1::HostSpec* proto) {
+  proto->set_name(spec.name);
+  proto->set_address(spec.address);
+  proto->set_agent_endpoint(spec.agent_endpoint);
+  for (const GpuInfo& gpu : spec.gpus) {
+    v1::Gpu* out = proto->add_gpus();
+    out->set_index(gpu.index);
+    out->set_uuid(gpu.uuid);
+    out->set_model(gpu.model);
+    out->set_memory_bytes(gpu.memory_bytes);
+  }
+  proto->mutable_labels()->insert(spec.labels.begin(), spec.labels.end());
+  proto->set_network_interface(spec.network_interface);
+  proto->set_cpu_slots(spec.cpu_slots);
+}
+
+GangKey FromProto(const v1::GangKey& proto) {
+  return GangKey{proto.instance(), proto.project_id(), proto.pipeline_id(),
+                 proto.group_name(), proto.size()};
+}
+
+void ToProto(const GangKey& key, v1::GangKey* proto) {
+  proto->set_instance(key.instance);
+  proto->set_project_id(key.project_id);
+  proto->set_pipeline_id(key.pipeline_id);
+  proto->set_group_name(key.group_name);
+  proto->set_size(key.size);
+}
+
+JoinRequest FromProto(const v1::JoinGangRequest& proto) {
+  JoinRequest request;
+  request.key = FromProto(proto.key());
+  request.member_index = proto.member_index();
+  request.job_id = proto.job_id();
+  request.job_name = proto.job_name();
+  request.gpus_per_node = proto.gpus_per_node();
+  request.procs_per_node = proto.procs_per_node();
+  request.launcher = proto.launcher();
+  request.arrival_host = proto.arrival_host();
+  request.job_timeout_seconds = proto.job_timeout_seconds();
+  return request;
+}
+
+void ToProto(const Assignment& assignment, const std::string& endpoint,
+             v1::Assignment* proto) {
+  proto->set_gang_id(assignment.gang_id);
+  proto->set_epoch(assignment.epoch);
+  proto->set_node_rank(assignment.node_rank);
+  proto->set_num_nodes(assignment.num_nodes);
+  proto->set_procs_per_node(assignment.procs_per_node);
+  proto->set_world_size(assignment.world_size);
+  proto->set_host_name(assignment.host_name);
+  proto->set_host_address(assignment.host_address);
+  proto->set_agent_endpoint(assignment.agent_endpoint);
+  for (uint32_t gpu : assignment.gpu_indices) proto->add_gpu_indices(gpu);
+  proto->set_master_addr(assignment.master_addr);
+  proto->set_master_port(assignment.master_port);
+  for (const std::string& peer : assignment.peers) proto->add_peers(peer);
+  proto->set_network_interface(assignment.network_interface);
+  proto->set_launcher(static_cast<v1::Launcher>(assignment.launcher));
+  proto->set_coordinator_endpoint(endpoint);
+}
+
+void ToProto(const WaitingInfo& waiting, v1::WaitingEvent* proto) {
+  proto->set_members_present(waiting.members_present);
+  proto->set_members_total(waiting.members_total);
+  for (uint32_t index : waiting.missing_indices) {
+    proto->add_missing_indices(index);
+  }
+  proto->set_reason(waiting.reason);
+  proto->set_queue_position(waiting.queue_position);
+}
+
+void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
+  for (const HostView& view : snapshot.hosts) {
+    v1::HostStatus* host = proto->add_hosts();
+    ToProto(view.host.spec, host->mutable_host());
+    host->set_state(view.state == HostState::kUp ? v1::HOST_STATE_UP
+                                                 : v1::HOST_STATE_DOWN);
+    for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
+    host->set_members_running(view.members_running);
+    host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
+  }
+  for (const Gang& gang : snapshot.gangs) {
+    v1::GangStatus* out = proto->add_gangs();
+    out->set_gang_id(gang.id);
+    ToProto(gang.key, out->mutable_key());
+    out->set_state(static_cast<v1::GangState>(static_cast<int>(gang.state)));
+    out->set_epoch(gang.epoch);
+    out->set_reason(gang.reason);
+    out->set_master_addr(gang.master_addr);
+    out->set_master_port(gang.master_port);
+    out->set_created_unix_ms(gang.created_unix_ms);
+    for (const auto& [index, member] : gang.members) {
+      v1::MemberStatus* status = out->add_members();
+      status->set_member_index(index);
+      status->set_job_id(member.job_id);
+      status->set_job_name(member.job_name);
+      status->set_present(member.present);
+      status->set_left(member.left);
+      status->set_node_rank(member.node_rank);
+      status->set_host_name(member.host_name);
+      for (uint32_t gpu : member.gpu_indices) status->add_gpu_indices(gpu);
+      status->set_exit_code(member.exit_code);
+    }
+  }
+}
+
+}  // namespace
+
+// One JoinGang stream. Writes one event at a time from a queue; ends the
+// stream after an Admitted or Aborted event, on cancellation, or when told
+// to. Deletes itself in OnDone.
+class CoordinatorService::JoinReactor final
+    : public grpc::ServerWriteReactor<v1::JoinGangEvent> {
+ public:
+  JoinReactor(CoordinatorService& service, uint64_t stream_id)
+      : service_(service), stream_id_(stream_id) {}
+
+  // Registers the stream and joins; on a rejected join ends the stream with
+  // the error.
+  void Start(const v1::JoinGangRequest& request) {
+    service_.Register(stream_id_, this);
+    absl::StatusOr<std::string> gang_id =
+        service_.coordinator_.Join(FromProto(request), stream_id_);
+    if (!gang_id.ok()) {
+      spdlog::warn("join rejected job={} member={} group={}: {}",
+                   request.job_id(), request.member_index(),
+                   request.key().group_name(), gang_id.status().ToString());
+      End(rendezvous::ToGrpcStatus(gang_id.status()));
+      return;
+    }
+    spdlog::info("member joined gang={} member={} job={}", *gang_id,
+                 request.member_index(), request.job_id());
+    // Runs inside the method handler, before gRPC arms OnCancel/OnDone, so
+    // these are set before any reaction can read them.
+    MutexLock lock(mu_);
+    gang_id_ = *gang_id;
+    member_index_ = request.member_index();
+  }
+
+  // Queues `event`; `final` ends the stream once it is written. Events after
+  // the final one are dropped.
+  void Send(v1::JoinGangEvent event, bool final) {
+    MutexLock lock(mu_);
+    if (finish_status_.has_value()) return;
+    queue_.push_back(std::move(event));
+    if (final) finish_status_ = grpc::Status::OK;
+    if (!writing_) {
+      writing_ = true;
+      StartWrite(&queue_.front());
+    }
+  }
+
+  // Ends the stream with `status` after any write in flight.
+  void End(const grpc::Status& status) {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      if (finish_status_.has_value()) return;
+      finish_status_ = status;
+      DropUnsentLocked();
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) Finish(*finish);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        if (!finish_status_.has_value()) {
+          finish_status_ =
+              grpc::Status(grpc::StatusCode::UNAVAILABLE, "join stream broke");
+        }
+        queue_.clear();
+      } else if (!queue_.empty()) {
+        writing_ = true;
+        StartWrite(&queue_.front());
+        return;
+      }
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) Finish(*finish);
+  }
+
+  void OnCancel() override {
+    std::optional<grpc::Status> finish;
+    // Copied first: once Finish() is called, OnDone() may delete this.
+    Coordinator& coordinator = service_.coordinator_;
+    const uint64_t stream_id = stream_id_;
+    std::string gang_id;
+    uint32_t member_index;
+    {
+      MutexLock lock(mu_);
+      gang_id = gang_id_;
+      member_index = member_index_;
+      if (!finish_status_.has_value()) {
+        finish_status_ =
+            grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
+      }
+      DropUnsentLocked();
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) Finish(*finish);
+    if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
+  }
+
+  void OnDone() override {
+    service_.Unregister(stream_id_, this);
+    delete this;
+  }
+
+ private:
+  // Keeps only the event being written (its buffer must stay valid).
+  void DropUnsentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+  }
+
+  // Returns the status to Finish() with when the stream may end now. The
+  // caller calls Finish() after unlocking: OnDone() deletes this object.
+  std::optional<grpc::Status> TakeFinishLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_ || !queue_.empty() ||
+        !finish_status_.has_value()) {
+      return std::nullopt;
+    }
+    finished_ = true;
+    return finish_status_;
+  }
+
+  CoordinatorService& service_;
+  const uint64_t stream_id_;
+  Mutex mu_;
+  std::deque<v1::JoinGangEvent> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+  std::string gang_id_ ABSL_GUARDED_BY(mu_);
+  uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+CoordinatorService::CoordinatorService(Coordinator& coordinator,
+                                       std::chrono::seconds heartbeat_interval)
+    : coordinator_(coordinator), heartbeat_interval_(heartbeat_interval) {
+  coordinator_.SetEventSink(
+      [this](std::vector<MemberEvent> events) { Dispatch(std::move(events)); });
+}
+
+CoordinatorService::~CoordinatorService() {
+  coordinator_.SetEventSink(nullptr);
+}
+
+void CoordinatorService::SetAdvertiseEndpoint(const std::string& endpoint) {
+  MutexLock lock(mu_);
+  advertise_endpoint_ = endpoint;
+}
+
+void CoordinatorService::EndAllStreams(const std::string& why) {
+  MutexLock lock(mu_);
+  for (auto& [id, reactor] : streams_) {
+    reactor->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
+}
+
+void CoordinatorService::Register(uint64_t stream_id, JoinReactor* reactor) {
+  MutexLock lock(mu_);
+  streams_[stream_id] = reactor;
+}
+
+void CoordinatorService::Unregister(uint64_t stream_id, JoinReactor* reactor) {
+  MutexLock lock(mu_);
+  auto it = streams_.find(stream_id);
+  if (it != streams_.end() && it->second == reactor) streams_.erase(it);
+}
+
+void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
+  MutexLock lock(mu_);
+  for (MemberEvent& event : events) {
+    auto it = streams_.find(event.stream_id);
+    if (it == streams_.end()) continue;  // The stream is gone already.
+    JoinReactor* reactor = it->second;
+    v1::JoinGangEvent message;
+    switch (event.kind) {
+      case MemberEvent::Kind::kWaiting:
+        ToProto(event.waiting, message.mutable_waiting());
+        reactor->Send(std::move(message), /*final=*/false);
+        break;
+      case MemberEvent::Kind::kAdmitted:
+        ToProto(event.assignment, advertise_endpoint_,
+                message.mutable_admitted()->mutable_assignment());
+        reactor->Send(std::move(message), /*final=*/true);
+        break;
+      case MemberEvent::Kind::kAborted:
+        message.mutable_aborted()->set_reason(event.reason);
+        reactor->Send(std::move(message), /*final=*/true);
+        break;
+      case MemberEvent::Kind::kSuperseded:
+        reactor->End(grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            absl::StrCat("member ", event.member_index, " of gang ",
+                         event.gang_id, " joined again on another stream")));
+        break;
+    }
+  }
+}
+
+grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
+    grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
+  auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
+  reactor->Start(*request);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
+    grpc::CallbackServerContext* context,
+    const v1::RegisterHostRequest* request,
+    v1::RegisterHostResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = coordinator_.RegisterHost(FromProto(request->host()));
+  if (!status.ok()) {
+    spdlog::warn("register rejected host={}: {}", request->host().name(),
+                 status.ToString());
+  } else {
+    spdlog::info("host registered host={} gpus={} agent={}",
+                 request->host().name(), request->host().gpus_size(),
+                 request->host().agent_endpoint());
+    response->set_heartbeat_interval_seconds(
+        static_cast<uint32_t>(heartbeat_interval_.count()));
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
+    grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
+    v1::HeartbeatResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
+    grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
+    v1::ReportExitResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = coordinator_.ReportExit(
+      request->gang_id(), request->epoch(), request->member_index(),
+      request->job_id(), request->exit_code());
+  if (status.ok()) {
+    spdlog::info("member exited gang={} member={} code={}", request->gang_id(),
+                 request->member_index(), request->exit_code());
+  } else {
+    spdlog::warn("exit report rejected gang={} member={}: {}",
+                 request->gang_id(), request->member_index(),
+                 status.ToString());
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
+    grpc::CallbackServerContext* context, const v1::LeaveGangRequest* request,
+    v1::LeaveGangResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = coordinator_.Leave(
+      FromProto(request->key()), request->member_index(), request->job_id());
+  if (!status.ok()) {
+    spdlog::error("leave failed group={} member={}: {}",
+                  request->key().group_name(), request->member_index(),
+                  status.ToString());
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
+    grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
+    v1::GetStatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace gdt::coordinator

@@ -1,0 +1,75 @@
+#ifndef GDT_COORDINATOR_COORDINATOR_SERVICE_H_
+#define GDT_COORDINATOR_COORDINATOR_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/mutex.h"
+#include "coordinator/coordinator.h"
+#include "gdt/v1/coordinator.grpc.pb.h"
+
+namespace gdt::coordinator {
+
+// The gRPC face of the coordinator (callback API). Each handler converts the
+// request into a Coordinator call and the result back; no scheduling rules
+// live here. JoinGang streams are reactors that hold no thread while they
+// wait; the Coordinator's member events are routed to them by stream id.
+//
+// Thread-safe. Keeps a reference to `coordinator`, which must outlive it;
+// installs itself as the coordinator's event sink.
+class CoordinatorService final : public v1::Coordinator::CallbackService {
+ public:
+  CoordinatorService(Coordinator& coordinator,
+                     std::chrono::seconds heartbeat_interval);
+  ~CoordinatorService() override;
+
+  // Sets Assignment.coordinator_endpoint (known once the server is bound).
+  void SetAdvertiseEndpoint(const std::string& endpoint);
+
+  // Ends every open JoinGang stream with UNAVAILABLE (clients reconnect),
+  // so that server shutdown does not wait on them.
+  void EndAllStreams(const std::string& why);
+
+  grpc::ServerUnaryReactor* RegisterHost(
+      grpc::CallbackServerContext* context,
+      const v1::RegisterHostRequest* request,
+      v1::RegisterHostResponse* response) override;
+  grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
+                                      const v1::HeartbeatRequest* request,
+                                      v1::HeartbeatResponse* response) override;
+  grpc::ServerWriteReactor<v1::JoinGangEvent>* JoinGang(
+      grpc::CallbackServerContext* context,
+      const v1::JoinGangRequest* request) override;
+  grpc::ServerUnaryReactor* ReportExit(
+      grpc::CallbackServerContext* context,
+      const v1::ReportExitRequest* request,
+      v1::ReportExitResponse* response) override;
+  grpc::ServerUnaryReactor* LeaveGang(grpc::CallbackServerContext* context,
+                                      const v1::LeaveGangRequest* request,
+                                      v1::LeaveGangResponse* response) override;
+  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
+                                      const v1::GetStatusRequest* request,
+                                      v1::GetStatusResponse* response) override;
+
+ private:
+  class JoinReactor;
+
+  void Dispatch(std::vector<MemberEvent> events);
+  void Register(uint64_t stream_id, JoinReactor* reactor);
+  void Unregister(uint64_t stream_id, JoinReactor* reactor);
+
+  Coordinator& coordinator_;
+  const std::chrono::seconds heartbeat_interval_;
+  std::atomic<uint64_t> next_stream_id_{1};
+
+  Mutex mu_;  // Taken before any JoinReactor's own mutex, never after.
+  std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_COORDINATOR_SERVICE_H_

@@ -1,0 +1,262 @@
+#include "coordinator/coordinator_service.h"
+
+#include <chrono>
+#include <future>
+#include <set>
+#include <thread>
+
+#include "common/fake_clock.h"
+#include "common/mutex.h"
+#include "coordinator/agent_port_checker.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rendezvous/coordinator_client.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A tiny real agent that answers CheckPort from a set of busy ports.
+class FakeAgent final : public v1::Agent::Service {
+ public:
+  explicit FakeAgent(std::set<uint32_t> busy) : busy_(std::move(busy)) {}
+  grpc::Status CheckPort(grpc::ServerContext* context,
+                         const v1::CheckPortRequest* request,
+                         v1::CheckPortResponse* response) override {
+    response->set_free(busy_.count(request->port()) == 0);
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::set<uint32_t> busy_;
+};
+
+std::unique_ptr<grpc::Server> StartServer(grpc::Service* service,
+                                          std::string* address) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  *address = "127.0.0.1:" + std::to_string(port);
+  return server;
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    agent_server_ = StartServer(&agent_, &agent_address_);
+    ASSERT_NE(agent_server_, nullptr);
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
+                            checker_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    service_ = std::make_unique<CoordinatorService>(*coordinator_, 2s);
+    service_->SetAdvertiseEndpoint("coord.example.com:7070");
+    server_ = StartServer(service_.get(), &address_);
+    ASSERT_NE(server_, nullptr);
+    coordinator_->Start();
+    client_ = std::make_unique<rendezvous::CoordinatorClient>(address_);
+  }
+
+  void TearDown() override {
+    service_->EndAllStreams("test over");
+    server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    coordinator_->Stop();
+    agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
+  }
+
+  absl::Status RegisterHost(const std::string& name, int gpus) {
+    v1::HostSpec host;
+    host.set_name(name);
+    host.set_address("10.1.0.1");
+    host.set_agent_endpoint(agent_address_);
+    host.set_network_interface("eth0");
+    for (int i = 0; i < gpus; ++i) host.add_gpus()->set_index(i);
+    return client_->RegisterHost(host, 5s).status();
+  }
+
+  static v1::JoinGangRequest JoinRequestFor(uint32_t index, uint32_t size) {
+    v1::JoinGangRequest request;
+    v1::GangKey* key = request.mutable_key();
+    key->set_instance("https://gitlab.example.com");
+    key->set_project_id(5);
+    key->set_pipeline_id(77);
+    key->set_group_name("train");
+    key->set_size(size);
+    request.set_member_index(index);
+    request.set_job_id(100 + index);
+    request.set_job_name("train " + std::to_string(index) + "/" +
+                         std::to_string(size));
+    request.set_gpus_per_node(2);
+    request.set_procs_per_node(2);
+    request.set_launcher(v1::LAUNCHER_TORCHRUN);
+    return request;
+  }
+
+  // Waits (bounded) until GetStatus satisfies `done`.
+  bool WaitForStatus(
+      const std::function<bool(const v1::GetStatusResponse&)>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      absl::StatusOr<v1::GetStatusResponse> status =
+          client_->GetStatus(v1::GetStatusRequest(), 5s);
+      if (status.ok() && done(*status)) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  FakeAgent agent_{{29510}};
+  std::string agent_address_;
+  std::unique_ptr<grpc::Server> agent_server_;
+  AgentPortChecker checker_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<rendezvous::CoordinatorClient> client_;
+};
+
+TEST_F(CoordinatorServiceTest, TwoMembersWaitThenGetRanksAndOneMasterPort) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  std::promise<v1::WaitingEvent> first_waiting;
+  bool first_event = true;
+  std::future<absl::StatusOr<v1::Assignment>> first =
+      std::async(std::launch::async, [&] {
+        return client_->JoinGang(
+            JoinRequestFor(1, 2), deadline,
+            [&](const v1::WaitingEvent& event) {
+              if (first_event) first_waiting.set_value(event);
+              first_event = false;
+            },
+            nullptr);
+      });
+  std::future<v1::WaitingEvent> waiting = first_waiting.get_future();
+  ASSERT_EQ(waiting.wait_for(10s), std::future_status::ready);
+  v1::WaitingEvent event = waiting.get();
+  EXPECT_EQ(event.members_present(), 1u);
+  EXPECT_THAT(event.missing_indices(), ElementsAre(2u));
+  EXPECT_EQ(event.reason(),
+            "gang train (pipeline 77): 1/2 members present, waiting for "
+            "member 2 — no job picked up yet");
+
+  absl::StatusOr<v1::Assignment> second =
+      client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);
+
+  ASSERT_EQ(first.wait_for(10s), std::future_status::ready);
+  absl::StatusOr<v1::Assignment> first_assignment = first.get();
+  ASSERT_TRUE(first_assignment.ok()) << first_assignment.status();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(first_assignment->node_rank(), 0u);
+  EXPECT_EQ(second->node_rank(), 1u);
+  EXPECT_EQ(first_assignment->master_port(), 29511u);  // 29510 is busy.
+  EXPECT_EQ(second->master_port(), 29511u);
+  EXPECT_EQ(second->gang_id(), "train-p5-pl77-n2");
+  EXPECT_EQ(second->world_size(), 4u);
+  EXPECT_EQ(second->coordinator_endpoint(), "coord.example.com:7070");
+  EXPECT_EQ(second->agent_endpoint(), agent_address_);
+  EXPECT_EQ(second->launcher(), v1::LAUNCHER_TORCHRUN);
+  EXPECT_THAT(second->peers(), ElementsAre("10.1.0.1", "10.1.0.1"));
+  EXPECT_THAT(first_assignment->gpu_indices(), ElementsAre(0u, 1u));
+  EXPECT_THAT(second->gpu_indices(), ElementsAre(2u, 3u));
+
+  // Joining again by job id returns the same assignment at once.
+  absl::StatusOr<v1::Assignment> again =
+      client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->master_port(), 29511u);
+}
+
+TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 10s;
+
+  absl::StatusOr<v1::Assignment> too_big =
+      client_->JoinGang(JoinRequestFor(1, 12), deadline, nullptr, nullptr);
+  absl::StatusOr<v1::Assignment> bad_index =
+      client_->JoinGang(JoinRequestFor(3, 2), deadline, nullptr, nullptr);
+
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(too_big.status().message(),
+            "gang train needs 12 nodes but this cluster allows at most 8 per "
+            "job (max_nodes_per_job)");
+  EXPECT_EQ(bad_index.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 10s);
+  std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
+      stub->JoinGang(&context, JoinRequestFor(1, 2));
+  v1::JoinGangEvent event;
+  ASSERT_TRUE(reader->Read(&event));
+  ASSERT_TRUE(event.has_waiting());
+  ASSERT_TRUE(WaitForStatus([](const v1::GetStatusResponse& status) {
+    return status.gangs_size() == 1 && status.gangs(0).members(0).present();
+  }));
+
+  context.TryCancel();
+  reader->Finish().ok();
+
+  EXPECT_TRUE(WaitForStatus([](const v1::GetStatusResponse& status) {
+    return status.gangs_size() == 1 && !status.gangs(0).members(0).present();
+  }));
+}
+
+TEST_F(CoordinatorServiceTest, HeartbeatOfUnknownHostAsksToRegister) {
+  absl::StatusOr<bool> unknown = client_->Heartbeat("gpu-09", 5s);
+  ASSERT_TRUE(RegisterHost("gpu-09", 1).ok());
+  absl::StatusOr<bool> known = client_->Heartbeat("gpu-09", 5s);
+
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  EXPECT_TRUE(*unknown);
+  ASSERT_TRUE(known.ok()) << known.status();
+  EXPECT_FALSE(*known);
+}
+
+TEST_F(CoordinatorServiceTest, LeavingReleasesTheLeases) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 2).ok());
+  const auto deadline = std::chrono::system_clock::now() + 10s;
+  absl::StatusOr<v1::Assignment> assignment =
+      client_->JoinGang(JoinRequestFor(1, 1), deadline, nullptr, nullptr);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  v1::ReportExitRequest exit;
+  exit.set_gang_id(assignment->gang_id());
+  exit.set_epoch(assignment->epoch());
+  exit.set_member_index(1);
+  exit.set_job_id(101);
+  exit.set_exit_code(0);
+  ASSERT_TRUE(client_->ReportExit(exit, 5s).ok());
+
+  v1::LeaveGangRequest leave;
+  *leave.mutable_key() = JoinRequestFor(1, 1).key();
+  leave.set_member_index(1);
+  leave.set_job_id(101);
+  ASSERT_TRUE(client_->LeaveGang(leave, 5s).ok());
+  ASSERT_TRUE(client_->LeaveGang(leave, 5s).ok());  // Idempotent.
+
+  v1::GetStatusRequest all;
+  all.set_include_finished(true);
+  absl::StatusOr<v1::GetStatusResponse> status = client_->GetStatus(all, 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->hosts(0).leased_gpus_size(), 0);
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_DONE);
+  EXPECT_EQ(status->gangs(0).members(0).exit_code(), 0);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

@@ -1,0 +1,157 @@
+#include "coordinator/coordinator.h"
+
+#include <chrono>
+#include <set>
+
+#include "common/fake_clock.h"
+#include "common/mutex.h"
+#include "coordinator/test_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_support::GpuHost;
+using testing_support::Joining;
+using testing_support::TrainKey;
+
+// Answers CheckPort from a set of busy ports, or fails like an unreachable
+// agent; records every question.
+class FakePortChecker : public PortChecker {
+ public:
+  absl::StatusOr<bool> IsPortFree(const std::string& agent_endpoint,
+                                  uint32_t port) override {
+    MutexLock lock(mu_);
+    asked_.push_back(port);
+    if (unreachable_) return absl::UnavailableError("connection refused");
+    return busy_.count(port) == 0;
+  }
+  void SetBusy(std::set<uint32_t> busy) {
+    MutexLock lock(mu_);
+    busy_ = std::move(busy);
+  }
+  void SetUnreachable(bool unreachable) {
+    MutexLock lock(mu_);
+    unreachable_ = unreachable;
+  }
+  std::vector<uint32_t> asked() {
+    MutexLock lock(mu_);
+    return asked_;
+  }
+
+ private:
+  Mutex mu_;
+  std::set<uint32_t> busy_ ABSL_GUARDED_BY(mu_);
+  bool unreachable_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<uint32_t> asked_ ABSL_GUARDED_BY(mu_);
+};
+
+class CoordinatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
+                            checker_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
+    coordinator_->SetEventSink([this](std::vector<MemberEvent> events) {
+      MutexLock lock(mu_);
+      for (MemberEvent& event : events) events_.push_back(std::move(event));
+      cv_.NotifyAll();
+    });
+    ASSERT_TRUE(coordinator_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  }
+
+  // Waits (bounded) for an Admitted event on `stream_id`.
+  std::optional<Assignment> WaitAdmitted(uint64_t stream_id) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    MutexLock lock(mu_);
+    while (true) {
+      for (const MemberEvent& event : events_) {
+        if (event.stream_id == stream_id &&
+            event.kind == MemberEvent::Kind::kAdmitted) {
+          return event.assignment;
+        }
+      }
+      if (!cv_.WaitUntil(mu_, deadline) &&
+          std::chrono::steady_clock::now() >= deadline) {
+        return std::nullopt;
+      }
+    }
+  }
+
+  bool Admitted(uint64_t stream_id) {
+    MutexLock lock(mu_);
+    for (const MemberEvent& event : events_) {
+      if (event.stream_id == stream_id &&
+          event.kind == MemberEvent::Kind::kAdmitted) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  FakeClock clock_;
+  FakePortChecker checker_;
+  std::unique_ptr<Coordinator> coordinator_;
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<MemberEvent> events_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(CoordinatorTest, MasterPortSkipsPortsTheAgentReportsBusy) {
+  checker_.SetBusy({29510, 29511});
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 2).ok());
+
+  coordinator_->RunAdmissionPass();
+
+  std::optional<Assignment> first = WaitAdmitted(1);
+  std::optional<Assignment> second = WaitAdmitted(2);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(first->master_port, 29512u);
+  EXPECT_EQ(second->master_port, 29512u);
+  EXPECT_EQ(checker_.asked(), (std::vector<uint32_t>{29510, 29511, 29512}));
+}
+
+TEST_F(CoordinatorTest, UnreachableAgentDelaysAdmissionUntilTheNextPass) {
+  checker_.SetUnreachable(true);
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(1), 1, 1), 1).ok());
+
+  coordinator_->RunAdmissionPass();
+
+  EXPECT_FALSE(Admitted(1));
+  Snapshot snapshot = coordinator_->GetSnapshot(false);
+  EXPECT_EQ(snapshot.gangs.at(0).state, GangState::kForming);
+  EXPECT_THAT(snapshot.gangs.at(0).reason, HasSubstr("agent unreachable"));
+  EXPECT_TRUE(snapshot.hosts.at(0).leased_gpus.empty());
+
+  checker_.SetUnreachable(false);
+  coordinator_->RunAdmissionPass();
+
+  EXPECT_TRUE(Admitted(1));
+}
+
+TEST_F(CoordinatorTest, SchedulerThreadAdmitsAfterTheLastJoin) {
+  coordinator_->Start();
+
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 4), 1).ok());
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 4), 2).ok());
+
+  std::optional<Assignment> first = WaitAdmitted(1);
+  std::optional<Assignment> second = WaitAdmitted(2);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(first->node_rank, 0u);
+  EXPECT_EQ(second->node_rank, 1u);
+  coordinator_->Stop();
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

@@ -1,0 +1,694 @@
+#include "coordinator/scheduler.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+namespace {
+
+// "train 1/2" style group names become "train"; anything outside [a-z0-9]
+// becomes '-'.
+std::string Slug(const std::string& text) {
+  std::string slug;
+  for (char c : text) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u)) {
+      slug.push_back(static_cast<char>(std::tolower(u)));
+    } else if (!slug.empty() && slug.back() != '-') {
+      slug.push_back('-');
+    }
+  }
+  while (!slug.empty() && slug.back() == '-') slug.pop_back();
+  return slug.empty() ? "gang" : slug;
+}
+
+std::string GangLabel(const GangKey& key) {
+  return absl::StrCat("gang ", key.group_name, " (pipeline ", key.pipeline_id,
+                      ")");
+}
+
+uint32_t SlotsOf(const Host& host) {
+  return std::max<uint32_t>(1, host.spec.cpu_slots);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(const Clock& clock, Store& store,
+                     const SchedulerOptions& options)
+    : clock_(clock), store_(store), options_(options) {}
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
+    const Clock& clock, Store& store, const SchedulerOptions& options) {
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(clock, store, options));
+  GDT_RETURN_IF_ERROR(scheduler->LoadState());
+  return scheduler;
+}
+
+absl::Status Scheduler::LoadState() {
+  absl::StatusOr<StoredState> state = store_.Load();
+  if (!state.ok()) return state.status();
+  for (Host& host : state->hosts) {
+    // A restart must not mark every host down at once: give each a full
+    // heartbeat window from now.
+    host.last_heartbeat = clock_.Now();
+    hosts_[host.spec.name] = std::move(host);
+  }
+  for (Gang& gang : state->gangs) {
+    next_sequence_ = std::max(next_sequence_, gang.sequence + 1);
+    for (auto& [index, member] : gang.members) {
+      // Executors of forming gangs reconnect and join again by job id.
+      member.present = gang.state == GangState::kRunning && !member.left;
+    }
+    gang_ids_[gang.key] = gang.id;
+    gangs_[gang.id] = std::move(gang);
+  }
+  for (const GpuLease& lease : state->gpu_leases) {
+    gpu_leases_[lease.host_name][lease.gpu_index] = lease.gang_id;
+  }
+  for (const PortLease& lease : state->port_leases) {
+    port_leases_[lease.host_name][lease.port] = lease.gang_id;
+  }
+  return absl::OkStatus();
+}
+
+HostState Scheduler::StateOf(const Host& host) const {
+  return clock_.Now() - host.last_heartbeat > options_.host_down_after
+             ? HostState::kDown
+             : HostState::kUp;
+}
+
+absl::Status Scheduler::RegisterHost(const HostSpec& spec) {
+  if (spec.name.empty()) {
+    return absl::InvalidArgumentError("host name must not be empty");
+  }
+  Host host;
+  host.spec = spec;
+  host.last_heartbeat = clock_.Now();
+  host.last_heartbeat_unix_ms = clock_.UnixMillis();
+  GDT_RETURN_IF_ERROR(store_.SaveHost(host));
+  hosts_[spec.name] = std::move(host);
+  Pass();
+  return absl::OkStatus();
+}
+
+bool Scheduler::Heartbeat(const std::string& host_name, bool* was_down) {
+  auto it = hosts_.find(host_name);
+  if (it == hosts_.end()) return false;
+  *was_down = StateOf(it->second) == HostState::kDown;
+  it->second.last_heartbeat = clock_.Now();
+  it->second.last_heartbeat_unix_ms = clock_.UnixMillis();
+  return true;
+}
+
+absl::StatusOr<std::string> Scheduler::GangIdFor(const GangKey& key) {
+  auto known = gang_ids_.find(key);
+  if (known != gang_ids_.end()) return known->second;
+  const std::string base =
+      absl::StrCat(Slug(key.group_name), "-p", key.project_id, "-pl",
+                   key.pipeline_id, "-n", key.size);
+  // Another GitLab instance may have the same ids: number the newcomer.
+  std::string id = base;
+  for (int suffix = 2; gangs_.count(id) != 0; ++suffix) {
+    id = absl::StrCat(base, "-", suffix);
+  }
+  return id;
+}
+
+absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
+                                            uint64_t stream_id) {
+  const GangKey& key = request.key;
+  if (key.group_name.empty()) {
+    return absl::InvalidArgumentError("join needs a job group name");
+  }
+  if (key.size == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", key.group_name, " has 0 members; a gang needs at least 1"));
+  }
+  if (key.size > options_.max_nodes_per_job) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", key.group_name, " needs ", key.size,
+        " nodes but this cluster allows at most ", options_.max_nodes_per_job,
+        " per job (max_nodes_per_job)"));
+  }
+  if (request.member_index < 1 || request.member_index > key.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member index ", request.member_index, " of gang ",
+                     key.group_name, " is outside 1..", key.size));
+  }
+  if (request.job_id <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member ", request.member_index, " of gang ",
+                     key.group_name, " has no job id"));
+  }
+  if (!hosts_.empty() && request.gpus_per_node > 0) {
+    size_t largest = 0;
+    for (const auto& [name, host] : hosts_) {
+      largest = std::max(largest, host.spec.gpus.size());
+    }
+    if (request.gpus_per_node > largest) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gang ", key.group_name, " needs ", request.gpus_per_node,
+          " GPUs per node but the largest registered host has ", largest));
+    }
+  }
+
+  absl::StatusOr<std::string> gang_id = GangIdFor(key);
+  if (!gang_id.ok()) return gang_id.status();
+  auto found = gangs_.find(*gang_id);
+  if (found != gangs_.end()) {
+    Gang& gang = found->second;
+    if (gang.state == GangState::kDone || gang.state == GangState::kFailed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gang ", gang.id, " already finished (", GangStateName(gang.state),
+          "); joining a finished gang again is not supported yet"));
+    }
+    auto existing = gang.members.find(request.member_index);
+    if (gang.state == GangState::kRunning) {
+      if (existing != gang.members.end() &&
+          existing->second.job_id == request.job_id) {
+        QueueAdmitted(gang, existing->second, stream_id);
+        return gang.id;
+      }
+      return absl::AlreadyExistsError(absl::StrCat(
+          "member ", request.member_index, " of gang ", gang.id,
+          " is already running as job ",
+          existing == gang.members.end() ? 0 : existing->second.job_id));
+    }
+    if (existing != gang.members.end() &&
+        existing->second.job_id != request.job_id && existing->second.present) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("member ", request.member_index, " of gang ", gang.id,
+                       " is already held by job ", existing->second.job_id));
+    }
+  }
+
+  Gang gang;
+  if (found != gangs_.end()) {
+    gang = found->second;
+  } else {
+    gang.id = *gang_id;
+    gang.key = key;
+    gang.created_unix_ms = clock_.UnixMillis();
+    gang.sequence = next_sequence_;
+  }
+  Member& member = gang.members[request.member_index];
+  const uint64_t previous_stream =
+      member.job_id == request.job_id ? member.stream_id : 0;
+  member.index = request.member_index;
+  member.job_id = request.job_id;
+  member.job_name = request.job_name;
+  member.gpus_per_node = request.gpus_per_node;
+  member.procs_per_node = request.procs_per_node;
+  member.launcher = request.launcher;
+  member.arrival_host = request.arrival_host;
+  member.job_timeout_seconds = request.job_timeout_seconds;
+  member.left = false;
+  member.present = true;
+  member.stream_id = stream_id;
+  member.last_reason_sent.clear();  // The new stream gets the reason at once.
+  GDT_RETURN_IF_ERROR(store_.SaveGang(gang));
+
+  if (found == gangs_.end()) {
+    ++next_sequence_;
+    gang_ids_[key] = gang.id;
+  }
+  if (previous_stream != 0 && previous_stream != stream_id) {
+    MemberEvent superseded;
+    superseded.stream_id = previous_stream;
+    superseded.kind = MemberEvent::Kind::kSuperseded;
+    superseded.gang_id = gang.id;
+    superseded.member_index = request.member_index;
+    events_.push_back(std::move(superseded));
+  }
+  const std::string id = gang.id;
+  gangs_[id] = std::move(gang);
+  Pass();
+  return id;
+}
+
+void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
+                       uint64_t stream_id) {
+  auto gang = gangs_.find(gang_id);
+  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+    return;
+  }
+  auto member = gang->second.members.find(member_index);
+  if (member == gang->second.members.end() ||
+      member->second.stream_id != stream_id) {
+    return;
+  }
+  member->second.present = false;
+  member->second.stream_id = 0;
+  Pass();
+}
+
+absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id,
+                                   int32_t exit_code) {
+  auto gang = gangs_.find(gang_id);
+  if (gang == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
+  }
+  auto member = gang->second.members.find(member_index);
+  if (member == gang->second.members.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("gang ", gang_id, " has no member ", member_index));
+  }
+  if (member->second.job_id != job_id || gang->second.epoch != epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("member ", member_index, " of gang ", gang_id, " epoch ",
+                     gang->second.epoch, " is job ", member->second.job_id,
+                     ", not job ", job_id, " of epoch ", epoch));
+  }
+  Gang updated = gang->second;
+  updated.members[member_index].exit_code = exit_code;
+  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+  gang->second = std::move(updated);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
+                              int64_t job_id) {
+  auto id = gang_ids_.find(key);
+  if (id == gang_ids_.end()) return absl::OkStatus();
+  Gang& gang = gangs_.at(id->second);
+  auto member = gang.members.find(member_index);
+  if (member == gang.members.end() || member->second.job_id != job_id ||
+      member->second.left) {
+    return absl::OkStatus();
+  }
+  Gang updated = gang;
+  Member& leaving = updated.members.at(member_index);
+  const uint64_t stream_id = leaving.stream_id;
+  leaving.present = false;
+  leaving.stream_id = 0;
+  if (updated.state == GangState::kRunning) {
+    leaving.left = true;
+    const bool all_left =
+        std::all_of(updated.members.begin(), updated.members.end(),
+                    [](const auto& entry) { return entry.second.left; });
+    if (all_left) {
+      updated.state = GangState::kDone;
+      updated.reason = "every member left";
+    }
+  }
+  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+  if (updated.state == GangState::kDone) {
+    for (const auto& [index, done_member] : updated.members) {
+      auto& host_gpus = gpu_leases_[done_member.host_name];
+      for (uint32_t gpu : done_member.gpu_indices) host_gpus.erase(gpu);
+    }
+    port_leases_[updated.master_host].erase(updated.master_port);
+    spdlog::info("gang done gang={} leases released", updated.id);
+  }
+  if (stream_id != 0) {
+    MemberEvent aborted;
+    aborted.stream_id = stream_id;
+    aborted.kind = MemberEvent::Kind::kAborted;
+    aborted.gang_id = updated.id;
+    aborted.member_index = member_index;
+    aborted.reason = absl::StrCat("member ", member_index, " (job ", job_id,
+                                  ") left gang ", updated.id);
+    events_.push_back(std::move(aborted));
+  }
+  gang = std::move(updated);
+  Pass();
+  return absl::OkStatus();
+}
+
+Scheduler::UsageMap Scheduler::CurrentUsage() const {
+  UsageMap usage;
+  for (const auto& [host, gpus] : gpu_leases_) {
+    for (const auto& [gpu, gang_id] : gpus) {
+      usage[host].gpus[gpu] = gang_id;
+      usage[host].busy_gang = gang_id;
+    }
+  }
+  for (const auto& [id, gang] : gangs_) {
+    if (gang.state != GangState::kRunning) continue;
+    for (const auto& [index, member] : gang.members) {
+      if (member.gpus_per_node != 0) continue;
+      Usage& host_usage = usage[member.host_name];
+      ++host_usage.cpu_members;
+      host_usage.busy_gang = id;
+    }
+  }
+  return usage;
+}
+
+bool Scheduler::Fits(const Host& host, const Member& member,
+                     const Usage& usage) const {
+  if (StateOf(host) != HostState::kUp) return false;
+  if (member.gpus_per_node == 0) return usage.cpu_members < SlotsOf(host);
+  size_t free_gpus = 0;
+  for (const GpuInfo& gpu : host.spec.gpus) {
+    if (usage.gpus.count(gpu.index) == 0) ++free_gpus;
+  }
+  return free_gpus >= member.gpus_per_node;
+}
+
+Scheduler::Placement Scheduler::Place(const Gang& gang, UsageMap& usage) const {
+  Placement placement;
+  UsageMap trial = usage;
+  for (const auto& [index, member] : gang.members) {
+    const Host* chosen = nullptr;
+    auto arrival = hosts_.find(member.arrival_host);
+    if (arrival != hosts_.end() &&
+        Fits(arrival->second, member, trial[arrival->first])) {
+      chosen = &arrival->second;
+    }
+    for (auto it = hosts_.begin(); chosen == nullptr && it != hosts_.end();
+         ++it) {
+      if (Fits(it->second, member, trial[it->first])) chosen = &it->second;
+    }
+    if (chosen == nullptr) continue;
+    Usage& host_usage = trial[chosen->spec.name];
+    Slot slot;
+    slot.host_name = chosen->spec.name;
+    if (member.gpus_per_node == 0) {
+      ++host_usage.cpu_members;
+    } else {
+      for (const GpuInfo& gpu : chosen->spec.gpus) {
+        if (slot.gpu_indices.size() == member.gpus_per_node) break;
+        if (host_usage.gpus.count(gpu.index) != 0) continue;
+        host_usage.gpus[gpu.index] = gang.id;
+        slot.gpu_indices.push_back(gpu.index);
+      }
+      std::sort(slot.gpu_indices.begin(), slot.gpu_indices.end());
+    }
+    placement.slots[index] = std::move(slot);
+    ++placement.placed;
+  }
+  placement.fits =
+      placement.placed == gang.key.size && gang.members.size() == gang.key.size;
+  if (placement.fits) usage = std::move(trial);
+  return placement;
+}
+
+std::string Scheduler::WaitingReason(const Gang& gang,
+                                     const Placement& placement,
+                                     const UsageMap& usage,
+                                     uint32_t queue_position) const {
+  const std::string label = GangLabel(gang.key);
+  std::vector<uint32_t> missing;
+  std::string disconnected;
+  for (uint32_t index = 1; index <= gang.key.size; ++index) {
+    auto member = gang.members.find(index);
+    if (member != gang.members.end() && member->second.present) continue;
+    missing.push_back(index);
+    if (member != gang.members.end() && disconnected.empty()) {
+      disconnected =
+          absl::StrCat("job ", member->second.job_id, " disconnected");
+    }
+  }
+  if (!missing.empty()) {
+    return absl::StrCat(
+        label, ": ", gang.key.size - missing.size(), "/", gang.key.size,
+        " members present, waiting for member", missing.size() > 1 ? "s " : " ",
+        absl::StrJoin(missing, ", "), " — ",
+        disconnected.empty() ? "no job picked up yet" : disconnected);
+  }
+  const std::string present =
+      absl::StrCat(label, ": all ", gang.key.size, " members present, ");
+  if (hosts_.empty()) return present + "no host registered yet";
+  const bool any_up =
+      std::any_of(hosts_.begin(), hosts_.end(), [&](const auto& entry) {
+        return StateOf(entry.second) == HostState::kUp;
+      });
+  if (!any_up) {
+    return absl::StrCat(present, "waiting for a host to come up (all ",
+                        hosts_.size(), " registered hosts are down)");
+  }
+  if (placement.fits) {
+    return present + (gang.blocked_note.empty() ? std::string("placing")
+                                                : gang.blocked_note);
+  }
+  uint32_t gpus_needed = 0;
+  for (const auto& [index, member] : gang.members) {
+    gpus_needed = std::max(gpus_needed, member.gpus_per_node);
+  }
+  std::string busy;
+  for (const auto& [name, host] : hosts_) {
+    auto host_usage = usage.find(name);
+    if (StateOf(host) == HostState::kUp && host_usage != usage.end() &&
+        !host_usage->second.busy_gang.empty()) {
+      busy = absl::StrCat("; host ", name, " busy with gang ",
+                          host_usage->second.busy_gang);
+      break;
+    }
+  }
+  const std::string want =
+      gpus_needed == 0
+          ? absl::StrCat(gang.key.size, " free slots on up hosts (have ",
+                         placement.placed)
+          : absl::StrCat(gang.key.size, " × ", gpus_needed,
+                         " free GPUs on up hosts (room for ", placement.placed);
+  return absl::StrCat(present, "waiting for ", want, busy, ") (queue position ",
+                      queue_position, ")");
+}
+
+std::vector<AdmissionProposal> Scheduler::Pass() {
+  std::vector<Gang*> forming;
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state == GangState::kForming) forming.push_back(&gang);
+  }
+  std::sort(forming.begin(), forming.end(), [](const Gang* a, const Gang* b) {
+    return a->sequence < b->sequence;
+  });
+  std::vector<AdmissionProposal> proposals;
+  UsageMap usage = CurrentUsage();
+  uint32_t queue_position = 0;
+  for (Gang* gang : forming) {
+    const bool all_present =
+        gang->members.size() == gang->key.size &&
+        std::all_of(gang->members.begin(), gang->members.end(),
+                    [](const auto& entry) { return entry.second.present; });
+    Placement placement;
+    gang->queue_position = 0;
+    if (all_present) {
+      // Snapshot before placing so the reason shows what blocked the gang.
+      const UsageMap before = usage;
+      placement = Place(*gang, usage);
+      if (placement.fits) {
+        const std::string& master = placement.slots.at(1).host_name;
+        AdmissionProposal proposal;
+        proposal.gang_id = gang->id;
+        proposal.master_host = master;
+        proposal.agent_endpoint = hosts_.at(master).spec.agent_endpoint;
+        const auto& leased = port_leases_[master];
+        for (uint32_t port = options_.master_port_min;
+             port <= options_.master_port_max; ++port) {
+          if (leased.count(port) == 0) proposal.candidate_ports.push_back(port);
+        }
+        proposals.push_back(std::move(proposal));
+      } else {
+        gang->queue_position = ++queue_position;
+      }
+      gang->reason =
+          WaitingReason(*gang, placement, before, gang->queue_position);
+    } else {
+      gang->reason = WaitingReason(*gang, placement, usage, 0);
+    }
+    QueueWaiting(*gang);
+  }
+  return proposals;
+}
+
+void Scheduler::QueueWaiting(Gang& gang) {
+  WaitingInfo info;
+  info.members_total = gang.key.size;
+  for (uint32_t index = 1; index <= gang.key.size; ++index) {
+    auto member = gang.members.find(index);
+    if (member != gang.members.end() && member->second.present) {
+      ++info.members_present;
+    } else {
+      info.missing_indices.push_back(index);
+    }
+  }
+  info.reason = gang.reason;
+  info.queue_position = gang.queue_position;
+  for (auto& [index, member] : gang.members) {
+    if (member.stream_id == 0 || member.last_reason_sent == gang.reason) {
+      continue;
+    }
+    member.last_reason_sent = gang.reason;
+    MemberEvent event;
+    event.stream_id = member.stream_id;
+    event.kind = MemberEvent::Kind::kWaiting;
+    event.gang_id = gang.id;
+    event.member_index = index;
+    event.waiting = info;
+    events_.push_back(std::move(event));
+  }
+}
+
+std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
+
+absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
+                              uint32_t port) {
+  auto found = gangs_.find(proposal.gang_id);
+  if (found == gangs_.end() || found->second.state != GangState::kForming) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
+  }
+  Gang updated = found->second;
+  const bool all_present =
+      std::all_of(updated.members.begin(), updated.members.end(),
+                  [](const auto& entry) { return entry.second.present; });
+  if (!all_present || updated.members.size() != updated.key.size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", updated.id, " lost a member before admission"));
+  }
+  UsageMap usage = CurrentUsage();
+  const Placement placement = Place(updated, usage);
+  if (!placement.fits ||
+      placement.slots.at(1).host_name != proposal.master_host) {
+    return absl::UnavailableError(absl::StrCat(
+        "gang ", updated.id, " no longer fits as proposed; trying again"));
+  }
+  if (port_leases_[proposal.master_host].count(port) != 0 ||
+      port < options_.master_port_min || port > options_.master_port_max) {
+    return absl::UnavailableError(absl::StrCat(
+        "port ", port, " on ", proposal.master_host, " is not available"));
+  }
+  const Host& master = hosts_.at(proposal.master_host);
+  updated.state = GangState::kRunning;
+  updated.reason.clear();
+  updated.blocked_note.clear();
+  updated.queue_position = 0;
+  updated.master_host = master.spec.name;
+  updated.master_addr = master.spec.address;
+  updated.master_port = port;
+  for (auto& [index, member] : updated.members) {
+    const Slot& slot = placement.slots.at(index);
+    member.node_rank = static_cast<int32_t>(index - 1);
+    member.host_name = slot.host_name;
+    member.gpu_indices = slot.gpu_indices;
+  }
+  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+
+  for (const auto& [index, member] : updated.members) {
+    for (uint32_t gpu : member.gpu_indices) {
+      gpu_leases_[member.host_name][gpu] = updated.id;
+    }
+  }
+  port_leases_[updated.master_host][port] = updated.id;
+  Gang& gang = found->second;
+  gang = std::move(updated);
+  spdlog::info("gang admitted gang={} master={}:{}", gang.id, gang.master_addr,
+               gang.master_port);
+  for (auto& [index, member] : gang.members) {
+    const uint64_t stream_id = member.stream_id;
+    member.stream_id = 0;  // The stream ends after the Admitted event.
+    QueueAdmitted(gang, member, stream_id);
+  }
+  Pass();
+  return absl::OkStatus();
+}
+
+void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
+  auto gang = gangs_.find(gang_id);
+  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+    return;
+  }
+  gang->second.blocked_note = note;
+  Pass();
+}
+
+Assignment Scheduler::BuildAssignment(const Gang& gang,
+                                      const Member& member) const {
+  Assignment assignment;
+  assignment.gang_id = gang.id;
+  assignment.epoch = gang.epoch;
+  assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
+  assignment.num_nodes = gang.key.size;
+  assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
+  assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
+  assignment.host_name = member.host_name;
+  auto host = hosts_.find(member.host_name);
+  if (host != hosts_.end()) {
+    assignment.host_address = host->second.spec.address;
+    assignment.agent_endpoint = host->second.spec.agent_endpoint;
+    assignment.network_interface = host->second.spec.network_interface;
+  }
+  assignment.gpu_indices = member.gpu_indices;
+  assignment.master_addr = gang.master_addr;
+  assignment.master_port = gang.master_port;
+  for (const auto& [index, peer] : gang.members) {  // Index order = rank order.
+    auto peer_host = hosts_.find(peer.host_name);
+    assignment.peers.push_back(peer_host != hosts_.end()
+                                   ? peer_host->second.spec.address
+                                   : peer.host_name);
+  }
+  assignment.launcher = member.launcher;
+  return assignment;
+}
+
+void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
+                              uint64_t stream_id) {
+  if (stream_id == 0) return;
+  MemberEvent event;
+  event.stream_id = stream_id;
+  event.kind = MemberEvent::Kind::kAdmitted;
+  event.gang_id = gang.id;
+  event.member_index = member.index;
+  event.assignment = BuildAssignment(gang, member);
+  events_.push_back(std::move(event));
+}
+
+std::vector<MemberEvent> Scheduler::TakeEvents() {
+  std::vector<MemberEvent> events;
+  events.swap(events_);
+  return events;
+}
+
+Snapshot Scheduler::GetSnapshot(bool include_finished) const {
+  Snapshot snapshot;
+  const UsageMap usage = CurrentUsage();
+  for (const auto& [name, host] : hosts_) {
+    HostView view;
+    view.host = host;
+    view.state = StateOf(host);
+    auto host_usage = usage.find(name);
+    if (host_usage != usage.end()) {
+      for (const auto& [gpu, gang_id] : host_usage->second.gpus) {
+        view.leased_gpus.push_back(gpu);
+      }
+    }
+    for (const auto& [id, gang] : gangs_) {
+      if (gang.state != GangState::kRunning) continue;
+      for (const auto& [index, member] : gang.members) {
+        if (member.host_name == name) ++view.members_running;
+      }
+    }
+    snapshot.hosts.push_back(std::move(view));
+  }
+  std::vector<Gang> live;
+  std::vector<Gang> finished;
+  for (const auto& [id, gang] : gangs_) {
+    const bool is_live =
+        gang.state == GangState::kForming || gang.state == GangState::kRunning;
+    if (is_live) {
+      live.push_back(gang);
+    } else if (include_finished) {
+      finished.push_back(gang);
+    }
+  }
+  std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
+    return a.sequence < b.sequence;
+  });
+  std::sort(finished.begin(), finished.end(), [](const Gang& a, const Gang& b) {
+    return a.sequence > b.sequence;
+  });
+  snapshot.gangs = std::move(live);
+  snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(), finished.end());
+  return snapshot;
+}
+
+}  // namespace gdt::coordinator

@@ -1,0 +1,197 @@
+#ifndef GDT_COORDINATOR_SCHEDULER_H_
+#define GDT_COORDINATOR_SCHEDULER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "coordinator/model.h"
+#include "coordinator/store.h"
+
+namespace gdt::coordinator {
+
+struct SchedulerOptions {
+  uint32_t max_nodes_per_job = 8;
+  uint32_t master_port_min = 29510;
+  uint32_t master_port_max = 29999;
+  std::chrono::seconds host_down_after{10};
+};
+
+// A member's request to join its gang (v1::JoinGangRequest as plain data).
+struct JoinRequest {
+  GangKey key;
+  uint32_t member_index = 0;
+  int64_t job_id = 0;
+  std::string job_name;
+  uint32_t gpus_per_node = 0;
+  uint32_t procs_per_node = 0;
+  Launcher launcher = 0;
+  std::string arrival_host;
+  uint32_t job_timeout_seconds = 0;
+};
+
+// A gang whose members are all present and whose placement fits, ready for
+// a master-port check on rank 0's host before Admit().
+struct AdmissionProposal {
+  std::string gang_id;
+  std::string master_host;
+  std::string agent_endpoint;             // Of the master host.
+  std::vector<uint32_t> candidate_ports;  // Unleased ports there, ascending.
+};
+
+struct HostView {
+  Host host;
+  HostState state = HostState::kUp;
+  std::vector<uint32_t> leased_gpus;
+  uint32_t members_running = 0;
+};
+
+struct Snapshot {
+  std::vector<HostView> hosts;  // By name.
+  std::vector<Gang> gangs;      // Live gangs by arrival, then finished ones,
+                                // most recent first.
+};
+
+// The coordinator's state machine: host inventory, gangs and their members,
+// placement, and GPU/slot/port leases. Every change is persisted through the
+// Store before it is visible. Messages for joined members (waiting reasons,
+// admissions) collect in an outbox that the caller drains with TakeEvents().
+//
+// Admission is two-phase so that no lock is held while an agent is asked
+// about a port: Plan() proposes gangs that fit, the caller checks a port, and
+// Admit() re-checks and commits (or Defer() records why it could not).
+//
+// Policy (walking skeleton): gangs are considered in arrival order; a gang is
+// placed all at once when every member holds a JoinGang stream. Each member,
+// in index order, goes to its arrival host if it fits there, else to the
+// first up host by name with room. Node rank = member index - 1.
+//
+// Not thread-safe; Coordinator serialises access. Keeps references to
+// `clock` and `store`.
+class Scheduler {
+ public:
+  // Loads the stored state: members of forming gangs come back not present;
+  // running gangs keep their leases.
+  // Errors: those of Store::Load.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
+      const Clock& clock, Store& store, const SchedulerOptions& options);
+
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Adds or updates a host (by name) and marks it alive.
+  // Errors: InvalidArgument for an empty name; Internal when it cannot be
+  // persisted.
+  absl::Status RegisterHost(const HostSpec& spec);
+
+  // Marks the host alive. Returns false when the host is unknown (the agent
+  // should register again). `*was_down` tells whether it had been down.
+  bool Heartbeat(const std::string& host_name, bool* was_down);
+
+  // Joins a member through the JoinGang stream `stream_id` and returns the
+  // gang id. Queues a Waiting event for the stream (or Admitted at once when
+  // the job is already admitted).
+  // Errors: FailedPrecondition for a size of 0 or above max_nodes_per_job,
+  // more GPUs per node than the largest host has, or a finished gang;
+  // InvalidArgument for a member index outside 1..size or a missing job id
+  // or group name; AlreadyExists when another live job holds the index.
+  absl::StatusOr<std::string> Join(const JoinRequest& request,
+                                   uint64_t stream_id);
+
+  // The stream `stream_id` of a member ended before admission: the member of
+  // a forming gang is no longer present. Does nothing otherwise.
+  void Detach(const std::string& gang_id, uint32_t member_index,
+              uint64_t stream_id);
+
+  // Records a member's exit code.
+  // Errors: NotFound for an unknown gang or member; FailedPrecondition when
+  // the job id or epoch does not match.
+  absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          int32_t exit_code);
+
+  // Marks a member left. Idempotent; unknown gangs and members are fine.
+  // When every member of a running gang has left, the gang is done and its
+  // leases are released.
+  // Errors: Internal when the change cannot be persisted.
+  absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
+
+  // Refreshes waiting reasons (queueing Waiting events where they changed)
+  // and returns the gangs that can be admitted now, in arrival order.
+  std::vector<AdmissionProposal> Plan();
+
+  // Admits the proposed gang with master port `port`: places it again
+  // against the current leases, leases GPUs, slots and the port, persists,
+  // and queues an Admitted event for every member.
+  // Errors: Unavailable when the gang no longer fits as proposed (try again
+  // on the next pass); FailedPrecondition when it is no longer forming or
+  // complete; Internal when it cannot be persisted.
+  absl::Status Admit(const AdmissionProposal& proposal, uint32_t port);
+
+  // Records why a proposed gang could not be admitted now (shown in its
+  // reason until the next attempt succeeds).
+  void Defer(const std::string& gang_id, const std::string& note);
+
+  // Returns and clears the queued member events.
+  std::vector<MemberEvent> TakeEvents();
+
+  Snapshot GetSnapshot(bool include_finished) const;
+
+  HostState StateOf(const Host& host) const;
+
+ private:
+  // Resources in use on one host.
+  struct Usage {
+    std::map<uint32_t, std::string> gpus;  // Leased GPU index -> gang id.
+    uint32_t cpu_members = 0;
+    std::string busy_gang;  // Some running gang on the host, for reasons.
+  };
+  using UsageMap = std::map<std::string, Usage>;  // By host name.
+
+  struct Slot {
+    std::string host_name;
+    std::vector<uint32_t> gpu_indices;
+  };
+  struct Placement {
+    bool fits = false;
+    uint32_t placed = 0;
+    std::map<uint32_t, Slot> slots;  // By member index.
+  };
+
+  Scheduler(const Clock& clock, Store& store, const SchedulerOptions& options);
+
+  absl::Status LoadState();
+  absl::StatusOr<std::string> GangIdFor(const GangKey& key);
+  UsageMap CurrentUsage() const;
+  bool Fits(const Host& host, const Member& member, const Usage& usage) const;
+  // Places every member against `usage`; on success `usage` includes it.
+  Placement Place(const Gang& gang, UsageMap& usage) const;
+  std::string WaitingReason(const Gang& gang, const Placement& placement,
+                            const UsageMap& usage,
+                            uint32_t queue_position) const;
+  // Recomputes every forming gang's reason and queues Waiting events.
+  std::vector<AdmissionProposal> Pass();
+  void QueueWaiting(Gang& gang);
+  Assignment BuildAssignment(const Gang& gang, const Member& member) const;
+  void QueueAdmitted(const Gang& gang, Member& member, uint64_t stream_id);
+
+  const Clock& clock_;
+  Store& store_;
+  const SchedulerOptions options_;
+  std::map<std::string, Host> hosts_;  // By name.
+  std::map<std::string, Gang> gangs_;  // By id.
+  std::map<GangKey, std::string> gang_ids_;
+  std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
+  std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
+  int64_t next_sequence_ = 1;
+  std::vector<MemberEvent> events_;
+};
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_SCHEDULER_H_

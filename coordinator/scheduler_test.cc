@@ -1,0 +1,411 @@
+#include "coordinator/scheduler.h"
+
+#include <chrono>
+
+#include "common/fake_clock.h"
+#include "coordinator/test_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing_support::CpuHost;
+using testing_support::GpuHost;
+using testing_support::Joining;
+using testing_support::TrainKey;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, *store_, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  // Admits every proposal with the lowest candidate port.
+  int AdmitAll() {
+    int admitted = 0;
+    for (const AdmissionProposal& proposal : scheduler_->Plan()) {
+      EXPECT_FALSE(proposal.candidate_ports.empty());
+      absl::Status status =
+          scheduler_->Admit(proposal, proposal.candidate_ports.front());
+      EXPECT_TRUE(status.ok()) << status;
+      if (status.ok()) ++admitted;
+    }
+    return admitted;
+  }
+
+  // The last event sent on `stream_id`, or a default one.
+  MemberEvent LastEventFor(const std::vector<MemberEvent>& events,
+                           uint64_t stream_id) {
+    MemberEvent last;
+    for (const MemberEvent& event : events) {
+      if (event.stream_id == stream_id) last = event;
+    }
+    return last;
+  }
+
+  std::vector<uint32_t> LeasedGpus(const std::string& host) {
+    for (const HostView& view : scheduler_->GetSnapshot(true).hosts) {
+      if (view.host.spec.name == host) return view.leased_gpus;
+    }
+    return {};
+  }
+
+  const Gang& GangAt(size_t i, const Snapshot& snapshot) {
+    return snapshot.gangs.at(i);
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, GivesReadableStableGangIds) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+
+  absl::StatusOr<std::string> first =
+      scheduler_->Join(Joining(TrainKey(2), 1), 1);
+  absl::StatusOr<std::string> again =
+      scheduler_->Join(Joining(TrainKey(2), 2), 2);
+  GangKey other_instance = TrainKey(2);
+  other_instance.instance = "https://other.example.com";
+  absl::StatusOr<std::string> other =
+      scheduler_->Join(Joining(other_instance, 1), 3);
+
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(*first, "train-p5-pl77-n2");
+  EXPECT_EQ(*again, "train-p5-pl77-n2");
+  EXPECT_EQ(*other, "train-p5-pl77-n2-2");
+}
+
+TEST_F(SchedulerTest, AdmitsNothingUntilEveryMemberIsPresent) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  std::vector<AdmissionProposal> proposals = scheduler_->Plan();
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+
+  EXPECT_THAT(proposals, IsEmpty());
+  EXPECT_THAT(LeasedGpus("cpu-01"), IsEmpty());
+  MemberEvent waiting = LastEventFor(events, 11);
+  ASSERT_EQ(waiting.kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(waiting.waiting.reason,
+            "gang train (pipeline 77): 1/2 members present, waiting for "
+            "member 2 — no job picked up yet");
+  EXPECT_EQ(waiting.waiting.members_present, 1u);
+  EXPECT_THAT(waiting.waiting.missing_indices, ElementsAre(2u));
+
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+  events = scheduler_->TakeEvents();
+
+  MemberEvent first = LastEventFor(events, 11);
+  MemberEvent second = LastEventFor(events, 12);
+  ASSERT_EQ(first.kind, MemberEvent::Kind::kAdmitted);
+  ASSERT_EQ(second.kind, MemberEvent::Kind::kAdmitted);
+  EXPECT_EQ(first.assignment.node_rank, 0u);
+  EXPECT_EQ(second.assignment.node_rank, 1u);
+  EXPECT_EQ(first.assignment.master_port, 29510u);
+  EXPECT_EQ(second.assignment.master_port, 29510u);
+  EXPECT_EQ(second.assignment.world_size, 4u);  // 2 nodes x 2 processes.
+  EXPECT_EQ(second.assignment.master_addr, first.assignment.host_address);
+  EXPECT_EQ(second.assignment.network_interface, "eth0");
+  EXPECT_EQ(second.assignment.agent_endpoint, "cpu-01:7071");
+  EXPECT_THAT(second.assignment.peers,
+              ElementsAre(first.assignment.host_address,
+                          first.assignment.host_address));
+}
+
+TEST_F(SchedulerTest, SendsWaitingEventOnlyWhenTheReasonChanges) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(3), 1), 11).ok());
+  scheduler_->TakeEvents();
+
+  scheduler_->Plan();
+  scheduler_->Plan();
+
+  EXPECT_THAT(scheduler_->TakeEvents(), IsEmpty());
+}
+
+TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(2), 2), 12);
+  ASSERT_TRUE(gang.ok());
+
+  scheduler_->Detach(*gang, 2, 12);
+
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_EQ(snapshot.gangs.at(0).reason,
+            "gang train (pipeline 77): 1/2 members present, waiting for "
+            "member 2 — job 102 disconnected");
+  EXPECT_FALSE(snapshot.gangs.at(0).members.at(2).present);
+}
+
+TEST_F(SchedulerTest, DetachOfAnOlderStreamKeepsTheMemberPresent) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(2), 1), 21);
+  ASSERT_TRUE(gang.ok());
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+
+  scheduler_->Detach(*gang, 1, 11);
+
+  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kSuperseded);
+  EXPECT_TRUE(scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).present);
+}
+
+TEST_F(SchedulerTest, TwoMembersShareAHostWhenItHasSlots) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 2)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+
+  EXPECT_EQ(AdmitAll(), 1);
+
+  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(gang.state, GangState::kRunning);
+  EXPECT_EQ(gang.members.at(1).host_name, "cpu-01");
+  EXPECT_EQ(gang.members.at(2).host_name, "cpu-01");
+}
+
+TEST_F(SchedulerTest, MembersDoNotShareAHostWithoutRoom) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+
+  EXPECT_EQ(AdmitAll(), 0);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): all 2 members present, waiting for 2 "
+            "free slots on up hosts (have 1) (queue position 1)");
+
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(gang.members.at(1).host_name, "cpu-01");
+  EXPECT_EQ(gang.members.at(2).host_name, "cpu-02");
+}
+
+TEST_F(SchedulerTest, GpuMembersShareAHostAndLeaseDistinctGpus) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 4), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 4), 12).ok());
+
+  EXPECT_EQ(AdmitAll(), 1);
+
+  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_THAT(gang.members.at(1).gpu_indices, ElementsAre(0u, 1u, 2u, 3u));
+  EXPECT_THAT(gang.members.at(2).gpu_indices, ElementsAre(4u, 5u, 6u, 7u));
+  EXPECT_THAT(LeasedGpus("gpu-01"),
+              ElementsAre(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u));
+}
+
+TEST_F(SchedulerTest, PrefersTheArrivalHostWhenItFits) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 8, "gpu-02"), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 8, "gpu-02"), 12).ok());
+
+  EXPECT_EQ(AdmitAll(), 1);
+
+  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(gang.members.at(1).host_name, "gpu-02");
+  EXPECT_EQ(gang.members.at(2).host_name, "gpu-01");  // gpu-02 is full.
+  EXPECT_EQ(gang.master_host, "gpu-02");
+}
+
+TEST_F(SchedulerTest, DownHostGetsNoPlacement) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
+  clock_.Advance(11s);
+  bool was_down = false;
+  ASSERT_TRUE(scheduler_->Heartbeat("gpu-02", &was_down));
+  EXPECT_TRUE(was_down);
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 2, "gpu-01"), 11).ok());
+
+  EXPECT_EQ(AdmitAll(), 1);
+
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_EQ(snapshot.gangs.at(0).members.at(1).host_name, "gpu-02");
+  EXPECT_EQ(snapshot.hosts.at(0).state, HostState::kDown);
+  EXPECT_EQ(snapshot.hosts.at(1).state, HostState::kUp);
+}
+
+TEST_F(SchedulerTest, ExplainsWhenEveryHostIsDownOrNoneIsRegistered) {
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): all 1 members present, no host "
+            "registered yet");
+
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  clock_.Advance(11s);
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+              HasSubstr("all 1 registered hosts are down"));
+}
+
+TEST_F(SchedulerTest, QueuedGangNamesTheGangThatHoldsTheHost) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("gpu-01", 1)).ok());
+  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1), 1).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  EXPECT_EQ(AdmitAll(), 0);
+
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(1).reason,
+            "gang train (pipeline 77): all 2 members present, waiting for 2 "
+            "free slots on up hosts (have 0; host gpu-01 busy with gang "
+            "eval-p5-pl76-n1) (queue position 1)");
+}
+
+TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 1), 11).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  GangKey other = TrainKey(1);
+  other.pipeline_id = 78;
+  ASSERT_TRUE(scheduler_->Join(Joining(other, 1, 1), 21).ok());
+
+  std::vector<AdmissionProposal> proposals = scheduler_->Plan();
+
+  ASSERT_EQ(proposals.size(), 1u);
+  EXPECT_EQ(proposals[0].candidate_ports.front(), 29511u);
+  EXPECT_EQ(scheduler_->Admit(proposals[0], 29510).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_TRUE(scheduler_->Admit(proposals[0], 29511).ok());
+}
+
+TEST_F(SchedulerTest, LeasesAreReleasedWhenEveryMemberHasLeft) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 2), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 2), 12).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());  // Idempotent.
+  EXPECT_THAT(LeasedGpus("gpu-01"), ElementsAre(0u, 1u, 2u, 3u));
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+
+  EXPECT_THAT(LeasedGpus("gpu-01"), IsEmpty());
+  Snapshot snapshot = scheduler_->GetSnapshot(true);
+  ASSERT_EQ(snapshot.gangs.size(), 1u);
+  EXPECT_EQ(snapshot.gangs[0].state, GangState::kDone);
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(stored->gpu_leases, IsEmpty());
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+}
+
+TEST_F(SchedulerTest, LeaveOfUnknownGangOrMemberIsFine) {
+  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 2, 999).ok());
+}
+
+TEST_F(SchedulerTest, MemberLeavingAFormingGangIsNoLongerPresent) {
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 11).kind,
+            MemberEvent::Kind::kAborted);
+  EXPECT_FALSE(
+      scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).present);
+}
+
+TEST_F(SchedulerTest, RejectsInvalidJoins) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 2)).ok());
+
+  absl::Status too_big = scheduler_->Join(Joining(TrainKey(12), 1), 1).status();
+  EXPECT_EQ(too_big.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(too_big.message(),
+            "gang train needs 12 nodes but this cluster allows at most 8 per "
+            "job (max_nodes_per_job)");
+  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(0), 1), 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::Status bad_index =
+      scheduler_->Join(Joining(TrainKey(2), 3), 1).status();
+  EXPECT_EQ(bad_index.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad_index.message(),
+            "member index 3 of gang train is outside 1..2");
+  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 0), 1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status gpus = scheduler_->Join(Joining(TrainKey(2), 1, 4), 1).status();
+  EXPECT_EQ(gpus.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(gpus.message(),
+            "gang train needs 4 GPUs per node but the largest registered host "
+            "has 2");
+}
+
+TEST_F(SchedulerTest, RejectsASecondLiveJobForTheSameIndex) {
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  JoinRequest imposter = Joining(TrainKey(2), 1);
+  imposter.job_id = 999;
+
+  absl::Status status = scheduler_->Join(imposter, 12).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(status.message(),
+            "member 1 of gang train-p5-pl77-n2 is already held by job 101");
+}
+
+TEST_F(SchedulerTest, RejoinOfAnAdmittedJobGetsItsAssignmentAgain) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 12).ok());
+
+  MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 12);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kAdmitted);
+  EXPECT_EQ(event.assignment.host_name, "cpu-01");
+  EXPECT_EQ(event.assignment.master_port, 29510u);
+}
+
+TEST_F(SchedulerTest, RejectsJoiningAFinishedGang) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(1), 1, 101).ok());
+
+  absl::Status status = scheduler_->Join(Joining(TrainKey(1), 1), 12).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("already finished (done)"));
+}
+
+TEST_F(SchedulerTest, RecordsExitCodes) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(1), 1), 11);
+  ASSERT_TRUE(gang.ok());
+  ASSERT_EQ(AdmitAll(), 1);
+
+  EXPECT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 137).ok());
+  EXPECT_EQ(scheduler_->ReportExit(*gang, 1, 1, 555, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->ReportExit("nope", 1, 1, 101, 0).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).exit_code,
+            137);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

@@ -1,0 +1,85 @@
+#include "coordinator/server.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const Config& config, const Clock& clock) {
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config.state_path);
+  if (!store.ok()) return store.status();
+  SchedulerOptions options;
+  options.max_nodes_per_job = config.max_nodes_per_job;
+  options.master_port_min = config.master_port_min;
+  options.master_port_max = config.master_port_max;
+  options.host_down_after = config.host_down_after;
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(clock, std::move(*store), options,
+                          server->port_checker_);
+  if (!coordinator.ok()) return coordinator.status();
+  server->coordinator_ = std::move(*coordinator);
+  server->service_ = std::make_unique<CoordinatorService>(
+      *server->coordinator_, config.heartbeat_interval);
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen_address,
+                           grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(server->service_.get());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen_address));
+  }
+  const size_t colon = config.listen_address.rfind(':');
+  server->bound_address_ =
+      absl::StrCat(config.listen_address.substr(0, colon), ":", port);
+  server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
+                                             ? server->bound_address_
+                                             : config.advertise_endpoint);
+  server->coordinator_->Start();
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+void CoordinatorServer::Shutdown() {
+  if (service_ != nullptr) {
+    service_->EndAllStreams("coordinator is shutting down");
+  }
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+    server_.reset();
+  }
+  if (coordinator_ != nullptr) coordinator_->Stop();
+}
+
+absl::Status WritePortFile(const std::string& path,
+                           const std::string& content) {
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::trunc);
+    file << content << "\n";
+    file.close();
+    if (!file) {
+      return absl::InternalError(
+          absl::StrCat("cannot write ", temporary, ": ", std::strerror(errno)));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ",
+                                            path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gdt::coordinator

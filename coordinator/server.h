@@ -1,0 +1,56 @@
+#ifndef GDT_COORDINATOR_SERVER_H_
+#define GDT_COORDINATOR_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "coordinator/agent_port_checker.h"
+#include "coordinator/config.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "grpcpp/server.h"
+
+namespace gdt::coordinator {
+
+// gdt-coord's serving wiring: opens the state, starts the scheduler thread
+// and the gRPC server. main() and the cross-process tests use it.
+// Thread-safe. Keeps a reference to `clock`.
+class CoordinatorServer {
+ public:
+  // Errors: Unavailable "cannot listen on ADDR" when the address cannot be
+  // bound; Internal/FailedPrecondition/DataLoss when the state cannot be
+  // opened or loaded.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const Config& config, const Clock& clock);
+
+  ~CoordinatorServer();  // Shuts down.
+  CoordinatorServer(const CoordinatorServer&) = delete;
+  CoordinatorServer& operator=(const CoordinatorServer&) = delete;
+
+  // host:port actually bound (the port is the kernel's choice for port 0).
+  const std::string& bound_address() const { return bound_address_; }
+
+  // Ends open JoinGang streams (clients reconnect), stops serving and the
+  // scheduler thread. Idempotent.
+  void Shutdown();
+
+ private:
+  CoordinatorServer() = default;
+
+  AgentPortChecker port_checker_;
+  std::unique_ptr<Coordinator> coordinator_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string bound_address_;
+};
+
+// Writes `content` plus a newline to `path` atomically (temporary file in the
+// same directory, then rename).
+// Errors: Internal naming the path.
+absl::Status WritePortFile(const std::string& path, const std::string& content);
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_SERVER_H_

@@ -1,0 +1,69 @@
+#ifndef GDT_COORDINATOR_STORE_H_
+#define GDT_COORDINATOR_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/model.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace gdt::coordinator {
+
+// Everything the store holds, as Load() returns it.
+struct StoredState {
+  std::vector<Host> hosts;  // By name.
+  std::vector<Gang> gangs;  // By sequence; members come back not present.
+  std::vector<GpuLease> gpu_leases;
+  std::vector<PortLease> port_leases;
+};
+
+// The coordinator's durable state in one SQLite file (WAL mode, a schema
+// version table, prepared statements, one transaction per change): hosts,
+// gangs, members, GPU leases and port leases. Runtime-only fields (member
+// presence, stream ids, heartbeat time points) are not stored.
+//
+// Not thread-safe; the scheduler that owns it serialises access.
+class Store {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a private
+  // in-memory one), creating parent directories.
+  // Errors: Internal when the file cannot be created or opened;
+  // FailedPrecondition when it has a newer schema version.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
+
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Inserts or replaces the host (by name).
+  absl::Status SaveHost(const Host& host);
+
+  // Inserts or replaces the gang, its members and its leases: a RUNNING gang
+  // holds a GPU lease for every GPU of its members and a port lease for its
+  // master port; other states hold none.
+  absl::Status SaveGang(const Gang& gang);
+
+  // Reads everything back.
+  absl::StatusOr<StoredState> Load();
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Init();
+  absl::Status Exec(const char* sql);
+  absl::StatusOr<sqlite3_stmt*> Prepare(const char* sql);
+  absl::Status SaveGangRows(const Gang& gang);
+  absl::StatusOr<StoredState> LoadRows();
+  absl::Status Error(const std::string& what) const;
+
+  sqlite3* db_;
+  std::map<const char*, sqlite3_stmt*> statements_;  // Keyed by SQL text.
+};
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_STORE_H_

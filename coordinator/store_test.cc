@@ -1,0 +1,149 @@
+#include "coordinator/store.h"
+
+#include <sqlite3.h>
+
+#include "common/fake_clock.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/test_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using testing_support::CpuHost;
+using testing_support::GpuHost;
+using testing_support::Joining;
+using testing_support::ScopedTempDir;
+using testing_support::TrainKey;
+
+void ExpectSameState(const StoredState& a, const StoredState& b) {
+  ASSERT_EQ(a.hosts.size(), b.hosts.size());
+  for (size_t i = 0; i < a.hosts.size(); ++i) {
+    EXPECT_EQ(a.hosts[i].spec, b.hosts[i].spec);
+    EXPECT_EQ(a.hosts[i].last_heartbeat_unix_ms,
+              b.hosts[i].last_heartbeat_unix_ms);
+  }
+  ASSERT_EQ(a.gangs.size(), b.gangs.size());
+  for (size_t i = 0; i < a.gangs.size(); ++i) {
+    EXPECT_TRUE(a.gangs[i].SameRecord(b.gangs[i])) << a.gangs[i].id;
+  }
+  EXPECT_EQ(a.gpu_leases, b.gpu_leases);
+  EXPECT_EQ(a.port_leases, b.port_leases);
+}
+
+class StoreTest : public ::testing::Test {
+ protected:
+  std::string Path() const { return dir_.path() + "/state/coord.db"; }
+
+  // Fills a store through the scheduler: two hosts, a running gang, a
+  // forming gang and a finished gang.
+  void Fill(Store& store) {
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, store, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Scheduler& s = **scheduler;
+    ASSERT_TRUE(s.RegisterHost(GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE(s.RegisterHost(CpuHost("cpu-01", 2)).ok());
+    ASSERT_TRUE(s.Join(Joining(TrainKey(2), 1, 4), 1).ok());
+    ASSERT_TRUE(s.Join(Joining(TrainKey(2), 2, 4), 2).ok());
+    GangKey done_key = TrainKey(1);
+    done_key.group_name = "lint";
+    ASSERT_TRUE(s.Join(Joining(done_key, 1), 3).ok());
+    for (const AdmissionProposal& proposal : s.Plan()) {
+      ASSERT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
+    }
+    ASSERT_TRUE(s.Leave(done_key, 1, 101).ok());
+    GangKey forming = TrainKey(3);
+    forming.group_name = "eval";
+    ASSERT_TRUE(s.Join(Joining(forming, 2), 4).ok());
+  }
+
+  ScopedTempDir dir_;
+  FakeClock clock_;
+};
+
+TEST_F(StoreTest, ReopenedStoreHoldsEverything) {
+  StoredState before;
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+    absl::StatusOr<StoredState> loaded = (*store)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    before = *loaded;
+  }
+
+  absl::StatusOr<std::unique_ptr<Store>> reopened = Store::Open(Path());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<StoredState> after = (*reopened)->Load();
+
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(before.hosts.size(), 2u);
+  EXPECT_EQ(before.gangs.size(), 3u);
+  EXPECT_EQ(before.gpu_leases.size(), 8u);
+  ASSERT_EQ(before.port_leases.size(), 1u);
+  EXPECT_EQ(before.port_leases[0].port, 29510u);
+  ExpectSameState(before, *after);
+}
+
+TEST_F(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, **store, SchedulerOptions{});
+
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  Snapshot snapshot = (*scheduler)->GetSnapshot(true);
+  ASSERT_EQ(snapshot.gangs.size(), 3u);
+  const Gang& running = snapshot.gangs[0];
+  EXPECT_EQ(running.id, "train-p5-pl77-n2");
+  EXPECT_EQ(running.state, GangState::kRunning);
+  EXPECT_TRUE(running.members.at(1).present);
+  const Gang& forming = snapshot.gangs[1];
+  EXPECT_EQ(forming.state, GangState::kForming);
+  EXPECT_FALSE(forming.members.at(2).present);
+  EXPECT_EQ(snapshot.gangs[2].state, GangState::kDone);
+  EXPECT_EQ(snapshot.hosts[1].host.spec.name, "gpu-01");
+  EXPECT_THAT(snapshot.hosts[1].leased_gpus,
+              ElementsAre(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u));
+  EXPECT_THAT(snapshot.hosts[0].leased_gpus, IsEmpty());
+  // The next gang on gpu-01 must not get the leased port.
+  ASSERT_TRUE((*scheduler)->RegisterHost(GpuHost("gpu-02", 8)).ok());
+  GangKey next = TrainKey(1);
+  next.pipeline_id = 99;
+  ASSERT_TRUE((*scheduler)->Join(Joining(next, 1, 1, "gpu-02"), 9).ok());
+  std::vector<AdmissionProposal> proposals = (*scheduler)->Plan();
+  ASSERT_EQ(proposals.size(), 1u);
+  EXPECT_EQ(proposals[0].master_host, "gpu-02");
+}
+
+TEST_F(StoreTest, RejectsANewerSchemaVersion) {
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    ASSERT_TRUE(store.ok()) << store.status();
+  }
+  // Simulate a database written by a future gdt-coord.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(Path().c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES (99)", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), ::testing::HasSubstr("version 99"));
+}
+
+}  // namespace
+}  // namespace gdt::coordinator
