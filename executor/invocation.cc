@@ -15,6 +15,25 @@ absl::Status Usage(const std::string& problem) {
 
 }  // namespace
 
+std::string HelpText() {
+  return absl::StrCat(
+      "gdt-executor: the GitLab Runner custom executor of gdt.\n", kUsage,
+      "\n\n"
+      "gitlab-runner calls it once per stage (see examples/config.toml):\n"
+      "  config                  print the runner's JSON (unique builds dir)\n"
+      "  prepare                 join the job's gang, wait for admission, set "
+      "up the placed host\n"
+      "  run <script> <stage>    run a stage script on the placed host's "
+      "gdt-agent, streaming its output\n"
+      "  cleanup                 tear the member down and leave the gang\n\n"
+      "Config: --config FILE, else $GDT_EXECUTOR_CONFIG, else "
+      "/etc/gdt/executor.yaml.\n"
+      "Exit codes: 0 success; $BUILD_FAILURE_EXIT_CODE when the job's script "
+      "or the job's own settings fail\n"
+      "(the script's code in $BUILD_EXIT_CODE_FILE); $SYSTEM_FAILURE_EXIT_CODE "
+      "for infrastructure failures.\n");
+}
+
 absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
                                            const Environment& environment) {
   std::string config_flag;

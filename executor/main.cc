@@ -20,6 +20,12 @@
 int main(int argc, char** argv) {
   using gdt::executor::FinishOutcome;
   using gdt::executor::Outcome;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") {
+      std::cout << gdt::executor::HelpText();
+      return 0;
+    }
+  }
   const std::atomic<int>& signal = gdt::executor::InstallTerminationHandlers();
   const gdt::executor::Environment environment = gdt::CurrentEnvironment();
   const gdt::executor::JobEnv job_env = gdt::executor::ReadJobEnv(environment);

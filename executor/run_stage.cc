@@ -82,10 +82,9 @@ Outcome RunScriptStage(const StageContext& context,
   }
 
   rendezvous::AgentClient agent(state->agent_endpoint);
-  // SetupMember is idempotent: it re-creates the member after an agent
-  // restart, and it connects the channel so that an unreachable agent is
-  // reported here rather than by RunStage's first write (whose failure path
-  // in AgentClient is not safe to hit).
+  // SetupMember is idempotent: it re-creates the member's directories after
+  // an agent restart, and an unreachable agent is reported here with the
+  // stage's name before any output was streamed.
   v1::SetupMemberRequest setup;
   setup.set_member_id(state->member_id);
   setup.set_builds_dir(state->builds_dir);

@@ -26,6 +26,9 @@ struct Invocation {
 
 // Parses the arguments after argv[0]. Errors: InvalidArgument with a usage
 // line.
+// The text `gdt-executor --help` prints: stages, config lookup, exit codes.
+std::string HelpText();
+
 absl::StatusOr<Invocation> ParseInvocation(const std::vector<std::string>& args,
                                            const Environment& environment);
 

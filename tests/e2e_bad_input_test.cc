@@ -75,7 +75,7 @@ class BadInputTest : public ::testing::Test {
     std::vector<std::string> argv = {BinaryPath("gdt-executor"), "--config",
                                      config_};
     argv.insert(argv.end(), stage.begin(), stage.end());
-    return Run(argv, env_, seconds(30));
+    return RunProcess(argv, env_, seconds(30));
   }
 
   // One clear line: the message is there and nothing crashed.
@@ -191,9 +191,9 @@ TEST(BadConfigTest, CoordinatorRejectsUnknownConfigKey) {
   TempDir dir;
   WriteFile(dir.Sub("coord.yaml"), "listen_adress: 127.0.0.1:0\n");
 
-  CommandResult result =
-      Run({BinaryPath("gdt-coord"), "serve", "--config", dir.Sub("coord.yaml")},
-          {}, seconds(20));
+  CommandResult result = RunProcess(
+      {BinaryPath("gdt-coord"), "serve", "--config", dir.Sub("coord.yaml")}, {},
+      seconds(20));
 
   EXPECT_EQ(result.status.code(), 2) << result.output;
   EXPECT_THAT(result.output, HasSubstr("listen_adress"));
@@ -205,8 +205,8 @@ TEST(BadConfigTest, AgentRejectsUnknownConfigKey) {
             "coordinator: 127.0.0.1:1\nhost:\n  nmae: gpu-01\n");
 
   CommandResult result =
-      Run({BinaryPath("gdt-agent"), "--config", dir.Sub("agent.yaml")}, {},
-          seconds(20));
+      RunProcess({BinaryPath("gdt-agent"), "--config", dir.Sub("agent.yaml")},
+                 {}, seconds(20));
 
   EXPECT_EQ(result.status.code(), 2) << result.output;
   EXPECT_THAT(result.output, HasSubstr("nmae"));

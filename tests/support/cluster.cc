@@ -178,9 +178,9 @@ ExitStatus Daemon::Stop(int signal) {
   return *status;
 }
 
-CommandResult Run(const std::vector<std::string>& argv,
-                  const std::map<std::string, std::string>& extra_env,
-                  milliseconds timeout) {
+CommandResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& extra_env,
+                         milliseconds timeout) {
   CommandResult result;
   SpawnOptions options;
   options.argv = argv;
@@ -216,7 +216,7 @@ absl::StatusOr<nlohmann::json> CoordinatorStatus(
                                  std::string("--json"), std::string("--all")}) {
     argv.push_back(arg);
   }
-  CommandResult result = Run(argv, {}, milliseconds(20000));
+  CommandResult result = RunProcess(argv, {}, milliseconds(20000));
   if (!result.status.success()) {
     return absl::UnavailableError(
         absl::StrCat("gdt-coord status failed: ", result.output));
@@ -264,10 +264,15 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
                               : "127.0.0.1:0";
   }
   const std::string config = dir_.Sub("coord.yaml");
+  // Tests running in parallel share this machine's ports but not a
+  // coordinator, so each test process leases master ports from its own range.
+  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
   WriteFile(config, absl::StrCat("listen_address: ", coordinator_listen_,
                                  "\nstate_path: ", dir_.Sub("coord.db"),
                                  "\nheartbeat_interval_seconds: 1\n",
-                                 "host_down_after_seconds: 5\n"));
+                                 "host_down_after_seconds: 5\n",
+                                 "master_port_range: {min: ", first_port,
+                                 ", max: ", first_port + 39, "}\n"));
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
       Prefix(control_host_),
       {BinaryPath("gdt-coord"), "serve", "--config", config}, {},
@@ -356,7 +361,7 @@ CommandResult GdtCluster::RunLocal(const std::string& project_dir,
                                    const std::string& job,
                                    const std::vector<std::string>& extra,
                                    milliseconds timeout) {
-  return Run(RunLocalArgv(project_dir, job, extra), {}, timeout);
+  return RunProcess(RunLocalArgv(project_dir, job, extra), {}, timeout);
 }
 
 std::vector<std::string> GdtCluster::RunLocalArgv(

@@ -92,9 +92,9 @@ struct CommandResult {
   ExitStatus status;
   std::string output;
 };
-CommandResult Run(const std::vector<std::string>& argv,
-                  const std::map<std::string, std::string>& extra_env,
-                  std::chrono::milliseconds timeout);
+CommandResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& extra_env,
+                         std::chrono::milliseconds timeout);
 
 // `gdt-coord status --json` against `endpoint`, run with `prefix`.
 absl::StatusOr<nlohmann::json> CoordinatorStatus(
