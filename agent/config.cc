@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -213,14 +214,7 @@ absl::Status ValidateConfig(const Config& config) {
         absl::StrCat("scratch_dir must be an absolute path, got '",
                      config.scratch_dir, "'"));
   }
-  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
-                                            "error", "critical", "off"};
-  for (const char* level : kLevels) {
-    if (config.log_level == level) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown log_level '", config.log_level,
-                   "' (use trace, debug, info, warn, error, critical, off)"));
+  return CheckLogLevel(config.log_level);
 }
 
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {

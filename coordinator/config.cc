@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
@@ -111,14 +112,7 @@ absl::Status ValidateConfig(const Config& config) {
         ") must be larger than heartbeat_interval_seconds (",
         config.heartbeat_interval.count(), ")"));
   }
-  static constexpr const char* kLevels[] = {"trace", "debug",    "info", "warn",
-                                            "error", "critical", "off"};
-  for (const char* level : kLevels) {
-    if (config.log_level == level) return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown log_level '", config.log_level,
-                   "' (use trace, debug, info, warn, error, critical, off)"));
+  return CheckLogLevel(config.log_level);
 }
 
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {

@@ -7,18 +7,12 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gdt::executor {
 namespace {
-
-bool IsLogLevel(const std::string& level) {
-  for (const char* known :
-       {"trace", "debug", "info", "warn", "error", "critical", "off"}) {
-    if (level == known) return true;
-  }
-  return false;
-}
 
 absl::StatusOr<std::chrono::seconds> PositiveSeconds(const YAML::Node& value,
                                                      const std::string& key) {
@@ -91,11 +85,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
     return absl::InvalidArgumentError(absl::StrCat(
         "cache_root must be an absolute path, not '", config.cache_root, "'"));
   }
-  if (!IsLogLevel(config.log_level)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown log_level '", config.log_level,
-                     "' (use trace, debug, info, warn, error, critical, off)"));
-  }
+  GDT_RETURN_IF_ERROR(CheckLogLevel(config.log_level));
   if (config.arrival_host.empty()) config.arrival_host = HostName();
   return config;
 }
