@@ -33,6 +33,7 @@ TEST(EndToEndTest, TwoMemberDdpJobTrainsAndReleasesLeases) {
       ReadAdmissions(cluster.run_dir(), 2);
   ASSERT_EQ(admissions.size(), 2u) << run.output;
   ExpectOneGangWithRanks(admissions, 2);
+  ExpectAdmittedOnlyAfterAllJoined(run.output, 2);
   ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/2);
   ExpectLeasesReleased(cluster);
 }
@@ -53,6 +54,7 @@ TEST(EndToEndTest, ThreeMembersWithTwoProcessesEach) {
       ReadAdmissions(cluster.run_dir(), 3);
   ASSERT_EQ(admissions.size(), 3u) << run.output;
   ExpectOneGangWithRanks(admissions, 3);
+  ExpectAdmittedOnlyAfterAllJoined(run.output, 3);
   ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/6);
   ExpectLeasesReleased(cluster);
 }

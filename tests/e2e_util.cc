@@ -81,6 +81,22 @@ void ExpectOneGangWithRanks(const std::vector<Admission>& admissions, int n) {
   EXPECT_EQ(ranks, expected) << "node ranks must be 0..n-1, each once";
 }
 
+void ExpectAdmittedOnlyAfterAllJoined(const std::string& output, int n) {
+  size_t last_join = 0;
+  int joins = 0;
+  for (size_t at = output.find("gdt: joining gang"); at != std::string::npos;
+       at = output.find("gdt: joining gang", at + 1)) {
+    last_join = at;
+    ++joins;
+  }
+  const size_t first_admission = output.find(" admitted: member ");
+  EXPECT_GE(joins, n) << output;
+  ASSERT_NE(first_admission, std::string::npos) << output;
+  EXPECT_GT(first_admission, last_join)
+      << "a member was admitted before every member had joined:\n"
+      << output;
+}
+
 void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
                                           int world_size) {
   std::set<int> ranks;

@@ -31,6 +31,10 @@ std::vector<Admission> ReadAdmissions(const std::string& run_dir, int members);
 // One gang, node ranks 0..n-1 each once, one master for all.
 void ExpectOneGangWithRanks(const std::vector<Admission>& admissions, int n);
 
+// In run-local's interleaved output, no member is admitted before all `n`
+// members have joined: the gang is admitted as a whole.
+void ExpectAdmittedOnlyAfterAllJoined(const std::string& output, int n);
+
 // Every rank's report (an artifact of the job) exists, agrees on the world
 // size and says its parameters equal everyone else's.
 void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
