@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the dependency rule of docs/architecture.md on #include lines:
 #   layer 0: proto, common          layer 1: rendezvous, gitlab
-#   layer 2: coordinator, agent, executor, nccl_bootstrap
+#   layer 2: coordinator, agent, executor, nccl_bootstrap, policy (no gRPC)
 # A directory may include only from the directories listed for it; the
 # coordinator's scheduling logic (everything but *_service.*, *_client.* and
 # main.cc) may not see gRPC or generated protos at all.
@@ -16,8 +16,9 @@ declare -A allowed=(
   [agent]="common rendezvous agent gdt"
   [executor]="common rendezvous gitlab executor gdt"
   [nccl_bootstrap]="common rendezvous nccl_bootstrap gdt"
+  [policy]="common policy"
 )
-ours="proto common rendezvous gitlab coordinator agent executor nccl_bootstrap tests examples gdt"
+ours="proto common rendezvous gitlab coordinator agent executor nccl_bootstrap policy tests examples gdt"
 status=0
 for dir in "${!allowed[@]}"; do
   [ -d "$dir" ] || continue
@@ -48,8 +49,8 @@ for src in $logic coordinator_test.cc scheduler_test.cc store_test.cc config_tes
 done
 
 # gitlab/ is layer 1 without gRPC.
-if git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' >/dev/null; then
-  git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' >&2
+if git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' 'policy/*' >/dev/null; then
+  git grep -nE '#include [<"](grpcpp|gdt/v1)/' -- 'gitlab/*' 'common/*' 'policy/*' >&2
   echo "layering: common/ and gitlab/ must not use gRPC or protos" >&2
   status=1
 fi

@@ -1,0 +1,546 @@
+#include "policy/admission_policy.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::policy {
+namespace {
+
+constexpr uint32_t kUnlimited = std::numeric_limits<uint32_t>::max();
+
+// Best-fit placement of members needing `gpus` each: every member goes to the
+// usable host with the fewest GPUs left that still holds it, preferring the
+// member's own runner host on ties. For equal-sized members this finds a
+// placement whenever sum(floor(cap / gpus)) covers them. `usable[h]` says
+// whether host h may be used at all (it matters for CPU-only members).
+std::optional<std::vector<size_t>> BestFit(uint32_t gpus,
+                                           const std::vector<size_t>& preferred,
+                                           const std::vector<bool>& usable,
+                                           std::vector<uint32_t> cap) {
+  std::vector<size_t> out;
+  out.reserve(preferred.size());
+  for (const size_t want : preferred) {
+    size_t best = cap.size();
+    for (size_t h = 0; h < cap.size(); ++h) {
+      if (!usable[h] || cap[h] < gpus) continue;
+      if (best == cap.size() || cap[h] < cap[best] ||
+          (cap[h] == cap[best] && h == want)) {
+        best = h;
+      }
+    }
+    if (best == cap.size()) return std::nullopt;
+    cap[best] -= gpus;
+    out.push_back(best);
+  }
+  return out;
+}
+
+// Members of `gpus` GPUs each that hosts with these GPU counts can hold.
+uint64_t Capacity(uint32_t gpus, const std::vector<uint32_t>& cap,
+                  const std::vector<bool>& usable) {
+  uint64_t total = 0;
+  for (size_t h = 0; h < cap.size(); ++h) {
+    if (!usable[h]) continue;
+    if (gpus == 0) return kUnlimited;
+    total += cap[h] / gpus;
+  }
+  return total;
+}
+
+}  // namespace
+
+AdmissionPolicy::AdmissionPolicy(const PolicyOptions& options)
+    : options_(options) {}
+
+absl::Status AdmissionPolicy::AddHost(const HostSpec& spec) {
+  if (spec.name.empty()) {
+    return absl::InvalidArgumentError("host name is empty");
+  }
+  if (host_index_.count(spec.name) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("host ", spec.name));
+  }
+  Host host;
+  host.spec = spec;
+  host.gpu_owner.assign(spec.gpus, -1);
+  host.free_gpus = spec.gpus;
+  host.free_slots = spec.runner_slots;
+  host_index_[spec.name] = hosts_.size();
+  host_names_.push_back(spec.name);
+  hosts_.push_back(std::move(host));
+  return absl::OkStatus();
+}
+
+absl::Status AdmissionPolicy::SetDrained(const std::string& host,
+                                         bool drained) {
+  auto it = host_index_.find(host);
+  if (it == host_index_.end()) {
+    return absl::NotFoundError(absl::StrCat("host ", host));
+  }
+  hosts_[it->second].drained = drained;
+  return absl::OkStatus();
+}
+
+absl::Status AdmissionPolicy::SetDown(const std::string& host, bool down) {
+  auto it = host_index_.find(host);
+  if (it == host_index_.end()) {
+    return absl::NotFoundError(absl::StrCat("host ", host));
+  }
+  hosts_[it->second].down = down;
+  return absl::OkStatus();
+}
+
+bool AdmissionPolicy::Eligible(const Host& host, const GangSpec& spec) const {
+  if (host.drained || host.down || host.spec.gpus < spec.gpus_per_member) {
+    return false;
+  }
+  for (const auto& [key, value] : spec.node_selector) {
+    auto it = host.spec.labels.find(key);
+    if (it == host.spec.labels.end() || it->second != value) return false;
+  }
+  return true;
+}
+
+absl::Status AdmissionPolicy::CheckFeasible(const GangSpec& spec) const {
+  if (spec.id.empty() || spec.members == 0 || spec.run_bound <= 0) {
+    return absl::InvalidArgumentError(
+        "a gang needs an id, at least one member and a positive run bound");
+  }
+  const uint32_t g = spec.gpus_per_member;
+  if (spec.members > options_.max_nodes_per_job) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", spec.id, " asks for ", spec.members, " nodes; the limit is ",
+        options_.max_nodes_per_job, " nodes per job (max_nodes_per_job)"));
+  }
+  uint32_t largest = 0;
+  for (const Host& host : hosts_) largest = std::max(largest, host.spec.gpus);
+  if (g > largest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", spec.id, " asks for ", g,
+                     " GPUs per node; the largest host has ", largest));
+  }
+  std::vector<uint32_t> total(hosts_.size());
+  std::vector<bool> matching(hosts_.size());
+  std::vector<bool> taking(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    Host relaxed = hosts_[h];
+    relaxed.drained = false;
+    relaxed.down = false;
+    total[h] = hosts_[h].spec.gpus;
+    matching[h] = Eligible(relaxed, spec);
+    taking[h] = Eligible(hosts_[h], spec);
+  }
+  const uint64_t able = Capacity(g, total, matching);
+  if (able < spec.members) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", spec.id, " needs ", spec.members, " nodes with ", g,
+        " GPUs each; the hosts able to serve it hold only ", able,
+        spec.node_selector.empty() ? "" : " (node selector applied)"));
+  }
+  const uint64_t up = Capacity(g, total, taking);
+  if (up < spec.members) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", spec.id, " needs ", spec.members, " nodes with ",
+                     g, " GPUs each; hosts taking gangs hold only ", up,
+                     " and the rest of the capacity is drained or down"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AdmissionPolicy::Join(const GangSpec& spec, uint32_t member_index,
+                                   const std::string& slot_host) {
+  auto host_it = host_index_.find(slot_host);
+  if (host_it == host_index_.end()) {
+    return absl::NotFoundError(absl::StrCat("host ", slot_host));
+  }
+  Host& host = hosts_[host_it->second];
+  auto gang_it = gangs_.find(spec.id);
+  if (gang_it != gangs_.end()) {
+    const Gang& gang = gang_it->second;
+    if (gang.running) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gang ", spec.id, " is already running"));
+    }
+    if (gang.spec.members != spec.members ||
+        gang.spec.gpus_per_member != spec.gpus_per_member) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gang ", spec.id, " was joined with a different shape"));
+    }
+  }
+  if (member_index < 1 || member_index > spec.members) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "member index ", member_index, " is outside 1..", spec.members));
+  }
+  if (gang_it != gangs_.end() &&
+      gang_it->second.present.count(member_index) != 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("gang ", spec.id, " member ", member_index));
+  }
+  if (host.down || host.free_slots == 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no free runner slot on ", slot_host));
+  }
+  if (gang_it == gangs_.end()) {
+    if (absl::Status feasible = CheckFeasible(spec); !feasible.ok()) {
+      return feasible;
+    }
+    Gang gang;
+    gang.spec = spec;
+    gang.seq = next_seq_++;
+    const QueueKey key{-spec.priority, spec.queue_time, gang.seq};
+    gang_it = gangs_.emplace(spec.id, std::move(gang)).first;
+    queue_[key] = &gang_it->second;
+    if (spec.gpus_per_member == 0) ++cpu_only_waiting_;
+  }
+  --host.free_slots;
+  gang_it->second.present[member_index] = Member{host_it->second, {}};
+  return absl::OkStatus();
+}
+
+void AdmissionPolicy::ReleaseGpus(int64_t seq, size_t host,
+                                  const std::vector<uint32_t>& gpus) {
+  for (const uint32_t gpu : gpus) {
+    if (hosts_[host].gpu_owner[gpu] == seq) {
+      hosts_[host].gpu_owner[gpu] = -1;
+      ++hosts_[host].free_gpus;
+    }
+  }
+}
+
+absl::Status AdmissionPolicy::Leave(const std::string& gang_id,
+                                    uint32_t member_index) {
+  auto it = gangs_.find(gang_id);
+  if (it == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("gang ", gang_id));
+  }
+  Gang& gang = it->second;
+  if (gang.running) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " is running; finish it instead"));
+  }
+  auto member = gang.present.find(member_index);
+  if (member == gang.present.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("gang ", gang_id, " member ", member_index));
+  }
+  ReleaseGpus(gang.seq, member->second.slot_host, member->second.gpus);
+  ++hosts_[member->second.slot_host].free_slots;
+  gang.present.erase(member);
+  return absl::OkStatus();
+}
+
+void AdmissionPolicy::Dequeue(const Gang& gang) {
+  queue_.erase(QueueKey{-gang.spec.priority, gang.spec.queue_time, gang.seq});
+  if (gang.spec.gpus_per_member == 0) --cpu_only_waiting_;
+}
+
+void AdmissionPolicy::RemoveGang(const std::string& id) {
+  auto it = gangs_.find(id);
+  Gang& gang = it->second;
+  for (const auto& [index, member] : gang.present) {
+    ReleaseGpus(gang.seq, member.slot_host, member.gpus);
+    ++hosts_[member.slot_host].free_slots;
+  }
+  for (const auto& [host, gpus] : gang.placement) {
+    ReleaseGpus(gang.seq, host, gpus);
+  }
+  if (gang.running) {
+    running_.erase({gang.end_bound, id});
+  } else {
+    Dequeue(gang);
+  }
+  gangs_.erase(it);
+}
+
+absl::Status AdmissionPolicy::Finish(const std::string& gang_id) {
+  auto it = gangs_.find(gang_id);
+  if (it == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("gang ", gang_id));
+  }
+  if (!it->second.running) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " is not running"));
+  }
+  RemoveGang(gang_id);
+  return absl::OkStatus();
+}
+
+std::optional<Bounce> AdmissionPolicy::BreakDeadlock() {
+  // Runner slots able to serve anyone are those on hosts that are up. The
+  // gangs waiting for members can never complete when none of those slots is
+  // free and every one is held by a member of such a gang: running gangs and
+  // complete gangs free theirs eventually, incomplete ones never do.
+  uint32_t up_slots = 0;
+  for (const Host& host : hosts_) {
+    if (host.down) continue;
+    if (host.free_slots != 0) return std::nullopt;
+    up_slots += host.spec.runner_slots;
+  }
+  if (up_slots == 0) return std::nullopt;
+  uint32_t held_by_incomplete = 0;
+  const Gang* victim = nullptr;
+  size_t incomplete = 0;
+  for (const auto& [id, gang] : gangs_) {
+    const bool complete = gang.present.size() == gang.spec.members;
+    uint32_t held_here = 0;
+    for (const auto& [index, member] : gang.present) {
+      if (!hosts_[member.slot_host].down) ++held_here;
+    }
+    if (gang.running || complete) {
+      if (held_here != 0) return std::nullopt;
+      continue;
+    }
+    ++incomplete;
+    held_by_incomplete += held_here;
+    if (held_here == 0) continue;
+    // Lowest priority first, then the youngest.
+    if (victim == nullptr ||
+        std::make_tuple(-gang.spec.priority, gang.spec.queue_time, gang.seq) >
+            std::make_tuple(-victim->spec.priority, victim->spec.queue_time,
+                            victim->seq)) {
+      victim = &gang;
+    }
+  }
+  if (victim == nullptr || held_by_incomplete != up_slots) return std::nullopt;
+  Bounce bounce;
+  bounce.gang_id = victim->spec.id;
+  bounce.message = absl::StrCat(
+      "gang ", victim->spec.id, " (", victim->present.size(), "/",
+      victim->spec.members,
+      " members present) was sent back to GitLab to break a runner-slot "
+      "deadlock: all ",
+      up_slots, " runner slots are held by ", incomplete,
+      " incomplete gangs. Its jobs end with a system failure; "
+      "`retry: {max: 2, when: [runner_system_failure]}` in the job runs them "
+      "again.");
+  RemoveGang(bounce.gang_id);
+  return bounce;
+}
+
+std::optional<std::vector<size_t>> AdmissionPolicy::Place(
+    const Gang& gang, const std::vector<uint32_t>* extra) const {
+  std::vector<uint32_t> cap(hosts_.size());
+  std::vector<bool> usable(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    usable[h] = Eligible(hosts_[h], gang.spec);
+    cap[h] = hosts_[h].free_gpus;
+    if (extra != nullptr) cap[h] = std::min(cap[h], (*extra)[h]);
+  }
+  std::vector<size_t> preferred;
+  preferred.reserve(gang.present.size());
+  for (const auto& [index, member] : gang.present) {
+    preferred.push_back(member.slot_host);
+  }
+  return BestFit(gang.spec.gpus_per_member, preferred, usable, std::move(cap));
+}
+
+Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
+                                  Seconds now) {
+  Admission admission;
+  admission.gang_id = gang.spec.id;
+  size_t i = 0;
+  for (const auto& [index, member] : gang.present) {
+    Host& host = hosts_[hosts[i++]];
+    MemberPlacement placement;
+    placement.member_index = index;
+    placement.host = host.spec.name;
+    for (uint32_t gpu = 0; gpu < host.gpu_owner.size() &&
+                           placement.gpus.size() < gang.spec.gpus_per_member;
+         ++gpu) {
+      if (host.gpu_owner[gpu] == -1) {
+        host.gpu_owner[gpu] = gang.seq;
+        placement.gpus.push_back(gpu);
+      }
+    }
+    host.free_gpus -= static_cast<uint32_t>(placement.gpus.size());
+    gang.placement.emplace_back(hosts[i - 1], placement.gpus);
+    admission.members.push_back(std::move(placement));
+  }
+  Dequeue(gang);
+  gang.running = true;
+  gang.end_bound = now + gang.spec.run_bound;
+  running_.emplace(gang.end_bound, gang.spec.id);
+  return admission;
+}
+
+bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
+                              std::vector<uint32_t>& extra) {
+  const uint32_t g = head.spec.gpus_per_member;
+  std::vector<uint32_t> cap(hosts_.size());
+  std::vector<bool> usable(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    usable[h] = Eligible(hosts_[h], head.spec);
+    cap[h] = hosts_[h].free_gpus;
+  }
+  // Replay the running gangs' ends (at their run bounds) until it fits.
+  Seconds start = -1;
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    for (const auto& [host, gpus] : gangs_.at(it->second).placement) {
+      cap[host] += static_cast<uint32_t>(gpus.size());
+    }
+    auto next = std::next(it);
+    if (next != running_.end() && next->first == it->first) continue;
+    if (Capacity(g, cap, usable) >= head.spec.members) {
+      start = std::max(it->first, now);
+      break;
+    }
+  }
+  if (start < 0) return false;
+  std::vector<size_t> preferred;
+  for (const auto& [index, member] : head.present) {
+    preferred.push_back(member.slot_host);
+  }
+  std::optional<std::vector<size_t>> hosts = BestFit(g, preferred, usable, cap);
+  if (!hosts.has_value()) return false;
+  Reservation reservation;
+  reservation.gang_id = head.spec.id;
+  reservation.start = start;
+  extra.assign(hosts_.size(), kUnlimited);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (usable[h]) extra[h] = cap[h];
+  }
+  for (const size_t h : *hosts) {
+    extra[h] -= g;
+    reservation.gpus_by_host[hosts_[h].spec.name] += g;
+  }
+  reservation_ = std::move(reservation);
+  return true;
+}
+
+void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
+  std::vector<uint32_t> extra;
+  bool reserved = false;
+  uint64_t free_total = 0;
+  for (const Host& host : hosts_) {
+    if (!host.drained && !host.down) free_total += host.free_gpus;
+  }
+  // Shapes that already failed in this pass, by class (0: ends before the
+  // reservation or there is none, 1: runs past it): GPUs only get scarcer
+  // within a pass, so a gang with at least as many members and GPUs per
+  // member cannot fit either. fewest[c][g] is the fewest members that failed
+  // with at most g GPUs per member.
+  uint32_t largest = 0;
+  for (const Host& host : hosts_) largest = std::max(largest, host.spec.gpus);
+  std::vector<uint32_t> fewest[2] = {
+      std::vector<uint32_t>(largest + 1, kUnlimited),
+      std::vector<uint32_t>(largest + 1, kUnlimited)};
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    // Once the head is reserved and not even one GPU can be placed, only
+    // CPU-only gangs could still start.
+    if (reserved && cpu_only_waiting_ == 0 &&
+        (free_total == 0 || fewest[0][1] <= 1)) {
+      return;
+    }
+    Gang& gang = *it->second;
+    ++it;  // Commit() erases the gang's entry.
+    const GangSpec& spec = gang.spec;
+    if (gang.present.size() < spec.members) continue;
+    const int cls =
+        reserved && now + spec.run_bound > reservation_->start ? 1 : 0;
+    const bool plain = spec.node_selector.empty();
+    const uint32_t g = spec.gpus_per_member;
+    std::optional<std::vector<size_t>> hosts;
+    const uint64_t need = uint64_t{spec.members} * g;
+    if (need <= free_total && !(plain && spec.members >= fewest[cls][g])) {
+      hosts = Place(gang, cls == 1 ? &extra : nullptr);
+    }
+    if (hosts.has_value()) {
+      out.admitted.push_back(Commit(gang, *hosts, now));
+      free_total -= need;
+      if (cls == 1) {
+        for (const size_t h : *hosts) extra[h] -= g;
+      }
+      continue;
+    }
+    if (plain) {
+      for (uint32_t k = g; k <= largest; ++k) {
+        fewest[cls][k] = std::min(fewest[cls][k], spec.members);
+      }
+    }
+    if (options_.mode == Mode::kStrictFifo) return;
+    if (!reserved) reserved = Reserve(gang, now, extra);
+  }
+}
+
+void AdmissionPolicy::ScheduleNaive(Seconds now, Decisions& out) {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    Gang& gang = *it->second;
+    ++it;
+    const uint32_t g = gang.spec.gpus_per_member;
+    bool all_hold = gang.present.size() == gang.spec.members;
+    for (auto& [index, member] : gang.present) {
+      if (member.gpus.size() == g) continue;
+      Host& host = hosts_[member.slot_host];
+      if (host.down || host.free_gpus < g) {
+        all_hold = false;
+        continue;
+      }
+      for (uint32_t gpu = 0;
+           gpu < host.gpu_owner.size() && member.gpus.size() < g; ++gpu) {
+        if (host.gpu_owner[gpu] == -1) {
+          host.gpu_owner[gpu] = gang.seq;
+          member.gpus.push_back(gpu);
+        }
+      }
+      host.free_gpus -= g;
+    }
+    if (!all_hold) continue;
+    Admission admission;
+    admission.gang_id = gang.spec.id;
+    for (auto& [index, member] : gang.present) {
+      admission.members.push_back(MemberPlacement{
+          index, hosts_[member.slot_host].spec.name, member.gpus});
+      gang.placement.emplace_back(member.slot_host, std::move(member.gpus));
+      member.gpus.clear();
+    }
+    Dequeue(gang);
+    gang.running = true;
+    gang.end_bound = now + gang.spec.run_bound;
+    running_.emplace(gang.end_bound, gang.spec.id);
+    out.admitted.push_back(std::move(admission));
+  }
+}
+
+Decisions AdmissionPolicy::Schedule(Seconds now) {
+  Decisions out;
+  reservation_.reset();
+  if (options_.mode == Mode::kNaive) {
+    ScheduleNaive(now, out);
+    return out;
+  }
+  if (std::optional<Bounce> bounce = BreakDeadlock(); bounce.has_value()) {
+    out.bounced.push_back(std::move(*bounce));
+  }
+  ScheduleGangs(now, out);
+  return out;
+}
+
+uint32_t AdmissionPolicy::FreeGpus(const std::string& host) const {
+  auto it = host_index_.find(host);
+  return it == host_index_.end() ? 0 : hosts_[it->second].free_gpus;
+}
+
+uint32_t AdmissionPolicy::FreeRunnerSlots(const std::string& host) const {
+  auto it = host_index_.find(host);
+  if (it == host_index_.end() || hosts_[it->second].down) return 0;
+  return hosts_[it->second].free_slots;
+}
+
+uint32_t AdmissionPolicy::GpusHeldByWaitingGangs() const {
+  uint32_t held = 0;
+  for (const auto& [id, gang] : gangs_) {
+    if (gang.running) continue;
+    for (const auto& [index, member] : gang.present) {
+      held += static_cast<uint32_t>(member.gpus.size());
+    }
+  }
+  return held;
+}
+
+bool AdmissionPolicy::IsRunning(const std::string& gang_id) const {
+  auto it = gangs_.find(gang_id);
+  return it != gangs_.end() && it->second.running;
+}
+
+}  // namespace gdt::policy

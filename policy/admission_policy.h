@@ -1,0 +1,217 @@
+// Gang admission policy: which waiting gangs start, where their members run,
+// and which incomplete gang is sent back to GitLab when runner slots
+// deadlock. Pure logic: no gRPC, no I/O, no clock of its own (every call that
+// depends on time takes `now`), so the daemon and the trace simulator share
+// it. See docs/scheduling.md for the policy in prose.
+//
+// Model. A host has GPUs (counted one by one), runner slots (the seats of
+// gitlab-runner jobs on it), labels, and drained/down flags. A gang has N
+// members with the same GPUs per member, a priority, a queue time and a
+// run-time bound (the job timeout). A member that joins takes a runner slot
+// and holds nothing else until the whole gang is placed in one step.
+//
+// Not thread-safe: the owner serialises calls.
+#ifndef GDT_POLICY_ADMISSION_POLICY_H_
+#define GDT_POLICY_ADMISSION_POLICY_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace gdt::policy {
+
+// Virtual or real seconds; the policy only compares and adds them.
+using Seconds = int64_t;
+
+enum class Mode {
+  // Priority, then FIFO, with EASY backfill: a later gang may start only if
+  // it cannot delay the reservation of the first gang that does not fit.
+  kBackfill,
+  // Strict FIFO gang admission: the first complete gang that does not fit
+  // blocks every gang behind it (head-of-line blocking). A baseline.
+  kStrictFifo,
+  // No coordinator: each member takes GPUs on the host whose runner picked
+  // it up, as soon as they are free there, and holds them until its peers
+  // have theirs. A baseline that shows the stalls the other modes avoid.
+  kNaive,
+};
+
+struct PolicyOptions {
+  Mode mode = Mode::kBackfill;
+  // Gangs with more members fail at join time.
+  uint32_t max_nodes_per_job = 8;
+};
+
+struct HostSpec {
+  std::string name;
+  uint32_t gpus = 0;
+  uint32_t runner_slots = 0;
+  std::map<std::string, std::string> labels;
+};
+
+struct GangSpec {
+  std::string id;
+  uint32_t members = 0;          // N, the `parallel:` value.
+  uint32_t gpus_per_member = 0;  // 0 for CPU-only jobs.
+  int32_t priority = 0;          // Higher goes first.
+  Seconds queue_time = 0;        // FIFO key among equal priorities.
+  Seconds run_bound = 0;         // The job timeout; > 0.
+  // Members run only on hosts carrying every one of these labels.
+  std::map<std::string, std::string> node_selector;
+};
+
+struct MemberPlacement {
+  uint32_t member_index = 0;  // 1-based, like CI_NODE_INDEX.
+  std::string host;
+  std::vector<uint32_t> gpus;  // Indices on `host`, ascending.
+};
+
+struct Admission {
+  std::string gang_id;
+  std::vector<MemberPlacement> members;  // By member index.
+};
+
+// An incomplete gang removed to break a runner-slot deadlock. Its members'
+// jobs should end with a system failure showing `message`.
+struct Bounce {
+  std::string gang_id;
+  std::string message;
+};
+
+struct Decisions {
+  std::vector<Admission> admitted;  // Now running; call Finish() later.
+  std::vector<Bounce> bounced;      // Forgotten by the policy.
+};
+
+// The start promised to the first blocked gang (kBackfill only).
+struct Reservation {
+  std::string gang_id;
+  Seconds start = 0;  // Latest time it starts, given the run-time bounds.
+  std::map<std::string, uint32_t> gpus_by_host;
+};
+
+class AdmissionPolicy {
+ public:
+  explicit AdmissionPolicy(const PolicyOptions& options);
+
+  // Adds a host. Errors: InvalidArgument for an empty name, AlreadyExists
+  // for a known one.
+  absl::Status AddHost(const HostSpec& spec);
+
+  // A drained host takes no new gangs; a down host takes none and its runner
+  // slots serve nobody. Running gangs keep their GPUs either way.
+  // Errors: NotFound for an unknown host.
+  absl::Status SetDrained(const std::string& host, bool drained);
+  absl::Status SetDown(const std::string& host, bool down);
+
+  // Member `member_index` (1..N) of the gang joins through a runner slot on
+  // `slot_host`; the first join creates the gang from `spec`. The member
+  // holds that slot until its gang finishes, it leaves, or it is bounced.
+  // Errors: FailedPrecondition naming the limit when the gang can never run
+  // (more nodes than max_nodes_per_job, more GPUs per member than the largest
+  // host has, more members than the hosts able to serve it can hold, or only
+  // drained/down hosts could); InvalidArgument for a bad spec or index, or a
+  // spec that differs from the gang's; AlreadyExists when the index is
+  // present; ResourceExhausted when `slot_host` has no free runner slot;
+  // NotFound for an unknown host; FailedPrecondition for a running gang.
+  absl::Status Join(const GangSpec& spec, uint32_t member_index,
+                    const std::string& slot_host);
+
+  // A present member of a waiting gang goes away (its job ended): frees its
+  // slot, and in kNaive its GPUs. Errors: NotFound; FailedPrecondition when
+  // the gang is running.
+  absl::Status Leave(const std::string& gang_id, uint32_t member_index);
+
+  // A running gang ended: frees its GPUs and runner slots and forgets it.
+  // Errors: NotFound; FailedPrecondition when it is not running.
+  absl::Status Finish(const std::string& gang_id);
+
+  // One admission pass at time `now`: breaks a runner-slot deadlock if there
+  // is one, then admits what the mode allows.
+  Decisions Schedule(Seconds now);
+
+  // The head gang's reservation from the last pass, if any.
+  const std::optional<Reservation>& reservation() const { return reservation_; }
+
+  // Introspection for callers and tests.
+  uint32_t FreeGpus(const std::string& host) const;
+  uint32_t FreeRunnerSlots(const std::string& host) const;
+  // GPUs leased to members of gangs that are not running (always 0 except
+  // in kNaive).
+  uint32_t GpusHeldByWaitingGangs() const;
+  bool IsRunning(const std::string& gang_id) const;
+  size_t waiting_gangs() const { return gangs_.size() - running_.size(); }
+  const std::vector<std::string>& host_names() const { return host_names_; }
+
+ private:
+  struct Host {
+    HostSpec spec;
+    bool drained = false;
+    bool down = false;
+    std::vector<int64_t> gpu_owner;  // Gang sequence number, or -1.
+    uint32_t free_gpus = 0;
+    uint32_t free_slots = 0;
+  };
+  struct Member {
+    size_t slot_host = 0;
+    // kNaive only: GPUs taken on the slot host while waiting.
+    std::vector<uint32_t> gpus;
+  };
+  struct Gang {
+    GangSpec spec;
+    int64_t seq = 0;
+    bool running = false;
+    Seconds end_bound = 0;  // start + run_bound, when running.
+    std::map<uint32_t, Member> present;
+    std::vector<std::pair<size_t, std::vector<uint32_t>>> placement;
+  };
+  // Queue order: priority (higher first), queue time, arrival sequence.
+  struct QueueKey {
+    int32_t neg_priority;
+    Seconds queue_time;
+    int64_t seq;
+    auto operator<=>(const QueueKey&) const = default;
+  };
+
+  absl::Status CheckFeasible(const GangSpec& spec) const;
+  bool Eligible(const Host& host, const GangSpec& spec) const;
+  // Best-fit placement of every present member, in index order, on free
+  // GPUs (capped per host by `extra` when given). Returns the host of each
+  // member, or nullopt when the gang does not fit.
+  std::optional<std::vector<size_t>> Place(
+      const Gang& gang, const std::vector<uint32_t>* extra) const;
+  Admission Commit(Gang& gang, const std::vector<size_t>& hosts, Seconds now);
+  void ReleaseGpus(int64_t seq, size_t host, const std::vector<uint32_t>& gpus);
+  std::optional<Bounce> BreakDeadlock();
+  void RemoveGang(const std::string& id);
+  // Takes a waiting gang off the queue.
+  void Dequeue(const Gang& gang);
+  void ScheduleGangs(Seconds now, Decisions& out);
+  void ScheduleNaive(Seconds now, Decisions& out);
+  // Computes the head gang's reservation; fills `extra` with GPUs per host
+  // that may be used past its start. False when it can never fit.
+  bool Reserve(const Gang& head, Seconds now, std::vector<uint32_t>& extra);
+
+  const PolicyOptions options_;
+  std::vector<Host> hosts_;
+  std::vector<std::string> host_names_;
+  std::map<std::string, size_t> host_index_;
+  std::map<std::string, Gang> gangs_;
+  // Waiting gangs, pointing into gangs_ (whose nodes are stable).
+  std::map<QueueKey, Gang*> queue_;
+  size_t cpu_only_waiting_ = 0;  // Waiting gangs with no GPUs per member.
+  std::set<std::pair<Seconds, std::string>> running_;  // By end bound.
+  int64_t next_seq_ = 0;
+  std::optional<Reservation> reservation_;
+};
+
+}  // namespace gdt::policy
+
+#endif  // GDT_POLICY_ADMISSION_POLICY_H_

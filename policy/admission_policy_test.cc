@@ -1,0 +1,373 @@
+#include "policy/admission_policy.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::policy {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+GangSpec Gang(const std::string& id, uint32_t members, uint32_t gpus,
+              Seconds queue_time = 0, Seconds run_bound = 3600) {
+  GangSpec spec;
+  spec.id = id;
+  spec.members = members;
+  spec.gpus_per_member = gpus;
+  spec.queue_time = queue_time;
+  spec.run_bound = run_bound;
+  return spec;
+}
+
+class AdmissionPolicyTest : public ::testing::Test {
+ protected:
+  // `hosts` hosts named h0.. with `gpus` GPUs and `slots` runner slots each.
+  void AddHosts(AdmissionPolicy& policy, int hosts, uint32_t gpus,
+                uint32_t slots) {
+    for (int h = 0; h < hosts; ++h) {
+      ASSERT_TRUE(policy
+                      .AddHost(HostSpec{"h" + std::to_string(h), gpus, slots,
+                                        /*labels=*/{}})
+                      .ok());
+    }
+  }
+  // Joins every member of `spec` through slots on `host`.
+  void JoinAll(AdmissionPolicy& policy, const GangSpec& spec,
+               const std::string& host) {
+    for (uint32_t m = 1; m <= spec.members; ++m) {
+      ASSERT_TRUE(policy.Join(spec, m, host).ok()) << spec.id << " " << m;
+    }
+  }
+  uint32_t TotalFreeGpus(const AdmissionPolicy& policy) {
+    uint32_t total = 0;
+    for (const std::string& host : policy.host_names()) {
+      total += policy.FreeGpus(host);
+    }
+    return total;
+  }
+
+  AdmissionPolicy gdt_{PolicyOptions{Mode::kBackfill, 8}};
+};
+
+TEST_F(AdmissionPolicyTest, GangIsPlacedOnlyWhenEveryMemberIsPresent) {
+  AddHosts(gdt_, 2, 8, 4);
+  const GangSpec train = Gang("train", 2, 8);
+
+  ASSERT_TRUE(gdt_.Join(train, 1, "h0").ok());
+  EXPECT_THAT(gdt_.Schedule(0).admitted, IsEmpty());
+  EXPECT_EQ(TotalFreeGpus(gdt_), 16u);
+  EXPECT_EQ(gdt_.GpusHeldByWaitingGangs(), 0u);
+
+  ASSERT_TRUE(gdt_.Join(train, 2, "h0").ok());
+  const Decisions decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_THAT(decisions.admitted[0].members, SizeIs(2));
+  EXPECT_EQ(TotalFreeGpus(gdt_), 0u);
+  EXPECT_TRUE(gdt_.IsRunning("train"));
+}
+
+TEST_F(AdmissionPolicyTest, CompleteGangThatDoesNotFitHoldsNoGpus) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("a", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+
+  JoinAll(gdt_, Gang("b", 2, 8, /*queue_time=*/1), "h1");
+  EXPECT_THAT(gdt_.Schedule(2).admitted, IsEmpty());
+  EXPECT_EQ(TotalFreeGpus(gdt_), 8u);  // Only a's GPUs are leased.
+  EXPECT_EQ(gdt_.GpusHeldByWaitingGangs(), 0u);
+
+  ASSERT_TRUE(gdt_.Finish("a").ok());
+  EXPECT_THAT(gdt_.Schedule(3).admitted, SizeIs(1));
+}
+
+TEST_F(AdmissionPolicyTest, TwoGangsOnNSlotsDeadlockIsBrokenUnderGdt) {
+  constexpr uint32_t kN = 4;
+  AddHosts(gdt_, kN, 8, /*slots=*/1);
+  const GangSpec a = Gang("a", kN, 8, /*queue_time=*/0);
+  const GangSpec b = Gang("b", kN, 8, /*queue_time=*/1);
+  // GitLab hands out the members interleaved: every slot is taken by half of
+  // each gang.
+  ASSERT_TRUE(gdt_.Join(a, 1, "h0").ok());
+  ASSERT_TRUE(gdt_.Join(b, 1, "h1").ok());
+  ASSERT_TRUE(gdt_.Join(a, 2, "h2").ok());
+  ASSERT_TRUE(gdt_.Join(b, 2, "h3").ok());
+  EXPECT_EQ(gdt_.GpusHeldByWaitingGangs(), 0u);
+
+  Decisions decisions = gdt_.Schedule(0);
+  ASSERT_THAT(decisions.bounced, SizeIs(1));
+  EXPECT_EQ(decisions.bounced[0].gang_id, "b");  // The younger one.
+  EXPECT_THAT(decisions.bounced[0].message, HasSubstr("runner-slot deadlock"));
+  EXPECT_THAT(decisions.bounced[0].message, HasSubstr("retry:"));
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1") + gdt_.FreeRunnerSlots("h3"), 2u);
+
+  ASSERT_TRUE(gdt_.Join(a, 3, "h1").ok());
+  ASSERT_TRUE(gdt_.Join(a, 4, "h3").ok());
+  decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "a");
+
+  // b's retried members wait for runner slots, then run after a.
+  ASSERT_TRUE(gdt_.Finish("a").ok());
+  for (uint32_t m = 1; m <= kN; ++m) {
+    ASSERT_TRUE(gdt_.Join(b, m, "h" + std::to_string(m - 1)).ok());
+  }
+  decisions = gdt_.Schedule(2);
+  EXPECT_THAT(decisions.bounced, IsEmpty());
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "b");
+}
+
+TEST_F(AdmissionPolicyTest, TwoGangsOnNSlotsDeadlockUnderNaive) {
+  constexpr uint32_t kN = 4;
+  AdmissionPolicy naive(PolicyOptions{Mode::kNaive, 8});
+  AddHosts(naive, kN, 8, /*slots=*/1);
+  const GangSpec a = Gang("a", kN, 8, 0);
+  const GangSpec b = Gang("b", kN, 8, 1);
+  ASSERT_TRUE(naive.Join(a, 1, "h0").ok());
+  ASSERT_TRUE(naive.Join(b, 1, "h1").ok());
+  ASSERT_TRUE(naive.Join(a, 2, "h2").ok());
+  ASSERT_TRUE(naive.Join(b, 2, "h3").ok());
+
+  for (Seconds t = 0; t < 3; ++t) {
+    const Decisions decisions = naive.Schedule(t);
+    EXPECT_THAT(decisions.admitted, IsEmpty());
+    EXPECT_THAT(decisions.bounced, IsEmpty());
+  }
+  // Every GPU is held by a waiting member and no slot is left for the
+  // missing ones: nothing can ever progress.
+  EXPECT_EQ(naive.GpusHeldByWaitingGangs(), 32u);
+  EXPECT_EQ(TotalFreeGpus(naive), 0u);
+  for (const std::string& host : naive.host_names()) {
+    EXPECT_EQ(naive.FreeRunnerSlots(host), 0u);
+  }
+}
+
+TEST_F(AdmissionPolicyTest, BounceTakesLowestPriorityBeforeYoungest) {
+  AddHosts(gdt_, 2, 8, /*slots=*/1);
+  GangSpec high = Gang("high", 2, 8, /*queue_time=*/5);
+  high.priority = 10;
+  const GangSpec low = Gang("low", 2, 8, /*queue_time=*/0);
+  ASSERT_TRUE(gdt_.Join(high, 1, "h0").ok());
+  ASSERT_TRUE(gdt_.Join(low, 1, "h1").ok());
+
+  const Decisions decisions = gdt_.Schedule(0);
+  ASSERT_THAT(decisions.bounced, SizeIs(1));
+  EXPECT_EQ(decisions.bounced[0].gang_id, "low");
+}
+
+TEST_F(AdmissionPolicyTest, NoDeadlockReportedWhileSlotsCanStillFree) {
+  AddHosts(gdt_, 2, 8, /*slots=*/1);
+  JoinAll(gdt_, Gang("one", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  ASSERT_TRUE(gdt_.Join(Gang("two", 2, 8, 1), 1, "h1").ok());
+  // Every slot is taken, but one by a running gang that will end.
+  const Decisions decisions = gdt_.Schedule(1);
+  EXPECT_THAT(decisions.bounced, IsEmpty());
+  EXPECT_THAT(decisions.admitted, IsEmpty());
+}
+
+TEST_F(AdmissionPolicyTest, MembersOfOneGangNeverShareAHostTheyDoNotFit) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("wide", 2, 6), "h0");  // Both picked up on h0.
+  const Decisions decisions = gdt_.Schedule(0);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  const std::vector<MemberPlacement>& members = decisions.admitted[0].members;
+  ASSERT_THAT(members, SizeIs(2));
+  EXPECT_NE(members[0].host, members[1].host);
+  EXPECT_THAT(members[0].gpus, SizeIs(6));
+  EXPECT_THAT(members[1].gpus, SizeIs(6));
+  EXPECT_EQ(gdt_.FreeGpus("h0"), 2u);
+  EXPECT_EQ(gdt_.FreeGpus("h1"), 2u);
+}
+
+TEST_F(AdmissionPolicyTest,
+       PlacementPacksPartlyUsedHostsAndLeasesDistinctGpus) {
+  AddHosts(gdt_, 3, 8, 4);
+  JoinAll(gdt_, Gang("x", 1, 4), "h1");
+  JoinAll(gdt_, Gang("y", 1, 4, 1), "h2");
+  // Best fit puts y beside x rather than on its own runner's empty host.
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(2));
+  EXPECT_EQ(gdt_.FreeGpus("h1"), 0u);
+  EXPECT_EQ(gdt_.FreeGpus("h2"), 8u);
+  // Both members of z share one host (4 of its 8 GPUs); one host stays
+  // whole for an 8-GPU member.
+  JoinAll(gdt_, Gang("z", 2, 2, 2), "h0");
+  const Decisions decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].members[0].host,
+            decisions.admitted[0].members[1].host);
+  EXPECT_THAT(decisions.admitted[0].members[0].gpus, ElementsAre(0, 1));
+  EXPECT_THAT(decisions.admitted[0].members[1].gpus, ElementsAre(2, 3));
+  uint32_t fully_free = 0;
+  for (const std::string& host : gdt_.host_names()) {
+    if (gdt_.FreeGpus(host) == 8) ++fully_free;
+  }
+  EXPECT_EQ(fully_free, 1u);
+  EXPECT_EQ(TotalFreeGpus(gdt_), 24u - 12u);
+}
+
+TEST_F(AdmissionPolicyTest, MemberGpuIndicesAreDisjointOnOneHost) {
+  AddHosts(gdt_, 1, 8, 4);
+  JoinAll(gdt_, Gang("x", 1, 3), "h0");
+  JoinAll(gdt_, Gang("y", 1, 3, 1), "h0");
+  const Decisions decisions = gdt_.Schedule(0);
+  ASSERT_THAT(decisions.admitted, SizeIs(2));
+  EXPECT_THAT(decisions.admitted[0].members[0].gpus, ElementsAre(0, 1, 2));
+  EXPECT_THAT(decisions.admitted[1].members[0].gpus, ElementsAre(3, 4, 5));
+}
+
+TEST_F(AdmissionPolicyTest, BackfillNeverDelaysTheHeadGang) {
+  AddHosts(gdt_, 1, 8, 8);
+  JoinAll(gdt_, Gang("running", 1, 6, 0, /*run_bound=*/100), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+
+  JoinAll(gdt_, Gang("head", 1, 8, 1, 1000), "h0");
+  JoinAll(gdt_, Gang("long", 1, 2, 2, /*run_bound=*/200), "h0");
+  JoinAll(gdt_, Gang("short", 1, 2, 3, /*run_bound=*/50), "h0");
+  Decisions decisions = gdt_.Schedule(10);
+  // "long" would still hold 2 GPUs at 100 when the head needs all 8;
+  // "short" ends by 60.
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "short");
+  ASSERT_TRUE(gdt_.reservation().has_value());
+  EXPECT_EQ(gdt_.reservation()->gang_id, "head");
+  EXPECT_EQ(gdt_.reservation()->start, 100);
+
+  ASSERT_TRUE(gdt_.Finish("short").ok());
+  EXPECT_THAT(gdt_.Schedule(60).admitted, IsEmpty());
+  ASSERT_TRUE(gdt_.Finish("running").ok());
+  decisions = gdt_.Schedule(100);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "head");
+}
+
+TEST_F(AdmissionPolicyTest, LongBackfillUsesOnlyGpusTheHeadDoesNotNeed) {
+  AddHosts(gdt_, 2, 8, 8);
+  JoinAll(gdt_, Gang("soon", 1, 6, 0, /*run_bound=*/100), "h0");
+  JoinAll(gdt_, Gang("later", 1, 4, 1, /*run_bound=*/5000), "h1");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(2));
+  ASSERT_EQ(gdt_.FreeGpus("h0"), 2u);  // Best fit kept them apart.
+  ASSERT_EQ(gdt_.FreeGpus("h1"), 4u);
+
+  JoinAll(gdt_, Gang("head", 1, 8, 2), "h0");
+  JoinAll(gdt_, Gang("long", 1, 2, 3, /*run_bound=*/3000), "h0");
+  const Decisions decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "long");
+  EXPECT_EQ(decisions.admitted[0].members[0].host, "h1");
+  EXPECT_EQ(gdt_.reservation()->gpus_by_host.at("h0"), 8u);
+}
+
+TEST_F(AdmissionPolicyTest, StrictFifoBlocksBehindTheHead) {
+  AdmissionPolicy fifo(PolicyOptions{Mode::kStrictFifo, 8});
+  AddHosts(fifo, 1, 8, 8);
+  JoinAll(fifo, Gang("running", 1, 6, 0, 100), "h0");
+  ASSERT_THAT(fifo.Schedule(0).admitted, SizeIs(1));
+  JoinAll(fifo, Gang("head", 1, 8, 1), "h0");
+  JoinAll(fifo, Gang("short", 1, 2, 2, 50), "h0");
+  EXPECT_THAT(fifo.Schedule(10).admitted, IsEmpty());
+}
+
+TEST_F(AdmissionPolicyTest, HigherPriorityGoesFirst) {
+  AddHosts(gdt_, 1, 8, 8);
+  JoinAll(gdt_, Gang("old", 1, 8, 0), "h0");
+  GangSpec urgent = Gang("urgent", 1, 8, 5);
+  urgent.priority = 1;
+  JoinAll(gdt_, urgent, "h0");
+  const Decisions decisions = gdt_.Schedule(6);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "urgent");
+}
+
+TEST_F(AdmissionPolicyTest, InfeasibleGangsFailAtJoinNamingTheLimit) {
+  AddHosts(gdt_, 2, 8, 4);
+  absl::Status status = gdt_.Join(Gang("big", 9, 1), 1, "h0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("limit is 8 nodes per job"));
+
+  status = gdt_.Join(Gang("fat", 1, 16), 1, "h0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("largest host has 8"));
+
+  status = gdt_.Join(Gang("wide", 3, 8), 1, "h0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("hold only 2"));
+
+  GangSpec picky = Gang("picky", 1, 1);
+  picky.node_selector["rack"] = "r9";
+  status = gdt_.Join(picky, 1, "h0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("node selector"));
+
+  // Nothing was created and no runner slot was taken.
+  EXPECT_EQ(gdt_.waiting_gangs(), 0u);
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h0"), 4u);
+}
+
+TEST_F(AdmissionPolicyTest, MaxNodesIsConfigurable) {
+  AdmissionPolicy roomy(PolicyOptions{Mode::kBackfill, 16});
+  AddHosts(roomy, 16, 8, 1);
+  EXPECT_TRUE(roomy.Join(Gang("big", 9, 8), 1, "h0").ok());
+}
+
+TEST_F(AdmissionPolicyTest, OnlyDrainedOrDownCapacityFailsAtJoin) {
+  AddHosts(gdt_, 2, 8, 4);
+  ASSERT_TRUE(gdt_.SetDrained("h0", true).ok());
+  absl::Status status = gdt_.Join(Gang("pair", 2, 8), 1, "h1");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("drained or down"));
+
+  ASSERT_TRUE(gdt_.SetDrained("h0", false).ok());
+  ASSERT_TRUE(gdt_.SetDown("h1", true).ok());
+  status = gdt_.Join(Gang("pair", 2, 8), 1, "h0");
+  EXPECT_THAT(status.message(), HasSubstr("drained or down"));
+}
+
+TEST_F(AdmissionPolicyTest, DrainedAndDownHostsTakeNoNewGangs) {
+  AddHosts(gdt_, 3, 8, 4);
+  JoinAll(gdt_, Gang("kept", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  ASSERT_EQ(gdt_.FreeGpus("h0"), 0u);  // Its runner's host, on a tie.
+
+  // Drain one of the other hosts and take the last one down.
+  const std::vector<std::string> others = {"h1", "h2"};
+  ASSERT_TRUE(gdt_.SetDrained(others[0], true).ok());
+  ASSERT_TRUE(gdt_.SetDown(others[1], true).ok());
+  EXPECT_EQ(gdt_.FreeRunnerSlots(others[1]), 0u);
+  EXPECT_EQ(gdt_.Join(Gang("next", 1, 8, 1), 1, others[1]).code(),
+            absl::StatusCode::kResourceExhausted);
+
+  ASSERT_TRUE(gdt_.Join(Gang("next", 1, 8, 1), 1, others[0]).ok());
+  EXPECT_THAT(gdt_.Schedule(1).admitted, IsEmpty());
+  EXPECT_TRUE(gdt_.IsRunning("kept"));  // Running gangs keep their GPUs.
+
+  ASSERT_TRUE(gdt_.SetDrained(others[0], false).ok());
+  const Decisions decisions = gdt_.Schedule(2);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].members[0].host, others[0]);
+}
+
+TEST_F(AdmissionPolicyTest, JoinErrors) {
+  AddHosts(gdt_, 1, 8, 1);
+  const GangSpec spec = Gang("g", 2, 1);
+  EXPECT_EQ(gdt_.Join(spec, 3, "h0").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gdt_.Join(spec, 1, "nowhere").code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(gdt_.Join(spec, 1, "h0").ok());
+  EXPECT_EQ(gdt_.Join(spec, 2, "h0").code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(gdt_.Join(Gang("g", 3, 1), 2, "h0").code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(gdt_.Leave("g", 1).ok());
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h0"), 1u);
+  EXPECT_EQ(gdt_.Finish("g").code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gdt::policy
