@@ -188,10 +188,36 @@ void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
 
 absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
-                                     int32_t exit_code) {
+                                     int32_t exit_code, bool cancelled) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status = scheduler_->ReportExit(gang_id, epoch, member_index, job_id,
+                                    exit_code, cancelled);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  return status;
+}
+
+absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
+                                uint32_t member_index, int64_t job_id,
+                                uint64_t watch_id) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status = scheduler_->Watch(gang_id, epoch, member_index, job_id, watch_id);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  return status;
+}
+
+void Coordinator::Unwatch(uint64_t watch_id) {
   MutexLock lock(mu_);
-  return scheduler_->ReportExit(gang_id, epoch, member_index, job_id,
-                                exit_code);
+  scheduler_->Unwatch(watch_id);
 }
 
 absl::Status Coordinator::Leave(const GangKey& key, uint32_t member_index,

@@ -57,7 +57,10 @@ class Coordinator {
               uint64_t stream_id);
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          int32_t exit_code);
+                          int32_t exit_code, bool cancelled);
+  absl::Status Watch(const std::string& gang_id, uint32_t epoch,
+                     uint32_t member_index, int64_t job_id, uint64_t watch_id);
+  void Unwatch(uint64_t watch_id);
   absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
   Snapshot GetSnapshot(bool include_finished);
 

@@ -136,11 +136,107 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
 
 }  // namespace
 
-// One JoinGang stream. Writes one event at a time from a queue; ends the
-// stream after an Admitted or Aborted event, on cancellation, or when told
-// to. Deletes itself in OnDone.
+// A server stream that writes queued events one at a time and ends after a
+// final event, on cancellation, or when told to. Subclasses add what the
+// stream means to the coordinator and delete themselves in OnDone.
+template <typename Event>
+class EventWriter : public grpc::ServerWriteReactor<Event> {
+ public:
+  // Queues `event`; `final` ends the stream once it is written. Events after
+  // the final one are dropped.
+  void Send(Event event, bool final) {
+    MutexLock lock(mu_);
+    if (finish_status_.has_value()) return;
+    queue_.push_back(std::move(event));
+    if (final) finish_status_ = grpc::Status::OK;
+    if (!writing_) {
+      writing_ = true;
+      this->StartWrite(&queue_.front());
+    }
+  }
+
+  // Ends the stream with `status` after any write in flight.
+  void End(const grpc::Status& status) {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      if (finish_status_.has_value()) return;
+      finish_status_ = status;
+      DropUnsentLocked();
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      queue_.pop_front();
+      writing_ = false;
+      if (!ok) {
+        if (!finish_status_.has_value()) {
+          finish_status_ =
+              grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke");
+        }
+        queue_.clear();
+      } else if (!queue_.empty()) {
+        writing_ = true;
+        this->StartWrite(&queue_.front());
+        return;
+      }
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+
+ protected:
+  // Ends the stream after the client cancelled it. Once this returns, OnDone
+  // may have deleted the object: copy what you need first.
+  void EndCancelled() {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      if (!finish_status_.has_value()) {
+        finish_status_ =
+            grpc::Status(grpc::StatusCode::CANCELLED, "stream cancelled");
+      }
+      DropUnsentLocked();
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+
+  Mutex mu_;
+
+ private:
+  // Keeps only the event being written (its buffer must stay valid).
+  void DropUnsentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+  }
+
+  // Returns the status to Finish() with when the stream may end now. The
+  // caller calls Finish() after unlocking: OnDone() deletes this object.
+  std::optional<grpc::Status> TakeFinishLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_ || writing_ || !queue_.empty() ||
+        !finish_status_.has_value()) {
+      return std::nullopt;
+    }
+    finished_ = true;
+    return finish_status_;
+  }
+
+  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One JoinGang stream: ends after an Admitted or Aborted event; a cancelled
+// stream withdraws the member's presence.
 class CoordinatorService::JoinReactor final
-    : public grpc::ServerWriteReactor<v1::JoinGangEvent> {
+    : public EventWriter<v1::JoinGangEvent> {
  public:
   JoinReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
@@ -167,57 +263,8 @@ class CoordinatorService::JoinReactor final
     member_index_ = request.member_index();
   }
 
-  // Queues `event`; `final` ends the stream once it is written. Events after
-  // the final one are dropped.
-  void Send(v1::JoinGangEvent event, bool final) {
-    MutexLock lock(mu_);
-    if (finish_status_.has_value()) return;
-    queue_.push_back(std::move(event));
-    if (final) finish_status_ = grpc::Status::OK;
-    if (!writing_) {
-      writing_ = true;
-      StartWrite(&queue_.front());
-    }
-  }
-
-  // Ends the stream with `status` after any write in flight.
-  void End(const grpc::Status& status) {
-    std::optional<grpc::Status> finish;
-    {
-      MutexLock lock(mu_);
-      if (finish_status_.has_value()) return;
-      finish_status_ = status;
-      DropUnsentLocked();
-      finish = TakeFinishLocked();
-    }
-    if (finish.has_value()) Finish(*finish);
-  }
-
-  void OnWriteDone(bool ok) override {
-    std::optional<grpc::Status> finish;
-    {
-      MutexLock lock(mu_);
-      queue_.pop_front();
-      writing_ = false;
-      if (!ok) {
-        if (!finish_status_.has_value()) {
-          finish_status_ =
-              grpc::Status(grpc::StatusCode::UNAVAILABLE, "join stream broke");
-        }
-        queue_.clear();
-      } else if (!queue_.empty()) {
-        writing_ = true;
-        StartWrite(&queue_.front());
-        return;
-      }
-      finish = TakeFinishLocked();
-    }
-    if (finish.has_value()) Finish(*finish);
-  }
-
   void OnCancel() override {
-    std::optional<grpc::Status> finish;
-    // Copied first: once Finish() is called, OnDone() may delete this.
+    // Copied first: once the stream ends, OnDone() may delete this.
     Coordinator& coordinator = service_.coordinator_;
     const uint64_t stream_id = stream_id_;
     std::string gang_id;
@@ -226,14 +273,8 @@ class CoordinatorService::JoinReactor final
       MutexLock lock(mu_);
       gang_id = gang_id_;
       member_index = member_index_;
-      if (!finish_status_.has_value()) {
-        finish_status_ =
-            grpc::Status(grpc::StatusCode::CANCELLED, "join cancelled");
-      }
-      DropUnsentLocked();
-      finish = TakeFinishLocked();
     }
-    if (finish.has_value()) Finish(*finish);
+    EndCancelled();
     if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
   }
 
@@ -243,32 +284,46 @@ class CoordinatorService::JoinReactor final
   }
 
  private:
-  // Keeps only the event being written (its buffer must stay valid).
-  void DropUnsentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
-  }
-
-  // Returns the status to Finish() with when the stream may end now. The
-  // caller calls Finish() after unlocking: OnDone() deletes this object.
-  std::optional<grpc::Status> TakeFinishLocked()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_ || !queue_.empty() ||
-        !finish_status_.has_value()) {
-      return std::nullopt;
-    }
-    finished_ = true;
-    return finish_status_;
-  }
-
   CoordinatorService& service_;
   const uint64_t stream_id_;
-  Mutex mu_;
-  std::deque<v1::JoinGangEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
   uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One WatchGang stream: ends after a Failed or Succeeded event; forgets the
+// watch when it is done.
+class CoordinatorService::WatchReactor final
+    : public EventWriter<v1::WatchGangEvent> {
+ public:
+  WatchReactor(CoordinatorService& service, uint64_t stream_id)
+      : service_(service), stream_id_(stream_id) {}
+
+  // Registers the stream and opens the watch; on a rejection ends the stream
+  // with the error.
+  void Start(const v1::WatchGangRequest& request) {
+    service_.Register(stream_id_, this);
+    absl::Status status = service_.coordinator_.Watch(
+        request.gang_id(), request.epoch(), request.member_index(),
+        request.job_id(), stream_id_);
+    if (!status.ok()) {
+      spdlog::warn("watch rejected gang={} member={} job={}: {}",
+                   request.gang_id(), request.member_index(), request.job_id(),
+                   status.ToString());
+      End(rendezvous::ToGrpcStatus(status));
+    }
+  }
+
+  void OnCancel() override { EndCancelled(); }
+
+  void OnDone() override {
+    service_.Unregister(stream_id_, this);
+    service_.coordinator_.Unwatch(stream_id_);
+    delete this;
+  }
+
+ private:
+  CoordinatorService& service_;
+  const uint64_t stream_id_;
 };
 
 CoordinatorService::CoordinatorService(Coordinator& coordinator,
@@ -292,6 +347,9 @@ void CoordinatorService::EndAllStreams(const std::string& why) {
   for (auto& [id, reactor] : streams_) {
     reactor->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
   }
+  for (auto& [id, reactor] : watches_) {
+    reactor->End(grpc::Status(grpc::StatusCode::UNAVAILABLE, why));
+  }
 }
 
 void CoordinatorService::Register(uint64_t stream_id, JoinReactor* reactor) {
@@ -305,9 +363,55 @@ void CoordinatorService::Unregister(uint64_t stream_id, JoinReactor* reactor) {
   if (it != streams_.end() && it->second == reactor) streams_.erase(it);
 }
 
+void CoordinatorService::Register(uint64_t stream_id, WatchReactor* reactor) {
+  MutexLock lock(mu_);
+  watches_[stream_id] = reactor;
+}
+
+void CoordinatorService::Unregister(uint64_t stream_id, WatchReactor* reactor) {
+  MutexLock lock(mu_);
+  auto it = watches_.find(stream_id);
+  if (it != watches_.end() && it->second == reactor) watches_.erase(it);
+}
+
+void CoordinatorService::DispatchWatch(MemberEvent& event) {
+  auto it = watches_.find(event.stream_id);
+  if (it == watches_.end()) return;  // The stream is gone already.
+  v1::WatchGangEvent message;
+  switch (event.kind) {
+    case MemberEvent::Kind::kGangRunning: {
+      v1::GangRunningEvent* running = message.mutable_running();
+      running->set_members_total(event.progress.members_total);
+      for (uint32_t index : event.progress.unfinished_indices) {
+        running->add_unfinished_indices(index);
+      }
+      it->second->Send(std::move(message), /*final=*/false);
+      break;
+    }
+    case MemberEvent::Kind::kGangFailed:
+      message.mutable_failed()->set_reason(event.reason);
+      message.mutable_failed()->set_member_index(event.failed_member);
+      message.mutable_failed()->set_job_id(event.failed_job_id);
+      it->second->Send(std::move(message), /*final=*/true);
+      break;
+    case MemberEvent::Kind::kGangSucceeded:
+      message.mutable_succeeded();
+      it->second->Send(std::move(message), /*final=*/true);
+      break;
+    default:
+      break;
+  }
+}
+
 void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
   MutexLock lock(mu_);
   for (MemberEvent& event : events) {
+    if (event.kind == MemberEvent::Kind::kGangRunning ||
+        event.kind == MemberEvent::Kind::kGangFailed ||
+        event.kind == MemberEvent::Kind::kGangSucceeded) {
+      DispatchWatch(event);
+      continue;
+    }
     auto it = streams_.find(event.stream_id);
     if (it == streams_.end()) continue;  // The stream is gone already.
     JoinReactor* reactor = it->second;
@@ -332,6 +436,8 @@ void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
             absl::StrCat("member ", event.member_index, " of gang ",
                          event.gang_id, " joined again on another stream")));
         break;
+      default:
+        break;
     }
   }
 }
@@ -339,6 +445,13 @@ void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
+  reactor->Start(*request);
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
+    grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
+  auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request);
   return reactor;
 }
@@ -378,10 +491,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status = coordinator_.ReportExit(
       request->gang_id(), request->epoch(), request->member_index(),
-      request->job_id(), request->exit_code());
+      request->job_id(), request->exit_code(), request->cancelled());
   if (status.ok()) {
-    spdlog::info("member exited gang={} member={} code={}", request->gang_id(),
-                 request->member_index(), request->exit_code());
+    spdlog::info("member exited gang={} member={} code={} cancelled={}",
+                 request->gang_id(), request->member_index(),
+                 request->exit_code(), request->cancelled());
   } else {
     spdlog::warn("exit report rejected gang={} member={}: {}",
                  request->gang_id(), request->member_index(),

@@ -15,8 +15,9 @@ namespace gdt::coordinator {
 
 // The gRPC face of the coordinator (callback API). Each handler converts the
 // request into a Coordinator call and the result back; no scheduling rules
-// live here. JoinGang streams are reactors that hold no thread while they
-// wait; the Coordinator's member events are routed to them by stream id.
+// live here. JoinGang and WatchGang streams are reactors that hold no thread
+// while they wait; the Coordinator's member events are routed to them by
+// stream id (one id space for both).
 //
 // Thread-safe. Keeps a reference to `coordinator`, which must outlive it;
 // installs itself as the coordinator's event sink.
@@ -29,8 +30,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // Sets Assignment.coordinator_endpoint (known once the server is bound).
   void SetAdvertiseEndpoint(const std::string& endpoint);
 
-  // Ends every open JoinGang stream with UNAVAILABLE (clients reconnect),
-  // so that server shutdown does not wait on them.
+  // Ends every open JoinGang and WatchGang stream with UNAVAILABLE (clients
+  // reconnect), so that server shutdown does not wait on them.
   void EndAllStreams(const std::string& why);
 
   grpc::ServerUnaryReactor* RegisterHost(
@@ -43,6 +44,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerWriteReactor<v1::JoinGangEvent>* JoinGang(
       grpc::CallbackServerContext* context,
       const v1::JoinGangRequest* request) override;
+  grpc::ServerWriteReactor<v1::WatchGangEvent>* WatchGang(
+      grpc::CallbackServerContext* context,
+      const v1::WatchGangRequest* request) override;
   grpc::ServerUnaryReactor* ReportExit(
       grpc::CallbackServerContext* context,
       const v1::ReportExitRequest* request,
@@ -56,10 +60,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
  private:
   class JoinReactor;
+  class WatchReactor;
 
   void Dispatch(std::vector<MemberEvent> events);
+  void DispatchWatch(MemberEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Register(uint64_t stream_id, JoinReactor* reactor);
   void Unregister(uint64_t stream_id, JoinReactor* reactor);
+  void Register(uint64_t stream_id, WatchReactor* reactor);
+  void Unregister(uint64_t stream_id, WatchReactor* reactor);
 
   Coordinator& coordinator_;
   const std::chrono::seconds heartbeat_interval_;
@@ -67,6 +75,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
   Mutex mu_;  // Taken before any JoinReactor's own mutex, never after.
   std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -258,5 +258,104 @@ TEST_F(CoordinatorServiceTest, LeavingReleasesTheLeases) {
   EXPECT_EQ(status->gangs(0).members(0).exit_code(), 0);
 }
 
+TEST_F(CoordinatorServiceTest, WatchGangFansOutTheFirstFailure) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  std::future<absl::StatusOr<v1::Assignment>> second =
+      std::async(std::launch::async, [&] {
+        return client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr,
+                                 nullptr);
+      });
+  absl::StatusOr<v1::Assignment> first =
+      client_->JoinGang(JoinRequestFor(1, 2), deadline, nullptr, nullptr);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(second.get().ok());
+
+  // Member 1 watches while its script runs; the first event says so.
+  v1::WatchGangRequest watch;
+  watch.set_gang_id(first->gang_id());
+  watch.set_epoch(first->epoch());
+  watch.set_member_index(1);
+  watch.set_job_id(101);
+  rendezvous::CallCanceller canceller;
+  std::promise<void> running;
+  std::future<absl::StatusOr<v1::WatchGangEvent>> watched =
+      std::async(std::launch::async, [&] {
+        bool first_event = true;
+        return client_->WatchGang(
+            watch, deadline,
+            [&](const v1::WatchGangEvent& event) {
+              if (first_event && event.has_running()) running.set_value();
+              first_event = false;
+            },
+            nullptr, canceller);
+      });
+  ASSERT_EQ(running.get_future().wait_for(10s), std::future_status::ready);
+
+  v1::ReportExitRequest exit;
+  exit.set_gang_id(first->gang_id());
+  exit.set_epoch(first->epoch());
+  exit.set_member_index(2);
+  exit.set_job_id(102);
+  exit.set_exit_code(3);
+  ASSERT_TRUE(client_->ReportExit(exit, 5s).ok());
+
+  absl::StatusOr<v1::WatchGangEvent> event = watched.get();
+  ASSERT_TRUE(event.ok()) << event.status();
+  ASSERT_TRUE(event->has_failed());
+  const std::string reason = event->failed().reason();
+  EXPECT_THAT(reason, HasSubstr("failed: member 2/2 (job 102 on host gpu-01) "
+                                "exited 3 at "));
+  EXPECT_EQ(event->failed().member_index(), 2u);
+  EXPECT_EQ(event->failed().job_id(), 102);
+
+  // A watch opened later gets the same line at once.
+  watch.set_member_index(2);
+  watch.set_job_id(102);
+  absl::StatusOr<v1::WatchGangEvent> late =
+      client_->WatchGang(watch, deadline, nullptr, nullptr, canceller);
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(late->failed().reason(), reason);
+
+  absl::StatusOr<v1::GetStatusResponse> status =
+      client_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_FAILED);
+  EXPECT_EQ(status->gangs(0).reason(), reason);
+}
+
+TEST_F(CoordinatorServiceTest, WatchGangRejectsStrangersAndCanBeCancelled) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 2).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  absl::StatusOr<v1::Assignment> assignment =
+      client_->JoinGang(JoinRequestFor(1, 1), deadline, nullptr, nullptr);
+  ASSERT_TRUE(assignment.ok()) << assignment.status();
+  v1::WatchGangRequest watch;
+  watch.set_gang_id(assignment->gang_id());
+  watch.set_epoch(assignment->epoch());
+  watch.set_member_index(1);
+  watch.set_job_id(999);
+  rendezvous::CallCanceller canceller;
+
+  EXPECT_EQ(client_->WatchGang(watch, deadline, nullptr, nullptr, canceller)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  watch.set_job_id(101);
+  std::promise<void> running;
+  std::future<absl::StatusOr<v1::WatchGangEvent>> watched =
+      std::async(std::launch::async, [&] {
+        return client_->WatchGang(
+            watch, deadline,
+            [&](const v1::WatchGangEvent&) { running.set_value(); }, nullptr,
+            canceller);
+      });
+  ASSERT_EQ(running.get_future().wait_for(10s), std::future_status::ready);
+  canceller.Cancel();
+  EXPECT_EQ(watched.get().status().code(), absl::StatusCode::kCancelled);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -107,7 +107,8 @@ struct Gang {
 
   // Runtime only.
   uint32_t queue_position = 0;
-  std::string blocked_note;  // Set when the last admission attempt failed.
+  uint32_t failed_member = 0;  // Whose report failed the gang; 0 = unknown.
+  std::string blocked_note;    // Set when the last admission attempt failed.
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;
@@ -158,14 +159,26 @@ struct WaitingInfo {
   uint32_t queue_position = 0;
 };
 
-// A message for one JoinGang stream, identified by the stream id the service
-// gave the join.
+// A running gang's progress towards its exit barrier.
+struct GangProgress {
+  uint32_t members_total = 0;
+  std::vector<uint32_t> unfinished_indices;  // Not yet reported exit 0.
+};
+
+// A message for one JoinGang or WatchGang stream, identified by the stream
+// id the service gave the join or watch (one id space for both).
 struct MemberEvent {
   enum class Kind {
     kWaiting,     // `waiting` is set.
     kAdmitted,    // `assignment` is set; the stream ends after it.
     kAborted,     // `reason` is set; the stream ends after it.
     kSuperseded,  // Another stream took over the member; end this one.
+    // Watch streams only:
+    kGangRunning,    // `progress` is set.
+    kGangFailed,     // `reason` is the root cause, `failed_member` and
+                     // `failed_job_id` its member (0 = unknown); the stream
+                     // ends after it.
+    kGangSucceeded,  // Every member exited 0; the stream ends after it.
   };
   uint64_t stream_id = 0;
   Kind kind = Kind::kWaiting;
@@ -174,6 +187,9 @@ struct MemberEvent {
   WaitingInfo waiting;
   Assignment assignment;
   std::string reason;
+  GangProgress progress;
+  uint32_t failed_member = 0;
+  int64_t failed_job_id = 0;
 };
 
 }  // namespace gdt::coordinator

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
+#include <ctime>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,33 @@ std::string GangLabel(const GangKey& key) {
 
 uint32_t SlotsOf(const Host& host) {
   return std::max<uint32_t>(1, host.spec.cpu_slots);
+}
+
+// Whether the gang's GPUs, slots and port are still leased: it runs, or it
+// failed and some member has not left yet.
+bool HoldsLeases(const Gang& gang) {
+  if (gang.state == GangState::kRunning) return true;
+  if (gang.state != GangState::kFailed) return false;
+  return std::any_of(gang.members.begin(), gang.members.end(),
+                     [](const auto& entry) { return !entry.second.left; });
+}
+
+bool AllExitedZero(const Gang& gang) {
+  return gang.members.size() == gang.key.size &&
+         std::all_of(
+             gang.members.begin(), gang.members.end(),
+             [](const auto& entry) { return entry.second.exit_code == 0; });
+}
+
+// "10:42:13 UTC".
+std::string UtcTimeOfDay(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm parts = {};
+  gmtime_r(&seconds, &parts);
+  char text[16];
+  std::snprintf(text, sizeof(text), "%02d:%02d:%02d UTC", parts.tm_hour,
+                parts.tm_min, parts.tm_sec);
+  return text;
 }
 
 }  // namespace
@@ -248,9 +277,10 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
   Pass();
 }
 
-absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
-                                   uint32_t member_index, int64_t job_id,
-                                   int32_t exit_code) {
+absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
+                                            uint32_t epoch,
+                                            uint32_t member_index,
+                                            int64_t job_id) {
   auto gang = gangs_.find(gang_id);
   if (gang == gangs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
@@ -266,11 +296,105 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
                      gang->second.epoch, " is job ", member->second.job_id,
                      ", not job ", job_id, " of epoch ", epoch));
   }
-  Gang updated = gang->second;
-  updated.members[member_index].exit_code = exit_code;
+  return &gang->second;
+}
+
+std::string Scheduler::FailureCause(const Gang& gang, const Member& member,
+                                    int32_t exit_code, bool cancelled) const {
+  const std::string host =
+      member.host_name.empty() ? std::string("no host") : member.host_name;
+  return absl::StrCat("member ", member.index, "/", gang.key.size, " (job ",
+                      member.job_id, " on host ", host, ") ",
+                      cancelled ? std::string("was cancelled")
+                                : absl::StrCat("exited ", exit_code),
+                      " at ", UtcTimeOfDay(clock_.UnixMillis()));
+}
+
+absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id,
+                                   int32_t exit_code, bool cancelled) {
+  absl::StatusOr<Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  Gang& gang = **found;
+  Gang updated = gang;
+  Member& member = updated.members.at(member_index);
+  member.exit_code = exit_code;
+  const bool fails = gang.state == GangState::kRunning &&
+                     !AllExitedZero(gang) && (exit_code != 0 || cancelled);
+  if (fails) {
+    updated.state = GangState::kFailed;
+    updated.failed_member = member_index;
+    updated.reason = absl::StrCat(
+        "gang ", updated.id,
+        " failed: ", FailureCause(updated, member, exit_code, cancelled),
+        "; stopping");
+  }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-  gang->second = std::move(updated);
+  gang = std::move(updated);
+  if (fails) spdlog::warn("{}", gang.reason);
+  NotifyWatchers(gang);
   return absl::OkStatus();
+}
+
+absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
+                              uint32_t member_index, int64_t job_id,
+                              uint64_t watch_id) {
+  absl::StatusOr<Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  const Gang& gang = **found;
+  if (gang.state == GangState::kForming || gang.state == GangState::kDone) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " is ", GangStateName(gang.state),
+                     "; only an admitted gang can be watched"));
+  }
+  watchers_[watch_id] = gang_id;
+  QueueWatchEvent(gang, watch_id);
+  return absl::OkStatus();
+}
+
+void Scheduler::Unwatch(uint64_t watch_id) { watchers_.erase(watch_id); }
+
+void Scheduler::QueueWatchEvent(const Gang& gang, uint64_t watch_id) {
+  MemberEvent event;
+  event.stream_id = watch_id;
+  event.gang_id = gang.id;
+  if (gang.state == GangState::kFailed) {
+    event.kind = MemberEvent::Kind::kGangFailed;
+    event.reason = gang.reason;
+    auto culprit = gang.members.find(gang.failed_member);
+    if (culprit != gang.members.end()) {
+      event.failed_member = culprit->first;
+      event.failed_job_id = culprit->second.job_id;
+    }
+  } else if (AllExitedZero(gang)) {
+    event.kind = MemberEvent::Kind::kGangSucceeded;
+  } else if (gang.state == GangState::kDone) {
+    event.kind = MemberEvent::Kind::kGangFailed;
+    event.reason = absl::StrCat("gang ", gang.id,
+                                " ended: every member left before all of "
+                                "them exited 0");
+  } else {
+    event.kind = MemberEvent::Kind::kGangRunning;
+    event.progress.members_total = gang.key.size;
+    for (uint32_t index = 1; index <= gang.key.size; ++index) {
+      auto member = gang.members.find(index);
+      if (member == gang.members.end() || member->second.exit_code != 0) {
+        event.progress.unfinished_indices.push_back(index);
+      }
+    }
+  }
+  if (event.kind != MemberEvent::Kind::kGangRunning) watchers_.erase(watch_id);
+  events_.push_back(std::move(event));
+}
+
+void Scheduler::NotifyWatchers(const Gang& gang) {
+  std::vector<uint64_t> watch_ids;
+  for (const auto& [watch_id, gang_id] : watchers_) {
+    if (gang_id == gang.id) watch_ids.push_back(watch_id);
+  }
+  for (uint64_t watch_id : watch_ids) QueueWatchEvent(gang, watch_id);
 }
 
 absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
@@ -288,24 +412,26 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
   const uint64_t stream_id = leaving.stream_id;
   leaving.present = false;
   leaving.stream_id = 0;
-  if (updated.state == GangState::kRunning) {
+  bool all_left = false;
+  if (updated.state == GangState::kRunning ||
+      updated.state == GangState::kFailed) {
     leaving.left = true;
-    const bool all_left =
-        std::all_of(updated.members.begin(), updated.members.end(),
-                    [](const auto& entry) { return entry.second.left; });
-    if (all_left) {
+    all_left = std::all_of(updated.members.begin(), updated.members.end(),
+                           [](const auto& entry) { return entry.second.left; });
+    if (all_left && updated.state == GangState::kRunning) {
       updated.state = GangState::kDone;
       updated.reason = "every member left";
     }
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-  if (updated.state == GangState::kDone) {
+  if (all_left) {
     for (const auto& [index, done_member] : updated.members) {
       auto& host_gpus = gpu_leases_[done_member.host_name];
       for (uint32_t gpu : done_member.gpu_indices) host_gpus.erase(gpu);
     }
     port_leases_[updated.master_host].erase(updated.master_port);
-    spdlog::info("gang done gang={} leases released", updated.id);
+    spdlog::info("gang {} gang={} leases released",
+                 GangStateName(updated.state), updated.id);
   }
   if (stream_id != 0) {
     MemberEvent aborted;
@@ -318,6 +444,7 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
     events_.push_back(std::move(aborted));
   }
   gang = std::move(updated);
+  if (gang.state == GangState::kDone) NotifyWatchers(gang);
   Pass();
   return absl::OkStatus();
 }
@@ -331,7 +458,7 @@ Scheduler::UsageMap Scheduler::CurrentUsage() const {
     }
   }
   for (const auto& [id, gang] : gangs_) {
-    if (gang.state != GangState::kRunning) continue;
+    if (!HoldsLeases(gang)) continue;
     for (const auto& [index, member] : gang.members) {
       if (member.gpus_per_node != 0) continue;
       Usage& host_usage = usage[member.host_name];
@@ -662,7 +789,7 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
       }
     }
     for (const auto& [id, gang] : gangs_) {
-      if (gang.state != GangState::kRunning) continue;
+      if (!HoldsLeases(gang)) continue;
       for (const auto& [index, member] : gang.members) {
         if (member.host_name == name) ++view.members_running;
       }
@@ -672,8 +799,7 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
   std::vector<Gang> live;
   std::vector<Gang> finished;
   for (const auto& [id, gang] : gangs_) {
-    const bool is_live =
-        gang.state == GangState::kForming || gang.state == GangState::kRunning;
+    const bool is_live = gang.state == GangState::kForming || HoldsLeases(gang);
     if (is_live) {
       live.push_back(gang);
     } else if (include_finished) {

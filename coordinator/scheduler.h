@@ -53,14 +53,20 @@ struct HostView {
 
 struct Snapshot {
   std::vector<HostView> hosts;  // By name.
-  std::vector<Gang> gangs;      // Live gangs by arrival, then finished ones,
-                                // most recent first.
+  std::vector<Gang> gangs;      // Live gangs (forming, running, or failed
+                                // with leases held) by arrival, then
+                                // finished ones, most recent first.
 };
 
 // The coordinator's state machine: host inventory, gangs and their members,
 // placement, and GPU/slot/port leases. Every change is persisted through the
 // Store before it is visible. Messages for joined members (waiting reasons,
 // admissions) collect in an outbox that the caller drains with TakeEvents().
+//
+// A running gang fails as a whole when one member's script exits non-zero or
+// its job is cancelled, and succeeds once every member exited 0; watches
+// (WatchGang streams) learn either through the same outbox. A failed gang
+// keeps its leases until every member has left.
 //
 // Admission is two-phase so that no lock is held while an agent is asked
 // about a port: Plan() proposes gangs that fit, the caller checks a port, and
@@ -108,12 +114,30 @@ class Scheduler {
   void Detach(const std::string& gang_id, uint32_t member_index,
               uint64_t stream_id);
 
-  // Records a member's exit code.
+  // Records a member's exit code. The first non-zero code or cancellation
+  // of a running gang that has not yet succeeded fails it: the gang becomes
+  // FAILED with one root-cause line as its reason (persisted), and every
+  // watch on it gets a GangFailed event. Once every member reported 0, the
+  // watches get GangSucceeded; otherwise they get the new progress. Reports
+  // for a failed gang are recorded and change nothing else.
   // Errors: NotFound for an unknown gang or member; FailedPrecondition when
-  // the job id or epoch does not match.
+  // the job id or epoch does not match; Internal when it cannot be persisted.
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          int32_t exit_code);
+                          int32_t exit_code, bool cancelled = false);
+
+  // Opens watch stream `watch_id` on a member's admitted gang and queues its
+  // first event: GangFailed when the gang has failed, GangSucceeded when
+  // every member exited 0, else GangRunning. Later events follow exit
+  // reports; the watch ends by itself after GangFailed or GangSucceeded.
+  // Errors: NotFound for an unknown gang or member; FailedPrecondition when
+  // the job id or epoch does not match, or the gang is not admitted yet or
+  // already done.
+  absl::Status Watch(const std::string& gang_id, uint32_t epoch,
+                     uint32_t member_index, int64_t job_id, uint64_t watch_id);
+
+  // Forgets watch stream `watch_id` (it ended). Idempotent.
+  void Unwatch(uint64_t watch_id);
 
   // Marks a member left. Idempotent; unknown gangs and members are fine.
   // When every member of a running gang has left, the gang is done and its
@@ -177,6 +201,17 @@ class Scheduler {
   // Recomputes every forming gang's reason and queues Waiting events.
   std::vector<AdmissionProposal> Pass();
   void QueueWaiting(Gang& gang);
+  // Finds the gang's member `member_index` for a call by `job_id` in
+  // `epoch`. Errors as ReportExit.
+  absl::StatusOr<Gang*> FindMember(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id);
+  // Queues the event that tells watch `watch_id` where `gang` stands; ends
+  // the watch when the event is final.
+  void QueueWatchEvent(const Gang& gang, uint64_t watch_id);
+  void NotifyWatchers(const Gang& gang);
+  // "member 2/3 (job 1002 on host gpu-07) exited 137 at 10:42:13 UTC".
+  std::string FailureCause(const Gang& gang, const Member& member,
+                           int32_t exit_code, bool cancelled) const;
   Assignment BuildAssignment(const Gang& gang, const Member& member) const;
   void QueueAdmitted(const Gang& gang, Member& member, uint64_t stream_id);
 
@@ -189,6 +224,7 @@ class Scheduler {
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
   int64_t next_sequence_ = 1;
+  std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   std::vector<MemberEvent> events_;
 };
 

@@ -407,5 +407,143 @@ TEST_F(SchedulerTest, RecordsExitCodes) {
             137);
 }
 
+// Admits a CPU gang of `size` on cpu-01 and returns its id.
+std::string AdmitCpuGang(Scheduler& scheduler, uint32_t size) {
+  EXPECT_TRUE(scheduler.RegisterHost(CpuHost("cpu-01", size)).ok());
+  std::string id;
+  for (uint32_t index = 1; index <= size; ++index) {
+    absl::StatusOr<std::string> gang =
+        scheduler.Join(Joining(TrainKey(size), index), index);
+    EXPECT_TRUE(gang.ok()) << gang.status();
+    if (gang.ok()) id = *gang;
+  }
+  for (const AdmissionProposal& proposal : scheduler.Plan()) {
+    EXPECT_TRUE(
+        scheduler.Admit(proposal, proposal.candidate_ports.front()).ok());
+  }
+  scheduler.TakeEvents();
+  return id;
+}
+
+TEST_F(SchedulerTest, FirstFailureFailsTheGangWithOneRootCause) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 3);
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 50).ok());
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 3, 103, 51).ok());
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 50).kind,
+            MemberEvent::Kind::kGangRunning);
+  clock_.Advance(42s);
+
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 137).ok());
+
+  const std::string reason =
+      "gang train-p5-pl77-n3 failed: member 2/3 (job 102 on host cpu-01) "
+      "exited 137 at 00:00:43 UTC; stopping";
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  for (uint64_t watch : {50, 51}) {
+    const MemberEvent event = LastEventFor(events, watch);
+    EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed) << watch;
+    EXPECT_EQ(event.reason, reason);
+    EXPECT_EQ(event.failed_member, 2u);
+    EXPECT_EQ(event.failed_job_id, 102);
+  }
+  const Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(failed.state, GangState::kFailed);
+  EXPECT_EQ(failed.reason, reason);
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->gangs.at(0).state, GangState::kFailed);
+  EXPECT_EQ(stored->gangs.at(0).reason, reason);
+
+  // Later failures (the peers being stopped) keep the first root cause.
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 143).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason, reason);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).exit_code,
+            143);
+}
+
+TEST_F(SchedulerTest, FailedGangKeepsItsLeasesUntilEveryMemberLeft) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 2);
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 2u);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.size(), 1u);
+
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+
+  Snapshot snapshot = scheduler_->GetSnapshot(true);
+  EXPECT_EQ(snapshot.hosts.at(0).members_running, 0u);
+  ASSERT_EQ(snapshot.gangs.size(), 1u);
+  EXPECT_EQ(snapshot.gangs[0].state, GangState::kFailed);
+  EXPECT_THAT(snapshot.gangs[0].reason, HasSubstr("exited 3"));
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+}
+
+TEST_F(SchedulerTest, CancelledMemberFailsTheGang) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 2);
+
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 143, true).ok());
+
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train-p5-pl77-n2 failed: member 1/2 (job 101 on host "
+            "cpu-01) was cancelled at 00:00:01 UTC; stopping");
+}
+
+TEST_F(SchedulerTest, WatchOfAFailedGangGetsTheRootCauseAtOnce) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 2);
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 60).ok());
+
+  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_THAT(event.reason, HasSubstr("member 2/2 (job 102"));
+}
+
+TEST_F(SchedulerTest, GangSucceedsOnceEveryMemberExitedZero) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 2);
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
+  MemberEvent first = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(first.kind, MemberEvent::Kind::kGangRunning);
+  EXPECT_EQ(first.progress.members_total, 2u);
+  EXPECT_THAT(first.progress.unfinished_indices, ElementsAre(1u, 2u));
+
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  MemberEvent progress = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(progress.kind, MemberEvent::Kind::kGangRunning);
+  EXPECT_THAT(progress.progress.unfinished_indices, ElementsAre(2u));
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 70).kind,
+            MemberEvent::Kind::kGangSucceeded);
+  // The watch has ended: no further events go to it.
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  EXPECT_THAT(scheduler_->TakeEvents(), IsEmpty());
+  // A cancellation after success changes nothing.
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0, true).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).state,
+            GangState::kRunning);
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(true).gangs.at(0).state, GangState::kDone);
+}
+
+TEST_F(SchedulerTest, RejectsWatchesOfStrangersAndFormingGangs) {
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  const std::string gang = "train-p5-pl77-n2";
+
+  EXPECT_EQ(scheduler_->Watch("nope", 1, 1, 101, 80).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->Watch(gang, 1, 2, 102, 80).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 999, 80).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 101, 80).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -60,6 +60,11 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
             PositiveSeconds(value, key);
         if (!seconds.ok()) return seconds.status();
         config.rpc_timeout = *seconds;
+      } else if (key == "exit_barrier_timeout_seconds") {
+        absl::StatusOr<std::chrono::seconds> seconds =
+            PositiveSeconds(value, key);
+        if (!seconds.ok()) return seconds.status();
+        config.exit_barrier_timeout = *seconds;
       } else if (key == "log_level") {
         config.log_level = value.as<std::string>();
       } else {

@@ -20,6 +20,9 @@ struct Config {
   std::string arrival_host;  // Empty in the file: this host's name.
   std::chrono::seconds join_timeout{3600};
   std::chrono::seconds rpc_timeout{10};
+  // How long a member whose script exited 0 waits for the rest of its gang
+  // (the exit barrier) before it gives up as a build failure.
+  std::chrono::seconds exit_barrier_timeout{600};
   std::string log_level = "warn";
 };
 

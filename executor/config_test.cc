@@ -18,6 +18,7 @@ cache_root: /srv/cache
 arrival_host: runner-3
 join_timeout_seconds: 120
 rpc_timeout_seconds: 5
+exit_barrier_timeout_seconds: 900
 log_level: debug
 )");
 
@@ -28,6 +29,7 @@ log_level: debug
   EXPECT_EQ(config->arrival_host, "runner-3");
   EXPECT_EQ(config->join_timeout, std::chrono::seconds(120));
   EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(config->exit_barrier_timeout, std::chrono::seconds(900));
   EXPECT_EQ(config->log_level, "debug");
 }
 
@@ -40,6 +42,7 @@ TEST(ConfigTest, FillsDefaults) {
   EXPECT_FALSE(config->arrival_host.empty());
   EXPECT_EQ(config->join_timeout, std::chrono::seconds(3600));
   EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(10));
+  EXPECT_EQ(config->exit_barrier_timeout, std::chrono::seconds(600));
   EXPECT_EQ(config->log_level, "warn");
 }
 

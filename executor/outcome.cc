@@ -16,6 +16,12 @@ Outcome Outcome::ScriptFailure(int code) {
   return outcome;
 }
 
+Outcome Outcome::PeerFailure(std::string message) {
+  Outcome outcome = ScriptFailure(kPeerFailureExitCode);
+  outcome.message = std::move(message);
+  return outcome;
+}
+
 Outcome Outcome::UserError(std::string message) {
   Outcome outcome;
   outcome.kind = OutcomeKind::kUserError;

@@ -8,6 +8,13 @@
 
 namespace gdt::executor {
 
+// The code written to BUILD_EXIT_CODE_FILE when a member's script was
+// stopped, or its exit barrier failed, because another member of its gang
+// failed: "stopped because a peer failed", distinct from any code the failing
+// member's own script returns, so `retry:exit_codes` can tell them apart.
+// Documented in docs/environment.md and docs/protocol.md.
+inline constexpr int kPeerFailureExitCode = 75;
+
 // What happened in one executor stage, as data. main() turns it into the
 // runner's exit code with FinishOutcome(); nothing else picks exit codes.
 enum class OutcomeKind {
@@ -22,7 +29,7 @@ enum class OutcomeKind {
 
 struct Outcome {
   OutcomeKind kind = OutcomeKind::kSuccess;
-  int script_exit_code = 0;  // kScriptFailure only.
+  int script_exit_code = 0;  // kScriptFailure and kUserError only.
   std::string message;       // One line for the job log; empty on success.
   // A helper thread may still be blocked in an RPC (an interrupted join):
   // the process must end without running static destructors.
@@ -30,6 +37,9 @@ struct Outcome {
 
   static Outcome Success() { return Outcome{}; }
   static Outcome ScriptFailure(int code);
+  // A build failure with kPeerFailureExitCode; `message` is the gang's
+  // root-cause line.
+  static Outcome PeerFailure(std::string message);
   static Outcome UserError(std::string message);
   static Outcome SystemFailure(std::string message);
 };

@@ -1,13 +1,19 @@
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "executor/env_contract.h"
+#include "executor/gang_watch.h"
 #include "executor/member_state.h"
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
@@ -25,7 +31,7 @@ bool IsUserStage(const std::string& stage_name) {
 }
 
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
-                       int exit_code) {
+                       int exit_code, bool cancelled) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -33,6 +39,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_member_index(static_cast<uint32_t>(state.member_index));
   request.set_job_id(state.job_id);
   request.set_exit_code(exit_code);
+  request.set_cancelled(cancelled);
   if (absl::Status status = coordinator.ReportExit(
           request, std::chrono::milliseconds(context.config.rpc_timeout));
       !status.ok()) {
@@ -40,6 +47,115 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
                  state.assignment.gang_id(), state.job_id, exit_code,
                  status.ToString());
   }
+}
+
+v1::WatchGangRequest WatchRequestFor(const MemberState& state) {
+  v1::WatchGangRequest request;
+  request.set_gang_id(state.assignment.gang_id());
+  request.set_epoch(state.assignment.epoch());
+  request.set_member_index(static_cast<uint32_t>(state.member_index));
+  request.set_job_id(state.job_id);
+  return request;
+}
+
+// How long a member whose own script failed waits for the coordinator's
+// root-cause line before it exits with its own code anyway.
+std::chrono::steady_clock::time_point RootCauseDeadline(
+    const StageContext& context) {
+  return std::chrono::steady_clock::now() +
+         std::min<std::chrono::steady_clock::duration>(
+             context.config.rpc_timeout, std::chrono::seconds(5));
+}
+
+// The other members that had not exited 0 at the watch's last progress.
+std::vector<uint32_t> OtherUnfinished(GangWatch& watch,
+                                      const MemberState& state) {
+  std::vector<uint32_t> others = watch.unfinished();
+  others.erase(std::remove(others.begin(), others.end(),
+                           static_cast<uint32_t>(state.member_index)),
+               others.end());
+  return others;
+}
+
+// The user stage ended with `exit_code` and the member reported it: decides
+// the stage's outcome from the gang's fate. `stopped_for_peer`: the stage was
+// terminated because the gang failed.
+Outcome GangOutcome(const StageContext& context, const MemberState& state,
+                    const std::string& stage_name, GangWatch& watch,
+                    int exit_code, bool stopped_for_peer) {
+  if (stopped_for_peer) return Outcome::PeerFailure(watch.failure_reason());
+  const bool cancelled = context.signal.load() != 0;
+  if (exit_code != 0 || cancelled) {
+    // The member whose report failed the gang keeps its own code; one whose
+    // script died because a peer had failed first (a broken collective) gets
+    // the peer-failure code. Both logs get the same root-cause line.
+    Outcome outcome = Outcome::ScriptFailure(exit_code == 0 ? 1 : exit_code);
+    const GangWatch::Fate fate =
+        stage_name == "build_script"
+            ? watch.WaitForFate(RootCauseDeadline(context), nullptr)
+            : watch.fate();
+    if (fate == GangWatch::Fate::kFailed) {
+      const int64_t culprit = watch.failed_job_id();
+      if (culprit != 0 && culprit != state.job_id) {
+        return Outcome::PeerFailure(watch.failure_reason());
+      }
+      outcome.message = watch.failure_reason();
+    }
+    return outcome;
+  }
+  if (watch.fate() == GangWatch::Fate::kFailed) {
+    return Outcome::PeerFailure(watch.failure_reason());
+  }
+  if (stage_name != "build_script") return Outcome::Success();
+
+  // The exit barrier: the gang succeeds or fails as a whole.
+  if (watch.fate() == GangWatch::Fate::kUnknown) {
+    const std::vector<uint32_t> others = OtherUnfinished(watch, state);
+    const size_t waiting_for = watch.unfinished().empty()
+                                   ? state.assignment.num_nodes() - 1
+                                   : others.size();
+    if (waiting_for > 0) {
+      context.out << "gdt: waiting for " << waiting_for << " other member"
+                  << (waiting_for == 1 ? "" : "s") << " to finish\n";
+      context.out.flush();
+    }
+  }
+  const GangWatch::Fate fate = watch.WaitForFate(
+      std::chrono::steady_clock::now() + context.config.exit_barrier_timeout,
+      [&context] { return context.signal.load() != 0; });
+  switch (fate) {
+    case GangWatch::Fate::kSucceeded:
+      return Outcome::Success();
+    case GangWatch::Fate::kFailed:
+      return Outcome::PeerFailure(watch.failure_reason());
+    case GangWatch::Fate::kUnknown:
+      break;
+  }
+  if (context.signal.load() != 0) {
+    // Cancelled while waiting: the gang cannot succeed without this member.
+    ReportExitQuietly(context, state, 0, /*cancelled=*/true);
+    Outcome outcome = Outcome::ScriptFailure(128 + context.signal.load());
+    if (watch.WaitForFate(RootCauseDeadline(context), nullptr) ==
+        GangWatch::Fate::kFailed) {
+      outcome.message = watch.failure_reason();
+    } else {
+      outcome.message = "cancelled while waiting for the other members";
+    }
+    return outcome;
+  }
+  if (absl::Status error = watch.error(); !error.ok()) {
+    return Outcome::SystemFailure(
+        absl::StrCat("cannot learn whether gang ", state.assignment.gang_id(),
+                     " succeeded: ", error.ToString()));
+  }
+  const std::vector<uint32_t> unfinished = OtherUnfinished(watch, state);
+  Outcome outcome = Outcome::ScriptFailure(kPeerFailureExitCode);
+  outcome.message = absl::StrCat(
+      "gang ", state.assignment.gang_id(), ": exit barrier timed out after ",
+      context.config.exit_barrier_timeout.count(), " s; member",
+      unfinished.size() == 1 ? " " : "s ", absl::StrJoin(unfinished, ", "),
+      " had not finished (exit_barrier_timeout_seconds)");
+  return outcome;
 }
 
 }  // namespace
@@ -98,7 +214,15 @@ Outcome RunScriptStage(const StageContext& context,
         ": ", status.ToString()));
   }
 
+  // User stages follow the gang: a peer's failure stops them, and a
+  // build_script that exits 0 waits for the rest of the gang.
+  std::unique_ptr<GangWatch> watch;
+  if (IsUserStage(stage_name)) {
+    watch = std::make_unique<GangWatch>(context.config.coordinator,
+                                        WatchRequestFor(*state));
+  }
   std::atomic<bool> forwarded{false};
+  std::atomic<bool> stopped_for_peer{false};
   absl::StatusOr<v1::StageExit> exit = agent.RunStage(
       start,
       [&context](v1::OutputStream stream, std::string_view data) {
@@ -107,8 +231,14 @@ Outcome RunScriptStage(const StageContext& context,
         sink.write(data.data(), static_cast<std::streamsize>(data.size()));
         sink.flush();
       },
-      [&context, &forwarded]() -> std::optional<v1::Signal> {
+      [&context, &forwarded, &stopped_for_peer,
+       &watch]() -> std::optional<v1::Signal> {
         if (context.signal.load() != 0 && !forwarded.exchange(true)) {
+          return v1::SIGNAL_TERM;
+        }
+        if (watch != nullptr && watch->fate() == GangWatch::Fate::kFailed &&
+            !forwarded.exchange(true)) {
+          stopped_for_peer.store(true);
           return v1::SIGNAL_TERM;
         }
         return std::nullopt;
@@ -120,7 +250,12 @@ Outcome RunScriptStage(const StageContext& context,
                      stage_name, ": ", exit.status().ToString()));
   }
   if (stage_name == "build_script") {
-    ReportExitQuietly(context, *state, exit->exit_code());
+    ReportExitQuietly(context, *state, exit->exit_code(),
+                      context.signal.load() != 0 && !stopped_for_peer.load());
+  }
+  if (watch != nullptr) {
+    return GangOutcome(context, *state, stage_name, *watch, exit->exit_code(),
+                       stopped_for_peer.load());
   }
   if (exit->exit_code() == 0) return Outcome::Success();
   return Outcome::ScriptFailure(exit->exit_code());

@@ -10,8 +10,10 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/mutex.h"
@@ -36,9 +38,75 @@ using ::testing::Not;
 using ::testing::Pair;
 
 // Admits every member at once (after one waiting event), or rejects joins
-// with `reject`. Records what it was asked.
+// with `reject`. Records what it was asked. Its WatchGang follows the
+// WatchMode.
 class FakeCoordinator final : public v1::Coordinator::Service {
  public:
+  enum class WatchMode {
+    // One Running event; after the first exit report (and `watch_delay`):
+    // Succeeded for exit 0, unless `watch_reason` is set (then Failed with
+    // it, naming `watch_culprit`); Failed naming the reporter otherwise.
+    kFollowExits,
+    kFailAtOnce,  // Failed with `watch_reason` and `watch_culprit` at once.
+    kNeverEnd,    // One Running event, then nothing until cancelled.
+  };
+
+  grpc::Status WatchGang(
+      grpc::ServerContext* context, const v1::WatchGangRequest* request,
+      grpc::ServerWriter<v1::WatchGangEvent>* writer) override {
+    WatchMode mode;
+    std::string reason;
+    int64_t culprit;
+    std::chrono::milliseconds delay;
+    {
+      MutexLock lock(mu_);
+      watches_.push_back(*request);
+      mode = watch_mode_;
+      reason = watch_reason_;
+      culprit = watch_culprit_;
+      delay = watch_delay_;
+    }
+    v1::WatchGangEvent event;
+    if (mode == WatchMode::kFailAtOnce) {
+      event.mutable_failed()->set_reason(reason);
+      event.mutable_failed()->set_job_id(culprit);
+      writer->Write(event);
+      return grpc::Status::OK;
+    }
+    event.mutable_running()->set_members_total(4);
+    for (uint32_t index : {1, 2, 3, 4}) {
+      event.mutable_running()->add_unfinished_indices(index);
+    }
+    writer->Write(event);
+    std::optional<v1::ReportExitRequest> exit;
+    while (!context->IsCancelled()) {
+      {
+        MutexLock lock(mu_);
+        if (mode == WatchMode::kFollowExits && !exits_.empty()) {
+          exit = exits_.back();
+        }
+      }
+      if (exit.has_value()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!exit.has_value()) return grpc::Status::OK;
+    std::this_thread::sleep_for(delay);
+    event.Clear();
+    if (exit->exit_code() == 0 && !exit->cancelled() && reason.empty()) {
+      event.mutable_succeeded();
+    } else if (exit->exit_code() == 0 && !exit->cancelled()) {
+      event.mutable_failed()->set_reason(reason);
+      event.mutable_failed()->set_job_id(culprit);
+    } else {
+      event.mutable_failed()->set_reason(
+          "gang g77 failed: member 2/4 (job 1002 on host gpu-02) exited " +
+          std::to_string(exit->exit_code()) + " at 10:42:13 UTC; stopping");
+      event.mutable_failed()->set_job_id(exit->job_id());
+    }
+    writer->Write(event);
+    return grpc::Status::OK;
+  }
+
   grpc::Status JoinGang(
       grpc::ServerContext*, const v1::JoinGangRequest* request,
       grpc::ServerWriter<v1::JoinGangEvent>* writer) override {
@@ -79,6 +147,19 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     MutexLock lock(mu_);
     reject_ = status;
   }
+  void set_watch(
+      WatchMode mode, const std::string& reason = "", int64_t culprit = 0,
+      std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
+    MutexLock lock(mu_);
+    watch_mode_ = mode;
+    watch_reason_ = reason;
+    watch_culprit_ = culprit;
+    watch_delay_ = delay;
+  }
+  std::vector<v1::WatchGangRequest> watches() {
+    MutexLock lock(mu_);
+    return watches_;
+  }
   std::vector<v1::JoinGangRequest> joins() {
     MutexLock lock(mu_);
     return joins_;
@@ -99,6 +180,11 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::vector<v1::JoinGangRequest> joins_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::LeaveGangRequest> leaves_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::WatchGangRequest> watches_ ABSL_GUARDED_BY(mu_);
+  WatchMode watch_mode_ ABSL_GUARDED_BY(mu_) = WatchMode::kFollowExits;
+  std::string watch_reason_ ABSL_GUARDED_BY(mu_);
+  int64_t watch_culprit_ ABSL_GUARDED_BY(mu_) = 0;
+  std::chrono::milliseconds watch_delay_ ABSL_GUARDED_BY(mu_){0};
 };
 
 // Echoes each stage's environment and files to stdout (one "KEY=VALUE" line
@@ -463,6 +549,92 @@ TEST_F(StagesTest, FailingBuildScriptIsBuildFailureWithItsCode) {
   EXPECT_EQ(coordinator_.exits()[0].exit_code(), 3);
   EXPECT_EQ(coordinator_.exits()[0].gang_id(), "g77");
   EXPECT_EQ(coordinator_.exits()[0].job_id(), 1002);
+  EXPECT_FALSE(coordinator_.exits()[0].cancelled());
+  // The failing member's log carries the same root-cause line as its peers'.
+  EXPECT_THAT(err_.str(), HasSubstr("gdt: gang g77 failed: member 2/4 (job "
+                                    "1002 on host gpu-02) exited 3 at "
+                                    "10:42:13 UTC; stopping\n"));
+}
+
+TEST_F(StagesTest, PeerFailureStopsTheStageWithThePeerFailureCode) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  agent_.set_wait_for_signal(true);
+  const std::string reason =
+      "gang g77 failed: member 3/4 (job 1003 on host gpu-03) exited 137 at "
+      "10:42:13 UTC; stopping";
+  coordinator_.set_watch(FakeCoordinator::WatchMode::kFailAtOnce, reason, 1003);
+
+  Outcome outcome = Run({"run", WriteScript("sleep 100\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, kPeerFailureExitCode);
+  EXPECT_EQ(outcome.message, reason);
+  EXPECT_THAT(agent_.signals(), ElementsAre(v1::SIGNAL_TERM));
+  EXPECT_EQ(FinishOutcome(outcome, env_.exit_codes, err_), 1);
+  EXPECT_EQ(ExitCodeFile(), "75\n");
+  EXPECT_THAT(err_.str(), HasSubstr("gdt: " + reason + "\n"));
+  ASSERT_EQ(coordinator_.watches().size(), 1u);
+  EXPECT_EQ(coordinator_.watches()[0].gang_id(), "g77");
+  EXPECT_EQ(coordinator_.watches()[0].member_index(), 2u);
+  EXPECT_EQ(coordinator_.watches()[0].job_id(), 1002);
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  EXPECT_FALSE(coordinator_.exits()[0].cancelled());
+}
+
+TEST_F(StagesTest, ScriptBrokenByAnEarlierPeerFailureGetsThePeerCode) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  agent_.set_exit_code(1);  // e.g. a collective broke when the peer died.
+  coordinator_.set_watch(FakeCoordinator::WatchMode::kFailAtOnce,
+                         "gang g77 failed: member 1/4 (...)", 1001);
+
+  Outcome outcome = Run({"run", WriteScript("false\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, kPeerFailureExitCode);
+  EXPECT_EQ(outcome.message, "gang g77 failed: member 1/4 (...)");
+}
+
+TEST_F(StagesTest, ExitBarrierWaitsForTheWholeGang) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  out_.str("");
+  coordinator_.set_watch(FakeCoordinator::WatchMode::kFollowExits, "", 0,
+                         std::chrono::milliseconds(300));
+
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  EXPECT_THAT(out_.str(), HasSubstr("gdt: waiting for 3 other members to "
+                                    "finish\n"));
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  EXPECT_EQ(coordinator_.exits()[0].exit_code(), 0);
+}
+
+TEST_F(StagesTest, ExitBarrierFailsWhenAPeerFailsLater) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  const std::string reason =
+      "gang g77 failed: member 4/4 (job 1004 on host gpu-04) exited 3 at "
+      "10:42:13 UTC; stopping";
+  coordinator_.set_watch(FakeCoordinator::WatchMode::kFollowExits, reason, 1004,
+                         std::chrono::milliseconds(100));
+
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, kPeerFailureExitCode);
+  EXPECT_EQ(outcome.message, reason);
+}
+
+TEST_F(StagesTest, ExitBarrierIsBounded) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  coordinator_.set_watch(FakeCoordinator::WatchMode::kNeverEnd);
+  config_.exit_barrier_timeout = std::chrono::seconds(1);
+
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
+  EXPECT_EQ(outcome.script_exit_code, kPeerFailureExitCode);
+  EXPECT_THAT(outcome.message, HasSubstr("exit barrier timed out after 1 s"));
+  EXPECT_THAT(outcome.message, HasSubstr("members 1, 3, 4 had not finished"));
 }
 
 TEST_F(StagesTest, BuildScriptGetsContractAndStreamsOutput) {
@@ -521,6 +693,10 @@ TEST_F(StagesTest, SignalIsForwardedToTheStage) {
   EXPECT_EQ(outcome.kind, OutcomeKind::kScriptFailure);
   EXPECT_EQ(outcome.script_exit_code, 143);
   EXPECT_THAT(agent_.signals(), ElementsAre(v1::SIGNAL_TERM));
+  // A cancelled member fails its gang, and keeps its own code.
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  EXPECT_TRUE(coordinator_.exits()[0].cancelled());
+  EXPECT_THAT(outcome.message, HasSubstr("gang g77 failed: member 2/4"));
 }
 
 TEST_F(StagesTest, RunWithoutPrepareIsSystemFailure) {

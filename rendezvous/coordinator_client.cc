@@ -1,6 +1,7 @@
 #include "rendezvous/coordinator_client.h"
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -25,6 +26,38 @@ bool IsTransient(const absl::Status& status) {
 }
 
 }  // namespace
+
+void CallCanceller::Cancel() {
+  MutexLock lock(mu_);
+  cancelled_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+  cv_.NotifyAll();
+}
+
+bool CallCanceller::cancelled() {
+  MutexLock lock(mu_);
+  return cancelled_;
+}
+
+bool CallCanceller::Attach(grpc::ClientContext* context) {
+  MutexLock lock(mu_);
+  if (cancelled_) return false;
+  context_ = context;
+  return true;
+}
+
+void CallCanceller::Detach() {
+  MutexLock lock(mu_);
+  context_ = nullptr;
+}
+
+bool CallCanceller::SleepUntil(std::chrono::system_clock::time_point deadline) {
+  MutexLock lock(mu_);
+  while (!cancelled_ && std::chrono::system_clock::now() < deadline) {
+    cv_.WaitUntil(mu_, deadline);
+  }
+  return !cancelled_;
+}
 
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
     : endpoint_(endpoint),
@@ -116,6 +149,53 @@ absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
   context.set_deadline(In(timeout));
   v1::ReportExitResponse response;
   return FromGrpcStatus(stub_->ReportExit(&context, request, &response));
+}
+
+absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
+    const v1::WatchGangRequest& request, Deadline deadline,
+    const std::function<void(const v1::WatchGangEvent&)>& on_event,
+    const std::function<void(const absl::Status&)>& on_reconnect,
+    CallCanceller& canceller) {
+  const absl::Status cancelled = absl::CancelledError("gang watch cancelled");
+  std::chrono::milliseconds backoff(200);
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    if (!canceller.Attach(&context)) return cancelled;
+    std::unique_ptr<grpc::ClientReader<v1::WatchGangEvent>> reader =
+        stub_->WatchGang(&context, request);
+    v1::WatchGangEvent event;
+    bool got_event = false;
+    std::optional<v1::WatchGangEvent> final_event;
+    while (!final_event.has_value() && reader->Read(&event)) {
+      got_event = true;
+      if (on_event) on_event(event);
+      if (event.has_failed() || event.has_succeeded()) final_event = event;
+    }
+    if (final_event.has_value()) context.TryCancel();
+    absl::Status status = FromGrpcStatus(reader->Finish());
+    canceller.Detach();
+    if (final_event.has_value()) return *final_event;
+    if (canceller.cancelled()) return cancelled;
+    if (status.ok()) {
+      status = absl::UnavailableError("coordinator ended the watch early");
+    }
+    if (std::chrono::system_clock::now() >= deadline ||
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gang watch reached its deadline (last: ", status.message(), ")"));
+    }
+    if (!IsTransient(status)) return status;
+    if (on_reconnect) on_reconnect(status);
+    if (got_event) backoff = std::chrono::milliseconds(200);
+    const auto wake = std::min(
+        deadline,
+        std::chrono::system_clock::now() +
+            std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                backoff));
+    if (!canceller.SleepUntil(wake)) return cancelled;
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
 }
 
 absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,

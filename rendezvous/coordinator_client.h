@@ -7,9 +7,34 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 
 namespace gdt::rendezvous {
+
+// Lets another thread end a blocking streaming call (WatchGang) early.
+// Cancel() ends the call in flight, any backoff sleep, and every later call
+// made with this canceller. Thread-safe; must outlive the calls using it.
+class CallCanceller {
+ public:
+  void Cancel();
+  bool cancelled();
+
+ private:
+  friend class CoordinatorClient;
+  // Registers the context of the call in flight; returns false (and
+  // registers nothing) when already cancelled. Detach() before the context
+  // goes away.
+  bool Attach(grpc::ClientContext* context);
+  void Detach();
+  // Sleeps until `deadline` or Cancel(); returns false when cancelled.
+  bool SleepUntil(std::chrono::system_clock::time_point deadline);
+
+  Mutex mu_;
+  CondVar cv_;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 // The only class that calls the coordinator's stub. Every call has a
 // deadline; JoinGang also owns the reconnect policy. Thread-safe (gRPC stubs
@@ -46,6 +71,20 @@ class CoordinatorClient {
 
   absl::Status ReportExit(const v1::ReportExitRequest& request,
                           std::chrono::milliseconds timeout);
+
+  // Watches a gang until it fails or succeeds: passes every event to
+  // `on_event` (on this thread; may be empty) and returns the final one
+  // (`failed` or `succeeded`). Reconnects on transient failures with 200 ms
+  // to 2 s backoff, calling `on_reconnect` (may be empty) each time.
+  // Errors: Cancelled after `canceller.Cancel()`; DeadlineExceeded at
+  // `deadline`; NotFound or FailedPrecondition as the coordinator rejected
+  // the watch (not retried).
+  absl::StatusOr<v1::WatchGangEvent> WatchGang(
+      const v1::WatchGangRequest& request, Deadline deadline,
+      const std::function<void(const v1::WatchGangEvent&)>& on_event,
+      const std::function<void(const absl::Status&)>& on_reconnect,
+      CallCanceller& canceller);
+
   absl::Status LeaveGang(const v1::LeaveGangRequest& request,
                          std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(

@@ -1,0 +1,100 @@
+#include "executor/gang_watch.h"
+
+#include <algorithm>
+
+#include "spdlog/spdlog.h"
+
+namespace gdt::executor {
+namespace {
+
+// The watch lives as long as the stage; the job's own timeout ends it much
+// sooner. Every RPC carries a deadline, so this one does too.
+constexpr std::chrono::hours kWatchDeadline{7 * 24};
+
+}  // namespace
+
+GangWatch::GangWatch(const std::string& endpoint,
+                     const v1::WatchGangRequest& request) {
+  thread_ = std::thread([this, endpoint, request] { Run(endpoint, request); });
+}
+
+GangWatch::~GangWatch() {
+  canceller_.Cancel();
+  if (thread_.joinable()) thread_.join();
+}
+
+void GangWatch::Run(const std::string& endpoint,
+                    const v1::WatchGangRequest& request) {
+  rendezvous::CoordinatorClient coordinator(endpoint);
+  absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
+      request, std::chrono::system_clock::now() + kWatchDeadline,
+      [this](const v1::WatchGangEvent& event) {
+        MutexLock lock(mu_);
+        if (event.has_running()) {
+          unfinished_.assign(event.running().unfinished_indices().begin(),
+                             event.running().unfinished_indices().end());
+        } else if (event.has_failed()) {
+          fate_ = Fate::kFailed;
+          failure_reason_ = event.failed().reason();
+          failed_job_id_ = event.failed().job_id();
+        } else if (event.has_succeeded()) {
+          fate_ = Fate::kSucceeded;
+          unfinished_.clear();
+        }
+        changed_.NotifyAll();
+      },
+      [&request](const absl::Status& status) {
+        spdlog::warn("gang watch gang={} reconnecting: {}", request.gang_id(),
+                     status.ToString());
+      },
+      canceller_);
+  MutexLock lock(mu_);
+  ended_ = true;
+  if (!last.ok() && last.status().code() != absl::StatusCode::kCancelled) {
+    spdlog::warn("gang watch gang={} ended: {}", request.gang_id(),
+                 last.status().ToString());
+    error_ = last.status();
+  }
+  changed_.NotifyAll();
+}
+
+GangWatch::Fate GangWatch::fate() {
+  MutexLock lock(mu_);
+  return fate_;
+}
+
+std::string GangWatch::failure_reason() {
+  MutexLock lock(mu_);
+  return failure_reason_;
+}
+
+int64_t GangWatch::failed_job_id() {
+  MutexLock lock(mu_);
+  return failed_job_id_;
+}
+
+std::vector<uint32_t> GangWatch::unfinished() {
+  MutexLock lock(mu_);
+  return unfinished_;
+}
+
+absl::Status GangWatch::error() {
+  MutexLock lock(mu_);
+  return error_;
+}
+
+GangWatch::Fate GangWatch::WaitForFate(
+    std::chrono::steady_clock::time_point deadline,
+    const std::function<bool()>& stop) {
+  MutexLock lock(mu_);
+  while (fate_ == Fate::kUnknown && !ended_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) break;
+    if (stop && stop()) break;
+    changed_.WaitUntil(mu_,
+                       std::min(deadline, now + std::chrono::milliseconds(50)));
+  }
+  return fate_;
+}
+
+}  // namespace gdt::executor
