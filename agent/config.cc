@@ -8,6 +8,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
@@ -240,11 +241,9 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) return absl::NotFoundError("cannot read the file");
-  std::stringstream text;
-  text << file.rdbuf();
-  return ParseConfig(text.str());
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  return ParseConfig(*text);
 }
 
 }  // namespace gdt::agent

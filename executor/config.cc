@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "yaml-cpp/yaml.h"
@@ -96,14 +97,13 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read executor config ", path));
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) {
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("executor config: ", text.status().message()));
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<Config> config = ParseConfig(text.str());
+  absl::StatusOr<Config> config = ParseConfig(*text);
   if (!config.ok()) {
     return absl::Status(config.status().code(),
                         absl::StrCat(path, ": ", config.status().message()));

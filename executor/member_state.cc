@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "google/protobuf/util/json_util.h"
 #include "nlohmann/json.hpp"
 
@@ -92,14 +93,12 @@ absl::Status WriteMemberState(const std::string& path,
 }
 
 absl::StatusOr<MemberState> ReadMemberState(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) {
     return absl::NotFoundError(absl::StrCat("no member state at ", path));
   }
-  std::stringstream text;
-  text << file.rdbuf();
   const nlohmann::json json =
-      nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+      nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   const auto bad = [&path](const std::string& why) {
     return absl::DataLossError(
         absl::StrCat("member state ", path, " is damaged: ", why));

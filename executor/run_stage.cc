@@ -12,6 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
@@ -174,18 +175,16 @@ Outcome RunScriptStage(const StageContext& context,
     return Outcome::SystemFailure(std::string(state.status().message()));
   }
 
-  std::ifstream file(script_path, std::ios::binary);
-  if (!file) {
+  absl::StatusOr<std::string> script = ReadTextFile(script_path);
+  if (!script.ok()) {
     return Outcome::SystemFailure(
-        absl::StrCat("cannot read stage script ", script_path));
+        absl::StrCat("stage script: ", script.status().message()));
   }
-  std::stringstream script;
-  script << file.rdbuf();
 
   v1::StartStage start;
   start.set_member_id(state->member_id);
   start.set_stage(stage_name);
-  start.set_script(script.str());
+  start.set_script(*script);
   start.set_working_dir(state->builds_dir);
   if (IsUserStage(stage_name)) {
     StageEnvironment contract = BuildEnvironmentContract(

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 
 namespace gdt::gitlab {
@@ -308,14 +309,9 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
 
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                                 std::string_view job_name) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  absl::StatusOr<CiJob> job = ParseCiJob(text.str(), job_name);
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<CiJob> job = ParseCiJob(*text, job_name);
   if (!job.ok()) {
     return absl::Status(job.status().code(),
                         absl::StrCat(path, ": ", job.status().message()));

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 
@@ -319,22 +320,16 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
 }
 
 absl::StatusOr<JobPayload> LoadJobPayload(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    const std::string message = absl::StrCat("cannot read ", kFile, " ", path,
-                                             ": ", std::strerror(error));
-    if (error == ENOENT) return absl::NotFoundError(message);
-    if (error == EACCES) return absl::PermissionDeniedError(message);
-    return absl::UnavailableError(message);
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) {
+    // "cannot read JOB_RESPONSE_FILE <path>: <reason>", code kept.
+    return absl::Status(
+        text.status().code(),
+        absl::StrCat("cannot read ", kFile, " ",
+                     text.status().message().substr(
+                         std::string_view("cannot read ").size())));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot read ", kFile, " ", path, ": read error"));
-  }
-  return ParseJobPayload(text.str());
+  return ParseJobPayload(*text);
 }
 
 std::string SerializeJobPayload(const JobPayload& payload) {
