@@ -44,7 +44,7 @@ int main(int argc, char** argv) {
     }
   }
   if (!config.ok()) {
-    std::fprintf(stderr, "gdt-agent: %s: %s\n", config_path.c_str(),
+    std::fprintf(stderr, "gdt-agent: %s\n",
                  std::string(config.status().message()).c_str());
     return kExitConfigError;
   }

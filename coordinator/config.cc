@@ -138,8 +138,13 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
 
 absl::StatusOr<Config> LoadConfig(const std::string& path) {
   absl::StatusOr<std::string> text = ReadTextFile(path);
-  if (!text.ok()) return text.status();
-  return ParseConfig(*text);
+  if (!text.ok()) return text.status();  // Names the path already.
+  absl::StatusOr<Config> config = ParseConfig(*text);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        absl::StrCat(path, ": ", config.status().message()));
+  }
+  return config;
 }
 
 }  // namespace gdt::coordinator

@@ -39,8 +39,7 @@ int Serve(const ServeFlags& flags) {
   absl::StatusOr<gdt::coordinator::Config> config =
       gdt::coordinator::LoadConfig(flags.config);
   if (!config.ok()) {
-    return Fail(kExitUsage,
-                flags.config + ": " + std::string(config.status().message()));
+    return Fail(kExitUsage, std::string(config.status().message()));
   }
   if (!flags.listen.empty()) config->listen_address = flags.listen;
   if (!flags.state.empty()) config->state_path = flags.state;

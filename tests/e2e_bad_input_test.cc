@@ -212,5 +212,25 @@ TEST(BadConfigTest, AgentRejectsUnknownConfigKey) {
   EXPECT_THAT(result.output, HasSubstr("nmae"));
 }
 
+// A missing config file gets one line that names the path once.
+TEST(BadConfigTest, MissingConfigFileIsNamedOnce) {
+  TempDir dir;
+  const std::string missing = dir.Sub("absent.yaml");
+
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{BinaryPath("gdt-coord"), "serve", "--config",
+                                 missing},
+        std::vector<std::string>{BinaryPath("gdt-agent"), "--config",
+                                 missing}}) {
+    CommandResult result = RunProcess(argv, {}, seconds(20));
+
+    EXPECT_EQ(result.status.code(), 2) << result.output;
+    EXPECT_THAT(result.output, HasSubstr("cannot read " + missing))
+        << result.output;
+    EXPECT_EQ(result.output.find(missing), result.output.rfind(missing))
+        << result.output;
+  }
+}
+
 }  // namespace
 }  // namespace gdt::testing
