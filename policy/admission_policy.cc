@@ -654,6 +654,11 @@ uint32_t AdmissionPolicy::FreeRunnerSlots(const std::string& host) const {
   return hosts_[it->second].free_slots;
 }
 
+uint32_t AdmissionPolicy::FreeCpuSlots(const std::string& host) const {
+  auto it = host_index_.find(host);
+  return it == host_index_.end() ? 0 : hosts_[it->second].free_cpu;
+}
+
 uint32_t AdmissionPolicy::GpusHeldByWaitingGangs() const {
   uint32_t held = 0;
   for (const auto& [id, gang] : gangs_) {

@@ -164,6 +164,8 @@ class AdmissionPolicy {
   // Introspection for callers and tests.
   uint32_t FreeGpus(const std::string& host) const;
   uint32_t FreeRunnerSlots(const std::string& host) const;
+  // Free CPU slots (members without GPUs); UINT32_MAX without a limit.
+  uint32_t FreeCpuSlots(const std::string& host) const;
   // GPUs leased to members of gangs that are not running (always 0 except
   // in kNaive).
   uint32_t GpusHeldByWaitingGangs() const;
