@@ -14,18 +14,17 @@ constexpr uint32_t kUnlimited = std::numeric_limits<uint32_t>::max();
 // Best-fit placement of members needing `gpus` each: every member goes to the
 // usable host with the fewest GPUs left that still holds it, preferring the
 // member's own runner host on ties. For equal-sized members this finds a
-// placement whenever sum(floor(cap / gpus)) covers them. `usable[h]` says
-// whether host h may be used at all (it matters for CPU-only members).
-std::optional<std::vector<size_t>> BestFit(uint32_t gpus,
-                                           const std::vector<size_t>& preferred,
-                                           const std::vector<bool>& usable,
-                                           std::vector<uint32_t> cap) {
+// placement whenever sum(floor(cap / gpus)) covers them. Only the hosts in
+// `candidates` (ascending indices) may be used.
+std::optional<std::vector<size_t>> BestFit(
+    uint32_t gpus, const std::vector<size_t>& preferred,
+    const std::vector<size_t>& candidates, std::vector<uint32_t> cap) {
   std::vector<size_t> out;
   out.reserve(preferred.size());
   for (const size_t want : preferred) {
     size_t best = cap.size();
-    for (size_t h = 0; h < cap.size(); ++h) {
-      if (!usable[h] || cap[h] < gpus) continue;
+    for (const size_t h : candidates) {
+      if (cap[h] < gpus) continue;
       if (best == cap.size() || cap[h] < cap[best] ||
           (cap[h] == cap[best] && h == want)) {
         best = h;
@@ -424,29 +423,35 @@ std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
   for (const auto& [index, member] : gang.present) {
     preferred.push_back(member.slot_host);
   }
+  std::vector<size_t> all;
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (usable[h] && cap[h] >= unit) all.push_back(h);
+  }
   if (gang.spec.same_label.empty()) {
-    return BestFit(unit, preferred, usable, cap);
+    return BestFit(unit, preferred, all, cap);
   }
   // One domain per value of the label: the tightest domain that holds the
   // whole gang wins (least capacity left over), like best fit for hosts.
-  std::map<std::string, std::vector<bool>> domains;
-  for (size_t h = 0; h < hosts_.size(); ++h) {
+  std::map<std::string, std::vector<size_t>> domains;
+  for (const size_t h : all) {
     auto label = hosts_[h].spec.labels.find(gang.spec.same_label);
-    if (!usable[h] || label == hosts_[h].spec.labels.end()) continue;
-    std::vector<bool>& mask = domains[label->second];
-    if (mask.empty()) mask.assign(hosts_.size(), false);
-    mask[h] = true;
+    if (label != hosts_[h].spec.labels.end()) {
+      domains[label->second].push_back(h);
+    }
   }
   std::optional<std::vector<size_t>> best;
   uint64_t best_left = 0;
-  for (const auto& [value, mask] : domains) {
-    std::optional<std::vector<size_t>> placed =
-        BestFit(unit, preferred, mask, cap);
-    if (!placed.has_value()) continue;
+  for (const auto& [value, members] : domains) {
+    uint64_t room = 0;
     uint64_t left = 0;
-    for (size_t h = 0; h < hosts_.size(); ++h) {
-      if (mask[h]) left += cap[h];
+    for (const size_t h : members) {
+      room += cap[h] / unit;
+      left += cap[h];
     }
+    if (room < gang.present.size()) continue;
+    std::optional<std::vector<size_t>> placed =
+        BestFit(unit, preferred, members, cap);
+    if (!placed.has_value()) continue;
     left -= uint64_t{unit} * placed->size();
     if (!best.has_value() || left < best_left) {
       best = std::move(placed);
@@ -454,7 +459,7 @@ std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
     }
   }
   if (best.has_value() || gang.spec.same_required) return best;
-  return BestFit(unit, preferred, usable, cap);
+  return BestFit(unit, preferred, all, cap);
 }
 
 Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
@@ -549,17 +554,10 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   std::vector<uint32_t> fewest[2] = {
       std::vector<uint32_t>(largest + 1, kUnlimited),
       std::vector<uint32_t>(largest + 1, kUnlimited)};
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    // Once the head is reserved and not even one GPU can be placed, only
-    // CPU-only gangs could still start.
-    if (reserved && cpu_only_waiting_ == 0 &&
-        (free_total == 0 || fewest[0][1] <= 1)) {
-      return;
-    }
-    Gang& gang = *it->second;
-    ++it;  // Commit() erases the gang's entry.
+  // Tries to start `gang` now; false when it does not fit (or would delay
+  // the reservation).
+  auto try_start = [&](Gang& gang) {
     const GangSpec& spec = gang.spec;
-    if (gang.present.size() < spec.members) continue;
     const int cls =
         reserved && now + spec.run_bound > reservation_->start ? 1 : 0;
     // The shape shortcut holds for GPU gangs without placement constraints.
@@ -578,15 +576,53 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
       if (cls == 1) {
         for (const size_t h : *hosts) extra[h] -= g;
       }
-      continue;
+      return true;
     }
     if (plain) {
       for (uint32_t k = g; k <= largest; ++k) {
         fewest[cls][k] = std::min(fewest[cls][k], spec.members);
       }
     }
+    return false;
+  };
+  // Once the head is reserved and not even one GPU can be placed, only
+  // CPU-only gangs could still start.
+  auto nothing_fits = [&] {
+    return reserved && cpu_only_waiting_ == 0 &&
+           (free_total == 0 || fewest[0][1] <= 1);
+  };
+  // In queue order until the head (the first gang that does not fit) has
+  // its reservation.
+  auto it = queue_.begin();
+  while (it != queue_.end() && !reserved) {
+    Gang& gang = *it->second;
+    ++it;  // Commit() erases the gang's entry.
+    if (gang.present.size() < gang.spec.members) continue;
+    if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
-    if (!reserved) reserved = Reserve(gang, now, extra);
+    reserved = Reserve(gang, now, extra);
+  }
+  // Backfill: the rest, in the configured order.
+  std::vector<Gang*> candidates;
+  for (; it != queue_.end(); ++it) {
+    if (it->second->present.size() == it->second->spec.members) {
+      candidates.push_back(it->second);
+    }
+  }
+  if (options_.backfill_order == BackfillOrder::kShortestFirst) {
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Gang* a, const Gang* b) {
+                       const uint64_t ga =
+                           uint64_t{a->spec.members} * a->spec.gpus_per_member;
+                       const uint64_t gb =
+                           uint64_t{b->spec.members} * b->spec.gpus_per_member;
+                       return std::tie(a->spec.run_bound, ga) <
+                              std::tie(b->spec.run_bound, gb);
+                     });
+  }
+  for (Gang* gang : candidates) {
+    if (nothing_fits()) return;
+    try_start(*gang);
   }
 }
 

@@ -43,10 +43,20 @@ enum class Mode {
   kNaive,
 };
 
+// The order in which kBackfill tries the gangs behind the head.
+enum class BackfillOrder {
+  kQueue,  // Priority, then FIFO, like the head.
+  // Shortest run-time bound first, then fewest GPUs, then queue order: more
+  // short gangs start in the gaps, which lowers the mean wait. The head's
+  // reservation still bounds every gang's wait.
+  kShortestFirst,
+};
+
 struct PolicyOptions {
   Mode mode = Mode::kBackfill;
   // Gangs with more members fail at join time.
   uint32_t max_nodes_per_job = 8;
+  BackfillOrder backfill_order = BackfillOrder::kShortestFirst;
 };
 
 struct HostSpec {

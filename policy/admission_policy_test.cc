@@ -480,5 +480,25 @@ TEST_F(AdmissionPolicyTest, CpuOnlyGangsCountCpuSlots) {
   EXPECT_EQ(decisions.admitted[0].gang_id, "pair");
 }
 
+TEST_F(AdmissionPolicyTest, BackfillTriesShortestGangsFirstByDefault) {
+  for (const BackfillOrder order :
+       {BackfillOrder::kShortestFirst, BackfillOrder::kQueue}) {
+    AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8, order});
+    AddHosts(policy, 1, 8, 8);
+    JoinAll(policy, Gang("running", 1, 6, 0, /*run_bound=*/1000), "h0");
+    ASSERT_THAT(policy.Schedule(0).admitted, SizeIs(1));
+    JoinAll(policy, Gang("head", 1, 8, 1), "h0");
+    JoinAll(policy, Gang("long", 1, 2, 2, /*run_bound=*/900), "h0");
+    JoinAll(policy, Gang("short", 1, 2, 3, /*run_bound=*/100), "h0");
+
+    const Decisions decisions = policy.Schedule(10);
+
+    ASSERT_THAT(decisions.admitted, SizeIs(1));
+    EXPECT_EQ(decisions.admitted[0].gang_id,
+              order == BackfillOrder::kShortestFirst ? "short" : "long");
+    EXPECT_EQ(policy.reservation()->start, 1000);  // Never delayed.
+  }
+}
+
 }  // namespace
 }  // namespace gdt::policy

@@ -41,6 +41,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--max-nodes", flags.options.max_nodes_per_job,
                  "largest gang accepted")
       ->capture_default_str();
+  app.add_option("--backfill-order", flags.backfill_order,
+                 "gdt: order of the gangs tried behind the head: shortest "
+                 "(job timeout, then GPUs) | queue (priority, then FIFO)")
+      ->check(CLI::IsMember({"shortest", "queue"}))
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
 
@@ -58,6 +63,9 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   }
   SimOptions options = flags.options;
   options.mode = mode->second;
+  options.backfill_order = flags.backfill_order == "queue"
+                               ? BackfillOrder::kQueue
+                               : BackfillOrder::kShortestFirst;
 
   const auto started = std::chrono::steady_clock::now();
   std::ifstream file(flags.trace_path);
@@ -89,6 +97,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   if (flags.json) {
     nlohmann::json out = {
         {"policy", flags.policy},
+        {"backfill_order", flags.backfill_order},
         {"hosts", options.hosts},
         {"gpus_per_host", options.gpus_per_host},
         {"runner_slots", r.runner_slots},
