@@ -39,7 +39,7 @@ policy::GangSpec SpecOf(const WaitingGang& gang) {
   spec.members = gang.members;
   spec.gpus_per_member = gang.gpus_per_member;
   spec.priority = gang.priority;
-  spec.queue_time = gang.sequence;
+  spec.queue_time = gang.queue_time_unix_s;
   spec.run_bound = std::max<int64_t>(1, gang.run_bound_s);
   spec.same_label = gang.same_label;
   spec.same_required = gang.same_required && !gang.same_label.empty();

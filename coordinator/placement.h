@@ -46,6 +46,7 @@ struct WaitingGang {
   uint32_t gpus_per_member = 0;
   int32_t priority = 0;
   int64_t sequence = 0;  // Arrival order.
+  int64_t queue_time_unix_s = 0;  // When it was created (backfill aging).
   int64_t run_bound_s = 0;
   std::map<uint32_t, std::string> arrival_hosts;  // By member index.
   std::string same_label;  // Topology requirement; empty for none.

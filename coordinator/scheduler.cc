@@ -583,6 +583,7 @@ WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
   out.gang_id = gang.id;
   out.members = gang.key.size;
   out.sequence = gang.sequence;
+  out.queue_time_unix_s = gang.created_unix_ms / 1000;
   uint32_t timeout = 0;
   bool first = true;
   for (const auto& [index, member] : gang.members) {

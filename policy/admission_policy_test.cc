@@ -480,24 +480,40 @@ TEST_F(AdmissionPolicyTest, CpuOnlyGangsCountCpuSlots) {
   EXPECT_EQ(decisions.admitted[0].gang_id, "pair");
 }
 
-TEST_F(AdmissionPolicyTest, BackfillTriesShortestGangsFirstByDefault) {
-  for (const BackfillOrder order :
-       {BackfillOrder::kShortestFirst, BackfillOrder::kQueue}) {
-    AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8, order});
-    AddHosts(policy, 1, 8, 8);
-    JoinAll(policy, Gang("running", 1, 6, 0, /*run_bound=*/1000), "h0");
-    ASSERT_THAT(policy.Schedule(0).admitted, SizeIs(1));
-    JoinAll(policy, Gang("head", 1, 8, 1), "h0");
-    JoinAll(policy, Gang("long", 1, 2, 2, /*run_bound=*/900), "h0");
-    JoinAll(policy, Gang("short", 1, 2, 3, /*run_bound=*/100), "h0");
+// One host of 8 GPUs: "running" holds 6 until 1000, "head" needs 8, and
+// two gangs of 2 GPUs that both end before 1000 compete for the 2 free ones.
+// Returns the one that starts at `now`.
+std::string BackfilledAt(BackfillOrder order, Seconds long_queued,
+                         Seconds now) {
+  AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8, order});
+  EXPECT_TRUE(policy.AddHost(HostSpec{"h0", 8, 8, {}}).ok());
+  auto join = [&](const GangSpec& spec) {
+    EXPECT_TRUE(policy.Join(spec, 1, "h0").ok()) << spec.id;
+  };
+  join(Gang("running", 1, 6, -20000, /*run_bound=*/now + 990));
+  EXPECT_EQ(policy.Schedule(10).admitted.size(), 1u);
+  join(Gang("head", 1, 8, -10000));
+  join(Gang("long", 1, 2, long_queued, /*run_bound=*/900));
+  join(Gang("short", 1, 2, now - 10, /*run_bound=*/100));
+  const Decisions decisions = policy.Schedule(now);
+  EXPECT_EQ(decisions.admitted.size(), 1u);
+  EXPECT_EQ(policy.reservation()->start, now + 1000);  // Never delayed.
+  return decisions.admitted.empty() ? "" : decisions.admitted[0].gang_id;
+}
 
-    const Decisions decisions = policy.Schedule(10);
-
-    ASSERT_THAT(decisions.admitted, SizeIs(1));
-    EXPECT_EQ(decisions.admitted[0].gang_id,
-              order == BackfillOrder::kShortestFirst ? "short" : "long");
-    EXPECT_EQ(policy.reservation()->start, 1000);  // Never delayed.
-  }
+TEST(BackfillOrderTest, ShortGangsGoFirstUntilALongOneHasWaitedLong) {
+  const Seconds now = 20000;
+  // "long" queued first, 20 s before "short".
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 30, now), "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 30, now),
+            "short");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 30, now),
+            "short");
+  // After 10,000 s its ratio (10,900 / 900) beats short's (110 / 100).
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 10000, now),
+            "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 10000, now),
+            "short");
 }
 
 }  // namespace

@@ -42,9 +42,10 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "largest gang accepted")
       ->capture_default_str();
   app.add_option("--backfill-order", flags.backfill_order,
-                 "gdt: order of the gangs tried behind the head: shortest "
-                 "(job timeout, then GPUs) | queue (priority, then FIFO)")
-      ->check(CLI::IsMember({"shortest", "queue"}))
+                 "gdt: order of the gangs tried behind the head: ratio "
+                 "(highest (wait + timeout) / timeout first) | shortest (job "
+                 "timeout, then GPUs) | queue (priority, then FIFO)")
+      ->check(CLI::IsMember({"shortest", "queue", "ratio"}))
       ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
@@ -65,7 +66,9 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   options.mode = mode->second;
   options.backfill_order = flags.backfill_order == "queue"
                                ? BackfillOrder::kQueue
-                               : BackfillOrder::kShortestFirst;
+                           : flags.backfill_order == "shortest"
+                               ? BackfillOrder::kShortestFirst
+                               : BackfillOrder::kResponseRatio;
 
   const auto started = std::chrono::steady_clock::now();
   std::ifstream file(flags.trace_path);

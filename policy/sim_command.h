@@ -14,7 +14,7 @@ namespace gdt::policy {
 struct SimulateFlags {
   std::string trace_path;
   std::string policy = "gdt";
-  std::string backfill_order = "shortest";
+  std::string backfill_order = "ratio";
   SimOptions options;
   bool json = false;
 };
