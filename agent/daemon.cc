@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "agent/gpu_discovery.h"
 #include "common/subprocess.h"
 #include "spdlog/spdlog.h"
 
@@ -88,9 +89,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                daemon->bound_endpoint_, config.host.name,
                daemon->advertise_endpoint_);
 
+  HostConfig host_config = config.host;
+  const GpuInventory inventory = ResolveGpus(host_config.gpus);
+  spdlog::info("GPUs from {}: {}{}", inventory.source, inventory.gpus.size(),
+               inventory.note.empty() ? "" : " (" + inventory.note + ")");
+  host_config.gpus = inventory.gpus;
   daemon->registrar_ = std::make_unique<Registrar>(
-      daemon->coordinator_,
-      MakeHostSpec(config.host, daemon->advertise_endpoint_),
+      daemon->coordinator_, MakeHostSpec(host_config, daemon->advertise_endpoint_),
       Registrar::Options{});
   daemon->registrar_->Start();
   return daemon;

@@ -234,6 +234,33 @@ absl::Status Coordinator::Leave(const GangKey& key, uint32_t member_index,
   return status;
 }
 
+absl::Status Coordinator::SetDrained(const std::string& host_name,
+                                     bool drained) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status = scheduler_->SetDrained(host_name, drained);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  Wake();
+  return status;
+}
+
+absl::Status Coordinator::RemoveHost(const std::string& host_name) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status = scheduler_->RemoveHost(host_name);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  Wake();
+  return status;
+}
+
 Snapshot Coordinator::GetSnapshot(bool include_finished) {
   MutexLock lock(mu_);
   return scheduler_->GetSnapshot(include_finished);

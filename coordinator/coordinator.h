@@ -63,6 +63,8 @@ class Coordinator {
   void Unwatch(uint64_t watch_id);
   absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
   Snapshot GetSnapshot(bool include_finished);
+  absl::Status SetDrained(const std::string& host_name, bool drained);
+  absl::Status RemoveHost(const std::string& host_name);
 
  private:
   Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker)

@@ -66,6 +66,9 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   request.launcher = proto.launcher();
   request.arrival_host = proto.arrival_host();
   request.job_timeout_seconds = proto.job_timeout_seconds();
+  request.priority = proto.priority();
+  request.topology_same = proto.topology_same();
+  request.topology_required = proto.topology_required();
   return request;
 }
 
@@ -103,8 +106,9 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
   for (const HostView& view : snapshot.hosts) {
     v1::HostStatus* host = proto->add_hosts();
     ToProto(view.host.spec, host->mutable_host());
-    host->set_state(view.state == HostState::kUp ? v1::HOST_STATE_UP
-                                                 : v1::HOST_STATE_DOWN);
+    host->set_state(view.state != HostState::kUp ? v1::HOST_STATE_DOWN
+                    : view.drained               ? v1::HOST_STATE_DRAINED
+                                                 : v1::HOST_STATE_UP);
     for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
     host->set_members_running(view.members_running);
     host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
@@ -526,6 +530,25 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
   reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::SetHostDrained(
+    grpc::CallbackServerContext* context,
+    const v1::SetHostDrainedRequest* request,
+    v1::SetHostDrainedResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(rendezvous::ToGrpcStatus(
+      coordinator_.SetDrained(request->host_name(), request->drained())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RemoveHost(
+    grpc::CallbackServerContext* context, const v1::RemoveHostRequest* request,
+    v1::RemoveHostResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(
+      rendezvous::ToGrpcStatus(coordinator_.RemoveHost(request->host_name())));
   return reactor;
 }
 

@@ -57,6 +57,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
+  grpc::ServerUnaryReactor* SetHostDrained(
+      grpc::CallbackServerContext* context,
+      const v1::SetHostDrainedRequest* request,
+      v1::SetHostDrainedResponse* response) override;
+  grpc::ServerUnaryReactor* RemoveHost(
+      grpc::CallbackServerContext* context,
+      const v1::RemoveHostRequest* request,
+      v1::RemoveHostResponse* response) override;
 
  private:
   class JoinReactor;

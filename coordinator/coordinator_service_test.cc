@@ -357,5 +357,36 @@ TEST_F(CoordinatorServiceTest, WatchGangRejectsStrangersAndCanBeCancelled) {
   EXPECT_EQ(watched.get().status().code(), absl::StatusCode::kCancelled);
 }
 
+TEST_F(CoordinatorServiceTest, HostsCanBeDrainedUndrainedAndRemoved) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 2).ok());
+
+  ASSERT_TRUE(client_->SetHostDrained("gpu-01", true, 5s).ok());
+  absl::StatusOr<v1::GetStatusResponse> status =
+      client_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_DRAINED);
+  // Registering again (an agent restart) keeps the drain.
+  ASSERT_TRUE(RegisterHost("gpu-01", 2).ok());
+  status = client_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_DRAINED);
+
+  ASSERT_TRUE(client_->SetHostDrained("gpu-01", false, 5s).ok());
+  status = client_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_UP);
+
+  absl::Status unknown = client_->SetHostDrained("gpu-09", true, 5s);
+  EXPECT_EQ(unknown.code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unknown.message(), "unknown host gpu-09");
+  EXPECT_EQ(client_->RemoveHost("gpu-09", 5s).code(),
+            absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(client_->RemoveHost("gpu-01", 5s).ok());
+  status = client_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->hosts_size(), 0);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

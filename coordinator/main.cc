@@ -1,7 +1,7 @@
-// gdt-coord: the gdt coordinator daemon (`serve`) and its operator CLI
-// (`status`). Parses flags, loads config, wires the server, waits for a
-// signal and maps results to exit codes; everything else lives in the
-// coordinator libraries.
+// gdt-coord: the gdt coordinator daemon (`serve`), its operator CLI
+// (`status`, `hosts`) and the trace simulator (`simulate`). Parses flags, loads
+// config, wires the server, waits for a signal and maps results to exit codes;
+// everything else lives in the coordinator libraries.
 #include <signal.h>
 
 #include <cstdio>
@@ -12,8 +12,10 @@
 #include "common/clock.h"
 #include "common/logging.h"
 #include "coordinator/config.h"
+#include "coordinator/hosts_command.h"
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
+#include "policy/sim_command.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -22,6 +24,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;      // State could not be opened, etc.
 constexpr int kExitUsage = 2;        // Bad flags or config.
 constexpr int kExitUnavailable = 3;  // Cannot bind, or cannot reach.
+constexpr int kExitRefused = 4;      // Unknown host, or host still busy.
 
 struct ServeFlags {
   std::string config;
@@ -89,7 +92,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gdt-coord: the gdt coordinator. `serve` runs the daemon that admits "
       "and places gangs of GitLab CI jobs on GPU hosts; `status` shows its "
-      "hosts and gangs."};
+      "hosts and gangs; `hosts` lists, drains and removes hosts; `simulate` "
+      "replays a job trace through the admission policy."};
   app.require_subcommand(1);
 
   ServeFlags serve_flags;
@@ -123,6 +127,38 @@ int main(int argc, char** argv) {
   status->add_flag("--json", json, "Print JSON for scripts");
   status->add_flag("--all", all, "Include finished gangs");
 
+  CLI::App* hosts = app.add_subcommand(
+      "hosts", "List, drain, undrain or remove hosts of a coordinator");
+  hosts->require_subcommand(1);
+  hosts->fallthrough();  // `hosts list --coordinator X` works too.
+  hosts->add_option("--coordinator", endpoint,
+                    "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                    "127.0.0.1:7070)");
+  bool hosts_json = false;
+  CLI::App* hosts_list =
+      hosts->add_subcommand("list", "Show every host with its GPUs and state");
+  hosts_list->add_flag("--json", hosts_json, "Print JSON for scripts");
+  std::string host_name;
+  std::string host_action;
+  for (const auto& [name, help] :
+       {std::pair<const char*, const char*>{
+            "drain", "Take no new gangs on HOST; running gangs finish"},
+        {"undrain", "Let HOST take gangs again"},
+        {"remove",
+         "Forget HOST (refused while members run there; a running agent "
+         "registers it again)"}}) {
+    CLI::App* action = hosts->add_subcommand(name, help);
+    action->add_option("HOST", host_name, "Host name")->required();
+    action->callback(
+        [&host_action, action]() { host_action = action->get_name(); });
+  }
+
+  gdt::policy::SimulateFlags sim_flags;
+  CLI::App* simulate = app.add_subcommand(
+      "simulate",
+      "Replay a job trace through the gang admission policy in virtual time");
+  gdt::policy::AddSimulateOptions(*simulate, sim_flags);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -130,6 +166,29 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (serve->parsed()) return Serve(serve_flags);
+  if (simulate->parsed()) {
+    const gdt::policy::SimulateReport report =
+        gdt::policy::RunSimulate(sim_flags);
+    std::cout << report.output;
+    if (!report.error.empty()) Fail(report.exit_code, report.error);
+    return report.exit_code;
+  }
+  if (hosts->parsed()) {
+    absl::StatusOr<std::string> out =
+        host_action.empty()
+            ? gdt::coordinator::RunHostsList(endpoint, hosts_json)
+            : gdt::coordinator::RunHostsAction(endpoint, host_action,
+                                               host_name);
+    if (!out.ok()) {
+      const bool refused =
+          out.status().code() == absl::StatusCode::kNotFound ||
+          out.status().code() == absl::StatusCode::kFailedPrecondition;
+      return Fail(refused ? kExitRefused : kExitUnavailable,
+                  std::string(out.status().message()));
+    }
+    std::cout << *out;
+    return kExitOk;
+  }
   absl::StatusOr<std::string> text =
       gdt::coordinator::RunStatusCommand(endpoint, json, all);
   if (!text.ok()) {

@@ -39,6 +39,9 @@ struct HostSpec {
 struct Host {
   HostSpec spec;
   int64_t last_heartbeat_unix_ms = 0;
+  // Takes no new gangs (`gdt-coord hosts drain`); persisted on its own, so
+  // registration keeps it.
+  bool drained = false;
   // Not persisted: set at registration, heartbeat and load.
   Clock::TimePoint last_heartbeat{};
 };
@@ -87,6 +90,11 @@ struct Member {
   bool present = false;
   uint64_t stream_id = 0;
   std::string last_reason_sent;
+  // Scheduling inputs from the job (GDT_PRIORITY, GDT_TOPOLOGY_SAME,
+  // GDT_TOPOLOGY_MODE); every join sends them again.
+  int32_t priority = 0;
+  std::string topology_same;
+  bool topology_required = false;
 
   // Compares the persisted fields.
   bool SameRecord(const Member& other) const;
@@ -109,6 +117,9 @@ struct Gang {
   uint32_t queue_position = 0;
   uint32_t failed_member = 0;  // Whose report failed the gang; 0 = unknown.
   std::string blocked_note;    // Set when the last admission attempt failed.
+  // When the job timeout of a running gang runs out (admission + timeout;
+  // after a restart, load time + timeout): the backfill bound.
+  int64_t end_bound_unix_s = 0;
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,11 @@ std::string UtcTimeOfDay(int64_t unix_ms) {
   return text;
 }
 
+// The backfill bound of a job: its timeout, or an hour when it has none.
+int64_t RunBound(uint32_t job_timeout_seconds) {
+  return job_timeout_seconds != 0 ? job_timeout_seconds : 3600;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const Clock& clock, Store& store,
@@ -90,10 +96,14 @@ absl::Status Scheduler::LoadState() {
   }
   for (Gang& gang : state->gangs) {
     next_sequence_ = std::max(next_sequence_, gang.sequence + 1);
+    uint32_t timeout = 0;
     for (auto& [index, member] : gang.members) {
       // Executors of forming gangs reconnect and join again by job id.
       member.present = gang.state == GangState::kRunning && !member.left;
+      timeout = std::max(timeout, member.job_timeout_seconds);
     }
+    // The admission time is not stored: count the timeout from now.
+    gang.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
     gang_ids_[gang.key] = gang.id;
     gangs_[gang.id] = std::move(gang);
   }
@@ -118,6 +128,8 @@ absl::Status Scheduler::RegisterHost(const HostSpec& spec) {
   }
   Host host;
   host.spec = spec;
+  auto known = hosts_.find(spec.name);
+  if (known != hosts_.end()) host.drained = known->second.drained;
   host.last_heartbeat = clock_.Now();
   host.last_heartbeat_unix_ms = clock_.UnixMillis();
   GDT_RETURN_IF_ERROR(store_.SaveHost(host));
@@ -133,6 +145,50 @@ bool Scheduler::Heartbeat(const std::string& host_name, bool* was_down) {
   it->second.last_heartbeat = clock_.Now();
   it->second.last_heartbeat_unix_ms = clock_.UnixMillis();
   return true;
+}
+
+absl::Status Scheduler::SetDrained(const std::string& host_name, bool drained) {
+  auto it = hosts_.find(host_name);
+  if (it == hosts_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown host ", host_name));
+  }
+  GDT_RETURN_IF_ERROR(store_.SetHostDrained(host_name, drained));
+  it->second.drained = drained;
+  spdlog::info("host {} host={}", drained ? "drained" : "undrained", host_name);
+  Pass();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::RemoveHost(const std::string& host_name) {
+  auto it = hosts_.find(host_name);
+  if (it == hosts_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown host ", host_name));
+  }
+  std::vector<std::string> users;
+  uint32_t members = 0;
+  for (const auto& [id, gang] : gangs_) {
+    if (!HoldsLeases(gang)) continue;
+    bool uses = false;
+    for (const auto& [index, member] : gang.members) {
+      if (member.host_name == host_name && !member.left) {
+        ++members;
+        uses = true;
+      }
+    }
+    if (uses) users.push_back(id);
+  }
+  if (!users.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("host ", host_name, " still runs ", members, " member",
+                     members == 1 ? "" : "s", " of gang",
+                     users.size() == 1 ? " " : "s ", absl::StrJoin(users, ", "),
+                     "; drain it and remove it once they have finished"));
+  }
+  GDT_RETURN_IF_ERROR(store_.DeleteHost(host_name));
+  hosts_.erase(it);
+  spdlog::info("host removed host={}", host_name);
+  Pass();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> Scheduler::GangIdFor(const GangKey& key) {
@@ -190,6 +246,18 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   absl::StatusOr<std::string> gang_id = GangIdFor(key);
   if (!gang_id.ok()) return gang_id.status();
   auto found = gangs_.find(*gang_id);
+  if (found == gangs_.end() && !hosts_.empty()) {
+    // A new gang that can never run fails now, naming the limit.
+    WaitingGang shape;
+    shape.gang_id = key.group_name;
+    shape.members = key.size;
+    shape.gpus_per_member = request.gpus_per_node;
+    shape.run_bound_s = RunBound(request.job_timeout_seconds);
+    shape.same_label = request.topology_same;
+    shape.same_required = request.topology_required;
+    GDT_RETURN_IF_ERROR(
+        CheckFeasible(PlacementHosts(), shape, options_.max_nodes_per_job));
+  }
   if (found != gangs_.end()) {
     Gang& gang = found->second;
     if (gang.state == GangState::kDone || gang.state == GangState::kFailed) {
@@ -237,6 +305,9 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.launcher = request.launcher;
   member.arrival_host = request.arrival_host;
   member.job_timeout_seconds = request.job_timeout_seconds;
+  member.priority = request.priority;
+  member.topology_same = request.topology_same;
+  member.topology_required = request.topology_required;
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
@@ -469,59 +540,70 @@ Scheduler::UsageMap Scheduler::CurrentUsage() const {
   return usage;
 }
 
-bool Scheduler::Fits(const Host& host, const Member& member,
-                     const Usage& usage) const {
-  if (StateOf(host) != HostState::kUp) return false;
-  if (member.gpus_per_node == 0) return usage.cpu_members < SlotsOf(host);
-  size_t free_gpus = 0;
-  for (const GpuInfo& gpu : host.spec.gpus) {
-    if (usage.gpus.count(gpu.index) == 0) ++free_gpus;
+std::vector<PlacementHost> Scheduler::PlacementHosts() const {
+  std::vector<PlacementHost> out;
+  out.reserve(hosts_.size());
+  for (const auto& [name, host] : hosts_) {
+    PlacementHost view;
+    view.name = name;
+    for (const GpuInfo& gpu : host.spec.gpus) {
+      view.gpu_indices.push_back(gpu.index);
+    }
+    view.cpu_slots = SlotsOf(host);
+    view.labels = host.spec.labels;
+    view.drained = host.drained;
+    view.down = StateOf(host) != HostState::kUp;
+    out.push_back(std::move(view));
   }
-  return free_gpus >= member.gpus_per_node;
+  return out;
 }
 
-Scheduler::Placement Scheduler::Place(const Gang& gang, UsageMap& usage) const {
-  Placement placement;
-  UsageMap trial = usage;
-  for (const auto& [index, member] : gang.members) {
-    const Host* chosen = nullptr;
-    auto arrival = hosts_.find(member.arrival_host);
-    if (arrival != hosts_.end() &&
-        Fits(arrival->second, member, trial[arrival->first])) {
-      chosen = &arrival->second;
+std::vector<RunningGang> Scheduler::RunningGangs() const {
+  std::vector<RunningGang> out;
+  const int64_t now_s = clock_.UnixMillis() / 1000;
+  for (const auto& [id, gang] : gangs_) {
+    if (!HoldsLeases(gang)) continue;
+    RunningGang running;
+    running.gang_id = id;
+    // A failed gang frees its leases as soon as its members have left.
+    running.end_bound_unix_s =
+        gang.state == GangState::kRunning ? gang.end_bound_unix_s : now_s;
+    for (const auto& [index, member] : gang.members) {
+      if (member.host_name.empty()) continue;
+      running.members.push_back(
+          LeasedMember{member.host_name, member.gpu_indices});
     }
-    for (auto it = hosts_.begin(); chosen == nullptr && it != hosts_.end();
-         ++it) {
-      if (Fits(it->second, member, trial[it->first])) chosen = &it->second;
-    }
-    if (chosen == nullptr) continue;
-    Usage& host_usage = trial[chosen->spec.name];
-    Slot slot;
-    slot.host_name = chosen->spec.name;
-    if (member.gpus_per_node == 0) {
-      ++host_usage.cpu_members;
-    } else {
-      for (const GpuInfo& gpu : chosen->spec.gpus) {
-        if (slot.gpu_indices.size() == member.gpus_per_node) break;
-        if (host_usage.gpus.count(gpu.index) != 0) continue;
-        host_usage.gpus[gpu.index] = gang.id;
-        slot.gpu_indices.push_back(gpu.index);
-      }
-      std::sort(slot.gpu_indices.begin(), slot.gpu_indices.end());
-    }
-    placement.slots[index] = std::move(slot);
-    ++placement.placed;
+    if (!running.members.empty()) out.push_back(std::move(running));
   }
-  placement.fits =
-      placement.placed == gang.key.size && gang.members.size() == gang.key.size;
-  if (placement.fits) usage = std::move(trial);
-  return placement;
+  return out;
+}
+
+WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
+  WaitingGang out;
+  out.gang_id = gang.id;
+  out.members = gang.key.size;
+  out.sequence = gang.sequence;
+  out.queue_time_unix_s = gang.created_unix_ms / 1000;
+  uint32_t timeout = 0;
+  bool first = true;
+  for (const auto& [index, member] : gang.members) {
+    out.gpus_per_member = std::max(out.gpus_per_member, member.gpus_per_node);
+    out.priority =
+        first ? member.priority : std::max(out.priority, member.priority);
+    timeout = std::max(timeout, member.job_timeout_seconds);
+    if (!member.topology_same.empty()) {
+      out.same_label = member.topology_same;
+      out.same_required = out.same_required || member.topology_required;
+    }
+    out.arrival_hosts[index] = member.arrival_host;
+    first = false;
+  }
+  out.run_bound_s = RunBound(timeout);
+  return out;
 }
 
 std::string Scheduler::WaitingReason(const Gang& gang,
-                                     const Placement& placement,
-                                     const UsageMap& usage,
-                                     uint32_t queue_position) const {
+                                     const BlockedGang* blocked) const {
   const std::string label = GangLabel(gang.key);
   std::vector<uint32_t> missing;
   std::string disconnected;
@@ -552,32 +634,12 @@ std::string Scheduler::WaitingReason(const Gang& gang,
     return absl::StrCat(present, "waiting for a host to come up (all ",
                         hosts_.size(), " registered hosts are down)");
   }
-  if (placement.fits) {
+  if (blocked == nullptr) {
     return present + (gang.blocked_note.empty() ? std::string("placing")
                                                 : gang.blocked_note);
   }
-  uint32_t gpus_needed = 0;
-  for (const auto& [index, member] : gang.members) {
-    gpus_needed = std::max(gpus_needed, member.gpus_per_node);
-  }
-  std::string busy;
-  for (const auto& [name, host] : hosts_) {
-    auto host_usage = usage.find(name);
-    if (StateOf(host) == HostState::kUp && host_usage != usage.end() &&
-        !host_usage->second.busy_gang.empty()) {
-      busy = absl::StrCat("; host ", name, " busy with gang ",
-                          host_usage->second.busy_gang);
-      break;
-    }
-  }
-  const std::string want =
-      gpus_needed == 0
-          ? absl::StrCat(gang.key.size, " free slots on up hosts (have ",
-                         placement.placed)
-          : absl::StrCat(gang.key.size, " × ", gpus_needed,
-                         " free GPUs on up hosts (room for ", placement.placed);
-  return absl::StrCat(present, "waiting for ", want, busy, ") (queue position ",
-                      queue_position, ")");
+  return absl::StrCat(present, blocked->why, " (queue position ",
+                      blocked->queue_position, ")");
 }
 
 std::vector<AdmissionProposal> Scheduler::Pass() {
@@ -588,39 +650,58 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::sort(forming.begin(), forming.end(), [](const Gang* a, const Gang* b) {
     return a->sequence < b->sequence;
   });
+  auto all_present = [](const Gang& gang) {
+    return gang.members.size() == gang.key.size &&
+           std::all_of(gang.members.begin(), gang.members.end(),
+                       [](const auto& entry) { return entry.second.present; });
+  };
+  std::vector<WaitingGang> complete;
+  for (const Gang* gang : forming) {
+    if (all_present(*gang)) complete.push_back(WaitingGangOf(*gang));
+  }
+  const std::vector<PlacementHost> hosts = PlacementHosts();
+  PlanOutcome plan;
+  if (!complete.empty()) {
+    plan = PlanAdmissions(hosts, RunningGangs(), complete,
+                          clock_.UnixMillis() / 1000);
+  }
+  std::map<std::string, const PlannedGang*> admitted;
+  for (const PlannedGang& planned : plan.admitted) {
+    admitted[planned.gang_id] = &planned;
+  }
   std::vector<AdmissionProposal> proposals;
-  UsageMap usage = CurrentUsage();
-  uint32_t queue_position = 0;
+  // Gangs proposed on one master host in this pass start with different
+  // ports, so that admitting one does not defer the next.
+  std::map<std::string, std::set<uint32_t>> offered;
   for (Gang* gang : forming) {
-    const bool all_present =
-        gang->members.size() == gang->key.size &&
-        std::all_of(gang->members.begin(), gang->members.end(),
-                    [](const auto& entry) { return entry.second.present; });
-    Placement placement;
     gang->queue_position = 0;
-    if (all_present) {
-      // Snapshot before placing so the reason shows what blocked the gang.
-      const UsageMap before = usage;
-      placement = Place(*gang, usage);
-      if (placement.fits) {
-        const std::string& master = placement.slots.at(1).host_name;
-        AdmissionProposal proposal;
-        proposal.gang_id = gang->id;
-        proposal.master_host = master;
-        proposal.agent_endpoint = hosts_.at(master).spec.agent_endpoint;
-        const auto& leased = port_leases_[master];
-        for (uint32_t port = options_.master_port_min;
-             port <= options_.master_port_max; ++port) {
-          if (leased.count(port) == 0) proposal.candidate_ports.push_back(port);
+    auto planned = admitted.find(gang->id);
+    auto blocked = plan.blocked.find(gang->id);
+    if (planned != admitted.end()) {
+      const std::string& master = planned->second->members.front().host;
+      AdmissionProposal proposal;
+      proposal.gang_id = gang->id;
+      proposal.master_host = master;
+      proposal.agent_endpoint = hosts_.at(master).spec.agent_endpoint;
+      proposal.members = planned->second->members;
+      const auto& leased = port_leases_[master];
+      std::set<uint32_t>& taken = offered[master];
+      for (uint32_t port = options_.master_port_min;
+           port <= options_.master_port_max; ++port) {
+        if (leased.count(port) == 0 && taken.count(port) == 0) {
+          proposal.candidate_ports.push_back(port);
         }
-        proposals.push_back(std::move(proposal));
-      } else {
-        gang->queue_position = ++queue_position;
       }
-      gang->reason =
-          WaitingReason(*gang, placement, before, gang->queue_position);
+      if (!proposal.candidate_ports.empty()) {
+        taken.insert(proposal.candidate_ports.front());
+      }
+      proposals.push_back(std::move(proposal));
+      gang->reason = WaitingReason(*gang, nullptr);
+    } else if (blocked != plan.blocked.end()) {
+      gang->queue_position = blocked->second.queue_position;
+      gang->reason = WaitingReason(*gang, &blocked->second);
     } else {
-      gang->reason = WaitingReason(*gang, placement, usage, 0);
+      gang->reason = WaitingReason(*gang, nullptr);
     }
     QueueWaiting(*gang);
   }
@@ -657,6 +738,52 @@ void Scheduler::QueueWaiting(Gang& gang) {
 
 std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
 
+absl::Status Scheduler::CheckPlanned(
+    const Gang& gang, const std::vector<PlannedMember>& planned) const {
+  if (planned.size() != gang.key.size) {
+    return absl::UnavailableError(
+        absl::StrCat("gang ", gang.id, " has no placement for every member"));
+  }
+  const UsageMap usage = CurrentUsage();
+  std::map<std::string, uint32_t> cpu_members;
+  std::set<std::pair<std::string, uint32_t>> taken;
+  for (const PlannedMember& member : planned) {
+    auto host = hosts_.find(member.host);
+    auto joined = gang.members.find(member.member_index);
+    if (host == hosts_.end() || joined == gang.members.end() ||
+        StateOf(host->second) != HostState::kUp || host->second.drained) {
+      return absl::UnavailableError(absl::StrCat(
+          "host ", member.host, " no longer takes gang ", gang.id));
+    }
+    if (member.gpu_indices.size() < joined->second.gpus_per_node) {
+      return absl::UnavailableError(
+          absl::StrCat("member ", member.member_index, " of gang ", gang.id,
+                       " was planned with too few GPUs"));
+    }
+    auto host_usage = usage.find(member.host);
+    for (const uint32_t gpu : member.gpu_indices) {
+      const bool exists = std::any_of(
+          host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
+          [gpu](const GpuInfo& info) { return info.index == gpu; });
+      const bool leased =
+          host_usage != usage.end() && host_usage->second.gpus.count(gpu) != 0;
+      if (!exists || leased || !taken.emplace(member.host, gpu).second) {
+        return absl::UnavailableError(absl::StrCat(
+            "GPU ", gpu, " of ", member.host, " is no longer free"));
+      }
+    }
+    if (member.gpu_indices.empty()) {
+      const uint32_t running =
+          host_usage != usage.end() ? host_usage->second.cpu_members : 0;
+      if (running + ++cpu_members[member.host] > SlotsOf(host->second)) {
+        return absl::UnavailableError(
+            absl::StrCat("host ", member.host, " has no free slot left"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
                               uint32_t port) {
   auto found = gangs_.find(proposal.gang_id);
@@ -672,12 +799,11 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
     return absl::FailedPreconditionError(
         absl::StrCat("gang ", updated.id, " lost a member before admission"));
   }
-  UsageMap usage = CurrentUsage();
-  const Placement placement = Place(updated, usage);
-  if (!placement.fits ||
-      placement.slots.at(1).host_name != proposal.master_host) {
+  if (absl::Status fits = CheckPlanned(updated, proposal.members);
+      !fits.ok() || proposal.members.front().host != proposal.master_host) {
     return absl::UnavailableError(absl::StrCat(
-        "gang ", updated.id, " no longer fits as proposed; trying again"));
+        "gang ", updated.id, " no longer fits as proposed (",
+        fits.ok() ? "master moved" : fits.message(), "); trying again"));
   }
   if (port_leases_[proposal.master_host].count(port) != 0 ||
       port < options_.master_port_min || port > options_.master_port_max) {
@@ -692,12 +818,15 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
   updated.master_host = master.spec.name;
   updated.master_addr = master.spec.address;
   updated.master_port = port;
-  for (auto& [index, member] : updated.members) {
-    const Slot& slot = placement.slots.at(index);
-    member.node_rank = static_cast<int32_t>(index - 1);
-    member.host_name = slot.host_name;
-    member.gpu_indices = slot.gpu_indices;
+  uint32_t timeout = 0;
+  for (const PlannedMember& planned : proposal.members) {
+    Member& member = updated.members.at(planned.member_index);
+    member.node_rank = static_cast<int32_t>(planned.node_rank);
+    member.host_name = planned.host;
+    member.gpu_indices = planned.gpu_indices;
+    timeout = std::max(timeout, member.job_timeout_seconds);
   }
+  updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
 
   for (const auto& [index, member] : updated.members) {
@@ -747,11 +876,17 @@ Assignment Scheduler::BuildAssignment(const Gang& gang,
   assignment.gpu_indices = member.gpu_indices;
   assignment.master_addr = gang.master_addr;
   assignment.master_port = gang.master_port;
-  for (const auto& [index, peer] : gang.members) {  // Index order = rank order.
-    auto peer_host = hosts_.find(peer.host_name);
+  std::vector<const Member*> by_rank;
+  for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
+  std::stable_sort(by_rank.begin(), by_rank.end(),
+                   [](const Member* a, const Member* b) {
+                     return a->node_rank < b->node_rank;
+                   });
+  for (const Member* peer : by_rank) {
+    auto peer_host = hosts_.find(peer->host_name);
     assignment.peers.push_back(peer_host != hosts_.end()
                                    ? peer_host->second.spec.address
-                                   : peer.host_name);
+                                   : peer->host_name);
   }
   assignment.launcher = member.launcher;
   return assignment;
@@ -782,6 +917,7 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
     HostView view;
     view.host = host;
     view.state = StateOf(host);
+    view.drained = host.drained;
     auto host_usage = usage.find(name);
     if (host_usage != usage.end()) {
       for (const auto& [gpu, gang_id] : host_usage->second.gpus) {

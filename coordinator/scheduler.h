@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "coordinator/model.h"
+#include "coordinator/placement.h"
 #include "coordinator/store.h"
 
 namespace gdt::coordinator {
@@ -33,6 +34,10 @@ struct JoinRequest {
   Launcher launcher = 0;
   std::string arrival_host;
   uint32_t job_timeout_seconds = 0;
+  // Scheduling inputs: higher priority goes first; "same <label>" topology.
+  int32_t priority = 0;
+  std::string topology_same;
+  bool topology_required = false;
 };
 
 // A gang whose members are all present and whose placement fits, ready for
@@ -42,6 +47,7 @@ struct AdmissionProposal {
   std::string master_host;
   std::string agent_endpoint;             // Of the master host.
   std::vector<uint32_t> candidate_ports;  // Unleased ports there, ascending.
+  std::vector<PlannedMember> members;     // By node rank; Admit() commits it.
 };
 
 struct HostView {
@@ -49,6 +55,7 @@ struct HostView {
   HostState state = HostState::kUp;
   std::vector<uint32_t> leased_gpus;
   uint32_t members_running = 0;
+  bool drained = false;
 };
 
 struct Snapshot {
@@ -72,10 +79,12 @@ struct Snapshot {
 // about a port: Plan() proposes gangs that fit, the caller checks a port, and
 // Admit() re-checks and commits (or Defer() records why it could not).
 //
-// Policy (walking skeleton): gangs are considered in arrival order; a gang is
-// placed all at once when every member holds a JoinGang stream. Each member,
-// in index order, goes to its arrival host if it fits there, else to the
-// first up host by name with room. Node rank = member index - 1.
+// Policy: the pure admission policy (policy/, through placement.h) decides
+// on complete gangs (every member holds a JoinGang stream): priority, then
+// arrival; best-fit placement on up, undrained hosts; EASY backfill against
+// job timeouts; "same <label>" topology. Node ranks follow topology labels
+// (policy/topology.h). Waiting reasons name missing members, the blocking
+// gangs, the queue position and hosts that take no gangs.
 //
 // Not thread-safe; Coordinator serialises access. Keeps references to
 // `clock` and `store`.
@@ -98,6 +107,15 @@ class Scheduler {
   // Marks the host alive. Returns false when the host is unknown (the agent
   // should register again). `*was_down` tells whether it had been down.
   bool Heartbeat(const std::string& host_name, bool* was_down);
+
+  // Drains (no new gangs; running ones finish) or undrains a host; persisted.
+  // Errors: NotFound "unknown host NAME"; Internal when it cannot be saved.
+  absl::Status SetDrained(const std::string& host_name, bool drained);
+
+  // Forgets a host. An agent that still runs registers it again.
+  // Errors: NotFound "unknown host NAME"; FailedPrecondition naming the
+  // gangs while members run (or hold leases) there; Internal.
+  absl::Status RemoveHost(const std::string& host_name);
 
   // Joins a member through the JoinGang stream `stream_id` and returns the
   // gang id. Queues a Waiting event for the stream (or Admitted at once when
@@ -177,27 +195,21 @@ class Scheduler {
   };
   using UsageMap = std::map<std::string, Usage>;  // By host name.
 
-  struct Slot {
-    std::string host_name;
-    std::vector<uint32_t> gpu_indices;
-  };
-  struct Placement {
-    bool fits = false;
-    uint32_t placed = 0;
-    std::map<uint32_t, Slot> slots;  // By member index.
-  };
-
   Scheduler(const Clock& clock, Store& store, const SchedulerOptions& options);
 
   absl::Status LoadState();
   absl::StatusOr<std::string> GangIdFor(const GangKey& key);
   UsageMap CurrentUsage() const;
-  bool Fits(const Host& host, const Member& member, const Usage& usage) const;
-  // Places every member against `usage`; on success `usage` includes it.
-  Placement Place(const Gang& gang, UsageMap& usage) const;
-  std::string WaitingReason(const Gang& gang, const Placement& placement,
-                            const UsageMap& usage,
-                            uint32_t queue_position) const;
+  // Inputs of placement.h built from the inventory, leases and gangs.
+  std::vector<PlacementHost> PlacementHosts() const;
+  std::vector<RunningGang> RunningGangs() const;
+  WaitingGang WaitingGangOf(const Gang& gang) const;
+  // Whether `planned` still fits the current leases and hosts; the reason
+  // when it does not.
+  absl::Status CheckPlanned(const Gang& gang,
+                            const std::vector<PlannedMember>& planned) const;
+  // `blocked` is null for a gang that is missing members or being placed.
+  std::string WaitingReason(const Gang& gang, const BlockedGang* blocked) const;
   // Recomputes every forming gang's reason and queues Waiting events.
   std::vector<AdmissionProposal> Pass();
   void QueueWaiting(Gang& gang);

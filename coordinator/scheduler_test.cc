@@ -181,21 +181,37 @@ TEST_F(SchedulerTest, TwoMembersShareAHostWhenItHasSlots) {
   EXPECT_EQ(gang.members.at(2).host_name, "cpu-01");
 }
 
+TEST_F(SchedulerTest, GangLargerThanTheClusterFailsAtJoin) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+
+  absl::Status status = scheduler_->Join(Joining(TrainKey(2), 1), 11).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            "gang train needs 2 nodes with 0 GPUs each; the hosts able to "
+            "serve it hold only 1");
+  EXPECT_THAT(scheduler_->GetSnapshot(true).gangs, IsEmpty());
+}
+
 TEST_F(SchedulerTest, MembersDoNotShareAHostWithoutRoom) {
   ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
+  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 0, "cpu-01"), 1).ok());
+  ASSERT_EQ(AdmitAll(), 1);
   ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
   ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
 
   EXPECT_EQ(AdmitAll(), 0);
-  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(1).reason,
             "gang train (pipeline 77): all 2 members present, waiting for 2 "
-            "free slots on up hosts (have 1) (queue position 1)");
+            "free slots on up hosts (have 1; held by gang eval-p5-pl76-n1) "
+            "(queue position 1)");
 
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
+  ASSERT_TRUE(scheduler_->Leave(eval, 1, 101).ok());
   EXPECT_EQ(AdmitAll(), 1);
   const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
-  EXPECT_EQ(gang.members.at(1).host_name, "cpu-01");
-  EXPECT_EQ(gang.members.at(2).host_name, "cpu-02");
+  EXPECT_NE(gang.members.at(1).host_name, gang.members.at(2).host_name);
 }
 
 TEST_F(SchedulerTest, GpuMembersShareAHostAndLeaseDistinctGpus) {
@@ -256,20 +272,23 @@ TEST_F(SchedulerTest, ExplainsWhenEveryHostIsDownOrNoneIsRegistered) {
               HasSubstr("all 1 registered hosts are down"));
 }
 
-TEST_F(SchedulerTest, QueuedGangNamesTheGangThatHoldsTheHost) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("gpu-01", 1)).ok());
+TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
   GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
-  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1), 1).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 6), 1).ok());
   ASSERT_EQ(AdmitAll(), 1);
 
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 4), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 4), 12).ok());
   EXPECT_EQ(AdmitAll(), 0);
 
-  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(1).reason,
-            "gang train (pipeline 77): all 2 members present, waiting for 2 "
-            "free slots on up hosts (have 0; host gpu-01 busy with gang "
-            "eval-p5-pl76-n1) (queue position 1)");
+  const std::string reason = scheduler_->GetSnapshot(false).gangs.at(1).reason;
+  EXPECT_THAT(reason,
+              HasSubstr("gang train (pipeline 77): all 2 members present, "
+                        "waiting for 2 × 4 free GPUs on up hosts (room for 0; "
+                        "GPUs held by gang eval-p5-pl76-n1)"));
+  EXPECT_THAT(reason, HasSubstr("next in line"));
+  EXPECT_THAT(reason, HasSubstr("(queue position 1)"));
 }
 
 TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
@@ -543,6 +562,174 @@ TEST_F(SchedulerTest, RejectsWatchesOfStrangersAndFormingGangs) {
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 101, 80).code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(SchedulerTest, DrainedHostTakesNoNewGangsButRunningOnesFinish) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
+  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 8, "gpu-01"), 1).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_EQ(LeasedGpus("gpu-01").size(), 8u);
+
+  ASSERT_TRUE(scheduler_->SetDrained("gpu-01", true).ok());
+  ASSERT_TRUE(scheduler_->SetDrained("gpu-02", true).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).state,
+            GangState::kRunning);
+  // Only drained capacity: a new gang fails at once.
+  absl::Status refused =
+      scheduler_->Join(Joining(TrainKey(1), 1, 8), 11).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("drained or down"));
+
+  ASSERT_TRUE(scheduler_->SetDrained("gpu-02", false).ok());
+  GangKey other{"https://gitlab.example.com", 5, 75, "other", 1};
+  JoinRequest first = Joining(other, 1, 8);
+  first.job_id = 500;
+  ASSERT_TRUE(scheduler_->Join(first, 10).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 8), 11).ok());
+  EXPECT_EQ(AdmitAll(), 0);
+  const Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs.at(2).reason,
+              HasSubstr("GPUs held by gang other-p5-pl75-n1"));
+  EXPECT_THAT(snapshot.gangs.at(2).reason,
+              HasSubstr("not taking gangs: gpu-01 drained"));
+  EXPECT_TRUE(snapshot.hosts.at(0).drained);
+  EXPECT_FALSE(snapshot.hosts.at(1).drained);
+
+  // Undrained once its gang left: the waiting gang starts.
+  ASSERT_TRUE(scheduler_->Leave(eval, 1, 101).ok());
+  ASSERT_TRUE(scheduler_->SetDrained("gpu-01", false).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+}
+
+TEST_F(SchedulerTest, DrainSurvivesRestartAndReregistration) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->SetDrained("gpu-01", true).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  absl::StatusOr<std::unique_ptr<Scheduler>> restarted =
+      Scheduler::Create(clock_, *store_, SchedulerOptions{});
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_TRUE((*restarted)->GetSnapshot(false).hosts.at(0).drained);
+  EXPECT_EQ(scheduler_->SetDrained("nope", true).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->SetDrained("nope", true).message(),
+            "unknown host nope");
+}
+
+TEST_F(SchedulerTest, RemoveRefusesWhileMembersRunThere) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 2), 11).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+
+  absl::Status busy = scheduler_->RemoveHost("gpu-01");
+  EXPECT_EQ(busy.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(busy.message(),
+            "host gpu-01 still runs 1 member of gang train-p5-pl77-n1; drain "
+            "it and remove it once they have finished");
+  EXPECT_EQ(scheduler_->RemoveHost("gpu-09").code(),
+            absl::StatusCode::kNotFound);
+
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(1), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->RemoveHost("gpu-01").ok());
+  EXPECT_THAT(scheduler_->GetSnapshot(false).hosts, IsEmpty());
+  bool was_down = false;
+  EXPECT_FALSE(scheduler_->Heartbeat("gpu-01", &was_down));  // Re-register.
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(stored->hosts, IsEmpty());
+}
+
+TEST_F(SchedulerTest, HigherPriorityGangStartsFirst) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  GangKey low{"https://gitlab.example.com", 5, 70, "low", 1};
+  GangKey high{"https://gitlab.example.com", 5, 71, "high", 1};
+  JoinRequest first = Joining(low, 1, 8);
+  JoinRequest second = Joining(high, 1, 8);
+  second.job_id = 201;
+  second.priority = 10;
+  ASSERT_TRUE(scheduler_->Join(first, 11).ok());
+  ASSERT_TRUE(scheduler_->Join(second, 12).ok());
+
+  EXPECT_EQ(AdmitAll(), 1);
+
+  const Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_EQ(snapshot.gangs.at(0).state, GangState::kForming);  // low
+  EXPECT_EQ(snapshot.gangs.at(1).state, GangState::kRunning);  // high
+  EXPECT_THAT(snapshot.gangs.at(0).reason,
+              HasSubstr("GPUs held by gang high-p5-pl71-n1"));
+}
+
+TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
+  for (const auto& [name, rack] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"a-1", "ra"}, {"b-1", "rb"}, {"b-2", "rb"}}) {
+    HostSpec spec = GpuHost(name, 4);
+    spec.labels["rack"] = rack;
+    spec.address = "10.1.0." + std::to_string(name.back() - '0') +
+                   (rack == "ra" ? "1" : "2");
+    ASSERT_TRUE(scheduler_->RegisterHost(spec).ok());
+  }
+  // Three members of 4 GPUs: one per host; rack rb holds two, so rank 0 is
+  // there and the rb pair is adjacent.
+  for (uint32_t index = 1; index <= 3; ++index) {
+    JoinRequest request = Joining(TrainKey(3), index, 4);
+    request.arrival_host = index == 1 ? "a-1" : "";
+    ASSERT_TRUE(scheduler_->Join(request, 10 + index).ok());
+  }
+  ASSERT_EQ(AdmitAll(), 1);
+  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  std::map<int32_t, std::string> host_by_rank;
+  for (const auto& [index, member] : gang.members) {
+    host_by_rank[member.node_rank] = member.host_name;
+  }
+  ASSERT_EQ(host_by_rank.size(), 3u);
+  EXPECT_EQ(host_by_rank[2], "a-1");
+  EXPECT_EQ(gang.master_host, host_by_rank[0]);
+  EXPECT_NE(host_by_rank[0], "a-1");
+
+  // "same rack", required: two members of 4 GPUs fit only in rack rb, which
+  // is busy, so the gang waits although a-1 would be free.
+  for (uint32_t index = 1; index <= 3; ++index) {
+    ASSERT_TRUE(scheduler_->Leave(TrainKey(3), index, 100 + index).ok());
+  }
+  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  JoinRequest blocker = Joining(eval, 1, 4, "b-1");
+  blocker.job_id = 300;
+  ASSERT_TRUE(scheduler_->Join(blocker, 30).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  GangKey pair{"https://gitlab.example.com", 5, 80, "pair", 2};
+  for (uint32_t index = 1; index <= 2; ++index) {
+    JoinRequest request = Joining(pair, index, 4);
+    request.job_id = 400 + index;
+    request.topology_same = "rack";
+    request.topology_required = true;
+    ASSERT_TRUE(scheduler_->Join(request, 40 + index).ok());
+  }
+  EXPECT_EQ(AdmitAll(), 0);
+  ASSERT_TRUE(scheduler_->Leave(eval, 1, 300).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+  for (const Gang& g : scheduler_->GetSnapshot(false).gangs) {
+    if (g.key.group_name != "pair") continue;
+    EXPECT_EQ(g.members.at(1).host_name.substr(0, 2), "b-");
+    EXPECT_EQ(g.members.at(2).host_name.substr(0, 2), "b-");
+  }
+}
+
+TEST_F(SchedulerTest, RequiredDomainThatCannotExistFailsAtJoin) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 4)).ok());
+  HostSpec other = GpuHost("gpu-02", 4);
+  other.labels["rack"] = "r2";
+  ASSERT_TRUE(scheduler_->RegisterHost(other).ok());
+  JoinRequest request = Joining(TrainKey(2), 1, 4);
+  request.topology_same = "rack";
+  request.topology_required = true;
+  absl::Status status = scheduler_->Join(request, 11).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(status.message(),
+            "gang train requires all 2 nodes in one rack but the largest rack "
+            "holds only 1 of them");
 }
 
 }  // namespace

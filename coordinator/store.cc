@@ -62,6 +62,7 @@ CREATE TABLE IF NOT EXISTS gpu_leases (
   gang_id TEXT NOT NULL,
   member_index INTEGER NOT NULL,
   PRIMARY KEY (host_name, gpu_index));
+CREATE TABLE IF NOT EXISTS drained_hosts (name TEXT PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS port_leases (
   host_name TEXT NOT NULL,
   port INTEGER NOT NULL,
@@ -350,6 +351,45 @@ absl::Status Store::SaveGang(const Gang& gang) {
   return Exec("COMMIT");
 }
 
+absl::Status Store::SetHostDrained(const std::string& name, bool drained) {
+  absl::StatusOr<sqlite3_stmt*> statement =
+      Prepare(drained ? "INSERT OR IGNORE INTO drained_hosts VALUES (?1)"
+                      : "DELETE FROM drained_hosts WHERE name = ?1");
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, name);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot save the drain of host ", name));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteHost(const std::string& name) {
+  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status status;
+  for (const char* sql : {"DELETE FROM hosts WHERE name = ?1",
+                          "DELETE FROM drained_hosts WHERE name = ?1"}) {
+    absl::StatusOr<sqlite3_stmt*> statement = Prepare(sql);
+    if (!statement.ok()) {
+      status = statement.status();
+      break;
+    }
+    sqlite3_stmt* s = *statement;
+    StatementUse use(s);
+    BindText(s, 1, name);
+    if (sqlite3_step(s) != SQLITE_DONE) {
+      status = Error(absl::StrCat("cannot remove host ", name));
+      break;
+    }
+  }
+  if (!status.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return status;
+  }
+  return Exec("COMMIT");
+}
+
 absl::StatusOr<StoredState> Store::Load() {
   try {
     return LoadRows();
@@ -378,7 +418,9 @@ absl::StatusOr<StoredState> Store::LoadRows() {
   };
 
   GDT_RETURN_IF_ERROR(query(
-      "SELECT * FROM hosts ORDER BY name",
+      "SELECT hosts.*, drained_hosts.name IS NOT NULL FROM hosts "
+      "LEFT JOIN drained_hosts ON hosts.name = drained_hosts.name "
+      "ORDER BY hosts.name",
       [&](sqlite3_stmt* s) -> absl::Status {
         Host host;
         host.spec.name = ColumnText(s, 0);
@@ -403,6 +445,7 @@ absl::StatusOr<StoredState> Store::LoadRows() {
         host.spec.network_interface = ColumnText(s, 5);
         host.spec.cpu_slots = ColumnUint(s, 6);
         host.last_heartbeat_unix_ms = sqlite3_column_int64(s, 7);
+        host.drained = sqlite3_column_int(s, 8) != 0;
         state.hosts.push_back(std::move(host));
         return absl::OkStatus();
       }));

@@ -40,8 +40,14 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Inserts or replaces the host (by name).
+  // Inserts or replaces the host (by name). Keeps its drained mark.
   absl::Status SaveHost(const Host& host);
+
+  // Marks the host drained or not (kept across SaveHost and restarts).
+  absl::Status SetHostDrained(const std::string& name, bool drained);
+
+  // Deletes the host and its drained mark. Unknown names are fine.
+  absl::Status DeleteHost(const std::string& name);
 
   // Inserts or replaces the gang, its members and its leases: a RUNNING gang
   // holds a GPU lease for every GPU of its members and a port lease for its

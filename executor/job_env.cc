@@ -161,6 +161,21 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
     job.launcher = *parsed;
   }
 
+  absl::StatusOr<int64_t> priority =
+      IntVariable(env, "GDT_PRIORITY", 0, -1000, 1000);
+  if (!priority.ok()) return priority.status();
+  job.priority = static_cast<int>(*priority);
+  job.topology_same = env.JobVariable("GDT_TOPOLOGY_SAME").value_or("");
+  const std::string mode =
+      env.JobVariable("GDT_TOPOLOGY_MODE").value_or("preferred");
+  if (mode != "required" && mode != "preferred" && !mode.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GDT_TOPOLOGY_MODE '", mode,
+                     "' is not a mode (use required or "
+                     "preferred)"));
+  }
+  job.topology_required = mode == "required";
+
   // The runner's runner_info.timeout is trusted; CI_JOB_TIMEOUT is the same
   // number as a job variable, used when the payload has none.
   if (payload.timeout_seconds > 0) {

@@ -58,7 +58,13 @@ struct JobInfo {
   int procs_per_node = 1;
   v1::Launcher launcher = v1::LAUNCHER_TORCHRUN;
   std::chrono::seconds job_timeout{0};  // 0: unknown.
-  std::string project_dir;              // CI_PROJECT_DIR; may be empty.
+  // Scheduling inputs: GDT_PRIORITY (higher first, -1000..1000, default 0),
+  // GDT_TOPOLOGY_SAME (a host label such as "rack"), GDT_TOPOLOGY_MODE
+  // (required or preferred, the default).
+  int priority = 0;
+  std::string topology_same;
+  bool topology_required = false;
+  std::string project_dir;  // CI_PROJECT_DIR; may be empty.
 };
 
 // Derives the member's identity and inputs. The job id, name, project and
@@ -67,8 +73,9 @@ struct JobInfo {
 // name without an " i/N" suffix is a gang of one.
 // Errors: InvalidArgument, one line naming the variable, for the job's own
 // mistakes: CI_NODE_INDEX/CI_NODE_TOTAL not integers or disagreeing with the
-// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE not integers in range, an
-// unknown GDT_LAUNCHER, no usable pipeline id.
+// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE/GDT_PRIORITY not integers in
+// range, an unknown GDT_LAUNCHER or GDT_TOPOLOGY_MODE, no usable pipeline
+// id.
 absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
                                        const gitlab::JobPayload& payload);
 

@@ -76,7 +76,10 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   absl::StatusOr<JobInfo> job =
       ResolveJobInfo(EnvWith({{"CUSTOM_ENV_GDT_GPUS_PER_NODE", "8"},
                               {"CUSTOM_ENV_GDT_NPROC_PER_NODE", "8"},
-                              {"CUSTOM_ENV_GDT_LAUNCHER", "env"}}),
+                              {"CUSTOM_ENV_GDT_LAUNCHER", "env"},
+                              {"CUSTOM_ENV_GDT_PRIORITY", "-5"},
+                              {"CUSTOM_ENV_GDT_TOPOLOGY_SAME", "rack"},
+                              {"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "required"}}),
                      Payload("train 2/4"));
 
   ASSERT_TRUE(job.ok()) << job.status();
@@ -91,6 +94,9 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   EXPECT_EQ(job->procs_per_node, 8);
   EXPECT_EQ(job->launcher, v1::LAUNCHER_ENV);
   EXPECT_EQ(job->job_timeout, std::chrono::seconds(600));
+  EXPECT_EQ(job->priority, -5);
+  EXPECT_EQ(job->topology_same, "rack");
+  EXPECT_TRUE(job->topology_required);
 }
 
 TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
@@ -100,6 +106,9 @@ TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
   EXPECT_EQ(job->gpus_per_node, 0);
   EXPECT_EQ(job->procs_per_node, 1);
   EXPECT_EQ(job->launcher, v1::LAUNCHER_TORCHRUN);
+  EXPECT_EQ(job->priority, 0);
+  EXPECT_EQ(job->topology_same, "");
+  EXPECT_FALSE(job->topology_required);
 }
 
 TEST(ResolveJobInfoTest, JobWithoutParallelIsAGangOfOne) {
@@ -163,7 +172,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CUSTOM_ENV_GDT_GPUS_PER_NODE", "-1", "GDT_GPUS_PER_NODE"},
         BadInput{"CUSTOM_ENV_GDT_GPUS_PER_NODE", "8x", "GDT_GPUS_PER_NODE"},
         BadInput{"CUSTOM_ENV_GDT_NPROC_PER_NODE", "0", "GDT_NPROC_PER_NODE"},
-        BadInput{"CUSTOM_ENV_GDT_LAUNCHER", "mpirun", "mpirun"}));
+        BadInput{"CUSTOM_ENV_GDT_LAUNCHER", "mpirun", "mpirun"},
+        BadInput{"CUSTOM_ENV_GDT_PRIORITY", "high", "GDT_PRIORITY"},
+        BadInput{"CUSTOM_ENV_GDT_PRIORITY", "5000", "GDT_PRIORITY"},
+        BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "strict", "strict"}));
 
 // LoadJob decides the outcome kind: a broken payload is the runner's
 // problem (system failure), a bad job the user's (build failure).

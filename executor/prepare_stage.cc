@@ -67,6 +67,9 @@ Outcome PrepareStage(const StageContext& context) {
   request.set_arrival_host(config.arrival_host);
   request.set_job_timeout_seconds(
       static_cast<uint32_t>(job.job_timeout.count()));
+  request.set_priority(job.priority);
+  request.set_topology_same(job.topology_same);
+  request.set_topology_required(job.topology_required);
   std::chrono::seconds wait = config.join_timeout;
   if (job.job_timeout.count() > 0 && job.job_timeout < wait) {
     wait = job.job_timeout;

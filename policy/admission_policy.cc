@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 
@@ -13,18 +14,17 @@ constexpr uint32_t kUnlimited = std::numeric_limits<uint32_t>::max();
 // Best-fit placement of members needing `gpus` each: every member goes to the
 // usable host with the fewest GPUs left that still holds it, preferring the
 // member's own runner host on ties. For equal-sized members this finds a
-// placement whenever sum(floor(cap / gpus)) covers them. `usable[h]` says
-// whether host h may be used at all (it matters for CPU-only members).
-std::optional<std::vector<size_t>> BestFit(uint32_t gpus,
-                                           const std::vector<size_t>& preferred,
-                                           const std::vector<bool>& usable,
-                                           std::vector<uint32_t> cap) {
+// placement whenever sum(floor(cap / gpus)) covers them. Only the hosts in
+// `candidates` (ascending indices) may be used.
+std::optional<std::vector<size_t>> BestFit(
+    uint32_t gpus, const std::vector<size_t>& preferred,
+    const std::vector<size_t>& candidates, std::vector<uint32_t> cap) {
   std::vector<size_t> out;
   out.reserve(preferred.size());
   for (const size_t want : preferred) {
     size_t best = cap.size();
-    for (size_t h = 0; h < cap.size(); ++h) {
-      if (!usable[h] || cap[h] < gpus) continue;
+    for (const size_t h : candidates) {
+      if (cap[h] < gpus) continue;
       if (best == cap.size() || cap[h] < cap[best] ||
           (cap[h] == cap[best] && h == want)) {
         best = h;
@@ -66,6 +66,7 @@ absl::Status AdmissionPolicy::AddHost(const HostSpec& spec) {
   host.gpu_owner.assign(spec.gpus, -1);
   host.free_gpus = spec.gpus;
   host.free_slots = spec.runner_slots;
+  host.free_cpu = spec.cpu_slots == 0 ? kUnlimited : spec.cpu_slots;
   host_index_[spec.name] = hosts_.size();
   host_names_.push_back(spec.name);
   hosts_.push_back(std::move(host));
@@ -120,6 +121,8 @@ absl::Status AdmissionPolicy::CheckFeasible(const GangSpec& spec) const {
         absl::StrCat("gang ", spec.id, " asks for ", g,
                      " GPUs per node; the largest host has ", largest));
   }
+  // CPU-only members count CPU slots, one each.
+  const uint32_t unit = std::max<uint32_t>(g, 1);
   std::vector<uint32_t> total(hosts_.size());
   std::vector<bool> matching(hosts_.size());
   std::vector<bool> taking(hosts_.size());
@@ -127,23 +130,43 @@ absl::Status AdmissionPolicy::CheckFeasible(const GangSpec& spec) const {
     Host relaxed = hosts_[h];
     relaxed.drained = false;
     relaxed.down = false;
-    total[h] = hosts_[h].spec.gpus;
+    const HostSpec& host = hosts_[h].spec;
+    total[h] = g != 0 ? host.gpus
+                      : (host.cpu_slots == 0 ? kUnlimited : host.cpu_slots);
     matching[h] = Eligible(relaxed, spec);
     taking[h] = Eligible(hosts_[h], spec);
   }
-  const uint64_t able = Capacity(g, total, matching);
+  const uint64_t able = Capacity(unit, total, matching);
   if (able < spec.members) {
     return absl::FailedPreconditionError(absl::StrCat(
         "gang ", spec.id, " needs ", spec.members, " nodes with ", g,
         " GPUs each; the hosts able to serve it hold only ", able,
         spec.node_selector.empty() ? "" : " (node selector applied)"));
   }
-  const uint64_t up = Capacity(g, total, taking);
+  const uint64_t up = Capacity(unit, total, taking);
   if (up < spec.members) {
     return absl::FailedPreconditionError(
         absl::StrCat("gang ", spec.id, " needs ", spec.members, " nodes with ",
                      g, " GPUs each; hosts taking gangs hold only ", up,
                      " and the rest of the capacity is drained or down"));
+  }
+  if (spec.same_required) {
+    std::map<std::string, uint64_t> by_domain;
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      auto label = hosts_[h].spec.labels.find(spec.same_label);
+      if (!matching[h] || label == hosts_[h].spec.labels.end()) continue;
+      by_domain[label->second] += total[h] / unit;
+    }
+    uint64_t largest_domain = 0;
+    for (const auto& [value, members] : by_domain) {
+      largest_domain = std::max(largest_domain, members);
+    }
+    if (largest_domain < spec.members) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "gang ", spec.id, " requires all ", spec.members, " nodes in one ",
+          spec.same_label, " but the largest ", spec.same_label, " holds only ",
+          largest_domain, " of them"));
+    }
   }
   return absl::OkStatus();
 }
@@ -244,6 +267,10 @@ void AdmissionPolicy::RemoveGang(const std::string& id) {
   }
   for (const auto& [host, gpus] : gang.placement) {
     ReleaseGpus(gang.seq, host, gpus);
+    if (gang.spec.gpus_per_member == 0 && hosts_[host].free_cpu != kUnlimited &&
+        hosts_[host].free_cpu < hosts_[host].spec.cpu_slots) {
+      ++hosts_[host].free_cpu;
+    }
   }
   if (gang.running) {
     running_.erase({gang.end_bound, id});
@@ -263,6 +290,58 @@ absl::Status AdmissionPolicy::Finish(const std::string& gang_id) {
         absl::StrCat("gang ", gang_id, " is not running"));
   }
   RemoveGang(gang_id);
+  return absl::OkStatus();
+}
+
+absl::Status AdmissionPolicy::AddRunning(
+    const GangSpec& spec, const std::vector<MemberPlacement>& members,
+    Seconds end_bound) {
+  if (spec.id.empty() || members.empty()) {
+    return absl::InvalidArgumentError("a running gang needs an id and members");
+  }
+  if (gangs_.count(spec.id) != 0) {
+    return absl::AlreadyExistsError(absl::StrCat("gang ", spec.id));
+  }
+  // Check everything before changing anything.
+  std::vector<std::pair<size_t, std::vector<uint32_t>>> placement;
+  std::map<size_t, uint32_t> cpu_members;
+  for (const MemberPlacement& member : members) {
+    auto host = host_index_.find(member.host);
+    if (host == host_index_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gang ", spec.id, " runs on unknown host ", member.host));
+    }
+    std::set<uint32_t> seen;
+    for (const uint32_t gpu : member.gpus) {
+      const Host& h = hosts_[host->second];
+      if (gpu >= h.gpu_owner.size() || h.gpu_owner[gpu] != -1 ||
+          !seen.insert(gpu).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("gang ", spec.id, " holds GPU ", gpu, " of ",
+                         member.host, ", which is not free"));
+      }
+    }
+    if (spec.gpus_per_member == 0) ++cpu_members[host->second];
+    placement.emplace_back(host->second, member.gpus);
+  }
+  Gang gang;
+  gang.spec = spec;
+  gang.seq = next_seq_++;
+  gang.running = true;
+  gang.end_bound = end_bound;
+  for (const auto& [h, gpus] : placement) {
+    for (const uint32_t gpu : gpus) hosts_[h].gpu_owner[gpu] = gang.seq;
+    hosts_[h].free_gpus -= static_cast<uint32_t>(gpus.size());
+  }
+  for (const auto& [h, count] : cpu_members) {
+    if (hosts_[h].free_cpu != kUnlimited) {
+      // The daemon may hold more than the limit after a config change.
+      hosts_[h].free_cpu -= std::min(hosts_[h].free_cpu, count);
+    }
+  }
+  gang.placement = std::move(placement);
+  running_.emplace(end_bound, spec.id);
+  gangs_.emplace(spec.id, std::move(gang));
   return absl::OkStatus();
 }
 
@@ -324,15 +403,63 @@ std::optional<std::vector<size_t>> AdmissionPolicy::Place(
   std::vector<bool> usable(hosts_.size());
   for (size_t h = 0; h < hosts_.size(); ++h) {
     usable[h] = Eligible(hosts_[h], gang.spec);
-    cap[h] = hosts_[h].free_gpus;
+    cap[h] = FreeUnits(hosts_[h], gang.spec);
     if (extra != nullptr) cap[h] = std::min(cap[h], (*extra)[h]);
   }
+  return PlaceOn(gang, usable, cap);
+}
+
+uint32_t AdmissionPolicy::FreeUnits(const Host& host,
+                                    const GangSpec& spec) const {
+  return spec.gpus_per_member == 0 ? host.free_cpu : host.free_gpus;
+}
+
+std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
+    const Gang& gang, const std::vector<bool>& usable,
+    const std::vector<uint32_t>& cap) const {
+  const uint32_t unit = std::max<uint32_t>(gang.spec.gpus_per_member, 1);
   std::vector<size_t> preferred;
   preferred.reserve(gang.present.size());
   for (const auto& [index, member] : gang.present) {
     preferred.push_back(member.slot_host);
   }
-  return BestFit(gang.spec.gpus_per_member, preferred, usable, std::move(cap));
+  std::vector<size_t> all;
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (usable[h] && cap[h] >= unit) all.push_back(h);
+  }
+  if (gang.spec.same_label.empty()) {
+    return BestFit(unit, preferred, all, cap);
+  }
+  // One domain per value of the label: the tightest domain that holds the
+  // whole gang wins (least capacity left over), like best fit for hosts.
+  std::map<std::string, std::vector<size_t>> domains;
+  for (const size_t h : all) {
+    auto label = hosts_[h].spec.labels.find(gang.spec.same_label);
+    if (label != hosts_[h].spec.labels.end()) {
+      domains[label->second].push_back(h);
+    }
+  }
+  std::optional<std::vector<size_t>> best;
+  uint64_t best_left = 0;
+  for (const auto& [value, members] : domains) {
+    uint64_t room = 0;
+    uint64_t left = 0;
+    for (const size_t h : members) {
+      room += cap[h] / unit;
+      left += cap[h];
+    }
+    if (room < gang.present.size()) continue;
+    std::optional<std::vector<size_t>> placed =
+        BestFit(unit, preferred, members, cap);
+    if (!placed.has_value()) continue;
+    left -= uint64_t{unit} * placed->size();
+    if (!best.has_value() || left < best_left) {
+      best = std::move(placed);
+      best_left = left;
+    }
+  }
+  if (best.has_value() || gang.spec.same_required) return best;
+  return BestFit(unit, preferred, all, cap);
 }
 
 Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
@@ -354,6 +481,9 @@ Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
       }
     }
     host.free_gpus -= static_cast<uint32_t>(placement.gpus.size());
+    if (gang.spec.gpus_per_member == 0 && host.free_cpu != kUnlimited) {
+      --host.free_cpu;
+    }
     gang.placement.emplace_back(hosts[i - 1], placement.gpus);
     admission.members.push_back(std::move(placement));
   }
@@ -367,6 +497,8 @@ Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
 bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
                               std::vector<uint32_t>& extra) {
   const uint32_t g = head.spec.gpus_per_member;
+  // CPU-only gangs do not compete for GPUs: they need no reservation.
+  if (g == 0) return false;
   std::vector<uint32_t> cap(hosts_.size());
   std::vector<bool> usable(hosts_.size());
   for (size_t h = 0; h < hosts_.size(); ++h) {
@@ -375,24 +507,21 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
   }
   // Replay the running gangs' ends (at their run bounds) until it fits.
   Seconds start = -1;
+  std::optional<std::vector<size_t>> hosts;
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     for (const auto& [host, gpus] : gangs_.at(it->second).placement) {
       cap[host] += static_cast<uint32_t>(gpus.size());
     }
     auto next = std::next(it);
     if (next != running_.end() && next->first == it->first) continue;
-    if (Capacity(g, cap, usable) >= head.spec.members) {
+    if (Capacity(g, cap, usable) < head.spec.members) continue;
+    hosts = PlaceOn(head, usable, cap);
+    if (hosts.has_value()) {
       start = std::max(it->first, now);
       break;
     }
   }
-  if (start < 0) return false;
-  std::vector<size_t> preferred;
-  for (const auto& [index, member] : head.present) {
-    preferred.push_back(member.slot_host);
-  }
-  std::optional<std::vector<size_t>> hosts = BestFit(g, preferred, usable, cap);
-  if (!hosts.has_value()) return false;
+  if (start < 0 || !hosts.has_value()) return false;
   Reservation reservation;
   reservation.gang_id = head.spec.id;
   reservation.start = start;
@@ -425,25 +554,21 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   std::vector<uint32_t> fewest[2] = {
       std::vector<uint32_t>(largest + 1, kUnlimited),
       std::vector<uint32_t>(largest + 1, kUnlimited)};
-  for (auto it = queue_.begin(); it != queue_.end();) {
-    // Once the head is reserved and not even one GPU can be placed, only
-    // CPU-only gangs could still start.
-    if (reserved && cpu_only_waiting_ == 0 &&
-        (free_total == 0 || fewest[0][1] <= 1)) {
-      return;
-    }
-    Gang& gang = *it->second;
-    ++it;  // Commit() erases the gang's entry.
+  // Tries to start `gang` now; false when it does not fit (or would delay
+  // the reservation).
+  auto try_start = [&](Gang& gang) {
     const GangSpec& spec = gang.spec;
-    if (gang.present.size() < spec.members) continue;
     const int cls =
         reserved && now + spec.run_bound > reservation_->start ? 1 : 0;
-    const bool plain = spec.node_selector.empty();
+    // The shape shortcut holds for GPU gangs without placement constraints.
+    const bool plain = spec.node_selector.empty() && spec.same_label.empty() &&
+                       spec.gpus_per_member != 0;
     const uint32_t g = spec.gpus_per_member;
     std::optional<std::vector<size_t>> hosts;
     const uint64_t need = uint64_t{spec.members} * g;
     if (need <= free_total && !(plain && spec.members >= fewest[cls][g])) {
-      hosts = Place(gang, cls == 1 ? &extra : nullptr);
+      // CPU-only gangs use no GPUs, so the reservation does not limit them.
+      hosts = Place(gang, cls == 1 && g != 0 ? &extra : nullptr);
     }
     if (hosts.has_value()) {
       out.admitted.push_back(Commit(gang, *hosts, now));
@@ -451,15 +576,61 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
       if (cls == 1) {
         for (const size_t h : *hosts) extra[h] -= g;
       }
-      continue;
+      return true;
     }
     if (plain) {
       for (uint32_t k = g; k <= largest; ++k) {
         fewest[cls][k] = std::min(fewest[cls][k], spec.members);
       }
     }
+    return false;
+  };
+  // Once the head is reserved and not even one GPU can be placed, only
+  // CPU-only gangs could still start.
+  auto nothing_fits = [&] {
+    return reserved && cpu_only_waiting_ == 0 &&
+           (free_total == 0 || fewest[0][1] <= 1);
+  };
+  // In queue order until the head (the first gang that does not fit) has
+  // its reservation.
+  auto it = queue_.begin();
+  while (it != queue_.end() && !reserved) {
+    Gang& gang = *it->second;
+    ++it;  // Commit() erases the gang's entry.
+    if (gang.present.size() < gang.spec.members) continue;
+    if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
-    if (!reserved) reserved = Reserve(gang, now, extra);
+    reserved = Reserve(gang, now, extra);
+  }
+  // Backfill: the rest, in the configured order.
+  std::vector<Gang*> candidates;
+  for (; it != queue_.end(); ++it) {
+    if (it->second->present.size() == it->second->spec.members) {
+      candidates.push_back(it->second);
+    }
+  }
+  if (options_.backfill_order == BackfillOrder::kShortestFirst) {
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [](const Gang* a, const Gang* b) {
+                       const uint64_t ga =
+                           uint64_t{a->spec.members} * a->spec.gpus_per_member;
+                       const uint64_t gb =
+                           uint64_t{b->spec.members} * b->spec.gpus_per_member;
+                       return std::tie(a->spec.run_bound, ga) <
+                              std::tie(b->spec.run_bound, gb);
+                     });
+  } else if (options_.backfill_order == BackfillOrder::kResponseRatio) {
+    // ra > rb  <=>  (now - qa) * bb > (now - qb) * ba, in exact integers.
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [now](const Gang* a, const Gang* b) {
+                       const __int128 wa = now - a->spec.queue_time;
+                       const __int128 wb = now - b->spec.queue_time;
+                       return wa * b->spec.run_bound > wb * a->spec.run_bound;
+                     });
+  }
+  for (Gang* gang : candidates) {
+    if (nothing_fits()) return;
+    try_start(*gang);
   }
 }
 
@@ -525,6 +696,11 @@ uint32_t AdmissionPolicy::FreeRunnerSlots(const std::string& host) const {
   auto it = host_index_.find(host);
   if (it == host_index_.end() || hosts_[it->second].down) return 0;
   return hosts_[it->second].free_slots;
+}
+
+uint32_t AdmissionPolicy::FreeCpuSlots(const std::string& host) const {
+  auto it = host_index_.find(host);
+  return it == host_index_.end() ? 0 : hosts_[it->second].free_cpu;
 }
 
 uint32_t AdmissionPolicy::GpusHeldByWaitingGangs() const {

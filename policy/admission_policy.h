@@ -43,10 +43,23 @@ enum class Mode {
   kNaive,
 };
 
+// The order in which kBackfill tries the gangs behind the head.
+enum class BackfillOrder {
+  kQueue,  // Priority, then FIFO, like the head.
+  // Shortest run-time bound first, then fewest GPUs, then queue order: more
+  // short gangs start in the gaps, which lowers the mean wait. The head's
+  // reservation still bounds every gang's wait.
+  kShortestFirst,
+  // Highest response ratio first: (waited + run bound) / run bound, so short
+  // gangs go early but a long gang's ratio grows until it is tried first.
+  kResponseRatio,
+};
+
 struct PolicyOptions {
   Mode mode = Mode::kBackfill;
   // Gangs with more members fail at join time.
   uint32_t max_nodes_per_job = 8;
+  BackfillOrder backfill_order = BackfillOrder::kResponseRatio;
 };
 
 struct HostSpec {
@@ -54,6 +67,8 @@ struct HostSpec {
   uint32_t gpus = 0;
   uint32_t runner_slots = 0;
   std::map<std::string, std::string> labels;
+  // Members without GPUs the host may run at once; 0 = no limit.
+  uint32_t cpu_slots = 0;
 };
 
 struct GangSpec {
@@ -65,6 +80,12 @@ struct GangSpec {
   Seconds run_bound = 0;         // The job timeout; > 0.
   // Members run only on hosts carrying every one of these labels.
   std::map<std::string, std::string> node_selector;
+  // Topology: when set, every member should run on hosts with one and the
+  // same value of this label (e.g. "rack"). Required: the gang waits (or is
+  // infeasible) until one domain holds it. Preferred: one domain when one
+  // fits now, else any hosts.
+  std::string same_label;
+  bool same_required = false;
 };
 
 struct MemberPlacement {
@@ -129,6 +150,15 @@ class AdmissionPolicy {
   // the gang is running.
   absl::Status Leave(const std::string& gang_id, uint32_t member_index);
 
+  // Adds a gang that already runs with the given placement (e.g. restored by
+  // the daemon) and whose run-time bound ends at `end_bound`. It holds its
+  // GPUs (and CPU slots for members without GPUs) but no runner slots.
+  // Errors: InvalidArgument for a bad spec, an unknown host or GPU, or a GPU
+  // that is not free; AlreadyExists for a known gang id.
+  absl::Status AddRunning(const GangSpec& spec,
+                          const std::vector<MemberPlacement>& members,
+                          Seconds end_bound);
+
   // A running gang ended: frees its GPUs and runner slots and forgets it.
   // Errors: NotFound; FailedPrecondition when it is not running.
   absl::Status Finish(const std::string& gang_id);
@@ -140,9 +170,15 @@ class AdmissionPolicy {
   // The head gang's reservation from the last pass, if any.
   const std::optional<Reservation>& reservation() const { return reservation_; }
 
+  // Whether `spec` could ever run here; the checks and messages of Join()'s
+  // FailedPrecondition errors (InvalidArgument for a bad spec).
+  absl::Status CheckFeasible(const GangSpec& spec) const;
+
   // Introspection for callers and tests.
   uint32_t FreeGpus(const std::string& host) const;
   uint32_t FreeRunnerSlots(const std::string& host) const;
+  // Free CPU slots (members without GPUs); UINT32_MAX without a limit.
+  uint32_t FreeCpuSlots(const std::string& host) const;
   // GPUs leased to members of gangs that are not running (always 0 except
   // in kNaive).
   uint32_t GpusHeldByWaitingGangs() const;
@@ -158,6 +194,7 @@ class AdmissionPolicy {
     std::vector<int64_t> gpu_owner;  // Gang sequence number, or -1.
     uint32_t free_gpus = 0;
     uint32_t free_slots = 0;
+    uint32_t free_cpu = 0;  // Free CPU slots; kUnlimited without a limit.
   };
   struct Member {
     size_t slot_host = 0;
@@ -180,13 +217,19 @@ class AdmissionPolicy {
     auto operator<=>(const QueueKey&) const = default;
   };
 
-  absl::Status CheckFeasible(const GangSpec& spec) const;
   bool Eligible(const Host& host, const GangSpec& spec) const;
   // Best-fit placement of every present member, in index order, on free
   // GPUs (capped per host by `extra` when given). Returns the host of each
   // member, or nullopt when the gang does not fit.
   std::optional<std::vector<size_t>> Place(
       const Gang& gang, const std::vector<uint32_t>* extra) const;
+  // Placement on capacities `cap` (GPUs, or CPU slots for CPU-only gangs)
+  // honouring the gang's topology requirement.
+  std::optional<std::vector<size_t>> PlaceOn(
+      const Gang& gang, const std::vector<bool>& usable,
+      const std::vector<uint32_t>& cap) const;
+  // Free capacity of host `h` in the gang's unit: GPUs, or CPU slots.
+  uint32_t FreeUnits(const Host& host, const GangSpec& spec) const;
   Admission Commit(Gang& gang, const std::vector<size_t>& hosts, Seconds now);
   void ReleaseGpus(int64_t seq, size_t host, const std::vector<uint32_t>& gpus);
   std::optional<Bounce> BreakDeadlock();

@@ -369,5 +369,152 @@ TEST_F(AdmissionPolicyTest, JoinErrors) {
   EXPECT_EQ(gdt_.Finish("g").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Hosts h0..h3 with 8 GPUs: h0, h1 in rack ra; h2, h3 in rack rb.
+void AddRacks(AdmissionPolicy& policy) {
+  for (int h = 0; h < 4; ++h) {
+    HostSpec spec{"h" + std::to_string(h), 8, 8, {}};
+    spec.labels["rack"] = h < 2 ? "ra" : "rb";
+    ASSERT_TRUE(policy.AddHost(spec).ok());
+  }
+}
+
+TEST_F(AdmissionPolicyTest, RequiredSameLabelKeepsTheGangInOneDomain) {
+  AddRacks(gdt_);
+  // Leave 8 GPUs free in each rack: 4 on each host.
+  for (int h = 0; h < 4; ++h) {
+    JoinAll(gdt_, Gang("fill" + std::to_string(h), 1, 4, h),
+            "h" + std::to_string(h));
+  }
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(4));
+  GangSpec spread = Gang("spread", 3, 4, 10);
+  spread.same_label = "rack";
+  spread.same_required = true;
+  JoinAll(gdt_, spread, "h0");
+  // 12 GPUs are free in all, but no rack has room for 3 members of 4.
+  EXPECT_THAT(gdt_.Schedule(1).admitted, IsEmpty());
+
+  ASSERT_TRUE(gdt_.Finish("fill2").ok());
+  const Decisions decisions = gdt_.Schedule(2);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  for (const MemberPlacement& member : decisions.admitted[0].members) {
+    EXPECT_TRUE(member.host == "h2" || member.host == "h3") << member.host;
+  }
+}
+
+TEST_F(AdmissionPolicyTest, PreferredSameLabelFallsBackToAnyHosts) {
+  AddRacks(gdt_);
+  for (int h = 0; h < 4; ++h) {
+    JoinAll(gdt_, Gang("fill" + std::to_string(h), 1, 4, h),
+            "h" + std::to_string(h));
+  }
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(4));
+  GangSpec two = Gang("two", 2, 4, 10);
+  two.same_label = "rack";
+  JoinAll(gdt_, two, "h0");
+  GangSpec three = Gang("three", 3, 4, 11);
+  three.same_label = "rack";
+  JoinAll(gdt_, three, "h0");
+  const Decisions decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));  // 8 + 12 > 16 free GPUs.
+  // "two" fits in one rack, so it gets one.
+  const std::vector<MemberPlacement>& members = decisions.admitted[0].members;
+  EXPECT_EQ(decisions.admitted[0].gang_id, "two");
+  EXPECT_EQ(members[0].host < "h2", members[1].host < "h2");
+  ASSERT_TRUE(gdt_.Finish("two").ok());
+  // "three" cannot have one rack (8 free in each) but may spread.
+  EXPECT_THAT(gdt_.Schedule(2).admitted, SizeIs(1));
+}
+
+TEST_F(AdmissionPolicyTest, RequiredSameLabelNoDomainCanHoldFailsAtJoin) {
+  AddRacks(gdt_);
+  GangSpec wide = Gang("wide", 3, 8);
+  wide.same_label = "rack";
+  wide.same_required = true;
+  const absl::Status status = gdt_.Join(wide, 1, "h0");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("in one rack"));
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h0"), 8u);  // Nothing was taken.
+}
+
+TEST_F(AdmissionPolicyTest, RunningGangsAddedWithTheirPlacementHoldGpus) {
+  AddHosts(gdt_, 1, 8, 8);
+  ASSERT_TRUE(gdt_.AddRunning(Gang("old", 1, 6),
+                              {MemberPlacement{1, "h0", {1, 2, 3, 4, 5, 6}}},
+                              /*end_bound=*/500)
+                  .ok());
+  EXPECT_EQ(gdt_.FreeGpus("h0"), 2u);
+  EXPECT_EQ(
+      gdt_.AddRunning(Gang("clash", 1, 1), {MemberPlacement{1, "h0", {3}}}, 500)
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(gdt_.FreeGpus("h0"), 2u);
+
+  JoinAll(gdt_, Gang("head", 1, 8, 1), "h0");
+  JoinAll(gdt_, Gang("small", 1, 2, 2, /*run_bound=*/100), "h0");
+  const Decisions decisions = gdt_.Schedule(10);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "small");
+  EXPECT_THAT(decisions.admitted[0].members[0].gpus, ElementsAre(0u, 7u));
+  ASSERT_TRUE(gdt_.reservation().has_value());
+  EXPECT_EQ(gdt_.reservation()->start, 500);
+}
+
+TEST_F(AdmissionPolicyTest, CpuOnlyGangsCountCpuSlots) {
+  HostSpec cpu{"c0", 0, 8, {}};
+  cpu.cpu_slots = 2;
+  ASSERT_TRUE(gdt_.AddHost(cpu).ok());
+  EXPECT_EQ(gdt_.Join(Gang("three", 3, 0), 1, "c0").code(),
+            absl::StatusCode::kFailedPrecondition);
+  JoinAll(gdt_, Gang("one", 1, 0), "c0");
+  JoinAll(gdt_, Gang("pair", 2, 0, 1), "c0");
+  JoinAll(gdt_, Gang("last", 1, 0, 2), "c0");
+  Decisions decisions = gdt_.Schedule(0);
+  // "pair" does not fit beside "one"; "last" may go ahead of it.
+  ASSERT_THAT(decisions.admitted, SizeIs(2));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "one");
+  EXPECT_EQ(decisions.admitted[1].gang_id, "last");
+  ASSERT_TRUE(gdt_.Finish("one").ok());
+  ASSERT_TRUE(gdt_.Finish("last").ok());
+  decisions = gdt_.Schedule(1);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "pair");
+}
+
+// One host of 8 GPUs: "running" holds 6 until 1000, "head" needs 8, and
+// two gangs of 2 GPUs that both end before 1000 compete for the 2 free ones.
+// Returns the one that starts at `now`.
+std::string BackfilledAt(BackfillOrder order, Seconds long_queued,
+                         Seconds now) {
+  AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8, order});
+  EXPECT_TRUE(policy.AddHost(HostSpec{"h0", 8, 8, {}}).ok());
+  auto join = [&](const GangSpec& spec) {
+    EXPECT_TRUE(policy.Join(spec, 1, "h0").ok()) << spec.id;
+  };
+  join(Gang("running", 1, 6, -20000, /*run_bound=*/now + 990));
+  EXPECT_EQ(policy.Schedule(10).admitted.size(), 1u);
+  join(Gang("head", 1, 8, -10000));
+  join(Gang("long", 1, 2, long_queued, /*run_bound=*/900));
+  join(Gang("short", 1, 2, now - 10, /*run_bound=*/100));
+  const Decisions decisions = policy.Schedule(now);
+  EXPECT_EQ(decisions.admitted.size(), 1u);
+  EXPECT_EQ(policy.reservation()->start, now + 1000);  // Never delayed.
+  return decisions.admitted.empty() ? "" : decisions.admitted[0].gang_id;
+}
+
+TEST(BackfillOrderTest, ShortGangsGoFirstUntilALongOneHasWaitedLong) {
+  const Seconds now = 20000;
+  // "long" queued first, 20 s before "short".
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 30, now), "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 30, now),
+            "short");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 30, now),
+            "short");
+  // After 10,000 s its ratio (10,900 / 900) beats short's (110 / 100).
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 10000, now),
+            "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 10000, now),
+            "short");
+}
+
 }  // namespace
 }  // namespace gdt::policy

@@ -125,8 +125,8 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
                              : 4 * options.hosts * options.gpus_per_host;
   result.runner_slots = slots;
 
-  AdmissionPolicy policy(
-      PolicyOptions{options.mode, options.max_nodes_per_job});
+  AdmissionPolicy policy(PolicyOptions{options.mode, options.max_nodes_per_job,
+                                       options.backfill_order});
   std::vector<std::string> names;
   for (uint32_t h = 0; h < options.hosts; ++h) {
     HostSpec spec;

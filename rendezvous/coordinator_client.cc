@@ -217,4 +217,26 @@ absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
   return response;
 }
 
+absl::Status CoordinatorClient::SetHostDrained(
+    const std::string& host_name, bool drained,
+    std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::SetHostDrainedRequest request;
+  request.set_host_name(host_name);
+  request.set_drained(drained);
+  v1::SetHostDrainedResponse response;
+  return FromGrpcStatus(stub_->SetHostDrained(&context, request, &response));
+}
+
+absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
+                                           std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::RemoveHostRequest request;
+  request.set_host_name(host_name);
+  v1::RemoveHostResponse response;
+  return FromGrpcStatus(stub_->RemoveHost(&context, request, &response));
+}
+
 }  // namespace gdt::rendezvous

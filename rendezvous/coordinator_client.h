@@ -90,6 +90,12 @@ class CoordinatorClient {
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
 
+  // Host inventory (operators). Errors as the RPCs (docs/protocol.md).
+  absl::Status SetHostDrained(const std::string& host_name, bool drained,
+                              std::chrono::milliseconds timeout);
+  absl::Status RemoveHost(const std::string& host_name,
+                          std::chrono::milliseconds timeout);
+
  private:
   std::string endpoint_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;

@@ -1,0 +1,38 @@
+// `gdt-coord hosts list|drain|undrain|remove`: the operator's view and
+// control of the host inventory, through the coordinator's RPCs.
+#ifndef GDT_COORDINATOR_HOSTS_COMMAND_H_
+#define GDT_COORDINATOR_HOSTS_COMMAND_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gdt/v1/coordinator.pb.h"
+
+namespace gdt::coordinator {
+
+// One row per host: name, address, state (up, down, drained), GPUs used of
+// total with their models, labels, members running.
+std::string RenderHostsText(const v1::GetStatusResponse& status);
+
+// {"hosts":[{"name":..., "state":..., "gpus":[{"index", "uuid", "model",
+// "memory_bytes", "leased"}], ...}]} for scripts.
+std::string RenderHostsJson(const v1::GetStatusResponse& status);
+
+// `hosts list`: the text to print.
+// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
+absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
+                                         bool json);
+
+// `hosts drain|undrain|remove HOST` (`action` is one of those words): the
+// line to print on success, e.g. "host gpu-07 drained: it takes no new
+// gangs; running gangs finish".
+// Errors: NotFound "unknown host NAME"; FailedPrecondition while members run
+// on a host to remove; Unavailable when the coordinator cannot be reached;
+// InvalidArgument for another action.
+absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
+                                           const std::string& action,
+                                           const std::string& host);
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_HOSTS_COMMAND_H_

@@ -1,0 +1,263 @@
+#include "coordinator/placement.h"
+
+#include <algorithm>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "policy/admission_policy.h"
+#include "policy/topology.h"
+
+namespace gdt::coordinator {
+namespace {
+
+// Names at most three items: "a, b, c and 2 more".
+std::string FewNames(const std::vector<std::string>& names) {
+  const size_t shown = std::min<size_t>(names.size(), 3);
+  std::string text = absl::StrJoin(names.begin(), names.begin() + shown, ", ");
+  if (names.size() > shown) {
+    absl::StrAppend(&text, " and ", names.size() - shown, " more");
+  }
+  return text;
+}
+
+// Position of each device index among the host's GPUs.
+std::map<uint32_t, uint32_t> Positions(const PlacementHost& host) {
+  std::map<uint32_t, uint32_t> positions;
+  for (uint32_t p = 0; p < host.gpu_indices.size(); ++p) {
+    positions[host.gpu_indices[p]] = p;
+  }
+  return positions;
+}
+
+policy::GangSpec SpecOf(const WaitingGang& gang) {
+  policy::GangSpec spec;
+  spec.id = gang.gang_id;
+  spec.members = gang.members;
+  spec.gpus_per_member = gang.gpus_per_member;
+  spec.priority = gang.priority;
+  spec.queue_time = gang.queue_time_unix_s;
+  spec.run_bound = std::max<int64_t>(1, gang.run_bound_s);
+  spec.same_label = gang.same_label;
+  spec.same_required = gang.same_required && !gang.same_label.empty();
+  return spec;
+}
+
+// A policy holding `hosts`; down hosts are marked down when `mark_down`,
+// else drained (the daemon's policy takes joins through any host).
+policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
+                                    uint32_t runner_slots,
+                                    uint32_t max_nodes_per_job,
+                                    bool mark_down) {
+  policy::AdmissionPolicy policy(
+      policy::PolicyOptions{policy::Mode::kBackfill, max_nodes_per_job});
+  for (const PlacementHost& host : hosts) {
+    policy::HostSpec spec;
+    spec.name = host.name;
+    spec.gpus = static_cast<uint32_t>(host.gpu_indices.size());
+    spec.runner_slots = runner_slots;
+    spec.labels = host.labels;
+    spec.cpu_slots = std::max<uint32_t>(1, host.cpu_slots);
+    if (!policy.AddHost(spec).ok()) continue;  // Duplicate name: first wins.
+    if (host.drained || (host.down && !mark_down)) {
+      policy.SetDrained(host.name, true).IgnoreError();
+    }
+    if (host.down && mark_down) policy.SetDown(host.name, true).IgnoreError();
+  }
+  return policy;
+}
+
+bool Serves(const PlacementHost& host, const WaitingGang& gang) {
+  return host.gpu_indices.size() >= gang.gpus_per_member;
+}
+
+// The line for a complete gang that does not start in this pass.
+std::string WhyBlocked(const WaitingGang& gang,
+                       const std::vector<PlacementHost>& hosts,
+                       const policy::AdmissionPolicy& policy,
+                       const std::map<std::string, std::set<std::string>>&
+                           holders_by_host,  // Gangs holding GPUs/slots.
+                       int64_t now_unix_s) {
+  const uint32_t g = gang.gpus_per_member;
+  uint64_t room = 0;
+  std::vector<std::string> holders;
+  std::vector<std::string> unusable;
+  for (const PlacementHost& host : hosts) {
+    if (!Serves(host, gang)) continue;
+    if (host.down || host.drained) {
+      unusable.push_back(
+          absl::StrCat(host.name, host.down ? " down" : " drained"));
+      continue;
+    }
+    if (g == 0) {
+      room += policy.FreeCpuSlots(host.name);
+    } else {
+      room += policy.FreeGpus(host.name) / g;
+    }
+    auto held = holders_by_host.find(host.name);
+    if (held == holders_by_host.end()) continue;
+    for (const std::string& id : held->second) {
+      if (id != gang.gang_id &&
+          std::find(holders.begin(), holders.end(), id) == holders.end()) {
+        holders.push_back(id);
+      }
+    }
+  }
+  std::string why =
+      g == 0 ? absl::StrCat("waiting for ", gang.members,
+                            " free slots on up hosts (have ", room)
+             : absl::StrCat("waiting for ", gang.members, " × ", g,
+                            " free GPUs on up hosts (room for ", room);
+  if (!holders.empty()) {
+    absl::StrAppend(&why, g == 0 ? "; held by gang" : "; GPUs held by gang",
+                    holders.size() > 1 ? "s " : " ", FewNames(holders));
+  }
+  why += ")";
+  const auto& reservation = policy.reservation();
+  if (reservation.has_value() && reservation->gang_id == gang.gang_id) {
+    const int64_t minutes =
+        std::max<int64_t>(0, (reservation->start - now_unix_s + 59) / 60);
+    absl::StrAppend(&why, "; next in line, starting within ", minutes,
+                    " min at the latest (running gangs' job timeouts)");
+  } else if (room >= gang.members) {
+    if (reservation.has_value()) {
+      absl::StrAppend(&why, "; it would fit now but would delay gang ",
+                      reservation->gang_id, ", which is next in line");
+    } else if (gang.same_required && !gang.same_label.empty()) {
+      absl::StrAppend(&why, "; no single ", gang.same_label, " has room for ",
+                      gang.members, " members");
+    }
+  }
+  if (!unusable.empty()) {
+    absl::StrAppend(&why, "; not taking gangs: ", FewNames(unusable));
+  }
+  return why;
+}
+
+}  // namespace
+
+PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
+                           const std::vector<RunningGang>& running,
+                           const std::vector<WaitingGang>& complete,
+                           int64_t now_unix_s) {
+  PlanOutcome outcome;
+  if (hosts.empty()) return outcome;
+  uint32_t total_members = 1;
+  for (const WaitingGang& gang : complete) total_members += gang.members;
+  policy::AdmissionPolicy policy =
+      BuildPolicy(hosts, total_members, std::numeric_limits<uint32_t>::max(),
+                  /*mark_down=*/false);
+  std::map<std::string, const PlacementHost*> by_name;
+  std::map<std::string, std::map<uint32_t, uint32_t>> positions;
+  for (const PlacementHost& host : hosts) {
+    by_name.emplace(host.name, &host);
+    positions[host.name] = Positions(host);
+  }
+
+  std::map<std::string, std::set<std::string>> holders_by_host;
+  for (const RunningGang& gang : running) {
+    std::vector<policy::MemberPlacement> placements;
+    bool cpu_only = true;
+    for (const LeasedMember& member : gang.members) {
+      policy::MemberPlacement placement;
+      placement.member_index = static_cast<uint32_t>(placements.size() + 1);
+      placement.host = member.host;
+      const auto& host_positions = positions[member.host];
+      for (const uint32_t gpu : member.gpu_indices) {
+        auto p = host_positions.find(gpu);
+        if (p != host_positions.end()) placement.gpus.push_back(p->second);
+      }
+      if (!member.gpu_indices.empty()) cpu_only = false;
+      holders_by_host[member.host].insert(gang.gang_id);
+      placements.push_back(std::move(placement));
+    }
+    policy::GangSpec spec;
+    spec.id = gang.gang_id;
+    spec.members = static_cast<uint32_t>(placements.size());
+    spec.gpus_per_member =
+        cpu_only ? 0 : static_cast<uint32_t>(placements.front().gpus.size());
+    spec.run_bound = 1;
+    // A lease on a host that left the inventory holds nothing here.
+    policy.AddRunning(spec, placements, gang.end_bound_unix_s).IgnoreError();
+  }
+
+  std::map<std::string, std::string> join_failures;
+  for (const WaitingGang& gang : complete) {
+    const policy::GangSpec spec = SpecOf(gang);
+    for (const auto& [index, arrival] : gang.arrival_hosts) {
+      const std::string& slot =
+          by_name.count(arrival) != 0 ? arrival : hosts.front().name;
+      absl::Status joined = policy.Join(spec, index, slot);
+      if (!joined.ok()) {
+        join_failures[gang.gang_id] = std::string(joined.message());
+        break;
+      }
+    }
+  }
+
+  const policy::Decisions decisions = policy.Schedule(now_unix_s);
+  std::set<std::string> started;
+  for (const policy::Admission& admission : decisions.admitted) {
+    PlannedGang planned;
+    planned.gang_id = admission.gang_id;
+    std::vector<policy::RankInput> ranks;
+    std::map<uint32_t, PlannedMember> by_index;
+    for (const policy::MemberPlacement& member : admission.members) {
+      const PlacementHost& host = *by_name.at(member.host);
+      PlannedMember out;
+      out.member_index = member.member_index;
+      out.host = member.host;
+      for (const uint32_t p : member.gpus) {
+        out.gpu_indices.push_back(host.gpu_indices[p]);
+      }
+      std::sort(out.gpu_indices.begin(), out.gpu_indices.end());
+      ranks.push_back(
+          policy::RankInput{member.member_index, member.host, host.labels});
+      holders_by_host[member.host].insert(admission.gang_id);
+      by_index[member.member_index] = std::move(out);
+    }
+    const std::vector<uint32_t> order = policy::OrderRanks(ranks);
+    for (uint32_t rank = 0; rank < order.size(); ++rank) {
+      PlannedMember member = by_index.at(order[rank]);
+      member.node_rank = rank;
+      planned.members.push_back(std::move(member));
+    }
+    started.insert(planned.gang_id);
+    outcome.admitted.push_back(std::move(planned));
+  }
+
+  std::vector<const WaitingGang*> waiting;
+  for (const WaitingGang& gang : complete) {
+    if (started.count(gang.gang_id) == 0) waiting.push_back(&gang);
+  }
+  std::sort(waiting.begin(), waiting.end(),
+            [](const WaitingGang* a, const WaitingGang* b) {
+              return std::make_tuple(-a->priority, a->sequence) <
+                     std::make_tuple(-b->priority, b->sequence);
+            });
+  uint32_t position = 0;
+  for (const WaitingGang* gang : waiting) {
+    BlockedGang blocked;
+    blocked.queue_position = ++position;
+    auto failed = join_failures.find(gang->gang_id);
+    blocked.why =
+        failed != join_failures.end()
+            ? absl::StrCat("cannot start now: ", failed->second)
+            : WhyBlocked(*gang, hosts, policy, holders_by_host, now_unix_s);
+    outcome.blocked[gang->gang_id] = std::move(blocked);
+  }
+  return outcome;
+}
+
+absl::Status CheckFeasible(const std::vector<PlacementHost>& hosts,
+                           const WaitingGang& gang,
+                           uint32_t max_nodes_per_job) {
+  const policy::AdmissionPolicy policy =
+      BuildPolicy(hosts, 1, max_nodes_per_job, /*mark_down=*/true);
+  return policy.CheckFeasible(SpecOf(gang));
+}
+
+}  // namespace gdt::coordinator

@@ -1,0 +1,98 @@
+// The daemon's side of gang admission: turns the coordinator's inventory,
+// leases and waiting gangs into one pass of the pure admission policy
+// (policy/admission_policy.h) and explains, in one line per gang, why a
+// complete gang does not start. No gRPC, no I/O, no clock: time comes in.
+//
+// Each pass builds a fresh policy from this input, so the coordinator's maps
+// stay the single source of truth. Runner slots are not known to the daemon:
+// every host gets enough of them, so the policy's runner-slot deadlock
+// breaking never fires here (the simulator exercises it).
+#ifndef GDT_COORDINATOR_PLACEMENT_H_
+#define GDT_COORDINATOR_PLACEMENT_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace gdt::coordinator {
+
+struct PlacementHost {
+  std::string name;
+  std::vector<uint32_t> gpu_indices;  // Device indices, as the host numbers.
+  uint32_t cpu_slots = 1;             // Members without GPUs at once.
+  std::map<std::string, std::string> labels;
+  bool drained = false;
+  bool down = false;
+};
+
+struct LeasedMember {
+  std::string host;
+  std::vector<uint32_t> gpu_indices;  // Device indices.
+};
+
+// A gang that holds leases (running, or failed with members still there).
+struct RunningGang {
+  std::string gang_id;
+  std::vector<LeasedMember> members;
+  int64_t end_bound_unix_s = 0;  // Admission + job timeout.
+};
+
+struct WaitingGang {
+  std::string gang_id;
+  uint32_t members = 0;
+  uint32_t gpus_per_member = 0;
+  int32_t priority = 0;
+  int64_t sequence = 0;  // Arrival order.
+  int64_t queue_time_unix_s = 0;  // When it was created (backfill aging).
+  int64_t run_bound_s = 0;
+  std::map<uint32_t, std::string> arrival_hosts;  // By member index.
+  std::string same_label;  // Topology requirement; empty for none.
+  bool same_required = false;
+};
+
+struct PlannedMember {
+  uint32_t member_index = 0;
+  uint32_t node_rank = 0;
+  std::string host;
+  std::vector<uint32_t> gpu_indices;  // Device indices, ascending.
+};
+
+struct PlannedGang {
+  std::string gang_id;
+  std::vector<PlannedMember> members;  // By node rank; rank 0 first.
+};
+
+struct BlockedGang {
+  uint32_t queue_position = 0;  // 1-based among complete gangs not started.
+  // Why it does not start, e.g. "waiting for 2 × 4 free GPUs on up hosts
+  // (room for 1; GPUs held by gang eval-p5-pl76-n1)".
+  std::string why;
+};
+
+struct PlanOutcome {
+  std::vector<PlannedGang> admitted;           // In policy order.
+  std::map<std::string, BlockedGang> blocked;  // By gang id.
+};
+
+// One admission pass at `now_unix_s` over `complete` gangs (every member
+// present): priority, then arrival; best-fit placement; EASY backfill
+// against the job timeouts; topology. Admitted members are rank-ordered by
+// topology labels (policy/topology.h).
+PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
+                           const std::vector<RunningGang>& running,
+                           const std::vector<WaitingGang>& complete,
+                           int64_t now_unix_s);
+
+// Whether `gang` could ever run on `hosts`: FailedPrecondition naming the
+// limit (nodes above `max_nodes_per_job`, GPUs per node above the largest
+// host, more nodes than the able hosts hold, only drained or down capacity,
+// no single topology domain large enough).
+absl::Status CheckFeasible(const std::vector<PlacementHost>& hosts,
+                           const WaitingGang& gang, uint32_t max_nodes_per_job);
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_PLACEMENT_H_
