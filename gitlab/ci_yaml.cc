@@ -319,6 +319,10 @@ absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
   return job;
 }
 
+bool IsCiKeyword(std::string_view key) {
+  return ReservedKeys().count(std::string(key)) != 0;
+}
+
 absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text) {
   const std::string input(text);
   const auto bad = [&] {

@@ -54,6 +54,10 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                                 std::string_view job_name);
 
+// Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
+// include, stages, variables, workflow, ...) rather than a job.
+bool IsCiKeyword(std::string_view key);
+
 // Parses a GitLab duration ("3600", "1h 30m", "90 minutes", "1 hour 30
 // minutes", "2d", "1h30m") into seconds. Errors: InvalidArgument.
 absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text);

@@ -15,7 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/subprocess.h"
+#include "gitlab/ci_expand.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {
@@ -58,6 +60,29 @@ std::string GitOutput(const std::string& dir,
   if (!status.ok() || !status->success()) return "";
   const size_t nl = output.find('\n');
   return nl == std::string::npos ? output : output.substr(0, nl);
+}
+
+// Job `job_name` of the CI file at `path` after `gdt-ci expand`, so jobs
+// with parallel:distributed run as GitLab would run their expansion.
+absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
+                                      std::string_view job_name) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  const CiExpansion expansion = ExpandCiYaml(*text);
+  if (!expansion.ok()) {
+    std::string message = FormatDiagnostic(path, expansion.errors[0]);
+    if (expansion.errors.size() > 1) {
+      absl::StrAppend(&message, " (and ", expansion.errors.size() - 1,
+                      " more: gdt-ci lint --file ", path, ")");
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  absl::StatusOr<CiJob> job = ParseCiJob(expansion.text, job_name);
+  if (!job.ok()) {
+    return absl::Status(job.status().code(),
+                        absl::StrCat(path, ": ", job.status().message()));
+  }
+  return job;
 }
 
 std::string FormatSeconds(std::chrono::milliseconds duration) {
@@ -198,7 +223,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
       ParseVars(options.vars);
   if (!vars.ok()) return vars.status();
-  absl::StatusOr<CiJob> job = LoadCiJob(options.ci_file, options.job_name);
+  absl::StatusOr<CiJob> job =
+      LoadExpandedJob(options.ci_file, options.job_name);
   if (!job.ok()) return job.status();
   if (options.executor.empty() || access(options.executor.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("executor '", options.executor,
