@@ -213,7 +213,9 @@ class Reporter {
   // At `node`, or at `fallback` when `node` has no place (an empty value).
   void At(const YAML::Node& node, const YAML::Node& fallback,
           std::string message) {
-    YAML::Mark mark = node ? node.Mark() : YAML::Mark::null_mark();
+    // An empty value's mark is the next token's: use the key's instead.
+    YAML::Mark mark =
+        node && !node.IsNull() ? node.Mark() : YAML::Mark::null_mark();
     if (mark.is_null() && fallback) mark = fallback.Mark();
     AtMark(mark, std::move(message));
   }
@@ -369,7 +371,7 @@ bool CheckSubMap(const Entry& e, const std::string& path,
         entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
     if (!Contains(keys, key)) {
       report->At(entry.first, e.value,
-                 absl::StrCat("unknown key '", Shown(key), "' in ", path,
+                 absl::StrCat(path, ": unknown key '", Shown(key), "'",
                               DidYouMean(key, keys),
                               "; keys: ", absl::StrJoin(keys, ", ")));
       ok = false;
@@ -511,13 +513,13 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
       }
     } else {
       report->At(e.key, distributed.value,
-                 absl::StrCat("unknown key '", Shown(key), "' in ", prefix,
+                 absl::StrCat(prefix, ": unknown key '", Shown(key), "'",
                               DidYouMean(key, BlockKeys()),
                               "; keys: ", absl::StrJoin(BlockKeys(), ", ")));
     }
   }
   if (!have_nodes) {
-    report->At(distributed.value, distributed.key,
+    report->At(distributed.key, distributed.key,
                absl::StrCat(prefix, " needs nodes (the number of members)"));
   }
   if (!have_procs) spec->procs_per_node = std::max(1, spec->gpus_per_node);
@@ -634,6 +636,36 @@ std::string ApplyEdits(Lines lines, std::vector<Edit> edits) {
 
 std::string Quoted(std::string_view value) {
   return absl::StrCat("\"", std::string(value), "\"");
+}
+
+// Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
+// every scalar is quoted when `quote_all` (variables: strings, as GitLab
+// sends them). Aliases are written out in full.
+void EmitValue(YAML::Emitter& out, const YAML::Node& node, bool quote_all,
+               int depth = 0) {
+  if (depth > kMaxDepth) {
+    out << YAML::Null;
+  } else if (node.IsMap()) {
+    out << YAML::BeginMap;
+    for (const auto& entry : node) {
+      out << YAML::Key;
+      EmitValue(out, entry.first, false, depth + 1);
+      out << YAML::Value;
+      EmitValue(out, entry.second, quote_all, depth + 1);
+    }
+    out << YAML::EndMap;
+  } else if (node.IsSequence()) {
+    out << YAML::BeginSeq;
+    for (const YAML::Node& item : node) {
+      EmitValue(out, item, quote_all, depth + 1);
+    }
+    out << YAML::EndSeq;
+  } else if (node.IsScalar()) {
+    if (quote_all || !IsPlain(node)) out << YAML::DoubleQuoted;
+    out << node.Scalar();
+  } else {
+    out << YAML::Null;
+  }
 }
 
 // One entry `key: <flow value>` on one line at `indent`.
@@ -799,7 +831,11 @@ class JobRewriter {
     flow << YAML::Flow << YAML::BeginMap;
     if (e.value.IsMap()) {
       for (const auto& entry : e.value) {
-        flow << YAML::Key << entry.first << YAML::Value << entry.second;
+        flow << YAML::Key;
+        EmitValue(flow, entry.first, false);
+        flow << YAML::Value;
+        // `VAR: {value: x, description: y}` keeps its form.
+        EmitValue(flow, entry.second, true);
       }
     }
     for (const auto& [key, value] : add) {
@@ -832,7 +868,7 @@ class JobRewriter {
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginSeq;
     if (e.value.IsSequence()) {
-      for (const YAML::Node& item : e.value) flow << item;
+      for (const YAML::Node& item : e.value) EmitValue(flow, item, false);
     }
     flow << tag << YAML::EndSeq;
     ReplaceEntry(e, flow, edits);
@@ -847,25 +883,27 @@ class JobRewriter {
     for (const auto& entry : e.value) {
       const std::string key =
           entry.first.IsScalar() ? entry.first.Scalar() : std::string();
-      flow << YAML::Key << entry.first << YAML::Value;
+      flow << YAML::Key;
+      EmitValue(flow, entry.first, false);
+      flow << YAML::Value;
       if (key == "paths") {
         have_paths = true;
         flow << YAML::BeginSeq;
         bool present = false;
         if (entry.second.IsSequence()) {
           for (const YAML::Node& path : entry.second) {
-            flow << path;
+            EmitValue(flow, path, false);
             present = present ||
                       (path.IsScalar() && path.Scalar() == kCheckpointPath);
           }
         } else if (entry.second.IsScalar()) {
-          flow << entry.second;
+          EmitValue(flow, entry.second, false);
         }
         if (!present) flow << kCheckpointPath;
         flow << YAML::EndSeq;
       } else {
         have_when = have_when || key == "when";
-        flow << entry.second;
+        EmitValue(flow, entry.second, false);
       }
     }
     if (!have_paths) {
@@ -1054,8 +1092,7 @@ bool CheckVariables(const std::string& owner, const YAML::Node& variables,
       case VariableRule::kChoice:
         if (!Contains(*rule->choices, *value)) {
           problem = absl::StrCat("must be one of ",
-                                 absl::StrJoin(*rule->choices, ", "),
-                                 DidYouMean(*value, *rule->choices));
+                                 absl::StrJoin(*rule->choices, ", "));
         } else if (name == "GDT_LAUNCHER") {
           spec->launcher = *value;
         } else if (name == "GDT_TOPOLOGY_MODE") {
@@ -1076,7 +1113,10 @@ bool CheckVariables(const std::string& owner, const YAML::Node& variables,
     if (!problem.empty()) {
       report->At(entry.second, entry.first,
                  absl::StrCat(owner, ": ", name, " ", problem, ", not '",
-                              Shown(*value), "'"));
+                              Shown(*value), "'",
+                              rule->choices != nullptr
+                                  ? DidYouMean(*value, *rule->choices)
+                                  : ""));
     }
   }
   return any;

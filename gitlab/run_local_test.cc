@@ -166,6 +166,42 @@ TEST_F(RunLocalTest, AFailingMemberFailsTheRun) {
   EXPECT_THAT(FormatSummary(*result, false), HasSubstr("script_failure"));
 }
 
+TEST_F(RunLocalTest, RunsAParallelDistributedJobAsItsExpansion) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+dist:
+  parallel:
+    distributed: {nodes: 2, gpus_per_node: 0, launcher: env}
+  script:
+    - echo "member $CI_NODE_INDEX/$CI_NODE_TOTAL launcher=$GDT_LAUNCHER"
+)");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("[dist 1/2] member 1/2 launcher=env\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[dist 2/2] member 2/2 launcher=env\n"));
+}
+
+TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "dist:\n  parallel:\n    distributed: {nodes: 0}\n"
+                "  script: [echo]\n");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(result.status().message()),
+            project_ +
+                "/.gitlab-ci.yml:3:26: dist: parallel:distributed:nodes must "
+                "be from 1 to 200 (GitLab's parallel limit), not 0");
+  EXPECT_TRUE(out.str().empty());
+}
+
 TEST_F(RunLocalTest, BadInputIsOneClearError) {
   std::ostringstream out;
   options_.job_name = "nope";
