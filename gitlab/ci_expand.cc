@@ -205,6 +205,15 @@ bool Contains(const std::vector<std::string>& values, std::string_view v) {
   return std::find(values.begin(), values.end(), v) != values.end();
 }
 
+// `message` with control characters (from names in the file) shown as '?'.
+std::string OneLine(std::string message) {
+  for (char& c : message) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return message;
+}
+
 // Collects diagnostics at 1-based places.
 class Reporter {
  public:
@@ -225,11 +234,11 @@ class Reporter {
       d.line = mark.line + 1;
       d.column = mark.column + 1;
     }
-    d.message = std::move(message);
+    d.message = OneLine(std::move(message));
     out_->push_back(std::move(d));
   }
   void AtLine(int line, int column, std::string message) {
-    out_->push_back(CiDiagnostic{line, column, std::move(message)});
+    out_->push_back(CiDiagnostic{line, column, OneLine(std::move(message))});
   }
   size_t count() const { return out_->size(); }
 
