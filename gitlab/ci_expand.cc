@@ -1057,7 +1057,12 @@ bool CheckVariables(const std::string& owner, const YAML::Node& variables,
                               "set it"));
       continue;
     }
-    if (name == "GDT_EXECUTOR_CONFIG") continue;  // The runner's, not gdt's.
+    // The runner's environment, and the child-pipeline template's inputs
+    // (examples/ci-templates/gdt-child-pipeline.yml): not gang settings.
+    if (name == "GDT_EXECUTOR_CONFIG" || name == "GDT_CI_FILE" ||
+        name == "GDT_MAX_NODES") {
+      continue;
+    }
     const auto rule =
         std::find_if(InputVariables().begin(), InputVariables().end(),
                      [&](const VariableRule& r) { return r.name == name; });

@@ -264,6 +264,36 @@ TEST(LintTest, JsonCarriesEveryErrorWithItsPlace) {
             "(GitLab's limit), not '201'\n");
 }
 
+// The dynamic child pipeline of spec §6: the trigger job includes exactly
+// the artifact the generator job writes with gdt-ci expand.
+TEST(ChildPipelineTemplateTest, TriggerIncludesTheGeneratedArtifact) {
+  const std::string dir = std::string(GDT_EXAMPLES_DIR) + "/ci-templates";
+  const std::string text = ReadTextFile(dir + "/gdt-child-pipeline.yml");
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  const YAML::Node root = YAML::Load(text);
+  const YAML::Node expand = root["gdt-expand"];
+  ASSERT_TRUE(expand.IsMap());
+  std::string output;
+  for (const YAML::Node& line : expand["script"]) {
+    const std::string command = line.Scalar();
+    if (command.rfind("gdt-ci expand ", 0) == 0) {
+      output = command.substr(command.rfind(" -o ") + 4);
+    }
+  }
+  ASSERT_FALSE(output.empty());
+  EXPECT_EQ(expand["artifacts"]["paths"][0].Scalar(), output);
+  const YAML::Node include = root["gdt-run"]["trigger"]["include"][0];
+  EXPECT_EQ(include["artifact"].Scalar(), output);
+  EXPECT_EQ(include["job"].Scalar(), "gdt-expand");
+  EXPECT_EQ(root["gdt-run"]["needs"][0].Scalar(), "gdt-expand");
+
+  const CiExpansion example =
+      ExpandCiYaml(ReadTextFile(dir + "/example.gdt-ci.yml"));
+  ASSERT_TRUE(example.ok()) << example.errors[0].message;
+  ExpectValidGitLabStructure("example.gdt-ci.yml", example.text);
+}
+
 TEST(GangSpecTest, VariablesInTheDocumentedOrder) {
   GangSpec spec;
   spec.gpus_per_node = 8;
