@@ -38,6 +38,10 @@ struct CiJob {
   int parallel = 1;                        // 1..200.
   std::optional<int64_t> timeout_seconds;  // The job's `timeout:`, if any.
   CiArtifacts artifacts;
+  // Jobs whose artifacts this job downloads: `dependencies:` when given,
+  // else the jobs of `needs:` (entries with `artifacts: false` left out);
+  // nullopt when neither is set (GitLab: every job of earlier stages).
+  std::optional<std::vector<std::string>> artifact_sources;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text. Errors (InvalidArgument

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
@@ -95,7 +96,11 @@ int main(int argc, char** argv) {
       "run-local", "run a job's members through the custom executor locally");
   run_local->add_option("--file", options.ci_file, "the CI file")
       ->capture_default_str();
-  run_local->add_option("--job", options.job_name, "the job to run")
+  std::vector<std::string> jobs;
+  run_local
+      ->add_option("--job", jobs,
+                   "the job to run; repeat to run later stages' jobs after "
+                   "it, in order, passing artifacts")
       ->required();
   run_local
       ->add_option("--executor", options.executor, "custom executor binary")
@@ -163,6 +168,8 @@ int main(int argc, char** argv) {
   if (expand->parsed()) return Expand(ci_file, output, expand_options);
   if (lint->parsed()) return Lint(ci_file, json, expand_options);
 
+  options.job_name = jobs.front();
+  options.later_jobs.assign(jobs.begin() + 1, jobs.end());
   if (pipeline_id != 0) options.pipeline_id = pipeline_id;
   if (timeout != 0) options.timeout_seconds = timeout;
   if (graceful_kill_timeout != 0) {
