@@ -53,10 +53,16 @@ class ExamplesTest : public ::testing::Test {
   }
 
   // Job scripts run `$PYTHON`: the interpreter that has Debian's torch.
-  CommandResult RunExample(const std::string& example, const std::string& job) {
+  // `later_jobs` run after `job` in the same pipeline.
+  CommandResult RunExample(const std::string& example, const std::string& job,
+                           const std::vector<std::string>& later_jobs = {}) {
     const std::string project = MakeExampleProject(cluster_.dir(), example);
-    return cluster_.RunLocal(project, job, {"--var", "PYTHON=/usr/bin/python3"},
-                             seconds(180));
+    std::vector<std::string> extra = {"--var", "PYTHON=/usr/bin/python3"};
+    for (const std::string& later : later_jobs) {
+      extra.push_back("--job");
+      extra.push_back(later);
+    }
+    return cluster_.RunLocal(project, job, extra, seconds(240));
   }
 
   GdtCluster cluster_;
@@ -120,6 +126,35 @@ TEST_F(ExamplesTest, BatchInferencePredictsEveryInputExactlyOnce) {
   EXPECT_EQ(parts.size(), 2u);
   EXPECT_EQ(expected.size(), 40u);
   EXPECT_EQ(predicted, expected);
+  ExpectLeasesReleased(cluster_);
+}
+
+TEST_F(ExamplesTest, WorkflowPassesTheCheckpointFromTrainToPublish) {
+  const CommandResult run =
+      RunExample("workflow", "train", {"evaluate", "publish"});
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  EXPECT_THAT(run.output, ::testing::HasSubstr("[evaluate] evaluate: held-out "
+                                               "mse"));
+  EXPECT_THAT(run.output,
+              ::testing::HasSubstr("[publish] publish: released model"));
+  // The gang's checkpoint, the evaluation of it, and the release of it are
+  // one file: same bytes in train's and publish's artifacts.
+  const std::vector<fs::path> trained = Artifacts(cluster_.run_dir(), "model");
+  std::vector<std::string> checkpoint;
+  std::vector<std::string> released;
+  for (const fs::path& path : trained) {
+    (path.parent_path().filename() == "release" ? released : checkpoint)
+        .push_back(ReadFile(path));
+  }
+  ASSERT_EQ(checkpoint.size(), 1u) << "only rank 0 saves model.pt";
+  ASSERT_EQ(released.size(), 1u);
+  EXPECT_EQ(released[0], checkpoint[0]);
+  const std::vector<fs::path> metrics =
+      Artifacts(cluster_.run_dir(), "metrics.json");
+  ASSERT_EQ(metrics.size(), 2u);  // eval/ and release/.
+  EXPECT_LT(nlohmann::json::parse(ReadFile(metrics[0]))["mse"].get<double>(),
+            0.01);
   ExpectLeasesReleased(cluster_);
 }
 
