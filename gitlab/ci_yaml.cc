@@ -266,6 +266,31 @@ absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
   if (std::optional<YAML::Node> artifacts = inherited("artifacts", false)) {
     GDT_RETURN_IF_ERROR(ReadArtifacts(*artifacts, name, &job.artifacts));
   }
+  if (const YAML::Node dependencies = node["dependencies"]; dependencies) {
+    std::vector<std::string> names;
+    GDT_RETURN_IF_ERROR(
+        ReadStringList(dependencies, name, "dependencies", &names));
+    job.artifact_sources = std::move(names);
+  } else if (const YAML::Node needs = node["needs"]; needs) {
+    if (!needs.IsSequence()) return JobError(name, "needs must be a list");
+    std::vector<std::string> names;
+    for (const YAML::Node& need : needs) {
+      std::string text;
+      if (ScalarText(need, &text)) {
+        names.push_back(text);
+      } else if (need.IsMap() && need["job"] &&
+                 ScalarText(need["job"], &text)) {
+        const YAML::Node with_artifacts = need["artifacts"];
+        if (!with_artifacts || !with_artifacts.IsScalar() ||
+            with_artifacts.Scalar() != "false") {
+          names.push_back(text);
+        }
+      } else if (!(need.IsMap() && need["pipeline"])) {
+        return JobError(name, "needs entries must be job names or {job: name}");
+      }
+    }
+    job.artifact_sources = std::move(names);
+  }
   return job;
 }
 
@@ -317,6 +342,10 @@ absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                         absl::StrCat(path, ": ", job.status().message()));
   }
   return job;
+}
+
+bool IsCiKeyword(std::string_view key) {
+  return ReservedKeys().count(std::string(key)) != 0;
 }
 
 absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text) {

@@ -38,6 +38,10 @@ struct CiJob {
   int parallel = 1;                        // 1..200.
   std::optional<int64_t> timeout_seconds;  // The job's `timeout:`, if any.
   CiArtifacts artifacts;
+  // Jobs whose artifacts this job downloads: `dependencies:` when given,
+  // else the jobs of `needs:` (entries with `artifacts: false` left out);
+  // nullopt when neither is set (GitLab: every job of earlier stages).
+  std::optional<std::vector<std::string>> artifact_sources;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text. Errors (InvalidArgument
@@ -53,6 +57,10 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
 // read, otherwise as ParseCiJob; messages start with the path.
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                                 std::string_view job_name);
+
+// Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
+// include, stages, variables, workflow, ...) rather than a job.
+bool IsCiKeyword(std::string_view key);
 
 // Parses a GitLab duration ("3600", "1h 30m", "90 minutes", "1 hour 30
 // minutes", "2d", "1h30m") into seconds. Errors: InvalidArgument.

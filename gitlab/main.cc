@@ -1,16 +1,23 @@
 // gdt-ci: CI-side tooling for gdt. `gdt-ci run-local` plays gitlab-runner
 // locally: it runs every member of a `parallel: N` job of a .gitlab-ci.yml
 // through the custom executor (gdt-executor) exactly as a runner would.
+// `gdt-ci expand` turns `parallel: {distributed: ...}` blocks into plain
+// GitLab YAML and `gdt-ci lint` validates both forms (gitlab/ci_expand.h).
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "common/file.h"
 #include "common/logging.h"
+#include "gitlab/ci_expand.h"
 #include "gitlab/run_local.h"
 
 namespace {
@@ -22,6 +29,54 @@ constexpr int kExitBadInput = 2;
 std::atomic<bool> g_interrupted{false};
 
 void OnSignal(int) { g_interrupted.store(true); }
+
+// The CI file's text, or one line on stderr and nullopt.
+std::optional<std::string> ReadCiFile(const char* command,
+                                      const std::string& path) {
+  absl::StatusOr<std::string> text = gdt::ReadTextFile(path);
+  if (!text.ok()) {
+    std::cerr << "gdt-ci " << command << ": " << text.status().message()
+              << "\n";
+    return std::nullopt;
+  }
+  return *std::move(text);
+}
+
+int Expand(const std::string& file, const std::string& output,
+           const gdt::gitlab::CiExpandOptions& options) {
+  std::optional<std::string> text = ReadCiFile("expand", file);
+  if (!text.has_value()) return gdt::gitlab::kCiUsageError;
+  const gdt::gitlab::CiExpansion expansion =
+      gdt::gitlab::ExpandCiYaml(*text, options);
+  if (!expansion.ok()) {
+    for (const gdt::gitlab::CiDiagnostic& d : expansion.errors) {
+      std::cerr << gdt::gitlab::FormatDiagnostic(file, d) << "\n";
+    }
+    return gdt::gitlab::kCiFileInvalid;
+  }
+  if (output.empty() || output == "-") {
+    std::cout << expansion.text;
+    std::cout.flush();
+    return std::cout ? gdt::gitlab::kCiFileOk : gdt::gitlab::kCiUsageError;
+  }
+  if (absl::Status written =
+          gdt::gitlab::WriteFileAtomically(output, expansion.text);
+      !written.ok()) {
+    std::cerr << "gdt-ci expand: " << written.message() << "\n";
+    return gdt::gitlab::kCiUsageError;
+  }
+  return gdt::gitlab::kCiFileOk;
+}
+
+int Lint(const std::string& file, bool json,
+         const gdt::gitlab::CiExpandOptions& options) {
+  std::optional<std::string> text = ReadCiFile("lint", file);
+  if (!text.has_value()) return gdt::gitlab::kCiUsageError;
+  const gdt::gitlab::CiExpansion lint = gdt::gitlab::LintCiYaml(*text, options);
+  const std::string report = gdt::gitlab::FormatLintReport(file, lint, json);
+  (json || lint.ok() ? std::cout : std::cerr) << report;
+  return lint.ok() ? gdt::gitlab::kCiFileOk : gdt::gitlab::kCiFileInvalid;
+}
 
 }  // namespace
 
@@ -41,7 +96,11 @@ int main(int argc, char** argv) {
       "run-local", "run a job's members through the custom executor locally");
   run_local->add_option("--file", options.ci_file, "the CI file")
       ->capture_default_str();
-  run_local->add_option("--job", options.job_name, "the job to run")
+  std::vector<std::string> jobs;
+  run_local
+      ->add_option("--job", jobs,
+                   "the job to run; repeat to run later stages' jobs after "
+                   "it, in order, passing artifacts")
       ->required();
   run_local
       ->add_option("--executor", options.executor, "custom executor binary")
@@ -63,6 +122,38 @@ int main(int argc, char** argv) {
                         "seconds between SIGTERM and SIGKILL (default 600)");
   run_local->add_flag("--json", json, "print the summary as JSON");
 
+  std::string ci_file = ".gitlab-ci.yml";
+  std::string output;
+  gdt::gitlab::CiExpandOptions expand_options;
+  CLI::App* expand = app.add_subcommand(
+      "expand",
+      "rewrite parallel:distributed blocks as plain GitLab YAML "
+      "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
+  expand->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  expand->add_option("-o,--output", output, "write here (default: stdout)");
+  expand
+      ->add_option("--max-nodes", expand_options.max_nodes,
+                   "the cluster's max_nodes_per_job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 200));
+  expand
+      ->add_option("--tag", expand_options.runner_tag,
+                   "runner tag added to gang jobs ('' for none)")
+      ->capture_default_str();
+  CLI::App* lint = app.add_subcommand(
+      "lint",
+      "validate parallel:distributed blocks and parallel + GDT_* jobs "
+      "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
+  lint->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  lint->add_flag("--json", json, "print the report as JSON");
+  lint->add_option("--max-nodes", expand_options.max_nodes,
+                   "the cluster's max_nodes_per_job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 200));
+  lint->add_option("--tag", expand_options.runner_tag,
+                   "runner tag that marks gang jobs ('' for none)")
+      ->capture_default_str();
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -74,6 +165,11 @@ int main(int argc, char** argv) {
     std::cerr << "gdt-ci: " << logging.message() << "\n";
     return kExitBadInput;
   }
+  if (expand->parsed()) return Expand(ci_file, output, expand_options);
+  if (lint->parsed()) return Lint(ci_file, json, expand_options);
+
+  options.job_name = jobs.front();
+  options.later_jobs.assign(jobs.begin() + 1, jobs.end());
   if (pipeline_id != 0) options.pipeline_id = pipeline_id;
   if (timeout != 0) options.timeout_seconds = timeout;
   if (graceful_kill_timeout != 0) {

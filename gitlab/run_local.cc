@@ -3,10 +3,12 @@
 #include <limits.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -15,7 +17,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/subprocess.h"
+#include "gitlab/ci_expand.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {
@@ -60,8 +64,129 @@ std::string GitOutput(const std::string& dir,
   return nl == std::string::npos ? output : output.substr(0, nl);
 }
 
+// Job `job_name` of the CI file at `path` after `gdt-ci expand`, so jobs
+// with parallel:distributed run as GitLab would run their expansion.
+absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
+                                      std::string_view job_name) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  const CiExpansion expansion = ExpandCiYaml(*text);
+  if (!expansion.ok()) {
+    std::string message = FormatDiagnostic(path, expansion.errors[0]);
+    if (expansion.errors.size() > 1) {
+      absl::StrAppend(&message, " (and ", expansion.errors.size() - 1,
+                      " more: gdt-ci lint --file ", path, ")");
+    }
+    return absl::InvalidArgumentError(message);
+  }
+  absl::StatusOr<CiJob> job = ParseCiJob(expansion.text, job_name);
+  if (!job.ok()) {
+    return absl::Status(job.status().code(),
+                        absl::StrCat(path, ": ", job.status().message()));
+  }
+  return job;
+}
+
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
+}
+
+// Runs every member of one job (its `payloads`) concurrently through its own
+// emulated gitlab-runner and appends their results to `result_out`. Errors:
+// InvalidArgument when a member's log cannot be written (nothing ran).
+absl::Status RunMembers(
+    const std::vector<JobPayload>& payloads, const fs::path& work_dir,
+    const LocalSources& sources, const std::string& executor,
+    const std::function<std::vector<std::string>(const char*)>& exec_args,
+    const RunLocalOptions& options, std::ostream& out, std::mutex& out_mu,
+    const std::atomic<bool>* interrupt, RunLocalResult* result_out) {
+  std::vector<std::unique_ptr<RunnerEmulator>> runners;
+  std::vector<std::unique_ptr<std::ofstream>> logs;
+  std::vector<MemberResult> members(payloads.size());
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    MemberResult& member = members[i];
+    member.name = payloads[i].name;
+    member.job_id = payloads[i].id;
+    member.log_path =
+        (work_dir / "logs" / (Slugify(payloads[i].name) + ".log")).string();
+    logs.push_back(
+        std::make_unique<std::ofstream>(member.log_path, std::ios::trunc));
+    if (!*logs.back()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot write ", member.log_path));
+    }
+
+    RunnerEmulator::Options runner;
+    runner.config.builds_dir = (work_dir / "builds").string();
+    runner.config.cache_dir = (work_dir / "cache").string();
+    runner.config.concurrent_id = static_cast<int>(i);
+    runner.config.concurrent_project_id = static_cast<int>(i);
+    runner.config.config_exec = executor;
+    runner.config.config_args = exec_args("config");
+    runner.config.prepare_exec = executor;
+    runner.config.prepare_args = exec_args("prepare");
+    runner.config.run_exec = executor;
+    runner.config.run_args = exec_args("run");
+    runner.config.cleanup_exec = executor;
+    runner.config.cleanup_args = exec_args("cleanup");
+    if (options.graceful_kill_timeout_seconds.has_value()) {
+      runner.config.graceful_kill_timeout =
+          std::chrono::seconds(*options.graceful_kill_timeout_seconds);
+    }
+    if (options.preparation_retry_interval.has_value()) {
+      runner.config.preparation_retry_interval =
+          *options.preparation_retry_interval;
+    }
+    runner.job = payloads[i];
+    runner.sources = sources;
+    const std::string prefix = absl::StrCat("[", payloads[i].name, "] ");
+    std::ofstream* log = logs.back().get();
+    runner.job_log = [&out, &out_mu, prefix, log](std::string_view line) {
+      log->write(line.data(), static_cast<std::streamsize>(line.size()));
+      log->put('\n');
+      log->flush();
+      std::lock_guard<std::mutex> lock(out_mu);
+      out << prefix << line << '\n';
+      out.flush();
+    };
+    runner.diagnostics = [&out, &out_mu, prefix](std::string_view level,
+                                                 std::string_view line) {
+      // Like a runner's own log: the cleanup stage, never the job log.
+      if (level != "warn") return;
+      std::lock_guard<std::mutex> lock(out_mu);
+      out << prefix << "(runner warning) " << line << '\n';
+    };
+    runners.push_back(std::make_unique<RunnerEmulator>(std::move(runner)));
+  }
+
+  std::mutex done_mu;
+  std::condition_variable done_cv;
+  size_t done = 0;
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < runners.size(); ++i) {
+    threads.emplace_back([&, i] {
+      members[i].result = runners[i]->Run();
+      std::lock_guard<std::mutex> lock(done_mu);
+      ++done;
+      done_cv.notify_all();
+    });
+  }
+  {
+    std::unique_lock<std::mutex> lock(done_mu);
+    bool aborted = false;
+    while (done < runners.size()) {
+      done_cv.wait_for(lock, std::chrono::milliseconds(100));
+      if (!aborted && interrupt != nullptr && interrupt->load()) {
+        aborted = true;
+        for (auto& runner : runners) runner->Cancel(CancelMode::kInterrupt);
+      }
+    }
+  }
+  for (std::thread& thread : threads) thread.join();
+  for (MemberResult& member : members) {
+    result_out->members.push_back(std::move(member));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -90,7 +215,7 @@ std::vector<JobPayload> BuildPayloads(const CiJob& job,
 
   for (int i = 1; i <= job.parallel; ++i) {
     JobPayload p;
-    p.id = pipeline.pipeline_id * 1000 + i;
+    p.id = pipeline.pipeline_id * 1000 + pipeline.job_id_base + i;
     p.token = absl::StrCat("glcbt-local-", p.id);
     p.name = job.parallel > 1
                  ? absl::StrCat(job.name, " ", i, "/", job.parallel)
@@ -198,8 +323,16 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
       ParseVars(options.vars);
   if (!vars.ok()) return vars.status();
-  absl::StatusOr<CiJob> job = LoadCiJob(options.ci_file, options.job_name);
-  if (!job.ok()) return job.status();
+  // Every job is read (and must be good) before anything runs.
+  std::vector<CiJob> jobs;
+  std::vector<std::string> job_names = {options.job_name};
+  job_names.insert(job_names.end(), options.later_jobs.begin(),
+                   options.later_jobs.end());
+  for (const std::string& name : job_names) {
+    absl::StatusOr<CiJob> job = LoadExpandedJob(options.ci_file, name);
+    if (!job.ok()) return job.status();
+    jobs.push_back(*std::move(job));
+  }
   if (options.executor.empty() || access(options.executor.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("executor '", options.executor,
                                             "' is not an executable file"));
@@ -234,9 +367,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
     pipeline.user = user;
   }
-  pipeline.timeout_seconds =
-      options.timeout_seconds.value_or(job->timeout_seconds.value_or(3600));
-  if (pipeline.timeout_seconds <= 0) {
+  if (options.timeout_seconds.has_value() && *options.timeout_seconds <= 0) {
     return absl::InvalidArgumentError("--timeout must be positive");
   }
   pipeline.pipeline_variables = *vars;
@@ -255,7 +386,6 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     }
   }
 
-  const std::vector<JobPayload> payloads = BuildPayloads(*job, pipeline);
   RunLocalResult result;
   result.pipeline_id = pipeline.pipeline_id;
   result.work_dir = work_dir.string();
@@ -287,89 +417,55 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   };
 
   std::mutex out_mu;  // One whole line at a time on `out`.
-  std::vector<std::unique_ptr<RunnerEmulator>> runners;
-  std::vector<std::unique_ptr<std::ofstream>> logs;
-  result.members.resize(payloads.size());
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    MemberResult& member = result.members[i];
-    member.name = payloads[i].name;
-    member.job_id = payloads[i].id;
-    member.log_path =
-        (work_dir / "logs" / (Slugify(payloads[i].name) + ".log")).string();
-    logs.push_back(
-        std::make_unique<std::ofstream>(member.log_path, std::ios::trunc));
-    if (!*logs.back()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot write ", member.log_path));
-    }
-
-    RunnerEmulator::Options runner;
-    runner.config.builds_dir = (work_dir / "builds").string();
-    runner.config.cache_dir = (work_dir / "cache").string();
-    runner.config.concurrent_id = static_cast<int>(i);
-    runner.config.concurrent_project_id = static_cast<int>(i);
-    runner.config.config_exec = executor;
-    runner.config.config_args = exec_args("config");
-    runner.config.prepare_exec = executor;
-    runner.config.prepare_args = exec_args("prepare");
-    runner.config.run_exec = executor;
-    runner.config.run_args = exec_args("run");
-    runner.config.cleanup_exec = executor;
-    runner.config.cleanup_args = exec_args("cleanup");
-    if (options.graceful_kill_timeout_seconds.has_value()) {
-      runner.config.graceful_kill_timeout =
-          std::chrono::seconds(*options.graceful_kill_timeout_seconds);
-    }
-    if (options.preparation_retry_interval.has_value()) {
-      runner.config.preparation_retry_interval =
-          *options.preparation_retry_interval;
-    }
-    runner.job = payloads[i];
-    runner.sources = sources;
-    const std::string prefix = absl::StrCat("[", payloads[i].name, "] ");
-    std::ofstream* log = logs.back().get();
-    runner.job_log = [&out, &out_mu, prefix, log](std::string_view line) {
-      log->write(line.data(), static_cast<std::streamsize>(line.size()));
-      log->put('\n');
-      log->flush();
-      std::lock_guard<std::mutex> lock(out_mu);
-      out << prefix << line << '\n';
-      out.flush();
-    };
-    runner.diagnostics = [&out, &out_mu, prefix](std::string_view level,
-                                                 std::string_view line) {
-      // Like a runner's own log: the cleanup stage, never the job log.
-      if (level != "warn") return;
-      std::lock_guard<std::mutex> lock(out_mu);
-      out << prefix << "(runner warning) " << line << '\n';
-    };
-    runners.push_back(std::make_unique<RunnerEmulator>(std::move(runner)));
-  }
-
-  std::mutex done_mu;
-  std::condition_variable done_cv;
-  size_t done = 0;
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < runners.size(); ++i) {
-    threads.emplace_back([&, i] {
-      result.members[i].result = runners[i]->Run();
-      std::lock_guard<std::mutex> lock(done_mu);
-      ++done;
-      done_cv.notify_all();
-    });
-  }
-  {
-    std::unique_lock<std::mutex> lock(done_mu);
-    bool aborted = false;
-    while (done < runners.size()) {
-      done_cv.wait_for(lock, std::chrono::milliseconds(100));
-      if (!aborted && interrupt != nullptr && interrupt->load()) {
-        aborted = true;
-        for (auto& runner : runners) runner->Cancel(CancelMode::kInterrupt);
+  // Members of the jobs run so far: the dependencies of later jobs.
+  struct Ran {
+    std::string job;
+    JobDependency dependency;
+  };
+  std::vector<Ran> ran;
+  int64_t job_id_base = 0;
+  for (const CiJob& job : jobs) {
+    pipeline.timeout_seconds =
+        options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
+    pipeline.job_id_base = job_id_base;
+    job_id_base += job.parallel;
+    std::vector<JobPayload> payloads = BuildPayloads(job, pipeline);
+    for (JobPayload& payload : payloads) {
+      for (const Ran& earlier : ran) {
+        if (!job.artifact_sources.has_value() ||
+            std::find(job.artifact_sources->begin(),
+                      job.artifact_sources->end(),
+                      earlier.job) != job.artifact_sources->end()) {
+          payload.dependencies.push_back(earlier.dependency);
+        }
       }
     }
+    const size_t first_member = result.members.size();
+    if (absl::Status ran_members =
+            RunMembers(payloads, work_dir, sources, executor, exec_args,
+                       options, out, out_mu, interrupt, &result);
+        !ran_members.ok()) {
+      return ran_members;
+    }
+    bool job_ok = true;
+    for (size_t i = first_member; i < result.members.size(); ++i) {
+      const MemberResult& member = result.members[i];
+      job_ok = job_ok && member.result.status == JobStatus::kSuccess;
+      JobDependency dependency;
+      dependency.id = member.job_id;
+      dependency.token = payloads[i - first_member].token;
+      dependency.name = member.name;
+      std::error_code ignored;
+      if (fs::is_directory(
+              work_dir / "artifacts" / std::to_string(member.job_id),
+              ignored)) {
+        dependency.artifacts_filename = "artifacts.zip";
+      }
+      ran.push_back(Ran{job.name, dependency});
+    }
+    // Like a pipeline: a failed stage skips the ones after it.
+    if (!job_ok || (interrupt != nullptr && interrupt->load())) break;
   }
-  for (std::thread& thread : threads) thread.join();
   return result;
 }
 

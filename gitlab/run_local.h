@@ -21,6 +21,11 @@ namespace gdt::gitlab {
 struct RunLocalOptions {
   std::string ci_file = ".gitlab-ci.yml";
   std::string job_name;
+  // Jobs run after job_name, in this order, in the same pipeline (list them
+  // in stage order): each starts when every member of the one before it
+  // succeeded and downloads the artifacts of its earlier jobs (all of them,
+  // or those of its `dependencies:` / `needs:`).
+  std::vector<std::string> later_jobs;
   std::string executor;         // Required: the custom executor binary.
   std::string executor_config;  // Passed as `--config FILE` to every exec.
   std::string project_dir = ".";
@@ -46,6 +51,9 @@ struct LocalPipeline {
   std::string ref = "main";
   std::string user = "local";
   int64_t timeout_seconds = 3600;
+  // Job ids are pipeline_id * 1000 + job_id_base + member index (1-based);
+  // later jobs of a pipeline start after the members of earlier ones.
+  int64_t job_id_base = 0;
   std::vector<std::pair<std::string, std::string>> pipeline_variables;
 };
 
@@ -72,12 +80,13 @@ struct RunLocalResult {
   bool success() const;
 };
 
-// Runs every member of the job concurrently through its own emulated
-// gitlab-runner, writing each log line to `out` as "[<name>] <line>" (whole
-// lines, never interleaved) and to <work_dir>/logs/<job-name-slug>.log.
-// `interrupt`, when it becomes true, aborts every member like a runner that
-// got SIGINT. Errors (bad input, to be reported as one line and exit code 2):
-// InvalidArgument / NotFound for a missing or bad CI file, unknown job, bad
+// Runs every member of the job (then of each later job) concurrently through
+// its own emulated gitlab-runner, writing each log line to `out` as "[<name>]
+// <line>" (whole lines, never interleaved) and to
+// <work_dir>/logs/<job-name-slug>.log. `interrupt`, when it becomes true,
+// aborts every member like a runner that got SIGINT. Errors (bad input, to be
+// reported as one line and exit code 2): InvalidArgument / NotFound for a
+// missing or bad CI file, unknown job, bad
 // --var, a missing executor or an unusable work directory.
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,

@@ -166,6 +166,91 @@ TEST_F(RunLocalTest, AFailingMemberFailsTheRun) {
   EXPECT_THAT(FormatSummary(*result, false), HasSubstr("script_failure"));
 }
 
+TEST_F(RunLocalTest, RunsAParallelDistributedJobAsItsExpansion) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+dist:
+  parallel:
+    distributed: {nodes: 2, gpus_per_node: 0, launcher: env}
+  script:
+    - echo "member $CI_NODE_INDEX/$CI_NODE_TOTAL launcher=$GDT_LAUNCHER"
+)");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("[dist 1/2] member 1/2 launcher=env\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[dist 2/2] member 2/2 launcher=env\n"));
+}
+
+TEST_F(RunLocalTest, LaterJobsGetTheArtifactsOfEarlierOnes) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [build, test, deploy]
+make:
+  stage: build
+  parallel: 2
+  script: mkdir -p out && echo "part $CI_NODE_INDEX" > out/part-$CI_NODE_INDEX
+  artifacts: {paths: [out/]}
+check:
+  stage: test
+  needs: [make]
+  script: cat out/part-1 out/part-2
+ship:
+  stage: deploy
+  dependencies: []
+  script: test ! -e out
+fail:
+  stage: build
+  script: exit 4
+)");
+  setenv("FAKE_BUILDS_ROOT", (dir_.path() + "/builds").c_str(), 1);
+  options_.job_name = "make";
+  options_.later_jobs = {"check", "ship"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  ASSERT_EQ(result->members.size(), 4u);
+  EXPECT_EQ(result->members[2].name, "check");
+  EXPECT_THAT(out.str(), HasSubstr("[check] part 1\n[check] part 2\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[check] Downloading artifacts for make "
+                                   "2/2"));
+  // Distinct job ids across the pipeline's jobs.
+  EXPECT_LT(result->members[1].job_id, result->members[2].job_id);
+  EXPECT_LT(result->members[2].job_id, result->members[3].job_id);
+
+  // A failed job skips the jobs after it.
+  options_.job_name = "fail";
+  options_.pipeline_id = 43;
+  std::ostringstream failed_out;
+  result = RunLocal(options_, failed_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->success());
+  ASSERT_EQ(result->members.size(), 1u);
+  EXPECT_EQ(result->members[0].name, "fail");
+}
+
+TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "dist:\n  parallel:\n    distributed: {nodes: 0}\n"
+                "  script: [echo]\n");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(result.status().message()),
+            project_ +
+                "/.gitlab-ci.yml:3:26: dist: parallel:distributed:nodes must "
+                "be from 1 to 200 (GitLab's parallel limit), not 0");
+  EXPECT_TRUE(out.str().empty());
+}
+
 TEST_F(RunLocalTest, BadInputIsOneClearError) {
   std::ostringstream out;
   options_.job_name = "nope";

@@ -299,6 +299,7 @@ class RunnerEmulator::Job {
   std::string GetSourcesBody() const;
   std::string StepBody(const JobStep& step) const;
   std::string UploadBody(bool on_success) const;
+  std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
   milliseconds VariableDuration(std::string_view key,
                                 milliseconds fallback) const;
@@ -864,6 +865,32 @@ std::string RunnerEmulator::Job::StepBody(const JobStep& step) const {
   return body;
 }
 
+// Like gitlab-runner's artifacts-downloader: each dependency's artifacts
+// (from the local store, where upload_artifacts_* put them) are unpacked
+// into the project directory; a missing one fails the stage.
+std::string RunnerEmulator::Job::DownloadBody() const {
+  const std::string& store = options_.sources.artifact_store;
+  if (store.empty()) {
+    return "echo 'WARNING: run-local has no artifact store to download "
+           "dependency artifacts from'\n";
+  }
+  std::string body;
+  for (const JobDependency& dependency : options_.job.dependencies) {
+    if (dependency.artifacts_filename.empty()) continue;
+    const std::string source = absl::StrCat(store, "/", dependency.id);
+    absl::StrAppend(
+        &body, "echo ",
+        ShellQuote(absl::StrCat("Downloading artifacts for ", dependency.name,
+                                " (", dependency.id, ")...")),
+        "\n", "if [ ! -d ", ShellQuote(source), " ]; then echo ",
+        ShellQuote(absl::StrCat("ERROR: Downloading artifacts from local "
+                                "store: no artifacts of job ",
+                                dependency.id)),
+        "; exit 1; fi\n", "cp -a ", ShellQuote(source + "/."), " .\n");
+  }
+  return body.empty() ? ":\n" : body;
+}
+
 std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
   const std::string& store = options_.sources.artifact_store;
   std::string body;
@@ -1032,12 +1059,9 @@ void RunnerEmulator::Job::RunStages() {
       [](const JobDependency& d) { return !d.artifacts_filename.empty(); });
   if (before_steps.ok() && has_dependency_artifacts) {
     Log("Downloading artifacts");
-    before_steps = RunStage(
-        "download_artifacts",
-        "echo 'WARNING: run-local has no GitLab to download dependency "
-        "artifacts from'\n",
-        /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
-        job_stop);
+    before_steps = RunStage("download_artifacts", DownloadBody(),
+                            /*export_variables=*/true, /*cd_project=*/true,
+                            job_deadline_, job_stop);
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
   }
 
