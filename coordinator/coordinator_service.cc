@@ -489,6 +489,17 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!request->lost_reason().empty()) {
+    absl::Status status = coordinator_.MemberLost(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->lost_reason());
+    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                "member lost gang={} member={}: {} ({})", request->gang_id(),
+                request->member_index(), request->lost_reason(),
+                status.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(status));
+    return reactor;
+  }
   absl::Status status = coordinator_.ReportExit(
       request->gang_id(), request->epoch(), request->member_index(),
       request->job_id(), request->exit_code(), request->cancelled());
@@ -525,6 +536,24 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
+    grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
+    v1::CancelGangResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> root_cause =
+      coordinator_.Cancel(request->gang_id(), request->reason());
+  if (!root_cause.ok()) {
+    spdlog::warn("cancel rejected gang={}: {}", request->gang_id(),
+                 root_cause.status().ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(root_cause.status()));
+    return reactor;
+  }
+  spdlog::info("gang cancelled by operator gang={}", request->gang_id());
+  response->set_root_cause(*root_cause);
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }

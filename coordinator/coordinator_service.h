@@ -57,6 +57,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
+  // Issue 4: operator cancel.
+  grpc::ServerUnaryReactor* CancelGang(
+      grpc::CallbackServerContext* context,
+      const v1::CancelGangRequest* request,
+      v1::CancelGangResponse* response) override;
 
  private:
   class JoinReactor;

@@ -1,6 +1,6 @@
 // gdt-coord: the gdt coordinator daemon (`serve`) and its operator CLI
-// (`status`). Parses flags, loads config, wires the server, waits for a
-// signal and maps results to exit codes; everything else lives in the
+// (`status`, `cancel`). Parses flags, loads config, wires the server, waits for
+// a signal and maps results to exit codes; everything else lives in the
 // coordinator libraries.
 #include <signal.h>
 
@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "coordinator/cancel_command.h"
 #include "coordinator/config.h"
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
@@ -19,7 +20,8 @@
 namespace {
 
 constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;      // State could not be opened, etc.
+constexpr int kExitFailure = 1;      // State could not be opened; `cancel` of
+                                     // an unknown or finished gang.
 constexpr int kExitUsage = 2;        // Bad flags or config.
 constexpr int kExitUnavailable = 3;  // Cannot bind, or cannot reach.
 
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gdt-coord: the gdt coordinator. `serve` runs the daemon that admits "
       "and places gangs of GitLab CI jobs on GPU hosts; `status` shows its "
-      "hosts and gangs."};
+      "hosts and gangs; `cancel` stops a gang."};
   app.require_subcommand(1);
 
   ServeFlags serve_flags;
@@ -124,6 +126,25 @@ int main(int argc, char** argv) {
   status->add_flag("--json", json, "Print JSON for scripts");
   status->add_flag("--all", all, "Include finished gangs");
 
+  std::string cancel_gang;
+  std::string cancel_reason;
+  CLI::App* cancel = app.add_subcommand(
+      "cancel",
+      "Fail a forming or running gang as \"cancelled by operator\": every "
+      "member's job stops and prints the same root-cause line. Exit codes: "
+      "0 cancelled, 1 unknown or already finished gang, 2 usage, 3 "
+      "coordinator unreachable");
+  cancel
+      ->add_option("GANG", cancel_gang,
+                   "Gang id, as `gdt-coord status` "
+                   "shows it")
+      ->required();
+  cancel->add_option("--reason", cancel_reason,
+                     "Text appended to the root-cause line");
+  cancel->add_option("--coordinator", endpoint,
+                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                     "127.0.0.1:7070)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -131,6 +152,19 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (serve->parsed()) return Serve(serve_flags);
+  if (cancel->parsed()) {
+    absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
+        endpoint, cancel_gang, cancel_reason);
+    if (!done.ok()) {
+      const absl::StatusCode code = done.status().code();
+      return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
+                  : code == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                               : kExitFailure,
+                  std::string(done.status().message()));
+    }
+    std::cout << *done;
+    return kExitOk;
+  }
   absl::StatusOr<std::string> text =
       gdt::coordinator::RunStatusCommand(endpoint, json, all);
   if (!text.ok()) {

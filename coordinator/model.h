@@ -53,6 +53,9 @@ enum class GangState { kForming = 1, kRunning = 2, kDone = 3, kFailed = 4 };
 // Lowercase name for messages: "forming", "running", "done", "failed".
 const char* GangStateName(GangState state);
 
+// "10:42:13 UTC" for a Unix time in milliseconds (root-cause lines).
+std::string UtcTimeOfDay(int64_t unix_ms);
+
 struct GangKey {
   std::string instance;
   int64_t project_id = 0;

@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cstdio>
-#include <ctime>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -53,17 +51,6 @@ bool AllExitedZero(const Gang& gang) {
          std::all_of(
              gang.members.begin(), gang.members.end(),
              [](const auto& entry) { return entry.second.exit_code == 0; });
-}
-
-// "10:42:13 UTC".
-std::string UtcTimeOfDay(int64_t unix_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm parts = {};
-  gmtime_r(&seconds, &parts);
-  char text[16];
-  std::snprintf(text, sizeof(text), "%02d:%02d:%02d UTC", parts.tm_hour,
-                parts.tm_min, parts.tm_sec);
-  return text;
 }
 
 }  // namespace
