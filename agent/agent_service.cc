@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
 #include "common/mutex.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -261,6 +262,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(&service);
+  // A stage whose executor vanished (its host gone or cut off) is noticed
+  // through missed pings and stopped like a cancelled stream.
+  rendezvous::EnableKeepalive(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

@@ -31,8 +31,11 @@ bool IsUserStage(const std::string& stage_name) {
   return stage_name == "build_script" || absl::StartsWith(stage_name, "step_");
 }
 
+// `lost_reason` non-empty: the member was lost (its agent vanished) rather
+// than exited.
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
-                       int exit_code, bool cancelled) {
+                       int exit_code, bool cancelled,
+                       const std::string& lost_reason = "") {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -41,6 +44,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_job_id(state.job_id);
   request.set_exit_code(exit_code);
   request.set_cancelled(cancelled);
+  request.set_lost_reason(lost_reason);
   if (absl::Status status = coordinator.ReportExit(
           request, std::chrono::milliseconds(context.config.rpc_timeout));
       !status.ok()) {
@@ -243,10 +247,26 @@ Outcome RunScriptStage(const StageContext& context,
         return std::nullopt;
       });
   if (!exit.ok()) {
-    return Outcome::SystemFailure(
+    const std::string failure =
         absl::StrCat("agent ", state->agent_endpoint, " on host ",
                      state->assignment.host_name(), " failed stage ",
-                     stage_name, ": ", exit.status().ToString()));
+                     stage_name, ": ", exit.status().ToString());
+    if (watch == nullptr) return Outcome::SystemFailure(failure);
+    // The member is lost with its agent: the gang fails now rather than
+    // when the host misses its heartbeats, and this log gets the same
+    // root-cause line as every other member's.
+    context.err << "gdt: " << failure << "\n";
+    context.err.flush();
+    ReportExitQuietly(
+        context, *state, 0, false,
+        absl::StrCat("its agent on host ", state->assignment.host_name(), " (",
+                     state->agent_endpoint, ") became unreachable during ",
+                     stage_name));
+    if (watch->WaitForFate(RootCauseDeadline(context), nullptr) ==
+        GangWatch::Fate::kFailed) {
+      return Outcome::SystemFailure(watch->failure_reason());
+    }
+    return Outcome::SystemFailure(failure);
   }
   if (stage_name == "build_script") {
     ReportExitQuietly(context, *state, exit->exit_code(),

@@ -17,7 +17,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 }  // namespace
 
 AgentClient::AgentClient(const std::string& endpoint)
-    : endpoint_(endpoint), stub_(v1::Agent::NewStub(NewChannel(endpoint))) {}
+    : endpoint_(endpoint),
+      stub_(v1::Agent::NewStub(NewLiveChannel(endpoint))) {}
 
 absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {
