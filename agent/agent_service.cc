@@ -25,6 +25,8 @@ StageRequest FromProto(const v1::StartStage& start) {
   request.env.insert(start.env().begin(), start.env().end());
   request.working_dir = start.working_dir();
   request.kill_grace = std::chrono::seconds(start.kill_grace_seconds());
+  request.hang_timeout = std::chrono::seconds(start.hang_timeout_seconds());
+  request.evidence_dir = start.evidence_dir();
   for (const v1::StageFile& file : start.files()) {
     request.files.push_back({file.env_var(), file.name(), file.content()});
   }
@@ -70,6 +72,9 @@ class StageReactor final
         break;
       case v1::SIGNAL_INT:
         stage->Signal(StageSignal::kInt);
+        break;
+      case v1::SIGNAL_COLLECT_EVIDENCE:
+        stage->Signal(StageSignal::kCollectEvidence);
         break;
       default:
         spdlog::warn("ignoring RunStage message member={}: not a signal",
@@ -127,6 +132,13 @@ class StageReactor final
                           : v1::OUTPUT_STREAM_STDERR);
     chunk->set_data(data.data(), data.size());
     Enqueue(std::move(message), data.size(), /*last=*/false);
+  }
+
+  void OnHung(std::chrono::seconds timeout) override {
+    v1::RunStageResponse message;
+    message.mutable_hang()->set_idle_seconds(
+        static_cast<uint32_t>(timeout.count()));
+    Enqueue(std::move(message), 0, /*last=*/false);
   }
 
   void OnExit(const ExitStatus& status) override {

@@ -249,6 +249,21 @@ absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
   return status;
 }
 
+absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
+                                     uint32_t member_index, int64_t job_id,
+                                     uint32_t seconds) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status =
+        scheduler_->MemberHung(gang_id, epoch, member_index, job_id, seconds);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  return status;
+}
+
 absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
                                                 const std::string& note) {
   std::vector<MemberEvent> events;

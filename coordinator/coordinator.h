@@ -72,6 +72,9 @@ class Coordinator {
                           const std::string& what);
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
+  absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          uint32_t seconds);
 
  private:
   Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker)

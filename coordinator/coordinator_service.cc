@@ -392,6 +392,7 @@ void CoordinatorService::DispatchWatch(MemberEvent& event) {
       message.mutable_failed()->set_reason(event.reason);
       message.mutable_failed()->set_member_index(event.failed_member);
       message.mutable_failed()->set_job_id(event.failed_job_id);
+      message.mutable_failed()->set_collect_evidence(event.collect_evidence);
       it->second->Send(std::move(message), /*final=*/true);
       break;
     case MemberEvent::Kind::kGangSucceeded:
@@ -489,6 +490,17 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->hung_seconds() > 0) {
+    absl::Status status = coordinator_.MemberHung(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->hung_seconds());
+    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                "member hung gang={} member={} seconds={} ({})",
+                request->gang_id(), request->member_index(),
+                request->hung_seconds(), status.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(status));
+    return reactor;
+  }
   if (!request->lost_reason().empty()) {
     absl::Status status = coordinator_.MemberLost(
         request->gang_id(), request->epoch(), request->member_index(),

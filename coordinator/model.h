@@ -110,8 +110,9 @@ struct Gang {
 
   // Runtime only.
   uint32_t queue_position = 0;
-  uint32_t failed_member = 0;  // Whose report failed the gang; 0 = unknown.
-  std::string blocked_note;    // Set when the last admission attempt failed.
+  uint32_t failed_member = 0;     // Whose report failed the gang; 0 = unknown.
+  std::string blocked_note;       // Set when the last admission attempt failed.
+  bool collect_evidence = false;  // Failed as hung: members collect evidence.
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;
@@ -193,6 +194,7 @@ struct MemberEvent {
   GangProgress progress;
   uint32_t failed_member = 0;
   int64_t failed_job_id = 0;
+  bool collect_evidence = false;  // kGangFailed: the gang failed as hung.
 };
 
 }  // namespace gdt::coordinator

@@ -188,6 +188,15 @@ class Scheduler {
   // tried again on the next call.
   std::vector<std::string> FailGangsOnLostHosts();
 
+  // Member `member_index` made no progress for `seconds` (its
+  // GDT_HANG_TIMEOUT): fails its running gang as hung, "member 2/3 (job
+  // 1002 on host gpu-07) hung: no progress for 600 s (GDT_HANG_TIMEOUT) at
+  // 10:42:13 UTC", and the GangFailed events ask every member to collect
+  // evidence first. Errors as ReportExit.
+  absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          uint32_t seconds);
+
   // An operator cancels gang `gang_id`: a running gang fails with the cause
   // "cancelled by operator[: <note>] at 10:42:13 UTC"; a forming gang's
   // joined members get that line as their Aborted event. Returns the
@@ -202,7 +211,8 @@ class Scheduler {
   // `member_index` (0 = nobody): persists, logs and tells every watch; a
   // forming gang's joined members get Aborted events and count as left.
   absl::Status FailGang(Gang& gang, uint32_t member_index,
-                        const std::string& cause);
+                        const std::string& cause,
+                        bool collect_evidence = false);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const Gang& gang, const Member& member);
 

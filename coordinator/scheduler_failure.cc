@@ -29,8 +29,10 @@ std::string Scheduler::MemberLabel(const Gang& gang, const Member& member) {
 }
 
 absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
-                                 const std::string& cause) {
+                                 const std::string& cause,
+                                 bool collect_evidence) {
   Gang updated = gang;
+  updated.collect_evidence = collect_evidence;
   const bool forming = updated.state == GangState::kForming;
   updated.state = GangState::kFailed;
   updated.failed_member = member_index;
@@ -77,6 +79,25 @@ absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
   return FailGang(gang, member_index,
                   absl::StrCat(MemberLabel(gang, member), " was lost: ", what,
                                " at ", UtcTimeOfDay(clock_.UnixMillis())));
+}
+
+absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id,
+                                   uint32_t seconds) {
+  absl::StatusOr<Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  Gang& gang = **found;
+  if (gang.state != GangState::kRunning || AllReportedZero(gang)) {
+    return absl::OkStatus();
+  }
+  const Member& member = gang.members.at(member_index);
+  return FailGang(
+      gang, member_index,
+      absl::StrCat(MemberLabel(gang, member), " hung: no progress for ",
+                   seconds, " s (GDT_HANG_TIMEOUT) at ",
+                   UtcTimeOfDay(clock_.UnixMillis())),
+      /*collect_evidence=*/true);
 }
 
 std::vector<std::string> Scheduler::FailGangsOnLostHosts() {

@@ -130,6 +130,27 @@ TEST_F(SchedulerFailureTest, LostMemberFailsItsGangNamingIt) {
             absl::StatusCode::kNotFound);
 }
 
+TEST_F(SchedulerFailureTest, HungMemberFailsItsGangAndAsksForEvidence) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->MemberHung(gang, 1, 2, 102, 600).ok());
+
+  const std::string reason =
+      "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) "
+      "hung: no progress for 600 s (GDT_HANG_TIMEOUT) at 00:00:01 UTC; "
+      "stopping";
+  EXPECT_EQ(OnlyGang().reason, reason);
+  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(event.reason, reason);
+  EXPECT_TRUE(event.collect_evidence);
+  // A watch opened later learns it too.
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 71).ok());
+  EXPECT_TRUE(LastEventFor(scheduler_->TakeEvents(), 71).collect_evidence);
+}
+
 TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 60).ok());
@@ -147,6 +168,7 @@ TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {
   EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
   EXPECT_EQ(event.reason, *reason);
   EXPECT_EQ(event.failed_job_id, 0);
+  EXPECT_FALSE(event.collect_evidence);
 
   absl::StatusOr<std::string> again = scheduler_->Cancel(gang, "");
   EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);

@@ -23,6 +23,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
+def progress():  # Tells gdt's hang watchdog (GDT_HANG_TIMEOUT) we are alive.
+    os.environ.get("GDT_PROGRESS_FILE") and os.utime(os.environ["GDT_PROGRESS_FILE"])
+
+
 def log(msg):
     # One write per line, so lines of ranks sharing a pipe never interleave.
     sys.stdout.write(f"ddp[rank {dist.get_rank()}/{dist.get_world_size()}]: {msg}\n")
@@ -64,6 +68,7 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            progress()
             if step == 1:
                 log("first step done")
             if step_seconds > 0:
