@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
 #include "common/mutex.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -24,6 +25,8 @@ StageRequest FromProto(const v1::StartStage& start) {
   request.env.insert(start.env().begin(), start.env().end());
   request.working_dir = start.working_dir();
   request.kill_grace = std::chrono::seconds(start.kill_grace_seconds());
+  request.hang_timeout = std::chrono::seconds(start.hang_timeout_seconds());
+  request.evidence_dir = start.evidence_dir();
   for (const v1::StageFile& file : start.files()) {
     request.files.push_back({file.env_var(), file.name(), file.content()});
   }
@@ -69,6 +72,9 @@ class StageReactor final
         break;
       case v1::SIGNAL_INT:
         stage->Signal(StageSignal::kInt);
+        break;
+      case v1::SIGNAL_COLLECT_EVIDENCE:
+        stage->Signal(StageSignal::kCollectEvidence);
         break;
       default:
         spdlog::warn("ignoring RunStage message member={}: not a signal",
@@ -126,6 +132,13 @@ class StageReactor final
                           : v1::OUTPUT_STREAM_STDERR);
     chunk->set_data(data.data(), data.size());
     Enqueue(std::move(message), data.size(), /*last=*/false);
+  }
+
+  void OnHung(std::chrono::seconds timeout) override {
+    v1::RunStageResponse message;
+    message.mutable_hang()->set_idle_seconds(
+        static_cast<uint32_t>(timeout.count()));
+    Enqueue(std::move(message), 0, /*last=*/false);
   }
 
   void OnExit(const ExitStatus& status) override {
@@ -261,6 +274,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(&service);
+  // A stage whose executor vanished (its host gone or cut off) is noticed
+  // through missed pings and stopped like a cancelled stream.
+  rendezvous::EnableKeepalive(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

@@ -1,8 +1,13 @@
 #include "agent/stage.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "agent/evidence.h"
+#include "spdlog/spdlog.h"
 
 namespace gdt::agent {
 namespace {
@@ -16,6 +21,10 @@ constexpr milliseconds kTick(20);
 // How long to collect output after the process group was killed; only a
 // process that left the group (setsid) can hold the pipes open longer.
 constexpr milliseconds kDrainLimit(1000);
+// How often the hang watchdog looks at the progress file.
+constexpr milliseconds kProgressCheck(250);
+// Output kept for evidence.
+constexpr size_t kOutputTailBytes = 64 << 10;
 
 }  // namespace
 
@@ -30,20 +39,26 @@ absl::StatusOr<std::shared_ptr<Stage>> Stage::Start(
   spawn.capture_output = true;
   absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
   if (!child.ok()) return child.status();
-  std::shared_ptr<Stage> stage(new Stage(
-      std::move(*child), observer, std::move(on_finished), options.kill_grace));
+  std::shared_ptr<Stage> stage(
+      new Stage(std::move(*child), observer, std::move(on_finished), options));
   stage->thread_ = std::thread([raw = stage.get()] { raw->Run(); });
   return stage;
 }
 
 Stage::Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
              std::function<void(Stage*)> on_finished,
-             std::chrono::milliseconds kill_grace)
+             const StageOptions& options)
     : process_group_(child->pid()),
-      kill_grace_(kill_grace),
+      kill_grace_(options.kill_grace),
       observer_(observer),
       on_finished_(std::move(on_finished)),
-      child_(std::move(child)) {}
+      child_(std::move(child)),
+      hang_timeout_(options.hang_timeout),
+      progress_file_(options.progress_file),
+      evidence_dir_(options.evidence_dir),
+      path_(options.env.count("PATH") != 0 ? options.env.at("PATH")
+                                           : "/usr/bin:/bin"),
+      started_(std::chrono::system_clock::now()) {}
 
 Stage::~Stage() {
   Signal(StageSignal::kKill);
@@ -97,6 +112,10 @@ void Stage::ApplySignals() {
       case StageSignal::kInt:
         child_->SignalGroup(SIGINT);
         break;
+      case StageSignal::kCollectEvidence:
+        CollectEvidenceOnce(
+            "the gang failed as hung; evidence before stopping");
+        break;
     }
   }
   if (kill_at_.has_value() && steady_clock::now() >= *kill_at_) {
@@ -105,14 +124,62 @@ void Stage::ApplySignals() {
   }
 }
 
+void Stage::CheckProgress() {
+  if (hang_timeout_.count() <= 0 || hung_ || kill_at_.has_value()) return;
+  const steady_clock::time_point now = steady_clock::now();
+  if (now < next_progress_check_) return;
+  next_progress_check_ = now + kProgressCheck;
+  std::chrono::system_clock::time_point last = started_;
+  struct stat info = {};
+  if (!progress_file_.empty() && stat(progress_file_.c_str(), &info) == 0) {
+    const std::chrono::system_clock::time_point touched(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::seconds(info.st_mtim.tv_sec) +
+            std::chrono::nanoseconds(info.st_mtim.tv_nsec)));
+    last = std::max(last, touched);
+  }
+  if (std::chrono::system_clock::now() - last < hang_timeout_) return;
+  hung_ = true;
+  spdlog::warn("stage hung pgid={} progress_file={} timeout={}s",
+               process_group_, progress_file_, hang_timeout_.count());
+  CollectEvidenceOnce(absl::StrCat("no progress for ", hang_timeout_.count(),
+                                   " s (GDT_HANG_TIMEOUT); progress file ",
+                                   progress_file_));
+  observer_->OnHung(hang_timeout_);
+}
+
+void Stage::CollectEvidenceOnce(const std::string& why) {
+  if (evidence_collected_ || evidence_dir_.empty()) return;
+  evidence_collected_ = true;
+  EvidenceRequest request;
+  request.dir = evidence_dir_;
+  request.process_group = process_group_;
+  request.why = why;
+  request.output_tail = output_tail_;
+  request.path = path_;
+  absl::StatusOr<std::vector<std::string>> files = CollectEvidence(request);
+  if (!files.ok()) {
+    spdlog::warn("cannot collect evidence pgid={} dir={}: {}", process_group_,
+                 evidence_dir_, files.status().ToString());
+    return;
+  }
+  spdlog::info("evidence collected pgid={} dir={} files={}", process_group_,
+               evidence_dir_, files->size());
+}
+
 void Stage::Run() {
   const Subprocess::OutputCallback forward = [this](OutputSource source,
                                                     std::string_view data) {
+    output_tail_.append(data);
+    if (output_tail_.size() > 2 * kOutputTailBytes) {
+      output_tail_.erase(0, output_tail_.size() - kOutputTailBytes);
+    }
     observer_->OnOutput(source, data);
   };
   std::optional<ExitStatus> status;
   while (!status.has_value()) {
     ApplySignals();
+    CheckProgress();
     if (observer_->ReadyForOutput()) {
       status = child_->WaitUntil(steady_clock::now() + kTick, forward);
       continue;

@@ -25,6 +25,8 @@ enum class StageSignal {
   kTerm,  // SIGTERM to the process group, SIGKILL after the grace.
   kKill,  // SIGKILL to the process group now.
   kInt,   // SIGINT to the process group.
+  // Collect evidence into StageOptions::evidence_dir (once); no signal.
+  kCollectEvidence,
 };
 
 // Receives a stage's output and its end. Every call comes from the stage's
@@ -38,6 +40,9 @@ class StageObserver {
   virtual bool ReadyForOutput() { return true; }
   // A chunk of output as it arrived; chunks of one stream are in order.
   virtual void OnOutput(OutputSource source, std::string_view data) = 0;
+  // The hang watchdog fired (StageOptions::hang_timeout passed without
+  // progress); evidence is collected. At most once, before OnExit().
+  virtual void OnHung(std::chrono::seconds timeout) {}
   // The script exited and its process group is gone. Called exactly once and
   // last: the stage never touches the observer again, so the observer may
   // be destroyed from here on.
@@ -49,6 +54,13 @@ struct StageOptions {
   std::map<std::string, std::string> env;  // The complete environment.
   std::string working_dir;                 // Must exist.
   std::chrono::milliseconds kill_grace{10000};  // SIGTERM → SIGKILL.
+  // Hang watchdog (issue 4), off when 0: once `progress_file`'s mtime (or
+  // the stage's start, whichever is later) is `hang_timeout` old, the stage
+  // collects evidence into `evidence_dir` and calls OnHung(). It does not
+  // stop the script: the gang decides.
+  std::chrono::seconds hang_timeout{0};
+  std::string progress_file;
+  std::string evidence_dir;  // Also for kCollectEvidence; empty = none.
 };
 
 // One stage script running in its own process group, supervised by a
@@ -86,11 +98,13 @@ class Stage {
 
  private:
   Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
-        std::function<void(Stage*)> on_finished,
-        std::chrono::milliseconds kill_grace);
+        std::function<void(Stage*)> on_finished, const StageOptions& options);
 
   void Run();
   void ApplySignals();
+  // The hang watchdog; on the supervising thread.
+  void CheckProgress();
+  void CollectEvidenceOnce(const std::string& why);
 
   // Constant after construction.
   const pid_t process_group_;
@@ -101,6 +115,15 @@ class Stage {
   // Owned by the supervising thread.
   std::unique_ptr<Subprocess> child_;
   std::optional<std::chrono::steady_clock::time_point> kill_at_;
+  const std::chrono::seconds hang_timeout_;
+  const std::string progress_file_;
+  const std::string evidence_dir_;
+  const std::string path_;  // $PATH of the script, to find py-spy.
+  const std::chrono::system_clock::time_point started_;
+  std::chrono::steady_clock::time_point next_progress_check_{};
+  bool hung_ = false;
+  bool evidence_collected_ = false;
+  std::string output_tail_;  // The last output, both streams.
 
   mutable Mutex mu_;
   CondVar changed_;

@@ -199,6 +199,20 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   }
   options.kill_grace =
       request.kill_grace.count() > 0 ? request.kill_grace : default_kill_grace_;
+  if (!request.evidence_dir.empty()) {
+    GDT_RETURN_IF_ERROR(CheckAbsolute("evidence_dir", request.evidence_dir));
+  }
+  options.evidence_dir = request.evidence_dir.empty()
+                             ? (fs::path(scratch) / "evidence").string()
+                             : request.evidence_dir;
+  if (request.hang_timeout.count() > 0) {
+    options.hang_timeout = request.hang_timeout;
+    options.progress_file =
+        (fs::path(scratch) / absl::StrCat("progress-", stage_name, "-", number))
+            .string();
+    GDT_RETURN_IF_ERROR(WriteFile(options.progress_file, "", 0644));
+    options.env["GDT_PROGRESS_FILE"] = options.progress_file;
+  }
 
   // The lock is held until the stage is recorded, so StageFinished() always
   // finds it even when the script exits at once.

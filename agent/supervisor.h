@@ -32,6 +32,10 @@ struct StageRequest {
   std::string working_dir;  // Absolute; empty = the member's scratch dir.
   std::chrono::seconds kill_grace{0};  // 0 = the agent's default.
   std::vector<StageFileSpec> files;
+  // Hang watchdog (0 = off): the stage gets GDT_PROGRESS_FILE, an empty
+  // file in the member's scratch dir, and StageOptions::hang_timeout.
+  std::chrono::seconds hang_timeout{0};
+  std::string evidence_dir;  // Absolute; empty = <scratch>/evidence.
 };
 
 // Supervises the members placed on this host: their directories and the

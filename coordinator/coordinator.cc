@@ -88,6 +88,7 @@ void Coordinator::RunAdmissionPass() {
   std::vector<MemberEvent> events;
   {
     MutexLock lock(mu_);
+    scheduler_->FailGangsOnLostHosts();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }
@@ -259,6 +260,49 @@ absl::Status Coordinator::RemoveHost(const std::string& host_name) {
   Deliver(std::move(events));
   Wake();
   return status;
+}
+
+absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
+                                     uint32_t member_index, int64_t job_id,
+                                     const std::string& what) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status = scheduler_->MemberLost(gang_id, epoch, member_index, job_id, what);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  return status;
+}
+
+absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
+                                     uint32_t member_index, int64_t job_id,
+                                     uint32_t seconds) {
+  std::vector<MemberEvent> events;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    status =
+        scheduler_->MemberHung(gang_id, epoch, member_index, job_id, seconds);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  return status;
+}
+
+absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
+                                                const std::string& note) {
+  std::vector<MemberEvent> events;
+  absl::StatusOr<std::string> root_cause;
+  {
+    MutexLock lock(mu_);
+    root_cause = scheduler_->Cancel(gang_id, note);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (root_cause.ok()) Wake();
+  return root_cause;
 }
 
 Snapshot Coordinator::GetSnapshot(bool include_finished) {

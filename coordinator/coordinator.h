@@ -66,6 +66,18 @@ class Coordinator {
   absl::Status SetDrained(const std::string& host_name, bool drained);
   absl::Status RemoveHost(const std::string& host_name);
 
+  // Failure paths (issue 4); see Scheduler::MemberLost and Scheduler::Cancel.
+  // Hosts that missed heartbeats fail their gangs on every admission pass
+  // (at least once a second).
+  absl::Status MemberLost(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          const std::string& what);
+  absl::StatusOr<std::string> Cancel(const std::string& gang_id,
+                                     const std::string& note);
+  absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          uint32_t seconds);
+
  private:
   Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker)
       : store_(std::move(store)), port_checker_(port_checker) {}

@@ -396,6 +396,7 @@ void CoordinatorService::DispatchWatch(MemberEvent& event) {
       message.mutable_failed()->set_reason(event.reason);
       message.mutable_failed()->set_member_index(event.failed_member);
       message.mutable_failed()->set_job_id(event.failed_job_id);
+      message.mutable_failed()->set_collect_evidence(event.collect_evidence);
       it->second->Send(std::move(message), /*final=*/true);
       break;
     case MemberEvent::Kind::kGangSucceeded:
@@ -493,6 +494,28 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (request->hung_seconds() > 0) {
+    absl::Status status = coordinator_.MemberHung(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->hung_seconds());
+    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                "member hung gang={} member={} seconds={} ({})",
+                request->gang_id(), request->member_index(),
+                request->hung_seconds(), status.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(status));
+    return reactor;
+  }
+  if (!request->lost_reason().empty()) {
+    absl::Status status = coordinator_.MemberLost(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->lost_reason());
+    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                "member lost gang={} member={}: {} ({})", request->gang_id(),
+                request->member_index(), request->lost_reason(),
+                status.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(status));
+    return reactor;
+  }
   absl::Status status = coordinator_.ReportExit(
       request->gang_id(), request->epoch(), request->member_index(),
       request->job_id(), request->exit_code(), request->cancelled());
@@ -549,6 +572,24 @@ grpc::ServerUnaryReactor* CoordinatorService::RemoveHost(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(
       rendezvous::ToGrpcStatus(coordinator_.RemoveHost(request->host_name())));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
+    grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
+    v1::CancelGangResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::string> root_cause =
+      coordinator_.Cancel(request->gang_id(), request->reason());
+  if (!root_cause.ok()) {
+    spdlog::warn("cancel rejected gang={}: {}", request->gang_id(),
+                 root_cause.status().ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(root_cause.status()));
+    return reactor;
+  }
+  spdlog::info("gang cancelled by operator gang={}", request->gang_id());
+  response->set_root_cause(*root_cause);
+  reactor->Finish(grpc::Status::OK);
   return reactor;
 }
 

@@ -65,6 +65,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::RemoveHostRequest* request,
       v1::RemoveHostResponse* response) override;
+  // Issue 4: operator cancel.
+  grpc::ServerUnaryReactor* CancelGang(
+      grpc::CallbackServerContext* context,
+      const v1::CancelGangRequest* request,
+      v1::CancelGangResponse* response) override;
 
  private:
   class JoinReactor;

@@ -1,7 +1,7 @@
 // gdt-coord: the gdt coordinator daemon (`serve`), its operator CLI
-// (`status`, `hosts`) and the trace simulator (`simulate`). Parses flags, loads
-// config, wires the server, waits for a signal and maps results to exit codes;
-// everything else lives in the coordinator libraries.
+// (`status`, `hosts`, `cancel`) and the trace simulator (`simulate`). Parses
+// flags, loads config, wires the server, waits for a signal and maps results
+// to exit codes; everything else lives in the coordinator libraries.
 #include <signal.h>
 
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include "CLI/CLI.hpp"
 #include "common/clock.h"
 #include "common/logging.h"
+#include "coordinator/cancel_command.h"
 #include "coordinator/config.h"
 #include "coordinator/hosts_command.h"
 #include "coordinator/server.h"
@@ -21,7 +22,8 @@
 namespace {
 
 constexpr int kExitOk = 0;
-constexpr int kExitFailure = 1;      // State could not be opened, etc.
+constexpr int kExitFailure = 1;      // State could not be opened; `cancel` of
+                                     // an unknown or finished gang.
 constexpr int kExitUsage = 2;        // Bad flags or config.
 constexpr int kExitUnavailable = 3;  // Cannot bind, or cannot reach.
 constexpr int kExitRefused = 4;      // Unknown host, or host still busy.
@@ -92,8 +94,9 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gdt-coord: the gdt coordinator. `serve` runs the daemon that admits "
       "and places gangs of GitLab CI jobs on GPU hosts; `status` shows its "
-      "hosts and gangs; `hosts` lists, drains and removes hosts; `simulate` "
-      "replays a job trace through the admission policy."};
+      "hosts and gangs; `hosts` lists, drains and removes hosts; `cancel` "
+      "stops a gang; `simulate` replays a job trace through the admission "
+      "policy."};
   app.require_subcommand(1);
 
   ServeFlags serve_flags;
@@ -159,6 +162,25 @@ int main(int argc, char** argv) {
       "Replay a job trace through the gang admission policy in virtual time");
   gdt::policy::AddSimulateOptions(*simulate, sim_flags);
 
+  std::string cancel_gang;
+  std::string cancel_reason;
+  CLI::App* cancel = app.add_subcommand(
+      "cancel",
+      "Fail a forming or running gang as \"cancelled by operator\": every "
+      "member's job stops and prints the same root-cause line. Exit codes: "
+      "0 cancelled, 1 unknown or already finished gang, 2 usage, 3 "
+      "coordinator unreachable");
+  cancel
+      ->add_option("GANG", cancel_gang,
+                   "Gang id, as `gdt-coord status` "
+                   "shows it")
+      ->required();
+  cancel->add_option("--reason", cancel_reason,
+                     "Text appended to the root-cause line");
+  cancel->add_option("--coordinator", endpoint,
+                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                     "127.0.0.1:7070)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -187,6 +209,19 @@ int main(int argc, char** argv) {
                   std::string(out.status().message()));
     }
     std::cout << *out;
+    return kExitOk;
+  }
+  if (cancel->parsed()) {
+    absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
+        endpoint, cancel_gang, cancel_reason);
+    if (!done.ok()) {
+      const absl::StatusCode code = done.status().code();
+      return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
+                  : code == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                               : kExitFailure,
+                  std::string(done.status().message()));
+    }
+    std::cout << *done;
     return kExitOk;
   }
   absl::StatusOr<std::string> text =

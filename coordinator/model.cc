@@ -1,6 +1,19 @@
 #include "coordinator/model.h"
 
+#include <cstdio>
+#include <ctime>
+
 namespace gdt::coordinator {
+
+std::string UtcTimeOfDay(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm parts = {};
+  gmtime_r(&seconds, &parts);
+  char text[16];
+  std::snprintf(text, sizeof(text), "%02d:%02d:%02d UTC", parts.tm_hour,
+                parts.tm_min, parts.tm_sec);
+  return text;
+}
 
 const char* GangStateName(GangState state) {
   switch (state) {

@@ -56,6 +56,9 @@ enum class GangState { kForming = 1, kRunning = 2, kDone = 3, kFailed = 4 };
 // Lowercase name for messages: "forming", "running", "done", "failed".
 const char* GangStateName(GangState state);
 
+// "10:42:13 UTC" for a Unix time in milliseconds (root-cause lines).
+std::string UtcTimeOfDay(int64_t unix_ms);
+
 struct GangKey {
   std::string instance;
   int64_t project_id = 0;
@@ -120,6 +123,7 @@ struct Gang {
   // When the job timeout of a running gang runs out (admission + timeout;
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
+  bool collect_evidence = false;  // Failed as hung: members collect evidence.
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;
@@ -201,6 +205,7 @@ struct MemberEvent {
   GangProgress progress;
   uint32_t failed_member = 0;
   int64_t failed_job_id = 0;
+  bool collect_evidence = false;  // kGangFailed: the gang failed as hung.
 };
 
 }  // namespace gdt::coordinator

@@ -439,6 +439,7 @@ void Scheduler::QueueWatchEvent(const Gang& gang, uint64_t watch_id) {
       event.failed_member = culprit->first;
       event.failed_job_id = culprit->second.job_id;
     }
+    event.collect_evidence = gang.collect_evidence;
   } else if (AllExitedZero(gang)) {
     event.kind = MemberEvent::Kind::kGangSucceeded;
   } else if (gang.state == GangState::kDone) {

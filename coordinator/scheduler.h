@@ -186,7 +186,54 @@ class Scheduler {
 
   HostState StateOf(const Host& host) const;
 
+  // --- Failure paths (issue 4), in scheduler_failure.cc --------------------
+  // A running gang fails at most once; the first cause wins and becomes the
+  // reason every member's log prints, "gang <id> failed: <cause>; stopping".
+  // A gang whose members all exited 0 already succeeded and stays so.
+
+  // Member `member_index` (job `job_id` of `epoch`) was lost: its agent
+  // became unreachable mid-stage or its executor went away. Fails its
+  // running gang with the cause "member 2/3 (job 1002 on host gpu-07) was
+  // lost: <what> at 10:42:13 UTC". Errors as ReportExit.
+  absl::Status MemberLost(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          const std::string& what);
+
+  // Fails every running gang with a member on a host that has missed
+  // heartbeats for host_down_after ("... was lost: host gpu-07 missed
+  // heartbeats for 10 s (last at 10:42:03 UTC) at ..."). Returns the ids of
+  // the gangs it failed. Persisting errors are logged; the gang is then
+  // tried again on the next call.
+  std::vector<std::string> FailGangsOnLostHosts();
+
+  // Member `member_index` made no progress for `seconds` (its
+  // GDT_HANG_TIMEOUT): fails its running gang as hung, "member 2/3 (job
+  // 1002 on host gpu-07) hung: no progress for 600 s (GDT_HANG_TIMEOUT) at
+  // 10:42:13 UTC", and the GangFailed events ask every member to collect
+  // evidence first. Errors as ReportExit.
+  absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
+                          uint32_t member_index, int64_t job_id,
+                          uint32_t seconds);
+
+  // An operator cancels gang `gang_id`: a running gang fails with the cause
+  // "cancelled by operator[: <note>] at 10:42:13 UTC"; a forming gang's
+  // joined members get that line as their Aborted event. Returns the
+  // root-cause line. Errors: NotFound for an unknown gang;
+  // FailedPrecondition for a gang that already finished (done, failed, or
+  // every member exited 0); Internal when it cannot be persisted.
+  absl::StatusOr<std::string> Cancel(const std::string& gang_id,
+                                     const std::string& note);
+
  private:
+  // Fails `gang` (forming or running) with `cause`, blaming member
+  // `member_index` (0 = nobody): persists, logs and tells every watch; a
+  // forming gang's joined members get Aborted events and count as left.
+  absl::Status FailGang(Gang& gang, uint32_t member_index,
+                        const std::string& cause,
+                        bool collect_evidence = false);
+  // "member 2/3 (job 1002 on host gpu-07)".
+  static std::string MemberLabel(const Gang& gang, const Member& member);
+
   // Resources in use on one host.
   struct Usage {
     std::map<uint32_t, std::string> gpus;  // Leased GPU index -> gang id.

@@ -37,6 +37,7 @@ void GangWatch::Run(const std::string& endpoint,
           fate_ = Fate::kFailed;
           failure_reason_ = event.failed().reason();
           failed_job_id_ = event.failed().job_id();
+          collect_evidence_ = event.failed().collect_evidence();
         } else if (event.has_succeeded()) {
           fate_ = Fate::kSucceeded;
           unfinished_.clear();
@@ -71,6 +72,11 @@ std::string GangWatch::failure_reason() {
 int64_t GangWatch::failed_job_id() {
   MutexLock lock(mu_);
   return failed_job_id_;
+}
+
+bool GangWatch::collect_evidence() {
+  MutexLock lock(mu_);
+  return collect_evidence_;
 }
 
 std::vector<uint32_t> GangWatch::unfinished() {

@@ -154,6 +154,11 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
       IntVariable(env, "GDT_NPROC_PER_NODE", 1, 1, 1024);
   if (!procs.ok()) return procs.status();
   job.procs_per_node = static_cast<int>(*procs);
+  // 0 = no hang watchdog; at most a week.
+  absl::StatusOr<int64_t> hang =
+      IntVariable(env, "GDT_HANG_TIMEOUT", 0, 0, 7 * 24 * 3600);
+  if (!hang.ok()) return hang.status();
+  job.hang_timeout_seconds = static_cast<uint32_t>(*hang);
   if (std::optional<std::string> launcher = env.JobVariable("GDT_LAUNCHER");
       launcher.has_value() && !launcher->empty()) {
     absl::StatusOr<v1::Launcher> parsed = ParseLauncher(*launcher);

@@ -65,6 +65,9 @@ struct JobInfo {
   std::string topology_same;
   bool topology_required = false;
   std::string project_dir;  // CI_PROJECT_DIR; may be empty.
+  // GDT_HANG_TIMEOUT: seconds without progress before the gang fails as
+  // hung; 0 = no watchdog.
+  uint32_t hang_timeout_seconds = 0;
 };
 
 // Derives the member's identity and inputs. The job id, name, project and
@@ -73,9 +76,9 @@ struct JobInfo {
 // name without an " i/N" suffix is a gang of one.
 // Errors: InvalidArgument, one line naming the variable, for the job's own
 // mistakes: CI_NODE_INDEX/CI_NODE_TOTAL not integers or disagreeing with the
-// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE/GDT_PRIORITY not integers in
-// range, an unknown GDT_LAUNCHER or GDT_TOPOLOGY_MODE, no usable pipeline
-// id.
+// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE/GDT_PRIORITY/GDT_HANG_TIMEOUT
+// not integers in range, an unknown GDT_LAUNCHER or GDT_TOPOLOGY_MODE, no
+// usable pipeline id.
 absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
                                        const gitlab::JobPayload& payload);
 

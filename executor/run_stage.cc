@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -16,6 +17,7 @@
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
+#include "executor/stage_support.h"
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
 #include "rendezvous/coordinator_client.h"
@@ -31,8 +33,12 @@ bool IsUserStage(const std::string& stage_name) {
   return stage_name == "build_script" || absl::StartsWith(stage_name, "step_");
 }
 
+// `lost_reason` non-empty: the member was lost (its agent vanished) rather
+// than exited.
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
-                       int exit_code, bool cancelled) {
+                       int exit_code, bool cancelled,
+                       const std::string& lost_reason = "",
+                       uint32_t hung_seconds = 0) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -41,6 +47,8 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_job_id(state.job_id);
   request.set_exit_code(exit_code);
   request.set_cancelled(cancelled);
+  request.set_lost_reason(lost_reason);
+  request.set_hung_seconds(hung_seconds);
   if (absl::Status status = coordinator.ReportExit(
           request, std::chrono::milliseconds(context.config.rpc_timeout));
       !status.ok()) {
@@ -84,7 +92,15 @@ std::vector<uint32_t> OtherUnfinished(GangWatch& watch,
 Outcome GangOutcome(const StageContext& context, const MemberState& state,
                     const std::string& stage_name, GangWatch& watch,
                     int exit_code, bool stopped_for_peer) {
-  if (stopped_for_peer) return Outcome::PeerFailure(watch.failure_reason());
+  if (stopped_for_peer) {
+    // A hung member is stopped by its own gang's failure but is its cause.
+    if (watch.failed_job_id() == state.job_id) {
+      Outcome outcome = Outcome::ScriptFailure(exit_code == 0 ? 1 : exit_code);
+      outcome.message = watch.failure_reason();
+      return outcome;
+    }
+    return Outcome::PeerFailure(watch.failure_reason());
+  }
   const bool cancelled = context.signal.load() != 0;
   if (exit_code != 0 || cancelled) {
     // The member whose report failed the gang keeps its own code; one whose
@@ -191,6 +207,15 @@ Outcome RunScriptStage(const StageContext& context,
         state->assignment,
         context.env.JobVariable("CI_PROJECT_DIR").value_or(""));
     start.mutable_env()->insert(contract.env.begin(), contract.env.end());
+    // Validated by prepare; the job cannot have changed since.
+    std::variant<JobInfo, Outcome> job = LoadJob(context.env);
+    if (const Outcome* failure = std::get_if<Outcome>(&job)) return *failure;
+    start.set_hang_timeout_seconds(std::get<JobInfo>(job).hang_timeout_seconds);
+    if (std::optional<std::string> project_dir =
+            context.env.JobVariable("CI_PROJECT_DIR");
+        project_dir.has_value() && !project_dir->empty()) {
+      start.set_evidence_dir(*project_dir + "/gdt-evidence");
+    }
     for (v1::StageFile& stage_file : contract.files) {
       *start.add_files() = std::move(stage_file);
     }
@@ -222,6 +247,7 @@ Outcome RunScriptStage(const StageContext& context,
   }
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};
+  std::atomic<bool> evidence_requested{false};
   absl::StatusOr<v1::StageExit> exit = agent.RunStage(
       start,
       [&context](v1::OutputStream stream, std::string_view data) {
@@ -230,23 +256,51 @@ Outcome RunScriptStage(const StageContext& context,
         sink.write(data.data(), static_cast<std::streamsize>(data.size()));
         sink.flush();
       },
-      [&context, &forwarded, &stopped_for_peer,
+      [&context, &forwarded, &stopped_for_peer, &evidence_requested,
        &watch]() -> std::optional<v1::Signal> {
         if (context.signal.load() != 0 && !forwarded.exchange(true)) {
           return v1::SIGNAL_TERM;
         }
-        if (watch != nullptr && watch->fate() == GangWatch::Fate::kFailed &&
-            !forwarded.exchange(true)) {
-          stopped_for_peer.store(true);
-          return v1::SIGNAL_TERM;
+        if (watch != nullptr && watch->fate() == GangWatch::Fate::kFailed) {
+          // A hung gang: evidence first, then the stop, in that order.
+          if (watch->collect_evidence() && !evidence_requested.exchange(true)) {
+            return v1::SIGNAL_COLLECT_EVIDENCE;
+          }
+          if (!forwarded.exchange(true)) {
+            stopped_for_peer.store(true);
+            return v1::SIGNAL_TERM;
+          }
         }
         return std::nullopt;
+      },
+      [&context, &state](const v1::HangDetected& hang) {
+        context.err << "gdt: no progress for " << hang.idle_seconds()
+                    << " s (GDT_HANG_TIMEOUT); evidence collected, failing "
+                       "the gang as hung\n";
+        context.err.flush();
+        ReportExitQuietly(context, *state, 0, false, "", hang.idle_seconds());
       });
   if (!exit.ok()) {
-    return Outcome::SystemFailure(
+    const std::string failure =
         absl::StrCat("agent ", state->agent_endpoint, " on host ",
                      state->assignment.host_name(), " failed stage ",
-                     stage_name, ": ", exit.status().ToString()));
+                     stage_name, ": ", exit.status().ToString());
+    if (watch == nullptr) return Outcome::SystemFailure(failure);
+    // The member is lost with its agent: the gang fails now rather than
+    // when the host misses its heartbeats, and this log gets the same
+    // root-cause line as every other member's.
+    context.err << "gdt: " << failure << "\n";
+    context.err.flush();
+    ReportExitQuietly(
+        context, *state, 0, false,
+        absl::StrCat("its agent on host ", state->assignment.host_name(), " (",
+                     state->agent_endpoint, ") became unreachable during ",
+                     stage_name));
+    if (watch->WaitForFate(RootCauseDeadline(context), nullptr) ==
+        GangWatch::Fate::kFailed) {
+      return Outcome::SystemFailure(watch->failure_reason());
+    }
+    return Outcome::SystemFailure(failure);
   }
   if (stage_name == "build_script") {
     ReportExitQuietly(context, *state, exit->exit_code(),

@@ -17,7 +17,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 }  // namespace
 
 AgentClient::AgentClient(const std::string& endpoint)
-    : endpoint_(endpoint), stub_(v1::Agent::NewStub(NewChannel(endpoint))) {}
+    : endpoint_(endpoint),
+      stub_(v1::Agent::NewStub(NewLiveChannel(endpoint))) {}
 
 absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {
@@ -30,7 +31,8 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
 absl::StatusOr<v1::StageExit> AgentClient::RunStage(
     const v1::StartStage& start,
     const std::function<void(v1::OutputStream, std::string_view)>& on_output,
-    const std::function<std::optional<v1::Signal>()>& poll_signal) {
+    const std::function<std::optional<v1::Signal>()>& poll_signal,
+    const std::function<void(const v1::HangDetected&)>& on_hang) {
   grpc::ClientContext context;
   // Fail fast when the agent is down instead of queueing the stage.
   context.set_wait_for_ready(false);
@@ -73,6 +75,8 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
       }
     } else if (response.has_exit()) {
       exit = response.exit();
+    } else if (response.has_hang()) {
+      if (on_hang) on_hang(response.hang());
     }
   }
   done.store(true);

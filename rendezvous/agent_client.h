@@ -30,10 +30,12 @@ class AgentClient {
   // stage (each returned value is sent once). Returns the stage's exit.
   // Errors: Unavailable when the agent cannot be reached or the stream broke
   // before the exit arrived; whatever the agent rejected the start with.
+  // `on_hang` (may be empty) sees the agent's HangDetected, if any.
   absl::StatusOr<v1::StageExit> RunStage(
       const v1::StartStage& start,
       const std::function<void(v1::OutputStream, std::string_view)>& on_output,
-      const std::function<std::optional<v1::Signal>()>& poll_signal);
+      const std::function<std::optional<v1::Signal>()>& poll_signal,
+      const std::function<void(const v1::HangDetected&)>& on_hang = {});
 
   // Returns the number of process groups that had to be killed.
   absl::StatusOr<uint32_t> TeardownMember(

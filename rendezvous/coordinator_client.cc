@@ -239,4 +239,15 @@ absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
   return FromGrpcStatus(stub_->RemoveHost(&context, request, &response));
 }
 
+absl::StatusOr<std::string> CoordinatorClient::CancelGang(
+    const v1::CancelGangRequest& request, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  v1::CancelGangResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->CancelGang(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.root_cause();
+}
+
 }  // namespace gdt::rendezvous

@@ -89,6 +89,10 @@ class CoordinatorClient {
                          std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
+  // Issue 4: an operator cancels a gang; returns its root-cause line.
+  // Errors: NotFound, FailedPrecondition as the coordinator rejected it.
+  absl::StatusOr<std::string> CancelGang(const v1::CancelGangRequest& request,
+                                         std::chrono::milliseconds timeout);
 
   // Host inventory (operators). Errors as the RPCs (docs/protocol.md).
   absl::Status SetHostDrained(const std::string& host_name, bool drained,

@@ -152,6 +152,15 @@ TEST_F(BadInputTest, NonNumericNodeTotalIsTheUsersMistake) {
   ExpectNoGangMember();
 }
 
+TEST_F(BadInputTest, NonNumericHangTimeoutIsTheUsersMistake) {
+  env_["CUSTOM_ENV_GDT_HANG_TIMEOUT"] = "soon";
+
+  CommandResult result = Executor({"prepare"});
+
+  ExpectClearFailure(result, kBuildFailure, "GDT_HANG_TIMEOUT");
+  ExpectNoGangMember();
+}
+
 TEST_F(BadInputTest, UnknownExecutorConfigKeyIsASystemFailure) {
   WriteConfig("coordinatr: 127.0.0.1:1\n");
 

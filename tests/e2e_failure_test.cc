@@ -1,6 +1,7 @@
 // End to end: a gang fails or succeeds as a whole. gdt-ci run-local →
 // gdt-executor → gdt-coord → gdt-agent on loopback, with plain shell jobs.
-#include <dirent.h>
+#include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -19,6 +20,7 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -124,6 +126,8 @@ TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
       },
       seconds(2)))
       << "member 1's `sleep 120` outlived its gang";
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
 }
 
 TEST_F(GangFailureTest, ExitBarrierMakesTheGangSucceedAsAWhole) {
@@ -143,6 +147,229 @@ TEST_F(GangFailureTest, ExitBarrierMakesTheGangSucceedAsAWhole) {
   EXPECT_THAT(log2, HasSubstr("member 2 done"));
   EXPECT_THAT(log2, Not(HasSubstr("failed:")));
   ExpectLeasesReleased(cluster_);
+}
+
+// Waits for run-local to end; returns its exit status and output.
+CommandResult Finish(Subprocess& run, std::chrono::milliseconds timeout) {
+  CommandResult result;
+  auto collect = [&](OutputSource, std::string_view data) {
+    result.output.append(data);
+  };
+  std::optional<ExitStatus> status =
+      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
+  if (!status.has_value()) {
+    result.output += "\n[test: run-local killed at its deadline]\n";
+    status = run.Terminate(milliseconds(3000), collect);
+  }
+  result.status = *status;
+  return result;
+}
+
+// Every host shows no member running and no leased GPU.
+bool HostsFree(GdtCluster& cluster) {
+  absl::StatusOr<nlohmann::json> status = cluster.Status();
+  if (!status.ok()) return false;
+  for (const auto& host : (*status)["hosts"]) {
+    if (host.value("members_running", -1) != 0 ||
+        !host["leased_gpus"].empty()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The one gang's id, once it runs.
+std::string RunningGangId(GdtCluster& cluster) {
+  std::string id;
+  WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster.Status();
+        if (!status.ok()) return false;
+        for (const auto& gang : (*status)["gangs"]) {
+          if (gang.value("state", "") == "running") {
+            id = gang.value("gang_id", "");
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(60));
+  return id;
+}
+
+// The acceptance case of issue 4: SIGKILL to one member's training launcher
+// (torchrun of member 2, as the OOM killer would) mid-run.
+TEST_F(GangFailureTest, KilledTrainingStopsEveryMemberWithinSeconds) {
+  const std::string project = MakeDdpProject(cluster_.dir(), /*nodes=*/2,
+                                             /*procs_per_node=*/1);
+  std::unique_ptr<Subprocess> run = StartRunLocal(
+      cluster_, project, "train",
+      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return MemberLog(1).find("first step done") != std::string::npos &&
+               MemberLog(2).find("first step done") != std::string::npos;
+      },
+      seconds(150)))
+      << MemberLog(1) << MemberLog(2) << cluster_.Logs();
+
+  // Member 2 is node rank 1; its launcher is the torchrun wrapper.
+  std::vector<ProcessInfo> launchers;
+  for (const ProcessInfo& process : JobProcesses(cluster_, "GDT_NODE_RANK=1")) {
+    if (process.cmdline.find("/torchrun ") != std::string::npos) {
+      launchers.push_back(process);
+    }
+  }
+  ASSERT_EQ(launchers.size(), 1u)
+      << DescribeAll(JobProcesses(cluster_, "GDT_NODE_RANK=1"));
+  ASSERT_EQ(kill(launchers[0].pid, SIGKILL), 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+
+  // Member 1's processes (node rank 0) are gone within 10 s.
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_, "GDT_NODE_RANK=0").empty(); },
+              seconds(10)))
+      << DescribeAll(JobProcesses(cluster_, "GDT_NODE_RANK=0"));
+  CommandResult result = Finish(*run, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, seconds(30))
+      << result.output;
+
+  // GPUs and slots show free within 1 s of the jobs' end.
+  EXPECT_TRUE(WaitFor([&] { return HostsFree(cluster_); }, seconds(1)))
+      << (cluster_.Status().ok() ? cluster_.Status()->dump() : "");
+
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 137\n")) << log2;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  static const std::regex kRootCause(
+      R"(gdt: (gang \S+ failed: member 2/2 \(job \d+ on host local\) exited 137 at \d\d:\d\d:\d\d UTC; stopping)\n)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(log2, match, kRootCause)) << log2;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
+      << log1;
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// The runner cancels one member's job (or its timeout hits): SIGTERM to the
+// executor's process group, as gitlab-runner does.
+TEST_F(GangFailureTest, CancelledMemberStopsTheGangAndLeavesNoProcess) {
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("touch ", started, "$CI_NODE_INDEX; sleep 121"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+
+  std::vector<ProcessInfo> executors;
+  for (const ProcessInfo& process :
+       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=2")) {
+    if (process.cmdline.find("gdt-executor") != std::string::npos &&
+        process.cmdline.find(" run ") != std::string::npos) {
+      executors.push_back(process);
+    }
+  }
+  ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
+  const pid_t group = getpgid(executors[0].pid);
+  ASSERT_EQ(group, executors[0].pid)
+      << "the runner starts every exec in its own process group";
+  ASSERT_EQ(kill(-group, SIGTERM), 0);
+
+  CommandResult result = Finish(*run, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  static const std::regex kRootCause(
+      R"(gdt: (gang \S+ failed: member 2/2 \(job \d+ on host local\) was cancelled at \d\d:\d\d:\d\d UTC; stopping)\n)");
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(log1, match, kRootCause)) << log1;
+  EXPECT_THAT(log2, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
+      << log2;
+
+  // Cleanup ran for both members (they left the gang, its leases are
+  // free) and nothing of either job is left.
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ((*status)["gangs"].size(), 1u) << status->dump();
+  for (const auto& member : (*status)["gangs"][0]["members"]) {
+    EXPECT_TRUE(member.value("left", false)) << member.dump();
+  }
+  EXPECT_TRUE(HostsFree(cluster_)) << status->dump();
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// `gdt-coord cancel`: the operator's way to stop a gang.
+TEST_F(GangFailureTest, OperatorCancelStopsEveryMember) {
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("touch ", started, "$CI_NODE_INDEX; sleep 121"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+  const std::string gang_id = RunningGangId(cluster_);
+  ASSERT_FALSE(gang_id.empty()) << cluster_.Logs();
+
+  const std::vector<std::string> cancel = {BinaryPath("gdt-coord"), "cancel",
+                                           "--coordinator",
+                                           cluster_.coordinator_endpoint()};
+  auto with = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = cancel;
+    argv.insert(argv.end(), args.begin(), args.end());
+    return RunProcess(argv, {}, seconds(20));
+  };
+  CommandResult unknown = with({"no-such-gang"});
+  EXPECT_EQ(unknown.status.exit_code, 1) << unknown.output;
+  EXPECT_EQ(unknown.output, "gdt-coord: unknown gang no-such-gang\n");
+
+  CommandResult cancelled = with({gang_id, "--reason", "bad hyperparameters"});
+  EXPECT_EQ(cancelled.status.exit_code, 0) << cancelled.output;
+  const std::string reason =
+      absl::StrCat("gang ", gang_id,
+                   " failed: cancelled by operator: bad hyperparameters at ");
+  EXPECT_THAT(cancelled.output, HasSubstr(reason));
+
+  CommandResult result = Finish(*run, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  for (int index : {1, 2}) {
+    const std::string log = MemberLog(index);
+    EXPECT_THAT(log, HasSubstr("gdt: " + reason)) << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                            kPeerFailureExitCode, "\n")))
+        << log;
+  }
+  CommandResult again = with({gang_id});
+  EXPECT_EQ(again.status.exit_code, 1) << again.output;
+  EXPECT_THAT(again.output, ContainsRegex("^gdt-coord: gang .* already "
+                                          "finished \\(failed\\)\n$"));
+  EXPECT_TRUE(HostsFree(cluster_));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
+      << DescribeAll(JobProcesses(cluster_));
 }
 
 }  // namespace

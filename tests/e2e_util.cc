@@ -1,5 +1,8 @@
 #include "tests/e2e_util.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <filesystem>
 #include <regex>
 #include <set>
@@ -146,17 +149,66 @@ int MembersPresent(const nlohmann::json& status) {
   return present;
 }
 
-std::unique_ptr<Subprocess> StartRunLocal(const GdtCluster& cluster,
-                                          const std::string& project,
-                                          const std::string& job) {
+std::unique_ptr<Subprocess> StartRunLocal(
+    const GdtCluster& cluster, const std::string& project,
+    const std::string& job, const std::vector<std::string>& extra) {
   SpawnOptions options;
-  options.argv = cluster.RunLocalArgv(project, job, {});
+  options.argv = cluster.RunLocalArgv(project, job, extra);
   options.env = CurrentEnvironment();
   options.die_with_parent = true;
   absl::StatusOr<std::unique_ptr<Subprocess>> process =
       Subprocess::Spawn(options);
   EXPECT_TRUE(process.ok()) << process.status();
   return process.ok() ? std::move(*process) : nullptr;
+}
+
+std::string ProcessInfo::Describe() const {
+  return absl::StrCat("pid ", pid, ": ", cmdline);
+}
+
+std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
+                                      const std::string& env_entry) {
+  const std::string& marker = cluster.dir().path();
+  const std::string self = std::to_string(getpid());
+  std::vector<ProcessInfo> found;
+  std::error_code ignored;
+  for (const auto& entry : fs::directory_iterator("/proc", ignored)) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos ||
+        name == self) {
+      continue;
+    }
+    const std::string dir = entry.path().string();
+    ProcessInfo info;
+    info.pid = std::stoi(name);
+    info.cmdline = ReadFile(dir + "/cmdline");
+    info.environ = ReadFile(dir + "/environ");
+    if (info.cmdline.empty()) continue;  // A zombie or a kernel thread.
+    const std::string exe = fs::read_symlink(dir + "/exe", ignored).string();
+    if (exe == BinaryPath("gdt-coord") || exe == BinaryPath("gdt-agent")) {
+      continue;
+    }
+    if (info.cmdline.find(marker) == std::string::npos &&
+        info.environ.find(marker) == std::string::npos) {
+      continue;
+    }
+    if (!env_entry.empty() &&
+        info.environ.find('\0' + env_entry + '\0') == std::string::npos &&
+        info.environ.rfind(env_entry + '\0', 0) != 0) {
+      continue;
+    }
+    std::replace(info.cmdline.begin(), info.cmdline.end(), '\0', ' ');
+    found.push_back(std::move(info));
+  }
+  return found;
+}
+
+std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
+  std::string text;
+  for (const ProcessInfo& process : processes) {
+    absl::StrAppend(&text, process.Describe(), "\n");
+  }
+  return text;
 }
 
 }  // namespace gdt::testing

@@ -46,10 +46,30 @@ void ExpectLeasesReleased(GdtCluster& cluster);
 // Members of forming gangs whose executors are connected.
 int MembersPresent(const nlohmann::json& status);
 
-// Starts run-local in the background; output on its pipes.
-std::unique_ptr<Subprocess> StartRunLocal(const GdtCluster& cluster,
-                                          const std::string& project,
-                                          const std::string& job);
+// Starts run-local in the background; output on its pipes. `extra` are
+// further run-local arguments (e.g. --var K=V).
+std::unique_ptr<Subprocess> StartRunLocal(
+    const GdtCluster& cluster, const std::string& project,
+    const std::string& job, const std::vector<std::string>& extra = {});
+
+// A live process seen in /proc.
+struct ProcessInfo {
+  int pid = 0;
+  std::string cmdline;  // Arguments joined by spaces.
+  std::string environ;  // NUL-separated, as in /proc/PID/environ.
+  std::string Describe() const;
+};
+
+// The processes of the cluster's jobs, in any namespace: everything whose
+// command line or environment mentions the cluster's directory (stage
+// scripts, launchers, trainers, executors, run-local), except the gdt-coord
+// and gdt-agent daemons themselves and this test. When `env_entry` is not
+// empty, only those whose environment holds it (e.g. "GDT_NODE_RANK=0").
+std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
+                                      const std::string& env_entry = "");
+
+// "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
+std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 
 }  // namespace gdt::testing
 

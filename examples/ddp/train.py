@@ -5,7 +5,8 @@ identical parameters. Runs as a bare `torchrun train.py` under gdt (torchrun
 reads the PET_* variables gdt exports), or with the `env` launcher as
 `python3 train.py`.
 
-Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
+DDP_STEPS sets the number of steps (default 8), DDP_STEP_SECONDS a pause
+after each one. Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
 can keep it as an artifact; rank 0 also prints a summary.
 """
 import hashlib
@@ -22,6 +23,10 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 
+def progress():  # Tells gdt's hang watchdog (GDT_HANG_TIMEOUT) we are alive.
+    os.environ.get("GDT_PROGRESS_FILE") and os.utime(os.environ["GDT_PROGRESS_FILE"])
+
+
 def log(msg):
     # One write per line, so lines of ranks sharing a pipe never interleave.
     sys.stdout.write(f"ddp[rank {dist.get_rank()}/{dist.get_world_size()}]: {msg}\n")
@@ -30,6 +35,9 @@ def log(msg):
 
 def main():
     steps = int(os.environ.get("DDP_STEPS", "8"))
+    # Seconds to pause after each step: stretches a short run so that tests
+    # (and demos) can disturb a gang mid-training.
+    step_seconds = float(os.environ.get("DDP_STEP_SECONDS", "0"))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     started = time.time()
     dist.init_process_group(backend)
@@ -60,6 +68,11 @@ def main():
             loss.backward()
             opt.step()
             step += 1
+            progress()
+            if step == 1:
+                log("first step done")
+            if step_seconds > 0:
+                time.sleep(step_seconds)
             if step >= steps:
                 break
     log(f"trained {step} steps on {socket.gethostname()}, loss {loss.item():.4f}")

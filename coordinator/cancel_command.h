@@ -1,0 +1,22 @@
+#ifndef GDT_COORDINATOR_CANCEL_COMMAND_H_
+#define GDT_COORDINATOR_CANCEL_COMMAND_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::coordinator {
+
+// `gdt-coord cancel GANG [--reason TEXT]`: asks the coordinator at `endpoint`
+// to fail gang `gang_id` as "cancelled by operator" and returns the line to
+// print, "gdt-coord: <root-cause line>".
+// Errors: NotFound "unknown gang X"; FailedPrecondition "gang X already
+// finished (...)"; InvalidArgument for an empty gang id; Unavailable
+// "cannot reach coordinator at ADDR: <reason>".
+absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
+                                             const std::string& gang_id,
+                                             const std::string& reason);
+
+}  // namespace gdt::coordinator
+
+#endif  // GDT_COORDINATOR_CANCEL_COMMAND_H_

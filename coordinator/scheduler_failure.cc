@@ -1,0 +1,159 @@
+// Scheduler: the failure paths of a gang (issue 4) — members lost with their
+// host, agent or executor, and operator cancels. Exit reports live in
+// scheduler.cc; both end in the same root-cause line and watch fan-out.
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+namespace {
+
+bool AllReportedZero(const Gang& gang) {
+  return gang.members.size() == gang.key.size &&
+         std::all_of(
+             gang.members.begin(), gang.members.end(),
+             [](const auto& entry) { return entry.second.exit_code == 0; });
+}
+
+}  // namespace
+
+std::string Scheduler::MemberLabel(const Gang& gang, const Member& member) {
+  const std::string host =
+      member.host_name.empty() ? std::string("no host") : member.host_name;
+  return absl::StrCat("member ", member.index, "/", gang.key.size, " (job ",
+                      member.job_id, " on host ", host, ")");
+}
+
+absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
+                                 const std::string& cause,
+                                 bool collect_evidence) {
+  Gang updated = gang;
+  updated.collect_evidence = collect_evidence;
+  const bool forming = updated.state == GangState::kForming;
+  updated.state = GangState::kFailed;
+  updated.failed_member = member_index;
+  updated.reason = absl::StrCat("gang ", updated.id, " failed: ", cause,
+                                forming ? "" : "; stopping");
+  std::vector<std::pair<uint64_t, uint32_t>> join_streams;
+  if (forming) {
+    // Nothing is leased yet: the members hold no resources once told.
+    for (auto& [index, member] : updated.members) {
+      if (member.stream_id != 0)
+        join_streams.emplace_back(member.stream_id, index);
+      member.stream_id = 0;
+      member.present = false;
+      member.left = true;
+    }
+  }
+  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+  gang = std::move(updated);
+  spdlog::warn("{}", gang.reason);
+  for (const auto& [stream_id, index] : join_streams) {
+    MemberEvent aborted;
+    aborted.stream_id = stream_id;
+    aborted.kind = MemberEvent::Kind::kAborted;
+    aborted.gang_id = gang.id;
+    aborted.member_index = index;
+    aborted.reason = gang.reason;
+    events_.push_back(std::move(aborted));
+  }
+  NotifyWatchers(gang);
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id,
+                                   const std::string& what) {
+  absl::StatusOr<Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  Gang& gang = **found;
+  if (gang.state != GangState::kRunning || AllReportedZero(gang)) {
+    return absl::OkStatus();
+  }
+  const Member& member = gang.members.at(member_index);
+  return FailGang(gang, member_index,
+                  absl::StrCat(MemberLabel(gang, member), " was lost: ", what,
+                               " at ", UtcTimeOfDay(clock_.UnixMillis())));
+}
+
+absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
+                                   uint32_t member_index, int64_t job_id,
+                                   uint32_t seconds) {
+  absl::StatusOr<Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  Gang& gang = **found;
+  if (gang.state != GangState::kRunning || AllReportedZero(gang)) {
+    return absl::OkStatus();
+  }
+  const Member& member = gang.members.at(member_index);
+  return FailGang(
+      gang, member_index,
+      absl::StrCat(MemberLabel(gang, member), " hung: no progress for ",
+                   seconds, " s (GDT_HANG_TIMEOUT) at ",
+                   UtcTimeOfDay(clock_.UnixMillis())),
+      /*collect_evidence=*/true);
+}
+
+std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
+  std::vector<std::string> failed;
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != GangState::kRunning || AllReportedZero(gang)) continue;
+    const Member* lost = nullptr;
+    const Host* lost_host = nullptr;
+    for (const auto& [index, member] : gang.members) {
+      // A member that exited 0 needs its host no more.
+      if (member.left || member.exit_code == 0) continue;
+      auto host = hosts_.find(member.host_name);
+      if (host != hosts_.end() && StateOf(host->second) == HostState::kDown) {
+        lost = &member;
+        lost_host = &host->second;
+        break;
+      }
+    }
+    if (lost == nullptr) continue;
+    const uint32_t index = lost->index;
+    const std::string cause = absl::StrCat(
+        MemberLabel(gang, *lost), " was lost: host ", lost_host->spec.name,
+        " missed heartbeats for ", options_.host_down_after.count(),
+        " s (last at ", UtcTimeOfDay(lost_host->last_heartbeat_unix_ms),
+        ") at ", UtcTimeOfDay(clock_.UnixMillis()));
+    if (absl::Status status = FailGang(gang, index, cause); !status.ok()) {
+      spdlog::error("cannot fail gang {} for its lost member {}: {}", id, index,
+                    status.ToString());
+      continue;
+    }
+    failed.push_back(id);
+  }
+  return failed;
+}
+
+absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
+                                              const std::string& note) {
+  auto found = gangs_.find(gang_id);
+  if (found == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
+  }
+  Gang& gang = found->second;
+  if (gang.state == GangState::kDone || gang.state == GangState::kFailed ||
+      (gang.state == GangState::kRunning && AllReportedZero(gang))) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", gang_id, " already finished (",
+        gang.state == GangState::kRunning ? "every member exited 0"
+                                          : GangStateName(gang.state),
+        ")"));
+  }
+  const std::string cause =
+      absl::StrCat("cancelled by operator", note.empty() ? "" : ": ", note,
+                   " at ", UtcTimeOfDay(clock_.UnixMillis()));
+  GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause));
+  Pass();
+  return gang.reason;
+}
+
+}  // namespace gdt::coordinator

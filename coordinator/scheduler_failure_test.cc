@@ -1,0 +1,205 @@
+// Scheduler failure paths (issue 4): lost hosts and members, operator cancel.
+#include <chrono>
+
+#include "common/fake_clock.h"
+#include "coordinator/scheduler.h"
+#include "coordinator/test_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using testing_support::CpuHost;
+using testing_support::Joining;
+using testing_support::TrainKey;
+
+class SchedulerFailureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, *store_, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  // A running gang of two members, member i on host cpu-0i (one slot each).
+  std::string AdmitTwoHostGang() {
+    EXPECT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+    EXPECT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
+    std::string id;
+    for (uint32_t index = 1; index <= 2; ++index) {
+      absl::StatusOr<std::string> gang =
+          scheduler_->Join(Joining(TrainKey(2), index), index);
+      EXPECT_TRUE(gang.ok()) << gang.status();
+      if (gang.ok()) id = *gang;
+    }
+    for (const AdmissionProposal& proposal : scheduler_->Plan()) {
+      EXPECT_TRUE(
+          scheduler_->Admit(proposal, proposal.candidate_ports.front()).ok());
+    }
+    scheduler_->TakeEvents();
+    return id;
+  }
+
+  const Gang& OnlyGang() {
+    snapshot_ = scheduler_->GetSnapshot(true);
+    return snapshot_.gangs.at(0);
+  }
+
+  static MemberEvent LastEventFor(const std::vector<MemberEvent>& events,
+                                  uint64_t stream_id) {
+    MemberEvent last;
+    for (const MemberEvent& event : events) {
+      if (event.stream_id == stream_id) last = event;
+    }
+    return last;
+  }
+
+  FakeClock clock_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+  Snapshot snapshot_;
+};
+
+TEST_F(SchedulerFailureTest, HostThatMissesHeartbeatsFailsItsRunningGang) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_EQ(OnlyGang().members.at(2).host_name, "cpu-02");
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 50).ok());
+  scheduler_->TakeEvents();
+  EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
+
+  clock_.Advance(11s);
+  bool was_down = false;
+  ASSERT_TRUE(scheduler_->Heartbeat("cpu-01", &was_down));
+
+  EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), ElementsAre(gang));
+  const std::string reason =
+      "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) was "
+      "lost: host cpu-02 missed heartbeats for 10 s (last at 00:00:01 UTC) "
+      "at 00:00:12 UTC; stopping";
+  EXPECT_EQ(OnlyGang().state, GangState::kFailed);
+  EXPECT_EQ(OnlyGang().reason, reason);
+  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 50);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(event.reason, reason);
+  EXPECT_EQ(event.failed_job_id, 102);
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->gangs.at(0).reason, reason);
+
+  // Failed once: later passes and reports keep the first root cause.
+  EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 143).ok());
+  EXPECT_EQ(OnlyGang().reason, reason);
+}
+
+TEST_F(SchedulerFailureTest, LostHostDoesNotFailAGangThatSucceeded) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  clock_.Advance(11s);
+
+  EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, GangState::kRunning);
+}
+
+TEST_F(SchedulerFailureTest, LostMemberFailsItsGangNamingIt) {
+  const std::string gang = AdmitTwoHostGang();
+  clock_.Advance(4s);
+
+  ASSERT_TRUE(scheduler_
+                  ->MemberLost(gang, 1, 1, 101,
+                               "its agent on host cpu-01 (cpu-01:7071) became "
+                               "unreachable during build_script")
+                  .ok());
+
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 1/2 (job 101 on host "
+            "cpu-01) was lost: its agent on host cpu-01 (cpu-01:7071) became "
+            "unreachable during build_script at 00:00:05 UTC; stopping");
+  EXPECT_EQ(scheduler_->MemberLost(gang, 1, 1, 999, "x").code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->MemberLost("nope", 1, 1, 101, "x").code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerFailureTest, HungMemberFailsItsGangAndAsksForEvidence) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->MemberHung(gang, 1, 2, 102, 600).ok());
+
+  const std::string reason =
+      "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) "
+      "hung: no progress for 600 s (GDT_HANG_TIMEOUT) at 00:00:01 UTC; "
+      "stopping";
+  EXPECT_EQ(OnlyGang().reason, reason);
+  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(event.reason, reason);
+  EXPECT_TRUE(event.collect_evidence);
+  // A watch opened later learns it too.
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 71).ok());
+  EXPECT_TRUE(LastEventFor(scheduler_->TakeEvents(), 71).collect_evidence);
+}
+
+TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 60).ok());
+  scheduler_->TakeEvents();
+
+  absl::StatusOr<std::string> reason =
+      scheduler_->Cancel(gang, "wrong dataset");
+
+  ASSERT_TRUE(reason.ok()) << reason.status();
+  EXPECT_EQ(*reason,
+            "gang train-p5-pl77-n2 failed: cancelled by operator: wrong "
+            "dataset at 00:00:01 UTC; stopping");
+  EXPECT_EQ(OnlyGang().state, GangState::kFailed);
+  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
+  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(event.reason, *reason);
+  EXPECT_EQ(event.failed_job_id, 0);
+  EXPECT_FALSE(event.collect_evidence);
+
+  absl::StatusOr<std::string> again = scheduler_->Cancel(gang, "");
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.status().message(),
+            "gang train-p5-pl77-n2 already finished (failed)");
+  EXPECT_EQ(scheduler_->Cancel("nope", "").status().message(),
+            "unknown gang nope");
+}
+
+TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 2)).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(2), 1), 11);
+  ASSERT_TRUE(gang.ok());
+  scheduler_->TakeEvents();
+
+  absl::StatusOr<std::string> reason = scheduler_->Cancel(*gang, "");
+
+  ASSERT_TRUE(reason.ok()) << reason.status();
+  EXPECT_EQ(*reason,
+            "gang train-p5-pl77-n2 failed: cancelled by operator at "
+            "00:00:01 UTC");
+  const MemberEvent aborted = LastEventFor(scheduler_->TakeEvents(), 11);
+  EXPECT_EQ(aborted.kind, MemberEvent::Kind::kAborted);
+  EXPECT_EQ(aborted.reason, *reason);
+  // It holds nothing and is listed only with the finished gangs.
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 0u);
+  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 2), 12).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

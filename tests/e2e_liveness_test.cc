@@ -1,0 +1,122 @@
+// End to end: a host that drops off the network mid-training fails its gang
+// within seconds, with a root cause naming it, and no process of the gang
+// survives on any host. Hosts are network namespaces (label netns, root).
+#include <chrono>
+#include <regex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/e2e_util.h"
+#include "tests/support/cluster.h"
+
+namespace gdt::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+constexpr int kPeerFailureExitCode = 75;
+
+CommandResult Finish(Subprocess& run, milliseconds timeout) {
+  CommandResult result;
+  auto collect = [&](OutputSource, std::string_view data) {
+    result.output.append(data);
+  };
+  std::optional<ExitStatus> status =
+      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
+  if (!status.has_value()) {
+    result.output += "\n[test: run-local killed at its deadline]\n";
+    status = run.Terminate(milliseconds(3000), collect);
+  }
+  result.status = *status;
+  return result;
+}
+
+TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
+  // Host 0: coordinator and runner; hosts 1 and 2: one agent each.
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(3);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 1; i <= 2; ++i) {
+    ASSERT_TRUE(cluster
+                    .StartAgent({.name = absl::StrCat("host", i),
+                                 .host = i,
+                                 .cpu_slots = 1,
+                                 .network_interface = "eth0"})
+                    .ok())
+        << cluster.Logs();
+  }
+  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/2,
+                                             /*procs_per_node=*/1);
+  std::unique_ptr<Subprocess> run = StartRunLocal(
+      cluster, project, "train",
+      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
+  ASSERT_NE(run, nullptr);
+  auto log = [&](int index) {
+    return ReadFile(
+        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return log(1).find("first step done") != std::string::npos &&
+               log(2).find("first step done") != std::string::npos;
+      },
+      seconds(150)))
+      << log(1) << log(2) << cluster.Logs();
+  // Members are placed in index order on hosts by name: member 2 (node
+  // rank 1) runs on host2.
+  ASSERT_THAT(log(2), HasSubstr("on host host2")) << log(2);
+
+  std::vector<std::string> cut = (*hosts)->Exec(2);
+  for (const char* arg : {"ip", "link", "set", "eth0", "down"}) {
+    cut.push_back(arg);
+  }
+  ASSERT_TRUE(RunProcess(cut, {}, seconds(10)).status.success());
+  const auto cut_at = std::chrono::steady_clock::now();
+
+  // Within 10 s the gang has failed naming host2, and the other host's
+  // processes are gone.
+  std::string reason;
+  const bool failed = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster.Status();
+        if (!status.ok() || (*status)["gangs"].empty()) return false;
+        const auto& gang = (*status)["gangs"][0];
+        reason = gang.value("reason", "");
+        return gang.value("state", "") == "failed";
+      },
+      seconds(10));
+  EXPECT_TRUE(failed) << reason << cluster.Logs();
+  EXPECT_THAT(reason, ::testing::ContainsRegex(
+                          "failed: member 2/2 \\(job [0-9]+ on host host2\\) "
+                          "was lost: "));
+  const auto deadline = cut_at + seconds(10);
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster, "GDT_NODE_RANK=0").empty(); },
+              std::chrono::duration_cast<milliseconds>(
+                  deadline - std::chrono::steady_clock::now())))
+      << DescribeAll(JobProcesses(cluster, "GDT_NODE_RANK=0"));
+
+  CommandResult result = Finish(*run, seconds(90));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  const std::string log1 = log(1);
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log1;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  EXPECT_THAT(log(2), HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log(2);
+  // The cut-off host's agent notices its executor is gone (missed pings)
+  // and stops the stage there too: nothing of the gang is left anywhere.
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster).empty(); }, seconds(15)))
+      << DescribeAll(JobProcesses(cluster));
+}
+
+}  // namespace
+}  // namespace gdt::testing
