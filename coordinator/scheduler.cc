@@ -56,17 +56,6 @@ bool AllExitedZero(const Gang& gang) {
              [](const auto& entry) { return entry.second.exit_code == 0; });
 }
 
-// "10:42:13 UTC".
-std::string UtcTimeOfDay(int64_t unix_ms) {
-  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
-  std::tm parts = {};
-  gmtime_r(&seconds, &parts);
-  char text[16];
-  std::snprintf(text, sizeof(text), "%02d:%02d:%02d UTC", parts.tm_hour,
-                parts.tm_min, parts.tm_sec);
-  return text;
-}
-
 // The backfill bound of a job: its timeout, or an hour when it has none.
 int64_t RunBound(uint32_t job_timeout_seconds) {
   return job_timeout_seconds != 0 ? job_timeout_seconds : 3600;
