@@ -1212,7 +1212,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   try {
     const YAML::Node root = YAML::Load(std::string(text));
     if (root.IsNull()) {
-      result.text = std::string(lines.lines.empty() ? "" : text);
+      result.text = std::string(text);  // Empty, or comments only.
       return result;
     }
     if (!root.IsMap()) {
