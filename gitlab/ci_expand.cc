@@ -284,7 +284,8 @@ void FindDuplicateKeys(const YAML::Node& node, int depth,
   }
   std::map<std::string, YAML::Mark> seen;
   for (const auto& entry : node) {
-    if (entry.first.IsScalar()) {
+    // Repeated merge keys (`<<: *a` then `<<: *b`) each merge in GitLab.
+    if (entry.first.IsScalar() && entry.first.Scalar() != "<<") {
       const std::string& key = entry.first.Scalar();
       auto [it, inserted] = seen.emplace(key, entry.first.Mark());
       if (!inserted) {
