@@ -284,7 +284,8 @@ void FindDuplicateKeys(const YAML::Node& node, int depth,
   }
   std::map<std::string, YAML::Mark> seen;
   for (const auto& entry : node) {
-    if (entry.first.IsScalar()) {
+    // Repeated merge keys (`<<: *a` then `<<: *b`) each merge in GitLab.
+    if (entry.first.IsScalar() && entry.first.Scalar() != "<<") {
       const std::string& key = entry.first.Scalar();
       auto [it, inserted] = seen.emplace(key, entry.first.Mark());
       if (!inserted) {
@@ -1212,7 +1213,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   try {
     const YAML::Node root = YAML::Load(std::string(text));
     if (root.IsNull()) {
-      result.text = std::string(lines.lines.empty() ? "" : text);
+      result.text = std::string(text);  // Empty, or comments only.
       return result;
     }
     if (!root.IsMap()) {

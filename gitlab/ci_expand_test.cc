@@ -207,6 +207,15 @@ TEST(ExpandTest, DuplicateKeysAnywhereAreErrors) {
             "of them");
 }
 
+TEST(ExpandTest, RepeatedMergeKeysAreNotDuplicates) {
+  const std::string input =
+      ".a: &a {image: x}\n.b: &b {tags: [y]}\n"
+      "test:\n  <<: *a\n  <<: *b\n  script: z\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text, input);
+}
+
 TEST(ExpandTest, AnAnchoredVariablesBlockIsNotChanged) {
   const CiExpansion expansion = ExpandCiYaml(
       "j:\n  variables: &v\n    A: b\n  parallel:\n    distributed: {nodes: "

@@ -93,7 +93,9 @@ int main(int argc, char** argv) {
   int64_t timeout = 0;
   int64_t graceful_kill_timeout = 0;
   CLI::App* run_local = app.add_subcommand(
-      "run-local", "run a job's members through the custom executor locally");
+      "run-local",
+      "run a job's members (or several jobs as one pipeline) through the "
+      "custom executor locally");
   run_local->add_option("--file", options.ci_file, "the CI file")
       ->capture_default_str();
   std::vector<std::string> jobs;

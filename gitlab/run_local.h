@@ -80,14 +80,19 @@ struct RunLocalResult {
   bool success() const;
 };
 
-// Runs every member of the job (then of each later job) concurrently through
-// its own emulated gitlab-runner, writing each log line to `out` as "[<name>]
+// Runs every member of the job concurrently, each through its own emulated
+// gitlab-runner, then those of each of `later_jobs` in turn (stopping after
+// a job with a failed member), writing each log line to `out` as "[<name>]
 // <line>" (whole lines, never interleaved) and to
-// <work_dir>/logs/<job-name-slug>.log. `interrupt`, when it becomes true,
-// aborts every member like a runner that got SIGINT. Errors (bad input, to be
-// reported as one line and exit code 2): InvalidArgument / NotFound for a
-// missing or bad CI file, unknown job, bad
-// --var, a missing executor or an unusable work directory.
+// <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
+// expand`), so jobs with parallel:distributed run as their expansion.
+// `interrupt`, when it becomes true, aborts every running member like a
+// runner that got SIGINT and runs no later job. `members` of the result
+// lists the members that ran, in order. Errors (bad input, reported before
+// anything runs, as one line and exit code 2): InvalidArgument / NotFound
+// for a missing or bad CI file ("file:line:column: message" for a bad
+// block), an unknown job, a bad --var, a missing executor or an unusable
+// work directory.
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
                                         const std::atomic<bool>* interrupt);
