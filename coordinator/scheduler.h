@@ -168,6 +168,9 @@ class Scheduler {
 
   HostState StateOf(const Host& host) const;
 
+  // The gang with id `gang_id`, or nullptr. Valid until the next change.
+  const Gang* FindGang(const std::string& gang_id) const;
+
  private:
   // Resources in use on one host.
   struct Usage {
