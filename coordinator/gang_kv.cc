@@ -37,8 +37,8 @@ void GangKv::OpenGang(const std::string& gang_id, uint32_t epoch,
     if (store.epoch == epoch && store.token == token) return;
     if (store.epoch != 0) {
       EndWaits(store,
-               absl::AbortedError(absl::StrCat("gang ", gang_id,
-                                               " moved to epoch ", epoch)),
+               absl::AbortedError(
+                   absl::StrCat("gang ", gang_id, " moved to epoch ", epoch)),
                completions);
     }
     store = GangStore();
@@ -88,14 +88,13 @@ absl::StatusOr<GangKv::GangStore*> GangKv::Authorize(const KvCaller& caller,
   }
   GangStore& store = it->second;
   if (store.epoch != caller.epoch) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gang ", caller.gang_id, " is at epoch ", store.epoch,
-        "; the store of epoch ", caller.epoch, " is gone"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", caller.gang_id, " is at epoch ", store.epoch,
+                     "; the store of epoch ", caller.epoch, " is gone"));
   }
   if (!SameSecret(store.token, caller.token)) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("wrong gang token for gang ", caller.gang_id, " epoch ",
-                     caller.epoch));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "wrong gang token for gang ", caller.gang_id, " epoch ", caller.epoch));
   }
   if (key.empty()) return absl::InvalidArgumentError("empty key");
   if (key.size() > limits_.max_key_bytes) {
@@ -244,8 +243,8 @@ absl::StatusOr<KvCasResult> GangKv::CompareAndSet(
       return result;
     }
     result.current = desired;
-    absl::Status status = Put(**store, caller.gang_id, key, std::move(desired),
-                              completions);
+    absl::Status status =
+        Put(**store, caller.gang_id, key, std::move(desired), completions);
     if (!status.ok()) return status;
     result.swapped = true;
   }
@@ -277,8 +276,8 @@ absl::StatusOr<int64_t> GangKv::Add(const KvCaller& caller,
       return absl::OutOfRangeError(absl::StrCat(
           "adding ", delta, " to ", value, " at key '", key, "' overflows"));
     }
-    absl::Status status = Put(**store, caller.gang_id, key,
-                              absl::StrCat(sum), completions);
+    absl::Status status =
+        Put(**store, caller.gang_id, key, absl::StrCat(sum), completions);
     if (!status.ok()) return status;
   }
   Run(std::move(completions));

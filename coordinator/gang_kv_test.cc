@@ -241,10 +241,9 @@ TEST_F(GangKvTest, CompareAndSetSemantics) {
       kv_.CompareAndSet(kAlice, "none", "a", "b");
   EXPECT_FALSE(absent->swapped);
   EXPECT_EQ(absent->current, std::nullopt);
-  EXPECT_EQ(kv_.CompareAndSet(kAlice, "k", "b", std::string(21, 'x'))
-                .status()
-                .code(),
-            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(
+      kv_.CompareAndSet(kAlice, "k", "b", std::string(21, 'x')).status().code(),
+      absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(GangKvTest, AddCountsAndRejectsNonIntegers) {

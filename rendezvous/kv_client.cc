@@ -37,10 +37,9 @@ absl::Status Explain(const grpc::Status& status, const char* op,
 absl::StatusOr<KvTarget> KvTargetFromEnvironment(
     const std::function<const char*(const char*)>& getenv) {
   KvTarget target;
-  for (auto [name, field] :
-       {std::pair{"GDT_COORDINATOR", &target.endpoint},
-        std::pair{"GDT_GANG_ID", &target.gang_id},
-        std::pair{"GDT_KV_TOKEN", &target.token}}) {
+  for (auto [name, field] : {std::pair{"GDT_COORDINATOR", &target.endpoint},
+                             std::pair{"GDT_GANG_ID", &target.gang_id},
+                             std::pair{"GDT_KV_TOKEN", &target.token}}) {
     const char* value = getenv(name);
     if (value == nullptr || *value == '\0') {
       return absl::FailedPreconditionError(absl::StrCat(
