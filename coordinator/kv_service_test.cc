@@ -3,6 +3,8 @@
 // through JoinGang, and the real KvClient.
 #include "coordinator/kv_service.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <future>
 #include <set>
@@ -145,6 +147,9 @@ TEST_F(KvServiceTest, MembersShareOneStoreThroughTheGangToken) {
   std::vector<v1::Assignment> gang = AdmitGang(2);
   ASSERT_EQ(gang.size(), 2u);
   EXPECT_EQ(gang[0].kv_token().size(), 64u);
+  struct stat state;
+  ASSERT_EQ(stat(config_.state_path.c_str(), &state), 0);
+  EXPECT_EQ(state.st_mode & 0777, 0600u);  // It holds the token.
   EXPECT_EQ(gang[0].kv_token(), gang[1].kv_token());
   rendezvous::KvClient rank0 = ClientFor(gang[0]);
   rendezvous::KvClient rank1 = ClientFor(gang[1]);

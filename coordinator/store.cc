@@ -1,7 +1,10 @@
 #include "coordinator/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -181,6 +184,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         absl::StrCat("cannot open state database ", path, ": ", message));
   }
   std::unique_ptr<Store> store(new Store(db));
+  // The state holds gang key-value store tokens: owner only. SQLite gives
+  // its -wal and -shm files the same mode.
+  if (path != ":memory:" && chmod(path.c_str(), 0600) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot chmod 0600 ", path, ": ", std::strerror(errno)));
+  }
   absl::Status status = store->Init();
   if (!status.ok()) {
     return absl::Status(status.code(),
