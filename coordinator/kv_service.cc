@@ -37,16 +37,19 @@ class KvService::WaitReactor final : public grpc::ServerUnaryReactor {
   WaitReactor(GangKv& kv, v1::KvWaitResponse* response)
       : kv_(kv), response_(response), shared_(std::make_shared<Shared>()) {}
 
+  // Once kv.Wait() has returned, `this` may already be gone (another thread
+  // finished the call), so only locals are used after it.
   void Start(const KvCaller& caller, const std::string& key) {
     std::shared_ptr<Shared> shared = shared_;
-    const uint64_t handle = kv_.Wait(
+    GangKv& kv = kv_;
+    const uint64_t handle = kv.Wait(
         caller, key, [this, shared](absl::StatusOr<std::string> result) {
           if (shared->claimed.exchange(true)) return;
           if (result.ok()) response_->set_value(std::move(*result));
           Finish(rendezvous::ToGrpcStatus(result.status()));
         });
     shared->handle.store(handle);
-    if (handle != 0 && shared->cancelled.load()) kv_.CancelWait(handle);
+    if (handle != 0 && shared->cancelled.load()) kv.CancelWait(handle);
   }
 
   void OnCancel() override {
