@@ -267,5 +267,38 @@ TEST_F(KvServiceTest, TokenSurvivesACoordinatorRestartButTheDataDoesNot) {
             absl::StatusCode::kPermissionDenied);
 }
 
+TEST_F(KvServiceTest, WaitsRacingTheirDeadlinesEndCleanly) {
+  std::vector<v1::Assignment> gang = AdmitGang(1);
+  ASSERT_EQ(gang.size(), 1u);
+  rendezvous::KvClient member = ClientFor(gang[0]);
+  // Waiters whose deadlines fall around the moment their key is set: each
+  // ends exactly once, with the value or DEADLINE_EXCEEDED, and the server
+  // keeps no waiter.
+  std::vector<std::future<absl::StatusOr<std::string>>> waits;
+  for (int i = 0; i < 40; ++i) {
+    waits.push_back(std::async(std::launch::async, [&member, i] {
+      return member.Wait("k" + std::to_string(i % 3),
+                         In(std::chrono::milliseconds(20 + 5 * i)));
+    }));
+  }
+  for (int k = 0; k < 3; ++k) {  // The fixture allows 3 keys.
+    ASSERT_TRUE(member.Set("k" + std::to_string(k), "v", In(5s)).ok());
+  }
+  for (auto& wait : waits) {
+    absl::StatusOr<std::string> value = wait.get();
+    if (value.ok()) {
+      EXPECT_EQ(*value, "v");
+    } else {
+      EXPECT_EQ(value.status().code(), absl::StatusCode::kDeadlineExceeded);
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server_->coordinator().kv().waiter_count() != 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(server_->coordinator().kv().waiter_count(), 0u);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator
