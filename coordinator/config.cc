@@ -59,6 +59,15 @@ absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "master_port_range") return ParsePortRange(value, config);
+  if (key == "kv_max_keys_per_gang") {  // Gang key-value store (issue 6).
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    if (*number == 0) {
+      return absl::InvalidArgumentError("kv_max_keys_per_gang must be >= 1");
+    }
+    config.kv_max_keys_per_gang = *number;
+    return absl::OkStatus();
+  }
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level") {
     absl::StatusOr<std::string> text = ReadString(value, key);

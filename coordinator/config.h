@@ -23,6 +23,8 @@ struct Config {
   std::chrono::seconds heartbeat_interval{2};
   std::chrono::seconds host_down_after{10};
   std::string log_level = "info";
+  // Gang key-value store (issue 6): keys one gang may hold at once.
+  uint32_t kv_max_keys_per_gang = 1024;
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

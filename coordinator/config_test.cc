@@ -77,6 +77,15 @@ TEST(ConfigTest, RejectsBadValues) {
   EXPECT_THAT(ParseConfig("a: [").status().message(), HasSubstr("bad YAML"));
 }
 
+TEST(ConfigTest, KvKeyLimit) {
+  absl::StatusOr<Config> config = ParseConfig("kv_max_keys_per_gang: 64\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->kv_max_keys_per_gang, 64u);
+  EXPECT_EQ(ParseConfig("").value().kv_max_keys_per_gang, 1024u);
+  EXPECT_THAT(ParseConfig("kv_max_keys_per_gang: 0").status().message(),
+              HasSubstr("kv_max_keys_per_gang must be >= 1"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadConfig("/nonexistent/gdt/coord.yaml").status().code(),
             absl::StatusCode::kNotFound);

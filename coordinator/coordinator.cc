@@ -16,14 +16,18 @@ constexpr std::chrono::seconds kTick{1};
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const Clock& clock, std::unique_ptr<Store> store,
-    const SchedulerOptions& options, PortChecker& port_checker) {
+    const SchedulerOptions& options, PortChecker& port_checker,
+    const KvLimits& kv_limits) {
   std::unique_ptr<Coordinator> coordinator(
-      new Coordinator(std::move(store), port_checker));
+      new Coordinator(std::move(store), port_checker, kv_limits));
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(clock, *coordinator->store_, options);
   if (!scheduler.ok()) return scheduler.status();
   MutexLock lock(coordinator->mu_);
   coordinator->scheduler_ = std::move(*scheduler);
+  if (absl::Status status = coordinator->LoadKvTokensLocked(); !status.ok()) {
+    return status;
+  }
   return coordinator;
 }
 
@@ -76,8 +80,78 @@ void Coordinator::Loop() {
 }
 
 std::vector<MemberEvent> Coordinator::TakeEventsLocked() {
-  return scheduler_->TakeEvents();
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  for (MemberEvent& event : events) {
+    if (event.kind == MemberEvent::Kind::kAdmitted) {
+      event.assignment.kv_token =
+          KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
+    }
+  }
+  EndFinishedKvGangsLocked();
+  return events;
 }
+
+// --- Gang key-value store hooks (issue 6) ---
+
+absl::Status Coordinator::LoadKvTokensLocked() {
+  absl::StatusOr<std::vector<KvToken>> tokens = store_->LoadKvTokens();
+  if (!tokens.ok()) return tokens.status();
+  for (KvToken& token : *tokens) {
+    kv_->OpenGang(token.gang_id, token.epoch, token.token);
+    kv_tokens_[token.gang_id] = std::move(token);
+  }
+  EndFinishedKvGangsLocked();
+  return absl::OkStatus();
+}
+
+std::string Coordinator::KvTokenLocked(const std::string& gang_id,
+                                       uint32_t epoch) {
+  auto it = kv_tokens_.find(gang_id);
+  if (it != kv_tokens_.end() && it->second.epoch == epoch) {
+    return it->second.token;
+  }
+  absl::StatusOr<std::string> secret = NewKvToken();
+  if (!secret.ok()) {
+    spdlog::error("gang {} gets no key-value store: {}", gang_id,
+                  secret.status().ToString());
+    return "";
+  }
+  KvToken token{gang_id, epoch, *secret};
+  if (absl::Status status = store_->SaveKvToken(token); !status.ok()) {
+    spdlog::error("gang {} gets no key-value store: {}", gang_id,
+                  status.ToString());
+    return "";
+  }
+  kv_->OpenGang(gang_id, epoch, token.token);
+  kv_tokens_[gang_id] = token;
+  return token.token;
+}
+
+void Coordinator::EndFinishedKvGangsLocked() {
+  for (auto it = kv_tokens_.begin(); it != kv_tokens_.end();) {
+    const Gang* gang = scheduler_->FindGang(it->first);
+    bool ended = gang == nullptr;
+    if (gang != nullptr && (gang->state == GangState::kDone ||
+                            gang->state == GangState::kFailed)) {
+      ended = true;
+      for (const auto& [index, member] : gang->members) {
+        if (!member.left) ended = false;
+      }
+    }
+    if (!ended) {
+      ++it;
+      continue;
+    }
+    kv_->EndGang(it->first);
+    if (absl::Status status = store_->DeleteKvToken(it->first); !status.ok()) {
+      spdlog::warn("cannot forget the kv token of gang {}: {}", it->first,
+                   status.ToString());
+    }
+    it = kv_tokens_.erase(it);
+  }
+}
+
+// --- end gang key-value store hooks ---
 
 void Coordinator::Deliver(std::vector<MemberEvent> events) {
   if (!events.empty() && sink_) sink_(std::move(events));

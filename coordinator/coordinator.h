@@ -2,6 +2,7 @@
 #define GDT_COORDINATOR_COORDINATOR_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -10,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "coordinator/gang_kv.h"
 #include "coordinator/model.h"
 #include "coordinator/port_checker.h"
 #include "coordinator/scheduler.h"
@@ -23,6 +25,12 @@ namespace gdt::coordinator {
 // The sink is always called without any lock of this class held, so it may
 // call back into it.
 //
+// It also owns the gang key-value store (GangKv): when a gang is admitted it
+// issues the gang a random token for its epoch (persisted in the Store,
+// handed to members in Assignment.kv_token) and opens its store; once the
+// gang has ended (done, or failed and every member left) it drops the store
+// and the token.
+//
 // Thread-safe. Keeps references to `clock` and `port_checker`.
 class Coordinator {
  public:
@@ -31,7 +39,8 @@ class Coordinator {
   // Errors: those of Scheduler::Create.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       const Clock& clock, std::unique_ptr<Store> store,
-      const SchedulerOptions& options, PortChecker& port_checker);
+      const SchedulerOptions& options, PortChecker& port_checker,
+      const KvLimits& kv_limits = {});
 
   ~Coordinator();  // Stops the scheduler thread.
   Coordinator(const Coordinator&) = delete;
@@ -78,13 +87,28 @@ class Coordinator {
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);
 
- private:
-  Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker)
-      : store_(std::move(store)), port_checker_(port_checker) {}
+  // The gang key-value store (thread-safe on its own).
+  GangKv& kv() { return *kv_; }
 
-  // Drains the scheduler's outbox; the caller holds `mu_`.
+ private:
+  Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker,
+              const KvLimits& kv_limits)
+      : store_(std::move(store)),
+        port_checker_(port_checker),
+        kv_(std::make_unique<GangKv>(kv_limits)) {}
+
+  // Drains the scheduler's outbox, puts the gang's kv token into every
+  // admission and drops the stores of gangs that have ended; the caller
+  // holds `mu_`.
   std::vector<MemberEvent> TakeEventsLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reopens the stores of gangs whose tokens were persisted.
+  absl::Status LoadKvTokensLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The token of `gang_id` at `epoch`, issued (and persisted) on first use;
+  // empty when it cannot be issued (logged).
+  std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EndFinishedKvGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deliver(std::vector<MemberEvent> events);
   void Wake();
   void Loop();
@@ -95,6 +119,8 @@ class Coordinator {
 
   Mutex mu_;
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<GangKv> kv_;  // Set at construction; outlives every call.
+  std::map<std::string, KvToken> kv_tokens_ ABSL_GUARDED_BY(mu_);  // By gang.
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

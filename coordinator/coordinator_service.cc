@@ -90,6 +90,7 @@ void ToProto(const Assignment& assignment, const std::string& endpoint,
   proto->set_network_interface(assignment.network_interface);
   proto->set_launcher(static_cast<v1::Launcher>(assignment.launcher));
   proto->set_coordinator_endpoint(endpoint);
+  proto->set_kv_token(assignment.kv_token);
 }
 
 void ToProto(const WaitingInfo& waiting, v1::WaitingEvent* proto) {

@@ -153,5 +153,80 @@ TEST_F(CoordinatorTest, SchedulerThreadAdmitsAfterTheLastJoin) {
   coordinator_->Stop();
 }
 
+TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 2).ok());
+  EXPECT_EQ(coordinator_->kv().gang_count(), 0u);  // Not before admission.
+
+  coordinator_->RunAdmissionPass();
+
+  std::optional<Assignment> first = WaitAdmitted(1);
+  std::optional<Assignment> second = WaitAdmitted(2);
+  ASSERT_TRUE(first.has_value());
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(first->kv_token.size(), 64u);
+  EXPECT_EQ(first->kv_token, second->kv_token);
+  const KvCaller member{first->gang_id, first->epoch, first->kv_token};
+  ASSERT_TRUE(coordinator_->kv().Set(member, "k", "v").ok());
+
+  // A member that joins again gets the same token.
+  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 3).ok());
+  std::optional<Assignment> again = WaitAdmitted(3);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(again->kv_token, first->kv_token);
+
+  // Member 2 fails; the store lives until every member has left.
+  ASSERT_TRUE(
+      coordinator_->ReportExit(first->gang_id, first->epoch, 2, 102, 1, false)
+          .ok());
+  ASSERT_TRUE(coordinator_->Leave(TrainKey(2), 2, 102).ok());
+  EXPECT_EQ(*coordinator_->kv().Get(member, "k"), "v");
+  ASSERT_TRUE(coordinator_->Leave(TrainKey(2), 1, 101).ok());
+  EXPECT_EQ(coordinator_->kv().gang_count(), 0u);
+  EXPECT_EQ(coordinator_->kv().Get(member, "k").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
+  testing_support::ScopedTempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  std::string token;
+  {
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
+                            checker);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    std::vector<MemberEvent> seen;
+    (*coordinator)->SetEventSink([&seen](std::vector<MemberEvent> events) {
+      for (MemberEvent& event : events) seen.push_back(std::move(event));
+    });
+    ASSERT_TRUE((*coordinator)->RegisterHost(GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE((*coordinator)->Join(Joining(TrainKey(1), 1, 1), 1).ok());
+    (*coordinator)->RunAdmissionPass();
+    for (const MemberEvent& event : seen) {
+      if (event.kind == MemberEvent::Kind::kAdmitted) {
+        token = event.assignment.kv_token;
+      }
+    }
+    ASSERT_EQ(token.size(), 64u);
+  }
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<KvToken>> tokens = (*store)->LoadKvTokens();
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ(tokens->at(0).token, token);
+  absl::StatusOr<std::unique_ptr<Coordinator>> restarted = Coordinator::Create(
+      clock, std::move(*store), SchedulerOptions{}, checker);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  const KvCaller member{tokens->at(0).gang_id, tokens->at(0).epoch, token};
+  EXPECT_EQ((*restarted)->kv().Get(member, "k").status().code(),
+            absl::StatusCode::kNotFound);  // Token kept, data not.
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

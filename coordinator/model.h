@@ -164,6 +164,9 @@ struct Assignment {
   std::vector<std::string> peers;
   std::string network_interface;
   Launcher launcher = 0;
+  // The gang's key-value store token for this epoch; the Coordinator fills it
+  // in (the scheduler leaves it empty).
+  std::string kv_token;
 };
 
 struct WaitingInfo {

@@ -943,4 +943,9 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
   return snapshot;
 }
 
+const Gang* Scheduler::FindGang(const std::string& gang_id) const {
+  auto it = gangs_.find(gang_id);
+  return it == gangs_.end() ? nullptr : &it->second;
+}
+
 }  // namespace gdt::coordinator

@@ -186,6 +186,9 @@ class Scheduler {
 
   HostState StateOf(const Host& host) const;
 
+  // The gang with id `gang_id`, or nullptr. Valid until the next change.
+  const Gang* FindGang(const std::string& gang_id) const;
+
   // --- Failure paths (issue 4), in scheduler_failure.cc --------------------
   // A running gang fails at most once; the first cause wins and becomes the
   // reason every member's log prints, "gang <id> failed: <cause>; stopping".

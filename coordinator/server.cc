@@ -21,9 +21,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.master_port_min = config.master_port_min;
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
+  KvLimits kv_limits;
+  kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(clock, std::move(*store), options,
-                          server->port_checker_);
+                          server->port_checker_, kv_limits);
   if (!coordinator.ok()) return coordinator.status();
   server->coordinator_ = std::move(*coordinator);
   server->service_ = std::make_unique<CoordinatorService>(
@@ -34,6 +36,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddListeningPort(config.listen_address,
                            grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(server->service_.get());
+  server->kv_service_ = std::make_unique<KvService>(server->coordinator_->kv());
+  builder.RegisterService(server->kv_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError(
@@ -54,6 +58,9 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 void CoordinatorServer::Shutdown() {
   if (service_ != nullptr) {
     service_->EndAllStreams("coordinator is shutting down");
+  }
+  if (coordinator_ != nullptr) {
+    coordinator_->kv().EndAllWaits("coordinator is shutting down");
   }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +

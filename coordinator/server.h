@@ -10,13 +10,14 @@
 #include "coordinator/config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/kv_service.h"
 #include "grpcpp/server.h"
 
 namespace gdt::coordinator {
 
 // gdt-coord's serving wiring: opens the state, starts the scheduler thread
-// and the gRPC server. main() and the cross-process tests use it.
-// Thread-safe. Keeps a reference to `clock`.
+// and the gRPC server (Coordinator and GangKv services). main() and the
+// cross-process tests use it. Thread-safe. Keeps a reference to `clock`.
 class CoordinatorServer {
  public:
   // Errors: Unavailable "cannot listen on ADDR" when the address cannot be
@@ -32,8 +33,11 @@ class CoordinatorServer {
   // host:port actually bound (the port is the kernel's choice for port 0).
   const std::string& bound_address() const { return bound_address_; }
 
-  // Ends open JoinGang streams (clients reconnect), stops serving and the
-  // scheduler thread. Idempotent.
+  // The core, for tests that drive it directly.
+  Coordinator& coordinator() { return *coordinator_; }
+
+  // Ends open JoinGang streams (clients reconnect) and kv waits, stops
+  // serving and the scheduler thread. Idempotent.
   void Shutdown();
 
  private:
@@ -42,6 +46,7 @@ class CoordinatorServer {
   AgentPortChecker port_checker_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<KvService> kv_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string bound_address_;
 };

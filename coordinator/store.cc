@@ -1,7 +1,10 @@
 #include "coordinator/store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -88,6 +91,23 @@ constexpr const char* kDeletePortLeases =
 constexpr const char* kInsertPortLease =
     "INSERT OR REPLACE INTO port_leases VALUES (?1, ?2, ?3)";
 
+// --- Gang key-value store tokens (issue 6) ---
+// One secret per gang and epoch; rows go when the gang has ended. A table of
+// its own, so older state files gain it without a schema version bump.
+constexpr const char* kKvTokenSchema = R"sql(
+CREATE TABLE IF NOT EXISTS gang_kv_tokens (
+  gang_id TEXT PRIMARY KEY,
+  epoch INTEGER NOT NULL,
+  token TEXT NOT NULL);
+)sql";
+constexpr const char* kUpsertKvToken =
+    "INSERT OR REPLACE INTO gang_kv_tokens VALUES (?1, ?2, ?3)";
+constexpr const char* kDeleteKvToken =
+    "DELETE FROM gang_kv_tokens WHERE gang_id = ?1";
+constexpr const char* kSelectKvTokens =
+    "SELECT gang_id, epoch, token FROM gang_kv_tokens ORDER BY gang_id";
+// --- end gang key-value store tokens ---
+
 // Resets a cached statement when the caller is done with it.
 class StatementUse {
  public:
@@ -165,6 +185,12 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& path) {
         absl::StrCat("cannot open state database ", path, ": ", message));
   }
   std::unique_ptr<Store> store(new Store(db));
+  // The state holds gang key-value store tokens: owner only. SQLite gives
+  // its -wal and -shm files the same mode.
+  if (path != ":memory:" && chmod(path.c_str(), 0600) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot chmod 0600 ", path, ": ", std::strerror(errno)));
+  }
   absl::Status status = store->Init();
   if (!status.ok()) {
     return absl::Status(status.code(),
@@ -209,6 +235,7 @@ absl::Status Store::Init() {
   GDT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
   GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status status = Exec(kSchema);
+  if (status.ok()) status = Exec(kKvTokenSchema);
   int version = -1;
   if (status.ok()) {
     sqlite3_stmt* statement = nullptr;
@@ -522,5 +549,50 @@ absl::StatusOr<StoredState> Store::LoadRows() {
             }));
   return state;
 }
+
+// --- Gang key-value store tokens (issue 6) ---
+
+absl::Status Store::SaveKvToken(const KvToken& token) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertKvToken);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, token.gang_id);
+  sqlite3_bind_int64(s, 2, token.epoch);
+  BindText(s, 3, token.token);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot save the kv token of ", token.gang_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Store::DeleteKvToken(const std::string& gang_id) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteKvToken);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, gang_id);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot delete the kv token of ", gang_id));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<KvToken>> Store::LoadKvTokens() {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectKvTokens);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  std::vector<KvToken> tokens;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    tokens.push_back(
+        KvToken{ColumnText(s, 0), ColumnUint(s, 1), ColumnText(s, 2)});
+  }
+  if (rc != SQLITE_DONE) return Error("cannot read kv tokens");
+  return tokens;
+}
+
+// --- end gang key-value store tokens ---
 
 }  // namespace gdt::coordinator

@@ -22,6 +22,13 @@ struct StoredState {
   std::vector<PortLease> port_leases;
 };
 
+// A gang's key-value store token for one epoch (see gang_kv.h).
+struct KvToken {
+  std::string gang_id;
+  uint32_t epoch = 0;
+  std::string token;
+};
+
 // The coordinator's durable state in one SQLite file (WAL mode, a schema
 // version table, prepared statements, one transaction per change): hosts,
 // gangs, members, GPU leases and port leases. Runtime-only fields (member
@@ -56,6 +63,15 @@ class Store {
 
   // Reads everything back.
   absl::StatusOr<StoredState> Load();
+
+  // --- Gang key-value store tokens (issue 6) ---
+  // Inserts or replaces the gang's token (one per gang, for its epoch).
+  absl::Status SaveKvToken(const KvToken& token);
+  // Deletes the gang's token. Idempotent.
+  absl::Status DeleteKvToken(const std::string& gang_id);
+  // Every stored token, by gang id.
+  absl::StatusOr<std::vector<KvToken>> LoadKvTokens();
+  // --- end gang key-value store tokens ---
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

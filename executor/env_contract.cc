@@ -29,6 +29,11 @@ StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
   env["GDT_MASTER_PORT"] = master_port;
   env["GDT_PEERS"] = absl::StrJoin(assignment.peers(), "\n");
   env["GDT_COORDINATOR"] = assignment.coordinator_endpoint();
+  // The gang key-value store's secret (issue 6): every launcher gets it so
+  // gdt-kv works from any script. Never logged.
+  if (!assignment.kv_token().empty()) {
+    env["GDT_KV_TOKEN"] = assignment.kv_token();
+  }
   env["CUDA_VISIBLE_DEVICES"] = absl::StrJoin(assignment.gpu_indices(), ",");
   if (!project_dir.empty()) {
     env["GDT_CHECKPOINT_DIR"] = absl::StrCat(project_dir, "/checkpoints");
@@ -57,7 +62,15 @@ StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
       env["LOCAL_RANK"] = "0";
       env["LOCAL_WORLD_SIZE"] = "1";
       break;
-    default:  // nccl and none: the generic set only.
+    case v1::LAUNCHER_NCCL:
+      // nccl_bootstrap computes its rank as GDT_NODE_RANK x
+      // GDT_NPROC_PER_NODE + GDT_LOCAL_RANK. With one process per member the
+      // local rank is 0; with more, the script starts them and sets
+      // GDT_LOCAL_RANK in each (left unset here, so a forgotten one is an
+      // error rather than a duplicate rank).
+      if (procs == 1) env["GDT_LOCAL_RANK"] = "0";
+      break;
+    default:  // none: the generic set only.
       break;
   }
 

@@ -21,12 +21,14 @@ struct StageEnvironment {
 // Builds the environment contract for a member placed by `assignment`.
 // Generic: GDT_GANG_ID, GDT_EPOCH, GDT_NODE_RANK, GDT_NUM_NODES,
 // GDT_NPROC_PER_NODE, GDT_WORLD_SIZE, GDT_MASTER_ADDR, GDT_MASTER_PORT,
-// GDT_PEERS (newline-separated, rank order), GDT_COORDINATOR,
+// GDT_PEERS (newline-separated, rank order), GDT_COORDINATOR, GDT_KV_TOKEN
+// (the gang key-value store's secret, when the assignment carries one),
 // CUDA_VISIBLE_DEVICES ("" for a CPU-only member), GDT_CHECKPOINT_DIR
 // (<project_dir>/checkpoints, only when `project_dir` is known), and the
 // GDT_HOSTFILE file ("addr slots=P" per rank). The torchrun launcher (also
 // the default) adds PET_*; the env launcher adds MASTER_ADDR, MASTER_PORT,
-// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; NCCL_SOCKET_IFNAME and
+// RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE; the nccl launcher adds
+// GDT_LOCAL_RANK=0 for one process per member; NCCL_SOCKET_IFNAME and
 // GLOO_SOCKET_IFNAME follow the host's network interface. Never sets
 // CI_NODE_INDEX. Pure function.
 StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,

@@ -108,6 +108,29 @@ TEST(EnvContractTest, NcclLauncherGetsTheGenericSet) {
   EXPECT_THAT(stage.env, Not(Contains(Key("RANK"))));
 }
 
+TEST(EnvContractTest, NcclLauncherGetsTheKvTokenAndLocalRank) {
+  v1::Assignment assignment = TwoNodeAssignment(v1::LAUNCHER_NCCL);
+  assignment.set_kv_token("secret");
+  assignment.set_procs_per_node(1);
+
+  StageEnvironment stage = BuildEnvironmentContract(assignment, "");
+
+  EXPECT_THAT(stage.env, Contains(Pair("GDT_KV_TOKEN", "secret")));
+  EXPECT_THAT(stage.env, Contains(Pair("GDT_LOCAL_RANK", "0")));
+
+  // With several processes per member the script sets the local rank.
+  assignment.set_procs_per_node(2);
+  stage = BuildEnvironmentContract(assignment, "");
+  EXPECT_THAT(stage.env, Not(Contains(Key("GDT_LOCAL_RANK"))));
+}
+
+TEST(EnvContractTest, NoTokenNoVariable) {
+  StageEnvironment stage =
+      BuildEnvironmentContract(TwoNodeAssignment(v1::LAUNCHER_TORCHRUN), "");
+
+  EXPECT_THAT(stage.env, Not(Contains(Key("GDT_KV_TOKEN"))));
+}
+
 TEST(EnvContractTest, CpuOnlyMemberSeesNoGpus) {
   v1::Assignment assignment = TwoNodeAssignment(v1::LAUNCHER_NONE);
   assignment.clear_gpu_indices();

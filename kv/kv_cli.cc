@@ -1,0 +1,165 @@
+#include "kv/kv_cli.h"
+
+#include <charconv>
+#include <chrono>
+#include <istream>
+#include <iterator>
+#include <optional>
+#include <ostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+#include "rendezvous/kv_client.h"
+
+namespace gdt::kv {
+namespace {
+
+int ExitFor(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return kExitOk;
+    case absl::StatusCode::kNotFound:
+      return kExitNoMatch;
+    case absl::StatusCode::kDeadlineExceeded:
+      return kExitTimeout;
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+      return kExitUnavailable;
+    default:
+      return kExitRefused;
+  }
+}
+
+std::string Dump(const nlohmann::json& json) {
+  return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+int RunKvCli(int argc, const char* const* argv,
+             const std::function<const char*(const char*)>& getenv,
+             std::istream& in, std::ostream& out, std::ostream& err) {
+  CLI::App app{
+      "gdt-kv: the gang key-value store of the current gdt job.\n"
+      "Reads GDT_COORDINATOR, GDT_GANG_ID, GDT_EPOCH and GDT_KV_TOKEN.\n"
+      "Exit codes: 0 ok, 1 no such key (get) or not swapped (cas), 2 usage,\n"
+      "3 deadline passed, 4 refused (token, limits, non-integer),\n"
+      "5 coordinator unavailable, or the gang ended during a wait.",
+      "gdt-kv"};
+  app.require_subcommand(1);
+  double timeout_seconds = 30;
+  bool json = false;
+  app.add_option("--timeout", timeout_seconds,
+                 "seconds before the call gives up (default 30)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "print one JSON object");
+
+  std::string key;
+  std::string value;
+  std::vector<std::string> cas_values;  // OLD NEW, or NEW with --absent.
+  int64_t delta = 0;
+  bool absent = false;
+  app.fallthrough();  // --timeout and --json also after the subcommand.
+  CLI::App* set = app.add_subcommand("set", "set KEY to VALUE (- = stdin)");
+  set->add_option("key", key)->required();
+  set->add_option("value", value)->required();
+  CLI::App* get = app.add_subcommand("get", "print KEY's value");
+  get->add_option("key", key)->required();
+  CLI::App* wait = app.add_subcommand("wait", "wait until KEY exists");
+  wait->add_option("key", key)->required();
+  CLI::App* cas =
+      app.add_subcommand("cas", "set KEY to NEW if its value is OLD");
+  cas->add_option("key", key)->required();
+  cas->add_option("values", cas_values, "OLD NEW (or NEW with --absent)")
+      ->required();
+  cas->add_flag("--absent", absent, "swap only if KEY does not exist");
+  CLI::App* add = app.add_subcommand("add", "add N to the counter at KEY");
+  add->add_option("key", key)->required();
+  add->add_option("n", delta)->required();
+
+  std::vector<std::string> args;
+  for (int i = argc - 1; i > 0; --i) args.emplace_back(argv[i]);
+  try {
+    app.parse(args);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports by throwing; --help is a "successful" error.
+    return app.exit(e, out, err) == 0 ? kExitOk : kExitUsage;
+  }
+  if (*cas && cas_values.size() != (absent ? 1u : 2u)) {
+    err << "gdt-kv cas: give KEY OLD NEW, or --absent KEY NEW\n";
+    return kExitUsage;
+  }
+  absl::StatusOr<rendezvous::KvTarget> target =
+      rendezvous::KvTargetFromEnvironment(getenv);
+  if (!target.ok()) {
+    err << "gdt-kv: " << target.status().message() << "\n";
+    return kExitUsage;
+  }
+  if (*set && value == "-") {
+    value.assign(std::istreambuf_iterator<char>(in),
+                 std::istreambuf_iterator<char>());
+  }
+  rendezvous::KvClient client(*target);
+  const auto deadline =
+      std::chrono::system_clock::now() +
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::duration<double>(timeout_seconds));
+  const std::string command = app.get_subcommands().front()->get_name();
+  nlohmann::json result = {{"key", key}};
+  absl::Status status;
+  std::string line;  // Printed without --json.
+  bool no_match = false;
+  if (*set) {
+    status = client.Set(key, value, deadline);
+  } else if (*get || *wait) {
+    absl::StatusOr<std::string> got =
+        *get ? client.Get(key, deadline) : client.Wait(key, deadline);
+    status = got.status();
+    if (got.ok()) {
+      line = *got;
+      result["value"] = *got;
+    }
+  } else if (*cas) {
+    std::optional<std::string> old;
+    if (!absent) old = cas_values.front();
+    absl::StatusOr<rendezvous::KvCasOutcome> outcome =
+        client.CompareAndSet(key, old, cas_values.back(), deadline);
+    status = outcome.status();
+    if (outcome.ok()) {
+      no_match = !outcome->swapped;
+      line = outcome->current.value_or("");
+      result["swapped"] = outcome->swapped;
+      result["value"] = outcome->current.has_value()
+                            ? nlohmann::json(*outcome->current)
+                            : nlohmann::json(nullptr);
+    }
+  } else if (*add) {
+    absl::StatusOr<int64_t> sum = client.Add(key, delta, deadline);
+    status = sum.status();
+    if (sum.ok()) {
+      line = absl::StrCat(*sum);
+      result["value"] = *sum;
+    }
+  }
+  if (!status.ok()) {
+    err << "gdt-kv " << command << ": " << status.message() << "\n";
+    if (json) {
+      result["error"] = std::string(status.message());
+      out << Dump(result) << "\n";
+    }
+    return ExitFor(status);
+  }
+  if (json) {
+    out << Dump(result) << "\n";
+  } else if (!*set) {
+    out << line << "\n";
+  }
+  return no_match ? kExitNoMatch : kExitOk;
+}
+
+}  // namespace gdt::kv

@@ -1,0 +1,189 @@
+// gdt-kv against a real gdt-coord server on 127.0.0.1:0: in-process for the
+// commands and their exit codes, and once as the real binary with the job's
+// environment.
+#include "kv/kv_cli.h"
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/subprocess.h"
+#include "coordinator/server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class KvCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    coordinator::Config config;
+    config.listen_address = "127.0.0.1:0";
+    config.state_path = ":memory:";
+    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
+        coordinator::CoordinatorServer::Start(config, clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    // As the coordinator does at admission.
+    server_->coordinator().kv().OpenGang("g-1", 1, "secret");
+    env_ = {{"GDT_COORDINATOR", server_->bound_address()},
+            {"GDT_GANG_ID", "g-1"},
+            {"GDT_EPOCH", "1"},
+            {"GDT_KV_TOKEN", "secret"}};
+  }
+
+  void TearDown() override { server_->Shutdown(); }
+
+  struct Result {
+    int code = -1;
+    std::string out;
+    std::string err;
+  };
+
+  Result Run(std::vector<std::string> args, const std::string& input = "") {
+    args.insert(args.begin(), "gdt-kv");
+    std::vector<const char*> argv;
+    for (const std::string& arg : args) argv.push_back(arg.c_str());
+    std::istringstream in(input);
+    std::ostringstream out;
+    std::ostringstream err;
+    Result result;
+    result.code = kv::RunKvCli(
+        static_cast<int>(argv.size()), argv.data(),
+        [this](const char* name) -> const char* {
+          auto it = env_.find(name);
+          return it == env_.end() ? nullptr : it->second.c_str();
+        },
+        in, out, err);
+    result.out = out.str();
+    result.err = err.str();
+    return result;
+  }
+
+  SystemClock clock_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(KvCliTest, SetGetAddAndCas) {
+  EXPECT_EQ(Run({"set", "k", "hello"}).code, kv::kExitOk);
+  Result got = Run({"get", "k"});
+  EXPECT_EQ(got.code, kv::kExitOk);
+  EXPECT_EQ(got.out, "hello\n");
+  EXPECT_EQ(Run({"set", "big", "-"}, "from\nstdin").code, kv::kExitOk);
+  EXPECT_EQ(Run({"get", "big"}).out, "from\nstdin\n");
+
+  EXPECT_EQ(Run({"add", "n", "5"}).out, "5\n");
+  EXPECT_EQ(Run({"add", "n", "-2"}).out, "3\n");
+
+  Result lost = Run({"cas", "k", "nope", "x"});
+  EXPECT_EQ(lost.code, kv::kExitNoMatch);
+  EXPECT_EQ(lost.out, "hello\n");
+  EXPECT_EQ(Run({"cas", "k", "hello", "x"}).code, kv::kExitOk);
+  EXPECT_EQ(Run({"cas", "--absent", "leader", "me"}).code, kv::kExitOk);
+  EXPECT_EQ(Run({"cas", "--absent", "leader", "you"}).code, kv::kExitNoMatch);
+
+  Result json = Run({"get", "leader", "--json"});
+  EXPECT_EQ(json.out, "{\"key\":\"leader\",\"value\":\"me\"}\n");
+}
+
+TEST_F(KvCliTest, WaitSeesALaterSetAndTimesOut) {
+  std::future<Result> waiting = std::async(std::launch::async, [this] {
+    return Run({"wait", "ready", "--timeout", "20"});
+  });
+  // A wait registered on the server, then the key set by another member.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (server_->coordinator().kv().waiter_count() == 0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  EXPECT_EQ(Run({"set", "ready", "yes"}).code, kv::kExitOk);
+  Result waited = waiting.get();
+  EXPECT_EQ(waited.code, kv::kExitOk);
+  EXPECT_EQ(waited.out, "yes\n");
+
+  Result timed_out = Run({"wait", "never", "--timeout", "0.3"});
+  EXPECT_EQ(timed_out.code, kv::kExitTimeout);
+  EXPECT_THAT(timed_out.err, HasSubstr("kv wait 'never': deadline passed"));
+}
+
+TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
+  Result missing = Run({"get", "nothing"});
+  EXPECT_EQ(missing.code, kv::kExitNoMatch);
+  EXPECT_EQ(missing.err, "gdt-kv get: no key 'nothing'\n");
+
+  EXPECT_EQ(Run({"frobnicate"}).code, kv::kExitUsage);
+  EXPECT_EQ(Run({"cas", "k", "only-one"}).code, kv::kExitUsage);
+  EXPECT_EQ(Run({"add", "k", "many"}).code, kv::kExitUsage);
+
+  env_["GDT_KV_TOKEN"] = "wrong";
+  Result denied = Run({"set", "k", "v"});
+  EXPECT_EQ(denied.code, kv::kExitRefused);
+  EXPECT_EQ(denied.err, "gdt-kv set: wrong gang token for gang g-1 epoch 1\n");
+
+  env_.erase("GDT_KV_TOKEN");
+  Result no_token = Run({"get", "k"});
+  EXPECT_EQ(no_token.code, kv::kExitUsage);
+  EXPECT_THAT(no_token.err, HasSubstr("GDT_KV_TOKEN is not set"));
+
+  env_["GDT_KV_TOKEN"] = "secret";
+  env_["GDT_EPOCH"] = "x";
+  EXPECT_EQ(Run({"get", "k"}).code, kv::kExitUsage);
+
+  env_["GDT_EPOCH"] = "1";
+  EXPECT_EQ(Run({"set", "s", "text"}).code, kv::kExitOk);
+  Result not_number = Run({"add", "s", "1"});
+  EXPECT_EQ(not_number.code, kv::kExitRefused);
+  EXPECT_THAT(not_number.err, HasSubstr("not a decimal integer"));
+
+  server_->coordinator().kv().EndGang("g-1");
+  Result ended = Run({"get", "k"});
+  EXPECT_EQ(ended.code, kv::kExitRefused);
+  EXPECT_THAT(ended.err, HasSubstr("has no key-value store"));
+}
+
+TEST_F(KvCliTest, TheBinaryReadsTheJobEnvironment) {
+  std::map<std::string, std::string> env = CurrentEnvironment();
+  for (const auto& [name, value] : env_) env[name] = value;
+  SpawnOptions options;
+  options.argv = {GDT_KV_BIN, "add", "members", "1"};
+  options.env = env;
+  options.die_with_parent = true;
+  std::string output;
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<std::unique_ptr<Subprocess>> child =
+        Subprocess::Spawn(options);
+    ASSERT_TRUE(child.ok()) << child.status();
+    output.clear();
+    std::optional<ExitStatus> status =
+        (*child)->WaitUntil(std::chrono::steady_clock::now() + 30s,
+                            [&output](OutputSource, std::string_view text) {
+                              output.append(text);
+                            });
+    ASSERT_TRUE(status.has_value()) << "gdt-kv did not finish";
+    EXPECT_EQ(status->code(), 0) << output;
+  }
+  EXPECT_EQ(output, "2\n");
+
+  options.argv = {GDT_KV_BIN, "--help"};
+  absl::StatusOr<std::unique_ptr<Subprocess>> help = Subprocess::Spawn(options);
+  ASSERT_TRUE(help.ok());
+  output.clear();
+  std::optional<ExitStatus> status = (*help)->WaitUntil(
+      std::chrono::steady_clock::now() + 30s,
+      [&output](OutputSource, std::string_view text) { output.append(text); });
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), 0);
+  EXPECT_THAT(output, HasSubstr("Exit codes"));
+}
+
+}  // namespace
+}  // namespace gdt
