@@ -95,7 +95,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                inventory.note.empty() ? "" : " (" + inventory.note + ")");
   host_config.gpus = inventory.gpus;
   daemon->registrar_ = std::make_unique<Registrar>(
-      daemon->coordinator_, MakeHostSpec(host_config, daemon->advertise_endpoint_),
+      daemon->coordinator_,
+      MakeHostSpec(host_config, daemon->advertise_endpoint_),
       Registrar::Options{});
   daemon->registrar_->Start();
   return daemon;

@@ -70,7 +70,8 @@ absl::StatusOr<std::vector<GpuConfig>> DiscoverNvmlGpus(
   absl::Status status;
   unsigned int devices = 0;
   if (int rc = count(&devices); rc != 0) {
-    status = absl::InternalError(absl::StrCat("nvmlDeviceGetCount failed: ", rc));
+    status =
+        absl::InternalError(absl::StrCat("nvmlDeviceGetCount failed: ", rc));
   }
   for (unsigned int i = 0; status.ok() && i < devices; ++i) {
     NvmlDevice device = nullptr;

@@ -18,8 +18,7 @@ TEST(GpuDiscoveryTest, MissingLibraryIsNotFound) {
 
 TEST(GpuDiscoveryTest, LibraryWithoutNvmlIsNotFound) {
   // libc loads but has none of NVML's functions.
-  absl::StatusOr<std::vector<GpuConfig>> gpus =
-      DiscoverNvmlGpus("libc.so.6");
+  absl::StatusOr<std::vector<GpuConfig>> gpus = DiscoverNvmlGpus("libc.so.6");
   EXPECT_EQ(gpus.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(gpus.status().message(), HasSubstr("lacks an NVML function"));
 }

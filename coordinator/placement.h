@@ -45,7 +45,7 @@ struct WaitingGang {
   uint32_t members = 0;
   uint32_t gpus_per_member = 0;
   int32_t priority = 0;
-  int64_t sequence = 0;  // Arrival order.
+  int64_t sequence = 0;           // Arrival order.
   int64_t queue_time_unix_s = 0;  // When it was created (backfill aging).
   int64_t run_bound_s = 0;
   std::map<uint32_t, std::string> arrival_hosts;  // By member index.

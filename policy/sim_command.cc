@@ -64,11 +64,10 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   }
   SimOptions options = flags.options;
   options.mode = mode->second;
-  options.backfill_order = flags.backfill_order == "queue"
-                               ? BackfillOrder::kQueue
-                           : flags.backfill_order == "shortest"
-                               ? BackfillOrder::kShortestFirst
-                               : BackfillOrder::kResponseRatio;
+  options.backfill_order =
+      flags.backfill_order == "queue"      ? BackfillOrder::kQueue
+      : flags.backfill_order == "shortest" ? BackfillOrder::kShortestFirst
+                                           : BackfillOrder::kResponseRatio;
 
   const auto started = std::chrono::steady_clock::now();
   std::ifstream file(flags.trace_path);

@@ -32,25 +32,26 @@ std::string MakeProject(const TempDir& dir, const std::string& release) {
       "  variables:\n"
       "    GDT_GPUS_PER_NODE: \"2\"\n"
       "    GDT_LAUNCHER: none\n";
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat(
-                "first:\n", job_vars,
-                "  script:\n"
-                "    - echo \"gpus=$CUDA_VISIBLE_DEVICES rank=$GDT_NODE_RANK\"\n"
-                "    - for i in $(seq 600); do [ -f ",
-                release,
-                " ] && exit 0; sleep 0.1; done; exit 9\n"
-                "second:\n",
-                job_vars,
-                "  script:\n"
-                "    - echo \"gpus=$CUDA_VISIBLE_DEVICES rank=$GDT_NODE_RANK\"\n"
-                "huge:\n"
-                "  timeout: 5 minutes\n"
-                "  variables:\n"
-                "    GDT_GPUS_PER_NODE: \"4\"\n"
-                "    GDT_LAUNCHER: none\n"
-                "  script:\n"
-                "    - echo should never run\n"));
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat(
+          "first:\n", job_vars,
+          "  script:\n"
+          "    - echo \"gpus=$CUDA_VISIBLE_DEVICES rank=$GDT_NODE_RANK\"\n"
+          "    - for i in $(seq 600); do [ -f ",
+          release,
+          " ] && exit 0; sleep 0.1; done; exit 9\n"
+          "second:\n",
+          job_vars,
+          "  script:\n"
+          "    - echo \"gpus=$CUDA_VISIBLE_DEVICES rank=$GDT_NODE_RANK\"\n"
+          "huge:\n"
+          "  timeout: 5 minutes\n"
+          "  variables:\n"
+          "    GDT_GPUS_PER_NODE: \"4\"\n"
+          "    GDT_LAUNCHER: none\n"
+          "  script:\n"
+          "    - echo should never run\n"));
   return project;
 }
 
@@ -84,8 +85,8 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
 
   // A gang that can never fit fails at once, naming the limit.
   const auto started = std::chrono::steady_clock::now();
-  CommandResult huge = cluster.RunLocal(project, "huge",
-                                        {"--pipeline-id", "300"}, seconds(60));
+  CommandResult huge =
+      cluster.RunLocal(project, "huge", {"--pipeline-id", "300"}, seconds(60));
   EXPECT_FALSE(huge.status.success()) << huge.output;
   EXPECT_THAT(huge.output,
               HasSubstr("needs 4 GPUs per node but the largest registered "
@@ -165,8 +166,8 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
   // Each member of the second gang logged what it waited for, then ran on
   // the GPUs the first one had.
   for (int i = 1; i <= 2; ++i) {
-    const std::string log = ReadFile(
-        cluster.run_dir() + "/logs/second-" + std::to_string(i) + "-2.log");
+    const std::string log = ReadFile(cluster.run_dir() + "/logs/second-" +
+                                     std::to_string(i) + "-2.log");
     EXPECT_THAT(log, HasSubstr("GPUs held by gang " + first_id)) << log;
     EXPECT_THAT(log, HasSubstr("gpus=0,1")) << log;
     EXPECT_LT(log.find("GPUs held by gang"), log.find("admitted: member"))
