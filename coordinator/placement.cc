@@ -70,42 +70,45 @@ policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
   return policy;
 }
 
-bool Serves(const PlacementHost& host, const WaitingGang& gang) {
-  return host.gpu_indices.size() >= gang.gpus_per_member;
-}
+// What members of g GPUs (0: CPU slots) find on the hosts after the pass.
+struct Room {
+  uint64_t members = 0;               // How many more fit now.
+  std::vector<std::string> holders;   // Gangs holding GPUs/slots there.
+  std::vector<std::string> unusable;  // "gpu-03 drained", "gpu-04 down".
+};
 
-// The line for a complete gang that does not start in this pass.
-std::string WhyBlocked(const WaitingGang& gang,
-                       const std::vector<PlacementHost>& hosts,
-                       const policy::AdmissionPolicy& policy,
-                       const std::map<std::string, std::set<std::string>>&
-                           holders_by_host,  // Gangs holding GPUs/slots.
-                       int64_t now_unix_s) {
-  const uint32_t g = gang.gpus_per_member;
-  uint64_t room = 0;
-  std::vector<std::string> holders;
-  std::vector<std::string> unusable;
+Room RoomFor(
+    uint32_t g, const std::vector<PlacementHost>& hosts,
+    const policy::AdmissionPolicy& policy,
+    const std::map<std::string, std::set<std::string>>& holders_by_host) {
+  Room room;
+  std::set<std::string> seen;
   for (const PlacementHost& host : hosts) {
-    if (!Serves(host, gang)) continue;
+    if (host.gpu_indices.size() < g) continue;
     if (host.down || host.drained) {
-      unusable.push_back(
+      room.unusable.push_back(
           absl::StrCat(host.name, host.down ? " down" : " drained"));
       continue;
     }
-    if (g == 0) {
-      room += policy.FreeCpuSlots(host.name);
-    } else {
-      room += policy.FreeGpus(host.name) / g;
-    }
+    room.members += g == 0 ? policy.FreeCpuSlots(host.name)
+                           : policy.FreeGpus(host.name) / g;
     auto held = holders_by_host.find(host.name);
     if (held == holders_by_host.end()) continue;
     for (const std::string& id : held->second) {
-      if (id != gang.gang_id &&
-          std::find(holders.begin(), holders.end(), id) == holders.end()) {
-        holders.push_back(id);
-      }
+      if (seen.insert(id).second) room.holders.push_back(id);
     }
   }
+  return room;
+}
+
+// The line for a complete gang that does not start in this pass.
+std::string WhyBlocked(const WaitingGang& gang, const Room& found,
+                       const policy::AdmissionPolicy& policy,
+                       int64_t now_unix_s) {
+  const uint32_t g = gang.gpus_per_member;
+  const uint64_t room = found.members;
+  const std::vector<std::string>& holders = found.holders;
+  const std::vector<std::string>& unusable = found.unusable;
   std::string why =
       g == 0 ? absl::StrCat("waiting for ", gang.members,
                             " free slots on up hosts (have ", room)
@@ -239,14 +242,25 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                      std::make_tuple(-b->priority, b->sequence);
             });
   uint32_t position = 0;
+  std::map<uint32_t, Room> rooms;
   for (const WaitingGang* gang : waiting) {
     BlockedGang blocked;
     blocked.queue_position = ++position;
     auto failed = join_failures.find(gang->gang_id);
-    blocked.why =
-        failed != join_failures.end()
-            ? absl::StrCat("cannot start now: ", failed->second)
-            : WhyBlocked(*gang, hosts, policy, holders_by_host, now_unix_s);
+    if (failed != join_failures.end()) {
+      blocked.why = absl::StrCat("cannot start now: ", failed->second);
+    } else {
+      // The room depends only on the GPUs per member: once per size.
+      auto room = rooms.find(gang->gpus_per_member);
+      if (room == rooms.end()) {
+        room = rooms
+                   .emplace(gang->gpus_per_member,
+                            RoomFor(gang->gpus_per_member, hosts, policy,
+                                    holders_by_host))
+                   .first;
+      }
+      blocked.why = WhyBlocked(*gang, room->second, policy, now_unix_s);
+    }
     outcome.blocked[gang->gang_id] = std::move(blocked);
   }
   return outcome;

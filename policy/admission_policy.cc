@@ -67,6 +67,7 @@ absl::Status AdmissionPolicy::AddHost(const HostSpec& spec) {
   host.free_gpus = spec.gpus;
   host.free_slots = spec.runner_slots;
   host.free_cpu = spec.cpu_slots == 0 ? kUnlimited : spec.cpu_slots;
+  feasibility_.clear();
   host_index_[spec.name] = hosts_.size();
   host_names_.push_back(spec.name);
   hosts_.push_back(std::move(host));
@@ -80,6 +81,7 @@ absl::Status AdmissionPolicy::SetDrained(const std::string& host,
     return absl::NotFoundError(absl::StrCat("host ", host));
   }
   hosts_[it->second].drained = drained;
+  feasibility_.clear();
   return absl::OkStatus();
 }
 
@@ -89,21 +91,46 @@ absl::Status AdmissionPolicy::SetDown(const std::string& host, bool down) {
     return absl::NotFoundError(absl::StrCat("host ", host));
   }
   hosts_[it->second].down = down;
+  feasibility_.clear();
   return absl::OkStatus();
 }
 
-bool AdmissionPolicy::Eligible(const Host& host, const GangSpec& spec) const {
-  if (host.drained || host.down || host.spec.gpus < spec.gpus_per_member) {
-    return false;
-  }
+namespace {
+
+// Whether the host could serve the gang if it took gangs: enough GPUs and
+// every label of the node selector.
+bool Matches(const HostSpec& host, const GangSpec& spec) {
+  if (host.gpus < spec.gpus_per_member) return false;
   for (const auto& [key, value] : spec.node_selector) {
-    auto it = host.spec.labels.find(key);
-    if (it == host.spec.labels.end() || it->second != value) return false;
+    auto it = host.labels.find(key);
+    if (it == host.labels.end() || it->second != value) return false;
   }
   return true;
 }
 
+}  // namespace
+
+bool AdmissionPolicy::Eligible(const Host& host, const GangSpec& spec) const {
+  return !host.drained && !host.down && Matches(host.spec, spec);
+}
+
 absl::Status AdmissionPolicy::CheckFeasible(const GangSpec& spec) const {
+  if (spec.id.empty() || spec.members == 0 || spec.run_bound <= 0) {
+    return absl::InvalidArgumentError(
+        "a gang needs an id, at least one member and a positive run bound");
+  }
+  // Messages name the gang, so the cache keeps only successes.
+  const FeasibilityKey key{spec.members, spec.gpus_per_member,
+                           spec.node_selector, spec.same_label,
+                           spec.same_required};
+  if (feasibility_.count(key) != 0) return absl::OkStatus();
+  absl::Status status = CheckFeasibleUncached(spec);
+  if (status.ok()) feasibility_.emplace(key, status);
+  return status;
+}
+
+absl::Status AdmissionPolicy::CheckFeasibleUncached(
+    const GangSpec& spec) const {
   if (spec.id.empty() || spec.members == 0 || spec.run_bound <= 0) {
     return absl::InvalidArgumentError(
         "a gang needs an id, at least one member and a positive run bound");
@@ -127,14 +154,11 @@ absl::Status AdmissionPolicy::CheckFeasible(const GangSpec& spec) const {
   std::vector<bool> matching(hosts_.size());
   std::vector<bool> taking(hosts_.size());
   for (size_t h = 0; h < hosts_.size(); ++h) {
-    Host relaxed = hosts_[h];
-    relaxed.drained = false;
-    relaxed.down = false;
     const HostSpec& host = hosts_[h].spec;
     total[h] = g != 0 ? host.gpus
                       : (host.cpu_slots == 0 ? kUnlimited : host.cpu_slots);
-    matching[h] = Eligible(relaxed, spec);
-    taking[h] = Eligible(hosts_[h], spec);
+    matching[h] = Matches(host, spec);
+    taking[h] = matching[h] && !hosts_[h].drained && !hosts_[h].down;
   }
   const uint64_t able = Capacity(unit, total, matching);
   if (able < spec.members) {
@@ -506,15 +530,19 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
     cap[h] = hosts_[h].free_gpus;
   }
   // Replay the running gangs' ends (at their run bounds) until it fits.
+  // `room` tracks Capacity(g, cap, usable) as GPUs come back.
+  uint64_t room = Capacity(g, cap, usable);
   Seconds start = -1;
   std::optional<std::vector<size_t>> hosts;
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     for (const auto& [host, gpus] : gangs_.at(it->second).placement) {
+      if (usable[host]) room -= cap[host] / g;
       cap[host] += static_cast<uint32_t>(gpus.size());
+      if (usable[host]) room += cap[host] / g;
     }
     auto next = std::next(it);
     if (next != running_.end() && next->first == it->first) continue;
-    if (Capacity(g, cap, usable) < head.spec.members) continue;
+    if (room < head.spec.members) continue;
     hosts = PlaceOn(head, usable, cap);
     if (hosts.has_value()) {
       start = std::max(it->first, now);
@@ -554,6 +582,25 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   std::vector<uint32_t> fewest[2] = {
       std::vector<uint32_t>(largest + 1, kUnlimited),
       std::vector<uint32_t>(largest + 1, kUnlimited)};
+  // hosts_with[f]: hosts taking gangs with exactly f free GPUs. Members of g
+  // GPUs fit at most sum(hosts_with[f] * floor(f / g)) times: a cheap upper
+  // bound that skips gangs which cannot fit before any placement is tried.
+  std::vector<uint32_t> hosts_with(largest + 1, 0);
+  for (const Host& host : hosts_) {
+    if (!host.drained && !host.down) ++hosts_with[host.free_gpus];
+  }
+  // The same over min(free, extra): what gangs running past the
+  // reservation may use. Built once the head is reserved.
+  std::vector<uint32_t> capped_with;
+  auto taking = [&](size_t h) { return !hosts_[h].drained && !hosts_[h].down; };
+  auto capped = [&](size_t h) {
+    return std::min(hosts_[h].free_gpus, extra[h]);
+  };
+  auto room_for = [&](const std::vector<uint32_t>& histogram, uint32_t g) {
+    uint64_t room = 0;
+    for (uint32_t f = g; f <= largest; ++f) room += histogram[f] * (f / g);
+    return room;
+  };
   // Tries to start `gang` now; false when it does not fit (or would delay
   // the reservation).
   auto try_start = [&](Gang& gang) {
@@ -566,15 +613,32 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     const uint32_t g = spec.gpus_per_member;
     std::optional<std::vector<size_t>> hosts;
     const uint64_t need = uint64_t{spec.members} * g;
-    if (need <= free_total && !(plain && spec.members >= fewest[cls][g])) {
+    if (need <= free_total && !(plain && spec.members >= fewest[cls][g]) &&
+        (g == 0 ||
+         room_for(cls == 1 ? capped_with : hosts_with, g) >= spec.members)) {
       // CPU-only gangs use no GPUs, so the reservation does not limit them.
       hosts = Place(gang, cls == 1 && g != 0 ? &extra : nullptr);
     }
     if (hosts.has_value()) {
+      // (free, capped) of each host used, before the commit.
+      std::map<size_t, std::pair<uint32_t, uint32_t>> before;
+      for (const size_t h : *hosts) {
+        before.emplace(
+            h, std::make_pair(hosts_[h].free_gpus, reserved ? capped(h) : 0u));
+      }
       out.admitted.push_back(Commit(gang, *hosts, now));
       free_total -= need;
       if (cls == 1) {
         for (const size_t h : *hosts) extra[h] -= g;
+      }
+      for (const auto& [h, old] : before) {
+        if (!taking(h)) continue;
+        --hosts_with[old.first];
+        ++hosts_with[hosts_[h].free_gpus];
+        if (reserved) {
+          --capped_with[old.second];
+          ++capped_with[capped(h)];
+        }
       }
       return true;
     }
@@ -601,6 +665,12 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
     reserved = Reserve(gang, now, extra);
+  }
+  if (reserved) {
+    capped_with.assign(largest + 1, 0);
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      if (taking(h)) ++capped_with[capped(h)];
+    }
   }
   // Backfill: the rest, in the configured order.
   std::vector<Gang*> candidates;

@@ -19,6 +19,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -217,6 +218,7 @@ class AdmissionPolicy {
     auto operator<=>(const QueueKey&) const = default;
   };
 
+  absl::Status CheckFeasibleUncached(const GangSpec& spec) const;
   bool Eligible(const Host& host, const GangSpec& spec) const;
   // Best-fit placement of every present member, in index order, on free
   // GPUs (capped per host by `extra` when given). Returns the host of each
@@ -243,6 +245,11 @@ class AdmissionPolicy {
   bool Reserve(const Gang& head, Seconds now, std::vector<uint32_t>& extra);
 
   const PolicyOptions options_;
+  // CheckFeasible() results by shape; cleared whenever a host changes.
+  using FeasibilityKey =
+      std::tuple<uint32_t, uint32_t, std::map<std::string, std::string>,
+                 std::string, bool>;
+  mutable std::map<FeasibilityKey, absl::Status> feasibility_;
   std::vector<Host> hosts_;
   std::vector<std::string> host_names_;
   std::map<std::string, size_t> host_index_;
