@@ -23,6 +23,8 @@ struct Config {
   std::chrono::seconds heartbeat_interval{2};
   std::chrono::seconds host_down_after{10};
   std::string log_level = "info";
+  // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
+  std::string metrics_address;
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "coordinator/model.h"
+#include "coordinator/observer.h"
 #include "coordinator/store.h"
 
 namespace gdt::coordinator {
@@ -166,6 +167,10 @@ class Scheduler {
 
   Snapshot GetSnapshot(bool include_finished) const;
 
+  // Where failures are reported (default: NullObserver()). Keeps a
+  // reference; `observer` must outlive the scheduler.
+  void SetObserver(Observer& observer) { observer_ = &observer; }
+
   HostState StateOf(const Host& host) const;
 
  private:
@@ -226,6 +231,7 @@ class Scheduler {
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   std::vector<MemberEvent> events_;
+  Observer* observer_ = &NullObserver();
 };
 
 }  // namespace gdt::coordinator

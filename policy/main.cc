@@ -27,6 +27,7 @@ int Fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   CLI::App app{"Replay a GPU job trace through gdt's gang admission policy"};
+  app.set_version_flag("--version", "gdt-sim " GDT_VERSION);
   std::string trace_path;
   std::string policy_name = "gdt";
   gdt::policy::SimOptions options;
