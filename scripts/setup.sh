@@ -10,6 +10,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  # Packaging: CPack .debs and their Depends (dpkg-shlibdeps)
+  dpkg-dev
   # Run and test: real torchrun/gloo, network namespaces, git for sources
   python3-torch iproute2 git procps
 )
