@@ -173,8 +173,8 @@ int main(int argc, char** argv) {
       {8, 1}, {64, 5}, {1024, 60}, {4096, 400}};
   const std::map<uint32_t, int> runs =
       quick
-          ? std::map<uint32_t, int>{{8, 20}, {64, 10}, {1024, 3}, {4096, 2}}
-          : std::map<uint32_t, int>{{8, 200}, {64, 100}, {1024, 20}, {4096, 8}};
+          ? std::map<uint32_t, int>{{8, 20}, {64, 10}, {1024, 2}, {4096, 1}}
+          : std::map<uint32_t, int>{{8, 200}, {64, 100}, {1024, 5}, {4096, 3}};
   int64_t pipeline = 1;
   std::printf("# formation: first JoinGang sent -> last Admitted received\n");
   for (uint32_t size : sizes) {
