@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string listen;
   std::string port_file;
+  app.set_version_flag("--version", "gdt-agent " GDT_VERSION);
   app.add_option("--config", config_path, "YAML config file")->required();
   app.add_option("--listen", listen,
                  "host:port to serve on (overrides config)");

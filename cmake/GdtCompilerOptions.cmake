@@ -29,3 +29,10 @@ function(gdt_test)
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
 endfunction()
+
+# Bakes the project version into a binary's main.cc for `--version` (only
+# executables get it, so library objects stay cacheable across versions).
+function(gdt_binary_version target)
+  target_compile_definitions(${target} PRIVATE
+    GDT_VERSION="${PROJECT_VERSION}")
+endfunction()

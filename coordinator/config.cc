@@ -69,13 +69,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   if (key == "listen_address" || key == "advertise_endpoint" ||
-      key == "state_path" || key == "log_level") {
+      key == "state_path" || key == "log_level" || key == "metrics_address") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "listen_address") config.listen_address = *text;
     if (key == "advertise_endpoint") config.advertise_endpoint = *text;
     if (key == "state_path") config.state_path = *text;
     if (key == "log_level") config.log_level = *text;
+    if (key == "metrics_address") config.metrics_address = *text;
     return absl::OkStatus();
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||

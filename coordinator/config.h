@@ -25,6 +25,8 @@ struct Config {
   std::string log_level = "info";
   // Gang key-value store (issue 6): keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;
+  // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
+  std::string metrics_address;
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -38,6 +39,12 @@ Coordinator::~Coordinator() {
 }
 
 void Coordinator::SetEventSink(EventSink sink) { sink_ = std::move(sink); }
+
+void Coordinator::SetObserver(Observer& observer) {
+  observer_ = &observer;
+  MutexLock lock(mu_);
+  scheduler_->SetObserver(observer);
+}
 
 void Coordinator::Start() {
   {
@@ -199,12 +206,15 @@ void Coordinator::RunAdmissionPass() {
     {
       MutexLock lock(mu_);
       if (port == 0) {
-        spdlog::warn("gang not admitted gang={}: {}", proposal.gang_id, note);
+        spdlog::warn("event=gang_not_admitted gang={} reason={}",
+                     LogValue(proposal.gang_id), LogValue(note));
         scheduler_->Defer(proposal.gang_id, note);
       } else if (absl::Status status = scheduler_->Admit(proposal, port);
                  !status.ok()) {
-        spdlog::warn("gang not admitted gang={}: {}", proposal.gang_id,
-                     status.ToString());
+        spdlog::warn("event=gang_not_admitted gang={} reason={}",
+                     LogValue(proposal.gang_id), LogValue(status.ToString()));
+      } else {
+        observer_->GangAdmitted(proposal.gang_id);
       }
       events = TakeEventsLocked();
     }
@@ -243,6 +253,8 @@ absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
   {
     MutexLock lock(mu_);
     gang_id = scheduler_->Join(request, stream_id);
+    // Under the lock, so that no admission pass can come between.
+    if (gang_id.ok()) observer_->MemberJoined(*gang_id);
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));

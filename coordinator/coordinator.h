@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "coordinator/gang_kv.h"
 #include "coordinator/model.h"
+#include "coordinator/observer.h"
 #include "coordinator/port_checker.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/store.h"
@@ -48,6 +49,12 @@ class Coordinator {
 
   // Sets where member events go. Call before Start() and before any join.
   void SetEventSink(EventSink sink);
+
+  // Sets who hears about joins, admissions, failures and RPCs (default:
+  // NullObserver()). Call before Start() and before any join; `observer`
+  // must outlive this object.
+  void SetObserver(Observer& observer);
+  Observer& observer() const { return *observer_; }
 
   // Starts and stops the scheduler thread. Stop() is idempotent.
   void Start();
@@ -116,6 +123,7 @@ class Coordinator {
   std::unique_ptr<Store> store_;
   PortChecker& port_checker_;
   EventSink sink_;  // Set before use; constant afterwards.
+  Observer* observer_ = &NullObserver();  // Likewise.
 
   Mutex mu_;
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);

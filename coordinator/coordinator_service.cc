@@ -1,10 +1,12 @@
 #include "coordinator/coordinator_service.h"
 
+#include <chrono>
 #include <deque>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -139,6 +141,44 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
   }
 }
 
+// Reports one RPC's outcome and handling time to the observer.
+class RpcTimer {
+ public:
+  RpcTimer(Observer& observer, std::string_view method)
+      : observer_(observer),
+        method_(method),
+        start_(std::chrono::steady_clock::now()) {}
+  void Done(const grpc::Status& status) {
+    static constexpr const char* kCodes[] = {"OK",
+                                             "CANCELLED",
+                                             "UNKNOWN",
+                                             "INVALID_ARGUMENT",
+                                             "DEADLINE_EXCEEDED",
+                                             "NOT_FOUND",
+                                             "ALREADY_EXISTS",
+                                             "PERMISSION_DENIED",
+                                             "RESOURCE_EXHAUSTED",
+                                             "FAILED_PRECONDITION",
+                                             "ABORTED",
+                                             "OUT_OF_RANGE",
+                                             "UNIMPLEMENTED",
+                                             "INTERNAL",
+                                             "UNAVAILABLE",
+                                             "DATA_LOSS",
+                                             "UNAUTHENTICATED"};
+    const int code = static_cast<int>(status.error_code());
+    observer_.RpcFinished(
+        method_, code >= 0 && code <= 16 ? kCodes[code] : "UNKNOWN",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
+            .count());
+  }
+
+ private:
+  Observer& observer_;
+  std::string_view method_;
+  std::chrono::steady_clock::time_point start_;
+};
+
 }  // namespace
 
 // A server stream that writes queued events one at a time and ends after a
@@ -253,14 +293,15 @@ class CoordinatorService::JoinReactor final
     absl::StatusOr<std::string> gang_id =
         service_.coordinator_.Join(FromProto(request), stream_id_);
     if (!gang_id.ok()) {
-      spdlog::warn("join rejected job={} member={} group={}: {}",
+      spdlog::warn("event=join_rejected job={} member={} group={} error={}",
                    request.job_id(), request.member_index(),
-                   request.key().group_name(), gang_id.status().ToString());
+                   LogValue(request.key().group_name()),
+                   LogValue(gang_id.status().ToString()));
       End(rendezvous::ToGrpcStatus(gang_id.status()));
       return;
     }
-    spdlog::info("member joined gang={} member={} job={}", *gang_id,
-                 request.member_index(), request.job_id());
+    spdlog::info("event=member_joined gang={} member={} job={}",
+                 LogValue(*gang_id), request.member_index(), request.job_id());
     // Runs inside the method handler, before gRPC arms OnCancel/OnDone, so
     // these are set before any reaction can read them.
     MutexLock lock(mu_);
@@ -311,9 +352,9 @@ class CoordinatorService::WatchReactor final
         request.gang_id(), request.epoch(), request.member_index(),
         request.job_id(), stream_id_);
     if (!status.ok()) {
-      spdlog::warn("watch rejected gang={} member={} job={}: {}",
-                   request.gang_id(), request.member_index(), request.job_id(),
-                   status.ToString());
+      spdlog::warn("event=watch_rejected gang={} member={} job={} error={}",
+                   LogValue(request.gang_id()), request.member_index(),
+                   request.job_id(), LogValue(status.ToString()));
       End(rendezvous::ToGrpcStatus(status));
     }
   }
@@ -450,15 +491,19 @@ void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
 
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
+  RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request);
+  timer.Done(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
+  RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request);
+  timer.Done(grpc::Status::OK);
   return reactor;
 }
 
@@ -467,18 +512,21 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     const v1::RegisterHostRequest* request,
     v1::RegisterHostResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcTimer timer(coordinator_.observer(), "RegisterHost");
   absl::Status status = coordinator_.RegisterHost(FromProto(request->host()));
   if (!status.ok()) {
-    spdlog::warn("register rejected host={}: {}", request->host().name(),
-                 status.ToString());
+    spdlog::warn("event=register_rejected host={} error={}",
+                 LogValue(request->host().name()), LogValue(status.ToString()));
   } else {
-    spdlog::info("host registered host={} gpus={} agent={}",
-                 request->host().name(), request->host().gpus_size(),
-                 request->host().agent_endpoint());
+    spdlog::info("event=host_registered host={} gpus={} agent={}",
+                 LogValue(request->host().name()), request->host().gpus_size(),
+                 LogValue(request->host().agent_endpoint()));
     response->set_heartbeat_interval_seconds(
         static_cast<uint32_t>(heartbeat_interval_.count()));
   }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  const grpc::Status result = rendezvous::ToGrpcStatus(status);
+  timer.Done(result);
+  reactor->Finish(result);
   return reactor;
 }
 
@@ -486,8 +534,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcTimer timer(coordinator_.observer(), "Heartbeat");
   response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
-  reactor->Finish(grpc::Status::OK);
+  const grpc::Status result = grpc::Status::OK;
+  timer.Done(result);
+  reactor->Finish(result);
   return reactor;
 }
 
@@ -495,6 +546,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcTimer timer(coordinator_.observer(), "ReportExit");
   if (request->hung_seconds() > 0) {
     absl::Status status = coordinator_.MemberHung(
         request->gang_id(), request->epoch(), request->member_index(),
@@ -521,15 +573,17 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
       request->gang_id(), request->epoch(), request->member_index(),
       request->job_id(), request->exit_code(), request->cancelled());
   if (status.ok()) {
-    spdlog::info("member exited gang={} member={} code={} cancelled={}",
-                 request->gang_id(), request->member_index(),
+    spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
+                 LogValue(request->gang_id()), request->member_index(),
                  request->exit_code(), request->cancelled());
   } else {
-    spdlog::warn("exit report rejected gang={} member={}: {}",
-                 request->gang_id(), request->member_index(),
-                 status.ToString());
+    spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
+                 LogValue(request->gang_id()), request->member_index(),
+                 LogValue(status.ToString()));
   }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  const grpc::Status result = rendezvous::ToGrpcStatus(status);
+  timer.Done(result);
+  reactor->Finish(result);
   return reactor;
 }
 
@@ -537,14 +591,17 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     grpc::CallbackServerContext* context, const v1::LeaveGangRequest* request,
     v1::LeaveGangResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcTimer timer(coordinator_.observer(), "LeaveGang");
   absl::Status status = coordinator_.Leave(
       FromProto(request->key()), request->member_index(), request->job_id());
   if (!status.ok()) {
-    spdlog::error("leave failed group={} member={}: {}",
-                  request->key().group_name(), request->member_index(),
-                  status.ToString());
+    spdlog::error("event=leave_failed group={} member={} error={}",
+                  LogValue(request->key().group_name()),
+                  request->member_index(), LogValue(status.ToString()));
   }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  const grpc::Status result = rendezvous::ToGrpcStatus(status);
+  timer.Done(result);
+  reactor->Finish(result);
   return reactor;
 }
 
@@ -552,8 +609,11 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
     v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  RpcTimer timer(coordinator_.observer(), "GetStatus");
   ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
-  reactor->Finish(grpc::Status::OK);
+  const grpc::Status result = grpc::Status::OK;
+  timer.Done(result);
+  reactor->Finish(result);
   return reactor;
 }
 

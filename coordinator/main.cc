@@ -3,7 +3,9 @@
 // flags, loads config, wires the server, waits for a signal and maps results
 // to exit codes; everything else lives in the coordinator libraries.
 #include <signal.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -33,6 +35,7 @@ struct ServeFlags {
   std::string listen;
   std::string state;
   std::string port_file;
+  std::string metrics_port_file;
 };
 
 int Fail(int code, const std::string& message) {
@@ -72,6 +75,18 @@ int Serve(const ServeFlags& flags) {
                     : kExitFailure,
                 std::string(server.status().message()));
   }
+  // The metrics port file first: once the port file exists, both do.
+  if (!flags.metrics_port_file.empty()) {
+    if ((*server)->metrics_address().empty()) {
+      return Fail(kExitUsage,
+                  "--metrics-port-file needs metrics_address in the config");
+    }
+    if (absl::Status written = gdt::coordinator::WritePortFile(
+            flags.metrics_port_file, (*server)->metrics_address());
+        !written.ok()) {
+      return Fail(kExitFailure, std::string(written.message()));
+    }
+  }
   if (!flags.port_file.empty()) {
     if (absl::Status written = gdt::coordinator::WritePortFile(
             flags.port_file, (*server)->bound_address());
@@ -79,13 +94,50 @@ int Serve(const ServeFlags& flags) {
       return Fail(kExitFailure, std::string(written.message()));
     }
   }
-  spdlog::info("gdt-coord listening on {} state={}", (*server)->bound_address(),
-               config->state_path);
+  spdlog::info("event=listening address={} metrics={} state={}",
+               (*server)->bound_address(),
+               (*server)->metrics_address().empty()
+                   ? "off"
+                   : (*server)->metrics_address(),
+               gdt::LogValue(config->state_path));
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  spdlog::info("signal {} received, shutting down", signal_number);
+  spdlog::info("event=shutting_down signal={}", signal_number);
   (*server)->Shutdown();
   return kExitOk;
+}
+
+int StatusFailure(const absl::Status& status) {
+  const int code = status.code() == absl::StatusCode::kUnavailable
+                       ? kExitUnavailable
+                       : kExitFailure;
+  return Fail(code, std::string(status.message()));
+}
+
+// `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
+int Watch(const std::string& endpoint,
+          const gdt::coordinator::StatusOptions& options,
+          double interval_seconds, int count) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  gdt::coordinator::WatchOptions watch;
+  watch.interval =
+      std::chrono::milliseconds(static_cast<int64_t>(interval_seconds * 1000));
+  watch.count = count;
+  watch.clear = isatty(STDOUT_FILENO) != 0;
+  const absl::Status last = gdt::coordinator::WatchStatus(
+      [&] { return gdt::coordinator::FetchStatus(endpoint); }, options, watch,
+      std::cout,
+      [&](std::chrono::milliseconds interval) {
+        timespec timeout{};
+        timeout.tv_sec = interval.count() / 1000;
+        timeout.tv_nsec = (interval.count() % 1000) * 1000000;
+        return sigtimedwait(&signals, nullptr, &timeout) > 0;
+      });
+  return last.ok() ? kExitOk : StatusFailure(last);
 }
 
 }  // namespace
@@ -98,6 +150,7 @@ int main(int argc, char** argv) {
       "stops a gang; `simulate` replays a job trace through the admission "
       "policy."};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "gdt-coord " GDT_VERSION);
 
   ServeFlags serve_flags;
   CLI::App* serve = app.add_subcommand("serve", "Run the coordinator daemon");
@@ -106,7 +159,7 @@ int main(int argc, char** argv) {
                    "YAML config file (keys: listen_address, "
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
-                   "host_down_after_seconds, log_level)")
+                   "host_down_after_seconds, log_level, metrics_address)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "
@@ -115,20 +168,40 @@ int main(int argc, char** argv) {
                     "SQLite state file; overrides state_path");
   serve->add_option("--port-file", serve_flags.port_file,
                     "Write the bound host:port here once serving");
+  serve->add_option("--metrics-port-file", serve_flags.metrics_port_file,
+                    "Write the bound host:port of /metrics here once serving "
+                    "(needs metrics_address)");
 
   std::string endpoint = "127.0.0.1:7070";
   if (const char* env = std::getenv("GDT_COORDINATOR"); env && *env) {
     endpoint = env;
   }
-  bool json = false;
-  bool all = false;
-  CLI::App* status =
-      app.add_subcommand("status", "Show hosts and gangs of a coordinator");
+  gdt::coordinator::StatusOptions status_options;
+  bool watch = false;
+  int count = 0;
+  double interval_seconds = 2;
+  CLI::App* status = app.add_subcommand(
+      "status",
+      "Show the cluster: hosts, gangs by state with members and waiting "
+      "reasons, recent failures; or one gang in detail");
+  status->add_option("gang", status_options.gang,
+                     "Show this gang in detail (gang id or a unique prefix)");
   status->add_option("--coordinator", endpoint,
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
-  status->add_flag("--json", json, "Print JSON for scripts");
-  status->add_flag("--all", all, "Include finished gangs");
+  status->add_flag("--json", status_options.json, "Print JSON for scripts");
+  status->add_flag("--all", status_options.all,
+                   "Include finished gangs (done, or failed and left)");
+  status->add_flag("--watch", watch,
+                   "Refresh every --interval seconds until interrupted");
+  status
+      ->add_option("--interval", interval_seconds,
+                   "Seconds between --watch refreshes (default 2)")
+      ->check(CLI::Range(0.1, 3600.0));
+  status
+      ->add_option("--count", count,
+                   "With --watch: stop after this many refreshes (0 = never)")
+      ->check(CLI::NonNegativeNumber);
 
   CLI::App* hosts = app.add_subcommand(
       "hosts", "List, drain, undrain or remove hosts of a coordinator");
@@ -224,11 +297,12 @@ int main(int argc, char** argv) {
     std::cout << *done;
     return kExitOk;
   }
-  absl::StatusOr<std::string> text =
-      gdt::coordinator::RunStatusCommand(endpoint, json, all);
-  if (!text.ok()) {
-    return Fail(kExitUnavailable, std::string(text.status().message()));
+  if (!watch) {
+    absl::StatusOr<std::string> text =
+        gdt::coordinator::RunStatusCommand(endpoint, status_options);
+    if (!text.ok()) return StatusFailure(text.status());
+    std::cout << *text;
+    return kExitOk;
   }
-  std::cout << *text;
-  return kExitOk;
+  return Watch(endpoint, status_options, interval_seconds, count);
 }

@@ -392,7 +392,12 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
-  if (fails) spdlog::warn("{}", gang.reason);
+  if (fails) {
+    spdlog::warn("{}", gang.reason);
+    observer_->Failure(cancelled         ? "cancelled"
+                       : exit_code > 128 ? "signal"
+                                         : "exit_nonzero");
+  }
   NotifyWatchers(gang);
   return absl::OkStatus();
 }

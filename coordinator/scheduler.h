@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "coordinator/model.h"
 #include "coordinator/placement.h"
+#include "coordinator/observer.h"
 #include "coordinator/store.h"
 
 namespace gdt::coordinator {
@@ -184,6 +185,10 @@ class Scheduler {
 
   Snapshot GetSnapshot(bool include_finished) const;
 
+  // Where failures are reported (default: NullObserver()). Keeps a
+  // reference; `observer` must outlive the scheduler.
+  void SetObserver(Observer& observer) { observer_ = &observer; }
+
   HostState StateOf(const Host& host) const;
 
   // The gang with id `gang_id`, or nullptr. Valid until the next change.
@@ -288,6 +293,7 @@ class Scheduler {
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   std::vector<MemberEvent> events_;
+  Observer* observer_ = &NullObserver();
 };
 
 }  // namespace gdt::coordinator

@@ -14,6 +14,7 @@ namespace gdt::coordinator {
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock) {
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config.state_path);
   if (!store.ok()) return store.status();
   SchedulerOptions options;
@@ -28,6 +29,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                           server->port_checker_, kv_limits);
   if (!coordinator.ok()) return coordinator.status();
   server->coordinator_ = std::move(*coordinator);
+  server->coordinator_->SetObserver(*server->metrics_);
   server->service_ = std::make_unique<CoordinatorService>(
       *server->coordinator_, config.heartbeat_interval);
 
@@ -49,6 +51,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
                                              ? server->bound_address_
                                              : config.advertise_endpoint);
+  if (!config.metrics_address.empty()) {
+    Coordinator* core = server->coordinator_.get();
+    CoordinatorMetrics* metrics = server->metrics_.get();
+    absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
+        MetricsServer::Start(config.metrics_address, [core, metrics] {
+          return metrics->Render(core->GetSnapshot(false));
+        });
+    if (!metrics_server.ok()) return metrics_server.status();
+    server->metrics_server_ = std::move(*metrics_server);
+  }
   server->coordinator_->Start();
   return server;
 }
@@ -56,6 +68,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::Shutdown() {
+  metrics_server_.reset();
   if (service_ != nullptr) {
     service_->EndAllStreams("coordinator is shutting down");
   }

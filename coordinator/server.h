@@ -11,6 +11,8 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/kv_service.h"
+#include "coordinator/metrics.h"
+#include "coordinator/metrics_server.h"
 #include "grpcpp/server.h"
 
 namespace gdt::coordinator {
@@ -20,9 +22,11 @@ namespace gdt::coordinator {
 // cross-process tests use it. Thread-safe. Keeps a reference to `clock`.
 class CoordinatorServer {
  public:
-  // Errors: Unavailable "cannot listen on ADDR" when the address cannot be
-  // bound; Internal/FailedPrecondition/DataLoss when the state cannot be
-  // opened or loaded.
+  // Serves /metrics too when config.metrics_address is set.
+  // Errors: Unavailable "cannot listen on ADDR" when the address (or the
+  // metrics address) cannot be bound; InvalidArgument for a malformed
+  // metrics address; Internal/FailedPrecondition/DataLoss when the state cannot
+  // be opened or loaded.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const Config& config, const Clock& clock);
 
@@ -32,6 +36,10 @@ class CoordinatorServer {
 
   // host:port actually bound (the port is the kernel's choice for port 0).
   const std::string& bound_address() const { return bound_address_; }
+  // host:port of the /metrics endpoint; empty when it is off.
+  std::string metrics_address() const {
+    return metrics_server_ ? metrics_server_->bound_address() : "";
+  }
 
   // The core, for tests that drive it directly.
   Coordinator& coordinator() { return *coordinator_; }
@@ -44,10 +52,12 @@ class CoordinatorServer {
   CoordinatorServer() = default;
 
   AgentPortChecker port_checker_;
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<KvService> kv_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;
 };
 

@@ -1,7 +1,10 @@
 #ifndef GDT_COORDINATOR_STATUS_COMMAND_H_
 #define GDT_COORDINATOR_STATUS_COMMAND_H_
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -9,20 +12,63 @@
 
 namespace gdt::coordinator {
 
-// `gdt-coord status`: asks the coordinator at `endpoint` for its state and
-// returns the text to print (tables, or JSON when `json`). `all` includes
-// finished gangs.
-// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
+// Human output of `gdt-coord status` never exceeds this many columns.
+inline constexpr size_t kStatusWidth = 100;
+
+struct StatusOptions {
+  bool json = false;
+  bool all = false;  // Also finished gangs (done, and failed and left).
+  std::string gang;  // Non-empty: the detail of this gang (id or prefix).
+};
+
+// `gdt-coord status [GANG]`: asks the coordinator at `endpoint` for its
+// state and returns the text to print (or JSON).
+// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
+// NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
+// for a GANG that names no gang or several.
 absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             bool json, bool all);
+                                             const StatusOptions& options);
 
-// A HOSTS table and a GANGS table with one row per member. `now_unix_ms`
-// gives the heartbeat ages.
+// The pure part of RunStatusCommand, for a response already fetched.
+absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
+                                         const StatusOptions& options,
+                                         int64_t now_unix_ms);
+
+// `--watch`: every `interval`, fetches the status with `fetch`, renders it
+// like RenderStatus and writes one frame to `out` (after the ANSI
+// clear-screen sequence when `clear`, else after a blank line). A failed
+// fetch writes its one-line error as the frame and the watch goes on.
+// Stops after `count` frames (0 = no limit) or when `wait(interval)` returns
+// true (interrupted). Returns the last frame's error, if any.
+struct WatchOptions {
+  std::chrono::milliseconds interval{2000};
+  int count = 0;
+  bool clear = false;
+};
+absl::Status WatchStatus(
+    const std::function<absl::StatusOr<v1::GetStatusResponse>()>& fetch,
+    const StatusOptions& options, const WatchOptions& watch, std::ostream& out,
+    const std::function<bool(std::chrono::milliseconds)>& wait);
+
+// Fetches the status (finished gangs included) from `endpoint`.
+// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint);
+
+// The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
+// members, waiting reasons and ages, and RECENT FAILURES with their root
+// cause. `all` adds finished gangs to GANGS. Lines fit kStatusWidth.
 std::string RenderStatusText(const v1::GetStatusResponse& status,
-                             int64_t now_unix_ms);
+                             int64_t now_unix_ms, bool all = false);
 
-// {"hosts":[...],"gangs":[...]} for scripts.
-std::string RenderStatusJson(const v1::GetStatusResponse& status);
+// One gang in detail (every member, full reason), fitting kStatusWidth.
+std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms);
+
+// {"summary":{...},"hosts":[...],"gangs":[...],"recent_failures":[...]}.
+std::string RenderStatusJson(const v1::GetStatusResponse& status,
+                             bool all = true);
+
+// One gang as JSON (the same object as in "gangs").
+std::string RenderGangJson(const v1::GangStatus& gang);
 
 }  // namespace gdt::coordinator
 

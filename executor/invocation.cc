@@ -7,7 +7,8 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: gdt-executor [--config FILE] config|prepare|cleanup | "
-    "gdt-executor [--config FILE] run <script_path> <stage_name>";
+    "gdt-executor [--config FILE] run <script_path> <stage_name> | "
+    "gdt-executor --help | --version";
 
 absl::Status Usage(const std::string& problem) {
   return absl::InvalidArgumentError(absl::StrCat(problem, "; ", kUsage));

@@ -25,6 +25,10 @@ int main(int argc, char** argv) {
       std::cout << gdt::executor::HelpText();
       return 0;
     }
+    if (std::string(argv[i]) == "--version") {
+      std::cout << "gdt-executor " GDT_VERSION "\n";
+      return 0;
+    }
   }
   const std::atomic<int>& signal = gdt::executor::InstallTerminationHandlers();
   const gdt::executor::Environment environment = gdt::CurrentEnvironment();

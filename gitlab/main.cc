@@ -83,6 +83,7 @@ int Lint(const std::string& file, bool json,
 int main(int argc, char** argv) {
   CLI::App app{"gdt-ci: GitLab CI tooling for gdt gangs"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "gdt-ci " GDT_VERSION);
   std::string log_level = "warn";
   app.add_option("--log-level", log_level, "trace..critical, off");
 

@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "gdt-sim: replay a GPU job trace through gdt's gang admission policy "
       "(same as `gdt-coord simulate`)"};
+  app.set_version_flag("--version", "gdt-sim " GDT_VERSION);
   gdt::policy::SimulateFlags flags;
   gdt::policy::AddSimulateOptions(app, flags);
   CLI11_PARSE(app, argc, argv);

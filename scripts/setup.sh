@@ -13,6 +13,8 @@ packages=(
   libbenchmark-dev
   # clang's sanitizer and libFuzzer runtimes (only recommended by clang)
   libclang-rt-14-dev
+  # Packaging: CPack .debs and their Depends (dpkg-shlibdeps)
+  dpkg-dev
   # Run and test: real torchrun/gloo, network namespaces, git for sources
   python3-torch iproute2 git procps
 )

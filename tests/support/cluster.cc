@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 
 namespace gdt::testing {
@@ -267,19 +268,27 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   // Tests running in parallel share this machine's ports but not a
   // coordinator, so each test process leases master ports from its own range.
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const std::string listen_host =
+      coordinator_listen_.substr(0, coordinator_listen_.rfind(':'));
   WriteFile(config, absl::StrCat("listen_address: ", coordinator_listen_,
                                  "\nstate_path: ", dir_.Sub("coord.db"),
                                  "\nheartbeat_interval_seconds: 1\n",
                                  "host_down_after_seconds: 5\n",
+                                 "metrics_address: ", listen_host, ":0\n",
                                  "master_port_range: {min: ", first_port,
                                  ", max: ", first_port + 39, "}\n"));
-  absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
-      Prefix(control_host_),
-      {BinaryPath("gdt-coord"), "serve", "--config", config}, {},
-      dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log")),
-      milliseconds(20000));
+  const std::string log =
+      dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Start(Prefix(control_host_),
+                    {BinaryPath("gdt-coord"), "serve", "--config", config,
+                     "--metrics-port-file", log + ".metrics"},
+                    {}, log, milliseconds(20000));
   if (!daemon.ok()) return daemon.status();
   coordinator_ = std::move(*daemon);
+  // gdt-coord writes the metrics port file before the port file.
+  metrics_endpoint_ =
+      std::string(absl::StripAsciiWhitespace(ReadFile(log + ".metrics")));
   // A restart must come back on the same address: pin the port it got.
   coordinator_listen_ = coordinator_->endpoint();
   return absl::OkStatus();

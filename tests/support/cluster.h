@@ -146,6 +146,8 @@ class GdtCluster {
 
   absl::StatusOr<nlohmann::json> Status();
   std::string coordinator_endpoint() const;
+  // host:port of the running coordinator's Prometheus /metrics endpoint.
+  const std::string& metrics_endpoint() const { return metrics_endpoint_; }
   const TempDir& dir() const { return dir_; }
   std::string run_dir() const { return dir_.Sub("run"); }
   // Every daemon's log, for failure messages.
@@ -160,6 +162,7 @@ class GdtCluster {
   TempDir dir_;
   std::string coordinator_listen_;
   std::unique_ptr<Daemon> coordinator_;
+  std::string metrics_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;
   int coordinator_starts_ = 0;
 };

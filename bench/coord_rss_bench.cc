@@ -1,0 +1,165 @@
+// Benchmark (e): resident memory of a real `gdt-coord serve` process holding
+// 10,000 registered hosts and 1,000 pending gangs (8 members each, 4 joined
+// and waiting on open JoinGang streams: 4,000 streams), next to the same
+// process idle right after start (measured in the same run).
+// Usage: gdt-bench-rss [PATH_TO_GDT_COORD]
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "bench/grpc_bench_support.h"
+#include "common/subprocess.h"
+
+namespace gdt::bench {
+namespace {
+
+constexpr int kHosts = 10000;
+constexpr int kGangs = 1000;
+constexpr uint32_t kGangSize = 8;
+constexpr uint32_t kJoined = 4;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream file(path);
+  return std::string(std::istreambuf_iterator<char>(file), {});
+}
+
+// Polls `condition` every 50 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition,
+             std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return condition();
+}
+
+int Run(const std::string& binary) {
+  char pattern[] = "/tmp/gdt-bench-rss-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) return 1;
+  const std::string dir = pattern;
+  {
+    std::ofstream config(dir + "/coord.yaml");
+    config << "listen_address: 127.0.0.1:0\nstate_path: " << dir
+           << "/coord.db\nmax_nodes_per_job: 8\nlog_level: warn\n"
+           << "host_down_after_seconds: 3600\n";
+  }
+  SpawnOptions options;
+  options.argv = {binary,        "serve",      "--config", dir + "/coord.yaml",
+                  "--port-file", dir + "/port"};
+  options.capture_output = false;
+  options.output_path = dir + "/coord.log";
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> coord =
+      Subprocess::Spawn(options);
+  if (!coord.ok()) {
+    std::cerr << coord.status() << "\n";
+    return 1;
+  }
+  if (!WaitFor([&] { return std::filesystem::exists(dir + "/port"); },
+               std::chrono::seconds(20))) {
+    std::cerr << "gdt-coord did not start: " << ReadAll(dir + "/coord.log");
+    return 1;
+  }
+  const std::string endpoint =
+      std::string(absl::StripAsciiWhitespace(ReadAll(dir + "/port")));
+  const std::string pid = std::to_string((*coord)->pid());
+  const double idle = RssMiB(pid);
+
+  auto stubs = MakeStubs(endpoint, 8);
+  std::vector<std::thread> registrars;
+  for (int t = 0; t < 8; ++t) {
+    registrars.emplace_back([&, t] {
+      for (int h = t; h < kHosts; h += 8) {
+        v1::RegisterHostRequest request;
+        v1::HostSpec* host = request.mutable_host();
+        host->set_name(absl::StrCat("gpu-", h));
+        host->set_address(
+            absl::StrCat("10.", h / 65536, ".", (h / 256) % 256, ".", h % 256));
+        host->set_agent_endpoint(host->address() + ":7071");
+        host->set_network_interface("eth0");
+        (*host->mutable_labels())["rack"] = absl::StrCat("r", h / 40);
+        for (uint32_t gpu = 0; gpu < 8; ++gpu) {
+          v1::Gpu* g = host->add_gpus();
+          g->set_index(gpu);
+          g->set_uuid(absl::StrCat("GPU-", h, "-", gpu));
+          g->set_model("H100");
+          g->set_memory_bytes(80ull << 30);
+        }
+        grpc::ClientContext context;
+        v1::RegisterHostResponse response;
+        if (!stubs[t]->RegisterHost(&context, request, &response).ok()) {
+          std::cerr << "register failed\n";
+          std::abort();
+        }
+      }
+    });
+  }
+  for (std::thread& thread : registrars) thread.join();
+
+  // Streams stay open until the coordinator stops.
+  Latch ended(static_cast<size_t>(kGangs) * kJoined);
+  std::vector<std::unique_ptr<JoinStream>> streams;
+  for (int g = 0; g < kGangs; ++g) {
+    for (uint32_t index = 1; index <= kJoined; ++index) {
+      v1::JoinGangRequest request = JoinRequestFor(g + 1, kGangSize, index);
+      request.set_gpus_per_node(8);
+      streams.push_back(std::make_unique<JoinStream>(
+          stubs[streams.size() % stubs.size()].get(), request, &ended));
+      streams.back()->Start();
+    }
+  }
+  auto client = MakeStubs(endpoint, 1);
+  int present = 0;
+  const bool formed = WaitFor(
+      [&] {
+        grpc::ClientContext context;
+        context.set_deadline(std::chrono::system_clock::now() +
+                             std::chrono::seconds(20));
+        v1::GetStatusRequest request;
+        v1::GetStatusResponse response;
+        if (!client[0]->GetStatus(&context, request, &response).ok()) {
+          return false;
+        }
+        present = 0;
+        for (const v1::GangStatus& gang : response.gangs()) {
+          for (const v1::MemberStatus& member : gang.members()) {
+            if (member.present()) ++present;
+          }
+        }
+        return response.hosts_size() == kHosts &&
+               response.gangs_size() == kGangs &&
+               present == kGangs * static_cast<int>(kJoined);
+      },
+      std::chrono::seconds(120));
+  const double loaded = RssMiB(pid);
+  std::printf(
+      "rss gdt-coord hosts=%d pending_gangs=%d waiting_members=%d: "
+      "%.1f MiB | idle at start %.1f MiB | loaded/idle=%.1fx | target "
+      "<=100MB %s%s\n",
+      kHosts, kGangs, present, loaded, idle, loaded / idle,
+      Verdict(loaded * 1.048576, 100),
+      formed ? "" : " (NOT all gangs/members seen before the deadline)");
+  (*coord)->SignalGroup(SIGTERM);
+  (*coord)->WaitUntil(std::chrono::steady_clock::now() +
+                      std::chrono::seconds(20));
+  // Every stream has ended (the streams must outlive their RPCs).
+  if (!ended.WaitFor(std::chrono::seconds(60))) std::abort();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return formed ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace gdt::bench
+
+int main(int argc, char** argv) {
+  return gdt::bench::Run(argc > 1 ? argv[1] : GDT_COORD_BIN);
+}

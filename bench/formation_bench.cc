@@ -1,0 +1,226 @@
+// Benchmark (a): gang formation with every join sent at once, from the first
+// JoinGang call to the last member's Admitted event, at 8 / 64 / 1,024 /
+// 4,096 members, against the real in-process coordinator on loopback; next
+// to a naive barrier (a gRPC service that only counts joins and releases
+// everyone with an equally large Admitted event) measured in the same run.
+// Usage: gdt-bench-formation [--quick]
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_util.h"
+#include "bench/grpc_bench_support.h"
+#include "coordinator/model.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A formation slower than this ends the benchmark with a DID NOT COMPLETE
+// line (the largest sizes are run last).
+constexpr std::chrono::seconds kFormationTimeout{120};
+
+// The naive barrier: holds each JoinGang stream until `size` members of its
+// gang have joined, then writes every member an Admitted event (with the
+// same peer list a real assignment has) and ends the streams.
+class BarrierService final : public v1::Coordinator::CallbackService {
+ public:
+  class Stream final : public grpc::ServerWriteReactor<v1::JoinGangEvent> {
+   public:
+    void Admit(const v1::JoinGangEvent& event) {
+      event_ = event;
+      StartWriteAndFinish(&event_, grpc::WriteOptions(), grpc::Status::OK);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    v1::JoinGangEvent event_;
+  };
+
+  grpc::ServerWriteReactor<v1::JoinGangEvent>* JoinGang(
+      grpc::CallbackServerContext*,
+      const v1::JoinGangRequest* request) override {
+    auto* stream = new Stream();
+    std::vector<std::pair<uint32_t, Stream*>> release;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& waiting = gangs_[request->key().pipeline_id()];
+      waiting.emplace_back(request->member_index(), stream);
+      if (waiting.size() == request->key().size()) {
+        release = std::move(waiting);
+        gangs_.erase(request->key().pipeline_id());
+      }
+    }
+    if (!release.empty()) {
+      v1::JoinGangEvent event;
+      v1::Assignment* assignment =
+          event.mutable_admitted()->mutable_assignment();
+      assignment->set_gang_id(absl::StrCat("bench-", request->key().size()));
+      assignment->set_num_nodes(request->key().size());
+      assignment->set_master_addr("127.0.0.1");
+      assignment->set_master_port(29500);
+      for (size_t i = 0; i < release.size(); ++i) {
+        assignment->add_peers("127.0.0.1");
+      }
+      for (auto& [index, waiting_stream] : release) {
+        assignment->set_node_rank(index - 1);
+        waiting_stream->Admit(event);
+      }
+    }
+    return stream;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int64_t, std::vector<std::pair<uint32_t, Stream*>>> gangs_;
+};
+
+// One formation: `size` joins started back to back; returns milliseconds
+// to the last Admitted, or -1 when a member was not admitted.
+double FormOnce(std::vector<std::unique_ptr<v1::Coordinator::Stub>>& stubs,
+                int64_t pipeline, uint32_t size) {
+  Latch done(size);
+  std::vector<std::unique_ptr<JoinStream>> streams;
+  streams.reserve(size);
+  for (uint32_t index = 1; index <= size; ++index) {
+    streams.push_back(std::make_unique<JoinStream>(
+        stubs[index % stubs.size()].get(),
+        JoinRequestFor(pipeline, size, index), &done));
+  }
+  const Clock::time_point start = Clock::now();
+  for (auto& stream : streams) stream->Start();
+  if (!done.WaitFor(kFormationTimeout)) {
+    // The streams still reference the latch and the stubs: report and end
+    // the process here rather than tear them down mid-RPC.
+    std::printf(
+        "formation members=%-5u gdt did NOT complete within %llds | "
+        "target p99<=%gms MISSED\n",
+        size, static_cast<long long>(kFormationTimeout.count()),
+        size == 4096   ? 400.0
+        : size == 1024 ? 60.0
+                       : 0.0);
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  Clock::time_point last = start;
+  for (const auto& stream : streams) {
+    if (!stream->admitted()) {
+      std::cerr << "member not admitted: " << stream->status().error_message()
+                << "\n";
+      return -1;
+    }
+    last = std::max(last, stream->admitted_at());
+  }
+  return MillisSince(start, last);
+}
+
+}  // namespace
+}  // namespace gdt::bench
+
+int main(int argc, char** argv) {
+  using namespace gdt::bench;
+  bool quick = false;
+  bool barrier_only = false;
+  std::vector<uint32_t> sizes = {8, 64, 1024, 4096};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") quick = true;
+    if (arg == "--barrier-only") barrier_only = true;
+    if (arg.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      for (absl::string_view size : absl::StrSplit(arg.substr(8), ',')) {
+        sizes.push_back(static_cast<uint32_t>(std::stoul(std::string(size))));
+      }
+    }
+  }
+  // Per-join info lines would dominate; operators run at info, see the doc.
+  spdlog::set_level(spdlog::level::err);
+
+  std::unique_ptr<InProcessCoordinator> gdt = InProcessCoordinator::Start(4096);
+  if (gdt == nullptr) {
+    std::cerr << "cannot start the in-process coordinator\n";
+    return 1;
+  }
+  // 64 CPU hosts x 64 member slots: room for the largest gang.
+  for (int host = 0; host < 64; ++host) {
+    gdt::coordinator::HostSpec spec;
+    spec.name = absl::StrCat("host-", host < 10 ? "0" : "", host);
+    spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
+    spec.agent_endpoint = spec.address + ":7071";
+    spec.cpu_slots = 64;
+    if (!gdt->core().RegisterHost(spec).ok()) return 1;
+  }
+  std::fprintf(stderr, "# gdt coordinator under test: %s\n",
+               gdt->endpoint().c_str());
+  BarrierService barrier_service;
+  grpc::ServerBuilder builder;
+  int barrier_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &barrier_port);
+  builder.RegisterService(&barrier_service);
+  std::unique_ptr<grpc::Server> barrier = builder.BuildAndStart();
+  if (barrier == nullptr) return 1;
+
+  auto gdt_stubs = MakeStubs(gdt->endpoint(), 8);
+  auto barrier_stubs = MakeStubs(absl::StrCat("127.0.0.1:", barrier_port), 8);
+
+  const std::map<uint32_t, double> targets = {
+      {8, 1}, {64, 5}, {1024, 60}, {4096, 400}};
+  const std::map<uint32_t, int> runs =
+      quick
+          ? std::map<uint32_t, int>{{8, 20}, {64, 10}, {1024, 2}, {4096, 1}}
+          : std::map<uint32_t, int>{{8, 200}, {64, 100}, {1024, 5}, {4096, 3}};
+  int64_t pipeline = 1;
+  std::printf("# formation: first JoinGang sent -> last Admitted received\n");
+  for (uint32_t size : sizes) {
+    const double target = targets.count(size) ? targets.at(size) : 0;
+    const int repeat = runs.count(size) ? runs.at(size) : 3;
+    std::vector<double> gdt_ms, barrier_ms;
+    if (barrier_only) {
+      for (int run = 0; run < repeat; ++run) {
+        barrier_ms.push_back(FormOnce(barrier_stubs, pipeline++, size));
+      }
+      const Stats b = Summarize(barrier_ms);
+      std::printf("formation members=%-5u barrier only p50=%.2fms p99=%.2fms\n",
+                  size, b.p50, b.p99);
+      continue;
+    }
+    // One formation on the coordinator, then its members leave (not timed)
+    // so that the next gang finds the slots free.
+    auto form_gdt = [&]() {
+      const int64_t gdt_pipeline = pipeline++;
+      const double ms = FormOnce(gdt_stubs, gdt_pipeline, size);
+      for (uint32_t index = 1; index <= size; ++index) {
+        gdt::coordinator::GangKey key{"https://gitlab.example.com", 1,
+                                      gdt_pipeline, "bench", size};
+        (void)gdt->core().Leave(key, index, gdt_pipeline * 100000 + index);
+      }
+      return ms;
+    };
+    form_gdt();  // Warm-up.
+    FormOnce(barrier_stubs, pipeline++, size);
+    for (int run = 0; run < repeat; ++run) {
+      // Alternate so that machine noise hits both alike.
+      const double ms = form_gdt();
+      if (ms < 0) return 1;
+      gdt_ms.push_back(ms);
+      barrier_ms.push_back(FormOnce(barrier_stubs, pipeline++, size));
+    }
+    const Stats g = Summarize(gdt_ms);
+    const Stats b = Summarize(barrier_ms);
+    std::printf(
+        "formation members=%-5u runs=%-3zu gdt p50=%.2fms p99=%.2fms | "
+        "barrier p50=%.2fms p99=%.2fms | gdt/barrier p99=%.1fx | "
+        "target p99<=%gms %s\n",
+        size, g.n, g.p50, g.p99, b.p50, b.p99, g.p99 / b.p99, target,
+        Verdict(g.p99, target));
+    std::fflush(stdout);
+  }
+  barrier->Shutdown(std::chrono::system_clock::now());
+  return 0;
+}

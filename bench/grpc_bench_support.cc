@@ -1,0 +1,103 @@
+#include "bench/grpc_bench_support.h"
+
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/port_checker.h"
+#include "coordinator/store.h"
+
+namespace gdt::bench {
+namespace {
+
+class FreePorts final : public coordinator::PortChecker {
+ public:
+  absl::StatusOr<bool> IsPortFree(const std::string&, uint32_t) override {
+    return true;
+  }
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
+    const std::string& endpoint, int count) {
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs;
+  for (int i = 0; i < count; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt("gdt.bench.channel", i);  // No subchannel sharing.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs.push_back(v1::Coordinator::NewStub(grpc::CreateCustomChannel(
+        endpoint, grpc::InsecureChannelCredentials(), args)));
+  }
+  return stubs;
+}
+
+std::unique_ptr<InProcessCoordinator> InProcessCoordinator::Start(
+    uint32_t max_nodes) {
+  std::unique_ptr<InProcessCoordinator> self(new InProcessCoordinator());
+  char pattern[] = "/tmp/gdt-bench-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) return nullptr;
+  self->dir_ = pattern;
+  absl::StatusOr<std::unique_ptr<coordinator::Store>> store =
+      coordinator::Store::Open(self->dir_ + "/coord.db");
+  if (!store.ok()) return nullptr;
+  coordinator::SchedulerOptions options;
+  options.max_nodes_per_job = max_nodes;
+  options.master_port_min = 20000;
+  options.master_port_max = 60000;
+  // Hosts registered by a benchmark send no heartbeats: keep them up.
+  options.host_down_after = std::chrono::hours(24);
+  self->ports_ = std::make_unique<FreePorts>();
+  absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> core =
+      coordinator::Coordinator::Create(self->clock_, std::move(*store), options,
+                                       *self->ports_);
+  if (!core.ok()) return nullptr;
+  self->coordinator_ = std::move(*core);
+  self->service_ = std::make_unique<coordinator::CoordinatorService>(
+      *self->coordinator_, std::chrono::seconds(2));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(self->service_.get());
+  self->server_ = builder.BuildAndStart();
+  if (self->server_ == nullptr || port == 0) return nullptr;
+  self->endpoint_ = absl::StrCat("127.0.0.1:", port);
+  self->service_->SetAdvertiseEndpoint(self->endpoint_);
+  self->coordinator_->Start();
+  return self;
+}
+
+InProcessCoordinator::~InProcessCoordinator() {
+  if (service_) service_->EndAllStreams("benchmark over");
+  if (server_) {
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(2));
+  }
+  if (coordinator_) coordinator_->Stop();
+  server_.reset();
+  service_.reset();
+  coordinator_.reset();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+v1::JoinGangRequest JoinRequestFor(int64_t pipeline, uint32_t size,
+                                   uint32_t index) {
+  v1::JoinGangRequest request;
+  request.mutable_key()->set_instance("https://gitlab.example.com");
+  request.mutable_key()->set_project_id(1);
+  request.mutable_key()->set_pipeline_id(pipeline);
+  request.mutable_key()->set_group_name("bench");
+  request.mutable_key()->set_size(size);
+  request.set_member_index(index);
+  request.set_job_id(pipeline * 100000 + index);
+  request.set_job_name(absl::StrCat("bench ", index, "/", size));
+  request.set_gpus_per_node(0);
+  request.set_procs_per_node(1);
+  request.set_launcher(v1::LAUNCHER_NONE);
+  return request;
+}
+
+}  // namespace gdt::bench

@@ -1,0 +1,117 @@
+// In-process gdt coordinator and gRPC client helpers for the benchmarks:
+// the real Coordinator + CoordinatorService on 127.0.0.1:0 with a real SQLite
+// state file, and callback-API JoinGang streams so that thousands of members
+// can wait at once without a thread each.
+#ifndef GDT_BENCH_GRPC_BENCH_SUPPORT_H_
+#define GDT_BENCH_GRPC_BENCH_SUPPORT_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/coordinator_service.h"
+#include "gdt/v1/coordinator.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+
+namespace gdt::bench {
+
+// Counts down to zero; Wait() has a deadline.
+class Latch {
+ public:
+  explicit Latch(size_t count) : count_(count) {}
+  void CountDown() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (count_ > 0 && --count_ == 0) cv_.notify_all();
+  }
+  bool WaitFor(std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, timeout, [this] { return count_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  size_t count_;
+};
+
+// One member's JoinGang stream: records when Admitted arrived.
+class JoinStream final : public grpc::ClientReadReactor<v1::JoinGangEvent> {
+ public:
+  JoinStream(v1::Coordinator::Stub* stub, v1::JoinGangRequest request,
+             Latch* done)
+      : stub_(stub), request_(std::move(request)), done_(done) {}
+
+  void Start() {
+    stub_->async()->JoinGang(&context_, &request_, this);
+    StartRead(&event_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows.
+    if (event_.has_admitted()) {
+      admitted_at_ = std::chrono::steady_clock::now();
+      admitted_ = true;
+    }
+    StartRead(&event_);
+  }
+  void OnDone(const grpc::Status& status) override {
+    status_ = status;
+    done_->CountDown();
+  }
+
+  bool admitted() const { return admitted_; }
+  std::chrono::steady_clock::time_point admitted_at() const {
+    return admitted_at_;
+  }
+  const grpc::Status& status() const { return status_; }
+
+ private:
+  v1::Coordinator::Stub* stub_;
+  grpc::ClientContext context_;
+  v1::JoinGangRequest request_;
+  v1::JoinGangEvent event_;
+  Latch* done_;
+  bool admitted_ = false;
+  std::chrono::steady_clock::time_point admitted_at_;
+  grpc::Status status_;
+};
+
+// `count` stubs on distinct channels (distinct connections) to `endpoint`.
+std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
+    const std::string& endpoint, int count);
+
+// The real coordinator (logic, SQLite state in a temporary directory, gRPC
+// service) on 127.0.0.1:0; agents are not asked about ports (all free).
+class InProcessCoordinator {
+ public:
+  static std::unique_ptr<InProcessCoordinator> Start(uint32_t max_nodes);
+  ~InProcessCoordinator();
+
+  const std::string& endpoint() const { return endpoint_; }
+  coordinator::Coordinator& core() { return *coordinator_; }
+
+ private:
+  InProcessCoordinator() = default;
+
+  std::string dir_;
+  SystemClock clock_;
+  std::unique_ptr<coordinator::PortChecker> ports_;
+  std::unique_ptr<coordinator::Coordinator> coordinator_;
+  std::unique_ptr<coordinator::CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string endpoint_;
+};
+
+// A JoinGang request for member `index` of a CPU gang of `size`.
+v1::JoinGangRequest JoinRequestFor(int64_t pipeline, uint32_t size,
+                                   uint32_t index);
+
+}  // namespace gdt::bench
+
+#endif  // GDT_BENCH_GRPC_BENCH_SUPPORT_H_
