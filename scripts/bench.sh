@@ -17,7 +17,7 @@ cmake --build "$build" -j "$(nproc)" --target gdt-coord gdt-agent gdt-executor \
 
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$build/bench/gdt-bench-admission" "$@"
+"$build/bench/gdt-bench-admission"  # Google Benchmark: takes its own flags
 "$build/bench/gdt-bench-rpc" "$@"
 "$build/bench/gdt-bench-formation" "$@"
 "$build/bench/gdt-bench-rss"
