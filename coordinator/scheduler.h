@@ -6,13 +6,14 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "coordinator/model.h"
-#include "coordinator/placement.h"
 #include "coordinator/observer.h"
+#include "coordinator/placement.h"
 #include "coordinator/store.h"
 
 namespace gdt::coordinator {
@@ -236,8 +237,10 @@ class Scheduler {
   // Fails `gang` (forming or running) with `cause`, blaming member
   // `member_index` (0 = nobody): persists, logs and tells every watch; a
   // forming gang's joined members get Aborted events and count as left.
+  // `failure_class` goes to the observer (metrics), e.g. "host_lost".
   absl::Status FailGang(Gang& gang, uint32_t member_index,
                         const std::string& cause,
+                        std::string_view failure_class,
                         bool collect_evidence = false);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const Gang& gang, const Member& member);

@@ -30,6 +30,7 @@ std::string Scheduler::MemberLabel(const Gang& gang, const Member& member) {
 
 absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
                                  const std::string& cause,
+                                 std::string_view failure_class,
                                  bool collect_evidence) {
   Gang updated = gang;
   updated.collect_evidence = collect_evidence;
@@ -52,6 +53,7 @@ absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
   spdlog::warn("{}", gang.reason);
+  observer_->Failure(failure_class);
   for (const auto& [stream_id, index] : join_streams) {
     MemberEvent aborted;
     aborted.stream_id = stream_id;
@@ -78,7 +80,8 @@ absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
   const Member& member = gang.members.at(member_index);
   return FailGang(gang, member_index,
                   absl::StrCat(MemberLabel(gang, member), " was lost: ", what,
-                               " at ", UtcTimeOfDay(clock_.UnixMillis())));
+                               " at ", UtcTimeOfDay(clock_.UnixMillis())),
+                  "member_lost");
 }
 
 absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
@@ -97,7 +100,7 @@ absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
       absl::StrCat(MemberLabel(gang, member), " hung: no progress for ",
                    seconds, " s (GDT_HANG_TIMEOUT) at ",
                    UtcTimeOfDay(clock_.UnixMillis())),
-      /*collect_evidence=*/true);
+      "hung", /*collect_evidence=*/true);
 }
 
 std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
@@ -123,7 +126,8 @@ std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
         " missed heartbeats for ", options_.host_down_after.count(),
         " s (last at ", UtcTimeOfDay(lost_host->last_heartbeat_unix_ms),
         ") at ", UtcTimeOfDay(clock_.UnixMillis()));
-    if (absl::Status status = FailGang(gang, index, cause); !status.ok()) {
+    if (absl::Status status = FailGang(gang, index, cause, "host_lost");
+        !status.ok()) {
       spdlog::error("cannot fail gang {} for its lost member {}: {}", id, index,
                     status.ToString());
       continue;
@@ -151,7 +155,7 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
   const std::string cause =
       absl::StrCat("cancelled by operator", note.empty() ? "" : ": ", note,
                    " at ", UtcTimeOfDay(clock_.UnixMillis()));
-  GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause));
+  GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause, "operator_cancel"));
   Pass();
   return gang.reason;
 }
