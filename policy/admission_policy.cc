@@ -689,14 +689,15 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
                        return std::tie(a->spec.run_bound, ga) <
                               std::tie(b->spec.run_bound, gb);
                      });
-  } else if (options_.backfill_order == BackfillOrder::kResponseRatio) {
-    // ra > rb  <=>  (now - qa) * bb > (now - qb) * ba, in exact integers.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [now](const Gang* a, const Gang* b) {
-                       const __int128 wa = now - a->spec.queue_time;
-                       const __int128 wb = now - b->spec.queue_time;
-                       return wa * b->spec.run_bound > wb * a->spec.run_bound;
-                     });
+  } else if (options_.backfill_order == BackfillOrder::kAgedShortestFirst) {
+    // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [now](const Gang* a, const Gang* b) {
+          const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
+          const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
+          return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;
+        });
   }
   for (Gang* gang : candidates) {
     if (nothing_fits()) return;

@@ -503,14 +503,15 @@ std::string BackfilledAt(BackfillOrder order, Seconds long_queued,
 
 TEST(BackfillOrderTest, ShortGangsGoFirstUntilALongOneHasWaitedLong) {
   const Seconds now = 20000;
-  // "long" queued first, 20 s before "short".
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 30, now), "long");
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 30, now),
+  // "long" (bound 900) queued 20 s ago, "short" (bound 100) 10 s ago.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 20, now), "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 20, now),
             "short");
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 30, now),
+  // Keys wait / sqrt(bound): 20 / 30 for long, 10 / 10 for short.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kAgedShortestFirst, now - 20, now),
             "short");
-  // After 10,000 s its ratio (10,900 / 900) beats short's (110 / 100).
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 10000, now),
+  // After 10,000 s long's key (10,000 / 30) beats short's.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kAgedShortestFirst, now - 10000, now),
             "long");
   EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 10000, now),
             "short");
