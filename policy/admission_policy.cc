@@ -673,11 +673,18 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     }
   }
   // Backfill: the rest, in the configured order.
+  // Capacity only shrinks within a pass, so gangs that cannot fit now are
+  // left out before sorting.
   std::vector<Gang*> candidates;
   for (; it != queue_.end(); ++it) {
-    if (it->second->present.size() == it->second->spec.members) {
-      candidates.push_back(it->second);
+    const GangSpec& spec = it->second->spec;
+    if (it->second->present.size() != spec.members) continue;
+    const uint32_t g = spec.gpus_per_member;
+    if (g != 0 && (uint64_t{spec.members} * g > free_total ||
+                   room_for(hosts_with, g) < spec.members)) {
+      continue;
     }
+    candidates.push_back(it->second);
   }
   if (options_.backfill_order == BackfillOrder::kShortestFirst) {
     std::stable_sort(candidates.begin(), candidates.end(),
