@@ -672,7 +672,8 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
       if (taking(h)) ++capped_with[capped(h)];
     }
   }
-  // Backfill: the rest, in the configured order.
+  // Backfill: the rest, in the configured order (higher priority first in
+  // every order).
   // Capacity only shrinks within a pass, so gangs that cannot fit now are
   // left out before sorting.
   std::vector<Gang*> candidates;
@@ -689,6 +690,9 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   if (options_.backfill_order == BackfillOrder::kShortestFirst) {
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const Gang* a, const Gang* b) {
+                       if (a->spec.priority != b->spec.priority) {
+                         return a->spec.priority > b->spec.priority;
+                       }
                        const uint64_t ga =
                            uint64_t{a->spec.members} * a->spec.gpus_per_member;
                        const uint64_t gb =
@@ -701,6 +705,9 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     std::stable_sort(
         candidates.begin(), candidates.end(),
         [now](const Gang* a, const Gang* b) {
+          if (a->spec.priority != b->spec.priority) {
+            return a->spec.priority > b->spec.priority;
+          }
           const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
           const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
           return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;

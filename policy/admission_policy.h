@@ -44,7 +44,8 @@ enum class Mode {
   kNaive,
 };
 
-// The order in which kBackfill tries the gangs behind the head.
+// The order in which kBackfill tries the gangs behind the head, among gangs
+// of equal priority (a higher priority always goes first).
 enum class BackfillOrder {
   kQueue,  // Priority, then FIFO, like the head.
   // Shortest run-time bound first, then fewest GPUs, then queue order: more

@@ -517,5 +517,24 @@ TEST(BackfillOrderTest, ShortGangsGoFirstUntilALongOneHasWaitedLong) {
             "short");
 }
 
+TEST(BackfillOrderTest, HigherPriorityIsTriedFirstBehindTheHead) {
+  AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8});
+  ASSERT_TRUE(policy.AddHost(HostSpec{"h0", 8, 8, {}}).ok());
+  auto join = [&](GangSpec spec, int32_t priority) {
+    spec.priority = priority;
+    ASSERT_TRUE(policy.Join(spec, 1, "h0").ok()) << spec.id;
+  };
+  join(Gang("running", 1, 6, 0, /*run_bound=*/1000), 9);
+  ASSERT_EQ(policy.Schedule(0).admitted.size(), 1u);
+  join(Gang("head", 1, 8, 1), 5);
+  join(Gang("short-low", 1, 2, 2, /*run_bound=*/100), 0);
+  join(Gang("long-high", 1, 2, 3, /*run_bound=*/900), 1);
+
+  const Decisions decisions = policy.Schedule(10);
+
+  ASSERT_EQ(decisions.admitted.size(), 1u);
+  EXPECT_EQ(decisions.admitted[0].gang_id, "long-high");
+}
+
 }  // namespace
 }  // namespace gdt::policy
