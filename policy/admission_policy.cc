@@ -672,16 +672,27 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
       if (taking(h)) ++capped_with[capped(h)];
     }
   }
-  // Backfill: the rest, in the configured order.
+  // Backfill: the rest, in the configured order (higher priority first in
+  // every order).
+  // Capacity only shrinks within a pass, so gangs that cannot fit now are
+  // left out before sorting.
   std::vector<Gang*> candidates;
   for (; it != queue_.end(); ++it) {
-    if (it->second->present.size() == it->second->spec.members) {
-      candidates.push_back(it->second);
+    const GangSpec& spec = it->second->spec;
+    if (it->second->present.size() != spec.members) continue;
+    const uint32_t g = spec.gpus_per_member;
+    if (g != 0 && (uint64_t{spec.members} * g > free_total ||
+                   room_for(hosts_with, g) < spec.members)) {
+      continue;
     }
+    candidates.push_back(it->second);
   }
   if (options_.backfill_order == BackfillOrder::kShortestFirst) {
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const Gang* a, const Gang* b) {
+                       if (a->spec.priority != b->spec.priority) {
+                         return a->spec.priority > b->spec.priority;
+                       }
                        const uint64_t ga =
                            uint64_t{a->spec.members} * a->spec.gpus_per_member;
                        const uint64_t gb =
@@ -689,14 +700,18 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
                        return std::tie(a->spec.run_bound, ga) <
                               std::tie(b->spec.run_bound, gb);
                      });
-  } else if (options_.backfill_order == BackfillOrder::kResponseRatio) {
-    // ra > rb  <=>  (now - qa) * bb > (now - qb) * ba, in exact integers.
-    std::stable_sort(candidates.begin(), candidates.end(),
-                     [now](const Gang* a, const Gang* b) {
-                       const __int128 wa = now - a->spec.queue_time;
-                       const __int128 wb = now - b->spec.queue_time;
-                       return wa * b->spec.run_bound > wb * a->spec.run_bound;
-                     });
+  } else if (options_.backfill_order == BackfillOrder::kAgedShortestFirst) {
+    // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
+    std::stable_sort(
+        candidates.begin(), candidates.end(),
+        [now](const Gang* a, const Gang* b) {
+          if (a->spec.priority != b->spec.priority) {
+            return a->spec.priority > b->spec.priority;
+          }
+          const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
+          const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
+          return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;
+        });
   }
   for (Gang* gang : candidates) {
     if (nothing_fits()) return;

@@ -44,23 +44,26 @@ enum class Mode {
   kNaive,
 };
 
-// The order in which kBackfill tries the gangs behind the head.
+// The order in which kBackfill tries the gangs behind the head, among gangs
+// of equal priority (a higher priority always goes first).
 enum class BackfillOrder {
   kQueue,  // Priority, then FIFO, like the head.
   // Shortest run-time bound first, then fewest GPUs, then queue order: more
   // short gangs start in the gaps, which lowers the mean wait. The head's
   // reservation still bounds every gang's wait.
   kShortestFirst,
-  // Highest response ratio first: (waited + run bound) / run bound, so short
-  // gangs go early but a long gang's ratio grows until it is tried first.
-  kResponseRatio,
+  // Aged shortest first: highest waited / sqrt(run bound) first, so short
+  // gangs go early but a long gang's key grows with its wait until it is
+  // tried first. (waited / run bound, the response ratio, favoured short
+  // gangs more and let the longest wait exceed strict FIFO's.)
+  kAgedShortestFirst,
 };
 
 struct PolicyOptions {
   Mode mode = Mode::kBackfill;
   // Gangs with more members fail at join time.
   uint32_t max_nodes_per_job = 8;
-  BackfillOrder backfill_order = BackfillOrder::kResponseRatio;
+  BackfillOrder backfill_order = BackfillOrder::kAgedShortestFirst;
 };
 
 struct HostSpec {

@@ -503,17 +503,37 @@ std::string BackfilledAt(BackfillOrder order, Seconds long_queued,
 
 TEST(BackfillOrderTest, ShortGangsGoFirstUntilALongOneHasWaitedLong) {
   const Seconds now = 20000;
-  // "long" queued first, 20 s before "short".
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 30, now), "long");
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 30, now),
+  // "long" (bound 900) queued 20 s ago, "short" (bound 100) 10 s ago.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kQueue, now - 20, now), "long");
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 20, now),
             "short");
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 30, now),
+  // Keys wait / sqrt(bound): 20 / 30 for long, 10 / 10 for short.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kAgedShortestFirst, now - 20, now),
             "short");
-  // After 10,000 s its ratio (10,900 / 900) beats short's (110 / 100).
-  EXPECT_EQ(BackfilledAt(BackfillOrder::kResponseRatio, now - 10000, now),
+  // After 10,000 s long's key (10,000 / 30) beats short's.
+  EXPECT_EQ(BackfilledAt(BackfillOrder::kAgedShortestFirst, now - 10000, now),
             "long");
   EXPECT_EQ(BackfilledAt(BackfillOrder::kShortestFirst, now - 10000, now),
             "short");
+}
+
+TEST(BackfillOrderTest, HigherPriorityIsTriedFirstBehindTheHead) {
+  AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8});
+  ASSERT_TRUE(policy.AddHost(HostSpec{"h0", 8, 8, {}}).ok());
+  auto join = [&](GangSpec spec, int32_t priority) {
+    spec.priority = priority;
+    ASSERT_TRUE(policy.Join(spec, 1, "h0").ok()) << spec.id;
+  };
+  join(Gang("running", 1, 6, 0, /*run_bound=*/1000), 9);
+  ASSERT_EQ(policy.Schedule(0).admitted.size(), 1u);
+  join(Gang("head", 1, 8, 1), 5);
+  join(Gang("short-low", 1, 2, 2, /*run_bound=*/100), 0);
+  join(Gang("long-high", 1, 2, 3, /*run_bound=*/900), 1);
+
+  const Decisions decisions = policy.Schedule(10);
+
+  ASSERT_EQ(decisions.admitted.size(), 1u);
+  EXPECT_EQ(decisions.admitted[0].gang_id, "long-high");
 }
 
 }  // namespace

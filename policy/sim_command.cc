@@ -42,10 +42,10 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "largest gang accepted")
       ->capture_default_str();
   app.add_option("--backfill-order", flags.backfill_order,
-                 "gdt: order of the gangs tried behind the head: ratio "
-                 "(highest (wait + timeout) / timeout first) | shortest (job "
+                 "gdt: order of the gangs tried behind the head: aged "
+                 "(highest wait / sqrt(job timeout) first) | shortest (job "
                  "timeout, then GPUs) | queue (priority, then FIFO)")
-      ->check(CLI::IsMember({"shortest", "queue", "ratio"}))
+      ->check(CLI::IsMember({"aged", "shortest", "queue"}))
       ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
@@ -67,7 +67,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   options.backfill_order =
       flags.backfill_order == "queue"      ? BackfillOrder::kQueue
       : flags.backfill_order == "shortest" ? BackfillOrder::kShortestFirst
-                                           : BackfillOrder::kResponseRatio;
+                                           : BackfillOrder::kAgedShortestFirst;
 
   const auto started = std::chrono::steady_clock::now();
   std::ifstream file(flags.trace_path);

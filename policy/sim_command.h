@@ -14,7 +14,7 @@ namespace gdt::policy {
 struct SimulateFlags {
   std::string trace_path;
   std::string policy = "gdt";
-  std::string backfill_order = "ratio";
+  std::string backfill_order = "aged";
   SimOptions options;
   bool json = false;
 };

@@ -59,7 +59,8 @@ struct SimOptions {
   Seconds max_pickup_skew = 30;
   Seconds timeout_granularity = 3600;
   uint32_t max_nodes_per_job = 8;
-  BackfillOrder backfill_order = BackfillOrder::kResponseRatio;  // gdt only.
+  BackfillOrder backfill_order =
+      BackfillOrder::kAgedShortestFirst;  // gdt only.
 };
 
 struct SimResult {
