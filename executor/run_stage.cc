@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -33,8 +34,16 @@ bool IsUserStage(const std::string& stage_name) {
   return stage_name == "build_script" || absl::StartsWith(stage_name, "step_");
 }
 
-// `lost_reason` non-empty: the member was lost (its agent vanished) rather
-// than exited.
+// How long an exit report is retried while the coordinator cannot be
+// reached (it may be restarting): a lost report would leave the gang's exit
+// barrier waiting for this member.
+constexpr std::chrono::seconds kReportRetryWindow(120);
+constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
+
+// Reports the member's exit, retrying transient failures with backoff for up
+// to kReportRetryWindow (saying so once in the job log). `lost_reason`
+// non-empty: the member was lost (its agent vanished) rather than exited;
+// `hung_seconds` > 0: it made no progress for that long.
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        int exit_code, bool cancelled,
                        const std::string& lost_reason = "",
@@ -49,12 +58,31 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_cancelled(cancelled);
   request.set_lost_reason(lost_reason);
   request.set_hung_seconds(hung_seconds);
-  if (absl::Status status = coordinator.ReportExit(
-          request, std::chrono::milliseconds(context.config.rpc_timeout));
-      !status.ok()) {
-    spdlog::warn("cannot report exit gang={} job={} code={}: {}",
-                 state.assignment.gang_id(), state.job_id, exit_code,
-                 status.ToString());
+  const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
+  std::chrono::milliseconds backoff(200);
+  bool told = false;
+  while (true) {
+    absl::Status status = coordinator.ReportExit(
+        request, std::chrono::milliseconds(context.config.rpc_timeout));
+    if (status.ok()) return;
+    const bool transient = status.code() == absl::StatusCode::kUnavailable ||
+                           status.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!transient || std::chrono::steady_clock::now() + backoff >= give_up) {
+      spdlog::warn("cannot report exit gang={} job={} code={}: {}",
+                   state.assignment.gang_id(), state.job_id, exit_code,
+                   status.ToString());
+      return;
+    }
+    if (!told) {
+      context.err << "gdt: coordinator " << context.config.coordinator
+                  << " is unreachable; retrying the exit report until it is "
+                     "back ("
+                  << status.message() << ")\n";
+      context.err.flush();
+      told = true;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kMaxReportBackoff);
   }
 }
 

@@ -45,21 +45,6 @@ std::string MakeShellProject(const TempDir& dir, const std::string& script) {
   return project;
 }
 
-// Processes whose command line is exactly `argv`.
-int CountProcesses(const std::vector<std::string>& argv) {
-  std::string wanted;
-  for (const std::string& arg : argv) wanted += arg + '\0';
-  int count = 0;
-  std::error_code ignored;
-  for (const auto& entry :
-       std::filesystem::directory_iterator("/proc", ignored)) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    if (ReadFile(entry.path().string() + "/cmdline") == wanted) ++count;
-  }
-  return count;
-}
-
 class GangFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -80,8 +65,6 @@ class GangFailureTest : public ::testing::Test {
 };
 
 TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
-  ASSERT_EQ(CountProcesses({"sleep", "120"}), 0)
-      << "a stray `sleep 120` would make this test meaningless";
   const std::string started = cluster_.dir().Sub("member-1-started");
   const std::string project = MakeShellProject(
       cluster_.dir(),
@@ -120,13 +103,11 @@ TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
   for (const auto& host : (*status)["hosts"]) {
     EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
   }
-  EXPECT_TRUE(WaitFor(
-      [] {
-        return CountProcesses({"sleep", "120"}) == 0;
-      },
-      seconds(2)))
-      << "member 1's `sleep 120` outlived its gang";
-  EXPECT_TRUE(JobProcesses(cluster_).empty())
+  // Member 1's `sleep 120` (and everything else of both jobs) is gone; the
+  // process tree is scoped to this cluster, so other tests' processes on
+  // the machine do not count.
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
       << DescribeAll(JobProcesses(cluster_));
 }
 
@@ -147,22 +128,6 @@ TEST_F(GangFailureTest, ExitBarrierMakesTheGangSucceedAsAWhole) {
   EXPECT_THAT(log2, HasSubstr("member 2 done"));
   EXPECT_THAT(log2, Not(HasSubstr("failed:")));
   ExpectLeasesReleased(cluster_);
-}
-
-// Waits for run-local to end; returns its exit status and output.
-CommandResult Finish(Subprocess& run, std::chrono::milliseconds timeout) {
-  CommandResult result;
-  auto collect = [&](OutputSource, std::string_view data) {
-    result.output.append(data);
-  };
-  std::optional<ExitStatus> status =
-      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
-  if (!status.has_value()) {
-    result.output += "\n[test: run-local killed at its deadline]\n";
-    status = run.Terminate(milliseconds(3000), collect);
-  }
-  result.status = *status;
-  return result;
 }
 
 // Every host shows no member running and no leased GPU.
@@ -231,7 +196,7 @@ TEST_F(GangFailureTest, KilledTrainingStopsEveryMemberWithinSeconds) {
       WaitFor([&] { return JobProcesses(cluster_, "GDT_NODE_RANK=0").empty(); },
               seconds(10)))
       << DescribeAll(JobProcesses(cluster_, "GDT_NODE_RANK=0"));
-  CommandResult result = Finish(*run, seconds(60));
+  CommandResult result = FinishRun(*run, seconds(60));
   EXPECT_FALSE(result.status.success()) << result.output;
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, seconds(30))
       << result.output;
@@ -288,7 +253,7 @@ TEST_F(GangFailureTest, CancelledMemberStopsTheGangAndLeavesNoProcess) {
       << "the runner starts every exec in its own process group";
   ASSERT_EQ(kill(-group, SIGTERM), 0);
 
-  CommandResult result = Finish(*run, seconds(60));
+  CommandResult result = FinishRun(*run, seconds(60));
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = MemberLog(1);
   const std::string log2 = MemberLog(2);
@@ -353,7 +318,7 @@ TEST_F(GangFailureTest, OperatorCancelStopsEveryMember) {
                    " failed: cancelled by operator: bad hyperparameters at ");
   EXPECT_THAT(cancelled.output, HasSubstr(reason));
 
-  CommandResult result = Finish(*run, seconds(60));
+  CommandResult result = FinishRun(*run, seconds(60));
   EXPECT_FALSE(result.status.success()) << result.output;
   for (int index : {1, 2}) {
     const std::string log = MemberLog(index);

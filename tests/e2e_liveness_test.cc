@@ -20,21 +20,6 @@ using ::testing::HasSubstr;
 
 constexpr int kPeerFailureExitCode = 75;
 
-CommandResult Finish(Subprocess& run, milliseconds timeout) {
-  CommandResult result;
-  auto collect = [&](OutputSource, std::string_view data) {
-    result.output.append(data);
-  };
-  std::optional<ExitStatus> status =
-      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
-  if (!status.has_value()) {
-    result.output += "\n[test: run-local killed at its deadline]\n";
-    status = run.Terminate(milliseconds(3000), collect);
-  }
-  result.status = *status;
-  return result;
-}
-
 TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   // Host 0: coordinator and runner; hosts 1 and 2: one agent each.
   absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
@@ -103,7 +88,7 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
                   deadline - std::chrono::steady_clock::now())))
       << DescribeAll(JobProcesses(cluster, "GDT_NODE_RANK=0"));
 
-  CommandResult result = Finish(*run, seconds(90));
+  CommandResult result = FinishRun(*run, seconds(90));
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = log(1);
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log1;
