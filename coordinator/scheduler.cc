@@ -81,7 +81,8 @@ absl::Status Scheduler::LoadState() {
       // Executors of forming gangs reconnect and join again by job id.
       member.present = gang.state == GangState::kRunning && !member.left;
     }
-    gang_ids_[gang.key] = gang.id;
+    // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
+    if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     gangs_[gang.id] = std::move(gang);
   }
   for (const GpuLease& lease : state->gpu_leases) {
@@ -179,10 +180,10 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   auto found = gangs_.find(*gang_id);
   if (found != gangs_.end()) {
     Gang& gang = found->second;
+    GDT_RETURN_IF_ERROR(CheckNotFenced(gang, request.job_id));
     if (gang.state == GangState::kDone || gang.state == GangState::kFailed) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "gang ", gang.id, " already finished (", GangStateName(gang.state),
-          "); joining a finished gang again is not supported yet"));
+      // A retried job: the gang's next epoch forms (scheduler_failure.cc).
+      GDT_RETURN_IF_ERROR(StartNextEpoch(gang, request.job_id));
     }
     auto existing = gang.members.find(request.member_index);
     if (gang.state == GangState::kRunning) {
@@ -271,6 +272,11 @@ absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
   auto gang = gangs_.find(gang_id);
   if (gang == gangs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
+  }
+  if (gang->second.epoch != epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", gang_id, " is in epoch ", gang->second.epoch, ", not ", epoch,
+        ": job ", job_id, " of an older attempt is fenced"));
   }
   auto member = gang->second.members.find(member_index);
   if (member == gang->second.members.end()) {
@@ -387,9 +393,10 @@ void Scheduler::NotifyWatchers(const Gang& gang) {
 
 absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
                               int64_t job_id) {
-  auto id = gang_ids_.find(key);
-  if (id == gang_ids_.end()) return absl::OkStatus();
-  Gang& gang = gangs_.at(id->second);
+  // The job's own epoch: the current one, or an older one still stopping.
+  Gang* epoch_gang = GangOfJob(key, member_index, job_id);
+  if (epoch_gang == nullptr) return absl::OkStatus();
+  Gang& gang = *epoch_gang;
   auto member = gang.members.find(member_index);
   if (member == gang.members.end() || member->second.job_id != job_id ||
       member->second.left) {

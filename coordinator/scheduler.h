@@ -216,6 +216,21 @@ class Scheduler {
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const Gang& gang, const Member& member);
 
+  // Epochs. A job that joins a failed or done gang starts its next epoch:
+  // the finished epoch is archived as gang "<id>#<epoch>" (keeping its
+  // members and, until they have all left, its leases and watches), and the
+  // gang, same id and key, forms again with epoch + 1 and no members.
+  // Errors: FailedPrecondition when `job_id` is one of the finished epoch's
+  // jobs (not a retry); Internal when it cannot be persisted.
+  absl::Status StartNextEpoch(Gang& gang, int64_t job_id);
+  // FailedPrecondition when `job_id` belongs to an earlier epoch of `gang`
+  // (fenced: it may neither join, report nor watch).
+  absl::Status CheckNotFenced(const Gang& gang, int64_t job_id) const;
+  // The gang (live or archived epoch) whose member `member_index` is job
+  // `job_id`, or null.
+  Gang* GangOfJob(const GangKey& key, uint32_t member_index, int64_t job_id);
+  static bool IsArchivedEpoch(const std::string& gang_id);
+
   // Resources in use on one host.
   struct Usage {
     std::map<uint32_t, std::string> gpus;  // Leased GPU index -> gang id.

@@ -133,6 +133,85 @@ std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
   return failed;
 }
 
+bool Scheduler::IsArchivedEpoch(const std::string& gang_id) {
+  return gang_id.find('#') != std::string::npos;
+}
+
+absl::Status Scheduler::CheckNotFenced(const Gang& gang, int64_t job_id) const {
+  const std::string prefix = gang.id + "#";
+  for (auto it = gangs_.lower_bound(prefix);
+       it != gangs_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    for (const auto& [index, member] : it->second.members) {
+      if (member.job_id != job_id) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " belongs to epoch ", it->second.epoch,
+                       " of gang ", gang.id, ", which epoch ", gang.epoch,
+                       " replaced; the old attempt is fenced"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::StartNextEpoch(Gang& gang, int64_t job_id) {
+  for (const auto& [index, member] : gang.members) {
+    if (member.job_id != job_id) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", gang.id, " already finished (", GangStateName(gang.state),
+        ") and job ", job_id, " was its member ", index,
+        "; only a retried job (a new job id) starts the next epoch"));
+  }
+  Gang archived = gang;
+  archived.id = absl::StrCat(gang.id, "#", gang.epoch);
+  Gang next;
+  next.id = gang.id;
+  next.key = gang.key;
+  next.epoch = gang.epoch + 1;
+  next.created_unix_ms = clock_.UnixMillis();
+  next.sequence = next_sequence_;
+  GDT_RETURN_IF_ERROR(store_.SaveGang(archived));
+  GDT_RETURN_IF_ERROR(store_.SaveGang(next));
+  ++next_sequence_;
+  // The finished epoch keeps what it still holds under its archived id.
+  for (auto& [host, gpus] : gpu_leases_) {
+    for (auto& [gpu, holder] : gpus) {
+      if (holder == gang.id) holder = archived.id;
+    }
+  }
+  for (auto& [host, ports] : port_leases_) {
+    for (auto& [port, holder] : ports) {
+      if (holder == gang.id) holder = archived.id;
+    }
+  }
+  for (auto& [watch_id, watched] : watchers_) {
+    if (watched == gang.id) watched = archived.id;
+  }
+  spdlog::info("gang {} epoch {} forms (epoch {} archived as {})", gang.id,
+               next.epoch, gang.epoch, archived.id);
+  gangs_[archived.id] = std::move(archived);
+  gang = std::move(next);
+  return absl::OkStatus();
+}
+
+Gang* Scheduler::GangOfJob(const GangKey& key, uint32_t member_index,
+                           int64_t job_id) {
+  auto id = gang_ids_.find(key);
+  if (id == gang_ids_.end()) return nullptr;
+  auto matches = [&](Gang& gang) {
+    auto member = gang.members.find(member_index);
+    return member != gang.members.end() && member->second.job_id == job_id;
+  };
+  Gang& live = gangs_.at(id->second);
+  if (matches(live)) return &live;
+  const std::string prefix = live.id + "#";
+  for (auto it = gangs_.lower_bound(prefix);
+       it != gangs_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    if (matches(it->second)) return &it->second;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
                                               const std::string& note) {
   auto found = gangs_.find(gang_id);

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <regex>
 #include <string>
 #include <vector>
@@ -332,6 +334,132 @@ TEST_F(GangFailureTest, OperatorCancelStopsEveryMember) {
   EXPECT_THAT(again.output, ContainsRegex("^gdt-coord: gang .* already "
                                           "finished \\(failed\\)\n$"));
   EXPECT_TRUE(HostsFree(cluster_));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// GitLab's Retry: the same pipeline's jobs come back with new job ids and
+// join the gang's next epoch.
+TEST_F(GangFailureTest, RetriedGangFormsTheNextEpochAndSucceeds) {
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      "echo \"member $CI_NODE_INDEX epoch $GDT_EPOCH\"; if [ \"$GDT_EPOCH\" = "
+      "1 ] && [ \"$CI_NODE_INDEX\" = 2 ]; then exit 3; fi");
+
+  CommandResult first = cluster_.RunLocal(
+      project, "train", {"--pipeline-id", "4242"}, seconds(90));
+  ASSERT_FALSE(first.status.success()) << first.output;
+  EXPECT_THAT(MemberLog(2), HasSubstr("Job failed: exit code 3\n"));
+
+  CommandResult retry = cluster_.RunLocal(
+      project, "train", {"--pipeline-id", "4242", "--first-job-id", "4242500"},
+      seconds(90));
+  ASSERT_TRUE(retry.status.success()) << retry.output << cluster_.Logs();
+  EXPECT_THAT(MemberLog(1), HasSubstr("member 1 epoch 2\n"));
+  EXPECT_THAT(MemberLog(2), HasSubstr("member 2 epoch 2\n"));
+
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::map<std::string, std::string> states;  // "id epoch" -> state.
+  for (const auto& gang : (*status)["gangs"]) {
+    states[absl::StrCat(gang.value("gang_id", ""), " ",
+                        gang.value("epoch", 0))] = gang.value("state", "");
+  }
+  EXPECT_THAT(states, ::testing::ElementsAre(
+                          ::testing::Pair("train-p1-pl4242-n2 2", "done"),
+                          ::testing::Pair("train-p1-pl4242-n2#1 1", "failed")))
+      << status->dump();
+  EXPECT_TRUE(HostsFree(cluster_)) << status->dump();
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// A member of the failed epoch that is still alive (its executor frozen, as
+// on a partitioned runner) while the retried gang runs its next epoch: the
+// agent stops its stage once the frozen executor stops answering pings, the
+// next epoch runs beside it, and when it wakes up the coordinator refuses
+// it (fenced); its cleanup still releases what its epoch held.
+TEST_F(GangFailureTest, StaleMemberOfAnOldEpochIsFenced) {
+  ASSERT_TRUE(cluster_.StartAgent({.name = "spare", .cpu_slots = 2}).ok())
+      << cluster_.Logs();
+  ASSERT_TRUE(cluster_.WaitForHosts(2, seconds(20)).ok()) << cluster_.Logs();
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string go = cluster_.dir().Sub("go");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("echo \"member $CI_NODE_INDEX epoch $GDT_EPOCH\"; "
+                   "[ \"$GDT_EPOCH\" = 1 ] || exit 0; touch ",
+                   started,
+                   "$CI_NODE_INDEX; if [ \"$CI_NODE_INDEX\" = 1 ]; "
+                   "then sleep 121; fi; while [ ! -e ",
+                   go, " ]; do sleep 0.1; done; exit 3"));
+  std::unique_ptr<Subprocess> first =
+      StartRunLocal(cluster_, project, "train", {"--pipeline-id", "4343"});
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+  std::vector<ProcessInfo> executors;
+  for (const ProcessInfo& process :
+       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=1")) {
+    if (process.cmdline.find("gdt-executor") != std::string::npos &&
+        process.cmdline.find(" run ") != std::string::npos) {
+      executors.push_back(process);
+    }
+  }
+  ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
+  const int stale = executors[0].pid;
+  ASSERT_EQ(kill(stale, SIGSTOP), 0);
+  // Whatever happens below, the frozen executor must not stay frozen.
+  struct Thaw {
+    int pid;
+    ~Thaw() { kill(pid, SIGCONT); }
+  } thaw{stale};
+
+  // The agent notices the frozen executor (missed pings) and stops member
+  // 1's stage: the agent reaps a member whose executor vanished.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (const ProcessInfo& p : JobProcesses(cluster_, "CI_NODE_INDEX=1")) {
+          if (p.cmdline.find("sleep 121") != std::string::npos) return false;
+        }
+        return true;
+      },
+      seconds(15)))
+      << DescribeAll(JobProcesses(cluster_));
+  // Member 2 fails epoch 1; its job ends, member 1's hangs frozen.
+  WriteFile(go, "");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return MemberLog(2).find("Job failed: exit code 3") !=
+               std::string::npos;
+      },
+      seconds(60)))
+      << MemberLog(2);
+
+  // GitLab retries both jobs: epoch 2 runs and succeeds beside the stale one.
+  // Its own work dir, so the stale job's log stays where it is.
+  std::vector<std::string> argv = cluster_.RunLocalArgv(
+      project, "train", {"--pipeline-id", "4343", "--first-job-id", "4343500"});
+  auto work_dir = std::find(argv.begin(), argv.end(), "--work-dir");
+  ASSERT_NE(work_dir, argv.end());
+  *(work_dir + 1) = cluster_.dir().Sub("retry");
+  CommandResult retry = RunProcess(argv, {}, seconds(90));
+  EXPECT_TRUE(retry.status.success()) << retry.output << cluster_.Logs();
+  EXPECT_THAT(retry.output, HasSubstr("member 1 epoch 2"));
+
+  // The stale member wakes up: refused as fenced, it fails and cleans up.
+  kill(stale, SIGCONT);
+  CommandResult result = FinishRun(*first, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  EXPECT_THAT(MemberLog(1), HasSubstr("of an older attempt is fenced"))
+      << MemberLog(1);
+  EXPECT_TRUE(HostsFree(cluster_)) << cluster_.Status()->dump();
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(2)))
       << DescribeAll(JobProcesses(cluster_));
