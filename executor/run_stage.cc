@@ -239,6 +239,11 @@ Outcome RunScriptStage(const StageContext& context,
     std::variant<JobInfo, Outcome> job = LoadJob(context.env);
     if (const Outcome* failure = std::get_if<Outcome>(&job)) return *failure;
     start.set_hang_timeout_seconds(std::get<JobInfo>(job).hang_timeout_seconds);
+    // The agent reports the member lost if this executor goes away.
+    start.set_gang_id(state->assignment.gang_id());
+    start.set_epoch(state->assignment.epoch());
+    start.set_member_index(static_cast<uint32_t>(state->member_index));
+    start.set_job_id(state->job_id);
     if (std::optional<std::string> project_dir =
             context.env.JobVariable("CI_PROJECT_DIR");
         project_dir.has_value() && !project_dir->empty()) {

@@ -375,25 +375,23 @@ TEST_F(GangFailureTest, RetriedGangFormsTheNextEpochAndSucceeds) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
-// A member of the failed epoch that is still alive (its executor frozen, as
-// on a partitioned runner) while the retried gang runs its next epoch: the
-// agent stops its stage once the frozen executor stops answering pings, the
-// next epoch runs beside it, and when it wakes up the coordinator refuses
-// it (fenced); its cleanup still releases what its epoch held.
-TEST_F(GangFailureTest, StaleMemberOfAnOldEpochIsFenced) {
+// A member whose executor vanishes (frozen, as on a partitioned runner
+// host) is lost: its agent notices the missed pings, stops its stage and
+// reports it, so the gang fails naming it. It stays alive while the retried
+// gang runs its next epoch; when it wakes up the coordinator refuses it
+// (fenced), and its cleanup still releases what its epoch held.
+TEST_F(GangFailureTest, VanishedExecutorIsLostAndFencedAfterTheRetry) {
   ASSERT_TRUE(cluster_.StartAgent({.name = "spare", .cpu_slots = 2}).ok())
       << cluster_.Logs();
   ASSERT_TRUE(cluster_.WaitForHosts(2, seconds(20)).ok()) << cluster_.Logs();
   const std::string started = cluster_.dir().Sub("started-");
-  const std::string go = cluster_.dir().Sub("go");
   const std::string project = MakeShellProject(
       cluster_.dir(),
       absl::StrCat("echo \"member $CI_NODE_INDEX epoch $GDT_EPOCH\"; "
                    "[ \"$GDT_EPOCH\" = 1 ] || exit 0; touch ",
                    started,
                    "$CI_NODE_INDEX; if [ \"$CI_NODE_INDEX\" = 1 ]; "
-                   "then sleep 121; fi; while [ ! -e ",
-                   go, " ]; do sleep 0.1; done; exit 3"));
+                   "then sleep 121; else sleep 122; fi"));
   std::unique_ptr<Subprocess> first =
       StartRunLocal(cluster_, project, "train", {"--pipeline-id", "4343"});
   ASSERT_NE(first, nullptr);
@@ -421,8 +419,8 @@ TEST_F(GangFailureTest, StaleMemberOfAnOldEpochIsFenced) {
     ~Thaw() { kill(pid, SIGCONT); }
   } thaw{stale};
 
-  // The agent notices the frozen executor (missed pings) and stops member
-  // 1's stage: the agent reaps a member whose executor vanished.
+  // The agent notices the frozen executor (missed pings), stops member 1's
+  // stage and reports it lost: the gang fails naming it.
   EXPECT_TRUE(WaitFor(
       [&] {
         for (const ProcessInfo& p : JobProcesses(cluster_, "CI_NODE_INDEX=1")) {
@@ -432,15 +430,17 @@ TEST_F(GangFailureTest, StaleMemberOfAnOldEpochIsFenced) {
       },
       seconds(15)))
       << DescribeAll(JobProcesses(cluster_));
-  // Member 2 fails epoch 1; its job ends, member 1's hangs frozen.
-  WriteFile(go, "");
+  static const std::regex kLost(
+      R"(gdt: gang \S+ failed: member 1/2 \(job 4343001 on host local\) was lost: its executor went away \(the build_script stream to the agent on host local broke\) at \d\d:\d\d:\d\d UTC; stopping\n)");
   ASSERT_TRUE(WaitFor(
       [&] {
-        return MemberLog(2).find("Job failed: exit code 3") !=
+        return MemberLog(2).find(absl::StrCat("Job failed: exit code ",
+                                              kPeerFailureExitCode)) !=
                std::string::npos;
       },
       seconds(60)))
-      << MemberLog(2);
+      << MemberLog(2) << cluster_.Logs();
+  EXPECT_TRUE(std::regex_search(MemberLog(2), kLost)) << MemberLog(2);
 
   // GitLab retries both jobs: epoch 2 runs and succeeds beside the stale one.
   // Its own work dir, so the stale job's log stays where it is.
