@@ -89,6 +89,7 @@ void Coordinator::RunAdmissionPass() {
   {
     MutexLock lock(mu_);
     scheduler_->FailGangsOnLostHosts();
+    scheduler_->ReleaseAbandonedMembers();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }

@@ -98,11 +98,12 @@ int main(int argc, char** argv) {
   ServeFlags serve_flags;
   CLI::App* serve = app.add_subcommand("serve", "Run the coordinator daemon");
   serve
-      ->add_option("--config", serve_flags.config,
-                   "YAML config file (keys: listen_address, "
-                   "advertise_endpoint, state_path, master_port_range, "
-                   "max_nodes_per_job, heartbeat_interval_seconds, "
-                   "host_down_after_seconds, log_level)")
+      ->add_option(
+          "--config", serve_flags.config,
+          "YAML config file (keys: listen_address, "
+          "advertise_endpoint, state_path, master_port_range, "
+          "max_nodes_per_job, heartbeat_interval_seconds, "
+          "host_down_after_seconds, failed_gang_release_seconds, log_level)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "

@@ -420,11 +420,7 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   if (all_left) {
-    for (const auto& [index, done_member] : updated.members) {
-      auto& host_gpus = gpu_leases_[done_member.host_name];
-      for (uint32_t gpu : done_member.gpu_indices) host_gpus.erase(gpu);
-    }
-    port_leases_[updated.master_host].erase(updated.master_port);
+    ReleaseLeases(updated);
     spdlog::info("gang {} gang={} leases released",
                  GangStateName(updated.state), updated.id);
   }

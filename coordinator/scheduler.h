@@ -20,6 +20,8 @@ struct SchedulerOptions {
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
   std::chrono::seconds host_down_after{10};
+  // See ReleaseAbandonedMembers().
+  std::chrono::seconds failed_gang_release{300};
 };
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
@@ -188,6 +190,14 @@ class Scheduler {
   // tried again on the next call.
   std::vector<std::string> FailGangsOnLostHosts();
 
+  // A failed gang (or archived epoch) keeps its leases until every member
+  // has left; a member whose runner never calls cleanup (its host is gone)
+  // would hold them forever. Once a failed gang has held leases for
+  // failed_gang_release since this scheduler first saw it failed, its
+  // remaining members count as left and its leases are released (logged,
+  // persisted). Returns the ids of the gangs released. Call periodically.
+  std::vector<std::string> ReleaseAbandonedMembers();
+
   // Member `member_index` made no progress for `seconds` (its
   // GDT_HANG_TIMEOUT): fails its running gang as hung, "member 2/3 (job
   // 1002 on host gpu-07) hung: no progress for 600 s (GDT_HANG_TIMEOUT) at
@@ -230,6 +240,8 @@ class Scheduler {
   // `job_id`, or null.
   Gang* GangOfJob(const GangKey& key, uint32_t member_index, int64_t job_id);
   static bool IsArchivedEpoch(const std::string& gang_id);
+  // Frees the GPU, slot and port leases of `gang` (every member has left).
+  void ReleaseLeases(const Gang& gang);
 
   // Resources in use on one host.
   struct Usage {
@@ -287,6 +299,8 @@ class Scheduler {
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
+  // Failed gangs holding leases -> when this scheduler first saw them so.
+  std::map<std::string, Clock::TimePoint> failed_holding_since_;
   std::vector<MemberEvent> events_;
 };
 

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -210,6 +211,58 @@ Gang* Scheduler::GangOfJob(const GangKey& key, uint32_t member_index,
     if (matches(it->second)) return &it->second;
   }
   return nullptr;
+}
+
+void Scheduler::ReleaseLeases(const Gang& gang) {
+  for (const auto& [index, member] : gang.members) {
+    auto& host_gpus = gpu_leases_[member.host_name];
+    for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
+  }
+  port_leases_[gang.master_host].erase(gang.master_port);
+}
+
+std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
+  std::vector<std::string> released;
+  const Clock::TimePoint now = clock_.Now();
+  std::map<std::string, Clock::TimePoint> still_holding;
+  for (auto& [id, gang] : gangs_) {
+    const bool holding =
+        gang.state == GangState::kFailed &&
+        std::any_of(gang.members.begin(), gang.members.end(),
+                    [](const auto& entry) { return !entry.second.left; });
+    if (!holding) continue;
+    auto seen = failed_holding_since_.find(id);
+    const Clock::TimePoint since =
+        seen != failed_holding_since_.end() ? seen->second : now;
+    if (now - since < options_.failed_gang_release) {
+      still_holding[id] = since;
+      continue;
+    }
+    Gang updated = gang;
+    std::vector<std::string> abandoned;
+    for (auto& [index, member] : updated.members) {
+      if (member.left) continue;
+      member.left = true;
+      member.present = false;
+      abandoned.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
+    }
+    if (absl::Status status = store_.SaveGang(updated); !status.ok()) {
+      spdlog::error("cannot release the leases of gang {}: {}", id,
+                    status.ToString());
+      still_holding[id] = since;
+      continue;
+    }
+    ReleaseLeases(updated);
+    gang = std::move(updated);
+    spdlog::warn(
+        "gang {} failed {} s ago; member(s) {} never cleaned up: leases "
+        "released (failed_gang_release_seconds)",
+        id, options_.failed_gang_release.count(),
+        absl::StrJoin(abandoned, ", "));
+    released.push_back(id);
+  }
+  failed_holding_since_ = std::move(still_holding);
+  return released;
 }
 
 absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,

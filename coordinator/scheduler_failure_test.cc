@@ -110,6 +110,32 @@ TEST_F(SchedulerFailureTest, LostHostDoesNotFailAGangThatSucceeded) {
   EXPECT_EQ(OnlyGang().state, GangState::kRunning);
 }
 
+TEST_F(SchedulerFailureTest, FailedGangReleasesLeasesOfMembersThatNeverLeave) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  // Member 1's runner is gone: it never cleans up.
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), IsEmpty());
+  clock_.Advance(299s);
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), IsEmpty());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 1u);
+
+  clock_.Advance(1s);
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), ElementsAre(gang));
+
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->gangs.at(0).members.at(1).left);
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+  // A late cleanup is still fine.
+  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+}
+
 TEST_F(SchedulerFailureTest, LostMemberFailsItsGangNamingIt) {
   const std::string gang = AdmitTwoHostGang();
   clock_.Advance(4s);

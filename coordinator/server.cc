@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.master_port_min = config.master_port_min;
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
+  options.failed_gang_release = config.failed_gang_release;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(clock, std::move(*store), options,
                           server->port_checker_);
