@@ -113,6 +113,10 @@ struct Gang {
   uint32_t failed_member = 0;     // Whose report failed the gang; 0 = unknown.
   std::string blocked_note;       // Set when the last admission attempt failed.
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // A running gang's first failure that looked caused by a lost peer, and
+  // when it was reported (see Scheduler::FailSuspectedGangs); 0 = none.
+  uint32_t suspect_member = 0;
+  Clock::TimePoint suspect_since{};
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;

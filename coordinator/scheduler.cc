@@ -305,7 +305,8 @@ std::string Scheduler::FailureCause(const Gang& gang, const Member& member,
 
 absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
-                                   int32_t exit_code, bool cancelled) {
+                                   int32_t exit_code, bool cancelled,
+                                   bool peer_suspected) {
   absl::StatusOr<Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
@@ -313,8 +314,17 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
   Gang updated = gang;
   Member& member = updated.members.at(member_index);
   member.exit_code = exit_code;
-  const bool fails = gang.state == GangState::kRunning &&
-                     !AllExitedZero(gang) && (exit_code != 0 || cancelled);
+  bool fails = gang.state == GangState::kRunning && !AllExitedZero(gang) &&
+               (exit_code != 0 || cancelled);
+  // Probably a consequence of another member's failure: wait for it.
+  const bool suspected = fails && peer_suspected && !cancelled;
+  if (suspected) {
+    fails = false;
+    if (updated.suspect_member == 0) {
+      updated.suspect_member = member_index;
+      updated.suspect_since = clock_.Now();
+    }
+  }
   if (fails) {
     updated.state = GangState::kFailed;
     updated.failed_member = member_index;

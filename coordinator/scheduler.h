@@ -22,6 +22,8 @@ struct SchedulerOptions {
   std::chrono::seconds host_down_after{10};
   // See ReleaseAbandonedMembers().
   std::chrono::seconds failed_gang_release{300};
+  // See ReportExit's `peer_suspected`.
+  std::chrono::milliseconds failure_attribution_window{3000};
 };
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
@@ -124,9 +126,15 @@ class Scheduler {
   // for a failed gang are recorded and change nothing else.
   // Errors: NotFound for an unknown gang or member; FailedPrecondition when
   // the job id or epoch does not match; Internal when it cannot be persisted.
+  // `peer_suspected`: the member's output shows it lost a peer, so its
+  // failure probably follows another member's; the gang then fails only if
+  // no other member's failure arrives within failure_attribution_window
+  // (FailSuspectedGangs()), and is blamed on whichever failed first
+  // otherwise.
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          int32_t exit_code, bool cancelled = false);
+                          int32_t exit_code, bool cancelled = false,
+                          bool peer_suspected = false);
 
   // Opens watch stream `watch_id` on a member's admitted gang and queues its
   // first event: GangFailed when the gang has failed, GangSucceeded when
@@ -197,6 +205,12 @@ class Scheduler {
   // remaining members count as left and its leases are released (logged,
   // persisted). Returns the ids of the gangs released. Call periodically.
   std::vector<std::string> ReleaseAbandonedMembers();
+
+  // Fails each running gang whose first failure report was only
+  // `peer_suspected` once failure_attribution_window has passed without a
+  // better culprit, blaming that member. Returns the ids it failed. Call
+  // periodically.
+  std::vector<std::string> FailSuspectedGangs();
 
   // Member `member_index` made no progress for `seconds` (its
   // GDT_HANG_TIMEOUT): fails its running gang as hung, "member 2/3 (job

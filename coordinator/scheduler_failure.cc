@@ -265,6 +265,39 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
   return released;
 }
 
+std::vector<std::string> Scheduler::FailSuspectedGangs() {
+  std::vector<std::string> failed;
+  const Clock::TimePoint now = clock_.Now();
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != GangState::kRunning) continue;
+    if (gang.suspect_member == 0) {
+      // After a restart only the recorded exit code is left.
+      for (const auto& [index, member] : gang.members) {
+        if (member.exit_code > 0) {
+          gang.suspect_member = index;
+          gang.suspect_since = now;
+          break;
+        }
+      }
+      continue;
+    }
+    if (now - gang.suspect_since < options_.failure_attribution_window) {
+      continue;
+    }
+    const Member& member = gang.members.at(gang.suspect_member);
+    const std::string cause =
+        absl::StrCat(MemberLabel(gang, member), " exited ", member.exit_code,
+                     " at ", UtcTimeOfDay(clock_.UnixMillis()));
+    if (absl::Status status = FailGang(gang, member.index, cause);
+        !status.ok()) {
+      spdlog::error("cannot fail gang {}: {}", id, status.ToString());
+      continue;
+    }
+    failed.push_back(id);
+  }
+  return failed;
+}
+
 absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
                                               const std::string& note) {
   auto found = gangs_.find(gang_id);

@@ -136,6 +136,44 @@ TEST_F(SchedulerFailureTest, FailedGangReleasesLeasesOfMembersThatNeverLeave) {
   EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
 }
 
+TEST_F(SchedulerFailureTest, FailureThatFollowsALostPeerWaitsForTheCulprit) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 90).ok());
+  scheduler_->TakeEvents();
+
+  // Member 1's collective broke first; member 2 (killed) reports a moment
+  // later: the root cause names member 2.
+  ASSERT_TRUE(scheduler_
+                  ->ReportExit(gang, 1, 1, 101, 1, false,
+                               /*peer_suspected=*/true)
+                  .ok());
+  EXPECT_EQ(OnlyGang().state, GangState::kRunning);
+  clock_.Advance(1s);
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), IsEmpty());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 1).ok());
+
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host "
+            "cpu-02) exited 1 at 00:00:02 UTC; stopping");
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 90).failed_job_id, 102);
+}
+
+TEST_F(SchedulerFailureTest, SuspectedFailureFailsTheGangAfterTheWindow) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_
+                  ->ReportExit(gang, 1, 1, 101, 1, false,
+                               /*peer_suspected=*/true)
+                  .ok());
+  clock_.Advance(2999ms);
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), IsEmpty());
+  clock_.Advance(1ms);
+
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), ElementsAre(gang));
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 1/2 (job 101 on host "
+            "cpu-01) exited 1 at 00:00:04 UTC; stopping");
+}
+
 TEST_F(SchedulerFailureTest, LostMemberFailsItsGangNamingIt) {
   const std::string gang = AdmitTwoHostGang();
   clock_.Advance(4s);

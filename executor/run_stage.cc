@@ -18,6 +18,7 @@
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
+#include "executor/peer_loss.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
@@ -47,7 +48,7 @@ constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        int exit_code, bool cancelled,
                        const std::string& lost_reason = "",
-                       uint32_t hung_seconds = 0) {
+                       uint32_t hung_seconds = 0, bool peer_suspected = false) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -58,6 +59,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_cancelled(cancelled);
   request.set_lost_reason(lost_reason);
   request.set_hung_seconds(hung_seconds);
+  request.set_peer_suspected(peer_suspected);
   const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
   std::chrono::milliseconds backoff(200);
   bool told = false;
@@ -101,7 +103,7 @@ std::chrono::steady_clock::time_point RootCauseDeadline(
     const StageContext& context) {
   return std::chrono::steady_clock::now() +
          std::min<std::chrono::steady_clock::duration>(
-             context.config.rpc_timeout, std::chrono::seconds(5));
+             context.config.rpc_timeout, std::chrono::seconds(10));
 }
 
 // The other members that had not exited 0 at the watch's last progress.
@@ -281,9 +283,11 @@ Outcome RunScriptStage(const StageContext& context,
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};
   std::atomic<bool> evidence_requested{false};
+  PeerLossDetector peer_loss;  // Fed on this thread by RunStage's reader.
   absl::StatusOr<v1::StageExit> exit = agent.RunStage(
       start,
-      [&context](v1::OutputStream stream, std::string_view data) {
+      [&context, &peer_loss](v1::OutputStream stream, std::string_view data) {
+        peer_loss.Feed(data);
         std::ostream& sink =
             stream == v1::OUTPUT_STREAM_STDERR ? context.err : context.out;
         sink.write(data.data(), static_cast<std::streamsize>(data.size()));
@@ -337,7 +341,8 @@ Outcome RunScriptStage(const StageContext& context,
   }
   if (stage_name == "build_script") {
     ReportExitQuietly(context, *state, exit->exit_code(),
-                      context.signal.load() != 0 && !stopped_for_peer.load());
+                      context.signal.load() != 0 && !stopped_for_peer.load(),
+                      "", 0, peer_loss.detected());
   }
   if (watch != nullptr) {
     return GangOutcome(context, *state, stage_name, *watch, exit->exit_code(),
