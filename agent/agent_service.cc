@@ -42,7 +42,9 @@ class StageReactor final
     : public grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>,
       public StageObserver {
  public:
-  explicit StageReactor(Supervisor& supervisor) : supervisor_(supervisor) {
+  StageReactor(Supervisor& supervisor,
+               const AgentService::MemberLostHandler& member_lost)
+      : supervisor_(supervisor), member_lost_(member_lost) {
     StartRead(&request_);
   }
 
@@ -91,8 +93,15 @@ class StageReactor final
       cancelled_ = true;
       stage = stage_;
     }
-    // The executor went away: stop the stage as SIGNAL_TERM would.
-    if (stage != nullptr) stage->Signal(StageSignal::kTerm);
+    // The executor went away: stop the stage as SIGNAL_TERM would, and a
+    // user stage's member is lost.
+    if (stage == nullptr || stage->finished()) return;
+    stage->Signal(StageSignal::kTerm);
+    if (member_lost_ && !start_.gang_id().empty()) {
+      spdlog::warn("executor gone member={} stage={}: stopping the stage",
+                   member_id_, stage_name_);
+      member_lost_(start_);
+    }
   }
 
   void OnWriteDone(bool ok) override {
@@ -160,6 +169,13 @@ class StageReactor final
     }
     member_id_ = request_.start().member_id();
     stage_name_ = request_.start().stage();
+    // What OnCancel() needs, without the script and files.
+    start_.set_member_id(member_id_);
+    start_.set_stage(stage_name_);
+    start_.set_gang_id(request_.start().gang_id());
+    start_.set_epoch(request_.start().epoch());
+    start_.set_member_index(request_.start().member_index());
+    start_.set_job_id(request_.start().job_id());
     absl::StatusOr<std::shared_ptr<Stage>> stage =
         supervisor_.StartStage(FromProto(request_.start()), this);
     if (!stage.ok()) {
@@ -203,11 +219,14 @@ class StageReactor final
   }
 
   Supervisor& supervisor_;
+  const AgentService::MemberLostHandler& member_lost_;
   // Reactions that read are serialised by gRPC (one read at a time).
   v1::RunStageRequest request_;
   bool started_ = false;
   std::string member_id_;
   std::string stage_name_;
+  v1::StartStage start_;  // Identity only; set in Begin() before any cancel
+                          // can see a stage.
 
   Mutex mu_;
   std::shared_ptr<Stage> stage_ ABSL_GUARDED_BY(mu_);
@@ -241,7 +260,7 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
 
 grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
 AgentService::RunStage(grpc::CallbackServerContext* context) {
-  return new StageReactor(supervisor_);
+  return new StageReactor(supervisor_, member_lost_);
 }
 
 grpc::Status AgentService::TeardownMember(

@@ -2,6 +2,7 @@
 #define GDT_AGENT_AGENT_SERVICE_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -22,7 +23,17 @@ namespace gdt::agent {
 class AgentService final
     : public v1::Agent::WithCallbackMethod_RunStage<v1::Agent::Service> {
  public:
+  // Called (on a gRPC thread; it must not block) when a user stage's
+  // stream breaks before the stage ended: its executor went away. Gets the
+  // stage's StartStage.
+  using MemberLostHandler = std::function<void(const v1::StartStage&)>;
+
   explicit AgentService(Supervisor& supervisor) : supervisor_(supervisor) {}
+
+  // Set before the server starts; constant afterwards.
+  void SetMemberLostHandler(MemberLostHandler handler) {
+    member_lost_ = std::move(handler);
+  }
 
   grpc::Status SetupMember(grpc::ServerContext* context,
                            const v1::SetupMemberRequest* request,
@@ -38,6 +49,7 @@ class AgentService final
 
  private:
   Supervisor& supervisor_;
+  MemberLostHandler member_lost_;
 };
 
 // A started gRPC server hosting one AgentService. Not thread-safe.

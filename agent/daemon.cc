@@ -71,6 +71,21 @@ Daemon::Daemon(const Config& config)
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   std::unique_ptr<Daemon> daemon(new Daemon(config));
+  daemon->lost_reporter_ = std::make_unique<LostMemberReporter>(
+      daemon->coordinator_, std::chrono::seconds(5));
+  daemon->service_.SetMemberLostHandler(
+      [reporter = daemon->lost_reporter_.get(),
+       host = config.host.name](const v1::StartStage& start) {
+        v1::ReportExitRequest request;
+        request.set_gang_id(start.gang_id());
+        request.set_epoch(start.epoch());
+        request.set_member_index(start.member_index());
+        request.set_job_id(start.job_id());
+        request.set_lost_reason(
+            absl::StrCat("its executor went away (the ", start.stage(),
+                         " stream to the agent on host ", host, " broke)"));
+        reporter->Report(std::move(request));
+      });
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start(config.listen_address, daemon->service_);
   if (!server.ok()) return server.status();
@@ -116,6 +131,7 @@ void Daemon::Shutdown() {
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + kServerDrain);
   }
+  lost_reporter_.reset();  // Sends what the shutdown reported, then stops.
 }
 
 }  // namespace gdt::agent

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
 #include "agent/config.h"
+#include "agent/lost_reporter.h"
 #include "agent/registrar.h"
 #include "agent/supervisor.h"
 #include "rendezvous/coordinator_client.h"
@@ -47,6 +48,8 @@ class Daemon {
   Supervisor supervisor_;
   AgentService service_;
   rendezvous::CoordinatorClient coordinator_;
+  // After coordinator_, which it uses; stopped after the server.
+  std::unique_ptr<LostMemberReporter> lost_reporter_;
   std::unique_ptr<AgentServer> server_;
   std::unique_ptr<Registrar> registrar_;
   std::string bound_endpoint_;

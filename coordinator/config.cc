@@ -80,7 +80,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
-      key == "host_down_after_seconds") {
+      key == "host_down_after_seconds" ||
+      key == "failed_gang_release_seconds") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
     if (key == "max_nodes_per_job") config.max_nodes_per_job = *number;
@@ -89,6 +90,9 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     if (key == "host_down_after_seconds") {
       config.host_down_after = std::chrono::seconds(*number);
+    }
+    if (key == "failed_gang_release_seconds") {
+      config.failed_gang_release = std::chrono::seconds(*number);
     }
     return absl::OkStatus();
   }

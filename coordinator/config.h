@@ -22,6 +22,9 @@ struct Config {
   uint32_t max_nodes_per_job = 8;
   std::chrono::seconds heartbeat_interval{2};
   std::chrono::seconds host_down_after{10};
+  // A failed gang's leases are released this long after the failure even
+  // when some member never cleaned up (its runner is gone).
+  std::chrono::seconds failed_gang_release{300};
   std::string log_level = "info";
   // Gang key-value store (issue 6): keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;

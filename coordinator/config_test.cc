@@ -19,6 +19,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(config->max_nodes_per_job, 8u);
   EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(2));
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(10));
+  EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(300));
   EXPECT_EQ(config->log_level, "info");
   EXPECT_EQ(config->advertise_endpoint, "");
 }
@@ -32,6 +33,7 @@ master_port_range: {min: 30000, max: 30010}
 max_nodes_per_job: 16
 heartbeat_interval_seconds: 3
 host_down_after_seconds: 12
+failed_gang_release_seconds: 90
 log_level: debug
 )");
 
@@ -44,6 +46,7 @@ log_level: debug
   EXPECT_EQ(config->max_nodes_per_job, 16u);
   EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(3));
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(12));
+  EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(90));
   EXPECT_EQ(config->log_level, "debug");
 }
 

@@ -170,6 +170,8 @@ void Coordinator::RunAdmissionPass() {
   {
     MutexLock lock(mu_);
     scheduler_->FailGangsOnLostHosts();
+    scheduler_->ReleaseAbandonedMembers();
+    scheduler_->FailSuspectedGangs();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }
@@ -275,13 +277,14 @@ void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
 
 absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
-                                     int32_t exit_code, bool cancelled) {
+                                     int32_t exit_code, bool cancelled,
+                                     bool peer_suspected) {
   std::vector<MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
     status = scheduler_->ReportExit(gang_id, epoch, member_index, job_id,
-                                    exit_code, cancelled);
+                                    exit_code, cancelled, peer_suspected);
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));

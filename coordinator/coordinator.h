@@ -73,7 +73,8 @@ class Coordinator {
               uint64_t stream_id);
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          int32_t exit_code, bool cancelled);
+                          int32_t exit_code, bool cancelled,
+                          bool peer_suspected = false);
   absl::Status Watch(const std::string& gang_id, uint32_t epoch,
                      uint32_t member_index, int64_t job_id, uint64_t watch_id);
   void Unwatch(uint64_t watch_id);

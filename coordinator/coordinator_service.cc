@@ -571,7 +571,8 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
   }
   absl::Status status = coordinator_.ReportExit(
       request->gang_id(), request->epoch(), request->member_index(),
-      request->job_id(), request->exit_code(), request->cancelled());
+      request->job_id(), request->exit_code(), request->cancelled(),
+      request->peer_suspected());
   if (status.ok()) {
     spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
                  LogValue(request->gang_id()), request->member_index(),

@@ -159,7 +159,8 @@ int main(int argc, char** argv) {
                    "YAML config file (keys: listen_address, "
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
-                   "host_down_after_seconds, log_level, metrics_address)")
+                   "host_down_after_seconds, failed_gang_release_seconds, "
+                   "kv_max_keys_per_gang, log_level, metrics_address)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "

@@ -124,6 +124,10 @@ struct Gang {
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // A running gang's first failure that looked caused by a lost peer, and
+  // when it was reported (see Scheduler::FailSuspectedGangs); 0 = none.
+  uint32_t suspect_member = 0;
+  Clock::TimePoint suspect_since{};
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;

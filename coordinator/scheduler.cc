@@ -93,7 +93,8 @@ absl::Status Scheduler::LoadState() {
     }
     // The admission time is not stored: count the timeout from now.
     gang.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
-    gang_ids_[gang.key] = gang.id;
+    // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
+    if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     gangs_[gang.id] = std::move(gang);
   }
   for (const GpuLease& lease : state->gpu_leases) {
@@ -249,10 +250,10 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   }
   if (found != gangs_.end()) {
     Gang& gang = found->second;
+    GDT_RETURN_IF_ERROR(CheckNotFenced(gang, request.job_id));
     if (gang.state == GangState::kDone || gang.state == GangState::kFailed) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "gang ", gang.id, " already finished (", GangStateName(gang.state),
-          "); joining a finished gang again is not supported yet"));
+      // A retried job: the gang's next epoch forms (scheduler_failure.cc).
+      GDT_RETURN_IF_ERROR(StartNextEpoch(gang, request.job_id));
     }
     auto existing = gang.members.find(request.member_index);
     if (gang.state == GangState::kRunning) {
@@ -345,6 +346,11 @@ absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
   if (gang == gangs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
   }
+  if (gang->second.epoch != epoch) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", gang_id, " is in epoch ", gang->second.epoch, ", not ", epoch,
+        ": job ", job_id, " of an older attempt is fenced"));
+  }
   auto member = gang->second.members.find(member_index);
   if (member == gang->second.members.end()) {
     return absl::NotFoundError(
@@ -372,7 +378,8 @@ std::string Scheduler::FailureCause(const Gang& gang, const Member& member,
 
 absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
-                                   int32_t exit_code, bool cancelled) {
+                                   int32_t exit_code, bool cancelled,
+                                   bool peer_suspected) {
   absl::StatusOr<Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
@@ -380,8 +387,17 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
   Gang updated = gang;
   Member& member = updated.members.at(member_index);
   member.exit_code = exit_code;
-  const bool fails = gang.state == GangState::kRunning &&
-                     !AllExitedZero(gang) && (exit_code != 0 || cancelled);
+  bool fails = gang.state == GangState::kRunning && !AllExitedZero(gang) &&
+               (exit_code != 0 || cancelled);
+  // Probably a consequence of another member's failure: wait for it.
+  const bool suspected = fails && peer_suspected && !cancelled;
+  if (suspected) {
+    fails = false;
+    if (updated.suspect_member == 0) {
+      updated.suspect_member = member_index;
+      updated.suspect_since = clock_.Now();
+    }
+  }
   if (fails) {
     updated.state = GangState::kFailed;
     updated.failed_member = member_index;
@@ -465,9 +481,10 @@ void Scheduler::NotifyWatchers(const Gang& gang) {
 
 absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
                               int64_t job_id) {
-  auto id = gang_ids_.find(key);
-  if (id == gang_ids_.end()) return absl::OkStatus();
-  Gang& gang = gangs_.at(id->second);
+  // The job's own epoch: the current one, or an older one still stopping.
+  Gang* epoch_gang = GangOfJob(key, member_index, job_id);
+  if (epoch_gang == nullptr) return absl::OkStatus();
+  Gang& gang = *epoch_gang;
   auto member = gang.members.find(member_index);
   if (member == gang.members.end() || member->second.job_id != job_id ||
       member->second.left) {
@@ -491,11 +508,7 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   if (all_left) {
-    for (const auto& [index, done_member] : updated.members) {
-      auto& host_gpus = gpu_leases_[done_member.host_name];
-      for (uint32_t gpu : done_member.gpu_indices) host_gpus.erase(gpu);
-    }
-    port_leases_[updated.master_host].erase(updated.master_port);
+    ReleaseLeases(updated);
     spdlog::info("gang {} gang={} leases released",
                  GangStateName(updated.state), updated.id);
   }

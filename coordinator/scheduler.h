@@ -23,6 +23,10 @@ struct SchedulerOptions {
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
   std::chrono::seconds host_down_after{10};
+  // See ReleaseAbandonedMembers().
+  std::chrono::seconds failed_gang_release{300};
+  // See ReportExit's `peer_suspected`.
+  std::chrono::milliseconds failure_attribution_window{3000};
 };
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
@@ -142,9 +146,15 @@ class Scheduler {
   // for a failed gang are recorded and change nothing else.
   // Errors: NotFound for an unknown gang or member; FailedPrecondition when
   // the job id or epoch does not match; Internal when it cannot be persisted.
+  // `peer_suspected`: the member's output shows it lost a peer, so its
+  // failure probably follows another member's; the gang then fails only if
+  // no other member's failure arrives within failure_attribution_window
+  // (FailSuspectedGangs()), and is blamed on whichever failed first
+  // otherwise.
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          int32_t exit_code, bool cancelled = false);
+                          int32_t exit_code, bool cancelled = false,
+                          bool peer_suspected = false);
 
   // Opens watch stream `watch_id` on a member's admitted gang and queues its
   // first event: GangFailed when the gang has failed, GangSucceeded when
@@ -215,6 +225,20 @@ class Scheduler {
   // tried again on the next call.
   std::vector<std::string> FailGangsOnLostHosts();
 
+  // A failed gang (or archived epoch) keeps its leases until every member
+  // has left; a member whose runner never calls cleanup (its host is gone)
+  // would hold them forever. Once a failed gang has held leases for
+  // failed_gang_release since this scheduler first saw it failed, its
+  // remaining members count as left and its leases are released (logged,
+  // persisted). Returns the ids of the gangs released. Call periodically.
+  std::vector<std::string> ReleaseAbandonedMembers();
+
+  // Fails each running gang whose first failure report was only
+  // `peer_suspected` once failure_attribution_window has passed without a
+  // better culprit, blaming that member. Returns the ids it failed. Call
+  // periodically.
+  std::vector<std::string> FailSuspectedGangs();
+
   // Member `member_index` made no progress for `seconds` (its
   // GDT_HANG_TIMEOUT): fails its running gang as hung, "member 2/3 (job
   // 1002 on host gpu-07) hung: no progress for 600 s (GDT_HANG_TIMEOUT) at
@@ -244,6 +268,23 @@ class Scheduler {
                         bool collect_evidence = false);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const Gang& gang, const Member& member);
+
+  // Epochs. A job that joins a failed or done gang starts its next epoch:
+  // the finished epoch is archived as gang "<id>#<epoch>" (keeping its
+  // members and, until they have all left, its leases and watches), and the
+  // gang, same id and key, forms again with epoch + 1 and no members.
+  // Errors: FailedPrecondition when `job_id` is one of the finished epoch's
+  // jobs (not a retry); Internal when it cannot be persisted.
+  absl::Status StartNextEpoch(Gang& gang, int64_t job_id);
+  // FailedPrecondition when `job_id` belongs to an earlier epoch of `gang`
+  // (fenced: it may neither join, report nor watch).
+  absl::Status CheckNotFenced(const Gang& gang, int64_t job_id) const;
+  // The gang (live or archived epoch) whose member `member_index` is job
+  // `job_id`, or null.
+  Gang* GangOfJob(const GangKey& key, uint32_t member_index, int64_t job_id);
+  static bool IsArchivedEpoch(const std::string& gang_id);
+  // Frees the GPU, slot and port leases of `gang` (every member has left).
+  void ReleaseLeases(const Gang& gang);
 
   // Resources in use on one host.
   struct Usage {
@@ -295,6 +336,8 @@ class Scheduler {
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
+  // Failed gangs holding leases -> when this scheduler first saw them so.
+  std::map<std::string, Clock::TimePoint> failed_holding_since_;
   std::vector<MemberEvent> events_;
   Observer* observer_ = &NullObserver();
 };

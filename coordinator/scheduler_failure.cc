@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -130,6 +131,170 @@ std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
         !status.ok()) {
       spdlog::error("cannot fail gang {} for its lost member {}: {}", id, index,
                     status.ToString());
+      continue;
+    }
+    failed.push_back(id);
+  }
+  return failed;
+}
+
+bool Scheduler::IsArchivedEpoch(const std::string& gang_id) {
+  return gang_id.find('#') != std::string::npos;
+}
+
+absl::Status Scheduler::CheckNotFenced(const Gang& gang, int64_t job_id) const {
+  const std::string prefix = gang.id + "#";
+  for (auto it = gangs_.lower_bound(prefix);
+       it != gangs_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    for (const auto& [index, member] : it->second.members) {
+      if (member.job_id != job_id) continue;
+      return absl::FailedPreconditionError(
+          absl::StrCat("job ", job_id, " belongs to epoch ", it->second.epoch,
+                       " of gang ", gang.id, ", which epoch ", gang.epoch,
+                       " replaced; the old attempt is fenced"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::StartNextEpoch(Gang& gang, int64_t job_id) {
+  for (const auto& [index, member] : gang.members) {
+    if (member.job_id != job_id) continue;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", gang.id, " already finished (", GangStateName(gang.state),
+        ") and job ", job_id, " was its member ", index,
+        "; only a retried job (a new job id) starts the next epoch"));
+  }
+  Gang archived = gang;
+  archived.id = absl::StrCat(gang.id, "#", gang.epoch);
+  Gang next;
+  next.id = gang.id;
+  next.key = gang.key;
+  next.epoch = gang.epoch + 1;
+  next.created_unix_ms = clock_.UnixMillis();
+  next.sequence = next_sequence_;
+  GDT_RETURN_IF_ERROR(store_.SaveGang(archived));
+  GDT_RETURN_IF_ERROR(store_.SaveGang(next));
+  ++next_sequence_;
+  // The finished epoch keeps what it still holds under its archived id.
+  for (auto& [host, gpus] : gpu_leases_) {
+    for (auto& [gpu, holder] : gpus) {
+      if (holder == gang.id) holder = archived.id;
+    }
+  }
+  for (auto& [host, ports] : port_leases_) {
+    for (auto& [port, holder] : ports) {
+      if (holder == gang.id) holder = archived.id;
+    }
+  }
+  for (auto& [watch_id, watched] : watchers_) {
+    if (watched == gang.id) watched = archived.id;
+  }
+  spdlog::info("gang {} epoch {} forms (epoch {} archived as {})", gang.id,
+               next.epoch, gang.epoch, archived.id);
+  gangs_[archived.id] = std::move(archived);
+  gang = std::move(next);
+  return absl::OkStatus();
+}
+
+Gang* Scheduler::GangOfJob(const GangKey& key, uint32_t member_index,
+                           int64_t job_id) {
+  auto id = gang_ids_.find(key);
+  if (id == gang_ids_.end()) return nullptr;
+  auto matches = [&](Gang& gang) {
+    auto member = gang.members.find(member_index);
+    return member != gang.members.end() && member->second.job_id == job_id;
+  };
+  Gang& live = gangs_.at(id->second);
+  if (matches(live)) return &live;
+  const std::string prefix = live.id + "#";
+  for (auto it = gangs_.lower_bound(prefix);
+       it != gangs_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
+       ++it) {
+    if (matches(it->second)) return &it->second;
+  }
+  return nullptr;
+}
+
+void Scheduler::ReleaseLeases(const Gang& gang) {
+  for (const auto& [index, member] : gang.members) {
+    auto& host_gpus = gpu_leases_[member.host_name];
+    for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
+  }
+  port_leases_[gang.master_host].erase(gang.master_port);
+}
+
+std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
+  std::vector<std::string> released;
+  const Clock::TimePoint now = clock_.Now();
+  std::map<std::string, Clock::TimePoint> still_holding;
+  for (auto& [id, gang] : gangs_) {
+    const bool holding =
+        gang.state == GangState::kFailed &&
+        std::any_of(gang.members.begin(), gang.members.end(),
+                    [](const auto& entry) { return !entry.second.left; });
+    if (!holding) continue;
+    auto seen = failed_holding_since_.find(id);
+    const Clock::TimePoint since =
+        seen != failed_holding_since_.end() ? seen->second : now;
+    if (now - since < options_.failed_gang_release) {
+      still_holding[id] = since;
+      continue;
+    }
+    Gang updated = gang;
+    std::vector<std::string> abandoned;
+    for (auto& [index, member] : updated.members) {
+      if (member.left) continue;
+      member.left = true;
+      member.present = false;
+      abandoned.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
+    }
+    if (absl::Status status = store_.SaveGang(updated); !status.ok()) {
+      spdlog::error("cannot release the leases of gang {}: {}", id,
+                    status.ToString());
+      still_holding[id] = since;
+      continue;
+    }
+    ReleaseLeases(updated);
+    gang = std::move(updated);
+    spdlog::warn(
+        "gang {} failed {} s ago; member(s) {} never cleaned up: leases "
+        "released (failed_gang_release_seconds)",
+        id, options_.failed_gang_release.count(),
+        absl::StrJoin(abandoned, ", "));
+    released.push_back(id);
+  }
+  failed_holding_since_ = std::move(still_holding);
+  return released;
+}
+
+std::vector<std::string> Scheduler::FailSuspectedGangs() {
+  std::vector<std::string> failed;
+  const Clock::TimePoint now = clock_.Now();
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != GangState::kRunning) continue;
+    if (gang.suspect_member == 0) {
+      // After a restart only the recorded exit code is left.
+      for (const auto& [index, member] : gang.members) {
+        if (member.exit_code > 0) {
+          gang.suspect_member = index;
+          gang.suspect_since = now;
+          break;
+        }
+      }
+      continue;
+    }
+    if (now - gang.suspect_since < options_.failure_attribution_window) {
+      continue;
+    }
+    const Member& member = gang.members.at(gang.suspect_member);
+    const std::string cause =
+        absl::StrCat(MemberLabel(gang, member), " exited ", member.exit_code,
+                     " at ", UtcTimeOfDay(clock_.UnixMillis()));
+    if (absl::Status status = FailGang(gang, member.index, cause);
+        !status.ok()) {
+      spdlog::error("cannot fail gang {}: {}", id, status.ToString());
       continue;
     }
     failed.push_back(id);

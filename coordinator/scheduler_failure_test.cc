@@ -110,6 +110,70 @@ TEST_F(SchedulerFailureTest, LostHostDoesNotFailAGangThatSucceeded) {
   EXPECT_EQ(OnlyGang().state, GangState::kRunning);
 }
 
+TEST_F(SchedulerFailureTest, FailedGangReleasesLeasesOfMembersThatNeverLeave) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  // Member 1's runner is gone: it never cleans up.
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), IsEmpty());
+  clock_.Advance(299s);
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), IsEmpty());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 1u);
+
+  clock_.Advance(1s);
+  EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), ElementsAre(gang));
+
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+  absl::StatusOr<StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->gangs.at(0).members.at(1).left);
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+  // A late cleanup is still fine.
+  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+}
+
+TEST_F(SchedulerFailureTest, FailureThatFollowsALostPeerWaitsForTheCulprit) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 90).ok());
+  scheduler_->TakeEvents();
+
+  // Member 1's collective broke first; member 2 (killed) reports a moment
+  // later: the root cause names member 2.
+  ASSERT_TRUE(scheduler_
+                  ->ReportExit(gang, 1, 1, 101, 1, false,
+                               /*peer_suspected=*/true)
+                  .ok());
+  EXPECT_EQ(OnlyGang().state, GangState::kRunning);
+  clock_.Advance(1s);
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), IsEmpty());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 1).ok());
+
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host "
+            "cpu-02) exited 1 at 00:00:02 UTC; stopping");
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 90).failed_job_id, 102);
+}
+
+TEST_F(SchedulerFailureTest, SuspectedFailureFailsTheGangAfterTheWindow) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_
+                  ->ReportExit(gang, 1, 1, 101, 1, false,
+                               /*peer_suspected=*/true)
+                  .ok());
+  clock_.Advance(2999ms);
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), IsEmpty());
+  clock_.Advance(1ms);
+
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), ElementsAre(gang));
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 1/2 (job 101 on host "
+            "cpu-01) exited 1 at 00:00:04 UTC; stopping");
+}
+
 TEST_F(SchedulerFailureTest, LostMemberFailsItsGangNamingIt) {
   const std::string gang = AdmitTwoHostGang();
   clock_.Advance(4s);
@@ -197,8 +261,88 @@ TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
   // It holds nothing and is listed only with the finished gangs.
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
   EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 0u);
-  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 2), 12).status().code(),
+  // Its job cannot come back; another job of the gang starts epoch 2.
+  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 1), 12).status().code(),
             absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 13).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).epoch, 2u);
+}
+
+TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 80).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  scheduler_->TakeEvents();
+  // Member 1 of epoch 1 (job 101) is still alive: it has not left.
+
+  auto retried = [](uint32_t index) {
+    JoinRequest request = Joining(TrainKey(2), index);
+    request.job_id = 200 + index;
+    return request;
+  };
+  absl::StatusOr<std::string> joined = scheduler_->Join(retried(2), 22);
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(*joined, gang);
+  ASSERT_TRUE(scheduler_->Join(retried(1), 21).ok());
+
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  ASSERT_EQ(snapshot.gangs.size(), 2u);
+  EXPECT_EQ(snapshot.gangs[0].id, gang + "#1");  // Still holds cpu-01.
+  EXPECT_EQ(snapshot.gangs[0].state, GangState::kFailed);
+  EXPECT_EQ(snapshot.gangs[1].id, gang);
+  EXPECT_EQ(snapshot.gangs[1].epoch, 2u);
+  EXPECT_EQ(snapshot.gangs[1].state, GangState::kForming);
+  // The stale member holds its slot, so epoch 2 cannot be placed yet.
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+
+  // Fenced: the old job can neither report, watch nor join again.
+  absl::Status report = scheduler_->ReportExit(gang, 1, 1, 101, 0);
+  EXPECT_EQ(report.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(report.message(),
+            "gang train-p5-pl77-n2 is in epoch 2, not 1: job 101 of an older "
+            "attempt is fenced");
+  EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 101, 81).code(),
+            absl::StatusCode::kFailedPrecondition);
+  absl::StatusOr<std::string> rejoin =
+      scheduler_->Join(Joining(TrainKey(2), 1), 23);
+  EXPECT_EQ(rejoin.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(rejoin.status().message(),
+            "job 101 belongs to epoch 1 of gang train-p5-pl77-n2, which epoch "
+            "2 replaced; the old attempt is fenced");
+
+  // Once it has left, its epoch releases everything and epoch 2 runs.
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  std::vector<AdmissionProposal> proposals = scheduler_->Plan();
+  ASSERT_EQ(proposals.size(), 1u);
+  ASSERT_TRUE(
+      scheduler_->Admit(proposals[0], proposals[0].candidate_ports.front())
+          .ok());
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  for (uint64_t stream : {21, 22}) {
+    const MemberEvent admitted = LastEventFor(events, stream);
+    ASSERT_EQ(admitted.kind, MemberEvent::Kind::kAdmitted) << stream;
+    EXPECT_EQ(admitted.assignment.epoch, 2u);
+  }
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 2, 1, 201, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 2, 2, 202, 0).ok());
+  // The old epoch's watch hears nothing of epoch 2.
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 80).stream_id, 0u);
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 201).ok());
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 202).ok());
+  snapshot = scheduler_->GetSnapshot(true);
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+
+  // The state survives a restart: the live gang is epoch 2 again.
+  absl::StatusOr<std::unique_ptr<Scheduler>> reloaded =
+      Scheduler::Create(clock_, *store_, SchedulerOptions{});
+  ASSERT_TRUE(reloaded.ok()) << reloaded.status();
+  absl::StatusOr<std::string> third = (*reloaded)->Join(retried(1), 31);
+  ASSERT_TRUE(third.status().code() == absl::StatusCode::kFailedPrecondition)
+      << "job 201 belongs to the finished epoch 2: " << third.status();
 }
 
 }  // namespace

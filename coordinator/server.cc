@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.master_port_min = config.master_port_min;
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
+  options.failed_gang_release = config.failed_gang_release;
   KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
@@ -51,7 +52,19 @@ void GangWatch::Run(const std::string& endpoint,
       canceller_);
   MutexLock lock(mu_);
   ended_ = true;
-  if (!last.ok() && last.status().code() != absl::StatusCode::kCancelled) {
+  if (!last.ok() &&
+      last.status().code() == absl::StatusCode::kFailedPrecondition &&
+      fate_ == Fate::kUnknown) {
+    // The coordinator no longer takes this member: a newer epoch of the
+    // gang replaced it (fenced), or the gang ended. Stop like a peer failure.
+    spdlog::warn("gang watch gang={} rejected: {}", request.gang_id(),
+                 last.status().ToString());
+    fate_ = Fate::kFailed;
+    failure_reason_ = absl::StrCat("member ", request.member_index(), " (job ",
+                                   request.job_id(),
+                                   ") is fenced: ", last.status().message());
+  } else if (!last.ok() &&
+             last.status().code() != absl::StatusCode::kCancelled) {
     spdlog::warn("gang watch gang={} ended: {}", request.gang_id(),
                  last.status().ToString());
     error_ = last.status();

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <variant>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
+#include "executor/peer_loss.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
@@ -33,12 +35,20 @@ bool IsUserStage(const std::string& stage_name) {
   return stage_name == "build_script" || absl::StartsWith(stage_name, "step_");
 }
 
-// `lost_reason` non-empty: the member was lost (its agent vanished) rather
-// than exited.
+// How long an exit report is retried while the coordinator cannot be
+// reached (it may be restarting): a lost report would leave the gang's exit
+// barrier waiting for this member.
+constexpr std::chrono::seconds kReportRetryWindow(120);
+constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
+
+// Reports the member's exit, retrying transient failures with backoff for up
+// to kReportRetryWindow (saying so once in the job log). `lost_reason`
+// non-empty: the member was lost (its agent vanished) rather than exited;
+// `hung_seconds` > 0: it made no progress for that long.
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        int exit_code, bool cancelled,
                        const std::string& lost_reason = "",
-                       uint32_t hung_seconds = 0) {
+                       uint32_t hung_seconds = 0, bool peer_suspected = false) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -49,12 +59,32 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_cancelled(cancelled);
   request.set_lost_reason(lost_reason);
   request.set_hung_seconds(hung_seconds);
-  if (absl::Status status = coordinator.ReportExit(
-          request, std::chrono::milliseconds(context.config.rpc_timeout));
-      !status.ok()) {
-    spdlog::warn("cannot report exit gang={} job={} code={}: {}",
-                 state.assignment.gang_id(), state.job_id, exit_code,
-                 status.ToString());
+  request.set_peer_suspected(peer_suspected);
+  const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
+  std::chrono::milliseconds backoff(200);
+  bool told = false;
+  while (true) {
+    absl::Status status = coordinator.ReportExit(
+        request, std::chrono::milliseconds(context.config.rpc_timeout));
+    if (status.ok()) return;
+    const bool transient = status.code() == absl::StatusCode::kUnavailable ||
+                           status.code() == absl::StatusCode::kDeadlineExceeded;
+    if (!transient || std::chrono::steady_clock::now() + backoff >= give_up) {
+      spdlog::warn("cannot report exit gang={} job={} code={}: {}",
+                   state.assignment.gang_id(), state.job_id, exit_code,
+                   status.ToString());
+      return;
+    }
+    if (!told) {
+      context.err << "gdt: coordinator " << context.config.coordinator
+                  << " is unreachable; retrying the exit report until it is "
+                     "back ("
+                  << status.message() << ")\n";
+      context.err.flush();
+      told = true;
+    }
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, kMaxReportBackoff);
   }
 }
 
@@ -73,7 +103,7 @@ std::chrono::steady_clock::time_point RootCauseDeadline(
     const StageContext& context) {
   return std::chrono::steady_clock::now() +
          std::min<std::chrono::steady_clock::duration>(
-             context.config.rpc_timeout, std::chrono::seconds(5));
+             context.config.rpc_timeout, std::chrono::seconds(10));
 }
 
 // The other members that had not exited 0 at the watch's last progress.
@@ -211,6 +241,11 @@ Outcome RunScriptStage(const StageContext& context,
     std::variant<JobInfo, Outcome> job = LoadJob(context.env);
     if (const Outcome* failure = std::get_if<Outcome>(&job)) return *failure;
     start.set_hang_timeout_seconds(std::get<JobInfo>(job).hang_timeout_seconds);
+    // The agent reports the member lost if this executor goes away.
+    start.set_gang_id(state->assignment.gang_id());
+    start.set_epoch(state->assignment.epoch());
+    start.set_member_index(static_cast<uint32_t>(state->member_index));
+    start.set_job_id(state->job_id);
     if (std::optional<std::string> project_dir =
             context.env.JobVariable("CI_PROJECT_DIR");
         project_dir.has_value() && !project_dir->empty()) {
@@ -248,9 +283,11 @@ Outcome RunScriptStage(const StageContext& context,
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};
   std::atomic<bool> evidence_requested{false};
+  PeerLossDetector peer_loss;  // Fed on this thread by RunStage's reader.
   absl::StatusOr<v1::StageExit> exit = agent.RunStage(
       start,
-      [&context](v1::OutputStream stream, std::string_view data) {
+      [&context, &peer_loss](v1::OutputStream stream, std::string_view data) {
+        peer_loss.Feed(data);
         std::ostream& sink =
             stream == v1::OUTPUT_STREAM_STDERR ? context.err : context.out;
         sink.write(data.data(), static_cast<std::streamsize>(data.size()));
@@ -304,7 +341,8 @@ Outcome RunScriptStage(const StageContext& context,
   }
   if (stage_name == "build_script") {
     ReportExitQuietly(context, *state, exit->exit_code(),
-                      context.signal.load() != 0 && !stopped_for_peer.load());
+                      context.signal.load() != 0 && !stopped_for_peer.load(),
+                      "", 0, peer_loss.detected());
   }
   if (watch != nullptr) {
     return GangOutcome(context, *state, stage_name, *watch, exit->exit_code(),

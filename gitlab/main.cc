@@ -117,6 +117,11 @@ int main(int argc, char** argv) {
   run_local->add_option("--work-dir", options.work_dir,
                         "default: <project-dir>/.gdt-run/<pipeline>");
   run_local->add_option("--pipeline-id", pipeline_id, "default: the clock");
+  int64_t first_job_id = 0;
+  run_local->add_option("--first-job-id", first_job_id,
+                        "member i gets job id FIRST+i (default: pipeline id "
+                        "x 1000); a new value with the same --pipeline-id "
+                        "emulates GitLab's Retry");
   run_local->add_option("--var", options.vars,
                         "KEY=VALUE pipeline variable (repeatable)");
   run_local->add_option("--timeout", timeout,
@@ -174,6 +179,7 @@ int main(int argc, char** argv) {
   options.job_name = jobs.front();
   options.later_jobs.assign(jobs.begin() + 1, jobs.end());
   if (pipeline_id != 0) options.pipeline_id = pipeline_id;
+  if (first_job_id != 0) options.first_job_id = first_job_id;
   if (timeout != 0) options.timeout_seconds = timeout;
   if (graceful_kill_timeout != 0) {
     options.graceful_kill_timeout_seconds = graceful_kill_timeout;

@@ -215,7 +215,9 @@ std::vector<JobPayload> BuildPayloads(const CiJob& job,
 
   for (int i = 1; i <= job.parallel; ++i) {
     JobPayload p;
-    p.id = pipeline.pipeline_id * 1000 + pipeline.job_id_base + i;
+    p.id = (pipeline.first_job_id > 0 ? pipeline.first_job_id
+                                      : pipeline.pipeline_id * 1000) +
+           pipeline.job_id_base + i;
     p.token = absl::StrCat("glcbt-local-", p.id);
     p.name = job.parallel > 1
                  ? absl::StrCat(job.name, " ", i, "/", job.parallel)
@@ -354,6 +356,10 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
       static_cast<int64_t>(time(nullptr)) % 100000000);
   if (pipeline.pipeline_id <= 0) {
     return absl::InvalidArgumentError("--pipeline-id must be positive");
+  }
+  pipeline.first_job_id = options.first_job_id.value_or(0);
+  if (pipeline.first_job_id < 0) {
+    return absl::InvalidArgumentError("--first-job-id must be positive");
   }
   pipeline.project_name = project_dir.filename().string();
   if (pipeline.project_name.empty()) pipeline.project_name = "project";

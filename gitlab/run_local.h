@@ -33,7 +33,11 @@ struct RunLocalOptions {
   // from project_dir.
   std::string work_dir;
   std::optional<int64_t> pipeline_id;  // Default: from the wall clock.
-  std::vector<std::string> vars;       // "KEY=VALUE" pipeline variables.
+  // Job ids are first_job_id + i for member i (default pipeline id × 1000).
+  // GitLab gives retried jobs new ids: a retry of a pipeline's job passes a
+  // new base with the same --pipeline-id.
+  std::optional<int64_t> first_job_id;
+  std::vector<std::string> vars;  // "KEY=VALUE" pipeline variables.
   std::optional<int64_t> timeout_seconds;
   std::optional<int64_t> graceful_kill_timeout_seconds;
   // Emulation knob for tests (runner: 3 s).
@@ -43,6 +47,7 @@ struct RunLocalOptions {
 // What a local pipeline needs to invent in place of a GitLab server.
 struct LocalPipeline {
   int64_t pipeline_id = 0;
+  int64_t first_job_id = 0;  // 0: pipeline_id × 1000.
   int64_t project_id = 1;
   std::string project_name;  // Last component of the project directory.
   std::string namespace_path = "local";

@@ -1,6 +1,9 @@
-// End to end: a host that drops off the network mid-training fails its gang
-// within seconds, with a root cause naming it, and no process of the gang
-// survives on any host. Hosts are network namespaces (label netns, root).
+// End to end: a host that drops off the network, or whose agent is killed,
+// mid-training fails its gang within seconds, with a root cause naming it,
+// and no process of the gang survives on any host. Hosts are network
+// namespaces (label netns, root).
+#include <signal.h>
+
 #include <chrono>
 #include <regex>
 #include <string>
@@ -19,21 +22,6 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 
 constexpr int kPeerFailureExitCode = 75;
-
-CommandResult Finish(Subprocess& run, milliseconds timeout) {
-  CommandResult result;
-  auto collect = [&](OutputSource, std::string_view data) {
-    result.output.append(data);
-  };
-  std::optional<ExitStatus> status =
-      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
-  if (!status.has_value()) {
-    result.output += "\n[test: run-local killed at its deadline]\n";
-    status = run.Terminate(milliseconds(3000), collect);
-  }
-  result.status = *status;
-  return result;
-}
 
 TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   // Host 0: coordinator and runner; hosts 1 and 2: one agent each.
@@ -103,7 +91,7 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
                   deadline - std::chrono::steady_clock::now())))
       << DescribeAll(JobProcesses(cluster, "GDT_NODE_RANK=0"));
 
-  CommandResult result = Finish(*run, seconds(90));
+  CommandResult result = FinishRun(*run, seconds(90));
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = log(1);
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log1;
@@ -115,6 +103,74 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   // and stops the stage there too: nothing of the gang is left anywhere.
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster).empty(); }, seconds(15)))
+      << DescribeAll(JobProcesses(cluster));
+}
+
+TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(3);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 1; i <= 2; ++i) {
+    ASSERT_TRUE(cluster
+                    .StartAgent({.name = absl::StrCat("host", i),
+                                 .host = i,
+                                 .cpu_slots = 1,
+                                 .network_interface = "eth0"})
+                    .ok())
+        << cluster.Logs();
+  }
+  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/2,
+                                             /*procs_per_node=*/1);
+  std::unique_ptr<Subprocess> run = StartRunLocal(
+      cluster, project, "train",
+      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
+  ASSERT_NE(run, nullptr);
+  auto log = [&](int index) {
+    return ReadFile(
+        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return log(1).find("first step done") != std::string::npos &&
+               log(2).find("first step done") != std::string::npos;
+      },
+      seconds(150)))
+      << log(1) << log(2) << cluster.Logs();
+  ASSERT_THAT(log(2), HasSubstr("on host host2")) << log(2);
+
+  cluster.StopAgent(1, SIGKILL);  // host2's agent.
+
+  std::string reason;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster.Status();
+        if (!status.ok() || (*status)["gangs"].empty()) return false;
+        const auto& gang = (*status)["gangs"][0];
+        reason = gang.value("reason", "");
+        return gang.value("state", "") == "failed";
+      },
+      seconds(10)))
+      << reason << cluster.Logs();
+  EXPECT_THAT(reason, ::testing::ContainsRegex(
+                          "failed: member 2/2 \\(job [0-9]+ on host host2\\) "
+                          "was lost: "));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster, "GDT_NODE_RANK=0").empty(); },
+              seconds(10)))
+      << DescribeAll(JobProcesses(cluster, "GDT_NODE_RANK=0"));
+
+  CommandResult result = FinishRun(*run, seconds(90));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  EXPECT_THAT(log(1), HasSubstr(absl::StrCat("gdt: ", reason, "\n")));
+  EXPECT_THAT(log(1), HasSubstr(absl::StrCat("Job failed: exit code ",
+                                             kPeerFailureExitCode, "\n")));
+  EXPECT_THAT(log(2), HasSubstr(absl::StrCat("gdt: ", reason, "\n")));
+  // The dead agent's training loses its peer and ends: nothing is left.
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster).empty(); }, seconds(20)))
       << DescribeAll(JobProcesses(cluster));
 }
 

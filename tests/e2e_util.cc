@@ -162,6 +162,21 @@ std::unique_ptr<Subprocess> StartRunLocal(
   return process.ok() ? std::move(*process) : nullptr;
 }
 
+CommandResult FinishRun(Subprocess& run, std::chrono::milliseconds timeout) {
+  CommandResult result;
+  auto collect = [&](OutputSource, std::string_view data) {
+    result.output.append(data);
+  };
+  std::optional<ExitStatus> status =
+      run.WaitUntil(std::chrono::steady_clock::now() + timeout, collect);
+  if (!status.has_value()) {
+    result.output += "\n[test: run-local killed at its deadline]\n";
+    status = run.Terminate(std::chrono::milliseconds(3000), collect);
+  }
+  result.status = *status;
+  return result;
+}
+
 std::string ProcessInfo::Describe() const {
   return absl::StrCat("pid ", pid, ": ", cmdline);
 }

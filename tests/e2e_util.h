@@ -52,6 +52,10 @@ std::unique_ptr<Subprocess> StartRunLocal(
     const GdtCluster& cluster, const std::string& project,
     const std::string& job, const std::vector<std::string>& extra = {});
 
+// Waits for a StartRunLocal() process to end (terminating it at `timeout`);
+// returns its exit status and output.
+CommandResult FinishRun(Subprocess& run, std::chrono::milliseconds timeout);
+
 // A live process seen in /proc.
 struct ProcessInfo {
   int pid = 0;

@@ -333,6 +333,10 @@ void GdtCluster::StopAgents(int signal) {
   for (auto& agent : agents_) agent->Stop(signal);
 }
 
+void GdtCluster::StopAgent(size_t index, int signal) {
+  agents_.at(index)->Stop(signal);
+}
+
 absl::Status GdtCluster::WaitForHosts(int count, milliseconds timeout) {
   std::string last;
   const bool ok = WaitFor(

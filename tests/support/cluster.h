@@ -131,6 +131,8 @@ class GdtCluster {
   absl::Status StartAgent(const AgentSpec& spec);
   // Stops every agent with `signal`.
   void StopAgents(int signal);
+  // Stops the `index`th agent started (0-based) with `signal`.
+  void StopAgent(size_t index, int signal);
   // Waits until the coordinator lists `count` hosts as up.
   absl::Status WaitForHosts(int count, std::chrono::milliseconds timeout);
 
