@@ -49,7 +49,12 @@ int main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return kExitConfigError;
   }
-  gdt::InitLogging("gdt-agent", config->log_level).IgnoreError();
+  if (absl::Status logging = gdt::InitLogging("gdt-agent", config->log_level);
+      !logging.ok()) {  // A bad $GDT_LOG_LEVEL (the config's was checked).
+    std::fprintf(stderr, "gdt-agent: %s\n",
+                 std::string(logging.message()).c_str());
+    return kExitConfigError;
+  }
 
   // Block the signals before gRPC starts its threads; sigwait() takes them.
   sigset_t signals;

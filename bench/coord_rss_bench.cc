@@ -103,6 +103,7 @@ int Run(const std::string& binary) {
     });
   }
   for (std::thread& thread : registrars) thread.join();
+  const double with_hosts = RssMiB(pid);
 
   // Streams stay open until the coordinator stops.
   Latch ended(static_cast<size_t>(kGangs) * kJoined);
@@ -142,9 +143,9 @@ int Run(const std::string& binary) {
   const double loaded = RssMiB(pid);
   std::printf(
       "rss gdt-coord hosts=%d pending_gangs=%d waiting_members=%d: "
-      "%.1f MiB | idle at start %.1f MiB | loaded/idle=%.1fx | target "
-      "<=100MB %s%s\n",
-      kHosts, kGangs, present, loaded, idle, loaded / idle,
+      "%.1f MiB | idle at start %.1f MiB, with the hosts only %.1f MiB | "
+      "loaded/idle=%.1fx | target <=100MB %s%s\n",
+      kHosts, kGangs, present, loaded, idle, with_hosts, loaded / idle,
       Verdict(loaded * 1.048576, 100),
       formed ? "" : " (NOT all gangs/members seen before the deadline)");
   (*coord)->SignalGroup(SIGTERM);

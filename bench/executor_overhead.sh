@@ -93,9 +93,11 @@ SH
 chmod +x "$work/direct-executor"
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-run_job() {  # run_job EXECUTOR [CONFIG] -> prints milliseconds
-  local start end extra=()
-  [ -n "${2:-}" ] && extra=(--executor-config "$2")
+run_job() {  # run_job PIPELINE EXECUTOR [CONFIG] -> prints milliseconds
+  # A fresh pipeline per run: a finished gang cannot be joined again.
+  local start end extra=(--pipeline-id "$1")
+  shift
+  [ -n "${2:-}" ] && extra+=(--executor-config "$2")
   start=$(now_ms)
   "$build/gitlab/gdt-ci" run-local --file "$work/project/.gitlab-ci.yml" \
     --job job --executor "$1" "${extra[@]}" --project-dir "$work/project" \
@@ -106,11 +108,13 @@ run_job() {  # run_job EXECUTOR [CONFIG] -> prints milliseconds
 }
 gdt=()
 direct=()
-run_job "$build/executor/gdt-executor" "$work/executor.yaml" >/dev/null  # Warm-up.
-run_job "$work/direct-executor" >/dev/null
+pipeline=$(date +%s)
+run_job $((pipeline += 1)) "$build/executor/gdt-executor" "$work/executor.yaml" >/dev/null  # Warm-up.
+run_job $((pipeline += 1)) "$work/direct-executor" >/dev/null
 for _ in $(seq 1 "$runs"); do
-  gdt+=("$(run_job "$build/executor/gdt-executor" "$work/executor.yaml")")
-  direct+=("$(run_job "$work/direct-executor")")
+  pipeline=$((pipeline + 2))  # Here: $(...) runs in a subshell.
+  gdt+=("$(run_job "$pipeline" "$build/executor/gdt-executor" "$work/executor.yaml")")
+  direct+=("$(run_job $((pipeline + 1)) "$work/direct-executor")")
 done
 pct() {  # pct P values... (nearest rank)
   local p=$1; shift

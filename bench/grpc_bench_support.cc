@@ -54,6 +54,9 @@ std::unique_ptr<InProcessCoordinator> InProcessCoordinator::Start(
                                        *self->ports_);
   if (!core.ok()) return nullptr;
   self->coordinator_ = std::move(*core);
+  self->metrics_ =
+      std::make_unique<coordinator::CoordinatorMetrics>(self->clock_);
+  self->coordinator_->SetObserver(*self->metrics_);
   self->service_ = std::make_unique<coordinator::CoordinatorService>(
       *self->coordinator_, std::chrono::seconds(2));
   grpc::ServerBuilder builder;

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/metrics.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -87,7 +88,8 @@ std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
     const std::string& endpoint, int count);
 
 // The real coordinator (logic, SQLite state in a temporary directory, gRPC
-// service) on 127.0.0.1:0; agents are not asked about ports (all free).
+// service, metrics observer) on 127.0.0.1:0; agents are not asked about
+// ports (all free).
 class InProcessCoordinator {
  public:
   static std::unique_ptr<InProcessCoordinator> Start(uint32_t max_nodes);
@@ -102,6 +104,8 @@ class InProcessCoordinator {
   std::string dir_;
   SystemClock clock_;
   std::unique_ptr<coordinator::PortChecker> ports_;
+  // As in gdt-coord: metrics are always collected (served or not).
+  std::unique_ptr<coordinator::CoordinatorMetrics> metrics_;
   std::unique_ptr<coordinator::Coordinator> coordinator_;
   std::unique_ptr<coordinator::CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;

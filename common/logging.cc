@@ -40,7 +40,13 @@ absl::Status InitLogging(const std::string& program, const std::string& level) {
                       spdlog::pattern_time_type::utc);
   spdlog::set_default_logger(logger);
   absl::StatusOr<std::string> effective = EffectiveLogLevel(level);
-  if (!effective.ok()) return effective.status();
+  if (!effective.ok()) {
+    // Callers that go on regardless log at the configured level.
+    if (CheckLogLevel(level).ok()) {
+      spdlog::set_level(spdlog::level::from_str(level));
+    }
+    return effective.status();
+  }
   spdlog::set_level(spdlog::level::from_str(*effective));
   return absl::OkStatus();
 }

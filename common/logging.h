@@ -27,7 +27,8 @@ absl::StatusOr<std::string> EffectiveLogLevel(const std::string& configured);
 
 // Points spdlog's default logger at stderr with the key=value pattern above
 // (UTC timestamps) and sets the level from EffectiveLogLevel(`level`).
-// Called once, from main(). Errors: those of EffectiveLogLevel.
+// Called once, from main(). Errors: those of EffectiveLogLevel; on a bad
+// $GDT_LOG_LEVEL the configured level still applies.
 absl::Status InitLogging(const std::string& program, const std::string& level);
 
 // `value` as a logfmt value: unchanged when it is non-empty and has no

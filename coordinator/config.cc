@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/logging.h"
@@ -126,6 +127,18 @@ absl::Status ValidateConfig(const Config& config) {
         "host_down_after_seconds (", config.host_down_after.count(),
         ") must be larger than heartbeat_interval_seconds (",
         config.heartbeat_interval.count(), ")"));
+  }
+  if (!config.metrics_address.empty()) {
+    const size_t colon = config.metrics_address.rfind(':');
+    int port = -1;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(config.metrics_address.substr(colon + 1), &port) ||
+        port < 0 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics_address must be host:port (port 0..65535), "
+                       "got '",
+                       config.metrics_address, "'"));
+    }
   }
   return CheckLogLevel(config.log_level);
 }

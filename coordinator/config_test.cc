@@ -22,6 +22,25 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(300));
   EXPECT_EQ(config->log_level, "info");
   EXPECT_EQ(config->advertise_endpoint, "");
+  EXPECT_EQ(config->metrics_address, "");  // No metrics endpoint.
+}
+
+TEST(ConfigTest, MetricsAddressIsHostAndPort) {
+  absl::StatusOr<Config> config =
+      ParseConfig("metrics_address: 127.0.0.1:9464\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics_address, "127.0.0.1:9464");
+
+  for (const char* bad :
+       {"metrics_address: 9464\n", "metrics_address: host:port\n",
+        "metrics_address: host:70000\n"}) {
+    absl::StatusOr<Config> rejected = ParseConfig(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(rejected.status().message(),
+                HasSubstr("metrics_address must be host:port"))
+        << bad;
+  }
 }
 
 TEST(ConfigTest, ReadsEveryKey) {

@@ -137,7 +137,10 @@ int Watch(const std::string& endpoint,
         timeout.tv_nsec = (interval.count() % 1000) * 1000000;
         return sigtimedwait(&signals, nullptr, &timeout) > 0;
       });
-  return last.ok() ? kExitOk : StatusFailure(last);
+  // The frame already showed the error line; only the exit code is left.
+  if (last.ok()) return kExitOk;
+  return last.code() == absl::StatusCode::kUnavailable ? kExitUnavailable
+                                                       : kExitFailure;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -51,7 +52,7 @@ double Sample(const std::string& text, const std::string& series) {
   return -1;
 }
 
-TEST(EndToEndMetricsTest, ScrapeDuringARunCountsTheGangAndItsFormation) {
+TEST(EndToEndMetricsTest, ScrapeAndStatusDuringARunShowTheGang) {
   GdtCluster cluster;
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   ASSERT_FALSE(cluster.metrics_endpoint().empty()) << cluster.Logs();
@@ -86,8 +87,35 @@ TEST(EndToEndMetricsTest, ScrapeDuringARunCountsTheGangAndItsFormation) {
                Sample(during, "gdt_gangs{state=\"running\"}") == 1;
       },
       seconds(60));
+  // While it runs, the operator's view shows it too (and fits 100 columns).
+  CommandResult overview =
+      RunProcess({BinaryPath("gdt-coord"), "status", "--coordinator",
+                  cluster.coordinator_endpoint()},
+                 {}, std::chrono::seconds(20));
+  absl::StatusOr<nlohmann::json> json_status = cluster.Status();
   WriteFile(release, "");
   ASSERT_TRUE(admitted) << during << cluster.Logs();
+  ASSERT_TRUE(overview.status.success()) << overview.output;
+  EXPECT_THAT(overview.output, ::testing::HasSubstr("running  train-"))
+      << overview.output;
+  EXPECT_THAT(overview.output,
+              ::testing::HasSubstr("gangs      0 forming, 1 running"))
+      << overview.output;
+  for (absl::string_view line : absl::StrSplit(overview.output, '\n')) {
+    EXPECT_LE(line.size(), 100u) << line;
+  }
+  ASSERT_TRUE(json_status.ok()) << json_status.status();
+  ASSERT_EQ((*json_status)["gangs"].size(), 1u) << json_status->dump();
+  const std::string gang_id = (*json_status)["gangs"][0]["gang_id"];
+  CommandResult detail =
+      RunProcess({BinaryPath("gdt-coord"), "status", "--coordinator",
+                  cluster.coordinator_endpoint(), gang_id},
+                 {}, std::chrono::seconds(20));
+  ASSERT_TRUE(detail.status.success()) << detail.output;
+  EXPECT_THAT(detail.output, ::testing::HasSubstr("GANG      " + gang_id))
+      << detail.output;
+  EXPECT_THAT(detail.output, ::testing::HasSubstr("rank 1  local"))
+      << detail.output;
   EXPECT_EQ(Sample(during, "gdt_gang_formation_seconds_count"), 1) << during;
   EXPECT_EQ(Sample(during, "gdt_gang_formation_seconds_bucket{le=\"+Inf\"}"), 1)
       << during;
