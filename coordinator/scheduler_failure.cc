@@ -292,7 +292,9 @@ std::vector<std::string> Scheduler::FailSuspectedGangs() {
     const std::string cause =
         absl::StrCat(MemberLabel(gang, member), " exited ", member.exit_code,
                      " at ", UtcTimeOfDay(clock_.UnixMillis()));
-    if (absl::Status status = FailGang(gang, member.index, cause);
+    if (absl::Status status =
+            FailGang(gang, member.index, cause,
+                     member.exit_code > 128 ? "signal" : "exit_nonzero");
         !status.ok()) {
       spdlog::error("cannot fail gang {}: {}", id, status.ToString());
       continue;
