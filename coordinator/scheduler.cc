@@ -490,6 +490,18 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
       member->second.left) {
     return absl::OkStatus();
   }
+  if (gang.state == GangState::kRunning && member->second.exit_code == -1) {
+    // Its job ended without a reported script exit (a stage before or
+    // around the user script failed, or the runner gave up on it): the
+    // gang cannot finish without it, so its peers must not wait for it.
+    GDT_RETURN_IF_ERROR(FailGang(
+        gang, member_index,
+        absl::StrCat(MemberLabel(gang, member->second),
+                     " ended before its script finished (its job failed or "
+                     "was cancelled outside the script) at ",
+                     UtcTimeOfDay(clock_.UnixMillis())),
+        "member_lost"));
+  }
   Gang updated = gang;
   Member& leaving = updated.members.at(member_index);
   const uint64_t stream_id = leaving.stream_id;

@@ -310,9 +310,13 @@ TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
 
 TEST_F(SchedulerTest, LeasesAreReleasedWhenEveryMemberHasLeft) {
   ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 2), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(2), 1, 2), 11);
+  ASSERT_TRUE(gang.ok()) << gang.status();
   ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 2), 12).ok());
   ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 2, 102, 0).ok());
 
   ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
   ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());  // Idempotent.
@@ -398,10 +402,44 @@ TEST_F(SchedulerTest, RejoinOfAnAdmittedJobGetsItsAssignmentAgain) {
   EXPECT_EQ(event.assignment.master_port, 29510u);
 }
 
+// A member whose job ends without a reported script exit (a stage around
+// the script failed, or the runner gave up on it) fails its running gang at
+// once: its peers must not wait for a member that will never finish.
+TEST_F(SchedulerTest, MemberLeavingBeforeItsExitReportFailsTheGang) {
+  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(2), 1, 2), 11);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 2), 12).ok());
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->Watch(*gang, 1, 2, 102, 77).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+
+  const Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(failed.state, GangState::kFailed);
+  EXPECT_THAT(failed.reason,
+              HasSubstr("member 1/2 (job 101 on host gpu-01) ended before its "
+                        "script finished"));
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().stream_id, 77u);
+  EXPECT_EQ(events.back().kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(events.back().failed_member, 1u);
+  // The peer still runs: the gang's GPUs stay leased until it has left.
+  EXPECT_THAT(LeasedGpus("gpu-01"), ElementsAre(0u, 1u, 2u, 3u));
+  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  EXPECT_THAT(LeasedGpus("gpu-01"), IsEmpty());
+}
+
 TEST_F(SchedulerTest, RejectsJoiningAFinishedGang) {
   ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(Joining(TrainKey(1), 1), 11);
+  ASSERT_TRUE(gang.ok()) << gang.status();
   ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 0).ok());
   ASSERT_TRUE(scheduler_->Leave(TrainKey(1), 1, 101).ok());
 
   absl::Status status = scheduler_->Join(Joining(TrainKey(1), 1), 12).status();

@@ -51,10 +51,12 @@ class StoreTest : public ::testing::Test {
     ASSERT_TRUE(s.Join(Joining(TrainKey(2), 2, 4), 2).ok());
     GangKey done_key = TrainKey(1);
     done_key.group_name = "lint";
-    ASSERT_TRUE(s.Join(Joining(done_key, 1), 3).ok());
+    absl::StatusOr<std::string> done_gang = s.Join(Joining(done_key, 1), 3);
+    ASSERT_TRUE(done_gang.ok()) << done_gang.status();
     for (const AdmissionProposal& proposal : s.Plan()) {
       ASSERT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
     }
+    ASSERT_TRUE(s.ReportExit(*done_gang, 1, 1, 101, 0).ok());
     ASSERT_TRUE(s.Leave(done_key, 1, 101).ok());
     GangKey forming = TrainKey(3);
     forming.group_name = "eval";

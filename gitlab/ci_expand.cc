@@ -27,9 +27,6 @@ constexpr int64_t kMaxPriority = 1000;
 constexpr int64_t kMaxGangTimeoutSeconds = 7 * 86400;
 constexpr int64_t kMaxCheckpointNoticeSeconds = 3600;
 constexpr int64_t kMaxCheckpointKeep = 1000;
-// The executor's peer-failure exit code (kPeerFailureExitCode in
-// executor/outcome.h, a higher layer; documented in docs/environment.md).
-constexpr int kPeerFailureExitCode = 75;
 // Nesting deeper than this is not walked (no CI file needs it).
 constexpr int kMaxDepth = 100;
 const char kCheckpointPath[] = "checkpoints/";
@@ -743,9 +740,11 @@ class JobRewriter {
 
     // A job's own retry wins; docs/user-guide.md explains the default.
     if (!FindEntry(job_value_, "retry")) {
+      // Every member must be retried alike: a gang re-forms (as its next
+      // epoch) only when all of its members come back.
       absl::StrAppend(&text, indent, "retry:", eol, indent, "  max: 2", eol,
-                      indent, "  when: [runner_system_failure]", eol, indent,
-                      "  exit_codes: [", kPeerFailureExitCode, "]", eol);
+                      indent, "  when: [runner_system_failure, script_failure]",
+                      eol);
     }
 
     if (spec.checkpoint_store == "artifacts") {

@@ -151,8 +151,7 @@ TEST(ExpandTest, KeepsWindowsLineBreaksAndAMissingFinalNewline) {
             "    GDT_NPROC_PER_NODE: \"1\"\r\n"
             "    GDT_LAUNCHER: \"torchrun\"\r\n"
             "  retry:\r\n    max: 2\r\n"
-            "    when: [runner_system_failure]\r\n"
-            "    exit_codes: [75]\r\n"
+            "    when: [runner_system_failure, script_failure]\r\n"
             "  script: y");
 }
 

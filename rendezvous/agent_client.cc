@@ -24,6 +24,9 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  // Idempotent, and the first call of every stage: ride out a connection
+  // that a loaded host is slow to establish instead of failing the stage.
+  context.set_wait_for_ready(true);
   v1::SetupMemberResponse response;
   return FromGrpcStatus(stub_->SetupMember(&context, request, &response));
 }

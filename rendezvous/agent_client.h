@@ -21,6 +21,9 @@ class AgentClient {
 
   const std::string& endpoint() const { return endpoint_; }
 
+  // Waits up to `timeout` for the agent to become reachable (the call is
+  // idempotent). Errors: the RPC's, e.g. DEADLINE_EXCEEDED or UNAVAILABLE
+  // when the agent stayed unreachable.
   absl::Status SetupMember(const v1::SetupMemberRequest& request,
                            std::chrono::milliseconds timeout);
 
