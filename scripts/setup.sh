@@ -15,6 +15,8 @@ packages=(
   libclang-rt-14-dev
   # Run and test: real torchrun/gloo, network namespaces, git for sources
   python3-torch iproute2 git procps
+  # Head/worker launcher tests (issue 10): real Dask scheduler and workers
+  python3-dask python3-distributed
 )
 
 missing=()
