@@ -166,3 +166,31 @@ TEST(RecipeTest, VariablesNeedTheGdtEnvironment) {
 
 }  // namespace
 }  // namespace gdt::launch
+
+// --- mpi recipe (gdt-rsh) ---
+namespace gdt::launch {
+namespace {
+
+TEST(RecipeTest, MpiGivesMpirunGdtRshAndTheGangsHostfile) {
+  std::map<std::string, std::string> env = MemberEnv(0);
+  env["GDT_BIN_DIR"] = "/opt/gdt/bin";
+  env["GDT_HOSTFILE"] = "/scratch/hostfile";
+  absl::StatusOr<Recipe> recipe =
+      LoadRecipe("mpi", {std::string(GDT_SOURCE_DIR) + "/launchers"});
+  ASSERT_TRUE(recipe.ok()) << recipe.status();
+  absl::StatusOr<RenderedRecipe> rendered =
+      RenderRecipe(*recipe, *RecipeVariables(env));
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  EXPECT_THAT(rendered->head, ElementsAre("/opt/gdt/bin/gdt-rsh", "--serve"));
+  EXPECT_THAT(rendered->worker, ElementsAre("/opt/gdt/bin/gdt-rsh", "--serve"));
+  EXPECT_THAT(rendered->ready_check,
+              ElementsAre("/opt/gdt/bin/gdt-rsh", "--ready"));
+  EXPECT_EQ(rendered->script_env["OMPI_MCA_plm_rsh_agent"],
+            "/opt/gdt/bin/gdt-rsh");
+  EXPECT_EQ(rendered->script_env["OMPI_MCA_orte_default_hostfile"],
+            "/scratch/hostfile");
+  EXPECT_EQ(rendered->script_env["OMPI_MCA_orte_leave_session_attached"], "1");
+}
+
+}  // namespace
+}  // namespace gdt::launch

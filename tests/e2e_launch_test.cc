@@ -36,7 +36,8 @@ class DaskLaunchTest : public ::testing::Test {
                       ->StartAgent({.name = "host" + std::to_string(i),
                                     .host = i,
                                     .cpu_slots = 1,
-                                    .network_interface = "eth0"})
+                                    .network_interface = "eth0",
+                                    .uts_hostname = "host" + std::to_string(i)})
                       .ok())
           << cluster_->Logs();
     }
@@ -54,24 +55,31 @@ class DaskLaunchTest : public ::testing::Test {
   }
 
   // A project whose 3-member job `dask` runs `rank0_command` on rank 0
-  // through the dask recipe.
-  std::string MakeProject(const std::string& rank0_command) {
+  // through `recipe`, with examples/`example` copied in and `variables`
+  // (YAML lines) added. gdt-launch and gdt-rsh are put on PATH.
+  std::string MakeProject(const std::string& rank0_command,
+                          const std::string& recipe = "dask",
+                          const std::string& example = "dask/job.py",
+                          const std::string& variables = "") {
     const std::string project = cluster_->dir().Sub("project");
-    fs::create_directories(project + "/examples/dask");
-    fs::copy_file(SourceDir() + "/examples/dask/job.py",
-                  project + "/examples/dask/job.py");
+    const fs::path file = fs::path(project) / "examples" / example;
+    fs::create_directories(file.parent_path());
+    fs::copy_file(SourceDir() + "/examples/" + example, file);
+    const std::string bin_dir = fs::path(GDT_LAUNCH_BIN).parent_path();
     WriteFile(project + "/.gitlab-ci.yml",
               absl::StrCat("dask:\n"
                            "  parallel: 3\n"
                            "  timeout: 5 minutes\n"
                            "  variables:\n"
-                           "    GDT_LAUNCHER: none\n"
-                           "    GDT_LAUNCHERS_DIR: ",
-                           SourceDir(),
+                           "    GDT_LAUNCHER: none\n",
+                           variables, "    GDT_LAUNCHERS_DIR: ", SourceDir(),
                            "/launchers\n"
                            "  script:\n"
-                           "    - ",
-                           GDT_LAUNCH_BIN, " dask -- ", rank0_command,
+                           "    - export PATH=",
+                           bin_dir,
+                           ":$PATH\n"
+                           "    - gdt-launch ",
+                           recipe, " -- ", rank0_command,
                            "\n"
                            "  artifacts:\n"
                            "    paths: [out/]\n"
@@ -172,6 +180,33 @@ TEST_F(DaskLaunchTest, KilledWorkerFailsTheGangWithItsCause) {
                                 "signal 9 before rank 0's script finished"));
   EXPECT_THAT(output, ContainsRegex("failed: member [0-9]/3 \\(job [0-9]+ on "
                                     "host host[1-3]\\) exited 137 "));
+}
+
+// MPI through gdt-rsh (issue 10): rank 0's mpirun starts the other ranks'
+// daemons through the agents on their hosts; no sshd runs anywhere.
+TEST_F(DaskLaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
+  ASSERT_FALSE(
+      fs::exists("/usr/sbin/sshd") &&
+      RunProcess({"pgrep", "-x", "sshd"}, {}, seconds(10)).status.success())
+      << "this test must run without an SSH server";
+  const std::string project =
+      MakeProject("mpirun -np 3 /usr/bin/python3 examples/mpi/allreduce.py",
+                  "mpi", "mpi/allreduce.py",
+                  "    OMPI_ALLOW_RUN_AS_ROOT: \"1\"\n"
+                  "    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: \"1\"\n");
+
+  CommandResult run = cluster_->RunLocal(project, "dask", {}, seconds(240));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_->Logs();
+  // Three MPI ranks, one in each gdt member, each with the right sum.
+  for (int member = 0; member < 3; ++member) {
+    EXPECT_THAT(run.output, ContainsRegex(absl::StrCat(
+                                "mpi\\[rank [0-2]/3\\] in gdt member ", member,
+                                ": allreduce 6 \\(expected 6\\)")))
+        << run.output;
+  }
+  EXPECT_THAT(run.output, HasSubstr("gdt-rsh: serving commands for 10.200.0."));
+  ExpectLeasesReleased(*cluster_);
 }
 
 }  // namespace
