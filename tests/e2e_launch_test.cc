@@ -1,7 +1,8 @@
-// End to end for gdt-launch (issue 10): real Dask (Debian's python3-dask and
-// python3-distributed) over three members on hosts in separate network
-// namespaces, started through gdt-ci run-local, the executor and the agents.
-// Needs root, like every netns test.
+// End to end for gdt-launch and gdt-rsh (issue 10): real Dask (Debian's
+// python3-dask, python3-distributed) and real OpenMPI (openmpi-bin,
+// python3-mpi4py) over three members on hosts in separate network (and UTS)
+// namespaces, started through gdt-ci run-local, the executor and the
+// agents. Needs root, like every netns test.
 #include <signal.h>
 
 #include <filesystem>
@@ -22,7 +23,7 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-class DaskLaunchTest : public ::testing::Test {
+class LaunchTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
@@ -54,7 +55,7 @@ class DaskLaunchTest : public ::testing::Test {
     }
   }
 
-  // A project whose 3-member job `dask` runs `rank0_command` on rank 0
+  // A project whose 3-member job `cluster` runs `rank0_command` on rank 0
   // through `recipe`, with examples/`example` copied in and `variables`
   // (YAML lines) added. gdt-launch and gdt-rsh are put on PATH.
   std::string MakeProject(const std::string& rank0_command,
@@ -67,7 +68,7 @@ class DaskLaunchTest : public ::testing::Test {
     fs::copy_file(SourceDir() + "/examples/" + example, file);
     const std::string bin_dir = fs::path(GDT_LAUNCH_BIN).parent_path();
     WriteFile(project + "/.gitlab-ci.yml",
-              absl::StrCat("dask:\n"
+              absl::StrCat("cluster:\n"
                            "  parallel: 3\n"
                            "  timeout: 5 minutes\n"
                            "  variables:\n"
@@ -91,11 +92,11 @@ class DaskLaunchTest : public ::testing::Test {
   std::unique_ptr<GdtCluster> cluster_;
 };
 
-TEST_F(DaskLaunchTest, ComputationRunsOnEveryWorkerAcrossThreeHosts) {
+TEST_F(LaunchTest, ComputationRunsOnEveryWorkerAcrossThreeHosts) {
   const std::string project =
       MakeProject("/usr/bin/python3 examples/dask/job.py");
 
-  CommandResult run = cluster_->RunLocal(project, "dask", {}, seconds(240));
+  CommandResult run = cluster_->RunLocal(project, "cluster", {}, seconds(240));
 
   ASSERT_TRUE(run.status.success()) << run.output << cluster_->Logs();
   ExpectOneGangWithRanks(ReadAdmissions(cluster_->run_dir(), 3), 3);
@@ -131,10 +132,10 @@ TEST_F(DaskLaunchTest, ComputationRunsOnEveryWorkerAcrossThreeHosts) {
   ExpectLeasesReleased(*cluster_);
 }
 
-TEST_F(DaskLaunchTest, RankZeroFailureFailsEveryMember) {
+TEST_F(LaunchTest, RankZeroFailureFailsEveryMember) {
   const std::string project = MakeProject("/bin/sh -c 'exit 3'");
 
-  CommandResult run = cluster_->RunLocal(project, "dask", {}, seconds(240));
+  CommandResult run = cluster_->RunLocal(project, "cluster", {}, seconds(240));
 
   EXPECT_FALSE(run.status.success()) << run.output;
   // Each of the three job logs carries the same root cause: rank 0's code.
@@ -146,11 +147,12 @@ TEST_F(DaskLaunchTest, RankZeroFailureFailsEveryMember) {
   }
 }
 
-TEST_F(DaskLaunchTest, KilledWorkerFailsTheGangWithItsCause) {
+TEST_F(LaunchTest, KilledWorkerFailsTheGangWithItsCause) {
   // Rank 0's command runs until the gang is stopped.
   const std::string project =
       MakeProject("/bin/sh -c 'while :; do sleep 1; done'");
-  std::unique_ptr<Subprocess> run = StartRunLocal(*cluster_, project, "dask");
+  std::unique_ptr<Subprocess> run =
+      StartRunLocal(*cluster_, project, "cluster");
   ASSERT_NE(run, nullptr);
   std::string output;
   auto collect = [&](OutputSource, std::string_view data) {
@@ -184,7 +186,7 @@ TEST_F(DaskLaunchTest, KilledWorkerFailsTheGangWithItsCause) {
 
 // MPI through gdt-rsh (issue 10): rank 0's mpirun starts the other ranks'
 // daemons through the agents on their hosts; no sshd runs anywhere.
-TEST_F(DaskLaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
+TEST_F(LaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
   ASSERT_FALSE(
       fs::exists("/usr/sbin/sshd") &&
       RunProcess({"pgrep", "-x", "sshd"}, {}, seconds(10)).status.success())
@@ -195,7 +197,7 @@ TEST_F(DaskLaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
                   "    OMPI_ALLOW_RUN_AS_ROOT: \"1\"\n"
                   "    OMPI_ALLOW_RUN_AS_ROOT_CONFIRM: \"1\"\n");
 
-  CommandResult run = cluster_->RunLocal(project, "dask", {}, seconds(240));
+  CommandResult run = cluster_->RunLocal(project, "cluster", {}, seconds(240));
 
   ASSERT_TRUE(run.status.success()) << run.output << cluster_->Logs();
   // Three MPI ranks, one in each gdt member, each with the right sum.
