@@ -158,12 +158,17 @@ TEST_F(LaunchTest, KilledWorkerFailsTheGangWithItsCause) {
   auto collect = [&](OutputSource, std::string_view data) {
     output.append(data);
   };
+  // Until the workers joined (or run-local ended early, failing below).
   ASSERT_TRUE(WaitFor(
       [&] {
         run->PumpOutput(milliseconds(10), collect);
-        return output.find("2 workers joined") != std::string::npos;
+        return output.find("2 workers joined") != std::string::npos ||
+               run->TryWait().has_value();
       },
-      seconds(120)))
+      seconds(180)))
+      << output << cluster_->Logs();
+  ASSERT_FALSE(run->exit_status().has_value())
+      << "run-local ended before the workers joined:\n"
       << output << cluster_->Logs();
   std::vector<ProcessInfo> workers;
   for (const ProcessInfo& p : JobProcesses(*cluster_, "GDT_NODE_RANK=2")) {
