@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
 #include "common/mutex.h"
+#include "common/subprocess.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
@@ -310,5 +311,66 @@ void AgentServer::Shutdown(std::chrono::system_clock::time_point deadline) {
   server_->Shutdown(deadline);
   server_->Wait();
 }
+
+// --- gdt-rsh (issue 10) ---
+grpc::Status AgentService::ExecInMember(
+    grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
+    grpc::ServerWriter<v1::ExecInMemberResponse>* writer) {
+  if (request->gang_id().empty() || request->argv().empty()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "ExecInMember needs a gang id and a command");
+  }
+  absl::StatusOr<Supervisor::ExecContext> member =
+      supervisor_.FindExecContext(request->gang_id(), request->token());
+  if (!member.ok()) {
+    spdlog::warn("exec refused gang={} reason={}", request->gang_id(),
+                 std::string(member.status().message()));
+    return rendezvous::ToGrpcStatus(member.status());
+  }
+  spdlog::info("exec in member={} argv0={}", member->member_id,
+               request->argv(0));
+  SpawnOptions spawn;
+  spawn.argv.assign(request->argv().begin(), request->argv().end());
+  spawn.env = member->env;
+  spawn.working_dir = member->working_dir;
+  spawn.die_with_parent = true;
+  v1::ExecInMemberResponse response;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  if (!child.ok()) {
+    response.mutable_output()->set_stream(v1::OUTPUT_STREAM_STDERR);
+    response.mutable_output()->set_data(
+        absl::StrCat("gdt-rsh: cannot run ", request->argv(0), ": ",
+                     child.status().message(), "\n"));
+    writer->Write(response);
+    response.mutable_exit()->set_exit_code(127);
+    writer->Write(response);
+    return grpc::Status::OK;
+  }
+  bool client_gone = false;
+  auto forward = [&](OutputSource source, std::string_view data) {
+    v1::ExecInMemberResponse chunk;
+    chunk.mutable_output()->set_stream(source == OutputSource::kStdout
+                                           ? v1::OUTPUT_STREAM_STDOUT
+                                           : v1::OUTPUT_STREAM_STDERR);
+    chunk.mutable_output()->set_data(std::string(data));
+    if (!writer->Write(chunk)) client_gone = true;
+  };
+  std::optional<ExitStatus> status;
+  while (!status.has_value()) {
+    status = (*child)->WaitUntil(
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(200),
+        forward);
+    if (status.has_value()) break;
+    if (client_gone || context->IsCancelled() ||
+        !supervisor_.MemberRunning(member->member_id)) {
+      status = (*child)->Terminate(std::chrono::seconds(2), forward);
+    }
+  }
+  response.mutable_exit()->set_exit_code(status->code());
+  response.mutable_exit()->set_signal(status->signal);
+  writer->Write(response);
+  return grpc::Status::OK;
+}
+// --- end gdt-rsh ---
 
 }  // namespace gdt::agent

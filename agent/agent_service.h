@@ -46,6 +46,10 @@ class AgentService final
   grpc::Status CheckPort(grpc::ServerContext* context,
                          const v1::CheckPortRequest* request,
                          v1::CheckPortResponse* response) override;
+  // gdt-rsh (issue 10): see agent.proto.
+  grpc::Status ExecInMember(
+      grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
+      grpc::ServerWriter<v1::ExecInMemberResponse>* writer) override;
 
  private:
   Supervisor& supervisor_;

@@ -530,3 +530,81 @@ TEST(EscapePathComponentTest, KeepsIdsDistinctAndInsideOneDirectory) {
 
 }  // namespace
 }  // namespace gdt::agent
+
+// --- gdt-rsh (issue 10) ---
+namespace gdt::agent {
+namespace {
+
+struct ExecResult {
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::string out;
+};
+
+ExecResult Exec(rendezvous::AgentClient& client, const std::string& gang,
+                const std::string& token, const std::string& script,
+                OutputLog* log = nullptr) {
+  v1::ExecInMemberRequest request;
+  request.set_gang_id(gang);
+  request.set_token(token);
+  for (const char* arg : {"/bin/sh", "-c"}) request.add_argv(arg);
+  request.add_argv(script);
+  OutputLog own;
+  OutputLog& output = log != nullptr ? *log : own;
+  ExecResult result;
+  result.exit = client.ExecInMember(
+      request, [&](v1::OutputStream stream, std::string_view data) {
+        output.Append(stream, data);
+      });
+  result.out = output.out();
+  return result;
+}
+
+TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
+  const std::string flag = root_ + "/stage-may-end";
+  v1::StartStage start =
+      Start("g1/1", "while [ ! -e " + flag + " ]; do sleep 0.02; done\n");
+  (*start.mutable_env())["GDT_GANG_ID"] = "g1";
+  (*start.mutable_env())["GDT_KV_TOKEN"] = "secret";
+  (*start.mutable_env())["MEMBER_ONLY"] = "m1";
+  start.set_working_dir(root_ + "/work");
+  std::thread stage([&] {
+    StageResult result = Run(start);
+    EXPECT_TRUE(result.exit.ok()) << result.exit.status();
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return supervisor_->MemberRunning("g1/1"); }, seconds(10)));
+
+  // The member's environment and working dir, its output and exit code.
+  ExecResult ok = Exec(*client_, "g1", "secret",
+                       "echo $MEMBER_ONLY $(pwd); echo e >&2; exit 4");
+  ASSERT_TRUE(ok.exit.ok()) << ok.exit.status();
+  EXPECT_EQ(ok.exit->exit_code(), 4);
+  EXPECT_EQ(ok.out, "m1 " + root_ + "/work\n");
+  // Wrong token, other gang: refused, nothing runs.
+  ExecResult wrong = Exec(*client_, "g1", "secreT", "touch " + root_ + "/ran");
+  EXPECT_EQ(wrong.exit.status().code(), absl::StatusCode::kPermissionDenied);
+  ExecResult other = Exec(*client_, "g2", "secret", "touch " + root_ + "/ran");
+  EXPECT_EQ(other.exit.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(fs::exists(root_ + "/ran"));
+
+  // A command still running when the member's stage ends is stopped.
+  OutputLog log;
+  ExecResult long_running;
+  std::thread exec([&] {
+    long_running =
+        Exec(*client_, "g1", "secret", "echo up; exec sleep 60", &log);
+  });
+  ASSERT_TRUE(WaitFor([&] { return log.StdoutContains("up"); }, seconds(10)));
+  std::ofstream(flag).put('\n');
+  stage.join();
+  exec.join();
+  ASSERT_TRUE(long_running.exit.ok()) << long_running.exit.status();
+  EXPECT_EQ(long_running.exit->signal(), SIGTERM);
+  // No member of the gang left on this host.
+  EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace gdt::agent
+// --- end gdt-rsh ---

@@ -103,6 +103,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   spdlog::info("gdt-agent listening on {} host={} advertise={}",
                daemon->bound_endpoint_, config.host.name,
                daemon->advertise_endpoint_);
+  // gdt-rsh (issue 10) finds this agent through the member's environment.
+  daemon->supervisor_.AddStageVariable("GDT_AGENT_ENDPOINT",
+                                       daemon->advertise_endpoint_);
 
   HostConfig host_config = config.host;
   const GpuInventory inventory = ResolveGpus(host_config.gpus);

@@ -168,12 +168,14 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     GDT_RETURN_IF_ERROR(CheckFileName(file));
   }
   int number = 0;
+  std::map<std::string, std::string> extra_env;
   {
     MutexLock lock(mu_);
     if (shutting_down_) {
       return absl::UnavailableError("the agent is shutting down");
     }
     number = ++members_[request.member_id].stages_started;
+    extra_env = extra_env_;
   }
 
   const std::string scratch = ScratchDir(request.member_id);
@@ -186,6 +188,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
           .string();
   GDT_RETURN_IF_ERROR(WriteFile(options.script_path, request.script, 0700));
   options.env = base_env_;
+  for (const auto& [key, value] : extra_env) options.env[key] = value;
   for (const auto& [key, value] : request.env) options.env[key] = value;
   for (const StageFileSpec& file : request.files) {
     const std::string path = (fs::path(scratch) / file.name).string();
@@ -230,6 +233,11 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
                      member_id, ": ", stage.status().message()));
   }
   members_[member_id].running[stage->get()] = *stage;
+  if (options.env.count("GDT_GANG_ID") != 0 &&
+      options.env.count("GDT_KV_TOKEN") != 0) {
+    members_[member_id].gang_env = options.env;
+    members_[member_id].gang_working_dir = options.working_dir;
+  }
   ++running_;
   spdlog::info("stage started member={} stage={} pgid={}", member_id,
                request.stage, (*stage)->process_group());
@@ -326,5 +334,46 @@ size_t Supervisor::running_stages() const {
   MutexLock lock(mu_);
   return running_;
 }
+
+// --- gdt-rsh (issue 10) ---
+void Supervisor::AddStageVariable(const std::string& key,
+                                  const std::string& value) {
+  MutexLock lock(mu_);
+  extra_env_[key] = value;
+}
+
+absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
+    const std::string& gang_id, const std::string& token) const {
+  MutexLock lock(mu_);
+  bool gang_here = false;
+  for (const auto& [member_id, member] : members_) {
+    if (member.running.empty()) continue;
+    auto gang = member.gang_env.find("GDT_GANG_ID");
+    if (gang == member.gang_env.end() || gang->second != gang_id) continue;
+    gang_here = true;
+    const std::string& expected = member.gang_env.at("GDT_KV_TOKEN");
+    // Constant time in the token's contents.
+    unsigned char diff = expected.size() == token.size() ? 0 : 1;
+    for (size_t i = 0; i < expected.size(); ++i) {
+      diff |= static_cast<unsigned char>(expected[i]) ^
+              static_cast<unsigned char>(i < token.size() ? token[i] : 0);
+    }
+    if (diff != 0 || expected.empty()) continue;
+    return ExecContext{member_id, member.gang_env, member.gang_working_dir};
+  }
+  if (gang_here) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("wrong gang token for gang ", gang_id));
+  }
+  return absl::NotFoundError(
+      absl::StrCat("no member of gang ", gang_id, " runs on this host"));
+}
+
+bool Supervisor::MemberRunning(const std::string& member_id) const {
+  MutexLock lock(mu_);
+  auto it = members_.find(member_id);
+  return it != members_.end() && !it->second.running.empty();
+}
+// --- end gdt-rsh ---
 
 }  // namespace gdt::agent

@@ -91,11 +91,37 @@ class Supervisor {
   // Number of stages still running.
   size_t running_stages() const;
 
+  // --- gdt-rsh (issue 10) ---
+  // Adds `key=value` to the environment of every stage started from now on
+  // (the daemon sets GDT_AGENT_ENDPOINT once its port is known).
+  void AddStageVariable(const std::string& key, const std::string& value);
+
+  // The environment and working dir of a member of `gang_id` running here
+  // (a stage whose env has GDT_GANG_ID = gang_id is running), for a command
+  // gdt-rsh asks to run in it. `token` must equal that stage's
+  // GDT_KV_TOKEN (compared in constant time).
+  // Errors: NotFound when no member of the gang runs a stage here;
+  // PermissionDenied for a wrong token.
+  struct ExecContext {
+    std::string member_id;
+    std::map<std::string, std::string> env;
+    std::string working_dir;
+  };
+  absl::StatusOr<ExecContext> FindExecContext(const std::string& gang_id,
+                                              const std::string& token) const;
+  // Whether the member still runs a stage.
+  bool MemberRunning(const std::string& member_id) const;
+  // --- end gdt-rsh ---
+
  private:
   struct Member {
     std::string builds_dir;  // As given to SetupMember; empty if none.
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
+    // The last started stage that belongs to a gang (its env has
+    // GDT_GANG_ID and GDT_KV_TOKEN): what gdt-rsh commands run in.
+    std::map<std::string, std::string> gang_env;
+    std::string gang_working_dir;
   };
 
   void StageFinished(const std::string& member_id, Stage* stage);
@@ -113,6 +139,7 @@ class Supervisor {
   std::map<std::string, Member> members_ ABSL_GUARDED_BY(mu_);
   size_t running_ ABSL_GUARDED_BY(mu_) = 0;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<std::string, std::string> extra_env_ ABSL_GUARDED_BY(mu_);
 };
 
 // Escapes a member id into one path component: [A-Za-z0-9_-] and inner

@@ -118,4 +118,28 @@ absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
   return response.free();
 }
 
+absl::StatusOr<v1::StageExit> AgentClient::ExecInMember(
+    const v1::ExecInMemberRequest& request,
+    const std::function<void(v1::OutputStream, std::string_view)>& on_output) {
+  grpc::ClientContext context;
+  std::unique_ptr<grpc::ClientReader<v1::ExecInMemberResponse>> reader =
+      stub_->ExecInMember(&context, request);
+  v1::ExecInMemberResponse response;
+  std::optional<v1::StageExit> exit;
+  while (reader->Read(&response)) {
+    if (response.has_output()) {
+      on_output(response.output().stream(), response.output().data());
+    } else if (response.has_exit()) {
+      exit = response.exit();
+    }
+  }
+  absl::Status status = FromGrpcStatus(reader->Finish());
+  if (!status.ok()) return status;
+  if (!exit.has_value()) {
+    return absl::UnavailableError(absl::StrCat(
+        "agent ", endpoint_, " ended the command without an exit status"));
+  }
+  return *exit;
+}
+
 }  // namespace gdt::rendezvous

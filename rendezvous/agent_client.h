@@ -49,6 +49,16 @@ class AgentClient {
   absl::StatusOr<bool> CheckPort(uint32_t port,
                                  std::chrono::milliseconds timeout);
 
+  // gdt-rsh (issue 10): runs `request.argv` in the member of
+  // `request.gang_id` on the agent's host, passing its output to
+  // `on_output` in order; blocks until it exits (no deadline: the command
+  // runs as long as it runs). Errors: the agent's refusal (NotFound,
+  // PermissionDenied, InvalidArgument); Unavailable when the agent cannot be
+  // reached or the stream broke before the exit arrived.
+  absl::StatusOr<v1::StageExit> ExecInMember(
+      const v1::ExecInMemberRequest& request,
+      const std::function<void(v1::OutputStream, std::string_view)>& on_output);
+
  private:
   std::string endpoint_;
   std::unique_ptr<v1::Agent::Stub> stub_;

@@ -17,6 +17,10 @@ packages=(
   dpkg-dev
   # Run and test: real torchrun/gloo, network namespaces, git for sources
   python3-torch iproute2 git procps
+  # Head/worker launcher tests (issue 10): real Dask scheduler and workers
+  python3-dask python3-distributed
+  # MPI through gdt-rsh (issue 10): OpenMPI's mpirun/orted and mpi4py
+  openmpi-bin python3-mpi4py
 )
 
 missing=()

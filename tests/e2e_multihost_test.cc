@@ -2,8 +2,10 @@
 // namespace on one bridge (10.200.0.0/24). Host 0 holds the coordinator and
 // the emulated runner; hosts 1..3 each run a gdt-agent. Needs root (CI runs
 // as root); run `ctest -LE netns` to leave these out elsewhere.
+#include <filesystem>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/e2e_util.h"
@@ -43,6 +45,57 @@ TEST(MultiHostTest, MembersOfOneGangRunOnDifferentHosts) {
   std::set<std::string> placed;
   for (const Admission& a : admissions) placed.insert(a.host);
   EXPECT_THAT(placed, ::testing::ElementsAre("host1", "host2", "host3"));
+  ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/3);
+  ExpectLeasesReleased(cluster);
+}
+
+// The `env` launcher (issue 10): a script that calls
+// init_process_group("env://") itself, started as plain python3 on each of
+// three hosts, trains with one DDP world.
+TEST(MultiHostTest, EnvLauncherTrainsAcrossThreeHosts) {
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(4);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 1; i <= 3; ++i) {
+    ASSERT_TRUE(cluster
+                    .StartAgent({.name = "host" + std::to_string(i),
+                                 .host = i,
+                                 .cpu_slots = 1,
+                                 .network_interface = "eth0"})
+                    .ok())
+        << cluster.Logs();
+  }
+  ASSERT_TRUE(cluster.WaitForHosts(3, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project + "/examples/env_ddp");
+  std::filesystem::copy_file(SourceDir() + "/examples/env_ddp/train.py",
+                             project + "/examples/env_ddp/train.py");
+  WriteFile(project + "/.gitlab-ci.yml",
+            "train:\n"
+            "  parallel: 3\n"
+            "  timeout: 5 minutes\n"
+            "  variables:\n"
+            "    GDT_LAUNCHER: env\n"
+            "    ENV_DDP_STEPS: \"3\"\n"
+            "  script:\n"
+            "    - echo \"rank $RANK of $WORLD_SIZE via "
+            "$MASTER_ADDR:$MASTER_PORT\"\n"
+            "    - /usr/bin/python3 examples/env_ddp/train.py\n"
+            "  artifacts:\n"
+            "    paths: [out/]\n"
+            "    when: always\n");
+
+  CommandResult run = cluster.RunLocal(project, "train", {}, seconds(240));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
+  ExpectOneGangWithRanks(ReadAdmissions(cluster.run_dir(), 3), 3);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_THAT(run.output, ::testing::HasSubstr(absl::StrCat(
+                                "env_ddp[rank ", rank, "/3]: 3 steps")))
+        << run.output;
+  }
   ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/3);
   ExpectLeasesReleased(cluster);
 }

@@ -318,8 +318,16 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   // Job scripts call a bare `torchrun`; the wrapper works around Debian's
   // torch 1.13 on Python 3.11 (see tests/support/torchrun-py311/torchrun).
   const char* path = getenv("PATH");
+  std::vector<std::string> prefix = Prefix(spec.host);
+  if (!spec.uts_hostname.empty()) {
+    for (const char* arg : {"unshare", "--uts", "/bin/sh", "-c",
+                            "hostname \"$0\" && exec \"$@\""}) {
+      prefix.push_back(arg);
+    }
+    prefix.push_back(spec.uts_hostname);
+  }
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
-      Prefix(spec.host), {BinaryPath("gdt-agent"), "--config", config},
+      prefix, {BinaryPath("gdt-agent"), "--config", config},
       {{"PATH",
         TorchrunFixDir() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
        {"PET_MONITOR_INTERVAL", "0.5"}},

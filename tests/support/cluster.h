@@ -111,6 +111,10 @@ struct AgentSpec {
   int cpu_slots = 1;
   int gpus = 0;
   std::string network_interface;
+  // Non-empty: the agent runs in its own UTS namespace with this host name
+  // (namespaced hosts otherwise share the machine's; OpenMPI tells nodes
+  // apart by host name).
+  std::string uts_hostname;
 };
 
 // A whole gdt installation for a test: a coordinator with SQLite state, any

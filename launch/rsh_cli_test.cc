@@ -1,0 +1,67 @@
+#include "launch/rsh_cli.h"
+
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::launch {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int code = -1;
+  std::string out, err;
+};
+
+Result Rsh(std::vector<std::string> args,
+           const std::map<std::string, std::string>& env) {
+  args.insert(args.begin(), "gdt-rsh");
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  std::ostringstream out, err;
+  Result result;
+  result.code = RunRshCli(
+      static_cast<int>(argv.size()), argv.data(), env, [] { return 1; }, out,
+      err);
+  result.out = out.str();
+  result.err = err.str();
+  return result;
+}
+
+const std::map<std::string, std::string> kMember = {
+    {"GDT_COORDINATOR", "127.0.0.1:1"},
+    {"GDT_GANG_ID", "g"},
+    {"GDT_EPOCH", "1"},
+    {"GDT_KV_TOKEN", "t"}};
+
+TEST(RshCliTest, UsageErrorsAreOneLineWithExitTwo) {
+  Result none = Rsh({}, kMember);
+  EXPECT_EQ(none.code, 2);
+  EXPECT_THAT(none.err, HasSubstr("usage: gdt-rsh"));
+
+  Result no_env = Rsh({"10.0.0.2", "true"}, {});
+  EXPECT_EQ(no_env.code, 2);
+  EXPECT_THAT(no_env.err, HasSubstr("gdt-rsh: GDT_COORDINATOR"));
+
+  // ssh options (with their values) are skipped; a host alone is not enough.
+  Result no_command =
+      Rsh({"-x", "-o", "StrictHostKeyChecking=no", "10.0.0.2"}, kMember);
+  EXPECT_EQ(no_command.code, 2);
+  EXPECT_EQ(no_command.err,
+            "gdt-rsh: give HOST and COMMAND (gdt-rsh --help)\n");
+
+  Result serve = Rsh({"--serve"}, kMember);
+  EXPECT_EQ(serve.code, 2);
+  EXPECT_THAT(serve.err, HasSubstr("needs GDT_SELF_ADDR"));
+}
+
+TEST(RshCliTest, HelpGoesToStdout) {
+  Result help = Rsh({"--help"}, {});
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(help.out, HasSubstr("No sshd, no keys"));
+}
+
+}  // namespace
+}  // namespace gdt::launch
