@@ -1,9 +1,12 @@
 // gdt-ckpt: checkpoint manifests, the package-registry store and resume for
 // training scripts in gdt jobs (gitlab/ckpt_command.h).
+#include <chrono>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
+#include "gitlab/checkpoint_notice.h"
 #include "gitlab/ckpt_command.h"
 
 extern char** environ;
@@ -46,6 +49,13 @@ int main(int argc, char** argv) {
   resume->add_option("--dest", resume_options.dest,
                      "Where to place it (default $GDT_CHECKPOINT_DIR)");
   resume->add_flag("--json", resume_options.json, "Print JSON");
+  std::vector<std::string> command;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run a training command in its own process group and give it "
+      "the checkpoint notice (flag file + signal) GDT_CHECKPOINT_NOTICE "
+      "seconds before CI_JOB_TIMEOUT ends the job");
+  run->add_option("command", command, "The command, after --")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -57,6 +67,14 @@ int main(int argc, char** argv) {
     const size_t eq = entry.find('=');
     if (eq != std::string::npos)
       env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  if (run->parsed()) {
+    auto plan = gdt::gitlab::PlanNotice(env, std::chrono::system_clock::now());
+    if (!plan.ok()) {
+      std::cerr << "gdt-ckpt run: " << plan.status().message() << "\n";
+      return gdt::gitlab::kCkptBadInput;
+    }
+    return gdt::gitlab::RunWithNotice(command, env, *plan, std::cerr);
   }
   if (save->parsed()) {
     return gdt::gitlab::RunCkptSave(save_options, env, std::cout, std::cerr);
