@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
   int files = 4, mib = 64, reps = 5;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    int* target = flag == "--files" ? &files
-                  : flag == "--mib" ? &mib
+    int* target = flag == "--files"  ? &files
+                  : flag == "--mib"  ? &mib
                   : flag == "--reps" ? &reps
                                      : nullptr;
     if (target == nullptr || !absl::SimpleAtoi(argv[i + 1], target) ||
@@ -92,7 +92,8 @@ int main(int argc, char** argv) {
     fs::create_directories(dir + "/ours");
     std::vector<std::string> warnings;
     auto start = Clock::now();
-    auto resumed = gdt::gitlab::Resume(**api, {manifest}, dir + "/ours", warnings);
+    auto resumed =
+        gdt::gitlab::Resume(**api, {manifest}, dir + "/ours", warnings);
     ours.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     if (!resumed.has_value()) {
       std::cerr << "resume failed: " << (warnings.empty() ? "" : warnings[0])
@@ -105,13 +106,13 @@ int main(int argc, char** argv) {
     std::string script = "set -e; cd " + dir + "/plain; ";
     for (const auto& f : manifest.files) {
       absl::StrAppend(&script, "curl -sf -H 'JOB-TOKEN: tok' -o ", f.path, " ",
-                      (*fake)->api_url(), "/projects/1/packages/generic/bench/1/",
-                      f.path, "; ");
+                      (*fake)->api_url(),
+                      "/projects/1/packages/generic/bench/1/", f.path, "; ");
     }
     absl::StrAppend(&script, "sha256sum *.pt > /dev/null");
     start = Clock::now();
-    auto status = gdt::RunCommand({"/bin/bash", "-c", script},
-                                  std::chrono::minutes(10));
+    auto status =
+        gdt::RunCommand({"/bin/bash", "-c", script}, std::chrono::minutes(10));
     baseline.push_back(
         std::chrono::duration<double>(Clock::now() - start).count());
     if (!status.ok() || !status->success()) {

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/numbers.h"
@@ -110,14 +111,19 @@ int RunWithNotice(const std::vector<std::string>& argv,
     if (!noticed) {
       const auto left = *plan.notice_at - system_clock::now();
       if (left <= std::chrono::milliseconds(0)) {
-        std::ofstream(plan.flag_file)
-            << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+        std::error_code error;
+        std::filesystem::create_directories(
+            std::filesystem::path(plan.flag_file).parent_path(), error);
+        std::ofstream flag(plan.flag_file);
+        flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+        const bool written = static_cast<bool>(flag.flush());
         if (plan.signal != 0) (*child)->SignalGroup(plan.signal);
         err << "gdt-ckpt run: checkpoint notice: the job times out in "
             << std::chrono::duration_cast<std::chrono::seconds>(
                    plan.deadline - system_clock::now())
                    .count()
-            << " s; wrote " << plan.flag_file << "\n";
+            << " s; " << (written ? "wrote " : "cannot write the flag file ")
+            << plan.flag_file << "\n";
         noticed = true;
       } else if (left < std::chrono::milliseconds(100)) {
         step = std::chrono::steady_clock::now() +

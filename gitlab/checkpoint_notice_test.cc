@@ -83,11 +83,11 @@ TEST(RunWithNoticeTest, CommandGetsFlagAndSignalBeforeTheDeadline) {
   const auto start = system_clock::now();
   auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "4"},
                           {"GDT_CHECKPOINT_NOTICE", "2"},
-                          {"GDT_CHECKPOINT_DIR", dir.path()}},
+                          {"GDT_CHECKPOINT_DIR", dir.path() + "/ckpt"}},
                          start);
   ASSERT_TRUE(plan.ok()) << plan.status();
   const std::string script = R"(
-trap 'test -f "$GDT_CHECKPOINT_NOTICE_FILE" && echo saved > "$OUT/ckpt"; exit 0' USR1
+trap 'test -f "$GDT_CHECKPOINT_NOTICE_FILE" && echo saved > "$OUT/saved"; exit 0' USR1
 for i in $(seq 1 100); do sleep 0.1; done
 exit 3)";
   std::ostringstream err;
@@ -96,8 +96,9 @@ exit 3)";
       {{"OUT", dir.path()}, {"PATH", "/usr/bin:/bin"}}, *plan, err);
   const auto elapsed = system_clock::now() - start;
   EXPECT_EQ(code, 0) << err.str();
-  EXPECT_EQ(ReadTextFile(dir.path() + "/ckpt"), "saved\n");
-  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/.notice"));
+  EXPECT_EQ(ReadTextFile(dir.path() + "/saved"), "saved\n");
+  // The checkpoint directory did not exist yet: it is created for the flag.
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/ckpt/.notice"));
   EXPECT_GE(elapsed, seconds(2));
   EXPECT_LT(elapsed, seconds(4));
   EXPECT_THAT(err.str(), HasSubstr("checkpoint notice: the job times out in"));
