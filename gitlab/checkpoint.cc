@@ -269,12 +269,22 @@ std::optional<Resumed> Resume(GitLabApi& api,
                               std::vector<CheckpointManifest> candidates,
                               const std::string& checkpoint_dir,
                               std::vector<std::string>& warnings) {
+  return ResumeLocalFirst(&api, "", std::move(candidates), "", checkpoint_dir,
+                          warnings);
+}
+
+std::optional<Resumed> ResumeLocalFirst(
+    GitLabApi* api, const std::string& no_api_reason,
+    std::vector<CheckpointManifest> candidates, const std::string& local_root,
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const CheckpointManifest& a,
                       const CheckpointManifest& b) { return a.step > b.step; });
   const std::string scratch = checkpoint_dir + "/.gdt-resume";
   for (const CheckpointManifest& m : candidates) {
     std::error_code error;
+    const std::string target =
+        (fs::path(checkpoint_dir) / fs::path(m.dir).filename()).string();
     fs::remove_all(scratch, error);
     fs::create_directories(scratch, error);
     if (error) {
@@ -283,10 +293,37 @@ std::optional<Resumed> Resume(GitLabApi& api,
       return std::nullopt;
     }
     const std::string staged = scratch + "/checkpoint";
-    absl::Status status = Fetch(api, m, scratch, staged);
+    absl::Status status;
+    const std::string local =
+        local_root.empty() ? "" : (fs::path(local_root) / m.dir).string();
+    absl::Status local_status = absl::NotFoundError(
+        absl::StrCat("not in ", local.empty() ? "the project" : local));
+    if (!local.empty() && fs::is_directory(local, error)) {
+      local_status = VerifyCheckpoint(local, m);
+      if (!local_status.ok()) {
+        local_status = absl::DataLossError(
+            absl::StrCat("the copy in ", local, " does not verify (",
+                         local_status.message(), ")"));
+      }
+    }
+    if (local_status.ok()) {
+      if (fs::equivalent(local, target, error)) {
+        fs::remove_all(scratch, error);
+        return Resumed{m, target};
+      }
+      fs::copy(local, staged, fs::copy_options::recursive, error);
+      if (error) {
+        status = absl::UnavailableError(
+            absl::StrCat("cannot copy ", local, ": ", error.message()));
+      }
+    } else if (api == nullptr) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat(local_status.message(),
+                       " and no GitLab API to download it: ", no_api_reason));
+    } else {
+      status = Fetch(*api, m, scratch, staged);
+    }
     if (status.ok()) status = VerifyCheckpoint(staged, m);
-    const std::string target =
-        (fs::path(checkpoint_dir) / fs::path(m.dir).filename()).string();
     if (status.ok()) {
       fs::remove_all(target, error);
       fs::rename(staged, target, error);

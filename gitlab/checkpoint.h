@@ -90,6 +90,17 @@ std::optional<Resumed> Resume(GitLabApi& api,
                               const std::string& checkpoint_dir,
                               std::vector<std::string>& warnings);
 
+// Like Resume(), but first looks for each candidate's files below
+// `local_root` (CI_PROJECT_DIR: where a job's `needs`/`dependencies`
+// artifacts land) at the manifest's `dir`: when they verify they are used
+// (copied to `checkpoint_dir` unless already there) without downloading.
+// `api` may be null: candidates that need a download are then skipped with
+// a warning naming `no_api_reason`.
+std::optional<Resumed> ResumeLocalFirst(
+    GitLabApi* api, const std::string& no_api_reason,
+    std::vector<CheckpointManifest> candidates, const std::string& local_root,
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings);
+
 }  // namespace gdt::gitlab
 
 #endif  // GDT_GITLAB_CHECKPOINT_H_

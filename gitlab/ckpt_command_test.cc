@@ -176,5 +176,46 @@ TEST_F(CkptCommandTest, ResumeWithoutTokenIsBadInput) {
             "job token\n");
 }
 
+// A later job whose `needs` artifacts put the checkpoint in its project dir
+// resumes from it without the API; a tampered copy is not used.
+TEST_F(CkptCommandTest, ResumeUsesAVerifiedLocalCopyWithoutTheApi) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(Save({.step = 10}), kCkptOk);
+  WriteCheckpoint(20);
+  ASSERT_EQ(Save({.step = 20}), kCkptOk);
+  WriteTextFile(project_ + "/checkpoints/step-20/model.pt", "tampered");
+  CkptEnv later = env_;
+  later.erase("CI_JOB_TOKEN");
+  later["GDT_CHECKPOINT_DIR"] = dir_.path() + "/elsewhere";
+  std::ostringstream out, err;
+  ASSERT_EQ(
+      RunCkptResume(
+          {.manifests = {project_ + "/checkpoints/step-20/manifest.json",
+                         project_ + "/checkpoints/step-10/manifest.json"}},
+          later, out, err),
+      kCkptOk);
+  EXPECT_EQ(out.str(),
+            "GDT_RESUME_FROM=" + dir_.path() + "/elsewhere/step-10\n");
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/elsewhere/step-10/model.pt"),
+            std::string(64, 'w'));
+  EXPECT_THAT(err.str(), HasSubstr("skipping checkpoint step 20 (job 21, "
+                                   "artifacts): the copy in " +
+                                   project_ +
+                                   "/checkpoints/step-20 does not verify "
+                                   "(file model.pt has 8 bytes, the manifest "
+                                   "says 64) and no GitLab API to download "
+                                   "it: CI_JOB_TOKEN is empty"));
+
+  // Already where it belongs: used in place.
+  std::ostringstream out2, err2;
+  ASSERT_EQ(RunCkptResume({.manifests = {project_ +
+                                         "/checkpoints/step-10/manifest.json"}},
+                          env_, out2, err2),
+            kCkptOk);
+  EXPECT_EQ(out2.str(),
+            "GDT_RESUME_FROM=" + project_ + "/checkpoints/step-10\n");
+  EXPECT_EQ(err2.str(), "");
+}
+
 }  // namespace
 }  // namespace gdt::gitlab
