@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -17,7 +18,8 @@
 namespace gdt::gitlab {
 namespace {
 
-constexpr size_t kMaxErrorBody = 4096;
+constexpr size_t kMaxErrorBody = 64 << 10;
+constexpr size_t kMaxJsonBody = 4 << 20;
 
 // One transfer: where the body goes and what was seen.
 struct Transfer {
@@ -57,7 +59,14 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
     t->bytes += length;
     return length;
   }
-  if (t->body.size() < kMaxErrorBody) t->body.append(data, length);
+  // JSON answers (2xx without dest) are kept whole up to kMaxJsonBody; error
+  // bodies only serve the message.
+  if (code >= 200 && code < 300) {
+    if (t->body.size() + length > kMaxJsonBody) return 0;  // Not GitLab's.
+    t->body.append(data, length);
+  } else if (t->body.size() < kMaxErrorBody) {
+    t->body.append(data, std::min(length, kMaxErrorBody - t->body.size()));
+  }
   return length;
 }
 
