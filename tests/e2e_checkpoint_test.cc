@@ -42,6 +42,60 @@ train:
     when: always
 )";
 
+// train is cut off after step 6 (checkpoints every 4 steps, in its
+// artifacts); resume needs it and continues from step 4 to 12; train-full
+// runs the 12 steps uninterrupted.
+constexpr char kPipelineFile[] = R"yaml(stages: [train, resume]
+train:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "12"
+    DDP_CKPT_EVERY: "4"
+    DDP_STOP_AFTER: "6"
+    DDP_OUT_DIR: out-cut
+  script:
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [checkpoints/, out-cut/]
+    when: always
+train-full:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "12"
+    DDP_OUT_DIR: out-full
+  script:
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [out-full/]
+resume:
+  stage: resume
+  needs: [train]
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "12"
+    DDP_OUT_DIR: out-resumed
+  script:
+    - eval "export $(gdt-ckpt resume --manifest checkpoints/*/manifest.json)"
+    - echo "resuming from [$GDT_RESUME_FROM]"
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [out-resumed/]
+)yaml";
+
 class CheckpointE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -101,6 +155,46 @@ TEST_F(CheckpointE2eTest, NoticeBeforeTimeoutPutsACheckpointInTheArtifacts) {
   ASSERT_EQ(manifest["files"].size(), 1u);
   EXPECT_EQ(manifest["files"][0]["path"], "model.pt");
   EXPECT_TRUE(fs::exists(manifests[0].parent_path() / "model.pt"));
+  ExpectLeasesReleased(cluster_);
+}
+
+// The final parameters of rank 0 in the artifact directory `dir`.
+nlohmann::json Report(const std::string& run_dir, const std::string& dir) {
+  std::error_code ignored;
+  for (const auto& entry :
+       fs::recursive_directory_iterator(run_dir + "/artifacts", ignored)) {
+    if (entry.path().filename() == "rank-0.json" &&
+        entry.path().parent_path().filename() == dir) {
+      std::ifstream in(entry.path());
+      return nlohmann::json::parse(in, nullptr, false);
+    }
+  }
+  return nullptr;
+}
+
+TEST_F(CheckpointE2eTest, LaterJobResumesToTheUninterruptedParameters) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project + "/examples");
+  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
+           fs::copy_options::recursive);
+  std::ofstream(project + "/.gitlab-ci.yml") << kPipelineFile;
+
+  const CommandResult run = cluster_.RunLocal(
+      project, "train", {"--job", "train-full", "--job", "resume"},
+      seconds(240));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  EXPECT_THAT(run.output, HasSubstr("resumed from step 4"));
+  const nlohmann::json cut = Report(cluster_.run_dir(), "out-cut");
+  const nlohmann::json full = Report(cluster_.run_dir(), "out-full");
+  const nlohmann::json resumed = Report(cluster_.run_dir(), "out-resumed");
+  ASSERT_TRUE(cut.is_object() && full.is_object() && resumed.is_object())
+      << run.output;
+  EXPECT_EQ(cut["steps"], 6);
+  EXPECT_EQ(resumed["steps"], 12);
+  // Tolerance 0: same seed, data order and reductions give the same bits.
+  EXPECT_EQ(resumed["param_sha256"], full["param_sha256"]);
+  EXPECT_NE(cut["param_sha256"], full["param_sha256"]);
   ExpectLeasesReleased(cluster_);
 }
 
