@@ -158,6 +158,11 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
     if (!j.contains(field) || !j[field].is_number_integer()) return bad(field);
   }
   m.step = j["step"].get<int64_t>();
+  if (m.step < 0) return bad("step");
+  if (j["world_size"].get<int64_t>() < 1 ||
+      j["world_size"].get<int64_t>() > 1'000'000) {
+    return bad("world_size");
+  }
   m.world_size = j["world_size"].get<int>();
   m.job_id = j["job_id"].get<int64_t>();
   m.rank = j.value("rank", 0);
@@ -243,7 +248,8 @@ absl::Status UploadToPackages(GitLabApi& api, const std::string& dir,
 }
 
 absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
-    GitLabApi& api, int64_t job_id, const std::string& scratch) {
+    GitLabApi& api, int64_t job_id, const std::string& scratch,
+    std::vector<std::string>& warnings) {
   std::error_code error;
   fs::remove_all(scratch, error);
   fs::create_directories(scratch, error);
@@ -258,9 +264,18 @@ absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
        it.increment(error)) {
     if (it->path().filename() != kManifestFileName) continue;
     auto text = ReadTextFile(it->path().string());
-    if (!text.ok()) continue;
-    auto manifest = ParseManifest(*text);
-    if (manifest.ok()) found.push_back(*std::move(manifest));
+    auto manifest = text.ok()
+                        ? ParseManifest(*text)
+                        : absl::StatusOr<CheckpointManifest>(text.status());
+    if (!manifest.ok()) {
+      const std::string rel =
+          fs::relative(it->path(), scratch + "/extracted").generic_string();
+      warnings.push_back(
+          absl::StrCat("skipping ", rel, " in job ", job_id,
+                       "'s artifacts: ", manifest.status().message()));
+      continue;
+    }
+    found.push_back(*std::move(manifest));
   }
   return found;
 }

@@ -69,10 +69,12 @@ absl::Status UploadToPackages(GitLabApi& api, const std::string& dir,
                               const CheckpointManifest& manifest);
 
 // The manifests found in job `job_id`'s artifacts (every */manifest.json),
-// downloaded and extracted into `scratch`. Errors as GitLabApi's, DataLoss
-// for a bad zip.
+// downloaded and extracted into `scratch`; one line in `warnings` for each
+// unreadable or malformed one. Errors as GitLabApi's, DataLoss for a bad
+// zip.
 absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
-    GitLabApi& api, int64_t job_id, const std::string& scratch);
+    GitLabApi& api, int64_t job_id, const std::string& scratch,
+    std::vector<std::string>& warnings);
 
 struct Resumed {
   CheckpointManifest manifest;

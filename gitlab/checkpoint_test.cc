@@ -147,10 +147,19 @@ TEST_F(CheckpointTest, ResumesNewestFromArtifacts) {
 TEST_F(CheckpointTest, FindsManifestsInAJobsArtifacts) {
   Write(10);
   Write(20);
+  fs::create_directories(project_ + "/checkpoints/step-30");
+  WriteTextFile(project_ + "/checkpoints/step-30/manifest.json",
+                R"({"step": -3, "world_size": 2, "job_id": 11})");
   UploadArtifacts();
-  auto found = ManifestsInArtifacts(*api_, 11, dir_.path() + "/scratch");
+  std::vector<std::string> warnings;
+  auto found =
+      ManifestsInArtifacts(*api_, 11, dir_.path() + "/scratch", warnings);
   ASSERT_TRUE(found.ok()) << found.status();
   ASSERT_THAT(*found, SizeIs(2));
+  ASSERT_THAT(warnings, SizeIs(1));
+  EXPECT_EQ(warnings[0],
+            "skipping checkpoints/step-30/manifest.json in job 11's "
+            "artifacts: manifest: field \"step\" is missing or malformed");
 }
 
 TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {

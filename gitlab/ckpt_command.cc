@@ -196,7 +196,8 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
     candidates.push_back(*std::move(manifest));
   }
   for (const int64_t job : options.from_jobs) {
-    auto found = ManifestsInArtifacts(**api, job, dest + "/.gdt-scan");
+    auto found =
+        ManifestsInArtifacts(**api, job, dest + "/.gdt-scan", warnings);
     if (!found.ok()) {
       warnings.push_back(absl::StrCat("no checkpoints from job ", job, ": ",
                                       found.status().message()));
