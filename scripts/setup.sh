@@ -11,6 +11,8 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libbenchmark-dev
+  # Checkpoints (issue 5): zips, SHA-256 (libcrypto)
+  libarchive-dev libssl-dev
   # clang's sanitizer and libFuzzer runtimes (only recommended by clang)
   libclang-rt-14-dev
   # Packaging: CPack .debs and their Depends (dpkg-shlibdeps)

@@ -6,12 +6,25 @@ reads the PET_* variables gdt exports), or with the `env` launcher as
 `python3 train.py`.
 
 DDP_STEPS sets the number of steps (default 8), DDP_STEP_SECONDS a pause
-after each one. Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
+after each one.
+
+Checkpoints (docs/checkpoints.md): with DDP_CKPT_EVERY=K rank 0 saves model
+and optimiser to $GDT_CHECKPOINT_DIR/step-<N>/model.pt every K steps and
+runs `gdt-ckpt save` when it is on PATH (manifest.json, package store,
+keep). On the checkpoint notice (SIGUSR1 or the file
+$GDT_CHECKPOINT_NOTICE_FILE, as `gdt-ckpt run` gives them) every rank agrees
+on the step, rank 0 saves and all stop (exit 0). With GDT_RESUME_FROM set to
+a checkpoint directory the training continues from its step, with the same
+data order, so the final parameters equal an uninterrupted run's.
+DDP_STOP_AFTER=N ends the run after step N (to simulate an interruption). Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
 can keep it as an artifact; rank 0 also prints a summary.
 """
 import hashlib
 import json
 import os
+import shutil
+import signal
+import subprocess
 import socket
 import sys
 import time
@@ -27,6 +40,35 @@ def progress():  # Tells gdt's hang watchdog (GDT_HANG_TIMEOUT) we are alive.
     os.environ.get("GDT_PROGRESS_FILE") and os.utime(os.environ["GDT_PROGRESS_FILE"])
 
 
+NOTICE = {"given": False}
+
+
+def on_notice(signum, frame):
+    NOTICE["given"] = True
+
+
+def notice_given():
+    """Whether any rank saw the notice: every rank checkpoints at one step."""
+    flag = os.environ.get("GDT_CHECKPOINT_NOTICE_FILE")
+    mine = NOTICE["given"] or bool(flag and os.path.exists(flag))
+    t = torch.tensor([1 if mine else 0])
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
+def save_checkpoint(step, model, opt):
+    """Rank 0 writes $GDT_CHECKPOINT_DIR/step-<step>/model.pt and its manifest."""
+    root = os.environ.get("GDT_CHECKPOINT_DIR", "checkpoints")
+    path = os.path.join(root, f"step-{step}")
+    os.makedirs(path, exist_ok=True)
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()},
+               os.path.join(path, "model.pt"))
+    if shutil.which("gdt-ckpt"):
+        subprocess.run(["gdt-ckpt", "save", "--step", str(step), "--dir", path,
+                        "--world-size", str(dist.get_world_size())], check=True)
+    log(f"checkpoint at step {step} in {path}")
+
+
 def log(msg):
     # One write per line, so lines of ranks sharing a pipe never interleave.
     sys.stdout.write(f"ddp[rank {dist.get_rank()}/{dist.get_world_size()}]: {msg}\n")
@@ -35,6 +77,9 @@ def log(msg):
 
 def main():
     steps = int(os.environ.get("DDP_STEPS", "8"))
+    ckpt_every = int(os.environ.get("DDP_CKPT_EVERY", "0"))
+    stop_after = int(os.environ.get("DDP_STOP_AFTER", "0"))
+    signal.signal(signal.SIGUSR1, on_notice)
     # Seconds to pause after each step: stretches a short run so that tests
     # (and demos) can disturb a gang mid-training.
     step_seconds = float(os.environ.get("DDP_STEP_SECONDS", "0"))
@@ -55,14 +100,28 @@ def main():
 
     torch.manual_seed(rank)  # Different init per rank: DDP must broadcast rank 0's.
     model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    step, loss = 0, None
+    resume_from = os.environ.get("GDT_RESUME_FROM")
+    if resume_from:
+        state = torch.load(os.path.join(resume_from, "model.pt"))
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        step = state["step"]
+        log(f"resumed from step {step} ({resume_from})")
     ddp = DistributedDataParallel(model)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     loss_fn = nn.MSELoss()
 
-    step, loss = 0, None
-    while step < steps:
-        sampler.set_epoch(step)
-        for xb, yb in loader:
+    batches = len(loader)
+    stopped = False
+    while step < steps and not stopped:
+        # The data order depends only on the global step, so a resumed run
+        # sees the batches an uninterrupted one would.
+        epoch, skip = divmod(step, batches)
+        sampler.set_epoch(epoch)
+        for i, (xb, yb) in enumerate(loader):
+            if i < skip:
+                continue
             opt.zero_grad()
             loss = loss_fn(ddp(xb.to(device)), yb.to(device))
             loss.backward()
@@ -73,9 +132,18 @@ def main():
                 log("first step done")
             if step_seconds > 0:
                 time.sleep(step_seconds)
-            if step >= steps:
+            noticed = notice_given()
+            if rank == 0 and ((ckpt_every and step % ckpt_every == 0) or noticed):
+                save_checkpoint(step, model, opt)
+            if noticed:
+                log(f"checkpoint notice: stopping after step {step}")
+                stopped = True
+            if stop_after and step >= stop_after:
+                stopped = True
+            if step >= steps or stopped:
                 break
-    log(f"trained {step} steps on {socket.gethostname()}, loss {loss.item():.4f}")
+    dist.barrier()  # Rank 0's checkpoint is complete before anyone exits.
+    log(f"trained {step} steps on {socket.gethostname()}")
 
     # Identical parameters on every rank: compare a digest through all_gather.
     flat = torch.cat([p.detach().cpu().flatten() for p in model.parameters()])
@@ -92,7 +160,8 @@ def main():
         "gdt_node_rank": os.environ.get("GDT_NODE_RANK"),
         "gdt_gang_id": os.environ.get("GDT_GANG_ID"),
         "master": f"{os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}",
-        "host": socket.gethostname(), "steps": step, "loss": loss.item(),
+        "host": socket.gethostname(), "steps": step,
+        "loss": loss.item() if loss is not None else None,
         "param_sha256": digest, "params_identical": identical,
         "seconds": round(time.time() - started, 3),
     }

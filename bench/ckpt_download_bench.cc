@@ -1,0 +1,133 @@
+// Resume throughput: gdt's download + verify of a checkpoint from the
+// generic package registry (gitlab::Resume over CurlGitLabApi) against plain
+// `curl` + `sha256sum` of the same files from the same local fake GitLab API,
+// alternating in one run. Prints MiB/s of each and the ratio ours/baseline.
+// Usage: ckpt_download_bench [--files N] [--mib M] [--reps R]
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
+#include "gitlab/checkpoint.h"
+#include "gitlab/curl_gitlab_api.h"
+#include "gitlab/fake_gitlab_api.h"
+#include "gitlab/sha256.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int files = 4, mib = 64, reps = 5;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    int* target = flag == "--files"  ? &files
+                  : flag == "--mib"  ? &mib
+                  : flag == "--reps" ? &reps
+                                     : nullptr;
+    if (target == nullptr || !absl::SimpleAtoi(argv[i + 1], target) ||
+        *target <= 0) {
+      std::cerr << "ckpt_download_bench: bad option " << flag
+                << " (--files N --mib M --reps R)\n";
+      return 2;
+    }
+  }
+  gdt::gitlab::FakeGitLabApi::Options options;
+  auto fake = gdt::gitlab::FakeGitLabApi::Start(options);
+  if (!fake.ok()) {
+    std::cerr << fake.status() << "\n";
+    return 1;
+  }
+  (*fake)->AddJob({.id = 1, .token = "tok", .project_id = 1});
+  char pattern[] = "/tmp/gdt-ckpt-bench-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) return 1;
+  const std::string dir = pattern;
+
+  gdt::gitlab::CheckpointManifest manifest;
+  manifest.step = 1;
+  manifest.world_size = 1;
+  manifest.job_id = 1;
+  manifest.project_id = 1;
+  manifest.store = gdt::gitlab::kStorePackages;
+  manifest.dir = "checkpoints/step-1";
+  manifest.package_name = "bench";
+  manifest.package_version = "1";
+  uint32_t seed = 1;
+  for (int f = 0; f < files; ++f) {
+    std::string bytes(static_cast<size_t>(mib) << 20, '\0');
+    for (char& c : bytes) {
+      seed = seed * 1664525u + 1013904223u;
+      c = static_cast<char>(seed >> 24);
+    }
+    const std::string name = absl::StrCat("shard-", f, ".pt");
+    manifest.files.push_back(
+        {name, bytes.size(), gdt::gitlab::Sha256Hex(bytes)});
+    (*fake)->SetPackageFile(1, "bench", "1", name, std::move(bytes));
+  }
+  auto api = gdt::gitlab::CurlGitLabApi::Create((*fake)->api_url(), "tok");
+  if (!api.ok()) return 1;
+
+  const double total_mib = static_cast<double>(files) * mib;
+  std::vector<double> ours, baseline;
+  for (int r = 0; r < reps; ++r) {
+    // Ours: the resume path (download, hash, verify, place).
+    fs::remove_all(dir + "/ours");
+    fs::create_directories(dir + "/ours");
+    std::vector<std::string> warnings;
+    auto start = Clock::now();
+    auto resumed =
+        gdt::gitlab::Resume(**api, {manifest}, dir + "/ours", warnings);
+    ours.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    if (!resumed.has_value()) {
+      std::cerr << "resume failed: " << (warnings.empty() ? "" : warnings[0])
+                << "\n";
+      return 1;
+    }
+    // Baseline: curl per file, then sha256sum of them all.
+    fs::remove_all(dir + "/plain");
+    fs::create_directories(dir + "/plain");
+    std::string script = "set -e; cd " + dir + "/plain; ";
+    for (const auto& f : manifest.files) {
+      absl::StrAppend(&script, "curl -sf -H 'JOB-TOKEN: tok' -o ", f.path, " ",
+                      (*fake)->api_url(),
+                      "/projects/1/packages/generic/bench/1/", f.path, "; ");
+    }
+    absl::StrAppend(&script, "sha256sum *.pt > /dev/null");
+    start = Clock::now();
+    auto status =
+        gdt::RunCommand({"/bin/bash", "-c", script}, std::chrono::minutes(10));
+    baseline.push_back(
+        std::chrono::duration<double>(Clock::now() - start).count());
+    if (!status.ok() || !status->success()) {
+      std::cerr << "baseline failed\n";
+      return 1;
+    }
+  }
+  fs::remove_all(dir);
+  const double ours_mibs = total_mib / Median(ours);
+  const double base_mibs = total_mib / Median(baseline);
+  std::printf(
+      "files=%d size=%d MiB reps=%d\nours (Resume: download+verify): %.1f "
+      "MiB/s (median %.3f s)\nbaseline (curl + sha256sum):      %.1f MiB/s "
+      "(median %.3f s)\nratio ours/baseline: %.2f\n",
+      files, mib, reps, ours_mibs, Median(ours), base_mibs, Median(baseline),
+      ours_mibs / base_mibs);
+  return 0;
+}

@@ -1,0 +1,140 @@
+#include "gitlab/checkpoint_notice.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+
+namespace gdt::gitlab {
+namespace {
+
+using std::chrono::system_clock;
+
+std::atomic<int> g_forward{0};
+
+void OnForwardedSignal(int signal) { g_forward.store(signal); }
+
+std::string Get(const std::map<std::string, std::string>& env,
+                const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
+}
+
+}  // namespace
+
+absl::StatusOr<NoticePlan> PlanNotice(
+    const std::map<std::string, std::string>& env,
+    system_clock::time_point now) {
+  NoticePlan plan;
+  const std::string sig = Get(env, "GDT_CHECKPOINT_SIGNAL");
+  if (sig.empty() || sig == "USR1" || sig == "SIGUSR1") {
+    plan.signal = SIGUSR1;
+  } else if (sig == "USR2" || sig == "SIGUSR2") {
+    plan.signal = SIGUSR2;
+  } else if (sig == "TERM" || sig == "SIGTERM") {
+    plan.signal = SIGTERM;
+  } else if (sig == "INT" || sig == "SIGINT") {
+    plan.signal = SIGINT;
+  } else if (sig == "none") {
+    plan.signal = 0;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_CHECKPOINT_SIGNAL=", sig, ": use USR1, USR2, TERM, INT or none"));
+  }
+  plan.flag_file = Get(env, "GDT_CHECKPOINT_NOTICE_FILE");
+  if (plan.flag_file.empty() && !Get(env, "GDT_CHECKPOINT_DIR").empty()) {
+    plan.flag_file = Get(env, "GDT_CHECKPOINT_DIR") + "/.notice";
+  }
+  if (plan.flag_file.empty()) {
+    return absl::InvalidArgumentError(
+        "neither GDT_CHECKPOINT_NOTICE_FILE nor GDT_CHECKPOINT_DIR is set");
+  }
+  int64_t notice = 300;
+  if (const std::string text = Get(env, "GDT_CHECKPOINT_NOTICE");
+      !text.empty()) {
+    if (!absl::SimpleAtoi(text, &notice) || notice < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GDT_CHECKPOINT_NOTICE=", text, ": not a number of seconds"));
+    }
+  }
+  const std::string timeout_text = Get(env, "CI_JOB_TIMEOUT");
+  if (timeout_text.empty()) return plan;
+  int64_t timeout = 0;
+  if (!absl::SimpleAtoi(timeout_text, &timeout) || timeout <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CI_JOB_TIMEOUT=", timeout_text, ": not a positive number of seconds"));
+  }
+  system_clock::time_point start = now;
+  if (const std::string text = Get(env, "CI_JOB_STARTED_AT"); !text.empty()) {
+    absl::Time parsed;
+    std::string error;
+    if (!absl::ParseTime(absl::RFC3339_full, text, &parsed, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CI_JOB_STARTED_AT=", text, ": not an RFC 3339 time (", error, ")"));
+    }
+    start = absl::ToChronoTime(parsed);
+  }
+  plan.deadline = start + std::chrono::seconds(timeout);
+  plan.notice_at = plan.deadline - std::chrono::seconds(notice);
+  return plan;
+}
+
+int RunWithNotice(const std::vector<std::string>& argv,
+                  std::map<std::string, std::string> env,
+                  const NoticePlan& plan, std::ostream& err) {
+  env["GDT_CHECKPOINT_NOTICE_FILE"] = plan.flag_file;
+  std::remove(plan.flag_file.c_str());
+  SpawnOptions options;
+  options.argv = argv;
+  options.env = std::move(env);
+  options.capture_output = false;
+  options.new_process_group = true;
+  struct sigaction action = {};
+  action.sa_handler = OnForwardedSignal;
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &action, nullptr);
+  auto child = Subprocess::Spawn(options);
+  if (!child.ok()) {
+    err << "gdt-ckpt run: cannot start " << argv.front() << ": "
+        << child.status().message() << "\n";
+    return 2;
+  }
+  bool noticed = !plan.notice_at.has_value();
+  while (true) {
+    auto step =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    if (!noticed) {
+      const auto left = *plan.notice_at - system_clock::now();
+      if (left <= std::chrono::milliseconds(0)) {
+        std::error_code error;
+        std::filesystem::create_directories(
+            std::filesystem::path(plan.flag_file).parent_path(), error);
+        std::ofstream flag(plan.flag_file);
+        flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+        const bool written = static_cast<bool>(flag.flush());
+        if (plan.signal != 0) (*child)->SignalGroup(plan.signal);
+        err << "gdt-ckpt run: checkpoint notice: the job times out in "
+            << std::chrono::duration_cast<std::chrono::seconds>(
+                   plan.deadline - system_clock::now())
+                   .count()
+            << " s; " << (written ? "wrote " : "cannot write the flag file ")
+            << plan.flag_file << "\n";
+        noticed = true;
+      } else if (left < std::chrono::milliseconds(100)) {
+        step = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::milliseconds>(left);
+      }
+    }
+    if (auto status = (*child)->WaitUntil(step); status.has_value()) {
+      return status->code();
+    }
+    if (const int s = g_forward.exchange(0); s != 0) (*child)->SignalGroup(s);
+  }
+}
+
+}  // namespace gdt::gitlab

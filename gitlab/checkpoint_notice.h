@@ -1,0 +1,48 @@
+#ifndef GDT_GITLAB_CHECKPOINT_NOTICE_H_
+#define GDT_GITLAB_CHECKPOINT_NOTICE_H_
+
+// The pre-timeout checkpoint notice. GitLab sends nothing before it kills a
+// job at its timeout, so `gdt-ckpt run -- <training command>` runs the
+// command in its own process group and, GDT_CHECKPOINT_NOTICE seconds
+// (default 300) before the job's deadline (CI_JOB_STARTED_AT, else now,
+// plus CI_JOB_TIMEOUT), writes the flag file GDT_CHECKPOINT_NOTICE_FILE
+// (default $GDT_CHECKPOINT_DIR/.notice) and sends GDT_CHECKPOINT_SIGNAL
+// (default USR1; "none": the flag file only) to that group.
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::gitlab {
+
+struct NoticePlan {
+  // When to give notice; nullopt without CI_JOB_TIMEOUT (no deadline).
+  std::optional<std::chrono::system_clock::time_point> notice_at;
+  std::chrono::system_clock::time_point deadline;
+  std::string flag_file;
+  int signal = 0;  // 0: none.
+};
+
+// From the job's environment. InvalidArgument naming the variable for a
+// malformed CI_JOB_TIMEOUT, CI_JOB_STARTED_AT, GDT_CHECKPOINT_NOTICE or
+// GDT_CHECKPOINT_SIGNAL, or when no flag file path can be derived.
+absl::StatusOr<NoticePlan> PlanNotice(
+    const std::map<std::string, std::string>& env,
+    std::chrono::system_clock::time_point now);
+
+// Runs `argv` with `env` (+ GDT_CHECKPOINT_NOTICE_FILE) under the plan;
+// forwards SIGTERM/SIGINT/SIGHUP to the command's group. Returns the
+// command's exit code (128+signal when killed), 2 with one line on `err`
+// when it cannot be started.
+int RunWithNotice(const std::vector<std::string>& argv,
+                  std::map<std::string, std::string> env,
+                  const NoticePlan& plan, std::ostream& err);
+
+}  // namespace gdt::gitlab
+
+#endif  // GDT_GITLAB_CHECKPOINT_NOTICE_H_

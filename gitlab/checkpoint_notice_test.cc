@@ -1,0 +1,137 @@
+#include "gitlab/checkpoint_notice.h"
+
+#include <signal.h>
+
+#include <filesystem>
+#include <sstream>
+
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+#include "gitlab/testing_support.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::gitlab {
+namespace {
+
+using std::chrono::seconds;
+using std::chrono::system_clock;
+using ::testing::HasSubstr;
+using testing_support::ReadTextFile;
+using testing_support::TempDir;
+
+TEST(PlanNoticeTest, NoticeIsRelativeToTheJobsStart) {
+  absl::Time start;
+  std::string error;
+  ASSERT_TRUE(absl::ParseTime(absl::RFC3339_full, "2026-01-01T10:00:00Z",
+                              &start, &error));
+  auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "3600"},
+                          {"CI_JOB_STARTED_AT", "2026-01-01T10:00:00Z"},
+                          {"GDT_CHECKPOINT_NOTICE", "120"},
+                          {"GDT_CHECKPOINT_DIR", "/p/checkpoints"}},
+                         system_clock::now());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(plan->deadline, absl::ToChronoTime(start) + seconds(3600));
+  EXPECT_EQ(*plan->notice_at, absl::ToChronoTime(start) + seconds(3480));
+  EXPECT_EQ(plan->flag_file, "/p/checkpoints/.notice");
+  EXPECT_EQ(plan->signal, SIGUSR1);
+}
+
+TEST(PlanNoticeTest, DefaultsAndNone) {
+  const auto now = system_clock::now();
+  auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "600"},
+                          {"GDT_CHECKPOINT_SIGNAL", "none"},
+                          {"GDT_CHECKPOINT_NOTICE_FILE", "/tmp/flag"}},
+                         now);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ(*plan->notice_at, now + seconds(300));
+  EXPECT_EQ(plan->signal, 0);
+  auto no_timeout = PlanNotice({{"GDT_CHECKPOINT_DIR", "/c"}}, now);
+  ASSERT_TRUE(no_timeout.ok());
+  EXPECT_FALSE(no_timeout->notice_at.has_value());
+}
+
+TEST(PlanNoticeTest, BadInputNamesTheVariable) {
+  const auto now = system_clock::now();
+  const std::map<std::string, std::string> base = {
+      {"GDT_CHECKPOINT_DIR", "/c"}};
+  auto with = [&](const std::string& key, const std::string& value) {
+    auto env = base;
+    env[key] = value;
+    return PlanNotice(env, now).status();
+  };
+  EXPECT_THAT(with("CI_JOB_TIMEOUT", "1h").message(),
+              HasSubstr("CI_JOB_TIMEOUT=1h"));
+  EXPECT_THAT(with("GDT_CHECKPOINT_NOTICE", "-1").message(),
+              HasSubstr("GDT_CHECKPOINT_NOTICE=-1"));
+  EXPECT_THAT(with("GDT_CHECKPOINT_SIGNAL", "KILL").message(),
+              HasSubstr("GDT_CHECKPOINT_SIGNAL=KILL"));
+  auto env = base;
+  env["CI_JOB_TIMEOUT"] = "60";
+  env["CI_JOB_STARTED_AT"] = "yesterday";
+  EXPECT_THAT(PlanNotice(env, now).status().message(),
+              HasSubstr("CI_JOB_STARTED_AT=yesterday"));
+  EXPECT_THAT(PlanNotice({}, now).status().message(),
+              HasSubstr("GDT_CHECKPOINT_DIR"));
+}
+
+// A job with a 4 s timeout and a 2 s notice: the command sees the flag file
+// and SIGUSR1 about 2 s after the start, well before the deadline, and
+// checkpoints in reaction.
+TEST(RunWithNoticeTest, CommandGetsFlagAndSignalBeforeTheDeadline) {
+  TempDir dir;
+  const auto start = system_clock::now();
+  auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "4"},
+                          {"GDT_CHECKPOINT_NOTICE", "2"},
+                          {"GDT_CHECKPOINT_DIR", dir.path() + "/ckpt"}},
+                         start);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::string script = R"(
+trap 'test -f "$GDT_CHECKPOINT_NOTICE_FILE" && echo saved > "$OUT/saved"; exit 0' USR1
+for i in $(seq 1 100); do sleep 0.1; done
+exit 3)";
+  std::ostringstream err;
+  const int code = RunWithNotice(
+      {"/bin/bash", "-c", script},
+      {{"OUT", dir.path()}, {"PATH", "/usr/bin:/bin"}}, *plan, err);
+  const auto elapsed = system_clock::now() - start;
+  EXPECT_EQ(code, 0) << err.str();
+  EXPECT_EQ(ReadTextFile(dir.path() + "/saved"), "saved\n");
+  // The checkpoint directory did not exist yet: it is created for the flag.
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/ckpt/.notice"));
+  EXPECT_GE(elapsed, seconds(2));
+  EXPECT_LT(elapsed, seconds(4));
+  EXPECT_THAT(err.str(), HasSubstr("checkpoint notice: the job times out in"));
+}
+
+TEST(RunWithNoticeTest, SignalNoneWritesOnlyTheFlag) {
+  TempDir dir;
+  auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "2"},
+                          {"GDT_CHECKPOINT_NOTICE", "2"},
+                          {"GDT_CHECKPOINT_SIGNAL", "none"},
+                          {"GDT_CHECKPOINT_DIR", dir.path()}},
+                         system_clock::now());
+  ASSERT_TRUE(plan.ok());
+  // Polls for the flag (what a training loop would do between steps).
+  const std::string script = R"(
+trap 'exit 9' USR1
+for i in $(seq 1 100); do test -f "$GDT_CHECKPOINT_NOTICE_FILE" && exit 0; sleep 0.1; done
+exit 3)";
+  std::ostringstream err;
+  EXPECT_EQ(RunWithNotice({"/bin/bash", "-c", script},
+                          {{"PATH", "/usr/bin:/bin"}}, *plan, err),
+            0)
+      << err.str();
+}
+
+TEST(RunWithNoticeTest, MissingCommandIsOneLine) {
+  TempDir dir;
+  NoticePlan plan;
+  plan.flag_file = dir.path() + "/.notice";
+  std::ostringstream err;
+  EXPECT_EQ(RunWithNotice({"/nonexistent/train"}, {}, plan, err), 2);
+  EXPECT_THAT(err.str(), HasSubstr("cannot start /nonexistent/train"));
+}
+
+}  // namespace
+}  // namespace gdt::gitlab

@@ -1,0 +1,83 @@
+// gdt-ckpt: checkpoint manifests, the package-registry store and resume for
+// training scripts in gdt jobs (gitlab/ckpt_command.h).
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "gitlab/checkpoint_notice.h"
+#include "gitlab/ckpt_command.h"
+
+extern char** environ;
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gdt-ckpt: checkpoint manifests, large-file store and resume inside a "
+      "gdt job (reads GDT_CHECKPOINT_DIR, CI_JOB_ID, CI_PROJECT_ID, "
+      "CI_PROJECT_DIR, CI_API_V4_URL, CI_JOB_TOKEN)"};
+  app.require_subcommand(1);
+  gdt::gitlab::CkptSaveOptions save_options;
+  CLI::App* save = app.add_subcommand(
+      "save",
+      "Write manifest.json for a checkpoint directory; upload it to "
+      "the package registry when the store says so; prune old ones");
+  save->add_option("--step", save_options.step, "Training step")->required();
+  save->add_option("--dir", save_options.dir,
+                   "Checkpoint directory (default $GDT_CHECKPOINT_DIR/step-N)");
+  save->add_option("--world-size", save_options.world_size,
+                   "World size (default $WORLD_SIZE)");
+  save->add_option("--rank", save_options.rank, "Writer rank (default $RANK)");
+  save->add_option("--store", save_options.store,
+                   "artifacts, packages, or auto (packages above --threshold)");
+  save->add_option("--threshold", save_options.threshold_bytes,
+                   "Bytes above which auto picks packages (default 100 MiB)");
+  save->add_option(
+      "--keep", save_options.keep,
+      "Keep the newest K checkpoints (default $GDT_CHECKPOINT_KEEP)");
+  save->add_flag("--json", save_options.json, "Print a JSON summary");
+
+  gdt::gitlab::CkptResumeOptions resume_options;
+  CLI::App* resume =
+      app.add_subcommand("resume",
+                         "Place the newest checkpoint that verifies in "
+                         "GDT_CHECKPOINT_DIR and print GDT_RESUME_FROM=<dir>");
+  resume->add_option("--manifest", resume_options.manifests,
+                     "A manifest.json to consider (repeatable)");
+  resume->add_option("--from-job", resume_options.from_jobs,
+                     "A job id whose artifacts hold checkpoints (repeatable)");
+  resume->add_option("--dest", resume_options.dest,
+                     "Where to place it (default $GDT_CHECKPOINT_DIR)");
+  resume->add_flag("--json", resume_options.json, "Print JSON");
+  std::vector<std::string> command;
+  CLI::App* run = app.add_subcommand(
+      "run",
+      "Run a training command in its own process group and give it "
+      "the checkpoint notice (flag file + signal) GDT_CHECKPOINT_NOTICE "
+      "seconds before CI_JOB_TIMEOUT ends the job");
+  run->add_option("command", command, "The command, after --")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? gdt::gitlab::kCkptOk : gdt::gitlab::kCkptBadInput;
+  }
+  gdt::gitlab::CkptEnv env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos)
+      env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  if (run->parsed()) {
+    auto plan = gdt::gitlab::PlanNotice(env, std::chrono::system_clock::now());
+    if (!plan.ok()) {
+      std::cerr << "gdt-ckpt run: " << plan.status().message() << "\n";
+      return gdt::gitlab::kCkptBadInput;
+    }
+    return gdt::gitlab::RunWithNotice(command, env, *plan, std::cerr);
+  }
+  if (save->parsed()) {
+    return gdt::gitlab::RunCkptSave(save_options, env, std::cout, std::cerr);
+  }
+  return gdt::gitlab::RunCkptResume(resume_options, env, std::cout, std::cerr);
+}

@@ -1,0 +1,47 @@
+#ifndef GDT_GITLAB_CURL_GITLAB_API_H_
+#define GDT_GITLAB_CURL_GITLAB_API_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gitlab/gitlab_api.h"
+
+namespace gdt::gitlab {
+
+// GitLabApi over libcurl (the only file that includes curl.h). Sends the
+// token as JOB-TOKEN; one request at a time per object.
+class CurlGitLabApi : public GitLabApi {
+ public:
+  // `api_url` is CI_API_V4_URL (e.g. https://gitlab.example.com/api/v4),
+  // `job_token` CI_JOB_TOKEN. FailedPrecondition naming the variable when
+  // either is empty.
+  static absl::StatusOr<std::unique_ptr<CurlGitLabApi>> Create(
+      std::string api_url, std::string job_token);
+
+  absl::StatusOr<ApiJob> CurrentJob() override;
+  absl::StatusOr<Download> DownloadArtifacts(int64_t job_id,
+                                             const std::string& dest) override;
+  absl::Status UploadArtifacts(int64_t job_id, const std::string& zip) override;
+  absl::Status UploadPackageFile(int64_t project_id, const std::string& name,
+                                 const std::string& version,
+                                 const std::string& file,
+                                 const std::string& src) override;
+  absl::StatusOr<Download> DownloadPackageFile(
+      int64_t project_id, const std::string& name, const std::string& version,
+      const std::string& file, const std::string& dest) override;
+
+ private:
+  CurlGitLabApi(std::string api_url, std::string job_token)
+      : api_url_(std::move(api_url)), job_token_(std::move(job_token)) {}
+  std::string PackageUrl(int64_t project_id, const std::string& name,
+                         const std::string& version,
+                         const std::string& file) const;
+
+  const std::string api_url_;
+  const std::string job_token_;
+};
+
+}  // namespace gdt::gitlab
+
+#endif  // GDT_GITLAB_CURL_GITLAB_API_H_
