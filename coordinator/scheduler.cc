@@ -558,6 +558,7 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
       view.gpu_indices.push_back(gpu.index);
     }
     view.cpu_slots = SlotsOf(host);
+    view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
     view.down = StateOf(host) != HostState::kUp;
@@ -664,15 +665,27 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
                        [](const auto& entry) { return entry.second.present; });
   };
   std::vector<WaitingGang> complete;
+  std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const Gang* gang : forming) {
-    if (all_present(*gang)) complete.push_back(WaitingGangOf(*gang));
+    if (all_present(*gang)) {
+      complete.push_back(WaitingGangOf(*gang));
+    } else if (std::any_of(
+                   gang->members.begin(), gang->members.end(),
+                   [](const auto& entry) { return entry.second.present; })) {
+      incomplete.push_back(WaitingGangOf(*gang));
+      // Members that left hold no runner slot.
+      for (const auto& [index, member] : gang->members) {
+        if (!member.present) incomplete.back().arrival_hosts.erase(index);
+      }
+    }
   }
   const std::vector<PlacementHost> hosts = PlacementHosts();
   PlanOutcome plan;
-  if (!complete.empty()) {
+  if (!complete.empty() || !incomplete.empty()) {
     plan = PlanAdmissions(hosts, RunningGangs(), complete,
-                          clock_.UnixMillis() / 1000);
+                          clock_.UnixMillis() / 1000, incomplete);
   }
+  BounceGangs(plan.bounced, forming);
   std::map<std::string, const PlannedGang*> admitted;
   for (const PlannedGang& planned : plan.admitted) {
     admitted[planned.gang_id] = &planned;
@@ -714,6 +727,24 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
     QueueWaiting(*gang);
   }
   return proposals;
+}
+
+void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
+                            std::vector<Gang*>& forming) {
+  for (const BouncedGang& bounce : bounced) {
+    auto found = gangs_.find(bounce.gang_id);
+    if (found == gangs_.end()) continue;
+    absl::Status failed =
+        FailGang(found->second, 0, bounce.message, "deadlock_bounce");
+    if (!failed.ok()) {
+      spdlog::error("cannot bounce gang {}: {}", bounce.gang_id,
+                    failed.ToString());
+      continue;
+    }
+    observer_->DeadlockBounce(bounce.gang_id);
+    forming.erase(std::remove(forming.begin(), forming.end(), &found->second),
+                  forming.end());
+  }
 }
 
 void Scheduler::QueueWaiting(Gang& gang) {
