@@ -664,12 +664,19 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
            std::all_of(gang.members.begin(), gang.members.end(),
                        [](const auto& entry) { return entry.second.present; });
   };
+  const std::vector<PlacementHost> hosts = PlacementHosts();
+  // Incomplete gangs matter only for runner-slot deadlocks, which need
+  // declared runner slots (placement.h).
+  const bool slots_declared = std::any_of(
+      hosts.begin(), hosts.end(),
+      [](const PlacementHost& host) { return host.runner_slots != 0; });
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const Gang* gang : forming) {
     if (all_present(*gang)) {
       complete.push_back(WaitingGangOf(*gang));
-    } else if (std::any_of(
+    } else if (slots_declared &&
+               std::any_of(
                    gang->members.begin(), gang->members.end(),
                    [](const auto& entry) { return entry.second.present; })) {
       incomplete.push_back(WaitingGangOf(*gang));
@@ -679,7 +686,6 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
       }
     }
   }
-  const std::vector<PlacementHost> hosts = PlacementHosts();
   PlanOutcome plan;
   if (!complete.empty() || !incomplete.empty()) {
     plan = PlanAdmissions(hosts, RunningGangs(), complete,

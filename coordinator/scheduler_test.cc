@@ -827,6 +827,24 @@ TEST_F(SchedulerTest, NoBounceWhenTheHostDeclaresNoRunnerSlots) {
             MemberEvent::Kind::kWaiting);
 }
 
+TEST_F(SchedulerTest, NoBounceWhenAMemberArrivedThroughAnUnknownRunner) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 1)).ok());
+  JoinRequest elsewhere = PipelineMember(77, 1);
+  elsewhere.arrival_host = "runner-9";  // No agent: its slots are unknown.
+  ASSERT_TRUE(scheduler_->Join(elsewhere, 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+
+  // gpu-01's only slot is held by an incomplete gang, but runner-9 may have
+  // a free one: no deadlock is proven.
+  EXPECT_THAT(counter.bounced, IsEmpty());
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+}
+
 TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
   BounceCounter counter;
   scheduler_->SetObserver(counter);
