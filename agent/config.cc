@@ -136,6 +136,10 @@ absl::Status ParseHost(const YAML::Node& value, HostConfig& host) {
       absl::StatusOr<uint64_t> slots = ReadUint(entry.second, full, 4096);
       if (!slots.ok()) return slots.status();
       host.cpu_slots = static_cast<uint32_t>(*slots);
+    } else if (key == "runner_slots") {
+      absl::StatusOr<uint64_t> slots = ReadUint(entry.second, full, 4096);
+      if (!slots.ok()) return slots.status();
+      host.runner_slots = static_cast<uint32_t>(*slots);
     } else {
       return UnknownKey(full);
     }

@@ -29,6 +29,9 @@ struct HostConfig {
   std::map<std::string, std::string> labels;
   std::string network_interface;
   uint32_t cpu_slots = 1;  // Members at once on a CPU-only host.
+  // Jobs this host's gitlab-runner runs at once (`concurrent`/`limit`);
+  // 0 = not declared.
+  uint32_t runner_slots = 0;
 };
 
 // Settings for gdt-agent. Plain data: defaults live here, parsing lives in

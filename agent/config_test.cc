@@ -19,6 +19,7 @@ TEST(ConfigTest, DefaultsNeedOnlyTheCoordinator) {
   EXPECT_EQ(config->host.address, "127.0.0.1");
   EXPECT_TRUE(config->host.gpus.empty());
   EXPECT_EQ(config->host.cpu_slots, 1u);
+  EXPECT_EQ(config->host.runner_slots, 0u);  // Not declared.
   EXPECT_EQ(config->scratch_dir, "/var/lib/gdt/agent");
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(10));
 }
@@ -34,6 +35,7 @@ host:
   labels: {rack: r1, nvlink_domain: d0}
   network_interface: eth1
   cpu_slots: 2
+  runner_slots: 4
 scratch_dir: /tmp/agent
 kill_grace_seconds: 4
 log_level: debug
@@ -52,6 +54,7 @@ log_level: debug
   EXPECT_EQ(config->host.labels.at("nvlink_domain"), "d0");
   EXPECT_EQ(config->host.network_interface, "eth1");
   EXPECT_EQ(config->host.cpu_slots, 2u);
+  EXPECT_EQ(config->host.runner_slots, 4u);
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(4));
   EXPECT_EQ(config->log_level, "debug");
 }
@@ -103,6 +106,8 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
       {"coordinator: c:1\nkill_grace_seconds: soon\n", "kill_grace_seconds"},
       {"coordinator: c:1\nscratch_dir: relative\n", "scratch_dir must be"},
       {"coordinator: c:1\nlog_level: loud\n", "unknown log_level 'loud'"},
+      {"coordinator: c:1\nhost: {runner_slots: many}\n",
+       "host.runner_slots must be an integer"},
       {"coordinator: [c\n", "bad YAML"},
       {"- a\n- b\n", "must be a YAML map"},
   };

@@ -40,6 +40,7 @@ v1::HostSpec MakeHostSpec(const HostConfig& host,
   spec.mutable_labels()->insert(host.labels.begin(), host.labels.end());
   spec.set_network_interface(host.network_interface);
   spec.set_cpu_slots(host.cpu_slots);
+  spec.set_runner_slots(host.runner_slots);
   return spec;
 }
 

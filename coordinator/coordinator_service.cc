@@ -25,6 +25,7 @@ HostSpec FromProto(const v1::HostSpec& proto) {
   spec.labels.insert(proto.labels().begin(), proto.labels().end());
   spec.network_interface = proto.network_interface();
   spec.cpu_slots = proto.cpu_slots();
+  spec.runner_slots = proto.runner_slots();
   return spec;
 }
 
@@ -42,6 +43,7 @@ void ToProto(const HostSpec& spec, v1::HostSpec* proto) {
   proto->mutable_labels()->insert(spec.labels.begin(), spec.labels.end());
   proto->set_network_interface(spec.network_interface);
   proto->set_cpu_slots(spec.cpu_slots);
+  proto->set_runner_slots(spec.runner_slots);
 }
 
 GangKey FromProto(const v1::GangKey& proto) {

@@ -178,6 +178,57 @@ TEST_F(CoordinatorServiceTest, TwoMembersWaitThenGetRanksAndOneMasterPort) {
   EXPECT_EQ(again->master_port(), 29511u);
 }
 
+TEST_F(CoordinatorServiceTest, RunnerSlotDeadlockAbortsTheYoungerGang) {
+  // One host whose runner has 2 slots, declared at registration.
+  v1::HostSpec host;
+  host.set_name("gpu-01");
+  host.set_address("10.1.0.1");
+  host.set_agent_endpoint(agent_address_);
+  for (int i = 0; i < 4; ++i) host.add_gpus()->set_index(i);
+  host.set_runner_slots(2);
+  ASSERT_TRUE(client_->RegisterHost(host, 5s).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  v1::JoinGangRequest older = JoinRequestFor(1, 2);
+  older.set_arrival_host("gpu-01");
+  std::promise<void> older_waiting;
+  bool first_event = true;
+  std::future<absl::StatusOr<v1::Assignment>> older_join =
+      std::async(std::launch::async, [&] {
+        return client_->JoinGang(
+            older, deadline,
+            [&](const v1::WaitingEvent&) {
+              if (first_event) older_waiting.set_value();
+              first_event = false;
+            },
+            nullptr);
+      });
+  ASSERT_EQ(older_waiting.get_future().wait_for(10s),
+            std::future_status::ready);
+
+  // A member of another pipeline's gang takes the second slot: both gangs
+  // miss a member and no slot is left, so the younger one is sent back.
+  v1::JoinGangRequest younger = JoinRequestFor(1, 2);
+  younger.mutable_key()->set_pipeline_id(78);
+  younger.set_job_id(201);
+  younger.set_arrival_host("gpu-01");
+  absl::StatusOr<v1::Assignment> bounced =
+      client_->JoinGang(younger, deadline, nullptr, nullptr);
+
+  ASSERT_EQ(bounced.status().code(), absl::StatusCode::kAborted)
+      << bounced.status();
+  EXPECT_THAT(std::string(bounced.status().message()),
+              HasSubstr("train-p5-pl78-n2 (1/2 members present) was sent "
+                        "back to GitLab to break a runner-slot deadlock"));
+  EXPECT_THAT(std::string(bounced.status().message()),
+              HasSubstr("when: [runner_system_failure]"));
+  // The older gang still forms and runs once its second member comes.
+  absl::StatusOr<v1::Assignment> second =
+      client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(older_join.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(older_join.get().ok());
+}
+
 TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
   ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
   const auto deadline = std::chrono::system_clock::now() + 10s;

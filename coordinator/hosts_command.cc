@@ -108,6 +108,7 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
          {"labels", labels},
          {"network_interface", host.host().network_interface()},
          {"members_running", host.members_running()},
+         {"runner_slots", host.host().runner_slots()},  // 0 = not declared.
          {"last_heartbeat_unix_ms", host.last_heartbeat_unix_ms()}});
   }
   return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";

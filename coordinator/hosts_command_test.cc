@@ -24,6 +24,7 @@ v1::GetStatusResponse TwoHosts() {
   gpu->set_state(v1::HOST_STATE_DRAINED);
   gpu->add_leased_gpus(1);
   gpu->set_members_running(1);
+  gpu->mutable_host()->set_runner_slots(4);
   v1::HostStatus* cpu = status.add_hosts();
   cpu->mutable_host()->set_name("cpu-01");
   cpu->mutable_host()->set_address("10.0.0.2");
@@ -48,7 +49,9 @@ TEST(HostsCommandTest, JsonListsEveryGpuWithItsLease) {
   EXPECT_EQ(hosts[0]["gpus"][1]["leased"], true);
   EXPECT_EQ(hosts[0]["gpus"][1]["uuid"], "GPU-1");
   EXPECT_EQ(hosts[0]["labels"]["rack"], "r1");
+  EXPECT_EQ(hosts[0]["runner_slots"], 4);
   EXPECT_EQ(hosts[1]["state"], "down");
+  EXPECT_EQ(hosts[1]["runner_slots"], 0);  // Not declared.
 }
 
 TEST(HostsCommandTest, UnknownActionAndUnreachableCoordinator) {

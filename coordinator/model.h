@@ -32,6 +32,9 @@ struct HostSpec {
   std::string network_interface;
   uint32_t cpu_slots =
       0;  // Members a host may run at once without GPUs (0 = 1).
+  // Jobs the host's gitlab-runner runs at once; 0 = unknown (the daemon then
+  // cannot prove a runner-slot deadlock).
+  uint32_t runner_slots = 0;
 
   bool operator==(const HostSpec&) const = default;
 };

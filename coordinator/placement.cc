@@ -46,10 +46,17 @@ policy::GangSpec SpecOf(const WaitingGang& gang) {
   return spec;
 }
 
+// The policy host through which members arriving from runners the daemon
+// does not know join: drained, no GPUs, ample runner slots (so it always has
+// a free one: an unknown runner may have one). Not a valid host name.
+constexpr char kElsewhere[] = "(runner elsewhere)";
+
 // A policy holding `hosts`; down hosts are marked down when `mark_down`,
-// else drained (the daemon's policy takes joins through any host).
+// else drained (the daemon's policy takes joins through any host). Each
+// host gets `slots_of(host)` runner slots.
+template <typename SlotsOf>
 policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
-                                    uint32_t runner_slots,
+                                    const SlotsOf& slots_of,
                                     uint32_t max_nodes_per_job,
                                     bool mark_down) {
   policy::AdmissionPolicy policy(
@@ -58,7 +65,7 @@ policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
     policy::HostSpec spec;
     spec.name = host.name;
     spec.gpus = static_cast<uint32_t>(host.gpu_indices.size());
-    spec.runner_slots = runner_slots;
+    spec.runner_slots = slots_of(host);
     spec.labels = host.labels;
     spec.cpu_slots = std::max<uint32_t>(1, host.cpu_slots);
     if (!policy.AddHost(spec).ok()) continue;  // Duplicate name: first wins.
@@ -145,19 +152,57 @@ std::string WhyBlocked(const WaitingGang& gang, const Room& found,
 PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<RunningGang>& running,
                            const std::vector<WaitingGang>& complete,
-                           int64_t now_unix_s) {
+                           int64_t now_unix_s,
+                           const std::vector<WaitingGang>& incomplete) {
   PlanOutcome outcome;
   if (hosts.empty()) return outcome;
-  uint32_t total_members = 1;
-  for (const WaitingGang& gang : complete) total_members += gang.members;
-  policy::AdmissionPolicy policy =
-      BuildPolicy(hosts, total_members, std::numeric_limits<uint32_t>::max(),
-                  /*mark_down=*/false);
   std::map<std::string, const PlacementHost*> by_name;
   std::map<std::string, std::map<uint32_t, uint32_t>> positions;
   for (const PlacementHost& host : hosts) {
     by_name.emplace(host.name, &host);
     positions[host.name] = Positions(host);
+  }
+  // Every waiting gang, in arrival order (the policy's tie-break for
+  // "youngest"), and the runner slots its present members hold.
+  std::vector<const WaitingGang*> joining;
+  for (const WaitingGang& gang : complete) joining.push_back(&gang);
+  for (const WaitingGang& gang : incomplete) joining.push_back(&gang);
+  std::stable_sort(joining.begin(), joining.end(),
+                   [](const WaitingGang* a, const WaitingGang* b) {
+                     return a->sequence < b->sequence;
+                   });
+  uint32_t ample = 1;
+  std::map<std::string, uint32_t> arrivals;  // Members per arrival host.
+  bool elsewhere = false;
+  for (const WaitingGang* gang : joining) {
+    for (const auto& [index, arrival] : gang->arrival_hosts) {
+      ++ample;
+      if (by_name.count(arrival) != 0) {
+        ++arrivals[arrival];
+      } else {
+        elsewhere = true;
+      }
+    }
+  }
+  // A declared count below the members present there is wrong: unknown.
+  auto slots_of = [&](const PlacementHost& host) {
+    auto held = arrivals.find(host.name);
+    const uint32_t present = held == arrivals.end() ? 0 : held->second;
+    return host.runner_slots == 0 || host.runner_slots < present
+               ? ample
+               : host.runner_slots;
+  };
+  policy::AdmissionPolicy policy =
+      BuildPolicy(hosts, slots_of, std::numeric_limits<uint32_t>::max(),
+                  /*mark_down=*/false);
+  if (elsewhere && by_name.count(kElsewhere) == 0) {
+    policy::HostSpec spec;
+    spec.name = kElsewhere;
+    spec.runner_slots = ample;
+    spec.cpu_slots = 1;
+    if (policy.AddHost(spec).ok()) {
+      policy.SetDrained(kElsewhere, true).IgnoreError();
+    }
   }
 
   std::map<std::string, std::set<std::string>> holders_by_host;
@@ -188,20 +233,23 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   }
 
   std::map<std::string, std::string> join_failures;
-  for (const WaitingGang& gang : complete) {
-    const policy::GangSpec spec = SpecOf(gang);
-    for (const auto& [index, arrival] : gang.arrival_hosts) {
-      const std::string& slot =
-          by_name.count(arrival) != 0 ? arrival : hosts.front().name;
+  for (const WaitingGang* gang : joining) {
+    const policy::GangSpec spec = SpecOf(*gang);
+    for (const auto& [index, arrival] : gang->arrival_hosts) {
+      const std::string slot =
+          by_name.count(arrival) != 0 ? arrival : std::string(kElsewhere);
       absl::Status joined = policy.Join(spec, index, slot);
       if (!joined.ok()) {
-        join_failures[gang.gang_id] = std::string(joined.message());
+        join_failures[gang->gang_id] = std::string(joined.message());
         break;
       }
     }
   }
 
   const policy::Decisions decisions = policy.Schedule(now_unix_s);
+  for (const policy::Bounce& bounce : decisions.bounced) {
+    outcome.bounced.push_back(BouncedGang{bounce.gang_id, bounce.message});
+  }
   std::set<std::string> started;
   for (const policy::Admission& admission : decisions.admitted) {
     PlannedGang planned;
@@ -269,8 +317,9 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
 absl::Status CheckFeasible(const std::vector<PlacementHost>& hosts,
                            const WaitingGang& gang,
                            uint32_t max_nodes_per_job) {
-  const policy::AdmissionPolicy policy =
-      BuildPolicy(hosts, 1, max_nodes_per_job, /*mark_down=*/true);
+  const policy::AdmissionPolicy policy = BuildPolicy(
+      hosts, [](const PlacementHost&) { return 1u; }, max_nodes_per_job,
+      /*mark_down=*/true);
   return policy.CheckFeasible(SpecOf(gang));
 }
 

@@ -4,9 +4,15 @@
 // complete gang does not start. No gRPC, no I/O, no clock: time comes in.
 //
 // Each pass builds a fresh policy from this input, so the coordinator's maps
-// stay the single source of truth. Runner slots are not known to the daemon:
-// every host gets enough of them, so the policy's runner-slot deadlock
-// breaking never fires here (the simulator exercises it).
+// stay the single source of truth. Runner slots: each waiting member holds
+// one on its arrival host (the host of the runner that picked its job up).
+// Hosts that declare their runner slots (agent config `runner_slots`) get
+// exactly those; a host that declares none, a member that arrived through a
+// runner the daemon does not know, or a host with more members than it
+// declared makes the slot count unknown, and with an unknown count a free
+// slot may exist, so no deadlock is ever proven then. When every up host
+// declares and every slot is held by incomplete gangs, the policy bounces
+// the youngest/lowest-priority incomplete gang (PlanOutcome::bounced).
 #ifndef GDT_COORDINATOR_PLACEMENT_H_
 #define GDT_COORDINATOR_PLACEMENT_H_
 
@@ -26,6 +32,7 @@ struct PlacementHost {
   std::map<std::string, std::string> labels;
   bool drained = false;
   bool down = false;
+  uint32_t runner_slots = 0;  // The host's gitlab-runner jobs; 0 = unknown.
 };
 
 struct LeasedMember {
@@ -72,19 +79,32 @@ struct BlockedGang {
   std::string why;
 };
 
+// An incomplete gang sent back to GitLab to break a runner-slot deadlock.
+struct BouncedGang {
+  std::string gang_id;
+  // For the members' job logs: what happened and how `retry:` brings them
+  // back.
+  std::string message;
+};
+
 struct PlanOutcome {
   std::vector<PlannedGang> admitted;           // In policy order.
   std::map<std::string, BlockedGang> blocked;  // By gang id.
+  std::vector<BouncedGang> bounced;            // At most one per pass.
 };
 
 // One admission pass at `now_unix_s` over `complete` gangs (every member
 // present): priority, then arrival; best-fit placement; EASY backfill
 // against the job timeouts; topology. Admitted members are rank-ordered by
-// topology labels (policy/topology.h).
+// topology labels (policy/topology.h). `incomplete` gangs (some members
+// missing; their present members in `arrival_hosts`) are never admitted but
+// hold runner slots, so a runner-slot deadlock among them is detected and
+// broken: the bounced gang is in `bounced`, not in `blocked`.
 PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<RunningGang>& running,
                            const std::vector<WaitingGang>& complete,
-                           int64_t now_unix_s);
+                           int64_t now_unix_s,
+                           const std::vector<WaitingGang>& incomplete = {});
 
 // Whether `gang` could ever run on `hosts`: FailedPrecondition naming the
 // limit (nodes above `max_nodes_per_job`, GPUs per node above the largest

@@ -570,6 +570,7 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
       view.gpu_indices.push_back(gpu.index);
     }
     view.cpu_slots = SlotsOf(host);
+    view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
     view.down = StateOf(host) != HostState::kUp;
@@ -675,16 +676,34 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
            std::all_of(gang.members.begin(), gang.members.end(),
                        [](const auto& entry) { return entry.second.present; });
   };
-  std::vector<WaitingGang> complete;
-  for (const Gang* gang : forming) {
-    if (all_present(*gang)) complete.push_back(WaitingGangOf(*gang));
-  }
   const std::vector<PlacementHost> hosts = PlacementHosts();
-  PlanOutcome plan;
-  if (!complete.empty()) {
-    plan = PlanAdmissions(hosts, RunningGangs(), complete,
-                          clock_.UnixMillis() / 1000);
+  // Incomplete gangs matter only for runner-slot deadlocks, which need
+  // declared runner slots (placement.h).
+  const bool slots_declared = std::any_of(
+      hosts.begin(), hosts.end(),
+      [](const PlacementHost& host) { return host.runner_slots != 0; });
+  std::vector<WaitingGang> complete;
+  std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
+  for (const Gang* gang : forming) {
+    if (all_present(*gang)) {
+      complete.push_back(WaitingGangOf(*gang));
+    } else if (slots_declared &&
+               std::any_of(
+                   gang->members.begin(), gang->members.end(),
+                   [](const auto& entry) { return entry.second.present; })) {
+      incomplete.push_back(WaitingGangOf(*gang));
+      // Members that left hold no runner slot.
+      for (const auto& [index, member] : gang->members) {
+        if (!member.present) incomplete.back().arrival_hosts.erase(index);
+      }
+    }
   }
+  PlanOutcome plan;
+  if (!complete.empty() || !incomplete.empty()) {
+    plan = PlanAdmissions(hosts, RunningGangs(), complete,
+                          clock_.UnixMillis() / 1000, incomplete);
+  }
+  BounceGangs(plan.bounced, forming);
   std::map<std::string, const PlannedGang*> admitted;
   for (const PlannedGang& planned : plan.admitted) {
     admitted[planned.gang_id] = &planned;
@@ -726,6 +745,24 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
     QueueWaiting(*gang);
   }
   return proposals;
+}
+
+void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
+                            std::vector<Gang*>& forming) {
+  for (const BouncedGang& bounce : bounced) {
+    auto found = gangs_.find(bounce.gang_id);
+    if (found == gangs_.end()) continue;
+    absl::Status failed =
+        FailGang(found->second, 0, bounce.message, "deadlock_bounce");
+    if (!failed.ok()) {
+      spdlog::error("cannot bounce gang {}: {}", bounce.gang_id,
+                    failed.ToString());
+      continue;
+    }
+    observer_->DeadlockBounce(bounce.gang_id);
+    forming.erase(std::remove(forming.begin(), forming.end(), &found->second),
+                  forming.end());
+  }
 }
 
 void Scheduler::QueueWaiting(Gang& gang) {

@@ -303,6 +303,12 @@ class Scheduler {
   std::vector<PlacementHost> PlacementHosts() const;
   std::vector<RunningGang> RunningGangs() const;
   WaitingGang WaitingGangOf(const Gang& gang) const;
+  // Fails each bounced forming gang (runner-slot deadlock): its joined
+  // members get Aborted events with the policy's message, a retried job
+  // starts the gang's next epoch, and the observer counts the bounce. Takes
+  // the gangs off `forming`.
+  void BounceGangs(const std::vector<BouncedGang>& bounced,
+                   std::vector<Gang*>& forming);
   // Whether `planned` still fits the current leases and hosts; the reason
   // when it does not.
   absl::Status CheckPlanned(const Gang& gang,

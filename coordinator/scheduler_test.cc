@@ -770,5 +770,142 @@ TEST_F(SchedulerTest, RequiredDomainThatCannotExistFailsAtJoin) {
             "holds only 1 of them");
 }
 
+// Counts deadlock bounces, like the metrics do.
+class BounceCounter : public Observer {
+ public:
+  void DeadlockBounce(const std::string& gang_id) override {
+    bounced.push_back(gang_id);
+  }
+  std::vector<std::string> bounced;
+};
+
+// A GPU host whose gitlab-runner runs `runner_slots` jobs at once.
+HostSpec RunnerHost(const std::string& name, uint32_t gpus,
+                    uint32_t runner_slots) {
+  HostSpec spec = GpuHost(name, gpus);
+  spec.runner_slots = runner_slots;
+  return spec;
+}
+
+// Member `index` of the gang of pipeline `pipeline` (2 members × 4 GPUs),
+// picked up by the runner on gpu-01; job ids differ per pipeline.
+JoinRequest PipelineMember(int64_t pipeline, uint32_t index) {
+  GangKey key = TrainKey(2);
+  key.pipeline_id = pipeline;
+  JoinRequest request = Joining(key, index, 4, "gpu-01");
+  request.job_id = pipeline * 100 + index;
+  return request;
+}
+
+TEST_F(SchedulerTest, RunnerSlotDeadlockBouncesTheYoungerIncompleteGang) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 2)).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+
+  // Both runner slots are held by gangs that each miss a member: the
+  // younger one (pipeline 78) goes back to GitLab, the older one waits.
+  ASSERT_EQ(counter.bounced.size(), 1u);
+  const MemberEvent bounced = LastEventFor(events, 21);
+  ASSERT_EQ(bounced.kind, MemberEvent::Kind::kAborted);
+  EXPECT_EQ(bounced.gang_id, counter.bounced.front());
+  EXPECT_THAT(bounced.reason, HasSubstr("runner-slot deadlock"));
+  EXPECT_THAT(bounced.reason, HasSubstr("all 2 runner slots"));
+  EXPECT_THAT(bounced.reason, HasSubstr("retry:"));
+  EXPECT_THAT(bounced.reason, HasSubstr("runner_system_failure"));
+  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
+  const Gang* older = scheduler_->FindGang(LastEventFor(events, 11).gang_id);
+  const Gang* younger = scheduler_->FindGang(bounced.gang_id);
+  ASSERT_NE(older, nullptr);
+  ASSERT_NE(younger, nullptr);
+  EXPECT_EQ(older->key.pipeline_id, 77);
+  EXPECT_EQ(older->state, GangState::kForming);
+  EXPECT_EQ(younger->key.pipeline_id, 78);
+  EXPECT_EQ(younger->state, GangState::kFailed);
+
+  // The slot is free again: the older gang completes and runs, and the
+  // bounced gang's retried jobs form it again and run after it.
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 2), 12).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+  JoinRequest retry = PipelineMember(78, 1);
+  retry.job_id = 7811;  // The retried job has a new id.
+  absl::StatusOr<std::string> rejoined = scheduler_->Join(retry, 22);
+  ASSERT_TRUE(rejoined.ok()) << rejoined.status();
+  EXPECT_EQ(scheduler_->FindGang(bounced.gang_id)->state, GangState::kForming);
+  EXPECT_EQ(counter.bounced.size(), 1u);
+}
+
+TEST_F(SchedulerTest, NoBounceWhileARunnerSlotIsFree) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 3)).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+
+  EXPECT_THAT(counter.bounced, IsEmpty());
+  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+}
+
+TEST_F(SchedulerTest, NoBounceWhenTheHostDeclaresNoRunnerSlots) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 0)).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+
+  EXPECT_THAT(counter.bounced, IsEmpty());
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 21).kind,
+            MemberEvent::Kind::kWaiting);
+}
+
+TEST_F(SchedulerTest, NoBounceWhenAMemberArrivedThroughAnUnknownRunner) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 1)).ok());
+  JoinRequest elsewhere = PipelineMember(77, 1);
+  elsewhere.arrival_host = "runner-9";  // No agent: its slots are unknown.
+  ASSERT_TRUE(scheduler_->Join(elsewhere, 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+
+  // gpu-01's only slot is held by an incomplete gang, but runner-9 may have
+  // a free one: no deadlock is proven.
+  EXPECT_THAT(counter.bounced, IsEmpty());
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+}
+
+TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 3)).ok());
+  // Pipeline 76 runs on every GPU, so pipeline 77's complete gang waits.
+  GangKey whole = TrainKey(1);
+  whole.pipeline_id = 76;
+  JoinRequest running = Joining(whole, 1, 8, "gpu-01");
+  running.job_id = 7601;
+  ASSERT_TRUE(scheduler_->Join(running, 1).ok());
+  EXPECT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 2), 12).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+
+  // All 3 slots are held, but the complete gang frees its 2 once it runs.
+  EXPECT_THAT(counter.bounced, IsEmpty());
+  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
+              HasSubstr("all 2 members present"));
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

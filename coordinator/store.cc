@@ -66,6 +66,10 @@ CREATE TABLE IF NOT EXISTS gpu_leases (
   member_index INTEGER NOT NULL,
   PRIMARY KEY (host_name, gpu_index));
 CREATE TABLE IF NOT EXISTS drained_hosts (name TEXT PRIMARY KEY);
+-- Added after schema 1: its own table, so older databases gain it as is.
+CREATE TABLE IF NOT EXISTS host_runner_slots (
+  name TEXT PRIMARY KEY,
+  runner_slots INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS port_leases (
   host_name TEXT NOT NULL,
   port INTEGER NOT NULL,
@@ -283,6 +287,15 @@ absl::Status Store::SaveHost(const Host& host) {
   if (sqlite3_step(s) != SQLITE_DONE) {
     return Error(absl::StrCat("cannot save host ", host.spec.name));
   }
+  absl::StatusOr<sqlite3_stmt*> slots =
+      Prepare("INSERT OR REPLACE INTO host_runner_slots VALUES (?1, ?2)");
+  if (!slots.ok()) return slots.status();
+  StatementUse slots_use(*slots);
+  BindText(*slots, 1, host.spec.name);
+  sqlite3_bind_int64(*slots, 2, host.spec.runner_slots);
+  if (sqlite3_step(*slots) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot save runner slots of ", host.spec.name));
+  }
   return absl::OkStatus();
 }
 
@@ -396,7 +409,8 @@ absl::Status Store::DeleteHost(const std::string& name) {
   GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status status;
   for (const char* sql : {"DELETE FROM hosts WHERE name = ?1",
-                          "DELETE FROM drained_hosts WHERE name = ?1"}) {
+                          "DELETE FROM drained_hosts WHERE name = ?1",
+                          "DELETE FROM host_runner_slots WHERE name = ?1"}) {
     absl::StatusOr<sqlite3_stmt*> statement = Prepare(sql);
     if (!statement.ok()) {
       status = statement.status();
@@ -445,8 +459,10 @@ absl::StatusOr<StoredState> Store::LoadRows() {
   };
 
   GDT_RETURN_IF_ERROR(query(
-      "SELECT hosts.*, drained_hosts.name IS NOT NULL FROM hosts "
+      "SELECT hosts.*, drained_hosts.name IS NOT NULL, "
+      "IFNULL(host_runner_slots.runner_slots, 0) FROM hosts "
       "LEFT JOIN drained_hosts ON hosts.name = drained_hosts.name "
+      "LEFT JOIN host_runner_slots ON hosts.name = host_runner_slots.name "
       "ORDER BY hosts.name",
       [&](sqlite3_stmt* s) -> absl::Status {
         Host host;
@@ -473,6 +489,7 @@ absl::StatusOr<StoredState> Store::LoadRows() {
         host.spec.cpu_slots = ColumnUint(s, 6);
         host.last_heartbeat_unix_ms = sqlite3_column_int64(s, 7);
         host.drained = sqlite3_column_int(s, 8) != 0;
+        host.spec.runner_slots = ColumnUint(s, 9);
         state.hosts.push_back(std::move(host));
         return absl::OkStatus();
       }));

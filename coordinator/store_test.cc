@@ -45,7 +45,9 @@ class StoreTest : public ::testing::Test {
         Scheduler::Create(clock_, store, SchedulerOptions{});
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     Scheduler& s = **scheduler;
-    ASSERT_TRUE(s.RegisterHost(GpuHost("gpu-01", 8)).ok());
+    HostSpec gpu_host = GpuHost("gpu-01", 8);
+    gpu_host.runner_slots = 4;
+    ASSERT_TRUE(s.RegisterHost(gpu_host).ok());
     ASSERT_TRUE(s.RegisterHost(CpuHost("cpu-01", 2)).ok());
     ASSERT_TRUE(s.Join(Joining(TrainKey(2), 1, 4), 1).ok());
     ASSERT_TRUE(s.Join(Joining(TrainKey(2), 2, 4), 2).ok());
@@ -88,6 +90,9 @@ TEST_F(StoreTest, ReopenedStoreHoldsEverything) {
   EXPECT_EQ(before.gpu_leases.size(), 8u);
   ASSERT_EQ(before.port_leases.size(), 1u);
   EXPECT_EQ(before.port_leases[0].port, 29510u);
+  ASSERT_EQ(after->hosts[1].spec.name, "gpu-01");
+  EXPECT_EQ(after->hosts[1].spec.runner_slots, 4u);  // Declared by its agent.
+  EXPECT_EQ(after->hosts[0].spec.runner_slots, 0u);  // Not declared.
   ExpectSameState(before, *after);
 }
 
