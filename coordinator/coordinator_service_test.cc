@@ -217,10 +217,11 @@ TEST_F(CoordinatorServiceTest, RunnerSlotDeadlockAbortsTheYoungerGang) {
   ASSERT_EQ(bounced.status().code(), absl::StatusCode::kAborted)
       << bounced.status();
   EXPECT_THAT(std::string(bounced.status().message()),
-              HasSubstr("train-p5-pl78-n2 (1/2 members present) was sent "
-                        "back to GitLab to break a runner-slot deadlock"));
+              HasSubstr("gang train-p5-pl78-n2 failed: sent back to GitLab "
+                        "with 1/2 members present to break a runner-slot "
+                        "deadlock"));
   EXPECT_THAT(std::string(bounced.status().message()),
-              HasSubstr("when: [runner_system_failure]"));
+              HasSubstr("covers runner_system_failure"));
   // The older gang still forms and runs once its second member comes.
   absl::StatusOr<v1::Assignment> second =
       client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);

@@ -409,14 +409,13 @@ std::optional<Bounce> AdmissionPolicy::BreakDeadlock() {
   Bounce bounce;
   bounce.gang_id = victim->spec.id;
   bounce.message = absl::StrCat(
-      "gang ", victim->spec.id, " (", victim->present.size(), "/",
+      "sent back to GitLab with ", victim->present.size(), "/",
       victim->spec.members,
-      " members present) was sent back to GitLab to break a runner-slot "
-      "deadlock: all ",
-      up_slots, " runner slots are held by ", incomplete,
-      " incomplete gangs. Its jobs end with a system failure; "
-      "`retry: {max: 2, when: [runner_system_failure]}` in the job runs them "
-      "again.");
+      " members present to break a runner-slot deadlock: all ", up_slots,
+      " runner slots are held by ", incomplete,
+      " incomplete gangs. Its jobs end with a system failure; a `retry:` "
+      "that covers runner_system_failure (gdt-ci expand writes one) runs "
+      "them again.");
   RemoveGang(bounce.gang_id);
   return bounce;
 }

@@ -104,7 +104,8 @@ struct Admission {
 };
 
 // An incomplete gang removed to break a runner-slot deadlock. Its members'
-// jobs should end with a system failure showing `message`.
+// jobs should end with a system failure showing `message`, the cause
+// ("sent back to GitLab with 1/2 members present to break ...").
 struct Bounce {
   std::string gang_id;
   std::string message;
