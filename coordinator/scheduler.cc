@@ -42,6 +42,22 @@ uint32_t SlotsOf(const Host& host) {
 
 // Whether the gang's GPUs, slots and port are still leased: it runs, or it
 // failed and some member has not left yet.
+// Missing member indices named in a waiting reason, and sent in a
+// WaitingEvent's missing_indices: the first few only, so that a reason stays
+// one short line and an event O(1) bytes at any gang size.
+constexpr size_t kListedMissing = 8;
+constexpr size_t kSentMissing = 64;
+// How often a member already told that members are missing hears the new
+// count (see Scheduler::QueueWaiting).
+constexpr std::chrono::seconds kWaitingRefresh{1};
+
+// Every member of `gang` holds a JoinGang stream.
+bool AllPresent(const Gang& gang) {
+  return gang.members.size() == gang.key.size &&
+         std::all_of(gang.members.begin(), gang.members.end(),
+                     [](const auto& entry) { return entry.second.present; });
+}
+
 bool HoldsLeases(const Gang& gang) {
   if (gang.state == GangState::kRunning) return true;
   if (gang.state != GangState::kFailed) return false;
@@ -275,16 +291,26 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     }
   }
 
-  Gang gang;
+  // Only the joining member changes: it is built aside, saved alone
+  // (Store::SaveMember) and then put in place, so that a join costs O(log N)
+  // and not a copy and a re-save of the whole gang.
+  Gang fresh;
+  Gang* target = nullptr;
   if (found != gangs_.end()) {
-    gang = found->second;
+    target = &found->second;
   } else {
-    gang.id = *gang_id;
-    gang.key = key;
-    gang.created_unix_ms = clock_.UnixMillis();
-    gang.sequence = next_sequence_;
+    fresh.id = *gang_id;
+    fresh.key = key;
+    fresh.created_unix_ms = clock_.UnixMillis();
+    fresh.sequence = next_sequence_;
+    target = &fresh;
   }
-  Member& member = gang.members[request.member_index];
+  const bool was_complete = AllPresent(*target);
+  Member member;
+  if (auto existing = target->members.find(request.member_index);
+      existing != target->members.end()) {
+    member = existing->second;
+  }
   const uint64_t previous_stream =
       member.job_id == request.job_id ? member.stream_id : 0;
   member.index = request.member_index;
@@ -302,24 +328,27 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.present = true;
   member.stream_id = stream_id;
   member.last_reason_sent.clear();  // The new stream gets the reason at once.
-  GDT_RETURN_IF_ERROR(store_.SaveGang(gang));
+  member.told_missing = false;
+  GDT_RETURN_IF_ERROR(store_.SaveMember(*target, member));
+  target->members[request.member_index] = std::move(member);
 
   if (found == gangs_.end()) {
     ++next_sequence_;
-    gang_ids_[key] = gang.id;
+    gang_ids_[key] = fresh.id;
+    Gang& stored = gangs_[fresh.id];
+    stored = std::move(fresh);
+    target = &stored;
   }
   if (previous_stream != 0 && previous_stream != stream_id) {
     MemberEvent superseded;
     superseded.stream_id = previous_stream;
     superseded.kind = MemberEvent::Kind::kSuperseded;
-    superseded.gang_id = gang.id;
+    superseded.gang_id = target->id;
     superseded.member_index = request.member_index;
     events_.push_back(std::move(superseded));
   }
-  const std::string id = gang.id;
-  gangs_[id] = std::move(gang);
-  Pass();
-  return id;
+  RefreshForming(*target, was_complete, request.member_index);
+  return target->id;
 }
 
 void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
@@ -333,9 +362,10 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
       member->second.stream_id != stream_id) {
     return;
   }
+  const bool was_complete = AllPresent(gang->second);
   member->second.present = false;
   member->second.stream_id = 0;
-  Pass();
+  RefreshForming(gang->second, was_complete, 0);
 }
 
 absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
@@ -613,23 +643,34 @@ WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
 std::string Scheduler::WaitingReason(const Gang& gang,
                                      const BlockedGang* blocked) const {
   const std::string label = GangLabel(gang.key);
-  std::vector<uint32_t> missing;
+  // One walk over the members (a join must not cost O(N log N)).
+  std::vector<uint32_t> listed;
+  uint32_t missing = 0;
   std::string disconnected;
-  for (uint32_t index = 1; index <= gang.key.size; ++index) {
-    auto member = gang.members.find(index);
-    if (member != gang.members.end() && member->second.present) continue;
-    missing.push_back(index);
-    if (member != gang.members.end() && disconnected.empty()) {
-      disconnected =
-          absl::StrCat("job ", member->second.job_id, " disconnected");
+  auto note_missing = [&](uint32_t index) {
+    ++missing;
+    if (listed.size() < kListedMissing) listed.push_back(index);
+  };
+  uint32_t next = 1;
+  for (const auto& [index, member] : gang.members) {
+    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
+    next = index + 1;
+    if (member.present) continue;
+    note_missing(index);
+    if (disconnected.empty()) {
+      disconnected = absl::StrCat("job ", member.job_id, " disconnected");
     }
   }
-  if (!missing.empty()) {
+  for (; next <= gang.key.size; ++next) note_missing(next);
+  if (missing > 0) {
     return absl::StrCat(
-        label, ": ", gang.key.size - missing.size(), "/", gang.key.size,
-        " members present, waiting for member", missing.size() > 1 ? "s " : " ",
-        absl::StrJoin(missing, ", "), " — ",
-        disconnected.empty() ? "no job picked up yet" : disconnected);
+        label, ": ", gang.key.size - missing, "/", gang.key.size,
+        " members present, waiting for member", missing > 1 ? "s " : " ",
+        absl::StrJoin(listed, ", "),
+        missing > listed.size()
+            ? absl::StrCat(" and ", missing - listed.size(), " more")
+            : "",
+        " — ", disconnected.empty() ? "no job picked up yet" : disconnected);
   }
   const std::string present =
       absl::StrCat(label, ": all ", gang.key.size, " members present, ");
@@ -658,14 +699,9 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::sort(forming.begin(), forming.end(), [](const Gang* a, const Gang* b) {
     return a->sequence < b->sequence;
   });
-  auto all_present = [](const Gang& gang) {
-    return gang.members.size() == gang.key.size &&
-           std::all_of(gang.members.begin(), gang.members.end(),
-                       [](const auto& entry) { return entry.second.present; });
-  };
   std::vector<WaitingGang> complete;
   for (const Gang* gang : forming) {
-    if (all_present(*gang)) complete.push_back(WaitingGangOf(*gang));
+    if (AllPresent(*gang)) complete.push_back(WaitingGangOf(*gang));
   }
   const std::vector<PlacementHost> hosts = PlacementHosts();
   PlanOutcome plan;
@@ -716,24 +752,51 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   return proposals;
 }
 
-void Scheduler::QueueWaiting(Gang& gang) {
+void Scheduler::RefreshForming(Gang& gang, bool was_complete, uint32_t joined) {
+  if (was_complete || AllPresent(gang)) {
+    Pass();
+    return;
+  }
+  // Placement only looks at complete gangs: the others are unaffected.
+  gang.queue_position = 0;
+  gang.reason = WaitingReason(gang, nullptr);
+  QueueWaiting(gang, joined);
+}
+
+void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
   WaitingInfo info;
   info.members_total = gang.key.size;
-  for (uint32_t index = 1; index <= gang.key.size; ++index) {
-    auto member = gang.members.find(index);
-    if (member != gang.members.end() && member->second.present) {
-      ++info.members_present;
-    } else {
+  uint32_t next = 1;
+  auto note_missing = [&](uint32_t index) {
+    if (info.missing_indices.size() < kSentMissing) {
       info.missing_indices.push_back(index);
     }
+  };
+  for (const auto& [index, member] : gang.members) {
+    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
+    next = index + 1;
+    if (member.present) {
+      ++info.members_present;
+    } else {
+      note_missing(index);
+    }
   }
+  for (; next <= gang.key.size; ++next) note_missing(next);
   info.reason = gang.reason;
   info.queue_position = gang.queue_position;
-  for (auto& [index, member] : gang.members) {
-    if (member.stream_id == 0 || member.last_reason_sent == gang.reason) {
-      continue;
-    }
+  const bool missing = info.members_present < gang.key.size;
+  const Clock::TimePoint now = clock_.Now();
+  const bool refresh_due = now >= gang.waiting_refresh_due;
+  bool refreshed = false;
+  auto queue = [&](uint32_t index, Member& member) {
+    if (member.stream_id == 0) return;
+    // Coalesced: a count-only change for a member already told that
+    // members are missing waits for the gang's next refresh.
+    if (missing && member.told_missing && !refresh_due) return;
+    if (member.last_reason_sent == gang.reason) return;
+    if (missing && member.told_missing) refreshed = true;
     member.last_reason_sent = gang.reason;
+    member.told_missing = missing;
     MemberEvent event;
     event.stream_id = member.stream_id;
     event.kind = MemberEvent::Kind::kWaiting;
@@ -741,7 +804,16 @@ void Scheduler::QueueWaiting(Gang& gang) {
     event.member_index = index;
     event.waiting = info;
     events_.push_back(std::move(event));
+  };
+  if (missing && !refresh_due && joined != 0) {
+    // Nobody else is due: only the joining member's stream hears it.
+    if (auto member = gang.members.find(joined); member != gang.members.end()) {
+      queue(joined, member->second);
+    }
+    return;
   }
+  for (auto& [index, member] : gang.members) queue(index, member);
+  if (refreshed) gang.waiting_refresh_due = now + kWaitingRefresh;
 }
 
 std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
