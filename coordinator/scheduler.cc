@@ -40,8 +40,6 @@ uint32_t SlotsOf(const Host& host) {
   return std::max<uint32_t>(1, host.spec.cpu_slots);
 }
 
-// Whether the gang's GPUs, slots and port are still leased: it runs, or it
-// failed and some member has not left yet.
 // Missing member indices named in a waiting reason, and sent in a
 // WaitingEvent's missing_indices: the first few only, so that a reason stays
 // one short line and an event O(1) bytes at any gang size.
@@ -58,6 +56,8 @@ bool AllPresent(const Gang& gang) {
                      [](const auto& entry) { return entry.second.present; });
 }
 
+// Whether the gang's GPUs, slots and port are still leased: it runs, or it
+// failed and some member has not left yet.
 bool HoldsLeases(const Gang& gang) {
   if (gang.state == GangState::kRunning) return true;
   if (gang.state != GangState::kFailed) return false;
@@ -520,39 +520,46 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
       member->second.left) {
     return absl::OkStatus();
   }
-  Gang updated = gang;
-  Member& leaving = updated.members.at(member_index);
+  Member leaving = member->second;
   const uint64_t stream_id = leaving.stream_id;
   leaving.present = false;
   leaving.stream_id = 0;
   bool all_left = false;
-  if (updated.state == GangState::kRunning ||
-      updated.state == GangState::kFailed) {
+  if (gang.state == GangState::kRunning || gang.state == GangState::kFailed) {
     leaving.left = true;
-    all_left = std::all_of(updated.members.begin(), updated.members.end(),
-                           [](const auto& entry) { return entry.second.left; });
-    if (all_left && updated.state == GangState::kRunning) {
+    all_left = std::all_of(
+        gang.members.begin(), gang.members.end(), [&](const auto& entry) {
+          return entry.first == member_index || entry.second.left;
+        });
+  }
+  if (all_left) {
+    // The gang ends and its leases go: the whole gang is saved.
+    Gang updated = gang;
+    updated.members.at(member_index) = std::move(leaving);
+    if (updated.state == GangState::kRunning) {
       updated.state = GangState::kDone;
       updated.reason = "every member left";
     }
-  }
-  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-  if (all_left) {
+    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     spdlog::info("gang {} gang={} leases released",
                  GangStateName(updated.state), updated.id);
+    gang = std::move(updated);
+  } else {
+    // Only this member's row changes; the leases stay as they are.
+    GDT_RETURN_IF_ERROR(store_.SaveMember(gang, leaving));
+    member->second = std::move(leaving);
   }
   if (stream_id != 0) {
     MemberEvent aborted;
     aborted.stream_id = stream_id;
     aborted.kind = MemberEvent::Kind::kAborted;
-    aborted.gang_id = updated.id;
+    aborted.gang_id = gang.id;
     aborted.member_index = member_index;
     aborted.reason = absl::StrCat("member ", member_index, " (job ", job_id,
-                                  ") left gang ", updated.id);
+                                  ") left gang ", gang.id);
     events_.push_back(std::move(aborted));
   }
-  gang = std::move(updated);
   if (gang.state == GangState::kDone) NotifyWatchers(gang);
   Pass();
   return absl::OkStatus();

@@ -388,10 +388,6 @@ absl::Status Store::SaveGang(const Gang& gang) {
 }
 
 absl::Status Store::SaveMember(const Gang& gang, const Member& member) {
-  if (gang.state != GangState::kForming) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gang ", gang.id, ": only a forming gang's member is saved alone"));
-  }
   GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status status = SaveGangHeader(gang);
   if (status.ok()) status = SaveMemberRow(gang.id, member);

@@ -62,10 +62,12 @@ class Store {
   absl::Status SaveGang(const Gang& gang);
 
   // Inserts or replaces the gang's own row and one member's row (by index)
-  // in one transaction, leaving the other members' rows alone: a join costs
-  // O(1) rows instead of the whole gang. Only for a FORMING gang, which
-  // holds no leases. Errors: FailedPrecondition for another state;
-  // Internal when it cannot be written.
+  // in one transaction, leaving the other members' rows and the leases
+  // alone: a join or a leave costs O(1) rows instead of the whole gang. The
+  // caller guarantees that the gang's leases are what its last SaveGang
+  // wrote (a forming gang holds none; a member leaving a running gang that
+  // others still run in changes none). Errors: Internal when it cannot be
+  // written.
   absl::Status SaveMember(const Gang& gang, const Member& member);
 
   // Reads everything back.
