@@ -96,6 +96,9 @@ struct Member {
   bool present = false;
   uint64_t stream_id = 0;
   std::string last_reason_sent;
+  // Whether that reason was sent while members were missing (see
+  // Scheduler's waiting_refresh: count-only updates are coalesced).
+  bool told_missing = false;
   // Scheduling inputs from the job (GDT_PRIORITY, GDT_TOPOLOGY_SAME,
   // GDT_TOPOLOGY_MODE); every join sends them again.
   int32_t priority = 0;
@@ -127,6 +130,9 @@ struct Gang {
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // A forming gang's members that were already told which members are
+  // missing hear an updated count no earlier than this.
+  Clock::TimePoint waiting_refresh_due{};
   // A running gang's first failure that looked caused by a lost peer, and
   // when it was reported (see Scheduler::FailSuspectedGangs); 0 = none.
   uint32_t suspect_member = 0;

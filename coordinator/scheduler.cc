@@ -40,6 +40,22 @@ uint32_t SlotsOf(const Host& host) {
   return std::max<uint32_t>(1, host.spec.cpu_slots);
 }
 
+// Missing member indices named in a waiting reason, and sent in a
+// WaitingEvent's missing_indices: the first few only, so that a reason stays
+// one short line and an event O(1) bytes at any gang size.
+constexpr size_t kListedMissing = 8;
+constexpr size_t kSentMissing = 64;
+// How often a member already told that members are missing hears the new
+// count (see Scheduler::QueueWaiting).
+constexpr std::chrono::seconds kWaitingRefresh{1};
+
+// Every member of `gang` holds a JoinGang stream.
+bool AllPresent(const Gang& gang) {
+  return gang.members.size() == gang.key.size &&
+         std::all_of(gang.members.begin(), gang.members.end(),
+                     [](const auto& entry) { return entry.second.present; });
+}
+
 // Whether the gang's GPUs, slots and port are still leased: it runs, or it
 // failed and some member has not left yet.
 bool HoldsLeases(const Gang& gang) {
@@ -275,16 +291,26 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     }
   }
 
-  Gang gang;
+  // Only the joining member changes: it is built aside, saved alone
+  // (Store::SaveMember) and then put in place, so that a join costs O(log N)
+  // and not a copy and a re-save of the whole gang.
+  Gang fresh;
+  Gang* target = nullptr;
   if (found != gangs_.end()) {
-    gang = found->second;
+    target = &found->second;
   } else {
-    gang.id = *gang_id;
-    gang.key = key;
-    gang.created_unix_ms = clock_.UnixMillis();
-    gang.sequence = next_sequence_;
+    fresh.id = *gang_id;
+    fresh.key = key;
+    fresh.created_unix_ms = clock_.UnixMillis();
+    fresh.sequence = next_sequence_;
+    target = &fresh;
   }
-  Member& member = gang.members[request.member_index];
+  const bool was_complete = AllPresent(*target);
+  Member member;
+  if (auto existing = target->members.find(request.member_index);
+      existing != target->members.end()) {
+    member = existing->second;
+  }
   const uint64_t previous_stream =
       member.job_id == request.job_id ? member.stream_id : 0;
   member.index = request.member_index;
@@ -302,24 +328,27 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.present = true;
   member.stream_id = stream_id;
   member.last_reason_sent.clear();  // The new stream gets the reason at once.
-  GDT_RETURN_IF_ERROR(store_.SaveGang(gang));
+  member.told_missing = false;
+  GDT_RETURN_IF_ERROR(store_.SaveMember(*target, member));
+  target->members[request.member_index] = std::move(member);
 
   if (found == gangs_.end()) {
     ++next_sequence_;
-    gang_ids_[key] = gang.id;
+    gang_ids_[key] = fresh.id;
+    Gang& stored = gangs_[fresh.id];
+    stored = std::move(fresh);
+    target = &stored;
   }
   if (previous_stream != 0 && previous_stream != stream_id) {
     MemberEvent superseded;
     superseded.stream_id = previous_stream;
     superseded.kind = MemberEvent::Kind::kSuperseded;
-    superseded.gang_id = gang.id;
+    superseded.gang_id = target->id;
     superseded.member_index = request.member_index;
     events_.push_back(std::move(superseded));
   }
-  const std::string id = gang.id;
-  gangs_[id] = std::move(gang);
-  Pass();
-  return id;
+  RefreshForming(*target, was_complete, request.member_index);
+  return target->id;
 }
 
 void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
@@ -333,9 +362,10 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
       member->second.stream_id != stream_id) {
     return;
   }
+  const bool was_complete = AllPresent(gang->second);
   member->second.present = false;
   member->second.stream_id = 0;
-  Pass();
+  RefreshForming(gang->second, was_complete, 0);
 }
 
 absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
@@ -501,40 +531,48 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
                      "was cancelled outside the script) at ",
                      UtcTimeOfDay(clock_.UnixMillis())),
         "member_lost"));
+    member = gang.members.find(member_index);  // FailGang replaced it.
   }
-  Gang updated = gang;
-  Member& leaving = updated.members.at(member_index);
+  Member leaving = member->second;
   const uint64_t stream_id = leaving.stream_id;
   leaving.present = false;
   leaving.stream_id = 0;
   bool all_left = false;
-  if (updated.state == GangState::kRunning ||
-      updated.state == GangState::kFailed) {
+  if (gang.state == GangState::kRunning || gang.state == GangState::kFailed) {
     leaving.left = true;
-    all_left = std::all_of(updated.members.begin(), updated.members.end(),
-                           [](const auto& entry) { return entry.second.left; });
-    if (all_left && updated.state == GangState::kRunning) {
+    all_left = std::all_of(
+        gang.members.begin(), gang.members.end(), [&](const auto& entry) {
+          return entry.first == member_index || entry.second.left;
+        });
+  }
+  if (all_left) {
+    // The gang ends and its leases go: the whole gang is saved.
+    Gang updated = gang;
+    updated.members.at(member_index) = std::move(leaving);
+    if (updated.state == GangState::kRunning) {
       updated.state = GangState::kDone;
       updated.reason = "every member left";
     }
-  }
-  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-  if (all_left) {
+    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     spdlog::info("gang {} gang={} leases released",
                  GangStateName(updated.state), updated.id);
+    gang = std::move(updated);
+  } else {
+    // Only this member's row changes; the leases stay as they are.
+    GDT_RETURN_IF_ERROR(store_.SaveMember(gang, leaving));
+    member->second = std::move(leaving);
   }
   if (stream_id != 0) {
     MemberEvent aborted;
     aborted.stream_id = stream_id;
     aborted.kind = MemberEvent::Kind::kAborted;
-    aborted.gang_id = updated.id;
+    aborted.gang_id = gang.id;
     aborted.member_index = member_index;
     aborted.reason = absl::StrCat("member ", member_index, " (job ", job_id,
-                                  ") left gang ", updated.id);
+                                  ") left gang ", gang.id);
     events_.push_back(std::move(aborted));
   }
-  gang = std::move(updated);
   if (gang.state == GangState::kDone) NotifyWatchers(gang);
   Pass();
   return absl::OkStatus();
@@ -626,23 +664,34 @@ WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
 std::string Scheduler::WaitingReason(const Gang& gang,
                                      const BlockedGang* blocked) const {
   const std::string label = GangLabel(gang.key);
-  std::vector<uint32_t> missing;
+  // One walk over the members (a join must not cost O(N log N)).
+  std::vector<uint32_t> listed;
+  uint32_t missing = 0;
   std::string disconnected;
-  for (uint32_t index = 1; index <= gang.key.size; ++index) {
-    auto member = gang.members.find(index);
-    if (member != gang.members.end() && member->second.present) continue;
-    missing.push_back(index);
-    if (member != gang.members.end() && disconnected.empty()) {
-      disconnected =
-          absl::StrCat("job ", member->second.job_id, " disconnected");
+  auto note_missing = [&](uint32_t index) {
+    ++missing;
+    if (listed.size() < kListedMissing) listed.push_back(index);
+  };
+  uint32_t next = 1;
+  for (const auto& [index, member] : gang.members) {
+    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
+    next = index + 1;
+    if (member.present) continue;
+    note_missing(index);
+    if (disconnected.empty()) {
+      disconnected = absl::StrCat("job ", member.job_id, " disconnected");
     }
   }
-  if (!missing.empty()) {
+  for (; next <= gang.key.size; ++next) note_missing(next);
+  if (missing > 0) {
     return absl::StrCat(
-        label, ": ", gang.key.size - missing.size(), "/", gang.key.size,
-        " members present, waiting for member", missing.size() > 1 ? "s " : " ",
-        absl::StrJoin(missing, ", "), " — ",
-        disconnected.empty() ? "no job picked up yet" : disconnected);
+        label, ": ", gang.key.size - missing, "/", gang.key.size,
+        " members present, waiting for member", missing > 1 ? "s " : " ",
+        absl::StrJoin(listed, ", "),
+        missing > listed.size()
+            ? absl::StrCat(" and ", missing - listed.size(), " more")
+            : "",
+        " — ", disconnected.empty() ? "no job picked up yet" : disconnected);
   }
   const std::string present =
       absl::StrCat(label, ": all ", gang.key.size, " members present, ");
@@ -671,11 +720,6 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::sort(forming.begin(), forming.end(), [](const Gang* a, const Gang* b) {
     return a->sequence < b->sequence;
   });
-  auto all_present = [](const Gang& gang) {
-    return gang.members.size() == gang.key.size &&
-           std::all_of(gang.members.begin(), gang.members.end(),
-                       [](const auto& entry) { return entry.second.present; });
-  };
   const std::vector<PlacementHost> hosts = PlacementHosts();
   // Incomplete gangs matter only for runner-slot deadlocks, which need
   // declared runner slots (placement.h).
@@ -685,7 +729,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const Gang* gang : forming) {
-    if (all_present(*gang)) {
+    if (AllPresent(*gang)) {
       complete.push_back(WaitingGangOf(*gang));
     } else if (slots_declared &&
                std::any_of(
@@ -766,253 +810,298 @@ void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
 }
 
 void Scheduler::QueueWaiting(Gang& gang) {
-  WaitingInfo info;
-  info.members_total = gang.key.size;
-  for (uint32_t index = 1; index <= gang.key.size; ++index) {
-    auto member = gang.members.find(index);
-    if (member != gang.members.end() && member->second.present) {
-      ++info.members_present;
-    } else {
-      info.missing_indices.push_back(index);
+  void Scheduler::RefreshForming(Gang & gang, bool was_complete,
+                                 uint32_t joined) {
+    // Placement looks at complete gangs only, and at incomplete ones only for
+    // runner-slot deadlocks, which need declared runner slots.
+    const bool slots_declared = std::any_of(
+        hosts_.begin(), hosts_.end(),
+        [](const auto& entry) { return entry.second.spec.runner_slots != 0; });
+    if (was_complete || AllPresent(gang) || slots_declared) {
+      Pass();
+      return;
     }
+    gang.queue_position = 0;
+    gang.reason = WaitingReason(gang, nullptr);
+    QueueWaiting(gang, joined);
   }
-  info.reason = gang.reason;
-  info.queue_position = gang.queue_position;
-  for (auto& [index, member] : gang.members) {
-    if (member.stream_id == 0 || member.last_reason_sent == gang.reason) {
-      continue;
+
+  void Scheduler::QueueWaiting(Gang & gang, uint32_t joined) {
+    WaitingInfo info;
+    info.members_total = gang.key.size;
+    uint32_t next = 1;
+    auto note_missing = [&](uint32_t index) {
+      if (info.missing_indices.size() < kSentMissing) {
+        info.missing_indices.push_back(index);
+      }
+    };
+    for (const auto& [index, member] : gang.members) {
+      for (; next < index && next <= gang.key.size; ++next) note_missing(next);
+      next = index + 1;
+      if (member.present) {
+        ++info.members_present;
+      } else {
+        note_missing(index);
+      }
     }
-    member.last_reason_sent = gang.reason;
+    for (; next <= gang.key.size; ++next) note_missing(next);
+    info.reason = gang.reason;
+    info.queue_position = gang.queue_position;
+    const bool missing = info.members_present < gang.key.size;
+    const Clock::TimePoint now = clock_.Now();
+    const bool refresh_due = now >= gang.waiting_refresh_due;
+    bool refreshed = false;
+    auto queue = [&](uint32_t index, Member& member) {
+      if (member.stream_id == 0) return;
+      // Coalesced: a count-only change for a member already told that
+      // members are missing waits for the gang's next refresh.
+      if (missing && member.told_missing && !refresh_due) return;
+      if (member.last_reason_sent == gang.reason) return;
+      if (missing && member.told_missing) refreshed = true;
+      member.last_reason_sent = gang.reason;
+      member.told_missing = missing;
+      MemberEvent event;
+      event.stream_id = member.stream_id;
+      event.kind = MemberEvent::Kind::kWaiting;
+      event.gang_id = gang.id;
+      event.member_index = index;
+      event.waiting = info;
+      events_.push_back(std::move(event));
+    };
+    if (missing && !refresh_due && joined != 0) {
+      // Nobody else is due: only the joining member's stream hears it.
+      if (auto member = gang.members.find(joined);
+          member != gang.members.end()) {
+        queue(joined, member->second);
+      }
+      return;
+    }
+    for (auto& [index, member] : gang.members) queue(index, member);
+    if (refreshed) gang.waiting_refresh_due = now + kWaitingRefresh;
+  }
+
+  std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
+
+  absl::Status Scheduler::CheckPlanned(
+      const Gang& gang, const std::vector<PlannedMember>& planned) const {
+    if (planned.size() != gang.key.size) {
+      return absl::UnavailableError(
+          absl::StrCat("gang ", gang.id, " has no placement for every member"));
+    }
+    const UsageMap usage = CurrentUsage();
+    std::map<std::string, uint32_t> cpu_members;
+    std::set<std::pair<std::string, uint32_t>> taken;
+    for (const PlannedMember& member : planned) {
+      auto host = hosts_.find(member.host);
+      auto joined = gang.members.find(member.member_index);
+      if (host == hosts_.end() || joined == gang.members.end() ||
+          StateOf(host->second) != HostState::kUp || host->second.drained) {
+        return absl::UnavailableError(absl::StrCat(
+            "host ", member.host, " no longer takes gang ", gang.id));
+      }
+      if (member.gpu_indices.size() < joined->second.gpus_per_node) {
+        return absl::UnavailableError(
+            absl::StrCat("member ", member.member_index, " of gang ", gang.id,
+                         " was planned with too few GPUs"));
+      }
+      auto host_usage = usage.find(member.host);
+      for (const uint32_t gpu : member.gpu_indices) {
+        const bool exists = std::any_of(
+            host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
+            [gpu](const GpuInfo& info) { return info.index == gpu; });
+        const bool leased = host_usage != usage.end() &&
+                            host_usage->second.gpus.count(gpu) != 0;
+        if (!exists || leased || !taken.emplace(member.host, gpu).second) {
+          return absl::UnavailableError(absl::StrCat(
+              "GPU ", gpu, " of ", member.host, " is no longer free"));
+        }
+      }
+      if (member.gpu_indices.empty()) {
+        const uint32_t running =
+            host_usage != usage.end() ? host_usage->second.cpu_members : 0;
+        if (running + ++cpu_members[member.host] > SlotsOf(host->second)) {
+          return absl::UnavailableError(
+              absl::StrCat("host ", member.host, " has no free slot left"));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
+                                uint32_t port) {
+    auto found = gangs_.find(proposal.gang_id);
+    if (found == gangs_.end() || found->second.state != GangState::kForming) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
+    }
+    Gang updated = found->second;
+    const bool all_present =
+        std::all_of(updated.members.begin(), updated.members.end(),
+                    [](const auto& entry) { return entry.second.present; });
+    if (!all_present || updated.members.size() != updated.key.size) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("gang ", updated.id, " lost a member before admission"));
+    }
+    if (absl::Status fits = CheckPlanned(updated, proposal.members);
+        !fits.ok() || proposal.members.front().host != proposal.master_host) {
+      return absl::UnavailableError(absl::StrCat(
+          "gang ", updated.id, " no longer fits as proposed (",
+          fits.ok() ? "master moved" : fits.message(), "); trying again"));
+    }
+    if (port_leases_[proposal.master_host].count(port) != 0 ||
+        port < options_.master_port_min || port > options_.master_port_max) {
+      return absl::UnavailableError(absl::StrCat(
+          "port ", port, " on ", proposal.master_host, " is not available"));
+    }
+    const Host& master = hosts_.at(proposal.master_host);
+    updated.state = GangState::kRunning;
+    updated.reason.clear();
+    updated.blocked_note.clear();
+    updated.queue_position = 0;
+    updated.master_host = master.spec.name;
+    updated.master_addr = master.spec.address;
+    updated.master_port = port;
+    uint32_t timeout = 0;
+    for (const PlannedMember& planned : proposal.members) {
+      Member& member = updated.members.at(planned.member_index);
+      member.node_rank = static_cast<int32_t>(planned.node_rank);
+      member.host_name = planned.host;
+      member.gpu_indices = planned.gpu_indices;
+      timeout = std::max(timeout, member.job_timeout_seconds);
+    }
+    updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
+    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+
+    for (const auto& [index, member] : updated.members) {
+      for (uint32_t gpu : member.gpu_indices) {
+        gpu_leases_[member.host_name][gpu] = updated.id;
+      }
+    }
+    port_leases_[updated.master_host][port] = updated.id;
+    Gang& gang = found->second;
+    gang = std::move(updated);
+    spdlog::info("gang admitted gang={} master={}:{}", gang.id,
+                 gang.master_addr, gang.master_port);
+    for (auto& [index, member] : gang.members) {
+      const uint64_t stream_id = member.stream_id;
+      member.stream_id = 0;  // The stream ends after the Admitted event.
+      QueueAdmitted(gang, member, stream_id);
+    }
+    Pass();
+    return absl::OkStatus();
+  }
+
+  void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
+    auto gang = gangs_.find(gang_id);
+    if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+      return;
+    }
+    gang->second.blocked_note = note;
+    Pass();
+  }
+
+  Assignment Scheduler::BuildAssignment(const Gang& gang, const Member& member)
+      const {
+    Assignment assignment;
+    assignment.gang_id = gang.id;
+    assignment.epoch = gang.epoch;
+    assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
+    assignment.num_nodes = gang.key.size;
+    assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
+    assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
+    assignment.host_name = member.host_name;
+    auto host = hosts_.find(member.host_name);
+    if (host != hosts_.end()) {
+      assignment.host_address = host->second.spec.address;
+      assignment.agent_endpoint = host->second.spec.agent_endpoint;
+      assignment.network_interface = host->second.spec.network_interface;
+    }
+    assignment.gpu_indices = member.gpu_indices;
+    assignment.master_addr = gang.master_addr;
+    assignment.master_port = gang.master_port;
+    std::vector<const Member*> by_rank;
+    for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
+    std::stable_sort(by_rank.begin(), by_rank.end(),
+                     [](const Member* a, const Member* b) {
+                       return a->node_rank < b->node_rank;
+                     });
+    for (const Member* peer : by_rank) {
+      auto peer_host = hosts_.find(peer->host_name);
+      assignment.peers.push_back(peer_host != hosts_.end()
+                                     ? peer_host->second.spec.address
+                                     : peer->host_name);
+    }
+    assignment.launcher = member.launcher;
+    return assignment;
+  }
+
+  void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
+                                uint64_t stream_id) {
+    if (stream_id == 0) return;
     MemberEvent event;
-    event.stream_id = member.stream_id;
-    event.kind = MemberEvent::Kind::kWaiting;
+    event.stream_id = stream_id;
+    event.kind = MemberEvent::Kind::kAdmitted;
     event.gang_id = gang.id;
-    event.member_index = index;
-    event.waiting = info;
+    event.member_index = member.index;
+    event.assignment = BuildAssignment(gang, member);
     events_.push_back(std::move(event));
   }
-}
 
-std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
-
-absl::Status Scheduler::CheckPlanned(
-    const Gang& gang, const std::vector<PlannedMember>& planned) const {
-  if (planned.size() != gang.key.size) {
-    return absl::UnavailableError(
-        absl::StrCat("gang ", gang.id, " has no placement for every member"));
+  std::vector<MemberEvent> Scheduler::TakeEvents() {
+    std::vector<MemberEvent> events;
+    events.swap(events_);
+    return events;
   }
-  const UsageMap usage = CurrentUsage();
-  std::map<std::string, uint32_t> cpu_members;
-  std::set<std::pair<std::string, uint32_t>> taken;
-  for (const PlannedMember& member : planned) {
-    auto host = hosts_.find(member.host);
-    auto joined = gang.members.find(member.member_index);
-    if (host == hosts_.end() || joined == gang.members.end() ||
-        StateOf(host->second) != HostState::kUp || host->second.drained) {
-      return absl::UnavailableError(absl::StrCat(
-          "host ", member.host, " no longer takes gang ", gang.id));
-    }
-    if (member.gpu_indices.size() < joined->second.gpus_per_node) {
-      return absl::UnavailableError(
-          absl::StrCat("member ", member.member_index, " of gang ", gang.id,
-                       " was planned with too few GPUs"));
-    }
-    auto host_usage = usage.find(member.host);
-    for (const uint32_t gpu : member.gpu_indices) {
-      const bool exists = std::any_of(
-          host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
-          [gpu](const GpuInfo& info) { return info.index == gpu; });
-      const bool leased =
-          host_usage != usage.end() && host_usage->second.gpus.count(gpu) != 0;
-      if (!exists || leased || !taken.emplace(member.host, gpu).second) {
-        return absl::UnavailableError(absl::StrCat(
-            "GPU ", gpu, " of ", member.host, " is no longer free"));
+
+  Snapshot Scheduler::GetSnapshot(bool include_finished) const {
+    Snapshot snapshot;
+    const UsageMap usage = CurrentUsage();
+    for (const auto& [name, host] : hosts_) {
+      HostView view;
+      view.host = host;
+      view.state = StateOf(host);
+      view.drained = host.drained;
+      auto host_usage = usage.find(name);
+      if (host_usage != usage.end()) {
+        for (const auto& [gpu, gang_id] : host_usage->second.gpus) {
+          view.leased_gpus.push_back(gpu);
+        }
       }
-    }
-    if (member.gpu_indices.empty()) {
-      const uint32_t running =
-          host_usage != usage.end() ? host_usage->second.cpu_members : 0;
-      if (running + ++cpu_members[member.host] > SlotsOf(host->second)) {
-        return absl::UnavailableError(
-            absl::StrCat("host ", member.host, " has no free slot left"));
+      for (const auto& [id, gang] : gangs_) {
+        if (!HoldsLeases(gang)) continue;
+        for (const auto& [index, member] : gang.members) {
+          if (member.host_name == name) ++view.members_running;
+        }
       }
+      snapshot.hosts.push_back(std::move(view));
     }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
-                              uint32_t port) {
-  auto found = gangs_.find(proposal.gang_id);
-  if (found == gangs_.end() || found->second.state != GangState::kForming) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
-  }
-  Gang updated = found->second;
-  const bool all_present =
-      std::all_of(updated.members.begin(), updated.members.end(),
-                  [](const auto& entry) { return entry.second.present; });
-  if (!all_present || updated.members.size() != updated.key.size) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gang ", updated.id, " lost a member before admission"));
-  }
-  if (absl::Status fits = CheckPlanned(updated, proposal.members);
-      !fits.ok() || proposal.members.front().host != proposal.master_host) {
-    return absl::UnavailableError(absl::StrCat(
-        "gang ", updated.id, " no longer fits as proposed (",
-        fits.ok() ? "master moved" : fits.message(), "); trying again"));
-  }
-  if (port_leases_[proposal.master_host].count(port) != 0 ||
-      port < options_.master_port_min || port > options_.master_port_max) {
-    return absl::UnavailableError(absl::StrCat(
-        "port ", port, " on ", proposal.master_host, " is not available"));
-  }
-  const Host& master = hosts_.at(proposal.master_host);
-  updated.state = GangState::kRunning;
-  updated.reason.clear();
-  updated.blocked_note.clear();
-  updated.queue_position = 0;
-  updated.master_host = master.spec.name;
-  updated.master_addr = master.spec.address;
-  updated.master_port = port;
-  uint32_t timeout = 0;
-  for (const PlannedMember& planned : proposal.members) {
-    Member& member = updated.members.at(planned.member_index);
-    member.node_rank = static_cast<int32_t>(planned.node_rank);
-    member.host_name = planned.host;
-    member.gpu_indices = planned.gpu_indices;
-    timeout = std::max(timeout, member.job_timeout_seconds);
-  }
-  updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
-  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-
-  for (const auto& [index, member] : updated.members) {
-    for (uint32_t gpu : member.gpu_indices) {
-      gpu_leases_[member.host_name][gpu] = updated.id;
-    }
-  }
-  port_leases_[updated.master_host][port] = updated.id;
-  Gang& gang = found->second;
-  gang = std::move(updated);
-  spdlog::info("gang admitted gang={} master={}:{}", gang.id, gang.master_addr,
-               gang.master_port);
-  for (auto& [index, member] : gang.members) {
-    const uint64_t stream_id = member.stream_id;
-    member.stream_id = 0;  // The stream ends after the Admitted event.
-    QueueAdmitted(gang, member, stream_id);
-  }
-  Pass();
-  return absl::OkStatus();
-}
-
-void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
-  auto gang = gangs_.find(gang_id);
-  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
-    return;
-  }
-  gang->second.blocked_note = note;
-  Pass();
-}
-
-Assignment Scheduler::BuildAssignment(const Gang& gang,
-                                      const Member& member) const {
-  Assignment assignment;
-  assignment.gang_id = gang.id;
-  assignment.epoch = gang.epoch;
-  assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
-  assignment.num_nodes = gang.key.size;
-  assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
-  assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
-  assignment.host_name = member.host_name;
-  auto host = hosts_.find(member.host_name);
-  if (host != hosts_.end()) {
-    assignment.host_address = host->second.spec.address;
-    assignment.agent_endpoint = host->second.spec.agent_endpoint;
-    assignment.network_interface = host->second.spec.network_interface;
-  }
-  assignment.gpu_indices = member.gpu_indices;
-  assignment.master_addr = gang.master_addr;
-  assignment.master_port = gang.master_port;
-  std::vector<const Member*> by_rank;
-  for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
-  std::stable_sort(by_rank.begin(), by_rank.end(),
-                   [](const Member* a, const Member* b) {
-                     return a->node_rank < b->node_rank;
-                   });
-  for (const Member* peer : by_rank) {
-    auto peer_host = hosts_.find(peer->host_name);
-    assignment.peers.push_back(peer_host != hosts_.end()
-                                   ? peer_host->second.spec.address
-                                   : peer->host_name);
-  }
-  assignment.launcher = member.launcher;
-  return assignment;
-}
-
-void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
-                              uint64_t stream_id) {
-  if (stream_id == 0) return;
-  MemberEvent event;
-  event.stream_id = stream_id;
-  event.kind = MemberEvent::Kind::kAdmitted;
-  event.gang_id = gang.id;
-  event.member_index = member.index;
-  event.assignment = BuildAssignment(gang, member);
-  events_.push_back(std::move(event));
-}
-
-std::vector<MemberEvent> Scheduler::TakeEvents() {
-  std::vector<MemberEvent> events;
-  events.swap(events_);
-  return events;
-}
-
-Snapshot Scheduler::GetSnapshot(bool include_finished) const {
-  Snapshot snapshot;
-  const UsageMap usage = CurrentUsage();
-  for (const auto& [name, host] : hosts_) {
-    HostView view;
-    view.host = host;
-    view.state = StateOf(host);
-    view.drained = host.drained;
-    auto host_usage = usage.find(name);
-    if (host_usage != usage.end()) {
-      for (const auto& [gpu, gang_id] : host_usage->second.gpus) {
-        view.leased_gpus.push_back(gpu);
-      }
-    }
+    std::vector<Gang> live;
+    std::vector<Gang> finished;
     for (const auto& [id, gang] : gangs_) {
-      if (!HoldsLeases(gang)) continue;
-      for (const auto& [index, member] : gang.members) {
-        if (member.host_name == name) ++view.members_running;
+      const bool is_live =
+          gang.state == GangState::kForming || HoldsLeases(gang);
+      if (is_live) {
+        live.push_back(gang);
+      } else if (include_finished) {
+        finished.push_back(gang);
       }
     }
-    snapshot.hosts.push_back(std::move(view));
+    std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
+      return a.sequence < b.sequence;
+    });
+    std::sort(
+        finished.begin(), finished.end(),
+        [](const Gang& a, const Gang& b) { return a.sequence > b.sequence; });
+    snapshot.gangs = std::move(live);
+    snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(),
+                          finished.end());
+    return snapshot;
   }
-  std::vector<Gang> live;
-  std::vector<Gang> finished;
-  for (const auto& [id, gang] : gangs_) {
-    const bool is_live = gang.state == GangState::kForming || HoldsLeases(gang);
-    if (is_live) {
-      live.push_back(gang);
-    } else if (include_finished) {
-      finished.push_back(gang);
-    }
-  }
-  std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
-    return a.sequence < b.sequence;
-  });
-  std::sort(finished.begin(), finished.end(), [](const Gang& a, const Gang& b) {
-    return a.sequence > b.sequence;
-  });
-  snapshot.gangs = std::move(live);
-  snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(), finished.end());
-  return snapshot;
-}
 
-const Gang* Scheduler::FindGang(const std::string& gang_id) const {
-  auto it = gangs_.find(gang_id);
-  return it == gangs_.end() ? nullptr : &it->second;
-}
+  const Gang* Scheduler::FindGang(const std::string& gang_id) const {
+    auto it = gangs_.find(gang_id);
+    return it == gangs_.end() ? nullptr : &it->second;
+  }
 
 }  // namespace gdt::coordinator

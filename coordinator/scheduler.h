@@ -89,7 +89,8 @@ struct Snapshot {
 // on complete gangs (every member holds a JoinGang stream): priority, then
 // arrival; best-fit placement on up, undrained hosts; EASY backfill against
 // job timeouts; "same <label>" topology. Node ranks follow topology labels
-// (policy/topology.h). Waiting reasons name missing members, the blocking
+// (policy/topology.h). Waiting reasons name missing members (the count and
+// the first few indices), the blocking
 // gangs, the queue position and hosts that take no gangs.
 //
 // Not thread-safe; Coordinator serialises access. Keeps references to
@@ -317,7 +318,17 @@ class Scheduler {
   std::string WaitingReason(const Gang& gang, const BlockedGang* blocked) const;
   // Recomputes every forming gang's reason and queues Waiting events.
   std::vector<AdmissionProposal> Pass();
-  void QueueWaiting(Gang& gang);
+  // After a join or detach in forming `gang`: a gang that is (or was until
+  // now) complete takes part in placement, so a full Pass() runs; otherwise
+  // only this gang's reason is recomputed and queued, O(size), with
+  // `joined` (0 = none) the member whose stream must hear it at once.
+  void RefreshForming(Gang& gang, bool was_complete, uint32_t joined);
+  // Queues Waiting events for the gang's members whose last reason differs.
+  // While members are missing, a member already told so hears a new count
+  // at most once per kWaitingRefresh (coalesced), so that N joins cost O(N)
+  // events and not O(N^2); `joined` (0 = none) is told at once, and when
+  // no refresh is due only it is visited.
+  void QueueWaiting(Gang& gang, uint32_t joined = 0);
   // Finds the gang's member `member_index` for a call by `job_id` in
   // `epoch`. Errors as ReportExit.
   absl::StatusOr<Gang*> FindMember(const std::string& gang_id, uint32_t epoch,

@@ -137,6 +137,65 @@ TEST_F(SchedulerTest, SendsWaitingEventOnlyWhenTheReasonChanges) {
   EXPECT_THAT(scheduler_->TakeEvents(), IsEmpty());
 }
 
+TEST_F(SchedulerTest, LargeGangReasonNamesTheCountAndTheFirstMissing) {
+  SchedulerOptions options;
+  options.max_nodes_per_job = 100;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, *store_, options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->RegisterHost(CpuHost("cpu-01", 100)).ok());
+
+  ASSERT_TRUE((*scheduler)->Join(Joining(TrainKey(100), 3), 11).ok());
+  MemberEvent waiting = LastEventFor((*scheduler)->TakeEvents(), 11);
+
+  ASSERT_EQ(waiting.kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(waiting.waiting.reason,
+            "gang train (pipeline 77): 1/100 members present, waiting for "
+            "members 1, 2, 4, 5, 6, 7, 8, 9 and 91 more — no job picked up "
+            "yet");
+  EXPECT_EQ(waiting.waiting.members_present, 1u);
+  EXPECT_EQ(waiting.waiting.members_total, 100u);
+  ASSERT_EQ(waiting.waiting.missing_indices.size(), 64u);
+  EXPECT_EQ(waiting.waiting.missing_indices.front(), 1u);
+  EXPECT_EQ(waiting.waiting.missing_indices.back(), 65u);
+}
+
+TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
+  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 2), 12).ok());
+  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
+              HasSubstr("2/4 members present"));
+
+  // Within a second of that refresh, only the joining member hears.
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 3), 13).ok());
+  scheduler_->Plan();
+  events = scheduler_->TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].stream_id, 13u);
+  EXPECT_THAT(events[0].waiting.reason, HasSubstr("3/4 members present"));
+
+  // Once the refresh is due, the others hear the new count.
+  clock_.Advance(1s);
+  scheduler_->Plan();
+  events = scheduler_->TakeEvents();
+  EXPECT_EQ(events.size(), 2u);
+  EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
+              HasSubstr("3/4 members present"));
+  EXPECT_THAT(LastEventFor(events, 12).waiting.reason,
+              HasSubstr("3/4 members present"));
+
+  // The gang completing is no count update: everyone is told at once.
+  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 4), 14).ok());
+  events = scheduler_->TakeEvents();
+  for (uint64_t stream : {11u, 12u, 13u, 14u}) {
+    EXPECT_THAT(LastEventFor(events, stream).waiting.reason,
+                HasSubstr("all 4 members present"))
+        << stream;
+  }
+}
+
 TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
   ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
   ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());

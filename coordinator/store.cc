@@ -83,8 +83,8 @@ constexpr const char* kUpsertGang =
     "INSERT OR REPLACE INTO gangs VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 constexpr const char* kDeleteMembers = "DELETE FROM members WHERE gang_id = ?1";
-constexpr const char* kInsertMember =
-    "INSERT INTO members VALUES "
+constexpr const char* kUpsertMember =
+    "INSERT OR REPLACE INTO members VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 constexpr const char* kDeleteGpuLeases =
     "DELETE FROM gpu_leases WHERE gang_id = ?1";
@@ -299,28 +299,55 @@ absl::Status Store::SaveHost(const Host& host) {
   return absl::OkStatus();
 }
 
+absl::Status Store::SaveGangHeader(const Gang& gang) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertGang);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, gang.id);
+  BindText(s, 2, gang.key.instance);
+  sqlite3_bind_int64(s, 3, gang.key.project_id);
+  sqlite3_bind_int64(s, 4, gang.key.pipeline_id);
+  BindText(s, 5, gang.key.group_name);
+  sqlite3_bind_int64(s, 6, gang.key.size);
+  sqlite3_bind_int64(s, 7, static_cast<int>(gang.state));
+  sqlite3_bind_int64(s, 8, gang.epoch);
+  BindText(s, 9, gang.reason);
+  BindText(s, 10, gang.master_host);
+  BindText(s, 11, gang.master_addr);
+  sqlite3_bind_int64(s, 12, gang.master_port);
+  sqlite3_bind_int64(s, 13, gang.created_unix_ms);
+  sqlite3_bind_int64(s, 14, gang.sequence);
+  if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save gang");
+  return absl::OkStatus();
+}
+
+absl::Status Store::SaveMemberRow(const std::string& gang_id,
+                                  const Member& member) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertMember);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, gang_id);
+  sqlite3_bind_int64(s, 2, member.index);
+  sqlite3_bind_int64(s, 3, member.job_id);
+  BindText(s, 4, member.job_name);
+  sqlite3_bind_int64(s, 5, member.gpus_per_node);
+  sqlite3_bind_int64(s, 6, member.procs_per_node);
+  sqlite3_bind_int64(s, 7, member.launcher);
+  BindText(s, 8, member.arrival_host);
+  sqlite3_bind_int64(s, 9, member.job_timeout_seconds);
+  sqlite3_bind_int64(s, 10, member.left ? 1 : 0);
+  sqlite3_bind_int64(s, 11, member.node_rank);
+  BindText(s, 12, member.host_name);
+  BindText(s, 13, nlohmann::json(member.gpu_indices).dump());
+  sqlite3_bind_int64(s, 14, member.exit_code);
+  if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save member");
+  return absl::OkStatus();
+}
+
 absl::Status Store::SaveGangRows(const Gang& gang) {
-  {
-    absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertGang);
-    if (!statement.ok()) return statement.status();
-    sqlite3_stmt* s = *statement;
-    StatementUse use(s);
-    BindText(s, 1, gang.id);
-    BindText(s, 2, gang.key.instance);
-    sqlite3_bind_int64(s, 3, gang.key.project_id);
-    sqlite3_bind_int64(s, 4, gang.key.pipeline_id);
-    BindText(s, 5, gang.key.group_name);
-    sqlite3_bind_int64(s, 6, gang.key.size);
-    sqlite3_bind_int64(s, 7, static_cast<int>(gang.state));
-    sqlite3_bind_int64(s, 8, gang.epoch);
-    BindText(s, 9, gang.reason);
-    BindText(s, 10, gang.master_host);
-    BindText(s, 11, gang.master_addr);
-    sqlite3_bind_int64(s, 12, gang.master_port);
-    sqlite3_bind_int64(s, 13, gang.created_unix_ms);
-    sqlite3_bind_int64(s, 14, gang.sequence);
-    if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save gang");
-  }
+  GDT_RETURN_IF_ERROR(SaveGangHeader(gang));
   for (const char* sql :
        {kDeleteMembers, kDeleteGpuLeases, kDeletePortLeases}) {
     absl::StatusOr<sqlite3_stmt*> statement = Prepare(sql);
@@ -333,25 +360,7 @@ absl::Status Store::SaveGangRows(const Gang& gang) {
   }
   const bool holds_leases = gang.state == GangState::kRunning;
   for (const auto& [index, member] : gang.members) {
-    absl::StatusOr<sqlite3_stmt*> statement = Prepare(kInsertMember);
-    if (!statement.ok()) return statement.status();
-    sqlite3_stmt* s = *statement;
-    StatementUse use(s);
-    BindText(s, 1, gang.id);
-    sqlite3_bind_int64(s, 2, member.index);
-    sqlite3_bind_int64(s, 3, member.job_id);
-    BindText(s, 4, member.job_name);
-    sqlite3_bind_int64(s, 5, member.gpus_per_node);
-    sqlite3_bind_int64(s, 6, member.procs_per_node);
-    sqlite3_bind_int64(s, 7, member.launcher);
-    BindText(s, 8, member.arrival_host);
-    sqlite3_bind_int64(s, 9, member.job_timeout_seconds);
-    sqlite3_bind_int64(s, 10, member.left ? 1 : 0);
-    sqlite3_bind_int64(s, 11, member.node_rank);
-    BindText(s, 12, member.host_name);
-    BindText(s, 13, nlohmann::json(member.gpu_indices).dump());
-    sqlite3_bind_int64(s, 14, member.exit_code);
-    if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save member");
+    GDT_RETURN_IF_ERROR(SaveMemberRow(gang.id, member));
     if (!holds_leases) continue;
     for (uint32_t gpu : member.gpu_indices) {
       absl::StatusOr<sqlite3_stmt*> lease = Prepare(kInsertGpuLease);
@@ -383,6 +392,18 @@ absl::Status Store::SaveGangRows(const Gang& gang) {
 absl::Status Store::SaveGang(const Gang& gang) {
   GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status status = SaveGangRows(gang);
+  if (!status.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return absl::Status(status.code(),
+                        absl::StrCat("gang ", gang.id, ": ", status.message()));
+  }
+  return Exec("COMMIT");
+}
+
+absl::Status Store::SaveMember(const Gang& gang, const Member& member) {
+  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status status = SaveGangHeader(gang);
+  if (status.ok()) status = SaveMemberRow(gang.id, member);
   if (!status.ok()) {
     Exec("ROLLBACK").IgnoreError();
     return absl::Status(status.code(),

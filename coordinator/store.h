@@ -61,6 +61,15 @@ class Store {
   // master port; other states hold none.
   absl::Status SaveGang(const Gang& gang);
 
+  // Inserts or replaces the gang's own row and one member's row (by index)
+  // in one transaction, leaving the other members' rows and the leases
+  // alone: a join or a leave costs O(1) rows instead of the whole gang. The
+  // caller guarantees that the gang's leases are what its last SaveGang
+  // wrote (a forming gang holds none; a member leaving a running gang that
+  // others still run in changes none). Errors: Internal when it cannot be
+  // written.
+  absl::Status SaveMember(const Gang& gang, const Member& member);
+
   // Reads everything back.
   absl::StatusOr<StoredState> Load();
 
@@ -79,6 +88,8 @@ class Store {
   absl::Status Exec(const char* sql);
   absl::StatusOr<sqlite3_stmt*> Prepare(const char* sql);
   absl::Status SaveGangRows(const Gang& gang);
+  absl::Status SaveGangHeader(const Gang& gang);
+  absl::Status SaveMemberRow(const std::string& gang_id, const Member& member);
   absl::StatusOr<StoredState> LoadRows();
   absl::Status Error(const std::string& what) const;
 

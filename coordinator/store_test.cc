@@ -133,6 +133,39 @@ TEST_F(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
   EXPECT_EQ(proposals[0].master_host, "gpu-02");
 }
 
+TEST_F(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Stored by arrival: train (running), lint (done), eval (forming).
+  Gang running = before->gangs.at(0);
+  ASSERT_EQ(running.state, GangState::kRunning);
+  Gang forming = before->gangs.at(2);
+  ASSERT_EQ(forming.state, GangState::kForming);
+  Member joined = forming.members.at(2);
+  joined.index = 3;
+  joined.job_id = 303;
+  Member leaving = running.members.at(1);
+  leaving.left = true;
+
+  ASSERT_TRUE((*store)->SaveMember(forming, joined).ok());
+  ASSERT_TRUE((*store)->SaveMember(running, leaving).ok());
+
+  absl::StatusOr<StoredState> after = (*store)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const Gang& reloaded = after->gangs.at(2);
+  ASSERT_EQ(reloaded.members.size(), 2u);
+  EXPECT_TRUE(reloaded.members.at(2).SameRecord(forming.members.at(2)));
+  EXPECT_EQ(reloaded.members.at(3).job_id, 303);
+  const Gang& still_running = after->gangs.at(0);
+  EXPECT_TRUE(still_running.members.at(1).left);
+  EXPECT_FALSE(still_running.members.at(2).left);
+  EXPECT_EQ(after->gpu_leases, before->gpu_leases);
+  EXPECT_EQ(after->port_leases, before->port_leases);
+}
+
 TEST_F(StoreTest, RejectsANewerSchemaVersion) {
   {
     absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
