@@ -809,299 +809,294 @@ void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
   }
 }
 
-void Scheduler::QueueWaiting(Gang& gang) {
-  void Scheduler::RefreshForming(Gang & gang, bool was_complete,
-                                 uint32_t joined) {
-    // Placement looks at complete gangs only, and at incomplete ones only for
-    // runner-slot deadlocks, which need declared runner slots.
-    const bool slots_declared = std::any_of(
-        hosts_.begin(), hosts_.end(),
-        [](const auto& entry) { return entry.second.spec.runner_slots != 0; });
-    if (was_complete || AllPresent(gang) || slots_declared) {
-      Pass();
-      return;
-    }
-    gang.queue_position = 0;
-    gang.reason = WaitingReason(gang, nullptr);
-    QueueWaiting(gang, joined);
-  }
-
-  void Scheduler::QueueWaiting(Gang & gang, uint32_t joined) {
-    WaitingInfo info;
-    info.members_total = gang.key.size;
-    uint32_t next = 1;
-    auto note_missing = [&](uint32_t index) {
-      if (info.missing_indices.size() < kSentMissing) {
-        info.missing_indices.push_back(index);
-      }
-    };
-    for (const auto& [index, member] : gang.members) {
-      for (; next < index && next <= gang.key.size; ++next) note_missing(next);
-      next = index + 1;
-      if (member.present) {
-        ++info.members_present;
-      } else {
-        note_missing(index);
-      }
-    }
-    for (; next <= gang.key.size; ++next) note_missing(next);
-    info.reason = gang.reason;
-    info.queue_position = gang.queue_position;
-    const bool missing = info.members_present < gang.key.size;
-    const Clock::TimePoint now = clock_.Now();
-    const bool refresh_due = now >= gang.waiting_refresh_due;
-    bool refreshed = false;
-    auto queue = [&](uint32_t index, Member& member) {
-      if (member.stream_id == 0) return;
-      // Coalesced: a count-only change for a member already told that
-      // members are missing waits for the gang's next refresh.
-      if (missing && member.told_missing && !refresh_due) return;
-      if (member.last_reason_sent == gang.reason) return;
-      if (missing && member.told_missing) refreshed = true;
-      member.last_reason_sent = gang.reason;
-      member.told_missing = missing;
-      MemberEvent event;
-      event.stream_id = member.stream_id;
-      event.kind = MemberEvent::Kind::kWaiting;
-      event.gang_id = gang.id;
-      event.member_index = index;
-      event.waiting = info;
-      events_.push_back(std::move(event));
-    };
-    if (missing && !refresh_due && joined != 0) {
-      // Nobody else is due: only the joining member's stream hears it.
-      if (auto member = gang.members.find(joined);
-          member != gang.members.end()) {
-        queue(joined, member->second);
-      }
-      return;
-    }
-    for (auto& [index, member] : gang.members) queue(index, member);
-    if (refreshed) gang.waiting_refresh_due = now + kWaitingRefresh;
-  }
-
-  std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
-
-  absl::Status Scheduler::CheckPlanned(
-      const Gang& gang, const std::vector<PlannedMember>& planned) const {
-    if (planned.size() != gang.key.size) {
-      return absl::UnavailableError(
-          absl::StrCat("gang ", gang.id, " has no placement for every member"));
-    }
-    const UsageMap usage = CurrentUsage();
-    std::map<std::string, uint32_t> cpu_members;
-    std::set<std::pair<std::string, uint32_t>> taken;
-    for (const PlannedMember& member : planned) {
-      auto host = hosts_.find(member.host);
-      auto joined = gang.members.find(member.member_index);
-      if (host == hosts_.end() || joined == gang.members.end() ||
-          StateOf(host->second) != HostState::kUp || host->second.drained) {
-        return absl::UnavailableError(absl::StrCat(
-            "host ", member.host, " no longer takes gang ", gang.id));
-      }
-      if (member.gpu_indices.size() < joined->second.gpus_per_node) {
-        return absl::UnavailableError(
-            absl::StrCat("member ", member.member_index, " of gang ", gang.id,
-                         " was planned with too few GPUs"));
-      }
-      auto host_usage = usage.find(member.host);
-      for (const uint32_t gpu : member.gpu_indices) {
-        const bool exists = std::any_of(
-            host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
-            [gpu](const GpuInfo& info) { return info.index == gpu; });
-        const bool leased = host_usage != usage.end() &&
-                            host_usage->second.gpus.count(gpu) != 0;
-        if (!exists || leased || !taken.emplace(member.host, gpu).second) {
-          return absl::UnavailableError(absl::StrCat(
-              "GPU ", gpu, " of ", member.host, " is no longer free"));
-        }
-      }
-      if (member.gpu_indices.empty()) {
-        const uint32_t running =
-            host_usage != usage.end() ? host_usage->second.cpu_members : 0;
-        if (running + ++cpu_members[member.host] > SlotsOf(host->second)) {
-          return absl::UnavailableError(
-              absl::StrCat("host ", member.host, " has no free slot left"));
-        }
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
-                                uint32_t port) {
-    auto found = gangs_.find(proposal.gang_id);
-    if (found == gangs_.end() || found->second.state != GangState::kForming) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
-    }
-    Gang updated = found->second;
-    const bool all_present =
-        std::all_of(updated.members.begin(), updated.members.end(),
-                    [](const auto& entry) { return entry.second.present; });
-    if (!all_present || updated.members.size() != updated.key.size) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("gang ", updated.id, " lost a member before admission"));
-    }
-    if (absl::Status fits = CheckPlanned(updated, proposal.members);
-        !fits.ok() || proposal.members.front().host != proposal.master_host) {
-      return absl::UnavailableError(absl::StrCat(
-          "gang ", updated.id, " no longer fits as proposed (",
-          fits.ok() ? "master moved" : fits.message(), "); trying again"));
-    }
-    if (port_leases_[proposal.master_host].count(port) != 0 ||
-        port < options_.master_port_min || port > options_.master_port_max) {
-      return absl::UnavailableError(absl::StrCat(
-          "port ", port, " on ", proposal.master_host, " is not available"));
-    }
-    const Host& master = hosts_.at(proposal.master_host);
-    updated.state = GangState::kRunning;
-    updated.reason.clear();
-    updated.blocked_note.clear();
-    updated.queue_position = 0;
-    updated.master_host = master.spec.name;
-    updated.master_addr = master.spec.address;
-    updated.master_port = port;
-    uint32_t timeout = 0;
-    for (const PlannedMember& planned : proposal.members) {
-      Member& member = updated.members.at(planned.member_index);
-      member.node_rank = static_cast<int32_t>(planned.node_rank);
-      member.host_name = planned.host;
-      member.gpu_indices = planned.gpu_indices;
-      timeout = std::max(timeout, member.job_timeout_seconds);
-    }
-    updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
-    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
-
-    for (const auto& [index, member] : updated.members) {
-      for (uint32_t gpu : member.gpu_indices) {
-        gpu_leases_[member.host_name][gpu] = updated.id;
-      }
-    }
-    port_leases_[updated.master_host][port] = updated.id;
-    Gang& gang = found->second;
-    gang = std::move(updated);
-    spdlog::info("gang admitted gang={} master={}:{}", gang.id,
-                 gang.master_addr, gang.master_port);
-    for (auto& [index, member] : gang.members) {
-      const uint64_t stream_id = member.stream_id;
-      member.stream_id = 0;  // The stream ends after the Admitted event.
-      QueueAdmitted(gang, member, stream_id);
-    }
+void Scheduler::RefreshForming(Gang& gang, bool was_complete, uint32_t joined) {
+  // Placement looks at complete gangs only, and at incomplete ones only for
+  // runner-slot deadlocks, which need declared runner slots.
+  const bool slots_declared = std::any_of(
+      hosts_.begin(), hosts_.end(),
+      [](const auto& entry) { return entry.second.spec.runner_slots != 0; });
+  if (was_complete || AllPresent(gang) || slots_declared) {
     Pass();
-    return absl::OkStatus();
+    return;
   }
+  gang.queue_position = 0;
+  gang.reason = WaitingReason(gang, nullptr);
+  QueueWaiting(gang, joined);
+}
 
-  void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
-    auto gang = gangs_.find(gang_id);
-    if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
-      return;
+void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
+  WaitingInfo info;
+  info.members_total = gang.key.size;
+  uint32_t next = 1;
+  auto note_missing = [&](uint32_t index) {
+    if (info.missing_indices.size() < kSentMissing) {
+      info.missing_indices.push_back(index);
     }
-    gang->second.blocked_note = note;
-    Pass();
+  };
+  for (const auto& [index, member] : gang.members) {
+    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
+    next = index + 1;
+    if (member.present) {
+      ++info.members_present;
+    } else {
+      note_missing(index);
+    }
   }
-
-  Assignment Scheduler::BuildAssignment(const Gang& gang, const Member& member)
-      const {
-    Assignment assignment;
-    assignment.gang_id = gang.id;
-    assignment.epoch = gang.epoch;
-    assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
-    assignment.num_nodes = gang.key.size;
-    assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
-    assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
-    assignment.host_name = member.host_name;
-    auto host = hosts_.find(member.host_name);
-    if (host != hosts_.end()) {
-      assignment.host_address = host->second.spec.address;
-      assignment.agent_endpoint = host->second.spec.agent_endpoint;
-      assignment.network_interface = host->second.spec.network_interface;
-    }
-    assignment.gpu_indices = member.gpu_indices;
-    assignment.master_addr = gang.master_addr;
-    assignment.master_port = gang.master_port;
-    std::vector<const Member*> by_rank;
-    for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
-    std::stable_sort(by_rank.begin(), by_rank.end(),
-                     [](const Member* a, const Member* b) {
-                       return a->node_rank < b->node_rank;
-                     });
-    for (const Member* peer : by_rank) {
-      auto peer_host = hosts_.find(peer->host_name);
-      assignment.peers.push_back(peer_host != hosts_.end()
-                                     ? peer_host->second.spec.address
-                                     : peer->host_name);
-    }
-    assignment.launcher = member.launcher;
-    return assignment;
-  }
-
-  void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
-                                uint64_t stream_id) {
-    if (stream_id == 0) return;
+  for (; next <= gang.key.size; ++next) note_missing(next);
+  info.reason = gang.reason;
+  info.queue_position = gang.queue_position;
+  const bool missing = info.members_present < gang.key.size;
+  const Clock::TimePoint now = clock_.Now();
+  const bool refresh_due = now >= gang.waiting_refresh_due;
+  bool refreshed = false;
+  auto queue = [&](uint32_t index, Member& member) {
+    if (member.stream_id == 0) return;
+    // Coalesced: a count-only change for a member already told that
+    // members are missing waits for the gang's next refresh.
+    if (missing && member.told_missing && !refresh_due) return;
+    if (member.last_reason_sent == gang.reason) return;
+    if (missing && member.told_missing) refreshed = true;
+    member.last_reason_sent = gang.reason;
+    member.told_missing = missing;
     MemberEvent event;
-    event.stream_id = stream_id;
-    event.kind = MemberEvent::Kind::kAdmitted;
+    event.stream_id = member.stream_id;
+    event.kind = MemberEvent::Kind::kWaiting;
     event.gang_id = gang.id;
-    event.member_index = member.index;
-    event.assignment = BuildAssignment(gang, member);
+    event.member_index = index;
+    event.waiting = info;
     events_.push_back(std::move(event));
-  }
-
-  std::vector<MemberEvent> Scheduler::TakeEvents() {
-    std::vector<MemberEvent> events;
-    events.swap(events_);
-    return events;
-  }
-
-  Snapshot Scheduler::GetSnapshot(bool include_finished) const {
-    Snapshot snapshot;
-    const UsageMap usage = CurrentUsage();
-    for (const auto& [name, host] : hosts_) {
-      HostView view;
-      view.host = host;
-      view.state = StateOf(host);
-      view.drained = host.drained;
-      auto host_usage = usage.find(name);
-      if (host_usage != usage.end()) {
-        for (const auto& [gpu, gang_id] : host_usage->second.gpus) {
-          view.leased_gpus.push_back(gpu);
-        }
-      }
-      for (const auto& [id, gang] : gangs_) {
-        if (!HoldsLeases(gang)) continue;
-        for (const auto& [index, member] : gang.members) {
-          if (member.host_name == name) ++view.members_running;
-        }
-      }
-      snapshot.hosts.push_back(std::move(view));
+  };
+  if (missing && !refresh_due && joined != 0) {
+    // Nobody else is due: only the joining member's stream hears it.
+    if (auto member = gang.members.find(joined); member != gang.members.end()) {
+      queue(joined, member->second);
     }
-    std::vector<Gang> live;
-    std::vector<Gang> finished;
+    return;
+  }
+  for (auto& [index, member] : gang.members) queue(index, member);
+  if (refreshed) gang.waiting_refresh_due = now + kWaitingRefresh;
+}
+
+std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
+
+absl::Status Scheduler::CheckPlanned(
+    const Gang& gang, const std::vector<PlannedMember>& planned) const {
+  if (planned.size() != gang.key.size) {
+    return absl::UnavailableError(
+        absl::StrCat("gang ", gang.id, " has no placement for every member"));
+  }
+  const UsageMap usage = CurrentUsage();
+  std::map<std::string, uint32_t> cpu_members;
+  std::set<std::pair<std::string, uint32_t>> taken;
+  for (const PlannedMember& member : planned) {
+    auto host = hosts_.find(member.host);
+    auto joined = gang.members.find(member.member_index);
+    if (host == hosts_.end() || joined == gang.members.end() ||
+        StateOf(host->second) != HostState::kUp || host->second.drained) {
+      return absl::UnavailableError(absl::StrCat(
+          "host ", member.host, " no longer takes gang ", gang.id));
+    }
+    if (member.gpu_indices.size() < joined->second.gpus_per_node) {
+      return absl::UnavailableError(
+          absl::StrCat("member ", member.member_index, " of gang ", gang.id,
+                       " was planned with too few GPUs"));
+    }
+    auto host_usage = usage.find(member.host);
+    for (const uint32_t gpu : member.gpu_indices) {
+      const bool exists = std::any_of(
+          host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
+          [gpu](const GpuInfo& info) { return info.index == gpu; });
+      const bool leased =
+          host_usage != usage.end() && host_usage->second.gpus.count(gpu) != 0;
+      if (!exists || leased || !taken.emplace(member.host, gpu).second) {
+        return absl::UnavailableError(absl::StrCat(
+            "GPU ", gpu, " of ", member.host, " is no longer free"));
+      }
+    }
+    if (member.gpu_indices.empty()) {
+      const uint32_t running =
+          host_usage != usage.end() ? host_usage->second.cpu_members : 0;
+      if (running + ++cpu_members[member.host] > SlotsOf(host->second)) {
+        return absl::UnavailableError(
+            absl::StrCat("host ", member.host, " has no free slot left"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
+                              uint32_t port) {
+  auto found = gangs_.find(proposal.gang_id);
+  if (found == gangs_.end() || found->second.state != GangState::kForming) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
+  }
+  Gang updated = found->second;
+  const bool all_present =
+      std::all_of(updated.members.begin(), updated.members.end(),
+                  [](const auto& entry) { return entry.second.present; });
+  if (!all_present || updated.members.size() != updated.key.size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", updated.id, " lost a member before admission"));
+  }
+  if (absl::Status fits = CheckPlanned(updated, proposal.members);
+      !fits.ok() || proposal.members.front().host != proposal.master_host) {
+    return absl::UnavailableError(absl::StrCat(
+        "gang ", updated.id, " no longer fits as proposed (",
+        fits.ok() ? "master moved" : fits.message(), "); trying again"));
+  }
+  if (port_leases_[proposal.master_host].count(port) != 0 ||
+      port < options_.master_port_min || port > options_.master_port_max) {
+    return absl::UnavailableError(absl::StrCat(
+        "port ", port, " on ", proposal.master_host, " is not available"));
+  }
+  const Host& master = hosts_.at(proposal.master_host);
+  updated.state = GangState::kRunning;
+  updated.reason.clear();
+  updated.blocked_note.clear();
+  updated.queue_position = 0;
+  updated.master_host = master.spec.name;
+  updated.master_addr = master.spec.address;
+  updated.master_port = port;
+  uint32_t timeout = 0;
+  for (const PlannedMember& planned : proposal.members) {
+    Member& member = updated.members.at(planned.member_index);
+    member.node_rank = static_cast<int32_t>(planned.node_rank);
+    member.host_name = planned.host;
+    member.gpu_indices = planned.gpu_indices;
+    timeout = std::max(timeout, member.job_timeout_seconds);
+  }
+  updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
+  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+
+  for (const auto& [index, member] : updated.members) {
+    for (uint32_t gpu : member.gpu_indices) {
+      gpu_leases_[member.host_name][gpu] = updated.id;
+    }
+  }
+  port_leases_[updated.master_host][port] = updated.id;
+  Gang& gang = found->second;
+  gang = std::move(updated);
+  spdlog::info("gang admitted gang={} master={}:{}", gang.id, gang.master_addr,
+               gang.master_port);
+  for (auto& [index, member] : gang.members) {
+    const uint64_t stream_id = member.stream_id;
+    member.stream_id = 0;  // The stream ends after the Admitted event.
+    QueueAdmitted(gang, member, stream_id);
+  }
+  Pass();
+  return absl::OkStatus();
+}
+
+void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
+  auto gang = gangs_.find(gang_id);
+  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+    return;
+  }
+  gang->second.blocked_note = note;
+  Pass();
+}
+
+Assignment Scheduler::BuildAssignment(const Gang& gang,
+                                      const Member& member) const {
+  Assignment assignment;
+  assignment.gang_id = gang.id;
+  assignment.epoch = gang.epoch;
+  assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
+  assignment.num_nodes = gang.key.size;
+  assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
+  assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
+  assignment.host_name = member.host_name;
+  auto host = hosts_.find(member.host_name);
+  if (host != hosts_.end()) {
+    assignment.host_address = host->second.spec.address;
+    assignment.agent_endpoint = host->second.spec.agent_endpoint;
+    assignment.network_interface = host->second.spec.network_interface;
+  }
+  assignment.gpu_indices = member.gpu_indices;
+  assignment.master_addr = gang.master_addr;
+  assignment.master_port = gang.master_port;
+  std::vector<const Member*> by_rank;
+  for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
+  std::stable_sort(by_rank.begin(), by_rank.end(),
+                   [](const Member* a, const Member* b) {
+                     return a->node_rank < b->node_rank;
+                   });
+  for (const Member* peer : by_rank) {
+    auto peer_host = hosts_.find(peer->host_name);
+    assignment.peers.push_back(peer_host != hosts_.end()
+                                   ? peer_host->second.spec.address
+                                   : peer->host_name);
+  }
+  assignment.launcher = member.launcher;
+  return assignment;
+}
+
+void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
+                              uint64_t stream_id) {
+  if (stream_id == 0) return;
+  MemberEvent event;
+  event.stream_id = stream_id;
+  event.kind = MemberEvent::Kind::kAdmitted;
+  event.gang_id = gang.id;
+  event.member_index = member.index;
+  event.assignment = BuildAssignment(gang, member);
+  events_.push_back(std::move(event));
+}
+
+std::vector<MemberEvent> Scheduler::TakeEvents() {
+  std::vector<MemberEvent> events;
+  events.swap(events_);
+  return events;
+}
+
+Snapshot Scheduler::GetSnapshot(bool include_finished) const {
+  Snapshot snapshot;
+  const UsageMap usage = CurrentUsage();
+  for (const auto& [name, host] : hosts_) {
+    HostView view;
+    view.host = host;
+    view.state = StateOf(host);
+    view.drained = host.drained;
+    auto host_usage = usage.find(name);
+    if (host_usage != usage.end()) {
+      for (const auto& [gpu, gang_id] : host_usage->second.gpus) {
+        view.leased_gpus.push_back(gpu);
+      }
+    }
     for (const auto& [id, gang] : gangs_) {
-      const bool is_live =
-          gang.state == GangState::kForming || HoldsLeases(gang);
-      if (is_live) {
-        live.push_back(gang);
-      } else if (include_finished) {
-        finished.push_back(gang);
+      if (!HoldsLeases(gang)) continue;
+      for (const auto& [index, member] : gang.members) {
+        if (member.host_name == name) ++view.members_running;
       }
     }
-    std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
-      return a.sequence < b.sequence;
-    });
-    std::sort(
-        finished.begin(), finished.end(),
-        [](const Gang& a, const Gang& b) { return a.sequence > b.sequence; });
-    snapshot.gangs = std::move(live);
-    snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(),
-                          finished.end());
-    return snapshot;
+    snapshot.hosts.push_back(std::move(view));
   }
+  std::vector<Gang> live;
+  std::vector<Gang> finished;
+  for (const auto& [id, gang] : gangs_) {
+    const bool is_live = gang.state == GangState::kForming || HoldsLeases(gang);
+    if (is_live) {
+      live.push_back(gang);
+    } else if (include_finished) {
+      finished.push_back(gang);
+    }
+  }
+  std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
+    return a.sequence < b.sequence;
+  });
+  std::sort(finished.begin(), finished.end(), [](const Gang& a, const Gang& b) {
+    return a.sequence > b.sequence;
+  });
+  snapshot.gangs = std::move(live);
+  snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(), finished.end());
+  return snapshot;
+}
 
-  const Gang* Scheduler::FindGang(const std::string& gang_id) const {
-    auto it = gangs_.find(gang_id);
-    return it == gangs_.end() ? nullptr : &it->second;
-  }
+const Gang* Scheduler::FindGang(const std::string& gang_id) const {
+  auto it = gangs_.find(gang_id);
+  return it == gangs_.end() ? nullptr : &it->second;
+}
 
 }  // namespace gdt::coordinator
