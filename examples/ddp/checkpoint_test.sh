@@ -19,9 +19,13 @@ export PATH="$torchrun_dir:$bin_dir:$PATH" DDP_STEPS=12 GDT_CHECKPOINT_KEEP=2
 run() {  # run <name> [VAR=value...]
   local name=$1; shift
   (cd "$work" && env DDP_OUT_DIR="$work/$name" GDT_CHECKPOINT_DIR="$work/$name-ckpt" "$@" \
-    timeout 120 torchrun --standalone --nproc_per_node 2 "$here/train.py") \
+    timeout 120 $(launch) "$here/train.py") \
     > "$work/$name.log" 2>&1 || { echo "FAIL: run $name failed:"; tail -20 "$work/$name.log"; exit 1; }
 }
+# A free loopback port per run: torch 1.13's --standalone always uses
+# localhost:29400, which concurrent jobs (and tests) on one machine share.
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+launch() { echo torchrun --nnodes 1 --nproc_per_node 2 --master_addr 127.0.0.1 --master_port "$(free_port)"; }
 digest() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["param_sha256"])' "$1"; }
 field() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])' "$1" "$2"; }
 
@@ -44,7 +48,7 @@ start=$(date +%s)
 (cd "$work" && env DDP_OUT_DIR="$work/notice" GDT_CHECKPOINT_DIR="$work/notice-ckpt" \
   DDP_STEPS=100000 DDP_STEP_SECONDS=0.05 CI_JOB_TIMEOUT=30 GDT_CHECKPOINT_NOTICE=27 \
   GDT_CHECKPOINT_SIGNAL=none \
-  timeout 60 gdt-ckpt run -- torchrun --standalone --nproc_per_node 2 "$here/train.py") \
+  timeout 60 gdt-ckpt run -- $(launch) "$here/train.py") \
   > "$work/notice.log" 2>&1 || { echo "FAIL: notice run failed:"; tail -20 "$work/notice.log"; exit 1; }
 elapsed=$(( $(date +%s) - start ))
 grep -q "gdt-ckpt run: checkpoint notice: the job times out in" "$work/notice.log" || { echo "FAIL: no notice line"; exit 1; }
