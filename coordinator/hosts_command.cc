@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/status_command.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
 
@@ -14,19 +15,6 @@ namespace gdt::coordinator {
 namespace {
 
 constexpr std::chrono::seconds kRpcTimeout(5);
-
-std::string StateName(v1::HostState state) {
-  switch (state) {
-    case v1::HOST_STATE_UP:
-      return "up";
-    case v1::HOST_STATE_DOWN:
-      return "down";
-    case v1::HOST_STATE_DRAINED:
-      return "drained";
-    default:
-      return "unknown";
-  }
-}
 
 // "8× H100" or "2× A100, 1× T4"; "-" for a CPU-only host.
 std::string GpuModels(const v1::HostSpec& host) {
@@ -59,7 +47,7 @@ std::string RenderHostsText(const v1::GetStatusResponse& status) {
     }
     std::sort(labels.begin(), labels.end());
     rows.push_back(
-        {host.host().name(), host.host().address(), StateName(host.state()),
+        {host.host().name(), host.host().address(), HostStateName(host.state()),
          absl::StrCat(host.leased_gpus_size(), "/", host.host().gpus_size()),
          GpuModels(host.host()), absl::StrCat(host.members_running()),
          labels.empty() ? "-" : absl::StrJoin(labels, ",")});
@@ -103,7 +91,7 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
     hosts.push_back(
         {{"name", host.host().name()},
          {"address", host.host().address()},
-         {"state", StateName(host.state())},
+         {"state", HostStateName(host.state())},
          {"gpus", gpus},
          {"labels", labels},
          {"network_interface", host.host().network_interface()},

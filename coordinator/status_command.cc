@@ -22,19 +22,6 @@ constexpr size_t kMaxAddressWidth = 24;
 constexpr size_t kMaxLabelsWidth = 28;
 constexpr size_t kRecentFailures = 5;
 
-std::string HostStateName(v1::HostState state) {
-  switch (state) {
-    case v1::HOST_STATE_UP:
-      return "up";
-    case v1::HOST_STATE_DOWN:
-      return "down";
-    case v1::HOST_STATE_DRAINED:
-      return "drained";
-    default:
-      return "unknown";
-  }
-}
-
 std::string GangStateText(v1::GangState state) {
   switch (state) {
     case v1::GANG_STATE_FORMING:
@@ -537,6 +524,19 @@ absl::Status WatchStatus(
     last = text.status();
   }
   return last;
+}
+
+std::string HostStateName(v1::HostState state) {
+  switch (state) {
+    case v1::HOST_STATE_UP:
+      return "up";
+    case v1::HOST_STATE_DOWN:
+      return "down";
+    case v1::HOST_STATE_DRAINED:
+      return "drained";
+    default:
+      return "unknown";
+  }
 }
 
 }  // namespace gdt::coordinator

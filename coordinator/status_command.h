@@ -70,6 +70,9 @@ std::string RenderStatusJson(const v1::GetStatusResponse& status,
 // One gang as JSON (the same object as in "gangs").
 std::string RenderGangJson(const v1::GangStatus& gang);
 
+// "up", "down", "drained" or "unknown", as status and `hosts` print it.
+std::string HostStateName(v1::HostState state);
+
 }  // namespace gdt::coordinator
 
 #endif  // GDT_COORDINATOR_STATUS_COMMAND_H_
