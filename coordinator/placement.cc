@@ -2,10 +2,13 @@
 
 #include <algorithm>
 #include <limits>
-#include <set>
+#include <optional>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "policy/admission_policy.h"
@@ -22,15 +25,6 @@ std::string FewNames(const std::vector<std::string>& names) {
     absl::StrAppend(&text, " and ", names.size() - shown, " more");
   }
   return text;
-}
-
-// Position of each device index among the host's GPUs.
-std::map<uint32_t, uint32_t> Positions(const PlacementHost& host) {
-  std::map<uint32_t, uint32_t> positions;
-  for (uint32_t p = 0; p < host.gpu_indices.size(); ++p) {
-    positions[host.gpu_indices[p]] = p;
-  }
-  return positions;
 }
 
 policy::GangSpec SpecOf(const WaitingGang& gang) {
@@ -50,6 +44,10 @@ policy::GangSpec SpecOf(const WaitingGang& gang) {
 // does not know join: drained, no GPUs, ample runner slots (so it always has
 // a free one: an unknown runner may have one). Not a valid host name.
 constexpr char kElsewhere[] = "(runner elsewhere)";
+const std::string& ElsewhereName() {
+  static const std::string* const name = new std::string(kElsewhere);
+  return *name;
+}
 
 // A policy holding `hosts`; down hosts are marked down when `mark_down`,
 // else drained (the daemon's policy takes joins through any host). Each
@@ -84,13 +82,24 @@ struct Room {
   std::vector<std::string> unusable;  // "gpu-03 drained", "gpu-04 down".
 };
 
-Room RoomFor(
-    uint32_t g, const std::vector<PlacementHost>& hosts,
-    const policy::AdmissionPolicy& policy,
-    const std::map<std::string, std::set<std::string>>& holders_by_host) {
+// Gangs holding GPUs or CPU slots, by host index: `names` holds each gang's
+// id once and `by_host[h]` the numbers of the gangs on host h.
+struct Holders {
+  std::vector<const std::string*> names;
+  std::vector<std::vector<uint32_t>> by_host;
+
+  uint32_t Add(const std::string& gang_id) {
+    names.push_back(&gang_id);
+    return static_cast<uint32_t>(names.size() - 1);
+  }
+};
+
+Room RoomFor(uint32_t g, const std::vector<PlacementHost>& hosts,
+             const policy::AdmissionPolicy& policy, const Holders& holders) {
   Room room;
-  std::set<std::string> seen;
-  for (const PlacementHost& host : hosts) {
+  std::vector<bool> seen(holders.names.size(), false);
+  for (size_t h = 0; h < hosts.size(); ++h) {
+    const PlacementHost& host = hosts[h];
     if (host.gpu_indices.size() < g) continue;
     if (host.down || host.drained) {
       room.unusable.push_back(
@@ -99,10 +108,10 @@ Room RoomFor(
     }
     room.members += g == 0 ? policy.FreeCpuSlots(host.name)
                            : policy.FreeGpus(host.name) / g;
-    auto held = holders_by_host.find(host.name);
-    if (held == holders_by_host.end()) continue;
-    for (const std::string& id : held->second) {
-      if (seen.insert(id).second) room.holders.push_back(id);
+    for (const uint32_t holder : holders.by_host[h]) {
+      if (seen[holder]) continue;
+      seen[holder] = true;
+      room.holders.push_back(*holders.names[holder]);
     }
   }
   return room;
@@ -156,15 +165,19 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<WaitingGang>& incomplete) {
   PlanOutcome outcome;
   if (hosts.empty()) return outcome;
-  std::map<std::string, const PlacementHost*> by_name;
-  std::map<std::string, std::map<uint32_t, uint32_t>> positions;
-  for (const PlacementHost& host : hosts) {
-    by_name.emplace(host.name, &host);
-    positions[host.name] = Positions(host);
-  }
+  // Host names to indices into `hosts` (the first of a duplicate name).
+  absl::flat_hash_map<std::string_view, size_t> index_of;
+  index_of.reserve(hosts.size());
+  for (size_t h = 0; h < hosts.size(); ++h) index_of.emplace(hosts[h].name, h);
+  auto find_host = [&](const std::string& name) -> std::optional<size_t> {
+    auto it = index_of.find(name);
+    if (it == index_of.end()) return std::nullopt;
+    return it->second;
+  };
   // Every waiting gang, in arrival order (the policy's tie-break for
   // "youngest"), and the runner slots its present members hold.
   std::vector<const WaitingGang*> joining;
+  joining.reserve(complete.size() + incomplete.size());
   for (const WaitingGang& gang : complete) joining.push_back(&gang);
   for (const WaitingGang& gang : incomplete) joining.push_back(&gang);
   std::stable_sort(joining.begin(), joining.end(),
@@ -172,13 +185,13 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                      return a->sequence < b->sequence;
                    });
   uint32_t ample = 1;
-  std::map<std::string, uint32_t> arrivals;  // Members per arrival host.
+  std::vector<uint32_t> arrivals(hosts.size(), 0);  // Members per host.
   bool elsewhere = false;
   for (const WaitingGang* gang : joining) {
     for (const auto& [index, arrival] : gang->arrival_hosts) {
       ++ample;
-      if (by_name.count(arrival) != 0) {
-        ++arrivals[arrival];
+      if (std::optional<size_t> h = find_host(arrival); h.has_value()) {
+        ++arrivals[*h];
       } else {
         elsewhere = true;
       }
@@ -186,8 +199,7 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   }
   // A declared count below the members present there is wrong: unknown.
   auto slots_of = [&](const PlacementHost& host) {
-    auto held = arrivals.find(host.name);
-    const uint32_t present = held == arrivals.end() ? 0 : held->second;
+    const uint32_t present = arrivals[index_of.at(host.name)];
     return host.runner_slots == 0 || host.runner_slots < present
                ? ample
                : host.runner_slots;
@@ -195,7 +207,7 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   policy::AdmissionPolicy policy =
       BuildPolicy(hosts, slots_of, std::numeric_limits<uint32_t>::max(),
                   /*mark_down=*/false);
-  if (elsewhere && by_name.count(kElsewhere) == 0) {
+  if (elsewhere && !index_of.contains(kElsewhere)) {
     policy::HostSpec spec;
     spec.name = kElsewhere;
     spec.runner_slots = ample;
@@ -205,21 +217,32 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
     }
   }
 
-  std::map<std::string, std::set<std::string>> holders_by_host;
+  Holders holders;
+  holders.by_host.resize(hosts.size());
   for (const RunningGang& gang : running) {
+    const uint32_t holder = holders.Add(gang.gang_id);
     std::vector<policy::MemberPlacement> placements;
     bool cpu_only = true;
     for (const LeasedMember& member : gang.members) {
       policy::MemberPlacement placement;
       placement.member_index = static_cast<uint32_t>(placements.size() + 1);
       placement.host = member.host;
-      const auto& host_positions = positions[member.host];
-      for (const uint32_t gpu : member.gpu_indices) {
-        auto p = host_positions.find(gpu);
-        if (p != host_positions.end()) placement.gpus.push_back(p->second);
+      if (std::optional<size_t> h = find_host(member.host); h.has_value()) {
+        // Device indices to positions among the host's GPUs.
+        const std::vector<uint32_t>& devices = hosts[*h].gpu_indices;
+        for (const uint32_t gpu : member.gpu_indices) {
+          auto p = std::find(devices.begin(), devices.end(), gpu);
+          if (p != devices.end()) {
+            placement.gpus.push_back(
+                static_cast<uint32_t>(p - devices.begin()));
+          }
+        }
+        std::vector<uint32_t>& on_host = holders.by_host[*h];
+        if (on_host.empty() || on_host.back() != holder) {
+          on_host.push_back(holder);
+        }
       }
       if (!member.gpu_indices.empty()) cpu_only = false;
-      holders_by_host[member.host].insert(gang.gang_id);
       placements.push_back(std::move(placement));
     }
     policy::GangSpec spec;
@@ -232,12 +255,12 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
     policy.AddRunning(spec, placements, gang.end_bound_unix_s).IgnoreError();
   }
 
-  std::map<std::string, std::string> join_failures;
+  absl::flat_hash_map<std::string_view, std::string> join_failures;
   for (const WaitingGang* gang : joining) {
     const policy::GangSpec spec = SpecOf(*gang);
     for (const auto& [index, arrival] : gang->arrival_hosts) {
-      const std::string slot =
-          by_name.count(arrival) != 0 ? arrival : std::string(kElsewhere);
+      const std::string& slot =
+          index_of.contains(arrival) ? arrival : ElsewhereName();
       absl::Status joined = policy.Join(spec, index, slot);
       if (!joined.ok()) {
         join_failures[gang->gang_id] = std::string(joined.message());
@@ -250,14 +273,17 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   for (const policy::Bounce& bounce : decisions.bounced) {
     outcome.bounced.push_back(BouncedGang{bounce.gang_id, bounce.message});
   }
-  std::set<std::string> started;
+  absl::flat_hash_set<std::string_view> started;
+  outcome.admitted.reserve(decisions.admitted.size());
   for (const policy::Admission& admission : decisions.admitted) {
     PlannedGang planned;
     planned.gang_id = admission.gang_id;
+    const uint32_t holder = holders.Add(admission.gang_id);
     std::vector<policy::RankInput> ranks;
     std::map<uint32_t, PlannedMember> by_index;
     for (const policy::MemberPlacement& member : admission.members) {
-      const PlacementHost& host = *by_name.at(member.host);
+      const size_t h = index_of.at(member.host);
+      const PlacementHost& host = hosts[h];
       PlannedMember out;
       out.member_index = member.member_index;
       out.host = member.host;
@@ -267,7 +293,10 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
       std::sort(out.gpu_indices.begin(), out.gpu_indices.end());
       ranks.push_back(
           policy::RankInput{member.member_index, member.host, host.labels});
-      holders_by_host[member.host].insert(admission.gang_id);
+      std::vector<uint32_t>& on_host = holders.by_host[h];
+      if (on_host.empty() || on_host.back() != holder) {
+        on_host.push_back(holder);
+      }
       by_index[member.member_index] = std::move(out);
     }
     const std::vector<uint32_t> order = policy::OrderRanks(ranks);
@@ -276,13 +305,13 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
       member.node_rank = rank;
       planned.members.push_back(std::move(member));
     }
-    started.insert(planned.gang_id);
+    started.insert(admission.gang_id);
     outcome.admitted.push_back(std::move(planned));
   }
 
   std::vector<const WaitingGang*> waiting;
   for (const WaitingGang& gang : complete) {
-    if (started.count(gang.gang_id) == 0) waiting.push_back(&gang);
+    if (!started.contains(gang.gang_id)) waiting.push_back(&gang);
   }
   std::sort(waiting.begin(), waiting.end(),
             [](const WaitingGang* a, const WaitingGang* b) {
@@ -301,11 +330,11 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
       // The room depends only on the GPUs per member: once per size.
       auto room = rooms.find(gang->gpus_per_member);
       if (room == rooms.end()) {
-        room = rooms
-                   .emplace(gang->gpus_per_member,
-                            RoomFor(gang->gpus_per_member, hosts, policy,
-                                    holders_by_host))
-                   .first;
+        room =
+            rooms
+                .emplace(gang->gpus_per_member,
+                         RoomFor(gang->gpus_per_member, hosts, policy, holders))
+                .first;
       }
       blocked.why = WhyBlocked(*gang, room->second, policy, now_unix_s);
     }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 #include <tuple>
 
 #include "absl/strings/str_cat.h"
@@ -15,24 +16,27 @@ constexpr uint32_t kUnlimited = std::numeric_limits<uint32_t>::max();
 // usable host with the fewest GPUs left that still holds it, preferring the
 // member's own runner host on ties. For equal-sized members this finds a
 // placement whenever sum(floor(cap / gpus)) covers them. Only the hosts in
-// `candidates` (ascending indices) may be used.
+// `candidates` (ascending indices) may be used. Costs O(members ×
+// candidates), independent of the number of hosts in `cap`.
 std::optional<std::vector<size_t>> BestFit(
     uint32_t gpus, const std::vector<size_t>& preferred,
-    const std::vector<size_t>& candidates, std::vector<uint32_t> cap) {
+    const std::vector<size_t>& candidates, const std::vector<uint32_t>& cap) {
+  std::vector<uint32_t> left(candidates.size());
+  for (size_t i = 0; i < candidates.size(); ++i) left[i] = cap[candidates[i]];
   std::vector<size_t> out;
   out.reserve(preferred.size());
   for (const size_t want : preferred) {
-    size_t best = cap.size();
-    for (const size_t h : candidates) {
-      if (cap[h] < gpus) continue;
-      if (best == cap.size() || cap[h] < cap[best] ||
-          (cap[h] == cap[best] && h == want)) {
-        best = h;
+    size_t best = candidates.size();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (left[i] < gpus) continue;
+      if (best == candidates.size() || left[i] < left[best] ||
+          (left[i] == left[best] && candidates[i] == want)) {
+        best = i;
       }
     }
-    if (best == cap.size()) return std::nullopt;
-    cap[best] -= gpus;
-    out.push_back(best);
+    if (best == candidates.size()) return std::nullopt;
+    left[best] -= gpus;
+    out.push_back(candidates[best]);
   }
   return out;
 }
@@ -68,6 +72,7 @@ absl::Status AdmissionPolicy::AddHost(const HostSpec& spec) {
   host.free_slots = spec.runner_slots;
   host.free_cpu = spec.cpu_slots == 0 ? kUnlimited : spec.cpu_slots;
   feasibility_.clear();
+  domains_.clear();
   host_index_[spec.name] = hosts_.size();
   host_names_.push_back(spec.name);
   hosts_.push_back(std::move(host));
@@ -422,14 +427,23 @@ std::optional<Bounce> AdmissionPolicy::BreakDeadlock() {
 
 std::optional<std::vector<size_t>> AdmissionPolicy::Place(
     const Gang& gang, const std::vector<uint32_t>* extra) const {
-  std::vector<uint32_t> cap(hosts_.size());
-  std::vector<bool> usable(hosts_.size());
+  std::vector<uint32_t>& cap = place_scratch_;
+  cap.assign(hosts_.size(), 0);
+  const GangSpec& spec = gang.spec;
+  const bool gpus = spec.gpus_per_member != 0;
+  const bool selector = !spec.node_selector.empty();
   for (size_t h = 0; h < hosts_.size(); ++h) {
-    usable[h] = Eligible(hosts_[h], gang.spec);
-    cap[h] = FreeUnits(hosts_[h], gang.spec);
-    if (extra != nullptr) cap[h] = std::min(cap[h], (*extra)[h]);
+    const Host& host = hosts_[h];
+    if (host.drained || host.down) continue;
+    if (selector ? !Matches(host.spec, spec)
+                 : host.spec.gpus < spec.gpus_per_member) {
+      continue;
+    }
+    uint32_t units = gpus ? host.free_gpus : host.free_cpu;
+    if (extra != nullptr) units = std::min(units, (*extra)[h]);
+    cap[h] = units;
   }
-  return PlaceOn(gang, usable, cap);
+  return PlaceOn(gang, cap);
 }
 
 uint32_t AdmissionPolicy::FreeUnits(const Host& host,
@@ -438,8 +452,7 @@ uint32_t AdmissionPolicy::FreeUnits(const Host& host,
 }
 
 std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
-    const Gang& gang, const std::vector<bool>& usable,
-    const std::vector<uint32_t>& cap) const {
+    const Gang& gang, const std::vector<uint32_t>& cap) const {
   const uint32_t unit = std::max<uint32_t>(gang.spec.gpus_per_member, 1);
   std::vector<size_t> preferred;
   preferred.reserve(gang.present.size());
@@ -447,24 +460,24 @@ std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
     preferred.push_back(member.slot_host);
   }
   std::vector<size_t> all;
+  all.reserve(hosts_.size());
   for (size_t h = 0; h < hosts_.size(); ++h) {
-    if (usable[h] && cap[h] >= unit) all.push_back(h);
+    if (cap[h] >= unit) all.push_back(h);
   }
   if (gang.spec.same_label.empty()) {
     return BestFit(unit, preferred, all, cap);
   }
   // One domain per value of the label: the tightest domain that holds the
   // whole gang wins (least capacity left over), like best fit for hosts.
-  std::map<std::string, std::vector<size_t>> domains;
+  const Domains& index = DomainsOf(gang.spec.same_label);
+  std::vector<std::vector<size_t>> domains(index.count);
   for (const size_t h : all) {
-    auto label = hosts_[h].spec.labels.find(gang.spec.same_label);
-    if (label != hosts_[h].spec.labels.end()) {
-      domains[label->second].push_back(h);
-    }
+    if (index.domain_of[h] >= 0) domains[index.domain_of[h]].push_back(h);
   }
   std::optional<std::vector<size_t>> best;
   uint64_t best_left = 0;
-  for (const auto& [value, members] : domains) {
+  for (const std::vector<size_t>& members : domains) {
+    if (members.empty()) continue;
     uint64_t room = 0;
     uint64_t left = 0;
     for (const size_t h : members) {
@@ -483,6 +496,28 @@ std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
   }
   if (best.has_value() || gang.spec.same_required) return best;
   return BestFit(unit, preferred, all, cap);
+}
+
+const AdmissionPolicy::Domains& AdmissionPolicy::DomainsOf(
+    const std::string& label) const {
+  auto cached = domains_.find(label);
+  if (cached != domains_.end()) return cached->second;
+  std::map<std::string_view, int32_t> ranks;
+  for (const Host& host : hosts_) {
+    auto value = host.spec.labels.find(label);
+    if (value != host.spec.labels.end()) ranks.emplace(value->second, 0);
+  }
+  int32_t next = 0;
+  for (auto& [value, rank] : ranks) rank = next++;
+  Domains domains;
+  domains.count = ranks.size();
+  domains.domain_of.reserve(hosts_.size());
+  for (const Host& host : hosts_) {
+    auto value = host.spec.labels.find(label);
+    domains.domain_of.push_back(
+        value == host.spec.labels.end() ? -1 : ranks.at(value->second));
+  }
+  return domains_.emplace(label, std::move(domains)).first->second;
 }
 
 Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
@@ -542,7 +577,11 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
     auto next = std::next(it);
     if (next != running_.end() && next->first == it->first) continue;
     if (room < head.spec.members) continue;
-    hosts = PlaceOn(head, usable, cap);
+    std::vector<uint32_t> usable_cap(hosts_.size(), 0);
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      if (usable[h]) usable_cap[h] = cap[h];
+    }
+    hosts = PlaceOn(head, usable_cap);
     if (hosts.has_value()) {
       start = std::max(it->first, now);
       break;

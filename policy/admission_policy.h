@@ -23,6 +23,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -229,11 +231,20 @@ class AdmissionPolicy {
   // member, or nullopt when the gang does not fit.
   std::optional<std::vector<size_t>> Place(
       const Gang& gang, const std::vector<uint32_t>* extra) const;
-  // Placement on capacities `cap` (GPUs, or CPU slots for CPU-only gangs)
-  // honouring the gang's topology requirement.
+  // Placement on capacities `cap` (GPUs, or CPU slots for CPU-only gangs;
+  // 0 on hosts the gang may not use) honouring the gang's topology
+  // requirement.
   std::optional<std::vector<size_t>> PlaceOn(
-      const Gang& gang, const std::vector<bool>& usable,
-      const std::vector<uint32_t>& cap) const;
+      const Gang& gang, const std::vector<uint32_t>& cap) const;
+  // Hosts grouped by their value of one label: domain_of[h] is the rank of
+  // host h's value among the label's distinct values in string order, -1
+  // for a host without the label. Computed once per label and kept until a
+  // host is added.
+  struct Domains {
+    std::vector<int32_t> domain_of;
+    size_t count = 0;
+  };
+  const Domains& DomainsOf(const std::string& label) const;
   // Free capacity of host `h` in the gang's unit: GPUs, or CPU slots.
   uint32_t FreeUnits(const Host& host, const GangSpec& spec) const;
   Admission Commit(Gang& gang, const std::vector<size_t>& hosts, Seconds now);
@@ -254,10 +265,13 @@ class AdmissionPolicy {
       std::tuple<uint32_t, uint32_t, std::map<std::string, std::string>,
                  std::string, bool>;
   mutable std::map<FeasibilityKey, absl::Status> feasibility_;
+  mutable std::map<std::string, Domains> domains_;  // By label; see DomainsOf.
+  mutable std::vector<uint32_t> place_scratch_;     // Place()'s capacities.
   std::vector<Host> hosts_;
   std::vector<std::string> host_names_;
-  std::map<std::string, size_t> host_index_;
-  std::map<std::string, Gang> gangs_;
+  absl::flat_hash_map<std::string, size_t> host_index_;
+  // Node-based: queue_ points at the values.
+  absl::node_hash_map<std::string, Gang> gangs_;
   // Waiting gangs, pointing into gangs_ (whose nodes are stable).
   std::map<QueueKey, Gang*> queue_;
   size_t cpu_only_waiting_ = 0;  // Waiting gangs with no GPUs per member.
