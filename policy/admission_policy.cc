@@ -427,23 +427,38 @@ std::optional<Bounce> AdmissionPolicy::BreakDeadlock() {
 
 std::optional<std::vector<size_t>> AdmissionPolicy::Place(
     const Gang& gang, const std::vector<uint32_t>* extra) const {
-  std::vector<uint32_t>& cap = place_scratch_;
-  cap.assign(hosts_.size(), 0);
+  // Only the candidates' entries of `cap` are written and read.
+  std::vector<uint32_t>& cap = place_cap_scratch_;
+  std::vector<size_t>& candidates = place_hosts_scratch_;
+  cap.resize(hosts_.size());
+  candidates.clear();
   const GangSpec& spec = gang.spec;
+  const uint32_t unit = std::max<uint32_t>(spec.gpus_per_member, 1);
   const bool gpus = spec.gpus_per_member != 0;
   const bool selector = !spec.node_selector.empty();
   for (size_t h = 0; h < hosts_.size(); ++h) {
     const Host& host = hosts_[h];
-    if (host.drained || host.down) continue;
-    if (selector ? !Matches(host.spec, spec)
-                 : host.spec.gpus < spec.gpus_per_member) {
-      continue;
-    }
     uint32_t units = gpus ? host.free_gpus : host.free_cpu;
     if (extra != nullptr) units = std::min(units, (*extra)[h]);
+    if (units < unit || host.drained || host.down ||
+        (selector && !Matches(host.spec, spec))) {
+      continue;
+    }
     cap[h] = units;
+    candidates.push_back(h);
   }
-  return PlaceOn(gang, cap);
+  return PlaceOn(gang, cap, candidates);
+}
+
+std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
+    const Gang& gang, const std::vector<uint32_t>& cap) const {
+  const uint32_t unit = std::max<uint32_t>(gang.spec.gpus_per_member, 1);
+  std::vector<size_t> all;
+  all.reserve(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (cap[h] >= unit) all.push_back(h);
+  }
+  return PlaceOn(gang, cap, all);
 }
 
 uint32_t AdmissionPolicy::FreeUnits(const Host& host,
@@ -452,17 +467,13 @@ uint32_t AdmissionPolicy::FreeUnits(const Host& host,
 }
 
 std::optional<std::vector<size_t>> AdmissionPolicy::PlaceOn(
-    const Gang& gang, const std::vector<uint32_t>& cap) const {
+    const Gang& gang, const std::vector<uint32_t>& cap,
+    const std::vector<size_t>& all) const {
   const uint32_t unit = std::max<uint32_t>(gang.spec.gpus_per_member, 1);
   std::vector<size_t> preferred;
   preferred.reserve(gang.present.size());
   for (const auto& [index, member] : gang.present) {
     preferred.push_back(member.slot_host);
-  }
-  std::vector<size_t> all;
-  all.reserve(hosts_.size());
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    if (cap[h] >= unit) all.push_back(h);
   }
   if (gang.spec.same_label.empty()) {
     return BestFit(unit, preferred, all, cap);

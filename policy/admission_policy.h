@@ -236,6 +236,11 @@ class AdmissionPolicy {
   // requirement.
   std::optional<std::vector<size_t>> PlaceOn(
       const Gang& gang, const std::vector<uint32_t>& cap) const;
+  // The same with the hosts that may hold a member (cap >= the unit),
+  // ascending, given: only their entries of `cap` are read.
+  std::optional<std::vector<size_t>> PlaceOn(
+      const Gang& gang, const std::vector<uint32_t>& cap,
+      const std::vector<size_t>& all) const;
   // Hosts grouped by their value of one label: domain_of[h] is the rank of
   // host h's value among the label's distinct values in string order, -1
   // for a host without the label. Computed once per label and kept until a
@@ -266,7 +271,9 @@ class AdmissionPolicy {
                  std::string, bool>;
   mutable std::map<FeasibilityKey, absl::Status> feasibility_;
   mutable std::map<std::string, Domains> domains_;  // By label; see DomainsOf.
-  mutable std::vector<uint32_t> place_scratch_;     // Place()'s capacities.
+  // Place()'s capacities and candidate hosts, kept to save allocations.
+  mutable std::vector<uint32_t> place_cap_scratch_;
+  mutable std::vector<size_t> place_hosts_scratch_;
   std::vector<Host> hosts_;
   std::vector<std::string> host_names_;
   absl::flat_hash_map<std::string, size_t> host_index_;
