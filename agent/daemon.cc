@@ -87,6 +87,17 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                          " stream to the agent on host ", host, " broke)"));
         reporter->Report(std::move(request));
       });
+  // What a previous agent on this scratch dir left running (it died
+  // without ending its stages) holds GPUs and reports to nobody: end it
+  // before taking new members.
+  for (const ProcessLedger::Reaped& group :
+       daemon->supervisor_.ReapLeftovers()) {
+    spdlog::warn(
+        "ended process group {} ({} processes) left running by a previous "
+        "gdt-agent{}",
+        group.pgid, group.processes,
+        group.killed ? " (SIGKILL after the kill grace)" : "");
+  }
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start(config.listen_address, daemon->service_);
   if (!server.ok()) return server.status();

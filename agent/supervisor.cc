@@ -123,9 +123,14 @@ Supervisor::Supervisor(std::string scratch_root,
                        std::map<std::string, std::string> base_env)
     : scratch_root_(std::move(scratch_root)),
       default_kill_grace_(default_kill_grace),
-      base_env_(std::move(base_env)) {}
+      base_env_(std::move(base_env)),
+      ledger_((fs::path(scratch_root_) / ".process-groups").string()) {}
 
 Supervisor::~Supervisor() { Shutdown(); }
+
+std::vector<ProcessLedger::Reaped> Supervisor::ReapLeftovers() {
+  return ledger_.ReapLeftovers(default_kill_grace_);
+}
 
 std::string Supervisor::ScratchDir(const std::string& member_id) const {
   return (fs::path(scratch_root_) / EscapePathComponent(member_id)).string();
@@ -233,6 +238,12 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
                      member_id, ": ", stage.status().message()));
   }
   members_[member_id].running[stage->get()] = *stage;
+  // NotFound: the script already ended, and its group with it.
+  if (absl::Status recorded = ledger_.Record((*stage)->process_group());
+      !recorded.ok() && !absl::IsNotFound(recorded)) {
+    spdlog::warn("cannot record process group {}: {}",
+                 (*stage)->process_group(), std::string(recorded.message()));
+  }
   if (options.env.count("GDT_GANG_ID") != 0 &&
       options.env.count("GDT_KV_TOKEN") != 0) {
     members_[member_id].gang_env = options.env;
@@ -246,6 +257,8 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
 
 void Supervisor::StageFinished(const std::string& member_id, Stage* stage) {
   MutexLock lock(mu_);
+  // Under the lock: StartStage() records the group while holding it.
+  ledger_.Forget(stage->process_group());
   auto member = members_.find(member_id);
   if (member != members_.end()) member->second.running.erase(stage);
   --running_;

@@ -10,6 +10,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "agent/process_ledger.h"
 #include "agent/stage.h"
 #include "common/mutex.h"
 
@@ -91,6 +92,15 @@ class Supervisor {
   // Number of stages still running.
   size_t running_stages() const;
 
+  // The process groups of running stages and gdt-rsh commands, on disk in
+  // `<scratch_root>/.process-groups` (member dirs never start with '.').
+  const ProcessLedger& ledger() const { return ledger_; }
+
+  // Ends the process groups a previous agent on this scratch root left
+  // running (ProcessLedger::ReapLeftovers with the default kill grace).
+  // Call before serving.
+  std::vector<ProcessLedger::Reaped> ReapLeftovers();
+
   // --- gdt-rsh (issue 10) ---
   // Adds `key=value` to the environment of every stage started from now on
   // (the daemon sets GDT_AGENT_ENDPOINT once its port is known).
@@ -133,6 +143,7 @@ class Supervisor {
   const std::string scratch_root_;
   const std::chrono::seconds default_kill_grace_;
   const std::map<std::string, std::string> base_env_;
+  const ProcessLedger ledger_;
 
   mutable Mutex mu_;
   CondVar stage_finished_;

@@ -174,5 +174,50 @@ TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
       << DescribeAll(JobProcesses(cluster));
 }
 
+// An agent that dies without ending its stages (SIGKILL, the OOM killer)
+// leaves the training running with nobody to report it. The next agent
+// started on the host ends what the dead one left before it serves.
+TEST(LivenessTest, RestartedAgentEndsTheTrainingADeadAgentLeftRunning) {
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(2);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  const AgentSpec agent{
+      .name = "host1", .host = 1, .cpu_slots = 1, .network_interface = "eth0"};
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  // One member: no peer whose loss would end the training by itself.
+  const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/1,
+                                             /*procs_per_node=*/1);
+  std::unique_ptr<Subprocess> run = StartRunLocal(
+      cluster, project, "train",
+      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
+  ASSERT_NE(run, nullptr);
+  const std::string log_path =
+      absl::StrCat(cluster.run_dir(), "/logs/train.log");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(log_path).find("first step done") != std::string::npos;
+      },
+      seconds(150)))
+      << ReadFile(log_path) << cluster.Logs();
+
+  cluster.StopAgent(0, SIGKILL);
+  // The dead agent's training runs on: an orphan holding the host.
+  ASSERT_FALSE(JobProcesses(cluster, "GDT_NODE_RANK=0").empty())
+      << "the training ended with its agent";
+
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster).empty(); }, seconds(20)))
+      << DescribeAll(JobProcesses(cluster));
+  EXPECT_THAT(ReadFile(cluster.dir().Sub("agent-host1.log")),
+              HasSubstr("left running by a previous gdt-agent"));
+
+  CommandResult result = FinishRun(*run, seconds(90));
+  EXPECT_FALSE(result.status.success()) << result.output;
+}
+
 }  // namespace
 }  // namespace gdt::testing
