@@ -1,0 +1,43 @@
+#ifndef GDT_COORDINATOR_ETCD_TEST_SERVER_H_
+#define GDT_COORDINATOR_ETCD_TEST_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/subprocess.h"
+
+namespace gdt::coordinator::testing_support {
+
+// For tests: Debian's etcd (/usr/bin/etcd) as one node or a cluster of
+// nodes on free 127.0.0.1 ports, with its data in a fresh directory. The
+// destructor stops every node and deletes the directory.
+class EtcdTestServer {
+ public:
+  // Starts `nodes` members and waits up to `timeout` until the cluster
+  // serves requests. Errors: NotFound when etcd is not installed;
+  // DeadlineExceeded when it does not come up (its log is in the message).
+  static absl::StatusOr<std::unique_ptr<EtcdTestServer>> Start(
+      int nodes = 1,
+      std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  ~EtcdTestServer();
+  EtcdTestServer(const EtcdTestServer&) = delete;
+  EtcdTestServer& operator=(const EtcdTestServer&) = delete;
+
+  // "127.0.0.1:PORT" of every node's client URL.
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  // The same, comma-separated (the form of the etcd_endpoints setting).
+  std::string joined_endpoints() const;
+
+ private:
+  EtcdTestServer() = default;
+  std::string dir_;
+  std::vector<std::string> endpoints_;
+  std::vector<std::unique_ptr<Subprocess>> processes_;
+};
+
+}  // namespace gdt::coordinator::testing_support
+
+#endif  // GDT_COORDINATOR_ETCD_TEST_SERVER_H_
