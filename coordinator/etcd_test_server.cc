@@ -1,6 +1,7 @@
 #include "coordinator/etcd_test_server.h"
 
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -125,6 +126,7 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
 }
 
 EtcdTestServer::~EtcdTestServer() {
+  Resume();  // A stopped process would not act on SIGTERM.
   for (auto& process : processes_) {
     if (!process->TryWait().has_value()) {
       process->Terminate(std::chrono::milliseconds(3000));
@@ -133,6 +135,14 @@ EtcdTestServer::~EtcdTestServer() {
   processes_.clear();
   std::error_code ignored;
   if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+void EtcdTestServer::Pause() {
+  for (auto& process : processes_) process->SignalGroup(SIGSTOP);
+}
+
+void EtcdTestServer::Resume() {
+  for (auto& process : processes_) process->SignalGroup(SIGCONT);
 }
 
 std::string EtcdTestServer::joined_endpoints() const {

@@ -31,6 +31,11 @@ class EtcdTestServer {
   // The same, comma-separated (the form of the etcd_endpoints setting).
   std::string joined_endpoints() const;
 
+  // Freezes (SIGSTOP) or thaws (SIGCONT) every node: etcd stops answering
+  // without closing connections, as when a coordinator is cut off from it.
+  void Pause();
+  void Resume();
+
  private:
   EtcdTestServer() = default;
   std::string dir_;
