@@ -128,7 +128,8 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
 EtcdTestServer::~EtcdTestServer() {
   Resume();  // A stopped process would not act on SIGTERM.
   for (auto& process : processes_) {
-    if (!process->TryWait().has_value()) {
+    if (!process->exit_status().has_value() &&
+        !process->TryWait().has_value()) {
       process->Terminate(std::chrono::milliseconds(3000));
     }
   }
@@ -138,11 +139,22 @@ EtcdTestServer::~EtcdTestServer() {
 }
 
 void EtcdTestServer::Pause() {
-  for (auto& process : processes_) process->SignalGroup(SIGSTOP);
+  for (auto& process : processes_) {
+    if (!process->exit_status().has_value()) process->SignalGroup(SIGSTOP);
+  }
 }
 
 void EtcdTestServer::Resume() {
-  for (auto& process : processes_) process->SignalGroup(SIGCONT);
+  for (auto& process : processes_) {
+    if (!process->exit_status().has_value()) process->SignalGroup(SIGCONT);
+  }
+}
+
+void EtcdTestServer::StopNode(int index) {
+  Subprocess& process = *processes_.at(index);
+  if (!process.TryWait().has_value()) {
+    process.Terminate(std::chrono::milliseconds(3000));
+  }
 }
 
 std::string EtcdTestServer::joined_endpoints() const {

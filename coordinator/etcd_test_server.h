@@ -35,6 +35,8 @@ class EtcdTestServer {
   // without closing connections, as when a coordinator is cut off from it.
   void Pause();
   void Resume();
+  // Stops node `index` for good (SIGTERM, then SIGKILL).
+  void StopNode(int index);
 
  private:
   EtcdTestServer() = default;

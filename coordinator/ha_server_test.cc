@@ -139,5 +139,50 @@ TEST_F(HaServerTest, LeaderCutOffFromEtcdStopsServingWithinItsLease) {
   EXPECT_EQ(status.status().code(), absl::StatusCode::kUnavailable);
 }
 
+TEST(HaServerEtcdClusterTest, ReplicasRideOutTheLossOfAnEtcdMember) {
+  absl::StatusOr<std::unique_ptr<testing_support::EtcdTestServer>> etcd =
+      testing_support::EtcdTestServer::Start(/*nodes=*/3);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  SystemClock clock;
+  Config config;
+  config.listen_address = "127.0.0.1:0";
+  config.state_store = "etcd";
+  config.etcd_endpoints = (*etcd)->endpoints();
+  // Longer than etcd needs to elect a new raft leader (about 1 s here).
+  config.lease_ttl_s = 4;
+  absl::StatusOr<std::unique_ptr<HaServer>> first =
+      HaServer::Start(config, clock);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(WaitFor([&] { return (*first)->leader(); }, 10s));
+  absl::StatusOr<std::unique_ptr<HaServer>> second =
+      HaServer::Start(config, clock);
+  ASSERT_TRUE(second.ok()) << second.status();
+  rendezvous::CoordinatorClient client((*first)->bound_address() + "," +
+                                       (*second)->bound_address());
+  ASSERT_TRUE(client.RegisterHost(CpuHost("cpu-01"), 5s).ok());
+
+  // The member both replicas talk to first goes away: they move to the
+  // others; the leader keeps its lease through more than a TTL.
+  (*etcd)->StopNode(0);
+  const auto stopped = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client.RegisterHost(CpuHost("cpu-02"), 10s).ok());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::chrono::steady_clock::now() - stopped >
+               std::chrono::seconds(config.lease_ttl_s + 1);
+      },
+      20s));
+  EXPECT_TRUE((*first)->leader());
+  EXPECT_FALSE((*first)->lost());
+
+  // And a takeover still works on the two members left.
+  (*first)->Shutdown();
+  ASSERT_TRUE(WaitFor([&] { return (*second)->leader(); }, 10s));
+  absl::StatusOr<v1::GetStatusResponse> status =
+      client.GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->hosts_size(), 2);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator
