@@ -46,6 +46,12 @@ std::string ReadAll(const std::string& path) {
 
 absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
     int nodes, std::chrono::milliseconds timeout) {
+  return StartIn({}, "127.0.0.1", nodes, timeout);
+}
+
+absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::StartIn(
+    const std::vector<std::string>& prefix, const std::string& address,
+    int nodes, std::chrono::milliseconds timeout) {
   if (access("/usr/bin/etcd", X_OK) != 0) {
     return absl::NotFoundError(
         "/usr/bin/etcd is missing: apt-get install etcd-server");
@@ -60,13 +66,16 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
   std::vector<int> client_ports;
   std::vector<std::string> peers;
   for (int i = 0; i < nodes; ++i) {
-    absl::StatusOr<int> client = FreePort();
-    absl::StatusOr<int> peer = FreePort();
+    // A fresh namespace has every port free; loopback is shared.
+    absl::StatusOr<int> client =
+        prefix.empty() ? FreePort() : absl::StatusOr<int>(2379 + 2 * i);
+    absl::StatusOr<int> peer =
+        prefix.empty() ? FreePort() : absl::StatusOr<int>(2380 + 2 * i);
     if (!client.ok()) return client.status();
     if (!peer.ok()) return peer.status();
     client_ports.push_back(*client);
-    peers.push_back(absl::StrCat("n", i, "=http://127.0.0.1:", *peer));
-    server->endpoints_.push_back(absl::StrCat("127.0.0.1:", *client));
+    peers.push_back(absl::StrCat("n", i, "=http://", address, ":", *peer));
+    server->endpoints_.push_back(absl::StrCat(address, ":", *client));
   }
   const std::string cluster = absl::StrJoin(peers, ",");
   for (int i = 0; i < nodes; ++i) {
@@ -74,25 +83,16 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
     const std::string client_url =
         absl::StrCat("http://", server->endpoints_[i]);
     SpawnOptions options;
-    options.argv = {"/usr/bin/etcd",
-                    "--name",
-                    absl::StrCat("n", i),
-                    "--data-dir",
-                    absl::StrCat(server->dir_, "/n", i),
-                    "--listen-client-urls",
-                    client_url,
-                    "--advertise-client-urls",
-                    client_url,
-                    "--listen-peer-urls",
-                    peer_url,
-                    "--initial-advertise-peer-urls",
-                    peer_url,
-                    "--initial-cluster",
-                    cluster,
-                    "--initial-cluster-token",
-                    "gdt-test",
-                    "--initial-cluster-state",
-                    "new"};
+    options.argv = prefix;
+    for (const std::string& arg : std::vector<std::string>{
+             "/usr/bin/etcd", "--name", absl::StrCat("n", i), "--data-dir",
+             absl::StrCat(server->dir_, "/n", i), "--listen-client-urls",
+             client_url, "--advertise-client-urls", client_url,
+             "--listen-peer-urls", peer_url, "--initial-advertise-peer-urls",
+             peer_url, "--initial-cluster", cluster, "--initial-cluster-token",
+             "gdt-test", "--initial-cluster-state", "new"}) {
+      options.argv.push_back(arg);
+    }
     options.env = CurrentEnvironment();
     options.capture_output = false;
     options.output_path = absl::StrCat(server->dir_, "/n", i, ".log");
@@ -102,17 +102,32 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
     if (!process.ok()) return process.status();
     server->processes_.push_back(std::move(*process));
   }
-  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
-      EtcdClient::Create(server->endpoints_, std::chrono::seconds(1));
-  if (!client.ok()) return client.status();
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (true) {
     // Every node must answer, not just the first.
     bool all = true;
     for (const std::string& endpoint : server->endpoints_) {
-      absl::StatusOr<std::unique_ptr<EtcdClient>> one =
-          EtcdClient::Create({endpoint}, std::chrono::seconds(1));
-      if (!one.ok() || !(*one)->Range("/", false, true).ok()) all = false;
+      if (prefix.empty()) {
+        absl::StatusOr<std::unique_ptr<EtcdClient>> one =
+            EtcdClient::Create({endpoint}, std::chrono::seconds(1));
+        if (!one.ok() || !(*one)->Range("/", false, true).ok()) all = false;
+        continue;
+      }
+      SpawnOptions check;
+      check.argv = prefix;
+      for (const char* arg :
+           {"/usr/bin/etcdctl", "--dial-timeout=1s", "--command-timeout=1s",
+            "endpoint", "health", "--endpoints"}) {
+        check.argv.push_back(arg);
+      }
+      check.argv.push_back(endpoint);
+      check.env = CurrentEnvironment();
+      check.env["ETCDCTL_API"] = "3";
+      check.die_with_parent = true;
+      absl::StatusOr<std::unique_ptr<Subprocess>> etcdctl =
+          Subprocess::Spawn(check);
+      if (!etcdctl.ok()) return etcdctl.status();
+      if (!(*etcdctl)->Wait().success()) all = false;
     }
     if (all) break;
     if (std::chrono::steady_clock::now() >= deadline) {

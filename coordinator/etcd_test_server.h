@@ -22,6 +22,13 @@ class EtcdTestServer {
   static absl::StatusOr<std::unique_ptr<EtcdTestServer>> Start(
       int nodes = 1,
       std::chrono::milliseconds timeout = std::chrono::seconds(20));
+  // The same inside a network namespace: every node runs under `prefix`
+  // (e.g. NetworkNamespaces::Exec(host)) on `address`, ports from 2379 up;
+  // readiness is checked with etcdctl under the same prefix.
+  static absl::StatusOr<std::unique_ptr<EtcdTestServer>> StartIn(
+      const std::vector<std::string>& prefix, const std::string& address,
+      int nodes = 1,
+      std::chrono::milliseconds timeout = std::chrono::seconds(20));
   ~EtcdTestServer();
   EtcdTestServer(const EtcdTestServer&) = delete;
   EtcdTestServer& operator=(const EtcdTestServer&) = delete;

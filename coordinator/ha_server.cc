@@ -16,7 +16,7 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   std::unique_ptr<HaServer> server(new HaServer(config, clock));
   const std::chrono::seconds ttl(config.lease_ttl_s);
   absl::StatusOr<std::unique_ptr<EtcdClient>> store_client =
-      EtcdClient::Create(config.etcd_endpoints, std::chrono::seconds(5));
+      EtcdClient::Create(config.etcd_endpoints, ttl);
   if (!store_client.ok()) return store_client.status();
   server->store_client_ = std::move(*store_client);
   // Election requests must end within a renew interval (see

@@ -21,6 +21,7 @@ namespace gdt::testing {
 namespace {
 
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 const nlohmann::json* GangOfPipeline(const nlohmann::json& status,
                                      int64_t pipeline) {
@@ -140,6 +141,72 @@ TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster).empty(); }, seconds(2)))
       << DescribeAll(JobProcesses(cluster));
+}
+
+// The split-brain check: the leader's host loses its route to etcd
+// (a blackhole route in its network namespace) while agents and runners can
+// still reach it. It must stop leading within its lease and admit nothing;
+// the other replica takes over and admits the job.
+TEST(HaPartitionTest, LeaderCutOffFromEtcdStopsLeadingAndAdmitsNothing) {
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(4);  // etcd, replica, replica, agent+runner.
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  absl::StatusOr<std::unique_ptr<coordinator::testing_support::EtcdTestServer>>
+      etcd = coordinator::testing_support::EtcdTestServer::StartIn(
+          (*hosts)->Exec(0), (*hosts)->Address(0));
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/3);
+  constexpr int kTtl = 5;
+  ASSERT_TRUE(cluster
+                  .StartHaCoordinators(2, (*etcd)->joined_endpoints(), kTtl,
+                                       /*hosts=*/{1, 2})
+                  .ok())
+      << cluster.Logs();
+  const int leader = cluster.HaLeader();
+  ASSERT_GE(leader, 0);
+  const int standby = 1 - leader;
+  ASSERT_TRUE(cluster
+                  .StartAgent({.name = "worker",
+                               .host = 3,
+                               .cpu_slots = 1,
+                               .network_interface = "eth0"})
+                  .ok())
+      << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/1,
+                                             /*procs_per_node=*/1);
+
+  std::vector<std::string> cut = (*hosts)->Exec(1 + leader);
+  for (const char* arg : {"ip", "route", "add", "blackhole"}) {
+    cut.push_back(arg);
+  }
+  cut.push_back((*hosts)->Address(0) + "/32");
+  CommandResult partitioned = RunProcess(cut, {}, seconds(10));
+  ASSERT_TRUE(partitioned.status.success()) << partitioned.output;
+  const auto cut_at = std::chrono::steady_clock::now();
+  // A job arrives during the partition; its member tries the cut-off leader
+  // first (replicas are listed in order).
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster, project, "train");
+  ASSERT_NE(run, nullptr);
+
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster.ReplicaLog(leader).find("event=leadership_lost") !=
+               std::string::npos;
+      },
+      seconds(30)))
+      << cluster.Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - cut_at, seconds(kTtl));
+  // It exits on its own (signal 0 only waits for that).
+  const ExitStatus stopped = cluster.StopReplica(leader, 0);
+  EXPECT_EQ(stopped.code(), 5) << cluster.ReplicaLog(leader);
+
+  CommandResult result = FinishRun(*run, seconds(150));
+  ASSERT_TRUE(result.status.success()) << result.output << cluster.Logs();
+  ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/1);
+  EXPECT_EQ(cluster.ReplicaLog(leader).find("gang admitted"), std::string::npos)
+      << cluster.ReplicaLog(leader);
+  EXPECT_THAT(cluster.ReplicaLog(standby), HasSubstr("gang admitted"));
 }
 
 }  // namespace

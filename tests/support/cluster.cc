@@ -264,26 +264,27 @@ std::string GdtCluster::coordinator_endpoint() const {
 
 absl::Status GdtCluster::StartHaCoordinators(int count,
                                              const std::string& etcd_endpoints,
-                                             int lease_ttl_s) {
-  const std::string config = dir_.Sub("coord-ha.yaml");
+                                             int lease_ttl_s,
+                                             const std::vector<int>& hosts) {
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
-  const std::string host = namespaces_ != nullptr
-                               ? namespaces_->Address(control_host_)
-                               : "127.0.0.1";
-  WriteFile(config,
-            absl::StrCat("listen_address: ", host, ":0\n",
-                         "state_store: etcd\netcd_endpoints: \"",
-                         etcd_endpoints, "\"\nlease_ttl_s: ", lease_ttl_s,
-                         "\nheartbeat_interval_seconds: 1\n",
-                         "host_down_after_seconds: 5\n",
-                         "master_port_range: {min: ", first_port,
-                         ", max: ", first_port + 39, "}\n"));
   for (int i = 0; i < count; ++i) {
+    const int host =
+        i < static_cast<int>(hosts.size()) ? hosts[i] : control_host_;
+    const std::string address =
+        namespaces_ != nullptr ? namespaces_->Address(host) : "127.0.0.1";
+    const std::string config = dir_.Sub(absl::StrCat("coord-ha-", i, ".yaml"));
+    WriteFile(config,
+              absl::StrCat("listen_address: ", address, ":0\n",
+                           "state_store: etcd\netcd_endpoints: \"",
+                           etcd_endpoints, "\"\nlease_ttl_s: ", lease_ttl_s,
+                           "\nheartbeat_interval_seconds: 1\n",
+                           "host_down_after_seconds: 5\n",
+                           "master_port_range: {min: ", first_port,
+                           ", max: ", first_port + 39, "}\n"));
     const std::string log = dir_.Sub(absl::StrCat("coord-replica-", i, ".log"));
-    absl::StatusOr<std::unique_ptr<Daemon>> daemon =
-        Daemon::Start(Prefix(control_host_),
-                      {BinaryPath("gdt-coord"), "serve", "--config", config},
-                      {}, log, milliseconds(20000));
+    absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
+        Prefix(host), {BinaryPath("gdt-coord"), "serve", "--config", config},
+        {}, log, milliseconds(20000));
     if (!daemon.ok()) return daemon.status();
     replica_endpoints_.push_back((*daemon)->endpoint());
     replicas_.push_back(std::move(*daemon));
@@ -292,6 +293,10 @@ absl::Status GdtCluster::StartHaCoordinators(int count,
     return absl::DeadlineExceededError("no gdt-coord replica became leader");
   }
   return absl::OkStatus();
+}
+
+std::string GdtCluster::ReplicaLog(int index) const {
+  return ReadFile(dir_.Sub(absl::StrCat("coord-replica-", index, ".log")));
 }
 
 int GdtCluster::HaLeader() const {
@@ -309,10 +314,11 @@ std::string GdtCluster::ReplicaEndpoint(int index) const {
   return replica_endpoints_.at(index);
 }
 
-void GdtCluster::StopReplica(int index, int signal) {
-  if (replicas_.at(index) == nullptr) return;
-  replicas_[index]->Stop(signal);
+ExitStatus GdtCluster::StopReplica(int index, int signal) {
+  if (replicas_.at(index) == nullptr) return ExitStatus{};
+  ExitStatus status = replicas_[index]->Stop(signal);
   replicas_[index].reset();
+  return status;
 }
 
 // --- end HA ---

@@ -139,15 +139,20 @@ class GdtCluster {
   // `etcd_endpoints` (comma-separated) and the given lease TTL, and waits
   // until one leads. coordinator_endpoint() then lists every replica, so
   // agents, executors and Status() fail over between them. Use instead of
-  // StartCoordinator().
+  // StartCoordinator(). With `hosts`, replica i runs on namespace host
+  // hosts[i] (else all on the control host).
   absl::Status StartHaCoordinators(int count, const std::string& etcd_endpoints,
-                                   int lease_ttl_s);
+                                   int lease_ttl_s,
+                                   const std::vector<int>& hosts = {});
+  // Replica `index`'s log.
+  std::string ReplicaLog(int index) const;
   // The index of the live replica that serves as leader; -1 when none.
   int HaLeader() const;
   // The endpoint of replica `index`.
   std::string ReplicaEndpoint(int index) const;
-  // Stops replica `index` with `signal` (SIGKILL simulates a crash).
-  void StopReplica(int index, int signal);
+  // Stops replica `index` with `signal` (SIGKILL simulates a crash) and
+  // returns how it ended (at once if it had exited already).
+  ExitStatus StopReplica(int index, int signal);
   // --- end HA ---
 
   // Stops every agent with `signal`.
