@@ -6,8 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -198,7 +200,11 @@ absl::Status ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         "coordinator is required (host:port of gdt-coord)");
   }
-  GDT_RETURN_IF_ERROR(CheckEndpoint("coordinator", config.coordinator, 1));
+  // Several comma-separated endpoints: gdt-coord replicas (issue 11).
+  for (absl::string_view part : absl::StrSplit(config.coordinator, ',')) {
+    GDT_RETURN_IF_ERROR(CheckEndpoint(
+        "coordinator", std::string(absl::StripAsciiWhitespace(part)), 1));
+  }
   GDT_RETURN_IF_ERROR(
       CheckEndpoint("listen_address", config.listen_address, 0));
   if (!config.advertise_endpoint.empty()) {

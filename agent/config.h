@@ -37,7 +37,8 @@ struct HostConfig {
 // Settings for gdt-agent. Plain data: defaults live here, parsing lives in
 // ParseConfig(), and nothing outside config.cc knows the file is YAML.
 struct Config {
-  std::string coordinator;  // host:port, required.
+  // host:port, required; or several comma-separated (gdt-coord replicas).
+  std::string coordinator;
   std::string listen_address = "0.0.0.0:7071";
   // host:port the executor and coordinator use to reach this agent; empty =
   // <host.address>:<bound port>.

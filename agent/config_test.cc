@@ -78,6 +78,17 @@ host:
   EXPECT_EQ(config->host.gpus[1].uuid, "GPU-bbb");
 }
 
+// --- HA (issue 11) ---
+TEST(ConfigTest, CoordinatorMayListReplicas) {
+  absl::StatusOr<Config> config =
+      ParseConfig("coordinator: \"c1:7070, c2:7070\"\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->coordinator, "c1:7070, c2:7070");
+  EXPECT_THAT(ParseConfig("coordinator: c1:7070,c2\n").status().message(),
+              HasSubstr("coordinator must be host:port, got 'c2'"));
+}
+// --- end HA ---
+
 TEST(ConfigTest, UnknownKeysAreNamed) {
   EXPECT_THAT(ParseConfig("coordinator: c:1\nlisten: x\n").status().message(),
               HasSubstr("unknown key 'listen'"));

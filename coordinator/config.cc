@@ -3,8 +3,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -69,6 +71,40 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.kv_max_keys_per_gang = *number;
     return absl::OkStatus();
   }
+  // --- HA (issue 11) ---
+  if (key == "etcd_endpoints") {
+    // A YAML list, or one comma-separated string.
+    std::vector<std::string> endpoints;
+    if (value.IsSequence()) {
+      for (const YAML::Node& item : value) {
+        absl::StatusOr<std::string> text = ReadString(item, key);
+        if (!text.ok()) return text.status();
+        endpoints.push_back(*text);
+      }
+    } else {
+      absl::StatusOr<std::string> text = ReadString(value, key);
+      if (!text.ok()) return text.status();
+      for (absl::string_view part :
+           absl::StrSplit(*text, ',', absl::SkipWhitespace())) {
+        endpoints.emplace_back(absl::StripAsciiWhitespace(part));
+      }
+    }
+    config.etcd_endpoints = std::move(endpoints);
+    return absl::OkStatus();
+  }
+  if (key == "state_store" || key == "etcd_cluster") {
+    absl::StatusOr<std::string> text = ReadString(value, key);
+    if (!text.ok()) return text.status();
+    (key == "state_store" ? config.state_store : config.etcd_cluster) = *text;
+    return absl::OkStatus();
+  }
+  if (key == "lease_ttl_s") {
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    config.lease_ttl_s = *number;
+    return absl::OkStatus();
+  }
+  // --- end HA ---
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level" || key == "metrics_address") {
     absl::StatusOr<std::string> text = ReadString(value, key);
@@ -140,6 +176,28 @@ absl::Status ValidateConfig(const Config& config) {
                        config.metrics_address, "'"));
     }
   }
+  // --- HA (issue 11) ---
+  if (config.state_store != "sqlite" && config.state_store != "etcd") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "state_store must be sqlite or etcd, got '", config.state_store, "'"));
+  }
+  if (config.state_store == "etcd") {
+    if (config.etcd_endpoints.empty()) {
+      return absl::InvalidArgumentError(
+          "state_store: etcd needs etcd_endpoints (host:port, ...)");
+    }
+    for (const std::string& endpoint : config.etcd_endpoints) {
+      if (endpoint.empty() || endpoint.find(':') == std::string::npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "etcd_endpoints entries must be host:port, got '", endpoint, "'"));
+      }
+    }
+    if (config.lease_ttl_s < 2 || config.lease_ttl_s > 60) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("lease_ttl_s must be 2..60, got ", config.lease_ttl_s));
+    }
+  }
+  // --- end HA ---
   return CheckLogLevel(config.log_level);
 }
 

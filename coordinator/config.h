@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -30,6 +31,19 @@ struct Config {
   uint32_t kv_max_keys_per_gang = 1024;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
   std::string metrics_address;
+
+  // --- HA (issue 11, docs/ha.md) ---
+  // Where the state lives: "sqlite" (state_path, one coordinator) or
+  // "etcd" (etcd_endpoints; several replicas elect a leader).
+  std::string state_store = "sqlite";
+  // etcd client endpoints, host:port; needed for state_store: etcd.
+  std::vector<std::string> etcd_endpoints;
+  // Names the key prefix /gdt/<etcd_cluster>/ (one etcd for several gdts).
+  std::string etcd_cluster = "default";
+  // The leader's etcd lease: a leader that cannot renew it stops serving
+  // within this time, and a standby takes over within about this time.
+  uint32_t lease_ttl_s = 5;
+  // --- end HA ---
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

@@ -114,4 +114,42 @@ TEST(ConfigTest, MissingFileIsNotFound) {
 }
 
 }  // namespace
+// --- HA (issue 11) ---
+TEST(ConfigTest, ReadsTheEtcdSettings) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "state_store: etcd\n"
+      "etcd_endpoints: [10.0.0.1:2379, 10.0.0.2:2379]\n"
+      "etcd_cluster: prod\n"
+      "lease_ttl_s: 3\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->state_store, "etcd");
+  EXPECT_EQ(config->etcd_endpoints,
+            (std::vector<std::string>{"10.0.0.1:2379", "10.0.0.2:2379"}));
+  EXPECT_EQ(config->etcd_cluster, "prod");
+  EXPECT_EQ(config->lease_ttl_s, 3u);
+
+  absl::StatusOr<Config> joined =
+      ParseConfig("state_store: etcd\netcd_endpoints: \"a:1, b:2\"\n");
+  ASSERT_TRUE(joined.ok()) << joined.status();
+  EXPECT_EQ(joined->etcd_endpoints, (std::vector<std::string>{"a:1", "b:2"}));
+}
+
+TEST(ConfigTest, BadEtcdSettingsAreNamed) {
+  for (const auto& [yaml, expected] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"state_store: redis\n", "state_store must be sqlite or etcd"},
+           {"state_store: etcd\n", "needs etcd_endpoints"},
+           {"state_store: etcd\netcd_endpoints: [nohost]\n",
+            "must be host:port, got 'nohost'"},
+           {"state_store: etcd\netcd_endpoints: [a:1]\nlease_ttl_s: 1\n",
+            "lease_ttl_s must be 2..60"}}) {
+    absl::StatusOr<Config> config = ParseConfig(yaml);
+    EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+        << yaml;
+    EXPECT_THAT(config.status().message(), ::testing::HasSubstr(expected))
+        << yaml;
+  }
+}
+// --- end HA ---
+
 }  // namespace gdt::coordinator

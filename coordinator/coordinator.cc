@@ -16,7 +16,7 @@ constexpr std::chrono::seconds kTick{1};
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
-    const Clock& clock, std::unique_ptr<Store> store,
+    const Clock& clock, std::unique_ptr<StateStore> store,
     const SchedulerOptions& options, PortChecker& port_checker,
     const KvLimits& kv_limits) {
   std::unique_ptr<Coordinator> coordinator(

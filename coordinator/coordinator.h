@@ -20,14 +20,14 @@
 
 namespace gdt::coordinator {
 
-// The thread-safe core of gdt-coord: owns the Store and the Scheduler, runs
-// admission passes on one scheduler thread (woken by joins, leaves,
+// The thread-safe core of gdt-coord: owns the StateStore and the Scheduler,
+// runs admission passes on one scheduler thread (woken by joins, leaves,
 // registrations and a 1 s tick), and hands member events to the event sink.
 // The sink is always called without any lock of this class held, so it may
 // call back into it.
 //
 // It also owns the gang key-value store (GangKv): when a gang is admitted it
-// issues the gang a random token for its epoch (persisted in the Store,
+// issues the gang a random token for its epoch (persisted in the StateStore,
 // handed to members in Assignment.kv_token) and opens its store; once the
 // gang has ended (done, or failed and every member left) it drops the store
 // and the token.
@@ -39,7 +39,7 @@ class Coordinator {
 
   // Errors: those of Scheduler::Create.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
-      const Clock& clock, std::unique_ptr<Store> store,
+      const Clock& clock, std::unique_ptr<StateStore> store,
       const SchedulerOptions& options, PortChecker& port_checker,
       const KvLimits& kv_limits = {});
 
@@ -99,7 +99,7 @@ class Coordinator {
   GangKv& kv() { return *kv_; }
 
  private:
-  Coordinator(std::unique_ptr<Store> store, PortChecker& port_checker,
+  Coordinator(std::unique_ptr<StateStore> store, PortChecker& port_checker,
               const KvLimits& kv_limits)
       : store_(std::move(store)),
         port_checker_(port_checker),
@@ -121,7 +121,7 @@ class Coordinator {
   void Wake();
   void Loop();
 
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<StateStore> store_;
   PortChecker& port_checker_;
   EventSink sink_;  // Set before use; constant afterwards.
   Observer* observer_ = &NullObserver();  // Likewise.

@@ -11,10 +11,12 @@
 #include <iostream>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/logging.h"
 #include "coordinator/cancel_command.h"
 #include "coordinator/config.h"
+#include "coordinator/ha_server.h"
 #include "coordinator/hosts_command.h"
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
@@ -43,6 +45,55 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
+// --- HA (issue 11) ---
+constexpr int kExitLostLeadership = 5;  // Restart it: it rejoins as standby.
+
+// One replica of several sharing state in etcd (docs/ha.md). Returns when
+// signalled, or with kExitLostLeadership once it led and lost its lease.
+int ServeHa(const ServeFlags& flags, const gdt::coordinator::Config& config,
+            const sigset_t& signals) {
+  if (!flags.metrics_port_file.empty()) {
+    return Fail(kExitUsage,
+                "--metrics-port-file is not supported with state_store: etcd "
+                "(only the leader serves metrics_address)");
+  }
+  gdt::SystemClock clock;
+  absl::StatusOr<std::unique_ptr<gdt::coordinator::HaServer>> server =
+      gdt::coordinator::HaServer::Start(config, clock);
+  if (!server.ok()) {
+    return Fail(server.status().code() == absl::StatusCode::kUnavailable
+                    ? kExitUnavailable
+                    : kExitUsage,
+                std::string(server.status().message()));
+  }
+  if (!flags.port_file.empty()) {
+    if (absl::Status written = gdt::coordinator::WritePortFile(
+            flags.port_file, (*server)->bound_address());
+        !written.ok()) {
+      return Fail(kExitFailure, std::string(written.message()));
+    }
+  }
+  spdlog::info("event=listening address={} state=etcd etcd={} cluster={}",
+               (*server)->bound_address(),
+               absl::StrJoin(config.etcd_endpoints, ","), config.etcd_cluster);
+  const timespec tick{0, 100 * 1000 * 1000};
+  while (true) {
+    const int signal_number = sigtimedwait(&signals, nullptr, &tick);
+    if (signal_number > 0) {
+      spdlog::info("event=shutting_down signal={}", signal_number);
+      (*server)->Shutdown();
+      return kExitOk;
+    }
+    if ((*server)->lost()) {
+      (*server)->Shutdown();
+      return Fail(kExitLostLeadership,
+                  "lost the etcd leader lease; stopped serving (restart to "
+                  "rejoin as a standby)");
+    }
+  }
+}
+// --- end HA ---
+
 int Serve(const ServeFlags& flags) {
   absl::StatusOr<gdt::coordinator::Config> config =
       gdt::coordinator::LoadConfig(flags.config);
@@ -67,6 +118,7 @@ int Serve(const ServeFlags& flags) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   gdt::SystemClock clock;
+  if (config->state_store == "etcd") return ServeHa(flags, *config, signals);
   absl::StatusOr<std::unique_ptr<gdt::coordinator::CoordinatorServer>> server =
       gdt::coordinator::CoordinatorServer::Start(*config, clock);
   if (!server.ok()) {

@@ -79,12 +79,12 @@ int64_t RunBound(uint32_t job_timeout_seconds) {
 
 }  // namespace
 
-Scheduler::Scheduler(const Clock& clock, Store& store,
+Scheduler::Scheduler(const Clock& clock, StateStore& store,
                      const SchedulerOptions& options)
     : clock_(clock), store_(store), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
-    const Clock& clock, Store& store, const SchedulerOptions& options) {
+    const Clock& clock, StateStore& store, const SchedulerOptions& options) {
   std::unique_ptr<Scheduler> scheduler(new Scheduler(clock, store, options));
   GDT_RETURN_IF_ERROR(scheduler->LoadState());
   return scheduler;
@@ -292,8 +292,8 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   }
 
   // Only the joining member changes: it is built aside, saved alone
-  // (Store::SaveMember) and then put in place, so that a join costs O(log N)
-  // and not a copy and a re-save of the whole gang.
+  // (StateStore::SaveMember) and then put in place, so that a join costs O(log
+  // N) and not a copy and a re-save of the whole gang.
   Gang fresh;
   Gang* target = nullptr;
   if (found != gangs_.end()) {

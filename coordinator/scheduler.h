@@ -14,7 +14,8 @@
 #include "coordinator/model.h"
 #include "coordinator/observer.h"
 #include "coordinator/placement.h"
-#include "coordinator/store.h"
+#include "coordinator/state_store.h"
+#include "coordinator/store.h"  // Store, for callers that open one.
 
 namespace gdt::coordinator {
 
@@ -99,9 +100,9 @@ class Scheduler {
  public:
   // Loads the stored state: members of forming gangs come back not present;
   // running gangs keep their leases.
-  // Errors: those of Store::Load.
+  // Errors: those of StateStore::Load.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
-      const Clock& clock, Store& store, const SchedulerOptions& options);
+      const Clock& clock, StateStore& store, const SchedulerOptions& options);
 
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -295,7 +296,8 @@ class Scheduler {
   };
   using UsageMap = std::map<std::string, Usage>;  // By host name.
 
-  Scheduler(const Clock& clock, Store& store, const SchedulerOptions& options);
+  Scheduler(const Clock& clock, StateStore& store,
+            const SchedulerOptions& options);
 
   absl::Status LoadState();
   absl::StatusOr<std::string> GangIdFor(const GangKey& key);
@@ -344,7 +346,7 @@ class Scheduler {
   void QueueAdmitted(const Gang& gang, Member& member, uint64_t stream_id);
 
   const Clock& clock_;
-  Store& store_;
+  StateStore& store_;
   const SchedulerOptions options_;
   std::map<std::string, Host> hosts_;  // By name.
   std::map<std::string, Gang> gangs_;  // By id.

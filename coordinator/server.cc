@@ -13,10 +13,16 @@ namespace gdt::coordinator {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock) {
-  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config.state_path);
   if (!store.ok()) return store.status();
+  return Start(config, clock, std::move(*store));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const Config& config, const Clock& clock,
+    std::unique_ptr<StateStore> store) {
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   SchedulerOptions options;
   options.max_nodes_per_job = config.max_nodes_per_job;
   options.master_port_min = config.master_port_min;
@@ -26,7 +32,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-      Coordinator::Create(clock, std::move(*store), options,
+      Coordinator::Create(clock, std::move(store), options,
                           server->port_checker_, kv_limits);
   if (!coordinator.ok()) return coordinator.status();
   server->coordinator_ = std::move(*coordinator);

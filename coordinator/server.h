@@ -29,6 +29,11 @@ class CoordinatorServer {
   // be opened or loaded.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const Config& config, const Clock& clock);
+  // The same with a state store the caller opened (HA: a fenced EtcdStore);
+  // config.state_path is not used.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const Config& config, const Clock& clock,
+      std::unique_ptr<StateStore> store);
 
   ~CoordinatorServer();  // Shuts down.
   CoordinatorServer(const CoordinatorServer&) = delete;

@@ -8,34 +8,19 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/model.h"
+#include "coordinator/state_store.h"
 
 struct sqlite3;
 struct sqlite3_stmt;
 
 namespace gdt::coordinator {
 
-// Everything the store holds, as Load() returns it.
-struct StoredState {
-  std::vector<Host> hosts;  // By name.
-  std::vector<Gang> gangs;  // By sequence; members come back not present.
-  std::vector<GpuLease> gpu_leases;
-  std::vector<PortLease> port_leases;
-};
-
-// A gang's key-value store token for one epoch (see gang_kv.h).
-struct KvToken {
-  std::string gang_id;
-  uint32_t epoch = 0;
-  std::string token;
-};
-
-// The coordinator's durable state in one SQLite file (WAL mode, a schema
-// version table, prepared statements, one transaction per change): hosts,
-// gangs, members, GPU leases and port leases. Runtime-only fields (member
-// presence, stream ids, heartbeat time points) are not stored.
+// The StateStore in one SQLite file (WAL mode, a schema version table,
+// prepared statements, one transaction per change): the embedded default.
+// The contract of every method is StateStore's (state_store.h).
 //
 // Not thread-safe; the scheduler that owns it serialises access.
-class Store {
+class Store : public StateStore {
  public:
   // Opens or creates the database at `path` (":memory:" for a private
   // in-memory one), creating parent directories.
@@ -43,23 +28,23 @@ class Store {
   // FailedPrecondition when it has a newer schema version.
   static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& path);
 
-  ~Store();
+  ~Store() override;
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
   // Inserts or replaces the host (by name). Keeps its drained mark.
-  absl::Status SaveHost(const Host& host);
+  absl::Status SaveHost(const Host& host) override;
 
   // Marks the host drained or not (kept across SaveHost and restarts).
-  absl::Status SetHostDrained(const std::string& name, bool drained);
+  absl::Status SetHostDrained(const std::string& name, bool drained) override;
 
   // Deletes the host and its drained mark. Unknown names are fine.
-  absl::Status DeleteHost(const std::string& name);
+  absl::Status DeleteHost(const std::string& name) override;
 
   // Inserts or replaces the gang, its members and its leases: a RUNNING gang
   // holds a GPU lease for every GPU of its members and a port lease for its
   // master port; other states hold none.
-  absl::Status SaveGang(const Gang& gang);
+  absl::Status SaveGang(const Gang& gang) override;
 
   // Inserts or replaces the gang's own row and one member's row (by index)
   // in one transaction, leaving the other members' rows and the leases
@@ -68,18 +53,18 @@ class Store {
   // wrote (a forming gang holds none; a member leaving a running gang that
   // others still run in changes none). Errors: Internal when it cannot be
   // written.
-  absl::Status SaveMember(const Gang& gang, const Member& member);
+  absl::Status SaveMember(const Gang& gang, const Member& member) override;
 
   // Reads everything back.
-  absl::StatusOr<StoredState> Load();
+  absl::StatusOr<StoredState> Load() override;
 
   // --- Gang key-value store tokens (issue 6) ---
   // Inserts or replaces the gang's token (one per gang, for its epoch).
-  absl::Status SaveKvToken(const KvToken& token);
+  absl::Status SaveKvToken(const KvToken& token) override;
   // Deletes the gang's token. Idempotent.
-  absl::Status DeleteKvToken(const std::string& gang_id);
+  absl::Status DeleteKvToken(const std::string& gang_id) override;
   // Every stored token, by gang id.
-  absl::StatusOr<std::vector<KvToken>> LoadKvTokens();
+  absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
   // --- end gang key-value store tokens ---
 
  private:

@@ -3,6 +3,9 @@
 #include <sqlite3.h>
 
 #include "common/fake_clock.h"
+#include "coordinator/etcd_client.h"
+#include "coordinator/etcd_store.h"
+#include "coordinator/etcd_test_server.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/test_support.h"
 #include "gmock/gmock.h"
@@ -34,13 +37,42 @@ void ExpectSameState(const StoredState& a, const StoredState& b) {
   EXPECT_EQ(a.port_leases, b.port_leases);
 }
 
-class StoreTest : public ::testing::Test {
+// The StateStore contract, run against both implementations: "sqlite" (a
+// file in a temp dir) and "etcd" (a single etcd node started by the test on
+// loopback; reopening = a fresh EtcdStore on the same prefix).
+class StoreTest : public ::testing::TestWithParam<std::string> {
  protected:
+  void SetUp() override {
+    if (GetParam() == "etcd") {
+      absl::StatusOr<std::unique_ptr<testing_support::EtcdTestServer>> etcd =
+          testing_support::EtcdTestServer::Start();
+      ASSERT_TRUE(etcd.ok()) << etcd.status();
+      etcd_ = std::move(*etcd);
+      absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+          EtcdClient::Create(etcd_->endpoints(), std::chrono::seconds(5));
+      ASSERT_TRUE(client.ok()) << client.status();
+      client_ = std::move(*client);
+    }
+  }
+
   std::string Path() const { return dir_.path() + "/state/coord.db"; }
+
+  // Opens (or reopens) the store under test.
+  absl::StatusOr<std::unique_ptr<StateStore>> Open() {
+    if (GetParam() == "etcd") {
+      absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+          EtcdStore::Open(client_, "test");
+      if (!store.ok()) return store.status();
+      return std::unique_ptr<StateStore>(std::move(*store));
+    }
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<StateStore>(std::move(*store));
+  }
 
   // Fills a store through the scheduler: two hosts, a running gang, a
   // forming gang and a finished gang.
-  void Fill(Store& store) {
+  void Fill(StateStore& store) {
     absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
         Scheduler::Create(clock_, store, SchedulerOptions{});
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
@@ -67,12 +99,19 @@ class StoreTest : public ::testing::Test {
 
   ScopedTempDir dir_;
   FakeClock clock_;
+  std::unique_ptr<testing_support::EtcdTestServer> etcd_;
+  std::shared_ptr<EtcdClient> client_;
 };
 
-TEST_F(StoreTest, ReopenedStoreHoldsEverything) {
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("sqlite", "etcd"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(StoreTest, ReopenedStoreHoldsEverything) {
   StoredState before;
   {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     Fill(**store);
     absl::StatusOr<StoredState> loaded = (*store)->Load();
@@ -80,7 +119,7 @@ TEST_F(StoreTest, ReopenedStoreHoldsEverything) {
     before = *loaded;
   }
 
-  absl::StatusOr<std::unique_ptr<Store>> reopened = Store::Open(Path());
+  absl::StatusOr<std::unique_ptr<StateStore>> reopened = Open();
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   absl::StatusOr<StoredState> after = (*reopened)->Load();
 
@@ -96,13 +135,13 @@ TEST_F(StoreTest, ReopenedStoreHoldsEverything) {
   ExpectSameState(before, *after);
 }
 
-TEST_F(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
+TEST_P(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
   {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
     ASSERT_TRUE(store.ok()) << store.status();
     Fill(**store);
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+  absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
 
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -133,8 +172,8 @@ TEST_F(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
   EXPECT_EQ(proposals[0].master_host, "gpu-02");
 }
 
-TEST_F(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+TEST_P(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
   Fill(**store);
   absl::StatusOr<StoredState> before = (*store)->Load();
@@ -166,23 +205,94 @@ TEST_F(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
   EXPECT_EQ(after->port_leases, before->port_leases);
 }
 
-TEST_F(StoreTest, RejectsANewerSchemaVersion) {
+TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
+  ScopedTempDir dir;
+  const std::string path = dir.path() + "/state/coord.db";
   {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
   }
   // Simulate a database written by a future gdt-coord.
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(Path().c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES (99)", nullptr,
                          nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
 
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(Path());
+  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
 
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("version 99"));
+}
+
+TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
+  absl::StatusOr<std::unique_ptr<testing_support::EtcdTestServer>> etcd =
+      testing_support::EtcdTestServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::unique_ptr<EtcdClient>> created =
+      EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<EtcdClient> client = std::move(*created);
+  const std::string leader_key = EtcdStore::Prefix("test") + "leader";
+  absl::StatusOr<EtcdTxnResult> won = client->Txn(
+      nlohmann::json::array({EtcdClient::CreateRevisionIs(leader_key, 0)}),
+      nlohmann::json::array({EtcdClient::Put(leader_key, "a:1")}),
+      nlohmann::json::array());
+  ASSERT_TRUE(won.ok()) << won.status();
+  ASSERT_TRUE(won->succeeded);
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+      EtcdStore::Open(client, "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->SetFence(leader_key, won->revision);
+  ASSERT_TRUE((*store)->SaveHost(Host{CpuHost("cpu-01", 1)}).ok());
+
+  // Another replica takes over: the key is deleted and created again.
+  ASSERT_TRUE(client
+                  ->Txn(nlohmann::json::array(),
+                        nlohmann::json::array({EtcdClient::Delete(leader_key)}),
+                        nlohmann::json::array())
+                  .ok());
+  ASSERT_TRUE(
+      client
+          ->Txn(nlohmann::json::array(),
+                nlohmann::json::array({EtcdClient::Put(leader_key, "b:2")}),
+                nlohmann::json::array())
+          .ok());
+  absl::Status refused = (*store)->SaveHost(Host{CpuHost("cpu-02", 1)});
+
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("no longer the leader"));
+  absl::StatusOr<StoredState> state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->hosts.size(), 1u);  // cpu-02 was never written.
+  EXPECT_EQ(state->hosts[0].spec.name, "cpu-01");
+}
+
+TEST(EtcdStoreTest, UnreachableEtcdIsUnavailable) {
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+      EtcdClient::Create({"127.0.0.1:1"}, std::chrono::seconds(2));
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+      EtcdStore::Open(std::move(*client), "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  absl::StatusOr<StoredState> state = (*store)->Load();
+
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(state.status().message(), ::testing::HasSubstr("127.0.0.1:1"));
+}
+
+TEST(EtcdStoreTest, RejectsABadClusterName) {
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+      EtcdClient::Create({"127.0.0.1:1"}, std::chrono::seconds(1));
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+      EtcdStore::Open(std::move(*client), "a/b");
+
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store.status().message(), ::testing::HasSubstr("'a/b'"));
 }
 
 }  // namespace

@@ -14,7 +14,8 @@ namespace gdt::executor {
 // defaults live here, parsing lives in ParseConfig(), and nothing outside
 // config.cc knows the file is YAML.
 struct Config {
-  std::string coordinator;  // host:port of gdt-coord; required.
+  // host:port of gdt-coord, required; or several comma-separated (replicas).
+  std::string coordinator;
   std::string builds_root = "/var/lib/gdt/builds";
   std::string cache_root = "/var/lib/gdt/cache";
   std::string arrival_host;  // Empty in the file: this host's name.

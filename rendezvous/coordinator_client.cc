@@ -1,10 +1,15 @@
 #include "rendezvous/coordinator_client.h"
 
 #include <algorithm>
+#include <cstring>
+#include <iterator>
 #include <optional>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -59,32 +64,97 @@ bool CallCanceller::SleepUntil(std::chrono::system_clock::time_point deadline) {
   return !cancelled_;
 }
 
+// --- HA (issue 11) ---
+
+std::string LeaderFromMessage(absl::string_view message) {
+  const size_t at = message.find(kLeaderIsAt);
+  if (at == absl::string_view::npos) return "";
+  absl::string_view rest = message.substr(at + std::strlen(kLeaderIsAt));
+  const size_t end = rest.find_first_of(" ;,)\n");
+  return std::string(rest.substr(0, end));
+}
+
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
-    : endpoint_(endpoint),
-      stub_(v1::Coordinator::NewStub(NewChannel(endpoint))) {}
+    : endpoint_(endpoint) {
+  for (absl::string_view part : absl::StrSplit(endpoint, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (!part.empty()) endpoints_.emplace_back(part);
+  }
+  if (endpoints_.empty()) endpoints_.push_back(endpoint);
+  current_ = endpoints_.front();
+}
+
+std::pair<v1::Coordinator::Stub*, std::string> CoordinatorClient::Current() {
+  MutexLock lock(mu_);
+  std::unique_ptr<v1::Coordinator::Stub>& stub = stubs_[current_];
+  if (stub == nullptr) stub = v1::Coordinator::NewStub(NewChannel(current_));
+  return {stub.get(), current_};
+}
+
+bool CoordinatorClient::Failover(const std::string& used,
+                                 const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kUnavailable) return false;
+  const std::string leader = LeaderFromMessage(status.message());
+  MutexLock lock(mu_);
+  if (current_ != used) return true;  // Another call moved on already.
+  if (!leader.empty() && leader != used) {
+    current_ = leader;
+    return true;
+  }
+  if (endpoints_.size() < 2) return false;
+  auto it = std::find(endpoints_.begin(), endpoints_.end(), used);
+  current_ = (it == endpoints_.end() || std::next(it) == endpoints_.end())
+                 ? endpoints_.front()
+                 : *std::next(it);
+  return true;
+}
+
+std::string CoordinatorClient::current_endpoint() {
+  MutexLock lock(mu_);
+  return current_;
+}
+
+template <typename Call>
+absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
+                                      Call call) {
+  const auto deadline = In(timeout);
+  absl::Status status;
+  // Each endpoint once, plus a redirect to a leader not in the list.
+  for (size_t attempt = 0; attempt <= endpoints_.size(); ++attempt) {
+    grpc::ClientContext context;
+    context.set_deadline(deadline);
+    auto [stub, used] = Current();
+    status = FromGrpcStatus(call(*stub, &context));
+    if (!Failover(used, status)) return status;
+    if (std::chrono::system_clock::now() >= deadline) return status;
+  }
+  return status;
+}
+
+// --- end HA ---
 
 absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::RegisterHostRequest request;
   *request.mutable_host() = host;
   v1::RegisterHostResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->RegisterHost(&context, request, &response));
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.RegisterHost(context, request, &response);
+      });
   if (!status.ok()) return status;
   return response.heartbeat_interval_seconds();
 }
 
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::string& host_name, std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
   v1::HeartbeatResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.Heartbeat(context, request, &response);
+      });
   if (!status.ok()) return status;
   return response.reregister();
 }
@@ -97,8 +167,9 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
+    auto [stub, used] = Current();
     std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
-        stub_->JoinGang(&context, request);
+        stub->JoinGang(&context, request);
     v1::JoinGangEvent event;
     bool got_event = false;
     while (reader->Read(&event)) {
@@ -131,7 +202,9 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
           ")"));
     }
     if (!IsTransient(status)) return status;
+    const bool moved = Failover(used, status);
     if (on_reconnect) on_reconnect(status);
+    if (moved) backoff = std::chrono::milliseconds(200);
     if (got_event) backoff = std::chrono::milliseconds(200);
     const auto wake = std::min(
         deadline,
@@ -145,10 +218,11 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
 
 absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
                                            std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::ReportExitResponse response;
-  return FromGrpcStatus(stub_->ReportExit(&context, request, &response));
+  return Unary(timeout,
+               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+                 return stub.ReportExit(context, request, &response);
+               });
 }
 
 absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
@@ -162,8 +236,9 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
     grpc::ClientContext context;
     context.set_deadline(deadline);
     if (!canceller.Attach(&context)) return cancelled;
+    auto [stub, used] = Current();
     std::unique_ptr<grpc::ClientReader<v1::WatchGangEvent>> reader =
-        stub_->WatchGang(&context, request);
+        stub->WatchGang(&context, request);
     v1::WatchGangEvent event;
     bool got_event = false;
     std::optional<v1::WatchGangEvent> final_event;
@@ -186,7 +261,9 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
           "gang watch reached its deadline (last: ", status.message(), ")"));
     }
     if (!IsTransient(status)) return status;
+    const bool moved = Failover(used, status);
     if (on_reconnect) on_reconnect(status);
+    if (moved) backoff = std::chrono::milliseconds(200);
     if (got_event) backoff = std::chrono::milliseconds(200);
     const auto wake = std::min(
         deadline,
@@ -200,19 +277,20 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
 
 absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
                                           std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::LeaveGangResponse response;
-  return FromGrpcStatus(stub_->LeaveGang(&context, request, &response));
+  return Unary(timeout,
+               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+                 return stub.LeaveGang(context, request, &response);
+               });
 }
 
 absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
     const v1::GetStatusRequest& request, std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::GetStatusResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->GetStatus(&context, request, &response));
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.GetStatus(context, request, &response);
+      });
   if (!status.ok()) return status;
   return response;
 }
@@ -220,32 +298,34 @@ absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
 absl::Status CoordinatorClient::SetHostDrained(
     const std::string& host_name, bool drained,
     std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::SetHostDrainedRequest request;
   request.set_host_name(host_name);
   request.set_drained(drained);
   v1::SetHostDrainedResponse response;
-  return FromGrpcStatus(stub_->SetHostDrained(&context, request, &response));
+  return Unary(timeout,
+               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+                 return stub.SetHostDrained(context, request, &response);
+               });
 }
 
 absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
                                            std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::RemoveHostRequest request;
   request.set_host_name(host_name);
   v1::RemoveHostResponse response;
-  return FromGrpcStatus(stub_->RemoveHost(&context, request, &response));
+  return Unary(timeout,
+               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+                 return stub.RemoveHost(context, request, &response);
+               });
 }
 
 absl::StatusOr<std::string> CoordinatorClient::CancelGang(
     const v1::CancelGangRequest& request, std::chrono::milliseconds timeout) {
-  grpc::ClientContext context;
-  context.set_deadline(In(timeout));
   v1::CancelGangResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->CancelGang(&context, request, &response));
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CancelGang(context, request, &response);
+      });
   if (!status.ok()) return status;
   return response.root_cause();
 }

@@ -3,14 +3,25 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 
 namespace gdt::rendezvous {
+
+// --- HA (issue 11) ---
+// A standby gdt-coord answers every RPC with UNAVAILABLE and a message that
+// contains kLeaderIsAt followed by the leader's host:port.
+inline constexpr char kLeaderIsAt[] = "the leader is at ";
+// The leader's host:port named by such a message; empty when it names none.
+std::string LeaderFromMessage(absl::string_view message);
+// --- end HA ---
 
 // Lets another thread end a blocking streaming call (WatchGang) early.
 // Cancel() ends the call in flight, any backoff sleep, and every later call
@@ -43,10 +54,17 @@ class CoordinatorClient {
  public:
   using Deadline = std::chrono::system_clock::time_point;
 
-  // `endpoint` is host:port. Connects lazily.
+  // `endpoint` is host:port, or several comma-separated (HA replicas,
+  // issue 11): calls go to one at a time and move to the next one — or to
+  // the leader a standby names (kLeaderIsAt) — when it is unavailable;
+  // unary calls try the others at once within their timeout, JoinGang and
+  // WatchGang on their next reconnect. Connects lazily.
   explicit CoordinatorClient(const std::string& endpoint);
 
+  // As given to the constructor.
   const std::string& endpoint() const { return endpoint_; }
+  // The endpoint calls go to now.
+  std::string current_endpoint();
 
   // Registers or updates a host; returns the heartbeat interval in seconds.
   absl::StatusOr<uint32_t> RegisterHost(const v1::HostSpec& host,
@@ -101,8 +119,25 @@ class CoordinatorClient {
                           std::chrono::milliseconds timeout);
 
  private:
+  // --- HA (issue 11) ---
+  // The stub of the endpoint calls go to now, and that endpoint.
+  std::pair<v1::Coordinator::Stub*, std::string> Current();
+  // After a call to `used` failed with `status`: on UNAVAILABLE, moves to
+  // the leader the message names, else to the next endpoint of the list.
+  // Returns whether calls now go elsewhere (worth trying again at once).
+  bool Failover(const std::string& used, const absl::Status& status);
+  // One unary call, moving through the endpoints while they are
+  // unavailable, until `timeout`.
+  template <typename Call>
+  absl::Status Unary(std::chrono::milliseconds timeout, Call call);
+
   std::string endpoint_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::vector<std::string> endpoints_;
+  Mutex mu_;
+  std::string current_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  // --- end HA ---
 };
 
 }  // namespace gdt::rendezvous

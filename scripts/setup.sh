@@ -23,6 +23,8 @@ packages=(
   python3-dask python3-distributed
   # MPI through gdt-rsh (issue 10): OpenMPI's mpirun/orted and mpi4py
   openmpi-bin python3-mpi4py
+  # HA (issue 11): etcd v3 as the replicated state store, started by tests
+  etcd-server etcd-client
 )
 
 missing=()

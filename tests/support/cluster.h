@@ -133,6 +133,28 @@ class GdtCluster {
   // Stops it with `signal` (SIGKILL simulates a crash).
   void StopCoordinator(int signal);
   absl::Status StartAgent(const AgentSpec& spec);
+
+  // --- HA (issue 11) ---
+  // Starts `count` gdt-coord replicas with state_store: etcd at
+  // `etcd_endpoints` (comma-separated) and the given lease TTL, and waits
+  // until one leads. coordinator_endpoint() then lists every replica, so
+  // agents, executors and Status() fail over between them. Use instead of
+  // StartCoordinator(). With `hosts`, replica i runs on namespace host
+  // hosts[i] (else all on the control host).
+  absl::Status StartHaCoordinators(int count, const std::string& etcd_endpoints,
+                                   int lease_ttl_s,
+                                   const std::vector<int>& hosts = {});
+  // Replica `index`'s log.
+  std::string ReplicaLog(int index) const;
+  // The index of the live replica that serves as leader; -1 when none.
+  int HaLeader() const;
+  // The endpoint of replica `index`.
+  std::string ReplicaEndpoint(int index) const;
+  // Stops replica `index` with `signal` (SIGKILL simulates a crash) and
+  // returns how it ended (at once if it had exited already).
+  ExitStatus StopReplica(int index, int signal);
+  // --- end HA ---
+
   // Stops every agent with `signal`.
   void StopAgents(int signal);
   // Stops the `index`th agent started (0-based) with `signal`.
@@ -171,6 +193,8 @@ class GdtCluster {
   std::string metrics_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;
   int coordinator_starts_ = 0;
+  std::vector<std::unique_ptr<Daemon>> replicas_;  // HA (issue 11).
+  std::vector<std::string> replica_endpoints_;
 };
 
 }  // namespace gdt::testing

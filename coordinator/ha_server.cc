@@ -1,0 +1,204 @@
+#include "coordinator/ha_server.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/etcd_store.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/channel.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+
+absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
+                                                          const Clock& clock) {
+  std::unique_ptr<HaServer> server(new HaServer(config, clock));
+  const std::chrono::seconds ttl(config.lease_ttl_s);
+  absl::StatusOr<std::unique_ptr<EtcdClient>> store_client =
+      EtcdClient::Create(config.etcd_endpoints, ttl);
+  if (!store_client.ok()) return store_client.status();
+  server->store_client_ = std::move(*store_client);
+  // Election requests must end within a renew interval (see
+  // LeaderElection's step-down contract).
+  absl::StatusOr<std::unique_ptr<EtcdClient>> election_client =
+      EtcdClient::Create(
+          config.etcd_endpoints,
+          std::chrono::duration_cast<std::chrono::milliseconds>(ttl) / 5);
+  if (!election_client.ok()) return election_client.status();
+  // Checks the cluster name before anything listens.
+  if (absl::StatusOr<std::unique_ptr<EtcdStore>> probe =
+          EtcdStore::Open(server->store_client_, config.etcd_cluster);
+      !probe.ok()) {
+    return probe.status();
+  }
+
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen_address,
+                           grpc::InsecureServerCredentials(), &port);
+  const size_t colon = config.listen_address.rfind(':');
+  const std::string host = config.listen_address.substr(0, colon);
+  HaServer* self = server.get();
+  server->standby_service_ = std::make_unique<StandbyService>([self] {
+    MutexLock lock(self->mu_);
+    return StandbyService::Message(self->advertised_, self->leader_address_);
+  });
+  builder.RegisterCallbackGenericService(server->standby_service_.get());
+  std::unique_ptr<grpc::Server> standby = builder.BuildAndStart();
+  if (standby == nullptr || port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen_address));
+  }
+  server->bound_address_ = absl::StrCat(host, ":", port);
+  {
+    MutexLock lock(server->mu_);
+    server->advertised_ = config.advertise_endpoint.empty()
+                              ? server->bound_address_
+                              : config.advertise_endpoint;
+  }
+  server->config_.listen_address = server->bound_address_;
+  {
+    MutexLock lock(server->mu_);
+    server->standby_ = std::move(standby);
+  }
+  server->election_ = std::make_unique<LeaderElection>(
+      std::move(*election_client),
+      EtcdStore::Prefix(config.etcd_cluster) + "leader", server->advertised_,
+      ttl);
+  server->thread_ = std::thread([self] { self->Run(); });
+  return server;
+}
+
+HaServer::~HaServer() { Shutdown(); }
+
+std::string HaServer::CurrentLeader() {
+  MutexLock lock(mu_);
+  return leader_address_;
+}
+
+bool HaServer::Sleep(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(mu_);
+  while (!stopping_ && std::chrono::steady_clock::now() < deadline) {
+    cv_.WaitUntil(mu_, deadline);
+  }
+  return !stopping_;
+}
+
+void HaServer::Run() {
+  const std::chrono::milliseconds interval = election_->renew_interval();
+  std::string last_error;
+  bool promoted = false;
+  while (!promoted) {
+    absl::StatusOr<bool> won = election_->TryAcquire();
+    if (won.ok()) {
+      last_error.clear();
+      {
+        MutexLock lock(mu_);
+        if (leader_address_ != election_->leader()) {
+          spdlog::info(
+              "event=leader_seen leader={}",
+              election_->leader().empty() ? "none" : election_->leader());
+        }
+        leader_address_ = election_->leader();
+      }
+      if (*won) {
+        if (!Promote()) return;
+        promoted = true;
+        break;
+      }
+    } else if (std::string(won.status().message()) != last_error) {
+      last_error = std::string(won.status().message());
+      spdlog::warn("event=election_failed error={}", last_error);
+    }
+    if (!Sleep(interval)) return;
+  }
+  while (Sleep(interval)) {
+    if (election_->Renew()) continue;
+    spdlog::error(
+        "event=leadership_lost lease_ttl_s={} action=stop_serving "
+        "(the process exits; restart it to rejoin as a standby)",
+        config_.lease_ttl_s);
+    lost_.store(true);
+    leader_.store(false);
+    std::unique_ptr<CoordinatorServer> server;
+    {
+      MutexLock lock(mu_);
+      server = std::move(server_);
+      leader_address_.clear();
+    }
+    if (server != nullptr) server->Shutdown();
+    return;
+  }
+}
+
+bool HaServer::Promote() {
+  spdlog::info("event=elected_leader address={} revision={}", advertised_,
+               election_->revision());
+  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+      EtcdStore::Open(store_client_, config_.etcd_cluster);
+  if (!store.ok()) {
+    spdlog::error("event=promotion_failed error={}",
+                  std::string(store.status().message()));
+    election_->Resign();
+    lost_.store(true);
+    return false;
+  }
+  (*store)->SetFence(EtcdStore::Prefix(config_.etcd_cluster) + "leader",
+                     election_->revision());
+  std::unique_ptr<grpc::Server> standby;
+  {
+    MutexLock lock(mu_);
+    standby = std::move(standby_);
+  }
+  if (standby != nullptr) {
+    standby->Shutdown(std::chrono::system_clock::now());
+    standby.reset();
+  }
+  Config config = config_;
+  config.advertise_endpoint = advertised_;
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+      CoordinatorServer::Start(config, clock_, std::move(*store));
+  if (!server.ok()) {
+    spdlog::error("event=promotion_failed error={}",
+                  std::string(server.status().message()));
+    election_->Resign();
+    lost_.store(true);
+    return false;
+  }
+  {
+    MutexLock lock(mu_);
+    server_ = std::move(*server);
+  }
+  leader_.store(true);
+  spdlog::info("event=serving_as_leader address={}", bound_address_);
+  return true;
+}
+
+void HaServer::Shutdown() {
+  {
+    MutexLock lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    cv_.NotifyAll();
+  }
+  if (thread_.joinable()) thread_.join();
+  std::unique_ptr<CoordinatorServer> server;
+  std::unique_ptr<grpc::Server> standby;
+  {
+    MutexLock lock(mu_);
+    server = std::move(server_);
+    standby = std::move(standby_);
+  }
+  if (server != nullptr) {
+    server->Shutdown();
+    election_->Resign();
+  }
+  if (standby != nullptr) {
+    standby->Shutdown(std::chrono::system_clock::now());
+  }
+  leader_.store(false);
+}
+
+}  // namespace gdt::coordinator
