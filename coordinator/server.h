@@ -10,6 +10,7 @@
 #include "coordinator/config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/checkpoint_service.h"
 #include "coordinator/kv_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_server.h"
@@ -56,6 +57,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<KvService> kv_service_;
+  std::unique_ptr<CheckpointService> checkpoint_service_;  // Issue 5.
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;

@@ -29,6 +29,20 @@ struct KvToken {
   std::string token;
 };
 
+// --- Checkpoint manifest records (issue 5) ---
+// One checkpoint a gang member recorded (gdt-ckpt save): the manifest as the
+// member wrote it (manifest.json), opaque to the coordinator.
+struct CheckpointRecord {
+  std::string gang_id;
+  uint32_t epoch = 0;  // The epoch that recorded it.
+  int64_t step = 0;
+  uint32_t rank = 0;
+  int64_t job_id = 0;
+  std::string manifest_json;
+  int64_t recorded_unix_ms = 0;
+};
+// --- end checkpoint manifest records ---
+
 // The coordinator's durable state in one SQLite file (WAL mode, a schema
 // version table, prepared statements, one transaction per change): hosts,
 // gangs, members, GPU leases and port leases. Runtime-only fields (member
@@ -81,6 +95,18 @@ class Store {
   // Every stored token, by gang id.
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens();
   // --- end gang key-value store tokens ---
+
+  // --- Checkpoint manifest records (issue 5) ---
+  // Appends one record; keeps only the newest `keep_per_gang` (by step, then
+  // arrival) of the gang. Records outlive epochs and restarts.
+  absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                    size_t keep_per_gang);
+  // The gang's records, newest first (highest step, then latest recorded).
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id);
+  // Deletes every record of the gang. Idempotent.
+  absl::Status DeleteCheckpointRecords(const std::string& gang_id);
+  // --- end checkpoint manifest records ---
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}
