@@ -68,10 +68,9 @@ absl::StatusOr<std::vector<CheckpointRecordInfo>> CheckpointClient::List(
   if (!status.ok()) return Explain(status, "list", target_.endpoint);
   std::vector<CheckpointRecordInfo> records;
   for (v1::CheckpointRecord& r : *response.mutable_records()) {
-    records.push_back(CheckpointRecordInfo{r.epoch(), r.step(), r.rank(),
-                                           r.job_id(),
-                                           std::move(*r.mutable_manifest_json()),
-                                           r.recorded_unix_ms()});
+    records.push_back(CheckpointRecordInfo{
+        r.epoch(), r.step(), r.rank(), r.job_id(),
+        std::move(*r.mutable_manifest_json()), r.recorded_unix_ms()});
   }
   return records;
 }
