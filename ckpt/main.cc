@@ -1,11 +1,13 @@
 // gdt-ckpt: checkpoint manifests, the package-registry store and resume for
-// training scripts in gdt jobs (gitlab/ckpt_command.h).
+// training scripts in gdt jobs (gitlab/ckpt_command.h); inside a gdt job
+// manifests are recorded with, and found again through, the coordinator.
 #include <chrono>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/registry_client.h"
 #include "gitlab/checkpoint_notice.h"
 #include "gitlab/ckpt_command.h"
 
@@ -41,7 +43,9 @@ int main(int argc, char** argv) {
   CLI::App* resume =
       app.add_subcommand("resume",
                          "Place the newest checkpoint that verifies in "
-                         "GDT_CHECKPOINT_DIR and print GDT_RESUME_FROM=<dir>");
+                         "GDT_CHECKPOINT_DIR and print GDT_RESUME_FROM=<dir> "
+                         "(without --manifest/--from-job: the checkpoints "
+                         "the coordinator recorded for this gang)");
   resume->add_option("--manifest", resume_options.manifests,
                      "A manifest.json to consider (repeatable)");
   resume->add_option("--from-job", resume_options.from_jobs,
@@ -76,8 +80,21 @@ int main(int argc, char** argv) {
     }
     return gdt::gitlab::RunWithNotice(command, env, *plan, std::cerr);
   }
-  if (save->parsed()) {
-    return gdt::gitlab::RunCkptSave(save_options, env, std::cout, std::cerr);
+  // The coordinator's records of the gang (inside a gdt job). Without a
+  // usable credential gdt-ckpt still works through files and the GitLab API.
+  const char* command_name = save->parsed() ? "save" : "resume";
+  auto registry = gdt::ckpt::RegistryFromEnv(env, std::chrono::seconds(10));
+  if (!registry.ok()) {
+    std::cerr << "gdt-ckpt " << command_name
+              << ": warning: no coordinator records: "
+              << registry.status().message() << "\n";
   }
-  return gdt::gitlab::RunCkptResume(resume_options, env, std::cout, std::cerr);
+  gdt::gitlab::ManifestRegistry* records =
+      registry.ok() ? registry->get() : nullptr;
+  if (save->parsed()) {
+    return gdt::gitlab::RunCkptSave(save_options, env, records, std::cout,
+                                    std::cerr);
+  }
+  return gdt::gitlab::RunCkptResume(resume_options, env, records, std::cout,
+                                    std::cerr);
 }
