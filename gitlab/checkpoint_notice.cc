@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,31 @@ std::string Get(const std::map<std::string, std::string>& env,
                 const std::string& key) {
   auto it = env.find(key);
   return it == env.end() ? "" : it->second;
+}
+
+// Sends `signal` to every process of process group `group` except its
+// leader (the command gdt-ckpt started); returns how many it reached.
+int SignalGroupButLeader(pid_t group, int signal) {
+  int sent = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid) || pid == group) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp) || pgrp != group) continue;
+    if (kill(pid, signal) == 0) ++sent;
+  }
+  return sent;
 }
 
 }  // namespace
@@ -46,6 +72,13 @@ absl::StatusOr<NoticePlan> PlanNotice(
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_CHECKPOINT_SIGNAL=", sig, ": use USR1, USR2, TERM, INT or none"));
+  }
+  const std::string to = Get(env, "GDT_CHECKPOINT_SIGNAL_TO");
+  if (to == "workers") {
+    plan.workers_only = true;
+  } else if (!to.empty() && to != "group") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_CHECKPOINT_SIGNAL_TO=", to, ": use group or workers"));
   }
   plan.flag_file = Get(env, "GDT_CHECKPOINT_NOTICE_FILE");
   if (plan.flag_file.empty() && !Get(env, "GDT_CHECKPOINT_DIR").empty()) {
@@ -117,7 +150,11 @@ int RunWithNotice(const std::vector<std::string>& argv,
         std::ofstream flag(plan.flag_file);
         flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
         const bool written = static_cast<bool>(flag.flush());
-        if (plan.signal != 0) (*child)->SignalGroup(plan.signal);
+        if (plan.signal != 0 && plan.workers_only) {
+          SignalGroupButLeader((*child)->pid(), plan.signal);
+        } else if (plan.signal != 0) {
+          (*child)->SignalGroup(plan.signal);
+        }
         err << "gdt-ckpt run: checkpoint notice: the job times out in "
             << std::chrono::duration_cast<std::chrono::seconds>(
                    plan.deadline - system_clock::now())

@@ -7,7 +7,10 @@
 // (default 300) before the job's deadline (CI_JOB_STARTED_AT, else now,
 // plus CI_JOB_TIMEOUT), writes the flag file GDT_CHECKPOINT_NOTICE_FILE
 // (default $GDT_CHECKPOINT_DIR/.notice) and sends GDT_CHECKPOINT_SIGNAL
-// (default USR1; "none": the flag file only) to that group.
+// (default USR1; "none": the flag file only) to that group, or, with
+// GDT_CHECKPOINT_SIGNAL_TO=workers, to every process of the group but the
+// command itself (torchrun's workers, not its agent, which torch 1.13 lets
+// die on SIGUSR1).
 
 #include <chrono>
 #include <map>
@@ -26,11 +29,14 @@ struct NoticePlan {
   std::chrono::system_clock::time_point deadline;
   std::string flag_file;
   int signal = 0;  // 0: none.
+  // The notice signal skips the command itself (GDT_CHECKPOINT_SIGNAL_TO).
+  bool workers_only = false;
 };
 
 // From the job's environment. InvalidArgument naming the variable for a
-// malformed CI_JOB_TIMEOUT, CI_JOB_STARTED_AT, GDT_CHECKPOINT_NOTICE or
-// GDT_CHECKPOINT_SIGNAL, or when no flag file path can be derived.
+// malformed CI_JOB_TIMEOUT, CI_JOB_STARTED_AT, GDT_CHECKPOINT_NOTICE,
+// GDT_CHECKPOINT_SIGNAL or GDT_CHECKPOINT_SIGNAL_TO (group or workers), or
+// when no flag file path can be derived.
 absl::StatusOr<NoticePlan> PlanNotice(
     const std::map<std::string, std::string>& env,
     std::chrono::system_clock::time_point now);

@@ -124,6 +124,47 @@ exit 3)";
       << err.str();
 }
 
+// torchrun's shape: a parent that dies on SIGUSR1 (torch 1.13's agent) and
+// waits for a worker that checkpoints on it. `workers` spares the parent;
+// the default (the whole group) kills it.
+TEST(RunWithNoticeTest, WorkersOnlySignalSparesTheLauncher) {
+  TempDir dir;
+  const std::string worker = dir.path() + "/worker.sh";
+  testing_support::WriteTextFile(worker, R"(
+trap 'echo saved > "$OUT/saved"; exit 0' USR1
+for i in $(seq 1 100); do sleep 0.1; done
+exit 3
+)");
+  const std::string launcher = "/bin/bash " + worker + " & wait $!; exit $?";
+  for (const char* to : {"workers", "group"}) {
+    std::filesystem::remove(dir.path() + "/saved");
+    // The notice comes 1 s in, when the worker has set its trap.
+    auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "2"},
+                            {"GDT_CHECKPOINT_NOTICE", "1"},
+                            {"GDT_CHECKPOINT_SIGNAL_TO", to},
+                            {"GDT_CHECKPOINT_DIR", dir.path()}},
+                           system_clock::now());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    std::ostringstream err;
+    const int code = RunWithNotice(
+        {"/bin/bash", "-c", launcher},
+        {{"OUT", dir.path()}, {"PATH", "/usr/bin:/bin"}}, *plan, err);
+    if (std::string(to) == "workers") {
+      EXPECT_EQ(code, 0) << err.str();
+      EXPECT_EQ(ReadTextFile(dir.path() + "/saved"), "saved\n");
+    } else {
+      EXPECT_EQ(code, 128 + SIGUSR1) << err.str();
+    }
+  }
+  EXPECT_THAT(PlanNotice({{"GDT_CHECKPOINT_SIGNAL_TO", "agent"},
+                          {"GDT_CHECKPOINT_DIR", dir.path()}},
+                         system_clock::now())
+                  .status()
+                  .message(),
+              HasSubstr("GDT_CHECKPOINT_SIGNAL_TO=agent: use group or "
+                        "workers"));
+}
+
 TEST(RunWithNoticeTest, MissingCommandIsOneLine) {
   TempDir dir;
   NoticePlan plan;
