@@ -2,12 +2,19 @@
 // gdt-ci run-local. `gdt-ckpt run` gives the training its checkpoint notice
 // GDT_CHECKPOINT_NOTICE seconds before the deadline; examples/ddp
 // checkpoints and stops, and the checkpoint (with its manifest) is in the
-// job's artifacts.
+// job's artifacts. A later job resumes from it; a gang with a killed member
+// is retried (new job ids, epoch 2) and resumes through the coordinator's
+// manifest records and the (fake) GitLab API.
+#include <signal.h>
 #include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "absl/strings/str_cat.h"
+#include "gitlab/fake_gitlab_api.h"
+#include "gitlab/zip_archive.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -20,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kCiFile[] = R"(stages: [train]
 train:
@@ -196,6 +204,177 @@ TEST_F(CheckpointE2eTest, LaterJobResumesToTheUninterruptedParameters) {
   EXPECT_EQ(resumed["param_sha256"], full["param_sha256"]);
   EXPECT_NE(cut["param_sha256"], full["param_sha256"]);
   ExpectLeasesReleased(cluster_);
+}
+
+// `train` checkpoints every 4 steps (rank 0 = member 1) and resumes through
+// `gdt-ckpt resume` without arguments (the coordinator's records of the
+// gang); `train-full` runs the same 12 steps uninterrupted.
+constexpr char kRetryFile[] = R"yaml(stages: [train]
+train:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "12"
+    DDP_CKPT_EVERY: "4"
+    DDP_LOG_STEPS: "1"
+    DDP_STEP_SECONDS: "0.5"
+  script:
+    - eval "export $(gdt-ckpt resume)"
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [checkpoints/, out/]
+    when: always
+train-full:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "12"
+  script:
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [out/]
+)yaml";
+
+// rank-0.json in the artifacts run-local kept for `job_id`.
+nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
+  std::ifstream in(
+      absl::StrCat(run_dir, "/artifacts/", job_id, "/out/rank-0.json"));
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+// The artifacts run-local kept for `job_id`, zipped as GitLab serves them.
+std::string ArtifactsZip(const std::string& run_dir, int64_t job_id,
+                         const std::string& zip) {
+  const std::string root = absl::StrCat(run_dir, "/artifacts/", job_id);
+  std::vector<std::string> files;
+  std::error_code ignored;
+  for (const auto& entry : fs::recursive_directory_iterator(root, ignored)) {
+    if (entry.is_regular_file()) {
+      files.push_back(entry.path().lexically_relative(root).string());
+    }
+  }
+  if (files.empty() || !gitlab::CreateZip(root, files, zip).ok()) return "";
+  return ReadFile(zip);
+}
+
+TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project + "/examples");
+  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
+           fs::copy_options::recursive);
+  std::ofstream(project + "/.gitlab-ci.yml") << kRetryFile;
+  auto api = gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(api.ok()) << api.status();
+  // run-local's job ids and tokens: pipeline × 1000 + member, then the
+  // retry's --first-job-id + member.
+  for (int64_t id : {5151001, 5151002, 5151501, 5151502}) {
+    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
+  }
+  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  const std::string log1 = cluster_.run_dir() + "/logs/train-1-2.log";
+  const std::string log2 = cluster_.run_dir() + "/logs/train-2-2.log";
+
+  // Epoch 1: once rank 0 has recorded its step-4 checkpoint, member 2's
+  // trainer is killed; the gang fails.
+  std::unique_ptr<Subprocess> first = StartRunLocal(
+      cluster_, project, "train", {"--pipeline-id", "5151", "--var", api_var});
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(log1).find("checkpoint at step 4 in") !=
+               std::string::npos;
+      },
+      seconds(120)))
+      << ReadFile(log1) << cluster_.Logs();
+  std::vector<int> killed;
+  for (const ProcessInfo& p : JobProcesses(cluster_, "CI_NODE_INDEX=2")) {
+    // torchrun's workers (LOCAL_RANK set by torchrun), not its agent.
+    if (p.environ.find(std::string("\0LOCAL_RANK=", 12)) != std::string::npos &&
+        p.cmdline.find("train.py") != std::string::npos) {
+      killed.push_back(p.pid);
+      kill(p.pid, SIGKILL);
+    }
+  }
+  ASSERT_FALSE(killed.empty()) << DescribeAll(JobProcesses(cluster_));
+  const CommandResult failed = FinishRun(*first, seconds(90));
+  ASSERT_FALSE(failed.status.success()) << failed.output;
+  const std::string epoch1 = ReadFile(log1);
+  // The newest checkpoint epoch 1 completed (4, or 8 on a slow machine).
+  int64_t last = 0;
+  for (int64_t step : {4, 8, 12}) {
+    if (epoch1.find(absl::StrCat("checkpoint at step ", step, " in")) !=
+        std::string::npos) {
+      last = step;
+    }
+  }
+  ASSERT_GE(last, 4) << epoch1;
+  ASSERT_LT(last, 12) << "the kill came too late: " << epoch1;
+
+  // GitLab keeps the failed jobs' artifacts (when: always).
+  const std::string zip =
+      ArtifactsZip(cluster_.run_dir(), 5151001, cluster_.dir().Sub("a.zip"));
+  ASSERT_FALSE(zip.empty()) << "no artifacts of job 5151001";
+  (*api)->SetArtifacts(5151001, zip);
+
+  // Retry: new job ids, epoch 2; neither the script nor gdt-ckpt is told
+  // the earlier job ids.
+  const CommandResult retry = cluster_.RunLocal(
+      project, "train",
+      {"--pipeline-id", "5151", "--first-job-id", "5151500", "--var", api_var},
+      seconds(150));
+  ASSERT_TRUE(retry.status.success()) << retry.output << cluster_.Logs();
+  for (const std::string& log : {ReadFile(log1), ReadFile(log2)}) {
+    EXPECT_THAT(log,
+                HasSubstr(absl::StrCat("gdt-ckpt resume: resuming from step ",
+                                       last, " (job 5151001, artifacts)")))
+        << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("resumed from step ", last, " (")));
+    // Step continuity: the first step of epoch 2 is the one after the
+    // checkpoint, and no earlier step runs again.
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("step ", last + 1, " done")));
+    EXPECT_THAT(log, Not(HasSubstr(absl::StrCat(" step ", last, " done"))));
+    EXPECT_THAT(log, HasSubstr("trained 12 steps"));
+  }
+
+  const CommandResult full = cluster_.RunLocal(
+      project, "train-full", {"--pipeline-id", "5252"}, seconds(120));
+  ASSERT_TRUE(full.status.success()) << full.output << cluster_.Logs();
+  const nlohmann::json resumed = JobReport(cluster_.run_dir(), 5151501);
+  const nlohmann::json uninterrupted = JobReport(cluster_.run_dir(), 5252001);
+  ASSERT_TRUE(resumed.is_object() && uninterrupted.is_object())
+      << retry.output << full.output;
+  EXPECT_EQ(resumed["steps"], 12);
+  // Tolerance 0: same seed, data order and reductions give the same bits.
+  EXPECT_EQ(resumed["param_sha256"], uninterrupted["param_sha256"]);
+
+  // Epoch 1 stays failed (archived), epoch 2 and train-full are done, and
+  // nothing is left holding the host.
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::map<std::string, std::string> states;  // "id epoch" -> state.
+  for (const auto& gang : (*status)["gangs"]) {
+    states[absl::StrCat(gang.value("gang_id", ""), " ",
+                        gang.value("epoch", 0))] = gang.value("state", "");
+  }
+  EXPECT_THAT(states, ::testing::ElementsAre(
+                          ::testing::Pair("train-full-p1-pl5252-n2 1", "done"),
+                          ::testing::Pair("train-p1-pl5151-n2 2", "done"),
+                          ::testing::Pair("train-p1-pl5151-n2#1 1", "failed")))
+      << status->dump();
+  for (const auto& host : (*status)["hosts"]) {
+    EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();
+    EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
+  }
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
 }
 
 }  // namespace
