@@ -33,7 +33,8 @@ int main(int argc, char** argv) {
   save->add_option("--store", save_options.store,
                    "artifacts, packages, or auto (packages above --threshold)");
   save->add_option("--threshold", save_options.threshold_bytes,
-                   "Bytes above which auto picks packages (default 100 MiB)");
+                   "Bytes above which auto picks packages (default "
+                   "$GDT_CHECKPOINT_THRESHOLD, else 100 MiB)");
   save->add_option(
       "--keep", save_options.keep,
       "Keep the newest K checkpoints (default $GDT_CHECKPOINT_KEEP)");

@@ -114,11 +114,22 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
     err << "gdt-ckpt save: " << manifest.status().message() << "\n";
     return kCkptBadInput;
   }
-  manifest->store = options.store == "auto"
-                        ? (manifest->total_bytes() > options.threshold_bytes
-                               ? kStorePackages
-                               : kStoreArtifacts)
-                        : options.store;
+  uint64_t threshold = options.threshold_bytes;
+  if (threshold == 0) {
+    threshold = 100ull << 20;
+    if (const std::string text = Get(env, "GDT_CHECKPOINT_THRESHOLD");
+        !text.empty() &&
+        (!absl::SimpleAtoi(text, &threshold) || threshold == 0)) {
+      err << "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=" << text
+          << ": not a positive number of bytes\n";
+      return kCkptBadInput;
+    }
+  }
+  manifest->store =
+      options.store == "auto"
+          ? (manifest->total_bytes() > threshold ? kStorePackages
+                                                 : kStoreArtifacts)
+          : options.store;
   if (manifest->store == kStorePackages) {
     manifest->package_name = "gdt-checkpoints";
     manifest->package_version =

@@ -41,7 +41,9 @@ struct CkptSaveOptions {
   int rank = 0;        // Default: $RANK, else 0.
   // artifacts, packages, or auto: packages above threshold_bytes.
   std::string store = "auto";
-  uint64_t threshold_bytes = 100ull << 20;
+  // 0: $GDT_CHECKPOINT_THRESHOLD, else 100 MiB (GitLab's default artifact
+  // limit).
+  uint64_t threshold_bytes = 0;
   int keep = 0;  // Default: $GDT_CHECKPOINT_KEEP; 0 keeps all.
   bool json = false;
 };

@@ -98,6 +98,25 @@ TEST_F(CkptCommandTest, SaveWritesManifestAndKeepsTheNewest) {
   EXPECT_TRUE(fs::exists(project_ + "/checkpoints/step-20"));
 }
 
+TEST_F(CkptCommandTest, ThresholdFromTheEnvironmentPicksPackages) {
+  WriteCheckpoint(7, 2000);
+  env_["GDT_CHECKPOINT_THRESHOLD"] = "1000";
+  ASSERT_EQ(Save({.step = 7, .json = true}), kCkptOk) << err_.str();
+  EXPECT_EQ(nlohmann::json::parse(out_.str())["store"], "packages");
+  EXPECT_TRUE(fake_
+                  ->PackageFile(6, "gdt-checkpoints", "job-21-rank-0-step-7",
+                                "model.pt")
+                  .has_value());
+  // An explicit --threshold wins.
+  ASSERT_EQ(Save({.step = 7, .threshold_bytes = 5000, .json = true}), kCkptOk);
+  EXPECT_EQ(nlohmann::json::parse(out_.str())["store"], "artifacts");
+  env_["GDT_CHECKPOINT_THRESHOLD"] = "lots";
+  EXPECT_EQ(Save({.step = 7}), kCkptBadInput);
+  EXPECT_EQ(err_.str(),
+            "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=lots: not a positive "
+            "number of bytes\n");
+}
+
 TEST_F(CkptCommandTest, SaveBadInputIsOneLine) {
   EXPECT_EQ(Save({.step = 5}), kCkptBadInput);
   EXPECT_THAT(err_.str(), HasSubstr("step-5 does not exist"));
