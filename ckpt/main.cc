@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
 #include "gitlab/checkpoint_notice.h"
 #include "gitlab/ckpt_command.h"
@@ -79,7 +80,15 @@ int main(int argc, char** argv) {
       std::cerr << "gdt-ckpt run: " << plan.status().message() << "\n";
       return gdt::gitlab::kCkptBadInput;
     }
-    return gdt::gitlab::RunWithNotice(command, env, *plan, std::cerr);
+    // Inside a gdt job the notice is shared with the gang's other members.
+    auto broadcast = gdt::ckpt::NoticeBroadcastFromEnv(env);
+    if (!broadcast.ok()) {
+      std::cerr << "gdt-ckpt run: warning: the gang's notice is not shared: "
+                << broadcast.status().message() << "\n";
+    }
+    return gdt::gitlab::RunWithNotice(
+        command, env, *plan, std::cerr,
+        broadcast.ok() ? broadcast->get() : nullptr);
   }
   // The coordinator's records of the gang (inside a gdt job). Without a
   // usable credential gdt-ckpt still works through files and the GitLab API.
