@@ -2,6 +2,7 @@
 // training scripts in gdt jobs (gitlab/ckpt_command.h); inside a gdt job
 // manifests are recorded with, and found again through, the coordinator.
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -73,6 +74,12 @@ int main(int argc, char** argv) {
     const size_t eq = entry.find('=');
     if (eq != std::string::npos)
       env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  if (!run->parsed()) {
+    // save and resume run inside the training's process group: a notice
+    // signal meant for the training must not kill them mid-write.
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
   }
   if (run->parsed()) {
     auto plan = gdt::gitlab::PlanNotice(env, std::chrono::system_clock::now());

@@ -27,16 +27,18 @@ std::string Get(const std::map<std::string, std::string>& env,
   return it == env.end() ? "" : it->second;
 }
 
-// Sends `signal` to every process of process group `group` except its
-// leader (the command gdt-ckpt started); returns how many it reached.
-int SignalGroupButLeader(pid_t group, int signal) {
+// Sends `signal` to the children of `leader` (the command gdt-ckpt started,
+// the leader of its process group) that are still in its group: torchrun's
+// workers, not torchrun itself nor what the workers start (e.g. `gdt-ckpt
+// save`). Returns how many it reached.
+int SignalChildren(pid_t leader, int signal) {
   int sent = 0;
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
     const std::string name = entry.path().filename().string();
     pid_t pid = 0;
-    if (!absl::SimpleAtoi(name, &pid) || pid == group) continue;
+    if (!absl::SimpleAtoi(name, &pid) || pid == leader) continue;
     std::ifstream in(entry.path() / "stat");
     std::string stat;
     std::getline(in, stat);
@@ -46,7 +48,9 @@ int SignalGroupButLeader(pid_t group, int signal) {
     std::istringstream rest(stat.substr(close + 1));
     std::string state;
     pid_t ppid = 0, pgrp = 0;
-    if (!(rest >> state >> ppid >> pgrp) || pgrp != group) continue;
+    if (!(rest >> state >> ppid >> pgrp) || ppid != leader || pgrp != leader) {
+      continue;
+    }
     if (kill(pid, signal) == 0) ++sent;
   }
   return sent;
@@ -148,7 +152,7 @@ int RunWithNotice(const std::vector<std::string>& argv,
     flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
     const bool written = static_cast<bool>(flag.flush());
     if (plan.signal != 0 && plan.workers_only) {
-      SignalGroupButLeader((*child)->pid(), plan.signal);
+      SignalChildren((*child)->pid(), plan.signal);
     } else if (plan.signal != 0) {
       (*child)->SignalGroup(plan.signal);
     }

@@ -8,9 +8,9 @@
 // plus CI_JOB_TIMEOUT), writes the flag file GDT_CHECKPOINT_NOTICE_FILE
 // (default $GDT_CHECKPOINT_DIR/.notice) and sends GDT_CHECKPOINT_SIGNAL
 // (default USR1; "none": the flag file only) to that group, or, with
-// GDT_CHECKPOINT_SIGNAL_TO=workers, to every process of the group but the
-// command itself (torchrun's workers, not its agent, which torch 1.13 lets
-// die on SIGUSR1).
+// GDT_CHECKPOINT_SIGNAL_TO=workers, to the command's own children only
+// (torchrun's workers: not its agent, which torch 1.13 lets die on SIGUSR1,
+// nor what the workers start).
 
 #include <chrono>
 #include <map>

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <sstream>
+#include <thread>
 
 #include "absl/time/time.h"
 #include "common/subprocess.h"
@@ -125,19 +126,22 @@ exit 3)";
 }
 
 // torchrun's shape: a parent that dies on SIGUSR1 (torch 1.13's agent) and
-// waits for a worker that checkpoints on it. `workers` spares the parent;
-// the default (the whole group) kills it.
+// waits for a worker that checkpoints on it; the worker's own child (like
+// `gdt-ckpt save`) must not be hit either. `workers` spares both; the
+// default (the whole group) kills the parent.
 TEST(RunWithNoticeTest, WorkersOnlySignalSparesTheLauncher) {
   TempDir dir;
   const std::string worker = dir.path() + "/worker.sh";
   testing_support::WriteTextFile(worker, R"(
-trap 'echo saved > "$OUT/saved"; exit 0' USR1
+bash -c 'trap "echo hit > \"$OUT/grandchild\"" USR1; for i in $(seq 1 20); do sleep 0.1; done' &
+trap 'echo saved > "$OUT/saved"; wait; touch "$OUT/done"; exit 0' USR1
 for i in $(seq 1 100); do sleep 0.1; done
 exit 3
 )");
   const std::string launcher = "/bin/bash " + worker + " & wait $!; exit $?";
   for (const char* to : {"workers", "group"}) {
     std::filesystem::remove(dir.path() + "/saved");
+    std::filesystem::remove(dir.path() + "/done");
     // The notice comes 1 s in, when the worker has set its trap.
     auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "2"},
                             {"GDT_CHECKPOINT_NOTICE", "1"},
@@ -152,9 +156,18 @@ exit 3
     if (std::string(to) == "workers") {
       EXPECT_EQ(code, 0) << err.str();
       EXPECT_EQ(ReadTextFile(dir.path() + "/saved"), "saved\n");
+      EXPECT_FALSE(std::filesystem::exists(dir.path() + "/grandchild"));
     } else {
       EXPECT_EQ(code, 128 + SIGUSR1) << err.str();
     }
+    // The worker (orphaned when the parent died) and its child are gone
+    // before the next round.
+    const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+    while (!std::filesystem::exists(dir.path() + "/done") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_TRUE(std::filesystem::exists(dir.path() + "/done"));
   }
   EXPECT_THAT(PlanNotice({{"GDT_CHECKPOINT_SIGNAL_TO", "agent"},
                           {"GDT_CHECKPOINT_DIR", dir.path()}},

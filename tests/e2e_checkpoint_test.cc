@@ -1,6 +1,7 @@
 // End to end (issue 5): a 2-member gang with a short CI_JOB_TIMEOUT under
 // gdt-ci run-local. `gdt-ckpt run` gives the training its checkpoint notice
-// GDT_CHECKPOINT_NOTICE seconds before the deadline; examples/ddp
+// GDT_CHECKPOINT_NOTICE seconds before the deadline (SIGUSR1 to torchrun's
+// workers only: its agent would die of it); examples/ddp
 // checkpoints and stops, and the checkpoint (with its manifest) is in the
 // job's artifacts. A later job resumes from it; a gang with a killed member
 // is retried (new job ids, epoch 2) and resumes through the coordinator's
@@ -41,7 +42,8 @@ train:
     DDP_STEPS: "100000"
     DDP_STEP_SECONDS: "0.05"
     GDT_CHECKPOINT_NOTICE: "50"
-    GDT_CHECKPOINT_SIGNAL: none
+    GDT_CHECKPOINT_SIGNAL: USR1
+    GDT_CHECKPOINT_SIGNAL_TO: workers
   script:
     - gdt-ckpt run -- torchrun examples/ddp/train.py
   artifacts:
