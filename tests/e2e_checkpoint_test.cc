@@ -368,5 +368,41 @@ TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// The shared notice: member 1's own notice comes ~2 s in, member 2's not
+// before 55 s; member 2 gets it through the gang's key-value store within
+// about a second of member 1. Each member's command only waits for its
+// flag file (10 s at most), so member 2 can succeed only by hearing.
+constexpr char kSharedNoticeFile[] = R"yaml(train:
+  tags: [gdt]
+  parallel: 2
+  timeout: 1 minute
+  variables:
+    GDT_GPUS_PER_NODE: "0"
+    GDT_LAUNCHER: none
+    GDT_CHECKPOINT_SIGNAL: none
+  script:
+    - if [ "$CI_NODE_INDEX" = 1 ]; then export GDT_CHECKPOINT_NOTICE=58; else export GDT_CHECKPOINT_NOTICE=5; fi
+    - gdt-ckpt run -- bash -c 'for i in $(seq 1 100); do test -f "$GDT_CHECKPOINT_NOTICE_FILE" && exit 0; sleep 0.1; done; echo no notice; exit 3'
+)yaml";
+
+TEST_F(CheckpointE2eTest, FirstMembersNoticeReachesTheWholeGang) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  std::ofstream(project + "/.gitlab-ci.yml") << kSharedNoticeFile;
+
+  const CommandResult run =
+      cluster_.RunLocal(project, "train", {}, seconds(60));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string log1 = ReadFile(cluster_.run_dir() + "/logs/train-1-2.log");
+  const std::string log2 = ReadFile(cluster_.run_dir() + "/logs/train-2-2.log");
+  EXPECT_THAT(log1, HasSubstr("gdt-ckpt run: checkpoint notice: the job "
+                              "times out in"));
+  EXPECT_THAT(log2, HasSubstr("gdt-ckpt run: checkpoint notice (announced by "
+                              "another member of the gang): the job times "
+                              "out in"));
+  ExpectLeasesReleased(cluster_);
+}
+
 }  // namespace
 }  // namespace gdt::testing
