@@ -60,8 +60,11 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand(
       "run",
       "Run a training command in its own process group and give it "
-      "the checkpoint notice (flag file + signal) GDT_CHECKPOINT_NOTICE "
-      "seconds before CI_JOB_TIMEOUT ends the job");
+      "the checkpoint notice (flag file GDT_CHECKPOINT_NOTICE_FILE + signal "
+      "GDT_CHECKPOINT_SIGNAL, USR1|USR2|TERM|INT|none, to "
+      "GDT_CHECKPOINT_SIGNAL_TO, group|workers) GDT_CHECKPOINT_NOTICE "
+      "seconds (default 300) before CI_JOB_TIMEOUT ends the job; inside a "
+      "gdt job the first member to reach it tells the whole gang");
   run->add_option("command", command, "The command, after --")->required();
   try {
     app.parse(argc, argv);
