@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -398,5 +399,39 @@ Snapshot Coordinator::GetSnapshot(bool include_finished) {
   MutexLock lock(mu_);
   return scheduler_->GetSnapshot(include_finished);
 }
+
+// --- Checkpoint manifest records (issue 5) ---
+
+absl::Status Coordinator::RecordCheckpoint(const KvCaller& caller,
+                                           CheckpointRecord record) {
+  GDT_RETURN_IF_ERROR(kv_->CheckCaller(caller));
+  if (record.step < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint step ", record.step, " is negative"));
+  }
+  if (record.manifest_json.empty() ||
+      record.manifest_json.size() > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint manifest of ", record.manifest_json.size(),
+                     " bytes (must be 1 to ", kMaxManifestBytes, ")"));
+  }
+  record.gang_id = caller.gang_id;
+  record.epoch = caller.epoch;
+  record.recorded_unix_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  MutexLock lock(mu_);
+  return store_->SaveCheckpointRecord(record, kCheckpointsPerGang);
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> Coordinator::ListCheckpoints(
+    const KvCaller& caller) {
+  GDT_RETURN_IF_ERROR(kv_->CheckCaller(caller));
+  MutexLock lock(mu_);
+  return store_->ListCheckpointRecords(caller.gang_id);
+}
+
+// --- end checkpoint manifest records ---
 
 }  // namespace gdt::coordinator

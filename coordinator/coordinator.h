@@ -98,6 +98,21 @@ class Coordinator {
   // The gang key-value store (thread-safe on its own).
   GangKv& kv() { return *kv_; }
 
+  // --- Checkpoint manifest records (issue 5) ---
+  // Records a checkpoint of the caller's gang (authorised by the gang's
+  // current-epoch token, GangKv::CheckCaller's errors); `record.gang_id` and
+  // `record.epoch` are taken from the caller. Keeps the newest
+  // kCheckpointsPerGang. InvalidArgument for a negative step or a manifest
+  // that is empty or above kMaxManifestBytes.
+  static constexpr size_t kCheckpointsPerGang = 32;
+  static constexpr size_t kMaxManifestBytes = 1 << 20;
+  absl::Status RecordCheckpoint(const KvCaller& caller,
+                                CheckpointRecord record);
+  // The records of the caller's gang from every epoch, newest first.
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
+      const KvCaller& caller);
+  // --- end checkpoint manifest records ---
+
  private:
   Coordinator(std::unique_ptr<StateStore> store, PortChecker& port_checker,
               const KvLimits& kv_limits)

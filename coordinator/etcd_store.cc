@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -399,5 +400,104 @@ absl::StatusOr<std::vector<KvToken>> EtcdStore::LoadKvTokens() {
 }
 
 // --- end gang key-value store tokens ---
+
+// --- Checkpoint manifest records (issue 5) ---
+
+absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+EtcdStore::CheckpointRecordsWithKeys(const std::string& gang_id) {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs = client_->Range(
+      Key("checkpoints", gang_id) + "/", /*prefix=*/true, /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<std::tuple<int64_t, int64_t, std::string, CheckpointRecord>>
+      found;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      const Json value = Json::parse(kv.value);
+      CheckpointRecord record;
+      record.gang_id = value.at("gang_id").get<std::string>();
+      record.epoch = value.at("epoch").get<uint32_t>();
+      record.step = value.at("step").get<int64_t>();
+      record.rank = value.at("rank").get<uint32_t>();
+      record.job_id = value.at("job_id").get<int64_t>();
+      record.manifest_json = value.at("manifest").get<std::string>();
+      record.recorded_unix_ms = value.at("recorded_unix_ms").get<int64_t>();
+      found.emplace_back(record.step, kv.create_revision, kv.key,
+                         std::move(record));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt checkpoint record in etcd: ", e.what()));
+  }
+  // Highest step first, then the latest written.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) >
+           std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  std::vector<std::pair<std::string, CheckpointRecord>> records;
+  records.reserve(found.size());
+  for (auto& [step, revision, key, record] : found) {
+    records.emplace_back(std::move(key), std::move(record));
+  }
+  return records;
+}
+
+absl::Status EtcdStore::SaveCheckpointRecord(const CheckpointRecord& record,
+                                             size_t keep_per_gang) {
+  absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+      existing = CheckpointRecordsWithKeys(record.gang_id);
+  if (!existing.ok()) return existing.status();
+  const Json value = {{"gang_id", record.gang_id},
+                      {"epoch", record.epoch},
+                      {"step", record.step},
+                      {"rank", record.rank},
+                      {"job_id", record.job_id},
+                      {"manifest", record.manifest_json},
+                      {"recorded_unix_ms", record.recorded_unix_ms}};
+  const std::string key = absl::StrFormat(
+      "%s/%020d/%016d-%010d-%020d", Key("checkpoints", record.gang_id),
+      std::max<int64_t>(0, record.step),
+      std::max<int64_t>(0, record.recorded_unix_ms), record.rank,
+      std::max<int64_t>(0, record.job_id));
+  Json ops = Json::array({EtcdClient::Put(key, value.dump())});
+  // The new record ranks before every existing one of a lower or equal step
+  // (it is the latest written); keep the newest `keep_per_gang` in all.
+  size_t kept = 0;
+  bool placed = false;
+  for (const auto& [old_key, old] : *existing) {
+    if (!placed && record.step >= old.step) {
+      placed = true;
+      ++kept;
+    }
+    if (old_key == key) continue;  // Replaced by the Put.
+    if (kept < keep_per_gang) {
+      ++kept;
+    } else {
+      ops.push_back(EtcdClient::Delete(old_key));
+    }
+  }
+  // Older than the newest `keep_per_gang`: not kept at all.
+  if (!placed && kept >= keep_per_gang) ops.erase(ops.begin());
+  if (ops.empty()) return absl::OkStatus();
+  return Write(ops, absl::StrCat("a checkpoint of ", record.gang_id));
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> EtcdStore::ListCheckpointRecords(
+    const std::string& gang_id) {
+  absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+      records = CheckpointRecordsWithKeys(gang_id);
+  if (!records.ok()) return records.status();
+  std::vector<CheckpointRecord> out;
+  out.reserve(records->size());
+  for (auto& [key, record] : *records) out.push_back(std::move(record));
+  return out;
+}
+
+absl::Status EtcdStore::DeleteCheckpointRecords(const std::string& gang_id) {
+  return Write(Json::array({EtcdClient::DeletePrefix(
+                   Key("checkpoints", gang_id) + "/")}),
+               absl::StrCat("the removal of the checkpoints of ", gang_id));
+}
+
+// --- end checkpoint manifest records ---
 
 }  // namespace gdt::coordinator

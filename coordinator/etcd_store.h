@@ -21,6 +21,8 @@ namespace gdt::coordinator {
 //   members/<id>/<index>    one member (index zero-padded to 10 digits)
 //   leases/<id>             the GPU and port leases of a running gang
 //   kv_tokens/<id>          the gang's key-value store token
+//   checkpoints/<id>/<step>/<recorded ms>-<rank>-<job>
+//                           a checkpoint manifest record (issue 5)
 // (names and ids with '/' or '%' are percent-escaped). Every method is one
 // etcd transaction: a gang's admission (SaveGang) writes its record, its
 // members and its leases at once. SaveGang of a gang with more than about
@@ -58,7 +60,20 @@ class EtcdStore : public StateStore {
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
   // --- end gang key-value store tokens ---
 
+  // --- Checkpoint manifest records (issue 5) ---
+  // Arrival order among records of one step is etcd's create revision.
+  absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                    size_t keep_per_gang) override;
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id) override;
+  absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
+  // --- end checkpoint manifest records ---
+
  private:
+  // The gang's records with their keys, newest first.
+  absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+  CheckpointRecordsWithKeys(const std::string& gang_id);
+
   EtcdStore(std::shared_ptr<EtcdClient> client, std::string prefix)
       : client_(std::move(client)), prefix_(std::move(prefix)) {}
   // Runs `ops` as one transaction under the fence.

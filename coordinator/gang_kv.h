@@ -104,6 +104,10 @@ class GangKv {
   absl::StatusOr<int64_t> Add(const KvCaller& caller, const std::string& key,
                               int64_t delta);
 
+  // Checks the caller as every operation does (the common errors above):
+  // other coordinator calls that a gang's token authorises use it.
+  absl::Status CheckCaller(const KvCaller& caller);
+
   // For tests and status: open gangs and pending waits.
   size_t gang_count();
   size_t waiter_count();

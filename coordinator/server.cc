@@ -47,6 +47,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.RegisterService(server->service_.get());
   server->kv_service_ = std::make_unique<KvService>(server->coordinator_->kv());
   builder.RegisterService(server->kv_service_.get());
+  server->checkpoint_service_ =
+      std::make_unique<CheckpointService>(*server->coordinator_);
+  builder.RegisterService(server->checkpoint_service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError(

@@ -7,6 +7,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "coordinator/agent_port_checker.h"
+#include "coordinator/checkpoint_service.h"
 #include "coordinator/config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
@@ -61,6 +62,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<KvService> kv_service_;
+  std::unique_ptr<CheckpointService> checkpoint_service_;  // Issue 5.
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;

@@ -26,6 +26,20 @@ struct KvToken {
   std::string token;
 };
 
+// --- Checkpoint manifest records (issue 5) ---
+// One checkpoint a gang member recorded (gdt-ckpt save): the manifest as the
+// member wrote it (manifest.json), opaque to the coordinator.
+struct CheckpointRecord {
+  std::string gang_id;
+  uint32_t epoch = 0;  // The epoch that recorded it.
+  int64_t step = 0;
+  uint32_t rank = 0;
+  int64_t job_id = 0;
+  std::string manifest_json;
+  int64_t recorded_unix_ms = 0;
+};
+// --- end checkpoint manifest records ---
+
 // The coordinator's durable state: hosts, gangs, members, GPU leases, port
 // leases and gang key-value store tokens. Runtime-only fields (member
 // presence, stream ids, heartbeat time points) are not stored.
@@ -77,6 +91,18 @@ class StateStore {
   // Every stored token, by gang id.
   virtual absl::StatusOr<std::vector<KvToken>> LoadKvTokens() = 0;
   // --- end gang key-value store tokens ---
+
+  // --- Checkpoint manifest records (issue 5) ---
+  // Appends one record; keeps only the newest `keep_per_gang` (by step, then
+  // arrival) of the gang. Records outlive epochs and restarts.
+  virtual absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                            size_t keep_per_gang) = 0;
+  // The gang's records, newest first (highest step, then latest recorded).
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id) = 0;
+  // Deletes every record of the gang. Idempotent.
+  virtual absl::Status DeleteCheckpointRecords(const std::string& gang_id) = 0;
+  // --- end checkpoint manifest records ---
 };
 
 }  // namespace gdt::coordinator

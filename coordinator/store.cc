@@ -112,6 +112,36 @@ constexpr const char* kSelectKvTokens =
     "SELECT gang_id, epoch, token FROM gang_kv_tokens ORDER BY gang_id";
 // --- end gang key-value store tokens ---
 
+// --- Checkpoint manifest records (issue 5) ---
+// A table of its own (no schema version bump); rows outlive epochs and go
+// only when newer records of the same gang push them out.
+constexpr const char* kCheckpointSchema = R"sql(
+CREATE TABLE IF NOT EXISTS checkpoint_records (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  gang_id TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  job_id INTEGER NOT NULL,
+  manifest TEXT NOT NULL,
+  recorded_unix_ms INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS checkpoint_records_by_gang
+  ON checkpoint_records (gang_id, step);
+)sql";
+constexpr const char* kInsertCheckpoint =
+    "INSERT INTO checkpoint_records (gang_id, epoch, step, rank, job_id, "
+    "manifest, recorded_unix_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+constexpr const char* kSelectCheckpoints =
+    "SELECT gang_id, epoch, step, rank, job_id, manifest, recorded_unix_ms "
+    "FROM checkpoint_records WHERE gang_id = ?1 ORDER BY step DESC, seq DESC";
+constexpr const char* kPruneCheckpoints =
+    "DELETE FROM checkpoint_records WHERE gang_id = ?1 AND seq NOT IN ("
+    "SELECT seq FROM checkpoint_records WHERE gang_id = ?1 "
+    "ORDER BY step DESC, seq DESC LIMIT ?2)";
+constexpr const char* kDeleteCheckpoints =
+    "DELETE FROM checkpoint_records WHERE gang_id = ?1";
+// --- end checkpoint manifest records ---
+
 // Resets a cached statement when the caller is done with it.
 class StatementUse {
  public:
@@ -240,6 +270,7 @@ absl::Status Store::Init() {
   GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   absl::Status status = Exec(kSchema);
   if (status.ok()) status = Exec(kKvTokenSchema);
+  if (status.ok()) status = Exec(kCheckpointSchema);
   int version = -1;
   if (status.ok()) {
     sqlite3_stmt* statement = nullptr;
@@ -632,5 +663,87 @@ absl::StatusOr<std::vector<KvToken>> Store::LoadKvTokens() {
 }
 
 // --- end gang key-value store tokens ---
+
+// --- Checkpoint manifest records (issue 5) ---
+
+absl::Status Store::SaveCheckpointRecord(const CheckpointRecord& record,
+                                         size_t keep_per_gang) {
+  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status status = [&]() -> absl::Status {
+    absl::StatusOr<sqlite3_stmt*> insert = Prepare(kInsertCheckpoint);
+    if (!insert.ok()) return insert.status();
+    {
+      sqlite3_stmt* s = *insert;
+      StatementUse use(s);
+      BindText(s, 1, record.gang_id);
+      sqlite3_bind_int64(s, 2, record.epoch);
+      sqlite3_bind_int64(s, 3, record.step);
+      sqlite3_bind_int64(s, 4, record.rank);
+      sqlite3_bind_int64(s, 5, record.job_id);
+      BindText(s, 6, record.manifest_json);
+      sqlite3_bind_int64(s, 7, record.recorded_unix_ms);
+      if (sqlite3_step(s) != SQLITE_DONE) {
+        return Error(
+            absl::StrCat("cannot save a checkpoint of ", record.gang_id));
+      }
+    }
+    absl::StatusOr<sqlite3_stmt*> prune = Prepare(kPruneCheckpoints);
+    if (!prune.ok()) return prune.status();
+    sqlite3_stmt* s = *prune;
+    StatementUse use(s);
+    BindText(s, 1, record.gang_id);
+    sqlite3_bind_int64(s, 2, static_cast<int64_t>(keep_per_gang));
+    if (sqlite3_step(s) != SQLITE_DONE) {
+      return Error(
+          absl::StrCat("cannot prune the checkpoints of ", record.gang_id));
+    }
+    return absl::OkStatus();
+  }();
+  if (!status.ok()) {
+    Exec("ROLLBACK").IgnoreError();
+    return status;
+  }
+  return Exec("COMMIT");
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> Store::ListCheckpointRecords(
+    const std::string& gang_id) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectCheckpoints);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, gang_id);
+  std::vector<CheckpointRecord> records;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    CheckpointRecord r;
+    r.gang_id = ColumnText(s, 0);
+    r.epoch = ColumnUint(s, 1);
+    r.step = sqlite3_column_int64(s, 2);
+    r.rank = ColumnUint(s, 3);
+    r.job_id = sqlite3_column_int64(s, 4);
+    r.manifest_json = ColumnText(s, 5);
+    r.recorded_unix_ms = sqlite3_column_int64(s, 6);
+    records.push_back(std::move(r));
+  }
+  if (rc != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot read the checkpoints of ", gang_id));
+  }
+  return records;
+}
+
+absl::Status Store::DeleteCheckpointRecords(const std::string& gang_id) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteCheckpoints);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, gang_id);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot delete the checkpoints of ", gang_id));
+  }
+  return absl::OkStatus();
+}
+
+// --- end checkpoint manifest records ---
 
 }  // namespace gdt::coordinator

@@ -67,6 +67,18 @@ class Store : public StateStore {
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
   // --- end gang key-value store tokens ---
 
+  // --- Checkpoint manifest records (issue 5) ---
+  // Appends one record; keeps only the newest `keep_per_gang` (by step, then
+  // arrival) of the gang. Records outlive epochs and restarts.
+  absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                    size_t keep_per_gang) override;
+  // The gang's records, newest first (highest step, then latest recorded).
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id) override;
+  // Deletes every record of the gang. Idempotent.
+  absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
+  // --- end checkpoint manifest records ---
+
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Init();

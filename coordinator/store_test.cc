@@ -295,5 +295,44 @@ TEST(EtcdStoreTest, RejectsABadClusterName) {
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("'a/b'"));
 }
 
+// --- Checkpoint manifest records (issue 5) ---
+
+TEST_P(StoreTest, CheckpointRecordsKeepTheNewestPerGangAcrossReopen) {
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int64_t step : {10, 30, 20, 40}) {
+      CheckpointRecord r{"gang-a", 1, step, 0, 100 + step, "{}", step};
+      ASSERT_TRUE((*store)->SaveCheckpointRecord(r, 3).ok());
+    }
+    // Older than the three kept: not kept.
+    CheckpointRecord old{"gang-a", 1, 5, 0, 105, "{}", 50};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(old, 3).ok());
+    CheckpointRecord other{"gang-b", 2, 5, 0, 7, "{\"b\":1}", 1};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(other, 3).ok());
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<CheckpointRecord>> a =
+      (*store)->ListCheckpointRecords("gang-a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<int64_t> steps;
+  for (const CheckpointRecord& r : *a) steps.push_back(r.step);
+  EXPECT_THAT(steps, ElementsAre(40, 30, 20));  // Steps 10 and 5 pruned.
+  EXPECT_EQ((*a)[0].job_id, 140);
+  absl::StatusOr<std::vector<CheckpointRecord>> b =
+      (*store)->ListCheckpointRecords("gang-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->size(), 1u);
+  EXPECT_EQ((*b)[0].manifest_json, "{\"b\":1}");
+  EXPECT_EQ((*b)[0].epoch, 2u);
+  ASSERT_TRUE((*store)->DeleteCheckpointRecords("gang-a").ok());
+  EXPECT_THAT(*(*store)->ListCheckpointRecords("gang-a"), IsEmpty());
+  // The state itself is untouched by records.
+  absl::StatusOr<StoredState> state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_THAT(state->gangs, IsEmpty());
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

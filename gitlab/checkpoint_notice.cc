@@ -5,6 +5,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,35 @@ std::string Get(const std::map<std::string, std::string>& env,
                 const std::string& key) {
   auto it = env.find(key);
   return it == env.end() ? "" : it->second;
+}
+
+// Sends `signal` to the children of `leader` (the command gdt-ckpt started,
+// the leader of its process group) that are still in its group: torchrun's
+// workers, not torchrun itself nor what the workers start (e.g. `gdt-ckpt
+// save`). Returns how many it reached.
+int SignalChildren(pid_t leader, int signal) {
+  int sent = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid) || pid == leader) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp) || ppid != leader || pgrp != leader) {
+      continue;
+    }
+    if (kill(pid, signal) == 0) ++sent;
+  }
+  return sent;
 }
 
 }  // namespace
@@ -46,6 +76,13 @@ absl::StatusOr<NoticePlan> PlanNotice(
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_CHECKPOINT_SIGNAL=", sig, ": use USR1, USR2, TERM, INT or none"));
+  }
+  const std::string to = Get(env, "GDT_CHECKPOINT_SIGNAL_TO");
+  if (to == "workers") {
+    plan.workers_only = true;
+  } else if (!to.empty() && to != "group") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_CHECKPOINT_SIGNAL_TO=", to, ": use group or workers"));
   }
   plan.flag_file = Get(env, "GDT_CHECKPOINT_NOTICE_FILE");
   if (plan.flag_file.empty() && !Get(env, "GDT_CHECKPOINT_DIR").empty()) {
@@ -87,7 +124,8 @@ absl::StatusOr<NoticePlan> PlanNotice(
 
 int RunWithNotice(const std::vector<std::string>& argv,
                   std::map<std::string, std::string> env,
-                  const NoticePlan& plan, std::ostream& err) {
+                  const NoticePlan& plan, std::ostream& err,
+                  NoticeBroadcast* broadcast) {
   env["GDT_CHECKPOINT_NOTICE_FILE"] = plan.flag_file;
   std::remove(plan.flag_file.c_str());
   SpawnOptions options;
@@ -104,30 +142,67 @@ int RunWithNotice(const std::vector<std::string>& argv,
         << child.status().message() << "\n";
     return 2;
   }
-  bool noticed = !plan.notice_at.has_value();
+  // Writes the flag file and signals the command; `from_gang`: another
+  // member announced first.
+  const auto give_notice = [&](bool from_gang) {
+    std::error_code error;
+    std::filesystem::create_directories(
+        std::filesystem::path(plan.flag_file).parent_path(), error);
+    std::ofstream flag(plan.flag_file);
+    flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+    const bool written = static_cast<bool>(flag.flush());
+    if (plan.signal != 0 && plan.workers_only) {
+      SignalChildren((*child)->pid(), plan.signal);
+    } else if (plan.signal != 0) {
+      (*child)->SignalGroup(plan.signal);
+    }
+    err << "gdt-ckpt run: checkpoint notice";
+    if (from_gang) err << " (announced by another member of the gang)";
+    if (plan.notice_at.has_value()) {
+      err << ": the job times out in "
+          << std::chrono::duration_cast<std::chrono::seconds>(
+                 plan.deadline - system_clock::now())
+                 .count()
+          << " s";
+    }
+    err << "; " << (written ? "wrote " : "cannot write the flag file ")
+        << plan.flag_file << "\n";
+  };
+  const auto broadcast_failed = [&](const absl::Status& status) {
+    err << "gdt-ckpt run: warning: the gang's notice is not shared: "
+        << status.message() << "\n";
+    broadcast = nullptr;
+  };
+  bool noticed = !plan.notice_at.has_value() && broadcast == nullptr;
+  auto next_check = std::chrono::steady_clock::now();
   while (true) {
     auto step =
         std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    if (!noticed) {
+    if (!noticed && plan.notice_at.has_value()) {
       const auto left = *plan.notice_at - system_clock::now();
       if (left <= std::chrono::milliseconds(0)) {
-        std::error_code error;
-        std::filesystem::create_directories(
-            std::filesystem::path(plan.flag_file).parent_path(), error);
-        std::ofstream flag(plan.flag_file);
-        flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
-        const bool written = static_cast<bool>(flag.flush());
-        if (plan.signal != 0) (*child)->SignalGroup(plan.signal);
-        err << "gdt-ckpt run: checkpoint notice: the job times out in "
-            << std::chrono::duration_cast<std::chrono::seconds>(
-                   plan.deadline - system_clock::now())
-                   .count()
-            << " s; " << (written ? "wrote " : "cannot write the flag file ")
-            << plan.flag_file << "\n";
+        if (broadcast != nullptr) {
+          const absl::Status announced = broadcast->Announce(
+              absl::ToUnixSeconds(absl::FromChrono(plan.deadline)));
+          if (!announced.ok()) broadcast_failed(announced);
+        }
+        give_notice(false);
         noticed = true;
       } else if (left < std::chrono::milliseconds(100)) {
         step = std::chrono::steady_clock::now() +
                std::chrono::duration_cast<std::chrono::milliseconds>(left);
+      }
+    }
+    if (!noticed && broadcast != nullptr &&
+        std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      const absl::StatusOr<bool> heard = broadcast->Announced();
+      if (!heard.ok()) {
+        broadcast_failed(heard.status());
+        noticed = !plan.notice_at.has_value();
+      } else if (*heard) {
+        give_notice(true);
+        noticed = true;
       }
     }
     if (auto status = (*child)->WaitUntil(step); status.has_value()) {

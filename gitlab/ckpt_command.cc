@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -77,7 +78,8 @@ std::vector<std::string> PruneCheckpoints(const std::string& checkpoint_dir,
 }
 
 int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
-                std::ostream& out, std::ostream& err) {
+                ManifestRegistry* registry, std::ostream& out,
+                std::ostream& err) {
   if (options.step < 0) {
     err << "gdt-ckpt save: --step must be given and >= 0\n";
     return kCkptBadInput;
@@ -112,11 +114,22 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
     err << "gdt-ckpt save: " << manifest.status().message() << "\n";
     return kCkptBadInput;
   }
-  manifest->store = options.store == "auto"
-                        ? (manifest->total_bytes() > options.threshold_bytes
-                               ? kStorePackages
-                               : kStoreArtifacts)
-                        : options.store;
+  uint64_t threshold = options.threshold_bytes;
+  if (threshold == 0) {
+    threshold = 100ull << 20;
+    if (const std::string text = Get(env, "GDT_CHECKPOINT_THRESHOLD");
+        !text.empty() &&
+        (!absl::SimpleAtoi(text, &threshold) || threshold == 0)) {
+      err << "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=" << text
+          << ": not a positive number of bytes\n";
+      return kCkptBadInput;
+    }
+  }
+  manifest->store =
+      options.store == "auto"
+          ? (manifest->total_bytes() > threshold ? kStorePackages
+                                                 : kStoreArtifacts)
+          : options.store;
   if (manifest->store == kStorePackages) {
     manifest->package_name = "gdt-checkpoints";
     manifest->package_version =
@@ -144,6 +157,20 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
       return kCkptFailed;
     }
   }
+  bool recorded = false;
+  if (registry != nullptr) {
+    const absl::Status status =
+        registry->Record(manifest->step, manifest->rank, manifest->job_id,
+                         ManifestToJson(*manifest));
+    if (status.ok()) {
+      recorded = true;
+    } else {
+      err << "gdt-ckpt save: warning: step " << manifest->step
+          << " is not recorded with the coordinator (a retry finds it only "
+             "through the artifacts): "
+          << status.message() << "\n";
+    }
+  }
   const int keep =
       options.keep > 0
           ? options.keep
@@ -155,6 +182,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
                           {"step", manifest->step},
                           {"store", manifest->store},
                           {"bytes", manifest->total_bytes()},
+                          {"recorded", recorded},
                           {"pruned", pruned}}
                .dump()
         << "\n";
@@ -165,7 +193,8 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
 }
 
 int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
-                  std::ostream& out, std::ostream& err) {
+                  ManifestRegistry* registry, std::ostream& out,
+                  std::ostream& err) {
   const std::string dest =
       options.dest.empty() ? Get(env, "GDT_CHECKPOINT_DIR") : options.dest;
   if (dest.empty()) {
@@ -205,16 +234,69 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
     }
     for (CheckpointManifest& m : *found) candidates.push_back(std::move(m));
   }
+  GitLabApi* api_or_null = api.ok() ? api->get() : nullptr;
+  const std::string no_api_reason =
+      api.ok() ? "" : std::string(api.status().message());
+  std::optional<Resumed> resumed;
+  const bool from_registry = options.manifests.empty() &&
+                             options.from_jobs.empty() && registry != nullptr;
+  if (from_registry) {
+    // The coordinator's records of the gang first; then the artifacts of
+    // the jobs they name, for checkpoints the records lack or got wrong.
+    std::vector<int64_t> jobs;
+    absl::StatusOr<std::vector<std::string>> records = registry->List();
+    if (!records.ok()) {
+      warnings.push_back(
+          absl::StrCat("no checkpoint records: ", records.status().message()));
+    } else {
+      for (const std::string& json : *records) {
+        auto manifest = ParseManifest(json);
+        if (!manifest.ok()) {
+          warnings.push_back(absl::StrCat("skipping a recorded manifest: ",
+                                          manifest.status().message()));
+          continue;
+        }
+        if (manifest->job_id > 0 && std::find(jobs.begin(), jobs.end(),
+                                              manifest->job_id) == jobs.end()) {
+          jobs.push_back(manifest->job_id);
+        }
+        candidates.push_back(*std::move(manifest));
+      }
+    }
+    resumed =
+        ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
+                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+    candidates.clear();
+    if (!resumed.has_value() && api_or_null != nullptr) {
+      for (const int64_t job : jobs) {
+        auto found = ManifestsInArtifacts(*api_or_null, job,
+                                          dest + "/.gdt-scan", warnings);
+        if (!found.ok()) {
+          warnings.push_back(absl::StrCat("no checkpoints from job ", job, ": ",
+                                          found.status().message()));
+          continue;
+        }
+        for (CheckpointManifest& m : *found) {
+          candidates.push_back(std::move(m));
+        }
+      }
+    }
+  }
   fs::remove_all(dest + "/.gdt-scan", error);
-  auto resumed = ResumeLocalFirst(
-      api.ok() ? api->get() : nullptr,
-      api.ok() ? "" : std::string(api.status().message()),
-      std::move(candidates), Get(env, "CI_PROJECT_DIR"), dest, warnings);
+  if (!resumed.has_value() && !candidates.empty()) {
+    resumed =
+        ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
+                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+  }
   for (const std::string& w : warnings) {
     err << "gdt-ckpt resume: warning: " << w << "\n";
   }
   if (!resumed.has_value()) {
     err << "gdt-ckpt resume: no usable checkpoint; starting fresh\n";
+  } else if (from_registry) {
+    err << "gdt-ckpt resume: resuming from step " << resumed->manifest.step
+        << " (job " << resumed->manifest.job_id << ", "
+        << resumed->manifest.store << ")\n";
   }
   if (options.json) {
     nlohmann::json j = {{"resume_from", resumed ? resumed->path : ""},

@@ -21,6 +21,24 @@ using testing_support::TempDir;
 using testing_support::WriteTextFile;
 namespace fs = std::filesystem;
 
+// The coordinator's records as a list in memory.
+class FakeRegistry final : public ManifestRegistry {
+ public:
+  absl::Status Record(int64_t step, int rank, int64_t job_id,
+                      const std::string& manifest_json) override {
+    if (!refusal.ok()) return refusal;
+    records.insert(records.begin(), manifest_json);  // Newest first.
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::vector<std::string>> List() override {
+    if (!refusal.ok()) return refusal;
+    return records;
+  }
+
+  absl::Status refusal;
+  std::vector<std::string> records;
+};
+
 class CkptCommandTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -51,9 +69,10 @@ class CkptCommandTest : public ::testing::Test {
   int Save(CkptSaveOptions options) {
     out_.str("");
     err_.str("");
-    return RunCkptSave(options, env_, out_, err_);
+    return RunCkptSave(options, env_, nullptr, out_, err_);
   }
 
+  FakeRegistry registry_;
   TempDir dir_;
   std::string project_;
   CkptEnv env_;
@@ -77,6 +96,25 @@ TEST_F(CkptCommandTest, SaveWritesManifestAndKeepsTheNewest) {
   EXPECT_EQ(manifest->store, "artifacts");
   EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-10"));
   EXPECT_TRUE(fs::exists(project_ + "/checkpoints/step-20"));
+}
+
+TEST_F(CkptCommandTest, ThresholdFromTheEnvironmentPicksPackages) {
+  WriteCheckpoint(7, 2000);
+  env_["GDT_CHECKPOINT_THRESHOLD"] = "1000";
+  ASSERT_EQ(Save({.step = 7, .json = true}), kCkptOk) << err_.str();
+  EXPECT_EQ(nlohmann::json::parse(out_.str())["store"], "packages");
+  EXPECT_TRUE(fake_
+                  ->PackageFile(6, "gdt-checkpoints", "job-21-rank-0-step-7",
+                                "model.pt")
+                  .has_value());
+  // An explicit --threshold wins.
+  ASSERT_EQ(Save({.step = 7, .threshold_bytes = 5000, .json = true}), kCkptOk);
+  EXPECT_EQ(nlohmann::json::parse(out_.str())["store"], "artifacts");
+  env_["GDT_CHECKPOINT_THRESHOLD"] = "lots";
+  EXPECT_EQ(Save({.step = 7}), kCkptBadInput);
+  EXPECT_EQ(err_.str(),
+            "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=lots: not a positive "
+            "number of bytes\n");
 }
 
 TEST_F(CkptCommandTest, SaveBadInputIsOneLine) {
@@ -112,7 +150,7 @@ TEST_F(CkptCommandTest, AboveThresholdGoesToPackagesAndResumes) {
   std::ostringstream out, err;
   ASSERT_EQ(RunCkptResume({.manifests = {project_ +
                                          "/checkpoints/step-40/manifest.json"}},
-                          retry, out, err),
+                          retry, nullptr, out, err),
             kCkptOk);
   EXPECT_EQ(out.str(),
             "GDT_RESUME_FROM=" + dir_.path() + "/p22/checkpoints/step-40\n");
@@ -142,7 +180,7 @@ TEST_F(CkptCommandTest, ResumeFromPreviousJobsArtifactsSkipsBadManifest) {
   std::ostringstream out, err;
   ASSERT_EQ(RunCkptResume({.from_jobs = {21, 99},
                            .dest = dir_.path() + "/p22/checkpoints"},
-                          retry, out, err),
+                          retry, nullptr, out, err),
             kCkptOk);
   EXPECT_EQ(out.str(),
             "GDT_RESUME_FROM=" + dir_.path() + "/p22/checkpoints/step-10\n");
@@ -157,7 +195,7 @@ TEST_F(CkptCommandTest, ResumeWithNothingUsableStartsFresh) {
   std::ostringstream out, err;
   ASSERT_EQ(RunCkptResume(
                 {.manifests = {dir_.path() + "/bad.json"}, .from_jobs = {21}},
-                env_, out, err),
+                env_, nullptr, out, err),
             kCkptOk);
   EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
   EXPECT_THAT(err.str(), HasSubstr("bad.json: manifest: not a JSON object"));
@@ -170,7 +208,8 @@ TEST_F(CkptCommandTest, ResumeWithNothingUsableStartsFresh) {
 TEST_F(CkptCommandTest, ResumeWithoutTokenIsBadInput) {
   env_.erase("CI_JOB_TOKEN");
   std::ostringstream out, err;
-  EXPECT_EQ(RunCkptResume({.from_jobs = {21}}, env_, out, err), kCkptBadInput);
+  EXPECT_EQ(RunCkptResume({.from_jobs = {21}}, env_, nullptr, out, err),
+            kCkptBadInput);
   EXPECT_EQ(err.str(),
             "gdt-ckpt resume: CI_JOB_TOKEN is empty: the GitLab API needs the "
             "job token\n");
@@ -192,7 +231,7 @@ TEST_F(CkptCommandTest, ResumeUsesAVerifiedLocalCopyWithoutTheApi) {
       RunCkptResume(
           {.manifests = {project_ + "/checkpoints/step-20/manifest.json",
                          project_ + "/checkpoints/step-10/manifest.json"}},
-          later, out, err),
+          later, nullptr, out, err),
       kCkptOk);
   EXPECT_EQ(out.str(),
             "GDT_RESUME_FROM=" + dir_.path() + "/elsewhere/step-10\n");
@@ -210,11 +249,100 @@ TEST_F(CkptCommandTest, ResumeUsesAVerifiedLocalCopyWithoutTheApi) {
   std::ostringstream out2, err2;
   ASSERT_EQ(RunCkptResume({.manifests = {project_ +
                                          "/checkpoints/step-10/manifest.json"}},
-                          env_, out2, err2),
+                          env_, nullptr, out2, err2),
             kCkptOk);
   EXPECT_EQ(out2.str(),
             "GDT_RESUME_FROM=" + project_ + "/checkpoints/step-10\n");
   EXPECT_EQ(err2.str(), "");
+}
+
+// A retried epoch (job 22, another project dir) resumes from the
+// coordinator's records without knowing job 21; a record whose files do not
+// verify falls back to the one before it.
+TEST_F(CkptCommandTest, ResumeWithoutJobIdsUsesTheCoordinatorsRecords) {
+  for (int step : {10, 20}) {
+    WriteCheckpoint(step);
+    out_.str("");
+    err_.str("");
+    ASSERT_EQ(
+        RunCkptSave({.step = step, .json = true}, env_, &registry_, out_, err_),
+        kCkptOk)
+        << err_.str();
+    EXPECT_EQ(nlohmann::json::parse(out_.str())["recorded"], true);
+  }
+  ASSERT_EQ(registry_.records.size(), 2u);
+  WriteTextFile(project_ + "/checkpoints/step-20/model.pt",
+                std::string(64, 'X'));
+  const std::string zip = dir_.path() + "/a.zip";
+  ASSERT_TRUE(
+      CreateZip(
+          project_,
+          {"checkpoints/step-10/model.pt", "checkpoints/step-10/manifest.json",
+           "checkpoints/step-20/model.pt", "checkpoints/step-20/manifest.json"},
+          zip)
+          .ok());
+  fake_->SetArtifacts(21, ReadTextFile(zip));
+
+  CkptEnv retry = env_;
+  retry["CI_JOB_TOKEN"] = "tok-22";
+  retry["CI_JOB_ID"] = "22";
+  retry["CI_PROJECT_DIR"] = dir_.path() + "/p22";
+  retry["GDT_CHECKPOINT_DIR"] = dir_.path() + "/p22/checkpoints";
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({}, retry, &registry_, out, err), kCkptOk);
+  EXPECT_EQ(out.str(),
+            "GDT_RESUME_FROM=" + dir_.path() + "/p22/checkpoints/step-10\n");
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/p22/checkpoints/step-10/model.pt"),
+            std::string(64, 'w'));
+  EXPECT_THAT(err.str(), HasSubstr("warning: skipping checkpoint step 20 (job "
+                                   "21, artifacts): file model.pt: SHA-256 "
+                                   "mismatch"));
+  EXPECT_THAT(err.str(),
+              HasSubstr("resuming from step 10 (job 21, artifacts)"));
+}
+
+// Records that are missing from the coordinator (e.g. the record failed) are
+// found in the artifacts of the jobs the other records name.
+TEST_F(CkptCommandTest, ResumeFallsBackToTheRecordedJobsArtifacts) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(RunCkptSave({.step = 10}, env_, &registry_, out_, err_), kCkptOk);
+  WriteCheckpoint(20);
+  registry_.refusal = absl::UnavailableError("coordinator c:1 unavailable");
+  out_.str("");
+  err_.str("");
+  ASSERT_EQ(RunCkptSave({.step = 20}, env_, &registry_, out_, err_), kCkptOk);
+  EXPECT_EQ(err_.str(),
+            "gdt-ckpt save: warning: step 20 is not recorded with the "
+            "coordinator (a retry finds it only through the artifacts): "
+            "coordinator c:1 unavailable\n");
+  registry_.refusal = absl::OkStatus();
+  // The recorded step 10 is gone from the artifacts; step 20 is there.
+  const std::string zip = dir_.path() + "/a.zip";
+  ASSERT_TRUE(CreateZip(project_,
+                        {"checkpoints/step-20/model.pt",
+                         "checkpoints/step-20/manifest.json"},
+                        zip)
+                  .ok());
+  fake_->SetArtifacts(21, ReadTextFile(zip));
+  CkptEnv retry = env_;
+  retry["CI_JOB_TOKEN"] = "tok-22";
+  retry["CI_PROJECT_DIR"] = dir_.path() + "/p22";
+  retry["GDT_CHECKPOINT_DIR"] = dir_.path() + "/p22/checkpoints";
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({}, retry, &registry_, out, err), kCkptOk);
+  EXPECT_EQ(out.str(),
+            "GDT_RESUME_FROM=" + dir_.path() + "/p22/checkpoints/step-20\n");
+  EXPECT_THAT(err.str(), HasSubstr("skipping checkpoint step 10 (job 21"));
+}
+
+TEST_F(CkptCommandTest, ResumeWithUnreachableRecordsStartsFresh) {
+  registry_.refusal = absl::PermissionDeniedError("wrong gang token");
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({}, env_, &registry_, out, err), kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
+  EXPECT_EQ(err.str(),
+            "gdt-ckpt resume: warning: no checkpoint records: wrong gang "
+            "token\ngdt-ckpt resume: no usable checkpoint; starting fresh\n");
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks the dependency rule of docs/architecture.md on #include lines:
 #   layer 0: proto, common          layer 1: rendezvous, gitlab
-#   layer 2: coordinator, agent, executor, nccl_bootstrap, kv, launch, policy (no gRPC);
+#   layer 2: coordinator, agent, executor, nccl_bootstrap, kv, ckpt, launch, policy (no gRPC);
 #            coordinator may use policy, policy uses only common
 # A directory may include only from the directories listed for it; the
 # coordinator's scheduling logic (everything but *_service.*, *_client.* and
@@ -19,9 +19,10 @@ declare -A allowed=(
   [nccl_bootstrap]="common rendezvous nccl_bootstrap gdt"
   [policy]="common policy"
   [kv]="common rendezvous kv gdt"
+  [ckpt]="common rendezvous gitlab ckpt gdt"
   [launch]="common rendezvous launch gdt"
 )
-ours="proto common rendezvous gitlab coordinator agent executor nccl_bootstrap kv launch policy tests examples gdt"
+ours="proto common rendezvous gitlab coordinator agent executor nccl_bootstrap kv ckpt launch policy tests examples gdt"
 status=0
 for dir in "${!allowed[@]}"; do
   [ -d "$dir" ] || continue

@@ -16,6 +16,7 @@ $GDT_CHECKPOINT_NOTICE_FILE, as `gdt-ckpt run` gives them) every rank agrees
 on the step, rank 0 saves and all stop (exit 0). With GDT_RESUME_FROM set to
 a checkpoint directory the training continues from its step, with the same
 data order, so the final parameters equal an uninterrupted run's.
+DDP_LOG_STEPS=1 logs every step ("step N done").
 DDP_STOP_AFTER=N ends the run after step N (to simulate an interruption). Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
 can keep it as an artifact; rank 0 also prints a summary.
 """
@@ -83,6 +84,7 @@ def main():
     # Seconds to pause after each step: stretches a short run so that tests
     # (and demos) can disturb a gang mid-training.
     step_seconds = float(os.environ.get("DDP_STEP_SECONDS", "0"))
+    log_steps = os.environ.get("DDP_LOG_STEPS") == "1"
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     started = time.time()
     dist.init_process_group(backend)
@@ -130,6 +132,8 @@ def main():
             progress()
             if step == 1:
                 log("first step done")
+            if log_steps:
+                log(f"step {step} done")
             if step_seconds > 0:
                 time.sleep(step_seconds)
             noticed = notice_given()

@@ -1,11 +1,15 @@
 // gdt-ckpt: checkpoint manifests, the package-registry store and resume for
-// training scripts in gdt jobs (gitlab/ckpt_command.h).
+// training scripts in gdt jobs (gitlab/ckpt_command.h); inside a gdt job
+// manifests are recorded with, and found again through, the coordinator.
 #include <chrono>
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/notice_broadcast_client.h"
+#include "ckpt/registry_client.h"
 #include "gitlab/checkpoint_notice.h"
 #include "gitlab/ckpt_command.h"
 
@@ -31,7 +35,8 @@ int main(int argc, char** argv) {
   save->add_option("--store", save_options.store,
                    "artifacts, packages, or auto (packages above --threshold)");
   save->add_option("--threshold", save_options.threshold_bytes,
-                   "Bytes above which auto picks packages (default 100 MiB)");
+                   "Bytes above which auto picks packages (default "
+                   "$GDT_CHECKPOINT_THRESHOLD, else 100 MiB)");
   save->add_option(
       "--keep", save_options.keep,
       "Keep the newest K checkpoints (default $GDT_CHECKPOINT_KEEP)");
@@ -41,7 +46,9 @@ int main(int argc, char** argv) {
   CLI::App* resume =
       app.add_subcommand("resume",
                          "Place the newest checkpoint that verifies in "
-                         "GDT_CHECKPOINT_DIR and print GDT_RESUME_FROM=<dir>");
+                         "GDT_CHECKPOINT_DIR and print GDT_RESUME_FROM=<dir> "
+                         "(without --manifest/--from-job: the checkpoints "
+                         "the coordinator recorded for this gang)");
   resume->add_option("--manifest", resume_options.manifests,
                      "A manifest.json to consider (repeatable)");
   resume->add_option("--from-job", resume_options.from_jobs,
@@ -53,8 +60,11 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand(
       "run",
       "Run a training command in its own process group and give it "
-      "the checkpoint notice (flag file + signal) GDT_CHECKPOINT_NOTICE "
-      "seconds before CI_JOB_TIMEOUT ends the job");
+      "the checkpoint notice (flag file GDT_CHECKPOINT_NOTICE_FILE + signal "
+      "GDT_CHECKPOINT_SIGNAL, USR1|USR2|TERM|INT|none, to "
+      "GDT_CHECKPOINT_SIGNAL_TO, group|workers) GDT_CHECKPOINT_NOTICE "
+      "seconds (default 300) before CI_JOB_TIMEOUT ends the job; inside a "
+      "gdt job the first member to reach it tells the whole gang");
   run->add_option("command", command, "The command, after --")->required();
   try {
     app.parse(argc, argv);
@@ -68,16 +78,43 @@ int main(int argc, char** argv) {
     if (eq != std::string::npos)
       env[entry.substr(0, eq)] = entry.substr(eq + 1);
   }
+  if (!run->parsed()) {
+    // save and resume run inside the training's process group: a notice
+    // signal meant for the training must not kill them mid-write.
+    signal(SIGUSR1, SIG_IGN);
+    signal(SIGUSR2, SIG_IGN);
+  }
   if (run->parsed()) {
     auto plan = gdt::gitlab::PlanNotice(env, std::chrono::system_clock::now());
     if (!plan.ok()) {
       std::cerr << "gdt-ckpt run: " << plan.status().message() << "\n";
       return gdt::gitlab::kCkptBadInput;
     }
-    return gdt::gitlab::RunWithNotice(command, env, *plan, std::cerr);
+    // Inside a gdt job the notice is shared with the gang's other members.
+    auto broadcast = gdt::ckpt::NoticeBroadcastFromEnv(env);
+    if (!broadcast.ok()) {
+      std::cerr << "gdt-ckpt run: warning: the gang's notice is not shared: "
+                << broadcast.status().message() << "\n";
+    }
+    return gdt::gitlab::RunWithNotice(
+        command, env, *plan, std::cerr,
+        broadcast.ok() ? broadcast->get() : nullptr);
   }
+  // The coordinator's records of the gang (inside a gdt job). Without a
+  // usable credential gdt-ckpt still works through files and the GitLab API.
+  const char* command_name = save->parsed() ? "save" : "resume";
+  auto registry = gdt::ckpt::RegistryFromEnv(env, std::chrono::seconds(10));
+  if (!registry.ok()) {
+    std::cerr << "gdt-ckpt " << command_name
+              << ": warning: no coordinator records: "
+              << registry.status().message() << "\n";
+  }
+  gdt::gitlab::ManifestRegistry* records =
+      registry.ok() ? registry->get() : nullptr;
   if (save->parsed()) {
-    return gdt::gitlab::RunCkptSave(save_options, env, std::cout, std::cerr);
+    return gdt::gitlab::RunCkptSave(save_options, env, records, std::cout,
+                                    std::cerr);
   }
-  return gdt::gitlab::RunCkptResume(resume_options, env, std::cout, std::cerr);
+  return gdt::gitlab::RunCkptResume(resume_options, env, records, std::cout,
+                                    std::cerr);
 }

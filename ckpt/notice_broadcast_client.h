@@ -1,0 +1,41 @@
+#ifndef GDT_CKPT_NOTICE_BROADCAST_CLIENT_H_
+#define GDT_CKPT_NOTICE_BROADCAST_CLIENT_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gitlab/checkpoint_notice.h"
+#include "gitlab/ckpt_command.h"
+#include "rendezvous/kv_client.h"
+
+namespace gdt::ckpt {
+
+// The key in the gang's key-value store that carries the notice (the first
+// announcer's deadline, Unix seconds). Cleared with the store at the end of
+// the epoch, so a retried epoch starts without a notice.
+inline constexpr char kNoticeKey[] = "gdt/checkpoint-notice";
+
+// gdt-ckpt run's NoticeBroadcast on the gang's key-value store: Announce is
+// a compare-and-set of kNoticeKey (the first member wins; later ones find
+// it set), Announced a Get with a 300 ms deadline.
+class KvNoticeBroadcast final : public gitlab::NoticeBroadcast {
+ public:
+  explicit KvNoticeBroadcast(rendezvous::KvTarget target)
+      : client_(std::move(target)) {}
+
+  absl::Status Announce(int64_t deadline_unix_s) override;
+  absl::StatusOr<bool> Announced() override;
+
+ private:
+  rendezvous::KvClient client_;
+};
+
+// The broadcast of the job's gang, or null outside a gdt job
+// (GDT_COORDINATOR unset). Errors as KvTargetFromEnvironment's.
+absl::StatusOr<std::unique_ptr<gitlab::NoticeBroadcast>> NoticeBroadcastFromEnv(
+    const gitlab::CkptEnv& env);
+
+}  // namespace gdt::ckpt
+
+#endif  // GDT_CKPT_NOTICE_BROADCAST_CLIENT_H_

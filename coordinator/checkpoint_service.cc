@@ -1,0 +1,69 @@
+#include "coordinator/checkpoint_service.h"
+
+#include <utility>
+
+#include "rendezvous/grpc_status.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+namespace {
+
+KvCaller CallerOf(const v1::CheckpointCaller& caller) {
+  return KvCaller{caller.gang_id(), caller.epoch(), caller.token()};
+}
+
+grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
+                                     const char* op,
+                                     const v1::CheckpointCaller& caller,
+                                     const absl::Status& status) {
+  if (!status.ok()) {
+    spdlog::debug("checkpoint {} refused gang={} epoch={}: {}", op,
+                  caller.gang_id(), caller.epoch(), status.ToString());
+  }
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* CheckpointService::RecordCheckpoint(
+    grpc::CallbackServerContext* context,
+    const v1::RecordCheckpointRequest* request,
+    v1::RecordCheckpointResponse* /*response*/) {
+  CheckpointRecord record;
+  record.step = request->record().step();
+  record.rank = request->record().rank();
+  record.job_id = request->record().job_id();
+  record.manifest_json = request->record().manifest_json();
+  const absl::Status status = coordinator_.RecordCheckpoint(
+      CallerOf(request->caller()), std::move(record));
+  if (status.ok()) {
+    spdlog::info("gang {} epoch {} recorded checkpoint step {} (job {})",
+                 request->caller().gang_id(), request->caller().epoch(),
+                 request->record().step(), request->record().job_id());
+  }
+  return FinishWith(context, "record", request->caller(), status);
+}
+
+grpc::ServerUnaryReactor* CheckpointService::ListCheckpoints(
+    grpc::CallbackServerContext* context,
+    const v1::ListCheckpointsRequest* request,
+    v1::ListCheckpointsResponse* response) {
+  absl::StatusOr<std::vector<CheckpointRecord>> records =
+      coordinator_.ListCheckpoints(CallerOf(request->caller()));
+  if (records.ok()) {
+    for (CheckpointRecord& r : *records) {
+      v1::CheckpointRecord* out = response->add_records();
+      out->set_epoch(r.epoch);
+      out->set_step(r.step);
+      out->set_rank(r.rank);
+      out->set_job_id(r.job_id);
+      out->set_manifest_json(std::move(r.manifest_json));
+      out->set_recorded_unix_ms(r.recorded_unix_ms);
+    }
+  }
+  return FinishWith(context, "list", request->caller(), records.status());
+}
+
+}  // namespace gdt::coordinator
