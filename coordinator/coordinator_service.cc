@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -141,6 +142,21 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
       status->set_exit_code(member.exit_code);
     }
   }
+}
+
+// The value of metadata `key`, empty when absent.
+std::string MetadataValue(const grpc::CallbackServerContext* context,
+                          const char* key) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// True for callers on 127.0.0.0/8, ::1 or a unix socket.
+bool IsLoopbackPeer(const std::string& peer) {
+  return peer.rfind("ipv4:127.", 0) == 0 || peer.rfind("ipv6:[::1]", 0) == 0 ||
+         peer.rfind("ipv6:[::ffff:127.", 0) == 0 || peer.rfind("unix:", 0) == 0;
 }
 
 // Reports one RPC's outcome and handling time to the observer.
@@ -288,12 +304,26 @@ class CoordinatorService::JoinReactor final
   JoinReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream and joins; on a rejected join ends the stream with
-  // the error.
-  void Start(const v1::JoinGangRequest& request) {
+  // Registers the stream, verifies the member with GitLab when configured
+  // (before any scheduler lock is taken; bounded by the GitLab timeout) and
+  // joins; on a rejected join ends the stream with the error.
+  void Start(const v1::JoinGangRequest& request, const std::string& job_token) {
     service_.Register(stream_id_, this);
+    const JoinRequest join = FromProto(request);
+    if (MemberVerifier* verifier = service_.security_.verifier) {
+      if (absl::Status verified = verifier->Verify(job_token, join);
+          !verified.ok()) {
+        spdlog::warn(
+            "event=member_unverified job={} member={} group={} error={}",
+            request.job_id(), request.member_index(),
+            LogValue(request.key().group_name()),
+            LogValue(verified.ToString()));
+        End(rendezvous::ToGrpcStatus(verified));
+        return;
+      }
+    }
     absl::StatusOr<std::string> gang_id =
-        service_.coordinator_.Join(FromProto(request), stream_id_);
+        service_.coordinator_.Join(join, stream_id_);
     if (!gang_id.ok()) {
       spdlog::warn("event=join_rejected job={} member={} group={} error={}",
                    request.job_id(), request.member_index(),
@@ -383,6 +413,42 @@ CoordinatorService::CoordinatorService(Coordinator& coordinator,
 
 CoordinatorService::~CoordinatorService() {
   coordinator_.SetEventSink(nullptr);
+}
+
+void CoordinatorService::SetSecurity(ServiceSecurity security) {
+  security_ = std::move(security);
+}
+
+absl::Status CoordinatorService::CheckAdmin(
+    const grpc::CallbackServerContext* context, const char* what) const {
+  if (security_.admin_token_sha256.empty()) return absl::OkStatus();
+  const std::string value = MetadataValue(context, kAuthorizationMetadata);
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.size() <= kBearer.size() || value.rfind(kBearer, 0) != 0) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        what,
+        " needs the coordinator's admin token: pass --admin-token-file "
+        "or set GDT_ADMIN_TOKEN_FILE"));
+  }
+  if (!SameSecret(SecretSha256Hex(value.substr(kBearer.size())),
+                  security_.admin_token_sha256)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " refused: wrong admin token"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::CheckStatusReader(
+    const grpc::CallbackServerContext* context) const {
+  if (security_.admin_token_sha256.empty() ||
+      security_.status_without_token == "anyone") {
+    return absl::OkStatus();
+  }
+  if (security_.status_without_token == "loopback" &&
+      IsLoopbackPeer(context->peer())) {
+    return absl::OkStatus();
+  }
+  return CheckAdmin(context, "reading status from this address");
 }
 
 void CoordinatorService::SetAdvertiseEndpoint(const std::string& endpoint) {
@@ -495,7 +561,7 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request);
+  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -613,8 +679,14 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "GetStatus");
-  ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
-  const grpc::Status result = grpc::Status::OK;
+  const absl::Status allowed = CheckStatusReader(context);
+  if (allowed.ok()) {
+    ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
+  } else {
+    spdlog::warn("event=status_refused peer={} error={}",
+                 LogValue(context->peer()), LogValue(allowed.ToString()));
+  }
+  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
   timer.Done(result);
   reactor->Finish(result);
   return reactor;
@@ -625,8 +697,12 @@ grpc::ServerUnaryReactor* CoordinatorService::SetHostDrained(
     const v1::SetHostDrainedRequest* request,
     v1::SetHostDrainedResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(rendezvous::ToGrpcStatus(
-      coordinator_.SetDrained(request->host_name(), request->drained())));
+  absl::Status status = CheckAdmin(
+      context, request->drained() ? "draining a host" : "undraining a host");
+  if (status.ok()) {
+    status = coordinator_.SetDrained(request->host_name(), request->drained());
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -634,8 +710,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RemoveHost(
     grpc::CallbackServerContext* context, const v1::RemoveHostRequest* request,
     v1::RemoveHostResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(
-      rendezvous::ToGrpcStatus(coordinator_.RemoveHost(request->host_name())));
+  absl::Status status = CheckAdmin(context, "removing a host");
+  if (status.ok()) status = coordinator_.RemoveHost(request->host_name());
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -643,6 +720,13 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
     v1::CancelGangResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = CheckAdmin(context, "cancelling a gang");
+      !allowed.ok()) {
+    spdlog::warn("cancel refused gang={}: {}", request->gang_id(),
+                 allowed.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+    return reactor;
+  }
   absl::StatusOr<std::string> root_cause =
       coordinator_.Cancel(request->gang_id(), request->reason());
   if (!root_cause.ok()) {

@@ -63,10 +63,19 @@ CoordinatorClient::CoordinatorClient(const std::string& endpoint)
     : endpoint_(endpoint),
       stub_(v1::Coordinator::NewStub(NewChannel(endpoint))) {}
 
+void CoordinatorClient::AddMetadata(std::string key, std::string value) {
+  metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+void CoordinatorClient::AddMetadataTo(grpc::ClientContext& context) const {
+  for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
+}
+
 absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::RegisterHostRequest request;
   *request.mutable_host() = host;
   v1::RegisterHostResponse response;
@@ -80,6 +89,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::string& host_name, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
   v1::HeartbeatResponse response;
@@ -97,6 +107,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
+    AddMetadataTo(context);
     std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
         stub_->JoinGang(&context, request);
     v1::JoinGangEvent event;
@@ -147,6 +158,7 @@ absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
                                            std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::ReportExitResponse response;
   return FromGrpcStatus(stub_->ReportExit(&context, request, &response));
 }
@@ -161,6 +173,7 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
+    AddMetadataTo(context);
     if (!canceller.Attach(&context)) return cancelled;
     std::unique_ptr<grpc::ClientReader<v1::WatchGangEvent>> reader =
         stub_->WatchGang(&context, request);
@@ -202,6 +215,7 @@ absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
                                           std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::LeaveGangResponse response;
   return FromGrpcStatus(stub_->LeaveGang(&context, request, &response));
 }
@@ -210,6 +224,7 @@ absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
     const v1::GetStatusRequest& request, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::GetStatusResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->GetStatus(&context, request, &response));
@@ -222,6 +237,7 @@ absl::Status CoordinatorClient::SetHostDrained(
     std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::SetHostDrainedRequest request;
   request.set_host_name(host_name);
   request.set_drained(drained);
@@ -233,6 +249,7 @@ absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
                                            std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::RemoveHostRequest request;
   request.set_host_name(host_name);
   v1::RemoveHostResponse response;
@@ -243,6 +260,7 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
     const v1::CancelGangRequest& request, std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
+  AddMetadataTo(context);
   v1::CancelGangResponse response;
   absl::Status status =
       FromGrpcStatus(stub_->CancelGang(&context, request, &response));

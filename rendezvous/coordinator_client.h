@@ -5,6 +5,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
@@ -47,6 +49,12 @@ class CoordinatorClient {
   explicit CoordinatorClient(const std::string& endpoint);
 
   const std::string& endpoint() const { return endpoint_; }
+
+  // Sends metadata `key: value` with every later call: how callers present
+  // secrets (job token, host token, "authorization: Bearer <admin token>";
+  // docs/security.md) without putting them into messages. Call before the
+  // first call; not thread-safe.
+  void AddMetadata(std::string key, std::string value);
 
   // Registers or updates a host; returns the heartbeat interval in seconds.
   absl::StatusOr<uint32_t> RegisterHost(const v1::HostSpec& host,
@@ -101,8 +109,11 @@ class CoordinatorClient {
                           std::chrono::milliseconds timeout);
 
  private:
+  void AddMetadataTo(grpc::ClientContext& context) const;
+
   std::string endpoint_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
 };
 
 }  // namespace gdt::rendezvous
