@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "coordinator/operator_auth.h"
 #include "coordinator/status_command.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
@@ -102,11 +103,13 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
   return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";
 }
 
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
-                                         bool json) {
+absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
+                                         const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   absl::StatusOr<v1::GetStatusResponse> status =
       client.GetStatus(v1::GetStatusRequest(), kRpcTimeout);
+  if (IsAuthRefusal(status.status())) return status.status();
   if (!status.ok()) {
     return absl::UnavailableError(Unreachable(endpoint, status.status()));
   }
@@ -115,8 +118,10 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
 
 absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
                                            const std::string& action,
-                                           const std::string& host) {
+                                           const std::string& host,
+                                           const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   absl::Status status;
   std::string done;
   if (action == "drain" || action == "undrain") {
@@ -138,7 +143,8 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
   }
   if (status.ok()) return done + "\n";
   if (status.code() == absl::StatusCode::kNotFound ||
-      status.code() == absl::StatusCode::kFailedPrecondition) {
+      status.code() == absl::StatusCode::kFailedPrecondition ||
+      IsAuthRefusal(status)) {
     return status;
   }
   return absl::UnavailableError(Unreachable(endpoint, status));

@@ -7,7 +7,11 @@
 #include <future>
 
 #include "common/clock.h"
+#include "coordinator/cancel_command.h"
+#include "coordinator/hosts_command.h"
+#include "coordinator/operator_auth.h"
 #include "coordinator/server.h"
+#include "coordinator/status_command.h"
 #include "coordinator/test_support.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
@@ -277,6 +281,40 @@ TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
   EXPECT_TRUE(admin_->RemoveHost("cpu-01", 5s).ok());
 }
 
+TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
+  const std::string endpoint = server_->bound_address();
+  absl::StatusOr<std::string> refused =
+      RunHostsAction(endpoint, "drain", "cpu-01");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--admin-token-file"));
+  absl::StatusOr<std::string> cancel =
+      RunCancelCommand(endpoint, "train-p5-pl77-n2", "", "wrong");
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(cancel.status().message(), HasSubstr("wrong admin token"));
+
+  // --admin-token-file wins over GDT_ADMIN_TOKEN_FILE.
+  absl::StatusOr<std::string> token = LoadAdminToken(
+      config_.admin_token_file, (temp_.path() + "/missing").c_str());
+  ASSERT_TRUE(token.ok()) << token.status();
+  absl::StatusOr<std::string> drained =
+      RunHostsAction(endpoint, "drain", "cpu-01", *token);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_THAT(*drained, HasSubstr("host cpu-01 drained"));
+  absl::StatusOr<std::string> listed = RunHostsList(endpoint, false, *token);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, HasSubstr("drained"));
+  EXPECT_TRUE(RunStatusCommand(endpoint, StatusOptions(), *token).ok());
+
+  absl::StatusOr<std::string> from_env =
+      LoadAdminToken("", config_.admin_token_file.c_str());
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(*from_env, kAdminToken);
+  EXPECT_EQ(*LoadAdminToken("", nullptr), "");  // None given: none sent.
+  absl::StatusOr<std::string> missing =
+      LoadAdminToken("", (temp_.path() + "/missing").c_str());
+  EXPECT_THAT(missing.status().message(), HasSubstr("GDT_ADMIN_TOKEN_FILE"));
+}
+
 TEST_F(SecurityTest, StatusCanBeClosedToClientsWithoutTheToken) {
   server_->Shutdown();
   server_.reset();
@@ -289,6 +327,9 @@ TEST_F(SecurityTest, StatusCanBeClosedToClientsWithoutTheToken) {
       ClientWith("", "")->GetStatus(v1::GetStatusRequest(), 5s);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(refused.status().message(), HasSubstr("reading status"));
+  absl::StatusOr<std::string> command =
+      RunStatusCommand(server_->bound_address(), StatusOptions());
+  EXPECT_EQ(command.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(ClientWith("authorization", std::string("Bearer ") + kAdminToken)
                   ->GetStatus(v1::GetStatusRequest(), 5s)
                   .ok());
