@@ -96,6 +96,7 @@ void ToProto(const Assignment& assignment, const std::string& endpoint,
   proto->set_launcher(static_cast<v1::Launcher>(assignment.launcher));
   proto->set_coordinator_endpoint(endpoint);
   proto->set_kv_token(assignment.kv_token);
+  proto->set_member_token(assignment.member_token);
 }
 
 void ToProto(const WaitingInfo& waiting, v1::WaitingEvent* proto) {
@@ -438,6 +439,20 @@ absl::Status CoordinatorService::CheckAdmin(
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorService::CheckHost(
+    const grpc::CallbackServerContext* context, const std::string& host_name) {
+  if (!security_.require_host_tokens) return absl::OkStatus();
+  absl::StatusOr<std::string> host =
+      coordinator_.HostOfToken(MetadataValue(context, kHostTokenMetadata));
+  if (!host.ok()) return host.status();
+  if (*host != host_name) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the host token of ", *host, " cannot act for host ",
+                     host_name, " (a host acts only for itself)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CoordinatorService::CheckStatusReader(
     const grpc::CallbackServerContext* context) const {
   if (security_.admin_token_sha256.empty() ||
@@ -581,7 +596,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     v1::RegisterHostResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "RegisterHost");
-  absl::Status status = coordinator_.RegisterHost(FromProto(request->host()));
+  absl::Status status = CheckHost(context, request->host().name());
+  if (status.ok())
+    status = coordinator_.RegisterHost(FromProto(request->host()));
   if (!status.ok()) {
     spdlog::warn("event=register_rejected host={} error={}",
                  LogValue(request->host().name()), LogValue(status.ToString()));
@@ -603,8 +620,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "Heartbeat");
-  response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
-  const grpc::Status result = grpc::Status::OK;
+  const absl::Status allowed = CheckHost(context, request->host_name());
+  if (allowed.ok()) {
+    response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
+  } else {
+    spdlog::warn("event=heartbeat_refused host={} error={}",
+                 LogValue(request->host_name()), LogValue(allowed.ToString()));
+  }
+  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
   timer.Done(result);
   reactor->Finish(result);
   return reactor;
@@ -615,6 +638,28 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "ReportExit");
+  // Issue 8: an agent (it presents its host token) reports only about
+  // members on its own host.
+  if (const std::string host_token = MetadataValue(context, kHostTokenMetadata);
+      !host_token.empty() && security_.require_host_tokens) {
+    absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
+    absl::Status allowed = host.status();
+    if (host.ok() &&
+        coordinator_.MemberHost(request->gang_id(), request->member_index()) !=
+            *host) {
+      allowed = absl::PermissionDeniedError(
+          absl::StrCat("host ", *host, " cannot report about member ",
+                       request->member_index(), " of gang ", request->gang_id(),
+                       ": it does not run there"));
+    }
+    if (!allowed.ok()) {
+      spdlog::warn("event=report_refused gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(allowed.ToString()));
+      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+      return reactor;
+    }
+  }
   if (request->hung_seconds() > 0) {
     absl::Status status = coordinator_.MemberHung(
         request->gang_id(), request->epoch(), request->member_index(),
@@ -740,5 +785,61 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
+
+// --- Host tokens (issue 8) ---
+
+grpc::ServerUnaryReactor* CoordinatorService::CreateHostToken(
+    grpc::CallbackServerContext* context,
+    const v1::CreateHostTokenRequest* request,
+    v1::CreateHostTokenResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "creating a host token");
+  if (status.ok()) {
+    absl::StatusOr<std::string> token =
+        coordinator_.CreateHostToken(request->host_name());
+    status = token.status();
+    if (token.ok()) {
+      response->set_token(*token);
+      spdlog::info("event=host_token_created host={}",
+                   LogValue(request->host_name()));
+    }
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListHostTokens(
+    grpc::CallbackServerContext* context,
+    const v1::ListHostTokensRequest* request,
+    v1::ListHostTokensResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "listing host tokens");
+  if (status.ok()) {
+    for (const HostTokenRecord& record : coordinator_.ListHostTokens()) {
+      v1::HostTokenInfo* info = response->add_tokens();
+      info->set_host_name(record.host_name);
+      info->set_created_unix_ms(record.created_unix_ms);
+    }
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
+    grpc::CallbackServerContext* context,
+    const v1::RevokeHostTokenRequest* request,
+    v1::RevokeHostTokenResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "revoking a host token");
+  if (status.ok()) status = coordinator_.RevokeHostToken(request->host_name());
+  if (status.ok()) {
+    spdlog::info("event=host_token_revoked host={}",
+                 LogValue(request->host_name()));
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+// --- end host tokens ---
 
 }  // namespace gdt::coordinator

@@ -97,6 +97,19 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
+  // Issue 8: host tokens (admin).
+  grpc::ServerUnaryReactor* CreateHostToken(
+      grpc::CallbackServerContext* context,
+      const v1::CreateHostTokenRequest* request,
+      v1::CreateHostTokenResponse* response) override;
+  grpc::ServerUnaryReactor* ListHostTokens(
+      grpc::CallbackServerContext* context,
+      const v1::ListHostTokensRequest* request,
+      v1::ListHostTokensResponse* response) override;
+  grpc::ServerUnaryReactor* RevokeHostToken(
+      grpc::CallbackServerContext* context,
+      const v1::RevokeHostTokenRequest* request,
+      v1::RevokeHostTokenResponse* response) override;
 
  private:
   class JoinReactor;
@@ -114,6 +127,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // PermissionDenied when it is wrong.
   absl::Status CheckAdmin(const grpc::CallbackServerContext* context,
                           const char* what) const;
+  // With require_host_tokens: OK when the caller's host token is
+  // `host_name`'s. Errors: Unauthenticated (none), PermissionDenied (wrong,
+  // revoked, or another host's).
+  absl::Status CheckHost(const grpc::CallbackServerContext* context,
+                         const std::string& host_name);
   // OK when the caller may read status (see ServiceSecurity).
   absl::Status CheckStatusReader(
       const grpc::CallbackServerContext* context) const;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "coordinator/operator_auth.h"
 #include "coordinator/status_command.h"
 #include "nlohmann/json.hpp"
@@ -144,6 +145,54 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
   if (status.ok()) return done + "\n";
   if (status.code() == absl::StatusCode::kNotFound ||
       status.code() == absl::StatusCode::kFailedPrecondition ||
+      IsAuthRefusal(status)) {
+    return status;
+  }
+  return absl::UnavailableError(Unreachable(endpoint, status));
+}
+
+absl::StatusOr<std::string> RunHostTokenCommand(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const std::string& admin_token) {
+  if (action != "list" && host.empty()) {
+    return absl::InvalidArgumentError("host name must not be empty");
+  }
+  rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
+  absl::Status status;
+  std::string out;
+  if (action == "create") {
+    absl::StatusOr<std::string> token =
+        client.CreateHostToken(host, kRpcTimeout);
+    status = token.status();
+    if (token.ok()) out = *token + "\n";
+  } else if (action == "list") {
+    absl::StatusOr<v1::ListHostTokensResponse> tokens =
+        client.ListHostTokens(kRpcTimeout);
+    status = tokens.status();
+    if (tokens.ok()) {
+      if (tokens->tokens().empty()) out = "no host tokens\n";
+      for (const v1::HostTokenInfo& info : tokens->tokens()) {
+        absl::StrAppend(
+            &out, info.host_name(), "  issued ",
+            absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                             absl::FromUnixMillis(info.created_unix_ms()),
+                             absl::UTCTimeZone()),
+            "\n");
+      }
+    }
+  } else if (action == "revoke") {
+    status = client.RevokeHostToken(host, kRpcTimeout);
+    out = absl::StrCat("host token of ", host,
+                       " revoked: its agent is refused from its next call\n");
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown hosts token action '", action,
+                     "' (use create, list or revoke)"));
+  }
+  if (status.ok()) return out;
+  if (status.code() == absl::StatusCode::kNotFound ||
+      status.code() == absl::StatusCode::kInvalidArgument ||
       IsAuthRefusal(status)) {
     return status;
   }

@@ -36,6 +36,19 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
                                            const std::string& host,
                                            const std::string& admin_token = "");
 
+// Issue 8: `hosts token create HOST | list | revoke HOST` (`action` is one
+// of those words). create: the new token and a newline, nothing else (so
+// that `... > host.token` stores it; it is shown only this once). list: one
+// line per host with a token and when it was issued (never the tokens).
+// revoke: a line saying so.
+// Errors: NotFound for revoking a host without a token; Unauthenticated or
+// PermissionDenied for a missing or wrong admin token; Unavailable when the
+// coordinator cannot be reached; InvalidArgument for another action or an
+// empty host.
+absl::StatusOr<std::string> RunHostTokenCommand(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const std::string& admin_token = "");
+
 }  // namespace gdt::coordinator
 
 #endif  // GDT_COORDINATOR_HOSTS_COMMAND_H_

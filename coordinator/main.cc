@@ -246,6 +246,29 @@ int main(int argc, char** argv) {
         [&host_action, action]() { host_action = action->get_name(); });
   }
 
+  // Issue 8: host tokens.
+  std::string token_action;
+  CLI::App* token_cmd = hosts->add_subcommand(
+      "token",
+      "Host tokens agents register with (require_host_tokens): create HOST "
+      "prints a new token once, list shows hosts with tokens, revoke HOST "
+      "refuses its agent");
+  token_cmd->require_subcommand(1);
+  for (const auto& [name, help] :
+       {std::pair<const char*, const char*>{
+            "create",
+            "Issue a token for HOST (replacing its old one) and print it; "
+            "store it in the agent's host_token_file"},
+        {"list", "Show the hosts that have a token (never the tokens)"},
+        {"revoke", "Revoke HOST's token: its agent is refused from now on"}}) {
+    CLI::App* action = token_cmd->add_subcommand(name, help);
+    if (std::string(name) != "list") {
+      action->add_option("HOST", host_name, "Host name")->required();
+    }
+    action->callback(
+        [&token_action, action]() { token_action = action->get_name(); });
+  }
+
   gdt::policy::SimulateFlags sim_flags;
   CLI::App* simulate = app.add_subcommand(
       "simulate",
@@ -295,6 +318,20 @@ int main(int argc, char** argv) {
     std::cout << report.output;
     if (!report.error.empty()) Fail(report.exit_code, report.error);
     return report.exit_code;
+  }
+  if (token_cmd->parsed()) {
+    absl::StatusOr<std::string> out = gdt::coordinator::RunHostTokenCommand(
+        endpoint, token_action, host_name, admin_token);
+    if (!out.ok()) {
+      const absl::StatusCode code = out.status().code();
+      return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
+                  : code == absl::StatusCode::kNotFound  ? kExitRefused
+                  : code == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                               : kExitFailure,
+                  std::string(out.status().message()));
+    }
+    std::cout << *out;
+    return kExitOk;
   }
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "common/clock.h"
+#include "common/secret.h"
 #include "coordinator/cancel_command.h"
 #include "coordinator/hosts_command.h"
 #include "coordinator/operator_auth.h"
@@ -90,6 +91,26 @@ class SecurityTest : public ::testing::Test {
     if (agent_server_ != nullptr) {
       agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
     }
+  }
+
+  // Restarts the coordinator on the same state with `config_`.
+  void Restart() {
+    server_->Shutdown();
+    server_.reset();
+    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+        CoordinatorServer::Start(config_, clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
+  }
+
+  v1::HostSpec Host(const std::string& name) {
+    v1::HostSpec host;
+    host.set_name(name);
+    host.set_address("127.0.0.1");
+    host.set_agent_endpoint(agent_address_);
+    host.set_cpu_slots(8);
+    return host;
   }
 
   void AddJob(int64_t id, const std::string& token, const std::string& name,
@@ -342,6 +363,87 @@ TEST_F(SecurityTest, UnreadableAdminTokenFileStopsStartUp) {
       CoordinatorServer::Start(config, clock_);
   EXPECT_EQ(server.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(server.status().message(), HasSubstr("admin_token_file"));
+}
+
+TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
+  config_.require_host_tokens = true;
+  Restart();
+  const std::string endpoint = server_->bound_address();
+  EXPECT_EQ(RunHostTokenCommand(endpoint, "create", "cpu-01").status().code(),
+            absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::string> created =
+      RunHostTokenCommand(endpoint, "create", "cpu-01", kAdminToken);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_EQ(created->size(), 65u);  // 64 hex digits and a newline.
+  const std::string token = created->substr(0, 64);
+  absl::StatusOr<std::string> other =
+      RunHostTokenCommand(endpoint, "create", "cpu-02", kAdminToken);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<std::string> listed =
+      RunHostTokenCommand(endpoint, "list", "", kAdminToken);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, HasSubstr("cpu-01  issued 20"));
+  EXPECT_THAT(*listed, HasSubstr("cpu-02  issued 20"));
+  EXPECT_THAT(*listed, ::testing::Not(HasSubstr(token)));
+
+  absl::Status none =
+      ClientWith("", "")->RegisterHost(Host("cpu-01"), 5s).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none.message(), HasSubstr("no host token"));
+  auto agent = ClientWith("gdt-host-token", token);
+  absl::Status impostor = agent->RegisterHost(Host("cpu-02"), 5s).status();
+  EXPECT_EQ(impostor.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(impostor.message(),
+              HasSubstr("the host token of cpu-01 cannot act for host cpu-02"));
+  ASSERT_TRUE(agent->RegisterHost(Host("cpu-01"), 5s).ok());
+  ASSERT_TRUE(agent->Heartbeat("cpu-01", 5s).ok());
+  EXPECT_EQ(agent->Heartbeat("cpu-02", 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Members placed on cpu-01 get the member token its agent accepts.
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  EXPECT_EQ(gang[0].host_name(), "cpu-01");
+  EXPECT_EQ(gang[0].member_token(),
+            MemberToken(SecretSha256Hex(token), gang[0].gang_id() + "/101"));
+  EXPECT_EQ(gang[1].member_token(),
+            MemberToken(SecretSha256Hex(token), gang[1].gang_id() + "/102"));
+
+  // cpu-02's agent cannot report cpu-01's member lost.
+  auto other_agent = ClientWith("gdt-host-token", other->substr(0, 64));
+  v1::ReportExitRequest lost;
+  lost.set_gang_id(gang[0].gang_id());
+  lost.set_epoch(gang[0].epoch());
+  lost.set_member_index(1);
+  lost.set_job_id(101);
+  lost.set_lost_reason("forged");
+  absl::Status forged = other_agent->ReportExit(lost, 5s);
+  EXPECT_EQ(forged.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(forged.message(), HasSubstr("does not run there"));
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_RUNNING);
+
+  // Revoked: the agent is refused from its next call on.
+  absl::StatusOr<std::string> revoked =
+      RunHostTokenCommand(endpoint, "revoke", "cpu-01", kAdminToken);
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  absl::Status heartbeat = agent->Heartbeat("cpu-01", 5s).status();
+  EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(heartbeat.message(), HasSubstr("wrong or was revoked"));
+  EXPECT_EQ(agent->RegisterHost(Host("cpu-01"), 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(RunHostTokenCommand(endpoint, "revoke", "cpu-01", kAdminToken)
+                .status()
+                .code(),
+            absl::StatusCode::kNotFound);
+
+  // Tokens survive a restart (only their hashes are stored).
+  Restart();
+  auto after = ClientWith("gdt-host-token", other->substr(0, 64));
+  EXPECT_TRUE(after->RegisterHost(Host("cpu-02"), 5s).ok());
 }
 
 }  // namespace

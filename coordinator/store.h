@@ -29,6 +29,15 @@ struct KvToken {
   std::string token;
 };
 
+// --- Host tokens (issue 8) ---
+// An agent's credential: only its SHA-256 is stored (docs/security.md).
+struct HostTokenRecord {
+  std::string host_name;
+  std::string sha256;  // Lowercase hex of the token.
+  int64_t created_unix_ms = 0;
+};
+// --- end host tokens ---
+
 // The coordinator's durable state in one SQLite file (WAL mode, a schema
 // version table, prepared statements, one transaction per change): hosts,
 // gangs, members, GPU leases and port leases. Runtime-only fields (member
@@ -81,6 +90,15 @@ class Store {
   // Every stored token, by gang id.
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens();
   // --- end gang key-value store tokens ---
+
+  // --- Host tokens (issue 8) ---
+  // Inserts or replaces the host's token record (one per host name).
+  absl::Status SaveHostToken(const HostTokenRecord& record);
+  // Deletes the host's token; returns whether there was one.
+  absl::StatusOr<bool> DeleteHostToken(const std::string& host_name);
+  // Every stored record, by host name.
+  absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens();
+  // --- end host tokens ---
 
  private:
   explicit Store(sqlite3* db) : db_(db) {}

@@ -18,6 +18,7 @@ Outcome CleanupStage(const StageContext& context) {
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);
   if (state.ok()) {
     rendezvous::AgentClient agent(state->agent_endpoint);
+    PresentMemberToken(agent, state->assignment);
     v1::TeardownMemberRequest teardown;
     teardown.set_member_id(state->member_id);
     teardown.set_remove_builds_dir(true);

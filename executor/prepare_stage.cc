@@ -188,6 +188,7 @@ Outcome PrepareStage(const StageContext& context) {
   }
 
   rendezvous::AgentClient agent(state.agent_endpoint);
+  PresentMemberToken(agent, assignment);
   v1::SetupMemberRequest setup;
   setup.set_member_id(state.member_id);
   setup.set_builds_dir(state.builds_dir);

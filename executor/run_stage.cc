@@ -257,6 +257,7 @@ Outcome RunScriptStage(const StageContext& context,
   }
 
   rendezvous::AgentClient agent(state->agent_endpoint);
+  PresentMemberToken(agent, state->assignment);
   // SetupMember is idempotent: it re-creates the member's directories after
   // an agent restart, and an unreachable agent is reported here with the
   // stage's name before any output was streamed.

@@ -28,6 +28,13 @@ std::string BuildsDirOf(const Config& config, int64_t job_id) {
   return absl::StrCat(config.builds_root, "/", job_id);
 }
 
+void PresentMemberToken(rendezvous::AgentClient& agent,
+                        const v1::Assignment& assignment) {
+  if (!assignment.member_token().empty()) {
+    agent.AddMetadata("gdt-member-token", assignment.member_token());
+  }
+}
+
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,
                       std::chrono::milliseconds timeout) {

@@ -8,6 +8,7 @@
 #include "executor/config.h"
 #include "executor/job_env.h"
 #include "executor/outcome.h"
+#include "rendezvous/agent_client.h"
 #include "rendezvous/coordinator_client.h"
 
 namespace gdt::executor {
@@ -19,6 +20,11 @@ std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env);
 
 // The member's builds dir: <builds_root>/<job_id>.
 std::string BuildsDirOf(const Config& config, int64_t job_id);
+
+// Makes `agent` present the member token the coordinator issued for this
+// member on that host (issue 8; nothing when the assignment has none).
+void PresentMemberToken(rendezvous::AgentClient& agent,
+                        const v1::Assignment& assignment);
 
 // Leaves the gang, logging (not returning) a failure.
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,

@@ -268,4 +268,43 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
   return response.root_cause();
 }
 
+// --- Host tokens (issue 8) ---
+
+absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(
+    const std::string& host_name, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  AddMetadataTo(context);
+  v1::CreateHostTokenRequest request;
+  request.set_host_name(host_name);
+  v1::CreateHostTokenResponse response;
+  absl::Status status =
+      FromGrpcStatus(stub_->CreateHostToken(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.token();
+}
+
+absl::StatusOr<v1::ListHostTokensResponse> CoordinatorClient::ListHostTokens(
+    std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  AddMetadataTo(context);
+  v1::ListHostTokensResponse response;
+  absl::Status status = FromGrpcStatus(
+      stub_->ListHostTokens(&context, v1::ListHostTokensRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::Status CoordinatorClient::RevokeHostToken(
+    const std::string& host_name, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  context.set_deadline(In(timeout));
+  AddMetadataTo(context);
+  v1::RevokeHostTokenRequest request;
+  request.set_host_name(host_name);
+  v1::RevokeHostTokenResponse response;
+  return FromGrpcStatus(stub_->RevokeHostToken(&context, request, &response));
+}
+
 }  // namespace gdt::rendezvous

@@ -107,6 +107,13 @@ class CoordinatorClient {
                               std::chrono::milliseconds timeout);
   absl::Status RemoveHost(const std::string& host_name,
                           std::chrono::milliseconds timeout);
+  // Issue 8: host tokens (operators). Errors as the RPCs.
+  absl::StatusOr<std::string> CreateHostToken(
+      const std::string& host_name, std::chrono::milliseconds timeout);
+  absl::StatusOr<v1::ListHostTokensResponse> ListHostTokens(
+      std::chrono::milliseconds timeout);
+  absl::Status RevokeHostToken(const std::string& host_name,
+                               std::chrono::milliseconds timeout);
 
  private:
   void AddMetadataTo(grpc::ClientContext& context) const;
