@@ -332,9 +332,12 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());  // Idempotent.
   struct stat info {};
   ASSERT_EQ(stat(builds.c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0755u);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);  // Per job: private (issue 8).
+  ASSERT_EQ(stat((root_ + "/builds").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0755u);  // Shared parent.
   EXPECT_TRUE(fs::is_directory(cache));
-  EXPECT_TRUE(fs::is_directory(supervisor_->ScratchDir("g1/1")));
+  ASSERT_EQ(stat(supervisor_->ScratchDir("g1/1").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
   ASSERT_TRUE(Run(Start("g1/1", "touch " + builds + "/artifact\n")).exit.ok());
 
   v1::TeardownMemberRequest teardown;
