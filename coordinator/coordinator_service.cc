@@ -377,13 +377,20 @@ class CoordinatorService::WatchReactor final
   WatchReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream and opens the watch; on a rejection ends the stream
-  // with the error.
-  void Start(const v1::WatchGangRequest& request) {
+  // Registers the stream and opens the watch (for the member's own job when
+  // members are verified); on a rejection ends the stream with the error.
+  void Start(const v1::WatchGangRequest& request,
+             const std::string& job_token) {
     service_.Register(stream_id_, this);
-    absl::Status status = service_.coordinator_.Watch(
-        request.gang_id(), request.epoch(), request.member_index(),
-        request.job_id(), stream_id_);
+    absl::Status status = absl::OkStatus();
+    if (MemberVerifier* verifier = service_.security_.verifier) {
+      status = verifier->VerifyJobId(job_token, request.job_id());
+    }
+    if (status.ok()) {
+      status = service_.coordinator_.Watch(request.gang_id(), request.epoch(),
+                                           request.member_index(),
+                                           request.job_id(), stream_id_);
+    }
     if (!status.ok()) {
       spdlog::warn("event=watch_rejected gang={} member={} job={} error={}",
                    LogValue(request.gang_id()), request.member_index(),
@@ -585,7 +592,7 @@ grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request);
+  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -639,9 +646,21 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "ReportExit");
   // Issue 8: an agent (it presents its host token) reports only about
-  // members on its own host.
-  if (const std::string host_token = MetadataValue(context, kHostTokenMetadata);
-      !host_token.empty() && security_.require_host_tokens) {
+  // members on its own host; an executor, when members are verified, only
+  // about its own job.
+  const std::string host_token = MetadataValue(context, kHostTokenMetadata);
+  if (host_token.empty() && security_.verifier != nullptr) {
+    if (absl::Status allowed = security_.verifier->VerifyJobId(
+            MetadataValue(context, kJobTokenMetadata), request->job_id());
+        !allowed.ok()) {
+      spdlog::warn("event=report_refused gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(allowed.ToString()));
+      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+      return reactor;
+    }
+  }
+  if (!host_token.empty()) {
     absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
     absl::Status allowed = host.status();
     if (host.ok() &&
@@ -706,8 +725,15 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     v1::LeaveGangResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "LeaveGang");
-  absl::Status status = coordinator_.Leave(
-      FromProto(request->key()), request->member_index(), request->job_id());
+  absl::Status status = absl::OkStatus();
+  if (security_.verifier != nullptr) {  // Issue 8: only the job itself.
+    status = security_.verifier->VerifyJobId(
+        MetadataValue(context, kJobTokenMetadata), request->job_id());
+  }
+  if (status.ok()) {
+    status = coordinator_.Leave(FromProto(request->key()),
+                                request->member_index(), request->job_id());
+  }
   if (!status.ok()) {
     spdlog::error("event=leave_failed group={} member={} error={}",
                   LogValue(request->key().group_name()),

@@ -59,8 +59,8 @@ absl::StatusOr<gitlab::ApiJob> MemberVerifier::JobOf(
   return job;
 }
 
-absl::Status MemberVerifier::Verify(const std::string& job_token,
-                                    const JoinRequest& request) {
+absl::StatusOr<gitlab::ApiJob> MemberVerifier::VerifiedJob(
+    const std::string& job_token) {
   if (job_token.empty()) {
     return absl::UnauthenticatedError(
         "member rejected: no job token; this coordinator verifies every "
@@ -83,6 +83,25 @@ absl::Status MemberVerifier::Verify(const std::string& job_token,
                          job.status().message()));
     }
   }
+  return job;
+}
+
+absl::Status MemberVerifier::VerifyJobId(const std::string& job_token,
+                                         int64_t job_id) {
+  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token);
+  if (!job.ok()) return job.status();
+  if (job->id != job_id) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("refused: the job token is job ", job->id, "'s, not job ",
+                     job_id, "'s"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MemberVerifier::Verify(const std::string& job_token,
+                                    const JoinRequest& request) {
+  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token);
+  if (!job.ok()) return job.status();
   if (job->id != request.job_id) {
     return Disagree("CI_JOB_ID", request.job_id, job->id, job->id);
   }

@@ -48,6 +48,12 @@ class MemberVerifier {
   //   Unavailable: GitLab could not be asked (transient; the executor retries).
   absl::Status Verify(const std::string& job_token, const JoinRequest& request);
 
+  // OK when `job_token` is the token of job `job_id`: what member calls
+  // after the join (ReportExit, WatchGang, LeaveGang) must show, since the
+  // coordinator identifies the member by its job id. Errors as Verify
+  // (PermissionDenied naming both job ids).
+  absl::Status VerifyJobId(const std::string& job_token, int64_t job_id);
+
  private:
   struct Cached {
     gitlab::ApiJob job;
@@ -55,6 +61,8 @@ class MemberVerifier {
   };
 
   absl::StatusOr<gitlab::ApiJob> JobOf(const std::string& job_token);
+  // JobOf with Verify's errors.
+  absl::StatusOr<gitlab::ApiJob> VerifiedJob(const std::string& job_token);
 
   const Lookup lookup_;
   const Clock& clock_;

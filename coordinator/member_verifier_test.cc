@@ -165,5 +165,16 @@ TEST_F(MemberVerifierTest, PositiveAnswersAreCachedBrieflyAndBounded) {
   EXPECT_EQ(lookup_.calls, before + 1);  // Evicted.
 }
 
+TEST_F(MemberVerifierTest, LaterCallsAreBoundToTheTokensJob) {
+  EXPECT_TRUE(verifier_.VerifyJobId("token-1", 101).ok());
+  absl::Status other = verifier_.VerifyJobId("token-2", 101);
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other.message(), HasSubstr("job 102's, not job 101's"));
+  EXPECT_EQ(verifier_.VerifyJobId("", 101).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(verifier_.VerifyJobId("stale", 101).code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -256,6 +256,49 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
   EXPECT_EQ(*own, "secret-id");
 }
 
+TEST_F(SecurityTest, MemberCallsAfterTheJoinNeedTheirOwnJobToken) {
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  v1::ReportExitRequest exit;
+  exit.set_gang_id(gang[0].gang_id());
+  exit.set_epoch(gang[0].epoch());
+  exit.set_member_index(1);
+  exit.set_job_id(101);
+  exit.set_exit_code(3);  // Would fail gang A.
+  v1::WatchGangRequest watch;
+  watch.set_gang_id(gang[0].gang_id());
+  watch.set_epoch(gang[0].epoch());
+  watch.set_member_index(1);
+  watch.set_job_id(101);
+  v1::LeaveGangRequest leave;
+  *leave.mutable_key() = Request(101, 1, 5, 77).key();
+  leave.set_member_index(1);
+  leave.set_job_id(101);
+
+  auto stranger = ClientWith("gdt-job-token", "tok-b1");  // Job 201's.
+  absl::Status reported = stranger->ReportExit(exit, 5s);
+  EXPECT_EQ(reported.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(reported.message(),
+              HasSubstr("the job token is job 201's, not job 101's"));
+  EXPECT_EQ(ClientWith("", "")->ReportExit(exit, 5s).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(stranger->LeaveGang(leave, 5s).code(),
+            absl::StatusCode::kPermissionDenied);
+  rendezvous::CallCanceller canceller;
+  absl::StatusOr<v1::WatchGangEvent> watched =
+      stranger->WatchGang(watch, In(10s), nullptr, nullptr, canceller);
+  EXPECT_EQ(watched.status().code(), absl::StatusCode::kPermissionDenied);
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_RUNNING);
+
+  // The member itself may.
+  exit.set_exit_code(0);
+  EXPECT_TRUE(ClientWith("gdt-job-token", "tok-a1")->ReportExit(exit, 5s).ok());
+}
+
 TEST_F(SecurityTest, RefusedOrMissingTokenIsRejectedWithTheReason) {
   gitlab_->FinishJob(101);  // GitLab answers 401 for a finished job's token.
   absl::StatusOr<v1::Assignment> finished =

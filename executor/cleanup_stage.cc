@@ -13,6 +13,7 @@ namespace gdt::executor {
 Outcome CleanupStage(const StageContext& context) {
   const std::chrono::milliseconds rpc_timeout(context.config.rpc_timeout);
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
+  PresentJobToken(coordinator, JobTokenOf(context.env));
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);

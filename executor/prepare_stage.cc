@@ -22,9 +22,6 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// gRPC metadata key of the job token (CoordinatorService's kJobTokenMetadata).
-constexpr char kJobTokenMetadataKey[] = "gdt-job-token";
-
 // What the thread blocked in JoinGang hands to the stage's thread. Shared
 // ownership: when a signal interrupts the join, the stage returns and the
 // thread finishes on its own (JoinGang cannot be cancelled from outside).
@@ -82,9 +79,7 @@ Outcome PrepareStage(const StageContext& context) {
   auto coordinator =
       std::make_shared<rendezvous::CoordinatorClient>(config.coordinator);
   // The coordinator checks it with GitLab when it verifies members.
-  if (!job.job_token.empty()) {
-    coordinator->AddMetadata(kJobTokenMetadataKey, job.job_token);
-  }
+  PresentJobToken(*coordinator, job.job_token);
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
               << job.pipeline_id << ") as member " << job.member_index << "/"
               << job.member_total << " via coordinator " << config.coordinator

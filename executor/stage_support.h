@@ -26,6 +26,16 @@ std::string BuildsDirOf(const Config& config, int64_t job_id);
 void PresentMemberToken(rendezvous::AgentClient& agent,
                         const v1::Assignment& assignment);
 
+// The job token from JOB_RESPONSE_FILE; empty when it cannot be read (a
+// coordinator that verifies members then refuses the call with a clear
+// message).
+std::string JobTokenOf(const JobEnv& env);
+
+// Makes `coordinator` present the job token (issue 8, metadata
+// "gdt-job-token"); nothing when `job_token` is empty.
+void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
+                     const std::string& job_token);
+
 // Leaves the gang, logging (not returning) a failure.
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,
