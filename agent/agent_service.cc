@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
 #include "common/mutex.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -13,6 +14,30 @@
 
 namespace gdt::agent {
 namespace {
+
+inline constexpr char kMemberTokenMetadata[] = "gdt-member-token";
+
+// OK when `context` carries the member token of `member_id` for the host
+// whose token hashes to `host_token_sha256` (no check when that is empty).
+absl::Status CheckMemberToken(const grpc::ServerContextBase& context,
+                              const std::string& host_token_sha256,
+                              const std::string& member_id) {
+  if (host_token_sha256.empty()) return absl::OkStatus();
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(kMemberTokenMetadata);
+  if (it == metadata.end() || it->second.empty()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "no member token for member ", member_id,
+        ": this agent runs stages only for the executor the coordinator "
+        "admitted to this host"));
+  }
+  const std::string token(it->second.data(), it->second.size());
+  if (!SameSecret(MemberToken(host_token_sha256, member_id), token)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("wrong member token for member ", member_id));
+  }
+  return absl::OkStatus();
+}
 
 // Output queued for a client that reads slowly; beyond this the stage stops
 // reading the script's pipes until the client catches up.
@@ -44,8 +69,13 @@ class StageReactor final
       public StageObserver {
  public:
   StageReactor(Supervisor& supervisor,
-               const AgentService::MemberLostHandler& member_lost)
-      : supervisor_(supervisor), member_lost_(member_lost) {
+               const AgentService::MemberLostHandler& member_lost,
+               const grpc::CallbackServerContext& context,
+               const std::string& host_token_sha256)
+      : supervisor_(supervisor),
+        member_lost_(member_lost),
+        context_(context),
+        host_token_sha256_(host_token_sha256) {
     StartRead(&request_);
   }
 
@@ -168,6 +198,15 @@ class StageReactor final
                           "the first RunStage message must be StartStage"));
       return;
     }
+    if (absl::Status allowed = CheckMemberToken(context_, host_token_sha256_,
+                                                request_.start().member_id());
+        !allowed.ok()) {
+      spdlog::warn("stage refused member={} stage={}: {}",
+                   request_.start().member_id(), request_.start().stage(),
+                   allowed.ToString());
+      Finish(rendezvous::ToGrpcStatus(allowed));
+      return;
+    }
     member_id_ = request_.start().member_id();
     stage_name_ = request_.start().stage();
     // What OnCancel() needs, without the script and files.
@@ -221,6 +260,8 @@ class StageReactor final
 
   Supervisor& supervisor_;
   const AgentService::MemberLostHandler& member_lost_;
+  const grpc::CallbackServerContext& context_;  // Outlives the reactor.
+  const std::string& host_token_sha256_;        // The service's; constant.
   // Reactions that read are serialised by gRPC (one read at a time).
   v1::RunStageRequest request_;
   bool started_ = false;
@@ -245,6 +286,13 @@ class StageReactor final
 grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
                                        const v1::SetupMemberRequest* request,
                                        v1::SetupMemberResponse* response) {
+  if (absl::Status allowed =
+          CheckMemberToken(*context, host_token_sha256_, request->member_id());
+      !allowed.ok()) {
+    spdlog::warn("setup refused member={}: {}", request->member_id(),
+                 allowed.ToString());
+    return rendezvous::ToGrpcStatus(allowed);
+  }
   const std::vector<std::string> extra_dirs(request->extra_dirs().begin(),
                                             request->extra_dirs().end());
   absl::Status status = supervisor_.SetupMember(
@@ -261,12 +309,20 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
 
 grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
 AgentService::RunStage(grpc::CallbackServerContext* context) {
-  return new StageReactor(supervisor_, member_lost_);
+  return new StageReactor(supervisor_, member_lost_, *context,
+                          host_token_sha256_);
 }
 
 grpc::Status AgentService::TeardownMember(
     grpc::ServerContext* context, const v1::TeardownMemberRequest* request,
     v1::TeardownMemberResponse* response) {
+  if (absl::Status allowed =
+          CheckMemberToken(*context, host_token_sha256_, request->member_id());
+      !allowed.ok()) {
+    spdlog::warn("teardown refused member={}: {}", request->member_id(),
+                 allowed.ToString());
+    return rendezvous::ToGrpcStatus(allowed);
+  }
   absl::StatusOr<uint32_t> killed = supervisor_.TeardownMember(
       request->member_id(), request->remove_builds_dir());
   if (!killed.ok()) {

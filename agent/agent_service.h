@@ -34,6 +34,13 @@ class AgentService final
   void SetMemberLostHandler(MemberLostHandler handler) {
     member_lost_ = std::move(handler);
   }
+  // Issue 8: with the SHA-256 (hex) of this host's token set, SetupMember,
+  // RunStage and TeardownMember need metadata "gdt-member-token" equal to
+  // MemberToken(hash, member_id) (common/secret.h); empty = no check. Set
+  // before the server starts.
+  void SetHostTokenSha256(std::string sha256) {
+    host_token_sha256_ = std::move(sha256);
+  }
 
   grpc::Status SetupMember(grpc::ServerContext* context,
                            const v1::SetupMemberRequest* request,
@@ -54,6 +61,7 @@ class AgentService final
  private:
   Supervisor& supervisor_;
   MemberLostHandler member_lost_;
+  std::string host_token_sha256_;
 };
 
 // A started gRPC server hosting one AgentService. Not thread-safe.

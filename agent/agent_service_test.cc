@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "common/secret.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -331,9 +332,12 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());  // Idempotent.
   struct stat info {};
   ASSERT_EQ(stat(builds.c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0755u);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);  // Per job: private (issue 8).
+  ASSERT_EQ(stat((root_ + "/builds").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0755u);  // Shared parent.
   EXPECT_TRUE(fs::is_directory(cache));
-  EXPECT_TRUE(fs::is_directory(supervisor_->ScratchDir("g1/1")));
+  ASSERT_EQ(stat(supervisor_->ScratchDir("g1/1").c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);
   ASSERT_TRUE(Run(Start("g1/1", "touch " + builds + "/artifact\n")).exit.ok());
 
   v1::TeardownMemberRequest teardown;
@@ -603,6 +607,64 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   // No member of the gang left on this host.
   EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Issue 8: with a host token configured, an executor without the member
+// token the coordinator issued cannot make the agent run anything.
+TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
+  const std::string host_sha = SecretSha256Hex("host-secret");
+  AgentService guarded(*supervisor_);
+  guarded.SetHostTokenSha256(host_sha);
+  absl::StatusOr<std::unique_ptr<AgentServer>> server =
+      AgentServer::Start("127.0.0.1:0", guarded);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = "127.0.0.1:" + std::to_string((*server)->port());
+  const std::string marker = root_ + "/ran";
+  v1::StartStage start = Start("g1/101", "touch " + marker + "\n");
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/101");
+  setup.set_builds_dir(root_ + "/builds/101");
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/101");
+  const auto no_poll = []() -> std::optional<v1::Signal> {
+    return std::nullopt;
+  };
+  const auto ignore = [](v1::OutputStream, std::string_view) {};
+
+  rendezvous::AgentClient anonymous(endpoint);
+  absl::Status setup_status = anonymous.SetupMember(setup, seconds(5));
+  EXPECT_EQ(setup_status.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(setup_status.message(), HasSubstr("no member token"));
+  absl::StatusOr<v1::StageExit> exit =
+      anonymous.RunStage(start, ignore, no_poll);
+  EXPECT_EQ(exit.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(anonymous.TeardownMember(teardown, seconds(5)).status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  // Another member's token, or one made with another host's token.
+  for (const std::string& token :
+       {MemberToken(host_sha, "g1/102"),
+        MemberToken(SecretSha256Hex("other-host"), "g1/101")}) {
+    rendezvous::AgentClient wrong(endpoint);
+    wrong.AddMetadata("gdt-member-token", token);
+    absl::StatusOr<v1::StageExit> refused =
+        wrong.RunStage(start, ignore, no_poll);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("wrong member token for member g1/101"));
+  }
+  EXPECT_FALSE(fs::exists(marker));
+  EXPECT_FALSE(fs::exists(root_ + "/builds/101"));
+
+  rendezvous::AgentClient member(endpoint);
+  member.AddMetadata("gdt-member-token", MemberToken(host_sha, "g1/101"));
+  ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  absl::StatusOr<v1::StageExit> ran = member.RunStage(start, ignore, no_poll);
+  ASSERT_TRUE(ran.ok()) << ran.status();
+  EXPECT_EQ(ran->exit_code(), 0);
+  EXPECT_TRUE(fs::exists(marker));
+  EXPECT_TRUE(member.TeardownMember(teardown, seconds(5)).ok());
+  (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
 }
 
 }  // namespace

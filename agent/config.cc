@@ -154,7 +154,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   if (key == "host") return ParseHost(value, config.host);
   if (key == "coordinator" || key == "listen_address" ||
       key == "advertise_endpoint" || key == "scratch_dir" ||
-      key == "log_level") {
+      key == "log_level" || key == "host_token_file") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "coordinator") config.coordinator = *text;
@@ -162,6 +162,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "advertise_endpoint") config.advertise_endpoint = *text;
     if (key == "scratch_dir") config.scratch_dir = *text;
     if (key == "log_level") config.log_level = *text;
+    if (key == "host_token_file") config.host_token_file = *text;
     return absl::OkStatus();
   }
   if (key == "kill_grace_seconds") {

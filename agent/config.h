@@ -47,6 +47,11 @@ struct Config {
   std::string scratch_dir = "/var/lib/gdt/agent";
   std::chrono::seconds kill_grace{10};
   std::string log_level = "info";
+  // Issue 8 (docs/security.md): file holding this host's token (`gdt-coord
+  // hosts token create NAME`). When set, the agent presents it to the
+  // coordinator and runs stages only for executors holding the member token
+  // the coordinator issued for this host; empty = neither.
+  std::string host_token_file;
 };
 
 // Parses YAML text. `gpus` is either a count (indices 0..n-1) or a list of

@@ -21,6 +21,7 @@ TEST(ConfigTest, DefaultsNeedOnlyTheCoordinator) {
   EXPECT_EQ(config->host.cpu_slots, 1u);
   EXPECT_EQ(config->host.runner_slots, 0u);  // Not declared.
   EXPECT_EQ(config->scratch_dir, "/var/lib/gdt/agent");
+  EXPECT_EQ(config->host_token_file, "");  // No host token (issue 8).
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(10));
 }
 
@@ -136,6 +137,13 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
 TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadConfig("/nonexistent/agent.yaml").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(ConfigTest, HostTokenFile) {
+  absl::StatusOr<Config> config =
+      ParseConfig("coordinator: c:1\nhost_token_file: /etc/gdt/host.token\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->host_token_file, "/etc/gdt/host.token");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "spdlog/spdlog.h"
 
@@ -72,6 +73,21 @@ Daemon::Daemon(const Config& config)
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   std::unique_ptr<Daemon> daemon(new Daemon(config));
+  // Issue 8: the host token, presented to the coordinator and keying the
+  // member tokens this agent accepts.
+  if (!config.host_token_file.empty()) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(config.host_token_file, "host_token_file");
+    if (!token.ok()) return token.status();
+    daemon->coordinator_.AddMetadata("gdt-host-token", *token);
+    daemon->service_.SetHostTokenSha256(SecretSha256Hex(*token));
+    spdlog::info("host token from {}: stages run only for admitted members",
+                 config.host_token_file);
+  } else {
+    spdlog::warn(
+        "no host_token_file: this agent runs stages for any caller (fine for "
+        "local use; see docs/security.md)");
+  }
   daemon->lost_reporter_ = std::make_unique<LostMemberReporter>(
       daemon->coordinator_, std::chrono::seconds(5));
   daemon->service_.SetMemberLostHandler(

@@ -51,6 +51,18 @@ void Registrar::Run() {
     absl::StatusOr<uint32_t> interval =
         client_.RegisterHost(host_, options_.rpc_timeout);
     if (!interval.ok()) {
+      if (interval.status().code() == absl::StatusCode::kUnauthenticated ||
+          interval.status().code() == absl::StatusCode::kPermissionDenied) {
+        // Issue 8: the coordinator refused this host's token; keep asking
+        // (an operator may issue a new token) but say so every time.
+        spdlog::error(
+            "coordinator {} refused host={}: {} (fix host_token_file in the "
+            "agent config)",
+            client_.endpoint(), name, std::string(interval.status().message()));
+        reachable = false;
+        if (!Sleep(options_.max_backoff)) return;
+        continue;
+      }
       if (reachable) {
         spdlog::warn("cannot register host={} coordinator={}: {}; retrying",
                      name, client_.endpoint(), interval.status().ToString());
@@ -70,6 +82,14 @@ void Registrar::Run() {
       absl::StatusOr<bool> reregister =
           client_.Heartbeat(name, options_.rpc_timeout);
       if (!reregister.ok()) {
+        if (reregister.status().code() == absl::StatusCode::kUnauthenticated ||
+            reregister.status().code() == absl::StatusCode::kPermissionDenied) {
+          spdlog::error("coordinator {} refused heartbeat of host={}: {}",
+                        client_.endpoint(), name,
+                        std::string(reregister.status().message()));
+          reachable = false;
+          break;  // Register again, which reports the refusal.
+        }
         if (reachable) {
           spdlog::warn("heartbeat failed host={} coordinator={}: {}", name,
                        client_.endpoint(), reregister.status().ToString());

@@ -56,6 +56,17 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Issue 8: a directory of one job (builds dir, scratch dir) is mode 0700, so
+// that other users on the host cannot read its sources, scripts and files;
+// parents it creates get 0755 as with MakeDirs.
+absl::Status MakePrivateDir(const std::string& path) {
+  GDT_RETURN_IF_ERROR(MakeDirs(path));
+  std::error_code error;
+  fs::permissions(path, static_cast<fs::perms>(0700), error);
+  if (error) return ErrorForPath("set the mode of", path, error);
+  return absl::OkStatus();
+}
+
 // Writes `content` to `path` (replacing it) with permissions `mode`.
 absl::Status WriteFile(const std::string& path, std::string_view content,
                        mode_t mode) {
@@ -151,9 +162,9 @@ absl::Status Supervisor::SetupMember(
   for (const std::string& dir : extra_dirs) {
     GDT_RETURN_IF_ERROR(CheckAbsolute("extra_dirs entry", dir));
   }
-  if (!builds_dir.empty()) GDT_RETURN_IF_ERROR(MakeDirs(builds_dir));
+  if (!builds_dir.empty()) GDT_RETURN_IF_ERROR(MakePrivateDir(builds_dir));
   for (const std::string& dir : extra_dirs) GDT_RETURN_IF_ERROR(MakeDirs(dir));
-  GDT_RETURN_IF_ERROR(MakeDirs(ScratchDir(member_id)));
+  GDT_RETURN_IF_ERROR(MakePrivateDir(ScratchDir(member_id)));
 
   MutexLock lock(mu_);
   Member& member = members_[member_id];
@@ -184,7 +195,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   }
 
   const std::string scratch = ScratchDir(request.member_id);
-  GDT_RETURN_IF_ERROR(MakeDirs(scratch));
+  GDT_RETURN_IF_ERROR(MakePrivateDir(scratch));
   const std::string stage_name =
       request.stage.empty() ? "stage" : EscapePathComponent(request.stage);
   StageOptions options;

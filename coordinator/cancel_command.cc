@@ -3,18 +3,21 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/operator_auth.h"
 #include "rendezvous/coordinator_client.h"
 
 namespace gdt::coordinator {
 
 absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
                                              const std::string& gang_id,
-                                             const std::string& reason) {
+                                             const std::string& reason,
+                                             const std::string& admin_token) {
   if (gang_id.empty()) {
     return absl::InvalidArgumentError(
         "gang id must not be empty (see `gdt-coord status`)");
   }
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   v1::CancelGangRequest request;
   request.set_gang_id(gang_id);
   request.set_reason(reason);
@@ -25,6 +28,8 @@ absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
     case absl::StatusCode::kNotFound:
     case absl::StatusCode::kFailedPrecondition:
     case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
       return root_cause.status();
     default:
       return absl::UnavailableError(

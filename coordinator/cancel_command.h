@@ -12,10 +12,11 @@ namespace gdt::coordinator {
 // print, "gdt-coord: <root-cause line>".
 // Errors: NotFound "unknown gang X"; FailedPrecondition "gang X already
 // finished (...)"; InvalidArgument for an empty gang id; Unavailable
-// "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
-                                             const std::string& gang_id,
-                                             const std::string& reason);
+// "cannot reach coordinator at ADDR: <reason>"; Unauthenticated or
+// PermissionDenied when `admin_token` is missing or wrong.
+absl::StatusOr<std::string> RunCancelCommand(
+    const std::string& endpoint, const std::string& gang_id,
+    const std::string& reason, const std::string& admin_token = "");
 
 }  // namespace gdt::coordinator
 

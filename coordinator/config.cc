@@ -105,6 +105,38 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   // --- end HA ---
+  // --- Security (issue 8) ---
+  if (key == "gitlab_url" || key == "gitlab_ca_file" ||
+      key == "admin_token_file" || key == "status_without_token") {
+    absl::StatusOr<std::string> text = ReadString(value, key);
+    if (!text.ok()) return text.status();
+    if (key == "gitlab_url") config.gitlab_url = *text;
+    if (key == "gitlab_ca_file") config.gitlab_ca_file = *text;
+    if (key == "admin_token_file") config.admin_token_file = *text;
+    if (key == "status_without_token") config.status_without_token = *text;
+    return absl::OkStatus();
+  }
+  if (key == "gitlab_timeout_seconds" || key == "member_cache_seconds") {
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    if (key == "gitlab_timeout_seconds") {
+      config.gitlab_timeout = std::chrono::seconds(*number);
+    }
+    if (key == "member_cache_seconds") {
+      config.member_cache_ttl = std::chrono::seconds(*number);
+    }
+    return absl::OkStatus();
+  }
+  if (key == "require_host_tokens") {
+    try {
+      config.require_host_tokens = value.as<bool>();
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(
+          "require_host_tokens must be true or false");
+    }
+    return absl::OkStatus();
+  }
+  // --- end of issue 8 ---
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level" || key == "metrics_address") {
     absl::StatusOr<std::string> text = ReadString(value, key);
@@ -198,6 +230,24 @@ absl::Status ValidateConfig(const Config& config) {
     }
   }
   // --- end HA ---
+  if (config.status_without_token != "loopback" &&
+      config.status_without_token != "anyone" &&
+      config.status_without_token != "nobody") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("status_without_token must be loopback, anyone or "
+                     "nobody, got '",
+                     config.status_without_token, "'"));
+  }
+  if (!config.gitlab_url.empty() &&
+      config.gitlab_url.rfind("http://", 0) != 0 &&
+      config.gitlab_url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gitlab_url must start with https:// or http://, got '",
+                     config.gitlab_url, "'"));
+  }
+  if (!config.gitlab_url.empty() && config.gitlab_timeout.count() == 0) {
+    return absl::InvalidArgumentError("gitlab_timeout_seconds must be >= 1");
+  }
   return CheckLogLevel(config.log_level);
 }
 

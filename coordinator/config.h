@@ -44,6 +44,29 @@ struct Config {
   // within this time, and a standby takes over within about this time.
   uint32_t lease_ttl_s = 5;
   // --- end HA ---
+  // --- Security (issue 8, docs/security.md) ----------------------------------
+  // Base URL of the GitLab instance (e.g. https://gitlab.example.com). When
+  // set, every joining member's job token is checked with GET /api/v4/job
+  // and only GitLab's answer decides its gang; empty = no verification.
+  std::string gitlab_url;
+  // PEM CA bundle for gitlab_url; empty = the system's CAs.
+  std::string gitlab_ca_file;
+  // Limit on one GitLab call (bounded so joins never hang on GitLab).
+  std::chrono::seconds gitlab_timeout{5};
+  // How long a positive GitLab answer for one job token is reused.
+  std::chrono::seconds member_cache_ttl{60};
+  // File holding the operators' admin token; empty = no operator
+  // authentication (every RPC open, as in the local demo).
+  std::string admin_token_file;
+  // With an admin token: who may read status (GetStatus) without it:
+  // "loopback" (clients on 127.0.0.1/::1, the default), "anyone", "nobody".
+  std::string status_without_token = "loopback";
+  // Agents must present a host token (gdt-coord hosts token create) to
+  // register, heartbeat and report lost members; agents then run stages only
+  // for executors holding the member token the coordinator issued.
+  bool require_host_tokens = false;
+  // --- end of issue 8 block
+  // ---------------------------------------------------
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

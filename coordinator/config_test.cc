@@ -113,6 +113,42 @@ TEST(ConfigTest, MissingFileIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+// Issue 8: the security settings.
+TEST(ConfigTest, SecuritySettings) {
+  absl::StatusOr<Config> defaults = ParseConfig("");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->gitlab_url, "");  // No member verification.
+  EXPECT_EQ(defaults->admin_token_file, "");
+  EXPECT_EQ(defaults->status_without_token, "loopback");
+  EXPECT_FALSE(defaults->require_host_tokens);
+
+  absl::StatusOr<Config> config = ParseConfig(
+      "gitlab_url: https://gitlab.example.com\n"
+      "gitlab_ca_file: /etc/gdt/ca.pem\n"
+      "gitlab_timeout_seconds: 3\n"
+      "member_cache_seconds: 30\n"
+      "admin_token_file: /etc/gdt/admin.token\n"
+      "status_without_token: nobody\n"
+      "require_host_tokens: true\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->gitlab_url, "https://gitlab.example.com");
+  EXPECT_EQ(config->gitlab_ca_file, "/etc/gdt/ca.pem");
+  EXPECT_EQ(config->gitlab_timeout, std::chrono::seconds(3));
+  EXPECT_EQ(config->member_cache_ttl, std::chrono::seconds(30));
+  EXPECT_EQ(config->admin_token_file, "/etc/gdt/admin.token");
+  EXPECT_EQ(config->status_without_token, "nobody");
+  EXPECT_TRUE(config->require_host_tokens);
+
+  EXPECT_THAT(ParseConfig("status_without_token: lan\n").status().message(),
+              HasSubstr("status_without_token must be loopback, anyone or "
+                        "nobody, got 'lan'"));
+  EXPECT_THAT(
+      ParseConfig("gitlab_url: gitlab.example.com\n").status().message(),
+      HasSubstr("gitlab_url must start with https://"));
+  EXPECT_THAT(ParseConfig("require_host_tokens: maybe\n").status().message(),
+              HasSubstr("require_host_tokens must be true or false"));
+}
+
 }  // namespace
 // --- HA (issue 11) ---
 TEST(ConfigTest, ReadsTheEtcdSettings) {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/secret.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -29,6 +30,13 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   coordinator->scheduler_ = std::move(*scheduler);
   if (absl::Status status = coordinator->LoadKvTokensLocked(); !status.ok()) {
     return status;
+  }
+  coordinator->clock_ = &clock;
+  absl::StatusOr<std::vector<HostTokenRecord>> host_tokens =
+      coordinator->store_->LoadHostTokens();
+  if (!host_tokens.ok()) return host_tokens.status();
+  for (HostTokenRecord& record : *host_tokens) {
+    coordinator->host_tokens_[record.host_name] = std::move(record);
   }
   return coordinator;
 }
@@ -93,6 +101,17 @@ std::vector<MemberEvent> Coordinator::TakeEventsLocked() {
     if (event.kind == MemberEvent::Kind::kAdmitted) {
       event.assignment.kv_token =
           KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
+      // Issue 8: the member token for the placed host's agent.
+      auto host = host_tokens_.find(event.assignment.host_name);
+      const Gang* gang = scheduler_->FindGang(event.assignment.gang_id);
+      if (host != host_tokens_.end() && gang != nullptr) {
+        auto member = gang->members.find(event.member_index);
+        if (member != gang->members.end()) {
+          event.assignment.member_token = MemberToken(
+              host->second.sha256, absl::StrCat(event.assignment.gang_id, "/",
+                                                member->second.job_id));
+        }
+      }
     }
   }
   EndFinishedKvGangsLocked();
@@ -433,5 +452,71 @@ absl::StatusOr<std::vector<CheckpointRecord>> Coordinator::ListCheckpoints(
 }
 
 // --- end checkpoint manifest records ---
+// --- Host tokens (issue 8) ---
+
+absl::StatusOr<std::string> Coordinator::CreateHostToken(
+    const std::string& host_name) {
+  if (host_name.empty()) {
+    return absl::InvalidArgumentError("host name must not be empty");
+  }
+  absl::StatusOr<std::string> token = NewSecretToken();
+  if (!token.ok()) return token.status();
+  HostTokenRecord record{host_name, SecretSha256Hex(*token),
+                         clock_->UnixMillis()};
+  MutexLock lock(mu_);
+  if (absl::Status status = store_->SaveHostToken(record); !status.ok()) {
+    return status;
+  }
+  host_tokens_[host_name] = std::move(record);
+  return token;
+}
+
+std::vector<HostTokenRecord> Coordinator::ListHostTokens() {
+  MutexLock lock(mu_);
+  std::vector<HostTokenRecord> records;
+  for (const auto& [name, record] : host_tokens_) {
+    records.push_back(HostTokenRecord{name, "", record.created_unix_ms});
+  }
+  return records;
+}
+
+absl::Status Coordinator::RevokeHostToken(const std::string& host_name) {
+  MutexLock lock(mu_);
+  absl::StatusOr<bool> deleted = store_->DeleteHostToken(host_name);
+  if (!deleted.ok()) return deleted.status();
+  if (host_tokens_.erase(host_name) == 0 && !*deleted) {
+    return absl::NotFoundError(
+        absl::StrCat("no host token for ", host_name,
+                     " (see `gdt-coord hosts token list`)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Coordinator::HostOfToken(const std::string& token) {
+  if (token.empty()) {
+    return absl::UnauthenticatedError(
+        "no host token: set host_token_file in the agent's config (an "
+        "operator creates one with `gdt-coord hosts token create HOST`)");
+  }
+  const std::string hash = SecretSha256Hex(token);
+  MutexLock lock(mu_);
+  for (const auto& [name, record] : host_tokens_) {
+    if (SameSecret(record.sha256, hash)) return name;
+  }
+  return absl::PermissionDeniedError(
+      "host token refused: it is wrong or was revoked (`gdt-coord hosts "
+      "token create HOST` issues a new one)");
+}
+
+std::string Coordinator::MemberHost(const std::string& gang_id,
+                                    uint32_t member_index) {
+  MutexLock lock(mu_);
+  const Gang* gang = scheduler_->FindGang(gang_id);
+  if (gang == nullptr) return "";
+  auto member = gang->members.find(member_index);
+  return member == gang->members.end() ? "" : member->second.host_name;
+}
+
+// --- end host tokens ---
 
 }  // namespace gdt::coordinator

@@ -112,6 +112,23 @@ class Coordinator {
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
       const KvCaller& caller);
   // --- end checkpoint manifest records ---
+  // --- Host tokens (issue 8, docs/security.md) ---
+  // Issues a new token for `host_name` (replacing any old one), stores its
+  // SHA-256 and returns the token; it is shown once and never again.
+  // Errors: InvalidArgument for an empty name; Internal from the store.
+  absl::StatusOr<std::string> CreateHostToken(const std::string& host_name);
+  // Every host with a token (sha256 left empty), by name.
+  std::vector<HostTokenRecord> ListHostTokens();
+  // Errors: NotFound "no host token for NAME"; Internal from the store.
+  absl::Status RevokeHostToken(const std::string& host_name);
+  // The host whose token is `token`.
+  // Errors: Unauthenticated when `token` is empty; PermissionDenied when it
+  // is no host's token (wrong or revoked).
+  absl::StatusOr<std::string> HostOfToken(const std::string& token);
+  // The host member `member_index` of `gang_id` is placed on; empty when
+  // unknown or not placed.
+  std::string MemberHost(const std::string& gang_id, uint32_t member_index);
+  // --- end host tokens ---
 
  private:
   Coordinator(std::unique_ptr<StateStore> store, PortChecker& port_checker,
@@ -145,6 +162,9 @@ class Coordinator {
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<GangKv> kv_;  // Set at construction; outlives every call.
   std::map<std::string, KvToken> kv_tokens_ ABSL_GUARDED_BY(mu_);  // By gang.
+  // Issue 8: host token records by host name.
+  std::map<std::string, HostTokenRecord> host_tokens_ ABSL_GUARDED_BY(mu_);
+  const Clock* clock_ = nullptr;  // Set in Create.
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

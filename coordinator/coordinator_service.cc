@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -95,6 +96,7 @@ void ToProto(const Assignment& assignment, const std::string& endpoint,
   proto->set_launcher(static_cast<v1::Launcher>(assignment.launcher));
   proto->set_coordinator_endpoint(endpoint);
   proto->set_kv_token(assignment.kv_token);
+  proto->set_member_token(assignment.member_token);
 }
 
 void ToProto(const WaitingInfo& waiting, v1::WaitingEvent* proto) {
@@ -141,6 +143,21 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
       status->set_exit_code(member.exit_code);
     }
   }
+}
+
+// The value of metadata `key`, empty when absent.
+std::string MetadataValue(const grpc::CallbackServerContext* context,
+                          const char* key) {
+  const auto& metadata = context->client_metadata();
+  auto it = metadata.find(key);
+  if (it == metadata.end()) return "";
+  return std::string(it->second.data(), it->second.size());
+}
+
+// True for callers on 127.0.0.0/8, ::1 or a unix socket.
+bool IsLoopbackPeer(const std::string& peer) {
+  return peer.rfind("ipv4:127.", 0) == 0 || peer.rfind("ipv6:[::1]", 0) == 0 ||
+         peer.rfind("ipv6:[::ffff:127.", 0) == 0 || peer.rfind("unix:", 0) == 0;
 }
 
 // Reports one RPC's outcome and handling time to the observer.
@@ -288,12 +305,26 @@ class CoordinatorService::JoinReactor final
   JoinReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream and joins; on a rejected join ends the stream with
-  // the error.
-  void Start(const v1::JoinGangRequest& request) {
+  // Registers the stream, verifies the member with GitLab when configured
+  // (before any scheduler lock is taken; bounded by the GitLab timeout) and
+  // joins; on a rejected join ends the stream with the error.
+  void Start(const v1::JoinGangRequest& request, const std::string& job_token) {
     service_.Register(stream_id_, this);
+    const JoinRequest join = FromProto(request);
+    if (MemberVerifier* verifier = service_.security_.verifier) {
+      if (absl::Status verified = verifier->Verify(job_token, join);
+          !verified.ok()) {
+        spdlog::warn(
+            "event=member_unverified job={} member={} group={} error={}",
+            request.job_id(), request.member_index(),
+            LogValue(request.key().group_name()),
+            LogValue(verified.ToString()));
+        End(rendezvous::ToGrpcStatus(verified));
+        return;
+      }
+    }
     absl::StatusOr<std::string> gang_id =
-        service_.coordinator_.Join(FromProto(request), stream_id_);
+        service_.coordinator_.Join(join, stream_id_);
     if (!gang_id.ok()) {
       spdlog::warn("event=join_rejected job={} member={} group={} error={}",
                    request.job_id(), request.member_index(),
@@ -346,13 +377,20 @@ class CoordinatorService::WatchReactor final
   WatchReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream and opens the watch; on a rejection ends the stream
-  // with the error.
-  void Start(const v1::WatchGangRequest& request) {
+  // Registers the stream and opens the watch (for the member's own job when
+  // members are verified); on a rejection ends the stream with the error.
+  void Start(const v1::WatchGangRequest& request,
+             const std::string& job_token) {
     service_.Register(stream_id_, this);
-    absl::Status status = service_.coordinator_.Watch(
-        request.gang_id(), request.epoch(), request.member_index(),
-        request.job_id(), stream_id_);
+    absl::Status status = absl::OkStatus();
+    if (MemberVerifier* verifier = service_.security_.verifier) {
+      status = verifier->VerifyJobId(job_token, request.job_id());
+    }
+    if (status.ok()) {
+      status = service_.coordinator_.Watch(request.gang_id(), request.epoch(),
+                                           request.member_index(),
+                                           request.job_id(), stream_id_);
+    }
     if (!status.ok()) {
       spdlog::warn("event=watch_rejected gang={} member={} job={} error={}",
                    LogValue(request.gang_id()), request.member_index(),
@@ -383,6 +421,56 @@ CoordinatorService::CoordinatorService(Coordinator& coordinator,
 
 CoordinatorService::~CoordinatorService() {
   coordinator_.SetEventSink(nullptr);
+}
+
+void CoordinatorService::SetSecurity(ServiceSecurity security) {
+  security_ = std::move(security);
+}
+
+absl::Status CoordinatorService::CheckAdmin(
+    const grpc::CallbackServerContext* context, const char* what) const {
+  if (security_.admin_token_sha256.empty()) return absl::OkStatus();
+  const std::string value = MetadataValue(context, kAuthorizationMetadata);
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.size() <= kBearer.size() || value.rfind(kBearer, 0) != 0) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        what,
+        " needs the coordinator's admin token: pass --admin-token-file "
+        "or set GDT_ADMIN_TOKEN_FILE"));
+  }
+  if (!SameSecret(SecretSha256Hex(value.substr(kBearer.size())),
+                  security_.admin_token_sha256)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, " refused: wrong admin token"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::CheckHost(
+    const grpc::CallbackServerContext* context, const std::string& host_name) {
+  if (!security_.require_host_tokens) return absl::OkStatus();
+  absl::StatusOr<std::string> host =
+      coordinator_.HostOfToken(MetadataValue(context, kHostTokenMetadata));
+  if (!host.ok()) return host.status();
+  if (*host != host_name) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("the host token of ", *host, " cannot act for host ",
+                     host_name, " (a host acts only for itself)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::CheckStatusReader(
+    const grpc::CallbackServerContext* context) const {
+  if (security_.admin_token_sha256.empty() ||
+      security_.status_without_token == "anyone") {
+    return absl::OkStatus();
+  }
+  if (security_.status_without_token == "loopback" &&
+      IsLoopbackPeer(context->peer())) {
+    return absl::OkStatus();
+  }
+  return CheckAdmin(context, "reading status from this address");
 }
 
 void CoordinatorService::SetAdvertiseEndpoint(const std::string& endpoint) {
@@ -495,7 +583,7 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request);
+  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -504,7 +592,7 @@ grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request);
+  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -515,7 +603,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     v1::RegisterHostResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "RegisterHost");
-  absl::Status status = coordinator_.RegisterHost(FromProto(request->host()));
+  absl::Status status = CheckHost(context, request->host().name());
+  if (status.ok())
+    status = coordinator_.RegisterHost(FromProto(request->host()));
   if (!status.ok()) {
     spdlog::warn("event=register_rejected host={} error={}",
                  LogValue(request->host().name()), LogValue(status.ToString()));
@@ -537,8 +627,14 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     v1::HeartbeatResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "Heartbeat");
-  response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
-  const grpc::Status result = grpc::Status::OK;
+  const absl::Status allowed = CheckHost(context, request->host_name());
+  if (allowed.ok()) {
+    response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
+  } else {
+    spdlog::warn("event=heartbeat_refused host={} error={}",
+                 LogValue(request->host_name()), LogValue(allowed.ToString()));
+  }
+  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
   timer.Done(result);
   reactor->Finish(result);
   return reactor;
@@ -549,6 +645,40 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "ReportExit");
+  // Issue 8: an agent (it presents its host token) reports only about
+  // members on its own host; an executor, when members are verified, only
+  // about its own job.
+  const std::string host_token = MetadataValue(context, kHostTokenMetadata);
+  if (host_token.empty() && security_.verifier != nullptr) {
+    if (absl::Status allowed = security_.verifier->VerifyJobId(
+            MetadataValue(context, kJobTokenMetadata), request->job_id());
+        !allowed.ok()) {
+      spdlog::warn("event=report_refused gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(allowed.ToString()));
+      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+      return reactor;
+    }
+  }
+  if (!host_token.empty()) {
+    absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
+    absl::Status allowed = host.status();
+    if (host.ok() &&
+        coordinator_.MemberHost(request->gang_id(), request->member_index()) !=
+            *host) {
+      allowed = absl::PermissionDeniedError(
+          absl::StrCat("host ", *host, " cannot report about member ",
+                       request->member_index(), " of gang ", request->gang_id(),
+                       ": it does not run there"));
+    }
+    if (!allowed.ok()) {
+      spdlog::warn("event=report_refused gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(allowed.ToString()));
+      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+      return reactor;
+    }
+  }
   if (request->hung_seconds() > 0) {
     absl::Status status = coordinator_.MemberHung(
         request->gang_id(), request->epoch(), request->member_index(),
@@ -595,8 +725,15 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     v1::LeaveGangResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "LeaveGang");
-  absl::Status status = coordinator_.Leave(
-      FromProto(request->key()), request->member_index(), request->job_id());
+  absl::Status status = absl::OkStatus();
+  if (security_.verifier != nullptr) {  // Issue 8: only the job itself.
+    status = security_.verifier->VerifyJobId(
+        MetadataValue(context, kJobTokenMetadata), request->job_id());
+  }
+  if (status.ok()) {
+    status = coordinator_.Leave(FromProto(request->key()),
+                                request->member_index(), request->job_id());
+  }
   if (!status.ok()) {
     spdlog::error("event=leave_failed group={} member={} error={}",
                   LogValue(request->key().group_name()),
@@ -613,8 +750,14 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "GetStatus");
-  ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
-  const grpc::Status result = grpc::Status::OK;
+  const absl::Status allowed = CheckStatusReader(context);
+  if (allowed.ok()) {
+    ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
+  } else {
+    spdlog::warn("event=status_refused peer={} error={}",
+                 LogValue(context->peer()), LogValue(allowed.ToString()));
+  }
+  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
   timer.Done(result);
   reactor->Finish(result);
   return reactor;
@@ -625,8 +768,12 @@ grpc::ServerUnaryReactor* CoordinatorService::SetHostDrained(
     const v1::SetHostDrainedRequest* request,
     v1::SetHostDrainedResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(rendezvous::ToGrpcStatus(
-      coordinator_.SetDrained(request->host_name(), request->drained())));
+  absl::Status status = CheckAdmin(
+      context, request->drained() ? "draining a host" : "undraining a host");
+  if (status.ok()) {
+    status = coordinator_.SetDrained(request->host_name(), request->drained());
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -634,8 +781,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RemoveHost(
     grpc::CallbackServerContext* context, const v1::RemoveHostRequest* request,
     v1::RemoveHostResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(
-      rendezvous::ToGrpcStatus(coordinator_.RemoveHost(request->host_name())));
+  absl::Status status = CheckAdmin(context, "removing a host");
+  if (status.ok()) status = coordinator_.RemoveHost(request->host_name());
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;
 }
 
@@ -643,6 +791,13 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
     v1::CancelGangResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (absl::Status allowed = CheckAdmin(context, "cancelling a gang");
+      !allowed.ok()) {
+    spdlog::warn("cancel refused gang={}: {}", request->gang_id(),
+                 allowed.ToString());
+    reactor->Finish(rendezvous::ToGrpcStatus(allowed));
+    return reactor;
+  }
   absl::StatusOr<std::string> root_cause =
       coordinator_.Cancel(request->gang_id(), request->reason());
   if (!root_cause.ok()) {
@@ -656,5 +811,61 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
   reactor->Finish(grpc::Status::OK);
   return reactor;
 }
+
+// --- Host tokens (issue 8) ---
+
+grpc::ServerUnaryReactor* CoordinatorService::CreateHostToken(
+    grpc::CallbackServerContext* context,
+    const v1::CreateHostTokenRequest* request,
+    v1::CreateHostTokenResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "creating a host token");
+  if (status.ok()) {
+    absl::StatusOr<std::string> token =
+        coordinator_.CreateHostToken(request->host_name());
+    status = token.status();
+    if (token.ok()) {
+      response->set_token(*token);
+      spdlog::info("event=host_token_created host={}",
+                   LogValue(request->host_name()));
+    }
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::ListHostTokens(
+    grpc::CallbackServerContext* context,
+    const v1::ListHostTokensRequest* request,
+    v1::ListHostTokensResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "listing host tokens");
+  if (status.ok()) {
+    for (const HostTokenRecord& record : coordinator_.ListHostTokens()) {
+      v1::HostTokenInfo* info = response->add_tokens();
+      info->set_host_name(record.host_name);
+      info->set_created_unix_ms(record.created_unix_ms);
+    }
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
+    grpc::CallbackServerContext* context,
+    const v1::RevokeHostTokenRequest* request,
+    v1::RevokeHostTokenResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::Status status = CheckAdmin(context, "revoking a host token");
+  if (status.ok()) status = coordinator_.RevokeHostToken(request->host_name());
+  if (status.ok()) {
+    spdlog::info("event=host_token_revoked host={}",
+                 LogValue(request->host_name()));
+  }
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
+
+// --- end host tokens ---
 
 }  // namespace gdt::coordinator

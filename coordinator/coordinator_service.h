@@ -9,6 +9,7 @@
 
 #include "common/mutex.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/member_verifier.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 
 namespace gdt::coordinator {
@@ -21,11 +22,37 @@ namespace gdt::coordinator {
 //
 // Thread-safe. Keeps a reference to `coordinator`, which must outlive it;
 // installs itself as the coordinator's event sink.
+// --- Security (issue 8, docs/security.md)
+// ------------------------------------- gRPC metadata keys of the secrets
+// callers present (never in messages, so never in logs of requests).
+inline constexpr char kJobTokenMetadata[] = "gdt-job-token";
+inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
+inline constexpr char kAuthorizationMetadata[] = "authorization";
+
+// Who may do what. The default checks nothing (the local demo).
+struct ServiceSecurity {
+  // Checks every JoinGang's job token; null = members are not verified.
+  MemberVerifier* verifier = nullptr;
+  // SHA-256 (hex) of the operators' admin token; empty = operator RPCs open.
+  std::string admin_token_sha256;
+  // With an admin token, who reads status without it: "loopback", "anyone"
+  // or "nobody".
+  std::string status_without_token = "loopback";
+  // RegisterHost, Heartbeat and lost/hung reports need the host's token.
+  bool require_host_tokens = false;
+};
+// --- end of issue 8 block
+// -----------------------------------------------------
+
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   CoordinatorService(Coordinator& coordinator,
                      std::chrono::seconds heartbeat_interval);
   ~CoordinatorService() override;
+
+  // Sets the access rules; call before serving. `security.verifier` must
+  // outlive this object.
+  void SetSecurity(ServiceSecurity security);
 
   // Sets Assignment.coordinator_endpoint (known once the server is bound).
   void SetAdvertiseEndpoint(const std::string& endpoint);
@@ -70,6 +97,19 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
+  // Issue 8: host tokens (admin).
+  grpc::ServerUnaryReactor* CreateHostToken(
+      grpc::CallbackServerContext* context,
+      const v1::CreateHostTokenRequest* request,
+      v1::CreateHostTokenResponse* response) override;
+  grpc::ServerUnaryReactor* ListHostTokens(
+      grpc::CallbackServerContext* context,
+      const v1::ListHostTokensRequest* request,
+      v1::ListHostTokensResponse* response) override;
+  grpc::ServerUnaryReactor* RevokeHostToken(
+      grpc::CallbackServerContext* context,
+      const v1::RevokeHostTokenRequest* request,
+      v1::RevokeHostTokenResponse* response) override;
 
  private:
   class JoinReactor;
@@ -82,8 +122,23 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   void Register(uint64_t stream_id, WatchReactor* reactor);
   void Unregister(uint64_t stream_id, WatchReactor* reactor);
 
+  // OK when the caller presents the admin token (or none is configured).
+  // Errors: Unauthenticated naming `what` when no token is presented;
+  // PermissionDenied when it is wrong.
+  absl::Status CheckAdmin(const grpc::CallbackServerContext* context,
+                          const char* what) const;
+  // With require_host_tokens: OK when the caller's host token is
+  // `host_name`'s. Errors: Unauthenticated (none), PermissionDenied (wrong,
+  // revoked, or another host's).
+  absl::Status CheckHost(const grpc::CallbackServerContext* context,
+                         const std::string& host_name);
+  // OK when the caller may read status (see ServiceSecurity).
+  absl::Status CheckStatusReader(
+      const grpc::CallbackServerContext* context) const;
+
   Coordinator& coordinator_;
   const std::chrono::seconds heartbeat_interval_;
+  ServiceSecurity security_;  // Set before serving; constant afterwards.
   std::atomic<uint64_t> next_stream_id_{1};
 
   Mutex mu_;  // Taken before any JoinReactor's own mutex, never after.

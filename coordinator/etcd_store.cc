@@ -500,4 +500,54 @@ absl::Status EtcdStore::DeleteCheckpointRecords(const std::string& gang_id) {
 
 // --- end checkpoint manifest records ---
 
+// --- Host tokens (issue 8) ---
+
+absl::Status EtcdStore::SaveHostToken(const HostTokenRecord& record) {
+  const Json value = {{"host_name", record.host_name},
+                      {"sha256", record.sha256},
+                      {"created_unix_ms", record.created_unix_ms}};
+  return Write(Json::array({EtcdClient::Put(Key("host_tokens", record.host_name),
+                                            value.dump())}),
+               absl::StrCat("the host token of ", record.host_name));
+}
+
+absl::StatusOr<bool> EtcdStore::DeleteHostToken(const std::string& host_name) {
+  const std::string key = Key("host_tokens", host_name);
+  absl::StatusOr<std::vector<EtcdKeyValue>> existing =
+      client_->Range(key, /*prefix=*/false, /*keys_only=*/true);
+  if (!existing.ok()) return existing.status();
+  if (existing->empty()) return false;
+  GDT_RETURN_IF_ERROR(
+      Write(Json::array({EtcdClient::Delete(key)}),
+            absl::StrCat("the removal of the host token of ", host_name)));
+  return true;
+}
+
+absl::StatusOr<std::vector<HostTokenRecord>> EtcdStore::LoadHostTokens() {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
+      client_->Range(absl::StrCat(prefix_, "host_tokens/"), /*prefix=*/true,
+                     /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<HostTokenRecord> records;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      const Json value = Json::parse(kv.value);
+      records.push_back(
+          HostTokenRecord{value.at("host_name").get<std::string>(),
+                          value.at("sha256").get<std::string>(),
+                          value.at("created_unix_ms").get<int64_t>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt host token in etcd: ", e.what()));
+  }
+  std::sort(records.begin(), records.end(),
+            [](const HostTokenRecord& a, const HostTokenRecord& b) {
+              return a.host_name < b.host_name;
+            });
+  return records;
+}
+
+// --- end host tokens ---
+
 }  // namespace gdt::coordinator

@@ -21,6 +21,7 @@ namespace gdt::coordinator {
 //   members/<id>/<index>    one member (index zero-padded to 10 digits)
 //   leases/<id>             the GPU and port leases of a running gang
 //   kv_tokens/<id>          the gang's key-value store token
+//   host_tokens/<name>      the SHA-256 of the host's token (issue 8)
 //   checkpoints/<id>/<step>/<recorded ms>-<rank>-<job>
 //                           a checkpoint manifest record (issue 5)
 // (names and ids with '/' or '%' are percent-escaped). Every method is one
@@ -68,6 +69,12 @@ class EtcdStore : public StateStore {
       const std::string& gang_id) override;
   absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
   // --- end checkpoint manifest records ---
+
+  // --- Host tokens (issue 8) ---
+  absl::Status SaveHostToken(const HostTokenRecord& record) override;
+  absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
+  absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
+  // --- end host tokens ---
 
  private:
   // The gang's records with their keys, newest first.

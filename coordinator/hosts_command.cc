@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "coordinator/operator_auth.h"
 #include "coordinator/status_command.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
@@ -102,11 +104,13 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
   return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";
 }
 
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
-                                         bool json) {
+absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
+                                         const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   absl::StatusOr<v1::GetStatusResponse> status =
       client.GetStatus(v1::GetStatusRequest(), kRpcTimeout);
+  if (IsAuthRefusal(status.status())) return status.status();
   if (!status.ok()) {
     return absl::UnavailableError(Unreachable(endpoint, status.status()));
   }
@@ -115,8 +119,10 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
 
 absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
                                            const std::string& action,
-                                           const std::string& host) {
+                                           const std::string& host,
+                                           const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   absl::Status status;
   std::string done;
   if (action == "drain" || action == "undrain") {
@@ -138,7 +144,56 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
   }
   if (status.ok()) return done + "\n";
   if (status.code() == absl::StatusCode::kNotFound ||
-      status.code() == absl::StatusCode::kFailedPrecondition) {
+      status.code() == absl::StatusCode::kFailedPrecondition ||
+      IsAuthRefusal(status)) {
+    return status;
+  }
+  return absl::UnavailableError(Unreachable(endpoint, status));
+}
+
+absl::StatusOr<std::string> RunHostTokenCommand(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const std::string& admin_token) {
+  if (action != "list" && host.empty()) {
+    return absl::InvalidArgumentError("host name must not be empty");
+  }
+  rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
+  absl::Status status;
+  std::string out;
+  if (action == "create") {
+    absl::StatusOr<std::string> token =
+        client.CreateHostToken(host, kRpcTimeout);
+    status = token.status();
+    if (token.ok()) out = *token + "\n";
+  } else if (action == "list") {
+    absl::StatusOr<v1::ListHostTokensResponse> tokens =
+        client.ListHostTokens(kRpcTimeout);
+    status = tokens.status();
+    if (tokens.ok()) {
+      if (tokens->tokens().empty()) out = "no host tokens\n";
+      for (const v1::HostTokenInfo& info : tokens->tokens()) {
+        absl::StrAppend(
+            &out, info.host_name(), "  issued ",
+            absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
+                             absl::FromUnixMillis(info.created_unix_ms()),
+                             absl::UTCTimeZone()),
+            "\n");
+      }
+    }
+  } else if (action == "revoke") {
+    status = client.RevokeHostToken(host, kRpcTimeout);
+    out = absl::StrCat("host token of ", host,
+                       " revoked: its agent is refused from its next call\n");
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown hosts token action '", action,
+                     "' (use create, list or revoke)"));
+  }
+  if (status.ok()) return out;
+  if (status.code() == absl::StatusCode::kNotFound ||
+      status.code() == absl::StatusCode::kInvalidArgument ||
+      IsAuthRefusal(status)) {
     return status;
   }
   return absl::UnavailableError(Unreachable(endpoint, status));

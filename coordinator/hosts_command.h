@@ -20,8 +20,10 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status);
 
 // `hosts list`: the text to print.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
-                                         bool json);
+// `admin_token` (may be empty) is presented as operator credentials; a
+// refused one is returned as Unauthenticated/PermissionDenied.
+absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
+                                         const std::string& admin_token = "");
 
 // `hosts drain|undrain|remove HOST` (`action` is one of those words): the
 // line to print on success, e.g. "host gpu-07 drained: it takes no new
@@ -31,7 +33,21 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
 // InvalidArgument for another action.
 absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
                                            const std::string& action,
-                                           const std::string& host);
+                                           const std::string& host,
+                                           const std::string& admin_token = "");
+
+// Issue 8: `hosts token create HOST | list | revoke HOST` (`action` is one
+// of those words). create: the new token and a newline, nothing else (so
+// that `... > host.token` stores it; it is shown only this once). list: one
+// line per host with a token and when it was issued (never the tokens).
+// revoke: a line saying so.
+// Errors: NotFound for revoking a host without a token; Unauthenticated or
+// PermissionDenied for a missing or wrong admin token; Unavailable when the
+// coordinator cannot be reached; InvalidArgument for another action or an
+// empty host.
+absl::StatusOr<std::string> RunHostTokenCommand(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const std::string& admin_token = "");
 
 }  // namespace gdt::coordinator
 

@@ -18,6 +18,7 @@
 #include "coordinator/config.h"
 #include "coordinator/ha_server.h"
 #include "coordinator/hosts_command.h"
+#include "coordinator/operator_auth.h"
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
 #include "policy/sim_command.h"
@@ -167,7 +168,7 @@ int StatusFailure(const absl::Status& status) {
 }
 
 // `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
-int Watch(const std::string& endpoint,
+int Watch(const std::string& endpoint, const std::string& admin_token,
           const gdt::coordinator::StatusOptions& options,
           double interval_seconds, int count) {
   sigset_t signals;
@@ -181,8 +182,8 @@ int Watch(const std::string& endpoint,
   watch.count = count;
   watch.clear = isatty(STDOUT_FILENO) != 0;
   const absl::Status last = gdt::coordinator::WatchStatus(
-      [&] { return gdt::coordinator::FetchStatus(endpoint); }, options, watch,
-      std::cout,
+      [&] { return gdt::coordinator::FetchStatus(endpoint, admin_token); },
+      options, watch, std::cout,
       [&](std::chrono::milliseconds interval) {
         timespec timeout{};
         timeout.tv_sec = interval.count() / 1000;
@@ -215,7 +216,11 @@ int main(int argc, char** argv) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
-                   "kv_max_keys_per_gang, log_level, metrics_address)")
+                   "kv_max_keys_per_gang, log_level, metrics_address, "
+                   "gitlab_url, gitlab_ca_file, gitlab_timeout_seconds, "
+                   "member_cache_seconds, admin_token_file, "
+                   "status_without_token, require_host_tokens; see "
+                   "docs/security.md)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "
@@ -232,6 +237,12 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("GDT_COORDINATOR"); env && *env) {
     endpoint = env;
   }
+  // Operator credentials (docs/security.md): a file, never a value in argv.
+  std::string admin_token_file;
+  constexpr const char* kAdminTokenHelp =
+      "File holding the coordinator's admin token (default: "
+      "$GDT_ADMIN_TOKEN_FILE); needed when the coordinator has "
+      "admin_token_file";
   gdt::coordinator::StatusOptions status_options;
   bool watch = false;
   int count = 0;
@@ -246,6 +257,7 @@ int main(int argc, char** argv) {
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
   status->add_flag("--json", status_options.json, "Print JSON for scripts");
+  status->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   status->add_flag("--all", status_options.all,
                    "Include finished gangs (done, or failed and left)");
   status->add_flag("--watch", watch,
@@ -266,6 +278,7 @@ int main(int argc, char** argv) {
   hosts->add_option("--coordinator", endpoint,
                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
                     "127.0.0.1:7070)");
+  hosts->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   bool hosts_json = false;
   CLI::App* hosts_list =
       hosts->add_subcommand("list", "Show every host with its GPUs and state");
@@ -285,6 +298,29 @@ int main(int argc, char** argv) {
         [&host_action, action]() { host_action = action->get_name(); });
   }
 
+  // Issue 8: host tokens.
+  std::string token_action;
+  CLI::App* token_cmd = hosts->add_subcommand(
+      "token",
+      "Host tokens agents register with (require_host_tokens): create HOST "
+      "prints a new token once, list shows hosts with tokens, revoke HOST "
+      "refuses its agent");
+  token_cmd->require_subcommand(1);
+  for (const auto& [name, help] :
+       {std::pair<const char*, const char*>{
+            "create",
+            "Issue a token for HOST (replacing its old one) and print it; "
+            "store it in the agent's host_token_file"},
+        {"list", "Show the hosts that have a token (never the tokens)"},
+        {"revoke", "Revoke HOST's token: its agent is refused from now on"}}) {
+    CLI::App* action = token_cmd->add_subcommand(name, help);
+    if (std::string(name) != "list") {
+      action->add_option("HOST", host_name, "Host name")->required();
+    }
+    action->callback(
+        [&token_action, action]() { token_action = action->get_name(); });
+  }
+
   gdt::policy::SimulateFlags sim_flags;
   CLI::App* simulate = app.add_subcommand(
       "simulate",
@@ -297,7 +333,8 @@ int main(int argc, char** argv) {
       "cancel",
       "Fail a forming or running gang as \"cancelled by operator\": every "
       "member's job stops and prints the same root-cause line. Exit codes: "
-      "0 cancelled, 1 unknown or already finished gang, 2 usage, 3 "
+      "0 cancelled, 1 unknown or already finished gang or a missing/wrong "
+      "admin token, 2 usage, 3 "
       "coordinator unreachable");
   cancel
       ->add_option("GANG", cancel_gang,
@@ -306,6 +343,7 @@ int main(int argc, char** argv) {
       ->required();
   cancel->add_option("--reason", cancel_reason,
                      "Text appended to the root-cause line");
+  cancel->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   cancel->add_option("--coordinator", endpoint,
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
@@ -317,6 +355,15 @@ int main(int argc, char** argv) {
     return code == 0 ? kExitOk : kExitUsage;
   }
   if (serve->parsed()) return Serve(serve_flags);
+  std::string admin_token;
+  if (!simulate->parsed()) {
+    absl::StatusOr<std::string> token = gdt::coordinator::LoadAdminToken(
+        admin_token_file, std::getenv("GDT_ADMIN_TOKEN_FILE"));
+    if (!token.ok()) {
+      return Fail(kExitUsage, std::string(token.status().message()));
+    }
+    admin_token = *std::move(token);
+  }
   if (simulate->parsed()) {
     const gdt::policy::SimulateReport report =
         gdt::policy::RunSimulate(sim_flags);
@@ -324,12 +371,29 @@ int main(int argc, char** argv) {
     if (!report.error.empty()) Fail(report.exit_code, report.error);
     return report.exit_code;
   }
+  if (token_cmd->parsed()) {
+    absl::StatusOr<std::string> out = gdt::coordinator::RunHostTokenCommand(
+        endpoint, token_action, host_name, admin_token);
+    if (!out.ok()) {
+      const absl::StatusCode code = out.status().code();
+      return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
+                  : code == absl::StatusCode::kNotFound  ? kExitRefused
+                  : code == absl::StatusCode::kInvalidArgument ? kExitUsage
+                                                               : kExitFailure,
+                  std::string(out.status().message()));
+    }
+    std::cout << *out;
+    return kExitOk;
+  }
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
         host_action.empty()
-            ? gdt::coordinator::RunHostsList(endpoint, hosts_json)
-            : gdt::coordinator::RunHostsAction(endpoint, host_action,
-                                               host_name);
+            ? gdt::coordinator::RunHostsList(endpoint, hosts_json, admin_token)
+            : gdt::coordinator::RunHostsAction(endpoint, host_action, host_name,
+                                               admin_token);
+    if (!out.ok() && gdt::coordinator::IsAuthRefusal(out.status())) {
+      return Fail(kExitFailure, std::string(out.status().message()));
+    }
     if (!out.ok()) {
       const bool refused =
           out.status().code() == absl::StatusCode::kNotFound ||
@@ -342,7 +406,7 @@ int main(int argc, char** argv) {
   }
   if (cancel->parsed()) {
     absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
-        endpoint, cancel_gang, cancel_reason);
+        endpoint, cancel_gang, cancel_reason, admin_token);
     if (!done.ok()) {
       const absl::StatusCode code = done.status().code();
       return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
@@ -354,11 +418,11 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (!watch) {
-    absl::StatusOr<std::string> text =
-        gdt::coordinator::RunStatusCommand(endpoint, status_options);
+    absl::StatusOr<std::string> text = gdt::coordinator::RunStatusCommand(
+        endpoint, status_options, admin_token);
     if (!text.ok()) return StatusFailure(text.status());
     std::cout << *text;
     return kExitOk;
   }
-  return Watch(endpoint, status_options, interval_seconds, count);
+  return Watch(endpoint, admin_token, status_options, interval_seconds, count);
 }

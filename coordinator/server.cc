@@ -6,10 +6,58 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 #include "grpcpp/grpcpp.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
+namespace {
+
+// The service's access rules from `config` (issue 8); creates `verifier`
+// when GitLab verification is on. Logs one line per check that is off.
+absl::StatusOr<ServiceSecurity> SecurityOf(
+    const Config& config, const Clock& clock,
+    std::unique_ptr<MemberVerifier>& verifier) {
+  ServiceSecurity security;
+  if (!config.gitlab_url.empty()) {
+    MemberVerifierOptions options;
+    options.cache_ttl = config.member_cache_ttl;
+    verifier = std::make_unique<MemberVerifier>(
+        CurlJobLookup(config.gitlab_url, config.gitlab_ca_file,
+                      std::chrono::milliseconds(config.gitlab_timeout)),
+        clock, options);
+    security.verifier = verifier.get();
+    spdlog::info("members are verified with GitLab at {}", config.gitlab_url);
+  } else {
+    spdlog::warn(
+        "member verification is OFF (no gitlab_url): any client can join any "
+        "gang by naming it; set gitlab_url outside local use");
+  }
+  if (!config.admin_token_file.empty()) {
+    absl::StatusOr<std::string> token =
+        ReadTokenFile(config.admin_token_file, "admin_token_file");
+    if (!token.ok()) return token.status();
+    security.admin_token_sha256 = SecretSha256Hex(*token);
+    security.status_without_token = config.status_without_token;
+    spdlog::info(
+        "operator commands need the admin token; status without it: {}",
+        config.status_without_token);
+  } else {
+    spdlog::warn(
+        "operator authentication is OFF (no admin_token_file): anyone who "
+        "reaches {} can drain, remove hosts and cancel gangs",
+        config.listen_address);
+  }
+  security.require_host_tokens = config.require_host_tokens;
+  if (!config.require_host_tokens) {
+    spdlog::warn(
+        "host tokens are OFF (require_host_tokens: false): any client can "
+        "register as a host");
+  }
+  return security;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock) {
@@ -39,6 +87,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->coordinator_->SetObserver(*server->metrics_);
   server->service_ = std::make_unique<CoordinatorService>(
       *server->coordinator_, config.heartbeat_interval);
+  absl::StatusOr<ServiceSecurity> security =
+      SecurityOf(config, clock, server->verifier_);
+  if (!security.ok()) return security.status();
+  server->service_->SetSecurity(*std::move(security));
 
   grpc::ServerBuilder builder;
   int port = 0;

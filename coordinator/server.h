@@ -23,11 +23,14 @@ namespace gdt::coordinator {
 // cross-process tests use it. Thread-safe. Keeps a reference to `clock`.
 class CoordinatorServer {
  public:
-  // Serves /metrics too when config.metrics_address is set.
+  // Serves /metrics too when config.metrics_address is set. Applies the
+  // security settings (docs/security.md) and logs a warning for each check
+  // that is off.
   // Errors: Unavailable "cannot listen on ADDR" when the address (or the
   // metrics address) cannot be bound; InvalidArgument for a malformed
-  // metrics address; Internal/FailedPrecondition/DataLoss when the state cannot
-  // be opened or loaded.
+  // metrics address; NotFound/InvalidArgument for an unreadable or empty
+  // admin_token_file; Internal/FailedPrecondition/DataLoss when the state
+  // cannot be opened or loaded.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const Config& config, const Clock& clock);
   // The same with a state store the caller opened (HA: a fenced EtcdStore);
@@ -58,6 +61,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
 
   AgentPortChecker port_checker_;
+  std::unique_ptr<MemberVerifier> verifier_;  // Null: members not verified.
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;

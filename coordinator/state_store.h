@@ -26,6 +26,15 @@ struct KvToken {
   std::string token;
 };
 
+// --- Host tokens (issue 8) ---
+// An agent's credential: only its SHA-256 is stored (docs/security.md).
+struct HostTokenRecord {
+  std::string host_name;
+  std::string sha256;  // Lowercase hex of the token.
+  int64_t created_unix_ms = 0;
+};
+// --- end host tokens ---
+
 // --- Checkpoint manifest records (issue 5) ---
 // One checkpoint a gang member recorded (gdt-ckpt save): the manifest as the
 // member wrote it (manifest.json), opaque to the coordinator.
@@ -103,6 +112,16 @@ class StateStore {
   // Deletes every record of the gang. Idempotent.
   virtual absl::Status DeleteCheckpointRecords(const std::string& gang_id) = 0;
   // --- end checkpoint manifest records ---
+
+  // --- Host tokens (issue 8) ---
+  // Inserts or replaces the host's token record (one per host name).
+  virtual absl::Status SaveHostToken(const HostTokenRecord& record) = 0;
+  // Deletes the host's token; returns whether there was one.
+  virtual absl::StatusOr<bool> DeleteHostToken(
+      const std::string& host_name) = 0;
+  // Every stored record, by host name.
+  virtual absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() = 0;
+  // --- end host tokens ---
 };
 
 }  // namespace gdt::coordinator

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "coordinator/operator_auth.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
 
@@ -482,12 +483,15 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
                       : RenderStatusText(status, now_unix_ms, options.all);
 }
 
-absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint) {
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(
+    const std::string& endpoint, const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint);
+  PresentAdminToken(client, admin_token);
   v1::GetStatusRequest request;
   request.set_include_finished(true);
   absl::StatusOr<v1::GetStatusResponse> status =
       client.GetStatus(request, std::chrono::seconds(5));
+  if (IsAuthRefusal(status.status())) return status.status();
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ",
                                                endpoint, ": ",
@@ -497,8 +501,10 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint) {
 }
 
 absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             const StatusOptions& options) {
-  absl::StatusOr<v1::GetStatusResponse> status = FetchStatus(endpoint);
+                                             const StatusOptions& options,
+                                             const std::string& admin_token) {
+  absl::StatusOr<v1::GetStatusResponse> status =
+      FetchStatus(endpoint, admin_token);
   if (!status.ok()) return status.status();
   return RenderStatus(*status, options, NowUnixMillis());
 }

@@ -26,8 +26,11 @@ struct StatusOptions {
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
 // NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
 // for a GANG that names no gang or several.
-absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             const StatusOptions& options);
+// `admin_token` (may be empty) is presented as operator credentials;
+// Unauthenticated/PermissionDenied when the coordinator wants it.
+absl::StatusOr<std::string> RunStatusCommand(
+    const std::string& endpoint, const StatusOptions& options,
+    const std::string& admin_token = "");
 
 // The pure part of RunStatusCommand, for a response already fetched.
 absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
@@ -52,7 +55,8 @@ absl::Status WatchStatus(
 
 // Fetches the status (finished gangs included) from `endpoint`.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint);
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(
+    const std::string& endpoint, const std::string& admin_token = "");
 
 // The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
 // members, waiting reasons and ages, and RECENT FAILURES with their root

@@ -141,6 +141,22 @@ constexpr const char* kPruneCheckpoints =
 constexpr const char* kDeleteCheckpoints =
     "DELETE FROM checkpoint_records WHERE gang_id = ?1";
 // --- end checkpoint manifest records ---
+// --- Host tokens (issue 8) ---
+// SHA-256 of each host's token; a table of its own like gang_kv_tokens.
+constexpr const char* kHostTokenSchema = R"sql(
+CREATE TABLE IF NOT EXISTS host_tokens (
+  host_name TEXT PRIMARY KEY,
+  sha256 TEXT NOT NULL,
+  created_unix_ms INTEGER NOT NULL);
+)sql";
+constexpr const char* kUpsertHostToken =
+    "INSERT OR REPLACE INTO host_tokens VALUES (?1, ?2, ?3)";
+constexpr const char* kDeleteHostToken =
+    "DELETE FROM host_tokens WHERE host_name = ?1";
+constexpr const char* kSelectHostTokens =
+    "SELECT host_name, sha256, created_unix_ms FROM host_tokens "
+    "ORDER BY host_name";
+// --- end host tokens ---
 
 // Resets a cached statement when the caller is done with it.
 class StatementUse {
@@ -271,6 +287,7 @@ absl::Status Store::Init() {
   absl::Status status = Exec(kSchema);
   if (status.ok()) status = Exec(kKvTokenSchema);
   if (status.ok()) status = Exec(kCheckpointSchema);
+  if (status.ok()) status = Exec(kHostTokenSchema);  // Issue 8.
   int version = -1;
   if (status.ok()) {
     sqlite3_stmt* statement = nullptr;
@@ -745,5 +762,51 @@ absl::Status Store::DeleteCheckpointRecords(const std::string& gang_id) {
 }
 
 // --- end checkpoint manifest records ---
+
+// --- Host tokens (issue 8) ---
+
+absl::Status Store::SaveHostToken(const HostTokenRecord& record) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertHostToken);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, record.host_name);
+  BindText(s, 2, record.sha256);
+  sqlite3_bind_int64(s, 3, record.created_unix_ms);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(
+        absl::StrCat("cannot save the host token of ", record.host_name));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Store::DeleteHostToken(const std::string& host_name) {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteHostToken);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  BindText(s, 1, host_name);
+  if (sqlite3_step(s) != SQLITE_DONE) {
+    return Error(absl::StrCat("cannot delete the host token of ", host_name));
+  }
+  return sqlite3_changes(db_) > 0;
+}
+
+absl::StatusOr<std::vector<HostTokenRecord>> Store::LoadHostTokens() {
+  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectHostTokens);
+  if (!statement.ok()) return statement.status();
+  sqlite3_stmt* s = *statement;
+  StatementUse use(s);
+  std::vector<HostTokenRecord> records;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    records.push_back(HostTokenRecord{ColumnText(s, 0), ColumnText(s, 1),
+                                      sqlite3_column_int64(s, 2)});
+  }
+  if (rc != SQLITE_DONE) return Error("cannot read host tokens");
+  return records;
+}
+
+// --- end host tokens ---
 
 }  // namespace gdt::coordinator

@@ -79,6 +79,15 @@ class Store : public StateStore {
   absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
   // --- end checkpoint manifest records ---
 
+  // --- Host tokens (issue 8) ---
+  // Inserts or replaces the host's token record (one per host name).
+  absl::Status SaveHostToken(const HostTokenRecord& record) override;
+  // Deletes the host's token; returns whether there was one.
+  absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
+  // Every stored record, by host name.
+  absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
+  // --- end host tokens ---
+
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Init();

@@ -334,5 +334,29 @@ TEST_P(StoreTest, CheckpointRecordsKeepTheNewestPerGangAcrossReopen) {
   EXPECT_THAT(state->gangs, IsEmpty());
 }
 
+// Issue 8: host tokens survive a restart and can be deleted.
+TEST_P(StoreTest, HostTokensAreSavedListedAndDeleted) {
+  {
+    absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-02", "bb", 2}).ok());
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-01", "aa", 1}).ok());
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-01", "cc", 3}).ok());  // New.
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<HostTokenRecord>> records =
+      (*store)->LoadHostTokens();
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].host_name, "gpu-01");
+  EXPECT_EQ((*records)[0].sha256, "cc");
+  EXPECT_EQ((*records)[0].created_unix_ms, 3);
+  EXPECT_EQ((*records)[1].host_name, "gpu-02");
+  EXPECT_EQ(*(*store)->DeleteHostToken("gpu-01"), true);
+  EXPECT_EQ(*(*store)->DeleteHostToken("gpu-01"), false);
+  EXPECT_EQ((*store)->LoadHostTokens()->size(), 1u);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -15,8 +15,11 @@ constexpr std::chrono::hours kWatchDeadline{7 * 24};
 }  // namespace
 
 GangWatch::GangWatch(const std::string& endpoint,
-                     const v1::WatchGangRequest& request) {
-  thread_ = std::thread([this, endpoint, request] { Run(endpoint, request); });
+                     const v1::WatchGangRequest& request,
+                     const std::string& job_token) {
+  thread_ = std::thread([this, endpoint, request, job_token] {
+    Run(endpoint, request, job_token);
+  });
 }
 
 GangWatch::~GangWatch() {
@@ -25,8 +28,10 @@ GangWatch::~GangWatch() {
 }
 
 void GangWatch::Run(const std::string& endpoint,
-                    const v1::WatchGangRequest& request) {
+                    const v1::WatchGangRequest& request,
+                    const std::string& job_token) {
   rendezvous::CoordinatorClient coordinator(endpoint);
+  if (!job_token.empty()) coordinator.AddMetadata("gdt-job-token", job_token);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,
       [this](const v1::WatchGangEvent& event) {

@@ -24,8 +24,10 @@ class GangWatch {
  public:
   enum class Fate { kUnknown, kFailed, kSucceeded };
 
-  // Starts watching through the coordinator at `endpoint`.
-  GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request);
+  // Starts watching through the coordinator at `endpoint`, presenting
+  // `job_token` (may be empty) for coordinators that verify members.
+  GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request,
+            const std::string& job_token = "");
   ~GangWatch();
   GangWatch(const GangWatch&) = delete;
   GangWatch& operator=(const GangWatch&) = delete;
@@ -51,7 +53,8 @@ class GangWatch {
                    const std::function<bool()>& stop);
 
  private:
-  void Run(const std::string& endpoint, const v1::WatchGangRequest& request);
+  void Run(const std::string& endpoint, const v1::WatchGangRequest& request,
+           const std::string& job_token);
 
   rendezvous::CallCanceller canceller_;
   Mutex mu_;

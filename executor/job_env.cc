@@ -114,6 +114,7 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
   job.job_id = payload.id;
   job.job_name = payload.name;
   job.project_id = payload.project_id;
+  job.job_token = payload.token;
   job.instance = env.JobVariable("CI_SERVER_URL").value_or("");
   job.project_dir = env.JobVariable("CI_PROJECT_DIR").value_or("");
 

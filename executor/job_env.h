@@ -68,6 +68,10 @@ struct JobInfo {
   // GDT_HANG_TIMEOUT: seconds without progress before the gang fails as
   // hung; 0 = no watchdog.
   uint32_t hang_timeout_seconds = 0;
+  // The job token from the payload (never CUSTOM_ENV_*): sent to the
+  // coordinator as gRPC metadata so that it can verify the member with
+  // GitLab (docs/security.md). Never logged or put on a command line.
+  std::string job_token;
 };
 
 // Derives the member's identity and inputs. The job id, name, project and

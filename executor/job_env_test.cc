@@ -84,6 +84,7 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
 
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->job_id, 1002);
+  EXPECT_EQ(job->job_token, "glcbt-TEST-1002");  // From the payload only.
   EXPECT_EQ(job->group_name, "train");
   EXPECT_EQ(job->member_index, 2);
   EXPECT_EQ(job->member_total, 4);

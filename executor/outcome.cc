@@ -49,6 +49,10 @@ Outcome JoinFailureOutcome(const absl::Status& status) {
           absl::StrCat("gang aborted: ", status.message()));
     case absl::StatusCode::kDeadlineExceeded:
       return Outcome::SystemFailure(std::string(status.message()));
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      // The coordinator's reason ("member rejected: CI_PIPELINE_ID ...").
+      return Outcome::SystemFailure(std::string(status.message()));
     default:
       return Outcome::SystemFailure(
           absl::StrCat("cannot join gang: ", status.ToString()));

@@ -86,5 +86,17 @@ TEST(JoinFailureOutcomeTest, EverythingElseIsSystemFailure) {
   }
 }
 
+TEST(JoinFailureOutcomeTest, RejectedMembersFailWithTheCoordinatorsReason) {
+  for (absl::Status status :
+       {absl::PermissionDeniedError(
+            "member rejected: CI_PIPELINE_ID 78 disagrees with GitLab"),
+        absl::UnauthenticatedError(
+            "member rejected: GitLab refused the job token (HTTP 401)")}) {
+    Outcome outcome = JoinFailureOutcome(status);
+    EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure) << status;
+    EXPECT_EQ(outcome.message, status.message());
+  }
+}
+
 }  // namespace
 }  // namespace gdt::executor

@@ -78,6 +78,8 @@ Outcome PrepareStage(const StageContext& context) {
 
   auto coordinator =
       std::make_shared<rendezvous::CoordinatorClient>(config.coordinator);
+  // The coordinator checks it with GitLab when it verifies members.
+  PresentJobToken(*coordinator, job.job_token);
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
               << job.pipeline_id << ") as member " << job.member_index << "/"
               << job.member_total << " via coordinator " << config.coordinator
@@ -181,6 +183,7 @@ Outcome PrepareStage(const StageContext& context) {
   }
 
   rendezvous::AgentClient agent(state.agent_endpoint);
+  PresentMemberToken(agent, assignment);
   v1::SetupMemberRequest setup;
   setup.set_member_id(state.member_id);
   setup.set_builds_dir(state.builds_dir);

@@ -50,6 +50,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        const std::string& lost_reason = "",
                        uint32_t hung_seconds = 0, bool peer_suspected = false) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator);
+  PresentJobToken(coordinator, JobTokenOf(context.env));
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
   request.set_epoch(state.assignment.epoch());
@@ -257,6 +258,7 @@ Outcome RunScriptStage(const StageContext& context,
   }
 
   rendezvous::AgentClient agent(state->agent_endpoint);
+  PresentMemberToken(agent, state->assignment);
   // SetupMember is idempotent: it re-creates the member's directories after
   // an agent restart, and an unreachable agent is reported here with the
   // stage's name before any output was streamed.
@@ -278,7 +280,8 @@ Outcome RunScriptStage(const StageContext& context,
   std::unique_ptr<GangWatch> watch;
   if (IsUserStage(stage_name)) {
     watch = std::make_unique<GangWatch>(context.config.coordinator,
-                                        WatchRequestFor(*state));
+                                        WatchRequestFor(*state),
+                                        JobTokenOf(context.env));
   }
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};

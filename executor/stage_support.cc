@@ -28,6 +28,25 @@ std::string BuildsDirOf(const Config& config, int64_t job_id) {
   return absl::StrCat(config.builds_root, "/", job_id);
 }
 
+std::string JobTokenOf(const JobEnv& env) {
+  if (env.job_response_file.empty()) return "";
+  absl::StatusOr<gitlab::JobPayload> payload =
+      gitlab::LoadJobPayload(env.job_response_file);
+  return payload.ok() ? payload->token : "";
+}
+
+void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
+                     const std::string& job_token) {
+  if (!job_token.empty()) coordinator.AddMetadata("gdt-job-token", job_token);
+}
+
+void PresentMemberToken(rendezvous::AgentClient& agent,
+                        const v1::Assignment& assignment) {
+  if (!assignment.member_token().empty()) {
+    agent.AddMetadata("gdt-member-token", assignment.member_token());
+  }
+}
+
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,
                       std::chrono::milliseconds timeout) {

@@ -8,6 +8,7 @@
 #include "executor/config.h"
 #include "executor/job_env.h"
 #include "executor/outcome.h"
+#include "rendezvous/agent_client.h"
 #include "rendezvous/coordinator_client.h"
 
 namespace gdt::executor {
@@ -19,6 +20,21 @@ std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env);
 
 // The member's builds dir: <builds_root>/<job_id>.
 std::string BuildsDirOf(const Config& config, int64_t job_id);
+
+// Makes `agent` present the member token the coordinator issued for this
+// member on that host (issue 8; nothing when the assignment has none).
+void PresentMemberToken(rendezvous::AgentClient& agent,
+                        const v1::Assignment& assignment);
+
+// The job token from JOB_RESPONSE_FILE; empty when it cannot be read (a
+// coordinator that verifies members then refuses the call with a clear
+// message).
+std::string JobTokenOf(const JobEnv& env);
+
+// Makes `coordinator` present the job token (issue 8, metadata
+// "gdt-job-token"); nothing when `job_token` is empty.
+void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
+                     const std::string& job_token);
 
 // Leaves the gang, logging (not returning) a failure.
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,

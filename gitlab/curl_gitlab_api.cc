@@ -196,6 +196,11 @@ absl::StatusOr<Download> Get(const std::string& url, const std::string& token,
 
 absl::StatusOr<std::unique_ptr<CurlGitLabApi>> CurlGitLabApi::Create(
     std::string api_url, std::string job_token) {
+  return Create(std::move(api_url), std::move(job_token), Options());
+}
+
+absl::StatusOr<std::unique_ptr<CurlGitLabApi>> CurlGitLabApi::Create(
+    std::string api_url, std::string job_token, Options options) {
   if (api_url.empty()) {
     return absl::FailedPreconditionError(
         "CI_API_V4_URL is empty: no GitLab API to talk to");
@@ -206,8 +211,8 @@ absl::StatusOr<std::unique_ptr<CurlGitLabApi>> CurlGitLabApi::Create(
   }
   GlobalInit();
   while (absl::EndsWith(api_url, "/")) api_url.pop_back();
-  return std::unique_ptr<CurlGitLabApi>(
-      new CurlGitLabApi(std::move(api_url), std::move(job_token)));
+  return std::unique_ptr<CurlGitLabApi>(new CurlGitLabApi(
+      std::move(api_url), std::move(job_token), std::move(options)));
 }
 
 absl::StatusOr<ApiJob> CurlGitLabApi::CurrentJob() {
@@ -216,6 +221,13 @@ absl::StatusOr<ApiJob> CurlGitLabApi::CurrentJob() {
   t.curl = easy.get();
   const std::string url = absl::StrCat(api_url_, "/job");
   curl_easy_setopt(t.curl, CURLOPT_URL, url.c_str());
+  if (!options_.ca_file.empty()) {
+    curl_easy_setopt(t.curl, CURLOPT_CAINFO, options_.ca_file.c_str());
+  }
+  if (options_.timeout.count() > 0) {
+    curl_easy_setopt(t.curl, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(options_.timeout.count()));
+  }
   absl::Status status = Perform(t, absl::StrCat("GET ", url), job_token_);
   if (!status.ok()) return status;
   const auto json = nlohmann::json::parse(t.body, nullptr, false);

@@ -20,9 +20,18 @@ AgentClient::AgentClient(const std::string& endpoint)
     : endpoint_(endpoint),
       stub_(v1::Agent::NewStub(NewLiveChannel(endpoint))) {}
 
+void AgentClient::AddMetadata(std::string key, std::string value) {
+  metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+void AgentClient::AddMetadataTo(grpc::ClientContext& context) const {
+  for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
+}
+
 absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
+  AddMetadataTo(context);
   context.set_deadline(In(timeout));
   // Idempotent, and the first call of every stage: ride out a connection
   // that a loaded host is slow to establish instead of failing the stage.
@@ -37,6 +46,7 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
     const std::function<std::optional<v1::Signal>()>& poll_signal,
     const std::function<void(const v1::HangDetected&)>& on_hang) {
   grpc::ClientContext context;
+  AddMetadataTo(context);
   // Fail fast when the agent is down instead of queueing the stage.
   context.set_wait_for_ready(false);
   std::shared_ptr<
@@ -97,6 +107,7 @@ absl::StatusOr<uint32_t> AgentClient::TeardownMember(
     const v1::TeardownMemberRequest& request,
     std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
+  AddMetadataTo(context);
   context.set_deadline(In(timeout));
   v1::TeardownMemberResponse response;
   absl::Status status =
@@ -108,6 +119,7 @@ absl::StatusOr<uint32_t> AgentClient::TeardownMember(
 absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
                                             std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
+  AddMetadataTo(context);
   context.set_deadline(In(timeout));
   v1::CheckPortRequest request;
   request.set_port(port);
@@ -122,6 +134,7 @@ absl::StatusOr<v1::StageExit> AgentClient::ExecInMember(
     const v1::ExecInMemberRequest& request,
     const std::function<void(v1::OutputStream, std::string_view)>& on_output) {
   grpc::ClientContext context;
+  AddMetadataTo(context);
   std::unique_ptr<grpc::ClientReader<v1::ExecInMemberResponse>> reader =
       stub_->ExecInMember(&context, request);
   v1::ExecInMemberResponse response;

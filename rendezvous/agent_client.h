@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/agent.grpc.pb.h"
@@ -20,6 +22,10 @@ class AgentClient {
   explicit AgentClient(const std::string& endpoint);
 
   const std::string& endpoint() const { return endpoint_; }
+
+  // Sends metadata `key: value` with every later call (issue 8: the member
+  // token, docs/security.md). Call before the first call; not thread-safe.
+  void AddMetadata(std::string key, std::string value);
 
   // Waits up to `timeout` for the agent to become reachable (the call is
   // idempotent). Errors: the RPC's, e.g. DEADLINE_EXCEEDED or UNAVAILABLE
@@ -60,8 +66,11 @@ class AgentClient {
       const std::function<void(v1::OutputStream, std::string_view)>& on_output);
 
  private:
+  void AddMetadataTo(grpc::ClientContext& context) const;
+
   std::string endpoint_;
   std::unique_ptr<v1::Agent::Stub> stub_;
+  std::vector<std::pair<std::string, std::string>> metadata_;
 };
 
 }  // namespace gdt::rendezvous

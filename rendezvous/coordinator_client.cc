@@ -123,6 +123,7 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
   for (size_t attempt = 0; attempt <= endpoints_.size(); ++attempt) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
+    AddMetadataTo(context);
     auto [stub, used] = Current();
     status = FromGrpcStatus(call(*stub, &context));
     if (!Failover(used, status)) return status;
@@ -132,6 +133,14 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
 }
 
 // --- end HA ---
+
+void CoordinatorClient::AddMetadata(std::string key, std::string value) {
+  metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+void CoordinatorClient::AddMetadataTo(grpc::ClientContext& context) const {
+  for (const auto& [key, value] : metadata_) context.AddMetadata(key, value);
+}
 
 absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {
@@ -168,6 +177,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     grpc::ClientContext context;
     context.set_deadline(deadline);
     auto [stub, used] = Current();
+    AddMetadataTo(context);
     std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
         stub->JoinGang(&context, request);
     v1::JoinGangEvent event;
@@ -235,6 +245,7 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
+    AddMetadataTo(context);
     if (!canceller.Attach(&context)) return cancelled;
     auto [stub, used] = Current();
     std::unique_ptr<grpc::ClientReader<v1::WatchGangEvent>> reader =
@@ -328,6 +339,44 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
       });
   if (!status.ok()) return status;
   return response.root_cause();
+}
+
+// --- Host tokens (issue 8) ---
+
+absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(
+    const std::string& host_name, std::chrono::milliseconds timeout) {
+  v1::CreateHostTokenRequest request;
+  request.set_host_name(host_name);
+  v1::CreateHostTokenResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CreateHostToken(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response.token();
+}
+
+absl::StatusOr<v1::ListHostTokensResponse> CoordinatorClient::ListHostTokens(
+    std::chrono::milliseconds timeout) {
+  v1::ListHostTokensResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.ListHostTokens(context, v1::ListHostTokensRequest(),
+                                   &response);
+      });
+  if (!status.ok()) return status;
+  return response;
+}
+
+absl::Status CoordinatorClient::RevokeHostToken(
+    const std::string& host_name, std::chrono::milliseconds timeout) {
+  v1::RevokeHostTokenRequest request;
+  request.set_host_name(host_name);
+  v1::RevokeHostTokenResponse response;
+  return Unary(timeout,
+               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+                 return stub.RevokeHostToken(context, request, &response);
+               });
 }
 
 }  // namespace gdt::rendezvous

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,6 +67,12 @@ class CoordinatorClient {
   // The endpoint calls go to now.
   std::string current_endpoint();
 
+  // Sends metadata `key: value` with every later call: how callers present
+  // secrets (job token, host token, "authorization: Bearer <admin token>";
+  // docs/security.md) without putting them into messages. Call before the
+  // first call; not thread-safe.
+  void AddMetadata(std::string key, std::string value);
+
   // Registers or updates a host; returns the heartbeat interval in seconds.
   absl::StatusOr<uint32_t> RegisterHost(const v1::HostSpec& host,
                                         std::chrono::milliseconds timeout);
@@ -117,6 +124,13 @@ class CoordinatorClient {
                               std::chrono::milliseconds timeout);
   absl::Status RemoveHost(const std::string& host_name,
                           std::chrono::milliseconds timeout);
+  // Issue 8: host tokens (operators). Errors as the RPCs.
+  absl::StatusOr<std::string> CreateHostToken(
+      const std::string& host_name, std::chrono::milliseconds timeout);
+  absl::StatusOr<v1::ListHostTokensResponse> ListHostTokens(
+      std::chrono::milliseconds timeout);
+  absl::Status RevokeHostToken(const std::string& host_name,
+                               std::chrono::milliseconds timeout);
 
  private:
   // --- HA (issue 11) ---
@@ -131,8 +145,12 @@ class CoordinatorClient {
   template <typename Call>
   absl::Status Unary(std::chrono::milliseconds timeout, Call call);
 
+  void AddMetadataTo(grpc::ClientContext& context) const;
+
   std::string endpoint_;
   std::vector<std::string> endpoints_;
+  // Set before the first call (AddMetadata); read by every call.
+  std::vector<std::pair<std::string, std::string>> metadata_;
   Mutex mu_;
   std::string current_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_

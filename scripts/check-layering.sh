@@ -2,7 +2,8 @@
 # Checks the dependency rule of docs/architecture.md on #include lines:
 #   layer 0: proto, common          layer 1: rendezvous, gitlab
 #   layer 2: coordinator, agent, executor, nccl_bootstrap, kv, ckpt, launch, policy (no gRPC);
-#            coordinator may use policy, policy uses only common
+#            coordinator may use policy and gitlab (job-token checks), policy
+#            uses only common
 # A directory may include only from the directories listed for it; the
 # coordinator's scheduling logic (everything but *_service.*, *_client.* and
 # main.cc) may not see gRPC or generated protos at all.
@@ -13,7 +14,7 @@ declare -A allowed=(
   [common]="common"
   [rendezvous]="common rendezvous gdt"
   [gitlab]="common gitlab"
-  [coordinator]="common coordinator rendezvous gdt policy"
+  [coordinator]="common coordinator rendezvous gitlab gdt policy"
   [agent]="common rendezvous agent gdt"
   [executor]="common rendezvous gitlab executor gdt"
   [nccl_bootstrap]="common rendezvous nccl_bootstrap gdt"

@@ -342,7 +342,8 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
                                  "host_down_after_seconds: 5\n",
                                  "metrics_address: ", listen_host, ":0\n",
                                  "master_port_range: {min: ", first_port,
-                                 ", max: ", first_port + 39, "}\n"));
+                                 ", max: ", first_port + 39, "}\n",
+                                 coordinator_extra_config_));
   const std::string log =
       dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
@@ -379,6 +380,9 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   if (!spec.network_interface.empty()) {
     absl::StrAppend(&yaml, "  network_interface: ", spec.network_interface,
                     "\n");
+  }
+  if (!spec.host_token_file.empty()) {
+    absl::StrAppend(&yaml, "host_token_file: ", spec.host_token_file, "\n");
   }
   WriteFile(config, yaml);
   // Job scripts call a bare `torchrun`; the wrapper works around Debian's

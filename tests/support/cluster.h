@@ -115,6 +115,8 @@ struct AgentSpec {
   // (namespaced hosts otherwise share the machine's; OpenMPI tells nodes
   // apart by host name).
   std::string uts_hostname;
+  // Non-empty: the agent's host_token_file (issue 8).
+  std::string host_token_file;
 };
 
 // A whole gdt installation for a test: a coordinator with SQLite state, any
@@ -128,6 +130,11 @@ class GdtCluster {
                       int control_host = 0);
   ~GdtCluster();
 
+  // YAML lines appended to the coordinator's config (e.g. the security
+  // settings of issue 8); call before StartCoordinator().
+  void SetCoordinatorExtraConfig(std::string yaml) {
+    coordinator_extra_config_ = std::move(yaml);
+  }
   // Starts gdt-coord; `listen` empty = a kernel-chosen port.
   absl::Status StartCoordinator(const std::string& listen = "");
   // Stops it with `signal` (SIGKILL simulates a crash).
@@ -189,6 +196,7 @@ class GdtCluster {
   int control_host_;
   TempDir dir_;
   std::string coordinator_listen_;
+  std::string coordinator_extra_config_;
   std::unique_ptr<Daemon> coordinator_;
   std::string metrics_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;

@@ -1,0 +1,95 @@
+#include "common/secret.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <sys/random.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace gdt {
+namespace {
+
+std::string Hex(const unsigned char* bytes, size_t size) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(size * 2);
+  for (size_t i = 0; i < size; ++i) {
+    out.push_back(kDigits[bytes[i] >> 4]);
+    out.push_back(kDigits[bytes[i] & 0xf]);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NewSecretToken() {
+  unsigned char bytes[32];
+  size_t filled = 0;
+  while (filled < sizeof(bytes)) {
+    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::InternalError(
+          absl::StrCat("cannot read random bytes: ", std::strerror(errno)));
+    }
+    filled += static_cast<size_t>(n);
+  }
+  return Hex(bytes, sizeof(bytes));
+}
+
+std::string SecretSha256Hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(),
+             nullptr);
+  return Hex(digest, length);
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view message) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(),
+       digest, &length);
+  return Hex(digest, length);
+}
+
+std::string MemberToken(std::string_view host_token_sha256,
+                        std::string_view member_id) {
+  return HmacSha256Hex(host_token_sha256,
+                       absl::StrCat("gdt-member-v1:", std::string(member_id)));
+}
+
+bool SameSecret(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          std::string_view what) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("cannot read ", std::string(what),
+                                            " ", path, ": ",
+                                            std::strerror(errno)));
+  }
+  std::string line;
+  std::getline(file, line);
+  std::string token(absl::StripAsciiWhitespace(line));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(std::string(what), " ", path, " is empty"));
+  }
+  return token;
+}
+
+}  // namespace gdt

@@ -1,0 +1,45 @@
+#ifndef GDT_COMMON_SECRET_H_
+#define GDT_COMMON_SECRET_H_
+
+// Small helpers for the secrets of docs/security.md: random tokens, their
+// SHA-256 for storage, HMAC-derived member tokens, constant-time comparison
+// and reading a token file. Nothing here logs a secret.
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gdt {
+
+// 32 random bytes from getrandom(2) as 64 lowercase hex characters.
+// Errors: Internal when the kernel gives no randomness.
+absl::StatusOr<std::string> NewSecretToken();
+
+// Lowercase hex SHA-256 of `bytes`.
+std::string SecretSha256Hex(std::string_view bytes);
+
+// Lowercase hex HMAC-SHA256 of `message` under `key`.
+std::string HmacSha256Hex(std::string_view key, std::string_view message);
+
+// The token that lets an executor use member `member_id` ("<gang>/<job>") on
+// a host: HMAC-SHA256 under the SHA-256 (hex) of that host's token. The
+// coordinator (which keeps the hash) issues it at admission; the agent (which
+// holds the token) recomputes it (docs/security.md).
+std::string MemberToken(std::string_view host_token_sha256,
+                        std::string_view member_id);
+
+// True when `a` and `b` are equal; the time taken depends only on the
+// lengths.
+bool SameSecret(std::string_view a, std::string_view b);
+
+// Reads a token from the file at `path`: its first line, surrounding
+// whitespace removed. `what` names the setting in errors ("admin_token_file").
+// Errors: NotFound "cannot read <what> <path>: <reason>"; InvalidArgument
+// "<what> <path> is empty".
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
+                                          std::string_view what);
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_SECRET_H_
