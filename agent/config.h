@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tls_config.h"
 
 namespace gdt::agent {
 
@@ -46,6 +47,10 @@ struct Config {
   std::string scratch_dir = "/var/lib/gdt/agent";
   std::chrono::seconds kill_grace{10};
   std::string log_level = "info";
+  // Issue 8 (TLS): the agent's server certificate (executors and the
+  // coordinator call it) and its client side towards the coordinator.
+  // Unset = plaintext with a warning.
+  TlsConfig tls;
 };
 
 // Parses YAML text. `gpus` is either a count (indices 0..n-1) or a list of

@@ -7,14 +7,14 @@
 
 namespace gdt::coordinator {
 
-absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
-                                             const std::string& gang_id,
-                                             const std::string& reason) {
+absl::StatusOr<std::string> RunCancelCommand(
+    const std::string& endpoint, const std::string& gang_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security) {
   if (gang_id.empty()) {
     return absl::InvalidArgumentError(
         "gang id must not be empty (see `gdt-coord status`)");
   }
-  rendezvous::CoordinatorClient client(endpoint);
+  rendezvous::CoordinatorClient client(endpoint, security);
   v1::CancelGangRequest request;
   request.set_gang_id(gang_id);
   request.set_reason(reason);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -13,9 +14,10 @@ namespace gdt::coordinator {
 // Errors: NotFound "unknown gang X"; FailedPrecondition "gang X already
 // finished (...)"; InvalidArgument for an empty gang id; Unavailable
 // "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
-                                             const std::string& gang_id,
-                                             const std::string& reason);
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+absl::StatusOr<std::string> RunCancelCommand(
+    const std::string& endpoint, const std::string& gang_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security = {});
 
 }  // namespace gdt::coordinator
 

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/tls_config.h"
 
 namespace gdt::coordinator {
 
@@ -30,6 +31,10 @@ struct Config {
   uint32_t kv_max_keys_per_gang = 1024;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
   std::string metrics_address;
+  // Issue 8 (TLS): the gRPC server's certificate and, with
+  // require_client_cert, mTLS; also the client side of the coordinator's
+  // calls to agents (CheckPort). Unset = plaintext with a warning.
+  TlsConfig tls;
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

@@ -102,9 +102,10 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
   return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";
 }
 
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
-                                         bool json) {
-  rendezvous::CoordinatorClient client(endpoint);
+absl::StatusOr<std::string> RunHostsList(
+    const std::string& endpoint, bool json,
+    const rendezvous::ClientSecurity& security) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   absl::StatusOr<v1::GetStatusResponse> status =
       client.GetStatus(v1::GetStatusRequest(), kRpcTimeout);
   if (!status.ok()) {
@@ -113,10 +114,10 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
   return json ? RenderHostsJson(*status) : RenderHostsText(*status);
 }
 
-absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
-                                           const std::string& action,
-                                           const std::string& host) {
-  rendezvous::CoordinatorClient client(endpoint);
+absl::StatusOr<std::string> RunHostsAction(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const rendezvous::ClientSecurity& security) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   absl::Status status;
   std::string done;
   if (action == "drain" || action == "undrain") {

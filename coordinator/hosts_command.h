@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -20,8 +21,10 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status);
 
 // `hosts list`: the text to print.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
-                                         bool json);
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+absl::StatusOr<std::string> RunHostsList(
+    const std::string& endpoint, bool json,
+    const rendezvous::ClientSecurity& security = {});
 
 // `hosts drain|undrain|remove HOST` (`action` is one of those words): the
 // line to print on success, e.g. "host gpu-07 drained: it takes no new
@@ -29,9 +32,9 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint,
 // Errors: NotFound "unknown host NAME"; FailedPrecondition while members run
 // on a host to remove; Unavailable when the coordinator cannot be reached;
 // InvalidArgument for another action.
-absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
-                                           const std::string& action,
-                                           const std::string& host);
+absl::StatusOr<std::string> RunHostsAction(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const rendezvous::ClientSecurity& security = {});
 
 }  // namespace gdt::coordinator
 

@@ -19,6 +19,7 @@
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
 #include "policy/sim_command.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -58,6 +59,11 @@ int Serve(const ServeFlags& flags) {
   if (absl::Status logging = gdt::InitLogging("gdt-coord", config->log_level);
       !logging.ok()) {
     return Fail(kExitUsage, std::string(logging.message()));
+  }
+  if (const std::string warning =
+          gdt::PlaintextWarning(config->tls, "gdt-coord");
+      !warning.empty()) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
   }
   // Block the signals before gRPC starts its threads, then wait for them.
   sigset_t signals;
@@ -107,6 +113,37 @@ int Serve(const ServeFlags& flags) {
   return kExitOk;
 }
 
+// TLS for the client commands (issue 8): flags, defaulting to the
+// GDT_TLS_* variables; none set = plaintext.
+struct TlsFlags {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+void AddTlsOptions(CLI::App& command, TlsFlags& flags) {
+  command.add_option("--tls-ca-file", flags.ca_file,
+                     "CA that signed the coordinator's certificate: talk TLS "
+                     "(default: $GDT_TLS_CA_FILE; none = plaintext)");
+  command.add_option("--tls-cert-file", flags.cert_file,
+                     "Client certificate for a coordinator that requires "
+                     "mTLS (default: $GDT_TLS_CERT_FILE)");
+  command.add_option("--tls-key-file", flags.key_file,
+                     "Key of --tls-cert-file (default: $GDT_TLS_KEY_FILE)");
+}
+
+absl::StatusOr<gdt::rendezvous::ClientSecurity> SecurityFrom(
+    const TlsFlags& flags) {
+  return gdt::rendezvous::ClientSecurityFromEnvironment(
+      [&flags](const char* name) -> const char* {
+        const std::string variable = name;
+        if (variable == "GDT_TLS_CA_FILE") return flags.ca_file.c_str();
+        if (variable == "GDT_TLS_CERT_FILE") return flags.cert_file.c_str();
+        if (variable == "GDT_TLS_KEY_FILE") return flags.key_file.c_str();
+        return nullptr;
+      });
+}
+
 int StatusFailure(const absl::Status& status) {
   const int code = status.code() == absl::StatusCode::kUnavailable
                        ? kExitUnavailable
@@ -117,6 +154,7 @@ int StatusFailure(const absl::Status& status) {
 // `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
 int Watch(const std::string& endpoint,
           const gdt::coordinator::StatusOptions& options,
+          const gdt::rendezvous::ClientSecurity& security,
           double interval_seconds, int count) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -129,8 +167,8 @@ int Watch(const std::string& endpoint,
   watch.count = count;
   watch.clear = isatty(STDOUT_FILENO) != 0;
   const absl::Status last = gdt::coordinator::WatchStatus(
-      [&] { return gdt::coordinator::FetchStatus(endpoint); }, options, watch,
-      std::cout,
+      [&] { return gdt::coordinator::FetchStatus(endpoint, security); },
+      options, watch, std::cout,
       [&](std::chrono::milliseconds interval) {
         timespec timeout{};
         timeout.tv_sec = interval.count() / 1000;
@@ -163,7 +201,7 @@ int main(int argc, char** argv) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
-                   "kv_max_keys_per_gang, log_level, metrics_address)")
+                   "kv_max_keys_per_gang, log_level, metrics_address, tls)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "
@@ -180,6 +218,13 @@ int main(int argc, char** argv) {
   if (const char* env = std::getenv("GDT_COORDINATOR"); env && *env) {
     endpoint = env;
   }
+  TlsFlags tls_flags;
+  for (auto [name, field] :
+       {std::pair{"GDT_TLS_CA_FILE", &tls_flags.ca_file},
+        std::pair{"GDT_TLS_CERT_FILE", &tls_flags.cert_file},
+        std::pair{"GDT_TLS_KEY_FILE", &tls_flags.key_file}}) {
+    if (const char* env = std::getenv(name); env != nullptr) *field = env;
+  }
   gdt::coordinator::StatusOptions status_options;
   bool watch = false;
   int count = 0;
@@ -194,6 +239,7 @@ int main(int argc, char** argv) {
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
   status->add_flag("--json", status_options.json, "Print JSON for scripts");
+  AddTlsOptions(*status, tls_flags);
   status->add_flag("--all", status_options.all,
                    "Include finished gangs (done, or failed and left)");
   status->add_flag("--watch", watch,
@@ -214,6 +260,7 @@ int main(int argc, char** argv) {
   hosts->add_option("--coordinator", endpoint,
                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
                     "127.0.0.1:7070)");
+  AddTlsOptions(*hosts, tls_flags);
   bool hosts_json = false;
   CLI::App* hosts_list =
       hosts->add_subcommand("list", "Show every host with its GPUs and state");
@@ -257,6 +304,7 @@ int main(int argc, char** argv) {
   cancel->add_option("--coordinator", endpoint,
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
+  AddTlsOptions(*cancel, tls_flags);
 
   try {
     app.parse(argc, argv);
@@ -272,12 +320,17 @@ int main(int argc, char** argv) {
     if (!report.error.empty()) Fail(report.exit_code, report.error);
     return report.exit_code;
   }
+  absl::StatusOr<gdt::rendezvous::ClientSecurity> security =
+      SecurityFrom(tls_flags);
+  if (!security.ok()) {
+    return Fail(kExitUsage, std::string(security.status().message()));
+  }
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
         host_action.empty()
-            ? gdt::coordinator::RunHostsList(endpoint, hosts_json)
-            : gdt::coordinator::RunHostsAction(endpoint, host_action,
-                                               host_name);
+            ? gdt::coordinator::RunHostsList(endpoint, hosts_json, *security)
+            : gdt::coordinator::RunHostsAction(endpoint, host_action, host_name,
+                                               *security);
     if (!out.ok()) {
       const bool refused =
           out.status().code() == absl::StatusCode::kNotFound ||
@@ -290,7 +343,7 @@ int main(int argc, char** argv) {
   }
   if (cancel->parsed()) {
     absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
-        endpoint, cancel_gang, cancel_reason);
+        endpoint, cancel_gang, cancel_reason, *security);
     if (!done.ok()) {
       const absl::StatusCode code = done.status().code();
       return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
@@ -303,10 +356,10 @@ int main(int argc, char** argv) {
   }
   if (!watch) {
     absl::StatusOr<std::string> text =
-        gdt::coordinator::RunStatusCommand(endpoint, status_options);
+        gdt::coordinator::RunStatusCommand(endpoint, status_options, *security);
     if (!text.ok()) return StatusFailure(text.status());
     std::cout << *text;
     return kExitOk;
   }
-  return Watch(endpoint, status_options, interval_seconds, count);
+  return Watch(endpoint, status_options, *security, interval_seconds, count);
 }

@@ -7,13 +7,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      rendezvous::LoadServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<rendezvous::ClientSecurity> agent_security =
+      rendezvous::LoadClientSecurity(config.tls);
+  if (!agent_security.ok()) return agent_security.status();
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->port_checker_.SetSecurity(*agent_security);
   server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config.state_path);
   if (!store.ok()) return store.status();
@@ -36,8 +44,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen_address,
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen_address, *credentials, &port);
   builder.RegisterService(server->service_.get());
   server->kv_service_ = std::make_unique<KvService>(server->coordinator_->kv());
   builder.RegisterService(server->kv_service_.get());

@@ -482,8 +482,9 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
                       : RenderStatusText(status, now_unix_ms, options.all);
 }
 
-absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint) {
-  rendezvous::CoordinatorClient client(endpoint);
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(
+    const std::string& endpoint, const rendezvous::ClientSecurity& security) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   v1::GetStatusRequest request;
   request.set_include_finished(true);
   absl::StatusOr<v1::GetStatusResponse> status =
@@ -496,9 +497,11 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint) {
   return status;
 }
 
-absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             const StatusOptions& options) {
-  absl::StatusOr<v1::GetStatusResponse> status = FetchStatus(endpoint);
+absl::StatusOr<std::string> RunStatusCommand(
+    const std::string& endpoint, const StatusOptions& options,
+    const rendezvous::ClientSecurity& security) {
+  absl::StatusOr<v1::GetStatusResponse> status =
+      FetchStatus(endpoint, security);
   if (!status.ok()) return status.status();
   return RenderStatus(*status, options, NowUnixMillis());
 }

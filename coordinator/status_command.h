@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -26,8 +27,10 @@ struct StatusOptions {
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
 // NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
 // for a GANG that names no gang or several.
-absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             const StatusOptions& options);
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+absl::StatusOr<std::string> RunStatusCommand(
+    const std::string& endpoint, const StatusOptions& options,
+    const rendezvous::ClientSecurity& security = {});
 
 // The pure part of RunStatusCommand, for a response already fetched.
 absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
@@ -52,7 +55,9 @@ absl::Status WatchStatus(
 
 // Fetches the status (finished gangs included) from `endpoint`.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
-absl::StatusOr<v1::GetStatusResponse> FetchStatus(const std::string& endpoint);
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(
+    const std::string& endpoint,
+    const rendezvous::ClientSecurity& security = {});
 
 // The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
 // members, waiting reasons and ages, and RECENT FAILURES with their root

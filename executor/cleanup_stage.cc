@@ -12,12 +12,13 @@ namespace gdt::executor {
 
 Outcome CleanupStage(const StageContext& context) {
   const std::chrono::milliseconds rpc_timeout(context.config.rpc_timeout);
-  rendezvous::CoordinatorClient coordinator(context.config.coordinator);
+  rendezvous::CoordinatorClient coordinator(context.config.coordinator,
+                                            context.security);
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);
   if (state.ok()) {
-    rendezvous::AgentClient agent(state->agent_endpoint);
+    rendezvous::AgentClient agent(state->agent_endpoint, context.security);
     v1::TeardownMemberRequest teardown;
     teardown.set_member_id(state->member_id);
     teardown.set_remove_builds_dir(true);

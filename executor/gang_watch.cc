@@ -15,8 +15,11 @@ constexpr std::chrono::hours kWatchDeadline{7 * 24};
 }  // namespace
 
 GangWatch::GangWatch(const std::string& endpoint,
-                     const v1::WatchGangRequest& request) {
-  thread_ = std::thread([this, endpoint, request] { Run(endpoint, request); });
+                     const v1::WatchGangRequest& request,
+                     const rendezvous::ClientSecurity& security) {
+  thread_ = std::thread([this, endpoint, request, security] {
+    Run(endpoint, request, security);
+  });
 }
 
 GangWatch::~GangWatch() {
@@ -25,8 +28,9 @@ GangWatch::~GangWatch() {
 }
 
 void GangWatch::Run(const std::string& endpoint,
-                    const v1::WatchGangRequest& request) {
-  rendezvous::CoordinatorClient coordinator(endpoint);
+                    const v1::WatchGangRequest& request,
+                    const rendezvous::ClientSecurity& security) {
+  rendezvous::CoordinatorClient coordinator(endpoint, security);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,
       [this](const v1::WatchGangEvent& event) {

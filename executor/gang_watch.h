@@ -25,7 +25,8 @@ class GangWatch {
   enum class Fate { kUnknown, kFailed, kSucceeded };
 
   // Starts watching through the coordinator at `endpoint`.
-  GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request);
+  GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request,
+            const rendezvous::ClientSecurity& security = {});
   ~GangWatch();
   GangWatch(const GangWatch&) = delete;
   GangWatch& operator=(const GangWatch&) = delete;
@@ -51,7 +52,8 @@ class GangWatch {
                    const std::function<bool()>& stop);
 
  private:
-  void Run(const std::string& endpoint, const v1::WatchGangRequest& request);
+  void Run(const std::string& endpoint, const v1::WatchGangRequest& request,
+           const rendezvous::ClientSecurity& security);
 
   rendezvous::CallCanceller canceller_;
   Mutex mu_;

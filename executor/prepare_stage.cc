@@ -76,8 +76,8 @@ Outcome PrepareStage(const StageContext& context) {
   }
   const auto deadline = std::chrono::system_clock::now() + wait;
 
-  auto coordinator =
-      std::make_shared<rendezvous::CoordinatorClient>(config.coordinator);
+  auto coordinator = std::make_shared<rendezvous::CoordinatorClient>(
+      config.coordinator, context.security);
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
               << job.pipeline_id << ") as member " << job.member_index << "/"
               << job.member_total << " via coordinator " << config.coordinator
@@ -180,7 +180,7 @@ Outcome PrepareStage(const StageContext& context) {
     return Outcome::SystemFailure(std::string(status.message()));
   }
 
-  rendezvous::AgentClient agent(state.agent_endpoint);
+  rendezvous::AgentClient agent(state.agent_endpoint, context.security);
   v1::SetupMemberRequest setup;
   setup.set_member_id(state.member_id);
   setup.set_builds_dir(state.builds_dir);

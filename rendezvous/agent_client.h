@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/agent.grpc.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::rendezvous {
 
@@ -18,6 +19,8 @@ class AgentClient {
  public:
   // `endpoint` is host:port. Connects lazily.
   explicit AgentClient(const std::string& endpoint);
+  // The same over TLS when `security` says so (docs/security.md "TLS").
+  AgentClient(const std::string& endpoint, const ClientSecurity& security);
 
   const std::string& endpoint() const { return endpoint_; }
 
@@ -60,7 +63,10 @@ class AgentClient {
       const std::function<void(v1::OutputStream, std::string_view)>& on_output);
 
  private:
+  absl::Status Convert(const grpc::Status& status) const;
+
   std::string endpoint_;
+  ClientSecurity security_;
   std::unique_ptr<v1::Agent::Stub> stub_;
 };
 

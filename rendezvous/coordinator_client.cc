@@ -19,6 +19,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 // Codes that mean "try again": the coordinator is down, restarting, or the
 // connection broke.
 bool IsTransient(const absl::Status& status) {
+  // A certificate problem does not go away by retrying.
+  if (IsTlsHandshakeFailure(status)) return false;
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kUnknown ||
          status.code() == absl::StatusCode::kInternal ||
@@ -60,8 +62,18 @@ bool CallCanceller::SleepUntil(std::chrono::system_clock::time_point deadline) {
 }
 
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
+    : CoordinatorClient(endpoint, ClientSecurity()) {}
+
+CoordinatorClient::CoordinatorClient(const std::string& endpoint,
+                                     const ClientSecurity& security)
     : endpoint_(endpoint),
-      stub_(v1::Coordinator::NewStub(NewChannel(endpoint))) {}
+      security_(security),
+      stub_(v1::Coordinator::NewStub(NewChannel(endpoint, security))) {}
+
+absl::Status CoordinatorClient::Convert(const grpc::Status& status) const {
+  return ExplainConnectFailure(FromGrpcStatus(status), "coordinator", endpoint_,
+                               security_);
+}
 
 absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {
@@ -71,7 +83,7 @@ absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
   *request.mutable_host() = host;
   v1::RegisterHostResponse response;
   absl::Status status =
-      FromGrpcStatus(stub_->RegisterHost(&context, request, &response));
+      Convert(stub_->RegisterHost(&context, request, &response));
   if (!status.ok()) return status;
   return response.heartbeat_interval_seconds();
 }
@@ -83,8 +95,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
   v1::HeartbeatResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+  absl::Status status = Convert(stub_->Heartbeat(&context, request, &response));
   if (!status.ok()) return status;
   return response.reregister();
 }
@@ -119,7 +130,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
           break;
       }
     }
-    absl::Status status = FromGrpcStatus(reader->Finish());
+    absl::Status status = Convert(reader->Finish());
     if (status.ok()) {
       status =
           absl::UnavailableError("coordinator ended the join stream early");
@@ -148,7 +159,7 @@ absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
   v1::ReportExitResponse response;
-  return FromGrpcStatus(stub_->ReportExit(&context, request, &response));
+  return Convert(stub_->ReportExit(&context, request, &response));
 }
 
 absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
@@ -173,7 +184,7 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
       if (event.has_failed() || event.has_succeeded()) final_event = event;
     }
     if (final_event.has_value()) context.TryCancel();
-    absl::Status status = FromGrpcStatus(reader->Finish());
+    absl::Status status = Convert(reader->Finish());
     canceller.Detach();
     if (final_event.has_value()) return *final_event;
     if (canceller.cancelled()) return cancelled;
@@ -203,7 +214,7 @@ absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
   v1::LeaveGangResponse response;
-  return FromGrpcStatus(stub_->LeaveGang(&context, request, &response));
+  return Convert(stub_->LeaveGang(&context, request, &response));
 }
 
 absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
@@ -211,8 +222,7 @@ absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
   grpc::ClientContext context;
   context.set_deadline(In(timeout));
   v1::GetStatusResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->GetStatus(&context, request, &response));
+  absl::Status status = Convert(stub_->GetStatus(&context, request, &response));
   if (!status.ok()) return status;
   return response;
 }
@@ -226,7 +236,7 @@ absl::Status CoordinatorClient::SetHostDrained(
   request.set_host_name(host_name);
   request.set_drained(drained);
   v1::SetHostDrainedResponse response;
-  return FromGrpcStatus(stub_->SetHostDrained(&context, request, &response));
+  return Convert(stub_->SetHostDrained(&context, request, &response));
 }
 
 absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
@@ -236,7 +246,7 @@ absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
   v1::RemoveHostRequest request;
   request.set_host_name(host_name);
   v1::RemoveHostResponse response;
-  return FromGrpcStatus(stub_->RemoveHost(&context, request, &response));
+  return Convert(stub_->RemoveHost(&context, request, &response));
 }
 
 absl::StatusOr<std::string> CoordinatorClient::CancelGang(
@@ -245,7 +255,7 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
   context.set_deadline(In(timeout));
   v1::CancelGangResponse response;
   absl::Status status =
-      FromGrpcStatus(stub_->CancelGang(&context, request, &response));
+      Convert(stub_->CancelGang(&context, request, &response));
   if (!status.ok()) return status;
   return response.root_cause();
 }

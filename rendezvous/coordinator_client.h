@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::rendezvous {
 
@@ -45,6 +46,11 @@ class CoordinatorClient {
 
   // `endpoint` is host:port. Connects lazily.
   explicit CoordinatorClient(const std::string& endpoint);
+  // The same over TLS when `security` says so (docs/security.md "TLS"). A
+  // failed TLS handshake is one clear UNAVAILABLE line (see
+  // ExplainConnectFailure) and is not retried.
+  CoordinatorClient(const std::string& endpoint,
+                    const ClientSecurity& security);
 
   const std::string& endpoint() const { return endpoint_; }
 
@@ -101,7 +107,10 @@ class CoordinatorClient {
                           std::chrono::milliseconds timeout);
 
  private:
+  absl::Status Convert(const grpc::Status& status) const;
+
   std::string endpoint_;
+  ClientSecurity security_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 

@@ -23,6 +23,8 @@ packages=(
   python3-dask python3-distributed
   # MPI through gdt-rsh (issue 10): OpenMPI's mpirun/orted and mpi4py
   openmpi-bin python3-mpi4py
+  # TLS tests (issue 8): certificates made at test time with the openssl CLI
+  openssl
 )
 
 missing=()

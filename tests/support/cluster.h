@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/test_certs.h"
 
 namespace gdt::testing {
 
@@ -97,8 +98,10 @@ CommandResult RunProcess(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout);
 
 // `gdt-coord status --json` against `endpoint`, run with `prefix`.
+// `env` adds variables, e.g. GDT_TLS_CA_FILE for a TLS coordinator.
 absl::StatusOr<nlohmann::json> CoordinatorStatus(
-    const std::string& endpoint, const std::vector<std::string>& prefix = {});
+    const std::string& endpoint, const std::vector<std::string>& prefix = {},
+    const std::map<std::string, std::string>& env = {});
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition,
@@ -127,6 +130,10 @@ class GdtCluster {
   explicit GdtCluster(const NetworkNamespaces* namespaces = nullptr,
                       int control_host = 0);
   ~GdtCluster();
+
+  // Issue 8: every daemon, the executor and Status() use TLS with mutual
+  // authentication from `certs` (call before starting anything).
+  void UseTls(const TestCerts& certs) { tls_ = certs; }
 
   // Starts gdt-coord; `listen` empty = a kernel-chosen port.
   absl::Status StartCoordinator(const std::string& listen = "");
@@ -161,6 +168,8 @@ class GdtCluster {
 
  private:
   std::vector<std::string> Prefix(int host) const;
+  // The `tls:` config lines ("" without UseTls()).
+  std::string TlsYaml(bool server) const;
   std::string WriteExecutorConfig() const;
 
   const NetworkNamespaces* namespaces_;
@@ -171,6 +180,7 @@ class GdtCluster {
   std::string metrics_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;
   int coordinator_starts_ = 0;
+  std::optional<TestCerts> tls_;
 };
 
 }  // namespace gdt::testing
