@@ -345,10 +345,15 @@ grpc::Status AgentService::CheckPort(grpc::ServerContext* context,
 
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     const std::string& listen_address, AgentService& service) {
+  return Start(listen_address, service, grpc::InsecureServerCredentials());
+}
+
+absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
+    const std::string& listen_address, AgentService& service,
+    const std::shared_ptr<grpc::ServerCredentials>& credentials) {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen_address, grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(listen_address, credentials, &port);
   builder.RegisterService(&service);
   // A stage whose executor vanished (its host gone or cut off) is noticed
   // through missed pings and stopped like a cancelled stream.

@@ -71,6 +71,10 @@ class AgentServer {
   // Errors: Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AgentServer>> Start(
       const std::string& listen_address, AgentService& service);
+  // The same with `credentials` (TLS, docs/security.md "TLS").
+  static absl::StatusOr<std::unique_ptr<AgentServer>> Start(
+      const std::string& listen_address, AgentService& service,
+      const std::shared_ptr<grpc::ServerCredentials>& credentials);
 
   // The bound port.
   int port() const { return port_; }

@@ -152,6 +152,12 @@ absl::Status ParseHost(const YAML::Node& value, HostConfig& host) {
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "host") return ParseHost(value, config.host);
+  if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+    absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
+    if (!tls.ok()) return tls.status();
+    config.tls = *tls;
+    return absl::OkStatus();
+  }
   if (key == "coordinator" || key == "listen_address" ||
       key == "advertise_endpoint" || key == "scratch_dir" ||
       key == "log_level" || key == "host_token_file") {
@@ -226,6 +232,7 @@ absl::Status ValidateConfig(const Config& config) {
         absl::StrCat("scratch_dir must be an absolute path, got '",
                      config.scratch_dir, "'"));
   }
+  GDT_RETURN_IF_ERROR(ValidateServerTls(config.tls));
   return CheckLogLevel(config.log_level);
 }
 

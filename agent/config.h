@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tls_config.h"
 
 namespace gdt::agent {
 
@@ -52,6 +53,10 @@ struct Config {
   // coordinator and runs stages only for executors holding the member token
   // the coordinator issued for this host; empty = neither.
   std::string host_token_file;
+  // Issue 8 (TLS): the agent's server certificate (executors and the
+  // coordinator call it) and its client side towards the coordinator.
+  // Unset = plaintext with a warning.
+  TlsConfig tls;
 };
 
 // Parses YAML text. `gpus` is either a count (indices 0..n-1) or a list of

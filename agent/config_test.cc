@@ -134,6 +134,24 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
   }
 }
 
+// Issue 8: the agent serves TLS too, so it needs a certificate and key.
+TEST(ConfigTest, TlsSection) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "coordinator: c:1\ntls: {ca_file: /ca.pem, cert_file: /c.pem, "
+      "key_file: /k.pem}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->tls.enabled);
+  EXPECT_EQ(config->tls.key_file, "/k.pem");
+  EXPECT_THAT(ParseConfig("coordinator: c:1\ntls: {ca_file: /ca.pem}\n")
+                  .status()
+                  .message(),
+              ::testing::HasSubstr("tls.cert_file and tls.key_file are "
+                                   "required to serve TLS"));
+  EXPECT_THAT(
+      ParseConfig("coordinator: c:1\ntls: {ca: /x}\n").status().message(),
+      ::testing::HasSubstr("unknown key 'tls.ca'"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadConfig("/nonexistent/agent.yaml").status().code(),
             absl::StatusCode::kNotFound);

@@ -9,6 +9,7 @@
 #include "agent/gpu_discovery.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
@@ -65,14 +66,22 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-Daemon::Daemon(const Config& config)
+Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security)
     : config_(config),
       supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment()),
       service_(supervisor_),
-      coordinator_(config.coordinator) {}
+      coordinator_(config.coordinator, security) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
-  std::unique_ptr<Daemon> daemon(new Daemon(config));
+  // One `tls` section: the agent's server certificate and its client side
+  // towards the coordinator (docs/security.md "TLS").
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      rendezvous::LoadServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<rendezvous::ClientSecurity> security =
+      rendezvous::LoadClientSecurity(config.tls);
+  if (!security.ok()) return security.status();
+  std::unique_ptr<Daemon> daemon(new Daemon(config, *security));
   // Issue 8: the host token, presented to the coordinator and keying the
   // member tokens this agent accepts.
   if (!config.host_token_file.empty()) {
@@ -115,7 +124,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
         group.killed ? " (SIGKILL after the kill grace)" : "");
   }
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
-      AgentServer::Start(config.listen_address, daemon->service_);
+      AgentServer::Start(config.listen_address, daemon->service_, *credentials);
   if (!server.ok()) return server.status();
   daemon->server_ = std::move(*server);
 
@@ -134,6 +143,16 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   // gdt-rsh (issue 10) finds this agent through the member's environment.
   daemon->supervisor_.AddStageVariable("GDT_AGENT_ENDPOINT",
                                        daemon->advertise_endpoint_);
+  // Job-side clients (gdt-kv, nccl_bootstrap, gdt-rsh) reach the
+  // coordinator and this agent with this host's TLS files (issue 8).
+  if (config.tls.enabled) {
+    for (const auto& [name, path] :
+         {std::pair{"GDT_TLS_CA_FILE", config.tls.ca_file},
+          std::pair{"GDT_TLS_CERT_FILE", config.tls.cert_file},
+          std::pair{"GDT_TLS_KEY_FILE", config.tls.key_file}}) {
+      if (!path.empty()) daemon->supervisor_.AddStageVariable(name, path);
+    }
+  }
 
   HostConfig host_config = config.host;
   const GpuInventory inventory = ResolveGpus(host_config.gpus);

@@ -42,7 +42,7 @@ class Daemon {
   void Shutdown();
 
  private:
-  explicit Daemon(const Config& config);
+  Daemon(const Config& config, const rendezvous::ClientSecurity& security);
 
   const Config config_;
   Supervisor supervisor_;

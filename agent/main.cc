@@ -56,6 +56,11 @@ int main(int argc, char** argv) {
     return kExitConfigError;
   }
 
+  if (const std::string warning =
+          gdt::PlaintextWarning(config->tls, "gdt-agent");
+      !warning.empty()) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   // Block the signals before gRPC starts its threads; sigwait() takes them.
   sigset_t signals;
   sigemptyset(&signals);

@@ -150,8 +150,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   (*server)->coordinator().kv().OpenGang("bench", 1, "token");
-  const gdt::rendezvous::KvTarget target{(*server)->bound_address(), "bench", 1,
-                                         "token"};
+  const gdt::rendezvous::KvTarget target{
+      (*server)->bound_address(), "bench", 1, "token", {}};
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   for (int i = 0; i < options.channels; ++i) {
     grpc::ChannelArguments args;

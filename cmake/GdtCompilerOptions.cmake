@@ -36,3 +36,36 @@ function(gdt_binary_version target)
   target_compile_definitions(${target} PRIVATE
     GDT_VERSION="${PROJECT_VERSION}")
 endfunction()
+
+# gdt_fuzzer(NAME <name> SOURCES <files...> DEPS <targets...> CORPUS <dir>
+#            [SECONDS <s>])
+# A libFuzzer target (issue 8), built only with GDT_BUILD_TESTS and a
+# compiler that has libFuzzer (GDT_HAVE_LIBFUZZER, checked in
+# gitlab/CMakeLists.txt). SOURCES are the fuzz entry point plus the parser's
+# own .cc files, compiled again with coverage; DEPS provide the rest. ctest
+# runs <name>_smoke for SECONDS (default 8) seeded with the committed
+# CORPUS; what it learns and any crashing input stay under
+# <build>/fuzz/<name>/.
+function(gdt_fuzzer)
+  cmake_parse_arguments(F "" "NAME;CORPUS;SECONDS" "SOURCES;DEPS" ${ARGN})
+  if(NOT GDT_BUILD_TESTS OR NOT GDT_HAVE_LIBFUZZER)
+    return()
+  endif()
+  if(NOT F_SECONDS)
+    set(F_SECONDS 8)
+  endif()
+  add_executable(${F_NAME} ${F_SOURCES})
+  target_link_libraries(${F_NAME} PRIVATE ${F_DEPS})
+  gdt_target_defaults(${F_NAME})
+  target_compile_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
+  target_link_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
+  set(dir ${CMAKE_BINARY_DIR}/fuzz/${F_NAME})
+  file(MAKE_DIRECTORY ${dir}/corpus)
+  # libFuzzer adds new inputs to the first corpus directory: the scratch one
+  # in the build tree; the committed corpus is only read.
+  add_test(NAME ${F_NAME}_smoke
+    COMMAND ${F_NAME} -max_total_time=${F_SECONDS} -timeout=10
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=${dir}/
+      ${dir}/corpus ${F_CORPUS})
+  set_tests_properties(${F_NAME}_smoke PROPERTIES TIMEOUT 120 LABELS fuzz)
+endfunction()

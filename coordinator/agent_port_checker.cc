@@ -9,7 +9,8 @@ absl::StatusOr<bool> AgentPortChecker::IsPortFree(
     MutexLock lock(mu_);
     std::shared_ptr<rendezvous::AgentClient>& slot = clients_[agent_endpoint];
     if (slot == nullptr) {
-      slot = std::make_shared<rendezvous::AgentClient>(agent_endpoint);
+      slot =
+          std::make_shared<rendezvous::AgentClient>(agent_endpoint, security_);
     }
     client = slot;
   }

@@ -21,12 +21,20 @@ class AgentPortChecker final : public PortChecker {
       std::chrono::milliseconds timeout = std::chrono::seconds(2))
       : timeout_(timeout) {}
 
+  // How to reach agents (TLS, docs/security.md); call before the first
+  // question.
+  void SetSecurity(const rendezvous::ClientSecurity& security) {
+    MutexLock lock(mu_);
+    security_ = security;
+  }
+
   absl::StatusOr<bool> IsPortFree(const std::string& agent_endpoint,
                                   uint32_t port) override;
 
  private:
   const std::chrono::milliseconds timeout_;
   Mutex mu_;
+  rendezvous::ClientSecurity security_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<rendezvous::AgentClient>> clients_
       ABSL_GUARDED_BY(mu_);
 };

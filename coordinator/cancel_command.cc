@@ -8,15 +8,15 @@
 
 namespace gdt::coordinator {
 
-absl::StatusOr<std::string> RunCancelCommand(const std::string& endpoint,
-                                             const std::string& gang_id,
-                                             const std::string& reason,
-                                             const std::string& admin_token) {
+absl::StatusOr<std::string> RunCancelCommand(
+    const std::string& endpoint, const std::string& gang_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
   if (gang_id.empty()) {
     return absl::InvalidArgumentError(
         "gang id must not be empty (see `gdt-coord status`)");
   }
-  rendezvous::CoordinatorClient client(endpoint);
+  rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   v1::CancelGangRequest request;
   request.set_gang_id(gang_id);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -14,9 +15,11 @@ namespace gdt::coordinator {
 // finished (...)"; InvalidArgument for an empty gang id; Unavailable
 // "cannot reach coordinator at ADDR: <reason>"; Unauthenticated or
 // PermissionDenied when `admin_token` is missing or wrong.
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
 absl::StatusOr<std::string> RunCancelCommand(
     const std::string& endpoint, const std::string& gang_id,
-    const std::string& reason, const std::string& admin_token = "");
+    const std::string& reason, const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 }  // namespace gdt::coordinator
 

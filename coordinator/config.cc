@@ -62,6 +62,12 @@ absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "master_port_range") return ParsePortRange(value, config);
+  if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+    absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
+    if (!tls.ok()) return tls.status();
+    config.tls = *tls;
+    return absl::OkStatus();
+  }
   if (key == "kv_max_keys_per_gang") {  // Gang key-value store (issue 6).
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
@@ -248,6 +254,7 @@ absl::Status ValidateConfig(const Config& config) {
   if (!config.gitlab_url.empty() && config.gitlab_timeout.count() == 0) {
     return absl::InvalidArgumentError("gitlab_timeout_seconds must be >= 1");
   }
+  GDT_RETURN_IF_ERROR(ValidateServerTls(config.tls));
   return CheckLogLevel(config.log_level);
 }
 

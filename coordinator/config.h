@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/tls_config.h"
 
 namespace gdt::coordinator {
 
@@ -67,6 +68,10 @@ struct Config {
   bool require_host_tokens = false;
   // --- end of issue 8 block
   // ---------------------------------------------------
+  // Issue 8 (TLS): the gRPC server's certificate and, with
+  // require_client_cert, mTLS; also the client side of the coordinator's
+  // calls to agents (CheckPort). Unset = plaintext with a warning.
+  TlsConfig tls;
 };
 
 // Parses YAML text. Unknown keys are an error so that typos are caught.

@@ -108,6 +108,22 @@ TEST(ConfigTest, KvKeyLimit) {
               HasSubstr("kv_max_keys_per_gang must be >= 1"));
 }
 
+// Issue 8: the server side of TLS needs a certificate and its key.
+TEST(ConfigTest, TlsSection) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem, "
+      "require_client_cert: true}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->tls.enabled);
+  EXPECT_TRUE(config->tls.require_client_cert);
+  EXPECT_EQ(config->tls.cert_file, "/c.pem");
+  EXPECT_TRUE(ParseConfig("tls: off\n")->tls.explicitly_off);
+  EXPECT_FALSE(ParseConfig("")->tls.enabled);
+  EXPECT_THAT(ParseConfig("tls: {ca_file: /ca.pem}\n").status().message(),
+              ::testing::HasSubstr(
+                  "tls.cert_file and tls.key_file are required to serve TLS"));
+}
+
 TEST(ConfigTest, MissingFileIsNotFound) {
   EXPECT_EQ(LoadConfig("/nonexistent/gdt/coord.yaml").status().code(),
             absl::StatusCode::kNotFound);

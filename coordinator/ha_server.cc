@@ -7,6 +7,7 @@
 #include "coordinator/etcd_store.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -33,10 +34,14 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
     return probe.status();
   }
 
+  // The standby answers on the same address and with the same TLS as the
+  // leader it becomes.
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      rendezvous::LoadServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen_address,
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen_address, *credentials, &port);
   const size_t colon = config.listen_address.rfind(':');
   const std::string host = config.listen_address.substr(0, colon);
   HaServer* self = server.get();

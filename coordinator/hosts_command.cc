@@ -104,9 +104,11 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
   return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";
 }
 
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
-                                         const std::string& admin_token) {
-  rendezvous::CoordinatorClient client(endpoint);
+absl::StatusOr<std::string> RunHostsList(
+    const std::string& endpoint, bool json,
+    const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   absl::StatusOr<v1::GetStatusResponse> status =
       client.GetStatus(v1::GetStatusRequest(), kRpcTimeout);
@@ -117,11 +119,11 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
   return json ? RenderHostsJson(*status) : RenderHostsText(*status);
 }
 
-absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
-                                           const std::string& action,
-                                           const std::string& host,
-                                           const std::string& admin_token) {
-  rendezvous::CoordinatorClient client(endpoint);
+absl::StatusOr<std::string> RunHostsAction(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   absl::Status status;
   std::string done;
@@ -153,11 +155,12 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
 
 absl::StatusOr<std::string> RunHostTokenCommand(
     const std::string& endpoint, const std::string& action,
-    const std::string& host, const std::string& admin_token) {
+    const std::string& host, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
   if (action != "list" && host.empty()) {
     return absl::InvalidArgumentError("host name must not be empty");
   }
-  rendezvous::CoordinatorClient client(endpoint);
+  rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   absl::Status status;
   std::string out;

@@ -7,6 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -20,10 +21,13 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status);
 
 // `hosts list`: the text to print.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
 // `admin_token` (may be empty) is presented as operator credentials; a
 // refused one is returned as Unauthenticated/PermissionDenied.
-absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
-                                         const std::string& admin_token = "");
+absl::StatusOr<std::string> RunHostsList(
+    const std::string& endpoint, bool json,
+    const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 // `hosts drain|undrain|remove HOST` (`action` is one of those words): the
 // line to print on success, e.g. "host gpu-07 drained: it takes no new
@@ -31,10 +35,10 @@ absl::StatusOr<std::string> RunHostsList(const std::string& endpoint, bool json,
 // Errors: NotFound "unknown host NAME"; FailedPrecondition while members run
 // on a host to remove; Unavailable when the coordinator cannot be reached;
 // InvalidArgument for another action.
-absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
-                                           const std::string& action,
-                                           const std::string& host,
-                                           const std::string& admin_token = "");
+absl::StatusOr<std::string> RunHostsAction(
+    const std::string& endpoint, const std::string& action,
+    const std::string& host, const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 // Issue 8: `hosts token create HOST | list | revoke HOST` (`action` is one
 // of those words). create: the new token and a newline, nothing else (so
@@ -47,7 +51,8 @@ absl::StatusOr<std::string> RunHostsAction(const std::string& endpoint,
 // empty host.
 absl::StatusOr<std::string> RunHostTokenCommand(
     const std::string& endpoint, const std::string& action,
-    const std::string& host, const std::string& admin_token = "");
+    const std::string& host, const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 }  // namespace gdt::coordinator
 

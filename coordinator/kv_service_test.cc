@@ -111,9 +111,11 @@ class KvServiceTest : public ::testing::Test {
   }
 
   rendezvous::KvClient ClientFor(const v1::Assignment& assignment) {
-    return rendezvous::KvClient(
-        rendezvous::KvTarget{server_->bound_address(), assignment.gang_id(),
-                             assignment.epoch(), assignment.kv_token()});
+    return rendezvous::KvClient(rendezvous::KvTarget{server_->bound_address(),
+                                                     assignment.gang_id(),
+                                                     assignment.epoch(),
+                                                     assignment.kv_token(),
+                                                     {}});
   }
 
   void EndGang(const std::vector<v1::Assignment>& assignments) {

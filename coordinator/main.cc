@@ -22,6 +22,7 @@
 #include "coordinator/server.h"
 #include "coordinator/status_command.h"
 #include "policy/sim_command.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -111,6 +112,11 @@ int Serve(const ServeFlags& flags) {
       !logging.ok()) {
     return Fail(kExitUsage, std::string(logging.message()));
   }
+  if (const std::string warning =
+          gdt::PlaintextWarning(config->tls, "gdt-coord");
+      !warning.empty()) {
+    std::fprintf(stderr, "%s\n", warning.c_str());
+  }
   // Block the signals before gRPC starts its threads, then wait for them.
   sigset_t signals;
   sigemptyset(&signals);
@@ -160,6 +166,37 @@ int Serve(const ServeFlags& flags) {
   return kExitOk;
 }
 
+// TLS for the client commands (issue 8): flags, defaulting to the
+// GDT_TLS_* variables; none set = plaintext.
+struct TlsFlags {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+void AddTlsOptions(CLI::App& command, TlsFlags& flags) {
+  command.add_option("--tls-ca-file", flags.ca_file,
+                     "CA that signed the coordinator's certificate: talk TLS "
+                     "(default: $GDT_TLS_CA_FILE; none = plaintext)");
+  command.add_option("--tls-cert-file", flags.cert_file,
+                     "Client certificate for a coordinator that requires "
+                     "mTLS (default: $GDT_TLS_CERT_FILE)");
+  command.add_option("--tls-key-file", flags.key_file,
+                     "Key of --tls-cert-file (default: $GDT_TLS_KEY_FILE)");
+}
+
+absl::StatusOr<gdt::rendezvous::ClientSecurity> SecurityFrom(
+    const TlsFlags& flags) {
+  return gdt::rendezvous::ClientSecurityFromEnvironment(
+      [&flags](const char* name) -> const char* {
+        const std::string variable = name;
+        if (variable == "GDT_TLS_CA_FILE") return flags.ca_file.c_str();
+        if (variable == "GDT_TLS_CERT_FILE") return flags.cert_file.c_str();
+        if (variable == "GDT_TLS_KEY_FILE") return flags.key_file.c_str();
+        return nullptr;
+      });
+}
+
 int StatusFailure(const absl::Status& status) {
   const int code = status.code() == absl::StatusCode::kUnavailable
                        ? kExitUnavailable
@@ -170,6 +207,7 @@ int StatusFailure(const absl::Status& status) {
 // `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
 int Watch(const std::string& endpoint, const std::string& admin_token,
           const gdt::coordinator::StatusOptions& options,
+          const gdt::rendezvous::ClientSecurity& security,
           double interval_seconds, int count) {
   sigset_t signals;
   sigemptyset(&signals);
@@ -182,7 +220,9 @@ int Watch(const std::string& endpoint, const std::string& admin_token,
   watch.count = count;
   watch.clear = isatty(STDOUT_FILENO) != 0;
   const absl::Status last = gdt::coordinator::WatchStatus(
-      [&] { return gdt::coordinator::FetchStatus(endpoint, admin_token); },
+      [&] {
+        return gdt::coordinator::FetchStatus(endpoint, security, admin_token);
+      },
       options, watch, std::cout,
       [&](std::chrono::milliseconds interval) {
         timespec timeout{};
@@ -216,11 +256,12 @@ int main(int argc, char** argv) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
-                   "kv_max_keys_per_gang, log_level, metrics_address, "
+                   "kv_max_keys_per_gang, log_level, metrics_address, tls, "
                    "gitlab_url, gitlab_ca_file, gitlab_timeout_seconds, "
                    "member_cache_seconds, admin_token_file, "
-                   "status_without_token, require_host_tokens; see "
-                   "docs/security.md)")
+                   "status_without_token, require_host_tokens, state_store, "
+                   "etcd_endpoints, etcd_cluster, lease_ttl_s; see "
+                   "docs/security.md and docs/ha.md)")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "
@@ -243,6 +284,13 @@ int main(int argc, char** argv) {
       "File holding the coordinator's admin token (default: "
       "$GDT_ADMIN_TOKEN_FILE); needed when the coordinator has "
       "admin_token_file";
+  TlsFlags tls_flags;
+  for (auto [name, field] :
+       {std::pair{"GDT_TLS_CA_FILE", &tls_flags.ca_file},
+        std::pair{"GDT_TLS_CERT_FILE", &tls_flags.cert_file},
+        std::pair{"GDT_TLS_KEY_FILE", &tls_flags.key_file}}) {
+    if (const char* env = std::getenv(name); env != nullptr) *field = env;
+  }
   gdt::coordinator::StatusOptions status_options;
   bool watch = false;
   int count = 0;
@@ -258,6 +306,7 @@ int main(int argc, char** argv) {
                      "127.0.0.1:7070)");
   status->add_flag("--json", status_options.json, "Print JSON for scripts");
   status->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  AddTlsOptions(*status, tls_flags);
   status->add_flag("--all", status_options.all,
                    "Include finished gangs (done, or failed and left)");
   status->add_flag("--watch", watch,
@@ -279,6 +328,7 @@ int main(int argc, char** argv) {
                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
                     "127.0.0.1:7070)");
   hosts->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  AddTlsOptions(*hosts, tls_flags);
   bool hosts_json = false;
   CLI::App* hosts_list =
       hosts->add_subcommand("list", "Show every host with its GPUs and state");
@@ -347,6 +397,7 @@ int main(int argc, char** argv) {
   cancel->add_option("--coordinator", endpoint,
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
+  AddTlsOptions(*cancel, tls_flags);
 
   try {
     app.parse(argc, argv);
@@ -371,9 +422,14 @@ int main(int argc, char** argv) {
     if (!report.error.empty()) Fail(report.exit_code, report.error);
     return report.exit_code;
   }
+  absl::StatusOr<gdt::rendezvous::ClientSecurity> security =
+      SecurityFrom(tls_flags);
+  if (!security.ok()) {
+    return Fail(kExitUsage, std::string(security.status().message()));
+  }
   if (token_cmd->parsed()) {
     absl::StatusOr<std::string> out = gdt::coordinator::RunHostTokenCommand(
-        endpoint, token_action, host_name, admin_token);
+        endpoint, token_action, host_name, *security, admin_token);
     if (!out.ok()) {
       const absl::StatusCode code = out.status().code();
       return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
@@ -388,9 +444,10 @@ int main(int argc, char** argv) {
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
         host_action.empty()
-            ? gdt::coordinator::RunHostsList(endpoint, hosts_json, admin_token)
+            ? gdt::coordinator::RunHostsList(endpoint, hosts_json, *security,
+                                             admin_token)
             : gdt::coordinator::RunHostsAction(endpoint, host_action, host_name,
-                                               admin_token);
+                                               *security, admin_token);
     if (!out.ok() && gdt::coordinator::IsAuthRefusal(out.status())) {
       return Fail(kExitFailure, std::string(out.status().message()));
     }
@@ -406,7 +463,7 @@ int main(int argc, char** argv) {
   }
   if (cancel->parsed()) {
     absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
-        endpoint, cancel_gang, cancel_reason, admin_token);
+        endpoint, cancel_gang, cancel_reason, *security, admin_token);
     if (!done.ok()) {
       const absl::StatusCode code = done.status().code();
       return Fail(code == absl::StatusCode::kUnavailable ? kExitUnavailable
@@ -419,10 +476,11 @@ int main(int argc, char** argv) {
   }
   if (!watch) {
     absl::StatusOr<std::string> text = gdt::coordinator::RunStatusCommand(
-        endpoint, status_options, admin_token);
+        endpoint, status_options, *security, admin_token);
     if (!text.ok()) return StatusFailure(text.status());
     std::cout << *text;
     return kExitOk;
   }
-  return Watch(endpoint, admin_token, status_options, interval_seconds, count);
+  return Watch(endpoint, admin_token, status_options, *security,
+               interval_seconds, count);
 }

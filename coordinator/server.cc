@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -69,7 +70,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock,
     std::unique_ptr<StateStore> store) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      rendezvous::LoadServerCredentials(config.tls);
+  if (!credentials.ok()) return credentials.status();
+  absl::StatusOr<rendezvous::ClientSecurity> agent_security =
+      rendezvous::LoadClientSecurity(config.tls);
+  if (!agent_security.ok()) return agent_security.status();
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->port_checker_.SetSecurity(*agent_security);
   server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   SchedulerOptions options;
   options.max_nodes_per_job = config.max_nodes_per_job;
@@ -94,8 +102,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(config.listen_address,
-                           grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(config.listen_address, *credentials, &port);
   builder.RegisterService(server->service_.get());
   server->kv_service_ = std::make_unique<KvService>(server->coordinator_->kv());
   builder.RegisterService(server->kv_service_.get());

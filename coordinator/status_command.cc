@@ -484,8 +484,9 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
 }
 
 absl::StatusOr<v1::GetStatusResponse> FetchStatus(
-    const std::string& endpoint, const std::string& admin_token) {
-  rendezvous::CoordinatorClient client(endpoint);
+    const std::string& endpoint, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
+  rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   v1::GetStatusRequest request;
   request.set_include_finished(true);
@@ -500,11 +501,12 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(
   return status;
 }
 
-absl::StatusOr<std::string> RunStatusCommand(const std::string& endpoint,
-                                             const StatusOptions& options,
-                                             const std::string& admin_token) {
+absl::StatusOr<std::string> RunStatusCommand(
+    const std::string& endpoint, const StatusOptions& options,
+    const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
   absl::StatusOr<v1::GetStatusResponse> status =
-      FetchStatus(endpoint, admin_token);
+      FetchStatus(endpoint, security, admin_token);
   if (!status.ok()) return status.status();
   return RenderStatus(*status, options, NowUnixMillis());
 }

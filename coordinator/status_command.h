@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::coordinator {
 
@@ -26,10 +27,12 @@ struct StatusOptions {
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
 // NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
 // for a GANG that names no gang or several.
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
 // `admin_token` (may be empty) is presented as operator credentials;
 // Unauthenticated/PermissionDenied when the coordinator wants it.
 absl::StatusOr<std::string> RunStatusCommand(
     const std::string& endpoint, const StatusOptions& options,
+    const rendezvous::ClientSecurity& security = {},
     const std::string& admin_token = "");
 
 // The pure part of RunStatusCommand, for a response already fetched.
@@ -56,7 +59,9 @@ absl::Status WatchStatus(
 // Fetches the status (finished gangs included) from `endpoint`.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
 absl::StatusOr<v1::GetStatusResponse> FetchStatus(
-    const std::string& endpoint, const std::string& admin_token = "");
+    const std::string& endpoint,
+    const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 // The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
 // members, waiting reasons and ages, and RECENT FAILURES with their root

@@ -12,13 +12,14 @@ namespace gdt::executor {
 
 Outcome CleanupStage(const StageContext& context) {
   const std::chrono::milliseconds rpc_timeout(context.config.rpc_timeout);
-  rendezvous::CoordinatorClient coordinator(context.config.coordinator);
+  rendezvous::CoordinatorClient coordinator(context.config.coordinator,
+                                            context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);
   if (state.ok()) {
-    rendezvous::AgentClient agent(state->agent_endpoint);
+    rendezvous::AgentClient agent(state->agent_endpoint, context.security);
     PresentMemberToken(agent, state->assignment);
     v1::TeardownMemberRequest teardown;
     teardown.set_member_id(state->member_id);

@@ -66,6 +66,10 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
             PositiveSeconds(value, key);
         if (!seconds.ok()) return seconds.status();
         config.exit_barrier_timeout = *seconds;
+      } else if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+        absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
+        if (!tls.ok()) return tls.status();
+        config.tls = *tls;
       } else if (key == "log_level") {
         config.log_level = value.as<std::string>();
       } else {
@@ -92,6 +96,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
         "cache_root must be an absolute path, not '", config.cache_root, "'"));
   }
   GDT_RETURN_IF_ERROR(CheckLogLevel(config.log_level));
+  GDT_RETURN_IF_ERROR(ValidateClientTls(config.tls));
   if (config.arrival_host.empty()) config.arrival_host = HostName();
   return config;
 }

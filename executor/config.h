@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "common/tls_config.h"
 
 namespace gdt::executor {
 
@@ -25,6 +26,10 @@ struct Config {
   // (the exit barrier) before it gives up as a build failure.
   std::chrono::seconds exit_barrier_timeout{600};
   std::string log_level = "warn";
+  // Issue 8 (TLS): how the executor reaches the coordinator and the agents
+  // (ca_file; cert_file/key_file for mTLS). Unset = plaintext with a
+  // warning in the prepare stage's log.
+  TlsConfig tls;
 };
 
 // The path used when neither --config nor GDT_EXECUTOR_CONFIG is given.

@@ -73,6 +73,22 @@ TEST(ConfigTest, RejectsBadValues) {
   EXPECT_FALSE(ParseConfig("coordinator: [\n").ok());
 }
 
+// Issue 8: the executor is a TLS client only; a CA alone is enough.
+TEST(ConfigTest, TlsSection) {
+  absl::StatusOr<Config> config =
+      ParseConfig("coordinator: c:1\ntls: {ca_file: /ca.pem}\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->tls.enabled);
+  EXPECT_EQ(config->tls.ca_file, "/ca.pem");
+  EXPECT_THAT(ParseConfig("coordinator: c:1\ntls: {cert_file: /c.pem}\n")
+                  .status()
+                  .message(),
+              HasSubstr("tls.cert_file and tls.key_file must be given "
+                        "together"));
+  EXPECT_THAT(ParseConfig("coordinator: c:1\ntls: yes\n").status().message(),
+              HasSubstr("tls must be 'off' or a map"));
+}
+
 TEST(ConfigTest, LoadConfigNamesMissingFile) {
   absl::StatusOr<Config> config = LoadConfig("/nonexistent/executor.yaml");
 

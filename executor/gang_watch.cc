@@ -16,9 +16,10 @@ constexpr std::chrono::hours kWatchDeadline{7 * 24};
 
 GangWatch::GangWatch(const std::string& endpoint,
                      const v1::WatchGangRequest& request,
+                     const rendezvous::ClientSecurity& security,
                      const std::string& job_token) {
-  thread_ = std::thread([this, endpoint, request, job_token] {
-    Run(endpoint, request, job_token);
+  thread_ = std::thread([this, endpoint, request, security, job_token] {
+    Run(endpoint, request, security, job_token);
   });
 }
 
@@ -29,8 +30,9 @@ GangWatch::~GangWatch() {
 
 void GangWatch::Run(const std::string& endpoint,
                     const v1::WatchGangRequest& request,
+                    const rendezvous::ClientSecurity& security,
                     const std::string& job_token) {
-  rendezvous::CoordinatorClient coordinator(endpoint);
+  rendezvous::CoordinatorClient coordinator(endpoint, security);
   if (!job_token.empty()) coordinator.AddMetadata("gdt-job-token", job_token);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,

@@ -27,6 +27,7 @@ class GangWatch {
   // Starts watching through the coordinator at `endpoint`, presenting
   // `job_token` (may be empty) for coordinators that verify members.
   GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request,
+            const rendezvous::ClientSecurity& security = {},
             const std::string& job_token = "");
   ~GangWatch();
   GangWatch(const GangWatch&) = delete;
@@ -54,6 +55,7 @@ class GangWatch {
 
  private:
   void Run(const std::string& endpoint, const v1::WatchGangRequest& request,
+           const rendezvous::ClientSecurity& security,
            const std::string& job_token);
 
   rendezvous::CallCanceller canceller_;

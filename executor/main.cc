@@ -15,6 +15,7 @@
 #include "executor/outcome.h"
 #include "executor/signals.h"
 #include "executor/stages.h"
+#include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -55,8 +56,23 @@ int main(int argc, char** argv) {
     spdlog::warn("{}", warning);
   }
 
-  const gdt::executor::StageContext context{*config, job_env, signal, std::cout,
-                                            std::cerr};
+  // Issue 8: TLS towards the coordinator and agents; a bad file is one line.
+  absl::StatusOr<gdt::rendezvous::ClientSecurity> security =
+      gdt::rendezvous::LoadClientSecurity(config->tls);
+  if (!security.ok()) {
+    return FinishOutcome(
+        gdt::executor::ConfigLoadFailure(*invocation, security.status()),
+        job_env.exit_codes, std::cerr);
+  }
+  if (invocation->stage == gdt::executor::Invocation::Stage::kPrepare) {
+    if (const std::string warning =
+            gdt::PlaintextWarning(config->tls, "gdt-executor");
+        !warning.empty()) {
+      std::cerr << warning << "\n";
+    }
+  }
+  const gdt::executor::StageContext context{*config,   job_env,   signal,
+                                            std::cout, std::cerr, *security};
   const Outcome outcome = gdt::executor::RunInvocation(*invocation, context);
   const int exit_code = FinishOutcome(outcome, job_env.exit_codes, std::cerr);
   if (outcome.exit_immediately) {

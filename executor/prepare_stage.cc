@@ -76,8 +76,8 @@ Outcome PrepareStage(const StageContext& context) {
   }
   const auto deadline = std::chrono::system_clock::now() + wait;
 
-  auto coordinator =
-      std::make_shared<rendezvous::CoordinatorClient>(config.coordinator);
+  auto coordinator = std::make_shared<rendezvous::CoordinatorClient>(
+      config.coordinator, context.security);
   // The coordinator checks it with GitLab when it verifies members.
   PresentJobToken(*coordinator, job.job_token);
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
@@ -182,7 +182,7 @@ Outcome PrepareStage(const StageContext& context) {
     return Outcome::SystemFailure(std::string(status.message()));
   }
 
-  rendezvous::AgentClient agent(state.agent_endpoint);
+  rendezvous::AgentClient agent(state.agent_endpoint, context.security);
   PresentMemberToken(agent, assignment);
   v1::SetupMemberRequest setup;
   setup.set_member_id(state.member_id);

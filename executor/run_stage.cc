@@ -49,7 +49,8 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        int exit_code, bool cancelled,
                        const std::string& lost_reason = "",
                        uint32_t hung_seconds = 0, bool peer_suspected = false) {
-  rendezvous::CoordinatorClient coordinator(context.config.coordinator);
+  rendezvous::CoordinatorClient coordinator(context.config.coordinator,
+                                            context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
@@ -257,7 +258,7 @@ Outcome RunScriptStage(const StageContext& context,
     }
   }
 
-  rendezvous::AgentClient agent(state->agent_endpoint);
+  rendezvous::AgentClient agent(state->agent_endpoint, context.security);
   PresentMemberToken(agent, state->assignment);
   // SetupMember is idempotent: it re-creates the member's directories after
   // an agent restart, and an unreachable agent is reported here with the
@@ -279,9 +280,9 @@ Outcome RunScriptStage(const StageContext& context,
   // build_script that exits 0 waits for the rest of the gang.
   std::unique_ptr<GangWatch> watch;
   if (IsUserStage(stage_name)) {
-    watch = std::make_unique<GangWatch>(context.config.coordinator,
-                                        WatchRequestFor(*state),
-                                        JobTokenOf(context.env));
+    watch = std::make_unique<GangWatch>(
+        context.config.coordinator, WatchRequestFor(*state), context.security,
+        JobTokenOf(context.env));
   }
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};

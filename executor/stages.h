@@ -10,6 +10,7 @@
 #include "executor/config.h"
 #include "executor/job_env.h"
 #include "executor/outcome.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::executor {
 
@@ -42,6 +43,8 @@ struct StageContext {
   const std::atomic<int>& signal;
   std::ostream& out;
   std::ostream& err;
+  // From config.tls (issue 8): how to reach the coordinator and agents.
+  const rendezvous::ClientSecurity& security;
 };
 
 // Validates the job (payload, identity, gdt inputs) and prints the runner's

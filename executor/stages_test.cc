@@ -387,7 +387,7 @@ class StagesTest : public ::testing::Test {
     env_ = ReadJobEnv(environment_);
     absl::StatusOr<Invocation> invocation = ParseInvocation(args, {});
     if (!invocation.ok()) return Outcome::SystemFailure("bad test args");
-    const StageContext context{config_, env_, signal_, out_, err_};
+    const StageContext context{config_, env_, signal_, out_, err_, security_};
     return RunInvocation(*invocation, context);
   }
 
@@ -417,6 +417,7 @@ class StagesTest : public ::testing::Test {
   std::atomic<int> signal_{0};
   std::ostringstream out_;
   std::ostringstream err_;
+  rendezvous::ClientSecurity security_;
 };
 
 TEST_F(StagesTest, ConfigPrintsOnlyTheRunnerJson) {

@@ -121,7 +121,7 @@ int RunRshCli(int argc, char** argv,
         << agent.status().message() << "\n";
     return kExitCannotRun;
   }
-  rendezvous::AgentClient client(*agent);
+  rendezvous::AgentClient client(*agent, target->security);
   v1::ExecInMemberRequest request;
   request.set_gang_id(target->gang_id);
   request.set_token(target->token);

@@ -17,8 +17,18 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 }  // namespace
 
 AgentClient::AgentClient(const std::string& endpoint)
+    : AgentClient(endpoint, ClientSecurity()) {}
+
+AgentClient::AgentClient(const std::string& endpoint,
+                         const ClientSecurity& security)
     : endpoint_(endpoint),
-      stub_(v1::Agent::NewStub(NewLiveChannel(endpoint))) {}
+      security_(security),
+      stub_(v1::Agent::NewStub(NewLiveChannel(endpoint, security))) {}
+
+absl::Status AgentClient::Convert(const grpc::Status& status) const {
+  return ExplainConnectFailure(FromGrpcStatus(status), "agent", endpoint_,
+                               security_);
+}
 
 void AgentClient::AddMetadata(std::string key, std::string value) {
   metadata_.emplace_back(std::move(key), std::move(value));
@@ -37,7 +47,7 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
   // that a loaded host is slow to establish instead of failing the stage.
   context.set_wait_for_ready(true);
   v1::SetupMemberResponse response;
-  return FromGrpcStatus(stub_->SetupMember(&context, request, &response));
+  return Convert(stub_->SetupMember(&context, request, &response));
 }
 
 absl::StatusOr<v1::StageExit> AgentClient::RunStage(
@@ -56,7 +66,7 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
   *first.mutable_start() = start;
   if (!stream->Write(first)) {
     // Finish() may be called once only; it carries the reason.
-    absl::Status status = FromGrpcStatus(stream->Finish());
+    absl::Status status = Convert(stream->Finish());
     if (status.ok())
       return absl::UnavailableError("agent closed the stage stream");
     return status;
@@ -95,7 +105,7 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
   done.store(true);
   if (signaller.joinable()) signaller.join();
   stream->WritesDone();
-  absl::Status status = FromGrpcStatus(stream->Finish());
+  absl::Status status = Convert(stream->Finish());
   if (exit.has_value()) return *exit;
   if (status.ok()) {
     return absl::UnavailableError("agent ended the stage without an exit code");
@@ -111,7 +121,7 @@ absl::StatusOr<uint32_t> AgentClient::TeardownMember(
   context.set_deadline(In(timeout));
   v1::TeardownMemberResponse response;
   absl::Status status =
-      FromGrpcStatus(stub_->TeardownMember(&context, request, &response));
+      Convert(stub_->TeardownMember(&context, request, &response));
   if (!status.ok()) return status;
   return response.processes_killed();
 }
@@ -124,8 +134,7 @@ absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
   v1::CheckPortRequest request;
   request.set_port(port);
   v1::CheckPortResponse response;
-  absl::Status status =
-      FromGrpcStatus(stub_->CheckPort(&context, request, &response));
+  absl::Status status = Convert(stub_->CheckPort(&context, request, &response));
   if (!status.ok()) return status;
   return response.free();
 }
@@ -146,7 +155,7 @@ absl::StatusOr<v1::StageExit> AgentClient::ExecInMember(
       exit = response.exit();
     }
   }
-  absl::Status status = FromGrpcStatus(reader->Finish());
+  absl::Status status = Convert(reader->Finish());
   if (!status.ok()) return status;
   if (!exit.has_value()) {
     return absl::UnavailableError(absl::StrCat(

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/agent.grpc.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::rendezvous {
 
@@ -20,6 +21,8 @@ class AgentClient {
  public:
   // `endpoint` is host:port. Connects lazily.
   explicit AgentClient(const std::string& endpoint);
+  // The same over TLS when `security` says so (docs/security.md "TLS").
+  AgentClient(const std::string& endpoint, const ClientSecurity& security);
 
   const std::string& endpoint() const { return endpoint_; }
 
@@ -67,8 +70,10 @@ class AgentClient {
 
  private:
   void AddMetadataTo(grpc::ClientContext& context) const;
+  absl::Status Convert(const grpc::Status& status) const;
 
   std::string endpoint_;
+  ClientSecurity security_;
   std::unique_ptr<v1::Agent::Stub> stub_;
   std::vector<std::pair<std::string, std::string>> metadata_;
 };

@@ -1,5 +1,8 @@
 #include "rendezvous/channel.h"
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
@@ -16,22 +19,84 @@ grpc::ChannelArguments BaseArguments() {
   return args;
 }
 
+std::shared_ptr<grpc::ChannelCredentials> CredentialsOf(
+    const ClientSecurity& security) {
+  return security.tls() ? security.credentials
+                        : grpc::InsecureChannelCredentials();
+}
+
 }  // namespace
 
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint) {
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
+  return NewChannel(endpoint, ClientSecurity());
+}
+
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint,
+                                          const ClientSecurity& security) {
+  return grpc::CreateCustomChannel(endpoint, CredentialsOf(security),
                                    BaseArguments());
 }
 
 std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint) {
+  return NewLiveChannel(endpoint, ClientSecurity());
+}
+
+std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint,
+                                              const ClientSecurity& security) {
   grpc::ChannelArguments args = BaseArguments();
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, kKeepalivePingMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kKeepaliveTimeoutMs);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   // Keep pinging while a stream is quiet (a long stage with no output).
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
-  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(endpoint, CredentialsOf(security), args);
+}
+
+bool IsTlsHandshakeFailure(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable &&
+         absl::StrContains(status.message(), ": TLS handshake failed: ");
+}
+
+absl::Status ExplainConnectFailure(const absl::Status& status,
+                                   std::string_view peer,
+                                   std::string_view endpoint,
+                                   const ClientSecurity& security) {
+  if (status.code() != absl::StatusCode::kUnavailable) return status;
+  const std::string message = absl::AsciiStrToLower(status.message());
+  if (!security.tls()) {
+    // A TLS server answers a plaintext HTTP/2 preface by closing.
+    if (absl::StrContains(message, "socket closed") ||
+        absl::StrContains(message, "connection reset")) {
+      return absl::UnavailableError(absl::StrCat(
+          std::string(peer), " ", std::string(endpoint),
+          ": connection closed during set-up — does it require TLS? (set "
+          "tls.ca_file, or GDT_TLS_CA_FILE for CLIs)"));
+    }
+    return status;
+  }
+  std::string reason;
+  if (absl::StrContains(message, "certificate_verify_failed") ||
+      absl::StrContains(message, "certificate verify failed")) {
+    reason = "certificate verify failed";
+  } else if (absl::StrContains(message, "peer name") ||
+             absl::StrContains(message, "subject alternative name")) {
+    reason = "the server certificate does not name this address";
+  } else if (absl::StrContains(message, "handshake") ||
+             absl::StrContains(message, "ssl") ||
+             absl::StrContains(message, "tls") ||
+             absl::StrContains(message, "socket closed") ||
+             absl::StrContains(message, "connection reset")) {
+    reason =
+        "the server closed the connection (does it require a client "
+        "certificate? set tls.cert_file and tls.key_file)";
+  } else {
+    return status;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      std::string(peer), " ", std::string(endpoint),
+      ": TLS handshake failed: ", reason, " — check ",
+      security.ca_setting.empty() ? "tls.ca_file" : security.ca_setting,
+      " (and the client certificate if the server requires mTLS)"));
 }
 
 void EnableKeepalive(grpc::ServerBuilder& builder) {

@@ -3,16 +3,32 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
+#include "absl/status/status.h"
 #include "grpcpp/channel.h"
+#include "grpcpp/security/credentials.h"
 #include "grpcpp/server_builder.h"
 
 namespace gdt::rendezvous {
+
+// How a client reaches its peers (docs/security.md "TLS"). Built by
+// LoadClientSecurity() / ClientSecurityFromEnvironment() in rendezvous/tls.h;
+// the default is plaintext.
+struct ClientSecurity {
+  // TLS credentials; nullptr = plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  // The setting that names the CA, for error messages ("tls.ca_file").
+  std::string ca_setting;
+  bool tls() const { return credentials != nullptr; }
+};
 
 // A channel to a gdt peer (coordinator or agent) at host:port. Reconnect
 // backoff is capped at 2 s instead of gRPC's 120 s, so a restarted
 // coordinator is found again within seconds.
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint);
+std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint,
+                                          const ClientSecurity& security);
 
 // Liveness of long streams (issue 4): a channel from NewLiveChannel() pings
 // its server every kKeepalivePing while a call is open and drops the
@@ -22,6 +38,22 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint);
 inline constexpr int kKeepalivePingMs = 2000;
 inline constexpr int kKeepaliveTimeoutMs = 3000;
 std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint);
+std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint,
+                                              const ClientSecurity& security);
+
+// One clear line for a call that failed to connect: when `status` is
+// UNAVAILABLE and gRPC reports a TLS handshake problem (or the peer closed
+// a TLS connection), returns UNAVAILABLE "<peer> <endpoint>: TLS handshake
+// failed: <reason> — check <ca_setting> ..."; a plaintext client talking to
+// a TLS server gets a line saying so. Other statuses are returned as they
+// are.
+// Whether `status` is such a rewritten TLS handshake failure (not worth
+// retrying: certificates do not fix themselves).
+bool IsTlsHandshakeFailure(const absl::Status& status);
+absl::Status ExplainConnectFailure(const absl::Status& status,
+                                   std::string_view peer,
+                                   std::string_view endpoint,
+                                   const ClientSecurity& security);
 
 // The server side of the same contract: accepts those pings (gRPC refuses
 // frequent pings by default) and pings its own clients, so a server notices

@@ -24,6 +24,8 @@ std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
 // Codes that mean "try again": the coordinator is down, restarting, or the
 // connection broke.
 bool IsTransient(const absl::Status& status) {
+  // A certificate problem does not go away by retrying.
+  if (IsTlsHandshakeFailure(status)) return false;
   return status.code() == absl::StatusCode::kUnavailable ||
          status.code() == absl::StatusCode::kUnknown ||
          status.code() == absl::StatusCode::kInternal ||
@@ -75,7 +77,11 @@ std::string LeaderFromMessage(absl::string_view message) {
 }
 
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
-    : endpoint_(endpoint) {
+    : CoordinatorClient(endpoint, ClientSecurity()) {}
+
+CoordinatorClient::CoordinatorClient(const std::string& endpoint,
+                                     const ClientSecurity& security)
+    : endpoint_(endpoint), security_(security) {
   for (absl::string_view part : absl::StrSplit(endpoint, ',')) {
     part = absl::StripAsciiWhitespace(part);
     if (!part.empty()) endpoints_.emplace_back(part);
@@ -87,7 +93,9 @@ CoordinatorClient::CoordinatorClient(const std::string& endpoint)
 std::pair<v1::Coordinator::Stub*, std::string> CoordinatorClient::Current() {
   MutexLock lock(mu_);
   std::unique_ptr<v1::Coordinator::Stub>& stub = stubs_[current_];
-  if (stub == nullptr) stub = v1::Coordinator::NewStub(NewChannel(current_));
+  if (stub == nullptr) {
+    stub = v1::Coordinator::NewStub(NewChannel(current_, security_));
+  }
   return {stub.get(), current_};
 }
 
@@ -125,7 +133,7 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
     context.set_deadline(deadline);
     AddMetadataTo(context);
     auto [stub, used] = Current();
-    status = FromGrpcStatus(call(*stub, &context));
+    status = Convert(call(*stub, &context), used);
     if (!Failover(used, status)) return status;
     if (std::chrono::system_clock::now() >= deadline) return status;
   }
@@ -136,6 +144,12 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
 
 void CoordinatorClient::AddMetadata(std::string key, std::string value) {
   metadata_.emplace_back(std::move(key), std::move(value));
+}
+
+absl::Status CoordinatorClient::Convert(const grpc::Status& status,
+                                        const std::string& used) const {
+  return ExplainConnectFailure(FromGrpcStatus(status), "coordinator", used,
+                               security_);
 }
 
 void CoordinatorClient::AddMetadataTo(grpc::ClientContext& context) const {
@@ -200,7 +214,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
           break;
       }
     }
-    absl::Status status = FromGrpcStatus(reader->Finish());
+    absl::Status status = Convert(reader->Finish(), used);
     if (status.ok()) {
       status =
           absl::UnavailableError("coordinator ended the join stream early");
@@ -259,7 +273,7 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
       if (event.has_failed() || event.has_succeeded()) final_event = event;
     }
     if (final_event.has_value()) context.TryCancel();
-    absl::Status status = FromGrpcStatus(reader->Finish());
+    absl::Status status = Convert(reader->Finish(), used);
     canceller.Detach();
     if (final_event.has_value()) return *final_event;
     if (canceller.cancelled()) return cancelled;

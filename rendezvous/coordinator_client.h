@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::rendezvous {
 
@@ -61,6 +62,11 @@ class CoordinatorClient {
   // unary calls try the others at once within their timeout, JoinGang and
   // WatchGang on their next reconnect. Connects lazily.
   explicit CoordinatorClient(const std::string& endpoint);
+  // The same over TLS when `security` says so (docs/security.md "TLS"). A
+  // failed TLS handshake is one clear UNAVAILABLE line (see
+  // ExplainConnectFailure) and is not retried.
+  CoordinatorClient(const std::string& endpoint,
+                    const ClientSecurity& security);
 
   // As given to the constructor.
   const std::string& endpoint() const { return endpoint_; }
@@ -146,8 +152,12 @@ class CoordinatorClient {
   absl::Status Unary(std::chrono::milliseconds timeout, Call call);
 
   void AddMetadataTo(grpc::ClientContext& context) const;
+  // A call's status, a TLS handshake failure with `used` as one clear line.
+  absl::Status Convert(const grpc::Status& status,
+                       const std::string& used) const;
 
   std::string endpoint_;
+  ClientSecurity security_;
   std::vector<std::string> endpoints_;
   // Set before the first call (AddMetadata); read by every call.
   std::vector<std::pair<std::string, std::string>> metadata_;

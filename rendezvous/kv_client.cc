@@ -6,6 +6,7 @@
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/tls.h"
 
 namespace gdt::rendezvous {
 namespace {
@@ -17,8 +18,14 @@ void Prepare(grpc::ClientContext& context, KvClient::Deadline deadline) {
 
 // Adds which call and key failed, keeping the code.
 absl::Status Explain(const grpc::Status& status, const char* op,
-                     const std::string& key, const std::string& endpoint) {
-  absl::Status converted = FromGrpcStatus(status);
+                     const std::string& key, const std::string& endpoint,
+                     const ClientSecurity& security) {
+  absl::Status converted = ExplainConnectFailure(
+      FromGrpcStatus(status), "coordinator", endpoint, security);
+  if (IsTlsHandshakeFailure(converted)) {
+    return absl::UnavailableError(
+        absl::StrCat("kv ", op, " '", key, "': ", converted.message()));
+  }
   if (converted.code() == absl::StatusCode::kDeadlineExceeded) {
     return absl::DeadlineExceededError(
         absl::StrCat("kv ", op, " '", key, "': deadline passed (coordinator ",
@@ -47,6 +54,10 @@ absl::StatusOr<KvTarget> KvTargetFromEnvironment(
     }
     *field = value;
   }
+  absl::StatusOr<ClientSecurity> security =
+      ClientSecurityFromEnvironment(getenv);
+  if (!security.ok()) return security.status();
+  target.security = *security;
   const char* epoch = getenv("GDT_EPOCH");
   const std::string text = epoch == nullptr ? "" : epoch;
   const auto [end, error] =
@@ -60,7 +71,7 @@ absl::StatusOr<KvTarget> KvTargetFromEnvironment(
 }
 
 KvClient::KvClient(KvTarget target)
-    : KvClient(target, NewChannel(target.endpoint)) {}
+    : KvClient(target, NewChannel(target.endpoint, target.security)) {}
 
 KvClient::KvClient(KvTarget target, std::shared_ptr<grpc::Channel> channel)
     : target_(std::move(target)), stub_(v1::GangKv::NewStub(channel)) {}
@@ -81,7 +92,8 @@ absl::Status KvClient::Set(const std::string& key, const std::string& value,
   request.set_value(value);
   v1::KvSetResponse response;
   grpc::Status status = stub_->Set(&context, request, &response);
-  if (!status.ok()) return Explain(status, "set", key, target_.endpoint);
+  if (!status.ok())
+    return Explain(status, "set", key, target_.endpoint, target_.security);
   return absl::OkStatus();
 }
 
@@ -94,7 +106,8 @@ absl::StatusOr<std::string> KvClient::Get(const std::string& key,
   request.set_key(key);
   v1::KvGetResponse response;
   grpc::Status status = stub_->Get(&context, request, &response);
-  if (!status.ok()) return Explain(status, "get", key, target_.endpoint);
+  if (!status.ok())
+    return Explain(status, "get", key, target_.endpoint, target_.security);
   return std::move(*response.mutable_value());
 }
 
@@ -107,7 +120,8 @@ absl::StatusOr<std::string> KvClient::Wait(const std::string& key,
   request.set_key(key);
   v1::KvWaitResponse response;
   grpc::Status status = stub_->Wait(&context, request, &response);
-  if (!status.ok()) return Explain(status, "wait", key, target_.endpoint);
+  if (!status.ok())
+    return Explain(status, "wait", key, target_.endpoint, target_.security);
   return std::move(*response.mutable_value());
 }
 
@@ -123,7 +137,8 @@ absl::StatusOr<KvCasOutcome> KvClient::CompareAndSet(
   request.set_desired(desired);
   v1::KvCompareAndSetResponse response;
   grpc::Status status = stub_->CompareAndSet(&context, request, &response);
-  if (!status.ok()) return Explain(status, "cas", key, target_.endpoint);
+  if (!status.ok())
+    return Explain(status, "cas", key, target_.endpoint, target_.security);
   KvCasOutcome outcome;
   outcome.swapped = response.swapped();
   if (response.has_current()) outcome.current = response.current();
@@ -140,7 +155,8 @@ absl::StatusOr<int64_t> KvClient::Add(const std::string& key, int64_t delta,
   request.set_delta(delta);
   v1::KvAddResponse response;
   grpc::Status status = stub_->Add(&context, request, &response);
-  if (!status.ok()) return Explain(status, "add", key, target_.endpoint);
+  if (!status.ok())
+    return Explain(status, "add", key, target_.endpoint, target_.security);
   return response.value();
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "gdt/v1/kv.grpc.pb.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::rendezvous {
 
@@ -19,12 +20,17 @@ struct KvTarget {
   std::string gang_id;   // GDT_GANG_ID.
   uint32_t epoch = 0;    // GDT_EPOCH.
   std::string token;     // GDT_KV_TOKEN.
+  // GDT_TLS_CA_FILE / GDT_TLS_CERT_FILE / GDT_TLS_KEY_FILE (issue 8): TLS
+  // when set; plaintext by default.
+  ClientSecurity security;
 };
 
 // Reads GDT_COORDINATOR, GDT_GANG_ID, GDT_EPOCH and GDT_KV_TOKEN through
-// `getenv` (returns nullptr for unset variables).
+// `getenv` (returns nullptr for unset variables), and the TLS variables
+// (ClientSecurityFromEnvironment in rendezvous/tls.h).
 // Errors: FailedPrecondition naming the first variable that is missing or
-// empty, or GDT_EPOCH when it is not a positive integer.
+// empty, or GDT_EPOCH when it is not a positive integer; InvalidArgument
+// naming a TLS variable whose file cannot be read.
 absl::StatusOr<KvTarget> KvTargetFromEnvironment(
     const std::function<const char*(const char*)>& getenv);
 
@@ -41,7 +47,8 @@ class KvClient {
  public:
   using Deadline = std::chrono::system_clock::time_point;
 
-  // Connects lazily to `target.endpoint`.
+  // Connects lazily to `target.endpoint`, over TLS when `target.security`
+  // says so.
   explicit KvClient(KvTarget target);
   // Shares `channel` (e.g. many members in one benchmark process).
   KvClient(KvTarget target, std::shared_ptr<grpc::Channel> channel);

@@ -32,9 +32,12 @@ wait_for_file() {
 }
 
 echo "== gdt demo: state and logs in $work"
+echo "== plaintext gRPC on loopback only (tls: off); real installations turn"
+echo "   on TLS: docs/security.md \"TLS\""
 cat >"$work/coord.yaml" <<YAML
 listen_address: 127.0.0.1:0
 state_path: $work/coord.db
+tls: off
 YAML
 "$bin/coordinator/gdt-coord" serve --config "$work/coord.yaml" \
   --port-file "$work/coord.port" >"$work/coord.log" 2>&1 &
@@ -47,6 +50,7 @@ cat >"$work/agent.yaml" <<YAML
 coordinator: $coord
 listen_address: 127.0.0.1:0
 scratch_dir: $work/agent
+tls: off
 host:
   name: $(hostname)
   address: 127.0.0.1
@@ -65,6 +69,7 @@ cat >"$work/executor.yaml" <<YAML
 coordinator: $coord
 builds_root: $work/builds
 cache_root: $work/cache
+tls: off
 YAML
 
 echo "== gdt-ci run-local: job 'train' of examples/ddp/.gitlab-ci.yml (parallel: 2)"

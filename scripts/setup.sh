@@ -25,6 +25,8 @@ packages=(
   openmpi-bin python3-mpi4py
   # HA (issue 11): etcd v3 as the replicated state store, started by tests
   etcd-server etcd-client
+  # TLS tests (issue 8): certificates made at test time with the openssl CLI
+  openssl
 )
 
 missing=()

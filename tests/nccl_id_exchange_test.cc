@@ -36,7 +36,7 @@ class IdExchangeTest : public ::testing::Test {
   void TearDown() override { server_->Shutdown(); }
 
   rendezvous::KvTarget Target() const {
-    return {server_->bound_address(), "g-1", 1, "secret"};
+    return {server_->bound_address(), "g-1", 1, "secret", {}};
   }
 
   // Runs `nranks` ranks as threads; each root's id is 128 copies of a byte

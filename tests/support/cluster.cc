@@ -211,14 +211,15 @@ CommandResult RunProcess(const std::vector<std::string>& argv,
 }
 
 absl::StatusOr<nlohmann::json> CoordinatorStatus(
-    const std::string& endpoint, const std::vector<std::string>& prefix) {
+    const std::string& endpoint, const std::vector<std::string>& prefix,
+    const std::map<std::string, std::string>& env) {
   std::vector<std::string> argv = prefix;
   for (const std::string& arg : {BinaryPath("gdt-coord"), std::string("status"),
                                  std::string("--coordinator"), endpoint,
                                  std::string("--json"), std::string("--all")}) {
     argv.push_back(arg);
   }
-  CommandResult result = RunProcess(argv, {}, milliseconds(20000));
+  CommandResult result = RunProcess(argv, env, milliseconds(20000));
   if (!result.status.success()) {
     return absl::UnavailableError(
         absl::StrCat("gdt-coord status failed: ", result.output));
@@ -343,7 +344,8 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
                                  "metrics_address: ", listen_host, ":0\n",
                                  "master_port_range: {min: ", first_port,
                                  ", max: ", first_port + 39, "}\n",
-                                 coordinator_extra_config_));
+                                 coordinator_extra_config_,
+                                 TlsYaml(/*server=*/true)));
   const std::string log =
       dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
@@ -376,7 +378,7 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
       ":0\nscratch_dir: ", dir_.Sub("agent-" + spec.name),
       "\nkill_grace_seconds: 5\nhost:\n  name: ", spec.name,
       "\n  address: ", address, "\n  cpu_slots: ", spec.cpu_slots,
-      "\n  gpus: ", spec.gpus, "\n");
+      "\n  gpus: ", spec.gpus, "\n", TlsYaml(/*server=*/true));
   if (!spec.network_interface.empty()) {
     absl::StrAppend(&yaml, "  network_interface: ", spec.network_interface,
                     "\n");
@@ -444,7 +446,7 @@ std::string GdtCluster::WriteExecutorConfig() const {
                          "\nbuilds_root: ", dir_.Sub("builds"),
                          "\ncache_root: ", dir_.Sub("cache"),
                          "\narrival_host: runner\njoin_timeout_seconds: 120\n",
-                         "log_level: info\n"));
+                         "log_level: info\n", TlsYaml(/*server=*/false)));
   return config;
 }
 
@@ -473,7 +475,21 @@ std::vector<std::string> GdtCluster::RunLocalArgv(
 }
 
 absl::StatusOr<nlohmann::json> GdtCluster::Status() {
-  return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_));
+  std::map<std::string, std::string> env;
+  if (tls_.has_value()) {
+    env = {{"GDT_TLS_CA_FILE", tls_->ca_file},
+           {"GDT_TLS_CERT_FILE", tls_->cert_file},
+           {"GDT_TLS_KEY_FILE", tls_->key_file}};
+  }
+  return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_), env);
+}
+
+std::string GdtCluster::TlsYaml(bool server) const {
+  if (!tls_.has_value()) return "";
+  return absl::StrCat("tls:\n  ca_file: ", tls_->ca_file,
+                      "\n  cert_file: ", tls_->cert_file,
+                      "\n  key_file: ", tls_->key_file, "\n",
+                      server ? "  require_client_cert: true\n" : "");
 }
 
 std::string GdtCluster::Logs() const {

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/test_certs.h"
 
 namespace gdt::testing {
 
@@ -97,8 +98,10 @@ CommandResult RunProcess(const std::vector<std::string>& argv,
                          std::chrono::milliseconds timeout);
 
 // `gdt-coord status --json` against `endpoint`, run with `prefix`.
+// `env` adds variables, e.g. GDT_TLS_CA_FILE for a TLS coordinator.
 absl::StatusOr<nlohmann::json> CoordinatorStatus(
-    const std::string& endpoint, const std::vector<std::string>& prefix = {});
+    const std::string& endpoint, const std::vector<std::string>& prefix = {},
+    const std::map<std::string, std::string>& env = {});
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& condition,
@@ -135,6 +138,10 @@ class GdtCluster {
   void SetCoordinatorExtraConfig(std::string yaml) {
     coordinator_extra_config_ = std::move(yaml);
   }
+  // Issue 8: every daemon, the executor and Status() use TLS with mutual
+  // authentication from `certs` (call before starting anything).
+  void UseTls(const TestCerts& certs) { tls_ = certs; }
+
   // Starts gdt-coord; `listen` empty = a kernel-chosen port.
   absl::Status StartCoordinator(const std::string& listen = "");
   // Stops it with `signal` (SIGKILL simulates a crash).
@@ -190,6 +197,8 @@ class GdtCluster {
 
  private:
   std::vector<std::string> Prefix(int host) const;
+  // The `tls:` config lines ("" without UseTls()).
+  std::string TlsYaml(bool server) const;
   std::string WriteExecutorConfig() const;
 
   const NetworkNamespaces* namespaces_;
@@ -203,6 +212,7 @@ class GdtCluster {
   int coordinator_starts_ = 0;
   std::vector<std::unique_ptr<Daemon>> replicas_;  // HA (issue 11).
   std::vector<std::string> replica_endpoints_;
+  std::optional<TestCerts> tls_;
 };
 
 }  // namespace gdt::testing

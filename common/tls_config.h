@@ -1,0 +1,48 @@
+#ifndef GDT_COMMON_TLS_CONFIG_H_
+#define GDT_COMMON_TLS_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "yaml-cpp/yaml.h"
+
+namespace gdt {
+
+// The `tls` section shared by the coordinator, agent and executor configs
+// (docs/security.md "TLS"). Plain data; credentials are built from it by
+// rendezvous/tls.h. One section serves both roles of a daemon: its server
+// (cert_file/key_file, require_client_cert) and its client connections
+// (ca_file to verify peers, cert_file/key_file as the client certificate
+// for mTLS).
+struct TlsConfig {
+  bool enabled = false;
+  // `tls: off` was written: plaintext on purpose. Unset and not enabled
+  // means plaintext by default; both print a warning at start-up.
+  bool explicitly_off = false;
+  std::string ca_file;    // PEM; empty = the system's roots (clients).
+  std::string cert_file;  // PEM certificate chain.
+  std::string key_file;   // PEM private key of cert_file.
+  bool require_client_cert = false;  // Servers: mTLS.
+};
+
+// Parses the value of a `tls` key: the scalar `off` (or `false`) or a map of
+// ca_file, cert_file, key_file, require_client_cert. Never throws.
+// Errors: InvalidArgument naming `key` and what is wrong, e.g.
+// "unknown key 'tls.ca'".
+absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
+                                         std::string_view key = "tls");
+
+// Role-specific checks. A server needs cert_file and key_file; mTLS needs
+// ca_file; cert_file and key_file come together.
+// Errors: InvalidArgument naming the setting.
+absl::Status ValidateServerTls(const TlsConfig& tls);
+absl::Status ValidateClientTls(const TlsConfig& tls);
+
+// The start-up warning for a plaintext config (empty when TLS is on), e.g.
+// "gdt-coord: TLS is off (tls: off): gRPC traffic is plaintext ...".
+std::string PlaintextWarning(const TlsConfig& tls, std::string_view program);
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_TLS_CONFIG_H_

@@ -1,0 +1,69 @@
+#include "common/tls_config.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<TlsConfig> Parse(const std::string& yaml) {
+  return ParseTlsConfig(YAML::Load(yaml)["tls"]);
+}
+
+TEST(TlsConfigTest, OffIsExplicitPlaintext) {
+  absl::StatusOr<TlsConfig> tls = Parse("tls: off");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_FALSE(tls->enabled);
+  EXPECT_TRUE(tls->explicitly_off);
+  EXPECT_THAT(PlaintextWarning(*tls, "gdt-agent"),
+              HasSubstr("gdt-agent: WARNING: TLS is off (tls: off)"));
+}
+
+TEST(TlsConfigTest, DefaultIsPlaintextWithAWarning) {
+  EXPECT_THAT(PlaintextWarning(TlsConfig(), "gdt-coord"),
+              HasSubstr("no tls section in the config"));
+}
+
+TEST(TlsConfigTest, MapEnablesTls) {
+  absl::StatusOr<TlsConfig> tls = Parse(
+      "tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem, "
+      "require_client_cert: true}");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_TRUE(tls->enabled);
+  EXPECT_EQ(tls->ca_file, "/ca.pem");
+  EXPECT_EQ(tls->cert_file, "/c.pem");
+  EXPECT_EQ(tls->key_file, "/k.pem");
+  EXPECT_TRUE(tls->require_client_cert);
+  EXPECT_EQ(PlaintextWarning(*tls, "gdt-coord"), "");
+  EXPECT_TRUE(ValidateServerTls(*tls).ok());
+}
+
+TEST(TlsConfigTest, BadInputNamesTheKey) {
+  EXPECT_THAT(Parse("tls: {ca: /x}").status().message(),
+              HasSubstr("unknown key 'tls.ca'"));
+  EXPECT_THAT(Parse("tls: on").status().message(),
+              HasSubstr("tls must be 'off' or a map"));
+  EXPECT_THAT(Parse("tls: [1]").status().message(),
+              HasSubstr("tls must be 'off' or a map"));
+  EXPECT_THAT(Parse("tls: {ca_file: {a: 1}}").status().message(),
+              HasSubstr("tls.ca_file must be a non-empty path"));
+  EXPECT_THAT(Parse("tls: {cert_file: /c.pem}").status().message(),
+              HasSubstr("must be given together"));
+  EXPECT_THAT(Parse("tls: {require_client_cert: maybe}").status().message(),
+              HasSubstr("tls.require_client_cert must be true or false"));
+  EXPECT_THAT(Parse("tls: {require_client_cert: true}").status().message(),
+              HasSubstr("needs tls.ca_file"));
+}
+
+TEST(TlsConfigTest, ServerNeedsCertificateAndKey) {
+  absl::StatusOr<TlsConfig> tls = Parse("tls: {ca_file: /ca.pem}");
+  ASSERT_TRUE(tls.ok());
+  EXPECT_TRUE(ValidateClientTls(*tls).ok());
+  EXPECT_THAT(ValidateServerTls(*tls).message(),
+              HasSubstr("tls.cert_file and tls.key_file are required"));
+}
+
+}  // namespace
+}  // namespace gdt
