@@ -224,7 +224,7 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
   ASSERT_EQ(gang.size(), 2u);
   rendezvous::KvClient member(
       rendezvous::KvTarget{server_->bound_address(), gang[0].gang_id(),
-                           gang[0].epoch(), gang[0].kv_token()});
+                           gang[0].epoch(), gang[0].kv_token(), {}});
   ASSERT_TRUE(member.Set("nccl_id", "secret-id", In(5s)).ok());
 
   // Pipeline 78's and project 6's jobs claim pipeline 77 of project 5.
@@ -247,7 +247,7 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
   ASSERT_EQ(gang_b.size(), 2u);
   rendezvous::KvClient intruder(
       rendezvous::KvTarget{server_->bound_address(), gang[0].gang_id(),
-                           gang[0].epoch(), gang_b[0].kv_token()});
+                           gang[0].epoch(), gang_b[0].kv_token(), {}});
   absl::StatusOr<std::string> stolen = intruder.Get("nccl_id", In(5s));
   EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(stolen.status().message(), HasSubstr("wrong gang token"));
@@ -352,7 +352,7 @@ TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(refused.status().message(), HasSubstr("--admin-token-file"));
   absl::StatusOr<std::string> cancel =
-      RunCancelCommand(endpoint, "train-p5-pl77-n2", "", "wrong");
+      RunCancelCommand(endpoint, "train-p5-pl77-n2", "", {}, "wrong");
   EXPECT_EQ(cancel.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(cancel.status().message(), HasSubstr("wrong admin token"));
 
@@ -361,13 +361,13 @@ TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
       config_.admin_token_file, (temp_.path() + "/missing").c_str());
   ASSERT_TRUE(token.ok()) << token.status();
   absl::StatusOr<std::string> drained =
-      RunHostsAction(endpoint, "drain", "cpu-01", *token);
+      RunHostsAction(endpoint, "drain", "cpu-01", {}, *token);
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_THAT(*drained, HasSubstr("host cpu-01 drained"));
-  absl::StatusOr<std::string> listed = RunHostsList(endpoint, false, *token);
+  absl::StatusOr<std::string> listed = RunHostsList(endpoint, false, {}, *token);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, HasSubstr("drained"));
-  EXPECT_TRUE(RunStatusCommand(endpoint, StatusOptions(), *token).ok());
+  EXPECT_TRUE(RunStatusCommand(endpoint, StatusOptions(), {}, *token).ok());
 
   absl::StatusOr<std::string> from_env =
       LoadAdminToken("", config_.admin_token_file.c_str());
@@ -415,15 +415,15 @@ TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
   EXPECT_EQ(RunHostTokenCommand(endpoint, "create", "cpu-01").status().code(),
             absl::StatusCode::kUnauthenticated);
   absl::StatusOr<std::string> created =
-      RunHostTokenCommand(endpoint, "create", "cpu-01", kAdminToken);
+      RunHostTokenCommand(endpoint, "create", "cpu-01", {}, kAdminToken);
   ASSERT_TRUE(created.ok()) << created.status();
   ASSERT_EQ(created->size(), 65u);  // 64 hex digits and a newline.
   const std::string token = created->substr(0, 64);
   absl::StatusOr<std::string> other =
-      RunHostTokenCommand(endpoint, "create", "cpu-02", kAdminToken);
+      RunHostTokenCommand(endpoint, "create", "cpu-02", {}, kAdminToken);
   ASSERT_TRUE(other.ok()) << other.status();
   absl::StatusOr<std::string> listed =
-      RunHostTokenCommand(endpoint, "list", "", kAdminToken);
+      RunHostTokenCommand(endpoint, "list", "", {}, kAdminToken);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, HasSubstr("cpu-01  issued 20"));
   EXPECT_THAT(*listed, HasSubstr("cpu-02  issued 20"));
@@ -471,14 +471,14 @@ TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
 
   // Revoked: the agent is refused from its next call on.
   absl::StatusOr<std::string> revoked =
-      RunHostTokenCommand(endpoint, "revoke", "cpu-01", kAdminToken);
+      RunHostTokenCommand(endpoint, "revoke", "cpu-01", {}, kAdminToken);
   ASSERT_TRUE(revoked.ok()) << revoked.status();
   absl::Status heartbeat = agent->Heartbeat("cpu-01", 5s).status();
   EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(heartbeat.message(), HasSubstr("wrong or was revoked"));
   EXPECT_EQ(agent->RegisterHost(Host("cpu-01"), 5s).status().code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(RunHostTokenCommand(endpoint, "revoke", "cpu-01", kAdminToken)
+  EXPECT_EQ(RunHostTokenCommand(endpoint, "revoke", "cpu-01", {}, kAdminToken)
                 .status()
                 .code(),
             absl::StatusCode::kNotFound);
