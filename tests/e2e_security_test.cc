@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/support/cluster.h"
@@ -19,6 +20,89 @@ namespace {
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// A 2-member CPU gang `train` running one echo.
+std::string MakeEchoProject(const TempDir& dir) {
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            "train:\n"
+            "  parallel: 2\n"
+            "  timeout: 5 minutes\n"
+            "  variables:\n"
+            "    GDT_GPUS_PER_NODE: \"0\"\n"
+            "    GDT_LAUNCHER: none\n"
+            "  script:\n"
+            "    - 'echo member $CI_NODE_INDEX ran'\n");
+  return project;
+}
+
+void AddJob(gitlab::FakeGitLabApi& gitlab, int64_t id, const std::string& name,
+            int64_t pipeline, bool running) {
+  gitlab::FakeJob job;
+  job.id = id;
+  job.token = absl::StrCat("glcbt-local-", id);  // What run-local hands out.
+  job.name = name;
+  job.project_id = 1;
+  job.pipeline_id = pipeline;
+  job.running = running;
+  gitlab.AddJob(job);
+}
+
+// The coordinator checks every member's CI job token with (a fake) GitLab:
+// a pipeline GitLab confirms runs; a member whose claims disagree with
+// GitLab's record, and one whose token GitLab refuses (401), fail as system
+// failures with the reason in their job logs.
+TEST(SecurityE2eTest, CoordinatorVerifiesMembersWithGitLab) {
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
+      gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+  AddJob(**gitlab, 7001, "train 1/2", 7, true);
+  AddJob(**gitlab, 7002, "train 2/2", 7, true);
+  AddJob(**gitlab, 8001, "train 1/2", 9, true);   // GitLab: pipeline 9, not 8.
+  AddJob(**gitlab, 8002, "train 2/2", 8, false);  // Finished: 401.
+
+  GdtCluster cluster;
+  cluster.SetCoordinatorExtraConfig(
+      absl::StrCat("gitlab_url: ", (*gitlab)->url(), "\n"));
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = MakeEchoProject(cluster.dir());
+  const auto member_log = [&](int index) {
+    return ReadFile(
+        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
+  };
+
+  CommandResult verified = cluster.RunLocal(
+      project, "train", {"--pipeline-id", "7", "--first-job-id", "7000"},
+      seconds(90));
+  ASSERT_TRUE(verified.status.success()) << verified.output << cluster.Logs();
+  EXPECT_THAT(member_log(2), HasSubstr("member 2 ran\n"));
+
+  CommandResult rejected = cluster.RunLocal(
+      project, "train", {"--pipeline-id", "8", "--first-job-id", "8000"},
+      seconds(90));
+  EXPECT_FALSE(rejected.status.success()) << rejected.output;
+  const std::string log1 = member_log(1);
+  EXPECT_THAT(log1,
+              HasSubstr("gdt: member rejected: CI_PIPELINE_ID 8 disagrees with "
+                        "GitLab, which says 9 for job 8001"))
+      << log1;
+  EXPECT_THAT(log1, HasSubstr("Job failed (system failure)")) << log1;
+  EXPECT_THAT(log1, Not(HasSubstr("member 1 ran")));
+  const std::string log2 = member_log(2);
+  EXPECT_THAT(log2, HasSubstr("gdt: member rejected: GitLab refused the job "
+                              "token"))
+      << log2;
+  EXPECT_THAT(log2, HasSubstr("HTTP 401")) << log2;
+  EXPECT_THAT(log2, HasSubstr("Job failed (system failure)")) << log2;
+  EXPECT_THAT(log2, Not(HasSubstr("glcbt-local-8002")));
+  EXPECT_THAT(cluster.Logs(), Not(HasSubstr("glcbt-local-")));
+}
 
 TEST(SecurityE2eTest, TokenProtectedAgentRunsTheAdmittedMembersJob) {
   GdtCluster cluster;
