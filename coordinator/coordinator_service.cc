@@ -448,9 +448,12 @@ absl::Status CoordinatorService::CheckAdmin(
 
 absl::Status CoordinatorService::CheckHost(
     const grpc::CallbackServerContext* context, const std::string& host_name) {
-  if (!security_.require_host_tokens) return absl::OkStatus();
-  absl::StatusOr<std::string> host =
-      coordinator_.HostOfToken(MetadataValue(context, kHostTokenMetadata));
+  const std::string token = MetadataValue(context, kHostTokenMetadata);
+  // A token presented is checked even when none is required: an agent with
+  // a wrong or revoked token hears so at once instead of having every stage
+  // refused later for want of member tokens.
+  if (token.empty() && !security_.require_host_tokens) return absl::OkStatus();
+  absl::StatusOr<std::string> host = coordinator_.HostOfToken(token);
   if (!host.ok()) return host.status();
   if (*host != host_name) {
     return absl::PermissionDeniedError(

@@ -127,9 +127,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // PermissionDenied when it is wrong.
   absl::Status CheckAdmin(const grpc::CallbackServerContext* context,
                           const char* what) const;
-  // With require_host_tokens: OK when the caller's host token is
-  // `host_name`'s. Errors: Unauthenticated (none), PermissionDenied (wrong,
-  // revoked, or another host's).
+  // OK when the caller's host token is `host_name`'s; without
+  // require_host_tokens also when it presents none. Errors: Unauthenticated
+  // (none), PermissionDenied (wrong, revoked, or another host's).
   absl::Status CheckHost(const grpc::CallbackServerContext* context,
                          const std::string& host_name);
   // OK when the caller may read status (see ServiceSecurity).

@@ -356,6 +356,7 @@ int main(int argc, char** argv) {
       "prints a new token once, list shows hosts with tokens, revoke HOST "
       "refuses its agent");
   token_cmd->require_subcommand(1);
+  token_cmd->fallthrough();  // `--coordinator`/`--admin-token-file` after.
   for (const auto& [name, help] :
        {std::pair<const char*, const char*>{
             "create",

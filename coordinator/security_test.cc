@@ -408,6 +408,16 @@ TEST_F(SecurityTest, UnreadableAdminTokenFileStopsStartUp) {
   EXPECT_THAT(server.status().message(), HasSubstr("admin_token_file"));
 }
 
+TEST_F(SecurityTest, APresentedHostTokenIsCheckedEvenWhenNotRequired) {
+  // require_host_tokens is off here: no token is fine, a bad one is not.
+  EXPECT_TRUE(ClientWith("", "")->RegisterHost(Host("cpu-01"), 5s).ok());
+  absl::Status bogus = ClientWith("gdt-host-token", "never-issued")
+                           ->RegisterHost(Host("cpu-01"), 5s)
+                           .status();
+  EXPECT_EQ(bogus.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(bogus.message(), HasSubstr("wrong or was revoked"));
+}
+
 TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
   config_.require_host_tokens = true;
   Restart();
