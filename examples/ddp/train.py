@@ -146,6 +146,10 @@ def main():
                 stopped = True
             if step >= steps or stopped:
                 break
+    # Training is over: a late notice (another member's, or our own arriving
+    # just after the gang stopped) must not kill us while we exit; Python
+    # would restore the default (fatal) action during shutdown otherwise.
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     dist.barrier()  # Rank 0's checkpoint is complete before anyone exits.
     log(f"trained {step} steps on {socket.gethostname()}")
 
