@@ -50,7 +50,8 @@ class HaServerTest : public ::testing::Test {
     config_.listen_address = "127.0.0.1:0";
     config_.state_store = "etcd";
     config_.etcd_endpoints = etcd_->endpoints();
-    config_.lease_ttl_s = 2;
+    // Short for fast tests, long enough for etcd fsyncs on a loaded machine.
+    config_.lease_ttl_s = 3;
   }
 
   std::unique_ptr<HaServer> StartReplica() {
