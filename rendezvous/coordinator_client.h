@@ -6,10 +6,10 @@
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 
