@@ -244,6 +244,7 @@ absl::Status EtcdStore::DeleteHost(const std::string& name) {
 absl::Status EtcdStore::SaveGang(const Gang& gang) {
   // Members that are no longer in the gang go; etcd refuses a put and a
   // delete of the same key in one transaction, so delete them one by one.
+  // Reading them first is safe: only the fenced leader writes.
   absl::StatusOr<std::vector<EtcdKeyValue>> old_members = client_->Range(
       Key("members", gang.id) + "/", /*prefix=*/true, /*keys_only=*/true);
   if (!old_members.ok()) return old_members.status();

@@ -63,7 +63,6 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::StartIn(
     return absl::InternalError("mkdtemp failed");
   }
   server->dir_ = pattern;
-  std::vector<int> client_ports;
   std::vector<std::string> peers;
   for (int i = 0; i < nodes; ++i) {
     // A fresh namespace has every port free; loopback is shared.
@@ -73,7 +72,6 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::StartIn(
         prefix.empty() ? FreePort() : absl::StatusOr<int>(2380 + 2 * i);
     if (!client.ok()) return client.status();
     if (!peer.ok()) return peer.status();
-    client_ports.push_back(*client);
     peers.push_back(absl::StrCat("n", i, "=http://", address, ":", *peer));
     server->endpoints_.push_back(absl::StrCat(address, ":", *client));
   }

@@ -62,6 +62,14 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
                               ? server->bound_address_
                               : config.advertise_endpoint;
   }
+  if (config.advertise_endpoint.empty() &&
+      (host == "0.0.0.0" || host == "[::]" || host.empty())) {
+    spdlog::warn(
+        "event=no_advertise_endpoint listen_address={} (standbys will send "
+        "clients to this address; set advertise_endpoint to one they can "
+        "reach)",
+        config.listen_address);
+  }
   server->config_.listen_address = server->bound_address_;
   {
     MutexLock lock(server->mu_);

@@ -3,9 +3,11 @@
 #include "coordinator/ha_server.h"
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/clock.h"
 #include "coordinator/etcd_test_server.h"
@@ -40,6 +42,31 @@ v1::HostSpec CpuHost(const std::string& name) {
   return host;
 }
 
+// A real agent endpoint that finds every master port free.
+class FreePortsAgent final : public v1::Agent::Service {
+ public:
+  grpc::Status CheckPort(grpc::ServerContext* /*context*/,
+                         const v1::CheckPortRequest* /*request*/,
+                         v1::CheckPortResponse* response) override {
+    response->set_free(true);
+    return grpc::Status::OK;
+  }
+};
+
+v1::JoinGangRequest OneMemberGang(int64_t pipeline) {
+  v1::JoinGangRequest request;
+  request.mutable_key()->set_instance("https://gitlab.example.com");
+  request.mutable_key()->set_project_id(5);
+  request.mutable_key()->set_pipeline_id(pipeline);
+  request.mutable_key()->set_group_name("train");
+  request.mutable_key()->set_size(1);
+  request.set_member_index(1);
+  request.set_job_id(pipeline * 10);
+  request.set_job_name("train 1/1");
+  request.set_procs_per_node(1);
+  return request;
+}
+
 class HaServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -50,7 +77,8 @@ class HaServerTest : public ::testing::Test {
     config_.listen_address = "127.0.0.1:0";
     config_.state_store = "etcd";
     config_.etcd_endpoints = etcd_->endpoints();
-    config_.lease_ttl_s = 2;
+    // Short for fast tests, long enough for etcd fsyncs on a loaded machine.
+    config_.lease_ttl_s = 3;
   }
 
   std::unique_ptr<HaServer> StartReplica() {
@@ -93,6 +121,89 @@ TEST_F(HaServerTest, StandbyRedirectsAndTakesOverWithTheState) {
   EXPECT_EQ(both.current_endpoint(), second->bound_address());
   ASSERT_EQ(status->hosts_size(), 1);  // Registered with the old leader.
   EXPECT_EQ(status->hosts(0).host().name(), "cpu-01");
+}
+
+TEST_F(HaServerTest, WaitingGangsKeepTheirOrderAcrossAFailover) {
+  FreePortsAgent agent;
+  grpc::ServerBuilder builder;
+  int agent_port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &agent_port);
+  builder.RegisterService(&agent);
+  std::unique_ptr<grpc::Server> agent_server = builder.BuildAndStart();
+  ASSERT_NE(agent_server, nullptr);
+  std::unique_ptr<HaServer> first = StartReplica();
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return first->leader(); }, 10s));
+  std::unique_ptr<HaServer> second = StartReplica();
+  ASSERT_NE(second, nullptr);
+  rendezvous::CoordinatorClient client(first->bound_address() + "," +
+                                       second->bound_address());
+  v1::HostSpec host = CpuHost("cpu-01");  // One slot: one gang at a time.
+  host.set_agent_endpoint("127.0.0.1:" + std::to_string(agent_port));
+  ASSERT_TRUE(client.RegisterHost(host, 5s).ok());
+  const auto deadline = std::chrono::system_clock::now() + 60s;
+  auto join = [&](int64_t pipeline) {
+    return std::async(std::launch::async, [&client, deadline, pipeline] {
+      return client.JoinGang(OneMemberGang(pipeline), deadline, nullptr,
+                             nullptr);
+    });
+  };
+  auto finish = [&](const v1::Assignment& assignment, int64_t pipeline) {
+    v1::ReportExitRequest exit;
+    exit.set_gang_id(assignment.gang_id());
+    exit.set_epoch(assignment.epoch());
+    exit.set_member_index(1);
+    exit.set_job_id(pipeline * 10);
+    exit.set_exit_code(0);
+    ASSERT_TRUE(client.ReportExit(exit, 5s).ok());
+    v1::LeaveGangRequest leave;
+    *leave.mutable_key() = OneMemberGang(pipeline).key();
+    leave.set_member_index(1);
+    leave.set_job_id(pipeline * 10);
+    ASSERT_TRUE(client.LeaveGang(leave, 5s).ok());
+  };
+  // Present members of forming gangs, by pipeline, as the leader sees them.
+  auto waiting = [&] {
+    std::vector<int64_t> pipelines;
+    absl::StatusOr<v1::GetStatusResponse> status =
+        client.GetStatus(v1::GetStatusRequest(), 2s);
+    if (!status.ok()) return pipelines;
+    for (const v1::GangStatus& gang : status->gangs()) {
+      if (gang.state() == v1::GANG_STATE_FORMING && gang.members_size() == 1 &&
+          gang.members(0).present()) {
+        pipelines.push_back(gang.key().pipeline_id());
+      }
+    }
+    return pipelines;
+  };
+
+  std::future<absl::StatusOr<v1::Assignment>> running = join(1);
+  ASSERT_EQ(running.wait_for(20s), std::future_status::ready);
+  absl::StatusOr<v1::Assignment> running_assignment = running.get();
+  ASSERT_TRUE(running_assignment.ok()) << running_assignment.status();
+  std::future<absl::StatusOr<v1::Assignment>> older = join(2);
+  ASSERT_TRUE(WaitFor([&] { return waiting().size() == 1; }, 10s));
+  std::future<absl::StatusOr<v1::Assignment>> newer = join(3);
+  ASSERT_TRUE(WaitFor([&] { return waiting().size() == 2; }, 10s));
+
+  first->Shutdown();
+  ASSERT_TRUE(WaitFor([&] { return second->leader(); }, 10s));
+  // Both waiting members re-join the new leader, in any order.
+  ASSERT_TRUE(WaitFor([&] { return waiting().size() == 2; }, 20s));
+  finish(*running_assignment, 1);
+
+  // The older waiting gang gets the slot; the newer one still waits.
+  ASSERT_EQ(older.wait_for(20s), std::future_status::ready);
+  absl::StatusOr<v1::Assignment> older_assignment = older.get();
+  ASSERT_TRUE(older_assignment.ok()) << older_assignment.status();
+  EXPECT_THAT(waiting(), ::testing::ElementsAre(3));
+  finish(*older_assignment, 2);
+  ASSERT_EQ(newer.wait_for(20s), std::future_status::ready);
+  absl::StatusOr<v1::Assignment> newer_assignment = newer.get();
+  ASSERT_TRUE(newer_assignment.ok()) << newer_assignment.status();
+  EXPECT_NE(newer_assignment->gang_id(), older_assignment->gang_id());
+  agent_server->Shutdown(std::chrono::system_clock::now() + 1s);
 }
 
 TEST_F(HaServerTest, StandbyNamesTheLeaderWhenRefusing) {

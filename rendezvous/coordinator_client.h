@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "rendezvous/channel.h"

@@ -50,7 +50,7 @@ TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
   GdtCluster cluster;
   ASSERT_TRUE(cluster
                   .StartHaCoordinators(2, (*etcd)->joined_endpoints(),
-                                       /*lease_ttl_s=*/2)
+                                       /*lease_ttl_s=*/3)
                   .ok())
       << cluster.Logs();
   ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 2}).ok())
