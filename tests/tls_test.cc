@@ -14,6 +14,7 @@
 #include "coordinator/server.h"
 #include "coordinator/test_support.h"
 #include "gmock/gmock.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
@@ -88,7 +89,9 @@ TEST_F(TlsTest, PlaintextClientIsRefusedByTlsOnlyCoordinator) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = Status(rendezvous::ClientSecurity());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_THAT(status.message(), HasSubstr("does it require TLS?"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("the server closed the connection; if this repeats, "
+                        "it may require TLS"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
@@ -108,8 +111,10 @@ TEST_F(TlsTest, MutualTlsRefusesClientWithoutCertificate) {
   const absl::Status without = Status(Client(certs_.ca_file, false));
   EXPECT_EQ(without.code(), absl::StatusCode::kUnavailable) << without;
   EXPECT_THAT(without.message(),
-              HasSubstr("TLS handshake failed: the server closed the "
-                        "connection (does it require a client certificate?"));
+              HasSubstr("coordinator " + server_->bound_address() + ": "));
+  EXPECT_THAT(without.message(),
+              HasSubstr("client certificate (set tls.cert_file and "
+                        "tls.key_file)"));
   EXPECT_TRUE(Status(Client(certs_.ca_file, true)).ok());
 }
 
@@ -140,6 +145,34 @@ TEST_F(TlsTest, UnreadableCertificateIsOneLineNamingTheSetting) {
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(server.status().message(), HasSubstr("tls.cert_file: "));
   EXPECT_THAT(server.status().message(), HasSubstr("missing.pem"));
+}
+
+// A closed connection is also what a restarting coordinator looks like: it
+// gets a hint but stays retryable; a certificate problem does not.
+TEST(ExplainConnectFailureTest, OnlyHandshakeFailuresAreFinal) {
+  rendezvous::ClientSecurity tls;
+  tls.credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+  tls.ca_setting = "tls.ca_file";
+  const absl::Status closed = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("Socket closed"), "coordinator", "h:1", tls);
+  EXPECT_THAT(closed.message(), HasSubstr("coordinator h:1: the server "
+                                          "closed the connection"));
+  EXPECT_FALSE(rendezvous::IsTlsHandshakeFailure(closed));
+  const absl::Status verify = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("failed to connect to all addresses; last "
+                             "error: UNKNOWN: ipv4:1.2.3.4:5: Ssl handshake "
+                             "failed: SSL_ERROR_SSL: error:1000007d:SSL "
+                             "routines:OPENSSL_internal:CERTIFICATE_VERIFY_"
+                             "FAILED"),
+      "coordinator", "h:1", tls);
+  EXPECT_TRUE(rendezvous::IsTlsHandshakeFailure(verify));
+  EXPECT_THAT(verify.message(), HasSubstr("certificate verify failed"));
+  const absl::Status refused = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("Connection refused"), "coordinator", "h:1", tls);
+  EXPECT_EQ(refused.message(), "Connection refused");
+  const absl::Status denied = rendezvous::ExplainConnectFailure(
+      absl::PermissionDeniedError("no"), "coordinator", "h:1", tls);
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace
