@@ -7,6 +7,7 @@
 #include "rendezvous/tls.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 
 #include "common/clock.h"
@@ -145,6 +146,36 @@ TEST_F(TlsTest, UnreadableCertificateIsOneLineNamingTheSetting) {
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(server.status().message(), HasSubstr("tls.cert_file: "));
   EXPECT_THAT(server.status().message(), HasSubstr("missing.pem"));
+}
+
+// Job-side clients (gdt-kv, nccl_bootstrap, gdt-launch, gdt-rsh) take TLS
+// from the GDT_TLS_* variables the agent exports.
+TEST_F(TlsTest, KvTargetReadsTlsVariables) {
+  std::map<std::string, std::string> env = {{"GDT_COORDINATOR", "h:1"},
+                                            {"GDT_GANG_ID", "g"},
+                                            {"GDT_EPOCH", "1"},
+                                            {"GDT_KV_TOKEN", "t"}};
+  auto getenv = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  absl::StatusOr<rendezvous::KvTarget> plain =
+      rendezvous::KvTargetFromEnvironment(getenv);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->security.tls());
+  env["GDT_TLS_CA_FILE"] = certs_.ca_file;
+  absl::StatusOr<rendezvous::KvTarget> tls =
+      rendezvous::KvTargetFromEnvironment(getenv);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_TRUE(tls->security.tls());
+  env["GDT_TLS_CA_FILE"] = temp_.path() + "/nope.pem";
+  EXPECT_THAT(rendezvous::KvTargetFromEnvironment(getenv).status().message(),
+              HasSubstr("GDT_TLS_CA_FILE: "));
+  env["GDT_TLS_CA_FILE"] = certs_.ca_file;
+  env["GDT_TLS_CERT_FILE"] = certs_.cert_file;
+  EXPECT_THAT(rendezvous::KvTargetFromEnvironment(getenv).status().message(),
+              HasSubstr("GDT_TLS_CERT_FILE and GDT_TLS_KEY_FILE must be given "
+                        "together"));
 }
 
 // A closed connection is also what a restarting coordinator looks like: it
