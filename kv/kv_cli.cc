@@ -46,7 +46,8 @@ int RunKvCli(int argc, const char* const* argv,
              std::istream& in, std::ostream& out, std::ostream& err) {
   CLI::App app{
       "gdt-kv: the gang key-value store of the current gdt job.\n"
-      "Reads GDT_COORDINATOR, GDT_GANG_ID, GDT_EPOCH and GDT_KV_TOKEN.\n"
+      "Reads GDT_COORDINATOR, GDT_GANG_ID, GDT_EPOCH and GDT_KV_TOKEN, and\n"
+      "GDT_TLS_CA_FILE, GDT_TLS_CERT_FILE, GDT_TLS_KEY_FILE for TLS.\n"
       "Exit codes: 0 ok, 1 no such key (get) or not swapped (cas), 2 usage,\n"
       "3 deadline passed, 4 refused (token, limits, non-integer),\n"
       "5 coordinator unavailable, or the gang ended during a wait.",

@@ -63,38 +63,46 @@ absl::Status ExplainConnectFailure(const absl::Status& status,
                                    const ClientSecurity& security) {
   if (status.code() != absl::StatusCode::kUnavailable) return status;
   const std::string message = absl::AsciiStrToLower(status.message());
+  const std::string where =
+      absl::StrCat(std::string(peer), " ", std::string(endpoint));
+  // A closed connection is also what a restarting server looks like, so
+  // these lines stay retryable and only add a hint.
+  const bool closed = absl::StrContains(message, "socket closed") ||
+                      absl::StrContains(message, "connection reset") ||
+                      absl::StrContains(message, "end of tcp stream");
   if (!security.tls()) {
-    // A TLS server answers a plaintext HTTP/2 preface by closing.
-    if (absl::StrContains(message, "socket closed") ||
-        absl::StrContains(message, "connection reset")) {
-      return absl::UnavailableError(absl::StrCat(
-          std::string(peer), " ", std::string(endpoint),
-          ": connection closed during set-up — does it require TLS? (set "
-          "tls.ca_file, or GDT_TLS_CA_FILE for CLIs)"));
-    }
-    return status;
+    if (!closed) return status;
+    return absl::UnavailableError(absl::StrCat(
+        where,
+        ": the server closed the connection; if this repeats, it may "
+        "require TLS (set tls.ca_file, or GDT_TLS_CA_FILE / --tls-ca-file "
+        "for CLIs)"));
   }
   std::string reason;
   if (absl::StrContains(message, "certificate_verify_failed") ||
       absl::StrContains(message, "certificate verify failed")) {
     reason = "certificate verify failed";
-  } else if (absl::StrContains(message, "peer name") ||
-             absl::StrContains(message, "subject alternative name")) {
+  } else if (absl::StrContains(message, "peer name")) {
     reason = "the server certificate does not name this address";
-  } else if (absl::StrContains(message, "handshake") ||
-             absl::StrContains(message, "ssl") ||
-             absl::StrContains(message, "tls") ||
-             absl::StrContains(message, "socket closed") ||
-             absl::StrContains(message, "connection reset")) {
+  } else if (absl::StrContains(message, "certificate required") ||
+             absl::StrContains(message, "certificate_required")) {
     reason =
-        "the server closed the connection (does it require a client "
-        "certificate? set tls.cert_file and tls.key_file)";
+        "the server requires a client certificate (set tls.cert_file and "
+        "tls.key_file)";
+  } else if (absl::StrContains(message, "handshake") ||
+             absl::StrContains(message, "ssl_error")) {
+    reason = "the peer does not speak TLS or rejected ours";
+  } else if (closed) {
+    return absl::UnavailableError(absl::StrCat(
+        where,
+        ": the server closed the connection; if this repeats, it may "
+        "require a client certificate (set tls.cert_file and "
+        "tls.key_file)"));
   } else {
     return status;
   }
   return absl::UnavailableError(absl::StrCat(
-      std::string(peer), " ", std::string(endpoint),
-      ": TLS handshake failed: ", reason, " — check ",
+      where, ": TLS handshake failed: ", reason, " — check ",
       security.ca_setting.empty() ? "tls.ca_file" : security.ca_setting,
       " (and the client certificate if the server requires mTLS)"));
 }

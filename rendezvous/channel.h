@@ -41,11 +41,14 @@ std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint);
 std::shared_ptr<grpc::Channel> NewLiveChannel(const std::string& endpoint,
                                               const ClientSecurity& security);
 
-// One clear line for a call that failed to connect: when `status` is
-// UNAVAILABLE and gRPC reports a TLS handshake problem (or the peer closed
-// a TLS connection), returns UNAVAILABLE "<peer> <endpoint>: TLS handshake
-// failed: <reason> — check <ca_setting> ..."; a plaintext client talking to
-// a TLS server gets a line saying so. Other statuses are returned as they
+// One clear line for a call that failed to connect. When `status` is
+// UNAVAILABLE and gRPC reports a TLS handshake problem (certificate verify
+// failed, wrong peer name, client certificate required, not TLS), returns
+// UNAVAILABLE "<peer> <endpoint>: TLS handshake failed: <reason> — check
+// <ca_setting> ..." (see IsTlsHandshakeFailure: not worth retrying). A
+// connection the server closed gets a hint (it may require TLS or a client
+// certificate) but stays an ordinary, retryable UNAVAILABLE, because a
+// restarting server looks the same. Other statuses are returned as they
 // are.
 // Whether `status` is such a rewritten TLS handshake failure (not worth
 // retrying: certificates do not fix themselves).

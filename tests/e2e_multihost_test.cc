@@ -10,6 +10,7 @@
 #include "gtest/gtest.h"
 #include "tests/e2e_util.h"
 #include "tests/support/cluster.h"
+#include "tests/support/test_certs.h"
 
 namespace gdt::testing {
 namespace {
@@ -47,6 +48,47 @@ TEST(MultiHostTest, MembersOfOneGangRunOnDifferentHosts) {
   EXPECT_THAT(placed, ::testing::ElementsAre("host1", "host2", "host3"));
   ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/3);
   ExpectLeasesReleased(cluster);
+}
+
+// Issue 8: mutual TLS across hosts. The certificate names the namespace
+// addresses, so the executor on host 0 and the coordinator verify the agents
+// at 10.200.0.x and the agents verify the coordinator.
+TEST(MultiHostTest, GangRunsOverMutualTlsAcrossHosts) {
+  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
+      NetworkNamespaces::Create(3);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  const std::string cert_dir = cluster.dir().Sub("certs");
+  std::filesystem::create_directories(cert_dir);
+  absl::StatusOr<TestCerts> certs = MakeTestCerts(
+      cert_dir,
+      {(*hosts)->Address(0), (*hosts)->Address(1), (*hosts)->Address(2)});
+  ASSERT_TRUE(certs.ok()) << certs.status();
+  cluster.UseTls(*certs);
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  for (int i = 1; i <= 2; ++i) {
+    ASSERT_TRUE(cluster
+                    .StartAgent({.name = "host" + std::to_string(i),
+                                 .host = i,
+                                 .cpu_slots = 1,
+                                 .network_interface = "eth0"})
+                    .ok())
+        << cluster.Logs();
+  }
+  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            "tls:\n  parallel: 2\n  timeout: 5 minutes\n"
+            "  variables:\n    GDT_LAUNCHER: nccl\n  script:\n"
+            "    - echo \"member $GDT_NODE_RANK of $GDT_NUM_NODES over "
+            "tls\"\n");
+  CommandResult run = cluster.RunLocal(project, "tls", {}, seconds(120));
+  ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
+  EXPECT_THAT(run.output, ::testing::HasSubstr("member 0 of 2 over tls"));
+  EXPECT_THAT(run.output, ::testing::HasSubstr("member 1 of 2 over tls"));
+  EXPECT_THAT(cluster.Logs(),
+              ::testing::Not(::testing::HasSubstr("WARNING: TLS is off")));
 }
 
 // The `env` launcher (issue 10): a script that calls

@@ -7,6 +7,7 @@
 #include "rendezvous/tls.h"
 
 #include <chrono>
+#include <map>
 #include <memory>
 
 #include "common/clock.h"
@@ -14,6 +15,7 @@
 #include "coordinator/server.h"
 #include "coordinator/test_support.h"
 #include "gmock/gmock.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
@@ -88,7 +90,9 @@ TEST_F(TlsTest, PlaintextClientIsRefusedByTlsOnlyCoordinator) {
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = Status(rendezvous::ClientSecurity());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
-  EXPECT_THAT(status.message(), HasSubstr("does it require TLS?"));
+  EXPECT_THAT(status.message(),
+              HasSubstr("the server closed the connection; if this repeats, "
+                        "it may require TLS"));
   EXPECT_LT(std::chrono::steady_clock::now() - start, 4s);
 }
 
@@ -108,8 +112,10 @@ TEST_F(TlsTest, MutualTlsRefusesClientWithoutCertificate) {
   const absl::Status without = Status(Client(certs_.ca_file, false));
   EXPECT_EQ(without.code(), absl::StatusCode::kUnavailable) << without;
   EXPECT_THAT(without.message(),
-              HasSubstr("TLS handshake failed: the server closed the "
-                        "connection (does it require a client certificate?"));
+              HasSubstr("coordinator " + server_->bound_address() + ": "));
+  EXPECT_THAT(without.message(),
+              HasSubstr("client certificate (set tls.cert_file and "
+                        "tls.key_file)"));
   EXPECT_TRUE(Status(Client(certs_.ca_file, true)).ok());
 }
 
@@ -140,6 +146,64 @@ TEST_F(TlsTest, UnreadableCertificateIsOneLineNamingTheSetting) {
   ASSERT_FALSE(server.ok());
   EXPECT_THAT(server.status().message(), HasSubstr("tls.cert_file: "));
   EXPECT_THAT(server.status().message(), HasSubstr("missing.pem"));
+}
+
+// Job-side clients (gdt-kv, nccl_bootstrap, gdt-launch, gdt-rsh) take TLS
+// from the GDT_TLS_* variables the agent exports.
+TEST_F(TlsTest, KvTargetReadsTlsVariables) {
+  std::map<std::string, std::string> env = {{"GDT_COORDINATOR", "h:1"},
+                                            {"GDT_GANG_ID", "g"},
+                                            {"GDT_EPOCH", "1"},
+                                            {"GDT_KV_TOKEN", "t"}};
+  auto getenv = [&env](const char* name) -> const char* {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  };
+  absl::StatusOr<rendezvous::KvTarget> plain =
+      rendezvous::KvTargetFromEnvironment(getenv);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->security.tls());
+  env["GDT_TLS_CA_FILE"] = certs_.ca_file;
+  absl::StatusOr<rendezvous::KvTarget> tls =
+      rendezvous::KvTargetFromEnvironment(getenv);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_TRUE(tls->security.tls());
+  env["GDT_TLS_CA_FILE"] = temp_.path() + "/nope.pem";
+  EXPECT_THAT(rendezvous::KvTargetFromEnvironment(getenv).status().message(),
+              HasSubstr("GDT_TLS_CA_FILE: "));
+  env["GDT_TLS_CA_FILE"] = certs_.ca_file;
+  env["GDT_TLS_CERT_FILE"] = certs_.cert_file;
+  EXPECT_THAT(rendezvous::KvTargetFromEnvironment(getenv).status().message(),
+              HasSubstr("GDT_TLS_CERT_FILE and GDT_TLS_KEY_FILE must be given "
+                        "together"));
+}
+
+// A closed connection is also what a restarting coordinator looks like: it
+// gets a hint but stays retryable; a certificate problem does not.
+TEST(ExplainConnectFailureTest, OnlyHandshakeFailuresAreFinal) {
+  rendezvous::ClientSecurity tls;
+  tls.credentials = grpc::SslCredentials(grpc::SslCredentialsOptions());
+  tls.ca_setting = "tls.ca_file";
+  const absl::Status closed = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("Socket closed"), "coordinator", "h:1", tls);
+  EXPECT_THAT(closed.message(), HasSubstr("coordinator h:1: the server "
+                                          "closed the connection"));
+  EXPECT_FALSE(rendezvous::IsTlsHandshakeFailure(closed));
+  const absl::Status verify = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("failed to connect to all addresses; last "
+                             "error: UNKNOWN: ipv4:1.2.3.4:5: Ssl handshake "
+                             "failed: SSL_ERROR_SSL: error:1000007d:SSL "
+                             "routines:OPENSSL_internal:CERTIFICATE_VERIFY_"
+                             "FAILED"),
+      "coordinator", "h:1", tls);
+  EXPECT_TRUE(rendezvous::IsTlsHandshakeFailure(verify));
+  EXPECT_THAT(verify.message(), HasSubstr("certificate verify failed"));
+  const absl::Status refused = rendezvous::ExplainConnectFailure(
+      absl::UnavailableError("Connection refused"), "coordinator", "h:1", tls);
+  EXPECT_EQ(refused.message(), "Connection refused");
+  const absl::Status denied = rendezvous::ExplainConnectFailure(
+      absl::PermissionDeniedError("no"), "coordinator", "h:1", tls);
+  EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
 }
 
 }  // namespace

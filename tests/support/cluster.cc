@@ -378,7 +378,7 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
       ":0\nscratch_dir: ", dir_.Sub("agent-" + spec.name),
       "\nkill_grace_seconds: 5\nhost:\n  name: ", spec.name,
       "\n  address: ", address, "\n  cpu_slots: ", spec.cpu_slots,
-      "\n  gpus: ", spec.gpus, "\n", TlsYaml(/*server=*/true));
+      "\n  gpus: ", spec.gpus, "\n");
   if (!spec.network_interface.empty()) {
     absl::StrAppend(&yaml, "  network_interface: ", spec.network_interface,
                     "\n");
@@ -386,6 +386,7 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   if (!spec.host_token_file.empty()) {
     absl::StrAppend(&yaml, "host_token_file: ", spec.host_token_file, "\n");
   }
+  absl::StrAppend(&yaml, TlsYaml(/*server=*/true));
   WriteFile(config, yaml);
   // Job scripts call a bare `torchrun`; the wrapper works around Debian's
   // torch 1.13 on Python 3.11 (see tests/support/torchrun-py311/torchrun).
