@@ -113,8 +113,10 @@ class CheckpointServiceTest : public ::testing::Test {
 
   rendezvous::CheckpointClient ClientFor(const v1::Assignment& assignment) {
     return rendezvous::CheckpointClient(
-        rendezvous::KvTarget{server_->bound_address(), assignment.gang_id(),
-                             assignment.epoch(), assignment.kv_token(),
+        rendezvous::KvTarget{server_->bound_address(),
+                             assignment.gang_id(),
+                             assignment.epoch(),
+                             assignment.kv_token(),
                              {}});
   }
 

@@ -4,8 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "common/status_macros.h"
 #include "common/secret.h"
+#include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {

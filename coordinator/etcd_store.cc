@@ -507,8 +507,8 @@ absl::Status EtcdStore::SaveHostToken(const HostTokenRecord& record) {
   const Json value = {{"host_name", record.host_name},
                       {"sha256", record.sha256},
                       {"created_unix_ms", record.created_unix_ms}};
-  return Write(Json::array({EtcdClient::Put(Key("host_tokens", record.host_name),
-                                            value.dump())}),
+  return Write(Json::array({EtcdClient::Put(
+                   Key("host_tokens", record.host_name), value.dump())}),
                absl::StrCat("the host token of ", record.host_name));
 }
 

@@ -222,9 +222,11 @@ TEST_F(SecurityTest, ForgedVariablesAreRejectedWithTheReason) {
 TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
   std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
   ASSERT_EQ(gang.size(), 2u);
-  rendezvous::KvClient member(
-      rendezvous::KvTarget{server_->bound_address(), gang[0].gang_id(),
-                           gang[0].epoch(), gang[0].kv_token(), {}});
+  rendezvous::KvClient member(rendezvous::KvTarget{server_->bound_address(),
+                                                   gang[0].gang_id(),
+                                                   gang[0].epoch(),
+                                                   gang[0].kv_token(),
+                                                   {}});
   ASSERT_TRUE(member.Set("nccl_id", "secret-id", In(5s)).ok());
 
   // Pipeline 78's and project 6's jobs claim pipeline 77 of project 5.
@@ -245,9 +247,11 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
   // Without gang A's token nobody reads its KV, not even gang B's members.
   std::vector<v1::Assignment> gang_b = Admit(78, 201, "tok-b1", 202, "tok-b2");
   ASSERT_EQ(gang_b.size(), 2u);
-  rendezvous::KvClient intruder(
-      rendezvous::KvTarget{server_->bound_address(), gang[0].gang_id(),
-                           gang[0].epoch(), gang_b[0].kv_token(), {}});
+  rendezvous::KvClient intruder(rendezvous::KvTarget{server_->bound_address(),
+                                                     gang[0].gang_id(),
+                                                     gang[0].epoch(),
+                                                     gang_b[0].kv_token(),
+                                                     {}});
   absl::StatusOr<std::string> stolen = intruder.Get("nccl_id", In(5s));
   EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(stolen.status().message(), HasSubstr("wrong gang token"));
@@ -364,7 +368,8 @@ TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
       RunHostsAction(endpoint, "drain", "cpu-01", {}, *token);
   ASSERT_TRUE(drained.ok()) << drained.status();
   EXPECT_THAT(*drained, HasSubstr("host cpu-01 drained"));
-  absl::StatusOr<std::string> listed = RunHostsList(endpoint, false, {}, *token);
+  absl::StatusOr<std::string> listed =
+      RunHostsList(endpoint, false, {}, *token);
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, HasSubstr("drained"));
   EXPECT_TRUE(RunStatusCommand(endpoint, StatusOptions(), {}, *token).ok());

@@ -373,11 +373,10 @@ absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(
 absl::StatusOr<v1::ListHostTokensResponse> CoordinatorClient::ListHostTokens(
     std::chrono::milliseconds timeout) {
   v1::ListHostTokensResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.ListHostTokens(context, v1::ListHostTokensRequest(),
-                                   &response);
-      });
+  absl::Status status = Unary(timeout, [&](v1::Coordinator::Stub& stub,
+                                           grpc::ClientContext* context) {
+    return stub.ListHostTokens(context, v1::ListHostTokensRequest(), &response);
+  });
   if (!status.ok()) return status;
   return response;
 }

@@ -337,15 +337,15 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
   const std::string listen_host =
       coordinator_listen_.substr(0, coordinator_listen_.rfind(':'));
-  WriteFile(config, absl::StrCat("listen_address: ", coordinator_listen_,
-                                 "\nstate_path: ", dir_.Sub("coord.db"),
-                                 "\nheartbeat_interval_seconds: 1\n",
-                                 "host_down_after_seconds: 5\n",
-                                 "metrics_address: ", listen_host, ":0\n",
-                                 "master_port_range: {min: ", first_port,
-                                 ", max: ", first_port + 39, "}\n",
-                                 coordinator_extra_config_,
-                                 TlsYaml(/*server=*/true)));
+  WriteFile(config,
+            absl::StrCat("listen_address: ", coordinator_listen_,
+                         "\nstate_path: ", dir_.Sub("coord.db"),
+                         "\nheartbeat_interval_seconds: 1\n",
+                         "host_down_after_seconds: 5\n",
+                         "metrics_address: ", listen_host, ":0\n",
+                         "master_port_range: {min: ", first_port,
+                         ", max: ", first_port + 39, "}\n",
+                         coordinator_extra_config_, TlsYaml(/*server=*/true)));
   const std::string log =
       dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
