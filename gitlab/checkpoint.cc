@@ -165,8 +165,19 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
   }
   m.world_size = j["world_size"].get<int>();
   m.job_id = j["job_id"].get<int64_t>();
-  m.rank = j.value("rank", 0);
-  m.project_id = j.value("project_id", int64_t{0});
+  // Optional integers: absent means 0; present must be an integer in range
+  // (json::value() would throw for another type, and a float out of int's
+  // range is undefined behaviour; found by the manifest fuzzer, issue 8).
+  for (const char* field : {"rank", "project_id"}) {
+    if (j.contains(field) &&
+        (!j[field].is_number_integer() || j[field].get<int64_t>() < 0 ||
+         (std::string(field) == "rank" &&
+          j[field].get<int64_t>() > 1'000'000))) {
+      return bad(field);
+    }
+  }
+  m.rank = j.contains("rank") ? j["rank"].get<int>() : 0;
+  m.project_id = j.contains("project_id") ? j["project_id"].get<int64_t>() : 0;
   if (!j.contains("store") || !j["store"].is_string()) return bad("store");
   m.store = j["store"].get<std::string>();
   if (m.store != kStoreArtifacts && m.store != kStorePackages) {

@@ -130,6 +130,31 @@ TEST_F(CheckpointTest, MalformedManifestsNameTheField) {
               HasSubstr("unknown store"));
 }
 
+// Found by gdt_checkpoint_manifest_fuzzer (issue 8): a wrongly typed
+// optional field threw out of ParseManifest (std::terminate) and a huge
+// float rank was an undefined conversion. Each is now one error line.
+TEST_F(CheckpointTest, WronglyTypedOptionalFieldsAreErrorsNotCrashes) {
+  EXPECT_THAT(
+      ParseManifest(R"({"step":5,"world_size":1,"job_id":1,"project_id":[]})")
+          .status()
+          .message(),
+      HasSubstr("\"project_id\""));
+  EXPECT_THAT(
+      ParseManifest(R"({"step":5,"world_size":1,"job_id":1,"rank":"0"})")
+          .status()
+          .message(),
+      HasSubstr("\"rank\""));
+  EXPECT_THAT(
+      ParseManifest(R"({"step":5,"world_size":1,"job_id":1,"rank":1e300})")
+          .status()
+          .message(),
+      HasSubstr("\"rank\""));
+  EXPECT_THAT(ParseManifest(R"({"step":5,"world_size":1,"job_id":1,"rank":-1})")
+                  .status()
+                  .message(),
+              HasSubstr("\"rank\""));
+}
+
 TEST_F(CheckpointTest, ResumesNewestFromArtifacts) {
   const CheckpointManifest m10 = Write(10);
   const CheckpointManifest m20 = Write(20);
