@@ -1,14 +1,12 @@
 #include "coordinator/gang_kv.h"
 
-#include <sys/random.h>
-
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/secret.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -299,20 +297,6 @@ size_t GangKv::waiter_count() {
   return waiters_.size();
 }
 
-absl::StatusOr<std::string> NewKvToken() {
-  unsigned char bytes[32];
-  size_t filled = 0;
-  while (filled < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + filled, sizeof(bytes) - filled, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::InternalError(
-          absl::StrCat("cannot read random bytes: ", std::strerror(errno)));
-    }
-    filled += static_cast<size_t>(n);
-  }
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
-}
+absl::StatusOr<std::string> NewKvToken() { return NewSecretToken(); }
 
 }  // namespace gdt::coordinator
