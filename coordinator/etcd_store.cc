@@ -459,25 +459,27 @@ absl::Status EtcdStore::SaveCheckpointRecord(const CheckpointRecord& record,
       std::max<int64_t>(0, record.step),
       std::max<int64_t>(0, record.recorded_unix_ms), record.rank,
       std::max<int64_t>(0, record.job_id));
-  Json ops = Json::array({EtcdClient::Put(key, value.dump())});
-  // The new record ranks before every existing one of a lower or equal step
-  // (it is the latest written); keep the newest `keep_per_gang` in all.
-  size_t kept = 0;
+  // Newest first with the new record in its place: before every existing
+  // one of a lower or equal step (it is the latest written). Everything
+  // past the first `keep_per_gang` goes, the new record included.
+  std::vector<const std::string*> order;  // nullptr: the new record.
   bool placed = false;
   for (const auto& [old_key, old] : *existing) {
     if (!placed && record.step >= old.step) {
+      order.push_back(nullptr);
       placed = true;
-      ++kept;
     }
-    if (old_key == key) continue;  // Replaced by the Put.
-    if (kept < keep_per_gang) {
-      ++kept;
-    } else {
-      ops.push_back(EtcdClient::Delete(old_key));
+    if (old_key != key) order.push_back(&old_key);  // Else replaced.
+  }
+  if (!placed) order.push_back(nullptr);
+  Json ops = Json::array();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == nullptr) {
+      if (i < keep_per_gang) ops.push_back(EtcdClient::Put(key, value.dump()));
+    } else if (i >= keep_per_gang) {
+      ops.push_back(EtcdClient::Delete(*order[i]));
     }
   }
-  // Older than the newest `keep_per_gang`: not kept at all.
-  if (!placed && kept >= keep_per_gang) ops.erase(ops.begin());
   if (ops.empty()) return absl::OkStatus();
   return Write(ops, absl::StrCat("a checkpoint of ", record.gang_id));
 }

@@ -334,6 +334,33 @@ TEST_P(StoreTest, CheckpointRecordsKeepTheNewestPerGangAcrossReopen) {
   EXPECT_THAT(state->gangs, IsEmpty());
 }
 
+// Ties go to the latest record; a record past the window is not kept, even
+// when it ties with one that is dropped too.
+TEST_P(StoreTest, CheckpointRecordsOfEqualStepsKeepTheLatest) {
+  absl::StatusOr<std::unique_ptr<StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const auto& [step, job] :
+       std::vector<std::pair<int64_t, int64_t>>{{40, 1}, {30, 2}, {20, 3}}) {
+    CheckpointRecord r{"gang-a", 1, step, 0, job, "{}", job};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(r, 3).ok());
+  }
+  auto jobs = [&] {
+    absl::StatusOr<std::vector<CheckpointRecord>> records =
+        (*store)->ListCheckpointRecords("gang-a");
+    EXPECT_TRUE(records.ok()) << records.status();
+    std::vector<int64_t> ids;
+    if (!records.ok()) return ids;
+    for (const CheckpointRecord& r : *records) ids.push_back(r.job_id);
+    return ids;
+  };
+  CheckpointRecord late{"gang-a", 2, 20, 0, 4, "{}", 4};
+  ASSERT_TRUE((*store)->SaveCheckpointRecord(late, 2).ok());
+  EXPECT_THAT(jobs(), ElementsAre(1, 2));  // Both 20s are past the window.
+  CheckpointRecord tie{"gang-a", 2, 30, 0, 5, "{}", 5};
+  ASSERT_TRUE((*store)->SaveCheckpointRecord(tie, 2).ok());
+  EXPECT_THAT(jobs(), ElementsAre(1, 5));  // 40, then the latest 30.
+}
+
 // Issue 8: host tokens survive a restart and can be deleted.
 TEST_P(StoreTest, HostTokensAreSavedListedAndDeleted) {
   {
