@@ -409,11 +409,7 @@ grpc::Status AgentService::ExecInMember(
   }
   // A dead agent's successor ends the command's group (process_ledger.h).
   const pid_t exec_group = (*child)->pid();
-  if (absl::Status recorded = supervisor_.ledger().Record(exec_group);
-      !recorded.ok()) {
-    spdlog::warn("cannot record process group {}: {}", exec_group,
-                 std::string(recorded.message()));
-  }
+  supervisor_.RecordProcessGroup(exec_group);
   bool client_gone = false;
   auto forward = [&](OutputSource source, std::string_view data) {
     v1::ExecInMemberResponse chunk;
@@ -434,7 +430,7 @@ grpc::Status AgentService::ExecInMember(
       status = (*child)->Terminate(std::chrono::seconds(2), forward);
     }
   }
-  supervisor_.ledger().Forget(exec_group);
+  supervisor_.ForgetProcessGroup(exec_group);
   response.mutable_exit()->set_exit_code(status->code());
   response.mutable_exit()->set_signal(status->signal);
   writer->Write(response);

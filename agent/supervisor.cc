@@ -139,6 +139,14 @@ Supervisor::Supervisor(std::string scratch_root,
 
 Supervisor::~Supervisor() { Shutdown(); }
 
+void Supervisor::RecordProcessGroup(pid_t pgid) const {
+  absl::Status recorded = ledger_.Record(pgid);
+  if (!recorded.ok() && !absl::IsNotFound(recorded)) {
+    spdlog::warn("cannot record process group {}: {}", pgid,
+                 std::string(recorded.message()));
+  }
+}
+
 std::vector<ProcessLedger::Reaped> Supervisor::ReapLeftovers() {
   return ledger_.ReapLeftovers(default_kill_grace_);
 }
@@ -249,12 +257,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
                      member_id, ": ", stage.status().message()));
   }
   members_[member_id].running[stage->get()] = *stage;
-  // NotFound: the script already ended, and its group with it.
-  if (absl::Status recorded = ledger_.Record((*stage)->process_group());
-      !recorded.ok() && !absl::IsNotFound(recorded)) {
-    spdlog::warn("cannot record process group {}: {}",
-                 (*stage)->process_group(), std::string(recorded.message()));
-  }
+  RecordProcessGroup((*stage)->process_group());
   if (options.env.count("GDT_GANG_ID") != 0 &&
       options.env.count("GDT_KV_TOKEN") != 0) {
     members_[member_id].gang_env = options.env;

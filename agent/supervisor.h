@@ -92,9 +92,13 @@ class Supervisor {
   // Number of stages still running.
   size_t running_stages() const;
 
-  // The process groups of running stages and gdt-rsh commands, on disk in
-  // `<scratch_root>/.process-groups` (member dirs never start with '.').
-  const ProcessLedger& ledger() const { return ledger_; }
+  // Records a process group this agent started (a stage's or a gdt-rsh
+  // command's) on disk in `<scratch_root>/.process-groups` (member dirs
+  // never start with '.'), so a successor can end it if this agent dies;
+  // a group that already ended is not recorded. Failures are logged, never
+  // fatal: the group runs either way. Forget it once it is gone.
+  void RecordProcessGroup(pid_t pgid) const;
+  void ForgetProcessGroup(pid_t pgid) const { ledger_.Forget(pgid); }
 
   // Ends the process groups a previous agent on this scratch root left
   // running (ProcessLedger::ReapLeftovers with the default kill grace).
