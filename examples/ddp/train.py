@@ -28,6 +28,7 @@ import signal
 import subprocess
 import socket
 import sys
+import threading
 import time
 
 import torch
@@ -179,17 +180,23 @@ def main():
         json.dump(report, f)
     if rank == 0:
         log(f"parameters identical on all {world} ranks: {identical} (sha256 {digest[:16]})")
+    code = 0 if identical else 1
+    # Everything is done and written. torch 1.13's gloo teardown (this last
+    # barrier, destroy_process_group) has hung one rank for minutes on a
+    # loaded machine, keeping its torchrun alive; give it 30 s at most.
+    watchdog = threading.Timer(30, os._exit, args=(code,))
+    watchdog.daemon = True
+    watchdog.start()
     dist.barrier()
     dist.destroy_process_group()
-    return 0 if identical else 1
+    watchdog.cancel()
+    return code
 
 
 if __name__ == "__main__":
     code = main()
-    # Everything is written and the process group is destroyed. torch 1.13's
-    # gloo teardown at interpreter exit has been seen to hang a rank for
-    # minutes on a loaded machine (its torchrun then never finishes), so
-    # leave without running it.
+    # The process group is destroyed; skip the interpreter's own teardown of
+    # torch's threads as well (see the watchdog in main()).
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
