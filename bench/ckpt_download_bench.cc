@@ -1,5 +1,5 @@
 // Resume throughput: gdt's download + verify of a checkpoint from the
-// generic package registry (gitlab::Resume over CurlGitLabApi) against plain
+// generic package registry (ckpt::Resume over CurlGitLabApi) against plain
 // `curl` + `sha256sum` of the same files from the same local fake GitLab API,
 // alternating in one run. Prints MiB/s of each and the ratio ours/baseline.
 // Usage: ckpt_download_bench [--files N] [--mib M] [--reps R]
@@ -16,11 +16,11 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "ckpt/checkpoint.h"
+#include "common/sha256.h"
 #include "common/subprocess.h"
-#include "gitlab/checkpoint.h"
 #include "gitlab/curl_gitlab_api.h"
 #include "gitlab/fake_gitlab_api.h"
-#include "gitlab/sha256.h"
 
 namespace {
 
@@ -60,12 +60,12 @@ int main(int argc, char** argv) {
   if (mkdtemp(pattern) == nullptr) return 1;
   const std::string dir = pattern;
 
-  gdt::gitlab::CheckpointManifest manifest;
+  gdt::ckpt::CheckpointManifest manifest;
   manifest.step = 1;
   manifest.world_size = 1;
   manifest.job_id = 1;
   manifest.project_id = 1;
-  manifest.store = gdt::gitlab::kStorePackages;
+  manifest.store = gdt::ckpt::kStorePackages;
   manifest.dir = "checkpoints/step-1";
   manifest.package_name = "bench";
   manifest.package_version = "1";
@@ -77,8 +77,7 @@ int main(int argc, char** argv) {
       c = static_cast<char>(seed >> 24);
     }
     const std::string name = absl::StrCat("shard-", f, ".pt");
-    manifest.files.push_back(
-        {name, bytes.size(), gdt::gitlab::Sha256Hex(bytes)});
+    manifest.files.push_back({name, bytes.size(), gdt::Sha256Hex(bytes)});
     (*fake)->SetPackageFile(1, "bench", "1", name, std::move(bytes));
   }
   auto api = gdt::gitlab::CurlGitLabApi::Create((*fake)->api_url(), "tok");
@@ -93,7 +92,7 @@ int main(int argc, char** argv) {
     std::vector<std::string> warnings;
     auto start = Clock::now();
     auto resumed =
-        gdt::gitlab::Resume(**api, {manifest}, dir + "/ours", warnings);
+        gdt::ckpt::Resume(**api, {manifest}, dir + "/ours", warnings);
     ours.push_back(std::chrono::duration<double>(Clock::now() - start).count());
     if (!resumed.has_value()) {
       std::cerr << "resume failed: " << (warnings.empty() ? "" : warnings[0])

@@ -99,7 +99,7 @@ run_job() {  # run_job PIPELINE EXECUTOR [CONFIG] -> prints milliseconds
   shift
   [ -n "${2:-}" ] && extra+=(--executor-config "$2")
   start=$(now_ms)
-  "$build/gitlab/gdt-ci" run-local --file "$work/project/.gitlab-ci.yml" \
+  "$build/ci/gdt-ci" run-local --file "$work/project/.gitlab-ci.yml" \
     --job job --executor "$1" "${extra[@]}" --project-dir "$work/project" \
     --work-dir "$work/run" >"$work/run.out" 2>&1 ||
     { cat "$work/run.out" "$work"/*.log >&2; exit 1; }

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "ckpt/command.h"
+#include "ckpt/notice.h"
 #include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
-#include "gitlab/checkpoint_notice.h"
-#include "gitlab/ckpt_command.h"
 
 extern char** environ;
 
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
       "gdt job (reads GDT_CHECKPOINT_DIR, CI_JOB_ID, CI_PROJECT_ID, "
       "CI_PROJECT_DIR, CI_API_V4_URL, CI_JOB_TOKEN)"};
   app.require_subcommand(1);
-  gdt::gitlab::CkptSaveOptions save_options;
+  gdt::ckpt::CkptSaveOptions save_options;
   CLI::App* save = app.add_subcommand(
       "save",
       "Write manifest.json for a checkpoint directory; upload it to "
@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
       "Keep the newest K checkpoints (default $GDT_CHECKPOINT_KEEP)");
   save->add_flag("--json", save_options.json, "Print a JSON summary");
 
-  gdt::gitlab::CkptResumeOptions resume_options;
+  gdt::ckpt::CkptResumeOptions resume_options;
   CLI::App* resume =
       app.add_subcommand("resume",
                          "Place the newest checkpoint that verifies in "
@@ -69,9 +69,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? gdt::gitlab::kCkptOk : gdt::gitlab::kCkptBadInput;
+    return app.exit(e) == 0 ? gdt::ckpt::kCkptOk : gdt::ckpt::kCkptBadInput;
   }
-  gdt::gitlab::CkptEnv env;
+  gdt::ckpt::CkptEnv env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
     const size_t eq = entry.find('=');
@@ -85,10 +85,10 @@ int main(int argc, char** argv) {
     signal(SIGUSR2, SIG_IGN);
   }
   if (run->parsed()) {
-    auto plan = gdt::gitlab::PlanNotice(env, std::chrono::system_clock::now());
+    auto plan = gdt::ckpt::PlanNotice(env, std::chrono::system_clock::now());
     if (!plan.ok()) {
       std::cerr << "gdt-ckpt run: " << plan.status().message() << "\n";
-      return gdt::gitlab::kCkptBadInput;
+      return gdt::ckpt::kCkptBadInput;
     }
     // Inside a gdt job the notice is shared with the gang's other members.
     auto broadcast = gdt::ckpt::NoticeBroadcastFromEnv(env);
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       std::cerr << "gdt-ckpt run: warning: the gang's notice is not shared: "
                 << broadcast.status().message() << "\n";
     }
-    return gdt::gitlab::RunWithNotice(
+    return gdt::ckpt::RunWithNotice(
         command, env, *plan, std::cerr,
         broadcast.ok() ? broadcast->get() : nullptr);
   }
@@ -109,12 +109,12 @@ int main(int argc, char** argv) {
               << ": warning: no coordinator records: "
               << registry.status().message() << "\n";
   }
-  gdt::gitlab::ManifestRegistry* records =
+  gdt::ckpt::ManifestRegistry* records =
       registry.ok() ? registry->get() : nullptr;
   if (save->parsed()) {
-    return gdt::gitlab::RunCkptSave(save_options, env, records, std::cout,
-                                    std::cerr);
+    return gdt::ckpt::RunCkptSave(save_options, env, records, std::cout,
+                                  std::cerr);
   }
-  return gdt::gitlab::RunCkptResume(resume_options, env, records, std::cout,
-                                    std::cerr);
+  return gdt::ckpt::RunCkptResume(resume_options, env, records, std::cout,
+                                  std::cerr);
 }

@@ -24,20 +24,20 @@ absl::StatusOr<bool> KvNoticeBroadcast::Announced() {
   return value.status();
 }
 
-absl::StatusOr<std::unique_ptr<gitlab::NoticeBroadcast>> NoticeBroadcastFromEnv(
-    const gitlab::CkptEnv& env) {
+absl::StatusOr<std::unique_ptr<ckpt::NoticeBroadcast>> NoticeBroadcastFromEnv(
+    const ckpt::CkptEnv& env) {
   const auto get = [&env](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   const char* coordinator = get("GDT_COORDINATOR");
   if (coordinator == nullptr || *coordinator == '\0') {
-    return std::unique_ptr<gitlab::NoticeBroadcast>();
+    return std::unique_ptr<ckpt::NoticeBroadcast>();
   }
   absl::StatusOr<rendezvous::KvTarget> target =
       rendezvous::KvTargetFromEnvironment(get);
   if (!target.ok()) return target.status();
-  return std::unique_ptr<gitlab::NoticeBroadcast>(
+  return std::unique_ptr<ckpt::NoticeBroadcast>(
       std::make_unique<KvNoticeBroadcast>(*std::move(target)));
 }
 

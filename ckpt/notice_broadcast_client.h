@@ -5,8 +5,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "gitlab/checkpoint_notice.h"
-#include "gitlab/ckpt_command.h"
+#include "ckpt/command.h"
+#include "ckpt/notice.h"
 #include "rendezvous/kv_client.h"
 
 namespace gdt::ckpt {
@@ -19,7 +19,7 @@ inline constexpr char kNoticeKey[] = "gdt/checkpoint-notice";
 // gdt-ckpt run's NoticeBroadcast on the gang's key-value store: Announce is
 // a compare-and-set of kNoticeKey (the first member wins; later ones find
 // it set), Announced a Get with a 300 ms deadline.
-class KvNoticeBroadcast final : public gitlab::NoticeBroadcast {
+class KvNoticeBroadcast final : public ckpt::NoticeBroadcast {
  public:
   explicit KvNoticeBroadcast(rendezvous::KvTarget target)
       : client_(std::move(target)) {}
@@ -33,8 +33,8 @@ class KvNoticeBroadcast final : public gitlab::NoticeBroadcast {
 
 // The broadcast of the job's gang, or null outside a gdt job
 // (GDT_COORDINATOR unset). Errors as KvTargetFromEnvironment's.
-absl::StatusOr<std::unique_ptr<gitlab::NoticeBroadcast>> NoticeBroadcastFromEnv(
-    const gitlab::CkptEnv& env);
+absl::StatusOr<std::unique_ptr<ckpt::NoticeBroadcast>> NoticeBroadcastFromEnv(
+    const ckpt::CkptEnv& env);
 
 }  // namespace gdt::ckpt
 

@@ -26,20 +26,20 @@ absl::StatusOr<std::vector<std::string>> CoordinatorRegistry::List() {
   return manifests;
 }
 
-absl::StatusOr<std::unique_ptr<gitlab::ManifestRegistry>> RegistryFromEnv(
-    const gitlab::CkptEnv& env, std::chrono::milliseconds timeout) {
+absl::StatusOr<std::unique_ptr<ckpt::ManifestRegistry>> RegistryFromEnv(
+    const ckpt::CkptEnv& env, std::chrono::milliseconds timeout) {
   const auto get = [&env](const char* name) -> const char* {
     auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
   };
   const char* coordinator = get("GDT_COORDINATOR");
   if (coordinator == nullptr || *coordinator == '\0') {
-    return std::unique_ptr<gitlab::ManifestRegistry>();
+    return std::unique_ptr<ckpt::ManifestRegistry>();
   }
   absl::StatusOr<rendezvous::KvTarget> target =
       rendezvous::KvTargetFromEnvironment(get);
   if (!target.ok()) return target.status();
-  return std::unique_ptr<gitlab::ManifestRegistry>(
+  return std::unique_ptr<ckpt::ManifestRegistry>(
       std::make_unique<CoordinatorRegistry>(*std::move(target), timeout));
 }
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "gitlab/ckpt_command.h"
+#include "ckpt/command.h"
 #include "rendezvous/checkpoint_client.h"
 
 namespace gdt::ckpt {
@@ -16,7 +16,7 @@ namespace gdt::ckpt {
 // gdt-ckpt's ManifestRegistry on the coordinator's CheckpointRecords RPCs,
 // with the member's gang credential (GDT_COORDINATOR, GDT_GANG_ID,
 // GDT_EPOCH, GDT_KV_TOKEN). Each call waits at most `timeout`.
-class CoordinatorRegistry final : public gitlab::ManifestRegistry {
+class CoordinatorRegistry final : public ckpt::ManifestRegistry {
  public:
   CoordinatorRegistry(rendezvous::KvTarget target,
                       std::chrono::milliseconds timeout);
@@ -33,8 +33,8 @@ class CoordinatorRegistry final : public gitlab::ManifestRegistry {
 // The registry of the job's gang, or null outside a gdt job (GDT_COORDINATOR
 // unset). Inside one, a missing GDT_GANG_ID, GDT_EPOCH or GDT_KV_TOKEN is a
 // FailedPrecondition naming it.
-absl::StatusOr<std::unique_ptr<gitlab::ManifestRegistry>> RegistryFromEnv(
-    const gitlab::CkptEnv& env, std::chrono::milliseconds timeout);
+absl::StatusOr<std::unique_ptr<ckpt::ManifestRegistry>> RegistryFromEnv(
+    const ckpt::CkptEnv& env, std::chrono::milliseconds timeout);
 
 }  // namespace gdt::ckpt
 

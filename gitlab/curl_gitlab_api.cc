@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "gitlab/sha256.h"
+#include "common/sha256.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {

@@ -1,18 +1,18 @@
 #include "gitlab/curl_gitlab_api.h"
 
+#include "common/sha256.h"
 #include "gitlab/fake_gitlab_api.h"
-#include "gitlab/sha256.h"
-#include "gitlab/testing_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::gitlab {
 namespace {
 
+using test::ReadTextFile;
+using test::TempDir;
+using test::WriteTextFile;
 using ::testing::HasSubstr;
-using testing_support::ReadTextFile;
-using testing_support::TempDir;
-using testing_support::WriteTextFile;
 
 class CurlGitLabApiTest : public ::testing::Test {
  protected:

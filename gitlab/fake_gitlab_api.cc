@@ -10,7 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "gitlab/sha256.h"
+#include "common/sha256.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {

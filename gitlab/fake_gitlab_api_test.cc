@@ -3,7 +3,7 @@
 #include <httplib.h>
 
 #include "absl/strings/escaping.h"
-#include "gitlab/sha256.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

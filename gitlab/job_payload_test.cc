@@ -1,8 +1,8 @@
 #include "gitlab/job_payload.h"
 
-#include "gitlab/testing_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::gitlab {
 namespace {
@@ -140,7 +140,7 @@ TEST(JobPayloadTest, BadInputNamesTheProblem) {
 }
 
 TEST(JobPayloadTest, LoadReportsAMissingFile) {
-  testing_support::TempDir dir;
+  test::TempDir dir;
   const std::string path = dir.path() + "/response.json";
 
   absl::StatusOr<JobPayload> missing = LoadJobPayload(path);
@@ -152,9 +152,9 @@ TEST(JobPayloadTest, LoadReportsAMissingFile) {
 }
 
 TEST(JobPayloadTest, LoadParsesAFile) {
-  testing_support::TempDir dir;
+  test::TempDir dir;
   const std::string path = dir.path() + "/response.json";
-  testing_support::WriteTextFile(path, kPayload);
+  test::WriteTextFile(path, kPayload);
 
   absl::StatusOr<JobPayload> payload = LoadJobPayload(path);
 

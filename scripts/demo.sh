@@ -74,7 +74,7 @@ YAML
 
 echo "== gdt-ci run-local: job 'train' of examples/ddp/.gitlab-ci.yml (parallel: 2)"
 status=0
-"$bin/gitlab/gdt-ci" run-local --file examples/ddp/.gitlab-ci.yml --job train \
+"$bin/ci/gdt-ci" run-local --file examples/ddp/.gitlab-ci.yml --job train \
   --executor "$bin/executor/gdt-executor" --executor-config "$work/executor.yaml" \
   --project-dir "$root" --work-dir "$work/run" || status=$?
 

@@ -8,14 +8,14 @@
 #include <sstream>
 #include <string>
 
+#include "ckpt/notice.h"
 #include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
 #include "common/clock.h"
 #include "coordinator/server.h"
-#include "gitlab/checkpoint_notice.h"
-#include "gitlab/testing_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt {
 namespace {
@@ -46,7 +46,7 @@ class CkptCoordinatorTest : public ::testing::Test {
 
   SystemClock clock_;
   std::unique_ptr<coordinator::CoordinatorServer> server_;
-  gitlab::CkptEnv env_;
+  ckpt::CkptEnv env_;
 };
 
 TEST_F(CkptCoordinatorTest, RegistryRecordsAndListsNewestFirst) {
@@ -59,7 +59,7 @@ TEST_F(CkptCoordinatorTest, RegistryRecordsAndListsNewestFirst) {
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed, ElementsAre(R"({"step":8})", R"({"step":4})"));
 
-  gitlab::CkptEnv wrong = env_;
+  ckpt::CkptEnv wrong = env_;
   wrong["GDT_KV_TOKEN"] = "guess";
   auto stranger = ckpt::RegistryFromEnv(wrong, 5s);
   ASSERT_TRUE(stranger.ok());
@@ -74,7 +74,7 @@ TEST_F(CkptCoordinatorTest, RegistryRecordsAndListsNewestFirst) {
   auto outside = ckpt::RegistryFromEnv({}, 5s);
   ASSERT_TRUE(outside.ok());
   EXPECT_EQ(*outside, nullptr);
-  gitlab::CkptEnv no_token = env_;
+  ckpt::CkptEnv no_token = env_;
   no_token.erase("GDT_KV_TOKEN");
   EXPECT_THAT(ckpt::RegistryFromEnv(no_token, 5s).status().message(),
               HasSubstr("GDT_KV_TOKEN is not set"));
@@ -83,24 +83,24 @@ TEST_F(CkptCoordinatorTest, RegistryRecordsAndListsNewestFirst) {
 // Member 1 reaches its notice 1 s in; member 2's own notice is ten minutes
 // away, yet it gets the notice within about a second of member 1.
 TEST_F(CkptCoordinatorTest, FirstMembersNoticeReachesTheOther) {
-  gitlab::testing_support::TempDir dir;
+  test::TempDir dir;
   const std::string poll = R"(
 for i in $(seq 1 100); do test -f "$GDT_CHECKPOINT_NOTICE_FILE" && exit 0; sleep 0.1; done
 exit 3)";
   const auto run = [&](const std::string& timeout, const std::string& sub) {
-    auto plan = gitlab::PlanNotice({{"CI_JOB_TIMEOUT", timeout},
-                                    {"GDT_CHECKPOINT_NOTICE", "599"},
-                                    {"GDT_CHECKPOINT_SIGNAL", "none"},
-                                    {"GDT_CHECKPOINT_DIR", dir.path() + sub}},
-                                   std::chrono::system_clock::now());
+    auto plan = ckpt::PlanNotice({{"CI_JOB_TIMEOUT", timeout},
+                                  {"GDT_CHECKPOINT_NOTICE", "599"},
+                                  {"GDT_CHECKPOINT_SIGNAL", "none"},
+                                  {"GDT_CHECKPOINT_DIR", dir.path() + sub}},
+                                 std::chrono::system_clock::now());
     auto broadcast = ckpt::NoticeBroadcastFromEnv(env_);
     std::ostringstream err;
     if (!plan.ok() || !broadcast.ok() || *broadcast == nullptr) {
       return std::make_pair(-1, std::string("setup failed"));
     }
-    const int code = gitlab::RunWithNotice({"/bin/bash", "-c", poll},
-                                           {{"PATH", "/usr/bin:/bin"}}, *plan,
-                                           err, broadcast->get());
+    const int code = ckpt::RunWithNotice({"/bin/bash", "-c", poll},
+                                         {{"PATH", "/usr/bin:/bin"}}, *plan,
+                                         err, broadcast->get());
     return std::make_pair(code, err.str());
   };
   const auto start = std::chrono::steady_clock::now();

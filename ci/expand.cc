@@ -1,0 +1,1464 @@
+#include "ci/expand.h"
+
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ci/job_file.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ci {
+namespace {
+
+constexpr int kGitLabParallelLimit = 200;
+constexpr int64_t kMaxGpusPerNode = 64;
+constexpr int64_t kMaxProcsPerNode = 1024;
+constexpr int64_t kMaxPriority = 1000;
+constexpr int64_t kMaxGangTimeoutSeconds = 7 * 86400;
+constexpr int64_t kMaxCheckpointNoticeSeconds = 3600;
+constexpr int64_t kMaxCheckpointKeep = 1000;
+// Nesting deeper than this is not walked (no CI file needs it).
+constexpr int kMaxDepth = 100;
+const char kCheckpointPath[] = "checkpoints/";
+
+const std::vector<std::string>& BlockKeys() {
+  static const std::vector<std::string> keys = {
+      "nodes",   "gpus_per_node", "procs_per_node", "launcher",
+      "timeout", "priority",      "topology",       "checkpoint"};
+  return keys;
+}
+const std::vector<std::string>& Launchers() {
+  static const std::vector<std::string> values = {"torchrun", "env", "nccl",
+                                                  "none"};
+  return values;
+}
+const std::vector<std::string>& TopologyModes() {
+  static const std::vector<std::string> values = {"required", "preferred"};
+  return values;
+}
+const std::vector<std::string>& CheckpointStores() {
+  static const std::vector<std::string> values = {"artifacts", "none"};
+  return values;
+}
+
+// GDT_* variables a job may set (inputs) and their rules.
+struct VariableRule {
+  std::string name;
+  enum Kind { kInteger, kChoice, kLabel } kind;
+  int64_t low = 0;
+  int64_t high = 0;
+  const std::vector<std::string>* choices = nullptr;
+};
+const std::vector<VariableRule>& InputVariables() {
+  static const std::vector<VariableRule> rules = {
+      {"GDT_GPUS_PER_NODE", VariableRule::kInteger, 0, kMaxGpusPerNode},
+      {"GDT_NPROC_PER_NODE", VariableRule::kInteger, 1, kMaxProcsPerNode},
+      {"GDT_LAUNCHER", VariableRule::kChoice, 0, 0, &Launchers()},
+      {"GDT_GANG_TIMEOUT", VariableRule::kInteger, 1, kMaxGangTimeoutSeconds},
+      {"GDT_PRIORITY", VariableRule::kInteger, -kMaxPriority, kMaxPriority},
+      {"GDT_TOPOLOGY_SAME", VariableRule::kLabel},
+      {"GDT_TOPOLOGY_MODE", VariableRule::kChoice, 0, 0, &TopologyModes()},
+      {"GDT_CHECKPOINT_NOTICE", VariableRule::kInteger, 1,
+       kMaxCheckpointNoticeSeconds},
+      {"GDT_CHECKPOINT_KEEP", VariableRule::kInteger, 1, kMaxCheckpointKeep},
+      {"GDT_CHECKPOINT_STORE", VariableRule::kChoice, 0, 0,
+       &CheckpointStores()},
+  };
+  return rules;
+}
+// Set by gdt on the placed host (docs/environment.md), never by a job.
+const std::set<std::string>& OutputVariables() {
+  static const std::set<std::string> names = {
+      "GDT_GANG_ID",        "GDT_EPOCH",      "GDT_NODE_RANK",
+      "GDT_NUM_NODES",      "GDT_WORLD_SIZE", "GDT_MASTER_ADDR",
+      "GDT_MASTER_PORT",    "GDT_PEERS",      "GDT_HOSTFILE",
+      "GDT_CHECKPOINT_DIR", "GDT_COORDINATOR"};
+  return names;
+}
+
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1,
+                         diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// " (did you mean 'x'?)" for the closest candidate, or "".
+std::string DidYouMean(std::string_view word,
+                       const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = 3;  // At most two edits away.
+  for (const std::string& candidate : candidates) {
+    const size_t distance = EditDistance(word, candidate);
+    if (distance < best_distance) {
+      best_distance = distance;
+      best = candidate;
+    }
+  }
+  return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
+}
+
+// A value for a one-line message: control characters replaced, long text
+// cut.
+std::string Shown(std::string_view text) {
+  std::string shown;
+  for (char c : text.substr(0, 40)) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    shown.push_back(u < 0x20 || u == 0x7f ? '?' : c);
+  }
+  if (text.size() > 40) shown += "...";
+  return shown;
+}
+
+bool IsPlain(const YAML::Node& node) {
+  return node.IsScalar() && node.Tag() == "?";
+}
+
+// What a node is, for "must be X, not Y" messages.
+std::string Describe(const YAML::Node& node) {
+  if (!node || node.IsNull()) return "empty";
+  if (node.IsMap()) return "a mapping";
+  if (node.IsSequence()) return "a list";
+  if (!IsPlain(node)) {
+    return absl::StrCat("the quoted string \"", Shown(node.Scalar()), "\"");
+  }
+  return absl::StrCat("'", Shown(node.Scalar()), "'");
+}
+
+// A plain (unquoted) integer scalar.
+std::optional<int64_t> PlainInteger(const YAML::Node& node) {
+  if (!IsPlain(node)) return std::nullopt;
+  const std::string& text = node.Scalar();
+  size_t i = 0;
+  bool negative = false;
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) {
+    negative = text[0] == '-';
+    i = 1;
+  }
+  if (i == text.size() || text.size() - i > 12) return std::nullopt;
+  int64_t value = 0;
+  for (; i < text.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+      return std::nullopt;
+    }
+    value = value * 10 + (text[i] - '0');
+  }
+  return negative ? -value : value;
+}
+
+// Digits only (a variable value as GitLab sends it), at most 12.
+std::optional<int64_t> IntegerText(std::string_view text) {
+  size_t i = 0;
+  bool negative = false;
+  if (!text.empty() && text[0] == '-') {
+    negative = true;
+    i = 1;
+  }
+  if (i == text.size() || text.size() - i > 12) return std::nullopt;
+  int64_t value = 0;
+  for (; i < text.size(); ++i) {
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
+      return std::nullopt;
+    }
+    value = value * 10 + (text[i] - '0');
+  }
+  return negative ? -value : value;
+}
+
+bool IsLabel(std::string_view text) {
+  if (text.empty() || text.size() > 63 ||
+      !std::isalnum(static_cast<unsigned char>(text[0]))) {
+    return false;
+  }
+  for (char c : text) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' &&
+        c != '-' && c != '/') {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Contains(const std::vector<std::string>& values, std::string_view v) {
+  return std::find(values.begin(), values.end(), v) != values.end();
+}
+
+// `message` with control characters (from names in the file) shown as '?'.
+std::string OneLine(std::string message) {
+  for (char& c : message) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = '?';
+  }
+  return message;
+}
+
+// Collects diagnostics at 1-based places.
+class Reporter {
+ public:
+  explicit Reporter(std::vector<CiDiagnostic>* out) : out_(out) {}
+
+  // At `node`, or at `fallback` when `node` has no place (an empty value).
+  void At(const YAML::Node& node, const YAML::Node& fallback,
+          std::string message) {
+    // An empty value's mark is the next token's: use the key's instead.
+    YAML::Mark mark =
+        node && !node.IsNull() ? node.Mark() : YAML::Mark::null_mark();
+    if (mark.is_null() && fallback) mark = fallback.Mark();
+    AtMark(mark, std::move(message));
+  }
+  void AtMark(const YAML::Mark& mark, std::string message) {
+    CiDiagnostic d;
+    if (!mark.is_null()) {
+      d.line = mark.line + 1;
+      d.column = mark.column + 1;
+    }
+    d.message = OneLine(std::move(message));
+    out_->push_back(std::move(d));
+  }
+  void AtLine(int line, int column, std::string message) {
+    out_->push_back(CiDiagnostic{line, column, OneLine(std::move(message))});
+  }
+  size_t count() const { return out_->size(); }
+
+ private:
+  std::vector<CiDiagnostic>* out_;
+};
+
+// The key node and value of a map entry. Never assign one Entry to
+// another: YAML::Node assignment writes through to the document.
+struct Entry {
+  YAML::Node key;
+  YAML::Node value;
+  bool found = false;
+  explicit operator bool() const { return found; }
+};
+// The first entry named `name` of `map` (not found when `map` is no map).
+Entry FindEntry(const YAML::Node& map, std::string_view name) {
+  if (!map || !map.IsMap()) return Entry{};
+  for (const auto& entry : map) {
+    if (entry.first.IsScalar() && entry.first.Scalar() == name) {
+      return Entry{entry.first, entry.second, true};
+    }
+  }
+  return Entry{};
+}
+
+// Reports every key that appears twice in one mapping, anywhere below
+// `node`. yaml-cpp keeps both entries (and `node[key]` finds the first),
+// GitLab keeps the last: either way one of them is silently lost.
+void FindDuplicateKeys(const YAML::Node& node, int depth,
+                       std::set<size_t>* visited, Reporter* report) {
+  if (depth > kMaxDepth || !(node.IsMap() || node.IsSequence())) return;
+  // Aliases share the node (and its mark) with their anchor: walk it once.
+  if (!node.Mark().is_null() &&
+      !visited->insert(static_cast<size_t>(node.Mark().pos)).second) {
+    return;
+  }
+  if (node.IsSequence()) {
+    for (const YAML::Node& item : node) {
+      FindDuplicateKeys(item, depth + 1, visited, report);
+    }
+    return;
+  }
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& entry : node) {
+    // Repeated merge keys (`<<: *a` then `<<: *b`) each merge in GitLab.
+    if (entry.first.IsScalar() && entry.first.Scalar() != "<<") {
+      const std::string& key = entry.first.Scalar();
+      auto [it, inserted] = seen.emplace(key, entry.first.Mark());
+      if (!inserted) {
+        report->At(entry.first, node,
+                   absl::StrCat("duplicate key '", Shown(key),
+                                "' (first at line ", it->second.line + 1,
+                                "); YAML keeps only one of them"));
+      }
+    }
+    FindDuplicateKeys(entry.second, depth + 1, visited, report);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The block.
+
+// Reads an integer in [low, high]; `range` explains the range.
+std::optional<int64_t> ReadInteger(const Entry& e, const std::string& path,
+                                   int64_t low, int64_t high,
+                                   const std::string& range, Reporter* report) {
+  const std::optional<int64_t> value = PlainInteger(e.value);
+  if (!value.has_value()) {
+    report->At(e.value, e.key,
+               absl::StrCat(path, " must be an integer ", range, ", not ",
+                            Describe(e.value)));
+    return std::nullopt;
+  }
+  if (*value < low || *value > high) {
+    report->At(e.value, e.key,
+               absl::StrCat(path, " must be ", range, ", not ", *value));
+    return std::nullopt;
+  }
+  return value;
+}
+
+std::optional<std::string> ReadChoice(const Entry& e, const std::string& path,
+                                      const std::vector<std::string>& choices,
+                                      Reporter* report) {
+  if (!e.value.IsScalar() || !Contains(choices, e.value.Scalar())) {
+    report->At(
+        e.value, e.key,
+        absl::StrCat(
+            path, " must be one of ", absl::StrJoin(choices, ", "), ", not ",
+            Describe(e.value),
+            e.value.IsScalar() ? DidYouMean(e.value.Scalar(), choices) : ""));
+    return std::nullopt;
+  }
+  return e.value.Scalar();
+}
+
+// A duration: seconds as an integer, or GitLab's duration text ("10m").
+std::optional<int64_t> ReadDuration(const Entry& e, const std::string& path,
+                                    int64_t high, const std::string& range,
+                                    Reporter* report) {
+  std::optional<int64_t> seconds;
+  if (e.value.IsScalar()) {
+    seconds = PlainInteger(e.value);
+    if (!seconds.has_value()) {
+      absl::StatusOr<int64_t> parsed = ParseDurationSeconds(e.value.Scalar());
+      if (parsed.ok()) seconds = *parsed;
+    }
+  }
+  if (!seconds.has_value()) {
+    report->At(e.value, e.key,
+               absl::StrCat(path,
+                            " must be a duration (seconds, or e.g. 10m, 1h "
+                            "30m), not ",
+                            Describe(e.value)));
+    return std::nullopt;
+  }
+  if (*seconds < 1 || *seconds > high) {
+    report->At(
+        e.value, e.key,
+        absl::StrCat(path, " must be ", range, ", not ", *seconds, " seconds"));
+    return std::nullopt;
+  }
+  return seconds;
+}
+
+// A mapping value with only `keys`; reports anything else.
+bool CheckSubMap(const Entry& e, const std::string& path,
+                 const std::vector<std::string>& keys, Reporter* report) {
+  if (!e.value.IsMap()) {
+    report->At(
+        e.value, e.key,
+        absl::StrCat(path, " must be a mapping with ",
+                     absl::StrJoin(keys, ", "), ", not ", Describe(e.value)));
+    return false;
+  }
+  bool ok = true;
+  for (const auto& entry : e.value) {
+    const std::string key =
+        entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+    if (!Contains(keys, key)) {
+      report->At(entry.first, e.value,
+                 absl::StrCat(path, ": unknown key '", Shown(key), "'",
+                              DidYouMean(key, keys),
+                              "; keys: ", absl::StrJoin(keys, ", ")));
+      ok = false;
+    }
+  }
+  return ok;
+}
+
+// Parses `parallel: {distributed: ...}` of job `job` into `spec`. Returns
+// false after reporting when anything is wrong.
+bool ParseBlock(const std::string& job, const Entry& parallel,
+                const CiExpandOptions& options, GangSpec* spec,
+                Reporter* report) {
+  const size_t errors_before = report->count();
+  const std::string prefix = absl::StrCat(job, ": parallel:distributed");
+  const Entry distributed = FindEntry(parallel.value, "distributed");
+  for (const auto& entry : parallel.value) {
+    const std::string key =
+        entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+    if (key == "distributed") {
+      continue;
+    } else if (key == "matrix") {
+      report->At(entry.first, parallel.key,
+                 absl::StrCat(job,
+                              ": parallel:matrix cannot be combined with "
+                              "parallel:distributed"));
+    } else {
+      report->At(entry.first, parallel.key,
+                 absl::StrCat(job, ": unknown key '", Shown(key),
+                              "' in parallel; with a gang use only "
+                              "distributed"));
+    }
+  }
+  if (!distributed.value.IsMap()) {
+    report->At(distributed.value, distributed.key,
+               absl::StrCat(prefix, " must be a mapping with ",
+                            absl::StrJoin(BlockKeys(), ", "), ", not ",
+                            Describe(distributed.value)));
+    return false;
+  }
+  const int max_nodes =
+      std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
+  bool have_nodes = false;
+  bool have_procs = false;
+  for (const auto& item : distributed.value) {
+    const Entry e{item.first, item.second, true};
+    const std::string key =
+        e.key.IsScalar() ? e.key.Scalar() : std::string("?");
+    const std::string path = absl::StrCat(prefix, ":", key);
+    if (key == "nodes") {
+      std::optional<int64_t> nodes =
+          ReadInteger(e, path, 1, kGitLabParallelLimit,
+                      "from 1 to 200 (GitLab's parallel limit)", report);
+      if (nodes.has_value() && *nodes > max_nodes) {
+        report->At(e.value, e.key,
+                   absl::StrCat(path, " is ", *nodes,
+                                " but this cluster allows at most ", max_nodes,
+                                " nodes per job (--max-nodes)"));
+        nodes.reset();
+      }
+      if (nodes.has_value()) spec->nodes = static_cast<int>(*nodes);
+      have_nodes = true;
+    } else if (key == "gpus_per_node") {
+      if (auto v = ReadInteger(e, path, 0, kMaxGpusPerNode, "from 0 to 64",
+                               report)) {
+        spec->gpus_per_node = static_cast<int>(*v);
+      }
+    } else if (key == "procs_per_node") {
+      if (auto v = ReadInteger(e, path, 1, kMaxProcsPerNode, "from 1 to 1024",
+                               report)) {
+        spec->procs_per_node = static_cast<int>(*v);
+      }
+      have_procs = true;
+    } else if (key == "launcher") {
+      if (auto v = ReadChoice(e, path, Launchers(), report)) {
+        spec->launcher = *v;
+      }
+    } else if (key == "timeout") {
+      spec->gang_timeout_seconds = ReadDuration(
+          e, path, kMaxGangTimeoutSeconds, "from 1 second to 7 days", report);
+    } else if (key == "priority") {
+      if (auto v = ReadInteger(e, path, -kMaxPriority, kMaxPriority,
+                               "from -1000 to 1000", report)) {
+        spec->priority = static_cast<int>(*v);
+      }
+    } else if (key == "topology") {
+      static const std::vector<std::string> keys = {"same", "mode"};
+      if (!CheckSubMap(e, path, keys, report)) continue;
+      const Entry same = FindEntry(e.value, "same");
+      const Entry mode = FindEntry(e.value, "mode");
+      if (!same) {
+        report->At(e.value, e.key,
+                   absl::StrCat(path,
+                                " needs same: <label> (the host label all "
+                                "members must share)"));
+        continue;
+      }
+      if (!same.value.IsScalar()) {
+        report->At(same.value, same.key,
+                   absl::StrCat(path, ":same must be a host label, not ",
+                                Describe(same.value)));
+      } else if (!IsLabel(same.value.Scalar())) {
+        report->At(same.value, same.key,
+                   absl::StrCat(path,
+                                ":same must be a host label (letters, "
+                                "digits, . _ - /; at most 63), not ",
+                                Describe(same.value)));
+      } else {
+        spec->topology_same = same.value.Scalar();
+      }
+      spec->topology_mode = "required";
+      if (mode) {
+        if (auto v = ReadChoice(mode, absl::StrCat(path, ":mode"),
+                                TopologyModes(), report)) {
+          spec->topology_mode = *v;
+        }
+      }
+    } else if (key == "checkpoint") {
+      static const std::vector<std::string> keys = {"notice", "keep", "store"};
+      if (!e.value.IsNull() && !CheckSubMap(e, path, keys, report)) continue;
+      spec->checkpoint_store = "artifacts";
+      if (const Entry notice = FindEntry(e.value, "notice")) {
+        spec->checkpoint_notice_seconds = ReadDuration(
+            notice, absl::StrCat(path, ":notice"), kMaxCheckpointNoticeSeconds,
+            "from 1 second to 1 hour", report);
+      }
+      if (const Entry keep = FindEntry(e.value, "keep")) {
+        if (auto v =
+                ReadInteger(keep, absl::StrCat(path, ":keep"), 1,
+                            kMaxCheckpointKeep, "from 1 to 1000", report)) {
+          spec->checkpoint_keep = static_cast<int>(*v);
+        }
+      }
+      if (const Entry store = FindEntry(e.value, "store")) {
+        if (auto v = ReadChoice(store, absl::StrCat(path, ":store"),
+                                CheckpointStores(), report)) {
+          spec->checkpoint_store = *v;
+        }
+      }
+    } else {
+      report->At(e.key, distributed.value,
+                 absl::StrCat(prefix, ": unknown key '", Shown(key), "'",
+                              DidYouMean(key, BlockKeys()),
+                              "; keys: ", absl::StrJoin(BlockKeys(), ", ")));
+    }
+  }
+  if (!have_nodes) {
+    report->At(distributed.key, distributed.key,
+               absl::StrCat(prefix, " needs nodes (the number of members)"));
+  }
+  if (!have_procs) spec->procs_per_node = std::max(1, spec->gpus_per_node);
+  return report->count() == errors_before;
+}
+
+// ---------------------------------------------------------------------------
+// Text splicing.
+
+// The file as lines, each with its own line break.
+struct Lines {
+  std::vector<std::string> lines;
+  std::string eol = "\n";
+};
+
+Lines SplitLines(std::string_view text) {
+  Lines out;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t nl = text.find('\n', start);
+    const size_t end = nl == std::string_view::npos ? text.size() : nl + 1;
+    out.lines.emplace_back(text.substr(start, end - start));
+    start = end;
+  }
+  if (!out.lines.empty() && out.lines[0].size() >= 2 &&
+      out.lines[0].compare(out.lines[0].size() - 2, 2, "\r\n") == 0) {
+    out.eol = "\r\n";
+  }
+  return out;
+}
+
+// Column of the first character that is not a space, or npos when blank.
+size_t FirstNonSpace(const std::string& line) {
+  for (size_t i = 0; i < line.size(); ++i) {
+    if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' &&
+        line[i] != '\n') {
+      return i;
+    }
+  }
+  return std::string::npos;
+}
+
+// Lowers `end` past trailing lines that cannot belong to an entry at column
+// `indent`: blank lines, comments at or left of `indent`, document markers.
+int TrimEnd(const Lines& lines, int begin, int end, int indent) {
+  while (end > begin + 1) {
+    const std::string& line = lines.lines[static_cast<size_t>(end - 1)];
+    const size_t first = FirstNonSpace(line);
+    const bool removable =
+        first == std::string::npos ||
+        (line[first] == '#' && static_cast<int>(first) <= indent) ||
+        line.rfind("---", 0) == 0 || line.rfind("...", 0) == 0;
+    if (!removable) break;
+    --end;
+  }
+  return end;
+}
+
+// What follows `key:` on the key's line, comments and spaces dropped ("" for
+// a block value; "{", "[", "*x", "&x" ... otherwise).
+std::string RestOfKeyLine(const Lines& lines, const YAML::Node& key) {
+  const std::string& line = lines.lines[static_cast<size_t>(key.Mark().line)];
+  size_t colon = line.find(':', static_cast<size_t>(key.Mark().column));
+  if (colon == std::string::npos) return "?";
+  std::string rest = line.substr(colon + 1);
+  for (size_t i = 0; i < rest.size(); ++i) {
+    if (rest[i] == '#' && (i == 0 || rest[i - 1] == ' ')) {
+      rest.resize(i);
+      break;
+    }
+  }
+  const size_t first = rest.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return "";
+  const size_t last = rest.find_last_not_of(" \t\r\n");
+  return rest.substr(first, last - first + 1);
+}
+
+// Replace lines [begin, end) by `text` (whole lines); begin == end inserts.
+struct Edit {
+  int begin = 0;
+  int end = 0;
+  std::string text;
+};
+
+std::string ApplyEdits(Lines lines, std::vector<Edit> edits) {
+  std::stable_sort(
+      edits.begin(), edits.end(), [](const Edit& a, const Edit& b) {
+        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+      });
+  // Text after a last line without a line break needs one.
+  if (!lines.lines.empty() && lines.lines.back().back() != '\n') {
+    for (const Edit& edit : edits) {
+      if (edit.end >= static_cast<int>(lines.lines.size())) {
+        if (edit.begin < static_cast<int>(lines.lines.size())) break;
+        lines.lines.back() += lines.eol;
+        break;
+      }
+    }
+  }
+  std::string out;
+  int next = 0;
+  for (const Edit& edit : edits) {
+    for (; next < edit.begin; ++next) {
+      out += lines.lines[static_cast<size_t>(next)];
+    }
+    out += edit.text;
+    next = std::max(next, edit.end);
+  }
+  for (; next < static_cast<int>(lines.lines.size()); ++next) {
+    out += lines.lines[static_cast<size_t>(next)];
+  }
+  return out;
+}
+
+std::string Quoted(std::string_view value) {
+  return absl::StrCat("\"", std::string(value), "\"");
+}
+
+// Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
+// every scalar is quoted when `quote_all` (variables: strings, as GitLab
+// sends them). Aliases are written out in full.
+void EmitValue(YAML::Emitter& out, const YAML::Node& node, bool quote_all,
+               int depth = 0) {
+  if (depth > kMaxDepth) {
+    out << YAML::Null;
+  } else if (node.IsMap()) {
+    out << YAML::BeginMap;
+    for (const auto& entry : node) {
+      out << YAML::Key;
+      EmitValue(out, entry.first, false, depth + 1);
+      out << YAML::Value;
+      EmitValue(out, entry.second, quote_all, depth + 1);
+    }
+    out << YAML::EndMap;
+  } else if (node.IsSequence()) {
+    out << YAML::BeginSeq;
+    for (const YAML::Node& item : node) {
+      EmitValue(out, item, quote_all, depth + 1);
+    }
+    out << YAML::EndSeq;
+  } else if (node.IsScalar()) {
+    if (quote_all || !IsPlain(node)) out << YAML::DoubleQuoted;
+    out << node.Scalar();
+  } else {
+    out << YAML::Null;
+  }
+}
+
+// One entry `key: <flow value>` on one line at `indent`.
+std::string FlowEntry(const std::string& indent, std::string_view key,
+                      YAML::Emitter& value, const std::string& eol) {
+  return absl::StrCat(indent, std::string(key), ": ", value.c_str(), eol);
+}
+
+// The plan for one job's rewrite.
+class JobRewriter {
+ public:
+  JobRewriter(const Lines& lines, const std::string& job,
+              const YAML::Node& job_value, int job_end,
+              const CiExpandOptions& options, Reporter* report)
+      : lines_(lines),
+        job_(job),
+        job_value_(job_value),
+        job_end_(job_end),
+        options_(options),
+        report_(report) {
+    for (const auto& entry : job_value_) keys_.push_back(entry.first);
+  }
+
+  // Adds the edits for `spec` to `edits`; false after reporting.
+  bool Plan(const GangSpec& spec, const Entry& parallel,
+            std::vector<Edit>* edits) {
+    const size_t errors_before = report_->count();
+    const std::string& eol = lines_.eol;
+    const std::string indent(static_cast<size_t>(parallel.key.Mark().column),
+                             ' ');
+    std::string text = absl::StrCat(indent, "parallel: ", spec.nodes, eol);
+
+    const std::vector<std::pair<std::string, std::string>> variables =
+        spec.Variables();
+    if (const Entry e = FindEntry(job_value_, "variables")) {
+      CheckConflicts(e, variables);
+      if (e.value.IsMap() || e.value.IsNull()) {
+        MergeMap(e, variables, edits);
+      } else {
+        report_->At(e.value, e.key,
+                    absl::StrCat(job_, ": variables must be a mapping, not ",
+                                 Describe(e.value)));
+      }
+    } else {
+      absl::StrAppend(&text, indent, "variables:", eol);
+      for (const auto& [key, value] : variables) {
+        absl::StrAppend(&text, indent, "  ", key, ": ", Quoted(value), eol);
+      }
+    }
+
+    if (!options_.runner_tag.empty()) {
+      if (const Entry e = FindEntry(job_value_, "tags")) {
+        if (e.value.IsSequence() || e.value.IsNull()) {
+          AppendTag(e, edits);
+        } else {
+          report_->At(e.value, e.key,
+                      absl::StrCat(job_, ": tags must be a list, not ",
+                                   Describe(e.value)));
+        }
+      } else {
+        absl::StrAppend(&text, indent, "tags:", eol, indent, "  - ",
+                        options_.runner_tag, eol);
+      }
+    }
+
+    // A job's own retry wins; docs/user-guide.md explains the default.
+    if (!FindEntry(job_value_, "retry")) {
+      // Every member must be retried alike: a gang re-forms (as its next
+      // epoch) only when all of its members come back.
+      absl::StrAppend(&text, indent, "retry:", eol, indent, "  max: 2", eol,
+                      indent, "  when: [runner_system_failure, script_failure]",
+                      eol);
+    }
+
+    if (spec.checkpoint_store == "artifacts") {
+      if (const Entry e = FindEntry(job_value_, "artifacts")) {
+        if (e.value.IsMap()) {
+          MergeArtifacts(e, edits);
+        } else {
+          report_->At(e.value, e.key,
+                      absl::StrCat(job_, ": artifacts must be a mapping, not ",
+                                   Describe(e.value)));
+        }
+      } else {
+        absl::StrAppend(&text, indent, "artifacts:", eol, indent,
+                        "  paths:", eol, indent, "    - ", kCheckpointPath, eol,
+                        indent, "  when: always", eol);
+      }
+    }
+
+    const auto [begin, end] = EntryRange(parallel.key);
+    edits->push_back(Edit{begin, end, std::move(text)});
+    return report_->count() == errors_before;
+  }
+
+ private:
+  // Lines [begin, end) of the entry whose key is `key`.
+  std::pair<int, int> EntryRange(const YAML::Node& key) const {
+    const int begin = key.Mark().line;
+    int end = job_end_;
+    for (const YAML::Node& other : keys_) {
+      if (other.Mark().line > begin) end = std::min(end, other.Mark().line);
+    }
+    return {begin, TrimEnd(lines_, begin, end, key.Mark().column)};
+  }
+
+  // Whether `e`'s value is written in block style below its key, with
+  // nothing (no anchor, tag or alias) after the colon.
+  bool IsBlockBelowKey(const Entry& e) const {
+    return RestOfKeyLine(lines_, e.key).empty() &&
+           e.value.Mark().line > e.key.Mark().line &&
+           e.value.Style() != YAML::EmitterStyle::Flow;
+  }
+
+  // An anchor or tag on the value: rewriting it would change other jobs.
+  bool HasAnchorOrTag(const Entry& e) const {
+    const std::string rest = RestOfKeyLine(lines_, e.key);
+    return !rest.empty() && (rest[0] == '&' || rest[0] == '!');
+  }
+
+  void CheckConflicts(
+      const Entry& e,
+      const std::vector<std::pair<std::string, std::string>>& variables) {
+    if (!e.value.IsMap()) return;
+    for (const auto& entry : e.value) {
+      if (!entry.first.IsScalar()) continue;
+      for (const auto& [key, value] : variables) {
+        if (entry.first.Scalar() == key) {
+          report_->At(entry.first, e.key,
+                      absl::StrCat(job_, ": variables:", key,
+                                   " is also set by parallel:distributed; "
+                                   "set it in one place"));
+        }
+      }
+    }
+  }
+
+  void RejectAnchor(const Entry& e) {
+    report_->At(e.key, e.key,
+                absl::StrCat(job_, ": ", e.key.Scalar(),
+                             " carries an anchor or tag that other jobs may "
+                             "share; gdt will not change it (give this job "
+                             "its own ",
+                             e.key.Scalar(), " entry)"));
+  }
+
+  void MergeMap(const Entry& e,
+                const std::vector<std::pair<std::string, std::string>>& add,
+                std::vector<Edit>* edits) {
+    const std::string& eol = lines_.eol;
+    if (HasAnchorOrTag(e)) return RejectAnchor(e);
+    if (e.value.IsMap() && e.value.size() > 0 && IsBlockBelowKey(e)) {
+      const YAML::Mark first = e.value.begin()->first.Mark();
+      const std::string indent(static_cast<size_t>(first.column), ' ');
+      std::string text;
+      for (const auto& [key, value] : add) {
+        absl::StrAppend(&text, indent, key, ": ", Quoted(value), eol);
+      }
+      const int at = EntryRange(e.key).second;
+      edits->push_back(Edit{at, at, std::move(text)});
+      return;
+    }
+    // Flow style, an alias or empty: the entry becomes one flow mapping.
+    YAML::Emitter flow;
+    flow << YAML::Flow << YAML::BeginMap;
+    if (e.value.IsMap()) {
+      for (const auto& entry : e.value) {
+        flow << YAML::Key;
+        EmitValue(flow, entry.first, false);
+        flow << YAML::Value;
+        // `VAR: {value: x, description: y}` keeps its form.
+        EmitValue(flow, entry.second, true);
+      }
+    }
+    for (const auto& [key, value] : add) {
+      flow << YAML::Key << key << YAML::Value << YAML::DoubleQuoted << value;
+    }
+    flow << YAML::EndMap;
+    ReplaceEntry(e, flow, edits);
+  }
+
+  void AppendTag(const Entry& e, std::vector<Edit>* edits) {
+    const std::string& tag = options_.runner_tag;
+    if (e.value.IsSequence()) {
+      for (const YAML::Node& item : e.value) {
+        if (item.IsScalar() && item.Scalar() == tag) return;
+      }
+    }
+    if (HasAnchorOrTag(e)) return RejectAnchor(e);
+    if (e.value.IsSequence() && e.value.size() > 0 && IsBlockBelowKey(e)) {
+      const YAML::Mark first = e.value.begin()->Mark();
+      const std::string& line = lines_.lines[static_cast<size_t>(first.line)];
+      const size_t dash = FirstNonSpace(line);
+      if (dash != std::string::npos && line[dash] == '-') {
+        const int at = EntryRange(e.key).second;
+        edits->push_back(
+            Edit{at, at,
+                 absl::StrCat(std::string(dash, ' '), "- ", tag, lines_.eol)});
+        return;
+      }
+    }
+    YAML::Emitter flow;
+    flow << YAML::Flow << YAML::BeginSeq;
+    if (e.value.IsSequence()) {
+      for (const YAML::Node& item : e.value) EmitValue(flow, item, false);
+    }
+    flow << tag << YAML::EndSeq;
+    ReplaceEntry(e, flow, edits);
+  }
+
+  void MergeArtifacts(const Entry& e, std::vector<Edit>* edits) {
+    if (HasAnchorOrTag(e)) return RejectAnchor(e);
+    YAML::Emitter flow;
+    flow << YAML::Flow << YAML::BeginMap;
+    bool have_paths = false;
+    bool have_when = false;
+    for (const auto& entry : e.value) {
+      const std::string key =
+          entry.first.IsScalar() ? entry.first.Scalar() : std::string();
+      flow << YAML::Key;
+      EmitValue(flow, entry.first, false);
+      flow << YAML::Value;
+      if (key == "paths") {
+        have_paths = true;
+        flow << YAML::BeginSeq;
+        bool present = false;
+        if (entry.second.IsSequence()) {
+          for (const YAML::Node& path : entry.second) {
+            EmitValue(flow, path, false);
+            present = present ||
+                      (path.IsScalar() && path.Scalar() == kCheckpointPath);
+          }
+        } else if (entry.second.IsScalar()) {
+          EmitValue(flow, entry.second, false);
+        }
+        if (!present) flow << kCheckpointPath;
+        flow << YAML::EndSeq;
+      } else {
+        have_when = have_when || key == "when";
+        EmitValue(flow, entry.second, false);
+      }
+    }
+    if (!have_paths) {
+      flow << YAML::Key << "paths" << YAML::Value << YAML::BeginSeq
+           << kCheckpointPath << YAML::EndSeq;
+    }
+    if (!have_when) flow << YAML::Key << "when" << YAML::Value << "always";
+    flow << YAML::EndMap;
+    ReplaceEntry(e, flow, edits);
+  }
+
+  void ReplaceEntry(const Entry& e, YAML::Emitter& flow,
+                    std::vector<Edit>* edits) {
+    if (!flow.good() ||
+        e.key.Mark().column !=
+            static_cast<int>(FirstNonSpace(
+                lines_.lines[static_cast<size_t>(e.key.Mark().line)]))) {
+      report_->At(e.key, e.key,
+                  absl::StrCat(job_, ": cannot rewrite ", e.key.Scalar(),
+                               " in place; write it as a block mapping"));
+      return;
+    }
+    const auto [begin, end] = EntryRange(e.key);
+    const std::string indent(static_cast<size_t>(e.key.Mark().column), ' ');
+    edits->push_back(
+        Edit{begin, end, FlowEntry(indent, e.key.Scalar(), flow, lines_.eol)});
+  }
+
+  const Lines& lines_;
+  const std::string& job_;
+  const YAML::Node& job_value_;
+  const int job_end_;
+  const CiExpandOptions& options_;
+  Reporter* report_;
+  std::vector<YAML::Node> keys_;
+};
+
+// Checks that `text` (the expansion) reads back as planned.
+bool ReadsBack(const std::string& text, const std::vector<GangSpec>& gangs,
+               const CiExpandOptions& options) {
+  try {
+    const YAML::Node root = YAML::Load(text);
+    for (const GangSpec& spec : gangs) {
+      const Entry job = FindEntry(root, spec.job);
+      if (!job || !job.value.IsMap()) return false;
+      const Entry parallel = FindEntry(job.value, "parallel");
+      if (!parallel || PlainInteger(parallel.value) != spec.nodes) {
+        return false;
+      }
+      const Entry variables = FindEntry(job.value, "variables");
+      for (const auto& [key, value] : spec.Variables()) {
+        const Entry v = FindEntry(variables.value, key);
+        if (!v || !v.value.IsScalar() || v.value.Scalar() != value) {
+          return false;
+        }
+      }
+      if (!options.runner_tag.empty()) {
+        const Entry tags = FindEntry(job.value, "tags");
+        bool found = false;
+        if (tags && tags.value.IsSequence()) {
+          for (const YAML::Node& tag : tags.value) {
+            found =
+                found || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
+          }
+        }
+        if (!found) return false;
+      }
+      if (spec.checkpoint_store == "artifacts") {
+        const Entry paths =
+            FindEntry(FindEntry(job.value, "artifacts").value, "paths");
+        bool found = false;
+        if (paths && paths.value.IsSequence()) {
+          for (const YAML::Node& path : paths.value) {
+            found =
+                found || (path.IsScalar() && path.Scalar() == kCheckpointPath);
+          }
+        }
+        if (!found) return false;
+      }
+    }
+    return true;
+  } catch (const YAML::Exception&) {
+    return false;
+  }
+}
+
+// Tabs in indentation and bare carriage returns, which YAML forbids or
+// yaml-cpp reads differently from GitLab.
+void CheckCharacters(const Lines& lines, Reporter* report) {
+  for (size_t i = 0; i < lines.lines.size(); ++i) {
+    const std::string& line = lines.lines[i];
+    for (size_t c = 0; c < line.size(); ++c) {
+      if (line[c] == '\t') {
+        report->AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
+                       "tab character in indentation; YAML indents with "
+                       "spaces only");
+        break;
+      }
+      if (line[c] != ' ') break;
+    }
+    const size_t cr = line.find('\r');
+    if (cr != std::string::npos && cr + 1 < line.size() &&
+        line[cr + 1] != '\n') {
+      report->AtLine(static_cast<int>(i + 1), static_cast<int>(cr + 1),
+                     "carriage return inside a line; use \\n or \\r\\n line "
+                     "breaks");
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// The plain form.
+
+// `name`'s value as GitLab would send it, if it is a scalar or {value: x}.
+std::optional<std::string> VariableValue(const YAML::Node& value) {
+  if (value.IsScalar()) return value.Scalar();
+  if (value.IsNull()) return std::string();
+  if (value.IsMap()) {
+    const Entry inner = FindEntry(value, "value");
+    if (inner && inner.value.IsScalar()) return inner.value.Scalar();
+  }
+  return std::nullopt;
+}
+
+// Checks every GDT_* variable of `variables` (a mapping) and records the
+// inputs in `spec`. Returns whether any input was found.
+bool CheckVariables(const std::string& owner, const YAML::Node& variables,
+                    const std::set<std::string>& skip, GangSpec* spec,
+                    Reporter* report) {
+  if (!variables || !variables.IsMap()) return false;
+  std::vector<std::string> names;
+  for (const VariableRule& rule : InputVariables()) names.push_back(rule.name);
+  bool any = false;
+  for (const auto& entry : variables) {
+    if (!entry.first.IsScalar()) continue;
+    const std::string& name = entry.first.Scalar();
+    if (name.rfind("GDT_", 0) != 0 || skip.count(name) != 0) continue;
+    if (OutputVariables().count(name) != 0) {
+      report->At(entry.first, variables,
+                 absl::StrCat(owner, ": ", name,
+                              " is set by gdt on the host; a job must not "
+                              "set it"));
+      continue;
+    }
+    // The runner's environment, and the child-pipeline template's inputs
+    // (examples/ci-templates/gdt-child-pipeline.yml): not gang settings.
+    if (name == "GDT_EXECUTOR_CONFIG" || name == "GDT_CI_FILE" ||
+        name == "GDT_MAX_NODES") {
+      continue;
+    }
+    const auto rule =
+        std::find_if(InputVariables().begin(), InputVariables().end(),
+                     [&](const VariableRule& r) { return r.name == name; });
+    if (rule == InputVariables().end()) {
+      report->At(entry.first, variables,
+                 absl::StrCat(owner, ": unknown gdt variable ", Shown(name),
+                              DidYouMean(name, names)));
+      continue;
+    }
+    any = true;
+    const std::optional<std::string> value = VariableValue(entry.second);
+    if (!value.has_value()) {
+      report->At(entry.second, entry.first,
+                 absl::StrCat(owner, ": ", name, " must be a string, not ",
+                              Describe(entry.second)));
+      continue;
+    }
+    if (value->find('$') != std::string::npos) continue;  // Expanded later.
+    std::string problem;
+    switch (rule->kind) {
+      case VariableRule::kInteger: {
+        const std::optional<int64_t> n = IntegerText(*value);
+        if (!n.has_value() || *n < rule->low || *n > rule->high) {
+          problem = absl::StrCat("must be an integer from ", rule->low, " to ",
+                                 rule->high);
+        } else if (name == "GDT_GPUS_PER_NODE") {
+          spec->gpus_per_node = static_cast<int>(*n);
+        } else if (name == "GDT_NPROC_PER_NODE") {
+          spec->procs_per_node = static_cast<int>(*n);
+        } else if (name == "GDT_GANG_TIMEOUT") {
+          spec->gang_timeout_seconds = *n;
+        } else if (name == "GDT_PRIORITY") {
+          spec->priority = static_cast<int>(*n);
+        } else if (name == "GDT_CHECKPOINT_NOTICE") {
+          spec->checkpoint_notice_seconds = *n;
+        } else if (name == "GDT_CHECKPOINT_KEEP") {
+          spec->checkpoint_keep = static_cast<int>(*n);
+        }
+        break;
+      }
+      case VariableRule::kChoice:
+        if (!Contains(*rule->choices, *value)) {
+          problem = absl::StrCat("must be one of ",
+                                 absl::StrJoin(*rule->choices, ", "));
+        } else if (name == "GDT_LAUNCHER") {
+          spec->launcher = *value;
+        } else if (name == "GDT_TOPOLOGY_MODE") {
+          spec->topology_mode = *value;
+        } else {
+          spec->checkpoint_store = *value;
+        }
+        break;
+      case VariableRule::kLabel:
+        if (!IsLabel(*value)) {
+          problem =
+              "must be a host label (letters, digits, . _ - /; at most 63)";
+        } else {
+          spec->topology_same = *value;
+        }
+        break;
+    }
+    if (!problem.empty()) {
+      report->At(entry.second, entry.first,
+                 absl::StrCat(owner, ": ", name, " ", problem, ", not '",
+                              Shown(*value), "'",
+                              rule->choices != nullptr
+                                  ? DidYouMean(*value, *rule->choices)
+                                  : ""));
+    }
+  }
+  return any;
+}
+
+// Lints one job without the block.
+void LintPlainJob(const std::string& job, const YAML::Node& key,
+                  const YAML::Node& value, const YAML::Node& top_variables,
+                  const CiExpandOptions& options, std::vector<GangSpec>* gangs,
+                  Reporter* report) {
+  if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
+  GangSpec spec;
+  spec.job = job;
+  spec.line = key.Mark().line + 1;
+  // Top-level variables were checked once; here they only fill `spec`.
+  std::vector<CiDiagnostic> reported_elsewhere;
+  Reporter quiet(&reported_elsewhere);
+  const bool top_gdt = CheckVariables(job, top_variables, {}, &spec, &quiet);
+  const bool job_gdt = CheckVariables(job, FindEntry(value, "variables").value,
+                                      {}, &spec, report);
+  bool tagged = false;
+  if (const Entry tags = FindEntry(value, "tags");
+      tags && tags.value.IsSequence() && !options.runner_tag.empty()) {
+    for (const YAML::Node& tag : tags.value) {
+      tagged = tagged || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
+    }
+  }
+  const bool gang = top_gdt || job_gdt || tagged;
+  const int max_nodes =
+      std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
+  if (const Entry parallel = FindEntry(value, "parallel")) {
+    if (parallel.value.IsMap()) {
+      for (const auto& entry : parallel.value) {
+        const std::string k =
+            entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+        if (k != "matrix") {
+          report->At(entry.first, parallel.key,
+                     absl::StrCat(job, ": unknown key '", Shown(k),
+                                  "' in parallel; GitLab accepts an integer "
+                                  "or matrix (gdt adds distributed)"));
+        } else if (gang) {
+          report->At(entry.first, parallel.key,
+                     absl::StrCat(job,
+                                  ": a gdt gang needs parallel: N (or "
+                                  "parallel:distributed), not "
+                                  "parallel:matrix"));
+        }
+      }
+      return;
+    }
+    const std::optional<int64_t> n = PlainInteger(parallel.value);
+    if (!n.has_value() || *n < 1 || *n > kGitLabParallelLimit) {
+      report->At(parallel.value, parallel.key,
+                 absl::StrCat(job,
+                              ": parallel must be an integer from 1 to 200 "
+                              "(GitLab's limit), not ",
+                              Describe(parallel.value)));
+      return;
+    }
+    if (gang && *n > max_nodes) {
+      report->At(parallel.value, parallel.key,
+                 absl::StrCat(job, ": parallel is ", *n,
+                              " but this cluster allows at most ", max_nodes,
+                              " nodes per job (--max-nodes)"));
+      return;
+    }
+    spec.nodes = static_cast<int>(*n);
+  }
+  if (gang) gangs->push_back(std::move(spec));
+}
+
+CiExpansion Process(std::string_view text, const CiExpandOptions& options,
+                    bool lint) {
+  CiExpansion result;
+  Reporter report(&result.errors);
+  const Lines lines = SplitLines(text);
+  CheckCharacters(lines, &report);
+  if (!result.ok()) return result;
+  try {
+    const YAML::Node root = YAML::Load(std::string(text));
+    if (root.IsNull()) {
+      result.text = std::string(text);  // Empty, or comments only.
+      return result;
+    }
+    if (!root.IsMap()) {
+      report.At(root, root,
+                "the CI file must be a mapping of jobs and keywords, not " +
+                    Describe(root));
+      return result;
+    }
+    std::set<size_t> visited;
+    FindDuplicateKeys(root, 0, &visited, &report);
+    if (!result.ok()) return result;
+
+    std::vector<int> top_lines;
+    for (const auto& entry : root) top_lines.push_back(entry.first.Mark().line);
+    const YAML::Node top_variables = FindEntry(root, "variables").value;
+    if (lint) {
+      GangSpec ignored;
+      CheckVariables("variables", top_variables, {}, &ignored, &report);
+    }
+
+    std::vector<Edit> edits;
+    for (const auto& entry : root) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string job = entry.first.Scalar();
+      const YAML::Node& value = entry.second;
+      if (IsCiKeyword(job) || !value.IsMap()) continue;
+      // An alias (`job: *other`) is expanded where its anchor is written.
+      if (value.Mark().pos < entry.first.Mark().pos) continue;
+      const Entry parallel = FindEntry(value, "parallel");
+      const bool block = parallel && parallel.value.IsMap() &&
+                         FindEntry(parallel.value, "distributed");
+      if (!block) {
+        if (lint && job[0] != '.') {
+          LintPlainJob(job, entry.first, value, top_variables, options,
+                       &result.gangs, &report);
+        }
+        continue;
+      }
+      GangSpec spec;
+      spec.job = job;
+      spec.line = entry.first.Mark().line + 1;
+      spec.from_block = true;
+      if (!ParseBlock(job, parallel, options, &spec, &report)) continue;
+      if (lint) {
+        // The job's other GDT_* variables must still make sense (the ones
+        // the block sets are conflicts, reported by the rewriter).
+        GangSpec ignored;
+        std::set<std::string> skip;
+        for (const auto& [name, v] : spec.Variables()) skip.insert(name);
+        CheckVariables(job, FindEntry(value, "variables").value, skip, &ignored,
+                       &report);
+      }
+      const int job_line = entry.first.Mark().line;
+      int job_end = static_cast<int>(lines.lines.size());
+      for (int line : top_lines) {
+        if (line > job_line) job_end = std::min(job_end, line);
+      }
+      const bool block_job =
+          value.Style() != YAML::EmitterStyle::Flow &&
+          value.Mark().line > job_line &&
+          parallel.key.Mark().column ==
+              static_cast<int>(FirstNonSpace(
+                  lines.lines[static_cast<size_t>(parallel.key.Mark().line)]));
+      if (!block_job) {
+        report.At(entry.first, entry.first,
+                  absl::StrCat(job,
+                               ": write the job as a block mapping (one key "
+                               "per line) to use parallel:distributed"));
+        continue;
+      }
+      JobRewriter rewriter(lines, job, value, job_end, options, &report);
+      if (rewriter.Plan(spec, parallel, &edits)) {
+        result.gangs.push_back(std::move(spec));
+      }
+    }
+    if (!result.ok()) {
+      result.gangs.clear();
+      return result;
+    }
+    std::sort(
+        result.gangs.begin(), result.gangs.end(),
+        [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
+    if (lint) return result;
+    std::vector<GangSpec> expanded;
+    for (const GangSpec& spec : result.gangs) {
+      if (spec.from_block) expanded.push_back(spec);
+    }
+    result.text = ApplyEdits(lines, edits);
+    if (!ReadsBack(result.text, expanded, options)) {
+      report.AtLine(expanded.empty() ? 0 : expanded[0].line, 1,
+                    "gdt could not rewrite this file in place (please "
+                    "report it); write the jobs with parallel:distributed "
+                    "as plain block mappings");
+      result.text.clear();
+    }
+  } catch (const YAML::ParserException& e) {
+    report.AtMark(e.mark, absl::StrCat("YAML syntax error: ", e.msg));
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp reports errors by throwing; this is where they stop.
+    report.AtMark(e.mark, absl::StrCat("cannot read YAML: ", e.msg));
+  }
+  if (!result.ok()) {
+    result.text.clear();
+    result.gangs.clear();
+  }
+  return result;
+}
+
+}  // namespace
+
+std::string FormatDiagnostic(std::string_view file,
+                             const CiDiagnostic& diagnostic) {
+  if (diagnostic.line <= 0) {
+    return absl::StrCat(std::string(file), ": ", diagnostic.message);
+  }
+  return absl::StrCat(std::string(file), ":", diagnostic.line, ":",
+                      std::max(1, diagnostic.column), ": ", diagnostic.message);
+}
+
+std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
+  std::vector<std::pair<std::string, std::string>> v = {
+      {"GDT_GPUS_PER_NODE", std::to_string(gpus_per_node)},
+      {"GDT_NPROC_PER_NODE", std::to_string(procs_per_node)},
+      {"GDT_LAUNCHER", launcher}};
+  if (gang_timeout_seconds.has_value()) {
+    v.emplace_back("GDT_GANG_TIMEOUT", std::to_string(*gang_timeout_seconds));
+  }
+  if (priority.has_value()) {
+    v.emplace_back("GDT_PRIORITY", std::to_string(*priority));
+  }
+  if (!topology_same.empty()) {
+    v.emplace_back("GDT_TOPOLOGY_SAME", topology_same);
+    v.emplace_back("GDT_TOPOLOGY_MODE", topology_mode);
+  }
+  if (checkpoint_notice_seconds.has_value()) {
+    v.emplace_back("GDT_CHECKPOINT_NOTICE",
+                   std::to_string(*checkpoint_notice_seconds));
+  }
+  if (checkpoint_keep.has_value()) {
+    v.emplace_back("GDT_CHECKPOINT_KEEP", std::to_string(*checkpoint_keep));
+  }
+  if (!checkpoint_store.empty()) {
+    v.emplace_back("GDT_CHECKPOINT_STORE", checkpoint_store);
+  }
+  return v;
+}
+
+std::string GangSpec::Describe() const {
+  std::string text = absl::StrCat(
+      nodes, nodes == 1 ? " node" : " nodes", " x ", gpus_per_node,
+      gpus_per_node == 1 ? " GPU" : " GPUs", ", ", procs_per_node,
+      procs_per_node == 1 ? " process" : " processes", " per node (world size ",
+      static_cast<int64_t>(nodes) * procs_per_node, "), launcher ", launcher);
+  if (priority.has_value()) absl::StrAppend(&text, ", priority ", *priority);
+  if (!topology_same.empty()) {
+    absl::StrAppend(&text, ", same ", topology_same, " (", topology_mode, ")");
+  }
+  if (gang_timeout_seconds.has_value()) {
+    absl::StrAppend(&text, ", gang timeout ", *gang_timeout_seconds, "s");
+  }
+  if (!checkpoint_store.empty()) {
+    absl::StrAppend(&text, ", checkpoints: ", checkpoint_store);
+  }
+  return text;
+}
+
+CiExpansion ExpandCiYaml(std::string_view text,
+                         const CiExpandOptions& options) {
+  return Process(text, options, /*lint=*/false);
+}
+
+CiExpansion LintCiYaml(std::string_view text, const CiExpandOptions& options) {
+  CiExpansion result = Process(text, options, /*lint=*/true);
+  result.text.clear();
+  return result;
+}
+
+std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
+                             bool json) {
+  if (json) {
+    nlohmann::ordered_json doc;
+    doc["file"] = std::string(file);
+    doc["ok"] = lint.ok();
+    doc["errors"] = nlohmann::ordered_json::array();
+    for (const CiDiagnostic& d : lint.errors) {
+      doc["errors"].push_back(
+          {{"line", d.line}, {"column", d.column}, {"message", d.message}});
+    }
+    doc["gangs"] = nlohmann::ordered_json::array();
+    for (const GangSpec& g : lint.gangs) {
+      nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : g.Variables()) variables[key] = value;
+      doc["gangs"].push_back(
+          {{"job", g.job},
+           {"line", g.line},
+           {"form", g.from_block ? "distributed" : "parallel"},
+           {"nodes", g.nodes},
+           {"gpus_per_node", g.gpus_per_node},
+           {"procs_per_node", g.procs_per_node},
+           {"launcher", g.launcher},
+           {"variables", variables}});
+    }
+    return doc.dump(2, ' ', false,
+                    nlohmann::ordered_json::error_handler_t::replace) +
+           "\n";
+  }
+  std::string text;
+  if (!lint.ok()) {
+    for (const CiDiagnostic& d : lint.errors) {
+      absl::StrAppend(&text, FormatDiagnostic(file, d), "\n");
+    }
+    return text;
+  }
+  for (const GangSpec& g : lint.gangs) {
+    absl::StrAppend(&text, std::string(file), ":", g.line, ": ", g.job, ": ",
+                    g.Describe(),
+                    g.from_block ? " [parallel:distributed]"
+                                 : " [parallel + GDT_* variables]",
+                    "\n");
+  }
+  absl::StrAppend(&text, std::string(file), ": ok (", lint.gangs.size(),
+                  lint.gangs.size() == 1 ? " gang job)" : " gang jobs)", "\n");
+  return text;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view text) {
+  const std::string temporary =
+      absl::StrCat(path, ".tmp-", static_cast<int64_t>(getpid()));
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.close();
+    if (!out) {
+      std::remove(temporary.c_str());
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    std::remove(temporary.c_str());
+    return absl::UnavailableError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gdt::ci

@@ -1,0 +1,120 @@
+#ifndef GDT_GITLAB_CI_EXPAND_H_
+#define GDT_GITLAB_CI_EXPAND_H_
+
+// `parallel: {distributed: {...}}` in a .gitlab-ci.yml: validation (lint)
+// and expansion into plain GitLab YAML (`parallel: N`, GDT_* variables, tags,
+// retry, checkpoint artifacts). The mapping is documented in
+// docs/user-guide.md ("The parallel:distributed block").
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace gdt::ci {
+
+// One problem in a CI file. Line and column are 1-based; 0 when the problem
+// has no place in the file.
+struct CiDiagnostic {
+  int line = 0;
+  int column = 0;
+  std::string message;  // One line, no trailing newline.
+};
+
+// "file:line:column: message" (just "file: message" without a place).
+std::string FormatDiagnostic(std::string_view file,
+                             const CiDiagnostic& diagnostic);
+
+// A gdt gang as a job describes it, in either form.
+struct GangSpec {
+  std::string job;
+  int line = 0;             // The job's key, 1-based.
+  bool from_block = false;  // parallel:distributed (else parallel + GDT_*).
+  int nodes = 1;
+  int gpus_per_node = 0;
+  int procs_per_node = 1;
+  std::string launcher = "torchrun";
+  std::optional<int64_t> gang_timeout_seconds;
+  std::optional<int> priority;
+  std::string topology_same;  // Empty: no topology constraint.
+  std::string topology_mode;  // "required" or "preferred" with a label.
+  std::optional<int64_t> checkpoint_notice_seconds;
+  std::optional<int> checkpoint_keep;
+  std::string checkpoint_store;  // "", "artifacts" or "none".
+
+  // The GDT_* job variables of this spec, in the documented order, values
+  // as GitLab sends them (strings).
+  std::vector<std::pair<std::string, std::string>> Variables() const;
+  // One line for humans: "4 nodes x 8 GPUs, 8 processes per node (world
+  // size 32), launcher torchrun".
+  std::string Describe() const;
+};
+
+struct CiExpandOptions {
+  // The most nodes a gang may have (a cluster's max_nodes_per_job); GitLab's
+  // own limit for `parallel` is 200 and always applies.
+  int max_nodes = 200;
+  // Runner tag added to every expanded job's `tags` (none when empty).
+  std::string runner_tag = "gdt";
+};
+
+// The result of expanding or linting one CI file.
+struct CiExpansion {
+  // Expand: the rewritten file (only the text of jobs with the block
+  // changes). Empty when there are errors.
+  std::string text;
+  std::vector<GangSpec> gangs;  // In file order.
+  std::vector<CiDiagnostic> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+// Expands every job (hidden ones included, so `extends:` templates work)
+// whose `parallel` is `{distributed: {...}}`. Each such job's `parallel`
+// entry is replaced in place by `parallel: N`; the GDT_* variables are
+// appended to its `variables` (or a new `variables` entry), the runner tag
+// to its `tags`, a `retry` for the gang's failure classes is added unless
+// the job has one, and `checkpoint: {store: artifacts}` adds `checkpoints/`
+// to its artifacts. Every other line of the file is kept byte for byte, so
+// order, comments, anchors and `include:` stay as written. Errors (every
+// one found, in file order): YAML syntax, tabs in indentation, duplicate
+// keys anywhere in the file, and any unknown key, wrong type or
+// out-of-range value in a block; also a GDT_* variable that the block sets
+// too. Never throws.
+CiExpansion ExpandCiYaml(std::string_view text,
+                         const CiExpandOptions& options = {});
+
+// Validates both forms: everything ExpandCiYaml checks, plus, for jobs
+// without the block, `parallel` (an integer 1..200, or `matrix` for jobs
+// that are not gangs), the configured maximum nodes, and every GDT_*
+// variable (known name, type and range; outputs such as GDT_NODE_RANK must
+// not be set). `gangs` lists the gang jobs of both forms; `text` is empty.
+CiExpansion LintCiYaml(std::string_view text,
+                       const CiExpandOptions& options = {});
+
+// gdt-ci's exit codes for expand and lint (docs/user-guide.md).
+inline constexpr int kCiFileOk = 0;
+inline constexpr int kCiFileInvalid = 1;  // Diagnostics were printed.
+inline constexpr int kCiUsageError = 2;   // Bad flags, unreadable file.
+
+// What `gdt-ci lint` prints: without `json`, one "file:line:column:
+// message" line per error, or, when there is none, one line per gang job
+// ("file:line: job: <Describe()> [parallel:distributed|parallel + GDT_*]")
+// and "file: ok (G gang jobs)". With `json`, one document: {"file", "ok",
+// "errors": [{"line", "column", "message"}], "gangs": [{"job", "line",
+// "form", "nodes", "gpus_per_node", "procs_per_node", "launcher",
+// "variables": {...}}]}.
+std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
+                             bool json);
+
+// Writes `text` to `path` through a temporary file renamed over it, so a
+// reader never sees half a file. Errors: the path and the reason.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view text);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_GITLAB_CI_EXPAND_H_

@@ -1,0 +1,322 @@
+#include "ci/expand.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
+
+namespace gdt::ci {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ReadTextFile;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+const std::string kTestData = GDT_CI_TESTDATA;
+
+std::vector<std::string> FilesIn(const std::string& dir,
+                                 const std::string& suffix) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() > suffix.size() &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      names.push_back(name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// What GitLab requires of the expansion: no `distributed` left, `parallel`
+// an integer from 1 to 200, every variable value a string (gdt's quoted).
+void ExpectValidGitLabStructure(const std::string& name,
+                                const std::string& text) {
+  const YAML::Node root = YAML::Load(text);
+  for (const auto& entry : root) {
+    const YAML::Node& job = entry.second;
+    if (!job.IsMap()) continue;
+    const std::string job_name = entry.first.Scalar();
+    if (const YAML::Node parallel = job["parallel"]; parallel) {
+      if (parallel.IsMap()) {
+        EXPECT_FALSE(parallel["distributed"]) << name << " " << job_name;
+      } else {
+        ASSERT_TRUE(parallel.IsScalar()) << name << " " << job_name;
+        const int n = std::stoi(parallel.Scalar());
+        EXPECT_EQ(std::to_string(n), parallel.Scalar()) << name;
+        EXPECT_GE(n, 1) << name << " " << job_name;
+        EXPECT_LE(n, 200) << name << " " << job_name;
+      }
+    }
+    if (const YAML::Node variables = job["variables"];
+        variables && variables.IsMap()) {
+      for (const auto& variable : variables) {
+        EXPECT_TRUE(variable.second.IsScalar())
+            << name << " " << job_name << " " << variable.first.Scalar();
+        if (variable.first.Scalar().rfind("GDT_", 0) == 0) {
+          EXPECT_EQ(variable.second.Tag(), "!")  // Quoted: a string.
+              << name << " " << job_name << " " << variable.first.Scalar();
+        }
+      }
+    }
+  }
+}
+
+TEST(ExpandGoldenTest, EveryInputExpandsToItsExpectedFile) {
+  const std::string dir = kTestData + "/expand";
+  const bool update = std::getenv("GDT_UPDATE_GOLDEN") != nullptr;
+  std::vector<std::string> inputs;
+  for (const std::string& name : FilesIn(dir, ".yml")) {
+    if (name.find(".expected.") == std::string::npos) inputs.push_back(name);
+  }
+  ASSERT_GE(inputs.size(), 5u);
+  for (const std::string& name : inputs) {
+    SCOPED_TRACE(name);
+    const std::string input = ReadTextFile(dir + "/" + name);
+    const std::string expected_path =
+        dir + "/" + name.substr(0, name.size() - 4) + ".expected.yml";
+    const CiExpansion expansion = ExpandCiYaml(input);
+    ASSERT_TRUE(expansion.ok())
+        << FormatDiagnostic(name, expansion.errors.front());
+    if (update) std::ofstream(expected_path) << expansion.text;
+    EXPECT_EQ(expansion.text, ReadTextFile(expected_path));
+    ExpectValidGitLabStructure(name, expansion.text);
+    // The expansion is plain GitLab YAML: linting passes, expanding again
+    // changes nothing.
+    const CiExpansion lint = LintCiYaml(expansion.text);
+    EXPECT_TRUE(lint.ok()) << FormatDiagnostic(name, lint.errors.front());
+    EXPECT_EQ(ExpandCiYaml(expansion.text).text, expansion.text);
+  }
+}
+
+TEST(ExpandGoldenTest, AFileWithoutTheBlockIsUnchanged) {
+  const std::string input = ReadTextFile(kTestData + "/expand/no-block.yml");
+  EXPECT_EQ(ExpandCiYaml(input).text, input);
+}
+
+// Each file under testdata/malformed starts with "# error: L:C: message",
+// the one line lint (and, unless the file says "# lint-only", expand) must
+// print; "# max-nodes: N" sets the cluster maximum.
+TEST(MalformedTest, EachVariantIsOneLineWithItsPlace) {
+  const std::string dir = kTestData + "/malformed";
+  const std::vector<std::string> names = FilesIn(dir, ".yml");
+  EXPECT_GE(names.size(), 20u);
+  for (const std::string& name : names) {
+    SCOPED_TRACE(name);
+    const std::string text = ReadTextFile(dir + "/" + name);
+    const std::string header = text.substr(0, text.find('\n'));
+    ASSERT_EQ(header.rfind("# error: ", 0), 0u);
+    const std::string expected = name + ":" + header.substr(9);
+    CiExpandOptions options;
+    if (const size_t at = text.find("# max-nodes: "); at != std::string::npos) {
+      options.max_nodes = std::stoi(text.substr(at + 13));
+    }
+    const bool lint_only = text.find("# lint-only") != std::string::npos;
+
+    const CiExpansion lint = LintCiYaml(text, options);
+    ASSERT_EQ(lint.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic(name, lint.errors[0]), expected);
+    EXPECT_TRUE(lint.gangs.empty());
+
+    const CiExpansion expansion = ExpandCiYaml(text, options);
+    if (lint_only) {
+      EXPECT_TRUE(expansion.ok());
+      continue;
+    }
+    ASSERT_EQ(expansion.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic(name, expansion.errors[0]), expected);
+    EXPECT_TRUE(expansion.text.empty());
+  }
+}
+
+TEST(ExpandTest, KeepsWindowsLineBreaksAndAMissingFinalNewline) {
+  const std::string input =
+      "a:\r\n  script: x\r\nb:\r\n  parallel:\r\n    distributed:\r\n"
+      "      nodes: 2\r\n  script: y";
+  const CiExpansion expansion = ExpandCiYaml(input, {.runner_tag = ""});
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text,
+            "a:\r\n  script: x\r\nb:\r\n  parallel: 2\r\n  variables:\r\n"
+            "    GDT_GPUS_PER_NODE: \"0\"\r\n"
+            "    GDT_NPROC_PER_NODE: \"1\"\r\n"
+            "    GDT_LAUNCHER: \"torchrun\"\r\n"
+            "  retry:\r\n    max: 2\r\n"
+            "    when: [runner_system_failure, script_failure]\r\n"
+            "  script: y");
+}
+
+TEST(ExpandTest, AppendsAfterTheLastEntryEvenAtTheEndOfTheFile) {
+  const std::string input =
+      "j:\n  parallel:\n    distributed: {nodes: 3, procs_per_node: 2}\n"
+      "  variables:\n    A: b";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(expansion.text, HasSubstr("    A: b\n    GDT_GPUS_PER_NODE"));
+  const YAML::Node root = YAML::Load(expansion.text);
+  EXPECT_EQ(root["j"]["parallel"].Scalar(), "3");
+  EXPECT_EQ(root["j"]["variables"]["GDT_NPROC_PER_NODE"].Scalar(), "2");
+  EXPECT_EQ(root["j"]["tags"][0].Scalar(), "gdt");
+}
+
+TEST(ExpandTest, ProcessesDefaultToTheGpusPerNode) {
+  const CiExpansion expansion = ExpandCiYaml(
+      "j:\n  parallel:\n    distributed: {nodes: 2, gpus_per_node: 4}\n"
+      "  script: x\n");
+  ASSERT_TRUE(expansion.ok());
+  ASSERT_EQ(expansion.gangs.size(), 1u);
+  EXPECT_EQ(expansion.gangs[0].procs_per_node, 4);
+  EXPECT_EQ(expansion.gangs[0].Describe(),
+            "2 nodes x 4 GPUs, 4 processes per node (world size 8), "
+            "launcher torchrun");
+}
+
+TEST(ExpandTest, EmptyFileIsEmpty) {
+  const CiExpansion expansion = ExpandCiYaml("");
+  EXPECT_TRUE(expansion.ok());
+  EXPECT_EQ(expansion.text, "");
+}
+
+TEST(ExpandTest, ReportsEveryErrorInFileOrder) {
+  const CiExpansion expansion = ExpandCiYaml(
+      "a:\n  parallel:\n    distributed: {nodes: 0}\n  script: x\n"
+      "b:\n  parallel:\n    distributed: {nodes: 2, launcher: mpi}\n"
+      "  script: x\n");
+  ASSERT_EQ(expansion.errors.size(), 2u);
+  EXPECT_EQ(expansion.errors[0].line, 3);
+  EXPECT_EQ(expansion.errors[1].line, 7);
+  EXPECT_THAT(expansion.errors[1].message, HasSubstr("'mpi'"));
+}
+
+TEST(ExpandTest, DuplicateKeysAnywhereAreErrors) {
+  const CiExpansion expansion =
+      ExpandCiYaml("test:\n  script: x\n  variables:\n    A: 1\n    A: 2\n");
+  ASSERT_EQ(expansion.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", expansion.errors[0]),
+            "f:5:5: duplicate key 'A' (first at line 4); YAML keeps only one "
+            "of them");
+}
+
+TEST(ExpandTest, RepeatedMergeKeysAreNotDuplicates) {
+  const std::string input =
+      ".a: &a {image: x}\n.b: &b {tags: [y]}\n"
+      "test:\n  <<: *a\n  <<: *b\n  script: z\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text, input);
+}
+
+TEST(ExpandTest, AnAnchoredVariablesBlockIsNotChanged) {
+  const CiExpansion expansion = ExpandCiYaml(
+      "j:\n  variables: &v\n    A: b\n  parallel:\n    distributed: {nodes: "
+      "2}\n  script: x\nk:\n  variables: *v\n  script: y\n");
+  ASSERT_EQ(expansion.errors.size(), 1u);
+  EXPECT_THAT(expansion.errors[0].message,
+              HasSubstr("carries an anchor or tag that other jobs may share"));
+  EXPECT_EQ(expansion.errors[0].line, 2);
+}
+
+TEST(LintTest, ListsGangsOfBothForms) {
+  const CiExpansion lint = LintCiYaml(
+      "block:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "  script: x\n"
+      "plain:\n  parallel: 2\n  variables:\n    GDT_LAUNCHER: env\n"
+      "  script: y\n"
+      "other:\n  parallel: 3\n  script: z\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 2u);
+  EXPECT_EQ(lint.gangs[0].job, "block");
+  EXPECT_TRUE(lint.gangs[0].from_block);
+  EXPECT_EQ(lint.gangs[1].job, "plain");
+  EXPECT_FALSE(lint.gangs[1].from_block);
+  EXPECT_EQ(lint.gangs[1].nodes, 2);
+  EXPECT_EQ(lint.gangs[1].launcher, "env");
+
+  EXPECT_EQ(FormatLintReport("ci.yml", lint, false),
+            "ci.yml:1: block: 4 nodes x 8 GPUs, 8 processes per node (world "
+            "size 32), launcher torchrun [parallel:distributed]\n"
+            "ci.yml:5: plain: 2 nodes x 0 GPUs, 1 process per node (world "
+            "size 2), launcher env [parallel + GDT_* variables]\n"
+            "ci.yml: ok (2 gang jobs)\n");
+  const nlohmann::json json =
+      nlohmann::json::parse(FormatLintReport("ci.yml", lint, true));
+  EXPECT_EQ(json["ok"], true);
+  EXPECT_EQ(json["gangs"][0]["form"], "distributed");
+  EXPECT_EQ(json["gangs"][0]["variables"]["GDT_GPUS_PER_NODE"], "8");
+  EXPECT_EQ(json["gangs"][1]["nodes"], 2);
+}
+
+TEST(LintTest, JsonCarriesEveryErrorWithItsPlace) {
+  const CiExpansion lint = LintCiYaml(
+      "a:\n  parallel: 0\n  script: x\nb:\n  parallel: 201\n  script: y\n");
+  const nlohmann::json json =
+      nlohmann::json::parse(FormatLintReport("ci.yml", lint, true));
+  EXPECT_EQ(json["ok"], false);
+  ASSERT_EQ(json["errors"].size(), 2u);
+  EXPECT_EQ(json["errors"][0]["line"], 2);
+  EXPECT_EQ(json["errors"][0]["column"], 13);
+  EXPECT_EQ(json["errors"][1]["line"], 5);
+  EXPECT_EQ(FormatLintReport("ci.yml", lint, false),
+            "ci.yml:2:13: a: parallel must be an integer from 1 to 200 "
+            "(GitLab's limit), not '0'\n"
+            "ci.yml:5:13: b: parallel must be an integer from 1 to 200 "
+            "(GitLab's limit), not '201'\n");
+}
+
+// The dynamic child pipeline of spec §6: the trigger job includes exactly
+// the artifact the generator job writes with gdt-ci expand.
+TEST(ChildPipelineTemplateTest, TriggerIncludesTheGeneratedArtifact) {
+  const std::string dir = std::string(GDT_EXAMPLES_DIR) + "/ci-templates";
+  const std::string text = ReadTextFile(dir + "/gdt-child-pipeline.yml");
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  const YAML::Node root = YAML::Load(text);
+  const YAML::Node expand = root["gdt-expand"];
+  ASSERT_TRUE(expand.IsMap());
+  std::string output;
+  for (const YAML::Node& line : expand["script"]) {
+    const std::string command = line.Scalar();
+    if (command.rfind("gdt-ci expand ", 0) == 0) {
+      output = command.substr(command.rfind(" -o ") + 4);
+    }
+  }
+  ASSERT_FALSE(output.empty());
+  EXPECT_EQ(expand["artifacts"]["paths"][0].Scalar(), output);
+  const YAML::Node include = root["gdt-run"]["trigger"]["include"][0];
+  EXPECT_EQ(include["artifact"].Scalar(), output);
+  EXPECT_EQ(include["job"].Scalar(), "gdt-expand");
+  EXPECT_EQ(root["gdt-run"]["needs"][0].Scalar(), "gdt-expand");
+
+  const CiExpansion example =
+      ExpandCiYaml(ReadTextFile(dir + "/example.gdt-ci.yml"));
+  ASSERT_TRUE(example.ok()) << example.errors[0].message;
+  ExpectValidGitLabStructure("example.gdt-ci.yml", example.text);
+}
+
+TEST(GangSpecTest, VariablesInTheDocumentedOrder) {
+  GangSpec spec;
+  spec.gpus_per_node = 8;
+  spec.procs_per_node = 8;
+  spec.priority = 3;
+  spec.topology_same = "rack";
+  spec.topology_mode = "required";
+  EXPECT_THAT(
+      spec.Variables(),
+      ElementsAre(Pair("GDT_GPUS_PER_NODE", "8"),
+                  Pair("GDT_NPROC_PER_NODE", "8"),
+                  Pair("GDT_LAUNCHER", "torchrun"), Pair("GDT_PRIORITY", "3"),
+                  Pair("GDT_TOPOLOGY_SAME", "rack"),
+                  Pair("GDT_TOPOLOGY_MODE", "required")));
+}
+
+}  // namespace
+}  // namespace gdt::ci

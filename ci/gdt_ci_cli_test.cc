@@ -1,0 +1,125 @@
+// The real gdt-ci binary: expand and lint as a user or a CI job runs them.
+#include <algorithm>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
+
+namespace gdt::ci {
+namespace {
+
+using test::ReadTextFile;
+using test::TempDir;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kTestData = GDT_CI_TESTDATA;
+
+struct CliRun {
+  int code = -1;
+  std::string output;  // What the command printed on the selected stream.
+};
+
+// Runs gdt-ci with `args`; `stream` "stdout" or "stderr" is kept, the other
+// discarded.
+CliRun GdtCi(const std::vector<std::string>& args, const std::string& stream) {
+  std::string command = GDT_CI_BIN;
+  for (const std::string& arg : args) command += " '" + arg + "'";
+  command += stream == "stdout" ? " 2>/dev/null" : " 2>&1 >/dev/null";
+  CliRun run;
+  absl::StatusOr<ExitStatus> status = RunCommand(
+      {"/bin/sh", "-c", command}, std::chrono::seconds(30), &run.output);
+  if (status.ok()) run.code = status->code();
+  return run;
+}
+
+TEST(GdtCiCliTest, ExpandWritesTheExpansion) {
+  TempDir dir;
+  const std::string out = dir.path() + "/child.yml";
+  const CliRun run =
+      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "-o", out},
+            "stderr");
+  EXPECT_EQ(run.code, 0) << run.output;
+  EXPECT_EQ(run.output, "");
+  EXPECT_EQ(ReadTextFile(out),
+            ReadTextFile(kTestData + "/expand/all-keys.expected.yml"));
+}
+
+TEST(GdtCiCliTest, ExpandPrintsToStdoutByDefault) {
+  const CliRun run = GdtCi(
+      {"expand", "--file", kTestData + "/expand/merge-into-job.yml"}, "stdout");
+  EXPECT_EQ(run.code, 0);
+  EXPECT_EQ(run.output,
+            ReadTextFile(kTestData + "/expand/merge-into-job.expected.yml"));
+}
+
+TEST(GdtCiCliTest, BadBlockIsOneLineAndExitCodeOne) {
+  const std::string file = kTestData + "/malformed/launcher-typo.yml";
+  for (const char* command : {"expand", "lint"}) {
+    const CliRun run = GdtCi({command, "--file", file}, "stderr");
+    EXPECT_EQ(run.code, 1) << command;
+    EXPECT_EQ(run.output,
+              file +
+                  ":7:17: train: parallel:distributed:launcher must be one "
+                  "of torchrun, env, nccl, none, not 'torchrn' (did you "
+                  "mean 'torchrun'?)\n")
+        << command;
+  }
+  // Nothing half-written on stdout either.
+  EXPECT_EQ(GdtCi({"expand", "--file", file}, "stdout").output, "");
+}
+
+TEST(GdtCiCliTest, LintJsonForScripts) {
+  const CliRun bad = GdtCi(
+      {"lint", "--json", "--file", kTestData + "/malformed/nodes-zero.yml"},
+      "stdout");
+  EXPECT_EQ(bad.code, 1);
+  const nlohmann::json json = nlohmann::json::parse(bad.output);
+  EXPECT_EQ(json["ok"], false);
+  EXPECT_EQ(json["errors"][0]["line"], 6);
+  EXPECT_EQ(json["errors"][0]["column"], 14);
+
+  const CliRun good =
+      GdtCi({"lint", "--json", "--file", kTestData + "/expand/all-keys.yml"},
+            "stdout");
+  EXPECT_EQ(good.code, 0);
+  EXPECT_EQ(nlohmann::json::parse(good.output)["gangs"][0]["nodes"], 4);
+}
+
+TEST(GdtCiCliTest, LintExplainsTheGangs) {
+  const CliRun run =
+      GdtCi({"lint", "--file", kTestData + "/expand/no-block.yml"}, "stdout");
+  EXPECT_EQ(run.code, 0);
+  EXPECT_THAT(run.output,
+              HasSubstr("train: 2 nodes x 8 GPUs, 8 processes per node "
+                        "(world size 16), launcher torchrun [parallel + "
+                        "GDT_* variables]"));
+}
+
+TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
+  const CliRun missing =
+      GdtCi({"lint", "--file", "/nonexistent.yml"}, "stderr");
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.output, StartsWith("gdt-ci lint: cannot read "));
+  EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1);
+
+  const CliRun unwritable =
+      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "-o",
+             "/nonexistent/dir/child.yml"},
+            "stderr");
+  EXPECT_EQ(unwritable.code, 2);
+  EXPECT_THAT(unwritable.output,
+              StartsWith("gdt-ci expand: cannot write /nonexistent/dir/"));
+
+  const CliRun bad_flag = GdtCi({"lint", "--max-nodes", "0"}, "stderr");
+  EXPECT_EQ(bad_flag.code, 2);
+  EXPECT_THAT(bad_flag.output, HasSubstr("--max-nodes"));
+}
+
+}  // namespace
+}  // namespace gdt::ci

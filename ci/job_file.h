@@ -1,0 +1,76 @@
+#ifndef GDT_GITLAB_CI_YAML_H_
+#define GDT_GITLAB_CI_YAML_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace gdt::ci {
+
+// A job's `artifacts:` block.
+struct CiArtifacts {
+  std::vector<std::string> paths;
+  std::vector<std::string> exclude;
+  std::string when = "on_success";  // on_success, on_failure, always.
+  std::string expire_in;
+  std::string name;
+  bool untracked = false;
+
+  bool empty() const { return paths.empty() && !untracked; }
+};
+
+// One runnable job of a .gitlab-ci.yml, with the file's defaults applied.
+struct CiJob {
+  std::string name;
+  std::string stage = "test";
+  // From the job, else `default:`, else the top level.
+  std::vector<std::string> before_script;
+  std::vector<std::string> script;
+  std::vector<std::string> after_script;
+  // Top-level variables, then the job's; a job value replaces the top-level
+  // entry of the same key in place. Values are strings, as GitLab sends them.
+  std::vector<std::pair<std::string, std::string>> variables;
+  int parallel = 1;                        // 1..200.
+  std::optional<int64_t> timeout_seconds;  // The job's `timeout:`, if any.
+  CiArtifacts artifacts;
+  // Jobs whose artifacts this job downloads: `dependencies:` when given,
+  // else the jobs of `needs:` (entries with `artifacts: false` left out);
+  // nullopt when neither is set (GitLab: every job of earlier stages).
+  std::optional<std::vector<std::string>> artifact_sources;
+};
+
+// Returns job `job_name` of the .gitlab-ci.yml text. Errors (InvalidArgument
+// unless noted), each naming the job and key: bad YAML; NotFound for an
+// unknown job; hidden (".x") or `trigger` jobs, which cannot be run; a job
+// without `script`; `parallel` outside 1..200 or with `matrix` ("matrix is
+// not supported by run-local yet"); `extends` (not supported yet); a bad
+// `timeout`; unknown job keys (typos).
+absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
+                                 std::string_view job_name);
+
+// Reads `path` and calls ParseCiJob. Errors: NotFound when the file cannot be
+// read, otherwise as ParseCiJob; messages start with the path.
+absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
+                                std::string_view job_name);
+
+// Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
+// include, stages, variables, workflow, ...) rather than a job.
+bool IsCiKeyword(std::string_view key);
+
+// Parses a GitLab duration ("3600", "1h 30m", "90 minutes", "1 hour 30
+// minutes", "2d", "1h30m") into seconds. Errors: InvalidArgument.
+absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text);
+
+// GitLab's slug of a name: lowercase, every byte outside [a-z0-9] becomes
+// '-', at most 63 bytes, no leading or trailing '-' ("train 2/4" ->
+// "train-2-4").
+std::string Slugify(std::string_view text);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_GITLAB_CI_YAML_H_

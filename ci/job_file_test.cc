@@ -1,0 +1,155 @@
+#include "ci/job_file.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/temp_dir.h"
+
+namespace gdt::ci {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+constexpr char kCi[] = R"(
+stages: [build, train]
+variables:
+  GLOBAL: one
+  SHARED: top
+  NUMBER: 8
+default:
+  before_script:
+    - source env.sh
+train:
+  stage: train
+  parallel: 4
+  timeout: 1h 30m
+  variables:
+    SHARED: job
+    DESCRIBED: {value: "x", description: "y"}
+  script:
+    - python train.py
+    - - nested one
+  after_script: echo done
+  artifacts:
+    paths: [ckpt/]
+    when: always
+    expire_in: 1 day
+  tags: [gpu]
+lint:
+  before_script: []
+  script: make lint
+.hidden:
+  script: echo hidden
+deploy:
+  trigger: other/project
+matrix:
+  parallel:
+    matrix:
+      - GPU: [a100, h100]
+  script: echo
+big:
+  parallel: 201
+  script: echo
+typo:
+  scirpt: echo
+)";
+
+TEST(CiYamlTest, ReadsAJobWithDefaults) {
+  absl::StatusOr<CiJob> job = ParseCiJob(kCi, "train");
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->stage, "train");
+  EXPECT_EQ(job->parallel, 4);
+  EXPECT_EQ(job->timeout_seconds, 5400);
+  EXPECT_THAT(job->before_script, ElementsAre("source env.sh"));
+  EXPECT_THAT(job->script, ElementsAre("python train.py", "nested one"));
+  EXPECT_THAT(job->after_script, ElementsAre("echo done"));
+  EXPECT_THAT(job->variables,
+              ElementsAre(Pair("GLOBAL", "one"), Pair("SHARED", "job"),
+                          Pair("NUMBER", "8"), Pair("DESCRIBED", "x")));
+  EXPECT_THAT(job->artifacts.paths, ElementsAre("ckpt/"));
+  EXPECT_EQ(job->artifacts.when, "always");
+  EXPECT_EQ(job->artifacts.expire_in, "1 day");
+}
+
+TEST(CiYamlTest, JobKeysOverrideDefaults) {
+  absl::StatusOr<CiJob> job = ParseCiJob(kCi, "lint");
+
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_TRUE(job->before_script.empty());
+  EXPECT_THAT(job->script, ElementsAre("make lint"));
+  EXPECT_EQ(job->parallel, 1);
+  EXPECT_EQ(job->stage, "test");
+  EXPECT_FALSE(job->timeout_seconds.has_value());
+}
+
+TEST(CiYamlTest, RejectsJobsThatCannotRun) {
+  struct Case {
+    const char* job;
+    absl::StatusCode code;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"nope", absl::StatusCode::kNotFound, "no job 'nope' (jobs: train"},
+      {".hidden", absl::StatusCode::kInvalidArgument, "job .hidden: is hidden"},
+      {"deploy", absl::StatusCode::kInvalidArgument,
+       "job deploy: is a trigger job"},
+      {"matrix", absl::StatusCode::kInvalidArgument,
+       "job matrix: parallel: matrix is not supported by run-local yet"},
+      {"big", absl::StatusCode::kInvalidArgument,
+       "job big: parallel must be from 1 to 200, not 201"},
+      {"typo", absl::StatusCode::kInvalidArgument,
+       "job typo: unknown key 'scirpt'"},
+      {"variables", absl::StatusCode::kInvalidArgument,
+       "'variables' is a keyword"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<CiJob> job = ParseCiJob(kCi, c.job);
+
+    EXPECT_EQ(job.status().code(), c.code) << c.job;
+    EXPECT_THAT(std::string(job.status().message()), HasSubstr(c.message))
+        << job.status();
+  }
+}
+
+TEST(CiYamlTest, BadYamlIsOneLine) {
+  absl::StatusOr<CiJob> job = ParseCiJob("train: [unclosed", "train");
+
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("bad YAML"));
+}
+
+TEST(CiYamlTest, LoadNamesTheMissingFile) {
+  test::TempDir dir;
+
+  absl::StatusOr<CiJob> job = LoadCiJob(dir.path() + "/ci.yml", "train");
+
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("/ci.yml"));
+}
+
+TEST(CiYamlTest, ParsesGitLabDurations) {
+  const std::pair<const char*, int64_t> cases[] = {
+      {"3600", 3600},  {"90 minutes", 5400}, {"1h 30m", 5400},
+      {"1h30m", 5400}, {"2 hours", 7200},    {"1 hour and 5 mins", 3900},
+      {"1d", 86400},   {"45s", 45},          {"3 days, 2h", 266400}};
+  for (const auto& [text, seconds] : cases) {
+    absl::StatusOr<int64_t> parsed = ParseDurationSeconds(text);
+
+    ASSERT_TRUE(parsed.ok()) << text << ": " << parsed.status();
+    EXPECT_EQ(*parsed, seconds) << text;
+  }
+  for (const char* bad : {"", "soon", "1 fortnight", "-5", "0", "h"}) {
+    EXPECT_FALSE(ParseDurationSeconds(bad).ok()) << bad;
+  }
+}
+
+TEST(CiYamlTest, SlugifiesLikeGitLab) {
+  EXPECT_EQ(Slugify("train 2/4"), "train-2-4");
+  EXPECT_EQ(Slugify("Build: [A100, 8]"), "build---a100--8");
+  EXPECT_EQ(Slugify(std::string(80, 'a')), std::string(63, 'a'));
+}
+
+}  // namespace
+}  // namespace gdt::ci

@@ -1,0 +1,197 @@
+// gdt-ci: CI-side tooling for gdt. `gdt-ci run-local` plays gitlab-runner
+// locally: it runs every member of a `parallel: N` job of a .gitlab-ci.yml
+// through the custom executor (gdt-executor) exactly as a runner would.
+// `gdt-ci expand` turns `parallel: {distributed: ...}` blocks into plain
+// GitLab YAML and `gdt-ci lint` validates both forms (gitlab/ci_expand.h).
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/statusor.h"
+#include "ci/expand.h"
+#include "ci/run_local.h"
+#include "common/file.h"
+#include "common/logging.h"
+
+namespace {
+
+constexpr int kExitSuccess = 0;
+constexpr int kExitJobFailed = 1;
+constexpr int kExitBadInput = 2;
+
+std::atomic<bool> g_interrupted{false};
+
+void OnSignal(int) { g_interrupted.store(true); }
+
+// The CI file's text, or one line on stderr and nullopt.
+std::optional<std::string> ReadCiFile(const char* command,
+                                      const std::string& path) {
+  absl::StatusOr<std::string> text = gdt::ReadTextFile(path);
+  if (!text.ok()) {
+    std::cerr << "gdt-ci " << command << ": " << text.status().message()
+              << "\n";
+    return std::nullopt;
+  }
+  return *std::move(text);
+}
+
+int Expand(const std::string& file, const std::string& output,
+           const gdt::ci::CiExpandOptions& options) {
+  std::optional<std::string> text = ReadCiFile("expand", file);
+  if (!text.has_value()) return gdt::ci::kCiUsageError;
+  const gdt::ci::CiExpansion expansion = gdt::ci::ExpandCiYaml(*text, options);
+  if (!expansion.ok()) {
+    for (const gdt::ci::CiDiagnostic& d : expansion.errors) {
+      std::cerr << gdt::ci::FormatDiagnostic(file, d) << "\n";
+    }
+    return gdt::ci::kCiFileInvalid;
+  }
+  if (output.empty() || output == "-") {
+    std::cout << expansion.text;
+    std::cout.flush();
+    return std::cout ? gdt::ci::kCiFileOk : gdt::ci::kCiUsageError;
+  }
+  if (absl::Status written =
+          gdt::ci::WriteFileAtomically(output, expansion.text);
+      !written.ok()) {
+    std::cerr << "gdt-ci expand: " << written.message() << "\n";
+    return gdt::ci::kCiUsageError;
+  }
+  return gdt::ci::kCiFileOk;
+}
+
+int Lint(const std::string& file, bool json,
+         const gdt::ci::CiExpandOptions& options) {
+  std::optional<std::string> text = ReadCiFile("lint", file);
+  if (!text.has_value()) return gdt::ci::kCiUsageError;
+  const gdt::ci::CiExpansion lint = gdt::ci::LintCiYaml(*text, options);
+  const std::string report = gdt::ci::FormatLintReport(file, lint, json);
+  (json || lint.ok() ? std::cout : std::cerr) << report;
+  return lint.ok() ? gdt::ci::kCiFileOk : gdt::ci::kCiFileInvalid;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"gdt-ci: GitLab CI tooling for gdt gangs"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "gdt-ci " GDT_VERSION);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace..critical, off");
+
+  gdt::ci::RunLocalOptions options;
+  options.executor = gdt::ci::SiblingExecutable("gdt-executor");
+  bool json = false;
+  int64_t pipeline_id = 0;
+  int64_t timeout = 0;
+  int64_t graceful_kill_timeout = 0;
+  CLI::App* run_local = app.add_subcommand(
+      "run-local",
+      "run a job's members (or several jobs as one pipeline) through the "
+      "custom executor locally");
+  run_local->add_option("--file", options.ci_file, "the CI file")
+      ->capture_default_str();
+  std::vector<std::string> jobs;
+  run_local
+      ->add_option("--job", jobs,
+                   "the job to run; repeat to run later stages' jobs after "
+                   "it, in order, passing artifacts")
+      ->required();
+  run_local
+      ->add_option("--executor", options.executor, "custom executor binary")
+      ->capture_default_str();
+  run_local->add_option("--executor-config", options.executor_config,
+                        "passed as --config FILE to every exec");
+  run_local
+      ->add_option("--project-dir", options.project_dir,
+                   "project to copy into the builds dir")
+      ->capture_default_str();
+  run_local->add_option("--work-dir", options.work_dir,
+                        "default: <project-dir>/.gdt-run/<pipeline>");
+  run_local->add_option("--pipeline-id", pipeline_id, "default: the clock");
+  int64_t first_job_id = 0;
+  run_local->add_option("--first-job-id", first_job_id,
+                        "member i gets job id FIRST+i (default: pipeline id "
+                        "x 1000); a new value with the same --pipeline-id "
+                        "emulates GitLab's Retry");
+  run_local->add_option("--var", options.vars,
+                        "KEY=VALUE pipeline variable (repeatable)");
+  run_local->add_option("--timeout", timeout,
+                        "job timeout in seconds (default: the job's, 3600)");
+  run_local->add_option("--graceful-kill-timeout", graceful_kill_timeout,
+                        "seconds between SIGTERM and SIGKILL (default 600)");
+  run_local->add_flag("--json", json, "print the summary as JSON");
+
+  std::string ci_file = ".gitlab-ci.yml";
+  std::string output;
+  gdt::ci::CiExpandOptions expand_options;
+  CLI::App* expand = app.add_subcommand(
+      "expand",
+      "rewrite parallel:distributed blocks as plain GitLab YAML "
+      "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
+  expand->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  expand->add_option("-o,--output", output, "write here (default: stdout)");
+  expand
+      ->add_option("--max-nodes", expand_options.max_nodes,
+                   "the cluster's max_nodes_per_job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 200));
+  expand
+      ->add_option("--tag", expand_options.runner_tag,
+                   "runner tag added to gang jobs ('' for none)")
+      ->capture_default_str();
+  CLI::App* lint = app.add_subcommand(
+      "lint",
+      "validate parallel:distributed blocks and parallel + GDT_* jobs "
+      "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
+  lint->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  lint->add_flag("--json", json, "print the report as JSON");
+  lint->add_option("--max-nodes", expand_options.max_nodes,
+                   "the cluster's max_nodes_per_job")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 200));
+  lint->add_option("--tag", expand_options.runner_tag,
+                   "runner tag that marks gang jobs ('' for none)")
+      ->capture_default_str();
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 reports by throwing; --help is a "successful" error.
+    return app.exit(e) == 0 ? kExitSuccess : kExitBadInput;
+  }
+  if (absl::Status logging = gdt::InitLogging("gdt-ci", log_level);
+      !logging.ok()) {
+    std::cerr << "gdt-ci: " << logging.message() << "\n";
+    return kExitBadInput;
+  }
+  if (expand->parsed()) return Expand(ci_file, output, expand_options);
+  if (lint->parsed()) return Lint(ci_file, json, expand_options);
+
+  options.job_name = jobs.front();
+  options.later_jobs.assign(jobs.begin() + 1, jobs.end());
+  if (pipeline_id != 0) options.pipeline_id = pipeline_id;
+  if (first_job_id != 0) options.first_job_id = first_job_id;
+  if (timeout != 0) options.timeout_seconds = timeout;
+  if (graceful_kill_timeout != 0) {
+    options.graceful_kill_timeout_seconds = graceful_kill_timeout;
+  }
+
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  absl::StatusOr<gdt::ci::RunLocalResult> result =
+      gdt::ci::RunLocal(options, std::cout, &g_interrupted);
+  if (!result.ok()) {
+    std::cerr << "gdt-ci run-local: " << result.status().message() << "\n";
+    return kExitBadInput;
+  }
+  std::cout << gdt::ci::FormatSummary(*result, json);
+  return result->success() ? kExitSuccess : kExitJobFailed;
+}

@@ -1,0 +1,113 @@
+#ifndef GDT_GITLAB_RUN_LOCAL_H_
+#define GDT_GITLAB_RUN_LOCAL_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ci/job_file.h"
+#include "ci/runner_emulator.h"
+#include "gitlab/job_payload.h"
+
+namespace gdt::ci {
+
+// What `gdt-ci run-local` was asked to do. Relative paths are resolved
+// against the current directory, except work_dir (see below).
+struct RunLocalOptions {
+  std::string ci_file = ".gitlab-ci.yml";
+  std::string job_name;
+  // Jobs run after job_name, in this order, in the same pipeline (list them
+  // in stage order): each starts when every member of the one before it
+  // succeeded and downloads the artifacts of its earlier jobs (all of them,
+  // or those of its `dependencies:` / `needs:`).
+  std::vector<std::string> later_jobs;
+  std::string executor;         // Required: the custom executor binary.
+  std::string executor_config;  // Passed as `--config FILE` to every exec.
+  std::string project_dir = ".";
+  // Default <project_dir>/.gdt-run/<pipeline id>; relative paths are taken
+  // from project_dir.
+  std::string work_dir;
+  std::optional<int64_t> pipeline_id;  // Default: from the wall clock.
+  // Job ids are first_job_id + i for member i (default pipeline id × 1000).
+  // GitLab gives retried jobs new ids: a retry of a pipeline's job passes a
+  // new base with the same --pipeline-id.
+  std::optional<int64_t> first_job_id;
+  std::vector<std::string> vars;  // "KEY=VALUE" pipeline variables.
+  std::optional<int64_t> timeout_seconds;
+  std::optional<int64_t> graceful_kill_timeout_seconds;
+  // Emulation knob for tests (runner: 3 s).
+  std::optional<std::chrono::milliseconds> preparation_retry_interval;
+};
+
+// What a local pipeline needs to invent in place of a GitLab server.
+struct LocalPipeline {
+  int64_t pipeline_id = 0;
+  int64_t first_job_id = 0;  // 0: pipeline_id × 1000.
+  int64_t project_id = 1;
+  std::string project_name;  // Last component of the project directory.
+  std::string namespace_path = "local";
+  std::string server_url = "http://gitlab.local";
+  std::string sha = "0000000000000000000000000000000000000000";
+  std::string ref = "main";
+  std::string user = "local";
+  int64_t timeout_seconds = 3600;
+  // Job ids are pipeline_id * 1000 + job_id_base + member index (1-based);
+  // later jobs of a pipeline start after the members of earlier ones.
+  int64_t job_id_base = 0;
+  std::vector<std::pair<std::string, std::string>> pipeline_variables;
+};
+
+// Builds the N job payloads of `job` as GitLab would hand them to runners
+// (gitlab-custom-executor.md §13.7): the same project and pipeline, distinct
+// increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is
+// 1), and the predefined variables of §13.2 item 2 followed by the YAML and
+// pipeline variables.
+std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
+                                              const LocalPipeline& pipeline);
+
+// One member's outcome.
+struct MemberResult {
+  std::string name;
+  int64_t job_id = 0;
+  std::string log_path;
+  JobResult result;
+};
+
+struct RunLocalResult {
+  int64_t pipeline_id = 0;
+  std::string work_dir;
+  std::vector<MemberResult> members;
+  bool success() const;
+};
+
+// Runs every member of the job concurrently, each through its own emulated
+// gitlab-runner, then those of each of `later_jobs` in turn (stopping after
+// a job with a failed member), writing each log line to `out` as "[<name>]
+// <line>" (whole lines, never interleaved) and to
+// <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
+// expand`), so jobs with parallel:distributed run as their expansion.
+// `interrupt`, when it becomes true, aborts every running member like a
+// runner that got SIGINT and runs no later job. `members` of the result
+// lists the members that ran, in order. Errors (bad input, reported before
+// anything runs, as one line and exit code 2): InvalidArgument / NotFound
+// for a missing or bad CI file ("file:line:column: message" for a bad
+// block), an unknown job, a bad --var, a missing executor or an unusable
+// work directory.
+absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
+                                        std::ostream& out,
+                                        const std::atomic<bool>* interrupt);
+
+// The summary table, or one JSON document when `json`.
+std::string FormatSummary(const RunLocalResult& result, bool json);
+
+// The path of `name` in the directory of the running executable.
+std::string SiblingExecutable(const std::string& name);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_GITLAB_RUN_LOCAL_H_

@@ -1,0 +1,280 @@
+#include "ci/run_local.h"
+
+#include <filesystem>
+#include <sstream>
+
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/fake_executor.h"
+
+namespace gdt::ci {
+namespace {
+
+using test::ReadTextFile;
+using test::TempDir;
+using test::WriteTextFile;
+using ::testing::HasSubstr;
+
+namespace fs = std::filesystem;
+
+std::map<std::string, std::string> VariablesOf(
+    const gitlab::JobPayload& payload) {
+  std::map<std::string, std::string> vars;
+  for (const gitlab::JobVariable& v : payload.variables) vars[v.key] = v.value;
+  return vars;
+}
+
+TEST(BuildPayloadsTest, MakesOneJobPerMemberOfTheGang) {
+  CiJob job;
+  job.name = "train";
+  job.parallel = 2;
+  job.before_script = {"source env.sh"};
+  job.script = {"python train.py"};
+  job.variables = {{"LR", "0.1"}};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  pipeline.project_name = "model";
+  pipeline.pipeline_variables = {{"LR", "0.2"}};
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 2u);
+  EXPECT_EQ(payloads[0].name, "train 1/2");
+  EXPECT_EQ(payloads[1].name, "train 2/2");
+  EXPECT_LT(payloads[0].id, payloads[1].id);
+  EXPECT_NE(payloads[0].token, payloads[1].token);
+  EXPECT_EQ(payloads[1].pipeline_id, 77);
+  EXPECT_EQ(payloads[0].project_id, payloads[1].project_id);
+  EXPECT_EQ(payloads[0].steps[0].script,
+            (std::vector<std::string>{"source env.sh", "python train.py"}));
+  const std::map<std::string, std::string> vars = VariablesOf(payloads[1]);
+  EXPECT_EQ(vars.at("CI_NODE_INDEX"), "2");
+  EXPECT_EQ(vars.at("CI_NODE_TOTAL"), "2");
+  EXPECT_EQ(vars.at("CI_JOB_GROUP_NAME"), "train");
+  EXPECT_EQ(vars.at("CI_JOB_NAME_SLUG"), "train-2-2");
+  EXPECT_EQ(vars.at("CI_PIPELINE_ID"), "77");
+  EXPECT_EQ(vars.at("CI_JOB_ID"), std::to_string(payloads[1].id));
+  EXPECT_EQ(vars.at("CI_JOB_TOKEN"), payloads[1].token);
+  EXPECT_EQ(vars.at("CI_SERVER_URL"), "http://gitlab.local");
+  EXPECT_EQ(vars.at("CI_PROJECT_PATH"), "local/model");
+  EXPECT_EQ(payloads[1].Variable("LR"), "0.2");  // Pipeline variables win.
+  absl::StatusOr<gitlab::NodeSuffix> suffix =
+      gitlab::ParseNodeSuffix(payloads[1].name);
+  ASSERT_TRUE(suffix.ok());
+  EXPECT_EQ(suffix->index, 2);
+}
+
+TEST(BuildPayloadsTest, SingleJobHasNoNodeIndex) {
+  CiJob job;
+  job.name = "lint";
+  job.script = {"make lint"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 5;
+  pipeline.project_name = "p";
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 1u);
+  EXPECT_EQ(payloads[0].name, "lint");
+  EXPECT_FALSE(payloads[0].Variable("CI_NODE_INDEX").has_value());
+  EXPECT_EQ(payloads[0].Variable("CI_NODE_TOTAL"), "1");
+}
+
+class RunLocalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    project_ = dir_.path() + "/project";
+    fs::create_directories(project_);
+    fs::create_directories(dir_.path() + "/rec");
+    WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+train:
+  parallel: 2
+  script:
+    - echo "member $CI_NODE_INDEX of $CI_NODE_TOTAL says $GREETING"
+    - mkdir -p out && echo $CI_NODE_INDEX > out/rank.txt
+  artifacts:
+    paths: [out/]
+broken:
+  script: exit 3
+)");
+    options_.ci_file = project_ + "/.gitlab-ci.yml";
+    options_.project_dir = project_;
+    options_.executor = test::WriteFakeExecutor(dir_.path());
+    options_.pipeline_id = 42;
+    options_.vars = {"GREETING=hi"};
+    setenv("FAKE_REC", (dir_.path() + "/rec").c_str(), 1);
+  }
+  void TearDown() override {
+    unsetenv("FAKE_REC");
+    unsetenv("FAKE_BUILDS_ROOT");
+  }
+
+  TempDir dir_;
+  std::string project_;
+  RunLocalOptions options_;
+};
+
+TEST_F(RunLocalTest, RunsEveryMemberAndKeepsTheirLogs) {
+  options_.job_name = "train";
+  // Like gdt-executor, the fake's config_exec gives each job its own dir.
+  const std::string builds = dir_.path() + "/builds";
+  setenv("FAKE_BUILDS_ROOT", builds.c_str(), 1);
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  ASSERT_EQ(result->members.size(), 2u);
+  EXPECT_THAT(out.str(), HasSubstr("[train 1/2] member 1 of 2 says hi\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[train 2/2] member 2 of 2 says hi\n"));
+  const std::string work =
+      fs::path(project_ + "/.gdt-run/42").lexically_normal().string();
+  EXPECT_EQ(result->work_dir, work);
+  EXPECT_THAT(ReadTextFile(work + "/logs/train-2-2.log"),
+              HasSubstr("member 2 of 2 says hi\n"));
+  EXPECT_EQ(
+      ReadTextFile(work + "/artifacts/" +
+                   std::to_string(result->members[1].job_id) + "/out/rank.txt"),
+      "2\n");
+  // The work dir inside the project is not copied into the builds dir.
+  const std::string copy = builds + "/" +
+                           std::to_string(result->members[1].job_id) +
+                           "/local/project";
+  EXPECT_TRUE(fs::exists(copy + "/.gitlab-ci.yml"));
+  EXPECT_FALSE(fs::exists(copy + "/.gdt-run"));
+
+  const std::string summary = FormatSummary(*result, /*json=*/false);
+  EXPECT_THAT(summary, HasSubstr("train 2/2"));
+  EXPECT_THAT(summary, HasSubstr("success"));
+  const nlohmann::json json =
+      nlohmann::json::parse(FormatSummary(*result, /*json=*/true));
+  EXPECT_EQ(json["members"][1]["status"], "success");
+  EXPECT_EQ(json["success"], true);
+}
+
+TEST_F(RunLocalTest, AFailingMemberFailsTheRun) {
+  options_.job_name = "broken";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->success());
+  EXPECT_EQ(result->members[0].result.failure_reason, "script_failure");
+  EXPECT_EQ(result->members[0].result.exit_code, 3);
+  EXPECT_THAT(FormatSummary(*result, false), HasSubstr("script_failure"));
+}
+
+TEST_F(RunLocalTest, RunsAParallelDistributedJobAsItsExpansion) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+dist:
+  parallel:
+    distributed: {nodes: 2, gpus_per_node: 0, launcher: env}
+  script:
+    - echo "member $CI_NODE_INDEX/$CI_NODE_TOTAL launcher=$GDT_LAUNCHER"
+)");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("[dist 1/2] member 1/2 launcher=env\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[dist 2/2] member 2/2 launcher=env\n"));
+}
+
+TEST_F(RunLocalTest, LaterJobsGetTheArtifactsOfEarlierOnes) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [build, test, deploy]
+make:
+  stage: build
+  parallel: 2
+  script: mkdir -p out && echo "part $CI_NODE_INDEX" > out/part-$CI_NODE_INDEX
+  artifacts: {paths: [out/]}
+check:
+  stage: test
+  needs: [make]
+  script: cat out/part-1 out/part-2
+ship:
+  stage: deploy
+  dependencies: []
+  script: test ! -e out
+fail:
+  stage: build
+  script: exit 4
+)");
+  setenv("FAKE_BUILDS_ROOT", (dir_.path() + "/builds").c_str(), 1);
+  options_.job_name = "make";
+  options_.later_jobs = {"check", "ship"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  ASSERT_EQ(result->members.size(), 4u);
+  EXPECT_EQ(result->members[2].name, "check");
+  EXPECT_THAT(out.str(), HasSubstr("[check] part 1\n[check] part 2\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[check] Downloading artifacts for make "
+                                   "2/2"));
+  // Distinct job ids across the pipeline's jobs.
+  EXPECT_LT(result->members[1].job_id, result->members[2].job_id);
+  EXPECT_LT(result->members[2].job_id, result->members[3].job_id);
+
+  // A failed job skips the jobs after it.
+  options_.job_name = "fail";
+  options_.pipeline_id = 43;
+  std::ostringstream failed_out;
+  result = RunLocal(options_, failed_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->success());
+  ASSERT_EQ(result->members.size(), 1u);
+  EXPECT_EQ(result->members[0].name, "fail");
+}
+
+TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "dist:\n  parallel:\n    distributed: {nodes: 0}\n"
+                "  script: [echo]\n");
+  options_.job_name = "dist";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(result.status().message()),
+            project_ +
+                "/.gitlab-ci.yml:3:26: dist: parallel:distributed:nodes must "
+                "be from 1 to 200 (GitLab's parallel limit), not 0");
+  EXPECT_TRUE(out.str().empty());
+}
+
+TEST_F(RunLocalTest, BadInputIsOneClearError) {
+  std::ostringstream out;
+  options_.job_name = "nope";
+  EXPECT_EQ(RunLocal(options_, out, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+
+  options_.job_name = "train";
+  options_.vars = {"NOT A VAR"};
+  absl::StatusOr<RunLocalResult> bad_var = RunLocal(options_, out, nullptr);
+  EXPECT_EQ(bad_var.status().message(),
+            "bad --var 'NOT A VAR': expected KEY=VALUE");
+
+  options_.vars.clear();
+  options_.executor = dir_.path() + "/missing";
+  EXPECT_EQ(RunLocal(options_, out, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+
+  options_.ci_file = dir_.path() + "/missing.yml";
+  EXPECT_EQ(RunLocal(options_, out, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(out.str().empty());
+}
+
+}  // namespace
+}  // namespace gdt::ci

@@ -1,0 +1,1241 @@
+#include "ci/runner_emulator.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ci/job_file.h"
+#include "common/subprocess.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace gdt::ci {
+namespace {
+
+using std::chrono::milliseconds;
+using SteadyClock = std::chrono::steady_clock;
+using TimePoint = SteadyClock::time_point;
+
+constexpr milliseconds kDefaultExecTimeout{3600 * 1000};
+constexpr milliseconds kDefaultGracefulKill{600 * 1000};
+constexpr milliseconds kDefaultForceKill{10 * 1000};
+constexpr int64_t kDefaultJobTimeoutSeconds = 7200;
+constexpr milliseconds kDefaultAfterScriptTimeout{5 * 60 * 1000};
+constexpr int kPreparationAttempts = 3;
+constexpr int kBuildFailureExitCode = 1;
+constexpr int kSystemFailureExitCode = 2;
+constexpr char kRunnerVersion[] = "17.9.0";
+constexpr char kRunnerRevision[] = "gdtlocal";
+
+milliseconds OrDefault(milliseconds value, milliseconds fallback) {
+  return value.count() > 0 ? value : fallback;
+}
+
+TimePoint Earlier(TimePoint a, TimePoint b) { return std::min(a, b); }
+
+// Splits a byte stream into complete lines.
+class LineSplitter {
+ public:
+  template <typename Sink>
+  void Feed(std::string_view data, const Sink& sink) {
+    buffer_.append(data.data(), data.size());
+    size_t start = 0;
+    for (size_t nl; (nl = buffer_.find('\n', start)) != std::string::npos;
+         start = nl + 1) {
+      sink(std::string_view(buffer_).substr(start, nl - start));
+    }
+    buffer_.erase(0, start);
+  }
+  template <typename Sink>
+  void Flush(const Sink& sink) {
+    if (!buffer_.empty()) sink(std::string_view(buffer_));
+    buffer_.clear();
+  }
+
+ private:
+  std::string buffer_;
+};
+
+struct Variable {
+  std::string key;
+  std::string value;
+  bool file = false;
+};
+
+bool IsShellName(std::string_view key) {
+  if (key.empty() || std::isdigit(static_cast<unsigned char>(key[0]))) {
+    return false;
+  }
+  return std::all_of(key.begin(), key.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+// Why an exec was stopped by the emulator.
+enum class StopReason { kNone, kDeadline, kCancel };
+
+// What became of one exec.
+struct ExecOutcome {
+  ExitStatus exit;
+  StopReason stopped = StopReason::kNone;
+  std::string error;  // Could not start it, or could not kill it.
+};
+
+// How a stage or preparation step failed (gitlab-custom-executor.md §5).
+enum class FailureKind {
+  kNone,
+  kBuild,    // BuildError: script_failure with `exit_code`.
+  kSystem,   // runner_system_failure; retried in preparation.
+  kConfig,   // ConfigurationError: no retry.
+  kTimeout,  // The job's deadline (or a script timeout).
+  kCancel,   // Cancelled from outside.
+};
+
+struct Failure {
+  FailureKind kind = FailureKind::kNone;
+  int exit_code = 0;
+  std::string message;
+  bool ok() const { return kind == FailureKind::kNone; }
+};
+
+std::string ReadFirstLine(const std::string& path, bool* exists) {
+  std::ifstream in(path);
+  *exists = static_cast<bool>(in);
+  std::string line;
+  if (in) std::getline(in, line);
+  return line;
+}
+
+absl::Status WriteFile(const std::string& path, std::string_view content,
+                       mode_t mode) {
+  const int fd =
+      open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      close(fd);
+      return absl::InternalError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  fchmod(fd, mode);  // Not subject to the umask.
+  close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> MakeTempDir(const std::string& pattern) {
+  std::string path = pattern;
+  if (mkdtemp(path.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", pattern, ": ", std::strerror(errno)));
+  }
+  return path;
+}
+
+// Finishes the kill sequence of an exec the runner stopped waiting for, like
+// the runner's killer goroutine that outlives WaitForBuildFinishTimeout.
+void FinishKillInBackground(std::unique_ptr<Subprocess> child,
+                            TimePoint sigkill_at, milliseconds force) {
+  std::thread([child = std::move(child), sigkill_at, force]() mutable {
+    if (!child->WaitUntil(sigkill_at).has_value()) {
+      child->SignalGroup(SIGKILL);
+      if (!child->WaitUntil(SteadyClock::now() + force).has_value()) {
+        spdlog::warn("failed to kill process PID={}, likely process is dormant",
+                     child->pid());
+      }
+    }
+    child.reset();  // Reaps it (blocks for a dormant process).
+  }).detach();
+}
+
+}  // namespace
+
+std::string_view JobStatusName(JobStatus status) {
+  switch (status) {
+    case JobStatus::kSuccess:
+      return "success";
+    case JobStatus::kCanceled:
+      return "canceled";
+    case JobStatus::kFailed:
+      break;
+  }
+  return "failed";
+}
+
+std::string ShellQuote(std::string_view text) {
+  std::string quoted = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      quoted += "'\\''";
+    } else {
+      quoted.push_back(c);
+    }
+  }
+  quoted.push_back('\'');
+  return quoted;
+}
+
+// The state of one Run(): one job, several preparation attempts.
+class RunnerEmulator::Job {
+ public:
+  Job(const Options& options, const std::atomic<int>& cancel)
+      : options_(options), config_(options.config), cancel_(cancel) {
+    config_.config_exec_timeout =
+        OrDefault(config_.config_exec_timeout, kDefaultExecTimeout);
+    config_.prepare_exec_timeout =
+        OrDefault(config_.prepare_exec_timeout, kDefaultExecTimeout);
+    config_.cleanup_exec_timeout =
+        OrDefault(config_.cleanup_exec_timeout, kDefaultExecTimeout);
+    config_.graceful_kill_timeout =
+        OrDefault(config_.graceful_kill_timeout, kDefaultGracefulKill);
+    config_.force_kill_timeout =
+        OrDefault(config_.force_kill_timeout, kDefaultForceKill);
+    runner_env_ = options.runner_environment.has_value()
+                      ? *options.runner_environment
+                      : CurrentEnvironment();
+    job_timeout_seconds_ = options.job.timeout_seconds > 0
+                               ? options.job.timeout_seconds
+                               : kDefaultJobTimeoutSeconds;
+  }
+
+  JobResult Run();
+
+ private:
+  // Logging.
+  void Log(std::string_view line) {
+    if (options_.job_log) options_.job_log(line);
+  }
+  void Diagnose(std::string_view level, std::string_view line) {
+    if (options_.diagnostics) {
+      options_.diagnostics(level, line);
+    } else if (level == "warn") {
+      spdlog::warn("job={} {}", options_.job.id, std::string(line));
+    } else {
+      spdlog::debug("job={} {}", options_.job.id, std::string(line));
+    }
+  }
+
+  // Cancellation and deadlines.
+  std::optional<CancelMode> CancelRequested() const {
+    const int mode = cancel_.load();
+    if (mode >= 0) return static_cast<CancelMode>(mode);
+    if (options_.cancel_after.has_value() &&
+        SteadyClock::now() >= start_ + *options_.cancel_after) {
+      return options_.cancel_after_mode;
+    }
+    return std::nullopt;
+  }
+  // Whether the job context (everything but cleanup_exec) has ended.
+  StopReason JobContextStop() {
+    if (SteadyClock::now() >= job_deadline_) return StopReason::kDeadline;
+    const std::optional<CancelMode> cancel = CancelRequested();
+    if (!cancel.has_value()) return StopReason::kNone;
+    if (*cancel == CancelMode::kGraceful && graceful_handled_) {
+      return StopReason::kNone;
+    }
+    if (*cancel == CancelMode::kGraceful && in_step_) {
+      return StopReason::kNone;  // Only the step's context ends.
+    }
+    return StopReason::kCancel;
+  }
+  Failure StopFailure(StopReason reason) {
+    if (reason == StopReason::kDeadline) {
+      return {FailureKind::kTimeout, 0,
+              absl::StrCat("execution took longer than ", job_timeout_seconds_,
+                           " seconds")};
+    }
+    return {FailureKind::kCancel, 0, "canceled"};
+  }
+
+  // Variables and environment (§13.2 items 2 and 3).
+  std::vector<Variable> Variables() const;
+  std::map<std::string, std::string> Environment(bool with_job_env) const;
+
+  // Runs one exec per §13.4. `stop` is polled while it runs.
+  using StopCheck = std::function<StopReason()>;
+  using OutputFn = std::function<void(std::string_view line)>;
+  ExecOutcome RunExec(ExecCall call, bool with_job_env, TimePoint deadline,
+                      const StopCheck& stop, const OutputFn& out,
+                      const OutputFn& err);
+  // Classifies an exec's outcome per §5.
+  Failure Classify(const ExecOutcome& outcome, std::string_view what);
+
+  // Preparation (§13.2).
+  Failure PrepareAttempt(int attempt);
+  Failure RunConfigExec(int attempt);
+  void RunCleanupExec(int attempt);
+  void RemoveTempDir();
+
+  // Stages (§13.3).
+  std::string Script(std::string_view body, bool export_variables,
+                     bool cd_project) const;
+  Failure RunStage(std::string_view stage, std::string_view body,
+                   bool export_variables, bool cd_project, TimePoint deadline,
+                   const StopCheck& stop);
+  void RunStages();
+  std::string GetSourcesBody() const;
+  std::string StepBody(const gitlab::JobStep& step) const;
+  std::string UploadBody(bool on_success) const;
+  std::string DownloadBody() const;
+  std::string CleanupFileVariablesBody() const;
+  milliseconds VariableDuration(std::string_view key,
+                                milliseconds fallback) const;
+
+  void Fail(const Failure& failure, std::string_view section);
+
+  const Options& options_;
+  RunnerConfig config_;
+  const std::atomic<int>& cancel_;
+  std::map<std::string, std::string> runner_env_;
+  int64_t job_timeout_seconds_ = 0;
+  TimePoint start_;
+  TimePoint job_deadline_;
+  JobResult result_;
+  bool graceful_handled_ = false;
+  bool in_step_ = false;
+  int attempt_ = 1;
+  std::string job_status_variable_ = "running";  // CI_JOB_STATUS.
+
+  // Per preparation attempt.
+  std::string tmp_;
+  std::string exit_code_file_;
+  std::string response_file_;
+  std::vector<std::pair<std::string, std::string>> job_env_;
+  bool config_done_ = false;
+  // Kept across attempts, like the runner's build state.
+  std::string builds_dir_;
+  std::string cache_dir_;
+  std::string project_dir_;
+  std::string hostname_;
+  std::string driver_name_;
+  std::string driver_version_;
+  bool builds_dir_is_shared_ = false;
+};
+
+std::vector<Variable> RunnerEmulator::Job::Variables() const {
+  std::vector<Variable> vars;
+  const auto add = [&vars](std::string key, std::string value) {
+    vars.push_back({std::move(key), std::move(value), false});
+  };
+  add("FF_NETWORK_PER_BUILD", "false");
+  add("FF_USE_FASTZIP", "false");
+  add("FF_SCRIPT_SECTIONS", "false");
+  add("FF_USE_NEW_BASH_EVAL_STRATEGY", "false");
+  for (const std::string& entry : config_.environment) {
+    const size_t eq = entry.find('=');
+    if (eq == std::string::npos) continue;
+    add(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
+  add("CI_BUILDS_DIR",
+      builds_dir_.empty() || project_dir_.empty() ? "" : builds_dir_);
+  add("CI_PROJECT_DIR", project_dir_);
+  add("CI_CONCURRENT_ID", std::to_string(config_.concurrent_id));
+  add("CI_CONCURRENT_PROJECT_ID",
+      std::to_string(config_.concurrent_project_id));
+  add("CI_SERVER", "yes");
+  add("CI_JOB_STATUS", job_status_variable_);
+  add("CI_JOB_TIMEOUT", std::to_string(job_timeout_seconds_));
+  for (const gitlab::JobVariable& v : options_.job.variables) {
+    vars.push_back({v.key, v.value, v.file});
+  }
+  add("CI_SHARED_ENVIRONMENT", "true");
+  add("CI_RUNNER_VERSION", kRunnerVersion);
+  add("CI_RUNNER_REVISION", kRunnerRevision);
+  add("CI_RUNNER_EXECUTABLE_ARCH", "linux/amd64");
+  add("RUNNER_TEMP_PROJECT_DIR",
+      project_dir_.empty() ? "" : project_dir_ + ".tmp");
+  return vars;
+}
+
+std::map<std::string, std::string> RunnerEmulator::Job::Environment(
+    bool with_job_env) const {
+  // Later assignments win, as with Go's exec and a duplicated key.
+  std::map<std::string, std::string> env = runner_env_;
+  env["TMPDIR"] = tmp_;
+  env["BUILD_FAILURE_EXIT_CODE"] = std::to_string(kBuildFailureExitCode);
+  env["SYSTEM_FAILURE_EXIT_CODE"] = std::to_string(kSystemFailureExitCode);
+  env["BUILD_EXIT_CODE_FILE"] = exit_code_file_;
+  env["JOB_RESPONSE_FILE"] = response_file_;
+  if (with_job_env) {
+    for (const auto& [key, value] : job_env_) env[key] = value;
+  }
+  for (const Variable& v : Variables()) env["CUSTOM_ENV_" + v.key] = v.value;
+  env["CUSTOM_ENV_CI_JOB_SERVICES"] = "";
+  return env;
+}
+
+ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
+                                         TimePoint deadline,
+                                         const StopCheck& stop,
+                                         const OutputFn& out,
+                                         const OutputFn& err) {
+  call.attempt = attempt_;
+  const size_t index = result_.calls.size();
+  result_.calls.push_back(call);
+  ExecOutcome outcome;
+  // A stale code from an earlier stage must not be read for this one.
+  unlink(exit_code_file_.c_str());
+
+  SpawnOptions spawn;
+  spawn.argv = call.argv;
+  spawn.env = Environment(with_job_env);
+  spawn.working_dir = tmp_;
+  spawn.new_process_group = true;
+  spawn.stdin_path = "/dev/null";
+  absl::StatusOr<std::unique_ptr<Subprocess>> spawned =
+      Subprocess::Spawn(spawn);
+  if (!spawned.ok()) {
+    outcome.error = std::string(spawned.status().message());
+    outcome.exit.exit_code = 127;
+    result_.calls[index].exit_code = 127;
+    return outcome;
+  }
+  std::unique_ptr<Subprocess> child = std::move(*spawned);
+  LineSplitter out_lines;
+  LineSplitter err_lines;
+  const auto on_output = [&](OutputSource source, std::string_view data) {
+    if (source == OutputSource::kStdout) {
+      out_lines.Feed(data, out);
+    } else {
+      err_lines.Feed(data, err);
+    }
+  };
+
+  std::optional<ExitStatus> status;
+  while (!status.has_value()) {
+    StopReason reason =
+        SteadyClock::now() >= deadline ? StopReason::kDeadline : stop();
+    if (reason != StopReason::kNone) {
+      outcome.stopped = reason;
+      break;
+    }
+    status = child->WaitUntil(
+        Earlier(deadline, SteadyClock::now() + milliseconds(50)), on_output);
+  }
+  if (!status.has_value()) {
+    // §4.2: SIGTERM to the group, graceful_kill_timeout, SIGKILL,
+    // force_kill_timeout, give up. The wait is capped like the runner's
+    // WaitForBuildFinishTimeout; the rest continues in the background.
+    const TimePoint now = SteadyClock::now();
+    const TimePoint give_up = now + config_.build_finish_timeout;
+    const TimePoint sigkill_at = now + config_.graceful_kill_timeout;
+    if (!child->SignalGroup(SIGTERM)) child->SignalGroup(SIGKILL);
+    status = child->WaitUntil(Earlier(sigkill_at, give_up), on_output);
+    if (!status.has_value() && SteadyClock::now() < give_up) {
+      child->SignalGroup(SIGKILL);
+      status = child->WaitUntil(
+          Earlier(SteadyClock::now() + config_.force_kill_timeout, give_up),
+          on_output);
+      if (!status.has_value()) {
+        outcome.error =
+            absl::StrCat("failed to kill process PID=", child->pid(),
+                         ", likely process is dormant");
+      }
+    }
+    if (!status.has_value()) {
+      if (outcome.error.empty()) {
+        outcome.error =
+            absl::StrCat("gave up waiting for process PID=", child->pid(),
+                         " after it was stopped");
+      }
+      FinishKillInBackground(std::move(child), sigkill_at,
+                             config_.force_kill_timeout);
+    }
+  }
+  out_lines.Flush(out);
+  err_lines.Flush(err);
+  if (status.has_value()) outcome.exit = *status;
+  result_.calls[index].exit_code =
+      status.has_value() ? status->code() : 128 + SIGKILL;
+  result_.calls[index].killed = outcome.stopped != StopReason::kNone;
+  return outcome;
+}
+
+Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome,
+                                      std::string_view what) {
+  if (outcome.stopped != StopReason::kNone) {
+    if (!outcome.error.empty()) Log(absl::StrCat("WARNING: ", outcome.error));
+    return StopFailure(outcome.stopped);
+  }
+  const std::string prefix =
+      what.empty() ? "" : absl::StrCat(std::string(what), ": ");
+  if (!outcome.error.empty()) {
+    return {FailureKind::kSystem, outcome.exit.code(),
+            absl::StrCat(prefix, outcome.error)};
+  }
+  const ExitStatus& exit = outcome.exit;
+  if (exit.success()) return {};
+  if (exit.signal == 0 && exit.exit_code == kBuildFailureExitCode) {
+    bool exists = false;
+    const std::string line = ReadFirstLine(exit_code_file_, &exists);
+    if (!exists) {
+      return {FailureKind::kBuild, 1, absl::StrCat(prefix, "exit status 1")};
+    }
+    int code = 0;
+    const auto [end, ec] =
+        std::from_chars(line.data(), line.data() + line.size(), code);
+    if (ec != std::errc() || end != line.data() + line.size()) {
+      return {FailureKind::kSystem, kSystemFailureExitCode,
+              absl::StrCat(prefix,
+                           "unknown Custom executor executable exit "
+                           "code 1; BUILD_EXIT_CODE_FILE holds '",
+                           line, "', not an integer")};
+    }
+    return {FailureKind::kBuild, code,
+            absl::StrCat(prefix, "exit status ", code)};
+  }
+  if (exit.signal == 0 && exit.exit_code == kSystemFailureExitCode) {
+    return {FailureKind::kSystem, kSystemFailureExitCode,
+            absl::StrCat(prefix, "exit status ", kSystemFailureExitCode)};
+  }
+  return {FailureKind::kSystem, exit.code(),
+          absl::StrCat(prefix, "unknown Custom executor executable exit code ",
+                       exit.code(), "; executable ", config_.run_exec)};
+}
+
+Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
+  ExecCall call;
+  call.exec = "config";
+  call.argv.push_back(config_.config_exec);
+  call.argv.insert(call.argv.end(), config_.config_args.begin(),
+                   config_.config_args.end());
+  std::string stdout_text;
+  const OutputFn capture = [&](std::string_view line) {
+    stdout_text.append(line.data(), line.size());
+    stdout_text.push_back('\n');
+  };
+  const OutputFn to_log = [this](std::string_view line) { Log(line); };
+  const ExecOutcome outcome = RunExec(
+      call, /*with_job_env=*/false,
+      Earlier(SteadyClock::now() + config_.config_exec_timeout, job_deadline_),
+      [this] { return JobContextStop(); }, capture, to_log);
+  Failure failure = Classify(outcome, "config_exec");
+  if (!failure.ok()) return failure;
+  (void)attempt;
+
+  if (stdout_text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return {};
+  }
+  using Json = nlohmann::json;
+  const Json doc = Json::parse(stdout_text, nullptr, false);
+  const auto parse_error = [](std::string_view why) {
+    return Failure{
+        FailureKind::kSystem, kSystemFailureExitCode,
+        absl::StrCat("error while parsing JSON output: ", std::string(why))};
+  };
+  if (doc.is_discarded()) return parse_error("invalid JSON");
+  if (!doc.is_object()) return parse_error("not a JSON object");
+  // Strict like Go's encoding/json: a present key of the wrong type is an
+  // error; null leaves the runner's value; unknown keys are ignored.
+  const auto string_field = [&](const char* key, std::string* out,
+                                bool* present) -> std::optional<Failure> {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) return std::nullopt;
+    if (!it->is_string()) {
+      return parse_error(absl::StrCat("'", key, "' is not a string"));
+    }
+    *out = it->get<std::string>();
+    if (present != nullptr) *present = true;
+    return std::nullopt;
+  };
+  std::string builds_dir;
+  std::string cache_dir;
+  std::string shell;
+  bool has_builds = false;
+  bool has_cache = false;
+  bool has_shell = false;
+  if (auto f = string_field("builds_dir", &builds_dir, &has_builds)) return *f;
+  if (auto f = string_field("cache_dir", &cache_dir, &has_cache)) return *f;
+  if (auto f = string_field("hostname", &hostname_, nullptr)) return *f;
+  if (auto f = string_field("shell", &shell, &has_shell)) return *f;
+  if (auto it = doc.find("builds_dir_is_shared");
+      it != doc.end() && !it->is_null()) {
+    if (!it->is_boolean()) {
+      return parse_error("'builds_dir_is_shared' is not a boolean");
+    }
+    builds_dir_is_shared_ = it->get<bool>();
+  }
+  if (auto it = doc.find("driver"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) return parse_error("'driver' is not an object");
+    for (const char* key : {"name", "version"}) {
+      auto field = it->find(key);
+      if (field == it->end() || field->is_null()) continue;
+      if (!field->is_string()) {
+        return parse_error(absl::StrCat("'driver.", key, "' is not a string"));
+      }
+      (std::string_view(key) == "name" ? driver_name_ : driver_version_) =
+          field->get<std::string>();
+    }
+  }
+  if (auto it = doc.find("job_env"); it != doc.end() && !it->is_null()) {
+    if (!it->is_object()) return parse_error("'job_env' is not an object");
+    for (const auto& [key, value] : it->items()) {
+      if (!value.is_string()) {
+        return parse_error(absl::StrCat("'job_env.", key, "' is not a string"));
+      }
+      job_env_.emplace_back(key, value.get<std::string>());
+    }
+  }
+  if (has_shell && shell != "bash") {
+    return {FailureKind::kConfig, 0,
+            absl::StrCat("shell '", shell, "' is not supported by run-local")};
+  }
+  if (has_builds) builds_dir_ = builds_dir;
+  if (has_cache) cache_dir_ = cache_dir;
+  return {};
+}
+
+Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
+  const auto tmpdir = runner_env_.find("TMPDIR");
+  const std::string base =
+      tmpdir != runner_env_.end() && !tmpdir->second.empty() ? tmpdir->second
+                                                             : "/tmp";
+  absl::StatusOr<std::string> tmp =
+      MakeTempDir(base + "/custom-executorXXXXXX");
+  if (!tmp.ok()) {
+    return {FailureKind::kSystem, 0, std::string(tmp.status().message())};
+  }
+  tmp_ = *tmp;
+  response_file_ = tmp_ + "/response.json";
+  exit_code_file_ = tmp_ + "/build_exit_code";
+  job_env_.clear();
+  if (absl::Status written = WriteFile(
+          response_file_, gitlab::SerializeJobPayload(options_.job), 0600);
+      !written.ok()) {
+    return {FailureKind::kSystem, 0, std::string(written.message())};
+  }
+  if (attempt == 1) {
+    builds_dir_ = config_.builds_dir;
+    cache_dir_ = config_.cache_dir;
+  }
+  if (!config_.config_exec.empty()) {
+    Failure failure = RunConfigExec(attempt);
+    if (!failure.ok()) return failure;
+  }
+  config_done_ = true;
+  if (config_.run_exec.empty()) {
+    return {FailureKind::kConfig, 0, "custom executor is missing RunExec"};
+  }
+  if (builds_dir_.empty()) {
+    return {FailureKind::kConfig, 0, "the builds_dir is not configured"};
+  }
+  if (cache_dir_.empty()) {
+    return {FailureKind::kConfig, 0, "the cache_dir is not configured"};
+  }
+
+  // §13.2.5: <builds_dir>[/<token>/<concurrent project id>]/<ns>/<project>.
+  std::string project_path = options_.job.project_full_path;
+  if (const std::string& url = options_.job.repo_url; !url.empty()) {
+    size_t start = url.find("://");
+    start = start == std::string::npos ? 0 : start + 3;
+    const size_t slash = url.find('/', start);
+    if (slash != std::string::npos) project_path = url.substr(slash + 1);
+  }
+  if (project_path.size() > 4 &&
+      project_path.compare(project_path.size() - 4, 4, ".git") == 0) {
+    project_path.resize(project_path.size() - 4);
+  }
+  while (!project_path.empty() && project_path.back() == '/') {
+    project_path.pop_back();
+  }
+  if (project_path.empty()) {
+    project_path = absl::StrCat("project-", options_.job.project_id);
+  }
+  std::string root = builds_dir_;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  if (builds_dir_is_shared_) {
+    absl::StrAppend(&root, "/", config_.runner_short_token, "/",
+                    config_.concurrent_project_id);
+  }
+  project_dir_ = absl::StrCat(root, "/", project_path);
+
+  std::string using_line = "Using Custom executor";
+  if (!driver_name_.empty()) {
+    absl::StrAppend(&using_line, " with driver ", driver_name_);
+    if (!driver_version_.empty())
+      absl::StrAppend(&using_line, " ", driver_version_);
+  }
+  Log(absl::StrCat(using_line, "..."));
+
+  if (!config_.prepare_exec.empty()) {
+    ExecCall call;
+    call.exec = "prepare";
+    call.argv.push_back(config_.prepare_exec);
+    call.argv.insert(call.argv.end(), config_.prepare_args.begin(),
+                     config_.prepare_args.end());
+    const OutputFn to_log = [this](std::string_view line) { Log(line); };
+    const ExecOutcome outcome = RunExec(
+        call, /*with_job_env=*/true,
+        Earlier(SteadyClock::now() + config_.prepare_exec_timeout,
+                job_deadline_),
+        [this] { return JobContextStop(); }, to_log, to_log);
+    Failure failure = Classify(outcome, "prepare environment");
+    if (!failure.ok()) return failure;
+  }
+  return {};
+}
+
+void RunnerEmulator::Job::RunCleanupExec(int attempt) {
+  (void)attempt;
+  if (config_.cleanup_exec.empty() || tmp_.empty()) return;
+  ExecCall call;
+  call.exec = "cleanup";
+  call.argv.push_back(config_.cleanup_exec);
+  call.argv.insert(call.argv.end(), config_.cleanup_args.begin(),
+                   config_.cleanup_args.end());
+  const OutputFn debug = [this](std::string_view line) {
+    Diagnose("debug", line);
+  };
+  const OutputFn warn = [this](std::string_view line) {
+    Diagnose("warn", line);
+  };
+  // A fresh context: neither the job's deadline nor a cancel stops it.
+  const ExecOutcome outcome = RunExec(
+      call, /*with_job_env=*/config_done_,
+      SteadyClock::now() + config_.cleanup_exec_timeout,
+      [] { return StopReason::kNone; }, debug, warn);
+  if (!outcome.error.empty() || !outcome.exit.success()) {
+    Diagnose("warn", absl::StrCat(
+                         "Cleanup script failed: ",
+                         outcome.error.empty()
+                             ? absl::StrCat("exit status ", outcome.exit.code())
+                             : outcome.error));
+  }
+}
+
+void RunnerEmulator::Job::RemoveTempDir() {
+  if (tmp_.empty()) return;
+  std::error_code error;
+  std::filesystem::remove_all(tmp_, error);
+  if (error) {
+    Diagnose("warn",
+             absl::StrCat("cannot remove ", tmp_, ": ", error.message()));
+  }
+  tmp_.clear();
+}
+
+std::string RunnerEmulator::Job::Script(std::string_view body,
+                                        bool export_variables,
+                                        bool cd_project) const {
+  std::string script =
+      "#!/usr/bin/env bash\n"
+      "\n"
+      "trap 'exit 1' TERM\n"
+      "\n"
+      "set -o pipefail\n"
+      "set -o errexit\n"
+      "set +o noclobber\n"
+      "(\n";
+  if (export_variables) {
+    const std::string file_dir = project_dir_ + ".tmp";
+    bool made_file_dir = false;
+    for (const Variable& v : Variables()) {
+      if (!IsShellName(v.key)) continue;
+      if (v.file && !project_dir_.empty()) {
+        if (!made_file_dir) {
+          absl::StrAppend(&script, "mkdir -p ", ShellQuote(file_dir), "\n");
+          made_file_dir = true;
+        }
+        const std::string path = file_dir + "/" + v.key;
+        absl::StrAppend(&script, "printf '%s' ", ShellQuote(v.value), " > ",
+                        ShellQuote(path), "\n", "export ", v.key, "=",
+                        ShellQuote(path), "\n");
+        continue;
+      }
+      absl::StrAppend(&script, "export ", v.key, "=", ShellQuote(v.value),
+                      "\n");
+    }
+  }
+  if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
+  script.append(body.data(), body.size());
+  if (!body.empty() && body.back() != '\n') script.push_back('\n');
+  absl::StrAppend(&script, ") </dev/null\nexit 0\n");
+  return script;
+}
+
+Failure RunnerEmulator::Job::RunStage(std::string_view stage,
+                                      std::string_view body,
+                                      bool export_variables, bool cd_project,
+                                      TimePoint deadline,
+                                      const StopCheck& stop) {
+  absl::StatusOr<std::string> dir = MakeTempDir(tmp_ + "/scriptXXXXXX");
+  if (!dir.ok()) {
+    return {FailureKind::kSystem, 0, std::string(dir.status().message())};
+  }
+  const std::string path = *dir + "/script";
+  if (absl::Status written =
+          WriteFile(path, Script(body, export_variables, cd_project), 0700);
+      !written.ok()) {
+    return {FailureKind::kSystem, 0, std::string(written.message())};
+  }
+  ExecCall call;
+  call.exec = "run";
+  call.stage = stage == "step_script" ? "build_script" : std::string(stage);
+  call.argv.push_back(config_.run_exec);
+  call.argv.insert(call.argv.end(), config_.run_args.begin(),
+                   config_.run_args.end());
+  call.argv.push_back(path);
+  call.argv.push_back(call.stage);
+  const OutputFn to_log = [this](std::string_view line) { Log(line); };
+  const ExecOutcome outcome =
+      RunExec(call, /*with_job_env=*/true, deadline, stop, to_log, to_log);
+  return Classify(outcome, "");
+}
+
+milliseconds RunnerEmulator::Job::VariableDuration(
+    std::string_view key, milliseconds fallback) const {
+  const std::optional<std::string> text = options_.job.Variable(key);
+  if (!text.has_value() || text->empty()) return fallback;
+  absl::StatusOr<int64_t> seconds = ParseDurationSeconds(*text);
+  if (!seconds.ok()) return fallback;
+  return milliseconds(*seconds * 1000);
+}
+
+std::string RunnerEmulator::Job::GetSourcesBody() const {
+  std::string body = "mkdir -p \"$CI_PROJECT_DIR\"\n";
+  const std::string& src = options_.sources.project_dir;
+  if (src.empty()) {
+    absl::StrAppend(&body,
+                    "echo \"Created fresh project directory "
+                    "$CI_PROJECT_DIR\"\n");
+    return body;
+  }
+  std::string skip_cases;
+  std::string tar_excludes;
+  for (const std::string& path : options_.sources.exclude) {
+    absl::StrAppend(&skip_cases, ShellQuote(path), "|", ShellQuote(path),
+                    "/*) continue ;; ");
+    absl::StrAppend(&tar_excludes, " --exclude=", ShellQuote("./" + path));
+  }
+  absl::StrAppend(
+      &body, "src=", ShellQuote(src), "\n",
+      "echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
+      "if git -C \"$src\" rev-parse --is-inside-work-tree >/dev/null 2>&1; "
+      "then\n",
+      "  git -C \"$src\" ls-files -z -co --exclude-standard |\n",
+      "    while IFS= read -r -d '' f; do\n",
+      skip_cases.empty()
+          ? ""
+          : absl::StrCat("      case \"$f\" in ", skip_cases, "esac\n"),
+      "      if [ -e \"$src/$f\" ] || [ -L \"$src/$f\" ]; then "
+      "printf '%s\\0' \"$f\"; fi\n",
+      "    done |\n",
+      "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
+      "\"$CI_PROJECT_DIR\")\n",
+      "else\n", "  tar -C \"$src\"", tar_excludes,
+      " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
+  return body;
+}
+
+std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
+  std::string body;
+  for (const std::string& command : step.script) {
+    std::string shown = command;
+    if (const size_t nl = shown.find('\n'); nl != std::string::npos) {
+      shown = shown.substr(0, nl) + " # collapsed multi-line command";
+    }
+    absl::StrAppend(&body, "printf '%s\\n' ", ShellQuote("$ " + shown), "\n",
+                    command, "\n");
+  }
+  if (body.empty()) body = ":\n";
+  return body;
+}
+
+// Like gitlab-runner's artifacts-downloader: each dependency's artifacts
+// (from the local store, where upload_artifacts_* put them) are unpacked
+// into the project directory; a missing one fails the stage.
+std::string RunnerEmulator::Job::DownloadBody() const {
+  const std::string& store = options_.sources.artifact_store;
+  if (store.empty()) {
+    return "echo 'WARNING: run-local has no artifact store to download "
+           "dependency artifacts from'\n";
+  }
+  std::string body;
+  for (const gitlab::JobDependency& dependency : options_.job.dependencies) {
+    if (dependency.artifacts_filename.empty()) continue;
+    const std::string source = absl::StrCat(store, "/", dependency.id);
+    absl::StrAppend(
+        &body, "echo ",
+        ShellQuote(absl::StrCat("Downloading artifacts for ", dependency.name,
+                                " (", dependency.id, ")...")),
+        "\n", "if [ ! -d ", ShellQuote(source), " ]; then echo ",
+        ShellQuote(absl::StrCat("ERROR: Downloading artifacts from local "
+                                "store: no artifacts of job ",
+                                dependency.id)),
+        "; exit 1; fi\n", "cp -a ", ShellQuote(source + "/."), " .\n");
+  }
+  return body.empty() ? ":\n" : body;
+}
+
+std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
+  const std::string& store = options_.sources.artifact_store;
+  std::string body;
+  if (store.empty()) {
+    return "echo 'WARNING: Missing artifact store. Uploading artifacts is "
+           "disabled.'\n";
+  }
+  const std::string dest = absl::StrCat(store, "/", options_.job.id);
+  absl::StrAppend(&body, "dest=", ShellQuote(dest), "\n",
+                  "mkdir -p \"$dest\"\n", "IFS=\n",
+                  "shopt -s nullglob globstar\n");
+  for (const gitlab::JobArtifact& artifact : options_.job.artifacts) {
+    const bool runs = artifact.when == "always" ||
+                      (on_success ? artifact.when == "on_success"
+                                  : artifact.when == "on_failure");
+    if (!runs) continue;
+    absl::StrAppend(&body, "echo ",
+                    ShellQuote(absl::StrCat(
+                        "Uploading artifacts",
+                        artifact.name.empty() ? "" : " " + artifact.name,
+                        " to local store")),
+                    "\n");
+    if (artifact.untracked) {
+      absl::StrAppend(&body,
+                      "echo 'WARNING: artifacts:untracked is not supported "
+                      "by run-local'\n");
+    }
+    for (const std::string& pattern : artifact.paths) {
+      if (pattern.empty() || pattern[0] == '/' ||
+          pattern.find("..") != std::string::npos) {
+        absl::StrAppend(&body, "echo ",
+                        ShellQuote(absl::StrCat("WARNING: ", pattern,
+                                                ": not a path inside the "
+                                                "project directory")),
+                        "\n");
+        continue;
+      }
+      absl::StrAppend(
+          &body, "p=", ShellQuote(pattern), "\n", "found=\n",
+          "for f in $p; do\n",
+          "  if [ -e \"$f\" ] || [ -L \"$f\" ]; then "
+          "cp -a --parents -- \"$f\" \"$dest\"/; found=1; fi\n",
+          "done\n",
+          "if [ -n \"$found\" ]; then echo \"$p: found matching files\"; "
+          "else echo \"WARNING: $p: no matching files\"; fi\n");
+    }
+    for (const std::string& pattern : artifact.exclude) {
+      absl::StrAppend(&body, "(cd \"$dest\" && p=", ShellQuote(pattern),
+                      " && for f in $p; do rm -rf -- \"$f\"; done)\n");
+    }
+  }
+  absl::StrAppend(&body, "echo \"Artifacts stored in $dest\"\n");
+  return body;
+}
+
+std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
+  std::string body = ":\n";
+  if (project_dir_.empty()) return body;
+  for (const Variable& v : Variables()) {
+    if (!v.file || !IsShellName(v.key)) continue;
+    absl::StrAppend(&body, "rm -f -- ",
+                    ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
+  }
+  return body;
+}
+
+void RunnerEmulator::Job::Fail(const Failure& failure,
+                               std::string_view section) {
+  (void)section;
+  result_.exit_code = failure.exit_code;
+  switch (failure.kind) {
+    case FailureKind::kNone:
+      return;
+    case FailureKind::kBuild:
+      result_.status = JobStatus::kFailed;
+      result_.failure_reason = "script_failure";
+      result_.message =
+          absl::StrCat("Job failed: exit code ", failure.exit_code);
+      return;
+    case FailureKind::kSystem:
+      result_.status = JobStatus::kFailed;
+      result_.failure_reason = "runner_system_failure";
+      result_.message =
+          absl::StrCat("Job failed (system failure): ", failure.message);
+      return;
+    case FailureKind::kConfig:
+      result_.status = JobStatus::kFailed;
+      result_.failure_reason = "config_error";
+      result_.message =
+          absl::StrCat("Job failed (system failure): ", failure.message);
+      return;
+    case FailureKind::kTimeout:
+      result_.status = JobStatus::kFailed;
+      result_.failure_reason = "job_execution_timeout";
+      result_.message = absl::StrCat("Job failed: ", failure.message);
+      return;
+    case FailureKind::kCancel: {
+      const std::optional<CancelMode> mode = CancelRequested();
+      if (mode == CancelMode::kInterrupt) {
+        result_.status = JobStatus::kFailed;
+        result_.failure_reason = "runner_interrupted";
+        result_.message = "Job failed (system failure): aborted: terminated";
+      } else {
+        result_.status = JobStatus::kCanceled;
+        result_.failure_reason.clear();
+        result_.message = "Job failed: canceled";
+      }
+      return;
+    }
+  }
+}
+
+void RunnerEmulator::Job::RunStages() {
+  const StopCheck job_stop = [this] { return JobContextStop(); };
+  const auto interrupted = [this] {
+    return JobContextStop() != StopReason::kNone;
+  };
+
+  Log("Preparing environment");
+  const std::string via =
+      hostname_.empty() ? "" : absl::StrCat(" via ", hostname_);
+  Failure failure = RunStage("prepare_script",
+                             absl::StrCat("echo \"Running on $(hostname)\"",
+                                          ShellQuote(via + "..."), "\n"),
+                             /*export_variables=*/false, /*cd_project=*/false,
+                             job_deadline_, job_stop);
+  if (!failure.ok()) return Fail(failure, "prepare_script");
+
+  Log("Getting source from Git repository");
+  int attempts = 1;
+  if (std::optional<std::string> text =
+          options_.job.Variable("GET_SOURCES_ATTEMPTS");
+      text.has_value()) {
+    int value = 0;
+    if (std::from_chars(text->data(), text->data() + text->size(), value).ec ==
+            std::errc() &&
+        value >= 1 && value <= 10) {
+      attempts = value;
+    }
+  }
+  Failure before_steps;
+  for (int attempt = 1; attempt <= attempts; ++attempt) {
+    if (attempt > 1) {
+      const TimePoint resume =
+          SteadyClock::now() + config_.stage_retry_interval;
+      while (SteadyClock::now() < resume && !interrupted()) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+      Failure cleared =
+          RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
+                   /*export_variables=*/true, /*cd_project=*/false,
+                   job_deadline_, job_stop);
+      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+      (void)cleared;
+    }
+    before_steps = RunStage("get_sources", GetSourcesBody(),
+                            /*export_variables=*/true, /*cd_project=*/false,
+                            job_deadline_, job_stop);
+    if (before_steps.ok() || interrupted()) break;
+  }
+  if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+
+  const bool has_dependency_artifacts = std::any_of(
+      options_.job.dependencies.begin(), options_.job.dependencies.end(),
+      [](const gitlab::JobDependency& d) {
+        return !d.artifacts_filename.empty();
+      });
+  if (before_steps.ok() && has_dependency_artifacts) {
+    Log("Downloading artifacts");
+    before_steps = RunStage("download_artifacts", DownloadBody(),
+                            /*export_variables=*/true, /*cd_project=*/true,
+                            job_deadline_, job_stop);
+    if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  }
+
+  Failure first_failure = before_steps;
+  const gitlab::JobStep* after_script = nullptr;
+  if (before_steps.ok()) {
+    for (const gitlab::JobStep& step : options_.job.steps) {
+      if (step.name == "after_script") {
+        after_script = &step;
+        continue;
+      }
+      if (!first_failure.ok()) continue;
+      const std::string stage = "step_" + step.name;
+      Log(absl::StrCat("Executing \"", stage, "\" stage of the job script"));
+      TimePoint deadline = job_deadline_;
+      const milliseconds script_timeout =
+          VariableDuration("RUNNER_SCRIPT_TIMEOUT", milliseconds(0));
+      if (script_timeout.count() > 0) {
+        deadline = Earlier(deadline, SteadyClock::now() + script_timeout);
+      }
+      const StopCheck step_stop = [this] {
+        const StopReason reason = JobContextStop();
+        if (reason != StopReason::kNone) return reason;
+        if (CancelRequested() == CancelMode::kGraceful) {
+          graceful_handled_ = true;
+          return StopReason::kCancel;
+        }
+        return StopReason::kNone;
+      };
+      in_step_ = true;
+      first_failure = RunStage(stage, StepBody(step), /*export_variables=*/true,
+                               /*cd_project=*/true, deadline, step_stop);
+      in_step_ = false;
+    }
+  } else {
+    for (const gitlab::JobStep& step : options_.job.steps) {
+      if (step.name == "after_script") after_script = &step;
+    }
+  }
+  // A job timeout, an abort or a graceful cancel outside the steps ends the
+  // whole context: nothing but cleanup_exec runs any more.
+  if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+
+  const bool success = first_failure.ok();
+  job_status_variable_ = success             ? "success"
+                         : graceful_handled_ ? "canceled"
+                                             : "failed";
+  if (before_steps.ok() && after_script != nullptr &&
+      !after_script->script.empty()) {
+    Log("Running after_script");
+    const TimePoint deadline = Earlier(
+        job_deadline_,
+        SteadyClock::now() + VariableDuration("RUNNER_AFTER_SCRIPT_TIMEOUT",
+                                              kDefaultAfterScriptTimeout));
+    Failure after = RunStage("after_script", StepBody(*after_script),
+                             /*export_variables=*/true, /*cd_project=*/true,
+                             deadline, job_stop);
+    if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (!after.ok()) {
+      Log(absl::StrCat(
+          "WARNING: after_script failed, but job will continue unaffected: ",
+          after.message.empty() ? "stopped" : after.message));
+    }
+  }
+
+  const bool has_upload =
+      std::any_of(options_.job.artifacts.begin(), options_.job.artifacts.end(),
+                  [success](const gitlab::JobArtifact& a) {
+                    return !a.paths.empty() &&
+                           (a.when == "always" ||
+                            a.when == (success ? "on_success" : "on_failure"));
+                  });
+  if (has_upload) {
+    Log(success ? "Uploading artifacts for successful job"
+                : "Uploading artifacts for failed job");
+    Failure upload = RunStage(
+        success ? "upload_artifacts_on_success" : "upload_artifacts_on_failure",
+        UploadBody(success), /*export_variables=*/true, /*cd_project=*/true,
+        job_deadline_, job_stop);
+    if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (!upload.ok() && success) first_failure = upload;
+  }
+
+  Log("Cleaning up project directory and file based variables");
+  Failure cleanup = RunStage(
+      "cleanup_file_variables", CleanupFileVariablesBody(),
+      /*export_variables=*/true, /*cd_project=*/false, job_deadline_, job_stop);
+  if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  if (!cleanup.ok()) {
+    Diagnose("warn",
+             absl::StrCat("cleanup_file_variables failed: ", cleanup.message));
+  }
+  if (!first_failure.ok()) return Fail(first_failure, "");
+  result_.status = JobStatus::kSuccess;
+  result_.failure_reason.clear();
+  result_.exit_code = 0;
+  result_.message.clear();
+}
+
+JobResult RunnerEmulator::Job::Run() {
+  start_ = SteadyClock::now();
+  job_deadline_ = start_ + std::chrono::seconds(job_timeout_seconds_);
+  Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion,
+                   " (gdt-ci run-local emulation)"));
+  Log(absl::StrCat("  on ", config_.name, " ", config_.runner_short_token));
+  Log("Preparing the \"custom\" executor");
+
+  bool prepared = false;
+  for (int attempt = 1; attempt <= kPreparationAttempts; ++attempt) {
+    attempt_ = attempt;
+    result_.attempts = attempt;
+    config_done_ = false;
+    const Failure failure = PrepareAttempt(attempt);
+    if (failure.ok()) {
+      prepared = true;
+      break;
+    }
+    Log(absl::StrCat("ERROR: Preparation failed: ", failure.message));
+    RunCleanupExec(attempt);
+    RemoveTempDir();
+    if (failure.kind != FailureKind::kSystem) {
+      Fail(failure, "prepare");
+      break;
+    }
+    if (JobContextStop() != StopReason::kNone) {
+      Fail(StopFailure(JobContextStop()), "prepare");
+      break;
+    }
+    if (attempt == kPreparationAttempts) {
+      Fail(failure, "prepare");
+      break;
+    }
+    Log(absl::StrCat("Will be retried in ",
+                     config_.preparation_retry_interval.count() / 1000.0,
+                     "s ..."));
+    const TimePoint resume =
+        SteadyClock::now() + config_.preparation_retry_interval;
+    while (SteadyClock::now() < resume &&
+           JobContextStop() == StopReason::kNone) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    if (JobContextStop() != StopReason::kNone) {
+      Fail(StopFailure(JobContextStop()), "prepare");
+      break;
+    }
+  }
+  if (prepared) {
+    RunStages();
+    RunCleanupExec(attempt_);
+    RemoveTempDir();
+  }
+  if (result_.status == JobStatus::kSuccess) {
+    Log("Job succeeded");
+  } else {
+    Log(absl::StrCat("ERROR: ", result_.message));
+  }
+  result_.duration =
+      std::chrono::duration_cast<milliseconds>(SteadyClock::now() - start_);
+  return result_;
+}
+
+RunnerEmulator::RunnerEmulator(Options options)
+    : options_(std::move(options)) {}
+
+JobResult RunnerEmulator::Run() {
+  Job job(options_, cancel_);
+  return job.Run();
+}
+
+void RunnerEmulator::Cancel(CancelMode mode) {
+  int expected = -1;
+  cancel_.compare_exchange_strong(expected, static_cast<int>(mode));
+}
+
+}  // namespace gdt::ci

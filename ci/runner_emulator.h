@@ -1,0 +1,158 @@
+#ifndef GDT_GITLAB_RUNNER_EMULATOR_H_
+#define GDT_GITLAB_RUNNER_EMULATOR_H_
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gitlab/job_payload.h"
+
+namespace gdt::ci {
+
+// The parts of a gitlab-runner `[[runners]]` entry with `executor =
+// "custom"` that matter to one job (see gitlab-custom-executor.md §9, §4.1),
+// plus the knobs of the emulation itself. Durations <= 0 mean the runner's
+// default, as in config.toml.
+struct RunnerConfig {
+  std::string name = "gdt-ci-local";
+  std::string url = "http://gitlab.local";
+  std::string runner_short_token = "gdtlocal";
+  std::string builds_dir;  // Both may be overridden by config_exec.
+  std::string cache_dir;
+  std::string shell = "bash";            // Only bash is supported.
+  std::vector<std::string> environment;  // "KEY=VALUE", as in config.toml.
+  int concurrent_id = 0;                 // CI_CONCURRENT_ID.
+  int concurrent_project_id = 0;         // CI_CONCURRENT_PROJECT_ID.
+
+  // [runners.custom]
+  std::string config_exec;
+  std::vector<std::string> config_args;
+  std::string prepare_exec;
+  std::vector<std::string> prepare_args;
+  std::string run_exec;  // Required.
+  std::vector<std::string> run_args;
+  std::string cleanup_exec;
+  std::vector<std::string> cleanup_args;
+  std::chrono::milliseconds config_exec_timeout{0};    // Default 3600 s.
+  std::chrono::milliseconds prepare_exec_timeout{0};   // Default 3600 s.
+  std::chrono::milliseconds cleanup_exec_timeout{0};   // Default 3600 s.
+  std::chrono::milliseconds graceful_kill_timeout{0};  // Default 600 s.
+  std::chrono::milliseconds force_kill_timeout{0};     // Default 10 s.
+
+  // Emulation knobs (fixed in the real runner; shorter in tests).
+  std::chrono::milliseconds preparation_retry_interval{3000};
+  // Pause between attempts of get_sources & co (runner: 1-5 s backoff).
+  std::chrono::milliseconds stage_retry_interval{1000};
+  // How long to wait for a killed stage before going on (runner: 5 min).
+  std::chrono::milliseconds build_finish_timeout{300000};
+};
+
+// How a job is stopped from outside (gitlab-custom-executor.md §4.3, §13.5).
+enum class CancelMode {
+  kGraceful,   // Cancel from the UI with cancel_gracefully.
+  kAbort,      // Remote state canceled/failed.
+  kInterrupt,  // gitlab-runner got SIGTERM: runner_interrupted.
+};
+
+// What a local run supplies instead of a GitLab server.
+struct LocalSources {
+  // Directory copied into CI_PROJECT_DIR by get_sources (its `git ls-files
+  // -co --exclude-standard` when it is a git work tree, else everything).
+  // Empty: get_sources only creates the directory.
+  std::string project_dir;
+  // Paths relative to project_dir never copied (e.g. the run's work dir).
+  std::vector<std::string> exclude;
+  // upload_artifacts_* copy artifact paths into <artifact_store>/<job id>/;
+  // download_artifacts copies each dependency's directory there into the
+  // project directory.
+  // A real runner uploads them to GitLab instead. Empty: uploads only warn.
+  std::string artifact_store;
+};
+
+// One invocation of an executable of the custom executor.
+struct ExecCall {
+  std::string exec;   // "config", "prepare", "run" or "cleanup".
+  std::string stage;  // run_exec's stage name ("build_script", ...); else "".
+  std::vector<std::string> argv;
+  int attempt = 1;      // Preparation attempt it belongs to.
+  int exit_code = 0;    // The shell's convention: 128+signal when signalled.
+  bool killed = false;  // Stopped by the emulator (deadline or cancel).
+};
+
+enum class JobStatus { kSuccess, kFailed, kCanceled };
+std::string_view JobStatusName(JobStatus status);
+
+struct JobResult {
+  JobStatus status = JobStatus::kFailed;
+  // GitLab's failure reason: "" on success, script_failure,
+  // runner_system_failure, job_execution_timeout, runner_interrupted,
+  // config_error; "" when canceled.
+  std::string failure_reason;
+  int exit_code = 0;  // The script's code for script_failure; else the exec's.
+  std::string message;  // The "ERROR: Job failed..." text, "" on success.
+  int attempts = 0;     // Preparation attempts made.
+  std::vector<ExecCall> calls;  // In order.
+  std::chrono::milliseconds duration{0};
+};
+
+// Emulates one gitlab-runner running one job through a custom executor,
+// following gitlab-custom-executor.md §13.1-§13.6 to the letter: the
+// preparation attempts (config_exec, prepare_exec, cleanup_exec between
+// retries), the run_exec stages with generated bash scripts and the
+// runner's failure routing, the kill sequence on timeouts and cancels, and
+// cleanup_exec at the end. Each exec runs as its own process group.
+//
+// Job log lines (stage output, runner messages) go to `job_log` one complete
+// line at a time (no newline); cleanup_exec's output goes to `diagnostics`
+// (stdout as "debug", stderr as "warn"), never to the job log. Both sinks are
+// called from the thread that calls Run().
+//
+// Run() once per object. Cancel() may be called from any thread.
+class RunnerEmulator {
+ public:
+  using LogSink = std::function<void(std::string_view line)>;
+  using DiagnosticSink =
+      std::function<void(std::string_view level, std::string_view line)>;
+
+  struct Options {
+    RunnerConfig config;
+    gitlab::JobPayload job;
+    LocalSources sources;
+    // The runner process's own environment (os.Environ()); the current
+    // process's environment when unset.
+    std::optional<std::map<std::string, std::string>> runner_environment;
+    LogSink job_log;
+    DiagnosticSink diagnostics;  // spdlog when unset.
+    // Scenario knob: cancel this long after Run() starts.
+    std::optional<std::chrono::milliseconds> cancel_after;
+    CancelMode cancel_after_mode = CancelMode::kGraceful;
+  };
+
+  explicit RunnerEmulator(Options options);
+  RunnerEmulator(const RunnerEmulator&) = delete;
+  RunnerEmulator& operator=(const RunnerEmulator&) = delete;
+
+  // Runs the job to the end and returns its outcome. Problems of the executor
+  // or the scripts are part of the result, never errors.
+  JobResult Run();
+
+  // Requests cancellation; the first request wins. Thread-safe.
+  void Cancel(CancelMode mode);
+
+ private:
+  class Job;
+  Options options_;
+  std::atomic<int> cancel_{-1};  // -1, or a CancelMode.
+};
+
+// Quotes `text` for bash as one word ('...'), safe for any bytes but NUL.
+std::string ShellQuote(std::string_view text);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_GITLAB_RUNNER_EMULATOR_H_

@@ -1,0 +1,398 @@
+#include "ci/runner_emulator.h"
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_split.h"
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/fake_executor.h"
+
+namespace gdt::ci {
+namespace {
+
+using std::chrono::milliseconds;
+using test::ReadTextFile;
+using test::TempDir;
+using test::WriteTextFile;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+namespace fs = std::filesystem;
+
+class RunnerEmulatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    rec_ = dir_.path() + "/rec";
+    tmp_ = dir_.path() + "/tmp";
+    fs::create_directories(rec_);
+    fs::create_directories(tmp_);
+    fs::create_directories(dir_.path() + "/project");
+    WriteTextFile(dir_.path() + "/project/model.py", "print('hi')\n");
+    const std::string exec = test::WriteFakeExecutor(dir_.path());
+
+    options_.config.builds_dir = dir_.path() + "/builds";
+    options_.config.cache_dir = dir_.path() + "/cache";
+    options_.config.config_exec = exec;
+    options_.config.config_args = {"config"};
+    options_.config.prepare_exec = exec;
+    options_.config.prepare_args = {"prepare"};
+    options_.config.run_exec = exec;
+    options_.config.run_args = {"run"};
+    options_.config.cleanup_exec = exec;
+    options_.config.cleanup_args = {"cleanup"};
+    options_.config.preparation_retry_interval = milliseconds(10);
+    options_.config.stage_retry_interval = milliseconds(10);
+
+    env_ = CurrentEnvironment();
+    env_["TMPDIR"] = tmp_;
+    env_["FAKE_REC"] = rec_;
+
+    gitlab::JobPayload& job = options_.job;
+    job.id = 1002;
+    job.token = "glcbt-TEST-1002";
+    job.name = "train 2/4";
+    job.stage = "test";
+    job.project_id = 5;
+    job.project_name = "model";
+    job.pipeline_id = 77;
+    job.repo_url =
+        "https://gitlab-ci-token:glcbt-TEST-1002@gitlab.test/ml/model.git";
+    job.timeout_seconds = 60;
+    job.variables = {{"CI_JOB_ID", "1002"},
+                     {"CI_NODE_INDEX", "2"},
+                     {"MODEL_CONFIG", "lr: 0.1\n", true, true}};
+    job.steps = {{"script", {"echo hello from $CI_NODE_INDEX", "cat model.py"}},
+                 {"after_script", {"echo after $CI_JOB_STATUS"}}};
+    gitlab::JobArtifact artifact;
+    artifact.paths = {"model.py"};
+    artifact.when = "always";
+    job.artifacts = {artifact};
+    options_.sources.project_dir = dir_.path() + "/project";
+    options_.sources.artifact_store = dir_.path() + "/store";
+  }
+
+  JobResult Run() {
+    options_.runner_environment = env_;
+    options_.job_log = [this](std::string_view line) {
+      log_lines_.emplace_back(line);
+    };
+    options_.diagnostics = [this](std::string_view level,
+                                  std::string_view line) {
+      diagnostics_.push_back(std::string(level) + ": " + std::string(line));
+    };
+    RunnerEmulator runner(options_);
+    return runner.Run();
+  }
+
+  // Runs the job and cancels it once the fake's hanging stage has started.
+  JobResult RunAndCancelWhenHung(CancelMode mode) {
+    options_.runner_environment = env_;
+    options_.job_log = [this](std::string_view line) {
+      log_lines_.emplace_back(line);
+    };
+    RunnerEmulator runner(options_);
+    JobResult result;
+    std::thread job([&] { result = runner.Run(); });
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!fs::exists(rec_ + "/hang_started") &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    runner.Cancel(mode);
+    job.join();
+    return result;
+  }
+
+  // "<exec> <stage>" per call, from the result and from the fake's record.
+  static std::vector<std::string> Calls(const JobResult& result) {
+    std::vector<std::string> calls;
+    for (const ExecCall& call : result.calls) {
+      calls.push_back(call.exec + " " + call.stage);
+    }
+    return calls;
+  }
+  std::vector<std::string> RecordedCalls() const {
+    return absl::StrSplit(ReadTextFile(rec_ + "/calls"), '\n',
+                          absl::SkipEmpty());
+  }
+  std::string EnvOf(int n, const std::string& suffix) const {
+    return ReadTextFile(rec_ + "/env." + std::to_string(n) + "." + suffix);
+  }
+  std::string Log() const {
+    std::string text;
+    for (const std::string& line : log_lines_) text += line + "\n";
+    return text;
+  }
+
+  TempDir dir_;
+  std::string rec_;
+  std::string tmp_;
+  std::map<std::string, std::string> env_;
+  RunnerEmulator::Options options_;
+  std::vector<std::string> log_lines_;
+  std::vector<std::string> diagnostics_;
+};
+
+TEST_F(RunnerEmulatorTest, CallsStagesInRunnerOrder) {
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {"config ",
+                                             "prepare ",
+                                             "run prepare_script",
+                                             "run get_sources",
+                                             "run build_script",
+                                             "run after_script",
+                                             "run upload_artifacts_on_success",
+                                             "run cleanup_file_variables",
+                                             "cleanup "};
+  EXPECT_EQ(Calls(result), expected);
+  EXPECT_EQ(RecordedCalls(), expected);
+  EXPECT_EQ(result.calls[4].argv[0], options_.config.run_exec);
+  EXPECT_EQ(result.calls[4].argv[1], "run");
+  EXPECT_THAT(result.calls[4].argv[2], HasSubstr("/script"));
+  EXPECT_EQ(result.calls[4].argv[3], "build_script");
+}
+
+TEST_F(RunnerEmulatorTest, JobLogShowsCommandsAndOutputButNotCleanup) {
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("$ echo hello from $CI_NODE_INDEX"));
+  EXPECT_THAT(log_lines_, Contains("hello from 2"));
+  EXPECT_THAT(log_lines_, Contains("print('hi')"));
+  EXPECT_THAT(log_lines_, Contains("after success"));
+  EXPECT_THAT(log_lines_, Contains("preparing member"));
+  EXPECT_THAT(log_lines_, Contains("config on stderr"));
+  EXPECT_THAT(log_lines_, Contains("Using Custom executor..."));
+  EXPECT_THAT(log_lines_, Contains("Job succeeded"));
+  EXPECT_THAT(log_lines_, Not(Contains("cleanup stdout")));
+  EXPECT_THAT(diagnostics_, Contains("debug: cleanup stdout"));
+  EXPECT_THAT(diagnostics_, Contains("warn: cleanup stderr"));
+}
+
+TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/builds/ml/model/model.py"),
+            "print('hi')\n");
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/store/1002/model.py"),
+            "print('hi')\n");
+}
+
+TEST_F(RunnerEmulatorTest, PassesRunnerVariablesAndJobEnvAfterConfig) {
+  env_["FAKE_CONFIG_JSON"] =
+      R"({"builds_dir": ")" + dir_.path() +
+      R"(/b2", "driver": {"name": "fake", "version": "1.0"},
+          "job_env": {"FROM_CONFIG": "yes"}, "unknown": 1})";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Using Custom executor with driver fake "
+                                   "1.0..."));
+  const std::string config = EnvOf(0, "config");
+  EXPECT_THAT(config, HasSubstr("TMPDIR=" + tmp_ + "/custom-executor"));
+  EXPECT_THAT(config, HasSubstr("\nBUILD_FAILURE_EXIT_CODE=1\n"));
+  EXPECT_THAT(config, HasSubstr("\nSYSTEM_FAILURE_EXIT_CODE=2\n"));
+  EXPECT_THAT(config, HasSubstr("/build_exit_code\n"));
+  EXPECT_THAT(config, HasSubstr("/response.json\n"));
+  EXPECT_THAT(config, HasSubstr("\nCUSTOM_ENV_CI_JOB_ID=1002\n"));
+  EXPECT_THAT(config, HasSubstr("\nCUSTOM_ENV_CI_PROJECT_DIR=\n"));
+  EXPECT_THAT(config, HasSubstr("\nCUSTOM_ENV_CI_JOB_SERVICES=\n"));
+  EXPECT_THAT(config, Not(HasSubstr("\nFROM_CONFIG=")));
+  const std::string prepare = EnvOf(1, "prepare");
+  EXPECT_THAT(prepare, HasSubstr("\nFROM_CONFIG=yes\n"));
+  EXPECT_THAT(prepare, HasSubstr("\nCUSTOM_ENV_CI_PROJECT_DIR=" + dir_.path() +
+                                 "/b2/ml/model\n"));
+  EXPECT_THAT(EnvOf(4, "run.build_script"), HasSubstr("\nFROM_CONFIG=yes\n"));
+  EXPECT_THAT(EnvOf(8, "cleanup"), HasSubstr("\nFROM_CONFIG=yes\n"));
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/b2/ml/model/model.py"),
+            "print('hi')\n");
+}
+
+TEST_F(RunnerEmulatorTest, ResponseFileIsPrivateAndScriptsExecutable) {
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_EQ(ReadTextFile(rec_ + "/mode.0"), "600\n");
+  EXPECT_EQ(ReadTextFile(rec_ + "/script_mode.4"), "700\n");
+  EXPECT_TRUE(fs::is_empty(tmp_)) << "temp dirs left behind";
+}
+
+TEST_F(RunnerEmulatorTest, FileVariablesArePathsInScripts) {
+  options_.job.steps = {{"script", {"cat \"$MODEL_CONFIG\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("lr: 0.1"));
+  EXPECT_FALSE(fs::exists(dir_.path() + "/builds/ml/model.tmp/MODEL_CONFIG"));
+}
+
+TEST_F(RunnerEmulatorTest, ScriptFailureUsesBuildExitCodeFile) {
+  options_.job.steps = {{"script", {"echo before", "exit 7", "echo never"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_EQ(result.exit_code, 7);
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "run build_script",
+                          "run after_script", "run upload_artifacts_on_failure",
+                          "run cleanup_file_variables", "cleanup "));
+  EXPECT_THAT(log_lines_, Contains("after failed"));
+  EXPECT_THAT(log_lines_, Not(Contains("never")));
+  EXPECT_THAT(log_lines_, Contains("ERROR: Job failed: exit code 7"));
+  EXPECT_THAT(EnvOf(5, "run.after_script"),
+              HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
+}
+
+TEST_F(RunnerEmulatorTest, SystemFailureInPrepareIsRetriedWithCleanup) {
+  env_["FAKE_PREPARE_EXIT"] = "2";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_THAT(Calls(result), ElementsAre("config ", "prepare ", "cleanup ",
+                                         "config ", "prepare ", "cleanup ",
+                                         "config ", "prepare ", "cleanup "));
+  EXPECT_EQ(result.calls.back().attempt, 3);
+  EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+TEST_F(RunnerEmulatorTest, UnknownExitCodeInPrepareIsASystemFailure) {
+  env_["FAKE_PREPARE_EXIT"] = "5";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_THAT(result.message,
+              HasSubstr("unknown Custom executor executable exit code 5"));
+}
+
+TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
+  env_["FAKE_PREPARE_EXIT"] = "1";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_THAT(Calls(result), ElementsAre("config ", "prepare ", "cleanup "));
+}
+
+TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
+  env_["FAKE_CONFIG_JSON"] = R"({"builds_dir": 5})";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_THAT(result.message, HasSubstr("error while parsing JSON output"));
+}
+
+TEST_F(RunnerEmulatorTest, MissingBuildsDirIsAConfigError) {
+  options_.config.builds_dir.clear();
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "config_error");
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_THAT(result.message, HasSubstr("the builds_dir is not configured"));
+  EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+}
+
+TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
+  // Long enough for the stages before it even under sanitizers.
+  options_.job.timeout_seconds = 3;
+  options_.config.graceful_kill_timeout = milliseconds(300);
+  options_.config.force_kill_timeout = milliseconds(2000);
+  env_["FAKE_HANG_STAGE"] = "build_script";
+  const auto start = std::chrono::steady_clock::now();
+
+  JobResult result = Run();
+
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout");
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "run build_script", "cleanup "));
+  const ExecCall& build = result.calls[4];
+  EXPECT_TRUE(build.killed);
+  EXPECT_EQ(build.exit_code, 128 + 9);  // It ignored SIGTERM.
+  EXPECT_THAT(ReadTextFile(rec_ + "/signals"), HasSubstr("term"));
+  EXPECT_GE(elapsed, milliseconds(3300));
+  EXPECT_LT(elapsed, milliseconds(12000));
+  EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+TEST_F(RunnerEmulatorTest, GracefulCancelDuringStepStillRunsAfterScript) {
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  options_.config.force_kill_timeout = milliseconds(2000);
+  env_["FAKE_HANG_STAGE"] = "build_script";
+
+  JobResult result = RunAndCancelWhenHung(CancelMode::kGraceful);
+
+  EXPECT_EQ(result.status, JobStatus::kCanceled);
+  EXPECT_EQ(result.failure_reason, "");
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "run build_script",
+                          "run after_script", "run upload_artifacts_on_failure",
+                          "run cleanup_file_variables", "cleanup "));
+  EXPECT_THAT(log_lines_, Contains("after canceled"));
+}
+
+TEST_F(RunnerEmulatorTest, AbortBeforeStepsRunsOnlyCleanup) {
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  env_["FAKE_HANG_STAGE"] = "get_sources";
+
+  JobResult result = RunAndCancelWhenHung(CancelMode::kAbort);
+
+  EXPECT_EQ(result.status, JobStatus::kCanceled);
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "cleanup "));
+}
+
+TEST_F(RunnerEmulatorTest, RunnerInterruptIsASystemFailure) {
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  env_["FAKE_HANG_STAGE"] = "build_script";
+
+  JobResult result = RunAndCancelWhenHung(CancelMode::kInterrupt);
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "runner_interrupted");
+  EXPECT_EQ(Calls(result).back(), "cleanup ");
+  EXPECT_EQ(result.calls.size(), 6u);
+}
+
+TEST_F(RunnerEmulatorTest, CancelAfterKnobStopsTheJob) {
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  env_["FAKE_HANG_STAGE"] = "build_script";
+  options_.cancel_after = milliseconds(0);
+  options_.cancel_after_mode = CancelMode::kAbort;
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kCanceled);
+  EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+}
+
+}  // namespace
+}  // namespace gdt::ci

@@ -1,0 +1,369 @@
+#include "ckpt/checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "ckpt/zip_archive.h"
+#include "common/file.h"
+#include "common/sha256.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+bool SafeRelative(const std::string& path) {
+  if (path.empty() || path.front() == '/') return false;
+  for (const absl::string_view part : absl::StrSplit(path, '/')) {
+    if (part == ".." || part.empty()) return false;
+  }
+  return true;
+}
+
+bool IsHex64(const std::string& text) {
+  return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
+           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+         });
+}
+
+std::string Describe(const CheckpointManifest& m) {
+  return absl::StrCat("checkpoint step ", m.step, " (job ", m.job_id, ", ",
+                      m.store, ")");
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  out.flush();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+// Fetches the manifest's files into `dest` (absent before).
+absl::Status Fetch(gitlab::GitLabApi& api, const CheckpointManifest& m,
+                   const std::string& scratch, const std::string& dest) {
+  if (m.store == kStoreArtifacts) {
+    const std::string zip = scratch + "/artifacts.zip";
+    auto download = api.DownloadArtifacts(m.job_id, zip);
+    if (!download.ok()) return download.status();
+    const std::string extracted = scratch + "/extracted";
+    GDT_RETURN_IF_ERROR(ExtractZip(zip, extracted));
+    const std::string src = extracted + "/" + m.dir;
+    if (!fs::is_directory(src)) {
+      return absl::DataLossError(
+          absl::StrCat("job ", m.job_id, "'s artifacts hold no ", m.dir));
+    }
+    std::error_code error;
+    fs::rename(src, dest, error);
+    if (error) {
+      return absl::UnavailableError(absl::StrCat("cannot move ", src, " to ",
+                                                 dest, ": ", error.message()));
+    }
+    return absl::OkStatus();
+  }
+  for (const ManifestFile& file : m.files) {
+    const fs::path target = fs::path(dest) / file.path;
+    std::error_code error;
+    fs::create_directories(target.parent_path(), error);
+    auto download =
+        api.DownloadPackageFile(m.project_id, m.package_name, m.package_version,
+                                file.path, target.string());
+    if (!download.ok()) return download.status();
+    if (!download->server_sha256.empty() &&
+        download->server_sha256 != download->sha256) {
+      return absl::DataLossError(absl::StrCat(
+          "package file ", file.path, ": the server's X-Checksum-SHA256 ",
+          download->server_sha256, " differs from the bytes received (",
+          download->sha256, ")"));
+    }
+  }
+  return WriteFile(dest + "/" + kManifestFileName, ManifestToJson(m));
+}
+
+}  // namespace
+
+uint64_t CheckpointManifest::total_bytes() const {
+  uint64_t total = 0;
+  for (const ManifestFile& f : files) total += f.size;
+  return total;
+}
+
+absl::StatusOr<CheckpointManifest> BuildManifest(
+    const std::string& checkpoint_dir, CheckpointManifest info) {
+  std::error_code error;
+  if (!fs::is_directory(checkpoint_dir, error)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint directory ", checkpoint_dir, " does not exist"));
+  }
+  info.files.clear();
+  for (auto it = fs::recursive_directory_iterator(checkpoint_dir, error);
+       !error && it != fs::recursive_directory_iterator();
+       it.increment(error)) {
+    if (!it->is_regular_file()) continue;
+    const std::string rel =
+        fs::relative(it->path(), checkpoint_dir).generic_string();
+    if (rel == kManifestFileName) continue;
+    auto sha = Sha256FileHex(it->path().string());
+    if (!sha.ok()) return sha.status();
+    info.files.push_back({rel, it->file_size(), *std::move(sha)});
+  }
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot list ", checkpoint_dir, ": ", error.message()));
+  }
+  if (info.files.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint directory ", checkpoint_dir, " has no files"));
+  }
+  std::sort(info.files.begin(), info.files.end(),
+            [](const ManifestFile& a, const ManifestFile& b) {
+              return a.path < b.path;
+            });
+  return info;
+}
+
+std::string ManifestToJson(const CheckpointManifest& m) {
+  json files = json::array();
+  for (const ManifestFile& f : m.files) {
+    files.push_back({{"path", f.path}, {"size", f.size}, {"sha256", f.sha256}});
+  }
+  json out = {
+      {"version", 1},     {"step", m.step},     {"world_size", m.world_size},
+      {"rank", m.rank},   {"job_id", m.job_id}, {"project_id", m.project_id},
+      {"store", m.store}, {"dir", m.dir},       {"files", files}};
+  if (m.store == kStorePackages) {
+    out["package"] = {{"name", m.package_name}, {"version", m.package_version}};
+  }
+  return out.dump(2) + "\n";
+}
+
+absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
+  const json j = json::parse(text, nullptr, false);
+  if (!j.is_object()) {
+    return absl::InvalidArgumentError("manifest: not a JSON object");
+  }
+  auto bad = [](const std::string& field) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest: field \"", field, "\" is missing or malformed"));
+  };
+  CheckpointManifest m;
+  for (const char* field : {"step", "world_size", "job_id"}) {
+    if (!j.contains(field) || !j[field].is_number_integer()) return bad(field);
+  }
+  m.step = j["step"].get<int64_t>();
+  if (m.step < 0) return bad("step");
+  if (j["world_size"].get<int64_t>() < 1 ||
+      j["world_size"].get<int64_t>() > 1'000'000) {
+    return bad("world_size");
+  }
+  m.world_size = j["world_size"].get<int>();
+  m.job_id = j["job_id"].get<int64_t>();
+  // Optional integers: absent means 0; present must be an integer in range
+  // (json::value() would throw for another type, and a float out of int's
+  // range is undefined behaviour; found by the manifest fuzzer, issue 8).
+  for (const char* field : {"rank", "project_id"}) {
+    if (j.contains(field) &&
+        (!j[field].is_number_integer() || j[field].get<int64_t>() < 0 ||
+         (std::string(field) == "rank" &&
+          j[field].get<int64_t>() > 1'000'000))) {
+      return bad(field);
+    }
+  }
+  m.rank = j.contains("rank") ? j["rank"].get<int>() : 0;
+  m.project_id = j.contains("project_id") ? j["project_id"].get<int64_t>() : 0;
+  if (!j.contains("store") || !j["store"].is_string()) return bad("store");
+  m.store = j["store"].get<std::string>();
+  if (m.store != kStoreArtifacts && m.store != kStorePackages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "manifest: unknown store \"", m.store, "\" (artifacts or packages)"));
+  }
+  if (!j.contains("dir") || !j["dir"].is_string()) return bad("dir");
+  m.dir = j["dir"].get<std::string>();
+  if (!SafeRelative(m.dir)) return bad("dir");
+  if (m.store == kStorePackages) {
+    if (!j.contains("package") || !j["package"].is_object() ||
+        !j["package"].contains("name") || !j["package"]["name"].is_string() ||
+        !j["package"].contains("version") ||
+        !j["package"]["version"].is_string()) {
+      return bad("package");
+    }
+    m.package_name = j["package"]["name"].get<std::string>();
+    m.package_version = j["package"]["version"].get<std::string>();
+  }
+  if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
+    return bad("files");
+  }
+  for (const json& f : j["files"]) {
+    if (!f.is_object() || !f.contains("path") || !f["path"].is_string() ||
+        !f.contains("size") || !f["size"].is_number_unsigned() ||
+        !f.contains("sha256") || !f["sha256"].is_string()) {
+      return bad("files");
+    }
+    ManifestFile file{f["path"].get<std::string>(), f["size"].get<uint64_t>(),
+                      f["sha256"].get<std::string>()};
+    if (!SafeRelative(file.path)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("manifest: file path \"", file.path, "\" is unsafe"));
+    }
+    if (!IsHex64(file.sha256)) return bad("files[].sha256");
+    m.files.push_back(std::move(file));
+  }
+  return m;
+}
+
+absl::Status VerifyCheckpoint(const std::string& dir,
+                              const CheckpointManifest& manifest) {
+  for (const ManifestFile& f : manifest.files) {
+    const std::string path = dir + "/" + f.path;
+    std::error_code error;
+    const uint64_t size = fs::file_size(path, error);
+    if (error) {
+      return absl::DataLossError(absl::StrCat("file ", f.path, " is missing"));
+    }
+    if (size != f.size) {
+      return absl::DataLossError(absl::StrCat("file ", f.path, " has ", size,
+                                              " bytes, the manifest says ",
+                                              f.size));
+    }
+    auto sha = Sha256FileHex(path);
+    if (!sha.ok()) return absl::DataLossError(sha.status().message());
+    if (*sha != f.sha256) {
+      return absl::DataLossError(absl::StrCat("file ", f.path,
+                                              ": SHA-256 mismatch (manifest ",
+                                              f.sha256, ", file ", *sha, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status UploadToPackages(gitlab::GitLabApi& api, const std::string& dir,
+                              const CheckpointManifest& manifest) {
+  if (manifest.store != kStorePackages) {
+    return absl::InvalidArgumentError("manifest store is not packages");
+  }
+  for (const ManifestFile& f : manifest.files) {
+    GDT_RETURN_IF_ERROR(api.UploadPackageFile(
+        manifest.project_id, manifest.package_name, manifest.package_version,
+        f.path, dir + "/" + f.path));
+  }
+  return api.UploadPackageFile(manifest.project_id, manifest.package_name,
+                               manifest.package_version, kManifestFileName,
+                               dir + "/" + kManifestFileName);
+}
+
+absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
+    gitlab::GitLabApi& api, int64_t job_id, const std::string& scratch,
+    std::vector<std::string>& warnings) {
+  std::error_code error;
+  fs::remove_all(scratch, error);
+  fs::create_directories(scratch, error);
+  const std::string zip = scratch + "/artifacts.zip";
+  auto download = api.DownloadArtifacts(job_id, zip);
+  if (!download.ok()) return download.status();
+  GDT_RETURN_IF_ERROR(ExtractZip(zip, scratch + "/extracted"));
+  std::vector<CheckpointManifest> found;
+  for (auto it =
+           fs::recursive_directory_iterator(scratch + "/extracted", error);
+       !error && it != fs::recursive_directory_iterator();
+       it.increment(error)) {
+    if (it->path().filename() != kManifestFileName) continue;
+    auto text = ReadTextFile(it->path().string());
+    auto manifest = text.ok()
+                        ? ParseManifest(*text)
+                        : absl::StatusOr<CheckpointManifest>(text.status());
+    if (!manifest.ok()) {
+      const std::string rel =
+          fs::relative(it->path(), scratch + "/extracted").generic_string();
+      warnings.push_back(
+          absl::StrCat("skipping ", rel, " in job ", job_id,
+                       "'s artifacts: ", manifest.status().message()));
+      continue;
+    }
+    found.push_back(*std::move(manifest));
+  }
+  return found;
+}
+
+std::optional<Resumed> Resume(gitlab::GitLabApi& api,
+                              std::vector<CheckpointManifest> candidates,
+                              const std::string& checkpoint_dir,
+                              std::vector<std::string>& warnings) {
+  return ResumeLocalFirst(&api, "", std::move(candidates), "", checkpoint_dir,
+                          warnings);
+}
+
+std::optional<Resumed> ResumeLocalFirst(
+    gitlab::GitLabApi* api, const std::string& no_api_reason,
+    std::vector<CheckpointManifest> candidates, const std::string& local_root,
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings) {
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const CheckpointManifest& a,
+                      const CheckpointManifest& b) { return a.step > b.step; });
+  const std::string scratch = checkpoint_dir + "/.gdt-resume";
+  for (const CheckpointManifest& m : candidates) {
+    std::error_code error;
+    const std::string target =
+        (fs::path(checkpoint_dir) / fs::path(m.dir).filename()).string();
+    fs::remove_all(scratch, error);
+    fs::create_directories(scratch, error);
+    if (error) {
+      warnings.push_back(absl::StrCat("cannot create ", scratch, ": ",
+                                      error.message(), "; starting fresh"));
+      return std::nullopt;
+    }
+    const std::string staged = scratch + "/checkpoint";
+    absl::Status status;
+    const std::string local =
+        local_root.empty() ? "" : (fs::path(local_root) / m.dir).string();
+    absl::Status local_status = absl::NotFoundError(
+        absl::StrCat("not in ", local.empty() ? "the project" : local));
+    if (!local.empty() && fs::is_directory(local, error)) {
+      local_status = VerifyCheckpoint(local, m);
+      if (!local_status.ok()) {
+        local_status = absl::DataLossError(
+            absl::StrCat("the copy in ", local, " does not verify (",
+                         local_status.message(), ")"));
+      }
+    }
+    if (local_status.ok()) {
+      if (fs::equivalent(local, target, error)) {
+        fs::remove_all(scratch, error);
+        return Resumed{m, target};
+      }
+      fs::copy(local, staged, fs::copy_options::recursive, error);
+      if (error) {
+        status = absl::UnavailableError(
+            absl::StrCat("cannot copy ", local, ": ", error.message()));
+      }
+    } else if (api == nullptr) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat(local_status.message(),
+                       " and no GitLab API to download it: ", no_api_reason));
+    } else {
+      status = Fetch(*api, m, scratch, staged);
+    }
+    if (status.ok()) status = VerifyCheckpoint(staged, m);
+    if (status.ok()) {
+      fs::remove_all(target, error);
+      fs::rename(staged, target, error);
+      if (error) {
+        status = absl::UnavailableError(
+            absl::StrCat("cannot move it to ", target, ": ", error.message()));
+      }
+    }
+    fs::remove_all(scratch, error);
+    if (status.ok()) return Resumed{m, target};
+    warnings.push_back(
+        absl::StrCat("skipping ", Describe(m), ": ", status.message()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace gdt::ckpt

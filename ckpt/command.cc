@@ -1,0 +1,313 @@
+#include "ckpt/command.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "ckpt/checkpoint.h"
+#include "common/file.h"
+#include "gitlab/curl_gitlab_api.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Get(const CkptEnv& env, const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
+}
+
+int64_t GetInt(const CkptEnv& env, const std::string& key, int64_t fallback) {
+  int64_t value = 0;
+  return absl::SimpleAtoi(Get(env, key), &value) ? value : fallback;
+}
+
+absl::StatusOr<std::unique_ptr<gitlab::CurlGitLabApi>> ApiFromEnv(
+    const CkptEnv& env) {
+  std::string url = Get(env, "CI_API_V4_URL");
+  if (url.empty() && !Get(env, "CI_SERVER_URL").empty()) {
+    url = Get(env, "CI_SERVER_URL") + "/api/v4";
+  }
+  return gitlab::CurlGitLabApi::Create(url, Get(env, "CI_JOB_TOKEN"));
+}
+
+// `path` relative to CI_PROJECT_DIR when inside it, else its last component.
+std::string ProjectRelative(const CkptEnv& env, const std::string& path) {
+  const std::string project = Get(env, "CI_PROJECT_DIR");
+  std::error_code error;
+  const fs::path absolute = fs::weakly_canonical(path, error);
+  if (!project.empty()) {
+    const fs::path rel =
+        fs::weakly_canonical(absolute, error)
+            .lexically_relative(fs::weakly_canonical(project, error));
+    if (!rel.empty() && *rel.begin() != "..") return rel.generic_string();
+  }
+  return absolute.filename().string();
+}
+
+}  // namespace
+
+std::vector<std::string> PruneCheckpoints(const std::string& checkpoint_dir,
+                                          int keep) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(checkpoint_dir, error)) {
+    const std::string manifest_path =
+        (entry.path() / kManifestFileName).string();
+    auto text = ReadTextFile(manifest_path);
+    if (!text.ok()) continue;
+    auto manifest = ParseManifest(*text);
+    if (manifest.ok())
+      found.emplace_back(manifest->step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> removed;
+  for (size_t i = static_cast<size_t>(std::max(keep, 0)); i < found.size();
+       ++i) {
+    fs::remove_all(found[i].second, error);
+    removed.push_back(found[i].second);
+  }
+  return removed;
+}
+
+int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
+                ManifestRegistry* registry, std::ostream& out,
+                std::ostream& err) {
+  if (options.step < 0) {
+    err << "gdt-ckpt save: --step must be given and >= 0\n";
+    return kCkptBadInput;
+  }
+  if (options.store != "auto" && options.store != kStoreArtifacts &&
+      options.store != kStorePackages) {
+    err << "gdt-ckpt save: --store must be auto, artifacts or packages, not \""
+        << options.store << "\"\n";
+    return kCkptBadInput;
+  }
+  const std::string base = Get(env, "GDT_CHECKPOINT_DIR");
+  std::string dir = options.dir;
+  if (dir.empty()) {
+    if (base.empty()) {
+      err << "gdt-ckpt save: neither --dir nor GDT_CHECKPOINT_DIR is set\n";
+      return kCkptBadInput;
+    }
+    dir = absl::StrCat(base, "/step-", options.step);
+  }
+  CheckpointManifest info;
+  info.step = options.step;
+  info.world_size = options.world_size > 0
+                        ? options.world_size
+                        : static_cast<int>(GetInt(env, "WORLD_SIZE", 1));
+  info.rank = options.rank > 0 ? options.rank
+                               : static_cast<int>(GetInt(env, "RANK", 0));
+  info.job_id = GetInt(env, "CI_JOB_ID", 0);
+  info.project_id = GetInt(env, "CI_PROJECT_ID", 0);
+  info.dir = ProjectRelative(env, dir);
+  auto manifest = BuildManifest(dir, info);
+  if (!manifest.ok()) {
+    err << "gdt-ckpt save: " << manifest.status().message() << "\n";
+    return kCkptBadInput;
+  }
+  uint64_t threshold = options.threshold_bytes;
+  if (threshold == 0) {
+    threshold = 100ull << 20;
+    if (const std::string text = Get(env, "GDT_CHECKPOINT_THRESHOLD");
+        !text.empty() &&
+        (!absl::SimpleAtoi(text, &threshold) || threshold == 0)) {
+      err << "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=" << text
+          << ": not a positive number of bytes\n";
+      return kCkptBadInput;
+    }
+  }
+  manifest->store =
+      options.store == "auto"
+          ? (manifest->total_bytes() > threshold ? kStorePackages
+                                                 : kStoreArtifacts)
+          : options.store;
+  if (manifest->store == kStorePackages) {
+    manifest->package_name = "gdt-checkpoints";
+    manifest->package_version =
+        absl::StrCat("job-", manifest->job_id, "-rank-", manifest->rank,
+                     "-step-", manifest->step);
+  }
+  const std::string manifest_path = dir + "/" + kManifestFileName;
+  {
+    std::ofstream file(manifest_path, std::ios::trunc);
+    file << ManifestToJson(*manifest);
+    if (!file.flush()) {
+      err << "gdt-ckpt save: cannot write " << manifest_path << "\n";
+      return kCkptFailed;
+    }
+  }
+  if (manifest->store == kStorePackages) {
+    auto api = ApiFromEnv(env);
+    if (!api.ok()) {
+      err << "gdt-ckpt save: " << api.status().message() << "\n";
+      return kCkptBadInput;
+    }
+    const absl::Status uploaded = UploadToPackages(**api, dir, *manifest);
+    if (!uploaded.ok()) {
+      err << "gdt-ckpt save: " << uploaded.message() << "\n";
+      return kCkptFailed;
+    }
+  }
+  bool recorded = false;
+  if (registry != nullptr) {
+    const absl::Status status =
+        registry->Record(manifest->step, manifest->rank, manifest->job_id,
+                         ManifestToJson(*manifest));
+    if (status.ok()) {
+      recorded = true;
+    } else {
+      err << "gdt-ckpt save: warning: step " << manifest->step
+          << " is not recorded with the coordinator (a retry finds it only "
+             "through the artifacts): "
+          << status.message() << "\n";
+    }
+  }
+  const int keep =
+      options.keep > 0
+          ? options.keep
+          : static_cast<int>(GetInt(env, "GDT_CHECKPOINT_KEEP", 0));
+  std::vector<std::string> pruned;
+  if (keep > 0) pruned = PruneCheckpoints(fs::path(dir).parent_path(), keep);
+  if (options.json) {
+    out << nlohmann::json{{"manifest", manifest_path},
+                          {"step", manifest->step},
+                          {"store", manifest->store},
+                          {"bytes", manifest->total_bytes()},
+                          {"recorded", recorded},
+                          {"pruned", pruned}}
+               .dump()
+        << "\n";
+  } else {
+    out << manifest_path << "\n";
+  }
+  return kCkptOk;
+}
+
+int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
+                  ManifestRegistry* registry, std::ostream& out,
+                  std::ostream& err) {
+  const std::string dest =
+      options.dest.empty() ? Get(env, "GDT_CHECKPOINT_DIR") : options.dest;
+  if (dest.empty()) {
+    err << "gdt-ckpt resume: neither --dest nor GDT_CHECKPOINT_DIR is set\n";
+    return kCkptBadInput;
+  }
+  // The API is needed only to download: checkpoints already in the project
+  // (from `needs` artifacts) verify without it.
+  auto api = ApiFromEnv(env);
+  if (!api.ok() && !options.from_jobs.empty()) {
+    err << "gdt-ckpt resume: " << api.status().message() << "\n";
+    return kCkptBadInput;
+  }
+  std::error_code error;
+  fs::create_directories(dest, error);
+  std::vector<std::string> warnings;
+  std::vector<CheckpointManifest> candidates;
+  for (const std::string& path : options.manifests) {
+    auto text = ReadTextFile(path);
+    auto manifest = text.ok()
+                        ? ParseManifest(*text)
+                        : absl::StatusOr<CheckpointManifest>(text.status());
+    if (!manifest.ok()) {
+      warnings.push_back(
+          absl::StrCat("skipping ", path, ": ", manifest.status().message()));
+      continue;
+    }
+    candidates.push_back(*std::move(manifest));
+  }
+  for (const int64_t job : options.from_jobs) {
+    auto found =
+        ManifestsInArtifacts(**api, job, dest + "/.gdt-scan", warnings);
+    if (!found.ok()) {
+      warnings.push_back(absl::StrCat("no checkpoints from job ", job, ": ",
+                                      found.status().message()));
+      continue;
+    }
+    for (CheckpointManifest& m : *found) candidates.push_back(std::move(m));
+  }
+  gitlab::GitLabApi* api_or_null = api.ok() ? api->get() : nullptr;
+  const std::string no_api_reason =
+      api.ok() ? "" : std::string(api.status().message());
+  std::optional<Resumed> resumed;
+  const bool from_registry = options.manifests.empty() &&
+                             options.from_jobs.empty() && registry != nullptr;
+  if (from_registry) {
+    // The coordinator's records of the gang first; then the artifacts of
+    // the jobs they name, for checkpoints the records lack or got wrong.
+    std::vector<int64_t> jobs;
+    absl::StatusOr<std::vector<std::string>> records = registry->List();
+    if (!records.ok()) {
+      warnings.push_back(
+          absl::StrCat("no checkpoint records: ", records.status().message()));
+    } else {
+      for (const std::string& json : *records) {
+        auto manifest = ParseManifest(json);
+        if (!manifest.ok()) {
+          warnings.push_back(absl::StrCat("skipping a recorded manifest: ",
+                                          manifest.status().message()));
+          continue;
+        }
+        if (manifest->job_id > 0 && std::find(jobs.begin(), jobs.end(),
+                                              manifest->job_id) == jobs.end()) {
+          jobs.push_back(manifest->job_id);
+        }
+        candidates.push_back(*std::move(manifest));
+      }
+    }
+    resumed =
+        ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
+                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+    candidates.clear();
+    if (!resumed.has_value() && api_or_null != nullptr) {
+      for (const int64_t job : jobs) {
+        auto found = ManifestsInArtifacts(*api_or_null, job,
+                                          dest + "/.gdt-scan", warnings);
+        if (!found.ok()) {
+          warnings.push_back(absl::StrCat("no checkpoints from job ", job, ": ",
+                                          found.status().message()));
+          continue;
+        }
+        for (CheckpointManifest& m : *found) {
+          candidates.push_back(std::move(m));
+        }
+      }
+    }
+  }
+  fs::remove_all(dest + "/.gdt-scan", error);
+  if (!resumed.has_value() && !candidates.empty()) {
+    resumed =
+        ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
+                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+  }
+  for (const std::string& w : warnings) {
+    err << "gdt-ckpt resume: warning: " << w << "\n";
+  }
+  if (!resumed.has_value()) {
+    err << "gdt-ckpt resume: no usable checkpoint; starting fresh\n";
+  } else if (from_registry) {
+    err << "gdt-ckpt resume: resuming from step " << resumed->manifest.step
+        << " (job " << resumed->manifest.job_id << ", "
+        << resumed->manifest.store << ")\n";
+  }
+  if (options.json) {
+    nlohmann::json j = {{"resume_from", resumed ? resumed->path : ""},
+                        {"warnings", warnings}};
+    if (resumed) j["step"] = resumed->manifest.step;
+    out << j.dump() << "\n";
+  } else {
+    out << "GDT_RESUME_FROM=" << (resumed ? resumed->path : "") << "\n";
+  }
+  return kCkptOk;
+}
+
+}  // namespace gdt::ckpt

@@ -1,0 +1,215 @@
+#include "ckpt/notice.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/subprocess.h"
+
+namespace gdt::ckpt {
+namespace {
+
+using std::chrono::system_clock;
+
+std::atomic<int> g_forward{0};
+
+void OnForwardedSignal(int signal) { g_forward.store(signal); }
+
+std::string Get(const std::map<std::string, std::string>& env,
+                const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
+}
+
+// Sends `signal` to the children of `leader` (the command gdt-ckpt started,
+// the leader of its process group) that are still in its group: torchrun's
+// workers, not torchrun itself nor what the workers start (e.g. `gdt-ckpt
+// save`). Returns how many it reached.
+int SignalChildren(pid_t leader, int signal) {
+  int sent = 0;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(name, &pid) || pid == leader) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    std::getline(in, stat);
+    // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    std::string state;
+    pid_t ppid = 0, pgrp = 0;
+    if (!(rest >> state >> ppid >> pgrp) || ppid != leader || pgrp != leader) {
+      continue;
+    }
+    if (kill(pid, signal) == 0) ++sent;
+  }
+  return sent;
+}
+
+}  // namespace
+
+absl::StatusOr<NoticePlan> PlanNotice(
+    const std::map<std::string, std::string>& env,
+    system_clock::time_point now) {
+  NoticePlan plan;
+  const std::string sig = Get(env, "GDT_CHECKPOINT_SIGNAL");
+  if (sig.empty() || sig == "USR1" || sig == "SIGUSR1") {
+    plan.signal = SIGUSR1;
+  } else if (sig == "USR2" || sig == "SIGUSR2") {
+    plan.signal = SIGUSR2;
+  } else if (sig == "TERM" || sig == "SIGTERM") {
+    plan.signal = SIGTERM;
+  } else if (sig == "INT" || sig == "SIGINT") {
+    plan.signal = SIGINT;
+  } else if (sig == "none") {
+    plan.signal = 0;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_CHECKPOINT_SIGNAL=", sig, ": use USR1, USR2, TERM, INT or none"));
+  }
+  const std::string to = Get(env, "GDT_CHECKPOINT_SIGNAL_TO");
+  if (to == "workers") {
+    plan.workers_only = true;
+  } else if (!to.empty() && to != "group") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_CHECKPOINT_SIGNAL_TO=", to, ": use group or workers"));
+  }
+  plan.flag_file = Get(env, "GDT_CHECKPOINT_NOTICE_FILE");
+  if (plan.flag_file.empty() && !Get(env, "GDT_CHECKPOINT_DIR").empty()) {
+    plan.flag_file = Get(env, "GDT_CHECKPOINT_DIR") + "/.notice";
+  }
+  if (plan.flag_file.empty()) {
+    return absl::InvalidArgumentError(
+        "neither GDT_CHECKPOINT_NOTICE_FILE nor GDT_CHECKPOINT_DIR is set");
+  }
+  int64_t notice = 300;
+  if (const std::string text = Get(env, "GDT_CHECKPOINT_NOTICE");
+      !text.empty()) {
+    if (!absl::SimpleAtoi(text, &notice) || notice < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GDT_CHECKPOINT_NOTICE=", text, ": not a number of seconds"));
+    }
+  }
+  const std::string timeout_text = Get(env, "CI_JOB_TIMEOUT");
+  if (timeout_text.empty()) return plan;
+  int64_t timeout = 0;
+  if (!absl::SimpleAtoi(timeout_text, &timeout) || timeout <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "CI_JOB_TIMEOUT=", timeout_text, ": not a positive number of seconds"));
+  }
+  system_clock::time_point start = now;
+  if (const std::string text = Get(env, "CI_JOB_STARTED_AT"); !text.empty()) {
+    absl::Time parsed;
+    std::string error;
+    if (!absl::ParseTime(absl::RFC3339_full, text, &parsed, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "CI_JOB_STARTED_AT=", text, ": not an RFC 3339 time (", error, ")"));
+    }
+    start = absl::ToChronoTime(parsed);
+  }
+  plan.deadline = start + std::chrono::seconds(timeout);
+  plan.notice_at = plan.deadline - std::chrono::seconds(notice);
+  return plan;
+}
+
+int RunWithNotice(const std::vector<std::string>& argv,
+                  std::map<std::string, std::string> env,
+                  const NoticePlan& plan, std::ostream& err,
+                  NoticeBroadcast* broadcast) {
+  env["GDT_CHECKPOINT_NOTICE_FILE"] = plan.flag_file;
+  std::remove(plan.flag_file.c_str());
+  SpawnOptions options;
+  options.argv = argv;
+  options.env = std::move(env);
+  options.capture_output = false;
+  options.new_process_group = true;
+  struct sigaction action = {};
+  action.sa_handler = OnForwardedSignal;
+  for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaction(s, &action, nullptr);
+  auto child = Subprocess::Spawn(options);
+  if (!child.ok()) {
+    err << "gdt-ckpt run: cannot start " << argv.front() << ": "
+        << child.status().message() << "\n";
+    return 2;
+  }
+  // Writes the flag file and signals the command; `from_gang`: another
+  // member announced first.
+  const auto give_notice = [&](bool from_gang) {
+    std::error_code error;
+    std::filesystem::create_directories(
+        std::filesystem::path(plan.flag_file).parent_path(), error);
+    std::ofstream flag(plan.flag_file);
+    flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+    const bool written = static_cast<bool>(flag.flush());
+    if (plan.signal != 0 && plan.workers_only) {
+      SignalChildren((*child)->pid(), plan.signal);
+    } else if (plan.signal != 0) {
+      (*child)->SignalGroup(plan.signal);
+    }
+    err << "gdt-ckpt run: checkpoint notice";
+    if (from_gang) err << " (announced by another member of the gang)";
+    if (plan.notice_at.has_value()) {
+      err << ": the job times out in "
+          << std::chrono::duration_cast<std::chrono::seconds>(
+                 plan.deadline - system_clock::now())
+                 .count()
+          << " s";
+    }
+    err << "; " << (written ? "wrote " : "cannot write the flag file ")
+        << plan.flag_file << "\n";
+  };
+  const auto broadcast_failed = [&](const absl::Status& status) {
+    err << "gdt-ckpt run: warning: the gang's notice is not shared: "
+        << status.message() << "\n";
+    broadcast = nullptr;
+  };
+  bool noticed = !plan.notice_at.has_value() && broadcast == nullptr;
+  auto next_check = std::chrono::steady_clock::now();
+  while (true) {
+    auto step =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    if (!noticed && plan.notice_at.has_value()) {
+      const auto left = *plan.notice_at - system_clock::now();
+      if (left <= std::chrono::milliseconds(0)) {
+        if (broadcast != nullptr) {
+          const absl::Status announced = broadcast->Announce(
+              absl::ToUnixSeconds(absl::FromChrono(plan.deadline)));
+          if (!announced.ok()) broadcast_failed(announced);
+        }
+        give_notice(false);
+        noticed = true;
+      } else if (left < std::chrono::milliseconds(100)) {
+        step = std::chrono::steady_clock::now() +
+               std::chrono::duration_cast<std::chrono::milliseconds>(left);
+      }
+    }
+    if (!noticed && broadcast != nullptr &&
+        std::chrono::steady_clock::now() >= next_check) {
+      next_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      const absl::StatusOr<bool> heard = broadcast->Announced();
+      if (!heard.ok()) {
+        broadcast_failed(heard.status());
+        noticed = !plan.notice_at.has_value();
+      } else if (*heard) {
+        give_notice(true);
+        noticed = true;
+      }
+    }
+    if (auto status = (*child)->WaitUntil(step); status.has_value()) {
+      return status->code();
+    }
+    if (const int s = g_forward.exchange(0); s != 0) (*child)->SignalGroup(s);
+  }
+}
+
+}  // namespace gdt::ckpt

@@ -1,0 +1,143 @@
+#include "ckpt/zip_archive.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace gdt::ckpt {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ReadCloser {
+  void operator()(archive* a) const { archive_read_free(a); }
+};
+struct WriteCloser {
+  void operator()(archive* a) const { archive_write_free(a); }
+};
+
+bool SafeRelative(const std::string& name) {
+  if (name.empty() || name.front() == '/') return false;
+  for (const absl::string_view part : absl::StrSplit(name, '/')) {
+    if (part == "..") return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::Status CreateZip(const std::string& root,
+                       const std::vector<std::string>& relative_paths,
+                       const std::string& zip) {
+  std::unique_ptr<archive, WriteCloser> a(archive_write_new());
+  archive_write_set_format_zip(a.get());
+  if (archive_write_open_filename(a.get(), zip.c_str()) != ARCHIVE_OK) {
+    return absl::UnavailableError(absl::StrCat("cannot write zip ", zip, ": ",
+                                               archive_error_string(a.get())));
+  }
+  std::vector<char> buffer(1 << 20);
+  for (const std::string& rel : relative_paths) {
+    const std::string path = root + "/" + rel;
+    std::ifstream in(path, std::ios::binary);
+    std::error_code error;
+    const auto size = fs::file_size(path, error);
+    if (!in || error) {
+      return absl::NotFoundError(absl::StrCat("cannot read ", path));
+    }
+    std::unique_ptr<archive_entry, decltype(&archive_entry_free)> entry(
+        archive_entry_new(), archive_entry_free);
+    archive_entry_set_pathname(entry.get(), rel.c_str());
+    archive_entry_set_size(entry.get(), static_cast<la_int64_t>(size));
+    archive_entry_set_filetype(entry.get(), AE_IFREG);
+    archive_entry_set_perm(entry.get(), 0644);
+    if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot write zip ", zip, ": ", archive_error_string(a.get())));
+    }
+    while (in) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const auto n = in.gcount();
+      if (n > 0 && archive_write_data(a.get(), buffer.data(),
+                                      static_cast<size_t>(n)) < 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot write zip ", zip, ": ", archive_error_string(a.get())));
+      }
+    }
+  }
+  if (archive_write_close(a.get()) != ARCHIVE_OK) {
+    return absl::UnavailableError(absl::StrCat("cannot write zip ", zip, ": ",
+                                               archive_error_string(a.get())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExtractZip(const std::string& zip, const std::string& dest) {
+  std::unique_ptr<archive, ReadCloser> a(archive_read_new());
+  archive_read_support_format_zip(a.get());
+  if (archive_read_open_filename(a.get(), zip.c_str(), 1 << 20) != ARCHIVE_OK) {
+    return absl::DataLossError(absl::StrCat("cannot open zip ", zip, ": ",
+                                            archive_error_string(a.get())));
+  }
+  std::error_code error;
+  fs::create_directories(dest, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", dest, ": ", error.message()));
+  }
+  std::vector<char> buffer(1 << 20);
+  archive_entry* entry = nullptr;
+  while (true) {
+    const int rc = archive_read_next_header(a.get(), &entry);
+    if (rc == ARCHIVE_EOF) break;
+    if (rc != ARCHIVE_OK) {
+      return absl::DataLossError(absl::StrCat("corrupt zip ", zip, ": ",
+                                              archive_error_string(a.get())));
+    }
+    const std::string name = archive_entry_pathname(entry);
+    if (!SafeRelative(name)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("zip ", zip, ": unsafe entry name \"", name, "\""));
+    }
+    const mode_t type = archive_entry_filetype(entry);
+    const fs::path target = fs::path(dest) / name;
+    if (type == AE_IFDIR) {
+      fs::create_directories(target, error);
+      continue;
+    }
+    if (type != AE_IFREG) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "zip ", zip, ": entry \"", name, "\" is not a regular file"));
+    }
+    fs::create_directories(target.parent_path(), error);
+    std::ofstream out(target, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", target.string()));
+    }
+    while (true) {
+      const la_ssize_t n =
+          archive_read_data(a.get(), buffer.data(), buffer.size());
+      if (n == 0) break;
+      if (n < 0) {
+        return absl::DataLossError(
+            absl::StrCat("corrupt zip ", zip, ": entry \"", name,
+                         "\": ", archive_error_string(a.get())));
+      }
+      out.write(buffer.data(), n);
+    }
+    if (!out.flush()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write ", target.string()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gdt::ckpt
