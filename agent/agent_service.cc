@@ -10,12 +10,13 @@
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
 namespace {
 
-inline constexpr char kMemberTokenMetadata[] = "gdt-member-token";
+using rendezvous::kMemberTokenMetadata;
 
 // OK when `context` carries the member token of `member_id` for the host
 // whose token hashes to `host_token_sha256` (no check when that is empty).

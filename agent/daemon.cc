@@ -9,6 +9,7 @@
 #include "agent/gpu_discovery.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
+#include "rendezvous/metadata.h"
 #include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     absl::StatusOr<std::string> token =
         ReadTokenFile(config.host_token_file, "host_token_file");
     if (!token.ok()) return token.status();
-    daemon->coordinator_.AddMetadata("gdt-host-token", *token);
+    daemon->coordinator_.AddMetadata(rendezvous::kHostTokenMetadata, *token);
     daemon->service_.SetHostTokenSha256(SecretSha256Hex(*token));
     spdlog::info("host token from {}: stages run only for admitted members",
                  config.host_token_file);

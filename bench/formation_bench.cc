@@ -13,8 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
-#include "coordinator/model.h"
 #include "spdlog/spdlog.h"
+#include "state/model.h"
 
 namespace gdt::bench {
 namespace {
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   }
   // 64 CPU hosts x 64 member slots: room for the largest gang.
   for (int host = 0; host < 64; ++host) {
-    gdt::coordinator::HostSpec spec;
+    gdt::state::HostSpec spec;
     spec.name = absl::StrCat("host-", host < 10 ? "0" : "", host);
     spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
     spec.agent_endpoint = spec.address + ":7071";
@@ -196,8 +196,8 @@ int main(int argc, char** argv) {
       const int64_t gdt_pipeline = pipeline++;
       const double ms = FormOnce(gdt_stubs, gdt_pipeline, size);
       for (uint32_t index = 1; index <= size; ++index) {
-        gdt::coordinator::GangKey key{"https://gitlab.example.com", 1,
-                                      gdt_pipeline, "bench", size};
+        gdt::state::GangKey key{"https://gitlab.example.com", 1, gdt_pipeline,
+                                "bench", size};
         (void)gdt->core().Leave(key, index, gdt_pipeline * 100000 + index);
       }
       return ms;

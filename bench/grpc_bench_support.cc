@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/port_checker.h"
-#include "coordinator/store.h"
+#include "state/sqlite_store.h"
 
 namespace gdt::bench {
 namespace {
@@ -39,8 +39,8 @@ std::unique_ptr<InProcessCoordinator> InProcessCoordinator::Start(
   char pattern[] = "/tmp/gdt-bench-XXXXXX";
   if (mkdtemp(pattern) == nullptr) return nullptr;
   self->dir_ = pattern;
-  absl::StatusOr<std::unique_ptr<coordinator::Store>> store =
-      coordinator::Store::Open(self->dir_ + "/coord.db");
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(self->dir_ + "/coord.db");
   if (!store.ok()) return nullptr;
   coordinator::SchedulerOptions options;
   options.max_nodes_per_job = max_nodes;

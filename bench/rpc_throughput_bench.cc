@@ -13,8 +13,8 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
-#include "coordinator/model.h"
 #include "spdlog/spdlog.h"
+#include "state/model.h"
 
 namespace gdt::bench {
 namespace {
@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<InProcessCoordinator> gdt = InProcessCoordinator::Start(8);
   if (gdt == nullptr) return 1;
   for (int host = 0; host < 64; ++host) {
-    gdt::coordinator::HostSpec spec;
+    gdt::state::HostSpec spec;
     spec.name = absl::StrCat("host-", host);
     spec.address = absl::StrCat("10.0.0.", host + 1);
     spec.agent_endpoint = spec.address + ":7071";

@@ -23,26 +23,26 @@
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
 #include "common/clock.h"
-#include "coordinator/etcd_client.h"
-#include "coordinator/etcd_store.h"
-#include "coordinator/etcd_test_server.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/store.h"
 #include "spdlog/spdlog.h"
+#include "state/etcd_client.h"
+#include "state/etcd_store.h"
+#include "state/sqlite_store.h"
+#include "testing/etcd_test_server.h"
 
 namespace gdt::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using coordinator::GangKey;
-using coordinator::HostSpec;
 using coordinator::JoinRequest;
 using coordinator::Scheduler;
 using coordinator::SchedulerOptions;
-using coordinator::StateStore;
+using state::GangKey;
+using state::HostSpec;
+using state::StateStore;
 
-JoinRequest Member(const GangKey& key, uint32_t index) {
-  JoinRequest request;
+coordinator::JoinRequest Member(const state::GangKey& key, uint32_t index) {
+  coordinator::JoinRequest request;
   request.key = key;
   request.member_index = index;
   request.job_id = key.pipeline_id * 100000 + index;
@@ -52,7 +52,7 @@ JoinRequest Member(const GangKey& key, uint32_t index) {
 }
 
 std::unique_ptr<Scheduler> NewScheduler(const gdt::Clock& clock,
-                                        StateStore& store) {
+                                        state::StateStore& store) {
   SchedulerOptions options;
   options.max_nodes_per_job = 100000;
   options.master_port_min = 20000;
@@ -65,7 +65,7 @@ std::unique_ptr<Scheduler> NewScheduler(const gdt::Clock& clock,
     return nullptr;
   }
   for (int i = 0; i < 64; ++i) {
-    HostSpec host;
+    state::HostSpec host;
     host.name = absl::StrCat("cpu-", i);
     host.address = absl::StrCat("10.0.", i / 250, ".", i % 250 + 1);
     host.agent_endpoint = host.address + ":7071";
@@ -81,8 +81,8 @@ std::vector<double> Formations(Scheduler& scheduler, uint32_t members, int runs,
   std::vector<double> samples;
   uint32_t port = 20000;
   for (int run = 0; run < runs; ++run) {
-    const GangKey key{"https://gitlab.example.com", 5, ++*pipeline, "train",
-                      members};
+    const state::GangKey key{"https://gitlab.example.com", 5, ++*pipeline,
+                             "train", members};
     const Clock::time_point start = Clock::now();
     for (uint32_t index = 1; index <= members; ++index) {
       if (!scheduler.Join(Member(key, index), ++*stream).ok()) return {};
@@ -100,7 +100,8 @@ std::vector<double> Formations(Scheduler& scheduler, uint32_t members, int runs,
 double JoinRate(Scheduler& scheduler, std::chrono::milliseconds duration,
                 int64_t* pipeline, uint64_t* stream) {
   // Fits the 64 x 64 slots, so it is feasible, but never gets them all.
-  const GangKey key{"https://gitlab.example.com", 5, ++*pipeline, "wide", 4000};
+  const state::GangKey key{"https://gitlab.example.com", 5, ++*pipeline, "wide",
+                           4000};
   const Clock::time_point start = Clock::now();
   uint32_t joins = 0;
   while (Clock::now() - start < duration && joins < key.size - 1) {
@@ -121,7 +122,7 @@ struct Result {
   double joins_per_s = 0;
 };
 
-bool Measure(StateStore& store, bool quick, Result& result) {
+bool Measure(state::StateStore& store, bool quick, Result& result) {
   SystemClock clock;
   std::unique_ptr<Scheduler> scheduler = NewScheduler(clock, store);
   if (scheduler == nullptr) return false;
@@ -161,8 +162,8 @@ int Main(int argc, char** argv) {
   const std::string dir = pattern;
   Result sqlite;
   {
-    absl::StatusOr<std::unique_ptr<coordinator::Store>> store =
-        coordinator::Store::Open(dir + "/coord.db");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(dir + "/coord.db");
     const bool ok = store.ok() && Measure(**store, quick, sqlite);
     store = absl::InternalError("closed");  // Closes the database first.
     std::filesystem::remove_all(dir);
@@ -172,13 +173,12 @@ int Main(int argc, char** argv) {
     }
   }
 
-  std::unique_ptr<coordinator::testing_support::EtcdTestServer> local;
+  std::unique_ptr<test::EtcdTestServer> local;
   std::vector<std::string> endpoints =
       absl::StrSplit(etcd_endpoints, ',', absl::SkipEmpty());
   if (endpoints.empty()) {
-    absl::StatusOr<
-        std::unique_ptr<coordinator::testing_support::EtcdTestServer>>
-        started = coordinator::testing_support::EtcdTestServer::Start();
+    absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> started =
+        test::EtcdTestServer::Start();
     if (!started.ok()) {
       std::cerr << "etcd: " << started.status() << "\n";
       return 1;
@@ -188,12 +188,12 @@ int Main(int argc, char** argv) {
   }
   Result etcd;
   {
-    absl::StatusOr<std::unique_ptr<coordinator::EtcdClient>> client =
-        coordinator::EtcdClient::Create(endpoints, std::chrono::seconds(5));
+    absl::StatusOr<std::unique_ptr<state::EtcdClient>> client =
+        state::EtcdClient::Create(endpoints, std::chrono::seconds(5));
     if (!client.ok()) return 1;
-    absl::StatusOr<std::unique_ptr<coordinator::EtcdStore>> store =
-        coordinator::EtcdStore::Open(std::move(*client),
-                                     absl::StrCat("bench-", getpid()));
+    absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+        state::EtcdStore::Open(std::move(*client),
+                               absl::StrCat("bench-", getpid()));
     if (!store.ok() || !Measure(**store, quick, etcd)) {
       std::cerr << "etcd run failed\n";
       return 1;

@@ -8,8 +8,8 @@
 namespace gdt::coordinator {
 namespace {
 
-KvCaller CallerOf(const v1::CheckpointCaller& caller) {
-  return KvCaller{caller.gang_id(), caller.epoch(), caller.token()};
+kv::KvCaller CallerOf(const v1::CheckpointCaller& caller) {
+  return kv::KvCaller{caller.gang_id(), caller.epoch(), caller.token()};
 }
 
 grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
@@ -31,7 +31,7 @@ grpc::ServerUnaryReactor* CheckpointService::RecordCheckpoint(
     grpc::CallbackServerContext* context,
     const v1::RecordCheckpointRequest* request,
     v1::RecordCheckpointResponse* /*response*/) {
-  CheckpointRecord record;
+  state::CheckpointRecord record;
   record.step = request->record().step();
   record.rank = request->record().rank();
   record.job_id = request->record().job_id();
@@ -50,10 +50,10 @@ grpc::ServerUnaryReactor* CheckpointService::ListCheckpoints(
     grpc::CallbackServerContext* context,
     const v1::ListCheckpointsRequest* request,
     v1::ListCheckpointsResponse* response) {
-  absl::StatusOr<std::vector<CheckpointRecord>> records =
+  absl::StatusOr<std::vector<state::CheckpointRecord>> records =
       coordinator_.ListCheckpoints(CallerOf(request->caller()));
   if (records.ok()) {
-    for (CheckpointRecord& r : *records) {
+    for (state::CheckpointRecord& r : *records) {
       v1::CheckpointRecord* out = response->add_records();
       out->set_epoch(r.epoch);
       out->set_step(r.step);

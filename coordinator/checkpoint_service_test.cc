@@ -7,12 +7,12 @@
 
 #include "common/clock.h"
 #include "coordinator/server.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/checkpoint_client.h"
 #include "rendezvous/coordinator_client.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -120,7 +120,7 @@ class CheckpointServiceTest : public ::testing::Test {
                              {}});
   }
 
-  testing_support::ScopedTempDir temp_;
+  test::ScopedTempDir temp_;
   SystemClock clock_;
   FreePortAgent agent_;
   std::unique_ptr<grpc::Server> agent_server_;

@@ -68,7 +68,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.tls = *tls;
     return absl::OkStatus();
   }
-  if (key == "kv_max_keys_per_gang") {  // Gang key-value store (issue 6).
+  if (key ==
+      "kv_max_keys_per_gang") {  // state::Gang key-value store (issue 6).
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
     if (*number == 0) {

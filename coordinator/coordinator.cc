@@ -18,9 +18,9 @@ constexpr std::chrono::seconds kTick{1};
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
-    const Clock& clock, std::unique_ptr<StateStore> store,
+    const Clock& clock, std::unique_ptr<state::StateStore> store,
     const SchedulerOptions& options, PortChecker& port_checker,
-    const KvLimits& kv_limits) {
+    const kv::KvLimits& kv_limits) {
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(store), port_checker, kv_limits));
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -32,10 +32,10 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return status;
   }
   coordinator->clock_ = &clock;
-  absl::StatusOr<std::vector<HostTokenRecord>> host_tokens =
+  absl::StatusOr<std::vector<state::HostTokenRecord>> host_tokens =
       coordinator->store_->LoadHostTokens();
   if (!host_tokens.ok()) return host_tokens.status();
-  for (HostTokenRecord& record : *host_tokens) {
+  for (state::HostTokenRecord& record : *host_tokens) {
     coordinator->host_tokens_[record.host_name] = std::move(record);
   }
   return coordinator;
@@ -95,15 +95,15 @@ void Coordinator::Loop() {
   }
 }
 
-std::vector<MemberEvent> Coordinator::TakeEventsLocked() {
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
-  for (MemberEvent& event : events) {
-    if (event.kind == MemberEvent::Kind::kAdmitted) {
+std::vector<state::MemberEvent> Coordinator::TakeEventsLocked() {
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
+  for (state::MemberEvent& event : events) {
+    if (event.kind == state::MemberEvent::Kind::kAdmitted) {
       event.assignment.kv_token =
           KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
       // Issue 8: the member token for the placed host's agent.
       auto host = host_tokens_.find(event.assignment.host_name);
-      const Gang* gang = scheduler_->FindGang(event.assignment.gang_id);
+      const state::Gang* gang = scheduler_->FindGang(event.assignment.gang_id);
       if (host != host_tokens_.end() && gang != nullptr) {
         auto member = gang->members.find(event.member_index);
         if (member != gang->members.end()) {
@@ -121,9 +121,9 @@ std::vector<MemberEvent> Coordinator::TakeEventsLocked() {
 // --- Gang key-value store hooks (issue 6) ---
 
 absl::Status Coordinator::LoadKvTokensLocked() {
-  absl::StatusOr<std::vector<KvToken>> tokens = store_->LoadKvTokens();
+  absl::StatusOr<std::vector<state::KvToken>> tokens = store_->LoadKvTokens();
   if (!tokens.ok()) return tokens.status();
-  for (KvToken& token : *tokens) {
+  for (state::KvToken& token : *tokens) {
     kv_->OpenGang(token.gang_id, token.epoch, token.token);
     kv_tokens_[token.gang_id] = std::move(token);
   }
@@ -137,13 +137,13 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
   if (it != kv_tokens_.end() && it->second.epoch == epoch) {
     return it->second.token;
   }
-  absl::StatusOr<std::string> secret = NewKvToken();
+  absl::StatusOr<std::string> secret = kv::NewKvToken();
   if (!secret.ok()) {
     spdlog::error("gang {} gets no key-value store: {}", gang_id,
                   secret.status().ToString());
     return "";
   }
-  KvToken token{gang_id, epoch, *secret};
+  state::KvToken token{gang_id, epoch, *secret};
   if (absl::Status status = store_->SaveKvToken(token); !status.ok()) {
     spdlog::error("gang {} gets no key-value store: {}", gang_id,
                   status.ToString());
@@ -156,10 +156,10 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
 
 void Coordinator::EndFinishedKvGangsLocked() {
   for (auto it = kv_tokens_.begin(); it != kv_tokens_.end();) {
-    const Gang* gang = scheduler_->FindGang(it->first);
+    const state::Gang* gang = scheduler_->FindGang(it->first);
     bool ended = gang == nullptr;
-    if (gang != nullptr && (gang->state == GangState::kDone ||
-                            gang->state == GangState::kFailed)) {
+    if (gang != nullptr && (gang->state == state::GangState::kDone ||
+                            gang->state == state::GangState::kFailed)) {
       ended = true;
       for (const auto& [index, member] : gang->members) {
         if (!member.left) ended = false;
@@ -180,13 +180,13 @@ void Coordinator::EndFinishedKvGangsLocked() {
 
 // --- end gang key-value store hooks ---
 
-void Coordinator::Deliver(std::vector<MemberEvent> events) {
+void Coordinator::Deliver(std::vector<state::MemberEvent> events) {
   if (!events.empty() && sink_) sink_(std::move(events));
 }
 
 void Coordinator::RunAdmissionPass() {
   std::vector<AdmissionProposal> proposals;
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
     scheduler_->FailGangsOnLostHosts();
@@ -244,8 +244,8 @@ void Coordinator::RunAdmissionPass() {
   }
 }
 
-absl::Status Coordinator::RegisterHost(const HostSpec& spec) {
-  std::vector<MemberEvent> events;
+absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -270,7 +270,7 @@ bool Coordinator::Heartbeat(const std::string& host_name) {
 
 absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
                                               uint64_t stream_id) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::StatusOr<std::string> gang_id;
   {
     MutexLock lock(mu_);
@@ -286,7 +286,7 @@ absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
 
 void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
                          uint64_t stream_id) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
     scheduler_->Detach(gang_id, member_index, stream_id);
@@ -299,7 +299,7 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
                                      int32_t exit_code, bool cancelled,
                                      bool peer_suspected) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -314,7 +314,7 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
 absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
                                 uint32_t member_index, int64_t job_id,
                                 uint64_t watch_id) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -330,9 +330,9 @@ void Coordinator::Unwatch(uint64_t watch_id) {
   scheduler_->Unwatch(watch_id);
 }
 
-absl::Status Coordinator::Leave(const GangKey& key, uint32_t member_index,
-                                int64_t job_id) {
-  std::vector<MemberEvent> events;
+absl::Status Coordinator::Leave(const state::GangKey& key,
+                                uint32_t member_index, int64_t job_id) {
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -346,7 +346,7 @@ absl::Status Coordinator::Leave(const GangKey& key, uint32_t member_index,
 
 absl::Status Coordinator::SetDrained(const std::string& host_name,
                                      bool drained) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -359,7 +359,7 @@ absl::Status Coordinator::SetDrained(const std::string& host_name,
 }
 
 absl::Status Coordinator::RemoveHost(const std::string& host_name) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -374,7 +374,7 @@ absl::Status Coordinator::RemoveHost(const std::string& host_name) {
 absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
                                      const std::string& what) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -388,7 +388,7 @@ absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
 absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
                                      uint32_t seconds) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
@@ -402,7 +402,7 @@ absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
 
 absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
                                                 const std::string& note) {
-  std::vector<MemberEvent> events;
+  std::vector<state::MemberEvent> events;
   absl::StatusOr<std::string> root_cause;
   {
     MutexLock lock(mu_);
@@ -421,8 +421,8 @@ Snapshot Coordinator::GetSnapshot(bool include_finished) {
 
 // --- Checkpoint manifest records (issue 5) ---
 
-absl::Status Coordinator::RecordCheckpoint(const KvCaller& caller,
-                                           CheckpointRecord record) {
+absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
+                                           state::CheckpointRecord record) {
   GDT_RETURN_IF_ERROR(kv_->CheckCaller(caller));
   if (record.step < 0) {
     return absl::InvalidArgumentError(
@@ -444,8 +444,8 @@ absl::Status Coordinator::RecordCheckpoint(const KvCaller& caller,
   return store_->SaveCheckpointRecord(record, kCheckpointsPerGang);
 }
 
-absl::StatusOr<std::vector<CheckpointRecord>> Coordinator::ListCheckpoints(
-    const KvCaller& caller) {
+absl::StatusOr<std::vector<state::CheckpointRecord>>
+Coordinator::ListCheckpoints(const kv::KvCaller& caller) {
   GDT_RETURN_IF_ERROR(kv_->CheckCaller(caller));
   MutexLock lock(mu_);
   return store_->ListCheckpointRecords(caller.gang_id);
@@ -461,8 +461,8 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
   }
   absl::StatusOr<std::string> token = NewSecretToken();
   if (!token.ok()) return token.status();
-  HostTokenRecord record{host_name, SecretSha256Hex(*token),
-                         clock_->UnixMillis()};
+  state::HostTokenRecord record{host_name, SecretSha256Hex(*token),
+                                clock_->UnixMillis()};
   MutexLock lock(mu_);
   if (absl::Status status = store_->SaveHostToken(record); !status.ok()) {
     return status;
@@ -471,11 +471,11 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
   return token;
 }
 
-std::vector<HostTokenRecord> Coordinator::ListHostTokens() {
+std::vector<state::HostTokenRecord> Coordinator::ListHostTokens() {
   MutexLock lock(mu_);
-  std::vector<HostTokenRecord> records;
+  std::vector<state::HostTokenRecord> records;
   for (const auto& [name, record] : host_tokens_) {
-    records.push_back(HostTokenRecord{name, "", record.created_unix_ms});
+    records.push_back(state::HostTokenRecord{name, "", record.created_unix_ms});
   }
   return records;
 }
@@ -511,7 +511,7 @@ absl::StatusOr<std::string> Coordinator::HostOfToken(const std::string& token) {
 std::string Coordinator::MemberHost(const std::string& gang_id,
                                     uint32_t member_index) {
   MutexLock lock(mu_);
-  const Gang* gang = scheduler_->FindGang(gang_id);
+  const state::Gang* gang = scheduler_->FindGang(gang_id);
   if (gang == nullptr) return "";
   auto member = gang->members.find(member_index);
   return member == gang->members.end() ? "" : member->second.host_name;

@@ -11,12 +11,12 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/mutex.h"
-#include "coordinator/gang_kv.h"
-#include "coordinator/model.h"
 #include "coordinator/observer.h"
 #include "coordinator/port_checker.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/store.h"
+#include "kv/gang_kv.h"
+#include "state/model.h"
+#include "state/sqlite_store.h"
 
 namespace gdt::coordinator {
 
@@ -35,13 +35,13 @@ namespace gdt::coordinator {
 // Thread-safe. Keeps references to `clock` and `port_checker`.
 class Coordinator {
  public:
-  using EventSink = std::function<void(std::vector<MemberEvent>)>;
+  using EventSink = std::function<void(std::vector<state::MemberEvent>)>;
 
   // Errors: those of Scheduler::Create.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
-      const Clock& clock, std::unique_ptr<StateStore> store,
+      const Clock& clock, std::unique_ptr<state::StateStore> store,
       const SchedulerOptions& options, PortChecker& port_checker,
-      const KvLimits& kv_limits = {});
+      const kv::KvLimits& kv_limits = {});
 
   ~Coordinator();  // Stops the scheduler thread.
   Coordinator(const Coordinator&) = delete;
@@ -65,7 +65,7 @@ class Coordinator {
   void RunAdmissionPass();
 
   // The operations below mirror the RPCs; see Scheduler for their errors.
-  absl::Status RegisterHost(const HostSpec& spec);
+  absl::Status RegisterHost(const state::HostSpec& spec);
   bool Heartbeat(const std::string& host_name);
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
@@ -78,7 +78,8 @@ class Coordinator {
   absl::Status Watch(const std::string& gang_id, uint32_t epoch,
                      uint32_t member_index, int64_t job_id, uint64_t watch_id);
   void Unwatch(uint64_t watch_id);
-  absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
+  absl::Status Leave(const state::GangKey& key, uint32_t member_index,
+                     int64_t job_id);
   Snapshot GetSnapshot(bool include_finished);
   absl::Status SetDrained(const std::string& host_name, bool drained);
   absl::Status RemoveHost(const std::string& host_name);
@@ -96,7 +97,7 @@ class Coordinator {
                           uint32_t seconds);
 
   // The gang key-value store (thread-safe on its own).
-  GangKv& kv() { return *kv_; }
+  kv::GangKv& kv() { return *kv_; }
 
   // --- Checkpoint manifest records (issue 5) ---
   // Records a checkpoint of the caller's gang (authorised by the gang's
@@ -106,11 +107,11 @@ class Coordinator {
   // that is empty or above kMaxManifestBytes.
   static constexpr size_t kCheckpointsPerGang = 32;
   static constexpr size_t kMaxManifestBytes = 1 << 20;
-  absl::Status RecordCheckpoint(const KvCaller& caller,
-                                CheckpointRecord record);
+  absl::Status RecordCheckpoint(const kv::KvCaller& caller,
+                                state::CheckpointRecord record);
   // The records of the caller's gang from every epoch, newest first.
-  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpoints(
-      const KvCaller& caller);
+  absl::StatusOr<std::vector<state::CheckpointRecord>> ListCheckpoints(
+      const kv::KvCaller& caller);
   // --- end checkpoint manifest records ---
   // --- Host tokens (issue 8, docs/security.md) ---
   // Issues a new token for `host_name` (replacing any old one), stores its
@@ -118,7 +119,7 @@ class Coordinator {
   // Errors: InvalidArgument for an empty name; Internal from the store.
   absl::StatusOr<std::string> CreateHostToken(const std::string& host_name);
   // Every host with a token (sha256 left empty), by name.
-  std::vector<HostTokenRecord> ListHostTokens();
+  std::vector<state::HostTokenRecord> ListHostTokens();
   // Errors: NotFound "no host token for NAME"; Internal from the store.
   absl::Status RevokeHostToken(const std::string& host_name);
   // The host whose token is `token`.
@@ -131,16 +132,16 @@ class Coordinator {
   // --- end host tokens ---
 
  private:
-  Coordinator(std::unique_ptr<StateStore> store, PortChecker& port_checker,
-              const KvLimits& kv_limits)
+  Coordinator(std::unique_ptr<state::StateStore> store,
+              PortChecker& port_checker, const kv::KvLimits& kv_limits)
       : store_(std::move(store)),
         port_checker_(port_checker),
-        kv_(std::make_unique<GangKv>(kv_limits)) {}
+        kv_(std::make_unique<kv::GangKv>(kv_limits)) {}
 
   // Drains the scheduler's outbox, puts the gang's kv token into every
   // admission and drops the stores of gangs that have ended; the caller
   // holds `mu_`.
-  std::vector<MemberEvent> TakeEventsLocked()
+  std::vector<state::MemberEvent> TakeEventsLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reopens the stores of gangs whose tokens were persisted.
   absl::Status LoadKvTokensLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -149,21 +150,23 @@ class Coordinator {
   std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndFinishedKvGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Deliver(std::vector<MemberEvent> events);
+  void Deliver(std::vector<state::MemberEvent> events);
   void Wake();
   void Loop();
 
-  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<state::StateStore> store_;
   PortChecker& port_checker_;
   EventSink sink_;  // Set before use; constant afterwards.
   Observer* observer_ = &NullObserver();  // Likewise.
 
   Mutex mu_;
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
-  std::unique_ptr<GangKv> kv_;  // Set at construction; outlives every call.
-  std::map<std::string, KvToken> kv_tokens_ ABSL_GUARDED_BY(mu_);  // By gang.
+  std::unique_ptr<kv::GangKv> kv_;  // Set at construction; outlives every call.
+  std::map<std::string, state::KvToken> kv_tokens_
+      ABSL_GUARDED_BY(mu_);  // By gang.
   // Issue 8: host token records by host name.
-  std::map<std::string, HostTokenRecord> host_tokens_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, state::HostTokenRecord> host_tokens_
+      ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;

@@ -14,14 +14,14 @@
 namespace gdt::coordinator {
 namespace {
 
-HostSpec FromProto(const v1::HostSpec& proto) {
-  HostSpec spec;
+state::HostSpec FromProto(const v1::HostSpec& proto) {
+  state::HostSpec spec;
   spec.name = proto.name();
   spec.address = proto.address();
   spec.agent_endpoint = proto.agent_endpoint();
   for (const v1::Gpu& gpu : proto.gpus()) {
-    spec.gpus.push_back(
-        GpuInfo{gpu.index(), gpu.uuid(), gpu.model(), gpu.memory_bytes()});
+    spec.gpus.push_back(state::GpuInfo{gpu.index(), gpu.uuid(), gpu.model(),
+                                       gpu.memory_bytes()});
   }
   spec.labels.insert(proto.labels().begin(), proto.labels().end());
   spec.network_interface = proto.network_interface();
@@ -30,11 +30,11 @@ HostSpec FromProto(const v1::HostSpec& proto) {
   return spec;
 }
 
-void ToProto(const HostSpec& spec, v1::HostSpec* proto) {
+void ToProto(const state::HostSpec& spec, v1::HostSpec* proto) {
   proto->set_name(spec.name);
   proto->set_address(spec.address);
   proto->set_agent_endpoint(spec.agent_endpoint);
-  for (const GpuInfo& gpu : spec.gpus) {
+  for (const state::GpuInfo& gpu : spec.gpus) {
     v1::Gpu* out = proto->add_gpus();
     out->set_index(gpu.index);
     out->set_uuid(gpu.uuid);
@@ -47,12 +47,12 @@ void ToProto(const HostSpec& spec, v1::HostSpec* proto) {
   proto->set_runner_slots(spec.runner_slots);
 }
 
-GangKey FromProto(const v1::GangKey& proto) {
-  return GangKey{proto.instance(), proto.project_id(), proto.pipeline_id(),
-                 proto.group_name(), proto.size()};
+state::GangKey FromProto(const v1::GangKey& proto) {
+  return state::GangKey{proto.instance(), proto.project_id(),
+                        proto.pipeline_id(), proto.group_name(), proto.size()};
 }
 
-void ToProto(const GangKey& key, v1::GangKey* proto) {
+void ToProto(const state::GangKey& key, v1::GangKey* proto) {
   proto->set_instance(key.instance);
   proto->set_project_id(key.project_id);
   proto->set_pipeline_id(key.pipeline_id);
@@ -77,7 +77,7 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   return request;
 }
 
-void ToProto(const Assignment& assignment, const std::string& endpoint,
+void ToProto(const state::Assignment& assignment, const std::string& endpoint,
              v1::Assignment* proto) {
   proto->set_gang_id(assignment.gang_id);
   proto->set_epoch(assignment.epoch);
@@ -99,7 +99,7 @@ void ToProto(const Assignment& assignment, const std::string& endpoint,
   proto->set_member_token(assignment.member_token);
 }
 
-void ToProto(const WaitingInfo& waiting, v1::WaitingEvent* proto) {
+void ToProto(const state::WaitingInfo& waiting, v1::WaitingEvent* proto) {
   proto->set_members_present(waiting.members_present);
   proto->set_members_total(waiting.members_total);
   for (uint32_t index : waiting.missing_indices) {
@@ -113,14 +113,14 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
   for (const HostView& view : snapshot.hosts) {
     v1::HostStatus* host = proto->add_hosts();
     ToProto(view.host.spec, host->mutable_host());
-    host->set_state(view.state != HostState::kUp ? v1::HOST_STATE_DOWN
-                    : view.drained               ? v1::HOST_STATE_DRAINED
-                                                 : v1::HOST_STATE_UP);
+    host->set_state(view.state != state::HostState::kUp ? v1::HOST_STATE_DOWN
+                    : view.drained                      ? v1::HOST_STATE_DRAINED
+                                                        : v1::HOST_STATE_UP);
     for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
     host->set_members_running(view.members_running);
     host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
   }
-  for (const Gang& gang : snapshot.gangs) {
+  for (const state::Gang& gang : snapshot.gangs) {
     v1::GangStatus* out = proto->add_gangs();
     out->set_gang_id(gang.id);
     ToProto(gang.key, out->mutable_key());
@@ -415,8 +415,9 @@ class CoordinatorService::WatchReactor final
 CoordinatorService::CoordinatorService(Coordinator& coordinator,
                                        std::chrono::seconds heartbeat_interval)
     : coordinator_(coordinator), heartbeat_interval_(heartbeat_interval) {
-  coordinator_.SetEventSink(
-      [this](std::vector<MemberEvent> events) { Dispatch(std::move(events)); });
+  coordinator_.SetEventSink([this](std::vector<state::MemberEvent> events) {
+    Dispatch(std::move(events));
+  });
 }
 
 CoordinatorService::~CoordinatorService() {
@@ -430,7 +431,8 @@ void CoordinatorService::SetSecurity(ServiceSecurity security) {
 absl::Status CoordinatorService::CheckAdmin(
     const grpc::CallbackServerContext* context, const char* what) const {
   if (security_.admin_token_sha256.empty()) return absl::OkStatus();
-  const std::string value = MetadataValue(context, kAuthorizationMetadata);
+  const std::string value =
+      MetadataValue(context, rendezvous::kAuthorizationMetadata);
   constexpr std::string_view kBearer = "Bearer ";
   if (value.size() <= kBearer.size() || value.rfind(kBearer, 0) != 0) {
     return absl::UnauthenticatedError(absl::StrCat(
@@ -448,7 +450,8 @@ absl::Status CoordinatorService::CheckAdmin(
 
 absl::Status CoordinatorService::CheckHost(
     const grpc::CallbackServerContext* context, const std::string& host_name) {
-  const std::string token = MetadataValue(context, kHostTokenMetadata);
+  const std::string token =
+      MetadataValue(context, rendezvous::kHostTokenMetadata);
   // A token presented is checked even when none is required: an agent with
   // a wrong or revoked token hears so at once instead of having every stage
   // refused later for want of member tokens.
@@ -513,12 +516,12 @@ void CoordinatorService::Unregister(uint64_t stream_id, WatchReactor* reactor) {
   if (it != watches_.end() && it->second == reactor) watches_.erase(it);
 }
 
-void CoordinatorService::DispatchWatch(MemberEvent& event) {
+void CoordinatorService::DispatchWatch(state::MemberEvent& event) {
   auto it = watches_.find(event.stream_id);
   if (it == watches_.end()) return;  // The stream is gone already.
   v1::WatchGangEvent message;
   switch (event.kind) {
-    case MemberEvent::Kind::kGangRunning: {
+    case state::MemberEvent::Kind::kGangRunning: {
       v1::GangRunningEvent* running = message.mutable_running();
       running->set_members_total(event.progress.members_total);
       for (uint32_t index : event.progress.unfinished_indices) {
@@ -527,14 +530,14 @@ void CoordinatorService::DispatchWatch(MemberEvent& event) {
       it->second->Send(std::move(message), /*final=*/false);
       break;
     }
-    case MemberEvent::Kind::kGangFailed:
+    case state::MemberEvent::Kind::kGangFailed:
       message.mutable_failed()->set_reason(event.reason);
       message.mutable_failed()->set_member_index(event.failed_member);
       message.mutable_failed()->set_job_id(event.failed_job_id);
       message.mutable_failed()->set_collect_evidence(event.collect_evidence);
       it->second->Send(std::move(message), /*final=*/true);
       break;
-    case MemberEvent::Kind::kGangSucceeded:
+    case state::MemberEvent::Kind::kGangSucceeded:
       message.mutable_succeeded();
       it->second->Send(std::move(message), /*final=*/true);
       break;
@@ -543,12 +546,12 @@ void CoordinatorService::DispatchWatch(MemberEvent& event) {
   }
 }
 
-void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
+void CoordinatorService::Dispatch(std::vector<state::MemberEvent> events) {
   MutexLock lock(mu_);
-  for (MemberEvent& event : events) {
-    if (event.kind == MemberEvent::Kind::kGangRunning ||
-        event.kind == MemberEvent::Kind::kGangFailed ||
-        event.kind == MemberEvent::Kind::kGangSucceeded) {
+  for (state::MemberEvent& event : events) {
+    if (event.kind == state::MemberEvent::Kind::kGangRunning ||
+        event.kind == state::MemberEvent::Kind::kGangFailed ||
+        event.kind == state::MemberEvent::Kind::kGangSucceeded) {
       DispatchWatch(event);
       continue;
     }
@@ -557,20 +560,20 @@ void CoordinatorService::Dispatch(std::vector<MemberEvent> events) {
     JoinReactor* reactor = it->second;
     v1::JoinGangEvent message;
     switch (event.kind) {
-      case MemberEvent::Kind::kWaiting:
+      case state::MemberEvent::Kind::kWaiting:
         ToProto(event.waiting, message.mutable_waiting());
         reactor->Send(std::move(message), /*final=*/false);
         break;
-      case MemberEvent::Kind::kAdmitted:
+      case state::MemberEvent::Kind::kAdmitted:
         ToProto(event.assignment, advertise_endpoint_,
                 message.mutable_admitted()->mutable_assignment());
         reactor->Send(std::move(message), /*final=*/true);
         break;
-      case MemberEvent::Kind::kAborted:
+      case state::MemberEvent::Kind::kAborted:
         message.mutable_aborted()->set_reason(event.reason);
         reactor->Send(std::move(message), /*final=*/true);
         break;
-      case MemberEvent::Kind::kSuperseded:
+      case state::MemberEvent::Kind::kSuperseded:
         reactor->End(grpc::Status(
             grpc::StatusCode::UNAVAILABLE,
             absl::StrCat("member ", event.member_index, " of gang ",
@@ -586,7 +589,8 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
+  reactor->Start(*request,
+                 MetadataValue(context, rendezvous::kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -595,7 +599,8 @@ grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
   RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request, MetadataValue(context, kJobTokenMetadata));
+  reactor->Start(*request,
+                 MetadataValue(context, rendezvous::kJobTokenMetadata));
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -651,10 +656,12 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
   // Issue 8: an agent (it presents its host token) reports only about
   // members on its own host; an executor, when members are verified, only
   // about its own job.
-  const std::string host_token = MetadataValue(context, kHostTokenMetadata);
+  const std::string host_token =
+      MetadataValue(context, rendezvous::kHostTokenMetadata);
   if (host_token.empty() && security_.verifier != nullptr) {
     if (absl::Status allowed = security_.verifier->VerifyJobId(
-            MetadataValue(context, kJobTokenMetadata), request->job_id());
+            MetadataValue(context, rendezvous::kJobTokenMetadata),
+            request->job_id());
         !allowed.ok()) {
       spdlog::warn("event=report_refused gang={} member={} error={}",
                    LogValue(request->gang_id()), request->member_index(),
@@ -731,7 +738,8 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
   absl::Status status = absl::OkStatus();
   if (security_.verifier != nullptr) {  // Issue 8: only the job itself.
     status = security_.verifier->VerifyJobId(
-        MetadataValue(context, kJobTokenMetadata), request->job_id());
+        MetadataValue(context, rendezvous::kJobTokenMetadata),
+        request->job_id());
   }
   if (status.ok()) {
     status = coordinator_.Leave(FromProto(request->key()),
@@ -844,7 +852,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ListHostTokens(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::Status status = CheckAdmin(context, "listing host tokens");
   if (status.ok()) {
-    for (const HostTokenRecord& record : coordinator_.ListHostTokens()) {
+    for (const state::HostTokenRecord& record : coordinator_.ListHostTokens()) {
       v1::HostTokenInfo* info = response->add_tokens();
       info->set_host_name(record.host_name);
       info->set_created_unix_ms(record.created_unix_ms);

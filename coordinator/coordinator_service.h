@@ -11,6 +11,7 @@
 #include "coordinator/coordinator.h"
 #include "coordinator/member_verifier.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
+#include "rendezvous/metadata.h"
 
 namespace gdt::coordinator {
 
@@ -22,14 +23,8 @@ namespace gdt::coordinator {
 //
 // Thread-safe. Keeps a reference to `coordinator`, which must outlive it;
 // installs itself as the coordinator's event sink.
-// --- Security (issue 8, docs/security.md)
-// ------------------------------------- gRPC metadata keys of the secrets
-// callers present (never in messages, so never in logs of requests).
-inline constexpr char kJobTokenMetadata[] = "gdt-job-token";
-inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
-inline constexpr char kAuthorizationMetadata[] = "authorization";
-
-// Who may do what. The default checks nothing (the local demo).
+// Who may do what (docs/security.md). The default checks nothing (the local
+// demo).
 struct ServiceSecurity {
   // Checks every JoinGang's job token; null = members are not verified.
   MemberVerifier* verifier = nullptr;
@@ -115,8 +110,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   class JoinReactor;
   class WatchReactor;
 
-  void Dispatch(std::vector<MemberEvent> events);
-  void DispatchWatch(MemberEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Dispatch(std::vector<state::MemberEvent> events);
+  void DispatchWatch(state::MemberEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Register(uint64_t stream_id, JoinReactor* reactor);
   void Unregister(uint64_t stream_id, JoinReactor* reactor);
   void Register(uint64_t stream_id, WatchReactor* reactor);

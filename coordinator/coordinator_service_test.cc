@@ -52,7 +52,8 @@ class CoordinatorServiceTest : public ::testing::Test {
   void SetUp() override {
     agent_server_ = StartServer(&agent_, &agent_address_);
     ASSERT_NE(agent_server_, nullptr);
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},

@@ -5,17 +5,17 @@
 
 #include "common/fake_clock.h"
 #include "common/mutex.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
 
+using test::GpuHost;
+using test::Joining;
+using test::TrainKey;
 using ::testing::HasSubstr;
-using testing_support::GpuHost;
-using testing_support::Joining;
-using testing_support::TrainKey;
 
 // Answers CheckPort from a set of busy ports, or fails like an unreachable
 // agent; records every question.
@@ -51,30 +51,32 @@ class FakePortChecker : public PortChecker {
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
                             checker_);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);
-    coordinator_->SetEventSink([this](std::vector<MemberEvent> events) {
+    coordinator_->SetEventSink([this](std::vector<state::MemberEvent> events) {
       MutexLock lock(mu_);
-      for (MemberEvent& event : events) events_.push_back(std::move(event));
+      for (state::MemberEvent& event : events)
+        events_.push_back(std::move(event));
       cv_.NotifyAll();
     });
-    ASSERT_TRUE(coordinator_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE(coordinator_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   }
 
   // Waits (bounded) for an Admitted event on `stream_id`.
-  std::optional<Assignment> WaitAdmitted(uint64_t stream_id) {
+  std::optional<state::Assignment> WaitAdmitted(uint64_t stream_id) {
     const auto deadline =
         std::chrono::steady_clock::now() + std::chrono::seconds(10);
     MutexLock lock(mu_);
     while (true) {
-      for (const MemberEvent& event : events_) {
+      for (const state::MemberEvent& event : events_) {
         if (event.stream_id == stream_id &&
-            event.kind == MemberEvent::Kind::kAdmitted) {
+            event.kind == state::MemberEvent::Kind::kAdmitted) {
           return event.assignment;
         }
       }
@@ -87,9 +89,9 @@ class CoordinatorTest : public ::testing::Test {
 
   bool Admitted(uint64_t stream_id) {
     MutexLock lock(mu_);
-    for (const MemberEvent& event : events_) {
+    for (const state::MemberEvent& event : events_) {
       if (event.stream_id == stream_id &&
-          event.kind == MemberEvent::Kind::kAdmitted) {
+          event.kind == state::MemberEvent::Kind::kAdmitted) {
         return true;
       }
     }
@@ -101,18 +103,20 @@ class CoordinatorTest : public ::testing::Test {
   std::unique_ptr<Coordinator> coordinator_;
   Mutex mu_;
   CondVar cv_;
-  std::vector<MemberEvent> events_ ABSL_GUARDED_BY(mu_);
+  std::vector<state::MemberEvent> events_ ABSL_GUARDED_BY(mu_);
 };
 
 TEST_F(CoordinatorTest, MasterPortSkipsPortsTheAgentReportsBusy) {
   checker_.SetBusy({29510, 29511});
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 1), 1).ok());
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 2).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
 
   coordinator_->RunAdmissionPass();
 
-  std::optional<Assignment> first = WaitAdmitted(1);
-  std::optional<Assignment> second = WaitAdmitted(2);
+  std::optional<state::Assignment> first = WaitAdmitted(1);
+  std::optional<state::Assignment> second = WaitAdmitted(2);
   ASSERT_TRUE(first.has_value());
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(first->master_port, 29512u);
@@ -122,13 +126,14 @@ TEST_F(CoordinatorTest, MasterPortSkipsPortsTheAgentReportsBusy) {
 
 TEST_F(CoordinatorTest, UnreachableAgentDelaysAdmissionUntilTheNextPass) {
   checker_.SetUnreachable(true);
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(1), 1, 1), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
 
   coordinator_->RunAdmissionPass();
 
   EXPECT_FALSE(Admitted(1));
   Snapshot snapshot = coordinator_->GetSnapshot(false);
-  EXPECT_EQ(snapshot.gangs.at(0).state, GangState::kForming);
+  EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);
   EXPECT_THAT(snapshot.gangs.at(0).reason, HasSubstr("agent unreachable"));
   EXPECT_TRUE(snapshot.hosts.at(0).leased_gpus.empty());
 
@@ -141,11 +146,13 @@ TEST_F(CoordinatorTest, UnreachableAgentDelaysAdmissionUntilTheNextPass) {
 TEST_F(CoordinatorTest, SchedulerThreadAdmitsAfterTheLastJoin) {
   coordinator_->Start();
 
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 4), 1).ok());
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 4), 2).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 4), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 4), 2).ok());
 
-  std::optional<Assignment> first = WaitAdmitted(1);
-  std::optional<Assignment> second = WaitAdmitted(2);
+  std::optional<state::Assignment> first = WaitAdmitted(1);
+  std::optional<state::Assignment> second = WaitAdmitted(2);
   ASSERT_TRUE(first.has_value());
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(first->node_rank, 0u);
@@ -154,24 +161,27 @@ TEST_F(CoordinatorTest, SchedulerThreadAdmitsAfterTheLastJoin) {
 }
 
 TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 1), 1).ok());
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 2).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
   EXPECT_EQ(coordinator_->kv().gang_count(), 0u);  // Not before admission.
 
   coordinator_->RunAdmissionPass();
 
-  std::optional<Assignment> first = WaitAdmitted(1);
-  std::optional<Assignment> second = WaitAdmitted(2);
+  std::optional<state::Assignment> first = WaitAdmitted(1);
+  std::optional<state::Assignment> second = WaitAdmitted(2);
   ASSERT_TRUE(first.has_value());
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(first->kv_token.size(), 64u);
   EXPECT_EQ(first->kv_token, second->kv_token);
-  const KvCaller member{first->gang_id, first->epoch, first->kv_token};
+  const kv::KvCaller member{first->gang_id, first->epoch, first->kv_token};
   ASSERT_TRUE(coordinator_->kv().Set(member, "k", "v").ok());
 
   // A member that joins again gets the same token.
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 3).ok());
-  std::optional<Assignment> again = WaitAdmitted(3);
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 1), 3).ok());
+  std::optional<state::Assignment> again = WaitAdmitted(3);
   ASSERT_TRUE(again.has_value());
   EXPECT_EQ(again->kv_token, first->kv_token);
 
@@ -179,51 +189,56 @@ TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
   ASSERT_TRUE(
       coordinator_->ReportExit(first->gang_id, first->epoch, 2, 102, 1, false)
           .ok());
-  ASSERT_TRUE(coordinator_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(coordinator_->Leave(test::TrainKey(2), 2, 102).ok());
   EXPECT_EQ(*coordinator_->kv().Get(member, "k"), "v");
-  ASSERT_TRUE(coordinator_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(coordinator_->Leave(test::TrainKey(2), 1, 101).ok());
   EXPECT_EQ(coordinator_->kv().gang_count(), 0u);
   EXPECT_EQ(coordinator_->kv().Get(member, "k").status().code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
 TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
-  testing_support::ScopedTempDir dir;
+  test::ScopedTempDir dir;
   const std::string path = dir.path() + "/coord.db";
   FakeClock clock;
   FakePortChecker checker;
   std::string token;
   {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
     ASSERT_TRUE(store.ok()) << store.status();
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
                             checker);
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    std::vector<MemberEvent> seen;
-    (*coordinator)->SetEventSink([&seen](std::vector<MemberEvent> events) {
-      for (MemberEvent& event : events) seen.push_back(std::move(event));
-    });
-    ASSERT_TRUE((*coordinator)->RegisterHost(GpuHost("gpu-01", 8)).ok());
-    ASSERT_TRUE((*coordinator)->Join(Joining(TrainKey(1), 1, 1), 1).ok());
+    std::vector<state::MemberEvent> seen;
+    (*coordinator)
+        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+          for (state::MemberEvent& event : events)
+            seen.push_back(std::move(event));
+        });
+    ASSERT_TRUE((*coordinator)->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE(
+        (*coordinator)->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
     (*coordinator)->RunAdmissionPass();
-    for (const MemberEvent& event : seen) {
-      if (event.kind == MemberEvent::Kind::kAdmitted) {
+    for (const state::MemberEvent& event : seen) {
+      if (event.kind == state::MemberEvent::Kind::kAdmitted) {
         token = event.assignment.kv_token;
       }
     }
     ASSERT_EQ(token.size(), 64u);
   }
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(path);
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();
-  absl::StatusOr<std::vector<KvToken>> tokens = (*store)->LoadKvTokens();
+  absl::StatusOr<std::vector<state::KvToken>> tokens = (*store)->LoadKvTokens();
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ(tokens->at(0).token, token);
   absl::StatusOr<std::unique_ptr<Coordinator>> restarted = Coordinator::Create(
       clock, std::move(*store), SchedulerOptions{}, checker);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
-  const KvCaller member{tokens->at(0).gang_id, tokens->at(0).epoch, token};
+  const kv::KvCaller member{tokens->at(0).gang_id, tokens->at(0).epoch, token};
   EXPECT_EQ((*restarted)->kv().Get(member, "k").status().code(),
             absl::StatusCode::kNotFound);  // Token kept, data not.
 }

@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/etcd_store.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
+#include "state/etcd_store.h"
 
 namespace gdt::coordinator {
 
@@ -16,20 +16,20 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
                                                           const Clock& clock) {
   std::unique_ptr<HaServer> server(new HaServer(config, clock));
   const std::chrono::seconds ttl(config.lease_ttl_s);
-  absl::StatusOr<std::unique_ptr<EtcdClient>> store_client =
-      EtcdClient::Create(config.etcd_endpoints, ttl);
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> store_client =
+      state::EtcdClient::Create(config.etcd_endpoints, ttl);
   if (!store_client.ok()) return store_client.status();
   server->store_client_ = std::move(*store_client);
   // Election requests must end within a renew interval (see
   // LeaderElection's step-down contract).
-  absl::StatusOr<std::unique_ptr<EtcdClient>> election_client =
-      EtcdClient::Create(
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> election_client =
+      state::EtcdClient::Create(
           config.etcd_endpoints,
           std::chrono::duration_cast<std::chrono::milliseconds>(ttl) / 5);
   if (!election_client.ok()) return election_client.status();
   // Checks the cluster name before anything listens.
-  if (absl::StatusOr<std::unique_ptr<EtcdStore>> probe =
-          EtcdStore::Open(server->store_client_, config.etcd_cluster);
+  if (absl::StatusOr<std::unique_ptr<state::EtcdStore>> probe =
+          state::EtcdStore::Open(server->store_client_, config.etcd_cluster);
       !probe.ok()) {
     return probe.status();
   }
@@ -77,8 +77,8 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   }
   server->election_ = std::make_unique<LeaderElection>(
       std::move(*election_client),
-      EtcdStore::Prefix(config.etcd_cluster) + "leader", server->advertised_,
-      ttl);
+      state::EtcdStore::Prefix(config.etcd_cluster) + "leader",
+      server->advertised_, ttl);
   server->thread_ = std::thread([self] { self->Run(); });
   return server;
 }
@@ -149,8 +149,8 @@ void HaServer::Run() {
 bool HaServer::Promote() {
   spdlog::info("event=elected_leader address={} revision={}", advertised_,
                election_->revision());
-  absl::StatusOr<std::unique_ptr<EtcdStore>> store =
-      EtcdStore::Open(store_client_, config_.etcd_cluster);
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(store_client_, config_.etcd_cluster);
   if (!store.ok()) {
     spdlog::error("event=promotion_failed error={}",
                   std::string(store.status().message()));
@@ -158,7 +158,7 @@ bool HaServer::Promote() {
     lost_.store(true);
     return false;
   }
-  (*store)->SetFence(EtcdStore::Prefix(config_.etcd_cluster) + "leader",
+  (*store)->SetFence(state::EtcdStore::Prefix(config_.etcd_cluster) + "leader",
                      election_->revision());
   std::unique_ptr<grpc::Server> standby;
   {

@@ -11,11 +11,11 @@
 #include "common/clock.h"
 #include "common/mutex.h"
 #include "coordinator/config.h"
-#include "coordinator/etcd_client.h"
 #include "coordinator/leader_election.h"
 #include "coordinator/server.h"
 #include "coordinator/standby_service.h"
 #include "grpcpp/server.h"
+#include "state/etcd_client.h"
 
 namespace gdt::coordinator {
 
@@ -68,7 +68,7 @@ class HaServer {
   const Clock& clock_;
   std::string bound_address_;
   std::string advertised_;  // Written once in Start(), under mu_.
-  std::shared_ptr<EtcdClient> store_client_;
+  std::shared_ptr<state::EtcdClient> store_client_;
   std::unique_ptr<LeaderElection> election_;  // Run() thread only.
   std::unique_ptr<StandbyService> standby_service_;
   std::atomic<bool> leader_{false};

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "coordinator/etcd_test_server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
+#include "testing/etcd_test_server.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -70,8 +70,8 @@ v1::JoinGangRequest OneMemberGang(int64_t pipeline) {
 class HaServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<testing_support::EtcdTestServer>> etcd =
-        testing_support::EtcdTestServer::Start();
+    absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+        test::EtcdTestServer::Start();
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = std::move(*etcd);
     config_.listen_address = "127.0.0.1:0";
@@ -90,7 +90,7 @@ class HaServerTest : public ::testing::Test {
 
   SystemClock clock_;
   Config config_;
-  std::unique_ptr<testing_support::EtcdTestServer> etcd_;
+  std::unique_ptr<test::EtcdTestServer> etcd_;
 };
 
 TEST_F(HaServerTest, StandbyRedirectsAndTakesOverWithTheState) {
@@ -251,8 +251,8 @@ TEST_F(HaServerTest, LeaderCutOffFromEtcdStopsServingWithinItsLease) {
 }
 
 TEST(HaServerEtcdClusterTest, ReplicasRideOutTheLossOfAnEtcdMember) {
-  absl::StatusOr<std::unique_ptr<testing_support::EtcdTestServer>> etcd =
-      testing_support::EtcdTestServer::Start(/*nodes=*/3);
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start(/*nodes=*/3);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   SystemClock clock;
   Config config;

@@ -1,7 +1,7 @@
 // The gang key-value store over the wire: a real gdt-coord server (both
 // services, SQLite state in a temp dir) on 127.0.0.1:0, members admitted
 // through JoinGang, and the real KvClient.
-#include "coordinator/kv_service.h"
+#include "kv/kv_service.h"
 
 #include <sys/stat.h>
 
@@ -12,14 +12,14 @@
 
 #include "common/clock.h"
 #include "coordinator/server.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
+#include "testing/scheduler_fixtures.h"
 
-namespace gdt::coordinator {
+namespace gdt::kv {
 namespace {
 
 using namespace std::chrono_literals;
@@ -62,8 +62,8 @@ class KvServiceTest : public ::testing::Test {
   }
 
   void StartCoordinator() {
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config_, clock_);
+    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
+        coordinator::CoordinatorServer::Start(config_, clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     client_ = std::make_unique<rendezvous::CoordinatorClient>(
@@ -135,13 +135,13 @@ class KvServiceTest : public ::testing::Test {
     }
   }
 
-  testing_support::ScopedTempDir temp_;
+  test::ScopedTempDir temp_;
   SystemClock clock_;
   FreePortAgent agent_;
   std::unique_ptr<grpc::Server> agent_server_;
   std::string agent_address_;
-  Config config_;
-  std::unique_ptr<CoordinatorServer> server_;
+  coordinator::Config config_;
+  std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::unique_ptr<rendezvous::CoordinatorClient> client_;
 };
 
@@ -303,4 +303,4 @@ TEST_F(KvServiceTest, WaitsRacingTheirDeadlinesEndCleanly) {
 }
 
 }  // namespace
-}  // namespace gdt::coordinator
+}  // namespace gdt::kv

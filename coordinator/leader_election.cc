@@ -8,7 +8,7 @@ namespace gdt::coordinator {
 
 using std::chrono::steady_clock;
 
-LeaderElection::LeaderElection(std::shared_ptr<EtcdClient> client,
+LeaderElection::LeaderElection(std::shared_ptr<state::EtcdClient> client,
                                std::string key, std::string address,
                                std::chrono::seconds ttl)
     : client_(std::move(client)),
@@ -22,10 +22,10 @@ absl::StatusOr<bool> LeaderElection::TryAcquire() {
   const steady_clock::time_point sent = steady_clock::now();
   absl::StatusOr<int64_t> lease = client_->GrantLease(ttl_.count());
   if (!lease.ok()) return lease.status();
-  absl::StatusOr<EtcdTxnResult> result = client_->Txn(
-      nlohmann::json::array({EtcdClient::CreateRevisionIs(key_, 0)}),
-      nlohmann::json::array({EtcdClient::Put(key_, address_, *lease)}),
-      nlohmann::json::array({EtcdClient::Get(key_)}));
+  absl::StatusOr<state::EtcdTxnResult> result = client_->Txn(
+      nlohmann::json::array({state::EtcdClient::CreateRevisionIs(key_, 0)}),
+      nlohmann::json::array({state::EtcdClient::Put(key_, address_, *lease)}),
+      nlohmann::json::array({state::EtcdClient::Get(key_)}));
   if (!result.ok() || !result->succeeded) {
     // Nobody will renew it; revoke rather than wait for it to expire.
     client_->RevokeLease(*lease).IgnoreError();
@@ -36,7 +36,8 @@ absl::StatusOr<bool> LeaderElection::TryAcquire() {
           response.value("response_range", nlohmann::json::object());
       for (const nlohmann::json& kv :
            range.value("kvs", nlohmann::json::array())) {
-        absl::StatusOr<EtcdKeyValue> parsed = EtcdClient::ParseKeyValue(kv);
+        absl::StatusOr<state::EtcdKeyValue> parsed =
+            state::EtcdClient::ParseKeyValue(kv);
         if (parsed.ok()) leader_ = parsed->value;
       }
     }

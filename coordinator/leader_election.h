@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/etcd_client.h"
+#include "state/etcd_client.h"
 
 namespace gdt::coordinator {
 
@@ -31,7 +31,7 @@ namespace gdt::coordinator {
 // Not thread-safe: one thread drives it.
 class LeaderElection {
  public:
-  LeaderElection(std::shared_ptr<EtcdClient> client, std::string key,
+  LeaderElection(std::shared_ptr<state::EtcdClient> client, std::string key,
                  std::string address, std::chrono::seconds ttl);
   ~LeaderElection();  // Does not resign; see Resign().
 
@@ -63,7 +63,7 @@ class LeaderElection {
  private:
   std::chrono::steady_clock::duration StepDownAfter() const;
 
-  std::shared_ptr<EtcdClient> client_;
+  std::shared_ptr<state::EtcdClient> client_;
   const std::string key_;
   const std::string address_;
   const std::chrono::seconds ttl_;

@@ -14,15 +14,15 @@
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/logging.h"
-#include "coordinator/cancel_command.h"
 #include "coordinator/config.h"
 #include "coordinator/ha_server.h"
-#include "coordinator/hosts_command.h"
-#include "coordinator/operator_auth.h"
 #include "coordinator/server.h"
-#include "coordinator/status_command.h"
-#include "policy/sim_command.h"
+#include "ctl/admin_token.h"
+#include "ctl/cancel.h"
+#include "ctl/hosts.h"
+#include "ctl/status.h"
 #include "rendezvous/tls.h"
+#include "sim/sim_command.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -206,7 +206,7 @@ int StatusFailure(const absl::Status& status) {
 
 // `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
 int Watch(const std::string& endpoint, const std::string& admin_token,
-          const gdt::coordinator::StatusOptions& options,
+          const gdt::ctl::StatusOptions& options,
           const gdt::rendezvous::ClientSecurity& security,
           double interval_seconds, int count) {
   sigset_t signals;
@@ -214,15 +214,13 @@ int Watch(const std::string& endpoint, const std::string& admin_token,
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  gdt::coordinator::WatchOptions watch;
+  gdt::ctl::WatchOptions watch;
   watch.interval =
       std::chrono::milliseconds(static_cast<int64_t>(interval_seconds * 1000));
   watch.count = count;
   watch.clear = isatty(STDOUT_FILENO) != 0;
-  const absl::Status last = gdt::coordinator::WatchStatus(
-      [&] {
-        return gdt::coordinator::FetchStatus(endpoint, security, admin_token);
-      },
+  const absl::Status last = gdt::ctl::WatchStatus(
+      [&] { return gdt::ctl::FetchStatus(endpoint, security, admin_token); },
       options, watch, std::cout,
       [&](std::chrono::milliseconds interval) {
         timespec timeout{};
@@ -291,7 +289,7 @@ int main(int argc, char** argv) {
         std::pair{"GDT_TLS_KEY_FILE", &tls_flags.key_file}}) {
     if (const char* env = std::getenv(name); env != nullptr) *field = env;
   }
-  gdt::coordinator::StatusOptions status_options;
+  gdt::ctl::StatusOptions status_options;
   bool watch = false;
   int count = 0;
   double interval_seconds = 2;
@@ -372,11 +370,11 @@ int main(int argc, char** argv) {
         [&token_action, action]() { token_action = action->get_name(); });
   }
 
-  gdt::policy::SimulateFlags sim_flags;
+  gdt::sim::SimulateFlags sim_flags;
   CLI::App* simulate = app.add_subcommand(
       "simulate",
       "Replay a job trace through the gang admission policy in virtual time");
-  gdt::policy::AddSimulateOptions(*simulate, sim_flags);
+  gdt::sim::AddSimulateOptions(*simulate, sim_flags);
 
   std::string cancel_gang;
   std::string cancel_reason;
@@ -409,7 +407,7 @@ int main(int argc, char** argv) {
   if (serve->parsed()) return Serve(serve_flags);
   std::string admin_token;
   if (!simulate->parsed()) {
-    absl::StatusOr<std::string> token = gdt::coordinator::LoadAdminToken(
+    absl::StatusOr<std::string> token = gdt::ctl::LoadAdminToken(
         admin_token_file, std::getenv("GDT_ADMIN_TOKEN_FILE"));
     if (!token.ok()) {
       return Fail(kExitUsage, std::string(token.status().message()));
@@ -417,8 +415,7 @@ int main(int argc, char** argv) {
     admin_token = *std::move(token);
   }
   if (simulate->parsed()) {
-    const gdt::policy::SimulateReport report =
-        gdt::policy::RunSimulate(sim_flags);
+    const gdt::sim::SimulateReport report = gdt::sim::RunSimulate(sim_flags);
     std::cout << report.output;
     if (!report.error.empty()) Fail(report.exit_code, report.error);
     return report.exit_code;
@@ -429,7 +426,7 @@ int main(int argc, char** argv) {
     return Fail(kExitUsage, std::string(security.status().message()));
   }
   if (token_cmd->parsed()) {
-    absl::StatusOr<std::string> out = gdt::coordinator::RunHostTokenCommand(
+    absl::StatusOr<std::string> out = gdt::ctl::RunHostTokenCommand(
         endpoint, token_action, host_name, *security, admin_token);
     if (!out.ok()) {
       const absl::StatusCode code = out.status().code();
@@ -445,11 +442,11 @@ int main(int argc, char** argv) {
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
         host_action.empty()
-            ? gdt::coordinator::RunHostsList(endpoint, hosts_json, *security,
-                                             admin_token)
-            : gdt::coordinator::RunHostsAction(endpoint, host_action, host_name,
-                                               *security, admin_token);
-    if (!out.ok() && gdt::coordinator::IsAuthRefusal(out.status())) {
+            ? gdt::ctl::RunHostsList(endpoint, hosts_json, *security,
+                                     admin_token)
+            : gdt::ctl::RunHostsAction(endpoint, host_action, host_name,
+                                       *security, admin_token);
+    if (!out.ok() && gdt::ctl::IsAuthRefusal(out.status())) {
       return Fail(kExitFailure, std::string(out.status().message()));
     }
     if (!out.ok()) {
@@ -463,7 +460,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (cancel->parsed()) {
-    absl::StatusOr<std::string> done = gdt::coordinator::RunCancelCommand(
+    absl::StatusOr<std::string> done = gdt::ctl::RunCancelCommand(
         endpoint, cancel_gang, cancel_reason, *security, admin_token);
     if (!done.ok()) {
       const absl::StatusCode code = done.status().code();
@@ -476,7 +473,7 @@ int main(int argc, char** argv) {
     return kExitOk;
   }
   if (!watch) {
-    absl::StatusOr<std::string> text = gdt::coordinator::RunStatusCommand(
+    absl::StatusOr<std::string> text = gdt::ctl::RunStatusCommand(
         endpoint, status_options, *security, admin_token);
     if (!text.ok()) return StatusFailure(text.status());
     std::cout << *text;

@@ -3,17 +3,17 @@
 #include <map>
 
 #include "common/fake_clock.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
+using test::Joining;
+using test::TrainKey;
 using ::testing::HasSubstr;
-using testing_support::Joining;
-using testing_support::TrainKey;
 
 // GitLab's answers by token, and how often it was asked.
 class FakeLookup {
@@ -63,8 +63,10 @@ class MemberVerifierTest : public ::testing::Test {
 };
 
 TEST_F(MemberVerifierTest, AcceptsClaimsGitLabConfirms) {
-  EXPECT_TRUE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
-  EXPECT_TRUE(verifier_.Verify("token-2", Joining(TrainKey(2), 2)).ok());
+  EXPECT_TRUE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
+  EXPECT_TRUE(
+      verifier_.Verify("token-2", test::Joining(test::TrainKey(2), 2)).ok());
 }
 
 TEST_F(MemberVerifierTest, ForgedVariablesAreRejectedByName) {
@@ -85,7 +87,7 @@ TEST_F(MemberVerifierTest, ForgedVariablesAreRejectedByName) {
        [](JoinRequest& r) { r.key.group_name = "eval"; }},
   };
   for (const Case& c : cases) {
-    JoinRequest request = Joining(TrainKey(2), 1);
+    JoinRequest request = test::Joining(test::TrainKey(2), 1);
     c.forge(request);
     absl::Status status = verifier_.Verify("token-1", request);
     EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << c.variable;
@@ -99,7 +101,7 @@ TEST_F(MemberVerifierTest, AJobWithoutParallelIsAGangOfOne) {
   gitlab::ApiJob single = TrainJob(1);
   single.name = "lint";
   lookup_.jobs["token-lint"] = single;
-  JoinRequest request = Joining(GangKey{"", 5, 77, "lint", 1}, 1);
+  JoinRequest request = test::Joining(state::GangKey{"", 5, 77, "lint", 1}, 1);
   request.job_id = single.id;
   request.job_name = "lint";
   EXPECT_TRUE(verifier_.Verify("token-lint", request).ok());
@@ -109,12 +111,13 @@ TEST_F(MemberVerifierTest, AJobWithoutParallelIsAGangOfOne) {
 }
 
 TEST_F(MemberVerifierTest, MissingOrRefusedTokenIsUnauthenticated) {
-  absl::Status none = verifier_.Verify("", Joining(TrainKey(2), 1));
+  absl::Status none = verifier_.Verify("", test::Joining(test::TrainKey(2), 1));
   EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(none.message(), HasSubstr("no job token"));
   EXPECT_EQ(lookup_.calls, 0);
 
-  absl::Status refused = verifier_.Verify("stale", Joining(TrainKey(2), 1));
+  absl::Status refused =
+      verifier_.Verify("stale", test::Joining(test::TrainKey(2), 1));
   EXPECT_EQ(refused.code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(refused.message(), HasSubstr("GitLab refused the job token"));
   EXPECT_THAT(refused.message(), HasSubstr("401"));
@@ -126,42 +129,52 @@ TEST_F(MemberVerifierTest, GitLabDownIsTransient) {
         return absl::UnavailableError("GitLab API GET x: connection refused");
       },
       clock_);
-  absl::Status status = down.Verify("token-1", Joining(TrainKey(2), 1));
+  absl::Status status =
+      down.Verify("token-1", test::Joining(test::TrainKey(2), 1));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(), HasSubstr("cannot verify the job token"));
 }
 
 TEST_F(MemberVerifierTest, PositiveAnswersAreCachedBrieflyAndBounded) {
-  ASSERT_TRUE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
-  ASSERT_TRUE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
   EXPECT_EQ(lookup_.calls, 1);
   // A forged claim is still checked against the cached answer.
-  JoinRequest forged = Joining(TrainKey(2), 1);
+  JoinRequest forged = test::Joining(test::TrainKey(2), 1);
   forged.key.pipeline_id = 1;
   EXPECT_FALSE(verifier_.Verify("token-1", forged).ok());
   EXPECT_EQ(lookup_.calls, 1);
 
   clock_.Advance(31s);  // Expired: asks GitLab again (the job may be over).
   lookup_.jobs.erase("token-1");
-  EXPECT_EQ(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).code(),
-            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).code(),
+      absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(lookup_.calls, 2);
   // Refusals are not cached.
-  EXPECT_FALSE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
+  EXPECT_FALSE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
   EXPECT_EQ(lookup_.calls, 3);
 
   // At most two answers are kept: a third token pushes the oldest out.
   lookup_.jobs["token-1"] = TrainJob(1);
   lookup_.jobs["token-3"] = TrainJob(1);
-  ASSERT_TRUE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
   clock_.Advance(1s);
-  ASSERT_TRUE(verifier_.Verify("token-2", Joining(TrainKey(2), 2)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-2", test::Joining(test::TrainKey(2), 2)).ok());
   clock_.Advance(1s);
-  ASSERT_TRUE(verifier_.Verify("token-3", Joining(TrainKey(2), 1)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-3", test::Joining(test::TrainKey(2), 1)).ok());
   const int before = lookup_.calls;
-  ASSERT_TRUE(verifier_.Verify("token-2", Joining(TrainKey(2), 2)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-2", test::Joining(test::TrainKey(2), 2)).ok());
   EXPECT_EQ(lookup_.calls, before);  // Still cached.
-  ASSERT_TRUE(verifier_.Verify("token-1", Joining(TrainKey(2), 1)).ok());
+  ASSERT_TRUE(
+      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
   EXPECT_EQ(lookup_.calls, before + 1);  // Evicted.
 }
 

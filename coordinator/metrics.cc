@@ -113,9 +113,9 @@ void CoordinatorMetrics::RpcFinished(std::string_view method,
 std::string CoordinatorMetrics::Render(const Snapshot& snapshot) {
   std::map<std::string, int> by_state = {
       {"forming", 0}, {"running", 0}, {"failed", 0}};
-  for (const Gang& gang : snapshot.gangs) {
-    if (gang.state == GangState::kDone) continue;
-    ++by_state[GangStateName(gang.state)];
+  for (const state::Gang& gang : snapshot.gangs) {
+    if (gang.state == state::GangState::kDone) continue;
+    ++by_state[state::GangStateName(gang.state)];
   }
   registry_.ClearGauge("gdt_gangs");
   for (const auto& [state, count] : by_state) {
@@ -126,7 +126,7 @@ std::string CoordinatorMetrics::Render(const Snapshot& snapshot) {
   registry_.ClearGauge("gdt_host_cpu_slots");
   for (const HostView& view : snapshot.hosts) {
     const std::string& name = view.host.spec.name;
-    const bool up = view.state == HostState::kUp;
+    const bool up = view.state == state::HostState::kUp;
     registry_.SetGauge("gdt_host_up", {{"host", name}}, up ? 1 : 0);
     const size_t total_gpus = view.host.spec.gpus.size();
     if (total_gpus > 0) {

@@ -4,18 +4,18 @@
 
 #include "common/fake_clock.h"
 #include "coordinator/coordinator.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
 
+using test::CpuHost;
+using test::GpuHost;
+using test::Joining;
+using test::TrainKey;
 using ::testing::HasSubstr;
-using testing_support::CpuHost;
-using testing_support::GpuHost;
-using testing_support::Joining;
-using testing_support::TrainKey;
 
 class FreePorts : public PortChecker {
  public:
@@ -27,7 +27,8 @@ class FreePorts : public PortChecker {
 class CoordinatorMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
         Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
@@ -35,7 +36,7 @@ class CoordinatorMetricsTest : public ::testing::Test {
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     coordinator_ = std::move(*coordinator);
     coordinator_->SetObserver(metrics_);
-    ASSERT_TRUE(coordinator_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE(coordinator_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   }
 
   std::string Scrape() {
@@ -49,9 +50,11 @@ class CoordinatorMetricsTest : public ::testing::Test {
 };
 
 TEST_F(CoordinatorMetricsTest, AdmissionCountsTheGangAndObservesItsLatencies) {
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 4), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 4), 1).ok());
   clock_.Advance(std::chrono::seconds(3));
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 4), 2).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 4), 2).ok());
   clock_.Advance(std::chrono::milliseconds(20));
 
   EXPECT_THAT(Scrape(), HasSubstr("gdt_gangs{state=\"forming\"} 1\n"));
@@ -82,13 +85,15 @@ TEST_F(CoordinatorMetricsTest, AdmissionCountsTheGangAndObservesItsLatencies) {
 }
 
 TEST_F(CoordinatorMetricsTest, TheFailingReportIsCountedByClassOnce) {
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 1, 1), 1).ok());
-  ASSERT_TRUE(coordinator_->Join(Joining(TrainKey(2), 2, 1), 2).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
   coordinator_->RunAdmissionPass();
   const Snapshot snapshot = coordinator_->GetSnapshot(false);
   ASSERT_EQ(snapshot.gangs.size(), 1u);
-  const Gang& gang = snapshot.gangs[0];
-  ASSERT_EQ(gang.state, GangState::kRunning);
+  const state::Gang& gang = snapshot.gangs[0];
+  ASSERT_EQ(gang.state, state::GangState::kRunning);
 
   // Member 2 is killed by SIGKILL; member 1 then stops with SIGTERM.
   ASSERT_TRUE(
@@ -102,7 +107,7 @@ TEST_F(CoordinatorMetricsTest, TheFailingReportIsCountedByClassOnce) {
 }
 
 TEST_F(CoordinatorMetricsTest, CpuHostsReportSlotsAndRpcsAreTimed) {
-  ASSERT_TRUE(coordinator_->RegisterHost(CpuHost("cpu-01", 3)).ok());
+  ASSERT_TRUE(coordinator_->RegisterHost(test::CpuHost("cpu-01", 3)).ok());
   metrics_.RpcFinished("Heartbeat", "OK", 0.0002);
   metrics_.RpcFinished("Heartbeat", "NOT_FOUND", 0.002);
 

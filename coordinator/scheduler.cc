@@ -31,12 +31,12 @@ std::string Slug(const std::string& text) {
   return slug.empty() ? "gang" : slug;
 }
 
-std::string GangLabel(const GangKey& key) {
+std::string GangLabel(const state::GangKey& key) {
   return absl::StrCat("gang ", key.group_name, " (pipeline ", key.pipeline_id,
                       ")");
 }
 
-uint32_t SlotsOf(const Host& host) {
+uint32_t SlotsOf(const state::Host& host) {
   return std::max<uint32_t>(1, host.spec.cpu_slots);
 }
 
@@ -50,7 +50,7 @@ constexpr size_t kSentMissing = 64;
 constexpr std::chrono::seconds kWaitingRefresh{1};
 
 // Every member of `gang` holds a JoinGang stream.
-bool AllPresent(const Gang& gang) {
+bool AllPresent(const state::Gang& gang) {
   return gang.members.size() == gang.key.size &&
          std::all_of(gang.members.begin(), gang.members.end(),
                      [](const auto& entry) { return entry.second.present; });
@@ -58,14 +58,14 @@ bool AllPresent(const Gang& gang) {
 
 // Whether the gang's GPUs, slots and port are still leased: it runs, or it
 // failed and some member has not left yet.
-bool HoldsLeases(const Gang& gang) {
-  if (gang.state == GangState::kRunning) return true;
-  if (gang.state != GangState::kFailed) return false;
+bool HoldsLeases(const state::Gang& gang) {
+  if (gang.state == state::GangState::kRunning) return true;
+  if (gang.state != state::GangState::kFailed) return false;
   return std::any_of(gang.members.begin(), gang.members.end(),
                      [](const auto& entry) { return !entry.second.left; });
 }
 
-bool AllExitedZero(const Gang& gang) {
+bool AllExitedZero(const state::Gang& gang) {
   return gang.members.size() == gang.key.size &&
          std::all_of(
              gang.members.begin(), gang.members.end(),
@@ -79,32 +79,33 @@ int64_t RunBound(uint32_t job_timeout_seconds) {
 
 }  // namespace
 
-Scheduler::Scheduler(const Clock& clock, StateStore& store,
+Scheduler::Scheduler(const Clock& clock, state::StateStore& store,
                      const SchedulerOptions& options)
     : clock_(clock), store_(store), options_(options) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
-    const Clock& clock, StateStore& store, const SchedulerOptions& options) {
+    const Clock& clock, state::StateStore& store,
+    const SchedulerOptions& options) {
   std::unique_ptr<Scheduler> scheduler(new Scheduler(clock, store, options));
   GDT_RETURN_IF_ERROR(scheduler->LoadState());
   return scheduler;
 }
 
 absl::Status Scheduler::LoadState() {
-  absl::StatusOr<StoredState> state = store_.Load();
+  absl::StatusOr<state::StoredState> state = store_.Load();
   if (!state.ok()) return state.status();
-  for (Host& host : state->hosts) {
+  for (state::Host& host : state->hosts) {
     // A restart must not mark every host down at once: give each a full
     // heartbeat window from now.
     host.last_heartbeat = clock_.Now();
     hosts_[host.spec.name] = std::move(host);
   }
-  for (Gang& gang : state->gangs) {
+  for (state::Gang& gang : state->gangs) {
     next_sequence_ = std::max(next_sequence_, gang.sequence + 1);
     uint32_t timeout = 0;
     for (auto& [index, member] : gang.members) {
       // Executors of forming gangs reconnect and join again by job id.
-      member.present = gang.state == GangState::kRunning && !member.left;
+      member.present = gang.state == state::GangState::kRunning && !member.left;
       timeout = std::max(timeout, member.job_timeout_seconds);
     }
     // The admission time is not stored: count the timeout from now.
@@ -113,26 +114,26 @@ absl::Status Scheduler::LoadState() {
     if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     gangs_[gang.id] = std::move(gang);
   }
-  for (const GpuLease& lease : state->gpu_leases) {
+  for (const state::GpuLease& lease : state->gpu_leases) {
     gpu_leases_[lease.host_name][lease.gpu_index] = lease.gang_id;
   }
-  for (const PortLease& lease : state->port_leases) {
+  for (const state::PortLease& lease : state->port_leases) {
     port_leases_[lease.host_name][lease.port] = lease.gang_id;
   }
   return absl::OkStatus();
 }
 
-HostState Scheduler::StateOf(const Host& host) const {
+state::HostState Scheduler::StateOf(const state::Host& host) const {
   return clock_.Now() - host.last_heartbeat > options_.host_down_after
-             ? HostState::kDown
-             : HostState::kUp;
+             ? state::HostState::kDown
+             : state::HostState::kUp;
 }
 
-absl::Status Scheduler::RegisterHost(const HostSpec& spec) {
+absl::Status Scheduler::RegisterHost(const state::HostSpec& spec) {
   if (spec.name.empty()) {
     return absl::InvalidArgumentError("host name must not be empty");
   }
-  Host host;
+  state::Host host;
   host.spec = spec;
   auto known = hosts_.find(spec.name);
   if (known != hosts_.end()) host.drained = known->second.drained;
@@ -147,7 +148,7 @@ absl::Status Scheduler::RegisterHost(const HostSpec& spec) {
 bool Scheduler::Heartbeat(const std::string& host_name, bool* was_down) {
   auto it = hosts_.find(host_name);
   if (it == hosts_.end()) return false;
-  *was_down = StateOf(it->second) == HostState::kDown;
+  *was_down = StateOf(it->second) == state::HostState::kDown;
   it->second.last_heartbeat = clock_.Now();
   it->second.last_heartbeat_unix_ms = clock_.UnixMillis();
   return true;
@@ -197,7 +198,7 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> Scheduler::GangIdFor(const GangKey& key) {
+absl::StatusOr<std::string> Scheduler::GangIdFor(const state::GangKey& key) {
   auto known = gang_ids_.find(key);
   if (known != gang_ids_.end()) return known->second;
   const std::string base =
@@ -213,7 +214,7 @@ absl::StatusOr<std::string> Scheduler::GangIdFor(const GangKey& key) {
 
 absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
                                             uint64_t stream_id) {
-  const GangKey& key = request.key;
+  const state::GangKey& key = request.key;
   if (key.group_name.empty()) {
     return absl::InvalidArgumentError("join needs a job group name");
   }
@@ -265,14 +266,15 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
         CheckFeasible(PlacementHosts(), shape, options_.max_nodes_per_job));
   }
   if (found != gangs_.end()) {
-    Gang& gang = found->second;
+    state::Gang& gang = found->second;
     GDT_RETURN_IF_ERROR(CheckNotFenced(gang, request.job_id));
-    if (gang.state == GangState::kDone || gang.state == GangState::kFailed) {
+    if (gang.state == state::GangState::kDone ||
+        gang.state == state::GangState::kFailed) {
       // A retried job: the gang's next epoch forms (scheduler_failure.cc).
       GDT_RETURN_IF_ERROR(StartNextEpoch(gang, request.job_id));
     }
     auto existing = gang.members.find(request.member_index);
-    if (gang.state == GangState::kRunning) {
+    if (gang.state == state::GangState::kRunning) {
       if (existing != gang.members.end() &&
           existing->second.job_id == request.job_id) {
         QueueAdmitted(gang, existing->second, stream_id);
@@ -294,8 +296,8 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   // Only the joining member changes: it is built aside, saved alone
   // (StateStore::SaveMember) and then put in place, so that a join costs O(log
   // N) and not a copy and a re-save of the whole gang.
-  Gang fresh;
-  Gang* target = nullptr;
+  state::Gang fresh;
+  state::Gang* target = nullptr;
   if (found != gangs_.end()) {
     target = &found->second;
   } else {
@@ -306,7 +308,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     target = &fresh;
   }
   const bool was_complete = AllPresent(*target);
-  Member member;
+  state::Member member;
   if (auto existing = target->members.find(request.member_index);
       existing != target->members.end()) {
     member = existing->second;
@@ -335,14 +337,14 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   if (found == gangs_.end()) {
     ++next_sequence_;
     gang_ids_[key] = fresh.id;
-    Gang& stored = gangs_[fresh.id];
+    state::Gang& stored = gangs_[fresh.id];
     stored = std::move(fresh);
     target = &stored;
   }
   if (previous_stream != 0 && previous_stream != stream_id) {
-    MemberEvent superseded;
+    state::MemberEvent superseded;
     superseded.stream_id = previous_stream;
-    superseded.kind = MemberEvent::Kind::kSuperseded;
+    superseded.kind = state::MemberEvent::Kind::kSuperseded;
     superseded.gang_id = target->id;
     superseded.member_index = request.member_index;
     events_.push_back(std::move(superseded));
@@ -354,7 +356,8 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
 void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
                        uint64_t stream_id) {
   auto gang = gangs_.find(gang_id);
-  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+  if (gang == gangs_.end() ||
+      gang->second.state != state::GangState::kForming) {
     return;
   }
   auto member = gang->second.members.find(member_index);
@@ -368,10 +371,10 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
   RefreshForming(gang->second, was_complete, 0);
 }
 
-absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
-                                            uint32_t epoch,
-                                            uint32_t member_index,
-                                            int64_t job_id) {
+absl::StatusOr<state::Gang*> Scheduler::FindMember(const std::string& gang_id,
+                                                   uint32_t epoch,
+                                                   uint32_t member_index,
+                                                   int64_t job_id) {
   auto gang = gangs_.find(gang_id);
   if (gang == gangs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
@@ -395,7 +398,8 @@ absl::StatusOr<Gang*> Scheduler::FindMember(const std::string& gang_id,
   return &gang->second;
 }
 
-std::string Scheduler::FailureCause(const Gang& gang, const Member& member,
+std::string Scheduler::FailureCause(const state::Gang& gang,
+                                    const state::Member& member,
                                     int32_t exit_code, bool cancelled) const {
   const std::string host =
       member.host_name.empty() ? std::string("no host") : member.host_name;
@@ -403,22 +407,22 @@ std::string Scheduler::FailureCause(const Gang& gang, const Member& member,
                       member.job_id, " on host ", host, ") ",
                       cancelled ? std::string("was cancelled")
                                 : absl::StrCat("exited ", exit_code),
-                      " at ", UtcTimeOfDay(clock_.UnixMillis()));
+                      " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
 }
 
 absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
                                    int32_t exit_code, bool cancelled,
                                    bool peer_suspected) {
-  absl::StatusOr<Gang*> found =
+  absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
-  Gang& gang = **found;
-  Gang updated = gang;
-  Member& member = updated.members.at(member_index);
+  state::Gang& gang = **found;
+  state::Gang updated = gang;
+  state::Member& member = updated.members.at(member_index);
   member.exit_code = exit_code;
-  bool fails = gang.state == GangState::kRunning && !AllExitedZero(gang) &&
-               (exit_code != 0 || cancelled);
+  bool fails = gang.state == state::GangState::kRunning &&
+               !AllExitedZero(gang) && (exit_code != 0 || cancelled);
   // Probably a consequence of another member's failure: wait for it.
   const bool suspected = fails && peer_suspected && !cancelled;
   if (suspected) {
@@ -429,7 +433,7 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
     }
   }
   if (fails) {
-    updated.state = GangState::kFailed;
+    updated.state = state::GangState::kFailed;
     updated.failed_member = member_index;
     updated.reason = absl::StrCat(
         "gang ", updated.id,
@@ -451,13 +455,14 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
 absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
                               uint32_t member_index, int64_t job_id,
                               uint64_t watch_id) {
-  absl::StatusOr<Gang*> found =
+  absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
-  const Gang& gang = **found;
-  if (gang.state == GangState::kForming || gang.state == GangState::kDone) {
+  const state::Gang& gang = **found;
+  if (gang.state == state::GangState::kForming ||
+      gang.state == state::GangState::kDone) {
     return absl::FailedPreconditionError(
-        absl::StrCat("gang ", gang_id, " is ", GangStateName(gang.state),
+        absl::StrCat("gang ", gang_id, " is ", state::GangStateName(gang.state),
                      "; only an admitted gang can be watched"));
   }
   watchers_[watch_id] = gang_id;
@@ -467,12 +472,12 @@ absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
 
 void Scheduler::Unwatch(uint64_t watch_id) { watchers_.erase(watch_id); }
 
-void Scheduler::QueueWatchEvent(const Gang& gang, uint64_t watch_id) {
-  MemberEvent event;
+void Scheduler::QueueWatchEvent(const state::Gang& gang, uint64_t watch_id) {
+  state::MemberEvent event;
   event.stream_id = watch_id;
   event.gang_id = gang.id;
-  if (gang.state == GangState::kFailed) {
-    event.kind = MemberEvent::Kind::kGangFailed;
+  if (gang.state == state::GangState::kFailed) {
+    event.kind = state::MemberEvent::Kind::kGangFailed;
     event.reason = gang.reason;
     auto culprit = gang.members.find(gang.failed_member);
     if (culprit != gang.members.end()) {
@@ -481,14 +486,14 @@ void Scheduler::QueueWatchEvent(const Gang& gang, uint64_t watch_id) {
     }
     event.collect_evidence = gang.collect_evidence;
   } else if (AllExitedZero(gang)) {
-    event.kind = MemberEvent::Kind::kGangSucceeded;
-  } else if (gang.state == GangState::kDone) {
-    event.kind = MemberEvent::Kind::kGangFailed;
+    event.kind = state::MemberEvent::Kind::kGangSucceeded;
+  } else if (gang.state == state::GangState::kDone) {
+    event.kind = state::MemberEvent::Kind::kGangFailed;
     event.reason = absl::StrCat("gang ", gang.id,
                                 " ended: every member left before all of "
                                 "them exited 0");
   } else {
-    event.kind = MemberEvent::Kind::kGangRunning;
+    event.kind = state::MemberEvent::Kind::kGangRunning;
     event.progress.members_total = gang.key.size;
     for (uint32_t index = 1; index <= gang.key.size; ++index) {
       auto member = gang.members.find(index);
@@ -497,11 +502,12 @@ void Scheduler::QueueWatchEvent(const Gang& gang, uint64_t watch_id) {
       }
     }
   }
-  if (event.kind != MemberEvent::Kind::kGangRunning) watchers_.erase(watch_id);
+  if (event.kind != state::MemberEvent::Kind::kGangRunning)
+    watchers_.erase(watch_id);
   events_.push_back(std::move(event));
 }
 
-void Scheduler::NotifyWatchers(const Gang& gang) {
+void Scheduler::NotifyWatchers(const state::Gang& gang) {
   std::vector<uint64_t> watch_ids;
   for (const auto& [watch_id, gang_id] : watchers_) {
     if (gang_id == gang.id) watch_ids.push_back(watch_id);
@@ -509,18 +515,19 @@ void Scheduler::NotifyWatchers(const Gang& gang) {
   for (uint64_t watch_id : watch_ids) QueueWatchEvent(gang, watch_id);
 }
 
-absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
+absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
                               int64_t job_id) {
   // The job's own epoch: the current one, or an older one still stopping.
-  Gang* epoch_gang = GangOfJob(key, member_index, job_id);
+  state::Gang* epoch_gang = GangOfJob(key, member_index, job_id);
   if (epoch_gang == nullptr) return absl::OkStatus();
-  Gang& gang = *epoch_gang;
+  state::Gang& gang = *epoch_gang;
   auto member = gang.members.find(member_index);
   if (member == gang.members.end() || member->second.job_id != job_id ||
       member->second.left) {
     return absl::OkStatus();
   }
-  if (gang.state == GangState::kRunning && member->second.exit_code == -1) {
+  if (gang.state == state::GangState::kRunning &&
+      member->second.exit_code == -1) {
     // Its job ended without a reported script exit (a stage before or
     // around the user script failed, or the runner gave up on it): the
     // gang cannot finish without it, so its peers must not wait for it.
@@ -529,16 +536,17 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
         absl::StrCat(MemberLabel(gang, member->second),
                      " ended before its script finished (its job failed or "
                      "was cancelled outside the script) at ",
-                     UtcTimeOfDay(clock_.UnixMillis())),
+                     state::UtcTimeOfDay(clock_.UnixMillis())),
         "member_lost"));
     member = gang.members.find(member_index);  // FailGang replaced it.
   }
-  Member leaving = member->second;
+  state::Member leaving = member->second;
   const uint64_t stream_id = leaving.stream_id;
   leaving.present = false;
   leaving.stream_id = 0;
   bool all_left = false;
-  if (gang.state == GangState::kRunning || gang.state == GangState::kFailed) {
+  if (gang.state == state::GangState::kRunning ||
+      gang.state == state::GangState::kFailed) {
     leaving.left = true;
     all_left = std::all_of(
         gang.members.begin(), gang.members.end(), [&](const auto& entry) {
@@ -547,16 +555,16 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
   }
   if (all_left) {
     // The gang ends and its leases go: the whole gang is saved.
-    Gang updated = gang;
+    state::Gang updated = gang;
     updated.members.at(member_index) = std::move(leaving);
-    if (updated.state == GangState::kRunning) {
-      updated.state = GangState::kDone;
+    if (updated.state == state::GangState::kRunning) {
+      updated.state = state::GangState::kDone;
       updated.reason = "every member left";
     }
     GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     spdlog::info("gang {} gang={} leases released",
-                 GangStateName(updated.state), updated.id);
+                 state::GangStateName(updated.state), updated.id);
     gang = std::move(updated);
   } else {
     // Only this member's row changes; the leases stay as they are.
@@ -564,16 +572,16 @@ absl::Status Scheduler::Leave(const GangKey& key, uint32_t member_index,
     member->second = std::move(leaving);
   }
   if (stream_id != 0) {
-    MemberEvent aborted;
+    state::MemberEvent aborted;
     aborted.stream_id = stream_id;
-    aborted.kind = MemberEvent::Kind::kAborted;
+    aborted.kind = state::MemberEvent::Kind::kAborted;
     aborted.gang_id = gang.id;
     aborted.member_index = member_index;
     aborted.reason = absl::StrCat("member ", member_index, " (job ", job_id,
                                   ") left gang ", gang.id);
     events_.push_back(std::move(aborted));
   }
-  if (gang.state == GangState::kDone) NotifyWatchers(gang);
+  if (gang.state == state::GangState::kDone) NotifyWatchers(gang);
   Pass();
   return absl::OkStatus();
 }
@@ -604,14 +612,14 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
   for (const auto& [name, host] : hosts_) {
     PlacementHost view;
     view.name = name;
-    for (const GpuInfo& gpu : host.spec.gpus) {
+    for (const state::GpuInfo& gpu : host.spec.gpus) {
       view.gpu_indices.push_back(gpu.index);
     }
     view.cpu_slots = SlotsOf(host);
     view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
-    view.down = StateOf(host) != HostState::kUp;
+    view.down = StateOf(host) != state::HostState::kUp;
     out.push_back(std::move(view));
   }
   return out;
@@ -625,8 +633,9 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     RunningGang running;
     running.gang_id = id;
     // A failed gang frees its leases as soon as its members have left.
-    running.end_bound_unix_s =
-        gang.state == GangState::kRunning ? gang.end_bound_unix_s : now_s;
+    running.end_bound_unix_s = gang.state == state::GangState::kRunning
+                                   ? gang.end_bound_unix_s
+                                   : now_s;
     for (const auto& [index, member] : gang.members) {
       if (member.host_name.empty()) continue;
       running.members.push_back(
@@ -637,7 +646,7 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
   return out;
 }
 
-WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
+WaitingGang Scheduler::WaitingGangOf(const state::Gang& gang) const {
   WaitingGang out;
   out.gang_id = gang.id;
   out.members = gang.key.size;
@@ -661,7 +670,7 @@ WaitingGang Scheduler::WaitingGangOf(const Gang& gang) const {
   return out;
 }
 
-std::string Scheduler::WaitingReason(const Gang& gang,
+std::string Scheduler::WaitingReason(const state::Gang& gang,
                                      const BlockedGang* blocked) const {
   const std::string label = GangLabel(gang.key);
   // One walk over the members (a join must not cost O(N log N)).
@@ -698,7 +707,7 @@ std::string Scheduler::WaitingReason(const Gang& gang,
   if (hosts_.empty()) return present + "no host registered yet";
   const bool any_up =
       std::any_of(hosts_.begin(), hosts_.end(), [&](const auto& entry) {
-        return StateOf(entry.second) == HostState::kUp;
+        return StateOf(entry.second) == state::HostState::kUp;
       });
   if (!any_up) {
     return absl::StrCat(present, "waiting for a host to come up (all ",
@@ -713,13 +722,14 @@ std::string Scheduler::WaitingReason(const Gang& gang,
 }
 
 std::vector<AdmissionProposal> Scheduler::Pass() {
-  std::vector<Gang*> forming;
+  std::vector<state::Gang*> forming;
   for (auto& [id, gang] : gangs_) {
-    if (gang.state == GangState::kForming) forming.push_back(&gang);
+    if (gang.state == state::GangState::kForming) forming.push_back(&gang);
   }
-  std::sort(forming.begin(), forming.end(), [](const Gang* a, const Gang* b) {
-    return a->sequence < b->sequence;
-  });
+  std::sort(forming.begin(), forming.end(),
+            [](const state::Gang* a, const state::Gang* b) {
+              return a->sequence < b->sequence;
+            });
   const std::vector<PlacementHost> hosts = PlacementHosts();
   // Incomplete gangs matter only for runner-slot deadlocks, which need
   // declared runner slots (placement.h).
@@ -728,7 +738,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
       [](const PlacementHost& host) { return host.runner_slots != 0; });
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
-  for (const Gang* gang : forming) {
+  for (const state::Gang* gang : forming) {
     if (AllPresent(*gang)) {
       complete.push_back(WaitingGangOf(*gang));
     } else if (slots_declared &&
@@ -756,7 +766,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   // Gangs proposed on one master host in this pass start with different
   // ports, so that admitting one does not defer the next.
   std::map<std::string, std::set<uint32_t>> offered;
-  for (Gang* gang : forming) {
+  for (state::Gang* gang : forming) {
     gang->queue_position = 0;
     auto planned = admitted.find(gang->id);
     auto blocked = plan.blocked.find(gang->id);
@@ -792,7 +802,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
 }
 
 void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
-                            std::vector<Gang*>& forming) {
+                            std::vector<state::Gang*>& forming) {
   for (const BouncedGang& bounce : bounced) {
     auto found = gangs_.find(bounce.gang_id);
     if (found == gangs_.end()) continue;
@@ -809,7 +819,8 @@ void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
   }
 }
 
-void Scheduler::RefreshForming(Gang& gang, bool was_complete, uint32_t joined) {
+void Scheduler::RefreshForming(state::Gang& gang, bool was_complete,
+                               uint32_t joined) {
   // Placement looks at complete gangs only, and at incomplete ones only for
   // runner-slot deadlocks, which need declared runner slots.
   const bool slots_declared = std::any_of(
@@ -824,8 +835,8 @@ void Scheduler::RefreshForming(Gang& gang, bool was_complete, uint32_t joined) {
   QueueWaiting(gang, joined);
 }
 
-void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
-  WaitingInfo info;
+void Scheduler::QueueWaiting(state::Gang& gang, uint32_t joined) {
+  state::WaitingInfo info;
   info.members_total = gang.key.size;
   uint32_t next = 1;
   auto note_missing = [&](uint32_t index) {
@@ -849,7 +860,7 @@ void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
   const Clock::TimePoint now = clock_.Now();
   const bool refresh_due = now >= gang.waiting_refresh_due;
   bool refreshed = false;
-  auto queue = [&](uint32_t index, Member& member) {
+  auto queue = [&](uint32_t index, state::Member& member) {
     if (member.stream_id == 0) return;
     // Coalesced: a count-only change for a member already told that
     // members are missing waits for the gang's next refresh.
@@ -858,9 +869,9 @@ void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
     if (missing && member.told_missing) refreshed = true;
     member.last_reason_sent = gang.reason;
     member.told_missing = missing;
-    MemberEvent event;
+    state::MemberEvent event;
     event.stream_id = member.stream_id;
-    event.kind = MemberEvent::Kind::kWaiting;
+    event.kind = state::MemberEvent::Kind::kWaiting;
     event.gang_id = gang.id;
     event.member_index = index;
     event.waiting = info;
@@ -880,7 +891,7 @@ void Scheduler::QueueWaiting(Gang& gang, uint32_t joined) {
 std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
 
 absl::Status Scheduler::CheckPlanned(
-    const Gang& gang, const std::vector<PlannedMember>& planned) const {
+    const state::Gang& gang, const std::vector<PlannedMember>& planned) const {
   if (planned.size() != gang.key.size) {
     return absl::UnavailableError(
         absl::StrCat("gang ", gang.id, " has no placement for every member"));
@@ -892,7 +903,8 @@ absl::Status Scheduler::CheckPlanned(
     auto host = hosts_.find(member.host);
     auto joined = gang.members.find(member.member_index);
     if (host == hosts_.end() || joined == gang.members.end() ||
-        StateOf(host->second) != HostState::kUp || host->second.drained) {
+        StateOf(host->second) != state::HostState::kUp ||
+        host->second.drained) {
       return absl::UnavailableError(absl::StrCat(
           "host ", member.host, " no longer takes gang ", gang.id));
     }
@@ -905,7 +917,7 @@ absl::Status Scheduler::CheckPlanned(
     for (const uint32_t gpu : member.gpu_indices) {
       const bool exists = std::any_of(
           host->second.spec.gpus.begin(), host->second.spec.gpus.end(),
-          [gpu](const GpuInfo& info) { return info.index == gpu; });
+          [gpu](const state::GpuInfo& info) { return info.index == gpu; });
       const bool leased =
           host_usage != usage.end() && host_usage->second.gpus.count(gpu) != 0;
       if (!exists || leased || !taken.emplace(member.host, gpu).second) {
@@ -928,11 +940,12 @@ absl::Status Scheduler::CheckPlanned(
 absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
                               uint32_t port) {
   auto found = gangs_.find(proposal.gang_id);
-  if (found == gangs_.end() || found->second.state != GangState::kForming) {
+  if (found == gangs_.end() ||
+      found->second.state != state::GangState::kForming) {
     return absl::FailedPreconditionError(
         absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
   }
-  Gang updated = found->second;
+  state::Gang updated = found->second;
   const bool all_present =
       std::all_of(updated.members.begin(), updated.members.end(),
                   [](const auto& entry) { return entry.second.present; });
@@ -951,8 +964,8 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
     return absl::UnavailableError(absl::StrCat(
         "port ", port, " on ", proposal.master_host, " is not available"));
   }
-  const Host& master = hosts_.at(proposal.master_host);
-  updated.state = GangState::kRunning;
+  const state::Host& master = hosts_.at(proposal.master_host);
+  updated.state = state::GangState::kRunning;
   updated.reason.clear();
   updated.blocked_note.clear();
   updated.queue_position = 0;
@@ -961,7 +974,7 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
   updated.master_port = port;
   uint32_t timeout = 0;
   for (const PlannedMember& planned : proposal.members) {
-    Member& member = updated.members.at(planned.member_index);
+    state::Member& member = updated.members.at(planned.member_index);
     member.node_rank = static_cast<int32_t>(planned.node_rank);
     member.host_name = planned.host;
     member.gpu_indices = planned.gpu_indices;
@@ -976,7 +989,7 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
     }
   }
   port_leases_[updated.master_host][port] = updated.id;
-  Gang& gang = found->second;
+  state::Gang& gang = found->second;
   gang = std::move(updated);
   spdlog::info("gang admitted gang={} master={}:{}", gang.id, gang.master_addr,
                gang.master_port);
@@ -991,16 +1004,17 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
 
 void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
   auto gang = gangs_.find(gang_id);
-  if (gang == gangs_.end() || gang->second.state != GangState::kForming) {
+  if (gang == gangs_.end() ||
+      gang->second.state != state::GangState::kForming) {
     return;
   }
   gang->second.blocked_note = note;
   Pass();
 }
 
-Assignment Scheduler::BuildAssignment(const Gang& gang,
-                                      const Member& member) const {
-  Assignment assignment;
+state::Assignment Scheduler::BuildAssignment(
+    const state::Gang& gang, const state::Member& member) const {
+  state::Assignment assignment;
   assignment.gang_id = gang.id;
   assignment.epoch = gang.epoch;
   assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
@@ -1017,13 +1031,13 @@ Assignment Scheduler::BuildAssignment(const Gang& gang,
   assignment.gpu_indices = member.gpu_indices;
   assignment.master_addr = gang.master_addr;
   assignment.master_port = gang.master_port;
-  std::vector<const Member*> by_rank;
+  std::vector<const state::Member*> by_rank;
   for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
   std::stable_sort(by_rank.begin(), by_rank.end(),
-                   [](const Member* a, const Member* b) {
+                   [](const state::Member* a, const state::Member* b) {
                      return a->node_rank < b->node_rank;
                    });
-  for (const Member* peer : by_rank) {
+  for (const state::Member* peer : by_rank) {
     auto peer_host = hosts_.find(peer->host_name);
     assignment.peers.push_back(peer_host != hosts_.end()
                                    ? peer_host->second.spec.address
@@ -1033,20 +1047,20 @@ Assignment Scheduler::BuildAssignment(const Gang& gang,
   return assignment;
 }
 
-void Scheduler::QueueAdmitted(const Gang& gang, Member& member,
+void Scheduler::QueueAdmitted(const state::Gang& gang, state::Member& member,
                               uint64_t stream_id) {
   if (stream_id == 0) return;
-  MemberEvent event;
+  state::MemberEvent event;
   event.stream_id = stream_id;
-  event.kind = MemberEvent::Kind::kAdmitted;
+  event.kind = state::MemberEvent::Kind::kAdmitted;
   event.gang_id = gang.id;
   event.member_index = member.index;
   event.assignment = BuildAssignment(gang, member);
   events_.push_back(std::move(event));
 }
 
-std::vector<MemberEvent> Scheduler::TakeEvents() {
-  std::vector<MemberEvent> events;
+std::vector<state::MemberEvent> Scheduler::TakeEvents() {
+  std::vector<state::MemberEvent> events;
   events.swap(events_);
   return events;
 }
@@ -1073,28 +1087,31 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
     }
     snapshot.hosts.push_back(std::move(view));
   }
-  std::vector<Gang> live;
-  std::vector<Gang> finished;
+  std::vector<state::Gang> live;
+  std::vector<state::Gang> finished;
   for (const auto& [id, gang] : gangs_) {
-    const bool is_live = gang.state == GangState::kForming || HoldsLeases(gang);
+    const bool is_live =
+        gang.state == state::GangState::kForming || HoldsLeases(gang);
     if (is_live) {
       live.push_back(gang);
     } else if (include_finished) {
       finished.push_back(gang);
     }
   }
-  std::sort(live.begin(), live.end(), [](const Gang& a, const Gang& b) {
-    return a.sequence < b.sequence;
-  });
-  std::sort(finished.begin(), finished.end(), [](const Gang& a, const Gang& b) {
-    return a.sequence > b.sequence;
-  });
+  std::sort(live.begin(), live.end(),
+            [](const state::Gang& a, const state::Gang& b) {
+              return a.sequence < b.sequence;
+            });
+  std::sort(finished.begin(), finished.end(),
+            [](const state::Gang& a, const state::Gang& b) {
+              return a.sequence > b.sequence;
+            });
   snapshot.gangs = std::move(live);
   snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(), finished.end());
   return snapshot;
 }
 
-const Gang* Scheduler::FindGang(const std::string& gang_id) const {
+const state::Gang* Scheduler::FindGang(const std::string& gang_id) const {
   auto it = gangs_.find(gang_id);
   return it == gangs_.end() ? nullptr : &it->second;
 }

@@ -11,11 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "coordinator/model.h"
 #include "coordinator/observer.h"
 #include "coordinator/placement.h"
-#include "coordinator/state_store.h"
-#include "coordinator/store.h"  // Store, for callers that open one.
+#include "state/model.h"
+#include "state/sqlite_store.h"  // Store, for callers that open one.
+#include "state/state_store.h"
 
 namespace gdt::coordinator {
 
@@ -32,13 +32,13 @@ struct SchedulerOptions {
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
 struct JoinRequest {
-  GangKey key;
+  state::GangKey key;
   uint32_t member_index = 0;
   int64_t job_id = 0;
   std::string job_name;
   uint32_t gpus_per_node = 0;
   uint32_t procs_per_node = 0;
-  Launcher launcher = 0;
+  state::Launcher launcher = 0;
   std::string arrival_host;
   uint32_t job_timeout_seconds = 0;
   // Scheduling inputs: higher priority goes first; "same <label>" topology.
@@ -58,18 +58,18 @@ struct AdmissionProposal {
 };
 
 struct HostView {
-  Host host;
-  HostState state = HostState::kUp;
+  state::Host host;
+  state::HostState state = state::HostState::kUp;
   std::vector<uint32_t> leased_gpus;
   uint32_t members_running = 0;
   bool drained = false;
 };
 
 struct Snapshot {
-  std::vector<HostView> hosts;  // By name.
-  std::vector<Gang> gangs;      // Live gangs (forming, running, or failed
-                                // with leases held) by arrival, then
-                                // finished ones, most recent first.
+  std::vector<HostView> hosts;     // By name.
+  std::vector<state::Gang> gangs;  // Live gangs (forming, running, or failed
+                                   // with leases held) by arrival, then
+                                   // finished ones, most recent first.
 };
 
 // The coordinator's state machine: host inventory, gangs and their members,
@@ -102,7 +102,8 @@ class Scheduler {
   // running gangs keep their leases.
   // Errors: those of StateStore::Load.
   static absl::StatusOr<std::unique_ptr<Scheduler>> Create(
-      const Clock& clock, StateStore& store, const SchedulerOptions& options);
+      const Clock& clock, state::StateStore& store,
+      const SchedulerOptions& options);
 
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -110,7 +111,7 @@ class Scheduler {
   // Adds or updates a host (by name) and marks it alive.
   // Errors: InvalidArgument for an empty name; Internal when it cannot be
   // persisted.
-  absl::Status RegisterHost(const HostSpec& spec);
+  absl::Status RegisterHost(const state::HostSpec& spec);
 
   // Marks the host alive. Returns false when the host is unknown (the agent
   // should register again). `*was_down` tells whether it had been down.
@@ -175,7 +176,8 @@ class Scheduler {
   // When every member of a running gang has left, the gang is done and its
   // leases are released.
   // Errors: Internal when the change cannot be persisted.
-  absl::Status Leave(const GangKey& key, uint32_t member_index, int64_t job_id);
+  absl::Status Leave(const state::GangKey& key, uint32_t member_index,
+                     int64_t job_id);
 
   // Refreshes waiting reasons (queueing Waiting events where they changed)
   // and returns the gangs that can be admitted now, in arrival order.
@@ -194,7 +196,7 @@ class Scheduler {
   void Defer(const std::string& gang_id, const std::string& note);
 
   // Returns and clears the queued member events.
-  std::vector<MemberEvent> TakeEvents();
+  std::vector<state::MemberEvent> TakeEvents();
 
   Snapshot GetSnapshot(bool include_finished) const;
 
@@ -202,10 +204,10 @@ class Scheduler {
   // reference; `observer` must outlive the scheduler.
   void SetObserver(Observer& observer) { observer_ = &observer; }
 
-  HostState StateOf(const Host& host) const;
+  state::HostState StateOf(const state::Host& host) const;
 
   // The gang with id `gang_id`, or nullptr. Valid until the next change.
-  const Gang* FindGang(const std::string& gang_id) const;
+  const state::Gang* FindGang(const std::string& gang_id) const;
 
   // --- Failure paths (issue 4), in scheduler_failure.cc --------------------
   // A running gang fails at most once; the first cause wins and becomes the
@@ -264,12 +266,13 @@ class Scheduler {
   // `member_index` (0 = nobody): persists, logs and tells every watch; a
   // forming gang's joined members get Aborted events and count as left.
   // `failure_class` goes to the observer (metrics), e.g. "host_lost".
-  absl::Status FailGang(Gang& gang, uint32_t member_index,
+  absl::Status FailGang(state::Gang& gang, uint32_t member_index,
                         const std::string& cause,
                         std::string_view failure_class,
                         bool collect_evidence = false);
   // "member 2/3 (job 1002 on host gpu-07)".
-  static std::string MemberLabel(const Gang& gang, const Member& member);
+  static std::string MemberLabel(const state::Gang& gang,
+                                 const state::Member& member);
 
   // Epochs. A job that joins a failed or done gang starts its next epoch:
   // the finished epoch is archived as gang "<id>#<epoch>" (keeping its
@@ -277,16 +280,17 @@ class Scheduler {
   // gang, same id and key, forms again with epoch + 1 and no members.
   // Errors: FailedPrecondition when `job_id` is one of the finished epoch's
   // jobs (not a retry); Internal when it cannot be persisted.
-  absl::Status StartNextEpoch(Gang& gang, int64_t job_id);
+  absl::Status StartNextEpoch(state::Gang& gang, int64_t job_id);
   // FailedPrecondition when `job_id` belongs to an earlier epoch of `gang`
   // (fenced: it may neither join, report nor watch).
-  absl::Status CheckNotFenced(const Gang& gang, int64_t job_id) const;
+  absl::Status CheckNotFenced(const state::Gang& gang, int64_t job_id) const;
   // The gang (live or archived epoch) whose member `member_index` is job
   // `job_id`, or null.
-  Gang* GangOfJob(const GangKey& key, uint32_t member_index, int64_t job_id);
+  state::Gang* GangOfJob(const state::GangKey& key, uint32_t member_index,
+                         int64_t job_id);
   static bool IsArchivedEpoch(const std::string& gang_id);
   // Frees the GPU, slot and port leases of `gang` (every member has left).
-  void ReleaseLeases(const Gang& gang);
+  void ReleaseLeases(const state::Gang& gang);
 
   // Resources in use on one host.
   struct Usage {
@@ -296,68 +300,72 @@ class Scheduler {
   };
   using UsageMap = std::map<std::string, Usage>;  // By host name.
 
-  Scheduler(const Clock& clock, StateStore& store,
+  Scheduler(const Clock& clock, state::StateStore& store,
             const SchedulerOptions& options);
 
   absl::Status LoadState();
-  absl::StatusOr<std::string> GangIdFor(const GangKey& key);
+  absl::StatusOr<std::string> GangIdFor(const state::GangKey& key);
   UsageMap CurrentUsage() const;
   // Inputs of placement.h built from the inventory, leases and gangs.
   std::vector<PlacementHost> PlacementHosts() const;
   std::vector<RunningGang> RunningGangs() const;
-  WaitingGang WaitingGangOf(const Gang& gang) const;
+  WaitingGang WaitingGangOf(const state::Gang& gang) const;
   // Fails each bounced forming gang (runner-slot deadlock): its joined
   // members get Aborted events with the policy's message, a retried job
   // starts the gang's next epoch, and the observer counts the bounce. Takes
   // the gangs off `forming`.
   void BounceGangs(const std::vector<BouncedGang>& bounced,
-                   std::vector<Gang*>& forming);
+                   std::vector<state::Gang*>& forming);
   // Whether `planned` still fits the current leases and hosts; the reason
   // when it does not.
-  absl::Status CheckPlanned(const Gang& gang,
+  absl::Status CheckPlanned(const state::Gang& gang,
                             const std::vector<PlannedMember>& planned) const;
   // `blocked` is null for a gang that is missing members or being placed.
-  std::string WaitingReason(const Gang& gang, const BlockedGang* blocked) const;
+  std::string WaitingReason(const state::Gang& gang,
+                            const BlockedGang* blocked) const;
   // Recomputes every forming gang's reason and queues Waiting events.
   std::vector<AdmissionProposal> Pass();
   // After a join or detach in forming `gang`: a gang that is (or was until
   // now) complete takes part in placement, so a full Pass() runs; otherwise
   // only this gang's reason is recomputed and queued, O(size), with
   // `joined` (0 = none) the member whose stream must hear it at once.
-  void RefreshForming(Gang& gang, bool was_complete, uint32_t joined);
+  void RefreshForming(state::Gang& gang, bool was_complete, uint32_t joined);
   // Queues Waiting events for the gang's members whose last reason differs.
   // While members are missing, a member already told so hears a new count
   // at most once per kWaitingRefresh (coalesced), so that N joins cost O(N)
   // events and not O(N^2); `joined` (0 = none) is told at once, and when
   // no refresh is due only it is visited.
-  void QueueWaiting(Gang& gang, uint32_t joined = 0);
+  void QueueWaiting(state::Gang& gang, uint32_t joined = 0);
   // Finds the gang's member `member_index` for a call by `job_id` in
   // `epoch`. Errors as ReportExit.
-  absl::StatusOr<Gang*> FindMember(const std::string& gang_id, uint32_t epoch,
-                                   uint32_t member_index, int64_t job_id);
+  absl::StatusOr<state::Gang*> FindMember(const std::string& gang_id,
+                                          uint32_t epoch, uint32_t member_index,
+                                          int64_t job_id);
   // Queues the event that tells watch `watch_id` where `gang` stands; ends
   // the watch when the event is final.
-  void QueueWatchEvent(const Gang& gang, uint64_t watch_id);
-  void NotifyWatchers(const Gang& gang);
+  void QueueWatchEvent(const state::Gang& gang, uint64_t watch_id);
+  void NotifyWatchers(const state::Gang& gang);
   // "member 2/3 (job 1002 on host gpu-07) exited 137 at 10:42:13 UTC".
-  std::string FailureCause(const Gang& gang, const Member& member,
+  std::string FailureCause(const state::Gang& gang, const state::Member& member,
                            int32_t exit_code, bool cancelled) const;
-  Assignment BuildAssignment(const Gang& gang, const Member& member) const;
-  void QueueAdmitted(const Gang& gang, Member& member, uint64_t stream_id);
+  state::Assignment BuildAssignment(const state::Gang& gang,
+                                    const state::Member& member) const;
+  void QueueAdmitted(const state::Gang& gang, state::Member& member,
+                     uint64_t stream_id);
 
   const Clock& clock_;
-  StateStore& store_;
+  state::StateStore& store_;
   const SchedulerOptions options_;
-  std::map<std::string, Host> hosts_;  // By name.
-  std::map<std::string, Gang> gangs_;  // By id.
-  std::map<GangKey, std::string> gang_ids_;
+  std::map<std::string, state::Host> hosts_;  // By name.
+  std::map<std::string, state::Gang> gangs_;  // By id.
+  std::map<state::GangKey, std::string> gang_ids_;
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Failed gangs holding leases -> when this scheduler first saw them so.
   std::map<std::string, Clock::TimePoint> failed_holding_since_;
-  std::vector<MemberEvent> events_;
+  std::vector<state::MemberEvent> events_;
   Observer* observer_ = &NullObserver();
 };
 

@@ -13,7 +13,7 @@
 namespace gdt::coordinator {
 namespace {
 
-bool AllReportedZero(const Gang& gang) {
+bool AllReportedZero(const state::Gang& gang) {
   return gang.members.size() == gang.key.size &&
          std::all_of(
              gang.members.begin(), gang.members.end(),
@@ -22,21 +22,22 @@ bool AllReportedZero(const Gang& gang) {
 
 }  // namespace
 
-std::string Scheduler::MemberLabel(const Gang& gang, const Member& member) {
+std::string Scheduler::MemberLabel(const state::Gang& gang,
+                                   const state::Member& member) {
   const std::string host =
       member.host_name.empty() ? std::string("no host") : member.host_name;
   return absl::StrCat("member ", member.index, "/", gang.key.size, " (job ",
                       member.job_id, " on host ", host, ")");
 }
 
-absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
+absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
                                  const std::string& cause,
                                  std::string_view failure_class,
                                  bool collect_evidence) {
-  Gang updated = gang;
+  state::Gang updated = gang;
   updated.collect_evidence = collect_evidence;
-  const bool forming = updated.state == GangState::kForming;
-  updated.state = GangState::kFailed;
+  const bool forming = updated.state == state::GangState::kForming;
+  updated.state = state::GangState::kFailed;
   updated.failed_member = member_index;
   updated.reason = absl::StrCat("gang ", updated.id, " failed: ", cause,
                                 forming ? "" : "; stopping");
@@ -56,9 +57,9 @@ absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
   spdlog::warn("{}", gang.reason);
   observer_->Failure(failure_class);
   for (const auto& [stream_id, index] : join_streams) {
-    MemberEvent aborted;
+    state::MemberEvent aborted;
     aborted.stream_id = stream_id;
-    aborted.kind = MemberEvent::Kind::kAborted;
+    aborted.kind = state::MemberEvent::Kind::kAborted;
     aborted.gang_id = gang.id;
     aborted.member_index = index;
     aborted.reason = gang.reason;
@@ -71,50 +72,53 @@ absl::Status Scheduler::FailGang(Gang& gang, uint32_t member_index,
 absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
                                    const std::string& what) {
-  absl::StatusOr<Gang*> found =
+  absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
-  Gang& gang = **found;
-  if (gang.state != GangState::kRunning || AllReportedZero(gang)) {
+  state::Gang& gang = **found;
+  if (gang.state != state::GangState::kRunning || AllReportedZero(gang)) {
     return absl::OkStatus();
   }
-  const Member& member = gang.members.at(member_index);
-  return FailGang(gang, member_index,
-                  absl::StrCat(MemberLabel(gang, member), " was lost: ", what,
-                               " at ", UtcTimeOfDay(clock_.UnixMillis())),
-                  "member_lost");
+  const state::Member& member = gang.members.at(member_index);
+  return FailGang(
+      gang, member_index,
+      absl::StrCat(MemberLabel(gang, member), " was lost: ", what, " at ",
+                   state::UtcTimeOfDay(clock_.UnixMillis())),
+      "member_lost");
 }
 
 absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
                                    uint32_t seconds) {
-  absl::StatusOr<Gang*> found =
+  absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
-  Gang& gang = **found;
-  if (gang.state != GangState::kRunning || AllReportedZero(gang)) {
+  state::Gang& gang = **found;
+  if (gang.state != state::GangState::kRunning || AllReportedZero(gang)) {
     return absl::OkStatus();
   }
-  const Member& member = gang.members.at(member_index);
+  const state::Member& member = gang.members.at(member_index);
   return FailGang(
       gang, member_index,
       absl::StrCat(MemberLabel(gang, member), " hung: no progress for ",
                    seconds, " s (GDT_HANG_TIMEOUT) at ",
-                   UtcTimeOfDay(clock_.UnixMillis())),
+                   state::UtcTimeOfDay(clock_.UnixMillis())),
       "hung", /*collect_evidence=*/true);
 }
 
 std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
   std::vector<std::string> failed;
   for (auto& [id, gang] : gangs_) {
-    if (gang.state != GangState::kRunning || AllReportedZero(gang)) continue;
-    const Member* lost = nullptr;
-    const Host* lost_host = nullptr;
+    if (gang.state != state::GangState::kRunning || AllReportedZero(gang))
+      continue;
+    const state::Member* lost = nullptr;
+    const state::Host* lost_host = nullptr;
     for (const auto& [index, member] : gang.members) {
       // A member that exited 0 needs its host no more.
       if (member.left || member.exit_code == 0) continue;
       auto host = hosts_.find(member.host_name);
-      if (host != hosts_.end() && StateOf(host->second) == HostState::kDown) {
+      if (host != hosts_.end() &&
+          StateOf(host->second) == state::HostState::kDown) {
         lost = &member;
         lost_host = &host->second;
         break;
@@ -125,8 +129,8 @@ std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
     const std::string cause = absl::StrCat(
         MemberLabel(gang, *lost), " was lost: host ", lost_host->spec.name,
         " missed heartbeats for ", options_.host_down_after.count(),
-        " s (last at ", UtcTimeOfDay(lost_host->last_heartbeat_unix_ms),
-        ") at ", UtcTimeOfDay(clock_.UnixMillis()));
+        " s (last at ", state::UtcTimeOfDay(lost_host->last_heartbeat_unix_ms),
+        ") at ", state::UtcTimeOfDay(clock_.UnixMillis()));
     if (absl::Status status = FailGang(gang, index, cause, "host_lost");
         !status.ok()) {
       spdlog::error("cannot fail gang {} for its lost member {}: {}", id, index,
@@ -142,7 +146,8 @@ bool Scheduler::IsArchivedEpoch(const std::string& gang_id) {
   return gang_id.find('#') != std::string::npos;
 }
 
-absl::Status Scheduler::CheckNotFenced(const Gang& gang, int64_t job_id) const {
+absl::Status Scheduler::CheckNotFenced(const state::Gang& gang,
+                                       int64_t job_id) const {
   const std::string prefix = gang.id + "#";
   for (auto it = gangs_.lower_bound(prefix);
        it != gangs_.end() && it->first.compare(0, prefix.size(), prefix) == 0;
@@ -158,17 +163,18 @@ absl::Status Scheduler::CheckNotFenced(const Gang& gang, int64_t job_id) const {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::StartNextEpoch(Gang& gang, int64_t job_id) {
+absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   for (const auto& [index, member] : gang.members) {
     if (member.job_id != job_id) continue;
     return absl::FailedPreconditionError(absl::StrCat(
-        "gang ", gang.id, " already finished (", GangStateName(gang.state),
-        ") and job ", job_id, " was its member ", index,
+        "gang ", gang.id, " already finished (",
+        state::GangStateName(gang.state), ") and job ", job_id,
+        " was its member ", index,
         "; only a retried job (a new job id) starts the next epoch"));
   }
-  Gang archived = gang;
+  state::Gang archived = gang;
   archived.id = absl::StrCat(gang.id, "#", gang.epoch);
-  Gang next;
+  state::Gang next;
   next.id = gang.id;
   next.key = gang.key;
   next.epoch = gang.epoch + 1;
@@ -198,15 +204,15 @@ absl::Status Scheduler::StartNextEpoch(Gang& gang, int64_t job_id) {
   return absl::OkStatus();
 }
 
-Gang* Scheduler::GangOfJob(const GangKey& key, uint32_t member_index,
-                           int64_t job_id) {
+state::Gang* Scheduler::GangOfJob(const state::GangKey& key,
+                                  uint32_t member_index, int64_t job_id) {
   auto id = gang_ids_.find(key);
   if (id == gang_ids_.end()) return nullptr;
-  auto matches = [&](Gang& gang) {
+  auto matches = [&](state::Gang& gang) {
     auto member = gang.members.find(member_index);
     return member != gang.members.end() && member->second.job_id == job_id;
   };
-  Gang& live = gangs_.at(id->second);
+  state::Gang& live = gangs_.at(id->second);
   if (matches(live)) return &live;
   const std::string prefix = live.id + "#";
   for (auto it = gangs_.lower_bound(prefix);
@@ -217,7 +223,7 @@ Gang* Scheduler::GangOfJob(const GangKey& key, uint32_t member_index,
   return nullptr;
 }
 
-void Scheduler::ReleaseLeases(const Gang& gang) {
+void Scheduler::ReleaseLeases(const state::Gang& gang) {
   for (const auto& [index, member] : gang.members) {
     auto& host_gpus = gpu_leases_[member.host_name];
     for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
@@ -231,7 +237,7 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
   std::map<std::string, Clock::TimePoint> still_holding;
   for (auto& [id, gang] : gangs_) {
     const bool holding =
-        gang.state == GangState::kFailed &&
+        gang.state == state::GangState::kFailed &&
         std::any_of(gang.members.begin(), gang.members.end(),
                     [](const auto& entry) { return !entry.second.left; });
     if (!holding) continue;
@@ -242,7 +248,7 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
       still_holding[id] = since;
       continue;
     }
-    Gang updated = gang;
+    state::Gang updated = gang;
     std::vector<std::string> abandoned;
     for (auto& [index, member] : updated.members) {
       if (member.left) continue;
@@ -273,7 +279,7 @@ std::vector<std::string> Scheduler::FailSuspectedGangs() {
   std::vector<std::string> failed;
   const Clock::TimePoint now = clock_.Now();
   for (auto& [id, gang] : gangs_) {
-    if (gang.state != GangState::kRunning) continue;
+    if (gang.state != state::GangState::kRunning) continue;
     if (gang.suspect_member == 0) {
       // After a restart only the recorded exit code is left.
       for (const auto& [index, member] : gang.members) {
@@ -288,10 +294,10 @@ std::vector<std::string> Scheduler::FailSuspectedGangs() {
     if (now - gang.suspect_since < options_.failure_attribution_window) {
       continue;
     }
-    const Member& member = gang.members.at(gang.suspect_member);
+    const state::Member& member = gang.members.at(gang.suspect_member);
     const std::string cause =
         absl::StrCat(MemberLabel(gang, member), " exited ", member.exit_code,
-                     " at ", UtcTimeOfDay(clock_.UnixMillis()));
+                     " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
     if (absl::Status status =
             FailGang(gang, member.index, cause,
                      member.exit_code > 128 ? "signal" : "exit_nonzero");
@@ -310,18 +316,20 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
   if (found == gangs_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
   }
-  Gang& gang = found->second;
-  if (gang.state == GangState::kDone || gang.state == GangState::kFailed ||
-      (gang.state == GangState::kRunning && AllReportedZero(gang))) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "gang ", gang_id, " already finished (",
-        gang.state == GangState::kRunning ? "every member exited 0"
-                                          : GangStateName(gang.state),
-        ")"));
+  state::Gang& gang = found->second;
+  if (gang.state == state::GangState::kDone ||
+      gang.state == state::GangState::kFailed ||
+      (gang.state == state::GangState::kRunning && AllReportedZero(gang))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " already finished (",
+                     gang.state == state::GangState::kRunning
+                         ? "every member exited 0"
+                         : state::GangStateName(gang.state),
+                     ")"));
   }
   const std::string cause =
       absl::StrCat("cancelled by operator", note.empty() ? "" : ": ", note,
-                   " at ", UtcTimeOfDay(clock_.UnixMillis()));
+                   " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
   GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause, "operator_cancel"));
   Pass();
   return gang.reason;

@@ -3,24 +3,25 @@
 
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
+using test::CpuHost;
+using test::Joining;
+using test::TrainKey;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
-using testing_support::CpuHost;
-using testing_support::Joining;
-using testing_support::TrainKey;
 
 class SchedulerFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -31,12 +32,12 @@ class SchedulerFailureTest : public ::testing::Test {
 
   // A running gang of two members, member i on host cpu-0i (one slot each).
   std::string AdmitTwoHostGang() {
-    EXPECT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
-    EXPECT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
+    EXPECT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
+    EXPECT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-02", 1)).ok());
     std::string id;
     for (uint32_t index = 1; index <= 2; ++index) {
       absl::StatusOr<std::string> gang =
-          scheduler_->Join(Joining(TrainKey(2), index), index);
+          scheduler_->Join(test::Joining(test::TrainKey(2), index), index);
       EXPECT_TRUE(gang.ok()) << gang.status();
       if (gang.ok()) id = *gang;
     }
@@ -48,22 +49,22 @@ class SchedulerFailureTest : public ::testing::Test {
     return id;
   }
 
-  const Gang& OnlyGang() {
+  const state::Gang& OnlyGang() {
     snapshot_ = scheduler_->GetSnapshot(true);
     return snapshot_.gangs.at(0);
   }
 
-  static MemberEvent LastEventFor(const std::vector<MemberEvent>& events,
-                                  uint64_t stream_id) {
-    MemberEvent last;
-    for (const MemberEvent& event : events) {
+  static state::MemberEvent LastEventFor(
+      const std::vector<state::MemberEvent>& events, uint64_t stream_id) {
+    state::MemberEvent last;
+    for (const state::MemberEvent& event : events) {
       if (event.stream_id == stream_id) last = event;
     }
     return last;
   }
 
   FakeClock clock_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<state::SqliteStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
   Snapshot snapshot_;
 };
@@ -84,13 +85,13 @@ TEST_F(SchedulerFailureTest, HostThatMissesHeartbeatsFailsItsRunningGang) {
       "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) was "
       "lost: host cpu-02 missed heartbeats for 10 s (last at 00:00:01 UTC) "
       "at 00:00:12 UTC; stopping";
-  EXPECT_EQ(OnlyGang().state, GangState::kFailed);
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
   EXPECT_EQ(OnlyGang().reason, reason);
-  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 50);
-  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 50);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
   EXPECT_EQ(event.reason, reason);
   EXPECT_EQ(event.failed_job_id, 102);
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->gangs.at(0).reason, reason);
 
@@ -107,13 +108,13 @@ TEST_F(SchedulerFailureTest, LostHostDoesNotFailAGangThatSucceeded) {
   clock_.Advance(11s);
 
   EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
-  EXPECT_EQ(OnlyGang().state, GangState::kRunning);
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
 }
 
 TEST_F(SchedulerFailureTest, FailedGangReleasesLeasesOfMembersThatNeverLeave) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
   // Member 1's runner is gone: it never cleans up.
   EXPECT_THAT(scheduler_->ReleaseAbandonedMembers(), IsEmpty());
   clock_.Advance(299s);
@@ -128,12 +129,12 @@ TEST_F(SchedulerFailureTest, FailedGangReleasesLeasesOfMembersThatNeverLeave) {
   for (const HostView& host : snapshot.hosts) {
     EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
   }
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
   EXPECT_TRUE(stored->gangs.at(0).members.at(1).left);
   EXPECT_THAT(stored->port_leases, IsEmpty());
   // A late cleanup is still fine.
-  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  EXPECT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
 }
 
 TEST_F(SchedulerFailureTest, FailureThatFollowsALostPeerWaitsForTheCulprit) {
@@ -147,7 +148,7 @@ TEST_F(SchedulerFailureTest, FailureThatFollowsALostPeerWaitsForTheCulprit) {
                   ->ReportExit(gang, 1, 1, 101, 1, false,
                                /*peer_suspected=*/true)
                   .ok());
-  EXPECT_EQ(OnlyGang().state, GangState::kRunning);
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
   clock_.Advance(1s);
   EXPECT_THAT(scheduler_->FailSuspectedGangs(), IsEmpty());
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 1).ok());
@@ -206,8 +207,8 @@ TEST_F(SchedulerFailureTest, HungMemberFailsItsGangAndAsksForEvidence) {
       "hung: no progress for 600 s (GDT_HANG_TIMEOUT) at 00:00:01 UTC; "
       "stopping";
   EXPECT_EQ(OnlyGang().reason, reason);
-  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
-  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
   EXPECT_EQ(event.reason, reason);
   EXPECT_TRUE(event.collect_evidence);
   // A watch opened later learns it too.
@@ -227,9 +228,9 @@ TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {
   EXPECT_EQ(*reason,
             "gang train-p5-pl77-n2 failed: cancelled by operator: wrong "
             "dataset at 00:00:01 UTC; stopping");
-  EXPECT_EQ(OnlyGang().state, GangState::kFailed);
-  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
-  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
   EXPECT_EQ(event.reason, *reason);
   EXPECT_EQ(event.failed_job_id, 0);
   EXPECT_FALSE(event.collect_evidence);
@@ -243,9 +244,9 @@ TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {
 }
 
 TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 2)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(2), 1), 11);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11);
   ASSERT_TRUE(gang.ok());
   scheduler_->TakeEvents();
 
@@ -255,16 +256,17 @@ TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
   EXPECT_EQ(*reason,
             "gang train-p5-pl77-n2 failed: cancelled by operator at "
             "00:00:01 UTC");
-  const MemberEvent aborted = LastEventFor(scheduler_->TakeEvents(), 11);
-  EXPECT_EQ(aborted.kind, MemberEvent::Kind::kAborted);
+  const state::MemberEvent aborted = LastEventFor(scheduler_->TakeEvents(), 11);
+  EXPECT_EQ(aborted.kind, state::MemberEvent::Kind::kAborted);
   EXPECT_EQ(aborted.reason, *reason);
   // It holds nothing and is listed only with the finished gangs.
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
   EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 0u);
   // Its job cannot come back; another job of the gang starts epoch 2.
-  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 1), 12).status().code(),
-            absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 13).ok());
+  EXPECT_EQ(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 12).status().code(),
+      absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 13).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).epoch, 2u);
 }
 
@@ -272,12 +274,12 @@ TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 80).ok());
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
   scheduler_->TakeEvents();
   // Member 1 of epoch 1 (job 101) is still alive: it has not left.
 
   auto retried = [](uint32_t index) {
-    JoinRequest request = Joining(TrainKey(2), index);
+    JoinRequest request = test::Joining(test::TrainKey(2), index);
     request.job_id = 200 + index;
     return request;
   };
@@ -289,10 +291,10 @@ TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
   Snapshot snapshot = scheduler_->GetSnapshot(false);
   ASSERT_EQ(snapshot.gangs.size(), 2u);
   EXPECT_EQ(snapshot.gangs[0].id, gang + "#1");  // Still holds cpu-01.
-  EXPECT_EQ(snapshot.gangs[0].state, GangState::kFailed);
+  EXPECT_EQ(snapshot.gangs[0].state, state::GangState::kFailed);
   EXPECT_EQ(snapshot.gangs[1].id, gang);
   EXPECT_EQ(snapshot.gangs[1].epoch, 2u);
-  EXPECT_EQ(snapshot.gangs[1].state, GangState::kForming);
+  EXPECT_EQ(snapshot.gangs[1].state, state::GangState::kForming);
   // The stale member holds its slot, so epoch 2 cannot be placed yet.
   EXPECT_THAT(scheduler_->Plan(), IsEmpty());
 
@@ -305,31 +307,31 @@ TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
   EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 101, 81).code(),
             absl::StatusCode::kFailedPrecondition);
   absl::StatusOr<std::string> rejoin =
-      scheduler_->Join(Joining(TrainKey(2), 1), 23);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 23);
   EXPECT_EQ(rejoin.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(rejoin.status().message(),
             "job 101 belongs to epoch 1 of gang train-p5-pl77-n2, which epoch "
             "2 replaced; the old attempt is fenced");
 
   // Once it has left, its epoch releases everything and epoch 2 runs.
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
   std::vector<AdmissionProposal> proposals = scheduler_->Plan();
   ASSERT_EQ(proposals.size(), 1u);
   ASSERT_TRUE(
       scheduler_->Admit(proposals[0], proposals[0].candidate_ports.front())
           .ok());
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
   for (uint64_t stream : {21, 22}) {
-    const MemberEvent admitted = LastEventFor(events, stream);
-    ASSERT_EQ(admitted.kind, MemberEvent::Kind::kAdmitted) << stream;
+    const state::MemberEvent admitted = LastEventFor(events, stream);
+    ASSERT_EQ(admitted.kind, state::MemberEvent::Kind::kAdmitted) << stream;
     EXPECT_EQ(admitted.assignment.epoch, 2u);
   }
   ASSERT_TRUE(scheduler_->ReportExit(gang, 2, 1, 201, 0).ok());
   ASSERT_TRUE(scheduler_->ReportExit(gang, 2, 2, 202, 0).ok());
   // The old epoch's watch hears nothing of epoch 2.
   EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 80).stream_id, 0u);
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 201).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 202).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 201).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 202).ok());
   snapshot = scheduler_->GetSnapshot(true);
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
   for (const HostView& host : snapshot.hosts) {

@@ -3,26 +3,27 @@
 #include <chrono>
 
 #include "common/fake_clock.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
+using test::CpuHost;
+using test::GpuHost;
+using test::Joining;
+using test::TrainKey;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
-using testing_support::CpuHost;
-using testing_support::GpuHost;
-using testing_support::Joining;
-using testing_support::TrainKey;
 
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(":memory:");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -45,10 +46,10 @@ class SchedulerTest : public ::testing::Test {
   }
 
   // The last event sent on `stream_id`, or a default one.
-  MemberEvent LastEventFor(const std::vector<MemberEvent>& events,
-                           uint64_t stream_id) {
-    MemberEvent last;
-    for (const MemberEvent& event : events) {
+  state::MemberEvent LastEventFor(const std::vector<state::MemberEvent>& events,
+                                  uint64_t stream_id) {
+    state::MemberEvent last;
+    for (const state::MemberEvent& event : events) {
       if (event.stream_id == stream_id) last = event;
     }
     return last;
@@ -61,26 +62,26 @@ class SchedulerTest : public ::testing::Test {
     return {};
   }
 
-  const Gang& GangAt(size_t i, const Snapshot& snapshot) {
+  const state::Gang& GangAt(size_t i, const Snapshot& snapshot) {
     return snapshot.gangs.at(i);
   }
 
   FakeClock clock_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<state::SqliteStore> store_;
   std::unique_ptr<Scheduler> scheduler_;
 };
 
 TEST_F(SchedulerTest, GivesReadableStableGangIds) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
 
   absl::StatusOr<std::string> first =
-      scheduler_->Join(Joining(TrainKey(2), 1), 1);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 1);
   absl::StatusOr<std::string> again =
-      scheduler_->Join(Joining(TrainKey(2), 2), 2);
-  GangKey other_instance = TrainKey(2);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2), 2);
+  state::GangKey other_instance = test::TrainKey(2);
   other_instance.instance = "https://other.example.com";
   absl::StatusOr<std::string> other =
-      scheduler_->Join(Joining(other_instance, 1), 3);
+      scheduler_->Join(test::Joining(other_instance, 1), 3);
 
   ASSERT_TRUE(first.ok()) << first.status();
   EXPECT_EQ(*first, "train-p5-pl77-n2");
@@ -89,30 +90,30 @@ TEST_F(SchedulerTest, GivesReadableStableGangIds) {
 }
 
 TEST_F(SchedulerTest, AdmitsNothingUntilEveryMemberIsPresent) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
 
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
   std::vector<AdmissionProposal> proposals = scheduler_->Plan();
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
 
   EXPECT_THAT(proposals, IsEmpty());
   EXPECT_THAT(LeasedGpus("cpu-01"), IsEmpty());
-  MemberEvent waiting = LastEventFor(events, 11);
-  ASSERT_EQ(waiting.kind, MemberEvent::Kind::kWaiting);
+  state::MemberEvent waiting = LastEventFor(events, 11);
+  ASSERT_EQ(waiting.kind, state::MemberEvent::Kind::kWaiting);
   EXPECT_EQ(waiting.waiting.reason,
             "gang train (pipeline 77): 1/2 members present, waiting for "
             "member 2 — no job picked up yet");
   EXPECT_EQ(waiting.waiting.members_present, 1u);
   EXPECT_THAT(waiting.waiting.missing_indices, ElementsAre(2u));
 
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 12).ok());
   EXPECT_EQ(AdmitAll(), 1);
   events = scheduler_->TakeEvents();
 
-  MemberEvent first = LastEventFor(events, 11);
-  MemberEvent second = LastEventFor(events, 12);
-  ASSERT_EQ(first.kind, MemberEvent::Kind::kAdmitted);
-  ASSERT_EQ(second.kind, MemberEvent::Kind::kAdmitted);
+  state::MemberEvent first = LastEventFor(events, 11);
+  state::MemberEvent second = LastEventFor(events, 12);
+  ASSERT_EQ(first.kind, state::MemberEvent::Kind::kAdmitted);
+  ASSERT_EQ(second.kind, state::MemberEvent::Kind::kAdmitted);
   EXPECT_EQ(first.assignment.node_rank, 0u);
   EXPECT_EQ(second.assignment.node_rank, 1u);
   EXPECT_EQ(first.assignment.master_port, 29510u);
@@ -127,8 +128,8 @@ TEST_F(SchedulerTest, AdmitsNothingUntilEveryMemberIsPresent) {
 }
 
 TEST_F(SchedulerTest, SendsWaitingEventOnlyWhenTheReasonChanges) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(3), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(3), 1), 11).ok());
   scheduler_->TakeEvents();
 
   scheduler_->Plan();
@@ -143,12 +144,13 @@ TEST_F(SchedulerTest, LargeGangReasonNamesTheCountAndTheFirstMissing) {
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(clock_, *store_, options);
   ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-  ASSERT_TRUE((*scheduler)->RegisterHost(CpuHost("cpu-01", 100)).ok());
+  ASSERT_TRUE((*scheduler)->RegisterHost(test::CpuHost("cpu-01", 100)).ok());
 
-  ASSERT_TRUE((*scheduler)->Join(Joining(TrainKey(100), 3), 11).ok());
-  MemberEvent waiting = LastEventFor((*scheduler)->TakeEvents(), 11);
+  ASSERT_TRUE(
+      (*scheduler)->Join(test::Joining(test::TrainKey(100), 3), 11).ok());
+  state::MemberEvent waiting = LastEventFor((*scheduler)->TakeEvents(), 11);
 
-  ASSERT_EQ(waiting.kind, MemberEvent::Kind::kWaiting);
+  ASSERT_EQ(waiting.kind, state::MemberEvent::Kind::kWaiting);
   EXPECT_EQ(waiting.waiting.reason,
             "gang train (pipeline 77): 1/100 members present, waiting for "
             "members 1, 2, 4, 5, 6, 7, 8, 9 and 91 more — no job picked up "
@@ -161,15 +163,15 @@ TEST_F(SchedulerTest, LargeGangReasonNamesTheCountAndTheFirstMissing) {
 }
 
 TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 1), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 2), 12).ok());
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(4), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(4), 2), 12).ok());
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
   EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
               HasSubstr("2/4 members present"));
 
   // Within a second of that refresh, only the joining member hears.
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 3), 13).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(4), 3), 13).ok());
   scheduler_->Plan();
   events = scheduler_->TakeEvents();
   ASSERT_EQ(events.size(), 1u);
@@ -187,7 +189,7 @@ TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
               HasSubstr("3/4 members present"));
 
   // The gang completing is no count update: everyone is told at once.
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(4), 4), 14).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(4), 4), 14).ok());
   events = scheduler_->TakeEvents();
   for (uint64_t stream : {11u, 12u, 13u, 14u}) {
     EXPECT_THAT(LastEventFor(events, stream).waiting.reason,
@@ -197,10 +199,10 @@ TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
 }
 
 TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(2), 2), 12);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2), 12);
   ASSERT_TRUE(gang.ok());
 
   scheduler_->Detach(*gang, 2, 12);
@@ -214,36 +216,38 @@ TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
 }
 
 TEST_F(SchedulerTest, DetachOfAnOlderStreamKeepsTheMemberPresent) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 4)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(2), 1), 21);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 21);
   ASSERT_TRUE(gang.ok());
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
 
   scheduler_->Detach(*gang, 1, 11);
 
-  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kSuperseded);
+  EXPECT_EQ(LastEventFor(events, 11).kind,
+            state::MemberEvent::Kind::kSuperseded);
   EXPECT_TRUE(scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).present);
 }
 
 TEST_F(SchedulerTest, TwoMembersShareAHostWhenItHasSlots) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 2)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 12).ok());
 
   EXPECT_EQ(AdmitAll(), 1);
 
-  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
-  EXPECT_EQ(gang.state, GangState::kRunning);
+  const state::Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(gang.state, state::GangState::kRunning);
   EXPECT_EQ(gang.members.at(1).host_name, "cpu-01");
   EXPECT_EQ(gang.members.at(2).host_name, "cpu-01");
 }
 
 TEST_F(SchedulerTest, GangLargerThanTheClusterFailsAtJoin) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
 
-  absl::Status status = scheduler_->Join(Joining(TrainKey(2), 1), 11).status();
+  absl::Status status =
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).status();
 
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(status.message(),
@@ -253,13 +257,13 @@ TEST_F(SchedulerTest, GangLargerThanTheClusterFailsAtJoin) {
 }
 
 TEST_F(SchedulerTest, MembersDoNotShareAHostWithoutRoom) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-02", 1)).ok());
-  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
-  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 0, "cpu-01"), 1).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-02", 1)).ok());
+  state::GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(test::Joining(eval, 1, 0, "cpu-01"), 1).ok());
   ASSERT_EQ(AdmitAll(), 1);
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2), 12).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 12).ok());
 
   EXPECT_EQ(AdmitAll(), 0);
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(1).reason,
@@ -269,18 +273,20 @@ TEST_F(SchedulerTest, MembersDoNotShareAHostWithoutRoom) {
 
   ASSERT_TRUE(scheduler_->Leave(eval, 1, 101).ok());
   EXPECT_EQ(AdmitAll(), 1);
-  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  const state::Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
   EXPECT_NE(gang.members.at(1).host_name, gang.members.at(2).host_name);
 }
 
 TEST_F(SchedulerTest, GpuMembersShareAHostAndLeaseDistinctGpus) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 4), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 4), 12).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 4), 11).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2, 4), 12).ok());
 
   EXPECT_EQ(AdmitAll(), 1);
 
-  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  const state::Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
   EXPECT_THAT(gang.members.at(1).gpu_indices, ElementsAre(0u, 1u, 2u, 3u));
   EXPECT_THAT(gang.members.at(2).gpu_indices, ElementsAre(4u, 5u, 6u, 7u));
   EXPECT_THAT(LeasedGpus("gpu-01"),
@@ -288,43 +294,49 @@ TEST_F(SchedulerTest, GpuMembersShareAHostAndLeaseDistinctGpus) {
 }
 
 TEST_F(SchedulerTest, PrefersTheArrivalHostWhenItFits) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 8, "gpu-02"), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 8, "gpu-02"), 12).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-02", 8)).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 8, "gpu-02"), 11)
+          .ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2, 8, "gpu-02"), 12)
+          .ok());
 
   EXPECT_EQ(AdmitAll(), 1);
 
-  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  const state::Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
   EXPECT_EQ(gang.members.at(1).host_name, "gpu-02");
   EXPECT_EQ(gang.members.at(2).host_name, "gpu-01");  // gpu-02 is full.
   EXPECT_EQ(gang.master_host, "gpu-02");
 }
 
 TEST_F(SchedulerTest, DownHostGetsNoPlacement) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-02", 8)).ok());
   clock_.Advance(11s);
   bool was_down = false;
   ASSERT_TRUE(scheduler_->Heartbeat("gpu-02", &was_down));
   EXPECT_TRUE(was_down);
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 2, "gpu-01"), 11).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 2, "gpu-01"), 11)
+          .ok());
 
   EXPECT_EQ(AdmitAll(), 1);
 
   Snapshot snapshot = scheduler_->GetSnapshot(false);
   EXPECT_EQ(snapshot.gangs.at(0).members.at(1).host_name, "gpu-02");
-  EXPECT_EQ(snapshot.hosts.at(0).state, HostState::kDown);
-  EXPECT_EQ(snapshot.hosts.at(1).state, HostState::kUp);
+  EXPECT_EQ(snapshot.hosts.at(0).state, state::HostState::kDown);
+  EXPECT_EQ(snapshot.hosts.at(1).state, state::HostState::kUp);
 }
 
 TEST_F(SchedulerTest, ExplainsWhenEveryHostIsDownOrNoneIsRegistered) {
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
             "gang train (pipeline 77): all 1 members present, no host "
             "registered yet");
 
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
   clock_.Advance(11s);
   EXPECT_THAT(scheduler_->Plan(), IsEmpty());
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs.at(0).reason,
@@ -332,13 +344,15 @@ TEST_F(SchedulerTest, ExplainsWhenEveryHostIsDownOrNoneIsRegistered) {
 }
 
 TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
-  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 6), 1).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  state::GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(test::Joining(eval, 1, 6), 1).ok());
   ASSERT_EQ(AdmitAll(), 1);
 
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1, 4), 11).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 4), 12).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 4), 11).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2, 4), 12).ok());
   EXPECT_EQ(AdmitAll(), 0);
 
   const std::string reason = scheduler_->GetSnapshot(false).gangs.at(1).reason;
@@ -351,12 +365,13 @@ TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
 }
 
 TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 1), 11).ok());
   ASSERT_EQ(AdmitAll(), 1);
-  GangKey other = TrainKey(1);
+  state::GangKey other = test::TrainKey(1);
   other.pipeline_id = 78;
-  ASSERT_TRUE(scheduler_->Join(Joining(other, 1, 1), 21).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(other, 1, 1), 21).ok());
 
   std::vector<AdmissionProposal> proposals = scheduler_->Plan();
 
@@ -368,67 +383,73 @@ TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
 }
 
 TEST_F(SchedulerTest, LeasesAreReleasedWhenEveryMemberHasLeft) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(2), 1, 2), 11);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 2), 11);
   ASSERT_TRUE(gang.ok()) << gang.status();
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 2), 12).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2, 2), 12).ok());
   ASSERT_EQ(AdmitAll(), 1);
   ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 0).ok());
   ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 2, 102, 0).ok());
 
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());  // Idempotent.
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(
+      scheduler_->Leave(test::TrainKey(2), 1, 101).ok());  // Idempotent.
   EXPECT_THAT(LeasedGpus("gpu-01"), ElementsAre(0u, 1u, 2u, 3u));
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
 
   EXPECT_THAT(LeasedGpus("gpu-01"), IsEmpty());
   Snapshot snapshot = scheduler_->GetSnapshot(true);
   ASSERT_EQ(snapshot.gangs.size(), 1u);
-  EXPECT_EQ(snapshot.gangs[0].state, GangState::kDone);
+  EXPECT_EQ(snapshot.gangs[0].state, state::GangState::kDone);
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
   EXPECT_THAT(stored->gpu_leases, IsEmpty());
   EXPECT_THAT(stored->port_leases, IsEmpty());
 }
 
 TEST_F(SchedulerTest, LeaveOfUnknownGangOrMemberIsFine) {
-  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
-  EXPECT_TRUE(scheduler_->Leave(TrainKey(2), 2, 999).ok());
+  EXPECT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
+  EXPECT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 999).ok());
 }
 
 TEST_F(SchedulerTest, MemberLeavingAFormingGangIsNoLongerPresent) {
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
   scheduler_->TakeEvents();
 
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
 
   EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 11).kind,
-            MemberEvent::Kind::kAborted);
+            state::MemberEvent::Kind::kAborted);
   EXPECT_FALSE(
       scheduler_->GetSnapshot(false).gangs.at(0).members.at(1).present);
 }
 
 TEST_F(SchedulerTest, RejectsInvalidJoins) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 2)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 2)).ok());
 
-  absl::Status too_big = scheduler_->Join(Joining(TrainKey(12), 1), 1).status();
+  absl::Status too_big =
+      scheduler_->Join(test::Joining(test::TrainKey(12), 1), 1).status();
   EXPECT_EQ(too_big.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(too_big.message(),
             "gang train needs 12 nodes but this cluster allows at most 8 per "
             "job (max_nodes_per_job)");
-  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(0), 1), 1).status().code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      scheduler_->Join(test::Joining(test::TrainKey(0), 1), 1).status().code(),
+      absl::StatusCode::kFailedPrecondition);
   absl::Status bad_index =
-      scheduler_->Join(Joining(TrainKey(2), 3), 1).status();
+      scheduler_->Join(test::Joining(test::TrainKey(2), 3), 1).status();
   EXPECT_EQ(bad_index.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(bad_index.message(),
             "member index 3 of gang train is outside 1..2");
-  EXPECT_EQ(scheduler_->Join(Joining(TrainKey(2), 0), 1).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  absl::Status gpus = scheduler_->Join(Joining(TrainKey(2), 1, 4), 1).status();
+  EXPECT_EQ(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 0), 1).status().code(),
+      absl::StatusCode::kInvalidArgument);
+  absl::Status gpus =
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 4), 1).status();
   EXPECT_EQ(gpus.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(gpus.message(),
             "gang train needs 4 GPUs per node but the largest registered host "
@@ -436,8 +457,8 @@ TEST_F(SchedulerTest, RejectsInvalidJoins) {
 }
 
 TEST_F(SchedulerTest, RejectsASecondLiveJobForTheSameIndex) {
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
-  JoinRequest imposter = Joining(TrainKey(2), 1);
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
+  JoinRequest imposter = test::Joining(test::TrainKey(2), 1);
   imposter.job_id = 999;
 
   absl::Status status = scheduler_->Join(imposter, 12).status();
@@ -448,15 +469,15 @@ TEST_F(SchedulerTest, RejectsASecondLiveJobForTheSameIndex) {
 }
 
 TEST_F(SchedulerTest, RejoinOfAnAdmittedJobGetsItsAssignmentAgain) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11).ok());
   ASSERT_EQ(AdmitAll(), 1);
   scheduler_->TakeEvents();
 
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1), 12).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(1), 1), 12).ok());
 
-  MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 12);
-  EXPECT_EQ(event.kind, MemberEvent::Kind::kAdmitted);
+  state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 12);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kAdmitted);
   EXPECT_EQ(event.assignment.host_name, "cpu-01");
   EXPECT_EQ(event.assignment.master_port, 29510u);
 }
@@ -465,52 +486,54 @@ TEST_F(SchedulerTest, RejoinOfAnAdmittedJobGetsItsAssignmentAgain) {
 // the script failed, or the runner gave up on it) fails its running gang at
 // once: its peers must not wait for a member that will never finish.
 TEST_F(SchedulerTest, MemberLeavingBeforeItsExitReportFailsTheGang) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(2), 1, 2), 11);
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1, 2), 11);
   ASSERT_TRUE(gang.ok()) << gang.status();
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 2, 2), 12).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(2), 2, 2), 12).ok());
   ASSERT_EQ(AdmitAll(), 1);
   ASSERT_TRUE(scheduler_->Watch(*gang, 1, 2, 102, 77).ok());
   scheduler_->TakeEvents();
 
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
 
-  const Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
-  EXPECT_EQ(failed.state, GangState::kFailed);
+  const state::Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(failed.state, state::GangState::kFailed);
   EXPECT_THAT(failed.reason,
               HasSubstr("member 1/2 (job 101 on host gpu-01) ended before its "
                         "script finished"));
-  std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
   ASSERT_FALSE(events.empty());
   EXPECT_EQ(events.back().stream_id, 77u);
-  EXPECT_EQ(events.back().kind, MemberEvent::Kind::kGangFailed);
+  EXPECT_EQ(events.back().kind, state::MemberEvent::Kind::kGangFailed);
   EXPECT_EQ(events.back().failed_member, 1u);
   // The peer still runs: the gang's GPUs stay leased until it has left.
   EXPECT_THAT(LeasedGpus("gpu-01"), ElementsAre(0u, 1u, 2u, 3u));
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
   EXPECT_THAT(LeasedGpus("gpu-01"), IsEmpty());
 }
 
 TEST_F(SchedulerTest, RejectsJoiningAFinishedGang) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(1), 1), 11);
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11);
   ASSERT_TRUE(gang.ok()) << gang.status();
   ASSERT_EQ(AdmitAll(), 1);
   ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 0).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(1), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(1), 1, 101).ok());
 
-  absl::Status status = scheduler_->Join(Joining(TrainKey(1), 1), 12).status();
+  absl::Status status =
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1), 12).status();
 
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("already finished (done)"));
 }
 
 TEST_F(SchedulerTest, RecordsExitCodes) {
-  ASSERT_TRUE(scheduler_->RegisterHost(CpuHost("cpu-01", 1)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
   absl::StatusOr<std::string> gang =
-      scheduler_->Join(Joining(TrainKey(1), 1), 11);
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11);
   ASSERT_TRUE(gang.ok());
   ASSERT_EQ(AdmitAll(), 1);
 
@@ -525,11 +548,11 @@ TEST_F(SchedulerTest, RecordsExitCodes) {
 
 // Admits a CPU gang of `size` on cpu-01 and returns its id.
 std::string AdmitCpuGang(Scheduler& scheduler, uint32_t size) {
-  EXPECT_TRUE(scheduler.RegisterHost(CpuHost("cpu-01", size)).ok());
+  EXPECT_TRUE(scheduler.RegisterHost(test::CpuHost("cpu-01", size)).ok());
   std::string id;
   for (uint32_t index = 1; index <= size; ++index) {
     absl::StatusOr<std::string> gang =
-        scheduler.Join(Joining(TrainKey(size), index), index);
+        scheduler.Join(test::Joining(test::TrainKey(size), index), index);
     EXPECT_TRUE(gang.ok()) << gang.status();
     if (gang.ok()) id = *gang;
   }
@@ -546,7 +569,7 @@ TEST_F(SchedulerTest, FirstFailureFailsTheGangWithOneRootCause) {
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 50).ok());
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 3, 103, 51).ok());
   EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 50).kind,
-            MemberEvent::Kind::kGangRunning);
+            state::MemberEvent::Kind::kGangRunning);
   clock_.Advance(42s);
 
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 137).ok());
@@ -554,20 +577,20 @@ TEST_F(SchedulerTest, FirstFailureFailsTheGangWithOneRootCause) {
   const std::string reason =
       "gang train-p5-pl77-n3 failed: member 2/3 (job 102 on host cpu-01) "
       "exited 137 at 00:00:43 UTC; stopping";
-  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  const std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
   for (uint64_t watch : {50, 51}) {
-    const MemberEvent event = LastEventFor(events, watch);
-    EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed) << watch;
+    const state::MemberEvent event = LastEventFor(events, watch);
+    EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed) << watch;
     EXPECT_EQ(event.reason, reason);
     EXPECT_EQ(event.failed_member, 2u);
     EXPECT_EQ(event.failed_job_id, 102);
   }
-  const Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
-  EXPECT_EQ(failed.state, GangState::kFailed);
+  const state::Gang failed = scheduler_->GetSnapshot(false).gangs.at(0);
+  EXPECT_EQ(failed.state, state::GangState::kFailed);
   EXPECT_EQ(failed.reason, reason);
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
-  EXPECT_EQ(stored->gangs.at(0).state, GangState::kFailed);
+  EXPECT_EQ(stored->gangs.at(0).state, state::GangState::kFailed);
   EXPECT_EQ(stored->gangs.at(0).reason, reason);
 
   // Later failures (the peers being stopped) keep the first root cause.
@@ -580,19 +603,19 @@ TEST_F(SchedulerTest, FirstFailureFailsTheGangWithOneRootCause) {
 TEST_F(SchedulerTest, FailedGangKeepsItsLeasesUntilEveryMemberLeft) {
   const std::string gang = AdmitCpuGang(*scheduler_, 2);
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 2u);
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.size(), 1u);
 
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
 
   Snapshot snapshot = scheduler_->GetSnapshot(true);
   EXPECT_EQ(snapshot.hosts.at(0).members_running, 0u);
   ASSERT_EQ(snapshot.gangs.size(), 1u);
-  EXPECT_EQ(snapshot.gangs[0].state, GangState::kFailed);
+  EXPECT_EQ(snapshot.gangs[0].state, state::GangState::kFailed);
   EXPECT_THAT(snapshot.gangs[0].reason, HasSubstr("exited 3"));
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
   EXPECT_THAT(stored->port_leases, IsEmpty());
 }
@@ -614,41 +637,42 @@ TEST_F(SchedulerTest, WatchOfAFailedGangGetsTheRootCauseAtOnce) {
 
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 60).ok());
 
-  const MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
-  EXPECT_EQ(event.kind, MemberEvent::Kind::kGangFailed);
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
   EXPECT_THAT(event.reason, HasSubstr("member 2/2 (job 102"));
 }
 
 TEST_F(SchedulerTest, GangSucceedsOnceEveryMemberExitedZero) {
   const std::string gang = AdmitCpuGang(*scheduler_, 2);
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
-  MemberEvent first = LastEventFor(scheduler_->TakeEvents(), 70);
-  EXPECT_EQ(first.kind, MemberEvent::Kind::kGangRunning);
+  state::MemberEvent first = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(first.kind, state::MemberEvent::Kind::kGangRunning);
   EXPECT_EQ(first.progress.members_total, 2u);
   EXPECT_THAT(first.progress.unfinished_indices, ElementsAre(1u, 2u));
 
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
-  MemberEvent progress = LastEventFor(scheduler_->TakeEvents(), 70);
-  EXPECT_EQ(progress.kind, MemberEvent::Kind::kGangRunning);
+  state::MemberEvent progress = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(progress.kind, state::MemberEvent::Kind::kGangRunning);
   EXPECT_THAT(progress.progress.unfinished_indices, ElementsAre(2u));
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
 
   EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 70).kind,
-            MemberEvent::Kind::kGangSucceeded);
+            state::MemberEvent::Kind::kGangSucceeded);
   // The watch has ended: no further events go to it.
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
   EXPECT_THAT(scheduler_->TakeEvents(), IsEmpty());
   // A cancellation after success changes nothing.
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0, true).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).state,
-            GangState::kRunning);
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 1, 101).ok());
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(2), 2, 102).ok());
-  EXPECT_EQ(scheduler_->GetSnapshot(true).gangs.at(0).state, GangState::kDone);
+            state::GangState::kRunning);
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(true).gangs.at(0).state,
+            state::GangState::kDone);
 }
 
 TEST_F(SchedulerTest, RejectsWatchesOfStrangersAndFormingGangs) {
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(2), 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
   const std::string gang = "train-p5-pl77-n2";
 
   EXPECT_EQ(scheduler_->Watch("nope", 1, 1, 101, 80).code(),
@@ -662,30 +686,31 @@ TEST_F(SchedulerTest, RejectsWatchesOfStrangersAndFormingGangs) {
 }
 
 TEST_F(SchedulerTest, DrainedHostTakesNoNewGangsButRunningOnesFinish) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-02", 8)).ok());
-  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
-  ASSERT_TRUE(scheduler_->Join(Joining(eval, 1, 8, "gpu-01"), 1).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-02", 8)).ok());
+  state::GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  ASSERT_TRUE(scheduler_->Join(test::Joining(eval, 1, 8, "gpu-01"), 1).ok());
   ASSERT_EQ(AdmitAll(), 1);
   ASSERT_EQ(LeasedGpus("gpu-01").size(), 8u);
 
   ASSERT_TRUE(scheduler_->SetDrained("gpu-01", true).ok());
   ASSERT_TRUE(scheduler_->SetDrained("gpu-02", true).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).state,
-            GangState::kRunning);
+            state::GangState::kRunning);
   // Only drained capacity: a new gang fails at once.
   absl::Status refused =
-      scheduler_->Join(Joining(TrainKey(1), 1, 8), 11).status();
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 8), 11).status();
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.message(), HasSubstr("drained or down"));
 
   ASSERT_TRUE(scheduler_->SetDrained("gpu-02", false).ok());
-  GangKey other{"https://gitlab.example.com", 5, 75, "other", 1};
-  JoinRequest first = Joining(other, 1, 8);
+  state::GangKey other{"https://gitlab.example.com", 5, 75, "other", 1};
+  JoinRequest first = test::Joining(other, 1, 8);
   first.job_id = 500;
   ASSERT_TRUE(scheduler_->Join(first, 10).ok());
   ASSERT_EQ(AdmitAll(), 1);
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 8), 11).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 8), 11).ok());
   EXPECT_EQ(AdmitAll(), 0);
   const Snapshot snapshot = scheduler_->GetSnapshot(false);
   EXPECT_THAT(snapshot.gangs.at(2).reason,
@@ -702,9 +727,9 @@ TEST_F(SchedulerTest, DrainedHostTakesNoNewGangsButRunningOnesFinish) {
 }
 
 TEST_F(SchedulerTest, DrainSurvivesRestartAndReregistration) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   ASSERT_TRUE(scheduler_->SetDrained("gpu-01", true).ok());
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   absl::StatusOr<std::unique_ptr<Scheduler>> restarted =
       Scheduler::Create(clock_, *store_, SchedulerOptions{});
   ASSERT_TRUE(restarted.ok()) << restarted.status();
@@ -716,8 +741,9 @@ TEST_F(SchedulerTest, DrainSurvivesRestartAndReregistration) {
 }
 
 TEST_F(SchedulerTest, RemoveRefusesWhileMembersRunThere) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  ASSERT_TRUE(scheduler_->Join(Joining(TrainKey(1), 1, 2), 11).ok());
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 2), 11).ok());
   ASSERT_EQ(AdmitAll(), 1);
 
   absl::Status busy = scheduler_->RemoveHost("gpu-01");
@@ -728,22 +754,22 @@ TEST_F(SchedulerTest, RemoveRefusesWhileMembersRunThere) {
   EXPECT_EQ(scheduler_->RemoveHost("gpu-09").code(),
             absl::StatusCode::kNotFound);
 
-  ASSERT_TRUE(scheduler_->Leave(TrainKey(1), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(1), 1, 101).ok());
   ASSERT_TRUE(scheduler_->RemoveHost("gpu-01").ok());
   EXPECT_THAT(scheduler_->GetSnapshot(false).hosts, IsEmpty());
   bool was_down = false;
   EXPECT_FALSE(scheduler_->Heartbeat("gpu-01", &was_down));  // Re-register.
-  absl::StatusOr<StoredState> stored = store_->Load();
+  absl::StatusOr<state::StoredState> stored = store_->Load();
   ASSERT_TRUE(stored.ok());
   EXPECT_THAT(stored->hosts, IsEmpty());
 }
 
 TEST_F(SchedulerTest, HigherPriorityGangStartsFirst) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 8)).ok());
-  GangKey low{"https://gitlab.example.com", 5, 70, "low", 1};
-  GangKey high{"https://gitlab.example.com", 5, 71, "high", 1};
-  JoinRequest first = Joining(low, 1, 8);
-  JoinRequest second = Joining(high, 1, 8);
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  state::GangKey low{"https://gitlab.example.com", 5, 70, "low", 1};
+  state::GangKey high{"https://gitlab.example.com", 5, 71, "high", 1};
+  JoinRequest first = test::Joining(low, 1, 8);
+  JoinRequest second = test::Joining(high, 1, 8);
   second.job_id = 201;
   second.priority = 10;
   ASSERT_TRUE(scheduler_->Join(first, 11).ok());
@@ -752,8 +778,8 @@ TEST_F(SchedulerTest, HigherPriorityGangStartsFirst) {
   EXPECT_EQ(AdmitAll(), 1);
 
   const Snapshot snapshot = scheduler_->GetSnapshot(false);
-  EXPECT_EQ(snapshot.gangs.at(0).state, GangState::kForming);  // low
-  EXPECT_EQ(snapshot.gangs.at(1).state, GangState::kRunning);  // high
+  EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);  // low
+  EXPECT_EQ(snapshot.gangs.at(1).state, state::GangState::kRunning);  // high
   EXPECT_THAT(snapshot.gangs.at(0).reason,
               HasSubstr("GPUs held by gang high-p5-pl71-n1"));
 }
@@ -762,7 +788,7 @@ TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
   for (const auto& [name, rack] :
        std::vector<std::pair<std::string, std::string>>{
            {"a-1", "ra"}, {"b-1", "rb"}, {"b-2", "rb"}}) {
-    HostSpec spec = GpuHost(name, 4);
+    state::HostSpec spec = test::GpuHost(name, 4);
     spec.labels["rack"] = rack;
     spec.address = "10.1.0." + std::to_string(name.back() - '0') +
                    (rack == "ra" ? "1" : "2");
@@ -771,12 +797,12 @@ TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
   // Three members of 4 GPUs: one per host; rack rb holds two, so rank 0 is
   // there and the rb pair is adjacent.
   for (uint32_t index = 1; index <= 3; ++index) {
-    JoinRequest request = Joining(TrainKey(3), index, 4);
+    JoinRequest request = test::Joining(test::TrainKey(3), index, 4);
     request.arrival_host = index == 1 ? "a-1" : "";
     ASSERT_TRUE(scheduler_->Join(request, 10 + index).ok());
   }
   ASSERT_EQ(AdmitAll(), 1);
-  const Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
+  const state::Gang gang = scheduler_->GetSnapshot(false).gangs.at(0);
   std::map<int32_t, std::string> host_by_rank;
   for (const auto& [index, member] : gang.members) {
     host_by_rank[member.node_rank] = member.host_name;
@@ -789,16 +815,16 @@ TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
   // "same rack", required: two members of 4 GPUs fit only in rack rb, which
   // is busy, so the gang waits although a-1 would be free.
   for (uint32_t index = 1; index <= 3; ++index) {
-    ASSERT_TRUE(scheduler_->Leave(TrainKey(3), index, 100 + index).ok());
+    ASSERT_TRUE(scheduler_->Leave(test::TrainKey(3), index, 100 + index).ok());
   }
-  GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
-  JoinRequest blocker = Joining(eval, 1, 4, "b-1");
+  state::GangKey eval{"https://gitlab.example.com", 5, 76, "eval", 1};
+  JoinRequest blocker = test::Joining(eval, 1, 4, "b-1");
   blocker.job_id = 300;
   ASSERT_TRUE(scheduler_->Join(blocker, 30).ok());
   ASSERT_EQ(AdmitAll(), 1);
-  GangKey pair{"https://gitlab.example.com", 5, 80, "pair", 2};
+  state::GangKey pair{"https://gitlab.example.com", 5, 80, "pair", 2};
   for (uint32_t index = 1; index <= 2; ++index) {
-    JoinRequest request = Joining(pair, index, 4);
+    JoinRequest request = test::Joining(pair, index, 4);
     request.job_id = 400 + index;
     request.topology_same = "rack";
     request.topology_required = true;
@@ -807,7 +833,7 @@ TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
   EXPECT_EQ(AdmitAll(), 0);
   ASSERT_TRUE(scheduler_->Leave(eval, 1, 300).ok());
   EXPECT_EQ(AdmitAll(), 1);
-  for (const Gang& g : scheduler_->GetSnapshot(false).gangs) {
+  for (const state::Gang& g : scheduler_->GetSnapshot(false).gangs) {
     if (g.key.group_name != "pair") continue;
     EXPECT_EQ(g.members.at(1).host_name.substr(0, 2), "b-");
     EXPECT_EQ(g.members.at(2).host_name.substr(0, 2), "b-");
@@ -815,11 +841,11 @@ TEST_F(SchedulerTest, RanksFollowTopologyAndRequiredDomainIsHonoured) {
 }
 
 TEST_F(SchedulerTest, RequiredDomainThatCannotExistFailsAtJoin) {
-  ASSERT_TRUE(scheduler_->RegisterHost(GpuHost("gpu-01", 4)).ok());
-  HostSpec other = GpuHost("gpu-02", 4);
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 4)).ok());
+  state::HostSpec other = test::GpuHost("gpu-02", 4);
   other.labels["rack"] = "r2";
   ASSERT_TRUE(scheduler_->RegisterHost(other).ok());
-  JoinRequest request = Joining(TrainKey(2), 1, 4);
+  JoinRequest request = test::Joining(test::TrainKey(2), 1, 4);
   request.topology_same = "rack";
   request.topology_required = true;
   absl::Status status = scheduler_->Join(request, 11).status();
@@ -839,9 +865,9 @@ class BounceCounter : public Observer {
 };
 
 // A GPU host whose gitlab-runner runs `runner_slots` jobs at once.
-HostSpec RunnerHost(const std::string& name, uint32_t gpus,
-                    uint32_t runner_slots) {
-  HostSpec spec = GpuHost(name, gpus);
+state::HostSpec RunnerHost(const std::string& name, uint32_t gpus,
+                           uint32_t runner_slots) {
+  state::HostSpec spec = test::GpuHost(name, gpus);
   spec.runner_slots = runner_slots;
   return spec;
 }
@@ -849,9 +875,9 @@ HostSpec RunnerHost(const std::string& name, uint32_t gpus,
 // Member `index` of the gang of pipeline `pipeline` (2 members × 4 GPUs),
 // picked up by the runner on gpu-01; job ids differ per pipeline.
 JoinRequest PipelineMember(int64_t pipeline, uint32_t index) {
-  GangKey key = TrainKey(2);
+  state::GangKey key = test::TrainKey(2);
   key.pipeline_id = pipeline;
-  JoinRequest request = Joining(key, index, 4, "gpu-01");
+  JoinRequest request = test::Joining(key, index, 4, "gpu-01");
   request.job_id = pipeline * 100 + index;
   return request;
 }
@@ -863,27 +889,28 @@ TEST_F(SchedulerTest, RunnerSlotDeadlockBouncesTheYoungerIncompleteGang) {
   ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
   ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
   EXPECT_THAT(scheduler_->Plan(), IsEmpty());
-  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  const std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
 
   // Both runner slots are held by gangs that each miss a member: the
   // younger one (pipeline 78) goes back to GitLab, the older one waits.
   ASSERT_EQ(counter.bounced.size(), 1u);
-  const MemberEvent bounced = LastEventFor(events, 21);
-  ASSERT_EQ(bounced.kind, MemberEvent::Kind::kAborted);
+  const state::MemberEvent bounced = LastEventFor(events, 21);
+  ASSERT_EQ(bounced.kind, state::MemberEvent::Kind::kAborted);
   EXPECT_EQ(bounced.gang_id, counter.bounced.front());
   EXPECT_THAT(bounced.reason, HasSubstr("runner-slot deadlock"));
   EXPECT_THAT(bounced.reason, HasSubstr("all 2 runner slots"));
   EXPECT_THAT(bounced.reason, HasSubstr("retry:"));
   EXPECT_THAT(bounced.reason, HasSubstr("runner_system_failure"));
-  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
-  const Gang* older = scheduler_->FindGang(LastEventFor(events, 11).gang_id);
-  const Gang* younger = scheduler_->FindGang(bounced.gang_id);
+  EXPECT_EQ(LastEventFor(events, 11).kind, state::MemberEvent::Kind::kWaiting);
+  const state::Gang* older =
+      scheduler_->FindGang(LastEventFor(events, 11).gang_id);
+  const state::Gang* younger = scheduler_->FindGang(bounced.gang_id);
   ASSERT_NE(older, nullptr);
   ASSERT_NE(younger, nullptr);
   EXPECT_EQ(older->key.pipeline_id, 77);
-  EXPECT_EQ(older->state, GangState::kForming);
+  EXPECT_EQ(older->state, state::GangState::kForming);
   EXPECT_EQ(younger->key.pipeline_id, 78);
-  EXPECT_EQ(younger->state, GangState::kFailed);
+  EXPECT_EQ(younger->state, state::GangState::kFailed);
 
   // The slot is free again: the older gang completes and runs, and the
   // bounced gang's retried jobs form it again and run after it.
@@ -893,7 +920,8 @@ TEST_F(SchedulerTest, RunnerSlotDeadlockBouncesTheYoungerIncompleteGang) {
   retry.job_id = 7811;  // The retried job has a new id.
   absl::StatusOr<std::string> rejoined = scheduler_->Join(retry, 22);
   ASSERT_TRUE(rejoined.ok()) << rejoined.status();
-  EXPECT_EQ(scheduler_->FindGang(bounced.gang_id)->state, GangState::kForming);
+  EXPECT_EQ(scheduler_->FindGang(bounced.gang_id)->state,
+            state::GangState::kForming);
   EXPECT_EQ(counter.bounced.size(), 1u);
 }
 
@@ -904,11 +932,11 @@ TEST_F(SchedulerTest, NoBounceWhileARunnerSlotIsFree) {
   ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
   ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
   EXPECT_THAT(scheduler_->Plan(), IsEmpty());
-  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  const std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
 
   EXPECT_THAT(counter.bounced, IsEmpty());
-  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
-  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 11).kind, state::MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, state::MemberEvent::Kind::kWaiting);
 }
 
 TEST_F(SchedulerTest, NoBounceWhenTheHostDeclaresNoRunnerSlots) {
@@ -921,7 +949,7 @@ TEST_F(SchedulerTest, NoBounceWhenTheHostDeclaresNoRunnerSlots) {
 
   EXPECT_THAT(counter.bounced, IsEmpty());
   EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 21).kind,
-            MemberEvent::Kind::kWaiting);
+            state::MemberEvent::Kind::kWaiting);
 }
 
 TEST_F(SchedulerTest, NoBounceWhenAMemberArrivedThroughAnUnknownRunner) {
@@ -937,9 +965,9 @@ TEST_F(SchedulerTest, NoBounceWhenAMemberArrivedThroughAnUnknownRunner) {
   // gpu-01's only slot is held by an incomplete gang, but runner-9 may have
   // a free one: no deadlock is proven.
   EXPECT_THAT(counter.bounced, IsEmpty());
-  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
-  EXPECT_EQ(LastEventFor(events, 11).kind, MemberEvent::Kind::kWaiting);
-  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+  const std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 11).kind, state::MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, state::MemberEvent::Kind::kWaiting);
 }
 
 TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
@@ -947,9 +975,9 @@ TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
   scheduler_->SetObserver(counter);
   ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 3)).ok());
   // Pipeline 76 runs on every GPU, so pipeline 77's complete gang waits.
-  GangKey whole = TrainKey(1);
+  state::GangKey whole = test::TrainKey(1);
   whole.pipeline_id = 76;
-  JoinRequest running = Joining(whole, 1, 8, "gpu-01");
+  JoinRequest running = test::Joining(whole, 1, 8, "gpu-01");
   running.job_id = 7601;
   ASSERT_TRUE(scheduler_->Join(running, 1).ok());
   EXPECT_EQ(AdmitAll(), 1);
@@ -957,11 +985,11 @@ TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
   ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 2), 12).ok());
   ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
   EXPECT_THAT(scheduler_->Plan(), IsEmpty());
-  const std::vector<MemberEvent> events = scheduler_->TakeEvents();
+  const std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
 
   // All 3 slots are held, but the complete gang frees its 2 once it runs.
   EXPECT_THAT(counter.bounced, IsEmpty());
-  EXPECT_EQ(LastEventFor(events, 21).kind, MemberEvent::Kind::kWaiting);
+  EXPECT_EQ(LastEventFor(events, 21).kind, state::MemberEvent::Kind::kWaiting);
   EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
               HasSubstr("all 2 members present"));
 }

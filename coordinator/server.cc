@@ -62,14 +62,15 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock) {
-  absl::StatusOr<std::unique_ptr<Store>> store = Store::Open(config.state_path);
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(config.state_path);
   if (!store.ok()) return store.status();
   return Start(config, clock, std::move(*store));
 }
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const Config& config, const Clock& clock,
-    std::unique_ptr<StateStore> store) {
+    std::unique_ptr<state::StateStore> store) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       rendezvous::LoadServerCredentials(config.tls);
   if (!credentials.ok()) return credentials.status();
@@ -85,7 +86,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
   options.failed_gang_release = config.failed_gang_release;
-  KvLimits kv_limits;
+  kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(clock, std::move(store), options,
@@ -104,7 +105,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
   builder.RegisterService(server->service_.get());
-  server->kv_service_ = std::make_unique<KvService>(server->coordinator_->kv());
+  server->kv_service_ =
+      std::make_unique<kv::KvService>(server->coordinator_->kv());
   builder.RegisterService(server->kv_service_.get());
   server->checkpoint_service_ =
       std::make_unique<CheckpointService>(*server->coordinator_);

@@ -11,10 +11,10 @@
 #include "coordinator/config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
-#include "coordinator/kv_service.h"
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_server.h"
 #include "grpcpp/server.h"
+#include "kv/kv_service.h"
 
 namespace gdt::coordinator {
 
@@ -37,7 +37,7 @@ class CoordinatorServer {
   // config.state_path is not used.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const Config& config, const Clock& clock,
-      std::unique_ptr<StateStore> store);
+      std::unique_ptr<state::StateStore> store);
 
   ~CoordinatorServer();  // Shuts down.
   CoordinatorServer(const CoordinatorServer&) = delete;
@@ -65,7 +65,7 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<KvService> kv_service_;
+  std::unique_ptr<kv::KvService> kv_service_;
   std::unique_ptr<CheckpointService> checkpoint_service_;  // Issue 5.
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_server_;

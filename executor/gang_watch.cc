@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
@@ -33,7 +34,8 @@ void GangWatch::Run(const std::string& endpoint,
                     const rendezvous::ClientSecurity& security,
                     const std::string& job_token) {
   rendezvous::CoordinatorClient coordinator(endpoint, security);
-  if (!job_token.empty()) coordinator.AddMetadata("gdt-job-token", job_token);
+  if (!job_token.empty())
+    coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,
       [this](const v1::WatchGangEvent& event) {

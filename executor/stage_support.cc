@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gitlab/job_payload.h"
+#include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
@@ -37,13 +38,15 @@ std::string JobTokenOf(const JobEnv& env) {
 
 void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
                      const std::string& job_token) {
-  if (!job_token.empty()) coordinator.AddMetadata("gdt-job-token", job_token);
+  if (!job_token.empty())
+    coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
 }
 
 void PresentMemberToken(rendezvous::AgentClient& agent,
                         const v1::Assignment& assignment) {
   if (!assignment.member_token().empty()) {
-    agent.AddMetadata("gdt-member-token", assignment.member_token());
+    agent.AddMetadata(rendezvous::kMemberTokenMetadata,
+                      assignment.member_token());
   }
 }
 

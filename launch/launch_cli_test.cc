@@ -26,7 +26,8 @@ Result RunCli(std::vector<std::string> args,
   Result result;
   result.code = RunLaunchCli(
       static_cast<int>(argv.size()), argv.data(), env,
-      {std::string(GDT_SOURCE_DIR) + "/launchers"}, [] { return 0; }, out, err);
+      {std::string(GDT_SOURCE_DIR) + "/launch/recipes"}, [] { return 0; }, out,
+      err);
   result.out = out.str();
   result.err = err.str();
   return result;

@@ -18,7 +18,7 @@ struct RecipeCommand {
   bool empty() const { return argv.empty(); }
 };
 
-// A head/worker launcher as data (launchers/NAME.yaml, docs/launchers/):
+// A head/worker launcher as data (launch/recipes/NAME.yaml, docs/launchers/):
 // rank 0 runs `head`, every other rank runs `worker`; rank 0 polls
 // `ready_check` until it exits 0, then runs the job's own command with
 // `script_env` added to its environment.

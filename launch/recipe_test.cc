@@ -21,7 +21,7 @@ std::map<std::string, std::string> MemberEnv(int rank) {
 
 RenderedRecipe RenderShipped(const std::string& name, int rank) {
   absl::StatusOr<Recipe> recipe =
-      LoadRecipe(name, {std::string(GDT_SOURCE_DIR) + "/launchers"});
+      LoadRecipe(name, {std::string(GDT_SOURCE_DIR) + "/launch/recipes"});
   EXPECT_TRUE(recipe.ok()) << recipe.status();
   if (!recipe.ok()) return {};
   absl::StatusOr<std::map<std::string, std::string>> vars =
@@ -84,7 +84,7 @@ TEST(RecipeTest, GenericRunsTheJobsOwnCommandsThroughTheShell) {
   env["GDT_WORKER_COMMAND"] = "join $GDT_HEAD_ADDR:$GDT_HEAD_PORT";
   env["GDT_READY_CHECK"] = "true";
   absl::StatusOr<Recipe> recipe =
-      LoadRecipe("generic", {std::string(GDT_SOURCE_DIR) + "/launchers"});
+      LoadRecipe("generic", {std::string(GDT_SOURCE_DIR) + "/launch/recipes"});
   ASSERT_TRUE(recipe.ok()) << recipe.status();
   absl::StatusOr<RenderedRecipe> rendered =
       RenderRecipe(*recipe, *RecipeVariables(env));
@@ -176,7 +176,7 @@ TEST(RecipeTest, MpiGivesMpirunGdtRshAndTheGangsHostfile) {
   env["GDT_BIN_DIR"] = "/opt/gdt/bin";
   env["GDT_HOSTFILE"] = "/scratch/hostfile";
   absl::StatusOr<Recipe> recipe =
-      LoadRecipe("mpi", {std::string(GDT_SOURCE_DIR) + "/launchers"});
+      LoadRecipe("mpi", {std::string(GDT_SOURCE_DIR) + "/launch/recipes"});
   ASSERT_TRUE(recipe.ok()) << recipe.status();
   absl::StatusOr<RenderedRecipe> rendered =
       RenderRecipe(*recipe, *RecipeVariables(env));

@@ -10,9 +10,9 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/cluster.h"
+#include "testing/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -242,4 +242,4 @@ TEST(BadConfigTest, MissingConfigFileIsNamedOnce) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

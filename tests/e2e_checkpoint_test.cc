@@ -18,10 +18,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -405,4 +405,4 @@ TEST_F(CheckpointE2eTest, FirstMembersNoticeReachesTheWholeGang) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -8,10 +8,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -159,4 +159,4 @@ TEST_F(ExamplesTest, WorkflowPassesTheCheckpointFromTrainToPublish) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

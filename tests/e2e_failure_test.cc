@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -471,4 +471,4 @@ TEST_F(GangFailureTest, VanishedExecutorIsLostAndFencedAfterTheRetry) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "coordinator/etcd_test_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
+#include "testing/etcd_test_server.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -44,8 +44,8 @@ std::map<std::string, std::string> GangStates(const nlohmann::json& status) {
 }
 
 TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
-  absl::StatusOr<std::unique_ptr<coordinator::testing_support::EtcdTestServer>>
-      etcd = coordinator::testing_support::EtcdTestServer::Start();
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start();
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   GdtCluster cluster;
   ASSERT_TRUE(cluster
@@ -151,9 +151,8 @@ TEST(HaPartitionTest, LeaderCutOffFromEtcdStopsLeadingAndAdmitsNothing) {
   absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
       NetworkNamespaces::Create(4);  // etcd, replica, replica, agent+runner.
   ASSERT_TRUE(hosts.ok()) << hosts.status();
-  absl::StatusOr<std::unique_ptr<coordinator::testing_support::EtcdTestServer>>
-      etcd = coordinator::testing_support::EtcdTestServer::StartIn(
-          (*hosts)->Exec(0), (*hosts)->Address(0));
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::StartIn((*hosts)->Exec(0), (*hosts)->Address(0));
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   GdtCluster cluster(hosts->get(), /*control_host=*/3);
   constexpr int kTtl = 5;
@@ -210,4 +209,4 @@ TEST(HaPartitionTest, LeaderCutOffFromEtcdStopsLeadingAndAdmitsNothing) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -98,4 +98,4 @@ TEST(HangWatchdogTest, MemberWithoutProgressFailsTheGangAsHungWithEvidence) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -8,10 +8,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -91,4 +91,4 @@ TEST(EndToEndTest, GangFormsAfterCoordinatorRestartWhileMembersWait) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

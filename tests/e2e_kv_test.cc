@@ -10,9 +10,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/cluster.h"
+#include "testing/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -90,4 +90,4 @@ TEST(EndToEndKvTest, MembersShareTheGangStoreThroughTheirEnvironment) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -74,7 +74,7 @@ class LaunchTest : public ::testing::Test {
                            "  variables:\n"
                            "    GDT_LAUNCHER: none\n",
                            variables, "    GDT_LAUNCHERS_DIR: ", SourceDir(),
-                           "/launchers\n"
+                           "/launch/recipes\n"
                            "  script:\n"
                            "    - export PATH=",
                            bin_dir,
@@ -217,4 +217,4 @@ TEST_F(LaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

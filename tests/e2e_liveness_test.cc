@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -220,4 +220,4 @@ TEST(LivenessTest, RestartedAgentEndsTheTrainingADeadAgentLeftRunning) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

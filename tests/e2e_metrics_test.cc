@@ -13,10 +13,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -155,4 +155,4 @@ TEST(EndToEndMetricsTest, ScrapeAndStatusDuringARunShowTheGang) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
+#include "testing/test_certs.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
-#include "tests/support/test_certs.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -143,4 +143,4 @@ TEST(MultiHostTest, EnvLauncherTrainsAcrossThreeHosts) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cluster.h"
 #include "tests/e2e_util.h"
-#include "tests/support/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -177,4 +177,4 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -12,9 +12,9 @@
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/cluster.h"
+#include "testing/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -164,4 +164,4 @@ TEST(SecurityE2eTest, TokenProtectedAgentRunsTheAdmittedMembersJob) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

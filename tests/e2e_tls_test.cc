@@ -8,10 +8,10 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/cluster.h"
-#include "tests/support/test_certs.h"
+#include "testing/cluster.h"
+#include "testing/test_certs.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
@@ -75,4 +75,4 @@ TEST(EndToEndTlsTest, JobRunsOverMutualTlsAndPlaintextIsRefused) {
 }
 
 }  // namespace
-}  // namespace gdt::testing
+}  // namespace gdt::test

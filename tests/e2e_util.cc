@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 namespace fs = std::filesystem;
 
 std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node) {
@@ -226,4 +226,4 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
   return text;
 }
 
-}  // namespace gdt::testing
+}  // namespace gdt::test

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "tests/support/cluster.h"
+#include "testing/cluster.h"
 
-namespace gdt::testing {
+namespace gdt::test {
 
 // A project directory with examples/ddp/train.py and a .gitlab-ci.yml whose
 // job `train` runs it as a `nodes`-member gang with `procs_per_node`
@@ -75,6 +75,6 @@ std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
 // "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
 std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 
-}  // namespace gdt::testing
+}  // namespace gdt::test
 
 #endif  // GDT_TESTS_E2E_UTIL_H_

@@ -13,13 +13,13 @@
 #include "common/clock.h"
 #include "common/tls_config.h"
 #include "coordinator/server.h"
-#include "coordinator/test_support.h"
 #include "gmock/gmock.h"
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
-#include "tests/support/test_certs.h"
+#include "testing/scheduler_fixtures.h"
+#include "testing/test_certs.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -30,8 +30,8 @@ using ::testing::HasSubstr;
 class TlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<gdt::testing::TestCerts> certs =
-        gdt::testing::MakeTestCerts(temp_.path());
+    absl::StatusOr<gdt::test::TestCerts> certs =
+        gdt::test::MakeTestCerts(temp_.path());
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = *certs;
   }
@@ -74,9 +74,9 @@ class TlsTest : public ::testing::Test {
     return client.GetStatus(v1::GetStatusRequest(), 5s).status();
   }
 
-  testing_support::ScopedTempDir temp_;
+  test::ScopedTempDir temp_;
   SystemClock clock_;
-  gdt::testing::TestCerts certs_;
+  gdt::test::TestCerts certs_;
   std::unique_ptr<CoordinatorServer> server_;
 };
 

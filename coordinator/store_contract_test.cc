@@ -1,0 +1,396 @@
+#include <sqlite3.h>
+
+#include "common/fake_clock.h"
+#include "coordinator/scheduler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "state/etcd_client.h"
+#include "state/etcd_store.h"
+#include "state/sqlite_store.h"
+#include "testing/etcd_test_server.h"
+#include "testing/scheduler_fixtures.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using test::CpuHost;
+using test::GpuHost;
+using test::Joining;
+using test::ScopedTempDir;
+using test::TrainKey;
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+void ExpectSameState(const state::StoredState& a, const state::StoredState& b) {
+  ASSERT_EQ(a.hosts.size(), b.hosts.size());
+  for (size_t i = 0; i < a.hosts.size(); ++i) {
+    EXPECT_EQ(a.hosts[i].spec, b.hosts[i].spec);
+    EXPECT_EQ(a.hosts[i].last_heartbeat_unix_ms,
+              b.hosts[i].last_heartbeat_unix_ms);
+  }
+  ASSERT_EQ(a.gangs.size(), b.gangs.size());
+  for (size_t i = 0; i < a.gangs.size(); ++i) {
+    EXPECT_TRUE(a.gangs[i].SameRecord(b.gangs[i])) << a.gangs[i].id;
+  }
+  EXPECT_EQ(a.gpu_leases, b.gpu_leases);
+  EXPECT_EQ(a.port_leases, b.port_leases);
+}
+
+// The StateStore contract, run against both implementations: "sqlite" (a
+// file in a temp dir) and "etcd" (a single etcd node started by the test on
+// loopback; reopening = a fresh EtcdStore on the same prefix).
+class StoreTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "etcd") {
+      absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+          test::EtcdTestServer::Start();
+      ASSERT_TRUE(etcd.ok()) << etcd.status();
+      etcd_ = std::move(*etcd);
+      absl::StatusOr<std::unique_ptr<state::EtcdClient>> client =
+          state::EtcdClient::Create(etcd_->endpoints(),
+                                    std::chrono::seconds(5));
+      ASSERT_TRUE(client.ok()) << client.status();
+      client_ = std::move(*client);
+    }
+  }
+
+  std::string Path() const { return dir_.path() + "/state/coord.db"; }
+
+  // Opens (or reopens) the store under test.
+  absl::StatusOr<std::unique_ptr<state::StateStore>> Open() {
+    if (GetParam() == "etcd") {
+      absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+          state::EtcdStore::Open(client_, "test");
+      if (!store.ok()) return store.status();
+      return std::unique_ptr<state::StateStore>(std::move(*store));
+    }
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(Path());
+    if (!store.ok()) return store.status();
+    return std::unique_ptr<state::StateStore>(std::move(*store));
+  }
+
+  // Fills a store through the scheduler: two hosts, a running gang, a
+  // forming gang and a finished gang.
+  void Fill(state::StateStore& store) {
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, store, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Scheduler& s = **scheduler;
+    state::HostSpec gpu_host = test::GpuHost("gpu-01", 8);
+    gpu_host.runner_slots = 4;
+    ASSERT_TRUE(s.RegisterHost(gpu_host).ok());
+    ASSERT_TRUE(s.RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+    ASSERT_TRUE(s.Join(test::Joining(test::TrainKey(2), 1, 4), 1).ok());
+    ASSERT_TRUE(s.Join(test::Joining(test::TrainKey(2), 2, 4), 2).ok());
+    state::GangKey done_key = test::TrainKey(1);
+    done_key.group_name = "lint";
+    absl::StatusOr<std::string> done_gang =
+        s.Join(test::Joining(done_key, 1), 3);
+    ASSERT_TRUE(done_gang.ok()) << done_gang.status();
+    for (const AdmissionProposal& proposal : s.Plan()) {
+      ASSERT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
+    }
+    ASSERT_TRUE(s.ReportExit(*done_gang, 1, 1, 101, 0).ok());
+    ASSERT_TRUE(s.Leave(done_key, 1, 101).ok());
+    state::GangKey forming = test::TrainKey(3);
+    forming.group_name = "eval";
+    ASSERT_TRUE(s.Join(test::Joining(forming, 2), 4).ok());
+  }
+
+  test::ScopedTempDir dir_;
+  FakeClock clock_;
+  std::unique_ptr<test::EtcdTestServer> etcd_;
+  std::shared_ptr<state::EtcdClient> client_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Stores, StoreTest, ::testing::Values("sqlite", "etcd"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+TEST_P(StoreTest, ReopenedStoreHoldsEverything) {
+  state::StoredState before;
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+    absl::StatusOr<state::StoredState> loaded = (*store)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    before = *loaded;
+  }
+
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(before.hosts.size(), 2u);
+  EXPECT_EQ(before.gangs.size(), 3u);
+  EXPECT_EQ(before.gpu_leases.size(), 8u);
+  ASSERT_EQ(before.port_leases.size(), 1u);
+  EXPECT_EQ(before.port_leases[0].port, 29510u);
+  ASSERT_EQ(after->hosts[1].spec.name, "gpu-01");
+  EXPECT_EQ(after->hosts[1].spec.runner_slots, 4u);  // Declared by its agent.
+  EXPECT_EQ(after->hosts[0].spec.runner_slots, 0u);  // Not declared.
+  ExpectSameState(before, *after);
+}
+
+TEST_P(StoreTest, RestartKeepsRunningLeasesAndForgetsPresence) {
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, **store, SchedulerOptions{});
+
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  Snapshot snapshot = (*scheduler)->GetSnapshot(true);
+  ASSERT_EQ(snapshot.gangs.size(), 3u);
+  const state::Gang& running = snapshot.gangs[0];
+  EXPECT_EQ(running.id, "train-p5-pl77-n2");
+  EXPECT_EQ(running.state, state::GangState::kRunning);
+  EXPECT_TRUE(running.members.at(1).present);
+  const state::Gang& forming = snapshot.gangs[1];
+  EXPECT_EQ(forming.state, state::GangState::kForming);
+  EXPECT_FALSE(forming.members.at(2).present);
+  EXPECT_EQ(snapshot.gangs[2].state, state::GangState::kDone);
+  EXPECT_EQ(snapshot.hosts[1].host.spec.name, "gpu-01");
+  EXPECT_THAT(snapshot.hosts[1].leased_gpus,
+              ElementsAre(0u, 1u, 2u, 3u, 4u, 5u, 6u, 7u));
+  EXPECT_THAT(snapshot.hosts[0].leased_gpus, IsEmpty());
+  // The next gang on gpu-01 must not get the leased port.
+  ASSERT_TRUE((*scheduler)->RegisterHost(test::GpuHost("gpu-02", 8)).ok());
+  state::GangKey next = test::TrainKey(1);
+  next.pipeline_id = 99;
+  ASSERT_TRUE((*scheduler)->Join(test::Joining(next, 1, 1, "gpu-02"), 9).ok());
+  std::vector<AdmissionProposal> proposals = (*scheduler)->Plan();
+  ASSERT_EQ(proposals.size(), 1u);
+  EXPECT_EQ(proposals[0].master_host, "gpu-02");
+}
+
+TEST_P(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Stored by arrival: train (running), lint (done), eval (forming).
+  state::Gang running = before->gangs.at(0);
+  ASSERT_EQ(running.state, state::GangState::kRunning);
+  state::Gang forming = before->gangs.at(2);
+  ASSERT_EQ(forming.state, state::GangState::kForming);
+  state::Member joined = forming.members.at(2);
+  joined.index = 3;
+  joined.job_id = 303;
+  state::Member leaving = running.members.at(1);
+  leaving.left = true;
+
+  ASSERT_TRUE((*store)->SaveMember(forming, joined).ok());
+  ASSERT_TRUE((*store)->SaveMember(running, leaving).ok());
+
+  absl::StatusOr<state::StoredState> after = (*store)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const state::Gang& reloaded = after->gangs.at(2);
+  ASSERT_EQ(reloaded.members.size(), 2u);
+  EXPECT_TRUE(reloaded.members.at(2).SameRecord(forming.members.at(2)));
+  EXPECT_EQ(reloaded.members.at(3).job_id, 303);
+  const state::Gang& still_running = after->gangs.at(0);
+  EXPECT_TRUE(still_running.members.at(1).left);
+  EXPECT_FALSE(still_running.members.at(2).left);
+  EXPECT_EQ(after->gpu_leases, before->gpu_leases);
+  EXPECT_EQ(after->port_leases, before->port_leases);
+}
+
+TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
+  test::ScopedTempDir dir;
+  const std::string path = dir.path() + "/state/coord.db";
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+  }
+  // Simulate a database written by a future gdt-coord.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES (99)", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(store.status().message(), ::testing::HasSubstr("version 99"));
+}
+
+TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<state::EtcdClient> client = std::move(*created);
+  const std::string leader_key = state::EtcdStore::Prefix("test") + "leader";
+  absl::StatusOr<state::EtcdTxnResult> won = client->Txn(
+      nlohmann::json::array(
+          {state::EtcdClient::CreateRevisionIs(leader_key, 0)}),
+      nlohmann::json::array({state::EtcdClient::Put(leader_key, "a:1")}),
+      nlohmann::json::array());
+  ASSERT_TRUE(won.ok()) << won.status();
+  ASSERT_TRUE(won->succeeded);
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(client, "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->SetFence(leader_key, won->revision);
+  ASSERT_TRUE((*store)->SaveHost(state::Host{test::CpuHost("cpu-01", 1)}).ok());
+
+  // Another replica takes over: the key is deleted and created again.
+  ASSERT_TRUE(
+      client
+          ->Txn(nlohmann::json::array(),
+                nlohmann::json::array({state::EtcdClient::Delete(leader_key)}),
+                nlohmann::json::array())
+          .ok());
+  ASSERT_TRUE(client
+                  ->Txn(nlohmann::json::array(),
+                        nlohmann::json::array(
+                            {state::EtcdClient::Put(leader_key, "b:2")}),
+                        nlohmann::json::array())
+                  .ok());
+  absl::Status refused =
+      (*store)->SaveHost(state::Host{test::CpuHost("cpu-02", 1)});
+
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("no longer the leader"));
+  absl::StatusOr<state::StoredState> state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->hosts.size(), 1u);  // cpu-02 was never written.
+  EXPECT_EQ(state->hosts[0].spec.name, "cpu-01");
+}
+
+TEST(EtcdStoreTest, UnreachableEtcdIsUnavailable) {
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> client =
+      state::EtcdClient::Create({"127.0.0.1:1"}, std::chrono::seconds(2));
+  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(std::move(*client), "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  absl::StatusOr<state::StoredState> state = (*store)->Load();
+
+  EXPECT_EQ(state.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(state.status().message(), ::testing::HasSubstr("127.0.0.1:1"));
+}
+
+TEST(EtcdStoreTest, RejectsABadClusterName) {
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> client =
+      state::EtcdClient::Create({"127.0.0.1:1"}, std::chrono::seconds(1));
+  ASSERT_TRUE(client.ok()) << client.status();
+
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(std::move(*client), "a/b");
+
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(store.status().message(), ::testing::HasSubstr("'a/b'"));
+}
+
+// --- Checkpoint manifest records (issue 5) ---
+
+TEST_P(StoreTest, CheckpointRecordsKeepTheNewestPerGangAcrossReopen) {
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int64_t step : {10, 30, 20, 40}) {
+      state::CheckpointRecord r{"gang-a", 1, step, 0, 100 + step, "{}", step};
+      ASSERT_TRUE((*store)->SaveCheckpointRecord(r, 3).ok());
+    }
+    // Older than the three kept: not kept.
+    state::CheckpointRecord old{"gang-a", 1, 5, 0, 105, "{}", 50};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(old, 3).ok());
+    state::CheckpointRecord other{"gang-b", 2, 5, 0, 7, "{\"b\":1}", 1};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(other, 3).ok());
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<state::CheckpointRecord>> a =
+      (*store)->ListCheckpointRecords("gang-a");
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::vector<int64_t> steps;
+  for (const state::CheckpointRecord& r : *a) steps.push_back(r.step);
+  EXPECT_THAT(steps, ElementsAre(40, 30, 20));  // Steps 10 and 5 pruned.
+  EXPECT_EQ((*a)[0].job_id, 140);
+  absl::StatusOr<std::vector<state::CheckpointRecord>> b =
+      (*store)->ListCheckpointRecords("gang-b");
+  ASSERT_TRUE(b.ok());
+  ASSERT_EQ(b->size(), 1u);
+  EXPECT_EQ((*b)[0].manifest_json, "{\"b\":1}");
+  EXPECT_EQ((*b)[0].epoch, 2u);
+  ASSERT_TRUE((*store)->DeleteCheckpointRecords("gang-a").ok());
+  EXPECT_THAT(*(*store)->ListCheckpointRecords("gang-a"), IsEmpty());
+  // The state itself is untouched by records.
+  absl::StatusOr<state::StoredState> state = (*store)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_THAT(state->gangs, IsEmpty());
+}
+
+// Ties go to the latest record; a record past the window is not kept, even
+// when it ties with one that is dropped too.
+TEST_P(StoreTest, CheckpointRecordsOfEqualStepsKeepTheLatest) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const auto& [step, job] :
+       std::vector<std::pair<int64_t, int64_t>>{{40, 1}, {30, 2}, {20, 3}}) {
+    state::CheckpointRecord r{"gang-a", 1, step, 0, job, "{}", job};
+    ASSERT_TRUE((*store)->SaveCheckpointRecord(r, 3).ok());
+  }
+  auto jobs = [&] {
+    absl::StatusOr<std::vector<state::CheckpointRecord>> records =
+        (*store)->ListCheckpointRecords("gang-a");
+    EXPECT_TRUE(records.ok()) << records.status();
+    std::vector<int64_t> ids;
+    if (!records.ok()) return ids;
+    for (const state::CheckpointRecord& r : *records) ids.push_back(r.job_id);
+    return ids;
+  };
+  state::CheckpointRecord late{"gang-a", 2, 20, 0, 4, "{}", 4};
+  ASSERT_TRUE((*store)->SaveCheckpointRecord(late, 2).ok());
+  EXPECT_THAT(jobs(), ElementsAre(1, 2));  // Both 20s are past the window.
+  state::CheckpointRecord tie{"gang-a", 2, 30, 0, 5, "{}", 5};
+  ASSERT_TRUE((*store)->SaveCheckpointRecord(tie, 2).ok());
+  EXPECT_THAT(jobs(), ElementsAre(1, 5));  // 40, then the latest 30.
+}
+
+// Issue 8: host tokens survive a restart and can be deleted.
+TEST_P(StoreTest, HostTokensAreSavedListedAndDeleted) {
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-02", "bb", 2}).ok());
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-01", "aa", 1}).ok());
+    ASSERT_TRUE((*store)->SaveHostToken({"gpu-01", "cc", 3}).ok());  // New.
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::vector<state::HostTokenRecord>> records =
+      (*store)->LoadHostTokens();
+  ASSERT_TRUE(records.ok()) << records.status();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[0].host_name, "gpu-01");
+  EXPECT_EQ((*records)[0].sha256, "cc");
+  EXPECT_EQ((*records)[0].created_unix_ms, 3);
+  EXPECT_EQ((*records)[1].host_name, "gpu-02");
+  EXPECT_EQ(*(*store)->DeleteHostToken("gpu-01"), true);
+  EXPECT_EQ(*(*store)->DeleteHostToken("gpu-01"), false);
+  EXPECT_EQ((*store)->LoadHostTokens()->size(), 1u);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

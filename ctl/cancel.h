@@ -1,0 +1,26 @@
+#ifndef GDT_COORDINATOR_CANCEL_COMMAND_H_
+#define GDT_COORDINATOR_CANCEL_COMMAND_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rendezvous/channel.h"
+
+namespace gdt::ctl {
+
+// `gdt-coord cancel GANG [--reason TEXT]`: asks the coordinator at `endpoint`
+// to fail gang `gang_id` as "cancelled by operator" and returns the line to
+// print, "gdt-coord: <root-cause line>".
+// Errors: NotFound "unknown gang X"; FailedPrecondition "gang X already
+// finished (...)"; InvalidArgument for an empty gang id; Unavailable
+// "cannot reach coordinator at ADDR: <reason>"; Unauthenticated or
+// PermissionDenied when `admin_token` is missing or wrong.
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+absl::StatusOr<std::string> RunCancelCommand(
+    const std::string& endpoint, const std::string& gang_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
+
+}  // namespace gdt::ctl
+
+#endif  // GDT_COORDINATOR_CANCEL_COMMAND_H_

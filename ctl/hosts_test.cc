@@ -1,0 +1,68 @@
+#include "ctl/hosts.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+
+v1::GetStatusResponse TwoHosts() {
+  v1::GetStatusResponse status;
+  v1::HostStatus* gpu = status.add_hosts();
+  gpu->mutable_host()->set_name("gpu-01");
+  gpu->mutable_host()->set_address("10.0.0.1");
+  for (uint32_t i = 0; i < 2; ++i) {
+    v1::Gpu* g = gpu->mutable_host()->add_gpus();
+    g->set_index(i);
+    g->set_model("H100");
+    g->set_uuid("GPU-" + std::to_string(i));
+  }
+  (*gpu->mutable_host()->mutable_labels())["rack"] = "r1";
+  gpu->set_state(v1::HOST_STATE_DRAINED);
+  gpu->add_leased_gpus(1);
+  gpu->set_members_running(1);
+  gpu->mutable_host()->set_runner_slots(4);
+  v1::HostStatus* cpu = status.add_hosts();
+  cpu->mutable_host()->set_name("cpu-01");
+  cpu->mutable_host()->set_address("10.0.0.2");
+  cpu->set_state(v1::HOST_STATE_DOWN);
+  return status;
+}
+
+TEST(HostsCommandTest, TextShowsStateGpusAndLabels) {
+  const std::string text = RenderHostsText(TwoHosts());
+  EXPECT_THAT(text, HasSubstr("HOST    ADDRESS   STATE    GPUS USED"));
+  EXPECT_THAT(text, HasSubstr("gpu-01  10.0.0.1  drained  1/2        2× H100  "
+                              "1        rack=r1"));
+  EXPECT_THAT(text, HasSubstr("cpu-01  10.0.0.2  down     0/0        -"));
+}
+
+TEST(HostsCommandTest, JsonListsEveryGpuWithItsLease) {
+  const nlohmann::json hosts =
+      nlohmann::json::parse(RenderHostsJson(TwoHosts()))["hosts"];
+  ASSERT_EQ(hosts.size(), 2u);
+  EXPECT_EQ(hosts[0]["state"], "drained");
+  EXPECT_EQ(hosts[0]["gpus"][0]["leased"], false);
+  EXPECT_EQ(hosts[0]["gpus"][1]["leased"], true);
+  EXPECT_EQ(hosts[0]["gpus"][1]["uuid"], "GPU-1");
+  EXPECT_EQ(hosts[0]["labels"]["rack"], "r1");
+  EXPECT_EQ(hosts[0]["runner_slots"], 4);
+  EXPECT_EQ(hosts[1]["state"], "down");
+  EXPECT_EQ(hosts[1]["runner_slots"], 0);  // Not declared.
+}
+
+TEST(HostsCommandTest, UnknownActionAndUnreachableCoordinator) {
+  EXPECT_EQ(RunHostsAction("127.0.0.1:1", "evict", "gpu-01").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::StatusOr<std::string> out =
+      RunHostsAction("127.0.0.1:1", "drain", "gpu-01");
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(out.status().message(),
+              HasSubstr("cannot reach coordinator at 127.0.0.1:1"));
+}
+
+}  // namespace
+}  // namespace gdt::ctl

@@ -1,0 +1,87 @@
+#ifndef GDT_COORDINATOR_STATUS_COMMAND_H_
+#define GDT_COORDINATOR_STATUS_COMMAND_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "gdt/v1/coordinator.pb.h"
+#include "rendezvous/channel.h"
+
+namespace gdt::ctl {
+
+// Human output of `gdt-coord status` never exceeds this many columns.
+inline constexpr size_t kStatusWidth = 100;
+
+struct StatusOptions {
+  bool json = false;
+  bool all = false;  // Also finished gangs (done, and failed and left).
+  std::string gang;  // Non-empty: the detail of this gang (id or prefix).
+};
+
+// `gdt-coord status [GANG]`: asks the coordinator at `endpoint` for its
+// state and returns the text to print (or JSON).
+// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
+// NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
+// for a GANG that names no gang or several.
+// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+// `admin_token` (may be empty) is presented as operator credentials;
+// Unauthenticated/PermissionDenied when the coordinator wants it.
+absl::StatusOr<std::string> RunStatusCommand(
+    const std::string& endpoint, const StatusOptions& options,
+    const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
+
+// The pure part of RunStatusCommand, for a response already fetched.
+absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
+                                         const StatusOptions& options,
+                                         int64_t now_unix_ms);
+
+// `--watch`: every `interval`, fetches the status with `fetch`, renders it
+// like RenderStatus and writes one frame to `out` (after the ANSI
+// clear-screen sequence when `clear`, else after a blank line). A failed
+// fetch writes its one-line error as the frame and the watch goes on.
+// Stops after `count` frames (0 = no limit) or when `wait(interval)` returns
+// true (interrupted). Returns the last frame's error, if any.
+struct WatchOptions {
+  std::chrono::milliseconds interval{2000};
+  int count = 0;
+  bool clear = false;
+};
+absl::Status WatchStatus(
+    const std::function<absl::StatusOr<v1::GetStatusResponse>()>& fetch,
+    const StatusOptions& options, const WatchOptions& watch, std::ostream& out,
+    const std::function<bool(std::chrono::milliseconds)>& wait);
+
+// Fetches the status (finished gangs included) from `endpoint`.
+// Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
+absl::StatusOr<v1::GetStatusResponse> FetchStatus(
+    const std::string& endpoint,
+    const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
+
+// The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
+// members, waiting reasons and ages, and RECENT FAILURES with their root
+// cause. `all` adds finished gangs to GANGS. Lines fit kStatusWidth.
+std::string RenderStatusText(const v1::GetStatusResponse& status,
+                             int64_t now_unix_ms, bool all = false);
+
+// One gang in detail (every member, full reason), fitting kStatusWidth.
+std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms);
+
+// {"summary":{...},"hosts":[...],"gangs":[...],"recent_failures":[...]}.
+std::string RenderStatusJson(const v1::GetStatusResponse& status,
+                             bool all = true);
+
+// One gang as JSON (the same object as in "gangs").
+std::string RenderGangJson(const v1::GangStatus& gang);
+
+// "up", "down", "drained" or "unknown", as status and `hosts` print it.
+std::string HostStateName(v1::HostState state);
+
+}  // namespace gdt::ctl
+
+#endif  // GDT_COORDINATOR_STATUS_COMMAND_H_

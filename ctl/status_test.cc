@@ -1,0 +1,293 @@
+#include "ctl/status.h"
+
+#include <sstream>
+
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int64_t kNow = 1'000'000'000;
+
+v1::MemberStatus* AddMember(v1::GangStatus* gang, uint32_t index,
+                            int32_t rank = -1) {
+  v1::MemberStatus* member = gang->add_members();
+  member->set_member_index(index);
+  member->set_job_id(100 + index);
+  member->set_job_name(absl::StrCat(gang->key().group_name(), " ", index, "/",
+                                    gang->key().size()));
+  member->set_present(true);
+  member->set_node_rank(rank);
+  member->set_exit_code(-1);
+  return member;
+}
+
+v1::GangStatus* AddGang(v1::GetStatusResponse& status, const std::string& id,
+                        v1::GangState state, uint32_t size,
+                        int64_t created_ms) {
+  v1::GangStatus* gang = status.add_gangs();
+  gang->set_gang_id(id);
+  gang->mutable_key()->set_group_name("train");
+  gang->mutable_key()->set_size(size);
+  gang->mutable_key()->set_pipeline_id(77);
+  gang->mutable_key()->set_project_id(5);
+  gang->set_state(state);
+  gang->set_epoch(1);
+  gang->set_created_unix_ms(created_ms);
+  return gang;
+}
+
+v1::GetStatusResponse SampleStatus() {
+  v1::GetStatusResponse status;
+  v1::HostStatus* host = status.add_hosts();
+  host->mutable_host()->set_name("gpu-01");
+  host->mutable_host()->set_address("10.0.0.1");
+  (*host->mutable_host()->mutable_labels())["rack"] = "r1";
+  for (int i = 0; i < 8; ++i) host->mutable_host()->add_gpus()->set_index(i);
+  host->set_state(v1::HOST_STATE_UP);
+  host->add_leased_gpus(0);
+  host->add_leased_gpus(1);
+  host->set_last_heartbeat_unix_ms(kNow - 3000);
+  v1::HostStatus* down = status.add_hosts();
+  down->mutable_host()->set_name("cpu-02");
+  down->mutable_host()->set_cpu_slots(4);
+  down->set_state(v1::HOST_STATE_DOWN);
+
+  v1::GangStatus* forming = AddGang(status, "train-p5-pl78-n3",
+                                    v1::GANG_STATE_FORMING, 3, kNow - 12'000);
+  forming->set_reason("waiting for members 2, 3 to join (1/3 present)");
+  AddMember(forming, 1);
+
+  v1::GangStatus* running = AddGang(status, "train-p5-pl77-n2",
+                                    v1::GANG_STATE_RUNNING, 2, kNow - 300'000);
+  running->set_master_addr("10.0.0.1");
+  running->set_master_port(29510);
+  for (uint32_t index : {1u, 2u}) {
+    v1::MemberStatus* member = AddMember(running, index, index - 1);
+    member->set_host_name("gpu-01");
+    member->add_gpu_indices(index - 1);
+  }
+
+  v1::GangStatus* failed = AddGang(status, "eval-p5-pl70-n2",
+                                   v1::GANG_STATE_FAILED, 2, kNow - 7'200'000);
+  failed->set_reason(
+      "gang eval-p5-pl70-n2 failed: member 2/2 (job 102 on host gpu-01) "
+      "exited 137 at 10:42:13 UTC; stopping");
+  for (uint32_t index : {1u, 2u}) AddMember(failed, index, 0)->set_left(true);
+
+  v1::GangStatus* done = AddGang(status, "lint-p5-pl69-n1", v1::GANG_STATE_DONE,
+                                 1, kNow - 9'000'000);
+  AddMember(done, 1, 0)->set_left(true);
+  return status;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n');
+}
+
+TEST(StatusCommandTest, SummaryCountsHostsGpusSlotsAndLiveGangs) {
+  const std::string text = RenderStatusText(SampleStatus(), kNow);
+
+  EXPECT_THAT(text, HasSubstr("hosts      1 up, 1 down, 0 drained\n"));
+  EXPECT_THAT(text, HasSubstr("GPUs       2 leased, 6 free on up hosts\n"));
+  EXPECT_THAT(text, HasSubstr("CPU slots  0 used of 0 on up hosts\n"));
+  EXPECT_THAT(text, HasSubstr("gangs      1 forming, 1 running, 0 failed"));
+  EXPECT_THAT(text, HasSubstr("gpu-01"));
+  EXPECT_THAT(text, HasSubstr("2/8 GPUs"));
+  EXPECT_THAT(text, HasSubstr("rack=r1"));
+  EXPECT_THAT(text, HasSubstr("3s ago"));
+}
+
+TEST(StatusCommandTest, GangsByStateWithMembersRanksHostsReasonsAndAges) {
+  const std::string text = RenderStatusText(SampleStatus(), kNow);
+
+  const size_t forming = text.find("forming  train-p5-pl78-n3");
+  const size_t running = text.find("running  train-p5-pl77-n2");
+  ASSERT_NE(forming, std::string::npos) << text;
+  ASSERT_NE(running, std::string::npos) << text;
+  EXPECT_LT(forming, running) << "forming gangs come first:\n" << text;
+  EXPECT_THAT(text, HasSubstr("1/3 present  age 12s  master -\n"));
+  EXPECT_THAT(text, HasSubstr("  waiting: waiting for members 2, 3 to join"));
+  EXPECT_THAT(text, HasSubstr("  not joined: member 2, 3\n"));
+  EXPECT_THAT(text, HasSubstr("age 5m  master 10.0.0.1:29510\n"));
+  EXPECT_THAT(text, HasSubstr("member 2/2  job 102  running  rank 1  gpu-01  "
+                              "gpus 1  exit -\n"));
+  // Finished gangs only with --all; the failure still shows below.
+  EXPECT_THAT(text, Not(HasSubstr("lint-p5-pl69-n1")));
+  EXPECT_THAT(text, Not(HasSubstr("failed   eval-p5-pl70-n2")));
+  const std::string all = RenderStatusText(SampleStatus(), kNow, true);
+  EXPECT_THAT(all, HasSubstr("done     lint-p5-pl69-n1"));
+  EXPECT_LT(all.find("failed   eval-p5-pl70-n2"),
+            all.find("done     lint-p5-pl69-n1"));
+  EXPECT_THAT(all, HasSubstr("failed   eval-p5-pl70-n2"));
+}
+
+TEST(StatusCommandTest, RecentFailuresShowTheRootCause) {
+  const std::string text = RenderStatusText(SampleStatus(), kNow);
+  EXPECT_THAT(text,
+              HasSubstr("RECENT FAILURES\neval-p5-pl70-n2 (age 2h): gang "
+                        "eval-p5-pl70-n2 failed: member 2/2 (job 102 on host "
+                        "gpu-01)"));
+  EXPECT_THAT(text, HasSubstr("137 at 10:42:13 UTC; stopping\n"));
+}
+
+TEST(StatusCommandTest, HumanOutputFitsOneHundredColumns) {
+  v1::GetStatusResponse status = SampleStatus();
+  v1::HostStatus* host = status.add_hosts();
+  host->mutable_host()->set_name(std::string(80, 'h'));
+  host->mutable_host()->set_address(std::string(60, 'a'));
+  for (int i = 0; i < 20; ++i) {
+    (*host->mutable_host()->mutable_labels())[absl::StrCat("label", i)] =
+        std::string(30, 'v');
+  }
+  v1::GangStatus* gang = AddGang(status, std::string(150, 'g'),
+                                 v1::GANG_STATE_FORMING, 64, kNow - 1000);
+  gang->set_reason(std::string(300, 'x') + " " + std::string(30, 'y') + " " +
+                   "words that wrap " + std::string(500, 'z'));
+  v1::MemberStatus* member = AddMember(gang, 1);
+  member->set_host_name(std::string(90, 'm'));
+  for (uint32_t gpu = 0; gpu < 64; ++gpu) member->add_gpu_indices(gpu);
+  v1::GangStatus* failed = AddGang(status, std::string(120, 'f'),
+                                   v1::GANG_STATE_FAILED, 1, kNow - 5000);
+  failed->set_reason(std::string(400, 'r'));
+
+  for (bool all : {false, true}) {
+    const std::string text = RenderStatusText(status, kNow, all);
+    for (const std::string& line : Lines(text)) {
+      EXPECT_LE(line.size(), kStatusWidth) << line;
+    }
+  }
+  for (const v1::GangStatus& each : status.gangs()) {
+    for (const std::string& line : Lines(RenderGangText(each, kNow))) {
+      EXPECT_LE(line.size(), kStatusWidth) << line;
+    }
+  }
+  // Truncation leaves a visible mark rather than silently cutting.
+  EXPECT_THAT(RenderStatusText(status, kNow), HasSubstr("..."));
+}
+
+TEST(StatusCommandTest, GangDetailByIdOrUniquePrefix) {
+  StatusOptions options;
+  options.gang = "train-p5-pl77";
+  absl::StatusOr<std::string> text =
+      RenderStatus(SampleStatus(), options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("GANG      train-p5-pl77-n2\n"));
+  EXPECT_THAT(*text, HasSubstr("STATE     running, epoch 1, age 5m\n"));
+  EXPECT_THAT(*text, HasSubstr("MASTER    10.0.0.1:29510\n"));
+  EXPECT_THAT(*text, HasSubstr("member 1/2  job 101  train 1/2  running  "
+                               "rank 0  gpu-01  gpus 0  exit -\n"));
+
+  options.gang = "eval-p5-pl70-n2";
+  text = RenderStatus(SampleStatus(), options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("STATE     failed (finished)"));
+  EXPECT_THAT(*text, HasSubstr("REASON    gang eval-p5-pl70-n2 failed"));
+
+  options.json = true;
+  text = RenderStatus(SampleStatus(), options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(nlohmann::json::parse(*text)["state"], "failed");
+}
+
+TEST(StatusCommandTest, UnknownOrAmbiguousGangIsOneClearError) {
+  StatusOptions options;
+  options.gang = "nope";
+  absl::StatusOr<std::string> text =
+      RenderStatus(SampleStatus(), options, kNow);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(text.status().message(), HasSubstr("no gang 'nope'"));
+
+  options.gang = "train-p5";
+  text = RenderStatus(SampleStatus(), options, kNow);
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(text.status().message(), HasSubstr("'train-p5' matches 2 gangs"));
+}
+
+TEST(StatusCommandTest, JsonIsReadableByScripts) {
+  nlohmann::json live =
+      nlohmann::json::parse(RenderStatusJson(SampleStatus(), false));
+  nlohmann::json all = nlohmann::json::parse(RenderStatusJson(SampleStatus()));
+
+  EXPECT_EQ(live["summary"]["hosts_up"], 1);
+  EXPECT_EQ(live["summary"]["hosts_down"], 1);
+  EXPECT_EQ(live["summary"]["gpus_leased"], 2);
+  EXPECT_EQ(live["summary"]["gpus_free"], 6);
+  EXPECT_EQ(live["summary"]["gangs"]["running"], 1);
+  EXPECT_EQ(live["hosts"][0]["name"], "gpu-01");
+  EXPECT_EQ(live["hosts"][0]["leased_gpus"], nlohmann::json({0, 1}));
+  EXPECT_EQ(live["gangs"].size(), 2u);
+  EXPECT_EQ(all["gangs"].size(), 4u);
+  EXPECT_EQ(live["gangs"][0]["gang_id"], "train-p5-pl78-n3");
+  EXPECT_EQ(live["gangs"][0]["members"][0]["job_id"], 101);
+  EXPECT_EQ(live["recent_failures"][0]["gang_id"], "eval-p5-pl70-n2");
+  EXPECT_THAT(live["recent_failures"][0]["reason"].get<std::string>(),
+              HasSubstr("exited 137"));
+}
+
+TEST(StatusCommandTest, WatchRefreshesUntilTheCountAndSurvivesErrors) {
+  int fetches = 0;
+  std::vector<std::chrono::milliseconds> waits;
+  std::ostringstream out;
+  WatchOptions watch;
+  watch.interval = std::chrono::milliseconds(1500);
+  watch.count = 3;
+
+  const absl::Status last = WatchStatus(
+      [&]() -> absl::StatusOr<v1::GetStatusResponse> {
+        if (++fetches == 2) return absl::UnavailableError("coordinator down");
+        return SampleStatus();
+      },
+      StatusOptions{}, watch, out,
+      [&](std::chrono::milliseconds interval) {
+        waits.push_back(interval);
+        return false;
+      });
+
+  EXPECT_TRUE(last.ok()) << last;
+  EXPECT_EQ(fetches, 3);
+  EXPECT_EQ(waits, std::vector<std::chrono::milliseconds>(2, watch.interval));
+  const std::string text = out.str();
+  EXPECT_THAT(text, HasSubstr("gdt-coord: coordinator down\n"));
+  size_t frames = 0;
+  for (size_t at = text.find("CLUSTER\n"); at != std::string::npos;
+       at = text.find("CLUSTER\n", at + 1)) {
+    ++frames;
+  }
+  EXPECT_EQ(frames, 2u);
+}
+
+TEST(StatusCommandTest, WatchStopsWhenInterruptedAndClearsATerminal) {
+  int fetches = 0;
+  std::ostringstream out;
+  WatchOptions watch;
+  watch.clear = true;  // count 0: until interrupted.
+  const absl::Status last = WatchStatus(
+      [&]() -> absl::StatusOr<v1::GetStatusResponse> {
+        ++fetches;
+        return SampleStatus();
+      },
+      StatusOptions{}, watch, out,
+      [&](std::chrono::milliseconds) { return fetches == 2; });
+  EXPECT_TRUE(last.ok());
+  EXPECT_EQ(fetches, 2);
+  EXPECT_EQ(out.str().rfind("\033[H\033[2J", 0), 0u);
+}
+
+TEST(StatusCommandTest, UnreachableCoordinatorIsOneLine) {
+  absl::StatusOr<std::string> text =
+      RunStatusCommand("127.0.0.1:1", StatusOptions{});
+
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(text.status().message(),
+              HasSubstr("cannot reach coordinator at 127.0.0.1:1: "));
+}
+
+}  // namespace
+}  // namespace gdt::ctl

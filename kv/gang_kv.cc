@@ -1,0 +1,302 @@
+#include "kv/gang_kv.h"
+
+#include <charconv>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/secret.h"
+
+namespace gdt::kv {
+namespace {
+
+// Compares without an early exit, so timing does not reveal the prefix that
+// matched.
+bool SameSecret(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  }
+  return diff == 0;
+}
+
+}  // namespace
+
+GangKv::~GangKv() { EndAllWaits("coordinator is shutting down"); }
+
+void GangKv::OpenGang(const std::string& gang_id, uint32_t epoch,
+                      const std::string& token) {
+  Completions completions;
+  {
+    MutexLock lock(mu_);
+    GangStore& store = gangs_[gang_id];
+    if (store.epoch == epoch && store.token == token) return;
+    if (store.epoch != 0) {
+      EndWaits(store,
+               absl::AbortedError(
+                   absl::StrCat("gang ", gang_id, " moved to epoch ", epoch)),
+               completions);
+    }
+    store = GangStore();
+    store.epoch = epoch;
+    store.token = token;
+  }
+  Run(std::move(completions));
+}
+
+void GangKv::EndGang(const std::string& gang_id) {
+  Completions completions;
+  {
+    MutexLock lock(mu_);
+    auto it = gangs_.find(gang_id);
+    if (it == gangs_.end()) return;
+    EndWaits(it->second,
+             absl::AbortedError(absl::StrCat("gang ", gang_id, " ended")),
+             completions);
+    gangs_.erase(it);
+  }
+  Run(std::move(completions));
+}
+
+void GangKv::EndAllWaits(const std::string& why) {
+  Completions completions;
+  {
+    MutexLock lock(mu_);
+    for (auto& [gang_id, store] : gangs_) {
+      EndWaits(store, absl::UnavailableError(why), completions);
+    }
+  }
+  Run(std::move(completions));
+}
+
+absl::Status GangKv::CheckCaller(const KvCaller& caller) {
+  MutexLock lock(mu_);
+  return Authorize(caller, "-").status();
+}
+
+absl::StatusOr<GangKv::GangStore*> GangKv::Authorize(const KvCaller& caller,
+                                                     const std::string& key) {
+  if (caller.token.empty()) {
+    return absl::UnauthenticatedError(
+        "no gang token: set GDT_KV_TOKEN (the executor exports it to every "
+        "member)");
+  }
+  auto it = gangs_.find(caller.gang_id);
+  if (it == gangs_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang '", caller.gang_id,
+                     "' has no key-value store (not admitted, or ended)"));
+  }
+  GangStore& store = it->second;
+  if (store.epoch != caller.epoch) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", caller.gang_id, " is at epoch ", store.epoch,
+                     "; the store of epoch ", caller.epoch, " is gone"));
+  }
+  if (!SameSecret(store.token, caller.token)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "wrong gang token for gang ", caller.gang_id, " epoch ", caller.epoch));
+  }
+  if (key.empty()) return absl::InvalidArgumentError("empty key");
+  if (key.size() > limits_.max_key_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key of ", key.size(), " bytes is longer than the limit ",
+                     limits_.max_key_bytes));
+  }
+  return &store;
+}
+
+absl::Status GangKv::Put(GangStore& store, const std::string& gang_id,
+                         const std::string& key, std::string value,
+                         Completions& completions) {
+  if (value.size() > limits_.max_value_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "value of ", value.size(), " bytes for key '", key,
+        "' is above the limit of ", limits_.max_value_bytes, " bytes"));
+  }
+  auto it = store.values.find(key);
+  if (it == store.values.end()) {
+    if (store.values.size() >= limits_.max_keys_per_gang) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("gang ", gang_id, " already has ", store.values.size(),
+                       " keys, the limit; cannot add '", key, "'"));
+    }
+    it = store.values.emplace(key, std::string()).first;
+  }
+  it->second = std::move(value);
+  auto waiting = store.waiting.find(key);
+  if (waiting != store.waiting.end()) {
+    for (uint64_t handle : waiting->second) {
+      auto waiter = waiters_.find(handle);
+      if (waiter == waiters_.end()) continue;
+      completions.emplace_back(std::move(waiter->second.done), it->second);
+      waiters_.erase(waiter);
+      --store.waiter_count;
+    }
+    store.waiting.erase(waiting);
+  }
+  return absl::OkStatus();
+}
+
+void GangKv::EndWaits(GangStore& store, const absl::Status& status,
+                      Completions& completions) {
+  for (auto& [key, handles] : store.waiting) {
+    for (uint64_t handle : handles) {
+      auto waiter = waiters_.find(handle);
+      if (waiter == waiters_.end()) continue;
+      completions.emplace_back(std::move(waiter->second.done), status);
+      waiters_.erase(waiter);
+    }
+  }
+  store.waiting.clear();
+  store.waiter_count = 0;
+}
+
+void GangKv::Run(Completions completions) {
+  for (auto& [done, result] : completions) done(std::move(result));
+}
+
+absl::Status GangKv::Set(const KvCaller& caller, const std::string& key,
+                         std::string value) {
+  Completions completions;
+  absl::Status status;
+  {
+    MutexLock lock(mu_);
+    absl::StatusOr<GangStore*> store = Authorize(caller, key);
+    if (!store.ok()) return store.status();
+    status = Put(**store, caller.gang_id, key, std::move(value), completions);
+  }
+  Run(std::move(completions));
+  return status;
+}
+
+absl::StatusOr<std::string> GangKv::Get(const KvCaller& caller,
+                                        const std::string& key) {
+  MutexLock lock(mu_);
+  absl::StatusOr<GangStore*> store = Authorize(caller, key);
+  if (!store.ok()) return store.status();
+  auto it = (*store)->values.find(key);
+  if (it == (*store)->values.end()) {
+    return absl::NotFoundError(absl::StrCat("no key '", key, "'"));
+  }
+  return it->second;
+}
+
+uint64_t GangKv::Wait(const KvCaller& caller, const std::string& key,
+                      WaitCallback done) {
+  absl::StatusOr<std::string> now;
+  {
+    MutexLock lock(mu_);
+    absl::StatusOr<GangStore*> store = Authorize(caller, key);
+    if (!store.ok()) {
+      now = store.status();
+    } else if (auto it = (*store)->values.find(key);
+               it != (*store)->values.end()) {
+      now = it->second;
+    } else if ((*store)->waiter_count >= limits_.max_waiters_per_gang) {
+      now = absl::ResourceExhaustedError(
+          absl::StrCat("gang ", caller.gang_id, " already has ",
+                       (*store)->waiter_count, " pending waits, the limit"));
+    } else {
+      const uint64_t handle = next_handle_++;
+      waiters_[handle] = Waiter{caller.gang_id, key, std::move(done)};
+      (*store)->waiting[key].push_back(handle);
+      ++(*store)->waiter_count;
+      return handle;
+    }
+  }
+  done(std::move(now));
+  return 0;
+}
+
+void GangKv::CancelWait(uint64_t handle) {
+  WaitCallback dropped;  // Destroyed without the lock held.
+  MutexLock lock(mu_);
+  auto waiter = waiters_.find(handle);
+  if (waiter == waiters_.end()) return;
+  auto gang = gangs_.find(waiter->second.gang_id);
+  if (gang != gangs_.end()) {
+    auto waiting = gang->second.waiting.find(waiter->second.key);
+    if (waiting != gang->second.waiting.end()) {
+      std::erase(waiting->second, handle);
+      if (waiting->second.empty()) gang->second.waiting.erase(waiting);
+    }
+    --gang->second.waiter_count;
+  }
+  dropped = std::move(waiter->second.done);
+  waiters_.erase(waiter);
+}
+
+absl::StatusOr<KvCasResult> GangKv::CompareAndSet(
+    const KvCaller& caller, const std::string& key,
+    const std::optional<std::string>& expected, std::string desired) {
+  Completions completions;
+  KvCasResult result;
+  {
+    MutexLock lock(mu_);
+    absl::StatusOr<GangStore*> store = Authorize(caller, key);
+    if (!store.ok()) return store.status();
+    auto it = (*store)->values.find(key);
+    std::optional<std::string> current;
+    if (it != (*store)->values.end()) current = it->second;
+    if (current != expected) {
+      result.current = std::move(current);
+      return result;
+    }
+    result.current = desired;
+    absl::Status status =
+        Put(**store, caller.gang_id, key, std::move(desired), completions);
+    if (!status.ok()) return status;
+    result.swapped = true;
+  }
+  Run(std::move(completions));
+  return result;
+}
+
+absl::StatusOr<int64_t> GangKv::Add(const KvCaller& caller,
+                                    const std::string& key, int64_t delta) {
+  Completions completions;
+  int64_t sum = 0;
+  {
+    MutexLock lock(mu_);
+    absl::StatusOr<GangStore*> store = Authorize(caller, key);
+    if (!store.ok()) return store.status();
+    int64_t value = 0;
+    auto it = (*store)->values.find(key);
+    if (it != (*store)->values.end()) {
+      const std::string& text = it->second;
+      const auto [end, error] =
+          std::from_chars(text.data(), text.data() + text.size(), value);
+      if (error != std::errc() || end != text.data() + text.size()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "key '", key, "' holds '", absl::CHexEscape(text.substr(0, 32)),
+            "', not a decimal integer"));
+      }
+    }
+    if (__builtin_add_overflow(value, delta, &sum)) {
+      return absl::OutOfRangeError(absl::StrCat(
+          "adding ", delta, " to ", value, " at key '", key, "' overflows"));
+    }
+    absl::Status status =
+        Put(**store, caller.gang_id, key, absl::StrCat(sum), completions);
+    if (!status.ok()) return status;
+  }
+  Run(std::move(completions));
+  return sum;
+}
+
+size_t GangKv::gang_count() {
+  MutexLock lock(mu_);
+  return gangs_.size();
+}
+
+size_t GangKv::waiter_count() {
+  MutexLock lock(mu_);
+  return waiters_.size();
+}
+
+absl::StatusOr<std::string> NewKvToken() { return NewSecretToken(); }
+
+}  // namespace gdt::kv

@@ -1,0 +1,157 @@
+#ifndef GDT_COORDINATOR_GANG_KV_H_
+#define GDT_COORDINATOR_GANG_KV_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/mutex.h"
+
+namespace gdt::kv {
+
+struct KvLimits {
+  size_t max_value_bytes = 64 * 1024;
+  size_t max_key_bytes = 512;
+  size_t max_keys_per_gang = 1024;
+  size_t max_waiters_per_gang = 16384;
+};
+
+// Who makes a call: the gang, its epoch and the token its members hold.
+struct KvCaller {
+  std::string gang_id;
+  uint32_t epoch = 0;
+  std::string token;
+};
+
+struct KvCasResult {
+  bool swapped = false;
+  std::optional<std::string> current;  // The value after the call.
+};
+
+// The gang key-value store: one small in-memory map per admitted gang and
+// epoch, usable only with that gang's token. The coordinator opens a gang's
+// store when it admits the gang (OpenGang) and drops it when the gang has
+// ended (EndGang). The data is not persisted: a coordinator restart empties
+// every store (the tokens survive in the coordinator's state).
+//
+// Every operation checks the caller first. Errors common to all of them:
+// Unauthenticated when the token is empty; FailedPrecondition when the gang
+// has no store (never admitted, or ended) or the epoch is not the gang's
+// current one; PermissionDenied for a wrong token; InvalidArgument for an
+// empty key or one longer than max_key_bytes; ResourceExhausted naming the
+// limit for a value above max_value_bytes or a new key beyond
+// max_keys_per_gang.
+//
+// Thread-safe. Callbacks are never called with the store's lock held.
+class GangKv {
+ public:
+  // Called once with the value of the key, or with the error that ended the
+  // wait.
+  using WaitCallback = std::function<void(absl::StatusOr<std::string>)>;
+
+  explicit GangKv(KvLimits limits = {}) : limits_(limits) {}
+  ~GangKv();  // Ends every pending wait with Unavailable.
+  GangKv(const GangKv&) = delete;
+  GangKv& operator=(const GangKv&) = delete;
+
+  const KvLimits& limits() const { return limits_; }
+
+  // Opens (or keeps) the store of `gang_id` at `epoch` with `token`. A newer
+  // epoch replaces the older one's store; its waits end with Aborted.
+  void OpenGang(const std::string& gang_id, uint32_t epoch,
+                const std::string& token);
+
+  // Drops the gang's store; pending waits end with Aborted "gang ... ended".
+  // Idempotent.
+  void EndGang(const std::string& gang_id);
+
+  // Ends every pending wait with Unavailable `why` (server shutdown).
+  void EndAllWaits(const std::string& why);
+
+  absl::Status Set(const KvCaller& caller, const std::string& key,
+                   std::string value);
+
+  // Errors: NotFound when the key does not exist.
+  absl::StatusOr<std::string> Get(const KvCaller& caller,
+                                  const std::string& key);
+
+  // Calls `done` with the key's value as soon as it exists (at once when it
+  // does), or with the error that ends the wait: the common errors,
+  // ResourceExhausted beyond max_waiters_per_gang, Aborted when the gang
+  // ends or moves to a new epoch, Unavailable on shutdown. Returns a handle
+  // for CancelWait, or 0 when `done` was called already.
+  uint64_t Wait(const KvCaller& caller, const std::string& key,
+                WaitCallback done);
+
+  // Forgets a pending wait without calling its callback (the caller gave
+  // up, e.g. its deadline passed). Unknown handles are fine.
+  void CancelWait(uint64_t handle);
+
+  // Sets `key` to `desired` when its value is `expected` (unset: when the
+  // key does not exist). Returns whether it did and the value afterwards.
+  absl::StatusOr<KvCasResult> CompareAndSet(
+      const KvCaller& caller, const std::string& key,
+      const std::optional<std::string>& expected, std::string desired);
+
+  // Adds `delta` to the decimal integer at `key` (absent counts as 0) and
+  // returns the new value. Errors: FailedPrecondition when the key holds
+  // something else; OutOfRange on overflow.
+  absl::StatusOr<int64_t> Add(const KvCaller& caller, const std::string& key,
+                              int64_t delta);
+
+  // Checks the caller as every operation does (the common errors above):
+  // other coordinator calls that a gang's token authorises use it.
+  absl::Status CheckCaller(const KvCaller& caller);
+
+  // For tests and status: open gangs and pending waits.
+  size_t gang_count();
+  size_t waiter_count();
+
+ private:
+  struct Waiter {
+    std::string gang_id;
+    std::string key;
+    WaitCallback done;
+  };
+  struct GangStore {
+    uint32_t epoch = 0;
+    std::string token;
+    std::map<std::string, std::string> values;
+    std::map<std::string, std::vector<uint64_t>> waiting;  // Key -> handles.
+    size_t waiter_count = 0;
+  };
+  using Completions =
+      std::vector<std::pair<WaitCallback, absl::StatusOr<std::string>>>;
+
+  // Checks the caller and key; returns the caller's store.
+  absl::StatusOr<GangStore*> Authorize(const KvCaller& caller,
+                                       const std::string& key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stores `value`, collecting the key's waiters into `completions`.
+  absl::Status Put(GangStore& store, const std::string& gang_id,
+                   const std::string& key, std::string value,
+                   Completions& completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every wait of `store` with `status`.
+  void EndWaits(GangStore& store, const absl::Status& status,
+                Completions& completions) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void Run(Completions completions);
+
+  const KvLimits limits_;
+  Mutex mu_;
+  std::map<std::string, GangStore> gangs_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+};
+
+// A new random gang token: 32 bytes from the kernel's CSPRNG, hex-encoded.
+// Errors: Internal when no randomness is available.
+absl::StatusOr<std::string> NewKvToken();
+
+}  // namespace gdt::kv
+
+#endif  // GDT_COORDINATOR_GANG_KV_H_

@@ -1,0 +1,20 @@
+#ifndef GDT_RENDEZVOUS_METADATA_H_
+#define GDT_RENDEZVOUS_METADATA_H_
+
+// The gRPC metadata keys that carry credentials (docs/security.md): part of
+// the wire contract, shared by every client and server.
+
+namespace gdt::rendezvous {
+
+// A CI job's own job token, on the member calls after the join.
+inline constexpr char kJobTokenMetadata[] = "gdt-job-token";
+// An agent's host token, on its calls to the coordinator.
+inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
+// A member's token from its assignment, on the calls to its host's agent.
+inline constexpr char kMemberTokenMetadata[] = "gdt-member-token";
+// "Bearer <admin token>", on operator calls.
+inline constexpr char kAuthorizationMetadata[] = "authorization";
+
+}  // namespace gdt::rendezvous
+
+#endif  // GDT_RENDEZVOUS_METADATA_H_

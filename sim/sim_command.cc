@@ -1,0 +1,146 @@
+#include "sim/sim_command.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::sim {
+
+void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
+  app.add_option("--trace", flags.trace_path,
+                 "CSV trace (job_id,submit_time_s,...,gpus,duration_s,...)")
+      ->required();
+  app.add_option("--hosts", flags.options.hosts, "GPU hosts")
+      ->capture_default_str();
+  app.add_option("--gpus-per-host", flags.options.gpus_per_host,
+                 "GPUs per host")
+      ->capture_default_str();
+  app.add_option("--policy", flags.policy,
+                 "gdt (priority, backfill, deadlock breaking) | fifo (strict "
+                 "FIFO) | naive (no coordinator)")
+      ->check(CLI::IsMember({"gdt", "fifo", "naive"}))
+      ->capture_default_str();
+  app.add_option("--seed", flags.options.seed,
+                 "seed for pickup skew and runner hosts")
+      ->capture_default_str();
+  app.add_option("--runner-slots", flags.options.runner_slots,
+                 "runner slots in the cluster (0: 4 per GPU)")
+      ->capture_default_str();
+  app.add_option("--max-skew", flags.options.max_pickup_skew,
+                 "largest member pickup delay, seconds")
+      ->capture_default_str();
+  app.add_option("--timeout-granularity", flags.options.timeout_granularity,
+                 "job timeout = duration rounded up to this, seconds")
+      ->capture_default_str();
+  app.add_option("--max-nodes", flags.options.max_nodes_per_job,
+                 "largest gang accepted")
+      ->capture_default_str();
+  app.add_option("--backfill-order", flags.backfill_order,
+                 "gdt: order of the gangs tried behind the head: aged "
+                 "(highest wait / sqrt(job timeout) first) | shortest (job "
+                 "timeout, then GPUs) | queue (priority, then FIFO)")
+      ->check(CLI::IsMember({"aged", "shortest", "queue"}))
+      ->capture_default_str();
+  app.add_flag("--json", flags.json, "print one JSON object");
+}
+
+SimulateReport RunSimulate(const SimulateFlags& flags) {
+  SimulateReport report;
+  const std::map<std::string, policy::Mode> modes = {
+      {"gdt", policy::Mode::kBackfill},
+      {"fifo", policy::Mode::kStrictFifo},
+      {"naive", policy::Mode::kNaive}};
+  auto mode = modes.find(flags.policy);
+  if (mode == modes.end()) {
+    report.exit_code = kSimExitFailure;
+    report.error = absl::StrCat("unknown policy '", flags.policy,
+                                "' (use gdt, fifo or naive)");
+    return report;
+  }
+  SimOptions options = flags.options;
+  options.mode = mode->second;
+  options.backfill_order = flags.backfill_order == "queue"
+                               ? policy::BackfillOrder::kQueue
+                           : flags.backfill_order == "shortest"
+                               ? policy::BackfillOrder::kShortestFirst
+                               : policy::BackfillOrder::kAgedShortestFirst;
+
+  const auto started = std::chrono::steady_clock::now();
+  std::ifstream file(flags.trace_path);
+  if (!file) {
+    report.exit_code = kSimExitFailure;
+    report.error = absl::StrCat("cannot read ", flags.trace_path);
+    return report;
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  absl::StatusOr<std::vector<TraceJob>> trace = ParseTrace(text.str());
+  if (!trace.ok()) {
+    report.exit_code = kSimExitFailure;
+    report.error =
+        absl::StrCat(flags.trace_path, ": ", trace.status().message());
+    return report;
+  }
+  absl::StatusOr<SimResult> result = Simulate(*trace, options);
+  if (!result.ok()) {
+    report.exit_code = kSimExitFailure;
+    report.error = std::string(result.status().message());
+    return report;
+  }
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
+          .count();
+
+  const SimResult& r = *result;
+  if (flags.json) {
+    nlohmann::json out = {
+        {"policy", flags.policy},
+        {"backfill_order", flags.backfill_order},
+        {"hosts", options.hosts},
+        {"gpus_per_host", options.gpus_per_host},
+        {"runner_slots", r.runner_slots},
+        {"seed", options.seed},
+        {"jobs", r.jobs},
+        {"finished", r.finished},
+        {"failed", r.failed},
+        {"jct_s",
+         {{"mean", r.mean_jct},
+          {"p50", r.p50_jct},
+          {"p99", r.p99_jct},
+          {"max", r.max_jct}}},
+        {"wait_s",
+         {{"mean", r.mean_wait}, {"p99", r.p99_wait}, {"max", r.max_wait}}},
+        {"gpu_utilisation", r.gpu_utilisation},
+        {"deadlocks", r.deadlocks},
+        {"stalled", r.stalled},
+        {"stalled_at_s", r.stalled_at},
+        {"makespan_s", r.makespan},
+        {"replay_wall_s", wall_s}};
+    report.output = out.dump(2) + "\n";
+  } else {
+    report.output = absl::StrFormat(
+        "policy %s, %u hosts x %u GPUs, %u runner slots, seed %u\n"
+        "jobs %u  finished %u  failed (infeasible) %u\n"
+        "JCT s   mean %.0f  p50 %.0f  p99 %.0f  max %.0f\n"
+        "wait s  mean %.0f  p99 %.0f  max %.0f\n"
+        "GPU utilisation %.3f\n"
+        "deadlocks broken %u  stalled %s%s\n"
+        "makespan %d s\nreplay wall time %.2f s\n",
+        flags.policy, options.hosts, options.gpus_per_host, r.runner_slots,
+        options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
+        r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait, r.max_wait,
+        r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
+        r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
+        wall_s);
+  }
+  report.exit_code = r.stalled ? kSimExitStalled : kSimExitOk;
+  return report;
+}
+
+}  // namespace gdt::sim

@@ -1,0 +1,294 @@
+#include "sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <functional>
+#include <queue>
+#include <random>
+#include <string>
+#include <unordered_map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+
+namespace gdt::sim {
+namespace {
+
+struct Event {
+  policy::Seconds time = 0;
+  int kind = 0;  // kFinish before kReady at the same time.
+  uint64_t seq = 0;
+  uint32_t job = 0;
+  uint32_t member = 0;
+
+  bool operator>(const Event& other) const {
+    return std::tie(time, kind, seq) >
+           std::tie(other.time, other.kind, other.seq);
+  }
+};
+constexpr int kFinish = 0;
+constexpr int kReady = 1;
+
+struct JobState {
+  policy::GangSpec spec;
+  policy::Seconds submit = 0;
+  policy::Seconds duration = 0;
+  uint32_t gpus = 0;
+  policy::Seconds start = -1;
+  policy::Seconds end = -1;
+  bool failed = false;
+  std::vector<bool> joined;  // By member index - 1.
+};
+
+// Nearest-rank percentile of sorted values.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+  rank = std::clamp<size_t>(rank, 1, sorted.size());
+  return sorted[rank - 1];
+}
+
+double Mean(const std::vector<double>& values) {
+  if (values.empty()) return 0;
+  double sum = 0;
+  for (const double v : values) sum += v;
+  return sum / values.size();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
+  std::vector<TraceJob> jobs;
+  std::vector<absl::string_view> lines =
+      absl::StrSplit(absl::string_view(csv.data(), csv.size()), '\n');
+  int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
+  size_t line_no = 0;
+  for (absl::string_view line : lines) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
+    if (id_col < 0) {
+      for (size_t i = 0; i < fields.size(); ++i) {
+        const int col = static_cast<int>(i);
+        if (fields[i] == "job_id") id_col = col;
+        if (fields[i] == "submit_time_s") submit_col = col;
+        if (fields[i] == "gpus") gpus_col = col;
+        if (fields[i] == "duration_s") duration_col = col;
+      }
+      if (id_col < 0 || submit_col < 0 || gpus_col < 0 || duration_col < 0) {
+        return absl::InvalidArgumentError(
+            "trace header must name job_id, submit_time_s, gpus and "
+            "duration_s");
+      }
+      continue;
+    }
+    const size_t needed = static_cast<size_t>(
+        std::max({id_col, submit_col, gpus_col, duration_col}));
+    TraceJob job;
+    double submit = 0, duration = 0;
+    if (fields.size() <= needed || !absl::SimpleAtoi(fields[id_col], &job.id) ||
+        !absl::SimpleAtod(fields[submit_col], &submit) ||
+        !absl::SimpleAtoi(fields[gpus_col], &job.gpus) ||
+        !absl::SimpleAtod(fields[duration_col], &duration) || submit < 0 ||
+        duration < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace line ", line_no, ": bad job: ", line));
+    }
+    job.submit = static_cast<policy::Seconds>(std::llround(submit));
+    job.duration = std::max<policy::Seconds>(1, std::llround(duration));
+    jobs.push_back(job);
+  }
+  if (id_col < 0) return absl::InvalidArgumentError("trace is empty");
+  return jobs;
+}
+
+GangShape ShapeFor(uint32_t gpus, uint32_t gpus_per_host) {
+  if (gpus == 0) return GangShape{1, 0};
+  uint32_t members = (gpus + gpus_per_host - 1) / gpus_per_host;
+  while (gpus % members != 0) ++members;
+  return GangShape{members, gpus / members};
+}
+
+absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
+                                   const SimOptions& options) {
+  if (options.hosts == 0 || options.gpus_per_host == 0) {
+    return absl::InvalidArgumentError("the cluster needs hosts with GPUs");
+  }
+  SimResult result;
+  result.jobs = trace.size();
+  const uint32_t slots = options.runner_slots != 0
+                             ? options.runner_slots
+                             : 4 * options.hosts * options.gpus_per_host;
+  result.runner_slots = slots;
+
+  policy::AdmissionPolicy policy(policy::PolicyOptions{
+      options.mode, options.max_nodes_per_job, options.backfill_order});
+  std::vector<std::string> names;
+  for (uint32_t h = 0; h < options.hosts; ++h) {
+    policy::HostSpec spec;
+    spec.name = absl::StrCat("h", h);
+    spec.gpus = options.gpus_per_host;
+    spec.runner_slots = slots / options.hosts + (h < slots % options.hosts);
+    if (absl::Status added = policy.AddHost(spec); !added.ok()) return added;
+    names.push_back(spec.name);
+  }
+
+  std::mt19937_64 rng(options.seed);
+  const policy::Seconds granularity =
+      std::max<policy::Seconds>(1, options.timeout_granularity);
+  auto skew = [&]() -> policy::Seconds {
+    return static_cast<policy::Seconds>(
+        rng() % static_cast<uint64_t>(options.max_pickup_skew + 1));
+  };
+
+  std::vector<JobState> jobs(trace.size());
+  std::unordered_map<std::string, uint32_t> job_of;  // Gang id -> job.
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
+  uint64_t next_seq = 0;
+  policy::Seconds first_submit = trace.empty() ? 0 : trace.front().submit;
+  for (size_t j = 0; j < trace.size(); ++j) {
+    const TraceJob& in = trace[j];
+    JobState& job = jobs[j];
+    const GangShape shape = ShapeFor(in.gpus, options.gpus_per_host);
+    job.spec.id = absl::StrCat("job", in.id);
+    job.spec.members = shape.members;
+    job.spec.gpus_per_member = shape.gpus_per_member;
+    job.spec.queue_time = in.submit;
+    job.spec.run_bound = std::max<policy::Seconds>(
+                             1, (in.duration + granularity - 1) / granularity) *
+                         granularity;
+    job.submit = in.submit;
+    job.duration = in.duration;
+    job.gpus = in.gpus;
+    job.joined.assign(shape.members, false);
+    first_submit = std::min(first_submit, in.submit);
+    job_of[job.spec.id] = static_cast<uint32_t>(j);
+    for (uint32_t m = 1; m <= shape.members; ++m) {
+      events.push(Event{in.submit + skew(), kReady, next_seq++,
+                        static_cast<uint32_t>(j), m});
+    }
+  }
+
+  std::deque<std::pair<uint32_t, uint32_t>> pending;  // (job, member).
+  uint64_t running = 0;
+  uint64_t done = 0;  // Finished or failed.
+  auto free_slots = [&]() {
+    uint64_t total = 0;
+    for (const std::string& name : names) total += policy.FreeRunnerSlots(name);
+    return total;
+  };
+  // Hands pending members to free runner slots, oldest first.
+  auto pick_up = [&]() -> absl::Status {
+    while (!pending.empty()) {
+      const auto [j, member] = pending.front();
+      JobState& job = jobs[j];
+      if (job.failed) {
+        pending.pop_front();
+        continue;
+      }
+      const size_t first = rng() % names.size();
+      size_t host = names.size();
+      for (size_t k = 0; k < names.size(); ++k) {
+        const size_t h = (first + k) % names.size();
+        if (policy.FreeRunnerSlots(names[h]) > 0) {
+          host = h;
+          break;
+        }
+      }
+      if (host == names.size()) return absl::OkStatus();
+      pending.pop_front();
+      absl::Status joined = policy.Join(job.spec, member, names[host]);
+      if (absl::IsFailedPrecondition(joined)) {
+        job.failed = true;
+        ++result.failed;
+        ++done;
+        continue;
+      }
+      if (!joined.ok()) return joined;
+      job.joined[member - 1] = true;
+    }
+    return absl::OkStatus();
+  };
+
+  policy::Seconds now = first_submit;
+  policy::Seconds last_end = first_submit;
+  while (!events.empty()) {
+    now = events.top().time;
+    while (!events.empty() && events.top().time == now) {
+      const Event event = events.top();
+      events.pop();
+      JobState& job = jobs[event.job];
+      if (event.kind == kReady) {
+        pending.emplace_back(event.job, event.member);
+        continue;
+      }
+      if (absl::Status finished = policy.Finish(job.spec.id); !finished.ok()) {
+        return finished;
+      }
+      job.end = now;
+      last_end = now;
+      --running;
+      ++done;
+      ++result.finished;
+    }
+    while (true) {
+      if (absl::Status picked = pick_up(); !picked.ok()) return picked;
+      policy::Decisions decisions = policy.Schedule(now);
+      if (decisions.admitted.empty() && decisions.bounced.empty()) break;
+      for (const policy::Admission& admission : decisions.admitted) {
+        const uint32_t j = job_of.at(admission.gang_id);
+        jobs[j].start = now;
+        ++running;
+        events.push(Event{now + jobs[j].duration, kFinish, next_seq++, j, 0});
+      }
+      for (const policy::Bounce& bounce : decisions.bounced) {
+        // The bounced members' jobs fail and `retry:` queues them again.
+        ++result.deadlocks;
+        const uint32_t j = job_of.at(bounce.gang_id);
+        for (uint32_t m = 1; m <= jobs[j].spec.members; ++m) {
+          if (!jobs[j].joined[m - 1]) continue;
+          jobs[j].joined[m - 1] = false;
+          events.push(Event{now + skew(), kReady, next_seq++, j, m});
+        }
+      }
+    }
+    if (running == 0 && done < jobs.size() &&
+        (events.empty() || free_slots() == 0)) {
+      result.stalled = true;
+      result.stalled_at = now;
+      break;
+    }
+  }
+  std::vector<double> jct;
+  std::vector<double> wait;
+  double gpu_seconds = 0;
+  for (const JobState& job : jobs) {
+    if (job.end < 0) continue;
+    jct.push_back(static_cast<double>(job.end - job.submit));
+    wait.push_back(static_cast<double>(job.start - job.submit));
+    gpu_seconds += static_cast<double>(job.gpus) * job.duration;
+  }
+  std::sort(jct.begin(), jct.end());
+  std::sort(wait.begin(), wait.end());
+  result.mean_jct = Mean(jct);
+  result.p50_jct = Percentile(jct, 0.50);
+  result.p99_jct = Percentile(jct, 0.99);
+  result.max_jct = jct.empty() ? 0 : jct.back();
+  result.mean_wait = Mean(wait);
+  result.p99_wait = Percentile(wait, 0.99);
+  result.max_wait = wait.empty() ? 0 : wait.back();
+  result.makespan =
+      (result.stalled ? result.stalled_at : last_end) - first_submit;
+  if (result.makespan > 0) {
+    result.gpu_utilisation =
+        gpu_seconds / (static_cast<double>(options.hosts) *
+                       options.gpus_per_host * result.makespan);
+  }
+  return result;
+}
+
+}  // namespace gdt::sim

@@ -1,0 +1,96 @@
+// Trace replay through the admission policy in virtual time. Pure: the trace
+// comes in as text and the result goes out as data; the gdt-sim binary does
+// the file reading, the timing and the printing.
+//
+// Job to gang mapping: a job of g GPUs on hosts of G GPUs is a gang of m
+// members with g/m GPUs each, where m is the smallest count >= ceil(g/G) that
+// divides g (so members x GPUs per member = g exactly and no member exceeds
+// a host): 12 -> 2x6, 20 -> 4x5, 64 -> 8x8, 7 -> 1x7.
+//
+// GitLab model: each member job becomes ready at submit time plus a random
+// pickup skew in [0, max_pickup_skew]; ready members wait in one FIFO
+// pending queue until a runner slot is free, on a host drawn at random among
+// those with free slots, and hold that slot until their gang finishes (or is
+// bounced, after which its members are queued again, like a `retry:`). The
+// job timeout given to the policy as its run-time bound is the duration
+// rounded up to a whole multiple of timeout_granularity. A gang runs for
+// exactly its trace duration.
+#ifndef GDT_POLICY_SIMULATOR_H_
+#define GDT_POLICY_SIMULATOR_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "policy/admission_policy.h"
+
+namespace gdt::sim {
+
+struct TraceJob {
+  int64_t id = 0;
+  policy::Seconds submit = 0;
+  uint32_t gpus = 0;
+  policy::Seconds duration = 0;
+};
+
+// Parses CSV with a header naming at least job_id, submit_time_s, gpus and
+// duration_s (other columns are ignored; the last column may be quoted).
+// Errors: InvalidArgument naming the line for a missing column or a bad
+// number.
+absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv);
+
+struct GangShape {
+  uint32_t members = 0;
+  uint32_t gpus_per_member = 0;
+};
+
+// The mapping described at the top of this file. `gpus_per_host` > 0.
+GangShape ShapeFor(uint32_t gpus, uint32_t gpus_per_host);
+
+struct SimOptions {
+  uint32_t hosts = 32;
+  uint32_t gpus_per_host = 8;
+  // Runner slots in the whole cluster, spread evenly over the hosts;
+  // 0 means 4 per GPU.
+  uint32_t runner_slots = 0;
+  policy::Mode mode = policy::Mode::kBackfill;
+  uint64_t seed = 0;
+  policy::Seconds max_pickup_skew = 30;
+  policy::Seconds timeout_granularity = 3600;
+  uint32_t max_nodes_per_job = 8;
+  policy::BackfillOrder backfill_order =
+      policy::BackfillOrder::kAgedShortestFirst;  // gdt only.
+};
+
+struct SimResult {
+  uint64_t jobs = 0;
+  uint64_t finished = 0;
+  uint64_t failed = 0;     // Infeasible at join.
+  uint64_t deadlocks = 0;  // Runner-slot deadlocks broken by a bounce.
+  bool stalled = false;    // Nothing could ever progress again.
+  policy::Seconds stalled_at = 0;
+  uint32_t runner_slots = 0;
+  // Over finished jobs, in seconds. JCT = end - submit; wait = start -
+  // submit (pickup skew included).
+  double mean_jct = 0;
+  double p50_jct = 0;
+  double p99_jct = 0;
+  double max_jct = 0;
+  double mean_wait = 0;
+  double p99_wait = 0;
+  double max_wait = 0;
+  // GPU-seconds of finished jobs / (GPUs x makespan).
+  double gpu_utilisation = 0;
+  // Last end (or the stall) minus the first submit.
+  policy::Seconds makespan = 0;
+};
+
+// Replays `jobs` (any order) on a uniform cluster.
+// Errors: InvalidArgument for an empty cluster.
+absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& jobs,
+                                   const SimOptions& options);
+
+}  // namespace gdt::sim
+
+#endif  // GDT_POLICY_SIMULATOR_H_

@@ -1,0 +1,146 @@
+#include "sim/simulator.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::sim {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+TEST(ShapeForTest, MembersTimesGpusIsTheJobsGpus) {
+  const std::vector<std::pair<uint32_t, std::pair<uint32_t, uint32_t>>> cases =
+      {{1, {1, 1}},  {4, {1, 4}},  {7, {1, 7}},  {8, {1, 8}},  {12, {2, 6}},
+       {16, {2, 8}}, {20, {4, 5}}, {24, {3, 8}}, {32, {4, 8}}, {64, {8, 8}}};
+  for (const auto& [gpus, want] : cases) {
+    const GangShape shape = ShapeFor(gpus, 8);
+    EXPECT_EQ(shape.members, want.first) << gpus;
+    EXPECT_EQ(shape.gpus_per_member, want.second) << gpus;
+  }
+}
+
+TEST(ParseTraceTest, ReadsTheTraceColumns) {
+  absl::StatusOr<std::vector<TraceJob>> jobs = ParseTrace(
+      "job_id,submit_time_s,virtual_cluster,gpus,duration_s,model\n"
+      "0,0,0e4a51,1,17466,\"Transformer (batch size 128)\"\n"
+      "1,12,103959,16,500,\"LM (batch size 10)\"\r\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_THAT(*jobs, SizeIs(2));
+  EXPECT_EQ((*jobs)[1].id, 1);
+  EXPECT_EQ((*jobs)[1].submit, 12);
+  EXPECT_EQ((*jobs)[1].gpus, 16u);
+  EXPECT_EQ((*jobs)[1].duration, 500);
+}
+
+TEST(ParseTraceTest, NamesTheBadLine) {
+  absl::StatusOr<std::vector<TraceJob>> jobs =
+      ParseTrace("job_id,submit_time_s,gpus,duration_s\n0,0,1,10\n1,x,1,10\n");
+  EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(jobs.status().message(), HasSubstr("line 3"));
+  EXPECT_FALSE(ParseTrace("a,b\n1,2\n").ok());
+}
+
+// 120 jobs of 1..32 GPUs arriving faster than 4 hosts x 8 GPUs can serve.
+std::vector<TraceJob> SyntheticTrace() {
+  const uint32_t sizes[] = {1, 1, 2, 4, 1, 8, 16, 1, 4, 32, 1, 2};
+  std::vector<TraceJob> jobs;
+  for (int i = 0; i < 120; ++i) {
+    TraceJob job;
+    job.id = i;
+    job.submit = i * 200;
+    job.gpus = sizes[i % 12];
+    job.duration = 600 + (i * 7919) % 5400;
+    jobs.push_back(job);
+  }
+  return jobs;
+}
+
+SimOptions SmallCluster(policy::Mode mode) {
+  SimOptions options;
+  options.hosts = 4;
+  options.gpus_per_host = 8;
+  options.mode = mode;
+  return options;
+}
+
+TEST(SimulateTest, GdtFinishesEveryJobAndBeatsFifo) {
+  const std::vector<TraceJob> trace = SyntheticTrace();
+  absl::StatusOr<SimResult> gdt =
+      Simulate(trace, SmallCluster(policy::Mode::kBackfill));
+  absl::StatusOr<SimResult> fifo =
+      Simulate(trace, SmallCluster(policy::Mode::kStrictFifo));
+  ASSERT_TRUE(gdt.ok()) << gdt.status();
+  ASSERT_TRUE(fifo.ok()) << fifo.status();
+
+  EXPECT_EQ(gdt->jobs, 120u);
+  EXPECT_EQ(gdt->finished, 120u);
+  EXPECT_EQ(fifo->finished, 120u);
+  EXPECT_FALSE(gdt->stalled);
+  EXPECT_EQ(gdt->deadlocks, 0u);
+  EXPECT_LT(gdt->mean_wait, fifo->mean_wait);
+  EXPECT_LE(gdt->mean_jct, fifo->mean_jct);
+  EXPECT_GT(gdt->gpu_utilisation, 0.0);
+  EXPECT_LE(gdt->gpu_utilisation, 1.0);
+  EXPECT_LE(gdt->p50_jct, gdt->p99_jct);
+  EXPECT_LE(gdt->p99_jct, gdt->max_jct);
+
+  // Deterministic for a seed.
+  absl::StatusOr<SimResult> again =
+      Simulate(trace, SmallCluster(policy::Mode::kBackfill));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->mean_jct, gdt->mean_jct);
+  EXPECT_EQ(again->makespan, gdt->makespan);
+}
+
+TEST(SimulateTest, InfeasibleJobsFailInsteadOfWaiting) {
+  SimOptions options = SmallCluster(policy::Mode::kBackfill);
+  const std::vector<TraceJob> trace = {{0, 0, 64, 100}, {1, 0, 1, 100}};
+  absl::StatusOr<SimResult> result = Simulate(trace, options);
+  ASSERT_TRUE(result.ok());
+  EXPECT_EQ(result->failed, 1u);  // 8 members of 8 GPUs on 4 hosts.
+  EXPECT_EQ(result->finished, 1u);
+  EXPECT_FALSE(result->stalled);
+}
+
+// Two gangs of 4 members x 8 GPUs submitted together on 4 hosts with one
+// runner slot each. When GitLab's pickup interleaves their members, naive
+// placement stalls for good; gdt bounces one gang and finishes both.
+TEST(SimulateTest, InterleavedGangsStallNaiveButNotGdt) {
+  const std::vector<TraceJob> trace = {{0, 0, 32, 1000}, {1, 0, 32, 1000}};
+  int interleaved = 0;
+  for (uint64_t seed = 0; seed < 10; ++seed) {
+    SimOptions options = SmallCluster(policy::Mode::kBackfill);
+    options.runner_slots = 4;
+    options.seed = seed;
+    absl::StatusOr<SimResult> gdt = Simulate(trace, options);
+    options.mode = policy::Mode::kNaive;
+    absl::StatusOr<SimResult> naive = Simulate(trace, options);
+    ASSERT_TRUE(gdt.ok() && naive.ok());
+
+    EXPECT_EQ(gdt->finished, 2u) << "seed " << seed;
+    EXPECT_FALSE(gdt->stalled) << "seed " << seed;
+    if (gdt->deadlocks > 0) {
+      ++interleaved;
+      EXPECT_TRUE(naive->stalled) << "seed " << seed;
+      EXPECT_EQ(naive->finished, 0u) << "seed " << seed;
+    } else {
+      EXPECT_EQ(naive->finished, 2u) << "seed " << seed;
+    }
+  }
+  EXPECT_GT(interleaved, 0);
+}
+
+TEST(SimulateTest, RejectsAnEmptyCluster) {
+  SimOptions options;
+  options.hosts = 0;
+  EXPECT_EQ(Simulate({}, options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace gdt::sim

@@ -1,0 +1,556 @@
+#include "state/etcd_store.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+
+namespace gdt::state {
+namespace {
+
+using Json = nlohmann::json;
+
+// Names and ids become one key segment.
+std::string Escape(const std::string& name) {
+  std::string escaped;
+  for (char c : name) {
+    if (c == '%') {
+      escaped += "%25";
+    } else if (c == '/') {
+      escaped += "%2F";
+    } else {
+      escaped += c;
+    }
+  }
+  return escaped;
+}
+
+Json HostToJson(const Host& host) {
+  Json gpus = Json::array();
+  for (const GpuInfo& gpu : host.spec.gpus) {
+    gpus.push_back({{"index", gpu.index},
+                    {"uuid", gpu.uuid},
+                    {"model", gpu.model},
+                    {"memory_bytes", gpu.memory_bytes}});
+  }
+  return {{"name", host.spec.name},
+          {"address", host.spec.address},
+          {"agent_endpoint", host.spec.agent_endpoint},
+          {"gpus", gpus},
+          {"labels", host.spec.labels},
+          {"network_interface", host.spec.network_interface},
+          {"cpu_slots", host.spec.cpu_slots},
+          {"runner_slots", host.spec.runner_slots},
+          {"last_heartbeat_unix_ms", host.last_heartbeat_unix_ms}};
+}
+
+Host HostFromJson(const Json& json) {
+  Host host;
+  host.spec.name = json.at("name").get<std::string>();
+  host.spec.address = json.at("address").get<std::string>();
+  host.spec.agent_endpoint = json.at("agent_endpoint").get<std::string>();
+  for (const Json& gpu : json.at("gpus")) {
+    host.spec.gpus.push_back(GpuInfo{gpu.at("index").get<uint32_t>(),
+                                     gpu.at("uuid").get<std::string>(),
+                                     gpu.at("model").get<std::string>(),
+                                     gpu.at("memory_bytes").get<uint64_t>()});
+  }
+  host.spec.labels =
+      json.at("labels").get<std::map<std::string, std::string>>();
+  host.spec.network_interface = json.at("network_interface").get<std::string>();
+  host.spec.cpu_slots = json.at("cpu_slots").get<uint32_t>();
+  host.spec.runner_slots = json.at("runner_slots").get<uint32_t>();
+  host.last_heartbeat_unix_ms =
+      json.at("last_heartbeat_unix_ms").get<int64_t>();
+  return host;
+}
+
+Json GangToJson(const Gang& gang) {
+  return {{"id", gang.id},
+          {"instance", gang.key.instance},
+          {"project_id", gang.key.project_id},
+          {"pipeline_id", gang.key.pipeline_id},
+          {"group_name", gang.key.group_name},
+          {"size", gang.key.size},
+          {"state", static_cast<int>(gang.state)},
+          {"epoch", gang.epoch},
+          {"reason", gang.reason},
+          {"master_host", gang.master_host},
+          {"master_addr", gang.master_addr},
+          {"master_port", gang.master_port},
+          {"created_unix_ms", gang.created_unix_ms},
+          {"sequence", gang.sequence}};
+}
+
+Gang GangFromJson(const Json& json) {
+  Gang gang;
+  gang.id = json.at("id").get<std::string>();
+  gang.key.instance = json.at("instance").get<std::string>();
+  gang.key.project_id = json.at("project_id").get<int64_t>();
+  gang.key.pipeline_id = json.at("pipeline_id").get<int64_t>();
+  gang.key.group_name = json.at("group_name").get<std::string>();
+  gang.key.size = json.at("size").get<uint32_t>();
+  gang.state = static_cast<GangState>(json.at("state").get<int>());
+  gang.epoch = json.at("epoch").get<uint32_t>();
+  gang.reason = json.at("reason").get<std::string>();
+  gang.master_host = json.at("master_host").get<std::string>();
+  gang.master_addr = json.at("master_addr").get<std::string>();
+  gang.master_port = json.at("master_port").get<uint32_t>();
+  gang.created_unix_ms = json.at("created_unix_ms").get<int64_t>();
+  gang.sequence = json.at("sequence").get<int64_t>();
+  return gang;
+}
+
+Json MemberToJson(const std::string& gang_id, const Member& member) {
+  return {{"gang_id", gang_id},
+          {"index", member.index},
+          {"job_id", member.job_id},
+          {"job_name", member.job_name},
+          {"gpus_per_node", member.gpus_per_node},
+          {"procs_per_node", member.procs_per_node},
+          {"launcher", member.launcher},
+          {"arrival_host", member.arrival_host},
+          {"job_timeout_seconds", member.job_timeout_seconds},
+          {"left", member.left},
+          {"node_rank", member.node_rank},
+          {"host_name", member.host_name},
+          {"gpu_indices", member.gpu_indices},
+          {"exit_code", member.exit_code}};
+}
+
+Member MemberFromJson(const Json& json) {
+  Member member;
+  member.index = json.at("index").get<uint32_t>();
+  member.job_id = json.at("job_id").get<int64_t>();
+  member.job_name = json.at("job_name").get<std::string>();
+  member.gpus_per_node = json.at("gpus_per_node").get<uint32_t>();
+  member.procs_per_node = json.at("procs_per_node").get<uint32_t>();
+  member.launcher = json.at("launcher").get<int>();
+  member.arrival_host = json.at("arrival_host").get<std::string>();
+  member.job_timeout_seconds = json.at("job_timeout_seconds").get<uint32_t>();
+  member.left = json.at("left").get<bool>();
+  member.node_rank = json.at("node_rank").get<int32_t>();
+  member.host_name = json.at("host_name").get<std::string>();
+  member.gpu_indices = json.at("gpu_indices").get<std::vector<uint32_t>>();
+  member.exit_code = json.at("exit_code").get<int32_t>();
+  return member;
+}
+
+// The leases a gang in this state holds, as StateStore::SaveGang defines
+// them; null when none.
+Json LeasesToJson(const Gang& gang) {
+  if (gang.state != GangState::kRunning) return nullptr;
+  Json gpus = Json::array();
+  for (const auto& [index, member] : gang.members) {
+    for (uint32_t gpu : member.gpu_indices) {
+      gpus.push_back(
+          {{"host", member.host_name}, {"gpu", gpu}, {"member", member.index}});
+    }
+  }
+  Json leases = {{"gang_id", gang.id}, {"gpus", gpus}};
+  if (gang.master_port != 0) {
+    leases["port"] = {{"host", gang.master_host}, {"port", gang.master_port}};
+  }
+  if (gpus.empty() && gang.master_port == 0) return nullptr;
+  return leases;
+}
+
+bool ValidCluster(const std::string& cluster) {
+  if (cluster.empty()) return false;
+  return std::all_of(cluster.begin(), cluster.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '-' || c == '_' || c == '.';
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdStore>> EtcdStore::Open(
+    std::shared_ptr<EtcdClient> client, const std::string& cluster) {
+  if (!ValidCluster(cluster)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("etcd cluster name '", cluster,
+                     "' must be non-empty letters, digits, '-', '_' or '.'"));
+  }
+  return std::unique_ptr<EtcdStore>(
+      new EtcdStore(std::move(client), Prefix(cluster)));
+}
+
+std::string EtcdStore::Prefix(const std::string& cluster) {
+  return absl::StrCat("/gdt/", cluster, "/");
+}
+
+void EtcdStore::SetFence(const std::string& key, int64_t create_revision) {
+  fence_key_ = key;
+  fence_revision_ = create_revision;
+}
+
+std::string EtcdStore::Key(const char* kind, const std::string& name) const {
+  return absl::StrCat(prefix_, kind, "/", Escape(name));
+}
+
+std::string EtcdStore::MemberKey(const std::string& gang_id,
+                                 uint32_t index) const {
+  return absl::StrCat(Key("members", gang_id), "/",
+                      absl::StrFormat("%010u", index));
+}
+
+absl::Status EtcdStore::Write(const Json& ops, const std::string& what) {
+  Json compare = Json::array();
+  if (!fence_key_.empty()) {
+    compare.push_back(
+        EtcdClient::CreateRevisionIs(fence_key_, fence_revision_));
+  }
+  absl::StatusOr<EtcdTxnResult> result =
+      client_->Txn(compare, ops, Json::array());
+  if (!result.ok()) {
+    return absl::Status(result.status().code(),
+                        absl::StrCat("cannot save ", what,
+                                     " in etcd: ", result.status().message()));
+  }
+  if (!result->succeeded) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot save ", what, ": this coordinator is no longer the leader (",
+        fence_key_, " changed)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status EtcdStore::SaveHost(const Host& host) {
+  return Write(Json::array({EtcdClient::Put(Key("hosts", host.spec.name),
+                                            HostToJson(host).dump())}),
+               absl::StrCat("host ", host.spec.name));
+}
+
+absl::Status EtcdStore::SetHostDrained(const std::string& name, bool drained) {
+  const std::string key = Key("drained", name);
+  return Write(Json::array({drained ? EtcdClient::Put(key, "1")
+                                    : EtcdClient::Delete(key)}),
+               absl::StrCat("the drain of host ", name));
+}
+
+absl::Status EtcdStore::DeleteHost(const std::string& name) {
+  return Write(Json::array({EtcdClient::Delete(Key("hosts", name)),
+                            EtcdClient::Delete(Key("drained", name))}),
+               absl::StrCat("the removal of host ", name));
+}
+
+absl::Status EtcdStore::SaveGang(const Gang& gang) {
+  // Members that are no longer in the gang go; etcd refuses a put and a
+  // delete of the same key in one transaction, so delete them one by one.
+  // Reading them first is safe: only the fenced leader writes.
+  absl::StatusOr<std::vector<EtcdKeyValue>> old_members = client_->Range(
+      Key("members", gang.id) + "/", /*prefix=*/true, /*keys_only=*/true);
+  if (!old_members.ok()) return old_members.status();
+  std::set<std::string> kept;
+  Json ops = Json::array();
+  ops.push_back(
+      EtcdClient::Put(Key("gangs", gang.id), GangToJson(gang).dump()));
+  for (const auto& [index, member] : gang.members) {
+    const std::string key = MemberKey(gang.id, index);
+    kept.insert(key);
+    ops.push_back(EtcdClient::Put(key, MemberToJson(gang.id, member).dump()));
+  }
+  for (const EtcdKeyValue& old : *old_members) {
+    if (!kept.contains(old.key)) ops.push_back(EtcdClient::Delete(old.key));
+  }
+  const Json leases = LeasesToJson(gang);
+  ops.push_back(leases.is_null()
+                    ? EtcdClient::Delete(Key("leases", gang.id))
+                    : EtcdClient::Put(Key("leases", gang.id), leases.dump()));
+  return Write(ops, absl::StrCat("gang ", gang.id));
+}
+
+absl::Status EtcdStore::SaveMember(const Gang& gang, const Member& member) {
+  return Write(
+      Json::array(
+          {EtcdClient::Put(Key("gangs", gang.id), GangToJson(gang).dump()),
+           EtcdClient::Put(MemberKey(gang.id, member.index),
+                           MemberToJson(gang.id, member).dump())}),
+      absl::StrCat("gang ", gang.id));
+}
+
+absl::StatusOr<StoredState> EtcdStore::Load() {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
+      client_->Range(prefix_, /*prefix=*/true, /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  StoredState state;
+  std::set<std::string> drained;
+  std::vector<std::pair<std::string, Member>> members;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      absl::string_view rest(kv.key);
+      if (!absl::ConsumePrefix(&rest, prefix_)) continue;
+      const size_t slash = rest.find('/');
+      if (slash == absl::string_view::npos) continue;  // The leader key.
+      const absl::string_view kind = rest.substr(0, slash);
+      if (kind == "drained") {
+        drained.insert(std::string(rest.substr(slash + 1)));
+        continue;
+      }
+      if (kind != "hosts" && kind != "gangs" && kind != "members" &&
+          kind != "leases") {
+        continue;  // Tokens (LoadKvTokens) and kinds of newer versions.
+      }
+      const Json value = Json::parse(kv.value);
+      if (kind == "hosts") {
+        state.hosts.push_back(HostFromJson(value));
+      } else if (kind == "gangs") {
+        state.gangs.push_back(GangFromJson(value));
+      } else if (kind == "members") {
+        members.emplace_back(value.at("gang_id").get<std::string>(),
+                             MemberFromJson(value));
+      } else {
+        const std::string gang_id = value.at("gang_id").get<std::string>();
+        for (const Json& gpu : value.at("gpus")) {
+          state.gpu_leases.push_back(GpuLease{
+              gpu.at("host").get<std::string>(), gpu.at("gpu").get<uint32_t>(),
+              gang_id, gpu.at("member").get<uint32_t>()});
+        }
+        if (value.contains("port")) {
+          const Json& port = value.at("port");
+          state.port_leases.push_back(
+              PortLease{port.at("host").get<std::string>(),
+                        port.at("port").get<uint32_t>(), gang_id});
+        }
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    // Values were written by this file, so a parse failure is corruption.
+    return absl::DataLossError(
+        absl::StrCat("corrupt state in etcd under ", prefix_, ": ", e.what()));
+  }
+  for (Host& host : state.hosts) {
+    host.drained = drained.contains(Escape(host.spec.name));
+  }
+  std::sort(
+      state.hosts.begin(), state.hosts.end(),
+      [](const Host& a, const Host& b) { return a.spec.name < b.spec.name; });
+  std::sort(
+      state.gangs.begin(), state.gangs.end(),
+      [](const Gang& a, const Gang& b) { return a.sequence < b.sequence; });
+  std::map<std::string, size_t> positions;
+  for (size_t i = 0; i < state.gangs.size(); ++i) {
+    positions[state.gangs[i].id] = i;
+  }
+  for (auto& [gang_id, member] : members) {
+    auto position = positions.find(gang_id);
+    if (position == positions.end()) {
+      return absl::DataLossError(
+          absl::StrCat("member of unknown gang ", gang_id));
+    }
+    const uint32_t index = member.index;
+    state.gangs[position->second].members[index] = std::move(member);
+  }
+  std::sort(state.gpu_leases.begin(), state.gpu_leases.end(),
+            [](const GpuLease& a, const GpuLease& b) {
+              return std::tie(a.host_name, a.gpu_index) <
+                     std::tie(b.host_name, b.gpu_index);
+            });
+  std::sort(state.port_leases.begin(), state.port_leases.end(),
+            [](const PortLease& a, const PortLease& b) {
+              return std::tie(a.host_name, a.port) <
+                     std::tie(b.host_name, b.port);
+            });
+  return state;
+}
+
+// --- Gang key-value store tokens (issue 6) ---
+
+absl::Status EtcdStore::SaveKvToken(const KvToken& token) {
+  const Json value = {{"gang_id", token.gang_id},
+                      {"epoch", token.epoch},
+                      {"token", token.token}};
+  return Write(Json::array({EtcdClient::Put(Key("kv_tokens", token.gang_id),
+                                            value.dump())}),
+               absl::StrCat("the kv token of ", token.gang_id));
+}
+
+absl::Status EtcdStore::DeleteKvToken(const std::string& gang_id) {
+  return Write(Json::array({EtcdClient::Delete(Key("kv_tokens", gang_id))}),
+               absl::StrCat("the removal of the kv token of ", gang_id));
+}
+
+absl::StatusOr<std::vector<KvToken>> EtcdStore::LoadKvTokens() {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
+      client_->Range(absl::StrCat(prefix_, "kv_tokens/"), /*prefix=*/true,
+                     /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<KvToken> tokens;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      const Json value = Json::parse(kv.value);
+      tokens.push_back(KvToken{value.at("gang_id").get<std::string>(),
+                               value.at("epoch").get<uint32_t>(),
+                               value.at("token").get<std::string>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt kv token in etcd: ", e.what()));
+  }
+  std::sort(
+      tokens.begin(), tokens.end(),
+      [](const KvToken& a, const KvToken& b) { return a.gang_id < b.gang_id; });
+  return tokens;
+}
+
+// --- end gang key-value store tokens ---
+
+// --- Checkpoint manifest records (issue 5) ---
+
+absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+EtcdStore::CheckpointRecordsWithKeys(const std::string& gang_id) {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs = client_->Range(
+      Key("checkpoints", gang_id) + "/", /*prefix=*/true, /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<std::tuple<int64_t, int64_t, std::string, CheckpointRecord>>
+      found;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      const Json value = Json::parse(kv.value);
+      CheckpointRecord record;
+      record.gang_id = value.at("gang_id").get<std::string>();
+      record.epoch = value.at("epoch").get<uint32_t>();
+      record.step = value.at("step").get<int64_t>();
+      record.rank = value.at("rank").get<uint32_t>();
+      record.job_id = value.at("job_id").get<int64_t>();
+      record.manifest_json = value.at("manifest").get<std::string>();
+      record.recorded_unix_ms = value.at("recorded_unix_ms").get<int64_t>();
+      found.emplace_back(record.step, kv.create_revision, kv.key,
+                         std::move(record));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt checkpoint record in etcd: ", e.what()));
+  }
+  // Highest step first, then the latest written.
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a)) >
+           std::tie(std::get<0>(b), std::get<1>(b));
+  });
+  std::vector<std::pair<std::string, CheckpointRecord>> records;
+  records.reserve(found.size());
+  for (auto& [step, revision, key, record] : found) {
+    records.emplace_back(std::move(key), std::move(record));
+  }
+  return records;
+}
+
+absl::Status EtcdStore::SaveCheckpointRecord(const CheckpointRecord& record,
+                                             size_t keep_per_gang) {
+  absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+      existing = CheckpointRecordsWithKeys(record.gang_id);
+  if (!existing.ok()) return existing.status();
+  const Json value = {{"gang_id", record.gang_id},
+                      {"epoch", record.epoch},
+                      {"step", record.step},
+                      {"rank", record.rank},
+                      {"job_id", record.job_id},
+                      {"manifest", record.manifest_json},
+                      {"recorded_unix_ms", record.recorded_unix_ms}};
+  const std::string key = absl::StrFormat(
+      "%s/%020d/%016d-%010d-%020d", Key("checkpoints", record.gang_id),
+      std::max<int64_t>(0, record.step),
+      std::max<int64_t>(0, record.recorded_unix_ms), record.rank,
+      std::max<int64_t>(0, record.job_id));
+  // Newest first with the new record in its place: before every existing
+  // one of a lower or equal step (it is the latest written). Everything
+  // past the first `keep_per_gang` goes, the new record included.
+  std::vector<const std::string*> order;  // nullptr: the new record.
+  bool placed = false;
+  for (const auto& [old_key, old] : *existing) {
+    if (!placed && record.step >= old.step) {
+      order.push_back(nullptr);
+      placed = true;
+    }
+    if (old_key != key) order.push_back(&old_key);  // Else replaced.
+  }
+  if (!placed) order.push_back(nullptr);
+  Json ops = Json::array();
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i] == nullptr) {
+      if (i < keep_per_gang) ops.push_back(EtcdClient::Put(key, value.dump()));
+    } else if (i >= keep_per_gang) {
+      ops.push_back(EtcdClient::Delete(*order[i]));
+    }
+  }
+  if (ops.empty()) return absl::OkStatus();
+  return Write(ops, absl::StrCat("a checkpoint of ", record.gang_id));
+}
+
+absl::StatusOr<std::vector<CheckpointRecord>> EtcdStore::ListCheckpointRecords(
+    const std::string& gang_id) {
+  absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
+      records = CheckpointRecordsWithKeys(gang_id);
+  if (!records.ok()) return records.status();
+  std::vector<CheckpointRecord> out;
+  out.reserve(records->size());
+  for (auto& [key, record] : *records) out.push_back(std::move(record));
+  return out;
+}
+
+absl::Status EtcdStore::DeleteCheckpointRecords(const std::string& gang_id) {
+  return Write(Json::array({EtcdClient::DeletePrefix(
+                   Key("checkpoints", gang_id) + "/")}),
+               absl::StrCat("the removal of the checkpoints of ", gang_id));
+}
+
+// --- end checkpoint manifest records ---
+
+// --- Host tokens (issue 8) ---
+
+absl::Status EtcdStore::SaveHostToken(const HostTokenRecord& record) {
+  const Json value = {{"host_name", record.host_name},
+                      {"sha256", record.sha256},
+                      {"created_unix_ms", record.created_unix_ms}};
+  return Write(Json::array({EtcdClient::Put(
+                   Key("host_tokens", record.host_name), value.dump())}),
+               absl::StrCat("the host token of ", record.host_name));
+}
+
+absl::StatusOr<bool> EtcdStore::DeleteHostToken(const std::string& host_name) {
+  const std::string key = Key("host_tokens", host_name);
+  absl::StatusOr<std::vector<EtcdKeyValue>> existing =
+      client_->Range(key, /*prefix=*/false, /*keys_only=*/true);
+  if (!existing.ok()) return existing.status();
+  if (existing->empty()) return false;
+  GDT_RETURN_IF_ERROR(
+      Write(Json::array({EtcdClient::Delete(key)}),
+            absl::StrCat("the removal of the host token of ", host_name)));
+  return true;
+}
+
+absl::StatusOr<std::vector<HostTokenRecord>> EtcdStore::LoadHostTokens() {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
+      client_->Range(absl::StrCat(prefix_, "host_tokens/"), /*prefix=*/true,
+                     /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  std::vector<HostTokenRecord> records;
+  try {
+    for (const EtcdKeyValue& kv : *kvs) {
+      const Json value = Json::parse(kv.value);
+      records.push_back(
+          HostTokenRecord{value.at("host_name").get<std::string>(),
+                          value.at("sha256").get<std::string>(),
+                          value.at("created_unix_ms").get<int64_t>()});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    return absl::DataLossError(
+        absl::StrCat("corrupt host token in etcd: ", e.what()));
+  }
+  std::sort(records.begin(), records.end(),
+            [](const HostTokenRecord& a, const HostTokenRecord& b) {
+              return a.host_name < b.host_name;
+            });
+  return records;
+}
+
+// --- end host tokens ---
+
+}  // namespace gdt::state

@@ -1,0 +1,61 @@
+#include "state/model.h"
+
+#include <cstdio>
+#include <ctime>
+
+namespace gdt::state {
+
+std::string UtcTimeOfDay(int64_t unix_ms) {
+  const std::time_t seconds = static_cast<std::time_t>(unix_ms / 1000);
+  std::tm parts = {};
+  gmtime_r(&seconds, &parts);
+  char text[16];
+  std::snprintf(text, sizeof(text), "%02d:%02d:%02d UTC", parts.tm_hour,
+                parts.tm_min, parts.tm_sec);
+  return text;
+}
+
+const char* GangStateName(GangState state) {
+  switch (state) {
+    case GangState::kForming:
+      return "forming";
+    case GangState::kRunning:
+      return "running";
+    case GangState::kDone:
+      return "done";
+    case GangState::kFailed:
+      return "failed";
+  }
+  return "unknown";
+}
+
+bool Member::SameRecord(const Member& other) const {
+  return std::tie(index, job_id, job_name, gpus_per_node, procs_per_node,
+                  launcher, arrival_host, job_timeout_seconds, left, node_rank,
+                  host_name, gpu_indices, exit_code) ==
+         std::tie(other.index, other.job_id, other.job_name,
+                  other.gpus_per_node, other.procs_per_node, other.launcher,
+                  other.arrival_host, other.job_timeout_seconds, other.left,
+                  other.node_rank, other.host_name, other.gpu_indices,
+                  other.exit_code);
+}
+
+bool Gang::SameRecord(const Gang& other) const {
+  if (std::tie(id, key, state, epoch, reason, master_host, master_addr,
+               master_port, created_unix_ms, sequence) !=
+      std::tie(other.id, other.key, other.state, other.epoch, other.reason,
+               other.master_host, other.master_addr, other.master_port,
+               other.created_unix_ms, other.sequence)) {
+    return false;
+  }
+  if (members.size() != other.members.size()) return false;
+  for (const auto& [index, member] : members) {
+    auto it = other.members.find(index);
+    if (it == other.members.end() || !member.SameRecord(it->second)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace gdt::state

@@ -1,0 +1,232 @@
+// Domain types of the coordinator: hosts, gangs, members, assignments and the
+// events sent to joined members. Plain data with no gRPC or proto types; the
+// service converts them to and from the wire.
+#ifndef GDT_COORDINATOR_MODEL_H_
+#define GDT_COORDINATOR_MODEL_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace gdt::state {
+
+struct GpuInfo {
+  uint32_t index = 0;
+  std::string uuid;
+  std::string model;
+  uint64_t memory_bytes = 0;
+
+  bool operator==(const GpuInfo&) const = default;
+};
+
+struct HostSpec {
+  std::string name;
+  std::string address;
+  std::string agent_endpoint;
+  std::vector<GpuInfo> gpus;
+  std::map<std::string, std::string> labels;
+  std::string network_interface;
+  uint32_t cpu_slots =
+      0;  // Members a host may run at once without GPUs (0 = 1).
+  // Jobs the host's gitlab-runner runs at once; 0 = unknown (the daemon then
+  // cannot prove a runner-slot deadlock).
+  uint32_t runner_slots = 0;
+
+  bool operator==(const HostSpec&) const = default;
+};
+
+struct Host {
+  HostSpec spec;
+  int64_t last_heartbeat_unix_ms = 0;
+  // Takes no new gangs (`gdt-coord hosts drain`); persisted on its own, so
+  // registration keeps it.
+  bool drained = false;
+  // Not persisted: set at registration, heartbeat and load.
+  Clock::TimePoint last_heartbeat{};
+};
+
+enum class HostState { kUp, kDown };
+
+// Same numbers as v1::Launcher.
+using Launcher = int;
+
+enum class GangState { kForming = 1, kRunning = 2, kDone = 3, kFailed = 4 };
+
+// Lowercase name for messages: "forming", "running", "done", "failed".
+const char* GangStateName(GangState state);
+
+// "10:42:13 UTC" for a Unix time in milliseconds (root-cause lines).
+std::string UtcTimeOfDay(int64_t unix_ms);
+
+struct GangKey {
+  std::string instance;
+  int64_t project_id = 0;
+  int64_t pipeline_id = 0;
+  std::string group_name;
+  uint32_t size = 0;
+
+  auto Tie() const {
+    return std::tie(instance, project_id, pipeline_id, group_name, size);
+  }
+  bool operator<(const GangKey& other) const { return Tie() < other.Tie(); }
+  bool operator==(const GangKey& other) const { return Tie() == other.Tie(); }
+};
+
+struct Member {
+  uint32_t index = 0;  // 1-based, as CI_NODE_INDEX.
+  int64_t job_id = 0;
+  std::string job_name;
+  uint32_t gpus_per_node = 0;
+  uint32_t procs_per_node = 0;
+  Launcher launcher = 0;
+  std::string arrival_host;
+  uint32_t job_timeout_seconds = 0;
+  bool left = false;
+  int32_t node_rank = -1;  // -1 until admitted.
+  std::string host_name;
+  std::vector<uint32_t> gpu_indices;
+  int32_t exit_code = -1;  // -1 until reported.
+
+  // Runtime only (never persisted): whether a JoinGang stream holds the
+  // member, which one, and the last reason sent on it.
+  bool present = false;
+  uint64_t stream_id = 0;
+  std::string last_reason_sent;
+  // Whether that reason was sent while members were missing (see
+  // Scheduler's waiting_refresh: count-only updates are coalesced).
+  bool told_missing = false;
+  // Scheduling inputs from the job (GDT_PRIORITY, GDT_TOPOLOGY_SAME,
+  // GDT_TOPOLOGY_MODE); every join sends them again.
+  int32_t priority = 0;
+  std::string topology_same;
+  bool topology_required = false;
+
+  // Compares the persisted fields.
+  bool SameRecord(const Member& other) const;
+};
+
+struct Gang {
+  std::string id;
+  GangKey key;
+  GangState state = GangState::kForming;
+  uint32_t epoch = 1;
+  std::string reason;
+  std::string master_host;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  std::map<uint32_t, Member> members;  // By member index.
+  int64_t created_unix_ms = 0;
+  int64_t sequence = 0;  // Arrival order of gangs (FIFO admission).
+
+  // Runtime only.
+  uint32_t queue_position = 0;
+  uint32_t failed_member = 0;  // Whose report failed the gang; 0 = unknown.
+  std::string blocked_note;    // Set when the last admission attempt failed.
+  // When the job timeout of a running gang runs out (admission + timeout;
+  // after a restart, load time + timeout): the backfill bound.
+  int64_t end_bound_unix_s = 0;
+  bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // A forming gang's members that were already told which members are
+  // missing hear an updated count no earlier than this.
+  Clock::TimePoint waiting_refresh_due{};
+  // A running gang's first failure that looked caused by a lost peer, and
+  // when it was reported (see Scheduler::FailSuspectedGangs); 0 = none.
+  uint32_t suspect_member = 0;
+  Clock::TimePoint suspect_since{};
+
+  // Compares the persisted fields, members included.
+  bool SameRecord(const Gang& other) const;
+};
+
+struct GpuLease {
+  std::string host_name;
+  uint32_t gpu_index = 0;
+  std::string gang_id;
+  uint32_t member_index = 0;
+
+  bool operator==(const GpuLease&) const = default;
+};
+
+struct PortLease {
+  std::string host_name;
+  uint32_t port = 0;
+  std::string gang_id;
+
+  bool operator==(const PortLease&) const = default;
+};
+
+// What a member needs to start its part of the job (v1::Assignment less the
+// coordinator endpoint, which the service adds).
+struct Assignment {
+  std::string gang_id;
+  uint32_t epoch = 0;
+  uint32_t node_rank = 0;
+  uint32_t num_nodes = 0;
+  uint32_t procs_per_node = 1;
+  uint32_t world_size = 0;
+  std::string host_name;
+  std::string host_address;
+  std::string agent_endpoint;
+  std::vector<uint32_t> gpu_indices;
+  std::string master_addr;
+  uint32_t master_port = 0;
+  std::vector<std::string> peers;
+  std::string network_interface;
+  Launcher launcher = 0;
+  // The gang's key-value store token for this epoch; the Coordinator fills it
+  // in (the scheduler leaves it empty).
+  std::string kv_token;
+  // Issue 8: what the executor presents to this host's agent for this member
+  // (MemberToken of the host's token); empty when the host has no token.
+  std::string member_token;
+};
+
+struct WaitingInfo {
+  uint32_t members_present = 0;
+  uint32_t members_total = 0;
+  std::vector<uint32_t> missing_indices;
+  std::string reason;
+  uint32_t queue_position = 0;
+};
+
+// A running gang's progress towards its exit barrier.
+struct GangProgress {
+  uint32_t members_total = 0;
+  std::vector<uint32_t> unfinished_indices;  // Not yet reported exit 0.
+};
+
+// A message for one JoinGang or WatchGang stream, identified by the stream
+// id the service gave the join or watch (one id space for both).
+struct MemberEvent {
+  enum class Kind {
+    kWaiting,     // `waiting` is set.
+    kAdmitted,    // `assignment` is set; the stream ends after it.
+    kAborted,     // `reason` is set; the stream ends after it.
+    kSuperseded,  // Another stream took over the member; end this one.
+    // Watch streams only:
+    kGangRunning,    // `progress` is set.
+    kGangFailed,     // `reason` is the root cause, `failed_member` and
+                     // `failed_job_id` its member (0 = unknown); the stream
+                     // ends after it.
+    kGangSucceeded,  // Every member exited 0; the stream ends after it.
+  };
+  uint64_t stream_id = 0;
+  Kind kind = Kind::kWaiting;
+  std::string gang_id;
+  uint32_t member_index = 0;
+  WaitingInfo waiting;
+  Assignment assignment;
+  std::string reason;
+  GangProgress progress;
+  uint32_t failed_member = 0;
+  int64_t failed_job_id = 0;
+  bool collect_evidence = false;  // kGangFailed: the gang failed as hung.
+};
+
+}  // namespace gdt::state
+
+#endif  // GDT_COORDINATOR_MODEL_H_

@@ -1,0 +1,109 @@
+#ifndef GDT_COORDINATOR_STORE_H_
+#define GDT_COORDINATOR_STORE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "state/model.h"
+#include "state/state_store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace gdt::state {
+
+// The StateStore in one SQLite file (WAL mode, a schema version table,
+// prepared statements, one transaction per change): the embedded default.
+// The contract of every method is StateStore's (state_store.h).
+//
+// Not thread-safe; the scheduler that owns it serialises access.
+class SqliteStore : public StateStore {
+ public:
+  // Opens or creates the database at `path` (":memory:" for a private
+  // in-memory one), creating parent directories.
+  // Errors: Internal when the file cannot be created or opened;
+  // FailedPrecondition when it has a newer schema version.
+  static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
+      const std::string& path);
+
+  ~SqliteStore() override;
+  SqliteStore(const SqliteStore&) = delete;
+  SqliteStore& operator=(const SqliteStore&) = delete;
+
+  // Inserts or replaces the host (by name). Keeps its drained mark.
+  absl::Status SaveHost(const Host& host) override;
+
+  // Marks the host drained or not (kept across SaveHost and restarts).
+  absl::Status SetHostDrained(const std::string& name, bool drained) override;
+
+  // Deletes the host and its drained mark. Unknown names are fine.
+  absl::Status DeleteHost(const std::string& name) override;
+
+  // Inserts or replaces the gang, its members and its leases: a RUNNING gang
+  // holds a GPU lease for every GPU of its members and a port lease for its
+  // master port; other states hold none.
+  absl::Status SaveGang(const Gang& gang) override;
+
+  // Inserts or replaces the gang's own row and one member's row (by index)
+  // in one transaction, leaving the other members' rows and the leases
+  // alone: a join or a leave costs O(1) rows instead of the whole gang. The
+  // caller guarantees that the gang's leases are what its last SaveGang
+  // wrote (a forming gang holds none; a member leaving a running gang that
+  // others still run in changes none). Errors: Internal when it cannot be
+  // written.
+  absl::Status SaveMember(const Gang& gang, const Member& member) override;
+
+  // Reads everything back.
+  absl::StatusOr<StoredState> Load() override;
+
+  // --- Gang key-value store tokens (issue 6) ---
+  // Inserts or replaces the gang's token (one per gang, for its epoch).
+  absl::Status SaveKvToken(const KvToken& token) override;
+  // Deletes the gang's token. Idempotent.
+  absl::Status DeleteKvToken(const std::string& gang_id) override;
+  // Every stored token, by gang id.
+  absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
+  // --- end gang key-value store tokens ---
+
+  // --- Checkpoint manifest records (issue 5) ---
+  // Appends one record; keeps only the newest `keep_per_gang` (by step, then
+  // arrival) of the gang. Records outlive epochs and restarts.
+  absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                    size_t keep_per_gang) override;
+  // The gang's records, newest first (highest step, then latest recorded).
+  absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id) override;
+  // Deletes every record of the gang. Idempotent.
+  absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
+  // --- end checkpoint manifest records ---
+
+  // --- Host tokens (issue 8) ---
+  // Inserts or replaces the host's token record (one per host name).
+  absl::Status SaveHostToken(const HostTokenRecord& record) override;
+  // Deletes the host's token; returns whether there was one.
+  absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
+  // Every stored record, by host name.
+  absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
+  // --- end host tokens ---
+
+ private:
+  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  absl::Status Init();
+  absl::Status Exec(const char* sql);
+  absl::StatusOr<sqlite3_stmt*> Prepare(const char* sql);
+  absl::Status SaveGangRows(const Gang& gang);
+  absl::Status SaveGangHeader(const Gang& gang);
+  absl::Status SaveMemberRow(const std::string& gang_id, const Member& member);
+  absl::StatusOr<StoredState> LoadRows();
+  absl::Status Error(const std::string& what) const;
+
+  sqlite3* db_;
+  std::map<const char*, sqlite3_stmt*> statements_;  // Keyed by SQL text.
+};
+
+}  // namespace gdt::state
+
+#endif  // GDT_COORDINATOR_STORE_H_

@@ -1,0 +1,129 @@
+#ifndef GDT_COORDINATOR_STATE_STORE_H_
+#define GDT_COORDINATOR_STATE_STORE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "state/model.h"
+
+namespace gdt::state {
+
+// Everything the store holds, as Load() returns it.
+struct StoredState {
+  std::vector<Host> hosts;  // By name.
+  std::vector<Gang> gangs;  // By sequence; members come back not present.
+  std::vector<GpuLease> gpu_leases;    // By host name, then GPU index.
+  std::vector<PortLease> port_leases;  // By host name, then port.
+};
+
+// A gang's key-value store token for one epoch (see gang_kv.h).
+struct KvToken {
+  std::string gang_id;
+  uint32_t epoch = 0;
+  std::string token;
+};
+
+// --- Host tokens (issue 8) ---
+// An agent's credential: only its SHA-256 is stored (docs/security.md).
+struct HostTokenRecord {
+  std::string host_name;
+  std::string sha256;  // Lowercase hex of the token.
+  int64_t created_unix_ms = 0;
+};
+// --- end host tokens ---
+
+// --- Checkpoint manifest records (issue 5) ---
+// One checkpoint a gang member recorded (gdt-ckpt save): the manifest as the
+// member wrote it (manifest.json), opaque to the coordinator.
+struct CheckpointRecord {
+  std::string gang_id;
+  uint32_t epoch = 0;  // The epoch that recorded it.
+  int64_t step = 0;
+  uint32_t rank = 0;
+  int64_t job_id = 0;
+  std::string manifest_json;
+  int64_t recorded_unix_ms = 0;
+};
+// --- end checkpoint manifest records ---
+
+// The coordinator's durable state: hosts, gangs, members, GPU leases, port
+// leases and gang key-value store tokens. Runtime-only fields (member
+// presence, stream ids, heartbeat time points) are not stored.
+//
+// Two implementations: Store (SQLite, the embedded default, store.h) and
+// EtcdStore (etcd v3, for several coordinator replicas, etcd_store.h). Every
+// method is atomic: a multi-key change is written whole or not at all.
+// Errors from every method: Internal (or Unavailable for a remote store)
+// when the state cannot be written or read; FailedPrecondition when the
+// store refuses the write because this process is no longer allowed to
+// write (a deposed leader, see etcd_store.h).
+//
+// Not thread-safe; the scheduler that owns it serialises access.
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+
+  // Inserts or replaces the host (by name). Keeps its drained mark.
+  virtual absl::Status SaveHost(const Host& host) = 0;
+
+  // Marks the host drained or not (kept across SaveHost and restarts).
+  virtual absl::Status SetHostDrained(const std::string& name,
+                                      bool drained) = 0;
+
+  // Deletes the host and its drained mark. Unknown names are fine.
+  virtual absl::Status DeleteHost(const std::string& name) = 0;
+
+  // Inserts or replaces the gang, its members and its leases in one
+  // transaction: a RUNNING gang holds a GPU lease for every GPU of its
+  // members and a port lease for its master port; other states hold none.
+  virtual absl::Status SaveGang(const Gang& gang) = 0;
+
+  // Inserts or replaces the gang's own record and one member's record (by
+  // index) in one transaction, leaving the other members and the leases
+  // alone: a join or a leave costs O(1) records instead of the whole gang.
+  // The caller guarantees that the gang's leases are what its last SaveGang
+  // wrote (a forming gang holds none; a member leaving a running gang that
+  // others still run in changes none).
+  virtual absl::Status SaveMember(const Gang& gang, const Member& member) = 0;
+
+  // Reads everything back.
+  virtual absl::StatusOr<StoredState> Load() = 0;
+
+  // --- Gang key-value store tokens (issue 6) ---
+  // Inserts or replaces the gang's token (one per gang, for its epoch).
+  virtual absl::Status SaveKvToken(const KvToken& token) = 0;
+  // Deletes the gang's token. Idempotent.
+  virtual absl::Status DeleteKvToken(const std::string& gang_id) = 0;
+  // Every stored token, by gang id.
+  virtual absl::StatusOr<std::vector<KvToken>> LoadKvTokens() = 0;
+  // --- end gang key-value store tokens ---
+
+  // --- Checkpoint manifest records (issue 5) ---
+  // Appends one record; keeps only the newest `keep_per_gang` (by step, then
+  // arrival) of the gang. Records outlive epochs and restarts.
+  virtual absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
+                                            size_t keep_per_gang) = 0;
+  // The gang's records, newest first (highest step, then latest recorded).
+  virtual absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
+      const std::string& gang_id) = 0;
+  // Deletes every record of the gang. Idempotent.
+  virtual absl::Status DeleteCheckpointRecords(const std::string& gang_id) = 0;
+  // --- end checkpoint manifest records ---
+
+  // --- Host tokens (issue 8) ---
+  // Inserts or replaces the host's token record (one per host name).
+  virtual absl::Status SaveHostToken(const HostTokenRecord& record) = 0;
+  // Deletes the host's token; returns whether there was one.
+  virtual absl::StatusOr<bool> DeleteHostToken(
+      const std::string& host_name) = 0;
+  // Every stored record, by host name.
+  virtual absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() = 0;
+  // --- end host tokens ---
+};
+
+}  // namespace gdt::state
+
+#endif  // GDT_COORDINATOR_STATE_STORE_H_

@@ -1,0 +1,220 @@
+#ifndef GDT_TESTS_SUPPORT_CLUSTER_H_
+#define GDT_TESTS_SUPPORT_CLUSTER_H_
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/subprocess.h"
+#include "nlohmann/json.hpp"
+#include "testing/test_certs.h"
+
+namespace gdt::test {
+
+// Paths baked in at build time.
+std::string SourceDir();
+std::string BinaryPath(const std::string& name);  // gdt-coord, gdt-agent, ...
+// Directory holding the torchrun wrapper for Debian's torch 1.13 on
+// Python 3.11 (see testing/torchrun-py311/torchrun).
+std::string TorchrunFixDir();
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& content);
+
+// A fresh directory, removed with everything in it on destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// A set of network namespaces that act as hosts on one bridge: host i has
+// address 10.200.0.<i+1>/24 on its eth0. Everything runs inside them, so no
+// traffic leaves the machine (toolchain-notes: traffic rule). Needs root.
+// The destructor kills whatever still runs in the namespaces and deletes
+// them.
+class NetworkNamespaces {
+ public:
+  // Errors: FailedPrecondition when not root or `ip` is missing.
+  static absl::StatusOr<std::unique_ptr<NetworkNamespaces>> Create(int hosts);
+  ~NetworkNamespaces();
+
+  int size() const { return static_cast<int>(hosts_.size()); }
+  std::string Address(int host) const;
+  // argv prefix that runs a command inside host `host`'s namespace.
+  std::vector<std::string> Exec(int host) const;
+
+ private:
+  NetworkNamespaces() = default;
+  std::string bridge_;
+  std::vector<std::string> hosts_;
+};
+
+// A long-running gdt process (coordinator or agent) that reports its bound
+// endpoint through --port-file. Output goes to `log_path`. The destructor
+// stops it (SIGTERM, then SIGKILL).
+class Daemon {
+ public:
+  // Starts argv (with `prefix` before it, e.g. a namespace's Exec()) plus
+  // "--port-file <file>", and waits up to `timeout` for the port file.
+  static absl::StatusOr<std::unique_ptr<Daemon>> Start(
+      const std::vector<std::string>& prefix,
+      const std::vector<std::string>& argv,
+      const std::map<std::string, std::string>& extra_env,
+      const std::string& log_path, std::chrono::milliseconds timeout);
+  ~Daemon();
+
+  const std::string& endpoint() const { return endpoint_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string Log() const { return ReadFile(log_path_); }
+  // Sends `signal` and waits for the process to exit.
+  ExitStatus Stop(int signal);
+
+ private:
+  Daemon() = default;
+  std::unique_ptr<Subprocess> process_;
+  std::string endpoint_;
+  std::string log_path_;
+};
+
+// Runs a command to completion (stdout+stderr merged) under a deadline.
+struct CommandResult {
+  ExitStatus status;
+  std::string output;
+};
+CommandResult RunProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& extra_env,
+                         std::chrono::milliseconds timeout);
+
+// `gdt-coord status --json` against `endpoint`, run with `prefix`.
+// `env` adds variables, e.g. GDT_TLS_CA_FILE for a TLS coordinator.
+absl::StatusOr<nlohmann::json> CoordinatorStatus(
+    const std::string& endpoint, const std::vector<std::string>& prefix = {},
+    const std::map<std::string, std::string>& env = {});
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& condition,
+             std::chrono::milliseconds timeout);
+
+// One gdt-agent's host, as its config file declares it.
+struct AgentSpec {
+  std::string name;
+  int host = -1;  // Namespace host index; -1 = the root namespace (loopback).
+  int cpu_slots = 1;
+  int gpus = 0;
+  std::string network_interface;
+  // Non-empty: the agent runs in its own UTS namespace with this host name
+  // (namespaced hosts otherwise share the machine's; OpenMPI tells nodes
+  // apart by host name).
+  std::string uts_hostname;
+  // Non-empty: the agent's host_token_file (issue 8).
+  std::string host_token_file;
+};
+
+// A whole gdt installation for a test: a coordinator with SQLite state, any
+// number of agents, and an executor config, all under one TempDir; either on
+// loopback or spread over NetworkNamespaces (the coordinator and the emulated
+// runner then live on host `control_host`). Every process is stopped on
+// destruction.
+class GdtCluster {
+ public:
+  explicit GdtCluster(const NetworkNamespaces* namespaces = nullptr,
+                      int control_host = 0);
+  ~GdtCluster();
+
+  // YAML lines appended to the coordinator's config (e.g. the security
+  // settings of issue 8); call before StartCoordinator().
+  void SetCoordinatorExtraConfig(std::string yaml) {
+    coordinator_extra_config_ = std::move(yaml);
+  }
+  // Issue 8: every daemon, the executor and Status() use TLS with mutual
+  // authentication from `certs` (call before starting anything).
+  void UseTls(const TestCerts& certs) { tls_ = certs; }
+
+  // Starts gdt-coord; `listen` empty = a kernel-chosen port.
+  absl::Status StartCoordinator(const std::string& listen = "");
+  // Stops it with `signal` (SIGKILL simulates a crash).
+  void StopCoordinator(int signal);
+  absl::Status StartAgent(const AgentSpec& spec);
+
+  // --- HA (issue 11) ---
+  // Starts `count` gdt-coord replicas with state_store: etcd at
+  // `etcd_endpoints` (comma-separated) and the given lease TTL, and waits
+  // until one leads. coordinator_endpoint() then lists every replica, so
+  // agents, executors and Status() fail over between them. Use instead of
+  // StartCoordinator(). With `hosts`, replica i runs on namespace host
+  // hosts[i] (else all on the control host).
+  absl::Status StartHaCoordinators(int count, const std::string& etcd_endpoints,
+                                   int lease_ttl_s,
+                                   const std::vector<int>& hosts = {});
+  // Replica `index`'s log.
+  std::string ReplicaLog(int index) const;
+  // The index of the live replica that serves as leader; -1 when none.
+  int HaLeader() const;
+  // The endpoint of replica `index`.
+  std::string ReplicaEndpoint(int index) const;
+  // Stops replica `index` with `signal` (SIGKILL simulates a crash) and
+  // returns how it ended (at once if it had exited already).
+  ExitStatus StopReplica(int index, int signal);
+  // --- end HA ---
+
+  // Stops every agent with `signal`.
+  void StopAgents(int signal);
+  // Stops the `index`th agent started (0-based) with `signal`.
+  void StopAgent(size_t index, int signal);
+  // Waits until the coordinator lists `count` hosts as up.
+  absl::Status WaitForHosts(int count, std::chrono::milliseconds timeout);
+
+  // Runs `gdt-ci run-local` for `job` of `project_dir`/.gitlab-ci.yml on the
+  // control host, with `extra` arguments.
+  CommandResult RunLocal(const std::string& project_dir, const std::string& job,
+                         const std::vector<std::string>& extra,
+                         std::chrono::milliseconds timeout);
+  // The argv RunLocal() runs, for tests that start it in the background.
+  std::vector<std::string> RunLocalArgv(
+      const std::string& project_dir, const std::string& job,
+      const std::vector<std::string>& extra) const;
+
+  absl::StatusOr<nlohmann::json> Status();
+  std::string coordinator_endpoint() const;
+  // host:port of the running coordinator's Prometheus /metrics endpoint.
+  const std::string& metrics_endpoint() const { return metrics_endpoint_; }
+  const TempDir& dir() const { return dir_; }
+  std::string run_dir() const { return dir_.Sub("run"); }
+  // Every daemon's log, for failure messages.
+  std::string Logs() const;
+
+ private:
+  std::vector<std::string> Prefix(int host) const;
+  // The `tls:` config lines ("" without UseTls()).
+  std::string TlsYaml(bool server) const;
+  std::string WriteExecutorConfig() const;
+
+  const NetworkNamespaces* namespaces_;
+  int control_host_;
+  TempDir dir_;
+  std::string coordinator_listen_;
+  std::string coordinator_extra_config_;
+  std::unique_ptr<Daemon> coordinator_;
+  std::string metrics_endpoint_;
+  std::vector<std::unique_ptr<Daemon>> agents_;
+  int coordinator_starts_ = 0;
+  std::vector<std::unique_ptr<Daemon>> replicas_;  // HA (issue 11).
+  std::vector<std::string> replica_endpoints_;
+  std::optional<TestCerts> tls_;
+};
+
+}  // namespace gdt::test
+
+#endif  // GDT_TESTS_SUPPORT_CLUSTER_H_

@@ -1,0 +1,511 @@
+// Issue 8 over the wire: a real gdt-coord server (CoordinatorServer, SQLite in
+// a temp dir) on 127.0.0.1:0 that verifies members against the fake GitLab
+// API, with operator (admin) tokens; clients are the real CoordinatorClient
+// and KvClient presenting their secrets as gRPC metadata.
+#include <chrono>
+#include <fstream>
+#include <future>
+
+#include "common/clock.h"
+#include "common/secret.h"
+#include "coordinator/server.h"
+#include "ctl/admin_token.h"
+#include "ctl/cancel.h"
+#include "ctl/hosts.h"
+#include "ctl/status.h"
+#include "gitlab/fake_gitlab_api.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "rendezvous/coordinator_client.h"
+#include "rendezvous/kv_client.h"
+#include "testing/scheduler_fixtures.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class FreePortAgent final : public v1::Agent::Service {
+  grpc::Status CheckPort(grpc::ServerContext* context,
+                         const v1::CheckPortRequest* request,
+                         v1::CheckPortResponse* response) override {
+    response->set_free(true);
+    return grpc::Status::OK;
+  }
+};
+
+std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
+constexpr char kAdminToken[] = "admin-secret-for-tests";
+
+class SecurityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
+        gitlab::FakeGitLabApi::Start({});
+    ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+    gitlab_ = std::move(*gitlab);
+    // Pipeline 77 of project 5 runs "train 1/2" and "train 2/2"; pipeline 78
+    // of the same project and project 6 run their own "train 1/2".
+    AddJob(101, "tok-a1", "train 1/2", 5, 77);
+    AddJob(102, "tok-a2", "train 2/2", 5, 77);
+    AddJob(201, "tok-b1", "train 1/2", 5, 78);
+    AddJob(202, "tok-b2", "train 2/2", 5, 78);
+    AddJob(301, "tok-c1", "train 1/2", 6, 77);
+
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&agent_);
+    agent_server_ = builder.BuildAndStart();
+    ASSERT_NE(agent_server_, nullptr);
+    agent_address_ = "127.0.0.1:" + std::to_string(port);
+
+    const std::string admin_file = temp_.path() + "/admin.token";
+    std::ofstream(admin_file) << kAdminToken << "\n";
+    config_.listen_address = "127.0.0.1:0";
+    config_.state_path = temp_.path() + "/coord.db";
+    config_.gitlab_url = gitlab_->url();
+    config_.gitlab_timeout = 5s;
+    config_.admin_token_file = admin_file;
+    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+        CoordinatorServer::Start(config_, clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
+    v1::HostSpec host;
+    host.set_name("cpu-01");
+    host.set_address("127.0.0.1");
+    host.set_agent_endpoint(agent_address_);
+    host.set_cpu_slots(8);
+    ASSERT_TRUE(admin_->RegisterHost(host, 5s).ok());
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+    if (agent_server_ != nullptr) {
+      agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    }
+  }
+
+  // Restarts the coordinator on the same state with `config_`.
+  void Restart() {
+    server_->Shutdown();
+    server_.reset();
+    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+        CoordinatorServer::Start(config_, clock_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
+  }
+
+  v1::HostSpec Host(const std::string& name) {
+    v1::HostSpec host;
+    host.set_name(name);
+    host.set_address("127.0.0.1");
+    host.set_agent_endpoint(agent_address_);
+    host.set_cpu_slots(8);
+    return host;
+  }
+
+  void AddJob(int64_t id, const std::string& token, const std::string& name,
+              int64_t project, int64_t pipeline) {
+    gitlab::FakeJob job;
+    job.id = id;
+    job.token = token;
+    job.name = name;
+    job.project_id = project;
+    job.pipeline_id = pipeline;
+    gitlab_->AddJob(job);
+  }
+
+  std::unique_ptr<rendezvous::CoordinatorClient> ClientWith(
+      const std::string& key, const std::string& value) {
+    auto client = std::make_unique<rendezvous::CoordinatorClient>(
+        server_->bound_address());
+    if (!key.empty()) client->AddMetadata(key, value);
+    return client;
+  }
+
+  // What the executor of job `job_id` (member `index` of a gang of 2 of
+  // `pipeline`) sends.
+  static v1::JoinGangRequest Request(int64_t job_id, uint32_t index,
+                                     int64_t project, int64_t pipeline) {
+    v1::JoinGangRequest request;
+    v1::GangKey* key = request.mutable_key();
+    key->set_instance("https://gitlab.example.com");
+    key->set_project_id(project);
+    key->set_pipeline_id(pipeline);
+    key->set_group_name("train");
+    key->set_size(2);
+    request.set_member_index(index);
+    request.set_job_id(job_id);
+    request.set_job_name("train " + std::to_string(index) + "/2");
+    request.set_launcher(v1::LAUNCHER_NCCL);
+    return request;
+  }
+
+  absl::StatusOr<v1::Assignment> Join(const std::string& token,
+                                      const v1::JoinGangRequest& request) {
+    auto client = ClientWith(token.empty() ? "" : "gdt-job-token", token);
+    return client->JoinGang(request, In(20s), nullptr, nullptr);
+  }
+
+  // Admits the gang of `pipeline` (jobs id1, id2 with tokens t1, t2).
+  std::vector<v1::Assignment> Admit(int64_t pipeline, int64_t id1,
+                                    const std::string& t1, int64_t id2,
+                                    const std::string& t2) {
+    auto first = std::async(std::launch::async, [&] {
+      return Join(t1, Request(id1, 1, 5, pipeline));
+    });
+    absl::StatusOr<v1::Assignment> second =
+        Join(t2, Request(id2, 2, 5, pipeline));
+    absl::StatusOr<v1::Assignment> one = first.get();
+    EXPECT_TRUE(one.ok()) << one.status();
+    EXPECT_TRUE(second.ok()) << second.status();
+    if (!one.ok() || !second.ok()) return {};
+    return {*one, *second};
+  }
+
+  test::ScopedTempDir temp_;
+  SystemClock clock_;
+  std::unique_ptr<gitlab::FakeGitLabApi> gitlab_;
+  FreePortAgent agent_;
+  std::unique_ptr<grpc::Server> agent_server_;
+  std::string agent_address_;
+  Config config_;
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<rendezvous::CoordinatorClient> admin_;
+};
+
+TEST_F(SecurityTest, VerifiedMembersFormTheirGang) {
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  EXPECT_EQ(gang[0].gang_id(), "train-p5-pl77-n2");
+  EXPECT_GE(gitlab_->RequestCount("/api/v4/job"), 2);
+}
+
+TEST_F(SecurityTest, ForgedVariablesAreRejectedWithTheReason) {
+  struct Case {
+    const char* what;
+    std::function<void(v1::JoinGangRequest&)> forge;
+  };
+  const std::vector<Case> cases = {
+      {"CI_PIPELINE_ID 78 disagrees with GitLab, which says 77",
+       [](v1::JoinGangRequest& r) { r.mutable_key()->set_pipeline_id(78); }},
+      {"CI_NODE_INDEX 2 disagrees with GitLab, which says 1",
+       [](v1::JoinGangRequest& r) { r.set_member_index(2); }},
+      {"CI_NODE_TOTAL 4 disagrees with GitLab, which says 2",
+       [](v1::JoinGangRequest& r) { r.mutable_key()->set_size(4); }},
+      {"CI_JOB_NAME 'train 1/4' disagrees with GitLab, which says 'train 1/2'",
+       [](v1::JoinGangRequest& r) { r.set_job_name("train 1/4"); }},
+  };
+  for (const Case& c : cases) {
+    v1::JoinGangRequest request = Request(101, 1, 5, 77);
+    c.forge(request);
+    absl::StatusOr<v1::Assignment> joined = Join("tok-a1", request);
+    EXPECT_EQ(joined.status().code(), absl::StatusCode::kPermissionDenied)
+        << c.what;
+    EXPECT_THAT(joined.status().message(), HasSubstr(c.what));
+  }
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->gangs_size(), 0);  // Nothing half-joined.
+}
+
+TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  rendezvous::KvClient member(rendezvous::KvTarget{server_->bound_address(),
+                                                   gang[0].gang_id(),
+                                                   gang[0].epoch(),
+                                                   gang[0].kv_token(),
+                                                   {}});
+  ASSERT_TRUE(member.Set("nccl_id", "secret-id", In(5s)).ok());
+
+  // Pipeline 78's and project 6's jobs claim pipeline 77 of project 5.
+  absl::StatusOr<v1::Assignment> other_pipeline =
+      Join("tok-b1", Request(201, 1, 5, 77));
+  EXPECT_EQ(other_pipeline.status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other_pipeline.status().message(),
+              HasSubstr("CI_PIPELINE_ID 77 disagrees"));
+  absl::StatusOr<v1::Assignment> other_project =
+      Join("tok-c1", Request(101, 1, 5, 77));  // Even with gang A's job id.
+  EXPECT_EQ(other_project.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(other_project.status().message(), HasSubstr("CI_JOB_ID 101"));
+  // Gang A's own job id and claims but another job's token.
+  EXPECT_EQ(Join("tok-b2", Request(101, 1, 5, 77)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Without gang A's token nobody reads its KV, not even gang B's members.
+  std::vector<v1::Assignment> gang_b = Admit(78, 201, "tok-b1", 202, "tok-b2");
+  ASSERT_EQ(gang_b.size(), 2u);
+  rendezvous::KvClient intruder(rendezvous::KvTarget{server_->bound_address(),
+                                                     gang[0].gang_id(),
+                                                     gang[0].epoch(),
+                                                     gang_b[0].kv_token(),
+                                                     {}});
+  absl::StatusOr<std::string> stolen = intruder.Get("nccl_id", In(5s));
+  EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(stolen.status().message(), HasSubstr("wrong gang token"));
+  absl::StatusOr<std::string> own = member.Get("nccl_id", In(5s));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(*own, "secret-id");
+}
+
+TEST_F(SecurityTest, MemberCallsAfterTheJoinNeedTheirOwnJobToken) {
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  v1::ReportExitRequest exit;
+  exit.set_gang_id(gang[0].gang_id());
+  exit.set_epoch(gang[0].epoch());
+  exit.set_member_index(1);
+  exit.set_job_id(101);
+  exit.set_exit_code(3);  // Would fail gang A.
+  v1::WatchGangRequest watch;
+  watch.set_gang_id(gang[0].gang_id());
+  watch.set_epoch(gang[0].epoch());
+  watch.set_member_index(1);
+  watch.set_job_id(101);
+  v1::LeaveGangRequest leave;
+  *leave.mutable_key() = Request(101, 1, 5, 77).key();
+  leave.set_member_index(1);
+  leave.set_job_id(101);
+
+  auto stranger = ClientWith("gdt-job-token", "tok-b1");  // Job 201's.
+  absl::Status reported = stranger->ReportExit(exit, 5s);
+  EXPECT_EQ(reported.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(reported.message(),
+              HasSubstr("the job token is job 201's, not job 101's"));
+  EXPECT_EQ(ClientWith("", "")->ReportExit(exit, 5s).code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(stranger->LeaveGang(leave, 5s).code(),
+            absl::StatusCode::kPermissionDenied);
+  rendezvous::CallCanceller canceller;
+  absl::StatusOr<v1::WatchGangEvent> watched =
+      stranger->WatchGang(watch, In(10s), nullptr, nullptr, canceller);
+  EXPECT_EQ(watched.status().code(), absl::StatusCode::kPermissionDenied);
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_RUNNING);
+
+  // The member itself may.
+  exit.set_exit_code(0);
+  EXPECT_TRUE(ClientWith("gdt-job-token", "tok-a1")->ReportExit(exit, 5s).ok());
+}
+
+TEST_F(SecurityTest, RefusedOrMissingTokenIsRejectedWithTheReason) {
+  gitlab_->FinishJob(101);  // GitLab answers 401 for a finished job's token.
+  absl::StatusOr<v1::Assignment> finished =
+      Join("tok-a1", Request(101, 1, 5, 77));
+  EXPECT_EQ(finished.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(finished.status().message(),
+              HasSubstr("GitLab refused the job token"));
+  EXPECT_THAT(finished.status().message(), HasSubstr("HTTP 401"));
+  EXPECT_THAT(finished.status().message(), ::testing::Not(HasSubstr("tok-a1")));
+
+  absl::StatusOr<v1::Assignment> none = Join("", Request(102, 2, 5, 77));
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none.status().message(), HasSubstr("no job token"));
+}
+
+TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
+  auto anonymous = ClientWith("", "");
+  auto wrong = ClientWith("authorization", "Bearer not-the-token");
+
+  absl::Status drain = anonymous->SetHostDrained("cpu-01", true, 5s);
+  EXPECT_EQ(drain.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(drain.message(),
+              HasSubstr("draining a host needs the coordinator's admin token"));
+  EXPECT_EQ(wrong->SetHostDrained("cpu-01", true, 5s).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(anonymous->RemoveHost("cpu-01", 5s).code(),
+            absl::StatusCode::kUnauthenticated);
+  v1::CancelGangRequest cancel;
+  cancel.set_gang_id("train-p5-pl77-n2");
+  EXPECT_EQ(anonymous->CancelGang(cancel, 5s).status().code(),
+            absl::StatusCode::kUnauthenticated);
+
+  // Status is open on loopback by default; the host is still up and undrained.
+  absl::StatusOr<v1::GetStatusResponse> status =
+      anonymous->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  ASSERT_EQ(status->hosts_size(), 1);
+  EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_UP);
+
+  ASSERT_TRUE(admin_->SetHostDrained("cpu-01", true, 5s).ok());
+  status = anonymous->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_DRAINED);
+  EXPECT_TRUE(admin_->RemoveHost("cpu-01", 5s).ok());
+}
+
+TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
+  const std::string endpoint = server_->bound_address();
+  absl::StatusOr<std::string> refused =
+      ctl::RunHostsAction(endpoint, "drain", "cpu-01");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(), HasSubstr("--admin-token-file"));
+  absl::StatusOr<std::string> cancel =
+      ctl::RunCancelCommand(endpoint, "train-p5-pl77-n2", "", {}, "wrong");
+  EXPECT_EQ(cancel.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(cancel.status().message(), HasSubstr("wrong admin token"));
+
+  // --admin-token-file wins over GDT_ADMIN_TOKEN_FILE.
+  absl::StatusOr<std::string> token = ctl::LoadAdminToken(
+      config_.admin_token_file, (temp_.path() + "/missing").c_str());
+  ASSERT_TRUE(token.ok()) << token.status();
+  absl::StatusOr<std::string> drained =
+      ctl::RunHostsAction(endpoint, "drain", "cpu-01", {}, *token);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_THAT(*drained, HasSubstr("host cpu-01 drained"));
+  absl::StatusOr<std::string> listed =
+      ctl::RunHostsList(endpoint, false, {}, *token);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, HasSubstr("drained"));
+  EXPECT_TRUE(
+      RunStatusCommand(endpoint, ctl::StatusOptions(), {}, *token).ok());
+
+  absl::StatusOr<std::string> from_env =
+      ctl::LoadAdminToken("", config_.admin_token_file.c_str());
+  ASSERT_TRUE(from_env.ok());
+  EXPECT_EQ(*from_env, kAdminToken);
+  EXPECT_EQ(*ctl::LoadAdminToken("", nullptr), "");  // None given: none sent.
+  absl::StatusOr<std::string> missing =
+      ctl::LoadAdminToken("", (temp_.path() + "/missing").c_str());
+  EXPECT_THAT(missing.status().message(), HasSubstr("GDT_ADMIN_TOKEN_FILE"));
+}
+
+TEST_F(SecurityTest, StatusCanBeClosedToClientsWithoutTheToken) {
+  server_->Shutdown();
+  server_.reset();
+  config_.status_without_token = "nobody";
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+      CoordinatorServer::Start(config_, clock_);
+  ASSERT_TRUE(server.ok()) << server.status();
+  server_ = std::move(*server);
+  absl::StatusOr<v1::GetStatusResponse> refused =
+      ClientWith("", "")->GetStatus(v1::GetStatusRequest(), 5s);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(), HasSubstr("reading status"));
+  absl::StatusOr<std::string> command =
+      RunStatusCommand(server_->bound_address(), ctl::StatusOptions());
+  EXPECT_EQ(command.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(ClientWith("authorization", std::string("Bearer ") + kAdminToken)
+                  ->GetStatus(v1::GetStatusRequest(), 5s)
+                  .ok());
+}
+
+TEST_F(SecurityTest, UnreadableAdminTokenFileStopsStartUp) {
+  Config config = config_;
+  config.admin_token_file = temp_.path() + "/missing.token";
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
+      CoordinatorServer::Start(config, clock_);
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(server.status().message(), HasSubstr("admin_token_file"));
+}
+
+TEST_F(SecurityTest, APresentedHostTokenIsCheckedEvenWhenNotRequired) {
+  // require_host_tokens is off here: no token is fine, a bad one is not.
+  EXPECT_TRUE(ClientWith("", "")->RegisterHost(Host("cpu-01"), 5s).ok());
+  absl::Status bogus = ClientWith("gdt-host-token", "never-issued")
+                           ->RegisterHost(Host("cpu-01"), 5s)
+                           .status();
+  EXPECT_EQ(bogus.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(bogus.message(), HasSubstr("wrong or was revoked"));
+}
+
+TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
+  config_.require_host_tokens = true;
+  Restart();
+  const std::string endpoint = server_->bound_address();
+  EXPECT_EQ(
+      ctl::RunHostTokenCommand(endpoint, "create", "cpu-01").status().code(),
+      absl::StatusCode::kUnauthenticated);
+  absl::StatusOr<std::string> created =
+      ctl::RunHostTokenCommand(endpoint, "create", "cpu-01", {}, kAdminToken);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_EQ(created->size(), 65u);  // 64 hex digits and a newline.
+  const std::string token = created->substr(0, 64);
+  absl::StatusOr<std::string> other =
+      ctl::RunHostTokenCommand(endpoint, "create", "cpu-02", {}, kAdminToken);
+  ASSERT_TRUE(other.ok()) << other.status();
+  absl::StatusOr<std::string> listed =
+      ctl::RunHostTokenCommand(endpoint, "list", "", {}, kAdminToken);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed, HasSubstr("cpu-01  issued 20"));
+  EXPECT_THAT(*listed, HasSubstr("cpu-02  issued 20"));
+  EXPECT_THAT(*listed, ::testing::Not(HasSubstr(token)));
+
+  absl::Status none =
+      ClientWith("", "")->RegisterHost(Host("cpu-01"), 5s).status();
+  EXPECT_EQ(none.code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(none.message(), HasSubstr("no host token"));
+  auto agent = ClientWith("gdt-host-token", token);
+  absl::Status impostor = agent->RegisterHost(Host("cpu-02"), 5s).status();
+  EXPECT_EQ(impostor.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(impostor.message(),
+              HasSubstr("the host token of cpu-01 cannot act for host cpu-02"));
+  ASSERT_TRUE(agent->RegisterHost(Host("cpu-01"), 5s).ok());
+  ASSERT_TRUE(agent->Heartbeat("cpu-01", 5s).ok());
+  EXPECT_EQ(agent->Heartbeat("cpu-02", 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Members placed on cpu-01 get the member token its agent accepts.
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  ASSERT_EQ(gang.size(), 2u);
+  EXPECT_EQ(gang[0].host_name(), "cpu-01");
+  EXPECT_EQ(gang[0].member_token(),
+            MemberToken(SecretSha256Hex(token), gang[0].gang_id() + "/101"));
+  EXPECT_EQ(gang[1].member_token(),
+            MemberToken(SecretSha256Hex(token), gang[1].gang_id() + "/102"));
+
+  // cpu-02's agent cannot report cpu-01's member lost.
+  auto other_agent = ClientWith("gdt-host-token", other->substr(0, 64));
+  v1::ReportExitRequest lost;
+  lost.set_gang_id(gang[0].gang_id());
+  lost.set_epoch(gang[0].epoch());
+  lost.set_member_index(1);
+  lost.set_job_id(101);
+  lost.set_lost_reason("forged");
+  absl::Status forged = other_agent->ReportExit(lost, 5s);
+  EXPECT_EQ(forged.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(forged.message(), HasSubstr("does not run there"));
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok());
+  ASSERT_EQ(status->gangs_size(), 1);
+  EXPECT_EQ(status->gangs(0).state(), v1::GANG_STATE_RUNNING);
+
+  // Revoked: the agent is refused from its next call on.
+  absl::StatusOr<std::string> revoked =
+      ctl::RunHostTokenCommand(endpoint, "revoke", "cpu-01", {}, kAdminToken);
+  ASSERT_TRUE(revoked.ok()) << revoked.status();
+  absl::Status heartbeat = agent->Heartbeat("cpu-01", 5s).status();
+  EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(heartbeat.message(), HasSubstr("wrong or was revoked"));
+  EXPECT_EQ(agent->RegisterHost(Host("cpu-01"), 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      ctl::RunHostTokenCommand(endpoint, "revoke", "cpu-01", {}, kAdminToken)
+          .status()
+          .code(),
+      absl::StatusCode::kNotFound);
+
+  // Tokens survive a restart (only their hashes are stored).
+  Restart();
+  auto after = ClientWith("gdt-host-token", other->substr(0, 64));
+  EXPECT_TRUE(after->RegisterHost(Host("cpu-02"), 5s).ok());
+}
+
+}  // namespace
+}  // namespace gdt::coordinator
