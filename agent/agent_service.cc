@@ -374,7 +374,7 @@ void AgentServer::Shutdown(std::chrono::system_clock::time_point deadline) {
   server_->Wait();
 }
 
-// --- gdt-rsh (issue 10) ---
+// Gdt-rsh.
 grpc::Status AgentService::ExecInMember(
     grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
     grpc::ServerWriter<v1::ExecInMemberResponse>* writer) {
@@ -437,6 +437,5 @@ grpc::Status AgentService::ExecInMember(
   writer->Write(response);
   return grpc::Status::OK;
 }
-// --- end gdt-rsh ---
 
 }  // namespace gdt::agent

@@ -34,7 +34,7 @@ class AgentService final
   void SetMemberLostHandler(MemberLostHandler handler) {
     member_lost_ = std::move(handler);
   }
-  // Issue 8: with the SHA-256 (hex) of this host's token set, SetupMember,
+  // With the SHA-256 (hex) of this host's token set, SetupMember,
   // RunStage and TeardownMember need metadata "gdt-member-token" equal to
   // MemberToken(hash, member_id) (common/secret.h); empty = no check. Set
   // before the server starts.
@@ -53,7 +53,7 @@ class AgentService final
   grpc::Status CheckPort(grpc::ServerContext* context,
                          const v1::CheckPortRequest* request,
                          v1::CheckPortResponse* response) override;
-  // gdt-rsh (issue 10): see agent.proto.
+  // gdt-rsh: see agent.proto.
   grpc::Status ExecInMember(
       grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
       grpc::ServerWriter<v1::ExecInMemberResponse>* writer) override;

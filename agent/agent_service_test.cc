@@ -332,7 +332,7 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());  // Idempotent.
   struct stat info {};
   ASSERT_EQ(stat(builds.c_str(), &info), 0);
-  EXPECT_EQ(info.st_mode & 0777, 0700u);  // Per job: private (issue 8).
+  EXPECT_EQ(info.st_mode & 0777, 0700u);  // Per job: private.
   ASSERT_EQ(stat((root_ + "/builds").c_str(), &info), 0);
   EXPECT_EQ(info.st_mode & 0777, 0755u);  // Shared parent.
   EXPECT_TRUE(fs::is_directory(cache));
@@ -535,7 +535,7 @@ TEST(EscapePathComponentTest, KeepsIdsDistinctAndInsideOneDirectory) {
 }  // namespace
 }  // namespace gdt::agent
 
-// --- gdt-rsh (issue 10) ---
+// Gdt-rsh.
 namespace gdt::agent {
 namespace {
 
@@ -609,7 +609,7 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
             absl::StatusCode::kNotFound);
 }
 
-// Issue 8: with a host token configured, an executor without the member
+// With a host token configured, an executor without the member
 // token the coordinator issued cannot make the agent run anything.
 TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
   const std::string host_sha = SecretSha256Hex("host-secret");
@@ -669,4 +669,3 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
 
 }  // namespace
 }  // namespace gdt::agent
-// --- end gdt-rsh ---

@@ -152,7 +152,7 @@ absl::Status ParseHost(const YAML::Node& value, HostConfig& host) {
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "host") return ParseHost(value, config.host);
-  if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+  if (key == "tls") {  // TLS on every gRPC connection.
     absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
     if (!tls.ok()) return tls.status();
     config.tls = *tls;
@@ -207,7 +207,7 @@ absl::Status ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         "coordinator is required (host:port of gdt-coord)");
   }
-  // Several comma-separated endpoints: gdt-coord replicas (issue 11).
+  // Several comma-separated endpoints: gdt-coord replicas.
   for (absl::string_view part : absl::StrSplit(config.coordinator, ',')) {
     GDT_RETURN_IF_ERROR(CheckEndpoint(
         "coordinator", std::string(absl::StripAsciiWhitespace(part)), 1));

@@ -48,12 +48,12 @@ struct Config {
   std::string scratch_dir = "/var/lib/gdt/agent";
   std::chrono::seconds kill_grace{10};
   std::string log_level = "info";
-  // Issue 8 (docs/security.md): file holding this host's token (`gdt-coord
+  // File holding this host's token (`gdt-coord
   // hosts token create NAME`). When set, the agent presents it to the
   // coordinator and runs stages only for executors holding the member token
   // the coordinator issued for this host; empty = neither.
   std::string host_token_file;
-  // Issue 8 (TLS): the agent's server certificate (executors and the
+  // TLS: the agent's server certificate (executors and the
   // coordinator call it) and its client side towards the coordinator.
   // Unset = plaintext with a warning.
   TlsConfig tls;

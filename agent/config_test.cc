@@ -21,7 +21,7 @@ TEST(ConfigTest, DefaultsNeedOnlyTheCoordinator) {
   EXPECT_EQ(config->host.cpu_slots, 1u);
   EXPECT_EQ(config->host.runner_slots, 0u);  // Not declared.
   EXPECT_EQ(config->scratch_dir, "/var/lib/gdt/agent");
-  EXPECT_EQ(config->host_token_file, "");  // No host token (issue 8).
+  EXPECT_EQ(config->host_token_file, "");  // No host token.
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(10));
 }
 
@@ -79,7 +79,7 @@ host:
   EXPECT_EQ(config->host.gpus[1].uuid, "GPU-bbb");
 }
 
-// --- HA (issue 11) ---
+// HA.
 TEST(ConfigTest, CoordinatorMayListReplicas) {
   absl::StatusOr<Config> config =
       ParseConfig("coordinator: \"c1:7070, c2:7070\"\n");
@@ -88,7 +88,6 @@ TEST(ConfigTest, CoordinatorMayListReplicas) {
   EXPECT_THAT(ParseConfig("coordinator: c1:7070,c2\n").status().message(),
               HasSubstr("coordinator must be host:port, got 'c2'"));
 }
-// --- end HA ---
 
 TEST(ConfigTest, UnknownKeysAreNamed) {
   EXPECT_THAT(ParseConfig("coordinator: c:1\nlisten: x\n").status().message(),
@@ -134,7 +133,7 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
   }
 }
 
-// Issue 8: the agent serves TLS too, so it needs a certificate and key.
+// The agent serves TLS too, so it needs a certificate and key.
 TEST(ConfigTest, TlsSection) {
   absl::StatusOr<Config> config = ParseConfig(
       "coordinator: c:1\ntls: {ca_file: /ca.pem, cert_file: /c.pem, "

@@ -83,7 +83,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       rendezvous::LoadClientSecurity(config.tls);
   if (!security.ok()) return security.status();
   std::unique_ptr<Daemon> daemon(new Daemon(config, *security));
-  // Issue 8: the host token, presented to the coordinator and keying the
+  // The host token, presented to the coordinator and keying the
   // member tokens this agent accepts.
   if (!config.host_token_file.empty()) {
     absl::StatusOr<std::string> token =
@@ -141,11 +141,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   spdlog::info("gdt-agent listening on {} host={} advertise={}",
                daemon->bound_endpoint_, config.host.name,
                daemon->advertise_endpoint_);
-  // gdt-rsh (issue 10) finds this agent through the member's environment.
+  // gdt-rsh finds this agent through the member's environment.
   daemon->supervisor_.AddStageVariable("GDT_AGENT_ENDPOINT",
                                        daemon->advertise_endpoint_);
   // Job-side clients (gdt-kv, nccl_bootstrap, gdt-rsh) reach the
-  // coordinator and this agent with this host's TLS files (issue 8).
+  // coordinator and this agent with this host's TLS files.
   if (config.tls.enabled) {
     for (const auto& [name, path] :
          {std::pair{"GDT_TLS_CA_FILE", config.tls.ca_file},

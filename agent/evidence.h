@@ -10,7 +10,7 @@
 
 namespace gdt::agent {
 
-// What a stage knows when it is asked for evidence of a hang (issue 4: hang
+// What a stage knows when it is asked for evidence of a hang (hang
 // watchdog): its process group and the end of its output.
 struct EvidenceRequest {
   std::string dir;  // Absolute; created with its parents.

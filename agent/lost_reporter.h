@@ -14,7 +14,7 @@
 namespace gdt::agent {
 
 // Tells the coordinator, from a background thread, that members whose
-// executor went away mid-stage are lost (issue 4: a lost executor counts as
+// executor went away mid-stage are lost (a lost executor counts as
 // a lost member), so their gang fails at once with a root cause naming them.
 // Reports are best effort: each gets one try within `timeout`.
 //

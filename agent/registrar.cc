@@ -53,7 +53,7 @@ void Registrar::Run() {
     if (!interval.ok()) {
       if (interval.status().code() == absl::StatusCode::kUnauthenticated ||
           interval.status().code() == absl::StatusCode::kPermissionDenied) {
-        // Issue 8: the coordinator refused this host's token; keep asking
+        // The coordinator refused this host's token; keep asking
         // (an operator may issue a new token) but say so every time.
         spdlog::error(
             "coordinator {} refused host={}: {} (fix host_token_file in the "

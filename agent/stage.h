@@ -54,7 +54,7 @@ struct StageOptions {
   std::map<std::string, std::string> env;  // The complete environment.
   std::string working_dir;                 // Must exist.
   std::chrono::milliseconds kill_grace{10000};  // SIGTERM → SIGKILL.
-  // Hang watchdog (issue 4), off when 0: once `progress_file`'s mtime (or
+  // Hang watchdog, off when 0: once `progress_file`'s mtime (or
   // the stage's start, whichever is later) is `hang_timeout` old, the stage
   // collects evidence into `evidence_dir` and calls OnHung(). It does not
   // stop the script: the gang decides.

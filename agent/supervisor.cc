@@ -56,7 +56,7 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
-// Issue 8: a directory of one job (builds dir, scratch dir) is mode 0700, so
+// A directory of one job (builds dir, scratch dir) is mode 0700, so
 // that other users on the host cannot read its sources, scripts and files;
 // parents it creates get 0755 as with MakeDirs.
 absl::Status MakePrivateDir(const std::string& path) {
@@ -362,7 +362,7 @@ size_t Supervisor::running_stages() const {
   return running_;
 }
 
-// --- gdt-rsh (issue 10) ---
+// Gdt-rsh.
 void Supervisor::AddStageVariable(const std::string& key,
                                   const std::string& value) {
   MutexLock lock(mu_);
@@ -401,6 +401,5 @@ bool Supervisor::MemberRunning(const std::string& member_id) const {
   auto it = members_.find(member_id);
   return it != members_.end() && !it->second.running.empty();
 }
-// --- end gdt-rsh ---
 
 }  // namespace gdt::agent

@@ -105,7 +105,7 @@ class Supervisor {
   // Call before serving.
   std::vector<ProcessLedger::Reaped> ReapLeftovers();
 
-  // --- gdt-rsh (issue 10) ---
+  // Gdt-rsh.
   // Adds `key=value` to the environment of every stage started from now on
   // (the daemon sets GDT_AGENT_ENDPOINT once its port is known).
   void AddStageVariable(const std::string& key, const std::string& value);
@@ -125,7 +125,6 @@ class Supervisor {
                                               const std::string& token) const;
   // Whether the member still runs a stage.
   bool MemberRunning(const std::string& member_id) const;
-  // --- end gdt-rsh ---
 
  private:
   struct Member {

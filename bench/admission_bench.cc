@@ -1,4 +1,4 @@
-// Admission pass benchmarks (issue 3). Targets: a full admission pass over
+// Admission pass benchmarks. Targets: a full admission pass over
 // 1,000 pending gangs and 10,000 runner slots on 1,000 hosts <= 10 ms p99;
 // one incremental decision per event <= 100 us p99. Run and results:
 // docs/benchmarks.md. Percentiles are computed from per-iteration times and

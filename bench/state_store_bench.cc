@@ -1,4 +1,4 @@
-// Benchmark (issue 11): the state store under the scheduler, SQLite vs etcd.
+// Benchmark: the state store under the scheduler, SQLite vs etcd.
 // Both stores run in the same process and the same run, driven through the
 // real Scheduler (no gRPC, so only the store differs):
 //  - formation: an N-member CPU gang (N = 8, 64) from its first Join to its

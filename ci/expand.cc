@@ -296,7 +296,7 @@ void FindDuplicateKeys(const YAML::Node& node, int depth,
   }
 }
 
-// ---------------------------------------------------------------------------
+// ---------------------------------------------------------------------.
 // The block.
 
 // Reads an integer in [low, high]; `range` explains the range.
@@ -533,7 +533,7 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
   return report->count() == errors_before;
 }
 
-// ---------------------------------------------------------------------------
+// ---------------------------------------------------------------------.
 // Text splicing.
 
 // The file as lines, each with its own line break.
@@ -1023,7 +1023,7 @@ void CheckCharacters(const Lines& lines, Reporter* report) {
   }
 }
 
-// ---------------------------------------------------------------------------
+// ---------------------------------------------------------------------.
 // The plain form.
 
 // `name`'s value as GitLab would send it, if it is a scalar or {value: x}.

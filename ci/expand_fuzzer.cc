@@ -1,7 +1,7 @@
 // libFuzzer target for gdt-ci expand and lint (built only when the compiler
 // supports -fsanitize=fuzzer; see gitlab/CMakeLists.txt and
 // docs/user-guide.md "Fuzzing the expander"). Besides "no crash, no hang,
-// no sanitizer report" it checks the contracts of gitlab/ci_expand.h:
+// no sanitizer report" it checks the contracts of ci/expand.h:
 // every diagnostic is one line, and a successful expansion is plain GitLab
 // YAML that expands to itself.
 #include <cstdint>

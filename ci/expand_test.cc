@@ -272,8 +272,9 @@ TEST(LintTest, JsonCarriesEveryErrorWithItsPlace) {
             "(GitLab's limit), not '201'\n");
 }
 
-// The dynamic child pipeline of spec §6: the trigger job includes exactly
-// the artifact the generator job writes with gdt-ci expand.
+// The dynamic child pipeline (docs/gitlab-runner-protocol.md): the trigger
+// job includes exactly the artifact the generator job writes with gdt-ci
+// expand.
 TEST(ChildPipelineTemplateTest, TriggerIncludesTheGeneratedArtifact) {
   const std::string dir = std::string(GDT_EXAMPLES_DIR) + "/ci-templates";
   const std::string text = ReadTextFile(dir + "/gdt-child-pipeline.yml");

@@ -2,7 +2,7 @@
 // locally: it runs every member of a `parallel: N` job of a .gitlab-ci.yml
 // through the custom executor (gdt-executor) exactly as a runner would.
 // `gdt-ci expand` turns `parallel: {distributed: ...}` blocks into plain
-// GitLab YAML and `gdt-ci lint` validates both forms (gitlab/ci_expand.h).
+// GitLab YAML and `gdt-ci lint` validates both forms (ci/expand.h).
 #include <signal.h>
 
 #include <atomic>

@@ -63,10 +63,10 @@ struct LocalPipeline {
 };
 
 // Builds the N job payloads of `job` as GitLab would hand them to runners
-// (gitlab-custom-executor.md §13.7): the same project and pipeline, distinct
+// (docs/gitlab-runner-protocol.md): the same project and pipeline, distinct
 // increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is
-// 1), and the predefined variables of §13.2 item 2 followed by the YAML and
-// pipeline variables.
+// 1), and GitLab's predefined variables followed by the YAML and pipeline
+// variables.
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline);
 

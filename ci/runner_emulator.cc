@@ -96,7 +96,7 @@ struct ExecOutcome {
   std::string error;  // Could not start it, or could not kill it.
 };
 
-// How a stage or preparation step failed (gitlab-custom-executor.md §5).
+// How a stage or preparation step failed (docs/gitlab-runner-protocol.md).
 enum class FailureKind {
   kNone,
   kBuild,    // BuildError: script_failure with `exit_code`.
@@ -270,26 +270,27 @@ class RunnerEmulator::Job {
     return {FailureKind::kCancel, 0, "canceled"};
   }
 
-  // Variables and environment (§13.2 items 2 and 3).
+  // Variables and environment, as the runner builds them.
   std::vector<Variable> Variables() const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
 
-  // Runs one exec per §13.4. `stop` is polled while it runs.
+  // Runs one exec the way the runner spawns and kills it. `stop` is polled
+  // while it runs.
   using StopCheck = std::function<StopReason()>;
   using OutputFn = std::function<void(std::string_view line)>;
   ExecOutcome RunExec(ExecCall call, bool with_job_env, TimePoint deadline,
                       const StopCheck& stop, const OutputFn& out,
                       const OutputFn& err);
-  // Classifies an exec's outcome per §5.
+  // Classifies an exec's outcome by its exit code.
   Failure Classify(const ExecOutcome& outcome, std::string_view what);
 
-  // Preparation (§13.2).
+  // Preparation.
   Failure PrepareAttempt(int attempt);
   Failure RunConfigExec(int attempt);
   void RunCleanupExec(int attempt);
   void RemoveTempDir();
 
-  // Stages (§13.3).
+  // Stages.
   std::string Script(std::string_view body, bool export_variables,
                      bool cd_project) const;
   Failure RunStage(std::string_view stage, std::string_view body,
@@ -437,9 +438,9 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
         Earlier(deadline, SteadyClock::now() + milliseconds(50)), on_output);
   }
   if (!status.has_value()) {
-    // §4.2: SIGTERM to the group, graceful_kill_timeout, SIGKILL,
-    // force_kill_timeout, give up. The wait is capped like the runner's
-    // WaitForBuildFinishTimeout; the rest continues in the background.
+    // The runner's kill sequence: SIGTERM to the group, graceful_kill_timeout,
+    // SIGKILL, force_kill_timeout, give up. The wait is capped like the
+    // runner's WaitForBuildFinishTimeout; the rest continues in the background.
     const TimePoint now = SteadyClock::now();
     const TimePoint give_up = now + config_.build_finish_timeout;
     const TimePoint sigkill_at = now + config_.graceful_kill_timeout;
@@ -647,7 +648,8 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     return {FailureKind::kConfig, 0, "the cache_dir is not configured"};
   }
 
-  // §13.2.5: <builds_dir>[/<token>/<concurrent project id>]/<ns>/<project>.
+  // The project dir: <builds_dir>[/<token>/<concurrent project
+  // id>]/<ns>/<project>.
   std::string project_path = options_.job.project_full_path;
   if (const std::string& url = options_.job.repo_url; !url.empty()) {
     size_t start = url.find("://");

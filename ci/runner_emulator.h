@@ -15,7 +15,7 @@
 namespace gdt::ci {
 
 // The parts of a gitlab-runner `[[runners]]` entry with `executor =
-// "custom"` that matter to one job (see gitlab-custom-executor.md §9, §4.1),
+// "custom"` that matter to one job (see docs/gitlab-runner-protocol.md),
 // plus the knobs of the emulation itself. Durations <= 0 mean the runner's
 // default, as in config.toml.
 struct RunnerConfig {
@@ -52,7 +52,7 @@ struct RunnerConfig {
   std::chrono::milliseconds build_finish_timeout{300000};
 };
 
-// How a job is stopped from outside (gitlab-custom-executor.md §4.3, §13.5).
+// How a job is stopped from outside (docs/gitlab-runner-protocol.md).
 enum class CancelMode {
   kGraceful,   // Cancel from the UI with cancel_gracefully.
   kAbort,      // Remote state canceled/failed.
@@ -101,7 +101,7 @@ struct JobResult {
 };
 
 // Emulates one gitlab-runner running one job through a custom executor,
-// following gitlab-custom-executor.md §13.1-§13.6 to the letter: the
+// following the runner's source (docs/gitlab-runner-protocol.md): the
 // preparation attempts (config_exec, prepare_exec, cleanup_exec between
 // retries), the run_exec stages with generated bash scripts and the
 // runner's failure routing, the kill sequence on timeouts and cancels, and

@@ -167,7 +167,7 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
   m.job_id = j["job_id"].get<int64_t>();
   // Optional integers: absent means 0; present must be an integer in range
   // (json::value() would throw for another type, and a float out of int's
-  // range is undefined behaviour; found by the manifest fuzzer, issue 8).
+  // range is undefined behaviour; found by the manifest fuzzer).
   for (const char* field : {"rank", "project_id"}) {
     if (j.contains(field) &&
         (!j[field].is_number_integer() || j[field].get<int64_t>() < 0 ||

@@ -130,7 +130,7 @@ TEST_F(CheckpointTest, MalformedManifestsNameTheField) {
               HasSubstr("unknown store"));
 }
 
-// Found by gdt_checkpoint_manifest_fuzzer (issue 8): a wrongly typed
+// Found by gdt_checkpoint_manifest_fuzzer: a wrongly typed
 // optional field threw out of ParseManifest (std::terminate) and a huge
 // float rank was an undefined conversion. Each is now one error line.
 TEST_F(CheckpointTest, WronglyTypedOptionalFieldsAreErrorsNotCrashes) {

@@ -1,7 +1,7 @@
 #ifndef GDT_GITLAB_CKPT_COMMAND_H_
 #define GDT_GITLAB_CKPT_COMMAND_H_
 
-// The logic of the gdt-ckpt CLI (gitlab/ckpt_main.cc), called by training
+// The logic of the gdt-ckpt CLI (ckpt/main.cc), called by training
 // scripts inside a gdt job:
 //   gdt-ckpt save --step N      writes manifest.json into the checkpoint
 //                               directory; with store packages (or auto and

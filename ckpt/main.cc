@@ -1,5 +1,5 @@
 // gdt-ckpt: checkpoint manifests, the package-registry store and resume for
-// training scripts in gdt jobs (gitlab/ckpt_command.h); inside a gdt job
+// training scripts in gdt jobs (ckpt/command.h); inside a gdt job
 // manifests are recorded with, and found again through, the coordinator.
 #include <chrono>
 #include <csignal>

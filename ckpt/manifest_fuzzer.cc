@@ -1,4 +1,4 @@
-// libFuzzer target for checkpoint manifests (issue 8): ParseManifest on any
+// libFuzzer target for checkpoint manifests: ParseManifest on any
 // manifest.json returns a value or one error line, never accepts a file path
 // that is absolute or climbs out with "..", and an accepted manifest
 // survives ManifestToJson → ParseManifest unchanged. Built by gdt_fuzzer()

@@ -39,7 +39,7 @@ endfunction()
 
 # gdt_fuzzer(NAME <name> SOURCES <files...> DEPS <targets...> CORPUS <dir>
 #            [SECONDS <s>])
-# A libFuzzer target (issue 8), built only with GDT_BUILD_TESTS and a
+# A libFuzzer target, built only with GDT_BUILD_TESTS and a
 # compiler that has libFuzzer (GDT_HAVE_LIBFUZZER, checked in
 # gitlab/CMakeLists.txt). SOURCES are the fuzz entry point plus the parser's
 # own .cc files, compiled again with coverage; DEPS provide the rest. ctest

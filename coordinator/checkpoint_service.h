@@ -6,7 +6,7 @@
 
 namespace gdt::coordinator {
 
-// The gRPC face of the checkpoint manifest records (issue 5): converts each
+// The gRPC face of the checkpoint manifest records: converts each
 // request into a Coordinator::RecordCheckpoint / ListCheckpoints call and the
 // result back, with their status codes. Tokens are never logged.
 //

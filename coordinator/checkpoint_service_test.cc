@@ -1,4 +1,4 @@
-// Checkpoint manifest records over the wire (issue 5): a real gdt-coord
+// Checkpoint manifest records over the wire: a real gdt-coord
 // server (SQLite state in a temp dir) on 127.0.0.1:0, a gang admitted through
 // JoinGang, retried into epoch 2, and the real CheckpointClient.
 #include "coordinator/checkpoint_service.h"

@@ -62,14 +62,13 @@ absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "master_port_range") return ParsePortRange(value, config);
-  if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+  if (key == "tls") {  // TLS on every gRPC connection.
     absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
     if (!tls.ok()) return tls.status();
     config.tls = *tls;
     return absl::OkStatus();
   }
-  if (key ==
-      "kv_max_keys_per_gang") {  // state::Gang key-value store (issue 6).
+  if (key == "kv_max_keys_per_gang") {  // state::Gang key-value store.
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
     if (*number == 0) {
@@ -78,7 +77,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.kv_max_keys_per_gang = *number;
     return absl::OkStatus();
   }
-  // --- HA (issue 11) ---
+  // HA.
   if (key == "etcd_endpoints") {
     // A YAML list, or one comma-separated string.
     std::vector<std::string> endpoints;
@@ -111,8 +110,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.lease_ttl_s = *number;
     return absl::OkStatus();
   }
-  // --- end HA ---
-  // --- Security (issue 8) ---
+  // Security.
   if (key == "gitlab_url" || key == "gitlab_ca_file" ||
       key == "admin_token_file" || key == "status_without_token") {
     absl::StatusOr<std::string> text = ReadString(value, key);
@@ -143,7 +141,6 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     return absl::OkStatus();
   }
-  // --- end of issue 8 ---
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level" || key == "metrics_address") {
     absl::StatusOr<std::string> text = ReadString(value, key);
@@ -215,7 +212,7 @@ absl::Status ValidateConfig(const Config& config) {
                        config.metrics_address, "'"));
     }
   }
-  // --- HA (issue 11) ---
+  // HA.
   if (config.state_store != "sqlite" && config.state_store != "etcd") {
     return absl::InvalidArgumentError(absl::StrCat(
         "state_store must be sqlite or etcd, got '", config.state_store, "'"));
@@ -236,7 +233,6 @@ absl::Status ValidateConfig(const Config& config) {
           absl::StrCat("lease_ttl_s must be 2..60, got ", config.lease_ttl_s));
     }
   }
-  // --- end HA ---
   if (config.status_without_token != "loopback" &&
       config.status_without_token != "anyone" &&
       config.status_without_token != "nobody") {

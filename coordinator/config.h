@@ -28,12 +28,12 @@ struct Config {
   // when some member never cleaned up (its runner is gone).
   std::chrono::seconds failed_gang_release{300};
   std::string log_level = "info";
-  // Gang key-value store (issue 6): keys one gang may hold at once.
+  // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
   std::string metrics_address;
 
-  // --- HA (issue 11, docs/ha.md) ---
+  // HA.
   // Where the state lives: "sqlite" (state_path, one coordinator) or
   // "etcd" (etcd_endpoints; several replicas elect a leader).
   std::string state_store = "sqlite";
@@ -44,8 +44,7 @@ struct Config {
   // The leader's etcd lease: a leader that cannot renew it stops serving
   // within this time, and a standby takes over within about this time.
   uint32_t lease_ttl_s = 5;
-  // --- end HA ---
-  // --- Security (issue 8, docs/security.md) ----------------------------------
+  // Security -------------------------------.
   // Base URL of the GitLab instance (e.g. https://gitlab.example.com). When
   // set, every joining member's job token is checked with GET /api/v4/job
   // and only GitLab's answer decides its gang; empty = no verification.
@@ -66,9 +65,8 @@ struct Config {
   // register, heartbeat and report lost members; agents then run stages only
   // for executors holding the member token the coordinator issued.
   bool require_host_tokens = false;
-  // --- end of issue 8 block
-  // ---------------------------------------------------
-  // Issue 8 (TLS): the gRPC server's certificate and, with
+  // ---------------------------------------------.
+  // TLS: the gRPC server's certificate and, with
   // require_client_cert, mTLS; also the client side of the coordinator's
   // calls to agents (CheckPort). Unset = plaintext with a warning.
   TlsConfig tls;

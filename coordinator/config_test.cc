@@ -108,7 +108,7 @@ TEST(ConfigTest, KvKeyLimit) {
               HasSubstr("kv_max_keys_per_gang must be >= 1"));
 }
 
-// Issue 8: the server side of TLS needs a certificate and its key.
+// The server side of TLS needs a certificate and its key.
 TEST(ConfigTest, TlsSection) {
   absl::StatusOr<Config> config = ParseConfig(
       "tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem, "
@@ -129,7 +129,7 @@ TEST(ConfigTest, MissingFileIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
-// Issue 8: the security settings.
+// The security settings.
 TEST(ConfigTest, SecuritySettings) {
   absl::StatusOr<Config> defaults = ParseConfig("");
   ASSERT_TRUE(defaults.ok());
@@ -166,7 +166,7 @@ TEST(ConfigTest, SecuritySettings) {
 }
 
 }  // namespace
-// --- HA (issue 11) ---
+// HA.
 TEST(ConfigTest, ReadsTheEtcdSettings) {
   absl::StatusOr<Config> config = ParseConfig(
       "state_store: etcd\n"
@@ -202,6 +202,5 @@ TEST(ConfigTest, BadEtcdSettingsAreNamed) {
         << yaml;
   }
 }
-// --- end HA ---
 
 }  // namespace gdt::coordinator

@@ -101,7 +101,7 @@ std::vector<state::MemberEvent> Coordinator::TakeEventsLocked() {
     if (event.kind == state::MemberEvent::Kind::kAdmitted) {
       event.assignment.kv_token =
           KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
-      // Issue 8: the member token for the placed host's agent.
+      // The member token for the placed host's agent.
       auto host = host_tokens_.find(event.assignment.host_name);
       const state::Gang* gang = scheduler_->FindGang(event.assignment.gang_id);
       if (host != host_tokens_.end() && gang != nullptr) {
@@ -118,7 +118,7 @@ std::vector<state::MemberEvent> Coordinator::TakeEventsLocked() {
   return events;
 }
 
-// --- Gang key-value store hooks (issue 6) ---
+// Gang key-value store hooks.
 
 absl::Status Coordinator::LoadKvTokensLocked() {
   absl::StatusOr<std::vector<state::KvToken>> tokens = store_->LoadKvTokens();
@@ -177,8 +177,6 @@ void Coordinator::EndFinishedKvGangsLocked() {
     it = kv_tokens_.erase(it);
   }
 }
-
-// --- end gang key-value store hooks ---
 
 void Coordinator::Deliver(std::vector<state::MemberEvent> events) {
   if (!events.empty() && sink_) sink_(std::move(events));
@@ -419,7 +417,7 @@ Snapshot Coordinator::GetSnapshot(bool include_finished) {
   return scheduler_->GetSnapshot(include_finished);
 }
 
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 
 absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
                                            state::CheckpointRecord record) {
@@ -451,8 +449,7 @@ Coordinator::ListCheckpoints(const kv::KvCaller& caller) {
   return store_->ListCheckpointRecords(caller.gang_id);
 }
 
-// --- end checkpoint manifest records ---
-// --- Host tokens (issue 8) ---
+// Host tokens.
 
 absl::StatusOr<std::string> Coordinator::CreateHostToken(
     const std::string& host_name) {
@@ -516,7 +513,5 @@ std::string Coordinator::MemberHost(const std::string& gang_id,
   auto member = gang->members.find(member_index);
   return member == gang->members.end() ? "" : member->second.host_name;
 }
-
-// --- end host tokens ---
 
 }  // namespace gdt::coordinator

@@ -84,7 +84,7 @@ class Coordinator {
   absl::Status SetDrained(const std::string& host_name, bool drained);
   absl::Status RemoveHost(const std::string& host_name);
 
-  // Failure paths (issue 4); see Scheduler::MemberLost and Scheduler::Cancel.
+  // Failure paths; see Scheduler::MemberLost and Scheduler::Cancel.
   // Hosts that missed heartbeats fail their gangs on every admission pass
   // (at least once a second).
   absl::Status MemberLost(const std::string& gang_id, uint32_t epoch,
@@ -99,7 +99,7 @@ class Coordinator {
   // The gang key-value store (thread-safe on its own).
   kv::GangKv& kv() { return *kv_; }
 
-  // --- Checkpoint manifest records (issue 5) ---
+  // Checkpoint manifest records.
   // Records a checkpoint of the caller's gang (authorised by the gang's
   // current-epoch token, GangKv::CheckCaller's errors); `record.gang_id` and
   // `record.epoch` are taken from the caller. Keeps the newest
@@ -112,8 +112,7 @@ class Coordinator {
   // The records of the caller's gang from every epoch, newest first.
   absl::StatusOr<std::vector<state::CheckpointRecord>> ListCheckpoints(
       const kv::KvCaller& caller);
-  // --- end checkpoint manifest records ---
-  // --- Host tokens (issue 8, docs/security.md) ---
+  // Host tokens.
   // Issues a new token for `host_name` (replacing any old one), stores its
   // SHA-256 and returns the token; it is shown once and never again.
   // Errors: InvalidArgument for an empty name; Internal from the store.
@@ -129,7 +128,6 @@ class Coordinator {
   // The host member `member_index` of `gang_id` is placed on; empty when
   // unknown or not placed.
   std::string MemberHost(const std::string& gang_id, uint32_t member_index);
-  // --- end host tokens ---
 
  private:
   Coordinator(std::unique_ptr<state::StateStore> store,
@@ -164,7 +162,7 @@ class Coordinator {
   std::unique_ptr<kv::GangKv> kv_;  // Set at construction; outlives every call.
   std::map<std::string, state::KvToken> kv_tokens_
       ABSL_GUARDED_BY(mu_);  // By gang.
-  // Issue 8: host token records by host name.
+  // Host token records by host name.
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.

@@ -653,7 +653,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     v1::ReportExitResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "ReportExit");
-  // Issue 8: an agent (it presents its host token) reports only about
+  // An agent (it presents its host token) reports only about
   // members on its own host; an executor, when members are verified, only
   // about its own job.
   const std::string host_token =
@@ -736,7 +736,7 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   RpcTimer timer(coordinator_.observer(), "LeaveGang");
   absl::Status status = absl::OkStatus();
-  if (security_.verifier != nullptr) {  // Issue 8: only the job itself.
+  if (security_.verifier != nullptr) {  // Only the job itself.
     status = security_.verifier->VerifyJobId(
         MetadataValue(context, rendezvous::kJobTokenMetadata),
         request->job_id());
@@ -823,7 +823,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
   return reactor;
 }
 
-// --- Host tokens (issue 8) ---
+// Host tokens.
 
 grpc::ServerUnaryReactor* CoordinatorService::CreateHostToken(
     grpc::CallbackServerContext* context,
@@ -876,7 +876,5 @@ grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
   reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;
 }
-
-// --- end host tokens ---
 
 }  // namespace gdt::coordinator

@@ -36,8 +36,7 @@ struct ServiceSecurity {
   // RegisterHost, Heartbeat and lost/hung reports need the host's token.
   bool require_host_tokens = false;
 };
-// --- end of issue 8 block
-// -----------------------------------------------------
+// -----------------------------------------------.
 
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
@@ -87,12 +86,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::RemoveHostRequest* request,
       v1::RemoveHostResponse* response) override;
-  // Issue 4: operator cancel.
+  // Operator cancel.
   grpc::ServerUnaryReactor* CancelGang(
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
-  // Issue 8: host tokens (admin).
+  // Host tokens (admin).
   grpc::ServerUnaryReactor* CreateHostToken(
       grpc::CallbackServerContext* context,
       const v1::CreateHostTokenRequest* request,

@@ -19,7 +19,7 @@
 
 namespace gdt::coordinator {
 
-// gdt-coord with state_store: etcd (issue 11, docs/ha.md): one replica of
+// gdt-coord with state_store: etcd (docs/ha.md): one replica of
 // several. It binds its address at once and serves as a standby
 // (StandbyService: every RPC is refused with UNAVAILABLE naming the leader)
 // while a thread campaigns for the leader key /gdt/<cluster>/leader every

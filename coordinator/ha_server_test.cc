@@ -1,4 +1,4 @@
-// HA (issue 11): gdt-coord replicas sharing state in a real etcd started on
+// HA: gdt-coord replicas sharing state in a real etcd started on
 // loopback, with real gRPC servers and clients.
 #include "coordinator/ha_server.h"
 

@@ -11,7 +11,7 @@
 
 namespace gdt::coordinator {
 
-// Leader election among gdt-coord replicas through one etcd key (issue 11):
+// Leader election among gdt-coord replicas through one etcd key:
 // the leader key holds the leader's advertised address and is attached to
 // an etcd lease of `ttl`. A replica becomes leader by creating the key in a
 // transaction that requires it to be absent (create revision 0); the key's

@@ -47,7 +47,7 @@ int Fail(int code, const std::string& message) {
   return code;
 }
 
-// --- HA (issue 11) ---
+// HA.
 constexpr int kExitLostLeadership = 5;  // Restart it: it rejoins as standby.
 
 // One replica of several sharing state in etcd (docs/ha.md). Returns when
@@ -94,7 +94,6 @@ int ServeHa(const ServeFlags& flags, const gdt::coordinator::Config& config,
     }
   }
 }
-// --- end HA ---
 
 int Serve(const ServeFlags& flags) {
   absl::StatusOr<gdt::coordinator::Config> config =
@@ -166,7 +165,7 @@ int Serve(const ServeFlags& flags) {
   return kExitOk;
 }
 
-// TLS for the client commands (issue 8): flags, defaulting to the
+// TLS for the client commands: flags, defaulting to the
 // GDT_TLS_* variables; none set = plaintext.
 struct TlsFlags {
   std::string ca_file;
@@ -346,7 +345,7 @@ int main(int argc, char** argv) {
         [&host_action, action]() { host_action = action->get_name(); });
   }
 
-  // Issue 8: host tokens.
+  // Host tokens.
   std::string token_action;
   CLI::App* token_cmd = hosts->add_subcommand(
       "token",

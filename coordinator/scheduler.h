@@ -209,7 +209,7 @@ class Scheduler {
   // The gang with id `gang_id`, or nullptr. Valid until the next change.
   const state::Gang* FindGang(const std::string& gang_id) const;
 
-  // --- Failure paths (issue 4), in scheduler_failure.cc --------------------
+  // Failure paths, in scheduler_failure.cc -----------------.
   // A running gang fails at most once; the first cause wins and becomes the
   // reason every member's log prints, "gang <id> failed: <cause>; stopping".
   // A gang whose members all exited 0 already succeeded and stays so.

@@ -1,4 +1,4 @@
-// Scheduler: the failure paths of a gang (issue 4) — members lost with their
+// Scheduler: the failure paths of a gang — members lost with their
 // host, agent or executor, and operator cancels. Exit reports live in
 // scheduler.cc; both end in the same root-cause line and watch fan-out.
 #include <algorithm>

@@ -1,4 +1,4 @@
-// Scheduler failure paths (issue 4): lost hosts and members, operator cancel.
+// Scheduler failure paths: lost hosts and members, operator cancel.
 #include <chrono>
 
 #include "common/fake_clock.h"

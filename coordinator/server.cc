@@ -14,7 +14,7 @@
 namespace gdt::coordinator {
 namespace {
 
-// The service's access rules from `config` (issue 8); creates `verifier`
+// The service's access rules from `config`; creates `verifier`
 // when GitLab verification is on. Logs one line per check that is off.
 absl::StatusOr<ServiceSecurity> SecurityOf(
     const Config& config, const Clock& clock,

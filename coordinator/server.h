@@ -66,7 +66,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<kv::KvService> kv_service_;
-  std::unique_ptr<CheckpointService> checkpoint_service_;  // Issue 5.
+  std::unique_ptr<CheckpointService> checkpoint_service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;

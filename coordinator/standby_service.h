@@ -8,7 +8,7 @@
 
 namespace gdt::coordinator {
 
-// What a standby gdt-coord replica (not the leader, issue 11) serves on its
+// What a standby gdt-coord replica (not the leader) serves on its
 // address: every RPC of every service fails with UNAVAILABLE and the message
 // "gdt-coord at <self> is a standby; the leader is at <leader>" (or "... no
 // leader is elected yet"), so clients move on to the leader (see

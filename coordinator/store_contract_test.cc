@@ -302,7 +302,7 @@ TEST(EtcdStoreTest, RejectsABadClusterName) {
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("'a/b'"));
 }
 
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 
 TEST_P(StoreTest, CheckpointRecordsKeepTheNewestPerGangAcrossReopen) {
   {
@@ -368,7 +368,7 @@ TEST_P(StoreTest, CheckpointRecordsOfEqualStepsKeepTheLatest) {
   EXPECT_THAT(jobs(), ElementsAre(1, 5));  // 40, then the latest 30.
 }
 
-// Issue 8: host tokens survive a restart and can be deleted.
+// Host tokens survive a restart and can be deleted.
 TEST_P(StoreTest, HostTokensAreSavedListedAndDeleted) {
   {
     absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();

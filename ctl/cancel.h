@@ -15,7 +15,7 @@ namespace gdt::ctl {
 // finished (...)"; InvalidArgument for an empty gang id; Unavailable
 // "cannot reach coordinator at ADDR: <reason>"; Unauthenticated or
 // PermissionDenied when `admin_token` is missing or wrong.
-// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+// `security`: TLS towards the coordinator; plaintext by default.
 absl::StatusOr<std::string> RunCancelCommand(
     const std::string& endpoint, const std::string& gang_id,
     const std::string& reason, const rendezvous::ClientSecurity& security = {},

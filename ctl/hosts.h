@@ -21,7 +21,7 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status);
 
 // `hosts list`: the text to print.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
-// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+// `security`: TLS towards the coordinator; plaintext by default.
 // `admin_token` (may be empty) is presented as operator credentials; a
 // refused one is returned as Unauthenticated/PermissionDenied.
 absl::StatusOr<std::string> RunHostsList(
@@ -40,7 +40,7 @@ absl::StatusOr<std::string> RunHostsAction(
     const std::string& host, const rendezvous::ClientSecurity& security = {},
     const std::string& admin_token = "");
 
-// Issue 8: `hosts token create HOST | list | revoke HOST` (`action` is one
+// `hosts token create HOST | list | revoke HOST` (`action` is one
 // of those words). create: the new token and a newline, nothing else (so
 // that `... > host.token` stores it; it is shown only this once). list: one
 // line per host with a token and when it was issued (never the tokens).

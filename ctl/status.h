@@ -27,7 +27,7 @@ struct StatusOptions {
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>";
 // NotFound "no gang 'X' ..." and InvalidArgument "'X' matches N gangs ..."
 // for a GANG that names no gang or several.
-// `security`: TLS towards the coordinator (issue 8); plaintext by default.
+// `security`: TLS towards the coordinator; plaintext by default.
 // `admin_token` (may be empty) is presented as operator credentials;
 // Unauthenticated/PermissionDenied when the coordinator wants it.
 absl::StatusOr<std::string> RunStatusCommand(

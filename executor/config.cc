@@ -66,7 +66,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
             PositiveSeconds(value, key);
         if (!seconds.ok()) return seconds.status();
         config.exit_barrier_timeout = *seconds;
-      } else if (key == "tls") {  // Issue 8: TLS on every gRPC connection.
+      } else if (key == "tls") {  // TLS on every gRPC connection.
         absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
         if (!tls.ok()) return tls.status();
         config.tls = *tls;

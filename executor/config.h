@@ -26,7 +26,7 @@ struct Config {
   // (the exit barrier) before it gives up as a build failure.
   std::chrono::seconds exit_barrier_timeout{600};
   std::string log_level = "warn";
-  // Issue 8 (TLS): how the executor reaches the coordinator and the agents
+  // TLS: how the executor reaches the coordinator and the agents
   // (ca_file; cert_file/key_file for mTLS). Unset = plaintext with a
   // warning in the prepare stage's log.
   TlsConfig tls;

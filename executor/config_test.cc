@@ -73,7 +73,7 @@ TEST(ConfigTest, RejectsBadValues) {
   EXPECT_FALSE(ParseConfig("coordinator: [\n").ok());
 }
 
-// Issue 8: the executor is a TLS client only; a CA alone is enough.
+// The executor is a TLS client only; a CA alone is enough.
 TEST(ConfigTest, TlsSection) {
   absl::StatusOr<Config> config =
       ParseConfig("coordinator: c:1\ntls: {ca_file: /ca.pem}\n");

@@ -29,7 +29,7 @@ StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
   env["GDT_MASTER_PORT"] = master_port;
   env["GDT_PEERS"] = absl::StrJoin(assignment.peers(), "\n");
   env["GDT_COORDINATOR"] = assignment.coordinator_endpoint();
-  // The gang key-value store's secret (issue 6): every launcher gets it so
+  // The gang key-value store's secret: every launcher gets it so
   // gdt-kv works from any script. Never logged.
   if (!assignment.kv_token().empty()) {
     env["GDT_KV_TOKEN"] = assignment.kv_token();

@@ -11,7 +11,7 @@
 namespace gdt::executor {
 
 // What a member's user script sees besides the job's own variables
-// (product-brief §5): the environment and the files the agent writes before
+// (docs/environment.md): the environment and the files the agent writes before
 // the stage starts (it sets each file's env_var to the file's path).
 struct StageEnvironment {
   std::map<std::string, std::string> env;

@@ -18,9 +18,9 @@ namespace gdt::executor {
 
 using Environment = std::map<std::string, std::string>;
 
-// Everything the runner passes to a stage through the environment (§3 of
-// gitlab-custom-executor.md), read in this one place. Job variables arrive
-// as CUSTOM_ENV_<KEY>; they are stored without the prefix. Remember that
+// Everything the runner passes to a stage through the environment
+// (docs/gitlab-runner-protocol.md), read in this one place. Job variables
+// arrive as CUSTOM_ENV_<KEY>; they are stored without the prefix. Remember that
 // pipeline authors can override any job variable: trust JOB_RESPONSE_FILE
 // for identity (ResolveJobInfo does).
 struct JobEnv {

@@ -1,4 +1,4 @@
-// libFuzzer target for the runner's environment (issue 8): pipeline authors
+// libFuzzer target for the runner's environment: pipeline authors
 // control every CUSTOM_ENV_* value. The input is "KEY=VALUE" lines (the
 // variables; a line without '=' is skipped), optionally followed by a line
 // "---" and a JOB_RESPONSE_FILE text. ReadJobEnv never fails, and

@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
     spdlog::warn("{}", warning);
   }
 
-  // Issue 8: TLS towards the coordinator and agents; a bad file is one line.
+  // TLS towards the coordinator and agents; a bad file is one line.
   absl::StatusOr<gdt::rendezvous::ClientSecurity> security =
       gdt::rendezvous::LoadClientSecurity(config->tls);
   if (!security.ok()) {

@@ -44,8 +44,8 @@ struct Outcome {
   static Outcome SystemFailure(std::string message);
 };
 
-// The exit codes and file the runner hands to every stage (§5 of
-// gitlab-custom-executor.md).
+// The exit codes and file the runner hands to every stage
+// (docs/gitlab-runner-protocol.md).
 struct ExitCodes {
   int build_failure = 1;
   int system_failure = 2;

@@ -10,7 +10,7 @@ namespace gdt::executor {
 // a collective broke because another member died first ("Connection reset
 // by peer" from gloo, NCCL's "remote process exited or there was a network
 // error", ...). A member whose script then fails reports that, so the
-// coordinator can blame the member that really failed (issue 4: the root
+// coordinator can blame the member that really failed (the root
 // cause names the member whose training was killed, not the survivor whose
 // collective broke a moment earlier).
 //

@@ -22,7 +22,7 @@ std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env);
 std::string BuildsDirOf(const Config& config, int64_t job_id);
 
 // Makes `agent` present the member token the coordinator issued for this
-// member on that host (issue 8; nothing when the assignment has none).
+// member on that host (nothing when the assignment has none).
 void PresentMemberToken(rendezvous::AgentClient& agent,
                         const v1::Assignment& assignment);
 
@@ -31,7 +31,7 @@ void PresentMemberToken(rendezvous::AgentClient& agent,
 // message).
 std::string JobTokenOf(const JobEnv& env);
 
-// Makes `coordinator` present the job token (issue 8, metadata
+// Makes `coordinator` present the job token (metadata
 // "gdt-job-token"); nothing when `job_token` is empty.
 void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
                      const std::string& job_token);

@@ -14,8 +14,8 @@
 
 namespace gdt::executor {
 
-// One call of gdt-executor as the runner makes it (§1 of
-// gitlab-custom-executor.md): `[--config FILE] config|prepare|cleanup` or
+// One call of gdt-executor as the runner makes it
+// (docs/gitlab-runner-protocol.md): `[--config FILE] config|prepare|cleanup` or
 // `[--config FILE] run <script_path> <stage_name>`.
 struct Invocation {
   enum class Stage { kConfig, kPrepare, kRun, kCleanup };
@@ -43,7 +43,7 @@ struct StageContext {
   const std::atomic<int>& signal;
   std::ostream& out;
   std::ostream& err;
-  // From config.tls (issue 8): how to reach the coordinator and agents.
+  // From config.tls: how to reach the coordinator and agents.
   const rendezvous::ClientSecurity& security;
 };
 

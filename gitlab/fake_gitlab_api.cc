@@ -19,8 +19,9 @@ namespace {
 enum class AuthForm { kJobOnly, kPackages, kArtifacts };
 
 // The token a request carries in one of the forms GitLab accepts for the
-// endpoint (spec §8): JOB-TOKEN always; Bearer for /job; Basic
-// gitlab-ci-token:<token> for packages; the job_token query parameter.
+// endpoint (docs/gitlab-runner-protocol.md): JOB-TOKEN always; Bearer for
+// /job; Basic gitlab-ci-token:<token> for packages; the job_token query
+// parameter.
 std::string RequestToken(const httplib::Request& request, AuthForm form) {
   if (request.has_header("JOB-TOKEN")) {
     return request.get_header_value("JOB-TOKEN");

@@ -1,8 +1,9 @@
 #ifndef GDT_GITLAB_FAKE_GITLAB_API_H_
 #define GDT_GITLAB_FAKE_GITLAB_API_H_
 
-// A fake of the part of the GitLab REST API that gdt uses (spec §8 and
-// §13.8), served over HTTP on 127.0.0.1 for tests and benchmarks:
+// A fake of the part of the GitLab REST API that gdt uses
+// (docs/gitlab-runner-protocol.md), served over HTTP on 127.0.0.1 for tests
+// and benchmarks:
 //
 //   GET  /api/v4/job                      JOB-TOKEN or "Authorization: Bearer"
 //        200 with the job JSON for a live token, 401 otherwise.

@@ -1,9 +1,10 @@
 #ifndef GDT_GITLAB_GITLAB_API_H_
 #define GDT_GITLAB_GITLAB_API_H_
 
-// The GitLab REST API calls gdt makes with a job token (spec §8): identify
-// the job, move job artifacts and generic-package files. Errors name the
-// call and map HTTP answers to codes a caller can act on:
+// The GitLab REST API calls gdt makes with a job token
+// (docs/gitlab-runner-protocol.md): identify the job, move job artifacts and
+// generic-package files. Errors name the call and map HTTP answers to codes a
+// caller can act on:
 //   401 -> Unauthenticated (token missing, wrong or job finished)
 //   403 -> PermissionDenied     404 -> NotFound
 //   413 -> ResourceExhausted (above the instance's size limit)

@@ -51,7 +51,7 @@ struct JobDependency {
 
 // The job as gitlab-runner writes it to JOB_RESPONSE_FILE (the runner's
 // re-encoding of GitLab's job request response, restricted to the fields the
-// runner knows; see ../shared/gitlab-custom-executor.md §3). This is the
+// runner knows; see docs/gitlab-runner-protocol.md). This is the
 // *trusted* job context: top-level id/token/job_info come from the server.
 struct JobPayload {
   int64_t id = 0;
@@ -96,7 +96,7 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text);
 absl::StatusOr<JobPayload> LoadJobPayload(const std::string& path);
 
 // Encodes the payload as the runner does: one line of JSON with the fields
-// of §13.10 (job_info.pipeline_id only when set), plus a trailing newline.
+// gdt reads (job_info.pipeline_id only when set), plus a trailing newline.
 std::string SerializeJobPayload(const JobPayload& payload);
 
 // Splits "train 2/4" into ("train", 2, 4). Errors: InvalidArgument when the

@@ -1,4 +1,4 @@
-// libFuzzer target for the job response file parser (issue 8): whatever
+// libFuzzer target for the job response file parser: whatever
 // JOB_RESPONSE_FILE holds, ParseJobPayload returns a value or one error line
 // (no crash, hang or sanitizer report), and an accepted payload survives
 // SerializeJobPayload → ParseJobPayload with the same identity. Built by

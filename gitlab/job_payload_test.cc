@@ -11,7 +11,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-// The synthetic payload of gitlab-custom-executor.md §13.10.
+// A payload as a runner of release 19 writes it (with job_info.pipeline_id).
 constexpr char kPayload[] =
     R"({"id": 1002, "token": "glcbt-TEST-1002", "allow_git_fetch": true,
  "job_info": {"name": "train 2/4", "stage": "test", "pipeline_id": 77,

@@ -167,7 +167,7 @@ TEST(RecipeTest, VariablesNeedTheGdtEnvironment) {
 }  // namespace
 }  // namespace gdt::launch
 
-// --- mpi recipe (gdt-rsh) ---
+// Mpi recipe (gdt-rsh).
 namespace gdt::launch {
 namespace {
 

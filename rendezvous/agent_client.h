@@ -26,7 +26,7 @@ class AgentClient {
 
   const std::string& endpoint() const { return endpoint_; }
 
-  // Sends metadata `key: value` with every later call (issue 8: the member
+  // Sends metadata `key: value` with every later call (the member
   // token, docs/security.md). Call before the first call; not thread-safe.
   void AddMetadata(std::string key, std::string value);
 
@@ -58,7 +58,7 @@ class AgentClient {
   absl::StatusOr<bool> CheckPort(uint32_t port,
                                  std::chrono::milliseconds timeout);
 
-  // gdt-rsh (issue 10): runs `request.argv` in the member of
+  // gdt-rsh: runs `request.argv` in the member of
   // `request.gang_id` on the agent's host, passing its output to
   // `on_output` in order; blocks until it exits (no deadline: the command
   // runs as long as it runs). Errors: the agent's refusal (NotFound,

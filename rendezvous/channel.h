@@ -30,7 +30,7 @@ std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint);
 std::shared_ptr<grpc::Channel> NewChannel(const std::string& endpoint,
                                           const ClientSecurity& security);
 
-// Liveness of long streams (issue 4): a channel from NewLiveChannel() pings
+// Liveness of long streams: a channel from NewLiveChannel() pings
 // its server every kKeepalivePing while a call is open and drops the
 // connection, failing the call with UNAVAILABLE, when a ping is not answered
 // within kKeepaliveTimeout — so a stage stream to a host that vanished

@@ -23,10 +23,10 @@ struct CheckpointRecordInfo {
   int64_t recorded_unix_ms = 0;
 };
 
-// The only class that calls the CheckpointRecords stub (issue 5). The
+// The only class that calls the CheckpointRecords stub. The
 // credential is the member's key-value target (KvTargetFromEnvironment).
 // Every call has a deadline and waits for the connection until then; status
-// codes are the coordinator's (proto/gdt/v1/coordinator.proto, issue 5
+// codes are the coordinator's (proto/gdt/v1/coordinator.proto
 // block), with the endpoint named for UNAVAILABLE and DEADLINE_EXCEEDED.
 // Thread-safe.
 class CheckpointClient {

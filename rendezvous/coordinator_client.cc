@@ -66,7 +66,7 @@ bool CallCanceller::SleepUntil(std::chrono::system_clock::time_point deadline) {
   return !cancelled_;
 }
 
-// --- HA (issue 11) ---
+// HA.
 
 std::string LeaderFromMessage(absl::string_view message) {
   const size_t at = message.find(kLeaderIsAt);
@@ -139,8 +139,6 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
   }
   return status;
 }
-
-// --- end HA ---
 
 void CoordinatorClient::AddMetadata(std::string key, std::string value) {
   metadata_.emplace_back(std::move(key), std::move(value));
@@ -355,7 +353,7 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
   return response.root_cause();
 }
 
-// --- Host tokens (issue 8) ---
+// Host tokens.
 
 absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(
     const std::string& host_name, std::chrono::milliseconds timeout) {

@@ -18,13 +18,12 @@
 
 namespace gdt::rendezvous {
 
-// --- HA (issue 11) ---
+// HA.
 // A standby gdt-coord answers every RPC with UNAVAILABLE and a message that
 // contains kLeaderIsAt followed by the leader's host:port.
 inline constexpr char kLeaderIsAt[] = "the leader is at ";
 // The leader's host:port named by such a message; empty when it names none.
 std::string LeaderFromMessage(absl::string_view message);
-// --- end HA ---
 
 // Lets another thread end a blocking streaming call (WatchGang) early.
 // Cancel() ends the call in flight, any backoff sleep, and every later call
@@ -57,8 +56,8 @@ class CoordinatorClient {
  public:
   using Deadline = std::chrono::system_clock::time_point;
 
-  // `endpoint` is host:port, or several comma-separated (HA replicas,
-  // issue 11): calls go to one at a time and move to the next one — or to
+  // `endpoint` is host:port, or several comma-separated (HA replicas):
+  // calls go to one at a time and move to the next one — or to
   // the leader a standby names (kLeaderIsAt) — when it is unavailable;
   // unary calls try the others at once within their timeout, JoinGang and
   // WatchGang on their next reconnect. Connects lazily.
@@ -121,7 +120,7 @@ class CoordinatorClient {
                          std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
-  // Issue 4: an operator cancels a gang; returns its root-cause line.
+  // An operator cancels a gang; returns its root-cause line.
   // Errors: NotFound, FailedPrecondition as the coordinator rejected it.
   absl::StatusOr<std::string> CancelGang(const v1::CancelGangRequest& request,
                                          std::chrono::milliseconds timeout);
@@ -131,7 +130,7 @@ class CoordinatorClient {
                               std::chrono::milliseconds timeout);
   absl::Status RemoveHost(const std::string& host_name,
                           std::chrono::milliseconds timeout);
-  // Issue 8: host tokens (operators). Errors as the RPCs.
+  // Host tokens (operators). Errors as the RPCs.
   absl::StatusOr<std::string> CreateHostToken(
       const std::string& host_name, std::chrono::milliseconds timeout);
   absl::StatusOr<v1::ListHostTokensResponse> ListHostTokens(
@@ -140,7 +139,7 @@ class CoordinatorClient {
                                std::chrono::milliseconds timeout);
 
  private:
-  // --- HA (issue 11) ---
+  // HA.
   // The stub of the endpoint calls go to now, and that endpoint.
   std::pair<v1::Coordinator::Stub*, std::string> Current();
   // After a call to `used` failed with `status`: on UNAVAILABLE, moves to
@@ -166,7 +165,6 @@ class CoordinatorClient {
   std::string current_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
-  // --- end HA ---
 };
 
 }  // namespace gdt::rendezvous

@@ -20,7 +20,7 @@ struct KvTarget {
   std::string gang_id;   // GDT_GANG_ID.
   uint32_t epoch = 0;    // GDT_EPOCH.
   std::string token;     // GDT_KV_TOKEN.
-  // GDT_TLS_CA_FILE / GDT_TLS_CERT_FILE / GDT_TLS_KEY_FILE (issue 8): TLS
+  // GDT_TLS_CA_FILE / GDT_TLS_CERT_FILE / GDT_TLS_KEY_FILE: TLS
   // when set; plaintext by default.
   ClientSecurity security;
 };
@@ -41,7 +41,7 @@ struct KvCasOutcome {
 
 // The only class that calls the GangKv stub. Every call has a deadline and
 // waits for the connection until then (a coordinator that is restarting is
-// found again); the status codes are GangKv's (see coordinator/gang_kv.h and
+// found again); the status codes are GangKv's (see kv/gang_kv.h and
 // docs/kv.md). Thread-safe (gRPC stubs are).
 class KvClient {
  public:

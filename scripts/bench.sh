@@ -22,6 +22,6 @@ echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/gdt-bench-rpc" "$@"
 "$build/bench/gdt-bench-formation" "$@"
 "$build/bench/gdt-bench-rss"
-"$build/bench/gdt-bench-state-store" "$@"  # HA (issue 11): SQLite vs etcd
+"$build/bench/gdt-bench-state-store" "$@"  # HA: SQLite vs etcd
 if [ "${1:-}" = --quick ]; then runs=5; else runs=20; fi
 bench/executor_overhead.sh "$build" "$runs"

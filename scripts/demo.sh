@@ -57,7 +57,7 @@ host:
   cpu_slots: 2      # a CPU-only host that runs two members at once
 YAML
 # Debian's torch 1.13 crashes in a plain `torchrun` on Python 3.11; the
-# wrapper in tests/support fixes that for this machine (see its comment).
+# wrapper in testing/ fixes that for this machine (see its comment).
 PATH="$root/testing/torchrun-py311:$PATH" PET_MONITOR_INTERVAL=0.5 \
   "$bin/agent/gdt-agent" --config "$work/agent.yaml" \
   --port-file "$work/agent.port" >"$work/agent.log" 2>&1 &

@@ -11,7 +11,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libbenchmark-dev
-  # Checkpoints (issue 5): zips, SHA-256 (libcrypto)
+  # Checkpoints: zips, SHA-256 (libcrypto)
   libarchive-dev libssl-dev
   # clang's sanitizer and libFuzzer runtimes (only recommended by clang)
   libclang-rt-14-dev
@@ -19,13 +19,13 @@ packages=(
   dpkg-dev
   # Run and test: real torchrun/gloo, network namespaces, git for sources
   python3-torch iproute2 git procps
-  # Head/worker launcher tests (issue 10): real Dask scheduler and workers
+  # Head/worker launcher tests: real Dask scheduler and workers
   python3-dask python3-distributed
-  # MPI through gdt-rsh (issue 10): OpenMPI's mpirun/orted and mpi4py
+  # MPI through gdt-rsh: OpenMPI's mpirun/orted and mpi4py
   openmpi-bin python3-mpi4py
-  # HA (issue 11): etcd v3 as the replicated state store, started by tests
+  # HA: etcd v3 as the replicated state store, started by tests
   etcd-server etcd-client
-  # TLS tests (issue 8): certificates made at test time with the openssl CLI
+  # TLS tests: certificates made at test time with the openssl CLI
   openssl
 )
 

@@ -1,6 +1,6 @@
 // gdt-sim: replays a job trace through the gang admission policy in virtual
 // time and prints the result. The same command as `gdt-coord simulate`
-// (policy/sim_command.h), kept as an alias.
+// (sim/sim_command.h), kept as an alias.
 #include <cstdio>
 
 #include "CLI/CLI.hpp"

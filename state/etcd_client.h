@@ -72,7 +72,7 @@ class EtcdClient {
   // Revokes the lease, deleting every key attached to it.
   absl::Status RevokeLease(int64_t lease);
 
-  // --- Transaction pieces ---
+  // Transaction pieces.
   static nlohmann::json Put(const std::string& key, const std::string& value,
                             int64_t lease = 0);
   static nlohmann::json Delete(const std::string& key);

@@ -361,7 +361,7 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
   return state;
 }
 
-// --- Gang key-value store tokens (issue 6) ---
+// Gang key-value store tokens.
 
 absl::Status EtcdStore::SaveKvToken(const KvToken& token) {
   const Json value = {{"gang_id", token.gang_id},
@@ -400,9 +400,7 @@ absl::StatusOr<std::vector<KvToken>> EtcdStore::LoadKvTokens() {
   return tokens;
 }
 
-// --- end gang key-value store tokens ---
-
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 
 absl::StatusOr<std::vector<std::pair<std::string, CheckpointRecord>>>
 EtcdStore::CheckpointRecordsWithKeys(const std::string& gang_id) {
@@ -501,9 +499,7 @@ absl::Status EtcdStore::DeleteCheckpointRecords(const std::string& gang_id) {
                absl::StrCat("the removal of the checkpoints of ", gang_id));
 }
 
-// --- end checkpoint manifest records ---
-
-// --- Host tokens (issue 8) ---
+// Host tokens.
 
 absl::Status EtcdStore::SaveHostToken(const HostTokenRecord& record) {
   const Json value = {{"host_name", record.host_name},
@@ -550,7 +546,5 @@ absl::StatusOr<std::vector<HostTokenRecord>> EtcdStore::LoadHostTokens() {
             });
   return records;
 }
-
-// --- end host tokens ---
 
 }  // namespace gdt::state

@@ -21,9 +21,9 @@ namespace gdt::state {
 //   members/<id>/<index>    one member (index zero-padded to 10 digits)
 //   leases/<id>             the GPU and port leases of a running gang
 //   kv_tokens/<id>          the gang's key-value store token
-//   host_tokens/<name>      the SHA-256 of the host's token (issue 8)
+//   host_tokens/<name>      the SHA-256 of the host's token
 //   checkpoints/<id>/<step>/<recorded ms>-<rank>-<job>
-//                           a checkpoint manifest record (issue 5)
+//                           a checkpoint manifest record
 // (names and ids with '/' or '%' are percent-escaped). Every method is one
 // etcd transaction: a gang's admission (SaveGang) writes its record, its
 // members and its leases at once. SaveGang of a gang with more than about
@@ -55,26 +55,23 @@ class EtcdStore : public StateStore {
   absl::Status SaveMember(const Gang& gang, const Member& member) override;
   absl::StatusOr<StoredState> Load() override;
 
-  // --- Gang key-value store tokens (issue 6) ---
+  // Gang key-value store tokens.
   absl::Status SaveKvToken(const KvToken& token) override;
   absl::Status DeleteKvToken(const std::string& gang_id) override;
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
-  // --- end gang key-value store tokens ---
 
-  // --- Checkpoint manifest records (issue 5) ---
+  // Checkpoint manifest records.
   // Arrival order among records of one step is etcd's create revision.
   absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
                                     size_t keep_per_gang) override;
   absl::StatusOr<std::vector<CheckpointRecord>> ListCheckpointRecords(
       const std::string& gang_id) override;
   absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
-  // --- end checkpoint manifest records ---
 
-  // --- Host tokens (issue 8) ---
+  // Host tokens.
   absl::Status SaveHostToken(const HostTokenRecord& record) override;
   absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
   absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
-  // --- end host tokens ---
 
  private:
   // The gang's records with their keys, newest first.

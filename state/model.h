@@ -180,7 +180,7 @@ struct Assignment {
   // The gang's key-value store token for this epoch; the Coordinator fills it
   // in (the scheduler leaves it empty).
   std::string kv_token;
-  // Issue 8: what the executor presents to this host's agent for this member
+  // What the executor presents to this host's agent for this member
   // (MemberToken of the host's token); empty when the host has no token.
   std::string member_token;
 };

@@ -95,7 +95,7 @@ constexpr const char* kDeletePortLeases =
 constexpr const char* kInsertPortLease =
     "INSERT OR REPLACE INTO port_leases VALUES (?1, ?2, ?3)";
 
-// --- Gang key-value store tokens (issue 6) ---
+// Gang key-value store tokens.
 // One secret per gang and epoch; rows go when the gang has ended. A table of
 // its own, so older state files gain it without a schema version bump.
 constexpr const char* kKvTokenSchema = R"sql(
@@ -110,9 +110,8 @@ constexpr const char* kDeleteKvToken =
     "DELETE FROM gang_kv_tokens WHERE gang_id = ?1";
 constexpr const char* kSelectKvTokens =
     "SELECT gang_id, epoch, token FROM gang_kv_tokens ORDER BY gang_id";
-// --- end gang key-value store tokens ---
 
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 // A table of its own (no schema version bump); rows outlive epochs and go
 // only when newer records of the same gang push them out.
 constexpr const char* kCheckpointSchema = R"sql(
@@ -140,8 +139,7 @@ constexpr const char* kPruneCheckpoints =
     "ORDER BY step DESC, seq DESC LIMIT ?2)";
 constexpr const char* kDeleteCheckpoints =
     "DELETE FROM checkpoint_records WHERE gang_id = ?1";
-// --- end checkpoint manifest records ---
-// --- Host tokens (issue 8) ---
+// Host tokens.
 // SHA-256 of each host's token; a table of its own like gang_kv_tokens.
 constexpr const char* kHostTokenSchema = R"sql(
 CREATE TABLE IF NOT EXISTS host_tokens (
@@ -156,7 +154,6 @@ constexpr const char* kDeleteHostToken =
 constexpr const char* kSelectHostTokens =
     "SELECT host_name, sha256, created_unix_ms FROM host_tokens "
     "ORDER BY host_name";
-// --- end host tokens ---
 
 // Resets a cached statement when the caller is done with it.
 class StatementUse {
@@ -288,7 +285,7 @@ absl::Status SqliteStore::Init() {
   absl::Status status = Exec(kSchema);
   if (status.ok()) status = Exec(kKvTokenSchema);
   if (status.ok()) status = Exec(kCheckpointSchema);
-  if (status.ok()) status = Exec(kHostTokenSchema);  // Issue 8.
+  if (status.ok()) status = Exec(kHostTokenSchema);
   int version = -1;
   if (status.ok()) {
     sqlite3_stmt* statement = nullptr;
@@ -638,7 +635,7 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
   return state;
 }
 
-// --- Gang key-value store tokens (issue 6) ---
+// Gang key-value store tokens.
 
 absl::Status SqliteStore::SaveKvToken(const KvToken& token) {
   absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertKvToken);
@@ -681,9 +678,7 @@ absl::StatusOr<std::vector<KvToken>> SqliteStore::LoadKvTokens() {
   return tokens;
 }
 
-// --- end gang key-value store tokens ---
-
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 
 absl::Status SqliteStore::SaveCheckpointRecord(const CheckpointRecord& record,
                                                size_t keep_per_gang) {
@@ -763,9 +758,7 @@ absl::Status SqliteStore::DeleteCheckpointRecords(const std::string& gang_id) {
   return absl::OkStatus();
 }
 
-// --- end checkpoint manifest records ---
-
-// --- Host tokens (issue 8) ---
+// Host tokens.
 
 absl::Status SqliteStore::SaveHostToken(const HostTokenRecord& record) {
   absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertHostToken);
@@ -809,7 +802,5 @@ absl::StatusOr<std::vector<HostTokenRecord>> SqliteStore::LoadHostTokens() {
   if (rc != SQLITE_DONE) return Error("cannot read host tokens");
   return records;
 }
-
-// --- end host tokens ---
 
 }  // namespace gdt::state

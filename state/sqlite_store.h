@@ -59,16 +59,15 @@ class SqliteStore : public StateStore {
   // Reads everything back.
   absl::StatusOr<StoredState> Load() override;
 
-  // --- Gang key-value store tokens (issue 6) ---
+  // Gang key-value store tokens.
   // Inserts or replaces the gang's token (one per gang, for its epoch).
   absl::Status SaveKvToken(const KvToken& token) override;
   // Deletes the gang's token. Idempotent.
   absl::Status DeleteKvToken(const std::string& gang_id) override;
   // Every stored token, by gang id.
   absl::StatusOr<std::vector<KvToken>> LoadKvTokens() override;
-  // --- end gang key-value store tokens ---
 
-  // --- Checkpoint manifest records (issue 5) ---
+  // Checkpoint manifest records.
   // Appends one record; keeps only the newest `keep_per_gang` (by step, then
   // arrival) of the gang. Records outlive epochs and restarts.
   absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
@@ -78,16 +77,14 @@ class SqliteStore : public StateStore {
       const std::string& gang_id) override;
   // Deletes every record of the gang. Idempotent.
   absl::Status DeleteCheckpointRecords(const std::string& gang_id) override;
-  // --- end checkpoint manifest records ---
 
-  // --- Host tokens (issue 8) ---
+  // Host tokens.
   // Inserts or replaces the host's token record (one per host name).
   absl::Status SaveHostToken(const HostTokenRecord& record) override;
   // Deletes the host's token; returns whether there was one.
   absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
   // Every stored record, by host name.
   absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
-  // --- end host tokens ---
 
  private:
   explicit SqliteStore(sqlite3* db) : db_(db) {}

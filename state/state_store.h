@@ -26,16 +26,15 @@ struct KvToken {
   std::string token;
 };
 
-// --- Host tokens (issue 8) ---
+// Host tokens.
 // An agent's credential: only its SHA-256 is stored (docs/security.md).
 struct HostTokenRecord {
   std::string host_name;
   std::string sha256;  // Lowercase hex of the token.
   int64_t created_unix_ms = 0;
 };
-// --- end host tokens ---
 
-// --- Checkpoint manifest records (issue 5) ---
+// Checkpoint manifest records.
 // One checkpoint a gang member recorded (gdt-ckpt save): the manifest as the
 // member wrote it (manifest.json), opaque to the coordinator.
 struct CheckpointRecord {
@@ -47,7 +46,6 @@ struct CheckpointRecord {
   std::string manifest_json;
   int64_t recorded_unix_ms = 0;
 };
-// --- end checkpoint manifest records ---
 
 // The coordinator's durable state: hosts, gangs, members, GPU leases, port
 // leases and gang key-value store tokens. Runtime-only fields (member
@@ -92,16 +90,15 @@ class StateStore {
   // Reads everything back.
   virtual absl::StatusOr<StoredState> Load() = 0;
 
-  // --- Gang key-value store tokens (issue 6) ---
+  // Gang key-value store tokens.
   // Inserts or replaces the gang's token (one per gang, for its epoch).
   virtual absl::Status SaveKvToken(const KvToken& token) = 0;
   // Deletes the gang's token. Idempotent.
   virtual absl::Status DeleteKvToken(const std::string& gang_id) = 0;
   // Every stored token, by gang id.
   virtual absl::StatusOr<std::vector<KvToken>> LoadKvTokens() = 0;
-  // --- end gang key-value store tokens ---
 
-  // --- Checkpoint manifest records (issue 5) ---
+  // Checkpoint manifest records.
   // Appends one record; keeps only the newest `keep_per_gang` (by step, then
   // arrival) of the gang. Records outlive epochs and restarts.
   virtual absl::Status SaveCheckpointRecord(const CheckpointRecord& record,
@@ -111,9 +108,8 @@ class StateStore {
       const std::string& gang_id) = 0;
   // Deletes every record of the gang. Idempotent.
   virtual absl::Status DeleteCheckpointRecords(const std::string& gang_id) = 0;
-  // --- end checkpoint manifest records ---
 
-  // --- Host tokens (issue 8) ---
+  // Host tokens.
   // Inserts or replaces the host's token record (one per host name).
   virtual absl::Status SaveHostToken(const HostTokenRecord& record) = 0;
   // Deletes the host's token; returns whether there was one.
@@ -121,7 +117,6 @@ class StateStore {
       const std::string& host_name) = 0;
   // Every stored record, by host name.
   virtual absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() = 0;
-  // --- end host tokens ---
 };
 
 }  // namespace gdt::state

@@ -259,7 +259,7 @@ std::string GdtCluster::coordinator_endpoint() const {
                                  : coordinator_listen_;
 }
 
-// --- HA (issue 11) ---
+// HA.
 
 absl::Status GdtCluster::StartHaCoordinators(int count,
                                              const std::string& etcd_endpoints,
@@ -319,8 +319,6 @@ ExitStatus GdtCluster::StopReplica(int index, int signal) {
   replicas_[index].reset();
   return status;
 }
-
-// --- end HA ---
 
 absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   if (coordinator_listen_.empty()) {

@@ -118,7 +118,7 @@ struct AgentSpec {
   // (namespaced hosts otherwise share the machine's; OpenMPI tells nodes
   // apart by host name).
   std::string uts_hostname;
-  // Non-empty: the agent's host_token_file (issue 8).
+  // Non-empty: the agent's host_token_file.
   std::string host_token_file;
 };
 
@@ -134,11 +134,11 @@ class GdtCluster {
   ~GdtCluster();
 
   // YAML lines appended to the coordinator's config (e.g. the security
-  // settings of issue 8); call before StartCoordinator().
+  // settings ); call before StartCoordinator().
   void SetCoordinatorExtraConfig(std::string yaml) {
     coordinator_extra_config_ = std::move(yaml);
   }
-  // Issue 8: every daemon, the executor and Status() use TLS with mutual
+  // Every daemon, the executor and Status() use TLS with mutual
   // authentication from `certs` (call before starting anything).
   void UseTls(const TestCerts& certs) { tls_ = certs; }
 
@@ -148,7 +148,7 @@ class GdtCluster {
   void StopCoordinator(int signal);
   absl::Status StartAgent(const AgentSpec& spec);
 
-  // --- HA (issue 11) ---
+  // HA.
   // Starts `count` gdt-coord replicas with state_store: etcd at
   // `etcd_endpoints` (comma-separated) and the given lease TTL, and waits
   // until one leads. coordinator_endpoint() then lists every replica, so
@@ -167,7 +167,6 @@ class GdtCluster {
   // Stops replica `index` with `signal` (SIGKILL simulates a crash) and
   // returns how it ended (at once if it had exited already).
   ExitStatus StopReplica(int index, int signal);
-  // --- end HA ---
 
   // Stops every agent with `signal`.
   void StopAgents(int signal);
@@ -210,7 +209,7 @@ class GdtCluster {
   std::string metrics_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;
   int coordinator_starts_ = 0;
-  std::vector<std::unique_ptr<Daemon>> replicas_;  // HA (issue 11).
+  std::vector<std::unique_ptr<Daemon>> replicas_;  // HA.
   std::vector<std::string> replica_endpoints_;
   std::optional<TestCerts> tls_;
 };

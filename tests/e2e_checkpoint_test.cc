@@ -1,4 +1,4 @@
-// End to end (issue 5): a 2-member gang with a short CI_JOB_TIMEOUT under
+// End to end: a 2-member gang with a short CI_JOB_TIMEOUT under
 // gdt-ci run-local. `gdt-ckpt run` gives the training its checkpoint notice
 // GDT_CHECKPOINT_NOTICE seconds before the deadline (SIGUSR1 to torchrun's
 // workers only: its agent would die of it); examples/ddp

@@ -164,7 +164,7 @@ std::string RunningGangId(GdtCluster& cluster) {
   return id;
 }
 
-// The acceptance case of issue 4: SIGKILL to one member's training process
+// The acceptance case : SIGKILL to one member's training process
 // (member 2's DDP worker, as the OOM killer would) mid-run. The survivor's
 // collective breaks at once ("Connection reset by peer") and its torchrun
 // may exit first; the root cause must still name member 2.

@@ -1,4 +1,4 @@
-// End to end, HA (issue 11): two gdt-coord replicas share their state in a
+// End to end, HA: two gdt-coord replicas share their state in a
 // real etcd started on loopback. The leader is killed while one gang trains
 // (real torchrun DDP under run-local) and another waits for its slots; the
 // standby takes over, the training completes, and the waiting gang is
@@ -143,7 +143,7 @@ TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
       << DescribeAll(JobProcesses(cluster));
 }
 
-// The issue's split-brain check: the leader's host loses its route to etcd
+// The split-brain check: the leader's host loses its route to etcd
 // (a blackhole route in its network namespace) while agents and runners can
 // still reach it. It must stop leading within its lease and admit nothing;
 // the other replica takes over and admits the job.

@@ -1,4 +1,4 @@
-// End to end for gdt-launch and gdt-rsh (issue 10): real Dask (Debian's
+// End to end for gdt-launch and gdt-rsh: real Dask (Debian's
 // python3-dask, python3-distributed) and real OpenMPI (openmpi-bin,
 // python3-mpi4py) over three members on hosts in separate network (and UTS)
 // namespaces, started through gdt-ci run-local, the executor and the
@@ -189,7 +189,7 @@ TEST_F(LaunchTest, KilledWorkerFailsTheGangWithItsCause) {
                                     "host host[1-3]\\) exited 137 "));
 }
 
-// MPI through gdt-rsh (issue 10): rank 0's mpirun starts the other ranks'
+// MPI through gdt-rsh: rank 0's mpirun starts the other ranks'
 // daemons through the agents on their hosts; no sshd runs anywhere.
 TEST_F(LaunchTest, MpiAllreduceThroughGdtRshAcrossThreeHosts) {
   ASSERT_FALSE(

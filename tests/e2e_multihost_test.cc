@@ -50,7 +50,7 @@ TEST(MultiHostTest, MembersOfOneGangRunOnDifferentHosts) {
   ExpectLeasesReleased(cluster);
 }
 
-// Issue 8: mutual TLS across hosts. The certificate names the namespace
+// Mutual TLS across hosts. The certificate names the namespace
 // addresses, so the executor on host 0 and the coordinator verify the agents
 // at 10.200.0.x and the agents verify the coordinator.
 TEST(MultiHostTest, GangRunsOverMutualTlsAcrossHosts) {
@@ -91,7 +91,7 @@ TEST(MultiHostTest, GangRunsOverMutualTlsAcrossHosts) {
               ::testing::Not(::testing::HasSubstr("WARNING: TLS is off")));
 }
 
-// The `env` launcher (issue 10): a script that calls
+// The `env` launcher: a script that calls
 // init_process_group("env://") itself, started as plain python3 on each of
 // three hosts, trains with one DDP world.
 TEST(MultiHostTest, EnvLauncherTrainsAcrossThreeHosts) {

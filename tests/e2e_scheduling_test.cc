@@ -1,4 +1,4 @@
-// End to end for the gang scheduler (issue 3): agents declaring GPUs in their
+// End to end for the gang scheduler: agents declaring GPUs in their
 // configs run in network namespaces (no real GPU: the job scripts only look
 // at CUDA_VISIBLE_DEVICES). Two gangs compete for the same GPUs; a gang that
 // no host can hold fails at once. Needs root, like e2e_multihost_test.

@@ -1,4 +1,4 @@
-// End to end (issue 8): an operator issues a host token with the admin
+// End to end: an operator issues a host token with the admin
 // token; the agent registers with it; a real run-local job then runs on
 // that agent, which accepts only the member tokens the coordinator issued
 // (the executor carries them from prepare to run and cleanup). gdt-ci

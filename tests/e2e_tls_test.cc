@@ -1,4 +1,4 @@
-// End to end over TLS (issue 8): gdt-coord, gdt-agent and gdt-executor with
+// End to end over TLS: gdt-coord, gdt-agent and gdt-executor with
 // mutual TLS from certificates the openssl CLI makes for this test, one
 // two-member job through gdt-ci run-local whose script uses gdt-kv (so the
 // job-side KV client talks TLS with the agent's files), and the operator's

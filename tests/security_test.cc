@@ -1,4 +1,4 @@
-// Issue 8 over the wire: a real gdt-coord server (CoordinatorServer, SQLite in
+// Over the wire: a real gdt-coord server (CoordinatorServer, SQLite in
 // a temp dir) on 127.0.0.1:0 that verifies members against the fake GitLab
 // API, with operator (admin) tokens; clients are the real CoordinatorClient
 // and KvClient presenting their secrets as gRPC metadata.

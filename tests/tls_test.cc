@@ -1,4 +1,4 @@
-// Issue 8, TLS: a real gdt-coord server (CoordinatorServer on 127.0.0.1:0)
+// TLS: a real gdt-coord server (CoordinatorServer on 127.0.0.1:0)
 // with certificates made by the openssl CLI at test time, and the real
 // CoordinatorClient / KvClient. What an operator would notice: plaintext
 // clients are refused by a TLS-only coordinator, the right CA works, a

@@ -1,4 +1,4 @@
-// libFuzzer target for the YAML configs (issue 8): the first byte picks
+// libFuzzer target for the YAML configs: the first byte picks
 // coord.yaml, agent.yaml or executor.yaml, the rest is the file. ParseConfig
 // returns a Config or one error line and never throws, crashes or hangs; an
 // accepted config passes its own validation. Built by gdt_fuzzer()
