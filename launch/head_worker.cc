@@ -37,6 +37,8 @@ int FailureCode(const ExitStatus& status) {
 }
 
 // Runs the ready check once, at most `timeout`, with `env`.
+constexpr char kCheckTimedOut[] = "timed out after ";
+
 bool ReadyCheckPasses(const std::vector<std::string>& argv,
                       const std::map<std::string, std::string>& env,
                       milliseconds timeout, std::string* output) {
@@ -56,7 +58,7 @@ bool ReadyCheckPasses(const std::vector<std::string>& argv,
       (*check)->WaitUntil(steady_clock::now() + timeout, collect);
   if (!status.has_value()) {
     (*check)->Terminate(milliseconds(500), collect);
-    *output = absl::StrCat("timed out after ", timeout.count(), " ms");
+    *output = absl::StrCat(kCheckTimedOut, timeout.count(), " ms");
     return false;
   }
   return status->success();
@@ -111,9 +113,15 @@ int RunHead(const HeadWorkerOptions& options, DoneSignal& done) {
         (*head)->Terminate(options.stop_grace);
         return 1;
       }
+      std::string output;
       if (ReadyCheckPasses(options.commands.ready_check, options.env,
-                           std::min(left, milliseconds(30000)), &last_output)) {
+                           std::min(left, milliseconds(30000)), &output)) {
         break;
+      }
+      // A check cut short by the deadline says less than the last one that
+      // finished: keep that one for the message.
+      if (!output.starts_with(kCheckTimedOut) || last_output.empty()) {
+        last_output = std::move(output);
       }
       // Waits on the head (it must not exit) rather than sleeping.
       (*head)->WaitUntil(steady_clock::now() + options.poll_interval);

@@ -111,16 +111,34 @@ TEST_F(HeadWorkerTest, HeadExitingEarlyFailsWithoutRunningTheScript) {
 TEST_F(HeadWorkerTest, ReadyTimeoutNamesTheLastCheckOutput) {
   options_.commands.head = Sh("echo $$ > $T/head.pid; exec sleep 60");
   options_.commands.ready_check = Sh("echo only 1 of 2 joined; false");
-  options_.ready_timeout = std::chrono::seconds(1);
+  options_.ready_timeout = std::chrono::seconds(3);
   options_.script = Sh("touch $T/ran");
 
   EXPECT_EQ(RunHead(options_, done_), 1);
 
   EXPECT_THAT(log_.str(),
-              HasSubstr("the 2 workers were not ready after 1 s "
+              HasSubstr("the 2 workers were not ready after 3 s "
                         "(ready_timeout_seconds); last ready_check said: "
                         "only 1 of 2 joined"));
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/ran"));
+  EXPECT_TRUE(Gone("head.pid"));
+}
+
+// A check still running at the deadline (a slow or loaded machine) must not
+// hide what the last finished check said.
+TEST_F(HeadWorkerTest, ReadyTimeoutKeepsTheLastFinishedCheckOverACutOffOne) {
+  options_.commands.head = Sh("echo $$ > $T/head.pid; exec sleep 60");
+  // The first check answers at once; every later one outlives the deadline.
+  options_.commands.ready_check =
+      Sh("if [ -e $T/checked ]; then exec sleep 30; fi; touch $T/checked; "
+         "echo only 1 of 2 joined; false");
+  options_.ready_timeout = std::chrono::seconds(3);
+  options_.script = Sh("touch $T/ran");
+
+  EXPECT_EQ(RunHead(options_, done_), 1);
+
+  EXPECT_THAT(log_.str(), HasSubstr("last ready_check said: "
+                                    "only 1 of 2 joined"));
   EXPECT_TRUE(Gone("head.pid"));
 }
 
