@@ -142,7 +142,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   if (key == "listen_address" || key == "advertise_endpoint" ||
-      key == "state_path" || key == "log_level" || key == "metrics_address") {
+      key == "state_path" || key == "log_level" || key == "metrics_address" ||
+      key == "dashboard_address") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "listen_address") config.listen_address = *text;
@@ -150,6 +151,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "state_path") config.state_path = *text;
     if (key == "log_level") config.log_level = *text;
     if (key == "metrics_address") config.metrics_address = *text;
+    if (key == "dashboard_address") config.dashboard_address = *text;
     return absl::OkStatus();
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
@@ -200,16 +202,17 @@ absl::Status ValidateConfig(const Config& config) {
         ") must be larger than heartbeat_interval_seconds (",
         config.heartbeat_interval.count(), ")"));
   }
-  if (!config.metrics_address.empty()) {
-    const size_t colon = config.metrics_address.rfind(':');
+  for (const auto& [key, address] :
+       {std::pair{"metrics_address", &config.metrics_address},
+        std::pair{"dashboard_address", &config.dashboard_address}}) {
+    if (address->empty()) continue;
+    const size_t colon = address->rfind(':');
     int port = -1;
     if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(config.metrics_address.substr(colon + 1), &port) ||
-        port < 0 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("metrics_address must be host:port (port 0..65535), "
-                       "got '",
-                       config.metrics_address, "'"));
+        !absl::SimpleAtoi(address->substr(colon + 1), &port) || port < 0 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, " must be host:port (port 0..65535), got '", *address, "'"));
     }
   }
   // HA.

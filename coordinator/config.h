@@ -32,6 +32,9 @@ struct Config {
   uint32_t kv_max_keys_per_gang = 1024;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
   std::string metrics_address;
+  // host:port for the read-only web dashboard; empty = no dashboard.
+  // Readers follow the status rule (admin_token_file, status_without_token).
+  std::string dashboard_address;
 
   // HA.
   // Where the state lives: "sqlite" (state_path, one coordinator) or

@@ -877,4 +877,10 @@ grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
   return reactor;
 }
 
+v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot) {
+  v1::GetStatusResponse response;
+  ToProto(snapshot, &response);
+  return response;
+}
+
 }  // namespace gdt::coordinator

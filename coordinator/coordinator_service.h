@@ -142,6 +142,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
 };
 
+// GetStatus's answer for `snapshot`, for in-process readers (the dashboard).
+v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot);
+
 }  // namespace gdt::coordinator
 
 #endif  // GDT_COORDINATOR_COORDINATOR_SERVICE_H_

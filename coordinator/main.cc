@@ -19,6 +19,7 @@
 #include "coordinator/server.h"
 #include "ctl/admin_token.h"
 #include "ctl/cancel.h"
+#include "ctl/dashboard.h"
 #include "ctl/hosts.h"
 #include "ctl/status.h"
 #include "rendezvous/tls.h"
@@ -40,6 +41,7 @@ struct ServeFlags {
   std::string state;
   std::string port_file;
   std::string metrics_port_file;
+  std::string dashboard_port_file;
 };
 
 int Fail(int code, const std::string& message) {
@@ -58,6 +60,11 @@ int ServeHa(const ServeFlags& flags, const gdt::coordinator::Config& config,
     return Fail(kExitUsage,
                 "--metrics-port-file is not supported with state_store: etcd "
                 "(only the leader serves metrics_address)");
+  }
+  if (!config.dashboard_address.empty() || !flags.dashboard_port_file.empty()) {
+    return Fail(kExitUsage,
+                "dashboard_address is not served with state_store: etcd yet "
+                "(use `gdt-coord status --watch` against the replicas)");
   }
   gdt::SystemClock clock;
   absl::StatusOr<std::unique_ptr<gdt::coordinator::HaServer>> server =
@@ -145,6 +152,36 @@ int Serve(const ServeFlags& flags) {
       return Fail(kExitFailure, std::string(written.message()));
     }
   }
+  std::unique_ptr<gdt::ctl::Dashboard> dashboard;
+  if (!config->dashboard_address.empty()) {
+    gdt::coordinator::CoordinatorServer* core = server->get();
+    absl::StatusOr<std::unique_ptr<gdt::ctl::Dashboard>> started =
+        gdt::ctl::Dashboard::Start(
+            config->dashboard_address,
+            {core->admin_token_sha256(), core->status_without_token()},
+            [core]() -> absl::StatusOr<gdt::v1::GetStatusResponse> {
+              return core->Status();
+            });
+    if (!started.ok()) {
+      return Fail(started.status().code() == absl::StatusCode::kUnavailable
+                      ? kExitUnavailable
+                      : kExitUsage,
+                  std::string(started.status().message()));
+    }
+    dashboard = *std::move(started);
+  }
+  if (!flags.dashboard_port_file.empty()) {
+    if (dashboard == nullptr) {
+      return Fail(kExitUsage,
+                  "--dashboard-port-file needs dashboard_address in the "
+                  "config");
+    }
+    if (absl::Status written = gdt::coordinator::WritePortFile(
+            flags.dashboard_port_file, dashboard->bound_address());
+        !written.ok()) {
+      return Fail(kExitFailure, std::string(written.message()));
+    }
+  }
   if (!flags.port_file.empty()) {
     if (absl::Status written = gdt::coordinator::WritePortFile(
             flags.port_file, (*server)->bound_address());
@@ -152,15 +189,16 @@ int Serve(const ServeFlags& flags) {
       return Fail(kExitFailure, std::string(written.message()));
     }
   }
-  spdlog::info("event=listening address={} metrics={} state={}",
-               (*server)->bound_address(),
-               (*server)->metrics_address().empty()
-                   ? "off"
-                   : (*server)->metrics_address(),
-               gdt::LogValue(config->state_path));
+  spdlog::info(
+      "event=listening address={} metrics={} dashboard={} state={}",
+      (*server)->bound_address(),
+      (*server)->metrics_address().empty() ? "off"
+                                           : (*server)->metrics_address(),
+      dashboard ? dashboard->url() : "off", gdt::LogValue(config->state_path));
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("event=shutting_down signal={}", signal_number);
+  dashboard.reset();
   (*server)->Shutdown();
   return kExitOk;
 }
@@ -253,7 +291,8 @@ int main(int argc, char** argv) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
-                   "kv_max_keys_per_gang, log_level, metrics_address, tls, "
+                   "kv_max_keys_per_gang, log_level, metrics_address, "
+                   "dashboard_address, tls, "
                    "gitlab_url, gitlab_ca_file, gitlab_timeout_seconds, "
                    "member_cache_seconds, admin_token_file, "
                    "status_without_token, require_host_tokens, state_store, "
@@ -270,6 +309,9 @@ int main(int argc, char** argv) {
   serve->add_option("--metrics-port-file", serve_flags.metrics_port_file,
                     "Write the bound host:port of /metrics here once serving "
                     "(needs metrics_address)");
+  serve->add_option("--dashboard-port-file", serve_flags.dashboard_port_file,
+                    "Write the bound host:port of the web dashboard here once "
+                    "serving (needs dashboard_address)");
 
   std::string endpoint = "127.0.0.1:7070";
   if (const char* env = std::getenv("GDT_COORDINATOR"); env && *env) {

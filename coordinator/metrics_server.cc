@@ -1,74 +1,23 @@
 #include "coordinator/metrics_server.h"
 
-#include <sys/socket.h>
+#include <utility>
 
-#include <chrono>
-#include <string_view>
-
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
 #include "httplib.h"
 
 namespace gdt::coordinator {
-namespace {
-
-constexpr std::chrono::seconds kStartTimeout{10};
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, std::function<std::string()> render) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_address must be host:port, got '", address, "'"));
-  }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  std::unique_ptr<MetricsServer> server(new MetricsServer());
-  server->server_ = std::make_unique<httplib::Server>();
-  // httplib's default also sets SO_REUSEPORT, which would let a second
-  // daemon share the port silently; keep only SO_REUSEADDR.
-  server->server_->set_socket_options([](socket_t socket) {
-    int yes = 1;
-    setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-  });
-  server->server_->Get(
-      "/metrics", [render = std::move(render)](const httplib::Request&,
-                                               httplib::Response& response) {
-        response.set_content(render(), "text/plain; version=0.0.4");
-      });
-  const int bound =
-      port == 0 ? server->server_->bind_to_any_port(host)
-                : (server->server_->bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " for metrics"));
-  }
-  server->bound_address_ = absl::StrCat(address.substr(0, colon), ":", bound);
-  httplib::Server* raw = server->server_.get();
-  server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  // stop() is a no-op until the listen loop runs, so the destructor could
-  // otherwise miss it and wait forever: return only once it runs.
-  const auto deadline = std::chrono::steady_clock::now() + kStartTimeout;
-  while (!raw->is_running()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      return absl::UnavailableError(
-          absl::StrCat("metrics server on ", address, " did not start"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return server;
-}
-
-MetricsServer::~MetricsServer() {
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  std::vector<HttpServer::Route> routes;
+  routes.push_back(
+      {"/metrics", [render = std::move(render)](const httplib::Request&,
+                                                httplib::Response& response) {
+         response.set_content(render(), "text/plain; version=0.0.4");
+       }});
+  absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
+      address, "metrics_address", "metrics", std::move(routes));
+  if (!server.ok()) return server.status();
+  return std::unique_ptr<MetricsServer>(new MetricsServer(*std::move(server)));
 }
 
 }  // namespace gdt::coordinator

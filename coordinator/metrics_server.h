@@ -4,19 +4,15 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
-
-namespace httplib {
-class Server;
-}
+#include "common/http_server.h"
 
 namespace gdt::coordinator {
 
-// Serves GET /metrics (Prometheus text format 0.0.4) on its own thread with
-// cpp-httplib. Every other path is 404. Thread-safe; `render` is called on
-// the server's threads and must be thread-safe.
+// Serves GET /metrics (Prometheus text format 0.0.4) on its own thread
+// (common/http_server.h). Every other path is 404. Thread-safe; `render` is
+// called on the server's threads and must be thread-safe.
 class MetricsServer {
  public:
   // Binds `address` (host:port; port 0 = any free port) and starts serving.
@@ -25,19 +21,18 @@ class MetricsServer {
   static absl::StatusOr<std::unique_ptr<MetricsServer>> Start(
       const std::string& address, std::function<std::string()> render);
 
-  ~MetricsServer();  // Stops serving and joins the thread.
+  // Stops serving and joins the thread.
   MetricsServer(const MetricsServer&) = delete;
   MetricsServer& operator=(const MetricsServer&) = delete;
 
   // host:port actually bound.
-  const std::string& bound_address() const { return bound_address_; }
+  const std::string& bound_address() const { return server_->bound_address(); }
 
  private:
-  MetricsServer() = default;
+  explicit MetricsServer(std::unique_ptr<HttpServer> server)
+      : server_(std::move(server)) {}
 
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  std::string bound_address_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace gdt::coordinator

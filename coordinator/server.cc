@@ -99,6 +99,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   absl::StatusOr<ServiceSecurity> security =
       SecurityOf(config, clock, server->verifier_);
   if (!security.ok()) return security.status();
+  server->admin_token_sha256_ = security->admin_token_sha256;
+  server->status_without_token_ = security->status_without_token;
   server->service_->SetSecurity(*std::move(security));
 
   grpc::ServerBuilder builder;

@@ -50,6 +50,17 @@ class CoordinatorServer {
     return metrics_server_ ? metrics_server_->bound_address() : "";
   }
 
+  // What GetStatus answers, finished gangs included.
+  v1::GetStatusResponse Status() const {
+    return StatusResponseOf(coordinator_->GetSnapshot(true));
+  }
+  // Who may read status without the admin token: the SHA-256 (hex) of the
+  // admin token (empty: none configured) and status_without_token.
+  const std::string& admin_token_sha256() const { return admin_token_sha256_; }
+  const std::string& status_without_token() const {
+    return status_without_token_;
+  }
+
   // The core, for tests that drive it directly.
   Coordinator& coordinator() { return *coordinator_; }
 
@@ -70,6 +81,8 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;
+  std::string admin_token_sha256_;
+  std::string status_without_token_;
 };
 
 // Writes `content` plus a newline to `path` atomically (temporary file in the

@@ -37,14 +37,17 @@ echo "   on TLS: docs/security.md \"TLS\""
 cat >"$work/coord.yaml" <<YAML
 listen_address: 127.0.0.1:0
 state_path: $work/coord.db
+dashboard_address: 127.0.0.1:0
 tls: off
 YAML
 "$bin/coordinator/gdt-coord" serve --config "$work/coord.yaml" \
-  --port-file "$work/coord.port" >"$work/coord.log" 2>&1 &
+  --port-file "$work/coord.port" --dashboard-port-file "$work/dashboard.port" \
+  >"$work/coord.log" 2>&1 &
 pids+=($!)
 wait_for_file "$work/coord.port" gdt-coord "$work/coord.log"
 coord=$(cat "$work/coord.port")
-echo "== gdt-coord serving on $coord"
+dashboard="http://$(cat "$work/dashboard.port")/"
+echo "== gdt-coord serving on $coord; web dashboard: $dashboard"
 
 cat >"$work/agent.yaml" <<YAML
 coordinator: $coord
@@ -81,6 +84,17 @@ status=0
 echo
 echo "== gdt-coord status --all"
 "$bin/coordinator/gdt-coord" status --coordinator "$coord" --all
+# The dashboard as a browser renders it (headless Chromium, when installed).
+if command -v chromium >/dev/null; then
+  chromium --headless=new --no-sandbox --disable-gpu --no-first-run \
+    --user-data-dir="$work/chromium" --virtual-time-budget=4000 \
+    --window-size=1400,1000 --screenshot="$work/dashboard.png" "$dashboard" \
+    >/dev/null 2>&1 || true
+  gangs=$(chromium --headless=new --no-sandbox --disable-gpu --no-first-run \
+    --user-data-dir="$work/chromium" --virtual-time-budget=4000 \
+    --dump-dom "$dashboard" 2>/dev/null | grep -o 'data-gang-id="[^"]*" data-state="[^"]*"' || true)
+  echo "== dashboard $dashboard renders: ${gangs:-no gang}; screenshot $work/dashboard.png"
+fi
 echo
 echo "== job logs: $work/run/logs/   daemon logs: $work/{coord,agent}.log"
 if [ $status -eq 0 ]; then

@@ -27,6 +27,8 @@ packages=(
   etcd-server etcd-client
   # TLS tests: certificates made at test time with the openssl CLI
   openssl
+  # The dashboard's browser test: headless Chromium
+  chromium
 )
 
 missing=()

@@ -333,27 +333,31 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
   const std::string listen_host =
       coordinator_listen_.substr(0, coordinator_listen_.rfind(':'));
-  WriteFile(config,
-            absl::StrCat("listen_address: ", coordinator_listen_,
-                         "\nstate_path: ", dir_.Sub("coord.db"),
-                         "\nheartbeat_interval_seconds: 1\n",
-                         "host_down_after_seconds: 5\n",
-                         "metrics_address: ", listen_host, ":0\n",
-                         "master_port_range: {min: ", first_port,
-                         ", max: ", first_port + 39, "}\n",
-                         coordinator_extra_config_, TlsYaml(/*server=*/true)));
+  WriteFile(
+      config,
+      absl::StrCat(
+          "listen_address: ", coordinator_listen_, "\nstate_path: ",
+          dir_.Sub("coord.db"), "\nheartbeat_interval_seconds: 1\n",
+          "host_down_after_seconds: 5\n", "metrics_address: ", listen_host,
+          ":0\n", "dashboard_address: ", listen_host, ":0\n",
+          "master_port_range: {min: ", first_port, ", max: ", first_port + 39,
+          "}\n", coordinator_extra_config_, TlsYaml(/*server=*/true)));
   const std::string log =
       dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Start(Prefix(control_host_),
                     {BinaryPath("gdt-coord"), "serve", "--config", config,
-                     "--metrics-port-file", log + ".metrics"},
+                     "--metrics-port-file", log + ".metrics",
+                     "--dashboard-port-file", log + ".dashboard"},
                     {}, log, milliseconds(20000));
   if (!daemon.ok()) return daemon.status();
   coordinator_ = std::move(*daemon);
-  // gdt-coord writes the metrics port file before the port file.
+  // gdt-coord writes the metrics and dashboard port files before the port
+  // file.
   metrics_endpoint_ =
       std::string(absl::StripAsciiWhitespace(ReadFile(log + ".metrics")));
+  dashboard_endpoint_ =
+      std::string(absl::StripAsciiWhitespace(ReadFile(log + ".dashboard")));
   // A restart must come back on the same address: pin the port it got.
   coordinator_listen_ = coordinator_->endpoint();
   return absl::OkStatus();

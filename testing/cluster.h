@@ -189,6 +189,8 @@ class GdtCluster {
   std::string coordinator_endpoint() const;
   // host:port of the running coordinator's Prometheus /metrics endpoint.
   const std::string& metrics_endpoint() const { return metrics_endpoint_; }
+  // host:port of the coordinator's web dashboard.
+  const std::string& dashboard_endpoint() const { return dashboard_endpoint_; }
   const TempDir& dir() const { return dir_; }
   std::string run_dir() const { return dir_.Sub("run"); }
   // Every daemon's log, for failure messages.
@@ -207,6 +209,7 @@ class GdtCluster {
   std::string coordinator_extra_config_;
   std::unique_ptr<Daemon> coordinator_;
   std::string metrics_endpoint_;
+  std::string dashboard_endpoint_;
   std::vector<std::unique_ptr<Daemon>> agents_;
   int coordinator_starts_ = 0;
   std::vector<std::unique_ptr<Daemon>> replicas_;  // HA.

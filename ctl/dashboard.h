@@ -1,0 +1,58 @@
+#ifndef GDT_CTL_DASHBOARD_H_
+#define GDT_CTL_DASHBOARD_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/http_server.h"
+#include "gdt/v1/coordinator.pb.h"
+
+namespace gdt::ctl {
+
+// Who may read the dashboard's data: the same rule as `gdt-coord status`
+// (docs/security.md). With no admin token configured everyone may; else
+// callers on loopback may without it when `status_without_token` is
+// "loopback", everyone when it is "anyone", and nobody when "nobody".
+struct DashboardAccess {
+  std::string admin_token_sha256;  // Empty: no admin token configured.
+  std::string status_without_token = "loopback";
+};
+
+// Ok, or Unauthenticated (no "Bearer" token given where one is needed) or
+// PermissionDenied (a wrong one) for a request from `remote_addr` carrying
+// the Authorization header value `authorization`.
+absl::Status CheckDashboardReader(const DashboardAccess& access,
+                                  const std::string& remote_addr,
+                                  const std::string& authorization);
+
+// gdt-coord's read-only web dashboard: a page (HTML, CSS and JavaScript
+// built into the binary; nothing is fetched from elsewhere, so it works on
+// an air-gapped cluster) that polls GET /api/status, which answers the JSON
+// of `gdt-coord status --all --json` for the state `fetch` returns.
+// Thread-safe; `fetch` is called on the server's threads.
+class Dashboard {
+ public:
+  using Fetch = std::function<absl::StatusOr<v1::GetStatusResponse>()>;
+
+  // Binds `address` (host:port; port 0 = any free port).
+  // Errors: those of HttpServer::Start for "dashboard_address".
+  static absl::StatusOr<std::unique_ptr<Dashboard>> Start(
+      const std::string& address, DashboardAccess access, Fetch fetch);
+
+  const std::string& bound_address() const { return server_->bound_address(); }
+  // The page's URL, e.g. "http://127.0.0.1:8481/".
+  std::string url() const;
+
+ private:
+  explicit Dashboard(std::unique_ptr<HttpServer> server)
+      : server_(std::move(server)) {}
+
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace gdt::ctl
+
+#endif  // GDT_CTL_DASHBOARD_H_
