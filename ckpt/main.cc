@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
       "gdt job (reads GDT_CHECKPOINT_DIR, CI_JOB_ID, CI_PROJECT_ID, "
       "CI_PROJECT_DIR, CI_API_V4_URL, CI_JOB_TOKEN)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", "gdt-ckpt " GDT_VERSION);
   gdt::ckpt::CkptSaveOptions save_options;
   CLI::App* save = app.add_subcommand(
       "save",

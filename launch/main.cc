@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "common/subprocess.h"
+#include "common/version_flag.h"
 #include "launch/launch_cli.h"
 
 namespace {
@@ -19,6 +20,10 @@ void OnSignal(int signal) { stop_signal.store(signal); }
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (gdt::PrintVersionIfAsked(argc, argv, "gdt-launch " GDT_VERSION,
+                               std::cout)) {
+    return 0;
+  }
   for (int signal : {SIGTERM, SIGINT, SIGHUP}) std::signal(signal, OnSignal);
   std::vector<std::string> defaults;
   std::map<std::string, std::string> env = gdt::CurrentEnvironment();

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # ctest `packaging_debs_install_and_run` (label packaging): builds the three
-# .debs from an already-built tree with CPack, checks their metadata,
-# unpacks each into a scratch root with `dpkg -x` and runs the installed
-# binaries with --version. Usage: test_packages.sh BUILD_DIR VERSION
+# .debs from an already-built tree with CPack, checks their metadata and
+# that each holds its binaries, unpacks each into a scratch root with
+# `dpkg -x` and runs every installed binary with --help and --version.
+# Usage: test_packages.sh BUILD_DIR VERSION
 set -euo pipefail
 build=$1
 version=$2
@@ -34,7 +35,27 @@ for package in gdt-coordinator gdt-agent gdt-executor; do
     fail "$package marks no /etc/gdt conffile"
   dpkg -x "$deb" "$root"
   echo "packaging: $package $version Depends: $depends"
+  dpkg-deb -c "$deb" >"$work/$package.files"
 done
+
+# Which package holds which binary: the daemons with their tools, the
+# job-side tools on the GPU hosts (member scripts run there).
+declare -A owner=(
+  [gdt-coord]=gdt-coordinator [gdt-sim]=gdt-coordinator
+  [gdt-agent]=gdt-agent [gdt-kv]=gdt-agent [gdt-ckpt]=gdt-agent
+  [gdt-launch]=gdt-agent [gdt-rsh]=gdt-agent
+  [gdt-executor]=gdt-executor [gdt-ci]=gdt-executor
+)
+for binary in "${!owner[@]}"; do
+  grep -q "\./usr/bin/$binary\$" "$work/${owner[$binary]}.files" ||
+    fail "${owner[$binary]} does not hold /usr/bin/$binary"
+done
+for recipe in dask ray spark generic; do
+  grep -q "\./usr/share/gdt/launchers/$recipe.yaml\$" "$work/gdt-agent.files" ||
+    fail "gdt-agent does not hold the $recipe launcher recipe"
+done
+grep -q '\./usr/share/gdt/grafana/gdt-dashboard.json$' "$work/gdt-coordinator.files" ||
+  fail "gdt-coordinator does not hold the Grafana dashboard"
 
 expect_file() { [ -f "$root/$1" ] || fail "missing /$1 after dpkg -x"; }
 expect_file etc/gdt/coord.yaml
@@ -47,14 +68,32 @@ grep -q '^ExecStart=/usr/bin/gdt-coord serve --config /etc/gdt/coord.yaml$' \
   "$root/usr/lib/systemd/system/gdt-coord.service" ||
   fail "gdt-coord.service does not start /usr/bin/gdt-coord with /etc/gdt"
 
-for binary in gdt-coord gdt-agent gdt-executor gdt-ci; do
+for binary in "${!owner[@]}"; do
   path=$root/usr/bin/$binary
   [ -x "$path" ] || fail "missing /usr/bin/$binary"
   out=$("$path" --version 2>&1) || fail "$binary --version exited $?: $out"
   [ "$out" = "$binary $version" ] ||
     fail "$binary --version printed '$out', want '$binary $version'"
-  echo "packaging: $out"
+  help=$("$path" --help 2>&1) || fail "$binary --help exited $?: $help"
+  case "$help" in
+    *"$binary"*) ;;
+    *) fail "$binary --help does not name the program: $help" ;;
+  esac
+  echo "packaging: $out, --help ok"
 done
+
+# The installed gdt-launch finds the installed recipes without flags: outside
+# a job it then stops at the missing job environment, not at the recipe.
+env -i PATH=/usr/bin:/bin "$root/usr/bin/gdt-launch" dask --print \
+  >"$work/launch.out" 2>&1 || true
+grep -q "GDT_NODE_RANK is not set" "$work/launch.out" ||
+  { cat "$work/launch.out" >&2; fail "the installed gdt-launch did not find its recipes"; }
+
+# The runner config example calls the executor where the package puts it.
+executor=$(sed -n 's/^ *config_exec = "\(.*\)"/\1/p' \
+  "$root/usr/share/doc/gdt-executor/examples/runner-config.toml")
+[ "$executor" = /usr/bin/gdt-executor ] ||
+  fail "runner-config.toml calls '$executor', the package installs /usr/bin/gdt-executor"
 
 # The installed gdt-coord serves with the installed /etc/gdt/coord.yaml
 # (listen address and state moved to the scratch directory).
