@@ -27,9 +27,19 @@ absl::StatusOr<std::string> EffectiveLogLevel(const std::string& configured);
 
 // Points spdlog's default logger at stderr with the key=value pattern above
 // (UTC timestamps) and sets the level from EffectiveLogLevel(`level`).
-// Called once, from main(). Errors: those of EffectiveLogLevel; on a bad
+// $GDT_LOG_FORMAT=json writes one JSON object per line instead (see
+// LogLineJson). Called once, from main(). Errors: those of
+// EffectiveLogLevel, and InvalidArgument for a GDT_LOG_FORMAT other than
+// logfmt or json (the line format then stays logfmt); on a bad
 // $GDT_LOG_LEVEL the configured level still applies.
 absl::Status InitLogging(const std::string& program, const std::string& level);
+
+// One log line as a JSON object for log shippers: {"ts": ..., "level": ...,
+// "prog": ...} plus every key=value pair of `message` as a string field
+// (quoted values unescaped). A message that is not all key=value pairs
+// becomes {"msg": message} instead, so nothing is lost.
+std::string LogLineJson(std::string_view ts, std::string_view level,
+                        std::string_view program, std::string_view message);
 
 // `value` as a logfmt value: unchanged when it is non-empty and has no
 // space, quote, backslash, '=' or control character, else in double quotes

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace gdt {
 namespace {
@@ -65,6 +66,45 @@ TEST(LogValueTest, QuotesOnlyWhatNeedsIt) {
   EXPECT_EQ(LogValue("agent unreachable: refused"),
             "\"agent unreachable: refused\"");
   EXPECT_EQ(LogValue("a=\"b\"\\\n"), "\"a=\\\"b\\\"\\\\\\n\"");
+}
+
+TEST(LogLineJsonTest, KeyValueMessagesBecomeFields) {
+  const nlohmann::json line = nlohmann::json::parse(
+      LogLineJson("2026-11-22T15:04:05.123Z", "warn", "gdt-coord",
+                  "event=gang_not_admitted gang=train-p5 reason=\"no free "
+                  "port: \\\"x\\\"\" "
+                  "level=9"));
+  EXPECT_EQ(line["ts"], "2026-11-22T15:04:05.123Z");
+  EXPECT_EQ(line["level"], "warn");
+  EXPECT_EQ(line["prog"], "gdt-coord");
+  EXPECT_EQ(line["event"], "gang_not_admitted");
+  EXPECT_EQ(line["gang"], "train-p5");
+  EXPECT_EQ(line["reason"], "no free port: \"x\"");
+  EXPECT_EQ(line["msg_level"], "9");
+  EXPECT_FALSE(line.contains("msg"));
+}
+
+TEST(LogLineJsonTest, FreeTextIsKeptWhole) {
+  for (const std::string text :
+       {"agent started on 10.0.0.1", "a=1 and more", "k=\"open", ""}) {
+    const nlohmann::json line =
+        nlohmann::json::parse(LogLineJson("t", "info", "gdt-agent", text));
+    EXPECT_EQ(line["msg"], text);
+    EXPECT_EQ(line.size(), 4u) << line.dump();
+  }
+  // Bytes that are not UTF-8 do not break the line.
+  const nlohmann::json binary = nlohmann::json::parse(
+      LogLineJson("t", "info", "p", "event=x value=\xff\xfe"));
+  EXPECT_EQ(binary["event"], "x");
+}
+
+TEST(InitLoggingTest, AnUnknownLineFormatIsOneClearError) {
+  setenv("GDT_LOG_FORMAT", "xml", 1);
+  const absl::Status status = InitLogging("gdt-logging-test", "info");
+  unsetenv("GDT_LOG_FORMAT");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "unknown GDT_LOG_FORMAT 'xml' (use logfmt or json)");
 }
 
 }  // namespace
