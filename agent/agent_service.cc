@@ -359,6 +359,7 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   // A stage whose executor vanished (its host gone or cut off) is noticed
   // through missed pings and stopped like a cancelled stream.
   rendezvous::EnableKeepalive(builder);
+  rendezvous::ApplyServerLimits(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

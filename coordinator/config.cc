@@ -156,10 +156,18 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
       key == "host_down_after_seconds" ||
-      key == "failed_gang_release_seconds") {
+      key == "failed_gang_release_seconds" ||
+      key == "max_forming_gangs_per_pipeline" ||
+      key == "max_forming_gangs_per_project") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
     if (key == "max_nodes_per_job") config.max_nodes_per_job = *number;
+    if (key == "max_forming_gangs_per_pipeline") {
+      config.max_forming_gangs_per_pipeline = *number;
+    }
+    if (key == "max_forming_gangs_per_project") {
+      config.max_forming_gangs_per_project = *number;
+    }
     if (key == "heartbeat_interval_seconds") {
       config.heartbeat_interval = std::chrono::seconds(*number);
     }

@@ -22,6 +22,9 @@ struct Config {
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
   uint32_t max_nodes_per_job = 8;
+  // Forming gangs a pipeline / a project may have at once (SchedulerOptions).
+  uint32_t max_forming_gangs_per_pipeline = 64;
+  uint32_t max_forming_gangs_per_project = 256;
   std::chrono::seconds heartbeat_interval{2};
   std::chrono::seconds host_down_after{10};
   // A failed gang's leases are released this long after the failure even

@@ -308,11 +308,12 @@ class CoordinatorService::JoinReactor final
   // Registers the stream, verifies the member with GitLab when configured
   // (before any scheduler lock is taken; bounded by the GitLab timeout) and
   // joins; on a rejected join ends the stream with the error.
-  void Start(const v1::JoinGangRequest& request, const std::string& job_token) {
+  void Start(const v1::JoinGangRequest& request, const std::string& job_token,
+             const std::string& peer) {
     service_.Register(stream_id_, this);
     const JoinRequest join = FromProto(request);
     if (MemberVerifier* verifier = service_.security_.verifier) {
-      if (absl::Status verified = verifier->Verify(job_token, join);
+      if (absl::Status verified = verifier->Verify(job_token, join, peer);
           !verified.ok()) {
         spdlog::warn(
             "event=member_unverified job={} member={} group={} error={}",
@@ -379,12 +380,12 @@ class CoordinatorService::WatchReactor final
 
   // Registers the stream and opens the watch (for the member's own job when
   // members are verified); on a rejection ends the stream with the error.
-  void Start(const v1::WatchGangRequest& request,
-             const std::string& job_token) {
+  void Start(const v1::WatchGangRequest& request, const std::string& job_token,
+             const std::string& peer) {
     service_.Register(stream_id_, this);
     absl::Status status = absl::OkStatus();
     if (MemberVerifier* verifier = service_.security_.verifier) {
-      status = verifier->VerifyJobId(job_token, request.job_id());
+      status = verifier->VerifyJobId(job_token, request.job_id(), peer);
     }
     if (status.ok()) {
       status = service_.coordinator_.Watch(request.gang_id(), request.epoch(),
@@ -590,7 +591,8 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
   RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request,
-                 MetadataValue(context, rendezvous::kJobTokenMetadata));
+                 MetadataValue(context, rendezvous::kJobTokenMetadata),
+                 context->peer());
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -600,7 +602,8 @@ grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
   RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request,
-                 MetadataValue(context, rendezvous::kJobTokenMetadata));
+                 MetadataValue(context, rendezvous::kJobTokenMetadata),
+                 context->peer());
   timer.Done(grpc::Status::OK);
   return reactor;
 }
@@ -661,7 +664,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
   if (host_token.empty() && security_.verifier != nullptr) {
     if (absl::Status allowed = security_.verifier->VerifyJobId(
             MetadataValue(context, rendezvous::kJobTokenMetadata),
-            request->job_id());
+            request->job_id(), context->peer());
         !allowed.ok()) {
       spdlog::warn("event=report_refused gang={} member={} error={}",
                    LogValue(request->gang_id()), request->member_index(),
@@ -739,7 +742,7 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
   if (security_.verifier != nullptr) {  // Only the job itself.
     status = security_.verifier->VerifyJobId(
         MetadataValue(context, rendezvous::kJobTokenMetadata),
-        request->job_id());
+        request->job_id(), context->peer());
   }
   if (status.ok()) {
     status = coordinator_.Leave(FromProto(request->key()),

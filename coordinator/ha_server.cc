@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
       rendezvous::LoadServerCredentials(config.tls);
   if (!credentials.ok()) return credentials.status();
   grpc::ServerBuilder builder;
+  rendezvous::ApplyServerLimits(builder);
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
   const size_t colon = config.listen_address.rfind(':');

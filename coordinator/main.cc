@@ -289,7 +289,8 @@ int main(int argc, char** argv) {
       ->add_option("--config", serve_flags.config,
                    "YAML config file (keys: listen_address, "
                    "advertise_endpoint, state_path, master_port_range, "
-                   "max_nodes_per_job, heartbeat_interval_seconds, "
+                   "max_nodes_per_job, max_forming_gangs_per_pipeline, "
+                   "max_forming_gangs_per_project, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
                    "kv_max_keys_per_gang, log_level, metrics_address, "
                    "dashboard_address, tls, "

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "common/status_macros.h"
 #include "gitlab/curl_gitlab_api.h"
 #include "gitlab/job_payload.h"
 
@@ -20,27 +21,122 @@ absl::Status Disagree(const char* variable, const T& claimed, const T& verified,
       " (job variables cannot change which gang a job joins)"));
 }
 
+// The address part of a gRPC peer ("ipv4:10.0.0.7:51234" -> "ipv4:10.0.0.7"):
+// calls from one machine share its bound whatever their source port.
+std::string PeerAddress(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  if (colon == std::string::npos || colon < peer.find(':') + 1) return peer;
+  return peer.substr(0, colon);
+}
+
+bool IsRefusal(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnauthenticated ||
+         status.code() == absl::StatusCode::kPermissionDenied ||
+         status.code() == absl::StatusCode::kNotFound;
+}
+
+// A failed GitLab call as the member's one line. CurlGitLabApi's messages
+// name the URL, never the token.
+absl::Status LookupError(const absl::Status& status) {
+  if (IsRefusal(status)) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("member rejected: GitLab refused the job token (",
+                     status.message(), ")"));
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "cannot verify the job token with GitLab: ", status.message()));
+}
+
 }  // namespace
 
 MemberVerifier::MemberVerifier(Lookup lookup, const Clock& clock,
                                MemberVerifierOptions options)
     : lookup_(std::move(lookup)), clock_(clock), options_(options) {}
 
+absl::Status MemberVerifier::AdmitCallLocked(const std::string& address) {
+  const Clock::TimePoint now = clock_.Now();
+  if (now < paused_until_) {
+    return absl::UnavailableError(absl::StrCat(
+        "GitLab did not answer ", options_.breaker_failures,
+        " member checks in a row: checks paused for ",
+        std::chrono::duration_cast<std::chrono::seconds>(paused_until_ - now)
+                .count() +
+            1,
+        " s; the member retries"));
+  }
+  size_t& mine = in_flight_by_peer_[address];
+  if (mine >= options_.max_in_flight_per_peer ||
+      in_flight_ >= options_.max_in_flight) {
+    const bool own_bound = mine >= options_.max_in_flight_per_peer;
+    if (mine == 0) in_flight_by_peer_.erase(address);
+    if (own_bound) {
+      return absl::UnavailableError(absl::StrCat(
+          "too many member checks from ", address, " at once (",
+          options_.max_in_flight_per_peer, " allowed); the member retries"));
+    }
+    return absl::UnavailableError(
+        absl::StrCat("member verification is busy (", in_flight_,
+                     " GitLab calls in flight); the member retries"));
+  }
+  ++mine;
+  ++in_flight_;
+  ++lookups_;
+  return absl::OkStatus();
+}
+
+void MemberVerifier::RecordOutcomeLocked(const absl::Status& status) {
+  const bool unreachable = !status.ok() && !IsRefusal(status);
+  if (!unreachable) {
+    failures_in_a_row_ = 0;
+    return;
+  }
+  if (++failures_in_a_row_ >= options_.breaker_failures) {
+    paused_until_ = clock_.Now() + options_.breaker_pause;
+    failures_in_a_row_ = 0;
+  }
+}
+
 absl::StatusOr<gitlab::ApiJob> MemberVerifier::JobOf(
-    const std::string& job_token) {
+    const std::string& job_token, const std::string& peer) {
   const std::string key = SecretSha256Hex(job_token);
+  const std::string address = PeerAddress(peer);
   {
     MutexLock lock(mu_);
+    const Clock::TimePoint now = clock_.Now();
     auto it = cache_.find(key);
     if (it != cache_.end()) {
-      if (clock_.Now() < it->second.expires) return it->second.job;
+      if (now < it->second.expires) return it->second.job;
       cache_.erase(it);
     }
+    auto refused = refused_.find(key);
+    if (refused != refused_.end()) {
+      if (now < refused->second.expires) return refused->second.status;
+      refused_.erase(refused);
+    }
+    GDT_RETURN_IF_ERROR(AdmitCallLocked(address));
   }
   absl::StatusOr<gitlab::ApiJob> job = lookup_(job_token);
-  if (!job.ok()) return job.status();
   MutexLock lock(mu_);
+  --in_flight_;
+  if (auto mine = in_flight_by_peer_.find(address);
+      mine != in_flight_by_peer_.end() && --mine->second == 0) {
+    in_flight_by_peer_.erase(mine);
+  }
+  RecordOutcomeLocked(job.status());
   const Clock::TimePoint now = clock_.Now();
+  if (!job.ok()) {
+    const absl::Status error = LookupError(job.status());
+    if (IsRefusal(job.status()) && options_.max_cached > 0) {
+      if (refused_.size() >= options_.max_cached) {
+        for (auto it = refused_.begin(); it != refused_.end();) {
+          it = it->second.expires <= now ? refused_.erase(it) : std::next(it);
+        }
+        if (refused_.size() >= options_.max_cached) refused_.clear();
+      }
+      refused_[key] = Refused{error, now + options_.refusal_ttl};
+    }
+    return error;
+  }
   if (cache_.size() >= options_.max_cached) {
     for (auto it = cache_.begin(); it != cache_.end();) {
       it = it->second.expires <= now ? cache_.erase(it) : std::next(it);
@@ -60,35 +156,20 @@ absl::StatusOr<gitlab::ApiJob> MemberVerifier::JobOf(
 }
 
 absl::StatusOr<gitlab::ApiJob> MemberVerifier::VerifiedJob(
-    const std::string& job_token) {
+    const std::string& job_token, const std::string& peer) {
   if (job_token.empty()) {
     return absl::UnauthenticatedError(
         "member rejected: no job token; this coordinator verifies every "
         "member with GitLab (gdt-executor sends CI_JOB_TOKEN from "
         "JOB_RESPONSE_FILE; is it older than the coordinator?)");
   }
-  absl::StatusOr<gitlab::ApiJob> job = JobOf(job_token);
-  if (!job.ok()) {
-    // Messages of CurlGitLabApi name the URL, never the token.
-    switch (job.status().code()) {
-      case absl::StatusCode::kUnauthenticated:
-      case absl::StatusCode::kPermissionDenied:
-      case absl::StatusCode::kNotFound:
-        return absl::UnauthenticatedError(
-            absl::StrCat("member rejected: GitLab refused the job token (",
-                         job.status().message(), ")"));
-      default:
-        return absl::UnavailableError(
-            absl::StrCat("cannot verify the job token with GitLab: ",
-                         job.status().message()));
-    }
-  }
-  return job;
+  return JobOf(job_token, peer);
 }
 
 absl::Status MemberVerifier::VerifyJobId(const std::string& job_token,
-                                         int64_t job_id) {
-  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token);
+                                         int64_t job_id,
+                                         const std::string& peer) {
+  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token, peer);
   if (!job.ok()) return job.status();
   if (job->id != job_id) {
     return absl::PermissionDeniedError(
@@ -99,8 +180,9 @@ absl::Status MemberVerifier::VerifyJobId(const std::string& job_token,
 }
 
 absl::Status MemberVerifier::Verify(const std::string& job_token,
-                                    const JoinRequest& request) {
-  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token);
+                                    const JoinRequest& request,
+                                    const std::string& peer) {
+  absl::StatusOr<gitlab::ApiJob> job = VerifiedJob(job_token, peer);
   if (!job.ok()) return job.status();
   if (job->id != request.job_id) {
     return Disagree("CI_JOB_ID", request.job_id, job->id, job->id);

@@ -1,8 +1,13 @@
 #include "coordinator/member_verifier.h"
 
+#include <chrono>
 #include <map>
+#include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
@@ -53,6 +58,7 @@ class MemberVerifierTest : public ::testing::Test {
   static MemberVerifierOptions Options() {
     MemberVerifierOptions options;
     options.cache_ttl = 30s;
+    options.refusal_ttl = 60s;
     options.max_cached = 2;
     return options;
   }
@@ -153,10 +159,15 @@ TEST_F(MemberVerifierTest, PositiveAnswersAreCachedBrieflyAndBounded) {
       verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).code(),
       absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(lookup_.calls, 2);
-  // Refusals are not cached.
-  EXPECT_FALSE(
-      verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
-  EXPECT_EQ(lookup_.calls, 3);
+  // Refusals are cached too, for refusal_ttl: a flood of joins with a
+  // refused token costs one GitLab call.
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_EQ(
+        verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).code(),
+        absl::StatusCode::kUnauthenticated);
+  }
+  EXPECT_EQ(lookup_.calls, 2);
+  clock_.Advance(61s);
 
   // At most two answers are kept: a third token pushes the oldest out.
   lookup_.jobs["token-1"] = TrainJob(1);
@@ -176,6 +187,101 @@ TEST_F(MemberVerifierTest, PositiveAnswersAreCachedBrieflyAndBounded) {
   ASSERT_TRUE(
       verifier_.Verify("token-1", test::Joining(test::TrainKey(2), 1)).ok());
   EXPECT_EQ(lookup_.calls, before + 1);  // Evicted.
+}
+
+TEST(MemberVerifierLimitsTest, SlowGitLabCallsAreBoundedInNumberAndPerPeer) {
+  // A GitLab that answers only when the test lets it.
+  Mutex mu;
+  CondVar released;
+  bool open = false;
+  int waiting = 0;
+  FakeClock clock;
+  MemberVerifierOptions options;
+  options.max_in_flight = 3;
+  options.max_in_flight_per_peer = 2;
+  MemberVerifier verifier(
+      [&](const std::string&) -> absl::StatusOr<gitlab::ApiJob> {
+        MutexLock lock(mu);
+        ++waiting;
+        released.NotifyAll();
+        const auto deadline = std::chrono::steady_clock::now() + 30s;
+        while (!open && released.WaitUntil(mu, deadline)) {
+        }
+        return absl::UnauthenticatedError("HTTP 401");
+      },
+      clock, options);
+  std::vector<std::thread> calls;
+  for (int i = 0; i < 2; ++i) {
+    calls.emplace_back([&verifier, i] {
+      (void)verifier.Verify(absl::StrCat("forged-", i),
+                            test::Joining(test::TrainKey(2), 1),
+                            "ipv4:10.0.0.9:4000" + std::to_string(i));
+    });
+  }
+  calls.emplace_back([&verifier] {
+    (void)verifier.Verify("forged-x", test::Joining(test::TrainKey(2), 1),
+                          "ipv4:10.0.0.8:5000");
+  });
+  {
+    MutexLock lock(mu);
+    const auto deadline = std::chrono::steady_clock::now() + 30s;
+    while (waiting < 3 && released.WaitUntil(mu, deadline)) {
+    }
+    ASSERT_EQ(waiting, 3);
+  }
+  // The same address is at its bound; then the whole verifier is.
+  const absl::Status same_peer = verifier.Verify(
+      "forged-3", test::Joining(test::TrainKey(2), 1), "ipv4:10.0.0.9:40009");
+  EXPECT_EQ(same_peer.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(same_peer.message(),
+              HasSubstr("too many member checks from ipv4:10.0.0.9"));
+  const absl::Status anyone = verifier.Verify(
+      "forged-4", test::Joining(test::TrainKey(2), 1), "ipv4:10.0.0.7:1");
+  EXPECT_EQ(anyone.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(anyone.message(), HasSubstr("member verification is busy"));
+  EXPECT_EQ(verifier.lookups(), 3);
+  {
+    MutexLock lock(mu);
+    open = true;
+    released.NotifyAll();
+  }
+  for (std::thread& call : calls) call.join();
+  // Slots are free again.
+  EXPECT_EQ(verifier
+                .Verify("forged-5", test::Joining(test::TrainKey(2), 1),
+                        "ipv4:10.0.0.9:1")
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+}
+
+TEST(MemberVerifierLimitsTest, RepeatedGitLabFailuresPauseChecks) {
+  FakeClock clock;
+  MemberVerifierOptions options;
+  options.breaker_failures = 3;
+  options.breaker_pause = 30s;
+  int calls = 0;
+  MemberVerifier verifier(
+      [&](const std::string&) -> absl::StatusOr<gitlab::ApiJob> {
+        ++calls;
+        return absl::DeadlineExceededError("GitLab API GET x: timed out");
+      },
+      clock, options);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_THAT(
+        verifier.Verify("t", test::Joining(test::TrainKey(2), 1)).message(),
+        HasSubstr("cannot verify the job token with GitLab"));
+  }
+  for (int i = 0; i < 20; ++i) {
+    const absl::Status paused =
+        verifier.Verify("t", test::Joining(test::TrainKey(2), 1));
+    EXPECT_EQ(paused.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(paused.message(),
+                HasSubstr("GitLab did not answer 3 member checks in a row"));
+  }
+  EXPECT_EQ(calls, 3);
+  clock.Advance(31s);
+  (void)verifier.Verify("t", test::Joining(test::TrainKey(2), 1));
+  EXPECT_EQ(calls, 4);
 }
 
 TEST_F(MemberVerifierTest, LaterCallsAreBoundToTheTokensJob) {

@@ -212,11 +212,51 @@ absl::StatusOr<std::string> Scheduler::GangIdFor(const state::GangKey& key) {
   return id;
 }
 
+absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
+  uint32_t in_pipeline = 0;
+  uint32_t in_project = 0;
+  for (const auto& [id, gang] : gangs_) {
+    if (gang.state != state::GangState::kForming ||
+        gang.key.project_id != key.project_id ||
+        gang.key.instance != key.instance) {
+      continue;
+    }
+    ++in_project;
+    if (gang.key.pipeline_id == key.pipeline_id) ++in_pipeline;
+  }
+  if (in_pipeline >= options_.max_forming_gangs_per_pipeline) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "pipeline ", key.pipeline_id, " already has ", in_pipeline,
+        " forming gangs (max_forming_gangs_per_pipeline); gang ",
+        key.group_name, " is refused until some form or are cancelled"));
+  }
+  if (in_project >= options_.max_forming_gangs_per_project) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "project ", key.project_id, " already has ", in_project,
+        " forming gangs (max_forming_gangs_per_project); gang ", key.group_name,
+        " is refused until some form or are cancelled"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
                                             uint64_t stream_id) {
   const state::GangKey& key = request.key;
   if (key.group_name.empty()) {
     return absl::InvalidArgumentError("join needs a job group name");
+  }
+  for (const auto& [field, value, limit] :
+       {std::tuple{"the gang name", &key.group_name, kMaxNameBytes},
+        std::tuple{"the GitLab instance", &key.instance, kMaxInstanceBytes},
+        std::tuple{"the job name", &request.job_name, kMaxJobNameBytes},
+        std::tuple{"the runner host", &request.arrival_host, kMaxNameBytes},
+        std::tuple{"the topology label", &request.topology_same,
+                   kMaxLabelBytes}}) {
+    if (value->size() > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, " is ", value->size(), " bytes long; at most ",
+                       limit, " are accepted"));
+    }
   }
   if (key.size == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -253,6 +293,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   absl::StatusOr<std::string> gang_id = GangIdFor(key);
   if (!gang_id.ok()) return gang_id.status();
   auto found = gangs_.find(*gang_id);
+  if (found == gangs_.end()) GDT_RETURN_IF_ERROR(CheckFormingQuota(key));
   if (found == gangs_.end() && !hosts_.empty()) {
     // A new gang that can never run fails now, naming the limit.
     WaitingGang shape;

@@ -28,7 +28,21 @@ struct SchedulerOptions {
   std::chrono::seconds failed_gang_release{300};
   // See ReportExit's `peer_suspected`.
   std::chrono::milliseconds failure_attribution_window{3000};
+  // Forming gangs one pipeline, and one project, may have at once: a job
+  // (or one leaked job token) cannot fill the coordinator with gangs that
+  // never form. A join that would start one more is refused with
+  // ResourceExhausted naming the limit.
+  uint32_t max_forming_gangs_per_pipeline = 64;
+  uint32_t max_forming_gangs_per_project = 256;
 };
+
+// Longest accepted text fields of a join, in bytes: longer ones are refused
+// with InvalidArgument naming the field (GitLab's own limit for job names is
+// 255 characters; an instance is a URL).
+inline constexpr size_t kMaxNameBytes = 255;
+inline constexpr size_t kMaxJobNameBytes = 300;
+inline constexpr size_t kMaxInstanceBytes = 512;
+inline constexpr size_t kMaxLabelBytes = 63;
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
 struct JoinRequest {
@@ -305,6 +319,8 @@ class Scheduler {
 
   absl::Status LoadState();
   absl::StatusOr<std::string> GangIdFor(const state::GangKey& key);
+  // Ok when a new gang with `key` stays within the forming-gang limits.
+  absl::Status CheckFormingQuota(const state::GangKey& key) const;
   UsageMap CurrentUsage() const;
   // Inputs of placement.h built from the inventory, leases and gangs.
   std::vector<PlacementHost> PlacementHosts() const;

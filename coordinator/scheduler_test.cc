@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -992,6 +993,57 @@ TEST_F(SchedulerTest, NoBounceWhenAFullSlotHolderIsACompleteGang) {
   EXPECT_EQ(LastEventFor(events, 21).kind, state::MemberEvent::Kind::kWaiting);
   EXPECT_THAT(LastEventFor(events, 11).waiting.reason,
               HasSubstr("all 2 members present"));
+}
+
+TEST_F(SchedulerTest, OversizedJoinFieldsAreRefusedByName) {
+  JoinRequest request = Joining(TrainKey(2), 1);
+  request.key.instance = std::string(3'500'000, 'x');
+  absl::StatusOr<std::string> joined = scheduler_->Join(request, 1);
+  EXPECT_EQ(joined.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(joined.status().message(),
+            "the GitLab instance is 3500000 bytes long; at most 512 are "
+            "accepted");
+  request = Joining(TrainKey(2), 1);
+  request.key.group_name = std::string(256, 'g');
+  EXPECT_THAT(scheduler_->Join(request, 1).status().message(),
+              HasSubstr("the gang name is 256 bytes long"));
+  EXPECT_TRUE(scheduler_->GetSnapshot(true).gangs.empty());
+}
+
+TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
+  FakeClock clock;
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  SchedulerOptions options;
+  options.max_forming_gangs_per_pipeline = 3;
+  options.max_forming_gangs_per_project = 4;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock, **store, options);
+  ASSERT_TRUE(scheduler.ok());
+  // One job token's worth of made-up gang names in one pipeline.
+  auto join = [&](int64_t pipeline, int i) {
+    state::GangKey key = TrainKey(2);
+    key.pipeline_id = pipeline;
+    key.group_name = absl::StrCat("g", i);
+    JoinRequest request = Joining(key, 1);
+    request.job_id = pipeline * 100 + i;
+    return (*scheduler)->Join(request, pipeline * 100 + i);
+  };
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(join(77, i).ok());
+  absl::StatusOr<std::string> fourth = join(77, 3);
+  EXPECT_EQ(fourth.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(fourth.status().message(),
+              HasSubstr("pipeline 77 already has 3 forming gangs "
+                        "(max_forming_gangs_per_pipeline)"));
+  // Joining a gang that exists is not a new gang.
+  state::GangKey existing = TrainKey(2);
+  existing.group_name = "g0";
+  JoinRequest second = Joining(existing, 2);
+  EXPECT_TRUE((*scheduler)->Join(second, 999).ok());
+  ASSERT_TRUE(join(78, 0).ok());
+  EXPECT_THAT(join(79, 0).status().message(),
+              HasSubstr("project 5 already has 4 forming gangs"));
 }
 
 }  // namespace

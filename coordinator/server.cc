@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 
@@ -82,6 +83,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->metrics_ = std::make_unique<CoordinatorMetrics>(clock);
   SchedulerOptions options;
   options.max_nodes_per_job = config.max_nodes_per_job;
+  options.max_forming_gangs_per_pipeline =
+      config.max_forming_gangs_per_pipeline;
+  options.max_forming_gangs_per_project = config.max_forming_gangs_per_project;
   options.master_port_min = config.master_port_min;
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
@@ -104,6 +108,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->service_->SetSecurity(*std::move(security));
 
   grpc::ServerBuilder builder;
+  rendezvous::ApplyServerLimits(builder);
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
   builder.RegisterService(server->service_.get());

@@ -4,6 +4,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 
@@ -105,6 +106,16 @@ absl::Status ExplainConnectFailure(const absl::Status& status,
       where, ": TLS handshake failed: ", reason, " — check ",
       security.ca_setting.empty() ? "tls.ca_file" : security.ca_setting,
       " (and the client certificate if the server requires mTLS)"));
+}
+
+void ApplyServerLimits(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_MAX_METADATA_SIZE, kMaxMetadataBytes);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             kMaxStreamsPerConnection);
+  builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  grpc::ResourceQuota quota("gdt-server");
+  quota.Resize(kServerMemoryQuotaBytes);
+  builder.SetResourceQuota(quota);
 }
 
 void EnableKeepalive(grpc::ServerBuilder& builder) {

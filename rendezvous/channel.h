@@ -64,6 +64,18 @@ absl::Status ExplainConnectFailure(const absl::Status& status,
 // cancels its calls.
 void EnableKeepalive(grpc::ServerBuilder& builder);
 
+// Bounds on what one client can make a gdt server hold, so that nobody's
+// oversized request slows anyone else's heartbeat: request metadata (headers,
+// tokens) at most kMaxMetadataBytes, a request message at most
+// kMaxRequestBytes, kMaxStreamsPerConnection calls at once per connection,
+// and all buffers together within kServerMemoryQuotaBytes (gRPC refuses new
+// work with RESOURCE_EXHAUSTED beyond it). docs/security.md lists them.
+inline constexpr int kMaxMetadataBytes = 16 * 1024;
+inline constexpr int kMaxRequestBytes = 4 * 1024 * 1024;
+inline constexpr int kMaxStreamsPerConnection = 256;
+inline constexpr size_t kServerMemoryQuotaBytes = 512u * 1024 * 1024;
+void ApplyServerLimits(grpc::ServerBuilder& builder);
+
 }  // namespace gdt::rendezvous
 
 #endif  // GDT_RENDEZVOUS_CHANNEL_H_

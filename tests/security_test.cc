@@ -318,6 +318,62 @@ TEST_F(SecurityTest, RefusedOrMissingTokenIsRejectedWithTheReason) {
   EXPECT_THAT(none.status().message(), HasSubstr("no job token"));
 }
 
+TEST_F(SecurityTest, AFloodOfJoinsWithARefusedTokenCostsOneGitLabCall) {
+  const int before = gitlab_->RequestCount("/api/v4/job");
+  std::vector<std::future<absl::StatusOr<v1::Assignment>>> joins;
+  for (int i = 0; i < 40; ++i) {
+    joins.push_back(std::async(std::launch::async, [this] {
+      return Join("forged-token", Request(101, 1, 5, 77));
+    }));
+  }
+  int refused = 0;
+  for (auto& join : joins) {
+    const absl::StatusOr<v1::Assignment> result = join.get();
+    // Refused, or told to retry while the few allowed GitLab calls run.
+    EXPECT_THAT(result.status().code(),
+                ::testing::AnyOf(absl::StatusCode::kUnauthenticated,
+                                 absl::StatusCode::kUnavailable))
+        << result.status();
+    if (result.status().code() == absl::StatusCode::kUnauthenticated) {
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, 0);
+  // The flood cost at most the calls allowed at once from this address.
+  EXPECT_LE(gitlab_->RequestCount("/api/v4/job") - before, 4);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_EQ(Join("forged-token", Request(101, 1, 5, 77)).status().code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  EXPECT_LE(gitlab_->RequestCount("/api/v4/job") - before, 4);
+  // Real members are not held up.
+  EXPECT_EQ(Admit(77, 101, "tok-a1", 102, "tok-a2").size(), 2u);
+}
+
+TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreStillServed) {
+  auto channel = grpc::CreateChannel(server_->bound_address(),
+                                     grpc::InsecureChannelCredentials());
+  auto stub = v1::Coordinator::NewStub(channel);
+  for (const size_t size : {size_t{64} << 10, size_t{4} << 20}) {
+    grpc::ClientContext context;
+    context.set_deadline(In(10s));
+    context.AddMetadata("x-junk", std::string(size, 'a'));
+    v1::GetStatusRequest request;
+    v1::GetStatusResponse response;
+    const auto start = std::chrono::steady_clock::now();
+    const grpc::Status status = stub->GetStatus(&context, request, &response);
+    EXPECT_FALSE(status.ok()) << size;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << size;
+  }
+  // Everyone else is still served at once.
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  EXPECT_EQ(status->hosts_size(), 1);
+}
+
 TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
   auto anonymous = ClientWith("", "");
   auto wrong = ClientWith("authorization", "Bearer not-the-token");
