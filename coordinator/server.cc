@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
@@ -104,6 +105,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
+  AddRpcMetrics(builder, *server->metrics_);
   builder.RegisterService(server->service_.get());
   server->kv_service_ =
       std::make_unique<kv::KvService>(server->coordinator_->kv());
