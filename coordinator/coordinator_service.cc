@@ -353,12 +353,13 @@ class CoordinatorService::WatchReactor final
   // the stream with the error.
   void Start(const v1::WatchGangRequest& request, absl::Status allowed) {
     service_.Register(stream_id_, this);
-    absl::Status status = std::move(allowed);
-    if (status.ok()) {
-      status = service_.coordinator_.Watch(request.gang_id(), request.epoch(),
-                                           request.member_index(),
-                                           request.job_id(), stream_id_);
+    if (!allowed.ok()) {  // Logged by the handler.
+      End(rendezvous::ToGrpcStatus(allowed));
+      return;
     }
+    absl::Status status = service_.coordinator_.Watch(
+        request.gang_id(), request.epoch(), request.member_index(),
+        request.job_id(), stream_id_);
     if (!status.ok()) {
       spdlog::warn("event=watch_rejected gang={} member={} job={} error={}",
                    LogValue(request.gang_id()), request.member_index(),
@@ -581,7 +582,7 @@ absl::Status CoordinatorService::Allow(
     const grpc::CallbackServerContext* context, std::string_view rpc,
     absl::Status allowed) const {
   if (!allowed.ok()) {
-    spdlog::warn("event=rpc_refused rpc={} peer={} error={}", rpc,
+    spdlog::warn("event=rpc_refused rpc={} peer={} error={}", LogValue(rpc),
                  LogValue(context->peer()), LogValue(allowed.ToString()));
   }
   return allowed;
