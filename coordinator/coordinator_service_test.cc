@@ -253,6 +253,14 @@ TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
             "gang train needs 12 nodes but this cluster allows at most 8 per "
             "job (max_nodes_per_job)");
   EXPECT_EQ(bad_index.status().code(), absl::StatusCode::kInvalidArgument);
+  // A refused stream counts with its refusal's code.
+  const std::string text = metrics_.Render(coordinator_->GetSnapshot(false));
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code="
+                              "\"FAILED_PRECONDITION\"} 1\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code="
+                              "\"INVALID_ARGUMENT\"} 1\n"))
+      << text;
 }
 
 TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {
@@ -268,6 +276,9 @@ TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {
   ASSERT_TRUE(WaitForStatus([](const v1::GetStatusResponse& status) {
     return status.gangs_size() == 1 && status.gangs(0).members(0).present();
   }));
+  // An accepted stream is counted at its first event, while it stays open.
+  EXPECT_THAT(metrics_.Render(coordinator_->GetSnapshot(false)),
+              HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code=\"OK\"} 1\n"));
 
   context.TryCancel();
   reader->Finish().ok();
