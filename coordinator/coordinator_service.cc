@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/secret.h"
+#include "common/status_macros.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -160,43 +161,13 @@ bool IsLoopbackPeer(const std::string& peer) {
          peer.rfind("ipv6:[::ffff:127.", 0) == 0 || peer.rfind("unix:", 0) == 0;
 }
 
-// Reports one RPC's outcome and handling time to the observer.
-class RpcTimer {
- public:
-  RpcTimer(Observer& observer, std::string_view method)
-      : observer_(observer),
-        method_(method),
-        start_(std::chrono::steady_clock::now()) {}
-  void Done(const grpc::Status& status) {
-    static constexpr const char* kCodes[] = {"OK",
-                                             "CANCELLED",
-                                             "UNKNOWN",
-                                             "INVALID_ARGUMENT",
-                                             "DEADLINE_EXCEEDED",
-                                             "NOT_FOUND",
-                                             "ALREADY_EXISTS",
-                                             "PERMISSION_DENIED",
-                                             "RESOURCE_EXHAUSTED",
-                                             "FAILED_PRECONDITION",
-                                             "ABORTED",
-                                             "OUT_OF_RANGE",
-                                             "UNIMPLEMENTED",
-                                             "INTERNAL",
-                                             "UNAVAILABLE",
-                                             "DATA_LOSS",
-                                             "UNAUTHENTICATED"};
-    const int code = static_cast<int>(status.error_code());
-    observer_.RpcFinished(
-        method_, code >= 0 && code <= 16 ? kCodes[code] : "UNKNOWN",
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_)
-            .count());
-  }
-
- private:
-  Observer& observer_;
-  std::string_view method_;
-  std::chrono::steady_clock::time_point start_;
-};
+// Finishes a unary call with `status`.
+grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
+                                 const absl::Status& status) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(rendezvous::ToGrpcStatus(status));
+  return reactor;
+}
 
 }  // namespace
 
@@ -378,20 +349,18 @@ class CoordinatorService::WatchReactor final
   WatchReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream and opens the watch (for the member's own job when
-  // members are verified); on a rejection ends the stream with the error.
-  void Start(const v1::WatchGangRequest& request, const std::string& job_token,
-             const std::string& peer) {
+  // Registers the stream and, when `allowed` (the caller's access, checked
+  // by the handler) is OK, opens the watch; on a refusal or rejection ends
+  // the stream with the error.
+  void Start(const v1::WatchGangRequest& request, absl::Status allowed) {
     service_.Register(stream_id_, this);
-    absl::Status status = absl::OkStatus();
-    if (MemberVerifier* verifier = service_.security_.verifier) {
-      status = verifier->VerifyJobId(job_token, request.job_id(), peer);
+    if (!allowed.ok()) {  // Logged by the handler.
+      End(rendezvous::ToGrpcStatus(allowed));
+      return;
     }
-    if (status.ok()) {
-      status = service_.coordinator_.Watch(request.gang_id(), request.epoch(),
-                                           request.member_index(),
-                                           request.job_id(), stream_id_);
-    }
+    absl::Status status = service_.coordinator_.Watch(
+        request.gang_id(), request.epoch(), request.member_index(),
+        request.job_id(), stream_id_);
     if (!status.ok()) {
       spdlog::warn("event=watch_rejected gang={} member={} job={} error={}",
                    LogValue(request.gang_id()), request.member_index(),
@@ -586,25 +555,63 @@ void CoordinatorService::Dispatch(std::vector<state::MemberEvent> events) {
   }
 }
 
+absl::Status CoordinatorService::CheckJob(
+    const grpc::CallbackServerContext* context, int64_t job_id) const {
+  if (security_.verifier == nullptr) return absl::OkStatus();
+  return security_.verifier->VerifyJobId(
+      MetadataValue(context, rendezvous::kJobTokenMetadata), job_id,
+      context->peer());
+}
+
+absl::Status CoordinatorService::CheckReporter(
+    const grpc::CallbackServerContext* context,
+    const v1::ReportExitRequest& request) {
+  const std::string host_token =
+      MetadataValue(context, rendezvous::kHostTokenMetadata);
+  if (host_token.empty()) return CheckJob(context, request.job_id());
+  absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
+  if (!host.ok()) return host.status();
+  if (coordinator_.MemberHost(request.gang_id(), request.member_index()) !=
+      *host) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "host ", *host, " cannot report about member ", request.member_index(),
+        " of gang ", request.gang_id(), ": it does not run there"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorService::Allow(
+    const grpc::CallbackServerContext* context, std::string_view rpc,
+    absl::Status allowed) const {
+  if (!allowed.ok()) {
+    spdlog::warn("event=rpc_refused rpc={} peer={} error={}", LogValue(rpc),
+                 LogValue(context->peer()), LogValue(allowed.ToString()));
+  }
+  return allowed;
+}
+
+template <typename Body>
+grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
+    grpc::CallbackServerContext* context, const char* what, Body body) {
+  absl::Status status = Allow(context, what, CheckAdmin(context, what));
+  if (status.ok()) status = body();
+  return Finish(context, status);
+}
+
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
-  RpcTimer timer(coordinator_.observer(), "JoinGang");
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
   reactor->Start(*request,
                  MetadataValue(context, rendezvous::kJobTokenMetadata),
                  context->peer());
-  timer.Done(grpc::Status::OK);
   return reactor;
 }
 
 grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
-  RpcTimer timer(coordinator_.observer(), "WatchGang");
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request,
-                 MetadataValue(context, rendezvous::kJobTokenMetadata),
-                 context->peer());
-  timer.Done(grpc::Status::OK);
+  reactor->Start(*request, Allow(context, "WatchGang",
+                                 CheckJob(context, request->job_id())));
   return reactor;
 }
 
@@ -612,11 +619,10 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     grpc::CallbackServerContext* context,
     const v1::RegisterHostRequest* request,
     v1::RegisterHostResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcTimer timer(coordinator_.observer(), "RegisterHost");
-  absl::Status status = CheckHost(context, request->host().name());
-  if (status.ok())
-    status = coordinator_.RegisterHost(FromProto(request->host()));
+  absl::Status status = Allow(context, "RegisterHost",
+                              CheckHost(context, request->host().name()));
+  if (!status.ok()) return Finish(context, status);
+  status = coordinator_.RegisterHost(FromProto(request->host()));
   if (!status.ok()) {
     spdlog::warn("event=register_rejected host={} error={}",
                  LogValue(request->host().name()), LogValue(status.ToString()));
@@ -627,97 +633,50 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     response->set_heartbeat_interval_seconds(
         static_cast<uint32_t>(heartbeat_interval_.count()));
   }
-  const grpc::Status result = rendezvous::ToGrpcStatus(status);
-  timer.Done(result);
-  reactor->Finish(result);
-  return reactor;
+  return Finish(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcTimer timer(coordinator_.observer(), "Heartbeat");
-  const absl::Status allowed = CheckHost(context, request->host_name());
+  const absl::Status allowed =
+      Allow(context, "Heartbeat", CheckHost(context, request->host_name()));
   if (allowed.ok()) {
     response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
-  } else {
-    spdlog::warn("event=heartbeat_refused host={} error={}",
-                 LogValue(request->host_name()), LogValue(allowed.ToString()));
   }
-  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
-  timer.Done(result);
-  reactor->Finish(result);
-  return reactor;
+  return Finish(context, allowed);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcTimer timer(coordinator_.observer(), "ReportExit");
-  // An agent (it presents its host token) reports only about
-  // members on its own host; an executor, when members are verified, only
-  // about its own job.
-  const std::string host_token =
-      MetadataValue(context, rendezvous::kHostTokenMetadata);
-  if (host_token.empty() && security_.verifier != nullptr) {
-    if (absl::Status allowed = security_.verifier->VerifyJobId(
-            MetadataValue(context, rendezvous::kJobTokenMetadata),
-            request->job_id(), context->peer());
-        !allowed.ok()) {
-      spdlog::warn("event=report_refused gang={} member={} error={}",
-                   LogValue(request->gang_id()), request->member_index(),
-                   LogValue(allowed.ToString()));
-      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
-      return reactor;
-    }
-  }
-  if (!host_token.empty()) {
-    absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
-    absl::Status allowed = host.status();
-    if (host.ok() &&
-        coordinator_.MemberHost(request->gang_id(), request->member_index()) !=
-            *host) {
-      allowed = absl::PermissionDeniedError(
-          absl::StrCat("host ", *host, " cannot report about member ",
-                       request->member_index(), " of gang ", request->gang_id(),
-                       ": it does not run there"));
-    }
-    if (!allowed.ok()) {
-      spdlog::warn("event=report_refused gang={} member={} error={}",
-                   LogValue(request->gang_id()), request->member_index(),
-                   LogValue(allowed.ToString()));
-      reactor->Finish(rendezvous::ToGrpcStatus(allowed));
-      return reactor;
-    }
-  }
+  absl::Status status =
+      Allow(context, "ReportExit", CheckReporter(context, *request));
+  if (!status.ok()) return Finish(context, status);
   if (request->hung_seconds() > 0) {
-    absl::Status status = coordinator_.MemberHung(
-        request->gang_id(), request->epoch(), request->member_index(),
-        request->job_id(), request->hung_seconds());
+    status = coordinator_.MemberHung(request->gang_id(), request->epoch(),
+                                     request->member_index(), request->job_id(),
+                                     request->hung_seconds());
     spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
                 "member hung gang={} member={} seconds={} ({})",
                 request->gang_id(), request->member_index(),
                 request->hung_seconds(), status.ToString());
-    reactor->Finish(rendezvous::ToGrpcStatus(status));
-    return reactor;
+    return Finish(context, status);
   }
   if (!request->lost_reason().empty()) {
-    absl::Status status = coordinator_.MemberLost(
-        request->gang_id(), request->epoch(), request->member_index(),
-        request->job_id(), request->lost_reason());
+    status = coordinator_.MemberLost(request->gang_id(), request->epoch(),
+                                     request->member_index(), request->job_id(),
+                                     request->lost_reason());
     spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
                 "member lost gang={} member={}: {} ({})", request->gang_id(),
                 request->member_index(), request->lost_reason(),
                 status.ToString());
-    reactor->Finish(rendezvous::ToGrpcStatus(status));
-    return reactor;
+    return Finish(context, status);
   }
-  absl::Status status = coordinator_.ReportExit(
-      request->gang_id(), request->epoch(), request->member_index(),
-      request->job_id(), request->exit_code(), request->cancelled(),
-      request->peer_suspected());
+  status = coordinator_.ReportExit(request->gang_id(), request->epoch(),
+                                   request->member_index(), request->job_id(),
+                                   request->exit_code(), request->cancelled(),
+                                   request->peer_suspected());
   if (status.ok()) {
     spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
                  LogValue(request->gang_id()), request->member_index(),
@@ -727,157 +686,114 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
                  LogValue(request->gang_id()), request->member_index(),
                  LogValue(status.ToString()));
   }
-  const grpc::Status result = rendezvous::ToGrpcStatus(status);
-  timer.Done(result);
-  reactor->Finish(result);
-  return reactor;
+  return Finish(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     grpc::CallbackServerContext* context, const v1::LeaveGangRequest* request,
     v1::LeaveGangResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcTimer timer(coordinator_.observer(), "LeaveGang");
-  absl::Status status = absl::OkStatus();
-  if (security_.verifier != nullptr) {  // Only the job itself.
-    status = security_.verifier->VerifyJobId(
-        MetadataValue(context, rendezvous::kJobTokenMetadata),
-        request->job_id(), context->peer());
-  }
-  if (status.ok()) {
-    status = coordinator_.Leave(FromProto(request->key()),
-                                request->member_index(), request->job_id());
-  }
+  // Only the job itself, when members are verified.
+  absl::Status status =
+      Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
+  if (!status.ok()) return Finish(context, status);
+  status = coordinator_.Leave(FromProto(request->key()),
+                              request->member_index(), request->job_id());
   if (!status.ok()) {
     spdlog::error("event=leave_failed group={} member={} error={}",
                   LogValue(request->key().group_name()),
                   request->member_index(), LogValue(status.ToString()));
   }
-  const grpc::Status result = rendezvous::ToGrpcStatus(status);
-  timer.Done(result);
-  reactor->Finish(result);
-  return reactor;
+  return Finish(context, status);
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
     v1::GetStatusResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  RpcTimer timer(coordinator_.observer(), "GetStatus");
-  const absl::Status allowed = CheckStatusReader(context);
+  const absl::Status allowed =
+      Allow(context, "GetStatus", CheckStatusReader(context));
   if (allowed.ok()) {
     ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
-  } else {
-    spdlog::warn("event=status_refused peer={} error={}",
-                 LogValue(context->peer()), LogValue(allowed.ToString()));
   }
-  const grpc::Status result = rendezvous::ToGrpcStatus(allowed);
-  timer.Done(result);
-  reactor->Finish(result);
-  return reactor;
+  return Finish(context, allowed);
 }
+
+// Operator RPCs: the admin token, then the change.
 
 grpc::ServerUnaryReactor* CoordinatorService::SetHostDrained(
     grpc::CallbackServerContext* context,
     const v1::SetHostDrainedRequest* request,
     v1::SetHostDrainedResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckAdmin(
-      context, request->drained() ? "draining a host" : "undraining a host");
-  if (status.ok()) {
-    status = coordinator_.SetDrained(request->host_name(), request->drained());
-  }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
-  return reactor;
+  return AsAdmin(context,
+                 request->drained() ? "draining a host" : "undraining a host",
+                 [&] {
+                   return coordinator_.SetDrained(request->host_name(),
+                                                  request->drained());
+                 });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RemoveHost(
     grpc::CallbackServerContext* context, const v1::RemoveHostRequest* request,
     v1::RemoveHostResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckAdmin(context, "removing a host");
-  if (status.ok()) status = coordinator_.RemoveHost(request->host_name());
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
-  return reactor;
+  return AsAdmin(context, "removing a host",
+                 [&] { return coordinator_.RemoveHost(request->host_name()); });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
     v1::CancelGangResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (absl::Status allowed = CheckAdmin(context, "cancelling a gang");
-      !allowed.ok()) {
-    spdlog::warn("cancel refused gang={}: {}", request->gang_id(),
-                 allowed.ToString());
-    reactor->Finish(rendezvous::ToGrpcStatus(allowed));
-    return reactor;
-  }
-  absl::StatusOr<std::string> root_cause =
-      coordinator_.Cancel(request->gang_id(), request->reason());
-  if (!root_cause.ok()) {
-    spdlog::warn("cancel rejected gang={}: {}", request->gang_id(),
-                 root_cause.status().ToString());
-    reactor->Finish(rendezvous::ToGrpcStatus(root_cause.status()));
-    return reactor;
-  }
-  spdlog::info("gang cancelled by operator gang={}", request->gang_id());
-  response->set_root_cause(*root_cause);
-  reactor->Finish(grpc::Status::OK);
-  return reactor;
+  return AsAdmin(context, "cancelling a gang", [&]() -> absl::Status {
+    absl::StatusOr<std::string> root_cause =
+        coordinator_.Cancel(request->gang_id(), request->reason());
+    if (!root_cause.ok()) {
+      spdlog::warn("cancel rejected gang={}: {}", request->gang_id(),
+                   root_cause.status().ToString());
+      return root_cause.status();
+    }
+    spdlog::info("gang cancelled by operator gang={}", request->gang_id());
+    response->set_root_cause(*root_cause);
+    return absl::OkStatus();
+  });
 }
-
-// Host tokens.
 
 grpc::ServerUnaryReactor* CoordinatorService::CreateHostToken(
     grpc::CallbackServerContext* context,
     const v1::CreateHostTokenRequest* request,
     v1::CreateHostTokenResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckAdmin(context, "creating a host token");
-  if (status.ok()) {
+  return AsAdmin(context, "creating a host token", [&]() -> absl::Status {
     absl::StatusOr<std::string> token =
         coordinator_.CreateHostToken(request->host_name());
-    status = token.status();
-    if (token.ok()) {
-      response->set_token(*token);
-      spdlog::info("event=host_token_created host={}",
-                   LogValue(request->host_name()));
-    }
-  }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
-  return reactor;
+    if (!token.ok()) return token.status();
+    response->set_token(*token);
+    spdlog::info("event=host_token_created host={}",
+                 LogValue(request->host_name()));
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ListHostTokens(
     grpc::CallbackServerContext* context,
     const v1::ListHostTokensRequest* request,
     v1::ListHostTokensResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckAdmin(context, "listing host tokens");
-  if (status.ok()) {
+  return AsAdmin(context, "listing host tokens", [&] {
     for (const state::HostTokenRecord& record : coordinator_.ListHostTokens()) {
       v1::HostTokenInfo* info = response->add_tokens();
       info->set_host_name(record.host_name);
       info->set_created_unix_ms(record.created_unix_ms);
     }
-  }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
-  return reactor;
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
     grpc::CallbackServerContext* context,
     const v1::RevokeHostTokenRequest* request,
     v1::RevokeHostTokenResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::Status status = CheckAdmin(context, "revoking a host token");
-  if (status.ok()) status = coordinator_.RevokeHostToken(request->host_name());
-  if (status.ok()) {
+  return AsAdmin(context, "revoking a host token", [&]() -> absl::Status {
+    GDT_RETURN_IF_ERROR(coordinator_.RevokeHostToken(request->host_name()));
     spdlog::info("event=host_token_revoked host={}",
                  LogValue(request->host_name()));
-  }
-  reactor->Finish(rendezvous::ToGrpcStatus(status));
-  return reactor;
+    return absl::OkStatus();
+  });
 }
 
 v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot) {

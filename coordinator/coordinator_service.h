@@ -130,6 +130,25 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // OK when the caller may read status (see ServiceSecurity).
   absl::Status CheckStatusReader(
       const grpc::CallbackServerContext* context) const;
+  // OK when members are not verified or the caller's job token is job
+  // `job_id`'s.
+  absl::Status CheckJob(const grpc::CallbackServerContext* context,
+                        int64_t job_id) const;
+  // Who may report about a member: an agent (it presents its host token)
+  // only about members on its own host; an executor, when members are
+  // verified, only about its own job.
+  absl::Status CheckReporter(const grpc::CallbackServerContext* context,
+                             const v1::ReportExitRequest& request);
+  // Returns `allowed`, logging it (one line for every RPC) when it refuses
+  // the caller `rpc`.
+  absl::Status Allow(const grpc::CallbackServerContext* context,
+                     std::string_view rpc, absl::Status allowed) const;
+  // The shape of every operator RPC: refuses (logged) a caller without the
+  // admin token, else runs `body` (returns absl::Status); finishes the call
+  // with the outcome.
+  template <typename Body>
+  grpc::ServerUnaryReactor* AsAdmin(grpc::CallbackServerContext* context,
+                                    const char* what, Body body);
 
   Coordinator& coordinator_;
   const std::chrono::seconds heartbeat_interval_;

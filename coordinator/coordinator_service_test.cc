@@ -8,10 +8,13 @@
 #include "common/fake_clock.h"
 #include "common/mutex.h"
 #include "coordinator/agent_port_checker.h"
+#include "coordinator/metrics.h"
+#include "coordinator/rpc_metrics.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/metadata.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -35,12 +38,16 @@ class FakeAgent final : public v1::Agent::Service {
   const std::set<uint32_t> busy_;
 };
 
+// Starts a loopback server for `service`; with `observer`, every RPC is
+// reported to it as gdt-coord's server does.
 std::unique_ptr<grpc::Server> StartServer(grpc::Service* service,
-                                          std::string* address) {
+                                          std::string* address,
+                                          Observer* observer = nullptr) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
+  if (observer != nullptr) AddRpcMetrics(builder, *observer);
   builder.RegisterService(service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   *address = "127.0.0.1:" + std::to_string(port);
@@ -62,7 +69,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     coordinator_ = std::move(*coordinator);
     service_ = std::make_unique<CoordinatorService>(*coordinator_, 2s);
     service_->SetAdvertiseEndpoint("coord.example.com:7070");
-    server_ = StartServer(service_.get(), &address_);
+    server_ = StartServer(service_.get(), &address_, &metrics_);
     ASSERT_NE(server_, nullptr);
     coordinator_->Start();
     client_ = std::make_unique<rendezvous::CoordinatorClient>(address_);
@@ -117,6 +124,7 @@ class CoordinatorServiceTest : public ::testing::Test {
   }
 
   FakeClock clock_;
+  CoordinatorMetrics metrics_{clock_};  // Every RPC of server_.
   FakeAgent agent_{{29510}};
   std::string agent_address_;
   std::unique_ptr<grpc::Server> agent_server_;
@@ -245,6 +253,14 @@ TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
             "gang train needs 12 nodes but this cluster allows at most 8 per "
             "job (max_nodes_per_job)");
   EXPECT_EQ(bad_index.status().code(), absl::StatusCode::kInvalidArgument);
+  // A refused stream counts with its refusal's code.
+  const std::string text = metrics_.Render(coordinator_->GetSnapshot(false));
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code="
+                              "\"FAILED_PRECONDITION\"} 1\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code="
+                              "\"INVALID_ARGUMENT\"} 1\n"))
+      << text;
 }
 
 TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {
@@ -260,6 +276,9 @@ TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {
   ASSERT_TRUE(WaitForStatus([](const v1::GetStatusResponse& status) {
     return status.gangs_size() == 1 && status.gangs(0).members(0).present();
   }));
+  // An accepted stream is counted at its first event, while it stays open.
+  EXPECT_THAT(metrics_.Render(coordinator_->GetSnapshot(false)),
+              HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code=\"OK\"} 1\n"));
 
   context.TryCancel();
   reader->Finish().ok();
@@ -439,6 +458,44 @@ TEST_F(CoordinatorServiceTest, HostsCanBeDrainedUndrainedAndRemoved) {
   status = client_->GetStatus(v1::GetStatusRequest(), 5s);
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->hosts_size(), 0);
+}
+
+TEST_F(CoordinatorServiceTest, EveryRpcIsTimedAndCountedEvenWhenRefused) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 2).ok());
+  // A ReportExit with a host token nobody issued is refused before it
+  // reaches the scheduler: an early return that must still be counted.
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 5s);
+  context.AddMetadata(rendezvous::kHostTokenMetadata, "not-a-token");
+  v1::ReportExitRequest request;
+  request.set_gang_id("g-1");
+  v1::ReportExitResponse response;
+  const grpc::Status refused = stub->ReportExit(&context, request, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+      << refused.error_message();
+  // An operator RPC, which no handler used to time.
+  grpc::ClientContext remove_context;
+  remove_context.set_deadline(std::chrono::system_clock::now() + 5s);
+  v1::RemoveHostRequest remove;
+  remove.set_host_name("gpu-01");
+  v1::RemoveHostResponse removed;
+  ASSERT_TRUE(stub->RemoveHost(&remove_context, remove, &removed).ok());
+
+  const std::string text = metrics_.Render(coordinator_->GetSnapshot(false));
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"ReportExit\",code="
+                              "\"PERMISSION_DENIED\"} 1\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("gdt_rpc_duration_seconds_count{method="
+                              "\"ReportExit\"} 1\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"RemoveHost\",code="
+                              "\"OK\"} 1\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"RegisterHost\",code="
+                              "\"OK\"} 1\n"))
+      << text;
 }
 
 }  // namespace

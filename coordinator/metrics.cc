@@ -52,8 +52,8 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
       "deadlock.");
   registry_.DeclareHistogram(
       "gdt_rpc_duration_seconds",
-      "Handling time of unary RPCs, and of JoinGang/WatchGang up to their "
-      "first answer.",
+      "Time from each RPC's arrival to its first answer (a stream's first "
+      "event or refusal).",
       {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
        0.25, 1});
   registry_.DeclareCounter("gdt_rpcs_total",

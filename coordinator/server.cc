@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/tls.h"
@@ -111,6 +112,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   rendezvous::ApplyServerLimits(builder);
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
+  AddRpcMetrics(builder, *server->metrics_);
   builder.RegisterService(server->service_.get());
   server->kv_service_ =
       std::make_unique<kv::KvService>(server->coordinator_->kv());

@@ -1,6 +1,5 @@
 #include "state/sqlite_store.h"
 
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -11,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "state/sqlite_db.h"
 
 namespace gdt::state {
 namespace {
@@ -79,6 +79,28 @@ CREATE TABLE IF NOT EXISTS port_leases (
 
 constexpr const char* kUpsertHost =
     "INSERT OR REPLACE INTO hosts VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)";
+constexpr const char* kUpsertRunnerSlots =
+    "INSERT OR REPLACE INTO host_runner_slots VALUES (?1, ?2)";
+constexpr const char* kDrainHost =
+    "INSERT OR IGNORE INTO drained_hosts VALUES (?1)";
+constexpr const char* kUndrainHost =
+    "DELETE FROM drained_hosts WHERE name = ?1";
+constexpr const char* kDeleteHostRow = "DELETE FROM hosts WHERE name = ?1";
+constexpr const char* kDeleteRunnerSlots =
+    "DELETE FROM host_runner_slots WHERE name = ?1";
+constexpr const char* kSelectHosts =
+    "SELECT hosts.*, drained_hosts.name IS NOT NULL, "
+    "IFNULL(host_runner_slots.runner_slots, 0) FROM hosts "
+    "LEFT JOIN drained_hosts ON hosts.name = drained_hosts.name "
+    "LEFT JOIN host_runner_slots ON hosts.name = host_runner_slots.name "
+    "ORDER BY hosts.name";
+constexpr const char* kSelectGangs = "SELECT * FROM gangs ORDER BY sequence";
+constexpr const char* kSelectMembers =
+    "SELECT * FROM members ORDER BY gang_id, member_index";
+constexpr const char* kSelectGpuLeases =
+    "SELECT * FROM gpu_leases ORDER BY host_name, gpu_index";
+constexpr const char* kSelectPortLeases =
+    "SELECT * FROM port_leases ORDER BY host_name, port";
 constexpr const char* kUpsertGang =
     "INSERT OR REPLACE INTO gangs VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
@@ -155,38 +177,6 @@ constexpr const char* kSelectHostTokens =
     "SELECT host_name, sha256, created_unix_ms FROM host_tokens "
     "ORDER BY host_name";
 
-// Resets a cached statement when the caller is done with it.
-class StatementUse {
- public:
-  explicit StatementUse(sqlite3_stmt* statement) : statement_(statement) {}
-  ~StatementUse() {
-    sqlite3_reset(statement_);
-    sqlite3_clear_bindings(statement_);
-  }
-  StatementUse(const StatementUse&) = delete;
-  StatementUse& operator=(const StatementUse&) = delete;
-
- private:
-  sqlite3_stmt* statement_;
-};
-
-void BindText(sqlite3_stmt* statement, int column, const std::string& text) {
-  sqlite3_bind_text(statement, column, text.data(),
-                    static_cast<int>(text.size()), SQLITE_TRANSIENT);
-}
-
-std::string ColumnText(sqlite3_stmt* statement, int column) {
-  const unsigned char* text = sqlite3_column_text(statement, column);
-  if (text == nullptr) return "";
-  return std::string(
-      reinterpret_cast<const char*>(text),
-      static_cast<size_t>(sqlite3_column_bytes(statement, column)));
-}
-
-uint32_t ColumnUint(sqlite3_stmt* statement, int column) {
-  return static_cast<uint32_t>(sqlite3_column_int64(statement, column));
-}
-
 std::string GpusToJson(const std::vector<GpuInfo>& gpus) {
   nlohmann::json array = nlohmann::json::array();
   for (const GpuInfo& gpu : gpus) {
@@ -208,6 +198,13 @@ absl::StatusOr<nlohmann::json> ParseColumn(const std::string& text,
   return parsed;
 }
 
+// Prefixes an error with what was being done.
+absl::Status Annotated(absl::Status status, const std::string& what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(),
+                      absl::StrCat(what, ": ", status.message()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
@@ -222,281 +219,134 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
                                               ": ", error.message()));
     }
   }
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(
-      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
-  if (rc != SQLITE_OK) {
-    std::string message =
-        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-    sqlite3_close(db);
-    return absl::InternalError(
-        absl::StrCat("cannot open state database ", path, ": ", message));
-  }
-  std::unique_ptr<SqliteStore> store(new SqliteStore(db));
+  absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path);
+  if (!db.ok()) return db.status();
+  std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(*db)));
   // The state holds gang key-value store tokens: owner only. SQLite gives
   // its -wal and -shm files the same mode.
   if (path != ":memory:" && chmod(path.c_str(), 0600) != 0) {
     return absl::InternalError(
         absl::StrCat("cannot chmod 0600 ", path, ": ", std::strerror(errno)));
   }
-  absl::Status status = store->Init();
-  if (!status.ok()) {
-    return absl::Status(status.code(),
-                        absl::StrCat(path, ": ", status.message()));
-  }
+  GDT_RETURN_IF_ERROR(Annotated(store->Init(), path));
   return store;
 }
 
-SqliteStore::~SqliteStore() {
-  for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
-  sqlite3_close(db_);
-}
+SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}
 
-absl::Status SqliteStore::Error(const std::string& what) const {
-  return absl::InternalError(absl::StrCat(what, ": ", sqlite3_errmsg(db_)));
-}
-
-absl::Status SqliteStore::Exec(const char* sql) {
-  char* message = nullptr;
-  if (sqlite3_exec(db_, sql, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string text = message != nullptr ? message : "unknown error";
-    sqlite3_free(message);
-    return absl::InternalError(absl::StrCat("sqlite: ", text));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<sqlite3_stmt*> SqliteStore::Prepare(const char* sql) {
-  auto it = statements_.find(sql);
-  if (it != statements_.end()) return it->second;
-  sqlite3_stmt* statement = nullptr;
-  if (sqlite3_prepare_v2(db_, sql, -1, &statement, nullptr) != SQLITE_OK) {
-    return Error(absl::StrCat("cannot prepare '", sql, "'"));
-  }
-  statements_[sql] = statement;
-  return statement;
-}
+SqliteStore::~SqliteStore() = default;
 
 absl::Status SqliteStore::Init() {
-  sqlite3_busy_timeout(db_, 5000);
-  GDT_RETURN_IF_ERROR(Exec("PRAGMA journal_mode=WAL"));
-  GDT_RETURN_IF_ERROR(Exec("PRAGMA synchronous=NORMAL"));
-  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status status = Exec(kSchema);
-  if (status.ok()) status = Exec(kKvTokenSchema);
-  if (status.ok()) status = Exec(kCheckpointSchema);
-  if (status.ok()) status = Exec(kHostTokenSchema);
-  int version = -1;
-  if (status.ok()) {
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_, "SELECT MAX(version) FROM schema_version", -1,
-                           &statement, nullptr) != SQLITE_OK) {
-      status = Error("cannot read the schema version");
-    } else {
-      if (sqlite3_step(statement) == SQLITE_ROW &&
-          sqlite3_column_type(statement, 0) != SQLITE_NULL) {
-        version = sqlite3_column_int(statement, 0);
-      }
-      sqlite3_finalize(statement);
-    }
+  db_.SetBusyTimeout(5000);
+  GDT_RETURN_IF_ERROR(db_.Exec("PRAGMA journal_mode=WAL"));
+  GDT_RETURN_IF_ERROR(db_.Exec("PRAGMA synchronous=NORMAL"));
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  for (const char* schema :
+       {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema}) {
+    GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
-  if (status.ok() && version == -1) {
-    status = Exec(
-        absl::StrCat("INSERT INTO schema_version VALUES (", kSchemaVersion, ")")
-            .c_str());
-  } else if (status.ok() && version > kSchemaVersion) {
-    status = absl::FailedPreconditionError(absl::StrCat(
+  int version = -1;
+  {
+    absl::StatusOr<sqlite::Statement> query =
+        db_.Query("SELECT MAX(version) FROM schema_version");
+    if (!query.ok()) return query.status();
+    absl::StatusOr<bool> row = query->Step();
+    if (!row.ok()) return row.status();
+    if (*row && !query->row().IsNull(0)) version = query->row().Int(0);
+  }
+  if (version == -1) {
+    GDT_RETURN_IF_ERROR(
+        db_.Run("INSERT INTO schema_version VALUES (?1)", kSchemaVersion));
+  } else if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
         "state has schema version ", version,
         " but this gdt-coord understands only up to ", kSchemaVersion));
   }
-  if (!status.ok()) {
-    Exec("ROLLBACK").IgnoreError();
-    return status;
-  }
-  return Exec("COMMIT");
+  return transaction->Commit();
 }
 
 absl::Status SqliteStore::SaveHost(const Host& host) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertHost);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  nlohmann::json labels(host.spec.labels);
-  BindText(s, 1, host.spec.name);
-  BindText(s, 2, host.spec.address);
-  BindText(s, 3, host.spec.agent_endpoint);
-  BindText(s, 4, GpusToJson(host.spec.gpus));
-  BindText(s, 5, labels.dump());
-  BindText(s, 6, host.spec.network_interface);
-  sqlite3_bind_int64(s, 7, host.spec.cpu_slots);
-  sqlite3_bind_int64(s, 8, host.last_heartbeat_unix_ms);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot save host ", host.spec.name));
-  }
-  absl::StatusOr<sqlite3_stmt*> slots =
-      Prepare("INSERT OR REPLACE INTO host_runner_slots VALUES (?1, ?2)");
-  if (!slots.ok()) return slots.status();
-  StatementUse slots_use(*slots);
-  BindText(*slots, 1, host.spec.name);
-  sqlite3_bind_int64(*slots, 2, host.spec.runner_slots);
-  if (sqlite3_step(*slots) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot save runner slots of ", host.spec.name));
-  }
-  return absl::OkStatus();
+  GDT_RETURN_IF_ERROR(db_.Run(
+      kUpsertHost, host.spec.name, host.spec.address, host.spec.agent_endpoint,
+      GpusToJson(host.spec.gpus), nlohmann::json(host.spec.labels).dump(),
+      host.spec.network_interface, host.spec.cpu_slots,
+      host.last_heartbeat_unix_ms));
+  return db_.Run(kUpsertRunnerSlots, host.spec.name, host.spec.runner_slots);
 }
 
 absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertGang);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, gang.id);
-  BindText(s, 2, gang.key.instance);
-  sqlite3_bind_int64(s, 3, gang.key.project_id);
-  sqlite3_bind_int64(s, 4, gang.key.pipeline_id);
-  BindText(s, 5, gang.key.group_name);
-  sqlite3_bind_int64(s, 6, gang.key.size);
-  sqlite3_bind_int64(s, 7, static_cast<int>(gang.state));
-  sqlite3_bind_int64(s, 8, gang.epoch);
-  BindText(s, 9, gang.reason);
-  BindText(s, 10, gang.master_host);
-  BindText(s, 11, gang.master_addr);
-  sqlite3_bind_int64(s, 12, gang.master_port);
-  sqlite3_bind_int64(s, 13, gang.created_unix_ms);
-  sqlite3_bind_int64(s, 14, gang.sequence);
-  if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save gang");
-  return absl::OkStatus();
+  return db_.Run(kUpsertGang, gang.id, gang.key.instance, gang.key.project_id,
+                 gang.key.pipeline_id, gang.key.group_name, gang.key.size,
+                 gang.state, gang.epoch, gang.reason, gang.master_host,
+                 gang.master_addr, gang.master_port, gang.created_unix_ms,
+                 gang.sequence);
 }
 
 absl::Status SqliteStore::SaveMemberRow(const std::string& gang_id,
                                         const Member& member) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertMember);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, gang_id);
-  sqlite3_bind_int64(s, 2, member.index);
-  sqlite3_bind_int64(s, 3, member.job_id);
-  BindText(s, 4, member.job_name);
-  sqlite3_bind_int64(s, 5, member.gpus_per_node);
-  sqlite3_bind_int64(s, 6, member.procs_per_node);
-  sqlite3_bind_int64(s, 7, member.launcher);
-  BindText(s, 8, member.arrival_host);
-  sqlite3_bind_int64(s, 9, member.job_timeout_seconds);
-  sqlite3_bind_int64(s, 10, member.left ? 1 : 0);
-  sqlite3_bind_int64(s, 11, member.node_rank);
-  BindText(s, 12, member.host_name);
-  BindText(s, 13, nlohmann::json(member.gpu_indices).dump());
-  sqlite3_bind_int64(s, 14, member.exit_code);
-  if (sqlite3_step(s) != SQLITE_DONE) return Error("cannot save member");
-  return absl::OkStatus();
+  return db_.Run(kUpsertMember, gang_id, member.index, member.job_id,
+                 member.job_name, member.gpus_per_node, member.procs_per_node,
+                 member.launcher, member.arrival_host,
+                 member.job_timeout_seconds, member.left, member.node_rank,
+                 member.host_name, nlohmann::json(member.gpu_indices).dump(),
+                 member.exit_code);
 }
 
 absl::Status SqliteStore::SaveGangRows(const Gang& gang) {
   GDT_RETURN_IF_ERROR(SaveGangHeader(gang));
   for (const char* sql :
        {kDeleteMembers, kDeleteGpuLeases, kDeletePortLeases}) {
-    absl::StatusOr<sqlite3_stmt*> statement = Prepare(sql);
-    if (!statement.ok()) return statement.status();
-    StatementUse use(*statement);
-    BindText(*statement, 1, gang.id);
-    if (sqlite3_step(*statement) != SQLITE_DONE) {
-      return Error("cannot clear gang rows");
-    }
+    GDT_RETURN_IF_ERROR(db_.Run(sql, gang.id));
   }
   const bool holds_leases = gang.state == GangState::kRunning;
   for (const auto& [index, member] : gang.members) {
     GDT_RETURN_IF_ERROR(SaveMemberRow(gang.id, member));
     if (!holds_leases) continue;
     for (uint32_t gpu : member.gpu_indices) {
-      absl::StatusOr<sqlite3_stmt*> lease = Prepare(kInsertGpuLease);
-      if (!lease.ok()) return lease.status();
-      StatementUse lease_use(*lease);
-      BindText(*lease, 1, member.host_name);
-      sqlite3_bind_int64(*lease, 2, gpu);
-      BindText(*lease, 3, gang.id);
-      sqlite3_bind_int64(*lease, 4, member.index);
-      if (sqlite3_step(*lease) != SQLITE_DONE) {
-        return Error("cannot save GPU lease");
-      }
+      GDT_RETURN_IF_ERROR(db_.Run(kInsertGpuLease, member.host_name, gpu,
+                                  gang.id, member.index));
     }
   }
   if (holds_leases && gang.master_port != 0) {
-    absl::StatusOr<sqlite3_stmt*> lease = Prepare(kInsertPortLease);
-    if (!lease.ok()) return lease.status();
-    StatementUse use(*lease);
-    BindText(*lease, 1, gang.master_host);
-    sqlite3_bind_int64(*lease, 2, gang.master_port);
-    BindText(*lease, 3, gang.id);
-    if (sqlite3_step(*lease) != SQLITE_DONE) {
-      return Error("cannot save port lease");
-    }
+    GDT_RETURN_IF_ERROR(
+        db_.Run(kInsertPortLease, gang.master_host, gang.master_port, gang.id));
   }
   return absl::OkStatus();
 }
 
 absl::Status SqliteStore::SaveGang(const Gang& gang) {
-  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status status = SaveGangRows(gang);
-  if (!status.ok()) {
-    Exec("ROLLBACK").IgnoreError();
-    return absl::Status(status.code(),
-                        absl::StrCat("gang ", gang.id, ": ", status.message()));
-  }
-  return Exec("COMMIT");
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  GDT_RETURN_IF_ERROR(Annotated(SaveGangRows(gang), "gang " + gang.id));
+  return transaction->Commit();
 }
 
 absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
-  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
   absl::Status status = SaveGangHeader(gang);
   if (status.ok()) status = SaveMemberRow(gang.id, member);
-  if (!status.ok()) {
-    Exec("ROLLBACK").IgnoreError();
-    return absl::Status(status.code(),
-                        absl::StrCat("gang ", gang.id, ": ", status.message()));
-  }
-  return Exec("COMMIT");
+  GDT_RETURN_IF_ERROR(Annotated(status, "gang " + gang.id));
+  return transaction->Commit();
 }
 
 absl::Status SqliteStore::SetHostDrained(const std::string& name,
                                          bool drained) {
-  absl::StatusOr<sqlite3_stmt*> statement =
-      Prepare(drained ? "INSERT OR IGNORE INTO drained_hosts VALUES (?1)"
-                      : "DELETE FROM drained_hosts WHERE name = ?1");
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, name);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot save the drain of host ", name));
-  }
-  return absl::OkStatus();
+  return db_.Run(drained ? kDrainHost : kUndrainHost, name);
 }
 
 absl::Status SqliteStore::DeleteHost(const std::string& name) {
-  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status status;
-  for (const char* sql : {"DELETE FROM hosts WHERE name = ?1",
-                          "DELETE FROM drained_hosts WHERE name = ?1",
-                          "DELETE FROM host_runner_slots WHERE name = ?1"}) {
-    absl::StatusOr<sqlite3_stmt*> statement = Prepare(sql);
-    if (!statement.ok()) {
-      status = statement.status();
-      break;
-    }
-    sqlite3_stmt* s = *statement;
-    StatementUse use(s);
-    BindText(s, 1, name);
-    if (sqlite3_step(s) != SQLITE_DONE) {
-      status = Error(absl::StrCat("cannot remove host ", name));
-      break;
-    }
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  for (const char* sql : {kDeleteHostRow, kUndrainHost, kDeleteRunnerSlots}) {
+    GDT_RETURN_IF_ERROR(db_.Run(sql, name));
   }
-  if (!status.ok()) {
-    Exec("ROLLBACK").IgnoreError();
-    return status;
-  }
-  return Exec("COMMIT");
+  return transaction->Commit();
 }
 
 absl::StatusOr<StoredState> SqliteStore::Load() {
@@ -508,37 +358,23 @@ absl::StatusOr<StoredState> SqliteStore::Load() {
   }
 }
 
+template <typename OnRow>
+absl::Status SqliteStore::ForEachRow(const char* sql, OnRow on_row) {
+  absl::StatusOr<sqlite::Statement> query = db_.Query(sql);
+  if (!query.ok()) return query.status();
+  return query->ForEachRow(on_row);
+}
+
 absl::StatusOr<StoredState> SqliteStore::LoadRows() {
   StoredState state;
-  auto query = [&](const char* sql,
-                   auto on_row) -> absl::Status {  // Steps every row.
-    sqlite3_stmt* statement = nullptr;
-    if (sqlite3_prepare_v2(db_, sql, -1, &statement, nullptr) != SQLITE_OK) {
-      return Error(absl::StrCat("cannot prepare '", sql, "'"));
-    }
-    absl::Status status;
-    int rc;
-    while (status.ok() && (rc = sqlite3_step(statement)) == SQLITE_ROW) {
-      status = on_row(statement);
-    }
-    if (status.ok() && rc != SQLITE_DONE) status = Error("cannot read state");
-    sqlite3_finalize(statement);
-    return status;
-  };
-
-  GDT_RETURN_IF_ERROR(query(
-      "SELECT hosts.*, drained_hosts.name IS NOT NULL, "
-      "IFNULL(host_runner_slots.runner_slots, 0) FROM hosts "
-      "LEFT JOIN drained_hosts ON hosts.name = drained_hosts.name "
-      "LEFT JOIN host_runner_slots ON hosts.name = host_runner_slots.name "
-      "ORDER BY hosts.name",
-      [&](sqlite3_stmt* s) -> absl::Status {
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectHosts, [&](const sqlite::Row& row) -> absl::Status {
         Host host;
-        host.spec.name = ColumnText(s, 0);
-        host.spec.address = ColumnText(s, 1);
-        host.spec.agent_endpoint = ColumnText(s, 2);
+        host.spec.name = row.Text(0);
+        host.spec.address = row.Text(1);
+        host.spec.agent_endpoint = row.Text(2);
         absl::StatusOr<nlohmann::json> gpus =
-            ParseColumn(ColumnText(s, 3), "gpus of host " + host.spec.name);
+            ParseColumn(row.Text(3), "gpus of host " + host.spec.name);
         if (!gpus.ok()) return gpus.status();
         for (const nlohmann::json& gpu : *gpus) {
           host.spec.gpus.push_back(
@@ -547,134 +383,100 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
                       gpu.value("memory_bytes", uint64_t{0})});
         }
         absl::StatusOr<nlohmann::json> labels =
-            ParseColumn(ColumnText(s, 4), "labels of host " + host.spec.name);
+            ParseColumn(row.Text(4), "labels of host " + host.spec.name);
         if (!labels.ok()) return labels.status();
         for (const auto& [key, value] : labels->items()) {
           if (value.is_string())
             host.spec.labels[key] = value.get<std::string>();
         }
-        host.spec.network_interface = ColumnText(s, 5);
-        host.spec.cpu_slots = ColumnUint(s, 6);
-        host.last_heartbeat_unix_ms = sqlite3_column_int64(s, 7);
-        host.drained = sqlite3_column_int(s, 8) != 0;
-        host.spec.runner_slots = ColumnUint(s, 9);
+        host.spec.network_interface = row.Text(5);
+        host.spec.cpu_slots = row.Uint(6);
+        host.last_heartbeat_unix_ms = row.Int64(7);
+        host.drained = row.Bool(8);
+        host.spec.runner_slots = row.Uint(9);
         state.hosts.push_back(std::move(host));
         return absl::OkStatus();
       }));
 
   std::map<std::string, size_t> gang_positions;
-  GDT_RETURN_IF_ERROR(
-      query("SELECT * FROM gangs ORDER BY sequence", [&](sqlite3_stmt* s) {
-        Gang gang;
-        gang.id = ColumnText(s, 0);
-        gang.key.instance = ColumnText(s, 1);
-        gang.key.project_id = sqlite3_column_int64(s, 2);
-        gang.key.pipeline_id = sqlite3_column_int64(s, 3);
-        gang.key.group_name = ColumnText(s, 4);
-        gang.key.size = ColumnUint(s, 5);
-        gang.state = static_cast<GangState>(sqlite3_column_int(s, 6));
-        gang.epoch = ColumnUint(s, 7);
-        gang.reason = ColumnText(s, 8);
-        gang.master_host = ColumnText(s, 9);
-        gang.master_addr = ColumnText(s, 10);
-        gang.master_port = ColumnUint(s, 11);
-        gang.created_unix_ms = sqlite3_column_int64(s, 12);
-        gang.sequence = sqlite3_column_int64(s, 13);
-        gang_positions[gang.id] = state.gangs.size();
-        state.gangs.push_back(std::move(gang));
-        return absl::OkStatus();
-      }));
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectGangs, [&](const sqlite::Row& row) {
+    Gang gang;
+    gang.id = row.Text(0);
+    gang.key.instance = row.Text(1);
+    gang.key.project_id = row.Int64(2);
+    gang.key.pipeline_id = row.Int64(3);
+    gang.key.group_name = row.Text(4);
+    gang.key.size = row.Uint(5);
+    gang.state = static_cast<GangState>(row.Int(6));
+    gang.epoch = row.Uint(7);
+    gang.reason = row.Text(8);
+    gang.master_host = row.Text(9);
+    gang.master_addr = row.Text(10);
+    gang.master_port = row.Uint(11);
+    gang.created_unix_ms = row.Int64(12);
+    gang.sequence = row.Int64(13);
+    gang_positions[gang.id] = state.gangs.size();
+    state.gangs.push_back(std::move(gang));
+  }));
 
-  GDT_RETURN_IF_ERROR(query(
-      "SELECT * FROM members ORDER BY gang_id, member_index",
-      [&](sqlite3_stmt* s) -> absl::Status {
-        const std::string gang_id = ColumnText(s, 0);
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectMembers, [&](const sqlite::Row& row) -> absl::Status {
+        const std::string gang_id = row.Text(0);
         auto position = gang_positions.find(gang_id);
         if (position == gang_positions.end()) {
           return absl::DataLossError(
               absl::StrCat("member of unknown gang ", gang_id));
         }
         Member member;
-        member.index = ColumnUint(s, 1);
-        member.job_id = sqlite3_column_int64(s, 2);
-        member.job_name = ColumnText(s, 3);
-        member.gpus_per_node = ColumnUint(s, 4);
-        member.procs_per_node = ColumnUint(s, 5);
-        member.launcher = sqlite3_column_int(s, 6);
-        member.arrival_host = ColumnText(s, 7);
-        member.job_timeout_seconds = ColumnUint(s, 8);
-        member.left = sqlite3_column_int(s, 9) != 0;
-        member.node_rank = sqlite3_column_int(s, 10);
-        member.host_name = ColumnText(s, 11);
+        member.index = row.Uint(1);
+        member.job_id = row.Int64(2);
+        member.job_name = row.Text(3);
+        member.gpus_per_node = row.Uint(4);
+        member.procs_per_node = row.Uint(5);
+        member.launcher = row.Int(6);
+        member.arrival_host = row.Text(7);
+        member.job_timeout_seconds = row.Uint(8);
+        member.left = row.Bool(9);
+        member.node_rank = row.Int(10);
+        member.host_name = row.Text(11);
         absl::StatusOr<nlohmann::json> gpus =
-            ParseColumn(ColumnText(s, 12), "gpu indices of " + gang_id);
+            ParseColumn(row.Text(12), "gpu indices of " + gang_id);
         if (!gpus.ok()) return gpus.status();
         for (const nlohmann::json& gpu : *gpus) {
           member.gpu_indices.push_back(gpu.get<uint32_t>());
         }
-        member.exit_code = sqlite3_column_int(s, 13);
+        member.exit_code = row.Int(13);
         state.gangs[position->second].members[member.index] = std::move(member);
         return absl::OkStatus();
       }));
 
-  GDT_RETURN_IF_ERROR(query(
-      "SELECT * FROM gpu_leases ORDER BY host_name, gpu_index",
-      [&](sqlite3_stmt* s) {
-        state.gpu_leases.push_back(GpuLease{ColumnText(s, 0), ColumnUint(s, 1),
-                                            ColumnText(s, 2),
-                                            ColumnUint(s, 3)});
-        return absl::OkStatus();
-      }));
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectGpuLeases, [&](const sqlite::Row& row) {
+    state.gpu_leases.push_back(
+        GpuLease{row.Text(0), row.Uint(1), row.Text(2), row.Uint(3)});
+  }));
   GDT_RETURN_IF_ERROR(
-      query("SELECT * FROM port_leases ORDER BY host_name, port",
-            [&](sqlite3_stmt* s) {
-              state.port_leases.push_back(PortLease{
-                  ColumnText(s, 0), ColumnUint(s, 1), ColumnText(s, 2)});
-              return absl::OkStatus();
-            }));
+      ForEachRow(kSelectPortLeases, [&](const sqlite::Row& row) {
+        state.port_leases.push_back(
+            PortLease{row.Text(0), row.Uint(1), row.Text(2)});
+      }));
   return state;
 }
 
 // Gang key-value store tokens.
 
 absl::Status SqliteStore::SaveKvToken(const KvToken& token) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertKvToken);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, token.gang_id);
-  sqlite3_bind_int64(s, 2, token.epoch);
-  BindText(s, 3, token.token);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot save the kv token of ", token.gang_id));
-  }
-  return absl::OkStatus();
+  return db_.Run(kUpsertKvToken, token.gang_id, token.epoch, token.token);
 }
 
 absl::Status SqliteStore::DeleteKvToken(const std::string& gang_id) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteKvToken);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, gang_id);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot delete the kv token of ", gang_id));
-  }
-  return absl::OkStatus();
+  return db_.Run(kDeleteKvToken, gang_id);
 }
 
 absl::StatusOr<std::vector<KvToken>> SqliteStore::LoadKvTokens() {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectKvTokens);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
   std::vector<KvToken> tokens;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    tokens.push_back(
-        KvToken{ColumnText(s, 0), ColumnUint(s, 1), ColumnText(s, 2)});
-  }
-  if (rc != SQLITE_DONE) return Error("cannot read kv tokens");
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectKvTokens, [&](const sqlite::Row& row) {
+    tokens.push_back(KvToken{row.Text(0), row.Uint(1), row.Text(2)});
+  }));
   return tokens;
 }
 
@@ -682,124 +484,60 @@ absl::StatusOr<std::vector<KvToken>> SqliteStore::LoadKvTokens() {
 
 absl::Status SqliteStore::SaveCheckpointRecord(const CheckpointRecord& record,
                                                size_t keep_per_gang) {
-  GDT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
-  absl::Status status = [&]() -> absl::Status {
-    absl::StatusOr<sqlite3_stmt*> insert = Prepare(kInsertCheckpoint);
-    if (!insert.ok()) return insert.status();
-    {
-      sqlite3_stmt* s = *insert;
-      StatementUse use(s);
-      BindText(s, 1, record.gang_id);
-      sqlite3_bind_int64(s, 2, record.epoch);
-      sqlite3_bind_int64(s, 3, record.step);
-      sqlite3_bind_int64(s, 4, record.rank);
-      sqlite3_bind_int64(s, 5, record.job_id);
-      BindText(s, 6, record.manifest_json);
-      sqlite3_bind_int64(s, 7, record.recorded_unix_ms);
-      if (sqlite3_step(s) != SQLITE_DONE) {
-        return Error(
-            absl::StrCat("cannot save a checkpoint of ", record.gang_id));
-      }
-    }
-    absl::StatusOr<sqlite3_stmt*> prune = Prepare(kPruneCheckpoints);
-    if (!prune.ok()) return prune.status();
-    sqlite3_stmt* s = *prune;
-    StatementUse use(s);
-    BindText(s, 1, record.gang_id);
-    sqlite3_bind_int64(s, 2, static_cast<int64_t>(keep_per_gang));
-    if (sqlite3_step(s) != SQLITE_DONE) {
-      return Error(
-          absl::StrCat("cannot prune the checkpoints of ", record.gang_id));
-    }
-    return absl::OkStatus();
-  }();
-  if (!status.ok()) {
-    Exec("ROLLBACK").IgnoreError();
-    return status;
-  }
-  return Exec("COMMIT");
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  GDT_RETURN_IF_ERROR(db_.Run(kInsertCheckpoint, record.gang_id, record.epoch,
+                              record.step, record.rank, record.job_id,
+                              record.manifest_json, record.recorded_unix_ms));
+  GDT_RETURN_IF_ERROR(db_.Run(kPruneCheckpoints, record.gang_id,
+                              static_cast<int64_t>(keep_per_gang)));
+  return transaction->Commit();
 }
 
 absl::StatusOr<std::vector<CheckpointRecord>>
 SqliteStore::ListCheckpointRecords(const std::string& gang_id) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectCheckpoints);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, gang_id);
+  absl::StatusOr<sqlite::Statement> query =
+      db_.Query(kSelectCheckpoints, gang_id);
+  if (!query.ok()) return query.status();
   std::vector<CheckpointRecord> records;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+  GDT_RETURN_IF_ERROR(query->ForEachRow([&](const sqlite::Row& row) {
     CheckpointRecord r;
-    r.gang_id = ColumnText(s, 0);
-    r.epoch = ColumnUint(s, 1);
-    r.step = sqlite3_column_int64(s, 2);
-    r.rank = ColumnUint(s, 3);
-    r.job_id = sqlite3_column_int64(s, 4);
-    r.manifest_json = ColumnText(s, 5);
-    r.recorded_unix_ms = sqlite3_column_int64(s, 6);
+    r.gang_id = row.Text(0);
+    r.epoch = row.Uint(1);
+    r.step = row.Int64(2);
+    r.rank = row.Uint(3);
+    r.job_id = row.Int64(4);
+    r.manifest_json = row.Text(5);
+    r.recorded_unix_ms = row.Int64(6);
     records.push_back(std::move(r));
-  }
-  if (rc != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot read the checkpoints of ", gang_id));
-  }
+  }));
   return records;
 }
 
 absl::Status SqliteStore::DeleteCheckpointRecords(const std::string& gang_id) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteCheckpoints);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, gang_id);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot delete the checkpoints of ", gang_id));
-  }
-  return absl::OkStatus();
+  return db_.Run(kDeleteCheckpoints, gang_id);
 }
 
 // Host tokens.
 
 absl::Status SqliteStore::SaveHostToken(const HostTokenRecord& record) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kUpsertHostToken);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, record.host_name);
-  BindText(s, 2, record.sha256);
-  sqlite3_bind_int64(s, 3, record.created_unix_ms);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(
-        absl::StrCat("cannot save the host token of ", record.host_name));
-  }
-  return absl::OkStatus();
+  return db_.Run(kUpsertHostToken, record.host_name, record.sha256,
+                 record.created_unix_ms);
 }
 
 absl::StatusOr<bool> SqliteStore::DeleteHostToken(
     const std::string& host_name) {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kDeleteHostToken);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
-  BindText(s, 1, host_name);
-  if (sqlite3_step(s) != SQLITE_DONE) {
-    return Error(absl::StrCat("cannot delete the host token of ", host_name));
-  }
-  return sqlite3_changes(db_) > 0;
+  GDT_RETURN_IF_ERROR(db_.Run(kDeleteHostToken, host_name));
+  return db_.Changes() > 0;
 }
 
 absl::StatusOr<std::vector<HostTokenRecord>> SqliteStore::LoadHostTokens() {
-  absl::StatusOr<sqlite3_stmt*> statement = Prepare(kSelectHostTokens);
-  if (!statement.ok()) return statement.status();
-  sqlite3_stmt* s = *statement;
-  StatementUse use(s);
   std::vector<HostTokenRecord> records;
-  int rc;
-  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    records.push_back(HostTokenRecord{ColumnText(s, 0), ColumnText(s, 1),
-                                      sqlite3_column_int64(s, 2)});
-  }
-  if (rc != SQLITE_DONE) return Error("cannot read host tokens");
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectHostTokens, [&](const sqlite::Row&
+                                                            row) {
+    records.push_back(HostTokenRecord{row.Text(0), row.Text(1), row.Int64(2)});
+  }));
   return records;
 }
 

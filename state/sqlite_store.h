@@ -1,17 +1,14 @@
 #ifndef GDT_COORDINATOR_STORE_H_
 #define GDT_COORDINATOR_STORE_H_
 
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "state/model.h"
+#include "state/sqlite_db.h"
 #include "state/state_store.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
 
 namespace gdt::state {
 
@@ -87,18 +84,17 @@ class SqliteStore : public StateStore {
   absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
 
  private:
-  explicit SqliteStore(sqlite3* db) : db_(db) {}
+  explicit SqliteStore(sqlite::Db db);
   absl::Status Init();
-  absl::Status Exec(const char* sql);
-  absl::StatusOr<sqlite3_stmt*> Prepare(const char* sql);
   absl::Status SaveGangRows(const Gang& gang);
   absl::Status SaveGangHeader(const Gang& gang);
   absl::Status SaveMemberRow(const std::string& gang_id, const Member& member);
   absl::StatusOr<StoredState> LoadRows();
-  absl::Status Error(const std::string& what) const;
+  // Calls `on_row(const sqlite::Row&)` for every row of `sql`.
+  template <typename OnRow>
+  absl::Status ForEachRow(const char* sql, OnRow on_row);
 
-  sqlite3* db_;
-  std::map<const char*, sqlite3_stmt*> statements_;  // Keyed by SQL text.
+  sqlite::Db db_;
 };
 
 }  // namespace gdt::state

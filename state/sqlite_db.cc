@@ -1,0 +1,168 @@
+#include "state/sqlite_db.h"
+
+#include <sqlite3.h>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::state::sqlite {
+namespace {
+
+// Schema scripts are long; an error names their start.
+std::string Abbreviated(std::string_view sql) {
+  constexpr size_t kMax = 120;
+  while (!sql.empty() && (sql.front() == '\n' || sql.front() == ' ')) {
+    sql.remove_prefix(1);
+  }
+  return std::string(sql.substr(0, kMax));
+}
+
+}  // namespace
+
+std::string Row::Text(int column) const {
+  const unsigned char* text = sqlite3_column_text(statement_, column);
+  if (text == nullptr) return "";
+  return std::string(
+      reinterpret_cast<const char*>(text),
+      static_cast<size_t>(sqlite3_column_bytes(statement_, column)));
+}
+
+int64_t Row::Int64(int column) const {
+  return sqlite3_column_int64(statement_, column);
+}
+
+int Row::Int(int column) const {
+  return sqlite3_column_int(statement_, column);
+}
+
+uint32_t Row::Uint(int column) const {
+  return static_cast<uint32_t>(sqlite3_column_int64(statement_, column));
+}
+
+bool Row::IsNull(int column) const {
+  return sqlite3_column_type(statement_, column) == SQLITE_NULL;
+}
+
+Statement::Statement(Statement&& other) noexcept
+    : db_(other.db_), statement_(other.statement_), sql_(other.sql_) {
+  other.statement_ = nullptr;
+}
+
+Statement::~Statement() {
+  if (statement_ == nullptr) return;
+  sqlite3_reset(statement_);
+  sqlite3_clear_bindings(statement_);
+}
+
+absl::Status Statement::BindOne(int index, std::string_view text) {
+  if (sqlite3_bind_text(statement_, index, text.data(),
+                        static_cast<int>(text.size()),
+                        SQLITE_TRANSIENT) != SQLITE_OK) {
+    return db_->Error(sql_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Statement::BindOne(int index, int64_t number) {
+  if (sqlite3_bind_int64(statement_, index, number) != SQLITE_OK) {
+    return db_->Error(sql_);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Statement::Step() {
+  switch (sqlite3_step(statement_)) {
+    case SQLITE_ROW:
+      return true;
+    case SQLITE_DONE:
+      return false;
+    default:
+      return db_->Error(sql_);
+  }
+}
+
+absl::Status Statement::Run() {
+  absl::StatusOr<bool> row = Step();
+  if (!row.ok()) return row.status();
+  if (*row) {
+    return absl::InternalError(
+        absl::StrCat("sqlite: unexpected row from '", sql_, "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Db> Db::Open(const std::string& path) {
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string message =
+        db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    sqlite3_close(db);
+    return absl::InternalError(
+        absl::StrCat("cannot open state database ", path, ": ", message));
+  }
+  return Db(db);
+}
+
+Db::Db(Db&& other) noexcept
+    : db_(other.db_), statements_(std::move(other.statements_)) {
+  other.db_ = nullptr;
+  other.statements_.clear();
+}
+
+Db::~Db() {
+  for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
+  if (db_ != nullptr) sqlite3_close(db_);
+}
+
+void Db::SetBusyTimeout(int milliseconds) {
+  sqlite3_busy_timeout(db_, milliseconds);
+}
+
+absl::Status Db::Exec(std::string_view sql) {
+  const std::string text(sql);
+  char* message = nullptr;
+  if (sqlite3_exec(db_, text.c_str(), nullptr, nullptr, &message) !=
+      SQLITE_OK) {
+    std::string error = message != nullptr ? message : "unknown error";
+    sqlite3_free(message);
+    return absl::InternalError(
+        absl::StrCat("sqlite: ", error, " in '", Abbreviated(sql), "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Statement> Db::Prepare(const char* sql) {
+  auto it = statements_.find(sql);
+  if (it == statements_.end()) {
+    sqlite3_stmt* statement = nullptr;
+    if (sqlite3_prepare_v2(db_, sql, -1, &statement, nullptr) != SQLITE_OK) {
+      return Error(sql);
+    }
+    it = statements_.emplace(sql, statement).first;
+  }
+  return Statement(this, it->second, sql);
+}
+
+int Db::Changes() const { return sqlite3_changes(db_); }
+
+absl::Status Db::Error(std::string_view sql) const {
+  return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_),
+                                          " in '", Abbreviated(sql), "'"));
+}
+
+absl::StatusOr<Transaction> Transaction::Begin(Db& db) {
+  GDT_RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
+  return Transaction(&db);
+}
+
+Transaction::~Transaction() {
+  if (open_) db_->Exec("ROLLBACK").IgnoreError();
+}
+
+absl::Status Transaction::Commit() {
+  open_ = false;
+  return db_->Exec("COMMIT");
+}
+
+}  // namespace gdt::state::sqlite
