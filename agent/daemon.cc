@@ -47,26 +47,6 @@ v1::HostSpec MakeHostSpec(const HostConfig& host,
   return spec;
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << content << "\n";
-    out.close();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string error = strerror(errno);
-    std::remove(temporary.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error));
-  }
-  return absl::OkStatus();
-}
-
 Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security)
     : config_(config),
       supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment()),

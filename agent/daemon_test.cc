@@ -256,19 +256,5 @@ TEST_F(DaemonTest, ListenFailureIsUnavailable) {
             absl::StatusCode::kUnavailable);
 }
 
-TEST_F(DaemonTest, PortFileIsWrittenAtomically) {
-  const std::string path = root_ + "/agent.port";
-
-  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4242").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4343").ok());
-
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  EXPECT_EQ(text.str(), "127.0.0.1:4343\n");
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
-  EXPECT_FALSE(WriteFileAtomically(root_ + "/missing/dir/port", "x").ok());
-}
-
 }  // namespace
 }  // namespace gdt::agent

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/secret.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/tls.h"
@@ -156,21 +157,7 @@ void CoordinatorServer::Shutdown() {
 
 absl::Status WritePortFile(const std::string& path,
                            const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << content << "\n";
-    file.close();
-    if (!file) {
-      return absl::InternalError(
-          absl::StrCat("cannot write ", temporary, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ",
-                                            path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, content + "\n");
 }
 
 }  // namespace gdt::coordinator
