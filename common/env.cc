@@ -12,7 +12,8 @@
 namespace gdt {
 
 absl::Status ErrnoStatus(int error, std::string_view what) {
-  std::string message = absl::StrCat(std::string(what), ": ", std::strerror(error));
+  std::string message =
+      absl::StrCat(std::string(what), ": ", std::strerror(error));
   switch (error) {
     case ENOENT:
       return absl::NotFoundError(std::move(message));
