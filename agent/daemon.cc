@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
+#include "common/host_port.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/metadata.h"
@@ -109,15 +110,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   if (!server.ok()) return server.status();
   daemon->server_ = std::move(*server);
 
-  const std::string port = std::to_string(daemon->server_->port());
-  std::string host =
-      config.listen_address.substr(0, config.listen_address.rfind(':'));
-  if (IsWildcardHost(host)) host = config.host.address;
-  daemon->bound_endpoint_ = absl::StrCat(host, ":", port);
-  daemon->advertise_endpoint_ =
-      !config.advertise_endpoint.empty()
-          ? config.advertise_endpoint
-          : absl::StrCat(config.host.address, ":", port);
+  const int port = daemon->server_->port();
+  absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
+  if (!listen.ok()) return listen.status();
+  const std::string& host =
+      IsWildcardHost(listen->host) ? config.host.address : listen->host;
+  daemon->bound_endpoint_ = JoinHostPort(host, port);
+  daemon->advertise_endpoint_ = !config.advertise_endpoint.empty()
+                                    ? config.advertise_endpoint
+                                    : JoinHostPort(config.host.address, port);
   spdlog::info("gdt-agent listening on {} host={} advertise={}",
                daemon->bound_endpoint_, config.host.name,
                daemon->advertise_endpoint_);

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <string_view>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "httplib.h"
 
 namespace gdt::coordinator {
@@ -18,18 +18,13 @@ constexpr std::chrono::seconds kStartTimeout{10};
 
 absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     const std::string& address, std::function<std::string()> render) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("metrics_address must be host:port, got '", address, "'"));
+        absl::StrCat("metrics_address ", parsed.status().message()));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const std::string& host = parsed->host;
+  const int port = parsed->port;
   std::unique_ptr<MetricsServer> server(new MetricsServer());
   server->server_ = std::make_unique<httplib::Server>();
   // httplib's default also sets SO_REUSEPORT, which would let a second
@@ -50,7 +45,7 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " for metrics"));
   }
-  server->bound_address_ = absl::StrCat(address.substr(0, colon), ":", bound);
+  server->bound_address_ = JoinHostPort(host, bound);
   httplib::Server* raw = server->server_.get();
   server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
   // stop() is a no-op until the listen loop runs, so the destructor could

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
+#include "common/host_port.h"
 #include "common/secret.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/tls.h"
@@ -117,9 +118,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", config.listen_address));
   }
-  const size_t colon = config.listen_address.rfind(':');
-  server->bound_address_ =
-      absl::StrCat(config.listen_address.substr(0, colon), ":", port);
+  absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
+  if (!listen.ok()) return listen.status();
+  server->bound_address_ = JoinHostPort(listen->host, port);
   server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
                                              ? server->bound_address_
                                              : config.advertise_endpoint);

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_port.h"
 
 namespace gdt::test {
 namespace fs = std::filesystem;
@@ -331,14 +332,14 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   // Tests running in parallel share this machine's ports but not a
   // coordinator, so each test process leases master ports from its own range.
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
-  const std::string listen_host =
-      coordinator_listen_.substr(0, coordinator_listen_.rfind(':'));
+  const std::string metrics_address =
+      JoinHostPort(ParseHostPort(coordinator_listen_).value().host, 0);
   WriteFile(config,
             absl::StrCat("listen_address: ", coordinator_listen_,
                          "\nstate_path: ", dir_.Sub("coord.db"),
                          "\nheartbeat_interval_seconds: 1\n",
                          "host_down_after_seconds: 5\n",
-                         "metrics_address: ", listen_host, ":0\n",
+                         "metrics_address: ", metrics_address, "\n",
                          "master_port_range: {min: ", first_port,
                          ", max: ", first_port + 39, "}\n",
                          coordinator_extra_config_, TlsYaml(/*server=*/true)));
