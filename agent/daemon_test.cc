@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::agent {
 namespace {
@@ -110,15 +111,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
 
 class DaemonTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = testing::TempDir() + "/agent-daemon-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = fs::path(pattern).lexically_normal().string();
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
+  void SetUp() override { ASSERT_FALSE(root_.empty()); }
 
   Config MakeConfig(const std::string& coordinator) {
     absl::StatusOr<Config> config = ParseConfig(R"(
@@ -139,7 +132,8 @@ host:
     return config.value_or(Config{});
   }
 
-  std::string root_;
+  test::TempDir temp_;
+  const std::string root_ = temp_.path();
 };
 
 TEST_F(DaemonTest, RegistersItsHostAndHeartbeats) {

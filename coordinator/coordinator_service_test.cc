@@ -12,6 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
+#include "testing/loopback_server.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -37,14 +38,9 @@ class FakeAgent final : public v1::Agent::Service {
 
 std::unique_ptr<grpc::Server> StartServer(grpc::Service* service,
                                           std::string* address) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  *address = "127.0.0.1:" + std::to_string(port);
-  return server;
+  test::LoopbackServer loopback = test::ServeOnLoopback(service);
+  *address = loopback.address;
+  return std::move(loopback.server);
 }
 
 class CoordinatorServiceTest : public ::testing::Test {

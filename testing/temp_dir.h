@@ -20,7 +20,10 @@ class TempDir {
  public:
   TempDir() {
     std::string pattern = ::testing::TempDir() + "/gdt-test-XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+    if (mkdtemp(pattern.data()) != nullptr) {
+      // TempDir() may end in '/': tests compare paths, so no "//".
+      path_ = std::filesystem::path(pattern).lexically_normal().string();
+    }
   }
   ~TempDir() {
     std::error_code error;
