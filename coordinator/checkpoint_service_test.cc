@@ -14,6 +14,7 @@
 #include "rendezvous/coordinator_client.h"
 #include "testing/loopback_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -117,7 +118,7 @@ class CheckpointServiceTest : public ::testing::Test {
                              {}});
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   FreePortAgent agent_;
   std::unique_ptr<grpc::Server> agent_server_;

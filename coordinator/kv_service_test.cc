@@ -19,6 +19,7 @@
 #include "rendezvous/kv_client.h"
 #include "testing/loopback_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::kv {
 namespace {
@@ -132,7 +133,7 @@ class KvServiceTest : public ::testing::Test {
     }
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   FreePortAgent agent_;
   std::unique_ptr<grpc::Server> agent_server_;

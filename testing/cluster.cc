@@ -45,17 +45,6 @@ void WriteFile(const std::string& path, const std::string& content) {
   out << content;
 }
 
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "gdt-test-XXXXXX").string();
-  char* made = mkdtemp(tmpl.data());
-  path_ = made != nullptr ? made : "";
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  if (!path_.empty()) fs::remove_all(path_, ignored);
-}
-
 namespace {
 
 bool RunQuiet(const std::vector<std::string>& argv) {

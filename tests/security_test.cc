@@ -21,6 +21,7 @@
 #include "rendezvous/kv_client.h"
 #include "testing/loopback_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -169,7 +170,7 @@ class SecurityTest : public ::testing::Test {
     return {*one, *second};
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   std::unique_ptr<gitlab::FakeGitLabApi> gitlab_;
   FreePortAgent agent_;
