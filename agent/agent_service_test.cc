@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::agent {
 namespace {
@@ -92,9 +93,7 @@ class OutputLog {
 class AgentServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = testing::TempDir() + "/agent-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = fs::path(pattern).lexically_normal().string();
+    ASSERT_FALSE(root_.empty());
     supervisor_ = std::make_unique<Supervisor>(
         root_ + "/scratch", seconds(10),
         std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
@@ -115,8 +114,6 @@ class AgentServiceTest : public ::testing::Test {
     server_.reset();
     service_.reset();
     supervisor_.reset();
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
   }
 
   static v1::StartStage Start(const std::string& member,
@@ -168,7 +165,8 @@ class AgentServiceTest : public ::testing::Test {
     };
   }
 
-  std::string root_;
+  test::TempDir temp_;
+  const std::string root_ = temp_.path();
   std::unique_ptr<Supervisor> supervisor_;
   std::unique_ptr<AgentService> service_;
   std::unique_ptr<AgentServer> server_;

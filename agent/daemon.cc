@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
+#include "common/host_port.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/metadata.h"
@@ -45,26 +46,6 @@ v1::HostSpec MakeHostSpec(const HostConfig& host,
   spec.set_cpu_slots(host.cpu_slots);
   spec.set_runner_slots(host.runner_slots);
   return spec;
-}
-
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << content << "\n";
-    out.close();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string error = strerror(errno);
-    std::remove(temporary.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", temporary, " to ", path, ": ", error));
-  }
-  return absl::OkStatus();
 }
 
 Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security)
@@ -129,15 +110,15 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   if (!server.ok()) return server.status();
   daemon->server_ = std::move(*server);
 
-  const std::string port = std::to_string(daemon->server_->port());
-  std::string host =
-      config.listen_address.substr(0, config.listen_address.rfind(':'));
-  if (IsWildcardHost(host)) host = config.host.address;
-  daemon->bound_endpoint_ = absl::StrCat(host, ":", port);
-  daemon->advertise_endpoint_ =
-      !config.advertise_endpoint.empty()
-          ? config.advertise_endpoint
-          : absl::StrCat(config.host.address, ":", port);
+  const int port = daemon->server_->port();
+  absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
+  if (!listen.ok()) return listen.status();
+  const std::string& host =
+      IsWildcardHost(listen->host) ? config.host.address : listen->host;
+  daemon->bound_endpoint_ = JoinHostPort(host, port);
+  daemon->advertise_endpoint_ = !config.advertise_endpoint.empty()
+                                    ? config.advertise_endpoint
+                                    : JoinHostPort(config.host.address, port);
   spdlog::info("gdt-agent listening on {} host={} advertise={}",
                daemon->bound_endpoint_, config.host.name,
                daemon->advertise_endpoint_);

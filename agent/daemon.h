@@ -61,12 +61,6 @@ class Daemon {
 v1::HostSpec MakeHostSpec(const HostConfig& host,
                           const std::string& agent_endpoint);
 
-// Writes `content` plus a newline to `path` atomically (a temporary file in
-// the same directory, then rename), so readers never see a partial file.
-// Errors: Internal naming the path.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::string& content);
-
 }  // namespace gdt::agent
 
 #endif  // GDT_AGENT_DAEMON_H_

@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::agent {
 namespace {
@@ -110,15 +111,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
 
 class DaemonTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = testing::TempDir() + "/agent-daemon-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = fs::path(pattern).lexically_normal().string();
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(root_, ignored);
-  }
+  void SetUp() override { ASSERT_FALSE(root_.empty()); }
 
   Config MakeConfig(const std::string& coordinator) {
     absl::StatusOr<Config> config = ParseConfig(R"(
@@ -139,7 +132,8 @@ host:
     return config.value_or(Config{});
   }
 
-  std::string root_;
+  test::TempDir temp_;
+  const std::string root_ = temp_.path();
 };
 
 TEST_F(DaemonTest, RegistersItsHostAndHeartbeats) {
@@ -254,20 +248,6 @@ TEST_F(DaemonTest, ListenFailureIsUnavailable) {
 
   EXPECT_EQ(Daemon::Start(config).status().code(),
             absl::StatusCode::kUnavailable);
-}
-
-TEST_F(DaemonTest, PortFileIsWrittenAtomically) {
-  const std::string path = root_ + "/agent.port";
-
-  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4242").ok());
-  ASSERT_TRUE(WriteFileAtomically(path, "127.0.0.1:4343").ok());
-
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  EXPECT_EQ(text.str(), "127.0.0.1:4343\n");
-  EXPECT_FALSE(fs::exists(path + ".tmp"));
-  EXPECT_FALSE(WriteFileAtomically(root_ + "/missing/dir/port", "x").ok());
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::agent {
 namespace {
@@ -39,9 +40,7 @@ TEST(LastLinesTest, KeepsTheLastLines) {
 class EvidenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "/evidence-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.empty());
     // A process group like a stage's: a shell and a Python child.
     SpawnOptions spawn;
     spawn.argv = {
@@ -55,7 +54,6 @@ class EvidenceTest : public ::testing::Test {
   }
   void TearDown() override {
     child_.reset();  // Kills the group.
-    fs::remove_all(dir_);
   }
 
   EvidenceRequest Request(const std::string& path) {
@@ -93,7 +91,8 @@ class EvidenceTest : public ::testing::Test {
     return false;
   }
 
-  std::string dir_;
+  test::TempDir temp_;
+  const std::string dir_ = temp_.path();
   std::unique_ptr<Subprocess> child_;
 };
 

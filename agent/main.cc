@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "agent/config.h"
 #include "agent/daemon.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
   }
   if (!port_file.empty()) {
     absl::Status written =
-        gdt::agent::WriteFileAtomically(port_file, (*daemon)->bound_endpoint());
+        gdt::WriteFileAtomically(port_file, (*daemon)->bound_endpoint() + "\n");
     if (!written.ok()) {
       spdlog::critical("{}", written.ToString());
       return kExitStartError;

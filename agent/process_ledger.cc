@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file.h"
 
 namespace gdt::agent {
 namespace {
@@ -81,21 +82,7 @@ absl::Status ProcessLedger::Record(pid_t pgid) const {
   }
   std::error_code error;
   fs::create_directories(dir_, error);
-  const std::string path = PathOf(pgid);
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << *start << "\n";
-    if (!out.flush()) {
-      return absl::InternalError(absl::StrCat("cannot write ", temporary));
-    }
-  }
-  fs::rename(temporary, path, error);
-  if (error) {
-    return absl::InternalError(
-        absl::StrCat("cannot write ", path, ": ", error.message()));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(PathOf(pgid), absl::StrCat(*start, "\n"));
 }
 
 void ProcessLedger::Forget(pid_t pgid) const {

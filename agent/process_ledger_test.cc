@@ -11,6 +11,7 @@
 
 #include "common/subprocess.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::agent {
 namespace {
@@ -22,17 +23,11 @@ using std::chrono::steady_clock;
 
 class ProcessLedgerTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = ::testing::TempDir() + "/ledger-test-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-    dir_ = root_ + "/.process-groups";
-  }
+  void SetUp() override { ASSERT_FALSE(root_.empty()); }
   void TearDown() override {
     for (auto& child : children_) {
       if (!child->exit_status().has_value()) child->Terminate(milliseconds(0));
     }
-    fs::remove_all(root_);
   }
 
   // bash in its own process group running `script`; returns once the
@@ -58,8 +53,9 @@ class ProcessLedgerTest : public ::testing::Test {
     return *children_.back();
   }
 
-  std::string root_;
-  std::string dir_;
+  test::TempDir temp_;
+  const std::string root_ = temp_.path();
+  const std::string dir_ = root_ + "/.process-groups";
   std::vector<std::unique_ptr<Subprocess>> children_;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/backoff.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
@@ -42,7 +43,8 @@ void Registrar::Run() {
   const std::string& name = host_.name();
   // Whether the coordinator answered the last call; logs only on a change.
   bool reachable = true;
-  milliseconds backoff = options_.initial_backoff;
+  Backoff backoff({options_.initial_backoff, options_.max_backoff,
+                   Backoff::Jitter::kDecorrelated});
   while (true) {
     {
       MutexLock lock(mu_);
@@ -68,12 +70,11 @@ void Registrar::Run() {
                      name, client_.endpoint(), interval.status().ToString());
       }
       reachable = false;
-      if (!Sleep(backoff)) return;
-      backoff = std::min(backoff * 2, options_.max_backoff);
+      if (!Sleep(backoff.Next())) return;
       continue;
     }
     reachable = true;
-    backoff = options_.initial_backoff;
+    backoff.Reset();
     const seconds period(std::max<uint32_t>(*interval, 1));
     spdlog::info("registered host={} coordinator={} gpus={} heartbeat={}s",
                  name, client_.endpoint(), host_.gpus_size(), period.count());

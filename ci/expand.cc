@@ -1438,27 +1438,4 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
   return text;
 }
 
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::string_view text) {
-  const std::string temporary =
-      absl::StrCat(path, ".tmp-", static_cast<int64_t>(getpid()));
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) {
-      std::remove(temporary.c_str());
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    std::remove(temporary.c_str());
-    return absl::UnavailableError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace gdt::ci

@@ -110,11 +110,6 @@ inline constexpr int kCiUsageError = 2;   // Bad flags, unreadable file.
 std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
                              bool json);
 
-// Writes `text` to `path` through a temporary file renamed over it, so a
-// reader never sees half a file. Errors: the path and the reason.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 std::string_view text);
-
 }  // namespace gdt::ci
 
 #endif  // GDT_GITLAB_CI_EXPAND_H_

@@ -58,8 +58,7 @@ int Expand(const std::string& file, const std::string& output,
     std::cout.flush();
     return std::cout ? gdt::ci::kCiFileOk : gdt::ci::kCiUsageError;
   }
-  if (absl::Status written =
-          gdt::ci::WriteFileAtomically(output, expansion.text);
+  if (absl::Status written = gdt::WriteFileAtomically(output, expansion.text);
       !written.ok()) {
     std::cerr << "gdt-ci expand: " << written.message() << "\n";
     return gdt::ci::kCiUsageError;

@@ -1,8 +1,13 @@
 #include "common/file.h"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +27,44 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
+}
+
+namespace {
+
+absl::Status Prefixed(const std::string& path, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("cannot write ", path, ": ",
+                                                  status.message()));
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 std::string_view contents, mode_t mode,
+                                 Env* env) {
+  // Unique per process and call, so two writers of the same path never share
+  // a temporary file; the last rename wins whole.
+  static std::atomic<uint64_t> counter{0};
+  const std::string temporary =
+      absl::StrCat(path, ".tmp-", static_cast<int64_t>(getpid()), "-",
+                   counter.fetch_add(1, std::memory_order_relaxed));
+  absl::StatusOr<std::unique_ptr<WritableFile>> file =
+      env->NewWritableFile(temporary, mode);
+  if (!file.ok()) return Prefixed(path, file.status());
+  absl::Status status = (*file)->Append(contents);
+  if (status.ok()) status = (*file)->Sync();
+  const absl::Status closed = (*file)->Close();
+  if (status.ok()) status = closed;
+  if (status.ok()) status = env->RenameFile(temporary, path);
+  if (!status.ok()) {
+    env->RemoveFile(temporary).IgnoreError();
+    return Prefixed(path, status);
+  }
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  if (absl::Status synced = env->SyncDir(dir); !synced.ok()) {
+    return Prefixed(path, synced);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace gdt

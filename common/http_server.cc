@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "httplib.h"
 
 namespace gdt {
@@ -19,18 +19,13 @@ constexpr std::chrono::seconds kStartTimeout{10};
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     const std::string& address, const std::string& setting,
     const std::string& what, std::vector<Route> routes) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(setting, " must be host:port, got '", address, "'"));
+        absl::StrCat(setting, " ", parsed.status().message()));
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
+  const std::string& host = parsed->host;
+  const int port = parsed->port;
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->server_ = std::make_unique<httplib::Server>();
   // httplib's default also sets SO_REUSEPORT, which would let a second
@@ -49,7 +44,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, " for ", what));
   }
-  server->bound_address_ = absl::StrCat(address.substr(0, colon), ":", bound);
+  server->bound_address_ = JoinHostPort(host, bound);
   httplib::Server* raw = server->server_.get();
   server->thread_ = std::thread([raw] { raw->listen_after_bind(); });
   // stop() is a no-op until the listen loop runs, so the destructor could

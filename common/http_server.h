@@ -32,7 +32,7 @@ class HttpServer {
 
   // Binds `address` (host:port; port 0 = any free port) and starts serving.
   // `what` names the endpoint in errors ("metrics", "the dashboard").
-  // Errors: InvalidArgument "<setting> must be host:port, got 'X'" for an
+  // Errors: InvalidArgument "<setting> 'X' is not host:port: <why>" for an
   // address without a valid port; Unavailable "cannot listen on ADDR for
   // <what>" when it cannot be bound.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(

@@ -10,22 +10,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 
 namespace gdt {
-namespace {
-
-std::string Hex(const unsigned char* bytes, size_t size) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(size * 2);
-  for (size_t i = 0; i < size; ++i) {
-    out.push_back(kDigits[bytes[i] >> 4]);
-    out.push_back(kDigits[bytes[i] & 0xf]);
-  }
-  return out;
-}
-
-}  // namespace
 
 absl::StatusOr<std::string> NewSecretToken() {
   unsigned char bytes[32];
@@ -39,16 +26,11 @@ absl::StatusOr<std::string> NewSecretToken() {
     }
     filled += static_cast<size_t>(n);
   }
-  return Hex(bytes, sizeof(bytes));
+  return HexEncode(
+      std::string_view(reinterpret_cast<const char*>(bytes), sizeof(bytes)));
 }
 
-std::string SecretSha256Hex(std::string_view bytes) {
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int length = 0;
-  EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha256(),
-             nullptr);
-  return Hex(digest, length);
-}
+std::string SecretSha256Hex(std::string_view bytes) { return Sha256Hex(bytes); }
 
 std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   unsigned char digest[EVP_MAX_MD_SIZE];
@@ -56,7 +38,8 @@ std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(),
        digest, &length);
-  return Hex(digest, length);
+  return HexEncode(
+      std::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 std::string MemberToken(std::string_view host_token_sha256,

@@ -16,7 +16,8 @@ namespace gdt {
 // Errors: Internal when the kernel gives no randomness.
 absl::StatusOr<std::string> NewSecretToken();
 
-// Lowercase hex SHA-256 of `bytes`.
+// Lowercase hex SHA-256 of `bytes`: Sha256Hex (common/sha256.h) under a name
+// that marks the hash of a secret, which is compared with SameSecret.
 std::string SecretSha256Hex(std::string_view bytes);
 
 // Lowercase hex HMAC-SHA256 of `message` under `key`.

@@ -12,6 +12,18 @@
 
 namespace gdt {
 
+std::string HexEncode(std::string_view bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  hex.reserve(2 * bytes.size());
+  for (const char c : bytes) {
+    const auto byte = static_cast<unsigned char>(c);
+    hex.push_back(kDigits[byte >> 4]);
+    hex.push_back(kDigits[byte & 15]);
+  }
+  return hex;
+}
+
 struct Sha256::State {
   EVP_MD_CTX* ctx = nullptr;
 };
@@ -31,14 +43,8 @@ std::string Sha256::FinishHex() {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   EVP_DigestFinal_ex(state_->ctx, digest, &length);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string hex;
-  hex.reserve(2 * length);
-  for (unsigned int i = 0; i < length; ++i) {
-    hex.push_back(kHex[digest[i] >> 4]);
-    hex.push_back(kHex[digest[i] & 15]);
-  }
-  return hex;
+  return HexEncode(
+      std::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
 std::string Sha256Hex(std::string_view bytes) {

@@ -1,5 +1,5 @@
-#ifndef GDT_GITLAB_SHA256_H_
-#define GDT_GITLAB_SHA256_H_
+#ifndef GDT_COMMON_SHA256_H_
+#define GDT_COMMON_SHA256_H_
 
 // SHA-256 through OpenSSL's libcrypto, as lowercase hex (what sha256sum and
 // GitLab's X-Checksum-SHA256 print).
@@ -11,6 +11,9 @@
 #include "absl/status/statusor.h"
 
 namespace gdt {
+
+// `bytes` as lowercase hex, two digits a byte.
+std::string HexEncode(std::string_view bytes);
 
 std::string Sha256Hex(std::string_view bytes);
 
@@ -36,4 +39,4 @@ class Sha256 {
 
 }  // namespace gdt
 
-#endif  // GDT_GITLAB_SHA256_H_
+#endif  // GDT_COMMON_SHA256_H_

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -198,7 +199,7 @@ TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
 }
 
 TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
-  test::ScopedTempDir dir;
+  test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";
   FakeClock clock;
   FakePortChecker checker;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/tls.h"
@@ -43,8 +44,8 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   rendezvous::ApplyServerLimits(builder);
   int port = 0;
   builder.AddListeningPort(config.listen_address, *credentials, &port);
-  const size_t colon = config.listen_address.rfind(':');
-  const std::string host = config.listen_address.substr(0, colon);
+  absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
+  if (!listen.ok()) return listen.status();
   HaServer* self = server.get();
   server->standby_service_ = std::make_unique<StandbyService>([self] {
     MutexLock lock(self->mu_);
@@ -56,7 +57,7 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", config.listen_address));
   }
-  server->bound_address_ = absl::StrCat(host, ":", port);
+  server->bound_address_ = JoinHostPort(listen->host, port);
   {
     MutexLock lock(server->mu_);
     server->advertised_ = config.advertise_endpoint.empty()
@@ -64,7 +65,7 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
                               : config.advertise_endpoint;
   }
   if (config.advertise_endpoint.empty() &&
-      (host == "0.0.0.0" || host == "[::]" || host.empty())) {
+      (listen->host == "0.0.0.0" || listen->host == "::")) {
     spdlog::warn(
         "event=no_advertise_endpoint listen_address={} (standbys will send "
         "clients to this address; set advertise_endpoint to one they can "

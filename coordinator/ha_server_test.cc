@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "testing/etcd_test_server.h"
+#include "testing/loopback_server.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -125,13 +126,9 @@ TEST_F(HaServerTest, StandbyRedirectsAndTakesOverWithTheState) {
 
 TEST_F(HaServerTest, WaitingGangsKeepTheirOrderAcrossAFailover) {
   FreePortsAgent agent;
-  grpc::ServerBuilder builder;
-  int agent_port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &agent_port);
-  builder.RegisterService(&agent);
-  std::unique_ptr<grpc::Server> agent_server = builder.BuildAndStart();
-  ASSERT_NE(agent_server, nullptr);
+  gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent);
+  ASSERT_NE(loopback.server, nullptr);
+  std::unique_ptr<grpc::Server> agent_server = std::move(loopback.server);
   std::unique_ptr<HaServer> first = StartReplica();
   ASSERT_NE(first, nullptr);
   ASSERT_TRUE(WaitFor([&] { return first->leader(); }, 10s));
@@ -140,7 +137,7 @@ TEST_F(HaServerTest, WaitingGangsKeepTheirOrderAcrossAFailover) {
   rendezvous::CoordinatorClient client(first->bound_address() + "," +
                                        second->bound_address());
   v1::HostSpec host = CpuHost("cpu-01");  // One slot: one gang at a time.
-  host.set_agent_endpoint("127.0.0.1:" + std::to_string(agent_port));
+  host.set_agent_endpoint(loopback.address);
   ASSERT_TRUE(client.RegisterHost(host, 5s).ok());
   const auto deadline = std::chrono::system_clock::now() + 60s;
   auto join = [&](int64_t pipeline) {

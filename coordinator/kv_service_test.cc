@@ -17,7 +17,9 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
+#include "testing/loopback_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::kv {
 namespace {
@@ -42,14 +44,10 @@ rendezvous::KvClient::Deadline In(std::chrono::milliseconds timeout) {
 class KvServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&agent_);
-    agent_server_ = builder.BuildAndStart();
-    ASSERT_NE(agent_server_, nullptr);
-    agent_address_ = "127.0.0.1:" + std::to_string(port);
+    gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent_);
+    ASSERT_NE(loopback.server, nullptr);
+    agent_server_ = std::move(loopback.server);
+    agent_address_ = loopback.address;
     config_.listen_address = "127.0.0.1:0";
     config_.state_path = temp_.path() + "/coord.db";
     config_.kv_max_keys_per_gang = 3;
@@ -135,7 +133,7 @@ class KvServiceTest : public ::testing::Test {
     }
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   FreePortAgent agent_;
   std::unique_ptr<grpc::Server> agent_server_;

@@ -36,7 +36,8 @@ TEST(MetricsServerTest, BadOrBusyAddressesAreOneClearError) {
       MetricsServer::Start("localhost", [] { return ""; });
   EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(no_port.status().message(),
-              ::testing::HasSubstr("metrics_address must be host:port"));
+              ::testing::HasSubstr(
+                  "metrics_address 'localhost' is not host:port: no port"));
 
   absl::StatusOr<std::unique_ptr<MetricsServer>> first =
       MetricsServer::Start("127.0.0.1:0", [] { return ""; });

@@ -6,6 +6,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "common/host_port.h"
 #include "common/secret.h"
 #include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -125,9 +127,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", config.listen_address));
   }
-  const size_t colon = config.listen_address.rfind(':');
-  server->bound_address_ =
-      absl::StrCat(config.listen_address.substr(0, colon), ":", port);
+  absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
+  if (!listen.ok()) return listen.status();
+  server->bound_address_ = JoinHostPort(listen->host, port);
   server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
                                              ? server->bound_address_
                                              : config.advertise_endpoint);
@@ -165,21 +167,7 @@ void CoordinatorServer::Shutdown() {
 
 absl::Status WritePortFile(const std::string& path,
                            const std::string& content) {
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::trunc);
-    file << content << "\n";
-    file.close();
-    if (!file) {
-      return absl::InternalError(
-          absl::StrCat("cannot write ", temporary, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", temporary, " to ",
-                                            path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, content + "\n");
 }
 
 }  // namespace gdt::coordinator

@@ -85,9 +85,8 @@ class CoordinatorServer {
   std::string status_without_token_;
 };
 
-// Writes `content` plus a newline to `path` atomically (temporary file in the
-// same directory, then rename).
-// Errors: Internal naming the path.
+// Writes `content` plus a newline to `path` with WriteFileAtomically (see
+// common/file.h for the guarantees and errors).
 absl::Status WritePortFile(const std::string& path, const std::string& content);
 
 }  // namespace gdt::coordinator

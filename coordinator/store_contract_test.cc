@@ -9,6 +9,7 @@
 #include "state/sqlite_store.h"
 #include "testing/etcd_test_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -16,7 +17,7 @@ namespace {
 using test::CpuHost;
 using test::GpuHost;
 using test::Joining;
-using test::ScopedTempDir;
+using test::TempDir;
 using test::TrainKey;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
@@ -99,7 +100,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(s.Join(test::Joining(forming, 2), 4).ok());
   }
 
-  test::ScopedTempDir dir_;
+  test::TempDir dir_;
   FakeClock clock_;
   std::unique_ptr<test::EtcdTestServer> etcd_;
   std::shared_ptr<state::EtcdClient> client_;
@@ -208,7 +209,7 @@ TEST_P(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
 }
 
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
-  test::ScopedTempDir dir;
+  test::TempDir dir;
   const std::string path = dir.path() + "/state/coord.db";
   {
     absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =

@@ -146,7 +146,7 @@ TEST(DashboardTest, BadOrBusyAddressesAreOneClearError) {
       Dashboard::Start("localhost", {}, [] { return v1::GetStatusResponse(); });
   EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(no_port.status().message(),
-            "dashboard_address must be host:port, got 'localhost'");
+            "dashboard_address 'localhost' is not host:port: no port");
 
   absl::StatusOr<std::unique_ptr<Dashboard>> first = Dashboard::Start(
       "127.0.0.1:0", {}, [] { return v1::GetStatusResponse(); });

@@ -11,6 +11,7 @@
 #include "gitlab/job_payload.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::executor {
 namespace {
@@ -182,12 +183,7 @@ INSTANTIATE_TEST_SUITE_P(
 // problem (system failure), a bad job the user's (build failure).
 class LoadJobTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string pattern = testing::TempDir() + "/job-env-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void SetUp() override { ASSERT_FALSE(dir_.empty()); }
 
   std::string WriteFile(const std::string& text) {
     const std::string path = dir_ + "/response.json";
@@ -195,7 +191,8 @@ class LoadJobTest : public ::testing::Test {
     return path;
   }
 
-  std::string dir_;
+  test::TempDir temp_;
+  const std::string dir_ = temp_.path();
 };
 
 TEST_F(LoadJobTest, MissingResponseFileIsSystemFailure) {

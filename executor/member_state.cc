@@ -20,11 +20,6 @@ namespace {
 
 constexpr int kStateVersion = 1;
 
-absl::Status OsError(const std::string& what, const std::string& path) {
-  return absl::InternalError(
-      absl::StrCat(what, " ", path, ": ", std::strerror(errno)));
-}
-
 template <typename Message>
 absl::StatusOr<nlohmann::json> ToJson(const Message& message) {
   std::string text;
@@ -63,33 +58,8 @@ absl::Status WriteMemberState(const std::string& path,
   };
   const std::string text = json.dump() + "\n";
 
-  const std::string temp = path + ".tmp";
-  const int fd =
-      open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return OsError("cannot create", temp);
-  size_t written = 0;
-  while (written < text.size()) {
-    const ssize_t n = write(fd, text.data() + written, text.size() - written);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      absl::Status status = OsError("cannot write", temp);
-      close(fd);
-      unlink(temp.c_str());
-      return status;
-    }
-    written += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0 || close(fd) != 0) {
-    absl::Status status = OsError("cannot write", temp);
-    unlink(temp.c_str());
-    return status;
-  }
-  if (rename(temp.c_str(), path.c_str()) != 0) {
-    absl::Status status = OsError("cannot rename into", path);
-    unlink(temp.c_str());
-    return status;
-  }
-  return absl::OkStatus();
+  // Private to the executor's user, like the job it describes.
+  return WriteFileAtomically(path, text, 0600);
 }
 
 absl::StatusOr<MemberState> ReadMemberState(const std::string& path) {

@@ -8,6 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::executor {
 namespace {
@@ -17,15 +18,12 @@ using ::testing::HasSubstr;
 class FinishOutcomeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string pattern = testing::TempDir() + "/outcome-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.empty());
     // Deliberately not 1 and 2: the codes come from the runner.
     codes_.build_failure = 11;
     codes_.system_failure = 12;
     codes_.exit_code_file = dir_ + "/build_exit_code";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::string ExitCodeFile() {
     std::ifstream file(codes_.exit_code_file);
@@ -34,7 +32,8 @@ class FinishOutcomeTest : public ::testing::Test {
     return text.str();
   }
 
-  std::string dir_;
+  test::TempDir temp_;
+  const std::string dir_ = temp_.path();
   ExitCodes codes_;
   std::ostringstream err_;
 };

@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/backoff.h"
 #include "common/file.h"
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
@@ -63,7 +64,9 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_hung_seconds(hung_seconds);
   request.set_peer_suspected(peer_suspected);
   const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
-  std::chrono::milliseconds backoff(200);
+  Backoff backoff({std::chrono::milliseconds(200), kMaxReportBackoff,
+                   Backoff::Jitter::kDecorrelated});
+  std::chrono::milliseconds delay = backoff.Next();
   bool told = false;
   while (true) {
     absl::Status status = coordinator.ReportExit(
@@ -71,7 +74,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
     if (status.ok()) return;
     const bool transient = status.code() == absl::StatusCode::kUnavailable ||
                            status.code() == absl::StatusCode::kDeadlineExceeded;
-    if (!transient || std::chrono::steady_clock::now() + backoff >= give_up) {
+    if (!transient || std::chrono::steady_clock::now() + delay >= give_up) {
       spdlog::warn("cannot report exit gang={} job={} code={}: {}",
                    state.assignment.gang_id(), state.job_id, exit_code,
                    status.ToString());
@@ -85,8 +88,8 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
       context.err.flush();
       told = true;
     }
-    std::this_thread::sleep_for(backoff);
-    backoff = std::min(backoff * 2, kMaxReportBackoff);
+    std::this_thread::sleep_for(delay);
+    delay = backoff.Next();
   }
 }
 

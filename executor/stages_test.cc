@@ -25,6 +25,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/loopback_server.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::executor {
 namespace {
@@ -293,14 +295,9 @@ class FakeAgent final : public v1::Agent::Service {
 
 std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
                                     std::string* endpoint) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  *endpoint = "127.0.0.1:" + std::to_string(port);
-  return server;
+  test::LoopbackServer loopback = test::ServeOnLoopback(service);
+  *endpoint = loopback.address;
+  return std::move(loopback.server);
 }
 
 // A port nothing listens on: bound once, then released.
@@ -320,9 +317,7 @@ class StagesTest : public ::testing::Test {
     ASSERT_NE(coordinator_server_, nullptr);
     ASSERT_NE(agent_server_, nullptr);
 
-    std::string pattern = testing::TempDir() + "/stages-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
+    ASSERT_FALSE(dir_.empty());
 
     v1::Assignment assignment;
     assignment.set_gang_id("g77");
@@ -380,7 +375,6 @@ class StagesTest : public ::testing::Test {
                                   std::chrono::seconds(1));
     agent_server_->Shutdown(std::chrono::system_clock::now() +
                             std::chrono::seconds(1));
-    std::filesystem::remove_all(dir_);
   }
 
   Outcome Run(const std::vector<std::string>& args) {
@@ -410,7 +404,8 @@ class StagesTest : public ::testing::Test {
   std::unique_ptr<grpc::Server> agent_server_;
   std::string coordinator_endpoint_;
   std::string agent_endpoint_;
-  std::string dir_;
+  test::TempDir temp_;
+  const std::string dir_ = temp_.path();
   Environment environment_;
   JobEnv env_;
   Config config_;

@@ -10,12 +10,20 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/backoff.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace gdt::rendezvous {
 namespace {
+
+// Between attempts of a gang stream (JoinGang, WatchGang) while the
+// coordinator is unreachable: short, since a restarted coordinator is back
+// within seconds, and jittered, since a whole gang loses it at once.
+constexpr Backoff::Options kStreamBackoff{std::chrono::milliseconds(200),
+                                          std::chrono::milliseconds(2000),
+                                          Backoff::Jitter::kDecorrelated};
 
 std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
@@ -184,7 +192,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     const v1::JoinGangRequest& request, Deadline deadline,
     const std::function<void(const v1::WaitingEvent&)>& on_waiting,
     const std::function<void(const absl::Status&)>& on_reconnect) {
-  std::chrono::milliseconds backoff(200);
+  Backoff backoff(kStreamBackoff);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
@@ -226,15 +234,13 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     if (!IsTransient(status)) return status;
     const bool moved = Failover(used, status);
     if (on_reconnect) on_reconnect(status);
-    if (moved) backoff = std::chrono::milliseconds(200);
-    if (got_event) backoff = std::chrono::milliseconds(200);
+    if (moved || got_event) backoff.Reset();
     const auto wake = std::min(
         deadline,
         std::chrono::system_clock::now() +
             std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                backoff));
+                backoff.Next()));
     std::this_thread::sleep_until(wake);
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }
 
@@ -253,7 +259,7 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
     const std::function<void(const absl::Status&)>& on_reconnect,
     CallCanceller& canceller) {
   const absl::Status cancelled = absl::CancelledError("gang watch cancelled");
-  std::chrono::milliseconds backoff(200);
+  Backoff backoff(kStreamBackoff);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
@@ -286,15 +292,13 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
     if (!IsTransient(status)) return status;
     const bool moved = Failover(used, status);
     if (on_reconnect) on_reconnect(status);
-    if (moved) backoff = std::chrono::milliseconds(200);
-    if (got_event) backoff = std::chrono::milliseconds(200);
+    if (moved || got_event) backoff.Reset();
     const auto wake = std::min(
         deadline,
         std::chrono::system_clock::now() +
             std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                backoff));
+                backoff.Next()));
     if (!canceller.SleepUntil(wake)) return cancelled;
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
   }
 }
 

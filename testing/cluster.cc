@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/host_port.h"
 
 namespace gdt::test {
 namespace fs = std::filesystem;
@@ -42,17 +43,6 @@ void WriteFile(const std::string& path, const std::string& content) {
   fs::create_directories(fs::path(path).parent_path());
   std::ofstream out(path, std::ios::trunc);
   out << content;
-}
-
-TempDir::TempDir() {
-  std::string tmpl = (fs::temp_directory_path() / "gdt-test-XXXXXX").string();
-  char* made = mkdtemp(tmpl.data());
-  path_ = made != nullptr ? made : "";
-}
-
-TempDir::~TempDir() {
-  std::error_code ignored;
-  if (!path_.empty()) fs::remove_all(path_, ignored);
 }
 
 namespace {
@@ -332,14 +322,15 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   // coordinator, so each test process leases master ports from its own range.
   const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
   const std::string listen_host =
-      coordinator_listen_.substr(0, coordinator_listen_.rfind(':'));
+      ParseHostPort(coordinator_listen_).value().host;
   WriteFile(
       config,
       absl::StrCat(
-          "listen_address: ", coordinator_listen_, "\nstate_path: ",
-          dir_.Sub("coord.db"), "\nheartbeat_interval_seconds: 1\n",
-          "host_down_after_seconds: 5\n", "metrics_address: ", listen_host,
-          ":0\n", "dashboard_address: ", listen_host, ":0\n",
+          "listen_address: ", coordinator_listen_,
+          "\nstate_path: ", dir_.Sub("coord.db"),
+          "\nheartbeat_interval_seconds: 1\n", "host_down_after_seconds: 5\n",
+          "metrics_address: ", JoinHostPort(listen_host, 0), "\n",
+          "dashboard_address: ", JoinHostPort(listen_host, 0), "\n",
           "master_port_range: {min: ", first_port, ", max: ", first_port + 39,
           "}\n", coordinator_extra_config_, TlsYaml(/*server=*/true)));
   const std::string log =

@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
 #include "testing/test_certs.h"
 
 namespace gdt::test {
@@ -24,20 +25,6 @@ std::string TorchrunFixDir();
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& content);
-
-// A fresh directory, removed with everything in it on destruction.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // A set of network namespaces that act as hosts on one bridge: host i has
 // address 10.200.0.<i+1>/24 on its eth0. Everything runs inside them, so no

@@ -13,30 +13,6 @@
 
 namespace gdt::test {
 
-// A directory under the test temp dir, removed with everything in it when the
-// object goes away.
-class ScopedTempDir {
- public:
-  ScopedTempDir() {
-    std::string pattern = ::testing::TempDir() + "gdt-coord-XXXXXX";
-    if (mkdtemp(pattern.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp failed for " << pattern;
-    }
-    path_ = pattern;
-  }
-  ~ScopedTempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  ScopedTempDir(const ScopedTempDir&) = delete;
-  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 inline state::HostSpec CpuHost(const std::string& name, uint32_t slots) {
   state::HostSpec spec;
   spec.name = name;

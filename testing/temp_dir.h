@@ -20,7 +20,12 @@ class TempDir {
  public:
   TempDir() {
     std::string pattern = ::testing::TempDir() + "/gdt-test-XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) path_ = pattern;
+    if (mkdtemp(pattern.data()) == nullptr) {
+      ADD_FAILURE() << "cannot create a temp dir from " << pattern;
+      return;
+    }
+    // TempDir() may end in '/': tests compare paths, so no "//".
+    path_ = std::filesystem::path(pattern).lexically_normal().string();
   }
   ~TempDir() {
     std::error_code error;
@@ -30,6 +35,7 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
 
   const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
 
  private:
   std::string path_;

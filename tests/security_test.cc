@@ -19,7 +19,9 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
+#include "testing/loopback_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -57,14 +59,10 @@ class SecurityTest : public ::testing::Test {
     AddJob(202, "tok-b2", "train 2/2", 5, 78);
     AddJob(301, "tok-c1", "train 1/2", 6, 77);
 
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&agent_);
-    agent_server_ = builder.BuildAndStart();
-    ASSERT_NE(agent_server_, nullptr);
-    agent_address_ = "127.0.0.1:" + std::to_string(port);
+    gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent_);
+    ASSERT_NE(loopback.server, nullptr);
+    agent_server_ = std::move(loopback.server);
+    agent_address_ = loopback.address;
 
     const std::string admin_file = temp_.path() + "/admin.token";
     std::ofstream(admin_file) << kAdminToken << "\n";
@@ -172,7 +170,7 @@ class SecurityTest : public ::testing::Test {
     return {*one, *second};
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   std::unique_ptr<gitlab::FakeGitLabApi> gitlab_;
   FreePortAgent agent_;

@@ -19,6 +19,7 @@
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/temp_dir.h"
 #include "testing/test_certs.h"
 
 namespace gdt::coordinator {
@@ -74,7 +75,7 @@ class TlsTest : public ::testing::Test {
     return client.GetStatus(v1::GetStatusRequest(), 5s).status();
   }
 
-  test::ScopedTempDir temp_;
+  test::TempDir temp_;
   SystemClock clock_;
   gdt::test::TestCerts certs_;
   std::unique_ptr<CoordinatorServer> server_;

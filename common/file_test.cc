@@ -1,0 +1,142 @@
+#include "common/file.h"
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/temp_dir.h"
+
+namespace gdt {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// The real file system, except that the named step fails the way a full disk
+// or a broken rename would.
+class FaultyEnv : public Env {
+ public:
+  enum class Fail { kNothing, kCreate, kAppend, kSync, kRename };
+  explicit FaultyEnv(Fail fail) : fail_(fail) {}
+
+  absl::StatusOr<std::unique_ptr<WritableFile>> NewWritableFile(
+      const std::string& path, mode_t mode) override {
+    if (fail_ == Fail::kCreate) return absl::UnavailableError("disk gone");
+    absl::StatusOr<std::unique_ptr<WritableFile>> file =
+        Env::Default()->NewWritableFile(path, mode);
+    if (!file.ok()) return file.status();
+    return std::make_unique<FaultyFile>(std::move(*file), fail_);
+  }
+  absl::Status RenameFile(const std::string& from,
+                          const std::string& to) override {
+    if (fail_ == Fail::kRename) return absl::UnavailableError("cross-device");
+    return Env::Default()->RenameFile(from, to);
+  }
+  absl::Status RemoveFile(const std::string& path) override {
+    return Env::Default()->RemoveFile(path);
+  }
+  absl::Status SyncDir(const std::string& dir) override {
+    ++dir_syncs;
+    return Env::Default()->SyncDir(dir);
+  }
+
+  int dir_syncs = 0;
+
+ private:
+  class FaultyFile : public WritableFile {
+   public:
+    FaultyFile(std::unique_ptr<WritableFile> real, Fail fail)
+        : real_(std::move(real)), fail_(fail) {}
+    absl::Status Append(std::string_view data) override {
+      if (fail_ == Fail::kAppend) {
+        // Half the data reaches the temporary file, as with ENOSPC.
+        real_->Append(data.substr(0, data.size() / 2)).IgnoreError();
+        return absl::UnavailableError("no space left on device");
+      }
+      return real_->Append(data);
+    }
+    absl::Status Sync() override {
+      if (fail_ == Fail::kSync) return absl::UnavailableError("I/O error");
+      return real_->Sync();
+    }
+    absl::Status Close() override { return real_->Close(); }
+
+   private:
+    std::unique_ptr<WritableFile> real_;
+    Fail fail_;
+  };
+
+  Fail fail_;
+};
+
+int FilesIn(const std::string& dir) {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator(dir)) {
+    ++count;
+  }
+  return count;
+}
+
+TEST(WriteFileAtomicallyTest, ReplacesTheFileAndLeavesNoTemporary) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/port";
+  FaultyEnv env(FaultyEnv::Fail::kNothing);
+
+  ASSERT_TRUE(WriteFileAtomically(path, "old\n", 0644, &env).ok());
+  ASSERT_TRUE(WriteFileAtomically(path, "new\n", 0644, &env).ok());
+
+  EXPECT_EQ(test::ReadTextFile(path), "new\n");
+  EXPECT_EQ(FilesIn(dir.path()), 1);
+  EXPECT_EQ(env.dir_syncs, 2);
+}
+
+TEST(WriteFileAtomicallyTest, AppliesTheMode) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/secret";
+
+  ASSERT_TRUE(WriteFileAtomically(path, "x", 0600).ok());
+
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+}
+
+TEST(WriteFileAtomicallyTest, FailedStepKeepsTheOldFileWhole) {
+  for (FaultyEnv::Fail fail :
+       {FaultyEnv::Fail::kCreate, FaultyEnv::Fail::kAppend,
+        FaultyEnv::Fail::kSync, FaultyEnv::Fail::kRename}) {
+    SCOPED_TRACE(static_cast<int>(fail));
+    test::TempDir dir;
+    const std::string path = dir.path() + "/state.json";
+    ASSERT_TRUE(WriteFileAtomically(path, "old contents\n").ok());
+    FaultyEnv env(fail);
+
+    const absl::Status status =
+        WriteFileAtomically(path, "new contents that never land\n", 0644, &env);
+
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(status.message(), StartsWith("cannot write " + path + ": "));
+    EXPECT_EQ(test::ReadTextFile(path), "old contents\n");
+    EXPECT_EQ(FilesIn(dir.path()), 1) << "the temporary file was left behind";
+  }
+}
+
+TEST(WriteFileAtomicallyTest, MissingDirectoryIsNotFound) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/missing/port";
+
+  const absl::Status status = WriteFileAtomically(path, "x");
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(status.message(), StartsWith("cannot write " + path + ": "));
+  EXPECT_THAT(status.message(), HasSubstr("No such file or directory"));
+}
+
+}  // namespace
+}  // namespace gdt

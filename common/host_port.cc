@@ -1,0 +1,56 @@
+#include "common/host_port.h"
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace gdt {
+namespace {
+
+absl::Status Bad(std::string_view text, std::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "'", std::string(text), "' is not host:port: ", std::string(why)));
+}
+
+}  // namespace
+
+absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {
+  HostPort result;
+  std::string_view rest;
+  if (!text.empty() && text.front() == '[') {
+    const size_t close = text.find(']');
+    if (close == std::string_view::npos) return Bad(text, "no closing ']'");
+    result.host = std::string(text.substr(1, close - 1));
+    rest = text.substr(close + 1);
+    if (rest.empty() || rest.front() != ':') {
+      return Bad(text, "no ':port' after the ']'");
+    }
+    rest.remove_prefix(1);
+  } else {
+    const size_t colon = text.rfind(':');
+    if (colon == std::string_view::npos) return Bad(text, "no port");
+    result.host = std::string(text.substr(0, colon));
+    if (result.host.find(':') != std::string::npos) {
+      return Bad(text, "an IPv6 host must be in brackets, as in [::1]:7000");
+    }
+    rest = text.substr(colon + 1);
+  }
+  if (result.host.empty()) return Bad(text, "no host");
+  if (rest.empty()) return Bad(text, "no port");
+  uint32_t port = 0;
+  if (rest.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(rest), &port) || port > 65535) {
+    return Bad(text, absl::StrCat("port '", std::string(rest),
+                                  "' is not a number in [0, 65535]"));
+  }
+  result.port = static_cast<uint16_t>(port);
+  return result;
+}
+
+std::string JoinHostPort(std::string_view host, int port) {
+  if (host.find(':') != std::string_view::npos && host.front() != '[') {
+    return absl::StrCat("[", std::string(host), "]:", port);
+  }
+  return absl::StrCat(std::string(host), ":", port);
+}
+
+}  // namespace gdt

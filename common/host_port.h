@@ -1,0 +1,34 @@
+#ifndef GDT_COMMON_HOST_PORT_H_
+#define GDT_COMMON_HOST_PORT_H_
+
+// Network addresses as gdt's configs and flags spell them: "host:port",
+// where host is a name, an IPv4 address or a bracketed IPv6 address
+// ("[::1]:7000"), and the port a decimal number in [0, 65535].
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+
+namespace gdt {
+
+struct HostPort {
+  // Without brackets: "::1", not "[::1]".
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Splits `text` into host and port. Errors (InvalidArgument, one line naming
+// the text and what is wrong): no colon, an empty host, an unclosed
+// bracket, an unbracketed IPv6 address, a port that is missing, not a
+// number or outside [0, 65535].
+absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
+
+// "host:port", bracketing `host` when it is an IPv6 address (holds a colon
+// and is not bracketed already).
+std::string JoinHostPort(std::string_view host, int port);
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_HOST_PORT_H_
