@@ -20,9 +20,9 @@ TEST(ExitCodeTest, AnAttachedExitCodeWinsAndKeepsTheMessage) {
   EXPECT_EQ(ExitCodeFor(refused), kExitRefused);
   EXPECT_EQ(refused.code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(refused.message(), "no host 'h'");
-  EXPECT_EQ(ExitCodeFor(WithExitCode(absl::InvalidArgumentError("x"),
-                                     kExitFailure)),
-            kExitFailure);
+  EXPECT_EQ(
+      ExitCodeFor(WithExitCode(absl::InvalidArgumentError("x"), kExitFailure)),
+      kExitFailure);
   EXPECT_TRUE(WithExitCode(absl::OkStatus(), kExitRefused).ok());
 }
 
