@@ -9,16 +9,10 @@
 #include "CLI/CLI.hpp"
 #include "agent/config.h"
 #include "agent/daemon.h"
+#include "common/exit_code.h"
 #include "common/file.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
-
-namespace {
-
-constexpr int kExitStartError = 1;
-constexpr int kExitConfigError = 2;
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"gdt-agent: runs gang members' stages on this host"};
@@ -34,7 +28,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : kExitConfigError;
+    return app.exit(e) == 0 ? gdt::kExitOk : gdt::kExitUsage;
   }
 
   absl::StatusOr<gdt::agent::Config> config =
@@ -48,13 +42,13 @@ int main(int argc, char** argv) {
   if (!config.ok()) {
     std::fprintf(stderr, "gdt-agent: %s\n",
                  std::string(config.status().message()).c_str());
-    return kExitConfigError;
+    return gdt::kExitUsage;
   }
   if (absl::Status logging = gdt::InitLogging("gdt-agent", config->log_level);
       !logging.ok()) {  // A bad $GDT_LOG_LEVEL (the config's was checked).
     std::fprintf(stderr, "gdt-agent: %s\n",
                  std::string(logging.message()).c_str());
-    return kExitConfigError;
+    return gdt::kExitUsage;
   }
 
   if (const std::string warning =
@@ -73,19 +67,19 @@ int main(int argc, char** argv) {
       gdt::agent::Daemon::Start(*config);
   if (!daemon.ok()) {
     spdlog::critical("cannot start: {}", daemon.status().ToString());
-    return kExitStartError;
+    return gdt::kExitFailure;
   }
   if (!port_file.empty()) {
     absl::Status written =
         gdt::WriteFileAtomically(port_file, (*daemon)->bound_endpoint() + "\n");
     if (!written.ok()) {
       spdlog::critical("{}", written.ToString());
-      return kExitStartError;
+      return gdt::kExitFailure;
     }
   }
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   spdlog::info("signal {} received, shutting down", signal_number);
   (*daemon)->Shutdown();
-  return 0;
+  return gdt::kExitOk;
 }

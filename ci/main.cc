@@ -17,14 +17,15 @@
 #include "absl/status/statusor.h"
 #include "ci/expand.h"
 #include "ci/run_local.h"
+#include "common/exit_code.h"
 #include "common/file.h"
 #include "common/logging.h"
 
 namespace {
 
-constexpr int kExitSuccess = 0;
-constexpr int kExitJobFailed = 1;
-constexpr int kExitBadInput = 2;
+using gdt::kExitOk;
+using gdt::kExitUsage;
+constexpr int kExitJobFailed = gdt::kExitFailure;
 
 std::atomic<bool> g_interrupted{false};
 
@@ -164,12 +165,12 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     // CLI11 reports by throwing; --help is a "successful" error.
-    return app.exit(e) == 0 ? kExitSuccess : kExitBadInput;
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;
   }
   if (absl::Status logging = gdt::InitLogging("gdt-ci", log_level);
       !logging.ok()) {
     std::cerr << "gdt-ci: " << logging.message() << "\n";
-    return kExitBadInput;
+    return kExitUsage;
   }
   if (expand->parsed()) return Expand(ci_file, output, expand_options);
   if (lint->parsed()) return Lint(ci_file, json, expand_options);
@@ -189,8 +190,8 @@ int main(int argc, char** argv) {
       gdt::ci::RunLocal(options, std::cout, &g_interrupted);
   if (!result.ok()) {
     std::cerr << "gdt-ci run-local: " << result.status().message() << "\n";
-    return kExitBadInput;
+    return kExitUsage;
   }
   std::cout << gdt::ci::FormatSummary(*result, json);
-  return result->success() ? kExitSuccess : kExitJobFailed;
+  return result->success() ? kExitOk : kExitJobFailed;
 }

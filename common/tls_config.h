@@ -5,7 +5,6 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "yaml-cpp/yaml.h"
 
 namespace gdt {
 
@@ -26,12 +25,8 @@ struct TlsConfig {
   bool require_client_cert = false;  // Servers: mTLS.
 };
 
-// Parses the value of a `tls` key: the scalar `off` (or `false`) or a map of
-// ca_file, cert_file, key_file, require_client_cert. Never throws.
-// Errors: InvalidArgument naming `key` and what is wrong, e.g.
-// "unknown key 'tls.ca'".
-absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
-                                         std::string_view key = "tls");
+// Config files fill it in with ParseTlsConfig (common/yaml_config.h), which
+// keeps yaml-cpp out of this header and of everyone who only uses the data.
 
 // Role-specific checks. A server needs cert_file and key_file; mTLS needs
 // ca_file; cert_file and key_file come together.

@@ -1,5 +1,6 @@
 #include "common/tls_config.h"
 
+#include "common/yaml_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -10,6 +10,7 @@
 #include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/yaml_config.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gdt::coordinator {
@@ -268,33 +269,16 @@ absl::Status ValidateConfig(const Config& config) {
 
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
   Config config;
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
-    if (root.IsNull()) return config;  // An empty file means all defaults.
-    if (!root.IsMap()) {
-      return absl::InvalidArgumentError("the config must be a YAML map");
-    }
-    for (const auto& entry : root) {
-      GDT_RETURN_IF_ERROR(
-          ParseEntry(entry.first.as<std::string>(), entry.second, config));
-    }
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp reports errors by throwing; this is the only place we catch.
-    return absl::InvalidArgumentError(absl::StrCat("bad YAML: ", e.what()));
-  }
+  GDT_RETURN_IF_ERROR(ParseYamlConfig(
+      yaml_text, [&config](const std::string& key, const YAML::Node& value) {
+        return ParseEntry(key, value, config);
+      }));
   GDT_RETURN_IF_ERROR(ValidateConfig(config));
   return config;
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadTextFile(path);
-  if (!text.ok()) return text.status();  // Names the path already.
-  absl::StatusOr<Config> config = ParseConfig(*text);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(path, ": ", config.status().message()));
-  }
-  return config;
+  return LoadYamlConfig<Config>(path, ParseConfig);
 }
 
 }  // namespace gdt::coordinator

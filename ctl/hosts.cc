@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/exit_code.h"
 #include "ctl/admin_token.h"
 #include "ctl/status.h"
 #include "nlohmann/json.hpp"
@@ -145,11 +146,12 @@ absl::StatusOr<std::string> RunHostsAction(
                      "' (use list, drain, undrain or remove)"));
   }
   if (status.ok()) return done + "\n";
+  // An unknown host, or one still running members: the coordinator refused.
   if (status.code() == absl::StatusCode::kNotFound ||
-      status.code() == absl::StatusCode::kFailedPrecondition ||
-      IsAuthRefusal(status)) {
-    return status;
+      status.code() == absl::StatusCode::kFailedPrecondition) {
+    return WithExitCode(status, kExitRefused);
   }
+  if (IsAuthRefusal(status)) return status;
   return absl::UnavailableError(Unreachable(endpoint, status));
 }
 
@@ -194,8 +196,11 @@ absl::StatusOr<std::string> RunHostTokenCommand(
                      "' (use create, list or revoke)"));
   }
   if (status.ok()) return out;
-  if (status.code() == absl::StatusCode::kNotFound ||
-      status.code() == absl::StatusCode::kInvalidArgument ||
+  // An unknown host: the coordinator refused.
+  if (status.code() == absl::StatusCode::kNotFound) {
+    return WithExitCode(status, kExitRefused);
+  }
+  if (status.code() == absl::StatusCode::kInvalidArgument ||
       IsAuthRefusal(status)) {
     return status;
   }

@@ -1,5 +1,6 @@
 #include "ctl/hosts.h"
 
+#include "common/exit_code.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -62,6 +63,7 @@ TEST(HostsCommandTest, UnknownActionAndUnreachableCoordinator) {
   EXPECT_EQ(out.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(out.status().message(),
               HasSubstr("cannot reach coordinator at 127.0.0.1:1"));
+  EXPECT_EQ(ExitCodeFor(out.status()), kExitUnavailable);
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/exit_code.h"
 #include "ctl/admin_token.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
@@ -301,9 +302,12 @@ absl::StatusOr<const v1::GangStatus*> FindGang(
   }
   std::vector<std::string> ids;
   for (const v1::GangStatus* gang : matches) ids.push_back(gang->gang_id());
-  return absl::InvalidArgumentError(
-      absl::StrCat("'", query, "' matches ", matches.size(),
-                   " gangs: ", Truncate(absl::StrJoin(ids, ", "), 200)));
+  // Like an unknown gang, an ambiguous prefix is an answer about the
+  // cluster, not bad usage: exit 1 (docs/operations.md).
+  return WithExitCode(absl::InvalidArgumentError(absl::StrCat(
+                          "'", query, "' matches ", matches.size(),
+                          " gangs: ", Truncate(absl::StrJoin(ids, ", "), 200))),
+                      kExitFailure);
 }
 
 int64_t NowUnixMillis() {

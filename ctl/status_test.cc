@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "absl/strings/str_split.h"
+#include "common/exit_code.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -203,11 +204,14 @@ TEST(StatusCommandTest, UnknownOrAmbiguousGangIsOneClearError) {
       RenderStatus(SampleStatus(), options, kNow);
   EXPECT_EQ(text.status().code(), absl::StatusCode::kNotFound);
   EXPECT_THAT(text.status().message(), HasSubstr("no gang 'nope'"));
+  EXPECT_EQ(ExitCodeFor(text.status()), kExitFailure);
 
   options.gang = "train-p5";
   text = RenderStatus(SampleStatus(), options, kNow);
   EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(text.status().message(), HasSubstr("'train-p5' matches 2 gangs"));
+  // Exit 1 like an unknown gang, not 2: the command line was fine.
+  EXPECT_EQ(ExitCodeFor(text.status()), kExitFailure);
 }
 
 TEST(StatusCommandTest, JsonIsReadableByScripts) {

@@ -10,6 +10,7 @@
 #include "common/file.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/yaml_config.h"
 #include "yaml-cpp/yaml.h"
 
 namespace gdt::executor {
@@ -35,53 +36,45 @@ std::string HostName() {
 
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
   Config config;
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
-    if (!root.IsNull() && !root.IsMap()) {
-      return absl::InvalidArgumentError("executor config must be a YAML map");
-    }
-    for (const auto& entry : root) {
-      const std::string key = entry.first.as<std::string>();
-      const YAML::Node& value = entry.second;
-      if (key == "coordinator") {
-        config.coordinator = value.as<std::string>();
-      } else if (key == "builds_root") {
-        config.builds_root = value.as<std::string>();
-      } else if (key == "cache_root") {
-        config.cache_root = value.as<std::string>();
-      } else if (key == "arrival_host") {
-        config.arrival_host = value.as<std::string>();
-      } else if (key == "join_timeout_seconds") {
-        absl::StatusOr<std::chrono::seconds> seconds =
-            PositiveSeconds(value, key);
-        if (!seconds.ok()) return seconds.status();
-        config.join_timeout = *seconds;
-      } else if (key == "rpc_timeout_seconds") {
-        absl::StatusOr<std::chrono::seconds> seconds =
-            PositiveSeconds(value, key);
-        if (!seconds.ok()) return seconds.status();
-        config.rpc_timeout = *seconds;
-      } else if (key == "exit_barrier_timeout_seconds") {
-        absl::StatusOr<std::chrono::seconds> seconds =
-            PositiveSeconds(value, key);
-        if (!seconds.ok()) return seconds.status();
-        config.exit_barrier_timeout = *seconds;
-      } else if (key == "tls") {  // TLS on every gRPC connection.
-        absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
-        if (!tls.ok()) return tls.status();
-        config.tls = *tls;
-      } else if (key == "log_level") {
-        config.log_level = value.as<std::string>();
-      } else {
-        return absl::InvalidArgumentError(
-            absl::StrCat("unknown key '", key, "' in executor config"));
-      }
-    }
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp reports errors by throwing; this is the only place we catch.
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad executor config: ", e.what()));
-  }
+  GDT_RETURN_IF_ERROR(ParseYamlConfig(
+      yaml_text,
+      [&config](const std::string& key,
+                const YAML::Node& value) -> absl::Status {
+        if (key == "coordinator") {
+          config.coordinator = value.as<std::string>();
+        } else if (key == "builds_root") {
+          config.builds_root = value.as<std::string>();
+        } else if (key == "cache_root") {
+          config.cache_root = value.as<std::string>();
+        } else if (key == "arrival_host") {
+          config.arrival_host = value.as<std::string>();
+        } else if (key == "join_timeout_seconds") {
+          absl::StatusOr<std::chrono::seconds> seconds =
+              PositiveSeconds(value, key);
+          if (!seconds.ok()) return seconds.status();
+          config.join_timeout = *seconds;
+        } else if (key == "rpc_timeout_seconds") {
+          absl::StatusOr<std::chrono::seconds> seconds =
+              PositiveSeconds(value, key);
+          if (!seconds.ok()) return seconds.status();
+          config.rpc_timeout = *seconds;
+        } else if (key == "exit_barrier_timeout_seconds") {
+          absl::StatusOr<std::chrono::seconds> seconds =
+              PositiveSeconds(value, key);
+          if (!seconds.ok()) return seconds.status();
+          config.exit_barrier_timeout = *seconds;
+        } else if (key == "tls") {  // TLS on every gRPC connection.
+          absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
+          if (!tls.ok()) return tls.status();
+          config.tls = *tls;
+        } else if (key == "log_level") {
+          config.log_level = value.as<std::string>();
+        } else {
+          return absl::InvalidArgumentError(
+              absl::StrCat("unknown key '", key, "' in executor config"));
+        }
+        return absl::OkStatus();
+      }));
   if (config.coordinator.empty()) {
     return absl::InvalidArgumentError(
         "executor config needs 'coordinator' (host:port of gdt-coord)");
@@ -102,18 +95,7 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
 }
 
 absl::StatusOr<Config> LoadConfig(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadTextFile(path);
-  if (!text.ok()) {
-    return absl::Status(
-        text.status().code(),
-        absl::StrCat("executor config: ", text.status().message()));
-  }
-  absl::StatusOr<Config> config = ParseConfig(*text);
-  if (!config.ok()) {
-    return absl::Status(config.status().code(),
-                        absl::StrCat(path, ": ", config.status().message()));
-  }
-  return config;
+  return LoadYamlConfig<Config>(path, ParseConfig);
 }
 
 std::string ResolveConfigPath(

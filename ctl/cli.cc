@@ -1,0 +1,312 @@
+#include "ctl/cli.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <utility>
+
+#include "common/exit_code.h"
+#include "ctl/admin_token.h"
+#include "ctl/cancel.h"
+#include "ctl/hosts.h"
+#include "ctl/status.h"
+#include "rendezvous/tls.h"
+
+namespace gdt::ctl {
+namespace {
+
+int Fail(int code, const std::string& message) {
+  std::fprintf(stderr, "gdt-coord: %s\n", message.c_str());
+  return code;
+}
+
+// A command's failure: its one line and the exit code for its status.
+int Fail(const absl::Status& status) {
+  return Fail(ExitCodeFor(status), std::string(status.message()));
+}
+
+// TLS for the client commands: flags, defaulting to the
+// GDT_TLS_* variables; none set = plaintext.
+struct TlsFlags {
+  std::string ca_file;
+  std::string cert_file;
+  std::string key_file;
+};
+
+void AddTlsOptions(CLI::App& command, TlsFlags& flags) {
+  command.add_option("--tls-ca-file", flags.ca_file,
+                     "CA that signed the coordinator's certificate: talk TLS "
+                     "(default: $GDT_TLS_CA_FILE; none = plaintext)");
+  command.add_option("--tls-cert-file", flags.cert_file,
+                     "Client certificate for a coordinator that requires "
+                     "mTLS (default: $GDT_TLS_CERT_FILE)");
+  command.add_option("--tls-key-file", flags.key_file,
+                     "Key of --tls-cert-file (default: $GDT_TLS_KEY_FILE)");
+}
+
+absl::StatusOr<rendezvous::ClientSecurity> SecurityFrom(const TlsFlags& flags) {
+  return rendezvous::ClientSecurityFromEnvironment(
+      [&flags](const char* name) -> const char* {
+        const std::string variable = name;
+        if (variable == "GDT_TLS_CA_FILE") return flags.ca_file.c_str();
+        if (variable == "GDT_TLS_CERT_FILE") return flags.cert_file.c_str();
+        if (variable == "GDT_TLS_KEY_FILE") return flags.key_file.c_str();
+        return nullptr;
+      });
+}
+
+// `status --watch`: refreshes until SIGINT/SIGTERM or `count` frames.
+int Watch(const std::string& endpoint, const std::string& admin_token,
+          const StatusOptions& options,
+          const rendezvous::ClientSecurity& security, double interval_seconds,
+          int count) {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  WatchOptions watch;
+  watch.interval =
+      std::chrono::milliseconds(static_cast<int64_t>(interval_seconds * 1000));
+  watch.count = count;
+  watch.clear = isatty(STDOUT_FILENO) != 0;
+  const absl::Status last =
+      WatchStatus([&] { return FetchStatus(endpoint, security, admin_token); },
+                  options, watch, std::cout,
+                  [&](std::chrono::milliseconds interval) {
+                    timespec timeout{};
+                    timeout.tv_sec = interval.count() / 1000;
+                    timeout.tv_nsec = (interval.count() % 1000) * 1000000;
+                    return sigtimedwait(&signals, nullptr, &timeout) > 0;
+                  });
+  // The frame already showed the error line; only the exit code is left.
+  return ExitCodeFor(last);
+}
+
+}  // namespace
+
+int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
+  CLI::App app{
+      "gdt-coord: the gdt coordinator. `serve` runs the daemon that admits "
+      "and places gangs of GitLab CI jobs on GPU hosts; `status` shows its "
+      "hosts and gangs; `hosts` lists, drains and removes hosts; `cancel` "
+      "stops a gang; `simulate` replays a job trace through the admission "
+      "policy."};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", commands.version);
+
+  ServeFlags serve_flags;
+  CLI::App* serve = app.add_subcommand("serve", "Run the coordinator daemon");
+  serve
+      ->add_option("--config", serve_flags.config,
+                   "YAML config file (keys: listen_address, "
+                   "advertise_endpoint, state_path, master_port_range, "
+                   "max_nodes_per_job, heartbeat_interval_seconds, "
+                   "host_down_after_seconds, failed_gang_release_seconds, "
+                   "kv_max_keys_per_gang, log_level, metrics_address, "
+                   "dashboard_address, max_forming_gangs_per_pipeline, "
+                   "max_forming_gangs_per_project, tls, "
+                   "gitlab_url, gitlab_ca_file, gitlab_timeout_seconds, "
+                   "member_cache_seconds, admin_token_file, "
+                   "status_without_token, require_host_tokens, state_store, "
+                   "etcd_endpoints, etcd_cluster, lease_ttl_s; see "
+                   "docs/security.md and docs/ha.md)")
+      ->required();
+  serve->add_option("--listen", serve_flags.listen,
+                    "Address to serve on, host:port (port 0 = any free port); "
+                    "overrides listen_address");
+  serve->add_option("--state", serve_flags.state,
+                    "SQLite state file; overrides state_path");
+  serve->add_option("--port-file", serve_flags.port_file,
+                    "Write the bound host:port here once serving");
+  serve->add_option("--metrics-port-file", serve_flags.metrics_port_file,
+                    "Write the bound host:port of /metrics here once serving "
+                    "(needs metrics_address)");
+  serve->add_option("--dashboard-port-file", serve_flags.dashboard_port_file,
+                    "Write the bound host:port of the web dashboard here once "
+                    "serving (needs dashboard_address)");
+
+  std::string endpoint = "127.0.0.1:7070";
+  if (const char* env = std::getenv("GDT_COORDINATOR"); env && *env) {
+    endpoint = env;
+  }
+  // Operator credentials (docs/security.md): a file, never a value in argv.
+  std::string admin_token_file;
+  constexpr const char* kAdminTokenHelp =
+      "File holding the coordinator's admin token (default: "
+      "$GDT_ADMIN_TOKEN_FILE); needed when the coordinator has "
+      "admin_token_file";
+  TlsFlags tls_flags;
+  for (auto [name, field] :
+       {std::pair{"GDT_TLS_CA_FILE", &tls_flags.ca_file},
+        std::pair{"GDT_TLS_CERT_FILE", &tls_flags.cert_file},
+        std::pair{"GDT_TLS_KEY_FILE", &tls_flags.key_file}}) {
+    if (const char* env = std::getenv(name); env != nullptr) *field = env;
+  }
+  StatusOptions status_options;
+  bool watch = false;
+  int count = 0;
+  double interval_seconds = 2;
+  CLI::App* status = app.add_subcommand(
+      "status",
+      "Show the cluster: hosts, gangs by state with members and waiting "
+      "reasons, recent failures; or one gang in detail");
+  status->add_option("gang", status_options.gang,
+                     "Show this gang in detail (gang id or a unique prefix)");
+  status->add_option("--coordinator", endpoint,
+                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                     "127.0.0.1:7070)");
+  status->add_flag("--json", status_options.json, "Print JSON for scripts");
+  status->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  AddTlsOptions(*status, tls_flags);
+  status->add_flag("--all", status_options.all,
+                   "Include finished gangs (done, or failed and left)");
+  status->add_flag("--watch", watch,
+                   "Refresh every --interval seconds until interrupted");
+  status
+      ->add_option("--interval", interval_seconds,
+                   "Seconds between --watch refreshes (default 2)")
+      ->check(CLI::Range(0.1, 3600.0));
+  status
+      ->add_option("--count", count,
+                   "With --watch: stop after this many refreshes (0 = never)")
+      ->check(CLI::NonNegativeNumber);
+
+  CLI::App* hosts = app.add_subcommand(
+      "hosts", "List, drain, undrain or remove hosts of a coordinator");
+  hosts->require_subcommand(1);
+  hosts->fallthrough();  // `hosts list --coordinator X` works too.
+  hosts->add_option("--coordinator", endpoint,
+                    "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                    "127.0.0.1:7070)");
+  hosts->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  AddTlsOptions(*hosts, tls_flags);
+  bool hosts_json = false;
+  CLI::App* hosts_list =
+      hosts->add_subcommand("list", "Show every host with its GPUs and state");
+  hosts_list->add_flag("--json", hosts_json, "Print JSON for scripts");
+  std::string host_name;
+  std::string host_action;
+  for (const auto& [name, help] :
+       {std::pair<const char*, const char*>{
+            "drain", "Take no new gangs on HOST; running gangs finish"},
+        {"undrain", "Let HOST take gangs again"},
+        {"remove",
+         "Forget HOST (refused while members run there; a running agent "
+         "registers it again)"}}) {
+    CLI::App* action = hosts->add_subcommand(name, help);
+    action->add_option("HOST", host_name, "Host name")->required();
+    action->callback(
+        [&host_action, action]() { host_action = action->get_name(); });
+  }
+
+  // Host tokens.
+  std::string token_action;
+  CLI::App* token_cmd = hosts->add_subcommand(
+      "token",
+      "Host tokens agents register with (require_host_tokens): create HOST "
+      "prints a new token once, list shows hosts with tokens, revoke HOST "
+      "refuses its agent");
+  token_cmd->require_subcommand(1);
+  token_cmd->fallthrough();  // `--coordinator`/`--admin-token-file` after.
+  for (const auto& [name, help] :
+       {std::pair<const char*, const char*>{
+            "create",
+            "Issue a token for HOST (replacing its old one) and print it; "
+            "store it in the agent's host_token_file"},
+        {"list", "Show the hosts that have a token (never the tokens)"},
+        {"revoke", "Revoke HOST's token: its agent is refused from now on"}}) {
+    CLI::App* action = token_cmd->add_subcommand(name, help);
+    if (std::string(name) != "list") {
+      action->add_option("HOST", host_name, "Host name")->required();
+    }
+    action->callback(
+        [&token_action, action]() { token_action = action->get_name(); });
+  }
+
+  CLI::App* simulate = app.add_subcommand(
+      "simulate",
+      "Replay a job trace through the gang admission policy in virtual time");
+  commands.add_simulate_options(*simulate);
+
+  std::string cancel_gang;
+  std::string cancel_reason;
+  CLI::App* cancel = app.add_subcommand(
+      "cancel",
+      "Fail a forming or running gang as \"cancelled by operator\": every "
+      "member's job stops and prints the same root-cause line. Exit codes: "
+      "0 cancelled, 1 unknown or already finished gang or a missing/wrong "
+      "admin token, 2 usage, 3 "
+      "coordinator unreachable");
+  cancel
+      ->add_option("GANG", cancel_gang,
+                   "Gang id, as `gdt-coord status` "
+                   "shows it")
+      ->required();
+  cancel->add_option("--reason", cancel_reason,
+                     "Text appended to the root-cause line");
+  cancel->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  cancel->add_option("--coordinator", endpoint,
+                     "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                     "127.0.0.1:7070)");
+  AddTlsOptions(*cancel, tls_flags);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  if (serve->parsed()) return commands.serve(serve_flags);
+  if (simulate->parsed()) return commands.simulate();
+  absl::StatusOr<std::string> admin_token =
+      LoadAdminToken(admin_token_file, std::getenv("GDT_ADMIN_TOKEN_FILE"));
+  if (!admin_token.ok()) {
+    return Fail(kExitUsage, std::string(admin_token.status().message()));
+  }
+  absl::StatusOr<rendezvous::ClientSecurity> security = SecurityFrom(tls_flags);
+  if (!security.ok()) {
+    return Fail(kExitUsage, std::string(security.status().message()));
+  }
+  if (token_cmd->parsed()) {
+    absl::StatusOr<std::string> out = RunHostTokenCommand(
+        endpoint, token_action, host_name, *security, *admin_token);
+    if (!out.ok()) return Fail(out.status());
+    std::cout << *out;
+    return kExitOk;
+  }
+  if (hosts->parsed()) {
+    absl::StatusOr<std::string> out =
+        host_action.empty()
+            ? RunHostsList(endpoint, hosts_json, *security, *admin_token)
+            : RunHostsAction(endpoint, host_action, host_name, *security,
+                             *admin_token);
+    if (!out.ok()) return Fail(out.status());
+    std::cout << *out;
+    return kExitOk;
+  }
+  if (cancel->parsed()) {
+    absl::StatusOr<std::string> done = RunCancelCommand(
+        endpoint, cancel_gang, cancel_reason, *security, *admin_token);
+    if (!done.ok()) return Fail(done.status());
+    std::cout << *done;
+    return kExitOk;
+  }
+  if (!watch) {
+    absl::StatusOr<std::string> text =
+        RunStatusCommand(endpoint, status_options, *security, *admin_token);
+    if (!text.ok()) return Fail(text.status());
+    std::cout << *text;
+    return kExitOk;
+  }
+  return Watch(endpoint, *admin_token, status_options, *security,
+               interval_seconds, count);
+}
+
+}  // namespace gdt::ctl
