@@ -137,7 +137,11 @@ absl::Status RunMembers(
       runner.config.preparation_retry_interval =
           *options.preparation_retry_interval;
     }
+    if (options.step_script_stage) {
+      runner.config.main_script_stage = "step_script";
+    }
     runner.job = payloads[i];
+    if (options.zero_pipeline_id) runner.job.pipeline_id = 0;
     runner.sources = sources;
     const std::string prefix = absl::StrCat("[", payloads[i].name, "] ");
     std::ofstream* log = logs.back().get();

@@ -796,7 +796,8 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   }
   ExecCall call;
   call.exec = "run";
-  call.stage = stage == "step_script" ? "build_script" : std::string(stage);
+  call.stage =
+      stage == "step_script" ? config_.main_script_stage : std::string(stage);
   call.argv.push_back(config_.run_exec);
   call.argv.insert(call.argv.end(), config_.run_args.begin(),
                    config_.run_args.end());

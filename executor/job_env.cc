@@ -48,7 +48,18 @@ absl::StatusOr<int64_t> IntVariable(const JobEnv& env, std::string_view key,
 
 absl::StatusOr<int64_t> PipelineId(const JobEnv& env,
                                    const gitlab::JobPayload& payload) {
-  if (payload.pipeline_id.has_value()) return *payload.pipeline_id;
+  // Runners from 19 on always send job_info.pipeline_id, as 0 when GitLab
+  // did not fill it: 0 is "unknown", never a pipeline, or gangs of different
+  // pipelines would share the key 0.
+  if (payload.pipeline_id.has_value() && *payload.pipeline_id > 0) {
+    return *payload.pipeline_id;
+  }
+  if (payload.pipeline_id.has_value() && *payload.pipeline_id < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_info.pipeline_id must be a positive integer (or 0 "
+                     "for unknown), not ",
+                     *payload.pipeline_id));
+  }
   std::optional<std::string> value = payload.Variable("CI_PIPELINE_ID");
   std::string source = "the job payload's CI_PIPELINE_ID";
   if (!value.has_value()) {
@@ -57,8 +68,8 @@ absl::StatusOr<int64_t> PipelineId(const JobEnv& env,
   }
   if (!value.has_value()) {
     return absl::InvalidArgumentError(
-        "the job has no pipeline id (no job_info.pipeline_id, no "
-        "CI_PIPELINE_ID)");
+        "the job has no pipeline id (job_info.pipeline_id is absent or 0 "
+        "and there is no CI_PIPELINE_ID)");
   }
   int64_t id = 0;
   if (!absl::SimpleAtoi(*value, &id) || id <= 0) {

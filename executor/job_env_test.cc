@@ -139,6 +139,23 @@ TEST(ResolveJobInfoTest, PipelineIdPrefersTrustedSources) {
   EXPECT_THAT(none.status().message(), HasSubstr("pipeline"));
 }
 
+TEST(ResolveJobInfoTest, PipelineIdZeroMeansUnknown) {
+  // A runner >= 19 sends 0 when GitLab did not fill the field.
+  gitlab::JobPayload payload = Payload("train 2/4");
+  payload.pipeline_id = 0;
+  payload.variables.push_back({"CI_PIPELINE_ID", "78"});
+  EXPECT_EQ(ResolveJobInfo(EnvWith({}), payload)->pipeline_id, 78);
+
+  payload.variables.clear();
+  absl::StatusOr<JobInfo> none = ResolveJobInfo(EnvWith({}), payload);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("absent or 0"));
+
+  payload.pipeline_id = -3;
+  EXPECT_THAT(ResolveJobInfo(EnvWith({}), payload).status().message(),
+              HasSubstr("job_info.pipeline_id must be a positive integer"));
+}
+
 struct BadInput {
   const char* key;
   const char* value;

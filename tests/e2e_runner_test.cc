@@ -1,0 +1,108 @@
+// End to end: gdt under the runner behaviours that our older emulation did
+// not reproduce. gdt-ci run-local (acting as the runner in question) →
+// gdt-executor → gdt-coord → gdt-agent on loopback, with plain shell jobs.
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/cluster.h"
+#include "tests/e2e_util.h"
+
+namespace gdt::test {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+// The executor's documented "stopped because a peer failed" code.
+constexpr int kPeerFailureExitCode = 75;
+
+// A project whose job `train` is a 2-member CPU gang running `script` (one
+// shell line) without a launcher.
+std::string MakeShellProject(const TempDir& dir, const std::string& script) {
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("train:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - '",
+                         script, "'\n"));
+  return project;
+}
+
+class RunnerFidelityTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    AgentSpec agent;
+    agent.name = "local";
+    agent.cpu_slots = 2;
+    ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
+    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+  }
+
+  std::string MemberLog(int index) {
+    return ReadFile(
+        absl::StrCat(cluster_.run_dir(), "/logs/train-", index, "-2.log"));
+  }
+
+  GdtCluster cluster_;
+};
+
+// A runner that passes the script stage as step_script (the announced end
+// of its rename to build_script): the member that finishes first still waits
+// at the exit barrier and fails with the gang when its peer fails.
+TEST_F(RunnerFidelityTest, StepScriptStageKeepsTheExitBarrier) {
+  const std::string done = cluster_.dir().Sub("member-1-done");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("if [ \"$CI_NODE_INDEX\" = 1 ]; then touch ", done,
+                   "; echo member 1 done; else while [ ! -e ", done,
+                   " ]; do sleep 0.1; done; sleep 1; echo member 2 fails; "
+                   "exit 3; fi"));
+
+  CommandResult run = cluster_.RunLocal(project, "train",
+                                        {"--step-script-stage"}, seconds(120));
+
+  EXPECT_FALSE(run.status.success()) << run.output;
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 3\n")) << log2;
+  EXPECT_THAT(log1, HasSubstr("member 1 done")) << log1;
+  EXPECT_THAT(log1, HasSubstr("gdt: waiting for 1 other member to finish"))
+      << log1;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+}
+
+// A runner >= 19 always sends job_info.pipeline_id, as 0 when GitLab left it
+// unfilled: the gang is keyed by the job's CI_PIPELINE_ID, not by 0.
+TEST_F(RunnerFidelityTest, ZeroPipelineIdFallsBackToCiPipelineId) {
+  const std::string project =
+      MakeShellProject(cluster_.dir(), "echo member $CI_NODE_INDEX done");
+
+  CommandResult run = cluster_.RunLocal(
+      project, "train", {"--zero-pipeline-id", "--pipeline-id", "4242"},
+      seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  for (int member = 1; member <= 2; ++member) {
+    const std::string log = MemberLog(member);
+    EXPECT_THAT(log, HasSubstr("gdt: joining gang train (pipeline 4242)"))
+        << log;
+    EXPECT_THAT(log, Not(HasSubstr("(pipeline 0)"))) << log;
+  }
+}
+
+}  // namespace
+}  // namespace gdt::test
