@@ -1,11 +1,14 @@
 // End to end: gdt under the runner behaviours that our older emulation did
 // not reproduce. gdt-ci run-local (acting as the runner in question) →
 // gdt-executor → gdt-coord → gdt-agent on loopback, with plain shell jobs.
+#include <stdlib.h>
+
 #include <chrono>
 #include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
@@ -102,6 +105,53 @@ TEST_F(RunnerFidelityTest, ZeroPipelineIdFallsBackToCiPipelineId) {
         << log;
     EXPECT_THAT(log, Not(HasSubstr("(pipeline 0)"))) << log;
   }
+}
+
+// Checkpoints are collected recursively; a nested file goes to GitLab's
+// generic packages under a flat name GitLab accepts (the fake validates
+// names as GitLab does) and comes back to its nested place on resume.
+TEST(RunnerFidelityCheckpointTest, NestedCheckpointFilesRoundTripPackages) {
+  // The agent (and so the job) finds gdt-ckpt on its PATH.
+  const char* path = getenv("PATH");
+  const std::string saved_path = path != nullptr ? path : "/usr/bin:/bin";
+  setenv("PATH",
+         (std::filesystem::path(GDT_CKPT_BIN).parent_path().string() + ":" +
+          saved_path)
+             .c_str(),
+         1);
+  GdtCluster cluster;
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 2}).ok())
+      << cluster.Logs();
+  setenv("PATH", saved_path.c_str(), 1);
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  auto api = gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(api.ok()) << api.status();
+  for (int64_t id : {6161001, 6161002}) {
+    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
+  }
+  // Each member saves a checkpoint with a nested file to the packages,
+  // spoils its local copy and resumes: the copy must come from GitLab.
+  const std::string project = MakeShellProject(
+      cluster.dir(),
+      "mkdir -p ck/step-1/shard && echo weights-$CI_NODE_INDEX > "
+      "ck/step-1/shard/w.bin && gdt-ckpt save --step 1 --dir ck/step-1 "
+      "--store packages --rank $((CI_NODE_INDEX-1)) --world-size 2 && echo "
+      "spoilt > ck/step-1/shard/w.bin && gdt-ckpt resume --manifest "
+      "ck/step-1/manifest.json --dest restored && echo \"restored "
+      "[$(cat restored/step-1/shard/w.bin)]\"");
+
+  CommandResult run = cluster.RunLocal(
+      project, "train",
+      {"--pipeline-id", "6161", "--var", "CI_API_V4_URL=" + (*api)->api_url()},
+      seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
+  EXPECT_THAT(run.output, HasSubstr("restored [weights-1]"));
+  EXPECT_THAT(run.output, HasSubstr("restored [weights-2]"));
+  EXPECT_EQ((*api)->PackageFile(1, "gdt-checkpoints",
+                                "job-6161001-rank-0-step-1", "shard+2Fw.bin"),
+            "weights-1\n");
 }
 
 }  // namespace
