@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "executor/env_contract.h"
 
 namespace gdt::executor {
 namespace {
@@ -176,6 +177,19 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
     absl::StatusOr<v1::Launcher> parsed = ParseLauncher(*launcher);
     if (!parsed.ok()) return parsed.status();
     job.launcher = *parsed;
+  }
+  // The runner exports job variables after the agent's environment: one
+  // named like a variable gdt decides would silently replace the leased
+  // GPUs or the rendezvous (IsGdtOwnedVariable), so the job is refused
+  // before it joins, naming the variable.
+  for (const auto& [name, value] : env.job_variables) {
+    if (IsGdtOwnedVariable(name, job.launcher)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the job variable ", name,
+          " would override the value gdt sets for the gang (the runner "
+          "exports job, project, group and runner variables after gdt's "
+          "environment); remove it from the job's variables"));
+    }
   }
 
   absl::StatusOr<int64_t> priority =

@@ -156,6 +156,26 @@ TEST(ResolveJobInfoTest, PipelineIdZeroMeansUnknown) {
               HasSubstr("job_info.pipeline_id must be a positive integer"));
 }
 
+TEST(ResolveJobInfoTest, RefusesJobVariablesThatWouldOverrideTheContract) {
+  absl::StatusOr<JobInfo> gpus = ResolveJobInfo(
+      EnvWith({{"CUSTOM_ENV_CUDA_VISIBLE_DEVICES", "0"}}), Payload("t 2/4"));
+  EXPECT_EQ(gpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      gpus.status().message(),
+      HasSubstr("the job variable CUDA_VISIBLE_DEVICES would override"));
+  // MASTER_PORT is gdt's only under the env launcher.
+  EXPECT_TRUE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_MASTER_PORT", "1"}}),
+                             Payload("t 2/4"))
+                  .ok());
+  EXPECT_FALSE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_MASTER_PORT", "1"},
+                                       {"CUSTOM_ENV_GDT_LAUNCHER", "env"}}),
+                              Payload("t 2/4"))
+                   .ok());
+  EXPECT_TRUE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_NCCL_DEBUG", "INFO"}}),
+                             Payload("t 2/4"))
+                  .ok());
+}
+
 struct BadInput {
   const char* key;
   const char* value;

@@ -107,6 +107,29 @@ TEST_F(RunnerFidelityTest, ZeroPipelineIdFallsBackToCiPipelineId) {
   }
 }
 
+// The runner exports pipeline, project and group variables inside the stage
+// script, after gdt's environment: one named like a variable gdt decides
+// (here the leased GPUs) is refused before the member joins, naming it,
+// instead of silently replacing gdt's value.
+TEST_F(RunnerFidelityTest, JobVariableShadowingGdtsEnvironmentIsRefused) {
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      "echo member $CI_NODE_INDEX sees [$CUDA_VISIBLE_DEVICES]");
+
+  CommandResult run = cluster_.RunLocal(
+      project, "train", {"--var", "CUDA_VISIBLE_DEVICES=7"}, seconds(120));
+
+  EXPECT_FALSE(run.status.success()) << run.output;
+  EXPECT_THAT(run.output, Not(HasSubstr("sees [7]")));
+  for (int member = 1; member <= 2; ++member) {
+    const std::string log = MemberLog(member);
+    EXPECT_THAT(log, HasSubstr("the job variable CUDA_VISIBLE_DEVICES would "
+                               "override the value gdt sets"))
+        << log;
+    EXPECT_THAT(log, Not(HasSubstr("joining gang"))) << log;
+  }
+}
+
 // Checkpoints are collected recursively; a nested file goes to GitLab's
 // generic packages under a flat name GitLab accepts (the fake validates
 // names as GitLab does) and comes back to its nested place on resume.
