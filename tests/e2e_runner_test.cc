@@ -130,6 +130,30 @@ TEST_F(RunnerFidelityTest, JobVariableShadowingGdtsEnvironmentIsRefused) {
   }
 }
 
+// A prepare that fails after admission (here the agent cannot create the
+// builds dir) fails the gang and exits with the system-failure code; the
+// runner then retries preparation with the same job id. That re-join is
+// refused as a system failure too, so the job ends as runner_system_failure
+// (which `retry: when: runner_system_failure` retries), not as a script
+// failure.
+TEST_F(RunnerFidelityTest, PreparationRetryOfAFailedGangIsASystemFailure) {
+  // A file where the agent must create the builds dirs.
+  WriteFile(cluster_.dir().Sub("builds"), "not a directory\n");
+  const std::string project =
+      MakeShellProject(cluster_.dir(), "echo member $CI_NODE_INDEX ran");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  EXPECT_FALSE(run.status.success()) << run.output;
+  EXPECT_THAT(run.output, Not(HasSubstr("ran\n")));
+  for (int member = 1; member <= 2; ++member) {
+    const std::string log = MemberLog(member);
+    EXPECT_THAT(log, HasSubstr("Will be retried in")) << log;
+    EXPECT_THAT(log, HasSubstr("ERROR: Job failed (system failure)")) << log;
+    EXPECT_THAT(log, Not(HasSubstr("Job failed: exit code"))) << log;
+  }
+}
+
 // Checkpoints are collected recursively; a nested file goes to GitLab's
 // generic packages under a flat name GitLab accepts (the fake validates
 // names as GitLab does) and comes back to its nested place on resume.
