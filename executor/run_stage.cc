@@ -243,6 +243,8 @@ Outcome RunScriptStage(const StageContext& context,
   start.set_stage(stage_name);
   start.set_script(*script);
   start.set_working_dir(state->builds_dir);
+  start.set_kill_grace_seconds(
+      static_cast<uint32_t>(context.config.kill_grace.count()));
   if (IsUserStage(stage_name)) {
     StageEnvironment contract = BuildEnvironmentContract(
         state->assignment,
