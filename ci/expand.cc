@@ -1176,7 +1176,9 @@ void LintPlainJob(const std::string& job, const YAML::Node& key,
                      absl::StrCat(job,
                                   ": a gdt gang needs parallel: N (or "
                                   "parallel:distributed), not "
-                                  "parallel:matrix"));
+                                  "parallel:matrix: matrix makes differently "
+                                  "configured jobs named 'job: [values]', "
+                                  "not N identical members of one gang"));
         }
       }
       return;
