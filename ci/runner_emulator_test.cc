@@ -311,6 +311,24 @@ TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
   EXPECT_THAT(log_lines_, Contains("after timedout"));
 }
 
+TEST_F(RunnerEmulatorTest, ClearWorktreeRunsOnlyBeforeTheSecondSourcesAttempt) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "3"});
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  std::vector<std::string> sources_calls;
+  for (const std::string& call : Calls(result)) {
+    if (call == "run get_sources" || call == "run clear_worktree") {
+      sources_calls.push_back(call);
+    }
+  }
+  EXPECT_THAT(sources_calls,
+              ElementsAre("run get_sources", "run clear_worktree",
+                          "run get_sources", "run get_sources"));
+}
+
 TEST_F(RunnerEmulatorTest, SystemFailureInPrepareIsRetriedWithCleanup) {
   env_["FAKE_PREPARE_EXIT"] = "2";
 
