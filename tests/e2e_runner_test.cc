@@ -154,6 +154,34 @@ TEST_F(RunnerFidelityTest, PreparationRetryOfAFailedGangIsASystemFailure) {
   }
 }
 
+// run-local reads the runner's own config.toml: the shipped example, with
+// the binaries' and the executor config's paths of this build, runs a gang.
+TEST_F(RunnerFidelityTest, ExampleConfigTomlRunsAGang) {
+  std::string toml = ReadFile(SourceDir() + "/examples/config.toml");
+  const auto replace_all = [&toml](const std::string& from,
+                                   const std::string& to) {
+    for (size_t at = toml.find(from); at != std::string::npos;
+         at = toml.find(from, at + to.size())) {
+      toml.replace(at, from.size(), to);
+    }
+  };
+  replace_all("/usr/local/bin/gdt-executor", BinaryPath("gdt-executor"));
+  // RunLocal() writes the cluster's executor config there.
+  replace_all("/etc/gdt/executor.yaml", cluster_.dir().Sub("executor.yaml"));
+  const std::string config = cluster_.dir().Sub("config.toml");
+  WriteFile(config, toml);
+  const std::string project =
+      MakeShellProject(cluster_.dir(), "echo member $CI_NODE_INDEX done");
+
+  CommandResult run = cluster_.RunLocal(
+      project, "train", {"--runner-config", config}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  EXPECT_THAT(run.output, HasSubstr("member 1 done"));
+  EXPECT_THAT(run.output, HasSubstr("member 2 done"));
+  EXPECT_THAT(MemberLog(1), HasSubstr("on gdt on gpu-07")) << MemberLog(1);
+}
+
 // Checkpoints are collected recursively; a nested file goes to GitLab's
 // generic packages under a flat name GitLab accepts (the fake validates
 // names as GitLab does) and comes back to its nested place on resume.
