@@ -233,9 +233,10 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                       : pipeline.pipeline_id * 1000) +
            pipeline.job_id_base + i;
     p.token = absl::StrCat("glcbt-local-", p.id);
-    p.name = job.parallel > 1
-                 ? absl::StrCat(job.name, " ", i, "/", job.parallel)
-                 : job.name;
+    // GitLab numbers every job with `parallel:`, `parallel: 1` included.
+    const bool numbered = job.parallel > 1 || job.parallel_given;
+    p.name =
+        numbered ? absl::StrCat(job.name, " ", i, "/", job.parallel) : job.name;
     p.stage = job.stage;
     p.project_id = pipeline.project_id;
     p.project_name = pipeline.project_name;
@@ -285,7 +286,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_JOB_STAGE", job.stage);
     add("CI_JOB_TOKEN", p.token, /*is_public=*/false, /*masked=*/true);
     add("CI_JOB_URL", absl::StrCat(project_url, "/-/jobs/", p.id));
-    if (job.parallel > 1) add("CI_NODE_INDEX", std::to_string(i));
+    if (numbered) add("CI_NODE_INDEX", std::to_string(i));
     add("CI_NODE_TOTAL", std::to_string(job.parallel));
     add("CI_COMMIT_SHA", pipeline.sha);
     add("CI_COMMIT_SHORT_SHA", pipeline.sha.substr(0, 8));
