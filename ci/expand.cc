@@ -1137,6 +1137,38 @@ bool CheckVariables(const std::string& owner, const YAML::Node& variables,
 }
 
 // Lints one job without the block.
+// Variables outside GDT_* that gdt sets for a gang member (the leased GPUs,
+// the network interface, the launcher's rendezvous). gitlab-runner exports
+// job variables after gdt's environment, so gdt-executor refuses a job that
+// sets one (executor/env_contract.cc holds the full list, GDT_* included;
+// this side cannot link it).
+void CheckGdtOwnedVariables(const std::string& owner,
+                            const YAML::Node& variables,
+                            const std::string& launcher, Reporter* report) {
+  if (!variables || !variables.IsMap()) return;
+  static const std::set<std::string> kAlways = {
+      "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"};
+  static const std::set<std::string> kTorchrun = {
+      "PET_NNODES",      "PET_NODE_RANK",   "PET_NPROC_PER_NODE",
+      "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_MAX_RESTARTS"};
+  static const std::set<std::string> kEnv = {"MASTER_ADDR", "MASTER_PORT",
+                                             "RANK",        "WORLD_SIZE",
+                                             "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
+  for (const auto& entry : variables) {
+    if (!entry.first.IsScalar()) continue;
+    const std::string& name = entry.first.Scalar();
+    if (kAlways.count(name) != 0 ||
+        (launcher == "torchrun" && kTorchrun.count(name) != 0) ||
+        (launcher == "env" && kEnv.count(name) != 0)) {
+      report->At(entry.first, variables,
+                 absl::StrCat(owner, ": ", name,
+                              " is set by gdt for the gang; the runner "
+                              "exports job variables after it, so "
+                              "gdt-executor refuses the job"));
+    }
+  }
+}
+
 void LintPlainJob(const std::string& job, const YAML::Node& key,
                   const YAML::Node& value, const YAML::Node& top_variables,
                   const CiExpandOptions& options, std::vector<GangSpec>* gangs,
@@ -1176,7 +1208,9 @@ void LintPlainJob(const std::string& job, const YAML::Node& key,
                      absl::StrCat(job,
                                   ": a gdt gang needs parallel: N (or "
                                   "parallel:distributed), not "
-                                  "parallel:matrix"));
+                                  "parallel:matrix: matrix makes differently "
+                                  "configured jobs named 'job: [values]', "
+                                  "not N identical members of one gang"));
         }
       }
       return;
@@ -1199,7 +1233,12 @@ void LintPlainJob(const std::string& job, const YAML::Node& key,
     }
     spec.nodes = static_cast<int>(*n);
   }
-  if (gang) gangs->push_back(std::move(spec));
+  if (gang) {
+    CheckGdtOwnedVariables(job, top_variables, spec.launcher, report);
+    CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
+                           spec.launcher, report);
+    gangs->push_back(std::move(spec));
+  }
 }
 
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
@@ -1264,6 +1303,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         for (const auto& [name, v] : spec.Variables()) skip.insert(name);
         CheckVariables(job, FindEntry(value, "variables").value, skip, &ignored,
                        &report);
+        CheckGdtOwnedVariables(job, top_variables, spec.launcher, &report);
+        CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
+                               spec.launcher, &report);
       }
       const int job_line = entry.first.Mark().line;
       int job_end = static_cast<int>(lines.lines.size());

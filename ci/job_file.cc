@@ -249,6 +249,7 @@ absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
   }
   if (const YAML::Node parallel = node["parallel"]; parallel) {
     GDT_RETURN_IF_ERROR(ReadParallel(parallel, name, &job.parallel));
+    job.parallel_given = true;
   }
   if (std::optional<YAML::Node> timeout = inherited("timeout", false)) {
     std::string text;

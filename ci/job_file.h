@@ -35,7 +35,10 @@ struct CiJob {
   // Top-level variables, then the job's; a job value replaces the top-level
   // entry of the same key in place. Values are strings, as GitLab sends them.
   std::vector<std::pair<std::string, std::string>> variables;
-  int parallel = 1;                        // 1..200.
+  int parallel = 1;  // 1..200.
+  // `parallel:` was given, even as 1: GitLab then numbers the job
+  // ("name 1/1", CI_NODE_INDEX=1).
+  bool parallel_given = false;
   std::optional<int64_t> timeout_seconds;  // The job's `timeout:`, if any.
   CiArtifacts artifacts;
   // Jobs whose artifacts this job downloads: `dependencies:` when given,

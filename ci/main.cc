@@ -127,6 +127,18 @@ int main(int argc, char** argv) {
                         "job timeout in seconds (default: the job's, 3600)");
   run_local->add_option("--graceful-kill-timeout", graceful_kill_timeout,
                         "seconds between SIGTERM and SIGKILL (default 600)");
+  run_local->add_option("--runner-config", options.runner_config,
+                        "gitlab-runner config.toml whose custom runner "
+                        "supplies the execs, args and timeouts");
+  run_local->add_option("--runner-name", options.runner_name,
+                        "which [[runners]] entry of --runner-config (default: "
+                        "the first custom one)");
+  run_local->add_flag("--step-script-stage", options.step_script_stage,
+                      "name the script stage step_script, as runners after "
+                      "the announced rename will");
+  run_local->add_flag("--zero-pipeline-id", options.zero_pipeline_id,
+                      "send job_info.pipeline_id 0, as a runner >= 19 does "
+                      "when GitLab leaves it unfilled");
   run_local->add_flag("--json", json, "print the summary as JSON");
 
   std::string ci_file = ".gitlab-ci.yml";

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "ci/expand.h"
+#include "ci/runner_config.h"
 #include "common/file.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
@@ -98,6 +99,7 @@ absl::Status RunMembers(
     const std::vector<gitlab::JobPayload>& payloads, const fs::path& work_dir,
     const LocalSources& sources, const std::string& executor,
     const std::function<std::vector<std::string>(const char*)>& exec_args,
+    const std::optional<RunnerConfig>& from_file,
     const RunLocalOptions& options, std::ostream& out, std::mutex& out_mu,
     const std::atomic<bool>* interrupt, RunLocalResult* result_out) {
   std::vector<std::unique_ptr<RunnerEmulator>> runners;
@@ -117,18 +119,26 @@ absl::Status RunMembers(
     }
 
     RunnerEmulator::Options runner;
-    runner.config.builds_dir = (work_dir / "builds").string();
-    runner.config.cache_dir = (work_dir / "cache").string();
+    if (from_file.has_value()) {
+      runner.config = *from_file;
+    } else {
+      runner.config.config_exec = executor;
+      runner.config.config_args = exec_args("config");
+      runner.config.prepare_exec = executor;
+      runner.config.prepare_args = exec_args("prepare");
+      runner.config.run_exec = executor;
+      runner.config.run_args = exec_args("run");
+      runner.config.cleanup_exec = executor;
+      runner.config.cleanup_args = exec_args("cleanup");
+    }
+    if (runner.config.builds_dir.empty()) {
+      runner.config.builds_dir = (work_dir / "builds").string();
+    }
+    if (runner.config.cache_dir.empty()) {
+      runner.config.cache_dir = (work_dir / "cache").string();
+    }
     runner.config.concurrent_id = static_cast<int>(i);
     runner.config.concurrent_project_id = static_cast<int>(i);
-    runner.config.config_exec = executor;
-    runner.config.config_args = exec_args("config");
-    runner.config.prepare_exec = executor;
-    runner.config.prepare_args = exec_args("prepare");
-    runner.config.run_exec = executor;
-    runner.config.run_args = exec_args("run");
-    runner.config.cleanup_exec = executor;
-    runner.config.cleanup_args = exec_args("cleanup");
     if (options.graceful_kill_timeout_seconds.has_value()) {
       runner.config.graceful_kill_timeout =
           std::chrono::seconds(*options.graceful_kill_timeout_seconds);
@@ -137,7 +147,11 @@ absl::Status RunMembers(
       runner.config.preparation_retry_interval =
           *options.preparation_retry_interval;
     }
+    if (options.step_script_stage) {
+      runner.config.main_script_stage = "step_script";
+    }
     runner.job = payloads[i];
+    if (options.zero_pipeline_id) runner.job.pipeline_id = 0;
     runner.sources = sources;
     const std::string prefix = absl::StrCat("[", payloads[i].name, "] ");
     std::ofstream* log = logs.back().get();
@@ -219,9 +233,10 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                       : pipeline.pipeline_id * 1000) +
            pipeline.job_id_base + i;
     p.token = absl::StrCat("glcbt-local-", p.id);
-    p.name = job.parallel > 1
-                 ? absl::StrCat(job.name, " ", i, "/", job.parallel)
-                 : job.name;
+    // GitLab numbers every job with `parallel:`, `parallel: 1` included.
+    const bool numbered = job.parallel > 1 || job.parallel_given;
+    p.name =
+        numbered ? absl::StrCat(job.name, " ", i, "/", job.parallel) : job.name;
     p.stage = job.stage;
     p.project_id = pipeline.project_id;
     p.project_name = pipeline.project_name;
@@ -271,7 +286,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_JOB_STAGE", job.stage);
     add("CI_JOB_TOKEN", p.token, /*is_public=*/false, /*masked=*/true);
     add("CI_JOB_URL", absl::StrCat(project_url, "/-/jobs/", p.id));
-    if (job.parallel > 1) add("CI_NODE_INDEX", std::to_string(i));
+    if (numbered) add("CI_NODE_INDEX", std::to_string(i));
     add("CI_NODE_TOTAL", std::to_string(job.parallel));
     add("CI_COMMIT_SHA", pipeline.sha);
     add("CI_COMMIT_SHORT_SHA", pipeline.sha.substr(0, 8));
@@ -335,7 +350,14 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     if (!job.ok()) return job.status();
     jobs.push_back(*std::move(job));
   }
-  if (options.executor.empty() || access(options.executor.c_str(), X_OK) != 0) {
+  std::optional<RunnerConfig> from_file;
+  if (!options.runner_config.empty()) {
+    absl::StatusOr<RunnerConfig> loaded =
+        LoadRunnerConfigToml(options.runner_config, options.runner_name);
+    if (!loaded.ok()) return loaded.status();
+    from_file = *std::move(loaded);
+  } else if (options.executor.empty() ||
+             access(options.executor.c_str(), X_OK) != 0) {
     return absl::NotFoundError(absl::StrCat("executor '", options.executor,
                                             "' is not an executable file"));
   }
@@ -449,7 +471,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     const size_t first_member = result.members.size();
     if (absl::Status ran_members =
             RunMembers(payloads, work_dir, sources, executor, exec_args,
-                       options, out, out_mu, interrupt, &result);
+                       from_file, options, out, out_mu, interrupt, &result);
         !ran_members.ok()) {
       return ran_members;
     }

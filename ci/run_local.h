@@ -40,6 +40,18 @@ struct RunLocalOptions {
   std::vector<std::string> vars;  // "KEY=VALUE" pipeline variables.
   std::optional<int64_t> timeout_seconds;
   std::optional<int64_t> graceful_kill_timeout_seconds;
+  // A gitlab-runner config.toml: its custom `[[runners]]` entry (named
+  // runner_name, else the first) supplies the execs, their args, the
+  // builds and cache dirs, the shell, the environment and the timeouts, in
+  // place of `executor`/`executor_config`.
+  std::string runner_config;
+  std::string runner_name;
+  // Act as a newer runner: pass the job's script stage as step_script
+  // instead of build_script.
+  bool step_script_stage = false;
+  // Act as a runner >= 19 talking to a GitLab that leaves the job's
+  // pipeline id unfilled: job_info.pipeline_id is sent as 0.
+  bool zero_pipeline_id = false;
   // Emulation knob for tests (runner: 3 s).
   std::optional<std::chrono::milliseconds> preparation_retry_interval;
 };

@@ -26,6 +26,29 @@ std::map<std::string, std::string> VariablesOf(
   return vars;
 }
 
+TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
+  CiJob job;
+  job.name = "train";
+  job.parallel = 1;
+  job.parallel_given = true;
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 1u);
+  EXPECT_EQ(payloads[0].name, "train 1/1");
+  const std::map<std::string, std::string> vars = VariablesOf(payloads[0]);
+  EXPECT_EQ(vars.at("CI_NODE_INDEX"), "1");
+  EXPECT_EQ(vars.at("CI_NODE_TOTAL"), "1");
+
+  job.parallel_given = false;  // No `parallel:` at all: a plain job.
+  const std::vector<gitlab::JobPayload> plain = BuildPayloads(job, pipeline);
+  EXPECT_EQ(plain[0].name, "train");
+  EXPECT_EQ(VariablesOf(plain[0]).count("CI_NODE_INDEX"), 0u);
+}
+
 TEST(BuildPayloadsTest, MakesOneJobPerMemberOfTheGang) {
   CiJob job;
   job.name = "train";

@@ -261,6 +261,19 @@ class RunnerEmulator::Job {
     }
     return StopReason::kCancel;
   }
+  // An exec stopped by its own timeout (config_exec_timeout,
+  // prepare_exec_timeout) rather than the job's: the runner sees a failed
+  // call, not a job timeout, and retries the preparation.
+  Failure ExecTimeoutIsSystemFailure(Failure failure, std::string_view what,
+                                     milliseconds timeout) const {
+    if (failure.kind != FailureKind::kTimeout ||
+        SteadyClock::now() >= job_deadline_) {
+      return failure;
+    }
+    return {FailureKind::kSystem, 0,
+            absl::StrCat(std::string(what), ": did not finish within ",
+                         timeout.count() / 1000.0, " s")};
+  }
   Failure StopFailure(StopReason reason) {
     if (reason == StopReason::kDeadline) {
       return {FailureKind::kTimeout, 0,
@@ -398,8 +411,9 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
   const size_t index = result_.calls.size();
   result_.calls.push_back(call);
   ExecOutcome outcome;
-  // A stale code from an earlier stage must not be read for this one.
-  unlink(exit_code_file_.c_str());
+  // The runner never deletes BUILD_EXIT_CODE_FILE between calls of one
+  // preparation attempt: a driver that exits with the build-failure code
+  // without writing it gets whatever an earlier call left there.
 
   SpawnOptions spawn;
   spawn.argv = call.argv;
@@ -534,7 +548,9 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
       call, /*with_job_env=*/false,
       Earlier(SteadyClock::now() + config_.config_exec_timeout, job_deadline_),
       [this] { return JobContextStop(); }, capture, to_log);
-  Failure failure = Classify(outcome, "config_exec");
+  Failure failure =
+      ExecTimeoutIsSystemFailure(Classify(outcome, "config_exec"),
+                                 "config_exec", config_.config_exec_timeout);
   if (!failure.ok()) return failure;
   (void)attempt;
 
@@ -695,7 +711,9 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
         Earlier(SteadyClock::now() + config_.prepare_exec_timeout,
                 job_deadline_),
         [this] { return JobContextStop(); }, to_log, to_log);
-    Failure failure = Classify(outcome, "prepare environment");
+    Failure failure = ExecTimeoutIsSystemFailure(
+        Classify(outcome, "prepare environment"), "prepare environment",
+        config_.prepare_exec_timeout);
     if (!failure.ok()) return failure;
   }
   return {};
@@ -796,7 +814,8 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   }
   ExecCall call;
   call.exec = "run";
-  call.stage = stage == "step_script" ? "build_script" : std::string(stage);
+  call.stage =
+      stage == "step_script" ? config_.main_script_stage : std::string(stage);
   call.argv.push_back(config_.run_exec);
   call.argv.insert(call.argv.end(), config_.run_args.begin(),
                    config_.run_args.end());
@@ -1042,6 +1061,9 @@ void RunnerEmulator::Job::RunStages() {
         std::this_thread::sleep_for(milliseconds(10));
       }
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    }
+    // The runner clears the work tree once, before the second attempt.
+    if (attempt == 2) {
       Failure cleared =
           RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
                    /*export_variables=*/true, /*cd_project=*/false,
@@ -1071,6 +1093,15 @@ void RunnerEmulator::Job::RunStages() {
 
   Failure first_failure = before_steps;
   const gitlab::JobStep* after_script = nullptr;
+  // RUNNER_SCRIPT_TIMEOUT bounds all user steps together: one deadline,
+  // set when the first one starts.
+  TimePoint steps_deadline = job_deadline_;
+  const milliseconds script_timeout =
+      VariableDuration("RUNNER_SCRIPT_TIMEOUT", milliseconds(0));
+  if (script_timeout.count() > 0) {
+    steps_deadline =
+        Earlier(steps_deadline, SteadyClock::now() + script_timeout);
+  }
   if (before_steps.ok()) {
     for (const gitlab::JobStep& step : options_.job.steps) {
       if (step.name == "after_script") {
@@ -1080,12 +1111,7 @@ void RunnerEmulator::Job::RunStages() {
       if (!first_failure.ok()) continue;
       const std::string stage = "step_" + step.name;
       Log(absl::StrCat("Executing \"", stage, "\" stage of the job script"));
-      TimePoint deadline = job_deadline_;
-      const milliseconds script_timeout =
-          VariableDuration("RUNNER_SCRIPT_TIMEOUT", milliseconds(0));
-      if (script_timeout.count() > 0) {
-        deadline = Earlier(deadline, SteadyClock::now() + script_timeout);
-      }
+      const TimePoint deadline = steps_deadline;
       const StopCheck step_stop = [this] {
         const StopReason reason = JobContextStop();
         if (reason != StopReason::kNone) return reason;
@@ -1110,9 +1136,13 @@ void RunnerEmulator::Job::RunStages() {
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
 
   const bool success = first_failure.ok();
+  // A step cut off by the script timeout (the job's own deadline ended the
+  // context above) leaves after_script CI_JOB_STATUS=timedout.
   job_status_variable_ = success             ? "success"
                          : graceful_handled_ ? "canceled"
-                                             : "failed";
+                         : first_failure.kind == FailureKind::kTimeout
+                             ? "timedout"
+                             : "failed";
   if (before_steps.ok() && after_script != nullptr &&
       !after_script->script.empty()) {
     Log("Running after_script");

@@ -50,6 +50,10 @@ struct RunnerConfig {
   std::chrono::milliseconds stage_retry_interval{1000};
   // How long to wait for a killed stage before going on (runner: 5 min).
   std::chrono::milliseconds build_finish_timeout{300000};
+  // The stage name run_exec gets for the job's script: today's runners
+  // rename step_script to build_script for custom executors; the rename is
+  // announced to go away, and then step_script arrives as it is.
+  std::string main_script_stage = "build_script";
 };
 
 // How a job is stopped from outside (docs/gitlab-runner-protocol.md).

@@ -259,6 +259,76 @@ TEST_F(RunnerEmulatorTest, ScriptFailureUsesBuildExitCodeFile) {
               HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
 }
 
+TEST_F(RunnerEmulatorTest, ExitCodeFileIsKeptBetweenCalls) {
+  // A driver that writes the code in one call and exits with the build
+  // failure code without writing it in a later one: the runner reads what
+  // the earlier call left.
+  const std::string run = dir_.path() + "/run-exec";
+  WriteTextFile(run, R"(#!/usr/bin/env bash
+stage="${@: -1}"
+if [ "$stage" = get_sources ]; then echo 42 > "$BUILD_EXIT_CODE_FILE"; fi
+if [ "$stage" = build_script ]; then exit "$BUILD_FAILURE_EXIT_CODE"; fi
+exit 0
+)");
+  fs::permissions(run, fs::perms::owner_all);
+  options_.config.run_exec = run;
+  options_.config.run_args = {};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_EQ(result.exit_code, 42);
+}
+
+TEST_F(RunnerEmulatorTest, PrepareExecTimeoutIsARetriedSystemFailure) {
+  const std::string prepare = dir_.path() + "/slow-prepare";
+  WriteTextFile(prepare, "#!/usr/bin/env bash\nexec sleep 30\n");
+  fs::permissions(prepare, fs::perms::owner_all);
+  options_.config.prepare_exec = prepare;
+  options_.config.prepare_args = {};
+  options_.config.prepare_exec_timeout = milliseconds(200);
+  options_.config.graceful_kill_timeout = milliseconds(100);
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_THAT(result.message, HasSubstr("did not finish within 0.2 s"));
+}
+
+TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
+  // Each step alone fits in RUNNER_SCRIPT_TIMEOUT; both together do not.
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2s"});
+  options_.job.steps = {{"script", {"sleep 1.2", "echo first done"}},
+                        {"release", {"sleep 1.2", "echo second done"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_THAT(log_lines_, Contains("first done"));
+  EXPECT_THAT(log_lines_, Not(Contains("second done")));
+  EXPECT_THAT(log_lines_, Contains("after timedout"));
+}
+
+TEST_F(RunnerEmulatorTest, ClearWorktreeRunsOnlyBeforeTheSecondSourcesAttempt) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "3"});
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  std::vector<std::string> sources_calls;
+  for (const std::string& call : Calls(result)) {
+    if (call == "run get_sources" || call == "run clear_worktree") {
+      sources_calls.push_back(call);
+    }
+  }
+  EXPECT_THAT(sources_calls,
+              ElementsAre("run get_sources", "run clear_worktree",
+                          "run get_sources", "run get_sources"));
+}
+
 TEST_F(RunnerEmulatorTest, SystemFailureInPrepareIsRetriedWithCleanup) {
   env_["FAKE_PREPARE_EXIT"] = "2";
 

@@ -74,7 +74,7 @@ absl::Status Fetch(gitlab::GitLabApi& api, const CheckpointManifest& m,
     fs::create_directories(target.parent_path(), error);
     auto download =
         api.DownloadPackageFile(m.project_id, m.package_name, m.package_version,
-                                file.path, target.string());
+                                PackageFileName(file.path), target.string());
     if (!download.ok()) return download.status();
     if (!download->server_sha256.empty() &&
         download->server_sha256 != download->sha256) {
@@ -243,6 +243,27 @@ absl::Status VerifyCheckpoint(const std::string& dir,
   return absl::OkStatus();
 }
 
+std::string PackageFileName(std::string_view path) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string name;
+  name.reserve(path.size());
+  for (size_t i = 0; i < path.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(path[i]);
+    const bool plain =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+        (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+        (c == '.' && (i + 1 == path.size() || path[i + 1] != '.'));
+    if (plain) {
+      name.push_back(static_cast<char>(c));
+    } else {
+      name.push_back('+');
+      name.push_back(kHex[c >> 4]);
+      name.push_back(kHex[c & 0xF]);
+    }
+  }
+  return name;
+}
+
 absl::Status UploadToPackages(gitlab::GitLabApi& api, const std::string& dir,
                               const CheckpointManifest& manifest) {
   if (manifest.store != kStorePackages) {
@@ -251,7 +272,7 @@ absl::Status UploadToPackages(gitlab::GitLabApi& api, const std::string& dir,
   for (const ManifestFile& f : manifest.files) {
     GDT_RETURN_IF_ERROR(api.UploadPackageFile(
         manifest.project_id, manifest.package_name, manifest.package_version,
-        f.path, dir + "/" + f.path));
+        PackageFileName(f.path), dir + "/" + f.path));
   }
   return api.UploadPackageFile(manifest.project_id, manifest.package_name,
                                manifest.package_version, kManifestFileName,

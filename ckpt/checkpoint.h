@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -63,8 +64,17 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& json);
 absl::Status VerifyCheckpoint(const std::string& dir,
                               const CheckpointManifest& manifest);
 
+// The generic-package file name under which the checkpoint file at relative
+// `path` is stored. GitLab accepts only [A-Za-z0-9._+~@-] there (and no
+// "..") while checkpoints are collected recursively, so every byte outside
+// [A-Za-z0-9._-] ('/' above all, and '+' itself) becomes "+XX" (two upper-
+// case hex digits), as does a '.' followed by another '.': one flat name per
+// path, never the same for two paths.
+std::string PackageFileName(std::string_view path);
+
 // Uploads every file of the manifest from `dir` to the package registry
-// (store kStorePackages), then manifest.json itself.
+// (store kStorePackages, each under PackageFileName(path)), then
+// manifest.json itself.
 absl::Status UploadToPackages(gitlab::GitLabApi& api, const std::string& dir,
                               const CheckpointManifest& manifest);
 

@@ -255,6 +255,20 @@ TEST_F(CheckpointTest, LargeCheckpointGoesToPackagesAndResumesFromThere) {
   EXPECT_TRUE(fs::exists(dest_ + "/step-30/manifest.json"));
 }
 
+TEST(PackageFileNameTest, FlattensPathsIntoNamesGitLabAccepts) {
+  EXPECT_EQ(PackageFileName("model.pt"), "model.pt");
+  EXPECT_EQ(PackageFileName("rank-0/shard_1.pt"), "rank-0+2Fshard_1.pt");
+  EXPECT_EQ(PackageFileName("a+2Fb"), "a+2B2Fb");  // '+' itself is escaped.
+  EXPECT_EQ(PackageFileName("a..b"), "a+2E.b");
+  EXPECT_EQ(PackageFileName("x y~@"), "x+20y+7E+40");
+  for (const std::string path :
+       {"model.pt", "a/b/c.bin", "a+2Fb", "a..b", "~x@", "dir/.hidden"}) {
+    EXPECT_TRUE(
+        gitlab::FakeGitLabApi::ValidPackageFileName(PackageFileName(path)))
+        << path;
+  }
+}
+
 TEST_F(CheckpointTest, PackageUploadAboveTheCapIsOneClearError) {
   fake_.reset();
   gitlab::FakeGitLabApi::Options options;

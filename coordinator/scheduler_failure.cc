@@ -166,6 +166,19 @@ absl::Status Scheduler::CheckNotFenced(const state::Gang& gang,
 absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   for (const auto& [index, member] : gang.members) {
     if (member.job_id != job_id) continue;
+    if (gang.state == state::GangState::kFailed) {
+      // The same job joining a failed gang it was a member of is the
+      // runner's next preparation attempt (a failed prepare after admission
+      // fails the gang, and the runner retries preparation with the same job
+      // id). It cannot rejoin that epoch; Aborted makes it a system failure,
+      // which `retry: when: runner_system_failure` turns into new job ids
+      // and so the next epoch.
+      return absl::AbortedError(absl::StrCat(
+          "gang ", gang.id, " failed while job ", job_id, " was its member ",
+          index,
+          "; a later preparation attempt of the same job cannot rejoin it, "
+          "only a retried job (a new job id) starts the next epoch"));
+    }
     return absl::FailedPreconditionError(absl::StrCat(
         "gang ", gang.id, " already finished (",
         state::GangStateName(gang.state), ") and job ", job_id,

@@ -262,10 +262,12 @@ TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
   // It holds nothing and is listed only with the finished gangs.
   EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
   EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).members_running, 0u);
-  // Its job cannot come back; another job of the gang starts epoch 2.
+  // Its job cannot come back (the runner's next preparation attempt is
+  // refused as a system failure, like the abort itself); another job of the
+  // gang starts epoch 2.
   EXPECT_EQ(
       scheduler_->Join(test::Joining(test::TrainKey(2), 1), 12).status().code(),
-      absl::StatusCode::kFailedPrecondition);
+      absl::StatusCode::kAborted);
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 13).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).epoch, 2u);
 }

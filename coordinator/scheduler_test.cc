@@ -531,6 +531,24 @@ TEST_F(SchedulerTest, RejectsJoiningAFinishedGang) {
   EXPECT_THAT(status.message(), HasSubstr("already finished (done)"));
 }
 
+TEST_F(SchedulerTest, SameJobRejoiningItsFailedGangIsAborted) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, 101, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(1), 1, 101).ok());
+
+  // The runner's next preparation attempt of job 101.
+  absl::Status status =
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1), 12).status();
+
+  EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(status.message(),
+              HasSubstr("a later preparation attempt of the same job"));
+}
+
 TEST_F(SchedulerTest, RecordsExitCodes) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
   absl::StatusOr<std::string> gang =

@@ -63,6 +63,17 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
               PositiveSeconds(value, key);
           if (!seconds.ok()) return seconds.status();
           config.exit_barrier_timeout = *seconds;
+        } else if (key == "kill_grace_seconds") {
+          absl::StatusOr<std::chrono::seconds> seconds =
+              PositiveSeconds(value, key);
+          if (!seconds.ok()) return seconds.status();
+          if (*seconds > std::chrono::seconds(290)) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "kill_grace_seconds must be at most 290 (gitlab-runner waits "
+                "at most 300 s for a stopped stage), not ",
+                seconds->count()));
+          }
+          config.kill_grace = *seconds;
         } else if (key == "tls") {  // TLS on every gRPC connection.
           absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
           if (!tls.ok()) return tls.status();

@@ -25,6 +25,12 @@ struct Config {
   // How long a member whose script exited 0 waits for the rest of its gang
   // (the exit barrier) before it gives up as a build failure.
   std::chrono::seconds exit_barrier_timeout{600};
+  // Between the SIGTERM a stopped stage's processes get and the SIGKILL
+  // that follows (the time a script has to write its checkpoint). 0: the
+  // agent's kill_grace_seconds. gitlab-runner SIGKILLs this executor
+  // graceful_kill_timeout after its own SIGTERM and stops waiting after five
+  // minutes, so this must stay below both (at most 290 s).
+  std::chrono::seconds kill_grace{0};
   std::string log_level = "warn";
   // TLS: how the executor reaches the coordinator and the agents
   // (ca_file; cert_file/key_file for mTLS). Unset = plaintext with a

@@ -19,6 +19,7 @@ arrival_host: runner-3
 join_timeout_seconds: 120
 rpc_timeout_seconds: 5
 exit_barrier_timeout_seconds: 900
+kill_grace_seconds: 60
 log_level: debug
 )");
 
@@ -30,6 +31,7 @@ log_level: debug
   EXPECT_EQ(config->join_timeout, std::chrono::seconds(120));
   EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(5));
   EXPECT_EQ(config->exit_barrier_timeout, std::chrono::seconds(900));
+  EXPECT_EQ(config->kill_grace, std::chrono::seconds(60));
   EXPECT_EQ(config->log_level, "debug");
 }
 
@@ -43,6 +45,11 @@ TEST(ConfigTest, FillsDefaults) {
   EXPECT_EQ(config->join_timeout, std::chrono::seconds(3600));
   EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(10));
   EXPECT_EQ(config->exit_barrier_timeout, std::chrono::seconds(600));
+  EXPECT_EQ(config->kill_grace, std::chrono::seconds(0));  // The agent's.
+  EXPECT_THAT(ParseConfig("coordinator: c:1\nkill_grace_seconds: 600\n")
+                  .status()
+                  .message(),
+              HasSubstr("kill_grace_seconds must be at most 290"));
   EXPECT_EQ(config->log_level, "warn");
 }
 

@@ -86,4 +86,33 @@ StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
   return result;
 }
 
+bool IsGdtOwnedVariable(std::string_view name, v1::Launcher launcher) {
+  static constexpr std::string_view kAlways[] = {
+      "GDT_GANG_ID",        "GDT_EPOCH",         "GDT_NODE_RANK",
+      "GDT_NUM_NODES",      "GDT_WORLD_SIZE",    "GDT_MASTER_ADDR",
+      "GDT_MASTER_PORT",    "GDT_PEERS",         "GDT_COORDINATOR",
+      "GDT_KV_TOKEN",       "GDT_HOSTFILE",      "CUDA_VISIBLE_DEVICES",
+      "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"};
+  static constexpr std::string_view kTorchrun[] = {
+      "PET_NNODES",      "PET_NODE_RANK",   "PET_NPROC_PER_NODE",
+      "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_MAX_RESTARTS"};
+  static constexpr std::string_view kEnv[] = {
+      "MASTER_ADDR", "MASTER_PORT", "RANK",
+      "WORLD_SIZE",  "LOCAL_RANK",  "LOCAL_WORLD_SIZE"};
+  auto in = [name](const auto& names) {
+    return std::find(std::begin(names), std::end(names), name) !=
+           std::end(names);
+  };
+  if (in(kAlways)) return true;
+  switch (launcher) {
+    case v1::LAUNCHER_UNSPECIFIED:
+    case v1::LAUNCHER_TORCHRUN:
+      return in(kTorchrun);
+    case v1::LAUNCHER_ENV:
+      return in(kEnv);
+    default:
+      return false;
+  }
+}
+
 }  // namespace gdt::executor

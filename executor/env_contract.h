@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gdt/v1/agent.pb.h"
@@ -33,6 +34,16 @@ struct StageEnvironment {
 // CI_NODE_INDEX. Pure function.
 StageEnvironment BuildEnvironmentContract(const v1::Assignment& assignment,
                                           const std::string& project_dir);
+
+// Whether `name` is a variable of the contract that gdt decides for a member
+// placed with `launcher`: the leased GPUs, the gang's rendezvous and ranks,
+// the network interface. The runner exports every job variable inside the
+// stage script, after the agent set the contract, so a job, project, group
+// or runner variable of such a name would silently win; gdt refuses the job
+// instead. Not included: GDT_NPROC_PER_NODE (the job's own input, passed
+// on unchanged), GDT_CHECKPOINT_DIR (a job may point it elsewhere) and
+// GDT_LOCAL_RANK (a multi-process script sets it itself).
+bool IsGdtOwnedVariable(std::string_view name, v1::Launcher launcher);
 
 }  // namespace gdt::executor
 

@@ -124,6 +124,32 @@ TEST(EnvContractTest, NcclLauncherGetsTheKvTokenAndLocalRank) {
   EXPECT_THAT(stage.env, Not(Contains(Key("GDT_LOCAL_RANK"))));
 }
 
+TEST(EnvContractTest, GdtOwnedVariablesCoverWhatTheContractDecides) {
+  for (v1::Launcher launcher :
+       {v1::LAUNCHER_TORCHRUN, v1::LAUNCHER_UNSPECIFIED, v1::LAUNCHER_ENV,
+        v1::LAUNCHER_NCCL, v1::LAUNCHER_NONE}) {
+    v1::Assignment assignment = TwoNodeAssignment(launcher);
+    assignment.set_network_interface("eth0");
+    assignment.set_kv_token("secret");
+    const StageEnvironment contract =
+        BuildEnvironmentContract(assignment, "/builds/p");
+    for (const auto& [name, value] : contract.env) {
+      if (name == "GDT_NPROC_PER_NODE" || name == "GDT_CHECKPOINT_DIR" ||
+          name == "GDT_LOCAL_RANK") {
+        EXPECT_FALSE(IsGdtOwnedVariable(name, launcher)) << name;
+      } else {
+        EXPECT_TRUE(IsGdtOwnedVariable(name, launcher)) << name;
+      }
+    }
+    EXPECT_TRUE(IsGdtOwnedVariable("GDT_HOSTFILE", launcher));
+  }
+  // A user's own tuning stays theirs.
+  EXPECT_FALSE(IsGdtOwnedVariable("NCCL_DEBUG", v1::LAUNCHER_TORCHRUN));
+  EXPECT_FALSE(IsGdtOwnedVariable("NCCL_IB_HCA", v1::LAUNCHER_ENV));
+  EXPECT_FALSE(IsGdtOwnedVariable("MASTER_PORT", v1::LAUNCHER_TORCHRUN));
+  EXPECT_FALSE(IsGdtOwnedVariable("PET_NNODES", v1::LAUNCHER_ENV));
+}
+
 TEST(EnvContractTest, NoTokenNoVariable) {
   StageEnvironment stage =
       BuildEnvironmentContract(TwoNodeAssignment(v1::LAUNCHER_TORCHRUN), "");

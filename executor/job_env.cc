@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "executor/env_contract.h"
 
 namespace gdt::executor {
 namespace {
@@ -48,7 +49,18 @@ absl::StatusOr<int64_t> IntVariable(const JobEnv& env, std::string_view key,
 
 absl::StatusOr<int64_t> PipelineId(const JobEnv& env,
                                    const gitlab::JobPayload& payload) {
-  if (payload.pipeline_id.has_value()) return *payload.pipeline_id;
+  // Runners from 19 on always send job_info.pipeline_id, as 0 when GitLab
+  // did not fill it: 0 is "unknown", never a pipeline, or gangs of different
+  // pipelines would share the key 0.
+  if (payload.pipeline_id.has_value() && *payload.pipeline_id > 0) {
+    return *payload.pipeline_id;
+  }
+  if (payload.pipeline_id.has_value() && *payload.pipeline_id < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("job_info.pipeline_id must be a positive integer (or 0 "
+                     "for unknown), not ",
+                     *payload.pipeline_id));
+  }
   std::optional<std::string> value = payload.Variable("CI_PIPELINE_ID");
   std::string source = "the job payload's CI_PIPELINE_ID";
   if (!value.has_value()) {
@@ -57,8 +69,8 @@ absl::StatusOr<int64_t> PipelineId(const JobEnv& env,
   }
   if (!value.has_value()) {
     return absl::InvalidArgumentError(
-        "the job has no pipeline id (no job_info.pipeline_id, no "
-        "CI_PIPELINE_ID)");
+        "the job has no pipeline id (job_info.pipeline_id is absent or 0 "
+        "and there is no CI_PIPELINE_ID)");
   }
   int64_t id = 0;
   if (!absl::SimpleAtoi(*value, &id) || id <= 0) {
@@ -165,6 +177,19 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
     absl::StatusOr<v1::Launcher> parsed = ParseLauncher(*launcher);
     if (!parsed.ok()) return parsed.status();
     job.launcher = *parsed;
+  }
+  // The runner exports job variables after the agent's environment: one
+  // named like a variable gdt decides would silently replace the leased
+  // GPUs or the rendezvous (IsGdtOwnedVariable), so the job is refused
+  // before it joins, naming the variable.
+  for (const auto& [name, value] : env.job_variables) {
+    if (IsGdtOwnedVariable(name, job.launcher)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the job variable ", name,
+          " would override the value gdt sets for the gang (the runner "
+          "exports job, project, group and runner variables after gdt's "
+          "environment); remove it from the job's variables"));
+    }
   }
 
   absl::StatusOr<int64_t> priority =

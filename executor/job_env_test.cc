@@ -140,6 +140,43 @@ TEST(ResolveJobInfoTest, PipelineIdPrefersTrustedSources) {
   EXPECT_THAT(none.status().message(), HasSubstr("pipeline"));
 }
 
+TEST(ResolveJobInfoTest, PipelineIdZeroMeansUnknown) {
+  // A runner >= 19 sends 0 when GitLab did not fill the field.
+  gitlab::JobPayload payload = Payload("train 2/4");
+  payload.pipeline_id = 0;
+  payload.variables.push_back({"CI_PIPELINE_ID", "78"});
+  EXPECT_EQ(ResolveJobInfo(EnvWith({}), payload)->pipeline_id, 78);
+
+  payload.variables.clear();
+  absl::StatusOr<JobInfo> none = ResolveJobInfo(EnvWith({}), payload);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr("absent or 0"));
+
+  payload.pipeline_id = -3;
+  EXPECT_THAT(ResolveJobInfo(EnvWith({}), payload).status().message(),
+              HasSubstr("job_info.pipeline_id must be a positive integer"));
+}
+
+TEST(ResolveJobInfoTest, RefusesJobVariablesThatWouldOverrideTheContract) {
+  absl::StatusOr<JobInfo> gpus = ResolveJobInfo(
+      EnvWith({{"CUSTOM_ENV_CUDA_VISIBLE_DEVICES", "0"}}), Payload("t 2/4"));
+  EXPECT_EQ(gpus.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(
+      gpus.status().message(),
+      HasSubstr("the job variable CUDA_VISIBLE_DEVICES would override"));
+  // MASTER_PORT is gdt's only under the env launcher.
+  EXPECT_TRUE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_MASTER_PORT", "1"}}),
+                             Payload("t 2/4"))
+                  .ok());
+  EXPECT_FALSE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_MASTER_PORT", "1"},
+                                       {"CUSTOM_ENV_GDT_LAUNCHER", "env"}}),
+                              Payload("t 2/4"))
+                   .ok());
+  EXPECT_TRUE(ResolveJobInfo(EnvWith({{"CUSTOM_ENV_NCCL_DEBUG", "INFO"}}),
+                             Payload("t 2/4"))
+                  .ok());
+}
+
 struct BadInput {
   const char* key;
   const char* value;

@@ -29,11 +29,20 @@
 namespace gdt::executor {
 namespace {
 
-// The user's payload: before_script+script ("build_script") and further
-// steps ("step_<name>"). Everything else (get_sources, artifacts, caches,
+// The stage that runs the job's before_script+script. Runners up to now
+// rename it from step_script to build_script before calling run_exec; the
+// runner has announced that it will pass step_script as it is, so both
+// names mean the same stage (the exit barrier and the exit report hang on
+// it).
+bool IsMainScriptStage(const std::string& stage_name) {
+  return stage_name == "build_script" || stage_name == "step_script";
+}
+
+// The user's payload: the main script stage and further steps
+// ("step_<name>"). Everything else (get_sources, artifacts, caches,
 // after_script, unknown new stages) runs as the runner wrote it.
 bool IsUserStage(const std::string& stage_name) {
-  return stage_name == "build_script" || absl::StartsWith(stage_name, "step_");
+  return IsMainScriptStage(stage_name) || absl::StartsWith(stage_name, "step_");
 }
 
 // How long an exit report is retried while the coordinator cannot be
@@ -143,7 +152,7 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
     // the peer-failure code. Both logs get the same root-cause line.
     Outcome outcome = Outcome::ScriptFailure(exit_code == 0 ? 1 : exit_code);
     const GangWatch::Fate fate =
-        stage_name == "build_script"
+        IsMainScriptStage(stage_name)
             ? watch.WaitForFate(RootCauseDeadline(context), nullptr)
             : watch.fate();
     if (fate == GangWatch::Fate::kFailed) {
@@ -158,7 +167,7 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
   if (watch.fate() == GangWatch::Fate::kFailed) {
     return Outcome::PeerFailure(watch.failure_reason());
   }
-  if (stage_name != "build_script") return Outcome::Success();
+  if (!IsMainScriptStage(stage_name)) return Outcome::Success();
 
   // The exit barrier: the gang succeeds or fails as a whole.
   if (watch.fate() == GangWatch::Fate::kUnknown) {
@@ -237,6 +246,8 @@ Outcome RunScriptStage(const StageContext& context,
   start.set_stage(stage_name);
   start.set_script(*script);
   start.set_working_dir(state->builds_dir);
+  start.set_kill_grace_seconds(
+      static_cast<uint32_t>(context.config.kill_grace.count()));
   if (IsUserStage(stage_name)) {
     StageEnvironment contract = BuildEnvironmentContract(
         state->assignment,
@@ -346,7 +357,7 @@ Outcome RunScriptStage(const StageContext& context,
     }
     return Outcome::SystemFailure(failure);
   }
-  if (stage_name == "build_script") {
+  if (IsMainScriptStage(stage_name)) {
     ReportExitQuietly(context, *state, exit->exit_code(),
                       context.signal.load() != 0 && !stopped_for_peer.load(),
                       "", 0, peer_loss.detected());

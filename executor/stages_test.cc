@@ -638,11 +638,14 @@ TEST_F(StagesTest, BuildScriptGetsContractAndStreamsOutput) {
   out_.str("");
   const std::string script = WriteScript("#!/usr/bin/env bash\ntrue\n");
 
+  config_.kill_grace = std::chrono::seconds(45);  // The runner's setting.
+
   Outcome outcome = Run({"run", script, "build_script"});
 
   ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
   ASSERT_EQ(agent_.starts().size(), 1u);
   const v1::StartStage start = agent_.starts()[0];
+  EXPECT_EQ(start.kill_grace_seconds(), 45u);
   EXPECT_EQ(start.member_id(), "g77/1002");
   EXPECT_EQ(start.stage(), "build_script");
   EXPECT_EQ(start.script(), "#!/usr/bin/env bash\ntrue\n");

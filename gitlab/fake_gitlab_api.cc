@@ -62,7 +62,7 @@ bool AllOf(const std::string& text, const char* extra) {
 }  // namespace
 
 bool FakeGitLabApi::ValidPackageFileName(const std::string& name) {
-  if (name.empty() || !AllOf(name, "._-+~@/")) return false;
+  if (name.empty() || !AllOf(name, "._-+~@")) return false;
   for (const char edge : {name.front(), name.back()}) {
     if (edge == '~' || edge == '@') return false;
   }

@@ -90,8 +90,9 @@ class FakeGitLabApi {
   // Requests answered so far whose path starts with `prefix`.
   int RequestCount(const std::string& prefix) const;
 
-  // The file-name rule of generic packages: characters [A-Za-z0-9._-+~@/],
-  // not empty, no leading or trailing '~' or '@', no "..".
+  // The file-name rule of generic packages: characters [A-Za-z0-9._-+~@]
+  // (no '/': a nested path is no file name), not empty, no leading or
+  // trailing '~' or '@', no "..".
   static bool ValidPackageFileName(const std::string& name);
   // Package names and versions: [A-Za-z0-9._-+], not empty, no "..".
   static bool ValidPackageNameOrVersion(const std::string& text);

@@ -158,11 +158,12 @@ TEST_F(FakeGitLabApiTest, PackageNameRules) {
         "/api/v4/projects/1/packages/generic/ckpt/1/" + file,
         {{"JOB-TOKEN", "tok-7"}}, "x", "application/octet-stream"));
   };
-  EXPECT_EQ(put("rank-0/model_1.2+a~b@c.pt"), 201);
+  EXPECT_EQ(put("rank-0+2Fmodel_1.2+a~b@c.pt"), 201);
+  EXPECT_EQ(put("rank-0/model.pt"), 400);
   EXPECT_EQ(put("~model.pt"), 400);
   EXPECT_EQ(put("model.pt@"), 400);
   EXPECT_EQ(put("model%20x.pt"), 400);
-  EXPECT_TRUE(FakeGitLabApi::ValidPackageFileName("a/b.pt"));
+  EXPECT_FALSE(FakeGitLabApi::ValidPackageFileName("a/b.pt"));
   EXPECT_FALSE(FakeGitLabApi::ValidPackageFileName(""));
   EXPECT_FALSE(FakeGitLabApi::ValidPackageFileName("a b"));
   EXPECT_FALSE(FakeGitLabApi::ValidPackageFileName("a/../b"));

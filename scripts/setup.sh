@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libtomlplusplus-dev
   libbenchmark-dev
   # Checkpoints: zips, SHA-256 (libcrypto)
   libarchive-dev libssl-dev

@@ -195,7 +195,7 @@ TEST(LivenessTest, RestartedAgentEndsTheTrainingADeadAgentLeftRunning) {
       {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
   ASSERT_NE(run, nullptr);
   const std::string log_path =
-      absl::StrCat(cluster.run_dir(), "/logs/train.log");
+      absl::StrCat(cluster.run_dir(), "/logs/train-1-1.log");
   ASSERT_TRUE(WaitFor(
       [&] {
         return ReadFile(log_path).find("first step done") != std::string::npos;

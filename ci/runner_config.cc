@@ -1,0 +1,175 @@
+#include "ci/runner_config.h"
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/file.h"
+#include "toml++/toml.h"
+
+namespace gdt::ci {
+namespace {
+
+absl::Status WrongType(const std::string& source, std::string_view key,
+                       std::string_view want) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      source, ": ", std::string(key), " must be ", std::string(want)));
+}
+
+absl::Status ReadString(const toml::table& table, const std::string& source,
+                        std::string_view prefix, std::string_view key,
+                        std::string* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return absl::OkStatus();
+  const std::optional<std::string> value = node->value<std::string>();
+  if (!node->is_string() || !value.has_value()) {
+    return WrongType(source, std::string(prefix) + std::string(key),
+                     "a string");
+  }
+  *out = *value;
+  return absl::OkStatus();
+}
+
+absl::Status ReadStrings(const toml::table& table, const std::string& source,
+                         std::string_view prefix, std::string_view key,
+                         std::vector<std::string>* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return absl::OkStatus();
+  const toml::array* array = node->as_array();
+  if (array == nullptr) {
+    return WrongType(source, std::string(prefix) + std::string(key),
+                     "an array of strings");
+  }
+  out->clear();
+  for (const toml::node& item : *array) {
+    const std::optional<std::string> value = item.value<std::string>();
+    if (!item.is_string() || !value.has_value()) {
+      return WrongType(source, std::string(prefix) + std::string(key),
+                       "an array of strings");
+    }
+    out->push_back(*value);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadSeconds(const toml::table& table, const std::string& source,
+                         std::string_view prefix, std::string_view key,
+                         std::chrono::milliseconds* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return absl::OkStatus();
+  const std::optional<int64_t> value = node->value<int64_t>();
+  if (!node->is_integer() || !value.has_value() || *value < 0) {
+    return WrongType(source, std::string(prefix) + std::string(key),
+                     "a non-negative integer (seconds)");
+  }
+  *out = std::chrono::seconds(*value);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
+                                                   const std::string& source,
+                                                   const std::string& name) {
+  toml::table root;
+  try {
+    root = toml::parse(text, source);
+  } catch (const toml::parse_error& error) {
+    const toml::source_position where = error.source().begin;
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ":", where.line, ":", where.column, ": ",
+                     std::string(error.description())));
+  }
+  const toml::array* runners = root["runners"].as_array();
+  if (runners == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": no [[runners]] entry"));
+  }
+  for (const toml::node& node : *runners) {
+    const toml::table* runner = node.as_table();
+    if (runner == nullptr) {
+      return WrongType(source, "[[runners]]", "an array of tables");
+    }
+    RunnerConfig config;
+    std::string executor;
+    if (absl::Status s =
+            ReadString(*runner, source, "runners.", "executor", &executor);
+        !s.ok()) {
+      return s;
+    }
+    std::string runner_name;
+    if (absl::Status s =
+            ReadString(*runner, source, "runners.", "name", &runner_name);
+        !s.ok()) {
+      return s;
+    }
+    if (executor != "custom" || (!name.empty() && runner_name != name)) {
+      continue;
+    }
+    if (!runner_name.empty()) config.name = runner_name;
+    const std::string shell_before = config.shell;
+    for (absl::Status s :
+         {ReadString(*runner, source, "runners.", "url", &config.url),
+          ReadString(*runner, source, "runners.", "builds_dir",
+                     &config.builds_dir),
+          ReadString(*runner, source, "runners.", "cache_dir",
+                     &config.cache_dir),
+          ReadString(*runner, source, "runners.", "shell", &config.shell),
+          ReadStrings(*runner, source, "runners.", "environment",
+                      &config.environment)}) {
+      if (!s.ok()) return s;
+    }
+    if (config.shell.empty()) config.shell = shell_before;
+    if (config.shell != "bash") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": runners.shell is '", config.shell,
+                       "'; gdt needs bash (gitlab-runner's default on Linux)"));
+    }
+    const toml::table* custom = (*runner)["custom"].as_table();
+    if (custom == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": the custom runner has no [runners.custom]"));
+    }
+    constexpr std::string_view p = "runners.custom.";
+    for (absl::Status s :
+         {ReadString(*custom, source, p, "config_exec", &config.config_exec),
+          ReadStrings(*custom, source, p, "config_args", &config.config_args),
+          ReadString(*custom, source, p, "prepare_exec", &config.prepare_exec),
+          ReadStrings(*custom, source, p, "prepare_args", &config.prepare_args),
+          ReadString(*custom, source, p, "run_exec", &config.run_exec),
+          ReadStrings(*custom, source, p, "run_args", &config.run_args),
+          ReadString(*custom, source, p, "cleanup_exec", &config.cleanup_exec),
+          ReadStrings(*custom, source, p, "cleanup_args", &config.cleanup_args),
+          ReadSeconds(*custom, source, p, "config_exec_timeout",
+                      &config.config_exec_timeout),
+          ReadSeconds(*custom, source, p, "prepare_exec_timeout",
+                      &config.prepare_exec_timeout),
+          ReadSeconds(*custom, source, p, "cleanup_exec_timeout",
+                      &config.cleanup_exec_timeout),
+          ReadSeconds(*custom, source, p, "graceful_kill_timeout",
+                      &config.graceful_kill_timeout),
+          ReadSeconds(*custom, source, p, "force_kill_timeout",
+                      &config.force_kill_timeout)}) {
+      if (!s.ok()) return s;
+    }
+    if (config.run_exec.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ": runners.custom.run_exec is required"));
+    }
+    return config;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(source, ": no [[runners]] entry with executor = \"custom\"",
+                   name.empty() ? "" : absl::StrCat(" named '", name, "'")));
+}
+
+absl::StatusOr<RunnerConfig> LoadRunnerConfigToml(const std::string& path,
+                                                  const std::string& name) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  return ParseRunnerConfigToml(*text, path, name);
+}
+
+}  // namespace gdt::ci

@@ -1,0 +1,28 @@
+#ifndef GDT_CI_RUNNER_CONFIG_H_
+#define GDT_CI_RUNNER_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "ci/runner_emulator.h"
+
+namespace gdt::ci {
+
+// Reads the `[[runners]]` entry with `executor = "custom"` of a
+// gitlab-runner config.toml (the first one, or the one named `name` when
+// not empty): name, url, builds_dir, cache_dir, shell, environment, and
+// `[runners.custom]` with the four execs, their args and the timeouts
+// (config_exec_timeout, prepare_exec_timeout, cleanup_exec_timeout,
+// graceful_kill_timeout, force_kill_timeout, in seconds as in the file).
+// A key of the wrong type, or no such runner, is one InvalidArgument line
+// naming the file and the key.
+absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
+                                                   const std::string& source,
+                                                   const std::string& name);
+absl::StatusOr<RunnerConfig> LoadRunnerConfigToml(const std::string& path,
+                                                  const std::string& name);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_CI_RUNNER_CONFIG_H_

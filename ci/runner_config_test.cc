@@ -1,0 +1,58 @@
+#include "ci/runner_config.h"
+
+#include <chrono>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::ci {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(RunnerConfigTest, ReadsTheExampleConfigToml) {
+  absl::StatusOr<RunnerConfig> config =
+      LoadRunnerConfigToml(std::string(GDT_EXAMPLES_DIR) + "/config.toml", "");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->run_exec, "/usr/bin/gdt-executor");
+  EXPECT_THAT(config->prepare_args,
+              ElementsAre("--config", "/etc/gdt/executor.yaml", "prepare"));
+  EXPECT_EQ(config->prepare_exec_timeout, seconds(7200));
+  EXPECT_EQ(config->graceful_kill_timeout, seconds(60));
+  EXPECT_EQ(config->builds_dir, "/var/lib/gdt/builds");
+  EXPECT_EQ(config->shell, "bash");
+}
+
+TEST(RunnerConfigTest, BadInputIsOneLineNamingTheKey) {
+  EXPECT_THAT(ParseRunnerConfigToml("concurrent = 1\n", "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("c.toml: no [[runners]] entry"));
+  EXPECT_THAT(ParseRunnerConfigToml("[[runners]]\nexecutor = \"custom\"\n"
+                                    "[runners.custom]\nrun_exec = 5\n",
+                                    "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("c.toml: runners.custom.run_exec must be a string"));
+  EXPECT_THAT(
+      ParseRunnerConfigToml("[[runners]]\nexecutor = \"shell\"\n", "c.toml", "")
+          .status()
+          .message(),
+      HasSubstr("no [[runners]] entry with executor = \"custom\""));
+  EXPECT_THAT(
+      ParseRunnerConfigToml("[[runners]\n", "c.toml", "").status().message(),
+      HasSubstr("c.toml:1:"));
+  EXPECT_THAT(
+      ParseRunnerConfigToml("[[runners]]\nexecutor = \"custom\"\nshell = "
+                            "\"pwsh\"\n[runners.custom]\nrun_exec = \"x\"\n",
+                            "c.toml", "")
+          .status()
+          .message(),
+      HasSubstr("gdt needs bash"));
+}
+
+}  // namespace
+}  // namespace gdt::ci
