@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/yaml_config.h"
@@ -184,11 +185,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
 // Checks `endpoint` is host:port with a port in [min_port, 65535].
 absl::Status CheckEndpoint(const std::string& key, const std::string& endpoint,
                            uint32_t min_port) {
-  const size_t colon = endpoint.rfind(':');
-  uint32_t port = 0;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(endpoint.substr(colon + 1), &port) || port > 65535 ||
-      port < min_port) {
+  const absl::StatusOr<HostPort> parsed = ParseHostPort(endpoint);
+  if (!parsed.ok() || parsed->port < min_port) {
     return absl::InvalidArgumentError(
         absl::StrCat(key, " must be host:port, got '", endpoint, "'"));
   }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "common/yaml_config.h"
@@ -215,11 +216,7 @@ absl::Status ValidateConfig(const Config& config) {
        {std::pair{"metrics_address", &config.metrics_address},
         std::pair{"dashboard_address", &config.dashboard_address}}) {
     if (address->empty()) continue;
-    const size_t colon = address->rfind(':');
-    int port = -1;
-    if (colon == std::string::npos || colon == 0 ||
-        !absl::SimpleAtoi(address->substr(colon + 1), &port) || port < 0 ||
-        port > 65535) {
+    if (!ParseHostPort(*address).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           key, " must be host:port (port 0..65535), got '", *address, "'"));
     }
