@@ -26,45 +26,7 @@ using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The executor's documented "stopped because a peer failed" code.
-constexpr int kPeerFailureExitCode = 75;
-
-// A project whose job `train` is a 2-member CPU gang running `script` (one
-// shell line) without a launcher.
-std::string MakeShellProject(const TempDir& dir, const std::string& script) {
-  const std::string project = dir.Sub("project");
-  std::filesystem::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("train:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - '",
-                         script, "'\n"));
-  return project;
-}
-
-class GangFailureTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
-    AgentSpec agent;
-    agent.name = "local";
-    agent.cpu_slots = 2;
-    ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
-    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
-  }
-
-  std::string MemberLog(int index) {
-    return ReadFile(
-        absl::StrCat(cluster_.run_dir(), "/logs/train-", index, "-2.log"));
-  }
-
-  GdtCluster cluster_;
-};
+class GangFailureTest : public OneHostGangTest {};
 
 TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
   const std::string started = cluster_.dir().Sub("member-1-started");

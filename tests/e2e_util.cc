@@ -226,4 +226,35 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
   return text;
 }
 
+std::string MakeShellProject(const TempDir& dir, const std::string& script) {
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("train:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - '",
+                         script, "'\n"));
+  return project;
+}
+
+void OneHostGangTest::SetUp() {
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
+  ASSERT_TRUE(cluster_.WaitForHosts(1, std::chrono::seconds(20)).ok())
+      << cluster_.Logs();
+}
+
+std::string OneHostGangTest::MemberLog(int index) {
+  return ReadFile(
+      absl::StrCat(cluster_.run_dir(), "/logs/train-", index, "-2.log"));
+}
+
 }  // namespace gdt::test

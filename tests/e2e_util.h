@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cluster.h"
 
@@ -74,6 +75,23 @@ std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
 
 // "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
 std::string DescribeAll(const std::vector<ProcessInfo>& processes);
+
+// The executor's documented "stopped because a peer failed" code.
+inline constexpr int kPeerFailureExitCode = 75;
+
+// A project whose job `train` is a 2-member CPU gang running `script` (one
+// shell line) without a launcher. Returns its path (inside `dir`).
+std::string MakeShellProject(const TempDir& dir, const std::string& script);
+
+// A coordinator and one agent "local" with 2 CPU slots on loopback, up.
+class OneHostGangTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // Member `index`'s job log of the 2-member job `train`.
+  std::string MemberLog(int index);
+
+  GdtCluster cluster_;
+};
 
 }  // namespace gdt::test
 
