@@ -438,7 +438,8 @@ std::string GdtCluster::WriteExecutorConfig() const {
                          "\nbuilds_root: ", dir_.Sub("builds"),
                          "\ncache_root: ", dir_.Sub("cache"),
                          "\narrival_host: runner\njoin_timeout_seconds: 120\n",
-                         "log_level: info\n", TlsYaml(/*server=*/false)));
+                         "log_level: info\n", executor_extra_config_,
+                         TlsYaml(/*server=*/false)));
   return config;
 }
 

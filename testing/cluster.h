@@ -125,6 +125,10 @@ class GdtCluster {
   void SetCoordinatorExtraConfig(std::string yaml) {
     coordinator_extra_config_ = std::move(yaml);
   }
+  // YAML lines appended to the executor's config (e.g. kill_grace_seconds).
+  void SetExecutorExtraConfig(std::string yaml) {
+    executor_extra_config_ = std::move(yaml);
+  }
   // Every daemon, the executor and Status() use TLS with mutual
   // authentication from `certs` (call before starting anything).
   void UseTls(const TestCerts& certs) { tls_ = certs; }
@@ -194,6 +198,7 @@ class GdtCluster {
   TempDir dir_;
   std::string coordinator_listen_;
   std::string coordinator_extra_config_;
+  std::string executor_extra_config_;
   std::unique_ptr<Daemon> coordinator_;
   std::string metrics_endpoint_;
   std::string dashboard_endpoint_;

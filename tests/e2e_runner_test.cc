@@ -191,5 +191,37 @@ TEST(RunnerFidelityCheckpointTest, NestedCheckpointFilesRoundTripPackages) {
             "weights-1\n");
 }
 
+// A job stopped at its timeout gets the executor's kill_grace_seconds
+// between SIGTERM and SIGKILL (the time to write a checkpoint), not the
+// agent's 10 s default: its TERM handler needs 14 s here.
+TEST(RunnerKillGraceTest, AStoppedScriptGetsTheConfiguredGrace) {
+  GdtCluster cluster;
+  cluster.SetExecutorExtraConfig("kill_grace_seconds: 30\n");
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 1}).ok())
+      << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  const std::string saved = cluster.dir().Sub("checkpoint-saved");
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("train:\n"
+                         "  timeout: 4 seconds\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - 'trap \"sleep 14; touch ",
+                         saved, "; exit 0\" TERM; sleep 300 & wait'\n"));
+  const auto start = std::chrono::steady_clock::now();
+  const CommandResult run =
+      cluster.RunLocal(project, "train", {}, std::chrono::milliseconds(120000));
+  EXPECT_NE(run.status.exit_code, 0) << run.output;  // It timed out.
+  EXPECT_TRUE(std::filesystem::exists(saved))
+      << "the TERM handler was killed before it finished\n"
+      << run.output << cluster.Logs();
+  EXPECT_GT(std::chrono::steady_clock::now() - start, seconds(14));
+}
+
 }  // namespace
 }  // namespace gdt::test
