@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
@@ -111,8 +112,8 @@ class StageReactor final
         stage->Signal(StageSignal::kCollectEvidence);
         break;
       default:
-        spdlog::warn("ignoring RunStage message member={}: not a signal",
-                     member_id_);
+        spdlog::warn("event=run_stage_message_ignored member={} reason={}",
+                     LogValue(member_id_), LogValue("not a signal"));
         break;
     }
     StartRead(&request_);
@@ -130,8 +131,8 @@ class StageReactor final
     if (stage == nullptr || stage->finished()) return;
     stage->Signal(StageSignal::kTerm);
     if (member_lost_ && !start_.gang_id().empty()) {
-      spdlog::warn("executor gone member={} stage={}: stopping the stage",
-                   member_id_, stage_name_);
+      spdlog::warn("event=executor_gone member={} stage={} action=stop_stage",
+                   LogValue(member_id_), LogValue(stage_name_));
       member_lost_(start_);
     }
   }
@@ -183,8 +184,8 @@ class StageReactor final
   }
 
   void OnExit(const ExitStatus& status) override {
-    spdlog::info("stage exited member={} stage={} code={}", member_id_,
-                 stage_name_, status.code());
+    spdlog::info("event=stage_exited member={} stage={} code={}",
+                 LogValue(member_id_), LogValue(stage_name_), status.code());
     v1::RunStageResponse message;
     message.mutable_exit()->set_exit_code(status.code());
     message.mutable_exit()->set_signal(status.signal);
@@ -202,9 +203,10 @@ class StageReactor final
     if (absl::Status allowed = CheckMemberToken(context_, host_token_sha256_,
                                                 request_.start().member_id());
         !allowed.ok()) {
-      spdlog::warn("stage refused member={} stage={}: {}",
-                   request_.start().member_id(), request_.start().stage(),
-                   allowed.ToString());
+      spdlog::warn("event=stage_refused member={} stage={} error={}",
+                   LogValue(request_.start().member_id()),
+                   LogValue(request_.start().stage()),
+                   LogValue(allowed.ToString()));
       Finish(rendezvous::ToGrpcStatus(allowed));
       return;
     }
@@ -220,8 +222,9 @@ class StageReactor final
     absl::StatusOr<std::shared_ptr<Stage>> stage =
         supervisor_.StartStage(FromProto(request_.start()), this);
     if (!stage.ok()) {
-      spdlog::warn("stage rejected member={} stage={}: {}", member_id_,
-                   stage_name_, stage.status().ToString());
+      spdlog::warn("event=stage_rejected member={} stage={} error={}",
+                   LogValue(member_id_), LogValue(stage_name_),
+                   LogValue(stage.status().ToString()));
       Finish(rendezvous::ToGrpcStatus(stage.status()));
       return;
     }
@@ -290,8 +293,8 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
   if (absl::Status allowed =
           CheckMemberToken(*context, host_token_sha256_, request->member_id());
       !allowed.ok()) {
-    spdlog::warn("setup refused member={}: {}", request->member_id(),
-                 allowed.ToString());
+    spdlog::warn("event=setup_refused member={} error={}",
+                 LogValue(request->member_id()), LogValue(allowed.ToString()));
     return rendezvous::ToGrpcStatus(allowed);
   }
   const std::vector<std::string> extra_dirs(request->extra_dirs().begin(),
@@ -299,11 +302,12 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
   absl::Status status = supervisor_.SetupMember(
       request->member_id(), request->builds_dir(), extra_dirs);
   if (!status.ok()) {
-    spdlog::warn("setup failed member={}: {}", request->member_id(),
-                 status.ToString());
+    spdlog::warn("event=setup_failed member={} error={}",
+                 LogValue(request->member_id()), LogValue(status.ToString()));
   } else {
-    spdlog::info("member set up member={} builds_dir={}", request->member_id(),
-                 request->builds_dir());
+    spdlog::info("event=member_set_up member={} builds_dir={}",
+                 LogValue(request->member_id()),
+                 LogValue(request->builds_dir()));
   }
   return rendezvous::ToGrpcStatus(status);
 }
@@ -320,15 +324,16 @@ grpc::Status AgentService::TeardownMember(
   if (absl::Status allowed =
           CheckMemberToken(*context, host_token_sha256_, request->member_id());
       !allowed.ok()) {
-    spdlog::warn("teardown refused member={}: {}", request->member_id(),
-                 allowed.ToString());
+    spdlog::warn("event=teardown_refused member={} error={}",
+                 LogValue(request->member_id()), LogValue(allowed.ToString()));
     return rendezvous::ToGrpcStatus(allowed);
   }
   absl::StatusOr<uint32_t> killed = supervisor_.TeardownMember(
       request->member_id(), request->remove_builds_dir());
   if (!killed.ok()) {
-    spdlog::warn("teardown failed member={}: {}", request->member_id(),
-                 killed.status().ToString());
+    spdlog::warn("event=teardown_failed member={} error={}",
+                 LogValue(request->member_id()),
+                 LogValue(killed.status().ToString()));
     return rendezvous::ToGrpcStatus(killed.status());
   }
   response->set_processes_killed(*killed);
@@ -386,12 +391,13 @@ grpc::Status AgentService::ExecInMember(
   absl::StatusOr<Supervisor::ExecContext> member =
       supervisor_.FindExecContext(request->gang_id(), request->token());
   if (!member.ok()) {
-    spdlog::warn("exec refused gang={} reason={}", request->gang_id(),
-                 std::string(member.status().message()));
+    spdlog::warn("event=exec_refused gang={} reason={}",
+                 LogValue(request->gang_id()),
+                 LogValue(std::string(member.status().message())));
     return rendezvous::ToGrpcStatus(member.status());
   }
-  spdlog::info("exec in member={} argv0={}", member->member_id,
-               request->argv(0));
+  spdlog::info("event=exec_in_member member={} argv0={}",
+               LogValue(member->member_id), LogValue(request->argv(0)));
   SpawnOptions spawn;
   spawn.argv.assign(request->argv().begin(), request->argv().end());
   spawn.env = member->env;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
 #include "common/host_port.h"
+#include "common/logging.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/metadata.h"
@@ -72,12 +73,13 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     if (!token.ok()) return token.status();
     daemon->coordinator_.AddMetadata(rendezvous::kHostTokenMetadata, *token);
     daemon->service_.SetHostTokenSha256(SecretSha256Hex(*token));
-    spdlog::info("host token from {}: stages run only for admitted members",
-                 config.host_token_file);
+    spdlog::info("event=host_token_on host_token_file={} reason={}",
+                 LogValue(config.host_token_file),
+                 LogValue("stages run only for admitted members"));
   } else {
-    spdlog::warn(
-        "no host_token_file: this agent runs stages for any caller (fine for "
-        "local use; see docs/security.md)");
+    spdlog::warn("event=host_token_off reason={}",
+                 LogValue("no host_token_file: this agent runs stages for any "
+                          "caller (fine for local use; see docs/security.md)"));
   }
   daemon->lost_reporter_ = std::make_unique<LostMemberReporter>(
       daemon->coordinator_, std::chrono::seconds(5));
@@ -100,10 +102,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   for (const ProcessLedger::Reaped& group :
        daemon->supervisor_.ReapLeftovers()) {
     spdlog::warn(
-        "ended process group {} ({} processes) left running by a previous "
-        "gdt-agent{}",
-        group.pgid, group.processes,
-        group.killed ? " (SIGKILL after the kill grace)" : "");
+        "event=leftover_process_group_ended pgid={} processes={} sigkill={} "
+        "reason={}",
+        group.pgid, group.processes, group.killed,
+        LogValue(group.killed ? "left running by a previous gdt-agent "
+                                "(SIGKILL after the kill grace)"
+                              : "left running by a previous gdt-agent"));
   }
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start(config.listen_address, daemon->service_, *credentials);
@@ -119,9 +123,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   daemon->advertise_endpoint_ = !config.advertise_endpoint.empty()
                                     ? config.advertise_endpoint
                                     : JoinHostPort(config.host.address, port);
-  spdlog::info("gdt-agent listening on {} host={} advertise={}",
-               daemon->bound_endpoint_, config.host.name,
-               daemon->advertise_endpoint_);
+  spdlog::info("event=agent_listening address={} host={} advertise={}",
+               LogValue(daemon->bound_endpoint_), LogValue(config.host.name),
+               LogValue(daemon->advertise_endpoint_));
   // gdt-rsh finds this agent through the member's environment.
   daemon->supervisor_.AddStageVariable("GDT_AGENT_ENDPOINT",
                                        daemon->advertise_endpoint_);
@@ -138,8 +142,14 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
 
   HostConfig host_config = config.host;
   const GpuInventory inventory = ResolveGpus(host_config.gpus);
-  spdlog::info("GPUs from {}: {}{}", inventory.source, inventory.gpus.size(),
-               inventory.note.empty() ? "" : " (" + inventory.note + ")");
+  if (inventory.note.empty()) {
+    spdlog::info("event=gpus_found source={} gpus={}",
+                 LogValue(inventory.source), inventory.gpus.size());
+  } else {
+    spdlog::info("event=gpus_found source={} gpus={} note={}",
+                 LogValue(inventory.source), inventory.gpus.size(),
+                 LogValue(inventory.note));
+  }
   host_config.gpus = inventory.gpus;
   daemon->registrar_ = std::make_unique<Registrar>(
       daemon->coordinator_,
@@ -157,7 +167,7 @@ void Daemon::Shutdown() {
   if (registrar_ != nullptr) registrar_->Stop();
   const size_t running = supervisor_.running_stages();
   if (running > 0) {
-    spdlog::info("terminating running stages count={}", running);
+    spdlog::info("event=terminating_stages count={}", running);
   }
   supervisor_.Shutdown();
   if (server_ != nullptr) {

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
@@ -39,13 +40,15 @@ void LostMemberReporter::Run() {
     }
     absl::Status status = client_.ReportExit(request, timeout_);
     if (status.ok()) {
-      spdlog::warn("reported member lost gang={} member={} job={}: {}",
-                   request.gang_id(), request.member_index(), request.job_id(),
-                   request.lost_reason());
+      spdlog::warn(
+          "event=member_lost_reported gang={} member={} job={} reason={}",
+          LogValue(request.gang_id()), request.member_index(), request.job_id(),
+          LogValue(request.lost_reason()));
     } else {
-      spdlog::warn("cannot report member lost gang={} member={} job={}: {}",
-                   request.gang_id(), request.member_index(), request.job_id(),
-                   status.ToString());
+      spdlog::warn(
+          "event=member_lost_report_failed gang={} member={} job={} error={}",
+          LogValue(request.gang_id()), request.member_index(), request.job_id(),
+          LogValue(status.ToString()));
     }
   }
 }

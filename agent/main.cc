@@ -66,20 +66,22 @@ int main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<gdt::agent::Daemon>> daemon =
       gdt::agent::Daemon::Start(*config);
   if (!daemon.ok()) {
-    spdlog::critical("cannot start: {}", daemon.status().ToString());
+    spdlog::critical("event=start_failed error={}",
+                     gdt::LogValue(daemon.status().ToString()));
     return gdt::kExitFailure;
   }
   if (!port_file.empty()) {
     absl::Status written =
         gdt::WriteFileAtomically(port_file, (*daemon)->bound_endpoint() + "\n");
     if (!written.ok()) {
-      spdlog::critical("{}", written.ToString());
+      spdlog::critical("event=port_file_failed error={}",
+                       gdt::LogValue(written.ToString()));
       return gdt::kExitFailure;
     }
   }
   int signal_number = 0;
   sigwait(&signals, &signal_number);
-  spdlog::info("signal {} received, shutting down", signal_number);
+  spdlog::info("event=shutting_down signal={}", signal_number);
   (*daemon)->Shutdown();
   return gdt::kExitOk;
 }

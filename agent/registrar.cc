@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/backoff.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
@@ -58,16 +59,20 @@ void Registrar::Run() {
         // The coordinator refused this host's token; keep asking
         // (an operator may issue a new token) but say so every time.
         spdlog::error(
-            "coordinator {} refused host={}: {} (fix host_token_file in the "
-            "agent config)",
-            client_.endpoint(), name, std::string(interval.status().message()));
+            "event=host_refused coordinator={} host={} error={} action={}",
+            LogValue(client_.endpoint()), LogValue(name),
+            LogValue(std::string(interval.status().message())),
+            LogValue("fix host_token_file in the agent config"));
         reachable = false;
         if (!Sleep(options_.max_backoff)) return;
         continue;
       }
       if (reachable) {
-        spdlog::warn("cannot register host={} coordinator={}: {}; retrying",
-                     name, client_.endpoint(), interval.status().ToString());
+        spdlog::warn(
+            "event=register_failed host={} coordinator={} error={} "
+            "action=retry",
+            LogValue(name), LogValue(client_.endpoint()),
+            LogValue(interval.status().ToString()));
       }
       reachable = false;
       if (!Sleep(backoff.Next())) return;
@@ -76,8 +81,10 @@ void Registrar::Run() {
     reachable = true;
     backoff.Reset();
     const seconds period(std::max<uint32_t>(*interval, 1));
-    spdlog::info("registered host={} coordinator={} gpus={} heartbeat={}s",
-                 name, client_.endpoint(), host_.gpus_size(), period.count());
+    spdlog::info(
+        "event=host_registered host={} coordinator={} gpus={} heartbeat_s={}",
+        LogValue(name), LogValue(client_.endpoint()), host_.gpus_size(),
+        period.count());
 
     while (Sleep(period)) {
       absl::StatusOr<bool> reregister =
@@ -85,26 +92,28 @@ void Registrar::Run() {
       if (!reregister.ok()) {
         if (reregister.status().code() == absl::StatusCode::kUnauthenticated ||
             reregister.status().code() == absl::StatusCode::kPermissionDenied) {
-          spdlog::error("coordinator {} refused heartbeat of host={}: {}",
-                        client_.endpoint(), name,
-                        std::string(reregister.status().message()));
+          spdlog::error(
+              "event=heartbeat_refused coordinator={} host={} error={}",
+              LogValue(client_.endpoint()), LogValue(name),
+              LogValue(std::string(reregister.status().message())));
           reachable = false;
           break;  // Register again, which reports the refusal.
         }
         if (reachable) {
-          spdlog::warn("heartbeat failed host={} coordinator={}: {}", name,
-                       client_.endpoint(), reregister.status().ToString());
+          spdlog::warn("event=heartbeat_failed host={} coordinator={} error={}",
+                       LogValue(name), LogValue(client_.endpoint()),
+                       LogValue(reregister.status().ToString()));
         }
         reachable = false;
         continue;
       }
       if (!reachable) {
-        spdlog::info("coordinator reachable again host={} coordinator={}", name,
-                     client_.endpoint());
+        spdlog::info("event=coordinator_reachable host={} coordinator={}",
+                     LogValue(name), LogValue(client_.endpoint()));
       }
       reachable = true;
       if (*reregister) {
-        spdlog::info("coordinator asked host={} to register again", name);
+        spdlog::info("event=reregister_requested host={}", LogValue(name));
         break;
       }
     }

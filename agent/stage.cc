@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/evidence.h"
+#include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
@@ -140,8 +141,8 @@ void Stage::CheckProgress() {
   }
   if (std::chrono::system_clock::now() - last < hang_timeout_) return;
   hung_ = true;
-  spdlog::warn("stage hung pgid={} progress_file={} timeout={}s",
-               process_group_, progress_file_, hang_timeout_.count());
+  spdlog::warn("event=stage_hung pgid={} progress_file={} timeout_s={}",
+               process_group_, LogValue(progress_file_), hang_timeout_.count());
   CollectEvidenceOnce(absl::StrCat("no progress for ", hang_timeout_.count(),
                                    " s (GDT_HANG_TIMEOUT); progress file ",
                                    progress_file_));
@@ -159,12 +160,13 @@ void Stage::CollectEvidenceOnce(const std::string& why) {
   request.path = path_;
   absl::StatusOr<std::vector<std::string>> files = CollectEvidence(request);
   if (!files.ok()) {
-    spdlog::warn("cannot collect evidence pgid={} dir={}: {}", process_group_,
-                 evidence_dir_, files.status().ToString());
+    spdlog::warn("event=evidence_failed pgid={} dir={} error={}",
+                 process_group_, LogValue(evidence_dir_),
+                 LogValue(files.status().ToString()));
     return;
   }
-  spdlog::info("evidence collected pgid={} dir={} files={}", process_group_,
-               evidence_dir_, files->size());
+  spdlog::info("event=evidence_collected pgid={} dir={} files={}",
+               process_group_, LogValue(evidence_dir_), files->size());
 }
 
 void Stage::Run() {

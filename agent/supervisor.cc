@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -142,8 +143,8 @@ Supervisor::~Supervisor() { Shutdown(); }
 void Supervisor::RecordProcessGroup(pid_t pgid) const {
   absl::Status recorded = ledger_.Record(pgid);
   if (!recorded.ok() && !absl::IsNotFound(recorded)) {
-    spdlog::warn("cannot record process group {}: {}", pgid,
-                 std::string(recorded.message()));
+    spdlog::warn("event=process_group_record_failed pgid={} error={}", pgid,
+                 LogValue(std::string(recorded.message())));
   }
 }
 
@@ -264,8 +265,9 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     members_[member_id].gang_working_dir = options.working_dir;
   }
   ++running_;
-  spdlog::info("stage started member={} stage={} pgid={}", member_id,
-               request.stage, (*stage)->process_group());
+  spdlog::info("event=stage_started member={} stage={} pgid={}",
+               LogValue(member_id), LogValue(request.stage),
+               (*stage)->process_group());
   return stage;
 }
 
@@ -334,8 +336,8 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
     members_.erase(member_id);
   }
   if (killed > 0) {
-    spdlog::info("member torn down member={} process_groups_killed={}",
-                 member_id, killed);
+    spdlog::info("event=member_torn_down member={} process_groups_killed={}",
+                 LogValue(member_id), killed);
   }
   return killed;
 }

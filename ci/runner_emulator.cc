@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ci/job_file.h"
+#include "common/logging.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -163,8 +164,8 @@ void FinishKillInBackground(std::unique_ptr<Subprocess> child,
     if (!child->WaitUntil(sigkill_at).has_value()) {
       child->SignalGroup(SIGKILL);
       if (!child->WaitUntil(SteadyClock::now() + force).has_value()) {
-        spdlog::warn("failed to kill process PID={}, likely process is dormant",
-                     child->pid());
+        spdlog::warn("event=kill_failed pid={} reason={}", child->pid(),
+                     LogValue("likely process is dormant"));
       }
     }
     child.reset();  // Reaps it (blocks for a dormant process).
@@ -232,9 +233,11 @@ class RunnerEmulator::Job {
     if (options_.diagnostics) {
       options_.diagnostics(level, line);
     } else if (level == "warn") {
-      spdlog::warn("job={} {}", options_.job.id, std::string(line));
+      spdlog::warn("event=job_diagnostic job={} detail={}", options_.job.id,
+                   LogValue(line));
     } else {
-      spdlog::debug("job={} {}", options_.job.id, std::string(line));
+      spdlog::debug("event=job_diagnostic job={} detail={}", options_.job.id,
+                    LogValue(line));
     }
   }
 

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/logging.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -17,8 +18,9 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const v1::CheckpointCaller& caller,
                                      const absl::Status& status) {
   if (!status.ok()) {
-    spdlog::debug("checkpoint {} refused gang={} epoch={}: {}", op,
-                  caller.gang_id(), caller.epoch(), status.ToString());
+    spdlog::debug("event=checkpoint_refused op={} gang={} epoch={} error={}",
+                  op, LogValue(caller.gang_id()), caller.epoch(),
+                  LogValue(status.ToString()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(rendezvous::ToGrpcStatus(status));
@@ -39,9 +41,10 @@ grpc::ServerUnaryReactor* CheckpointService::RecordCheckpoint(
   const absl::Status status = coordinator_.RecordCheckpoint(
       CallerOf(request->caller()), std::move(record));
   if (status.ok()) {
-    spdlog::info("gang {} epoch {} recorded checkpoint step {} (job {})",
-                 request->caller().gang_id(), request->caller().epoch(),
-                 request->record().step(), request->record().job_id());
+    spdlog::info("event=checkpoint_recorded gang={} epoch={} step={} job={}",
+                 LogValue(request->caller().gang_id()),
+                 request->caller().epoch(), request->record().step(),
+                 request->record().job_id());
   }
   return FinishWith(context, "record", request->caller(), status);
 }

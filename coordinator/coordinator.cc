@@ -139,14 +139,14 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
   }
   absl::StatusOr<std::string> secret = kv::NewKvToken();
   if (!secret.ok()) {
-    spdlog::error("gang {} gets no key-value store: {}", gang_id,
-                  secret.status().ToString());
+    spdlog::error("event=gang_kv_unavailable gang={} error={}",
+                  LogValue(gang_id), LogValue(secret.status().ToString()));
     return "";
   }
   state::KvToken token{gang_id, epoch, *secret};
   if (absl::Status status = store_->SaveKvToken(token); !status.ok()) {
-    spdlog::error("gang {} gets no key-value store: {}", gang_id,
-                  status.ToString());
+    spdlog::error("event=gang_kv_unavailable gang={} error={}",
+                  LogValue(gang_id), LogValue(status.ToString()));
     return "";
   }
   kv_->OpenGang(gang_id, epoch, token.token);
@@ -171,8 +171,8 @@ void Coordinator::EndFinishedKvGangsLocked() {
     }
     kv_->EndGang(it->first);
     if (absl::Status status = store_->DeleteKvToken(it->first); !status.ok()) {
-      spdlog::warn("cannot forget the kv token of gang {}: {}", it->first,
-                   status.ToString());
+      spdlog::warn("event=kv_token_forget_failed gang={} error={}",
+                   LogValue(it->first), LogValue(status.ToString()));
     }
     it = kv_tokens_.erase(it);
   }

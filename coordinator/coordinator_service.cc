@@ -745,11 +745,13 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     absl::StatusOr<std::string> root_cause =
         coordinator_.Cancel(request->gang_id(), request->reason());
     if (!root_cause.ok()) {
-      spdlog::warn("cancel rejected gang={}: {}", request->gang_id(),
-                   root_cause.status().ToString());
+      spdlog::warn("event=cancel_rejected gang={} error={}",
+                   LogValue(request->gang_id()),
+                   LogValue(root_cause.status().ToString()));
       return root_cause.status();
     }
-    spdlog::info("gang cancelled by operator gang={}", request->gang_id());
+    spdlog::info("event=gang_cancelled_by_operator gang={}",
+                 LogValue(request->gang_id()));
     response->set_root_cause(*root_cause);
     return absl::OkStatus();
   });

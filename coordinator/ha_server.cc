@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/host_port.h"
+#include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/tls.h"
@@ -66,11 +67,10 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   }
   if (config.advertise_endpoint.empty() &&
       (listen->host == "0.0.0.0" || listen->host == "::")) {
-    spdlog::warn(
-        "event=no_advertise_endpoint listen_address={} (standbys will send "
-        "clients to this address; set advertise_endpoint to one they can "
-        "reach)",
-        config.listen_address);
+    spdlog::warn("event=no_advertise_endpoint listen_address={} reason={}",
+                 LogValue(config.listen_address),
+                 LogValue("standbys will send clients to this address; set "
+                          "advertise_endpoint to one they can reach"));
   }
   server->config_.listen_address = server->bound_address_;
   {
@@ -132,9 +132,9 @@ void HaServer::Run() {
   while (Sleep(interval)) {
     if (election_->Renew()) continue;
     spdlog::error(
-        "event=leadership_lost lease_ttl_s={} action=stop_serving "
-        "(the process exits; restart it to rejoin as a standby)",
-        config_.lease_ttl_s);
+        "event=leadership_lost lease_ttl_s={} action=stop_serving detail={}",
+        config_.lease_ttl_s,
+        LogValue("the process exits; restart it to rejoin as a standby"));
     lost_.store(true);
     leader_.store(false);
     std::unique_ptr<CoordinatorServer> server;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -161,7 +162,8 @@ absl::Status Scheduler::SetDrained(const std::string& host_name, bool drained) {
   }
   GDT_RETURN_IF_ERROR(store_.SetHostDrained(host_name, drained));
   it->second.drained = drained;
-  spdlog::info("host {} host={}", drained ? "drained" : "undrained", host_name);
+  spdlog::info("event={} host={}", drained ? "host_drained" : "host_undrained",
+               LogValue(host_name));
   Pass();
   return absl::OkStatus();
 }
@@ -193,7 +195,7 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
   }
   GDT_RETURN_IF_ERROR(store_.DeleteHost(host_name));
   hosts_.erase(it);
-  spdlog::info("host removed host={}", host_name);
+  spdlog::info("event=host_removed host={}", LogValue(host_name));
   Pass();
   return absl::OkStatus();
 }
@@ -484,7 +486,8 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
   if (fails) {
-    spdlog::warn("{}", gang.reason);
+    spdlog::warn("event=gang_failed gang={} reason={}", LogValue(gang.id),
+                 LogValue(gang.reason));
     observer_->Failure(cancelled         ? "cancelled"
                        : exit_code > 128 ? "signal"
                                          : "exit_nonzero");
@@ -604,8 +607,8 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
     }
     GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
-    spdlog::info("gang {} gang={} leases released",
-                 state::GangStateName(updated.state), updated.id);
+    spdlog::info("event=gang_leases_released gang={} state={}",
+                 LogValue(updated.id), state::GangStateName(updated.state));
     gang = std::move(updated);
   } else {
     // Only this member's row changes; the leases stay as they are.
@@ -850,8 +853,8 @@ void Scheduler::BounceGangs(const std::vector<BouncedGang>& bounced,
     absl::Status failed =
         FailGang(found->second, 0, bounce.message, "deadlock_bounce");
     if (!failed.ok()) {
-      spdlog::error("cannot bounce gang {}: {}", bounce.gang_id,
-                    failed.ToString());
+      spdlog::error("event=gang_bounce_failed gang={} error={}",
+                    LogValue(bounce.gang_id), LogValue(failed.ToString()));
       continue;
     }
     observer_->DeadlockBounce(bounce.gang_id);
@@ -1032,8 +1035,8 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
   port_leases_[updated.master_host][port] = updated.id;
   state::Gang& gang = found->second;
   gang = std::move(updated);
-  spdlog::info("gang admitted gang={} master={}:{}", gang.id, gang.master_addr,
-               gang.master_port);
+  spdlog::info("event=gang_admitted gang={} master={}:{}", LogValue(gang.id),
+               gang.master_addr, gang.master_port);
   for (auto& [index, member] : gang.members) {
     const uint64_t stream_id = member.stream_id;
     member.stream_id = 0;  // The stream ends after the Admitted event.

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 #include "coordinator/scheduler.h"
 #include "spdlog/spdlog.h"
@@ -54,7 +55,8 @@ absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
-  spdlog::warn("{}", gang.reason);
+  spdlog::warn("event=gang_failed gang={} reason={}", LogValue(gang.id),
+               LogValue(gang.reason));
   observer_->Failure(failure_class);
   for (const auto& [stream_id, index] : join_streams) {
     state::MemberEvent aborted;
@@ -133,8 +135,8 @@ std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
         ") at ", state::UtcTimeOfDay(clock_.UnixMillis()));
     if (absl::Status status = FailGang(gang, index, cause, "host_lost");
         !status.ok()) {
-      spdlog::error("cannot fail gang {} for its lost member {}: {}", id, index,
-                    status.ToString());
+      spdlog::error("event=gang_fail_failed gang={} lost_member={} error={}",
+                    LogValue(id), index, LogValue(status.ToString()));
       continue;
     }
     failed.push_back(id);
@@ -210,8 +212,10 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   for (auto& [watch_id, watched] : watchers_) {
     if (watched == gang.id) watched = archived.id;
   }
-  spdlog::info("gang {} epoch {} forms (epoch {} archived as {})", gang.id,
-               next.epoch, gang.epoch, archived.id);
+  spdlog::info(
+      "event=gang_epoch_forms gang={} epoch={} archived_epoch={} "
+      "archived_as={}",
+      LogValue(gang.id), next.epoch, gang.epoch, LogValue(archived.id));
   gangs_[archived.id] = std::move(archived);
   gang = std::move(next);
   return absl::OkStatus();
@@ -270,18 +274,20 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
       abandoned.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
     }
     if (absl::Status status = store_.SaveGang(updated); !status.ok()) {
-      spdlog::error("cannot release the leases of gang {}: {}", id,
-                    status.ToString());
+      spdlog::error("event=lease_release_failed gang={} error={}", LogValue(id),
+                    LogValue(status.ToString()));
       still_holding[id] = since;
       continue;
     }
     ReleaseLeases(updated);
     gang = std::move(updated);
     spdlog::warn(
-        "gang {} failed {} s ago; member(s) {} never cleaned up: leases "
-        "released (failed_gang_release_seconds)",
-        id, options_.failed_gang_release.count(),
-        absl::StrJoin(abandoned, ", "));
+        "event=failed_gang_leases_released gang={} failed_s_ago={} "
+        "members={} reason={}",
+        LogValue(id), options_.failed_gang_release.count(),
+        LogValue(absl::StrJoin(abandoned, ",")),
+        LogValue("member(s) never cleaned up: leases released "
+                 "(failed_gang_release_seconds)"));
     released.push_back(id);
   }
   failed_holding_since_ = std::move(still_holding);
@@ -315,7 +321,8 @@ std::vector<std::string> Scheduler::FailSuspectedGangs() {
             FailGang(gang, member.index, cause,
                      member.exit_code > 128 ? "signal" : "exit_nonzero");
         !status.ok()) {
-      spdlog::error("cannot fail gang {}: {}", id, status.ToString());
+      spdlog::error("event=gang_fail_failed gang={} error={}", LogValue(id),
+                    LogValue(status.ToString()));
       continue;
     }
     failed.push_back(id);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file.h"
 #include "common/host_port.h"
+#include "common/logging.h"
 #include "common/secret.h"
 #include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -32,11 +33,12 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
                       std::chrono::milliseconds(config.gitlab_timeout)),
         clock, options);
     security.verifier = verifier.get();
-    spdlog::info("members are verified with GitLab at {}", config.gitlab_url);
+    spdlog::info("event=member_verification_on gitlab_url={}",
+                 LogValue(config.gitlab_url));
   } else {
-    spdlog::warn(
-        "member verification is OFF (no gitlab_url): any client can join any "
-        "gang by naming it; set gitlab_url outside local use");
+    spdlog::warn("event=member_verification_off reason={}",
+                 LogValue("no gitlab_url: any client can join any gang by "
+                          "naming it; set gitlab_url outside local use"));
   }
   if (!config.admin_token_file.empty()) {
     absl::StatusOr<std::string> token =
@@ -44,20 +46,20 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
     if (!token.ok()) return token.status();
     security.admin_token_sha256 = SecretSha256Hex(*token);
     security.status_without_token = config.status_without_token;
-    spdlog::info(
-        "operator commands need the admin token; status without it: {}",
-        config.status_without_token);
+    spdlog::info("event=operator_auth_on status_without_token={}",
+                 config.status_without_token);
   } else {
     spdlog::warn(
-        "operator authentication is OFF (no admin_token_file): anyone who "
-        "reaches {} can drain, remove hosts and cancel gangs",
-        config.listen_address);
+        "event=operator_auth_off listen_address={} reason={}",
+        LogValue(config.listen_address),
+        LogValue("no admin_token_file: anyone who reaches the listen address "
+                 "can drain, remove hosts and cancel gangs"));
   }
   security.require_host_tokens = config.require_host_tokens;
   if (!config.require_host_tokens) {
-    spdlog::warn(
-        "host tokens are OFF (require_host_tokens: false): any client can "
-        "register as a host");
+    spdlog::warn("event=host_tokens_off reason={}",
+                 LogValue("require_host_tokens: false: any client can "
+                          "register as a host"));
   }
   return security;
 }

@@ -1,6 +1,7 @@
 #include <cstdio>
 #include <variant>
 
+#include "common/logging.h"
 #include "executor/member_state.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
@@ -27,12 +28,12 @@ Outcome CleanupStage(const StageContext& context) {
     if (absl::StatusOr<uint32_t> killed =
             agent.TeardownMember(teardown, rpc_timeout);
         !killed.ok()) {
-      spdlog::warn("cannot tear down member={} on agent {}: {}",
-                   state->member_id, state->agent_endpoint,
-                   killed.status().ToString());
+      spdlog::warn("event=teardown_failed member={} agent={} error={}",
+                   LogValue(state->member_id), LogValue(state->agent_endpoint),
+                   LogValue(killed.status().ToString()));
     } else if (*killed > 0) {
-      spdlog::warn("teardown of member={} killed {} leftover process groups",
-                   state->member_id, *killed);
+      spdlog::warn("event=leftover_process_groups_killed member={} count={}",
+                   LogValue(state->member_id), *killed);
     }
     LeaveGangQuietly(coordinator, state->gang_key, state->member_index,
                      state->job_id, rpc_timeout);
@@ -40,14 +41,16 @@ Outcome CleanupStage(const StageContext& context) {
     return Outcome::Success();
   }
   if (state.status().code() != absl::StatusCode::kNotFound) {
-    spdlog::warn("{}", state.status().ToString());
+    spdlog::warn("event=state_unreadable error={}",
+                 LogValue(state.status().ToString()));
   }
 
   // Prepare never got admitted (or never ran): leave by the payload's key in
   // case the coordinator still counts this member as present.
   std::variant<JobInfo, Outcome> job = LoadJob(context.env);
   if (const Outcome* failure = std::get_if<Outcome>(&job)) {
-    spdlog::warn("cleanup cannot identify the member: {}", failure->message);
+    spdlog::warn("event=cleanup_member_unknown error={}",
+                 LogValue(failure->message));
     return Outcome::Success();
   }
   const JobInfo& info = std::get<JobInfo>(job);

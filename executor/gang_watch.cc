@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
 
@@ -55,8 +56,8 @@ void GangWatch::Run(const std::string& endpoint,
         changed_.NotifyAll();
       },
       [&request](const absl::Status& status) {
-        spdlog::warn("gang watch gang={} reconnecting: {}", request.gang_id(),
-                     status.ToString());
+        spdlog::warn("event=gang_watch_reconnecting gang={} error={}",
+                     LogValue(request.gang_id()), LogValue(status.ToString()));
       },
       canceller_);
   MutexLock lock(mu_);
@@ -66,16 +67,18 @@ void GangWatch::Run(const std::string& endpoint,
       fate_ == Fate::kUnknown) {
     // The coordinator no longer takes this member: a newer epoch of the
     // gang replaced it (fenced), or the gang ended. Stop like a peer failure.
-    spdlog::warn("gang watch gang={} rejected: {}", request.gang_id(),
-                 last.status().ToString());
+    spdlog::warn("event=gang_watch_rejected gang={} error={}",
+                 LogValue(request.gang_id()),
+                 LogValue(last.status().ToString()));
     fate_ = Fate::kFailed;
     failure_reason_ = absl::StrCat("member ", request.member_index(), " (job ",
                                    request.job_id(),
                                    ") is fenced: ", last.status().message());
   } else if (!last.ok() &&
              last.status().code() != absl::StatusCode::kCancelled) {
-    spdlog::warn("gang watch gang={} ended: {}", request.gang_id(),
-                 last.status().ToString());
+    spdlog::warn("event=gang_watch_ended gang={} error={}",
+                 LogValue(request.gang_id()),
+                 LogValue(last.status().ToString()));
     error_ = last.status();
   }
   changed_.NotifyAll();

@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   // The level was validated with the config; stdout stays free for JSON.
   gdt::InitLogging("gdt-executor", config->log_level).IgnoreError();
   for (const std::string& warning : job_env.warnings) {
-    spdlog::warn("{}", warning);
+    spdlog::warn("event=job_env_warning detail={}", gdt::LogValue(warning));
   }
 
   // TLS towards the coordinator and agents; a bad file is one line.

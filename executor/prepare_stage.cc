@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "executor/member_state.h"
 #include "executor/stage_support.h"
@@ -205,9 +206,9 @@ Outcome PrepareStage(const StageContext& context) {
               << " (GPUs: " << GpuList(assignment) << "), master "
               << assignment.master_addr() << ":" << assignment.master_port()
               << std::endl;
-  spdlog::info("member admitted gang={} job={} rank={} host={}",
-               assignment.gang_id(), job.job_id, assignment.node_rank(),
-               assignment.host_name());
+  spdlog::info("event=member_admitted gang={} job={} rank={} host={}",
+               LogValue(assignment.gang_id()), job.job_id,
+               assignment.node_rank(), LogValue(assignment.host_name()));
   return Outcome::Success();
 }
 

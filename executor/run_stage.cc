@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/backoff.h"
 #include "common/file.h"
+#include "common/logging.h"
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
@@ -84,9 +85,9 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
     const bool transient = status.code() == absl::StatusCode::kUnavailable ||
                            status.code() == absl::StatusCode::kDeadlineExceeded;
     if (!transient || std::chrono::steady_clock::now() + delay >= give_up) {
-      spdlog::warn("cannot report exit gang={} job={} code={}: {}",
-                   state.assignment.gang_id(), state.job_id, exit_code,
-                   status.ToString());
+      spdlog::warn("event=exit_report_failed gang={} job={} code={} error={}",
+                   LogValue(state.assignment.gang_id()), state.job_id,
+                   exit_code, LogValue(status.ToString()));
       return;
     }
     if (!told) {

@@ -1,6 +1,7 @@
 #include "executor/stage_support.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "gitlab/job_payload.h"
 #include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
@@ -59,12 +60,12 @@ void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
   request.set_job_id(job_id);
   if (absl::Status status = coordinator.LeaveGang(request, timeout);
       !status.ok()) {
-    spdlog::warn("cannot leave gang group={} pipeline={} job={}: {}",
-                 key.group_name(), key.pipeline_id(), job_id,
-                 status.ToString());
+    spdlog::warn("event=leave_failed group={} pipeline={} job={} error={}",
+                 LogValue(key.group_name()), key.pipeline_id(), job_id,
+                 LogValue(status.ToString()));
   } else {
-    spdlog::info("left gang group={} pipeline={} job={}", key.group_name(),
-                 key.pipeline_id(), job_id);
+    spdlog::info("event=gang_left group={} pipeline={} job={}",
+                 LogValue(key.group_name()), key.pipeline_id(), job_id);
   }
 }
 

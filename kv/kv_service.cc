@@ -4,6 +4,7 @@
 #include <memory>
 #include <optional>
 
+#include "common/logging.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -19,8 +20,9 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                                      const char* op, const v1::KvScope& scope,
                                      const absl::Status& status) {
   if (!status.ok()) {
-    spdlog::debug("kv {} refused gang={} epoch={}: {}", op, scope.gang_id(),
-                  scope.epoch(), status.ToString());
+    spdlog::debug("event=kv_refused op={} gang={} epoch={} error={}", op,
+                  LogValue(scope.gang_id()), scope.epoch(),
+                  LogValue(status.ToString()));
   }
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(rendezvous::ToGrpcStatus(status));
