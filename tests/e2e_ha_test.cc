@@ -203,9 +203,10 @@ TEST(HaPartitionTest, LeaderCutOffFromEtcdStopsLeadingAndAdmitsNothing) {
   CommandResult result = FinishRun(*run, seconds(150));
   ASSERT_TRUE(result.status.success()) << result.output << cluster.Logs();
   ExpectTrainedWithIdenticalParameters(cluster.run_dir(), /*world_size=*/1);
-  EXPECT_EQ(cluster.ReplicaLog(leader).find("gang admitted"), std::string::npos)
+  EXPECT_EQ(cluster.ReplicaLog(leader).find("event=gang_admitted"),
+            std::string::npos)
       << cluster.ReplicaLog(leader);
-  EXPECT_THAT(cluster.ReplicaLog(standby), HasSubstr("gang admitted"));
+  EXPECT_THAT(cluster.ReplicaLog(standby), HasSubstr("event=gang_admitted"));
 }
 
 }  // namespace
