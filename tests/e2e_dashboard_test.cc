@@ -67,16 +67,14 @@ std::string GangIdOf(const nlohmann::json& status, const std::string& name,
   return "";
 }
 
-TEST(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
+class EndToEndDashboardTest : public OneHostGangTest {};
+
+TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
   const std::string chromium = FindChromium();
   ASSERT_FALSE(chromium.empty())
       << "chromium is missing: scripts/setup.sh installs it";
-  GdtCluster cluster;
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  GdtCluster& cluster = cluster_;
   ASSERT_FALSE(cluster.dashboard_endpoint().empty()) << cluster.Logs();
-  ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 2}).ok())
-      << cluster.Logs();
-  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
 
   const std::string release = cluster.dir().Sub("release");
   const std::string project = cluster.dir().Sub("project");
