@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common/file.h"
 #include "toml++/toml.h"
 
@@ -68,6 +69,24 @@ absl::Status ReadSeconds(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
+// A Go duration string ("30s", "1h30m", "1.5m"), as gitlab-runner reads
+// `prepare_timeout`.
+absl::Status ReadDuration(const toml::table& table, const std::string& source,
+                          std::string_view prefix, std::string_view key,
+                          std::chrono::milliseconds* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return absl::OkStatus();
+  const std::optional<std::string> text = node->value<std::string>();
+  absl::Duration duration;
+  if (!node->is_string() || !text.has_value() ||
+      !absl::ParseDuration(*text, &duration)) {
+    return WrongType(source, std::string(prefix) + std::string(key),
+                     "a duration string such as \"30s\" or \"1h30m\"");
+  }
+  *out = absl::ToChronoMilliseconds(duration);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
@@ -118,7 +137,9 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
                      &config.cache_dir),
           ReadString(*runner, source, "runners.", "shell", &config.shell),
           ReadStrings(*runner, source, "runners.", "environment",
-                      &config.environment)}) {
+                      &config.environment),
+          ReadDuration(*runner, source, "runners.", "prepare_timeout",
+                       &config.prepare_timeout)}) {
       if (!s.ok()) return s;
     }
     if (config.shell.empty()) config.shell = shell_before;

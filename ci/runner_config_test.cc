@@ -24,6 +24,26 @@ TEST(RunnerConfigTest, ReadsTheExampleConfigToml) {
   EXPECT_EQ(config->graceful_kill_timeout, seconds(60));
   EXPECT_EQ(config->builds_dir, "/var/lib/gdt/builds");
   EXPECT_EQ(config->shell, "bash");
+  EXPECT_EQ(config->prepare_timeout, seconds(7200));
+}
+
+TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
+  const std::string head =
+      "[[runners]]\nexecutor = \"custom\"\nprepare_timeout = ";
+  const std::string tail = "\n[runners.custom]\nrun_exec = \"x\"\n";
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(head + "\"1m30s\"" + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->prepare_timeout, seconds(90));
+
+  EXPECT_THAT(ParseRunnerConfigToml(head + "90" + tail, "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("c.toml: runners.prepare_timeout must be a duration"));
+  EXPECT_THAT(ParseRunnerConfigToml(head + "\"soon\"" + tail, "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("runners.prepare_timeout must be a duration"));
 }
 
 TEST(RunnerConfigTest, BadInputIsOneLineNamingTheKey) {

@@ -18,6 +18,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "ci/job_file.h"
 #include "common/logging.h"
@@ -48,6 +49,26 @@ milliseconds OrDefault(milliseconds value, milliseconds fallback) {
 }
 
 TimePoint Earlier(TimePoint a, TimePoint b) { return std::min(a, b); }
+
+// A duration the way gitlab-runner prints one (Go's time.Duration):
+// "90s" is "1m30s", "1.5s" stays "1.5s".
+std::string FormatSeconds(SteadyClock::duration d) {
+  const int64_t ms = std::chrono::duration_cast<milliseconds>(d).count();
+  const int64_t hours = ms / 3600000;
+  const int64_t minutes = (ms / 60000) % 60;
+  const int64_t millis = ms % 60000;
+  std::string out;
+  if (hours > 0) absl::StrAppend(&out, hours, "h");
+  if (hours > 0 || minutes > 0) absl::StrAppend(&out, minutes, "m");
+  if (millis % 1000 == 0) {
+    absl::StrAppend(&out, millis / 1000, "s");
+  } else {
+    std::string frac = absl::StrFormat("%03d", millis % 1000);
+    while (!frac.empty() && frac.back() == '0') frac.pop_back();
+    absl::StrAppend(&out, millis / 1000, ".", frac, "s");
+  }
+  return out;
+}
 
 // Splits a byte stream into complete lines.
 class LineSplitter {
@@ -88,7 +109,7 @@ bool IsShellName(std::string_view key) {
 }
 
 // Why an exec was stopped by the emulator.
-enum class StopReason { kNone, kDeadline, kCancel };
+enum class StopReason { kNone, kDeadline, kPrepareDeadline, kCancel };
 
 // What became of one exec.
 struct ExecOutcome {
@@ -254,6 +275,9 @@ class RunnerEmulator::Job {
   // Whether the job context (everything but cleanup_exec) has ended.
   StopReason JobContextStop() {
     if (SteadyClock::now() >= job_deadline_) return StopReason::kDeadline;
+    if (preparing_ && SteadyClock::now() >= prepare_deadline_) {
+      return StopReason::kPrepareDeadline;
+    }
     const std::optional<CancelMode> cancel = CancelRequested();
     if (!cancel.has_value()) return StopReason::kNone;
     if (*cancel == CancelMode::kGraceful && graceful_handled_) {
@@ -270,14 +294,25 @@ class RunnerEmulator::Job {
   Failure ExecTimeoutIsSystemFailure(Failure failure, std::string_view what,
                                      milliseconds timeout) const {
     if (failure.kind != FailureKind::kTimeout ||
-        SteadyClock::now() >= job_deadline_) {
+        SteadyClock::now() >= ContextDeadline()) {
       return failure;
     }
     return {FailureKind::kSystem, 0,
             absl::StrCat(std::string(what), ": did not finish within ",
                          timeout.count() / 1000.0, " s")};
   }
+  // The end of the context preparation runs in: the job's deadline, or the
+  // prepare_timeout while preparing.
+  TimePoint ContextDeadline() const {
+    return preparing_ ? Earlier(prepare_deadline_, job_deadline_)
+                      : job_deadline_;
+  }
   Failure StopFailure(StopReason reason) {
+    if (reason == StopReason::kPrepareDeadline) {
+      return {FailureKind::kTimeout, 0,
+              absl::StrCat("prepare timeout: exceeded timeout of ",
+                           FormatSeconds(prepare_deadline_ - start_))};
+    }
     if (reason == StopReason::kDeadline) {
       return {FailureKind::kTimeout, 0,
               absl::StrCat("execution took longer than ", job_timeout_seconds_,
@@ -330,6 +365,8 @@ class RunnerEmulator::Job {
   int64_t job_timeout_seconds_ = 0;
   TimePoint start_;
   TimePoint job_deadline_;
+  TimePoint prepare_deadline_;
+  bool preparing_ = false;  // Within the runner's prepare context.
   JobResult result_;
   bool graceful_handled_ = false;
   bool in_step_ = false;
@@ -445,8 +482,12 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
 
   std::optional<ExitStatus> status;
   while (!status.has_value()) {
-    StopReason reason =
-        SteadyClock::now() >= deadline ? StopReason::kDeadline : stop();
+    // The context's own reason first: a deadline that is the prepare or
+    // job deadline is reported as that, not as the exec's timeout.
+    StopReason reason = stop();
+    if (reason == StopReason::kNone && SteadyClock::now() >= deadline) {
+      reason = StopReason::kDeadline;
+    }
     if (reason != StopReason::kNone) {
       outcome.stopped = reason;
       break;
@@ -549,7 +590,8 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
   const OutputFn to_log = [this](std::string_view line) { Log(line); };
   const ExecOutcome outcome = RunExec(
       call, /*with_job_env=*/false,
-      Earlier(SteadyClock::now() + config_.config_exec_timeout, job_deadline_),
+      Earlier(SteadyClock::now() + config_.config_exec_timeout,
+              ContextDeadline()),
       [this] { return JobContextStop(); }, capture, to_log);
   Failure failure =
       ExecTimeoutIsSystemFailure(Classify(outcome, "config_exec"),
@@ -712,7 +754,7 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     const ExecOutcome outcome = RunExec(
         call, /*with_job_env=*/true,
         Earlier(SteadyClock::now() + config_.prepare_exec_timeout,
-                job_deadline_),
+                ContextDeadline()),
         [this] { return JobContextStop(); }, to_log, to_log);
     Failure failure = ExecTimeoutIsSystemFailure(
         Classify(outcome, "prepare environment"), "prepare environment",
@@ -1040,7 +1082,9 @@ void RunnerEmulator::Job::RunStages() {
                              absl::StrCat("echo \"Running on $(hostname)\"",
                                           ShellQuote(via + "..."), "\n"),
                              /*export_variables=*/false, /*cd_project=*/false,
-                             job_deadline_, job_stop);
+                             ContextDeadline(), job_stop);
+  // The runner's prepare context ends with the prepare_script stage.
+  preparing_ = false;
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
@@ -1204,6 +1248,22 @@ JobResult RunnerEmulator::Job::Run() {
   Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion,
                    " (gdt-ci run-local emulation)"));
   Log(absl::StrCat("  on ", config_.name, " ", config_.runner_short_token));
+  // Like the runner: prepare_timeout bounds all attempts; unset, or longer
+  // than the job timeout, it is the job timeout.
+  const SteadyClock::duration job_timeout = job_deadline_ - start_;
+  SteadyClock::duration prepare_timeout = job_timeout;
+  if (config_.prepare_timeout > milliseconds(0)) {
+    if (config_.prepare_timeout > job_timeout) {
+      Log(absl::StrCat("WARNING: prepare_timeout (",
+                       FormatSeconds(config_.prepare_timeout),
+                       ") exceeds job timeout (", FormatSeconds(job_timeout),
+                       "); using job timeout"));
+    } else {
+      prepare_timeout = config_.prepare_timeout;
+    }
+  }
+  prepare_deadline_ = start_ + prepare_timeout;
+  preparing_ = true;
   Log("Preparing the \"custom\" executor");
 
   bool prepared = false;

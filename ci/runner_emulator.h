@@ -43,6 +43,10 @@ struct RunnerConfig {
   std::chrono::milliseconds cleanup_exec_timeout{0};   // Default 3600 s.
   std::chrono::milliseconds graceful_kill_timeout{0};  // Default 600 s.
   std::chrono::milliseconds force_kill_timeout{0};     // Default 10 s.
+  // `[[runners]] prepare_timeout`: one deadline for every preparation
+  // attempt and the prepare_script stage together. Zero, or longer than the
+  // job timeout: the job timeout.
+  std::chrono::milliseconds prepare_timeout{0};
 
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};

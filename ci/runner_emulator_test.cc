@@ -296,6 +296,54 @@ TEST_F(RunnerEmulatorTest, PrepareExecTimeoutIsARetriedSystemFailure) {
   EXPECT_THAT(result.message, HasSubstr("did not finish within 0.2 s"));
 }
 
+TEST_F(RunnerEmulatorTest, PrepareTimeoutBoundsAllAttemptsTogether) {
+  // Each attempt fails fast with a retried system failure; without the cap
+  // the job would try three times. prepare_timeout ends the whole
+  // preparation as a job timeout, like the runner's prepare context.
+  const std::string prepare = dir_.path() + "/failing-prepare";
+  WriteTextFile(prepare, "#!/usr/bin/env bash\nsleep 0.2\nexit 2\n");
+  fs::permissions(prepare, fs::perms::owner_all);
+  options_.config.prepare_exec = prepare;
+  options_.config.prepare_args = {};
+  options_.config.preparation_retry_interval = milliseconds(500);
+  options_.config.prepare_timeout = milliseconds(1000);
+  options_.config.graceful_kill_timeout = milliseconds(100);
+
+  JobResult result = Run();
+
+  // Uncapped, the third failed attempt would end it as a system failure.
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
+  EXPECT_THAT(result.message,
+              HasSubstr("prepare timeout: exceeded timeout of 1s"));
+  EXPECT_THAT(Calls(result), Not(Contains("run build_script")));
+}
+
+TEST_F(RunnerEmulatorTest, PrepareTimeoutStopsAHangingPrepareExec) {
+  const std::string prepare = dir_.path() + "/waiting-prepare";
+  WriteTextFile(prepare, "#!/usr/bin/env bash\nexec sleep 30\n");
+  fs::permissions(prepare, fs::perms::owner_all);
+  options_.config.prepare_exec = prepare;
+  options_.config.prepare_args = {};
+  options_.config.prepare_timeout = milliseconds(500);
+  options_.config.graceful_kill_timeout = milliseconds(100);
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_THAT(result.message,
+              HasSubstr("prepare timeout: exceeded timeout of 0.5s"));
+}
+
+TEST_F(RunnerEmulatorTest, PrepareTimeoutLongerThanTheJobIsTheJobTimeout) {
+  options_.config.prepare_timeout = std::chrono::hours(100);
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << result.message;
+  EXPECT_THAT(Log(), HasSubstr("exceeds job timeout"));
+}
+
 TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
   // Each step alone fits in RUNNER_SCRIPT_TIMEOUT; both together do not.
   options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2s"});
