@@ -44,6 +44,12 @@ int main(int argc, char** argv) {
                  std::string(config.status().message()).c_str());
     return gdt::kExitUsage;
   }
+  if (absl::Status tls =
+          gdt::CheckListenerTls(config->tls, config->listen_address);
+      !tls.ok()) {
+    std::fprintf(stderr, "gdt-agent: %s\n", std::string(tls.message()).c_str());
+    return gdt::kExitUsage;
+  }
   if (absl::Status logging = gdt::InitLogging("gdt-agent", config->log_level);
       !logging.ok()) {  // A bad $GDT_LOG_LEVEL (the config's was checked).
     std::fprintf(stderr, "gdt-agent: %s\n",

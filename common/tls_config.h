@@ -38,6 +38,15 @@ absl::Status ValidateClientTls(const TlsConfig& tls);
 // "gdt-coord: TLS is off (tls: off): gRPC traffic is plaintext ...".
 std::string PlaintextWarning(const TlsConfig& tls, std::string_view program);
 
+// Whether a server may listen on `listen_address` with `tls`. Plaintext
+// must never happen by accident: a listener that other machines can reach
+// (any address but loopback: 0.0.0.0, [::], a host's own address or name)
+// without a `tls` section is refused unless the config says `tls: off`.
+// Errors: FailedPrecondition, one line naming the address and both ways
+// out.
+absl::Status CheckListenerTls(const TlsConfig& tls,
+                              std::string_view listen_address);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_TLS_CONFIG_H_

@@ -66,5 +66,27 @@ TEST(TlsConfigTest, ServerNeedsCertificateAndKey) {
               HasSubstr("tls.cert_file and tls.key_file are required"));
 }
 
+TEST(TlsConfigTest, PlaintextOnAReachableAddressNeedsTlsOff) {
+  const TlsConfig none;
+  for (const char* reachable :
+       {"0.0.0.0:7070", "[::]:7070", "10.0.0.7:0", "gpu-07.example.com:7071"}) {
+    const absl::Status refused = CheckListenerTls(none, reachable);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition)
+        << reachable;
+    EXPECT_THAT(refused.message(), HasSubstr(reachable));
+    EXPECT_THAT(refused.message(), HasSubstr("`tls: off`"));
+  }
+  for (const char* loopback :
+       {"127.0.0.1:0", "127.3.0.1:7070", "[::1]:7070", "localhost:7070"}) {
+    EXPECT_TRUE(CheckListenerTls(none, loopback).ok()) << loopback;
+  }
+  absl::StatusOr<TlsConfig> off = Parse("tls: off");
+  ASSERT_TRUE(off.ok());
+  EXPECT_TRUE(CheckListenerTls(*off, "0.0.0.0:7070").ok());
+  TlsConfig on;
+  on.enabled = true;
+  EXPECT_TRUE(CheckListenerTls(on, "0.0.0.0:7070").ok());
+}
+
 }  // namespace
 }  // namespace gdt

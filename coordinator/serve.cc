@@ -87,6 +87,10 @@ int RunServe(const ServeOptions& flags) {
   if (absl::Status valid = ValidateConfig(*config); !valid.ok()) {
     return Fail(kExitUsage, std::string(valid.message()));
   }
+  if (absl::Status tls = CheckListenerTls(config->tls, config->listen_address);
+      !tls.ok()) {
+    return Fail(kExitUsage, std::string(tls.message()));
+  }
   if (absl::Status logging = InitLogging("gdt-coord", config->log_level);
       !logging.ok()) {
     return Fail(kExitUsage, std::string(logging.message()));

@@ -268,8 +268,8 @@ absl::Status GdtCluster::StartHaCoordinators(int count,
                            etcd_endpoints, "\"\nlease_ttl_s: ", lease_ttl_s,
                            "\nheartbeat_interval_seconds: 1\n",
                            "host_down_after_seconds: 5\n",
-                           "master_port_range: {min: ", first_port,
-                           ", max: ", first_port + 39, "}\n"));
+                           "master_port_range: {min: ", first_port, ", max: ",
+                           first_port + 39, "}\n", TlsYaml(/*server=*/true)));
     const std::string log = dir_.Sub(absl::StrCat("coord-replica-", i, ".log"));
     absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
         Prefix(host), {BinaryPath("gdt-coord"), "serve", "--config", config},
@@ -478,7 +478,9 @@ absl::StatusOr<nlohmann::json> GdtCluster::Status() {
 }
 
 std::string GdtCluster::TlsYaml(bool server) const {
-  if (!tls_.has_value()) return "";
+  // Daemons in network namespaces listen on non-loopback addresses, which
+  // they refuse in plaintext unless told so.
+  if (!tls_.has_value()) return server ? "tls: off\n" : "";
   return absl::StrCat("tls:\n  ca_file: ", tls_->ca_file,
                       "\n  cert_file: ", tls_->cert_file,
                       "\n  key_file: ", tls_->key_file, "\n",

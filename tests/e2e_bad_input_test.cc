@@ -221,6 +221,42 @@ TEST(BadConfigTest, AgentRejectsUnknownConfigKey) {
   EXPECT_THAT(result.output, HasSubstr("nmae"));
 }
 
+// Plaintext never by accident: a daemon that other machines could reach
+// without a tls section does not start; `tls: off` says it is on purpose.
+TEST(BadConfigTest, PlaintextOnAReachableAddressNeedsTlsOff) {
+  TempDir dir;
+  WriteFile(dir.Sub("coord.yaml"),
+            absl::StrCat("listen_address: 0.0.0.0:0\nstate_path: ",
+                         dir.Sub("coord.db"), "\n"));
+  WriteFile(dir.Sub("agent.yaml"),
+            "coordinator: 127.0.0.1:1\nlisten_address: 0.0.0.0:0\n"
+            "host:\n  name: gpu-01\n  address: 127.0.0.1\n  gpus: 0\n");
+
+  for (const std::vector<std::string>& argv :
+       {std::vector<std::string>{BinaryPath("gdt-coord"), "serve", "--config",
+                                 dir.Sub("coord.yaml")},
+        std::vector<std::string>{BinaryPath("gdt-agent"), "--config",
+                                 dir.Sub("agent.yaml")}}) {
+    CommandResult result = RunProcess(argv, {}, seconds(20));
+
+    EXPECT_EQ(result.status.code(), 2) << result.output;
+    EXPECT_THAT(result.output, HasSubstr("listen_address 0.0.0.0:0 is "
+                                         "reachable from other machines"));
+    EXPECT_THAT(result.output, HasSubstr("`tls: off`"));
+  }
+
+  // Written explicitly, plaintext starts (with its warning).
+  WriteFile(dir.Sub("coord.yaml"),
+            absl::StrCat("listen_address: 0.0.0.0:0\nstate_path: ",
+                         dir.Sub("coord.db"), "\ntls: off\n"));
+  absl::StatusOr<std::unique_ptr<Daemon>> coordinator = Daemon::Start(
+      {}, {BinaryPath("gdt-coord"), "serve", "--config", dir.Sub("coord.yaml")},
+      {}, dir.Sub("coord.log"), std::chrono::milliseconds(20000));
+  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+  EXPECT_THAT(ReadFile(dir.Sub("coord.log")),
+              HasSubstr("WARNING: TLS is off (tls: off)"));
+}
+
 // A missing config file gets one line that names the path once.
 TEST(BadConfigTest, MissingConfigFileIsNamedOnce) {
   TempDir dir;
