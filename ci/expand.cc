@@ -11,10 +11,12 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ci/job_file.h"
+#include "ci/yaml_tree.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ci {
@@ -129,12 +131,12 @@ std::string Shown(std::string_view text) {
   return shown;
 }
 
-bool IsPlain(const YAML::Node& node) {
+bool IsPlain(const YamlNode& node) {
   return node.IsScalar() && node.Tag() == "?";
 }
 
 // What a node is, for "must be X, not Y" messages.
-std::string Describe(const YAML::Node& node) {
+std::string Describe(const YamlNode& node) {
   if (!node || node.IsNull()) return "empty";
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
@@ -145,7 +147,7 @@ std::string Describe(const YAML::Node& node) {
 }
 
 // A plain (unquoted) integer scalar.
-std::optional<int64_t> PlainInteger(const YAML::Node& node) {
+std::optional<int64_t> PlainInteger(const YamlNode& node) {
   if (!IsPlain(node)) return std::nullopt;
   const std::string& text = node.Scalar();
   size_t i = 0;
@@ -217,15 +219,13 @@ class Reporter {
   explicit Reporter(std::vector<CiDiagnostic>* out) : out_(out) {}
 
   // At `node`, or at `fallback` when `node` has no place (an empty value).
-  void At(const YAML::Node& node, const YAML::Node& fallback,
-          std::string message) {
+  void At(const YamlNode& node, const YamlNode& fallback, std::string message) {
     // An empty value's mark is the next token's: use the key's instead.
-    YAML::Mark mark =
-        node && !node.IsNull() ? node.Mark() : YAML::Mark::null_mark();
+    YamlMark mark = node && !node.IsNull() ? node.Mark() : YamlMark{};
     if (mark.is_null() && fallback) mark = fallback.Mark();
     AtMark(mark, std::move(message));
   }
-  void AtMark(const YAML::Mark& mark, std::string message) {
+  void AtMark(const YamlMark& mark, std::string message) {
     CiDiagnostic d;
     if (!mark.is_null()) {
       d.line = mark.line + 1;
@@ -244,15 +244,15 @@ class Reporter {
 };
 
 // The key node and value of a map entry. Never assign one Entry to
-// another: YAML::Node assignment writes through to the document.
+// another: YamlNode assignment writes through to the document.
 struct Entry {
-  YAML::Node key;
-  YAML::Node value;
+  YamlNode key;
+  YamlNode value;
   bool found = false;
   explicit operator bool() const { return found; }
 };
 // The first entry named `name` of `map` (not found when `map` is no map).
-Entry FindEntry(const YAML::Node& map, std::string_view name) {
+Entry FindEntry(const YamlNode& map, std::string_view name) {
   if (!map || !map.IsMap()) return Entry{};
   for (const auto& entry : map) {
     if (entry.first.IsScalar() && entry.first.Scalar() == name) {
@@ -263,23 +263,20 @@ Entry FindEntry(const YAML::Node& map, std::string_view name) {
 }
 
 // Reports every key that appears twice in one mapping, anywhere below
-// `node`. yaml-cpp keeps both entries (and `node[key]` finds the first),
-// GitLab keeps the last: either way one of them is silently lost.
-void FindDuplicateKeys(const YAML::Node& node, int depth,
-                       std::set<size_t>* visited, Reporter* report) {
+// `node`. GitLab keeps the last one, so the first is silently lost.
+void FindDuplicateKeys(const YamlNode& node, int depth,
+                       std::vector<bool>* visited, Reporter* report) {
   if (depth > kMaxDepth || !(node.IsMap() || node.IsSequence())) return;
-  // Aliases share the node (and its mark) with their anchor: walk it once.
-  if (!node.Mark().is_null() &&
-      !visited->insert(static_cast<size_t>(node.Mark().pos)).second) {
-    return;
-  }
+  // Aliases share the node with their anchor: walk it once.
+  if ((*visited)[node.index()]) return;
+  (*visited)[node.index()] = true;
   if (node.IsSequence()) {
-    for (const YAML::Node& item : node) {
+    for (const YamlNode& item : node) {
       FindDuplicateKeys(item, depth + 1, visited, report);
     }
     return;
   }
-  std::map<std::string, YAML::Mark> seen;
+  std::map<std::string, YamlMark> seen;
   for (const auto& entry : node) {
     // Repeated merge keys (`<<: *a` then `<<: *b`) each merge in GitLab.
     if (entry.first.IsScalar() && entry.first.Scalar() != "<<") {
@@ -538,7 +535,7 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
 
 // The file as lines, each with its own line break.
 struct Lines {
-  std::vector<std::string> lines;
+  std::vector<std::string_view> lines;  // Into the text being processed.
   std::string eol = "\n";
 };
 
@@ -552,14 +549,14 @@ Lines SplitLines(std::string_view text) {
     start = end;
   }
   if (!out.lines.empty() && out.lines[0].size() >= 2 &&
-      out.lines[0].compare(out.lines[0].size() - 2, 2, "\r\n") == 0) {
+      out.lines[0].substr(out.lines[0].size() - 2) == "\r\n") {
     out.eol = "\r\n";
   }
   return out;
 }
 
 // Column of the first character that is not a space, or npos when blank.
-size_t FirstNonSpace(const std::string& line) {
+size_t FirstNonSpace(std::string_view line) {
   for (size_t i = 0; i < line.size(); ++i) {
     if (line[i] != ' ' && line[i] != '\t' && line[i] != '\r' &&
         line[i] != '\n') {
@@ -573,7 +570,7 @@ size_t FirstNonSpace(const std::string& line) {
 // `indent`: blank lines, comments at or left of `indent`, document markers.
 int TrimEnd(const Lines& lines, int begin, int end, int indent) {
   while (end > begin + 1) {
-    const std::string& line = lines.lines[static_cast<size_t>(end - 1)];
+    const std::string_view line = lines.lines[static_cast<size_t>(end - 1)];
     const size_t first = FirstNonSpace(line);
     const bool removable =
         first == std::string::npos ||
@@ -587,11 +584,12 @@ int TrimEnd(const Lines& lines, int begin, int end, int indent) {
 
 // What follows `key:` on the key's line, comments and spaces dropped ("" for
 // a block value; "{", "[", "*x", "&x" ... otherwise).
-std::string RestOfKeyLine(const Lines& lines, const YAML::Node& key) {
-  const std::string& line = lines.lines[static_cast<size_t>(key.Mark().line)];
+std::string RestOfKeyLine(const Lines& lines, const YamlNode& key) {
+  const std::string_view line =
+      lines.lines[static_cast<size_t>(key.Mark().line)];
   size_t colon = line.find(':', static_cast<size_t>(key.Mark().column));
   if (colon == std::string::npos) return "?";
-  std::string rest = line.substr(colon + 1);
+  std::string rest(line.substr(colon + 1));
   for (size_t i = 0; i < rest.size(); ++i) {
     if (rest[i] == '#' && (i == 0 || rest[i - 1] == ' ')) {
       rest.resize(i);
@@ -611,34 +609,57 @@ struct Edit {
   std::string text;
 };
 
-std::string ApplyEdits(Lines lines, std::vector<Edit> edits) {
-  std::stable_sort(
-      edits.begin(), edits.end(), [](const Edit& a, const Edit& b) {
-        return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-      });
-  // Text after a last line without a line break needs one.
-  if (!lines.lines.empty() && lines.lines.back().back() != '\n') {
-    for (const Edit& edit : edits) {
-      if (edit.end >= static_cast<int>(lines.lines.size())) {
-        if (edit.begin < static_cast<int>(lines.lines.size())) break;
-        lines.lines.back() += lines.eol;
-        break;
-      }
+// Sorts one job's edits by place (they never overlap).
+void SortEdits(std::vector<Edit>::iterator begin,
+               std::vector<Edit>::iterator end) {
+  std::stable_sort(begin, end, [](const Edit& a, const Edit& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+}
+
+// Appends lines [first, last) with `edits` (sorted, inside the range)
+// applied to `out`: one pass, so the whole file costs linear time.
+void ApplyEdits(const Lines& lines, int first, int last,
+                std::vector<Edit>::const_iterator edits_begin,
+                std::vector<Edit>::const_iterator edits_end, std::string* out) {
+  const int count = static_cast<int>(lines.lines.size());
+  // A last line without a line break needs one when text follows it.
+  bool break_last = false;
+  for (auto edit = edits_begin; edit != edits_end; ++edit) {
+    if (edit->end >= count) {
+      break_last = edit->begin >= count;
+      break;
     }
   }
-  std::string out;
-  int next = 0;
-  for (const Edit& edit : edits) {
-    for (; next < edit.begin; ++next) {
-      out += lines.lines[static_cast<size_t>(next)];
+  const auto copy_line = [&](int i) {
+    *out += lines.lines[static_cast<size_t>(i)];
+    if (i == count - 1 && break_last && out->back() != '\n') {
+      *out += lines.eol;
     }
-    out += edit.text;
-    next = std::max(next, edit.end);
+  };
+  int next = first;
+  for (auto edit = edits_begin; edit != edits_end; ++edit) {
+    for (; next < edit->begin; ++next) copy_line(next);
+    *out += edit->text;
+    next = std::max(next, edit->end);
   }
-  for (; next < static_cast<int>(lines.lines.size()); ++next) {
-    out += lines.lines[static_cast<size_t>(next)];
-  }
-  return out;
+  for (; next < last; ++next) copy_line(next);
+}
+
+// `tag` as a YAML scalar that reads back as the same string: plain when it
+// is safe, double-quoted when YAML would read it as something else (a
+// boolean, a number, null) or it starts with a character YAML reserves.
+std::string TagText(std::string_view tag) {
+  static const std::set<std::string, std::less<>> kSpecial = {
+      "y",  "Y",    "yes",  "Yes",  "YES",   "n",     "N",     "no", "No",
+      "NO", "true", "True", "TRUE", "false", "False", "FALSE", "on", "On",
+      "ON", "off",  "Off",  "OFF",  "null",  "Null",  "NULL",  "~"};
+  const bool plain =
+      !tag.empty() && std::isalpha(static_cast<unsigned char>(tag[0])) &&
+      kSpecial.count(tag) == 0 && tag.find(": ") == std::string_view::npos &&
+      tag.find(" #") == std::string_view::npos && tag.back() != ':' &&
+      tag.back() != ' ';
+  return plain ? std::string(tag) : absl::StrCat("\"", std::string(tag), "\"");
 }
 
 std::string Quoted(std::string_view value) {
@@ -648,7 +669,7 @@ std::string Quoted(std::string_view value) {
 // Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
 // every scalar is quoted when `quote_all` (variables: strings, as GitLab
 // sends them). Aliases are written out in full.
-void EmitValue(YAML::Emitter& out, const YAML::Node& node, bool quote_all,
+void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
                int depth = 0) {
   if (depth > kMaxDepth) {
     out << YAML::Null;
@@ -663,7 +684,7 @@ void EmitValue(YAML::Emitter& out, const YAML::Node& node, bool quote_all,
     out << YAML::EndMap;
   } else if (node.IsSequence()) {
     out << YAML::BeginSeq;
-    for (const YAML::Node& item : node) {
+    for (const YamlNode& item : node) {
       EmitValue(out, item, quote_all, depth + 1);
     }
     out << YAML::EndSeq;
@@ -685,7 +706,7 @@ std::string FlowEntry(const std::string& indent, std::string_view key,
 class JobRewriter {
  public:
   JobRewriter(const Lines& lines, const std::string& job,
-              const YAML::Node& job_value, int job_end,
+              const YamlNode& job_value, int job_end,
               const CiExpandOptions& options, Reporter* report)
       : lines_(lines),
         job_(job),
@@ -734,7 +755,7 @@ class JobRewriter {
         }
       } else {
         absl::StrAppend(&text, indent, "tags:", eol, indent, "  - ",
-                        options_.runner_tag, eol);
+                        TagText(options_.runner_tag), eol);
       }
     }
 
@@ -770,10 +791,10 @@ class JobRewriter {
 
  private:
   // Lines [begin, end) of the entry whose key is `key`.
-  std::pair<int, int> EntryRange(const YAML::Node& key) const {
+  std::pair<int, int> EntryRange(const YamlNode& key) const {
     const int begin = key.Mark().line;
     int end = job_end_;
-    for (const YAML::Node& other : keys_) {
+    for (const YamlNode& other : keys_) {
       if (other.Mark().line > begin) end = std::min(end, other.Mark().line);
     }
     return {begin, TrimEnd(lines_, begin, end, key.Mark().column)};
@@ -783,8 +804,7 @@ class JobRewriter {
   // nothing (no anchor, tag or alias) after the colon.
   bool IsBlockBelowKey(const Entry& e) const {
     return RestOfKeyLine(lines_, e.key).empty() &&
-           e.value.Mark().line > e.key.Mark().line &&
-           e.value.Style() != YAML::EmitterStyle::Flow;
+           e.value.Mark().line > e.key.Mark().line && !e.value.IsFlow();
   }
 
   // An anchor or tag on the value: rewriting it would change other jobs.
@@ -825,7 +845,7 @@ class JobRewriter {
     const std::string& eol = lines_.eol;
     if (HasAnchorOrTag(e)) return RejectAnchor(e);
     if (e.value.IsMap() && e.value.size() > 0 && IsBlockBelowKey(e)) {
-      const YAML::Mark first = e.value.begin()->first.Mark();
+      const YamlMark first = e.value.Entry(0).first.Mark();
       const std::string indent(static_cast<size_t>(first.column), ' ');
       std::string text;
       for (const auto& [key, value] : add) {
@@ -857,28 +877,30 @@ class JobRewriter {
   void AppendTag(const Entry& e, std::vector<Edit>* edits) {
     const std::string& tag = options_.runner_tag;
     if (e.value.IsSequence()) {
-      for (const YAML::Node& item : e.value) {
+      for (const YamlNode& item : e.value) {
         if (item.IsScalar() && item.Scalar() == tag) return;
       }
     }
     if (HasAnchorOrTag(e)) return RejectAnchor(e);
     if (e.value.IsSequence() && e.value.size() > 0 && IsBlockBelowKey(e)) {
-      const YAML::Mark first = e.value.begin()->Mark();
-      const std::string& line = lines_.lines[static_cast<size_t>(first.line)];
+      const YamlMark first = e.value.Item(0).Mark();
+      const std::string_view line =
+          lines_.lines[static_cast<size_t>(first.line)];
       const size_t dash = FirstNonSpace(line);
       if (dash != std::string::npos && line[dash] == '-') {
         const int at = EntryRange(e.key).second;
-        edits->push_back(
-            Edit{at, at,
-                 absl::StrCat(std::string(dash, ' '), "- ", tag, lines_.eol)});
+        edits->push_back(Edit{at, at,
+                              absl::StrCat(std::string(dash, ' '), "- ",
+                                           TagText(tag), lines_.eol)});
         return;
       }
     }
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginSeq;
     if (e.value.IsSequence()) {
-      for (const YAML::Node& item : e.value) EmitValue(flow, item, false);
+      for (const YamlNode& item : e.value) EmitValue(flow, item, false);
     }
+    if (TagText(tag) != tag) flow << YAML::DoubleQuoted;
     flow << tag << YAML::EndSeq;
     ReplaceEntry(e, flow, edits);
   }
@@ -900,7 +922,7 @@ class JobRewriter {
         flow << YAML::BeginSeq;
         bool present = false;
         if (entry.second.IsSequence()) {
-          for (const YAML::Node& path : entry.second) {
+          for (const YamlNode& path : entry.second) {
             EmitValue(flow, path, false);
             present = present ||
                       (path.IsScalar() && path.Scalar() == kCheckpointPath);
@@ -943,67 +965,76 @@ class JobRewriter {
 
   const Lines& lines_;
   const std::string& job_;
-  const YAML::Node& job_value_;
+  const YamlNode& job_value_;
   const int job_end_;
   const CiExpandOptions& options_;
   Reporter* report_;
-  std::vector<YAML::Node> keys_;
+  std::vector<YamlNode> keys_;
 };
 
 // Checks that `text` (the expansion) reads back as planned.
-bool ReadsBack(const std::string& text, const std::vector<GangSpec>& gangs,
-               const CiExpandOptions& options) {
-  try {
-    const YAML::Node root = YAML::Load(text);
-    for (const GangSpec& spec : gangs) {
-      const Entry job = FindEntry(root, spec.job);
-      if (!job || !job.value.IsMap()) return false;
-      const Entry parallel = FindEntry(job.value, "parallel");
-      if (!parallel || PlainInteger(parallel.value) != spec.nodes) {
-        return false;
-      }
-      const Entry variables = FindEntry(job.value, "variables");
-      for (const auto& [key, value] : spec.Variables()) {
-        const Entry v = FindEntry(variables.value, key);
-        if (!v || !v.value.IsScalar() || v.value.Scalar() != value) {
-          return false;
-        }
-      }
-      if (!options.runner_tag.empty()) {
-        const Entry tags = FindEntry(job.value, "tags");
-        bool found = false;
-        if (tags && tags.value.IsSequence()) {
-          for (const YAML::Node& tag : tags.value) {
-            found =
-                found || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
-          }
-        }
-        if (!found) return false;
-      }
-      if (spec.checkpoint_store == "artifacts") {
-        const Entry paths =
-            FindEntry(FindEntry(job.value, "artifacts").value, "paths");
-        bool found = false;
-        if (paths && paths.value.IsSequence()) {
-          for (const YAML::Node& path : paths.value) {
-            found =
-                found || (path.IsScalar() && path.Scalar() == kCheckpointPath);
-          }
-        }
-        if (!found) return false;
-      }
-    }
-    return true;
-  } catch (const YAML::Exception&) {
-    return false;
+// `unresolved` (when given) is set instead when `text` uses an alias it does
+// not define (a job read on its own).
+bool ReadsBack(const std::string& text,
+               const std::vector<const GangSpec*>& gangs,
+               const CiExpandOptions& options, bool* unresolved = nullptr) {
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
+  if (unresolved != nullptr) {
+    *unresolved = error.message.rfind("unknown alias", 0) == 0;
   }
+  if (!error.message.empty()) return false;
+  // Every top-level entry by name (a later document's wins, as GitLab
+  // merges them), so that checking all jobs stays linear.
+  std::unordered_map<std::string, YamlNode> jobs;
+  for (const YamlNode& root : tree->documents()) {
+    for (const auto& entry : root) {
+      if (entry.first.IsScalar()) jobs[entry.first.Scalar()] = entry.second;
+    }
+  }
+  for (const GangSpec* gang : gangs) {
+    const GangSpec& spec = *gang;
+    const auto found = jobs.find(spec.job);
+    if (found == jobs.end() || !found->second.IsMap()) return false;
+    const YamlNode& job = found->second;
+    const Entry parallel = FindEntry(job, "parallel");
+    if (!parallel || PlainInteger(parallel.value) != spec.nodes) return false;
+    const Entry variables = FindEntry(job, "variables");
+    for (const auto& [key, value] : spec.Variables()) {
+      const Entry v = FindEntry(variables.value, key);
+      if (!v || !v.value.IsScalar() || v.value.Scalar() != value) return false;
+    }
+    if (!options.runner_tag.empty()) {
+      const Entry tags = FindEntry(job, "tags");
+      bool found_tag = false;
+      if (tags && tags.value.IsSequence()) {
+        for (const YamlNode& tag : tags.value) {
+          found_tag = found_tag ||
+                      (tag.IsScalar() && tag.Scalar() == options.runner_tag);
+        }
+      }
+      if (!found_tag) return false;
+    }
+    if (spec.checkpoint_store == "artifacts") {
+      const Entry paths = FindEntry(FindEntry(job, "artifacts").value, "paths");
+      bool found_path = false;
+      if (paths && paths.value.IsSequence()) {
+        for (const YamlNode& path : paths.value) {
+          found_path = found_path ||
+                       (path.IsScalar() && path.Scalar() == kCheckpointPath);
+        }
+      }
+      if (!found_path) return false;
+    }
+  }
+  return true;
 }
 
 // Tabs in indentation and bare carriage returns, which YAML forbids or
 // yaml-cpp reads differently from GitLab.
 void CheckCharacters(const Lines& lines, Reporter* report) {
   for (size_t i = 0; i < lines.lines.size(); ++i) {
-    const std::string& line = lines.lines[i];
+    const std::string_view line = lines.lines[i];
     for (size_t c = 0; c < line.size(); ++c) {
       if (line[c] == '\t') {
         report->AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
@@ -1027,7 +1058,7 @@ void CheckCharacters(const Lines& lines, Reporter* report) {
 // The plain form.
 
 // `name`'s value as GitLab would send it, if it is a scalar or {value: x}.
-std::optional<std::string> VariableValue(const YAML::Node& value) {
+std::optional<std::string> VariableValue(const YamlNode& value) {
   if (value.IsScalar()) return value.Scalar();
   if (value.IsNull()) return std::string();
   if (value.IsMap()) {
@@ -1039,7 +1070,7 @@ std::optional<std::string> VariableValue(const YAML::Node& value) {
 
 // Checks every GDT_* variable of `variables` (a mapping) and records the
 // inputs in `spec`. Returns whether any input was found.
-bool CheckVariables(const std::string& owner, const YAML::Node& variables,
+bool CheckVariables(const std::string& owner, const YamlNode& variables,
                     const std::set<std::string>& skip, GangSpec* spec,
                     Reporter* report) {
   if (!variables || !variables.IsMap()) return false;
@@ -1142,8 +1173,7 @@ bool CheckVariables(const std::string& owner, const YAML::Node& variables,
 // job variables after gdt's environment, so gdt-executor refuses a job that
 // sets one (executor/env_contract.cc holds the full list, GDT_* included;
 // this side cannot link it).
-void CheckGdtOwnedVariables(const std::string& owner,
-                            const YAML::Node& variables,
+void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
                             const std::string& launcher, Reporter* report) {
   if (!variables || !variables.IsMap()) return;
   static const std::set<std::string> kAlways = {
@@ -1169,9 +1199,10 @@ void CheckGdtOwnedVariables(const std::string& owner,
   }
 }
 
-void LintPlainJob(const std::string& job, const YAML::Node& key,
-                  const YAML::Node& value, const YAML::Node& top_variables,
-                  const CiExpandOptions& options, std::vector<GangSpec>* gangs,
+void LintPlainJob(const std::string& job, const YamlNode& key,
+                  const YamlNode& value, const YamlNode& top_variables,
+                  const CiExpandOptions& options,
+                  std::vector<GangSpec>* gangs,  // Null for a hidden job.
                   Reporter* report) {
   if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
   GangSpec spec;
@@ -1186,14 +1217,16 @@ void LintPlainJob(const std::string& job, const YAML::Node& key,
   bool tagged = false;
   if (const Entry tags = FindEntry(value, "tags");
       tags && tags.value.IsSequence() && !options.runner_tag.empty()) {
-    for (const YAML::Node& tag : tags.value) {
+    for (const YamlNode& tag : tags.value) {
       tagged = tagged || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
     }
   }
   const bool gang = top_gdt || job_gdt || tagged;
   const int max_nodes =
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
-  if (const Entry parallel = FindEntry(value, "parallel")) {
+  // `parallel: null` (or `~`) is how a job drops an inherited parallel.
+  if (const Entry parallel = FindEntry(value, "parallel");
+      parallel && !parallel.value.IsNull()) {
     if (parallel.value.IsMap()) {
       for (const auto& entry : parallel.value) {
         const std::string k =
@@ -1237,7 +1270,7 @@ void LintPlainJob(const std::string& job, const YAML::Node& key,
     CheckGdtOwnedVariables(job, top_variables, spec.launcher, report);
     CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
                            spec.launcher, report);
-    gangs->push_back(std::move(spec));
+    if (gangs != nullptr) gangs->push_back(std::move(spec));
   }
 }
 
@@ -1248,51 +1281,117 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   const Lines lines = SplitLines(text);
   CheckCharacters(lines, &report);
   if (!result.ok()) return result;
-  try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    if (root.IsNull()) {
-      result.text = std::string(text);  // Empty, or comments only.
-      return result;
-    }
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
+  if (!error.message.empty()) {
+    report.AtMark(error.mark,
+                  absl::StrCat("YAML syntax error: ", error.message));
+    return result;
+  }
+  // The documents that hold configuration: all of them, except a component's
+  // `spec:` header before the first `---`.
+  std::vector<YamlNode> documents;
+  for (const YamlNode& root : tree->documents()) {
+    if (root.IsNull()) continue;  // Empty, or comments only.
     if (!root.IsMap()) {
       report.At(root, root,
                 "the CI file must be a mapping of jobs and keywords, not " +
                     Describe(root));
       return result;
     }
-    std::set<size_t> visited;
-    FindDuplicateKeys(root, 0, &visited, &report);
-    if (!result.ok()) return result;
-
-    std::vector<int> top_lines;
-    for (const auto& entry : root) top_lines.push_back(entry.first.Mark().line);
-    const YAML::Node top_variables = FindEntry(root, "variables").value;
-    if (lint) {
-      GangSpec ignored;
-      CheckVariables("variables", top_variables, {}, &ignored, &report);
+    documents.push_back(root);
+  }
+  if (documents.empty()) {
+    result.text = std::string(text);
+    return result;
+  }
+  // A duplicate key is legal for GitLab (the last one wins) but almost
+  // always a mistake: lint reports every one; expand refuses only the jobs
+  // it rewrites, where it could not tell which entry to keep.
+  std::vector<bool> visited(tree->node_count());
+  std::unordered_map<std::string, int> top_keys;
+  if (lint) {
+    for (const YamlNode& root : documents) {
+      FindDuplicateKeys(root, 0, &visited, &report);
     }
+    if (!result.ok()) return result;
+  } else {
+    for (const YamlNode& root : documents) {
+      for (const auto& entry : root) {
+        if (entry.first.IsScalar()) ++top_keys[entry.first.Scalar()];
+      }
+    }
+  }
 
-    std::vector<Edit> edits;
-    for (const auto& entry : root) {
-      if (!entry.first.IsScalar()) continue;
-      const std::string job = entry.first.Scalar();
-      const YAML::Node& value = entry.second;
+  YamlNode top_variables;
+  for (const YamlNode& root : documents) {
+    if (const Entry e = FindEntry(root, "variables")) top_variables = e.value;
+  }
+  if (lint) {
+    GangSpec ignored;
+    CheckVariables("variables", top_variables, {}, &ignored, &report);
+  }
+
+  std::vector<Edit> edits;
+  // A rewritten job: its gang, its lines and its edits (in `edits`).
+  struct PlannedJob {
+    size_t gang = 0;
+    int begin_line = 0;
+    int end_line = 0;
+    size_t first_edit = 0;
+    size_t last_edit = 0;
+  };
+  std::vector<PlannedJob> planned;
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const YamlNode& root = documents[d];
+    // A job's text ends where the next top-level key, or the next
+    // document, begins.
+    const int document_end = d + 1 < documents.size()
+                                 ? documents[d + 1].PropertiesMark().line
+                                 : static_cast<int>(lines.lines.size());
+    for (size_t i = 0; i < root.size(); ++i) {
+      const auto [key, value] = root.Entry(i);
+      if (!key.IsScalar()) continue;
+      const std::string& job = key.Scalar();
+      if (job == "default") {
+        const Entry parallel = FindEntry(value, "parallel");
+        if (parallel && parallel.value.IsMap() &&
+            FindEntry(parallel.value, "distributed")) {
+          report.At(parallel.key, parallel.key,
+                    "default: GitLab does not accept parallel under default; "
+                    "put parallel:distributed in each gang job, or in a "
+                    "hidden job that they extend");
+        }
+      }
       if (IsCiKeyword(job) || !value.IsMap()) continue;
       // An alias (`job: *other`) is expanded where its anchor is written.
-      if (value.Mark().pos < entry.first.Mark().pos) continue;
+      if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");
       const bool block = parallel && parallel.value.IsMap() &&
                          FindEntry(parallel.value, "distributed");
       if (!block) {
-        if (lint && job[0] != '.') {
-          LintPlainJob(job, entry.first, value, top_variables, options,
-                       &result.gangs, &report);
+        // Hidden jobs (templates for `extends`) are checked too, but only
+        // the jobs that run are gangs.
+        if (lint) {
+          LintPlainJob(job, key, value, top_variables, options,
+                       job[0] == '.' ? nullptr : &result.gangs, &report);
         }
         continue;
       }
+      if (!lint) {
+        const size_t errors_before = report.count();
+        if (top_keys[job] > 1) {
+          report.At(key, key,
+                    absl::StrCat("duplicate job '", Shown(job),
+                                 "'; GitLab keeps only the last one, so gdt "
+                                 "will not rewrite either"));
+        }
+        FindDuplicateKeys(value, 1, &visited, &report);
+        if (report.count() != errors_before) continue;
+      }
       GangSpec spec;
       spec.job = job;
-      spec.line = entry.first.Mark().line + 1;
+      spec.line = key.Mark().line + 1;
       spec.from_block = true;
       if (!ParseBlock(job, parallel, options, &spec, &report)) continue;
       if (lint) {
@@ -1307,59 +1406,82 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
                                spec.launcher, &report);
       }
-      const int job_line = entry.first.Mark().line;
-      int job_end = static_cast<int>(lines.lines.size());
-      for (int line : top_lines) {
-        if (line > job_line) job_end = std::min(job_end, line);
-      }
+      const int job_line = key.Mark().line;
+      const int job_end = i + 1 < root.size()
+                              ? root.Entry(i + 1).first.PropertiesMark().line
+                              : document_end;
       const bool block_job =
-          value.Style() != YAML::EmitterStyle::Flow &&
-          value.Mark().line > job_line &&
+          !value.IsFlow() && value.Mark().line > job_line &&
           parallel.key.Mark().column ==
               static_cast<int>(FirstNonSpace(
                   lines.lines[static_cast<size_t>(parallel.key.Mark().line)]));
       if (!block_job) {
-        report.At(entry.first, entry.first,
+        report.At(key, key,
                   absl::StrCat(job,
                                ": write the job as a block mapping (one key "
                                "per line) to use parallel:distributed"));
         continue;
       }
       JobRewriter rewriter(lines, job, value, job_end, options, &report);
+      const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
+        SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
+                  edits.end());
+        planned.push_back(PlannedJob{result.gangs.size(), job_line, job_end,
+                                     first_edit, edits.size()});
         result.gangs.push_back(std::move(spec));
       }
     }
+  }
+  if (!result.ok()) {
+    result.gangs.clear();
+    return result;
+  }
+  if (!lint) {
+    // Each rewritten job must read back as planned. A job is read on its
+    // own (its lines are a whole top-level entry), which keeps memory to
+    // one job; a job that uses an alias defined elsewhere is checked in
+    // the whole file instead.
+    const auto edit_at = [&](size_t i) {
+      return edits.cbegin() + static_cast<std::ptrdiff_t>(i);
+    };
+    std::vector<const GangSpec*> in_context;
+    for (const PlannedJob& job : planned) {
+      std::string slice;
+      ApplyEdits(lines, job.begin_line, job.end_line, edit_at(job.first_edit),
+                 edit_at(job.last_edit), &slice);
+      bool unresolved = false;
+      const GangSpec* spec = &result.gangs[job.gang];
+      if (ReadsBack(slice, {spec}, options, &unresolved)) continue;
+      if (unresolved) {
+        in_context.push_back(spec);
+        continue;
+      }
+      report.AtLine(spec->line, 1,
+                    absl::StrCat(spec->job,
+                                 ": gdt could not rewrite this job in place "
+                                 "(please report it); write it as a plain "
+                                 "block mapping"));
+    }
+    if (result.ok()) {
+      ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
+                 edits.cend(), &result.text);
+      if (!in_context.empty() && !ReadsBack(result.text, in_context, options)) {
+        report.AtLine(in_context[0]->line, 1,
+                      "gdt could not rewrite this file in place (please "
+                      "report it); write the jobs with parallel:distributed "
+                      "as plain block mappings");
+      }
+    }
     if (!result.ok()) {
+      result.text.clear();
       result.gangs.clear();
       return result;
     }
-    std::sort(
-        result.gangs.begin(), result.gangs.end(),
-        [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
-    if (lint) return result;
-    std::vector<GangSpec> expanded;
-    for (const GangSpec& spec : result.gangs) {
-      if (spec.from_block) expanded.push_back(spec);
-    }
-    result.text = ApplyEdits(lines, edits);
-    if (!ReadsBack(result.text, expanded, options)) {
-      report.AtLine(expanded.empty() ? 0 : expanded[0].line, 1,
-                    "gdt could not rewrite this file in place (please "
-                    "report it); write the jobs with parallel:distributed "
-                    "as plain block mappings");
-      result.text.clear();
-    }
-  } catch (const YAML::ParserException& e) {
-    report.AtMark(e.mark, absl::StrCat("YAML syntax error: ", e.msg));
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp reports errors by throwing; this is where they stop.
-    report.AtMark(e.mark, absl::StrCat("cannot read YAML: ", e.msg));
   }
-  if (!result.ok()) {
-    result.text.clear();
-    result.gangs.clear();
-  }
+  std::stable_sort(
+      result.gangs.begin(), result.gangs.end(),
+      [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
   return result;
 }
 
@@ -1372,6 +1494,22 @@ std::string FormatDiagnostic(std::string_view file,
   }
   return absl::StrCat(std::string(file), ":", diagnostic.line, ":",
                       std::max(1, diagnostic.column), ": ", diagnostic.message);
+}
+
+absl::Status CheckRunnerTag(std::string_view tag) {
+  if (tag.size() > 255) {
+    return absl::InvalidArgumentError(
+        "--tag: a runner tag has at most 255 characters");
+  }
+  for (char c : tag) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("-_.:/+=@").find(c) == std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--tag '", OneLine(std::string(tag)),
+          "': a runner tag may hold only letters, digits and - _ . : / + = @"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {

@@ -62,6 +62,11 @@ struct CiExpandOptions {
   std::string runner_tag = "gdt";
 };
 
+// Whether `tag` can be a runner tag on gdt-ci's command line: empty (no
+// tag), or at most 255 letters, digits and - _ . : / + = @. Expand writes it
+// quoted where YAML would otherwise read another type (`yes`, `123`).
+absl::Status CheckRunnerTag(std::string_view tag);
+
 // The result of expanding or linting one CI file.
 struct CiExpansion {
   // Expand: the rewritten file (only the text of jobs with the block

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -197,9 +198,9 @@ TEST(ExpandTest, ReportsEveryErrorInFileOrder) {
   EXPECT_THAT(expansion.errors[1].message, HasSubstr("'mpi'"));
 }
 
-TEST(ExpandTest, DuplicateKeysAnywhereAreErrors) {
+TEST(ExpandTest, LintReportsDuplicateKeysAnywhere) {
   const CiExpansion expansion =
-      ExpandCiYaml("test:\n  script: x\n  variables:\n    A: 1\n    A: 2\n");
+      LintCiYaml("test:\n  script: x\n  variables:\n    A: 1\n    A: 2\n");
   ASSERT_EQ(expansion.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", expansion.errors[0]),
             "f:5:5: duplicate key 'A' (first at line 4); YAML keeps only one "
@@ -317,6 +318,117 @@ TEST(GangSpecTest, VariablesInTheDocumentedOrder) {
                   Pair("GDT_LAUNCHER", "torchrun"), Pair("GDT_PRIORITY", "3"),
                   Pair("GDT_TOPOLOGY_SAME", "rack"),
                   Pair("GDT_TOPOLOGY_MODE", "required")));
+}
+
+// A CI/CD component: a `spec:` header document, `---`, then the jobs.
+TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
+  const std::string input =
+      "spec:\n  inputs:\n    stage:\n      default: test\n---\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  const CiExpansion lint = LintCiYaml(input);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].job, "train");
+  EXPECT_EQ(lint.gangs[0].line, 6);
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text.substr(0, 57), input.substr(0, 57));
+  const std::vector<YAML::Node> documents = YAML::LoadAll(expansion.text);
+  ASSERT_EQ(documents.size(), 2u);
+  EXPECT_EQ(documents[1]["train"]["parallel"].Scalar(), "2");
+  EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
+}
+
+TEST(RealWorldTest, AnAnchoredJobExpandsAndItsAliasFollows) {
+  const std::string input =
+      "train: &train\n  script: x\n  parallel:\n    distributed: {nodes: 2}"
+      "\nagain: *train\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const YAML::Node root = YAML::Load(expansion.text);
+  EXPECT_EQ(root["train"]["parallel"].Scalar(), "2");
+  EXPECT_EQ(root["again"]["parallel"].Scalar(), "2");
+  EXPECT_THAT(expansion.text, HasSubstr("train: &train\n  script: x\n"));
+}
+
+TEST(RealWorldTest, ParallelNullDropsAnInheritedParallel) {
+  for (const char* value : {"null", "~", ""}) {
+    const CiExpansion lint = LintCiYaml(absl::StrCat(
+        ".t:\n  parallel: 4\nj:\n  extends: .t\n  parallel: ", value,
+        "\n  script: x\n"));
+    EXPECT_TRUE(lint.ok()) << value << ": " << lint.errors[0].message;
+  }
+}
+
+TEST(RealWorldTest, HiddenJobsAreLintedButAreNoGangs) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  variables:\n    GDT_LAUNCHER: mpi\n  parallel: 2\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:3:19: .gang: GDT_LAUNCHER must be one of torchrun, env, nccl, "
+            "none, not 'mpi'");
+  const CiExpansion fine = LintCiYaml(
+      ".gang:\n  variables:\n    GDT_LAUNCHER: env\n  parallel: 2\n");
+  ASSERT_TRUE(fine.ok());
+  EXPECT_TRUE(fine.gangs.empty());
+}
+
+TEST(RealWorldTest, ABlockUnderDefaultIsRefused) {
+  const std::string input =
+      "default:\n  parallel:\n    distributed: {nodes: 2}\nj:\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:2:3: default: GitLab does not accept parallel under default; "
+              "put parallel:distributed in each gang job, or in a hidden job "
+              "that they extend");
+    EXPECT_TRUE(result.text.empty());
+  }
+}
+
+TEST(RealWorldTest, DuplicateKeysStopExpandOnlyInARewrittenJob) {
+  const std::string elsewhere =
+      "other:\n  script: x\n  script: y\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  EXPECT_TRUE(ExpandCiYaml(elsewhere).ok());
+  EXPECT_EQ(LintCiYaml(elsewhere).errors.size(), 1u);
+  const CiExpansion inside = ExpandCiYaml(
+      "train:\n  script: x\n  tags: [a]\n  tags: [b]\n  parallel:\n"
+      "    distributed: {nodes: 2}\n");
+  ASSERT_EQ(inside.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", inside.errors[0]),
+            "f:4:3: duplicate key 'tags' (first at line 3); YAML keeps only "
+            "one of them");
+  const CiExpansion twice = ExpandCiYaml(
+      "train:\n  script: x\ntrain:\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n");
+  ASSERT_EQ(twice.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", twice.errors[0]),
+            "f:3:1: duplicate job 'train'; GitLab keeps only the last one, so "
+            "gdt will not rewrite either");
+}
+
+TEST(RealWorldTest, RunnerTagsStayStrings) {
+  EXPECT_TRUE(CheckRunnerTag("gpu-a100_x8.v2").ok());
+  EXPECT_TRUE(CheckRunnerTag("").ok());
+  EXPECT_EQ(CheckRunnerTag("a: b").message(),
+            "--tag 'a: b': a runner tag may hold only letters, digits and - _ "
+            ". : / + = @");
+  EXPECT_FALSE(CheckRunnerTag("x]").ok());
+  for (const char* tag : {"yes", "123", "null", "1.5", "-x"}) {
+    for (const char* tags : {"", "  tags: [a]\n", "  tags:\n    - a\n"}) {
+      const CiExpansion expansion = ExpandCiYaml(
+          absl::StrCat("j:\n  script: x\n", tags,
+                       "  parallel:\n    distributed: {nodes: 2}\n"),
+          {.runner_tag = tag});
+      ASSERT_TRUE(expansion.ok()) << tag << ": " << expansion.errors[0].message;
+      const YAML::Node written = YAML::Load(expansion.text)["j"]["tags"];
+      const YAML::Node last = written[written.size() - 1];
+      EXPECT_EQ(last.Scalar(), tag) << expansion.text;
+      EXPECT_EQ(last.Tag(), "!")
+          << tag << " must be quoted: " << expansion.text;
+    }
+  }
 }
 
 }  // namespace

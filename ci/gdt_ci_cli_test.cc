@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -108,6 +109,15 @@ TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
   EXPECT_THAT(missing.output, StartsWith("gdt-ci lint: cannot read "));
   EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1);
 
+  // A directory is not an empty file: one line and exit 2, both commands.
+  for (const char* command : {"lint", "expand"}) {
+    const CliRun directory = GdtCi({command, "--file", kTestData}, "stderr");
+    EXPECT_EQ(directory.code, 2) << command;
+    EXPECT_EQ(directory.output,
+              absl::StrCat("gdt-ci ", command, ": cannot read ", kTestData,
+                           ": it is a directory, not a file\n"));
+  }
+
   const CliRun unwritable =
       GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "-o",
              "/nonexistent/dir/child.yml"},
@@ -115,6 +125,13 @@ TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
   EXPECT_EQ(unwritable.code, 2);
   EXPECT_THAT(unwritable.output,
               StartsWith("gdt-ci expand: cannot write /nonexistent/dir/"));
+
+  const CliRun bad_tag =
+      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "--tag",
+             "gpu: a100"},
+            "stderr");
+  EXPECT_EQ(bad_tag.code, 2);
+  EXPECT_THAT(bad_tag.output, StartsWith("gdt-ci expand: --tag 'gpu: a100': "));
 
   const CliRun bad_flag = GdtCi({"lint", "--max-nodes", "0"}, "stderr");
   EXPECT_EQ(bad_flag.code, 2);

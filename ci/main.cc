@@ -184,6 +184,14 @@ int main(int argc, char** argv) {
     std::cerr << "gdt-ci: " << logging.message() << "\n";
     return kExitUsage;
   }
+  if (expand->parsed() || lint->parsed()) {
+    if (absl::Status tag = gdt::ci::CheckRunnerTag(expand_options.runner_tag);
+        !tag.ok()) {
+      std::cerr << "gdt-ci " << (expand->parsed() ? "expand" : "lint") << ": "
+                << tag.message() << "\n";
+      return gdt::ci::kCiUsageError;
+    }
+  }
   if (expand->parsed()) return Expand(ci_file, output, expand_options);
   if (lint->parsed()) return Lint(ci_file, json, expand_options);
 

@@ -15,6 +15,12 @@
 namespace gdt {
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+  // A directory opens as a stream on Linux and reads as empty text.
+  std::error_code ignored;
+  if (std::filesystem::is_directory(path, ignored)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot read ", path, ": it is a directory, not a file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int error = errno;

@@ -25,3 +25,4 @@ echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/gdt-bench-state-store" "$@"  # HA: SQLite vs etcd
 if [ "${1:-}" = --quick ]; then runs=5; else runs=20; fi
 bench/executor_overhead.sh "$build" "$runs"
+bench/ci_expand_bench.sh "$build/ci/gdt-ci"

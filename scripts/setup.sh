@@ -8,7 +8,7 @@ packages=(
   # Build
   cmake ninja-build g++ clang clang-format clang-tidy pkg-config ccache
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libyaml-cpp-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
+  libyaml-cpp-dev libyaml-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libtomlplusplus-dev
   libbenchmark-dev

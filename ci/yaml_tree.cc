@@ -1,0 +1,376 @@
+#include "ci/yaml_tree.h"
+
+#include <yaml.h>
+
+#include <string>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::ci {
+namespace {
+
+YamlMark ToMark(const yaml_mark_t& mark) {
+  return YamlMark{static_cast<int>(mark.line), static_cast<int>(mark.column),
+                  mark.index};
+}
+
+}  // namespace
+
+YamlTree::PackedMark YamlTree::Pack(const YamlMark& mark) {
+  return YamlTree::PackedMark{static_cast<uint32_t>(mark.line),
+                              static_cast<uint32_t>(mark.column),
+                              static_cast<uint32_t>(mark.pos)};
+}
+YamlMark YamlTree::Unpack(const PackedMark& mark) {
+  return YamlMark{static_cast<int>(mark.line), static_cast<int>(mark.column),
+                  mark.pos};
+}
+
+namespace {
+
+// Owns one libyaml event.
+class Event {
+ public:
+  Event() = default;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (parsed_) yaml_event_delete(&event_);
+  }
+  yaml_event_t* get() { return &event_; }
+  void set_parsed() { parsed_ = true; }
+  const yaml_event_t& operator*() const { return event_; }
+  const yaml_event_t* operator->() const { return &event_; }
+
+ private:
+  yaml_event_t event_{};
+  bool parsed_ = false;
+};
+
+// Owns the libyaml parser.
+class Parser {
+ public:
+  explicit Parser(std::string_view text) {
+    ok_ = yaml_parser_initialize(&parser_) != 0;
+    if (ok_) {
+      yaml_parser_set_input_string(
+          &parser_, reinterpret_cast<const unsigned char*>(text.data()),
+          text.size());
+      yaml_parser_set_encoding(&parser_, YAML_UTF8_ENCODING);
+    }
+  }
+  Parser(const Parser&) = delete;
+  Parser& operator=(const Parser&) = delete;
+  ~Parser() {
+    if (ok_) yaml_parser_delete(&parser_);
+  }
+  bool ok() const { return ok_; }
+  yaml_parser_t* get() { return &parser_; }
+
+ private:
+  yaml_parser_t parser_{};
+  bool ok_ = false;
+};
+
+std::string_view AsView(const yaml_char_t* text) {
+  return text == nullptr
+             ? std::string_view()
+             : std::string_view(reinterpret_cast<const char*>(text));
+}
+
+// Where the content of a node with properties (`&anchor`, `!tag`) starts:
+// after them and the spaces, line breaks and comments that follow.
+YamlMark SkipProperties(std::string_view text, YamlMark mark) {
+  size_t pos = mark.pos;
+  int line = mark.line;
+  int column = mark.column;
+  const auto advance = [&] {
+    if (text[pos] == '\n') {
+      ++line;
+      column = 0;
+    } else {
+      ++column;
+    }
+    ++pos;
+  };
+  bool in_properties = true;
+  while (pos < text.size()) {
+    const char c = text[pos];
+    if (in_properties && (c == '&' || c == '!')) {
+      while (pos < text.size() && text[pos] != ' ' && text[pos] != '\n' &&
+             text[pos] != '\r' && text[pos] != '\t') {
+        advance();
+      }
+    } else if (c == ' ' || c == '\t' || c == '\r' || c == '\n') {
+      advance();
+    } else if (c == '#') {
+      while (pos < text.size() && text[pos] != '\n') advance();
+    } else {
+      break;
+    }
+  }
+  return YamlMark{line, column, pos};
+}
+
+bool IsNullText(std::string_view value) {
+  return value.empty() || value == "~" || value == "null" || value == "Null" ||
+         value == "NULL";
+}
+
+}  // namespace
+
+uint16_t YamlTree::TagIndex(std::string_view tag) {
+  for (size_t i = 0; i < tags_.size(); ++i) {
+    if (tags_[i] == tag) return static_cast<uint16_t>(i);
+  }
+  if (tags_.size() >= 0xffff) return 0;  // Absurd; treat as untagged.
+  tags_.emplace_back(tag);
+  return static_cast<uint16_t>(tags_.size() - 1);
+}
+
+std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
+                                          YamlError* error, int max_depth) {
+  auto tree = std::unique_ptr<YamlTree>(new YamlTree());
+  *error = YamlError{};
+  Parser parser(text);
+  if (!parser.ok()) {
+    error->message = "cannot start the YAML parser";
+    return tree;
+  }
+  std::deque<Data>& nodes = tree->nodes_;
+  std::vector<uint32_t>& children = tree->children_;
+  // The children of each open collection, until it closes and they move to
+  // `children` in one piece (one scratch list per depth, reused).
+  std::vector<std::vector<uint32_t>> pending;
+  std::unordered_map<std::string, uint32_t> anchors;
+  // Open collections (indices into nodes).
+  std::vector<uint32_t> stack;
+  size_t document_begin = 0;
+  bool have_root = false;
+  uint32_t root = 0;
+
+  // Attaches node `index` to the open collection, or makes it the root.
+  const auto attach = [&](uint32_t index) {
+    if (stack.empty()) {
+      root = index;
+      have_root = true;
+      return;
+    }
+    Data& parent = nodes[stack.back()];
+    Data& child = nodes[index];
+    std::vector<uint32_t>& siblings = pending[stack.size() - 1];
+    // An empty value's mark is libyaml's next token; place it just after
+    // the key (or the previous item) so that the parent's end stays right.
+    if (child.kind == Data::kScalar && child.null && child.scalar.empty() &&
+        child.start.pos == child.end.pos) {
+      PackedMark at = parent.start;
+      if (!siblings.empty()) at = nodes[siblings.back()].end;
+      child.start = child.end = child.properties = at;
+    }
+    siblings.push_back(index);
+  };
+  const auto fail = [&](YamlMark mark, std::string message) {
+    error->mark = mark;
+    error->message = std::move(message);
+  };
+  const auto properties = [&](Data& data, const yaml_char_t* anchor,
+                              const yaml_mark_t& start) {
+    data.properties = Pack(ToMark(start));
+    if (anchor != nullptr) {
+      tree->anchors_.emplace_back(AsView(anchor));
+      data.anchor = static_cast<uint32_t>(tree->anchors_.size() - 1);
+      anchors[std::string(AsView(anchor))] =
+          static_cast<uint32_t>(nodes.size() - 1);
+    }
+  };
+
+  while (true) {
+    Event event;
+    if (yaml_parser_parse(parser.get(), event.get()) == 0) {
+      const yaml_parser_t& p = *parser.get();
+      std::string message = p.problem != nullptr ? p.problem : "bad YAML";
+      if (p.context != nullptr) {
+        message = absl::StrCat(message, " (", p.context, ")");
+      }
+      fail(ToMark(p.problem_mark), std::move(message));
+      return tree;
+    }
+    event.set_parsed();
+    const yaml_event_t& e = *event;
+    switch (e.type) {
+      case YAML_STREAM_START_EVENT:
+      case YAML_NO_EVENT:
+        break;
+      case YAML_STREAM_END_EVENT:
+        return tree;
+      case YAML_DOCUMENT_START_EVENT:
+        document_begin = e.start_mark.index;
+        have_root = false;
+        break;
+      case YAML_DOCUMENT_END_EVENT:
+        if (have_root) {
+          tree->documents_.emplace_back(tree.get(), root);
+          tree->ranges_.push_back(
+              DocumentRange{document_begin, e.end_mark.index});
+        }
+        break;
+      case YAML_ALIAS_EVENT: {
+        const auto found =
+            anchors.find(std::string(AsView(e.data.alias.anchor)));
+        if (found == anchors.end()) {
+          fail(ToMark(e.start_mark),
+               absl::StrCat("unknown alias *",
+                            std::string(AsView(e.data.alias.anchor))));
+          return tree;
+        }
+        attach(found->second);
+        break;
+      }
+      case YAML_SCALAR_EVENT: {
+        nodes.emplace_back();
+        Data& data = nodes.back();
+        data.kind = Data::kScalar;
+        const auto& s = e.data.scalar;
+        data.scalar.assign(reinterpret_cast<const char*>(s.value), s.length);
+        if (s.tag != nullptr) {
+          data.tag = tree->TagIndex(AsView(s.tag));
+        } else {
+          data.tag = s.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 1;
+        }
+        data.null = data.tag == 0 && IsNullText(data.scalar);
+        data.start = Pack(ToMark(e.start_mark));
+        data.end = Pack(ToMark(e.end_mark));
+        properties(data, s.anchor, e.start_mark);
+        if (s.anchor != nullptr || s.tag != nullptr) {
+          data.start = Pack(SkipProperties(text, ToMark(e.start_mark)));
+          if (data.start.pos > data.end.pos) data.start = data.end;
+        }
+        attach(static_cast<uint32_t>(nodes.size() - 1));
+        break;
+      }
+      case YAML_SEQUENCE_START_EVENT:
+      case YAML_MAPPING_START_EVENT: {
+        if (static_cast<int>(stack.size()) >= max_depth) {
+          fail(ToMark(e.start_mark),
+               absl::StrCat("nesting deeper than ", max_depth,
+                            " levels; gdt-ci reads at most that many"));
+          return tree;
+        }
+        nodes.emplace_back();
+        Data& data = nodes.back();
+        const bool map = e.type == YAML_MAPPING_START_EVENT;
+        data.kind = map ? Data::kMap : Data::kSequence;
+        const yaml_char_t* tag =
+            map ? e.data.mapping_start.tag : e.data.sequence_start.tag;
+        const yaml_char_t* anchor =
+            map ? e.data.mapping_start.anchor : e.data.sequence_start.anchor;
+        data.flow =
+            map ? e.data.mapping_start.style == YAML_FLOW_MAPPING_STYLE
+                : e.data.sequence_start.style == YAML_FLOW_SEQUENCE_STYLE;
+        if (tag != nullptr) data.tag = tree->TagIndex(AsView(tag));
+        data.start = Pack(ToMark(e.start_mark));
+        properties(data, anchor, e.start_mark);
+        if (anchor != nullptr || tag != nullptr) {
+          data.start = Pack(SkipProperties(text, ToMark(e.start_mark)));
+        }
+        data.end = data.start;
+        const auto index = static_cast<uint32_t>(nodes.size() - 1);
+        attach(index);
+        stack.push_back(index);
+        if (pending.size() < stack.size()) pending.emplace_back();
+        pending[stack.size() - 1].clear();
+        break;
+      }
+      case YAML_SEQUENCE_END_EVENT:
+      case YAML_MAPPING_END_EVENT: {
+        Data& data = nodes[stack.back()];
+        std::vector<uint32_t>& mine = pending[stack.size() - 1];
+        if (data.flow) {
+          data.end = Pack(ToMark(e.end_mark));
+        } else if (!mine.empty()) {
+          data.end = nodes[mine.back()].end;
+        }
+        data.first = static_cast<uint32_t>(children.size());
+        data.count = static_cast<uint32_t>(mine.size());
+        children.insert(children.end(), mine.begin(), mine.end());
+        stack.pop_back();
+        break;
+      }
+    }
+  }
+}
+
+bool YamlNode::IsMap() const {
+  return tree_ != nullptr && tree_->nodes_[index_].kind == YamlTree::Data::kMap;
+}
+bool YamlNode::IsSequence() const {
+  return tree_ != nullptr &&
+         tree_->nodes_[index_].kind == YamlTree::Data::kSequence;
+}
+bool YamlNode::IsScalar() const {
+  return tree_ != nullptr &&
+         tree_->nodes_[index_].kind == YamlTree::Data::kScalar &&
+         !tree_->nodes_[index_].null;
+}
+bool YamlNode::IsNull() const {
+  return tree_ == nullptr || tree_->nodes_[index_].null;
+}
+const std::string& YamlNode::Scalar() const {
+  static const std::string empty;
+  return tree_ == nullptr ? empty : tree_->nodes_[index_].scalar;
+}
+const std::string& YamlNode::Tag() const {
+  static const std::string none;
+  return tree_ == nullptr ? none : tree_->tags_[tree_->nodes_[index_].tag];
+}
+const std::string& YamlNode::Anchor() const {
+  static const std::string none;
+  return tree_ == nullptr ? none
+                          : tree_->anchors_[tree_->nodes_[index_].anchor];
+}
+bool YamlNode::IsFlow() const {
+  return tree_ != nullptr && tree_->nodes_[index_].flow;
+}
+YamlMark YamlNode::Mark() const {
+  return tree_ == nullptr ? YamlMark{}
+                          : YamlTree::Unpack(tree_->nodes_[index_].start);
+}
+YamlMark YamlNode::EndMark() const {
+  return tree_ == nullptr ? YamlMark{}
+                          : YamlTree::Unpack(tree_->nodes_[index_].end);
+}
+YamlMark YamlNode::PropertiesMark() const {
+  return tree_ == nullptr ? YamlMark{}
+                          : YamlTree::Unpack(tree_->nodes_[index_].properties);
+}
+size_t YamlNode::size() const {
+  if (tree_ == nullptr) return 0;
+  const YamlTree::Data& data = tree_->nodes_[index_];
+  if (data.kind == YamlTree::Data::kMap) return data.count / 2;
+  return data.count;
+}
+std::pair<YamlNode, YamlNode> YamlNode::Entry(size_t i) const {
+  if (!IsMap()) return {};
+  const uint32_t first = tree_->nodes_[index_].first;
+  return {YamlNode(tree_, tree_->children_[first + 2 * i]),
+          YamlNode(tree_, tree_->children_[first + 2 * i + 1])};
+}
+YamlNode YamlNode::Item(size_t i) const {
+  if (!IsSequence()) return {};
+  return YamlNode(tree_, tree_->children_[tree_->nodes_[index_].first + i]);
+}
+
+YamlElement YamlNode::Iterator::operator*() const {
+  YamlElement element;
+  if (node_->IsMap()) {
+    auto [key, value] = node_->Entry(i_);
+    element.first = key;
+    element.second = value;
+  } else {
+    static_cast<YamlNode&>(element) = node_->Item(i_);
+  }
+  return element;
+}
+
+}  // namespace gdt::ci
