@@ -125,8 +125,8 @@ std::string FakeIdTokenIssuer::SignRs256(absl::string_view header_json,
   EVP_MD_CTX_free(ctx);
   return absl::StrCat(
       input, ".",
-      Base64Url(absl::string_view(reinterpret_cast<const char*>(signature.data()),
-                                 size)));
+      Base64Url(absl::string_view(
+          reinterpret_cast<const char*>(signature.data()), size)));
 }
 
 std::string FakeIdTokenIssuer::SignHs256(absl::string_view header_json,

@@ -10,11 +10,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/match.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {
@@ -97,9 +97,8 @@ absl::StatusOr<std::shared_ptr<evp_pkey_st>> RsaKey(const std::string& kid,
 bool VerifyRs256(evp_pkey_st* key, absl::string_view signed_part,
                  const std::string& signature) {
   std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
-  if (!ctx ||
-      EVP_DigestVerifyInit(ctx.get(), nullptr, EVP_sha256(), nullptr, key) !=
-          1) {
+  if (!ctx || EVP_DigestVerifyInit(ctx.get(), nullptr, EVP_sha256(), nullptr,
+                                   key) != 1) {
     return false;
   }
   return EVP_DigestVerify(
@@ -273,11 +272,11 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
         "ID token refused: no key '", kid, "' among GitLab's ", keys.size(),
         " ID token keys (signed by another instance, or a made-up key)"));
   }
-  const absl::string_view signed_part(
-      parts[0].data(), parts[0].size() + 1 + parts[1].size());
+  const absl::string_view signed_part(parts[0].data(),
+                                      parts[0].size() + 1 + parts[1].size());
   if (!VerifyRs256(const_cast<evp_pkey_st*>(key), signed_part, signature)) {
-    return Refused(absl::StrCat("its signature does not verify with key '",
-                                kid, "'"));
+    return Refused(
+        absl::StrCat("its signature does not verify with key '", kid, "'"));
   }
 
   const nlohmann::json payload =
@@ -294,8 +293,7 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
       !audience.ok()) {
     return audience;
   }
-  if (absl::Status times = CheckTimes(payload, policy, now_unix);
-      !times.ok()) {
+  if (absl::Status times = CheckTimes(payload, policy, now_unix); !times.ok()) {
     return times;
   }
   absl::StatusOr<int64_t> project = IdClaim(payload, "project_id");
@@ -324,8 +322,8 @@ IdTokenVerifier::IdTokenVerifier(FetchKeys fetch, const Clock& clock,
 std::optional<absl::StatusOr<std::shared_ptr<const JsonWebKeys>>>
 IdTokenVerifier::SettledLocked(bool force) {
   const Clock::TimePoint now = clock_.Now();
-  const bool needed = keys_ == nullptr || force ||
-                      now - keys_fetched_ >= options_.max_key_age;
+  const bool needed =
+      keys_ == nullptr || force || now - keys_fetched_ >= options_.max_key_age;
   const bool allowed =
       !attempted_ || now - last_attempt_ >= options_.min_refresh_interval;
   if (needed && allowed) return std::nullopt;
@@ -358,9 +356,9 @@ absl::StatusOr<std::shared_ptr<const JsonWebKeys>> IdTokenVerifier::Keys(
     last_error_ = absl::OkStatus();
     return keys_;
   }
-  last_error_ = absl::UnavailableError(
-      absl::StrCat("cannot get GitLab's ID token keys: ",
-                   parsed.status().message(), "; the member retries"));
+  last_error_ = absl::UnavailableError(absl::StrCat(
+      "cannot get GitLab's ID token keys: ", parsed.status().message(),
+      "; the member retries"));
   // Old keys stay in use while GitLab cannot be asked.
   if (keys_ != nullptr) return keys_;
   return last_error_;

@@ -148,9 +148,9 @@ TEST_F(IdTokenTest, AlgNoneIsRefused) {
   ExpectRefused(Check(FakeIdTokenIssuer::Unsigned(
                     R"({"alg":"None","kid":"gitlab-key-1"})", payload)),
                 "alg 'None' is not accepted");
-  ExpectRefused(Check(FakeIdTokenIssuer::Unsigned(R"({"kid":"gitlab-key-1"})",
-                                                  payload)),
-                "names no alg");
+  ExpectRefused(
+      Check(FakeIdTokenIssuer::Unsigned(R"({"kid":"gitlab-key-1"})", payload)),
+      "names no alg");
 }
 
 TEST_F(IdTokenTest, Hs256KeyedWithThePublicKeyIsRefused) {
@@ -173,8 +173,7 @@ TEST_F(IdTokenTest, TamperedPayloadIsRefused) {
   FakeIdToken other = Token();
   other.pipeline_id = 78;  // Another pipeline's gang.
   parts[1] = absl::WebSafeBase64Escape(FakeIdTokenIssuer::ClaimsJson(other));
-  ExpectRefused(Check(absl::StrJoin(parts, ".")),
-                "signature does not verify");
+  ExpectRefused(Check(absl::StrJoin(parts, ".")), "signature does not verify");
 }
 
 TEST_F(IdTokenTest, MalformedTokensAreRefusedWithAReason) {
@@ -196,11 +195,10 @@ TEST_F(IdTokenTest, JwksErrorsNameTheProblem) {
               HasSubstr("not a JSON object"));
   EXPECT_THAT(JsonWebKeys::Parse("{}").status().message(),
               HasSubstr("no \"keys\" array"));
-  EXPECT_THAT(
-      JsonWebKeys::Parse(R"({"keys":[{"kty":"EC","kid":"x"}]})")
-          .status()
-          .message(),
-      HasSubstr("no RSA signing key"));
+  EXPECT_THAT(JsonWebKeys::Parse(R"({"keys":[{"kty":"EC","kid":"x"}]})")
+                  .status()
+                  .message(),
+              HasSubstr("no RSA signing key"));
   absl::StatusOr<FakeIdTokenIssuer> weak =
       FakeIdTokenIssuer::Create("weak", 1024);
   ASSERT_TRUE(weak.ok());
