@@ -114,9 +114,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   }
   // Security.
   if (key == "gitlab_url" || key == "gitlab_ca_file" ||
-      key == "admin_token_file" || key == "status_without_token") {
+      key == "admin_token_file" || key == "status_without_token" ||
+      key == "member_verification" || key == "id_token_audience" ||
+      key == "jwks_url") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
+    if (key == "member_verification") config.member_verification = *text;
+    if (key == "id_token_audience") config.id_token_audience = *text;
+    if (key == "jwks_url") config.jwks_url = *text;
     if (key == "gitlab_url") config.gitlab_url = *text;
     if (key == "gitlab_ca_file") config.gitlab_ca_file = *text;
     if (key == "admin_token_file") config.admin_token_file = *text;
@@ -259,6 +264,30 @@ absl::Status ValidateConfig(const Config& config) {
   }
   if (!config.gitlab_url.empty() && config.gitlab_timeout.count() == 0) {
     return absl::InvalidArgumentError("gitlab_timeout_seconds must be >= 1");
+  }
+  if (config.member_verification != "job_api" &&
+      config.member_verification != "id_token") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member_verification must be job_api or id_token, got '",
+                     config.member_verification, "'"));
+  }
+  if (config.member_verification == "id_token") {
+    if (config.gitlab_url.empty()) {
+      return absl::InvalidArgumentError(
+          "member_verification: id_token needs gitlab_url (the instance "
+          "whose ID tokens are trusted: their iss)");
+    }
+    if (config.id_token_audience.empty()) {
+      return absl::InvalidArgumentError(
+          "member_verification: id_token needs id_token_audience (the aud: "
+          "the jobs' id_tokens are issued for)");
+    }
+  }
+  if (!config.jwks_url.empty() && config.jwks_url.rfind("http://", 0) != 0 &&
+      config.jwks_url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("jwks_url must start with https:// or http://, got '",
+                     config.jwks_url, "'"));
   }
   GDT_RETURN_IF_ERROR(ValidateServerTls(config.tls));
   return CheckLogLevel(config.log_level);

@@ -61,6 +61,16 @@ struct Config {
   std::chrono::seconds gitlab_timeout{5};
   // How long a positive GitLab answer for one job token is reused.
   std::chrono::seconds member_cache_ttl{60};
+  // How members are verified when gitlab_url is set: "job_api" (each job
+  // token is checked with GitLab's API) or "id_token" (each job presents a
+  // GitLab CI ID token, a JWT checked against the instance's published
+  // keys with no GitLab call per member).
+  std::string member_verification = "job_api";
+  // With id_token: the audience (`aud`) the jobs' tokens must be issued for.
+  std::string id_token_audience;
+  // With id_token: where the instance publishes its keys; empty =
+  // <gitlab_url>/oauth/discovery/keys.
+  std::string jwks_url;
   // File holding the operators' admin token; empty = no operator
   // authentication (every RPC open, as in the local demo).
   std::string admin_token_file;

@@ -165,6 +165,41 @@ TEST(ConfigTest, SecuritySettings) {
               HasSubstr("require_host_tokens must be true or false"));
 }
 
+// Members verified by GitLab CI ID token instead of the job API.
+TEST(ConfigTest, IdTokenVerificationSettings) {
+  absl::StatusOr<Config> defaults = ParseConfig("");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->member_verification, "job_api");
+  EXPECT_EQ(defaults->jwks_url, "");
+
+  absl::StatusOr<Config> config = ParseConfig(
+      "gitlab_url: https://gitlab.example.com\n"
+      "member_verification: id_token\n"
+      "id_token_audience: https://gdt.example.com\n"
+      "jwks_url: https://gitlab.example.com/oauth/discovery/keys\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->member_verification, "id_token");
+  EXPECT_EQ(config->id_token_audience, "https://gdt.example.com");
+  EXPECT_EQ(config->jwks_url,
+            "https://gitlab.example.com/oauth/discovery/keys");
+
+  EXPECT_THAT(ParseConfig("member_verification: jwt\n").status().message(),
+              HasSubstr("member_verification must be job_api or id_token, "
+                        "got 'jwt'"));
+  EXPECT_THAT(ParseConfig("member_verification: id_token\n"
+                          "id_token_audience: gdt\n")
+                  .status()
+                  .message(),
+              HasSubstr("member_verification: id_token needs gitlab_url"));
+  EXPECT_THAT(ParseConfig("gitlab_url: https://gitlab.example.com\n"
+                          "member_verification: id_token\n")
+                  .status()
+                  .message(),
+              HasSubstr("needs id_token_audience"));
+  EXPECT_THAT(ParseConfig("jwks_url: gitlab/keys\n").status().message(),
+              HasSubstr("jwks_url must start with https://"));
+}
+
 }  // namespace
 // HA.
 TEST(ConfigTest, ReadsTheEtcdSettings) {

@@ -276,24 +276,28 @@ class CoordinatorService::JoinReactor final
   JoinReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream, verifies the member with GitLab when configured
-  // (before any scheduler lock is taken; bounded by the GitLab timeout) and
-  // joins; on a rejected join ends the stream with the error.
+  // Registers the stream, verifies the member with GitLab or by its ID
+  // token when configured (before any scheduler lock is taken; bounded by
+  // the GitLab timeout) and joins; on a rejected join ends the stream with
+  // the error.
   void Start(const v1::JoinGangRequest& request, const std::string& job_token,
-             const std::string& peer) {
+             const std::string& id_token, const std::string& peer) {
     service_.Register(stream_id_, this);
     const JoinRequest join = FromProto(request);
+    absl::Status verified;
     if (MemberVerifier* verifier = service_.security_.verifier) {
-      if (absl::Status verified = verifier->Verify(job_token, join, peer);
-          !verified.ok()) {
-        spdlog::warn(
-            "event=member_unverified job={} member={} group={} error={}",
-            request.job_id(), request.member_index(),
-            LogValue(request.key().group_name()),
-            LogValue(verified.ToString()));
-        End(rendezvous::ToGrpcStatus(verified));
-        return;
-      }
+      verified = verifier->Verify(job_token, join, peer);
+    } else if (IdTokenMemberVerifier* by_id_token =
+                   service_.security_.id_token_verifier) {
+      verified = by_id_token->Verify(id_token, join);
+    }
+    if (!verified.ok()) {
+      spdlog::warn("event=member_unverified job={} member={} group={} error={}",
+                   request.job_id(), request.member_index(),
+                   LogValue(request.key().group_name()),
+                   LogValue(verified.ToString()));
+      End(rendezvous::ToGrpcStatus(verified));
+      return;
     }
     absl::StatusOr<std::string> gang_id =
         service_.coordinator_.Join(join, stream_id_);
@@ -557,6 +561,10 @@ void CoordinatorService::Dispatch(std::vector<state::MemberEvent> events) {
 
 absl::Status CoordinatorService::CheckJob(
     const grpc::CallbackServerContext* context, int64_t job_id) const {
+  if (security_.id_token_verifier != nullptr && security_.verifier == nullptr) {
+    return security_.id_token_verifier->VerifyJobId(
+        MetadataValue(context, rendezvous::kIdTokenMetadata), job_id);
+  }
   if (security_.verifier == nullptr) return absl::OkStatus();
   return security_.verifier->VerifyJobId(
       MetadataValue(context, rendezvous::kJobTokenMetadata), job_id,
@@ -601,9 +609,9 @@ grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
   auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request,
-                 MetadataValue(context, rendezvous::kJobTokenMetadata),
-                 context->peer());
+  reactor->Start(
+      *request, MetadataValue(context, rendezvous::kJobTokenMetadata),
+      MetadataValue(context, rendezvous::kIdTokenMetadata), context->peer());
   return reactor;
 }
 

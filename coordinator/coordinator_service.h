@@ -9,6 +9,7 @@
 
 #include "common/mutex.h"
 #include "coordinator/coordinator.h"
+#include "coordinator/id_token_member_verifier.h"
 #include "coordinator/member_verifier.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "rendezvous/metadata.h"
@@ -28,6 +29,8 @@ namespace gdt::coordinator {
 struct ServiceSecurity {
   // Checks every JoinGang's job token; null = members are not verified.
   MemberVerifier* verifier = nullptr;
+  // Checks every JoinGang's ID token instead (when `verifier` is null).
+  IdTokenMemberVerifier* id_token_verifier = nullptr;
   // SHA-256 (hex) of the operators' admin token; empty = operator RPCs open.
   std::string admin_token_sha256;
   // With an admin token, who reads status without it: "loopback", "anyone"
@@ -44,8 +47,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
                      std::chrono::seconds heartbeat_interval);
   ~CoordinatorService() override;
 
-  // Sets the access rules; call before serving. `security.verifier` must
-  // outlive this object.
+  // Sets the access rules; call before serving. `security.verifier` and
+  // `security.id_token_verifier` must outlive this object.
   void SetSecurity(ServiceSecurity security);
 
   // Sets Assignment.coordinator_endpoint (known once the server is bound).

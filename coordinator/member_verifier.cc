@@ -51,7 +51,10 @@ absl::Status LookupError(const absl::Status& status) {
 
 MemberVerifier::MemberVerifier(Lookup lookup, const Clock& clock,
                                MemberVerifierOptions options)
-    : lookup_(std::move(lookup)), clock_(clock), options_(options) {}
+    : lookup_(std::move(lookup)),
+      clock_(clock),
+      options_(options),
+      refused_(options.refusal_ttl, options.max_cached) {}
 
 absl::Status MemberVerifier::AdmitCallLocked(const std::string& address) {
   const Clock::TimePoint now = clock_.Now();
@@ -108,10 +111,8 @@ absl::StatusOr<gitlab::ApiJob> MemberVerifier::JobOf(
       if (now < it->second.expires) return it->second.job;
       cache_.erase(it);
     }
-    auto refused = refused_.find(key);
-    if (refused != refused_.end()) {
-      if (now < refused->second.expires) return refused->second.status;
-      refused_.erase(refused);
+    if (std::optional<absl::Status> refused = refused_.Find(key, now)) {
+      return *refused;
     }
     GDT_RETURN_IF_ERROR(AdmitCallLocked(address));
   }
@@ -126,15 +127,7 @@ absl::StatusOr<gitlab::ApiJob> MemberVerifier::JobOf(
   const Clock::TimePoint now = clock_.Now();
   if (!job.ok()) {
     const absl::Status error = LookupError(job.status());
-    if (IsRefusal(job.status()) && options_.max_cached > 0) {
-      if (refused_.size() >= options_.max_cached) {
-        for (auto it = refused_.begin(); it != refused_.end();) {
-          it = it->second.expires <= now ? refused_.erase(it) : std::next(it);
-        }
-        if (refused_.size() >= options_.max_cached) refused_.clear();
-      }
-      refused_[key] = Refused{error, now + options_.refusal_ttl};
-    }
+    if (IsRefusal(job.status())) refused_.Add(key, error, now);
     return error;
   }
   if (cache_.size() >= options_.max_cached) {

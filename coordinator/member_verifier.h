@@ -11,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/mutex.h"
+#include "coordinator/refusal_cache.h"
 #include "coordinator/scheduler.h"
 #include "gitlab/gitlab_api.h"
 
@@ -85,10 +86,6 @@ class MemberVerifier {
     gitlab::ApiJob job;
     Clock::TimePoint expires;
   };
-  struct Refused {
-    absl::Status status;
-    Clock::TimePoint expires;
-  };
 
   absl::StatusOr<gitlab::ApiJob> JobOf(const std::string& job_token,
                                        const std::string& peer);
@@ -108,7 +105,7 @@ class MemberVerifier {
   // By SHA-256 of the token, so that no token is kept in memory longer than
   // a call.
   std::map<std::string, Cached> cache_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, Refused> refused_ ABSL_GUARDED_BY(mu_);
+  RefusalCache refused_ ABSL_GUARDED_BY(mu_);
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, size_t> in_flight_by_peer_ ABSL_GUARDED_BY(mu_);
   int failures_in_a_row_ ABSL_GUARDED_BY(mu_) = 0;

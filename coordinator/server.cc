@@ -19,13 +19,35 @@
 namespace gdt::coordinator {
 namespace {
 
-// The service's access rules from `config`; creates `verifier`
-// when GitLab verification is on. Logs one line per check that is off.
+// The service's access rules from `config`; creates `verifier` (job API)
+// or `id_token_verifier` when member verification is on. Logs one line per
+// check that is off.
 absl::StatusOr<ServiceSecurity> SecurityOf(
     const Config& config, const Clock& clock,
-    std::unique_ptr<MemberVerifier>& verifier) {
+    std::unique_ptr<MemberVerifier>& verifier,
+    std::unique_ptr<IdTokenMemberVerifier>& id_token_verifier) {
   ServiceSecurity security;
-  if (!config.gitlab_url.empty()) {
+  if (!config.gitlab_url.empty() && config.member_verification == "id_token") {
+    gitlab::IdTokenVerifier::Options token_options;
+    token_options.policy.issuer = config.gitlab_url;
+    token_options.policy.audience = config.id_token_audience;
+    IdTokenMemberVerifierOptions options;
+    options.audience = config.id_token_audience;
+    id_token_verifier = std::make_unique<IdTokenMemberVerifier>(
+        std::make_unique<gitlab::IdTokenVerifier>(
+            CurlJwksFetch(config.gitlab_url, config.jwks_url,
+                          config.gitlab_ca_file,
+                          std::chrono::milliseconds(config.gitlab_timeout)),
+            clock, token_options),
+        clock, options);
+    security.id_token_verifier = id_token_verifier.get();
+    spdlog::info(
+        "event=member_verification_on mode=id_token issuer={} audience={} "
+        "jwks_url={}",
+        LogValue(config.gitlab_url), LogValue(config.id_token_audience),
+        LogValue(config.jwks_url.empty() ? "<issuer>/oauth/discovery/keys"
+                                         : config.jwks_url));
+  } else if (!config.gitlab_url.empty()) {
     MemberVerifierOptions options;
     options.cache_ttl = config.member_cache_ttl;
     verifier = std::make_unique<MemberVerifier>(
@@ -106,7 +128,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->service_ = std::make_unique<CoordinatorService>(
       *server->coordinator_, config.heartbeat_interval);
   absl::StatusOr<ServiceSecurity> security =
-      SecurityOf(config, clock, server->verifier_);
+      SecurityOf(config, clock, server->verifier_, server->id_token_verifier_);
   if (!security.ok()) return security.status();
   server->admin_token_sha256_ = security->admin_token_sha256;
   server->status_without_token_ = security->status_without_token;

@@ -73,6 +73,8 @@ class CoordinatorServer {
 
   AgentPortChecker port_checker_;
   std::unique_ptr<MemberVerifier> verifier_;  // Null: members not verified.
+  // Null unless member_verification is id_token.
+  std::unique_ptr<IdTokenMemberVerifier> id_token_verifier_;
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;

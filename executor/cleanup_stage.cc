@@ -16,6 +16,7 @@ Outcome CleanupStage(const StageContext& context) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
+  PresentIdToken(coordinator, IdTokenOf(context.env));
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);

@@ -19,10 +19,12 @@ constexpr std::chrono::hours kWatchDeadline{7 * 24};
 GangWatch::GangWatch(const std::string& endpoint,
                      const v1::WatchGangRequest& request,
                      const rendezvous::ClientSecurity& security,
-                     const std::string& job_token) {
-  thread_ = std::thread([this, endpoint, request, security, job_token] {
-    Run(endpoint, request, security, job_token);
-  });
+                     const std::string& job_token,
+                     const std::string& id_token) {
+  thread_ =
+      std::thread([this, endpoint, request, security, job_token, id_token] {
+        Run(endpoint, request, security, job_token, id_token);
+      });
 }
 
 GangWatch::~GangWatch() {
@@ -33,10 +35,12 @@ GangWatch::~GangWatch() {
 void GangWatch::Run(const std::string& endpoint,
                     const v1::WatchGangRequest& request,
                     const rendezvous::ClientSecurity& security,
-                    const std::string& job_token) {
+                    const std::string& job_token, const std::string& id_token) {
   rendezvous::CoordinatorClient coordinator(endpoint, security);
   if (!job_token.empty())
     coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
+  if (!id_token.empty())
+    coordinator.AddMetadata(rendezvous::kIdTokenMetadata, id_token);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,
       [this](const v1::WatchGangEvent& event) {

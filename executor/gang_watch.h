@@ -25,10 +25,12 @@ class GangWatch {
   enum class Fate { kUnknown, kFailed, kSucceeded };
 
   // Starts watching through the coordinator at `endpoint`, presenting
-  // `job_token` (may be empty) for coordinators that verify members.
+  // `job_token` and `id_token` (either may be empty) for coordinators that
+  // verify members.
   GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request,
             const rendezvous::ClientSecurity& security = {},
-            const std::string& job_token = "");
+            const std::string& job_token = "",
+            const std::string& id_token = "");
   ~GangWatch();
   GangWatch(const GangWatch&) = delete;
   GangWatch& operator=(const GangWatch&) = delete;
@@ -56,7 +58,7 @@ class GangWatch {
  private:
   void Run(const std::string& endpoint, const v1::WatchGangRequest& request,
            const rendezvous::ClientSecurity& security,
-           const std::string& job_token);
+           const std::string& job_token, const std::string& id_token);
 
   rendezvous::CallCanceller canceller_;
   Mutex mu_;

@@ -127,6 +127,7 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
   job.job_name = payload.name;
   job.project_id = payload.project_id;
   job.job_token = payload.token;
+  job.id_token = payload.Variable(kIdTokenVariable).value_or("");
   job.instance = env.JobVariable("CI_SERVER_URL").value_or("");
   job.project_dir = env.JobVariable("CI_PROJECT_DIR").value_or("");
 

@@ -16,6 +16,10 @@
 
 namespace gdt::executor {
 
+// The CI variable holding the job's GitLab CI ID token: the job declares it
+// under `id_tokens:` with the coordinator's audience (docs/security.md).
+inline constexpr char kIdTokenVariable[] = "GDT_ID_TOKEN";
+
 using Environment = std::map<std::string, std::string>;
 
 // Everything the runner passes to a stage through the environment
@@ -72,6 +76,10 @@ struct JobInfo {
   // coordinator as gRPC metadata so that it can verify the member with
   // GitLab (docs/security.md). Never logged or put on a command line.
   std::string job_token;
+  // The job's GitLab CI ID token (kIdTokenVariable in the payload), for
+  // coordinators that verify members by ID token; empty when the job
+  // declares none. Never logged.
+  std::string id_token;
 };
 
 // Derives the member's identity and inputs. The job id, name, project and

@@ -73,6 +73,23 @@ TEST(ReadJobEnvTest, MissingExitCodesFallBackWithWarning) {
   EXPECT_EQ(env.warnings.size(), 2u);
 }
 
+// The ID token comes from the payload's GDT_ID_TOKEN (declared under
+// `id_tokens:`), never from CUSTOM_ENV_*; a job without one has none.
+TEST(ResolveJobInfoTest, IdTokenComesFromThePayload) {
+  gitlab::JobPayload payload = Payload("train 2/4");
+  absl::StatusOr<JobInfo> without = ResolveJobInfo(
+      EnvWith({{"CUSTOM_ENV_GDT_ID_TOKEN", "from-env"}}), payload);
+  ASSERT_TRUE(without.ok()) << without.status();
+  EXPECT_EQ(without->id_token, "");
+  gitlab::JobVariable variable;
+  variable.key = "GDT_ID_TOKEN";
+  variable.value = "eyJhbGciOiJSUzI1NiJ9.e30.c2ln";
+  payload.variables.push_back(variable);
+  absl::StatusOr<JobInfo> job = ResolveJobInfo(EnvWith({}), payload);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->id_token, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln");
+}
+
 TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   absl::StatusOr<JobInfo> job =
       ResolveJobInfo(EnvWith({{"CUSTOM_ENV_GDT_GPUS_PER_NODE", "8"},

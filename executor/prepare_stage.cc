@@ -81,6 +81,7 @@ Outcome PrepareStage(const StageContext& context) {
       config.coordinator, context.security);
   // The coordinator checks it with GitLab when it verifies members.
   PresentJobToken(*coordinator, job.job_token);
+  PresentIdToken(*coordinator, job.id_token);
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
               << job.pipeline_id << ") as member " << job.member_index << "/"
               << job.member_total << " via coordinator " << config.coordinator

@@ -63,6 +63,7 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
+  PresentIdToken(coordinator, IdTokenOf(context.env));
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
   request.set_epoch(state.assignment.epoch());
@@ -297,7 +298,7 @@ Outcome RunScriptStage(const StageContext& context,
   if (IsUserStage(stage_name)) {
     watch = std::make_unique<GangWatch>(
         context.config.coordinator, WatchRequestFor(*state), context.security,
-        JobTokenOf(context.env));
+        JobTokenOf(context.env), IdTokenOf(context.env));
   }
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};

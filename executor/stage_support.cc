@@ -43,6 +43,20 @@ void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
     coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
 }
 
+std::string IdTokenOf(const JobEnv& env) {
+  if (env.job_response_file.empty()) return "";
+  absl::StatusOr<gitlab::JobPayload> payload =
+      gitlab::LoadJobPayload(env.job_response_file);
+  if (!payload.ok()) return "";
+  return payload->Variable(kIdTokenVariable).value_or("");
+}
+
+void PresentIdToken(rendezvous::CoordinatorClient& coordinator,
+                    const std::string& id_token) {
+  if (!id_token.empty())
+    coordinator.AddMetadata(rendezvous::kIdTokenMetadata, id_token);
+}
+
 void PresentMemberToken(rendezvous::AgentClient& agent,
                         const v1::Assignment& assignment) {
   if (!assignment.member_token().empty()) {

@@ -36,6 +36,16 @@ std::string JobTokenOf(const JobEnv& env);
 void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
                      const std::string& job_token);
 
+// The job's GitLab CI ID token (the GDT_ID_TOKEN variable of
+// JOB_RESPONSE_FILE, which the job declares under `id_tokens:`); empty when
+// there is none.
+std::string IdTokenOf(const JobEnv& env);
+
+// Makes `coordinator` present the ID token (metadata "gdt-id-token");
+// nothing when `id_token` is empty.
+void PresentIdToken(rendezvous::CoordinatorClient& coordinator,
+                    const std::string& id_token);
+
 // Leaves the gang, logging (not returning) a failure.
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,

@@ -122,8 +122,10 @@ absl::Status HttpError(const std::string& what, long code,
 absl::Status Perform(Transfer& t, const std::string& what,
                      const std::string& token) {
   struct curl_slist* headers = nullptr;
-  headers =
-      curl_slist_append(headers, absl::StrCat("JOB-TOKEN: ", token).c_str());
+  if (!token.empty()) {
+    headers =
+        curl_slist_append(headers, absl::StrCat("JOB-TOKEN: ", token).c_str());
+  }
   curl_easy_setopt(t.curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(t.curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(t.curl, CURLOPT_WRITEDATA, &t);
@@ -243,6 +245,25 @@ absl::StatusOr<ApiJob> CurlGitLabApi::CurrentJob() {
   job.pipeline_id = json["pipeline"].value("id", int64_t{0});
   job.project_id = json["pipeline"].value("project_id", int64_t{0});
   return job;
+}
+
+absl::StatusOr<std::string> CurlGetPublic(
+    const std::string& url, const CurlGitLabApi::Options& options) {
+  GlobalInit();
+  Easy easy;
+  Transfer t;
+  t.curl = easy.get();
+  curl_easy_setopt(t.curl, CURLOPT_URL, url.c_str());
+  if (!options.ca_file.empty()) {
+    curl_easy_setopt(t.curl, CURLOPT_CAINFO, options.ca_file.c_str());
+  }
+  if (options.timeout.count() > 0) {
+    curl_easy_setopt(t.curl, CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(options.timeout.count()));
+  }
+  absl::Status status = Perform(t, absl::StrCat("GET ", url), "");
+  if (!status.ok()) return status;
+  return std::move(t.body);
 }
 
 absl::StatusOr<Download> CurlGitLabApi::DownloadArtifacts(

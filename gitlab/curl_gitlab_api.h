@@ -55,6 +55,13 @@ class CurlGitLabApi : public GitLabApi {
   const Options options_;
 };
 
+// GET `url` of the instance without credentials (e.g. its ID token keys at
+// /oauth/discovery/keys) with `options`: the body of a 2xx answer (at most
+// 4 MiB). Errors as the API calls', naming the URL (Unavailable when it
+// cannot be reached or answers 5xx).
+absl::StatusOr<std::string> CurlGetPublic(
+    const std::string& url, const CurlGitLabApi::Options& options);
+
 }  // namespace gdt::gitlab
 
 #endif  // GDT_GITLAB_CURL_GITLAB_API_H_

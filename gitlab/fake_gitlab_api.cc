@@ -153,6 +153,11 @@ std::optional<std::string> FakeGitLabApi::PackageFile(
   return it->second;
 }
 
+void FakeGitLabApi::SetJwks(std::string jwks) {
+  MutexLock lock(mu_);
+  jwks_ = std::move(jwks);
+}
+
 int FakeGitLabApi::RequestCount(const std::string& prefix) const {
   MutexLock lock(mu_);
   int count = 0;
@@ -181,6 +186,17 @@ void FakeGitLabApi::InstallRoutes() {
         ++requests_[request.path];
         return httplib::Server::HandlerResponse::Unhandled;
       });
+
+  s.Get("/oauth/discovery/keys",
+        [this](const httplib::Request&, httplib::Response& response) {
+          std::string jwks;
+          {
+            MutexLock lock(mu_);
+            jwks = jwks_;
+          }
+          if (jwks.empty()) return Reply(response, 404, "404 Not Found");
+          response.set_content(jwks, "application/json");
+        });
 
   s.Get("/api/v4/job", [this](const httplib::Request& request,
                               httplib::Response& response) {

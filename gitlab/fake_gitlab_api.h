@@ -20,6 +20,8 @@
 //        above max_package_file_bytes; a repeated PUT replaces what GET
 //        returns (GitLab appends; the newest wins). GET: 200 with header
 //        X-Checksum-SHA256, 404 when absent.
+//   GET  /oauth/discovery/keys             the JWKS set with SetJwks() (the
+//        public keys of the instance's ID tokens), 404 before.
 //
 // Thread-safe. The server runs on its own thread until destruction.
 
@@ -87,6 +89,9 @@ class FakeGitLabApi {
                                          const std::string& name,
                                          const std::string& version,
                                          const std::string& file) const;
+  // What GET /oauth/discovery/keys answers (e.g.
+  // FakeIdTokenIssuer::Jwks()); empty: 404.
+  void SetJwks(std::string jwks);
   // Requests answered so far whose path starts with `prefix`.
   int RequestCount(const std::string& prefix) const;
 
@@ -114,6 +119,7 @@ class FakeGitLabApi {
   std::map<int64_t, std::string> artifacts_ ABSL_GUARDED_BY(mu_);
   std::set<int64_t> forbidden_ ABSL_GUARDED_BY(mu_);
   std::map<PackageKey, std::string> packages_ ABSL_GUARDED_BY(mu_);
+  std::string jwks_ ABSL_GUARDED_BY(mu_);
   mutable std::map<std::string, int> requests_ ABSL_GUARDED_BY(mu_);
 };
 

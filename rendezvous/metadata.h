@@ -8,6 +8,9 @@ namespace gdt::rendezvous {
 
 // A CI job's own job token, on the member calls after the join.
 inline constexpr char kJobTokenMetadata[] = "gdt-job-token";
+// The job's GitLab CI ID token (a JWT), on the same calls, for coordinators
+// that verify members by ID token.
+inline constexpr char kIdTokenMetadata[] = "gdt-id-token";
 // An agent's host token, on its calls to the coordinator.
 inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
 // A member's token from its assignment, on the calls to its host's agent.

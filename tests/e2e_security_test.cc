@@ -6,10 +6,13 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "gitlab/fake_gitlab_api.h"
+#include "gitlab/fake_id_token_issuer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
@@ -47,6 +50,121 @@ void AddJob(gitlab::FakeGitLabApi& gitlab, int64_t id, const std::string& name,
   job.pipeline_id = pipeline;
   job.running = running;
   gitlab.AddJob(job);
+}
+
+// A coordinator that verifies members by GitLab CI ID token against (a fake)
+// GitLab's published keys: a job whose GDT_ID_TOKEN GitLab signed for it
+// runs; tokens for another audience, expired, signed with another key,
+// unsigned (alg none) or of another pipeline fail the member as a system
+// failure with one line naming the reason, and no token reaches a log.
+TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
+      gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+  absl::StatusOr<gitlab::FakeIdTokenIssuer> keys =
+      gitlab::FakeIdTokenIssuer::Create("gitlab-e2e");
+  absl::StatusOr<gitlab::FakeIdTokenIssuer> impostor =
+      gitlab::FakeIdTokenIssuer::Create("gitlab-e2e");
+  ASSERT_TRUE(keys.ok() && impostor.ok());
+  (*gitlab)->SetJwks(keys->Jwks());
+
+  GdtCluster cluster;
+  cluster.SetCoordinatorExtraConfig(
+      absl::StrCat("gitlab_url: ", (*gitlab)->url(),
+                   "\nmember_verification: id_token\n"
+                   "id_token_audience: https://gdt.e2e\n"));
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  // A gang of one: run-local's pipeline variables are the same for every
+  // member, and a token names exactly one job.
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            "train:\n"
+            "  timeout: 5 minutes\n"
+            "  variables:\n"
+            "    GDT_GPUS_PER_NODE: \"0\"\n"
+            "    GDT_LAUNCHER: none\n"
+            "  script:\n"
+            "    - 'echo verified member ran'\n");
+  const int64_t now = std::chrono::duration_cast<seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  // Job 7001 of pipeline 7 (run-local: --first-job-id 7000), project 1.
+  gitlab::FakeIdToken claims;
+  claims.issuer = (*gitlab)->url();
+  claims.audience = "https://gdt.e2e";
+  claims.project_id = 1;
+  claims.pipeline_id = 7;
+  claims.job_id = 7001;
+  claims.issued_at = now - 5;
+  claims.expires_at = now + 3600;
+  // Runs the job with `token` as its GDT_ID_TOKEN (none when empty).
+  const auto run = [&](const std::string& token) {
+    std::vector<std::string> args = {"--pipeline-id", "7", "--first-job-id",
+                                     "7000"};
+    if (!token.empty()) {
+      args.push_back("--var");
+      args.push_back(absl::StrCat("GDT_ID_TOKEN=", token));
+    }
+    CommandResult result =
+        cluster.RunLocal(project, "train", args, seconds(90));
+    const std::string log = ReadFile(cluster.run_dir() + "/logs/train.log");
+    if (!token.empty()) {
+      EXPECT_THAT(log, Not(HasSubstr(token)));
+      EXPECT_THAT(cluster.Logs(), Not(HasSubstr(token)));
+    }
+    return std::make_pair(result, log);
+  };
+  const auto expect_refused = [&](const std::string& token,
+                                  const std::string& line) {
+    auto [result, log] = run(token);
+    EXPECT_FALSE(result.status.success()) << result.output;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("gdt: member rejected: ", line)))
+        << log;
+    EXPECT_THAT(log, HasSubstr("Job failed (system failure)")) << log;
+    EXPECT_THAT(log, Not(HasSubstr("verified member ran")));
+  };
+
+  auto [good, good_log] = run(keys->Issue(claims));
+  ASSERT_TRUE(good.status.success()) << good.output << cluster.Logs();
+  EXPECT_THAT(good_log, HasSubstr("verified member ran\n"));
+  // The keys were fetched once, not once per call of the member.
+  EXPECT_EQ((*gitlab)->RequestCount("/oauth/discovery/keys"), 1);
+  EXPECT_EQ((*gitlab)->RequestCount("/api/v4/job"), 0);
+
+  gitlab::FakeIdToken other_audience = claims;
+  other_audience.audience = "https://vault.example.com";
+  expect_refused(keys->Issue(other_audience),
+                 "ID token refused: aud 'https://vault.example.com' is not "
+                 "'https://gdt.e2e'");
+  gitlab::FakeIdToken expired = claims;
+  expired.issued_at = now - 7200;
+  expired.expires_at = now - 3600;
+  expect_refused(keys->Issue(expired), "ID token refused: it expired ");
+  expect_refused(impostor->Issue(claims),
+                 "ID token refused: its signature does not verify with key "
+                 "'gitlab-e2e'");
+  expect_refused(gitlab::FakeIdTokenIssuer::Unsigned(
+                     R"({"alg":"none","kid":"gitlab-e2e","typ":"JWT"})",
+                     gitlab::FakeIdTokenIssuer::ClaimsJson(claims)),
+                 "ID token refused: alg 'none' is not accepted (only RS256)");
+  gitlab::FakeIdToken other_pipeline = claims;
+  other_pipeline.pipeline_id = 9;
+  expect_refused(keys->Issue(other_pipeline),
+                 "CI_PIPELINE_ID 7 disagrees with the job's ID token, which "
+                 "says 9 for job 7001");
+  auto [missing, missing_log] = run("");
+  EXPECT_FALSE(missing.status.success());
+  EXPECT_THAT(missing_log,
+              HasSubstr("gdt: member rejected: no ID token; this coordinator "
+                        "verifies members by GitLab ID token: give the job "
+                        "`id_tokens: GDT_ID_TOKEN: aud: https://gdt.e2e`"))
+      << missing_log;
 }
 
 // The coordinator checks every member's CI job token with (a fake) GitLab:
