@@ -352,16 +352,21 @@ TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreStillServed) {
   auto channel = grpc::CreateChannel(server_->bound_address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Coordinator::NewStub(channel);
+  // Refused, not stalled: an unbounded server spent ~20 s on such headers.
+  // Encoding and reading 4 MiB of headers under a sanitizer on a loaded
+  // 2-core machine alone takes seconds, so the bound leaves room for that
+  // and the refusal must not be the deadline.
   for (const size_t size : {size_t{64} << 10, size_t{4} << 20}) {
     grpc::ClientContext context;
-    context.set_deadline(In(10s));
+    context.set_deadline(In(30s));
     context.AddMetadata("x-junk", std::string(size, 'a'));
     v1::GetStatusRequest request;
     v1::GetStatusResponse response;
     const auto start = std::chrono::steady_clock::now();
     const grpc::Status status = stub->GetStatus(&context, request, &response);
     EXPECT_FALSE(status.ok()) << size;
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s) << size;
+    EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << size;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, 12s) << size;
   }
   // Everyone else is still served at once.
   const auto start = std::chrono::steady_clock::now();
