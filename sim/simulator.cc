@@ -23,6 +23,7 @@ struct Event {
   uint64_t seq = 0;
   uint32_t job = 0;
   uint32_t member = 0;
+  uint32_t epoch = 0;  // kFinish, kStop: the run they belong to.
 
   bool operator>(const Event& other) const {
     return std::tie(time, kind, seq) >
@@ -30,7 +31,8 @@ struct Event {
   }
 };
 constexpr int kFinish = 0;
-constexpr int kReady = 1;
+constexpr int kStop = 1;  // A preempted gang's grace is over.
+constexpr int kReady = 2;
 
 struct JobState {
   policy::GangSpec spec;
@@ -41,6 +43,16 @@ struct JobState {
   policy::Seconds end = -1;
   bool failed = false;
   std::vector<bool> joined;  // By member index - 1.
+  // Preemption: work left (seconds at full size), the current run, the
+  // queued time so far and since when it is queued again.
+  policy::Seconds remaining = 0;
+  policy::Seconds run_start = 0;
+  policy::Seconds overhead = 0;  // Of the current run.
+  uint32_t epoch = 0;
+  bool running = false;
+  policy::Seconds queued_since = 0;
+  policy::Seconds waited = 0;
+  double lost_gpu_seconds = 0;
 };
 
 // Nearest-rank percentile of sorted values.
@@ -125,8 +137,9 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
                              : 4 * options.hosts * options.gpus_per_host;
   result.runner_slots = slots;
 
-  policy::AdmissionPolicy policy(policy::PolicyOptions{
-      options.mode, options.max_nodes_per_job, options.backfill_order});
+  policy::AdmissionPolicy policy(
+      policy::PolicyOptions{options.mode, options.max_nodes_per_job,
+                            options.backfill_order, options.preempt});
   std::vector<std::string> names;
   for (uint32_t h = 0; h < options.hosts; ++h) {
     policy::HostSpec spec;
@@ -165,6 +178,10 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     job.duration = in.duration;
     job.gpus = in.gpus;
     job.joined.assign(shape.members, false);
+    job.remaining = in.duration;
+    job.queued_since = in.submit;
+    job.spec.preemptible = options.mode == policy::Mode::kPreempt;
+    job.spec.checkpoint_interval = options.checkpoint_interval;
     first_submit = std::min(first_submit, in.submit);
     job_of[job.spec.id] = static_cast<uint32_t>(j);
     for (uint32_t m = 1; m <= shape.members; ++m) {
@@ -226,10 +243,42 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         pending.emplace_back(event.job, event.member);
         continue;
       }
+      if (event.epoch != job.epoch || !job.running) continue;  // Stale.
+      if (event.kind == kStop) {
+        // The victim keeps the work of its last checkpoint and is queued
+        // again, as `retry:` does with its failed jobs.
+        if (absl::Status stopped = policy.Finish(job.spec.id); !stopped.ok()) {
+          return stopped;
+        }
+        const policy::Seconds worked =
+            std::max<policy::Seconds>(0, now - job.run_start - job.overhead);
+        policy::Seconds saved = 0;
+        if (options.checkpoint_interval > 0) {
+          saved = worked / options.checkpoint_interval *
+                  options.checkpoint_interval;
+        }
+        saved = std::min(saved, job.remaining);
+        job.remaining -= saved;
+        // Restart overhead spent and work since the checkpoint are lost.
+        job.lost_gpu_seconds +=
+            static_cast<double>(job.gpus) * (now - job.run_start - saved);
+        job.running = false;
+        ++job.epoch;
+        ++job.spec.preemptions;
+        job.queued_since = now;
+        --running;
+        for (uint32_t m = 1; m <= job.spec.members; ++m) {
+          job.joined[m - 1] = false;
+          events.push(Event{now + skew(), kReady, next_seq++, event.job, m});
+        }
+        continue;
+      }
       if (absl::Status finished = policy.Finish(job.spec.id); !finished.ok()) {
         return finished;
       }
       job.end = now;
+      job.running = false;
+      job.lost_gpu_seconds += static_cast<double>(job.gpus) * job.overhead;
       last_end = now;
       --running;
       ++done;
@@ -238,12 +287,27 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     while (true) {
       if (absl::Status picked = pick_up(); !picked.ok()) return picked;
       policy::Decisions decisions = policy.Schedule(now);
-      if (decisions.admitted.empty() && decisions.bounced.empty()) break;
+      if (decisions.admitted.empty() && decisions.bounced.empty() &&
+          decisions.preempted.empty()) {
+        break;
+      }
       for (const policy::Admission& admission : decisions.admitted) {
         const uint32_t j = job_of.at(admission.gang_id);
-        jobs[j].start = now;
+        JobState& job = jobs[j];
+        if (job.start < 0) job.start = now;
+        job.waited += now - job.queued_since;
+        job.run_start = now;
+        job.overhead = job.spec.preemptions > 0 ? options.restart_overhead : 0;
+        job.running = true;
         ++running;
-        events.push(Event{now + jobs[j].duration, kFinish, next_seq++, j, 0});
+        events.push(Event{now + job.overhead + job.remaining, kFinish,
+                          next_seq++, j, 0, job.epoch});
+      }
+      for (const policy::Preemption& preemption : decisions.preempted) {
+        const uint32_t j = job_of.at(preemption.gang_id);
+        ++result.preemptions;
+        events.push(
+            Event{preemption.stop_by, kStop, next_seq++, j, 0, jobs[j].epoch});
       }
       for (const policy::Bounce& bounce : decisions.bounced) {
         // The bounced members' jobs fail and `retry:` queues them again.
@@ -269,8 +333,14 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
   for (const JobState& job : jobs) {
     if (job.end < 0) continue;
     jct.push_back(static_cast<double>(job.end - job.submit));
-    wait.push_back(static_cast<double>(job.start - job.submit));
+    wait.push_back(static_cast<double>(job.waited));
     gpu_seconds += static_cast<double>(job.gpus) * job.duration;
+  }
+  for (const JobState& job : jobs) {
+    result.max_preemptions_per_job =
+        std::max(result.max_preemptions_per_job, job.spec.preemptions);
+    if (job.spec.preemptions > 0) ++result.jobs_preempted;
+    result.lost_gpu_hours += job.lost_gpu_seconds / 3600.0;
   }
   std::sort(jct.begin(), jct.end());
   std::sort(wait.begin(), wait.end());

@@ -14,7 +14,10 @@
 // bounced, after which its members are queued again, like a `retry:`). The
 // job timeout given to the policy as its run-time bound is the duration
 // rounded up to a whole multiple of timeout_granularity. A gang runs for
-// exactly its trace duration.
+// exactly its trace duration, plus the cost of its preemptions (kPreempt):
+// work since its last checkpoint is done again and each restart costs an
+// overhead. Wait is the time a job spends queued: submit to first start, plus
+// each stop to the next start.
 #ifndef GDT_POLICY_SIMULATOR_H_
 #define GDT_POLICY_SIMULATOR_H_
 
@@ -61,6 +64,14 @@ struct SimOptions {
   uint32_t max_nodes_per_job = 8;
   policy::BackfillOrder backfill_order =
       policy::BackfillOrder::kAgedShortestFirst;  // gdt only.
+  // kPreempt: every job is preemptible, writes a checkpoint every
+  // `checkpoint_interval` seconds of its run, and pays `restart_overhead`
+  // seconds (GPUs held, no progress) each time it starts again after a
+  // preemption. A preempted job keeps the work of its last checkpoint and
+  // loses the rest; its members are queued again like a `retry:`.
+  policy::PreemptOptions preempt = {};
+  policy::Seconds checkpoint_interval = 1800;
+  policy::Seconds restart_overhead = 120;
 };
 
 struct SimResult {
@@ -84,6 +95,13 @@ struct SimResult {
   double gpu_utilisation = 0;
   // Last end (or the stall) minus the first submit.
   policy::Seconds makespan = 0;
+  // kPreempt: preemptions, the most any one job had, the jobs preempted at
+  // least once, and the GPU-hours of work lost (since the last checkpoint)
+  // plus restart overhead.
+  uint64_t preemptions = 0;
+  uint32_t max_preemptions_per_job = 0;
+  uint64_t jobs_preempted = 0;
+  double lost_gpu_hours = 0;
 };
 
 // Replays `jobs` (any order) on a uniform cluster.
