@@ -715,6 +715,19 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     if (gang.present.size() < gang.spec.members) continue;
     if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
+    if (gang.spec.min_members != 0 &&
+        gang.spec.min_members < gang.spec.members &&
+        StartSmaller(gang, now, out)) {
+      // Outside try_start(): recount what is free.
+      free_total = 0;
+      std::fill(hosts_with.begin(), hosts_with.end(), 0);
+      for (const Host& host : hosts_) {
+        if (host.drained || host.down) continue;
+        free_total += host.free_gpus;
+        ++hosts_with[host.free_gpus];
+      }
+      continue;
+    }
     reserved = Reserve(gang, now, extra);
   }
   if (reserved) {
@@ -830,6 +843,35 @@ Decisions AdmissionPolicy::Schedule(Seconds now) {
   return out;
 }
 
+bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
+  for (uint32_t n = gang.spec.members - 1; n >= gang.spec.min_members && n > 0;
+       --n) {
+    Gang trial;
+    trial.spec = gang.spec;
+    for (const auto& [index, member] : gang.present) {
+      if (trial.present.size() == n) break;
+      trial.present.emplace(index, member);
+    }
+    std::optional<std::vector<size_t>> hosts = Place(trial, nullptr);
+    if (!hosts.has_value()) continue;
+    std::vector<uint32_t> left_out;
+    for (auto it = gang.present.begin(); it != gang.present.end();) {
+      if (trial.present.count(it->first) != 0) {
+        ++it;
+        continue;
+      }
+      ++hosts_[it->second.slot_host].free_slots;
+      left_out.push_back(it->first);
+      it = gang.present.erase(it);
+    }
+    Admission admission = Commit(gang, *hosts, now);
+    admission.not_needed = std::move(left_out);
+    out.admitted.push_back(std::move(admission));
+    return true;
+  }
+  return false;
+}
+
 int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
   const PreemptOptions& o = options_.preempt;
   int64_t rank = int64_t{gang.spec.priority} * 2;
@@ -843,7 +885,7 @@ int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
 int64_t AdmissionPolicy::RunningRank(const Gang& gang, Seconds now) const {
   const PreemptOptions& o = options_.preempt;
   int64_t rank = int64_t{gang.spec.priority} * 2;
-  const double used = static_cast<double>(gang.spec.members) *
+  const double used = static_cast<double>(gang.placement.size()) *
                       gang.spec.gpus_per_member *
                       static_cast<double>(now - gang.start);
   if (o.demote_after_gpu_seconds > 0 && used >= o.demote_after_gpu_seconds &&
@@ -858,8 +900,8 @@ double AdmissionPolicy::LostGpuSeconds(const Gang& gang, Seconds now) const {
   if (gang.spec.checkpoint_interval > 0) {
     since %= gang.spec.checkpoint_interval;
   }
-  return static_cast<double>(gang.spec.members) * gang.spec.gpus_per_member *
-         static_cast<double>(since);
+  return static_cast<double>(gang.placement.size()) *
+         gang.spec.gpus_per_member * static_cast<double>(since);
 }
 
 void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
@@ -950,7 +992,8 @@ void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
     preemption.by = head.spec.id;
     preemption.stop_by = stop_by;
     preemption.lost_gpu_seconds = LostGpuSeconds(*victim, now);
-    const uint32_t held = victim->spec.members * victim->spec.gpus_per_member;
+    const uint32_t held = static_cast<uint32_t>(victim->placement.size()) *
+                          victim->spec.gpus_per_member;
     preemption.reason = absl::StrCat(
         "preempted by gang ", head.spec.id, " (priority ", head.spec.priority,
         ", waiting ", std::max<Seconds>(0, now - head.spec.queue_time),

@@ -128,6 +128,11 @@ struct GangSpec {
   bool preemptible = false;
   Seconds checkpoint_interval = 0;
   uint32_t preemptions = 0;
+  // Elastic gangs: when set below `members`, a gang that is next in line but
+  // does not fit whole starts with as many of its members as fit now (at
+  // least this many, the lowest indices); the others are not needed at this
+  // size. `run_bound` should hold for the smallest size.
+  uint32_t min_members = 0;
 };
 
 struct MemberPlacement {
@@ -139,6 +144,10 @@ struct MemberPlacement {
 struct Admission {
   std::string gang_id;
   std::vector<MemberPlacement> members;  // By member index.
+  // Elastic gangs started smaller: the present members left out. They hold
+  // nothing any more; their jobs should end saying they are not needed at
+  // this size.
+  std::vector<uint32_t> not_needed;
 };
 
 // An incomplete gang removed to break a runner-slot deadlock. Its members'
@@ -314,6 +323,9 @@ class AdmissionPolicy {
   // Computes the head gang's reservation; fills `extra` with GPUs per host
   // that may be used past its start. False when it can never fit.
   bool Reserve(const Gang& head, Seconds now, std::vector<uint32_t>& extra);
+  // Starts an elastic `gang` with as many members as fit now; false when
+  // not even its minimum does.
+  bool StartSmaller(Gang& gang, Seconds now, Decisions& out);
   // kPreempt: chooses running gangs to stop so that `head` fits, marks them
   // stopping and reports them in `out`.
   void Preempt(const Gang& head, Seconds now, Decisions& out);

@@ -460,6 +460,44 @@ TEST_F(AdmissionPolicyTest, RunningGangsAddedWithTheirPlacementHoldGpus) {
   EXPECT_EQ(gdt_.reservation()->start, 500);
 }
 
+TEST_F(AdmissionPolicyTest, ElasticGangNextInLineStartsWithTheMembersThatFit) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("busy", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  GangSpec elastic = Gang("elastic", 4, 4, 1);
+  elastic.min_members = 2;
+  JoinAll(gdt_, elastic, "h1");
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 0u);
+
+  const Decisions decisions = gdt_.Schedule(10);
+
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  const Admission& admission = decisions.admitted[0];
+  EXPECT_EQ(admission.gang_id, "elastic");
+  ASSERT_THAT(admission.members, SizeIs(2));
+  EXPECT_EQ(admission.members[0].member_index, 1u);
+  EXPECT_EQ(admission.members[1].member_index, 2u);
+  EXPECT_THAT(admission.not_needed, ElementsAre(3u, 4u));
+  // The members left out gave their runner slots back.
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 2u);
+  EXPECT_EQ(gdt_.FreeGpus("h1"), 0u);
+  ASSERT_TRUE(gdt_.Finish("elastic").ok());
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 4u);
+}
+
+TEST_F(AdmissionPolicyTest, ElasticGangBelowItsMinimumWaits) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("busy", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  GangSpec elastic = Gang("elastic", 4, 4, 1);
+  elastic.min_members = 3;
+  JoinAll(gdt_, elastic, "h1");
+
+  EXPECT_THAT(gdt_.Schedule(10).admitted, IsEmpty());
+  ASSERT_TRUE(gdt_.reservation().has_value());
+  EXPECT_EQ(gdt_.reservation()->gang_id, "elastic");
+}
+
 TEST_F(AdmissionPolicyTest, CpuOnlyGangsCountCpuSlots) {
   HostSpec cpu{"c0", 0, 8, {}};
   cpu.cpu_slots = 2;

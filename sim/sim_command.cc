@@ -23,9 +23,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--policy", flags.policy,
                  "gdt (priority, backfill, deadlock breaking) | preempt (gdt "
-                 "plus checkpoint-aware preemption) | fifo (strict FIFO) | "
-                 "naive (no coordinator)")
-      ->check(CLI::IsMember({"gdt", "preempt", "fifo", "naive"}))
+                 "plus checkpoint-aware preemption) | preempt+elastic (and "
+                 "multi-member jobs may start at half size or more) | fifo "
+                 "(strict FIFO) | naive (no coordinator)")
+      ->check(
+          CLI::IsMember({"gdt", "preempt", "preempt+elastic", "fifo", "naive"}))
       ->capture_default_str();
   app.add_option("--seed", flags.options.seed,
                  "seed for pickup skew and runner hosts")
@@ -68,6 +70,10 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: seconds a job runs before a job of the same "
                  "priority may preempt it")
       ->capture_default_str();
+  app.add_option("--elastic-knee", flags.options.elastic_knee,
+                 "preempt+elastic: members up to which a job's speed grows "
+                 "linearly (each one beyond adds half)")
+      ->capture_default_str();
   app.add_option("--aging-step", flags.options.preempt.aging_step,
                  "preempt: a waiting job ranks one level higher per this many "
                  "seconds waited (0: no aging)")
@@ -80,17 +86,20 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   const std::map<std::string, policy::Mode> modes = {
       {"gdt", policy::Mode::kBackfill},
       {"preempt", policy::Mode::kPreempt},
+      {"preempt+elastic", policy::Mode::kPreempt},
       {"fifo", policy::Mode::kStrictFifo},
       {"naive", policy::Mode::kNaive}};
   auto mode = modes.find(flags.policy);
   if (mode == modes.end()) {
     report.exit_code = kSimExitFailure;
     report.error = absl::StrCat("unknown policy '", flags.policy,
-                                "' (use gdt, preempt, fifo or naive)");
+                                "' (use gdt, preempt, preempt+elastic, fifo "
+                                "or naive)");
     return report;
   }
   SimOptions options = flags.options;
   options.mode = mode->second;
+  options.elastic = flags.policy == "preempt+elastic";
   options.preempt.demote_after_gpu_seconds =
       flags.demote_after_gpu_hours * 3600.0;
   options.backfill_order = flags.backfill_order == "queue"
@@ -153,6 +162,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         {"jobs_preempted", r.jobs_preempted},
         {"max_preemptions_per_job", r.max_preemptions_per_job},
         {"lost_gpu_hours", r.lost_gpu_hours},
+        {"started_smaller", r.started_smaller},
         {"replay_wall_s", wall_s}};
     report.output = out.dump(2) + "\n";
   } else {
@@ -165,6 +175,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         "deadlocks broken %u  stalled %s%s\n"
         "makespan %d s\n"
         "preemptions %u (%u jobs, at most %u per job), lost GPU-hours %.1f\n"
+        "elastic starts below full size %u\n"
         "replay wall time %.2f s\n",
         flags.policy, options.hosts, options.gpus_per_host, r.runner_slots,
         options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
@@ -172,7 +183,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
         r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
         r.preemptions, r.jobs_preempted, r.max_preemptions_per_job,
-        r.lost_gpu_hours, wall_s);
+        r.lost_gpu_hours, r.started_smaller, wall_s);
   }
   report.exit_code = r.stalled ? kSimExitStalled : kSimExitOk;
   return report;

@@ -48,6 +48,8 @@ struct JobState {
   policy::Seconds remaining = 0;
   policy::Seconds run_start = 0;
   policy::Seconds overhead = 0;  // Of the current run.
+  double rate = 1;               // Speed of the current run over full size.
+  uint32_t run_gpus = 0;         // GPUs of the current run.
   uint32_t epoch = 0;
   bool running = false;
   policy::Seconds queued_since = 0;
@@ -61,6 +63,15 @@ double Percentile(const std::vector<double>& sorted, double p) {
   size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
   rank = std::clamp<size_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
+}
+
+// Speed of `n` members relative to `full`: linear up to `knee` members,
+// half a member's worth for each one beyond.
+double ElasticRate(uint32_t n, uint32_t full, uint32_t knee) {
+  auto speed = [knee](uint32_t m) {
+    return m <= knee ? m : knee + 0.5 * (m - knee);
+  };
+  return speed(n) / speed(full);
 }
 
 double Mean(const std::vector<double>& values) {
@@ -182,6 +193,17 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     job.queued_since = in.submit;
     job.spec.preemptible = options.mode == policy::Mode::kPreempt;
     job.spec.checkpoint_interval = options.checkpoint_interval;
+    if (options.elastic && shape.members > 1) {
+      job.spec.min_members = (shape.members + 1) / 2;
+      // The job timeout must hold at the smallest size.
+      const policy::Seconds slowest = static_cast<policy::Seconds>(
+          std::ceil(static_cast<double>(in.duration) /
+                    ElasticRate(job.spec.min_members, shape.members,
+                                options.elastic_knee)));
+      job.spec.run_bound = std::max<policy::Seconds>(
+                               1, (slowest + granularity - 1) / granularity) *
+                           granularity;
+    }
     first_submit = std::min(first_submit, in.submit);
     job_of[job.spec.id] = static_cast<uint32_t>(j);
     for (uint32_t m = 1; m <= shape.members; ++m) {
@@ -252,16 +274,18 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         }
         const policy::Seconds worked =
             std::max<policy::Seconds>(0, now - job.run_start - job.overhead);
+        // Seconds of the run up to its last checkpoint.
         policy::Seconds saved = 0;
         if (options.checkpoint_interval > 0) {
           saved = worked / options.checkpoint_interval *
                   options.checkpoint_interval;
         }
-        saved = std::min(saved, job.remaining);
-        job.remaining -= saved;
+        job.remaining = std::max<policy::Seconds>(
+            0, job.remaining - static_cast<policy::Seconds>(std::floor(
+                                   static_cast<double>(saved) * job.rate)));
         // Restart overhead spent and work since the checkpoint are lost.
         job.lost_gpu_seconds +=
-            static_cast<double>(job.gpus) * (now - job.run_start - saved);
+            static_cast<double>(job.run_gpus) * (now - job.run_start - saved);
         job.running = false;
         ++job.epoch;
         ++job.spec.preemptions;
@@ -278,7 +302,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
       }
       job.end = now;
       job.running = false;
-      job.lost_gpu_seconds += static_cast<double>(job.gpus) * job.overhead;
+      job.lost_gpu_seconds += static_cast<double>(job.run_gpus) * job.overhead;
       last_end = now;
       --running;
       ++done;
@@ -299,9 +323,17 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         job.run_start = now;
         job.overhead = job.spec.preemptions > 0 ? options.restart_overhead : 0;
         job.running = true;
+        const uint32_t n = static_cast<uint32_t>(admission.members.size());
+        job.run_gpus = n * job.spec.gpus_per_member;
+        job.rate = ElasticRate(n, job.spec.members, options.elastic_knee);
+        if (n < job.spec.members) ++result.started_smaller;
+        // Members not needed at this size end; a retry brings all back.
+        for (const uint32_t m : admission.not_needed) job.joined[m - 1] = false;
         ++running;
-        events.push(Event{now + job.overhead + job.remaining, kFinish,
-                          next_seq++, j, 0, job.epoch});
+        const policy::Seconds run = static_cast<policy::Seconds>(
+            std::ceil(static_cast<double>(job.remaining) / job.rate));
+        events.push(Event{now + job.overhead + run, kFinish, next_seq++, j, 0,
+                          job.epoch});
       }
       for (const policy::Preemption& preemption : decisions.preempted) {
         const uint32_t j = job_of.at(preemption.gang_id);

@@ -72,6 +72,13 @@ struct SimOptions {
   policy::PreemptOptions preempt = {};
   policy::Seconds checkpoint_interval = 1800;
   policy::Seconds restart_overhead = 120;
+  // Elastic gangs: every job of more than one member may start with as few
+  // as half its members (rounded up) when it is next in line and does not
+  // fit whole. Its speed is linear in its members up to `elastic_knee`
+  // members, and each member beyond the knee adds half a member's speed;
+  // the trace's duration is the run time at full size.
+  bool elastic = false;
+  uint32_t elastic_knee = 4;
 };
 
 struct SimResult {
@@ -102,6 +109,7 @@ struct SimResult {
   uint32_t max_preemptions_per_job = 0;
   uint64_t jobs_preempted = 0;
   double lost_gpu_hours = 0;
+  uint64_t started_smaller = 0;  // Elastic starts below full size.
 };
 
 // Replays `jobs` (any order) on a uniform cluster.
