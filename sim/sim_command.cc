@@ -70,6 +70,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: seconds a job runs before a job of the same "
                  "priority may preempt it")
       ->capture_default_str();
+  app.add_option("--preemptible-fraction", flags.options.preemptible_fraction,
+                 "preempt: share of the jobs (without a preemptible column) "
+                 "that may be preempted")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   app.add_option("--elastic-knee", flags.options.elastic_knee,
                  "preempt+elastic: members up to which a job's speed grows "
                  "linearly (each one beyond adds half)")
@@ -163,6 +168,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         {"max_preemptions_per_job", r.max_preemptions_per_job},
         {"lost_gpu_hours", r.lost_gpu_hours},
         {"started_smaller", r.started_smaller},
+        {"preemptible_jobs", r.preemptible_jobs},
         {"replay_wall_s", wall_s}};
     report.output = out.dump(2) + "\n";
   } else {

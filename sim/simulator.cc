@@ -88,6 +88,7 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
   std::vector<absl::string_view> lines =
       absl::StrSplit(absl::string_view(csv.data(), csv.size()), '\n');
   int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
+  int priority_col = -1, preemptible_col = -1;
   size_t line_no = 0;
   for (absl::string_view line : lines) {
     ++line_no;
@@ -101,6 +102,8 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
         if (fields[i] == "submit_time_s") submit_col = col;
         if (fields[i] == "gpus") gpus_col = col;
         if (fields[i] == "duration_s") duration_col = col;
+        if (fields[i] == "priority") priority_col = col;
+        if (fields[i] == "preemptible") preemptible_col = col;
       }
       if (id_col < 0 || submit_col < 0 || gpus_col < 0 || duration_col < 0) {
         return absl::InvalidArgumentError(
@@ -120,6 +123,25 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
         duration < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("trace line ", line_no, ": bad job: ", line));
+    }
+    auto optional_field = [&](int col) -> std::optional<absl::string_view> {
+      if (col < 0 || static_cast<size_t>(col) >= fields.size()) {
+        return std::nullopt;
+      }
+      return fields[col];
+    };
+    if (auto priority = optional_field(priority_col);
+        priority.has_value() && !absl::SimpleAtoi(*priority, &job.priority)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace line ", line_no, ": bad priority: ", line));
+    }
+    if (auto preemptible = optional_field(preemptible_col);
+        preemptible.has_value()) {
+      if (*preemptible != "0" && *preemptible != "1") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trace line ", line_no, ": preemptible must be 0 or 1: ", line));
+      }
+      job.preemptible = *preemptible == "1";
     }
     job.submit = static_cast<policy::Seconds>(std::llround(submit));
     job.duration = std::max<policy::Seconds>(1, std::llround(duration));
@@ -191,7 +213,14 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     job.joined.assign(shape.members, false);
     job.remaining = in.duration;
     job.queued_since = in.submit;
-    job.spec.preemptible = options.mode == policy::Mode::kPreempt;
+    job.spec.priority = in.priority;
+    // A fixed hash of the id, so that the choice does not depend on order.
+    const bool drawn =
+        static_cast<double>((static_cast<uint64_t>(in.id) * 2654435761u) %
+                            1000) < options.preemptible_fraction * 1000;
+    job.spec.preemptible = options.mode == policy::Mode::kPreempt &&
+                           in.preemptible.value_or(drawn);
+    if (job.spec.preemptible) ++result.preemptible_jobs;
     job.spec.checkpoint_interval = options.checkpoint_interval;
     if (options.elastic && shape.members > 1) {
       job.spec.min_members = (shape.members + 1) / 2;
@@ -338,6 +367,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
       for (const policy::Preemption& preemption : decisions.preempted) {
         const uint32_t j = job_of.at(preemption.gang_id);
         ++result.preemptions;
+        if (!jobs[j].spec.preemptible) ++result.non_preemptible_preempted;
         events.push(
             Event{preemption.stop_by, kStop, next_seq++, j, 0, jobs[j].epoch});
       }

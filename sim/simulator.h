@@ -22,6 +22,7 @@
 #define GDT_POLICY_SIMULATOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -35,10 +36,15 @@ struct TraceJob {
   policy::Seconds submit = 0;
   uint32_t gpus = 0;
   policy::Seconds duration = 0;
+  int32_t priority = 0;  // Optional column `priority`; higher goes first.
+  // Optional column `preemptible` (0 or 1); without it
+  // SimOptions::preemptible_fraction decides.
+  std::optional<bool> preemptible = std::nullopt;
 };
 
 // Parses CSV with a header naming at least job_id, submit_time_s, gpus and
-// duration_s (other columns are ignored; the last column may be quoted).
+// duration_s, and optionally priority and preemptible (other columns are
+// ignored; the last column may be quoted).
 // Errors: InvalidArgument naming the line for a missing column or a bad
 // number.
 absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv);
@@ -72,6 +78,9 @@ struct SimOptions {
   policy::PreemptOptions preempt = {};
   policy::Seconds checkpoint_interval = 1800;
   policy::Seconds restart_overhead = 120;
+  // Share of the jobs without a `preemptible` column that are preemptible,
+  // chosen by job id (deterministic); the others are never stopped.
+  double preemptible_fraction = 1.0;
   // Elastic gangs: every job of more than one member may start with as few
   // as half its members (rounded up) when it is next in line and does not
   // fit whole. Its speed is linear in its members up to `elastic_knee`
@@ -110,6 +119,10 @@ struct SimResult {
   uint64_t jobs_preempted = 0;
   double lost_gpu_hours = 0;
   uint64_t started_smaller = 0;  // Elastic starts below full size.
+  // Preemptions of jobs that were not preemptible: the policy must never
+  // make one, so anything but 0 is a bug.
+  uint64_t non_preemptible_preempted = 0;
+  uint64_t preemptible_jobs = 0;
 };
 
 // Replays `jobs` (any order) on a uniform cluster.
