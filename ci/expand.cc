@@ -35,8 +35,8 @@ const char kCheckpointPath[] = "checkpoints/";
 
 const std::vector<std::string>& BlockKeys() {
   static const std::vector<std::string> keys = {
-      "nodes",   "gpus_per_node", "procs_per_node", "launcher",
-      "timeout", "priority",      "topology",       "checkpoint"};
+      "nodes",    "gpus_per_node", "procs_per_node", "launcher",   "timeout",
+      "priority", "topology",      "checkpoint",     "preemptible"};
   return keys;
 }
 const std::vector<std::string>& Launchers() {
@@ -492,6 +492,15 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
                                 TopologyModes(), report)) {
           spec->topology_mode = *v;
         }
+      }
+    } else if (key == "preemptible") {
+      if (IsPlain(e.value) &&
+          (e.value.Scalar() == "true" || e.value.Scalar() == "false")) {
+        spec->preemptible = e.value.Scalar() == "true";
+      } else {
+        report->At(e.value, e.key,
+                   absl::StrCat(path, " must be true or false, not ",
+                                Describe(e.value)));
       }
     } else if (key == "checkpoint") {
       static const std::vector<std::string> keys = {"notice", "keep", "store"};
@@ -1537,6 +1546,7 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
   if (!checkpoint_store.empty()) {
     v.emplace_back("GDT_CHECKPOINT_STORE", checkpoint_store);
   }
+  if (preemptible) v.emplace_back("GDT_PREEMPTIBLE", "1");
   return v;
 }
 

@@ -45,6 +45,9 @@ struct GangSpec {
   std::optional<int64_t> checkpoint_notice_seconds;
   std::optional<int> checkpoint_keep;
   std::string checkpoint_store;  // "", "artifacts" or "none".
+  // The gang may be stopped (after a checkpoint notice) for a gang that
+  // outranks it, and is then retried.
+  bool preemptible = false;
 
   // The GDT_* job variables of this spec, in the documented order, values
   // as GitLab sends them (strings).

@@ -181,6 +181,16 @@ TEST(ExpandTest, ProcessesDefaultToTheGpusPerNode) {
             "launcher torchrun");
 }
 
+TEST(ExpandTest, PreemptibleBecomesAVariable) {
+  const CiExpansion expansion = ExpandCiYaml(
+      "j:\n  parallel:\n    distributed: {nodes: 2, preemptible: true}\n"
+      "  script: x\n");
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  ASSERT_EQ(expansion.gangs.size(), 1u);
+  EXPECT_TRUE(expansion.gangs[0].preemptible);
+  EXPECT_THAT(expansion.text, HasSubstr("GDT_PREEMPTIBLE: \"1\""));
+}
+
 TEST(ExpandTest, EmptyFileIsEmpty) {
   const CiExpansion expansion = ExpandCiYaml("");
   EXPECT_TRUE(expansion.ok());
@@ -318,6 +328,8 @@ TEST(GangSpecTest, VariablesInTheDocumentedOrder) {
                   Pair("GDT_LAUNCHER", "torchrun"), Pair("GDT_PRIORITY", "3"),
                   Pair("GDT_TOPOLOGY_SAME", "rack"),
                   Pair("GDT_TOPOLOGY_MODE", "required")));
+  spec.preemptible = true;
+  EXPECT_THAT(spec.Variables().back(), Pair("GDT_PREEMPTIBLE", "1"));
 }
 
 // A CI/CD component: a `spec:` header document, `---`, then the jobs.

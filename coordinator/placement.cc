@@ -55,10 +55,18 @@ const std::string& ElsewhereName() {
 template <typename SlotsOf>
 policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
                                     const SlotsOf& slots_of,
-                                    uint32_t max_nodes_per_job,
-                                    bool mark_down) {
-  policy::AdmissionPolicy policy(
-      policy::PolicyOptions{policy::Mode::kBackfill, max_nodes_per_job});
+                                    uint32_t max_nodes_per_job, bool mark_down,
+                                    const PreemptionSettings& preemption = {}) {
+  policy::PolicyOptions options{policy::Mode::kBackfill, max_nodes_per_job};
+  if (preemption.enabled) {
+    options.mode = policy::Mode::kPreempt;
+    options.preempt.max_preemptions = preemption.max_preemptions;
+    options.preempt.grace = preemption.grace_s;
+    options.preempt.demote_after_gpu_seconds =
+        preemption.demote_after_gpu_hours * 3600.0;
+    options.preempt.min_run = preemption.min_run_s;
+  }
+  policy::AdmissionPolicy policy(options);
   for (const PlacementHost& host : hosts) {
     policy::HostSpec spec;
     spec.name = host.name;
@@ -162,7 +170,8 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<RunningGang>& running,
                            const std::vector<WaitingGang>& complete,
                            int64_t now_unix_s,
-                           const std::vector<WaitingGang>& incomplete) {
+                           const std::vector<WaitingGang>& incomplete,
+                           const PreemptionSettings& preemption) {
   PlanOutcome outcome;
   if (hosts.empty()) return outcome;
   // Host names to indices into `hosts` (the first of a duplicate name).
@@ -206,7 +215,7 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   };
   policy::AdmissionPolicy policy =
       BuildPolicy(hosts, slots_of, std::numeric_limits<uint32_t>::max(),
-                  /*mark_down=*/false);
+                  /*mark_down=*/false, preemption);
   if (elsewhere && !index_of.contains(kElsewhere)) {
     policy::HostSpec spec;
     spec.name = kElsewhere;
@@ -251,6 +260,13 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
     spec.gpus_per_member =
         cpu_only ? 0 : static_cast<uint32_t>(placements.front().gpus.size());
     spec.run_bound = 1;
+    if (gang.start_unix_s > 0 && gang.start_unix_s < gang.end_bound_unix_s) {
+      spec.run_bound = gang.end_bound_unix_s - gang.start_unix_s;
+    }
+    spec.priority = gang.priority;
+    spec.preemptible = gang.preemptible;
+    spec.preemptions = gang.preemptions;
+    spec.checkpoint_interval = gang.checkpoint_interval_s;
     // A lease on a host that left the inventory holds nothing here.
     policy.AddRunning(spec, placements, gang.end_bound_unix_s).IgnoreError();
   }
@@ -272,6 +288,11 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   const policy::Decisions decisions = policy.Schedule(now_unix_s);
   for (const policy::Bounce& bounce : decisions.bounced) {
     outcome.bounced.push_back(BouncedGang{bounce.gang_id, bounce.message});
+  }
+  for (const policy::Preemption& victim : decisions.preempted) {
+    outcome.preempted.push_back(
+        PreemptedGang{victim.gang_id, victim.by, victim.reason, victim.stop_by,
+                      victim.lost_gpu_seconds / 3600.0});
   }
   absl::flat_hash_set<std::string_view> started;
   outcome.admitted.reserve(decisions.admitted.size());

@@ -45,6 +45,15 @@ struct RunningGang {
   std::string gang_id;
   std::vector<LeasedMember> members;
   int64_t end_bound_unix_s = 0;  // Admission + job timeout.
+  // For preemption (PreemptionSettings): only a preemptible gang is ever
+  // chosen; `start_unix_s` 0 means unknown (then the run counts from the end
+  // bound minus one second, so it is never demoted); a checkpoint interval
+  // of 0 counts everything since the start as lost.
+  int32_t priority = 0;
+  bool preemptible = false;
+  uint32_t preemptions = 0;  // Of this gang's earlier runs.
+  int64_t start_unix_s = 0;
+  int64_t checkpoint_interval_s = 0;
 };
 
 struct WaitingGang {
@@ -87,10 +96,31 @@ struct BouncedGang {
   std::string message;
 };
 
+// Checkpoint-aware preemption in the pass (docs/scheduling.md,
+// "Preemption"); off unless `enabled`.
+struct PreemptionSettings {
+  bool enabled = false;
+  uint32_t max_preemptions = 3;
+  int64_t grace_s = 300;
+  double demote_after_gpu_hours = 8;
+  int64_t min_run_s = 4 * 3600;
+};
+
+// A running gang to stop for a waiting one: give it the checkpoint notice
+// now, stop it by `stop_by_unix_s` with a failure `retry:` brings back.
+struct PreemptedGang {
+  std::string gang_id;
+  std::string by;      // The waiting gang it makes room for.
+  std::string reason;  // One line for the job log and status.
+  int64_t stop_by_unix_s = 0;
+  double lost_gpu_hours = 0;  // Since its last checkpoint, estimated now.
+};
+
 struct PlanOutcome {
   std::vector<PlannedGang> admitted;           // In policy order.
   std::map<std::string, BlockedGang> blocked;  // By gang id.
   std::vector<BouncedGang> bounced;            // At most one per pass.
+  std::vector<PreemptedGang> preempted;        // With preemption enabled.
 };
 
 // One admission pass at `now_unix_s` over `complete` gangs (every member
@@ -100,11 +130,15 @@ struct PlanOutcome {
 // missing; their present members in `arrival_hosts`) are never admitted but
 // hold runner slots, so a runner-slot deadlock among them is detected and
 // broken: the bounced gang is in `bounced`, not in `blocked`.
+// With `preemption.enabled`, running preemptible gangs that rank below the
+// first blocked gang may be chosen in `preempted` (they keep their GPUs in
+// this pass; the caller stops them).
 PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<RunningGang>& running,
                            const std::vector<WaitingGang>& complete,
                            int64_t now_unix_s,
-                           const std::vector<WaitingGang>& incomplete = {});
+                           const std::vector<WaitingGang>& incomplete = {},
+                           const PreemptionSettings& preemption = {});
 
 // Whether `gang` could ever run on `hosts`: FailedPrecondition naming the
 // limit (nodes above `max_nodes_per_job`, GPUs per node above the largest

@@ -369,6 +369,7 @@ absl::Status AdmissionPolicy::AddRunning(
     }
   }
   gang.placement = std::move(placement);
+  gang.start = end_bound - spec.run_bound;
   running_.emplace(end_bound, spec.id);
   gangs_.emplace(spec.id, std::move(gang));
   return absl::OkStatus();
@@ -558,6 +559,7 @@ Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
   }
   Dequeue(gang);
   gang.running = true;
+  gang.start = now;
   gang.end_bound = now + gang.spec.run_bound;
   running_.emplace(gang.end_bound, gang.spec.id);
   return admission;
@@ -713,6 +715,19 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     if (gang.present.size() < gang.spec.members) continue;
     if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
+    if (gang.spec.min_members != 0 &&
+        gang.spec.min_members < gang.spec.members &&
+        StartSmaller(gang, now, out)) {
+      // Outside try_start(): recount what is free.
+      free_total = 0;
+      std::fill(hosts_with.begin(), hosts_with.end(), 0);
+      for (const Host& host : hosts_) {
+        if (host.drained || host.down) continue;
+        free_total += host.free_gpus;
+        ++hosts_with[host.free_gpus];
+      }
+      continue;
+    }
     reserved = Reserve(gang, now, extra);
   }
   if (reserved) {
@@ -801,6 +816,7 @@ void AdmissionPolicy::ScheduleNaive(Seconds now, Decisions& out) {
     }
     Dequeue(gang);
     gang.running = true;
+    gang.start = now;
     gang.end_bound = now + gang.spec.run_bound;
     running_.emplace(gang.end_bound, gang.spec.id);
     out.admitted.push_back(std::move(admission));
@@ -818,7 +834,175 @@ Decisions AdmissionPolicy::Schedule(Seconds now) {
     out.bounced.push_back(std::move(*bounce));
   }
   ScheduleGangs(now, out);
+  // Preempt only for a head that would otherwise wait longer than a grace:
+  // victims already stopping for it end by then, so it is never served twice.
+  if (options_.mode == Mode::kPreempt && reservation_.has_value() &&
+      reservation_->start > now + options_.preempt.grace) {
+    Preempt(gangs_.at(reservation_->gang_id), now, out);
+  }
   return out;
+}
+
+bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
+  for (uint32_t n = gang.spec.members - 1; n >= gang.spec.min_members && n > 0;
+       --n) {
+    Gang trial;
+    trial.spec = gang.spec;
+    for (const auto& [index, member] : gang.present) {
+      if (trial.present.size() == n) break;
+      trial.present.emplace(index, member);
+    }
+    std::optional<std::vector<size_t>> hosts = Place(trial, nullptr);
+    if (!hosts.has_value()) continue;
+    std::vector<uint32_t> left_out;
+    for (auto it = gang.present.begin(); it != gang.present.end();) {
+      if (trial.present.count(it->first) != 0) {
+        ++it;
+        continue;
+      }
+      ++hosts_[it->second.slot_host].free_slots;
+      left_out.push_back(it->first);
+      it = gang.present.erase(it);
+    }
+    Admission admission = Commit(gang, *hosts, now);
+    admission.not_needed = std::move(left_out);
+    out.admitted.push_back(std::move(admission));
+    return true;
+  }
+  return false;
+}
+
+int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
+  const PreemptOptions& o = options_.preempt;
+  int64_t rank = int64_t{gang.spec.priority} * 2;
+  if (o.aging_step > 0) {
+    const Seconds waited = std::max<Seconds>(0, now - gang.spec.queue_time);
+    rank += 2 * std::min<int64_t>(o.max_aging_levels, waited / o.aging_step);
+  }
+  return rank;
+}
+
+int64_t AdmissionPolicy::RunningRank(const Gang& gang, Seconds now) const {
+  const PreemptOptions& o = options_.preempt;
+  int64_t rank = int64_t{gang.spec.priority} * 2;
+  const double used = static_cast<double>(gang.placement.size()) *
+                      gang.spec.gpus_per_member *
+                      static_cast<double>(now - gang.start);
+  if (o.demote_after_gpu_seconds > 0 && used >= o.demote_after_gpu_seconds &&
+      now - gang.start >= o.min_run) {
+    rank -= 1;
+  }
+  return rank;
+}
+
+double AdmissionPolicy::LostGpuSeconds(const Gang& gang, Seconds now) const {
+  Seconds since = std::max<Seconds>(0, now - gang.start);
+  if (gang.spec.checkpoint_interval > 0) {
+    since %= gang.spec.checkpoint_interval;
+  }
+  return static_cast<double>(gang.placement.size()) *
+         gang.spec.gpus_per_member * static_cast<double>(since);
+}
+
+void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
+  const PreemptOptions& o = options_.preempt;
+  const uint32_t g = head.spec.gpus_per_member;
+  if (g == 0) return;  // CPU-only gangs never wait for GPUs.
+  const int64_t rank = WaitingRank(head, now);
+  std::vector<bool> usable(hosts_.size());
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    usable[h] = Eligible(hosts_[h], head.spec);
+  }
+  struct Candidate {
+    double lost;
+    int32_t priority;
+    int64_t neg_seq;  // Youngest first among equals.
+    Gang* gang;
+  };
+  std::vector<Candidate> candidates;
+  for (const auto& [end, id] : running_) {
+    Gang& gang = gangs_.at(id);
+    if (gang.stopping || !gang.spec.preemptible ||
+        gang.spec.preemptions >= o.max_preemptions ||
+        gang.spec.gpus_per_member == 0 || RunningRank(gang, now) >= rank) {
+      continue;
+    }
+    bool helps = false;
+    for (const auto& [h, gpus] : gang.placement) helps = helps || usable[h];
+    if (!helps) continue;
+    candidates.push_back(Candidate{LostGpuSeconds(gang, now),
+                                   gang.spec.priority, -gang.seq, &gang});
+  }
+  if (candidates.empty()) return;
+  std::sort(candidates.begin(), candidates.end(),
+            [](const Candidate& a, const Candidate& b) {
+              return std::tie(a.lost, a.priority, a.neg_seq) <
+                     std::tie(b.lost, b.priority, b.neg_seq);
+            });
+  std::vector<uint32_t> cap(hosts_.size(), 0);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (usable[h]) cap[h] = hosts_[h].free_gpus;
+  }
+  auto add = [&](const Gang& gang, int sign) {
+    for (const auto& [h, gpus] : gang.placement) {
+      if (!usable[h]) continue;
+      cap[h] = static_cast<uint32_t>(static_cast<int64_t>(cap[h]) +
+                                     sign * static_cast<int64_t>(gpus.size()));
+    }
+  };
+  auto fits = [&] {
+    uint64_t room = 0;
+    for (size_t h = 0; h < hosts_.size(); ++h) room += cap[h] / g;
+    return room >= head.spec.members && PlaceOn(head, cap).has_value();
+  };
+  // Fewest GPU-seconds lost first, until the head fits.
+  std::vector<Gang*> chosen;
+  bool enough = false;
+  for (const Candidate& candidate : candidates) {
+    add(*candidate.gang, +1);
+    chosen.push_back(candidate.gang);
+    uint64_t room = 0;
+    for (size_t h = 0; h < hosts_.size(); ++h) room += cap[h] / g;
+    if (room >= head.spec.members && fits()) {
+      enough = true;
+      break;
+    }
+  }
+  if (!enough) return;
+  // Then as few gangs as possible: drop any victim the head can do without,
+  // the costliest first.
+  for (size_t i = chosen.size(); i-- > 0;) {
+    add(*chosen[i], -1);
+    if (fits()) {
+      chosen.erase(chosen.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      add(*chosen[i], +1);
+    }
+  }
+  const Seconds stop_by = now + o.grace;
+  for (Gang* victim : chosen) {
+    victim->stopping = true;
+    if (victim->end_bound > stop_by) {
+      running_.erase({victim->end_bound, victim->spec.id});
+      victim->end_bound = stop_by;
+      running_.emplace(stop_by, victim->spec.id);
+    }
+    Preemption preemption;
+    preemption.gang_id = victim->spec.id;
+    preemption.by = head.spec.id;
+    preemption.stop_by = stop_by;
+    preemption.lost_gpu_seconds = LostGpuSeconds(*victim, now);
+    const uint32_t held = static_cast<uint32_t>(victim->placement.size()) *
+                          victim->spec.gpus_per_member;
+    preemption.reason = absl::StrCat(
+        "preempted by gang ", head.spec.id, " (priority ", head.spec.priority,
+        ", waiting ", std::max<Seconds>(0, now - head.spec.queue_time),
+        " s) to free ", held, " GPUs; checkpoint within ", o.grace,
+        " s; about ", absl::SixDigits(preemption.lost_gpu_seconds / 3600.0),
+        " GPU-hours since the last checkpoint are lost (preemption ",
+        victim->spec.preemptions + 1, " of at most ", o.max_preemptions, ")");
+    out.preempted.push_back(std::move(preemption));
+  }
 }
 
 uint32_t AdmissionPolicy::FreeGpus(const std::string& host) const {

@@ -44,6 +44,11 @@ enum class Mode {
   // it up, as soon as they are free there, and holds them until its peers
   // have theirs. A baseline that shows the stalls the other modes avoid.
   kNaive,
+  // kBackfill, and when the first gang that does not fit outranks running
+  // preemptible gangs (see PreemptOptions), some of them are stopped to make
+  // room: they get a checkpoint notice and a grace, then end with a
+  // preemption failure that `retry:` brings back.
+  kPreempt,
 };
 
 // The order in which kBackfill tries the gangs behind the head, among gangs
@@ -61,11 +66,35 @@ enum class BackfillOrder {
   kAgedShortestFirst,
 };
 
+// Seconds, or GPU-seconds where the name says so.
+struct PreemptOptions {
+  // A gang is preempted at most this many times (GangSpec::preemptions counts
+  // the earlier ones); after that it is never chosen again.
+  uint32_t max_preemptions = 3;
+  // Between the checkpoint notice and the stop: the victim keeps its GPUs
+  // this long to write a checkpoint.
+  Seconds grace = 300;
+  // Least attained service first: a running gang that has used at least this
+  // many GPU-seconds in its current run ranks one level below its priority,
+  // so a new gang of the same priority may preempt it. 0 turns this off
+  // (then only a higher priority, or aging, preempts).
+  double demote_after_gpu_seconds = 8 * 3600.0;
+  // ... and has run for at least this many seconds, so that a large gang,
+  // which reaches the GPU-seconds quickly, is not stopped right after it
+  // (re)started.
+  Seconds min_run = 4 * 3600;
+  // Aging: a waiting gang ranks one level higher per this many seconds
+  // waited, up to `max_aging_levels` levels. 0 turns aging off.
+  Seconds aging_step = 0;
+  int32_t max_aging_levels = 1;
+};
+
 struct PolicyOptions {
   Mode mode = Mode::kBackfill;
   // Gangs with more members fail at join time.
   uint32_t max_nodes_per_job = 8;
   BackfillOrder backfill_order = BackfillOrder::kAgedShortestFirst;
+  PreemptOptions preempt = {};  // kPreempt only.
 };
 
 struct HostSpec {
@@ -92,6 +121,18 @@ struct GangSpec {
   // fits now, else any hosts.
   std::string same_label;
   bool same_required = false;
+  // Preemption (kPreempt): only preemptible gangs are ever stopped for
+  // another. The gang writes a checkpoint every `checkpoint_interval`
+  // seconds of its run (0: unknown, so everything since its start counts as
+  // lost), and was preempted `preemptions` times before this run.
+  bool preemptible = false;
+  Seconds checkpoint_interval = 0;
+  uint32_t preemptions = 0;
+  // Elastic gangs: when set below `members`, a gang that is next in line but
+  // does not fit whole starts with as many of its members as fit now (at
+  // least this many, the lowest indices); the others are not needed at this
+  // size. `run_bound` should hold for the smallest size.
+  uint32_t min_members = 0;
 };
 
 struct MemberPlacement {
@@ -103,6 +144,10 @@ struct MemberPlacement {
 struct Admission {
   std::string gang_id;
   std::vector<MemberPlacement> members;  // By member index.
+  // Elastic gangs started smaller: the present members left out. They hold
+  // nothing any more; their jobs should end saying they are not needed at
+  // this size.
+  std::vector<uint32_t> not_needed;
 };
 
 // An incomplete gang removed to break a runner-slot deadlock. Its members'
@@ -113,9 +158,22 @@ struct Bounce {
   std::string message;
 };
 
+// A running gang chosen to make room for a waiting one. It should get the
+// checkpoint notice now and be stopped by `stop_by` (the grace); its GPUs
+// stay taken until the caller calls Finish() for it.
+struct Preemption {
+  std::string gang_id;
+  std::string by;      // The waiting gang it makes room for.
+  std::string reason;  // One line for the job log and status.
+  Seconds stop_by = 0;
+  // GPU-seconds of work since its last checkpoint, as estimated now.
+  double lost_gpu_seconds = 0;
+};
+
 struct Decisions {
   std::vector<Admission> admitted;  // Now running; call Finish() later.
   std::vector<Bounce> bounced;      // Forgotten by the policy.
+  std::vector<Preemption> preempted;
 };
 
 // The start promised to the first blocked gang (kBackfill only).
@@ -212,7 +270,9 @@ class AdmissionPolicy {
     GangSpec spec;
     int64_t seq = 0;
     bool running = false;
+    Seconds start = 0;
     Seconds end_bound = 0;  // start + run_bound, when running.
+    bool stopping = false;  // Preempted, within its grace.
     std::map<uint32_t, Member> present;
     std::vector<std::pair<size_t, std::vector<uint32_t>>> placement;
   };
@@ -263,6 +323,16 @@ class AdmissionPolicy {
   // Computes the head gang's reservation; fills `extra` with GPUs per host
   // that may be used past its start. False when it can never fit.
   bool Reserve(const Gang& head, Seconds now, std::vector<uint32_t>& extra);
+  // Starts an elastic `gang` with as many members as fit now; false when
+  // not even its minimum does.
+  bool StartSmaller(Gang& gang, Seconds now, Decisions& out);
+  // kPreempt: chooses running gangs to stop so that `head` fits, marks them
+  // stopping and reports them in `out`.
+  void Preempt(const Gang& head, Seconds now, Decisions& out);
+  // The level a gang ranks at when victims are chosen.
+  int64_t WaitingRank(const Gang& gang, Seconds now) const;
+  int64_t RunningRank(const Gang& gang, Seconds now) const;
+  double LostGpuSeconds(const Gang& gang, Seconds now) const;
 
   const PolicyOptions options_;
   // CheckFeasible() results by shape; cleared whenever a host changes.

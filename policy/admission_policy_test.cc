@@ -1,5 +1,6 @@
 #include "policy/admission_policy.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -459,6 +460,44 @@ TEST_F(AdmissionPolicyTest, RunningGangsAddedWithTheirPlacementHoldGpus) {
   EXPECT_EQ(gdt_.reservation()->start, 500);
 }
 
+TEST_F(AdmissionPolicyTest, ElasticGangNextInLineStartsWithTheMembersThatFit) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("busy", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  GangSpec elastic = Gang("elastic", 4, 4, 1);
+  elastic.min_members = 2;
+  JoinAll(gdt_, elastic, "h1");
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 0u);
+
+  const Decisions decisions = gdt_.Schedule(10);
+
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  const Admission& admission = decisions.admitted[0];
+  EXPECT_EQ(admission.gang_id, "elastic");
+  ASSERT_THAT(admission.members, SizeIs(2));
+  EXPECT_EQ(admission.members[0].member_index, 1u);
+  EXPECT_EQ(admission.members[1].member_index, 2u);
+  EXPECT_THAT(admission.not_needed, ElementsAre(3u, 4u));
+  // The members left out gave their runner slots back.
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 2u);
+  EXPECT_EQ(gdt_.FreeGpus("h1"), 0u);
+  ASSERT_TRUE(gdt_.Finish("elastic").ok());
+  EXPECT_EQ(gdt_.FreeRunnerSlots("h1"), 4u);
+}
+
+TEST_F(AdmissionPolicyTest, ElasticGangBelowItsMinimumWaits) {
+  AddHosts(gdt_, 2, 8, 4);
+  JoinAll(gdt_, Gang("busy", 1, 8), "h0");
+  ASSERT_THAT(gdt_.Schedule(0).admitted, SizeIs(1));
+  GangSpec elastic = Gang("elastic", 4, 4, 1);
+  elastic.min_members = 3;
+  JoinAll(gdt_, elastic, "h1");
+
+  EXPECT_THAT(gdt_.Schedule(10).admitted, IsEmpty());
+  ASSERT_TRUE(gdt_.reservation().has_value());
+  EXPECT_EQ(gdt_.reservation()->gang_id, "elastic");
+}
+
 TEST_F(AdmissionPolicyTest, CpuOnlyGangsCountCpuSlots) {
   HostSpec cpu{"c0", 0, 8, {}};
   cpu.cpu_slots = 2;
@@ -534,6 +573,139 @@ TEST(BackfillOrderTest, HigherPriorityIsTriedFirstBehindTheHead) {
 
   ASSERT_EQ(decisions.admitted.size(), 1u);
   EXPECT_EQ(decisions.admitted[0].gang_id, "long-high");
+}
+
+// Preemption: hosts h0.. of 8 GPUs; running gangs are started through the
+// policy so that their start times are known.
+class PreemptTest : public ::testing::Test {
+ protected:
+  PreemptTest() {
+    PolicyOptions options{Mode::kPreempt, 8};
+    options.preempt.max_preemptions = 2;
+    options.preempt.grace = 60;
+    options.preempt.demote_after_gpu_seconds = 8 * 1000.0;
+    options.preempt.min_run = 600;
+    policy_ = std::make_unique<AdmissionPolicy>(options);
+  }
+  void AddHosts(int hosts) {
+    for (int h = 0; h < hosts; ++h) {
+      ASSERT_TRUE(policy_
+                      ->AddHost(HostSpec{"h" + std::to_string(h), 8, 8,
+                                         /*labels=*/{}})
+                      .ok());
+    }
+  }
+  // Starts a 1-member gang at `now` on `host`.
+  void Start(GangSpec spec, const std::string& host, Seconds now) {
+    ASSERT_TRUE(policy_->Join(spec, 1, host).ok()) << spec.id;
+    const Decisions decisions = policy_->Schedule(now);
+    ASSERT_THAT(decisions.admitted, SizeIs(1)) << spec.id;
+    ASSERT_EQ(decisions.admitted[0].gang_id, spec.id);
+  }
+  static GangSpec Victim(const std::string& id, uint32_t gpus,
+                         Seconds checkpoint_interval, int32_t priority = 0) {
+    GangSpec spec = Gang(id, 1, gpus, 0, /*run_bound=*/100000);
+    spec.preemptible = true;
+    spec.checkpoint_interval = checkpoint_interval;
+    spec.priority = priority;
+    return spec;
+  }
+  std::unique_ptr<AdmissionPolicy> policy_;
+};
+
+TEST_F(PreemptTest, HigherPriorityStopsTheVictimThatLosesLeastThenStarts) {
+  AddHosts(2);
+  // At t=1000: a checkpointed at 900 (loses 100 s x 8 GPUs), b at 600.
+  Start(Victim("a", 8, 300), "h0", 0);
+  Start(Victim("b", 8, 400), "h1", 0);
+  GangSpec urgent = Gang("urgent", 1, 8, 1000);
+  urgent.priority = 5;
+  ASSERT_TRUE(policy_->Join(urgent, 1, "h0").ok());
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  EXPECT_THAT(decisions.admitted, IsEmpty());
+  ASSERT_THAT(decisions.preempted, SizeIs(1));
+  const Preemption& preemption = decisions.preempted[0];
+  EXPECT_EQ(preemption.gang_id, "a");
+  EXPECT_EQ(preemption.by, "urgent");
+  EXPECT_EQ(preemption.stop_by, 1060);
+  EXPECT_DOUBLE_EQ(preemption.lost_gpu_seconds, 800.0);
+  EXPECT_THAT(preemption.reason, HasSubstr("preempted by gang urgent"));
+  EXPECT_THAT(preemption.reason, HasSubstr("since the last checkpoint"));
+  // Within the grace nothing more is preempted; the head is promised the
+  // victim's GPUs at the end of it.
+  EXPECT_THAT(policy_->Schedule(1030).preempted, IsEmpty());
+  ASSERT_TRUE(policy_->reservation().has_value());
+  EXPECT_EQ(policy_->reservation()->start, 1060);
+
+  ASSERT_TRUE(policy_->Finish("a").ok());
+  const Decisions after = policy_->Schedule(1045);
+  ASSERT_THAT(after.admitted, SizeIs(1));
+  EXPECT_EQ(after.admitted[0].gang_id, "urgent");
+  EXPECT_TRUE(policy_->IsRunning("b"));
+}
+
+TEST_F(PreemptTest, NeverStopsNonPreemptibleOrTooOftenPreemptedGangs) {
+  AddHosts(2);
+  GangSpec fixed = Victim("fixed", 8, 300);
+  fixed.preemptible = false;
+  Start(fixed, "h0", 0);
+  GangSpec tired = Victim("tired", 8, 300);
+  tired.preemptions = 2;  // The limit.
+  Start(tired, "h1", 0);
+  GangSpec urgent = Gang("urgent", 1, 8, 1000);
+  urgent.priority = 5;
+  ASSERT_TRUE(policy_->Join(urgent, 1, "h0").ok());
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  EXPECT_THAT(decisions.preempted, IsEmpty());
+  EXPECT_THAT(decisions.admitted, IsEmpty());
+}
+
+TEST_F(PreemptTest, EqualPriorityPreemptsOnlyAGangThatHasRunLong) {
+  AddHosts(1);
+  Start(Victim("long", 8, 300), "h0", 0);
+  ASSERT_TRUE(policy_->Join(Gang("new", 1, 8, 500), 1, "h0").ok());
+  // 8 GPUs x 500 s is below the 8,000 GPU-seconds after which it is demoted.
+  EXPECT_THAT(policy_->Schedule(500).preempted, IsEmpty());
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  ASSERT_THAT(decisions.preempted, SizeIs(1));
+  EXPECT_EQ(decisions.preempted[0].gang_id, "long");
+  EXPECT_EQ(decisions.preempted[0].by, "new");
+}
+
+TEST_F(PreemptTest, StopsAsFewGangsAsTheHeadNeeds) {
+  AddHosts(2);
+  GangSpec fixed = Victim("fixed", 4, 300);
+  fixed.preemptible = false;
+  Start(fixed, "h0", 0);
+  // small loses least but freeing it alone leaves h0 with 4 GPUs; big's 8
+  // GPUs on h1 are enough by themselves.
+  Start(Victim("small", 4, 1000), "h0", 0);
+  Start(Victim("big", 8, 700), "h1", 0);
+  GangSpec urgent = Gang("urgent", 1, 8, 1000);
+  urgent.priority = 5;
+  ASSERT_TRUE(policy_->Join(urgent, 1, "h0").ok());
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  ASSERT_THAT(decisions.preempted, SizeIs(1));
+  EXPECT_EQ(decisions.preempted[0].gang_id, "big");
+}
+
+TEST_F(PreemptTest, BackfillModeNeverPreempts) {
+  AdmissionPolicy backfill(PolicyOptions{Mode::kBackfill, 8});
+  ASSERT_TRUE(backfill.AddHost(HostSpec{"h0", 8, 8, {}}).ok());
+  ASSERT_TRUE(backfill.Join(Victim("low", 8, 300), 1, "h0").ok());
+  ASSERT_THAT(backfill.Schedule(0).admitted, SizeIs(1));
+  GangSpec urgent = Gang("urgent", 1, 8, 1000);
+  urgent.priority = 5;
+  ASSERT_TRUE(backfill.Join(urgent, 1, "h0").ok());
+  EXPECT_THAT(backfill.Schedule(5000).preempted, IsEmpty());
 }
 
 }  // namespace

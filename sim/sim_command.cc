@@ -22,9 +22,12 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "GPUs per host")
       ->capture_default_str();
   app.add_option("--policy", flags.policy,
-                 "gdt (priority, backfill, deadlock breaking) | fifo (strict "
-                 "FIFO) | naive (no coordinator)")
-      ->check(CLI::IsMember({"gdt", "fifo", "naive"}))
+                 "gdt (priority, backfill, deadlock breaking) | preempt (gdt "
+                 "plus checkpoint-aware preemption) | preempt+elastic (and "
+                 "multi-member jobs may start at half size or more) | fifo "
+                 "(strict FIFO) | naive (no coordinator)")
+      ->check(
+          CLI::IsMember({"gdt", "preempt", "preempt+elastic", "fifo", "naive"}))
       ->capture_default_str();
   app.add_option("--seed", flags.options.seed,
                  "seed for pickup skew and runner hosts")
@@ -47,6 +50,39 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "timeout, then GPUs) | queue (priority, then FIFO)")
       ->check(CLI::IsMember({"aged", "shortest", "queue"}))
       ->capture_default_str();
+  app.add_option("--max-preemptions", flags.options.preempt.max_preemptions,
+                 "preempt: a job is preempted at most this many times")
+      ->capture_default_str();
+  app.add_option("--grace", flags.options.preempt.grace,
+                 "preempt: seconds from the checkpoint notice to the stop")
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", flags.options.checkpoint_interval,
+                 "preempt: seconds of run between a job's checkpoints")
+      ->capture_default_str();
+  app.add_option("--restart-overhead", flags.options.restart_overhead,
+                 "preempt: seconds a restarted job spends before progressing")
+      ->capture_default_str();
+  app.add_option("--demote-after", flags.demote_after_gpu_hours,
+                 "preempt: GPU-hours of a run after which a job of the same "
+                 "priority may preempt it (0: never)")
+      ->capture_default_str();
+  app.add_option("--min-run", flags.options.preempt.min_run,
+                 "preempt: seconds a job runs before a job of the same "
+                 "priority may preempt it")
+      ->capture_default_str();
+  app.add_option("--preemptible-fraction", flags.options.preemptible_fraction,
+                 "preempt: share of the jobs (without a preemptible column) "
+                 "that may be preempted")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--elastic-knee", flags.options.elastic_knee,
+                 "preempt+elastic: members up to which a job's speed grows "
+                 "linearly (each one beyond adds half)")
+      ->capture_default_str();
+  app.add_option("--aging-step", flags.options.preempt.aging_step,
+                 "preempt: a waiting job ranks one level higher per this many "
+                 "seconds waited (0: no aging)")
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
 
@@ -54,17 +90,23 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   SimulateReport report;
   const std::map<std::string, policy::Mode> modes = {
       {"gdt", policy::Mode::kBackfill},
+      {"preempt", policy::Mode::kPreempt},
+      {"preempt+elastic", policy::Mode::kPreempt},
       {"fifo", policy::Mode::kStrictFifo},
       {"naive", policy::Mode::kNaive}};
   auto mode = modes.find(flags.policy);
   if (mode == modes.end()) {
     report.exit_code = kSimExitFailure;
     report.error = absl::StrCat("unknown policy '", flags.policy,
-                                "' (use gdt, fifo or naive)");
+                                "' (use gdt, preempt, preempt+elastic, fifo "
+                                "or naive)");
     return report;
   }
   SimOptions options = flags.options;
   options.mode = mode->second;
+  options.elastic = flags.policy == "preempt+elastic";
+  options.preempt.demote_after_gpu_seconds =
+      flags.demote_after_gpu_hours * 3600.0;
   options.backfill_order = flags.backfill_order == "queue"
                                ? policy::BackfillOrder::kQueue
                            : flags.backfill_order == "shortest"
@@ -121,6 +163,12 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         {"stalled", r.stalled},
         {"stalled_at_s", r.stalled_at},
         {"makespan_s", r.makespan},
+        {"preemptions", r.preemptions},
+        {"jobs_preempted", r.jobs_preempted},
+        {"max_preemptions_per_job", r.max_preemptions_per_job},
+        {"lost_gpu_hours", r.lost_gpu_hours},
+        {"started_smaller", r.started_smaller},
+        {"preemptible_jobs", r.preemptible_jobs},
         {"replay_wall_s", wall_s}};
     report.output = out.dump(2) + "\n";
   } else {
@@ -131,13 +179,17 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         "wait s  mean %.0f  p99 %.0f  max %.0f\n"
         "GPU utilisation %.3f\n"
         "deadlocks broken %u  stalled %s%s\n"
-        "makespan %d s\nreplay wall time %.2f s\n",
+        "makespan %d s\n"
+        "preemptions %u (%u jobs, at most %u per job), lost GPU-hours %.1f\n"
+        "elastic starts below full size %u\n"
+        "replay wall time %.2f s\n",
         flags.policy, options.hosts, options.gpus_per_host, r.runner_slots,
         options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
         r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait, r.max_wait,
         r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
         r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
-        wall_s);
+        r.preemptions, r.jobs_preempted, r.max_preemptions_per_job,
+        r.lost_gpu_hours, r.started_smaller, wall_s);
   }
   report.exit_code = r.stalled ? kSimExitStalled : kSimExitOk;
   return report;

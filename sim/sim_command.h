@@ -15,12 +15,15 @@ struct SimulateFlags {
   std::string trace_path;
   std::string policy = "gdt";
   std::string backfill_order = "aged";
+  double demote_after_gpu_hours = 8;  // Into options.preempt.
   SimOptions options;
   bool json = false;
 };
 
 // Adds --trace, --hosts, --gpus-per-host, --policy, --seed, --runner-slots,
-// --max-skew, --timeout-granularity, --max-nodes and --json to `app`.
+// --max-skew, --timeout-granularity, --max-nodes, the preemption options
+// (--max-preemptions, --grace, --checkpoint-interval, --restart-overhead,
+// --demote-after, --aging-step) and --json to `app`.
 void AddSimulateOptions(CLI::App& app, SimulateFlags& flags);
 
 inline constexpr int kSimExitOk = 0;

@@ -23,6 +23,7 @@ struct Event {
   uint64_t seq = 0;
   uint32_t job = 0;
   uint32_t member = 0;
+  uint32_t epoch = 0;  // kFinish, kStop: the run they belong to.
 
   bool operator>(const Event& other) const {
     return std::tie(time, kind, seq) >
@@ -30,7 +31,8 @@ struct Event {
   }
 };
 constexpr int kFinish = 0;
-constexpr int kReady = 1;
+constexpr int kStop = 1;  // A preempted gang's grace is over.
+constexpr int kReady = 2;
 
 struct JobState {
   policy::GangSpec spec;
@@ -41,6 +43,18 @@ struct JobState {
   policy::Seconds end = -1;
   bool failed = false;
   std::vector<bool> joined;  // By member index - 1.
+  // Preemption: work left (seconds at full size), the current run, the
+  // queued time so far and since when it is queued again.
+  policy::Seconds remaining = 0;
+  policy::Seconds run_start = 0;
+  policy::Seconds overhead = 0;  // Of the current run.
+  double rate = 1;               // Speed of the current run over full size.
+  uint32_t run_gpus = 0;         // GPUs of the current run.
+  uint32_t epoch = 0;
+  bool running = false;
+  policy::Seconds queued_since = 0;
+  policy::Seconds waited = 0;
+  double lost_gpu_seconds = 0;
 };
 
 // Nearest-rank percentile of sorted values.
@@ -49,6 +63,15 @@ double Percentile(const std::vector<double>& sorted, double p) {
   size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
   rank = std::clamp<size_t>(rank, 1, sorted.size());
   return sorted[rank - 1];
+}
+
+// Speed of `n` members relative to `full`: linear up to `knee` members,
+// half a member's worth for each one beyond.
+double ElasticRate(uint32_t n, uint32_t full, uint32_t knee) {
+  auto speed = [knee](uint32_t m) {
+    return m <= knee ? m : knee + 0.5 * (m - knee);
+  };
+  return speed(n) / speed(full);
 }
 
 double Mean(const std::vector<double>& values) {
@@ -65,6 +88,7 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
   std::vector<absl::string_view> lines =
       absl::StrSplit(absl::string_view(csv.data(), csv.size()), '\n');
   int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
+  int priority_col = -1, preemptible_col = -1;
   size_t line_no = 0;
   for (absl::string_view line : lines) {
     ++line_no;
@@ -78,6 +102,8 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
         if (fields[i] == "submit_time_s") submit_col = col;
         if (fields[i] == "gpus") gpus_col = col;
         if (fields[i] == "duration_s") duration_col = col;
+        if (fields[i] == "priority") priority_col = col;
+        if (fields[i] == "preemptible") preemptible_col = col;
       }
       if (id_col < 0 || submit_col < 0 || gpus_col < 0 || duration_col < 0) {
         return absl::InvalidArgumentError(
@@ -97,6 +123,25 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
         duration < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("trace line ", line_no, ": bad job: ", line));
+    }
+    auto optional_field = [&](int col) -> std::optional<absl::string_view> {
+      if (col < 0 || static_cast<size_t>(col) >= fields.size()) {
+        return std::nullopt;
+      }
+      return fields[col];
+    };
+    if (auto priority = optional_field(priority_col);
+        priority.has_value() && !absl::SimpleAtoi(*priority, &job.priority)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace line ", line_no, ": bad priority: ", line));
+    }
+    if (auto preemptible = optional_field(preemptible_col);
+        preemptible.has_value()) {
+      if (*preemptible != "0" && *preemptible != "1") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "trace line ", line_no, ": preemptible must be 0 or 1: ", line));
+      }
+      job.preemptible = *preemptible == "1";
     }
     job.submit = static_cast<policy::Seconds>(std::llround(submit));
     job.duration = std::max<policy::Seconds>(1, std::llround(duration));
@@ -125,8 +170,9 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
                              : 4 * options.hosts * options.gpus_per_host;
   result.runner_slots = slots;
 
-  policy::AdmissionPolicy policy(policy::PolicyOptions{
-      options.mode, options.max_nodes_per_job, options.backfill_order});
+  policy::AdmissionPolicy policy(
+      policy::PolicyOptions{options.mode, options.max_nodes_per_job,
+                            options.backfill_order, options.preempt});
   std::vector<std::string> names;
   for (uint32_t h = 0; h < options.hosts; ++h) {
     policy::HostSpec spec;
@@ -165,6 +211,28 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     job.duration = in.duration;
     job.gpus = in.gpus;
     job.joined.assign(shape.members, false);
+    job.remaining = in.duration;
+    job.queued_since = in.submit;
+    job.spec.priority = in.priority;
+    // A fixed hash of the id, so that the choice does not depend on order.
+    const bool drawn =
+        static_cast<double>((static_cast<uint64_t>(in.id) * 2654435761u) %
+                            1000) < options.preemptible_fraction * 1000;
+    job.spec.preemptible = options.mode == policy::Mode::kPreempt &&
+                           in.preemptible.value_or(drawn);
+    if (job.spec.preemptible) ++result.preemptible_jobs;
+    job.spec.checkpoint_interval = options.checkpoint_interval;
+    if (options.elastic && shape.members > 1) {
+      job.spec.min_members = (shape.members + 1) / 2;
+      // The job timeout must hold at the smallest size.
+      const policy::Seconds slowest = static_cast<policy::Seconds>(
+          std::ceil(static_cast<double>(in.duration) /
+                    ElasticRate(job.spec.min_members, shape.members,
+                                options.elastic_knee)));
+      job.spec.run_bound = std::max<policy::Seconds>(
+                               1, (slowest + granularity - 1) / granularity) *
+                           granularity;
+    }
     first_submit = std::min(first_submit, in.submit);
     job_of[job.spec.id] = static_cast<uint32_t>(j);
     for (uint32_t m = 1; m <= shape.members; ++m) {
@@ -226,10 +294,44 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         pending.emplace_back(event.job, event.member);
         continue;
       }
+      if (event.epoch != job.epoch || !job.running) continue;  // Stale.
+      if (event.kind == kStop) {
+        // The victim keeps the work of its last checkpoint and is queued
+        // again, as `retry:` does with its failed jobs.
+        if (absl::Status stopped = policy.Finish(job.spec.id); !stopped.ok()) {
+          return stopped;
+        }
+        const policy::Seconds worked =
+            std::max<policy::Seconds>(0, now - job.run_start - job.overhead);
+        // Seconds of the run up to its last checkpoint.
+        policy::Seconds saved = 0;
+        if (options.checkpoint_interval > 0) {
+          saved = worked / options.checkpoint_interval *
+                  options.checkpoint_interval;
+        }
+        job.remaining = std::max<policy::Seconds>(
+            0, job.remaining - static_cast<policy::Seconds>(std::floor(
+                                   static_cast<double>(saved) * job.rate)));
+        // Restart overhead spent and work since the checkpoint are lost.
+        job.lost_gpu_seconds +=
+            static_cast<double>(job.run_gpus) * (now - job.run_start - saved);
+        job.running = false;
+        ++job.epoch;
+        ++job.spec.preemptions;
+        job.queued_since = now;
+        --running;
+        for (uint32_t m = 1; m <= job.spec.members; ++m) {
+          job.joined[m - 1] = false;
+          events.push(Event{now + skew(), kReady, next_seq++, event.job, m});
+        }
+        continue;
+      }
       if (absl::Status finished = policy.Finish(job.spec.id); !finished.ok()) {
         return finished;
       }
       job.end = now;
+      job.running = false;
+      job.lost_gpu_seconds += static_cast<double>(job.run_gpus) * job.overhead;
       last_end = now;
       --running;
       ++done;
@@ -238,12 +340,36 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     while (true) {
       if (absl::Status picked = pick_up(); !picked.ok()) return picked;
       policy::Decisions decisions = policy.Schedule(now);
-      if (decisions.admitted.empty() && decisions.bounced.empty()) break;
+      if (decisions.admitted.empty() && decisions.bounced.empty() &&
+          decisions.preempted.empty()) {
+        break;
+      }
       for (const policy::Admission& admission : decisions.admitted) {
         const uint32_t j = job_of.at(admission.gang_id);
-        jobs[j].start = now;
+        JobState& job = jobs[j];
+        if (job.start < 0) job.start = now;
+        job.waited += now - job.queued_since;
+        job.run_start = now;
+        job.overhead = job.spec.preemptions > 0 ? options.restart_overhead : 0;
+        job.running = true;
+        const uint32_t n = static_cast<uint32_t>(admission.members.size());
+        job.run_gpus = n * job.spec.gpus_per_member;
+        job.rate = ElasticRate(n, job.spec.members, options.elastic_knee);
+        if (n < job.spec.members) ++result.started_smaller;
+        // Members not needed at this size end; a retry brings all back.
+        for (const uint32_t m : admission.not_needed) job.joined[m - 1] = false;
         ++running;
-        events.push(Event{now + jobs[j].duration, kFinish, next_seq++, j, 0});
+        const policy::Seconds run = static_cast<policy::Seconds>(
+            std::ceil(static_cast<double>(job.remaining) / job.rate));
+        events.push(Event{now + job.overhead + run, kFinish, next_seq++, j, 0,
+                          job.epoch});
+      }
+      for (const policy::Preemption& preemption : decisions.preempted) {
+        const uint32_t j = job_of.at(preemption.gang_id);
+        ++result.preemptions;
+        if (!jobs[j].spec.preemptible) ++result.non_preemptible_preempted;
+        events.push(
+            Event{preemption.stop_by, kStop, next_seq++, j, 0, jobs[j].epoch});
       }
       for (const policy::Bounce& bounce : decisions.bounced) {
         // The bounced members' jobs fail and `retry:` queues them again.
@@ -269,8 +395,14 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
   for (const JobState& job : jobs) {
     if (job.end < 0) continue;
     jct.push_back(static_cast<double>(job.end - job.submit));
-    wait.push_back(static_cast<double>(job.start - job.submit));
+    wait.push_back(static_cast<double>(job.waited));
     gpu_seconds += static_cast<double>(job.gpus) * job.duration;
+  }
+  for (const JobState& job : jobs) {
+    result.max_preemptions_per_job =
+        std::max(result.max_preemptions_per_job, job.spec.preemptions);
+    if (job.spec.preemptions > 0) ++result.jobs_preempted;
+    result.lost_gpu_hours += job.lost_gpu_seconds / 3600.0;
   }
   std::sort(jct.begin(), jct.end());
   std::sort(wait.begin(), wait.end());

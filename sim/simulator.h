@@ -14,11 +14,15 @@
 // bounced, after which its members are queued again, like a `retry:`). The
 // job timeout given to the policy as its run-time bound is the duration
 // rounded up to a whole multiple of timeout_granularity. A gang runs for
-// exactly its trace duration.
+// exactly its trace duration, plus the cost of its preemptions (kPreempt):
+// work since its last checkpoint is done again and each restart costs an
+// overhead. Wait is the time a job spends queued: submit to first start, plus
+// each stop to the next start.
 #ifndef GDT_POLICY_SIMULATOR_H_
 #define GDT_POLICY_SIMULATOR_H_
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -32,10 +36,15 @@ struct TraceJob {
   policy::Seconds submit = 0;
   uint32_t gpus = 0;
   policy::Seconds duration = 0;
+  int32_t priority = 0;  // Optional column `priority`; higher goes first.
+  // Optional column `preemptible` (0 or 1); without it
+  // SimOptions::preemptible_fraction decides.
+  std::optional<bool> preemptible = std::nullopt;
 };
 
 // Parses CSV with a header naming at least job_id, submit_time_s, gpus and
-// duration_s (other columns are ignored; the last column may be quoted).
+// duration_s, and optionally priority and preemptible (other columns are
+// ignored; the last column may be quoted).
 // Errors: InvalidArgument naming the line for a missing column or a bad
 // number.
 absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv);
@@ -61,6 +70,24 @@ struct SimOptions {
   uint32_t max_nodes_per_job = 8;
   policy::BackfillOrder backfill_order =
       policy::BackfillOrder::kAgedShortestFirst;  // gdt only.
+  // kPreempt: every job is preemptible, writes a checkpoint every
+  // `checkpoint_interval` seconds of its run, and pays `restart_overhead`
+  // seconds (GPUs held, no progress) each time it starts again after a
+  // preemption. A preempted job keeps the work of its last checkpoint and
+  // loses the rest; its members are queued again like a `retry:`.
+  policy::PreemptOptions preempt = {};
+  policy::Seconds checkpoint_interval = 1800;
+  policy::Seconds restart_overhead = 120;
+  // Share of the jobs without a `preemptible` column that are preemptible,
+  // chosen by job id (deterministic); the others are never stopped.
+  double preemptible_fraction = 1.0;
+  // Elastic gangs: every job of more than one member may start with as few
+  // as half its members (rounded up) when it is next in line and does not
+  // fit whole. Its speed is linear in its members up to `elastic_knee`
+  // members, and each member beyond the knee adds half a member's speed;
+  // the trace's duration is the run time at full size.
+  bool elastic = false;
+  uint32_t elastic_knee = 4;
 };
 
 struct SimResult {
@@ -84,6 +111,18 @@ struct SimResult {
   double gpu_utilisation = 0;
   // Last end (or the stall) minus the first submit.
   policy::Seconds makespan = 0;
+  // kPreempt: preemptions, the most any one job had, the jobs preempted at
+  // least once, and the GPU-hours of work lost (since the last checkpoint)
+  // plus restart overhead.
+  uint64_t preemptions = 0;
+  uint32_t max_preemptions_per_job = 0;
+  uint64_t jobs_preempted = 0;
+  double lost_gpu_hours = 0;
+  uint64_t started_smaller = 0;  // Elastic starts below full size.
+  // Preemptions of jobs that were not preemptible: the policy must never
+  // make one, so anything but 0 is a bug.
+  uint64_t non_preemptible_preempted = 0;
+  uint64_t preemptible_jobs = 0;
 };
 
 // Replays `jobs` (any order) on a uniform cluster.

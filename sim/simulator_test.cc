@@ -135,6 +135,66 @@ TEST(SimulateTest, InterleavedGangsStallNaiveButNotGdt) {
   EXPECT_GT(interleaved, 0);
 }
 
+TEST(ParseTraceTest, ReadsOptionalPriorityAndPreemptible) {
+  absl::StatusOr<std::vector<TraceJob>> jobs = ParseTrace(
+      "job_id,submit_time_s,gpus,duration_s,priority,preemptible\n"
+      "0,0,8,100,5,0\n1,0,8,100,-2,1\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_THAT(*jobs, SizeIs(2));
+  EXPECT_EQ((*jobs)[0].priority, 5);
+  EXPECT_EQ((*jobs)[0].preemptible, false);
+  EXPECT_EQ((*jobs)[1].priority, -2);
+  EXPECT_EQ((*jobs)[1].preemptible, true);
+  absl::StatusOr<std::vector<TraceJob>> bad = ParseTrace(
+      "job_id,submit_time_s,gpus,duration_s,preemptible\n0,0,8,100,yes\n");
+  EXPECT_THAT(bad.status().message(), HasSubstr("line 2"));
+}
+
+// A full cluster of long low-priority jobs; an urgent job arrives later.
+std::vector<TraceJob> UrgentTrace(bool low_preemptible) {
+  std::vector<TraceJob> trace;
+  for (int i = 0; i < 4; ++i) {
+    trace.push_back(TraceJob{i, 0, 8, 100000, 0, low_preemptible});
+  }
+  trace.push_back(TraceJob{4, 10000, 8, 1000, 10, std::nullopt});
+  return trace;
+}
+
+TEST(SimulateTest, HigherPriorityStartsWithinTheGraceByPreempting) {
+  SimOptions options = SmallCluster(policy::Mode::kPreempt);
+  absl::StatusOr<SimResult> preempt =
+      Simulate(UrgentTrace(/*low_preemptible=*/true), options);
+  ASSERT_TRUE(preempt.ok()) << preempt.status();
+  absl::StatusOr<SimResult> gdt =
+      Simulate(UrgentTrace(true), SmallCluster(policy::Mode::kBackfill));
+  ASSERT_TRUE(gdt.ok());
+
+  EXPECT_EQ(preempt->finished, 5u);
+  EXPECT_EQ(preempt->preemptions, 1u);
+  EXPECT_EQ(preempt->jobs_preempted, 1u);
+  EXPECT_EQ(preempt->non_preemptible_preempted, 0u);
+  // The victim loses at most a checkpoint interval and the grace, and pays
+  // one restart: (1,800 + 300 + 120) s x 8 GPUs.
+  EXPECT_GT(preempt->lost_gpu_hours, 0.0);
+  EXPECT_LE(preempt->lost_gpu_hours, (1800 + 300 + 120) * 8 / 3600.0);
+  // Nobody waits long: the urgent job within the grace plus pickup skew,
+  // the victim until the urgent job is done.
+  EXPECT_LE(preempt->max_wait, 300 + 30 + 1000 + 30 + 1);
+  // Without preemption the urgent job waits for a long job to end.
+  EXPECT_GT(gdt->max_wait, 80000);
+}
+
+TEST(SimulateTest, NonPreemptibleJobsAreNeverStopped) {
+  absl::StatusOr<SimResult> result =
+      Simulate(UrgentTrace(/*low_preemptible=*/false),
+               SmallCluster(policy::Mode::kPreempt));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finished, 5u);
+  EXPECT_EQ(result->preemptions, 0u);
+  EXPECT_EQ(result->preemptible_jobs, 1u);  // Only the urgent job.
+  EXPECT_GT(result->max_wait, 80000);
+}
+
 TEST(SimulateTest, RejectsAnEmptyCluster) {
   SimOptions options;
   options.hosts = 0;

@@ -1,0 +1,87 @@
+#include "coordinator/placement.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr int64_t kNow = 1'800'000'000;
+
+std::vector<PlacementHost> OneHost() {
+  PlacementHost host;
+  host.name = "gpu-01";
+  host.gpu_indices = {0, 1, 2, 3, 4, 5, 6, 7};
+  return {host};
+}
+
+// A gang on all 8 GPUs for the last 5 hours, checkpointing every 30 min.
+RunningGang Busy(bool preemptible, int32_t priority) {
+  RunningGang gang;
+  gang.gang_id = "low";
+  gang.members = {LeasedMember{"gpu-01", {0, 1, 2, 3, 4, 5, 6, 7}}};
+  gang.start_unix_s = kNow - 5 * 3600 - 600;
+  gang.end_bound_unix_s = gang.start_unix_s + 48 * 3600;
+  gang.priority = priority;
+  gang.preemptible = preemptible;
+  gang.checkpoint_interval_s = 1800;
+  return gang;
+}
+
+WaitingGang Urgent() {
+  WaitingGang gang;
+  gang.gang_id = "urgent";
+  gang.members = 1;
+  gang.gpus_per_member = 8;
+  gang.priority = 5;
+  gang.queue_time_unix_s = kNow - 60;
+  gang.run_bound_s = 3600;
+  gang.arrival_hosts = {{1, "gpu-01"}};
+  return gang;
+}
+
+TEST(PlanPreemptionTest, HigherPriorityGangPreemptsAPreemptibleOne) {
+  PreemptionSettings preemption;
+  preemption.enabled = true;
+  const PlanOutcome outcome =
+      PlanAdmissions(OneHost(), {Busy(/*preemptible=*/true, 0)}, {Urgent()},
+                     kNow, {}, preemption);
+
+  EXPECT_THAT(outcome.admitted, IsEmpty());
+  ASSERT_THAT(outcome.preempted, SizeIs(1));
+  const PreemptedGang& victim = outcome.preempted[0];
+  EXPECT_EQ(victim.gang_id, "low");
+  EXPECT_EQ(victim.by, "urgent");
+  EXPECT_EQ(victim.stop_by_unix_s, kNow + 300);
+  // 10 minutes since the last checkpoint on 8 GPUs.
+  EXPECT_DOUBLE_EQ(victim.lost_gpu_hours, 8 * 600 / 3600.0);
+  EXPECT_THAT(victim.reason, HasSubstr("preempted by gang urgent"));
+  ASSERT_EQ(outcome.blocked.count("urgent"), 1u);
+}
+
+TEST(PlanPreemptionTest, OffByDefaultAndNeverForNonPreemptibleGangs) {
+  EXPECT_THAT(
+      PlanAdmissions(OneHost(), {Busy(true, 0)}, {Urgent()}, kNow).preempted,
+      IsEmpty());
+  PreemptionSettings preemption;
+  preemption.enabled = true;
+  EXPECT_THAT(PlanAdmissions(OneHost(), {Busy(/*preemptible=*/false, 0)},
+                             {Urgent()}, kNow, {}, preemption)
+                  .preempted,
+              IsEmpty());
+  // A gang of higher priority than the waiting one is never chosen.
+  EXPECT_THAT(PlanAdmissions(OneHost(), {Busy(true, /*priority=*/9)},
+                             {Urgent()}, kNow, {}, preemption)
+                  .preempted,
+              IsEmpty());
+}
+
+}  // namespace
+}  // namespace gdt::coordinator
