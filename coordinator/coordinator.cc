@@ -190,6 +190,7 @@ void Coordinator::RunAdmissionPass() {
     scheduler_->FailGangsOnLostHosts();
     scheduler_->ReleaseAbandonedMembers();
     scheduler_->FailSuspectedGangs();
+    scheduler_->EndAbandonedFormingGangs();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }
@@ -410,6 +411,33 @@ absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
   Deliver(std::move(events));
   if (root_cause.ok()) Wake();
   return root_cause;
+}
+
+absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
+                                                     const std::string& note) {
+  std::vector<state::MemberEvent> events;
+  absl::StatusOr<std::string> line;
+  {
+    MutexLock lock(mu_);
+    line = scheduler_->ForceCancel(gang_id, note);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (line.ok()) Wake();
+  return line;
+}
+
+std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
+  std::vector<state::MemberEvent> events;
+  std::vector<std::string> ended;
+  {
+    MutexLock lock(mu_);
+    ended = scheduler_->EndAbandonedFormingGangs(/*now=*/true);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (!ended.empty()) Wake();
+  return ended;
 }
 
 Snapshot Coordinator::GetSnapshot(bool include_finished) {

@@ -92,6 +92,12 @@ class Coordinator {
                           const std::string& what);
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
+  // See Scheduler::ForceCancel and Scheduler::EndAbandonedFormingGangs
+  // (forming gangs with no present member also end on every admission pass
+  // once forming_abandoned_after has passed).
+  absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
+                                          const std::string& note);
+  std::vector<std::string> EndAbandonedFormingGangs();
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);

@@ -28,6 +28,8 @@ struct SchedulerOptions {
   std::chrono::seconds failed_gang_release{300};
   // See ReportExit's `peer_suspected`.
   std::chrono::milliseconds failure_attribution_window{3000};
+  // See EndAbandonedFormingGangs().
+  std::chrono::seconds forming_abandoned_after{300};
   // Forming gangs one pipeline, and one project, may have at once: a job
   // (or one leaked job token) cannot fill the coordinator with gangs that
   // never form. A join that would start one more is refused with
@@ -275,6 +277,25 @@ class Scheduler {
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
 
+  // The operator's escape hatch (`gdt-coord cancel --force`): whatever
+  // state gang `gang_id` (or archived epoch "<id>#<n>") is in, its leases
+  // are freed now. A forming or running gang first fails as Cancel() would
+  // fail it (every member is told to stop); then every member counts as
+  // left, the leases are released and a running gang whose members all
+  // exited 0 becomes DONE. Logged as event=gang_force_cancelled. Returns
+  // the line to show the operator. Errors: NotFound for an unknown gang;
+  // Internal when it cannot be persisted.
+  absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
+                                          const std::string& note);
+
+  // Forming gangs none of whose members holds a join stream (every one
+  // went away, e.g. their runners were stopped) would wait forever. Each
+  // forming gang seen without a present member for forming_abandoned_after
+  // (or at once when `now` is true, `gdt-coord gangs gc`) fails with
+  // "no member present for N s": a retried job starts its next epoch.
+  // Returns the ids it ended. Call periodically.
+  std::vector<std::string> EndAbandonedFormingGangs(bool now = false);
+
  private:
   // Fails `gang` (forming or running) with `cause`, blaming member
   // `member_index` (0 = nobody): persists, logs and tells every watch; a
@@ -381,6 +402,9 @@ class Scheduler {
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Failed gangs holding leases -> when this scheduler first saw them so.
   std::map<std::string, Clock::TimePoint> failed_holding_since_;
+  // Forming gangs with no present member -> when this scheduler first saw
+  // them so.
+  std::map<std::string, Clock::TimePoint> forming_empty_since_;
   std::vector<state::MemberEvent> events_;
   Observer* observer_ = &NullObserver();
 };

@@ -14,6 +14,15 @@
 namespace gdt::coordinator {
 namespace {
 
+// Whether the gang's GPUs, slots and port are leased: it runs, or it is
+// failed and some member has not left.
+bool HoldsLeasesNow(const state::Gang& gang) {
+  if (gang.state == state::GangState::kRunning) return true;
+  return gang.state == state::GangState::kFailed &&
+         std::any_of(gang.members.begin(), gang.members.end(),
+                     [](const auto& entry) { return !entry.second.left; });
+}
+
 bool AllReportedZero(const state::Gang& gang) {
   return gang.members.size() == gang.key.size &&
          std::all_of(
@@ -353,6 +362,97 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
   GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause, "operator_cancel"));
   Pass();
   return gang.reason;
+}
+
+absl::StatusOr<std::string> Scheduler::ForceCancel(const std::string& gang_id,
+                                                   const std::string& note) {
+  auto found = gangs_.find(gang_id);
+  if (found == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
+  }
+  const std::string before = state::GangStateName(found->second.state);
+  if (found->second.state == state::GangState::kForming ||
+      (found->second.state == state::GangState::kRunning &&
+       !AllReportedZero(found->second))) {
+    const std::string cause =
+        absl::StrCat("cancelled by operator (forced)", note.empty() ? "" : ": ",
+                     note, " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+    GDT_RETURN_IF_ERROR(FailGang(found->second, 0, cause, "operator_cancel"));
+  }
+  // FailGang may have replaced the gang: look it up again.
+  state::Gang& gang = gangs_.at(gang_id);
+  const bool held = HoldsLeasesNow(gang);
+  std::vector<std::string> released;
+  if (held) {
+    state::Gang updated = gang;
+    for (auto& [index, member] : updated.members) {
+      if (member.left) continue;
+      member.left = true;
+      member.present = false;
+      member.stream_id = 0;
+      released.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
+    }
+    if (updated.state == state::GangState::kRunning) {
+      updated.state = state::GangState::kDone;
+      updated.reason = "leases freed by operator (cancel --force)";
+    }
+    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+    ReleaseLeases(updated);
+    gang = std::move(updated);
+    failed_holding_since_.erase(gang_id);
+    NotifyWatchers(gang);
+  }
+  spdlog::warn(
+      "event=gang_force_cancelled gang={} state_before={} state={} "
+      "leases_freed={} members={} note={}",
+      LogValue(gang_id), before, state::GangStateName(gang.state), held,
+      LogValue(absl::StrJoin(released, ",")), LogValue(note));
+  Pass();
+  if (!held && before == state::GangStateName(gang.state)) {
+    return absl::StrCat("gang ", gang_id, " held no leases (",
+                        state::GangStateName(gang.state), "); nothing to free");
+  }
+  return absl::StrCat("gang ", gang_id, " (was ", before, ") is now ",
+                      state::GangStateName(gang.state), " and holds no leases",
+                      gang.reason.empty() ? "" : ": ", gang.reason);
+}
+
+std::vector<std::string> Scheduler::EndAbandonedFormingGangs(bool now) {
+  std::vector<std::string> ended;
+  const Clock::TimePoint time = clock_.Now();
+  std::map<std::string, Clock::TimePoint> still_empty;
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != state::GangState::kForming) continue;
+    if (std::any_of(gang.members.begin(), gang.members.end(),
+                    [](const auto& entry) { return entry.second.present; })) {
+      continue;
+    }
+    auto seen = forming_empty_since_.find(id);
+    const Clock::TimePoint since =
+        seen != forming_empty_since_.end() ? seen->second : time;
+    if (!now && time - since < options_.forming_abandoned_after) {
+      still_empty[id] = since;
+      continue;
+    }
+    const int64_t waited_s =
+        std::chrono::duration_cast<std::chrono::seconds>(time - since).count();
+    const std::string cause = absl::StrCat(
+        "no member present for ", waited_s, " s (",
+        now ? "ended by `gdt-coord gangs gc`" : "forming_gang_abandon_seconds",
+        ") at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+    if (absl::Status status = FailGang(gang, 0, cause, "forming_abandoned");
+        !status.ok()) {
+      spdlog::error("event=gang_fail_failed gang={} error={}", LogValue(id),
+                    LogValue(status.ToString()));
+      still_empty[id] = since;
+      continue;
+    }
+    spdlog::warn("event=forming_gang_ended gang={} waited_s={} members={}",
+                 LogValue(id), waited_s, gang.members.size());
+    ended.push_back(id);
+  }
+  forming_empty_since_ = std::move(still_empty);
+  return ended;
 }
 
 }  // namespace gdt::coordinator

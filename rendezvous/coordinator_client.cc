@@ -357,6 +357,19 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
   return response.root_cause();
 }
 
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::CollectGangs(
+    std::chrono::milliseconds timeout) {
+  v1::CollectGangsRequest request;
+  v1::CollectGangsResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CollectGangs(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return std::vector<std::string>(response.ended_gang_ids().begin(),
+                                  response.ended_gang_ids().end());
+}
+
 // Host tokens.
 
 absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(

@@ -124,6 +124,9 @@ class CoordinatorClient {
   // Errors: NotFound, FailedPrecondition as the coordinator rejected it.
   absl::StatusOr<std::string> CancelGang(const v1::CancelGangRequest& request,
                                          std::chrono::milliseconds timeout);
+  // Ends forming gangs with no present member; returns their ids.
+  absl::StatusOr<std::vector<std::string>> CollectGangs(
+      std::chrono::milliseconds timeout);
 
   // Host inventory (operators). Errors as the RPCs (docs/protocol.md).
   absl::Status SetHostDrained(const std::string& host_name, bool drained,
