@@ -33,6 +33,9 @@ struct Config {
   // A forming gang none of whose members is present ends this long after
   // the coordinator saw it so (its jobs are gone; a retry forms it again).
   std::chrono::seconds forming_gang_abandon{300};
+  // A placed member that neither its agent (no stage) nor its executor (no
+  // watch stream) holds for this long has left (docs/states.md).
+  std::chrono::seconds member_gone_after{120};
   std::string log_level = "info";
   // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;

@@ -191,6 +191,7 @@ void Coordinator::RunAdmissionPass() {
     scheduler_->ReleaseAbandonedMembers();
     scheduler_->FailSuspectedGangs();
     scheduler_->EndAbandonedFormingGangs();
+    scheduler_->ReconcileMembers();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }
@@ -256,12 +257,17 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
   return status;
 }
 
-bool Coordinator::Heartbeat(const std::string& host_name) {
+bool Coordinator::Heartbeat(
+    const std::string& host_name,
+    std::optional<std::set<std::string>> running_members) {
   bool was_down = false;
   bool known;
   {
     MutexLock lock(mu_);
     known = scheduler_->Heartbeat(host_name, &was_down);
+    if (known) {
+      scheduler_->SetRunningMembers(host_name, std::move(running_members));
+    }
   }
   if (was_down) Wake();
   return known;

@@ -642,7 +642,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
   const absl::Status allowed =
       Allow(context, "Heartbeat", CheckHost(context, request->host_name()));
   if (allowed.ok()) {
-    response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
+    std::optional<std::set<std::string>> running;
+    if (request->reports_running_members()) {
+      running.emplace(request->running_members().begin(),
+                      request->running_members().end());
+    }
+    response->set_reregister(
+        !coordinator_.Heartbeat(request->host_name(), std::move(running)));
   }
   return Finish(context, allowed);
 }

@@ -2,6 +2,7 @@
 // host, agent or executor, and operator cancels. Exit reports live in
 // scheduler.cc; both end in the same root-cause line and watch fan-out.
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -453,6 +454,85 @@ std::vector<std::string> Scheduler::EndAbandonedFormingGangs(bool now) {
   }
   forming_empty_since_ = std::move(still_empty);
   return ended;
+}
+
+bool Scheduler::MemberHeld(const std::string& base_id,
+                           const state::Member& member,
+                           const std::set<int64_t>& watched) const {
+  if (watched.count(member.job_id) != 0) return true;
+  auto host = hosts_.find(member.host_name);
+  if (host == hosts_.end()) return false;
+  if (StateOf(host->second) == state::HostState::kDown) return false;
+  auto reported = running_members_.find(member.host_name);
+  if (reported == running_members_.end()) return true;  // It does not say.
+  return reported->second.count(absl::StrCat(base_id, "/", member.job_id)) != 0;
+}
+
+std::vector<std::string> Scheduler::ReconcileMembers() {
+  const Clock::TimePoint now = clock_.Now();
+  std::set<int64_t> watched;
+  for (const auto& [watch_id, job_id] : watch_jobs_) watched.insert(job_id);
+  struct Gone {
+    state::GangKey key;
+    std::string gang_id;
+    uint32_t index = 0;
+    int64_t job_id = 0;
+  };
+  std::vector<Gone> gone;
+  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint> still_absent;
+  for (const auto& [id, gang] : gangs_) {
+    if (!HoldsLeasesNow(gang)) continue;
+    const std::string base_id = id.substr(0, id.find('#'));
+    for (const auto& [index, member] : gang.members) {
+      if (member.left || MemberHeld(base_id, member, watched)) continue;
+      const std::pair<std::string, uint32_t> key(id, index);
+      auto seen = member_absent_since_.find(key);
+      const Clock::TimePoint since =
+          seen != member_absent_since_.end() ? seen->second : now;
+      if (now - since < options_.member_gone_after) {
+        still_absent[key] = since;
+        continue;
+      }
+      gone.push_back(Gone{gang.key, id, index, member.job_id});
+    }
+  }
+  member_absent_since_ = std::move(still_absent);
+  std::vector<std::string> released;
+  for (const Gone& member : gone) {
+    state::Gang* gang = GangOfJob(member.key, member.index, member.job_id);
+    if (gang == nullptr) continue;
+    const int64_t bound_s = options_.member_gone_after.count();
+    if (gang->state == state::GangState::kRunning && !AllReportedZero(*gang) &&
+        gang->members.at(member.index).exit_code == -1) {
+      const std::string cause = absl::StrCat(
+          MemberLabel(*gang, gang->members.at(member.index)),
+          " was lost: neither its agent nor its executor has held it for ",
+          bound_s, " s (member_gone_after_seconds) at ",
+          state::UtcTimeOfDay(clock_.UnixMillis()));
+      if (absl::Status status =
+              FailGang(*gang, member.index, cause, "member_lost");
+          !status.ok()) {
+        spdlog::error("event=gang_fail_failed gang={} error={}",
+                      LogValue(member.gang_id), LogValue(status.ToString()));
+        continue;
+      }
+    }
+    if (absl::Status status = Leave(member.key, member.index, member.job_id);
+        !status.ok()) {
+      spdlog::error("event=member_reconcile_failed gang={} member={} error={}",
+                    LogValue(member.gang_id), member.index,
+                    LogValue(status.ToString()));
+      continue;
+    }
+    spdlog::warn(
+        "event=member_reconciled_left gang={} member={} job={} absent_s={} "
+        "reason={}",
+        LogValue(member.gang_id), member.index, member.job_id, bound_s,
+        LogValue("no stage on its agent and no executor stream "
+                 "(member_gone_after_seconds)"));
+    released.push_back(absl::StrCat(member.gang_id, "/", member.index));
+  }
+  return released;
 }
 
 }  // namespace gdt::coordinator

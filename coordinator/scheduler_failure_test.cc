@@ -1,5 +1,8 @@
 // Scheduler failure paths: lost hosts and members, operator cancel.
 #include <chrono>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
@@ -383,6 +386,89 @@ TEST_F(SchedulerFailureTest, GangsGcEndsEmptyFormingGangsNowAndOnlyThem) {
   ASSERT_EQ(snapshot.gangs.size(), 1u);
   EXPECT_EQ(snapshot.gangs.at(0).key.pipeline_id, 78);
   EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);
+}
+
+// Keeps both hosts of AdmitTwoHostGang() up while `duration` passes, their
+// agents reporting `running` ("<gang id>/<job id>") as their stages.
+void PassWithAgentsReporting(FakeClock& clock, Scheduler& scheduler,
+                             std::chrono::seconds duration,
+                             const std::set<std::string>& running) {
+  for (std::chrono::seconds t{0}; t < duration; t += 2s) {
+    clock.Advance(2s);
+    for (const char* host : {"cpu-01", "cpu-02"}) {
+      bool was_down = false;
+      scheduler.Heartbeat(host, &was_down);
+      scheduler.SetRunningMembers(host, running);
+    }
+  }
+}
+
+TEST_F(SchedulerFailureTest, MembersNobodyHoldsLeaveAfterTheBound) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  // Both LeaveGang calls were lost; the agents run nothing for them.
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 118s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(),
+              ElementsAre(gang + "/1", gang + "/2"));
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kDone);
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+  absl::StatusOr<state::StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+}
+
+TEST_F(SchedulerFailureTest, StagesAndWatchStreamsHoldTheirMembers) {
+  const std::string gang = AdmitTwoHostGang();
+  // Member 1 runs a stage on its agent; member 2's executor watches.
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 60).ok());
+  const std::set<std::string> stage = {gang + "/101"};
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 600s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+
+  // Member 2's executor is gone before its script's exit was reported.
+  scheduler_->Unwatch(60);
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 120s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), ElementsAre(gang + "/2"));
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(OnlyGang().reason,
+              ::testing::HasSubstr(
+                  "member 2/2 (job 102 on host cpu-02) was lost: neither its "
+                  "agent nor its executor has held it for 120 s"));
+  EXPECT_EQ(OnlyGang().failed_member, 2u);
+}
+
+TEST_F(SchedulerFailureTest, AnAgentThatDoesNotReportHoldsItsMembers) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(2s);
+    for (const char* host : {"cpu-01", "cpu-02"}) {
+      bool was_down = false;
+      scheduler_->Heartbeat(host, &was_down);
+      scheduler_->SetRunningMembers(host, std::nullopt);
+    }
+    ASSERT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  }
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
 }
 
 TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {

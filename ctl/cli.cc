@@ -110,7 +110,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
-                   "forming_gang_abandon_seconds, "
+                   "forming_gang_abandon_seconds, member_gone_after_seconds, "
                    "kv_max_keys_per_gang, log_level, metrics_address, "
                    "dashboard_address, max_forming_gangs_per_pipeline, "
                    "max_forming_gangs_per_project, tls, "

@@ -1,5 +1,7 @@
 // End to end: nothing leaks across coordinator outages. The members'
-// LeaveGang calls of `cleanup` are lost while gdt-coord is down; the
+// LeaveGang calls of `cleanup` are lost while gdt-coord is down: the
+// restarted coordinator sees that no agent runs a stage for them and no
+// executor watches, and lets them go after member_gone_after_seconds; the
 // operator's escape hatch (`cancel --force`) frees the leases at once.
 #include <signal.h>
 
@@ -108,6 +110,23 @@ TEST_F(ReconcileTest, ForcedCancelFreesLeasesWhoseLeaveWasLost) {
 
   EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
   EXPECT_THAT(cluster_.Logs(), HasSubstr("event=gang_force_cancelled"));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+TEST_F(ReconcileTest, LeasesWhoseLeaveWasLostAreFreedByReconciliation) {
+  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 3\n");
+  const std::string gang_id = LoseTheLeaves();
+  ASSERT_FALSE(gang_id.empty()) << cluster_.Logs();
+
+  // Nobody acts: the coordinator finds the members gone by itself.
+  EXPECT_TRUE(
+      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(60)))
+      << cluster_.Status()->dump() << cluster_.Logs();
+  // The gang is done: every member left and its leases are free.
+  ExpectLeasesReleased(cluster_);
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_reconciled_left"));
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
       << DescribeAll(JobProcesses(cluster_));
