@@ -154,7 +154,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   daemon->registrar_ = std::make_unique<Registrar>(
       daemon->coordinator_,
       MakeHostSpec(host_config, daemon->advertise_endpoint_),
-      Registrar::Options{});
+      Registrar::Options{}, [supervisor = &daemon->supervisor_] {
+        return supervisor->RunningMembers();
+      });
   daemon->registrar_->Start();
   return daemon;
 }

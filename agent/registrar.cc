@@ -1,6 +1,7 @@
 #include "agent/registrar.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "common/backoff.h"
@@ -13,8 +14,11 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
-                     Options options)
-    : client_(client), host_(std::move(host)), options_(options) {}
+                     Options options, RunningMembers running_members)
+    : client_(client),
+      host_(std::move(host)),
+      options_(options),
+      running_members_(std::move(running_members)) {}
 
 Registrar::~Registrar() { Stop(); }
 
@@ -87,8 +91,10 @@ void Registrar::Run() {
         period.count());
 
     while (Sleep(period)) {
+      std::optional<std::vector<std::string>> members;
+      if (running_members_) members = running_members_();
       absl::StatusOr<bool> reregister =
-          client_.Heartbeat(name, options_.rpc_timeout);
+          client_.Heartbeat(name, options_.rpc_timeout, members);
       if (!reregister.ok()) {
         if (reregister.status().code() == absl::StatusCode::kUnauthenticated ||
             reregister.status().code() == absl::StatusCode::kPermissionDenied) {

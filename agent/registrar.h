@@ -2,7 +2,10 @@
 #define GDT_AGENT_REGISTRAR_H_
 
 #include <chrono>
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "common/mutex.h"
@@ -26,8 +29,12 @@ class Registrar {
     std::chrono::milliseconds max_backoff{5000};
   };
 
+  // `running_members` (may be empty) lists the members that run a stage on
+  // this host; every heartbeat carries it, so that the coordinator can tell
+  // members that are gone from ones still at work.
+  using RunningMembers = std::function<std::vector<std::string>()>;
   Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
-            Options options);
+            Options options, RunningMembers running_members = nullptr);
   // Stops the loop.
   ~Registrar();
   Registrar(const Registrar&) = delete;
@@ -47,6 +54,7 @@ class Registrar {
   rendezvous::CoordinatorClient& client_;
   const v1::HostSpec host_;
   const Options options_;
+  const RunningMembers running_members_;
 
   Mutex mu_;
   CondVar wake_;

@@ -404,4 +404,13 @@ bool Supervisor::MemberRunning(const std::string& member_id) const {
   return it != members_.end() && !it->second.running.empty();
 }
 
+std::vector<std::string> Supervisor::RunningMembers() const {
+  MutexLock lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, member] : members_) {
+    if (!member.running.empty()) ids.push_back(id);
+  }
+  return ids;
+}
+
 }  // namespace gdt::agent

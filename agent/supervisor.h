@@ -125,6 +125,9 @@ class Supervisor {
                                               const std::string& token) const;
   // Whether the member still runs a stage.
   bool MemberRunning(const std::string& member_id) const;
+  // The members that run a stage now, by id: what the heartbeat tells the
+  // coordinator this host holds.
+  std::vector<std::string> RunningMembers() const;
 
  private:
   struct Member {

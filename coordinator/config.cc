@@ -164,6 +164,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
       key == "host_down_after_seconds" ||
       key == "failed_gang_release_seconds" ||
+      key == "forming_gang_abandon_seconds" ||
+      key == "member_gone_after_seconds" ||
       key == "max_forming_gangs_per_pipeline" ||
       key == "max_forming_gangs_per_project") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
@@ -183,6 +185,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     if (key == "failed_gang_release_seconds") {
       config.failed_gang_release = std::chrono::seconds(*number);
+    }
+    if (key == "member_gone_after_seconds") {
+      config.member_gone_after = std::chrono::seconds(*number);
+    }
+    if (key == "forming_gang_abandon_seconds") {
+      config.forming_gang_abandon = std::chrono::seconds(*number);
     }
     return absl::OkStatus();
   }

@@ -30,6 +30,12 @@ struct Config {
   // A failed gang's leases are released this long after the failure even
   // when some member never cleaned up (its runner is gone).
   std::chrono::seconds failed_gang_release{300};
+  // A forming gang none of whose members is present ends this long after
+  // the coordinator saw it so (its jobs are gone; a retry forms it again).
+  std::chrono::seconds forming_gang_abandon{300};
+  // A placed member that neither its agent (no stage) nor its executor (no
+  // watch stream) holds for this long has left (docs/states.md).
+  std::chrono::seconds member_gone_after{120};
   std::string log_level = "info";
   // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;

@@ -190,6 +190,8 @@ void Coordinator::RunAdmissionPass() {
     scheduler_->FailGangsOnLostHosts();
     scheduler_->ReleaseAbandonedMembers();
     scheduler_->FailSuspectedGangs();
+    scheduler_->EndAbandonedFormingGangs();
+    scheduler_->ReconcileMembers();
     proposals = scheduler_->Plan();
     events = TakeEventsLocked();
   }
@@ -255,12 +257,17 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
   return status;
 }
 
-bool Coordinator::Heartbeat(const std::string& host_name) {
+bool Coordinator::Heartbeat(
+    const std::string& host_name,
+    std::optional<std::set<std::string>> running_members) {
   bool was_down = false;
   bool known;
   {
     MutexLock lock(mu_);
     known = scheduler_->Heartbeat(host_name, &was_down);
+    if (known) {
+      scheduler_->SetRunningMembers(host_name, std::move(running_members));
+    }
   }
   if (was_down) Wake();
   return known;
@@ -410,6 +417,33 @@ absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
   Deliver(std::move(events));
   if (root_cause.ok()) Wake();
   return root_cause;
+}
+
+absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
+                                                     const std::string& note) {
+  std::vector<state::MemberEvent> events;
+  absl::StatusOr<std::string> line;
+  {
+    MutexLock lock(mu_);
+    line = scheduler_->ForceCancel(gang_id, note);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (line.ok()) Wake();
+  return line;
+}
+
+std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
+  std::vector<state::MemberEvent> events;
+  std::vector<std::string> ended;
+  {
+    MutexLock lock(mu_);
+    ended = scheduler_->EndAbandonedFormingGangs(/*now=*/true);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (!ended.empty()) Wake();
+  return ended;
 }
 
 Snapshot Coordinator::GetSnapshot(bool include_finished) {

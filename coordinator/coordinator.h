@@ -4,6 +4,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,7 +68,10 @@ class Coordinator {
 
   // The operations below mirror the RPCs; see Scheduler for their errors.
   absl::Status RegisterHost(const state::HostSpec& spec);
-  bool Heartbeat(const std::string& host_name);
+  // `running_members`: see Scheduler::SetRunningMembers.
+  bool Heartbeat(
+      const std::string& host_name,
+      std::optional<std::set<std::string>> running_members = std::nullopt);
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
   void Detach(const std::string& gang_id, uint32_t member_index,
@@ -92,6 +97,12 @@ class Coordinator {
                           const std::string& what);
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
+  // See Scheduler::ForceCancel and Scheduler::EndAbandonedFormingGangs
+  // (forming gangs with no present member also end on every admission pass
+  // once forming_abandoned_after has passed).
+  absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
+                                          const std::string& note);
+  std::vector<std::string> EndAbandonedFormingGangs();
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);

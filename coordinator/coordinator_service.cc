@@ -650,7 +650,13 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
   const absl::Status allowed =
       Allow(context, "Heartbeat", CheckHost(context, request->host_name()));
   if (allowed.ok()) {
-    response->set_reregister(!coordinator_.Heartbeat(request->host_name()));
+    std::optional<std::set<std::string>> running;
+    if (request->reports_running_members()) {
+      running.emplace(request->running_members().begin(),
+                      request->running_members().end());
+    }
+    response->set_reregister(
+        !coordinator_.Heartbeat(request->host_name(), std::move(running)));
   }
   return Finish(context, allowed);
 }
@@ -751,16 +757,32 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     v1::CancelGangResponse* response) {
   return AsAdmin(context, "cancelling a gang", [&]() -> absl::Status {
     absl::StatusOr<std::string> root_cause =
-        coordinator_.Cancel(request->gang_id(), request->reason());
+        request->force()
+            ? coordinator_.ForceCancel(request->gang_id(), request->reason())
+            : coordinator_.Cancel(request->gang_id(), request->reason());
     if (!root_cause.ok()) {
       spdlog::warn("event=cancel_rejected gang={} error={}",
                    LogValue(request->gang_id()),
                    LogValue(root_cause.status().ToString()));
       return root_cause.status();
     }
-    spdlog::info("event=gang_cancelled_by_operator gang={}",
-                 LogValue(request->gang_id()));
+    spdlog::info("event=gang_cancelled_by_operator gang={} force={}",
+                 LogValue(request->gang_id()), request->force());
     response->set_root_cause(*root_cause);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CollectGangs(
+    grpc::CallbackServerContext* context,
+    const v1::CollectGangsRequest* /*request*/,
+    v1::CollectGangsResponse* response) {
+  return AsAdmin(context, "collecting abandoned gangs", [&] {
+    for (const std::string& id : coordinator_.EndAbandonedFormingGangs()) {
+      response->add_ended_gang_ids(id);
+    }
+    spdlog::info("event=gangs_collected_by_operator ended={}",
+                 response->ended_gang_ids_size());
     return absl::OkStatus();
   });
 }

@@ -94,6 +94,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
+  grpc::ServerUnaryReactor* CollectGangs(
+      grpc::CallbackServerContext* context,
+      const v1::CollectGangsRequest* request,
+      v1::CollectGangsResponse* response) override;
   // Host tokens (admin).
   grpc::ServerUnaryReactor* CreateHostToken(
       grpc::CallbackServerContext* context,

@@ -207,8 +207,12 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
     }
   }
   // A declared count below the members present there is wrong: unknown.
+  // A down host's runner serves nobody new: it has exactly the slots its
+  // present members hold, none free, declared or not (else one down host
+  // without runner_slots would hide every deadlock).
   auto slots_of = [&](const PlacementHost& host) {
     const uint32_t present = arrivals[index_of.at(host.name)];
+    if (host.down) return present;
     return host.runner_slots == 0 || host.runner_slots < present
                ? ample
                : host.runner_slots;

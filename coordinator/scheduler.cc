@@ -510,11 +510,26 @@ absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
                      "; only an admitted gang can be watched"));
   }
   watchers_[watch_id] = gang_id;
+  watch_jobs_[watch_id] = job_id;
   QueueWatchEvent(gang, watch_id);
   return absl::OkStatus();
 }
 
-void Scheduler::Unwatch(uint64_t watch_id) { watchers_.erase(watch_id); }
+void Scheduler::Unwatch(uint64_t watch_id) {
+  watchers_.erase(watch_id);
+  watch_jobs_.erase(watch_id);
+}
+
+void Scheduler::SetRunningMembers(
+    const std::string& host_name,
+    std::optional<std::set<std::string>> member_ids) {
+  if (hosts_.count(host_name) == 0) return;
+  if (member_ids.has_value()) {
+    running_members_[host_name] = std::move(*member_ids);
+  } else {
+    running_members_.erase(host_name);
+  }
+}
 
 void Scheduler::QueueWatchEvent(const state::Gang& gang, uint64_t watch_id) {
   state::MemberEvent event;

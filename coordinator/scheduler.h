@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +30,10 @@ struct SchedulerOptions {
   std::chrono::seconds failed_gang_release{300};
   // See ReportExit's `peer_suspected`.
   std::chrono::milliseconds failure_attribution_window{3000};
+  // See EndAbandonedFormingGangs().
+  std::chrono::seconds forming_abandoned_after{300};
+  // See ReconcileMembers().
+  std::chrono::seconds member_gone_after{120};
   // Forming gangs one pipeline, and one project, may have at once: a job
   // (or one leaked job token) cannot fill the coordinator with gangs that
   // never form. A join that would start one more is refused with
@@ -130,6 +136,13 @@ class Scheduler {
   // Marks the host alive. Returns false when the host is unknown (the agent
   // should register again). `*was_down` tells whether it had been down.
   bool Heartbeat(const std::string& host_name, bool* was_down);
+
+  // What the agent on `host_name` holds now: the members ("<gang id>/<job
+  // id>", the executor's member id) that run a stage there, or nullopt when
+  // its agent does not say (then every member placed there counts as held).
+  // Unknown hosts are ignored.
+  void SetRunningMembers(const std::string& host_name,
+                         std::optional<std::set<std::string>> member_ids);
 
   // Drains (no new gangs; running ones finish) or undrains a host; persisted.
   // Errors: NotFound "unknown host NAME"; Internal when it cannot be saved.
@@ -251,6 +264,20 @@ class Scheduler {
   // persisted). Returns the ids of the gangs released. Call periodically.
   std::vector<std::string> ReleaseAbandonedMembers();
 
+  // Reconciliation: a member of a gang that holds leases is *held* while an
+  // executor holds a WatchGang stream for its job, or its host is up and
+  // its agent runs a stage for it (SetRunningMembers; an agent that does
+  // not report holds every member). A member not held for
+  // member_gone_after, continuously since this scheduler first saw it so,
+  // has left: when its gang runs and its exit is unknown the gang fails
+  // with "... was lost: neither its agent nor its executor has held it for
+  // N s", then it leaves as by Leave() (a gang whose members all left is
+  // done and its leases are freed). So a LeaveGang lost during a
+  // coordinator outage, or a runner that died before cleanup, leaks
+  // nothing. Returns "<gang id>/<member index>" of each member it let go.
+  // Call periodically.
+  std::vector<std::string> ReconcileMembers();
+
   // Fails each running gang whose first failure report was only
   // `peer_suspected` once failure_attribution_window has passed without a
   // better culprit, blaming that member. Returns the ids it failed. Call
@@ -274,6 +301,25 @@ class Scheduler {
   // every member exited 0); Internal when it cannot be persisted.
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
+
+  // The operator's escape hatch (`gdt-coord cancel --force`): whatever
+  // state gang `gang_id` (or archived epoch "<id>#<n>") is in, its leases
+  // are freed now. A forming or running gang first fails as Cancel() would
+  // fail it (every member is told to stop); then every member counts as
+  // left, the leases are released and a running gang whose members all
+  // exited 0 becomes DONE. Logged as event=gang_force_cancelled. Returns
+  // the line to show the operator. Errors: NotFound for an unknown gang;
+  // Internal when it cannot be persisted.
+  absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
+                                          const std::string& note);
+
+  // Forming gangs none of whose members holds a join stream (every one
+  // went away, e.g. their runners were stopped) would wait forever. Each
+  // forming gang seen without a present member for forming_abandoned_after
+  // (or at once when `now` is true, `gdt-coord gangs gc`) fails with
+  // "no member present for N s": a retried job starts its next epoch.
+  // Returns the ids it ended. Call periodically.
+  std::vector<std::string> EndAbandonedFormingGangs(bool now = false);
 
  private:
   // Fails `gang` (forming or running) with `cause`, blaming member
@@ -303,6 +349,10 @@ class Scheduler {
   state::Gang* GangOfJob(const state::GangKey& key, uint32_t member_index,
                          int64_t job_id);
   static bool IsArchivedEpoch(const std::string& gang_id);
+  // Whether anything holds `member` of a gang whose live id is `base_id`
+  // (see ReconcileMembers); `watched` are the job ids with a watch stream.
+  bool MemberHeld(const std::string& base_id, const state::Member& member,
+                  const std::set<int64_t>& watched) const;
   // Frees the GPU, slot and port leases of `gang` (every member has left).
   void ReleaseLeases(const state::Gang& gang);
 
@@ -379,8 +429,18 @@ class Scheduler {
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
+  // Open watch streams (until Unwatch) -> the watching member's job id.
+  std::map<uint64_t, int64_t> watch_jobs_;
+  // Hosts whose agent reports its running members -> those member ids.
+  std::map<std::string, std::set<std::string>> running_members_;
+  // (gang id, member index) of members not held -> since when.
+  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint>
+      member_absent_since_;
   // Failed gangs holding leases -> when this scheduler first saw them so.
   std::map<std::string, Clock::TimePoint> failed_holding_since_;
+  // Forming gangs with no present member -> when this scheduler first saw
+  // them so.
+  std::map<std::string, Clock::TimePoint> forming_empty_since_;
   std::vector<state::MemberEvent> events_;
   Observer* observer_ = &NullObserver();
 };

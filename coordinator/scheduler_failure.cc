@@ -2,6 +2,7 @@
 // host, agent or executor, and operator cancels. Exit reports live in
 // scheduler.cc; both end in the same root-cause line and watch fan-out.
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +14,15 @@
 
 namespace gdt::coordinator {
 namespace {
+
+// Whether the gang's GPUs, slots and port are leased: it runs, or it is
+// failed and some member has not left.
+bool HoldsLeasesNow(const state::Gang& gang) {
+  if (gang.state == state::GangState::kRunning) return true;
+  return gang.state == state::GangState::kFailed &&
+         std::any_of(gang.members.begin(), gang.members.end(),
+                     [](const auto& entry) { return !entry.second.left; });
+}
 
 bool AllReportedZero(const state::Gang& gang) {
   return gang.members.size() == gang.key.size &&
@@ -353,6 +363,176 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
   GDT_RETURN_IF_ERROR(FailGang(gang, 0, cause, "operator_cancel"));
   Pass();
   return gang.reason;
+}
+
+absl::StatusOr<std::string> Scheduler::ForceCancel(const std::string& gang_id,
+                                                   const std::string& note) {
+  auto found = gangs_.find(gang_id);
+  if (found == gangs_.end()) {
+    return absl::NotFoundError(absl::StrCat("unknown gang ", gang_id));
+  }
+  const std::string before = state::GangStateName(found->second.state);
+  if (found->second.state == state::GangState::kForming ||
+      (found->second.state == state::GangState::kRunning &&
+       !AllReportedZero(found->second))) {
+    const std::string cause =
+        absl::StrCat("cancelled by operator (forced)", note.empty() ? "" : ": ",
+                     note, " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+    GDT_RETURN_IF_ERROR(FailGang(found->second, 0, cause, "operator_cancel"));
+  }
+  // FailGang may have replaced the gang: look it up again.
+  state::Gang& gang = gangs_.at(gang_id);
+  const bool held = HoldsLeasesNow(gang);
+  std::vector<std::string> released;
+  if (held) {
+    state::Gang updated = gang;
+    for (auto& [index, member] : updated.members) {
+      if (member.left) continue;
+      member.left = true;
+      member.present = false;
+      member.stream_id = 0;
+      released.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
+    }
+    if (updated.state == state::GangState::kRunning) {
+      updated.state = state::GangState::kDone;
+      updated.reason = "leases freed by operator (cancel --force)";
+    }
+    GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+    ReleaseLeases(updated);
+    gang = std::move(updated);
+    failed_holding_since_.erase(gang_id);
+    NotifyWatchers(gang);
+  }
+  spdlog::warn(
+      "event=gang_force_cancelled gang={} state_before={} state={} "
+      "leases_freed={} members={} note={}",
+      LogValue(gang_id), before, state::GangStateName(gang.state), held,
+      LogValue(absl::StrJoin(released, ",")), LogValue(note));
+  Pass();
+  if (!held && before == state::GangStateName(gang.state)) {
+    return absl::StrCat("gang ", gang_id, " held no leases (",
+                        state::GangStateName(gang.state), "); nothing to free");
+  }
+  return absl::StrCat("gang ", gang_id, " (was ", before, ") is now ",
+                      state::GangStateName(gang.state), " and holds no leases",
+                      gang.reason.empty() ? "" : ": ", gang.reason);
+}
+
+std::vector<std::string> Scheduler::EndAbandonedFormingGangs(bool now) {
+  std::vector<std::string> ended;
+  const Clock::TimePoint time = clock_.Now();
+  std::map<std::string, Clock::TimePoint> still_empty;
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != state::GangState::kForming) continue;
+    if (std::any_of(gang.members.begin(), gang.members.end(),
+                    [](const auto& entry) { return entry.second.present; })) {
+      continue;
+    }
+    auto seen = forming_empty_since_.find(id);
+    const Clock::TimePoint since =
+        seen != forming_empty_since_.end() ? seen->second : time;
+    if (!now && time - since < options_.forming_abandoned_after) {
+      still_empty[id] = since;
+      continue;
+    }
+    const int64_t waited_s =
+        std::chrono::duration_cast<std::chrono::seconds>(time - since).count();
+    const std::string cause = absl::StrCat(
+        "no member present for ", waited_s, " s (",
+        now ? "ended by `gdt-coord gangs gc`" : "forming_gang_abandon_seconds",
+        ") at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+    if (absl::Status status = FailGang(gang, 0, cause, "forming_abandoned");
+        !status.ok()) {
+      spdlog::error("event=gang_fail_failed gang={} error={}", LogValue(id),
+                    LogValue(status.ToString()));
+      still_empty[id] = since;
+      continue;
+    }
+    spdlog::warn("event=forming_gang_ended gang={} waited_s={} members={}",
+                 LogValue(id), waited_s, gang.members.size());
+    ended.push_back(id);
+  }
+  forming_empty_since_ = std::move(still_empty);
+  return ended;
+}
+
+bool Scheduler::MemberHeld(const std::string& base_id,
+                           const state::Member& member,
+                           const std::set<int64_t>& watched) const {
+  if (watched.count(member.job_id) != 0) return true;
+  auto host = hosts_.find(member.host_name);
+  if (host == hosts_.end()) return false;
+  if (StateOf(host->second) == state::HostState::kDown) return false;
+  auto reported = running_members_.find(member.host_name);
+  if (reported == running_members_.end()) return true;  // It does not say.
+  return reported->second.count(absl::StrCat(base_id, "/", member.job_id)) != 0;
+}
+
+std::vector<std::string> Scheduler::ReconcileMembers() {
+  const Clock::TimePoint now = clock_.Now();
+  std::set<int64_t> watched;
+  for (const auto& [watch_id, job_id] : watch_jobs_) watched.insert(job_id);
+  struct Gone {
+    state::GangKey key;
+    std::string gang_id;
+    uint32_t index = 0;
+    int64_t job_id = 0;
+  };
+  std::vector<Gone> gone;
+  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint> still_absent;
+  for (const auto& [id, gang] : gangs_) {
+    if (!HoldsLeasesNow(gang)) continue;
+    const std::string base_id = id.substr(0, id.find('#'));
+    for (const auto& [index, member] : gang.members) {
+      if (member.left || MemberHeld(base_id, member, watched)) continue;
+      const std::pair<std::string, uint32_t> key(id, index);
+      auto seen = member_absent_since_.find(key);
+      const Clock::TimePoint since =
+          seen != member_absent_since_.end() ? seen->second : now;
+      if (now - since < options_.member_gone_after) {
+        still_absent[key] = since;
+        continue;
+      }
+      gone.push_back(Gone{gang.key, id, index, member.job_id});
+    }
+  }
+  member_absent_since_ = std::move(still_absent);
+  std::vector<std::string> released;
+  for (const Gone& member : gone) {
+    state::Gang* gang = GangOfJob(member.key, member.index, member.job_id);
+    if (gang == nullptr) continue;
+    const int64_t bound_s = options_.member_gone_after.count();
+    if (gang->state == state::GangState::kRunning && !AllReportedZero(*gang) &&
+        gang->members.at(member.index).exit_code == -1) {
+      const std::string cause = absl::StrCat(
+          MemberLabel(*gang, gang->members.at(member.index)),
+          " was lost: neither its agent nor its executor has held it for ",
+          bound_s, " s (member_gone_after_seconds) at ",
+          state::UtcTimeOfDay(clock_.UnixMillis()));
+      if (absl::Status status =
+              FailGang(*gang, member.index, cause, "member_lost");
+          !status.ok()) {
+        spdlog::error("event=gang_fail_failed gang={} error={}",
+                      LogValue(member.gang_id), LogValue(status.ToString()));
+        continue;
+      }
+    }
+    if (absl::Status status = Leave(member.key, member.index, member.job_id);
+        !status.ok()) {
+      spdlog::error("event=member_reconcile_failed gang={} member={} error={}",
+                    LogValue(member.gang_id), member.index,
+                    LogValue(status.ToString()));
+      continue;
+    }
+    spdlog::warn(
+        "event=member_reconciled_left gang={} member={} job={} absent_s={} "
+        "reason={}",
+        LogValue(member.gang_id), member.index, member.job_id, bound_s,
+        LogValue("no stage on its agent and no executor stream "
+                 "(member_gone_after_seconds)"));
+    released.push_back(absl::StrCat(member.gang_id, "/", member.index));
+  }
+  return released;
 }
 
 }  // namespace gdt::coordinator

@@ -1,5 +1,8 @@
 // Scheduler failure paths: lost hosts and members, operator cancel.
 #include <chrono>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
@@ -270,6 +273,202 @@ TEST_F(SchedulerFailureTest, OperatorCancelAbortsAFormingGang) {
       absl::StatusCode::kAborted);
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 2), 13).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).epoch, 2u);
+}
+
+TEST_F(SchedulerFailureTest, ForcedCancelFreesAFailedGangsLeasesAtOnce) {
+  const std::string gang = AdmitTwoHostGang();
+  // Member 2 failed and left; member 1's runner is gone without cleanup.
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
+  EXPECT_EQ(scheduler_->Cancel(gang, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  absl::StatusOr<std::string> line = scheduler_->ForceCancel(gang, "stuck");
+
+  ASSERT_TRUE(line.ok()) << line.status();
+  EXPECT_THAT(*line, ::testing::HasSubstr("holds no leases"));
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+  absl::StatusOr<state::StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_TRUE(stored->gangs.at(0).members.at(1).left);
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+  // Nothing is left to free: still fine, and says so.
+  absl::StatusOr<std::string> again = scheduler_->ForceCancel(gang, "");
+  ASSERT_TRUE(again.ok());
+  EXPECT_THAT(*again, ::testing::HasSubstr("held no leases"));
+  EXPECT_EQ(scheduler_->ForceCancel("nope", "").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(SchedulerFailureTest, ForcedCancelEndsAGangWhoseMembersAllExitedZero) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  // Their LeaveGang calls were lost: the gang would hold its leases forever.
+  EXPECT_EQ(scheduler_->Cancel(gang, "").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  ASSERT_TRUE(scheduler_->ForceCancel(gang, "").ok());
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kDone);
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  // The freed slots take the next gang.
+  state::GangKey next = test::TrainKey(2);
+  next.pipeline_id = 78;
+  for (uint32_t index = 1; index <= 2; ++index) {
+    JoinRequest request = test::Joining(next, index);
+    request.job_id = 7800 + index;
+    ASSERT_TRUE(scheduler_->Join(request, 70 + index).ok());
+  }
+  EXPECT_EQ(scheduler_->Plan().size(), 1u);
+}
+
+TEST_F(SchedulerFailureTest, ForcedCancelStopsARunningGang) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 60).ok());
+  scheduler_->TakeEvents();
+
+  ASSERT_TRUE(scheduler_->ForceCancel(gang, "hung").ok());
+
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 60);
+  EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
+  EXPECT_THAT(event.reason,
+              ::testing::HasSubstr("cancelled by operator (forced): hung"));
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+}
+
+TEST_F(SchedulerFailureTest, FormingGangWithNoMemberPresentEndsAfterTheBound) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11);
+  ASSERT_TRUE(gang.ok());
+  EXPECT_THAT(scheduler_->EndAbandonedFormingGangs(), IsEmpty());
+  // Its only member's runner went away.
+  scheduler_->Detach(*gang, 1, 11);
+  EXPECT_THAT(scheduler_->EndAbandonedFormingGangs(), IsEmpty());
+  clock_.Advance(299s);
+  EXPECT_THAT(scheduler_->EndAbandonedFormingGangs(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kForming);
+
+  clock_.Advance(1s);
+  EXPECT_THAT(scheduler_->EndAbandonedFormingGangs(), ElementsAre(*gang));
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(OnlyGang().reason,
+              ::testing::HasSubstr("no member present for 300 s"));
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs, IsEmpty());
+  // A retried job forms it again.
+  JoinRequest retry = test::Joining(test::TrainKey(2), 1);
+  retry.job_id = 9001;
+  ASSERT_TRUE(scheduler_->Join(retry, 12).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).epoch, 2u);
+}
+
+TEST_F(SchedulerFailureTest, GangsGcEndsEmptyFormingGangsNowAndOnlyThem) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  absl::StatusOr<std::string> empty =
+      scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11);
+  ASSERT_TRUE(empty.ok());
+  scheduler_->Detach(*empty, 1, 11);
+  state::GangKey other = test::TrainKey(2);
+  other.pipeline_id = 78;
+  JoinRequest waiting = test::Joining(other, 1);
+  waiting.job_id = 7801;
+  ASSERT_TRUE(scheduler_->Join(waiting, 21).ok());
+
+  EXPECT_THAT(scheduler_->EndAbandonedFormingGangs(/*now=*/true),
+              ElementsAre(*empty));
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  ASSERT_EQ(snapshot.gangs.size(), 1u);
+  EXPECT_EQ(snapshot.gangs.at(0).key.pipeline_id, 78);
+  EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);
+}
+
+// Keeps both hosts of AdmitTwoHostGang() up while `duration` passes, their
+// agents reporting `running` ("<gang id>/<job id>") as their stages.
+void PassWithAgentsReporting(FakeClock& clock, Scheduler& scheduler,
+                             std::chrono::seconds duration,
+                             const std::set<std::string>& running) {
+  for (std::chrono::seconds t{0}; t < duration; t += 2s) {
+    clock.Advance(2s);
+    for (const char* host : {"cpu-01", "cpu-02"}) {
+      bool was_down = false;
+      scheduler.Heartbeat(host, &was_down);
+      scheduler.SetRunningMembers(host, running);
+    }
+  }
+}
+
+TEST_F(SchedulerFailureTest, MembersNobodyHoldsLeaveAfterTheBound) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  // Both LeaveGang calls were lost; the agents run nothing for them.
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 118s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(),
+              ElementsAre(gang + "/1", gang + "/2"));
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kDone);
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  EXPECT_THAT(snapshot.gangs, IsEmpty());
+  for (const HostView& host : snapshot.hosts) {
+    EXPECT_EQ(host.members_running, 0u) << host.host.spec.name;
+  }
+  absl::StatusOr<state::StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok());
+  EXPECT_THAT(stored->port_leases, IsEmpty());
+}
+
+TEST_F(SchedulerFailureTest, StagesAndWatchStreamsHoldTheirMembers) {
+  const std::string gang = AdmitTwoHostGang();
+  // Member 1 runs a stage on its agent; member 2's executor watches.
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 60).ok());
+  const std::set<std::string> stage = {gang + "/101"};
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 600s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+
+  // Member 2's executor is gone before its script's exit was reported.
+  scheduler_->Unwatch(60);
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 120s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), ElementsAre(gang + "/2"));
+
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(OnlyGang().reason,
+              ::testing::HasSubstr(
+                  "member 2/2 (job 102 on host cpu-02) was lost: neither its "
+                  "agent nor its executor has held it for 120 s"));
+  EXPECT_EQ(OnlyGang().failed_member, 2u);
+}
+
+TEST_F(SchedulerFailureTest, AnAgentThatDoesNotReportHoldsItsMembers) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  for (int i = 0; i < 100; ++i) {
+    clock_.Advance(2s);
+    for (const char* host : {"cpu-01", "cpu-02"}) {
+      bool was_down = false;
+      scheduler_->Heartbeat(host, &was_down);
+      scheduler_->SetRunningMembers(host, std::nullopt);
+    }
+    ASSERT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  }
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
 }
 
 TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {

@@ -971,6 +971,23 @@ TEST_F(SchedulerTest, NoBounceWhenTheHostDeclaresNoRunnerSlots) {
             state::MemberEvent::Kind::kWaiting);
 }
 
+TEST_F(SchedulerTest, DownHostWithoutRunnerSlotsDoesNotHideADeadlock) {
+  BounceCounter counter;
+  scheduler_->SetObserver(counter);
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-02", 8, 0)).ok());
+  clock_.Advance(std::chrono::seconds(11));  // gpu-02 misses heartbeats.
+  ASSERT_TRUE(scheduler_->RegisterHost(RunnerHost("gpu-01", 8, 2)).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(77, 1), 11).ok());
+  ASSERT_TRUE(scheduler_->Join(PipelineMember(78, 1), 21).ok());
+  EXPECT_THAT(scheduler_->Plan(), IsEmpty());
+
+  // Only gpu-01's runner can serve the missing members, and both of its
+  // slots are held by incomplete gangs.
+  ASSERT_EQ(counter.bounced.size(), 1u);
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 21).kind,
+            state::MemberEvent::Kind::kAborted);
+}
+
 TEST_F(SchedulerTest, NoBounceWhenAMemberArrivedThroughAnUnknownRunner) {
   BounceCounter counter;
   scheduler_->SetObserver(counter);

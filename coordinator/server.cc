@@ -117,6 +117,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
   options.failed_gang_release = config.failed_gang_release;
+  options.forming_abandoned_after = config.forming_gang_abandon;
+  options.member_gone_after = config.member_gone_after;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =

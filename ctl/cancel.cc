@@ -7,11 +7,30 @@
 #include "rendezvous/coordinator_client.h"
 
 namespace gdt::ctl {
+namespace {
+
+// The coordinator's answer as it is, or "cannot reach" for transport errors.
+absl::Status CommandError(const std::string& endpoint,
+                          const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kPermissionDenied:
+      return status;
+    default:
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach coordinator at ", endpoint, ": ", status.message()));
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<std::string> RunCancelCommand(
     const std::string& endpoint, const std::string& gang_id,
     const std::string& reason, const rendezvous::ClientSecurity& security,
-    const std::string& admin_token) {
+    const std::string& admin_token, bool force) {
   if (gang_id.empty()) {
     return absl::InvalidArgumentError(
         "gang id must not be empty (see `gdt-coord status`)");
@@ -21,21 +40,30 @@ absl::StatusOr<std::string> RunCancelCommand(
   v1::CancelGangRequest request;
   request.set_gang_id(gang_id);
   request.set_reason(reason);
+  request.set_force(force);
   absl::StatusOr<std::string> root_cause =
       client.CancelGang(request, std::chrono::seconds(5));
-  if (root_cause.ok()) return absl::StrCat("cancelled: ", *root_cause, "\n");
-  switch (root_cause.status().code()) {
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return root_cause.status();
-    default:
-      return absl::UnavailableError(
-          absl::StrCat("cannot reach coordinator at ", endpoint, ": ",
-                       root_cause.status().message()));
+  if (root_cause.ok()) {
+    return absl::StrCat(force ? "forced: " : "cancelled: ", *root_cause, "\n");
   }
+  return CommandError(endpoint, root_cause.status());
+}
+
+absl::StatusOr<std::string> RunGangsGcCommand(
+    const std::string& endpoint, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
+  rendezvous::CoordinatorClient client(endpoint, security);
+  PresentAdminToken(client, admin_token);
+  absl::StatusOr<std::vector<std::string>> ended =
+      client.CollectGangs(std::chrono::seconds(5));
+  if (!ended.ok()) return CommandError(endpoint, ended.status());
+  if (ended->empty()) return std::string("no abandoned forming gangs\n");
+  std::string out;
+  for (const std::string& id : *ended) {
+    absl::StrAppend(&out, "ended forming gang ", id,
+                    ": no member was present\n");
+  }
+  return out;
 }
 
 }  // namespace gdt::ctl

@@ -16,10 +16,19 @@ namespace gdt::ctl {
 // "cannot reach coordinator at ADDR: <reason>"; Unauthenticated or
 // PermissionDenied when `admin_token` is missing or wrong.
 // `security`: TLS towards the coordinator; plaintext by default.
+// `force` (`--force`): free the gang's leases whatever its state; never
+// FailedPrecondition.
 absl::StatusOr<std::string> RunCancelCommand(
     const std::string& endpoint, const std::string& gang_id,
     const std::string& reason, const rendezvous::ClientSecurity& security = {},
-    const std::string& admin_token = "");
+    const std::string& admin_token = "", bool force = false);
+
+// `gdt-coord gangs gc`: ends every forming gang none of whose members is
+// present and returns the lines to print (one per gang, or "no abandoned
+// forming gangs"). Errors as RunCancelCommand.
+absl::StatusOr<std::string> RunGangsGcCommand(
+    const std::string& endpoint, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token);
 
 }  // namespace gdt::ctl
 

@@ -96,7 +96,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "gdt-coord: the gdt coordinator. `serve` runs the daemon that admits "
       "and places gangs of GitLab CI jobs on GPU hosts; `status` shows its "
       "hosts and gangs; `hosts` lists, drains and removes hosts; `cancel` "
-      "stops a gang; `simulate` replays a job trace through the admission "
+      "stops a gang; `gangs gc` ends abandoned forming gangs; `simulate` "
+      "replays a job trace through the admission "
       "policy."};
   app.require_subcommand(1);
   app.set_version_flag("--version", commands.version);
@@ -109,6 +110,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
                    "advertise_endpoint, state_path, master_port_range, "
                    "max_nodes_per_job, heartbeat_interval_seconds, "
                    "host_down_after_seconds, failed_gang_release_seconds, "
+                   "forming_gang_abandon_seconds, member_gone_after_seconds, "
                    "kv_max_keys_per_gang, log_level, metrics_address, "
                    "dashboard_address, max_forming_gangs_per_pipeline, "
                    "max_forming_gangs_per_project, tls, "
@@ -251,11 +253,31 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       ->required();
   cancel->add_option("--reason", cancel_reason,
                      "Text appended to the root-cause line");
+  bool cancel_force = false;
+  cancel->add_flag(
+      "--force", cancel_force,
+      "Free the gang's GPU, slot and port leases whatever its state (also "
+      "failed or finished ones still holding them): every member counts as "
+      "left. Logged by the coordinator as event=gang_force_cancelled");
   cancel->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   cancel->add_option("--coordinator", endpoint,
                      "Coordinator host:port (default: $GDT_COORDINATOR, else "
                      "127.0.0.1:7070)");
   AddTlsOptions(*cancel, tls_flags);
+
+  CLI::App* gangs =
+      app.add_subcommand("gangs", "Housekeeping of the coordinator's gangs");
+  gangs->require_subcommand(1);
+  gangs->fallthrough();
+  gangs->add_option("--coordinator", endpoint,
+                    "Coordinator host:port (default: $GDT_COORDINATOR, else "
+                    "127.0.0.1:7070)");
+  gangs->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
+  AddTlsOptions(*gangs, tls_flags);
+  CLI::App* gangs_gc = gangs->add_subcommand(
+      "gc",
+      "End every forming gang none of whose members is present now (the "
+      "coordinator does so itself after forming_gang_abandon_seconds)");
 
   try {
     app.parse(argc, argv);
@@ -292,8 +314,16 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
     return kExitOk;
   }
   if (cancel->parsed()) {
-    absl::StatusOr<std::string> done = RunCancelCommand(
-        endpoint, cancel_gang, cancel_reason, *security, *admin_token);
+    absl::StatusOr<std::string> done =
+        RunCancelCommand(endpoint, cancel_gang, cancel_reason, *security,
+                         *admin_token, cancel_force);
+    if (!done.ok()) return Fail(done.status());
+    std::cout << *done;
+    return kExitOk;
+  }
+  if (gangs_gc->parsed()) {
+    absl::StatusOr<std::string> done =
+        RunGangsGcCommand(endpoint, *security, *admin_token);
     if (!done.ok()) return Fail(done.status());
     std::cout << *done;
     return kExitOk;

@@ -176,9 +176,16 @@ absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
 }
 
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
-    const std::string& host_name, std::chrono::milliseconds timeout) {
+    const std::string& host_name, std::chrono::milliseconds timeout,
+    const std::optional<std::vector<std::string>>& running_members) {
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
+  if (running_members.has_value()) {
+    request.set_reports_running_members(true);
+    for (const std::string& id : *running_members) {
+      request.add_running_members(id);
+    }
+  }
   v1::HeartbeatResponse response;
   absl::Status status = Unary(
       timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
@@ -355,6 +362,19 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
       });
   if (!status.ok()) return status;
   return response.root_cause();
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinatorClient::CollectGangs(
+    std::chrono::milliseconds timeout) {
+  v1::CollectGangsRequest request;
+  v1::CollectGangsResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CollectGangs(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return std::vector<std::string>(response.ended_gang_ids().begin(),
+                                  response.ended_gang_ids().end());
 }
 
 // Host tokens.

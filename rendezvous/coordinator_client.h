@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,8 +85,12 @@ class CoordinatorClient {
                                         std::chrono::milliseconds timeout);
 
   // Returns true when the coordinator asks the agent to register again.
+  // `running_members`: the members that run a stage on the host now
+  // (nullopt: the caller does not say).
   absl::StatusOr<bool> Heartbeat(const std::string& host_name,
-                                 std::chrono::milliseconds timeout);
+                                 std::chrono::milliseconds timeout,
+                                 const std::optional<std::vector<std::string>>&
+                                     running_members = std::nullopt);
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure (coordinator
@@ -124,6 +129,9 @@ class CoordinatorClient {
   // Errors: NotFound, FailedPrecondition as the coordinator rejected it.
   absl::StatusOr<std::string> CancelGang(const v1::CancelGangRequest& request,
                                          std::chrono::milliseconds timeout);
+  // Ends forming gangs with no present member; returns their ids.
+  absl::StatusOr<std::vector<std::string>> CollectGangs(
+      std::chrono::milliseconds timeout);
 
   // Host inventory (operators). Errors as the RPCs (docs/protocol.md).
   absl::Status SetHostDrained(const std::string& host_name, bool drained,

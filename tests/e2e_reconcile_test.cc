@@ -1,0 +1,136 @@
+// End to end: nothing leaks across coordinator outages. The members'
+// LeaveGang calls of `cleanup` are lost while gdt-coord is down: the
+// restarted coordinator sees that no agent runs a stage for them and no
+// executor watches, and lets them go after member_gone_after_seconds; the
+// operator's escape hatch (`cancel --force`) frees the leases at once.
+#include <signal.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/cluster.h"
+#include "tests/e2e_util.h"
+
+namespace gdt::test {
+namespace {
+
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+// Leased GPUs and running members on every host, from `gdt-coord status`.
+int LeasedMembers(GdtCluster& cluster) {
+  absl::StatusOr<nlohmann::json> status = cluster.Status();
+  if (!status.ok()) return -1;
+  int leased = 0;
+  for (const auto& host : (*status)["hosts"]) {
+    leased += host.value("members_running", 0);
+    leased += static_cast<int>(host["leased_gpus"].size());
+  }
+  return leased;
+}
+
+std::string GangIdOf(GdtCluster& cluster) {
+  absl::StatusOr<nlohmann::json> status = cluster.Status();
+  if (!status.ok() || (*status)["gangs"].empty()) return "";
+  return (*status)["gangs"][0].value("gang_id", "");
+}
+
+// A 2-member shell job whose script exits 0 and whose after_script marks
+// that it started and then waits for `<dir>/go`, so that the test can stop
+// the coordinator while both members are between their exit and cleanup.
+std::string MakeAfterScriptProject(const TempDir& dir) {
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("train:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - 'true'\n"
+                         "  after_script:\n"
+                         "    - 'touch ",
+                         dir.Sub("after-"), "$CI_NODE_INDEX; while [ ! -e ",
+                         dir.Sub("go"), " ]; do sleep 0.1; done'\n"));
+  return project;
+}
+
+class ReconcileTest : public OneHostGangTest {
+ protected:
+  // Runs the job, kills the coordinator while both members are in
+  // after_script, lets them finish (their LeaveGang is lost) and starts the
+  // coordinator again. Returns the gang id.
+  std::string LoseTheLeaves() {
+    const std::string project = MakeAfterScriptProject(cluster_.dir());
+    std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+    EXPECT_NE(run, nullptr);
+    if (run == nullptr) return "";
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return std::filesystem::exists(cluster_.dir().Sub("after-1")) &&
+                 std::filesystem::exists(cluster_.dir().Sub("after-2"));
+        },
+        seconds(120)))
+        << cluster_.Logs();
+    const std::string gang_id = GangIdOf(cluster_);
+    cluster_.StopCoordinator(SIGKILL);
+    WriteFile(cluster_.dir().Sub("go"), "");
+    CommandResult result = FinishRun(*run, seconds(120));
+    EXPECT_TRUE(result.status.success()) << result.output << cluster_.Logs();
+    EXPECT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    EXPECT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+    return gang_id;
+  }
+};
+
+TEST_F(ReconcileTest, ForcedCancelFreesLeasesWhoseLeaveWasLost) {
+  const std::string gang_id = LoseTheLeaves();
+  ASSERT_FALSE(gang_id.empty()) << cluster_.Logs();
+  // Every member exited 0, but none left: the gang still holds its slots.
+  ASSERT_GT(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
+
+  const std::vector<std::string> cancel = {
+      BinaryPath("gdt-coord"), "cancel", "--coordinator",
+      cluster_.coordinator_endpoint(), gang_id};
+  CommandResult plain = RunProcess(cancel, {}, seconds(20));
+  EXPECT_EQ(plain.status.exit_code, 1) << plain.output;
+  std::vector<std::string> forced = cancel;
+  forced.push_back("--force");
+  CommandResult freed = RunProcess(forced, {}, seconds(20));
+  EXPECT_EQ(freed.status.exit_code, 0) << freed.output;
+  EXPECT_THAT(freed.output, HasSubstr("holds no leases"));
+
+  EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=gang_force_cancelled"));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+TEST_F(ReconcileTest, LeasesWhoseLeaveWasLostAreFreedByReconciliation) {
+  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 3\n");
+  const std::string gang_id = LoseTheLeaves();
+  ASSERT_FALSE(gang_id.empty()) << cluster_.Logs();
+
+  // Nobody acts: the coordinator finds the members gone by itself.
+  EXPECT_TRUE(
+      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(60)))
+      << cluster_.Status()->dump() << cluster_.Logs();
+  // The gang is done: every member left and its leases are free.
+  ExpectLeasesReleased(cluster_);
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_reconciled_left"));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+}  // namespace
+}  // namespace gdt::test
