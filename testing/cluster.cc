@@ -377,8 +377,18 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   if (!spec.host_token_file.empty()) {
     absl::StrAppend(&yaml, "host_token_file: ", spec.host_token_file, "\n");
   }
-  absl::StrAppend(&yaml, TlsYaml(/*server=*/true));
+  // The executor's roots: the agent creates builds dirs only under them.
+  absl::StrAppend(&yaml, "builds_root: ", dir_.Sub("builds"),
+                  "\ncache_root: ", dir_.Sub("cache"), "\n");
+  if (!spec.member_uid_pool.empty()) {
+    absl::StrAppend(&yaml, "member_uid_pool: [",
+                    absl::StrJoin(spec.member_uid_pool, ", "), "]\n");
+    chmod(dir_.path().c_str(), 0711);
+  }
+  absl::StrAppend(&yaml, spec.extra_yaml, TlsYaml(/*server=*/true));
   WriteFile(config, yaml);
+  // Only the agent (and the operator) may read its configuration.
+  chmod(config.c_str(), 0600);
   // Job scripts call a bare `torchrun`; the wrapper works around Debian's
   // torch 1.13 on Python 3.11 (see testing/torchrun-py311/torchrun).
   const char* path = getenv("PATH");
