@@ -359,6 +359,11 @@ void GdtCluster::StopCoordinator(int signal) {
   coordinator_.reset();
 }
 
+std::vector<std::string> MemberAccountsIfRoot() {
+  if (geteuid() != 0) return {};
+  return TestMemberAccounts();
+}
+
 absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   const std::string address = spec.host >= 0 && namespaces_ != nullptr
                                   ? namespaces_->Address(spec.host)

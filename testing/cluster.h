@@ -124,6 +124,11 @@ inline const std::vector<std::string>& TestMemberAccounts() {
   return accounts;
 }
 
+// TestMemberAccounts() when this test runs as root (as in CI), so that jobs
+// run the way a real installation runs them; none otherwise (the agent
+// cannot switch users then).
+std::vector<std::string> MemberAccountsIfRoot();
+
 // A whole gdt installation for a test: a coordinator with SQLite state, any
 // number of agents, and an executor config, all under one TempDir; either on
 // loopback or spread over NetworkNamespaces (the coordinator and the emulated
