@@ -274,12 +274,22 @@ absl::Status Supervisor::CheckBuildsDir(const std::string& member_id,
                        " overlaps the builds dir of another member"));
     }
   }
-  // A symbolic link on the way could lead outside the root.
+  // A symbolic link on the way could lead outside the root: the resolved
+  // path must still be under the resolved root (which may itself be a
+  // link, e.g. /var/lib on another disk).
   std::error_code error;
   const fs::path resolved = fs::weakly_canonical(wanted, error);
-  if (!error && resolved != wanted) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "builds_dir ", builds_dir, " goes through a symbolic link"));
+  const fs::path resolved_root =
+      isolation_.builds_root.empty()
+          ? fs::path()
+          : fs::weakly_canonical(isolation_.builds_root, error);
+  if (!error && !resolved_root.empty()) {
+    const fs::path relative = resolved.lexically_relative(resolved_root);
+    if (relative.empty() || *relative.begin() == ".." || relative == ".") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("builds_dir ", builds_dir,
+                       " leads outside builds_root through a symbolic link"));
+    }
   }
   return absl::OkStatus();
 }

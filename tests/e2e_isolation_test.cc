@@ -245,6 +245,8 @@ TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {
   const std::string existing = builds + "/not-made-by-the-agent";
   fs::create_directories(existing);
   WriteFile(existing + "/precious", "keep me too\n");
+  // A link inside the root that leads out of it.
+  fs::create_directory_symlink(victim, builds + "/link");
   rendezvous::AgentClient agent(cluster.AgentEndpoint(0));
 
   for (const std::string& outside : {victim, builds + "/../victim", builds}) {
