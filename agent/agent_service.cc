@@ -403,6 +403,8 @@ grpc::Status AgentService::ExecInMember(
   spawn.env = member->env;
   spawn.working_dir = member->working_dir;
   spawn.die_with_parent = true;
+  spawn.credentials = member->credentials;    // The member's account,
+  spawn.cgroup_procs = member->cgroup_procs;  // and its cgroup.
   v1::ExecInMemberResponse response;
   absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
   if (!child.ok()) {

@@ -162,7 +162,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   }
   if (key == "coordinator" || key == "listen_address" ||
       key == "advertise_endpoint" || key == "scratch_dir" ||
-      key == "log_level" || key == "host_token_file") {
+      key == "log_level" || key == "host_token_file" || key == "member_user" ||
+      key == "cgroup_parent" || key == "builds_root" || key == "cache_root") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "coordinator") config.coordinator = *text;
@@ -171,6 +172,23 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "scratch_dir") config.scratch_dir = *text;
     if (key == "log_level") config.log_level = *text;
     if (key == "host_token_file") config.host_token_file = *text;
+    if (key == "member_user") config.member_user = *text;
+    if (key == "cgroup_parent") config.cgroup_parent = *text;
+    if (key == "builds_root") config.builds_root = *text;
+    if (key == "cache_root") config.cache_root = *text;
+    return absl::OkStatus();
+  }
+  if (key == "member_uid_pool") {
+    if (!value.IsSequence()) {
+      return absl::InvalidArgumentError(
+          "member_uid_pool must be a list of user names or UID[:GID]");
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      absl::StatusOr<std::string> text =
+          ReadString(value[i], absl::StrCat("member_uid_pool[", i, "]"));
+      if (!text.ok()) return text.status();
+      config.member_uid_pool.push_back(*text);
+    }
     return absl::OkStatus();
   }
   if (key == "kill_grace_seconds") {
@@ -230,6 +248,23 @@ absl::Status ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("scratch_dir must be an absolute path, got '",
                      config.scratch_dir, "'"));
+  }
+  for (const auto& [key, path] : {std::pair{"builds_root", config.builds_root},
+                                  std::pair{"cache_root", config.cache_root}}) {
+    if (path.empty() || path[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(key, " must be an absolute path, got '", path, "'"));
+    }
+  }
+  if (!config.cgroup_parent.empty() && config.cgroup_parent != "off" &&
+      config.cgroup_parent[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cgroup_parent must be an absolute path or \"off\", got '",
+                     config.cgroup_parent, "'"));
+  }
+  if (!config.member_user.empty() && !config.member_uid_pool.empty()) {
+    return absl::InvalidArgumentError(
+        "set member_user or member_uid_pool, not both");
   }
   GDT_RETURN_IF_ERROR(ValidateServerTls(config.tls));
   return CheckLogLevel(config.log_level);

@@ -53,6 +53,22 @@ struct Config {
   // coordinator and runs stages only for executors holding the member token
   // the coordinator issued for this host; empty = neither.
   std::string host_token_file;
+  // The account member stages run as (a user name or UID[:GID]); all
+  // members share it. The agent must be root (or hold CAP_SETUID and
+  // CAP_SETGID) to switch. Empty, with an empty pool = the agent's own uid.
+  std::string member_user;
+  // Accounts of which each member gets one no other live member uses, so
+  // members cannot read each other's processes or files either (e.g.
+  // gdt-slot0..gdt-slot7, which the Debian package creates).
+  std::vector<std::string> member_uid_pool;
+  // Directory under which the agent makes one cgroup (v2) per member;
+  // empty = a subtree of the agent's own cgroup, "off" = process groups
+  // only.
+  std::string cgroup_parent;
+  // SetupMember accepts builds dirs only under builds_root and extra dirs
+  // only under it or cache_root (the executor's settings of the same name).
+  std::string builds_root = "/var/lib/gdt/builds";
+  std::string cache_root = "/var/lib/gdt/cache";
   // TLS: the agent's server certificate (executors and the
   // coordinator call it) and its client side towards the coordinator.
   // Unset = plaintext with a warning.

@@ -119,6 +119,11 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
       {"coordinator: c:1\nlog_level: loud\n", "unknown log_level 'loud'"},
       {"coordinator: c:1\nhost: {runner_slots: many}\n",
        "host.runner_slots must be an integer"},
+      {"coordinator: c:1\nbuilds_root: builds\n", "builds_root must be"},
+      {"coordinator: c:1\ncgroup_parent: gdt\n", "cgroup_parent must be"},
+      {"coordinator: c:1\nmember_uid_pool: gdt-slot0\n",
+       "member_uid_pool must be a list"},
+      {"coordinator: c:1\nmember_user: a\nmember_uid_pool: [b]\n", "not both"},
       {"coordinator: [c\n", "bad YAML"},
       {"- a\n- b\n", "must be a YAML map"},
   };
@@ -161,6 +166,22 @@ TEST(ConfigTest, HostTokenFile) {
       ParseConfig("coordinator: c:1\nhost_token_file: /etc/gdt/host.token\n");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->host_token_file, "/etc/gdt/host.token");
+}
+
+TEST(ConfigTest, IsolationSettings) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "coordinator: c:1\nmember_uid_pool: [gdt-slot0, \"61001:61001\"]\n"
+      "cgroup_parent: \"off\"\nbuilds_root: /b\ncache_root: /c\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->member_uid_pool,
+              ::testing::ElementsAre("gdt-slot0", "61001:61001"));
+  EXPECT_EQ(config->cgroup_parent, "off");
+  EXPECT_EQ(config->builds_root, "/b");
+  EXPECT_EQ(config->cache_root, "/c");
+  absl::StatusOr<Config> defaults = ParseConfig("coordinator: c:1\n");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_TRUE(defaults->member_uid_pool.empty());
+  EXPECT_EQ(defaults->builds_root, "/var/lib/gdt/builds");
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 #include "agent/daemon.h"
 
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -7,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
+#include "agent/isolation.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/secret.h"
@@ -49,9 +52,85 @@ v1::HostSpec MakeHostSpec(const HostConfig& host,
   return spec;
 }
 
-Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security)
+namespace {
+
+// Resolves the member accounts and opens the cgroup tree; logs one warning
+// line for each defence that is off. Errors: InvalidArgument for an account
+// that does not resolve; FailedPrecondition when accounts are configured
+// but the agent cannot switch to them.
+absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
+  IsolationOptions isolation;
+  isolation.builds_root = config.builds_root;
+  isolation.cache_root = config.cache_root;
+  std::vector<std::string> names = config.member_uid_pool;
+  isolation.exclusive_accounts = !names.empty();
+  if (!config.member_user.empty()) names.push_back(config.member_user);
+  for (const std::string& name : names) {
+    absl::StatusOr<MemberAccount> account = ResolveMemberAccount(name);
+    if (!account.ok()) return account.status();
+    if (account->uid == geteuid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("member account '", name, "' is the agent's own uid ",
+                       account->uid, ": members must run as another user"));
+    }
+    isolation.accounts.push_back(*account);
+  }
+  if (!isolation.accounts.empty() && geteuid() != 0) {
+    return absl::FailedPreconditionError(
+        "member_user/member_uid_pool need the agent to run as root (to "
+        "switch stages to those accounts)");
+  }
+  if (isolation.accounts.empty()) {
+    spdlog::warn("event=member_user_off uid={} reason={}", geteuid(),
+                 LogValue("no member_user or member_uid_pool: stages run as "
+                          "this agent's user and can read its files and "
+                          "processes (see docs/security.md)"));
+  } else {
+    spdlog::info("event=member_accounts_on accounts={} exclusive={}",
+                 isolation.accounts.size(), isolation.exclusive_accounts);
+  }
+
+  if (config.cgroup_parent == "off") {
+    spdlog::warn("event=cgroups_off reason={}",
+                 LogValue("cgroup_parent is off: a process that leaves its "
+                          "stage's process group (setsid) outlives teardown"));
+    return isolation;
+  }
+  std::string parent = config.cgroup_parent;
+  if (parent.empty()) {
+    absl::StatusOr<std::string> own = OwnCgroupDir();
+    if (!own.ok()) {
+      spdlog::warn("event=cgroups_off reason={}",
+                   LogValue(absl::StrCat(
+                       own.status().message(),
+                       ": teardown ends process groups only, and a process "
+                       "that left its group (setsid) outlives it")));
+      return isolation;
+    }
+    parent =
+        absl::StrCat(*own, "/gdt/", EscapePathComponent(config.scratch_dir));
+  }
+  absl::StatusOr<std::unique_ptr<CgroupTree>> tree = CgroupTree::Open(parent);
+  if (!tree.ok()) {
+    spdlog::warn("event=cgroups_off reason={}",
+                 LogValue(absl::StrCat(
+                     tree.status().message(),
+                     ": teardown ends process groups only, and a process "
+                     "that left its group (setsid) outlives it")));
+    return isolation;
+  }
+  spdlog::info("event=cgroups_on parent={}", LogValue(parent));
+  isolation.cgroups = std::move(*tree);
+  return isolation;
+}
+
+}  // namespace
+
+Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
+               IsolationOptions isolation)
     : config_(config),
-      supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment()),
+      supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment(),
+                  std::move(isolation)),
       service_(supervisor_),
       coordinator_(config.coordinator, security) {}
 
@@ -64,13 +143,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   absl::StatusOr<rendezvous::ClientSecurity> security =
       rendezvous::LoadClientSecurity(config.tls);
   if (!security.ok()) return security.status();
-  std::unique_ptr<Daemon> daemon(new Daemon(config, *security));
+  absl::StatusOr<IsolationOptions> isolation = PrepareIsolation(config);
+  if (!isolation.ok()) return isolation.status();
+  std::unique_ptr<Daemon> daemon(
+      new Daemon(config, *security, std::move(*isolation)));
   // The host token, presented to the coordinator and keying the
   // member tokens this agent accepts.
   if (!config.host_token_file.empty()) {
     absl::StatusOr<std::string> token =
         ReadTokenFile(config.host_token_file, "host_token_file");
     if (!token.ok()) return token.status();
+    if (const std::string problem =
+            TokenFileModeProblem(config.host_token_file);
+        !problem.empty()) {
+      spdlog::warn("event=token_file_readable file={} reason={}",
+                   LogValue(config.host_token_file), LogValue(problem));
+    }
     daemon->coordinator_.AddMetadata(rendezvous::kHostTokenMetadata, *token);
     daemon->service_.SetHostTokenSha256(SecretSha256Hex(*token));
     spdlog::info("event=host_token_on host_token_file={} reason={}",
@@ -172,6 +260,12 @@ void Daemon::Shutdown() {
     spdlog::info("event=terminating_stages count={}", running);
   }
   supervisor_.Shutdown();
+  // The default tree's shared level goes once no agent uses it.
+  if (config_.cgroup_parent.empty()) {
+    if (absl::StatusOr<std::string> own = OwnCgroupDir(); own.ok()) {
+      rmdir((*own + "/gdt").c_str());
+    }
+  }
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + kServerDrain);
   }

@@ -42,7 +42,8 @@ class Daemon {
   void Shutdown();
 
  private:
-  Daemon(const Config& config, const rendezvous::ClientSecurity& security);
+  Daemon(const Config& config, const rendezvous::ClientSecurity& security,
+         IsolationOptions isolation);
 
   const Config config_;
   Supervisor supervisor_;

@@ -2,7 +2,9 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +40,8 @@ absl::StatusOr<std::shared_ptr<Stage>> Stage::Start(
   spawn.working_dir = options.working_dir;
   spawn.new_process_group = true;
   spawn.capture_output = true;
+  spawn.credentials = options.credentials;
+  spawn.cgroup_procs = options.cgroup_procs;
   absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
   if (!child.ok()) return child.status();
   std::shared_ptr<Stage> stage(
@@ -57,6 +61,9 @@ Stage::Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
       hang_timeout_(options.hang_timeout),
       progress_file_(options.progress_file),
       evidence_dir_(options.evidence_dir),
+      evidence_copy_to_(options.evidence_copy_to),
+      credentials_(options.credentials),
+      cgroup_procs_(options.cgroup_procs),
       path_(options.env.count("PATH") != 0 ? options.env.at("PATH")
                                            : "/usr/bin:/bin"),
       started_(std::chrono::system_clock::now()) {}
@@ -167,6 +174,55 @@ void Stage::CollectEvidenceOnce(const std::string& why) {
   }
   spdlog::info("event=evidence_collected pgid={} dir={} files={}",
                process_group_, LogValue(evidence_dir_), files->size());
+  if (evidence_copy_to_.empty()) return;
+  if (credentials_.has_value()) {
+    // The copy runs as the member, which must be able to read the files.
+    std::error_code error;
+    for (const std::string& path :
+         {evidence_dir_,
+          std::filesystem::path(evidence_dir_).parent_path().string()}) {
+      if (chown(path.c_str(), 0, credentials_->gid) != 0 ||
+          chmod(path.c_str(), 0750) != 0) {
+        error = std::error_code(errno, std::generic_category());
+      }
+    }
+    for (const std::string& name : *files) {
+      const std::string path = evidence_dir_ + "/" + name;
+      if (chown(path.c_str(), 0, credentials_->gid) != 0 ||
+          chmod(path.c_str(), 0640) != 0) {
+        error = std::error_code(errno, std::generic_category());
+      }
+    }
+    if (error) {
+      spdlog::warn("event=evidence_copy_failed pgid={} dir={} error={}",
+                   process_group_, LogValue(evidence_copy_to_),
+                   LogValue(error.message()));
+      return;
+    }
+  }
+  SpawnOptions copy;
+  copy.argv = {"/bin/sh",
+               "-c",
+               "mkdir -p -- \"$2\" && cp -R -- \"$1\"/. \"$2\"",
+               "sh",
+               evidence_dir_,
+               evidence_copy_to_};
+  copy.env = {{"PATH", "/usr/bin:/bin"}};
+  copy.credentials = credentials_;
+  copy.cgroup_procs = cgroup_procs_;
+  std::string output;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(copy);
+  std::optional<ExitStatus> status;
+  if (child.ok()) {
+    status = (*child)->WaitUntil(
+        steady_clock::now() + std::chrono::seconds(10),
+        [&](OutputSource, std::string_view data) { output.append(data); });
+  }
+  if (!status.has_value() || !status->success()) {
+    spdlog::warn("event=evidence_copy_failed pgid={} dir={} error={}",
+                 process_group_, LogValue(evidence_copy_to_),
+                 LogValue(child.ok() ? output : child.status().ToString()));
+  }
 }
 
 void Stage::Run() {

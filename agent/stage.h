@@ -61,6 +61,13 @@ struct StageOptions {
   std::chrono::seconds hang_timeout{0};
   std::string progress_file;
   std::string evidence_dir;  // Also for kCollectEvidence; empty = none.
+  // Non-empty: once collected, the evidence is copied here by a process
+  // with the stage's credentials and cgroup (the directory is the job's).
+  std::string evidence_copy_to;
+  // Who runs the script and where its processes are kept (see
+  // SpawnOptions): unset = the agent's uid and cgroup.
+  std::optional<SpawnOptions::Credentials> credentials;
+  std::string cgroup_procs;
 };
 
 // One stage script running in its own process group, supervised by a
@@ -118,6 +125,9 @@ class Stage {
   const std::chrono::seconds hang_timeout_;
   const std::string progress_file_;
   const std::string evidence_dir_;
+  const std::string evidence_copy_to_;
+  const std::optional<SpawnOptions::Credentials> credentials_;
+  const std::string cgroup_procs_;
   const std::string path_;  // $PATH of the script, to find py-spy.
   const std::chrono::system_clock::time_point started_;
   std::chrono::steady_clock::time_point next_progress_check_{};

@@ -57,22 +57,19 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
-// A directory of one job (builds dir, scratch dir) is mode 0700, so
-// that other users on the host cannot read its sources, scripts and files;
-// parents it creates get 0755 as with MakeDirs.
-absl::Status MakePrivateDir(const std::string& path) {
-  GDT_RETURN_IF_ERROR(MakeDirs(path));
-  std::error_code error;
-  fs::permissions(path, static_cast<fs::perms>(0700), error);
-  if (error) return ErrorForPath("set the mode of", path, error);
-  return absl::OkStatus();
-}
-
-// Writes `content` to `path` (replacing it) with permissions `mode`.
-absl::Status WriteFile(const std::string& path, std::string_view content,
-                       mode_t mode) {
-  const int fd =
-      open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+// Writes `content` to `path` (replacing it) with permissions `mode`, owned
+// by `owner` when set. The directory may belong to a member: an existing
+// entry is unlinked first and the file created afresh without following
+// links, so a planted link cannot redirect the agent's write.
+absl::Status WriteFile(
+    const std::string& path, std::string_view content, mode_t mode,
+    const std::optional<SpawnOptions::Credentials>& owner = std::nullopt) {
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrorForPath("replace", path,
+                        std::error_code(errno, std::generic_category()));
+  }
+  const int fd = open(
+      path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   if (fd < 0) {
     return ErrorForPath("write", path,
                         std::error_code(errno, std::generic_category()));
@@ -91,6 +88,11 @@ absl::Status WriteFile(const std::string& path, std::string_view content,
   }
   // open() applies the umask; the mode is part of the contract.
   fchmod(fd, mode);
+  if (owner.has_value() && fchown(fd, owner->uid, owner->gid) != 0) {
+    const std::error_code error(errno, std::generic_category());
+    close(fd);
+    return ErrorForPath("hand over", path, error);
+  }
   if (close(fd) != 0) {
     return ErrorForPath("write", path,
                         std::error_code(errno, std::generic_category()));
@@ -132,11 +134,13 @@ std::string EscapePathComponent(const std::string& text) {
 
 Supervisor::Supervisor(std::string scratch_root,
                        std::chrono::seconds default_kill_grace,
-                       std::map<std::string, std::string> base_env)
+                       std::map<std::string, std::string> base_env,
+                       IsolationOptions isolation)
     : scratch_root_(std::move(scratch_root)),
       default_kill_grace_(default_kill_grace),
       base_env_(std::move(base_env)),
-      ledger_((fs::path(scratch_root_) / ".process-groups").string()) {}
+      ledger_((fs::path(scratch_root_) / ".process-groups").string()),
+      isolation_(std::move(isolation)) {}
 
 Supervisor::~Supervisor() { Shutdown(); }
 
@@ -149,7 +153,150 @@ void Supervisor::RecordProcessGroup(pid_t pgid) const {
 }
 
 std::vector<ProcessLedger::Reaped> Supervisor::ReapLeftovers() {
-  return ledger_.ReapLeftovers(default_kill_grace_);
+  std::vector<ProcessLedger::Reaped> reaped =
+      ledger_.ReapLeftovers(default_kill_grace_);
+  // Member cgroups a dead agent left behind: whatever is still in them
+  // escaped its process group and runs for nobody.
+  if (isolation_.cgroups != nullptr) {
+    for (const std::string& name : isolation_.cgroups->Children()) {
+      absl::StatusOr<size_t> killed = isolation_.cgroups->Destroy(
+          name, steady_clock::now() + default_kill_grace_ + kTeardownSlack);
+      if (!killed.ok()) {
+        spdlog::warn("event=leftover_cgroup_failed cgroup={} error={}",
+                     LogValue(isolation_.cgroups->PathOf(name)),
+                     LogValue(killed.status().ToString()));
+      } else if (*killed > 0) {
+        spdlog::warn("event=leftover_cgroup_ended cgroup={} processes={}",
+                     LogValue(isolation_.cgroups->PathOf(name)), *killed);
+      }
+    }
+  }
+  return reaped;
+}
+
+absl::Status Supervisor::PlaceMember(const std::string& member_id) {
+  Member& member = members_[member_id];
+  if (member.account < 0 && !isolation_.accounts.empty()) {
+    if (!isolation_.exclusive_accounts) {
+      member.account = 0;
+    } else {
+      std::vector<bool> taken(isolation_.accounts.size(), false);
+      for (const auto& [id, other] : members_) {
+        if (other.account >= 0)
+          taken[static_cast<size_t>(other.account)] = true;
+      }
+      for (size_t i = 0; i < taken.size() && member.account < 0; ++i) {
+        if (!taken[i]) member.account = static_cast<int>(i);
+      }
+      if (member.account < 0) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("all ", taken.size(),
+                         " member accounts (member_uid_pool) are "
+                         "taken by other members: member ",
+                         member_id, " cannot start"));
+      }
+    }
+  }
+  if (member.cgroup.empty() && isolation_.cgroups != nullptr) {
+    absl::StatusOr<std::string> dir =
+        isolation_.cgroups->Create(EscapePathComponent(member_id));
+    if (!dir.ok()) return dir.status();
+    member.cgroup = *dir;
+  }
+  return absl::OkStatus();
+}
+
+std::optional<SpawnOptions::Credentials> Supervisor::CredentialsOf(
+    const Member& member) const {
+  if (member.account < 0) return std::nullopt;
+  const MemberAccount& account =
+      isolation_.accounts[static_cast<size_t>(member.account)];
+  return SpawnOptions::Credentials{account.uid, account.gid, account.groups};
+}
+
+absl::Status Supervisor::MakeMemberDir(
+    const std::string& dir,
+    const std::optional<SpawnOptions::Credentials>& credentials) const {
+  if (absl::Status parents = MakeDirs(fs::path(dir).parent_path().string());
+      !parents.ok()) {
+    return absl::Status(
+        parents.code(),
+        absl::StrCat("cannot create directory ", dir, ": ", parents.message()));
+  }
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrorForPath("create directory", dir,
+                        std::error_code(errno, std::generic_category()));
+  }
+  // Through a descriptor opened without following a link: the parent may
+  // be the member's, and a link it planted must not get the mode or owner.
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return ErrorForPath("open directory", dir,
+                        std::error_code(errno, std::generic_category()));
+  }
+  int failed = fchmod(fd, 0700);
+  if (failed == 0 && credentials.has_value()) {
+    failed = fchown(fd, credentials->uid, credentials->gid);
+  }
+  const std::error_code error(failed != 0 ? errno : 0, std::generic_category());
+  close(fd);
+  if (failed != 0) return ErrorForPath("hand over", dir, error);
+  return absl::OkStatus();
+}
+
+absl::Status Supervisor::CheckBuildsDir(const std::string& member_id,
+                                        const std::string& builds_dir) {
+  const fs::path wanted = fs::path(builds_dir).lexically_normal();
+  // Strictly inside `root`, by path components after normalisation: no
+  // "..", and not the root itself.
+  auto inside = [&](const std::string& root) {
+    if (root.empty()) return true;
+    const fs::path base = fs::path(root).lexically_normal();
+    const fs::path relative = wanted.lexically_relative(base);
+    return !relative.empty() && *relative.begin() != ".." && relative != ".";
+  };
+  if (!inside(isolation_.builds_root)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("builds_dir ", builds_dir, " is not under this agent's ",
+                     "builds_root ", isolation_.builds_root));
+  }
+  for (const auto& [id, other] : members_) {
+    if (id == member_id || other.claimed_builds_dir.empty()) continue;
+    const fs::path theirs =
+        fs::path(other.claimed_builds_dir).lexically_normal();
+    const fs::path down = wanted.lexically_relative(theirs);
+    const fs::path up = theirs.lexically_relative(wanted);
+    if ((!down.empty() && *down.begin() != "..") ||
+        (!up.empty() && *up.begin() != "..")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("builds_dir ", builds_dir,
+                       " overlaps the builds dir of another member"));
+    }
+  }
+  // A symbolic link on the way could lead outside the root: the resolved
+  // path must still be under the resolved root (which may itself be a
+  // link, e.g. /var/lib on another disk).
+  std::error_code error;
+  const fs::path resolved = fs::weakly_canonical(wanted, error);
+  const fs::path resolved_root =
+      isolation_.builds_root.empty()
+          ? fs::path()
+          : fs::weakly_canonical(isolation_.builds_root, error);
+  if (!error && !resolved_root.empty()) {
+    const fs::path relative = resolved.lexically_relative(resolved_root);
+    if (relative.empty() || *relative.begin() == ".." || relative == ".") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("builds_dir ", builds_dir,
+                       " leads outside builds_root through a symbolic link"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::filesystem::path Supervisor::EvidenceDir(
+    const std::string& member_id) const {
+  return fs::path(scratch_root_) / ".evidence" / EscapePathComponent(member_id);
 }
 
 std::string Supervisor::ScratchDir(const std::string& member_id) const {
@@ -170,14 +317,46 @@ absl::Status Supervisor::SetupMember(
   }
   for (const std::string& dir : extra_dirs) {
     GDT_RETURN_IF_ERROR(CheckAbsolute("extra_dirs entry", dir));
+    const fs::path wanted = fs::path(dir).lexically_normal();
+    bool allowed = isolation_.builds_root.empty();
+    for (const std::string& root :
+         {isolation_.builds_root, isolation_.cache_root}) {
+      if (root.empty()) continue;
+      const fs::path relative =
+          wanted.lexically_relative(fs::path(root).lexically_normal());
+      if (!relative.empty() && *relative.begin() != "..") allowed = true;
+    }
+    if (!allowed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "extra_dirs entry ", dir,
+          " is under neither this agent's builds_root ", isolation_.builds_root,
+          " nor its cache_root ", isolation_.cache_root));
+    }
   }
-  if (!builds_dir.empty()) GDT_RETURN_IF_ERROR(MakePrivateDir(builds_dir));
-  for (const std::string& dir : extra_dirs) GDT_RETURN_IF_ERROR(MakeDirs(dir));
-  GDT_RETURN_IF_ERROR(MakePrivateDir(ScratchDir(member_id)));
-
+  // Held throughout: two calls must not both claim one builds dir.
   MutexLock lock(mu_);
+  if (!builds_dir.empty()) {
+    GDT_RETURN_IF_ERROR(CheckBuildsDir(member_id, builds_dir));
+  }
+  GDT_RETURN_IF_ERROR(PlaceMember(member_id));
   Member& member = members_[member_id];
-  if (!builds_dir.empty()) member.builds_dir = builds_dir;
+  const std::optional<SpawnOptions::Credentials> credentials =
+      CredentialsOf(member);
+  if (!builds_dir.empty()) {
+    std::error_code error;
+    const bool existed = fs::exists(builds_dir, error);
+    if (existed && member.builds_dir != builds_dir) {
+      // Not made by this agent for this member: usable, never removed.
+      spdlog::warn("event=builds_dir_exists member={} builds_dir={} reason={}",
+                   LogValue(member_id), LogValue(builds_dir),
+                   LogValue("not created by this agent; teardown keeps it"));
+    }
+    GDT_RETURN_IF_ERROR(MakeMemberDir(builds_dir, credentials));
+    if (!existed) member.builds_dir = builds_dir;
+    member.claimed_builds_dir = builds_dir;
+  }
+  for (const std::string& dir : extra_dirs) GDT_RETURN_IF_ERROR(MakeDirs(dir));
+  GDT_RETURN_IF_ERROR(MakeMemberDir(ScratchDir(member_id), credentials));
   return absl::OkStatus();
 }
 
@@ -194,35 +373,70 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   }
   int number = 0;
   std::map<std::string, std::string> extra_env;
+  std::optional<SpawnOptions::Credentials> credentials;
+  std::string account_name;
+  std::string cgroup;
   {
     MutexLock lock(mu_);
     if (shutting_down_) {
       return absl::UnavailableError("the agent is shutting down");
     }
-    number = ++members_[request.member_id].stages_started;
+    GDT_RETURN_IF_ERROR(PlaceMember(request.member_id));
+    Member& member = members_[request.member_id];
+    number = ++member.stages_started;
     extra_env = extra_env_;
+    credentials = CredentialsOf(member);
+    if (member.account >= 0) {
+      account_name =
+          isolation_.accounts[static_cast<size_t>(member.account)].name;
+    }
+    cgroup = member.cgroup;
   }
 
   const std::string scratch = ScratchDir(request.member_id);
-  GDT_RETURN_IF_ERROR(MakePrivateDir(scratch));
+  GDT_RETURN_IF_ERROR(MakeMemberDir(scratch, credentials));
+  const std::string tmp = (fs::path(scratch) / "tmp").string();
+  GDT_RETURN_IF_ERROR(MakeMemberDir(tmp, credentials));
   const std::string stage_name =
       request.stage.empty() ? "stage" : EscapePathComponent(request.stage);
   StageOptions options;
+  options.credentials = credentials;
+  if (!cgroup.empty()) options.cgroup_procs = cgroup + "/cgroup.procs";
   options.script_path =
       (fs::path(scratch) / absl::StrCat(stage_name, "-", number, ".sh"))
           .string();
-  GDT_RETURN_IF_ERROR(WriteFile(options.script_path, request.script, 0700));
+  GDT_RETURN_IF_ERROR(
+      WriteFile(options.script_path, request.script, 0700, credentials));
   options.env = base_env_;
+  // The member's own temporary dir; with a member account also its home,
+  // since the agent's is not the member's to write.
+  options.env["TMPDIR"] = tmp;
+  if (credentials.has_value()) {
+    options.env["HOME"] = scratch;
+    options.env["USER"] = options.env["LOGNAME"] = account_name;
+  }
   for (const auto& [key, value] : extra_env) options.env[key] = value;
   for (const auto& [key, value] : request.env) options.env[key] = value;
   for (const StageFileSpec& file : request.files) {
     const std::string path = (fs::path(scratch) / file.name).string();
-    GDT_RETURN_IF_ERROR(WriteFile(path, file.content, 0644));
+    GDT_RETURN_IF_ERROR(WriteFile(path, file.content, 0644, credentials));
     options.env[file.env_var] = path;
   }
   options.working_dir =
       request.working_dir.empty() ? scratch : request.working_dir;
   if (!request.working_dir.empty()) {
+    if (!isolation_.builds_root.empty()) {
+      const fs::path relative =
+          fs::path(request.working_dir)
+              .lexically_normal()
+              .lexically_relative(
+                  fs::path(isolation_.builds_root).lexically_normal());
+      if (relative.empty() || *relative.begin() == "..") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "working_dir ", request.working_dir, " is not under this agent's ",
+            "builds_root ", isolation_.builds_root));
+      }
+    }
     GDT_RETURN_IF_ERROR(MakeDirs(request.working_dir));
   }
   options.kill_grace =
@@ -230,15 +444,21 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   if (!request.evidence_dir.empty()) {
     GDT_RETURN_IF_ERROR(CheckAbsolute("evidence_dir", request.evidence_dir));
   }
-  options.evidence_dir = request.evidence_dir.empty()
-                             ? (fs::path(scratch) / "evidence").string()
-                             : request.evidence_dir;
+  // Evidence is written where only the agent writes; a directory the job
+  // named (its project dir, to keep it as an artifact) gets a copy made
+  // with the member's own rights, so a link planted there leads nowhere
+  // the member could not write anyway.
+  options.evidence_dir =
+      (EvidenceDir(request.member_id) / absl::StrCat(stage_name, "-", number))
+          .string();
+  options.evidence_copy_to = request.evidence_dir;
   if (request.hang_timeout.count() > 0) {
     options.hang_timeout = request.hang_timeout;
     options.progress_file =
         (fs::path(scratch) / absl::StrCat("progress-", stage_name, "-", number))
             .string();
-    GDT_RETURN_IF_ERROR(WriteFile(options.progress_file, "", 0644));
+    GDT_RETURN_IF_ERROR(
+        WriteFile(options.progress_file, "", 0644, credentials));
     options.env["GDT_PROGRESS_FILE"] = options.progress_file;
   }
 
@@ -322,11 +542,26 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
           " is still running after SIGKILL"));
     }
   }
+  // What left the process groups (setsid, daemons) is still in the cgroup;
+  // the member is over only once that is empty too.
+  if (isolation_.cgroups != nullptr) {
+    absl::StatusOr<size_t> strays = isolation_.cgroups->Destroy(
+        EscapePathComponent(member_id),
+        steady_clock::now() + default_kill_grace_ + kTeardownSlack);
+    if (!strays.ok()) return strays.status();
+    if (*strays > 0) {
+      spdlog::info("event=member_cgroup_killed member={} processes={}",
+                   LogValue(member_id), *strays);
+    }
+    killed += static_cast<uint32_t>(*strays);
+  }
 
   std::error_code error;
   const std::string scratch = ScratchDir(member_id);
   fs::remove_all(scratch, error);
   if (error) return ErrorForPath("remove", scratch, error);
+  fs::remove_all(EvidenceDir(member_id), error);
+  if (error) return ErrorForPath("remove", EvidenceDir(member_id), error);
   if (remove_builds_dir && !builds_dir.empty()) {
     fs::remove_all(builds_dir, error);
     if (error) return ErrorForPath("remove", builds_dir, error);
@@ -355,8 +590,24 @@ void Supervisor::Shutdown() {
   stages.clear();
   // Every stage calls StageFinished() after its group is gone; waiting for
   // that also guarantees no stage calls back into a destroyed supervisor.
-  MutexLock lock(mu_);
-  while (running_ > 0) stage_finished_.Wait(mu_);
+  std::vector<std::string> cgroups;
+  {
+    MutexLock lock(mu_);
+    while (running_ > 0) stage_finished_.Wait(mu_);
+    for (const auto& [id, member] : members_) {
+      if (!member.cgroup.empty()) cgroups.push_back(EscapePathComponent(id));
+    }
+  }
+  if (isolation_.cgroups == nullptr) return;
+  for (const std::string& name : cgroups) {
+    absl::StatusOr<size_t> strays = isolation_.cgroups->Destroy(
+        name, steady_clock::now() + default_kill_grace_ + kTeardownSlack);
+    if (!strays.ok()) {
+      spdlog::warn("event=member_cgroup_left error={}",
+                   LogValue(strays.status().ToString()));
+    }
+  }
+  isolation_.cgroups->RemoveParent();
 }
 
 size_t Supervisor::running_stages() const {
@@ -388,7 +639,10 @@ absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
               static_cast<unsigned char>(i < token.size() ? token[i] : 0);
     }
     if (diff != 0 || expected.empty()) continue;
-    return ExecContext{member_id, member.gang_env, member.gang_working_dir};
+    return ExecContext{
+        member_id, member.gang_env, member.gang_working_dir,
+        CredentialsOf(member),
+        member.cgroup.empty() ? "" : member.cgroup + "/cgroup.procs"};
   }
   if (gang_here) {
     return absl::PermissionDeniedError(

@@ -3,16 +3,20 @@
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "agent/isolation.h"
 #include "agent/process_ledger.h"
 #include "agent/stage.h"
 #include "common/mutex.h"
+#include "common/subprocess.h"
 
 namespace gdt::agent {
 
@@ -39,6 +43,22 @@ struct StageRequest {
   std::string evidence_dir;  // Absolute; empty = <scratch>/evidence.
 };
 
+// How members are kept apart from the agent and from each other. The
+// defaults keep stages under the agent's own uid in process groups only.
+struct IsolationOptions {
+  // Accounts member stages run as (the agent needs CAP_SETUID/CAP_SETGID);
+  // empty = the agent's own. With `exclusive_accounts`, each member gets an
+  // account no other live member uses (a pool); else all share them[0].
+  std::vector<MemberAccount> accounts;
+  bool exclusive_accounts = false;
+  // One cgroup per member under this tree; null = process groups only.
+  std::shared_ptr<const CgroupTree> cgroups;
+  // SetupMember() accepts builds dirs only strictly under this directory
+  // and extra dirs only under it or `cache_root`; empty = any absolute path.
+  std::string builds_root;
+  std::string cache_root;
+};
+
 // Supervises the members placed on this host: their directories and the
 // stages they run. A member is known from SetupMember() or its first stage
 // until TeardownMember(); each has a scratch dir
@@ -50,16 +70,20 @@ class Supervisor {
  public:
   // `base_env` is the environment every stage starts from.
   Supervisor(std::string scratch_root, std::chrono::seconds default_kill_grace,
-             std::map<std::string, std::string> base_env);
+             std::map<std::string, std::string> base_env,
+             IsolationOptions isolation = {});
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
 
   // Creates `builds_dir` and `extra_dirs` (with parents, mode 0755) and the
-  // member's scratch dir, and remembers `builds_dir` for TeardownMember().
-  // Idempotent. Errors: InvalidArgument for an empty member id or a path that
-  // is not absolute; PermissionDenied or Internal naming the path that could
-  // not be created.
+  // member's scratch dir, and remembers `builds_dir` for TeardownMember()
+  // when this call created it. With a member account, the builds and scratch
+  // dirs belong to it. Idempotent. Errors: InvalidArgument for an empty
+  // member id, a path that is not absolute, outside the builds root (see
+  // IsolationOptions) or another member's; ResourceExhausted when every
+  // pooled account is taken; PermissionDenied or Internal naming the path
+  // that could not be created.
   absl::Status SetupMember(const std::string& member_id,
                            const std::string& builds_dir,
                            const std::vector<std::string>& extra_dirs);
@@ -74,11 +98,13 @@ class Supervisor {
                                                     StageObserver* observer);
 
   // Terminates every running stage of the member (SIGTERM, its grace,
-  // SIGKILL), removes its scratch dir and, when `remove_builds_dir`, the
-  // builds dir SetupMember() recorded (nothing else). Returns how many
-  // process groups were still alive. Idempotent; unknown members are fine.
-  // Errors: DeadlineExceeded if a stage outlived its grace by far; Internal
-  // naming a directory that could not be removed.
+  // SIGKILL), kills whatever is left in its cgroup and waits until that is
+  // empty, removes its scratch dir and, when `remove_builds_dir`, the
+  // builds dir SetupMember() created (nothing else). Returns how many
+  // process groups (and, with cgroups, stray processes) were still alive.
+  // Idempotent; unknown members are fine. Errors: DeadlineExceeded if a stage
+  // outlived its grace by far; Internal naming a directory that could not be
+  // removed.
   absl::StatusOr<uint32_t> TeardownMember(const std::string& member_id,
                                           bool remove_builds_dir);
 
@@ -120,6 +146,9 @@ class Supervisor {
     std::string member_id;
     std::map<std::string, std::string> env;
     std::string working_dir;
+    // How to spawn into the member: its account and cgroup.
+    std::optional<SpawnOptions::Credentials> credentials;
+    std::string cgroup_procs;
   };
   absl::StatusOr<ExecContext> FindExecContext(const std::string& gang_id,
                                               const std::string& token) const;
@@ -131,7 +160,11 @@ class Supervisor {
 
  private:
   struct Member {
-    std::string builds_dir;  // As given to SetupMember; empty if none.
+    // As given to SetupMember when that call created it; empty if none.
+    std::string builds_dir;
+    std::string claimed_builds_dir;  // As given, created or not.
+    int account = -1;    // Index into isolation_.accounts; -1 = none yet.
+    std::string cgroup;  // Its directory; empty = none.
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
     // The last started stage that belongs to a gang (its env has
@@ -141,6 +174,25 @@ class Supervisor {
   };
 
   void StageFinished(const std::string& member_id, Stage* stage);
+  // Where the member's hang evidence is collected: the agent's, not the
+  // job's. Removed at teardown.
+  std::filesystem::path EvidenceDir(const std::string& member_id) const;
+  // Picks the member's account (once) and creates its cgroup (once).
+  absl::Status PlaceMember(const std::string& member_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The member's credentials; nullopt without member accounts.
+  std::optional<SpawnOptions::Credentials> CredentialsOf(
+      const Member& member) const;
+  // Creates `dir` (mode 0700, so other users cannot read the job's sources,
+  // scripts and files) and hands it to the member's account.
+  absl::Status MakeMemberDir(
+      const std::string& dir,
+      const std::optional<SpawnOptions::Credentials>& credentials) const;
+  // Checks that `builds_dir` is under the builds root and no other
+  // member's.
+  absl::Status CheckBuildsDir(const std::string& member_id,
+                              const std::string& builds_dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Running stages of one member, or of all members when `member_id` is
   // null.
   std::vector<std::shared_ptr<Stage>> RunningStages(
@@ -150,6 +202,7 @@ class Supervisor {
   const std::chrono::seconds default_kill_grace_;
   const std::map<std::string, std::string> base_env_;
   const ProcessLedger ledger_;
+  const IsolationOptions isolation_;
 
   mutable Mutex mu_;
   CondVar stage_finished_;

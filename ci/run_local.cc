@@ -413,6 +413,11 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
           "cannot create ", (work_dir / sub).string(), ": ", error.message()));
     }
   }
+  // The artifact store stands in for GitLab's artifact server, which jobs
+  // upload to whatever account runs them (an agent runs members as their
+  // own accounts): anyone may add a job's directory, like /tmp.
+  fs::permissions(work_dir / "artifacts",
+                  fs::perms::all | fs::perms::sticky_bit, error);
 
   RunLocalResult result;
   result.pipeline_id = pipeline.pipeline_id;

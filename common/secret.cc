@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 
 #include <cerrno>
 #include <cstring>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/sha256.h"
 
 namespace gdt {
@@ -73,6 +75,15 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
         absl::StrCat(std::string(what), " ", path, " is empty"));
   }
   return token;
+}
+
+std::string TokenFileModeProblem(const std::string& path) {
+  struct stat info = {};
+  if (stat(path.c_str(), &info) != 0) return "";
+  if ((info.st_mode & 077) == 0) return "";
+  return absl::StrFormat(
+      "mode %04o lets %s read it; chmod 600 %s", info.st_mode & 07777,
+      (info.st_mode & 07) != 0 ? "every user" : "its group", path);
 }
 
 }  // namespace gdt

@@ -41,6 +41,13 @@ bool SameSecret(std::string_view a, std::string_view b);
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                           std::string_view what);
 
+// Daemons log a warning (and go on) when a token file they read can be
+// read by others than its owner: a job running as another user on the
+// host could then speak for the host or the operator. Returns that
+// warning's reason, e.g. "mode 0644 lets group and others read it; chmod
+// 600", or "" when the mode is 0600 or stricter (or the file is gone).
+std::string TokenFileModeProblem(const std::string& path);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_SECRET_H_

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -76,6 +77,17 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
     return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
   }
   if (pid == 0) {
+    if (!options.cgroup_procs.empty()) {
+      const int procs =
+          open(options.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+      if (procs < 0 || write(procs, "0", 1) != 1) {
+        const int err = errno;
+        (void)!write(exec_pipe[1], &err, sizeof(err));
+        ChildFail("cannot join cgroup ", options.cgroup_procs.c_str());
+        _exit(127);
+      }
+      close(procs);
+    }
     if (options.new_process_group) setpgid(0, 0);
     if (options.die_with_parent) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -106,6 +118,16 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
       }
       dup2(out, 1);
       dup2(out, 2);
+    }
+    if (options.credentials.has_value()) {
+      const SpawnOptions::Credentials& who = *options.credentials;
+      if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
+          setgid(who.gid) != 0 || setuid(who.uid) != 0) {
+        const int err = errno;
+        (void)!write(exec_pipe[1], &err, sizeof(err));
+        ChildFail("cannot switch user", "");
+        _exit(127);
+      }
     }
     if (!options.working_dir.empty() &&
         chdir(options.working_dir.c_str()) != 0) {

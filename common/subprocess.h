@@ -40,6 +40,19 @@ struct SpawnOptions {
   std::string output_path;
   bool die_with_parent = false;  // PR_SET_PDEATHSIG(SIGKILL); for tests.
   std::string stdin_path = "/dev/null";
+  // Non-empty: the child writes itself into this cgroup.procs file (cgroup
+  // v2) before anything else, so it and all it starts stay in that cgroup;
+  // the spawn fails when it cannot.
+  std::string cgroup_procs;
+  // When set, the child drops to these credentials (setgroups, setgid,
+  // setuid, in that order) before changing directory and executing; the
+  // parent needs CAP_SETUID/CAP_SETGID. The spawn fails when a call fails.
+  struct Credentials {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    std::vector<gid_t> groups;  // Supplementary groups; empty = none.
+  };
+  std::optional<Credentials> credentials;
 };
 
 // A child process, optionally the leader of its own process group, with its

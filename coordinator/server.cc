@@ -66,6 +66,12 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
     absl::StatusOr<std::string> token =
         ReadTokenFile(config.admin_token_file, "admin_token_file");
     if (!token.ok()) return token.status();
+    if (const std::string problem =
+            TokenFileModeProblem(config.admin_token_file);
+        !problem.empty()) {
+      spdlog::warn("event=token_file_readable file={} reason={}",
+                   LogValue(config.admin_token_file), LogValue(problem));
+    }
     security.admin_token_sha256 = SecretSha256Hex(*token);
     security.status_without_token = config.status_without_token;
     spdlog::info("event=operator_auth_on status_without_token={}",

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "common/exit_code.h"
+#include "common/file.h"
 #include "ctl/admin_token.h"
 #include "ctl/cancel.h"
 #include "ctl/hosts.h"
@@ -210,6 +211,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
 
   // Host tokens.
   std::string token_action;
+  std::string token_output;
   CLI::App* token_cmd = hosts->add_subcommand(
       "token",
       "Host tokens agents register with (require_host_tokens): create HOST "
@@ -227,6 +229,12 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
     CLI::App* action = token_cmd->add_subcommand(name, help);
     if (std::string(name) != "list") {
       action->add_option("HOST", host_name, "Host name")->required();
+    }
+    if (std::string(name) == "create") {
+      action->add_option(
+          "--output", token_output,
+          "Write the token to FILE (mode 0600, replacing it) instead of "
+          "printing it; a shell redirection would leave it readable by all");
     }
     action->callback(
         [&token_action, action]() { token_action = action->get_name(); });
@@ -300,6 +308,15 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
     absl::StatusOr<std::string> out = RunHostTokenCommand(
         endpoint, token_action, host_name, *security, *admin_token);
     if (!out.ok()) return Fail(out.status());
+    if (!token_output.empty()) {
+      if (absl::Status written = WriteFileAtomically(token_output, *out, 0600);
+          !written.ok()) {
+        return Fail(kExitFailure, std::string(written.message()));
+      }
+      std::cout << "host token of " << host_name << " written to "
+                << token_output << " (mode 0600)\n";
+      return kExitOk;
+    }
     std::cout << *out;
     return kExitOk;
   }

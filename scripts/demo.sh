@@ -49,16 +49,30 @@ coord=$(cat "$work/coord.port")
 dashboard="http://$(cat "$work/dashboard.port")/"
 echo "== gdt-coord serving on $coord; web dashboard: $dashboard"
 
+# As root the agent runs each member as its own unprivileged account, as a
+# real installation does (docs/admin-guide.md): two numeric accounts that
+# need no passwd entry. They must reach the builds under $work and read the
+# checkout.
+isolation=""
+if [ "$(id -u)" = 0 ]; then
+  chmod 0711 "$work"
+  isolation='member_uid_pool: ["61001:61001", "61002:61002"]'
+  echo "== members run as uids 61001 and 61002, each in its own cgroup"
+fi
 cat >"$work/agent.yaml" <<YAML
 coordinator: $coord
 listen_address: 127.0.0.1:0
 scratch_dir: $work/agent
+builds_root: $work/builds
+cache_root: $work/cache
+$isolation
 tls: off
 host:
   name: $(hostname)
   address: 127.0.0.1
   cpu_slots: 2      # a CPU-only host that runs two members at once
 YAML
+chmod 0600 "$work/agent.yaml"
 # Debian's torch 1.13 crashes in a plain `torchrun` on Python 3.11; the
 # wrapper in testing/ fixes that for this machine (see its comment).
 PATH="$root/testing/torchrun-py311:$PATH" PET_MONITOR_INTERVAL=0.5 \

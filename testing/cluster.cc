@@ -10,8 +10,11 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cgroup.h"
 #include "common/host_port.h"
 
 namespace gdt::test {
@@ -232,9 +235,50 @@ bool WaitFor(const std::function<bool()>& condition, milliseconds timeout) {
 GdtCluster::GdtCluster(const NetworkNamespaces* namespaces, int control_host)
     : namespaces_(namespaces), control_host_(control_host) {}
 
+namespace {
+
+// Undoes EscapePathComponent's %XX (the agent names its cgroup tree after
+// its escaped scratch dir).
+std::string Unescape(const std::string& text) {
+  std::string plain;
+  for (size_t i = 0; i < text.size(); ++i) {
+    int byte = 0;
+    if (text[i] == '%' && i + 2 < text.size() &&
+        absl::SimpleHexAtoi(text.substr(i + 1, 2), &byte)) {
+      plain.push_back(static_cast<char>(byte));
+      i += 2;
+    } else {
+      plain.push_back(text[i]);
+    }
+  }
+  return plain;
+}
+
+}  // namespace
+
 GdtCluster::~GdtCluster() {
   agents_.clear();
   coordinator_.reset();
+  // An agent a test killed (SIGKILL) leaves its member cgroups behind, as a
+  // crashed agent would for its successor: remove those of this cluster.
+  absl::StatusOr<std::string> own = OwnCgroupDir();
+  if (!own.ok()) return;
+  const std::string trees = *own + "/gdt";
+  std::error_code error;
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator(trees, error)) {
+    const std::string scratch = Unescape(entry.path().filename().string());
+    if (!absl::StartsWith(scratch, dir_.path() + "/")) continue;
+    absl::StatusOr<std::unique_ptr<CgroupTree>> tree =
+        CgroupTree::Open(entry.path().string());
+    if (!tree.ok()) continue;
+    for (const std::string& name : (*tree)->Children()) {
+      (void)(*tree)->Destroy(
+          name, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    }
+    (*tree)->RemoveParent();
+  }
+  rmdir(trees.c_str());
 }
 
 std::vector<std::string> GdtCluster::Prefix(int host) const {
@@ -359,6 +403,11 @@ void GdtCluster::StopCoordinator(int signal) {
   coordinator_.reset();
 }
 
+std::vector<std::string> MemberAccountsIfRoot() {
+  if (geteuid() != 0) return {};
+  return TestMemberAccounts();
+}
+
 absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   const std::string address = spec.host >= 0 && namespaces_ != nullptr
                                   ? namespaces_->Address(spec.host)
@@ -377,8 +426,18 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
   if (!spec.host_token_file.empty()) {
     absl::StrAppend(&yaml, "host_token_file: ", spec.host_token_file, "\n");
   }
-  absl::StrAppend(&yaml, TlsYaml(/*server=*/true));
+  // The executor's roots: the agent creates builds dirs only under them.
+  absl::StrAppend(&yaml, "builds_root: ", dir_.Sub("builds"),
+                  "\ncache_root: ", dir_.Sub("cache"), "\n");
+  if (!spec.member_uid_pool.empty()) {
+    absl::StrAppend(&yaml, "member_uid_pool: [",
+                    absl::StrJoin(spec.member_uid_pool, ", "), "]\n");
+    chmod(dir_.path().c_str(), 0711);
+  }
+  absl::StrAppend(&yaml, spec.extra_yaml, TlsYaml(/*server=*/true));
   WriteFile(config, yaml);
+  // Only the agent (and the operator) may read its configuration.
+  chmod(config.c_str(), 0600);
   // Job scripts call a bare `torchrun`; the wrapper works around Debian's
   // torch 1.13 on Python 3.11 (see testing/torchrun-py311/torchrun).
   const char* path = getenv("PATH");

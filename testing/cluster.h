@@ -107,7 +107,27 @@ struct AgentSpec {
   std::string uts_hostname;
   // Non-empty: the agent's host_token_file.
   std::string host_token_file;
+  // Non-empty: the agent's member_uid_pool (user names or UID[:GID]); the
+  // cluster's directory then becomes traversable (0711) so that those
+  // accounts reach their builds dirs and the project.
+  std::vector<std::string> member_uid_pool;
+  // YAML lines appended to the agent's config.
+  std::string extra_yaml;
 };
+
+// Two accounts for member_uid_pool that exist nowhere else on the machine
+// (numeric, without a passwd entry), so that tests running as root can run
+// members as unprivileged users without creating any.
+inline const std::vector<std::string>& TestMemberAccounts() {
+  static const std::vector<std::string> accounts = {"61001:61001",
+                                                    "61002:61002"};
+  return accounts;
+}
+
+// TestMemberAccounts() when this test runs as root (as in CI), so that jobs
+// run the way a real installation runs them; none otherwise (the agent
+// cannot switch users then).
+std::vector<std::string> MemberAccountsIfRoot();
 
 // A whole gdt installation for a test: a coordinator with SQLite state, any
 // number of agents, and an executor config, all under one TempDir; either on
@@ -163,6 +183,10 @@ class GdtCluster {
   void StopAgents(int signal);
   // Stops the `index`th agent started (0-based) with `signal`.
   void StopAgent(size_t index, int signal);
+  // host:port the `index`th agent started (0-based) listens on.
+  std::string AgentEndpoint(size_t index) const {
+    return agents_.at(index)->endpoint();
+  }
   // Waits until the coordinator lists `count` hosts as up.
   absl::Status WaitForHosts(int count, std::chrono::milliseconds timeout);
 

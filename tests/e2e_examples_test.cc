@@ -47,7 +47,12 @@ class ExamplesTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
-    ASSERT_TRUE(cluster_.StartAgent({.name = "local", .cpu_slots = 2}).ok())
+    // As root, members run as unprivileged accounts, each in its cgroup.
+    ASSERT_TRUE(cluster_
+                    .StartAgent({.name = "local",
+                                 .cpu_slots = 2,
+                                 .member_uid_pool = MemberAccountsIfRoot()})
+                    .ok())
         << cluster_.Logs();
     ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
   }

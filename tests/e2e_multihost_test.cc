@@ -29,7 +29,8 @@ TEST(MultiHostTest, MembersOfOneGangRunOnDifferentHosts) {
                     .StartAgent({.name = "host" + std::to_string(i),
                                  .host = i,
                                  .cpu_slots = 1,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }
@@ -71,7 +72,8 @@ TEST(MultiHostTest, GangRunsOverMutualTlsAcrossHosts) {
                     .StartAgent({.name = "host" + std::to_string(i),
                                  .host = i,
                                  .cpu_slots = 1,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }
@@ -105,7 +107,8 @@ TEST(MultiHostTest, EnvLauncherTrainsAcrossThreeHosts) {
                     .StartAgent({.name = "host" + std::to_string(i),
                                  .host = i,
                                  .cpu_slots = 1,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }

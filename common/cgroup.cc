@@ -1,0 +1,160 @@
+#include "common/cgroup.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace gdt {
+namespace {
+
+namespace fs = std::filesystem;
+
+// How often Destroy() looks whether the cgroup is empty yet.
+constexpr std::chrono::milliseconds kPoll(10);
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+bool WriteText(const std::string& path, const std::string& text) {
+  std::ofstream file(path);
+  if (!file) return false;
+  file << text;
+  file.flush();
+  return static_cast<bool>(file);
+}
+
+std::vector<pid_t> PidsIn(const std::string& dir) {
+  std::vector<pid_t> pids;
+  for (absl::string_view line :
+       absl::StrSplit(ReadAll(dir + "/cgroup.procs"), '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid) && pid > 0) pids.push_back(pid);
+  }
+  return pids;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> OwnCgroupDir() {
+  std::string own;
+  for (absl::string_view line :
+       absl::StrSplit(ReadAll("/proc/self/cgroup"), '\n')) {
+    if (absl::ConsumePrefix(&line, "0::")) own = std::string(line);
+  }
+  if (own.empty()) {
+    return absl::NotFoundError("this process is in no cgroup v2 hierarchy");
+  }
+  for (absl::string_view line :
+       absl::StrSplit(ReadAll("/proc/self/mountinfo"), '\n')) {
+    const std::vector<std::string> fields = absl::StrSplit(line, ' ');
+    // id parent dev root mountpoint options [optional...] - type source ...
+    size_t dash = 0;
+    while (dash < fields.size() && fields[dash] != "-") ++dash;
+    if (dash + 1 >= fields.size() || fields[dash + 1] != "cgroup2" ||
+        fields.size() < 5) {
+      continue;
+    }
+    const std::string& root = fields[3];
+    absl::string_view relative = own;
+    if (root != "/" && !absl::ConsumePrefix(&relative, root)) continue;
+    if (root == "/" && relative == "/") relative = "";
+    return fields[4] + std::string(relative);
+  }
+  return absl::NotFoundError("no cgroup2 file system is mounted");
+}
+
+absl::StatusOr<std::unique_ptr<CgroupTree>> CgroupTree::Open(
+    const std::string& parent) {
+  std::error_code error;
+  fs::create_directories(parent, error);
+  const std::string probe = parent + "/.probe";
+  if (!error) fs::create_directory(probe, error);
+  if (error || access((probe + "/cgroup.procs").c_str(), W_OK) != 0) {
+    const std::string why =
+        error ? error.message()
+              : absl::StrCat("cannot write ", probe,
+                             "/cgroup.procs: ", std::strerror(errno));
+    rmdir(probe.c_str());
+    return absl::FailedPreconditionError(
+        absl::StrCat("cgroup v2 is not writable at ", parent, ": ", why));
+  }
+  rmdir(probe.c_str());
+  return std::unique_ptr<CgroupTree>(new CgroupTree(parent));
+}
+
+std::string CgroupTree::PathOf(const std::string& name) const {
+  return absl::StrCat(parent_, "/", name);
+}
+
+absl::StatusOr<std::string> CgroupTree::Create(const std::string& name) const {
+  const std::string dir = PathOf(name);
+  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("cannot create cgroup ", dir, ": ", std::strerror(errno)));
+  }
+  return dir;
+}
+
+absl::StatusOr<size_t> CgroupTree::Destroy(
+    const std::string& name,
+    std::chrono::steady_clock::time_point deadline) const {
+  const std::string dir = PathOf(name);
+  if (access(dir.c_str(), F_OK) != 0) return 0;
+  const size_t found = PidsIn(dir).size();
+  // cgroup.kill reaches every process, including ones forked while it runs;
+  // older kernels lack it, and SIGKILL to each pid until none is left does
+  // the same in rounds.
+  const bool kill_file = WriteText(dir + "/cgroup.kill", "1");
+  while (true) {
+    const std::vector<pid_t> pids = PidsIn(dir);
+    if (pids.empty()) break;
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "cgroup ", dir, " still holds ", pids.size(), " processes (e.g. pid ",
+          pids.front(), ") after SIGKILL"));
+    }
+    if (!kill_file) {
+      for (pid_t pid : pids) kill(pid, SIGKILL);
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  // A cgroup whose last process just died may still count it as populated
+  // for a moment; rmdir then answers EBUSY.
+  while (rmdir(dir.c_str()) != 0 && errno == EBUSY &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(kPoll);
+  }
+  return found;
+}
+
+std::vector<std::string> CgroupTree::Children() const {
+  std::vector<std::string> names;
+  std::error_code error;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator(parent_, error)) {
+    if (entry.is_directory(error) && !error) {
+      names.push_back(entry.path().filename().string());
+    }
+  }
+  return names;
+}
+
+void CgroupTree::RemoveParent() const { rmdir(parent_.c_str()); }
+
+}  // namespace gdt

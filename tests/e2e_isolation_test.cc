@@ -1,0 +1,284 @@
+// End to end: what a job script can do to the host and to other jobs on it.
+// The agent runs as root with a pool of member accounts; each attack is made
+// from a real job (run-local → executor → agent) or, for the agent's own
+// API, by a real gRPC client, and must fail.
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/agent_client.h"
+#include "testing/cluster.h"
+#include "tests/e2e_util.h"
+
+namespace gdt::test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+std::string MemberLogOf(const GdtCluster& cluster, int index) {
+  return ReadFile(
+      absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
+}
+
+// A live, non-zombie process with this pid runs `sleep <seconds>`.
+bool SleepAlive(int pid, const std::string& seconds_arg) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  if (stat.empty() || paren == std::string::npos || paren + 2 >= stat.size() ||
+      stat[paren + 2] == 'Z') {
+    return false;
+  }
+  return ReadFile(absl::StrCat("/proc/", pid, "/cmdline")) ==
+         std::string("sleep\0", 6) + seconds_arg + std::string(1, '\0');
+}
+
+// A coordinator that requires host tokens and one root agent "local" with
+// two CPU slots, the test member accounts, its host token in a 0600 file
+// and its config 0600: the deployment docs/admin-guide.md describes.
+class IsolationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "needs root: the agent switches members to other "
+                      "accounts and makes cgroups (CI runs the suite as root)";
+    }
+    const std::string admin = cluster_.dir().Sub("admin.token");
+    WriteFile(admin, "isolation-admin-secret\n");
+    chmod(admin.c_str(), 0600);
+    cluster_.SetCoordinatorExtraConfig(absl::StrCat(
+        "admin_token_file: ", admin, "\nrequire_host_tokens: true\n"));
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    // --output writes the token 0600 (a redirection would leave 0644).
+    token_file_ = cluster_.dir().Sub("host.token");
+    CommandResult created =
+        RunProcess({BinaryPath("gdt-coord"), "hosts", "token", "create",
+                    "local", "--coordinator", cluster_.coordinator_endpoint(),
+                    "--output", token_file_},
+                   {{"GDT_ADMIN_TOKEN_FILE", admin}}, seconds(20));
+    ASSERT_TRUE(created.status.success()) << created.output;
+    EXPECT_EQ(created.output, absl::StrCat("host token of local written to ",
+                                           token_file_, " (mode 0600)\n"));
+    struct stat info = {};
+    ASSERT_EQ(stat(token_file_.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 0777, 0600u);
+    token_ = std::string(absl::StripAsciiWhitespace(ReadFile(token_file_)));
+    ASSERT_EQ(token_.size(), 64u);
+    StartAgent(token_file_);
+  }
+
+  void StartAgent(const std::string& token_file) {
+    AgentSpec agent;
+    agent.name = "local";
+    agent.cpu_slots = 2;
+    agent.host_token_file = token_file;
+    agent.member_uid_pool = TestMemberAccounts();
+    ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
+    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+    // Without a writable cgroup v2 the agent falls back to process groups,
+    // and escapes would go unnoticed: this test needs the real thing.
+    ASSERT_THAT(cluster_.Logs(), HasSubstr("event=cgroups_on"))
+        << "the agent found no writable cgroup v2 hierarchy; these tests "
+           "need one (mount cgroup2, run as root)\n"
+        << cluster_.Logs();
+  }
+
+  // A project whose job `train` is a 2-member CPU gang running `script`
+  // (shell lines) without a launcher.
+  std::string MakeProject(const std::string& script,
+                          const std::string& extra_yaml = "") {
+    const std::string project = cluster_.dir().Sub("project");
+    fs::create_directories(project);
+    std::string indented;
+    for (absl::string_view line : absl::StrSplit(script, '\n')) {
+      if (!line.empty()) absl::StrAppend(&indented, "      ", line, "\n");
+    }
+    WriteFile(project + "/.gitlab-ci.yml",
+              absl::StrCat("train:\n"
+                           "  parallel: 2\n"
+                           "  timeout: 5 minutes\n"
+                           "  variables:\n"
+                           "    GDT_GPUS_PER_NODE: \"0\"\n"
+                           "    GDT_LAUNCHER: none\n",
+                           extra_yaml,
+                           "  script:\n"
+                           "    - |\n",
+                           indented));
+    return project;
+  }
+
+  // A directory every member can write (like /tmp), for the members'
+  // own rendezvous.
+  std::string SharedDir(const std::string& name) {
+    const std::string dir = cluster_.dir().Sub(name);
+    fs::create_directories(dir);
+    chmod(dir.c_str(), 01777);
+    return dir;
+  }
+
+  GdtCluster cluster_;
+  std::string token_;
+  std::string token_file_;
+};
+
+TEST_F(IsolationTest, JobReadsNeitherTheAgentsSecretsNorAnotherMembersEnv) {
+  const std::string barrier = SharedDir("barrier");
+  const std::string config = cluster_.dir().Sub("agent-local.yaml");
+  // Both members look while both run (a barrier before and after), and
+  // print "leak-2-..." only for what they could read; the marker is
+  // computed so that the echoed script text never matches.
+  const std::string script = absl::StrReplaceAll(
+      R"sh(wait_for() { end=$((SECONDS+60)); while [ ! -e "B/$1-1" ] || [ ! -e "B/$1-2" ]; do [ $SECONDS -lt $end ] || break; sleep 0.1; done; }
+echo "member $CI_NODE_INDEX runs as uid $(id -u)"
+touch "B/ready-$CI_NODE_INDEX"; wait_for ready
+mark="leak-$((1+1))"
+cat "C" >/dev/null 2>&1 && echo "$mark-agent-config"
+cat "T" >/dev/null 2>&1 && echo "$mark-host-token"
+for p in $(pgrep -f -- "--config C"); do cat "/proc/$p/environ" >/dev/null 2>&1 && echo "$mark-agent-environ"; done
+for f in /proc/[0-9]*/environ; do e=$(tr "\000" "\n" 2>/dev/null < "$f") || continue; r=$(echo "$e" | sed -n "s/^GDT_NODE_RANK=//p"); [ -z "$r" ] || [ "$r" = "$GDT_NODE_RANK" ] || echo "$mark-other-member-environ $f"; done
+touch "B/done-$CI_NODE_INDEX"; wait_for done
+echo "member $CI_NODE_INDEX looked"
+)sh",
+      {{"B/", barrier + "/"},
+       {"\"C\"", "\"" + config + "\""},
+       {"--config C", "--config " + config},
+       {"\"T\"", "\"" + token_file_ + "\""}});
+  const std::string project = MakeProject(script);
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  std::set<std::string> uids;
+  static const std::regex kUid(R"(member \d runs as uid (\d+)\n)");
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(log, match, kUid)) << log;
+    EXPECT_NE(match[1].str(), "0") << log;
+    uids.insert(match[1].str());
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("member ", index, " looked\n")))
+        << log;
+    EXPECT_THAT(log, Not(HasSubstr("leak-2"))) << log;
+    EXPECT_THAT(log, Not(HasSubstr(token_)));
+  }
+  EXPECT_EQ(uids.size(), 2u) << "members of one host share an account";
+}
+
+TEST_F(IsolationTest, SetsidProcessDoesNotOutliveTeardown) {
+  const std::string project = MakeProject(
+      "setsid sleep 313 </dev/null >/dev/null 2>&1 &\n"
+      "echo \"escaped pid $!\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  std::vector<int> pids;
+  static const std::regex kPid(R"(escaped pid (\d+)\n)");
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    EXPECT_THAT(log, HasSubstr("Job succeeded")) << log;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(log, match, kPid)) << log;
+    pids.push_back(std::stoi(match[1].str()));
+  }
+  for (int pid : pids) {
+    // Teardown waited for the member's cgroup to be empty before the job
+    // ended; only the reaping of the zombie may lag.
+    EXPECT_TRUE(WaitFor([&] { return !SleepAlive(pid, "313"); }, seconds(2)))
+        << "pid " << pid << " (setsid sleep 313) outlived its job";
+    if (SleepAlive(pid, "313")) kill(pid, SIGKILL);
+  }
+}
+
+TEST_F(IsolationTest, HangEvidenceIsNotWrittenThroughTheJobsDirectory) {
+  // The job points its gdt-evidence at a directory it may not write; the
+  // agent collects evidence as root, so it must not follow the job there.
+  const std::string victim = cluster_.dir().Sub("not-the-jobs");
+  fs::create_directories(victim);
+  chmod(victim.c_str(), 0755);
+  const std::string project = MakeProject(
+      absl::StrCat("ln -s ", victim,
+                   " gdt-evidence\n"
+                   "touch \"$GDT_PROGRESS_FILE\"; echo stuck; sleep 122\n"),
+      "    GDT_HANG_TIMEOUT: \"3\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  EXPECT_FALSE(run.status.success()) << run.output;
+  EXPECT_THAT(MemberLogOf(cluster_, 1), HasSubstr("hung: no progress"));
+  EXPECT_TRUE(fs::is_empty(victim))
+      << "the agent wrote evidence into " << victim;
+  // It was collected, in the agent's own scratch dir.
+  EXPECT_THAT(cluster_.Logs(),
+              HasSubstr(absl::StrCat("event=evidence_collected")));
+  EXPECT_THAT(cluster_.Logs(),
+              HasSubstr(cluster_.dir().Sub("agent-local") + "/.evidence/"));
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// The agent's own API, called directly: an agent without host tokens takes
+// calls from anyone, yet it creates and deletes only under its builds root.
+TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {
+  GdtCluster cluster;
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 2}).ok())
+      << cluster.Logs();
+  const std::string victim = cluster.dir().Sub("victim");
+  fs::create_directories(victim);
+  WriteFile(victim + "/precious", "keep me\n");
+  const std::string builds = cluster.dir().Sub("builds");
+  const std::string existing = builds + "/not-made-by-the-agent";
+  fs::create_directories(existing);
+  WriteFile(existing + "/precious", "keep me too\n");
+  // A link inside the root that leads out of it.
+  fs::create_directory_symlink(victim, builds + "/link");
+  rendezvous::AgentClient agent(cluster.AgentEndpoint(0));
+
+  for (const std::string& outside : {victim, builds + "/../victim", builds}) {
+    v1::SetupMemberRequest setup;
+    setup.set_member_id("attacker");
+    setup.set_builds_dir(outside);
+    const absl::Status status = agent.SetupMember(setup, seconds(10));
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
+        << outside << ": " << status;
+    EXPECT_THAT(status.message(), HasSubstr("builds_root")) << status;
+  }
+  // A dir under the root that the agent did not create is used, not owned.
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("attacker");
+  setup.set_builds_dir(existing);
+  EXPECT_TRUE(agent.SetupMember(setup, seconds(10)).ok());
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("attacker");
+  teardown.set_remove_builds_dir(true);
+  EXPECT_TRUE(agent.TeardownMember(teardown, seconds(10)).ok());
+
+  EXPECT_EQ(ReadFile(victim + "/precious"), "keep me\n");
+  EXPECT_EQ(ReadFile(existing + "/precious"), "keep me too\n");
+  // What it did create, it removes.
+  setup.set_member_id("member");
+  setup.set_builds_dir(builds + "/made-by-the-agent");
+  ASSERT_TRUE(agent.SetupMember(setup, seconds(10)).ok());
+  EXPECT_TRUE(fs::is_directory(builds + "/made-by-the-agent"));
+  teardown.set_member_id("member");
+  EXPECT_TRUE(agent.TeardownMember(teardown, seconds(10)).ok());
+  EXPECT_FALSE(fs::exists(builds + "/made-by-the-agent"));
+}
+
+}  // namespace
+}  // namespace gdt::test
