@@ -1470,9 +1470,85 @@ void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
   }
 }
 
+// A value of the inheritance model as GitLab would send it in a variable.
+std::optional<std::string> ValueText(const CiValue& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+  if (value.is_object() && value.contains("value")) {
+    return ValueText(value["value"]);
+  }
+  return std::nullopt;
+}
+
+// Fills `spec` from what a job inherits (its effective configuration):
+// GDT_* variables, and a parallel:distributed block from a template. Their
+// errors are reported where they are written. Returns whether it makes the
+// job a gang.
+bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
+  bool gang = false;
+  const auto integer = [](const std::optional<std::string>& text) {
+    return text.has_value() ? IntegerText(*text) : std::nullopt;
+  };
+  if (const auto vars = effective.find("variables");
+      vars != effective.end() && vars->is_object()) {
+    for (const auto& [name, value] : vars->items()) {
+      const std::optional<std::string> text = ValueText(value);
+      if (!text.has_value()) continue;
+      if (name == "GDT_GPUS_PER_NODE" && integer(text)) {
+        spec->gpus_per_node = static_cast<int>(*integer(text));
+      } else if (name == "GDT_NPROC_PER_NODE" && integer(text)) {
+        spec->procs_per_node = static_cast<int>(*integer(text));
+      } else if (name == "GDT_LAUNCHER") {
+        spec->launcher = *text;
+      } else if (name == "GDT_PRIORITY" && integer(text)) {
+        spec->priority = static_cast<int>(*integer(text));
+      } else if (name == "GDT_GANG_TIMEOUT" && integer(text)) {
+        spec->gang_timeout_seconds = *integer(text);
+      } else if (name == "GDT_TOPOLOGY_SAME") {
+        spec->topology_same = *text;
+      } else if (name == "GDT_TOPOLOGY_MODE") {
+        spec->topology_mode = *text;
+      } else if (name == "GDT_CHECKPOINT_STORE") {
+        spec->checkpoint_store = *text;
+      } else {
+        continue;
+      }
+      gang = true;
+    }
+  }
+  const auto parallel = effective.find("parallel");
+  if (parallel == effective.end()) return gang;
+  if (parallel->is_number_integer()) {
+    const int64_t n = parallel->get<int64_t>();
+    if (n >= 1 && n <= kGitLabParallelLimit) spec->nodes = static_cast<int>(n);
+  } else if (parallel->is_object() && parallel->contains("distributed") &&
+             (*parallel)["distributed"].is_object()) {
+    const CiValue& block = (*parallel)["distributed"];
+    spec->from_block = true;
+    const auto number = [&](const char* key, int fallback) {
+      const auto found = block.find(key);
+      return found != block.end() && found->is_number_integer()
+                 ? static_cast<int>(found->get<int64_t>())
+                 : fallback;
+    };
+    spec->nodes = number("nodes", spec->nodes);
+    spec->gpus_per_node = number("gpus_per_node", spec->gpus_per_node);
+    spec->procs_per_node =
+        number("procs_per_node", std::max(1, spec->gpus_per_node));
+    if (const auto launcher = block.find("launcher");
+        launcher != block.end() && launcher->is_string()) {
+      spec->launcher = launcher->get<std::string>();
+    }
+    gang = true;
+  }
+  return gang;
+}
+
+// `effective`: the job's configuration with what it inherits (null when it
+// cannot be computed); inherited GDT_* variables, tags and parallel count.
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
-                  const CiExpandOptions& options,
+                  const CiValue* effective, const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
                   Reporter* report) {
   if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
@@ -1492,7 +1568,17 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       tagged = tagged || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
     }
   }
-  const bool gang = top_gdt || job_gdt || tagged;
+  bool inherited = false;
+  if (effective != nullptr) {
+    inherited = SpecFromInherited(*effective, &spec);
+    if (const auto tags = effective->find("tags");
+        tags != effective->end() && tags->is_array() &&
+        !options.runner_tag.empty()) {
+      tagged = tagged || std::find(tags->begin(), tags->end(),
+                                   CiValue(options.runner_tag)) != tags->end();
+    }
+  }
+  const bool gang = top_gdt || job_gdt || tagged || inherited;
   const int max_nodes =
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
   // `parallel: null` (or `~`) is how a job drops an inherited parallel.
@@ -1654,7 +1740,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.
         if (lint) {
-          LintPlainJob(job, key, value, top_variables, options,
+          const absl::StatusOr<CiConfigModel::Effective> effective =
+              model.Resolve(job);
+          LintPlainJob(job, key, value, top_variables,
+                       effective.ok() ? &effective->config : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
         }
         continue;

@@ -620,5 +620,32 @@ TEST(ScalingTest, EightTimesTheJobsCostAboutEightTimesTheTime) {
       << small_seconds << " s for 500 jobs, " << large_seconds << " s for 4000";
 }
 
+TEST(InheritanceTest, LintSeesGangsThroughInheritance) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      ".vars: &vars\n  variables:\n    GDT_GPUS_PER_NODE: \"2\"\n"
+      "default:\n  tags: [gdt]\n"
+      "train:\n  extends: .gang\n  script: x\n"
+      "eval:\n  <<: *vars\n  parallel: 3\n  script: y\n"
+      "tagged:\n  parallel: 2\n  script: z\n"
+      "plain:\n  inherit:\n    default: false\n  parallel: 2\n  script: w\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  std::vector<std::string> described;
+  for (const GangSpec& g : lint.gangs) {
+    described.push_back(absl::StrCat(g.job, ": ", g.Describe()));
+  }
+  EXPECT_THAT(
+      described,
+      ElementsAre(
+          ".gang: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
+          "launcher torchrun",
+          "train: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
+          "launcher torchrun",
+          "eval: 3 nodes x 2 GPUs, 1 process per node (world size 3), "
+          "launcher torchrun",
+          "tagged: 2 nodes x 0 GPUs, 1 process per node (world size 2), "
+          "launcher torchrun"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
