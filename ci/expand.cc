@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -1631,6 +1632,28 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   }
 }
 
+// Whether the merge key value `merged` (an alias or a list of them) names
+// a top-level job with its own parallel:distributed block: expand rewrites
+// that job, and the alias follows.
+bool MergesTopLevelBlockJob(const YamlNode& merged,
+                            const std::unordered_set<uint32_t>& top_values) {
+  std::vector<YamlNode> sources;
+  if (merged.IsSequence()) {
+    for (const YamlNode& item : merged) sources.push_back(item);
+  } else {
+    sources.push_back(merged);
+  }
+  for (const YamlNode& source : sources) {
+    const Entry parallel = FindEntry(source, "parallel");
+    if (!parallel || !parallel.value.IsMap() ||
+        !FindEntry(parallel.value, "distributed")) {
+      continue;
+    }
+    if (top_values.count(source.index()) != 0) return true;
+  }
+  return false;
+}
+
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     bool lint) {
   CiExpansion result;
@@ -1709,6 +1732,11 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   };
   std::vector<PlannedJob> planned;
   const CiConfigModel model(documents);
+  // The nodes of top-level entries (a merged block must be one of them).
+  std::unordered_set<uint32_t> top_values;
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) top_values.insert(entry.second.index());
+  }
   for (size_t d = 0; d < documents.size(); ++d) {
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next
@@ -1737,6 +1765,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const bool block = parallel && parallel.value.IsMap() &&
                          FindEntry(parallel.value, "distributed");
       if (!block) {
+        // A block merged in (`<<: *gang`) is expanded where its anchor is
+        // written, if that is a top-level job; from anywhere else it would
+        // reach GitLab unexpanded.
+        if (const Entry merge = FindEntry(value, "<<")) {
+          const CiValue merged = ToCiValue(value);
+          const auto p = merged.find("parallel");
+          if (p != merged.end() && p->is_object() &&
+              p->contains("distributed") &&
+              !MergesTopLevelBlockJob(merge.value, top_values)) {
+            report.At(merge.key, merge.key,
+                      absl::StrCat(job,
+                                   ": gets parallel:distributed through a "
+                                   "merge key from a mapping that is not a "
+                                   "job; gdt expands only jobs and hidden "
+                                   "jobs, so merge one of those or write the "
+                                   "block in the job"));
+            continue;
+          }
+        }
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.
         if (lint) {

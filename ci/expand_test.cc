@@ -647,5 +647,29 @@ TEST(InheritanceTest, LintSeesGangsThroughInheritance) {
           "launcher torchrun"));
 }
 
+TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
+  const std::string input =
+      ".defs:\n  gang: &gang\n    parallel:\n      distributed: {nodes: 2}\n"
+      "train:\n  <<: *gang\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:6:3: train: gets parallel:distributed through a merge key "
+              "from a mapping that is not a job; gdt expands only jobs and "
+              "hidden jobs, so merge one of those or write the block in the "
+              "job");
+  }
+  // Merging a hidden job with the block is fine: it is expanded, and the
+  // alias follows.
+  const CiExpansion fine = ExpandCiYaml(
+      ".gang: &gang\n  parallel:\n    distributed: {nodes: 2}\n"
+      "train:\n  <<: *gang\n  script: x\n");
+  ASSERT_TRUE(fine.ok()) << fine.errors[0].message;
+  const auto train = EffectiveJobConfig(fine.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["parallel"], 2);
+  EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
+}
+
 }  // namespace
 }  // namespace gdt::ci
