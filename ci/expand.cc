@@ -983,9 +983,7 @@ class JobRewriter {
 
   // Notes that `key` may be inherited from where gdt cannot see; Plan
   // reports all such keys in one line.
-  void Unknown(std::string_view key, std::string_view /*remedy*/ = "") {
-    unknown_keys_.emplace_back(key);
-  }
+  void Unknown(std::string_view key) { unknown_keys_.emplace_back(key); }
 
   // The job's effective artifacts with checkpoints/ and `when: always`
   // added (unless it has its own `when`).
