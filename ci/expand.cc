@@ -1577,6 +1577,17 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                                    CiValue(options.runner_tag)) != tags->end();
     }
   }
+  // The template's block is expanded where it is written, tag included,
+  // but this job's own tags replace the template's.
+  if (inherited && spec.from_block && !tagged && !options.runner_tag.empty()) {
+    if (const Entry tags = FindEntry(value, "tags")) {
+      report->At(tags.key, tags.key,
+                 absl::StrCat(job,
+                              ": gets parallel:distributed from a template, "
+                              "but its own tags replace the template's; add ",
+                              options.runner_tag, " to them"));
+    }
+  }
   const bool gang = top_gdt || job_gdt || tagged || inherited;
   const int max_nodes =
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));

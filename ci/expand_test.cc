@@ -671,5 +671,16 @@ TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
   EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
 }
 
+TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "train:\n  extends: .gang\n  tags: [a100]\n  script: x\n"
+      "ok:\n  extends: .gang\n  tags: [a100, gdt]\n  script: x\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:6:3: train: gets parallel:distributed from a template, but its "
+            "own tags replace the template's; add gdt to them");
+}
+
 }  // namespace
 }  // namespace gdt::ci
