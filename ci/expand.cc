@@ -12,9 +12,12 @@
 #include <map>
 #include <set>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ci/inheritance.h"
 #include "ci/job_file.h"
 #include "ci/yaml_tree.h"
 #include "nlohmann/json.hpp"
@@ -278,6 +281,11 @@ void FindDuplicateKeys(const YamlNode& node, int depth,
   }
   std::map<std::string, YamlMark> seen;
   for (const auto& entry : node) {
+    if (entry.first.IsMap() || entry.first.IsSequence()) {
+      report->At(entry.first, node,
+                 "a mapping or list used as a key (`? ...`); GitLab reads "
+                 "only names as keys");
+    }
     // Repeated merge keys (`<<: *a` then `<<: *b`) each merge in GitLab.
     if (entry.first.IsScalar() && entry.first.Scalar() != "<<") {
       const std::string& key = entry.first.Scalar();
@@ -671,6 +679,12 @@ std::string TagText(std::string_view tag) {
   return plain ? std::string(tag) : absl::StrCat("\"", std::string(tag), "\"");
 }
 
+// A value as one line of YAML: JSON is YAML's flow style, so a string comes
+// out double-quoted and a mapping or list as {...} or [...].
+std::string FlowText(const CiValue& value) {
+  return value.dump(-1, ' ', false, CiValue::error_handler_t::replace);
+}
+
 std::string Quoted(std::string_view value) {
   return absl::StrCat("\"", std::string(value), "\"");
 }
@@ -714,13 +728,18 @@ std::string FlowEntry(const std::string& indent, std::string_view key,
 // The plan for one job's rewrite.
 class JobRewriter {
  public:
+  // `effective`: the job's configuration as GitLab computes it (inherited
+  // entries included), before the rewrite.
   JobRewriter(const Lines& lines, const std::string& job,
               const YamlNode& job_value, int job_end,
+              const CiConfigModel::Effective& effective,
               const CiExpandOptions& options, Reporter* report)
       : lines_(lines),
         job_(job),
         job_value_(job_value),
         job_end_(job_end),
+        effective_(effective),
+        own_(ToCiValue(job_value)),
         options_(options),
         report_(report) {
     for (const auto& entry : job_value_) keys_.push_back(entry.first);
@@ -737,7 +756,21 @@ class JobRewriter {
 
     const std::vector<std::pair<std::string, std::string>> variables =
         spec.Variables();
-    if (const Entry e = FindEntry(job_value_, "variables")) {
+    if (const Entry e = FindEntry(job_value_, "variables");
+        e && e.value.Tag() == "!reference") {
+      CiValue merged = effective_.config.value("variables", CiValue::object());
+      if (!merged.is_object()) merged = CiValue::object();
+      for (const auto& [key, value] : variables) {
+        if (merged.contains(key)) {
+          report_->At(e.key, e.key,
+                      absl::StrCat(job_, ": variables:", key,
+                                   " is also set by parallel:distributed; "
+                                   "set it in one place"));
+        }
+        merged[key] = value;
+      }
+      ReplaceWithValue(e, merged, edits);
+    } else if (e) {
       CheckConflicts(e, variables);
       if (e.value.IsMap() || e.value.IsNull()) {
         MergeMap(e, variables, edits);
@@ -747,14 +780,34 @@ class JobRewriter {
                                  Describe(e.value)));
       }
     } else {
+      // Variables that come through a merge key (`<<: *tpl`) would be
+      // replaced by a new entry: it repeats them. (Those from extends are
+      // merged with the job's by GitLab.)
       absl::StrAppend(&text, indent, "variables:", eol);
+      if (const auto merged = own_.find("variables");
+          merged != own_.end() && merged->is_object()) {
+        for (const auto& [key, value] : merged->items()) {
+          absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
+                          FlowText(value), eol);
+        }
+      }
       for (const auto& [key, value] : variables) {
         absl::StrAppend(&text, indent, "  ", key, ": ", Quoted(value), eol);
       }
     }
 
     if (!options_.runner_tag.empty()) {
-      if (const Entry e = FindEntry(job_value_, "tags")) {
+      if (const Entry e = FindEntry(job_value_, "tags");
+          e && e.value.Tag() == "!reference") {
+        // The list it names, resolved, plus gdt's tag.
+        CiValue tags = effective_.config.value("tags", CiValue::array());
+        if (!tags.is_array()) tags = CiValue::array();
+        if (std::find(tags.begin(), tags.end(), CiValue(options_.runner_tag)) ==
+            tags.end()) {
+          tags.push_back(options_.runner_tag);
+        }
+        ReplaceWithValue(e, tags, edits);
+      } else if (e) {
         if (e.value.IsSequence() || e.value.IsNull()) {
           AppendTag(e, edits);
         } else {
@@ -762,37 +815,60 @@ class JobRewriter {
                       absl::StrCat(job_, ": tags must be a list, not ",
                                    Describe(e.value)));
         }
+      } else if (!effective_.Known("tags")) {
+        Unknown("tags");
+      } else if (const auto inherited = effective_.config.find("tags");
+                 inherited != effective_.config.end() &&
+                 !inherited->is_null()) {
+        // Inherited tags would be replaced by a new entry: it repeats them.
+        if (!inherited->is_array()) {
+          report_->At(
+              job_value_, job_value_,
+              absl::StrCat(job_, ": its inherited tags are not a list"));
+        } else if (std::find(inherited->begin(), inherited->end(),
+                             CiValue(options_.runner_tag)) ==
+                   inherited->end()) {
+          absl::StrAppend(&text, indent, "tags:", eol);
+          for (const CiValue& tag : *inherited) {
+            absl::StrAppend(&text, indent, "  - ", FlowText(tag), eol);
+          }
+          absl::StrAppend(&text, indent, "  - ", TagText(options_.runner_tag),
+                          eol);
+        }
       } else {
         absl::StrAppend(&text, indent, "tags:", eol, indent, "  - ",
                         TagText(options_.runner_tag), eol);
       }
     }
 
-    // A job's own retry wins; docs/user-guide.md explains the default.
+    // A job's own retry wins, inherited or not; docs/user-guide.md explains
+    // the default.
     if (!FindEntry(job_value_, "retry")) {
-      // Every member must be retried alike: a gang re-forms (as its next
-      // epoch) only when all of its members come back.
-      absl::StrAppend(&text, indent, "retry:", eol, indent, "  max: 2", eol,
-                      indent, "  when: [runner_system_failure, script_failure]",
-                      eol);
-    }
-
-    if (spec.checkpoint_store == "artifacts") {
-      if (const Entry e = FindEntry(job_value_, "artifacts")) {
-        if (e.value.IsMap()) {
-          MergeArtifacts(e, edits);
-        } else {
-          report_->At(e.value, e.key,
-                      absl::StrCat(job_, ": artifacts must be a mapping, not ",
-                                   Describe(e.value)));
-        }
-      } else {
-        absl::StrAppend(&text, indent, "artifacts:", eol, indent,
-                        "  paths:", eol, indent, "    - ", kCheckpointPath, eol,
-                        indent, "  when: always", eol);
+      if (!effective_.Known("retry")) {
+        Unknown("retry");
+      } else if (!effective_.config.contains("retry") ||
+                 effective_.config["retry"].is_null()) {
+        // Every member must be retried alike: a gang re-forms (as its next
+        // epoch) only when all of its members come back.
+        absl::StrAppend(&text, indent, "retry:", eol, indent, "  max: 2", eol,
+                        indent,
+                        "  when: [runner_system_failure, script_failure]", eol);
       }
     }
 
+    if (spec.checkpoint_store == "artifacts") {
+      PlanArtifacts(indent, &text, edits);
+    }
+
+    if (!unknown_keys_.empty()) {
+      const std::string keys = absl::StrJoin(unknown_keys_, ", ");
+      report_->At(job_value_, job_value_,
+                  absl::StrCat(job_, ": ", effective_.unknown,
+                               ", so gdt cannot see whether it inherits ", keys,
+                               "; give the job its own ", keys,
+                               " (gdt adds to them), or "
+                               "`inherit: {default: false}`"));
+    }
     const auto [begin, end] = EntryRange(parallel.key);
     edits->push_back(Edit{begin, end, std::move(text)});
     return report_->count() == errors_before;
@@ -914,8 +990,168 @@ class JobRewriter {
     ReplaceEntry(e, flow, edits);
   }
 
+  // Notes that `key` may be inherited from where gdt cannot see; Plan
+  // reports all such keys in one line.
+  void Unknown(std::string_view key) { unknown_keys_.emplace_back(key); }
+
+  // The job's effective artifacts with checkpoints/ and `when: always`
+  // added (unless it has its own `when`).
+  CiValue ArtifactsWithCheckpoints() const {
+    CiValue artifacts = CiValue::object();
+    if (const auto found = effective_.config.find("artifacts");
+        found != effective_.config.end() && found->is_object()) {
+      artifacts = *found;
+    }
+    CiValue& paths = artifacts["paths"];
+    if (paths.is_string()) paths = CiValue::array({paths});
+    if (!paths.is_array()) paths = CiValue::array();
+    if (std::find(paths.begin(), paths.end(), CiValue(kCheckpointPath)) ==
+        paths.end()) {
+      paths.push_back(kCheckpointPath);
+    }
+    if (!artifacts.contains("when") || artifacts["when"].is_null()) {
+      artifacts["when"] = "always";
+    }
+    return artifacts;
+  }
+
+  void PlanArtifacts(const std::string& indent, std::string* text,
+                     std::vector<Edit>* edits) {
+    const std::string& eol = lines_.eol;
+    const Entry e = FindEntry(job_value_, "artifacts");
+    if (e && !e.value.IsMap() && !e.value.IsNull()) {
+      report_->At(e.value, e.key,
+                  absl::StrCat(job_, ": artifacts must be a mapping, not ",
+                               Describe(e.value)));
+      return;
+    }
+    if (!effective_.Known("artifacts")) {
+      // Only a job whose own artifacts name paths and when is safe: an
+      // unseen parent's would be merged into them.
+      const CiValue own = e ? ToCiValue(e.value) : CiValue();
+      if (!own.is_object() || !own.contains("paths") || !own.contains("when")) {
+        Unknown("artifacts");
+        return;
+      }
+      MergeArtifacts(e, edits);
+      return;
+    }
+    const auto found = effective_.config.find("artifacts");
+    const bool inherited = found != effective_.config.end() &&
+                           found->is_object() &&
+                           (!e || ToCiValue(e.value) != *found);
+    if (e && !inherited) {
+      MergeArtifacts(e, edits);
+      return;
+    }
+    if (!inherited) {
+      absl::StrAppend(text, indent, "artifacts:", eol, indent, "  paths:", eol,
+                      indent, "    - ", kCheckpointPath, eol, indent,
+                      "  when: always", eol);
+      return;
+    }
+    // Inherited (merge key, extends, default): the job's own entry becomes
+    // the whole effective mapping plus gdt's additions, which is what GitLab
+    // computes either way.
+    const std::string line =
+        absl::StrCat("artifacts: ", FlowText(ArtifactsWithCheckpoints()), eol);
+    if (!e) {
+      absl::StrAppend(text, indent, line);
+      return;
+    }
+    ReplaceWithValue(e, ArtifactsWithCheckpoints(), edits);
+  }
+
+  // Replaces entry `e` by `key: <value>` on one line; refused when the
+  // value carries an anchor (other jobs may share it).
+  void ReplaceWithValue(const Entry& e, const CiValue& value,
+                        std::vector<Edit>* edits) {
+    const std::string rest = RestOfKeyLine(lines_, e.key);
+    if (!rest.empty() && rest[0] == '&') return RejectAnchor(e);
+    if (e.key.Mark().column !=
+        static_cast<int>(FirstNonSpace(
+            lines_.lines[static_cast<size_t>(e.key.Mark().line)]))) {
+      report_->At(e.key, e.key,
+                  absl::StrCat(job_, ": cannot rewrite ", e.key.Scalar(),
+                               " in place; write it as a block mapping"));
+      return;
+    }
+    const auto [begin, end] = EntryRange(e.key);
+    edits->push_back(Edit{
+        begin, end,
+        absl::StrCat(std::string(static_cast<size_t>(e.key.Mark().column), ' '),
+                     e.key.Scalar(), ": ", FlowText(value), lines_.eol)});
+  }
+
+  // Block-style artifacts keep their style and comments: gdt adds a
+  // `- checkpoints/` line to a block `paths` list (or a `paths` entry) and a
+  // `when: always` line.
+  bool AppendToBlockArtifacts(const Entry& e, std::vector<Edit>* edits) {
+    if (!IsBlockBelowKey(e) || e.value.size() == 0) return false;
+    const int artifacts_end = EntryRange(e.key).second;
+    std::vector<YamlNode> keys;
+    for (const auto& entry : e.value) keys.push_back(entry.first);
+    const int column = keys[0].Mark().column;
+    const auto sub_range = [&](const YamlNode& key) {
+      int end = artifacts_end;
+      for (const YamlNode& other : keys) {
+        if (other.Mark().line > key.Mark().line) {
+          end = std::min(end, other.Mark().line);
+        }
+      }
+      return TrimEnd(lines_, key.Mark().line, end, key.Mark().column);
+    };
+    for (const YamlNode& key : keys) {
+      if (key.Mark().column != column ||
+          key.Mark().column !=
+              static_cast<int>(FirstNonSpace(
+                  lines_.lines[static_cast<size_t>(key.Mark().line)]))) {
+        return false;
+      }
+    }
+    const std::string indent(static_cast<size_t>(column), ' ');
+    const std::string& eol = lines_.eol;
+    const Entry paths = FindEntry(e.value, "paths");
+    const Entry when = FindEntry(e.value, "when");
+    std::vector<Edit> planned;
+    if (paths) {
+      bool present = false;
+      if (paths.value.IsSequence()) {
+        for (const YamlNode& path : paths.value) {
+          present =
+              present || (path.IsScalar() && path.Scalar() == kCheckpointPath);
+        }
+      }
+      if (!present) {
+        if (!paths.value.IsSequence() || paths.value.size() == 0 ||
+            !IsBlockBelowKey(paths)) {
+          return false;
+        }
+        const std::string_view first_line =
+            lines_.lines[static_cast<size_t>(paths.value.Item(0).Mark().line)];
+        const size_t dash = FirstNonSpace(first_line);
+        if (dash == std::string::npos || first_line[dash] != '-') return false;
+        const int at = sub_range(paths.key);
+        planned.push_back(Edit{
+            at, at,
+            absl::StrCat(std::string(dash, ' '), "- ", kCheckpointPath, eol)});
+      }
+    }
+    std::string tail;
+    if (!paths) {
+      absl::StrAppend(&tail, indent, "paths:", eol, indent, "  - ",
+                      kCheckpointPath, eol);
+    }
+    if (!when) absl::StrAppend(&tail, indent, "when: always", eol);
+    if (!tail.empty())
+      planned.push_back(Edit{artifacts_end, artifacts_end, tail});
+    for (Edit& edit : planned) edits->push_back(std::move(edit));
+    return true;
+  }
+
   void MergeArtifacts(const Entry& e, std::vector<Edit>* edits) {
     if (HasAnchorOrTag(e)) return RejectAnchor(e);
+    if (AppendToBlockArtifacts(e, edits)) return;
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginMap;
     bool have_paths = false;
@@ -976,6 +1212,9 @@ class JobRewriter {
   const std::string& job_;
   const YamlNode& job_value_;
   const int job_end_;
+  const CiConfigModel::Effective& effective_;
+  const CiValue own_;  // The job's own entries, merge keys applied.
+  std::vector<std::string> unknown_keys_;
   const CiExpandOptions& options_;
   Reporter* report_;
   std::vector<YamlNode> keys_;
@@ -1039,8 +1278,27 @@ bool ReadsBack(const std::string& text,
   return true;
 }
 
-// Tabs in indentation and bare carriage returns, which YAML forbids or
-// yaml-cpp reads differently from GitLab.
+// "UTF-16 (...)" when `text` is not UTF-8 but UTF-16 or UTF-32 (a
+// byte-order mark, or the zero bytes of ASCII text in them), else "".
+std::string OtherEncoding(std::string_view text) {
+  const auto starts = [&](std::string_view prefix) {
+    return text.substr(0, prefix.size()) == prefix;
+  };
+  using namespace std::string_view_literals;
+  if (starts("\x00\x00\xfe\xff"sv) || starts("\xff\xfe\x00\x00"sv)) {
+    return "UTF-32 (it starts with a UTF-32 byte-order mark)";
+  }
+  if (starts("\xfe\xff"sv) || starts("\xff\xfe"sv)) {
+    return "UTF-16 (it starts with a UTF-16 byte-order mark)";
+  }
+  if (text.size() >= 2 && (text[0] == '\0') != (text[1] == '\0')) {
+    return "UTF-16 (every other byte of its first characters is zero)";
+  }
+  return "";
+}
+
+// Tabs in indentation, bare carriage returns and control characters, which
+// YAML forbids or readers take differently from GitLab.
 void CheckCharacters(const Lines& lines, Reporter* report) {
   for (size_t i = 0; i < lines.lines.size(); ++i) {
     const std::string_view line = lines.lines[i];
@@ -1052,6 +1310,18 @@ void CheckCharacters(const Lines& lines, Reporter* report) {
         break;
       }
       if (line[c] != ' ') break;
+    }
+    for (size_t c = 0; c < line.size(); ++c) {
+      const unsigned char u = static_cast<unsigned char>(line[c]);
+      if ((u < 0x20 && u != '\t' && u != '\r' && u != '\n') || u == 0x7f) {
+        report->AtLine(
+            static_cast<int>(i + 1), static_cast<int>(c + 1),
+            absl::StrCat(u == 0 ? "NUL byte" : "control character",
+                         absl::StrFormat(" (0x%02x)", u),
+                         " in the file; YAML allows none (write it as an "
+                         "escape in a double-quoted string)"));
+        break;
+      }
     }
     const size_t cr = line.find('\r');
     if (cr != std::string::npos && cr + 1 < line.size() &&
@@ -1208,9 +1478,85 @@ void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
   }
 }
 
+// A value of the inheritance model as GitLab would send it in a variable.
+std::optional<std::string> ValueText(const CiValue& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_number_integer()) return std::to_string(value.get<int64_t>());
+  if (value.is_object() && value.contains("value")) {
+    return ValueText(value["value"]);
+  }
+  return std::nullopt;
+}
+
+// Fills `spec` from what a job inherits (its effective configuration):
+// GDT_* variables, and a parallel:distributed block from a template. Their
+// errors are reported where they are written. Returns whether it makes the
+// job a gang.
+bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
+  bool gang = false;
+  const auto integer = [](const std::optional<std::string>& text) {
+    return text.has_value() ? IntegerText(*text) : std::nullopt;
+  };
+  if (const auto vars = effective.find("variables");
+      vars != effective.end() && vars->is_object()) {
+    for (const auto& [name, value] : vars->items()) {
+      const std::optional<std::string> text = ValueText(value);
+      if (!text.has_value()) continue;
+      if (name == "GDT_GPUS_PER_NODE" && integer(text)) {
+        spec->gpus_per_node = static_cast<int>(*integer(text));
+      } else if (name == "GDT_NPROC_PER_NODE" && integer(text)) {
+        spec->procs_per_node = static_cast<int>(*integer(text));
+      } else if (name == "GDT_LAUNCHER") {
+        spec->launcher = *text;
+      } else if (name == "GDT_PRIORITY" && integer(text)) {
+        spec->priority = static_cast<int>(*integer(text));
+      } else if (name == "GDT_GANG_TIMEOUT" && integer(text)) {
+        spec->gang_timeout_seconds = *integer(text);
+      } else if (name == "GDT_TOPOLOGY_SAME") {
+        spec->topology_same = *text;
+      } else if (name == "GDT_TOPOLOGY_MODE") {
+        spec->topology_mode = *text;
+      } else if (name == "GDT_CHECKPOINT_STORE") {
+        spec->checkpoint_store = *text;
+      } else {
+        continue;
+      }
+      gang = true;
+    }
+  }
+  const auto parallel = effective.find("parallel");
+  if (parallel == effective.end()) return gang;
+  if (parallel->is_number_integer()) {
+    const int64_t n = parallel->get<int64_t>();
+    if (n >= 1 && n <= kGitLabParallelLimit) spec->nodes = static_cast<int>(n);
+  } else if (parallel->is_object() && parallel->contains("distributed") &&
+             (*parallel)["distributed"].is_object()) {
+    const CiValue& block = (*parallel)["distributed"];
+    spec->from_block = true;
+    const auto number = [&](const char* key, int fallback) {
+      const auto found = block.find(key);
+      return found != block.end() && found->is_number_integer()
+                 ? static_cast<int>(found->get<int64_t>())
+                 : fallback;
+    };
+    spec->nodes = number("nodes", spec->nodes);
+    spec->gpus_per_node = number("gpus_per_node", spec->gpus_per_node);
+    spec->procs_per_node =
+        number("procs_per_node", std::max(1, spec->gpus_per_node));
+    if (const auto launcher = block.find("launcher");
+        launcher != block.end() && launcher->is_string()) {
+      spec->launcher = launcher->get<std::string>();
+    }
+    gang = true;
+  }
+  return gang;
+}
+
+// `effective`: the job's configuration with what it inherits (null when it
+// cannot be computed); inherited GDT_* variables, tags and parallel count.
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
-                  const CiExpandOptions& options,
+                  const CiValue* effective, const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
                   Reporter* report) {
   if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
@@ -1230,7 +1576,28 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       tagged = tagged || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
     }
   }
-  const bool gang = top_gdt || job_gdt || tagged;
+  bool inherited = false;
+  if (effective != nullptr) {
+    inherited = SpecFromInherited(*effective, &spec);
+    if (const auto tags = effective->find("tags");
+        tags != effective->end() && tags->is_array() &&
+        !options.runner_tag.empty()) {
+      tagged = tagged || std::find(tags->begin(), tags->end(),
+                                   CiValue(options.runner_tag)) != tags->end();
+    }
+  }
+  // The template's block is expanded where it is written, tag included,
+  // but this job's own tags replace the template's.
+  if (inherited && spec.from_block && !tagged && !options.runner_tag.empty()) {
+    if (const Entry tags = FindEntry(value, "tags")) {
+      report->At(tags.key, tags.key,
+                 absl::StrCat(job,
+                              ": gets parallel:distributed from a template, "
+                              "but its own tags replace the template's; add ",
+                              options.runner_tag, " to them"));
+    }
+  }
+  const bool gang = top_gdt || job_gdt || tagged || inherited;
   const int max_nodes =
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
   // `parallel: null` (or `~`) is how a job drops an inherited parallel.
@@ -1283,10 +1650,41 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   }
 }
 
+// Whether the merge key value `merged` (an alias or a list of them) names
+// a top-level job with its own parallel:distributed block: expand rewrites
+// that job, and the alias follows.
+bool MergesTopLevelBlockJob(const YamlNode& merged,
+                            const std::unordered_set<uint32_t>& top_values) {
+  std::vector<YamlNode> sources;
+  if (merged.IsSequence()) {
+    for (const YamlNode& item : merged) sources.push_back(item);
+  } else {
+    sources.push_back(merged);
+  }
+  for (const YamlNode& source : sources) {
+    const Entry parallel = FindEntry(source, "parallel");
+    if (!parallel || !parallel.value.IsMap() ||
+        !FindEntry(parallel.value, "distributed")) {
+      continue;
+    }
+    if (top_values.count(source.index()) != 0) return true;
+  }
+  return false;
+}
+
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     bool lint) {
   CiExpansion result;
   Reporter report(&result.errors);
+  if (const std::string encoding = OtherEncoding(text); !encoding.empty()) {
+    report.AtLine(
+        0, 0,
+        absl::StrCat("the file is ", encoding,
+                     "; GitLab reads CI files as UTF-8 (convert it, "
+                     "e.g. iconv -f ",
+                     encoding.substr(0, encoding.find(' ')), " -t UTF-8)"));
+    return result;
+  }
   const Lines lines = SplitLines(text);
   CheckCharacters(lines, &report);
   if (!result.ok()) return result;
@@ -1351,6 +1749,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     size_t last_edit = 0;
   };
   std::vector<PlannedJob> planned;
+  const CiConfigModel model(documents);
+  // The nodes of top-level entries (a merged block must be one of them).
+  std::unordered_set<uint32_t> top_values;
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) top_values.insert(entry.second.index());
+  }
   for (size_t d = 0; d < documents.size(); ++d) {
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next
@@ -1379,10 +1783,32 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const bool block = parallel && parallel.value.IsMap() &&
                          FindEntry(parallel.value, "distributed");
       if (!block) {
+        // A block merged in (`<<: *gang`) is expanded where its anchor is
+        // written, if that is a top-level job; from anywhere else it would
+        // reach GitLab unexpanded.
+        if (const Entry merge = FindEntry(value, "<<")) {
+          const CiValue merged = ToCiValue(value);
+          const auto p = merged.find("parallel");
+          if (p != merged.end() && p->is_object() &&
+              p->contains("distributed") &&
+              !MergesTopLevelBlockJob(merge.value, top_values)) {
+            report.At(merge.key, merge.key,
+                      absl::StrCat(job,
+                                   ": gets parallel:distributed through a "
+                                   "merge key from a mapping that is not a "
+                                   "job; gdt expands only jobs and hidden "
+                                   "jobs, so merge one of those or write the "
+                                   "block in the job"));
+            continue;
+          }
+        }
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.
         if (lint) {
-          LintPlainJob(job, key, value, top_variables, options,
+          const absl::StatusOr<CiConfigModel::Effective> effective =
+              model.Resolve(job);
+          LintPlainJob(job, key, value, top_variables,
+                       effective.ok() ? &effective->config : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
         }
         continue;
@@ -1431,7 +1857,26 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                "per line) to use parallel:distributed"));
         continue;
       }
-      JobRewriter rewriter(lines, job, value, job_end, options, &report);
+      absl::StatusOr<CiConfigModel::Effective> effective = model.Resolve(job);
+      if (effective.ok()) {
+        for (const char* touched :
+             {"tags", "variables", "artifacts", "retry"}) {
+          if (const auto bad = effective->unresolved.find(touched);
+              bad != effective->unresolved.end()) {
+            effective = absl::InvalidArgumentError(
+                absl::StrCat(touched, ": ", bad->second,
+                             "; gdt cannot tell what it adds to"));
+            break;
+          }
+        }
+      }
+      if (!effective.ok()) {
+        report.At(key, key,
+                  absl::StrCat(job, ": ", effective.status().message()));
+        continue;
+      }
+      JobRewriter rewriter(lines, job, value, job_end, *effective, options,
+                           &report);
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),

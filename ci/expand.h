@@ -81,25 +81,33 @@ struct CiExpansion {
 };
 
 // Expands every job (hidden ones included, so `extends:` templates work)
-// whose `parallel` is `{distributed: {...}}`. Each such job's `parallel`
-// entry is replaced in place by `parallel: N`; the GDT_* variables are
-// appended to its `variables` (or a new `variables` entry), the runner tag
-// to its `tags`, a `retry` for the gang's failure classes is added unless
-// the job has one, and `checkpoint: {store: artifacts}` adds `checkpoints/`
-// to its artifacts. Every other line of the file is kept byte for byte, so
-// order, comments, anchors and `include:` stay as written. Errors (every
-// one found, in file order): YAML syntax, tabs in indentation, duplicate
-// keys anywhere in the file, and any unknown key, wrong type or
+// whose `parallel` is `{distributed: {...}}`, in every document of the file
+// (a component's `spec:` header is skipped). Each such job's `parallel`
+// entry is replaced in place by `parallel: N`, and gdt's entries are added
+// to the job's effective configuration (ci/inheritance.h: merge keys,
+// extends, default, !reference): the GDT_* variables, the runner tag to the
+// tags it has or inherits, a `retry` for the gang's failure classes unless
+// it has or inherits one, and with `checkpoint: {store: artifacts}` the
+// `checkpoints/` path to its artifacts. Every other line of the file is
+// kept byte for byte. Errors (every one found, in file order): YAML syntax,
+// encoding, tabs in indentation, control characters; in a rewritten job,
+// duplicate or complex keys and inherited entries it cannot see (an
+// include, a parent in another file); and any unknown key, wrong type or
 // out-of-range value in a block; also a GDT_* variable that the block sets
-// too. Never throws.
+// too, and a block under `default:`. Runs in time linear in the file.
+// Never throws.
 CiExpansion ExpandCiYaml(std::string_view text,
                          const CiExpandOptions& options = {});
 
-// Validates both forms: everything ExpandCiYaml checks, plus, for jobs
-// without the block, `parallel` (an integer 1..200, or `matrix` for jobs
-// that are not gangs), the configured maximum nodes, and every GDT_*
-// variable (known name, type and range; outputs such as GDT_NODE_RANK must
-// not be set). `gangs` lists the gang jobs of both forms; `text` is empty.
+// Validates both forms: the blocks as ExpandCiYaml does, duplicate and
+// complex keys anywhere, and for jobs without the block (hidden ones too)
+// `parallel` (an integer 1..200, `matrix` for jobs that are not gangs, or
+// null), the configured maximum nodes, and every GDT_* variable (known
+// name, type and range; outputs such as GDT_NODE_RANK must not be set). A
+// job is a gang when it, or what it inherits, sets a GDT_* input variable,
+// carries the runner tag or a parallel:distributed block. `gangs` lists the
+// gang jobs of both forms (hidden templates only with a block); `text` is
+// empty.
 CiExpansion LintCiYaml(std::string_view text,
                        const CiExpandOptions& options = {});
 

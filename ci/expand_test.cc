@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "ci/inheritance.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -441,6 +444,254 @@ TEST(RealWorldTest, RunnerTagsStayStrings) {
           << tag << " must be quoted: " << expansion.text;
     }
   }
+}
+
+// The job's configuration as GitLab computes it, before and after expand,
+// must differ by exactly gdt's additions.
+void ExpectOnlyGdtAdditions(const std::string& input, const std::string& job,
+                            const std::vector<std::string>& tags,
+                            bool checkpoints = false) {
+  SCOPED_TRACE(input);
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const auto before = EffectiveJobConfig(input, job);
+  const auto after = EffectiveJobConfig(expansion.text, job);
+  ASSERT_TRUE(before.ok() && after.ok());
+  CiValue expected = before->config;
+  expected["parallel"] = expansion.gangs[0].nodes;
+  for (const auto& [name, value] : expansion.gangs[0].Variables()) {
+    expected["variables"][name] = value;
+  }
+  expected["tags"] = tags;
+  if (!expected.contains("retry")) {
+    expected["retry"] = {{"max", 2},
+                         {"when", {"runner_system_failure", "script_failure"}}};
+  }
+  if (checkpoints) {
+    CiValue& paths = expected["artifacts"]["paths"];
+    if (paths.is_null()) paths = CiValue::array();
+    paths.push_back("checkpoints/");
+    if (!expected["artifacts"].contains("when")) {
+      expected["artifacts"]["when"] = "always";
+    }
+  }
+  // Key order means nothing to GitLab.
+  EXPECT_EQ(nlohmann::json::parse(after->config.dump()),
+            nlohmann::json::parse(expected.dump()))
+      << expansion.text;
+}
+
+TEST(InheritanceTest, TagsFromAMergeKeyAreKept) {
+  ExpectOnlyGdtAdditions(
+      ".tpl: &tpl\n  tags: [gpu]\n  variables: {A: b}\n"
+      "train:\n  <<: *tpl\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"gpu", "gdt"});
+  ExpectOnlyGdtAdditions(
+      ".a: &a\n  tags: [a]\n.b: &b\n  tags: [b]\n  retry: 1\n"
+      "train:\n  <<: [*a, *b]\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"a", "gdt"});
+}
+
+TEST(InheritanceTest, ExtendsChainsAndDefaultAreKept) {
+  ExpectOnlyGdtAdditions(
+      ".base:\n  tags: [base]\n  variables: {A: '1'}\n"
+      "  artifacts:\n    paths: [logs/]\n    expire_in: 1 week\n"
+      ".mid:\n  extends: .base\n  retry: 1\n"
+      "train:\n  extends: [.other, .mid]\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2, checkpoint: {}}\n"
+      ".other:\n  tags: [lost]\n",
+      "train", {"base", "gdt"}, /*checkpoints=*/true);
+  ExpectOnlyGdtAdditions(
+      "default:\n  tags: [shared]\n  retry: 1\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n",
+      "train", {"shared", "gdt"});
+  // inherit: default: false keeps default's tags away, as before.
+  ExpectOnlyGdtAdditions(
+      "default:\n  tags: [shared]\n"
+      "train:\n  inherit:\n    default: false\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"gdt"});
+}
+
+TEST(InheritanceTest, ReferencesResolve) {
+  ExpectOnlyGdtAdditions(
+      ".t:\n  tags: [r]\n"
+      "train:\n  tags: !reference [.t, tags]\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"r", "gdt"});
+}
+
+TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
+  const CiExpansion include = ExpandCiYaml(
+      "include: [{local: a.yml}]\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_EQ(include.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", include.errors[0]),
+            "f:3:3: train: the file includes other files, whose default: gdt "
+            "cannot read, so gdt cannot see whether it inherits tags, retry; "
+            "give the job its own tags, retry (gdt adds to them), or "
+            "`inherit: {default: false}`");
+  const CiExpansion parent = ExpandCiYaml(
+      "train:\n  extends: .remote\n  tags: [a]\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n");
+  ASSERT_EQ(parent.errors.size(), 1u);
+  EXPECT_THAT(parent.errors[0].message,
+              HasSubstr("it extends '.remote', which is not in this file, so "
+                        "gdt cannot see whether it inherits retry"));
+  EXPECT_TRUE(ExpandCiYaml("include: [{local: a.yml}]\n"
+                           "train:\n  tags: [a]\n  retry: 0\n  script: x\n"
+                           "  parallel:\n    distributed: {nodes: 2}\n")
+                  .ok());
+  const CiExpansion deep = ExpandCiYaml(
+      ".a:\n  extends: .b\n.b:\n  extends: .a\n"
+      "train:\n  extends: .a\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n");
+  ASSERT_EQ(deep.errors.size(), 1u);
+  EXPECT_THAT(deep.errors[0].message,
+              HasSubstr("extends nests more than 11 levels (or loops)"));
+}
+
+TEST(InheritanceTest, BlockArtifactsKeepTheirStyleAndComments) {
+  const std::string input =
+      "train:\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2, checkpoint: {}}\n"
+      "  artifacts:\n    # what we keep\n    paths:\n      - logs/  # logs\n"
+      "    expire_in: 1 week\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(expansion.text,
+              HasSubstr("  artifacts:\n    # what we keep\n    paths:\n"
+                        "      - logs/  # logs\n      - checkpoints/\n"
+                        "    expire_in: 1 week\n    when: always\n"));
+  ExpectOnlyGdtAdditions(input, "train", {"gdt"}, /*checkpoints=*/true);
+}
+
+TEST(MessagesTest, EncodingControlCharactersAndComplexKeysAreNamed) {
+  const CiExpansion nul =
+      LintCiYaml(std::string("a:\n  script: \"x\0y\"\n", 19));
+  ASSERT_EQ(nul.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", nul.errors[0]),
+            "f:2:13: NUL byte (0x00) in the file; YAML allows none (write it "
+            "as an escape in a double-quoted string)");
+  const CiExpansion utf16 =
+      ExpandCiYaml(std::string("\xff\xfe"
+                               "a\0:\0\n\0",
+                               8));
+  ASSERT_EQ(utf16.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", utf16.errors[0]),
+            "f: the file is UTF-16 (it starts with a UTF-16 byte-order mark); "
+            "GitLab reads CI files as UTF-8 (convert it, e.g. iconv -f UTF-16 "
+            "-t UTF-8)");
+  const CiExpansion complex = LintCiYaml("? [a, b]\n: c\nj:\n  script: x\n");
+  ASSERT_EQ(complex.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", complex.errors[0]),
+            "f:1:3: a mapping or list used as a key (`? ...`); GitLab reads "
+            "only names as keys");
+  // Deep but valid nesting is read; past 10,000 levels one line says so.
+  const std::string deep = "a: " + std::string(5000, '[') +
+                           std::string(5000, ']') +
+                           "\nj:\n  parallel:\n    distributed: {nodes: 2}\n";
+  EXPECT_TRUE(ExpandCiYaml(deep).ok());
+  const CiExpansion deeper = LintCiYaml("a: " + std::string(20000, '[') +
+                                        std::string(20000, ']') + "\n");
+  ASSERT_EQ(deeper.errors.size(), 1u);
+  EXPECT_THAT(deeper.errors[0].message,
+              HasSubstr("nesting deeper than 10000 levels"));
+}
+
+// Expand used to look through every top-level key for each rewritten job
+// and every job for each check: from a few thousand jobs on, 8x the jobs
+// cost 48x the time (500 -> 4000 jobs, under the sanitizers). Linear is
+// 8x; CPU time, not wall time, keeps the ratio steady on a busy machine.
+TEST(ScalingTest, EightTimesTheJobsCostAboutEightTimesTheTime) {
+  const auto file = [](int jobs) {
+    std::string text;
+    for (int i = 0; i < jobs; ++i) {
+      absl::StrAppend(&text, "t", i,
+                      ":\n  tags: [a]\n  script: [./t]\n  parallel:\n"
+                      "    distributed: {nodes: 2}\n");
+    }
+    return text;
+  };
+  const auto cpu_seconds = [](const std::string& text, int runs) {
+    double best = 1e9;
+    for (int run = 0; run < runs; ++run) {
+      const std::clock_t start = std::clock();
+      const CiExpansion expansion = ExpandCiYaml(text);
+      const std::clock_t end = std::clock();
+      EXPECT_TRUE(expansion.ok());
+      best = std::min(best, static_cast<double>(end - start) / CLOCKS_PER_SEC);
+    }
+    return best;
+  };
+  const double small_seconds = cpu_seconds(file(500), 3);
+  const double large_seconds = cpu_seconds(file(4000), 1);
+  EXPECT_LT(large_seconds, 12 * std::max(small_seconds, 0.001))
+      << small_seconds << " s for 500 jobs, " << large_seconds << " s for 4000";
+}
+
+TEST(InheritanceTest, LintSeesGangsThroughInheritance) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      ".vars: &vars\n  variables:\n    GDT_GPUS_PER_NODE: \"2\"\n"
+      "default:\n  tags: [gdt]\n"
+      "train:\n  extends: .gang\n  script: x\n"
+      "eval:\n  <<: *vars\n  parallel: 3\n  script: y\n"
+      "tagged:\n  parallel: 2\n  script: z\n"
+      "plain:\n  inherit:\n    default: false\n  parallel: 2\n  script: w\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  std::vector<std::string> described;
+  for (const GangSpec& g : lint.gangs) {
+    described.push_back(absl::StrCat(g.job, ": ", g.Describe()));
+  }
+  EXPECT_THAT(
+      described,
+      ElementsAre(
+          ".gang: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
+          "launcher torchrun",
+          "train: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
+          "launcher torchrun",
+          "eval: 3 nodes x 2 GPUs, 1 process per node (world size 3), "
+          "launcher torchrun",
+          "tagged: 2 nodes x 0 GPUs, 1 process per node (world size 2), "
+          "launcher torchrun"));
+}
+
+TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
+  const std::string input =
+      ".defs:\n  gang: &gang\n    parallel:\n      distributed: {nodes: 2}\n"
+      "train:\n  <<: *gang\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:6:3: train: gets parallel:distributed through a merge key "
+              "from a mapping that is not a job; gdt expands only jobs and "
+              "hidden jobs, so merge one of those or write the block in the "
+              "job");
+  }
+  // Merging a hidden job with the block is fine: it is expanded, and the
+  // alias follows.
+  const CiExpansion fine = ExpandCiYaml(
+      ".gang: &gang\n  parallel:\n    distributed: {nodes: 2}\n"
+      "train:\n  <<: *gang\n  script: x\n");
+  ASSERT_TRUE(fine.ok()) << fine.errors[0].message;
+  const auto train = EffectiveJobConfig(fine.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["parallel"], 2);
+  EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
+}
+
+TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "train:\n  extends: .gang\n  tags: [a100]\n  script: x\n"
+      "ok:\n  extends: .gang\n  tags: [a100, gdt]\n  script: x\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:6:3: train: gets parallel:distributed from a template, but its "
+            "own tags replace the template's; add gdt to them");
 }
 
 }  // namespace

@@ -146,7 +146,6 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   std::unordered_map<std::string, uint32_t> anchors;
   // Open collections (indices into nodes).
   std::vector<uint32_t> stack;
-  size_t document_begin = 0;
   bool have_root = false;
   uint32_t root = 0;
 
@@ -205,14 +204,11 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       case YAML_STREAM_END_EVENT:
         return tree;
       case YAML_DOCUMENT_START_EVENT:
-        document_begin = e.start_mark.index;
         have_root = false;
         break;
       case YAML_DOCUMENT_END_EVENT:
         if (have_root) {
           tree->documents_.emplace_back(tree.get(), root);
-          tree->ranges_.push_back(
-              DocumentRange{document_begin, e.end_mark.index});
         }
         break;
       case YAML_ALIAS_EVENT: {

@@ -126,12 +126,6 @@ class YamlTree {
   // How many distinct nodes (an alias is its anchor's node); every
   // YamlNode::index() is below it.
   size_t node_count() const { return nodes_.size(); }
-  // The byte offset where each document's content starts and ends.
-  struct DocumentRange {
-    size_t begin = 0;
-    size_t end = 0;
-  };
-  const std::vector<DocumentRange>& document_ranges() const { return ranges_; }
 
  private:
   friend class YamlNode;
@@ -165,7 +159,6 @@ class YamlTree {
   std::vector<std::string> tags_ = {"?", "!"};
   std::vector<std::string> anchors_ = {""};
   std::vector<YamlNode> documents_;
-  std::vector<DocumentRange> ranges_;
 };
 
 }  // namespace gdt::ci

@@ -1,0 +1,337 @@
+// gdt-ci on real CI files from public projects
+// (tests/data/gitlab-ci-corpus/, sources in its SOURCES.md): lint reads every
+// file, and a parallel:distributed block inserted into jobs of each file
+// expands to valid YAML that changes nothing outside the job, changes the
+// job's effective configuration (as GitLab computes it) by exactly gdt's
+// additions, leaves every other job's effective configuration alone, and
+// expands to itself.
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "ci/expand.h"
+#include "ci/inheritance.h"
+#include "ci/job_file.h"
+#include "ci/yaml_tree.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
+
+namespace gdt::ci {
+namespace {
+
+namespace fs = std::filesystem;
+const std::string kCorpus = GDT_CI_CORPUS;
+
+// What lint must say about the files where it finds a real problem.
+const std::map<std::string, std::string>& KnownFindings() {
+  static const std::map<std::string, std::string> findings = {
+      {"NVIDIA-nvidia-container-toolkit--nvidia-ci.yml",
+       "NVIDIA-nvidia-container-toolkit--nvidia-ci.yml:242:3: duplicate key "
+       "'variables' (first at line 240); YAML keeps only one of them"},
+  };
+  return findings;
+}
+
+std::vector<std::string> CorpusFiles() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(kCorpus)) {
+    const std::string name = entry.path().filename().string();
+    if (entry.path().extension() == ".yml") names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+nlohmann::json Unordered(const CiValue& value) {
+  return nlohmann::json::parse(value.dump());
+}
+
+// The byte offset where line `line` (0-based) starts.
+size_t LineStart(const std::string& text, int line) {
+  size_t pos = 0;
+  for (int i = 0; i < line && pos != std::string::npos; ++i) {
+    pos = text.find('\n', pos);
+    if (pos != std::string::npos) ++pos;
+  }
+  return pos == std::string::npos ? text.size() : pos;
+}
+
+struct Candidate {
+  std::string job;
+  int line = 0;      // The job's key, 0-based.
+  int end_line = 0;  // The next top-level key's line, or the end.
+  int indent = 2;
+  bool has_tags = false;
+  bool has_retry = false;
+  bool has_artifacts = false;
+  bool runs = false;  // Has a script or extends a job: a job, not a snippet.
+};
+
+// Jobs written as block mappings that have no `parallel` yet.
+std::vector<Candidate> Candidates(const std::string& text) {
+  YamlError error;
+  const auto tree = YamlTree::Parse(text, &error);
+  std::vector<Candidate> out;
+  if (!error.message.empty()) return out;
+  const auto& documents = tree->documents();
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const YamlNode& root = documents[d];
+    if (!root.IsMap()) continue;
+    for (size_t i = 0; i < root.size(); ++i) {
+      const auto [key, value] = root.Entry(i);
+      if (!key.IsScalar() || IsCiKeyword(key.Scalar()) || !value.IsMap() ||
+          value.IsFlow() || key.Mark().column != 0 ||
+          value.Mark().line <= key.Mark().line ||
+          value.Mark().pos < key.Mark().pos) {
+        continue;
+      }
+      Candidate c;
+      c.job = key.Scalar();
+      c.line = key.Mark().line;
+      c.end_line = i + 1 < root.size() ? root.Entry(i + 1).first.Mark().line
+                   : d + 1 < documents.size()
+                       ? documents[d + 1].PropertiesMark().line
+                       : 1 << 30;
+      c.indent = value.Mark().column;
+      bool skip = false;
+      for (const auto& entry : value) {
+        const std::string& k = entry.first.Scalar();
+        skip = skip || k == "parallel" || k == "trigger" || k == "<<";
+        c.runs = c.runs || k == "script" || k == "extends";
+        c.has_tags = c.has_tags || k == "tags";
+        c.has_retry = c.has_retry || k == "retry";
+        c.has_artifacts = c.has_artifacts || k == "artifacts";
+      }
+      if (!skip && c.runs) out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// One file's documents and inheritance model.
+class Model {
+ public:
+  explicit Model(const std::string& text)
+      : tree_(YamlTree::Parse(text, &error_)), model_(tree_->documents()) {
+    for (const YamlNode& root : tree_->documents()) {
+      for (const auto& entry : root) {
+        const CiValue job = ToCiValue(entry.second);
+        if (!job.is_object() || !job.contains("extends")) continue;
+        const CiValue& extends = job["extends"];
+        std::vector<std::string>& parents = parents_[entry.first.Scalar()];
+        if (extends.is_string()) parents.push_back(extends);
+        if (extends.is_array()) {
+          for (const CiValue& p : extends) {
+            if (p.is_string()) parents.push_back(p);
+          }
+        }
+      }
+    }
+  }
+  absl::StatusOr<CiConfigModel::Effective> Resolve(
+      const std::string& job) const {
+    return model_.Resolve(job);
+  }
+  // Whether `job` extends `ancestor`, directly or through its parents.
+  bool Extends(const std::string& job, const std::string& ancestor,
+               int depth = 0) const {
+    const auto found = parents_.find(job);
+    if (found == parents_.end() || depth > 11) return false;
+    for (const std::string& parent : found->second) {
+      if (parent == ancestor || Extends(parent, ancestor, depth + 1)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+ private:
+  YamlError error_;
+  std::unique_ptr<YamlTree> tree_;
+  CiConfigModel model_;
+  std::map<std::string, std::vector<std::string>> parents_;
+};
+
+std::string Crlf(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += '\r';
+    out += c;
+  }
+  return out;
+}
+
+// Inserts the block (and, with `own`, the job's own tags/retry/artifacts
+// where it has none) after the job's key line, and checks the expansion.
+// Returns false when expand refused with the one line it gives for what it
+// cannot see.
+bool CheckExpansion(const std::string& name, const std::string& text,
+                    const Candidate& c, bool own) {
+  SCOPED_TRACE(absl::StrCat(name, " job '", c.job, "'", own ? " (own)" : ""));
+  const std::string pad(static_cast<size_t>(c.indent), ' ');
+  std::string block =
+      absl::StrCat(pad, "parallel:\n", pad, pad, "distributed:\n", pad, pad,
+                   pad, "nodes: 2\n", pad, pad, pad, "gpus_per_node: 8\n", pad,
+                   pad, pad, "checkpoint: {}\n");
+  if (own) {
+    if (!c.has_tags) absl::StrAppend(&block, pad, "tags: [corpus]\n");
+    if (!c.has_retry) absl::StrAppend(&block, pad, "retry: 0\n");
+    if (!c.has_artifacts) {
+      absl::StrAppend(&block, pad,
+                      "artifacts: {paths: [out/], when: always}\n");
+    }
+  }
+  const size_t at = LineStart(text, c.line + 1);
+  const std::string input = text.substr(0, at) + block + text.substr(at);
+  const size_t job_begin = LineStart(input, c.line);
+  const size_t job_end = LineStart(
+      input, c.end_line >= (1 << 30)
+                 ? c.end_line
+                 : c.end_line + static_cast<int>(std::count(
+                                    block.begin(), block.end(), '\n')));
+
+  const CiExpansion expansion = ExpandCiYaml(input);
+  if (!expansion.ok()) {
+    // A refusal is one line at the job naming what gdt cannot see.
+    EXPECT_EQ(expansion.errors.size(), 1u);
+    const CiDiagnostic& d = expansion.errors[0];
+    EXPECT_TRUE(d.line == c.line + 1 || d.line == c.line + 2) << d.line;
+    EXPECT_EQ(d.message.rfind(c.job + ": ", 0), 0u) << d.message;
+    EXPECT_THAT(d.message,
+                ::testing::AnyOf(
+                    ::testing::HasSubstr("gdt cannot see whether it inherits"),
+                    ::testing::HasSubstr("gdt cannot tell what it adds to")));
+    std::cout << "[ refused  ] " << name << ": " << d.message << "\n";
+    return false;
+  }
+  const std::string& out = expansion.text;
+  // Valid YAML, and nothing outside the job changed.
+  YamlError error;
+  const auto tree = YamlTree::Parse(out, &error);
+  EXPECT_EQ(error.message, "");
+  EXPECT_EQ(out.substr(0, job_begin), input.substr(0, job_begin));
+  const std::string tail = input.substr(std::min(job_end, input.size()));
+  EXPECT_GE(out.size(), tail.size());
+  EXPECT_EQ(out.substr(out.size() - std::min(out.size(), tail.size())), tail);
+
+  // The job: before plus exactly gdt's additions.
+  const Model model_before(input);
+  const Model model_after(out);
+  const auto before = model_before.Resolve(c.job);
+  const auto after = model_after.Resolve(c.job);
+  EXPECT_TRUE(before.ok() && after.ok());
+  if (!before.ok() || !after.ok()) return true;
+  CiValue expected = before->config;
+  expected["parallel"] = 2;
+  for (const auto& [key, value] : expansion.gangs.at(0).Variables()) {
+    expected["variables"][key] = value;
+  }
+  CiValue& tags = expected["tags"];
+  if (!tags.is_array()) tags = CiValue::array();
+  if (std::find(tags.begin(), tags.end(), CiValue("gdt")) == tags.end()) {
+    tags.push_back("gdt");
+  }
+  if (!expected.contains("retry") || expected["retry"].is_null()) {
+    expected["retry"] = {{"max", 2},
+                         {"when", {"runner_system_failure", "script_failure"}}};
+  }
+  CiValue& artifacts = expected["artifacts"];
+  if (!artifacts.is_object()) artifacts = CiValue::object();
+  CiValue& paths = artifacts["paths"];
+  if (paths.is_string()) paths = CiValue::array({paths});
+  if (!paths.is_array()) paths = CiValue::array();
+  if (std::find(paths.begin(), paths.end(), CiValue("checkpoints/")) ==
+      paths.end()) {
+    paths.push_back("checkpoints/");
+  }
+  if (!artifacts.contains("when") || artifacts["when"].is_null()) {
+    artifacts["when"] = "always";
+  }
+  EXPECT_EQ(Unordered(after->config), Unordered(expected));
+
+  // Every other job as before, except those that inherit the block (the
+  // expanded entries reach them the same way) or use it through
+  // `!reference`.
+  const bool referenced =
+      input.find("!reference [" + c.job) != std::string::npos ||
+      input.find("!reference ['" + c.job) != std::string::npos ||
+      input.find("!reference [\"" + c.job) != std::string::npos;
+  for (const Candidate& other :
+       referenced ? std::vector<Candidate>() : Candidates(text)) {
+    if (other.job == c.job || model_before.Extends(other.job, c.job)) continue;
+    const auto other_before = model_before.Resolve(other.job);
+    if (!other_before.ok() ||
+        other_before->config.value("parallel", CiValue()).is_object()) {
+      continue;
+    }
+    const auto other_after = model_after.Resolve(other.job);
+    EXPECT_TRUE(other_after.ok()) << other.job;
+    if (other_after.ok()) {
+      EXPECT_EQ(Unordered(other_after->config), Unordered(other_before->config))
+          << other.job;
+    }
+  }
+
+  // Idempotent, and the same with Windows line breaks.
+  const CiExpansion again = ExpandCiYaml(out);
+  EXPECT_TRUE(again.ok());
+  EXPECT_EQ(again.text, out);
+  const CiExpansion crlf = ExpandCiYaml(Crlf(input));
+  EXPECT_TRUE(crlf.ok());
+  EXPECT_EQ(crlf.text, Crlf(out));
+  return true;
+}
+
+TEST(CorpusTest, LintReadsEveryFile) {
+  const std::vector<std::string> files = CorpusFiles();
+  EXPECT_GE(files.size(), 30u);
+  for (const std::string& name : files) {
+    SCOPED_TRACE(name);
+    const CiExpansion lint =
+        LintCiYaml(test::ReadTextFile(kCorpus + "/" + name));
+    const auto known = KnownFindings().find(name);
+    if (known == KnownFindings().end()) {
+      EXPECT_TRUE(lint.ok()) << FormatDiagnostic(name, lint.errors[0]);
+    } else {
+      ASSERT_EQ(lint.errors.size(), 1u);
+      EXPECT_EQ(FormatDiagnostic(name, lint.errors[0]), known->second);
+    }
+  }
+}
+
+TEST(CorpusTest, AnInsertedBlockExpandsToExactlyGdtsAdditions) {
+  int verified_files = 0;
+  for (const std::string& name : CorpusFiles()) {
+    const std::string text = test::ReadTextFile(kCorpus + "/" + name);
+    if (KnownFindings().count(name) != 0) continue;
+    int verified = 0;
+    int tried = 0;
+    // Two jobs a file, more until one expands, keep the test fast.
+    for (const Candidate& c : Candidates(text)) {
+      if (tried++ >= (verified > 0 ? 2 : 8)) break;
+      if (CheckExpansion(name, text, c, /*own=*/false) ||
+          CheckExpansion(name, text, c, /*own=*/true)) {
+        ++verified;
+      }
+    }
+    if (verified > 0) {
+      ++verified_files;
+    } else {
+      std::cout << "[ no job   ] " << name << ": " << tried
+                << " jobs tried, none expanded\n";
+    }
+  }
+  std::cout << "[ corpus   ] " << verified_files
+            << " files with a job expanded and checked\n";
+  EXPECT_GE(verified_files, 30);
+}
+
+}  // namespace
+}  // namespace gdt::ci

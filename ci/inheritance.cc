@@ -1,0 +1,302 @@
+#include "ci/inheritance.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::ci {
+namespace {
+
+// GitLab documents eleven levels of `extends`.
+constexpr int kMaxExtendsDepth = 11;
+// Nesting of `!reference` inside referenced values.
+constexpr int kMaxReferenceDepth = 10;
+constexpr int kMaxValueDepth = 100;
+const char kReference[] = "!reference";
+
+bool AllDigits(std::string_view text) {
+  if (text.empty()) return false;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return true;
+}
+
+// A plain scalar typed as Ruby's YAML reader (YAML 1.1) types it.
+CiValue PlainScalar(const std::string& text) {
+  if (text.empty() || text == "~" || text == "null" || text == "Null" ||
+      text == "NULL") {
+    return nullptr;
+  }
+  static const char* const kTrue[] = {"true", "True", "TRUE", "yes", "Yes",
+                                      "YES",  "on",   "On",   "ON"};
+  static const char* const kFalse[] = {"false", "False", "FALSE", "no", "No",
+                                       "NO",    "off",   "Off",   "OFF"};
+  for (const char* t : kTrue) {
+    if (text == t) return true;
+  }
+  for (const char* f : kFalse) {
+    if (text == f) return false;
+  }
+  std::string_view digits = text;
+  if (digits[0] == '-' || digits[0] == '+') digits.remove_prefix(1);
+  if (AllDigits(digits) && digits.size() <= 18 &&
+      (digits.size() == 1 || digits[0] != '0')) {
+    return static_cast<int64_t>(std::strtoll(text.c_str(), nullptr, 10));
+  }
+  const size_t dot = digits.find('.');
+  if (dot != std::string_view::npos && digits.size() <= 30) {
+    const std::string_view whole = digits.substr(0, dot);
+    const std::string_view fraction = digits.substr(dot + 1);
+    if ((whole.empty() || AllDigits(whole)) &&
+        (fraction.empty() || AllDigits(fraction)) &&
+        !(whole.empty() && fraction.empty())) {
+      return std::strtod(text.c_str(), nullptr);
+    }
+  }
+  return text;
+}
+
+CiValue ToValue(const YamlNode& node, int depth) {
+  if (!node || node.IsNull() || depth > kMaxValueDepth) return nullptr;
+  if (node.IsSequence()) {
+    CiValue list = CiValue::array();
+    for (const YamlNode& item : node) list.push_back(ToValue(item, depth + 1));
+    if (node.Tag() == kReference) {
+      CiValue reference = CiValue::object();
+      reference[kReference] = std::move(list);
+      return reference;
+    }
+    return list;
+  }
+  if (node.IsMap()) {
+    CiValue map = CiValue::object();
+    for (const auto& entry : node) {
+      const std::string key =
+          entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+      if (key == "<<" && entry.first.IsPlain()) {
+        // Ruby: a mapping is merged over what is there; in a list the
+        // earlier mapping wins.
+        CiValue merged = CiValue::object();
+        const YamlNode& value = entry.second;
+        if (value.IsMap()) {
+          merged = ToValue(value, depth + 1);
+        } else if (value.IsSequence()) {
+          for (size_t i = value.size(); i-- > 0;) {
+            const CiValue one = ToValue(value.Item(i), depth + 1);
+            if (!one.is_object()) continue;
+            for (const auto& [k, v] : one.items()) merged[k] = v;
+          }
+        }
+        if (merged.is_object()) {
+          for (const auto& [k, v] : merged.items()) map[k] = v;
+        }
+        continue;
+      }
+      map[key] = ToValue(entry.second, depth + 1);
+    }
+    return map;
+  }
+  if (node.IsPlain()) return PlainScalar(node.Scalar());
+  return node.Scalar();
+}
+
+// GitLab's deep merge: mappings key by key, anything else replaced.
+void DeepMerge(CiValue* into, const CiValue& from, int depth = 0) {
+  if (!into->is_object() || !from.is_object() || depth > kMaxValueDepth) {
+    *into = from;
+    return;
+  }
+  for (const auto& [key, value] : from.items()) {
+    auto found = into->find(key);
+    if (found != into->end() && found->is_object() && value.is_object()) {
+      DeepMerge(&*found, value, depth + 1);
+    } else {
+      (*into)[key] = value;
+    }
+  }
+}
+
+bool IsReference(const CiValue& value) {
+  return value.is_object() && value.size() == 1 && value.contains(kReference);
+}
+
+}  // namespace
+
+CiValue ToCiValue(const YamlNode& node) { return ToValue(node, 0); }
+
+CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents) {
+  for (const YamlNode& root : documents) {
+    if (!root.IsMap()) continue;
+    for (const auto& entry : root) {
+      if (entry.first.IsScalar()) top_[entry.first.Scalar()] = entry.second;
+    }
+  }
+  has_include_ = top_.count("include") != 0;
+}
+
+std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
+  const auto found = top_.find(std::string(name));
+  if (found == top_.end()) return std::nullopt;
+  return ToCiValue(found->second);
+}
+
+absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
+                                                std::string* unknown) const {
+  const std::optional<CiValue> found = Top(job);
+  if (!found.has_value() || !found->is_object()) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", std::string(job), "' in this file"));
+  }
+  if (depth > kMaxExtendsDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
+                     " levels (or loops) at '", std::string(job), "'"));
+  }
+  const CiValue& own = *found;
+  CiValue result = CiValue::object();
+  if (const auto extends = own.find("extends"); extends != own.end()) {
+    std::vector<std::string> parents;
+    if (extends->is_string()) parents.push_back(extends->get<std::string>());
+    if (extends->is_array()) {
+      for (const CiValue& parent : *extends) {
+        if (parent.is_string()) parents.push_back(parent.get<std::string>());
+      }
+    }
+    for (const std::string& parent : parents) {
+      absl::StatusOr<CiValue> base = Extended(parent, depth + 1, unknown);
+      if (absl::IsNotFound(base.status())) {
+        if (unknown->empty()) {
+          *unknown = absl::StrCat("it extends '", parent,
+                                  "', which is not in this file");
+        }
+        continue;
+      }
+      if (!base.ok()) return base.status();
+      DeepMerge(&result, *base);
+    }
+  }
+  DeepMerge(&result, own);
+  return result;
+}
+
+absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
+    std::string_view job) const {
+  Effective effective;
+  absl::StatusOr<CiValue> config = Extended(job, 0, &effective.unknown);
+  if (!config.ok()) return config.status();
+  effective.config = *std::move(config);
+  CiValue& c = effective.config;
+
+  // default: every key the job lacks, as `inherit: default:` allows.
+  bool inherit_all = true;
+  std::vector<std::string> inherit_keys;
+  if (const auto inherit = c.find("inherit");
+      inherit != c.end() && inherit->is_object()) {
+    if (const auto d = inherit->find("default"); d != inherit->end()) {
+      if (d->is_boolean()) inherit_all = d->get<bool>();
+      if (d->is_array()) {
+        inherit_all = false;
+        for (const CiValue& key : *d) {
+          if (key.is_string()) inherit_keys.push_back(key.get<std::string>());
+        }
+      }
+    }
+  }
+  const bool inherits_some = inherit_all || !inherit_keys.empty();
+  if (const std::optional<CiValue> d = Top("default");
+      d.has_value() && d->is_object()) {
+    for (const auto& [key, value] : d->items()) {
+      const bool allowed =
+          inherit_all || std::find(inherit_keys.begin(), inherit_keys.end(),
+                                   key) != inherit_keys.end();
+      if (allowed && !c.contains(key)) c[key] = value;
+    }
+  }
+  if (has_include_ && inherits_some && effective.unknown.empty()) {
+    effective.unknown =
+        "the file includes other files, whose default: gdt cannot read";
+    effective.unknown_all = inherit_all;
+    effective.unknown_keys = inherit_keys;
+  }
+
+  // !reference, wherever it is, in lists spliced.
+  std::unique_ptr<absl::Status> failure;
+  std::function<void(CiValue*, int)> resolve = [&](CiValue* value, int depth) {
+    if (failure != nullptr) return;
+    if (depth > kMaxReferenceDepth + kMaxValueDepth) return;
+    if (IsReference(*value)) {
+      const CiValue& path = (*value)[kReference];
+      if (!path.is_array() || path.empty() || !path[0].is_string()) {
+        failure = std::make_unique<absl::Status>(
+            absl::InvalidArgumentError("!reference needs [job, key, ...]"));
+        return;
+      }
+      std::string ignored;
+      absl::StatusOr<CiValue> target =
+          Extended(path[0].get<std::string>(), 0, &ignored);
+      if (!target.ok()) {
+        failure = std::make_unique<absl::Status>(
+            absl::InvalidArgumentError(absl::StrCat(
+                "!reference ", path.dump(), ": ", target.status().message())));
+        return;
+      }
+      CiValue at = *std::move(target);
+      for (size_t i = 1; i < path.size(); ++i) {
+        if (!path[i].is_string() || !at.is_object() ||
+            !at.contains(path[i].get<std::string>())) {
+          failure = std::make_unique<absl::Status>(absl::InvalidArgumentError(
+              absl::StrCat("!reference ", path.dump(), " does not resolve")));
+          return;
+        }
+        at = CiValue(at[path[i].get<std::string>()]);
+      }
+      *value = std::move(at);
+      if (depth < kMaxReferenceDepth) resolve(value, depth + 1);
+      return;
+    }
+    if (value->is_object()) {
+      for (auto& [key, child] : value->items()) resolve(&child, depth + 1);
+    } else if (value->is_array()) {
+      CiValue spliced = CiValue::array();
+      for (CiValue& item : *value) {
+        const bool was_reference = IsReference(item);
+        resolve(&item, depth + 1);
+        if (was_reference && item.is_array()) {
+          for (const CiValue& inner : item) spliced.push_back(inner);
+        } else {
+          spliced.push_back(item);
+        }
+      }
+      *value = std::move(spliced);
+    }
+  };
+  for (auto& [key, value] : c.items()) {
+    failure.reset();
+    CiValue resolved = value;
+    resolve(&resolved, 1);
+    if (failure == nullptr) {
+      value = std::move(resolved);
+    } else {
+      effective.unresolved[key] = std::string(failure->message());
+    }
+  }
+  return effective;
+}
+
+absl::StatusOr<CiConfigModel::Effective> EffectiveJobConfig(
+    std::string_view text, std::string_view job) {
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
+  if (!error.message.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("YAML syntax error: ", error.message));
+  }
+  return CiConfigModel(tree->documents()).Resolve(job);
+}
+
+}  // namespace gdt::ci

@@ -1,0 +1,94 @@
+#ifndef GDT_CI_INHERITANCE_H_
+#define GDT_CI_INHERITANCE_H_
+
+// GitLab's job-configuration inheritance, as far as one file shows it, for
+// gdt-ci lint and expand: what configuration a job really runs with, so that
+// expand adds gdt's entries to it instead of replacing inherited ones.
+//
+// The rules, in GitLab's order:
+//  1. YAML merge keys as Ruby's YAML reader applies them: `<<: *a` copies
+//     a's entries over the ones written before it, later entries override
+//     them; in `<<: [*a, *b]` the earlier mapping wins.
+//  2. `extends:` (a name or a list): each parent's own configuration (its
+//     extends resolved first, at most 11 levels) is deep-merged in list
+//     order, then the job's: mappings merge key by key, everything else
+//     (lists included) is replaced.
+//  3. `default:` fills each key the job still lacks, unless the job says
+//     `inherit: {default: false}` or lists the keys it inherits.
+//  4. `!reference [job, key, ...]` is replaced by that entry of the named
+//     job (after its extends); inside a list, a referenced list is spliced
+//     in.
+// A file with `include:` may receive `default:` entries and parents from
+// other files; the model says so (Effective::unknown) instead of guessing.
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ci/yaml_tree.h"
+#include "nlohmann/json.hpp"
+
+namespace gdt::ci {
+
+using CiValue = nlohmann::ordered_json;
+
+// `node` as GitLab reads it: merge keys applied, plain scalars typed (null,
+// booleans, integers, floats, else strings), quoted scalars strings, and
+// `!reference [...]` kept as {"!reference": [...]}.
+CiValue ToCiValue(const YamlNode& node);
+
+// The top-level entries of a file's documents (a later document's, or a
+// later duplicate's, win), read as GitLab reads them when asked for.
+class CiConfigModel {
+ public:
+  explicit CiConfigModel(const std::vector<YamlNode>& documents);
+
+  struct Effective {
+    CiValue config;  // The job's configuration as GitLab computes it.
+    // Why some inherited keys cannot be known from this file (a parent or
+    // `default:` in an included file); empty when everything is known.
+    std::string unknown;
+    // Which keys `unknown` concerns: all, or only these (the ones the job
+    // inherits from an unseen `default:`).
+    bool unknown_all = true;
+    std::vector<std::string> unknown_keys;
+    bool Known(std::string_view key) const {
+      if (unknown.empty()) return true;
+      if (unknown_all) return false;
+      for (const std::string& k : unknown_keys) {
+        if (k == key) return false;
+      }
+      return true;
+    }
+    // Top-level keys whose value holds a `!reference` that does not
+    // resolve in this file (left in place), and why.
+    std::map<std::string, std::string> unresolved;
+  };
+  // The effective configuration of `job`. Errors: no such job, an extends
+  // cycle or more than 11 levels.
+  absl::StatusOr<Effective> Resolve(std::string_view job) const;
+
+  // `job`'s configuration after merge keys and extends (no default): what
+  // `!reference` and extends see of it. Unknown parents are skipped and
+  // named in `unknown`.
+  absl::StatusOr<CiValue> Extended(std::string_view job, int depth,
+                                   std::string* unknown) const;
+
+ private:
+  std::optional<CiValue> Top(std::string_view name) const;
+
+  std::unordered_map<std::string, YamlNode> top_;
+  bool has_include_ = false;
+};
+
+// The effective configuration of `job` in `text` (for tests and tools).
+absl::StatusOr<CiConfigModel::Effective> EffectiveJobConfig(
+    std::string_view text, std::string_view job);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_CI_INHERITANCE_H_
