@@ -1,9 +1,11 @@
 #include "gitlab/id_token.h"
 
+#include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
+#include <openssl/pem.h>
 
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/sha256.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {
@@ -381,6 +384,152 @@ absl::StatusOr<IdTokenClaims> IdTokenVerifier::Verify(absl::string_view token) {
     return absl::UnauthenticatedError(claims.status().message());
   }
   return claims;
+}
+
+namespace {
+
+std::string Base64Url(absl::string_view bytes) {
+  return absl::WebSafeBase64Escape(bytes);
+}
+
+std::string BigNumParam(evp_pkey_st* key, const char* name) {
+  BIGNUM* bn = nullptr;
+  if (EVP_PKEY_get_bn_param(key, name, &bn) != 1) return "";
+  std::string bytes(BN_num_bytes(bn), '\0');
+  BN_bn2bin(bn, reinterpret_cast<unsigned char*>(bytes.data()));
+  BN_free(bn);
+  return Base64Url(bytes);
+}
+
+// The PEM that `write` puts into a memory BIO.
+template <typename Write>
+std::string Pem(Write write) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) return "";
+  std::string pem;
+  if (write(bio) == 1) {
+    char* data = nullptr;
+    const long size = BIO_get_mem_data(bio, &data);
+    pem.assign(data, static_cast<size_t>(size));
+  }
+  BIO_free(bio);
+  return pem;
+}
+
+}  // namespace
+
+std::string IdTokenClaimsJson(const IdTokenGrant& grant) {
+  nlohmann::json audience = grant.audiences.size() == 1
+                                ? nlohmann::json(grant.audiences.front())
+                                : nlohmann::json(grant.audiences);
+  std::string host = grant.issuer;
+  if (const size_t scheme = host.find("://"); scheme != std::string::npos) {
+    host = host.substr(scheme + 3);
+  }
+  const size_t slash = grant.project_path.rfind('/');
+  const std::string namespace_path =
+      slash == std::string::npos ? "" : grant.project_path.substr(0, slash);
+  return nlohmann::json{
+      {"iss", grant.issuer},
+      {"aud", audience},
+      {"sub", absl::StrCat("project_path:", grant.project_path,
+                           ":ref_type:branch:ref:", grant.ref)},
+      {"namespace_path", namespace_path},
+      {"project_id", std::to_string(grant.project_id)},
+      {"project_path", grant.project_path},
+      {"pipeline_id", std::to_string(grant.pipeline_id)},
+      {"pipeline_source", "push"},
+      {"job_id", std::to_string(grant.job_id)},
+      {"ref", grant.ref},
+      {"ref_type", "branch"},
+      {"ref_path", absl::StrCat("refs/heads/", grant.ref)},
+      {"ci_config_ref_uri",
+       absl::StrCat(host, "/", grant.project_path,
+                    "//.gitlab-ci.yml@refs/heads/", grant.ref)},
+      {"jti", absl::StrCat("job-", grant.job_id, "-", grant.issued_at)},
+      {"iat", grant.issued_at},
+      {"nbf", grant.issued_at},
+      {"exp", grant.expires_at}}
+      .dump();
+}
+
+absl::StatusOr<IdTokenSigner> IdTokenSigner::Generate(std::string kid,
+                                                      int bits) {
+  EVP_PKEY* key = EVP_RSA_gen(static_cast<unsigned int>(bits));
+  if (key == nullptr) {
+    return absl::InternalError("cannot generate an RSA key for ID tokens");
+  }
+  return IdTokenSigner(std::move(kid),
+                       std::shared_ptr<evp_pkey_st>(key, EVP_PKEY_free));
+}
+
+absl::StatusOr<IdTokenSigner> IdTokenSigner::FromPrivateKeyPem(
+    absl::string_view pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  EVP_PKEY* key = bio == nullptr
+                      ? nullptr
+                      : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError("not a PEM private key");
+  }
+  std::shared_ptr<evp_pkey_st> owned(key, EVP_PKEY_free);
+  if (EVP_PKEY_is_a(key, "RSA") != 1) {
+    return absl::InvalidArgumentError("not an RSA key (ID tokens are RS256)");
+  }
+  IdTokenSigner signer("", std::move(owned));
+  signer.kid_ = Sha256Hex(signer.PublicKeyPem()).substr(0, 16);
+  return signer;
+}
+
+std::string IdTokenSigner::Jwks() const {
+  nlohmann::json key = {{"kty", "RSA"},
+                        {"kid", kid_},
+                        {"use", "sig"},
+                        {"alg", "RS256"},
+                        {"n", BigNumParam(key_.get(), OSSL_PKEY_PARAM_RSA_N)},
+                        {"e", BigNumParam(key_.get(), OSSL_PKEY_PARAM_RSA_E)}};
+  return nlohmann::json{{"keys", nlohmann::json::array({key})}}.dump();
+}
+
+std::string IdTokenSigner::PrivateKeyPem() const {
+  return Pem([this](BIO* bio) {
+    return PEM_write_bio_PrivateKey(bio, key_.get(), nullptr, nullptr, 0,
+                                    nullptr, nullptr);
+  });
+}
+
+std::string IdTokenSigner::PublicKeyPem() const {
+  return Pem(
+      [this](BIO* bio) { return PEM_write_bio_PUBKEY(bio, key_.get()); });
+}
+
+std::string IdTokenSigner::Header() const {
+  return nlohmann::json{{"alg", "RS256"}, {"kid", kid_}, {"typ", "JWT"}}.dump();
+}
+
+std::string IdTokenSigner::SignRs256(absl::string_view header_json,
+                                     absl::string_view payload_json) const {
+  const std::string input =
+      absl::StrCat(Base64Url(header_json), ".", Base64Url(payload_json));
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  size_t size = 0;
+  std::vector<unsigned char> signature;
+  const auto* data = reinterpret_cast<const unsigned char*>(input.data());
+  if (ctx != nullptr &&
+      EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr,
+                         key_.get()) == 1 &&
+      EVP_DigestSign(ctx.get(), nullptr, &size, data, input.size()) == 1) {
+    signature.resize(size);
+    if (EVP_DigestSign(ctx.get(), signature.data(), &size, data,
+                       input.size()) != 1) {
+      size = 0;
+    }
+  }
+  return absl::StrCat(
+      input, ".",
+      Base64Url(absl::string_view(
+          reinterpret_cast<const char*>(signature.data()), size)));
 }
 
 }  // namespace gdt::gitlab

@@ -206,6 +206,31 @@ TEST_F(IdTokenTest, JwksErrorsNameTheProblem) {
               HasSubstr("has 1024 bits; at least 2048 are required"));
 }
 
+// What run-local signs with: a key read from PEM, its kid derived from it;
+// an audience array holding ours is accepted.
+TEST_F(IdTokenTest, SignerFromPemIssuesTokensItsJwksVerifies) {
+  absl::StatusOr<IdTokenSigner> signer =
+      IdTokenSigner::FromPrivateKeyPem(gitlab_->PrivateKeyPem());
+  ASSERT_TRUE(signer.ok()) << signer.status();
+  EXPECT_EQ(signer->kid().size(), 16u);
+  absl::StatusOr<JsonWebKeys> keys = JsonWebKeys::Parse(signer->Jwks());
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  IdTokenGrant grant;
+  grant.issuer = kIssuer;
+  grant.audiences = {"https://vault.example.com", kAudience};
+  grant.project_id = 4;
+  grant.pipeline_id = 77;
+  grant.job_id = 1003;
+  grant.issued_at = kNow;
+  grant.expires_at = kNow + 60;
+  absl::StatusOr<IdTokenClaims> claims =
+      VerifyIdToken(signer->Issue(grant), *keys, Policy(), kNow);
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->job_id, 1003);
+  EXPECT_EQ(IdTokenSigner::FromPrivateKeyPem("not a key").status().message(),
+            "not a PEM private key");
+}
+
 // The caching verifier, fed by a counted fake fetch.
 class IdTokenVerifierTest : public IdTokenTest {
  protected:
