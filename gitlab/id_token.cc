@@ -53,6 +53,18 @@ bool DecodeBase64Url(absl::string_view text, std::string& out) {
   return absl::WebSafeBase64Unescape(text, &out);
 }
 
+// The `kid` of a token's header, unverified and cut to 64 characters, for
+// messages.
+std::string KidOf(absl::string_view token) {
+  std::string header;
+  if (!DecodeBase64Url(token.substr(0, token.find('.')), header)) return "";
+  const nlohmann::json json = nlohmann::json::parse(header, nullptr, false);
+  if (!json.is_object() || !json.contains("kid") || !json["kid"].is_string()) {
+    return "";
+  }
+  return json["kid"].get<std::string>().substr(0, 64);
+}
+
 // An RSA public key from a JWK's base64url modulus and exponent.
 absl::StatusOr<std::shared_ptr<evp_pkey_st>> RsaKey(const std::string& kid,
                                                     const std::string& n64,
@@ -339,23 +351,29 @@ absl::StatusOr<std::shared_ptr<const JsonWebKeys>> IdTokenVerifier::Keys(
   {
     MutexLock lock(mu_);
     if (auto answer = SettledLocked(force)) return *answer;
+    // Keys that merely grew old stay in use while another caller fetches:
+    // only the first key set, and unknown key ids, wait for a fetch.
+    if (fetching_ && keys_ != nullptr && !force) return keys_;
   }
   MutexLock fetching(fetch_mu_);
   {
     MutexLock lock(mu_);
     if (auto answer = SettledLocked(force)) return *answer;
+    fetching_ = true;
   }
   absl::StatusOr<std::string> document = fetch_();
   absl::StatusOr<JsonWebKeys> parsed =
       document.ok() ? JsonWebKeys::Parse(*document)
                     : absl::StatusOr<JsonWebKeys>(document.status());
   MutexLock lock(mu_);
+  fetching_ = false;
   ++fetches_;
   attempted_ = true;
   last_attempt_ = clock_.Now();
   if (parsed.ok()) {
     keys_ = std::make_shared<const JsonWebKeys>(std::move(*parsed));
     keys_fetched_ = last_attempt_;
+    ++generation_;
     last_error_ = absl::OkStatus();
     return keys_;
   }
@@ -368,6 +386,11 @@ absl::StatusOr<std::shared_ptr<const JsonWebKeys>> IdTokenVerifier::Keys(
 }
 
 absl::StatusOr<IdTokenClaims> IdTokenVerifier::Verify(absl::string_view token) {
+  int64_t generation = 0;
+  {
+    MutexLock lock(mu_);
+    generation = generation_;
+  }
   absl::StatusOr<std::shared_ptr<const JsonWebKeys>> keys = Keys(false);
   if (!keys.ok()) return keys.status();
   const auto now = [this] { return clock_.UnixMillis() / 1000; };
@@ -380,10 +403,20 @@ absl::StatusOr<IdTokenClaims> IdTokenVerifier::Verify(absl::string_view token) {
   if (*fresh != *keys) {
     claims = VerifyIdToken(token, **fresh, options_.policy, now());
   }
-  if (claims.status().code() == absl::StatusCode::kNotFound) {
+  if (claims.status().code() != absl::StatusCode::kNotFound) return claims;
+  MutexLock lock(mu_);
+  // Keys fetched after the token arrived do not hold its key: refused.
+  if (generation_ != generation) {
     return absl::UnauthenticatedError(claims.status().message());
   }
-  return claims;
+  // Keys fetched earlier may predate a rotation: the member retries and a
+  // later call, after the next allowed fetch, decides.
+  const auto age = std::chrono::duration_cast<std::chrono::seconds>(
+      clock_.Now() - keys_fetched_);
+  return absl::UnavailableError(absl::StrCat(
+      "ID token key '", KidOf(token), "' is not among GitLab's keys fetched ",
+      age.count(), " s ago; they are fetched again at most every ",
+      options_.min_refresh_interval.count(), " s; the member retries"));
 }
 
 namespace {

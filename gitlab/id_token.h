@@ -100,8 +100,10 @@ class IdTokenVerifier {
   IdTokenVerifier(FetchKeys fetch, const Clock& clock, Options options);
 
   // The claims of a valid token. Errors: Unauthenticated as VerifyIdToken
-  // (an unknown `kid` too, once the key set was fetched again or recently);
-  // Unavailable when the key set cannot be fetched (transient).
+  // (an unknown `kid` too, once a key set fetched after the call began
+  // lacks it); Unavailable when the key set cannot be fetched, or when the
+  // `kid` is unknown but the keys may not be fetched again yet (transient:
+  // the key may be new; the caller retries).
   absl::StatusOr<IdTokenClaims> Verify(absl::string_view token);
 
   // Key set fetches so far, successful or not.
@@ -130,6 +132,9 @@ class IdTokenVerifier {
   bool attempted_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   int64_t fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Successful fetches so far; a fetch runs while `fetching_`.
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fetching_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // What GitLab puts into one job's ID token (the claims gdt reads and a few

@@ -1,7 +1,10 @@
 #include "gitlab/id_token.h"
 
+#include <atomic>
+#include <future>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -280,19 +283,66 @@ TEST_F(IdTokenVerifierTest, UnknownKidRefreshesAtMostEveryInterval) {
   absl::StatusOr<FakeIdTokenIssuer> made_up =
       FakeIdTokenIssuer::Create("made-up");
   ASSERT_TRUE(made_up.ok());
-  // Just fetched: a flood of made-up key ids costs no fetch.
+  // Just fetched: a flood of made-up key ids costs no fetch. The keys
+  // predate these tokens, so the answer is "retry" (the key could be new).
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<IdTokenClaims> claims =
         verifier.Verify(made_up->Issue(Token()));
-    ASSERT_EQ(claims.status().code(), absl::StatusCode::kUnauthenticated)
+    ASSERT_EQ(claims.status().code(), absl::StatusCode::kUnavailable)
         << claims.status();
-    EXPECT_THAT(claims.status().message(), HasSubstr("no key 'made-up'"));
+    EXPECT_THAT(claims.status().message(),
+                HasSubstr("ID token key 'made-up' is not among GitLab's keys "
+                          "fetched 0 s ago; they are fetched again at most "
+                          "every 30 s; the member retries"));
   }
   EXPECT_EQ(fetches_, 1);
+  // Once allowed, one fetch; keys fetched after the token arrived decide.
   clock_.Advance(std::chrono::seconds(31));
-  EXPECT_FALSE(verifier.Verify(made_up->Issue(Token())).ok());
-  EXPECT_FALSE(verifier.Verify(made_up->Issue(Token())).ok());
+  absl::StatusOr<IdTokenClaims> refused =
+      verifier.Verify(made_up->Issue(Token()));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("ID token refused: no key 'made-up' among GitLab's 1 "
+                        "ID token keys"));
+  EXPECT_EQ(verifier.Verify(made_up->Issue(Token())).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(fetches_, 2);
+}
+
+// A slow refresh of keys that grew old holds up no other call: they are
+// answered with the old keys meanwhile.
+TEST_F(IdTokenVerifierTest, OldKeysServeWhileARefreshIsSlow) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  IdTokenVerifier verifier(
+      [&]() -> absl::StatusOr<std::string> {
+        if (calls.fetch_add(1) == 1) released.wait();  // The refresh hangs.
+        return gitlab_->Jwks();
+      },
+      clock_, VerifierOptions());
+  ASSERT_TRUE(verifier.Verify(gitlab_->Issue(Token())).ok());
+  clock_.Advance(std::chrono::seconds(3601));
+  FakeIdToken later = Token();
+  later.issued_at += 3601;
+  later.expires_at += 3601;
+  const std::string token = gitlab_->Issue(later);
+  std::thread refreshing([&] { EXPECT_TRUE(verifier.Verify(token).ok()); });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (calls.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(calls.load(), 2);
+  std::future<bool> other = std::async(
+      std::launch::async, [&] { return verifier.Verify(token).ok(); });
+  const bool answered =
+      other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  release.set_value();
+  refreshing.join();
+  EXPECT_TRUE(answered) << "a call waited for the slow refresh";
+  EXPECT_TRUE(other.get());
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST_F(IdTokenVerifierTest, RotatedKeyIsPickedUp) {

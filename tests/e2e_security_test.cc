@@ -233,8 +233,10 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
   }
   EXPECT_EQ((*gitlab)->RequestCount("/oauth/discovery/keys"), 1);
 
+  // The unknown key id is retried until the keys may be fetched again (at
+  // most every 30 s); keys fetched after the tokens then refuse them.
   CommandResult bad = cluster.RunLocal(
-      project, "train", {"--id-token-key", unpublished_key}, seconds(90));
+      project, "train", {"--id-token-key", unpublished_key}, seconds(180));
   EXPECT_FALSE(bad.status.success()) << bad.output;
   for (int index = 1; index <= 2; ++index) {
     const std::string log = member_log(index);
