@@ -53,6 +53,12 @@ bool DecodeBase64Url(absl::string_view text, std::string& out) {
   return absl::WebSafeBase64Unescape(text, &out);
 }
 
+// An unverified header value as messages show it: at most 64 bytes, so a
+// crafted token cannot blow up a log line.
+std::string Shown(const std::string& value) {
+  return value.size() <= 64 ? value : absl::StrCat(value.substr(0, 61), "...");
+}
+
 // The `kid` of a token's header, unverified and cut to 64 characters, for
 // messages.
 std::string KidOf(absl::string_view token) {
@@ -62,7 +68,7 @@ std::string KidOf(absl::string_view token) {
   if (!json.is_object() || !json.contains("kid") || !json["kid"].is_string()) {
     return "";
   }
-  return json["kid"].get<std::string>().substr(0, 64);
+  return Shown(json["kid"].get<std::string>());
 }
 
 // An RSA public key from a JWK's base64url modulus and exponent.
@@ -273,7 +279,7 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
     return Refused("its header names no alg (only RS256 is accepted)");
   }
   if (alg->get<std::string>() != "RS256") {
-    return Refused(absl::StrCat("alg '", alg->get<std::string>(),
+    return Refused(absl::StrCat("alg '", Shown(alg->get<std::string>()),
                                 "' is not accepted (only RS256)"));
   }
   if (header.contains("crit")) {
@@ -284,14 +290,15 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
   const evp_pkey_st* key = keys.Find(kid);
   if (key == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "ID token refused: no key '", kid, "' among GitLab's ", keys.size(),
+        "ID token refused: no key '", Shown(kid), "' among GitLab's ",
+        keys.size(),
         " ID token keys (signed by another instance, or a made-up key)"));
   }
   const absl::string_view signed_part(parts[0].data(),
                                       parts[0].size() + 1 + parts[1].size());
   if (!VerifyRs256(const_cast<evp_pkey_st*>(key), signed_part, signature)) {
-    return Refused(
-        absl::StrCat("its signature does not verify with key '", kid, "'"));
+    return Refused(absl::StrCat("its signature does not verify with key '",
+                                Shown(kid), "'"));
   }
 
   const nlohmann::json payload =

@@ -187,6 +187,11 @@ TEST_F(IdTokenTest, MalformedTokensAreRefusedWithAReason) {
                                    absl::WebSafeBase64Escape("{}"), ".")),
                 "header is not a JSON object");
   ExpectRefused(Check(std::string(20000, 'a')), "at most 16384");
+  // Header values an attacker controls are cut in messages.
+  absl::StatusOr<IdTokenClaims> long_alg = Check(FakeIdTokenIssuer::Unsigned(
+      absl::StrCat(R"({"alg":")", std::string(5000, 'x'), R"("})"), "{}"));
+  ExpectRefused(long_alg, "...' is not accepted");
+  EXPECT_LT(long_alg.status().message().size(), 200u);
   FakeIdToken token = Token();
   token.job_id = 0;
   ExpectRefused(Check(gitlab_->Issue(token)),
