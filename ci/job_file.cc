@@ -55,6 +55,43 @@ bool ScalarText(const YAML::Node& node, std::string* out) {
 }
 
 // `script:`-style value: a string or a (nested) list of strings.
+// `id_tokens: {NAME: {aud: AUDIENCE or [AUDIENCES]}}`.
+absl::Status ReadIdTokens(
+    const YAML::Node& node, std::string_view job,
+    std::vector<std::pair<std::string, std::vector<std::string>>>* out) {
+  if (!node.IsMap()) {
+    return JobError(job, "id_tokens must map variable names to {aud: ...}");
+  }
+  for (const auto& entry : node) {
+    std::string variable;
+    if (!ScalarText(entry.first, &variable) || variable.empty()) {
+      return JobError(job, "id_tokens keys must be variable names");
+    }
+    const YAML::Node aud =
+        entry.second.IsMap() ? entry.second["aud"] : YAML::Node();
+    std::vector<std::string> audiences;
+    std::string one;
+    if (aud && ScalarText(aud, &one) && !one.empty()) {
+      audiences.push_back(one);
+    } else if (aud && aud.IsSequence()) {
+      for (const YAML::Node& item : aud) {
+        if (!ScalarText(item, &one) || one.empty()) {
+          audiences.clear();  // One bad entry spoils the list.
+          break;
+        }
+        audiences.push_back(one);
+      }
+    }
+    if (audiences.empty()) {
+      return JobError(job, absl::StrCat("id_tokens.", variable,
+                                        " needs aud: a string or a list of "
+                                        "strings"));
+    }
+    out->emplace_back(variable, std::move(audiences));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ReadScript(const YAML::Node& node, std::string_view job,
                         std::string_view key, std::vector<std::string>* out) {
   if (node.IsNull()) return absl::OkStatus();
@@ -263,6 +300,9 @@ absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
           absl::StrCat("timeout: ", std::string(seconds.status().message())));
     }
     job.timeout_seconds = *seconds;
+  }
+  if (std::optional<YAML::Node> id_tokens = inherited("id_tokens", false)) {
+    GDT_RETURN_IF_ERROR(ReadIdTokens(*id_tokens, name, &job.id_tokens));
   }
   if (std::optional<YAML::Node> artifacts = inherited("artifacts", false)) {
     GDT_RETURN_IF_ERROR(ReadArtifacts(*artifacts, name, &job.artifacts));

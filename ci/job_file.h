@@ -45,6 +45,9 @@ struct CiJob {
   // else the jobs of `needs:` (entries with `artifacts: false` left out);
   // nullopt when neither is set (GitLab: every job of earlier stages).
   std::optional<std::vector<std::string>> artifact_sources;
+  // `id_tokens:` (the job's, else `default:`'s): variable name -> audiences
+  // (`aud:`, one or a list), in file order.
+  std::vector<std::pair<std::string, std::vector<std::string>>> id_tokens;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text. Errors (InvalidArgument

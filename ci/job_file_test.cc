@@ -73,6 +73,38 @@ TEST(CiYamlTest, ReadsAJobWithDefaults) {
   EXPECT_EQ(job->artifacts.expire_in, "1 day");
 }
 
+// `id_tokens:` of the job, else of `default:`; aud one string or a list.
+TEST(CiYamlTest, ReadsIdTokens) {
+  constexpr char kYaml[] =
+      "default:\n"
+      "  id_tokens:\n"
+      "    GDT_ID_TOKEN:\n"
+      "      aud: https://gdt.example.com\n"
+      "train:\n"
+      "  script: [run]\n"
+      "vault:\n"
+      "  id_tokens:\n"
+      "    VAULT_ID_TOKEN: {aud: [https://vault.example.com, other]}\n"
+      "  script: [run]\n"
+      "bad:\n"
+      "  id_tokens: {TOKEN: {aud: []}}\n"
+      "  script: [run]\n";
+  absl::StatusOr<CiJob> train = ParseCiJob(kYaml, "train");
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_EQ(train->id_tokens.size(), 1u);
+  EXPECT_EQ(train->id_tokens[0].first, "GDT_ID_TOKEN");
+  EXPECT_EQ(train->id_tokens[0].second,
+            std::vector<std::string>{"https://gdt.example.com"});
+  absl::StatusOr<CiJob> vault = ParseCiJob(kYaml, "vault");
+  ASSERT_TRUE(vault.ok()) << vault.status();
+  ASSERT_EQ(vault->id_tokens.size(), 1u);
+  EXPECT_EQ(vault->id_tokens[0].second,
+            (std::vector<std::string>{"https://vault.example.com", "other"}));
+  EXPECT_EQ(ParseCiJob(kYaml, "bad").status().message(),
+            "job bad: id_tokens.TOKEN needs aud: a string or a list of "
+            "strings");
+}
+
 TEST(CiYamlTest, JobKeysOverrideDefaults) {
   absl::StatusOr<CiJob> job = ParseCiJob(kCi, "lint");
 

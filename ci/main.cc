@@ -139,6 +139,9 @@ int main(int argc, char** argv) {
   run_local->add_flag("--zero-pipeline-id", options.zero_pipeline_id,
                       "send job_info.pipeline_id 0, as a runner >= 19 does "
                       "when GitLab leaves it unfilled");
+  run_local->add_option("--id-token-key", options.id_token_key,
+                        "PEM RSA private key: issue the jobs' id_tokens: "
+                        "signed with it, as GitLab would");
   run_local->add_flag("--json", json, "print the summary as JSON");
 
   std::string ci_file = ".gitlab-ci.yml";

@@ -303,6 +303,26 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     for (const auto& [key, value] : pipeline.pipeline_variables) {
       add(key, value);
     }
+    if (pipeline.id_token_signer != nullptr) {
+      const int64_t now = pipeline.now_unix > 0
+                              ? pipeline.now_unix
+                              : static_cast<int64_t>(time(nullptr));
+      for (const auto& [variable, audiences] : job.id_tokens) {
+        gitlab::IdTokenGrant grant;
+        grant.issuer = pipeline.server_url;
+        grant.audiences = audiences;
+        grant.project_id = pipeline.project_id;
+        grant.project_path = project_path;
+        grant.pipeline_id = pipeline.pipeline_id;
+        grant.job_id = p.id;
+        grant.ref = pipeline.ref;
+        grant.issued_at = now;
+        // GitLab: valid for the job's timeout, plus five minutes.
+        grant.expires_at = now + pipeline.timeout_seconds + 300;
+        add(variable, pipeline.id_token_signer->Issue(grant),
+            /*is_public=*/false, /*masked=*/true);
+      }
+    }
 
     gitlab::JobStep script;
     script.name = "script";
@@ -399,6 +419,22 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     return absl::InvalidArgumentError("--timeout must be positive");
   }
   pipeline.pipeline_variables = *vars;
+  if (!options.id_token_key.empty()) {
+    absl::StatusOr<std::string> pem = ReadTextFile(options.id_token_key);
+    if (!pem.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--id-token-key: ", pem.status().message()));
+    }
+    absl::StatusOr<gitlab::IdTokenSigner> signer =
+        gitlab::IdTokenSigner::FromPrivateKeyPem(*pem);
+    if (!signer.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--id-token-key ", options.id_token_key, ": ",
+                       signer.status().message()));
+    }
+    pipeline.id_token_signer =
+        std::make_shared<const gitlab::IdTokenSigner>(*std::move(signer));
+  }
 
   fs::path work_dir =
       options.work_dir.empty()

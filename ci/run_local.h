@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "ci/job_file.h"
 #include "ci/runner_emulator.h"
+#include "gitlab/id_token.h"
 #include "gitlab/job_payload.h"
 
 namespace gdt::ci {
@@ -52,6 +54,10 @@ struct RunLocalOptions {
   // Act as a runner >= 19 talking to a GitLab that leaves the job's
   // pipeline id unfilled: job_info.pipeline_id is sent as 0.
   bool zero_pipeline_id = false;
+  // A PEM RSA private key: with it, the jobs' `id_tokens:` are issued as
+  // GitLab would, signed with this key (issuer: the local server URL);
+  // without it, jobs get no ID tokens.
+  std::string id_token_key;
   // Emulation knob for tests (runner: 3 s).
   std::optional<std::chrono::milliseconds> preparation_retry_interval;
 };
@@ -72,13 +78,17 @@ struct LocalPipeline {
   // later jobs of a pipeline start after the members of earlier ones.
   int64_t job_id_base = 0;
   std::vector<std::pair<std::string, std::string>> pipeline_variables;
+  // Issues the jobs' `id_tokens:`; null: none are issued.
+  std::shared_ptr<const gitlab::IdTokenSigner> id_token_signer;
+  // Unix seconds the tokens are issued at (0: now).
+  int64_t now_unix = 0;
 };
 
 // Builds the N job payloads of `job` as GitLab would hand them to runners
 // (docs/gitlab-runner-protocol.md): the same project and pipeline, distinct
 // increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is
 // 1), and GitLab's predefined variables followed by the YAML and pipeline
-// variables.
+// variables, then the job's `id_tokens:` when the pipeline has a signer.
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline);
 

@@ -49,6 +49,44 @@ TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
   EXPECT_EQ(VariablesOf(plain[0]).count("CI_NODE_INDEX"), 0u);
 }
 
+// With a signer, every member gets its own ID token for its job id, as
+// GitLab issues them; the key's JWKS verifies them.
+TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {
+  CiJob job;
+  job.name = "train";
+  job.parallel = 2;
+  job.script = {"true"};
+  job.id_tokens = {{"GDT_ID_TOKEN", {"https://gdt.example.com"}}};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  pipeline.now_unix = 1767225600;
+  // Without a signer there are none.
+  EXPECT_EQ(VariablesOf(BuildPayloads(job, pipeline)[0]).count("GDT_ID_TOKEN"),
+            0u);
+
+  absl::StatusOr<gitlab::IdTokenSigner> signer =
+      gitlab::IdTokenSigner::Generate("local");
+  ASSERT_TRUE(signer.ok());
+  pipeline.id_token_signer =
+      std::make_shared<const gitlab::IdTokenSigner>(*signer);
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+  absl::StatusOr<gitlab::JsonWebKeys> keys =
+      gitlab::JsonWebKeys::Parse(signer->Jwks());
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  gitlab::IdTokenPolicy policy;
+  policy.issuer = pipeline.server_url;
+  policy.audience = "https://gdt.example.com";
+  for (const gitlab::JobPayload& payload : payloads) {
+    absl::StatusOr<gitlab::IdTokenClaims> claims =
+        gitlab::VerifyIdToken(VariablesOf(payload).at("GDT_ID_TOKEN"), *keys,
+                              policy, pipeline.now_unix);
+    ASSERT_TRUE(claims.ok()) << claims.status();
+    EXPECT_EQ(claims->job_id, payload.id);
+    EXPECT_EQ(claims->pipeline_id, 77);
+    EXPECT_EQ(claims->project_id, pipeline.project_id);
+  }
+}
+
 TEST(BuildPayloadsTest, MakesOneJobPerMemberOfTheGang) {
   CiJob job;
   job.name = "train";

@@ -2,13 +2,12 @@
 #define GDT_GITLAB_FAKE_ID_TOKEN_ISSUER_H_
 
 #include <cstdint>
-#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-
-struct evp_pkey_st;
+#include "gitlab/id_token.h"
 
 namespace gdt::gitlab {
 
@@ -25,29 +24,34 @@ struct FakeIdToken {
   int64_t expires_at = 0;
 };
 
-// Issues ID tokens the way GitLab does (RS256, header with `kid`), from an
-// RSA key it generates, and publishes the matching JWKS; for tests and for
-// the fake GitLab API. Copies share the key.
+// GitLab's side of ID tokens for tests: good tokens from an RSA key of its
+// own (IdTokenSigner), the matching JWKS, and the bad tokens an attacker
+// would try (unsigned, HMAC-keyed with the public key). Copies share the
+// key.
 class FakeIdTokenIssuer {
  public:
   // A fresh RSA key of `bits` bits named `kid`.
   static absl::StatusOr<FakeIdTokenIssuer> Create(std::string kid,
                                                   int bits = 2048);
 
-  const std::string& kid() const { return kid_; }
-  // {"keys":[{"kty":"RSA","kid":...,"use":"sig","alg":"RS256","n":...,"e":...}]}
-  std::string Jwks() const;
+  const std::string& kid() const { return signer_.kid(); }
+  std::string Jwks() const { return signer_.Jwks(); }
   // The public key as PEM (what a key-confusion attack would use as an
   // HMAC secret).
-  std::string PublicKeyPem() const;
+  std::string PublicKeyPem() const { return signer_.PublicKeyPem(); }
+  std::string PrivateKeyPem() const { return signer_.PrivateKeyPem(); }
 
   // GitLab's claims of `token` as a JSON object.
   static std::string ClaimsJson(const FakeIdToken& token);
   // A signed token for `token`.
-  std::string Issue(const FakeIdToken& token) const;
+  std::string Issue(const FakeIdToken& token) const {
+    return signer_.SignRs256(signer_.Header(), ClaimsJson(token));
+  }
   // base64url(header).base64url(payload).base64url(RS256 signature).
   std::string SignRs256(absl::string_view header_json,
-                        absl::string_view payload_json) const;
+                        absl::string_view payload_json) const {
+    return signer_.SignRs256(header_json, payload_json);
+  }
   // The same with an HMAC-SHA256 signature keyed with `secret`.
   static std::string SignHs256(absl::string_view header_json,
                                absl::string_view payload_json,
@@ -55,15 +59,12 @@ class FakeIdTokenIssuer {
   // base64url(header).base64url(payload). (no signature, as with alg none).
   static std::string Unsigned(absl::string_view header_json,
                               absl::string_view payload_json);
-  // The header this issuer writes: {"alg":"RS256","kid":...,"typ":"JWT"}.
-  std::string Header() const;
 
  private:
-  FakeIdTokenIssuer(std::string kid, std::shared_ptr<evp_pkey_st> key)
-      : kid_(std::move(kid)), key_(std::move(key)) {}
+  explicit FakeIdTokenIssuer(IdTokenSigner signer)
+      : signer_(std::move(signer)) {}
 
-  std::string kid_;
-  std::shared_ptr<evp_pkey_st> key_;
+  IdTokenSigner signer_;
 };
 
 }  // namespace gdt::gitlab

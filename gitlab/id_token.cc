@@ -1,9 +1,11 @@
 #include "gitlab/id_token.h"
 
+#include <openssl/bio.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/param_build.h>
+#include <openssl/pem.h>
 
 #include <utility>
 #include <vector>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/sha256.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::gitlab {
@@ -48,6 +51,24 @@ absl::Status Refused(absl::string_view why) {
 bool DecodeBase64Url(absl::string_view text, std::string& out) {
   if (text.find('=') != absl::string_view::npos) return false;
   return absl::WebSafeBase64Unescape(text, &out);
+}
+
+// An unverified header value as messages show it: at most 64 bytes, so a
+// crafted token cannot blow up a log line.
+std::string Shown(const std::string& value) {
+  return value.size() <= 64 ? value : absl::StrCat(value.substr(0, 61), "...");
+}
+
+// The `kid` of a token's header, unverified and cut to 64 characters, for
+// messages.
+std::string KidOf(absl::string_view token) {
+  std::string header;
+  if (!DecodeBase64Url(token.substr(0, token.find('.')), header)) return "";
+  const nlohmann::json json = nlohmann::json::parse(header, nullptr, false);
+  if (!json.is_object() || !json.contains("kid") || !json["kid"].is_string()) {
+    return "";
+  }
+  return Shown(json["kid"].get<std::string>());
 }
 
 // An RSA public key from a JWK's base64url modulus and exponent.
@@ -258,7 +279,7 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
     return Refused("its header names no alg (only RS256 is accepted)");
   }
   if (alg->get<std::string>() != "RS256") {
-    return Refused(absl::StrCat("alg '", alg->get<std::string>(),
+    return Refused(absl::StrCat("alg '", Shown(alg->get<std::string>()),
                                 "' is not accepted (only RS256)"));
   }
   if (header.contains("crit")) {
@@ -269,14 +290,15 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
   const evp_pkey_st* key = keys.Find(kid);
   if (key == nullptr) {
     return absl::NotFoundError(absl::StrCat(
-        "ID token refused: no key '", kid, "' among GitLab's ", keys.size(),
+        "ID token refused: no key '", Shown(kid), "' among GitLab's ",
+        keys.size(),
         " ID token keys (signed by another instance, or a made-up key)"));
   }
   const absl::string_view signed_part(parts[0].data(),
                                       parts[0].size() + 1 + parts[1].size());
   if (!VerifyRs256(const_cast<evp_pkey_st*>(key), signed_part, signature)) {
-    return Refused(
-        absl::StrCat("its signature does not verify with key '", kid, "'"));
+    return Refused(absl::StrCat("its signature does not verify with key '",
+                                Shown(kid), "'"));
   }
 
   const nlohmann::json payload =
@@ -336,23 +358,29 @@ absl::StatusOr<std::shared_ptr<const JsonWebKeys>> IdTokenVerifier::Keys(
   {
     MutexLock lock(mu_);
     if (auto answer = SettledLocked(force)) return *answer;
+    // Keys that merely grew old stay in use while another caller fetches:
+    // only the first key set, and unknown key ids, wait for a fetch.
+    if (fetching_ && keys_ != nullptr && !force) return keys_;
   }
   MutexLock fetching(fetch_mu_);
   {
     MutexLock lock(mu_);
     if (auto answer = SettledLocked(force)) return *answer;
+    fetching_ = true;
   }
   absl::StatusOr<std::string> document = fetch_();
   absl::StatusOr<JsonWebKeys> parsed =
       document.ok() ? JsonWebKeys::Parse(*document)
                     : absl::StatusOr<JsonWebKeys>(document.status());
   MutexLock lock(mu_);
+  fetching_ = false;
   ++fetches_;
   attempted_ = true;
   last_attempt_ = clock_.Now();
   if (parsed.ok()) {
     keys_ = std::make_shared<const JsonWebKeys>(std::move(*parsed));
     keys_fetched_ = last_attempt_;
+    ++generation_;
     last_error_ = absl::OkStatus();
     return keys_;
   }
@@ -365,6 +393,11 @@ absl::StatusOr<std::shared_ptr<const JsonWebKeys>> IdTokenVerifier::Keys(
 }
 
 absl::StatusOr<IdTokenClaims> IdTokenVerifier::Verify(absl::string_view token) {
+  int64_t generation = 0;
+  {
+    MutexLock lock(mu_);
+    generation = generation_;
+  }
   absl::StatusOr<std::shared_ptr<const JsonWebKeys>> keys = Keys(false);
   if (!keys.ok()) return keys.status();
   const auto now = [this] { return clock_.UnixMillis() / 1000; };
@@ -377,10 +410,166 @@ absl::StatusOr<IdTokenClaims> IdTokenVerifier::Verify(absl::string_view token) {
   if (*fresh != *keys) {
     claims = VerifyIdToken(token, **fresh, options_.policy, now());
   }
-  if (claims.status().code() == absl::StatusCode::kNotFound) {
+  if (claims.status().code() != absl::StatusCode::kNotFound) return claims;
+  MutexLock lock(mu_);
+  // Keys fetched after the token arrived do not hold its key: refused.
+  if (generation_ != generation) {
     return absl::UnauthenticatedError(claims.status().message());
   }
-  return claims;
+  // Keys fetched earlier may predate a rotation: the member retries and a
+  // later call, after the next allowed fetch, decides.
+  const auto age = std::chrono::duration_cast<std::chrono::seconds>(
+      clock_.Now() - keys_fetched_);
+  return absl::UnavailableError(absl::StrCat(
+      "ID token key '", KidOf(token), "' is not among GitLab's keys fetched ",
+      age.count(), " s ago; they are fetched again at most every ",
+      options_.min_refresh_interval.count(), " s; the member retries"));
+}
+
+namespace {
+
+std::string Base64Url(absl::string_view bytes) {
+  return absl::WebSafeBase64Escape(bytes);
+}
+
+std::string BigNumParam(evp_pkey_st* key, const char* name) {
+  BIGNUM* bn = nullptr;
+  if (EVP_PKEY_get_bn_param(key, name, &bn) != 1) return "";
+  std::string bytes(BN_num_bytes(bn), '\0');
+  BN_bn2bin(bn, reinterpret_cast<unsigned char*>(bytes.data()));
+  BN_free(bn);
+  return Base64Url(bytes);
+}
+
+// The PEM that `write` puts into a memory BIO.
+template <typename Write>
+std::string Pem(Write write) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  if (bio == nullptr) return "";
+  std::string pem;
+  if (write(bio) == 1) {
+    char* data = nullptr;
+    const long size = BIO_get_mem_data(bio, &data);
+    pem.assign(data, static_cast<size_t>(size));
+  }
+  BIO_free(bio);
+  return pem;
+}
+
+}  // namespace
+
+std::string IdTokenClaimsJson(const IdTokenGrant& grant) {
+  nlohmann::json audience = grant.audiences.size() == 1
+                                ? nlohmann::json(grant.audiences.front())
+                                : nlohmann::json(grant.audiences);
+  std::string host = grant.issuer;
+  if (const size_t scheme = host.find("://"); scheme != std::string::npos) {
+    host = host.substr(scheme + 3);
+  }
+  const size_t slash = grant.project_path.rfind('/');
+  const std::string namespace_path =
+      slash == std::string::npos ? "" : grant.project_path.substr(0, slash);
+  return nlohmann::json{
+      {"iss", grant.issuer},
+      {"aud", audience},
+      {"sub", absl::StrCat("project_path:", grant.project_path,
+                           ":ref_type:branch:ref:", grant.ref)},
+      {"namespace_path", namespace_path},
+      {"project_id", std::to_string(grant.project_id)},
+      {"project_path", grant.project_path},
+      {"pipeline_id", std::to_string(grant.pipeline_id)},
+      {"pipeline_source", "push"},
+      {"job_id", std::to_string(grant.job_id)},
+      {"ref", grant.ref},
+      {"ref_type", "branch"},
+      {"ref_path", absl::StrCat("refs/heads/", grant.ref)},
+      {"ci_config_ref_uri",
+       absl::StrCat(host, "/", grant.project_path,
+                    "//.gitlab-ci.yml@refs/heads/", grant.ref)},
+      {"jti", absl::StrCat("job-", grant.job_id, "-", grant.issued_at)},
+      {"iat", grant.issued_at},
+      {"nbf", grant.issued_at},
+      {"exp", grant.expires_at}}
+      .dump();
+}
+
+absl::StatusOr<IdTokenSigner> IdTokenSigner::Generate(std::string kid,
+                                                      int bits) {
+  EVP_PKEY* key = EVP_RSA_gen(static_cast<unsigned int>(bits));
+  if (key == nullptr) {
+    return absl::InternalError("cannot generate an RSA key for ID tokens");
+  }
+  return IdTokenSigner(std::move(kid),
+                       std::shared_ptr<evp_pkey_st>(key, EVP_PKEY_free));
+}
+
+absl::StatusOr<IdTokenSigner> IdTokenSigner::FromPrivateKeyPem(
+    absl::string_view pem) {
+  BIO* bio = BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size()));
+  EVP_PKEY* key = bio == nullptr
+                      ? nullptr
+                      : PEM_read_bio_PrivateKey(bio, nullptr, nullptr, nullptr);
+  BIO_free(bio);
+  if (key == nullptr) {
+    return absl::InvalidArgumentError("not a PEM private key");
+  }
+  std::shared_ptr<evp_pkey_st> owned(key, EVP_PKEY_free);
+  if (EVP_PKEY_is_a(key, "RSA") != 1) {
+    return absl::InvalidArgumentError("not an RSA key (ID tokens are RS256)");
+  }
+  IdTokenSigner signer("", std::move(owned));
+  signer.kid_ = Sha256Hex(signer.PublicKeyPem()).substr(0, 16);
+  return signer;
+}
+
+std::string IdTokenSigner::Jwks() const {
+  nlohmann::json key = {{"kty", "RSA"},
+                        {"kid", kid_},
+                        {"use", "sig"},
+                        {"alg", "RS256"},
+                        {"n", BigNumParam(key_.get(), OSSL_PKEY_PARAM_RSA_N)},
+                        {"e", BigNumParam(key_.get(), OSSL_PKEY_PARAM_RSA_E)}};
+  return nlohmann::json{{"keys", nlohmann::json::array({key})}}.dump();
+}
+
+std::string IdTokenSigner::PrivateKeyPem() const {
+  return Pem([this](BIO* bio) {
+    return PEM_write_bio_PrivateKey(bio, key_.get(), nullptr, nullptr, 0,
+                                    nullptr, nullptr);
+  });
+}
+
+std::string IdTokenSigner::PublicKeyPem() const {
+  return Pem(
+      [this](BIO* bio) { return PEM_write_bio_PUBKEY(bio, key_.get()); });
+}
+
+std::string IdTokenSigner::Header() const {
+  return nlohmann::json{{"alg", "RS256"}, {"kid", kid_}, {"typ", "JWT"}}.dump();
+}
+
+std::string IdTokenSigner::SignRs256(absl::string_view header_json,
+                                     absl::string_view payload_json) const {
+  const std::string input =
+      absl::StrCat(Base64Url(header_json), ".", Base64Url(payload_json));
+  std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
+  size_t size = 0;
+  std::vector<unsigned char> signature;
+  const auto* data = reinterpret_cast<const unsigned char*>(input.data());
+  if (ctx != nullptr &&
+      EVP_DigestSignInit(ctx.get(), nullptr, EVP_sha256(), nullptr,
+                         key_.get()) == 1 &&
+      EVP_DigestSign(ctx.get(), nullptr, &size, data, input.size()) == 1) {
+    signature.resize(size);
+    if (EVP_DigestSign(ctx.get(), signature.data(), &size, data,
+                       input.size()) != 1) {
+      size = 0;
+    }
+  }
+  return absl::StrCat(
+      input, ".",
+      Base64Url(absl::string_view(
+          reinterpret_cast<const char*>(signature.data()), size)));
 }
 
 }  // namespace gdt::gitlab

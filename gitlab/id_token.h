@@ -14,6 +14,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -98,8 +100,10 @@ class IdTokenVerifier {
   IdTokenVerifier(FetchKeys fetch, const Clock& clock, Options options);
 
   // The claims of a valid token. Errors: Unauthenticated as VerifyIdToken
-  // (an unknown `kid` too, once the key set was fetched again or recently);
-  // Unavailable when the key set cannot be fetched (transient).
+  // (an unknown `kid` too, once a key set fetched after the call began
+  // lacks it); Unavailable when the key set cannot be fetched, or when the
+  // `kid` is unknown but the keys may not be fetched again yet (transient:
+  // the key may be new; the caller retries).
   absl::StatusOr<IdTokenClaims> Verify(absl::string_view token);
 
   // Key set fetches so far, successful or not.
@@ -128,6 +132,63 @@ class IdTokenVerifier {
   bool attempted_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status last_error_ ABSL_GUARDED_BY(mu_);
   int64_t fetches_ ABSL_GUARDED_BY(mu_) = 0;
+  // Successful fetches so far; a fetch runs while `fetching_`.
+  int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  bool fetching_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// What GitLab puts into one job's ID token (the claims gdt reads and a few
+// more), for issuing tokens where gdt stands in for GitLab.
+struct IdTokenGrant {
+  std::string issuer;
+  // One audience is written as a string, several as an array.
+  std::vector<std::string> audiences;
+  int64_t project_id = 1;
+  std::string project_path = "local/project";
+  int64_t pipeline_id = 1;
+  int64_t job_id = 1;
+  std::string ref = "main";
+  // Unix seconds.
+  int64_t issued_at = 0;
+  int64_t expires_at = 0;
+};
+
+// The JSON claims GitLab writes for `grant` (ids as strings, as GitLab does).
+std::string IdTokenClaimsJson(const IdTokenGrant& grant);
+
+// Signs ID tokens as GitLab does (RS256, `kid` in the header) with an RSA
+// key, and publishes the matching JWKS: `gdt-ci run-local` stands in for
+// GitLab with it, tests use it as GitLab's key. Copies share the key.
+class IdTokenSigner {
+ public:
+  // A fresh RSA key of `bits` bits named `kid`.
+  static absl::StatusOr<IdTokenSigner> Generate(std::string kid,
+                                                int bits = 2048);
+  // An RSA private key in PEM; its `kid` is derived from the public key.
+  // InvalidArgument when `pem` holds no RSA private key.
+  static absl::StatusOr<IdTokenSigner> FromPrivateKeyPem(absl::string_view pem);
+
+  const std::string& kid() const { return kid_; }
+  // {"keys":[{"kty":"RSA","kid":...,"use":"sig","alg":"RS256","n":...,"e":...}]}
+  std::string Jwks() const;
+  std::string PrivateKeyPem() const;
+  std::string PublicKeyPem() const;
+  // {"alg":"RS256","kid":...,"typ":"JWT"}
+  std::string Header() const;
+  // base64url(header).base64url(payload).base64url(RS256 signature).
+  std::string SignRs256(absl::string_view header_json,
+                        absl::string_view payload_json) const;
+  // The token of `grant`, as GitLab would issue it.
+  std::string Issue(const IdTokenGrant& grant) const {
+    return SignRs256(Header(), IdTokenClaimsJson(grant));
+  }
+
+ private:
+  IdTokenSigner(std::string kid, std::shared_ptr<evp_pkey_st> key)
+      : kid_(std::move(kid)), key_(std::move(key)) {}
+
+  std::string kid_;
+  std::shared_ptr<evp_pkey_st> key_;
 };
 
 }  // namespace gdt::gitlab

@@ -1,7 +1,10 @@
 #include "gitlab/id_token.h"
 
+#include <atomic>
+#include <future>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -184,6 +187,11 @@ TEST_F(IdTokenTest, MalformedTokensAreRefusedWithAReason) {
                                    absl::WebSafeBase64Escape("{}"), ".")),
                 "header is not a JSON object");
   ExpectRefused(Check(std::string(20000, 'a')), "at most 16384");
+  // Header values an attacker controls are cut in messages.
+  absl::StatusOr<IdTokenClaims> long_alg = Check(FakeIdTokenIssuer::Unsigned(
+      absl::StrCat(R"({"alg":")", std::string(5000, 'x'), R"("})"), "{}"));
+  ExpectRefused(long_alg, "...' is not accepted");
+  EXPECT_LT(long_alg.status().message().size(), 200u);
   FakeIdToken token = Token();
   token.job_id = 0;
   ExpectRefused(Check(gitlab_->Issue(token)),
@@ -204,6 +212,31 @@ TEST_F(IdTokenTest, JwksErrorsNameTheProblem) {
   ASSERT_TRUE(weak.ok());
   EXPECT_THAT(JsonWebKeys::Parse(weak->Jwks()).status().message(),
               HasSubstr("has 1024 bits; at least 2048 are required"));
+}
+
+// What run-local signs with: a key read from PEM, its kid derived from it;
+// an audience array holding ours is accepted.
+TEST_F(IdTokenTest, SignerFromPemIssuesTokensItsJwksVerifies) {
+  absl::StatusOr<IdTokenSigner> signer =
+      IdTokenSigner::FromPrivateKeyPem(gitlab_->PrivateKeyPem());
+  ASSERT_TRUE(signer.ok()) << signer.status();
+  EXPECT_EQ(signer->kid().size(), 16u);
+  absl::StatusOr<JsonWebKeys> keys = JsonWebKeys::Parse(signer->Jwks());
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  IdTokenGrant grant;
+  grant.issuer = kIssuer;
+  grant.audiences = {"https://vault.example.com", kAudience};
+  grant.project_id = 4;
+  grant.pipeline_id = 77;
+  grant.job_id = 1003;
+  grant.issued_at = kNow;
+  grant.expires_at = kNow + 60;
+  absl::StatusOr<IdTokenClaims> claims =
+      VerifyIdToken(signer->Issue(grant), *keys, Policy(), kNow);
+  ASSERT_TRUE(claims.ok()) << claims.status();
+  EXPECT_EQ(claims->job_id, 1003);
+  EXPECT_EQ(IdTokenSigner::FromPrivateKeyPem("not a key").status().message(),
+            "not a PEM private key");
 }
 
 // The caching verifier, fed by a counted fake fetch.
@@ -255,19 +288,66 @@ TEST_F(IdTokenVerifierTest, UnknownKidRefreshesAtMostEveryInterval) {
   absl::StatusOr<FakeIdTokenIssuer> made_up =
       FakeIdTokenIssuer::Create("made-up");
   ASSERT_TRUE(made_up.ok());
-  // Just fetched: a flood of made-up key ids costs no fetch.
+  // Just fetched: a flood of made-up key ids costs no fetch. The keys
+  // predate these tokens, so the answer is "retry" (the key could be new).
   for (int i = 0; i < 20; ++i) {
     absl::StatusOr<IdTokenClaims> claims =
         verifier.Verify(made_up->Issue(Token()));
-    ASSERT_EQ(claims.status().code(), absl::StatusCode::kUnauthenticated)
+    ASSERT_EQ(claims.status().code(), absl::StatusCode::kUnavailable)
         << claims.status();
-    EXPECT_THAT(claims.status().message(), HasSubstr("no key 'made-up'"));
+    EXPECT_THAT(claims.status().message(),
+                HasSubstr("ID token key 'made-up' is not among GitLab's keys "
+                          "fetched 0 s ago; they are fetched again at most "
+                          "every 30 s; the member retries"));
   }
   EXPECT_EQ(fetches_, 1);
+  // Once allowed, one fetch; keys fetched after the token arrived decide.
   clock_.Advance(std::chrono::seconds(31));
-  EXPECT_FALSE(verifier.Verify(made_up->Issue(Token())).ok());
-  EXPECT_FALSE(verifier.Verify(made_up->Issue(Token())).ok());
+  absl::StatusOr<IdTokenClaims> refused =
+      verifier.Verify(made_up->Issue(Token()));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("ID token refused: no key 'made-up' among GitLab's 1 "
+                        "ID token keys"));
+  EXPECT_EQ(verifier.Verify(made_up->Issue(Token())).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(fetches_, 2);
+}
+
+// A slow refresh of keys that grew old holds up no other call: they are
+// answered with the old keys meanwhile.
+TEST_F(IdTokenVerifierTest, OldKeysServeWhileARefreshIsSlow) {
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> calls{0};
+  IdTokenVerifier verifier(
+      [&]() -> absl::StatusOr<std::string> {
+        if (calls.fetch_add(1) == 1) released.wait();  // The refresh hangs.
+        return gitlab_->Jwks();
+      },
+      clock_, VerifierOptions());
+  ASSERT_TRUE(verifier.Verify(gitlab_->Issue(Token())).ok());
+  clock_.Advance(std::chrono::seconds(3601));
+  FakeIdToken later = Token();
+  later.issued_at += 3601;
+  later.expires_at += 3601;
+  const std::string token = gitlab_->Issue(later);
+  std::thread refreshing([&] { EXPECT_TRUE(verifier.Verify(token).ok()); });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (calls.load() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::yield();
+  }
+  ASSERT_EQ(calls.load(), 2);
+  std::future<bool> other = std::async(
+      std::launch::async, [&] { return verifier.Verify(token).ok(); });
+  const bool answered =
+      other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
+  release.set_value();
+  refreshing.join();
+  EXPECT_TRUE(answered) << "a call waited for the slow refresh";
+  EXPECT_TRUE(other.get());
+  EXPECT_EQ(calls.load(), 2);
 }
 
 TEST_F(IdTokenVerifierTest, RotatedKeyIsPickedUp) {

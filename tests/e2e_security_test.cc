@@ -167,6 +167,88 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
       << missing_log;
 }
 
+// A 2-member gang whose jobs declare `id_tokens:`: run-local issues each
+// member its own token as GitLab would (--id-token-key), the coordinator
+// checks them against the keys the fake GitLab publishes, and the gang
+// runs. Tokens signed with a key GitLab does not publish fail each member
+// with one line.
+TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
+      gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+  absl::StatusOr<gitlab::FakeIdTokenIssuer> keys =
+      gitlab::FakeIdTokenIssuer::Create("unused");
+  absl::StatusOr<gitlab::FakeIdTokenIssuer> other =
+      gitlab::FakeIdTokenIssuer::Create("unused");
+  ASSERT_TRUE(keys.ok() && other.ok());
+
+  GdtCluster cluster;
+  const std::string published_key = cluster.dir().Sub("gitlab-key.pem");
+  const std::string unpublished_key = cluster.dir().Sub("other-key.pem");
+  WriteFile(published_key, keys->PrivateKeyPem());
+  WriteFile(unpublished_key, other->PrivateKeyPem());
+  absl::StatusOr<gitlab::IdTokenSigner> signer =
+      gitlab::IdTokenSigner::FromPrivateKeyPem(keys->PrivateKeyPem());
+  ASSERT_TRUE(signer.ok());
+  (*gitlab)->SetJwks(signer->Jwks());  // Published under run-local's kid.
+  // run-local stands in for the GitLab at http://gitlab.local.
+  cluster.SetCoordinatorExtraConfig(
+      absl::StrCat("gitlab_url: http://gitlab.local\n"
+                   "member_verification: id_token\n"
+                   "id_token_audience: https://gdt.e2e\n"
+                   "jwks_url: ",
+                   (*gitlab)->url(), "/oauth/discovery/keys\n"));
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            "default:\n"
+            "  id_tokens:\n"
+            "    GDT_ID_TOKEN:\n"
+            "      aud: https://gdt.e2e\n"
+            "train:\n"
+            "  parallel: 2\n"
+            "  timeout: 5 minutes\n"
+            "  variables:\n"
+            "    GDT_GPUS_PER_NODE: \"0\"\n"
+            "    GDT_LAUNCHER: none\n"
+            "  script:\n"
+            "    - 'echo member $CI_NODE_INDEX ran'\n");
+  const auto member_log = [&](int index) {
+    return ReadFile(
+        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
+  };
+
+  CommandResult good = cluster.RunLocal(
+      project, "train", {"--id-token-key", published_key}, seconds(90));
+  ASSERT_TRUE(good.status.success()) << good.output << cluster.Logs();
+  for (int index = 1; index <= 2; ++index) {
+    EXPECT_THAT(member_log(index),
+                HasSubstr(absl::StrCat("member ", index, " ran\n")));
+  }
+  EXPECT_EQ((*gitlab)->RequestCount("/oauth/discovery/keys"), 1);
+
+  // The unknown key id is retried until the keys may be fetched again (at
+  // most every 30 s); keys fetched after the tokens then refuse them.
+  CommandResult bad = cluster.RunLocal(
+      project, "train", {"--id-token-key", unpublished_key}, seconds(180));
+  EXPECT_FALSE(bad.status.success()) << bad.output;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = member_log(index);
+    EXPECT_THAT(log, HasSubstr("gdt: member rejected: ID token refused: no "
+                               "key '"))
+        << log;
+    EXPECT_THAT(log, HasSubstr("Job failed (system failure)")) << log;
+    EXPECT_THAT(log, Not(HasSubstr(" ran\n")));
+  }
+  EXPECT_THAT(cluster.Logs(), Not(HasSubstr("eyJ")));  // No token logged.
+}
+
 // The coordinator checks every member's CI job token with (a fake) GitLab:
 // a pipeline GitLab confirms runs; a member whose claims disagree with
 // GitLab's record, and one whose token GitLab refuses (401), fail as system
