@@ -132,7 +132,11 @@ struct PlanOutcome {
 // broken: the bounced gang is in `bounced`, not in `blocked`.
 // With `preemption.enabled`, running preemptible gangs that rank below the
 // first blocked gang may be chosen in `preempted` (they keep their GPUs in
-// this pass; the caller stops them).
+// this pass; the caller stops them). Each pass starts from scratch, so a
+// caller passes a victim that is still within its grace with
+// `end_bound_unix_s` = its stop deadline and `preemptible` = false: the
+// head then sees its GPUs coming within the grace, and nothing more is
+// preempted for it.
 PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
                            const std::vector<RunningGang>& running,
                            const std::vector<WaitingGang>& complete,

@@ -83,5 +83,24 @@ TEST(PlanPreemptionTest, OffByDefaultAndNeverForNonPreemptibleGangs) {
               IsEmpty());
 }
 
+TEST(PlanPreemptionTest, AVictimWithinItsGraceIsNotChosenAgain) {
+  PreemptionSettings preemption;
+  preemption.enabled = true;
+  RunningGang stopping = Busy(/*preemptible=*/false, 0);
+  stopping.end_bound_unix_s = kNow + 200;  // Its stop deadline.
+  RunningGang other = Busy(/*preemptible=*/true, 0);
+  other.gang_id = "other";
+  std::vector<PlacementHost> hosts = OneHost();
+  hosts.push_back(hosts[0]);
+  hosts[1].name = "gpu-02";
+  other.members[0].host = "gpu-02";
+
+  const PlanOutcome outcome = PlanAdmissions(hosts, {stopping, other},
+                                             {Urgent()}, kNow, {}, preemption);
+
+  EXPECT_THAT(outcome.preempted, IsEmpty());
+  EXPECT_THAT(outcome.admitted, IsEmpty());
+}
+
 }  // namespace
 }  // namespace gdt::coordinator
