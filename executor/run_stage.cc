@@ -73,6 +73,10 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_lost_reason(lost_reason);
   request.set_hung_seconds(hung_seconds);
   request.set_peer_suspected(peer_suspected);
+  request.set_exited_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
   const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
   Backoff backoff({std::chrono::milliseconds(200), kMaxReportBackoff,
                    Backoff::Jitter::kDecorrelated});
