@@ -134,6 +134,58 @@ TEST_F(ReconcileTest, LeasesWhoseLeaveWasLostAreFreedByReconciliation) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// Member 2 fails while gdt-coord is down for longer than its executor
+// retries the exit report (exit_report_retry_seconds, shortened here): the
+// report is lost. The restarted coordinator finds member 2 gone (no stage,
+// no executor) and fails the gang naming it, so member 1 stops at once with
+// the peer-failure code instead of training on, and nothing is leased.
+TEST_F(ReconcileTest, FailureDuringALongOutageIsNotLost) {
+  cluster_.SetExecutorExtraConfig("exit_report_retry_seconds: 2\n");
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string go = cluster_.dir().Sub("go");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("touch ", started,
+                   "$CI_NODE_INDEX; if [ $CI_NODE_INDEX = 2 ]; then while [ ! "
+                   "-e ",
+                   go, " ]; do sleep 0.1; done; exit 3; fi; sleep 200"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+  cluster_.StopCoordinator(SIGKILL);
+  WriteFile(go, "");
+  // Member 2's job ends: its report gave up, its cleanup could not leave.
+  ASSERT_TRUE(WaitFor(
+      [&] { return MemberLog(2).find("Job failed") != std::string::npos; },
+      seconds(60)))
+      << MemberLog(2);
+  EXPECT_THAT(MemberLog(2), HasSubstr("retrying the exit report"));
+  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 3\n");
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+
+  CommandResult result = FinishRun(*run, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  const std::string log1 = MemberLog(1);
+  EXPECT_THAT(log1, ContainsRegex("gdt: gang \\S+ failed: member 2/2 \\(job "
+                                  "[0-9]+ on host local\\) was lost"))
+      << log1;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  EXPECT_TRUE(
+      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(10)))
+      << cluster_.Status()->dump();
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
 // Member 2 of 2 runs ranks 2 and 3 (2 local ranks per member); rank 2 is
 // killed. Rank 3 and both ranks of member 1 then log gloo's lost-peer
 // errors, but member 2's own torchrun names rank 2, killed, as its first
