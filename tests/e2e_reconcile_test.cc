@@ -112,6 +112,13 @@ TEST_F(ReconcileTest, ForcedCancelFreesLeasesWhoseLeaveWasLost) {
 
   EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
   EXPECT_THAT(cluster_.Logs(), HasSubstr("event=gang_force_cancelled"));
+  // No forming gang is left to collect either.
+  CommandResult gc =
+      RunProcess({BinaryPath("gdt-coord"), "gangs", "gc", "--coordinator",
+                  cluster_.coordinator_endpoint()},
+                 {}, seconds(20));
+  EXPECT_EQ(gc.status.exit_code, 0) << gc.output;
+  EXPECT_EQ(gc.output, "no abandoned forming gangs\n");
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
       << DescribeAll(JobProcesses(cluster_));
