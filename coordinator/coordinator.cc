@@ -303,13 +303,15 @@ void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
 absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
                                      int32_t exit_code, bool cancelled,
-                                     bool peer_suspected) {
+                                     bool peer_suspected,
+                                     int64_t exited_unix_ms) {
   std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
-    status = scheduler_->ReportExit(gang_id, epoch, member_index, job_id,
-                                    exit_code, cancelled, peer_suspected);
+    status =
+        scheduler_->ReportExit(gang_id, epoch, member_index, job_id, exit_code,
+                               cancelled, peer_suspected, exited_unix_ms);
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));

@@ -79,7 +79,8 @@ class Coordinator {
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           int32_t exit_code, bool cancelled,
-                          bool peer_suspected = false);
+                          bool peer_suspected = false,
+                          int64_t exited_unix_ms = 0);
   absl::Status Watch(const std::string& gang_id, uint32_t epoch,
                      uint32_t member_index, int64_t job_id, uint64_t watch_id);
   void Unwatch(uint64_t watch_id);

@@ -687,10 +687,10 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
                 status.ToString());
     return Finish(context, status);
   }
-  status = coordinator_.ReportExit(request->gang_id(), request->epoch(),
-                                   request->member_index(), request->job_id(),
-                                   request->exit_code(), request->cancelled(),
-                                   request->peer_suspected());
+  status = coordinator_.ReportExit(
+      request->gang_id(), request->epoch(), request->member_index(),
+      request->job_id(), request->exit_code(), request->cancelled(),
+      request->peer_suspected(), request->exited_unix_ms());
   if (status.ok()) {
     spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
                  LogValue(request->gang_id()), request->member_index(),

@@ -443,20 +443,25 @@ absl::StatusOr<state::Gang*> Scheduler::FindMember(const std::string& gang_id,
 
 std::string Scheduler::FailureCause(const state::Gang& gang,
                                     const state::Member& member,
-                                    int32_t exit_code, bool cancelled) const {
+                                    int32_t exit_code, bool cancelled,
+                                    int64_t exited_unix_ms) const {
   const std::string host =
       member.host_name.empty() ? std::string("no host") : member.host_name;
-  return absl::StrCat("member ", member.index, "/", gang.key.size, " (job ",
-                      member.job_id, " on host ", host, ") ",
-                      cancelled ? std::string("was cancelled")
-                                : absl::StrCat("exited ", exit_code),
-                      " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+  return absl::StrCat(
+      "member ", member.index, "/", gang.key.size, " (job ", member.job_id,
+      " on host ", host, ") ",
+      cancelled ? std::string("was cancelled")
+                : absl::StrCat("exited ", exit_code),
+      " at ",
+      state::UtcTimeOfDay(exited_unix_ms > 0 ? exited_unix_ms
+                                             : clock_.UnixMillis()));
 }
 
 absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
                                    int32_t exit_code, bool cancelled,
-                                   bool peer_suspected) {
+                                   bool peer_suspected,
+                                   int64_t exited_unix_ms) {
   absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
@@ -473,14 +478,15 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
     if (updated.suspect_member == 0) {
       updated.suspect_member = member_index;
       updated.suspect_since = clock_.Now();
+      updated.suspect_exited_unix_ms = exited_unix_ms;
     }
   }
   if (fails) {
     updated.state = state::GangState::kFailed;
     updated.failed_member = member_index;
     updated.reason = absl::StrCat(
-        "gang ", updated.id,
-        " failed: ", FailureCause(updated, member, exit_code, cancelled),
+        "gang ", updated.id, " failed: ",
+        FailureCause(updated, member, exit_code, cancelled, exited_unix_ms),
         "; stopping");
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));

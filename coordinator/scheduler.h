@@ -181,10 +181,13 @@ class Scheduler {
   // no other member's failure arrives within failure_attribution_window
   // (FailSuspectedGangs()), and is blamed on whichever failed first
   // otherwise.
+  // `exited_unix_ms` (0 = unknown): when the script exited on its host;
+  // the root-cause line shows that time rather than the report's arrival.
   absl::Status ReportExit(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           int32_t exit_code, bool cancelled = false,
-                          bool peer_suspected = false);
+                          bool peer_suspected = false,
+                          int64_t exited_unix_ms = 0);
 
   // Opens watch stream `watch_id` on a member's admitted gang and queues its
   // first event: GangFailed when the gang has failed, GangSucceeded when
@@ -412,8 +415,10 @@ class Scheduler {
   void QueueWatchEvent(const state::Gang& gang, uint64_t watch_id);
   void NotifyWatchers(const state::Gang& gang);
   // "member 2/3 (job 1002 on host gpu-07) exited 137 at 10:42:13 UTC".
+  // At `exited_unix_ms`, or now when that is 0.
   std::string FailureCause(const state::Gang& gang, const state::Member& member,
-                           int32_t exit_code, bool cancelled) const;
+                           int32_t exit_code, bool cancelled,
+                           int64_t exited_unix_ms) const;
   state::Assignment BuildAssignment(const state::Gang& gang,
                                     const state::Member& member) const;
   void QueueAdmitted(const state::Gang& gang, state::Member& member,

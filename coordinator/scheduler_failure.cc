@@ -325,8 +325,8 @@ std::vector<std::string> Scheduler::FailSuspectedGangs() {
     }
     const state::Member& member = gang.members.at(gang.suspect_member);
     const std::string cause =
-        absl::StrCat(MemberLabel(gang, member), " exited ", member.exit_code,
-                     " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+        FailureCause(gang, member, member.exit_code, /*cancelled=*/false,
+                     gang.suspect_exited_unix_ms);
     if (absl::Status status =
             FailGang(gang, member.index, cause,
                      member.exit_code > 128 ? "signal" : "exit_nonzero");

@@ -471,6 +471,31 @@ TEST_F(SchedulerFailureTest, AnAgentThatDoesNotReportHoldsItsMembers) {
   EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
 }
 
+TEST_F(SchedulerFailureTest, RootCauseCarriesTheExitTimeOnItsHost) {
+  const std::string gang = AdmitTwoHostGang();
+  // The report arrives 49 s after the exit (the coordinator was down).
+  clock_.Advance(49s);
+  const int64_t exited = clock_.UnixMillis() - 49'000;
+  ASSERT_TRUE(
+      scheduler_->ReportExit(gang, 1, 2, 102, 3, false, false, exited).ok());
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host "
+            "cpu-02) exited 3 at 00:00:01 UTC; stopping");
+}
+
+TEST_F(SchedulerFailureTest, SuspectedRootCauseCarriesItsExitTime) {
+  const std::string gang = AdmitTwoHostGang();
+  const int64_t exited = clock_.UnixMillis();
+  clock_.Advance(10s);
+  ASSERT_TRUE(
+      scheduler_->ReportExit(gang, 1, 1, 101, 1, false, true, exited).ok());
+  clock_.Advance(4s);
+  EXPECT_THAT(scheduler_->FailSuspectedGangs(), ElementsAre(gang));
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 1/2 (job 101 on host "
+            "cpu-01) exited 1 at 00:00:01 UTC; stopping");
+}
+
 TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 80).ok());

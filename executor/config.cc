@@ -63,6 +63,11 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
               PositiveSeconds(value, key);
           if (!seconds.ok()) return seconds.status();
           config.exit_barrier_timeout = *seconds;
+        } else if (key == "exit_report_retry_seconds") {
+          absl::StatusOr<std::chrono::seconds> seconds =
+              PositiveSeconds(value, key);
+          if (!seconds.ok()) return seconds.status();
+          config.exit_report_retry = *seconds;
         } else if (key == "kill_grace_seconds") {
           absl::StatusOr<std::chrono::seconds> seconds =
               PositiveSeconds(value, key);

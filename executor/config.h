@@ -25,6 +25,11 @@ struct Config {
   // How long a member whose script exited 0 waits for the rest of its gang
   // (the exit barrier) before it gives up as a build failure.
   std::chrono::seconds exit_barrier_timeout{600};
+  // How long an exit report is retried while the coordinator cannot be
+  // reached. A report still lost after it is not lost for the gang: the
+  // restarted coordinator finds the member gone (reconciliation) and fails
+  // the gang naming it.
+  std::chrono::seconds exit_report_retry{120};
   // Between the SIGTERM a stopped stage's processes get and the SIGKILL
   // that follows (the time a script has to write its checkpoint). 0: the
   // agent's kill_grace_seconds. gitlab-runner SIGKILLs this executor

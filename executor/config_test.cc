@@ -19,6 +19,7 @@ arrival_host: runner-3
 join_timeout_seconds: 120
 rpc_timeout_seconds: 5
 exit_barrier_timeout_seconds: 900
+exit_report_retry_seconds: 7
 kill_grace_seconds: 60
 log_level: debug
 )");
@@ -31,6 +32,7 @@ log_level: debug
   EXPECT_EQ(config->join_timeout, std::chrono::seconds(120));
   EXPECT_EQ(config->rpc_timeout, std::chrono::seconds(5));
   EXPECT_EQ(config->exit_barrier_timeout, std::chrono::seconds(900));
+  EXPECT_EQ(config->exit_report_retry, std::chrono::seconds(7));
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(60));
   EXPECT_EQ(config->log_level, "debug");
 }

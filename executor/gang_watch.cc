@@ -1,8 +1,10 @@
 #include "executor/gang_watch.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "common/log_throttle.h"
 #include "common/logging.h"
 #include "rendezvous/metadata.h"
 #include "spdlog/spdlog.h"
@@ -13,6 +15,8 @@ namespace {
 // The watch lives as long as the stage; the job's own timeout ends it much
 // sooner. Every RPC carries a deadline, so this one does too.
 constexpr std::chrono::hours kWatchDeadline{7 * 24};
+// At most one reconnect line per this long in the job log.
+constexpr std::chrono::seconds kReconnectLogInterval{30};
 
 }  // namespace
 
@@ -59,9 +63,16 @@ void GangWatch::Run(const std::string& endpoint,
         }
         changed_.NotifyAll();
       },
-      [&request](const absl::Status& status) {
-        spdlog::warn("event=gang_watch_reconnecting gang={} error={}",
-                     LogValue(request.gang_id()), LogValue(status.ToString()));
+      [&request, throttle = LogThrottle(kReconnectLogInterval)](
+          const absl::Status& status) mutable {
+        // The job log gets the first attempt, then one line per interval.
+        std::optional<uint64_t> attempts =
+            throttle.Occur(std::chrono::steady_clock::now());
+        if (!attempts.has_value()) return;
+        spdlog::warn(
+            "event=gang_watch_reconnecting gang={} attempts={} error={}",
+            LogValue(request.gang_id()), *attempts,
+            LogValue(status.ToString()));
       },
       canceller_);
   MutexLock lock(mu_);

@@ -35,5 +35,56 @@ TEST(PeerLossDetectorTest, IgnoresOrdinaryFailures) {
   EXPECT_FALSE(detector.detected());
 }
 
+// Member 2 of 2 runs ranks 2 and 3; rank 2 is killed. Rank 3 loses its
+// peer, but torchrun's summary names rank 2, killed, as the first failure:
+// this member is the culprit.
+TEST(PeerLossDetectorTest, OwnRankKilledFirstIsNotAVictim) {
+  PeerLossDetector detector;
+  detector.Feed(
+      "[rank3]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/"
+      "pair.cc:534] Connection closed by peer [127.0.0.1]:41234\n");
+  EXPECT_TRUE(detector.detected());
+  detector.Feed(
+      "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+      "============================================================\n"
+      "train.py FAILED\n"
+      "------------------------------------------------------------\n"
+      "Failures:\n"
+      "[1]:\n"
+      "  time      : 2026-11-25_06:58:01\n"
+      "  rank      : 3 (local_rank: 1)\n"
+      "  exitcode  : 1 (pid: 4712)\n"
+      "  traceback : To enable traceback see: https://pytorch.org/docs/\n"
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n"
+      "[0]:\n"
+      "  time      : 2026-11-25_06:58:00\n"
+      "  rank      : 2 (local_rank: 0)\n"
+      "  exitcode  : -");
+  detector.Feed(
+      "9 (pid: 4711)\n"
+      "  traceback : Signal 9 (SIGKILL) received by PID 4711\n"
+      "============================================================\n");
+  EXPECT_TRUE(detector.own_rank_killed());
+  EXPECT_FALSE(detector.detected());
+}
+
+// Member 1's ranks both fail on the lost peer: the first observed failure is
+// an ordinary exit whose cause is the peer: a victim.
+TEST(PeerLossDetectorTest, RootCauseThatLostAPeerStaysAVictim) {
+  PeerLossDetector detector;
+  detector.Feed(
+      "[rank0]: RuntimeError: Connection closed by peer [127.0.0.1]:5000\n"
+      "Root Cause (first observed failure):\n"
+      "[0]:\n"
+      "  rank      : 0 (local_rank: 0)\n"
+      "  exitcode  : 1 (pid: 4700)\n"
+      "  traceback : To enable traceback see: https://pytorch.org/docs/\n"
+      "============================================================\n"
+      "  exitcode  : -9 (outside the summary)\n");
+  EXPECT_FALSE(detector.own_rank_killed());
+  EXPECT_TRUE(detector.detected());
+}
+
 }  // namespace
 }  // namespace gdt::executor

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/log_throttle.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "executor/member_state.h"
@@ -101,11 +102,19 @@ Outcome PrepareStage(const StageContext& context) {
           progress->lines.push_back(WaitingLine(waiting));
           progress->changed.NotifyAll();
         },
-        [&progress, &coordinator](const absl::Status& status) {
+        [&progress, &coordinator,
+         throttle = LogThrottle(std::chrono::seconds(30))](
+            const absl::Status& status) mutable {
+          // The first attempt, then one line per 30 s with the count.
+          std::optional<uint64_t> attempts =
+              throttle.Occur(std::chrono::steady_clock::now());
+          if (!attempts.has_value()) return;
           MutexLock lock(progress->mu);
           progress->lines.push_back(absl::StrCat(
               "coordinator unreachable at ", coordinator->endpoint(), " (",
-              status.message(), "), retrying"));
+              status.message(), "), retrying",
+              *attempts > 1 ? absl::StrCat(" (", *attempts, " attempts)")
+                            : std::string()));
           progress->changed.NotifyAll();
         });
     MutexLock lock(progress->mu);

@@ -46,14 +46,10 @@ bool IsUserStage(const std::string& stage_name) {
   return IsMainScriptStage(stage_name) || absl::StartsWith(stage_name, "step_");
 }
 
-// How long an exit report is retried while the coordinator cannot be
-// reached (it may be restarting): a lost report would leave the gang's exit
-// barrier waiting for this member.
-constexpr std::chrono::seconds kReportRetryWindow(120);
 constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
 
 // Reports the member's exit, retrying transient failures with backoff for up
-// to kReportRetryWindow (saying so once in the job log). `lost_reason`
+// to exit_report_retry_seconds (saying so once in the job log). `lost_reason`
 // non-empty: the member was lost (its agent vanished) rather than exited;
 // `hung_seconds` > 0: it made no progress for that long.
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
@@ -74,7 +70,12 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_lost_reason(lost_reason);
   request.set_hung_seconds(hung_seconds);
   request.set_peer_suspected(peer_suspected);
-  const auto give_up = std::chrono::steady_clock::now() + kReportRetryWindow;
+  request.set_exited_unix_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  const auto give_up =
+      std::chrono::steady_clock::now() + context.config.exit_report_retry;
   Backoff backoff({std::chrono::milliseconds(200), kMaxReportBackoff,
                    Backoff::Jitter::kDecorrelated});
   std::chrono::milliseconds delay = backoff.Next();

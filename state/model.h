@@ -137,6 +137,8 @@ struct Gang {
   // when it was reported (see Scheduler::FailSuspectedGangs); 0 = none.
   uint32_t suspect_member = 0;
   Clock::TimePoint suspect_since{};
+  int64_t suspect_exited_unix_ms =
+      0;  // Its exit time on its host; 0 = unknown.
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;

@@ -2,7 +2,8 @@
 // LeaveGang calls of `cleanup` are lost while gdt-coord is down: the
 // restarted coordinator sees that no agent runs a stage for them and no
 // executor watches, and lets them go after member_gone_after_seconds; the
-// operator's escape hatch (`cancel --force`) frees the leases at once.
+// operator's escape hatch (`cancel --force`) frees the leases at once. And
+// the root cause names the member whose rank died, not a victim.
 #include <signal.h>
 
 #include <chrono>
@@ -21,6 +22,7 @@ namespace gdt::test {
 namespace {
 
 using std::chrono::seconds;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 
 // Leased GPUs and running members on every host, from `gdt-coord status`.
@@ -110,6 +112,13 @@ TEST_F(ReconcileTest, ForcedCancelFreesLeasesWhoseLeaveWasLost) {
 
   EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
   EXPECT_THAT(cluster_.Logs(), HasSubstr("event=gang_force_cancelled"));
+  // No forming gang is left to collect either.
+  CommandResult gc =
+      RunProcess({BinaryPath("gdt-coord"), "gangs", "gc", "--coordinator",
+                  cluster_.coordinator_endpoint()},
+                 {}, seconds(20));
+  EXPECT_EQ(gc.status.exit_code, 0) << gc.output;
+  EXPECT_EQ(gc.output, "no abandoned forming gangs\n");
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
       << DescribeAll(JobProcesses(cluster_));
@@ -127,6 +136,104 @@ TEST_F(ReconcileTest, LeasesWhoseLeaveWasLostAreFreedByReconciliation) {
   // The gang is done: every member left and its leases are free.
   ExpectLeasesReleased(cluster_);
   EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_reconciled_left"));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// Member 2 fails while gdt-coord is down for longer than its executor
+// retries the exit report (exit_report_retry_seconds, shortened here): the
+// report is lost. The restarted coordinator finds member 2 gone (no stage,
+// no executor) and fails the gang naming it, so member 1 stops at once with
+// the peer-failure code instead of training on, and nothing is leased.
+TEST_F(ReconcileTest, FailureDuringALongOutageIsNotLost) {
+  cluster_.SetExecutorExtraConfig("exit_report_retry_seconds: 2\n");
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string go = cluster_.dir().Sub("go");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("touch ", started,
+                   "$CI_NODE_INDEX; if [ $CI_NODE_INDEX = 2 ]; then while [ ! "
+                   "-e ",
+                   go, " ]; do sleep 0.1; done; exit 3; fi; sleep 200"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+  cluster_.StopCoordinator(SIGKILL);
+  WriteFile(go, "");
+  // Member 2's job ends: its report gave up, its cleanup could not leave.
+  ASSERT_TRUE(WaitFor(
+      [&] { return MemberLog(2).find("Job failed") != std::string::npos; },
+      seconds(60)))
+      << MemberLog(2);
+  EXPECT_THAT(MemberLog(2), HasSubstr("retrying the exit report"));
+  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 3\n");
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+
+  CommandResult result = FinishRun(*run, seconds(60));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  const std::string log1 = MemberLog(1);
+  EXPECT_THAT(log1, ContainsRegex("gdt: gang \\S+ failed: member 2/2 \\(job "
+                                  "[0-9]+ on host local\\) was lost"))
+      << log1;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  EXPECT_TRUE(
+      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(10)))
+      << cluster_.Status()->dump();
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// Member 2 of 2 runs ranks 2 and 3 (2 local ranks per member); rank 2 is
+// killed. Rank 3 and both ranks of member 1 then log gloo's lost-peer
+// errors, but member 2's own torchrun names rank 2, killed, as its first
+// failure: every log blames member 2, whatever report arrives first.
+TEST_F(ReconcileTest, KilledLocalRankBlamesItsOwnMember) {
+  const std::string project = MakeDdpProject(cluster_.dir(), /*nodes=*/2,
+                                             /*procs_per_node=*/2);
+  std::unique_ptr<Subprocess> run = StartRunLocal(
+      cluster_, project, "train",
+      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return MemberLog(1).find("first step done") != std::string::npos &&
+               MemberLog(2).find("first step done") != std::string::npos;
+      },
+      seconds(150)))
+      << MemberLog(1) << MemberLog(2) << cluster_.Logs();
+  std::vector<ProcessInfo> workers;
+  for (const ProcessInfo& process : JobProcesses(cluster_, "RANK=2")) {
+    if (process.cmdline.find("/torchrun ") == std::string::npos &&
+        process.cmdline.find("examples/ddp/train.py") != std::string::npos) {
+      workers.push_back(process);
+    }
+  }
+  ASSERT_EQ(workers.size(), 1u) << DescribeAll(JobProcesses(cluster_));
+  ASSERT_EQ(kill(workers[0].pid, SIGKILL), 0);
+
+  CommandResult result = FinishRun(*run, seconds(90));
+  EXPECT_FALSE(result.status.success()) << result.output;
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  for (const std::string* log : {&log1, &log2}) {
+    EXPECT_THAT(*log, ContainsRegex("gdt: gang \\S+ failed: member 2/2 \\(job "
+                                    "[0-9]+ on host local\\) exited "))
+        << *log;
+  }
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
       << DescribeAll(JobProcesses(cluster_));
