@@ -128,6 +128,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
         ChildFail("cannot switch user", "");
         _exit(127);
       }
+      // A change of credentials clears the parent-death signal.
+      if (options.die_with_parent) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(127);
+      }
     }
     if (!options.working_dir.empty() &&
         chdir(options.working_dir.c_str()) != 0) {

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -97,6 +98,35 @@ TEST(SubprocessTest, RunCommandTimesOut) {
   auto status = RunCommand({"sleep", "30"}, milliseconds(100));
 
   EXPECT_EQ(status.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(SubprocessTest, ChildRunsWithTheGivenCredentials) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", "echo $(id -u):$(id -g):$(id -G)"};
+  spawn.env = {{"PATH", "/usr/bin:/bin"}};
+  spawn.credentials = SpawnOptions::Credentials{61001, 61002, {61003}};
+  spawn.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out;
+  const ExitStatus exit = (*child)->Wait(
+      [&](OutputSource, std::string_view data) { out.append(data); });
+  EXPECT_TRUE(exit.success()) << out;
+  EXPECT_EQ(out, "61001:61002:61002 61003\n");
+}
+
+TEST(SubprocessTest, WorkingDirTheAccountCannotEnterFailsTheSpawn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  char dir[] = "/tmp/gdt-subprocess-XXXXXX";  // mkdtemp: mode 0700, root's.
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/true"};
+  spawn.working_dir = dir;
+  spawn.credentials = SpawnOptions::Credentials{61001, 61001, {}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  rmdir(dir);
+  EXPECT_FALSE(child.ok());
 }
 
 }  // namespace

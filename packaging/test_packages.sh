@@ -33,6 +33,11 @@ for package in gdt-coordinator gdt-agent gdt-executor; do
   esac
   dpkg-deb -I "$deb" conffiles | grep -q '^/etc/gdt/' ||
     fail "$package marks no /etc/gdt conffile"
+  if [ "$package" = gdt-agent ]; then
+    # The member accounts the shipped agent.yaml names.
+    dpkg-deb -I "$deb" postinst | grep -q 'gdt-slot' ||
+      fail "gdt-agent's postinst does not create the gdt-slot accounts"
+  fi
   dpkg -x "$deb" "$root"
   echo "packaging: $package $version Depends: $depends"
   dpkg-deb -c "$deb" >"$work/$package.files"

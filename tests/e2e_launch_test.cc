@@ -38,7 +38,8 @@ class LaunchTest : public ::testing::Test {
                                     .host = i,
                                     .cpu_slots = 1,
                                     .network_interface = "eth0",
-                                    .uts_hostname = "host" + std::to_string(i)})
+                                    .uts_hostname = "host" + std::to_string(i),
+                                    .member_uid_pool = MemberAccountsIfRoot()})
                       .ok())
           << cluster_->Logs();
     }

@@ -35,7 +35,8 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
                     .StartAgent({.name = absl::StrCat("host", i),
                                  .host = i,
                                  .cpu_slots = 1,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }
@@ -117,7 +118,8 @@ TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
                     .StartAgent({.name = absl::StrCat("host", i),
                                  .host = i,
                                  .cpu_slots = 1,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }
@@ -183,8 +185,11 @@ TEST(LivenessTest, RestartedAgentEndsTheTrainingADeadAgentLeftRunning) {
   ASSERT_TRUE(hosts.ok()) << hosts.status();
   GdtCluster cluster(hosts->get(), /*control_host=*/0);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  const AgentSpec agent{
-      .name = "host1", .host = 1, .cpu_slots = 1, .network_interface = "eth0"};
+  const AgentSpec agent{.name = "host1",
+                        .host = 1,
+                        .cpu_slots = 1,
+                        .network_interface = "eth0",
+                        .member_uid_pool = MemberAccountsIfRoot()};
   ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
   // One member: no peer whose loss would end the training by itself.

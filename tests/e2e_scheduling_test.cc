@@ -75,7 +75,8 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
                                  .host = i,
                                  .cpu_slots = 2,
                                  .gpus = 2,
-                                 .network_interface = "eth0"})
+                                 .network_interface = "eth0",
+                                 .member_uid_pool = MemberAccountsIfRoot()})
                     .ok())
         << cluster.Logs();
   }
