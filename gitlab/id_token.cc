@@ -79,8 +79,9 @@ absl::StatusOr<std::shared_ptr<evp_pkey_st>> RsaKey(const std::string& kid,
   std::string e;
   if (!DecodeBase64Url(n64, n) || !DecodeBase64Url(e64, e) || n.empty() ||
       e.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "JWKS key '", kid, "': n and e must be non-empty base64url strings"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("JWKS key '", Shown(kid),
+                     "': n and e must be non-empty base64url strings"));
   }
   std::unique_ptr<BIGNUM, BnFree> bn_n(BN_bin2bn(
       reinterpret_cast<const unsigned char*>(n.data()), n.size(), nullptr));
@@ -103,13 +104,13 @@ absl::StatusOr<std::shared_ptr<evp_pkey_st>> RsaKey(const std::string& kid,
       EVP_PKEY_fromdata(ctx.get(), &key, EVP_PKEY_PUBLIC_KEY, params.get()) !=
           1 ||
       key == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("JWKS key '", kid, "' is not a usable RSA public key"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JWKS key '", Shown(kid), "' is not a usable RSA public key"));
   }
   std::shared_ptr<evp_pkey_st> owned(key, EVP_PKEY_free);
   if (EVP_PKEY_get_bits(key) < kMinRsaBits) {
     return absl::InvalidArgumentError(
-        absl::StrCat("JWKS key '", kid, "' has ", EVP_PKEY_get_bits(key),
+        absl::StrCat("JWKS key '", Shown(kid), "' has ", EVP_PKEY_get_bits(key),
                      " bits; at least ", kMinRsaBits, " are required"));
   }
   return owned;
@@ -178,8 +179,8 @@ absl::Status CheckAudience(const nlohmann::json& payload,
   }
   if (it->is_string()) {
     if (it->get<std::string>() == audience) return absl::OkStatus();
-    return Refused(absl::StrCat("aud '", it->get<std::string>(), "' is not '",
-                                audience, "'"));
+    return Refused(absl::StrCat("aud '", Shown(it->get<std::string>()),
+                                "' is not '", audience, "'"));
   }
   if (it->is_array()) {
     for (const nlohmann::json& entry : *it) {
@@ -308,7 +309,7 @@ absl::StatusOr<IdTokenClaims> VerifyIdToken(absl::string_view token,
   claims.issuer = StringClaim(payload, "iss");
   if (WithoutTrailingSlash(claims.issuer) !=
       WithoutTrailingSlash(policy.issuer)) {
-    return Refused(absl::StrCat("iss '", claims.issuer, "' is not '",
+    return Refused(absl::StrCat("iss '", Shown(claims.issuer), "' is not '",
                                 WithoutTrailingSlash(policy.issuer), "'"));
   }
   if (absl::Status audience = CheckAudience(payload, policy.audience);
