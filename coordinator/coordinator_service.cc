@@ -75,6 +75,7 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   request.priority = proto.priority();
   request.topology_same = proto.topology_same();
   request.topology_required = proto.topology_required();
+  request.preemptible = proto.preemptible();
   return request;
 }
 

@@ -369,6 +369,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.priority = request.priority;
   member.topology_same = request.topology_same;
   member.topology_required = request.topology_required;
+  member.preemptible = request.preemptible;
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
@@ -695,7 +696,15 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     running.end_bound_unix_s = gang.state == state::GangState::kRunning
                                    ? gang.end_bound_unix_s
                                    : now_s;
+    // Preemptible only when every member says so: one member that did not
+    // declare it keeps the whole gang out of preemption.
+    bool first = true;
     for (const auto& [index, member] : gang.members) {
+      running.priority =
+          first ? member.priority : std::max(running.priority, member.priority);
+      running.preemptible = first ? member.preemptible
+                                  : running.preemptible && member.preemptible;
+      first = false;
       if (member.host_name.empty()) continue;
       running.members.push_back(
           LeasedMember{member.host_name, member.gpu_indices});

@@ -65,6 +65,7 @@ struct JoinRequest {
   int32_t priority = 0;
   std::string topology_same;
   bool topology_required = false;
+  bool preemptible = false;
 };
 
 // A gang whose members are all present and whose placement fits, ready for

@@ -90,6 +90,9 @@ struct Member {
   std::string host_name;
   std::vector<uint32_t> gpu_indices;
   int32_t exit_code = -1;  // -1 until reported.
+  // From GDT_PREEMPTIBLE: the coordinator may stop this member's gang (after
+  // a checkpoint notice) to make room for a higher-priority one.
+  bool preemptible = false;
 
   // Runtime only (never persisted): whether a JoinGang stream holds the
   // member, which one, and the last reason sent on it.
