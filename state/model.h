@@ -133,6 +133,9 @@ struct Gang {
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // The waiting gang the admission policy last chose this running gang to
+  // make room for (preemption); empty = none.
+  std::string preemption_planned_by;
   // A forming gang's members that were already told which members are
   // missing hear an updated count no earlier than this.
   Clock::TimePoint waiting_refresh_due{};
