@@ -61,9 +61,45 @@ absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
   return absl::OkStatus();
 }
 
+// `preemption: {enabled, grace_seconds, max_preemptions,
+// checkpoint_interval_seconds}`.
+absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
+  if (!value.IsMap()) {
+    return absl::InvalidArgumentError(
+        "preemption must be a map like {enabled: true, grace_seconds: 300}");
+  }
+  PreemptionSettings& settings = config.preemption;
+  for (const auto& entry : value) {
+    const std::string key = entry.first.as<std::string>();
+    const std::string name = "preemption." + key;
+    if (key == "enabled") {
+      try {
+        settings.enabled = entry.second.as<bool>();
+      } catch (const YAML::Exception&) {
+        return absl::InvalidArgumentError(name + " must be true or false");
+      }
+      continue;
+    }
+    if (key != "grace_seconds" && key != "max_preemptions" &&
+        key != "checkpoint_interval_seconds") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown key '", name, "'"));
+    }
+    absl::StatusOr<uint32_t> number = ReadUint(entry.second, name);
+    if (!number.ok()) return number.status();
+    if (key == "grace_seconds") settings.grace_s = *number;
+    if (key == "max_preemptions") settings.max_preemptions = *number;
+    if (key == "checkpoint_interval_seconds") {
+      settings.checkpoint_interval_s = *number;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
                         Config& config) {
   if (key == "master_port_range") return ParsePortRange(value, config);
+  if (key == "preemption") return ParsePreemption(value, config);
   if (key == "tls") {  // TLS on every gRPC connection.
     absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
     if (!tls.ok()) return tls.status();
@@ -214,6 +250,11 @@ absl::Status ValidateConfig(const Config& config) {
   }
   if (config.max_nodes_per_job == 0) {
     return absl::InvalidArgumentError("max_nodes_per_job must be at least 1");
+  }
+  if (config.preemption.enabled && config.preemption.grace_s == 0) {
+    // A victim needs some time to write its checkpoint after the notice.
+    return absl::InvalidArgumentError(
+        "preemption.grace_seconds must be at least 1");
   }
   if (config.heartbeat_interval.count() == 0) {
     return absl::InvalidArgumentError(

@@ -9,6 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/tls_config.h"
+#include "coordinator/placement.h"
 
 namespace gdt::coordinator {
 
@@ -37,6 +38,8 @@ struct Config {
   // watch stream) holds for this long has left (docs/states.md).
   std::chrono::seconds member_gone_after{120};
   std::string log_level = "info";
+  // Checkpoint-aware preemption (`preemption:` map); off by default.
+  PreemptionSettings preemption;
   // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.

@@ -108,6 +108,33 @@ TEST(ConfigTest, KvKeyLimit) {
               HasSubstr("kv_max_keys_per_gang must be >= 1"));
 }
 
+TEST(ConfigTest, PreemptionSection) {
+  const Config defaults = ParseConfig("").value();
+  EXPECT_FALSE(defaults.preemption.enabled);
+  EXPECT_EQ(defaults.preemption.grace_s, 300);
+  EXPECT_EQ(defaults.preemption.max_preemptions, 3u);
+
+  absl::StatusOr<Config> config = ParseConfig(
+      "preemption: {enabled: true, grace_seconds: 60, max_preemptions: 2, "
+      "checkpoint_interval_seconds: 600}\n");
+
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->preemption.enabled);
+  EXPECT_EQ(config->preemption.grace_s, 60);
+  EXPECT_EQ(config->preemption.max_preemptions, 2u);
+  EXPECT_EQ(config->preemption.checkpoint_interval_s, 600);
+  EXPECT_EQ(ParseConfig("preemption: {grace: 1}").status().message(),
+            "unknown key 'preemption.grace'");
+  EXPECT_EQ(ParseConfig("preemption: {enabled: maybe}").status().message(),
+            "preemption.enabled must be true or false");
+  EXPECT_THAT(ParseConfig("preemption: yes").status().message(),
+              HasSubstr("preemption must be a map"));
+  EXPECT_EQ(ParseConfig("preemption: {enabled: true, grace_seconds: 0}")
+                .status()
+                .message(),
+            "preemption.grace_seconds must be at least 1");
+}
+
 // The server side of TLS needs a certificate and its key.
 TEST(ConfigTest, TlsSection) {
   absl::StatusOr<Config> config = ParseConfig(

@@ -1,5 +1,6 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <optional>
@@ -75,6 +76,7 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   request.priority = proto.priority();
   request.topology_same = proto.topology_same();
   request.topology_required = proto.topology_required();
+  request.preemptible = proto.preemptible();
   return request;
 }
 
@@ -131,6 +133,12 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
     out->set_master_addr(gang.master_addr);
     out->set_master_port(gang.master_port);
     out->set_created_unix_ms(gang.created_unix_ms);
+    out->set_preemptible(!gang.members.empty() &&
+                         std::all_of(gang.members.begin(), gang.members.end(),
+                                     [](const auto& entry) {
+                                       return entry.second.preemptible;
+                                     }));
+    out->set_preemption_planned_by(gang.preemption_planned_by);
     for (const auto& [index, member] : gang.members) {
       v1::MemberStatus* status = out->add_members();
       status->set_member_index(index);

@@ -104,6 +104,10 @@ struct PreemptionSettings {
   int64_t grace_s = 300;
   double demote_after_gpu_hours = 8;
   int64_t min_run_s = 4 * 3600;
+  // How often running gangs are assumed to checkpoint (the daemon does not
+  // know each gang's own interval): what a victim loses is estimated as the
+  // time since the last multiple of it; 0 counts the whole run as lost.
+  int64_t checkpoint_interval_s = 1800;
 };
 
 // A running gang to stop for a waiting one: give it the checkpoint notice

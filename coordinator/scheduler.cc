@@ -369,6 +369,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.priority = request.priority;
   member.topology_same = request.topology_same;
   member.topology_required = request.topology_required;
+  member.preemptible = request.preemptible;
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
@@ -701,7 +702,16 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     running.end_bound_unix_s = gang.state == state::GangState::kRunning
                                    ? gang.end_bound_unix_s
                                    : now_s;
+    running.checkpoint_interval_s = options_.preemption.checkpoint_interval_s;
+    // Preemptible only when every member says so: one member that did not
+    // declare it keeps the whole gang out of preemption.
+    bool first = true;
     for (const auto& [index, member] : gang.members) {
+      running.priority =
+          first ? member.priority : std::max(running.priority, member.priority);
+      running.preemptible = first ? member.preemptible
+                                  : running.preemptible && member.preemptible;
+      first = false;
       if (member.host_name.empty()) continue;
       running.members.push_back(
           LeasedMember{member.host_name, member.gpu_indices});
@@ -820,9 +830,25 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   PlanOutcome plan;
   if (!complete.empty() || !incomplete.empty()) {
     plan = PlanAdmissions(hosts, RunningGangs(), complete,
-                          clock_.UnixMillis() / 1000, incomplete);
+                          clock_.UnixMillis() / 1000, incomplete,
+                          options_.preemption);
   }
   BounceGangs(plan.bounced, forming);
+  // Victims are reported, not stopped yet: one log line per (victim, head)
+  // pair, not one per pass.
+  for (const PreemptedGang& victim : plan.preempted) {
+    auto found = gangs_.find(victim.gang_id);
+    if (found == gangs_.end() ||
+        found->second.preemption_planned_by == victim.by) {
+      continue;
+    }
+    found->second.preemption_planned_by = victim.by;
+    spdlog::info(
+        "event=preemption_planned gang={} by={} lost_gpu_hours={:.2f} "
+        "stop_by_unix_s={} enforced=false reason={}",
+        LogValue(victim.gang_id), LogValue(victim.by), victim.lost_gpu_hours,
+        victim.stop_by_unix_s, LogValue(victim.reason));
+  }
   std::map<std::string, const PlannedGang*> admitted;
   for (const PlannedGang& planned : plan.admitted) {
     admitted[planned.gang_id] = &planned;

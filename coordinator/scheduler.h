@@ -40,6 +40,9 @@ struct SchedulerOptions {
   // ResourceExhausted naming the limit.
   uint32_t max_forming_gangs_per_pipeline = 64;
   uint32_t max_forming_gangs_per_project = 256;
+  // Checkpoint-aware preemption handed to the admission policy; off by
+  // default.
+  PreemptionSettings preemption;
 };
 
 // Longest accepted text fields of a join, in bytes: longer ones are refused
@@ -65,6 +68,7 @@ struct JoinRequest {
   int32_t priority = 0;
   std::string topology_same;
   bool topology_required = false;
+  bool preemptible = false;
 };
 
 // A gang whose members are all present and whose placement fits, ready for

@@ -365,6 +365,48 @@ TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
   EXPECT_THAT(reason, HasSubstr("(queue position 1)"));
 }
 
+// With preemption enabled, a higher-priority gang that cannot be placed
+// makes the policy choose a running gang that declared itself preemptible
+// (shown in the snapshot; stopping it is not wired yet) and never one that
+// did not.
+TEST_F(SchedulerTest, PreemptionPlansOnlyGangsThatDeclaredThemselves) {
+  for (const bool preemptible : {true, false}) {
+    SCOPED_TRACE(preemptible ? "preemptible" : "not preemptible");
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    SchedulerOptions options;
+    options.preemption.enabled = true;
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, **store, options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Scheduler& s = **scheduler;
+    ASSERT_TRUE(s.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    state::GangKey low{"https://gitlab.example.com", 5, 76, "low", 1};
+    JoinRequest low_join = test::Joining(low, 1, 8);
+    low_join.preemptible = preemptible;
+    low_join.job_timeout_seconds = 48 * 3600;
+    ASSERT_TRUE(s.Join(low_join, 1).ok());
+    std::vector<AdmissionProposal> first = s.Plan();
+    ASSERT_EQ(first.size(), 1u);
+    ASSERT_TRUE(s.Admit(first[0], first[0].candidate_ports.front()).ok());
+
+    state::GangKey high{"https://gitlab.example.com", 5, 77, "high", 1};
+    JoinRequest high_join = test::Joining(high, 1, 8);
+    high_join.priority = 5;
+    high_join.job_timeout_seconds = 3600;
+    absl::StatusOr<std::string> joined = s.Join(high_join, 2);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+
+    EXPECT_TRUE(s.Plan().empty());
+    const Snapshot snapshot = s.GetSnapshot(false);
+    ASSERT_EQ(snapshot.gangs.at(0).id, "low-p5-pl76-n1");
+    EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kRunning);
+    EXPECT_EQ(snapshot.gangs.at(0).preemption_planned_by,
+              preemptible ? "high-p5-pl77-n1" : "");
+  }
+}
+
 TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   ASSERT_TRUE(

@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.failed_gang_release = config.failed_gang_release;
   options.forming_abandoned_after = config.forming_gang_abandon;
   options.member_gone_after = config.member_gone_after;
+  options.preemption = config.preemption;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =

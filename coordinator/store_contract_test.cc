@@ -83,8 +83,12 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     gpu_host.runner_slots = 4;
     ASSERT_TRUE(s.RegisterHost(gpu_host).ok());
     ASSERT_TRUE(s.RegisterHost(test::CpuHost("cpu-01", 2)).ok());
-    ASSERT_TRUE(s.Join(test::Joining(test::TrainKey(2), 1, 4), 1).ok());
-    ASSERT_TRUE(s.Join(test::Joining(test::TrainKey(2), 2, 4), 2).ok());
+    // The running gang declared itself preemptible.
+    for (uint32_t index : {1u, 2u}) {
+      JoinRequest join = test::Joining(test::TrainKey(2), index, 4);
+      join.preemptible = true;
+      ASSERT_TRUE(s.Join(join, index).ok());
+    }
     state::GangKey done_key = test::TrainKey(1);
     done_key.group_name = "lint";
     absl::StatusOr<std::string> done_gang =
@@ -135,6 +139,10 @@ TEST_P(StoreTest, ReopenedStoreHoldsEverything) {
   ASSERT_EQ(after->hosts[1].spec.name, "gpu-01");
   EXPECT_EQ(after->hosts[1].spec.runner_slots, 4u);  // Declared by its agent.
   EXPECT_EQ(after->hosts[0].spec.runner_slots, 0u);  // Not declared.
+  ASSERT_EQ(after->gangs[0].id, "train-p5-pl77-n2");
+  EXPECT_TRUE(after->gangs[0].members.at(1).preemptible);
+  EXPECT_TRUE(after->gangs[0].members.at(2).preemptible);
+  EXPECT_FALSE(after->gangs[2].members.at(2).preemptible);
   ExpectSameState(before, *after);
 }
 
@@ -203,9 +211,31 @@ TEST_P(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
   EXPECT_EQ(reloaded.members.at(3).job_id, 303);
   const state::Gang& still_running = after->gangs.at(0);
   EXPECT_TRUE(still_running.members.at(1).left);
+  EXPECT_TRUE(still_running.members.at(1).preemptible);
   EXPECT_FALSE(still_running.members.at(2).left);
   EXPECT_EQ(after->gpu_leases, before->gpu_leases);
   EXPECT_EQ(after->port_leases, before->port_leases);
+}
+
+TEST_P(StoreTest, APreemptibleFlagSavedWithOneMemberCanBeTakenBack) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  state::Gang running = before->gangs.at(0);
+  state::Member rejoined = running.members.at(2);
+  ASSERT_TRUE(rejoined.preemptible);
+  rejoined.preemptible = false;  // The retried job no longer declares it.
+
+  ASSERT_TRUE((*store)->SaveMember(running, rejoined).ok());
+
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_TRUE(after->gangs.at(0).members.at(1).preemptible);
+  EXPECT_FALSE(after->gangs.at(0).members.at(2).preemptible);
 }
 
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {

@@ -283,6 +283,8 @@ nlohmann::json GangJson(const v1::GangStatus& gang) {
       {"master_addr", gang.master_addr()},
       {"master_port", gang.master_port()},
       {"created_unix_ms", gang.created_unix_ms()},
+      {"preemptible", gang.preemptible()},
+      {"preemption_planned_by", gang.preemption_planned_by()},
       {"members", members},
   };
 }
@@ -416,6 +418,12 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
     out += Wrap(
         gang.state() == v1::GANG_STATE_FORMING ? "WAITING   " : "REASON    ",
         "          ", gang.reason());
+  }
+  if (!gang.preemption_planned_by().empty()) {
+    out += Wrap("PREEMPT   ", "          ",
+                absl::StrCat("chosen to make room for gang ",
+                             gang.preemption_planned_by(),
+                             " (not enforced yet: it keeps running)"));
   }
   out += "MEMBERS\n";
   out += MemberTable(gang, "  ", /*with_names=*/true);

@@ -197,6 +197,28 @@ TEST(StatusCommandTest, GangDetailByIdOrUniquePrefix) {
   EXPECT_EQ(nlohmann::json::parse(*text)["state"], "failed");
 }
 
+TEST(StatusCommandTest, GangDetailShowsAPlannedPreemption) {
+  v1::GetStatusResponse status = SampleStatus();
+  v1::GangStatus* victim = AddGang(status, "low-p5-pl60-n1",
+                                   v1::GANG_STATE_RUNNING, 1, kNow - 60000);
+  victim->set_preemptible(true);
+  victim->set_preemption_planned_by("high-p5-pl61-n1");
+  StatusOptions options;
+  options.gang = "low-p5-pl60-n1";
+
+  absl::StatusOr<std::string> text = RenderStatus(status, options, kNow);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("PREEMPT   chosen to make room for gang "
+                               "high-p5-pl61-n1 (not enforced yet"));
+  options.json = true;
+  text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json json = nlohmann::json::parse(*text);
+  EXPECT_EQ(json["preemptible"], true);
+  EXPECT_EQ(json["preemption_planned_by"], "high-p5-pl61-n1");
+}
+
 TEST(StatusCommandTest, UnknownOrAmbiguousGangIsOneClearError) {
   StatusOptions options;
   options.gang = "nope";

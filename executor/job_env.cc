@@ -207,6 +207,18 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
                      "preferred)"));
   }
   job.topology_required = mode == "required";
+  // `gdt-ci expand` writes 1 for `preemptible: true`; true/false are
+  // accepted for the plain form, anything else is refused rather than read
+  // as "no".
+  const std::string preemptible =
+      env.JobVariable("GDT_PREEMPTIBLE").value_or("");
+  if (preemptible == "1" || preemptible == "true") {
+    job.preemptible = true;
+  } else if (preemptible != "0" && preemptible != "false" &&
+             !preemptible.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_PREEMPTIBLE '", preemptible, "' is not a boolean (use 1 or 0)"));
+  }
 
   // The runner's runner_info.timeout is trusted; CI_JOB_TIMEOUT is the same
   // number as a job variable, used when the payload has none.

@@ -68,7 +68,8 @@ struct JobInfo {
   int priority = 0;
   std::string topology_same;
   bool topology_required = false;
-  std::string project_dir;  // CI_PROJECT_DIR; may be empty.
+  bool preemptible = false;  // GDT_PREEMPTIBLE=1.
+  std::string project_dir;   // CI_PROJECT_DIR; may be empty.
   // GDT_HANG_TIMEOUT: seconds without progress before the gang fails as
   // hung; 0 = no watchdog.
   uint32_t hang_timeout_seconds = 0;

@@ -97,7 +97,8 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
                               {"CUSTOM_ENV_GDT_LAUNCHER", "env"},
                               {"CUSTOM_ENV_GDT_PRIORITY", "-5"},
                               {"CUSTOM_ENV_GDT_TOPOLOGY_SAME", "rack"},
-                              {"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "required"}}),
+                              {"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "required"},
+                              {"CUSTOM_ENV_GDT_PREEMPTIBLE", "1"}}),
                      Payload("train 2/4"));
 
   ASSERT_TRUE(job.ok()) << job.status();
@@ -116,6 +117,7 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   EXPECT_EQ(job->priority, -5);
   EXPECT_EQ(job->topology_same, "rack");
   EXPECT_TRUE(job->topology_required);
+  EXPECT_TRUE(job->preemptible);
 }
 
 TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
@@ -128,6 +130,7 @@ TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
   EXPECT_EQ(job->priority, 0);
   EXPECT_EQ(job->topology_same, "");
   EXPECT_FALSE(job->topology_required);
+  EXPECT_FALSE(job->preemptible);
 }
 
 TEST(ResolveJobInfoTest, JobWithoutParallelIsAGangOfOne) {
@@ -231,7 +234,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CUSTOM_ENV_GDT_LAUNCHER", "mpirun", "mpirun"},
         BadInput{"CUSTOM_ENV_GDT_PRIORITY", "high", "GDT_PRIORITY"},
         BadInput{"CUSTOM_ENV_GDT_PRIORITY", "5000", "GDT_PRIORITY"},
-        BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "strict", "strict"}));
+        BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "strict", "strict"},
+        BadInput{"CUSTOM_ENV_GDT_PREEMPTIBLE", "yes", "GDT_PREEMPTIBLE"}));
 
 // LoadJob decides the outcome kind: a broken payload is the runner's
 // problem (system failure), a bad job the user's (build failure).

@@ -70,6 +70,7 @@ Outcome PrepareStage(const StageContext& context) {
   request.set_job_timeout_seconds(
       static_cast<uint32_t>(job.job_timeout.count()));
   request.set_priority(job.priority);
+  request.set_preemptible(job.preemptible);
   request.set_topology_same(job.topology_same);
   request.set_topology_required(job.topology_required);
   std::chrono::seconds wait = config.join_timeout;

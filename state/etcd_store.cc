@@ -121,7 +121,8 @@ Json MemberToJson(const std::string& gang_id, const Member& member) {
           {"node_rank", member.node_rank},
           {"host_name", member.host_name},
           {"gpu_indices", member.gpu_indices},
-          {"exit_code", member.exit_code}};
+          {"exit_code", member.exit_code},
+          {"preemptible", member.preemptible}};
 }
 
 Member MemberFromJson(const Json& json) {
@@ -139,6 +140,8 @@ Member MemberFromJson(const Json& json) {
   member.host_name = json.at("host_name").get<std::string>();
   member.gpu_indices = json.at("gpu_indices").get<std::vector<uint32_t>>();
   member.exit_code = json.at("exit_code").get<int32_t>();
+  // Records written before members could be preemptible lack the field.
+  member.preemptible = json.value("preemptible", false);
   return member;
 }
 

@@ -32,12 +32,12 @@ const char* GangStateName(GangState state) {
 bool Member::SameRecord(const Member& other) const {
   return std::tie(index, job_id, job_name, gpus_per_node, procs_per_node,
                   launcher, arrival_host, job_timeout_seconds, left, node_rank,
-                  host_name, gpu_indices, exit_code) ==
+                  host_name, gpu_indices, exit_code, preemptible) ==
          std::tie(other.index, other.job_id, other.job_name,
                   other.gpus_per_node, other.procs_per_node, other.launcher,
                   other.arrival_host, other.job_timeout_seconds, other.left,
                   other.node_rank, other.host_name, other.gpu_indices,
-                  other.exit_code);
+                  other.exit_code, other.preemptible);
 }
 
 bool Gang::SameRecord(const Gang& other) const {

@@ -90,6 +90,9 @@ struct Member {
   std::string host_name;
   std::vector<uint32_t> gpu_indices;
   int32_t exit_code = -1;  // -1 until reported.
+  // From GDT_PREEMPTIBLE: the coordinator may stop this member's gang (after
+  // a checkpoint notice) to make room for a higher-priority one.
+  bool preemptible = false;
 
   // Runtime only (never persisted): whether a JoinGang stream holds the
   // member, which one, and the last reason sent on it.
@@ -130,6 +133,9 @@ struct Gang {
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
+  // The waiting gang the admission policy last chose this running gang to
+  // make room for (preemption); empty = none.
+  std::string preemption_planned_by;
   // A forming gang's members that were already told which members are
   // missing hear an updated count no earlier than this.
   Clock::TimePoint waiting_refresh_due{};

@@ -169,6 +169,24 @@ CREATE TABLE IF NOT EXISTS host_tokens (
   sha256 TEXT NOT NULL,
   created_unix_ms INTEGER NOT NULL);
 )sql";
+// Members that declared themselves preemptible (GDT_PREEMPTIBLE); a table
+// of its own like gang_kv_tokens, so older state files gain it as is and
+// their members read as not preemptible, the safe default.
+constexpr const char* kPreemptibleSchema = R"sql(
+CREATE TABLE IF NOT EXISTS preemptible_members (
+  gang_id TEXT NOT NULL,
+  member_index INTEGER NOT NULL,
+  PRIMARY KEY (gang_id, member_index));
+)sql";
+constexpr const char* kInsertPreemptible =
+    "INSERT OR REPLACE INTO preemptible_members VALUES (?1, ?2)";
+constexpr const char* kDeletePreemptible =
+    "DELETE FROM preemptible_members WHERE gang_id = ?1 AND member_index = ?2";
+constexpr const char* kDeleteGangPreemptible =
+    "DELETE FROM preemptible_members WHERE gang_id = ?1";
+constexpr const char* kSelectPreemptible =
+    "SELECT gang_id, member_index FROM preemptible_members";
+
 constexpr const char* kUpsertHostToken =
     "INSERT OR REPLACE INTO host_tokens VALUES (?1, ?2, ?3)";
 constexpr const char* kDeleteHostToken =
@@ -243,8 +261,8 @@ absl::Status SqliteStore::Init() {
   absl::StatusOr<sqlite::Transaction> transaction =
       sqlite::Transaction::Begin(db_);
   if (!transaction.ok()) return transaction.status();
-  for (const char* schema :
-       {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema}) {
+  for (const char* schema : {kSchema, kKvTokenSchema, kCheckpointSchema,
+                             kHostTokenSchema, kPreemptibleSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -286,18 +304,22 @@ absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
 
 absl::Status SqliteStore::SaveMemberRow(const std::string& gang_id,
                                         const Member& member) {
-  return db_.Run(kUpsertMember, gang_id, member.index, member.job_id,
-                 member.job_name, member.gpus_per_node, member.procs_per_node,
-                 member.launcher, member.arrival_host,
-                 member.job_timeout_seconds, member.left, member.node_rank,
-                 member.host_name, nlohmann::json(member.gpu_indices).dump(),
-                 member.exit_code);
+  GDT_RETURN_IF_ERROR(
+      db_.Run(kUpsertMember, gang_id, member.index, member.job_id,
+              member.job_name, member.gpus_per_node, member.procs_per_node,
+              member.launcher, member.arrival_host, member.job_timeout_seconds,
+              member.left, member.node_rank, member.host_name,
+              nlohmann::json(member.gpu_indices).dump(), member.exit_code));
+  if (member.preemptible) {
+    return db_.Run(kInsertPreemptible, gang_id, member.index);
+  }
+  return db_.Run(kDeletePreemptible, gang_id, member.index);
 }
 
 absl::Status SqliteStore::SaveGangRows(const Gang& gang) {
   GDT_RETURN_IF_ERROR(SaveGangHeader(gang));
-  for (const char* sql :
-       {kDeleteMembers, kDeleteGpuLeases, kDeletePortLeases}) {
+  for (const char* sql : {kDeleteMembers, kDeleteGangPreemptible,
+                          kDeleteGpuLeases, kDeletePortLeases}) {
     GDT_RETURN_IF_ERROR(db_.Run(sql, gang.id));
   }
   const bool holds_leases = gang.state == GangState::kRunning;
@@ -448,6 +470,15 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
         member.exit_code = row.Int(13);
         state.gangs[position->second].members[member.index] = std::move(member);
         return absl::OkStatus();
+      }));
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectPreemptible, [&](const sqlite::Row& row) {
+        auto position = gang_positions.find(row.Text(0));
+        if (position == gang_positions.end()) return;
+        auto& members = state.gangs[position->second].members;
+        if (auto member = members.find(row.Uint(1)); member != members.end()) {
+          member->second.preemptible = true;
+        }
       }));
 
   GDT_RETURN_IF_ERROR(ForEachRow(kSelectGpuLeases, [&](const sqlite::Row& row) {
