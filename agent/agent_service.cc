@@ -1,13 +1,14 @@
 #include "agent/agent_service.h"
 
 #include <deque>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
 #include "common/logging.h"
+#include "common/member_token.h"
 #include "common/mutex.h"
-#include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -19,24 +20,56 @@ namespace {
 
 using rendezvous::kMemberTokenMetadata;
 
-// OK when `context` carries the member token of `member_id` for the host
-// whose token hashes to `host_token_sha256` (no check when that is empty).
+// What a request names: always its member, and for a user stage its gang,
+// epoch and job (empty / 0 when it does not say).
+struct NamedMember {
+  std::string member_id;
+  std::string gang_id;
+  uint32_t epoch = 0;
+  int64_t job_id = 0;
+};
+
+// OK when `context` carries a member token the coordinator finds good
+// (`tokens`; no check when null) and every id `named` gives is the
+// token's: a token opens its own member and nothing of another gang.
 absl::Status CheckMemberToken(const grpc::ServerContextBase& context,
-                              const std::string& host_token_sha256,
-                              const std::string& member_id) {
-  if (host_token_sha256.empty()) return absl::OkStatus();
+                              MemberTokenCache* tokens,
+                              const NamedMember& named) {
+  if (tokens == nullptr) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kMemberTokenMetadata);
   if (it == metadata.end() || it->second.empty()) {
     return absl::UnauthenticatedError(absl::StrCat(
-        "no member token for member ", member_id,
+        "no member token for member ", named.member_id,
         ": this agent runs stages only for the executor the coordinator "
         "admitted to this host"));
   }
-  const std::string token(it->second.data(), it->second.size());
-  if (!SameSecret(MemberToken(host_token_sha256, member_id), token)) {
+  absl::StatusOr<MemberClaims> claims =
+      tokens->Check(std::string(it->second.data(), it->second.size()));
+  if (!claims.ok()) {
+    if (claims.status().code() == absl::StatusCode::kPermissionDenied ||
+        claims.status().code() == absl::StatusCode::kInvalidArgument) {
+      return absl::PermissionDeniedError(claims.status().message());
+    }
+    return absl::Status(
+        claims.status().code(),
+        absl::StrCat("cannot check the member token of ", named.member_id,
+                     " with the coordinator: ", claims.status().message()));
+  }
+  const bool names_gang =
+      !named.gang_id.empty() || named.job_id != 0 || named.epoch != 0;
+  if (named.member_id != claims->member_id() ||
+      (names_gang &&
+       (named.gang_id != claims->gang_id || named.job_id != claims->job_id ||
+        named.epoch != claims->epoch))) {
+    std::string request = absl::StrCat("member ", named.member_id);
+    if (names_gang) {
+      absl::StrAppend(&request, " (gang ", named.gang_id, " epoch ",
+                      named.epoch, " job ", named.job_id, ")");
+    }
     return absl::PermissionDeniedError(
-        absl::StrCat("wrong member token for member ", member_id));
+        absl::StrCat("the member token is for member ", claims->member_id(),
+                     " (epoch ", claims->epoch, "), not for ", request));
   }
   return absl::OkStatus();
 }
@@ -73,11 +106,11 @@ class StageReactor final
   StageReactor(Supervisor& supervisor,
                const AgentService::MemberLostHandler& member_lost,
                const grpc::CallbackServerContext& context,
-               const std::string& host_token_sha256)
+               MemberTokenCache* member_tokens)
       : supervisor_(supervisor),
         member_lost_(member_lost),
         context_(context),
-        host_token_sha256_(host_token_sha256) {
+        member_tokens_(member_tokens) {
     StartRead(&request_);
   }
 
@@ -200,16 +233,33 @@ class StageReactor final
                           "the first RunStage message must be StartStage"));
       return;
     }
-    if (absl::Status allowed = CheckMemberToken(context_, host_token_sha256_,
-                                                request_.start().member_id());
-        !allowed.ok()) {
-      spdlog::warn("event=stage_refused member={} stage={} error={}",
-                   LogValue(request_.start().member_id()),
-                   LogValue(request_.start().stage()),
-                   LogValue(allowed.ToString()));
-      Finish(rendezvous::ToGrpcStatus(allowed));
+    if (member_tokens_ == nullptr) {
+      StartAllowed();
       return;
     }
+    // The check may wait for the coordinator, and a reaction must not
+    // block: it runs on a thread of its own, which goes on with the stage or
+    // finishes the call. The reactor lives until Finish(), so `this` stays
+    // valid, and no read is pending meanwhile.
+    std::thread([this] {
+      const v1::StartStage& start = request_.start();
+      if (absl::Status allowed =
+              CheckMemberToken(context_, member_tokens_,
+                               {start.member_id(), start.gang_id(),
+                                start.epoch(), start.job_id()});
+          !allowed.ok()) {
+        spdlog::warn("event=stage_refused member={} stage={} error={}",
+                     LogValue(start.member_id()), LogValue(start.stage()),
+                     LogValue(allowed.ToString()));
+        Finish(rendezvous::ToGrpcStatus(allowed));
+        return;
+      }
+      StartAllowed();
+    }).detach();
+  }
+
+  // Begin() once the caller may run the stage.
+  void StartAllowed() {
     member_id_ = request_.start().member_id();
     stage_name_ = request_.start().stage();
     // What OnCancel() needs, without the script and files.
@@ -265,7 +315,7 @@ class StageReactor final
   Supervisor& supervisor_;
   const AgentService::MemberLostHandler& member_lost_;
   const grpc::CallbackServerContext& context_;  // Outlives the reactor.
-  const std::string& host_token_sha256_;        // The service's; constant.
+  MemberTokenCache* const member_tokens_;       // The service's; may be null.
   // Reactions that read are serialised by gRPC (one read at a time).
   v1::RunStageRequest request_;
   bool started_ = false;
@@ -290,8 +340,8 @@ class StageReactor final
 grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
                                        const v1::SetupMemberRequest* request,
                                        v1::SetupMemberResponse* response) {
-  if (absl::Status allowed =
-          CheckMemberToken(*context, host_token_sha256_, request->member_id());
+  if (absl::Status allowed = CheckMemberToken(*context, member_tokens_.get(),
+                                              {request->member_id(), "", 0, 0});
       !allowed.ok()) {
     spdlog::warn("event=setup_refused member={} error={}",
                  LogValue(request->member_id()), LogValue(allowed.ToString()));
@@ -315,14 +365,14 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
 grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
 AgentService::RunStage(grpc::CallbackServerContext* context) {
   return new StageReactor(supervisor_, member_lost_, *context,
-                          host_token_sha256_);
+                          member_tokens_.get());
 }
 
 grpc::Status AgentService::TeardownMember(
     grpc::ServerContext* context, const v1::TeardownMemberRequest* request,
     v1::TeardownMemberResponse* response) {
-  if (absl::Status allowed =
-          CheckMemberToken(*context, host_token_sha256_, request->member_id());
+  if (absl::Status allowed = CheckMemberToken(*context, member_tokens_.get(),
+                                              {request->member_id(), "", 0, 0});
       !allowed.ok()) {
     spdlog::warn("event=teardown_refused member={} error={}",
                  LogValue(request->member_id()), LogValue(allowed.ToString()));
@@ -336,6 +386,9 @@ grpc::Status AgentService::TeardownMember(
                  LogValue(killed.status().ToString()));
     return rendezvous::ToGrpcStatus(killed.status());
   }
+  // A torn-down member's token must reach the coordinator again, which
+  // refuses it once the member has left.
+  if (member_tokens_ != nullptr) member_tokens_->Forget(request->member_id());
   response->set_processes_killed(*killed);
   return grpc::Status::OK;
 }

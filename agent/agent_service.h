@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "agent/member_token_cache.h"
 #include "agent/supervisor.h"
 #include "gdt/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -34,12 +35,14 @@ class AgentService final
   void SetMemberLostHandler(MemberLostHandler handler) {
     member_lost_ = std::move(handler);
   }
-  // With the SHA-256 (hex) of this host's token set, SetupMember,
-  // RunStage and TeardownMember need metadata "gdt-member-token" equal to
-  // MemberToken(hash, member_id) (common/secret.h); empty = no check. Set
-  // before the server starts.
-  void SetHostTokenSha256(std::string sha256) {
-    host_token_sha256_ = std::move(sha256);
+  // With a check set, SetupMember, RunStage and TeardownMember need
+  // metadata "gdt-member-token" that `ask` (the coordinator) finds good, and
+  // every member id, gang id, epoch and job id in the request must be the
+  // token's; without one nothing is checked. Good answers are kept for
+  // `ttl` (MemberTokenCache). Set before the server starts.
+  void SetMemberTokenCheck(MemberTokenCache::Ask ask,
+                           std::chrono::steady_clock::duration ttl) {
+    member_tokens_ = std::make_unique<MemberTokenCache>(std::move(ask), ttl);
   }
 
   grpc::Status SetupMember(grpc::ServerContext* context,
@@ -61,7 +64,7 @@ class AgentService final
  private:
   Supervisor& supervisor_;
   MemberLostHandler member_lost_;
-  std::string host_token_sha256_;
+  std::unique_ptr<MemberTokenCache> member_tokens_;  // Null: no check.
 };
 
 // A started gRPC server hosting one AgentService. Not thread-safe.

@@ -14,8 +14,8 @@
 #include <sstream>
 #include <thread>
 
+#include "common/member_token.h"
 #include "common/mutex.h"
-#include "common/secret.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -607,18 +607,32 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
             absl::StatusCode::kNotFound);
 }
 
-// With a host token configured, an executor without the member
-// token the coordinator issued cannot make the agent run anything.
+// With a member token check configured, an executor without a token the
+// coordinator finds good cannot make the agent run anything, and a good
+// token opens only its own member: its gang, epoch and job.
 TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
-  const std::string host_sha = SecretSha256Hex("host-secret");
+  // Stands in for the coordinator: "good" grants member g1/101 epoch 2;
+  // anything else is refused as the coordinator would.
+  std::atomic<int> asked{0};
   AgentService guarded(*supervisor_);
-  guarded.SetHostTokenSha256(host_sha);
+  guarded.SetMemberTokenCheck(
+      [&](const std::string& token) -> absl::StatusOr<MemberClaims> {
+        ++asked;
+        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
+        return absl::PermissionDeniedError(
+            "member token of g1/101 epoch 2 refused: that gang epoch has "
+            "ended");
+      },
+      std::chrono::hours(1));
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start("127.0.0.1:0", guarded);
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string endpoint = "127.0.0.1:" + std::to_string((*server)->port());
   const std::string marker = root_ + "/ran";
   v1::StartStage start = Start("g1/101", "touch " + marker + "\n");
+  start.set_gang_id("g1");
+  start.set_epoch(2);
+  start.set_job_id(101);
   v1::SetupMemberRequest setup;
   setup.set_member_id("g1/101");
   setup.set_builds_dir(root_ + "/builds/101");
@@ -639,29 +653,53 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
   EXPECT_EQ(anonymous.TeardownMember(teardown, seconds(5)).status().code(),
             absl::StatusCode::kUnauthenticated);
 
-  // Another member's token, or one made with another host's token.
-  for (const std::string& token :
-       {MemberToken(host_sha, "g1/102"),
-        MemberToken(SecretSha256Hex("other-host"), "g1/101")}) {
-    rendezvous::AgentClient wrong(endpoint);
-    wrong.AddMetadata("gdt-member-token", token);
-    absl::StatusOr<v1::StageExit> refused =
-        wrong.RunStage(start, ignore, no_poll);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
-    EXPECT_THAT(refused.status().message(),
-                HasSubstr("wrong member token for member g1/101"));
+  rendezvous::AgentClient stale(endpoint);
+  stale.AddMetadata("gdt-member-token", "ended");
+  absl::StatusOr<v1::StageExit> refused =
+      stale.RunStage(start, ignore, no_poll);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("that gang epoch has ended"));
+
+  // A good token with another member's, gang's, epoch's or job's ids.
+  rendezvous::AgentClient member(endpoint);
+  member.AddMetadata("gdt-member-token", "good");
+  v1::SetupMemberRequest other_setup = setup;
+  other_setup.set_member_id("g2/201");
+  absl::Status other = member.SetupMember(other_setup, seconds(5));
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(other.message(),
+            "the member token is for member g1/101 (epoch 2), not for member "
+            "g2/201");
+  for (const auto& forge : std::vector<std::function<void(v1::StartStage&)>>{
+           [](v1::StartStage& s) { s.set_gang_id("g2"); },
+           [](v1::StartStage& s) { s.set_epoch(3); },
+           [](v1::StartStage& s) { s.set_job_id(201); },
+           [](v1::StartStage& s) { s.set_member_id("g2/201"); }}) {
+    v1::StartStage forged = start;
+    forge(forged);
+    absl::StatusOr<v1::StageExit> denied =
+        member.RunStage(forged, ignore, no_poll);
+    EXPECT_EQ(denied.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(denied.status().message(),
+                HasSubstr("the member token is for member g1/101 (epoch 2), "
+                          "not for member "));
   }
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_FALSE(fs::exists(root_ + "/builds/101"));
 
-  rendezvous::AgentClient member(endpoint);
-  member.AddMetadata("gdt-member-token", MemberToken(host_sha, "g1/101"));
+  const int before = asked.load();
   ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
   absl::StatusOr<v1::StageExit> ran = member.RunStage(start, ignore, no_poll);
   ASSERT_TRUE(ran.ok()) << ran.status();
   EXPECT_EQ(ran->exit_code(), 0);
   EXPECT_TRUE(fs::exists(marker));
+  // The good answer was kept: one question for the whole member.
+  EXPECT_EQ(asked.load(), before);
   EXPECT_TRUE(member.TeardownMember(teardown, seconds(5)).ok());
+  // After its teardown the coordinator is asked again.
+  ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  EXPECT_EQ(asked.load(), before + 1);
   (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
 }
 

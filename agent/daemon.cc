@@ -12,6 +12,7 @@
 #include "agent/isolation.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/member_token.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/metadata.h"
@@ -24,6 +25,10 @@ namespace {
 // How long stage exits already on their way may take to reach clients
 // after every stage has stopped.
 constexpr std::chrono::seconds kServerDrain(2);
+// How long a member token check may wait for the coordinator, and how long
+// a good answer is trusted (docs/security.md "Member tokens").
+constexpr std::chrono::seconds kMemberTokenCheck(5);
+constexpr std::chrono::seconds kMemberTokenCacheTtl(10);
 
 bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
@@ -160,7 +165,20 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                    LogValue(config.host_token_file), LogValue(problem));
     }
     daemon->coordinator_.AddMetadata(rendezvous::kHostTokenMetadata, *token);
-    daemon->service_.SetHostTokenSha256(SecretSha256Hex(*token));
+    daemon->service_.SetMemberTokenCheck(
+        [coordinator = &daemon->coordinator_](
+            const std::string& member_token) -> absl::StatusOr<MemberClaims> {
+          absl::StatusOr<v1::CheckMemberTokenResponse> answer =
+              coordinator->CheckMemberToken(member_token, kMemberTokenCheck);
+          if (!answer.ok()) return answer.status();
+          MemberClaims claims;
+          claims.gang_id = answer->gang_id();
+          claims.epoch = answer->epoch();
+          claims.job_id = answer->job_id();
+          claims.expires_unix_ms = answer->expires_unix_ms();
+          return claims;
+        },
+        kMemberTokenCacheTtl);
     spdlog::info("event=host_token_on host_token_file={} reason={}",
                  LogValue(config.host_token_file),
                  LogValue("stages run only for admitted members"));

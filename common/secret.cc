@@ -44,12 +44,6 @@ std::string HmacSha256Hex(std::string_view key, std::string_view message) {
       std::string_view(reinterpret_cast<const char*>(digest), length));
 }
 
-std::string MemberToken(std::string_view host_token_sha256,
-                        std::string_view member_id) {
-  return HmacSha256Hex(host_token_sha256,
-                       absl::StrCat("gdt-member-v1:", std::string(member_id)));
-}
-
 bool SameSecret(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   unsigned char diff = 0;

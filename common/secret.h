@@ -2,7 +2,7 @@
 #define GDT_COMMON_SECRET_H_
 
 // Small helpers for the secrets of docs/security.md: random tokens, their
-// SHA-256 for storage, HMAC-derived member tokens, constant-time comparison
+// SHA-256 for storage, HMAC, constant-time comparison
 // and reading a token file. Nothing here logs a secret.
 
 #include <string>
@@ -22,13 +22,6 @@ std::string SecretSha256Hex(std::string_view bytes);
 
 // Lowercase hex HMAC-SHA256 of `message` under `key`.
 std::string HmacSha256Hex(std::string_view key, std::string_view message);
-
-// The token that lets an executor use member `member_id` ("<gang>/<job>") on
-// a host: HMAC-SHA256 under the SHA-256 (hex) of that host's token. The
-// coordinator (which keeps the hash) issues it at admission; the agent (which
-// holds the token) recomputes it (docs/security.md).
-std::string MemberToken(std::string_view host_token_sha256,
-                        std::string_view member_id);
 
 // True when `a` and `b` are equal; the time taken depends only on the
 // lengths.

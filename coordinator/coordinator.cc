@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/member_token.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +15,11 @@ namespace {
 // Ports asked about per gang and pass, so one busy host cannot stall a pass.
 constexpr size_t kMaxPortChecks = 32;
 constexpr std::chrono::seconds kTick{1};
+constexpr char kMemberTokenKeyName[] = "member_token_key";
+// A member token lives for its job's timeout (this long when the job named
+// none) plus the slack its after_script and cleanup may take.
+constexpr std::chrono::seconds kMemberTokenDefaultLifetime{24 * 3600};
+constexpr std::chrono::seconds kMemberTokenSlack{3600};
 
 }  // namespace
 
@@ -38,6 +44,18 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   for (state::HostTokenRecord& record : *host_tokens) {
     coordinator->host_tokens_[record.host_name] = std::move(record);
   }
+  // The member token key is made once per cluster and kept in the store, so
+  // tokens outlive a restart and a standby that takes over checks them too.
+  absl::StatusOr<std::string> key =
+      coordinator->store_->LoadSecret(kMemberTokenKeyName);
+  if (!key.ok()) return key.status();
+  if (key->empty()) {
+    key = NewSecretToken();
+    if (!key.ok()) return key.status();
+    GDT_RETURN_IF_ERROR(
+        coordinator->store_->SaveSecret(kMemberTokenKeyName, *key));
+  }
+  coordinator->member_token_key_ = std::move(*key);
   return coordinator;
 }
 
@@ -101,15 +119,27 @@ std::vector<state::MemberEvent> Coordinator::TakeEventsLocked() {
     if (event.kind == state::MemberEvent::Kind::kAdmitted) {
       event.assignment.kv_token =
           KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
-      // The member token for the placed host's agent.
-      auto host = host_tokens_.find(event.assignment.host_name);
+      // The member token for the placed host's agent (only hosts with a
+      // host token can ask this coordinator to check one).
       const state::Gang* gang = scheduler_->FindGang(event.assignment.gang_id);
-      if (host != host_tokens_.end() && gang != nullptr) {
+      if (host_tokens_.contains(event.assignment.host_name) &&
+          gang != nullptr) {
         auto member = gang->members.find(event.member_index);
         if (member != gang->members.end()) {
-          event.assignment.member_token = MemberToken(
-              host->second.sha256, absl::StrCat(event.assignment.gang_id, "/",
-                                                member->second.job_id));
+          const uint32_t timeout = member->second.job_timeout_seconds;
+          const std::chrono::seconds lifetime =
+              (timeout > 0 ? std::chrono::seconds(timeout)
+                           : kMemberTokenDefaultLifetime) +
+              kMemberTokenSlack;
+          event.assignment.member_token = MintMemberToken(
+              member_token_key_,
+              MemberClaims{
+                  event.assignment.gang_id, event.assignment.epoch,
+                  member->second.job_id, event.assignment.host_name,
+                  clock_->UnixMillis() +
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          lifetime)
+                          .count()});
         }
       }
     }
@@ -539,6 +569,49 @@ absl::StatusOr<std::string> Coordinator::HostOfToken(const std::string& token) {
   return absl::PermissionDeniedError(
       "host token refused: it is wrong or was revoked (`gdt-coord hosts "
       "token create HOST` issues a new one)");
+}
+
+absl::StatusOr<MemberClaims> Coordinator::CheckMemberToken(
+    const std::string& token, const std::string& host_name) {
+  absl::StatusOr<MemberClaims> claims =
+      VerifyMemberToken(member_token_key_, token);
+  if (!claims.ok()) return claims.status();
+  const std::string member = absl::StrCat(
+      "member token of ", claims->member_id(), " epoch ", claims->epoch);
+  if (claims->host_name != host_name) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        member, " is for host ", claims->host_name, ", not ", host_name));
+  }
+  if (clock_->UnixMillis() >= claims->expires_unix_ms) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        member, " expired at ", state::UtcTimeOfDay(claims->expires_unix_ms)));
+  }
+  MutexLock lock(mu_);
+  if (!host_tokens_.contains(host_name)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(member, " refused: host ", host_name,
+                     " has no host token any more (revoked)"));
+  }
+  const state::Gang* gang = scheduler_->FindGang(claims->gang_id);
+  if (gang == nullptr || gang->epoch != claims->epoch ||
+      gang->state == state::GangState::kDone) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(member, " refused: that gang epoch has ended"));
+  }
+  for (const auto& [index, entry] : gang->members) {
+    if (entry.job_id != claims->job_id) continue;
+    if (entry.left) {
+      return absl::PermissionDeniedError(
+          absl::StrCat(member, " refused: the member has left its gang"));
+    }
+    if (entry.host_name != host_name) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          member, " refused: the member does not run on ", host_name));
+    }
+    return claims;
+  }
+  return absl::PermissionDeniedError(
+      absl::StrCat(member, " refused: no such member in the gang"));
 }
 
 std::string Coordinator::MemberHost(const std::string& gang_id,

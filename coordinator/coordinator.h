@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/member_token.h"
 #include "common/mutex.h"
 #include "coordinator/observer.h"
 #include "coordinator/port_checker.h"
@@ -137,6 +138,15 @@ class Coordinator {
   // Errors: Unauthenticated when `token` is empty; PermissionDenied when it
   // is no host's token (wrong or revoked).
   absl::StatusOr<std::string> HostOfToken(const std::string& token);
+  // Member tokens.
+  // The claims of member token `token` when it is still good for an agent of
+  // `host_name`: signed by this coordinator, for that host, not expired, the
+  // host still has a host token, and the member is in its gang's current
+  // epoch, placed on that host and has not left.
+  // Errors: InvalidArgument for a token that is not one; PermissionDenied
+  // naming the member and why not.
+  absl::StatusOr<MemberClaims> CheckMemberToken(const std::string& token,
+                                                const std::string& host_name);
   // The host member `member_index` of `gang_id` is placed on; empty when
   // unknown or not placed.
   std::string MemberHost(const std::string& gang_id, uint32_t member_index);
@@ -178,6 +188,8 @@ class Coordinator {
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.
+  // Signs member tokens; from the store, set in Create.
+  std::string member_token_key_;
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

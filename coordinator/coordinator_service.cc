@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/member_token.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "rendezvous/grpc_status.h"
@@ -667,6 +668,30 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
         !coordinator_.Heartbeat(request->host_name(), std::move(running)));
   }
   return Finish(context, allowed);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CheckMemberToken(
+    grpc::CallbackServerContext* context,
+    const v1::CheckMemberTokenRequest* request,
+    v1::CheckMemberTokenResponse* response) {
+  // Only an agent may ask, and only about its own host: the answer is
+  // whether a token is good for the host whose token the caller holds.
+  absl::StatusOr<std::string> host = coordinator_.HostOfToken(
+      MetadataValue(context, rendezvous::kHostTokenMetadata));
+  absl::Status status = Allow(context, "CheckMemberToken", host.status());
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<MemberClaims> claims =
+      coordinator_.CheckMemberToken(request->member_token(), *host);
+  if (!claims.ok()) {
+    spdlog::warn("event=member_token_refused host={} error={}", LogValue(*host),
+                 LogValue(claims.status().ToString()));
+    return Finish(context, claims.status());
+  }
+  response->set_gang_id(claims->gang_id);
+  response->set_epoch(claims->epoch);
+  response->set_job_id(claims->job_id);
+  response->set_expires_unix_ms(claims->expires_unix_ms);
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::ReportExit(

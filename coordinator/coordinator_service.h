@@ -65,6 +65,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
+  grpc::ServerUnaryReactor* CheckMemberToken(
+      grpc::CallbackServerContext* context,
+      const v1::CheckMemberTokenRequest* request,
+      v1::CheckMemberTokenResponse* response) override;
   grpc::ServerWriteReactor<v1::JoinGangEvent>* JoinGang(
       grpc::CallbackServerContext* context,
       const v1::JoinGangRequest* request) override;

@@ -137,7 +137,22 @@ absl::Status Scheduler::RegisterHost(const state::HostSpec& spec) {
   state::Host host;
   host.spec = spec;
   auto known = hosts_.find(spec.name);
-  if (known != hosts_.end()) host.drained = known->second.drained;
+  if (known != hosts_.end()) {
+    // A host's agent is whoever heartbeats for it: a second agent (or
+    // anyone holding the host token) may not take the host over while the
+    // first is alive, or the next job's scripts and secrets would go to it.
+    if (known->second.spec.agent_endpoint != spec.agent_endpoint &&
+        StateOf(known->second) == state::HostState::kUp) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "host ", spec.name, " is registered with the agent at ",
+          known->second.spec.agent_endpoint,
+          ", which is alive (it heartbeats); an agent at ", spec.agent_endpoint,
+          " may register it only after that one has "
+          "missed heartbeats for ",
+          options_.host_down_after.count(), " s"));
+    }
+    host.drained = known->second.drained;
+  }
   host.last_heartbeat = clock_.Now();
   host.last_heartbeat_unix_ms = clock_.UnixMillis();
   GDT_RETURN_IF_ERROR(store_.SaveHost(host));

@@ -133,8 +133,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   // Adds or updates a host (by name) and marks it alive.
-  // Errors: InvalidArgument for an empty name; Internal when it cannot be
-  // persisted.
+  // Errors: InvalidArgument for an empty name; FailedPrecondition when the
+  // host is up (heartbeats within host_down_after) with another
+  // agent_endpoint; Internal when it cannot be persisted.
   absl::Status RegisterHost(const state::HostSpec& spec);
 
   // Marks the host alive. Returns false when the host is unknown (the agent

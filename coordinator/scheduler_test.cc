@@ -331,6 +331,31 @@ TEST_F(SchedulerTest, DownHostGetsNoPlacement) {
   EXPECT_EQ(snapshot.hosts.at(1).state, state::HostState::kUp);
 }
 
+// A live host keeps its agent: registering it from another endpoint waits
+// until the registered agent has missed heartbeats.
+TEST_F(SchedulerTest, ALiveHostIsNotTakenOverFromAnotherEndpoint) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+  state::HostSpec rogue = test::CpuHost("cpu-01", 2);
+  rogue.agent_endpoint = "10.9.9.9:7071";
+  clock_.Advance(5s);
+  absl::Status refused = scheduler_->RegisterHost(rogue);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(),
+            "host cpu-01 is registered with the agent at cpu-01:7071, which "
+            "is alive (it heartbeats); an agent at 10.9.9.9:7071 may register "
+            "it only after that one has missed heartbeats for 10 s");
+  // The registered agent may register again (an agent restart).
+  EXPECT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).host.spec.agent_endpoint,
+            "cpu-01:7071");
+
+  // Once it is down, an agent elsewhere takes the host (a moved agent).
+  clock_.Advance(11s);
+  EXPECT_TRUE(scheduler_->RegisterHost(rogue).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).host.spec.agent_endpoint,
+            "10.9.9.9:7071");
+}
+
 TEST_F(SchedulerTest, ExplainsWhenEveryHostIsDownOrNoneIsRegistered) {
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(1), 1), 11).ok());
   EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,

@@ -423,5 +423,23 @@ TEST_P(StoreTest, HostTokensAreSavedListedAndDeleted) {
   EXPECT_EQ((*store)->LoadHostTokens()->size(), 1u);
 }
 
+// Coordinator secrets survive a restart; an unknown one is empty.
+TEST_P(StoreTest, SecretsAreSavedAndReplaced) {
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    EXPECT_EQ(*(*store)->LoadSecret("member_token_key"), "");
+    ASSERT_TRUE((*store)->SaveSecret("member_token_key", "k1").ok());
+    ASSERT_TRUE((*store)->SaveSecret("member_token_key", "k2").ok());
+    ASSERT_TRUE((*store)->SaveSecret("other", "o").ok());
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::string> key = (*store)->LoadSecret("member_token_key");
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_EQ(*key, "k2");
+  EXPECT_EQ(*(*store)->LoadSecret("other"), "o");
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -195,6 +195,20 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
   return response.reregister();
 }
 
+absl::StatusOr<v1::CheckMemberTokenResponse>
+CoordinatorClient::CheckMemberToken(const std::string& token,
+                                    std::chrono::milliseconds timeout) {
+  v1::CheckMemberTokenRequest request;
+  request.set_member_token(token);
+  v1::CheckMemberTokenResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CheckMemberToken(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     const v1::JoinGangRequest& request, Deadline deadline,
     const std::function<void(const v1::WaitingEvent&)>& on_waiting,

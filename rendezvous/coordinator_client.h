@@ -105,6 +105,13 @@ class CoordinatorClient {
       const std::function<void(const v1::WaitingEvent&)>& on_waiting,
       const std::function<void(const absl::Status&)>& on_reconnect);
 
+  // Agents: what member token `token` grants this host (the host token
+  // presented through AddMetadata names the host). Errors as the RPC
+  // (docs/protocol.md): PermissionDenied with the reason the token is no
+  // longer good.
+  absl::StatusOr<v1::CheckMemberTokenResponse> CheckMemberToken(
+      const std::string& token, std::chrono::milliseconds timeout);
+
   absl::Status ReportExit(const v1::ReportExitRequest& request,
                           std::chrono::milliseconds timeout);
 

@@ -550,4 +550,21 @@ absl::StatusOr<std::vector<HostTokenRecord>> EtcdStore::LoadHostTokens() {
   return records;
 }
 
+// Coordinator secrets.
+
+absl::Status EtcdStore::SaveSecret(const std::string& name,
+                                   const std::string& value) {
+  return Write(Json::array({EtcdClient::Put(Key("secrets", name), value)}),
+               absl::StrCat("the coordinator secret ", name));
+}
+
+absl::StatusOr<std::string> EtcdStore::LoadSecret(const std::string& name) {
+  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
+      client_->Range(Key("secrets", name), /*prefix=*/false,
+                     /*keys_only=*/false);
+  if (!kvs.ok()) return kvs.status();
+  if (kvs->empty()) return std::string();
+  return kvs->front().value;
+}
+
 }  // namespace gdt::state

@@ -72,6 +72,9 @@ class EtcdStore : public StateStore {
   absl::Status SaveHostToken(const HostTokenRecord& record) override;
   absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
   absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
+  absl::Status SaveSecret(const std::string& name,
+                          const std::string& value) override;
+  absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
 
  private:
   // The gang's records with their keys, newest first.

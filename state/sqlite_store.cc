@@ -194,6 +194,16 @@ constexpr const char* kDeleteHostToken =
 constexpr const char* kSelectHostTokens =
     "SELECT host_name, sha256, created_unix_ms FROM host_tokens "
     "ORDER BY host_name";
+// Coordinator secrets; a table of its own like host_tokens.
+constexpr const char* kSecretSchema = R"sql(
+CREATE TABLE IF NOT EXISTS coordinator_secrets (
+  name TEXT PRIMARY KEY,
+  value TEXT NOT NULL);
+)sql";
+constexpr const char* kUpsertSecret =
+    "INSERT OR REPLACE INTO coordinator_secrets VALUES (?1, ?2)";
+constexpr const char* kSelectSecrets =
+    "SELECT name, value FROM coordinator_secrets";
 
 std::string GpusToJson(const std::vector<GpuInfo>& gpus) {
   nlohmann::json array = nlohmann::json::array();
@@ -261,8 +271,9 @@ absl::Status SqliteStore::Init() {
   absl::StatusOr<sqlite::Transaction> transaction =
       sqlite::Transaction::Begin(db_);
   if (!transaction.ok()) return transaction.status();
-  for (const char* schema : {kSchema, kKvTokenSchema, kCheckpointSchema,
-                             kHostTokenSchema, kPreemptibleSchema}) {
+  for (const char* schema :
+       {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
+        kPreemptibleSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -570,6 +581,21 @@ absl::StatusOr<std::vector<HostTokenRecord>> SqliteStore::LoadHostTokens() {
     records.push_back(HostTokenRecord{row.Text(0), row.Text(1), row.Int64(2)});
   }));
   return records;
+}
+
+// Coordinator secrets.
+
+absl::Status SqliteStore::SaveSecret(const std::string& name,
+                                     const std::string& value) {
+  return db_.Run(kUpsertSecret, name, value);
+}
+
+absl::StatusOr<std::string> SqliteStore::LoadSecret(const std::string& name) {
+  std::string value;
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectSecrets, [&](const sqlite::Row& row) {
+    if (row.Text(0) == name) value = row.Text(1);
+  }));
+  return value;
 }
 
 }  // namespace gdt::state

@@ -82,6 +82,9 @@ class SqliteStore : public StateStore {
   absl::StatusOr<bool> DeleteHostToken(const std::string& host_name) override;
   // Every stored record, by host name.
   absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() override;
+  absl::Status SaveSecret(const std::string& name,
+                          const std::string& value) override;
+  absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
 
  private:
   explicit SqliteStore(sqlite::Db db);

@@ -117,6 +117,14 @@ class StateStore {
       const std::string& host_name) = 0;
   // Every stored record, by host name.
   virtual absl::StatusOr<std::vector<HostTokenRecord>> LoadHostTokens() = 0;
+
+  // Coordinator secrets: keys only the coordinator (and its standbys, which
+  // share the store) may know, such as the one member tokens are signed
+  // with. Inserts or replaces the secret called `name`.
+  virtual absl::Status SaveSecret(const std::string& name,
+                                  const std::string& value) = 0;
+  // The secret called `name`; empty when there is none.
+  virtual absl::StatusOr<std::string> LoadSecret(const std::string& name) = 0;
 };
 
 }  // namespace gdt::state

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "common/clock.h"
+#include "common/member_token.h"
 #include "common/secret.h"
 #include "coordinator/server.h"
 #include "ctl/admin_token.h"
@@ -519,14 +520,37 @@ TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
   EXPECT_EQ(agent->Heartbeat("cpu-02", 5s).status().code(),
             absl::StatusCode::kPermissionDenied);
 
-  // Members placed on cpu-01 get the member token its agent accepts.
+  // Members placed on cpu-01 get member tokens that cpu-01's agent finds
+  // good, each naming its own member.
   std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
   ASSERT_EQ(gang.size(), 2u);
   EXPECT_EQ(gang[0].host_name(), "cpu-01");
-  EXPECT_EQ(gang[0].member_token(),
-            MemberToken(SecretSha256Hex(token), gang[0].gang_id() + "/101"));
-  EXPECT_EQ(gang[1].member_token(),
-            MemberToken(SecretSha256Hex(token), gang[1].gang_id() + "/102"));
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<v1::CheckMemberTokenResponse> granted =
+        agent->CheckMemberToken(gang[i].member_token(), 5s);
+    ASSERT_TRUE(granted.ok()) << granted.status();
+    EXPECT_EQ(granted->gang_id(), gang[i].gang_id());
+    EXPECT_EQ(granted->epoch(), gang[i].epoch());
+    EXPECT_EQ(granted->job_id(), 101 + i);
+    EXPECT_GT(granted->expires_unix_ms(), clock_.UnixMillis());
+  }
+  // Nobody can mint one from what a host holds: neither the host token nor
+  // its hash signs member tokens.
+  const MemberClaims claims{gang[0].gang_id(), gang[0].epoch(), 101, "cpu-01",
+                            clock_.UnixMillis() + 3600000};
+  for (const std::string& key : {token, SecretSha256Hex(token)}) {
+    absl::Status forged_token =
+        agent->CheckMemberToken(MintMemberToken(key, claims), 5s).status();
+    EXPECT_EQ(forged_token.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(forged_token.message(),
+                HasSubstr("not issued by this coordinator"));
+  }
+  // Only an agent asks, and only about its own host.
+  EXPECT_EQ(ClientWith("", "")
+                ->CheckMemberToken(gang[0].member_token(), 5s)
+                .status()
+                .code(),
+            absl::StatusCode::kUnauthenticated);
 
   // cpu-02's agent cannot report cpu-01's member lost.
   auto other_agent = ClientWith("gdt-host-token", other->substr(0, 64));
@@ -536,6 +560,10 @@ TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
   lost.set_member_index(1);
   lost.set_job_id(101);
   lost.set_lost_reason("forged");
+  absl::Status elsewhere =
+      other_agent->CheckMemberToken(gang[0].member_token(), 5s).status();
+  EXPECT_EQ(elsewhere.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(elsewhere.message(), HasSubstr("is for host cpu-01, not cpu-02"));
   absl::Status forged = other_agent->ReportExit(lost, 5s);
   EXPECT_EQ(forged.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(forged.message(), HasSubstr("does not run there"));
@@ -553,6 +581,9 @@ TEST_F(SecurityTest, HostTokensAuthenticateAgentsAndKeyMemberTokens) {
   EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(heartbeat.message(), HasSubstr("wrong or was revoked"));
   EXPECT_EQ(agent->RegisterHost(Host("cpu-01"), 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // Its members' tokens are refused too.
+  EXPECT_EQ(agent->CheckMemberToken(gang[0].member_token(), 5s).status().code(),
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(
       ctl::RunHostTokenCommand(endpoint, "revoke", "cpu-01", {}, kAdminToken)
