@@ -60,13 +60,14 @@ void Registrar::Run() {
     if (!interval.ok()) {
       if (interval.status().code() == absl::StatusCode::kUnauthenticated ||
           interval.status().code() == absl::StatusCode::kPermissionDenied) {
-        // The coordinator refused this host's token; keep asking
-        // (an operator may issue a new token) but say so every time.
+        // The coordinator refused this host's token or certificate; keep
+        // asking (an operator may issue a new one) but say so every time.
         spdlog::error(
             "event=host_refused coordinator={} host={} error={} action={}",
             LogValue(client_.endpoint()), LogValue(name),
             LogValue(std::string(interval.status().message())),
-            LogValue("fix host_token_file in the agent config"));
+            LogValue("fix host_token_file or tls.cert_file in the agent "
+                     "config, as the error says"));
         reachable = false;
         if (!Sleep(options_.max_backoff)) return;
         continue;

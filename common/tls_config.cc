@@ -27,6 +27,11 @@ absl::Status ValidateClientTls(const TlsConfig& tls) {
   return absl::OkStatus();
 }
 
+bool AgentCertMustMatchHost(const TlsConfig& tls) {
+  return tls.enabled && tls.require_client_cert &&
+         tls.agent_cert_must_match_host.value_or(true);
+}
+
 std::string PlaintextWarning(const TlsConfig& tls, std::string_view program) {
   if (tls.enabled) return "";
   return absl::StrCat(

@@ -1,6 +1,7 @@
 #ifndef GDT_COMMON_TLS_CONFIG_H_
 #define GDT_COMMON_TLS_CONFIG_H_
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -23,7 +24,18 @@ struct TlsConfig {
   std::string cert_file;  // PEM certificate chain.
   std::string key_file;   // PEM private key of cert_file.
   bool require_client_cert = false;  // Servers: mTLS.
+  // Coordinator only: whether an agent's client certificate must name the
+  // host it registers and heartbeats for. Unset = on whenever
+  // require_client_cert is on (see AgentCertMustMatchHost).
+  std::optional<bool> agent_cert_must_match_host;
 };
+
+// Whether the coordinator refuses host-scoped calls (RegisterHost,
+// Heartbeat, CheckMemberToken, an agent's member reports) whose client
+// certificate does not name the host: with mTLS unless switched off. A
+// certificate is what the network cannot forge, so with mTLS it is the
+// host's identity; a host token alone can be copied by whoever reads it.
+bool AgentCertMustMatchHost(const TlsConfig& tls);
 
 // Config files fill it in with ParseTlsConfig (common/yaml_config.h), which
 // keeps yaml-cpp out of this header and of everyone who only uses the data.

@@ -41,6 +41,40 @@ TEST(TlsConfigTest, MapEnablesTls) {
   EXPECT_TRUE(ValidateServerTls(*tls).ok());
 }
 
+TEST(TlsConfigTest, AgentCertificatesMustNameTheirHostUnderMtlsByDefault) {
+  const std::string mtls =
+      "tls: {ca_file: /ca.pem, cert_file: /c.pem, key_file: /k.pem, "
+      "require_client_cert: true";
+  absl::StatusOr<TlsConfig> tls =
+      ParseTlsConfig(YAML::Load(mtls + "}")["tls"], "tls", true);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_TRUE(AgentCertMustMatchHost(*tls));
+  tls = ParseTlsConfig(
+      YAML::Load(mtls + ", agent_cert_must_match_host: false}")["tls"], "tls",
+      true);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_FALSE(AgentCertMustMatchHost(*tls));
+  // Without client certificates there is nothing to match.
+  tls = ParseTlsConfig(
+      YAML::Load("tls: {cert_file: /c.pem, key_file: /k.pem}")["tls"], "tls",
+      true);
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_FALSE(AgentCertMustMatchHost(*tls));
+  EXPECT_THAT(
+      ParseTlsConfig(YAML::Load("tls: {cert_file: /c.pem, key_file: /k.pem, "
+                                "agent_cert_must_match_host: true}")["tls"],
+                     "tls", true)
+          .status()
+          .message(),
+      HasSubstr("tls.agent_cert_must_match_host needs "
+                "tls.require_client_cert: true"));
+  // Agents and executors have no such setting.
+  EXPECT_THAT(
+      Parse(mtls + ", agent_cert_must_match_host: true}").status().message(),
+      HasSubstr("tls.agent_cert_must_match_host is a coordinator "
+                "setting"));
+}
+
 TEST(TlsConfigTest, BadInputNamesTheKey) {
   EXPECT_THAT(Parse("tls: {ca: /x}").status().message(),
               HasSubstr("unknown key 'tls.ca'"));

@@ -54,7 +54,8 @@ absl::StatusOr<bool> Boolean(const YAML::Node& value, const std::string& key) {
 }  // namespace
 
 absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
-                                         std::string_view key) {
+                                         std::string_view key,
+                                         bool coordinator) {
   const std::string name(key);
   TlsConfig tls;
   if (value.IsScalar()) {
@@ -93,6 +94,14 @@ absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
       absl::StatusOr<bool> flag = Boolean(entry.second, full);
       if (!flag.ok()) return flag.status();
       tls.require_client_cert = *flag;
+    } else if (sub == "agent_cert_must_match_host") {
+      if (!coordinator) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            full, " is a coordinator setting (coord.yaml); remove it here"));
+      }
+      absl::StatusOr<bool> flag = Boolean(entry.second, full);
+      if (!flag.ok()) return flag.status();
+      tls.agent_cert_must_match_host = *flag;
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown key '", full, "'"));
@@ -106,6 +115,13 @@ absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
     return absl::InvalidArgumentError(
         absl::StrCat(name, ".require_client_cert needs ", name,
                      ".ca_file (the CA that signed the client certificates)"));
+  }
+  if (tls.agent_cert_must_match_host.value_or(false) &&
+      !tls.require_client_cert) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ".agent_cert_must_match_host needs ", name,
+        ".require_client_cert: true (without client certificates there is "
+        "no name to match)"));
   }
   return tls;
 }

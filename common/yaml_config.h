@@ -45,11 +45,13 @@ absl::StatusOr<Config> LoadYamlConfig(const std::string& path, Parse parse) {
 
 // Parses the value of a `tls` key (common/tls_config.h): the scalar `off`
 // (or `false`) or a map of ca_file, cert_file, key_file,
-// require_client_cert. Never throws.
+// require_client_cert; with `coordinator` also agent_cert_must_match_host
+// (a setting only the coordinator has). Never throws.
 // Errors: InvalidArgument naming `key` and what is wrong, e.g.
 // "unknown key 'tls.ca'".
 absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
-                                         std::string_view key = "tls");
+                                         std::string_view key = "tls",
+                                         bool coordinator = false);
 
 }  // namespace gdt
 

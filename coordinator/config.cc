@@ -101,7 +101,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   if (key == "master_port_range") return ParsePortRange(value, config);
   if (key == "preemption") return ParsePreemption(value, config);
   if (key == "tls") {  // TLS on every gRPC connection.
-    absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
+    absl::StatusOr<TlsConfig> tls =
+        ParseTlsConfig(value, "tls", /*coordinator=*/true);
     if (!tls.ok()) return tls.status();
     config.tls = *tls;
     return absl::OkStatus();

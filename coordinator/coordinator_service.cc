@@ -6,11 +6,15 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
+#include "grpc/grpc_security_constants.h"
+#include "grpcpp/security/auth_context.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
@@ -162,6 +166,26 @@ std::string MetadataValue(const grpc::CallbackServerContext* context,
   auto it = metadata.find(key);
   if (it == metadata.end()) return "";
   return std::string(it->second.data(), it->second.size());
+}
+
+// The names the caller's client certificate (verified by the TLS
+// handshake against tls.ca_file) gives itself: its DNS subjectAltNames,
+// then its common name; each once. Empty without a certificate.
+std::vector<std::string> PeerCertificateNames(
+    const grpc::CallbackServerContext* context) {
+  std::vector<std::string> names;
+  const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
+  if (auth == nullptr) return names;
+  for (const char* property :
+       {GRPC_PEER_DNS_PROPERTY_NAME, GRPC_X509_CN_PROPERTY_NAME}) {
+    for (const grpc::string_ref& value : auth->FindPropertyValues(property)) {
+      std::string name(value.data(), value.size());
+      if (std::find(names.begin(), names.end(), name) == names.end()) {
+        names.push_back(std::move(name));
+      }
+    }
+  }
+  return names;
 }
 
 // True for callers on 127.0.0.0/8, ::1 or a unix socket.
@@ -431,8 +455,28 @@ absl::Status CoordinatorService::CheckAdmin(
   return absl::OkStatus();
 }
 
+absl::Status CoordinatorService::CheckAgentCertificate(
+    const grpc::CallbackServerContext* context,
+    const std::string& host_name) const {
+  if (!security_.agent_cert_must_match_host) return absl::OkStatus();
+  const std::vector<std::string> names = PeerCertificateNames(context);
+  // Exact names only (DNS names ignore case): a wildcard certificate or one
+  // shared by every host must not let one host act for another.
+  for (const std::string& name : names) {
+    if (absl::EqualsIgnoreCase(name, host_name)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "agent certificate names ",
+      names.empty() ? "nothing"
+                    : absl::StrCat("'", absl::StrJoin(names, "', '"), "'"),
+      ", not host '", host_name,
+      "' (tls.agent_cert_must_match_host: an agent acts only for the host "
+      "its certificate names)"));
+}
+
 absl::Status CoordinatorService::CheckHost(
     const grpc::CallbackServerContext* context, const std::string& host_name) {
+  GDT_RETURN_IF_ERROR(CheckAgentCertificate(context, host_name));
   const std::string token =
       MetadataValue(context, rendezvous::kHostTokenMetadata);
   // A token presented is checked even when none is required: an agent with
@@ -588,6 +632,7 @@ absl::Status CoordinatorService::CheckReporter(
   if (host_token.empty()) return CheckJob(context, request.job_id());
   absl::StatusOr<std::string> host = coordinator_.HostOfToken(host_token);
   if (!host.ok()) return host.status();
+  GDT_RETURN_IF_ERROR(CheckAgentCertificate(context, *host));
   if (coordinator_.MemberHost(request.gang_id(), request.member_index()) !=
       *host) {
     return absl::PermissionDeniedError(absl::StrCat(
@@ -678,7 +723,9 @@ grpc::ServerUnaryReactor* CoordinatorService::CheckMemberToken(
   // whether a token is good for the host whose token the caller holds.
   absl::StatusOr<std::string> host = coordinator_.HostOfToken(
       MetadataValue(context, rendezvous::kHostTokenMetadata));
-  absl::Status status = Allow(context, "CheckMemberToken", host.status());
+  absl::Status status = host.status();
+  if (status.ok()) status = CheckAgentCertificate(context, *host);
+  status = Allow(context, "CheckMemberToken", status);
   if (!status.ok()) return Finish(context, status);
   absl::StatusOr<MemberClaims> claims =
       coordinator_.CheckMemberToken(request->member_token(), *host);

@@ -38,6 +38,11 @@ struct ServiceSecurity {
   std::string status_without_token = "loopback";
   // RegisterHost, Heartbeat and lost/hung reports need the host's token.
   bool require_host_tokens = false;
+  // Every call that acts for a host (RegisterHost, Heartbeat,
+  // CheckMemberToken, an agent's member reports) must come with a client
+  // certificate whose DNS subjectAltName or common name is that host's name.
+  // Only meaningful when the server requires client certificates.
+  bool agent_cert_must_match_host = false;
 };
 // -----------------------------------------------.
 
@@ -138,6 +143,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // (none), PermissionDenied (wrong, revoked, or another host's).
   absl::Status CheckHost(const grpc::CallbackServerContext* context,
                          const std::string& host_name);
+  // OK unless agent_cert_must_match_host is on and the caller's client
+  // certificate does not name `host_name`. Errors: PermissionDenied naming
+  // what the certificate names.
+  absl::Status CheckAgentCertificate(const grpc::CallbackServerContext* context,
+                                     const std::string& host_name) const;
   // OK when the caller may read status (see ServiceSecurity).
   absl::Status CheckStatusReader(
       const grpc::CallbackServerContext* context) const;

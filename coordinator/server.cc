@@ -89,6 +89,18 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
                  LogValue("require_host_tokens: false: any client can "
                           "register as a host"));
   }
+  security.agent_cert_must_match_host = AgentCertMustMatchHost(config.tls);
+  if (security.agent_cert_must_match_host) {
+    spdlog::info("event=agent_cert_match_on reason={}",
+                 LogValue("an agent acts only for the host its client "
+                          "certificate names"));
+  } else if (config.tls.enabled && config.tls.require_client_cert) {
+    spdlog::warn(
+        "event=agent_cert_match_off reason={}",
+        LogValue("tls.agent_cert_must_match_host: false: any agent "
+                 "certificate from tls.ca_file may register and heartbeat "
+                 "as any host"));
+  }
   return security;
 }
 

@@ -434,7 +434,29 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
                     absl::StrJoin(spec.member_uid_pool, ", "), "]\n");
     chmod(dir_.path().c_str(), 0711);
   }
-  absl::StrAppend(&yaml, spec.extra_yaml, TlsYaml(/*server=*/true));
+  std::optional<TestCerts> agent_certs;
+  if (tls_.has_value()) {
+    // One certificate per host name, issued once and shared by every agent
+    // that presents it.
+    const std::string cert_host =
+        spec.tls_cert_host.empty() ? spec.name : spec.tls_cert_host;
+    const std::string cert_dir = dir_.Sub("agent-certs");
+    fs::create_directories(cert_dir);
+    TestCerts reused = *tls_;
+    reused.cert_file = cert_dir + "/host-" + cert_host + ".pem";
+    reused.key_file = cert_dir + "/host-" + cert_host + ".key";
+    if (fs::exists(reused.cert_file)) {
+      agent_certs = reused;
+    } else {
+      absl::StatusOr<TestCerts> issued =
+          MakeHostCert(*tls_, cert_dir, cert_host, {address});
+      if (!issued.ok()) return issued.status();
+      agent_certs = *issued;
+    }
+  }
+  absl::StrAppend(&yaml, spec.extra_yaml,
+                  TlsYaml(/*server=*/true,
+                          agent_certs.has_value() ? &*agent_certs : nullptr));
   WriteFile(config, yaml);
   // Only the agent (and the operator) may read its configuration.
   chmod(config.c_str(), 0600);
@@ -536,13 +558,14 @@ absl::StatusOr<nlohmann::json> GdtCluster::Status() {
   return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_), env);
 }
 
-std::string GdtCluster::TlsYaml(bool server) const {
+std::string GdtCluster::TlsYaml(bool server, const TestCerts* certs) const {
   // Daemons in network namespaces listen on non-loopback addresses, which
   // they refuse in plaintext unless told so.
   if (!tls_.has_value()) return server ? "tls: off\n" : "";
-  return absl::StrCat("tls:\n  ca_file: ", tls_->ca_file,
-                      "\n  cert_file: ", tls_->cert_file,
-                      "\n  key_file: ", tls_->key_file, "\n",
+  if (certs == nullptr) certs = &*tls_;
+  return absl::StrCat("tls:\n  ca_file: ", certs->ca_file,
+                      "\n  cert_file: ", certs->cert_file,
+                      "\n  key_file: ", certs->key_file, "\n",
                       server ? "  require_client_cert: true\n" : "");
 }
 

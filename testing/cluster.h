@@ -113,6 +113,10 @@ struct AgentSpec {
   std::vector<std::string> member_uid_pool;
   // YAML lines appended to the agent's config.
   std::string extra_yaml;
+  // With UseTls(): the host name the agent's certificate is issued for;
+  // empty = `name` (what an operator does). Attack tests give an agent
+  // another host's certificate.
+  std::string tls_cert_host;
 };
 
 // Two accounts for member_uid_pool that exist nowhere else on the machine
@@ -150,7 +154,9 @@ class GdtCluster {
     executor_extra_config_ = std::move(yaml);
   }
   // Every daemon, the executor and Status() use TLS with mutual
-  // authentication from `certs` (call before starting anything).
+  // authentication from `certs` (call before starting anything). Each agent
+  // gets a certificate of its own that names its host (MakeHostCert), as
+  // the coordinator requires by default.
   void UseTls(const TestCerts& certs) { tls_ = certs; }
 
   // Starts gdt-coord; `listen` empty = a kernel-chosen port.
@@ -214,7 +220,8 @@ class GdtCluster {
  private:
   std::vector<std::string> Prefix(int host) const;
   // The `tls:` config lines ("" without UseTls()).
-  std::string TlsYaml(bool server) const;
+  // `certs` replaces the cluster's certificate (an agent's own).
+  std::string TlsYaml(bool server, const TestCerts* certs = nullptr) const;
   std::string WriteExecutorConfig() const;
 
   const NetworkNamespaces* namespaces_;

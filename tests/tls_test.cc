@@ -9,6 +9,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include "common/clock.h"
 #include "common/tls_config.h"
@@ -41,7 +42,8 @@ class TlsTest : public ::testing::Test {
     if (server_ != nullptr) server_->Shutdown();
   }
 
-  void StartCoordinator(bool require_client_cert) {
+  void StartCoordinator(bool require_client_cert,
+                        std::optional<bool> agent_cert_must_match_host = {}) {
     Config config;
     config.listen_address = "127.0.0.1:0";
     config.state_path = temp_.path() + "/coord.db";
@@ -50,19 +52,24 @@ class TlsTest : public ::testing::Test {
     config.tls.cert_file = certs_.cert_file;
     config.tls.key_file = certs_.key_file;
     config.tls.require_client_cert = require_client_cert;
+    config.tls.agent_cert_must_match_host = agent_cert_must_match_host;
     absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
         CoordinatorServer::Start(config, clock_);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
   }
 
-  rendezvous::ClientSecurity Client(const std::string& ca, bool with_cert) {
+  // `cert`: the client certificate to present (certs_'s own by default).
+  rendezvous::ClientSecurity Client(
+      const std::string& ca, bool with_cert,
+      const gdt::test::TestCerts* cert = nullptr) {
+    if (cert == nullptr) cert = &certs_;
     TlsConfig tls;
     tls.enabled = true;
     tls.ca_file = ca;
     if (with_cert) {
-      tls.cert_file = certs_.cert_file;
-      tls.key_file = certs_.key_file;
+      tls.cert_file = cert->cert_file;
+      tls.key_file = cert->key_file;
     }
     absl::StatusOr<rendezvous::ClientSecurity> security =
         rendezvous::LoadClientSecurity(tls);
@@ -118,6 +125,39 @@ TEST_F(TlsTest, MutualTlsRefusesClientWithoutCertificate) {
               HasSubstr("client certificate (set tls.cert_file and "
                         "tls.key_file)"));
   EXPECT_TRUE(Status(Client(certs_.ca_file, true)).ok());
+}
+
+// Under mTLS a heartbeat (like every call that acts for a host) needs a
+// client certificate naming that host, unless the operator switched the
+// check off for a certificate shared by every host.
+TEST_F(TlsTest, HostCallsNeedACertificateNamingTheHost) {
+  absl::StatusOr<gdt::test::TestCerts> gpu01 =
+      gdt::test::MakeHostCert(certs_, temp_.path(), "gpu-01");
+  ASSERT_TRUE(gpu01.ok()) << gpu01.status();
+  StartCoordinator(true);
+  rendezvous::CoordinatorClient own(server_->bound_address(),
+                                    Client(certs_.ca_file, true, &*gpu01));
+  EXPECT_TRUE(own.Heartbeat("gpu-01", 5s).ok());
+  // Host names are DNS names: case does not matter.
+  EXPECT_TRUE(own.Heartbeat("GPU-01", 5s).ok());
+  const absl::Status other = own.Heartbeat("gpu-02", 5s).status();
+  EXPECT_EQ(other.code(), absl::StatusCode::kPermissionDenied) << other;
+  EXPECT_THAT(other.message(),
+              HasSubstr("agent certificate names 'gpu-01', 'localhost', "
+                        "not host 'gpu-02'"));
+  rendezvous::CoordinatorClient shared(server_->bound_address(),
+                                       Client(certs_.ca_file, true));
+  EXPECT_EQ(shared.Heartbeat("gpu-01", 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  // A status reader's certificate need not name anything.
+  EXPECT_TRUE(Status(Client(certs_.ca_file, true)).ok());
+
+  server_->Shutdown();
+  server_.reset();
+  StartCoordinator(true, /*agent_cert_must_match_host=*/false);
+  rendezvous::CoordinatorClient shared_off(server_->bound_address(),
+                                           Client(certs_.ca_file, true));
+  EXPECT_TRUE(shared_off.Heartbeat("gpu-01", 5s).ok());
 }
 
 TEST_F(TlsTest, KvClientTalksTls) {
