@@ -140,6 +140,15 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
                                        return entry.second.preemptible;
                                      }));
     out->set_preemption_planned_by(gang.preemption_planned_by);
+    out->set_preemptions(gang.preemptions);
+    out->set_preempted_epoch(gang.preempted_epoch);
+    out->set_preempted_by(gang.preempted_by);
+    out->set_preempted_lost_gpu_hours(
+        static_cast<double>(gang.preempted_lost_gpu_seconds) / 3600.0);
+    if (gang.state == state::GangState::kRunning &&
+        gang.preempt_notice_ms != 0) {
+      out->set_preemption_stop_by_unix_ms(gang.preempt_stop_by_ms);
+    }
     for (const auto& [index, member] : gang.members) {
       v1::MemberStatus* status = out->add_members();
       status->set_member_index(index);
@@ -518,6 +527,7 @@ void CoordinatorService::DispatchWatch(state::MemberEvent& event) {
       message.mutable_failed()->set_member_index(event.failed_member);
       message.mutable_failed()->set_job_id(event.failed_job_id);
       message.mutable_failed()->set_collect_evidence(event.collect_evidence);
+      message.mutable_failed()->set_preempted(event.preempted);
       it->second->Send(std::move(message), /*final=*/true);
       break;
     case state::MemberEvent::Kind::kGangSucceeded:

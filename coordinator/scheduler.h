@@ -321,6 +321,33 @@ class Scheduler {
   absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
                                           const std::string& note);
 
+  // Preemption, in scheduler_preemption.cc -----------------.
+  // With preemption enabled, each admission pass may choose running
+  // preemptible gangs to make room for a waiting one. Each such victim
+  // gets a checkpoint notice (handed to the caller here, who writes it into
+  // the gang's key-value store, where `gdt-ckpt run` picks it up) and is
+  // failed as preempted as soon as it records a checkpoint, one of its
+  // members exits, or the grace runs out, whichever is first. The failure
+  // names the waiting gang, its priority, the checkpoint and the GPU-hours
+  // lost; its watches learn that the gang was preempted (members exit with
+  // the preemption code, which the default retry brings back), and the
+  // gang's preemption count, kept across epochs, bounds how often it is
+  // chosen again.
+  struct PreemptionNotice {
+    std::string gang_id;
+    uint32_t epoch = 0;
+    int64_t stop_by_unix_s = 0;  // When the gang is stopped at the latest.
+  };
+  // Returns and clears the notices of preemptions begun since the last call.
+  std::vector<PreemptionNotice> TakePreemptionNotices();
+  // Gang `gang_id` recorded a checkpoint in `epoch`; a gang being preempted
+  // is stopped on the next StopPreemptedGangs().
+  void NoteCheckpoint(const std::string& gang_id, uint32_t epoch);
+  // Fails every gang being preempted that recorded a checkpoint since its
+  // notice or whose grace has run out. Returns their ids. Persisting errors
+  // are logged; the gang is then tried again on the next call.
+  std::vector<std::string> StopPreemptedGangs();
+
   // Forming gangs none of whose members holds a join stream (every one
   // went away, e.g. their runners were stopped) would wait forever. Each
   // forming gang seen without a present member for forming_abandoned_after
@@ -338,6 +365,13 @@ class Scheduler {
                         const std::string& cause,
                         std::string_view failure_class,
                         bool collect_evidence = false);
+  // Begins preempting running `gang` as the policy chose it (`victim`);
+  // nothing when it is not running or already being preempted.
+  void StartPreemption(state::Gang& gang, const PreemptedGang& victim);
+  // Fails `gang`, which is being preempted, as preempted and counts it;
+  // `early_exit` (empty = none) says which member ended before a
+  // checkpoint was recorded.
+  absl::Status FailPreempted(state::Gang& gang, const std::string& early_exit);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const state::Gang& gang,
                                  const state::Member& member);
@@ -452,6 +486,7 @@ class Scheduler {
   // them so.
   std::map<std::string, Clock::TimePoint> forming_empty_since_;
   std::vector<state::MemberEvent> events_;
+  std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();
 };
 

@@ -392,8 +392,8 @@ TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
 
 // With preemption enabled, a higher-priority gang that cannot be placed
 // makes the policy choose a running gang that declared itself preemptible
-// (shown in the snapshot; stopping it is not wired yet) and never one that
-// did not.
+// (shown in the snapshot; the stop is in scheduler_preemption_test.cc) and
+// never one that did not.
 TEST_F(SchedulerTest, PreemptionPlansOnlyGangsThatDeclaredThemselves) {
   for (const bool preemptible : {true, false}) {
     SCOPED_TRACE(preemptible ? "preemptible" : "not preemptible");
