@@ -541,8 +541,6 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
         store_->SaveCheckpointRecord(record, kCheckpointsPerGang));
     scheduler_->NoteCheckpoint(record.gang_id, record.epoch);
   }
-  // A gang being preempted is stopped as soon as it checkpointed.
-  Wake();
   return absl::OkStatus();
 }
 

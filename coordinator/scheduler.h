@@ -21,6 +21,11 @@
 
 namespace gdt::coordinator {
 
+// How long a gang being preempted may still run after it recorded its
+// checkpoint: a training that stops on the notice exits within it, and
+// its exit stops the gang at once.
+inline constexpr std::chrono::milliseconds kPreemptionSettle{5000};
+
 struct SchedulerOptions {
   uint32_t max_nodes_per_job = 8;
   uint32_t master_port_min = 29510;
@@ -326,8 +331,10 @@ class Scheduler {
   // preemptible gangs to make room for a waiting one. Each such victim
   // gets a checkpoint notice (handed to the caller here, who writes it into
   // the gang's key-value store, where `gdt-ckpt run` picks it up) and is
-  // failed as preempted as soon as it records a checkpoint, one of its
-  // members exits, or the grace runs out, whichever is first. The failure
+  // failed as preempted as soon as one of its members exits (it stopped
+  // on the notice), kPreemptionSettle after it recorded a checkpoint (time
+  // for the training to finish its step and exit by itself), or when the
+  // grace runs out, whichever is first. The failure
   // names the waiting gang, its priority, the checkpoint and the GPU-hours
   // lost; its watches learn that the gang was preempted (members exit with
   // the preemption code, which the default retry brings back), and the
@@ -344,7 +351,7 @@ class Scheduler {
   // is stopped on the next StopPreemptedGangs().
   void NoteCheckpoint(const std::string& gang_id, uint32_t epoch);
   // Fails every gang being preempted that recorded a checkpoint since its
-  // notice or whose grace has run out. Returns their ids. Persisting errors
+  // notice at least kPreemptionSettle ago or whose grace has run out. Returns their ids. Persisting errors
   // are logged; the gang is then tried again on the next call.
   std::vector<std::string> StopPreemptedGangs();
 

@@ -79,9 +79,10 @@ std::vector<std::string> Scheduler::StopPreemptedGangs() {
         gang.preempt_notice_ms == 0) {
       continue;
     }
-    if (gang.preempt_checkpoint_ms == 0 && now_ms < gang.preempt_stop_by_ms) {
-      continue;
-    }
+    const bool settled =
+        gang.preempt_checkpoint_ms != 0 &&
+        now_ms >= gang.preempt_checkpoint_ms + kPreemptionSettle.count();
+    if (!settled && now_ms < gang.preempt_stop_by_ms) continue;
     if (absl::Status status = FailPreempted(gang, ""); !status.ok()) {
       spdlog::error("event=preemption_stop_failed gang={} error={}",
                     LogValue(id), LogValue(status.ToString()));

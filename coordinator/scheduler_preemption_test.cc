@@ -130,26 +130,29 @@ TEST_F(PreemptionTest, VictimGetsTheNoticeAndStopsAtItsCheckpoint) {
 
   Advance(20s);
   s().NoteCheckpoint(kLow, 1);
-  Advance(2s);
+  // The training gets a moment to stop by itself after its checkpoint.
+  Advance(4s);
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  Advance(1s);
   EXPECT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
 
   EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
   EXPECT_THAT(Gang(kLow).reason,
               HasSubstr("failed: preempted by gang high-p5-pl77-n1 "
                         "(priority 5) after checkpoint at "));
-  // 8 GPUs for the 2 s since the checkpoint.
-  EXPECT_THAT(Gang(kLow).reason, HasSubstr("lost ~0.00 GPU-hours "
+  // 8 GPUs for the 5 s since the checkpoint.
+  EXPECT_THAT(Gang(kLow).reason, HasSubstr("lost ~0.01 GPU-hours "
                                            "(preemption 1 of at most 1)"));
   EXPECT_EQ(Gang(kLow).preemptions, 1u);
   EXPECT_EQ(Gang(kLow).preempted_by, kHigh);
-  EXPECT_EQ(Gang(kLow).preempted_lost_gpu_seconds, 16);
+  EXPECT_EQ(Gang(kLow).preempted_lost_gpu_seconds, 40);
   std::optional<state::MemberEvent> failed = FailedEvent(50);
   ASSERT_TRUE(failed.has_value());
   EXPECT_TRUE(failed->preempted);
   EXPECT_EQ(failed->failed_member, 0u);
   const std::string text = metrics.Render(s().GetSnapshot(false));
   EXPECT_THAT(text, HasSubstr("gdt_preemptions_total 1\n"));
-  EXPECT_THAT(text, HasSubstr("gdt_preempted_gpu_hours_total 0.00444"));
+  EXPECT_THAT(text, HasSubstr("gdt_preempted_gpu_hours_total 0.0111"));
   EXPECT_THAT(text, HasSubstr("gdt_failures_total{class=\"preempted\"} 1\n"));
 
   // Once its member has left, the high-priority gang is admitted.
@@ -224,6 +227,7 @@ TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
   s().Plan();
   ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
   s().NoteCheckpoint(kLow, 1);
+  Advance(5s);
   ASSERT_THAT(s().StopPreemptedGangs(), SizeIs(1));
   ASSERT_TRUE(s().Leave(Gang(kLow).key, 1, 101).ok());
   std::vector<AdmissionProposal> proposals = s().Plan();
