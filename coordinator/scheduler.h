@@ -351,8 +351,9 @@ class Scheduler {
   // is stopped on the next StopPreemptedGangs().
   void NoteCheckpoint(const std::string& gang_id, uint32_t epoch);
   // Fails every gang being preempted that recorded a checkpoint since its
-  // notice at least kPreemptionSettle ago or whose grace has run out. Returns their ids. Persisting errors
-  // are logged; the gang is then tried again on the next call.
+  // notice at least kPreemptionSettle ago or whose grace has run out. Returns
+  // their ids. Persisting errors are logged; the gang is then tried again on
+  // the next call.
   std::vector<std::string> StopPreemptedGangs();
 
   // Forming gangs none of whose members holds a join stream (every one
