@@ -348,6 +348,13 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
   return status;
 }
 
+absl::StatusOr<std::shared_ptr<const state::PeerList>> Coordinator::Peers(
+    const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+    int64_t job_id) {
+  MutexLock lock(mu_);
+  return scheduler_->Peers(gang_id, epoch, member_index, job_id);
+}
+
 absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
                                 uint32_t member_index, int64_t job_id,
                                 uint64_t watch_id) {

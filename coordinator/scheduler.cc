@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -1118,8 +1119,8 @@ void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
   Pass();
 }
 
-state::Assignment Scheduler::BuildAssignment(
-    const state::Gang& gang, const state::Member& member) const {
+state::Assignment Scheduler::BuildAssignment(const state::Gang& gang,
+                                             const state::Member& member) {
   state::Assignment assignment;
   assignment.gang_id = gang.id;
   assignment.epoch = gang.epoch;
@@ -1137,20 +1138,49 @@ state::Assignment Scheduler::BuildAssignment(
   assignment.gpu_indices = member.gpu_indices;
   assignment.master_addr = gang.master_addr;
   assignment.master_port = gang.master_port;
+  assignment.peers = PeerListOf(gang);
+  assignment.launcher = member.launcher;
+  return assignment;
+}
+
+std::shared_ptr<const state::PeerList> Scheduler::PeerListOf(
+    const state::Gang& gang) {
+  std::shared_ptr<const state::PeerList>& cached = peer_lists_[gang.id];
+  if (cached != nullptr && cached->epoch == gang.epoch) return cached;
+  auto list = std::make_shared<state::PeerList>();
+  list->epoch = gang.epoch;
   std::vector<const state::Member*> by_rank;
+  by_rank.reserve(gang.members.size());
   for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
   std::stable_sort(by_rank.begin(), by_rank.end(),
                    [](const state::Member* a, const state::Member* b) {
                      return a->node_rank < b->node_rank;
                    });
+  list->addresses.reserve(by_rank.size());
   for (const state::Member* peer : by_rank) {
     auto peer_host = hosts_.find(peer->host_name);
-    assignment.peers.push_back(peer_host != hosts_.end()
-                                   ? peer_host->second.spec.address
-                                   : peer->host_name);
+    list->addresses.push_back(peer_host != hosts_.end()
+                                  ? peer_host->second.spec.address
+                                  : peer->host_name);
   }
-  assignment.launcher = member.launcher;
-  return assignment;
+  list->sha256 = Sha256Hex(absl::StrJoin(list->addresses, "\n"));
+  cached = std::move(list);
+  return cached;
+}
+
+absl::StatusOr<std::shared_ptr<const state::PeerList>> Scheduler::Peers(
+    const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+    int64_t job_id) {
+  absl::StatusOr<state::Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  state::Gang* gang = *found;
+  if (gang->state != state::GangState::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " epoch ", epoch,
+                     " is not running: no peer list to give"));
+  }
+  return PeerListOf(*gang);
 }
 
 void Scheduler::QueueAdmitted(const state::Gang& gang, state::Member& member,

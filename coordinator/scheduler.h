@@ -207,6 +207,14 @@ class Scheduler {
   // Forgets watch stream `watch_id` (it ended). Idempotent.
   void Unwatch(uint64_t watch_id);
 
+  // The peer list of a member's running gang (what a compact assignment
+  // leaves out), the same object every member's assignment of this epoch
+  // refers to. Errors: as ReportExit for an unknown gang, member, job or
+  // epoch; FailedPrecondition when the gang is not running.
+  absl::StatusOr<std::shared_ptr<const state::PeerList>> Peers(
+      const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+      int64_t job_id);
+
   // Marks a member left. Idempotent; unknown gangs and members are fine.
   // When every member of a running gang has left, the gang is done and its
   // leases are released.
@@ -425,7 +433,10 @@ class Scheduler {
                            int32_t exit_code, bool cancelled,
                            int64_t exited_unix_ms) const;
   state::Assignment BuildAssignment(const state::Gang& gang,
-                                    const state::Member& member) const;
+                                    const state::Member& member);
+  // The gang's peer list for its current epoch: built on first use after an
+  // admission and kept until its leases are released.
+  std::shared_ptr<const state::PeerList> PeerListOf(const state::Gang& gang);
   void QueueAdmitted(const state::Gang& gang, state::Member& member,
                      uint64_t stream_id);
 
@@ -437,6 +448,8 @@ class Scheduler {
   std::map<state::GangKey, std::string> gang_ids_;
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
+  // Peer lists of running gangs, by gang id (see PeerListOf).
+  std::map<std::string, std::shared_ptr<const state::PeerList>> peer_lists_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Open watch streams (until Unwatch) -> the watching member's job id.

@@ -256,6 +256,7 @@ void Scheduler::ReleaseLeases(const state::Gang& gang) {
     for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
   }
   port_leases_[gang.master_host].erase(gang.master_port);
+  peer_lists_.erase(gang.id);
 }
 
 std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -169,6 +170,15 @@ struct PortLease {
 
 // What a member needs to start its part of the job (v1::Assignment less the
 // coordinator endpoint, which the service adds).
+// A gang's host addresses in node-rank order for one epoch: built once when
+// the gang is admitted and shared by every member's assignment, so admitting
+// N members copies no list N times.
+struct PeerList {
+  uint32_t epoch = 0;
+  std::vector<std::string> addresses;
+  std::string sha256;  // Lowercase hex of the addresses joined by "\n".
+};
+
 struct Assignment {
   std::string gang_id;
   uint32_t epoch = 0;
@@ -182,7 +192,7 @@ struct Assignment {
   std::vector<uint32_t> gpu_indices;
   std::string master_addr;
   uint32_t master_port = 0;
-  std::vector<std::string> peers;
+  std::shared_ptr<const PeerList> peers;  // Never null in an Admitted event.
   std::string network_interface;
   Launcher launcher = 0;
   // The gang's key-value store token for this epoch; the Coordinator fills it
