@@ -3,7 +3,12 @@
 // 4,096 members, against the real in-process coordinator on loopback; next
 // to a naive barrier (a gRPC service that only counts joins and releases
 // everyone with an equally large Admitted event) measured in the same run.
-// Usage: gdt-bench-formation [--quick]
+// Both send the compact assignment gdt-executor asks for (rank, world size,
+// master, digest of the peer list; no peer list); with --full-peers both send
+// every member the whole peer list instead, as executors before compact
+// assignments asked for.
+// Usage: gdt-bench-formation [--quick] [--full-peers] [--barrier-only]
+//        [--sizes=8,64,...]
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -26,10 +31,13 @@ using Clock = std::chrono::steady_clock;
 constexpr std::chrono::seconds kFormationTimeout{120};
 
 // The naive barrier: holds each JoinGang stream until `size` members of its
-// gang have joined, then writes every member an Admitted event (with the
-// same peer list a real assignment has) and ends the streams.
+// gang have joined, then writes every member an Admitted event (the same
+// compact payload a real assignment has: no peer list, its digest) and ends
+// the streams.
 class BarrierService final : public v1::Coordinator::CallbackService {
  public:
+  explicit BarrierService(bool full_peers) : full_peers_(full_peers) {}
+
   class Stream final : public grpc::ServerWriteReactor<v1::JoinGangEvent> {
    public:
     void Admit(const v1::JoinGangEvent& event) {
@@ -64,8 +72,17 @@ class BarrierService final : public v1::Coordinator::CallbackService {
       assignment->set_num_nodes(request->key().size());
       assignment->set_master_addr("127.0.0.1");
       assignment->set_master_port(29500);
-      for (size_t i = 0; i < release.size(); ++i) {
-        assignment->add_peers("127.0.0.1");
+      assignment->set_world_size(request->key().size());
+      assignment->set_host_name("host-00");
+      assignment->set_host_address("10.0.0.0");
+      assignment->set_agent_endpoint("10.0.0.0:7071");
+      assignment->set_coordinator_endpoint("127.0.0.1:7070");
+      // A digest-sized stand-in (64 hex digits), as in a compact assignment.
+      assignment->set_peers_sha256(std::string(64, 'f'));
+      if (full_peers_) {
+        for (size_t i = 0; i < release.size(); ++i) {
+          assignment->add_peers("10.0.0.0");
+        }
       }
       for (auto& [index, waiting_stream] : release) {
         assignment->set_node_rank(index - 1);
@@ -76,6 +93,7 @@ class BarrierService final : public v1::Coordinator::CallbackService {
   }
 
  private:
+  const bool full_peers_;
   std::mutex mu_;
   std::map<int64_t, std::vector<std::pair<uint32_t, Stream*>>> gangs_;
 };
@@ -83,14 +101,15 @@ class BarrierService final : public v1::Coordinator::CallbackService {
 // One formation: `size` joins started back to back; returns milliseconds
 // to the last Admitted, or -1 when a member was not admitted.
 double FormOnce(std::vector<std::unique_ptr<v1::Coordinator::Stub>>& stubs,
-                int64_t pipeline, uint32_t size) {
+                int64_t pipeline, uint32_t size, bool full_peers) {
   Latch done(size);
   std::vector<std::unique_ptr<JoinStream>> streams;
   streams.reserve(size);
   for (uint32_t index = 1; index <= size; ++index) {
+    v1::JoinGangRequest request = JoinRequestFor(pipeline, size, index);
+    request.set_compact_assignment(!full_peers);
     streams.push_back(std::make_unique<JoinStream>(
-        stubs[index % stubs.size()].get(),
-        JoinRequestFor(pipeline, size, index), &done));
+        stubs[index % stubs.size()].get(), request, &done));
   }
   const Clock::time_point start = Clock::now();
   for (auto& stream : streams) stream->Start();
@@ -126,11 +145,13 @@ int main(int argc, char** argv) {
   using namespace gdt::bench;
   bool quick = false;
   bool barrier_only = false;
+  bool full_peers = false;
   std::vector<uint32_t> sizes = {8, 64, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
     if (arg == "--barrier-only") barrier_only = true;
+    if (arg == "--full-peers") full_peers = true;
     if (arg.rfind("--sizes=", 0) == 0) {
       sizes.clear();
       for (absl::string_view size : absl::StrSplit(arg.substr(8), ',')) {
@@ -157,7 +178,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "# gdt coordinator under test: %s\n",
                gdt->endpoint().c_str());
-  BarrierService barrier_service;
+  BarrierService barrier_service(full_peers);
   grpc::ServerBuilder builder;
   int barrier_port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -176,14 +197,18 @@ int main(int argc, char** argv) {
           ? std::map<uint32_t, int>{{8, 20}, {64, 10}, {1024, 2}, {4096, 1}}
           : std::map<uint32_t, int>{{8, 200}, {64, 100}, {1024, 5}, {4096, 3}};
   int64_t pipeline = 1;
-  std::printf("# formation: first JoinGang sent -> last Admitted received\n");
+  std::printf(
+      "# formation: first JoinGang sent -> last Admitted received; %s\n",
+      full_peers ? "full assignments (every member gets the peer list)"
+                 : "compact assignments (no peer list, its digest)");
   for (uint32_t size : sizes) {
     const double target = targets.count(size) ? targets.at(size) : 0;
     const int repeat = runs.count(size) ? runs.at(size) : 3;
     std::vector<double> gdt_ms, barrier_ms;
     if (barrier_only) {
       for (int run = 0; run < repeat; ++run) {
-        barrier_ms.push_back(FormOnce(barrier_stubs, pipeline++, size));
+        barrier_ms.push_back(
+            FormOnce(barrier_stubs, pipeline++, size, full_peers));
       }
       const Stats b = Summarize(barrier_ms);
       std::printf("formation members=%-5u barrier only p50=%.2fms p99=%.2fms\n",
@@ -194,7 +219,7 @@ int main(int argc, char** argv) {
     // so that the next gang finds the slots free.
     auto form_gdt = [&]() {
       const int64_t gdt_pipeline = pipeline++;
-      const double ms = FormOnce(gdt_stubs, gdt_pipeline, size);
+      const double ms = FormOnce(gdt_stubs, gdt_pipeline, size, full_peers);
       for (uint32_t index = 1; index <= size; ++index) {
         gdt::state::GangKey key{"https://gitlab.example.com", 1, gdt_pipeline,
                                 "bench", size};
@@ -203,13 +228,14 @@ int main(int argc, char** argv) {
       return ms;
     };
     form_gdt();  // Warm-up.
-    FormOnce(barrier_stubs, pipeline++, size);
+    FormOnce(barrier_stubs, pipeline++, size, full_peers);
     for (int run = 0; run < repeat; ++run) {
       // Alternate so that machine noise hits both alike.
       const double ms = form_gdt();
       if (ms < 0) return 1;
       gdt_ms.push_back(ms);
-      barrier_ms.push_back(FormOnce(barrier_stubs, pipeline++, size));
+      barrier_ms.push_back(
+          FormOnce(barrier_stubs, pipeline++, size, full_peers));
     }
     const Stats g = Summarize(gdt_ms);
     const Stats b = Summarize(barrier_ms);

@@ -100,6 +100,8 @@ v1::JoinGangRequest JoinRequestFor(int64_t pipeline, uint32_t size,
   request.set_gpus_per_node(0);
   request.set_procs_per_node(1);
   request.set_launcher(v1::LAUNCHER_NONE);
+  // As gdt-executor asks: the peer list is fetched after formation.
+  request.set_compact_assignment(true);
   return request;
 }
 

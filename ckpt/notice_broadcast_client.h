@@ -8,13 +8,13 @@
 #include "ckpt/command.h"
 #include "ckpt/notice.h"
 #include "rendezvous/kv_client.h"
+#include "rendezvous/kv_keys.h"
 
 namespace gdt::ckpt {
 
-// The key in the gang's key-value store that carries the notice (the first
-// announcer's deadline, Unix seconds). Cleared with the store at the end of
-// the epoch, so a retried epoch starts without a notice.
-inline constexpr char kNoticeKey[] = "gdt/checkpoint-notice";
+// The key in the gang's key-value store that carries the notice (see
+// rendezvous/kv_keys.h; the coordinator sets it too when it preempts).
+inline constexpr const char* kNoticeKey = rendezvous::kCheckpointNoticeKey;
 
 // gdt-ckpt run's NoticeBroadcast on the gang's key-value store: Announce is
 // a compare-and-set of kNoticeKey (the first member wins; later ones find

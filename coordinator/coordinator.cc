@@ -1,12 +1,14 @@
 #include "coordinator/coordinator.h"
 
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
+#include "rendezvous/kv_keys.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -208,6 +210,33 @@ void Coordinator::EndFinishedKvGangsLocked() {
   }
 }
 
+void Coordinator::SendPreemptionNoticesLocked() {
+  for (const Scheduler::PreemptionNotice& notice :
+       scheduler_->TakePreemptionNotices()) {
+    auto token = kv_tokens_.find(notice.gang_id);
+    absl::Status status = absl::FailedPreconditionError(
+        "the gang has no key-value store for this epoch");
+    if (token != kv_tokens_.end() && token->second.epoch == notice.epoch) {
+      // The value is what a member announcing its own notice writes: the
+      // deadline, Unix seconds. A member's earlier notice stays.
+      absl::StatusOr<kv::KvCasResult> set = kv_->CompareAndSet(
+          kv::KvCaller{notice.gang_id, notice.epoch, token->second.token},
+          rendezvous::kCheckpointNoticeKey, std::nullopt,
+          absl::StrCat(notice.stop_by_unix_s));
+      status = set.status();
+    }
+    if (status.ok()) {
+      spdlog::info("event=preemption_notice_sent gang={} stop_by_unix_s={}",
+                   LogValue(notice.gang_id), notice.stop_by_unix_s);
+    } else {
+      // The gang is still stopped at its deadline, only without the chance
+      // to checkpoint first.
+      spdlog::warn("event=preemption_notice_failed gang={} error={}",
+                   LogValue(notice.gang_id), LogValue(status.ToString()));
+    }
+  }
+}
+
 void Coordinator::Deliver(std::vector<state::MemberEvent> events) {
   if (!events.empty() && sink_) sink_(std::move(events));
 }
@@ -222,7 +251,9 @@ void Coordinator::RunAdmissionPass() {
     scheduler_->FailSuspectedGangs();
     scheduler_->EndAbandonedFormingGangs();
     scheduler_->ReconcileMembers();
+    scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();
+    SendPreemptionNoticesLocked();
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));
@@ -346,6 +377,13 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
   }
   Deliver(std::move(events));
   return status;
+}
+
+absl::StatusOr<std::shared_ptr<const state::PeerList>> Coordinator::Peers(
+    const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+    int64_t job_id) {
+  MutexLock lock(mu_);
+  return scheduler_->Peers(gang_id, epoch, member_index, job_id);
 }
 
 absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
@@ -504,8 +542,13 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
       std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::system_clock::now().time_since_epoch())
           .count();
-  MutexLock lock(mu_);
-  return store_->SaveCheckpointRecord(record, kCheckpointsPerGang);
+  {
+    MutexLock lock(mu_);
+    GDT_RETURN_IF_ERROR(
+        store_->SaveCheckpointRecord(record, kCheckpointsPerGang));
+    scheduler_->NoteCheckpoint(record.gang_id, record.epoch);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<state::CheckpointRecord>>

@@ -85,6 +85,10 @@ class Coordinator {
   absl::Status Watch(const std::string& gang_id, uint32_t epoch,
                      uint32_t member_index, int64_t job_id, uint64_t watch_id);
   void Unwatch(uint64_t watch_id);
+  // See Scheduler::Peers.
+  absl::StatusOr<std::shared_ptr<const state::PeerList>> Peers(
+      const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+      int64_t job_id);
   absl::Status Leave(const state::GangKey& key, uint32_t member_index,
                      int64_t job_id);
   Snapshot GetSnapshot(bool include_finished);
@@ -170,6 +174,9 @@ class Coordinator {
   std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndFinishedKvGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the checkpoint notice of each gang the scheduler began to
+  // preempt into that gang's key-value store (rendezvous/kv_keys.h).
+  void SendPreemptionNoticesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Deliver(std::vector<state::MemberEvent> events);
   void Wake();
   void Loop();

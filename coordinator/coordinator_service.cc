@@ -85,8 +85,9 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   return request;
 }
 
+// `compact`: leave the peer list out (the member fetches it with GetPeers).
 void ToProto(const state::Assignment& assignment, const std::string& endpoint,
-             v1::Assignment* proto) {
+             bool compact, v1::Assignment* proto) {
   proto->set_gang_id(assignment.gang_id);
   proto->set_epoch(assignment.epoch);
   proto->set_node_rank(assignment.node_rank);
@@ -99,7 +100,16 @@ void ToProto(const state::Assignment& assignment, const std::string& endpoint,
   for (uint32_t gpu : assignment.gpu_indices) proto->add_gpu_indices(gpu);
   proto->set_master_addr(assignment.master_addr);
   proto->set_master_port(assignment.master_port);
-  for (const std::string& peer : assignment.peers) proto->add_peers(peer);
+  if (assignment.peers != nullptr) {
+    proto->set_peers_sha256(assignment.peers->sha256);
+    if (!compact) {
+      proto->mutable_peers()->Reserve(
+          static_cast<int>(assignment.peers->addresses.size()));
+      for (const std::string& peer : assignment.peers->addresses) {
+        proto->add_peers(peer);
+      }
+    }
+  }
   proto->set_network_interface(assignment.network_interface);
   proto->set_launcher(static_cast<v1::Launcher>(assignment.launcher));
   proto->set_coordinator_endpoint(endpoint);
@@ -144,6 +154,15 @@ void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
                                        return entry.second.preemptible;
                                      }));
     out->set_preemption_planned_by(gang.preemption_planned_by);
+    out->set_preemptions(gang.preemptions);
+    out->set_preempted_epoch(gang.preempted_epoch);
+    out->set_preempted_by(gang.preempted_by);
+    out->set_preempted_lost_gpu_hours(
+        static_cast<double>(gang.preempted_lost_gpu_seconds) / 3600.0);
+    if (gang.state == state::GangState::kRunning &&
+        gang.preempt_notice_ms != 0) {
+      out->set_preemption_stop_by_unix_ms(gang.preempt_stop_by_ms);
+    }
     for (const auto& [index, member] : gang.members) {
       v1::MemberStatus* status = out->add_members();
       status->set_member_index(index);
@@ -306,8 +325,11 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
 class CoordinatorService::JoinReactor final
     : public EventWriter<v1::JoinGangEvent> {
  public:
-  JoinReactor(CoordinatorService& service, uint64_t stream_id)
-      : service_(service), stream_id_(stream_id) {}
+  JoinReactor(CoordinatorService& service, uint64_t stream_id, bool compact)
+      : service_(service), stream_id_(stream_id), compact_(compact) {}
+
+  // Whether the member asked for a compact assignment (no peer list).
+  bool compact() const { return compact_; }
 
   // Registers the stream, verifies the member with GitLab or by its ID
   // token when configured (before any scheduler lock is taken; bounded by
@@ -374,6 +396,7 @@ class CoordinatorService::JoinReactor final
  private:
   CoordinatorService& service_;
   const uint64_t stream_id_;
+  const bool compact_;
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
   uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -562,6 +585,7 @@ void CoordinatorService::DispatchWatch(state::MemberEvent& event) {
       message.mutable_failed()->set_member_index(event.failed_member);
       message.mutable_failed()->set_job_id(event.failed_job_id);
       message.mutable_failed()->set_collect_evidence(event.collect_evidence);
+      message.mutable_failed()->set_preempted(event.preempted);
       it->second->Send(std::move(message), /*final=*/true);
       break;
     case state::MemberEvent::Kind::kGangSucceeded:
@@ -592,7 +616,7 @@ void CoordinatorService::Dispatch(std::vector<state::MemberEvent> events) {
         reactor->Send(std::move(message), /*final=*/false);
         break;
       case state::MemberEvent::Kind::kAdmitted:
-        ToProto(event.assignment, advertise_endpoint_,
+        ToProto(event.assignment, advertise_endpoint_, reactor->compact(),
                 message.mutable_admitted()->mutable_assignment());
         reactor->Send(std::move(message), /*final=*/true);
         break;
@@ -662,7 +686,8 @@ grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
 
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
-  auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1));
+  auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1),
+                                  request->compact_assignment());
   reactor->Start(
       *request, MetadataValue(context, rendezvous::kJobTokenMetadata),
       MetadataValue(context, rendezvous::kIdTokenMetadata), context->peer());
@@ -798,6 +823,29 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
                   request->member_index(), LogValue(status.ToString()));
   }
   return Finish(context, status);
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::GetPeers(
+    grpc::CallbackServerContext* context, const v1::GetPeersRequest* request,
+    v1::GetPeersResponse* response) {
+  // Only the job itself, when members are verified.
+  absl::Status status =
+      Allow(context, "GetPeers", CheckJob(context, request->job_id()));
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<std::shared_ptr<const state::PeerList>> peers =
+      coordinator_.Peers(request->gang_id(), request->epoch(),
+                         request->member_index(), request->job_id());
+  if (!peers.ok()) {
+    spdlog::warn("event=peers_refused gang={} member={} job={} error={}",
+                 LogValue(request->gang_id()), request->member_index(),
+                 request->job_id(), LogValue(peers.status().ToString()));
+    return Finish(context, peers.status());
+  }
+  response->mutable_peers()->Reserve(
+      static_cast<int>((*peers)->addresses.size()));
+  for (const std::string& peer : (*peers)->addresses) response->add_peers(peer);
+  response->set_peers_sha256((*peers)->sha256);
+  return Finish(context, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(

@@ -87,6 +87,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* LeaveGang(grpc::CallbackServerContext* context,
                                       const v1::LeaveGangRequest* request,
                                       v1::LeaveGangResponse* response) override;
+  grpc::ServerUnaryReactor* GetPeers(grpc::CallbackServerContext* context,
+                                     const v1::GetPeersRequest* request,
+                                     v1::GetPeersResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;

@@ -7,6 +7,7 @@
 
 #include "common/fake_clock.h"
 #include "common/mutex.h"
+#include "common/sha256.h"
 #include "coordinator/agent_port_checker.h"
 #include "coordinator/metrics.h"
 #include "coordinator/rpc_metrics.h"
@@ -22,6 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 // A tiny real agent that answers CheckPort from a set of busy ports.
 class FakeAgent final : public v1::Agent::Service {
@@ -185,6 +187,48 @@ TEST_F(CoordinatorServiceTest, TwoMembersWaitThenGetRanksAndOneMasterPort) {
       client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->master_port(), 29511u);
+}
+
+TEST_F(CoordinatorServiceTest, CompactAssignmentLeavesThePeerListToGetPeers) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  // Member 1 is an older executor (full assignment), member 2 a compact one.
+  std::future<absl::StatusOr<v1::Assignment>> full =
+      std::async(std::launch::async, [&] {
+        return client_->JoinGang(JoinRequestFor(1, 2), deadline, nullptr,
+                                 nullptr);
+      });
+  v1::JoinGangRequest compact_request = JoinRequestFor(2, 2);
+  compact_request.set_compact_assignment(true);
+  absl::StatusOr<v1::Assignment> compact =
+      client_->JoinGang(compact_request, deadline, nullptr, nullptr);
+  ASSERT_EQ(full.wait_for(10s), std::future_status::ready);
+  absl::StatusOr<v1::Assignment> full_assignment = full.get();
+  ASSERT_TRUE(full_assignment.ok()) << full_assignment.status();
+  ASSERT_TRUE(compact.ok()) << compact.status();
+
+  EXPECT_THAT(full_assignment->peers(), ElementsAre("10.1.0.1", "10.1.0.1"));
+  EXPECT_THAT(compact->peers(), IsEmpty());
+  EXPECT_EQ(compact->node_rank(), 1u);
+  EXPECT_EQ(compact->world_size(), 4u);
+  EXPECT_EQ(compact->master_addr(), "10.1.0.1");
+  EXPECT_EQ(compact->peers_sha256(), Sha256Hex("10.1.0.1\n10.1.0.1"));
+  EXPECT_EQ(full_assignment->peers_sha256(), compact->peers_sha256());
+
+  v1::GetPeersRequest request;
+  request.set_gang_id(compact->gang_id());
+  request.set_epoch(compact->epoch());
+  request.set_member_index(2);
+  request.set_job_id(102);
+  absl::StatusOr<v1::GetPeersResponse> peers = client_->GetPeers(request, 5s);
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  EXPECT_THAT(peers->peers(), ElementsAre("10.1.0.1", "10.1.0.1"));
+  EXPECT_EQ(peers->peers_sha256(), compact->peers_sha256());
+
+  // Another job cannot pose as the member.
+  request.set_job_id(999);
+  EXPECT_EQ(client_->GetPeers(request, 5s).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CoordinatorServiceTest, RunnerSlotDeadlockAbortsTheYoungerGang) {

@@ -50,6 +50,13 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
       "gdt_deadlock_bounces_total",
       "Gangs bounced by the admission policy to break a runner-slot "
       "deadlock.");
+  registry_.DeclareCounter(
+      "gdt_preemptions_total",
+      "Running gangs stopped to make room for a higher-priority gang.");
+  registry_.DeclareCounter(
+      "gdt_preempted_gpu_hours_total",
+      "GPU-hours of work lost by preempted gangs since their last "
+      "checkpoint.");
   registry_.DeclareHistogram(
       "gdt_rpc_duration_seconds",
       "Time from each RPC's arrival to its first answer (a stream's first "
@@ -61,6 +68,8 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
                            "status code.");
   registry_.Touch("gdt_gangs_admitted_total");
   registry_.Touch("gdt_deadlock_bounces_total");
+  registry_.Touch("gdt_preemptions_total");
+  registry_.Touch("gdt_preempted_gpu_hours_total");
 }
 
 void CoordinatorMetrics::MemberJoined(const std::string& gang_id) {
@@ -100,6 +109,12 @@ void CoordinatorMetrics::Failure(std::string_view failure_class) {
 
 void CoordinatorMetrics::DeadlockBounce(const std::string& gang_id) {
   registry_.Increment("gdt_deadlock_bounces_total");
+}
+
+void CoordinatorMetrics::Preempted(const std::string& gang_id,
+                                   double lost_gpu_hours) {
+  registry_.Increment("gdt_preemptions_total");
+  registry_.Increment("gdt_preempted_gpu_hours_total", {}, lost_gpu_hours);
 }
 
 void CoordinatorMetrics::RpcFinished(std::string_view method,

@@ -25,6 +25,9 @@ class Observer {
   // Something failed; `failure_class` is a short snake_case word such as
   // "exit_nonzero", "signal", "cancelled" or "host_lost".
   virtual void Failure(std::string_view failure_class) {}
+  // Gang `gang_id` was preempted (stopped for a higher-priority gang),
+  // losing about `lost_gpu_hours` of work since its last checkpoint.
+  virtual void Preempted(const std::string& gang_id, double lost_gpu_hours) {}
   // The admission policy bounced a gang to break a runner-slot deadlock.
   virtual void DeadlockBounce(const std::string& gang_id) {}
   // An RPC finished with `code` (e.g. "OK", "NOT_FOUND") after `seconds`.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
 
@@ -110,7 +111,8 @@ absl::Status Scheduler::LoadState() {
       timeout = std::max(timeout, member.job_timeout_seconds);
     }
     // The admission time is not stored: count the timeout from now.
-    gang.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
+    gang.started_unix_s = clock_.UnixMillis() / 1000;
+    gang.end_bound_unix_s = gang.started_unix_s + RunBound(timeout);
     // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
     if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     gangs_[gang.id] = std::move(gang);
@@ -482,6 +484,22 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
   state::Gang& gang = **found;
+  if (gang.state == state::GangState::kRunning && gang.preempt_notice_ms != 0) {
+    // A member of a gang being preempted ended (typically it checkpointed
+    // on the notice and stopped): the gang is stopped as preempted, never
+    // counted as succeeded, so that the retry finishes the training.
+    int32_t& code = gang.members.at(member_index).exit_code;
+    const int32_t before = code;
+    code = exit_code;
+    absl::Status status = FailPreempted(
+        gang,
+        gang.preempt_checkpoint_ms != 0
+            ? std::string()
+            : absl::StrCat(MemberLabel(gang, gang.members.at(member_index)),
+                           " exited ", exit_code));
+    if (!status.ok()) code = before;
+    return status;
+  }
   state::Gang updated = gang;
   state::Member& member = updated.members.at(member_index);
   member.exit_code = exit_code;
@@ -566,6 +584,8 @@ void Scheduler::QueueWatchEvent(const state::Gang& gang, uint64_t watch_id) {
       event.failed_job_id = culprit->second.job_id;
     }
     event.collect_evidence = gang.collect_evidence;
+    event.preempted =
+        gang.preemptions > 0 && gang.preempted_epoch == gang.epoch;
   } else if (AllExitedZero(gang)) {
     event.kind = state::MemberEvent::Kind::kGangSucceeded;
   } else if (gang.state == state::GangState::kDone) {
@@ -718,6 +738,8 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
                                    ? gang.end_bound_unix_s
                                    : now_s;
     running.checkpoint_interval_s = options_.preemption.checkpoint_interval_s;
+    running.start_unix_s = gang.started_unix_s;
+    running.preemptions = gang.preemptions;
     // Preemptible only when every member says so: one member that did not
     // declare it keeps the whole gang out of preemption.
     bool first = true;
@@ -730,6 +752,13 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
       if (member.host_name.empty()) continue;
       running.members.push_back(
           LeasedMember{member.host_name, member.gpu_indices});
+    }
+    // A gang being preempted frees its GPUs by its stop deadline and is
+    // not chosen again meanwhile.
+    if (gang.state == state::GangState::kRunning &&
+        gang.preempt_notice_ms != 0) {
+      running.end_bound_unix_s = gang.preempt_stop_by_ms / 1000;
+      running.preemptible = false;
     }
     if (!running.members.empty()) out.push_back(std::move(running));
   }
@@ -849,20 +878,13 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
                           options_.preemption);
   }
   BounceGangs(plan.bounced, forming);
-  // Victims are reported, not stopped yet: one log line per (victim, head)
-  // pair, not one per pass.
+  // Victims get their checkpoint notice now and are stopped later
+  // (StopPreemptedGangs).
   for (const PreemptedGang& victim : plan.preempted) {
     auto found = gangs_.find(victim.gang_id);
-    if (found == gangs_.end() ||
-        found->second.preemption_planned_by == victim.by) {
-      continue;
-    }
+    if (found == gangs_.end()) continue;
     found->second.preemption_planned_by = victim.by;
-    spdlog::info(
-        "event=preemption_planned gang={} by={} lost_gpu_hours={:.2f} "
-        "stop_by_unix_s={} enforced=false reason={}",
-        LogValue(victim.gang_id), LogValue(victim.by), victim.lost_gpu_hours,
-        victim.stop_by_unix_s, LogValue(victim.reason));
+    StartPreemption(found->second, victim);
   }
   std::map<std::string, const PlannedGang*> admitted;
   for (const PlannedGang& planned : plan.admitted) {
@@ -1086,7 +1108,8 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
     member.gpu_indices = planned.gpu_indices;
     timeout = std::max(timeout, member.job_timeout_seconds);
   }
-  updated.end_bound_unix_s = clock_.UnixMillis() / 1000 + RunBound(timeout);
+  updated.started_unix_s = clock_.UnixMillis() / 1000;
+  updated.end_bound_unix_s = updated.started_unix_s + RunBound(timeout);
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
 
   for (const auto& [index, member] : updated.members) {
@@ -1118,8 +1141,8 @@ void Scheduler::Defer(const std::string& gang_id, const std::string& note) {
   Pass();
 }
 
-state::Assignment Scheduler::BuildAssignment(
-    const state::Gang& gang, const state::Member& member) const {
+state::Assignment Scheduler::BuildAssignment(const state::Gang& gang,
+                                             const state::Member& member) {
   state::Assignment assignment;
   assignment.gang_id = gang.id;
   assignment.epoch = gang.epoch;
@@ -1137,20 +1160,49 @@ state::Assignment Scheduler::BuildAssignment(
   assignment.gpu_indices = member.gpu_indices;
   assignment.master_addr = gang.master_addr;
   assignment.master_port = gang.master_port;
+  assignment.peers = PeerListOf(gang);
+  assignment.launcher = member.launcher;
+  return assignment;
+}
+
+std::shared_ptr<const state::PeerList> Scheduler::PeerListOf(
+    const state::Gang& gang) {
+  std::shared_ptr<const state::PeerList>& cached = peer_lists_[gang.id];
+  if (cached != nullptr && cached->epoch == gang.epoch) return cached;
+  auto list = std::make_shared<state::PeerList>();
+  list->epoch = gang.epoch;
   std::vector<const state::Member*> by_rank;
+  by_rank.reserve(gang.members.size());
   for (const auto& [index, peer] : gang.members) by_rank.push_back(&peer);
   std::stable_sort(by_rank.begin(), by_rank.end(),
                    [](const state::Member* a, const state::Member* b) {
                      return a->node_rank < b->node_rank;
                    });
+  list->addresses.reserve(by_rank.size());
   for (const state::Member* peer : by_rank) {
     auto peer_host = hosts_.find(peer->host_name);
-    assignment.peers.push_back(peer_host != hosts_.end()
-                                   ? peer_host->second.spec.address
-                                   : peer->host_name);
+    list->addresses.push_back(peer_host != hosts_.end()
+                                  ? peer_host->second.spec.address
+                                  : peer->host_name);
   }
-  assignment.launcher = member.launcher;
-  return assignment;
+  list->sha256 = Sha256Hex(absl::StrJoin(list->addresses, "\n"));
+  cached = std::move(list);
+  return cached;
+}
+
+absl::StatusOr<std::shared_ptr<const state::PeerList>> Scheduler::Peers(
+    const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+    int64_t job_id) {
+  absl::StatusOr<state::Gang*> found =
+      FindMember(gang_id, epoch, member_index, job_id);
+  if (!found.ok()) return found.status();
+  state::Gang* gang = *found;
+  if (gang->state != state::GangState::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", gang_id, " epoch ", epoch,
+                     " is not running: no peer list to give"));
+  }
+  return PeerListOf(*gang);
 }
 
 void Scheduler::QueueAdmitted(const state::Gang& gang, state::Member& member,

@@ -21,6 +21,11 @@
 
 namespace gdt::coordinator {
 
+// How long a gang being preempted may still run after it recorded its
+// checkpoint: a training that stops on the notice exits within it, and
+// its exit stops the gang at once.
+inline constexpr std::chrono::milliseconds kPreemptionSettle{5000};
+
 struct SchedulerOptions {
   uint32_t max_nodes_per_job = 8;
   uint32_t master_port_min = 29510;
@@ -207,6 +212,14 @@ class Scheduler {
   // Forgets watch stream `watch_id` (it ended). Idempotent.
   void Unwatch(uint64_t watch_id);
 
+  // The peer list of a member's running gang (what a compact assignment
+  // leaves out), the same object every member's assignment of this epoch
+  // refers to. Errors: as ReportExit for an unknown gang, member, job or
+  // epoch; FailedPrecondition when the gang is not running.
+  absl::StatusOr<std::shared_ptr<const state::PeerList>> Peers(
+      const std::string& gang_id, uint32_t epoch, uint32_t member_index,
+      int64_t job_id);
+
   // Marks a member left. Idempotent; unknown gangs and members are fine.
   // When every member of a running gang has left, the gang is done and its
   // leases are released.
@@ -321,6 +334,36 @@ class Scheduler {
   absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
                                           const std::string& note);
 
+  // Preemption, in scheduler_preemption.cc -----------------.
+  // With preemption enabled, each admission pass may choose running
+  // preemptible gangs to make room for a waiting one. Each such victim
+  // gets a checkpoint notice (handed to the caller here, who writes it into
+  // the gang's key-value store, where `gdt-ckpt run` picks it up) and is
+  // failed as preempted as soon as one of its members exits (it stopped
+  // on the notice), kPreemptionSettle after it recorded a checkpoint (time
+  // for the training to finish its step and exit by itself), or when the
+  // grace runs out, whichever is first. The failure
+  // names the waiting gang, its priority, the checkpoint and the GPU-hours
+  // lost; its watches learn that the gang was preempted (members exit with
+  // the preemption code, which the default retry brings back), and the
+  // gang's preemption count, kept across epochs, bounds how often it is
+  // chosen again.
+  struct PreemptionNotice {
+    std::string gang_id;
+    uint32_t epoch = 0;
+    int64_t stop_by_unix_s = 0;  // When the gang is stopped at the latest.
+  };
+  // Returns and clears the notices of preemptions begun since the last call.
+  std::vector<PreemptionNotice> TakePreemptionNotices();
+  // Gang `gang_id` recorded a checkpoint in `epoch`; a gang being preempted
+  // is stopped on the next StopPreemptedGangs().
+  void NoteCheckpoint(const std::string& gang_id, uint32_t epoch);
+  // Fails every gang being preempted that recorded a checkpoint since its
+  // notice at least kPreemptionSettle ago or whose grace has run out. Returns
+  // their ids. Persisting errors are logged; the gang is then tried again on
+  // the next call.
+  std::vector<std::string> StopPreemptedGangs();
+
   // Forming gangs none of whose members holds a join stream (every one
   // went away, e.g. their runners were stopped) would wait forever. Each
   // forming gang seen without a present member for forming_abandoned_after
@@ -338,6 +381,13 @@ class Scheduler {
                         const std::string& cause,
                         std::string_view failure_class,
                         bool collect_evidence = false);
+  // Begins preempting running `gang` as the policy chose it (`victim`);
+  // nothing when it is not running or already being preempted.
+  void StartPreemption(state::Gang& gang, const PreemptedGang& victim);
+  // Fails `gang`, which is being preempted, as preempted and counts it;
+  // `early_exit` (empty = none) says which member ended before a
+  // checkpoint was recorded.
+  absl::Status FailPreempted(state::Gang& gang, const std::string& early_exit);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const state::Gang& gang,
                                  const state::Member& member);
@@ -425,7 +475,10 @@ class Scheduler {
                            int32_t exit_code, bool cancelled,
                            int64_t exited_unix_ms) const;
   state::Assignment BuildAssignment(const state::Gang& gang,
-                                    const state::Member& member) const;
+                                    const state::Member& member);
+  // The gang's peer list for its current epoch: built on first use after an
+  // admission and kept until its leases are released.
+  std::shared_ptr<const state::PeerList> PeerListOf(const state::Gang& gang);
   void QueueAdmitted(const state::Gang& gang, state::Member& member,
                      uint64_t stream_id);
 
@@ -437,6 +490,8 @@ class Scheduler {
   std::map<state::GangKey, std::string> gang_ids_;
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;
+  // Peer lists of running gangs, by gang id (see PeerListOf).
+  std::map<std::string, std::shared_ptr<const state::PeerList>> peer_lists_;
   int64_t next_sequence_ = 1;
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Open watch streams (until Unwatch) -> the watching member's job id.
@@ -452,6 +507,7 @@ class Scheduler {
   // them so.
   std::map<std::string, Clock::TimePoint> forming_empty_since_;
   std::vector<state::MemberEvent> events_;
+  std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();
 };
 

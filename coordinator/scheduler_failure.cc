@@ -205,6 +205,16 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   next.epoch = gang.epoch + 1;
   next.created_unix_ms = clock_.UnixMillis();
   next.sequence = next_sequence_;
+  next.preemptions = gang.preemptions;
+  next.preempted_epoch = gang.preempted_epoch;
+  next.preempted_by = gang.preempted_by;
+  next.preempted_lost_gpu_seconds = gang.preempted_lost_gpu_seconds;
+  if (gang.preemptions > 0 && gang.preempted_epoch == gang.epoch) {
+    // A preempted gang keeps its place in the queue: it did not ask to be
+    // stopped, so its retry is not sent behind gangs that came later.
+    next.created_unix_ms = gang.created_unix_ms;
+    next.sequence = gang.sequence;
+  }
   GDT_RETURN_IF_ERROR(store_.SaveGang(archived));
   GDT_RETURN_IF_ERROR(store_.SaveGang(next));
   ++next_sequence_;
@@ -256,6 +266,7 @@ void Scheduler::ReleaseLeases(const state::Gang& gang) {
     for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
   }
   port_leases_[gang.master_host].erase(gang.master_port);
+  peer_lists_.erase(gang.id);
 }
 
 std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
@@ -123,9 +124,37 @@ TEST_F(SchedulerTest, AdmitsNothingUntilEveryMemberIsPresent) {
   EXPECT_EQ(second.assignment.master_addr, first.assignment.host_address);
   EXPECT_EQ(second.assignment.network_interface, "eth0");
   EXPECT_EQ(second.assignment.agent_endpoint, "cpu-01:7071");
-  EXPECT_THAT(second.assignment.peers,
+  ASSERT_NE(second.assignment.peers, nullptr);
+  EXPECT_THAT(second.assignment.peers->addresses,
               ElementsAre(first.assignment.host_address,
                           first.assignment.host_address));
+  // One list for the whole gang, with the digest of what GDT_PEERS holds.
+  EXPECT_EQ(first.assignment.peers, second.assignment.peers);
+  EXPECT_EQ(second.assignment.peers->sha256,
+            Sha256Hex(absl::StrCat(first.assignment.host_address, "\n",
+                                   first.assignment.host_address)));
+
+  // A member fetches the same list later (compact assignments).
+  absl::StatusOr<std::shared_ptr<const state::PeerList>> fetched =
+      scheduler_->Peers(first.assignment.gang_id, first.assignment.epoch, 2,
+                        102);
+  ASSERT_TRUE(fetched.ok()) << fetched.status();
+  EXPECT_EQ(*fetched, second.assignment.peers);
+  // Only for a member of the gang, by its own job id and epoch.
+  EXPECT_EQ(
+      scheduler_
+          ->Peers(first.assignment.gang_id, first.assignment.epoch, 2, 999)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(
+      scheduler_
+          ->Peers(first.assignment.gang_id, first.assignment.epoch + 1, 2, 102)
+          .status()
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(scheduler_->Peers("no-such-gang", 1, 2, 102).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST_F(SchedulerTest, SendsWaitingEventOnlyWhenTheReasonChanges) {
@@ -392,8 +421,8 @@ TEST_F(SchedulerTest, QueuedGangNamesTheGangsThatHoldTheGpus) {
 
 // With preemption enabled, a higher-priority gang that cannot be placed
 // makes the policy choose a running gang that declared itself preemptible
-// (shown in the snapshot; stopping it is not wired yet) and never one that
-// did not.
+// (shown in the snapshot; the stop is in scheduler_preemption_test.cc) and
+// never one that did not.
 TEST_F(SchedulerTest, PreemptionPlansOnlyGangsThatDeclaredThemselves) {
   for (const bool preemptible : {true, false}) {
     SCOPED_TRACE(preemptible ? "preemptible" : "not preemptible");

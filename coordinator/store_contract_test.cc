@@ -238,6 +238,45 @@ TEST_P(StoreTest, APreemptibleFlagSavedWithOneMemberCanBeTakenBack) {
   EXPECT_FALSE(after->gangs.at(0).members.at(2).preemptible);
 }
 
+TEST_P(StoreTest, APreemptionCountSurvivesReopenAndCanBeCleared) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->gangs.at(0).preemptions, 0u);
+  state::Gang preempted = before->gangs.at(0);
+  preempted.state = state::GangState::kFailed;
+  preempted.preemptions = 2;
+  preempted.preempted_epoch = 3;
+  preempted.preempted_by = "urgent-p5-pl77-n1";
+  preempted.preempted_lost_gpu_seconds = 5400;
+  ASSERT_TRUE((*store)->SaveGang(preempted).ok());
+  // Saving one member rewrites the gang's header: the count must stay.
+  ASSERT_TRUE((*store)->SaveMember(preempted, preempted.members.at(1)).ok());
+
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const state::Gang& reloaded = after->gangs.at(0);
+  EXPECT_TRUE(reloaded.SameRecord(preempted));
+  EXPECT_EQ(reloaded.preemptions, 2u);
+  EXPECT_EQ(reloaded.preempted_epoch, 3u);
+  EXPECT_EQ(reloaded.preempted_by, "urgent-p5-pl77-n1");
+  EXPECT_EQ(reloaded.preempted_lost_gpu_seconds, 5400);
+  EXPECT_EQ(after->gangs.at(1).preemptions, 0u);
+
+  preempted.preemptions = 0;
+  preempted.preempted_epoch = 0;
+  preempted.preempted_by.clear();
+  preempted.preempted_lost_gpu_seconds = 0;
+  ASSERT_TRUE((*reopened)->SaveGang(preempted).ok());
+  absl::StatusOr<state::StoredState> cleared = (*reopened)->Load();
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_TRUE(cleared->gangs.at(0).SameRecord(preempted));
+}
+
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
   test::TempDir dir;
   const std::string path = dir.path() + "/state/coord.db";

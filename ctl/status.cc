@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/exit_code.h"
@@ -285,6 +286,11 @@ nlohmann::json GangJson(const v1::GangStatus& gang) {
       {"created_unix_ms", gang.created_unix_ms()},
       {"preemptible", gang.preemptible()},
       {"preemption_planned_by", gang.preemption_planned_by()},
+      {"preemption_stop_by_unix_ms", gang.preemption_stop_by_unix_ms()},
+      {"preemptions", gang.preemptions()},
+      {"preempted_epoch", gang.preempted_epoch()},
+      {"preempted_by", gang.preempted_by()},
+      {"preempted_lost_gpu_hours", gang.preempted_lost_gpu_hours()},
       {"members", members},
   };
 }
@@ -419,11 +425,27 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
         gang.state() == v1::GANG_STATE_FORMING ? "WAITING   " : "REASON    ",
         "          ", gang.reason());
   }
-  if (!gang.preemption_planned_by().empty()) {
-    out += Wrap("PREEMPT   ", "          ",
-                absl::StrCat("chosen to make room for gang ",
-                             gang.preemption_planned_by(),
-                             " (not enforced yet: it keeps running)"));
+  if (gang.preemption_stop_by_unix_ms() != 0) {
+    out += Wrap(
+        "PREEMPT   ", "          ",
+        absl::StrCat("being preempted to make room for gang ",
+                     gang.preemption_planned_by(),
+                     ": checkpoint notice sent; stops at its next checkpoint, "
+                     "or in ",
+                     std::max<int64_t>(0, (gang.preemption_stop_by_unix_ms() -
+                                           now_unix_ms + 999) /
+                                              1000),
+                     " s at the latest"));
+  }
+  if (gang.preemptions() != 0) {
+    out += Wrap(
+        "PREEMPTED ", "          ",
+        absl::StrCat(gang.preemptions(),
+                     gang.preemptions() == 1 ? " time" : " times",
+                     "; last in epoch ", gang.preempted_epoch(), " by gang ",
+                     gang.preempted_by(), ", ~",
+                     absl::StrFormat("%.2f", gang.preempted_lost_gpu_hours()),
+                     " GPU-hours lost"));
   }
   out += "MEMBERS\n";
   out += MemberTable(gang, "  ", /*with_names=*/true);

@@ -197,26 +197,63 @@ TEST(StatusCommandTest, GangDetailByIdOrUniquePrefix) {
   EXPECT_EQ(nlohmann::json::parse(*text)["state"], "failed");
 }
 
-TEST(StatusCommandTest, GangDetailShowsAPlannedPreemption) {
+TEST(StatusCommandTest, GangDetailShowsAPreemptionUnderWay) {
   v1::GetStatusResponse status = SampleStatus();
   v1::GangStatus* victim = AddGang(status, "low-p5-pl60-n1",
                                    v1::GANG_STATE_RUNNING, 1, kNow - 60000);
   victim->set_preemptible(true);
   victim->set_preemption_planned_by("high-p5-pl61-n1");
+  victim->set_preemption_stop_by_unix_ms(kNow + 299500);
   StatusOptions options;
   options.gang = "low-p5-pl60-n1";
 
   absl::StatusOr<std::string> text = RenderStatus(status, options, kNow);
 
   ASSERT_TRUE(text.ok()) << text.status();
-  EXPECT_THAT(*text, HasSubstr("PREEMPT   chosen to make room for gang "
-                               "high-p5-pl61-n1 (not enforced yet"));
+  EXPECT_THAT(*text, HasSubstr("PREEMPT   being preempted to make room for "
+                               "gang high-p5-pl61-n1: checkpoint notice "
+                               "sent;"));
+  EXPECT_THAT(*text, HasSubstr("in 300 s at the latest"));
+  EXPECT_THAT(*text, Not(HasSubstr("PREEMPTED")));
   options.json = true;
   text = RenderStatus(status, options, kNow);
   ASSERT_TRUE(text.ok()) << text.status();
   const nlohmann::json json = nlohmann::json::parse(*text);
   EXPECT_EQ(json["preemptible"], true);
   EXPECT_EQ(json["preemption_planned_by"], "high-p5-pl61-n1");
+  EXPECT_EQ(json["preemption_stop_by_unix_ms"], kNow + 299500);
+  EXPECT_EQ(json["preemptions"], 0);
+}
+
+TEST(StatusCommandTest, GangDetailShowsWhoPreemptedItAndWhatWasLost) {
+  v1::GetStatusResponse status = SampleStatus();
+  v1::GangStatus* victim =
+      AddGang(status, "low-p5-pl60-n1", v1::GANG_STATE_FAILED, 2, kNow - 60000);
+  victim->set_reason(
+      "gang low-p5-pl60-n1 failed: preempted by gang high-p5-pl61-n1 "
+      "(priority 5) after checkpoint at 10:42:13 UTC; lost ~0.25 GPU-hours");
+  victim->set_preemptions(1);
+  victim->set_preempted_epoch(2);
+  victim->set_preempted_by("high-p5-pl61-n1");
+  victim->set_preempted_lost_gpu_hours(0.25);
+  StatusOptions options;
+  options.gang = "low-p5-pl60-n1";
+
+  absl::StatusOr<std::string> text = RenderStatus(status, options, kNow);
+
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("REASON    gang low-p5-pl60-n1 failed: "
+                               "preempted by gang high-p5-pl61-n1"));
+  EXPECT_THAT(*text, HasSubstr("PREEMPTED 1 time; last in epoch 2 by gang "
+                               "high-p5-pl61-n1, ~0.25 GPU-hours lost"));
+  options.json = true;
+  text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  const nlohmann::json json = nlohmann::json::parse(*text);
+  EXPECT_EQ(json["preemptions"], 1);
+  EXPECT_EQ(json["preempted_epoch"], 2);
+  EXPECT_EQ(json["preempted_by"], "high-p5-pl61-n1");
+  EXPECT_DOUBLE_EQ(json["preempted_lost_gpu_hours"].get<double>(), 0.25);
 }
 
 TEST(StatusCommandTest, UnknownOrAmbiguousGangIsOneClearError) {

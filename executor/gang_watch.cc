@@ -57,6 +57,7 @@ void GangWatch::Run(const std::string& endpoint,
           failure_reason_ = event.failed().reason();
           failed_job_id_ = event.failed().job_id();
           collect_evidence_ = event.failed().collect_evidence();
+          preempted_ = event.failed().preempted();
         } else if (event.has_succeeded()) {
           fate_ = Fate::kSucceeded;
           unfinished_.clear();
@@ -117,6 +118,11 @@ int64_t GangWatch::failed_job_id() {
 bool GangWatch::collect_evidence() {
   MutexLock lock(mu_);
   return collect_evidence_;
+}
+
+bool GangWatch::preempted() {
+  MutexLock lock(mu_);
+  return preempted_;
 }
 
 std::vector<uint32_t> GangWatch::unfinished() {

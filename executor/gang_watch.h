@@ -42,6 +42,8 @@ class GangWatch {
   int64_t failed_job_id();
   // Whether the gang failed as hung: collect evidence before stopping.
   bool collect_evidence();
+  // Whether the gang was preempted (stopped for a higher-priority gang).
+  bool preempted();
   // Members that had not reported exit 0 at the last progress event; empty
   // before the first one.
   std::vector<uint32_t> unfinished();
@@ -67,6 +69,7 @@ class GangWatch {
   std::string failure_reason_ ABSL_GUARDED_BY(mu_);
   int64_t failed_job_id_ ABSL_GUARDED_BY(mu_) = 0;
   bool collect_evidence_ ABSL_GUARDED_BY(mu_) = false;
+  bool preempted_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<uint32_t> unfinished_ ABSL_GUARDED_BY(mu_);
   bool ended_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status error_ ABSL_GUARDED_BY(mu_);

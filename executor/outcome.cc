@@ -22,6 +22,12 @@ Outcome Outcome::PeerFailure(std::string message) {
   return outcome;
 }
 
+Outcome Outcome::Preempted(std::string message) {
+  Outcome outcome = ScriptFailure(kPreemptedExitCode);
+  outcome.message = std::move(message);
+  return outcome;
+}
+
 Outcome Outcome::UserError(std::string message) {
   Outcome outcome;
   outcome.kind = OutcomeKind::kUserError;

@@ -14,6 +14,11 @@ namespace gdt::executor {
 // member's own script returns, so `retry:exit_codes` can tell them apart.
 // Documented in docs/environment.md and docs/protocol.md.
 inline constexpr int kPeerFailureExitCode = 75;
+// The code written when the member's gang was preempted: stopped, after its
+// checkpoint notice, to make room for a higher-priority gang. A script
+// failure like 75, so the default `retry:` of `gdt-ci expand` brings the
+// gang back, and it resumes from its latest checkpoint. Documented with 75.
+inline constexpr int kPreemptedExitCode = 76;
 
 // What happened in one executor stage, as data. main() turns it into the
 // runner's exit code with FinishOutcome(); nothing else picks exit codes.
@@ -40,6 +45,9 @@ struct Outcome {
   // A build failure with kPeerFailureExitCode; `message` is the gang's
   // root-cause line.
   static Outcome PeerFailure(std::string message);
+  // A build failure with kPreemptedExitCode; `message` is the gang's
+  // root-cause line (who preempted it, the checkpoint, what was lost).
+  static Outcome Preempted(std::string message);
   static Outcome UserError(std::string message);
   static Outcome SystemFailure(std::string message);
 };

@@ -12,6 +12,7 @@
 #include "common/log_throttle.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/sha256.h"
 #include "executor/member_state.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
@@ -39,6 +40,36 @@ std::string WaitingLine(const v1::WaitingEvent& waiting) {
   if (!waiting.reason().empty()) return waiting.reason();
   return absl::StrCat("waiting: ", waiting.members_present(), "/",
                       waiting.members_total(), " members present");
+}
+
+// Fills in the peer list a compact assignment leaves out: one GetPeers call,
+// checked against the digest the assignment carries (so the list is the one
+// of this admission) and against the gang's size.
+absl::Status FetchPeers(rendezvous::CoordinatorClient& coordinator,
+                        const JobInfo& job, milliseconds timeout,
+                        v1::Assignment& assignment) {
+  if (!assignment.peers().empty() || assignment.peers_sha256().empty()) {
+    return absl::OkStatus();  // A full assignment (an older coordinator).
+  }
+  v1::GetPeersRequest request;
+  request.set_gang_id(assignment.gang_id());
+  request.set_epoch(assignment.epoch());
+  request.set_member_index(static_cast<uint32_t>(job.member_index));
+  request.set_job_id(job.job_id);
+  absl::StatusOr<v1::GetPeersResponse> peers =
+      coordinator.GetPeers(request, timeout);
+  if (!peers.ok()) return peers.status();
+  if (static_cast<uint32_t>(peers->peers_size()) != assignment.num_nodes() ||
+      Sha256Hex(absl::StrJoin(peers->peers(), "\n")) !=
+          assignment.peers_sha256()) {
+    return absl::DataLossError(
+        absl::StrCat("the coordinator's peer list (", peers->peers_size(),
+                     " hosts) is not the one admitted with this member (",
+                     assignment.num_nodes(), " hosts, sha256 ",
+                     assignment.peers_sha256(), ")"));
+  }
+  *assignment.mutable_peers() = std::move(*peers->mutable_peers());
+  return absl::OkStatus();
 }
 
 std::string GpuList(const v1::Assignment& assignment) {
@@ -73,6 +104,9 @@ Outcome PrepareStage(const StageContext& context) {
   request.set_preemptible(job.preemptible);
   request.set_topology_same(job.topology_same);
   request.set_topology_required(job.topology_required);
+  // The peer list comes with one GetPeers call after admission (FetchPeers):
+  // formation then sends each member O(1) bytes instead of the whole list.
+  request.set_compact_assignment(true);
   std::chrono::seconds wait = config.join_timeout;
   if (job.job_timeout.count() > 0 && job.job_timeout < wait) {
     wait = job.job_timeout;
@@ -169,13 +203,22 @@ Outcome PrepareStage(const StageContext& context) {
     }
     return JoinFailureOutcome(result->status());
   }
-  const v1::Assignment& assignment = **result;
+  v1::Assignment assignment = std::move(**result);
   if (assignment.agent_endpoint().empty()) {
     LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
                      rpc_timeout);
     return Outcome::SystemFailure(absl::StrCat(
         "coordinator placed gang ", assignment.gang_id(), " on host ",
         assignment.host_name(), " without an agent endpoint"));
+  }
+  if (absl::Status status =
+          FetchPeers(*coordinator, job, rpc_timeout, assignment);
+      !status.ok()) {
+    LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
+                     rpc_timeout);
+    return Outcome::SystemFailure(
+        absl::StrCat("cannot fetch the peer list of gang ",
+                     assignment.gang_id(), ": ", status.ToString()));
   }
 
   MemberState state;

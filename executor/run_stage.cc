@@ -133,12 +133,20 @@ std::vector<uint32_t> OtherUnfinished(GangWatch& watch,
   return others;
 }
 
+// The outcome of a member whose gang failed because of something else than
+// its own script: preempted, or stopped for a peer.
+Outcome FailedGangOutcome(GangWatch& watch) {
+  return watch.preempted() ? Outcome::Preempted(watch.failure_reason())
+                           : Outcome::PeerFailure(watch.failure_reason());
+}
+
 // The user stage ended with `exit_code` and the member reported it: decides
 // the stage's outcome from the gang's fate. `stopped_for_peer`: the stage was
 // terminated because the gang failed.
 Outcome GangOutcome(const StageContext& context, const MemberState& state,
                     const std::string& stage_name, GangWatch& watch,
                     int exit_code, bool stopped_for_peer) {
+  if (stopped_for_peer && watch.preempted()) return FailedGangOutcome(watch);
   if (stopped_for_peer) {
     // A hung member is stopped by its own gang's failure but is its cause.
     if (watch.failed_job_id() == state.job_id) {
@@ -146,7 +154,7 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
       outcome.message = watch.failure_reason();
       return outcome;
     }
-    return Outcome::PeerFailure(watch.failure_reason());
+    return FailedGangOutcome(watch);
   }
   const bool cancelled = context.signal.load() != 0;
   if (exit_code != 0 || cancelled) {
@@ -160,15 +168,15 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
             : watch.fate();
     if (fate == GangWatch::Fate::kFailed) {
       const int64_t culprit = watch.failed_job_id();
-      if (culprit != 0 && culprit != state.job_id) {
-        return Outcome::PeerFailure(watch.failure_reason());
+      if (watch.preempted() || (culprit != 0 && culprit != state.job_id)) {
+        return FailedGangOutcome(watch);
       }
       outcome.message = watch.failure_reason();
     }
     return outcome;
   }
   if (watch.fate() == GangWatch::Fate::kFailed) {
-    return Outcome::PeerFailure(watch.failure_reason());
+    return FailedGangOutcome(watch);
   }
   if (!IsMainScriptStage(stage_name)) return Outcome::Success();
 
@@ -191,7 +199,7 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
     case GangWatch::Fate::kSucceeded:
       return Outcome::Success();
     case GangWatch::Fate::kFailed:
-      return Outcome::PeerFailure(watch.failure_reason());
+      return FailedGangOutcome(watch);
     case GangWatch::Fate::kUnknown:
       break;
   }

@@ -16,7 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_join.h"
 #include "common/mutex.h"
+#include "common/sha256.h"
 #include "executor/member_state.h"
 #include "gdt/v1/agent.grpc.pb.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
@@ -141,9 +143,31 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetPeers(grpc::ServerContext*,
+                        const v1::GetPeersRequest* request,
+                        v1::GetPeersResponse* response) override {
+    MutexLock lock(mu_);
+    peer_requests_.push_back(*request);
+    *response = peers_;
+    return grpc::Status::OK;
+  }
+
   void set_assignment(const v1::Assignment& assignment) {
     MutexLock lock(mu_);
     assignment_ = assignment;
+  }
+  v1::Assignment assignment() {
+    MutexLock lock(mu_);
+    return assignment_;
+  }
+  // What GetPeers answers (a compact assignment's peer list).
+  void set_peers(const v1::GetPeersResponse& peers) {
+    MutexLock lock(mu_);
+    peers_ = peers;
+  }
+  std::vector<v1::GetPeersRequest> peer_requests() {
+    MutexLock lock(mu_);
+    return peer_requests_;
   }
   void set_reject(const grpc::Status& status) {
     MutexLock lock(mu_);
@@ -178,6 +202,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
  private:
   Mutex mu_;
   v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
+  v1::GetPeersResponse peers_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::GetPeersRequest> peer_requests_ ABSL_GUARDED_BY(mu_);
   grpc::Status reject_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JoinGangRequest> joins_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
@@ -480,6 +506,62 @@ TEST_F(StagesTest, PrepareJoinsWritesStateAndSetsUpMember) {
                         "of 4 on host gpu-02 (GPUs: 0,1), master "
                         "10.0.0.1:31000"));
   EXPECT_THAT(coordinator_.leaves(), IsEmpty());
+}
+
+// Turns the fixture's assignment into a compact one (no peers, their
+// digest) and returns what GetPeers should answer for it.
+v1::GetPeersResponse MakeCompact(FakeCoordinator& coordinator) {
+  v1::Assignment compact = coordinator.assignment();
+  v1::GetPeersResponse peers;
+  *peers.mutable_peers() = compact.peers();
+  peers.set_peers_sha256(Sha256Hex(absl::StrJoin(compact.peers(), "\n")));
+  compact.clear_peers();
+  compact.set_peers_sha256(peers.peers_sha256());
+  coordinator.set_assignment(compact);
+  return peers;
+}
+
+TEST_F(StagesTest, PrepareFetchesThePeerListOfACompactAssignmentOnce) {
+  coordinator_.set_peers(MakeCompact(coordinator_));
+
+  Outcome outcome = Run({"prepare"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  ASSERT_EQ(coordinator_.joins().size(), 1u);
+  EXPECT_TRUE(coordinator_.joins()[0].compact_assignment());
+  ASSERT_EQ(coordinator_.peer_requests().size(), 1u);
+  const v1::GetPeersRequest request = coordinator_.peer_requests()[0];
+  EXPECT_EQ(request.gang_id(), "g77");
+  EXPECT_EQ(request.epoch(), 1u);
+  EXPECT_EQ(request.member_index(), 2u);
+  EXPECT_EQ(request.job_id(), 1002);
+
+  // Every stage gets GDT_PEERS and the hostfile as with a full assignment.
+  for (const char* stage : {"build_script", "after_script"}) {
+    outcome = Run({"run", WriteScript("true\n"), stage});
+    ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  }
+  EXPECT_THAT(out_.str(),
+              HasSubstr("GDT_PEERS=10.0.0.1\n10.0.0.2\n10.0.0.3\n10.0.0.4\n"));
+  EXPECT_THAT(out_.str(), HasSubstr("GDT_HOSTFILE=<10.0.0.1 slots=2\n"
+                                    "10.0.0.2 slots=2\n10.0.0.3 slots=2\n"
+                                    "10.0.0.4 slots=2\n>"));
+  EXPECT_EQ(coordinator_.peer_requests().size(), 1u);
+}
+
+TEST_F(StagesTest, PrepareRefusesAPeerListThatIsNotTheAdmittedOne) {
+  v1::GetPeersResponse peers = MakeCompact(coordinator_);
+  peers.mutable_peers()->RemoveLast();
+  coordinator_.set_peers(peers);
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message,
+              HasSubstr("cannot fetch the peer list of gang g77"));
+  EXPECT_THAT(outcome.message, HasSubstr("not the one admitted"));
+  EXPECT_EQ(coordinator_.leaves().size(), 1u);
+  EXPECT_TRUE(agent_.setups().empty());
 }
 
 TEST_F(StagesTest, InfeasibleGangIsUserErrorAndLeaves) {

@@ -332,6 +332,17 @@ absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
                });
 }
 
+absl::StatusOr<v1::GetPeersResponse> CoordinatorClient::GetPeers(
+    const v1::GetPeersRequest& request, std::chrono::milliseconds timeout) {
+  v1::GetPeersResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.GetPeers(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response;
+}
+
 absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
     const v1::GetStatusRequest& request, std::chrono::milliseconds timeout) {
   v1::GetStatusResponse response;

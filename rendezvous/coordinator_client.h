@@ -130,6 +130,9 @@ class CoordinatorClient {
 
   absl::Status LeaveGang(const v1::LeaveGangRequest& request,
                          std::chrono::milliseconds timeout);
+  // The peer list of the caller's running gang (after a compact assignment).
+  absl::StatusOr<v1::GetPeersResponse> GetPeers(
+      const v1::GetPeersRequest& request, std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
   // An operator cancels a gang; returns its root-cause line.

@@ -85,7 +85,11 @@ Json GangToJson(const Gang& gang) {
           {"master_addr", gang.master_addr},
           {"master_port", gang.master_port},
           {"created_unix_ms", gang.created_unix_ms},
-          {"sequence", gang.sequence}};
+          {"sequence", gang.sequence},
+          {"preemptions", gang.preemptions},
+          {"preempted_epoch", gang.preempted_epoch},
+          {"preempted_by", gang.preempted_by},
+          {"preempted_lost_gpu_seconds", gang.preempted_lost_gpu_seconds}};
 }
 
 Gang GangFromJson(const Json& json) {
@@ -104,6 +108,12 @@ Gang GangFromJson(const Json& json) {
   gang.master_port = json.at("master_port").get<uint32_t>();
   gang.created_unix_ms = json.at("created_unix_ms").get<int64_t>();
   gang.sequence = json.at("sequence").get<int64_t>();
+  // Records written before gangs could be preempted lack these fields.
+  gang.preemptions = json.value("preemptions", 0u);
+  gang.preempted_epoch = json.value("preempted_epoch", 0u);
+  gang.preempted_by = json.value("preempted_by", std::string());
+  gang.preempted_lost_gpu_seconds =
+      json.value("preempted_lost_gpu_seconds", int64_t{0});
   return gang;
 }
 

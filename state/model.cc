@@ -42,10 +42,13 @@ bool Member::SameRecord(const Member& other) const {
 
 bool Gang::SameRecord(const Gang& other) const {
   if (std::tie(id, key, state, epoch, reason, master_host, master_addr,
-               master_port, created_unix_ms, sequence) !=
+               master_port, created_unix_ms, sequence, preemptions,
+               preempted_epoch, preempted_by, preempted_lost_gpu_seconds) !=
       std::tie(other.id, other.key, other.state, other.epoch, other.reason,
                other.master_host, other.master_addr, other.master_port,
-               other.created_unix_ms, other.sequence)) {
+               other.created_unix_ms, other.sequence, other.preemptions,
+               other.preempted_epoch, other.preempted_by,
+               other.preempted_lost_gpu_seconds)) {
     return false;
   }
   if (members.size() != other.members.size()) return false;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -124,6 +125,14 @@ struct Gang {
   std::map<uint32_t, Member> members;  // By member index.
   int64_t created_unix_ms = 0;
   int64_t sequence = 0;  // Arrival order of gangs (FIFO admission).
+  // Preemption, kept across epochs so that a retried gang still counts
+  // towards the bound on how often one gang may be stopped: how many of its
+  // epochs were preempted, the last one that was (0 = none), the waiting
+  // gang it made room for then and the GPU-seconds of work it lost.
+  uint32_t preemptions = 0;
+  uint32_t preempted_epoch = 0;
+  std::string preempted_by;
+  int64_t preempted_lost_gpu_seconds = 0;
 
   // Runtime only.
   uint32_t queue_position = 0;
@@ -132,10 +141,24 @@ struct Gang {
   // When the job timeout of a running gang runs out (admission + timeout;
   // after a restart, load time + timeout): the backfill bound.
   int64_t end_bound_unix_s = 0;
+  // When it was admitted (after a restart: the load time).
+  int64_t started_unix_s = 0;
   bool collect_evidence = false;  // Failed as hung: members collect evidence.
   // The waiting gang the admission policy last chose this running gang to
   // make room for (preemption); empty = none.
   std::string preemption_planned_by;
+  // A preemption under way in this epoch: the checkpoint notice went out at
+  // preempt_notice_ms (0 = none) on behalf of gang preempt_by (priority
+  // preempt_by_priority); the gang is stopped at preempt_stop_by_ms at the
+  // latest, or as soon as it records a checkpoint (preempt_checkpoint_ms)
+  // or a member exits. preempt_estimate_gpu_hours: the policy's estimate of
+  // the work lost since the last checkpoint when it chose the gang.
+  int64_t preempt_notice_ms = 0;
+  int64_t preempt_stop_by_ms = 0;
+  int64_t preempt_checkpoint_ms = 0;
+  std::string preempt_by;
+  int32_t preempt_by_priority = 0;
+  double preempt_estimate_gpu_hours = 0;
   // A forming gang's members that were already told which members are
   // missing hear an updated count no earlier than this.
   Clock::TimePoint waiting_refresh_due{};
@@ -169,6 +192,15 @@ struct PortLease {
 
 // What a member needs to start its part of the job (v1::Assignment less the
 // coordinator endpoint, which the service adds).
+// A gang's host addresses in node-rank order for one epoch: built once when
+// the gang is admitted and shared by every member's assignment, so admitting
+// N members copies no list N times.
+struct PeerList {
+  uint32_t epoch = 0;
+  std::vector<std::string> addresses;
+  std::string sha256;  // Lowercase hex of the addresses joined by "\n".
+};
+
 struct Assignment {
   std::string gang_id;
   uint32_t epoch = 0;
@@ -182,7 +214,7 @@ struct Assignment {
   std::vector<uint32_t> gpu_indices;
   std::string master_addr;
   uint32_t master_port = 0;
-  std::vector<std::string> peers;
+  std::shared_ptr<const PeerList> peers;  // Never null in an Admitted event.
   std::string network_interface;
   Launcher launcher = 0;
   // The gang's key-value store token for this epoch; the Coordinator fills it
@@ -233,6 +265,7 @@ struct MemberEvent {
   uint32_t failed_member = 0;
   int64_t failed_job_id = 0;
   bool collect_evidence = false;  // kGangFailed: the gang failed as hung.
+  bool preempted = false;         // kGangFailed: the gang was preempted.
 };
 
 }  // namespace gdt::state

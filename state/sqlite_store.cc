@@ -186,6 +186,24 @@ constexpr const char* kDeleteGangPreemptible =
     "DELETE FROM preemptible_members WHERE gang_id = ?1";
 constexpr const char* kSelectPreemptible =
     "SELECT gang_id, member_index FROM preemptible_members";
+// How often each gang was preempted (across its epochs) and the last time;
+// a table of its own, so older state files gain it as is and their gangs
+// read as never preempted. Only gangs preempted at least once have a row.
+constexpr const char* kPreemptionSchema = R"sql(
+CREATE TABLE IF NOT EXISTS gang_preemptions (
+  gang_id TEXT PRIMARY KEY,
+  preemptions INTEGER NOT NULL,
+  epoch INTEGER NOT NULL,
+  preempted_by TEXT NOT NULL,
+  lost_gpu_seconds INTEGER NOT NULL);
+)sql";
+constexpr const char* kUpsertPreemption =
+    "INSERT OR REPLACE INTO gang_preemptions VALUES (?1, ?2, ?3, ?4, ?5)";
+constexpr const char* kDeletePreemption =
+    "DELETE FROM gang_preemptions WHERE gang_id = ?1";
+constexpr const char* kSelectPreemptions =
+    "SELECT gang_id, preemptions, epoch, preempted_by, lost_gpu_seconds "
+    "FROM gang_preemptions";
 
 constexpr const char* kUpsertHostToken =
     "INSERT OR REPLACE INTO host_tokens VALUES (?1, ?2, ?3)";
@@ -273,7 +291,7 @@ absl::Status SqliteStore::Init() {
   if (!transaction.ok()) return transaction.status();
   for (const char* schema :
        {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
-        kPreemptibleSchema, kSecretSchema}) {
+        kPreemptibleSchema, kPreemptionSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -306,11 +324,15 @@ absl::Status SqliteStore::SaveHost(const Host& host) {
 }
 
 absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
-  return db_.Run(kUpsertGang, gang.id, gang.key.instance, gang.key.project_id,
-                 gang.key.pipeline_id, gang.key.group_name, gang.key.size,
-                 gang.state, gang.epoch, gang.reason, gang.master_host,
-                 gang.master_addr, gang.master_port, gang.created_unix_ms,
-                 gang.sequence);
+  GDT_RETURN_IF_ERROR(db_.Run(
+      kUpsertGang, gang.id, gang.key.instance, gang.key.project_id,
+      gang.key.pipeline_id, gang.key.group_name, gang.key.size, gang.state,
+      gang.epoch, gang.reason, gang.master_host, gang.master_addr,
+      gang.master_port, gang.created_unix_ms, gang.sequence));
+  if (gang.preemptions == 0) return db_.Run(kDeletePreemption, gang.id);
+  return db_.Run(kUpsertPreemption, gang.id, gang.preemptions,
+                 gang.preempted_epoch, gang.preempted_by,
+                 gang.preempted_lost_gpu_seconds);
 }
 
 absl::Status SqliteStore::SaveMemberRow(const std::string& gang_id,
@@ -490,6 +512,17 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
         if (auto member = members.find(row.Uint(1)); member != members.end()) {
           member->second.preemptible = true;
         }
+      }));
+
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectPreemptions, [&](const sqlite::Row& row) {
+        auto position = gang_positions.find(row.Text(0));
+        if (position == gang_positions.end()) return;
+        Gang& gang = state.gangs[position->second];
+        gang.preemptions = row.Uint(1);
+        gang.preempted_epoch = row.Uint(2);
+        gang.preempted_by = row.Text(3);
+        gang.preempted_lost_gpu_seconds = row.Int64(4);
       }));
 
   GDT_RETURN_IF_ERROR(ForEachRow(kSelectGpuLeases, [&](const sqlite::Row& row) {

@@ -1,0 +1,143 @@
+// Scheduler: enforcing checkpoint-aware preemption. The admission pass
+// (scheduler.cc) picks victims through the policy; here a victim is given
+// its checkpoint notice, watched for a checkpoint, and stopped with a
+// failure that a retry brings back.
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "coordinator/scheduler.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+namespace {
+
+int64_t GpusOf(const state::Gang& gang) {
+  int64_t gpus = 0;
+  for (const auto& [index, member] : gang.members) {
+    gpus += static_cast<int64_t>(member.gpu_indices.size());
+  }
+  return gpus;
+}
+
+}  // namespace
+
+void Scheduler::StartPreemption(state::Gang& gang,
+                                const PreemptedGang& victim) {
+  if (gang.state != state::GangState::kRunning || gang.preempt_notice_ms != 0) {
+    return;
+  }
+  const int64_t now_ms = clock_.UnixMillis();
+  gang.preempt_notice_ms = now_ms;
+  gang.preempt_stop_by_ms = victim.stop_by_unix_s * 1000;
+  gang.preempt_checkpoint_ms = 0;
+  gang.preempt_by = victim.by;
+  gang.preempt_by_priority = 0;
+  if (auto head = gangs_.find(victim.by); head != gangs_.end()) {
+    bool first = true;
+    for (const auto& [index, member] : head->second.members) {
+      gang.preempt_by_priority =
+          first ? member.priority
+                : std::max(gang.preempt_by_priority, member.priority);
+      first = false;
+    }
+  }
+  gang.preempt_estimate_gpu_hours = victim.lost_gpu_hours;
+  notices_.push_back(
+      PreemptionNotice{gang.id, gang.epoch, victim.stop_by_unix_s});
+  spdlog::warn(
+      "event=preemption_started gang={} by={} lost_gpu_hours={:.2f} "
+      "stop_by_unix_s={} reason={}",
+      LogValue(gang.id), LogValue(victim.by), victim.lost_gpu_hours,
+      victim.stop_by_unix_s, LogValue(victim.reason));
+}
+
+std::vector<Scheduler::PreemptionNotice> Scheduler::TakePreemptionNotices() {
+  return std::exchange(notices_, {});
+}
+
+void Scheduler::NoteCheckpoint(const std::string& gang_id, uint32_t epoch) {
+  auto found = gangs_.find(gang_id);
+  if (found == gangs_.end()) return;
+  state::Gang& gang = found->second;
+  if (gang.epoch != epoch || gang.state != state::GangState::kRunning ||
+      gang.preempt_notice_ms == 0 || gang.preempt_checkpoint_ms != 0) {
+    return;
+  }
+  gang.preempt_checkpoint_ms = clock_.UnixMillis();
+}
+
+std::vector<std::string> Scheduler::StopPreemptedGangs() {
+  std::vector<std::string> stopped;
+  const int64_t now_ms = clock_.UnixMillis();
+  for (auto& [id, gang] : gangs_) {
+    if (gang.state != state::GangState::kRunning ||
+        gang.preempt_notice_ms == 0) {
+      continue;
+    }
+    const bool settled =
+        gang.preempt_checkpoint_ms != 0 &&
+        now_ms >= gang.preempt_checkpoint_ms + kPreemptionSettle.count();
+    if (!settled && now_ms < gang.preempt_stop_by_ms) continue;
+    if (absl::Status status = FailPreempted(gang, ""); !status.ok()) {
+      spdlog::error("event=preemption_stop_failed gang={} error={}",
+                    LogValue(id), LogValue(status.ToString()));
+      continue;
+    }
+    stopped.push_back(id);
+  }
+  return stopped;
+}
+
+absl::Status Scheduler::FailPreempted(state::Gang& gang,
+                                      const std::string& early_exit) {
+  const int64_t now_ms = clock_.UnixMillis();
+  const int64_t gpus = GpusOf(gang);
+  // After a checkpoint only the work since it is lost; without one, the
+  // policy's estimate at the notice plus everything since.
+  int64_t lost_gpu_seconds = 0;
+  std::string how;
+  if (gang.preempt_checkpoint_ms != 0) {
+    lost_gpu_seconds = gpus * (now_ms - gang.preempt_checkpoint_ms) / 1000;
+    how = absl::StrCat("after checkpoint at ",
+                       state::UtcTimeOfDay(gang.preempt_checkpoint_ms));
+  } else {
+    lost_gpu_seconds = std::llround(gang.preempt_estimate_gpu_hours * 3600.0) +
+                       gpus * (now_ms - gang.preempt_notice_ms) / 1000;
+    how = absl::StrCat(
+        "at ", state::UtcTimeOfDay(now_ms), " ",
+        early_exit.empty()
+            ? absl::StrCat("without a checkpoint within the ",
+                           options_.preemption.grace_s, " s grace")
+            : absl::StrCat("without a checkpoint (", early_exit, ")"));
+  }
+  lost_gpu_seconds = std::max<int64_t>(lost_gpu_seconds, 0);
+  const double lost_hours = static_cast<double>(lost_gpu_seconds) / 3600.0;
+  const uint32_t count = gang.preemptions + 1;
+  const std::string cause = absl::StrCat(
+      "preempted by gang ", gang.preempt_by, " (priority ",
+      gang.preempt_by_priority, ") ", how, "; lost ~",
+      absl::StrFormat("%.2f", lost_hours), " GPU-hours (preemption ", count,
+      " of at most ", options_.preemption.max_preemptions,
+      "); a retry resumes from the latest checkpoint");
+  // FailGang persists the count with the failure, so that a retried gang
+  // is still bounded by max_preemptions after a restart.
+  const state::Gang before = gang;
+  gang.preemptions = count;
+  gang.preempted_epoch = gang.epoch;
+  gang.preempted_by = gang.preempt_by;
+  gang.preempted_lost_gpu_seconds = lost_gpu_seconds;
+  if (absl::Status status = FailGang(gang, 0, cause, "preempted");
+      !status.ok()) {
+    gang = before;
+    return status;
+  }
+  observer_->Preempted(gang.id, lost_hours);
+  return absl::OkStatus();
+}
+
+}  // namespace gdt::coordinator

@@ -1,0 +1,257 @@
+// Enforced preemption in the Scheduler (scheduler_preemption.cc) with a fake
+// clock and a real in-memory SQLite store: the notice, the stop at the
+// checkpoint, at the grace or at a member's exit, the failure the members'
+// watches see, the count kept across epochs and its bound.
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/fake_clock.h"
+#include "coordinator/metrics.h"
+#include "coordinator/scheduler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/scheduler_fixtures.h"
+
+namespace gdt::coordinator {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::SizeIs;
+
+constexpr char kLow[] = "low-p5-pl76-n1";
+constexpr char kHigh[] = "high-p5-pl77-n1";
+
+class PreemptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    options_.preemption.enabled = true;
+    options_.preemption.grace_s = 300;
+    options_.preemption.max_preemptions = 1;
+    Reopen();
+    ASSERT_TRUE(s().RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  }
+
+  void Reopen() {
+    scheduler_.reset();
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, *store_, options_);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = std::move(*scheduler);
+  }
+
+  Scheduler& s() { return *scheduler_; }
+
+  // Moves the clock; the host's agent keeps heartbeating meanwhile.
+  void Advance(std::chrono::seconds delta) {
+    clock_.Advance(delta);
+    bool was_down = false;
+    ASSERT_TRUE(s().Heartbeat("gpu-01", &was_down));
+  }
+
+  // Job `job_id` of the low-priority gang (all 8 GPUs for two days) joins
+  // through stream `stream` and is admitted.
+  void RunLow(int64_t job_id, uint64_t stream, bool preemptible = true) {
+    state::GangKey key{"https://gitlab.example.com", 5, 76, "low", 1};
+    JoinRequest join = test::Joining(key, 1, 8);
+    join.job_id = job_id;
+    join.preemptible = preemptible;
+    join.job_timeout_seconds = 48 * 3600;
+    ASSERT_TRUE(s().Join(join, stream).ok());
+    std::vector<AdmissionProposal> proposals = s().Plan();
+    ASSERT_THAT(proposals, SizeIs(1));
+    ASSERT_TRUE(
+        s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+  }
+
+  // The high-priority gang (all 8 GPUs) joins as job `job_id`.
+  void JoinHigh(int64_t job_id, uint64_t stream, uint32_t pipeline = 77) {
+    state::GangKey key{"https://gitlab.example.com", 5, pipeline, "high", 1};
+    JoinRequest join = test::Joining(key, 1, 8);
+    join.job_id = job_id;
+    join.priority = 5;
+    join.job_timeout_seconds = 3600;
+    ASSERT_TRUE(s().Join(join, stream).ok());
+  }
+
+  const state::Gang& Gang(const std::string& id) {
+    const state::Gang* gang = s().FindGang(id);
+    EXPECT_NE(gang, nullptr) << id;
+    static const state::Gang kNone;
+    return gang == nullptr ? kNone : *gang;
+  }
+
+  // The GangFailed event on watch `watch_id` among the queued events.
+  std::optional<state::MemberEvent> FailedEvent(uint64_t watch_id) {
+    for (const state::MemberEvent& event : s().TakeEvents()) {
+      if (event.stream_id == watch_id &&
+          event.kind == state::MemberEvent::Kind::kGangFailed) {
+        return event;
+      }
+    }
+    return std::nullopt;
+  }
+
+  FakeClock clock_;
+  SchedulerOptions options_;
+  std::unique_ptr<state::SqliteStore> store_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(PreemptionTest, VictimGetsTheNoticeAndStopsAtItsCheckpoint) {
+  CoordinatorMetrics metrics(clock_);
+  s().SetObserver(metrics);
+  RunLow(101, 1);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 50).ok());
+  Advance(3600s);
+  JoinHigh(201, 2);
+
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  const std::vector<Scheduler::PreemptionNotice> notices =
+      s().TakePreemptionNotices();
+  ASSERT_THAT(notices, SizeIs(1));
+  EXPECT_EQ(notices[0].gang_id, kLow);
+  EXPECT_EQ(notices[0].epoch, 1u);
+  EXPECT_EQ(notices[0].stop_by_unix_s, clock_.UnixMillis() / 1000 + 300);
+  // Later passes neither notify again nor stop it before its checkpoint.
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  s().TakeEvents();
+
+  Advance(20s);
+  s().NoteCheckpoint(kLow, 1);
+  // The training gets a moment to stop by itself after its checkpoint.
+  Advance(4s);
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  Advance(1s);
+  EXPECT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
+
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
+  EXPECT_THAT(Gang(kLow).reason,
+              HasSubstr("failed: preempted by gang high-p5-pl77-n1 "
+                        "(priority 5) after checkpoint at "));
+  // 8 GPUs for the 5 s since the checkpoint.
+  EXPECT_THAT(Gang(kLow).reason, HasSubstr("lost ~0.01 GPU-hours "
+                                           "(preemption 1 of at most 1)"));
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+  EXPECT_EQ(Gang(kLow).preempted_by, kHigh);
+  EXPECT_EQ(Gang(kLow).preempted_lost_gpu_seconds, 40);
+  std::optional<state::MemberEvent> failed = FailedEvent(50);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_TRUE(failed->preempted);
+  EXPECT_EQ(failed->failed_member, 0u);
+  const std::string text = metrics.Render(s().GetSnapshot(false));
+  EXPECT_THAT(text, HasSubstr("gdt_preemptions_total 1\n"));
+  EXPECT_THAT(text, HasSubstr("gdt_preempted_gpu_hours_total 0.0111"));
+  EXPECT_THAT(text, HasSubstr("gdt_failures_total{class=\"preempted\"} 1\n"));
+
+  // Once its member has left, the high-priority gang is admitted.
+  ASSERT_TRUE(s().Leave(Gang(kLow).key, 1, 101).ok());
+  std::vector<AdmissionProposal> proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  EXPECT_EQ(proposals[0].gang_id, kHigh);
+}
+
+TEST_F(PreemptionTest, VictimWithoutACheckpointStopsWhenTheGraceRunsOut) {
+  RunLow(101, 1);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  s().Plan();
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+
+  Advance(299s);
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  Advance(1s);
+  EXPECT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
+
+  EXPECT_THAT(Gang(kLow).reason,
+              HasSubstr("preempted by gang high-p5-pl77-n1 (priority 5) at "));
+  EXPECT_THAT(Gang(kLow).reason,
+              HasSubstr("UTC without a checkpoint within the 300 s grace"));
+  // At least the grace on 8 GPUs is lost, on top of what the policy
+  // estimated since the last assumed checkpoint.
+  EXPECT_GE(Gang(kLow).preempted_lost_gpu_seconds, 8 * 300);
+}
+
+TEST_F(PreemptionTest, AMemberThatStopsOnTheNoticeNeverSucceedsTheGang) {
+  RunLow(101, 1);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 50).ok());
+  Advance(3600s);
+  JoinHigh(201, 2);
+  s().Plan();
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  s().TakeEvents();
+
+  // The training checkpointed and exited 0 on the notice.
+  s().NoteCheckpoint(kLow, 1);
+  ASSERT_TRUE(s().ReportExit(kLow, 1, 1, 101, 0).ok());
+
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
+  EXPECT_THAT(Gang(kLow).reason, HasSubstr("after checkpoint at"));
+  std::optional<state::MemberEvent> failed = FailedEvent(50);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_TRUE(failed->preempted);
+}
+
+TEST_F(PreemptionTest, ANonPreemptibleGangIsNeverTouched) {
+  RunLow(101, 1, /*preemptible=*/false);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_THAT(s().Plan(), IsEmpty());
+    Advance(400s);
+    EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  }
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  EXPECT_EQ(Gang(kLow).preemptions, 0u);
+}
+
+// The count survives the retry (the next epoch) and a restart, and bounds
+// how often the gang is stopped: with max_preemptions 1 the retried gang
+// keeps running when another high-priority gang comes.
+TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
+  RunLow(101, 1);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  s().Plan();
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  s().NoteCheckpoint(kLow, 1);
+  Advance(5s);
+  ASSERT_THAT(s().StopPreemptedGangs(), SizeIs(1));
+  ASSERT_TRUE(s().Leave(Gang(kLow).key, 1, 101).ok());
+  std::vector<AdmissionProposal> proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  ASSERT_TRUE(
+      s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+  ASSERT_TRUE(s().ReportExit(kHigh, 1, 1, 201, 0).ok());
+  ASSERT_TRUE(s().Leave(Gang(kHigh).key, 1, 201).ok());
+
+  // The retry: a new job id, epoch 2, after a coordinator restart.
+  Reopen();
+  RunLow(102, 3);
+  EXPECT_EQ(Gang(kLow).epoch, 2u);
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+  Advance(3600s);
+  JoinHigh(301, 4, /*pipeline=*/78);
+  for (int pass = 0; pass < 3; ++pass) {
+    EXPECT_THAT(s().Plan(), IsEmpty());
+    Advance(400s);
+    EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  }
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

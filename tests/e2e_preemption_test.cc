@@ -1,0 +1,242 @@
+// End to end through gdt-ci run-local with real torchrun: a low-priority
+// preemptible DDP gang holds every GPU of the host (GPUs declared in the
+// agent's config; the training itself runs on CPU with gloo), a
+// high-priority gang arrives, the coordinator gives the low one its
+// checkpoint notice, the training checkpoints and the gang is stopped as
+// preempted (exit code 76); the high gang starts within the grace plus its
+// formation, and the retried low gang resumes from the checkpoint and ends
+// with exactly the parameters of an uninterrupted run.
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gitlab/fake_gitlab_api.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/cluster.h"
+#include "tests/e2e_util.h"
+
+namespace gdt::test {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr int kGraceSeconds = 60;
+
+// `low` (2 members × 1 GPU, preemptible) resumes from the coordinator's
+// records of its gang and runs under `gdt-ckpt run`, which passes the
+// notice on as a flag file (torchrun's agent would die of SIGUSR1);
+// train.py checkpoints and stops on it. Its checkpoints (~5 KB) go to the
+// package registry (GDT_CHECKPOINT_THRESHOLD). `high` needs both GPUs at
+// priority 5. `low-full` is `low` uninterrupted.
+constexpr char kCiFile[] = R"yaml(stages: [train]
+low:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  timeout: 10 minutes
+  variables:
+    GDT_GPUS_PER_NODE: "1"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    GDT_PREEMPTIBLE: "1"
+    GDT_CHECKPOINT_SIGNAL: none
+    GDT_CHECKPOINT_THRESHOLD: "1024"
+    DDP_STEPS: "40"
+    DDP_LOG_STEPS: "1"
+    DDP_STEP_SECONDS: "0.5"
+  script:
+    - eval "export $(gdt-ckpt resume)"
+    - gdt-ckpt run -- torchrun examples/ddp/train.py
+  artifacts:
+    paths: [checkpoints/, out/]
+    when: always
+low-full:
+  stage: train
+  tags: [gdt]
+  parallel: 2
+  variables:
+    GDT_GPUS_PER_NODE: "1"
+    GDT_NPROC_PER_NODE: "1"
+    GDT_LAUNCHER: torchrun
+    DDP_STEPS: "40"
+  script:
+    - torchrun examples/ddp/train.py
+  artifacts:
+    paths: [out/]
+high:
+  stage: train
+  tags: [gdt]
+  parallel: 1
+  variables:
+    GDT_GPUS_PER_NODE: "2"
+    GDT_LAUNCHER: none
+    GDT_PRIORITY: "5"
+  script:
+    - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
+)yaml";
+
+// rank-0.json in the artifacts run-local kept for `job_id`.
+nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
+  std::ifstream in(
+      absl::StrCat(run_dir, "/artifacts/", job_id, "/out/rank-0.json"));
+  return nlohmann::json::parse(in, nullptr, false);
+}
+
+class PreemptionE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // The agent (and so the job) finds gdt-ckpt on its PATH.
+    const char* path = getenv("PATH");
+    saved_path_ = path != nullptr ? path : "/usr/bin:/bin";
+    setenv("PATH",
+           (fs::path(GDT_CKPT_BIN).parent_path().string() + ":" + saved_path_)
+               .c_str(),
+           1);
+    cluster_.SetCoordinatorExtraConfig(absl::StrCat(
+        "preemption:\n  enabled: true\n  grace_seconds: ", kGraceSeconds,
+        "\n"));
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    ASSERT_TRUE(
+        cluster_.StartAgent({.name = "local", .cpu_slots = 2, .gpus = 2}).ok())
+        << cluster_.Logs();
+    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+  }
+  void TearDown() override { setenv("PATH", saved_path_.c_str(), 1); }
+
+  std::string saved_path_;
+  GdtCluster cluster_;
+};
+
+TEST_F(PreemptionE2eTest,
+       PreemptedGangCheckpointsIsRetriedAndEndsAsAnUninterruptedRun) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project + "/examples");
+  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
+           fs::copy_options::recursive);
+  std::ofstream(project + "/.gitlab-ci.yml") << kCiFile;
+  auto api = gitlab::FakeGitLabApi::Start({});
+  ASSERT_TRUE(api.ok()) << api.status();
+  // run-local's job ids and tokens: pipeline × 1000 + member, then the
+  // retry's --first-job-id + member.
+  for (int64_t id : {6161001, 6161002, 6161501, 6161502}) {
+    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
+  }
+  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  const std::string log1 = cluster_.run_dir() + "/logs/low-1-2.log";
+  const std::string log2 = cluster_.run_dir() + "/logs/low-2-2.log";
+  const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";
+
+  // The low gang trains on both GPUs.
+  std::unique_ptr<Subprocess> low = StartRunLocal(
+      cluster_, project, "low", {"--pipeline-id", "6161", "--var", api_var});
+  ASSERT_NE(low, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadFile(log1).find("step 3 done") != std::string::npos; },
+      seconds(180)))
+      << ReadFile(log1) << cluster_.Logs();
+
+  // The high-priority gang arrives: no GPU is free.
+  const auto high_started = std::chrono::steady_clock::now();
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project, "high", {"--pipeline-id", "6262"});
+  ASSERT_NE(high, nullptr);
+
+  const CommandResult preempted = FinishRun(*low, seconds(120));
+  EXPECT_FALSE(preempted.status.success()) << preempted.output;
+  const CommandResult high_done = FinishRun(*high, seconds(120));
+  ASSERT_TRUE(high_done.status.success())
+      << high_done.output << cluster_.Logs();
+  EXPECT_THAT(ReadFile(high_log), HasSubstr("high-priority work on GPUs 0,1"));
+  // run-local ended well within the grace plus formation time after the
+  // high gang's jobs were picked up (it includes the job itself).
+  EXPECT_LT(std::chrono::steady_clock::now() - high_started,
+            seconds(kGraceSeconds + 30));
+
+  // Both members heard the notice, rank 0 checkpointed, and both logs say
+  // who preempted the gang and why; both jobs end with the preemption code.
+  const std::string epoch1 = ReadFile(log1);
+  int64_t saved = 0;
+  for (int64_t step = 1; step < 40; ++step) {
+    if (epoch1.find(absl::StrCat("checkpoint at step ", step, " in")) !=
+        std::string::npos) {
+      saved = step;
+    }
+  }
+  ASSERT_GE(saved, 3) << epoch1;
+  for (const std::string& log : {epoch1, ReadFile(log2)}) {
+    EXPECT_THAT(log, HasSubstr("gdt-ckpt run: checkpoint notice")) << log;
+    EXPECT_THAT(log, HasSubstr("gdt: gang low-p1-pl6161-n2 failed: preempted "
+                               "by gang high-p1-pl6262-n1 (priority 5) after "
+                               "checkpoint at "))
+        << log;
+    EXPECT_THAT(log, HasSubstr("GPU-hours (preemption 1 of at most 3)"));
+    EXPECT_THAT(log, Not(HasSubstr("trained 40 steps")));
+  }
+  EXPECT_THAT(preempted.output, HasSubstr("exit code 76")) << preempted.output;
+
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  bool counted = false;
+  for (const auto& gang : (*status)["gangs"]) {
+    if (gang.value("gang_id", "") == "low-p1-pl6161-n2") {
+      counted = gang.value("preemptions", 0) == 1 &&
+                gang.value("preempted_by", "") == "high-p1-pl6262-n1";
+    }
+  }
+  EXPECT_TRUE(counted) << status->dump(2);
+
+  // The retry (new job ids, epoch 2) resumes from that checkpoint.
+  const CommandResult retry = cluster_.RunLocal(
+      project, "low",
+      {"--pipeline-id", "6161", "--first-job-id", "6161500", "--var", api_var},
+      seconds(180));
+  ASSERT_TRUE(retry.status.success()) << retry.output << cluster_.Logs();
+  for (const std::string& log : {ReadFile(log1), ReadFile(log2)}) {
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("resumed from step ", saved, " (")))
+        << log;
+    EXPECT_THAT(log, HasSubstr("trained 40 steps"));
+  }
+
+  const CommandResult full = cluster_.RunLocal(
+      project, "low-full", {"--pipeline-id", "6363"}, seconds(180));
+  ASSERT_TRUE(full.status.success()) << full.output << cluster_.Logs();
+  const nlohmann::json resumed = JobReport(cluster_.run_dir(), 6161501);
+  const nlohmann::json uninterrupted = JobReport(cluster_.run_dir(), 6363001);
+  ASSERT_TRUE(resumed.is_object() && uninterrupted.is_object())
+      << retry.output << full.output;
+  EXPECT_EQ(resumed["steps"], 40);
+  // Tolerance 0: same seed, data order and reductions give the same bits.
+  EXPECT_EQ(resumed["param_sha256"], uninterrupted["param_sha256"]);
+
+  // The preempted epoch stays failed (archived), everything else is done,
+  // and nothing holds the host any more.
+  status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& host : (*status)["hosts"]) {
+    EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();
+    EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
+  }
+  std::map<std::string, std::string> states;  // "id epoch" -> state.
+  for (const auto& gang : (*status)["gangs"]) {
+    states[absl::StrCat(gang.value("gang_id", ""), " ",
+                        gang.value("epoch", 0))] = gang.value("state", "");
+  }
+  EXPECT_THAT(states, ::testing::ElementsAre(
+                          ::testing::Pair("high-p1-pl6262-n1 1", "done"),
+                          ::testing::Pair("low-full-p1-pl6363-n2 1", "done"),
+                          ::testing::Pair("low-p1-pl6161-n2 2", "done"),
+                          ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
+}
+
+}  // namespace
+}  // namespace gdt::test
