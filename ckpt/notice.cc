@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -143,13 +144,20 @@ int RunWithNotice(const std::vector<std::string>& argv,
     return 2;
   }
   // Writes the flag file and signals the command; `from_gang`: another
-  // member announced first.
-  const auto give_notice = [&](bool from_gang) {
+  // member announced first; `note`: who gave the notice when it was not a
+  // member (the coordinator preempting the gang), with its deadline
+  // `note_deadline_s` (Unix seconds; 0 = unknown).
+  const auto give_notice = [&](bool from_gang, const std::string& note = "",
+                               int64_t note_deadline_s = 0) {
     std::error_code error;
     std::filesystem::create_directories(
         std::filesystem::path(plan.flag_file).parent_path(), error);
     std::ofstream flag(plan.flag_file);
-    flag << absl::ToUnixSeconds(absl::FromChrono(plan.deadline)) << "\n";
+    // The coordinator's deadline, when it gave the notice; else the job's.
+    flag << (note_deadline_s > 0
+                 ? note_deadline_s
+                 : absl::ToUnixSeconds(absl::FromChrono(plan.deadline)))
+         << "\n";
     const bool written = static_cast<bool>(flag.flush());
     if (plan.signal != 0 && plan.workers_only) {
       SignalChildren((*child)->pid(), plan.signal);
@@ -157,8 +165,18 @@ int RunWithNotice(const std::vector<std::string>& argv,
       (*child)->SignalGroup(plan.signal);
     }
     err << "gdt-ckpt run: checkpoint notice";
-    if (from_gang) err << " (announced by another member of the gang)";
-    if (plan.notice_at.has_value()) {
+    if (!note.empty()) {
+      err << " (" << note << ")";
+    } else if (from_gang) {
+      err << " (announced by another member of the gang)";
+    }
+    if (!note.empty() && note_deadline_s > 0) {
+      err << ": the gang stops in "
+          << std::max<int64_t>(
+                 0, note_deadline_s - absl::ToUnixSeconds(absl::FromChrono(
+                                          system_clock::now())))
+          << " s at the latest";
+    } else if (plan.notice_at.has_value()) {
       err << ": the job times out in "
           << std::chrono::duration_cast<std::chrono::seconds>(
                  plan.deadline - system_clock::now())
@@ -196,12 +214,22 @@ int RunWithNotice(const std::vector<std::string>& argv,
     if (!noticed && broadcast != nullptr &&
         std::chrono::steady_clock::now() >= next_check) {
       next_check = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-      const absl::StatusOr<bool> heard = broadcast->Announced();
+      const absl::StatusOr<std::optional<std::string>> heard =
+          broadcast->Announced();
       if (!heard.ok()) {
         broadcast_failed(heard.status());
         noticed = !plan.notice_at.has_value();
-      } else if (*heard) {
-        give_notice(true);
+      } else if (heard->has_value()) {
+        // "<deadline>[ <note>]": a member writes the deadline alone.
+        const std::string& value = **heard;
+        const size_t space = value.find(' ');
+        int64_t deadline_s = 0;
+        std::string note;
+        if (space != std::string::npos &&
+            absl::SimpleAtoi(value.substr(0, space), &deadline_s)) {
+          note = value.substr(space + 1);
+        }
+        give_notice(true, note, deadline_s);
         noticed = true;
       }
     }

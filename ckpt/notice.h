@@ -50,8 +50,11 @@ class NoticeBroadcast {
   virtual ~NoticeBroadcast() = default;
   // Tells the other members; `deadline_unix_s` is the announcer's deadline.
   virtual absl::Status Announce(int64_t deadline_unix_s) = 0;
-  // Whether some member announced. Returns within a fraction of a second.
-  virtual absl::StatusOr<bool> Announced() = 0;
+  // What was announced, nullopt when nothing was: "<deadline Unix s>",
+  // optionally followed by a space and a one-line note saying who gave the
+  // notice (the coordinator's, when it preempts the gang; see
+  // rendezvous/kv_keys.h). Returns within a fraction of a second.
+  virtual absl::StatusOr<std::optional<std::string>> Announced() = 0;
 };
 
 // Runs `argv` with `env` (+ GDT_CHECKPOINT_NOTICE_FILE) under the plan;

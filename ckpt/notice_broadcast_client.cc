@@ -15,12 +15,14 @@ absl::Status KvNoticeBroadcast::Announce(int64_t deadline_unix_s) {
   return outcome.status();  // Not swapped: another member was first.
 }
 
-absl::StatusOr<bool> KvNoticeBroadcast::Announced() {
+absl::StatusOr<std::optional<std::string>> KvNoticeBroadcast::Announced() {
   absl::StatusOr<std::string> value =
       client_.Get(kNoticeKey, std::chrono::system_clock::now() +
                                   std::chrono::milliseconds(300));
-  if (value.ok()) return true;
-  if (value.status().code() == absl::StatusCode::kNotFound) return false;
+  if (value.ok()) return std::optional<std::string>(*std::move(value));
+  if (value.status().code() == absl::StatusCode::kNotFound) {
+    return std::optional<std::string>();
+  }
   return value.status();
 }
 

@@ -25,7 +25,7 @@ class KvNoticeBroadcast final : public ckpt::NoticeBroadcast {
       : client_(std::move(target)) {}
 
   absl::Status Announce(int64_t deadline_unix_s) override;
-  absl::StatusOr<bool> Announced() override;
+  absl::StatusOr<std::optional<std::string>> Announced() override;
 
  private:
   rendezvous::KvClient client_;

@@ -6,6 +6,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
@@ -186,14 +187,16 @@ class FakeBroadcast final : public NoticeBroadcast {
     announced_deadline = deadline_unix_s;
     return absl::OkStatus();
   }
-  absl::StatusOr<bool> Announced() override {
+  absl::StatusOr<std::optional<std::string>> Announced() override {
     if (!refusal.ok()) return refusal;
     ++checks;
-    return heard;
+    if (!heard) return std::optional<std::string>();
+    return std::optional<std::string>(value);
   }
 
   absl::Status refusal;
   bool heard = false;
+  std::string value = "1767225600";  // What a member writes: a deadline.
   int64_t announced_deadline = 0;
   int checks = 0;
 };
@@ -225,6 +228,32 @@ TEST(RunWithNoticeTest, NoticeAnnouncedByAnotherMemberComesAtOnce) {
               HasSubstr("gdt-ckpt run: checkpoint notice (announced by "
                         "another member of the gang): the job times out in"));
   EXPECT_EQ(broadcast.announced_deadline, 0);  // It did not announce itself.
+}
+
+// The coordinator's notice (it preempts the gang) says so and when the gang
+// stops, instead of the job's own timeout.
+TEST(RunWithNoticeTest, CoordinatorsNoticeNamesWhoPreemptsAndTheDeadline) {
+  TempDir dir;
+  auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "600"},
+                          {"GDT_CHECKPOINT_SIGNAL", "none"},
+                          {"GDT_CHECKPOINT_DIR", dir.path()}},
+                         system_clock::now());
+  ASSERT_TRUE(plan.ok());
+  FakeBroadcast broadcast;
+  broadcast.heard = true;
+  broadcast.value = absl::StrCat(
+      absl::ToUnixSeconds(absl::FromChrono(system_clock::now())) + 120,
+      " preempted by the coordinator for gang high-p5-pl78-n1 (priority 5)");
+  std::ostringstream err;
+  EXPECT_EQ(RunWithNotice({"/bin/bash", "-c", kFlagPoller},
+                          {{"PATH", "/usr/bin:/bin"}}, *plan, err, &broadcast),
+            0)
+      << err.str();
+  EXPECT_THAT(err.str(),
+              HasSubstr("gdt-ckpt run: checkpoint notice (preempted by the "
+                        "coordinator for gang high-p5-pl78-n1 (priority 5)): "
+                        "the gang stops in 1"));
+  EXPECT_THAT(err.str(), HasSubstr(" s at the latest"));
 }
 
 // The first member to reach its notice announces it with its deadline; a

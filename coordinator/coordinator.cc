@@ -217,12 +217,12 @@ void Coordinator::SendPreemptionNoticesLocked() {
     absl::Status status = absl::FailedPreconditionError(
         "the gang has no key-value store for this epoch");
     if (token != kv_tokens_.end() && token->second.epoch == notice.epoch) {
-      // The value is what a member announcing its own notice writes: the
-      // deadline, Unix seconds. A member's earlier notice stays.
+      // The deadline (Unix seconds) and who gives the notice, for the
+      // members' logs. A member's earlier notice stays.
       absl::StatusOr<kv::KvCasResult> set = kv_->CompareAndSet(
           kv::KvCaller{notice.gang_id, notice.epoch, token->second.token},
           rendezvous::kCheckpointNoticeKey, std::nullopt,
-          absl::StrCat(notice.stop_by_unix_s));
+          absl::StrCat(notice.stop_by_unix_s, " ", notice.note));
       status = set.status();
     }
     if (status.ok()) {

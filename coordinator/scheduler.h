@@ -352,6 +352,9 @@ class Scheduler {
     std::string gang_id;
     uint32_t epoch = 0;
     int64_t stop_by_unix_s = 0;  // When the gang is stopped at the latest.
+    // For the members' logs: "preempted by the coordinator for gang G
+    // (priority P)".
+    std::string note;
   };
   // Returns and clears the notices of preemptions begun since the last call.
   std::vector<PreemptionNotice> TakePreemptionNotices();

@@ -47,8 +47,10 @@ void Scheduler::StartPreemption(state::Gang& gang,
     }
   }
   gang.preempt_estimate_gpu_hours = victim.lost_gpu_hours;
-  notices_.push_back(
-      PreemptionNotice{gang.id, gang.epoch, victim.stop_by_unix_s});
+  notices_.push_back(PreemptionNotice{
+      gang.id, gang.epoch, victim.stop_by_unix_s,
+      absl::StrCat("preempted by the coordinator for gang ", victim.by,
+                   " (priority ", gang.preempt_by_priority, ")")});
   spdlog::warn(
       "event=preemption_started gang={} by={} lost_gpu_hours={:.2f} "
       "stop_by_unix_s={} reason={}",

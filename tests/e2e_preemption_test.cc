@@ -174,7 +174,10 @@ TEST_F(PreemptionE2eTest,
   }
   ASSERT_GE(saved, 3) << epoch1;
   for (const std::string& log : {epoch1, ReadFile(log2)}) {
-    EXPECT_THAT(log, HasSubstr("gdt-ckpt run: checkpoint notice")) << log;
+    EXPECT_THAT(log, HasSubstr("gdt-ckpt run: checkpoint notice (preempted "
+                               "by the coordinator for gang high-p1-pl6262-n1 "
+                               "(priority 5)): the gang stops in "))
+        << log;
     EXPECT_THAT(log, HasSubstr("gdt: gang low-p1-pl6161-n2 failed: preempted "
                                "by gang high-p1-pl6262-n1 (priority 5) after "
                                "checkpoint at "))

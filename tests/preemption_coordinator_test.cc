@@ -132,8 +132,12 @@ class PreemptionCoordinatorTest : public ::testing::Test {
         ckpt::NoticeBroadcastFromEnv(JobEnv(assignment));
     if (!broadcast.ok() || *broadcast == nullptr) return false;
     while (std::chrono::steady_clock::now() < deadline) {
-      absl::StatusOr<bool> heard = (*broadcast)->Announced();
-      if (heard.ok() && *heard) return true;
+      absl::StatusOr<std::optional<std::string>> heard =
+          (*broadcast)->Announced();
+      if (heard.ok() && heard->has_value()) {
+        notice_ = **heard;
+        return true;
+      }
       std::this_thread::sleep_for(100ms);
     }
     return false;
@@ -186,6 +190,7 @@ class PreemptionCoordinatorTest : public ::testing::Test {
   std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::unique_ptr<rendezvous::CoordinatorClient> client_;
   v1::GetStatusResponse status_;
+  std::string notice_;  // The last notice NoticeArrives() heard.
 };
 
 TEST_F(PreemptionCoordinatorTest,
@@ -207,6 +212,8 @@ TEST_F(PreemptionCoordinatorTest,
   // Both members' tools hear the notice; rank 0 records its checkpoint.
   ASSERT_TRUE(NoticeArrives(low[0], high_joined + 10s));
   ASSERT_TRUE(NoticeArrives(low[1], high_joined + 10s));
+  EXPECT_THAT(notice_, HasSubstr(" preempted by the coordinator for gang "
+                                 "high-p5-pl78-n1 (priority 5)"));
   const v1::GangStatus* victim = Status("low-p5-pl76-n2");
   ASSERT_NE(victim, nullptr);
   EXPECT_EQ(victim->state(), v1::GANG_STATE_RUNNING);
