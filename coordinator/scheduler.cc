@@ -482,6 +482,13 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
   state::Gang& gang = **found;
+  // The agent and the executor both report the script's exit: the first
+  // report counts, the same again changes nothing (a cancellation still
+  // does: a member cancelled at the exit barrier had reported 0).
+  if (gang.members.at(member_index).exit_code == exit_code && exit_code != -1 &&
+      !cancelled) {
+    return absl::OkStatus();
+  }
   state::Gang updated = gang;
   state::Member& member = updated.members.at(member_index);
   member.exit_code = exit_code;
