@@ -82,6 +82,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* LeaveGang(grpc::CallbackServerContext* context,
                                       const v1::LeaveGangRequest* request,
                                       v1::LeaveGangResponse* response) override;
+  grpc::ServerUnaryReactor* RefuseMember(
+      grpc::CallbackServerContext* context,
+      const v1::RefuseMemberRequest* request,
+      v1::RefuseMemberResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;

@@ -130,6 +130,11 @@ class CoordinatorClient {
 
   absl::Status LeaveGang(const v1::LeaveGangRequest& request,
                          std::chrono::milliseconds timeout);
+  // A member refused before it joined tells its gang; returns the
+  // root-cause line. Errors as the coordinator rejected it.
+  absl::StatusOr<std::string> RefuseMember(
+      const v1::RefuseMemberRequest& request,
+      std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
   // An operator cancels a gang; returns its root-cause line.
