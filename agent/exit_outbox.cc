@@ -136,7 +136,10 @@ absl::Status ExitOutbox::Add(const ExitRecord& record) {
     records_.emplace(sequence, record);
   }
   std::error_code error;
-  fs::create_directories(dir_, error);
+  // Only the agent reads it: member accounts need not see who ran here.
+  if (fs::create_directories(dir_, error)) {
+    fs::permissions(dir_, fs::perms::owner_all, error);
+  }
   if (error) {
     return absl::InternalError(
         absl::StrCat("cannot create ", dir_, ": ", error.message()));

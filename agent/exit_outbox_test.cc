@@ -49,6 +49,8 @@ TEST(ExitOutboxTest, KeepsExitsOnDiskForTheNextAgent) {
     lost.cancelled = true;
     ASSERT_TRUE(outbox.Add(lost).ok());
     EXPECT_EQ(FilesIn(path), 2u);
+    EXPECT_EQ(fs::status(path).permissions() & fs::perms::all,
+              fs::perms::owner_all);
   }
   // The agent restarted: the next one owes the same exits, in order.
   ExitOutbox next(path);
