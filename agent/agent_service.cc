@@ -1,6 +1,10 @@
 #include "agent/agent_service.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
 #include <deque>
 #include <thread>
 #include <utility>
@@ -74,6 +78,28 @@ absl::Status CheckMemberToken(const grpc::ServerContextBase& context,
                      " (epoch ", claims->epoch, "), not for ", request));
   }
   return absl::OkStatus();
+}
+
+// torchrun writes the first failed worker's error (its exception, when the
+// training script records it) to $TORCHELASTIC_ERROR_FILE. Read at the
+// stage's exit, with a bound: the file is the member's to write.
+constexpr size_t kMaxErrorFileBytes = 1 << 20;
+
+// The error file's contents; empty when there is none (or only a link,
+// which the agent does not follow into files the member may not read).
+std::string ReadErrorFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[8192];
+  while (text.size() < kMaxErrorFileBytes) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return text;
 }
 
 // Output queued for a client that reads slowly; beyond this the stage stops
@@ -279,8 +305,19 @@ class StageReactor final
     start_.set_member_index(request_.start().member_index());
     start_.set_job_id(request_.start().job_id());
     start_.set_agent_reports_exit(request_.start().agent_reports_exit());
+    StageRequest stage_request = FromProto(request_.start());
+    // A fresh error file for torchrun in the member's scratch dir, unless
+    // the job chose its own.
+    if (start_.agent_reports_exit() && !start_.gang_id().empty() &&
+        stage_request.env.count("TORCHELASTIC_ERROR_FILE") == 0) {
+      error_file_ = supervisor_.ScratchDir(member_id_) +
+                    "/torchelastic-error-" + EscapePathComponent(stage_name_) +
+                    ".json";
+      unlink(error_file_.c_str());
+      stage_request.env["TORCHELASTIC_ERROR_FILE"] = error_file_;
+    }
     absl::StatusOr<std::shared_ptr<Stage>> stage =
-        supervisor_.StartStage(FromProto(request_.start()), this);
+        supervisor_.StartStage(stage_request, this);
     if (!stage.ok()) {
       spdlog::warn("event=stage_rejected member={} stage={} error={}",
                    LogValue(member_id_), LogValue(stage_name_),
@@ -321,6 +358,19 @@ class StageReactor final
     // already (then the report changes nothing).
     record.cancelled = stopped_by_client_.load();
     record.peer_suspected = peer_loss_.detected();
+    // torchrun's own record of its first failed worker outweighs the
+    // output: a worker that failed with its own error makes this member
+    // the culprit, one whose error is a lost peer makes it a victim.
+    if (!error_file_.empty() && status.code() != 0) {
+      const std::string error = ReadErrorFile(error_file_);
+      if (!error.empty()) {
+        PeerLossDetector in_error;
+        in_error.Feed(error);
+        record.peer_suspected = in_error.detected();
+        spdlog::info("event=torchrun_error_file member={} victim={}",
+                     LogValue(member_id_), record.peer_suspected);
+      }
+    }
     record.exited_unix_ms =
         std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::system_clock::now().time_since_epoch())
@@ -365,6 +415,7 @@ class StageReactor final
   v1::StartStage start_;  // Identity only; set in Begin() before any cancel
                           // can see a stage.
   std::atomic<bool> stopped_by_client_{false};
+  std::string error_file_;      // Set before the stage starts; empty = none.
   PeerLossDetector peer_loss_;  // Fed on the stage's thread.
 
   Mutex mu_;

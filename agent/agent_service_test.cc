@@ -513,6 +513,48 @@ TEST_F(AgentServiceTest, UserScriptExitIsRecordedBeforeTheClientHearsOfIt) {
   EXPECT_FALSE(records[1].peer_suspected);
 }
 
+// torchrun's error file decides culprit or victim over the output: a
+// member whose first failed worker raised its own error is the culprit even
+// though its other ranks logged a lost peer; one whose recorded error is the
+// lost peer is a victim.
+TEST_F(AgentServiceTest, TorchrunErrorFileDecidesCulpritOrVictim) {
+  Mutex mu;
+  std::vector<ExitRecord> records;
+  service_->SetExitHandler([&](const ExitRecord& record) {
+    MutexLock lock(mu);
+    records.push_back(record);
+  });
+  auto user_script = [](const std::string& script) {
+    v1::StartStage start = Start("g1/1002", script);
+    start.set_gang_id("g1");
+    start.set_epoch(1);
+    start.set_member_index(2);
+    start.set_job_id(1002);
+    start.set_agent_reports_exit(true);
+    return start;
+  };
+  // What torchrun writes for a worker that raised (recorded with @record).
+  ASSERT_TRUE(
+      Run(user_script("echo 'gloo: Connection reset by peer'\n"
+                      "echo '{\"message\": {\"message\": \"ValueError: "
+                      "loss is NaN\"}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                      "exit 1\n"))
+          .exit.ok());
+  ASSERT_TRUE(Run(user_script("echo '{\"message\": {\"message\": "
+                              "\"RuntimeError: Connection closed by "
+                              "peer\"}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                              "exit 1\n"))
+                  .exit.ok());
+  // No error file: the output decides, as before.
+  ASSERT_TRUE(
+      Run(user_script("echo 'Connection reset by peer'\nexit 1\n")).exit.ok());
+  MutexLock lock(mu);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_FALSE(records[0].peer_suspected);
+  EXPECT_TRUE(records[1].peer_suspected);
+  EXPECT_TRUE(records[2].peer_suspected);
+}
+
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {
   OutputLog log;
   absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
