@@ -1,5 +1,10 @@
 #include "agent/agent_service.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
 #include <deque>
 #include <thread>
 #include <utility>
@@ -9,6 +14,7 @@
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
+#include "common/peer_loss.h"
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -74,6 +80,28 @@ absl::Status CheckMemberToken(const grpc::ServerContextBase& context,
   return absl::OkStatus();
 }
 
+// torchrun writes the first failed worker's error (its exception, when the
+// training script records it) to $TORCHELASTIC_ERROR_FILE. Read at the
+// stage's exit, with a bound: the file is the member's to write.
+constexpr size_t kMaxErrorFileBytes = 1 << 20;
+
+// The error file's contents; empty when there is none (or only a link,
+// which the agent does not follow into files the member may not read).
+std::string ReadErrorFile(const std::string& path) {
+  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buffer[8192];
+  while (text.size() < kMaxErrorFileBytes) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  close(fd);
+  return text;
+}
+
 // Output queued for a client that reads slowly; beyond this the stage stops
 // reading the script's pipes until the client catches up.
 constexpr size_t kMaxQueuedBytes = 4 << 20;
@@ -105,10 +133,12 @@ class StageReactor final
  public:
   StageReactor(Supervisor& supervisor,
                const AgentService::MemberLostHandler& member_lost,
+               const AgentService::ExitHandler& exit_handler,
                const grpc::CallbackServerContext& context,
                MemberTokenCache* member_tokens)
       : supervisor_(supervisor),
         member_lost_(member_lost),
+        exit_handler_(exit_handler),
         context_(context),
         member_tokens_(member_tokens) {
     StartRead(&request_);
@@ -133,12 +163,15 @@ class StageReactor final
     std::shared_ptr<Stage> stage = CurrentStage();
     switch (request_.signal().signal()) {
       case v1::SIGNAL_TERM:
+        stopped_by_client_.store(true);
         stage->Signal(StageSignal::kTerm);
         break;
       case v1::SIGNAL_KILL:
+        stopped_by_client_.store(true);
         stage->Signal(StageSignal::kKill);
         break;
       case v1::SIGNAL_INT:
+        stopped_by_client_.store(true);
         stage->Signal(StageSignal::kInt);
         break;
       case v1::SIGNAL_COLLECT_EVIDENCE:
@@ -206,6 +239,7 @@ class StageReactor final
                           ? v1::OUTPUT_STREAM_STDOUT
                           : v1::OUTPUT_STREAM_STDERR);
     chunk->set_data(data.data(), data.size());
+    peer_loss_.Feed(data);  // Only ever on the stage's thread.
     Enqueue(std::move(message), data.size(), /*last=*/false);
   }
 
@@ -219,6 +253,7 @@ class StageReactor final
   void OnExit(const ExitStatus& status) override {
     spdlog::info("event=stage_exited member={} stage={} code={}",
                  LogValue(member_id_), LogValue(stage_name_), status.code());
+    RecordExit(status);
     v1::RunStageResponse message;
     message.mutable_exit()->set_exit_code(status.code());
     message.mutable_exit()->set_signal(status.signal);
@@ -269,8 +304,20 @@ class StageReactor final
     start_.set_epoch(request_.start().epoch());
     start_.set_member_index(request_.start().member_index());
     start_.set_job_id(request_.start().job_id());
+    start_.set_agent_reports_exit(request_.start().agent_reports_exit());
+    StageRequest stage_request = FromProto(request_.start());
+    // A fresh error file for torchrun in the member's scratch dir, unless
+    // the job chose its own.
+    if (start_.agent_reports_exit() && !start_.gang_id().empty() &&
+        stage_request.env.count("TORCHELASTIC_ERROR_FILE") == 0) {
+      error_file_ = supervisor_.ScratchDir(member_id_) +
+                    "/torchelastic-error-" + EscapePathComponent(stage_name_) +
+                    ".json";
+      unlink(error_file_.c_str());
+      stage_request.env["TORCHELASTIC_ERROR_FILE"] = error_file_;
+    }
     absl::StatusOr<std::shared_ptr<Stage>> stage =
-        supervisor_.StartStage(FromProto(request_.start()), this);
+        supervisor_.StartStage(stage_request, this);
     if (!stage.ok()) {
       spdlog::warn("event=stage_rejected member={} stage={} error={}",
                    LogValue(member_id_), LogValue(stage_name_),
@@ -286,6 +333,49 @@ class StageReactor final
     }
     if (cancelled) (*stage)->Signal(StageSignal::kTerm);
     StartRead(&request_);
+  }
+
+  // Hands a user script's exit to the outbox (see
+  // StartStage.agent_reports_exit), before the client hears of it.
+  void RecordExit(const ExitStatus& status) {
+    if (!exit_handler_ || !start_.agent_reports_exit() ||
+        start_.gang_id().empty()) {
+      return;
+    }
+    {
+      MutexLock lock(mu_);
+      // The executor went away first: the member was reported lost.
+      if (cancelled_ && member_lost_) return;
+    }
+    ExitRecord record;
+    record.gang_id = start_.gang_id();
+    record.epoch = start_.epoch();
+    record.member_index = start_.member_index();
+    record.job_id = start_.job_id();
+    record.exit_code = status.code();
+    record.signal = status.signal;
+    // Stopped by its executor: the job was cancelled, or its gang failed
+    // already (then the report changes nothing).
+    record.cancelled = stopped_by_client_.load();
+    record.peer_suspected = peer_loss_.detected();
+    // torchrun's own record of its first failed worker outweighs the
+    // output: a worker that failed with its own error makes this member
+    // the culprit, one whose error is a lost peer makes it a victim.
+    if (!error_file_.empty() && status.code() != 0) {
+      const std::string error = ReadErrorFile(error_file_);
+      if (!error.empty()) {
+        PeerLossDetector in_error;
+        in_error.Feed(error);
+        record.peer_suspected = in_error.detected();
+        spdlog::info("event=torchrun_error_file member={} victim={}",
+                     LogValue(member_id_), record.peer_suspected);
+      }
+    }
+    record.exited_unix_ms =
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count();
+    exit_handler_(record);
   }
 
   std::shared_ptr<Stage> CurrentStage() {
@@ -314,6 +404,7 @@ class StageReactor final
 
   Supervisor& supervisor_;
   const AgentService::MemberLostHandler& member_lost_;
+  const AgentService::ExitHandler& exit_handler_;
   const grpc::CallbackServerContext& context_;  // Outlives the reactor.
   MemberTokenCache* const member_tokens_;       // The service's; may be null.
   // Reactions that read are serialised by gRPC (one read at a time).
@@ -323,6 +414,9 @@ class StageReactor final
   std::string stage_name_;
   v1::StartStage start_;  // Identity only; set in Begin() before any cancel
                           // can see a stage.
+  std::atomic<bool> stopped_by_client_{false};
+  std::string error_file_;      // Set before the stage starts; empty = none.
+  PeerLossDetector peer_loss_;  // Fed on the stage's thread.
 
   Mutex mu_;
   std::shared_ptr<Stage> stage_ ABSL_GUARDED_BY(mu_);
@@ -364,7 +458,7 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
 
 grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
 AgentService::RunStage(grpc::CallbackServerContext* context) {
-  return new StageReactor(supervisor_, member_lost_, *context,
+  return new StageReactor(supervisor_, member_lost_, exit_, *context,
                           member_tokens_.get());
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "agent/exit_outbox.h"
 #include "agent/member_token_cache.h"
 #include "agent/supervisor.h"
 #include "gdt/v1/agent.grpc.pb.h"
@@ -28,6 +29,10 @@ class AgentService final
   // stream breaks before the stage ended: its executor went away. Gets the
   // stage's StartStage.
   using MemberLostHandler = std::function<void(const v1::StartStage&)>;
+  // Called (on the stage's thread) when a stage whose StartStage asked for
+  // it (agent_reports_exit, with a gang) ends, unless its executor went
+  // away first (then the member was reported lost). Should not block long.
+  using ExitHandler = std::function<void(const ExitRecord&)>;
 
   explicit AgentService(Supervisor& supervisor) : supervisor_(supervisor) {}
 
@@ -35,6 +40,7 @@ class AgentService final
   void SetMemberLostHandler(MemberLostHandler handler) {
     member_lost_ = std::move(handler);
   }
+  void SetExitHandler(ExitHandler handler) { exit_ = std::move(handler); }
   // With a check set, SetupMember, RunStage and TeardownMember need
   // metadata "gdt-member-token" that `ask` (the coordinator) finds good, and
   // every member id, gang id, epoch and job id in the request must be the
@@ -64,6 +70,7 @@ class AgentService final
  private:
   Supervisor& supervisor_;
   MemberLostHandler member_lost_;
+  ExitHandler exit_;
   std::unique_ptr<MemberTokenCache> member_tokens_;  // Null: no check.
 };
 

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "common/member_token.h"
 #include "common/mutex.h"
@@ -457,6 +458,101 @@ TEST_F(AgentServiceTest, CancelledClientStopsTheStage) {
   EXPECT_TRUE(
       WaitFor([&] { return supervisor_->running_stages() == 0; }, seconds(10)));
   stream->Finish().ok();
+}
+
+// The user script's exit goes to the exit handler (the durable outbox)
+// before the executor hears of it, with the host's exit time, whether its
+// output shows a lost peer, and whether its executor stopped it.
+TEST_F(AgentServiceTest, UserScriptExitIsRecordedBeforeTheClientHearsOfIt) {
+  Mutex mu;
+  std::vector<ExitRecord> records;
+  service_->SetExitHandler([&](const ExitRecord& record) {
+    MutexLock lock(mu);
+    records.push_back(record);
+  });
+  auto user_script = [](const std::string& script) {
+    v1::StartStage start = Start("g1/1002", script);
+    start.set_gang_id("g1");
+    start.set_epoch(2);
+    start.set_member_index(2);
+    start.set_job_id(1002);
+    start.set_agent_reports_exit(true);
+    return start;
+  };
+  const int64_t before =
+      std::chrono::duration_cast<milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  StageResult failed = Run(user_script(
+      "echo 'RuntimeError: Read error: Connection reset by peer'\nexit 3\n"));
+  ASSERT_TRUE(failed.exit.ok()) << failed.exit.status();
+  {
+    MutexLock lock(mu);
+    ASSERT_EQ(records.size(), 1u);
+    EXPECT_EQ(records[0].Key(), "g1#2#1002");
+    EXPECT_EQ(records[0].member_index, 2u);
+    EXPECT_EQ(records[0].exit_code, 3);
+    EXPECT_TRUE(records[0].peer_suspected);
+    EXPECT_FALSE(records[0].cancelled);
+    EXPECT_GE(records[0].exited_unix_ms, before);
+  }
+
+  StageResult stopped = Run(user_script("echo ready\nsleep 300\n"),
+                            SignalAfter("ready", v1::SIGNAL_TERM, nullptr));
+  ASSERT_TRUE(stopped.exit.ok()) << stopped.exit.status();
+  // Another stage (after_script) and a stage without a gang record nothing.
+  v1::StartStage after = user_script("exit 4\n");
+  after.set_agent_reports_exit(false);
+  ASSERT_TRUE(Run(after).exit.ok());
+  ASSERT_TRUE(Run(Start("g1/1002", "exit 5\n")).exit.ok());
+  MutexLock lock(mu);
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[1].exit_code, 128 + SIGTERM);
+  EXPECT_EQ(records[1].signal, SIGTERM);
+  EXPECT_TRUE(records[1].cancelled);
+  EXPECT_FALSE(records[1].peer_suspected);
+}
+
+// torchrun's error file decides culprit or victim over the output: a
+// member whose first failed worker raised its own error is the culprit even
+// though its other ranks logged a lost peer; one whose recorded error is the
+// lost peer is a victim.
+TEST_F(AgentServiceTest, TorchrunErrorFileDecidesCulpritOrVictim) {
+  Mutex mu;
+  std::vector<ExitRecord> records;
+  service_->SetExitHandler([&](const ExitRecord& record) {
+    MutexLock lock(mu);
+    records.push_back(record);
+  });
+  auto user_script = [](const std::string& script) {
+    v1::StartStage start = Start("g1/1002", script);
+    start.set_gang_id("g1");
+    start.set_epoch(1);
+    start.set_member_index(2);
+    start.set_job_id(1002);
+    start.set_agent_reports_exit(true);
+    return start;
+  };
+  // What torchrun writes for a worker that raised (recorded with @record).
+  ASSERT_TRUE(
+      Run(user_script("echo 'gloo: Connection reset by peer'\n"
+                      "echo '{\"message\": {\"message\": \"ValueError: "
+                      "loss is NaN\"}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                      "exit 1\n"))
+          .exit.ok());
+  ASSERT_TRUE(Run(user_script("echo '{\"message\": {\"message\": "
+                              "\"RuntimeError: Connection closed by "
+                              "peer\"}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+                              "exit 1\n"))
+                  .exit.ok());
+  // No error file: the output decides, as before.
+  ASSERT_TRUE(
+      Run(user_script("echo 'Connection reset by peer'\nexit 1\n")).exit.ok());
+  MutexLock lock(mu);
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_FALSE(records[0].peer_suspected);
+  EXPECT_TRUE(records[1].peer_suspected);
+  EXPECT_TRUE(records[2].peer_suspected);
 }
 
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -137,7 +138,9 @@ Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
       supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment(),
                   std::move(isolation)),
       service_(supervisor_),
-      coordinator_(config.coordinator, security) {}
+      coordinator_(config.coordinator, security),
+      exit_outbox_((std::filesystem::path(config.scratch_dir) / ".exit-outbox")
+                       .string()) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   // One `tls` section: the agent's server certificate and its client side
@@ -187,20 +190,30 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                  LogValue("no host_token_file: this agent runs stages for any "
                           "caller (fine for local use; see docs/security.md)"));
   }
-  daemon->lost_reporter_ = std::make_unique<LostMemberReporter>(
-      daemon->coordinator_, std::chrono::seconds(5));
+  // Exits a previous agent could not deliver are still owed.
+  daemon->exit_outbox_.Load();
+  daemon->exit_reporter_ = std::make_unique<ExitReporter>(
+      daemon->exit_outbox_, daemon->coordinator_, ExitReporter::Options{});
   daemon->service_.SetMemberLostHandler(
-      [reporter = daemon->lost_reporter_.get(),
+      [reporter = daemon->exit_reporter_.get(),
        host = config.host.name](const v1::StartStage& start) {
-        v1::ReportExitRequest request;
-        request.set_gang_id(start.gang_id());
-        request.set_epoch(start.epoch());
-        request.set_member_index(start.member_index());
-        request.set_job_id(start.job_id());
-        request.set_lost_reason(
+        ExitRecord record;
+        record.gang_id = start.gang_id();
+        record.epoch = start.epoch();
+        record.member_index = start.member_index();
+        record.job_id = start.job_id();
+        record.lost_reason =
             absl::StrCat("its executor went away (the ", start.stage(),
-                         " stream to the agent on host ", host, " broke)"));
-        reporter->Report(std::move(request));
+                         " stream to the agent on host ", host, " broke)");
+        record.exited_unix_ms =
+            std::chrono::duration_cast<std::chrono::milliseconds>(
+                std::chrono::system_clock::now().time_since_epoch())
+                .count();
+        reporter->Report(record);
+      });
+  daemon->service_.SetExitHandler(
+      [reporter = daemon->exit_reporter_.get()](const ExitRecord& record) {
+        reporter->Report(record);
       });
   // What a previous agent on this scratch dir left running (it died
   // without ending its stages) holds GPUs and reports to nobody: end it
@@ -287,7 +300,8 @@ void Daemon::Shutdown() {
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + kServerDrain);
   }
-  lost_reporter_.reset();  // Sends what the shutdown reported, then stops.
+  // Tries once more what the shutdown reported; the rest stays on disk.
+  exit_reporter_.reset();
 }
 
 }  // namespace gdt::agent

@@ -7,7 +7,8 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
 #include "agent/config.h"
-#include "agent/lost_reporter.h"
+#include "agent/exit_outbox.h"
+#include "agent/exit_reporter.h"
 #include "agent/registrar.h"
 #include "agent/supervisor.h"
 #include "rendezvous/coordinator_client.h"
@@ -49,8 +50,11 @@ class Daemon {
   Supervisor supervisor_;
   AgentService service_;
   rendezvous::CoordinatorClient coordinator_;
-  // After coordinator_, which it uses; stopped after the server.
-  std::unique_ptr<LostMemberReporter> lost_reporter_;
+  // Exits owed to the coordinator, on disk under the scratch dir.
+  ExitOutbox exit_outbox_;
+  // After coordinator_ and exit_outbox_, which it uses; stopped after the
+  // server.
+  std::unique_ptr<ExitReporter> exit_reporter_;
   std::unique_ptr<AgentServer> server_;
   std::unique_ptr<Registrar> registrar_;
   std::string bound_endpoint_;

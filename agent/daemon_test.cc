@@ -51,6 +51,15 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status ReportExit(grpc::ServerContext* context,
+                          const v1::ReportExitRequest* request,
+                          v1::ReportExitResponse* response) override {
+    MutexLock lock(mu_);
+    exits_.push_back(*request);
+    changed_.NotifyAll();
+    return grpc::Status::OK;
+  }
+
   // Starts serving on `address` (port 0 picks one); returns host:port.
   std::string Serve(const std::string& address) {
     grpc::ServerBuilder builder;
@@ -99,6 +108,17 @@ class FakeCoordinator final : public v1::Coordinator::Service {
     MutexLock lock(mu_);
     return heartbeats_;
   }
+  // Waits until `count` exit reports arrived or `timeout` passes; returns
+  // those that did.
+  std::vector<v1::ReportExitRequest> WaitForExits(size_t count,
+                                                  milliseconds timeout) {
+    const auto deadline = steady_clock::now() + timeout;
+    MutexLock lock(mu_);
+    while (exits_.size() < count && steady_clock::now() < deadline) {
+      changed_.WaitUntil(mu_, deadline);
+    }
+    return exits_;
+  }
 
  private:
   std::unique_ptr<grpc::Server> server_;
@@ -107,6 +127,7 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::vector<v1::HostSpec> registrations_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> heartbeats_ ABSL_GUARDED_BY(mu_);
   bool reregister_next_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
 };
 
 class DaemonTest : public ::testing::Test {
@@ -240,6 +261,69 @@ TEST_F(DaemonTest, ShutdownTerminatesRunningStages) {
   EXPECT_GE(steady_clock::now() - begin, milliseconds(1900));
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_EQ(exit->exit_code(), 128 + SIGKILL);
+}
+
+// A member's script exits 3 while the coordinator is unreachable, and the
+// agent is restarted before it comes back: the exit waits on disk, and the
+// next agent on the same scratch dir delivers it, with the time it happened.
+TEST_F(DaemonTest, ExitsOutliveCoordinatorOutagesAndAgentRestarts) {
+  std::string address;
+  {
+    FakeCoordinator placeholder;
+    address = placeholder.Serve("127.0.0.1:0");
+    ASSERT_FALSE(address.empty());
+  }
+  const std::string outbox = root_ + "/scratch/.exit-outbox";
+  const int64_t before =
+      std::chrono::duration_cast<milliseconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  {
+    absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+        Daemon::Start(MakeConfig(address));
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+    rendezvous::AgentClient agent((*daemon)->bound_endpoint());
+    v1::StartStage start;
+    start.set_member_id("g1/1002");
+    start.set_stage("build_script");
+    start.set_script("exit 3\n");
+    start.set_gang_id("g1");
+    start.set_epoch(1);
+    start.set_member_index(2);
+    start.set_job_id(1002);
+    start.set_agent_reports_exit(true);
+    absl::StatusOr<v1::StageExit> exit = agent.RunStage(
+        start, [](v1::OutputStream, std::string_view) {}, nullptr);
+    ASSERT_TRUE(exit.ok()) << exit.status();
+    EXPECT_EQ(exit->exit_code(), 3);
+  }  // The agent stops; the coordinator never heard of the exit.
+  EXPECT_EQ(
+      std::distance(fs::directory_iterator(outbox), fs::directory_iterator()),
+      1);
+
+  FakeCoordinator coordinator;
+  ASSERT_EQ(coordinator.Serve(address), address);
+  absl::StatusOr<std::unique_ptr<Daemon>> next =
+      Daemon::Start(MakeConfig(address));
+  ASSERT_TRUE(next.ok()) << next.status();
+  const std::vector<v1::ReportExitRequest> exits =
+      coordinator.WaitForExits(1, seconds(20));
+  ASSERT_EQ(exits.size(), 1u);
+  EXPECT_EQ(exits[0].gang_id(), "g1");
+  EXPECT_EQ(exits[0].epoch(), 1u);
+  EXPECT_EQ(exits[0].member_index(), 2u);
+  EXPECT_EQ(exits[0].job_id(), 1002);
+  EXPECT_EQ(exits[0].exit_code(), 3);
+  EXPECT_FALSE(exits[0].cancelled());
+  EXPECT_TRUE(exits[0].lost_reason().empty());
+  EXPECT_GE(exits[0].exited_unix_ms(), before);
+  // Acknowledged: gone from disk.
+  const auto deadline = steady_clock::now() + seconds(10);
+  while (fs::directory_iterator(outbox) != fs::directory_iterator() &&
+         steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_EQ(fs::directory_iterator(outbox), fs::directory_iterator());
 }
 
 TEST_F(DaemonTest, ListenFailureIsUnavailable) {

@@ -489,6 +489,21 @@ absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
   return root_cause;
 }
 
+absl::StatusOr<std::string> Coordinator::RefuseMember(
+    const state::GangKey& key, uint32_t member_index, int64_t job_id,
+    const std::string& reason) {
+  std::vector<state::MemberEvent> events;
+  absl::StatusOr<std::string> root_cause;
+  {
+    MutexLock lock(mu_);
+    root_cause = scheduler_->RefuseMember(key, member_index, job_id, reason);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  if (root_cause.ok()) Wake();
+  return root_cause;
+}
+
 absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
                                                      const std::string& note) {
   std::vector<state::MemberEvent> events;

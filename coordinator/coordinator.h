@@ -109,6 +109,11 @@ class Coordinator {
   absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
                                           const std::string& note);
   std::vector<std::string> EndAbandonedFormingGangs();
+  // See Scheduler::RefuseMember.
+  absl::StatusOr<std::string> RefuseMember(const state::GangKey& key,
+                                           uint32_t member_index,
+                                           int64_t job_id,
+                                           const std::string& reason);
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);

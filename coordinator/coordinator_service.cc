@@ -848,6 +848,36 @@ grpc::ServerUnaryReactor* CoordinatorService::GetPeers(
   return Finish(context, absl::OkStatus());
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::RefuseMember(
+    grpc::CallbackServerContext* context,
+    const v1::RefuseMemberRequest* request,
+    v1::RefuseMemberResponse* response) {
+  // Only the job itself, verified as its join would be: it may fail only
+  // its own gang.
+  const JoinRequest member = FromProto(request->member());
+  absl::Status verified;
+  if (MemberVerifier* verifier = security_.verifier) {
+    verified =
+        verifier->Verify(MetadataValue(context, rendezvous::kJobTokenMetadata),
+                         member, context->peer());
+  } else if (IdTokenMemberVerifier* by_id_token = security_.id_token_verifier) {
+    verified = by_id_token->Verify(
+        MetadataValue(context, rendezvous::kIdTokenMetadata), member);
+  }
+  absl::Status status = Allow(context, "RefuseMember", verified);
+  if (!status.ok()) return Finish(context, status);
+  absl::StatusOr<std::string> root_cause = coordinator_.RefuseMember(
+      member.key, member.member_index, member.job_id, request->reason());
+  if (!root_cause.ok()) {
+    spdlog::warn("event=refusal_rejected group={} member={} job={} error={}",
+                 LogValue(member.key.group_name), member.member_index,
+                 member.job_id, LogValue(root_cause.status().ToString()));
+    return Finish(context, root_cause.status());
+  }
+  response->set_root_cause(*root_cause);
+  return Finish(context, absl::OkStatus());
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
     v1::GetStatusResponse* response) {

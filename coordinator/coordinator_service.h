@@ -90,6 +90,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* GetPeers(grpc::CallbackServerContext* context,
                                      const v1::GetPeersRequest* request,
                                      v1::GetPeersResponse* response) override;
+  grpc::ServerUnaryReactor* RefuseMember(
+      grpc::CallbackServerContext* context,
+      const v1::RefuseMemberRequest* request,
+      v1::RefuseMemberResponse* response) override;
   grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;

@@ -312,6 +312,23 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   absl::StatusOr<std::string> gang_id = GangIdFor(key);
   if (!gang_id.ok()) return gang_id.status();
   auto found = gangs_.find(*gang_id);
+  // A member refused before it could join (RefuseMember) fails its gang's
+  // forming: the others are told at once rather than after the join
+  // timeout, until a retried job of the refused member comes.
+  if (auto refused = refusals_.find(key);
+      refused != refusals_.end() &&
+      (found == gangs_.end() ||
+       found->second.state != state::GangState::kRunning)) {
+    if (refused->second.member_index != request.member_index) {
+      return absl::AbortedError(refused->second.root_cause);
+    }
+    if (refused->second.job_id == request.job_id) {
+      return absl::FailedPreconditionError(refused->second.root_cause);
+    }
+    refusals_.erase(refused);
+    refusal_order_.erase(
+        std::find(refusal_order_.begin(), refusal_order_.end(), key));
+  }
   if (found == gangs_.end()) GDT_RETURN_IF_ERROR(CheckFormingQuota(key));
   if (found == gangs_.end() && !hosts_.empty()) {
     // A new gang that can never run fails now, naming the limit.
@@ -484,6 +501,13 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
   state::Gang& gang = **found;
+  // The agent and the executor both report the script's exit: the first
+  // report counts, the same again changes nothing (a cancellation still
+  // does: a member cancelled at the exit barrier had reported 0).
+  if (gang.members.at(member_index).exit_code == exit_code && exit_code != -1 &&
+      !cancelled) {
+    return absl::OkStatus();
+  }
   if (gang.state == state::GangState::kRunning && gang.preempt_notice_ms != 0) {
     // A member of a gang being preempted ended (typically it checkpointed
     // on the notice and stopped): the gang is stopped as preempted, never

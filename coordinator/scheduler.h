@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -375,6 +376,24 @@ class Scheduler {
   // Returns the ids it ended. Call periodically.
   std::vector<std::string> EndAbandonedFormingGangs(bool now = false);
 
+  // Member `member_index` (job `job_id`) of the gang with `key` was refused
+  // before it could join (its executor found its job unfit at config or
+  // prepare, e.g. a forged CI_NODE_INDEX) for `reason`, which its peers
+  // cannot fix. A forming gang of `key` fails at once with the cause
+  // "member 2/3 (job 1002) was refused: <reason> at 10:42:13 UTC" (its
+  // waiting members get it as their Aborted event), and until a retried
+  // job of that member joins, every other member's join is refused with
+  // Aborted and the same line, so nobody waits the join timeout for it.
+  // Returns the root-cause line. Kept in memory (the newest
+  // kMaxRefusals). Errors: InvalidArgument for an index outside 1..size, no
+  // job id or an empty reason; FailedPrecondition when the gang already
+  // runs.
+  absl::StatusOr<std::string> RefuseMember(const state::GangKey& key,
+                                           uint32_t member_index,
+                                           int64_t job_id,
+                                           const std::string& reason);
+  static constexpr size_t kMaxRefusals = 4096;
+
  private:
   // Fails `gang` (forming or running) with `cause`, blaming member
   // `member_index` (0 = nobody): persists, logs and tells every watch; a
@@ -512,6 +531,15 @@ class Scheduler {
   std::vector<state::MemberEvent> events_;
   std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();
+  // RefuseMember(): by gang key, the refused member and job and the
+  // root-cause line; `refusal_order_` keeps them bounded, oldest first.
+  struct Refusal {
+    uint32_t member_index = 0;
+    int64_t job_id = 0;
+    std::string root_cause;
+  };
+  std::map<state::GangKey, Refusal> refusals_;
+  std::deque<state::GangKey> refusal_order_;
 };
 
 }  // namespace gdt::coordinator

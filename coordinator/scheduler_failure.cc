@@ -81,6 +81,59 @@ absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Scheduler::RefuseMember(const state::GangKey& key,
+                                                    uint32_t member_index,
+                                                    int64_t job_id,
+                                                    const std::string& reason) {
+  if (key.size == 0 || member_index < 1 || member_index > key.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("member index ", member_index, " of gang ", key.group_name,
+                     " is outside 1..", key.size));
+  }
+  if (job_id <= 0 || reason.empty()) {
+    return absl::InvalidArgumentError(
+        "a refused member needs its job id and a reason");
+  }
+  if (reason.size() > kMaxJobNameBytes * 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the refusal reason is ", reason.size(), " bytes long; at most ",
+        kMaxJobNameBytes * 4, " are accepted"));
+  }
+  absl::StatusOr<std::string> gang_id = GangIdFor(key);
+  if (!gang_id.ok()) return gang_id.status();
+  const std::string cause =
+      absl::StrCat("member ", member_index, "/", key.size, " (job ", job_id,
+                   ") was refused: ", reason, " at ",
+                   state::UtcTimeOfDay(clock_.UnixMillis()));
+  auto found = gangs_.find(*gang_id);
+  if (found != gangs_.end() &&
+      found->second.state == state::GangState::kRunning) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("gang ", *gang_id, " already runs"));
+  }
+  std::string root_cause = absl::StrCat("gang ", *gang_id, " failed: ", cause);
+  if (found != gangs_.end() &&
+      found->second.state == state::GangState::kForming) {
+    GDT_RETURN_IF_ERROR(
+        FailGang(found->second, member_index, cause, "member_refused"));
+    root_cause = found->second.reason;
+  } else {
+    spdlog::warn("event=member_refused gang={} member={} job={} reason={}",
+                 LogValue(*gang_id), member_index, job_id,
+                 LogValue(root_cause));
+    observer_->Failure("member_refused");
+  }
+  if (refusals_.count(key) == 0) {
+    refusal_order_.push_back(key);
+    if (refusal_order_.size() > kMaxRefusals) {
+      refusals_.erase(refusal_order_.front());
+      refusal_order_.pop_front();
+    }
+  }
+  refusals_[key] = Refusal{member_index, job_id, root_cause};
+  return root_cause;
+}
+
 absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
                                    const std::string& what) {

@@ -573,5 +573,55 @@ TEST_F(SchedulerFailureTest, RetriedJobsFormTheNextEpochAndOldOnesAreFenced) {
       << "job 201 belongs to the finished epoch 2: " << third.status();
 }
 
+// A member refused at config (its CI_NODE_INDEX disagrees with its name)
+// tells its gang: the members already waiting are aborted with its reason,
+// one that joins later is refused with it at once, and a retried job of the
+// refused member lets the gang form again.
+TEST_F(SchedulerFailureTest, RefusedMemberFailsItsFormingGangAndLaterJoins) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 3)).ok());
+  const state::GangKey key = TrainKey(3);
+  ASSERT_TRUE(scheduler_->Join(Joining(key, 1), 11).ok());
+  scheduler_->TakeEvents();
+
+  absl::StatusOr<std::string> root_cause = scheduler_->RefuseMember(
+      key, 2, 102,
+      "CI_NODE_INDEX/CI_NODE_TOTAL 1/3 disagree with the job name");
+  ASSERT_TRUE(root_cause.ok()) << root_cause.status();
+  EXPECT_THAT(*root_cause,
+              ::testing::MatchesRegex(
+                  "gang train-p5-pl77-n3 failed: member 2/3 \\(job 102\\) "
+                  "was refused: CI_NODE_INDEX/CI_NODE_TOTAL 1/3 disagree with "
+                  "the job name at [0-9:]+ UTC"));
+  const state::MemberEvent aborted = LastEventFor(scheduler_->TakeEvents(), 11);
+  EXPECT_EQ(aborted.kind, state::MemberEvent::Kind::kAborted);
+  EXPECT_EQ(aborted.reason, *root_cause);
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+
+  // Member 3 comes later: refused at once with the same line, no new epoch.
+  absl::StatusOr<std::string> late = scheduler_->Join(Joining(key, 3), 13);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(late.status().message(), *root_cause);
+  EXPECT_EQ(OnlyGang().epoch, 1u);
+  // The refused job itself cannot join either.
+  JoinRequest refused = Joining(key, 2);
+  refused.job_id = 102;
+  EXPECT_EQ(scheduler_->Join(refused, 12).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // A retried job of member 2 (a new job id) clears the refusal.
+  JoinRequest retried = Joining(key, 2);
+  retried.job_id = 202;
+  EXPECT_TRUE(scheduler_->Join(retried, 22).ok());
+  EXPECT_TRUE(scheduler_->Join(Joining(key, 3), 23).ok());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kForming);
+  EXPECT_EQ(OnlyGang().epoch, 2u);
+
+  // Bad refusals are refused.
+  EXPECT_EQ(scheduler_->RefuseMember(key, 4, 104, "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(scheduler_->RefuseMember(key, 1, 101, "").status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -757,6 +757,24 @@ TEST_F(SchedulerTest, WatchOfAFailedGangGetsTheRootCauseAtOnce) {
   EXPECT_THAT(event.reason, HasSubstr("member 2/2 (job 102"));
 }
 
+// The agent and the executor both report a member's exit: the second
+// report of the same exit changes nothing and tells no watcher anything.
+TEST_F(SchedulerTest, TheSameExitReportedTwiceCountsOnce) {
+  const std::string gang = AdmitCpuGang(*scheduler_, 2);
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 80).ok());
+  scheduler_->TakeEvents();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 80).kind,
+            state::MemberEvent::Kind::kGangRunning);
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  EXPECT_THAT(scheduler_->TakeEvents(), IsEmpty());
+  // A cancellation is news even after an exit 0 (a member cancelled while
+  // it waited for the others).
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0, true).ok());
+  EXPECT_EQ(LastEventFor(scheduler_->TakeEvents(), 80).kind,
+            state::MemberEvent::Kind::kGangFailed);
+}
+
 TEST_F(SchedulerTest, GangSucceedsOnceEveryMemberExitedZero) {
   const std::string gang = AdmitCpuGang(*scheduler_, 2);
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());

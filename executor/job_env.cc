@@ -120,8 +120,8 @@ absl::StatusOr<v1::Launcher> ParseLauncher(std::string_view name) {
                    "' is not a launcher (use torchrun, env, nccl or none)"));
 }
 
-absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
-                                       const gitlab::JobPayload& payload) {
+absl::StatusOr<JobInfo> ResolveJobIdentity(const JobEnv& env,
+                                           const gitlab::JobPayload& payload) {
   JobInfo job;
   job.job_id = payload.id;
   job.job_name = payload.name;
@@ -146,6 +146,14 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
   } else {
     job.group_name = payload.name;
   }
+  return job;
+}
+
+absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
+                                       const gitlab::JobPayload& payload) {
+  absl::StatusOr<JobInfo> identity = ResolveJobIdentity(env, payload);
+  if (!identity.ok()) return identity.status();
+  JobInfo job = *std::move(identity);
   constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
   absl::StatusOr<int64_t> total =
       IntVariable(env, "CI_NODE_TOTAL", job.member_total, 1, kMaxInt);

@@ -95,6 +95,13 @@ struct JobInfo {
 absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
                                        const gitlab::JobPayload& payload);
 
+// Only what the trusted payload says about who the member is (job id, name,
+// token, project, pipeline, and the group, index and size from the name);
+// the job's own variables are not read beyond the pipeline fallback.
+// Errors: InvalidArgument for no usable pipeline id.
+absl::StatusOr<JobInfo> ResolveJobIdentity(const JobEnv& env,
+                                           const gitlab::JobPayload& payload);
+
 // Parses a GDT_LAUNCHER value (torchrun, env, nccl, none).
 // Errors: InvalidArgument naming the value.
 absl::StatusOr<v1::Launcher> ParseLauncher(std::string_view name);

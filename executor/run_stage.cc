@@ -17,10 +17,10 @@
 #include "common/backoff.h"
 #include "common/file.h"
 #include "common/logging.h"
+#include "common/peer_loss.h"
 #include "executor/env_contract.h"
 #include "executor/gang_watch.h"
 #include "executor/member_state.h"
-#include "executor/peer_loss.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
@@ -273,6 +273,9 @@ Outcome RunScriptStage(const StageContext& context,
     start.set_epoch(state->assignment.epoch());
     start.set_member_index(static_cast<uint32_t>(state->member_index));
     start.set_job_id(state->job_id);
+    // The agent keeps the script's exit until the coordinator has it, so
+    // a failure is not lost when this executor cannot report it.
+    start.set_agent_reports_exit(IsMainScriptStage(stage_name));
     if (std::optional<std::string> project_dir =
             context.env.JobVariable("CI_PROJECT_DIR");
         project_dir.has_value() && !project_dir->empty()) {

@@ -323,6 +323,17 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
   }
 }
 
+absl::StatusOr<std::string> CoordinatorClient::RefuseMember(
+    const v1::RefuseMemberRequest& request, std::chrono::milliseconds timeout) {
+  v1::RefuseMemberResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.RefuseMember(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response.root_cause();
+}
+
 absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
                                           std::chrono::milliseconds timeout) {
   v1::LeaveGangResponse response;

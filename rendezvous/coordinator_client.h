@@ -133,6 +133,12 @@ class CoordinatorClient {
   // The peer list of the caller's running gang (after a compact assignment).
   absl::StatusOr<v1::GetPeersResponse> GetPeers(
       const v1::GetPeersRequest& request, std::chrono::milliseconds timeout);
+
+  // A member refused before it joined tells its gang; returns the
+  // root-cause line. Errors as the coordinator rejected it.
+  absl::StatusOr<std::string> RefuseMember(
+      const v1::RefuseMemberRequest& request,
+      std::chrono::milliseconds timeout);
   absl::StatusOr<v1::GetStatusResponse> GetStatus(
       const v1::GetStatusRequest& request, std::chrono::milliseconds timeout);
   // An operator cancels a gang; returns its root-cause line.

@@ -75,6 +75,39 @@ TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// Member 2's CI_NODE_INDEX is forged (1, while its job is "train 2/2"): its
+// config refuses the job, which no retry of member 1 could fix, and tells
+// the gang. Member 1, waiting for member 2, fails within seconds with that
+// reason instead of waiting out its join timeout ("no job picked up yet").
+TEST_F(GangFailureTest, MemberRefusedAtConfigFailsItsPeersFast) {
+  const std::string project = MakeShellProject(cluster_.dir(), "echo trained");
+  const auto start = std::chrono::steady_clock::now();
+  CommandResult run = cluster_.RunLocal(
+      project, "train", {"--var", "CI_NODE_INDEX=1"}, seconds(90));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+
+  EXPECT_FALSE(run.status.success()) << run.output;
+  EXPECT_LT(elapsed, seconds(60)) << run.output << cluster_.Logs();
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  EXPECT_THAT(log2, HasSubstr("CI_NODE_INDEX/CI_NODE_TOTAL 1/2 disagree"))
+      << log2;
+  EXPECT_THAT(log1, Not(HasSubstr("trained"))) << log1;
+  static const std::regex kRootCause(
+      R"(gang \S+ failed: member 2/2 \(job \d+\) was refused: CI_NODE_INDEX/CI_NODE_TOTAL 1/2 disagree with the job name 'train 2/2' \(member 2/2\) at \d\d:\d\d:\d\d UTC)");
+  EXPECT_TRUE(std::regex_search(log1, kRootCause)) << log1;
+  EXPECT_TRUE(std::regex_search(log2, kRootCause)) << log2;
+  // Nothing is left waiting or leased.
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& gang : (*status)["gangs"]) {
+    EXPECT_NE(gang.value("state", ""), "forming") << gang.dump();
+  }
+  for (const auto& host : (*status)["hosts"]) {
+    EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
+  }
+}
+
 TEST_F(GangFailureTest, ExitBarrierMakesTheGangSucceedAsAWhole) {
   const std::string project =
       MakeShellProject(cluster_.dir(),

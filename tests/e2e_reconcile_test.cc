@@ -7,8 +7,11 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -141,11 +144,25 @@ TEST_F(ReconcileTest, LeasesWhoseLeaveWasLostAreFreedByReconciliation) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// The UTC time of day of `when`, as root-cause lines show it.
+std::string TimeOfDay(std::chrono::system_clock::time_point when) {
+  const std::time_t seconds = std::chrono::system_clock::to_time_t(when);
+  std::tm parts = {};
+  gmtime_r(&seconds, &parts);
+  char text[16];
+  std::snprintf(text, sizeof(text), "%02d:%02d:%02d", parts.tm_hour,
+                parts.tm_min, parts.tm_sec);
+  return text;
+}
+
 // Member 2 fails while gdt-coord is down for longer than its executor
 // retries the exit report (exit_report_retry_seconds, shortened here): the
-// report is lost. The restarted coordinator finds member 2 gone (no stage,
-// no executor) and fails the gang naming it, so member 1 stops at once with
-// the peer-failure code instead of training on, and nothing is leased.
+// executor gives up and its cleanup cannot leave. The agent on member 2's
+// host keeps the exit in its outbox and delivers it once the coordinator
+// is back, so the gang fails with the true root cause (exit 3, at the time
+// it happened on the host, not when the coordinator heard of it), member 1
+// stops at once with the peer-failure code, and reconciliation frees the
+// leases.
 TEST_F(ReconcileTest, FailureDuringALongOutageIsNotLost) {
   cluster_.SetExecutorExtraConfig("exit_report_retry_seconds: 2\n");
   const std::string started = cluster_.dir().Sub("started-");
@@ -173,20 +190,34 @@ TEST_F(ReconcileTest, FailureDuringALongOutageIsNotLost) {
       seconds(60)))
       << MemberLog(2);
   EXPECT_THAT(MemberLog(2), HasSubstr("retrying the exit report"));
-  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 3\n");
+  // The script exited by now; the coordinator hears of it from a later
+  // second on, so the root cause shows which time it carries.
+  const std::string exited_by = TimeOfDay(std::chrono::system_clock::now());
+  ASSERT_TRUE(WaitFor(
+      [&] { return TimeOfDay(std::chrono::system_clock::now()) != exited_by; },
+      seconds(5)));
+  // Longer than the agent needs to deliver the exit once the coordinator
+  // is back: the root cause must come from the exit, not from finding
+  // member 2 gone.
+  cluster_.SetCoordinatorExtraConfig("member_gone_after_seconds: 20\n");
   ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
 
   CommandResult result = FinishRun(*run, seconds(60));
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = MemberLog(1);
-  EXPECT_THAT(log1, ContainsRegex("gdt: gang \\S+ failed: member 2/2 \\(job "
-                                  "[0-9]+ on host local\\) was lost"))
-      << log1;
+  std::smatch cause;
+  ASSERT_TRUE(std::regex_search(
+      log1, cause,
+      std::regex("gdt: gang \\S+ failed: member 2/2 \\(job [0-9]+ on host "
+                 "local\\) exited 3 at ([0-9:]+) UTC")))
+      << log1 << cluster_.Logs();
+  EXPECT_LE(cause[1].str(), exited_by) << log1;
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=exit_delivered"));
   EXPECT_TRUE(
-      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(10)))
+      WaitFor([&] { return LeasedMembers(cluster_) == 0; }, seconds(60)))
       << cluster_.Status()->dump();
   EXPECT_TRUE(
       WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))

@@ -302,6 +302,30 @@ TEST_F(SecurityTest, MemberCallsAfterTheJoinNeedTheirOwnJobToken) {
   EXPECT_TRUE(ClientWith("gdt-job-token", "tok-a1")->ReportExit(exit, 5s).ok());
 }
 
+// A member refused at config fails its forming gang only when the refusal
+// comes from that job itself: another pipeline's job, or a caller without a
+// token, cannot end a gang it does not belong to. The job itself can.
+TEST_F(SecurityTest, OnlyTheRefusedJobItselfCanFailItsGang) {
+  v1::RefuseMemberRequest refusal;
+  *refusal.mutable_member() = Request(102, 2, 5, 77);
+  refusal.set_reason("CI_NODE_INDEX/CI_NODE_TOTAL 1/2 disagree");
+  auto stranger = ClientWith("gdt-job-token", "tok-b1");  // Job 201's.
+  EXPECT_EQ(stranger->RefuseMember(refusal, 5s).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ClientWith("", "")->RefuseMember(refusal, 5s).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  // Gang B's job 202 refuses its own place: gang B's member 1 is refused.
+  *refusal.mutable_member() = Request(202, 2, 5, 78);
+  absl::StatusOr<std::string> root_cause =
+      ClientWith("gdt-job-token", "tok-b2")->RefuseMember(refusal, 5s);
+  ASSERT_TRUE(root_cause.ok()) << root_cause.status();
+  EXPECT_THAT(*root_cause, HasSubstr("member 2/2 (job 202) was refused"));
+  EXPECT_EQ(Join("tok-b1", Request(201, 1, 5, 78)).status().code(),
+            absl::StatusCode::kAborted);
+  // Gang A was not touched: it forms.
+  EXPECT_EQ(Admit(77, 101, "tok-a1", 102, "tok-a2").size(), 2u);
+}
+
 TEST_F(SecurityTest, RefusedOrMissingTokenIsRejectedWithTheReason) {
   gitlab_->FinishJob(101);  // GitLab answers 401 for a finished job's token.
   absl::StatusOr<v1::Assignment> finished =

@@ -1,8 +1,8 @@
-#include "executor/peer_loss.h"
+#include "common/peer_loss.h"
 
 #include <algorithm>
 
-namespace gdt::executor {
+namespace gdt {
 namespace {
 
 constexpr std::string_view kMarkers[] = {
@@ -79,4 +79,4 @@ void PeerLossDetector::Feed(std::string_view chunk) {
   if (carry_.size() > kCarry) carry_.erase(0, carry_.size() - kCarry);
 }
 
-}  // namespace gdt::executor
+}  // namespace gdt

@@ -1,10 +1,10 @@
-#ifndef GDT_EXECUTOR_PEER_LOSS_H_
-#define GDT_EXECUTOR_PEER_LOSS_H_
+#ifndef GDT_COMMON_PEER_LOSS_H_
+#define GDT_COMMON_PEER_LOSS_H_
 
 #include <string>
 #include <string_view>
 
-namespace gdt::executor {
+namespace gdt {
 
 // Watches a user stage's output for signs that its processes lost a peer —
 // a collective broke because another member died first ("Connection reset
@@ -42,6 +42,6 @@ class PeerLossDetector {
   std::string line_;   // The current, unfinished line (bounded).
 };
 
-}  // namespace gdt::executor
+}  // namespace gdt
 
-#endif  // GDT_EXECUTOR_PEER_LOSS_H_
+#endif  // GDT_COMMON_PEER_LOSS_H_

@@ -1,8 +1,8 @@
-#include "executor/peer_loss.h"
+#include "common/peer_loss.h"
 
 #include "gtest/gtest.h"
 
-namespace gdt::executor {
+namespace gdt {
 namespace {
 
 TEST(PeerLossDetectorTest, SeesGlooAndNcclPeerLoss) {
@@ -87,4 +87,4 @@ TEST(PeerLossDetectorTest, RootCauseThatLostAPeerStaysAVictim) {
 }
 
 }  // namespace
-}  // namespace gdt::executor
+}  // namespace gdt
