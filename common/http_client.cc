@@ -92,6 +92,33 @@ size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   return size * n;
 }
 
+constexpr int kMaxRedirects = 5;
+
+// Whether two absolute URLs share scheme, host and port (the port a
+// scheme implies counts as given).
+bool SameOrigin(const std::string& a, const std::string& b) {
+  const auto origin = [](const std::string& url) {
+    std::string result;
+    CURLU* parsed = curl_url();
+    if (parsed == nullptr ||
+        curl_url_set(parsed, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK) {
+      if (parsed != nullptr) curl_url_cleanup(parsed);
+      return std::string();
+    }
+    for (CURLUPart part : {CURLUPART_SCHEME, CURLUPART_HOST, CURLUPART_PORT}) {
+      char* value = nullptr;
+      if (curl_url_get(parsed, part, &value, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+        absl::StrAppend(&result, absl::AsciiStrToLower(value), "|");
+        curl_free(value);
+      }
+    }
+    curl_url_cleanup(parsed);
+    return result;
+  };
+  const std::string origin_a = origin(a);
+  return !origin_a.empty() && origin_a == origin(b);
+}
+
 void GlobalInit() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
@@ -122,8 +149,31 @@ HttpClient::~HttpClient() {
 }
 
 absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
-  const std::string what = absl::StrCat(request.method, " ", request.url);
   MutexLock lock(mu_);
+  // A GET follows redirects here, one hop at a time, so that credentials
+  // stay with their origin; libcurl would send custom headers anywhere.
+  const bool follow_here = options_.follow_redirects && request.method == "GET";
+  std::string url = request.url;
+  for (int hop = 0;; ++hop) {
+    absl::StatusOr<HttpResponse> response =
+        SendOnce(request, url, hop == 0 || SameOrigin(url, request.url),
+                 options_.follow_redirects && !follow_here);
+    if (!follow_here || !response.ok() || response->redirect_url.empty()) {
+      return response;
+    }
+    if (hop == kMaxRedirects) {
+      return absl::UnavailableError(absl::StrCat(
+          "GET ", request.url, ": more than ", kMaxRedirects, " redirects"));
+    }
+    url = std::move(response->redirect_url);
+  }
+}
+
+absl::StatusOr<HttpResponse> HttpClient::SendOnce(const HttpRequest& request,
+                                                  const std::string& url,
+                                                  bool credentials,
+                                                  bool curl_follows) {
+  const std::string what = absl::StrCat(request.method, " ", url);
   if (curl_ == nullptr) curl_ = curl_easy_init();
   CURL* curl = static_cast<CURL*>(curl_);
   if (curl == nullptr) {
@@ -135,7 +185,7 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   Transfer t;
   t.curl = curl;
   t.request = &request;
-  curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(options_.connect_timeout.count()));
@@ -146,14 +196,19 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   if (!options_.ca_file.empty()) {
     curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
   }
-  if (options_.follow_redirects) {
+  if (curl_follows) {
     curl_easy_setopt(curl, CURLOPT_FOLLOWLOCATION, 1L);
-    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, 5L);
+    curl_easy_setopt(curl, CURLOPT_MAXREDIRS, static_cast<long>(kMaxRedirects));
     curl_easy_setopt(curl, CURLOPT_UNRESTRICTED_AUTH, 0L);
   }
   struct curl_slist* headers = nullptr;
   for (const std::string& header : request.headers) {
     headers = curl_slist_append(headers, header.c_str());
+  }
+  if (credentials) {
+    for (const std::string& header : request.credential_headers) {
+      headers = curl_slist_append(headers, header.c_str());
+    }
   }
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
@@ -201,6 +256,11 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   // The kept handle must not point at this call's buffers.
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, nullptr);
   t.response.status = ResponseCode(curl);
+  if (t.response.status >= 300 && t.response.status < 400) {
+    char* location = nullptr;
+    curl_easy_getinfo(curl, CURLINFO_REDIRECT_URL, &location);
+    if (location != nullptr) t.response.redirect_url = location;
+  }
 
   bool close_failed = false;
   if (t.out != nullptr) {

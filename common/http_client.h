@@ -22,8 +22,9 @@ struct HttpOptions {
   std::chrono::milliseconds timeout{0};
   // Limit on connecting alone.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
-  // Follow up to 5 redirects. libcurl then sends Authorization and Cookie
-  // headers to the first host only; other `headers` go along.
+  // Follow up to 5 redirects. A GET's `credential_headers` go only to the
+  // scheme, host and port of its URL: a redirect target elsewhere (a
+  // presigned object store URL) gets the request without them.
   bool follow_redirects = false;
 };
 
@@ -31,6 +32,9 @@ struct HttpRequest {
   std::string method = "GET";  // GET, POST or PUT.
   std::string url;
   std::vector<std::string> headers;  // "Name: value" lines.
+  // Like `headers`, but never sent to another origin on a redirect (GET
+  // only; other methods are not redirected with them either way).
+  std::vector<std::string> credential_headers;
   // What is sent (at most one): `body` as is (POST), the file
   // `upload_file` (PUT), or the file `form_file` as the form field
   // `form_field` of a multipart/form-data POST.
@@ -55,6 +59,8 @@ struct HttpResponse {
   // Header fields of the last answer (after redirects), names in lower
   // case; a field sent twice keeps its last value.
   std::map<std::string, std::string> headers;
+  // A redirect's target that was not followed (follow_redirects off).
+  std::string redirect_url;
   uint64_t downloaded_bytes = 0;  // With download_to.
   std::string downloaded_sha256;  // Hex, with download_to.
 
@@ -87,6 +93,13 @@ class HttpClient {
   const HttpOptions& options() const { return options_; }
 
  private:
+  // One transfer to `url`, with request.credential_headers when
+  // `credentials`, following no redirect itself unless `curl_follows`.
+  absl::StatusOr<HttpResponse> SendOnce(const HttpRequest& request,
+                                        const std::string& url,
+                                        bool credentials, bool curl_follows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const HttpOptions options_;
   Mutex mu_;
   void* curl_ ABSL_GUARDED_BY(mu_) = nullptr;  // CURL*, kept for keep-alive.

@@ -1,5 +1,6 @@
 #include "common/http_client.h"
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <string>
@@ -43,6 +44,19 @@ class HttpClientTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::seconds(2));
       res.set_content("late", "text/plain");
     });
+    server_.Get("/who", [](const httplib::Request& req,
+                           httplib::Response& res) {
+      res.set_content(absl::StrCat("token=", req.get_header_value("X-Token")),
+                      "text/plain");
+    });
+    server_.Get("/here", [](const httplib::Request&, httplib::Response& res) {
+      res.set_redirect("/who");
+    });
+    server_.Get(
+        "/away", [this](const httplib::Request&, httplib::Response& res) {
+          res.set_redirect(
+              absl::StrCat("http://127.0.0.1:", other_port_.load(), "/who"));
+        });
     server_.Post(
         "/echo", [](const httplib::Request& req, httplib::Response& res) {
           res.set_content(
@@ -69,6 +83,7 @@ class HttpClientTest : public ::testing::Test {
   TempDir dir_;
   httplib::Server server_;
   int port_ = 0;
+  std::atomic<int> other_port_{0};  // CredentialsAreNotSentToAnotherOrigin.
   std::thread thread_;
 };
 
@@ -154,6 +169,34 @@ TEST_F(HttpClientTest, RedirectsAreFollowedOnlyWhenAsked) {
   ASSERT_TRUE(response.ok()) << response.status();
   EXPECT_EQ(response->status, 200);
   EXPECT_EQ(response->body, "{\"id\": 7}");
+}
+
+// Credentials stay with their origin: a redirect to another port (another
+// server, e.g. object storage) gets the request without them.
+TEST_F(HttpClientTest, CredentialsAreNotSentToAnotherOrigin) {
+  httplib::Server other;
+  other.Get("/who", [](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(absl::StrCat("token=", req.get_header_value("X-Token")),
+                    "text/plain");
+  });
+  other_port_ = other.bind_to_any_port("127.0.0.1");
+  ASSERT_GT(other_port_, 0);
+  std::thread other_thread([&other] { other.listen_after_bind(); });
+  absl::StatusOr<HttpResponse> away;
+  absl::StatusOr<HttpResponse> here;
+  {
+    HttpClient client({.follow_redirects = true});
+    away = client.Send(
+        {.url = Url("/away"), .credential_headers = {"X-Token: secret"}});
+    here = client.Send(
+        {.url = Url("/here"), .credential_headers = {"X-Token: secret"}});
+  }
+  other.stop();
+  other_thread.join();
+  ASSERT_TRUE(away.ok()) << away.status();
+  EXPECT_EQ(away->body, "token=");
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_EQ(here->body, "token=secret") << here->status;
 }
 
 TEST_F(HttpClientTest, TimeoutAndUnreachableAreUnavailable) {

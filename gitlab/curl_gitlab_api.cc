@@ -57,7 +57,10 @@ HttpOptions ToHttp(const CurlGitLabApi::Options& options) {
 absl::StatusOr<HttpResponse> Call(const CurlGitLabApi::Options& options,
                                   HttpRequest request,
                                   const std::string& token) {
-  if (!token.empty()) request.headers.push_back("JOB-TOKEN: " + token);
+  // A redirect to object storage must not carry the job token along.
+  if (!token.empty()) {
+    request.credential_headers.push_back("JOB-TOKEN: " + token);
+  }
   HttpClient client(ToHttp(options));
   absl::StatusOr<HttpResponse> response = client.Send(request);
   if (!response.ok()) {
