@@ -10,7 +10,7 @@
 
 namespace gdt::gitlab {
 
-// GitLabApi over libcurl (the only file that includes curl.h). Sends the
+// GitLabApi over the shared HTTP client (common/http_client.h). Sends the
 // token as JOB-TOKEN; one request at a time per object.
 class CurlGitLabApi : public GitLabApi {
  public:

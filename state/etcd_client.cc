@@ -1,8 +1,5 @@
 #include "state/etcd_client.h"
 
-#include <curl/curl.h>
-
-#include <mutex>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -17,10 +14,9 @@ std::string Base64(const std::string& bytes) {
   return absl::Base64Escape(bytes);
 }
 
-size_t AppendBody(char* data, size_t size, size_t count, void* user) {
-  static_cast<std::string*>(user)->append(data, size * count);
-  return size * count;
-}
+// A range over the whole state can be large; anything beyond this is not
+// an answer of ours.
+constexpr size_t kMaxAnswerBytes = size_t{256} << 20;
 
 // The gateway sends 64-bit numbers as decimal strings and leaves out zeros.
 int64_t Int64Field(const nlohmann::json& object, const char* name) {
@@ -55,8 +51,6 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
   if (endpoints.empty()) {
     return absl::InvalidArgumentError("no etcd endpoints given");
   }
-  static std::once_flag curl_init;
-  std::call_once(curl_init, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
   std::vector<std::string> urls;
   for (const std::string& endpoint : endpoints) {
     if (endpoint.empty()) {
@@ -71,42 +65,30 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(
 
 EtcdClient::EtcdClient(std::vector<std::string> endpoints,
                        std::chrono::milliseconds timeout)
-    : endpoints_(std::move(endpoints)), timeout_(timeout) {}
+    : endpoints_(std::move(endpoints)),
+      http_(HttpOptions{.timeout = timeout, .connect_timeout = timeout}) {}
 
-EtcdClient::~EtcdClient() {
-  MutexLock lock(mu_);
-  if (curl_ != nullptr) curl_easy_cleanup(static_cast<CURL*>(curl_));
-}
+EtcdClient::~EtcdClient() = default;
 
 absl::StatusOr<nlohmann::json> EtcdClient::Post(const std::string& path,
                                                 const nlohmann::json& body) {
   const std::string payload = body.dump();
   MutexLock lock(mu_);
-  if (curl_ == nullptr) curl_ = curl_easy_init();
-  CURL* curl = static_cast<CURL*>(curl_);
-  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
   std::string last_error;
   for (size_t attempt = 0; attempt < endpoints_.size(); ++attempt) {
     const size_t index = (current_ + attempt) % endpoints_.size();
     const std::string url = endpoints_[index] + path;
-    std::string answer;
-    curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, payload.c_str());
-    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE,
-                     static_cast<long>(payload.size()));
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(timeout_.count()));
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, AppendBody);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, &answer);
-    const CURLcode rc = curl_easy_perform(curl);
-    if (rc != CURLE_OK) {
-      last_error = absl::StrCat(url, ": ", curl_easy_strerror(rc));
+    HttpRequest request{.method = "POST", .url = url, .body = payload};
+    request.max_body_bytes = kMaxAnswerBytes;
+    // etcd's errors are JSON whose message is wanted whole.
+    request.max_error_body_bytes = kMaxAnswerBytes;
+    absl::StatusOr<HttpResponse> response = http_.Send(request);
+    if (!response.ok()) {
+      last_error = std::string(response.status().message());
       continue;
     }
-    long http_code = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http_code);
+    const long http_code = response->status;
+    const std::string& answer = response->body;
     nlohmann::json parsed = nlohmann::json::parse(answer, nullptr, false);
     if (parsed.is_discarded() || !parsed.is_object()) {
       return absl::InternalError(

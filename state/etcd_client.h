@@ -10,6 +10,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/http_client.h"
 #include "common/mutex.h"
 #include "nlohmann/json.hpp"
 
@@ -32,9 +33,9 @@ struct EtcdTxnResult {
 };
 
 // A small client of etcd v3 through its JSON gRPC gateway (`/v3/kv/range`,
-// `/v3/kv/txn`, `/v3/lease/*`) with libcurl: keys and values travel base64
-// encoded, 64-bit numbers as decimal strings. Tries the endpoints in order
-// and sticks to the first that answers.
+// `/v3/kv/txn`, `/v3/lease/*`) over common/http_client: keys and values travel
+// base64 encoded, 64-bit numbers as decimal strings. Tries the endpoints in
+// order and sticks to the first that answers.
 //
 // Thread-safe (one request at a time per client).
 class EtcdClient {
@@ -96,10 +97,9 @@ class EtcdClient {
                                       const nlohmann::json& body);
 
   const std::vector<std::string> endpoints_;  // With the http:// scheme.
-  const std::chrono::milliseconds timeout_;
+  HttpClient http_;  // Keeps its connection between requests.
   Mutex mu_;
-  void* curl_ ABSL_GUARDED_BY(mu_) = nullptr;  // CURL*, reused for keep-alive.
-  size_t current_ ABSL_GUARDED_BY(mu_) = 0;    // The endpoint that answered.
+  size_t current_ ABSL_GUARDED_BY(mu_) = 0;  // The endpoint that answered.
 };
 
 }  // namespace gdt::state

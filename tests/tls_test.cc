@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
+#include "rendezvous/metadata.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/temp_dir.h"
 #include "testing/test_certs.h"
@@ -158,6 +159,46 @@ TEST_F(TlsTest, HostCallsNeedACertificateNamingTheHost) {
   rendezvous::CoordinatorClient shared_off(server_->bound_address(),
                                            Client(certs_.ca_file, true));
   EXPECT_TRUE(shared_off.Heartbeat("gpu-01", 5s).ok());
+}
+
+// A host's token does not outweigh its certificate: with gpu-01's token but
+// gpu-02's certificate, neither heartbeats nor member token checks for
+// gpu-01 are served.
+TEST_F(TlsTest, AHostTokenNeedsTheCertificateOfItsHost) {
+  absl::StatusOr<gdt::test::TestCerts> gpu01 =
+      gdt::test::MakeHostCert(certs_, temp_.path(), "gpu-01");
+  ASSERT_TRUE(gpu01.ok()) << gpu01.status();
+  absl::StatusOr<gdt::test::TestCerts> gpu02 =
+      gdt::test::MakeHostCert(certs_, temp_.path(), "gpu-02");
+  ASSERT_TRUE(gpu02.ok()) << gpu02.status();
+  StartCoordinator(true);
+  rendezvous::CoordinatorClient operator_client(server_->bound_address(),
+                                                Client(certs_.ca_file, true));
+  absl::StatusOr<std::string> token =
+      operator_client.CreateHostToken("gpu-01", 5s);
+  ASSERT_TRUE(token.ok()) << token.status();
+
+  rendezvous::CoordinatorClient thief(server_->bound_address(),
+                                      Client(certs_.ca_file, true, &*gpu02));
+  thief.AddMetadata(rendezvous::kHostTokenMetadata, *token);
+  const absl::Status heartbeat = thief.Heartbeat("gpu-01", 5s).status();
+  EXPECT_EQ(heartbeat.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(heartbeat.message(),
+              HasSubstr("agent certificate names 'gpu-02'"));
+  const absl::Status check = thief.CheckMemberToken("gdt-mt2.x.y", 5s).status();
+  EXPECT_EQ(check.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(check.message(), HasSubstr("not host 'gpu-01'"));
+
+  // The host's own certificate with its token gets as far as the member
+  // token itself.
+  rendezvous::CoordinatorClient own(server_->bound_address(),
+                                    Client(certs_.ca_file, true, &*gpu01));
+  own.AddMetadata(rendezvous::kHostTokenMetadata, *token);
+  EXPECT_TRUE(own.Heartbeat("gpu-01", 5s).ok());
+  const absl::Status forged = own.CheckMemberToken("gdt-mt2.x.y", 5s).status();
+  EXPECT_FALSE(forged.ok());
+  EXPECT_THAT(forged.message(),
+              ::testing::Not(HasSubstr("agent certificate names")));
 }
 
 TEST_F(TlsTest, KvClientTalksTls) {
