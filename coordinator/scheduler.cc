@@ -115,6 +115,7 @@ absl::Status Scheduler::LoadState() {
     gang.end_bound_unix_s = gang.started_unix_s + RunBound(timeout);
     // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
     if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
+    live_ids_.insert(gang.id);  // Pruned by the first pass if it ended.
     gangs_[gang.id] = std::move(gang);
   }
   for (const state::GpuLease& lease : state->gpu_leases) {
@@ -419,6 +420,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     stored = std::move(fresh);
     target = &stored;
   }
+  live_ids_.insert(target->id);
   if (previous_stream != 0 && previous_stream != stream_id) {
     state::MemberEvent superseded;
     superseded.stream_id = previous_stream;
@@ -719,8 +721,10 @@ Scheduler::UsageMap Scheduler::CurrentUsage() const {
       usage[host].busy_gang = gang_id;
     }
   }
-  for (const auto& [id, gang] : gangs_) {
-    if (!HoldsLeases(gang)) continue;
+  for (const std::string& id : live_ids_) {
+    auto found = gangs_.find(id);
+    if (found == gangs_.end() || !HoldsLeases(found->second)) continue;
+    const state::Gang& gang = found->second;
     for (const auto& [index, member] : gang.members) {
       if (member.gpus_per_node != 0) continue;
       Usage& host_usage = usage[member.host_name];
@@ -753,8 +757,10 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
 std::vector<RunningGang> Scheduler::RunningGangs() const {
   std::vector<RunningGang> out;
   const int64_t now_s = clock_.UnixMillis() / 1000;
-  for (const auto& [id, gang] : gangs_) {
-    if (!HoldsLeases(gang)) continue;
+  for (const std::string& id : live_ids_) {
+    auto found = gangs_.find(id);
+    if (found == gangs_.end() || !HoldsLeases(found->second)) continue;
+    const state::Gang& gang = found->second;
     RunningGang running;
     running.gang_id = id;
     // A failed gang frees its leases as soon as its members have left.
@@ -866,8 +872,18 @@ std::string Scheduler::WaitingReason(const state::Gang& gang,
 
 std::vector<AdmissionProposal> Scheduler::Pass() {
   std::vector<state::Gang*> forming;
-  for (auto& [id, gang] : gangs_) {
-    if (gang.state == state::GangState::kForming) forming.push_back(&gang);
+  for (auto it = live_ids_.begin(); it != live_ids_.end();) {
+    auto found = gangs_.find(*it);
+    if (found == gangs_.end() ||
+        (found->second.state != state::GangState::kForming &&
+         !HoldsLeases(found->second))) {
+      it = live_ids_.erase(it);  // Ended for good (see live_ids_).
+      continue;
+    }
+    if (found->second.state == state::GangState::kForming) {
+      forming.push_back(&found->second);
+    }
+    ++it;
   }
   std::sort(forming.begin(), forming.end(),
             [](const state::Gang* a, const state::Gang* b) {

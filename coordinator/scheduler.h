@@ -509,6 +509,11 @@ class Scheduler {
   const SchedulerOptions options_;
   std::map<std::string, state::Host> hosts_;  // By name.
   std::map<std::string, state::Gang> gangs_;  // By id.
+  // Ids of the gangs that may be forming or hold leases: every such gang is
+  // here (added when a gang is created, loaded or starts an epoch), others
+  // are dropped by the next Pass(). gangs_ keeps every gang ever held, so
+  // passes and usage walk this set to cost O(live gangs), not O(history).
+  std::set<std::string> live_ids_;
   std::map<state::GangKey, std::string> gang_ids_;
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;

@@ -289,6 +289,8 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
       "event=gang_epoch_forms gang={} epoch={} archived_epoch={} "
       "archived_as={}",
       LogValue(gang.id), next.epoch, gang.epoch, LogValue(archived.id));
+  live_ids_.insert(archived.id);
+  live_ids_.insert(gang.id);
   gangs_[archived.id] = std::move(archived);
   gang = std::move(next);
   return absl::OkStatus();
