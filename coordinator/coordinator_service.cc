@@ -212,6 +212,28 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
     if (finish.has_value()) this->Finish(*finish);
   }
 
+  // Keeps the stream from finishing until Release(): work on another thread
+  // still refers to this object. End() and cancellation take effect on
+  // Release().
+  void Hold() {
+    MutexLock lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      held_ = false;
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+  // True once the stream was told to end (or was cancelled).
+  bool Ending() {
+    MutexLock lock(mu_);
+    return finish_status_.has_value();
+  }
+
   void OnWriteDone(bool ok) override {
     std::optional<grpc::Status> finish;
     {
@@ -263,7 +285,7 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   // caller calls Finish() after unlocking: OnDone() deletes this object.
   std::optional<grpc::Status> TakeFinishLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_ || !queue_.empty() ||
+    if (finished_ || writing_ || held_ || !queue_.empty() ||
         !finish_status_.has_value()) {
       return std::nullopt;
     }
@@ -274,6 +296,7 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -285,13 +308,67 @@ class CoordinatorService::JoinReactor final
   JoinReactor(CoordinatorService& service, uint64_t stream_id)
       : service_(service), stream_id_(stream_id) {}
 
-  // Registers the stream, verifies the member with GitLab or by its ID
-  // token when configured (before any scheduler lock is taken; bounded by
-  // the GitLab timeout) and joins; on a rejected join ends the stream with
-  // the error.
+  // Registers the stream and joins; on a rejected join ends the stream with
+  // the error. When members are verified (with GitLab or by ID token, which
+  // may wait on GitLab for up to its timeout), the check and the join run on
+  // the service's verification threads, never on gRPC's: a flood of joins
+  // that wait on a slow GitLab cannot hold up heartbeats or any other call.
+  // When those threads are all busy and their backlog is full, the join is
+  // refused at once with UNAVAILABLE (the member retries).
   void Start(const v1::JoinGangRequest& request, const std::string& job_token,
              const std::string& id_token, const std::string& peer) {
     service_.Register(stream_id_, this);
+    WorkQueue* verifications = service_.verifications_.get();
+    if (verifications == nullptr) {
+      VerifyAndJoin(request, job_token, id_token, peer);
+      return;
+    }
+    Hold();
+    const bool accepted =
+        verifications->TrySubmit([this, request, job_token, id_token, peer] {
+          if (!Ending()) VerifyAndJoin(request, job_token, id_token, peer);
+          Release();  // This object may be gone from here on.
+        });
+    if (!accepted) {
+      spdlog::warn("event=member_check_busy job={} member={} group={}",
+                   request.job_id(), request.member_index(),
+                   LogValue(request.key().group_name()));
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                       "member verification is busy (every check thread "
+                       "is taken and the backlog is full); the member "
+                       "retries"));
+      Release();
+    }
+  }
+
+  void OnCancel() override {
+    // Copied first: once the stream ends, OnDone() may delete this.
+    Coordinator& coordinator = service_.coordinator_;
+    const uint64_t stream_id = stream_id_;
+    std::string gang_id;
+    uint32_t member_index;
+    {
+      MutexLock lock(mu_);
+      cancelled_ = true;
+      gang_id = gang_id_;
+      member_index = member_index_;
+    }
+    EndCancelled();
+    if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
+  }
+
+  void OnDone() override {
+    service_.Unregister(stream_id_, this);
+    delete this;
+  }
+
+ private:
+  // Verifies the member when configured (before any scheduler lock is
+  // taken) and joins. A join that lands after the client cancelled is
+  // withdrawn here, since OnCancel found no gang to withdraw it from.
+  void VerifyAndJoin(const v1::JoinGangRequest& request,
+                     const std::string& job_token, const std::string& id_token,
+                     const std::string& peer) {
     const JoinRequest join = FromProto(request);
     absl::Status verified;
     if (MemberVerifier* verifier = service_.security_.verifier) {
@@ -308,6 +385,7 @@ class CoordinatorService::JoinReactor final
       End(rendezvous::ToGrpcStatus(verified));
       return;
     }
+    if (Ending()) return;  // Cancelled while it was checked.
     absl::StatusOr<std::string> gang_id =
         service_.coordinator_.Join(join, stream_id_);
     if (!gang_id.ok()) {
@@ -320,38 +398,27 @@ class CoordinatorService::JoinReactor final
     }
     spdlog::info("event=member_joined gang={} member={} job={}",
                  LogValue(*gang_id), request.member_index(), request.job_id());
-    // Runs inside the method handler, before gRPC arms OnCancel/OnDone, so
-    // these are set before any reaction can read them.
-    MutexLock lock(mu_);
-    gang_id_ = *gang_id;
-    member_index_ = request.member_index();
-  }
-
-  void OnCancel() override {
-    // Copied first: once the stream ends, OnDone() may delete this.
-    Coordinator& coordinator = service_.coordinator_;
-    const uint64_t stream_id = stream_id_;
-    std::string gang_id;
-    uint32_t member_index;
+    // Either OnCancel sees the gang and withdraws the member, or this sees
+    // the cancellation and does it; the object lives on until this returns
+    // (inline: the handler has not returned; else: Hold()).
+    bool cancelled = false;
     {
       MutexLock lock(mu_);
-      gang_id = gang_id_;
-      member_index = member_index_;
+      gang_id_ = *gang_id;
+      member_index_ = request.member_index();
+      cancelled = cancelled_;
     }
-    EndCancelled();
-    if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
+    if (cancelled) {
+      service_.coordinator_.Detach(*gang_id, request.member_index(),
+                                   stream_id_);
+    }
   }
 
-  void OnDone() override {
-    service_.Unregister(stream_id_, this);
-    delete this;
-  }
-
- private:
   CoordinatorService& service_;
   const uint64_t stream_id_;
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
   uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // One WatchGang stream: ends after a Failed or Succeeded event; forgets the
@@ -404,11 +471,16 @@ CoordinatorService::CoordinatorService(Coordinator& coordinator,
 }
 
 CoordinatorService::~CoordinatorService() {
+  verifications_.reset();  // Runs what it accepted, joins its threads.
   coordinator_.SetEventSink(nullptr);
 }
 
 void CoordinatorService::SetSecurity(ServiceSecurity security) {
   security_ = std::move(security);
+  if (security_.verifier != nullptr || security_.id_token_verifier != nullptr) {
+    verifications_ = std::make_unique<WorkQueue>(
+        security_.verification_threads, security_.max_queued_verifications);
+  }
 }
 
 absl::Status CoordinatorService::CheckAdmin(

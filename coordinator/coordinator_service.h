@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/work_queue.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/id_token_member_verifier.h"
 #include "coordinator/member_verifier.h"
@@ -38,6 +40,13 @@ struct ServiceSecurity {
   std::string status_without_token = "loopback";
   // RegisterHost, Heartbeat and lost/hung reports need the host's token.
   bool require_host_tokens = false;
+  // With a verifier: the threads that check joining members (and wait on
+  // GitLab) instead of gRPC's, and how many joins may wait for one of them
+  // before further joins are refused at once with UNAVAILABLE. More
+  // threads than the verifier's GitLab calls in flight, so that answers it
+  // already knows are not stuck behind a slow GitLab.
+  size_t verification_threads = 12;
+  size_t max_queued_verifications = 256;
 };
 // -----------------------------------------------.
 
@@ -170,6 +179,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
+  // Where joins are verified when members are (SetSecurity); last, so that
+  // its threads end before anything they use.
+  std::unique_ptr<WorkQueue> verifications_;
 };
 
 // GetStatus's answer for `snapshot`, for in-process readers (the dashboard).
