@@ -170,6 +170,12 @@ bool IsLoopbackPeer(const std::string& peer) {
          peer.rfind("ipv6:[::ffff:127.", 0) == 0 || peer.rfind("unix:", 0) == 0;
 }
 
+// Why a call that needs a member check is refused when every member-check
+// thread is taken and the backlog is full.
+constexpr char kChecksBusy[] =
+    "member verification is busy (every check thread is taken and the "
+    "backlog is full); the member retries";
+
 // Finishes a unary call with `status`.
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
@@ -333,10 +339,7 @@ class CoordinatorService::JoinReactor final
       spdlog::warn("event=member_check_busy job={} member={} group={}",
                    request.job_id(), request.member_index(),
                    LogValue(request.key().group_name()));
-      End(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                       "member verification is busy (every check thread "
-                       "is taken and the backlog is full); the member "
-                       "retries"));
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, kChecksBusy));
       Release();
     }
   }
@@ -680,6 +683,23 @@ absl::Status CoordinatorService::Allow(
 }
 
 template <typename Body>
+grpc::ServerUnaryReactor* CoordinatorService::MayWaitOnGitLab(
+    grpc::CallbackServerContext* context, bool may_wait, Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (verifications_ == nullptr || !may_wait) {
+    reactor->Finish(rendezvous::ToGrpcStatus(body()));
+    return reactor;
+  }
+  // The call (request, response, context) lives until Finish.
+  if (!verifications_->TrySubmit([reactor, body] {
+        reactor->Finish(rendezvous::ToGrpcStatus(body()));
+      })) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kChecksBusy));
+  }
+  return reactor;
+}
+
+template <typename Body>
 grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
     grpc::CallbackServerContext* context, const char* what, Body body) {
   absl::Status status = Allow(context, what, CheckAdmin(context, what));
@@ -699,8 +719,22 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
 grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request, Allow(context, "WatchGang",
-                                 CheckJob(context, request->job_id())));
+  if (verifications_ == nullptr) {
+    reactor->Start(*request, Allow(context, "WatchGang",
+                                   CheckJob(context, request->job_id())));
+    return reactor;
+  }
+  // The job-token check may wait on GitLab: not on gRPC's threads. The
+  // request and context live until the stream is done, which Hold() defers.
+  reactor->Hold();
+  if (!verifications_->TrySubmit([this, context, request, reactor] {
+        reactor->Start(*request, Allow(context, "WatchGang",
+                                       CheckJob(context, request->job_id())));
+        reactor->Release();
+      })) {
+    reactor->Start(*request, absl::UnavailableError(kChecksBusy));
+    reactor->Release();
+  }
   return reactor;
 }
 
@@ -769,60 +803,68 @@ grpc::ServerUnaryReactor* CoordinatorService::CheckMemberToken(
 grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
-  absl::Status status =
-      Allow(context, "ReportExit", CheckReporter(context, *request));
-  if (!status.ok()) return Finish(context, status);
-  if (request->hung_seconds() > 0) {
-    status = coordinator_.MemberHung(request->gang_id(), request->epoch(),
-                                     request->member_index(), request->job_id(),
-                                     request->hung_seconds());
-    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
-                "member hung gang={} member={} seconds={} ({})",
-                request->gang_id(), request->member_index(),
-                request->hung_seconds(), status.ToString());
-    return Finish(context, status);
-  }
-  if (!request->lost_reason().empty()) {
-    status = coordinator_.MemberLost(request->gang_id(), request->epoch(),
-                                     request->member_index(), request->job_id(),
-                                     request->lost_reason());
-    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
-                "member lost gang={} member={}: {} ({})", request->gang_id(),
-                request->member_index(), request->lost_reason(),
-                status.ToString());
-    return Finish(context, status);
-  }
-  status = coordinator_.ReportExit(
-      request->gang_id(), request->epoch(), request->member_index(),
-      request->job_id(), request->exit_code(), request->cancelled(),
-      request->peer_suspected(), request->exited_unix_ms());
-  if (status.ok()) {
-    spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
-                 LogValue(request->gang_id()), request->member_index(),
-                 request->exit_code(), request->cancelled());
-  } else {
-    spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
-                 LogValue(request->gang_id()), request->member_index(),
-                 LogValue(status.ToString()));
-  }
-  return Finish(context, status);
+  // An executor's report is checked with GitLab (its job token); an
+  // agent's by its host token, at once.
+  const bool may_wait =
+      MetadataValue(context, rendezvous::kHostTokenMetadata).empty();
+  return MayWaitOnGitLab(context, may_wait, [this, context, request] {
+    absl::Status status =
+        Allow(context, "ReportExit", CheckReporter(context, *request));
+    if (!status.ok()) return status;
+    if (request->hung_seconds() > 0) {
+      status = coordinator_.MemberHung(
+          request->gang_id(), request->epoch(), request->member_index(),
+          request->job_id(), request->hung_seconds());
+      spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                  "member hung gang={} member={} seconds={} ({})",
+                  request->gang_id(), request->member_index(),
+                  request->hung_seconds(), status.ToString());
+      return status;
+    }
+    if (!request->lost_reason().empty()) {
+      status = coordinator_.MemberLost(
+          request->gang_id(), request->epoch(), request->member_index(),
+          request->job_id(), request->lost_reason());
+      spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                  "member lost gang={} member={}: {} ({})", request->gang_id(),
+                  request->member_index(), request->lost_reason(),
+                  status.ToString());
+      return status;
+    }
+    status = coordinator_.ReportExit(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->exit_code(), request->cancelled(),
+        request->peer_suspected(), request->exited_unix_ms());
+    if (status.ok()) {
+      spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   request->exit_code(), request->cancelled());
+    } else {
+      spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(status.ToString()));
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     grpc::CallbackServerContext* context, const v1::LeaveGangRequest* request,
     v1::LeaveGangResponse* response) {
   // Only the job itself, when members are verified.
-  absl::Status status =
-      Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
-  if (!status.ok()) return Finish(context, status);
-  status = coordinator_.Leave(FromProto(request->key()),
-                              request->member_index(), request->job_id());
-  if (!status.ok()) {
-    spdlog::error("event=leave_failed group={} member={} error={}",
-                  LogValue(request->key().group_name()),
-                  request->member_index(), LogValue(status.ToString()));
-  }
-  return Finish(context, status);
+  return MayWaitOnGitLab(context, true, [this, context, request] {
+    absl::Status status =
+        Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
+    if (!status.ok()) return status;
+    status = coordinator_.Leave(FromProto(request->key()),
+                                request->member_index(), request->job_id());
+    if (!status.ok()) {
+      spdlog::error("event=leave_failed group={} member={} error={}",
+                    LogValue(request->key().group_name()),
+                    request->member_index(), LogValue(status.ToString()));
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(

@@ -166,6 +166,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // The shape of every operator RPC: refuses (logged) a caller without the
   // admin token, else runs `body` (returns absl::Status); finishes the call
   // with the outcome.
+  // Finishes the unary call with `body()` (returns absl::Status), which may
+  // wait on GitLab (a member's job-token check that is not cached): when
+  // members are verified and `may_wait`, it runs on the member-check
+  // threads, not on gRPC's; refused at once with UNAVAILABLE when those
+  // are all busy and their backlog is full.
+  template <typename Body>
+  grpc::ServerUnaryReactor* MayWaitOnGitLab(
+      grpc::CallbackServerContext* context, bool may_wait, Body body);
   template <typename Body>
   grpc::ServerUnaryReactor* AsAdmin(grpc::CallbackServerContext* context,
                                     const char* what, Body body);
