@@ -7,6 +7,7 @@
 #include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "common/clock.h"
@@ -405,6 +406,54 @@ TEST_F(SecurityTest, HeartbeatsAreAnsweredWhileForgedJoinsWaitOnASlowGitLab) {
   for (const v1::HostStatus& host : status.hosts()) {
     EXPECT_EQ(host.state(), v1::HOST_STATE_UP) << host.host().name();
   }
+}
+
+// A join whose executor gives up while its check waits on GitLab must not
+// leave the member present: the other member's join then waits instead of
+// forming the gang with a member nobody is running.
+TEST_F(SecurityTest, AJoinCancelledWhileGitLabIsAskedLeavesNoMemberBehind) {
+  gitlab::FakeGitLabApi::Options slow;
+  slow.job_answer_delay = 2s;
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> slow_gitlab =
+      gitlab::FakeGitLabApi::Start(slow);
+  ASSERT_TRUE(slow_gitlab.ok()) << slow_gitlab.status();
+  for (const auto& [id, token, name] :
+       {std::tuple{101, "tok-a1", "train 1/2"},
+        std::tuple{102, "tok-a2", "train 2/2"}}) {
+    gitlab::FakeJob job;
+    job.id = id;
+    job.token = token;
+    job.name = name;
+    job.project_id = 5;
+    job.pipeline_id = 77;
+    (*slow_gitlab)->AddJob(job);
+  }
+  config_.gitlab_url = (*slow_gitlab)->url();
+  Restart();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      server_->bound_address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(500ms));  // Gives up before GitLab answers.
+    context.AddMetadata("gdt-job-token", "tok-a1");
+    auto reader = stub->JoinGang(&context, Request(101, 1, 5, 77));
+    v1::JoinGangEvent event;
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Member 2's own check ends after member 1's: it must wait for member 1.
+  grpc::ClientContext context;
+  context.set_deadline(In(5s));
+  context.AddMetadata("gdt-job-token", "tok-a2");
+  auto reader = stub->JoinGang(&context, Request(102, 2, 5, 77));
+  v1::JoinGangEvent event;
+  bool admitted = false;
+  while (reader->Read(&event)) admitted = admitted || event.has_admitted();
+  EXPECT_FALSE(admitted);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_GE((*slow_gitlab)->RequestCount("/api/v4/job"), 2);
 }
 
 TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreStillServed) {
