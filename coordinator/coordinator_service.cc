@@ -213,6 +213,12 @@ bool IsLoopbackPeer(const std::string& peer) {
          peer.rfind("ipv6:[::ffff:127.", 0) == 0 || peer.rfind("unix:", 0) == 0;
 }
 
+// Why a call that needs a member check is refused when every member-check
+// thread is taken and the backlog is full.
+constexpr char kChecksBusy[] =
+    "member verification is busy (every check thread is taken and the "
+    "backlog is full); the member retries";
+
 // Finishes a unary call with `status`.
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
                                  const absl::Status& status) {
@@ -253,6 +259,28 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
       finish = TakeFinishLocked();
     }
     if (finish.has_value()) this->Finish(*finish);
+  }
+
+  // Keeps the stream from finishing until Release(): work on another thread
+  // still refers to this object. End() and cancellation take effect on
+  // Release().
+  void Hold() {
+    MutexLock lock(mu_);
+    held_ = true;
+  }
+  void Release() {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      held_ = false;
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+  // True once the stream was told to end (or was cancelled).
+  bool Ending() {
+    MutexLock lock(mu_);
+    return finish_status_.has_value();
   }
 
   void OnWriteDone(bool ok) override {
@@ -306,7 +334,7 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   // caller calls Finish() after unlocking: OnDone() deletes this object.
   std::optional<grpc::Status> TakeFinishLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (finished_ || writing_ || !queue_.empty() ||
+    if (finished_ || writing_ || held_ || !queue_.empty() ||
         !finish_status_.has_value()) {
       return std::nullopt;
     }
@@ -317,6 +345,7 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_status_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -331,13 +360,64 @@ class CoordinatorService::JoinReactor final
   // Whether the member asked for a compact assignment (no peer list).
   bool compact() const { return compact_; }
 
-  // Registers the stream, verifies the member with GitLab or by its ID
-  // token when configured (before any scheduler lock is taken; bounded by
-  // the GitLab timeout) and joins; on a rejected join ends the stream with
-  // the error.
+  // Registers the stream and joins; on a rejected join ends the stream with
+  // the error. When members are verified (with GitLab or by ID token, which
+  // may wait on GitLab for up to its timeout), the check and the join run on
+  // the service's verification threads, never on gRPC's: a flood of joins
+  // that wait on a slow GitLab cannot hold up heartbeats or any other call.
+  // When those threads are all busy and their backlog is full, the join is
+  // refused at once with UNAVAILABLE (the member retries).
   void Start(const v1::JoinGangRequest& request, const std::string& job_token,
              const std::string& id_token, const std::string& peer) {
     service_.Register(stream_id_, this);
+    WorkQueue* verifications = service_.verifications_.get();
+    if (verifications == nullptr) {
+      VerifyAndJoin(request, job_token, id_token, peer);
+      return;
+    }
+    Hold();
+    const bool accepted =
+        verifications->TrySubmit([this, request, job_token, id_token, peer] {
+          if (!Ending()) VerifyAndJoin(request, job_token, id_token, peer);
+          Release();  // This object may be gone from here on.
+        });
+    if (!accepted) {
+      spdlog::warn("event=member_check_busy job={} member={} group={}",
+                   request.job_id(), request.member_index(),
+                   LogValue(request.key().group_name()));
+      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, kChecksBusy));
+      Release();
+    }
+  }
+
+  void OnCancel() override {
+    // Copied first: once the stream ends, OnDone() may delete this.
+    Coordinator& coordinator = service_.coordinator_;
+    const uint64_t stream_id = stream_id_;
+    std::string gang_id;
+    uint32_t member_index;
+    {
+      MutexLock lock(mu_);
+      cancelled_ = true;
+      gang_id = gang_id_;
+      member_index = member_index_;
+    }
+    EndCancelled();
+    if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
+  }
+
+  void OnDone() override {
+    service_.Unregister(stream_id_, this);
+    delete this;
+  }
+
+ private:
+  // Verifies the member when configured (before any scheduler lock is
+  // taken) and joins. A join that lands after the client cancelled is
+  // withdrawn here, since OnCancel found no gang to withdraw it from.
+  void VerifyAndJoin(const v1::JoinGangRequest& request,
+                     const std::string& job_token, const std::string& id_token,
+                     const std::string& peer) {
     const JoinRequest join = FromProto(request);
     absl::Status verified;
     if (MemberVerifier* verifier = service_.security_.verifier) {
@@ -354,6 +434,7 @@ class CoordinatorService::JoinReactor final
       End(rendezvous::ToGrpcStatus(verified));
       return;
     }
+    if (Ending()) return;  // Cancelled while it was checked.
     absl::StatusOr<std::string> gang_id =
         service_.coordinator_.Join(join, stream_id_);
     if (!gang_id.ok()) {
@@ -366,39 +447,28 @@ class CoordinatorService::JoinReactor final
     }
     spdlog::info("event=member_joined gang={} member={} job={}",
                  LogValue(*gang_id), request.member_index(), request.job_id());
-    // Runs inside the method handler, before gRPC arms OnCancel/OnDone, so
-    // these are set before any reaction can read them.
-    MutexLock lock(mu_);
-    gang_id_ = *gang_id;
-    member_index_ = request.member_index();
-  }
-
-  void OnCancel() override {
-    // Copied first: once the stream ends, OnDone() may delete this.
-    Coordinator& coordinator = service_.coordinator_;
-    const uint64_t stream_id = stream_id_;
-    std::string gang_id;
-    uint32_t member_index;
+    // Either OnCancel sees the gang and withdraws the member, or this sees
+    // the cancellation and does it; the object lives on until this returns
+    // (inline: the handler has not returned; else: Hold()).
+    bool cancelled = false;
     {
       MutexLock lock(mu_);
-      gang_id = gang_id_;
-      member_index = member_index_;
+      gang_id_ = *gang_id;
+      member_index_ = request.member_index();
+      cancelled = cancelled_;
     }
-    EndCancelled();
-    if (!gang_id.empty()) coordinator.Detach(gang_id, member_index, stream_id);
+    if (cancelled) {
+      service_.coordinator_.Detach(*gang_id, request.member_index(),
+                                   stream_id_);
+    }
   }
 
-  void OnDone() override {
-    service_.Unregister(stream_id_, this);
-    delete this;
-  }
-
- private:
   CoordinatorService& service_;
   const uint64_t stream_id_;
   const bool compact_;
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
   uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // One WatchGang stream: ends after a Failed or Succeeded event; forgets the
@@ -451,11 +521,16 @@ CoordinatorService::CoordinatorService(Coordinator& coordinator,
 }
 
 CoordinatorService::~CoordinatorService() {
+  verifications_.reset();  // Runs what it accepted, joins its threads.
   coordinator_.SetEventSink(nullptr);
 }
 
 void CoordinatorService::SetSecurity(ServiceSecurity security) {
   security_ = std::move(security);
+  if (security_.verifier != nullptr || security_.id_token_verifier != nullptr) {
+    verifications_ = std::make_unique<WorkQueue>(
+        security_.verification_threads, security_.max_queued_verifications);
+  }
 }
 
 absl::Status CoordinatorService::CheckAdmin(
@@ -677,6 +752,23 @@ absl::Status CoordinatorService::Allow(
 }
 
 template <typename Body>
+grpc::ServerUnaryReactor* CoordinatorService::MayWaitOnGitLab(
+    grpc::CallbackServerContext* context, bool may_wait, Body body) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (verifications_ == nullptr || !may_wait) {
+    reactor->Finish(rendezvous::ToGrpcStatus(body()));
+    return reactor;
+  }
+  // The call (request, response, context) lives until Finish.
+  if (!verifications_->TrySubmit([reactor, body] {
+        reactor->Finish(rendezvous::ToGrpcStatus(body()));
+      })) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, kChecksBusy));
+  }
+  return reactor;
+}
+
+template <typename Body>
 grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
     grpc::CallbackServerContext* context, const char* what, Body body) {
   absl::Status status = Allow(context, what, CheckAdmin(context, what));
@@ -697,8 +789,22 @@ grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
 grpc::ServerWriteReactor<v1::WatchGangEvent>* CoordinatorService::WatchGang(
     grpc::CallbackServerContext* context, const v1::WatchGangRequest* request) {
   auto* reactor = new WatchReactor(*this, next_stream_id_.fetch_add(1));
-  reactor->Start(*request, Allow(context, "WatchGang",
-                                 CheckJob(context, request->job_id())));
+  if (verifications_ == nullptr) {
+    reactor->Start(*request, Allow(context, "WatchGang",
+                                   CheckJob(context, request->job_id())));
+    return reactor;
+  }
+  // The job-token check may wait on GitLab: not on gRPC's threads. The
+  // request and context live until the stream is done, which Hold() defers.
+  reactor->Hold();
+  if (!verifications_->TrySubmit([this, context, request, reactor] {
+        reactor->Start(*request, Allow(context, "WatchGang",
+                                       CheckJob(context, request->job_id())));
+        reactor->Release();
+      })) {
+    reactor->Start(*request, absl::UnavailableError(kChecksBusy));
+    reactor->Release();
+  }
   return reactor;
 }
 
@@ -769,60 +875,68 @@ grpc::ServerUnaryReactor* CoordinatorService::CheckMemberToken(
 grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
     grpc::CallbackServerContext* context, const v1::ReportExitRequest* request,
     v1::ReportExitResponse* response) {
-  absl::Status status =
-      Allow(context, "ReportExit", CheckReporter(context, *request));
-  if (!status.ok()) return Finish(context, status);
-  if (request->hung_seconds() > 0) {
-    status = coordinator_.MemberHung(request->gang_id(), request->epoch(),
-                                     request->member_index(), request->job_id(),
-                                     request->hung_seconds());
-    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
-                "member hung gang={} member={} seconds={} ({})",
-                request->gang_id(), request->member_index(),
-                request->hung_seconds(), status.ToString());
-    return Finish(context, status);
-  }
-  if (!request->lost_reason().empty()) {
-    status = coordinator_.MemberLost(request->gang_id(), request->epoch(),
-                                     request->member_index(), request->job_id(),
-                                     request->lost_reason());
-    spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
-                "member lost gang={} member={}: {} ({})", request->gang_id(),
-                request->member_index(), request->lost_reason(),
-                status.ToString());
-    return Finish(context, status);
-  }
-  status = coordinator_.ReportExit(
-      request->gang_id(), request->epoch(), request->member_index(),
-      request->job_id(), request->exit_code(), request->cancelled(),
-      request->peer_suspected(), request->exited_unix_ms());
-  if (status.ok()) {
-    spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
-                 LogValue(request->gang_id()), request->member_index(),
-                 request->exit_code(), request->cancelled());
-  } else {
-    spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
-                 LogValue(request->gang_id()), request->member_index(),
-                 LogValue(status.ToString()));
-  }
-  return Finish(context, status);
+  // An executor's report is checked with GitLab (its job token); an
+  // agent's by its host token, at once.
+  const bool may_wait =
+      MetadataValue(context, rendezvous::kHostTokenMetadata).empty();
+  return MayWaitOnGitLab(context, may_wait, [this, context, request] {
+    absl::Status status =
+        Allow(context, "ReportExit", CheckReporter(context, *request));
+    if (!status.ok()) return status;
+    if (request->hung_seconds() > 0) {
+      status = coordinator_.MemberHung(
+          request->gang_id(), request->epoch(), request->member_index(),
+          request->job_id(), request->hung_seconds());
+      spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                  "member hung gang={} member={} seconds={} ({})",
+                  request->gang_id(), request->member_index(),
+                  request->hung_seconds(), status.ToString());
+      return status;
+    }
+    if (!request->lost_reason().empty()) {
+      status = coordinator_.MemberLost(
+          request->gang_id(), request->epoch(), request->member_index(),
+          request->job_id(), request->lost_reason());
+      spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
+                  "member lost gang={} member={}: {} ({})", request->gang_id(),
+                  request->member_index(), request->lost_reason(),
+                  status.ToString());
+      return status;
+    }
+    status = coordinator_.ReportExit(
+        request->gang_id(), request->epoch(), request->member_index(),
+        request->job_id(), request->exit_code(), request->cancelled(),
+        request->peer_suspected(), request->exited_unix_ms());
+    if (status.ok()) {
+      spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   request->exit_code(), request->cancelled());
+    } else {
+      spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
+                   LogValue(request->gang_id()), request->member_index(),
+                   LogValue(status.ToString()));
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     grpc::CallbackServerContext* context, const v1::LeaveGangRequest* request,
     v1::LeaveGangResponse* response) {
   // Only the job itself, when members are verified.
-  absl::Status status =
-      Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
-  if (!status.ok()) return Finish(context, status);
-  status = coordinator_.Leave(FromProto(request->key()),
-                              request->member_index(), request->job_id());
-  if (!status.ok()) {
-    spdlog::error("event=leave_failed group={} member={} error={}",
-                  LogValue(request->key().group_name()),
-                  request->member_index(), LogValue(status.ToString()));
-  }
-  return Finish(context, status);
+  return MayWaitOnGitLab(context, true, [this, context, request] {
+    absl::Status status =
+        Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
+    if (!status.ok()) return status;
+    status = coordinator_.Leave(FromProto(request->key()),
+                                request->member_index(), request->job_id());
+    if (!status.ok()) {
+      spdlog::error("event=leave_failed group={} member={} error={}",
+                    LogValue(request->key().group_name()),
+                    request->member_index(), LogValue(status.ToString()));
+    }
+    return status;
+  });
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetPeers(

@@ -4,10 +4,12 @@
 #include <atomic>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/work_queue.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/id_token_member_verifier.h"
 #include "coordinator/member_verifier.h"
@@ -43,6 +45,13 @@ struct ServiceSecurity {
   // certificate whose DNS subjectAltName or common name is that host's name.
   // Only meaningful when the server requires client certificates.
   bool agent_cert_must_match_host = false;
+  // With a verifier: the threads that check joining members (and wait on
+  // GitLab) instead of gRPC's, and how many joins may wait for one of them
+  // before further joins are refused at once with UNAVAILABLE. More
+  // threads than the verifier's GitLab calls in flight, so that answers it
+  // already knows are not stuck behind a slow GitLab.
+  size_t verification_threads = 12;
+  size_t max_queued_verifications = 256;
 };
 // -----------------------------------------------.
 
@@ -174,6 +183,14 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // The shape of every operator RPC: refuses (logged) a caller without the
   // admin token, else runs `body` (returns absl::Status); finishes the call
   // with the outcome.
+  // Finishes the unary call with `body()` (returns absl::Status), which may
+  // wait on GitLab (a member's job-token check that is not cached): when
+  // members are verified and `may_wait`, it runs on the member-check
+  // threads, not on gRPC's; refused at once with UNAVAILABLE when those
+  // are all busy and their backlog is full.
+  template <typename Body>
+  grpc::ServerUnaryReactor* MayWaitOnGitLab(
+      grpc::CallbackServerContext* context, bool may_wait, Body body);
   template <typename Body>
   grpc::ServerUnaryReactor* AsAdmin(grpc::CallbackServerContext* context,
                                     const char* what, Body body);
@@ -187,6 +204,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
+  // Where joins are verified when members are (SetSecurity); last, so that
+  // its threads end before anything they use.
+  std::unique_ptr<WorkQueue> verifications_;
 };
 
 // GetStatus's answer for `snapshot`, for in-process readers (the dashboard).

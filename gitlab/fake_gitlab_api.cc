@@ -200,6 +200,9 @@ void FakeGitLabApi::InstallRoutes() {
 
   s.Get("/api/v4/job", [this](const httplib::Request& request,
                               httplib::Response& response) {
+    if (options_.job_answer_delay.count() > 0) {
+      std::this_thread::sleep_for(options_.job_answer_delay);
+    }
     const auto job = JobForToken(RequestToken(request, AuthForm::kJobOnly));
     if (!job) return Reply(response, 401, "401 Unauthorized");
     const nlohmann::json body = {

@@ -25,6 +25,7 @@
 //
 // Thread-safe. The server runs on its own thread until destruction.
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,6 +63,10 @@ class FakeGitLabApi {
     uint64_t max_artifact_bytes = 100ull << 20;    // GitLab's default.
     uint64_t max_package_file_bytes = 5ull << 30;  // 5 GiB.
     bool redirect_artifacts = false;
+    // How long GET /api/v4/job waits before it answers: a slow GitLab.
+    // Requests are answered by a pool of 8 threads, so at most 8 such
+    // answers are under way at once.
+    std::chrono::milliseconds job_answer_delay{0};
   };
 
   // Listens on 127.0.0.1 on a free port.

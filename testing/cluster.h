@@ -65,6 +65,8 @@ class Daemon {
   const std::string& endpoint() const { return endpoint_; }
   const std::string& log_path() const { return log_path_; }
   std::string Log() const { return ReadFile(log_path_); }
+  // The process id (of `prefix` when one was given).
+  int pid() const { return process_->pid(); }
   // Sends `signal` and waits for the process to exit.
   ExitStatus Stop(int signal);
 
@@ -208,6 +210,10 @@ class GdtCluster {
 
   absl::StatusOr<nlohmann::json> Status();
   std::string coordinator_endpoint() const;
+  // The coordinator's process id (StartCoordinator); 0 when none runs.
+  int coordinator_pid() const {
+    return coordinator_ != nullptr ? coordinator_->pid() : 0;
+  }
   // host:port of the running coordinator's Prometheus /metrics endpoint.
   const std::string& metrics_endpoint() const { return metrics_endpoint_; }
   // host:port of the coordinator's web dashboard.

@@ -5,6 +5,10 @@
 #include <chrono>
 #include <fstream>
 #include <future>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
 
 #include "common/clock.h"
 #include "common/member_token.h"
@@ -371,6 +375,109 @@ TEST_F(SecurityTest, AFloodOfJoinsWithARefusedTokenCostsOneGitLabCall) {
   EXPECT_LE(gitlab_->RequestCount("/api/v4/job") - before, 4);
   // Real members are not held up.
   EXPECT_EQ(Admit(77, 101, "tok-a1", 102, "tok-a2").size(), 2u);
+}
+
+// Checking a member waits on GitLab; a flood of joins with forged tokens
+// (each its own, so no refusal is reused) while GitLab is slow must not
+// hold up anything else: the host's heartbeats are answered at once all
+// along, and no host is seen as down.
+TEST_F(SecurityTest, HeartbeatsAreAnsweredWhileForgedJoinsWaitOnASlowGitLab) {
+  gitlab::FakeGitLabApi::Options slow;
+  slow.job_answer_delay = 3s;
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> slow_gitlab =
+      gitlab::FakeGitLabApi::Start(slow);
+  ASSERT_TRUE(slow_gitlab.ok()) << slow_gitlab.status();
+  config_.gitlab_url = (*slow_gitlab)->url();
+  Restart();
+  // One attempt each (CoordinatorClient would retry UNAVAILABLE).
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      server_->bound_address(), grpc::InsecureChannelCredentials()));
+  std::vector<std::future<grpc::Status>> joins;
+  for (int i = 0; i < 40; ++i) {
+    joins.push_back(std::async(std::launch::async, [&stub, i] {
+      grpc::ClientContext context;
+      context.set_deadline(In(30s));
+      context.AddMetadata("gdt-job-token", "forged-token-" + std::to_string(i));
+      auto reader = stub->JoinGang(&context, Request(101, 1, 5, 77));
+      v1::JoinGangEvent event;
+      while (reader->Read(&event)) {
+      }
+      return reader->Finish();
+    }));
+  }
+  auto agent = ClientWith("", "");
+  const auto start = std::chrono::steady_clock::now();
+  int beats = 0;
+  while (std::chrono::steady_clock::now() - start < 4s) {
+    const auto sent = std::chrono::steady_clock::now();
+    absl::StatusOr<bool> beat = agent->Heartbeat("cpu-01", 2s);
+    ASSERT_TRUE(beat.ok()) << beat.status();
+    EXPECT_FALSE(*beat);  // Known host: no re-registration asked.
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, 1s);
+    ++beats;
+    std::this_thread::sleep_for(100ms);  // The pace of an agent, faster.
+  }
+  EXPECT_GT(beats, 10);
+  for (auto& join : joins) {
+    const grpc::Status status = join.get();
+    // Refused by GitLab, or told to retry while the allowed calls run.
+    EXPECT_THAT(status.error_code(),
+                ::testing::AnyOf(grpc::StatusCode::UNAUTHENTICATED,
+                                 grpc::StatusCode::UNAVAILABLE))
+        << status.error_message();
+  }
+  const v1::GetStatusResponse status = server_->Status();
+  for (const v1::HostStatus& host : status.hosts()) {
+    EXPECT_EQ(host.state(), v1::HOST_STATE_UP) << host.host().name();
+  }
+}
+
+// A join whose executor gives up while its check waits on GitLab must not
+// leave the member present: the other member's join then waits instead of
+// forming the gang with a member nobody is running.
+TEST_F(SecurityTest, AJoinCancelledWhileGitLabIsAskedLeavesNoMemberBehind) {
+  gitlab::FakeGitLabApi::Options slow;
+  slow.job_answer_delay = 2s;
+  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> slow_gitlab =
+      gitlab::FakeGitLabApi::Start(slow);
+  ASSERT_TRUE(slow_gitlab.ok()) << slow_gitlab.status();
+  for (const auto& [id, token, name] :
+       {std::tuple{101, "tok-a1", "train 1/2"},
+        std::tuple{102, "tok-a2", "train 2/2"}}) {
+    gitlab::FakeJob job;
+    job.id = id;
+    job.token = token;
+    job.name = name;
+    job.project_id = 5;
+    job.pipeline_id = 77;
+    (*slow_gitlab)->AddJob(job);
+  }
+  config_.gitlab_url = (*slow_gitlab)->url();
+  Restart();
+  auto stub = v1::Coordinator::NewStub(grpc::CreateChannel(
+      server_->bound_address(), grpc::InsecureChannelCredentials()));
+  {
+    grpc::ClientContext context;
+    context.set_deadline(In(500ms));  // Gives up before GitLab answers.
+    context.AddMetadata("gdt-job-token", "tok-a1");
+    auto reader = stub->JoinGang(&context, Request(101, 1, 5, 77));
+    v1::JoinGangEvent event;
+    while (reader->Read(&event)) {
+    }
+    EXPECT_EQ(reader->Finish().error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Member 2's own check ends after member 1's: it must wait for member 1.
+  grpc::ClientContext context;
+  context.set_deadline(In(5s));
+  context.AddMetadata("gdt-job-token", "tok-a2");
+  auto reader = stub->JoinGang(&context, Request(102, 2, 5, 77));
+  v1::JoinGangEvent event;
+  bool admitted = false;
+  while (reader->Read(&event)) admitted = admitted || event.has_admitted();
+  EXPECT_FALSE(admitted);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_GE((*slow_gitlab)->RequestCount("/api/v4/job"), 2);
 }
 
 TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreStillServed) {
