@@ -294,7 +294,14 @@ class CoordinatorService::JoinReactor final
     service_.Register(stream_id_, this);
     const JoinRequest join = FromProto(request);
     absl::Status verified;
-    if (MemberVerifier* verifier = service_.security_.verifier) {
+    // A made-up instance is refused before any GitLab call.
+    if (const std::string& trusted = service_.security_.trusted_instance;
+        !trusted.empty()) {
+      verified = CheckClaimedInstance(trusted, request.key().instance());
+    }
+    if (!verified.ok()) {
+      service_.coordinator_.observer().JoinRefused("instance");
+    } else if (MemberVerifier* verifier = service_.security_.verifier) {
       verified = verifier->Verify(job_token, join, peer);
     } else if (IdTokenMemberVerifier* by_id_token =
                    service_.security_.id_token_verifier) {

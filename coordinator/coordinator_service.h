@@ -31,6 +31,9 @@ struct ServiceSecurity {
   MemberVerifier* verifier = nullptr;
   // Checks every JoinGang's ID token instead (when `verifier` is null).
   IdTokenMemberVerifier* id_token_verifier = nullptr;
+  // Non-empty: the GitLab instance every JoinGang must name in its key
+  // (CheckClaimedInstance), checked before any GitLab call.
+  std::string trusted_instance;
   // SHA-256 (hex) of the operators' admin token; empty = operator RPCs open.
   std::string admin_token_sha256;
   // With an admin token, who reads status without it: "loopback", "anyone"

@@ -59,6 +59,10 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
   registry_.DeclareCounter("gdt_rpcs_total",
                            "RPCs handled, by method and "
                            "status code.");
+  registry_.DeclareCounter(
+      "gdt_joins_refused_total",
+      "Joins refused by a per-project bound, by limit "
+      "(forming_gangs_per_pipeline, forming_gangs_per_project, instance).");
   registry_.Touch("gdt_gangs_admitted_total");
   registry_.Touch("gdt_deadlock_bounces_total");
 }
@@ -100,6 +104,11 @@ void CoordinatorMetrics::Failure(std::string_view failure_class) {
 
 void CoordinatorMetrics::DeadlockBounce(const std::string& gang_id) {
   registry_.Increment("gdt_deadlock_bounces_total");
+}
+
+void CoordinatorMetrics::JoinRefused(std::string_view limit) {
+  registry_.Increment("gdt_joins_refused_total",
+                      {{"limit", std::string(limit)}});
 }
 
 void CoordinatorMetrics::RpcFinished(std::string_view method,

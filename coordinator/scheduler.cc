@@ -242,12 +242,14 @@ absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
     if (gang.key.pipeline_id == key.pipeline_id) ++in_pipeline;
   }
   if (in_pipeline >= options_.max_forming_gangs_per_pipeline) {
+    observer_->JoinRefused("forming_gangs_per_pipeline");
     return absl::ResourceExhaustedError(absl::StrCat(
         "pipeline ", key.pipeline_id, " already has ", in_pipeline,
         " forming gangs (max_forming_gangs_per_pipeline); gang ",
         key.group_name, " is refused until some form or are cancelled"));
   }
   if (in_project >= options_.max_forming_gangs_per_project) {
+    observer_->JoinRefused("forming_gangs_per_project");
     return absl::ResourceExhaustedError(absl::StrCat(
         "project ", key.project_id, " already has ", in_project,
         " forming gangs (max_forming_gangs_per_project); gang ", key.group_name,

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
+#include "coordinator/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
@@ -1123,6 +1124,8 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(clock, **store, options);
   ASSERT_TRUE(scheduler.ok());
+  CoordinatorMetrics metrics(clock);
+  (*scheduler)->SetObserver(metrics);
   // One job token's worth of made-up gang names in one pipeline.
   auto join = [&](int64_t pipeline, int i) {
     state::GangKey key = TrainKey(2);
@@ -1146,6 +1149,14 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   ASSERT_TRUE(join(78, 0).ok());
   EXPECT_THAT(join(79, 0).status().message(),
               HasSubstr("project 5 already has 4 forming gangs"));
+  // Each refusal is counted by the limit that refused it.
+  const std::string scraped = metrics.Render((*scheduler)->GetSnapshot(false));
+  EXPECT_THAT(scraped,
+              HasSubstr("gdt_joins_refused_total{limit=\"forming_gangs_per_"
+                        "pipeline\"} 1\n"));
+  EXPECT_THAT(scraped,
+              HasSubstr("gdt_joins_refused_total{limit=\"forming_gangs_per_"
+                        "project\"} 1\n"));
 }
 
 }  // namespace
