@@ -175,6 +175,23 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
 };
 
+// GetStatus answers in pages of at most kStatusPageItems items (hosts, then
+// gangs) and about kStatusPageBytes, far below gRPC's 4 MiB message limit,
+// whatever the number and size of hosts and gangs.
+inline constexpr uint32_t kStatusPageItems = 1000;
+inline constexpr size_t kStatusPageBytes = 1 << 20;
+
+// The page of `snapshot` that follows `page_token` (empty: the first page)
+// with at most `page_size` items (0 or above kStatusPageItems:
+// kStatusPageItems); next_page_token is set when more follow. A token names
+// the last item shown ("h:<host name>", "l:<sequence>" for a live gang,
+// "f:<sequence>" for a finished one), so pages of a changing snapshot
+// neither repeat nor skip items that stayed put.
+// Errors: InvalidArgument for a token no page carried.
+absl::StatusOr<v1::GetStatusResponse> StatusPage(const Snapshot& snapshot,
+                                                 uint32_t page_size,
+                                                 const std::string& page_token);
+
 // GetStatus's answer for `snapshot`, for in-process readers (the dashboard).
 v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot);
 

@@ -52,6 +52,12 @@ inline constexpr size_t kMaxNameBytes = 255;
 inline constexpr size_t kMaxJobNameBytes = 300;
 inline constexpr size_t kMaxInstanceBytes = 512;
 inline constexpr size_t kMaxLabelBytes = 63;
+// Bounds on a registered host, so that one host (or thousands) cannot make
+// the status answers huge: names and addresses at most kMaxNameBytes, at
+// most kMaxHostLabels labels with keys and values of at most kMaxLabelBytes,
+// at most kMaxHostGpus GPUs with a uuid and model of at most kMaxLabelBytes.
+inline constexpr size_t kMaxHostLabels = 16;
+inline constexpr size_t kMaxHostGpus = 32;
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
 struct JoinRequest {
@@ -94,6 +100,7 @@ struct Snapshot {
   std::vector<state::Gang> gangs;  // Live gangs (forming, running, or failed
                                    // with leases held) by arrival, then
                                    // finished ones, most recent first.
+  size_t live_gangs = 0;           // How many of `gangs` are live.
 };
 
 // The coordinator's state machine: host inventory, gangs and their members,

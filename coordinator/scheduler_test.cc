@@ -1113,6 +1113,33 @@ TEST_F(SchedulerTest, OversizedJoinFieldsAreRefusedByName) {
   EXPECT_TRUE(scheduler_->GetSnapshot(true).gangs.empty());
 }
 
+TEST_F(SchedulerTest, OversizedHostsAreRefusedByField) {
+  state::HostSpec host = test::GpuHost("gpu-big", 2);
+  host.labels["rack"] = std::string(64, 'r');
+  EXPECT_EQ(scheduler_->RegisterHost(host).message(),
+            "host gpu-big: label rack is 64 bytes long; at most 63 are "
+            "accepted");
+  host = test::GpuHost("gpu-big", 2);
+  for (int i = 0; i < 16; ++i) host.labels[absl::StrCat("l", i)] = "x";
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("host gpu-big has 17 labels; at most 16"));
+  host = test::GpuHost("gpu-big", 33);
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("host gpu-big has 33 GPUs; at most 32"));
+  host = test::GpuHost("gpu-big", 2);
+  host.address = std::string(256, 'a');
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("the address is 256 bytes long; at most 255"));
+  EXPECT_TRUE(scheduler_->GetSnapshot(true).hosts.empty());
+  // At the bounds a host is accepted.
+  host = test::GpuHost("gpu-big", 32);
+  host.labels.clear();
+  for (int i = 0; i < 16; ++i) {
+    host.labels[absl::StrCat("l", i)] = std::string(63, 'v');
+  }
+  EXPECT_TRUE(scheduler_->RegisterHost(host).ok());
+}
+
 TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   FakeClock clock;
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =

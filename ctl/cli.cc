@@ -171,6 +171,11 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   AddTlsOptions(*status, tls_flags);
   status->add_flag("--all", status_options.all,
                    "Include finished gangs (done, or failed and left)");
+  status
+      ->add_option("--limit", status_options.limit,
+                   "Show at most N hosts and N gangs (default 50; 0 = all); "
+                   "--json is always complete")
+      ->check(CLI::NonNegativeNumber);
   status->add_flag("--watch", watch,
                    "Refresh every --interval seconds until interrupted");
   status
@@ -195,6 +200,12 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   CLI::App* hosts_list =
       hosts->add_subcommand("list", "Show every host with its GPUs and state");
   hosts_list->add_flag("--json", hosts_json, "Print JSON for scripts");
+  size_t hosts_limit = kDefaultRowLimit;
+  hosts_list
+      ->add_option("--limit", hosts_limit,
+                   "Show at most N hosts (default 50; 0 = all); --json is "
+                   "always complete")
+      ->check(CLI::NonNegativeNumber);
   std::string host_name;
   std::string host_action;
   for (const auto& [name, help] :
@@ -323,10 +334,10 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   }
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
-        host_action.empty()
-            ? RunHostsList(endpoint, hosts_json, *security, *admin_token)
-            : RunHostsAction(endpoint, host_action, host_name, *security,
-                             *admin_token);
+        host_action.empty() ? RunHostsList(endpoint, hosts_json, *security,
+                                           *admin_token, hosts_limit)
+                            : RunHostsAction(endpoint, host_action, host_name,
+                                             *security, *admin_token);
     if (!out.ok()) return Fail(out.status());
     std::cout << *out;
     return kExitOk;
