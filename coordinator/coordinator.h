@@ -105,6 +105,9 @@ class Coordinator {
   absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
                                           const std::string& note);
   std::vector<std::string> EndAbandonedFormingGangs();
+  // See Scheduler::CancelForming.
+  absl::StatusOr<std::vector<std::string>> CancelForming(
+      int64_t project_id, int64_t pipeline_id, const std::string& note);
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);

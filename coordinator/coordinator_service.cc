@@ -858,6 +858,30 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
   });
 }
 
+grpc::ServerUnaryReactor* CoordinatorService::CancelFormingGangs(
+    grpc::CallbackServerContext* context,
+    const v1::CancelFormingGangsRequest* request,
+    v1::CancelFormingGangsResponse* response) {
+  return AsAdmin(context, "cancelling forming gangs", [&]() -> absl::Status {
+    absl::StatusOr<std::vector<std::string>> cancelled =
+        coordinator_.CancelForming(request->project_id(),
+                                   request->pipeline_id(), request->reason());
+    if (!cancelled.ok()) {
+      spdlog::error("event=forming_gangs_cancel_failed error={}",
+                    LogValue(cancelled.status().ToString()));
+      return cancelled.status();
+    }
+    // One audit line for the whole removal, however many gangs it ended.
+    spdlog::info(
+        "event=forming_gangs_cancelled_by_operator project={} pipeline={} "
+        "cancelled={} reason={}",
+        request->project_id(), request->pipeline_id(), cancelled->size(),
+        LogValue(request->reason()));
+    response->set_cancelled(static_cast<uint32_t>(cancelled->size()));
+    return absl::OkStatus();
+  });
+}
+
 grpc::ServerUnaryReactor* CoordinatorService::CollectGangs(
     grpc::CallbackServerContext* context,
     const v1::CollectGangsRequest* /*request*/,

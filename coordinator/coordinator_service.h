@@ -101,6 +101,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
+  grpc::ServerUnaryReactor* CancelFormingGangs(
+      grpc::CallbackServerContext* context,
+      const v1::CancelFormingGangsRequest* request,
+      v1::CancelFormingGangsResponse* response) override;
   grpc::ServerUnaryReactor* CollectGangs(
       grpc::CallbackServerContext* context,
       const v1::CollectGangsRequest* request,

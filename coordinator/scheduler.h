@@ -317,6 +317,14 @@ class Scheduler {
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
 
+  // An operator removes forming gangs in bulk (`gdt-coord cancel
+  // --forming`): every forming gang of project `project_id` and pipeline
+  // `pipeline_id` (0 = any) fails as Cancel() would fail it. Running gangs
+  // are left alone. Returns the ids cancelled. Errors: Internal when one
+  // cannot be persisted (those before it stay cancelled).
+  absl::StatusOr<std::vector<std::string>> CancelForming(
+      int64_t project_id, int64_t pipeline_id, const std::string& note);
+
   // The operator's escape hatch (`gdt-coord cancel --force`): whatever
   // state gang `gang_id` (or archived epoch "<id>#<n>") is in, its leases
   // are freed now. A forming or running gang first fails as Cancel() would

@@ -266,11 +266,20 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "0 cancelled, 1 unknown or already finished gang or a missing/wrong "
       "admin token, 2 usage, 3 "
       "coordinator unreachable");
-  cancel
-      ->add_option("GANG", cancel_gang,
-                   "Gang id, as `gdt-coord status` "
-                   "shows it")
-      ->required();
+  cancel->add_option("GANG", cancel_gang,
+                     "Gang id, as `gdt-coord status` shows it (or --forming)");
+  bool cancel_forming = false;
+  int64_t cancel_project = 0;
+  int64_t cancel_pipeline = 0;
+  cancel->add_flag("--forming", cancel_forming,
+                   "Instead of one GANG: cancel every forming gang (of "
+                   "--project and --pipeline when given); running gangs are "
+                   "untouched. Prints how many; logged by the coordinator as "
+                   "event=forming_gangs_cancelled_by_operator");
+  cancel->add_option("--project", cancel_project,
+                     "With --forming: only gangs of this project id");
+  cancel->add_option("--pipeline", cancel_pipeline,
+                     "With --forming: only gangs of this pipeline id");
   cancel->add_option("--reason", cancel_reason,
                      "Text appended to the root-cause line");
   bool cancel_force = false;
@@ -343,9 +352,24 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
     return kExitOk;
   }
   if (cancel->parsed()) {
+    if (cancel_forming == !cancel_gang.empty()) {
+      return Fail(kExitUsage,
+                  "cancel takes either a GANG or --forming (see --help)");
+    }
+    if (!cancel_forming && (cancel_project != 0 || cancel_pipeline != 0)) {
+      return Fail(kExitUsage, "--project and --pipeline need --forming");
+    }
+    if (cancel_forming && cancel_force) {
+      return Fail(kExitUsage,
+                  "--force applies to one GANG, not to --forming (forming "
+                  "gangs hold no leases)");
+    }
     absl::StatusOr<std::string> done =
-        RunCancelCommand(endpoint, cancel_gang, cancel_reason, *security,
-                         *admin_token, cancel_force);
+        cancel_forming
+            ? RunCancelFormingCommand(endpoint, cancel_project, cancel_pipeline,
+                                      cancel_reason, *security, *admin_token)
+            : RunCancelCommand(endpoint, cancel_gang, cancel_reason, *security,
+                               *admin_token, cancel_force);
     if (!done.ok()) return Fail(done.status());
     std::cout << *done;
     return kExitOk;
