@@ -150,16 +150,17 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   // Security.
-  if (key == "gitlab_url" || key == "gitlab_ca_file" ||
-      key == "admin_token_file" || key == "status_without_token" ||
-      key == "member_verification" || key == "id_token_audience" ||
-      key == "jwks_url") {
+  if (key == "gitlab_url" || key == "gitlab_instance_url" ||
+      key == "gitlab_ca_file" || key == "admin_token_file" ||
+      key == "status_without_token" || key == "member_verification" ||
+      key == "id_token_audience" || key == "jwks_url") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "member_verification") config.member_verification = *text;
     if (key == "id_token_audience") config.id_token_audience = *text;
     if (key == "jwks_url") config.jwks_url = *text;
     if (key == "gitlab_url") config.gitlab_url = *text;
+    if (key == "gitlab_instance_url") config.gitlab_instance_url = *text;
     if (key == "gitlab_ca_file") config.gitlab_ca_file = *text;
     if (key == "admin_token_file") config.admin_token_file = *text;
     if (key == "status_without_token") config.status_without_token = *text;
@@ -311,6 +312,18 @@ absl::Status ValidateConfig(const Config& config) {
     return absl::InvalidArgumentError(
         absl::StrCat("gitlab_url must start with https:// or http://, got '",
                      config.gitlab_url, "'"));
+  }
+  if (!config.gitlab_instance_url.empty() &&
+      config.gitlab_instance_url.rfind("http://", 0) != 0 &&
+      config.gitlab_instance_url.rfind("https://", 0) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gitlab_instance_url must start with https:// or http://, got '",
+        config.gitlab_instance_url, "'"));
+  }
+  if (!config.gitlab_instance_url.empty() && config.gitlab_url.empty()) {
+    return absl::InvalidArgumentError(
+        "gitlab_instance_url needs gitlab_url (it only matters when members "
+        "are verified)");
   }
   if (!config.gitlab_url.empty() && config.gitlab_timeout.count() == 0) {
     return absl::InvalidArgumentError("gitlab_timeout_seconds must be >= 1");

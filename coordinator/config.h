@@ -64,6 +64,10 @@ struct Config {
   // set, every joining member's job token is checked with GET /api/v4/job
   // and only GitLab's answer decides its gang; empty = no verification.
   std::string gitlab_url;
+  // With member verification on: the GitLab URL every joining member must
+  // name as its instance (its CI_SERVER_URL); empty = gitlab_url. Set it
+  // when the coordinator reaches GitLab at another address than jobs see.
+  std::string gitlab_instance_url;
   // PEM CA bundle for gitlab_url; empty = the system's CAs.
   std::string gitlab_ca_file;
   // Limit on one GitLab call (bounded so joins never hang on GitLab).

@@ -190,6 +190,20 @@ TEST(ConfigTest, SecuritySettings) {
       HasSubstr("gitlab_url must start with https://"));
   EXPECT_THAT(ParseConfig("require_host_tokens: maybe\n").status().message(),
               HasSubstr("require_host_tokens must be true or false"));
+  absl::StatusOr<Config> instance = ParseConfig(
+      "gitlab_url: http://10.0.0.5:8080\n"
+      "gitlab_instance_url: https://gitlab.example.com\n");
+  ASSERT_TRUE(instance.ok()) << instance.status();
+  EXPECT_EQ(instance->gitlab_instance_url, "https://gitlab.example.com");
+  EXPECT_THAT(ParseConfig("gitlab_url: https://a.example\n"
+                          "gitlab_instance_url: a.example\n")
+                  .status()
+                  .message(),
+              HasSubstr("gitlab_instance_url must start with https://"));
+  EXPECT_THAT(ParseConfig("gitlab_instance_url: https://a.example\n")
+                  .status()
+                  .message(),
+              HasSubstr("gitlab_instance_url needs gitlab_url"));
 }
 
 // Members verified by GitLab CI ID token instead of the job API.

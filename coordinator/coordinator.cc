@@ -518,6 +518,20 @@ absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
   return line;
 }
 
+absl::StatusOr<std::vector<std::string>> Coordinator::CancelForming(
+    int64_t project_id, int64_t pipeline_id, const std::string& note) {
+  std::vector<state::MemberEvent> events;
+  absl::StatusOr<std::vector<std::string>> cancelled;
+  {
+    MutexLock lock(mu_);
+    cancelled = scheduler_->CancelForming(project_id, pipeline_id, note);
+    events = TakeEventsLocked();
+  }
+  Deliver(std::move(events));
+  Wake();
+  return cancelled;
+}
+
 std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
   std::vector<state::MemberEvent> events;
   std::vector<std::string> ended;

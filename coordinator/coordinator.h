@@ -114,6 +114,9 @@ class Coordinator {
                                            uint32_t member_index,
                                            int64_t job_id,
                                            const std::string& reason);
+  // See Scheduler::CancelForming.
+  absl::StatusOr<std::vector<std::string>> CancelForming(
+      int64_t project_id, int64_t pipeline_id, const std::string& note);
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -127,55 +128,95 @@ void ToProto(const state::WaitingInfo& waiting, v1::WaitingEvent* proto) {
   proto->set_queue_position(waiting.queue_position);
 }
 
+void ToProto(const HostView& view, v1::HostStatus* host) {
+  ToProto(view.host.spec, host->mutable_host());
+  host->set_state(view.state != state::HostState::kUp ? v1::HOST_STATE_DOWN
+                  : view.drained                      ? v1::HOST_STATE_DRAINED
+                                                      : v1::HOST_STATE_UP);
+  for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
+  host->set_members_running(view.members_running);
+  host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
+}
+
+void ToProto(const state::Gang& gang, v1::GangStatus* out) {
+  out->set_gang_id(gang.id);
+  ToProto(gang.key, out->mutable_key());
+  out->set_state(static_cast<v1::GangState>(static_cast<int>(gang.state)));
+  out->set_epoch(gang.epoch);
+  out->set_reason(gang.reason);
+  out->set_master_addr(gang.master_addr);
+  out->set_master_port(gang.master_port);
+  out->set_created_unix_ms(gang.created_unix_ms);
+  out->set_preemptible(
+      !gang.members.empty() &&
+      std::all_of(gang.members.begin(), gang.members.end(),
+                  [](const auto& entry) { return entry.second.preemptible; }));
+  out->set_preemption_planned_by(gang.preemption_planned_by);
+  out->set_preemptions(gang.preemptions);
+  out->set_preempted_epoch(gang.preempted_epoch);
+  out->set_preempted_by(gang.preempted_by);
+  out->set_preempted_lost_gpu_hours(
+      static_cast<double>(gang.preempted_lost_gpu_seconds) / 3600.0);
+  if (gang.state == state::GangState::kRunning && gang.preempt_notice_ms != 0) {
+    out->set_preemption_stop_by_unix_ms(gang.preempt_stop_by_ms);
+  }
+  for (const auto& [index, member] : gang.members) {
+    v1::MemberStatus* status = out->add_members();
+    status->set_member_index(index);
+    status->set_job_id(member.job_id);
+    status->set_job_name(member.job_name);
+    status->set_present(member.present);
+    status->set_left(member.left);
+    status->set_node_rank(member.node_rank);
+    status->set_host_name(member.host_name);
+    for (uint32_t gpu : member.gpu_indices) status->add_gpu_indices(gpu);
+    status->set_exit_code(member.exit_code);
+  }
+}
+
 void ToProto(const Snapshot& snapshot, v1::GetStatusResponse* proto) {
-  for (const HostView& view : snapshot.hosts) {
-    v1::HostStatus* host = proto->add_hosts();
-    ToProto(view.host.spec, host->mutable_host());
-    host->set_state(view.state != state::HostState::kUp ? v1::HOST_STATE_DOWN
-                    : view.drained                      ? v1::HOST_STATE_DRAINED
-                                                        : v1::HOST_STATE_UP);
-    for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
-    host->set_members_running(view.members_running);
-    host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
-  }
+  for (const HostView& view : snapshot.hosts) ToProto(view, proto->add_hosts());
   for (const state::Gang& gang : snapshot.gangs) {
-    v1::GangStatus* out = proto->add_gangs();
-    out->set_gang_id(gang.id);
-    ToProto(gang.key, out->mutable_key());
-    out->set_state(static_cast<v1::GangState>(static_cast<int>(gang.state)));
-    out->set_epoch(gang.epoch);
-    out->set_reason(gang.reason);
-    out->set_master_addr(gang.master_addr);
-    out->set_master_port(gang.master_port);
-    out->set_created_unix_ms(gang.created_unix_ms);
-    out->set_preemptible(!gang.members.empty() &&
-                         std::all_of(gang.members.begin(), gang.members.end(),
-                                     [](const auto& entry) {
-                                       return entry.second.preemptible;
-                                     }));
-    out->set_preemption_planned_by(gang.preemption_planned_by);
-    out->set_preemptions(gang.preemptions);
-    out->set_preempted_epoch(gang.preempted_epoch);
-    out->set_preempted_by(gang.preempted_by);
-    out->set_preempted_lost_gpu_hours(
-        static_cast<double>(gang.preempted_lost_gpu_seconds) / 3600.0);
-    if (gang.state == state::GangState::kRunning &&
-        gang.preempt_notice_ms != 0) {
-      out->set_preemption_stop_by_unix_ms(gang.preempt_stop_by_ms);
-    }
-    for (const auto& [index, member] : gang.members) {
-      v1::MemberStatus* status = out->add_members();
-      status->set_member_index(index);
-      status->set_job_id(member.job_id);
-      status->set_job_name(member.job_name);
-      status->set_present(member.present);
-      status->set_left(member.left);
-      status->set_node_rank(member.node_rank);
-      status->set_host_name(member.host_name);
-      for (uint32_t gpu : member.gpu_indices) status->add_gpu_indices(gpu);
-      status->set_exit_code(member.exit_code);
-    }
+    ToProto(gang, proto->add_gangs());
   }
+}
+
+// Where a page starts: the first host and gang index after `page_token`
+// (see StatusPage for its forms).
+absl::StatusOr<std::pair<size_t, size_t>> PageStart(
+    const Snapshot& snapshot, const std::string& page_token) {
+  if (page_token.empty()) return std::pair<size_t, size_t>{0, 0};
+  const absl::Status bad = absl::InvalidArgumentError(
+      absl::StrCat("page_token '", page_token.substr(0, 64),
+                   "' is not one this coordinator's GetStatus issued"));
+  if (page_token.size() < 3 || page_token[1] != ':') return bad;
+  const std::string rest = page_token.substr(2);
+  const std::vector<HostView>& hosts = snapshot.hosts;
+  if (page_token[0] == 'h') {
+    // Hosts come by name: continue after the last one shown.
+    const auto next =
+        std::upper_bound(hosts.begin(), hosts.end(), rest,
+                         [](const std::string& name, const HostView& view) {
+                           return name < view.host.spec.name;
+                         });
+    return std::pair<size_t, size_t>{next - hosts.begin(), 0};
+  }
+  int64_t sequence = 0;
+  if ((page_token[0] != 'l' && page_token[0] != 'f') ||
+      !absl::SimpleAtoi(rest, &sequence)) {
+    return bad;
+  }
+  // Live gangs by arrival (ascending sequence), then finished ones most
+  // recent first (descending).
+  const std::vector<state::Gang>& gangs = snapshot.gangs;
+  size_t index = page_token[0] == 'l' ? 0 : snapshot.live_gangs;
+  while (index < snapshot.live_gangs && gangs[index].sequence <= sequence) {
+    ++index;
+  }
+  if (page_token[0] == 'f') {
+    while (index < gangs.size() && gangs[index].sequence >= sequence) ++index;
+  }
+  return std::pair<size_t, size_t>{hosts.size(), index};
 }
 
 // The value of metadata `key`, empty when absent.
@@ -420,7 +461,14 @@ class CoordinatorService::JoinReactor final
                      const std::string& peer) {
     const JoinRequest join = FromProto(request);
     absl::Status verified;
-    if (MemberVerifier* verifier = service_.security_.verifier) {
+    // A made-up instance is refused before any GitLab call.
+    if (const std::string& trusted = service_.security_.trusted_instance;
+        !trusted.empty()) {
+      verified = CheckClaimedInstance(trusted, request.key().instance());
+    }
+    if (!verified.ok()) {
+      service_.coordinator_.observer().JoinRefused("instance");
+    } else if (MemberVerifier* verifier = service_.security_.verifier) {
       verified = verifier->Verify(job_token, join, peer);
     } else if (IdTokenMemberVerifier* by_id_token =
                    service_.security_.id_token_verifier) {
@@ -997,10 +1045,13 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   const absl::Status allowed =
       Allow(context, "GetStatus", CheckStatusReader(context));
-  if (allowed.ok()) {
-    ToProto(coordinator_.GetSnapshot(request->include_finished()), response);
-  }
-  return Finish(context, allowed);
+  if (!allowed.ok()) return Finish(context, allowed);
+  absl::StatusOr<v1::GetStatusResponse> page =
+      StatusPage(coordinator_.GetSnapshot(request->include_finished()),
+                 request->page_size(), request->page_token());
+  if (!page.ok()) return Finish(context, page.status());
+  *response = *std::move(page);
+  return Finish(context, absl::OkStatus());
 }
 
 // Operator RPCs: the admin token, then the change.
@@ -1041,6 +1092,30 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     spdlog::info("event=gang_cancelled_by_operator gang={} force={}",
                  LogValue(request->gang_id()), request->force());
     response->set_root_cause(*root_cause);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* CoordinatorService::CancelFormingGangs(
+    grpc::CallbackServerContext* context,
+    const v1::CancelFormingGangsRequest* request,
+    v1::CancelFormingGangsResponse* response) {
+  return AsAdmin(context, "cancelling forming gangs", [&]() -> absl::Status {
+    absl::StatusOr<std::vector<std::string>> cancelled =
+        coordinator_.CancelForming(request->project_id(),
+                                   request->pipeline_id(), request->reason());
+    if (!cancelled.ok()) {
+      spdlog::error("event=forming_gangs_cancel_failed error={}",
+                    LogValue(cancelled.status().ToString()));
+      return cancelled.status();
+    }
+    // One audit line for the whole removal, however many gangs it ended.
+    spdlog::info(
+        "event=forming_gangs_cancelled_by_operator project={} pipeline={} "
+        "cancelled={} reason={}",
+        request->project_id(), request->pipeline_id(), cancelled->size(),
+        LogValue(request->reason()));
+    response->set_cancelled(static_cast<uint32_t>(cancelled->size()));
     return absl::OkStatus();
   });
 }
@@ -1098,6 +1173,58 @@ grpc::ServerUnaryReactor* CoordinatorService::RevokeHostToken(
                  LogValue(request->host_name()));
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<v1::GetStatusResponse> StatusPage(
+    const Snapshot& snapshot, uint32_t page_size,
+    const std::string& page_token) {
+  absl::StatusOr<std::pair<size_t, size_t>> start =
+      PageStart(snapshot, page_token);
+  if (!start.ok()) return start.status();
+  const uint32_t max_items = page_size == 0 || page_size > kStatusPageItems
+                                 ? kStatusPageItems
+                                 : page_size;
+  v1::GetStatusResponse page;
+  uint32_t items = 0;
+  size_t bytes = 0;
+  // Takes an item of `size` bytes unless the page is full; a page holds at
+  // least one item, however large.
+  const auto fits = [&](size_t size) {
+    if (items > 0 && (items >= max_items || bytes + size > kStatusPageBytes)) {
+      return false;
+    }
+    ++items;
+    bytes += size + 8;  // The field's tag and length.
+    return true;
+  };
+  size_t host = start->first;
+  for (; host < snapshot.hosts.size(); ++host) {
+    v1::HostStatus* out = page.add_hosts();
+    ToProto(snapshot.hosts[host], out);
+    if (!fits(out->ByteSizeLong())) {
+      page.mutable_hosts()->RemoveLast();
+      page.set_next_page_token(
+          absl::StrCat("h:", snapshot.hosts[host - 1].host.spec.name));
+      return page;
+    }
+  }
+  for (size_t gang = start->second; gang < snapshot.gangs.size(); ++gang) {
+    v1::GangStatus* out = page.add_gangs();
+    ToProto(snapshot.gangs[gang], out);
+    if (fits(out->ByteSizeLong())) continue;
+    page.mutable_gangs()->RemoveLast();
+    if (gang == start->second) {
+      // Every host of the page but no gang: go on with the gangs.
+      page.set_next_page_token(
+          absl::StrCat("h:", snapshot.hosts.back().host.spec.name));
+    } else {
+      const state::Gang& last = snapshot.gangs[gang - 1];
+      page.set_next_page_token(absl::StrCat(
+          gang - 1 < snapshot.live_gangs ? "l:" : "f:", last.sequence));
+    }
+    return page;
+  }
+  return page;
 }
 
 v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot) {

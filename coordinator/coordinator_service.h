@@ -33,6 +33,9 @@ struct ServiceSecurity {
   MemberVerifier* verifier = nullptr;
   // Checks every JoinGang's ID token instead (when `verifier` is null).
   IdTokenMemberVerifier* id_token_verifier = nullptr;
+  // Non-empty: the GitLab instance every JoinGang must name in its key
+  // (CheckClaimedInstance), checked before any GitLab call.
+  std::string trusted_instance;
   // SHA-256 (hex) of the operators' admin token; empty = operator RPCs open.
   std::string admin_token_sha256;
   // With an admin token, who reads status without it: "loopback", "anyone"
@@ -119,6 +122,10 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CancelGangRequest* request,
       v1::CancelGangResponse* response) override;
+  grpc::ServerUnaryReactor* CancelFormingGangs(
+      grpc::CallbackServerContext* context,
+      const v1::CancelFormingGangsRequest* request,
+      v1::CancelFormingGangsResponse* response) override;
   grpc::ServerUnaryReactor* CollectGangs(
       grpc::CallbackServerContext* context,
       const v1::CollectGangsRequest* request,
@@ -208,6 +215,23 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // its threads end before anything they use.
   std::unique_ptr<WorkQueue> verifications_;
 };
+
+// GetStatus answers in pages of at most kStatusPageItems items (hosts, then
+// gangs) and about kStatusPageBytes, far below gRPC's 4 MiB message limit,
+// whatever the number and size of hosts and gangs.
+inline constexpr uint32_t kStatusPageItems = 1000;
+inline constexpr size_t kStatusPageBytes = 1 << 20;
+
+// The page of `snapshot` that follows `page_token` (empty: the first page)
+// with at most `page_size` items (0 or above kStatusPageItems:
+// kStatusPageItems); next_page_token is set when more follow. A token names
+// the last item shown ("h:<host name>", "l:<sequence>" for a live gang,
+// "f:<sequence>" for a finished one), so pages of a changing snapshot
+// neither repeat nor skip items that stayed put.
+// Errors: InvalidArgument for a token no page carried.
+absl::StatusOr<v1::GetStatusResponse> StatusPage(const Snapshot& snapshot,
+                                                 uint32_t page_size,
+                                                 const std::string& page_token);
 
 // GetStatus's answer for `snapshot`, for in-process readers (the dashboard).
 v1::GetStatusResponse StatusResponseOf(const Snapshot& snapshot);

@@ -1,10 +1,12 @@
 #include "coordinator/coordinator_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <future>
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "common/mutex.h"
 #include "common/sha256.h"
@@ -540,6 +542,150 @@ TEST_F(CoordinatorServiceTest, EveryRpcIsTimedAndCountedEvenWhenRefused) {
   EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"RegisterHost\",code="
                               "\"OK\"} 1\n"))
       << text;
+}
+
+// A host at every bound RegisterHost accepts (scheduler.h).
+HostView LargestHost(int i) {
+  HostView view;
+  state::HostSpec& spec = view.host.spec;
+  spec.name = absl::StrCat(i, "-", std::string(kMaxNameBytes, 'h'))
+                  .substr(0, kMaxNameBytes);
+  spec.address = std::string(kMaxNameBytes, 'a');
+  spec.agent_endpoint = std::string(kMaxNameBytes, 'e');
+  spec.network_interface = std::string(kMaxNameBytes, 'n');
+  for (size_t l = 0; l < kMaxHostLabels; ++l) {
+    spec.labels[absl::StrCat(l, std::string(kMaxLabelBytes, 'k'))
+                    .substr(0, kMaxLabelBytes)] =
+        std::string(kMaxLabelBytes, 'v');
+  }
+  for (size_t g = 0; g < kMaxHostGpus; ++g) {
+    spec.gpus.push_back({static_cast<uint32_t>(g),
+                         std::string(kMaxLabelBytes, 'u'),
+                         std::string(kMaxLabelBytes, 'm'), 80ull << 30});
+    view.leased_gpus.push_back(static_cast<uint32_t>(g));
+  }
+  return view;
+}
+
+// A forming gang at every bound a join accepts, with max_nodes_per_job's
+// default of members.
+state::Gang LargestGang(int i) {
+  state::Gang gang;
+  gang.key.instance = std::string(kMaxInstanceBytes, 'i');
+  gang.key.group_name = absl::StrCat(i, "-", std::string(kMaxNameBytes, 'g'))
+                            .substr(0, kMaxNameBytes);
+  gang.key.size = SchedulerOptions{}.max_nodes_per_job;
+  gang.id = absl::StrCat(gang.key.group_name, "-p1-pl", i);
+  gang.sequence = i;
+  gang.reason = std::string(300, 'r');
+  for (uint32_t m = 1; m <= gang.key.size; ++m) {
+    state::Member& member = gang.members[m];
+    member.job_id = 1'000'000'000'000 + i;
+    member.job_name = std::string(kMaxJobNameBytes, 'j');
+    member.host_name = std::string(kMaxNameBytes, 'h');
+  }
+  return gang;
+}
+
+// 10,000 hosts and 5,000 forming gangs, each as large as a coordinator
+// accepts, are far beyond one 4 MiB message; the pages stay near 1 MiB and
+// together hold every host and gang once, in order.
+TEST(StatusPageTest, ManyLargeHostsAndGangsComeInBoundedPages) {
+  Snapshot snapshot;
+  for (int i = 0; i < 10'000; ++i) snapshot.hosts.push_back(LargestHost(i));
+  std::sort(snapshot.hosts.begin(), snapshot.hosts.end(),
+            [](const HostView& a, const HostView& b) {
+              return a.host.spec.name < b.host.spec.name;
+            });
+  for (int i = 0; i < 5'000; ++i) snapshot.gangs.push_back(LargestGang(i));
+  snapshot.live_gangs = snapshot.gangs.size();
+  EXPECT_GT(StatusResponseOf(snapshot).ByteSizeLong(), 16u << 20);
+
+  std::vector<std::string> hosts;
+  std::vector<std::string> gangs;
+  std::string token;
+  int pages = 0;
+  do {
+    absl::StatusOr<v1::GetStatusResponse> page =
+        StatusPage(snapshot, /*page_size=*/0, token);
+    ASSERT_TRUE(page.ok()) << page.status();
+    EXPECT_LE(page->ByteSizeLong(), kStatusPageBytes);
+    EXPECT_GT(page->hosts_size() + page->gangs_size(), 0);
+    for (const v1::HostStatus& host : page->hosts()) {
+      hosts.push_back(host.host().name());
+    }
+    for (const v1::GangStatus& gang : page->gangs()) {
+      gangs.push_back(gang.gang_id());
+    }
+    token = page->next_page_token();
+    ASSERT_LT(++pages, 1000);
+  } while (!token.empty());
+  ASSERT_EQ(hosts.size(), snapshot.hosts.size());
+  ASSERT_EQ(gangs.size(), snapshot.gangs.size());
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    EXPECT_EQ(hosts[i], snapshot.hosts[i].host.spec.name);
+  }
+  for (size_t i = 0; i < gangs.size(); ++i) {
+    EXPECT_EQ(gangs[i], snapshot.gangs[i].id);
+  }
+}
+
+// A page size bounds the items; a token names the last item shown, so a
+// host or gang that goes away between pages does not shift the rest; a token
+// no page carried is refused.
+TEST(StatusPageTest, TokensResumeAfterTheLastItemShown) {
+  Snapshot snapshot;
+  for (const char* name : {"a", "b", "c"}) {
+    HostView view;
+    view.host.spec.name = name;
+    snapshot.hosts.push_back(view);
+  }
+  for (int i = 1; i <= 4; ++i) {
+    state::Gang gang;
+    gang.id = absl::StrCat("live-", i);
+    gang.sequence = i;
+    snapshot.gangs.push_back(gang);
+  }
+  snapshot.live_gangs = 4;
+  for (int i = 9; i >= 7; --i) {  // Finished ones, most recent first.
+    state::Gang gang;
+    gang.id = absl::StrCat("done-", i);
+    gang.sequence = i;
+    snapshot.gangs.push_back(gang);
+  }
+  absl::StatusOr<v1::GetStatusResponse> first = StatusPage(snapshot, 2, "");
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->hosts_size(), 2);
+  EXPECT_EQ(first->next_page_token(), "h:b");
+  snapshot.hosts.erase(snapshot.hosts.begin());  // "a" went away.
+  absl::StatusOr<v1::GetStatusResponse> second =
+      StatusPage(snapshot, 2, first->next_page_token());
+  ASSERT_TRUE(second.ok());
+  ASSERT_EQ(second->hosts_size(), 1);
+  EXPECT_EQ(second->hosts(0).host().name(), "c");
+  ASSERT_EQ(second->gangs_size(), 1);
+  EXPECT_EQ(second->gangs(0).gang_id(), "live-1");
+  snapshot.gangs.erase(snapshot.gangs.begin());  // live-1 finished.
+  --snapshot.live_gangs;
+  absl::StatusOr<v1::GetStatusResponse> third =
+      StatusPage(snapshot, 4, second->next_page_token());
+  ASSERT_TRUE(third.ok());
+  ASSERT_EQ(third->gangs_size(), 4);
+  EXPECT_EQ(third->gangs(0).gang_id(), "live-2");
+  EXPECT_EQ(third->gangs(3).gang_id(), "done-9");
+  EXPECT_EQ(third->next_page_token(), "f:9");
+  absl::StatusOr<v1::GetStatusResponse> last =
+      StatusPage(snapshot, 4, third->next_page_token());
+  ASSERT_TRUE(last.ok());
+  ASSERT_EQ(last->gangs_size(), 2);
+  EXPECT_EQ(last->gangs(1).gang_id(), "done-7");
+  EXPECT_EQ(last->next_page_token(), "");
+
+  for (const char* bad : {"x", "x:1", "l:one", "f:", "h"}) {
+    EXPECT_EQ(StatusPage(snapshot, 0, bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

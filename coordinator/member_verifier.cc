@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
@@ -217,6 +218,38 @@ absl::Status MemberVerifier::Verify(const std::string& job_token,
                     total, job->id);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// "HTTPS://GitLab.example.com/" -> "https://gitlab.example.com": scheme and
+// host lower case, no trailing slashes; a path (GitLab under a relative URL)
+// keeps its case.
+std::string NormalizedUrl(const std::string& url) {
+  std::string out = url;
+  while (!out.empty() && out.back() == '/') out.pop_back();
+  const size_t scheme = out.find("://");
+  const size_t host_end =
+      scheme == std::string::npos ? out.size() : out.find('/', scheme + 3);
+  const size_t end = host_end == std::string::npos ? out.size() : host_end;
+  for (size_t i = 0; i < end; ++i) out[i] = absl::ascii_tolower(out[i]);
+  return out;
+}
+
+}  // namespace
+
+absl::Status CheckClaimedInstance(const std::string& trusted,
+                                  const std::string& claimed) {
+  if (NormalizedUrl(trusted) == NormalizedUrl(claimed)) {
+    return absl::OkStatus();
+  }
+  constexpr size_t kShown = 128;
+  const std::string shown =
+      claimed.size() <= kShown ? claimed : claimed.substr(0, kShown) + "...";
+  return absl::PermissionDeniedError(
+      absl::StrCat("member rejected: the job names GitLab instance '", shown,
+                   "' (CI_SERVER_URL) but this coordinator trusts only '",
+                   trusted, "' (gitlab_instance_url, default gitlab_url)"));
 }
 
 MemberVerifier::Lookup CurlJobLookup(std::string gitlab_url,

@@ -113,6 +113,15 @@ class MemberVerifier {
   int64_t lookups_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// OK when `claimed` (a joining member's GangKey.instance, its CI_SERVER_URL)
+// names the GitLab instance `trusted` (what the coordinator verifies members
+// with). Scheme and host compare without regard to case and trailing slashes
+// are ignored. A member may otherwise name any instance and so start gangs
+// under keys that no per-project limit counts together. Errors:
+// PermissionDenied naming both URLs (the claimed one cut to 128 bytes).
+absl::Status CheckClaimedInstance(const std::string& trusted,
+                                  const std::string& claimed);
+
 // The Lookup of a coordinator configured with `gitlab_url` (e.g.
 // https://gitlab.example.com): libcurl with `ca_file` (empty: the system's
 // CAs) and `timeout` for the whole request.

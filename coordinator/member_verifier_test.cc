@@ -103,6 +103,37 @@ TEST_F(MemberVerifierTest, ForgedVariablesAreRejectedByName) {
   }
 }
 
+TEST(CheckClaimedInstanceTest, SameInstanceWhateverCaseOfHostOrTrailingSlash) {
+  EXPECT_TRUE(CheckClaimedInstance("https://gitlab.example.com",
+                                   "https://gitlab.example.com")
+                  .ok());
+  EXPECT_TRUE(CheckClaimedInstance("https://gitlab.example.com/",
+                                   "HTTPS://GitLab.Example.com")
+                  .ok());
+  EXPECT_TRUE(CheckClaimedInstance("https://example.com/gitlab",
+                                   "https://EXAMPLE.com/gitlab/")
+                  .ok());
+}
+
+TEST(CheckClaimedInstanceTest, AnotherInstanceIsRefusedNamingBoth) {
+  for (const std::string claimed :
+       {"https://gitlab.evil.example", "http://gitlab.example.com",
+        "https://example.com/GitLab", "",
+        "https://gitlab.example.com.evil.example"}) {
+    const absl::Status status =
+        CheckClaimedInstance("https://example.com/gitlab", claimed);
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << claimed;
+    EXPECT_THAT(status.message(),
+                HasSubstr(absl::StrCat("'", claimed, "' (CI_SERVER_URL)")));
+    EXPECT_THAT(status.message(), HasSubstr("'https://example.com/gitlab'"));
+  }
+  // A huge claim is cut in the message.
+  const absl::Status huge = CheckClaimedInstance("https://gitlab.example.com",
+                                                 std::string(1 << 20, 'x'));
+  EXPECT_EQ(huge.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_LT(huge.message().size(), 400u);
+}
+
 TEST_F(MemberVerifierTest, AJobWithoutParallelIsAGangOfOne) {
   gitlab::ApiJob single = TrainJob(1);
   single.name = "lint";

@@ -66,6 +66,10 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
   registry_.DeclareCounter("gdt_rpcs_total",
                            "RPCs handled, by method and "
                            "status code.");
+  registry_.DeclareCounter(
+      "gdt_joins_refused_total",
+      "Joins refused by a per-project bound, by limit "
+      "(forming_gangs_per_pipeline, forming_gangs_per_project, instance).");
   registry_.Touch("gdt_gangs_admitted_total");
   registry_.Touch("gdt_deadlock_bounces_total");
   registry_.Touch("gdt_preemptions_total");
@@ -115,6 +119,11 @@ void CoordinatorMetrics::Preempted(const std::string& gang_id,
                                    double lost_gpu_hours) {
   registry_.Increment("gdt_preemptions_total");
   registry_.Increment("gdt_preempted_gpu_hours_total", {}, lost_gpu_hours);
+}
+
+void CoordinatorMetrics::JoinRefused(std::string_view limit) {
+  registry_.Increment("gdt_joins_refused_total",
+                      {{"limit", std::string(limit)}});
 }
 
 void CoordinatorMetrics::RpcFinished(std::string_view method,

@@ -32,6 +32,7 @@ class CoordinatorMetrics final : public Observer {
   void Failure(std::string_view failure_class) override;
   void DeadlockBounce(const std::string& gang_id) override;
   void Preempted(const std::string& gang_id, double lost_gpu_hours) override;
+  void JoinRefused(std::string_view limit) override;
   void RpcFinished(std::string_view method, std::string_view code,
                    double seconds) override;
 

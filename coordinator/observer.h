@@ -30,6 +30,10 @@ class Observer {
   virtual void Preempted(const std::string& gang_id, double lost_gpu_hours) {}
   // The admission policy bounced a gang to break a runner-slot deadlock.
   virtual void DeadlockBounce(const std::string& gang_id) {}
+  // A join was refused by a bound on what one project or job may start:
+  // `limit` is "forming_gangs_per_pipeline", "forming_gangs_per_project" or
+  // "instance" (a GitLab instance the coordinator does not trust).
+  virtual void JoinRefused(std::string_view limit) {}
   // An RPC finished with `code` (e.g. "OK", "NOT_FOUND") after `seconds`.
   virtual void RpcFinished(std::string_view method, std::string_view code,
                            double seconds) {}

@@ -133,10 +133,62 @@ state::HostState Scheduler::StateOf(const state::Host& host) const {
              : state::HostState::kUp;
 }
 
+namespace {
+
+// RegisterHost's bounds (scheduler.h), each refusal naming the field.
+absl::Status CheckHostBounds(const state::HostSpec& spec) {
+  const auto too_long = [&spec](const std::string& field,
+                                const std::string& value, size_t limit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host ", spec.name.substr(0, 64), ": ", field, " is ", value.size(),
+        " bytes long; at most ", limit, " are accepted"));
+  };
+  for (const auto& [field, value] :
+       {std::pair{"the host name", &spec.name},
+        std::pair{"the address", &spec.address},
+        std::pair{"the agent endpoint", &spec.agent_endpoint},
+        std::pair{"the network interface", &spec.network_interface}}) {
+    if (value->size() > kMaxNameBytes) {
+      return too_long(field, *value, kMaxNameBytes);
+    }
+  }
+  if (spec.labels.size() > kMaxHostLabels) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host ", spec.name.substr(0, 64), " has ", spec.labels.size(),
+        " labels; at most ", kMaxHostLabels, " are accepted"));
+  }
+  for (const auto& [key, value] : spec.labels) {
+    if (key.size() > kMaxLabelBytes) {
+      return too_long("a label name", key, kMaxLabelBytes);
+    }
+    if (value.size() > kMaxLabelBytes) {
+      return too_long(absl::StrCat("label ", key.substr(0, 64)), value,
+                      kMaxLabelBytes);
+    }
+  }
+  if (spec.gpus.size() > kMaxHostGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host ", spec.name.substr(0, 64), " has ", spec.gpus.size(),
+        " GPUs; at most ", kMaxHostGpus, " are accepted"));
+  }
+  for (const state::GpuInfo& gpu : spec.gpus) {
+    if (gpu.uuid.size() > kMaxLabelBytes) {
+      return too_long("a GPU uuid", gpu.uuid, kMaxLabelBytes);
+    }
+    if (gpu.model.size() > kMaxLabelBytes) {
+      return too_long("a GPU model", gpu.model, kMaxLabelBytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status Scheduler::RegisterHost(const state::HostSpec& spec) {
   if (spec.name.empty()) {
     return absl::InvalidArgumentError("host name must not be empty");
   }
+  GDT_RETURN_IF_ERROR(CheckHostBounds(spec));
   state::Host host;
   host.spec = spec;
   auto known = hosts_.find(spec.name);
@@ -245,12 +297,14 @@ absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
     if (gang.key.pipeline_id == key.pipeline_id) ++in_pipeline;
   }
   if (in_pipeline >= options_.max_forming_gangs_per_pipeline) {
+    observer_->JoinRefused("forming_gangs_per_pipeline");
     return absl::ResourceExhaustedError(absl::StrCat(
         "pipeline ", key.pipeline_id, " already has ", in_pipeline,
         " forming gangs (max_forming_gangs_per_pipeline); gang ",
         key.group_name, " is refused until some form or are cancelled"));
   }
   if (in_project >= options_.max_forming_gangs_per_project) {
+    observer_->JoinRefused("forming_gangs_per_project");
     return absl::ResourceExhaustedError(absl::StrCat(
         "project ", key.project_id, " already has ", in_project,
         " forming gangs (max_forming_gangs_per_project); gang ", key.group_name,
@@ -1266,6 +1320,15 @@ std::vector<state::MemberEvent> Scheduler::TakeEvents() {
 Snapshot Scheduler::GetSnapshot(bool include_finished) const {
   Snapshot snapshot;
   const UsageMap usage = CurrentUsage();
+  // One pass over the gangs, not one per host: status stays cheap with
+  // thousands of hosts and gangs.
+  std::map<std::string, uint32_t> running_on;
+  for (const auto& [id, gang] : gangs_) {
+    if (!HoldsLeases(gang)) continue;
+    for (const auto& [index, member] : gang.members) {
+      if (!member.host_name.empty()) ++running_on[member.host_name];
+    }
+  }
   for (const auto& [name, host] : hosts_) {
     HostView view;
     view.host = host;
@@ -1277,11 +1340,8 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
         view.leased_gpus.push_back(gpu);
       }
     }
-    for (const auto& [id, gang] : gangs_) {
-      if (!HoldsLeases(gang)) continue;
-      for (const auto& [index, member] : gang.members) {
-        if (member.host_name == name) ++view.members_running;
-      }
+    if (auto running = running_on.find(name); running != running_on.end()) {
+      view.members_running = running->second;
     }
     snapshot.hosts.push_back(std::move(view));
   }
@@ -1304,6 +1364,7 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
             [](const state::Gang& a, const state::Gang& b) {
               return a.sequence > b.sequence;
             });
+  snapshot.live_gangs = live.size();
   snapshot.gangs = std::move(live);
   snapshot.gangs.insert(snapshot.gangs.end(), finished.begin(), finished.end());
   return snapshot;

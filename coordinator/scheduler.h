@@ -58,6 +58,12 @@ inline constexpr size_t kMaxNameBytes = 255;
 inline constexpr size_t kMaxJobNameBytes = 300;
 inline constexpr size_t kMaxInstanceBytes = 512;
 inline constexpr size_t kMaxLabelBytes = 63;
+// Bounds on a registered host, so that one host (or thousands) cannot make
+// the status answers huge: names and addresses at most kMaxNameBytes, at
+// most kMaxHostLabels labels with keys and values of at most kMaxLabelBytes,
+// at most kMaxHostGpus GPUs with a uuid and model of at most kMaxLabelBytes.
+inline constexpr size_t kMaxHostLabels = 16;
+inline constexpr size_t kMaxHostGpus = 32;
 
 // A member's request to join its gang (v1::JoinGangRequest as plain data).
 struct JoinRequest {
@@ -100,6 +106,7 @@ struct Snapshot {
   std::vector<state::Gang> gangs;  // Live gangs (forming, running, or failed
                                    // with leases held) by arrival, then
                                    // finished ones, most recent first.
+  size_t live_gangs = 0;           // How many of `gangs` are live.
 };
 
 // The coordinator's state machine: host inventory, gangs and their members,
@@ -323,6 +330,14 @@ class Scheduler {
   // every member exited 0); Internal when it cannot be persisted.
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
+
+  // An operator removes forming gangs in bulk (`gdt-coord cancel
+  // --forming`): every forming gang of project `project_id` and pipeline
+  // `pipeline_id` (0 = any) fails as Cancel() would fail it. Running gangs
+  // are left alone. Returns the ids cancelled. Errors: Internal when one
+  // cannot be persisted (those before it stay cancelled).
+  absl::StatusOr<std::vector<std::string>> CancelForming(
+      int64_t project_id, int64_t pipeline_id, const std::string& note);
 
   // The operator's escape hatch (`gdt-coord cancel --force`): whatever
   // state gang `gang_id` (or archived epoch "<id>#<n>") is in, its leases

@@ -431,6 +431,26 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
   return gang.reason;
 }
 
+absl::StatusOr<std::vector<std::string>> Scheduler::CancelForming(
+    int64_t project_id, int64_t pipeline_id, const std::string& note) {
+  std::vector<std::string> ids;
+  for (const auto& [id, gang] : gangs_) {
+    if (gang.state == state::GangState::kForming &&
+        (project_id == 0 || gang.key.project_id == project_id) &&
+        (pipeline_id == 0 || gang.key.pipeline_id == pipeline_id)) {
+      ids.push_back(id);
+    }
+  }
+  const std::string cause =
+      absl::StrCat("cancelled by operator", note.empty() ? "" : ": ", note,
+                   " at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+  for (const std::string& id : ids) {
+    GDT_RETURN_IF_ERROR(FailGang(gangs_.at(id), 0, cause, "operator_cancel"));
+  }
+  if (!ids.empty()) Pass();
+  return ids;
+}
+
 absl::StatusOr<std::string> Scheduler::ForceCancel(const std::string& gang_id,
                                                    const std::string& note) {
   auto found = gangs_.find(gang_id);

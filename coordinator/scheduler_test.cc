@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "common/sha256.h"
+#include "coordinator/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
@@ -1159,6 +1160,33 @@ TEST_F(SchedulerTest, OversizedJoinFieldsAreRefusedByName) {
   EXPECT_TRUE(scheduler_->GetSnapshot(true).gangs.empty());
 }
 
+TEST_F(SchedulerTest, OversizedHostsAreRefusedByField) {
+  state::HostSpec host = test::GpuHost("gpu-big", 2);
+  host.labels["rack"] = std::string(64, 'r');
+  EXPECT_EQ(scheduler_->RegisterHost(host).message(),
+            "host gpu-big: label rack is 64 bytes long; at most 63 are "
+            "accepted");
+  host = test::GpuHost("gpu-big", 2);
+  for (int i = 0; i < 16; ++i) host.labels[absl::StrCat("l", i)] = "x";
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("host gpu-big has 17 labels; at most 16"));
+  host = test::GpuHost("gpu-big", 33);
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("host gpu-big has 33 GPUs; at most 32"));
+  host = test::GpuHost("gpu-big", 2);
+  host.address = std::string(256, 'a');
+  EXPECT_THAT(scheduler_->RegisterHost(host).message(),
+              HasSubstr("the address is 256 bytes long; at most 255"));
+  EXPECT_TRUE(scheduler_->GetSnapshot(true).hosts.empty());
+  // At the bounds a host is accepted.
+  host = test::GpuHost("gpu-big", 32);
+  host.labels.clear();
+  for (int i = 0; i < 16; ++i) {
+    host.labels[absl::StrCat("l", i)] = std::string(63, 'v');
+  }
+  EXPECT_TRUE(scheduler_->RegisterHost(host).ok());
+}
+
 TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   FakeClock clock;
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
@@ -1170,6 +1198,8 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(clock, **store, options);
   ASSERT_TRUE(scheduler.ok());
+  CoordinatorMetrics metrics(clock);
+  (*scheduler)->SetObserver(metrics);
   // One job token's worth of made-up gang names in one pipeline.
   auto join = [&](int64_t pipeline, int i) {
     state::GangKey key = TrainKey(2);
@@ -1193,6 +1223,14 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   ASSERT_TRUE(join(78, 0).ok());
   EXPECT_THAT(join(79, 0).status().message(),
               HasSubstr("project 5 already has 4 forming gangs"));
+  // Each refusal is counted by the limit that refused it.
+  const std::string scraped = metrics.Render((*scheduler)->GetSnapshot(false));
+  EXPECT_THAT(scraped,
+              HasSubstr("gdt_joins_refused_total{limit=\"forming_gangs_per_"
+                        "pipeline\"} 1\n"));
+  EXPECT_THAT(scraped,
+              HasSubstr("gdt_joins_refused_total{limit=\"forming_gangs_per_"
+                        "project\"} 1\n"));
 }
 
 }  // namespace

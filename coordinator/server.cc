@@ -83,6 +83,11 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
         LogValue("no admin_token_file: anyone who reaches the listen address "
                  "can drain, remove hosts and cancel gangs"));
   }
+  if (!config.gitlab_url.empty()) {
+    security.trusted_instance = config.gitlab_instance_url.empty()
+                                    ? config.gitlab_url
+                                    : config.gitlab_instance_url;
+  }
   security.require_host_tokens = config.require_host_tokens;
   if (!config.require_host_tokens) {
     spdlog::warn("event=host_tokens_off reason={}",

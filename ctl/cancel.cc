@@ -49,6 +49,34 @@ absl::StatusOr<std::string> RunCancelCommand(
   return CommandError(endpoint, root_cause.status());
 }
 
+absl::StatusOr<std::string> RunCancelFormingCommand(
+    const std::string& endpoint, int64_t project_id, int64_t pipeline_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security,
+    const std::string& admin_token) {
+  if (project_id < 0 || pipeline_id < 0) {
+    return absl::InvalidArgumentError(
+        "--project and --pipeline take a positive id");
+  }
+  rendezvous::CoordinatorClient client(endpoint, security);
+  PresentAdminToken(client, admin_token);
+  v1::CancelFormingGangsRequest request;
+  request.set_project_id(project_id);
+  request.set_pipeline_id(pipeline_id);
+  request.set_reason(reason);
+  // Each gang is persisted on its own: thousands take a while.
+  absl::StatusOr<uint32_t> cancelled =
+      client.CancelFormingGangs(request, std::chrono::seconds(120));
+  if (!cancelled.ok()) return CommandError(endpoint, cancelled.status());
+  std::string scope;
+  if (project_id != 0) absl::StrAppend(&scope, " of project ", project_id);
+  if (pipeline_id != 0) {
+    absl::StrAppend(&scope, project_id != 0 ? "," : "", " of pipeline ",
+                    pipeline_id);
+  }
+  return absl::StrCat("cancelled ", *cancelled, " forming gang",
+                      *cancelled == 1 ? "" : "s", scope, "\n");
+}
+
 absl::StatusOr<std::string> RunGangsGcCommand(
     const std::string& endpoint, const rendezvous::ClientSecurity& security,
     const std::string& admin_token) {

@@ -1,6 +1,7 @@
 #ifndef GDT_COORDINATOR_CANCEL_COMMAND_H_
 #define GDT_COORDINATOR_CANCEL_COMMAND_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -22,6 +23,16 @@ absl::StatusOr<std::string> RunCancelCommand(
     const std::string& endpoint, const std::string& gang_id,
     const std::string& reason, const rendezvous::ClientSecurity& security = {},
     const std::string& admin_token = "", bool force = false);
+
+// `gdt-coord cancel --forming [--project ID] [--pipeline ID]`: cancels every
+// forming gang of project `project_id` and pipeline `pipeline_id` (0 = any)
+// as RunCancelCommand would, and returns the line to print, e.g.
+// "cancelled 100 forming gangs of project 5". Running gangs are untouched.
+// Errors as RunCancelCommand; InvalidArgument for a negative id.
+absl::StatusOr<std::string> RunCancelFormingCommand(
+    const std::string& endpoint, int64_t project_id, int64_t pipeline_id,
+    const std::string& reason, const rendezvous::ClientSecurity& security = {},
+    const std::string& admin_token = "");
 
 // `gdt-coord gangs gc`: ends every forming gang none of whose members is
 // present and returns the lines to print (one per gang, or "no abandoned

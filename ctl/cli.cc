@@ -115,7 +115,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
                    "kv_max_keys_per_gang, log_level, metrics_address, "
                    "dashboard_address, max_forming_gangs_per_pipeline, "
                    "max_forming_gangs_per_project, tls, "
-                   "gitlab_url, gitlab_ca_file, gitlab_timeout_seconds, "
+                   "gitlab_url, gitlab_instance_url, gitlab_ca_file, "
+                   "gitlab_timeout_seconds, "
                    "member_cache_seconds, admin_token_file, "
                    "status_without_token, require_host_tokens, state_store, "
                    "etcd_endpoints, etcd_cluster, lease_ttl_s; see "
@@ -170,6 +171,11 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   AddTlsOptions(*status, tls_flags);
   status->add_flag("--all", status_options.all,
                    "Include finished gangs (done, or failed and left)");
+  status
+      ->add_option("--limit", status_options.limit,
+                   "Show at most N hosts and N gangs (default 50; 0 = all); "
+                   "--json is always complete")
+      ->check(CLI::NonNegativeNumber);
   status->add_flag("--watch", watch,
                    "Refresh every --interval seconds until interrupted");
   status
@@ -194,6 +200,12 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   CLI::App* hosts_list =
       hosts->add_subcommand("list", "Show every host with its GPUs and state");
   hosts_list->add_flag("--json", hosts_json, "Print JSON for scripts");
+  size_t hosts_limit = kDefaultRowLimit;
+  hosts_list
+      ->add_option("--limit", hosts_limit,
+                   "Show at most N hosts (default 50; 0 = all); --json is "
+                   "always complete")
+      ->check(CLI::NonNegativeNumber);
   std::string host_name;
   std::string host_action;
   for (const auto& [name, help] :
@@ -254,11 +266,20 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "0 cancelled, 1 unknown or already finished gang or a missing/wrong "
       "admin token, 2 usage, 3 "
       "coordinator unreachable");
-  cancel
-      ->add_option("GANG", cancel_gang,
-                   "Gang id, as `gdt-coord status` "
-                   "shows it")
-      ->required();
+  cancel->add_option("GANG", cancel_gang,
+                     "Gang id, as `gdt-coord status` shows it (or --forming)");
+  bool cancel_forming = false;
+  int64_t cancel_project = 0;
+  int64_t cancel_pipeline = 0;
+  cancel->add_flag("--forming", cancel_forming,
+                   "Instead of one GANG: cancel every forming gang (of "
+                   "--project and --pipeline when given); running gangs are "
+                   "untouched. Prints how many; logged by the coordinator as "
+                   "event=forming_gangs_cancelled_by_operator");
+  cancel->add_option("--project", cancel_project,
+                     "With --forming: only gangs of this project id");
+  cancel->add_option("--pipeline", cancel_pipeline,
+                     "With --forming: only gangs of this pipeline id");
   cancel->add_option("--reason", cancel_reason,
                      "Text appended to the root-cause line");
   bool cancel_force = false;
@@ -322,18 +343,33 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   }
   if (hosts->parsed()) {
     absl::StatusOr<std::string> out =
-        host_action.empty()
-            ? RunHostsList(endpoint, hosts_json, *security, *admin_token)
-            : RunHostsAction(endpoint, host_action, host_name, *security,
-                             *admin_token);
+        host_action.empty() ? RunHostsList(endpoint, hosts_json, *security,
+                                           *admin_token, hosts_limit)
+                            : RunHostsAction(endpoint, host_action, host_name,
+                                             *security, *admin_token);
     if (!out.ok()) return Fail(out.status());
     std::cout << *out;
     return kExitOk;
   }
   if (cancel->parsed()) {
+    if (cancel_forming == !cancel_gang.empty()) {
+      return Fail(kExitUsage,
+                  "cancel takes either a GANG or --forming (see --help)");
+    }
+    if (!cancel_forming && (cancel_project != 0 || cancel_pipeline != 0)) {
+      return Fail(kExitUsage, "--project and --pipeline need --forming");
+    }
+    if (cancel_forming && cancel_force) {
+      return Fail(kExitUsage,
+                  "--force applies to one GANG, not to --forming (forming "
+                  "gangs hold no leases)");
+    }
     absl::StatusOr<std::string> done =
-        RunCancelCommand(endpoint, cancel_gang, cancel_reason, *security,
-                         *admin_token, cancel_force);
+        cancel_forming
+            ? RunCancelFormingCommand(endpoint, cancel_project, cancel_pipeline,
+                                      cancel_reason, *security, *admin_token)
+            : RunCancelCommand(endpoint, cancel_gang, cancel_reason, *security,
+                               *admin_token, cancel_force);
     if (!done.ok()) return Fail(done.status());
     std::cout << *done;
     return kExitOk;

@@ -40,10 +40,14 @@ std::string Unreachable(const std::string& endpoint,
 
 }  // namespace
 
-std::string RenderHostsText(const v1::GetStatusResponse& status) {
+std::string RenderHostsText(const v1::GetStatusResponse& status, size_t limit) {
   std::vector<std::vector<std::string>> rows = {
       {"HOST", "ADDRESS", "STATE", "GPUS USED", "MODELS", "MEMBERS", "LABELS"}};
-  for (const v1::HostStatus& host : status.hosts()) {
+  const size_t shown = limit == 0
+                           ? status.hosts().size()
+                           : std::min<size_t>(limit, status.hosts().size());
+  for (int i = 0; i < static_cast<int>(shown); ++i) {
+    const v1::HostStatus& host = status.hosts(i);
     std::vector<std::string> labels;
     for (const auto& [key, value] : host.host().labels()) {
       labels.push_back(absl::StrCat(key, "=", value));
@@ -71,6 +75,9 @@ std::string RenderHostsText(const v1::GetStatusResponse& status) {
       }
     }
     out += line + "\n";
+  }
+  if (shown < static_cast<size_t>(status.hosts().size())) {
+    out += MoreRowsLine(status.hosts().size() - shown);
   }
   return out;
 }
@@ -107,17 +114,17 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
 
 absl::StatusOr<std::string> RunHostsList(
     const std::string& endpoint, bool json,
-    const rendezvous::ClientSecurity& security,
-    const std::string& admin_token) {
+    const rendezvous::ClientSecurity& security, const std::string& admin_token,
+    size_t limit) {
   rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
   absl::StatusOr<v1::GetStatusResponse> status =
-      client.GetStatus(v1::GetStatusRequest(), kRpcTimeout);
+      FetchAllPages(client, /*include_finished=*/false);
   if (IsAuthRefusal(status.status())) return status.status();
   if (!status.ok()) {
     return absl::UnavailableError(Unreachable(endpoint, status.status()));
   }
-  return json ? RenderHostsJson(*status) : RenderHostsText(*status);
+  return json ? RenderHostsJson(*status) : RenderHostsText(*status, limit);
 }
 
 absl::StatusOr<std::string> RunHostsAction(

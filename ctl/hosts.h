@@ -12,8 +12,10 @@
 namespace gdt::ctl {
 
 // One row per host: name, address, state (up, down, drained), GPUs used of
-// total with their models, labels, members running.
-std::string RenderHostsText(const v1::GetStatusResponse& status);
+// total with their models, labels, members running. At most `limit` rows
+// (0 = all), then "... and K more (use --limit 0 or --json)".
+std::string RenderHostsText(const v1::GetStatusResponse& status,
+                            size_t limit = 0);
 
 // {"hosts":[{"name":..., "state":..., "gpus":[{"index", "uuid", "model",
 // "memory_bytes", "leased"}], ...}]} for scripts.
@@ -24,10 +26,11 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status);
 // `security`: TLS towards the coordinator; plaintext by default.
 // `admin_token` (may be empty) is presented as operator credentials; a
 // refused one is returned as Unauthenticated/PermissionDenied.
+// Text shows at most `limit` hosts (0 = all); JSON every host.
 absl::StatusOr<std::string> RunHostsList(
     const std::string& endpoint, bool json,
     const rendezvous::ClientSecurity& security = {},
-    const std::string& admin_token = "");
+    const std::string& admin_token = "", size_t limit = 0);
 
 // `hosts drain|undrain|remove HOST` (`action` is one of those words): the
 // line to print on success, e.g. "host gpu-07 drained: it takes no new

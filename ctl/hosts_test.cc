@@ -8,7 +8,9 @@
 namespace gdt::ctl {
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::GetStatusResponse TwoHosts() {
   v1::GetStatusResponse status;
@@ -39,6 +41,15 @@ TEST(HostsCommandTest, TextShowsStateGpusAndLabels) {
   EXPECT_THAT(text, HasSubstr("gpu-01  10.0.0.1  drained  1/2        2× H100  "
                               "1        rack=r1"));
   EXPECT_THAT(text, HasSubstr("cpu-01  10.0.0.2  down     0/0        -"));
+}
+
+TEST(HostsCommandTest, TextStopsAtTheLimitAndSaysHowManyMore) {
+  const std::string one = RenderHostsText(TwoHosts(), 1);
+  EXPECT_THAT(one, HasSubstr("gpu-01"));
+  EXPECT_THAT(one, Not(HasSubstr("cpu-01")));
+  EXPECT_THAT(one, EndsWith("\n\u2026 and 1 more (use --limit 0 or --json)\n"));
+  EXPECT_EQ(RenderHostsText(TwoHosts(), 2), RenderHostsText(TwoHosts(), 0));
+  EXPECT_THAT(RenderHostsText(TwoHosts(), 2), Not(HasSubstr("more")));
 }
 
 TEST(HostsCommandTest, JsonListsEveryGpuWithItsLease) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <set>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -326,8 +327,12 @@ int64_t NowUnixMillis() {
 
 }  // namespace
 
+std::string MoreRowsLine(size_t more) {
+  return absl::StrCat("\u2026 and ", more, " more (use --limit 0 or --json)\n");
+}
+
 std::string RenderStatusText(const v1::GetStatusResponse& status,
-                             int64_t now_unix_ms, bool all) {
+                             int64_t now_unix_ms, bool all, size_t limit) {
   const Summary summary = Summarize(status);
   std::string out = "CLUSTER\n";
   out += Table(
@@ -345,7 +350,11 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
 
   std::vector<std::vector<std::string>> hosts = {
       {"HOST", "ADDRESS", "STATE", "USED", "LABELS", "HEARTBEAT"}};
-  for (const v1::HostStatus& host : status.hosts()) {
+  const size_t shown_hosts =
+      limit == 0 ? status.hosts().size()
+                 : std::min<size_t>(limit, status.hosts().size());
+  for (int i = 0; i < static_cast<int>(shown_hosts); ++i) {
+    const v1::HostStatus& host = status.hosts(i);
     const std::string used =
         host.host().gpus_size() > 0
             ? absl::StrCat(host.leased_gpus_size(), "/",
@@ -363,6 +372,9 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
   absl::StrAppend(
       &out, "\nHOSTS\n",
       Table(hosts, {kMaxHostWidth, kMaxAddressWidth, 0, 0, kMaxLabelsWidth}));
+  if (shown_hosts < static_cast<size_t>(status.hosts().size())) {
+    out += MoreRowsLine(status.hosts().size() - shown_hosts);
+  }
 
   std::vector<const v1::GangStatus*> gangs;
   for (const v1::GangStatus& gang : status.gangs()) {
@@ -374,6 +386,11 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
                    });
   out += "\nGANGS\n";
   if (gangs.empty()) out += "  (none)\n";
+  size_t more_gangs = 0;
+  if (limit != 0 && gangs.size() > limit) {
+    more_gangs = gangs.size() - limit;
+    gangs.resize(limit);
+  }
   for (const v1::GangStatus* gang : gangs) {
     std::string state = GangStateText(gang->state());
     state.resize(std::max<size_t>(state.size(), 7), ' ');  // "forming".
@@ -389,6 +406,7 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
     }
     out += MemberTable(*gang, "  ", /*with_names=*/false);
   }
+  if (more_gangs > 0) out += MoreRowsLine(more_gangs);
 
   const std::vector<const v1::GangStatus*> failures = Failures(status);
   if (!failures.empty()) {
@@ -514,7 +532,45 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
                         : RenderGangText(**gang, now_unix_ms);
   }
   return options.json ? RenderStatusJson(status, options.all)
-                      : RenderStatusText(status, now_unix_ms, options.all);
+                      : RenderStatusText(status, now_unix_ms, options.all,
+                                         options.limit);
+}
+
+absl::StatusOr<v1::GetStatusResponse> FetchAllPages(
+    rendezvous::CoordinatorClient& client, bool include_finished) {
+  // Far more pages than any cluster needs: a coordinator that keeps
+  // answering with more cannot keep the command going forever.
+  constexpr int kMaxPages = 100000;
+  v1::GetStatusResponse all;
+  std::set<std::string> hosts_seen;
+  std::set<std::string> gangs_seen;
+  v1::GetStatusRequest request;
+  request.set_include_finished(include_finished);
+  for (int page = 0; page < kMaxPages; ++page) {
+    absl::StatusOr<v1::GetStatusResponse> answer =
+        client.GetStatus(request, std::chrono::seconds(5));
+    if (!answer.ok()) return answer.status();
+    for (v1::HostStatus& host : *answer->mutable_hosts()) {
+      if (hosts_seen.insert(host.host().name()).second) {
+        *all.add_hosts() = std::move(host);
+      }
+    }
+    for (v1::GangStatus& gang : *answer->mutable_gangs()) {
+      if (gangs_seen.insert(gang.gang_id()).second) {
+        *all.add_gangs() = std::move(gang);
+      }
+    }
+    if (answer->next_page_token().empty()) return all;
+    if (answer->next_page_token() == request.page_token()) {
+      return absl::InternalError(
+          "the coordinator answered the same status page twice");
+    }
+    request.set_page_token(answer->next_page_token());
+  }
+  return absl::InternalError(
+      absl::StrCat("the coordinator's status has more "
+                   "than ",
+                   kMaxPages, " pages"));
 }
 
 absl::StatusOr<v1::GetStatusResponse> FetchStatus(
@@ -522,10 +578,8 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(
     const std::string& admin_token) {
   rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
-  v1::GetStatusRequest request;
-  request.set_include_finished(true);
   absl::StatusOr<v1::GetStatusResponse> status =
-      client.GetStatus(request, std::chrono::seconds(5));
+      FetchAllPages(client, /*include_finished=*/true);
   if (IsAuthRefusal(status.status())) return status.status();
   if (!status.ok()) {
     return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ",

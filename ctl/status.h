@@ -11,16 +11,29 @@
 #include "gdt/v1/coordinator.pb.h"
 #include "rendezvous/channel.h"
 
+namespace gdt::rendezvous {
+class CoordinatorClient;
+}  // namespace gdt::rendezvous
+
 namespace gdt::ctl {
 
 // Human output of `gdt-coord status` never exceeds this many columns.
 inline constexpr size_t kStatusWidth = 100;
 
+// Rows the text views show by default (`--limit`); JSON is always complete.
+inline constexpr size_t kDefaultRowLimit = 50;
+
 struct StatusOptions {
   bool json = false;
   bool all = false;  // Also finished gangs (done, and failed and left).
   std::string gang;  // Non-empty: the detail of this gang (id or prefix).
+  // Text: at most this many hosts and this many gangs (0 = all), each list
+  // then ending in "... and K more (use --limit 0 or --json)".
+  size_t limit = kDefaultRowLimit;
 };
+
+// The line that ends a list cut to its limit, for `more` rows left out.
+std::string MoreRowsLine(size_t more);
 
 // `gdt-coord status [GANG]`: asks the coordinator at `endpoint` for its
 // state and returns the text to print (or JSON).
@@ -56,6 +69,12 @@ absl::Status WatchStatus(
     const StatusOptions& options, const WatchOptions& watch, std::ostream& out,
     const std::function<bool(std::chrono::milliseconds)>& wait);
 
+// Every page of the coordinator's status (GetStatus answers in pages of
+// about 1 MiB) merged into one answer; a gang that moved between pages is
+// kept once. Errors: those of the calls, as they are.
+absl::StatusOr<v1::GetStatusResponse> FetchAllPages(
+    rendezvous::CoordinatorClient& client, bool include_finished);
+
 // Fetches the status (finished gangs included) from `endpoint`.
 // Errors: Unavailable "cannot reach coordinator at ADDR: <reason>".
 absl::StatusOr<v1::GetStatusResponse> FetchStatus(
@@ -66,8 +85,10 @@ absl::StatusOr<v1::GetStatusResponse> FetchStatus(
 // The overview: a CLUSTER summary, HOSTS, GANGS grouped by state with their
 // members, waiting reasons and ages, and RECENT FAILURES with their root
 // cause. `all` adds finished gangs to GANGS. Lines fit kStatusWidth.
+// `limit`: at most this many rows in HOSTS and in GANGS (0 = all).
 std::string RenderStatusText(const v1::GetStatusResponse& status,
-                             int64_t now_unix_ms, bool all = false);
+                             int64_t now_unix_ms, bool all = false,
+                             size_t limit = 0);
 
 // One gang in detail (every member, full reason), fitting kStatusWidth.
 std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms);

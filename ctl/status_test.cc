@@ -92,6 +92,40 @@ std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n');
 }
 
+// --limit cuts the HOSTS and GANGS lists, saying how many were left out;
+// the summary still counts everything and JSON stays complete.
+TEST(StatusCommandTest, LimitCutsHostsAndGangsButNotTheSummaryOrJson) {
+  v1::GetStatusResponse status = SampleStatus();
+  for (int i = 0; i < 5; ++i) {
+    AddGang(status, absl::StrCat("more-", i), v1::GANG_STATE_FORMING, 2,
+            kNow - 1000);
+  }
+  StatusOptions options;
+  options.limit = 1;
+  absl::StatusOr<std::string> text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("gangs      6 forming, 1 running, 0 failed"));
+  EXPECT_THAT(*text, HasSubstr("gpu-01"));
+  EXPECT_THAT(*text, Not(HasSubstr("cpu-02")));
+  EXPECT_THAT(*text,
+              HasSubstr("\u2026 and 1 more (use --limit 0 or --json)\n"));
+  EXPECT_THAT(*text, HasSubstr("train-p5-pl78-n3"));  // Forming first.
+  EXPECT_THAT(*text, Not(HasSubstr("more-4")));
+  EXPECT_THAT(*text,
+              HasSubstr("\u2026 and 6 more (use --limit 0 or --json)\n"));
+  options.limit = 0;
+  text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("more-4"));
+  EXPECT_THAT(*text, Not(HasSubstr("--limit 0")));
+  options.limit = 1;
+  options.json = true;
+  text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(nlohmann::json::parse(*text)["gangs"].size(), 7u);
+  EXPECT_EQ(nlohmann::json::parse(*text)["hosts"].size(), 2u);
+}
+
 TEST(StatusCommandTest, SummaryCountsHostsGpusSlotsAndLiveGangs) {
   const std::string text = RenderStatusText(SampleStatus(), kNow);
 

@@ -400,6 +400,18 @@ absl::StatusOr<std::string> CoordinatorClient::CancelGang(
   return response.root_cause();
 }
 
+absl::StatusOr<uint32_t> CoordinatorClient::CancelFormingGangs(
+    const v1::CancelFormingGangsRequest& request,
+    std::chrono::milliseconds timeout) {
+  v1::CancelFormingGangsResponse response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return stub.CancelFormingGangs(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response.cancelled();
+}
+
 absl::StatusOr<std::vector<std::string>> CoordinatorClient::CollectGangs(
     std::chrono::milliseconds timeout) {
   v1::CollectGangsRequest request;

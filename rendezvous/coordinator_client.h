@@ -145,6 +145,10 @@ class CoordinatorClient {
   // Errors: NotFound, FailedPrecondition as the coordinator rejected it.
   absl::StatusOr<std::string> CancelGang(const v1::CancelGangRequest& request,
                                          std::chrono::milliseconds timeout);
+  // Cancels the forming gangs `request` names; returns how many.
+  absl::StatusOr<uint32_t> CancelFormingGangs(
+      const v1::CancelFormingGangsRequest& request,
+      std::chrono::milliseconds timeout);
   // Ends forming gangs with no present member; returns their ids.
   absl::StatusOr<std::vector<std::string>> CollectGangs(
       std::chrono::milliseconds timeout);

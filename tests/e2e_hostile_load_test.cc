@@ -178,7 +178,9 @@ class HostileLoadTest : public ::testing::Test {
     // A valid job of another pipeline whose token an attacker holds.
     AddJob(9001, "attack 1/2", 9);
     cluster_.SetCoordinatorExtraConfig(
-        absl::StrCat("gitlab_url: ", gitlab_->url(), "\n"));
+        absl::StrCat("gitlab_url: ", gitlab_->url(),
+                     // What run-local's jobs name as their instance.
+                     "\ngitlab_instance_url: http://gitlab.local\n"));
     ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
     AgentSpec agent;
     agent.name = "local";
@@ -381,11 +383,15 @@ TEST_F(HostileLoadTest, ThousandInstancesFromOneValidToken) {
   EXPECT_EQ(outcomes.outstanding.load(), 0);
   EXPECT_EQ(outcomes.ok.load(), 0);
   EXPECT_EQ(outcomes.other.load(), 0);
-  // Whatever gangs the joins left behind, status lists them in time.
+  // None of them names the GitLab the coordinator trusts: each is refused
+  // (or told to retry under load), and no gang is left forming for it.
+  EXPECT_EQ(outcomes.refused.load() + outcomes.retry.load(), 1000);
+  EXPECT_GT(outcomes.refused.load(), 0);
   const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_LT(std::chrono::steady_clock::now() - start, seconds(10));
+  EXPECT_EQ(status->dump().find("gitlab-1.example.com"), std::string::npos);
   ExpectGangSucceeds(*run);
   ExpectCoordinatorSettles(baseline);
 }

@@ -71,6 +71,7 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
   GdtCluster cluster;
   cluster.SetCoordinatorExtraConfig(
       absl::StrCat("gitlab_url: ", (*gitlab)->url(),
+                   "\ngitlab_instance_url: http://gitlab.local"
                    "\nmember_verification: id_token\n"
                    "id_token_audience: https://gdt.e2e\n"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
@@ -264,7 +265,8 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersWithGitLab) {
 
   GdtCluster cluster;
   cluster.SetCoordinatorExtraConfig(
-      absl::StrCat("gitlab_url: ", (*gitlab)->url(), "\n"));
+      absl::StrCat("gitlab_url: ", (*gitlab)->url(),
+                   "\ngitlab_instance_url: http://gitlab.local\n"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   AgentSpec agent;
   agent.name = "local";

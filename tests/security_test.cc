@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/member_token.h"
 #include "common/secret.h"
@@ -74,6 +75,8 @@ class SecurityTest : public ::testing::Test {
     config_.listen_address = "127.0.0.1:0";
     config_.state_path = temp_.path() + "/coord.db";
     config_.gitlab_url = gitlab_->url();
+    // What the jobs' CI_SERVER_URL says (the fake listens elsewhere).
+    config_.gitlab_instance_url = "https://gitlab.example.com";
     config_.gitlab_timeout = 5s;
     config_.admin_token_file = admin_file;
     absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
@@ -220,6 +223,34 @@ TEST_F(SecurityTest, ForgedVariablesAreRejectedWithTheReason) {
       admin_->GetStatus(v1::GetStatusRequest(), 5s);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->gangs_size(), 0);  // Nothing half-joined.
+}
+
+// A valid job token does not let its holder start gangs under made-up
+// GitLab instances (each would be a gang key no per-project limit counts
+// with the others): a join naming another instance is refused with both
+// URLs, before any GitLab call, and leaves no gang behind.
+TEST_F(SecurityTest, JoinsNamingAnotherGitLabInstanceAreRefused) {
+  const int before = gitlab_->RequestCount("/api/v4/job");
+  for (int i = 0; i < 20; ++i) {
+    v1::JoinGangRequest request = Request(101, 1, 5, 77);
+    request.mutable_key()->set_instance(
+        absl::StrCat("https://gitlab-", i, ".example.net"));
+    absl::StatusOr<v1::Assignment> joined = Join("tok-a1", request);
+    EXPECT_EQ(joined.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(joined.status().message(),
+                HasSubstr(absl::StrCat("GitLab instance 'https://gitlab-", i,
+                                       ".example.net' (CI_SERVER_URL) but "
+                                       "this coordinator trusts only "
+                                       "'https://gitlab.example.com'")));
+  }
+  EXPECT_EQ(gitlab_->RequestCount("/api/v4/job"), before);
+  absl::StatusOr<v1::GetStatusResponse> status =
+      admin_->GetStatus(v1::GetStatusRequest(), 5s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->gangs_size(), 0);
+  // The trusted instance still forms its gang.
+  std::vector<v1::Assignment> gang = Admit(77, 101, "tok-a1", 102, "tok-a2");
+  EXPECT_EQ(gang.size(), 2u);
 }
 
 TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
