@@ -228,6 +228,52 @@ TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
   }
 }
 
+TEST_F(SchedulerTest, WaitingReasonFollowsEveryChangeOfAFormingGang) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(3), 1), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(test::Joining(test::TrainKey(3), 3), 13);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): 2/3 members present, waiting for "
+            "member 2 — no job picked up yet");
+
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(3), 2), 12).ok());
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+              HasSubstr("all 3 members present"));
+  scheduler_->TakeEvents();
+
+  // A complete gang losing a member tells everyone still there at once,
+  // although count updates are being coalesced.
+  scheduler_->Detach(*gang, 2, 12);
+  const std::string lost =
+      "gang train (pipeline 77): 2/3 members present, waiting for member 2 "
+      "— job 102 disconnected";
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 11).waiting.reason, lost);
+  EXPECT_EQ(LastEventFor(events, 13).waiting.reason, lost);
+  EXPECT_EQ(LastEventFor(events, 13).waiting.members_present, 2u);
+  EXPECT_THAT(LastEventFor(events, 13).waiting.missing_indices,
+              ElementsAre(2u));
+
+  // A member leaving a forming gang is missing again.
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(3), 1, 101).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): 1/3 members present, waiting for "
+            "members 1, 2 — job 101 disconnected");
+
+  // The next epoch starts counting afresh.
+  ASSERT_TRUE(scheduler_->Cancel(*gang, "wrong dataset").ok());
+  JoinRequest retry = test::Joining(test::TrainKey(3), 3);
+  retry.job_id = 203;
+  ASSERT_TRUE(scheduler_->Join(retry, 23).ok());
+  events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 23).waiting.reason,
+            "gang train (pipeline 77): 1/3 members present, waiting for "
+            "members 1, 2 — no job picked up yet");
+  EXPECT_EQ(LastEventFor(events, 23).waiting.members_present, 1u);
+}
+
 TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
