@@ -274,6 +274,37 @@ TEST_F(SchedulerTest, WaitingReasonFollowsEveryChangeOfAFormingGang) {
   EXPECT_EQ(LastEventFor(events, 23).waiting.members_present, 1u);
 }
 
+TEST_F(SchedulerTest, LargeGangCountsEveryJoinAndDetachInAnyOrder) {
+  SchedulerOptions options;
+  options.max_nodes_per_job = 100;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, *store_, options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->RegisterHost(test::CpuHost("cpu-01", 100)).ok());
+  // Every member but 50 joins, odd indices first; then 3 and 97 drop out.
+  std::string gang;
+  for (uint32_t start : {1u, 2u}) {
+    for (uint32_t index = start; index <= 100; index += 2) {
+      if (index == 50) continue;
+      absl::StatusOr<std::string> joined =
+          (*scheduler)->Join(test::Joining(test::TrainKey(100), index), index);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      gang = *joined;
+    }
+  }
+  (*scheduler)->Detach(gang, 97, 97);
+  (*scheduler)->Detach(gang, 3, 3);
+  clock_.Advance(1s);
+  (*scheduler)->Plan();
+
+  state::MemberEvent waiting = LastEventFor((*scheduler)->TakeEvents(), 1);
+  EXPECT_EQ(waiting.waiting.reason,
+            "gang train (pipeline 77): 97/100 members present, waiting for "
+            "members 3, 50, 97 — job 103 disconnected");
+  EXPECT_EQ(waiting.waiting.members_present, 97u);
+  EXPECT_THAT(waiting.waiting.missing_indices, ElementsAre(3u, 50u, 97u));
+}
+
 TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
