@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cctype>
 #include <cstdio>
 #include <ctime>
@@ -50,13 +51,6 @@ constexpr size_t kSentMissing = 64;
 // How often a member already told that members are missing hears the new
 // count (see Scheduler::QueueWaiting).
 constexpr std::chrono::seconds kWaitingRefresh{1};
-
-// Every member of `gang` holds a JoinGang stream.
-bool AllPresent(const state::Gang& gang) {
-  return gang.members.size() == gang.key.size &&
-         std::all_of(gang.members.begin(), gang.members.end(),
-                     [](const auto& entry) { return entry.second.present; });
-}
 
 // Whether the gang's GPUs, slots and port are still leased: it runs, or it
 // failed and some member has not left yet.
@@ -439,7 +433,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     fresh.sequence = next_sequence_;
     target = &fresh;
   }
-  const bool was_complete = AllPresent(*target);
+  const bool was_complete = found != gangs_.end() && Complete(*target);
   state::Member member;
   if (auto existing = target->members.find(request.member_index);
       existing != target->members.end()) {
@@ -475,6 +469,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     target = &stored;
   }
   live_ids_.insert(target->id);
+  NotePresence(*target, request.member_index);
   if (previous_stream != 0 && previous_stream != stream_id) {
     state::MemberEvent superseded;
     superseded.stream_id = previous_stream;
@@ -499,9 +494,10 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
       member->second.stream_id != stream_id) {
     return;
   }
-  const bool was_complete = AllPresent(gang->second);
+  const bool was_complete = Complete(gang->second);
   member->second.present = false;
   member->second.stream_id = 0;
+  NotePresence(gang->second, member_index);
   RefreshForming(gang->second, was_complete, 0);
 }
 
@@ -751,6 +747,9 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
     // Only this member's row changes; the leases stay as they are.
     GDT_RETURN_IF_ERROR(store_.SaveMember(gang, leaving));
     member->second = std::move(leaving);
+    if (gang.state == state::GangState::kForming) {
+      NotePresence(gang, member_index);
+    }
   }
   if (stream_id != 0) {
     state::MemberEvent aborted;
@@ -873,29 +872,88 @@ WaitingGang Scheduler::WaitingGangOf(const state::Gang& gang) const {
   return out;
 }
 
+Scheduler::Absence& Scheduler::AbsenceOf(const state::Gang& gang,
+                                         bool verify) const {
+  auto count = [&gang] {
+    Absence counted;
+    counted.epoch = gang.epoch;
+    auto member = gang.members.begin();
+    for (uint32_t index = 1; index <= gang.key.size; ++index) {
+      while (member != gang.members.end() && member->first < index) ++member;
+      const bool joined =
+          member != gang.members.end() && member->first == index;
+      if (!joined || !member->second.present) {
+        counted.missing.insert(counted.missing.end(), index);
+        if (joined)
+          counted.disconnected.insert(counted.disconnected.end(), index);
+      }
+      if (joined && member->second.stream_id != 0 &&
+          !member->second.told_missing) {
+        counted.untold.insert(counted.untold.end(), index);
+      }
+    }
+    return counted;
+  };
+  auto [entry, inserted] = absences_.try_emplace(gang.id);
+  Absence& absence = entry->second;
+  if (inserted || absence.epoch != gang.epoch) {
+    absence = count();
+  } else if (verify) {
+#ifndef NDEBUG
+    // Every change of a forming gang's members must reach NotePresence.
+    const Absence counted = count();
+    assert(absence.missing == counted.missing &&
+           absence.disconnected == counted.disconnected &&
+           absence.untold == counted.untold);
+#endif
+  }
+  return absence;
+}
+
+void Scheduler::NotePresence(const state::Gang& gang, uint32_t index) {
+  Absence& absence = AbsenceOf(gang, /*verify=*/false);
+  auto member = gang.members.find(index);
+  const bool joined = member != gang.members.end();
+  if (joined && member->second.present) {
+    absence.missing.erase(index);
+    absence.disconnected.erase(index);
+  } else {
+    absence.missing.insert(index);
+    if (joined) {
+      absence.disconnected.insert(index);
+    } else {
+      absence.disconnected.erase(index);
+    }
+  }
+  if (joined && member->second.stream_id != 0 && !member->second.told_missing) {
+    absence.untold.insert(index);
+  } else {
+    absence.untold.erase(index);
+  }
+}
+
+bool Scheduler::Complete(const state::Gang& gang) const {
+  return AbsenceOf(gang).missing.empty();
+}
+
 std::string Scheduler::WaitingReason(const state::Gang& gang,
                                      const BlockedGang* blocked) const {
   const std::string label = GangLabel(gang.key);
-  // One walk over the members (a join must not cost O(N log N)).
-  std::vector<uint32_t> listed;
-  uint32_t missing = 0;
-  std::string disconnected;
-  auto note_missing = [&](uint32_t index) {
-    ++missing;
-    if (listed.size() < kListedMissing) listed.push_back(index);
-  };
-  uint32_t next = 1;
-  for (const auto& [index, member] : gang.members) {
-    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
-    next = index + 1;
-    if (member.present) continue;
-    note_missing(index);
-    if (disconnected.empty()) {
-      disconnected = absl::StrCat("job ", member.job_id, " disconnected");
-    }
-  }
-  for (; next <= gang.key.size; ++next) note_missing(next);
+  // From the kept absence: a join must not walk every member.
+  const Absence& absence = AbsenceOf(gang);
+  const size_t missing = absence.missing.size();
   if (missing > 0) {
+    std::vector<uint32_t> listed;
+    for (uint32_t index : absence.missing) {
+      if (listed.size() == kListedMissing) break;
+      listed.push_back(index);
+    }
+    std::string disconnected;
+    if (!absence.disconnected.empty()) {
+      disconnected = absl::StrCat(
+          "job ", gang.members.at(*absence.disconnected.begin()).job_id,
+          " disconnected");
+    }
     return absl::StrCat(
         label, ": ", gang.key.size - missing, "/", gang.key.size,
         " members present, waiting for member", missing > 1 ? "s " : " ",
@@ -929,6 +987,10 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   for (auto it = live_ids_.begin(); it != live_ids_.end();) {
     auto found = gangs_.find(*it);
     if (found == gangs_.end() ||
+        found->second.state != state::GangState::kForming) {
+      absences_.erase(*it);  // Kept for forming gangs only.
+    }
+    if (found == gangs_.end() ||
         (found->second.state != state::GangState::kForming &&
          !HoldsLeases(found->second))) {
       it = live_ids_.erase(it);  // Ended for good (see live_ids_).
@@ -952,12 +1014,10 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const state::Gang* gang : forming) {
-    if (AllPresent(*gang)) {
+    if (Complete(*gang)) {
       complete.push_back(WaitingGangOf(*gang));
     } else if (slots_declared &&
-               std::any_of(
-                   gang->members.begin(), gang->members.end(),
-                   [](const auto& entry) { return entry.second.present; })) {
+               AbsenceOf(*gang).missing.size() < gang->key.size) {
       incomplete.push_back(WaitingGangOf(*gang));
       // Members that left hold no runner slot.
       for (const auto& [index, member] : gang->members) {
@@ -1048,7 +1108,7 @@ void Scheduler::RefreshForming(state::Gang& gang, bool was_complete,
   const bool slots_declared = std::any_of(
       hosts_.begin(), hosts_.end(),
       [](const auto& entry) { return entry.second.spec.runner_slots != 0; });
-  if (was_complete || AllPresent(gang) || slots_declared) {
+  if (was_complete || Complete(gang) || slots_declared) {
     Pass();
     return;
   }
@@ -1058,24 +1118,15 @@ void Scheduler::RefreshForming(state::Gang& gang, bool was_complete,
 }
 
 void Scheduler::QueueWaiting(state::Gang& gang, uint32_t joined) {
+  Absence& absence = AbsenceOf(gang);
   state::WaitingInfo info;
   info.members_total = gang.key.size;
-  uint32_t next = 1;
-  auto note_missing = [&](uint32_t index) {
-    if (info.missing_indices.size() < kSentMissing) {
-      info.missing_indices.push_back(index);
-    }
-  };
-  for (const auto& [index, member] : gang.members) {
-    for (; next < index && next <= gang.key.size; ++next) note_missing(next);
-    next = index + 1;
-    if (member.present) {
-      ++info.members_present;
-    } else {
-      note_missing(index);
-    }
+  info.members_present =
+      gang.key.size - static_cast<uint32_t>(absence.missing.size());
+  for (uint32_t index : absence.missing) {
+    if (info.missing_indices.size() == kSentMissing) break;
+    info.missing_indices.push_back(index);
   }
-  for (; next <= gang.key.size; ++next) note_missing(next);
   info.reason = gang.reason;
   info.queue_position = gang.queue_position;
   const bool missing = info.members_present < gang.key.size;
@@ -1091,6 +1142,11 @@ void Scheduler::QueueWaiting(state::Gang& gang, uint32_t joined) {
     if (missing && member.told_missing) refreshed = true;
     member.last_reason_sent = gang.reason;
     member.told_missing = missing;
+    if (missing) {
+      absence.untold.erase(index);
+    } else {
+      absence.untold.insert(index);
+    }
     state::MemberEvent event;
     event.stream_id = member.stream_id;
     event.kind = state::MemberEvent::Kind::kWaiting;
@@ -1099,10 +1155,16 @@ void Scheduler::QueueWaiting(state::Gang& gang, uint32_t joined) {
     event.waiting = info;
     events_.push_back(std::move(event));
   };
-  if (missing && !refresh_due && joined != 0) {
-    // Nobody else is due: only the joining member's stream hears it.
-    if (auto member = gang.members.find(joined); member != gang.members.end()) {
-      queue(joined, member->second);
+  if (missing && !refresh_due) {
+    // Nobody already told is due: only the joining member's stream and
+    // those not told yet (e.g. after a complete gang lost a member) hear it.
+    std::vector<uint32_t> due(absence.untold.begin(), absence.untold.end());
+    if (joined != 0) due.push_back(joined);
+    for (uint32_t index : due) {
+      if (auto member = gang.members.find(index);
+          member != gang.members.end()) {
+        queue(index, member->second);
+      }
     }
     return;
   }

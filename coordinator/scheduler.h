@@ -481,6 +481,29 @@ class Scheduler {
   // when it does not.
   absl::Status CheckPlanned(const state::Gang& gang,
                             const std::vector<PlannedMember>& planned) const;
+  // Who is absent from a forming gang, kept up to date on every join,
+  // detach and leave so that a join's waiting reason and Waiting event cost
+  // O(log N) instead of a walk over every member (which made forming a gang
+  // of N members cost O(N^2)). Valid for one epoch of the gang.
+  struct Absence {
+    uint32_t epoch = 0;
+    std::set<uint32_t> missing;       // Indices 1..size without a stream.
+    std::set<uint32_t> disconnected;  // Of those, members that had joined.
+    // Members holding a stream that were not yet told (while members are
+    // missing) which ones are: the only ones a coalesced QueueWaiting must
+    // visit.
+    std::set<uint32_t> untold;
+  };
+  // The absence of forming `gang`, counted from its members once per
+  // epoch (O(N)) and then maintained by NotePresence().
+  // Debug builds check a kept one against a recount unless `verify` is
+  // false (NotePresence, which brings it up to date).
+  Absence& AbsenceOf(const state::Gang& gang, bool verify = true) const;
+  // Member `index` of forming `gang` changed: its presence, stream or
+  // told_missing. O(log N).
+  void NotePresence(const state::Gang& gang, uint32_t index);
+  // Every member of forming `gang` holds a JoinGang stream. O(log N).
+  bool Complete(const state::Gang& gang) const;
   // `blocked` is null for a gang that is missing members or being placed.
   std::string WaitingReason(const state::Gang& gang,
                             const BlockedGang* blocked) const;
@@ -488,14 +511,14 @@ class Scheduler {
   std::vector<AdmissionProposal> Pass();
   // After a join or detach in forming `gang`: a gang that is (or was until
   // now) complete takes part in placement, so a full Pass() runs; otherwise
-  // only this gang's reason is recomputed and queued, O(size), with
+  // only this gang's reason is recomputed and queued, O(log size), with
   // `joined` (0 = none) the member whose stream must hear it at once.
   void RefreshForming(state::Gang& gang, bool was_complete, uint32_t joined);
   // Queues Waiting events for the gang's members whose last reason differs.
   // While members are missing, a member already told so hears a new count
   // at most once per kWaitingRefresh (coalesced), so that N joins cost O(N)
   // events and not O(N^2); `joined` (0 = none) is told at once, and when
-  // no refresh is due only it is visited.
+  // no refresh is due only it and the members not yet told are visited.
   void QueueWaiting(state::Gang& gang, uint32_t joined = 0);
   // Finds the gang's member `member_index` for a call by `job_id` in
   // `epoch`. Errors as ReportExit.
@@ -529,6 +552,10 @@ class Scheduler {
   // are dropped by the next Pass(). gangs_ keeps every gang ever held, so
   // passes and usage walk this set to cost O(live gangs), not O(history).
   std::set<std::string> live_ids_;
+  // By gang id, for forming gangs (see Absence); dropped by Pass() once a
+  // gang stops forming, and recounted when its epoch changes. Filled on
+  // first use, also from const methods.
+  mutable std::map<std::string, Absence> absences_;
   std::map<state::GangKey, std::string> gang_ids_;
   std::map<std::string, std::map<uint32_t, std::string>> gpu_leases_;
   std::map<std::string, std::map<uint32_t, std::string>> port_leases_;

@@ -229,6 +229,83 @@ TEST_F(SchedulerTest, CoalescesCountUpdatesWhileMembersAreMissing) {
   }
 }
 
+TEST_F(SchedulerTest, WaitingReasonFollowsEveryChangeOfAFormingGang) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(3), 1), 11).ok());
+  absl::StatusOr<std::string> gang =
+      scheduler_->Join(test::Joining(test::TrainKey(3), 3), 13);
+  ASSERT_TRUE(gang.ok()) << gang.status();
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): 2/3 members present, waiting for "
+            "member 2 — no job picked up yet");
+
+  ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(3), 2), 12).ok());
+  EXPECT_THAT(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+              HasSubstr("all 3 members present"));
+  scheduler_->TakeEvents();
+
+  // A complete gang losing a member tells everyone still there at once,
+  // although count updates are being coalesced.
+  scheduler_->Detach(*gang, 2, 12);
+  const std::string lost =
+      "gang train (pipeline 77): 2/3 members present, waiting for member 2 "
+      "— job 102 disconnected";
+  std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 11).waiting.reason, lost);
+  EXPECT_EQ(LastEventFor(events, 13).waiting.reason, lost);
+  EXPECT_EQ(LastEventFor(events, 13).waiting.members_present, 2u);
+  EXPECT_THAT(LastEventFor(events, 13).waiting.missing_indices,
+              ElementsAre(2u));
+
+  // A member leaving a forming gang is missing again.
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(3), 1, 101).ok());
+  EXPECT_EQ(scheduler_->GetSnapshot(false).gangs.at(0).reason,
+            "gang train (pipeline 77): 1/3 members present, waiting for "
+            "members 1, 2 — job 101 disconnected");
+
+  // The next epoch starts counting afresh.
+  ASSERT_TRUE(scheduler_->Cancel(*gang, "wrong dataset").ok());
+  JoinRequest retry = test::Joining(test::TrainKey(3), 3);
+  retry.job_id = 203;
+  ASSERT_TRUE(scheduler_->Join(retry, 23).ok());
+  events = scheduler_->TakeEvents();
+  EXPECT_EQ(LastEventFor(events, 23).waiting.reason,
+            "gang train (pipeline 77): 1/3 members present, waiting for "
+            "members 1, 2 — no job picked up yet");
+  EXPECT_EQ(LastEventFor(events, 23).waiting.members_present, 1u);
+}
+
+TEST_F(SchedulerTest, LargeGangCountsEveryJoinAndDetachInAnyOrder) {
+  SchedulerOptions options;
+  options.max_nodes_per_job = 100;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, *store_, options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  ASSERT_TRUE((*scheduler)->RegisterHost(test::CpuHost("cpu-01", 100)).ok());
+  // Every member but 50 joins, odd indices first; then 3 and 97 drop out.
+  std::string gang;
+  for (uint32_t start : {1u, 2u}) {
+    for (uint32_t index = start; index <= 100; index += 2) {
+      if (index == 50) continue;
+      absl::StatusOr<std::string> joined =
+          (*scheduler)->Join(test::Joining(test::TrainKey(100), index), index);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      gang = *joined;
+    }
+  }
+  (*scheduler)->Detach(gang, 97, 97);
+  (*scheduler)->Detach(gang, 3, 3);
+  clock_.Advance(1s);
+  (*scheduler)->Plan();
+
+  state::MemberEvent waiting = LastEventFor((*scheduler)->TakeEvents(), 1);
+  EXPECT_EQ(waiting.waiting.reason,
+            "gang train (pipeline 77): 97/100 members present, waiting for "
+            "members 3, 50, 97 — job 103 disconnected");
+  EXPECT_EQ(waiting.waiting.members_present, 97u);
+  EXPECT_THAT(waiting.waiting.missing_indices, ElementsAre(3u, 50u, 97u));
+}
+
 TEST_F(SchedulerTest, MemberWhoseStreamEndedIsNoLongerPresent) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 4)).ok());
   ASSERT_TRUE(scheduler_->Join(test::Joining(test::TrainKey(2), 1), 11).ok());
