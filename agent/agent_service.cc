@@ -216,6 +216,12 @@ class StageReactor final
       } else {
         writing_ = false;
         finish = exit_queued_;
+        // The stage ended before StartAllowed() was done with `this`: it
+        // finishes the call.
+        if (finish && starting_) {
+          finish_deferred_ = true;
+          finish = false;
+        }
       }
     }
     if (next != nullptr) {
@@ -316,6 +322,13 @@ class StageReactor final
       unlink(error_file_.c_str());
       stage_request.env["TORCHELASTIC_ERROR_FILE"] = error_file_;
     }
+    {
+      // From here the stage may run, exit and have its exit written before
+      // this function is done: Finish() (and with it `delete this`) waits
+      // for the end of it (see OnWriteDone).
+      MutexLock lock(mu_);
+      starting_ = true;
+    }
     absl::StatusOr<std::shared_ptr<Stage>> stage =
         supervisor_.StartStage(stage_request, this);
     if (!stage.ok()) {
@@ -333,6 +346,13 @@ class StageReactor final
     }
     if (cancelled) (*stage)->Signal(StageSignal::kTerm);
     StartRead(&request_);
+    bool finish = false;
+    {
+      MutexLock lock(mu_);
+      starting_ = false;
+      finish = finish_deferred_;
+    }
+    if (finish) Finish(grpc::Status::OK);
   }
 
   // Hands a user script's exit to the outbox (see
@@ -425,6 +445,10 @@ class StageReactor final
       ABSL_GUARDED_BY(mu_);
   size_t queued_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  // StartAllowed() still uses the reactor after the stage started; the
+  // exit's Finish() waits for it (finish_deferred_).
+  bool starting_ ABSL_GUARDED_BY(mu_) = false;
+  bool finish_deferred_ ABSL_GUARDED_BY(mu_) = false;
   bool broken_ ABSL_GUARDED_BY(mu_) = false;
   bool exit_queued_ ABSL_GUARDED_BY(mu_) = false;
 };
