@@ -4,11 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
@@ -28,18 +32,45 @@ std::string Get(const std::map<std::string, std::string>& env,
   return it == env.end() ? "" : it->second;
 }
 
-// Sends `signal` to the children of `leader` (the command gdt-ckpt started,
-// the leader of its process group) that are still in its group: torchrun's
-// workers, not torchrun itself nor what the workers start (e.g. `gdt-ckpt
-// save`). Returns how many it reached.
-int SignalChildren(pid_t leader, int signal) {
-  int sent = 0;
+// How a process treats a signal, from the SigIgn/SigCgt masks in
+// /proc/<pid>/status.
+enum class Disposition { kDefault, kIgnored, kCaught, kGone };
+
+Disposition DispositionOf(pid_t pid, int signal) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  if (!in) return Disposition::kGone;
+  const uint64_t bit = uint64_t{1} << (signal - 1);
+  bool ignored = false, caught = false, seen = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    const bool ign = line.rfind("SigIgn:", 0) == 0;
+    const bool cgt = line.rfind("SigCgt:", 0) == 0;
+    if (!ign && !cgt) continue;
+    uint64_t mask = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(line.substr(7)),
+                             &mask)) {
+      continue;
+    }
+    seen = true;
+    (ign ? ignored : caught) = (mask & bit) != 0;
+  }
+  if (!seen) return Disposition::kGone;
+  if (caught) return Disposition::kCaught;
+  return ignored ? Disposition::kIgnored : Disposition::kDefault;
+}
+
+// The processes the notice is for: the group of `leader` (the command
+// gdt-ckpt started, the leader of its process group), or with
+// `workers_only` its children still in that group (torchrun's workers, not
+// torchrun itself nor what the workers start, e.g. `gdt-ckpt save`).
+std::vector<pid_t> NoticeTargets(pid_t leader, bool workers_only) {
+  std::vector<pid_t> targets;
   std::error_code error;
   for (const auto& entry :
        std::filesystem::directory_iterator("/proc", error)) {
     const std::string name = entry.path().filename().string();
     pid_t pid = 0;
-    if (!absl::SimpleAtoi(name, &pid) || pid == leader) continue;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
     std::ifstream in(entry.path() / "stat");
     std::string stat;
     std::getline(in, stat);
@@ -49,13 +80,56 @@ int SignalChildren(pid_t leader, int signal) {
     std::istringstream rest(stat.substr(close + 1));
     std::string state;
     pid_t ppid = 0, pgrp = 0;
-    if (!(rest >> state >> ppid >> pgrp) || ppid != leader || pgrp != leader) {
-      continue;
-    }
-    if (kill(pid, signal) == 0) ++sent;
+    if (!(rest >> state >> ppid >> pgrp) || pgrp != leader) continue;
+    if (state == "Z") continue;
+    if (workers_only && (pid == leader || ppid != leader)) continue;
+    targets.push_back(pid);
   }
-  return sent;
+  return targets;
 }
+
+// Delivers the notice signal to every target that handles it, once. A
+// target that leaves the signal at its default action (a process still
+// starting, e.g. Python importing torch before it installs its handler, or a
+// launcher that never handles it) is not signalled: the default action of
+// USR1/USR2/TERM/INT ends the process, and a notice must not kill work. It
+// gets the signal on a later call, once it installs a handler. Returns how
+// many targets still wait for a handler.
+class NoticeDelivery {
+ public:
+  NoticeDelivery(pid_t leader, int signal, bool workers_only)
+      : leader_(leader), signal_(signal), workers_only_(workers_only) {}
+
+  int Deliver() {
+    int waiting = 0;
+    for (const pid_t pid : NoticeTargets(leader_, workers_only_)) {
+      if (done_.contains(pid)) continue;
+      switch (DispositionOf(pid, signal_)) {
+        case Disposition::kCaught:
+          if (kill(pid, signal_) == 0) ++sent_;
+          done_.insert(pid);
+          break;
+        case Disposition::kIgnored:
+        case Disposition::kGone:
+          done_.insert(pid);
+          break;
+        case Disposition::kDefault:
+          ++waiting;
+          break;
+      }
+    }
+    return waiting;
+  }
+
+  int sent() const { return sent_; }
+
+ private:
+  const pid_t leader_;
+  const int signal_;
+  const bool workers_only_;
+  std::set<pid_t> done_;
+  int sent_ = 0;
+};
 
 }  // namespace
 
@@ -143,6 +217,8 @@ int RunWithNotice(const std::vector<std::string>& argv,
         << child.status().message() << "\n";
     return 2;
   }
+  std::optional<NoticeDelivery> delivery;
+  auto next_delivery = std::chrono::steady_clock::now();
   // Writes the flag file and signals the command; `from_gang`: another
   // member announced first; `note`: who gave the notice when it was not a
   // member (the coordinator preempting the gang), with its deadline
@@ -159,10 +235,10 @@ int RunWithNotice(const std::vector<std::string>& argv,
                  : absl::ToUnixSeconds(absl::FromChrono(plan.deadline)))
          << "\n";
     const bool written = static_cast<bool>(flag.flush());
-    if (plan.signal != 0 && plan.workers_only) {
-      SignalChildren((*child)->pid(), plan.signal);
-    } else if (plan.signal != 0) {
-      (*child)->SignalGroup(plan.signal);
+    int waiting = 0;
+    if (plan.signal != 0) {
+      delivery.emplace((*child)->pid(), plan.signal, plan.workers_only);
+      waiting = delivery->Deliver();
     }
     err << "gdt-ckpt run: checkpoint notice";
     if (!note.empty()) {
@@ -185,6 +261,13 @@ int RunWithNotice(const std::vector<std::string>& argv,
     }
     err << "; " << (written ? "wrote " : "cannot write the flag file ")
         << plan.flag_file << "\n";
+    if (waiting > 0) {
+      err << "gdt-ckpt run: " << waiting << " process"
+          << (waiting == 1 ? " does" : "es do") << " not handle "
+          << "SIG" << sigabbrev_np(plan.signal)
+          << " yet: each gets it once it installs a handler (the flag file "
+             "is there already)\n";
+    }
   };
   const auto broadcast_failed = [&](const absl::Status& status) {
     err << "gdt-ckpt run: warning: the gang's notice is not shared: "
@@ -232,6 +315,14 @@ int RunWithNotice(const std::vector<std::string>& argv,
         give_notice(true, note, deadline_s);
         noticed = true;
       }
+    }
+    // Processes that had no handler at the notice (or started later) get
+    // the signal as soon as they install one.
+    if (delivery.has_value() &&
+        std::chrono::steady_clock::now() >= next_delivery) {
+      next_delivery =
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      delivery->Deliver();
     }
     if (auto status = (*child)->WaitUntil(step); status.has_value()) {
       return status->code();

@@ -9,8 +9,10 @@
 // (default $GDT_CHECKPOINT_DIR/.notice) and sends GDT_CHECKPOINT_SIGNAL
 // (default USR1; "none": the flag file only) to that group, or, with
 // GDT_CHECKPOINT_SIGNAL_TO=workers, to the command's own children only
-// (torchrun's workers: not its agent, which torch 1.13 lets die on SIGUSR1,
-// nor what the workers start).
+// (torchrun's workers, not what the workers start). Only processes that
+// handle the signal receive it; one that has not installed a handler yet
+// gets it once it does, so a notice never kills a process by the signal's
+// default action.
 
 #include <chrono>
 #include <map>
