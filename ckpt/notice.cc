@@ -11,8 +11,8 @@
 #include <sstream>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/subprocess.h"
