@@ -127,11 +127,7 @@ class CheckpointE2eTest : public ::testing::Test {
 };
 
 TEST_F(CheckpointE2eTest, NoticeBeforeTimeoutPutsACheckpointInTheArtifacts) {
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project + "/examples");
-  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
-           fs::copy_options::recursive);
-  std::ofstream(project + "/.gitlab-ci.yml") << kCiFile;
+  const std::string project = MakeDdpExampleProject(cluster_.dir(), kCiFile);
 
   const auto start = std::chrono::steady_clock::now();
   const CommandResult run =
@@ -182,11 +178,8 @@ nlohmann::json Report(const std::string& run_dir, const std::string& dir) {
 }
 
 TEST_F(CheckpointE2eTest, LaterJobResumesToTheUninterruptedParameters) {
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project + "/examples");
-  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
-           fs::copy_options::recursive);
-  std::ofstream(project + "/.gitlab-ci.yml") << kPipelineFile;
+  const std::string project =
+      MakeDdpExampleProject(cluster_.dir(), kPipelineFile);
 
   const CommandResult run = cluster_.RunLocal(
       project, "train", {"--job", "train-full", "--job", "resume"},
@@ -255,11 +248,7 @@ nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
 }
 
 TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project + "/examples");
-  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
-           fs::copy_options::recursive);
-  std::ofstream(project + "/.gitlab-ci.yml") << kRetryFile;
+  const std::string project = MakeDdpExampleProject(cluster_.dir(), kRetryFile);
   auto api = gitlab::FakeGitLabApi::Start({});
   ASSERT_TRUE(api.ok()) << api.status();
   // run-local's job ids and tokens: pipeline × 1000 + member, then the

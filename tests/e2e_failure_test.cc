@@ -180,13 +180,8 @@ TEST_F(GangFailureTest, KilledTrainingStopsEveryMemberWithinSeconds) {
 
   // Member 2 is node rank 1; its worker is `python3 -u train.py` under the
   // torchrun wrapper.
-  std::vector<ProcessInfo> workers;
-  for (const ProcessInfo& process : JobProcesses(cluster_, "GDT_NODE_RANK=1")) {
-    if (process.cmdline.find("/torchrun ") == std::string::npos &&
-        process.cmdline.find("examples/ddp/train.py") != std::string::npos) {
-      workers.push_back(process);
-    }
-  }
+  const std::vector<ProcessInfo> workers =
+      DdpWorkers(cluster_, "GDT_NODE_RANK=1");
   ASSERT_EQ(workers.size(), 1u)
       << DescribeAll(JobProcesses(cluster_, "GDT_NODE_RANK=1"));
   ASSERT_EQ(kill(workers[0].pid, SIGKILL), 0);

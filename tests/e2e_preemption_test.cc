@@ -119,11 +119,7 @@ class PreemptionE2eTest : public ::testing::Test {
 
 TEST_F(PreemptionE2eTest,
        PreemptedGangCheckpointsIsRetriedAndEndsAsAnUninterruptedRun) {
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project + "/examples");
-  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
-           fs::copy_options::recursive);
-  std::ofstream(project + "/.gitlab-ci.yml") << kCiFile;
+  const std::string project = MakeDdpExampleProject(cluster_.dir(), kCiFile);
   auto api = gitlab::FakeGitLabApi::Start({});
   ASSERT_TRUE(api.ok()) << api.status();
   // run-local's job ids and tokens: pipeline × 1000 + member, then the

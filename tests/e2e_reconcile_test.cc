@@ -242,13 +242,7 @@ TEST_F(ReconcileTest, KilledLocalRankBlamesItsOwnMember) {
       },
       seconds(150)))
       << MemberLog(1) << MemberLog(2) << cluster_.Logs();
-  std::vector<ProcessInfo> workers;
-  for (const ProcessInfo& process : JobProcesses(cluster_, "RANK=2")) {
-    if (process.cmdline.find("/torchrun ") == std::string::npos &&
-        process.cmdline.find("examples/ddp/train.py") != std::string::npos) {
-      workers.push_back(process);
-    }
-  }
+  const std::vector<ProcessInfo> workers = DdpWorkers(cluster_, "RANK=2");
   ASSERT_EQ(workers.size(), 1u) << DescribeAll(JobProcesses(cluster_));
   ASSERT_EQ(kill(workers[0].pid, SIGKILL), 0);
 

@@ -43,6 +43,16 @@ std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node) {
   return project;
 }
 
+std::string MakeDdpExampleProject(const TempDir& dir,
+                                  const std::string& ci_file) {
+  const std::string project = dir.Sub("project");
+  fs::create_directories(project + "/examples");
+  fs::copy(SourceDir() + "/examples/ddp", project + "/examples/ddp",
+           fs::copy_options::recursive);
+  WriteFile(project + "/.gitlab-ci.yml", ci_file);
+  return project;
+}
+
 std::vector<Admission> ReadAdmissions(const std::string& run_dir, int members) {
   // gdt: gang <id> admitted: member i/N is node rank R of N on host H (...),
   // master ADDR:PORT
@@ -216,6 +226,18 @@ std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
     found.push_back(std::move(info));
   }
   return found;
+}
+
+std::vector<ProcessInfo> DdpWorkers(const GdtCluster& cluster,
+                                    const std::string& env_entry) {
+  std::vector<ProcessInfo> workers;
+  for (ProcessInfo& process : JobProcesses(cluster, env_entry)) {
+    if (process.cmdline.find("/torchrun ") == std::string::npos &&
+        process.cmdline.find("examples/ddp/train.py") != std::string::npos) {
+      workers.push_back(std::move(process));
+    }
+  }
+  return workers;
 }
 
 std::string DescribeAll(const std::vector<ProcessInfo>& processes) {

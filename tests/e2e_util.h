@@ -16,6 +16,12 @@ namespace gdt::test {
 // processes per member. Returns its path (inside `dir`).
 std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node);
 
+// A project directory with a copy of examples/ddp (train.py and its
+// checkpoint helpers) and `ci_file` as its .gitlab-ci.yml. Returns its path
+// (inside `dir`).
+std::string MakeDdpExampleProject(const TempDir& dir,
+                                  const std::string& ci_file);
+
 // What one member's job log says about its admission.
 struct Admission {
   std::string job_log;
@@ -72,6 +78,11 @@ struct ProcessInfo {
 // empty, only those whose environment holds it (e.g. "GDT_NODE_RANK=0").
 std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
                                       const std::string& env_entry = "");
+
+// The examples/ddp trainers (workers, not the torchrun wrapper) among
+// JobProcesses(cluster, env_entry).
+std::vector<ProcessInfo> DdpWorkers(const GdtCluster& cluster,
+                                    const std::string& env_entry);
 
 // "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
 std::string DescribeAll(const std::vector<ProcessInfo>& processes);
