@@ -14,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "testing/fake_coordinator.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -26,109 +27,7 @@ using std::chrono::steady_clock;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
-// A real coordinator service on loopback that only records what agents
-// tell it. Asks for heartbeats every second.
-class FakeCoordinator final : public v1::Coordinator::Service {
- public:
-  grpc::Status RegisterHost(grpc::ServerContext* context,
-                            const v1::RegisterHostRequest* request,
-                            v1::RegisterHostResponse* response) override {
-    MutexLock lock(mu_);
-    registrations_.push_back(request->host());
-    response->set_heartbeat_interval_seconds(1);
-    changed_.NotifyAll();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Heartbeat(grpc::ServerContext* context,
-                         const v1::HeartbeatRequest* request,
-                         v1::HeartbeatResponse* response) override {
-    MutexLock lock(mu_);
-    heartbeats_.push_back(request->host_name());
-    response->set_reregister(reregister_next_);
-    reregister_next_ = false;
-    changed_.NotifyAll();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status ReportExit(grpc::ServerContext* context,
-                          const v1::ReportExitRequest* request,
-                          v1::ReportExitResponse* response) override {
-    MutexLock lock(mu_);
-    exits_.push_back(*request);
-    changed_.NotifyAll();
-    return grpc::Status::OK;
-  }
-
-  // Starts serving on `address` (port 0 picks one); returns host:port.
-  std::string Serve(const std::string& address) {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(this);
-    server_ = builder.BuildAndStart();
-    if (server_ == nullptr || port == 0) return "";
-    return "127.0.0.1:" + std::to_string(port);
-  }
-
-  void Stop() {
-    if (server_ == nullptr) return;
-    server_->Shutdown(std::chrono::system_clock::now() + seconds(1));
-    server_->Wait();
-    server_.reset();
-  }
-
-  ~FakeCoordinator() override { Stop(); }
-
-  void ReregisterOnNextHeartbeat() {
-    MutexLock lock(mu_);
-    reregister_next_ = true;
-  }
-
-  // Waits until at least `registrations` registrations and `heartbeats`
-  // heartbeats arrived, or `timeout` passes.
-  bool WaitFor(size_t registrations, size_t heartbeats, milliseconds timeout) {
-    const auto deadline = steady_clock::now() + timeout;
-    MutexLock lock(mu_);
-    while (registrations_.size() < registrations ||
-           heartbeats_.size() < heartbeats) {
-      if (!changed_.WaitUntil(mu_, deadline) &&
-          steady_clock::now() >= deadline) {
-        return false;
-      }
-    }
-    return true;
-  }
-
-  std::vector<v1::HostSpec> registrations() {
-    MutexLock lock(mu_);
-    return registrations_;
-  }
-  std::vector<std::string> heartbeats() {
-    MutexLock lock(mu_);
-    return heartbeats_;
-  }
-  // Waits until `count` exit reports arrived or `timeout` passes; returns
-  // those that did.
-  std::vector<v1::ReportExitRequest> WaitForExits(size_t count,
-                                                  milliseconds timeout) {
-    const auto deadline = steady_clock::now() + timeout;
-    MutexLock lock(mu_);
-    while (exits_.size() < count && steady_clock::now() < deadline) {
-      changed_.WaitUntil(mu_, deadline);
-    }
-    return exits_;
-  }
-
- private:
-  std::unique_ptr<grpc::Server> server_;
-  Mutex mu_;
-  CondVar changed_;
-  std::vector<v1::HostSpec> registrations_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> heartbeats_ ABSL_GUARDED_BY(mu_);
-  bool reregister_next_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
-};
+using test::FakeCoordinator;
 
 class DaemonTest : public ::testing::Test {
  protected:

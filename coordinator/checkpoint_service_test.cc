@@ -5,16 +5,12 @@
 
 #include <chrono>
 
-#include "common/clock.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/checkpoint_client.h"
 #include "rendezvous/coordinator_client.h"
-#include "testing/loopback_server.h"
-#include "testing/scheduler_fixtures.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -24,49 +20,16 @@ using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
 
-class FreePortAgent final : public v1::Agent::Service {
-  grpc::Status CheckPort(grpc::ServerContext* context,
-                         const v1::CheckPortRequest* request,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(true);
-    return grpc::Status::OK;
-  }
-};
-
 std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
-class CheckpointServiceTest : public ::testing::Test {
+class CheckpointServiceTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent_);
-    ASSERT_NE(loopback.server, nullptr);
-    agent_server_ = std::move(loopback.server);
-    agent_address_ = loopback.address;
-    config_.listen_address = "127.0.0.1:0";
-    config_.state_path = temp_.path() + "/coord.db";
-    StartCoordinator();
-    v1::HostSpec host;
-    host.set_name("cpu-01");
-    host.set_address("127.0.0.1");
-    host.set_agent_endpoint(agent_address_);
-    host.set_cpu_slots(1);
-    ASSERT_TRUE(client_->RegisterHost(host, 5s).ok());
-  }
-
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
-  }
-
-  void StartCoordinator() {
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config_, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = std::make_unique<rendezvous::CoordinatorClient>(
-        server_->bound_address());
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    ASSERT_TRUE(client_->RegisterHost(LoopbackHost("cpu-01", 1), 5s).ok());
   }
 
   static v1::GangKey Key() {
@@ -117,15 +80,6 @@ class CheckpointServiceTest : public ::testing::Test {
                              assignment.kv_token(),
                              {}});
   }
-
-  test::TempDir temp_;
-  SystemClock clock_;
-  FreePortAgent agent_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  std::string agent_address_;
-  Config config_;
-  std::unique_ptr<CoordinatorServer> server_;
-  std::unique_ptr<rendezvous::CoordinatorClient> client_;
 };
 
 TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
@@ -137,9 +91,7 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   Fail(first, 101);
 
   // A restart in between: the records are in the coordinator's state.
-  server_->Shutdown();
-  server_.reset();
-  StartCoordinator();
+  ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
 
   const v1::Assignment retry = Join(201);
   ASSERT_EQ(retry.epoch(), 2u);

@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/metadata.h"
+#include "testing/fake_agent.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -27,20 +28,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// A tiny real agent that answers CheckPort from a set of busy ports.
-class FakeAgent final : public v1::Agent::Service {
- public:
-  explicit FakeAgent(std::set<uint32_t> busy) : busy_(std::move(busy)) {}
-  grpc::Status CheckPort(grpc::ServerContext* context,
-                         const v1::CheckPortRequest* request,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(busy_.count(request->port()) == 0);
-    return grpc::Status::OK;
-  }
-
- private:
-  const std::set<uint32_t> busy_;
-};
+using test::FakeAgent;
 
 // Starts a loopback server for `service`; with `observer`, every RPC is
 // reported to it as gdt-coord's server does.
@@ -61,8 +49,8 @@ std::unique_ptr<grpc::Server> StartServer(grpc::Service* service,
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    agent_server_ = StartServer(&agent_, &agent_address_);
-    ASSERT_NE(agent_server_, nullptr);
+    agent_address_ = agent_.Serve();
+    ASSERT_FALSE(agent_address_.empty());
     absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
         state::SqliteStore::Open(":memory:");
     ASSERT_TRUE(store.ok()) << store.status();
@@ -83,7 +71,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     service_->EndAllStreams("test over");
     server_->Shutdown(std::chrono::system_clock::now() + 2s);
     coordinator_->Stop();
-    agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
+    agent_.Stop();
   }
 
   absl::Status RegisterHost(const std::string& name, int gpus) {
@@ -131,7 +119,6 @@ class CoordinatorServiceTest : public ::testing::Test {
   CoordinatorMetrics metrics_{clock_};  // Every RPC of server_.
   FakeAgent agent_{{29510}};
   std::string agent_address_;
-  std::unique_ptr<grpc::Server> agent_server_;
   AgentPortChecker checker_;
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<CoordinatorService> service_;

@@ -10,16 +10,12 @@
 #include <set>
 #include <thread>
 
-#include "common/clock.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
-#include "testing/loopback_server.h"
-#include "testing/scheduler_fixtures.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt::kv {
 namespace {
@@ -27,45 +23,16 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-// A tiny real agent that says every port is free.
-class FreePortAgent final : public v1::Agent::Service {
-  grpc::Status CheckPort(grpc::ServerContext* context,
-                         const v1::CheckPortRequest* request,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(true);
-    return grpc::Status::OK;
-  }
-};
-
 rendezvous::KvClient::Deadline In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
-class KvServiceTest : public ::testing::Test {
+class KvServiceTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent_);
-    ASSERT_NE(loopback.server, nullptr);
-    agent_server_ = std::move(loopback.server);
-    agent_address_ = loopback.address;
-    config_.listen_address = "127.0.0.1:0";
-    config_.state_path = temp_.path() + "/coord.db";
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
     config_.kv_max_keys_per_gang = 3;
-    StartCoordinator();
-  }
-
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
-  }
-
-  void StartCoordinator() {
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(config_, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = std::make_unique<rendezvous::CoordinatorClient>(
-        server_->bound_address());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
   }
 
   static v1::GangKey Key(uint32_t size) {
@@ -81,12 +48,7 @@ class KvServiceTest : public ::testing::Test {
   // Registers a CPU host and admits a gang of `size` members; returns their
   // assignments in member order.
   std::vector<v1::Assignment> AdmitGang(uint32_t size) {
-    v1::HostSpec host;
-    host.set_name("cpu-01");
-    host.set_address("127.0.0.1");
-    host.set_agent_endpoint(agent_address_);
-    host.set_cpu_slots(size);
-    EXPECT_TRUE(client_->RegisterHost(host, 5s).ok());
+    EXPECT_TRUE(client_->RegisterHost(LoopbackHost("cpu-01", size), 5s).ok());
     std::vector<std::future<absl::StatusOr<v1::Assignment>>> joins;
     for (uint32_t index = 1; index <= size; ++index) {
       joins.push_back(std::async(std::launch::async, [this, index, size] {
@@ -132,15 +94,6 @@ class KvServiceTest : public ::testing::Test {
       ASSERT_TRUE(client_->LeaveGang(leave, 5s).ok());
     }
   }
-
-  test::TempDir temp_;
-  SystemClock clock_;
-  FreePortAgent agent_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  std::string agent_address_;
-  coordinator::Config config_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
-  std::unique_ptr<rendezvous::CoordinatorClient> client_;
 };
 
 TEST_F(KvServiceTest, MembersShareOneStoreThroughTheGangToken) {
@@ -253,9 +206,7 @@ TEST_F(KvServiceTest, TokenSurvivesACoordinatorRestartButTheDataDoesNot) {
   ASSERT_EQ(gang.size(), 1u);
   ASSERT_TRUE(ClientFor(gang[0]).Set("k", "v", In(5s)).ok());
 
-  server_->Shutdown();
-  server_.reset();
-  StartCoordinator();
+  ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
 
   rendezvous::KvClient member = ClientFor(gang[0]);
   EXPECT_EQ(member.Get("k", In(5s)).status().code(),

@@ -27,7 +27,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "testing/loopback_server.h"
+#include "testing/fake_agent.h"
+#include "testing/fake_coordinator.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::executor {
@@ -41,307 +42,24 @@ using ::testing::Key;
 using ::testing::Not;
 using ::testing::Pair;
 
-// Admits every member at once (after one waiting event), or rejects joins
-// with `reject`. Records what it was asked. Its WatchGang follows the
-// WatchMode.
-class FakeCoordinator final : public v1::Coordinator::Service {
- public:
-  enum class WatchMode {
-    // One Running event; after the first exit report (and `watch_delay`):
-    // Succeeded for exit 0, unless `watch_reason` is set (then Failed with
-    // it, naming `watch_culprit`); Failed naming the reporter otherwise.
-    kFollowExits,
-    kFailAtOnce,  // Failed with `watch_reason` and `watch_culprit` at once.
-    kNeverEnd,    // One Running event, then nothing until cancelled.
-  };
-
-  grpc::Status WatchGang(
-      grpc::ServerContext* context, const v1::WatchGangRequest* request,
-      grpc::ServerWriter<v1::WatchGangEvent>* writer) override {
-    WatchMode mode;
-    std::string reason;
-    int64_t culprit;
-    std::chrono::milliseconds delay;
-    {
-      MutexLock lock(mu_);
-      watches_.push_back(*request);
-      mode = watch_mode_;
-      reason = watch_reason_;
-      culprit = watch_culprit_;
-      delay = watch_delay_;
-    }
-    v1::WatchGangEvent event;
-    if (mode == WatchMode::kFailAtOnce) {
-      event.mutable_failed()->set_reason(reason);
-      event.mutable_failed()->set_job_id(culprit);
-      writer->Write(event);
-      return grpc::Status::OK;
-    }
-    event.mutable_running()->set_members_total(4);
-    for (uint32_t index : {1, 2, 3, 4}) {
-      event.mutable_running()->add_unfinished_indices(index);
-    }
-    writer->Write(event);
-    std::optional<v1::ReportExitRequest> exit;
-    while (!context->IsCancelled()) {
-      {
-        MutexLock lock(mu_);
-        if (mode == WatchMode::kFollowExits && !exits_.empty()) {
-          exit = exits_.back();
-        }
-      }
-      if (exit.has_value()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (!exit.has_value()) return grpc::Status::OK;
-    std::this_thread::sleep_for(delay);
-    event.Clear();
-    if (exit->exit_code() == 0 && !exit->cancelled() && reason.empty()) {
-      event.mutable_succeeded();
-    } else if (exit->exit_code() == 0 && !exit->cancelled()) {
-      event.mutable_failed()->set_reason(reason);
-      event.mutable_failed()->set_job_id(culprit);
-    } else {
-      event.mutable_failed()->set_reason(
-          "gang g77 failed: member 2/4 (job 1002 on host gpu-02) exited " +
-          std::to_string(exit->exit_code()) + " at 10:42:13 UTC; stopping");
-      event.mutable_failed()->set_job_id(exit->job_id());
-    }
-    writer->Write(event);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status JoinGang(
-      grpc::ServerContext*, const v1::JoinGangRequest* request,
-      grpc::ServerWriter<v1::JoinGangEvent>* writer) override {
-    MutexLock lock(mu_);
-    joins_.push_back(*request);
-    if (!reject_.ok()) return reject_;
-    v1::JoinGangEvent waiting;
-    waiting.mutable_waiting()->set_reason(
-        "gang train (pipeline 77): 3/4 members present");
-    writer->Write(waiting);
-    v1::JoinGangEvent admitted;
-    v1::Assignment* assignment =
-        admitted.mutable_admitted()->mutable_assignment();
-    *assignment = assignment_;
-    writer->Write(admitted);
-    return grpc::Status::OK;
-  }
-  grpc::Status ReportExit(grpc::ServerContext*,
-                          const v1::ReportExitRequest* request,
-                          v1::ReportExitResponse*) override {
-    MutexLock lock(mu_);
-    exits_.push_back(*request);
-    return grpc::Status::OK;
-  }
-  grpc::Status LeaveGang(grpc::ServerContext*,
-                         const v1::LeaveGangRequest* request,
-                         v1::LeaveGangResponse*) override {
-    MutexLock lock(mu_);
-    leaves_.push_back(*request);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetPeers(grpc::ServerContext*,
-                        const v1::GetPeersRequest* request,
-                        v1::GetPeersResponse* response) override {
-    MutexLock lock(mu_);
-    peer_requests_.push_back(*request);
-    *response = peers_;
-    return grpc::Status::OK;
-  }
-
-  void set_assignment(const v1::Assignment& assignment) {
-    MutexLock lock(mu_);
-    assignment_ = assignment;
-  }
-  v1::Assignment assignment() {
-    MutexLock lock(mu_);
-    return assignment_;
-  }
-  // What GetPeers answers (a compact assignment's peer list).
-  void set_peers(const v1::GetPeersResponse& peers) {
-    MutexLock lock(mu_);
-    peers_ = peers;
-  }
-  std::vector<v1::GetPeersRequest> peer_requests() {
-    MutexLock lock(mu_);
-    return peer_requests_;
-  }
-  void set_reject(const grpc::Status& status) {
-    MutexLock lock(mu_);
-    reject_ = status;
-  }
-  void set_watch(
-      WatchMode mode, const std::string& reason = "", int64_t culprit = 0,
-      std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
-    MutexLock lock(mu_);
-    watch_mode_ = mode;
-    watch_reason_ = reason;
-    watch_culprit_ = culprit;
-    watch_delay_ = delay;
-  }
-  std::vector<v1::WatchGangRequest> watches() {
-    MutexLock lock(mu_);
-    return watches_;
-  }
-  std::vector<v1::JoinGangRequest> joins() {
-    MutexLock lock(mu_);
-    return joins_;
-  }
-  std::vector<v1::ReportExitRequest> exits() {
-    MutexLock lock(mu_);
-    return exits_;
-  }
-  std::vector<v1::LeaveGangRequest> leaves() {
-    MutexLock lock(mu_);
-    return leaves_;
-  }
-
- private:
-  Mutex mu_;
-  v1::Assignment assignment_ ABSL_GUARDED_BY(mu_);
-  v1::GetPeersResponse peers_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::GetPeersRequest> peer_requests_ ABSL_GUARDED_BY(mu_);
-  grpc::Status reject_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::JoinGangRequest> joins_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::ReportExitRequest> exits_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::LeaveGangRequest> leaves_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::WatchGangRequest> watches_ ABSL_GUARDED_BY(mu_);
-  WatchMode watch_mode_ ABSL_GUARDED_BY(mu_) = WatchMode::kFollowExits;
-  std::string watch_reason_ ABSL_GUARDED_BY(mu_);
-  int64_t watch_culprit_ ABSL_GUARDED_BY(mu_) = 0;
-  std::chrono::milliseconds watch_delay_ ABSL_GUARDED_BY(mu_){0};
-};
-
-// Echoes each stage's environment and files to stdout (one "KEY=VALUE" line
-// each), writes "stderr line" to stderr and exits with `exit_code`. With
-// `wait_for_signal`, it first waits for a signal and exits 128+15.
-class FakeAgent final : public v1::Agent::Service {
- public:
-  grpc::Status SetupMember(grpc::ServerContext*,
-                           const v1::SetupMemberRequest* request,
-                           v1::SetupMemberResponse*) override {
-    MutexLock lock(mu_);
-    setups_.push_back(*request);
-    return grpc::Status::OK;
-  }
-  grpc::Status RunStage(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::RunStageResponse, v1::RunStageRequest>*
-          stream) override {
-    v1::RunStageRequest request;
-    if (!stream->Read(&request) || !request.has_start()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no start");
-    }
-    int exit_code = 0;
-    bool wait_for_signal = false;
-    {
-      MutexLock lock(mu_);
-      starts_.push_back(request.start());
-      exit_code = exit_code_;
-      wait_for_signal = wait_for_signal_;
-    }
-    std::string echo;
-    for (const auto& [key, value] : request.start().env()) {
-      echo += key + "=" + value + "\n";
-    }
-    for (const v1::StageFile& file : request.start().files()) {
-      echo += file.env_var() + "=<" + file.content() + ">\n";
-    }
-    Send(stream, v1::OUTPUT_STREAM_STDOUT, echo);
-    Send(stream, v1::OUTPUT_STREAM_STDERR, "stderr line\n");
-    if (wait_for_signal) {
-      while (stream->Read(&request)) {
-        if (request.has_signal()) {
-          MutexLock lock(mu_);
-          signals_.push_back(request.signal().signal());
-          exit_code = 128 + SIGTERM;
-          break;
-        }
-      }
-    }
-    v1::RunStageResponse exit;
-    exit.mutable_exit()->set_exit_code(exit_code);
-    stream->Write(exit);
-    return grpc::Status::OK;
-  }
-  grpc::Status TeardownMember(grpc::ServerContext*,
-                              const v1::TeardownMemberRequest* request,
-                              v1::TeardownMemberResponse*) override {
-    MutexLock lock(mu_);
-    teardowns_.push_back(*request);
-    return grpc::Status::OK;
-  }
-
-  void set_exit_code(int code) {
-    MutexLock lock(mu_);
-    exit_code_ = code;
-  }
-  void set_wait_for_signal(bool wait) {
-    MutexLock lock(mu_);
-    wait_for_signal_ = wait;
-  }
-  std::vector<v1::SetupMemberRequest> setups() {
-    MutexLock lock(mu_);
-    return setups_;
-  }
-  std::vector<v1::StartStage> starts() {
-    MutexLock lock(mu_);
-    return starts_;
-  }
-  std::vector<v1::Signal> signals() {
-    MutexLock lock(mu_);
-    return signals_;
-  }
-  std::vector<v1::TeardownMemberRequest> teardowns() {
-    MutexLock lock(mu_);
-    return teardowns_;
-  }
-
- private:
-  static void Send(grpc::ServerReaderWriter<v1::RunStageResponse,
-                                            v1::RunStageRequest>* stream,
-                   v1::OutputStream which, const std::string& data) {
-    v1::RunStageResponse response;
-    response.mutable_output()->set_stream(which);
-    response.mutable_output()->set_data(data);
-    stream->Write(response);
-  }
-
-  Mutex mu_;
-  int exit_code_ ABSL_GUARDED_BY(mu_) = 0;
-  bool wait_for_signal_ ABSL_GUARDED_BY(mu_) = false;
-  std::vector<v1::SetupMemberRequest> setups_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::StartStage> starts_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::Signal> signals_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::TeardownMemberRequest> teardowns_ ABSL_GUARDED_BY(mu_);
-};
-
-std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
-                                    std::string* endpoint) {
-  test::LoopbackServer loopback = test::ServeOnLoopback(service);
-  *endpoint = loopback.address;
-  return std::move(loopback.server);
-}
+using test::FakeAgent;
+using test::FakeCoordinator;
 
 // A port nothing listens on: bound once, then released.
 std::string ClosedEndpoint() {
   FakeAgent unused;
-  std::string endpoint;
-  std::unique_ptr<grpc::Server> server = Serve(&unused, &endpoint);
-  server->Shutdown(std::chrono::system_clock::now());
+  const std::string endpoint = unused.Serve();
+  unused.Stop();
   return endpoint;
 }
 
 class StagesTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    coordinator_server_ = Serve(&coordinator_, &coordinator_endpoint_);
-    agent_server_ = Serve(&agent_, &agent_endpoint_);
-    ASSERT_NE(coordinator_server_, nullptr);
-    ASSERT_NE(agent_server_, nullptr);
+    coordinator_endpoint_ = coordinator_.Serve();
+    agent_endpoint_ = agent_.Serve();
+    ASSERT_FALSE(coordinator_endpoint_.empty());
+    ASSERT_FALSE(agent_endpoint_.empty());
 
     ASSERT_FALSE(dir_.empty());
 
@@ -397,10 +115,8 @@ class StagesTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    coordinator_server_->Shutdown(std::chrono::system_clock::now() +
-                                  std::chrono::seconds(1));
-    agent_server_->Shutdown(std::chrono::system_clock::now() +
-                            std::chrono::seconds(1));
+    coordinator_.Stop();
+    agent_.Stop();
   }
 
   Outcome Run(const std::vector<std::string>& args) {
@@ -426,8 +142,6 @@ class StagesTest : public ::testing::Test {
 
   FakeCoordinator coordinator_;
   FakeAgent agent_;
-  std::unique_ptr<grpc::Server> coordinator_server_;
-  std::unique_ptr<grpc::Server> agent_server_;
   std::string coordinator_endpoint_;
   std::string agent_endpoint_;
   test::TempDir temp_;

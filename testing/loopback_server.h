@@ -5,6 +5,7 @@
 // coordinator) on 127.0.0.1 at a port the kernel picks, so tests running in
 // parallel never collide.
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -19,12 +20,14 @@ struct LoopbackServer {
   std::string address;
 };
 
-// Serves `service` (which must outlive the server) without TLS.
-inline LoopbackServer ServeOnLoopback(grpc::Service* service) {
+// Serves `service` (which must outlive the server) without TLS on
+// `address`: a loopback port the kernel picks by default, or a given one
+// (a test that stops a server and starts another where clients expect it).
+inline LoopbackServer ServeOnLoopback(
+    grpc::Service* service, const std::string& address = "127.0.0.1:0") {
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(service);
   LoopbackServer result;
   result.server = builder.BuildAndStart();
@@ -35,6 +38,39 @@ inline LoopbackServer ServeOnLoopback(grpc::Service* service) {
   result.address = "127.0.0.1:" + std::to_string(port);
   return result;
 }
+
+// A fake's own server: Serve() starts serving the fake, Stop() (and the
+// destructor) ends it. A fake calls Stop() in its destructor, so no call
+// runs while its state is destroyed.
+class LoopbackServing {
+ public:
+  LoopbackServing() = default;
+  LoopbackServing(const LoopbackServing&) = delete;
+  LoopbackServing& operator=(const LoopbackServing&) = delete;
+  ~LoopbackServing() { Stop(); }
+
+  // Serves `service` on `address` (see ServeOnLoopback); returns
+  // "127.0.0.1:<port>", or "" when it could not start.
+  std::string Serve(grpc::Service* service,
+                    const std::string& address = "127.0.0.1:0") {
+    Stop();
+    LoopbackServer started = ServeOnLoopback(service, address);
+    server_ = std::move(started.server);
+    return started.address;
+  }
+
+  // Ends calls still open after a second. Idempotent.
+  void Stop() {
+    if (server_ == nullptr) return;
+    server_->Shutdown(std::chrono::system_clock::now() +
+                      std::chrono::seconds(1));
+    server_->Wait();
+    server_.reset();
+  }
+
+ private:
+  std::unique_ptr<grpc::Server> server_;
+};
 
 }  // namespace gdt::test
 
