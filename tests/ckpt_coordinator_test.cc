@@ -11,10 +11,9 @@
 #include "ckpt/notice.h"
 #include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
-#include "common/clock.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/coordinator_fixture.h"
 #include "testing/temp_dir.h"
 
 namespace gdt {
@@ -24,28 +23,14 @@ using namespace std::chrono_literals;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class CkptCoordinatorTest : public ::testing::Test {
+class CkptCoordinatorTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    coordinator::Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = ":memory:";
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    // As the coordinator does at admission.
-    server_->coordinator().kv().OpenGang("g-1", 1, "secret");
-    env_ = {{"GDT_COORDINATOR", server_->bound_address()},
-            {"GDT_GANG_ID", "g-1"},
-            {"GDT_EPOCH", "1"},
-            {"GDT_KV_TOKEN", "secret"}};
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    env_ = OpenJobGang();
   }
 
-  void TearDown() override { server_->Shutdown(); }
-
-  SystemClock clock_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
   ckpt::CkptEnv env_;
 };
 

@@ -10,11 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/subprocess.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt {
 namespace {
@@ -22,25 +21,13 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-class KvCliTest : public ::testing::Test {
+class KvCliTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    coordinator::Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = ":memory:";
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    // As the coordinator does at admission.
-    server_->coordinator().kv().OpenGang("g-1", 1, "secret");
-    env_ = {{"GDT_COORDINATOR", server_->bound_address()},
-            {"GDT_GANG_ID", "g-1"},
-            {"GDT_EPOCH", "1"},
-            {"GDT_KV_TOKEN", "secret"}};
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    env_ = OpenJobGang();
   }
-
-  void TearDown() override { server_->Shutdown(); }
 
   struct Result {
     int code = -1;
@@ -68,8 +55,6 @@ class KvCliTest : public ::testing::Test {
     return result;
   }
 
-  SystemClock clock_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::map<std::string, std::string> env_;
 };
 

@@ -5,14 +5,14 @@
 #include <cuda_runtime_api.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/subprocess.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt {
 namespace {
@@ -32,7 +32,9 @@ int DevicesOrSkipReason(std::string* reason) {
   return devices;
 }
 
-TEST(NcclCommTest, TwoProcessesAllReduceOnOneHost) {
+class NcclCommTest : public test::InProcessCoordinatorTest {};
+
+TEST_F(NcclCommTest, TwoProcessesAllReduceOnOneHost) {
   std::string reason;
   const int devices = DevicesOrSkipReason(&reason);
   if (devices == 0) GTEST_SKIP() << reason;
@@ -40,24 +42,15 @@ TEST(NcclCommTest, TwoProcessesAllReduceOnOneHost) {
     GTEST_SKIP() << "needs 2 GPUs (NCCL refuses two ranks on one GPU), found "
                  << devices;
   }
-  SystemClock clock;
-  coordinator::Config config;
-  config.listen_address = "127.0.0.1:0";
-  config.state_path = ":memory:";
-  absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-      coordinator::CoordinatorServer::Start(config, clock);
-  ASSERT_TRUE(server.ok()) << server.status();
-  (*server)->coordinator().kv().OpenGang("g-1", 1, "secret");
+  ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+  const std::map<std::string, std::string> job_env = OpenJobGang();
 
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
     SpawnOptions options;
     options.argv = {GDT_NCCL_ALLREDUCE};
     options.env = CurrentEnvironment();
-    options.env["GDT_COORDINATOR"] = (*server)->bound_address();
-    options.env["GDT_GANG_ID"] = "g-1";
-    options.env["GDT_EPOCH"] = "1";
-    options.env["GDT_KV_TOKEN"] = "secret";
+    for (const auto& [name, value] : job_env) options.env[name] = value;
     options.env["GDT_NODE_RANK"] = std::to_string(r);
     options.env["GDT_WORLD_SIZE"] = "2";
     options.env["CUDA_VISIBLE_DEVICES"] = std::to_string(r);
@@ -79,7 +72,6 @@ TEST(NcclCommTest, TwoProcessesAllReduceOnOneHost) {
     EXPECT_THAT(output, HasSubstr("sum 3 correct"));
     std::printf("%s", output.c_str());  // The ready time, for the report.
   }
-  (*server)->Shutdown();
 }
 
 }  // namespace

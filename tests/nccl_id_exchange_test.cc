@@ -8,12 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "common/clock.h"
 #include "common/subprocess.h"
-#include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nccl_bootstrap/id_exchange.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt {
 namespace {
@@ -21,19 +20,13 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-class IdExchangeTest : public ::testing::Test {
+class IdExchangeTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    coordinator::Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = ":memory:";
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    server_->coordinator().kv().OpenGang("g-1", 1, "secret");
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    OpenJobGang();
   }
-  void TearDown() override { server_->Shutdown(); }
 
   rendezvous::KvTarget Target() const {
     return {server_->bound_address(), "g-1", 1, "secret", {}};
@@ -65,9 +58,6 @@ class IdExchangeTest : public ::testing::Test {
     for (auto& future : futures) results.push_back(future.get());
     return results;
   }
-
-  SystemClock clock_;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
 };
 
 TEST_F(IdExchangeTest, EveryRankGetsRankZerosId) {

@@ -2,15 +2,12 @@
 // against a real in-process coordinator over loopback gRPC: the ctl
 // commands as gdt-coord runs them.
 #include <chrono>
-#include <fstream>
 #include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "common/clock.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/scheduler.h"
-#include "coordinator/server.h"
 #include "ctl/cancel.h"
 #include "ctl/hosts.h"
 #include "ctl/status.h"
@@ -19,8 +16,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
-#include "testing/loopback_server.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -31,48 +27,20 @@ using ::testing::Not;
 
 constexpr char kAdminToken[] = "admin-secret-for-tests";
 
-class FreePortAgent final : public v1::Agent::Service {
-  grpc::Status CheckPort(grpc::ServerContext* context,
-                         const v1::CheckPortRequest* request,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(true);
-    return grpc::Status::OK;
-  }
-};
-
-class OperatorViewTest : public ::testing::Test {
+class OperatorViewTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
-    test::LoopbackServer loopback = test::ServeOnLoopback(&agent_);
-    ASSERT_NE(loopback.server, nullptr);
-    agent_server_ = std::move(loopback.server);
-    agent_address_ = loopback.address;
-    const std::string admin_file = temp_.path() + "/admin.token";
-    std::ofstream(admin_file) << kAdminToken << "\n";
-    Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = temp_.path() + "/coord.db";
-    config.admin_token_file = admin_file;
-    config.max_forming_gangs_per_pipeline = 1000;
-    config.max_forming_gangs_per_project = 1000;
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    SetAdminToken(kAdminToken);
+    config_.max_forming_gangs_per_pipeline = 1000;
+    config_.max_forming_gangs_per_project = 1000;
     // The hosts here never heartbeat: keep them up for the whole test.
-    config.host_down_after = std::chrono::hours(1);
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    endpoint_ = server_->bound_address();
-    admin_ = std::make_unique<rendezvous::CoordinatorClient>(endpoint_);
-    admin_->AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+    config_.host_down_after = std::chrono::hours(1);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    endpoint_ = endpoint();
+    admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
     stub_ = v1::Coordinator::NewStub(
         grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
-  }
-
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    if (agent_server_ != nullptr) {
-      agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    }
   }
 
   // A host with `gpus` GPUs; with `largest`, every field, label and GPU at
@@ -131,12 +99,6 @@ class OperatorViewTest : public ::testing::Test {
     reader->Finish();
   }
 
-  test::TempDir temp_;
-  SystemClock clock_;
-  FreePortAgent agent_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  std::string agent_address_;
-  std::unique_ptr<CoordinatorServer> server_;
   std::string endpoint_;
   std::unique_ptr<rendezvous::CoordinatorClient> admin_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;

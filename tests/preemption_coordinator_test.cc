@@ -11,14 +11,11 @@
 
 #include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
-#include "common/clock.h"
-#include "coordinator/server.h"
-#include "gdt/v1/agent.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt {
 namespace {
@@ -26,54 +23,20 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-// Every master port is free.
-class FreePortsAgent final : public v1::Agent::Service {
- public:
-  grpc::Status CheckPort(grpc::ServerContext*, const v1::CheckPortRequest*,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(true);
-    return grpc::Status::OK;
-  }
-};
-
-class PreemptionCoordinatorTest : public ::testing::Test {
+class PreemptionCoordinatorTest : public test::InProcessCoordinatorTest {
  protected:
-  void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&agent_);
-    agent_server_ = builder.BuildAndStart();
-    ASSERT_NE(agent_server_, nullptr);
-    agent_address_ = "127.0.0.1:" + std::to_string(port);
-  }
-
   void Start(int64_t grace_s) {
     grace_s_ = grace_s;
-    coordinator::Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = dir_.path() + "/coord.db";
-    config.host_down_after = 120s;  // The test sends no heartbeats.
-    config.preemption.enabled = true;
-    config.preemption.grace_s = grace_s;
-    absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
-        coordinator::CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    client_ = std::make_unique<rendezvous::CoordinatorClient>(
-        server_->bound_address());
+    config_.host_down_after = 120s;  // The test sends no heartbeats.
+    config_.preemption.enabled = true;
+    config_.preemption.grace_s = grace_s;
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     v1::HostSpec host;
     host.set_name("gpu-01");
     host.set_address("10.1.0.1");
     host.set_agent_endpoint(agent_address_);
     for (int i = 0; i < 4; ++i) host.add_gpus()->set_index(i);
     ASSERT_TRUE(client_->RegisterHost(host, 5s).ok());
-  }
-
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
   }
 
   // Member `index` of a gang of `size` in `pipeline`, `gpus` each.
@@ -181,14 +144,7 @@ class PreemptionCoordinatorTest : public ::testing::Test {
     return nullptr;
   }
 
-  SystemClock clock_;
-  test::TempDir dir_;
-  FreePortsAgent agent_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  std::string agent_address_;
   int64_t grace_s_ = 0;
-  std::unique_ptr<coordinator::CoordinatorServer> server_;
-  std::unique_ptr<rendezvous::CoordinatorClient> client_;
   v1::GetStatusResponse status_;
   std::string notice_;  // The last notice NoticeArrives() heard.
 };

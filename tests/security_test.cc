@@ -3,7 +3,6 @@
 // API, with operator (admin) tokens; clients are the real CoordinatorClient
 // and KvClient presenting their secrets as gRPC metadata.
 #include <chrono>
-#include <fstream>
 #include <future>
 #include <string>
 #include <thread>
@@ -25,9 +24,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
-#include "testing/loopback_server.h"
-#include "testing/scheduler_fixtures.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -35,24 +32,16 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-class FreePortAgent final : public v1::Agent::Service {
-  grpc::Status CheckPort(grpc::ServerContext* context,
-                         const v1::CheckPortRequest* request,
-                         v1::CheckPortResponse* response) override {
-    response->set_free(true);
-    return grpc::Status::OK;
-  }
-};
-
 std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
 }
 
 constexpr char kAdminToken[] = "admin-secret-for-tests";
 
-class SecurityTest : public ::testing::Test {
+class SecurityTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
     absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
         gitlab::FakeGitLabApi::Start({});
     ASSERT_TRUE(gitlab.ok()) << gitlab.status();
@@ -65,59 +54,23 @@ class SecurityTest : public ::testing::Test {
     AddJob(202, "tok-b2", "train 2/2", 5, 78);
     AddJob(301, "tok-c1", "train 1/2", 6, 77);
 
-    gdt::test::LoopbackServer loopback = gdt::test::ServeOnLoopback(&agent_);
-    ASSERT_NE(loopback.server, nullptr);
-    agent_server_ = std::move(loopback.server);
-    agent_address_ = loopback.address;
-
-    const std::string admin_file = temp_.path() + "/admin.token";
-    std::ofstream(admin_file) << kAdminToken << "\n";
-    config_.listen_address = "127.0.0.1:0";
-    config_.state_path = temp_.path() + "/coord.db";
+    SetAdminToken(kAdminToken);
     config_.gitlab_url = gitlab_->url();
     // What the jobs' CI_SERVER_URL says (the fake listens elsewhere).
     config_.gitlab_instance_url = "https://gitlab.example.com";
     config_.gitlab_timeout = 5s;
-    config_.admin_token_file = admin_file;
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config_, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
     admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
-    v1::HostSpec host;
-    host.set_name("cpu-01");
-    host.set_address("127.0.0.1");
-    host.set_agent_endpoint(agent_address_);
-    host.set_cpu_slots(8);
-    ASSERT_TRUE(admin_->RegisterHost(host, 5s).ok());
-  }
-
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    if (agent_server_ != nullptr) {
-      agent_server_->Shutdown(std::chrono::system_clock::now() + 2s);
-    }
+    ASSERT_TRUE(admin_->RegisterHost(Host("cpu-01"), 5s).ok());
   }
 
   // Restarts the coordinator on the same state with `config_`.
   void Restart() {
-    server_->Shutdown();
-    server_.reset();
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config_, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+    ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
     admin_ = ClientWith("authorization", std::string("Bearer ") + kAdminToken);
   }
 
-  v1::HostSpec Host(const std::string& name) {
-    v1::HostSpec host;
-    host.set_name(name);
-    host.set_address("127.0.0.1");
-    host.set_agent_endpoint(agent_address_);
-    host.set_cpu_slots(8);
-    return host;
-  }
+  v1::HostSpec Host(const std::string& name) { return LoopbackHost(name, 8); }
 
   void AddJob(int64_t id, const std::string& token, const std::string& name,
               int64_t project, int64_t pipeline) {
@@ -128,14 +81,6 @@ class SecurityTest : public ::testing::Test {
     job.project_id = project;
     job.pipeline_id = pipeline;
     gitlab_->AddJob(job);
-  }
-
-  std::unique_ptr<rendezvous::CoordinatorClient> ClientWith(
-      const std::string& key, const std::string& value) {
-    auto client = std::make_unique<rendezvous::CoordinatorClient>(
-        server_->bound_address());
-    if (!key.empty()) client->AddMetadata(key, value);
-    return client;
   }
 
   // What the executor of job `job_id` (member `index` of a gang of 2 of
@@ -178,14 +123,7 @@ class SecurityTest : public ::testing::Test {
     return {*one, *second};
   }
 
-  test::TempDir temp_;
-  SystemClock clock_;
   std::unique_ptr<gitlab::FakeGitLabApi> gitlab_;
-  FreePortAgent agent_;
-  std::unique_ptr<grpc::Server> agent_server_;
-  std::string agent_address_;
-  Config config_;
-  std::unique_ptr<CoordinatorServer> server_;
   std::unique_ptr<rendezvous::CoordinatorClient> admin_;
 };
 
@@ -608,13 +546,8 @@ TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {
 }
 
 TEST_F(SecurityTest, StatusCanBeClosedToClientsWithoutTheToken) {
-  server_->Shutdown();
-  server_.reset();
   config_.status_without_token = "nobody";
-  absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-      CoordinatorServer::Start(config_, clock_);
-  ASSERT_TRUE(server.ok()) << server.status();
-  server_ = std::move(*server);
+  ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
   absl::StatusOr<v1::GetStatusResponse> refused =
       ClientWith("", "")->GetStatus(v1::GetStatusRequest(), 5s);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kUnauthenticated);

@@ -11,7 +11,6 @@
 #include <memory>
 #include <optional>
 
-#include "common/clock.h"
 #include "common/tls_config.h"
 #include "coordinator/server.h"
 #include "gmock/gmock.h"
@@ -20,8 +19,7 @@
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
 #include "rendezvous/metadata.h"
-#include "testing/scheduler_fixtures.h"
-#include "testing/temp_dir.h"
+#include "testing/coordinator_fixture.h"
 #include "testing/test_certs.h"
 
 namespace gdt::coordinator {
@@ -30,34 +28,26 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-class TlsTest : public ::testing::Test {
+class TlsTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
     absl::StatusOr<gdt::test::TestCerts> certs =
         gdt::test::MakeTestCerts(temp_.path());
     ASSERT_TRUE(certs.ok()) << certs.status();
     certs_ = *certs;
   }
 
-  void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-  }
-
-  void StartCoordinator(bool require_client_cert,
-                        std::optional<bool> agent_cert_must_match_host = {}) {
-    Config config;
-    config.listen_address = "127.0.0.1:0";
-    config.state_path = temp_.path() + "/coord.db";
-    config.tls.enabled = true;
-    config.tls.ca_file = certs_.ca_file;
-    config.tls.cert_file = certs_.cert_file;
-    config.tls.key_file = certs_.key_file;
-    config.tls.require_client_cert = require_client_cert;
-    config.tls.agent_cert_must_match_host = agent_cert_must_match_host;
-    absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
-        CoordinatorServer::Start(config, clock_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
+  // (Re)starts the coordinator serving TLS only with certs_.
+  void StartWithTls(bool require_client_cert,
+                    std::optional<bool> agent_cert_must_match_host = {}) {
+    config_.tls.enabled = true;
+    config_.tls.ca_file = certs_.ca_file;
+    config_.tls.cert_file = certs_.cert_file;
+    config_.tls.key_file = certs_.key_file;
+    config_.tls.require_client_cert = require_client_cert;
+    config_.tls.agent_cert_must_match_host = agent_cert_must_match_host;
+    ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
   }
 
   // `cert`: the client certificate to present (certs_'s own by default).
@@ -83,19 +73,16 @@ class TlsTest : public ::testing::Test {
     return client.GetStatus(v1::GetStatusRequest(), 5s).status();
   }
 
-  test::TempDir temp_;
-  SystemClock clock_;
   gdt::test::TestCerts certs_;
-  std::unique_ptr<CoordinatorServer> server_;
 };
 
 TEST_F(TlsTest, ClientWithTheRightCaIsServed) {
-  StartCoordinator(false);
+  StartWithTls(false);
   EXPECT_TRUE(Status(Client(certs_.ca_file, false)).ok());
 }
 
 TEST_F(TlsTest, PlaintextClientIsRefusedByTlsOnlyCoordinator) {
-  StartCoordinator(false);
+  StartWithTls(false);
   const auto start = std::chrono::steady_clock::now();
   const absl::Status status = Status(rendezvous::ClientSecurity());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
@@ -106,7 +93,7 @@ TEST_F(TlsTest, PlaintextClientIsRefusedByTlsOnlyCoordinator) {
 }
 
 TEST_F(TlsTest, WrongCaIsRefusedWithOneClearLine) {
-  StartCoordinator(false);
+  StartWithTls(false);
   const absl::Status status = Status(Client(certs_.other_ca_file, false));
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(status.message(),
@@ -117,7 +104,7 @@ TEST_F(TlsTest, WrongCaIsRefusedWithOneClearLine) {
 }
 
 TEST_F(TlsTest, MutualTlsRefusesClientWithoutCertificate) {
-  StartCoordinator(true);
+  StartWithTls(true);
   const absl::Status without = Status(Client(certs_.ca_file, false));
   EXPECT_EQ(without.code(), absl::StatusCode::kUnavailable) << without;
   EXPECT_THAT(without.message(),
@@ -135,7 +122,7 @@ TEST_F(TlsTest, HostCallsNeedACertificateNamingTheHost) {
   absl::StatusOr<gdt::test::TestCerts> gpu01 =
       gdt::test::MakeHostCert(certs_, temp_.path(), "gpu-01");
   ASSERT_TRUE(gpu01.ok()) << gpu01.status();
-  StartCoordinator(true);
+  StartWithTls(true);
   rendezvous::CoordinatorClient own(server_->bound_address(),
                                     Client(certs_.ca_file, true, &*gpu01));
   EXPECT_TRUE(own.Heartbeat("gpu-01", 5s).ok());
@@ -153,9 +140,7 @@ TEST_F(TlsTest, HostCallsNeedACertificateNamingTheHost) {
   // A status reader's certificate need not name anything.
   EXPECT_TRUE(Status(Client(certs_.ca_file, true)).ok());
 
-  server_->Shutdown();
-  server_.reset();
-  StartCoordinator(true, /*agent_cert_must_match_host=*/false);
+  StartWithTls(true, /*agent_cert_must_match_host=*/false);
   rendezvous::CoordinatorClient shared_off(server_->bound_address(),
                                            Client(certs_.ca_file, true));
   EXPECT_TRUE(shared_off.Heartbeat("gpu-01", 5s).ok());
@@ -171,7 +156,7 @@ TEST_F(TlsTest, AHostTokenNeedsTheCertificateOfItsHost) {
   absl::StatusOr<gdt::test::TestCerts> gpu02 =
       gdt::test::MakeHostCert(certs_, temp_.path(), "gpu-02");
   ASSERT_TRUE(gpu02.ok()) << gpu02.status();
-  StartCoordinator(true);
+  StartWithTls(true);
   rendezvous::CoordinatorClient operator_client(server_->bound_address(),
                                                 Client(certs_.ca_file, true));
   absl::StatusOr<std::string> token =
@@ -202,7 +187,7 @@ TEST_F(TlsTest, AHostTokenNeedsTheCertificateOfItsHost) {
 }
 
 TEST_F(TlsTest, KvClientTalksTls) {
-  StartCoordinator(false);
+  StartWithTls(false);
   rendezvous::KvTarget target{server_->bound_address(), "no-such-gang", 1,
                               "token", Client(certs_.ca_file, false)};
   rendezvous::KvClient kv(target);
