@@ -132,7 +132,7 @@ void CoordinatorMetrics::JoinRefused(std::string_view limit) {
 }
 
 void CoordinatorMetrics::DeadlinesExtended(std::string_view reason,
-                                          size_t /*hosts*/) {
+                                           size_t /*hosts*/) {
   registry_.Increment("gdt_host_deadlines_extended_total",
                       {{"reason", std::string(reason)}});
 }

@@ -214,8 +214,8 @@ void Scheduler::CheckHearing() {
   quiet_spell_bridged_ = true;
   spdlog::warn(
       "event=liveness_deaf reason=quiet silent_ms={} hosts={} action={}",
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-          now - *last_heard_any_)
+      std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                            *last_heard_any_)
           .count(),
       were_up.size(),
       LogValue("no heartbeat from any host came in, although several were "
