@@ -70,6 +70,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
       "gdt_joins_refused_total",
       "Joins refused by a per-project bound, by limit "
       "(forming_gangs_per_pipeline, forming_gangs_per_project, instance).");
+  registry_.DeclareCounter(
+      "gdt_host_deadlines_extended_total",
+      "Times the coordinator could not hear its hosts and extended their "
+      "heartbeat deadlines instead of declaring them down, by reason "
+      "(stalled: its own passes stopped; quiet: no host was heard).");
   registry_.Touch("gdt_gangs_admitted_total");
   registry_.Touch("gdt_deadlock_bounces_total");
   registry_.Touch("gdt_preemptions_total");
@@ -124,6 +129,12 @@ void CoordinatorMetrics::Preempted(const std::string& gang_id,
 void CoordinatorMetrics::JoinRefused(std::string_view limit) {
   registry_.Increment("gdt_joins_refused_total",
                       {{"limit", std::string(limit)}});
+}
+
+void CoordinatorMetrics::DeadlinesExtended(std::string_view reason,
+                                           size_t /*hosts*/) {
+  registry_.Increment("gdt_host_deadlines_extended_total",
+                      {{"reason", std::string(reason)}});
 }
 
 void CoordinatorMetrics::RpcFinished(std::string_view method,

@@ -33,6 +33,7 @@ class CoordinatorMetrics final : public Observer {
   void DeadlockBounce(const std::string& gang_id) override;
   void Preempted(const std::string& gang_id, double lost_gpu_hours) override;
   void JoinRefused(std::string_view limit) override;
+  void DeadlinesExtended(std::string_view reason, size_t hosts) override;
   void RpcFinished(std::string_view method, std::string_view code,
                    double seconds) override;
 

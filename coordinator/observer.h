@@ -3,6 +3,7 @@
 #ifndef GDT_COORDINATOR_OBSERVER_H_
 #define GDT_COORDINATOR_OBSERVER_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,6 +35,10 @@ class Observer {
   // `limit` is "forming_gangs_per_pipeline", "forming_gangs_per_project" or
   // "instance" (a GitLab instance the coordinator does not trust).
   virtual void JoinRefused(std::string_view limit) {}
+  // The coordinator could not hear its hosts (`reason`: "stalled" or
+  // "quiet", see Scheduler::CheckHearing) and extended `hosts` hosts'
+  // heartbeat deadlines instead of declaring them down.
+  virtual void DeadlinesExtended(std::string_view reason, size_t hosts) {}
   // An RPC finished with `code` (e.g. "OK", "NOT_FOUND") after `seconds`.
   virtual void RpcFinished(std::string_view method, std::string_view code,
                            double seconds) {}

@@ -205,6 +205,8 @@ absl::Status Scheduler::RegisterHost(const state::HostSpec& spec) {
   host.last_heartbeat = clock_.Now();
   host.last_heartbeat_unix_ms = clock_.UnixMillis();
   GDT_RETURN_IF_ERROR(store_.SaveHost(host));
+  last_heard_any_ = host.last_heartbeat;
+  quiet_spell_bridged_ = false;
   hosts_[spec.name] = std::move(host);
   Pass();
   return absl::OkStatus();
@@ -216,6 +218,8 @@ bool Scheduler::Heartbeat(const std::string& host_name, bool* was_down) {
   *was_down = StateOf(it->second) == state::HostState::kDown;
   it->second.last_heartbeat = clock_.Now();
   it->second.last_heartbeat_unix_ms = clock_.UnixMillis();
+  last_heard_any_ = it->second.last_heartbeat;
+  quiet_spell_bridged_ = false;
   return true;
 }
 

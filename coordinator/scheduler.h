@@ -285,6 +285,21 @@ class Scheduler {
   // tried again on the next call.
   std::vector<std::string> FailGangsOnLostHosts();
 
+  // A host is declared down only when it stopped talking, not when this
+  // coordinator stopped listening. Called by FailGangsOnLostHosts() (each
+  // pass of the scheduler loop); extends hosts' heartbeat deadlines instead
+  // of letting them lapse when
+  //  - the passes themselves stalled for host_down_after / 2 or more (the
+  //    process was paused, starved of CPU or the lock was held): every
+  //    host's deadline moves by the stall;
+  //  - no heartbeat from any host arrived for host_down_after / 2 or more
+  //    while two or more hosts were up when the last one came: every host
+  //    that was up gets one more full window, once per such quiet spell (a
+  //    whole cluster that really went dark is declared down after it).
+  // Each extension logs one warning and is reported to the observer as
+  // DeadlinesExtended("stalled" or "quiet").
+  void CheckHearing();
+
   // A failed gang (or archived epoch) keeps its leases until every member
   // has left; a member whose runner never calls cleanup (its host is gone)
   // would hold them forever. Once a failed gang has held leases for
@@ -578,6 +593,11 @@ class Scheduler {
   std::vector<state::MemberEvent> events_;
   std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();
+  // CheckHearing(): when it last ran and when any heartbeat last came (both
+  // unset until the first); whether the current quiet spell was bridged.
+  std::optional<Clock::TimePoint> last_hearing_check_;
+  std::optional<Clock::TimePoint> last_heard_any_;
+  bool quiet_spell_bridged_ = false;
   // RefuseMember(): by gang key, the refused member and job and the
   // root-cause line; `refusal_order_` keeps them bounded, oldest first.
   struct Refusal {

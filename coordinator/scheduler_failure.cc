@@ -171,7 +171,61 @@ absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
       "hung", /*collect_evidence=*/true);
 }
 
+void Scheduler::CheckHearing() {
+  const Clock::TimePoint now = clock_.Now();
+  const std::chrono::milliseconds half =
+      std::chrono::milliseconds(options_.host_down_after) / 2;
+  const std::optional<Clock::TimePoint> previous = last_hearing_check_;
+  last_hearing_check_ = now;
+  if (previous.has_value() && now - *previous >= half) {
+    // Heartbeats that came during the stall may still wait unread: the
+    // hosts lose none of their window to it.
+    const Clock::TimePoint::duration stall = now - *previous;
+    for (auto& [name, host] : hosts_) {
+      host.last_heartbeat = std::min(now, host.last_heartbeat + stall);
+    }
+    spdlog::warn(
+        "event=liveness_deaf reason=stalled stall_ms={} hosts={} action={}",
+        std::chrono::duration_cast<std::chrono::milliseconds>(stall).count(),
+        hosts_.size(),
+        LogValue("the coordinator's own passes stopped, so it could not "
+                 "hear heartbeats: every host's deadline is extended by the "
+                 "stall instead of declaring hosts down"));
+    observer_->DeadlinesExtended("stalled", hosts_.size());
+    return;
+  }
+  if (!last_heard_any_.has_value() || quiet_spell_bridged_ ||
+      now - *last_heard_any_ < half) {
+    return;
+  }
+  // Hosts that were up when the last heartbeat came: if two or more of them
+  // fell silent together, the silence is more likely this coordinator's.
+  std::vector<state::Host*> were_up;
+  bool any_overdue = false;
+  for (auto& [name, host] : hosts_) {
+    if (*last_heard_any_ - host.last_heartbeat > options_.host_down_after) {
+      continue;
+    }
+    were_up.push_back(&host);
+    if (StateOf(host) == state::HostState::kDown) any_overdue = true;
+  }
+  if (were_up.size() < 2 || !any_overdue) return;
+  for (state::Host* host : were_up) host->last_heartbeat = now;
+  quiet_spell_bridged_ = true;
+  spdlog::warn(
+      "event=liveness_deaf reason=quiet silent_ms={} hosts={} action={}",
+      std::chrono::duration_cast<std::chrono::milliseconds>(now -
+                                                            *last_heard_any_)
+          .count(),
+      were_up.size(),
+      LogValue("no heartbeat from any host came in, although several were "
+               "up: their deadlines are extended by one window instead of "
+               "declaring them all down"));
+  observer_->DeadlinesExtended("quiet", were_up.size());
+}
+
 std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
+  CheckHearing();
   std::vector<std::string> failed;
   for (auto& [id, gang] : gangs_) {
     if (gang.state != state::GangState::kRunning || AllReportedZero(gang))

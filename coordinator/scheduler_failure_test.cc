@@ -3,7 +3,10 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
 #include "gmock/gmock.h"
@@ -18,6 +21,7 @@ using test::CpuHost;
 using test::Joining;
 using test::TrainKey;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 class SchedulerFailureTest : public ::testing::Test {
@@ -79,9 +83,15 @@ TEST_F(SchedulerFailureTest, HostThatMissesHeartbeatsFailsItsRunningGang) {
   scheduler_->TakeEvents();
   EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
 
-  clock_.Advance(11s);
-  bool was_down = false;
-  ASSERT_TRUE(scheduler_->Heartbeat("cpu-01", &was_down));
+  // cpu-01 keeps talking and the passes run every second: the coordinator
+  // hears, so cpu-02's silence is cpu-02's.
+  for (int second = 1; second <= 10; ++second) {
+    clock_.Advance(1s);
+    bool was_down = false;
+    ASSERT_TRUE(scheduler_->Heartbeat("cpu-01", &was_down));
+    EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
+  }
+  clock_.Advance(1s);
 
   EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), ElementsAre(gang));
   const std::string reason =
@@ -102,6 +112,90 @@ TEST_F(SchedulerFailureTest, HostThatMissesHeartbeatsFailsItsRunningGang) {
   EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 143).ok());
   EXPECT_EQ(OnlyGang().reason, reason);
+}
+
+// The passes run every second; `seconds` of them with `talking` hosts
+// heartbeating before each.
+void PassSeconds(Scheduler& scheduler, FakeClock& clock, int seconds,
+                 const std::vector<std::string>& talking) {
+  for (int second = 0; second < seconds; ++second) {
+    clock.Advance(1s);
+    for (const std::string& host : talking) {
+      bool was_down = false;
+      EXPECT_TRUE(scheduler.Heartbeat(host, &was_down)) << host;
+    }
+    scheduler.FailGangsOnLostHosts();
+  }
+}
+
+// Counts what the scheduler reports through the observer.
+class ExtensionCounter : public Observer {
+ public:
+  void DeadlinesExtended(std::string_view reason, size_t hosts) override {
+    extensions.push_back(
+        absl::StrCat(std::string(reason), ":", static_cast<uint64_t>(hosts)));
+  }
+  std::vector<std::string> extensions;
+};
+
+TEST_F(SchedulerFailureTest,
+       StalledCoordinatorExtendsDeadlinesInsteadOfFailing) {
+  ExtensionCounter observer;
+  scheduler_->SetObserver(observer);
+  const std::string gang = AdmitTwoHostGang();
+  PassSeconds(*scheduler_, clock_, 3, {"cpu-01", "cpu-02"});
+
+  // The coordinator's own loop stops for 30 s (paused, starved): nobody's
+  // heartbeats were read, so nobody is declared down.
+  clock_.Advance(30s);
+  EXPECT_THAT(scheduler_->FailGangsOnLostHosts(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(1).state,
+            state::HostState::kUp);
+  EXPECT_THAT(observer.extensions, ElementsAre("stalled:2"));
+
+  // Afterwards a host that really stops talking is declared down on time.
+  PassSeconds(*scheduler_, clock_, 10, {"cpu-01"});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  PassSeconds(*scheduler_, clock_, 1, {"cpu-01"});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(OnlyGang().reason, HasSubstr("host cpu-02 missed heartbeats"));
+  EXPECT_THAT(observer.extensions, ElementsAre("stalled:2"));
+}
+
+TEST_F(SchedulerFailureTest, DeafCoordinatorGivesSilentHostsOneMoreWindow) {
+  ExtensionCounter observer;
+  scheduler_->SetObserver(observer);
+  const std::string gang = AdmitTwoHostGang();
+  PassSeconds(*scheduler_, clock_, 3, {"cpu-01", "cpu-02"});
+
+  // No heartbeat from either host comes in for 11 s while the passes run
+  // (their calls wait behind a flood): one extension, one warning.
+  PassSeconds(*scheduler_, clock_, 11, {});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  EXPECT_THAT(observer.extensions, ElementsAre("quiet:2"));
+  // The flood ends, both hosts are heard again: nothing was lost.
+  PassSeconds(*scheduler_, clock_, 20, {"cpu-01", "cpu-02"});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  EXPECT_THAT(observer.extensions, ElementsAre("quiet:2"));
+
+  // A cluster that really went dark is declared down after the extra window.
+  PassSeconds(*scheduler_, clock_, 19, {});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  PassSeconds(*scheduler_, clock_, 3, {});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(observer.extensions, ElementsAre("quiet:2", "quiet:2"));
+}
+
+TEST_F(SchedulerFailureTest, LoneSilentHostIsDeclaredDownWithoutExtension) {
+  ExtensionCounter observer;
+  scheduler_->SetObserver(observer);
+  const std::string gang = AdmitTwoHostGang();
+  PassSeconds(*scheduler_, clock_, 3, {"cpu-01", "cpu-02"});
+  // Only cpu-02 falls silent while cpu-01 is heard: no excuse.
+  PassSeconds(*scheduler_, clock_, 11, {"cpu-01"});
+  EXPECT_EQ(OnlyGang().state, state::GangState::kFailed);
+  EXPECT_THAT(observer.extensions, IsEmpty());
 }
 
 TEST_F(SchedulerFailureTest, LostHostDoesNotFailAGangThatSucceeded) {
