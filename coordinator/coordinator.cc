@@ -14,8 +14,6 @@
 namespace gdt::coordinator {
 namespace {
 
-// Ports asked about per gang and pass, so one busy host cannot stall a pass.
-constexpr size_t kMaxPortChecks = 32;
 constexpr std::chrono::seconds kTick{1};
 constexpr char kMemberTokenKeyName[] = "member_token_key";
 // A member token lives for its job's timeout (this long when the job named
@@ -101,6 +99,7 @@ void Coordinator::Wake() {
 }
 
 void Coordinator::Loop() {
+  std::chrono::steady_clock::time_point last_checks;
   while (true) {
     {
       MutexLock lock(mu_);
@@ -111,7 +110,13 @@ void Coordinator::Loop() {
       if (stop_) return;
       wake_ = false;
     }
-    RunAdmissionPass();
+    // The time-based checks walk every member of every running gang; their
+    // bounds are seconds to minutes, so once a tick is enough, whatever the
+    // rate of joins and leaves that wake the passes in between.
+    const auto now = std::chrono::steady_clock::now();
+    const bool checks_due = now - last_checks >= kTick;
+    if (checks_due) last_checks = now;
+    RunAdmissionPass(checks_due);
   }
 }
 
@@ -159,6 +164,7 @@ absl::Status Coordinator::LoadKvTokensLocked() {
     kv_->OpenGang(token.gang_id, token.epoch, token.token);
     kv_tokens_[token.gang_id] = std::move(token);
   }
+  kv_end_changes_seen_.reset();  // Look at every loaded gang.
   EndFinishedKvGangsLocked();
   return absl::OkStatus();
 }
@@ -187,6 +193,13 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
 }
 
 void Coordinator::EndFinishedKvGangsLocked() {
+  // A gang ends only through a change the scheduler counts: without one
+  // since the last look, no store can have ended (this runs after every
+  // call, and a walk over a failed gang's members on each of its N leaves
+  // made a large gang's end cost O(N^2)).
+  const uint64_t changes = scheduler_->EndChanges();
+  if (kv_end_changes_seen_ == changes) return;
+  kv_end_changes_seen_ = changes;
   for (auto it = kv_tokens_.begin(); it != kv_tokens_.end();) {
     const state::Gang* gang = scheduler_->FindGang(it->first);
     bool ended = gang == nullptr;
@@ -241,16 +254,18 @@ void Coordinator::Deliver(std::vector<state::MemberEvent> events) {
   if (!events.empty() && sink_) sink_(std::move(events));
 }
 
-void Coordinator::RunAdmissionPass() {
+void Coordinator::RunAdmissionPass(bool time_checks) {
   std::vector<AdmissionProposal> proposals;
   std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
-    scheduler_->FailGangsOnLostHosts();
-    scheduler_->ReleaseAbandonedMembers();
-    scheduler_->FailSuspectedGangs();
-    scheduler_->EndAbandonedFormingGangs();
-    scheduler_->ReconcileMembers();
+    if (time_checks) {
+      scheduler_->FailGangsOnLostHosts();
+      scheduler_->ReleaseAbandonedMembers();
+      scheduler_->FailSuspectedGangs();
+      scheduler_->EndAbandonedFormingGangs();
+      scheduler_->ReconcileMembers();
+    }
     scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();
     SendPreemptionNoticesLocked();
@@ -266,7 +281,7 @@ void Coordinator::RunAdmissionPass() {
     }
     size_t checked = 0;
     for (uint32_t candidate : proposal.candidate_ports) {
-      if (!note.empty() || checked++ == kMaxPortChecks) break;
+      if (!note.empty() || checked++ == kMaxCandidatePorts) break;
       absl::StatusOr<bool> free =
           port_checker_.IsPortFree(proposal.agent_endpoint, candidate);
       if (!free.ok()) {

@@ -64,8 +64,11 @@ class Coordinator {
   void Stop();
 
   // Runs one admission pass now on the calling thread: plan under the lock,
-  // ask agents about master ports without it, commit under it.
-  void RunAdmissionPass();
+  // ask agents about master ports without it, commit under it. With
+  // `time_checks` it first runs the scheduler's time-based checks (lost
+  // hosts, abandoned members and gangs, suspected failures, members no one
+  // holds); the scheduler thread asks for them once a second.
+  void RunAdmissionPass(bool time_checks = true);
 
   // The operations below mirror the RPCs; see Scheduler for their errors.
   absl::Status RegisterHost(const state::HostSpec& spec);
@@ -96,16 +99,16 @@ class Coordinator {
   absl::Status RemoveHost(const std::string& host_name);
 
   // Failure paths; see Scheduler::MemberLost and Scheduler::Cancel.
-  // Hosts that missed heartbeats fail their gangs on every admission pass
-  // (at least once a second).
+  // Hosts that missed heartbeats fail their gangs within a second (the
+  // scheduler thread's time-based checks).
   absl::Status MemberLost(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
                           const std::string& what);
   absl::StatusOr<std::string> Cancel(const std::string& gang_id,
                                      const std::string& note);
   // See Scheduler::ForceCancel and Scheduler::EndAbandonedFormingGangs
-  // (forming gangs with no present member also end on every admission pass
-  // once forming_abandoned_after has passed).
+  // (forming gangs with no present member also end, within a second, once
+  // forming_abandoned_after has passed).
   absl::StatusOr<std::string> ForceCancel(const std::string& gang_id,
                                           const std::string& note);
   std::vector<std::string> EndAbandonedFormingGangs();
@@ -199,6 +202,9 @@ class Coordinator {
   std::unique_ptr<kv::GangKv> kv_;  // Set at construction; outlives every call.
   std::map<std::string, state::KvToken> kv_tokens_
       ABSL_GUARDED_BY(mu_);  // By gang.
+  // Scheduler::EndChanges() at the last look for ended gangs; nullopt
+  // before the first.
+  std::optional<uint64_t> kv_end_changes_seen_ ABSL_GUARDED_BY(mu_);
   // Host token records by host name.
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);

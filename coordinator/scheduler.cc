@@ -94,6 +94,7 @@ absl::Status Scheduler::LoadState() {
     // A restart must not mark every host down at once: give each a full
     // heartbeat window from now.
     host.last_heartbeat = clock_.Now();
+    if (host.spec.runner_slots != 0) ++hosts_with_runner_slots_;
     hosts_[host.spec.name] = std::move(host);
   }
   for (state::Gang& gang : state->gangs) {
@@ -207,6 +208,10 @@ absl::Status Scheduler::RegisterHost(const state::HostSpec& spec) {
   GDT_RETURN_IF_ERROR(store_.SaveHost(host));
   last_heard_any_ = host.last_heartbeat;
   quiet_spell_bridged_ = false;
+  if (known != hosts_.end() && known->second.spec.runner_slots != 0) {
+    --hosts_with_runner_slots_;
+  }
+  if (spec.runner_slots != 0) ++hosts_with_runner_slots_;
   hosts_[spec.name] = std::move(host);
   Pass();
   return absl::OkStatus();
@@ -243,7 +248,8 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
   }
   std::vector<std::string> users;
   uint32_t members = 0;
-  for (const auto& [id, gang] : gangs_) {
+  for (const auto& [id, gang_ptr] : LiveGangs()) {
+    const state::Gang& gang = *gang_ptr;
     if (!HoldsLeases(gang)) continue;
     bool uses = false;
     for (const auto& [index, member] : gang.members) {
@@ -262,6 +268,7 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
                      "; drain it and remove it once they have finished"));
   }
   GDT_RETURN_IF_ERROR(store_.DeleteHost(host_name));
+  if (it->second.spec.runner_slots != 0) --hosts_with_runner_slots_;
   hosts_.erase(it);
   spdlog::info("event=host_removed host={}", LogValue(host_name));
   Pass();
@@ -285,7 +292,10 @@ absl::StatusOr<std::string> Scheduler::GangIdFor(const state::GangKey& key) {
 absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
   uint32_t in_pipeline = 0;
   uint32_t in_project = 0;
-  for (const auto& [id, gang] : gangs_) {
+  for (const std::string& id : live_ids_) {
+    auto found = gangs_.find(id);
+    if (found == gangs_.end()) continue;
+    const state::Gang& gang = found->second;
     if (gang.state != state::GangState::kForming ||
         gang.key.project_id != key.project_id ||
         gang.key.instance != key.instance) {
@@ -721,18 +731,19 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
         "member_lost"));
     member = gang.members.find(member_index);  // FailGang replaced it.
   }
+  const bool was_complete =
+      gang.state == state::GangState::kForming && Complete(gang);
   state::Member leaving = member->second;
   const uint64_t stream_id = leaving.stream_id;
   leaving.present = false;
   leaving.stream_id = 0;
   bool all_left = false;
+  uint32_t* staying = nullptr;
   if (gang.state == state::GangState::kRunning ||
       gang.state == state::GangState::kFailed) {
     leaving.left = true;
-    all_left = std::all_of(
-        gang.members.begin(), gang.members.end(), [&](const auto& entry) {
-          return entry.first == member_index || entry.second.left;
-        });
+    staying = &StayingOf(gang);
+    all_left = *staying <= 1;  // Only this member had not left.
   }
   if (all_left) {
     // The gang ends and its leases go: the whole gang is saved.
@@ -751,6 +762,7 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
     // Only this member's row changes; the leases stay as they are.
     GDT_RETURN_IF_ERROR(store_.SaveMember(gang, leaving));
     member->second = std::move(leaving);
+    if (staying != nullptr) --*staying;
     if (gang.state == state::GangState::kForming) {
       NotePresence(gang, member_index);
     }
@@ -766,7 +778,12 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
     events_.push_back(std::move(aborted));
   }
   if (gang.state == state::GangState::kDone) NotifyWatchers(gang);
-  Pass();
+  // Only a forming gang's reason changes with a leave; freed leases are
+  // offered by the next admission pass (the coordinator wakes its
+  // scheduler thread after every leave), not by a full pass per leave.
+  if (gang.state == state::GangState::kForming) {
+    RefreshForming(gang, was_complete, 0);
+  }
   return absl::OkStatus();
 }
 
@@ -874,6 +891,25 @@ WaitingGang Scheduler::WaitingGangOf(const state::Gang& gang) const {
   }
   out.run_bound_s = RunBound(timeout);
   return out;
+}
+
+uint32_t& Scheduler::StayingOf(const state::Gang& gang) {
+  auto count = [&gang] {
+    return static_cast<uint32_t>(
+        std::count_if(gang.members.begin(), gang.members.end(),
+                      [](const auto& entry) { return !entry.second.left; }));
+  };
+  auto [entry, inserted] = staying_.try_emplace(gang.id);
+  Staying& staying = entry->second;
+  if (inserted || staying.epoch != gang.epoch || staying.state != gang.state) {
+    staying = Staying{gang.epoch, gang.state, count()};
+  } else {
+#ifndef NDEBUG
+    // Every leave of a member of a gang holding leases must reach Leave().
+    assert(staying.count == count());
+#endif
+  }
+  return staying.count;
 }
 
 Scheduler::Absence& Scheduler::AbsenceOf(const state::Gang& gang,
@@ -1066,7 +1102,9 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
       const auto& leased = port_leases_[master];
       std::set<uint32_t>& taken = offered[master];
       for (uint32_t port = options_.master_port_min;
-           port <= options_.master_port_max; ++port) {
+           port <= options_.master_port_max &&
+           proposal.candidate_ports.size() < kMaxCandidatePorts;
+           ++port) {
         if (leased.count(port) == 0 && taken.count(port) == 0) {
           proposal.candidate_ports.push_back(port);
         }
@@ -1109,9 +1147,7 @@ void Scheduler::RefreshForming(state::Gang& gang, bool was_complete,
                                uint32_t joined) {
   // Placement looks at complete gangs only, and at incomplete ones only for
   // runner-slot deadlocks, which need declared runner slots.
-  const bool slots_declared = std::any_of(
-      hosts_.begin(), hosts_.end(),
-      [](const auto& entry) { return entry.second.spec.runner_slots != 0; });
+  const bool slots_declared = hosts_with_runner_slots_ != 0;
   if (was_complete || Complete(gang) || slots_declared) {
     Pass();
     return;

@@ -83,14 +83,20 @@ struct JoinRequest {
   bool preemptible = false;
 };
 
+// Master ports a proposal offers (and the coordinator asks the agent about)
+// per gang and pass, so that one busy host cannot stall a pass; listing the
+// whole range cost a lease lookup per port on every pass.
+inline constexpr size_t kMaxCandidatePorts = 32;
+
 // A gang whose members are all present and whose placement fits, ready for
 // a master-port check on rank 0's host before Admit().
 struct AdmissionProposal {
   std::string gang_id;
   std::string master_host;
-  std::string agent_endpoint;             // Of the master host.
-  std::vector<uint32_t> candidate_ports;  // Unleased ports there, ascending.
-  std::vector<PlannedMember> members;     // By node rank; Admit() commits it.
+  std::string agent_endpoint;  // Of the master host.
+  // The first kMaxCandidatePorts unleased ports there, ascending.
+  std::vector<uint32_t> candidate_ports;
+  std::vector<PlannedMember> members;  // By node rank; Admit() commits it.
 };
 
 struct HostView {
@@ -230,7 +236,8 @@ class Scheduler {
 
   // Marks a member left. Idempotent; unknown gangs and members are fine.
   // When every member of a running gang has left, the gang is done and its
-  // leases are released.
+  // leases are released. Only a forming gang's own reason is refreshed;
+  // other gangs see freed leases on the next Plan().
   // Errors: Internal when the change cannot be persisted.
   absl::Status Leave(const state::GangKey& key, uint32_t member_index,
                      int64_t job_id);
@@ -253,6 +260,11 @@ class Scheduler {
 
   // Returns and clears the queued member events.
   std::vector<state::MemberEvent> TakeEvents();
+
+  // Grows whenever a gang may have ended for good (failed, or every member
+  // left and its leases went, or it started an epoch), so that a caller
+  // that tracks ended gangs needs to look again only when it changed.
+  uint64_t EndChanges() const { return end_changes_; }
 
   Snapshot GetSnapshot(bool include_finished) const;
 
@@ -463,6 +475,10 @@ class Scheduler {
   // (see ReconcileMembers); `watched` are the job ids with a watch stream.
   bool MemberHeld(const std::string& base_id, const state::Member& member,
                   const std::set<int64_t>& watched) const;
+  // The gangs of live_ids_ in id order, for the walks that look at forming
+  // gangs or gangs holding leases only: O(live gangs), not O(history). The
+  // ids are copied first, so the walk may fail gangs and start epochs.
+  std::vector<std::pair<std::string, state::Gang*>> LiveGangs();
   // Frees the GPU, slot and port leases of `gang` (every member has left).
   void ReleaseLeases(const state::Gang& gang);
 
@@ -519,6 +535,11 @@ class Scheduler {
   void NotePresence(const state::Gang& gang, uint32_t index);
   // Every member of forming `gang` holds a JoinGang stream. O(log N).
   bool Complete(const state::Gang& gang) const;
+  // How many members of `gang` (running or failed) have not left: counted
+  // once per epoch and state (O(N)), then kept by Leave(), so that finding
+  // a large gang's last leave costs O(1) and not a walk per leave (N leaves
+  // cost O(N^2)). Debug builds check it against a recount.
+  uint32_t& StayingOf(const state::Gang& gang);
   // `blocked` is null for a gang that is missing members or being placed.
   std::string WaitingReason(const state::Gang& gang,
                             const BlockedGang* blocked) const;
@@ -561,12 +582,23 @@ class Scheduler {
   state::StateStore& store_;
   const SchedulerOptions options_;
   std::map<std::string, state::Host> hosts_;  // By name.
+  // How many of hosts_ declare runner slots, so that a join knows in O(1)
+  // whether incomplete gangs take part in placement.
+  size_t hosts_with_runner_slots_ = 0;
   std::map<std::string, state::Gang> gangs_;  // By id.
   // Ids of the gangs that may be forming or hold leases: every such gang is
   // here (added when a gang is created, loaded or starts an epoch), others
   // are dropped by the next Pass(). gangs_ keeps every gang ever held, so
   // passes and usage walk this set to cost O(live gangs), not O(history).
   std::set<std::string> live_ids_;
+  // By gang id, for gangs holding leases (see StayingOf); dropped when the
+  // leases go.
+  struct Staying {
+    uint32_t epoch = 0;
+    state::GangState state = state::GangState::kForming;
+    uint32_t count = 0;
+  };
+  std::map<std::string, Staying> staying_;
   // By gang id, for forming gangs (see Absence); dropped by Pass() once a
   // gang stops forming, and recounted when its epoch changes. Filled on
   // first use, also from const methods.
@@ -577,6 +609,7 @@ class Scheduler {
   // Peer lists of running gangs, by gang id (see PeerListOf).
   std::map<std::string, std::shared_ptr<const state::PeerList>> peer_lists_;
   int64_t next_sequence_ = 1;
+  uint64_t end_changes_ = 0;                  // See EndChanges().
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Open watch streams (until Unwatch) -> the watching member's job id.
   std::map<uint64_t, int64_t> watch_jobs_;

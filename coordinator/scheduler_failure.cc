@@ -65,6 +65,7 @@ absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
+  ++end_changes_;
   spdlog::warn("event=gang_failed gang={} reason={}", LogValue(gang.id),
                LogValue(gang.reason));
   observer_->Failure(failure_class);
@@ -227,7 +228,8 @@ void Scheduler::CheckHearing() {
 std::vector<std::string> Scheduler::FailGangsOnLostHosts() {
   CheckHearing();
   std::vector<std::string> failed;
-  for (auto& [id, gang] : gangs_) {
+  for (auto& [id, gang_ptr] : LiveGangs()) {
+    state::Gang& gang = *gang_ptr;
     if (gang.state != state::GangState::kRunning || AllReportedZero(gang))
       continue;
     const state::Member* lost = nullptr;
@@ -345,6 +347,7 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
       LogValue(gang.id), next.epoch, gang.epoch, LogValue(archived.id));
   live_ids_.insert(archived.id);
   live_ids_.insert(gang.id);
+  ++end_changes_;
   gangs_[archived.id] = std::move(archived);
   gang = std::move(next);
   return absl::OkStatus();
@@ -369,7 +372,19 @@ state::Gang* Scheduler::GangOfJob(const state::GangKey& key,
   return nullptr;
 }
 
+std::vector<std::pair<std::string, state::Gang*>> Scheduler::LiveGangs() {
+  std::vector<std::pair<std::string, state::Gang*>> live;
+  live.reserve(live_ids_.size());
+  for (const std::string& id : live_ids_) {
+    auto found = gangs_.find(id);
+    if (found != gangs_.end()) live.emplace_back(id, &found->second);
+  }
+  return live;
+}
+
 void Scheduler::ReleaseLeases(const state::Gang& gang) {
+  ++end_changes_;
+  staying_.erase(gang.id);
   for (const auto& [index, member] : gang.members) {
     auto& host_gpus = gpu_leases_[member.host_name];
     for (uint32_t gpu : member.gpu_indices) host_gpus.erase(gpu);
@@ -382,7 +397,8 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
   std::vector<std::string> released;
   const Clock::TimePoint now = clock_.Now();
   std::map<std::string, Clock::TimePoint> still_holding;
-  for (auto& [id, gang] : gangs_) {
+  for (auto& [id, gang_ptr] : LiveGangs()) {
+    state::Gang& gang = *gang_ptr;
     const bool holding =
         gang.state == state::GangState::kFailed &&
         std::any_of(gang.members.begin(), gang.members.end(),
@@ -427,7 +443,8 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
 std::vector<std::string> Scheduler::FailSuspectedGangs() {
   std::vector<std::string> failed;
   const Clock::TimePoint now = clock_.Now();
-  for (auto& [id, gang] : gangs_) {
+  for (auto& [id, gang_ptr] : LiveGangs()) {
+    state::Gang& gang = *gang_ptr;
     if (gang.state != state::GangState::kRunning) continue;
     if (gang.suspect_member == 0) {
       // After a restart only the recorded exit code is left.
@@ -488,7 +505,8 @@ absl::StatusOr<std::string> Scheduler::Cancel(const std::string& gang_id,
 absl::StatusOr<std::vector<std::string>> Scheduler::CancelForming(
     int64_t project_id, int64_t pipeline_id, const std::string& note) {
   std::vector<std::string> ids;
-  for (const auto& [id, gang] : gangs_) {
+  for (const auto& [id, gang_ptr] : LiveGangs()) {
+    const state::Gang& gang = *gang_ptr;
     if (gang.state == state::GangState::kForming &&
         (project_id == 0 || gang.key.project_id == project_id) &&
         (pipeline_id == 0 || gang.key.pipeline_id == pipeline_id)) {
@@ -562,7 +580,8 @@ std::vector<std::string> Scheduler::EndAbandonedFormingGangs(bool now) {
   std::vector<std::string> ended;
   const Clock::TimePoint time = clock_.Now();
   std::map<std::string, Clock::TimePoint> still_empty;
-  for (auto& [id, gang] : gangs_) {
+  for (auto& [id, gang_ptr] : LiveGangs()) {
+    state::Gang& gang = *gang_ptr;
     if (gang.state != state::GangState::kForming) continue;
     if (std::any_of(gang.members.begin(), gang.members.end(),
                     [](const auto& entry) { return entry.second.present; })) {
@@ -620,7 +639,8 @@ std::vector<std::string> Scheduler::ReconcileMembers() {
   };
   std::vector<Gone> gone;
   std::map<std::pair<std::string, uint32_t>, Clock::TimePoint> still_absent;
-  for (const auto& [id, gang] : gangs_) {
+  for (const auto& [id, gang_ptr] : LiveGangs()) {
+    const state::Gang& gang = *gang_ptr;
     if (!HoldsLeasesNow(gang)) continue;
     const std::string base_id = id.substr(0, id.find('#'));
     for (const auto& [index, member] : gang.members) {

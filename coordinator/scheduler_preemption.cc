@@ -76,7 +76,8 @@ void Scheduler::NoteCheckpoint(const std::string& gang_id, uint32_t epoch) {
 std::vector<std::string> Scheduler::StopPreemptedGangs() {
   std::vector<std::string> stopped;
   const int64_t now_ms = clock_.UnixMillis();
-  for (auto& [id, gang] : gangs_) {
+  for (auto& [id, gang_ptr] : LiveGangs()) {
+    state::Gang& gang = *gang_ptr;
     if (gang.state != state::GangState::kRunning ||
         gang.preempt_notice_ms == 0) {
       continue;
