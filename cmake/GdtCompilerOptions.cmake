@@ -27,7 +27,18 @@ function(gdt_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   gdt_target_defaults(${ARG_NAME})
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60
-    PROPERTIES TIMEOUT ${ARG_TIMEOUT} LABELS "${ARG_LABELS}")
+    PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  # Labels are set by a script ctest reads after the discovered tests: a
+  # list of several labels does not survive gtest_discover_tests' PROPERTIES
+  # (every label after the first would be read as a property name).
+  if(ARG_LABELS)
+    set(labels_file "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}_labels.cmake")
+    file(WRITE "${labels_file}"
+      "if(DEFINED ${ARG_NAME}_TESTS)\n"
+      "  set_tests_properties(\${${ARG_NAME}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\")\n"
+      "endif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${labels_file}")
+  endif()
 endfunction()
 
 # Bakes the project version into a binary's main.cc for `--version` (only
