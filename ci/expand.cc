@@ -69,6 +69,8 @@ const std::vector<VariableRule>& InputVariables() {
       {"GDT_GPUS_PER_NODE", VariableRule::kInteger, 0, kMaxGpusPerNode},
       {"GDT_NPROC_PER_NODE", VariableRule::kInteger, 1, kMaxProcsPerNode},
       {"GDT_LAUNCHER", VariableRule::kChoice, 0, 0, &Launchers()},
+      {"GDT_NODES_MIN", VariableRule::kInteger, 1, kGitLabParallelLimit},
+      {"GDT_NODES_MAX", VariableRule::kInteger, 1, kGitLabParallelLimit},
       {"GDT_GANG_TIMEOUT", VariableRule::kInteger, 1, kMaxGangTimeoutSeconds},
       {"GDT_PRIORITY", VariableRule::kInteger, -kMaxPriority, kMaxPriority},
       {"GDT_TOPOLOGY_SAME", VariableRule::kLabel},
@@ -392,6 +394,61 @@ bool CheckSubMap(const Entry& e, const std::string& path,
   return ok;
 }
 
+// An elastic size `nodes: 2..8` (plain or quoted, spaces around `..`
+// allowed): the gang starts with any number of members from min to max.
+// Returns {min, max}, or nullopt after reporting the one thing wrong.
+std::optional<std::pair<int, int>> ReadNodeRange(const Entry& e,
+                                                 const std::string& path,
+                                                 int max_nodes,
+                                                 Reporter* report) {
+  const std::string& text = e.value.Scalar();
+  const size_t dots = text.find("..");
+  const auto number = [](std::string_view part) -> std::optional<int64_t> {
+    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+    if (part.empty() || part.size() > 6) return std::nullopt;
+    int64_t value = 0;
+    for (const char c : part) {
+      if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+      value = value * 10 + (c - '0');
+    }
+    return value;
+  };
+  const std::optional<int64_t> low =
+      number(std::string_view(text).substr(0, dots));
+  const std::optional<int64_t> high =
+      number(std::string_view(text).substr(dots + 2));
+  if (!low.has_value() || !high.has_value()) {
+    report->At(e.value, e.key,
+               absl::StrCat(path,
+                            " must be an integer or a range min..max of "
+                            "integers (e.g. 2..8), not ",
+                            Describe(e.value)));
+    return std::nullopt;
+  }
+  if (*low < 1) {
+    report->At(e.value, e.key,
+               absl::StrCat(path, " range ", *low, "..", *high,
+                            " starts below 1: a gang needs at least one "
+                            "member"));
+    return std::nullopt;
+  }
+  if (*low > *high) {
+    report->At(e.value, e.key,
+               absl::StrCat(path, " range ", *low, "..", *high,
+                            " has its minimum above its maximum"));
+    return std::nullopt;
+  }
+  if (*high > max_nodes) {
+    report->At(e.value, e.key,
+               absl::StrCat(path, " range ", *low, "..", *high, " goes up to ",
+                            *high, " but this cluster allows at most ",
+                            max_nodes, " nodes per job (--max-nodes)"));
+    return std::nullopt;
+  }
+  return std::pair<int, int>(static_cast<int>(*low), static_cast<int>(*high));
+}
+
 // Parses `parallel: {distributed: ...}` of job `job` into `spec`. Returns
 // false after reporting when anything is wrong.
 bool ParseBlock(const std::string& job, const Entry& parallel,
@@ -433,7 +490,15 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
     const std::string key =
         e.key.IsScalar() ? e.key.Scalar() : std::string("?");
     const std::string path = absl::StrCat(prefix, ":", key);
-    if (key == "nodes") {
+    if (key == "nodes" && e.value.IsScalar() &&
+        e.value.Scalar().find("..") != std::string::npos) {
+      if (std::optional<std::pair<int, int>> range =
+              ReadNodeRange(e, path, max_nodes, report)) {
+        spec->nodes_min = range->first;
+        spec->nodes = range->second;
+      }
+      have_nodes = true;
+    } else if (key == "nodes") {
       std::optional<int64_t> nodes =
           ReadInteger(e, path, 1, kGitLabParallelLimit,
                       "from 1 to 200 (GitLab's parallel limit)", report);
@@ -1508,6 +1573,8 @@ bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
         spec->procs_per_node = static_cast<int>(*integer(text));
       } else if (name == "GDT_LAUNCHER") {
         spec->launcher = *text;
+      } else if (name == "GDT_NODES_MIN" && integer(text)) {
+        spec->nodes_min = static_cast<int>(*integer(text));
       } else if (name == "GDT_PRIORITY" && integer(text)) {
         spec->priority = static_cast<int>(*integer(text));
       } else if (name == "GDT_GANG_TIMEOUT" && integer(text)) {
@@ -1641,6 +1708,14 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       return;
     }
     spec.nodes = static_cast<int>(*n);
+    if (gang && spec.nodes_min > spec.nodes) {
+      report->At(parallel.value, parallel.key,
+                 absl::StrCat(job, ": GDT_NODES_MIN is ", spec.nodes_min,
+                              " but parallel is only ", *n,
+                              "; an elastic gang's minimum must not exceed "
+                              "its members"));
+      return;
+    }
   }
   if (gang) {
     CheckGdtOwnedVariables(job, top_variables, spec.launcher, report);
@@ -1971,6 +2046,10 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
       {"GDT_GPUS_PER_NODE", std::to_string(gpus_per_node)},
       {"GDT_NPROC_PER_NODE", std::to_string(procs_per_node)},
       {"GDT_LAUNCHER", launcher}};
+  if (nodes_min > 0) {
+    v.emplace_back("GDT_NODES_MIN", std::to_string(nodes_min));
+    v.emplace_back("GDT_NODES_MAX", std::to_string(nodes));
+  }
   if (gang_timeout_seconds.has_value()) {
     v.emplace_back("GDT_GANG_TIMEOUT", std::to_string(*gang_timeout_seconds));
   }
@@ -1997,10 +2076,15 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
 
 std::string GangSpec::Describe() const {
   std::string text = absl::StrCat(
-      nodes, nodes == 1 ? " node" : " nodes", " x ", gpus_per_node,
+      nodes_min > 0 ? absl::StrCat(nodes_min, "..") : std::string(), nodes,
+      nodes == 1 && nodes_min == 0 ? " node" : " nodes", " x ", gpus_per_node,
       gpus_per_node == 1 ? " GPU" : " GPUs", ", ", procs_per_node,
       procs_per_node == 1 ? " process" : " processes", " per node (world size ",
+      nodes_min > 0
+          ? absl::StrCat(static_cast<int64_t>(nodes_min) * procs_per_node, "..")
+          : std::string(),
       static_cast<int64_t>(nodes) * procs_per_node, "), launcher ", launcher);
+  if (nodes_min > 0) absl::StrAppend(&text, ", elastic");
   if (priority.has_value()) absl::StrAppend(&text, ", priority ", *priority);
   if (!topology_same.empty()) {
     absl::StrAppend(&text, ", same ", topology_same, " (", topology_mode, ")");

@@ -34,7 +34,10 @@ struct GangSpec {
   std::string job;
   int line = 0;             // The job's key, 1-based.
   bool from_block = false;  // parallel:distributed (else parallel + GDT_*).
-  int nodes = 1;
+  int nodes = 1;            // The most members (`parallel: N`).
+  // Elastic gangs (`nodes: 2..8`): the fewest members the gang may start
+  // with; 0 for a fixed size.
+  int nodes_min = 0;
   int gpus_per_node = 0;
   int procs_per_node = 1;
   std::string launcher = "torchrun";

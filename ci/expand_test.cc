@@ -194,6 +194,48 @@ TEST(ExpandTest, PreemptibleBecomesAVariable) {
   EXPECT_THAT(expansion.text, HasSubstr("GDT_PREEMPTIBLE: \"1\""));
 }
 
+TEST(ExpandTest, AnElasticRangeMakesTheMostMembersAndCarriesTheRange) {
+  for (const std::string nodes : {"2..8", "\"2..8\"", "2 .. 8"}) {
+    SCOPED_TRACE(nodes);
+    const CiExpansion expansion =
+        ExpandCiYaml(absl::StrCat("j:\n  parallel:\n    distributed:\n"
+                                  "      nodes: ",
+                                  nodes, "\n  script: x\n"));
+    ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+    ASSERT_EQ(expansion.gangs.size(), 1u);
+    EXPECT_EQ(expansion.gangs[0].nodes, 8);
+    EXPECT_EQ(expansion.gangs[0].nodes_min, 2);
+    const YAML::Node root = YAML::Load(expansion.text);
+    EXPECT_EQ(root["j"]["parallel"].Scalar(), "8");
+    EXPECT_EQ(root["j"]["variables"]["GDT_NODES_MIN"].Scalar(), "2");
+    EXPECT_EQ(root["j"]["variables"]["GDT_NODES_MAX"].Scalar(), "8");
+    EXPECT_EQ(expansion.gangs[0].Describe(),
+              "2..8 nodes x 0 GPUs, 1 process per node (world size 2..8), "
+              "launcher torchrun, elastic");
+  }
+  // A range of one size is a fixed gang written as a range.
+  const CiExpansion one = ExpandCiYaml(
+      "j:\n  parallel:\n    distributed: {nodes: \"1..2\"}\n  script: x\n");
+  ASSERT_TRUE(one.ok()) << one.errors[0].message;
+  EXPECT_THAT(one.text, HasSubstr("parallel: 2\n"));
+  EXPECT_THAT(one.text, HasSubstr("GDT_NODES_MIN: \"1\""));
+  // The expansion lints clean: the plain form accepts the variables.
+  const CiExpansion lint = LintCiYaml(one.text);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].nodes_min, 1);
+}
+
+TEST(LintTest, APlainElasticMinimumAboveTheMembersIsOneLine) {
+  const CiExpansion lint = LintCiYaml(
+      "j:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+      "    GDT_NODES_MIN: \"3\"\n  script: x\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:2:13: j: GDT_NODES_MIN is 3 but parallel is only 2; an elastic "
+            "gang's minimum must not exceed its members");
+}
+
 TEST(ExpandTest, EmptyFileIsEmpty) {
   const CiExpansion expansion = ExpandCiYaml("");
   EXPECT_TRUE(expansion.ok());

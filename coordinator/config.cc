@@ -203,7 +203,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "host_down_after_seconds" ||
       key == "failed_gang_release_seconds" ||
       key == "forming_gang_abandon_seconds" ||
-      key == "member_gone_after_seconds" ||
+      key == "member_gone_after_seconds" || key == "elastic_wait_seconds" ||
       key == "max_forming_gangs_per_pipeline" ||
       key == "max_forming_gangs_per_project") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
@@ -229,6 +229,9 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     if (key == "forming_gang_abandon_seconds") {
       config.forming_gang_abandon = std::chrono::seconds(*number);
+    }
+    if (key == "elastic_wait_seconds") {
+      config.elastic_wait = std::chrono::seconds(*number);
     }
     return absl::OkStatus();
   }

@@ -37,6 +37,9 @@ struct Config {
   // A placed member that neither its agent (no stage) nor its executor (no
   // watch stream) holds for this long has left (docs/states.md).
   std::chrono::seconds member_gone_after{120};
+  // An elastic gang (`nodes: min..max`) missing members starts with those
+  // present (at least min, if they fit) this long after it began forming.
+  std::chrono::seconds elastic_wait{60};
   std::string log_level = "info";
   // Checkpoint-aware preemption (`preemption:` map); off by default.
   PreemptionSettings preemption;

@@ -20,6 +20,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(2));
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(10));
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(300));
+  EXPECT_EQ(config->elastic_wait, std::chrono::seconds(60));
   EXPECT_EQ(config->log_level, "info");
   EXPECT_EQ(config->advertise_endpoint, "");
   EXPECT_EQ(config->metrics_address, "");  // No metrics endpoint.
@@ -53,6 +54,7 @@ max_nodes_per_job: 16
 heartbeat_interval_seconds: 3
 host_down_after_seconds: 12
 failed_gang_release_seconds: 90
+elastic_wait_seconds: 15
 log_level: debug
 )");
 
@@ -66,6 +68,7 @@ log_level: debug
   EXPECT_EQ(config->heartbeat_interval, std::chrono::seconds(3));
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(12));
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(90));
+  EXPECT_EQ(config->elastic_wait, std::chrono::seconds(15));
   EXPECT_EQ(config->log_level, "debug");
 }
 

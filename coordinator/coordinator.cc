@@ -123,7 +123,8 @@ void Coordinator::Loop() {
 std::vector<state::MemberEvent> Coordinator::TakeEventsLocked() {
   std::vector<state::MemberEvent> events = scheduler_->TakeEvents();
   for (state::MemberEvent& event : events) {
-    if (event.kind == state::MemberEvent::Kind::kAdmitted) {
+    if (event.kind == state::MemberEvent::Kind::kAdmitted &&
+        !event.assignment.not_needed) {
       event.assignment.kv_token =
           KvTokenLocked(event.assignment.gang_id, event.assignment.epoch);
       // The member token for the placed host's agent (only hosts with a

@@ -83,6 +83,7 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   request.topology_same = proto.topology_same();
   request.topology_required = proto.topology_required();
   request.preemptible = proto.preemptible();
+  request.nodes_min = proto.nodes_min();
   return request;
 }
 
@@ -91,6 +92,11 @@ void ToProto(const state::Assignment& assignment, const std::string& endpoint,
              bool compact, v1::Assignment* proto) {
   proto->set_gang_id(assignment.gang_id);
   proto->set_epoch(assignment.epoch);
+  if (assignment.not_needed) {
+    proto->set_num_nodes(assignment.num_nodes);
+    proto->set_not_needed(true);
+    return;
+  }
   proto->set_node_rank(assignment.node_rank);
   proto->set_num_nodes(assignment.num_nodes);
   proto->set_procs_per_node(assignment.procs_per_node);
@@ -155,6 +161,7 @@ void ToProto(const state::Gang& gang, v1::GangStatus* out) {
   out->set_preemptions(gang.preemptions);
   out->set_preempted_epoch(gang.preempted_epoch);
   out->set_preempted_by(gang.preempted_by);
+  out->set_nodes_min(gang.Elastic() ? gang.nodes_min : 0);
   out->set_preempted_lost_gpu_hours(
       static_cast<double>(gang.preempted_lost_gpu_seconds) / 3600.0);
   if (gang.state == state::GangState::kRunning && gang.preempt_notice_ms != 0) {

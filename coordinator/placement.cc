@@ -37,6 +37,7 @@ policy::GangSpec SpecOf(const WaitingGang& gang) {
   spec.run_bound = std::max<int64_t>(1, gang.run_bound_s);
   spec.same_label = gang.same_label;
   spec.same_required = gang.same_required && !gang.same_label.empty();
+  spec.min_members = gang.min_members;
   return spec;
 }
 
@@ -276,12 +277,19 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   }
 
   absl::flat_hash_map<std::string_view, std::string> join_failures;
+  // The policy numbers a gang's members 1..members: a gang offered with
+  // only its present members (elastic) joins them by position, and
+  // `member_of` maps positions back to member indices.
+  absl::flat_hash_map<std::string_view, std::vector<uint32_t>> member_of;
   for (const WaitingGang* gang : joining) {
     const policy::GangSpec spec = SpecOf(*gang);
+    std::vector<uint32_t>& indices = member_of[gang->gang_id];
     for (const auto& [index, arrival] : gang->arrival_hosts) {
+      indices.push_back(index);
       const std::string& slot =
           index_of.contains(arrival) ? arrival : ElsewhereName();
-      absl::Status joined = policy.Join(spec, index, slot);
+      absl::Status joined =
+          policy.Join(spec, static_cast<uint32_t>(indices.size()), slot);
       if (!joined.ok()) {
         join_failures[gang->gang_id] = std::string(joined.message());
         break;
@@ -303,6 +311,14 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   for (const policy::Admission& admission : decisions.admitted) {
     PlannedGang planned;
     planned.gang_id = admission.gang_id;
+    const std::vector<uint32_t>& indices = member_of[admission.gang_id];
+    const auto index_at = [&indices](uint32_t position) {
+      return position >= 1 && position <= indices.size() ? indices[position - 1]
+                                                         : position;
+    };
+    for (const uint32_t position : admission.not_needed) {
+      planned.not_needed.push_back(index_at(position));
+    }
     const uint32_t holder = holders.Add(admission.gang_id);
     std::vector<policy::RankInput> ranks;
     std::map<uint32_t, PlannedMember> by_index;
@@ -310,19 +326,19 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
       const size_t h = index_of.at(member.host);
       const PlacementHost& host = hosts[h];
       PlannedMember out;
-      out.member_index = member.member_index;
+      out.member_index = index_at(member.member_index);
       out.host = member.host;
       for (const uint32_t p : member.gpus) {
         out.gpu_indices.push_back(host.gpu_indices[p]);
       }
       std::sort(out.gpu_indices.begin(), out.gpu_indices.end());
       ranks.push_back(
-          policy::RankInput{member.member_index, member.host, host.labels});
+          policy::RankInput{out.member_index, member.host, host.labels});
       std::vector<uint32_t>& on_host = holders.by_host[h];
       if (on_host.empty() || on_host.back() != holder) {
         on_host.push_back(holder);
       }
-      by_index[member.member_index] = std::move(out);
+      by_index[out.member_index] = std::move(out);
     }
     const std::vector<uint32_t> order = policy::OrderRanks(ranks);
     for (uint32_t rank = 0; rank < order.size(); ++rank) {

@@ -67,6 +67,12 @@ struct WaitingGang {
   std::map<uint32_t, std::string> arrival_hosts;  // By member index.
   std::string same_label;  // Topology requirement; empty for none.
   bool same_required = false;
+  // Elastic: when set below `members`, the gang may start with as few
+  // members (those in `arrival_hosts` with the lowest indices) when it does
+  // not fit whole; the others are then in PlannedGang::not_needed. A gang
+  // offered with fewer members than its size lists only those present in
+  // `arrival_hosts` and has `members` set to their count.
+  uint32_t min_members = 0;
 };
 
 struct PlannedMember {
@@ -79,6 +85,8 @@ struct PlannedMember {
 struct PlannedGang {
   std::string gang_id;
   std::vector<PlannedMember> members;  // By node rank; rank 0 first.
+  // Elastic gangs started smaller: the member indices left out.
+  std::vector<uint32_t> not_needed;
 };
 
 struct BlockedGang {

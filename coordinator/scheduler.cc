@@ -62,7 +62,8 @@ bool HoldsLeases(const state::Gang& gang) {
 }
 
 bool AllExitedZero(const state::Gang& gang) {
-  return gang.members.size() == gang.key.size &&
+  const uint32_t size = gang.Size();
+  return size > 0 && gang.members.size() == size &&
          std::all_of(
              gang.members.begin(), gang.members.end(),
              [](const auto& entry) { return entry.second.exit_code == 0; });
@@ -397,7 +398,10 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     // A new gang that can never run fails now, naming the limit.
     WaitingGang shape;
     shape.gang_id = key.group_name;
-    shape.members = key.size;
+    // An elastic gang must fit at its smallest.
+    shape.members = request.nodes_min != 0 && request.nodes_min < key.size
+                        ? request.nodes_min
+                        : key.size;
     shape.gpus_per_member = request.gpus_per_node;
     shape.run_bound_s = RunBound(request.job_timeout_seconds);
     shape.same_label = request.topology_same;
@@ -408,6 +412,14 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   if (found != gangs_.end()) {
     state::Gang& gang = found->second;
     GDT_RETURN_IF_ERROR(CheckNotFenced(gang, request.job_id));
+    // A member its elastic gang started without asks again (its runner
+    // retried the preparation): still not needed, whatever the gang's state.
+    if (auto left_out = gang.not_needed.find(request.member_index);
+        left_out != gang.not_needed.end() &&
+        left_out->second == request.job_id) {
+      QueueNotNeeded(gang, request.member_index, stream_id);
+      return gang.id;
+    }
     if (gang.state == state::GangState::kDone ||
         gang.state == state::GangState::kFailed) {
       // A retried job: the gang's next epoch forms (scheduler_failure.cc).
@@ -418,6 +430,15 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
       if (existing != gang.members.end() &&
           existing->second.job_id == request.job_id) {
         QueueAdmitted(gang, existing->second, stream_id);
+        return gang.id;
+      }
+      if (gang.Elastic() && existing == gang.members.end()) {
+        // It came after its elastic gang started without it.
+        state::Gang updated = gang;
+        updated.not_needed[request.member_index] = request.job_id;
+        GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+        gang.not_needed = std::move(updated.not_needed);
+        QueueNotNeeded(gang, request.member_index, stream_id);
         return gang.id;
       }
       return absl::AlreadyExistsError(absl::StrCat(
@@ -467,6 +488,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.topology_same = request.topology_same;
   member.topology_required = request.topology_required;
   member.preemptible = request.preemptible;
+  target->nodes_min = request.nodes_min < key.size ? request.nodes_min : 0;
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
@@ -685,11 +707,20 @@ void Scheduler::QueueWatchEvent(const state::Gang& gang, uint64_t watch_id) {
                                 "them exited 0");
   } else {
     event.kind = state::MemberEvent::Kind::kGangRunning;
-    event.progress.members_total = gang.key.size;
-    for (uint32_t index = 1; index <= gang.key.size; ++index) {
-      auto member = gang.members.find(index);
-      if (member == gang.members.end() || member->second.exit_code != 0) {
-        event.progress.unfinished_indices.push_back(index);
+    event.progress.members_total = gang.Size();
+    if (gang.Elastic()) {
+      // It runs with the members it has.
+      for (const auto& [index, member] : gang.members) {
+        if (member.exit_code != 0) {
+          event.progress.unfinished_indices.push_back(index);
+        }
+      }
+    } else {
+      for (uint32_t index = 1; index <= gang.key.size; ++index) {
+        auto member = gang.members.find(index);
+        if (member == gang.members.end() || member->second.exit_code != 0) {
+          event.progress.unfinished_indices.push_back(index);
+        }
       }
     }
   }
@@ -890,6 +921,7 @@ WaitingGang Scheduler::WaitingGangOf(const state::Gang& gang) const {
     first = false;
   }
   out.run_bound_s = RunBound(timeout);
+  if (gang.Elastic()) out.min_members = gang.nodes_min;
   return out;
 }
 
@@ -910,6 +942,14 @@ uint32_t& Scheduler::StayingOf(const state::Gang& gang) {
 #endif
   }
   return staying.count;
+}
+
+bool Scheduler::ElasticWaitOver(const state::Gang& gang) const {
+  return gang.Elastic() &&
+         clock_.UnixMillis() - gang.created_unix_ms >=
+             std::chrono::duration_cast<std::chrono::milliseconds>(
+                 options_.elastic_wait)
+                 .count();
 }
 
 Scheduler::Absence& Scheduler::AbsenceOf(const state::Gang& gang,
@@ -1054,8 +1094,19 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const state::Gang* gang : forming) {
+    const uint32_t present =
+        gang->key.size - static_cast<uint32_t>(AbsenceOf(*gang).missing.size());
     if (Complete(*gang)) {
       complete.push_back(WaitingGangOf(*gang));
+    } else if (present >= gang->nodes_min && ElasticWaitOver(*gang)) {
+      // Waited long enough for the rest: offered with the members present.
+      WaitingGang shape = WaitingGangOf(*gang);
+      for (const auto& [index, member] : gang->members) {
+        if (!member.present) shape.arrival_hosts.erase(index);
+      }
+      shape.members = present;
+      shape.min_members = gang->nodes_min < present ? gang->nodes_min : 0;
+      complete.push_back(std::move(shape));
     } else if (slots_declared &&
                AbsenceOf(*gang).missing.size() < gang->key.size) {
       incomplete.push_back(WaitingGangOf(*gang));
@@ -1099,6 +1150,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
       proposal.master_host = master;
       proposal.agent_endpoint = hosts_.at(master).spec.agent_endpoint;
       proposal.members = planned->second->members;
+      proposal.not_needed = planned->second->not_needed;
       const auto& leased = port_leases_[master];
       std::set<uint32_t>& taken = offered[master];
       for (uint32_t port = options_.master_port_min;
@@ -1216,7 +1268,10 @@ std::vector<AdmissionProposal> Scheduler::Plan() { return Pass(); }
 
 absl::Status Scheduler::CheckPlanned(
     const state::Gang& gang, const std::vector<PlannedMember>& planned) const {
-  if (planned.size() != gang.key.size) {
+  const bool size_fits = gang.Elastic() ? planned.size() >= gang.nodes_min &&
+                                              planned.size() <= gang.key.size
+                                        : planned.size() == gang.key.size;
+  if (!size_fits) {
     return absl::UnavailableError(
         absl::StrCat("gang ", gang.id, " has no placement for every member"));
   }
@@ -1270,10 +1325,18 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
         absl::StrCat("gang ", proposal.gang_id, " is no longer forming"));
   }
   state::Gang updated = found->second;
-  const bool all_present =
-      std::all_of(updated.members.begin(), updated.members.end(),
-                  [](const auto& entry) { return entry.second.present; });
-  if (!all_present || updated.members.size() != updated.key.size) {
+  std::set<uint32_t> planned_indices;
+  for (const PlannedMember& planned : proposal.members) {
+    planned_indices.insert(planned.member_index);
+  }
+  // An elastic gang starting smaller needs only its planned members.
+  const bool all_present = std::all_of(
+      updated.members.begin(), updated.members.end(), [&](const auto& entry) {
+        return entry.second.present ||
+               (updated.Elastic() && planned_indices.count(entry.first) == 0);
+      });
+  if (!all_present ||
+      (!updated.Elastic() && updated.members.size() != updated.key.size)) {
     return absl::FailedPreconditionError(
         absl::StrCat("gang ", updated.id, " lost a member before admission"));
   }
@@ -1306,6 +1369,18 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
   }
   updated.started_unix_s = clock_.UnixMillis() / 1000;
   updated.end_bound_unix_s = updated.started_unix_s + RunBound(timeout);
+  // An elastic gang started smaller runs without its other members: they
+  // hold nothing, and those present are told they are not needed.
+  std::vector<std::pair<uint32_t, uint64_t>> left_out;
+  for (auto it = updated.members.begin(); it != updated.members.end();) {
+    if (planned_indices.count(it->first) != 0) {
+      ++it;
+      continue;
+    }
+    updated.not_needed[it->first] = it->second.job_id;
+    left_out.emplace_back(it->first, it->second.stream_id);
+    it = updated.members.erase(it);
+  }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
 
   for (const auto& [index, member] : updated.members) {
@@ -1316,8 +1391,12 @@ absl::Status Scheduler::Admit(const AdmissionProposal& proposal,
   port_leases_[updated.master_host][port] = updated.id;
   state::Gang& gang = found->second;
   gang = std::move(updated);
-  spdlog::info("event=gang_admitted gang={} master={}:{}", LogValue(gang.id),
-               gang.master_addr, gang.master_port);
+  spdlog::info("event=gang_admitted gang={} master={}:{} members={}/{}",
+               LogValue(gang.id), gang.master_addr, gang.master_port,
+               gang.members.size(), gang.key.size);
+  for (const auto& [index, stream_id] : left_out) {
+    QueueNotNeeded(gang, index, stream_id);
+  }
   for (auto& [index, member] : gang.members) {
     const uint64_t stream_id = member.stream_id;
     member.stream_id = 0;  // The stream ends after the Admitted event.
@@ -1343,7 +1422,7 @@ state::Assignment Scheduler::BuildAssignment(const state::Gang& gang,
   assignment.gang_id = gang.id;
   assignment.epoch = gang.epoch;
   assignment.node_rank = static_cast<uint32_t>(std::max(0, member.node_rank));
-  assignment.num_nodes = gang.key.size;
+  assignment.num_nodes = gang.Size();
   assignment.procs_per_node = std::max<uint32_t>(1, member.procs_per_node);
   assignment.world_size = assignment.num_nodes * assignment.procs_per_node;
   assignment.host_name = member.host_name;
@@ -1410,6 +1489,23 @@ void Scheduler::QueueAdmitted(const state::Gang& gang, state::Member& member,
   event.gang_id = gang.id;
   event.member_index = member.index;
   event.assignment = BuildAssignment(gang, member);
+  events_.push_back(std::move(event));
+}
+
+void Scheduler::QueueNotNeeded(const state::Gang& gang, uint32_t index,
+                               uint64_t stream_id) {
+  spdlog::info("event=member_not_needed gang={} member={} size={}/{}",
+               LogValue(gang.id), index, gang.Size(), gang.key.size);
+  if (stream_id == 0) return;
+  state::MemberEvent event;
+  event.stream_id = stream_id;
+  event.kind = state::MemberEvent::Kind::kAdmitted;
+  event.gang_id = gang.id;
+  event.member_index = index;
+  event.assignment.gang_id = gang.id;
+  event.assignment.epoch = gang.epoch;
+  event.assignment.num_nodes = gang.Size();
+  event.assignment.not_needed = true;
   events_.push_back(std::move(event));
 }
 

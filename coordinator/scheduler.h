@@ -49,6 +49,11 @@ struct SchedulerOptions {
   // Checkpoint-aware preemption handed to the admission policy; off by
   // default.
   PreemptionSettings preemption;
+  // Elastic gangs (`nodes: min..max`): a gang missing members for this long
+  // since it began forming starts with the members present when they are at
+  // least its minimum and fit (a complete one starts smaller at once when
+  // it does not fit whole). Members that come later are not needed.
+  std::chrono::seconds elastic_wait{60};
 };
 
 // Longest accepted text fields of a join, in bytes: longer ones are refused
@@ -81,6 +86,8 @@ struct JoinRequest {
   std::string topology_same;
   bool topology_required = false;
   bool preemptible = false;
+  // Elastic gangs: the fewest members the gang may start with (0: all).
+  uint32_t nodes_min = 0;
 };
 
 // Master ports a proposal offers (and the coordinator asks the agent about)
@@ -97,6 +104,8 @@ struct AdmissionProposal {
   // The first kMaxCandidatePorts unleased ports there, ascending.
   std::vector<uint32_t> candidate_ports;
   std::vector<PlannedMember> members;  // By node rank; Admit() commits it.
+  // An elastic gang started smaller: its present members left out.
+  std::vector<uint32_t> not_needed;
 };
 
 struct HostView {
@@ -577,6 +586,13 @@ class Scheduler {
   std::shared_ptr<const state::PeerList> PeerListOf(const state::Gang& gang);
   void QueueAdmitted(const state::Gang& gang, state::Member& member,
                      uint64_t stream_id);
+  // Tells the stream of member `index` of elastic `gang`, which runs (or
+  // ran) without it, that it is not needed at this size.
+  void QueueNotNeeded(const state::Gang& gang, uint32_t index,
+                      uint64_t stream_id);
+  // Whether forming elastic `gang` has waited elastic_wait for its missing
+  // members and may start with those present.
+  bool ElasticWaitOver(const state::Gang& gang) const;
 
   const Clock& clock_;
   state::StateStore& store_;

@@ -25,7 +25,8 @@ bool HoldsLeasesNow(const state::Gang& gang) {
 }
 
 bool AllReportedZero(const state::Gang& gang) {
-  return gang.members.size() == gang.key.size &&
+  const uint32_t size = gang.Size();
+  return size > 0 && gang.members.size() == size &&
          std::all_of(
              gang.members.begin(), gang.members.end(),
              [](const auto& entry) { return entry.second.exit_code == 0; });
@@ -318,6 +319,7 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   next.preempted_epoch = gang.preempted_epoch;
   next.preempted_by = gang.preempted_by;
   next.preempted_lost_gpu_seconds = gang.preempted_lost_gpu_seconds;
+  next.nodes_min = gang.nodes_min;
   if (gang.preemptions > 0 && gang.preempted_epoch == gang.epoch) {
     // A preempted gang keeps its place in the queue: it did not ask to be
     // stopped, so its retry is not sent behind gangs that came later.

@@ -142,6 +142,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.failed_gang_release = config.failed_gang_release;
   options.forming_abandoned_after = config.forming_gang_abandon;
   options.member_gone_after = config.member_gone_after;
+  options.elastic_wait = config.elastic_wait;
   options.preemption = config.preemption;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;

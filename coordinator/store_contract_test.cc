@@ -277,6 +277,33 @@ TEST_P(StoreTest, APreemptionCountSurvivesReopenAndCanBeCleared) {
   EXPECT_TRUE(cleared->gangs.at(0).SameRecord(preempted));
 }
 
+TEST_P(StoreTest, AnElasticGangsSizeAndMembersLeftOutSurviveReopen) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  state::Gang elastic = before->gangs.at(0);
+  EXPECT_EQ(elastic.nodes_min, 0u);
+  elastic.nodes_min = 1;
+  elastic.not_needed[2] = 102;
+  elastic.members.erase(2);
+  ASSERT_TRUE((*store)->SaveGang(elastic).ok());
+  // Saving one member rewrites the gang's header: the size must stay.
+  ASSERT_TRUE((*store)->SaveMember(elastic, elastic.members.at(1)).ok());
+
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const state::Gang& reloaded = after->gangs.at(0);
+  EXPECT_TRUE(reloaded.SameRecord(elastic));
+  EXPECT_EQ(reloaded.nodes_min, 1u);
+  EXPECT_EQ(reloaded.not_needed.at(2), 102);
+  EXPECT_EQ(reloaded.Size(), 1u);
+  EXPECT_EQ(after->gangs.at(1).nodes_min, 0u);
+}
+
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
   test::TempDir dir;
   const std::string path = dir.path() + "/state/coord.db";

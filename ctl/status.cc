@@ -249,6 +249,23 @@ int Present(const v1::GangStatus& gang) {
   return present;
 }
 
+// The state with an elastic gang's size: "running 1/2 (elastic 1..2)" once
+// admitted, "forming (elastic 1..2)" before.
+std::string GangStateWithSize(const v1::GangStatus& gang) {
+  const std::string state = GangStateText(gang.state());
+  if (gang.nodes_min() == 0) return state;
+  const std::string range =
+      absl::StrCat("(elastic ", gang.nodes_min(), "..", gang.key().size(), ")");
+  if (gang.state() == v1::GANG_STATE_FORMING) {
+    return absl::StrCat(state, " ", range);
+  }
+  int ranked = 0;
+  for (const v1::MemberStatus& member : gang.members()) {
+    if (member.node_rank() >= 0) ++ranked;
+  }
+  return absl::StrCat(state, " ", ranked, "/", gang.key().size(), " ", range);
+}
+
 std::string Master(const v1::GangStatus& gang) {
   return gang.master_port() != 0
              ? absl::StrCat(gang.master_addr(), ":", gang.master_port())
@@ -292,6 +309,7 @@ nlohmann::json GangJson(const v1::GangStatus& gang) {
       {"preempted_epoch", gang.preempted_epoch()},
       {"preempted_by", gang.preempted_by()},
       {"preempted_lost_gpu_hours", gang.preempted_lost_gpu_hours()},
+      {"nodes_min", gang.nodes_min()},
       {"members", members},
   };
 }
@@ -392,7 +410,7 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
     gangs.resize(limit);
   }
   for (const v1::GangStatus* gang : gangs) {
-    std::string state = GangStateText(gang->state());
+    std::string state = GangStateWithSize(*gang);
     state.resize(std::max<size_t>(state.size(), 7), ' ');  // "forming".
     out += Table(
         {{state, Truncate(gang->gang_id(), kMaxGangIdWidth),
@@ -427,7 +445,7 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
   std::string out =
       Wrap("GANG      ", "          ", gang.gang_id()) +
       Wrap("STATE     ", "          ",
-           absl::StrCat(GangStateText(gang.state()),
+           absl::StrCat(GangStateWithSize(gang),
                         Finished(gang) ? " (finished)" : "", ", epoch ",
                         gang.epoch(), ", age ",
                         Age(gang.created_unix_ms(), now_unix_ms))) +

@@ -231,6 +231,27 @@ TEST(StatusCommandTest, GangDetailByIdOrUniquePrefix) {
   EXPECT_EQ(nlohmann::json::parse(*text)["state"], "failed");
 }
 
+TEST(StatusCommandTest, AnElasticGangShowsTheSizeItRunsWith) {
+  v1::GetStatusResponse status = SampleStatus();
+  v1::GangStatus* gang = AddGang(status, "grow-p5-pl62-n2",
+                                 v1::GANG_STATE_RUNNING, 2, kNow - 60000);
+  gang->set_nodes_min(1);
+  v1::MemberStatus* member = gang->add_members();
+  member->set_member_index(1);
+  member->set_node_rank(0);
+  StatusOptions options;
+
+  absl::StatusOr<std::string> text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text, HasSubstr("running 1/2 (elastic 1..2)"));
+
+  options.gang = "grow-p5-pl62-n2";
+  text = RenderStatus(status, options, kNow);
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_THAT(*text,
+              HasSubstr("STATE     running 1/2 (elastic 1..2), epoch 1"));
+}
+
 TEST(StatusCommandTest, GangDetailShowsAPreemptionUnderWay) {
   v1::GetStatusResponse status = SampleStatus();
   v1::GangStatus* victim = AddGang(status, "low-p5-pl60-n1",

@@ -20,6 +20,12 @@ Outcome CleanupStage(const StageContext& context) {
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);
+  if (state.ok() && state->assignment.not_needed()) {
+    // Never placed: nothing to tear down, and the coordinator holds nothing
+    // for it.
+    std::remove(state_path.c_str());
+    return Outcome::Success();
+  }
   if (state.ok()) {
     rendezvous::AgentClient agent(state->agent_endpoint, context.security);
     PresentMemberToken(agent, state->assignment);

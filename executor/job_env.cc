@@ -228,6 +228,21 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
         "GDT_PREEMPTIBLE '", preemptible, "' is not a boolean (use 1 or 0)"));
   }
 
+  // An elastic gang (`nodes: min..max`): `gdt-ci expand` writes max as
+  // `parallel` and both ends of the range.
+  absl::StatusOr<int64_t> nodes_min =
+      IntVariable(env, "GDT_NODES_MIN", 0, 1, job.member_total);
+  if (!nodes_min.ok()) return nodes_min.status();
+  job.nodes_min = static_cast<int>(*nodes_min);
+  absl::StatusOr<int64_t> nodes_max =
+      IntVariable(env, "GDT_NODES_MAX", job.member_total, 1, kMaxInt);
+  if (!nodes_max.ok()) return nodes_max.status();
+  if (*nodes_max != job.member_total) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "GDT_NODES_MAX ", *nodes_max, " disagrees with the job's ",
+        job.member_total, " members (parallel: N is the elastic maximum)"));
+  }
+
   // The runner's runner_info.timeout is trusted; CI_JOB_TIMEOUT is the same
   // number as a job variable, used when the payload has none.
   if (payload.timeout_seconds > 0) {

@@ -69,7 +69,10 @@ struct JobInfo {
   std::string topology_same;
   bool topology_required = false;
   bool preemptible = false;  // GDT_PREEMPTIBLE=1.
-  std::string project_dir;   // CI_PROJECT_DIR; may be empty.
+  // GDT_NODES_MIN (`nodes: min..max`): the gang may start with as few
+  // members; 0 = all member_total of them.
+  int nodes_min = 0;
+  std::string project_dir;  // CI_PROJECT_DIR; may be empty.
   // GDT_HANG_TIMEOUT: seconds without progress before the gang fails as
   // hung; 0 = no watchdog.
   uint32_t hang_timeout_seconds = 0;

@@ -98,7 +98,9 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
                               {"CUSTOM_ENV_GDT_PRIORITY", "-5"},
                               {"CUSTOM_ENV_GDT_TOPOLOGY_SAME", "rack"},
                               {"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "required"},
-                              {"CUSTOM_ENV_GDT_PREEMPTIBLE", "1"}}),
+                              {"CUSTOM_ENV_GDT_PREEMPTIBLE", "1"},
+                              {"CUSTOM_ENV_GDT_NODES_MIN", "2"},
+                              {"CUSTOM_ENV_GDT_NODES_MAX", "4"}}),
                      Payload("train 2/4"));
 
   ASSERT_TRUE(job.ok()) << job.status();
@@ -118,6 +120,7 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   EXPECT_EQ(job->topology_same, "rack");
   EXPECT_TRUE(job->topology_required);
   EXPECT_TRUE(job->preemptible);
+  EXPECT_EQ(job->nodes_min, 2);
 }
 
 TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
@@ -131,6 +134,7 @@ TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
   EXPECT_EQ(job->topology_same, "");
   EXPECT_FALSE(job->topology_required);
   EXPECT_FALSE(job->preemptible);
+  EXPECT_EQ(job->nodes_min, 0);
 }
 
 TEST(ResolveJobInfoTest, JobWithoutParallelIsAGangOfOne) {
@@ -235,7 +239,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CUSTOM_ENV_GDT_PRIORITY", "high", "GDT_PRIORITY"},
         BadInput{"CUSTOM_ENV_GDT_PRIORITY", "5000", "GDT_PRIORITY"},
         BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "strict", "strict"},
-        BadInput{"CUSTOM_ENV_GDT_PREEMPTIBLE", "yes", "GDT_PREEMPTIBLE"}));
+        BadInput{"CUSTOM_ENV_GDT_PREEMPTIBLE", "yes", "GDT_PREEMPTIBLE"},
+        BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "5", "GDT_NODES_MIN"},
+        BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "0", "GDT_NODES_MIN"},
+        BadInput{"CUSTOM_ENV_GDT_NODES_MAX", "8", "GDT_NODES_MAX"}));
 
 // LoadJob decides the outcome kind: a broken payload is the runner's
 // problem (system failure), a bad job the user's (build failure).

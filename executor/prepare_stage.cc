@@ -102,6 +102,7 @@ Outcome PrepareStage(const StageContext& context) {
       static_cast<uint32_t>(job.job_timeout.count()));
   request.set_priority(job.priority);
   request.set_preemptible(job.preemptible);
+  request.set_nodes_min(static_cast<uint32_t>(job.nodes_min));
   request.set_topology_same(job.topology_same);
   request.set_topology_required(job.topology_required);
   // The peer list comes with one GetPeers call after admission (FetchPeers):
@@ -204,6 +205,26 @@ Outcome PrepareStage(const StageContext& context) {
     return JoinFailureOutcome(result->status());
   }
   v1::Assignment assignment = std::move(**result);
+  if (assignment.not_needed()) {
+    // The elastic gang started without this member: nothing runs here, and
+    // later stages only repeat the line (the job succeeds).
+    MemberState state;
+    state.assignment = assignment;
+    state.gang_key = request.key();
+    state.member_index = job.member_index;
+    state.job_id = job.job_id;
+    if (absl::Status status =
+            WriteMemberState(context.env.MemberStatePath(), state);
+        !status.ok()) {
+      return Outcome::SystemFailure(std::string(status.message()));
+    }
+    context.out << "gdt: " << NotNeededLine(assignment, job.member_total)
+                << std::endl;
+    spdlog::info("event=member_not_needed gang={} job={} size={}/{}",
+                 LogValue(assignment.gang_id()), job.job_id,
+                 assignment.num_nodes(), job.member_total);
+    return Outcome::Success();
+  }
   if (assignment.agent_endpoint().empty()) {
     LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
                      rpc_timeout);

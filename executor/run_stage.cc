@@ -245,6 +245,15 @@ Outcome RunScriptStage(const StageContext& context,
     }
     return Outcome::SystemFailure(std::string(state.status().message()));
   }
+  if (state->assignment.not_needed()) {
+    if (IsMainScriptStage(stage_name)) {
+      context.out << "gdt: "
+                  << NotNeededLine(state->assignment,
+                                   static_cast<int>(state->gang_key.size()))
+                  << std::endl;
+    }
+    return Outcome::Success();
+  }
 
   absl::StatusOr<std::string> script = ReadTextFile(script_path);
   if (!script.ok()) {

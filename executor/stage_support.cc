@@ -83,4 +83,10 @@ void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
   }
 }
 
+std::string NotNeededLine(const v1::Assignment& assignment, int member_total) {
+  return absl::StrCat("not needed at this size (gang runs with ",
+                      assignment.num_nodes(), " of ", member_total,
+                      " members); nothing to run, the job succeeds");
+}
+
 }  // namespace gdt::executor

@@ -51,6 +51,11 @@ void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,
                       std::chrono::milliseconds timeout);
 
+// The job-log line of a member its elastic gang started without:
+// "not needed at this size (gang runs with 1 of 2 members); nothing to run,
+// the job succeeds".
+std::string NotNeededLine(const v1::Assignment& assignment, int member_total);
+
 }  // namespace gdt::executor
 
 #endif  // GDT_EXECUTOR_STAGE_SUPPORT_H_

@@ -234,7 +234,12 @@ absl::Status AdmissionPolicy::Join(const GangSpec& spec, uint32_t member_index,
         absl::StrCat("no free runner slot on ", slot_host));
   }
   if (gang_it == gangs_.end()) {
-    if (absl::Status feasible = CheckFeasible(spec); !feasible.ok()) {
+    // An elastic gang needs room for its smallest size only.
+    GangSpec smallest = spec;
+    if (spec.min_members != 0 && spec.min_members < spec.members) {
+      smallest.members = spec.min_members;
+    }
+    if (absl::Status feasible = CheckFeasible(smallest); !feasible.ok()) {
       return feasible;
     }
     Gang gang;

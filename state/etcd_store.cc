@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
@@ -71,6 +72,15 @@ Host HostFromJson(const Json& json) {
   return host;
 }
 
+// An elastic gang's members left out, as {"index": job id}.
+Json NotNeededJson(const std::map<uint32_t, int64_t>& not_needed) {
+  Json object = Json::object();
+  for (const auto& [index, job_id] : not_needed) {
+    object[std::to_string(index)] = job_id;
+  }
+  return object;
+}
+
 Json GangToJson(const Gang& gang) {
   return {{"id", gang.id},
           {"instance", gang.key.instance},
@@ -89,7 +99,9 @@ Json GangToJson(const Gang& gang) {
           {"preemptions", gang.preemptions},
           {"preempted_epoch", gang.preempted_epoch},
           {"preempted_by", gang.preempted_by},
-          {"preempted_lost_gpu_seconds", gang.preempted_lost_gpu_seconds}};
+          {"preempted_lost_gpu_seconds", gang.preempted_lost_gpu_seconds},
+          {"nodes_min", gang.nodes_min},
+          {"not_needed", NotNeededJson(gang.not_needed)}};
 }
 
 Gang GangFromJson(const Json& json) {
@@ -114,6 +126,17 @@ Gang GangFromJson(const Json& json) {
   gang.preempted_by = json.value("preempted_by", std::string());
   gang.preempted_lost_gpu_seconds =
       json.value("preempted_lost_gpu_seconds", int64_t{0});
+  // Records written before elastic gangs lack these fields: fixed-size.
+  gang.nodes_min = json.value("nodes_min", 0u);
+  if (const auto found = json.find("not_needed");
+      found != json.end() && found->is_object()) {
+    for (const auto& [index, job_id] : found->items()) {
+      uint32_t member_index = 0;
+      if (absl::SimpleAtoi(index, &member_index)) {
+        gang.not_needed[member_index] = job_id.get<int64_t>();
+      }
+    }
+  }
   return gang;
 }
 

@@ -40,15 +40,26 @@ bool Member::SameRecord(const Member& other) const {
                   other.exit_code, other.preemptible);
 }
 
+uint32_t Gang::Size() const {
+  if (!Elastic() || state == GangState::kForming) return key.size;
+  uint32_t ranked = 0;
+  for (const auto& [index, member] : members) {
+    if (member.node_rank >= 0) ++ranked;
+  }
+  return ranked;
+}
+
 bool Gang::SameRecord(const Gang& other) const {
   if (std::tie(id, key, state, epoch, reason, master_host, master_addr,
                master_port, created_unix_ms, sequence, preemptions,
-               preempted_epoch, preempted_by, preempted_lost_gpu_seconds) !=
+               preempted_epoch, preempted_by, preempted_lost_gpu_seconds,
+               nodes_min, not_needed) !=
       std::tie(other.id, other.key, other.state, other.epoch, other.reason,
                other.master_host, other.master_addr, other.master_port,
                other.created_unix_ms, other.sequence, other.preemptions,
                other.preempted_epoch, other.preempted_by,
-               other.preempted_lost_gpu_seconds)) {
+               other.preempted_lost_gpu_seconds, other.nodes_min,
+               other.not_needed)) {
     return false;
   }
   if (members.size() != other.members.size()) return false;

@@ -133,6 +133,12 @@ struct Gang {
   uint32_t preempted_epoch = 0;
   std::string preempted_by;
   int64_t preempted_lost_gpu_seconds = 0;
+  // Elastic gangs (`nodes: min..max`, key.size = max): the fewest members
+  // the gang may start with (0: a fixed-size gang), and the members of this
+  // epoch that it started without, by index -> job id. Those members are
+  // not in `members`: they hold nothing and their jobs end successfully.
+  uint32_t nodes_min = 0;
+  std::map<uint32_t, int64_t> not_needed;
 
   // Runtime only.
   uint32_t queue_position = 0;
@@ -171,6 +177,11 @@ struct Gang {
 
   // Compares the persisted fields, members included.
   bool SameRecord(const Gang& other) const;
+  // Whether the gang may start with fewer than key.size members.
+  bool Elastic() const { return nodes_min != 0 && nodes_min < key.size; }
+  // How many members the gang runs with: key.size, or once an elastic gang
+  // was admitted, the members that have a node rank.
+  uint32_t Size() const;
 };
 
 struct GpuLease {
@@ -223,6 +234,9 @@ struct Assignment {
   // What the executor presents to this host's agent for this member
   // (MemberToken of the host's token); empty when the host has no token.
   std::string member_token;
+  // The member's elastic gang started without it (see v1::Assignment):
+  // only gang_id, epoch and num_nodes are set.
+  bool not_needed = false;
 };
 
 struct WaitingInfo {

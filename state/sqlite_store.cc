@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -205,6 +206,31 @@ constexpr const char* kSelectPreemptions =
     "SELECT gang_id, preemptions, epoch, preempted_by, lost_gpu_seconds "
     "FROM gang_preemptions";
 
+// Elastic gangs (`nodes: min..max`): the fewest members a gang may start
+// with and the members of its epoch it started without (JSON {index: job
+// id}); a table of its own, so older state files gain it as is and their
+// gangs read as fixed-size. Only elastic gangs have a row.
+constexpr const char* kElasticSchema = R"sql(
+CREATE TABLE IF NOT EXISTS elastic_gangs (
+  gang_id TEXT PRIMARY KEY,
+  nodes_min INTEGER NOT NULL,
+  not_needed TEXT NOT NULL);
+)sql";
+constexpr const char* kUpsertElastic =
+    "INSERT OR REPLACE INTO elastic_gangs VALUES (?1, ?2, ?3)";
+constexpr const char* kDeleteElastic =
+    "DELETE FROM elastic_gangs WHERE gang_id = ?1";
+constexpr const char* kSelectElastic =
+    "SELECT gang_id, nodes_min, not_needed FROM elastic_gangs";
+
+std::string NotNeededToJson(const std::map<uint32_t, int64_t>& not_needed) {
+  nlohmann::json object = nlohmann::json::object();
+  for (const auto& [index, job_id] : not_needed) {
+    object[std::to_string(index)] = job_id;
+  }
+  return object.dump();
+}
+
 constexpr const char* kUpsertHostToken =
     "INSERT OR REPLACE INTO host_tokens VALUES (?1, ?2, ?3)";
 constexpr const char* kDeleteHostToken =
@@ -291,7 +317,7 @@ absl::Status SqliteStore::Init() {
   if (!transaction.ok()) return transaction.status();
   for (const char* schema :
        {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
-        kPreemptibleSchema, kPreemptionSchema, kSecretSchema}) {
+        kPreemptibleSchema, kPreemptionSchema, kElasticSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -329,6 +355,12 @@ absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
       gang.key.pipeline_id, gang.key.group_name, gang.key.size, gang.state,
       gang.epoch, gang.reason, gang.master_host, gang.master_addr,
       gang.master_port, gang.created_unix_ms, gang.sequence));
+  if (gang.nodes_min == 0) {
+    GDT_RETURN_IF_ERROR(db_.Run(kDeleteElastic, gang.id));
+  } else {
+    GDT_RETURN_IF_ERROR(db_.Run(kUpsertElastic, gang.id, gang.nodes_min,
+                                NotNeededToJson(gang.not_needed)));
+  }
   if (gang.preemptions == 0) return db_.Run(kDeletePreemption, gang.id);
   return db_.Run(kUpsertPreemption, gang.id, gang.preemptions,
                  gang.preempted_epoch, gang.preempted_by,
@@ -524,6 +556,32 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
         gang.preempted_by = row.Text(3);
         gang.preempted_lost_gpu_seconds = row.Int64(4);
       }));
+
+  absl::Status elastic_status;
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectElastic, [&](const sqlite::Row& row) {
+    auto position = gang_positions.find(row.Text(0));
+    if (position == gang_positions.end()) return;
+    Gang& gang = state.gangs[position->second];
+    gang.nodes_min = row.Uint(1);
+    absl::StatusOr<nlohmann::json> not_needed =
+        ParseColumn(row.Text(2), "elastic gang " + gang.id);
+    if (!not_needed.ok() || !not_needed->is_object()) {
+      elastic_status = absl::DataLossError(
+          absl::StrCat("corrupt elastic gang record of ", gang.id));
+      return;
+    }
+    for (const auto& [index, job_id] : not_needed->items()) {
+      uint32_t member_index = 0;
+      if (!absl::SimpleAtoi(index, &member_index) ||
+          !job_id.is_number_integer()) {
+        elastic_status = absl::DataLossError(
+            absl::StrCat("corrupt elastic gang record of ", gang.id));
+        return;
+      }
+      gang.not_needed[member_index] = job_id.get<int64_t>();
+    }
+  }));
+  GDT_RETURN_IF_ERROR(elastic_status);
 
   GDT_RETURN_IF_ERROR(ForEachRow(kSelectGpuLeases, [&](const sqlite::Row& row) {
     state.gpu_leases.push_back(

@@ -15,7 +15,12 @@ keep). On the checkpoint notice (SIGUSR1 or the file
 $GDT_CHECKPOINT_NOTICE_FILE, as `gdt-ckpt run` gives them) every rank agrees
 on the step, rank 0 saves and all stop (exit 0). With GDT_RESUME_FROM set to
 a checkpoint directory the training continues from its step, with the same
-data order, so the final parameters equal an uninterrupted run's.
+data order, so the final parameters equal an uninterrupted run's. The
+checkpoint may come from a run at another world size (an elastic gang,
+`nodes: min..max`, that started smaller and grows on its retry): model and
+optimiser state are the same on every rank under DDP, so rank 0's copy loads
+on any number of ranks, and the DistributedSampler re-shards the data for the
+new world size (the global batch is then 32 x the new world size).
 DDP_LOG_STEPS=1 logs every step ("step N done").
 DDP_STOP_AFTER=N ends the run after step N (to simulate an interruption). Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
 can keep it as an artifact; rank 0 also prints a summary.
@@ -63,7 +68,8 @@ def save_checkpoint(step, model, opt):
     root = os.environ.get("GDT_CHECKPOINT_DIR", "checkpoints")
     path = os.path.join(root, f"step-{step}")
     os.makedirs(path, exist_ok=True)
-    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()},
+    torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict(),
+                "world_size": dist.get_world_size()},
                os.path.join(path, "model.pt"))
     if shutil.which("gdt-ckpt"):
         subprocess.run(["gdt-ckpt", "save", "--step", str(step), "--dir", path,
@@ -111,7 +117,12 @@ def main():
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         step = state["step"]
+        saved_world = state.get("world_size", world)
         log(f"resumed from step {step} ({resume_from})")
+        if saved_world != world:
+            # Nothing else to do: the state is replicated, the sampler
+            # shards for `world` ranks.
+            log(f"resumed at world size {world} from a checkpoint of world size {saved_world}")
     ddp = DistributedDataParallel(model)
     loss_fn = nn.MSELoss()
 
