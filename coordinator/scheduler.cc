@@ -111,6 +111,13 @@ absl::Status Scheduler::LoadState() {
     // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
     if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     live_ids_.insert(gang.id);  // Pruned by the first pass if it ended.
+    if (gang.state == state::GangState::kRunning &&
+        gang.preempt_notice_ms != 0) {
+      // A preemption under way goes on: the policy does not choose the gang
+      // again, and its members hear the notice again.
+      gang.preemption_planned_by = gang.preempt_by;
+      QueueNotice(gang);
+    }
     gangs_[gang.id] = std::move(gang);
   }
   for (const state::GpuLease& lease : state->gpu_leases) {
