@@ -1008,7 +1008,13 @@ std::string Scheduler::WaitingReason(const state::Gang& gang,
         missing > listed.size()
             ? absl::StrCat(" and ", missing - listed.size(), " more")
             : "",
-        " — ", disconnected.empty() ? "no job picked up yet" : disconnected);
+        " — ", disconnected.empty() ? "no job picked up yet" : disconnected,
+        gang.Elastic()
+            ? absl::StrCat("; elastic ", gang.nodes_min, "..", gang.key.size,
+                           ": starts with the members present (at least ",
+                           gang.nodes_min, ") once it has waited ",
+                           options_.elastic_wait.count(), " s")
+            : std::string());
   }
   const std::string present =
       absl::StrCat(label, ": all ", gang.key.size, " members present, ");
