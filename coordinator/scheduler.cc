@@ -112,6 +112,13 @@ absl::Status Scheduler::LoadState() {
     // An archived epoch ("<id>#<epoch>") shares its key with the live gang.
     if (!IsArchivedEpoch(gang.id)) gang_ids_[gang.key] = gang.id;
     live_ids_.insert(gang.id);  // Pruned by the first pass if it ended.
+    if (gang.state == state::GangState::kRunning &&
+        gang.preempt_notice_ms != 0) {
+      // A preemption under way goes on: the policy does not choose the gang
+      // again, and its members hear the notice again.
+      gang.preemption_planned_by = gang.preempt_by;
+      QueueNotice(gang);
+    }
     gangs_[gang.id] = std::move(gang);
   }
   for (const state::GpuLease& lease : state->gpu_leases) {
@@ -1041,7 +1048,13 @@ std::string Scheduler::WaitingReason(const state::Gang& gang,
         missing > listed.size()
             ? absl::StrCat(" and ", missing - listed.size(), " more")
             : "",
-        " — ", disconnected.empty() ? "no job picked up yet" : disconnected);
+        " — ", disconnected.empty() ? "no job picked up yet" : disconnected,
+        gang.Elastic()
+            ? absl::StrCat("; elastic ", gang.nodes_min, "..", gang.key.size,
+                           ": starts with the members present (at least ",
+                           gang.nodes_min, ") once it has waited ",
+                           options_.elastic_wait.count(), " s")
+            : std::string());
   }
   const std::string present =
       absl::StrCat(label, ": all ", gang.key.size, " members present, ");

@@ -457,6 +457,10 @@ class Scheduler {
   // Begins preempting running `gang` as the policy chose it (`victim`);
   // nothing when it is not running or already being preempted.
   void StartPreemption(state::Gang& gang, const PreemptedGang& victim);
+  // Queues the checkpoint notice of running `gang`, which is being
+  // preempted (at the start, and again after a restart: the notice lives
+  // in the gang's key-value store, which a restart empties).
+  void QueueNotice(const state::Gang& gang);
   // Fails `gang`, which is being preempted, as preempted and counts it;
   // `early_exit` (empty = none) says which member ended before a
   // checkpoint was recorded.

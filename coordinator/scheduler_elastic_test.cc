@@ -164,6 +164,11 @@ TEST_F(ElasticTest, AfterTheElasticWaitTheMembersPresentStart) {
   ASSERT_TRUE(JoinElastic(4, 2, 1, 2).ok());
   ASSERT_TRUE(JoinElastic(4, 2, 3, 2).ok());
   EXPECT_EQ(AdmitAll(), 0);
+  EXPECT_THAT(LastEventFor(3).waiting.reason,
+              HasSubstr("2/4 members present, waiting for members 2, 4 — no "
+                        "job picked up yet; elastic 2..4: starts with the "
+                        "members present (at least 2) once it has waited 60 "
+                        "s"));
   clock_.Advance(30s);
   bool was_down = false;
   ASSERT_TRUE(s().Heartbeat("gpu-01", &was_down));

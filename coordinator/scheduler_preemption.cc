@@ -47,15 +47,26 @@ void Scheduler::StartPreemption(state::Gang& gang,
     }
   }
   gang.preempt_estimate_gpu_hours = victim.lost_gpu_hours;
-  notices_.push_back(PreemptionNotice{
-      gang.id, gang.epoch, victim.stop_by_unix_s,
-      absl::StrCat("preempted by the coordinator for gang ", victim.by,
-                   " (priority ", gang.preempt_by_priority, ")")});
+  // Persisted, so a restarted coordinator still stops the gang at its
+  // checkpoint or deadline (and sends the notice again). A failed write is
+  // logged: the preemption goes on, only a restart would forget it.
+  if (absl::Status saved = store_.SaveGang(gang); !saved.ok()) {
+    spdlog::error("event=preemption_not_persisted gang={} error={}",
+                  LogValue(gang.id), LogValue(saved.ToString()));
+  }
+  QueueNotice(gang);
   spdlog::warn(
       "event=preemption_started gang={} by={} lost_gpu_hours={:.2f} "
       "stop_by_unix_s={} reason={}",
       LogValue(gang.id), LogValue(victim.by), victim.lost_gpu_hours,
       victim.stop_by_unix_s, LogValue(victim.reason));
+}
+
+void Scheduler::QueueNotice(const state::Gang& gang) {
+  notices_.push_back(PreemptionNotice{
+      gang.id, gang.epoch, gang.preempt_stop_by_ms / 1000,
+      absl::StrCat("preempted by the coordinator for gang ", gang.preempt_by,
+                   " (priority ", gang.preempt_by_priority, ")")});
 }
 
 std::vector<Scheduler::PreemptionNotice> Scheduler::TakePreemptionNotices() {
@@ -71,6 +82,10 @@ void Scheduler::NoteCheckpoint(const std::string& gang_id, uint32_t epoch) {
     return;
   }
   gang.preempt_checkpoint_ms = clock_.UnixMillis();
+  if (absl::Status saved = store_.SaveGang(gang); !saved.ok()) {
+    spdlog::error("event=preemption_not_persisted gang={} error={}",
+                  LogValue(gang.id), LogValue(saved.ToString()));
+  }
 }
 
 std::vector<std::string> Scheduler::StopPreemptedGangs() {

@@ -253,5 +253,72 @@ TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
   EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
 }
 
+TEST_F(PreemptionTest, AGangWithoutGpusIsNeverChosen) {
+  // A preemptible CPU-only gang of lower priority than everything else: it
+  // has lost no GPU-hours, so it would come first among the victims, but
+  // stopping it frees no GPU for the waiting gang.
+  state::GangKey key{"https://gitlab.example.com", 5, 75, "cpu", 1};
+  JoinRequest cpu = test::Joining(key, 1, 0);
+  cpu.job_id = 301;
+  cpu.preemptible = true;
+  cpu.priority = -5;
+  cpu.job_timeout_seconds = 48 * 3600;
+  ASSERT_TRUE(s().Join(cpu, 3).ok());
+  std::vector<AdmissionProposal> proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  ASSERT_TRUE(
+      s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+  RunLow(101, 1);
+  Advance(3600s);
+  JoinHigh(201, 2);
+
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  const std::vector<Scheduler::PreemptionNotice> notices =
+      s().TakePreemptionNotices();
+  ASSERT_THAT(notices, SizeIs(1));
+  EXPECT_EQ(notices[0].gang_id, kLow);
+  EXPECT_EQ(Gang("cpu-p5-pl75-n1").state, state::GangState::kRunning);
+  EXPECT_EQ(Gang("cpu-p5-pl75-n1").preempt_notice_ms, 0);
+}
+
+TEST_F(PreemptionTest, APreemptionUnderWaySurvivesARestart) {
+  RunLow(101, 1);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  const std::vector<Scheduler::PreemptionNotice> before =
+      s().TakePreemptionNotices();
+  ASSERT_THAT(before, SizeIs(1));
+  const int64_t notice_ms = Gang(kLow).preempt_notice_ms;
+  Advance(20s);
+  s().NoteCheckpoint(kLow, 1);
+  const int64_t checkpoint_ms = Gang(kLow).preempt_checkpoint_ms;
+
+  // The restarted coordinator knows the preemption, sends the notice again
+  // (the key-value store that held it is gone) and chooses nobody new.
+  Reopen();
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  EXPECT_EQ(Gang(kLow).preempt_notice_ms, notice_ms);
+  EXPECT_EQ(Gang(kLow).preempt_checkpoint_ms, checkpoint_ms);
+  EXPECT_EQ(Gang(kLow).preempt_by, kHigh);
+  EXPECT_EQ(Gang(kLow).preempt_by_priority, 5);
+  const std::vector<Scheduler::PreemptionNotice> after =
+      s().TakePreemptionNotices();
+  ASSERT_THAT(after, SizeIs(1));
+  EXPECT_EQ(after[0].gang_id, kLow);
+  EXPECT_EQ(after[0].stop_by_unix_s, before[0].stop_by_unix_s);
+  EXPECT_EQ(after[0].note, before[0].note);
+  JoinHigh(202, 3);  // Its member reconnects after the restart.
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+
+  // Stopped at the checkpoint recorded before the restart.
+  Advance(5s);
+  EXPECT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
+  EXPECT_THAT(Gang(kLow).reason, HasSubstr("after checkpoint at"));
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

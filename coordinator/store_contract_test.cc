@@ -304,6 +304,40 @@ TEST_P(StoreTest, AnElasticGangsSizeAndMembersLeftOutSurviveReopen) {
   EXPECT_EQ(after->gangs.at(1).nodes_min, 0u);
 }
 
+TEST_P(StoreTest, APreemptionUnderWaySurvivesReopenWhileTheGangRuns) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  state::Gang victim = before->gangs.at(0);
+  ASSERT_EQ(victim.state, state::GangState::kRunning);
+  victim.preempt_notice_ms = 1'700'000'000'000;
+  victim.preempt_stop_by_ms = 1'700'000'300'000;
+  victim.preempt_checkpoint_ms = 1'700'000'020'000;
+  victim.preempt_by = "urgent-p5-pl77-n1";
+  victim.preempt_by_priority = 7;
+  victim.preempt_estimate_gpu_hours = 1.5;
+  ASSERT_TRUE((*store)->SaveGang(victim).ok());
+
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const state::Gang& reloaded = after->gangs.at(0);
+  EXPECT_TRUE(reloaded.SameRecord(victim));
+  EXPECT_EQ(reloaded.preempt_stop_by_ms, 1'700'000'300'000);
+  EXPECT_EQ(reloaded.preempt_by, "urgent-p5-pl77-n1");
+  EXPECT_DOUBLE_EQ(reloaded.preempt_estimate_gpu_hours, 1.5);
+
+  // Once the gang no longer runs, nothing of it is kept.
+  victim.state = state::GangState::kFailed;
+  ASSERT_TRUE((*reopened)->SaveGang(victim).ok());
+  absl::StatusOr<state::StoredState> failed = (*reopened)->Load();
+  ASSERT_TRUE(failed.ok()) << failed.status();
+  EXPECT_EQ(failed->gangs.at(0).preempt_notice_ms, 0);
+}
+
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
   test::TempDir dir;
   const std::string path = dir.path() + "/state/coord.db";

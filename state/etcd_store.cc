@@ -1,6 +1,7 @@
 #include "state/etcd_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <tuple>
@@ -81,6 +82,21 @@ Json NotNeededJson(const std::map<uint32_t, int64_t>& not_needed) {
   return object;
 }
 
+// A preemption under way while the gang runs, else null.
+Json PreemptingJson(const Gang& gang) {
+  if (gang.state != GangState::kRunning || gang.preempt_notice_ms == 0) {
+    return nullptr;
+  }
+  return {
+      {"notice_ms", gang.preempt_notice_ms},
+      {"stop_by_ms", gang.preempt_stop_by_ms},
+      {"checkpoint_ms", gang.preempt_checkpoint_ms},
+      {"by", gang.preempt_by},
+      {"by_priority", gang.preempt_by_priority},
+      {"estimate_gpu_seconds", static_cast<int64_t>(std::llround(
+                                   gang.preempt_estimate_gpu_hours * 3600.0))}};
+}
+
 Json GangToJson(const Gang& gang) {
   return {{"id", gang.id},
           {"instance", gang.key.instance},
@@ -101,7 +117,8 @@ Json GangToJson(const Gang& gang) {
           {"preempted_by", gang.preempted_by},
           {"preempted_lost_gpu_seconds", gang.preempted_lost_gpu_seconds},
           {"nodes_min", gang.nodes_min},
-          {"not_needed", NotNeededJson(gang.not_needed)}};
+          {"not_needed", NotNeededJson(gang.not_needed)},
+          {"preempting", PreemptingJson(gang)}};
 }
 
 Gang GangFromJson(const Json& json) {
@@ -126,6 +143,17 @@ Gang GangFromJson(const Json& json) {
   gang.preempted_by = json.value("preempted_by", std::string());
   gang.preempted_lost_gpu_seconds =
       json.value("preempted_lost_gpu_seconds", int64_t{0});
+  if (const auto found = json.find("preempting");
+      found != json.end() && found->is_object()) {
+    gang.preempt_notice_ms = found->value("notice_ms", int64_t{0});
+    gang.preempt_stop_by_ms = found->value("stop_by_ms", int64_t{0});
+    gang.preempt_checkpoint_ms = found->value("checkpoint_ms", int64_t{0});
+    gang.preempt_by = found->value("by", std::string());
+    gang.preempt_by_priority = found->value("by_priority", 0);
+    gang.preempt_estimate_gpu_hours =
+        static_cast<double>(found->value("estimate_gpu_seconds", int64_t{0})) /
+        3600.0;
+  }
   // Records written before elastic gangs lack these fields: fixed-size.
   gang.nodes_min = json.value("nodes_min", 0u);
   if (const auto found = json.find("not_needed");

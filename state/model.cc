@@ -1,5 +1,6 @@
 #include "state/model.h"
 
+#include <cmath>
 #include <cstdio>
 #include <ctime>
 
@@ -60,6 +61,18 @@ bool Gang::SameRecord(const Gang& other) const {
                other.preempted_epoch, other.preempted_by,
                other.preempted_lost_gpu_seconds, other.nodes_min,
                other.not_needed)) {
+    return false;
+  }
+  // A preemption under way is kept only while the gang runs, and its
+  // estimate in whole GPU-seconds.
+  if (state == GangState::kRunning &&
+      (std::tie(preempt_notice_ms, preempt_stop_by_ms, preempt_checkpoint_ms,
+                preempt_by, preempt_by_priority) !=
+           std::tie(other.preempt_notice_ms, other.preempt_stop_by_ms,
+                    other.preempt_checkpoint_ms, other.preempt_by,
+                    other.preempt_by_priority) ||
+       std::llround(preempt_estimate_gpu_hours * 3600.0) !=
+           std::llround(other.preempt_estimate_gpu_hours * 3600.0))) {
     return false;
   }
   if (members.size() != other.members.size()) return false;

@@ -159,6 +159,8 @@ struct Gang {
   // latest, or as soon as it records a checkpoint (preempt_checkpoint_ms)
   // or a member exits. preempt_estimate_gpu_hours: the policy's estimate of
   // the work lost since the last checkpoint when it chose the gang.
+  // Persisted while the gang runs (unlike the fields around them), so a
+  // restarted coordinator finishes the preemption it began.
   int64_t preempt_notice_ms = 0;
   int64_t preempt_stop_by_ms = 0;
   int64_t preempt_checkpoint_ms = 0;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -223,6 +224,29 @@ constexpr const char* kDeleteElastic =
 constexpr const char* kSelectElastic =
     "SELECT gang_id, nodes_min, not_needed FROM elastic_gangs";
 
+// A preemption under way (the checkpoint notice went out, the gang still
+// runs): a table of its own, with a row only while the gang runs, so a
+// restarted coordinator stops the gang at its checkpoint or deadline and
+// sends the notice again. The estimate is kept in whole GPU-seconds.
+constexpr const char* kPreemptingSchema = R"sql(
+CREATE TABLE IF NOT EXISTS preemptions_under_way (
+  gang_id TEXT PRIMARY KEY,
+  notice_ms INTEGER NOT NULL,
+  stop_by_ms INTEGER NOT NULL,
+  checkpoint_ms INTEGER NOT NULL,
+  preempt_by TEXT NOT NULL,
+  by_priority INTEGER NOT NULL,
+  estimate_gpu_seconds INTEGER NOT NULL);
+)sql";
+constexpr const char* kUpsertPreempting =
+    "INSERT OR REPLACE INTO preemptions_under_way VALUES "
+    "(?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+constexpr const char* kDeletePreempting =
+    "DELETE FROM preemptions_under_way WHERE gang_id = ?1";
+constexpr const char* kSelectPreempting =
+    "SELECT gang_id, notice_ms, stop_by_ms, checkpoint_ms, preempt_by, "
+    "by_priority, estimate_gpu_seconds FROM preemptions_under_way";
+
 std::string NotNeededToJson(const std::map<uint32_t, int64_t>& not_needed) {
   nlohmann::json object = nlohmann::json::object();
   for (const auto& [index, job_id] : not_needed) {
@@ -317,7 +341,8 @@ absl::Status SqliteStore::Init() {
   if (!transaction.ok()) return transaction.status();
   for (const char* schema :
        {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
-        kPreemptibleSchema, kPreemptionSchema, kElasticSchema, kSecretSchema}) {
+        kPreemptibleSchema, kPreemptionSchema, kElasticSchema,
+        kPreemptingSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -355,6 +380,16 @@ absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
       gang.key.pipeline_id, gang.key.group_name, gang.key.size, gang.state,
       gang.epoch, gang.reason, gang.master_host, gang.master_addr,
       gang.master_port, gang.created_unix_ms, gang.sequence));
+  if (gang.state != GangState::kRunning || gang.preempt_notice_ms == 0) {
+    GDT_RETURN_IF_ERROR(db_.Run(kDeletePreempting, gang.id));
+  } else {
+    GDT_RETURN_IF_ERROR(
+        db_.Run(kUpsertPreempting, gang.id, gang.preempt_notice_ms,
+                gang.preempt_stop_by_ms, gang.preempt_checkpoint_ms,
+                gang.preempt_by, gang.preempt_by_priority,
+                static_cast<int64_t>(
+                    std::llround(gang.preempt_estimate_gpu_hours * 3600.0))));
+  }
   if (gang.nodes_min == 0) {
     GDT_RETURN_IF_ERROR(db_.Run(kDeleteElastic, gang.id));
   } else {
@@ -582,6 +617,19 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
     }
   }));
   GDT_RETURN_IF_ERROR(elastic_status);
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectPreempting, [&](const sqlite::Row& row) {
+        auto position = gang_positions.find(row.Text(0));
+        if (position == gang_positions.end()) return;
+        Gang& gang = state.gangs[position->second];
+        gang.preempt_notice_ms = row.Int64(1);
+        gang.preempt_stop_by_ms = row.Int64(2);
+        gang.preempt_checkpoint_ms = row.Int64(3);
+        gang.preempt_by = row.Text(4);
+        gang.preempt_by_priority = row.Int(5);
+        gang.preempt_estimate_gpu_hours =
+            static_cast<double>(row.Int64(6)) / 3600.0;
+      }));
 
   GDT_RETURN_IF_ERROR(ForEachRow(kSelectGpuLeases, [&](const sqlite::Row& row) {
     state.gpu_leases.push_back(
