@@ -188,7 +188,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   }
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level" || key == "metrics_address" ||
-      key == "dashboard_address") {
+      key == "dashboard_address" || key == "liveness_listen_address" ||
+      key == "liveness_advertise_endpoint") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "listen_address") config.listen_address = *text;
@@ -197,6 +198,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "log_level") config.log_level = *text;
     if (key == "metrics_address") config.metrics_address = *text;
     if (key == "dashboard_address") config.dashboard_address = *text;
+    if (key == "liveness_listen_address") {
+      config.liveness_listen_address = *text;
+    }
+    if (key == "liveness_advertise_endpoint") {
+      config.liveness_advertise_endpoint = *text;
+    }
     return absl::OkStatus();
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
@@ -205,9 +212,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "forming_gang_abandon_seconds" ||
       key == "member_gone_after_seconds" ||
       key == "max_forming_gangs_per_pipeline" ||
-      key == "max_forming_gangs_per_project") {
+      key == "max_forming_gangs_per_project" ||
+      key == "join_rate_per_project" || key == "join_burst_per_project") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
+    if (key == "join_rate_per_project") config.join_rate_per_project = *number;
+    if (key == "join_burst_per_project") {
+      config.join_burst_per_project = *number;
+    }
     if (key == "max_nodes_per_job") config.max_nodes_per_job = *number;
     if (key == "max_forming_gangs_per_pipeline") {
       config.max_forming_gangs_per_pipeline = *number;
@@ -243,6 +255,11 @@ absl::Status ValidateConfig(const Config& config) {
   }
   if (config.state_path.empty()) {
     return absl::InvalidArgumentError("state_path must not be empty");
+  }
+  if (config.join_rate_per_project > 0 && config.join_burst_per_project == 0) {
+    return absl::InvalidArgumentError(
+        "join_burst_per_project must be at least 1 while "
+        "join_rate_per_project is set (0 turns the limit off)");
   }
   if (config.master_port_min == 0 || config.master_port_max > 65535 ||
       config.master_port_min > config.master_port_max) {

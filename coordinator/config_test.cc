@@ -54,6 +54,10 @@ heartbeat_interval_seconds: 3
 host_down_after_seconds: 12
 failed_gang_release_seconds: 90
 log_level: debug
+liveness_listen_address: 0.0.0.0:7071
+liveness_advertise_endpoint: coord-hb.example.com:7071
+join_rate_per_project: 20
+join_burst_per_project: 100
 )");
 
   ASSERT_TRUE(config.ok()) << config.status();
@@ -67,6 +71,19 @@ log_level: debug
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(12));
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(90));
   EXPECT_EQ(config->log_level, "debug");
+  EXPECT_EQ(config->liveness_listen_address, "0.0.0.0:7071");
+  EXPECT_EQ(config->liveness_advertise_endpoint, "coord-hb.example.com:7071");
+  EXPECT_EQ(config->join_rate_per_project, 20u);
+  EXPECT_EQ(config->join_burst_per_project, 100u);
+}
+
+TEST(ConfigTest, AJoinRateNeedsABurstOfAtLeastOne) {
+  absl::StatusOr<Config> config =
+      ParseConfig("join_rate_per_project: 5\njoin_burst_per_project: 0\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "join_burst_per_project must be at least 1 while "
+            "join_rate_per_project is set (0 turns the limit off)");
 }
 
 TEST(ConfigTest, UnknownKeyIsNamed) {
