@@ -146,6 +146,9 @@ int Run(int argc, char** argv) {
   config.listen_address = "127.0.0.1:0";
   config.state_path = dir + "/coord.db";
   config.gitlab_url = (*gitlab)->url();
+  // The instance the forged joins name (JoinRequestFor): trusted, so that
+  // each forged join costs a GitLab check, not just the instance check.
+  config.gitlab_instance_url = "https://gitlab.example.com";
   // Defaults: heartbeat every 2 s, down after 10 s without one.
   absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
       coordinator::CoordinatorServer::Start(config, clock);
