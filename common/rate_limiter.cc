@@ -10,8 +10,7 @@ KeyedRateLimiter::KeyedRateLimiter(const Clock& clock, Options options)
 
 double KeyedRateLimiter::Refilled(const Bucket& bucket,
                                   Clock::TimePoint now) const {
-  const double seconds =
-      std::chrono::duration<double>(now - bucket.at).count();
+  const double seconds = std::chrono::duration<double>(now - bucket.at).count();
   return std::min(options_.burst,
                   bucket.tokens + std::max(0.0, seconds) * options_.per_second);
 }

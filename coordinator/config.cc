@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -287,8 +288,15 @@ absl::Status ValidateConfig(const Config& config) {
   }
   for (const auto& [key, address] :
        {std::pair{"metrics_address", &config.metrics_address},
-        std::pair{"dashboard_address", &config.dashboard_address}}) {
+        std::pair{"dashboard_address", &config.dashboard_address},
+        std::pair{"liveness_listen_address", &config.liveness_listen_address},
+        std::pair{"liveness_advertise_endpoint",
+                  &config.liveness_advertise_endpoint}}) {
     if (address->empty()) continue;
+    if (std::string_view(key) == "liveness_listen_address" &&
+        *address == "off") {
+      continue;
+    }
     if (!ParseHostPort(*address).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           key, " must be host:port (port 0..65535), got '", *address, "'"));

@@ -77,6 +77,20 @@ join_burst_per_project: 100
   EXPECT_EQ(config->join_burst_per_project, 100u);
 }
 
+TEST(ConfigTest, LivenessAddressesAreHostAndPortOrOff) {
+  absl::StatusOr<Config> off = ParseConfig("liveness_listen_address: off\n");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->liveness_listen_address, "off");
+  for (const char* bad : {"liveness_listen_address: 7071\n",
+                          "liveness_advertise_endpoint: off\n"}) {
+    absl::StatusOr<Config> rejected = ParseConfig(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(rejected.status().message(), HasSubstr("must be host:port"))
+        << bad;
+  }
+}
+
 TEST(ConfigTest, AJoinRateNeedsABurstOfAtLeastOne) {
   absl::StatusOr<Config> config =
       ParseConfig("join_rate_per_project: 5\njoin_burst_per_project: 0\n");

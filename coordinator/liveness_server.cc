@@ -54,8 +54,8 @@ absl::StatusOr<std::unique_ptr<LivenessServer>> LivenessServer::Start(
   builder.RegisterService(server->service_.get());
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, " (liveness_listen_address)"));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address,
+                                               " (liveness_listen_address)"));
   }
   return server;
 }

@@ -65,9 +65,9 @@ class LivenessServerTest : public ::testing::Test {
 TEST_F(LivenessServerTest, AgentsHeartbeatOnTheLivenessPortAndNothingElseDoes) {
   Start();
   ASSERT_NE(server_->liveness_port(), 0);
-  EXPECT_THAT(server_->bound_address(),
-              ::testing::Not(HasSubstr(
-                  absl::StrCat(":", server_->liveness_port()))));
+  EXPECT_THAT(
+      server_->bound_address(),
+      ::testing::Not(HasSubstr(absl::StrCat(":", server_->liveness_port()))));
 
   ASSERT_TRUE(client_->RegisterHost(Host("cpu-01"), 5s).ok());
   EXPECT_EQ(client_->liveness_endpoint(), LivenessAddress());
@@ -91,9 +91,9 @@ TEST_F(LivenessServerTest, AgentsHeartbeatOnTheLivenessPortAndNothingElseDoes) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + 5s);
     v1::GetStatusResponse response;
-    EXPECT_EQ(
-        stub->GetStatus(&context, v1::GetStatusRequest(), &response).error_code(),
-        grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(stub->GetStatus(&context, v1::GetStatusRequest(), &response)
+                  .error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
   }
   {  // Small messages only.
     grpc::ClientContext context;
