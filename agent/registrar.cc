@@ -86,16 +86,28 @@ void Registrar::Run() {
     reachable = true;
     backoff.Reset();
     const seconds period(std::max<uint32_t>(*interval, 1));
+    // Heartbeats go to the coordinator's liveness server when it has one.
+    std::string liveness = client_.liveness_endpoint();
     spdlog::info(
-        "event=host_registered host={} coordinator={} gpus={} heartbeat_s={}",
+        "event=host_registered host={} coordinator={} gpus={} heartbeat_s={} "
+        "liveness={}",
         LogValue(name), LogValue(client_.endpoint()), host_.gpus_size(),
-        period.count());
+        period.count(), LogValue(liveness.empty() ? "main port" : liveness));
 
     while (Sleep(period)) {
       std::optional<std::vector<std::string>> members;
       if (running_members_) members = running_members_();
       absl::StatusOr<bool> reregister =
           client_.Heartbeat(name, options_.rpc_timeout, members);
+      if (!liveness.empty() && client_.liveness_endpoint().empty()) {
+        spdlog::warn(
+            "event=liveness_port_unreachable host={} liveness={} action={}",
+            LogValue(name), LogValue(liveness),
+            LogValue("heartbeats go to the main port until the next "
+                     "registration; open the coordinator's liveness port "
+                     "(liveness_listen_address) to the agents"));
+        liveness.clear();
+      }
       if (!reregister.ok()) {
         if (reregister.status().code() == absl::StatusCode::kUnauthenticated ||
             reregister.status().code() == absl::StatusCode::kPermissionDenied) {

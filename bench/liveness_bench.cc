@@ -8,7 +8,11 @@
 // Reports each phase's heartbeat latency and how many hosts the
 // coordinator saw as down (sampled every 200 ms), with the target: flood
 // p99 at most twice the quiet p99, zero hosts down.
+// Heartbeats go where gdt-agent sends them: to the liveness port the
+// coordinator names at RegisterHost (--main-port: to the main port, as
+// before the liveness server existed, for comparison).
 // Usage: gdt-bench-liveness [--quick] [--hosts N] [--joins-per-second R]
+//        [--main-port]
 #include <stdlib.h>
 
 #include <atomic>
@@ -121,6 +125,10 @@ int Run(int argc, char** argv) {
   const int hosts = Flag(argc, argv, "--hosts", 100);
   const int joins_per_second = Flag(argc, argv, "--joins-per-second", 300);
   const seconds phase_length(quick ? 12 : 30);
+  bool main_port = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--main-port") == 0) main_port = true;
+  }
 
   gitlab::FakeGitLabApi::Options gitlab_options;
   gitlab_options.job_answer_delay = seconds(1);
@@ -138,6 +146,9 @@ int Run(int argc, char** argv) {
   config.listen_address = "127.0.0.1:0";
   config.state_path = dir + "/coord.db";
   config.gitlab_url = (*gitlab)->url();
+  // The instance the forged joins name (JoinRequestFor): trusted, so that
+  // each forged join costs a GitLab check, not just the instance check.
+  config.gitlab_instance_url = "https://gitlab.example.com";
   // Defaults: heartbeat every 2 s, down after 10 s without one.
   absl::StatusOr<std::unique_ptr<coordinator::CoordinatorServer>> server =
       coordinator::CoordinatorServer::Start(config, clock);
@@ -153,6 +164,7 @@ int Run(int argc, char** argv) {
             << phase_length.count() << " s per phase\n";
 
   auto host_stubs = MakeStubs(endpoint, hosts);
+  uint32_t liveness_port = 0;
   for (int i = 0; i < hosts; ++i) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + seconds(10));
@@ -169,7 +181,16 @@ int Run(int argc, char** argv) {
                 << std::endl;
       return 1;
     }
+    liveness_port = response.liveness_port();
   }
+  if (!main_port && liveness_port != 0) {
+    host_stubs = MakeStubs(absl::StrCat("127.0.0.1:", liveness_port), hosts);
+  }
+  std::cout << "# heartbeats to "
+            << (!main_port && liveness_port != 0
+                    ? absl::StrCat("the liveness port ", liveness_port)
+                    : std::string("the main port"))
+            << "\n";
 
   Phase quiet;
   Phase flood;

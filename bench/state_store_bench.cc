@@ -55,6 +55,7 @@ std::unique_ptr<Scheduler> NewScheduler(const gdt::Clock& clock,
                                         state::StateStore& store) {
   SchedulerOptions options;
   options.max_nodes_per_job = 100000;
+  options.join_rate_per_project = 0;  // Join throughput is measured.
   options.master_port_min = 20000;
   options.master_port_max = 60000;
   options.host_down_after = std::chrono::hours(24);

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -188,7 +189,8 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
   }
   if (key == "listen_address" || key == "advertise_endpoint" ||
       key == "state_path" || key == "log_level" || key == "metrics_address" ||
-      key == "dashboard_address") {
+      key == "dashboard_address" || key == "liveness_listen_address" ||
+      key == "liveness_advertise_endpoint") {
     absl::StatusOr<std::string> text = ReadString(value, key);
     if (!text.ok()) return text.status();
     if (key == "listen_address") config.listen_address = *text;
@@ -197,6 +199,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "log_level") config.log_level = *text;
     if (key == "metrics_address") config.metrics_address = *text;
     if (key == "dashboard_address") config.dashboard_address = *text;
+    if (key == "liveness_listen_address") {
+      config.liveness_listen_address = *text;
+    }
+    if (key == "liveness_advertise_endpoint") {
+      config.liveness_advertise_endpoint = *text;
+    }
     return absl::OkStatus();
   }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
@@ -205,9 +213,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "forming_gang_abandon_seconds" ||
       key == "member_gone_after_seconds" || key == "elastic_wait_seconds" ||
       key == "max_forming_gangs_per_pipeline" ||
-      key == "max_forming_gangs_per_project") {
+      key == "max_forming_gangs_per_project" ||
+      key == "join_rate_per_project" || key == "join_burst_per_project") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
+    if (key == "join_rate_per_project") config.join_rate_per_project = *number;
+    if (key == "join_burst_per_project") {
+      config.join_burst_per_project = *number;
+    }
     if (key == "max_nodes_per_job") config.max_nodes_per_job = *number;
     if (key == "max_forming_gangs_per_pipeline") {
       config.max_forming_gangs_per_pipeline = *number;
@@ -247,6 +260,11 @@ absl::Status ValidateConfig(const Config& config) {
   if (config.state_path.empty()) {
     return absl::InvalidArgumentError("state_path must not be empty");
   }
+  if (config.join_rate_per_project > 0 && config.join_burst_per_project == 0) {
+    return absl::InvalidArgumentError(
+        "join_burst_per_project must be at least 1 while "
+        "join_rate_per_project is set (0 turns the limit off)");
+  }
   if (config.master_port_min == 0 || config.master_port_max > 65535 ||
       config.master_port_min > config.master_port_max) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -273,8 +291,15 @@ absl::Status ValidateConfig(const Config& config) {
   }
   for (const auto& [key, address] :
        {std::pair{"metrics_address", &config.metrics_address},
-        std::pair{"dashboard_address", &config.dashboard_address}}) {
+        std::pair{"dashboard_address", &config.dashboard_address},
+        std::pair{"liveness_listen_address", &config.liveness_listen_address},
+        std::pair{"liveness_advertise_endpoint",
+                  &config.liveness_advertise_endpoint}}) {
     if (address->empty()) continue;
+    if (std::string_view(key) == "liveness_listen_address" &&
+        *address == "off") {
+      continue;
+    }
     if (!ParseHostPort(*address).ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           key, " must be host:port (port 0..65535), got '", *address, "'"));

@@ -19,6 +19,13 @@ struct Config {
   std::string listen_address = "127.0.0.1:7070";
   // What goes into Assignment.coordinator_endpoint; empty = the bound address.
   std::string advertise_endpoint;
+  // The liveness server (Heartbeat only, its own threads and small limits):
+  // empty = listen_address's host on a port the kernel picks; "off" = none
+  // (heartbeats go to listen_address).
+  std::string liveness_listen_address;
+  // What RegisterHost tells agents to send heartbeats to; empty = the host
+  // each agent reached the coordinator at, with the liveness port.
+  std::string liveness_advertise_endpoint;
   std::string state_path = "/var/lib/gdt/coord.db";
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
@@ -26,6 +33,10 @@ struct Config {
   // Forming gangs a pipeline / a project may have at once (SchedulerOptions).
   uint32_t max_forming_gangs_per_pipeline = 64;
   uint32_t max_forming_gangs_per_project = 256;
+  // Joins one project may make: bursts of join_burst_per_project, then
+  // join_rate_per_project a second; 0 = no limit (SchedulerOptions).
+  uint32_t join_rate_per_project = 50;
+  uint32_t join_burst_per_project = 500;
   std::chrono::seconds heartbeat_interval{2};
   std::chrono::seconds host_down_after{10};
   // A failed gang's leases are released this long after the failure even

@@ -56,6 +56,10 @@ host_down_after_seconds: 12
 failed_gang_release_seconds: 90
 elastic_wait_seconds: 15
 log_level: debug
+liveness_listen_address: 0.0.0.0:7071
+liveness_advertise_endpoint: coord-hb.example.com:7071
+join_rate_per_project: 20
+join_burst_per_project: 100
 )");
 
   ASSERT_TRUE(config.ok()) << config.status();
@@ -70,6 +74,33 @@ log_level: debug
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(90));
   EXPECT_EQ(config->elastic_wait, std::chrono::seconds(15));
   EXPECT_EQ(config->log_level, "debug");
+  EXPECT_EQ(config->liveness_listen_address, "0.0.0.0:7071");
+  EXPECT_EQ(config->liveness_advertise_endpoint, "coord-hb.example.com:7071");
+  EXPECT_EQ(config->join_rate_per_project, 20u);
+  EXPECT_EQ(config->join_burst_per_project, 100u);
+}
+
+TEST(ConfigTest, LivenessAddressesAreHostAndPortOrOff) {
+  absl::StatusOr<Config> off = ParseConfig("liveness_listen_address: off\n");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(off->liveness_listen_address, "off");
+  for (const char* bad : {"liveness_listen_address: 7071\n",
+                          "liveness_advertise_endpoint: off\n"}) {
+    absl::StatusOr<Config> rejected = ParseConfig(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(rejected.status().message(), HasSubstr("must be host:port"))
+        << bad;
+  }
+}
+
+TEST(ConfigTest, AJoinRateNeedsABurstOfAtLeastOne) {
+  absl::StatusOr<Config> config =
+      ParseConfig("join_rate_per_project: 5\njoin_burst_per_project: 0\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "join_burst_per_project must be at least 1 while "
+            "join_rate_per_project is set (0 turns the limit off)");
 }
 
 TEST(ConfigTest, UnknownKeyIsNamed) {

@@ -227,7 +227,7 @@ absl::StatusOr<std::pair<size_t, size_t>> PageStart(
 }
 
 // The value of metadata `key`, empty when absent.
-std::string MetadataValue(const grpc::CallbackServerContext* context,
+std::string MetadataValue(const grpc::ServerContextBase* context,
                           const char* key) {
   const auto& metadata = context->client_metadata();
   auto it = metadata.find(key);
@@ -239,7 +239,7 @@ std::string MetadataValue(const grpc::CallbackServerContext* context,
 // handshake against tls.ca_file) gives itself: its DNS subjectAltNames,
 // then its common name; each once. Empty without a certificate.
 std::vector<std::string> PeerCertificateNames(
-    const grpc::CallbackServerContext* context) {
+    const grpc::ServerContextBase* context) {
   std::vector<std::string> names;
   const std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
   if (auth == nullptr) return names;
@@ -589,7 +589,7 @@ void CoordinatorService::SetSecurity(ServiceSecurity security) {
 }
 
 absl::Status CoordinatorService::CheckAdmin(
-    const grpc::CallbackServerContext* context, const char* what) const {
+    const grpc::ServerContextBase* context, const char* what) const {
   if (security_.admin_token_sha256.empty()) return absl::OkStatus();
   const std::string value =
       MetadataValue(context, rendezvous::kAuthorizationMetadata);
@@ -609,7 +609,7 @@ absl::Status CoordinatorService::CheckAdmin(
 }
 
 absl::Status CoordinatorService::CheckAgentCertificate(
-    const grpc::CallbackServerContext* context,
+    const grpc::ServerContextBase* context,
     const std::string& host_name) const {
   if (!security_.agent_cert_must_match_host) return absl::OkStatus();
   const std::vector<std::string> names = PeerCertificateNames(context);
@@ -628,7 +628,7 @@ absl::Status CoordinatorService::CheckAgentCertificate(
 }
 
 absl::Status CoordinatorService::CheckHost(
-    const grpc::CallbackServerContext* context, const std::string& host_name) {
+    const grpc::ServerContextBase* context, const std::string& host_name) {
   GDT_RETURN_IF_ERROR(CheckAgentCertificate(context, host_name));
   const std::string token =
       MetadataValue(context, rendezvous::kHostTokenMetadata);
@@ -647,7 +647,7 @@ absl::Status CoordinatorService::CheckHost(
 }
 
 absl::Status CoordinatorService::CheckStatusReader(
-    const grpc::CallbackServerContext* context) const {
+    const grpc::ServerContextBase* context) const {
   if (security_.admin_token_sha256.empty() ||
       security_.status_without_token == "anyone") {
     return absl::OkStatus();
@@ -662,6 +662,13 @@ absl::Status CoordinatorService::CheckStatusReader(
 void CoordinatorService::SetAdvertiseEndpoint(const std::string& endpoint) {
   MutexLock lock(mu_);
   advertise_endpoint_ = endpoint;
+}
+
+void CoordinatorService::SetLivenessEndpoint(uint32_t port,
+                                             const std::string& endpoint) {
+  MutexLock lock(mu_);
+  liveness_port_ = port;
+  liveness_endpoint_ = endpoint;
 }
 
 void CoordinatorService::EndAllStreams(const std::string& why) {
@@ -767,7 +774,7 @@ void CoordinatorService::Dispatch(std::vector<state::MemberEvent> events) {
 }
 
 absl::Status CoordinatorService::CheckJob(
-    const grpc::CallbackServerContext* context, int64_t job_id) const {
+    const grpc::ServerContextBase* context, int64_t job_id) const {
   if (security_.id_token_verifier != nullptr && security_.verifier == nullptr) {
     return security_.id_token_verifier->VerifyJobId(
         MetadataValue(context, rendezvous::kIdTokenMetadata), job_id);
@@ -779,7 +786,7 @@ absl::Status CoordinatorService::CheckJob(
 }
 
 absl::Status CoordinatorService::CheckReporter(
-    const grpc::CallbackServerContext* context,
+    const grpc::ServerContextBase* context,
     const v1::ReportExitRequest& request) {
   const std::string host_token =
       MetadataValue(context, rendezvous::kHostTokenMetadata);
@@ -796,9 +803,9 @@ absl::Status CoordinatorService::CheckReporter(
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorService::Allow(
-    const grpc::CallbackServerContext* context, std::string_view rpc,
-    absl::Status allowed) const {
+absl::Status CoordinatorService::Allow(const grpc::ServerContextBase* context,
+                                       std::string_view rpc,
+                                       absl::Status allowed) const {
   if (!allowed.ok()) {
     spdlog::warn("event=rpc_refused rpc={} peer={} error={}", LogValue(rpc),
                  LogValue(context->peer()), LogValue(allowed.ToString()));
@@ -880,6 +887,9 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
                  LogValue(request->host().agent_endpoint()));
     response->set_heartbeat_interval_seconds(
         static_cast<uint32_t>(heartbeat_interval_.count()));
+    MutexLock lock(mu_);
+    response->set_liveness_port(liveness_port_);
+    response->set_liveness_endpoint(liveness_endpoint_);
   }
   return Finish(context, status);
 }
@@ -887,18 +897,24 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
 grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     grpc::CallbackServerContext* context, const v1::HeartbeatRequest* request,
     v1::HeartbeatResponse* response) {
+  return Finish(context, HandleHeartbeat(context, *request, *response));
+}
+
+absl::Status CoordinatorService::HandleHeartbeat(
+    const grpc::ServerContextBase* context, const v1::HeartbeatRequest& request,
+    v1::HeartbeatResponse& response) {
   const absl::Status allowed =
-      Allow(context, "Heartbeat", CheckHost(context, request->host_name()));
+      Allow(context, "Heartbeat", CheckHost(context, request.host_name()));
   if (allowed.ok()) {
     std::optional<std::set<std::string>> running;
-    if (request->reports_running_members()) {
-      running.emplace(request->running_members().begin(),
-                      request->running_members().end());
+    if (request.reports_running_members()) {
+      running.emplace(request.running_members().begin(),
+                      request.running_members().end());
     }
-    response->set_reregister(
-        !coordinator_.Heartbeat(request->host_name(), std::move(running)));
+    response.set_reregister(
+        !coordinator_.Heartbeat(request.host_name(), std::move(running)));
   }
-  return Finish(context, allowed);
+  return allowed;
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::CheckMemberToken(

@@ -70,6 +70,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
 
   // Sets Assignment.coordinator_endpoint (known once the server is bound).
   void SetAdvertiseEndpoint(const std::string& endpoint);
+  // What RegisterHost tells agents about the liveness server: its port and,
+  // when set, the full endpoint to use (RegisterHostResponse).
+  void SetLivenessEndpoint(uint32_t port, const std::string& endpoint);
 
   // Ends every open JoinGang and WatchGang stream with UNAVAILABLE (clients
   // reconnect), so that server shutdown does not wait on them.
@@ -82,6 +85,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
+  // Heartbeat's checks and bookkeeping, for this service and the liveness
+  // server (coordinator/liveness_server.h), whichever the call came to.
+  absl::Status HandleHeartbeat(const grpc::ServerContextBase* context,
+                               const v1::HeartbeatRequest& request,
+                               v1::HeartbeatResponse& response);
   grpc::ServerUnaryReactor* CheckMemberToken(
       grpc::CallbackServerContext* context,
       const v1::CheckMemberTokenRequest* request,
@@ -159,33 +167,32 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // OK when the caller presents the admin token (or none is configured).
   // Errors: Unauthenticated naming `what` when no token is presented;
   // PermissionDenied when it is wrong.
-  absl::Status CheckAdmin(const grpc::CallbackServerContext* context,
+  absl::Status CheckAdmin(const grpc::ServerContextBase* context,
                           const char* what) const;
   // OK when the caller's host token is `host_name`'s; without
   // require_host_tokens also when it presents none. Errors: Unauthenticated
   // (none), PermissionDenied (wrong, revoked, or another host's).
-  absl::Status CheckHost(const grpc::CallbackServerContext* context,
+  absl::Status CheckHost(const grpc::ServerContextBase* context,
                          const std::string& host_name);
   // OK unless agent_cert_must_match_host is on and the caller's client
   // certificate does not name `host_name`. Errors: PermissionDenied naming
   // what the certificate names.
-  absl::Status CheckAgentCertificate(const grpc::CallbackServerContext* context,
+  absl::Status CheckAgentCertificate(const grpc::ServerContextBase* context,
                                      const std::string& host_name) const;
   // OK when the caller may read status (see ServiceSecurity).
-  absl::Status CheckStatusReader(
-      const grpc::CallbackServerContext* context) const;
+  absl::Status CheckStatusReader(const grpc::ServerContextBase* context) const;
   // OK when members are not verified or the caller's job token is job
   // `job_id`'s.
-  absl::Status CheckJob(const grpc::CallbackServerContext* context,
+  absl::Status CheckJob(const grpc::ServerContextBase* context,
                         int64_t job_id) const;
   // Who may report about a member: an agent (it presents its host token)
   // only about members on its own host; an executor, when members are
   // verified, only about its own job.
-  absl::Status CheckReporter(const grpc::CallbackServerContext* context,
+  absl::Status CheckReporter(const grpc::ServerContextBase* context,
                              const v1::ReportExitRequest& request);
   // Returns `allowed`, logging it (one line for every RPC) when it refuses
   // the caller `rpc`.
-  absl::Status Allow(const grpc::CallbackServerContext* context,
+  absl::Status Allow(const grpc::ServerContextBase* context,
                      std::string_view rpc, absl::Status allowed) const;
   // The shape of every operator RPC: refuses (logged) a caller without the
   // admin token, else runs `body` (returns absl::Status); finishes the call
@@ -211,6 +218,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
+  uint32_t liveness_port_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string liveness_endpoint_ ABSL_GUARDED_BY(mu_);
   // Where joins are verified when members are (SetSecurity); last, so that
   // its threads end before anything they use.
   std::unique_ptr<WorkQueue> verifications_;

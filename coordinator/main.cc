@@ -29,8 +29,9 @@ int main(int argc, char** argv) {
           gdt::ctl::Dashboard::Start(
               address,
               {server.admin_token_sha256(), server.status_without_token()},
-              [&server]() -> absl::StatusOr<gdt::v1::GetStatusResponse> {
-                return server.Status();
+              [&server](uint32_t limit, const std::string& page_token)
+                  -> absl::StatusOr<gdt::v1::GetStatusResponse> {
+                return server.StatusPageOf(limit, page_token);
               });
       if (!dashboard.ok()) return dashboard.status();
       std::shared_ptr<gdt::ctl::Dashboard> kept = std::move(*dashboard);

@@ -32,8 +32,9 @@ class Observer {
   // The admission policy bounced a gang to break a runner-slot deadlock.
   virtual void DeadlockBounce(const std::string& gang_id) {}
   // A join was refused by a bound on what one project or job may start:
-  // `limit` is "forming_gangs_per_pipeline", "forming_gangs_per_project" or
-  // "instance" (a GitLab instance the coordinator does not trust).
+  // `limit` is "forming_gangs_per_pipeline", "forming_gangs_per_project",
+  // "join_rate_per_project" or "instance" (a GitLab instance the
+  // coordinator does not trust).
   virtual void JoinRefused(std::string_view limit) {}
   // The coordinator could not hear its hosts (`reason`: "stalled" or
   // "quiet", see Scheduler::CheckHearing) and extended `hosts` hosts'

@@ -78,7 +78,12 @@ int64_t RunBound(uint32_t job_timeout_seconds) {
 
 Scheduler::Scheduler(const Clock& clock, state::StateStore& store,
                      const SchedulerOptions& options)
-    : clock_(clock), store_(store), options_(options) {}
+    : clock_(clock),
+      store_(store),
+      options_(options),
+      join_rate_(clock, {.per_second = options.join_rate_per_project,
+                         .burst = static_cast<double>(std::max<uint32_t>(
+                             options.join_burst_per_project, 1))}) {}
 
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(
     const Clock& clock, state::StateStore& store,
@@ -367,6 +372,16 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
     return absl::InvalidArgumentError(
         absl::StrCat("member ", request.member_index, " of gang ",
                      key.group_name, " has no job id"));
+  }
+  if (!join_rate_.TryTake(absl::StrCat(key.instance, " ", key.project_id))) {
+    observer_->JoinRefused("join_rate_per_project");
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "project ", key.project_id, " joins faster than ",
+        options_.join_rate_per_project, " members a second (bursts of ",
+        options_.join_burst_per_project,
+        ") (join_rate_per_project, join_burst_per_project); member ",
+        request.member_index, " of gang ", key.group_name,
+        " is refused, retry the job later"));
   }
   if (!hosts_.empty() && request.gpus_per_node > 0) {
     size_t largest = 0;

@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/rate_limiter.h"
 #include "coordinator/observer.h"
 #include "coordinator/placement.h"
 #include "state/model.h"
@@ -46,6 +47,13 @@ struct SchedulerOptions {
   // ResourceExhausted naming the limit.
   uint32_t max_forming_gangs_per_pipeline = 64;
   uint32_t max_forming_gangs_per_project = 256;
+  // Joins (new members and rejoins) one project may make: bursts of
+  // join_burst_per_project, then join_rate_per_project a second (0: no
+  // limit). Beyond it a join is refused with ResourceExhausted naming the
+  // limit, so one project's flood (or one leaked job token) cannot keep
+  // the scheduler busy for everyone.
+  double join_rate_per_project = 50;
+  uint32_t join_burst_per_project = 500;
   // Checkpoint-aware preemption handed to the admission policy; off by
   // default.
   PreemptionSettings preemption;
@@ -646,6 +654,7 @@ class Scheduler {
   std::vector<state::MemberEvent> events_;
   std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();
+  KeyedRateLimiter join_rate_;  // By "<instance> <project id>".
   // CheckHearing(): when it last ran and when any heartbeat last came (both
   // unset until the first); whether the current quiet spell was bridged.
   std::optional<Clock::TimePoint> last_hearing_check_;

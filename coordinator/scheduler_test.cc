@@ -1310,5 +1310,45 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
                         "project\"} 1\n"));
 }
 
+TEST(SchedulerQuotaTest, JoinsPerProjectAreRateLimited) {
+  FakeClock clock;
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(":memory:");
+  ASSERT_TRUE(store.ok());
+  SchedulerOptions options;
+  options.join_rate_per_project = 2;
+  options.join_burst_per_project = 4;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock, **store, options);
+  ASSERT_TRUE(scheduler.ok());
+  CoordinatorMetrics metrics(clock);
+  (*scheduler)->SetObserver(metrics);
+  int next_job = 1;
+  auto join = [&](int64_t project) {
+    state::GangKey key = TrainKey(8);
+    key.project_id = project;
+    const int job = next_job++;
+    JoinRequest request = Joining(key, 1 + job % 8);
+    request.job_id = job;
+    return (*scheduler)->Join(request, job);
+  };
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(join(5).ok()) << i;
+  absl::StatusOr<std::string> refused = join(5);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("project 5 joins faster than 2 members a second "
+                        "(bursts of 4) (join_rate_per_project, "
+                        "join_burst_per_project)"));
+  // Another project is not held back by project 5's flood.
+  EXPECT_TRUE(join(6).ok());
+  // Project 5 gets its rate back.
+  clock.Advance(std::chrono::milliseconds(500));
+  EXPECT_TRUE(join(5).ok());
+  EXPECT_FALSE(join(5).ok());
+  EXPECT_THAT(metrics.Render((*scheduler)->GetSnapshot(false)),
+              HasSubstr("gdt_joins_refused_total{limit=\"join_rate_per_"
+                        "project\"} 2\n"));
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/exit_code.h"
@@ -90,6 +91,16 @@ int RunServe(const ServeOptions& flags) {
   if (absl::Status tls = CheckListenerTls(config->tls, config->listen_address);
       !tls.ok()) {
     return Fail(kExitUsage, std::string(tls.message()));
+  }
+  // The liveness server serves with the same credentials: the same rule
+  // (its message names "listen_address", hence the prefix).
+  if (!config->liveness_listen_address.empty() &&
+      config->liveness_listen_address != "off") {
+    if (absl::Status tls =
+            CheckListenerTls(config->tls, config->liveness_listen_address);
+        !tls.ok()) {
+      return Fail(kExitUsage, absl::StrCat("liveness_", tls.message()));
+    }
   }
   if (absl::Status logging = InitLogging("gdt-coord", config->log_level);
       !logging.ok()) {

@@ -136,6 +136,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.max_forming_gangs_per_pipeline =
       config.max_forming_gangs_per_pipeline;
   options.max_forming_gangs_per_project = config.max_forming_gangs_per_project;
+  options.join_rate_per_project = config.join_rate_per_project;
+  options.join_burst_per_project = config.join_burst_per_project;
   options.master_port_min = config.master_port_min;
   options.master_port_max = config.master_port_max;
   options.host_down_after = config.host_down_after;
@@ -184,6 +186,24 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
                                              ? server->bound_address_
                                              : config.advertise_endpoint);
+  if (config.liveness_listen_address != "off") {
+    const std::string address = config.liveness_listen_address.empty()
+                                    ? JoinHostPort(listen->host, 0)
+                                    : config.liveness_listen_address;
+    absl::StatusOr<std::unique_ptr<LivenessServer>> liveness =
+        LivenessServer::Start(address, *credentials, *server->service_,
+                              *server->metrics_);
+    if (!liveness.ok()) return liveness.status();
+    server->liveness_server_ = std::move(*liveness);
+    server->service_->SetLivenessEndpoint(
+        static_cast<uint32_t>(server->liveness_server_->port()),
+        config.liveness_advertise_endpoint);
+    spdlog::info("event=liveness_server_on port={} advertise={}",
+                 server->liveness_server_->port(),
+                 LogValue(config.liveness_advertise_endpoint.empty()
+                              ? "<the host agents reach the coordinator at>"
+                              : config.liveness_advertise_endpoint));
+  }
   if (!config.metrics_address.empty()) {
     Coordinator* core = server->coordinator_.get();
     CoordinatorMetrics* metrics = server->metrics_.get();
@@ -208,6 +228,7 @@ void CoordinatorServer::Shutdown() {
   if (coordinator_ != nullptr) {
     coordinator_->kv().EndAllWaits("coordinator is shutting down");
   }
+  if (liveness_server_ != nullptr) liveness_server_->Shutdown();
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));

@@ -11,6 +11,7 @@
 #include "coordinator/config.h"
 #include "coordinator/coordinator.h"
 #include "coordinator/coordinator_service.h"
+#include "coordinator/liveness_server.h"
 #include "coordinator/metrics.h"
 #include "coordinator/metrics_server.h"
 #include "grpcpp/server.h"
@@ -45,6 +46,10 @@ class CoordinatorServer {
 
   // host:port actually bound (the port is the kernel's choice for port 0).
   const std::string& bound_address() const { return bound_address_; }
+  // The liveness server's port (Heartbeat only); 0 when it is off.
+  int liveness_port() const {
+    return liveness_server_ ? liveness_server_->port() : 0;
+  }
   // host:port of the /metrics endpoint; empty when it is off.
   std::string metrics_address() const {
     return metrics_server_ ? metrics_server_->bound_address() : "";
@@ -53,6 +58,11 @@ class CoordinatorServer {
   // What GetStatus answers, finished gangs included.
   v1::GetStatusResponse Status() const {
     return StatusResponseOf(coordinator_->GetSnapshot(true));
+  }
+  // One page of it, as GetStatus answers (StatusPage).
+  absl::StatusOr<v1::GetStatusResponse> StatusPageOf(
+      uint32_t page_size, const std::string& page_token) const {
+    return StatusPage(coordinator_->GetSnapshot(true), page_size, page_token);
   }
   // Who may read status without the admin token: the SHA-256 (hex) of the
   // admin token (empty: none configured) and status_without_token.
@@ -81,6 +91,7 @@ class CoordinatorServer {
   std::unique_ptr<kv::KvService> kv_service_;
   std::unique_ptr<CheckpointService> checkpoint_service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LivenessServer> liveness_server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   std::string bound_address_;
   std::string admin_token_sha256_;

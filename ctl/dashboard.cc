@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
 #include "ctl/dashboard_assets.h"
@@ -98,15 +99,37 @@ absl::StatusOr<std::unique_ptr<Dashboard>> Dashboard::Start(
                      std::string(allowed.message()));
            return;
          }
-         absl::StatusOr<v1::GetStatusResponse> status = fetch();
+         uint32_t limit = kMaxDashboardPageItems;
+         if (const std::string text = request.get_param_value("limit");
+             !text.empty()) {
+           if (!absl::SimpleAtoi(text, &limit)) {
+             SendError(response, 400,
+                       absl::StrCat("limit '", text.substr(0, 32),
+                                    "' is not a whole number of items (0 = ",
+                                    kMaxDashboardPageItems, ")"));
+             return;
+           }
+           if (limit == 0 || limit > kMaxDashboardPageItems) {
+             limit = kMaxDashboardPageItems;
+           }
+         }
+         absl::StatusOr<v1::GetStatusResponse> status =
+             fetch(limit, request.get_param_value("page_token"));
          if (!status.ok()) {
-           SendError(response, 503, std::string(status.status().message()));
+           SendError(
+               response,
+               status.status().code() == absl::StatusCode::kInvalidArgument
+                   ? 400
+                   : 503,
+               std::string(status.status().message()));
            return;
          }
+         nlohmann::json document =
+             nlohmann::json::parse(RenderStatusJson(*status, /*all=*/true));
+         document["next_page_token"] = status->next_page_token();
          SetCommonHeaders(response);
          response.set_header("Cache-Control", "no-store");
-         response.set_content(RenderStatusJson(*status, /*all=*/true),
-                              "application/json");
+         response.set_content(document.dump(2) + "\n", "application/json");
        }});
   absl::StatusOr<std::unique_ptr<HttpServer>> server = HttpServer::Start(
       address, "dashboard_address", "the dashboard", std::move(routes));

@@ -1,6 +1,7 @@
 #ifndef GDT_CTL_DASHBOARD_H_
 #define GDT_CTL_DASHBOARD_H_
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,11 +32,21 @@ absl::Status CheckDashboardReader(const DashboardAccess& access,
 // gdt-coord's read-only web dashboard: a page (HTML, CSS and JavaScript
 // built into the binary; nothing is fetched from elsewhere, so it works on
 // an air-gapped cluster) that polls GET /api/status, which answers the JSON
-// of `gdt-coord status --all --json` for the state `fetch` returns.
-// Thread-safe; `fetch` is called on the server's threads.
+// of `gdt-coord status --all --json` for the status page `fetch` returns,
+// plus its "next_page_token". Paged like GetStatus: `?limit=N` items per
+// page (hosts first, then gangs; 0, absent or above kMaxDashboardPageItems:
+// that many) and `?page_token=T` (the previous answer's next_page_token);
+// "summary" and "recent_failures" cover the items of that page, and the
+// page adds them up over all pages. Thread-safe; `fetch` is called on the
+// server's threads.
+inline constexpr uint32_t kMaxDashboardPageItems = 1000;
+
 class Dashboard {
  public:
-  using Fetch = std::function<absl::StatusOr<v1::GetStatusResponse>()>;
+  // The status page of at most `limit` items after `page_token` (empty:
+  // the first), as GetStatus answers it. InvalidArgument for a bad token.
+  using Fetch = std::function<absl::StatusOr<v1::GetStatusResponse>(
+      uint32_t limit, const std::string& page_token)>;
 
   // Binds `address` (host:port; port 0 = any free port).
   // Errors: those of HttpServer::Start for "dashboard_address".

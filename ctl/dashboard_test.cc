@@ -1,5 +1,10 @@
 #include "ctl/dashboard.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "common/secret.h"
 #include "ctl/status.h"
 #include "gmock/gmock.h"
@@ -44,8 +49,8 @@ httplib::Client ClientFor(const Dashboard& dashboard) {
 
 TEST(DashboardTest, ServesThePageAndTheStatusJsonOfStatusAllJson) {
   const v1::GetStatusResponse status = OneHostOneGang();
-  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard =
-      Dashboard::Start("127.0.0.1:0", {}, [&] { return status; });
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {}, [&](uint32_t, const std::string&) { return status; });
   ASSERT_TRUE(dashboard.ok()) << dashboard.status();
   EXPECT_THAT((*dashboard)->url(), ::testing::StartsWith("http://127.0.0.1:"));
   httplib::Client client = ClientFor(**dashboard);
@@ -72,8 +77,10 @@ TEST(DashboardTest, ServesThePageAndTheStatusJsonOfStatusAllJson) {
   ASSERT_TRUE(api);
   EXPECT_EQ(api->status, 200);
   EXPECT_EQ(api->get_header_value("Cache-Control"), "no-store");
-  EXPECT_EQ(nlohmann::json::parse(api->body),
-            nlohmann::json::parse(RenderStatusJson(status, true)));
+  nlohmann::json expected =
+      nlohmann::json::parse(RenderStatusJson(status, true));
+  expected["next_page_token"] = "";  // All of it fits one page.
+  EXPECT_EQ(nlohmann::json::parse(api->body), expected);
 
   httplib::Result missing = client.Get("/etc/passwd");
   ASSERT_TRUE(missing);
@@ -82,7 +89,9 @@ TEST(DashboardTest, ServesThePageAndTheStatusJsonOfStatusAllJson) {
 
 TEST(DashboardTest, AFailedFetchIsA503WithTheReason) {
   absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
-      "127.0.0.1:0", {}, []() -> absl::StatusOr<v1::GetStatusResponse> {
+      "127.0.0.1:0", {},
+      [](uint32_t,
+         const std::string&) -> absl::StatusOr<v1::GetStatusResponse> {
         return absl::UnavailableError("the coordinator is not leading");
       });
   ASSERT_TRUE(dashboard.ok()) << dashboard.status();
@@ -96,8 +105,9 @@ TEST(DashboardTest, AFailedFetchIsA503WithTheReason) {
 
 TEST(DashboardTest, WithAnAdminTokenNobodyReadsWithoutIt) {
   DashboardAccess access{SecretSha256Hex("s3cret"), "nobody"};
-  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard =
-      Dashboard::Start("127.0.0.1:0", access, [] { return OneHostOneGang(); });
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", access,
+      [](uint32_t, const std::string&) { return OneHostOneGang(); });
   ASSERT_TRUE(dashboard.ok()) << dashboard.status();
   httplib::Client client = ClientFor(**dashboard);
 
@@ -125,6 +135,76 @@ TEST(DashboardTest, WithAnAdminTokenNobodyReadsWithoutIt) {
   EXPECT_EQ(page->status, 200);
 }
 
+// Pages `hosts` hosts named h0, h1, ... as GetStatus does: the token is
+// the index of the next host.
+absl::StatusOr<v1::GetStatusResponse> HostPage(int hosts, uint32_t limit,
+                                               const std::string& token) {
+  int start = 0;
+  if (!token.empty() && !absl::SimpleAtoi(token, &start)) {
+    return absl::InvalidArgumentError(
+        "page_token 'x' is not one this "
+        "coordinator gave out");
+  }
+  v1::GetStatusResponse page;
+  for (int i = start; i < hosts && i < start + static_cast<int>(limit); ++i) {
+    v1::HostStatus* host = page.add_hosts();
+    host->mutable_host()->set_name(absl::StrCat("h", i));
+    host->set_state(v1::HOST_STATE_UP);
+  }
+  if (start + static_cast<int>(limit) < hosts) {
+    page.set_next_page_token(absl::StrCat(start + limit));
+  }
+  return page;
+}
+
+TEST(DashboardTest, StatusIsPagedWithLimitAndPageToken) {
+  std::vector<uint32_t> limits;
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {}, [&](uint32_t limit, const std::string& token) {
+        limits.push_back(limit);
+        return HostPage(3, limit, token);
+      });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  httplib::Client client = ClientFor(**dashboard);
+
+  httplib::Result first = client.Get("/api/status?limit=2");
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  const nlohmann::json one = nlohmann::json::parse(first->body);
+  ASSERT_EQ(one["hosts"].size(), 2u);
+  EXPECT_EQ(one["hosts"][1]["name"], "h1");
+  EXPECT_EQ(one["summary"]["hosts_up"], 2);  // This page's.
+  ASSERT_EQ(one["next_page_token"], "2");
+
+  httplib::Result second =
+      client.Get("/api/status?limit=2&page_token=" +
+                 one["next_page_token"].get<std::string>());
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  const nlohmann::json two = nlohmann::json::parse(second->body);
+  ASSERT_EQ(two["hosts"].size(), 1u);
+  EXPECT_EQ(two["hosts"][0]["name"], "h2");
+  EXPECT_EQ(two["next_page_token"], "");
+
+  // No limit, 0, or too many: the largest page.
+  ASSERT_TRUE(client.Get("/api/status"));
+  ASSERT_TRUE(client.Get("/api/status?limit=0"));
+  ASSERT_TRUE(client.Get("/api/status?limit=5000"));
+  EXPECT_EQ(limits, (std::vector<uint32_t>{2, 2, 1000, 1000, 1000}));
+
+  httplib::Result bad_limit = client.Get("/api/status?limit=ten");
+  ASSERT_TRUE(bad_limit);
+  EXPECT_EQ(bad_limit->status, 400);
+  EXPECT_EQ(nlohmann::json::parse(bad_limit->body)["error"],
+            "limit 'ten' is not a whole number of items (0 = 1000)");
+  httplib::Result bad_token = client.Get("/api/status?page_token=x");
+  ASSERT_TRUE(bad_token);
+  EXPECT_EQ(bad_token->status, 400);
+  EXPECT_THAT(
+      nlohmann::json::parse(bad_token->body)["error"].get<std::string>(),
+      HasSubstr("page_token 'x'"));
+}
+
 TEST(DashboardTest, ReadersFollowTheStatusRule) {
   const DashboardAccess open;
   EXPECT_TRUE(CheckDashboardReader(open, "10.1.2.3", "").ok());
@@ -142,17 +222,20 @@ TEST(DashboardTest, ReadersFollowTheStatusRule) {
 }
 
 TEST(DashboardTest, BadOrBusyAddressesAreOneClearError) {
-  absl::StatusOr<std::unique_ptr<Dashboard>> no_port =
-      Dashboard::Start("localhost", {}, [] { return v1::GetStatusResponse(); });
+  absl::StatusOr<std::unique_ptr<Dashboard>> no_port = Dashboard::Start(
+      "localhost", {},
+      [](uint32_t, const std::string&) { return v1::GetStatusResponse(); });
   EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(no_port.status().message(),
             "dashboard_address 'localhost' is not host:port: no port");
 
   absl::StatusOr<std::unique_ptr<Dashboard>> first = Dashboard::Start(
-      "127.0.0.1:0", {}, [] { return v1::GetStatusResponse(); });
+      "127.0.0.1:0", {},
+      [](uint32_t, const std::string&) { return v1::GetStatusResponse(); });
   ASSERT_TRUE(first.ok());
   absl::StatusOr<std::unique_ptr<Dashboard>> second = Dashboard::Start(
-      (*first)->bound_address(), {}, [] { return v1::GetStatusResponse(); });
+      (*first)->bound_address(), {},
+      [](uint32_t, const std::string&) { return v1::GetStatusResponse(); });
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("for the dashboard"));
 }

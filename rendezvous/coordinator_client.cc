@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/backoff.h"
+#include "common/host_port.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -172,7 +173,22 @@ absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
         return stub.RegisterHost(context, request, &response);
       });
   if (!status.ok()) return status;
+  std::string liveness = response.liveness_endpoint();
+  if (liveness.empty() && response.liveness_port() != 0) {
+    absl::StatusOr<HostPort> main = ParseHostPort(current_endpoint());
+    if (main.ok()) {
+      liveness =
+          JoinHostPort(main->host, static_cast<int>(response.liveness_port()));
+    }
+  }
+  MutexLock lock(mu_);
+  liveness_ = std::move(liveness);
   return response.heartbeat_interval_seconds();
+}
+
+std::string CoordinatorClient::liveness_endpoint() {
+  MutexLock lock(mu_);
+  return liveness_;
 }
 
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
@@ -187,6 +203,32 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     }
   }
   v1::HeartbeatResponse response;
+  const std::string liveness = liveness_endpoint();
+  if (!liveness.empty()) {
+    v1::Coordinator::Stub* stub = nullptr;
+    {
+      MutexLock lock(mu_);
+      std::unique_ptr<v1::Coordinator::Stub>& slot = stubs_[liveness];
+      if (slot == nullptr) {
+        slot = v1::Coordinator::NewStub(NewChannel(liveness, security_));
+      }
+      stub = slot.get();
+    }
+    grpc::ClientContext context;
+    context.set_deadline(In(timeout / 2));
+    AddMetadataTo(context);
+    absl::Status status =
+        Convert(stub->Heartbeat(&context, request, &response), liveness);
+    if (status.code() != absl::StatusCode::kUnavailable &&
+        status.code() != absl::StatusCode::kDeadlineExceeded &&
+        status.code() != absl::StatusCode::kUnimplemented) {
+      if (!status.ok()) return status;
+      return response.reregister();
+    }
+    MutexLock lock(mu_);
+    if (liveness_ == liveness) liveness_.clear();
+    timeout -= timeout / 2;
+  }
   absl::Status status = Unary(
       timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
         return stub.Heartbeat(context, request, &response);

@@ -81,12 +81,24 @@ class CoordinatorClient {
   void AddMetadata(std::string key, std::string value);
 
   // Registers or updates a host; returns the heartbeat interval in seconds.
+  // Remembers the coordinator's liveness server (RegisterHostResponse) for
+  // Heartbeat.
   absl::StatusOr<uint32_t> RegisterHost(const v1::HostSpec& host,
                                         std::chrono::milliseconds timeout);
 
+  // Where Heartbeat goes first: the liveness server the last RegisterHost
+  // named (its liveness_endpoint, else the answering endpoint's host with
+  // its liveness_port); empty when there is none or it stopped answering.
+  std::string liveness_endpoint();
+
   // Returns true when the coordinator asks the agent to register again.
   // `running_members`: the members that run a stage on the host now
-  // (nullopt: the caller does not say).
+  // (nullopt: the caller does not say). Sent to the liveness server when
+  // there is one, with half of `timeout`; when that fails as unreachable
+  // (UNAVAILABLE, DEADLINE_EXCEEDED, UNIMPLEMENTED: a firewalled port, an
+  // older or restarted coordinator), the same heartbeat goes to the main
+  // endpoint with the rest, and so do later ones until the next
+  // RegisterHost.
   absl::StatusOr<bool> Heartbeat(const std::string& host_name,
                                  std::chrono::milliseconds timeout,
                                  const std::optional<std::vector<std::string>>&
@@ -191,6 +203,7 @@ class CoordinatorClient {
   std::vector<std::pair<std::string, std::string>> metadata_;
   Mutex mu_;
   std::string current_ ABSL_GUARDED_BY(mu_);
+  std::string liveness_ ABSL_GUARDED_BY(mu_);  // See liveness_endpoint().
   std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
 };

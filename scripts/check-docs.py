@@ -39,7 +39,7 @@ EXTERNAL_FLAGS = {
     "--system", "--home", "--shell", "--no-create-home", "--group",  # useradd
     "--quick", "--reps", "--sizes", "--members", "--channels", "--mib",
     "--barrier-only", "--max-txn-ops", "--store", "--step", "--etcd",
-    "--full-peers", "--hosts", "--joins-per-second",
+    "--full-peers", "--hosts", "--joins-per-second", "--main-port",
     # bench/ programs and scripts/bench.sh
     "--call-graph",  # perf record
     "--keep", "--dir", "--files", "--threshold", "--prefix",

@@ -237,11 +237,43 @@ function showBanner(text) {
   banner.hidden = !text;
 }
 
+// /api/status answers in pages (?limit=, ?page_token=), each with its own
+// summary: read them all (at most kMaxPages) and add them up into one.
+const kMaxPages = 100;
+const kRecentFailures = 5;
+
+async function fetchStatus(headers) {
+  let first = null;
+  let token = '';
+  for (let page = 0; page < kMaxPages; page++) {
+    const url = token ? `/api/status?page_token=${encodeURIComponent(token)}`
+                      : '/api/status';
+    const response = await fetch(url, {headers, cache: 'no-store'});
+    const body = await response.json();
+    if (!response.ok) return {response, body};
+    if (first === null) {
+      first = {response, body};
+    } else {
+      const all = first.body;
+      all.hosts.push(...body.hosts);
+      all.gangs.push(...body.gangs);
+      all.recent_failures.push(...body.recent_failures);
+      for (const key of Object.keys(all.summary)) {
+        all.summary[key] += body.summary[key] || 0;
+      }
+    }
+    token = body.next_page_token || '';
+    if (!token) break;
+  }
+  first.body.recent_failures.sort((a, b) => b.created_unix_ms - a.created_unix_ms);
+  first.body.recent_failures.splice(kRecentFailures);
+  return first;
+}
+
 async function poll() {
   try {
     const headers = view.token ? {Authorization: `Bearer ${view.token}`} : {};
-    const response = await fetch('/api/status', {headers, cache: 'no-store'});
-    const body = await response.json();
+    const {response, body} = await fetchStatus(headers);
     if (!response.ok) {
       showBanner(body.error || `the coordinator answered ${response.status}`);
       document.body.dataset.state = 'error';

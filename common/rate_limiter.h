@@ -1,0 +1,51 @@
+#ifndef GDT_COMMON_RATE_LIMITER_H_
+#define GDT_COMMON_RATE_LIMITER_H_
+
+#include <cstddef>
+#include <string>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "common/clock.h"
+#include "common/mutex.h"
+
+namespace gdt {
+
+// Token buckets by key (a project, a client): each key may take `burst`
+// at once and then `per_second` a second. A key whose bucket is full again
+// is forgotten, and at most `max_keys` are kept (when more are busy at
+// once, the fullest are forgotten first, which errs towards letting calls
+// through). Thread-safe. Keeps a reference to `clock`.
+class KeyedRateLimiter {
+ public:
+  struct Options {
+    double per_second = 0;  // 0: no limit, TryTake always succeeds.
+    double burst = 1;
+    size_t max_keys = 10000;
+  };
+  KeyedRateLimiter(const Clock& clock, Options options);
+
+  // Takes one token from `key`'s bucket; false (taking nothing) when it is
+  // empty.
+  bool TryTake(const std::string& key);
+
+  const Options& options() const { return options_; }
+
+ private:
+  struct Bucket {
+    double tokens = 0;
+    Clock::TimePoint at{};
+  };
+  // `bucket`'s tokens at `now`, capped at the burst.
+  double Refilled(const Bucket& bucket, Clock::TimePoint now) const;
+  void ForgetLocked(Clock::TimePoint now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const Clock& clock_;
+  const Options options_;
+  Mutex mu_;
+  std::unordered_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_RATE_LIMITER_H_

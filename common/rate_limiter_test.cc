@@ -1,0 +1,53 @@
+#include "common/rate_limiter.h"
+
+#include <chrono>
+#include <string>
+
+#include "common/fake_clock.h"
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(KeyedRateLimiterTest, EachKeyHasItsBurstThenItsRate) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock, {.per_second = 2, .burst = 3});
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.TryTake("project-5")) << i;
+  EXPECT_FALSE(limiter.TryTake("project-5"));
+  // Another key is not slowed by the first.
+  EXPECT_TRUE(limiter.TryTake("project-6"));
+  clock.Advance(499ms);
+  EXPECT_FALSE(limiter.TryTake("project-5"));
+  clock.Advance(1ms);
+  EXPECT_TRUE(limiter.TryTake("project-5"));
+  EXPECT_FALSE(limiter.TryTake("project-5"));
+  // Refills up to the burst, no further.
+  clock.Advance(1h);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.TryTake("project-5")) << i;
+  EXPECT_FALSE(limiter.TryTake("project-5"));
+}
+
+TEST(KeyedRateLimiterTest, ZeroRateMeansNoLimit) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock, {.per_second = 0, .burst = 1});
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(limiter.TryTake("k"));
+}
+
+TEST(KeyedRateLimiterTest, ManyKeysStayBoundedAndBusyKeysStayLimited) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock,
+                           {.per_second = 1, .burst = 2, .max_keys = 100});
+  EXPECT_TRUE(limiter.TryTake("busy"));
+  EXPECT_TRUE(limiter.TryTake("busy"));
+  // Thousands of one-off keys (each took one of its two tokens).
+  for (int i = 0; i < 5000; ++i) {
+    EXPECT_TRUE(limiter.TryTake("key-" + std::to_string(i)));
+  }
+  // The empty bucket is the last to be forgotten.
+  EXPECT_FALSE(limiter.TryTake("busy"));
+}
+
+}  // namespace
+}  // namespace gdt
