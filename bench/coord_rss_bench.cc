@@ -49,7 +49,9 @@ int Run(const std::string& binary) {
     std::ofstream config(dir + "/coord.yaml");
     config << "listen_address: 127.0.0.1:0\nstate_path: " << dir
            << "/coord.db\nmax_nodes_per_job: 8\nlog_level: warn\n"
-           << "host_down_after_seconds: 3600\n";
+           << "host_down_after_seconds: 3600\n"
+           // All 1,000 pending gangs are in one project.
+           << "max_forming_gangs_per_project: " << kGangs << "\n";
   }
   SpawnOptions options;
   options.argv = {binary,        "serve",      "--config", dir + "/coord.yaml",

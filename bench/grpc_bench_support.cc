@@ -27,6 +27,8 @@ std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
     grpc::ChannelArguments args;
     args.SetInt("gdt.bench.channel", i);  // No subchannel sharing.
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    // GetStatus of 10,000 hosts is larger than gRPC's default 4 MB.
+    args.SetMaxReceiveMessageSize(-1);
     stubs.push_back(v1::Coordinator::NewStub(grpc::CreateCustomChannel(
         endpoint, grpc::InsecureChannelCredentials(), args)));
   }

@@ -1113,12 +1113,9 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
             [](const state::Gang* a, const state::Gang* b) {
               return a->sequence < b->sequence;
             });
-  const std::vector<PlacementHost> hosts = PlacementHosts();
   // Incomplete gangs matter only for runner-slot deadlocks, which need
   // declared runner slots (placement.h).
-  const bool slots_declared = std::any_of(
-      hosts.begin(), hosts.end(),
-      [](const PlacementHost& host) { return host.runner_slots != 0; });
+  const bool slots_declared = hosts_with_runner_slots_ != 0;
   std::vector<WaitingGang> complete;
   std::vector<WaitingGang> incomplete;  // Hold runner slots (deadlock).
   for (const state::Gang* gang : forming) {
@@ -1146,7 +1143,10 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   }
   PlanOutcome plan;
   if (!complete.empty() || !incomplete.empty()) {
-    plan = PlanAdmissions(hosts, RunningGangs(), complete,
+    // The host list is built only when something is placed: a pass without
+    // complete gangs (most registrations, joins and wakes) costs O(live
+    // gangs), not O(hosts).
+    plan = PlanAdmissions(PlacementHosts(), RunningGangs(), complete,
                           clock_.UnixMillis() / 1000, incomplete,
                           options_.preemption);
   }
