@@ -14,11 +14,11 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -249,14 +249,12 @@ nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
 
 TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
   const std::string project = MakeDdpExampleProject(cluster_.dir(), kRetryFile);
-  auto api = gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(api.ok()) << api.status();
-  // run-local's job ids and tokens: pipeline × 1000 + member, then the
-  // retry's --first-job-id + member.
-  for (int64_t id : {5151001, 5151002, 5151501, 5151502}) {
-    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
-  }
-  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  // run-local's job ids: pipeline × 1000 + member, then the retry's
+  // --first-job-id + member.
+  std::unique_ptr<gitlab::FakeGitLabApi> api =
+      StartFakeGitLab(RunLocalJobs({5151001, 5151002, 5151501, 5151502}));
+  ASSERT_NE(api, nullptr);
+  const std::string api_var = "CI_API_V4_URL=" + api->api_url();
   const std::string log1 = cluster_.run_dir() + "/logs/train-1-2.log";
   const std::string log2 = cluster_.run_dir() + "/logs/train-2-2.log";
 
@@ -298,10 +296,9 @@ TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
 
   // The bytes are in the package registry; the fake serves no artifacts,
   // so the retry can resume only from there.
-  EXPECT_TRUE((*api)
-                  ->PackageFile(1, "gdt-checkpoints",
-                                absl::StrCat("job-5151001-rank-0-step-", last),
-                                "model.pt")
+  EXPECT_TRUE(api->PackageFile(1, "gdt-checkpoints",
+                               absl::StrCat("job-5151001-rank-0-step-", last),
+                               "model.pt")
                   .has_value());
 
   // Retry: new job ids, epoch 2; neither the script nor gdt-ckpt is told

@@ -15,11 +15,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -120,14 +120,12 @@ class PreemptionE2eTest : public ::testing::Test {
 TEST_F(PreemptionE2eTest,
        PreemptedGangCheckpointsIsRetriedAndEndsAsAnUninterruptedRun) {
   const std::string project = MakeDdpExampleProject(cluster_.dir(), kCiFile);
-  auto api = gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(api.ok()) << api.status();
-  // run-local's job ids and tokens: pipeline × 1000 + member, then the
-  // retry's --first-job-id + member.
-  for (int64_t id : {6161001, 6161002, 6161501, 6161502}) {
-    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
-  }
-  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  // run-local's job ids: pipeline × 1000 + member, then the retry's
+  // --first-job-id + member.
+  std::unique_ptr<gitlab::FakeGitLabApi> api =
+      StartFakeGitLab(RunLocalJobs({6161001, 6161002, 6161501, 6161502}));
+  ASSERT_NE(api, nullptr);
+  const std::string api_var = "CI_API_V4_URL=" + api->api_url();
   const std::string log1 = cluster_.run_dir() + "/logs/low-1-2.log";
   const std::string log2 = cluster_.run_dir() + "/logs/low-2-2.log";
   const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";

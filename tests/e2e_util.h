@@ -91,8 +91,10 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 inline constexpr int kPeerFailureExitCode = 75;
 
 // A project whose job `train` is a 2-member CPU gang running `script` (one
-// shell line) without a launcher. Returns its path (inside `dir`).
-std::string MakeShellProject(const TempDir& dir, const std::string& script);
+// shell line) without a launcher, and `after_script` (one shell line) after
+// it unless empty. Returns its path (inside `dir`).
+std::string MakeShellProject(const TempDir& dir, const std::string& script,
+                             const std::string& after_script = "");
 
 // A coordinator and one agent "local" with 2 CPU slots on loopback, up.
 class OneHostGangTest : public ::testing::Test {
