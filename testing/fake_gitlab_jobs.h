@@ -31,11 +31,19 @@ inline gitlab::FakeJob RunLocalJob(int64_t id,
   return job;
 }
 
-// RunLocalJob(id) for each of `ids`.
-inline std::vector<gitlab::FakeJob> RunLocalJobs(
-    const std::vector<int64_t>& ids) {
+// The jobs run-local starts for a `members`-member job in pipeline
+// `pipeline` (ids pipeline × 1000 + member) and, unless
+// `retry_first_job_id` is 0, those of its retry with that --first-job-id
+// (that id + member).
+inline std::vector<gitlab::FakeJob> RunLocalPipelineJobs(
+    int64_t pipeline, int members, int64_t retry_first_job_id = 0) {
   std::vector<gitlab::FakeJob> jobs;
-  for (int64_t id : ids) jobs.push_back(RunLocalJob(id));
+  for (int member = 1; member <= members; ++member) {
+    jobs.push_back(RunLocalJob(pipeline * 1000 + member));
+    if (retry_first_job_id != 0) {
+      jobs.push_back(RunLocalJob(retry_first_job_id + member));
+    }
+  }
   return jobs;
 }
 

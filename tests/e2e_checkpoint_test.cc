@@ -249,10 +249,9 @@ nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
 
 TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
   const std::string project = MakeDdpExampleProject(cluster_.dir(), kRetryFile);
-  // run-local's job ids: pipeline × 1000 + member, then the retry's
-  // --first-job-id + member.
+  // The jobs of pipeline 5151 and of its retry.
   std::unique_ptr<gitlab::FakeGitLabApi> api =
-      StartFakeGitLab(RunLocalJobs({5151001, 5151002, 5151501, 5151502}));
+      StartFakeGitLab(RunLocalPipelineJobs(5151, 2, 5151500));
   ASSERT_NE(api, nullptr);
   const std::string api_var = "CI_API_V4_URL=" + api->api_url();
   const std::string log1 = cluster_.run_dir() + "/logs/train-1-2.log";
@@ -336,15 +335,11 @@ TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
   // nothing is left holding the host.
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  std::map<std::string, std::string> states;  // "id epoch" -> state.
-  for (const auto& gang : (*status)["gangs"]) {
-    states[absl::StrCat(gang.value("gang_id", ""), " ",
-                        gang.value("epoch", 0))] = gang.value("state", "");
-  }
-  EXPECT_THAT(states, ::testing::ElementsAre(
-                          ::testing::Pair("train-full-p1-pl5252-n2 1", "done"),
-                          ::testing::Pair("train-p1-pl5151-n2 2", "done"),
-                          ::testing::Pair("train-p1-pl5151-n2#1 1", "failed")))
+  EXPECT_THAT(GangEpochStates(*status),
+              ::testing::ElementsAre(
+                  ::testing::Pair("train-full-p1-pl5252-n2 1", "done"),
+                  ::testing::Pair("train-p1-pl5151-n2 2", "done"),
+                  ::testing::Pair("train-p1-pl5151-n2#1 1", "failed")))
       << status->dump();
   for (const auto& host : (*status)["hosts"]) {
     EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();

@@ -163,7 +163,7 @@ TEST(RunnerFidelityCheckpointTest, NestedCheckpointFilesRoundTripPackages) {
   setenv("PATH", saved_path.c_str(), 1);
   ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
   std::unique_ptr<gitlab::FakeGitLabApi> api =
-      StartFakeGitLab(RunLocalJobs({6161001, 6161002}));
+      StartFakeGitLab(RunLocalPipelineJobs(6161, 2));
   ASSERT_NE(api, nullptr);
   // Each member saves a checkpoint with a nested file to the packages,
   // spoils its local copy and resumes: the copy must come from GitLab.

@@ -148,6 +148,16 @@ void ExpectLeasesReleased(GdtCluster& cluster) {
   }
 }
 
+std::map<std::string, std::string> GangEpochStates(
+    const nlohmann::json& status) {
+  std::map<std::string, std::string> states;
+  for (const auto& gang : status["gangs"]) {
+    states[absl::StrCat(gang.value("gang_id", ""), " ",
+                        gang.value("epoch", 0))] = gang.value("state", "");
+  }
+  return states;
+}
+
 int MembersPresent(const nlohmann::json& status) {
   int present = 0;
   for (const auto& gang : status["gangs"]) {

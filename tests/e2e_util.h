@@ -1,6 +1,7 @@
 #ifndef GDT_TESTS_E2E_UTIL_H_
 #define GDT_TESTS_E2E_UTIL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
 
 // The coordinator holds no GPU, slot or port lease and every gang is done.
 void ExpectLeasesReleased(GdtCluster& cluster);
+
+// "<gang id> <epoch>" -> state for every gang in `status` (a
+// GdtCluster::Status()), finished ones included.
+std::map<std::string, std::string> GangEpochStates(
+    const nlohmann::json& status);
 
 // Members of forming gangs whose executors are connected.
 int MembersPresent(const nlohmann::json& status);
