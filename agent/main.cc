@@ -12,6 +12,7 @@
 #include "common/exit_code.h"
 #include "common/file.h"
 #include "common/logging.h"
+#include "common/stop_signals.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
@@ -62,12 +63,8 @@ int main(int argc, char** argv) {
       !warning.empty()) {
     std::fprintf(stderr, "%s\n", warning.c_str());
   }
-  // Block the signals before gRPC starts its threads; sigwait() takes them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before gRPC starts its threads; sigwait() takes them.
+  const sigset_t signals = gdt::BlockStopSignals();
 
   absl::StatusOr<std::unique_ptr<gdt::agent::Daemon>> daemon =
       gdt::agent::Daemon::Start(*config);

@@ -151,13 +151,11 @@ std::string Describe(const YamlNode& node) {
   return absl::StrCat("'", Shown(node.Scalar()), "'");
 }
 
-// A plain (unquoted) integer scalar.
-std::optional<int64_t> PlainInteger(const YamlNode& node) {
-  if (!IsPlain(node)) return std::nullopt;
-  const std::string& text = node.Scalar();
+// An optional sign ('-', and '+' when `plus_allowed`) and 1 to 12 digits.
+std::optional<int64_t> SignedDigits(std::string_view text, bool plus_allowed) {
   size_t i = 0;
   bool negative = false;
-  if (!text.empty() && (text[0] == '-' || text[0] == '+')) {
+  if (!text.empty() && (text[0] == '-' || (plus_allowed && text[0] == '+'))) {
     negative = text[0] == '-';
     i = 1;
   }
@@ -172,23 +170,15 @@ std::optional<int64_t> PlainInteger(const YamlNode& node) {
   return negative ? -value : value;
 }
 
+// A plain (unquoted) integer scalar, as YAML reads one.
+std::optional<int64_t> PlainInteger(const YamlNode& node) {
+  if (!IsPlain(node)) return std::nullopt;
+  return SignedDigits(node.Scalar(), /*plus_allowed=*/true);
+}
+
 // Digits only (a variable value as GitLab sends it), at most 12.
 std::optional<int64_t> IntegerText(std::string_view text) {
-  size_t i = 0;
-  bool negative = false;
-  if (!text.empty() && text[0] == '-') {
-    negative = true;
-    i = 1;
-  }
-  if (i == text.size() || text.size() - i > 12) return std::nullopt;
-  int64_t value = 0;
-  for (; i < text.size(); ++i) {
-    if (!std::isdigit(static_cast<unsigned char>(text[i]))) {
-      return std::nullopt;
-    }
-    value = value * 10 + (text[i] - '0');
-  }
-  return negative ? -value : value;
+  return SignedDigits(text, /*plus_allowed=*/false);
 }
 
 bool IsLabel(std::string_view text) {

@@ -19,6 +19,7 @@
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/metadata.h"
 #include "testing/fake_agent.h"
+#include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -51,14 +52,8 @@ class CoordinatorServiceTest : public ::testing::Test {
   void SetUp() override {
     agent_address_ = agent_.Serve();
     ASSERT_FALSE(agent_address_.empty());
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
-                            checker_);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = std::move(*coordinator);
+    coordinator_ = test::MemoryCoordinator(clock_, checker_);
+    ASSERT_NE(coordinator_, nullptr);
     service_ = std::make_unique<CoordinatorService>(*coordinator_, 2s);
     service_->SetAdvertiseEndpoint("coord.example.com:7070");
     server_ = StartServer(service_.get(), &address_, &metrics_);

@@ -52,14 +52,8 @@ class FakePortChecker : public PortChecker {
 class CoordinatorTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
-                            checker_);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = std::move(*coordinator);
+    coordinator_ = test::MemoryCoordinator(clock_, checker_);
+    ASSERT_NE(coordinator_, nullptr);
     coordinator_->SetEventSink([this](std::vector<state::MemberEvent> events) {
       MutexLock lock(mu_);
       for (state::MemberEvent& event : events)

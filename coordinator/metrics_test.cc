@@ -27,14 +27,8 @@ class FreePorts : public PortChecker {
 class CoordinatorMetricsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
-                            ports_);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    coordinator_ = std::move(*coordinator);
+    coordinator_ = test::MemoryCoordinator(clock_, ports_);
+    ASSERT_NE(coordinator_, nullptr);
     coordinator_->SetObserver(metrics_);
     ASSERT_TRUE(coordinator_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   }

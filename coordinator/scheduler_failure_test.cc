@@ -27,14 +27,10 @@ using ::testing::IsEmpty;
 class SchedulerFailureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-        Scheduler::Create(clock_, *store_, SchedulerOptions{});
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    store_ = test::MemoryStore();
+    ASSERT_NE(store_, nullptr);
+    scheduler_ = test::MakeScheduler(clock_, *store_);
+    ASSERT_NE(scheduler_, nullptr);
   }
 
   // A running gang of two members, member i on host cpu-0i (one slot each).

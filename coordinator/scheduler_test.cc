@@ -25,14 +25,10 @@ using ::testing::IsEmpty;
 class SchedulerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(":memory:");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
-        Scheduler::Create(clock_, *store_, SchedulerOptions{});
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    scheduler_ = std::move(*scheduler);
+    store_ = test::MemoryStore();
+    ASSERT_NE(store_, nullptr);
+    scheduler_ = test::MakeScheduler(clock_, *store_);
+    ASSERT_NE(scheduler_, nullptr);
   }
 
   // Admits every proposal with the lowest candidate port.

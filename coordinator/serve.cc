@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "common/exit_code.h"
 #include "common/logging.h"
+#include "common/stop_signals.h"
 #include "common/tls_config.h"
 #include "coordinator/config.h"
 #include "coordinator/ha_server.h"
@@ -110,12 +111,8 @@ int RunServe(const ServeOptions& flags) {
       !warning.empty()) {
     std::fprintf(stderr, "%s\n", warning.c_str());
   }
-  // Block the signals before gRPC starts its threads, then wait for them.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before gRPC starts its threads; the server waits for them below.
+  const sigset_t signals = BlockStopSignals();
 
   SystemClock clock;
   if (config->state_store == "etcd") return ServeHa(flags, *config, signals);

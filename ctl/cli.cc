@@ -13,6 +13,7 @@
 
 #include "common/exit_code.h"
 #include "common/file.h"
+#include "common/stop_signals.h"
 #include "ctl/admin_token.h"
 #include "ctl/cancel.h"
 #include "ctl/hosts.h"
@@ -67,11 +68,7 @@ int Watch(const std::string& endpoint, const std::string& admin_token,
           const StatusOptions& options,
           const rendezvous::ClientSecurity& security, double interval_seconds,
           int count) {
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const sigset_t signals = BlockStopSignals();
   WatchOptions watch;
   watch.interval =
       std::chrono::milliseconds(static_cast<int64_t>(interval_seconds * 1000));

@@ -5,11 +5,17 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <memory>
 #include <string>
+#include <utility>
 
+#include "common/clock.h"
+#include "coordinator/coordinator.h"
+#include "coordinator/port_checker.h"
 #include "coordinator/scheduler.h"
 #include "gtest/gtest.h"
 #include "state/model.h"
+#include "state/sqlite_store.h"
 
 namespace gdt::test {
 
@@ -51,6 +57,40 @@ inline coordinator::JoinRequest Joining(const state::GangKey& key,
   request.launcher = 1;
   request.arrival_host = arrival_host;
   return request;
+}
+
+// An empty state in memory; nullptr (and a test failure) when SQLite
+// cannot open one.
+inline std::unique_ptr<state::SqliteStore> MemoryStore() {
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(":memory:");
+  EXPECT_TRUE(store.ok()) << store.status();
+  return store.ok() ? std::move(*store) : nullptr;
+}
+
+// A scheduler over `store`; nullptr (and a test failure) when it cannot
+// load it.
+inline std::unique_ptr<coordinator::Scheduler> MakeScheduler(
+    const Clock& clock, state::StateStore& store,
+    const coordinator::SchedulerOptions& options = {}) {
+  absl::StatusOr<std::unique_ptr<coordinator::Scheduler>> scheduler =
+      coordinator::Scheduler::Create(clock, store, options);
+  EXPECT_TRUE(scheduler.ok()) << scheduler.status();
+  return scheduler.ok() ? std::move(*scheduler) : nullptr;
+}
+
+// A coordinator (its scheduler thread not started) over an empty state in
+// memory that asks `ports` about ports; nullptr (and a test failure) when
+// it cannot be made.
+inline std::unique_ptr<coordinator::Coordinator> MemoryCoordinator(
+    const Clock& clock, coordinator::PortChecker& ports) {
+  std::unique_ptr<state::SqliteStore> store = MemoryStore();
+  if (store == nullptr) return nullptr;
+  absl::StatusOr<std::unique_ptr<coordinator::Coordinator>> coordinator =
+      coordinator::Coordinator::Create(clock, std::move(store),
+                                       coordinator::SchedulerOptions{}, ports);
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+  return coordinator.ok() ? std::move(*coordinator) : nullptr;
 }
 
 }  // namespace gdt::test

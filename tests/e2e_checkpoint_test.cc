@@ -14,11 +14,11 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -249,14 +249,11 @@ nlohmann::json JobReport(const std::string& run_dir, int64_t job_id) {
 
 TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
   const std::string project = MakeDdpExampleProject(cluster_.dir(), kRetryFile);
-  auto api = gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(api.ok()) << api.status();
-  // run-local's job ids and tokens: pipeline × 1000 + member, then the
-  // retry's --first-job-id + member.
-  for (int64_t id : {5151001, 5151002, 5151501, 5151502}) {
-    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
-  }
-  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  // The jobs of pipeline 5151 and of its retry.
+  std::unique_ptr<gitlab::FakeGitLabApi> api =
+      StartFakeGitLab(RunLocalPipelineJobs(5151, 2, 5151500));
+  ASSERT_NE(api, nullptr);
+  const std::string api_var = "CI_API_V4_URL=" + api->api_url();
   const std::string log1 = cluster_.run_dir() + "/logs/train-1-2.log";
   const std::string log2 = cluster_.run_dir() + "/logs/train-2-2.log";
 
@@ -298,10 +295,9 @@ TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
 
   // The bytes are in the package registry; the fake serves no artifacts,
   // so the retry can resume only from there.
-  EXPECT_TRUE((*api)
-                  ->PackageFile(1, "gdt-checkpoints",
-                                absl::StrCat("job-5151001-rank-0-step-", last),
-                                "model.pt")
+  EXPECT_TRUE(api->PackageFile(1, "gdt-checkpoints",
+                               absl::StrCat("job-5151001-rank-0-step-", last),
+                               "model.pt")
                   .has_value());
 
   // Retry: new job ids, epoch 2; neither the script nor gdt-ckpt is told
@@ -339,15 +335,11 @@ TEST_F(CheckpointE2eTest, KilledGangIsRetriedAndResumesFromTheLastCheckpoint) {
   // nothing is left holding the host.
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  std::map<std::string, std::string> states;  // "id epoch" -> state.
-  for (const auto& gang : (*status)["gangs"]) {
-    states[absl::StrCat(gang.value("gang_id", ""), " ",
-                        gang.value("epoch", 0))] = gang.value("state", "");
-  }
-  EXPECT_THAT(states, ::testing::ElementsAre(
-                          ::testing::Pair("train-full-p1-pl5252-n2 1", "done"),
-                          ::testing::Pair("train-p1-pl5151-n2 2", "done"),
-                          ::testing::Pair("train-p1-pl5151-n2#1 1", "failed")))
+  EXPECT_THAT(GangEpochStates(*status),
+              ::testing::ElementsAre(
+                  ::testing::Pair("train-full-p1-pl5252-n2 1", "done"),
+                  ::testing::Pair("train-p1-pl5151-n2 2", "done"),
+                  ::testing::Pair("train-p1-pl5151-n2#1 1", "failed")))
       << status->dump();
   for (const auto& host : (*status)["hosts"]) {
     EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();

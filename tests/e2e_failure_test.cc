@@ -356,14 +356,10 @@ TEST_F(GangFailureTest, RetriedGangFormsTheNextEpochAndSucceeds) {
 
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  std::map<std::string, std::string> states;  // "id epoch" -> state.
-  for (const auto& gang : (*status)["gangs"]) {
-    states[absl::StrCat(gang.value("gang_id", ""), " ",
-                        gang.value("epoch", 0))] = gang.value("state", "");
-  }
-  EXPECT_THAT(states, ::testing::ElementsAre(
-                          ::testing::Pair("train-p1-pl4242-n2 2", "done"),
-                          ::testing::Pair("train-p1-pl4242-n2#1 1", "failed")))
+  EXPECT_THAT(GangEpochStates(*status),
+              ::testing::ElementsAre(
+                  ::testing::Pair("train-p1-pl4242-n2 2", "done"),
+                  ::testing::Pair("train-p1-pl4242-n2#1 1", "failed")))
       << status->dump();
   EXPECT_TRUE(HostsFree(cluster_)) << status->dump();
   EXPECT_TRUE(JobProcesses(cluster_).empty())

@@ -25,6 +25,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -167,16 +168,14 @@ class HostileLoadTest : public ::testing::Test {
     setenv("ASAN_OPTIONS", asan_options.c_str(), 1);
     gitlab::FakeGitLabApi::Options options;
     options.job_answer_delay = seconds(1);
-    absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
-        gitlab::FakeGitLabApi::Start(options);
-    ASSERT_TRUE(gitlab.ok()) << gitlab.status();
-    gitlab_ = std::move(*gitlab);
-    // The gang: jobs 7001 and 7002 of pipeline 7 (run-local's job ids with
-    // --first-job-id 7000 and its job tokens).
-    AddJob(7001, "train 1/2", 7);
-    AddJob(7002, "train 2/2", 7);
-    // A valid job of another pipeline whose token an attacker holds.
-    AddJob(9001, "attack 1/2", 9);
+    gitlab_ = StartFakeGitLab(
+        {// The gang: jobs 7001 and 7002 of pipeline 7 (run-local's job ids
+         // with --first-job-id 7000 and its job tokens).
+         RunLocalJob(7001, "train 1/2", 7), RunLocalJob(7002, "train 2/2", 7),
+         // A valid job of another pipeline whose token an attacker holds.
+         RunLocalJob(9001, "attack 1/2", 9)},
+        options);
+    ASSERT_NE(gitlab_, nullptr);
     cluster_.SetCoordinatorExtraConfig(
         absl::StrCat("gitlab_url: ", gitlab_->url(),
                      // What run-local's jobs name as their instance.
@@ -190,16 +189,6 @@ class HostileLoadTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
     stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(
         cluster_.coordinator_endpoint(), grpc::InsecureChannelCredentials()));
-  }
-
-  void AddJob(int64_t id, const std::string& name, int64_t pipeline) {
-    gitlab::FakeJob job;
-    job.id = id;
-    job.token = absl::StrCat("glcbt-local-", id);  // What run-local hands out.
-    job.name = name;
-    job.project_id = 1;
-    job.pipeline_id = pipeline;
-    gitlab_->AddJob(job);
   }
 
   std::string MemberLog(int index) {

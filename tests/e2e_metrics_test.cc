@@ -62,18 +62,9 @@ TEST(EndToEndMetricsTest, ScrapeAndStatusDuringARunShowTheGang) {
 
   // Two members that run until the test releases them.
   const std::string release = cluster.dir().Sub("release");
-  const std::string project = cluster.dir().Sub("project");
-  std::filesystem::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("train:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - 'while [ ! -e ",
-                         release, " ]; do sleep 0.05; done'\n"));
+  const std::string project = MakeShellProject(
+      cluster.dir(),
+      absl::StrCat("while [ ! -e ", release, " ]; do sleep 0.05; done"));
   std::unique_ptr<Subprocess> run = StartRunLocal(cluster, project, "train");
   ASSERT_NE(run, nullptr);
 

@@ -15,11 +15,11 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -120,14 +120,11 @@ class PreemptionE2eTest : public ::testing::Test {
 TEST_F(PreemptionE2eTest,
        PreemptedGangCheckpointsIsRetriedAndEndsAsAnUninterruptedRun) {
   const std::string project = MakeDdpExampleProject(cluster_.dir(), kCiFile);
-  auto api = gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(api.ok()) << api.status();
-  // run-local's job ids and tokens: pipeline × 1000 + member, then the
-  // retry's --first-job-id + member.
-  for (int64_t id : {6161001, 6161002, 6161501, 6161502}) {
-    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
-  }
-  const std::string api_var = "CI_API_V4_URL=" + (*api)->api_url();
+  // The jobs of pipeline 6161 and of its retry.
+  std::unique_ptr<gitlab::FakeGitLabApi> api =
+      StartFakeGitLab(RunLocalPipelineJobs(6161, 2, 6161500));
+  ASSERT_NE(api, nullptr);
+  const std::string api_var = "CI_API_V4_URL=" + api->api_url();
   const std::string log1 = cluster_.run_dir() + "/logs/low-1-2.log";
   const std::string log2 = cluster_.run_dir() + "/logs/low-2-2.log";
   const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";
@@ -225,16 +222,12 @@ TEST_F(PreemptionE2eTest,
     EXPECT_TRUE(host["leased_gpus"].empty()) << host.dump();
     EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
   }
-  std::map<std::string, std::string> states;  // "id epoch" -> state.
-  for (const auto& gang : (*status)["gangs"]) {
-    states[absl::StrCat(gang.value("gang_id", ""), " ",
-                        gang.value("epoch", 0))] = gang.value("state", "");
-  }
-  EXPECT_THAT(states, ::testing::ElementsAre(
-                          ::testing::Pair("high-p1-pl6262-n1 1", "done"),
-                          ::testing::Pair("low-full-p1-pl6363-n2 1", "done"),
-                          ::testing::Pair("low-p1-pl6161-n2 2", "done"),
-                          ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
+  EXPECT_THAT(GangEpochStates(*status),
+              ::testing::ElementsAre(
+                  ::testing::Pair("high-p1-pl6262-n1 1", "done"),
+                  ::testing::Pair("low-full-p1-pl6363-n2 1", "done"),
+                  ::testing::Pair("low-p1-pl6161-n2 2", "done"),
+                  ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
 }
 
 }  // namespace

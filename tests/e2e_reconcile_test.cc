@@ -46,35 +46,21 @@ std::string GangIdOf(GdtCluster& cluster) {
   return (*status)["gangs"][0].value("gang_id", "");
 }
 
-// A 2-member shell job whose script exits 0 and whose after_script marks
-// that it started and then waits for `<dir>/go`, so that the test can stop
-// the coordinator while both members are between their exit and cleanup.
-std::string MakeAfterScriptProject(const TempDir& dir) {
-  const std::string project = dir.Sub("project");
-  std::filesystem::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("train:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - 'true'\n"
-                         "  after_script:\n"
-                         "    - 'touch ",
-                         dir.Sub("after-"), "$CI_NODE_INDEX; while [ ! -e ",
-                         dir.Sub("go"), " ]; do sleep 0.1; done'\n"));
-  return project;
-}
-
 class ReconcileTest : public OneHostGangTest {
  protected:
   // Runs the job, kills the coordinator while both members are in
   // after_script, lets them finish (their LeaveGang is lost) and starts the
   // coordinator again. Returns the gang id.
   std::string LoseTheLeaves() {
-    const std::string project = MakeAfterScriptProject(cluster_.dir());
+    // Both members exit 0; each after_script marks that it started and
+    // waits for `go`, so that the coordinator can be stopped while both are
+    // between their exit and their cleanup.
+    const TempDir& dir = cluster_.dir();
+    const std::string project =
+        MakeShellProject(dir, "true",
+                         absl::StrCat("touch ", dir.Sub("after-"),
+                                      "$CI_NODE_INDEX; while [ ! -e ",
+                                      dir.Sub("go"), " ]; do sleep 0.1; done"));
     std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
     EXPECT_NE(run, nullptr);
     if (run == nullptr) return "";

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -162,11 +162,9 @@ TEST(RunnerFidelityCheckpointTest, NestedCheckpointFilesRoundTripPackages) {
       << cluster.Logs();
   setenv("PATH", saved_path.c_str(), 1);
   ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
-  auto api = gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(api.ok()) << api.status();
-  for (int64_t id : {6161001, 6161002}) {
-    (*api)->AddJob({.id = id, .token = absl::StrCat("glcbt-local-", id)});
-  }
+  std::unique_ptr<gitlab::FakeGitLabApi> api =
+      StartFakeGitLab(RunLocalPipelineJobs(6161, 2));
+  ASSERT_NE(api, nullptr);
   // Each member saves a checkpoint with a nested file to the packages,
   // spoils its local copy and resumes: the copy must come from GitLab.
   const std::string project = MakeShellProject(
@@ -180,14 +178,14 @@ TEST(RunnerFidelityCheckpointTest, NestedCheckpointFilesRoundTripPackages) {
 
   CommandResult run = cluster.RunLocal(
       project, "train",
-      {"--pipeline-id", "6161", "--var", "CI_API_V4_URL=" + (*api)->api_url()},
+      {"--pipeline-id", "6161", "--var", "CI_API_V4_URL=" + api->api_url()},
       seconds(120));
 
   ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
   EXPECT_THAT(run.output, HasSubstr("restored [weights-1]"));
   EXPECT_THAT(run.output, HasSubstr("restored [weights-2]"));
-  EXPECT_EQ((*api)->PackageFile(1, "gdt-checkpoints",
-                                "job-6161001-rank-0-step-1", "shard+2Fw.bin"),
+  EXPECT_EQ(api->PackageFile(1, "gdt-checkpoints", "job-6161001-rank-0-step-1",
+                             "shard+2Fw.bin"),
             "weights-1\n");
 }
 

@@ -11,11 +11,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "gitlab/fake_gitlab_api.h"
 #include "gitlab/fake_id_token_issuer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
+#include "testing/fake_gitlab_jobs.h"
+#include "tests/e2e_util.h"
 
 namespace gdt::test {
 namespace {
@@ -24,53 +25,24 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A 2-member CPU gang `train` running one echo.
-std::string MakeEchoProject(const TempDir& dir) {
-  const std::string project = dir.Sub("project");
-  std::filesystem::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml",
-            "train:\n"
-            "  parallel: 2\n"
-            "  timeout: 5 minutes\n"
-            "  variables:\n"
-            "    GDT_GPUS_PER_NODE: \"0\"\n"
-            "    GDT_LAUNCHER: none\n"
-            "  script:\n"
-            "    - 'echo member $CI_NODE_INDEX ran'\n");
-  return project;
-}
-
-void AddJob(gitlab::FakeGitLabApi& gitlab, int64_t id, const std::string& name,
-            int64_t pipeline, bool running) {
-  gitlab::FakeJob job;
-  job.id = id;
-  job.token = absl::StrCat("glcbt-local-", id);  // What run-local hands out.
-  job.name = name;
-  job.project_id = 1;
-  job.pipeline_id = pipeline;
-  job.running = running;
-  gitlab.AddJob(job);
-}
-
 // A coordinator that verifies members by GitLab CI ID token against (a fake)
 // GitLab's published keys: a job whose GDT_ID_TOKEN GitLab signed for it
 // runs; tokens for another audience, expired, signed with another key,
 // unsigned (alg none) or of another pipeline fail the member as a system
 // failure with one line naming the reason, and no token reaches a log.
 TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
-  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
-      gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+  std::unique_ptr<gitlab::FakeGitLabApi> gitlab = StartFakeGitLab({});
+  ASSERT_NE(gitlab, nullptr);
   absl::StatusOr<gitlab::FakeIdTokenIssuer> keys =
       gitlab::FakeIdTokenIssuer::Create("gitlab-e2e");
   absl::StatusOr<gitlab::FakeIdTokenIssuer> impostor =
       gitlab::FakeIdTokenIssuer::Create("gitlab-e2e");
   ASSERT_TRUE(keys.ok() && impostor.ok());
-  (*gitlab)->SetJwks(keys->Jwks());
+  gitlab->SetJwks(keys->Jwks());
 
   GdtCluster cluster;
   cluster.SetCoordinatorExtraConfig(
-      absl::StrCat("gitlab_url: ", (*gitlab)->url(),
+      absl::StrCat("gitlab_url: ", gitlab->url(),
                    "\ngitlab_instance_url: http://gitlab.local"
                    "\nmember_verification: id_token\n"
                    "id_token_audience: https://gdt.e2e\n"));
@@ -97,7 +69,7 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
                           .count();
   // Job 7001 of pipeline 7 (run-local: --first-job-id 7000), project 1.
   gitlab::FakeIdToken claims;
-  claims.issuer = (*gitlab)->url();
+  claims.issuer = gitlab->url();
   claims.audience = "https://gdt.e2e";
   claims.project_id = 1;
   claims.pipeline_id = 7;
@@ -135,8 +107,8 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
   ASSERT_TRUE(good.status.success()) << good.output << cluster.Logs();
   EXPECT_THAT(good_log, HasSubstr("verified member ran\n"));
   // The keys were fetched once, not once per call of the member.
-  EXPECT_EQ((*gitlab)->RequestCount("/oauth/discovery/keys"), 1);
-  EXPECT_EQ((*gitlab)->RequestCount("/api/v4/job"), 0);
+  EXPECT_EQ(gitlab->RequestCount("/oauth/discovery/keys"), 1);
+  EXPECT_EQ(gitlab->RequestCount("/api/v4/job"), 0);
 
   gitlab::FakeIdToken other_audience = claims;
   other_audience.audience = "https://vault.example.com";
@@ -174,9 +146,8 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersByIdToken) {
 // runs. Tokens signed with a key GitLab does not publish fail each member
 // with one line.
 TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
-  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
-      gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
+  std::unique_ptr<gitlab::FakeGitLabApi> gitlab = StartFakeGitLab({});
+  ASSERT_NE(gitlab, nullptr);
   absl::StatusOr<gitlab::FakeIdTokenIssuer> keys =
       gitlab::FakeIdTokenIssuer::Create("unused");
   absl::StatusOr<gitlab::FakeIdTokenIssuer> other =
@@ -191,14 +162,14 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
   absl::StatusOr<gitlab::IdTokenSigner> signer =
       gitlab::IdTokenSigner::FromPrivateKeyPem(keys->PrivateKeyPem());
   ASSERT_TRUE(signer.ok());
-  (*gitlab)->SetJwks(signer->Jwks());  // Published under run-local's kid.
+  gitlab->SetJwks(signer->Jwks());  // Published under run-local's kid.
   // run-local stands in for the GitLab at http://gitlab.local.
   cluster.SetCoordinatorExtraConfig(
       absl::StrCat("gitlab_url: http://gitlab.local\n"
                    "member_verification: id_token\n"
                    "id_token_audience: https://gdt.e2e\n"
                    "jwks_url: ",
-                   (*gitlab)->url(), "/oauth/discovery/keys\n"));
+                   gitlab->url(), "/oauth/discovery/keys\n"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   AgentSpec agent;
   agent.name = "local";
@@ -232,7 +203,7 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
     EXPECT_THAT(member_log(index),
                 HasSubstr(absl::StrCat("member ", index, " ran\n")));
   }
-  EXPECT_EQ((*gitlab)->RequestCount("/oauth/discovery/keys"), 1);
+  EXPECT_EQ(gitlab->RequestCount("/oauth/discovery/keys"), 1);
 
   // The unknown key id is retried until the keys may be fetched again (at
   // most every 30 s); keys fetched after the tokens then refuse them.
@@ -255,17 +226,16 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
 // GitLab's record, and one whose token GitLab refuses (401), fail as system
 // failures with the reason in their job logs.
 TEST(SecurityE2eTest, CoordinatorVerifiesMembersWithGitLab) {
-  absl::StatusOr<std::unique_ptr<gitlab::FakeGitLabApi>> gitlab =
-      gitlab::FakeGitLabApi::Start({});
-  ASSERT_TRUE(gitlab.ok()) << gitlab.status();
-  AddJob(**gitlab, 7001, "train 1/2", 7, true);
-  AddJob(**gitlab, 7002, "train 2/2", 7, true);
-  AddJob(**gitlab, 8001, "train 1/2", 9, true);   // GitLab: pipeline 9, not 8.
-  AddJob(**gitlab, 8002, "train 2/2", 8, false);  // Finished: 401.
+  std::unique_ptr<gitlab::FakeGitLabApi> gitlab = StartFakeGitLab({
+      RunLocalJob(7001, "train 1/2", 7), RunLocalJob(7002, "train 2/2", 7),
+      RunLocalJob(8001, "train 1/2", 9),  // GitLab: pipeline 9, not 8.
+      RunLocalJob(8002, "train 2/2", 8, /*running=*/false),  // Finished: 401.
+  });
+  ASSERT_NE(gitlab, nullptr);
 
   GdtCluster cluster;
   cluster.SetCoordinatorExtraConfig(
-      absl::StrCat("gitlab_url: ", (*gitlab)->url(),
+      absl::StrCat("gitlab_url: ", gitlab->url(),
                    "\ngitlab_instance_url: http://gitlab.local\n"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   AgentSpec agent;
@@ -273,7 +243,8 @@ TEST(SecurityE2eTest, CoordinatorVerifiesMembersWithGitLab) {
   agent.cpu_slots = 2;
   ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
-  const std::string project = MakeEchoProject(cluster.dir());
+  const std::string project =
+      MakeShellProject(cluster.dir(), "echo member $CI_NODE_INDEX ran");
   const auto member_log = [&](int index) {
     return ReadFile(
         absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));

@@ -148,6 +148,16 @@ void ExpectLeasesReleased(GdtCluster& cluster) {
   }
 }
 
+std::map<std::string, std::string> GangEpochStates(
+    const nlohmann::json& status) {
+  std::map<std::string, std::string> states;
+  for (const auto& gang : status["gangs"]) {
+    states[absl::StrCat(gang.value("gang_id", ""), " ",
+                        gang.value("epoch", 0))] = gang.value("state", "");
+  }
+  return states;
+}
+
 int MembersPresent(const nlohmann::json& status) {
   int present = 0;
   for (const auto& gang : status["gangs"]) {
@@ -248,19 +258,24 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
   return text;
 }
 
-std::string MakeShellProject(const TempDir& dir, const std::string& script) {
+std::string MakeShellProject(const TempDir& dir, const std::string& script,
+                             const std::string& after_script) {
   const std::string project = dir.Sub("project");
   std::filesystem::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("train:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - '",
-                         script, "'\n"));
+  std::string ci_file = absl::StrCat(
+      "train:\n"
+      "  parallel: 2\n"
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"0\"\n"
+      "    GDT_LAUNCHER: none\n"
+      "  script:\n"
+      "    - '",
+      script, "'\n");
+  if (!after_script.empty()) {
+    absl::StrAppend(&ci_file, "  after_script:\n    - '", after_script, "'\n");
+  }
+  WriteFile(project + "/.gitlab-ci.yml", ci_file);
   return project;
 }
 

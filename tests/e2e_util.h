@@ -1,6 +1,7 @@
 #ifndef GDT_TESTS_E2E_UTIL_H_
 #define GDT_TESTS_E2E_UTIL_H_
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -50,6 +51,11 @@ void ExpectTrainedWithIdenticalParameters(const std::string& run_dir,
 // The coordinator holds no GPU, slot or port lease and every gang is done.
 void ExpectLeasesReleased(GdtCluster& cluster);
 
+// "<gang id> <epoch>" -> state for every gang in `status` (a
+// GdtCluster::Status()), finished ones included.
+std::map<std::string, std::string> GangEpochStates(
+    const nlohmann::json& status);
+
 // Members of forming gangs whose executors are connected.
 int MembersPresent(const nlohmann::json& status);
 
@@ -91,8 +97,10 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 inline constexpr int kPeerFailureExitCode = 75;
 
 // A project whose job `train` is a 2-member CPU gang running `script` (one
-// shell line) without a launcher. Returns its path (inside `dir`).
-std::string MakeShellProject(const TempDir& dir, const std::string& script);
+// shell line) without a launcher, and `after_script` (one shell line) after
+// it unless empty. Returns its path (inside `dir`).
+std::string MakeShellProject(const TempDir& dir, const std::string& script,
+                             const std::string& after_script = "");
 
 // A coordinator and one agent "local" with 2 CPU slots on loopback, up.
 class OneHostGangTest : public ::testing::Test {
