@@ -116,6 +116,8 @@ StageRequest FromProto(const v1::StartStage& start) {
   request.kill_grace = std::chrono::seconds(start.kill_grace_seconds());
   request.hang_timeout = std::chrono::seconds(start.hang_timeout_seconds());
   request.evidence_dir = start.evidence_dir();
+  request.teardown_timeout =
+      std::chrono::seconds(start.teardown_timeout_seconds());
   for (const v1::StageFile& file : start.files()) {
     request.files.push_back({file.env_var(), file.name(), file.content()});
   }
@@ -378,15 +380,20 @@ class StageReactor final
     // already (then the report changes nothing).
     record.cancelled = stopped_by_client_.load();
     record.peer_suspected = peer_loss_.detected();
-    // torchrun's own record of its first failed worker outweighs the
-    // output: a worker that failed with its own error makes this member
-    // the culprit, one whose error is a lost peer makes it a victim.
+    // torchrun's own record of its "first" failed worker: one that failed
+    // with its own error makes this member the culprit. One whose error is
+    // a lost peer makes it a victim only when no other rank of this member
+    // failed on its own (torchrun's summary, see PeerLossDetector): torchrun
+    // picks that worker by second-resolution times, and a rank that left
+    // without recording anything (an exit code, a signal) always looks
+    // later than a peer that recorded its loss.
     if (!error_file_.empty() && status.code() != 0) {
       const std::string error = ReadErrorFile(error_file_);
       if (!error.empty()) {
         PeerLossDetector in_error;
         in_error.Feed(error);
-        record.peer_suspected = in_error.detected();
+        record.peer_suspected =
+            in_error.detected() && !peer_loss_.own_failure();
         spdlog::info("event=torchrun_error_file member={} victim={}",
                      LogValue(member_id_), record.peer_suspected);
       }

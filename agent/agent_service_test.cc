@@ -548,11 +548,23 @@ TEST_F(AgentServiceTest, TorchrunErrorFileDecidesCulpritOrVictim) {
   // No error file: the output decides, as before.
   ASSERT_TRUE(
       Run(user_script("echo 'Connection reset by peer'\nexit 1\n")).exit.ok());
+  // The error file holds a rank's recorded lost peer, but torchrun's
+  // summary shows another rank of this member left with its own code
+  // (sys.exit(3)): the culprit.
+  ASSERT_TRUE(
+      Run(user_script(
+              "echo '{\"message\": {\"message\": \"RuntimeError: Connection "
+              "closed by peer\"}}' > \"$TORCHELASTIC_ERROR_FILE\"\n"
+              "printf 'Failures:\\n[0]:\\n  exitcode  : 3 (pid: 7)\\n"
+              "  error_file: <N/A>\\n=====\\n'\n"
+              "exit 1\n"))
+          .exit.ok());
   MutexLock lock(mu);
-  ASSERT_EQ(records.size(), 3u);
+  ASSERT_EQ(records.size(), 4u);
   EXPECT_FALSE(records[0].peer_suspected);
   EXPECT_TRUE(records[1].peer_suspected);
   EXPECT_TRUE(records[2].peer_suspected);
+  EXPECT_FALSE(records[3].peer_suspected);
 }
 
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {

@@ -26,6 +26,8 @@ constexpr milliseconds kTick(20);
 constexpr milliseconds kDrainLimit(1000);
 // How often the hang watchdog looks at the progress file.
 constexpr milliseconds kProgressCheck(250);
+// How often the teardown watch looks at the process group.
+constexpr milliseconds kTeardownCheck(1000);
 // Output kept for evidence.
 constexpr size_t kOutputTailBytes = 64 << 10;
 
@@ -66,7 +68,11 @@ Stage::Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
       cgroup_procs_(options.cgroup_procs),
       path_(options.env.count("PATH") != 0 ? options.env.at("PATH")
                                            : "/usr/bin:/bin"),
-      started_(std::chrono::system_clock::now()) {}
+      started_(std::chrono::system_clock::now()) {
+  if (options.teardown_timeout.count() > 0) {
+    teardown_watch_.emplace(options.teardown_timeout);
+  }
+}
 
 Stage::~Stage() {
   Signal(StageSignal::kKill);
@@ -156,6 +162,26 @@ void Stage::CheckProgress() {
   observer_->OnHung(hang_timeout_);
 }
 
+void Stage::CheckTeardown() {
+  if (!teardown_watch_.has_value() || ended_in_teardown_ ||
+      kill_at_.has_value()) {
+    return;
+  }
+  const steady_clock::time_point now = steady_clock::now();
+  if (now < next_teardown_check_) return;
+  next_teardown_check_ = now + kTeardownCheck;
+  std::optional<std::string> verdict =
+      teardown_watch_->Observe(SnapshotProcessGroup(process_group_), now);
+  if (!verdict.has_value()) return;
+  ended_in_teardown_ = true;
+  spdlog::warn("event=stage_stuck_in_teardown pgid={} detail={}",
+               process_group_, LogValue(*verdict));
+  const std::string line = absl::StrCat("gdt: ", *verdict, "\n");
+  output_tail_.append(line);
+  observer_->OnOutput(OutputSource::kStderr, line);
+  child_->SignalGroup(SIGKILL);
+}
+
 void Stage::CollectEvidenceOnce(const std::string& why) {
   if (evidence_collected_ || evidence_dir_.empty()) return;
   evidence_collected_ = true;
@@ -229,6 +255,9 @@ void Stage::Run() {
   const Subprocess::OutputCallback forward = [this](OutputSource source,
                                                     std::string_view data) {
     output_tail_.append(data);
+    if (teardown_watch_.has_value()) {
+      teardown_watch_->OnOutput(steady_clock::now());
+    }
     if (output_tail_.size() > 2 * kOutputTailBytes) {
       output_tail_.erase(0, output_tail_.size() - kOutputTailBytes);
     }
@@ -238,6 +267,7 @@ void Stage::Run() {
   while (!status.has_value()) {
     ApplySignals();
     CheckProgress();
+    CheckTeardown();
     if (observer_->ReadyForOutput()) {
       status = child_->WaitUntil(steady_clock::now() + kTick, forward);
       continue;
@@ -251,6 +281,8 @@ void Stage::Run() {
   }
   // The script is gone; anything it left in its group must not outlive it.
   child_->SignalGroup(SIGKILL);
+  // Killed by the teardown watch: its ranks had finished their work.
+  if (ended_in_teardown_ && status->signal == SIGKILL) status = ExitStatus{};
   const steady_clock::time_point drain_until =
       steady_clock::now() + kDrainLimit;
   while (steady_clock::now() < drain_until &&

@@ -15,6 +15,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "agent/teardown_watch.h"
 #include "common/mutex.h"
 #include "common/subprocess.h"
 
@@ -61,6 +62,12 @@ struct StageOptions {
   std::chrono::seconds hang_timeout{0};
   std::string progress_file;
   std::string evidence_dir;  // Also for kCollectEvidence; empty = none.
+  // Teardown watch, off when 0 (see TeardownWatch): once a rank of the
+  // stage has ended and the stage then stays idle this long, the stage
+  // writes one line to its output ("gdt: rank 3 stuck in teardown for 60 s
+  // after finishing; ended"), kills its process group and ends as a
+  // success: the ranks' work was done.
+  std::chrono::seconds teardown_timeout{0};
   // Non-empty: once collected, the evidence is copied here by a process
   // with the stage's credentials and cgroup (the directory is the job's).
   std::string evidence_copy_to;
@@ -111,6 +118,8 @@ class Stage {
   void ApplySignals();
   // The hang watchdog; on the supervising thread.
   void CheckProgress();
+  // The teardown watch; on the supervising thread.
+  void CheckTeardown();
   void CollectEvidenceOnce(const std::string& why);
 
   // Constant after construction.
@@ -132,6 +141,9 @@ class Stage {
   const std::chrono::system_clock::time_point started_;
   std::chrono::steady_clock::time_point next_progress_check_{};
   bool hung_ = false;
+  std::optional<TeardownWatch> teardown_watch_;
+  std::chrono::steady_clock::time_point next_teardown_check_{};
+  bool ended_in_teardown_ = false;
   bool evidence_collected_ = false;
   std::string output_tail_;  // The last output, both streams.
 

@@ -452,6 +452,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
       (EvidenceDir(request.member_id) / absl::StrCat(stage_name, "-", number))
           .string();
   options.evidence_copy_to = request.evidence_dir;
+  options.teardown_timeout = request.teardown_timeout;
   if (request.hang_timeout.count() > 0) {
     options.hang_timeout = request.hang_timeout;
     options.progress_file =

@@ -41,6 +41,8 @@ struct StageRequest {
   // file in the member's scratch dir, and StageOptions::hang_timeout.
   std::chrono::seconds hang_timeout{0};
   std::string evidence_dir;  // Absolute; empty = <scratch>/evidence.
+  // Teardown watch (0 = off): StageOptions::teardown_timeout.
+  std::chrono::seconds teardown_timeout{0};
 };
 
 // How members are kept apart from the agent and from each other. The

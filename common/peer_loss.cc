@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
+
 namespace gdt {
 namespace {
 
@@ -34,28 +36,80 @@ std::string_view SummaryValue(std::string_view line, std::string_view key) {
                                          : line.substr(value);
 }
 
+bool HasMarker(std::string_view text) {
+  for (std::string_view marker : kMarkers) {
+    if (text.find(marker) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
+std::string_view Trimmed(std::string_view line) {
+  const size_t start = line.find_first_not_of(' ');
+  if (start == std::string_view::npos) return {};
+  line.remove_prefix(start);
+  return line.substr(0, line.find_last_not_of(' ') + 1);
+}
+
 }  // namespace
 
+void PeerLossDetector::EndEntry() {
+  if (!in_entry_) return;
+  in_entry_ = false;
+  const FailureEntry& entry = entry_;
+  const bool killed =
+      entry.signal || (entry.has_exit_code && entry.exit_code < 0);
+  const bool own_error = entry.recorded && !entry.lost_peer;
+  const bool left_on_its_own = !entry.recorded && entry.has_exit_code &&
+                               entry.exit_code != 0 && entry.exit_code != 1;
+  if (killed || own_error || left_on_its_own) own_failure_ = true;
+}
+
 void PeerLossDetector::Line(std::string_view line) {
-  if (line.find("Root Cause (first observed failure)") !=
-      std::string_view::npos) {
-    in_root_cause_ = true;
+  const std::string_view text = Trimmed(line);
+  if (text == "Failures:" || text.find("Root Cause (first observed failure)") !=
+                                 std::string_view::npos) {
+    EndEntry();
+    in_summary_ = true;
     return;
   }
-  if (!in_root_cause_) return;
-  if (line.find("=====") != std::string_view::npos) {
-    in_root_cause_ = false;
+  if (!in_summary_) return;
+  if (text.substr(0, 5) == "=====") {
+    EndEntry();
+    in_summary_ = false;
     return;
   }
-  // "  exitcode  : -9 (pid: 4711)" or "  traceback : Signal 9 (SIGKILL)
-  // received by PID 4711".
-  if (std::string_view code = SummaryValue(line, "exitcode");
-      !code.empty() && code.front() == '-') {
-    own_rank_killed_ = true;
+  if (text.substr(0, 5) == "-----") {
+    EndEntry();
+    return;
   }
+  // "[0]:" opens an entry.
+  if (text.size() >= 4 && text.front() == '[' &&
+      text.substr(text.size() - 2) == "]:") {
+    int index = 0;
+    const std::string_view digits = text.substr(1, text.size() - 3);
+    if (absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()),
+                         &index)) {
+      EndEntry();
+      in_entry_ = true;
+      entry_ = FailureEntry{};
+      return;
+    }
+  }
+  if (!in_entry_) return;
+  // "  exitcode  : -9 (pid: 4711)".
+  if (std::string_view code = SummaryValue(line, "exitcode"); !code.empty()) {
+    const std::string_view number = code.substr(0, code.find(' '));
+    entry_.has_exit_code = absl::SimpleAtoi(
+        absl::string_view(number.data(), number.size()), &entry_.exit_code);
+  }
+  if (std::string_view file = SummaryValue(line, "error_file"); !file.empty()) {
+    entry_.recorded = Trimmed(file) != "<N/A>";
+  }
+  // "  traceback : Signal 9 (SIGKILL) received by PID 4711".
   if (SummaryValue(line, "traceback").substr(0, 7) == "Signal ") {
-    own_rank_killed_ = true;
+    entry_.signal = true;
   }
+  if (HasMarker(line)) entry_.lost_peer = true;
 }
 
 void PeerLossDetector::Feed(std::string_view chunk) {

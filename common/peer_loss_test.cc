@@ -1,5 +1,7 @@
 #include "common/peer_loss.h"
 
+#include <string>
+
 #include "gtest/gtest.h"
 
 namespace gdt {
@@ -65,7 +67,7 @@ TEST(PeerLossDetectorTest, OwnRankKilledFirstIsNotAVictim) {
       "9 (pid: 4711)\n"
       "  traceback : Signal 9 (SIGKILL) received by PID 4711\n"
       "============================================================\n");
-  EXPECT_TRUE(detector.own_rank_killed());
+  EXPECT_TRUE(detector.own_failure());
   EXPECT_FALSE(detector.detected());
 }
 
@@ -82,8 +84,82 @@ TEST(PeerLossDetectorTest, RootCauseThatLostAPeerStaysAVictim) {
       "  traceback : To enable traceback see: https://pytorch.org/docs/\n"
       "============================================================\n"
       "  exitcode  : -9 (outside the summary)\n");
-  EXPECT_FALSE(detector.own_rank_killed());
+  EXPECT_FALSE(detector.own_failure());
   EXPECT_TRUE(detector.detected());
+}
+
+// What torchrun 1.13 printed for member 2 of 2 (ranks 2 and 3) when rank 2
+// left with sys.exit(3): rank 3 lost its peer, torchrun ended it before it
+// failed by itself, and the summary shows rank 2 alone, unrecorded, exit 3.
+TEST(PeerLossDetectorTest, RankThatExitedWithItsOwnCodeMakesTheCulprit) {
+  PeerLossDetector detector;
+  detector.Feed(
+      "RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection closed by "
+      "peer [127.0.0.1]:49889\n"
+      "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n"
+      "============================================================\n"
+      "train.py FAILED\n"
+      "------------------------------------------------------------\n"
+      "Failures:\n"
+      "  <NO_OTHER_FAILURES>\n"
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n"
+      "[0]:\n"
+      "  time      : 2026-11-25_12:18:15\n"
+      "  host      : localhost\n"
+      "  rank      : 2 (local_rank: 0)\n"
+      "  exitcode  : 3 (pid: 21844)\n"
+      "  error_file: <N/A>\n"
+      "  traceback : To enable traceback see: "
+      "https://pytorch.org/docs/stable/elastic/errors.html\n"
+      "============================================================\n");
+  EXPECT_TRUE(detector.own_failure());
+  EXPECT_FALSE(detector.detected());
+}
+
+// Ranks that record their errors (@record): the one that recorded a lost
+// peer is a victim even when torchrun calls it the root cause (same second
+// as the rank that failed on its own, and listed first); the member is the
+// culprit because its other rank recorded its own error.
+TEST(PeerLossDetectorTest, RecordedErrorsDecideRankByRank) {
+  const std::string summary_start =
+      "============================================================\n"
+      "train.py FAILED\n"
+      "------------------------------------------------------------\n"
+      "Failures:\n";
+  const std::string victim_entry =
+      "[0]:\n"
+      "  rank      : 3 (local_rank: 1)\n"
+      "  exitcode  : 1 (pid: 22284)\n"
+      "  error_file: /tmp/torchelastic_x/none_y/attempt_0/1/error.json\n"
+      "  traceback : Traceback (most recent call last):\n"
+      "      dist.all_reduce(t)\n"
+      "    RuntimeError: [./gloo/transport/tcp/pair.cc:598] Connection "
+      "closed by peer [127.0.0.1]:49889\n";
+  const std::string own_entry =
+      "[1]:\n"
+      "  rank      : 2 (local_rank: 0)\n"
+      "  exitcode  : 1 (pid: 22285)\n"
+      "  error_file: /tmp/torchelastic_x/none_y/attempt_0/0/error.json\n"
+      "  traceback : Traceback (most recent call last):\n"
+      "    ValueError: loss is NaN\n";
+  const std::string root_cause =
+      "------------------------------------------------------------\n"
+      "Root Cause (first observed failure):\n";
+  const std::string end =
+      "============================================================\n";
+
+  PeerLossDetector culprit;
+  culprit.Feed(summary_start + own_entry + root_cause + victim_entry + end);
+  EXPECT_TRUE(culprit.own_failure());
+  EXPECT_FALSE(culprit.detected());
+
+  // Only victims: member 1.
+  PeerLossDetector victim;
+  victim.Feed(summary_start + "  <NO_OTHER_FAILURES>\n" + root_cause +
+              victim_entry + end);
+  EXPECT_FALSE(victim.own_failure());
+  EXPECT_TRUE(victim.detected());
 }
 
 }  // namespace

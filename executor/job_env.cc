@@ -181,6 +181,12 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
       IntVariable(env, "GDT_HANG_TIMEOUT", 0, 0, 7 * 24 * 3600);
   if (!hang.ok()) return hang.status();
   job.hang_timeout_seconds = static_cast<uint32_t>(*hang);
+  // 0 = no teardown watch; at most a day.
+  absl::StatusOr<int64_t> teardown =
+      IntVariable(env, "GDT_TEARDOWN_TIMEOUT", kDefaultTeardownTimeoutSeconds,
+                  0, 24 * 3600);
+  if (!teardown.ok()) return teardown.status();
+  job.teardown_timeout_seconds = static_cast<uint32_t>(*teardown);
   if (std::optional<std::string> launcher = env.JobVariable("GDT_LAUNCHER");
       launcher.has_value() && !launcher->empty()) {
     absl::StatusOr<v1::Launcher> parsed = ParseLauncher(*launcher);

@@ -20,6 +20,11 @@ namespace gdt::executor {
 // under `id_tokens:` with the coordinator's audience (docs/security.md).
 inline constexpr char kIdTokenVariable[] = "GDT_ID_TOKEN";
 
+// GDT_TEARDOWN_TIMEOUT when the job sets none: long enough for a rank's
+// quiet last work (a checkpoint upload) after its siblings ended, short
+// next to a job timeout.
+inline constexpr uint32_t kDefaultTeardownTimeoutSeconds = 120;
+
 using Environment = std::map<std::string, std::string>;
 
 // Everything the runner passes to a stage through the environment
@@ -76,6 +81,10 @@ struct JobInfo {
   // GDT_HANG_TIMEOUT: seconds without progress before the gang fails as
   // hung; 0 = no watchdog.
   uint32_t hang_timeout_seconds = 0;
+  // GDT_TEARDOWN_TIMEOUT: seconds a stage may stay idle after one of its
+  // ranks ended before the agent ends it as stuck in teardown (and counts
+  // it a success); 0 = never.
+  uint32_t teardown_timeout_seconds = kDefaultTeardownTimeoutSeconds;
   // The job token from the payload (never CUSTOM_ENV_*): sent to the
   // coordinator as gRPC metadata so that it can verify the member with
   // GitLab (docs/security.md). Never logged or put on a command line.
@@ -92,9 +101,9 @@ struct JobInfo {
 // name without an " i/N" suffix is a gang of one.
 // Errors: InvalidArgument, one line naming the variable, for the job's own
 // mistakes: CI_NODE_INDEX/CI_NODE_TOTAL not integers or disagreeing with the
-// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE/GDT_PRIORITY/GDT_HANG_TIMEOUT
-// not integers in range, an unknown GDT_LAUNCHER or GDT_TOPOLOGY_MODE, no
-// usable pipeline id.
+// name, GDT_GPUS_PER_NODE/GDT_NPROC_PER_NODE/GDT_PRIORITY/GDT_HANG_TIMEOUT/
+// GDT_TEARDOWN_TIMEOUT not integers in range, an unknown GDT_LAUNCHER or
+// GDT_TOPOLOGY_MODE, no usable pipeline id.
 absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
                                        const gitlab::JobPayload& payload);
 

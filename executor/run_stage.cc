@@ -277,6 +277,8 @@ Outcome RunScriptStage(const StageContext& context,
     std::variant<JobInfo, Outcome> job = LoadJob(context.env);
     if (const Outcome* failure = std::get_if<Outcome>(&job)) return *failure;
     start.set_hang_timeout_seconds(std::get<JobInfo>(job).hang_timeout_seconds);
+    start.set_teardown_timeout_seconds(
+        std::get<JobInfo>(job).teardown_timeout_seconds);
     // The agent reports the member lost if this executor goes away.
     start.set_gang_id(state->assignment.gang_id());
     start.set_epoch(state->assignment.epoch());

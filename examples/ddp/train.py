@@ -22,8 +22,17 @@ optimiser state are the same on every rank under DDP, so rank 0's copy loads
 on any number of ranks, and the DistributedSampler re-shards the data for the
 new world size (the global batch is then 32 x the new world size).
 DDP_LOG_STEPS=1 logs every step ("step N done").
-DDP_STOP_AFTER=N ends the run after step N (to simulate an interruption). Each rank writes a JSON report to $DDP_OUT_DIR (default ./out) so a CI job
-can keep it as an artifact; rank 0 also prints a summary.
+DDP_STOP_AFTER=N ends the run after step N (to simulate an interruption).
+DDP_EXIT_RANK=R makes rank R leave with exit code DDP_EXIT_CODE (default 3)
+after step DDP_EXIT_STEP (default 2), as a rank that fails on its own does
+(to see whom gdt blames). Each rank writes a JSON report to $DDP_OUT_DIR
+(default ./out) so a CI job can keep it as an artifact; rank 0 also prints a
+summary.
+
+main() is wrapped in torchrun's @record: a rank that raises writes its
+traceback to the error file torchrun gives it, and torchrun's failure
+summary (and its own error file, which gdt's agent reads) then tells a rank
+that lost a peer ("Connection closed by peer") from one that failed first.
 """
 import hashlib
 import json
@@ -39,6 +48,7 @@ import time
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
@@ -83,8 +93,12 @@ def log(msg):
     sys.stdout.flush()
 
 
+@record
 def main():
     steps = int(os.environ.get("DDP_STEPS", "8"))
+    exit_rank = int(os.environ.get("DDP_EXIT_RANK", "-1"))
+    exit_step = int(os.environ.get("DDP_EXIT_STEP", "2"))
+    exit_code = int(os.environ.get("DDP_EXIT_CODE", "3"))
     ckpt_every = int(os.environ.get("DDP_CKPT_EVERY", "0"))
     stop_after = int(os.environ.get("DDP_STOP_AFTER", "0"))
     signal.signal(signal.SIGUSR1, on_notice)
@@ -146,6 +160,9 @@ def main():
                 log("first step done")
             if log_steps:
                 log(f"step {step} done")
+            if rank == exit_rank and step == exit_step:
+                log(f"leaving with exit code {exit_code} (DDP_EXIT_RANK)")
+                sys.exit(exit_code)
             if step_seconds > 0:
                 time.sleep(step_seconds)
             noticed = notice_given()

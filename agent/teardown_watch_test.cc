@@ -1,0 +1,270 @@
+#include "agent/teardown_watch.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "agent/stage.h"
+#include "common/mutex.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/temp_dir.h"
+
+namespace gdt::agent {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using std::chrono::steady_clock;
+using ::testing::HasSubstr;
+using ::testing::Optional;
+
+// A launcher (pid 10) with two ranks (11, 12) under a shell (1).
+GroupProcess Shell() { return {.pid = 1, .parent = 0, .start = 1}; }
+GroupProcess Launcher() { return {.pid = 10, .parent = 1, .start = 2}; }
+GroupProcess Rank(pid_t pid, int rank) {
+  return {.pid = pid,
+          .parent = 10,
+          .start = 3,
+          .has_local_rank = true,
+          .rank = rank};
+}
+
+class TeardownWatchTest : public ::testing::Test {
+ protected:
+  std::optional<std::string> At(int second,
+                                const std::vector<GroupProcess>& group) {
+    return watch_.Observe(group, t0_ + seconds(second));
+  }
+
+  const steady_clock::time_point t0_ = steady_clock::now();
+  TeardownWatch watch_{seconds(10)};
+};
+
+TEST_F(TeardownWatchTest, RankLeftBehindAfterItsSiblingEndedIsStuck) {
+  EXPECT_EQ(At(0, {Shell(), Launcher(), Rank(11, 2), Rank(12, 3)}),
+            std::nullopt);
+  // Training runs for a long while: nothing ended, nothing to say.
+  EXPECT_EQ(At(100, {Shell(), Launcher(), Rank(11, 2), Rank(12, 3)}),
+            std::nullopt);
+  // Rank 2 finished at 101; rank 3 stays, idle.
+  EXPECT_EQ(At(101, {Shell(), Launcher(), Rank(12, 3)}), std::nullopt);
+  EXPECT_EQ(At(110, {Shell(), Launcher(), Rank(12, 3)}), std::nullopt);
+  EXPECT_THAT(At(111, {Shell(), Launcher(), Rank(12, 3)}),
+              Optional(std::string(
+                  "rank 3 stuck in teardown for 10 s after finishing; ended")));
+}
+
+TEST_F(TeardownWatchTest, LauncherLeftAfterAllRanksEndedIsStuck) {
+  At(0, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  At(5, {Shell(), Launcher()});
+  EXPECT_EQ(At(14, {Shell(), Launcher()}), std::nullopt);
+  EXPECT_THAT(At(15, {Shell(), Launcher()}),
+              Optional(HasSubstr("all 2 ranks finished; their launcher was "
+                                 "still running 10 s later")));
+}
+
+TEST_F(TeardownWatchTest, OutputIsActivity) {
+  At(0, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  At(1, {Shell(), Launcher(), Rank(12, 1)});
+  // Rank 1 still writes at 8.
+  watch_.OnOutput(t0_ + seconds(8));
+  EXPECT_EQ(At(17, {Shell(), Launcher(), Rank(12, 1)}), std::nullopt);
+  EXPECT_TRUE(At(18, {Shell(), Launcher(), Rank(12, 1)}).has_value());
+}
+
+// A rank whose environment cannot be read in its last look (it is exiting)
+// still counts as a rank that ended.
+TEST_F(TeardownWatchTest, RankKeepsItsKindWhileExiting) {
+  At(0, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  GroupProcess exiting = Rank(11, 0);
+  exiting.has_local_rank = false;
+  exiting.rank.reset();
+  At(1, {Shell(), Launcher(), exiting, Rank(12, 1)});
+  At(2, {Shell(), Launcher(), Rank(12, 1)});
+  EXPECT_THAT(At(12, {Shell(), Launcher(), Rank(12, 1)}),
+              Optional(HasSubstr("rank 1 stuck in teardown for 10 s")));
+}
+
+TEST_F(TeardownWatchTest, NewProcessAfterTheRanksMeansTheScriptMovedOn) {
+  At(0, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  At(1, {Shell()});
+  // `torchrun train.py && python3 upload.py`: the upload may take its time.
+  const GroupProcess upload{.pid = 20, .parent = 1, .start = 9};
+  EXPECT_EQ(At(2, {Shell(), upload}), std::nullopt);
+  EXPECT_EQ(At(500, {Shell(), upload}), std::nullopt);
+}
+
+TEST_F(TeardownWatchTest, NewRanksStartAfresh) {
+  At(0, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  At(1, {Shell(), Launcher(), Rank(12, 1)});
+  // The launcher restarts its workers.
+  GroupProcess again = Rank(13, 0);
+  again.start = 7;
+  GroupProcess again1 = Rank(14, 1);
+  again1.start = 7;
+  EXPECT_EQ(At(2, {Shell(), Launcher(), again, again1}), std::nullopt);
+  EXPECT_EQ(At(50, {Shell(), Launcher(), again, again1}), std::nullopt);
+}
+
+TEST_F(TeardownWatchTest, ChildrenOfRanksAreNotRanks) {
+  // A data loader worker inherits LOCAL_RANK from its rank.
+  GroupProcess worker = Rank(30, 0);
+  worker.parent = 11;
+  At(0, {Shell(), Launcher(), Rank(11, 0), worker, Rank(12, 1)});
+  At(1, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
+  EXPECT_EQ(At(60, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)}),
+            std::nullopt);
+}
+
+// Records a stage's output and exit.
+class Recorder : public StageObserver {
+ public:
+  void OnOutput(OutputSource, std::string_view data) override {
+    MutexLock lock(mu_);
+    output_.append(data);
+  }
+  void OnExit(const ExitStatus& status) override {
+    MutexLock lock(mu_);
+    status_ = status;
+  }
+  std::string output() {
+    MutexLock lock(mu_);
+    return output_;
+  }
+  std::optional<ExitStatus> status() {
+    MutexLock lock(mu_);
+    return status_;
+  }
+
+ private:
+  Mutex mu_;
+  std::string output_ ABSL_GUARDED_BY(mu_);
+  std::optional<ExitStatus> status_ ABSL_GUARDED_BY(mu_);
+};
+
+// Two ranks under a launcher shell: rank 0 finishes, rank 1 never leaves.
+// The stage ends as a success once rank 1 has been idle for the bound, and
+// nothing of it is left.
+TEST(StageTeardownTest, StageWhoseRankNeverLeavesEndsAsSuccess) {
+  test::TempDir dir;
+  const std::string script = dir.Sub("stage.sh");
+  const std::string pid_file = dir.Sub("rank1.pid");
+  {
+    std::ofstream out(script);
+    out << "echo training\n"
+           // Rank 0 works a while (long enough to be seen), then ends.
+           "LOCAL_RANK=0 RANK=0 bash -c 'sleep 2; echo rank 0 done' &\n"
+           "LOCAL_RANK=1 RANK=1 bash -c 'echo $$ > "
+        << pid_file
+        << "; exec sleep 1000' &\n"
+           "wait\n"
+           "exit 1\n";
+  }
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  options.teardown_timeout = seconds(2);
+  Recorder recorder;
+  const auto start = steady_clock::now();
+  absl::StatusOr<std::shared_ptr<Stage>> stage =
+      Stage::Start(options, &recorder, nullptr);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(30)))
+      << recorder.output();
+  const auto elapsed = steady_clock::now() - start;
+  EXPECT_LT(elapsed, seconds(12));
+  EXPECT_GE(elapsed, seconds(4));
+  // OnExit comes right after the finish.
+  for (int i = 0; i < 100 && !recorder.status().has_value(); ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_TRUE(recorder.status().has_value());
+  EXPECT_TRUE(recorder.status()->success()) << recorder.status()->code();
+  EXPECT_THAT(recorder.output(),
+              HasSubstr("gdt: rank 1 stuck in teardown for "));
+  EXPECT_THAT(recorder.output(), HasSubstr(" s after finishing; ended\n"));
+  std::ifstream pid_in(pid_file);
+  pid_t rank1 = 0;
+  pid_in >> rank1;
+  ASSERT_GT(rank1, 0);
+  // Killed with its group (and reaped by whoever adopted it).
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; ++i) {
+    gone = kill(rank1, 0) != 0;
+    if (!gone) std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "rank 1 (pid " << rank1 << ") is still alive";
+}
+
+// Without a bound the stage keeps waiting (the behaviour the watch
+// replaces): here the stage is stopped by the test after a while.
+TEST(StageTeardownTest, WithoutABoundTheStageWaits) {
+  test::TempDir dir;
+  const std::string script = dir.Sub("stage.sh");
+  {
+    std::ofstream out(script);
+    out << "LOCAL_RANK=0 RANK=0 true &\n"
+           "LOCAL_RANK=1 RANK=1 sleep 1000 &\n"
+           "wait\n";
+  }
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  Recorder recorder;
+  absl::StatusOr<std::shared_ptr<Stage>> stage =
+      Stage::Start(options, &recorder, nullptr);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  EXPECT_FALSE((*stage)->WaitFinished(steady_clock::now() + seconds(4)));
+  (*stage)->Signal(StageSignal::kKill);
+  ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(10)));
+}
+
+// SnapshotProcessGroup reads ranks from /proc.
+TEST(SnapshotProcessGroupTest, FindsRanksAndTheirNumbers) {
+  test::TempDir dir;
+  const std::string script = dir.Sub("stage.sh");
+  const std::string ready = dir.Sub("ready");
+  {
+    std::ofstream out(script);
+    out << "LOCAL_RANK=1 RANK=5 sleep 1000 &\n"
+           "touch "
+        << ready
+        << "\n"
+           "wait\n";
+  }
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  Recorder recorder;
+  absl::StatusOr<std::shared_ptr<Stage>> stage =
+      Stage::Start(options, &recorder, nullptr);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  bool found = false;
+  for (int i = 0; i < 500 && !found; ++i) {
+    for (const GroupProcess& process :
+         SnapshotProcessGroup((*stage)->process_group())) {
+      if (process.has_local_rank && process.rank == 5 &&
+          process.parent == (*stage)->process_group()) {
+        found = true;
+      }
+    }
+    if (!found) std::this_thread::sleep_for(milliseconds(20));
+  }
+  EXPECT_TRUE(found);
+  (*stage)->Signal(StageSignal::kKill);
+  ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(10)));
+}
+
+}  // namespace
+}  // namespace gdt::agent
