@@ -114,92 +114,89 @@ TEST_F(TorchrunGangTest, RankStuckInTeardownIsEndedAndTheJobSucceeds) {
 // output both members look like victims. torchrun's failure summary and
 // the example's @record settle it: in every run, every member's log names
 // member 2 as the root cause, with the time of its exit on its host, and
-// member 1 stops as a victim (the peer-failure code).
-TEST_F(TorchrunGangTest, DeadRankBlamesItsOwnMemberEveryTime) {
+// member 1 stops as a victim (the peer-failure code). Five runs, each its
+// own test (a run takes up to a minute on a loaded machine): in the odd ones
+// rank 2 exits 3, in the even ones it is killed.
+class DeadRankTest : public OneHostGangTest,
+                     public ::testing::WithParamInterface<int> {};
+
+TEST_P(DeadRankTest, BlamesItsOwnMemberEveryTime) {
+  const int run = GetParam();
   const std::string project = MakeDdpProject(cluster_.dir(), /*nodes=*/2,
                                              /*procs_per_node=*/2);
   static const std::regex kRootCause(
       R"(gdt: (gang \S+ failed: member (\d)/2 \(job \d+ on host local\) exited (\d+) at (\d\d:\d\d:\d\d) UTC; stopping)\n)");
-  for (int run = 1; run <= 5; ++run) {
-    SCOPED_TRACE(absl::StrCat("run ", run));
-    const bool kill_it = run % 2 == 0;
-    int killed_at = -1;
-    std::vector<std::string> vars = {
-        "--pipeline-id", absl::StrCat(7100 + run), "--var", "DDP_STEPS=100000",
-        "--var",         "DDP_STEP_SECONDS=0.05",  "--var", "DDP_LOG_STEPS=1"};
-    if (!kill_it) {
-      vars.insert(vars.end(),
-                  {"--var", "DDP_EXIT_RANK=2", "--var", "DDP_EXIT_STEP=5"});
-    }
-    // The previous run's logs must not answer for this one.
-    for (int index : {1, 2}) {
-      std::error_code ignored;
-      fs::remove(
-          absl::StrCat(cluster_.run_dir(), "/logs/train-", index, "-2.log"),
-          ignored);
-    }
-    std::unique_ptr<Subprocess> job =
-        StartRunLocal(cluster_, project, "train", vars);
-    ASSERT_NE(job, nullptr);
-    if (kill_it) {
-      ASSERT_TRUE(WaitFor(
-          [&] {
-            return MemberLog(1).find("step 3 done") != std::string::npos &&
-                   MemberLog(2).find("step 3 done") != std::string::npos;
-          },
-          seconds(150)))
-          << MemberLog(1) << MemberLog(2) << cluster_.Logs();
-      const std::vector<ProcessInfo> rank2 = DdpWorkers(cluster_, "RANK=2");
-      ASSERT_EQ(rank2.size(), 1u) << DescribeAll(JobProcesses(cluster_));
-      ASSERT_EQ(kill(rank2[0].pid, SIGKILL), 0);
-      killed_at = SecondOfDayNow();
-    }
-    CommandResult result = FinishRun(*job, seconds(150));
-    const int finished_at = SecondOfDayNow();
-    EXPECT_FALSE(result.status.success()) << result.output;
-
-    const std::string log1 = MemberLog(1);
-    const std::string log2 = MemberLog(2);
-    std::smatch match;
-    ASSERT_TRUE(std::regex_search(log2, match, kRootCause)) << log2;
-    EXPECT_EQ(match[2].str(), "2") << match[0] << "\n" << log1 << log2;
-    // torchrun exits 1 when a worker failed.
-    EXPECT_EQ(match[3].str(), "1") << match[0];
-    EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
-        << log1;
-    EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
-                                             kPeerFailureExitCode, "\n")))
-        << log1;
-    EXPECT_TRUE(log1.find("Connection closed by peer") != std::string::npos ||
-                log1.find("Connection reset by peer") != std::string::npos)
-        << log1;
-    EXPECT_THAT(log2, HasSubstr("Job failed: exit code 1\n")) << log2;
-    if (killed_at >= 0) {
-      // The time of member 2's exit on its host: after the kill and before
-      // the job ended (same clock here).
-      const int after_kill =
-          (SecondOfDay(match[4].str()) - killed_at + 86400) % 86400;
-      EXPECT_LE(after_kill, (finished_at - killed_at + 86400) % 86400)
-          << match[0];
-    }
-    EXPECT_TRUE(
-        WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
-        << DescribeAll(JobProcesses(cluster_));
+  const bool kill_it = run % 2 == 0;
+  int killed_at = -1;
+  std::vector<std::string> vars = {
+      "--pipeline-id", absl::StrCat(7100 + run), "--var", "DDP_STEPS=100000",
+      "--var",         "DDP_STEP_SECONDS=0.05",  "--var", "DDP_LOG_STEPS=1"};
+  if (!kill_it) {
+    vars.insert(vars.end(),
+                {"--var", "DDP_EXIT_RANK=2", "--var", "DDP_EXIT_STEP=5"});
   }
-  // Every failed gang's members left: nothing is leased any more.
+  std::unique_ptr<Subprocess> job =
+      StartRunLocal(cluster_, project, "train", vars);
+  ASSERT_NE(job, nullptr);
+  if (kill_it) {
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return MemberLog(1).find("step 3 done") != std::string::npos &&
+                 MemberLog(2).find("step 3 done") != std::string::npos;
+        },
+        seconds(150)))
+        << MemberLog(1) << MemberLog(2) << cluster_.Logs();
+    const std::vector<ProcessInfo> rank2 = DdpWorkers(cluster_, "RANK=2");
+    ASSERT_EQ(rank2.size(), 1u) << DescribeAll(JobProcesses(cluster_));
+    ASSERT_EQ(kill(rank2[0].pid, SIGKILL), 0);
+    killed_at = SecondOfDayNow();
+  }
+  CommandResult result = FinishRun(*job, seconds(150));
+  const int finished_at = SecondOfDayNow();
+  EXPECT_FALSE(result.status.success()) << result.output;
+
+  const std::string log1 = MemberLog(1);
+  const std::string log2 = MemberLog(2);
+  std::smatch match;
+  ASSERT_TRUE(std::regex_search(log2, match, kRootCause)) << log2;
+  EXPECT_EQ(match[2].str(), "2") << match[0] << "\n" << log1 << log2;
+  // torchrun exits 1 when a worker failed.
+  EXPECT_EQ(match[3].str(), "1") << match[0];
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
+      << log1;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+                                           kPeerFailureExitCode, "\n")))
+      << log1;
+  EXPECT_TRUE(log1.find("Connection closed by peer") != std::string::npos ||
+              log1.find("Connection reset by peer") != std::string::npos)
+      << log1;
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 1\n")) << log2;
+  if (killed_at >= 0) {
+    // The time of member 2's exit on its host: after the kill and before
+    // the job ended (same clock here).
+    const int after_kill =
+        (SecondOfDay(match[4].str()) - killed_at + 86400) % 86400;
+    EXPECT_LE(after_kill, (finished_at - killed_at + 86400) % 86400)
+        << match[0];
+  }
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(5)))
+      << DescribeAll(JobProcesses(cluster_));
+  // The failed gang's members left: nothing is leased any more.
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
-  EXPECT_EQ((*status)["gangs"].size(), 5u) << status->dump();
-  for (const auto& gang : (*status)["gangs"]) {
-    EXPECT_EQ(gang.value("state", ""), "failed") << gang.dump();
-    for (const auto& member : gang["members"]) {
-      EXPECT_TRUE(member.value("left", false)) << member.dump();
-    }
+  ASSERT_EQ((*status)["gangs"].size(), 1u) << status->dump();
+  EXPECT_EQ((*status)["gangs"][0].value("state", ""), "failed")
+      << status->dump();
+  for (const auto& member : (*status)["gangs"][0]["members"]) {
+    EXPECT_TRUE(member.value("left", false)) << member.dump();
   }
   for (const auto& host : (*status)["hosts"]) {
     EXPECT_EQ(host.value("members_running", -1), 0) << host.dump();
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Runs, DeadRankTest, ::testing::Range(1, 6));
 
 }  // namespace
 }  // namespace gdt::test
