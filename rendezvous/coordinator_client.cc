@@ -131,9 +131,9 @@ std::string CoordinatorClient::current_endpoint() {
   return current_;
 }
 
-template <typename Call>
+template <typename Rpc>
 absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
-                                      Call call) {
+                                      Rpc rpc) {
   const auto deadline = In(timeout);
   absl::Status status;
   // Each endpoint once, plus a redirect to a leader not in the list.
@@ -142,11 +142,26 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
     context.set_deadline(deadline);
     AddMetadataTo(context);
     auto [stub, used] = Current();
-    status = Convert(call(*stub, &context), used);
+    status = Convert(rpc(*stub, &context), used);
     if (!Failover(used, status)) return status;
     if (std::chrono::system_clock::now() >= deadline) return status;
   }
   return status;
+}
+
+template <typename Request, typename Response>
+absl::StatusOr<Response> CoordinatorClient::Call(
+    std::chrono::milliseconds timeout,
+    grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
+                                                  const Request&, Response*),
+    const Request& request) {
+  Response response;
+  absl::Status status = Unary(
+      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
+        return (stub.*method)(context, request, &response);
+      });
+  if (!status.ok()) return status;
+  return response;
 }
 
 void CoordinatorClient::AddMetadata(std::string key, std::string value) {
@@ -167,23 +182,20 @@ absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
     const v1::HostSpec& host, std::chrono::milliseconds timeout) {
   v1::RegisterHostRequest request;
   *request.mutable_host() = host;
-  v1::RegisterHostResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.RegisterHost(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  std::string liveness = response.liveness_endpoint();
-  if (liveness.empty() && response.liveness_port() != 0) {
+  absl::StatusOr<v1::RegisterHostResponse> response =
+      Call(timeout, &v1::Coordinator::Stub::RegisterHost, request);
+  if (!response.ok()) return response.status();
+  std::string liveness = response->liveness_endpoint();
+  if (liveness.empty() && response->liveness_port() != 0) {
     absl::StatusOr<HostPort> main = ParseHostPort(current_endpoint());
     if (main.ok()) {
       liveness =
-          JoinHostPort(main->host, static_cast<int>(response.liveness_port()));
+          JoinHostPort(main->host, static_cast<int>(response->liveness_port()));
     }
   }
   MutexLock lock(mu_);
   liveness_ = std::move(liveness);
-  return response.heartbeat_interval_seconds();
+  return response->heartbeat_interval_seconds();
 }
 
 std::string CoordinatorClient::liveness_endpoint() {
@@ -229,12 +241,10 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     if (liveness_ == liveness) liveness_.clear();
     timeout -= timeout / 2;
   }
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.Heartbeat(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response.reregister();
+  absl::StatusOr<v1::HeartbeatResponse> fallback =
+      Call(timeout, &v1::Coordinator::Stub::Heartbeat, request);
+  if (!fallback.ok()) return fallback.status();
+  return fallback->reregister();
 }
 
 absl::StatusOr<v1::CheckMemberTokenResponse>
@@ -242,13 +252,7 @@ CoordinatorClient::CheckMemberToken(const std::string& token,
                                     std::chrono::milliseconds timeout) {
   v1::CheckMemberTokenRequest request;
   request.set_member_token(token);
-  v1::CheckMemberTokenResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.CheckMemberToken(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response;
+  return Call(timeout, &v1::Coordinator::Stub::CheckMemberToken, request);
 }
 
 absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
@@ -309,11 +313,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
 
 absl::Status CoordinatorClient::ReportExit(const v1::ReportExitRequest& request,
                                            std::chrono::milliseconds timeout) {
-  v1::ReportExitResponse response;
-  return Unary(timeout,
-               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-                 return stub.ReportExit(context, request, &response);
-               });
+  return Call(timeout, &v1::Coordinator::Stub::ReportExit, request).status();
 }
 
 absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
@@ -367,44 +367,25 @@ absl::StatusOr<v1::WatchGangEvent> CoordinatorClient::WatchGang(
 
 absl::StatusOr<std::string> CoordinatorClient::RefuseMember(
     const v1::RefuseMemberRequest& request, std::chrono::milliseconds timeout) {
-  v1::RefuseMemberResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.RefuseMember(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response.root_cause();
+  absl::StatusOr<v1::RefuseMemberResponse> response =
+      Call(timeout, &v1::Coordinator::Stub::RefuseMember, request);
+  if (!response.ok()) return response.status();
+  return response->root_cause();
 }
 
 absl::Status CoordinatorClient::LeaveGang(const v1::LeaveGangRequest& request,
                                           std::chrono::milliseconds timeout) {
-  v1::LeaveGangResponse response;
-  return Unary(timeout,
-               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-                 return stub.LeaveGang(context, request, &response);
-               });
+  return Call(timeout, &v1::Coordinator::Stub::LeaveGang, request).status();
 }
 
 absl::StatusOr<v1::GetPeersResponse> CoordinatorClient::GetPeers(
     const v1::GetPeersRequest& request, std::chrono::milliseconds timeout) {
-  v1::GetPeersResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.GetPeers(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response;
+  return Call(timeout, &v1::Coordinator::Stub::GetPeers, request);
 }
 
 absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus(
     const v1::GetStatusRequest& request, std::chrono::milliseconds timeout) {
-  v1::GetStatusResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.GetStatus(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response;
+  return Call(timeout, &v1::Coordinator::Stub::GetStatus, request);
 }
 
 absl::Status CoordinatorClient::SetHostDrained(
@@ -413,58 +394,41 @@ absl::Status CoordinatorClient::SetHostDrained(
   v1::SetHostDrainedRequest request;
   request.set_host_name(host_name);
   request.set_drained(drained);
-  v1::SetHostDrainedResponse response;
-  return Unary(timeout,
-               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-                 return stub.SetHostDrained(context, request, &response);
-               });
+  return Call(timeout, &v1::Coordinator::Stub::SetHostDrained, request)
+      .status();
 }
 
 absl::Status CoordinatorClient::RemoveHost(const std::string& host_name,
                                            std::chrono::milliseconds timeout) {
   v1::RemoveHostRequest request;
   request.set_host_name(host_name);
-  v1::RemoveHostResponse response;
-  return Unary(timeout,
-               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-                 return stub.RemoveHost(context, request, &response);
-               });
+  return Call(timeout, &v1::Coordinator::Stub::RemoveHost, request).status();
 }
 
 absl::StatusOr<std::string> CoordinatorClient::CancelGang(
     const v1::CancelGangRequest& request, std::chrono::milliseconds timeout) {
-  v1::CancelGangResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.CancelGang(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response.root_cause();
+  absl::StatusOr<v1::CancelGangResponse> response =
+      Call(timeout, &v1::Coordinator::Stub::CancelGang, request);
+  if (!response.ok()) return response.status();
+  return response->root_cause();
 }
 
 absl::StatusOr<uint32_t> CoordinatorClient::CancelFormingGangs(
     const v1::CancelFormingGangsRequest& request,
     std::chrono::milliseconds timeout) {
-  v1::CancelFormingGangsResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.CancelFormingGangs(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response.cancelled();
+  absl::StatusOr<v1::CancelFormingGangsResponse> response =
+      Call(timeout, &v1::Coordinator::Stub::CancelFormingGangs, request);
+  if (!response.ok()) return response.status();
+  return response->cancelled();
 }
 
 absl::StatusOr<std::vector<std::string>> CoordinatorClient::CollectGangs(
     std::chrono::milliseconds timeout) {
-  v1::CollectGangsRequest request;
-  v1::CollectGangsResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.CollectGangs(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return std::vector<std::string>(response.ended_gang_ids().begin(),
-                                  response.ended_gang_ids().end());
+  absl::StatusOr<v1::CollectGangsResponse> response = Call(
+      timeout, &v1::Coordinator::Stub::CollectGangs, v1::CollectGangsRequest());
+  if (!response.ok()) return response.status();
+  return std::vector<std::string>(response->ended_gang_ids().begin(),
+                                  response->ended_gang_ids().end());
 }
 
 // Host tokens.
@@ -473,35 +437,24 @@ absl::StatusOr<std::string> CoordinatorClient::CreateHostToken(
     const std::string& host_name, std::chrono::milliseconds timeout) {
   v1::CreateHostTokenRequest request;
   request.set_host_name(host_name);
-  v1::CreateHostTokenResponse response;
-  absl::Status status = Unary(
-      timeout, [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-        return stub.CreateHostToken(context, request, &response);
-      });
-  if (!status.ok()) return status;
-  return response.token();
+  absl::StatusOr<v1::CreateHostTokenResponse> response =
+      Call(timeout, &v1::Coordinator::Stub::CreateHostToken, request);
+  if (!response.ok()) return response.status();
+  return response->token();
 }
 
 absl::StatusOr<v1::ListHostTokensResponse> CoordinatorClient::ListHostTokens(
     std::chrono::milliseconds timeout) {
-  v1::ListHostTokensResponse response;
-  absl::Status status = Unary(timeout, [&](v1::Coordinator::Stub& stub,
-                                           grpc::ClientContext* context) {
-    return stub.ListHostTokens(context, v1::ListHostTokensRequest(), &response);
-  });
-  if (!status.ok()) return status;
-  return response;
+  return Call(timeout, &v1::Coordinator::Stub::ListHostTokens,
+              v1::ListHostTokensRequest());
 }
 
 absl::Status CoordinatorClient::RevokeHostToken(
     const std::string& host_name, std::chrono::milliseconds timeout) {
   v1::RevokeHostTokenRequest request;
   request.set_host_name(host_name);
-  v1::RevokeHostTokenResponse response;
-  return Unary(timeout,
-               [&](v1::Coordinator::Stub& stub, grpc::ClientContext* context) {
-                 return stub.RevokeHostToken(context, request, &response);
-               });
+  return Call(timeout, &v1::Coordinator::Stub::RevokeHostToken, request)
+      .status();
 }
 
 }  // namespace gdt::rendezvous

@@ -188,8 +188,15 @@ class CoordinatorClient {
   bool Failover(const std::string& used, const absl::Status& status);
   // One unary call, moving through the endpoints while they are
   // unavailable, until `timeout`.
-  template <typename Call>
-  absl::Status Unary(std::chrono::milliseconds timeout, Call call);
+  template <typename Rpc>
+  absl::Status Unary(std::chrono::milliseconds timeout, Rpc rpc);
+  // Unary() for one of the stub's methods: its response, or the error.
+  template <typename Request, typename Response>
+  absl::StatusOr<Response> Call(
+      std::chrono::milliseconds timeout,
+      grpc::Status (v1::Coordinator::Stub::*method)(grpc::ClientContext*,
+                                                    const Request&, Response*),
+      const Request& request);
 
   void AddMetadataTo(grpc::ClientContext& context) const;
   // A call's status, a TLS handshake failure with `used` as one clear line.
