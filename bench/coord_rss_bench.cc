@@ -16,6 +16,7 @@
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
 #include "common/subprocess.h"
+#include "rendezvous/channel.h"
 
 namespace gdt::bench {
 namespace {
@@ -75,7 +76,10 @@ int Run(const std::string& binary) {
   const std::string pid = std::to_string((*coord)->pid());
   const double idle = RssMiB(pid);
 
-  auto stubs = MakeStubs(endpoint, 8);
+  // The server takes at most kMaxStreamsPerConnection streams per
+  // connection: enough connections for every waiting member's stream.
+  auto stubs = MakeStubs(
+      endpoint, 2 * kGangs * kJoined / rendezvous::kMaxStreamsPerConnection);
   std::vector<std::thread> registrars;
   for (int t = 0; t < 8; ++t) {
     registrars.emplace_back([&, t] {
@@ -123,22 +127,31 @@ int Run(const std::string& binary) {
   int present = 0;
   const bool formed = WaitFor(
       [&] {
-        grpc::ClientContext context;
-        context.set_deadline(std::chrono::system_clock::now() +
-                             std::chrono::seconds(20));
-        v1::GetStatusRequest request;
-        v1::GetStatusResponse response;
-        if (!client[0]->GetStatus(&context, request, &response).ok()) {
-          return false;
-        }
+        // The status comes in pages (at most 1,000 items each).
+        int hosts = 0;
+        int gangs = 0;
         present = 0;
-        for (const v1::GangStatus& gang : response.gangs()) {
-          for (const v1::MemberStatus& member : gang.members()) {
-            if (member.present()) ++present;
+        std::string token;
+        do {
+          grpc::ClientContext context;
+          context.set_deadline(std::chrono::system_clock::now() +
+                               std::chrono::seconds(20));
+          v1::GetStatusRequest request;
+          request.set_page_token(token);
+          v1::GetStatusResponse response;
+          if (!client[0]->GetStatus(&context, request, &response).ok()) {
+            return false;
           }
-        }
-        return response.hosts_size() == kHosts &&
-               response.gangs_size() == kGangs &&
+          hosts += response.hosts_size();
+          gangs += response.gangs_size();
+          for (const v1::GangStatus& gang : response.gangs()) {
+            for (const v1::MemberStatus& member : gang.members()) {
+              if (member.present()) ++present;
+            }
+          }
+          token = response.next_page_token();
+        } while (!token.empty());
+        return hosts == kHosts && gangs == kGangs &&
                present == kGangs * static_cast<int>(kJoined);
       },
       std::chrono::seconds(120));
