@@ -10,6 +10,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -643,11 +644,15 @@ class Scheduler {
   std::map<uint64_t, int64_t> watch_jobs_;
   // Hosts whose agent reports its running members -> those member ids.
   std::map<std::string, std::set<std::string>> running_members_;
-  // (gang id, member index) of members not held -> since when.
-  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint>
+  // (gang id, member index, job id) of members not held -> since when. The
+  // job id keeps a retried job (the gang's next epoch, same id and index)
+  // from inheriting the absence of the job it replaces.
+  std::map<std::tuple<std::string, uint32_t, int64_t>, Clock::TimePoint>
       member_absent_since_;
-  // Failed gangs holding leases -> when this scheduler first saw them so.
-  std::map<std::string, Clock::TimePoint> failed_holding_since_;
+  // (gang id, epoch) of failed gangs holding leases -> when this scheduler
+  // first saw them so.
+  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint>
+      failed_holding_since_;
   // Forming gangs with no present member -> when this scheduler first saw
   // them so.
   std::map<std::string, Clock::TimePoint> forming_empty_since_;

@@ -398,7 +398,7 @@ void Scheduler::ReleaseLeases(const state::Gang& gang) {
 std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
   std::vector<std::string> released;
   const Clock::TimePoint now = clock_.Now();
-  std::map<std::string, Clock::TimePoint> still_holding;
+  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint> still_holding;
   for (auto& [id, gang_ptr] : LiveGangs()) {
     state::Gang& gang = *gang_ptr;
     const bool holding =
@@ -406,11 +406,12 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
         std::any_of(gang.members.begin(), gang.members.end(),
                     [](const auto& entry) { return !entry.second.left; });
     if (!holding) continue;
-    auto seen = failed_holding_since_.find(id);
+    const std::pair<std::string, uint32_t> key(id, gang.epoch);
+    auto seen = failed_holding_since_.find(key);
     const Clock::TimePoint since =
         seen != failed_holding_since_.end() ? seen->second : now;
     if (now - since < options_.failed_gang_release) {
-      still_holding[id] = since;
+      still_holding[key] = since;
       continue;
     }
     state::Gang updated = gang;
@@ -424,7 +425,7 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
     if (absl::Status status = store_.SaveGang(updated); !status.ok()) {
       spdlog::error("event=lease_release_failed gang={} error={}", LogValue(id),
                     LogValue(status.ToString()));
-      still_holding[id] = since;
+      still_holding[key] = since;
       continue;
     }
     ReleaseLeases(updated);
@@ -560,7 +561,7 @@ absl::StatusOr<std::string> Scheduler::ForceCancel(const std::string& gang_id,
     GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     gang = std::move(updated);
-    failed_holding_since_.erase(gang_id);
+    failed_holding_since_.erase({gang_id, gang.epoch});
     NotifyWatchers(gang);
   }
   spdlog::warn(
@@ -640,14 +641,16 @@ std::vector<std::string> Scheduler::ReconcileMembers() {
     int64_t job_id = 0;
   };
   std::vector<Gone> gone;
-  std::map<std::pair<std::string, uint32_t>, Clock::TimePoint> still_absent;
+  std::map<std::tuple<std::string, uint32_t, int64_t>, Clock::TimePoint>
+      still_absent;
   for (const auto& [id, gang_ptr] : LiveGangs()) {
     const state::Gang& gang = *gang_ptr;
     if (!HoldsLeasesNow(gang)) continue;
     const std::string base_id = id.substr(0, id.find('#'));
     for (const auto& [index, member] : gang.members) {
       if (member.left || MemberHeld(base_id, member, watched)) continue;
-      const std::pair<std::string, uint32_t> key(id, index);
+      const std::tuple<std::string, uint32_t, int64_t> key(id, index,
+                                                           member.job_id);
       auto seen = member_absent_since_.find(key);
       const Clock::TimePoint since =
           seen != member_absent_since_.end() ? seen->second : now;

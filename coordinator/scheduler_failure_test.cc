@@ -545,6 +545,36 @@ TEST_F(SchedulerFailureTest, StagesAndWatchStreamsHoldTheirMembers) {
   EXPECT_EQ(OnlyGang().failed_member, 2u);
 }
 
+TEST_F(SchedulerFailureTest, ARetriedJobDoesNotInheritTheAbsenceOfItsOldJob) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());
+  // The failed epoch's members run nothing for 100 s (their executors were
+  // away through a coordinator outage), then clean up.
+  for (int i = 0; i < 50; ++i) {
+    PassWithAgentsReporting(clock_, *scheduler_, 2s, {});
+    ASSERT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  }
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 2, 102).ok());
+  // The retried jobs form and start epoch 2 at once.
+  for (uint32_t index = 1; index <= 2; ++index) {
+    JoinRequest request = test::Joining(test::TrainKey(2), index);
+    request.job_id = 200 + index;
+    ASSERT_TRUE(scheduler_->Join(request, 20 + index).ok());
+  }
+  std::vector<AdmissionProposal> proposals = scheduler_->Plan();
+  ASSERT_EQ(proposals.size(), 1u);
+  ASSERT_TRUE(
+      scheduler_->Admit(proposals[0], proposals[0].candidate_ports.front())
+          .ok());
+  ASSERT_EQ(OnlyGang().epoch, 2u);
+
+  // Their first stages are not on the agents yet: well inside the bound.
+  PassWithAgentsReporting(clock_, *scheduler_, 30s, {});
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning) << OnlyGang().reason;
+}
+
 TEST_F(SchedulerFailureTest, AnAgentThatDoesNotReportHoldsItsMembers) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 0).ok());
