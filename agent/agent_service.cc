@@ -251,10 +251,16 @@ class StageReactor final
     Enqueue(std::move(message), data.size(), /*last=*/false);
   }
 
-  void OnHung(std::chrono::seconds timeout) override {
+  void OnHung(std::chrono::seconds timeout,
+              const StageProgress& progress) override {
     v1::RunStageResponse message;
-    message.mutable_hang()->set_idle_seconds(
-        static_cast<uint32_t>(timeout.count()));
+    v1::HangDetected* hang = message.mutable_hang();
+    hang->set_idle_seconds(static_cast<uint32_t>(timeout.count()));
+    hang->set_last_progress_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            progress.last.time_since_epoch())
+            .count());
+    if (progress.step.has_value()) hang->set_step(*progress.step);
     Enqueue(std::move(message), 0, /*last=*/false);
   }
 

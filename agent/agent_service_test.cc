@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -565,6 +566,82 @@ TEST_F(AgentServiceTest, TorchrunErrorFileDecidesCulpritOrVictim) {
   EXPECT_TRUE(records[1].peer_suspected);
   EXPECT_TRUE(records[2].peer_suspected);
   EXPECT_FALSE(records[3].peer_suspected);
+}
+
+TEST_F(AgentServiceTest, HangReportAndHeartbeatCarryTheLastProgressAndStep) {
+  v1::StartStage start = Start(
+      "g1/7", "echo 41 > \"$GDT_PROGRESS_FILE\"; echo written; sleep 30\n");
+  start.set_hang_timeout_seconds(1);
+  const auto unix_ms = [] {
+    return std::chrono::duration_cast<milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const int64_t before = unix_ms();
+  OutputLog log;
+  // `hang` is written on this thread, the polls run on another.
+  std::optional<v1::HangDetected> hang;
+  std::atomic<bool> hung{false};
+  std::vector<Supervisor::WatchedStage> watched;
+  const auto deadline = steady_clock::now() + kStageDeadline;
+  bool stopped = false;
+  absl::StatusOr<v1::StageExit> exit = client_->RunStage(
+      start,
+      [&](v1::OutputStream stream, std::string_view data) {
+        log.Append(stream, data);
+      },
+      [&]() -> std::optional<v1::Signal> {
+        if (watched.empty() && log.StdoutContains("written")) {
+          watched = supervisor_->WatchedProgress();
+        }
+        if (stopped || (!hung.load() && steady_clock::now() < deadline)) {
+          return std::nullopt;
+        }
+        stopped = true;
+        return v1::SIGNAL_KILL;
+      },
+      [&](const v1::HangDetected& detected) {
+        hang = detected;
+        hung.store(true);
+      });
+
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  ASSERT_TRUE(hang.has_value()) << log.out();
+  EXPECT_EQ(hang->idle_seconds(), 1u);
+  EXPECT_GE(hang->last_progress_unix_ms(), before);
+  EXPECT_LE(hang->last_progress_unix_ms(), unix_ms() - 1000);
+  ASSERT_TRUE(hang->has_step());
+  EXPECT_EQ(hang->step(), 41u);
+  // What the heartbeat sends for the running stage.
+  ASSERT_EQ(watched.size(), 1u);
+  EXPECT_EQ(watched[0].member_id, "g1/7");
+  EXPECT_EQ(watched[0].progress.step, std::optional<uint64_t>(41));
+  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(
+                watched[0].progress.last.time_since_epoch())
+                .count(),
+            hang->last_progress_unix_ms());
+}
+
+TEST(ReadStageProgressTest, StepOnlyForADecimalNumber) {
+  test::TempDir dir;
+  const std::string file = dir.path() + "/progress";
+  const auto started = std::chrono::system_clock::now() - seconds(3600);
+  auto step_of = [&](const std::string& content) {
+    std::ofstream(file, std::ios::trunc) << content;
+    return ReadStageProgress(file, started).step;
+  };
+  EXPECT_EQ(step_of(""), std::nullopt);
+  EXPECT_EQ(step_of("12\n"), std::optional<uint64_t>(12));
+  EXPECT_EQ(step_of("  7 "), std::optional<uint64_t>(7));
+  EXPECT_EQ(step_of("-3"), std::nullopt);
+  EXPECT_EQ(step_of("+3"), std::nullopt);
+  EXPECT_EQ(step_of("step 3"), std::nullopt);
+  EXPECT_EQ(step_of(std::string(80, '1')), std::nullopt);
+  // The mtime counts, never earlier than the stage's start.
+  EXPECT_GT(ReadStageProgress(file, started).last, started);
+  const auto later = std::chrono::system_clock::now() + seconds(3600);
+  EXPECT_EQ(ReadStageProgress(file, later).last, later);
+  EXPECT_EQ(ReadStageProgress(dir.path() + "/missing", started).last, started);
 }
 
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {

@@ -273,8 +273,25 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   daemon->registrar_ = std::make_unique<Registrar>(
       daemon->coordinator_,
       MakeHostSpec(host_config, daemon->advertise_endpoint_),
-      Registrar::Options{}, [supervisor = &daemon->supervisor_] {
+      Registrar::Options{},
+      [supervisor = &daemon->supervisor_] {
         return supervisor->RunningMembers();
+      },
+      [supervisor = &daemon->supervisor_] {
+        std::vector<v1::MemberProgress> progress;
+        for (const Supervisor::WatchedStage& stage :
+             supervisor->WatchedProgress()) {
+          v1::MemberProgress& member = progress.emplace_back();
+          member.set_member(stage.member_id);
+          member.set_last_progress_unix_ms(
+              std::chrono::duration_cast<std::chrono::milliseconds>(
+                  stage.progress.last.time_since_epoch())
+                  .count());
+          if (stage.progress.step.has_value()) {
+            member.set_step(*stage.progress.step);
+          }
+        }
+        return progress;
       });
   daemon->registrar_->Start();
   return daemon;

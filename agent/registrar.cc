@@ -14,11 +14,13 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
-                     Options options, RunningMembers running_members)
+                     Options options, RunningMembers running_members,
+                     WatchedProgress watched_progress)
     : client_(client),
       host_(std::move(host)),
       options_(options),
-      running_members_(std::move(running_members)) {}
+      running_members_(std::move(running_members)),
+      watched_progress_(std::move(watched_progress)) {}
 
 Registrar::~Registrar() { Stop(); }
 
@@ -97,8 +99,10 @@ void Registrar::Run() {
     while (Sleep(period)) {
       std::optional<std::vector<std::string>> members;
       if (running_members_) members = running_members_();
+      std::vector<v1::MemberProgress> progress;
+      if (watched_progress_) progress = watched_progress_();
       absl::StatusOr<bool> reregister =
-          client_.Heartbeat(name, options_.rpc_timeout, members);
+          client_.Heartbeat(name, options_.rpc_timeout, members, progress);
       if (!liveness.empty() && client_.liveness_endpoint().empty()) {
         spdlog::warn(
             "event=liveness_port_unreachable host={} liveness={} action={}",

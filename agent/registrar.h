@@ -33,8 +33,13 @@ class Registrar {
   // this host; every heartbeat carries it, so that the coordinator can tell
   // members that are gone from ones still at work.
   using RunningMembers = std::function<std::vector<std::string>()>;
+  // `watched_progress` (may be empty) gives the last progress of the
+  // member stages here that have a hang watchdog; every heartbeat carries
+  // it too.
+  using WatchedProgress = std::function<std::vector<v1::MemberProgress>()>;
   Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
-            Options options, RunningMembers running_members = nullptr);
+            Options options, RunningMembers running_members = nullptr,
+            WatchedProgress watched_progress = nullptr);
   // Stops the loop.
   ~Registrar();
   Registrar(const Registrar&) = delete;
@@ -55,6 +60,7 @@ class Registrar {
   const v1::HostSpec host_;
   const Options options_;
   const RunningMembers running_members_;
+  const WatchedProgress watched_progress_;
 
   Mutex mu_;
   CondVar wake_;

@@ -4,9 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/evidence.h"
 #include "common/logging.h"
@@ -31,7 +35,40 @@ constexpr milliseconds kTeardownCheck(1000);
 // Output kept for evidence.
 constexpr size_t kOutputTailBytes = 64 << 10;
 
+// A progress file longer than this holds no step number.
+constexpr size_t kMaxStepBytes = 64;
+
 }  // namespace
+
+StageProgress ReadStageProgress(const std::string& progress_file,
+                                std::chrono::system_clock::time_point started) {
+  StageProgress progress{started, std::nullopt};
+  struct stat info = {};
+  if (progress_file.empty() || stat(progress_file.c_str(), &info) != 0) {
+    return progress;
+  }
+  const std::chrono::system_clock::time_point touched(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(info.st_mtim.tv_sec) +
+          std::chrono::nanoseconds(info.st_mtim.tv_nsec)));
+  progress.last = std::max(started, touched);
+  if (info.st_size <= 0 || static_cast<size_t>(info.st_size) > kMaxStepBytes) {
+    return progress;
+  }
+  std::ifstream in(progress_file, std::ios::binary);
+  std::string content(kMaxStepBytes + 1, '\0');
+  in.read(content.data(), static_cast<std::streamsize>(content.size()));
+  content.resize(static_cast<size_t>(in.gcount()));
+  const absl::string_view digits = absl::StripAsciiWhitespace(content);
+  uint64_t step = 0;
+  if (!digits.empty() &&
+      std::all_of(digits.begin(), digits.end(),
+                  [](char c) { return absl::ascii_isdigit(c); }) &&
+      absl::SimpleAtoi(digits, &step)) {
+    progress.step = step;
+  }
+  return progress;
+}
 
 absl::StatusOr<std::shared_ptr<Stage>> Stage::Start(
     const StageOptions& options, StageObserver* observer,
@@ -143,23 +180,20 @@ void Stage::CheckProgress() {
   const steady_clock::time_point now = steady_clock::now();
   if (now < next_progress_check_) return;
   next_progress_check_ = now + kProgressCheck;
-  std::chrono::system_clock::time_point last = started_;
-  struct stat info = {};
-  if (!progress_file_.empty() && stat(progress_file_.c_str(), &info) == 0) {
-    const std::chrono::system_clock::time_point touched(
-        std::chrono::duration_cast<std::chrono::system_clock::duration>(
-            std::chrono::seconds(info.st_mtim.tv_sec) +
-            std::chrono::nanoseconds(info.st_mtim.tv_nsec)));
-    last = std::max(last, touched);
-  }
-  if (std::chrono::system_clock::now() - last < hang_timeout_) return;
+  const StageProgress progress = ReadStageProgress(progress_file_, started_);
+  if (std::chrono::system_clock::now() - progress.last < hang_timeout_) return;
   hung_ = true;
   spdlog::warn("event=stage_hung pgid={} progress_file={} timeout_s={}",
                process_group_, LogValue(progress_file_), hang_timeout_.count());
   CollectEvidenceOnce(absl::StrCat("no progress for ", hang_timeout_.count(),
                                    " s (GDT_HANG_TIMEOUT); progress file ",
                                    progress_file_));
-  observer_->OnHung(hang_timeout_);
+  observer_->OnHung(hang_timeout_, progress);
+}
+
+std::optional<StageProgress> Stage::progress() const {
+  if (hang_timeout_.count() <= 0) return std::nullopt;
+  return ReadStageProgress(progress_file_, started_);
 }
 
 void Stage::CheckTeardown() {

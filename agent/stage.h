@@ -4,6 +4,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,21 @@ enum class StageSignal {
   kCollectEvidence,
 };
 
+// What a watched stage's progress file says.
+struct StageProgress {
+  // When the job last touched the file (its mtime), or the stage's start
+  // when that is later.
+  std::chrono::system_clock::time_point last;
+  // The step the job wrote into the file: the whole content is a decimal
+  // number (surrounding whitespace allowed). Unset for anything else, e.g.
+  // an empty file that is only touched.
+  std::optional<uint64_t> step;
+};
+
+// Reads `progress_file` (empty or missing: only `started` counts).
+StageProgress ReadStageProgress(const std::string& progress_file,
+                                std::chrono::system_clock::time_point started);
+
 // Receives a stage's output and its end. Every call comes from the stage's
 // own supervising thread, in order.
 class StageObserver {
@@ -43,7 +59,9 @@ class StageObserver {
   virtual void OnOutput(OutputSource source, std::string_view data) = 0;
   // The hang watchdog fired (StageOptions::hang_timeout passed without
   // progress); evidence is collected. At most once, before OnExit().
-  virtual void OnHung(std::chrono::seconds timeout) {}
+  // `progress` is what the progress file said when the watchdog fired.
+  virtual void OnHung(std::chrono::seconds timeout,
+                      const StageProgress& progress) {}
   // The script exited and its process group is gone. Called exactly once and
   // last: the stage never touches the observer again, so the observer may
   // be destroyed from here on.
@@ -107,6 +125,9 @@ class Stage {
   bool WaitFinished(std::chrono::steady_clock::time_point deadline);
 
   bool finished() const;
+  // The progress of a stage with a hang watchdog, read now; nullopt when it
+  // has none.
+  std::optional<StageProgress> progress() const;
   pid_t process_group() const { return process_group_; }
   std::chrono::milliseconds kill_grace() const { return kill_grace_; }
 

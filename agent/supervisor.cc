@@ -659,6 +659,27 @@ bool Supervisor::MemberRunning(const std::string& member_id) const {
   return it != members_.end() && !it->second.running.empty();
 }
 
+std::vector<Supervisor::WatchedStage> Supervisor::WatchedProgress() const {
+  std::vector<std::pair<std::string, std::shared_ptr<Stage>>> stages;
+  {
+    MutexLock lock(mu_);
+    for (const auto& [id, member] : members_) {
+      for (const auto& [raw, weak] : member.running) {
+        if (std::shared_ptr<Stage> stage = weak.lock()) {
+          stages.emplace_back(id, std::move(stage));
+        }
+      }
+    }
+  }
+  // The progress files are read without the lock.
+  std::vector<WatchedStage> watched;
+  for (const auto& [id, stage] : stages) {
+    std::optional<StageProgress> progress = stage->progress();
+    if (progress.has_value()) watched.push_back({id, *progress});
+  }
+  return watched;
+}
+
 std::vector<std::string> Supervisor::RunningMembers() const {
   MutexLock lock(mu_);
   std::vector<std::string> ids;

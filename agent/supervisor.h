@@ -159,6 +159,14 @@ class Supervisor {
   // The members that run a stage now, by id: what the heartbeat tells the
   // coordinator this host holds.
   std::vector<std::string> RunningMembers() const;
+  // The progress of every running stage that has a hang watchdog, by
+  // member id: what the heartbeat tells the coordinator so that it can name
+  // the member of a hung gang that stopped first.
+  struct WatchedStage {
+    std::string member_id;
+    StageProgress progress;
+  };
+  std::vector<WatchedStage> WatchedProgress() const;
 
  private:
   struct Member {

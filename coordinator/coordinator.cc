@@ -264,6 +264,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->FailGangsOnLostHosts();
       scheduler_->ReleaseAbandonedMembers();
       scheduler_->FailSuspectedGangs();
+      scheduler_->FailHungGangs();
       scheduler_->EndAbandonedFormingGangs();
       scheduler_->ReconcileMembers();
     }
@@ -336,7 +337,8 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
 
 bool Coordinator::Heartbeat(
     const std::string& host_name,
-    std::optional<std::set<std::string>> running_members) {
+    std::optional<std::set<std::string>> running_members,
+    std::map<std::string, MemberProgress> watched_progress) {
   bool was_down = false;
   bool known;
   {
@@ -344,6 +346,7 @@ bool Coordinator::Heartbeat(
     known = scheduler_->Heartbeat(host_name, &was_down);
     if (known) {
       scheduler_->SetRunningMembers(host_name, std::move(running_members));
+      scheduler_->SetWatchedProgress(host_name, std::move(watched_progress));
     }
   }
   if (was_down) Wake();
@@ -478,13 +481,14 @@ absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
 
 absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
                                      uint32_t member_index, int64_t job_id,
-                                     uint32_t seconds) {
+                                     uint32_t seconds,
+                                     MemberProgress progress) {
   std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
-    status =
-        scheduler_->MemberHung(gang_id, epoch, member_index, job_id, seconds);
+    status = scheduler_->MemberHung(gang_id, epoch, member_index, job_id,
+                                    seconds, std::move(progress));
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));

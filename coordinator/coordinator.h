@@ -73,9 +73,11 @@ class Coordinator {
   // The operations below mirror the RPCs; see Scheduler for their errors.
   absl::Status RegisterHost(const state::HostSpec& spec);
   // `running_members`: see Scheduler::SetRunningMembers.
+  // `watched_progress`: see Scheduler::SetWatchedProgress.
   bool Heartbeat(
       const std::string& host_name,
-      std::optional<std::set<std::string>> running_members = std::nullopt);
+      std::optional<std::set<std::string>> running_members = std::nullopt,
+      std::map<std::string, MemberProgress> watched_progress = {});
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
   void Detach(const std::string& gang_id, uint32_t member_index,
@@ -122,7 +124,7 @@ class Coordinator {
       int64_t project_id, int64_t pipeline_id, const std::string& note);
   absl::Status MemberHung(const std::string& gang_id, uint32_t epoch,
                           uint32_t member_index, int64_t job_id,
-                          uint32_t seconds);
+                          uint32_t seconds, MemberProgress progress = {});
 
   // The gang key-value store (thread-safe on its own).
   kv::GangKv& kv() { return *kv_; }

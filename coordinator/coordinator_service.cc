@@ -911,8 +911,14 @@ absl::Status CoordinatorService::HandleHeartbeat(
       running.emplace(request.running_members().begin(),
                       request.running_members().end());
     }
-    response.set_reregister(
-        !coordinator_.Heartbeat(request.host_name(), std::move(running)));
+    std::map<std::string, MemberProgress> progress;
+    for (const v1::MemberProgress& member : request.progress()) {
+      MemberProgress& entry = progress[member.member()];
+      entry.last_unix_ms = member.last_progress_unix_ms();
+      if (member.has_step()) entry.step = member.step();
+    }
+    response.set_reregister(!coordinator_.Heartbeat(
+        request.host_name(), std::move(running), std::move(progress)));
   }
   return allowed;
 }
@@ -955,9 +961,14 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
         Allow(context, "ReportExit", CheckReporter(context, *request));
     if (!status.ok()) return status;
     if (request->hung_seconds() > 0) {
+      MemberProgress progress;
+      progress.last_unix_ms = request->last_progress_unix_ms();
+      if (request->has_progress_step()) {
+        progress.step = request->progress_step();
+      }
       status = coordinator_.MemberHung(
           request->gang_id(), request->epoch(), request->member_index(),
-          request->job_id(), request->hung_seconds());
+          request->job_id(), request->hung_seconds(), std::move(progress));
       spdlog::log(status.ok() ? spdlog::level::info : spdlog::level::warn,
                   "member hung gang={} member={} seconds={} ({})",
                   request->gang_id(), request->member_index(),

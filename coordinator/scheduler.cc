@@ -283,6 +283,7 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
   GDT_RETURN_IF_ERROR(store_.DeleteHost(host_name));
   if (it->second.spec.runner_slots != 0) --hosts_with_runner_slots_;
   hosts_.erase(it);
+  watched_progress_.erase(host_name);
   spdlog::info("event=host_removed host={}", LogValue(host_name));
   Pass();
   return absl::OkStatus();
@@ -702,6 +703,17 @@ void Scheduler::SetRunningMembers(
     running_members_[host_name] = std::move(*member_ids);
   } else {
     running_members_.erase(host_name);
+  }
+}
+
+void Scheduler::SetWatchedProgress(
+    const std::string& host_name,
+    std::map<std::string, MemberProgress> progress) {
+  if (hosts_.count(host_name) == 0) return;
+  if (progress.empty()) {
+    watched_progress_.erase(host_name);
+  } else {
+    watched_progress_[host_name] = std::move(progress);
   }
 }
 

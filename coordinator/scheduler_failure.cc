@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -67,6 +68,7 @@ absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
   ++end_changes_;
+  hang_reports_.erase(gang.id);
   spdlog::warn("event=gang_failed gang={} reason={}", LogValue(gang.id),
                LogValue(gang.reason));
   observer_->Failure(failure_class);
@@ -156,7 +158,7 @@ absl::Status Scheduler::MemberLost(const std::string& gang_id, uint32_t epoch,
 
 absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
                                    uint32_t member_index, int64_t job_id,
-                                   uint32_t seconds) {
+                                   uint32_t seconds, MemberProgress progress) {
   absl::StatusOr<state::Gang*> found =
       FindMember(gang_id, epoch, member_index, job_id);
   if (!found.ok()) return found.status();
@@ -164,13 +166,152 @@ absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
   if (gang.state != state::GangState::kRunning || AllReportedZero(gang)) {
     return absl::OkStatus();
   }
-  const state::Member& member = gang.members.at(member_index);
-  return FailGang(
-      gang, member_index,
-      absl::StrCat(MemberLabel(gang, member), " hung: no progress for ",
-                   seconds, " s (GDT_HANG_TIMEOUT) at ",
-                   state::UtcTimeOfDay(clock_.UnixMillis())),
-      "hung", /*collect_evidence=*/true);
+  if (progress.last_unix_ms <= 0) {
+    // A reporter that does not say: its watchdog fired about now.
+    progress.last_unix_ms =
+        clock_.UnixMillis() - static_cast<int64_t>(seconds) * 1000;
+  }
+  HangReports& reports = hang_reports_[gang.id];
+  if (reports.reported.empty() || reports.epoch != gang.epoch) {
+    reports = HangReports{};
+    reports.epoch = gang.epoch;
+    reports.first = member_index;
+    reports.seconds = seconds;
+    reports.since = clock_.Now();
+  }
+  reports.reported.emplace(member_index, progress);
+  spdlog::info(
+      "event=hang_reported gang={} member={} last_progress={} step={} "
+      "first_reporter={}",
+      LogValue(gang.id), member_index,
+      LogValue(state::UtcTimeOfDay(progress.last_unix_ms)),
+      progress.step.has_value() ? absl::StrCat(*progress.step) : "none",
+      reports.first);
+  return ResolveHang(gang).status();
+}
+
+bool Scheduler::StoppedBefore(const MemberProgress& member,
+                              const MemberProgress& other) const {
+  if (member.step.has_value() && other.step.has_value() &&
+      *member.step != *other.step) {
+    return *member.step < *other.step;
+  }
+  return member.last_unix_ms <
+         other.last_unix_ms - options_.hang_tie_tolerance.count();
+}
+
+absl::StatusOr<bool> Scheduler::ResolveHang(state::Gang& gang) {
+  auto found = hang_reports_.find(gang.id);
+  if (found == hang_reports_.end()) return false;
+  const HangReports reports = found->second;
+  const MemberProgress& first = reports.reported.at(reports.first);
+  // What is known of every member still at work: its own report, or what
+  // its host said in a heartbeat that came after the first reporter
+  // stopped (so the member made no progress between its time and that).
+  std::map<uint32_t, MemberProgress> known = reports.reported;
+  std::vector<uint32_t> unheard;
+  for (const auto& [index, member] : gang.members) {
+    if (known.count(index) != 0 || member.left || member.exit_code >= 0) {
+      continue;
+    }
+    auto host = hosts_.find(member.host_name);
+    if (host == hosts_.end() ||
+        StateOf(host->second) == state::HostState::kDown) {
+      continue;  // Lost with its host: FailGangsOnLostHosts names it.
+    }
+    if (host->second.last_heartbeat_unix_ms < first.last_unix_ms) {
+      unheard.push_back(index);
+      continue;
+    }
+    auto host_progress = watched_progress_.find(member.host_name);
+    if (host_progress == watched_progress_.end()) continue;
+    auto sample =
+        host_progress->second.find(absl::StrCat(gang.id, "/", member.job_id));
+    if (sample != host_progress->second.end()) known[index] = sample->second;
+  }
+  if (!unheard.empty() &&
+      clock_.Now() - reports.since < options_.host_down_after) {
+    return false;
+  }
+  // The earliest of the members that stopped before the first reporter.
+  uint32_t culprit = reports.first;
+  for (const auto& [index, progress] : known) {
+    if (!StoppedBefore(progress, first)) continue;
+    const MemberProgress& best = known.at(culprit);
+    const bool earlier = culprit == reports.first ||
+                         (progress.step.has_value() && best.step.has_value() &&
+                                  *progress.step != *best.step
+                              ? *progress.step < *best.step
+                              : progress.last_unix_ms < best.last_unix_ms);
+    if (earlier) culprit = index;
+  }
+  const MemberProgress& stopped = known.at(culprit);
+  std::optional<int64_t> peers_ms;
+  std::optional<uint64_t> peers_step;
+  for (const auto& [index, progress] : known) {
+    if (index == culprit) continue;
+    peers_ms = std::min(peers_ms.value_or(progress.last_unix_ms),
+                        progress.last_unix_ms);
+    if (progress.step.has_value()) {
+      peers_step =
+          std::min(peers_step.value_or(*progress.step), *progress.step);
+    }
+  }
+  std::string peers;
+  if (peers_ms.has_value()) {
+    const int64_t gap_ms = *peers_ms - stopped.last_unix_ms;
+    const int64_t tie_ms = options_.hang_tie_tolerance.count();
+    if (gap_ms > tie_ms) {
+      peers = absl::StrFormat(", peers' last progress %.1f s later",
+                              static_cast<double>(gap_ms) / 1000);
+    } else if (gap_ms >= -tie_ms) {
+      peers = absl::StrFormat(", peers' last progress within %.1f s of it",
+                              static_cast<double>(tie_ms) / 1000);
+    }
+    if (stopped.step.has_value() && peers_step.has_value() &&
+        *peers_step > *stopped.step) {
+      absl::StrAppend(&peers, ", peers at step ", *peers_step);
+    }
+  }
+  const state::Member& member = gang.members.at(culprit);
+  const std::string cause = absl::StrCat(
+      MemberLabel(gang, member), " hung: no progress since ",
+      state::UtcTimeOfDay(stopped.last_unix_ms),
+      stopped.step.has_value() ? absl::StrCat(" at step ", *stopped.step) : "",
+      " (its host's clock; GDT_HANG_TIMEOUT ", reports.seconds, " s)", peers,
+      "; detected at ", state::UtcTimeOfDay(clock_.UnixMillis()));
+  spdlog::warn(
+      "event=hang_blamed gang={} member={} first_reporter={} reports={} "
+      "known={} unheard={}",
+      LogValue(gang.id), culprit, reports.first, reports.reported.size(),
+      known.size(), unheard.size());
+  GDT_RETURN_IF_ERROR(
+      FailGang(gang, culprit, cause, "hung", /*collect_evidence=*/true));
+  return true;
+}
+
+std::vector<std::string> Scheduler::FailHungGangs() {
+  std::vector<std::string> failed;
+  for (auto it = hang_reports_.begin(); it != hang_reports_.end();) {
+    auto gang = gangs_.find(it->first);
+    if (gang == gangs_.end() ||
+        gang->second.state != state::GangState::kRunning ||
+        gang->second.epoch != it->second.epoch ||
+        AllReportedZero(gang->second)) {
+      it = hang_reports_.erase(it);
+      continue;
+    }
+    ++it;  // A failed gang's entry goes.
+    absl::StatusOr<bool> resolved = ResolveHang(gang->second);
+    if (!resolved.ok()) {
+      spdlog::error("event=gang_fail_failed gang={} error={}",
+                    LogValue(gang->first),
+                    LogValue(resolved.status().ToString()));
+      continue;
+    }
+    if (*resolved) failed.push_back(gang->first);
+  }
+  return failed;
 }
 
 void Scheduler::CheckHearing() {

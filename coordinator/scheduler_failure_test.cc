@@ -1,5 +1,6 @@
 // Scheduler failure paths: lost hosts and members, operator cancel.
 #include <chrono>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -64,6 +65,19 @@ class SchedulerFailureTest : public ::testing::Test {
       if (event.stream_id == stream_id) last = event;
     }
     return last;
+  }
+
+  // A heartbeat of `host` carrying its watched stages' progress, by job id
+  // of the gang AdmitTwoHostGang() started.
+  void Beat(const std::string& host,
+            const std::map<int64_t, MemberProgress>& progress = {}) {
+    bool was_down = false;
+    ASSERT_TRUE(scheduler_->Heartbeat(host, &was_down)) << host;
+    std::map<std::string, MemberProgress> by_member;
+    for (const auto& [job_id, member] : progress) {
+      by_member[absl::StrCat("train-p5-pl77-n2/", job_id)] = member;
+    }
+    scheduler_->SetWatchedProgress(host, std::move(by_member));
   }
 
   FakeClock clock_;
@@ -293,12 +307,19 @@ TEST_F(SchedulerFailureTest, HungMemberFailsItsGangAndAsksForEvidence) {
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
   scheduler_->TakeEvents();
 
-  ASSERT_TRUE(scheduler_->MemberHung(gang, 1, 2, 102, 600).ok());
+  // Neither host sends progress (member 1 has no watchdog).
+  clock_.Advance(600s);
+  Beat("cpu-01");
+  Beat("cpu-02");
+  ASSERT_TRUE(scheduler_
+                  ->MemberHung(gang, 1, 2, 102, 600,
+                               {clock_.UnixMillis() - 600'000, std::nullopt})
+                  .ok());
 
   const std::string reason =
       "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) "
-      "hung: no progress for 600 s (GDT_HANG_TIMEOUT) at 00:00:01 UTC; "
-      "stopping";
+      "hung: no progress since 00:00:01 UTC (its host's clock; "
+      "GDT_HANG_TIMEOUT 600 s); detected at 00:10:01 UTC; stopping";
   EXPECT_EQ(OnlyGang().reason, reason);
   const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
   EXPECT_EQ(event.kind, state::MemberEvent::Kind::kGangFailed);
@@ -307,6 +328,132 @@ TEST_F(SchedulerFailureTest, HungMemberFailsItsGangAndAsksForEvidence) {
   // A watch opened later learns it too.
   ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 71).ok());
   EXPECT_TRUE(LastEventFor(scheduler_->TakeEvents(), 71).collect_evidence);
+}
+
+TEST_F(SchedulerFailureTest, HangNamesTheMemberWhoseProgressStoppedFirst) {
+  const std::string gang = AdmitTwoHostGang();
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 1, 101, 70).ok());
+  scheduler_->TakeEvents();
+  // Member 2 stops at 00:00:01; member 1, blocked behind it, 1.5 s later.
+  const int64_t culprit_stopped = clock_.UnixMillis();
+  const int64_t victim_stopped = culprit_stopped + 1500;
+  clock_.Advance(600s);
+  Beat("cpu-01", {{101, {victim_stopped, std::nullopt}}});
+  Beat("cpu-02", {{102, {culprit_stopped, std::nullopt}}});
+
+  // Member 2's own report is late: member 1's comes first.
+  clock_.Advance(2s);
+  ASSERT_TRUE(
+      scheduler_->MemberHung(gang, 1, 1, 101, 600, {victim_stopped, {}}).ok());
+
+  const std::string reason =
+      "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host cpu-02) "
+      "hung: no progress since 00:00:01 UTC (its host's clock; "
+      "GDT_HANG_TIMEOUT 600 s), peers' last progress 1.5 s later; detected "
+      "at 00:10:03 UTC; stopping";
+  EXPECT_EQ(OnlyGang().reason, reason);
+  EXPECT_EQ(OnlyGang().failed_member, 2u);
+  const state::MemberEvent event = LastEventFor(scheduler_->TakeEvents(), 70);
+  EXPECT_EQ(event.reason, reason);
+  EXPECT_EQ(event.failed_job_id, 102);
+  EXPECT_TRUE(event.collect_evidence);
+  // Member 2's report changes nothing.
+  ASSERT_TRUE(
+      scheduler_->MemberHung(gang, 1, 2, 102, 600, {culprit_stopped, {}}).ok());
+  EXPECT_EQ(OnlyGang().reason, reason);
+}
+
+TEST_F(SchedulerFailureTest, HangWaitsForAMemberWhoseHostWasNotHeardSince) {
+  const std::string gang = AdmitTwoHostGang();
+  // Member 2 stops at 00:00:01 and its host says so; then that host stalls.
+  const int64_t culprit_stopped = clock_.UnixMillis();
+  Beat("cpu-02", {{102, {culprit_stopped, std::nullopt}}});
+  clock_.Advance(2s);
+  const int64_t victim_stopped = clock_.UnixMillis();
+  clock_.Advance(3s);
+  Beat("cpu-01", {{101, {victim_stopped, std::nullopt}}});
+
+  // Member 1's watchdog fires first; cpu-02 was last heard before member 1
+  // stopped, so its member may have stopped earlier: the verdict waits.
+  ASSERT_TRUE(
+      scheduler_->MemberHung(gang, 1, 1, 101, 3, {victim_stopped, {}}).ok());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  clock_.Advance(1s);
+  Beat("cpu-01", {{101, {victim_stopped, std::nullopt}}});
+  EXPECT_THAT(scheduler_->FailHungGangs(), IsEmpty());
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+
+  // cpu-02 is back: its member stopped first.
+  clock_.Advance(1s);
+  Beat("cpu-02", {{102, {culprit_stopped, std::nullopt}}});
+  EXPECT_THAT(scheduler_->FailHungGangs(), ElementsAre(gang));
+  EXPECT_EQ(OnlyGang().reason,
+            "gang train-p5-pl77-n2 failed: member 2/2 (job 102 on host "
+            "cpu-02) hung: no progress since 00:00:01 UTC (its host's clock; "
+            "GDT_HANG_TIMEOUT 3 s), peers' last progress 2.0 s later; "
+            "detected at 00:00:08 UTC; stopping");
+}
+
+TEST_F(SchedulerFailureTest, HangVerdictStopsWaitingForAHostThatIsDown) {
+  const std::string gang = AdmitTwoHostGang();
+  Beat("cpu-02");  // Then cpu-02 falls silent.
+  clock_.Advance(2s);
+  const int64_t stopped = clock_.UnixMillis();
+  clock_.Advance(3s);
+  Beat("cpu-01", {{101, {stopped, std::nullopt}}});
+  ASSERT_TRUE(scheduler_->MemberHung(gang, 1, 1, 101, 3, {stopped, {}}).ok());
+  clock_.Advance(5s);
+  Beat("cpu-01", {{101, {stopped, std::nullopt}}});
+  EXPECT_THAT(scheduler_->FailHungGangs(), IsEmpty());
+
+  // cpu-02 missed heartbeats for host_down_after: nothing more to wait for
+  // (the passes name a lost host first, FailGangsOnLostHosts).
+  clock_.Advance(1100ms);
+  EXPECT_THAT(scheduler_->FailHungGangs(), ElementsAre(gang));
+  EXPECT_EQ(OnlyGang().failed_member, 1u);
+  EXPECT_THAT(OnlyGang().reason,
+              HasSubstr("member 1/2 (job 101 on host cpu-01) hung: no "
+                        "progress since 00:00:03 UTC"));
+}
+
+TEST_F(SchedulerFailureTest, HangStopsWithinTheTieToleranceKeepTheFirstReport) {
+  const std::string gang = AdmitTwoHostGang();
+  const int64_t first_stopped = clock_.UnixMillis();
+  const int64_t second_stopped = first_stopped + 800;
+  clock_.Advance(600s);
+  Beat("cpu-01", {{101, {first_stopped, std::nullopt}}});
+  Beat("cpu-02", {{102, {second_stopped, std::nullopt}}});
+
+  // Member 2 stopped 0.8 s after member 1, too close to tell by two hosts'
+  // clocks: the first report keeps the blame, as it always did.
+  ASSERT_TRUE(
+      scheduler_->MemberHung(gang, 1, 2, 102, 600, {second_stopped, {}}).ok());
+
+  EXPECT_EQ(OnlyGang().failed_member, 2u);
+  EXPECT_THAT(OnlyGang().reason,
+              HasSubstr("member 2/2 (job 102 on host cpu-02) hung: no "
+                        "progress since 00:00:01 UTC (its host's clock; "
+                        "GDT_HANG_TIMEOUT 600 s), peers' last progress "
+                        "within 1.0 s of it; detected"));
+}
+
+TEST_F(SchedulerFailureTest, HangNamesTheMemberAtTheLowerStep) {
+  const std::string gang = AdmitTwoHostGang();
+  // Within the tie tolerance by time, but member 1 is still at step 41
+  // while member 2 reached step 42: member 1 is behind.
+  const int64_t stopped = clock_.UnixMillis();
+  clock_.Advance(600s);
+  Beat("cpu-01", {{101, {stopped + 500, 41}}});
+  Beat("cpu-02", {{102, {stopped, 42}}});
+
+  ASSERT_TRUE(scheduler_->MemberHung(gang, 1, 2, 102, 600, {stopped, 42}).ok());
+
+  EXPECT_EQ(OnlyGang().failed_member, 1u);
+  EXPECT_THAT(OnlyGang().reason,
+              HasSubstr("member 1/2 (job 101 on host cpu-01) hung: no "
+                        "progress since 00:00:01 UTC at step 41 (its host's "
+                        "clock; GDT_HANG_TIMEOUT 600 s), peers' last progress "
+                        "within 1.0 s of it, peers at step 42; detected"));
 }
 
 TEST_F(SchedulerFailureTest, OperatorCancelFailsARunningGang) {

@@ -51,11 +51,13 @@ constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
 // Reports the member's exit, retrying transient failures with backoff for up
 // to exit_report_retry_seconds (saying so once in the job log). `lost_reason`
 // non-empty: the member was lost (its agent vanished) rather than exited;
-// `hung_seconds` > 0: it made no progress for that long.
+// `hang` non-null: its agent's watchdog saw no progress (the report carries
+// when the member last made progress, by its host's clock).
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
                        int exit_code, bool cancelled,
                        const std::string& lost_reason = "",
-                       uint32_t hung_seconds = 0, bool peer_suspected = false) {
+                       const v1::HangDetected* hang = nullptr,
+                       bool peer_suspected = false) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
@@ -68,7 +70,11 @@ void ReportExitQuietly(const StageContext& context, const MemberState& state,
   request.set_exit_code(exit_code);
   request.set_cancelled(cancelled);
   request.set_lost_reason(lost_reason);
-  request.set_hung_seconds(hung_seconds);
+  if (hang != nullptr) {
+    request.set_hung_seconds(hang->idle_seconds());
+    request.set_last_progress_unix_ms(hang->last_progress_unix_ms());
+    if (hang->has_step()) request.set_progress_step(hang->step());
+  }
   request.set_peer_suspected(peer_suspected);
   request.set_exited_unix_ms(
       std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -358,7 +364,7 @@ Outcome RunScriptStage(const StageContext& context,
                     << " s (GDT_HANG_TIMEOUT); evidence collected, failing "
                        "the gang as hung\n";
         context.err.flush();
-        ReportExitQuietly(context, *state, 0, false, "", hang.idle_seconds());
+        ReportExitQuietly(context, *state, 0, false, "", &hang);
       });
   if (!exit.ok()) {
     const std::string failure =
@@ -385,7 +391,7 @@ Outcome RunScriptStage(const StageContext& context,
   if (IsMainScriptStage(stage_name)) {
     ReportExitQuietly(context, *state, exit->exit_code(),
                       context.signal.load() != 0 && !stopped_for_peer.load(),
-                      "", 0, peer_loss.detected());
+                      "", nullptr, peer_loss.detected());
   }
   if (watch != nullptr) {
     return GangOutcome(context, *state, stage_name, *watch, exit->exit_code(),

@@ -205,9 +205,13 @@ std::string CoordinatorClient::liveness_endpoint() {
 
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::string& host_name, std::chrono::milliseconds timeout,
-    const std::optional<std::vector<std::string>>& running_members) {
+    const std::optional<std::vector<std::string>>& running_members,
+    const std::vector<v1::MemberProgress>& progress) {
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
+  for (const v1::MemberProgress& member : progress) {
+    *request.add_progress() = member;
+  }
   if (running_members.has_value()) {
     request.set_reports_running_members(true);
     for (const std::string& id : *running_members) {

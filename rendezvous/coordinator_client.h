@@ -98,11 +98,13 @@ class CoordinatorClient {
   // (UNAVAILABLE, DEADLINE_EXCEEDED, UNIMPLEMENTED: a firewalled port, an
   // older or restarted coordinator), the same heartbeat goes to the main
   // endpoint with the rest, and so do later ones until the next
-  // RegisterHost.
-  absl::StatusOr<bool> Heartbeat(const std::string& host_name,
-                                 std::chrono::milliseconds timeout,
-                                 const std::optional<std::vector<std::string>>&
-                                     running_members = std::nullopt);
+  // RegisterHost. `progress`: the last progress of the member stages on
+  // the host that have a hang watchdog.
+  absl::StatusOr<bool> Heartbeat(
+      const std::string& host_name, std::chrono::milliseconds timeout,
+      const std::optional<std::vector<std::string>>& running_members =
+          std::nullopt,
+      const std::vector<v1::MemberProgress>& progress = {});
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure (coordinator

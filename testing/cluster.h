@@ -195,6 +195,8 @@ class GdtCluster {
   std::string AgentEndpoint(size_t index) const {
     return agents_.at(index)->endpoint();
   }
+  // The process id of the `index`th agent started (0-based).
+  int AgentPid(size_t index) const { return agents_.at(index)->pid(); }
   // Waits until the coordinator lists `count` hosts as up.
   absl::Status WaitForHosts(int count, std::chrono::milliseconds timeout);
 
