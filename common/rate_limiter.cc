@@ -32,7 +32,8 @@ void KeyedRateLimiter::ForgetLocked(Clock::TimePoint now) {
   }
 }
 
-bool KeyedRateLimiter::TryTake(const std::string& key) {
+bool KeyedRateLimiter::TryTake(const std::string& key,
+                               std::chrono::milliseconds* wait) {
   if (options_.per_second <= 0) return true;
   const Clock::TimePoint now = clock_.Now();
   MutexLock lock(mu_);
@@ -44,7 +45,14 @@ bool KeyedRateLimiter::TryTake(const std::string& key) {
   Bucket& bucket = it->second;
   bucket.tokens = Refilled(bucket, now);
   bucket.at = now;
-  if (bucket.tokens < 1) return false;
+  if (bucket.tokens < 1) {
+    if (wait != nullptr) {
+      *wait = std::chrono::ceil<std::chrono::milliseconds>(
+          std::chrono::duration<double>((1 - bucket.tokens) /
+                                        options_.per_second));
+    }
+    return false;
+  }
   bucket.tokens -= 1;
   return true;
 }

@@ -1,6 +1,7 @@
 #ifndef GDT_COMMON_RATE_LIMITER_H_
 #define GDT_COMMON_RATE_LIMITER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <unordered_map>
@@ -26,8 +27,10 @@ class KeyedRateLimiter {
   KeyedRateLimiter(const Clock& clock, Options options);
 
   // Takes one token from `key`'s bucket; false (taking nothing) when it is
-  // empty.
-  bool TryTake(const std::string& key);
+  // empty. Then, when `wait` is not null, sets it to how long until the
+  // bucket holds a whole token again, rounded up to the millisecond.
+  bool TryTake(const std::string& key,
+               std::chrono::milliseconds* wait = nullptr);
 
   const Options& options() const { return options_; }
 

@@ -29,6 +29,20 @@ TEST(KeyedRateLimiterTest, EachKeyHasItsBurstThenItsRate) {
   EXPECT_FALSE(limiter.TryTake("project-5"));
 }
 
+TEST(KeyedRateLimiterTest, ARefusalSaysHowLongUntilTheNextToken) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock, {.per_second = 4, .burst = 1});
+  EXPECT_TRUE(limiter.TryTake("project-5"));
+  std::chrono::milliseconds wait{};
+  EXPECT_FALSE(limiter.TryTake("project-5", &wait));
+  EXPECT_EQ(wait, 250ms);
+  clock.Advance(125ms);
+  EXPECT_FALSE(limiter.TryTake("project-5", &wait));
+  EXPECT_EQ(wait, 125ms);
+  clock.Advance(125ms);
+  EXPECT_TRUE(limiter.TryTake("project-5", &wait));
+}
+
 TEST(KeyedRateLimiterTest, ZeroRateMeansNoLimit) {
   FakeClock clock;
   KeyedRateLimiter limiter(clock, {.per_second = 0, .burst = 1});

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <utility>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "common/member_token.h"
+#include "common/retry_after.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "grpc/grpc_security_constants.h"
@@ -266,6 +268,8 @@ bool IsLoopbackPeer(const std::string& peer) {
 constexpr char kChecksBusy[] =
     "member verification is busy (every check thread is taken and the "
     "backlog is full); the member retries";
+// How long a member refused for kChecksBusy waits before it tries again.
+constexpr std::chrono::milliseconds kChecksBusyRetryAfter{1000};
 
 // Finishes a unary call with `status`.
 grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* context,
@@ -297,16 +301,14 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   }
 
   // Ends the stream with `status` after any write in flight.
-  void End(const grpc::Status& status) {
-    std::optional<grpc::Status> finish;
-    {
-      MutexLock lock(mu_);
-      if (finish_status_.has_value()) return;
-      finish_status_ = status;
-      DropUnsentLocked();
-      finish = TakeFinishLocked();
-    }
-    if (finish.has_value()) this->Finish(*finish);
+  void End(const grpc::Status& status) { EndWith(status, nullptr); }
+  // The same, and when `status` carries a retry hint (common/retry_after.h)
+  // the hint goes to the client as trailing metadata of `context`, the
+  // stream's: the client waits that long and tries again.
+  void End(const absl::Status& status, grpc::ServerContextBase& context) {
+    EndWith(rendezvous::ToGrpcStatus(status), [&status, &context] {
+      rendezvous::AddRetryAfterTrailer(status, context);
+    });
   }
 
   // Keeps the stream from finishing until Release(): work on another thread
@@ -373,6 +375,22 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
   Mutex mu_;
 
  private:
+  // End(), running `before_finish` (when not empty) first if this ends the
+  // stream: under the lock, so that no Finish() can come between.
+  void EndWith(const grpc::Status& status,
+               const std::function<void()>& before_finish) {
+    std::optional<grpc::Status> finish;
+    {
+      MutexLock lock(mu_);
+      if (finish_status_.has_value()) return;
+      if (before_finish) before_finish();
+      finish_status_ = status;
+      DropUnsentLocked();
+      finish = TakeFinishLocked();
+    }
+    if (finish.has_value()) this->Finish(*finish);
+  }
+
   // Keeps only the event being written (its buffer must stay valid).
   void DropUnsentLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
@@ -402,8 +420,13 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
 class CoordinatorService::JoinReactor final
     : public EventWriter<v1::JoinGangEvent> {
  public:
-  JoinReactor(CoordinatorService& service, uint64_t stream_id, bool compact)
-      : service_(service), stream_id_(stream_id), compact_(compact) {}
+  // `context` is the stream's; it outlives this object.
+  JoinReactor(CoordinatorService& service, grpc::CallbackServerContext& context,
+              uint64_t stream_id, bool compact)
+      : service_(service),
+        context_(context),
+        stream_id_(stream_id),
+        compact_(compact) {}
 
   // Whether the member asked for a compact assignment (no peer list).
   bool compact() const { return compact_; }
@@ -414,7 +437,9 @@ class CoordinatorService::JoinReactor final
   // the service's verification threads, never on gRPC's: a flood of joins
   // that wait on a slow GitLab cannot hold up heartbeats or any other call.
   // When those threads are all busy and their backlog is full, the join is
-  // refused at once with UNAVAILABLE (the member retries).
+  // refused at once with UNAVAILABLE and a retry hint of a second (the
+  // member waits and retries). Every refusal with a retry hint (rate limits,
+  // paused checks) sends it as trailing metadata.
   void Start(const v1::JoinGangRequest& request, const std::string& job_token,
              const std::string& id_token, const std::string& peer) {
     service_.Register(stream_id_, this);
@@ -433,7 +458,9 @@ class CoordinatorService::JoinReactor final
       spdlog::warn("event=member_check_busy job={} member={} group={}",
                    request.job_id(), request.member_index(),
                    LogValue(request.key().group_name()));
-      End(grpc::Status(grpc::StatusCode::UNAVAILABLE, kChecksBusy));
+      End(WithRetryAfter(absl::UnavailableError(kChecksBusy),
+                         kChecksBusyRetryAfter),
+          context_);
       Release();
     }
   }
@@ -486,7 +513,7 @@ class CoordinatorService::JoinReactor final
                    request.job_id(), request.member_index(),
                    LogValue(request.key().group_name()),
                    LogValue(verified.ToString()));
-      End(rendezvous::ToGrpcStatus(verified));
+      End(verified, context_);
       return;
     }
     if (Ending()) return;  // Cancelled while it was checked.
@@ -497,7 +524,7 @@ class CoordinatorService::JoinReactor final
                    request.job_id(), request.member_index(),
                    LogValue(request.key().group_name()),
                    LogValue(gang_id.status().ToString()));
-      End(rendezvous::ToGrpcStatus(gang_id.status()));
+      End(gang_id.status(), context_);
       return;
     }
     spdlog::info("event=member_joined gang={} member={} job={}",
@@ -519,6 +546,7 @@ class CoordinatorService::JoinReactor final
   }
 
   CoordinatorService& service_;
+  grpc::CallbackServerContext& context_;
   const uint64_t stream_id_;
   const bool compact_;
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
@@ -840,7 +868,7 @@ grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
 
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
-  auto* reactor = new JoinReactor(*this, next_stream_id_.fetch_add(1),
+  auto* reactor = new JoinReactor(*this, *context, next_stream_id_.fetch_add(1),
                                   request->compact_assignment());
   reactor->Start(
       *request, MetadataValue(context, rendezvous::kJobTokenMetadata),

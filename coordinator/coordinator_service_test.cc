@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "common/mutex.h"
+#include "common/retry_after.h"
 #include "common/sha256.h"
 #include "coordinator/agent_port_checker.h"
 #include "coordinator/metrics.h"
@@ -52,8 +53,10 @@ class CoordinatorServiceTest : public ::testing::Test {
   void SetUp() override {
     agent_address_ = agent_.Serve();
     ASSERT_FALSE(agent_address_.empty());
-    coordinator_ = test::MemoryCoordinator(clock_, checker_);
-    ASSERT_NE(coordinator_, nullptr);
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock_, test::MemoryStore(), options_, checker_);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    coordinator_ = std::move(*coordinator);
     service_ = std::make_unique<CoordinatorService>(*coordinator_, 2s);
     service_->SetAdvertiseEndpoint("coord.example.com:7070");
     server_ = StartServer(service_.get(), &address_, &metrics_);
@@ -110,6 +113,7 @@ class CoordinatorServiceTest : public ::testing::Test {
     return false;
   }
 
+  SchedulerOptions options_;  // A test's constructor may change them.
   FakeClock clock_;
   CoordinatorMetrics metrics_{clock_};  // Every RPC of server_.
   FakeAgent agent_{{29510}};
@@ -289,6 +293,73 @@ TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
   EXPECT_THAT(text, HasSubstr("gdt_rpcs_total{method=\"JoinGang\",code="
                               "\"INVALID_ARGUMENT\"} 1\n"))
       << text;
+}
+
+// A project may join once, then once a second.
+class JoinRateServiceTest : public CoordinatorServiceTest {
+ protected:
+  JoinRateServiceTest() {
+    options_.join_rate_per_project = 1;
+    options_.join_burst_per_project = 1;
+  }
+};
+
+TEST_F(JoinRateServiceTest, ARateLimitedJoinCarriesTheRetryHint) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext first_context;
+  v1::JoinGangRequest first_request = JoinRequestFor(1, 2);
+  auto first = stub->JoinGang(&first_context, first_request);
+  v1::JoinGangEvent event;
+  ASSERT_TRUE(first->Read(&event));  // Joined: waiting for member 2.
+
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + 10s);
+  v1::JoinGangRequest request = JoinRequestFor(2, 2);
+  auto second = stub->JoinGang(&context, request);
+  EXPECT_FALSE(second->Read(&event));
+  const grpc::Status status = second->Finish();
+
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("project 5 joins faster than 1 members a second"));
+  const auto& trailers = context.GetServerTrailingMetadata();
+  auto hint = trailers.find(rendezvous::kRetryAfterMetadata);
+  ASSERT_NE(hint, trailers.end());
+  EXPECT_EQ(std::string(hint->second.data(), hint->second.size()), "1000");
+  first_context.TryCancel();
+  first->Finish().ok();
+}
+
+TEST_F(JoinRateServiceTest, TheClientWaitsOutTheRefusalAndJoins) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  std::future<absl::StatusOr<v1::Assignment>> first =
+      std::async(std::launch::async, [&] {
+        return client_->JoinGang(JoinRequestFor(1, 2), deadline, nullptr,
+                                 nullptr);
+      });
+  ASSERT_TRUE(WaitForStatus([](const v1::GetStatusResponse& status) {
+    return status.gangs_size() == 1 && status.gangs(0).members(0).present();
+  }));
+  std::vector<absl::Status> refusals;
+  absl::StatusOr<v1::Assignment> second = client_->JoinGang(
+      JoinRequestFor(2, 2), deadline, nullptr, [&](const absl::Status& status) {
+        refusals.push_back(status);
+        // The project's next join is let in a second later.
+        clock_.Advance(1s);
+      });
+
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_EQ(refusals.size(), 1u);
+  EXPECT_EQ(refusals[0].code(), absl::StatusCode::kResourceExhausted);
+  // The wait: the coordinator's hint plus at most 0.5 s of jitter.
+  ASSERT_TRUE(RetryAfter(refusals[0]).has_value());
+  EXPECT_GE(*RetryAfter(refusals[0]), 1000ms);
+  EXPECT_LE(*RetryAfter(refusals[0]), 1500ms);
+  ASSERT_EQ(first.wait_for(10s), std::future_status::ready);
+  EXPECT_TRUE(first.get().ok());
 }
 
 TEST_F(CoordinatorServiceTest, CancelledStreamLeavesTheMemberAbsent) {

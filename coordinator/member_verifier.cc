@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/retry_after.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
 #include "gitlab/curl_gitlab_api.h"
@@ -29,6 +30,11 @@ std::string PeerAddress(const std::string& peer) {
   if (colon == std::string::npos || colon < peer.find(':') + 1) return peer;
   return peer.substr(0, colon);
 }
+
+// How long a member refused because too many checks are in flight waits
+// before it asks again: a GitLab call takes well under a second when GitLab
+// is healthy.
+constexpr std::chrono::milliseconds kBusyRetryAfter{1000};
 
 bool IsRefusal(const absl::Status& status) {
   return status.code() == absl::StatusCode::kUnauthenticated ||
@@ -60,13 +66,16 @@ MemberVerifier::MemberVerifier(Lookup lookup, const Clock& clock,
 absl::Status MemberVerifier::AdmitCallLocked(const std::string& address) {
   const Clock::TimePoint now = clock_.Now();
   if (now < paused_until_) {
-    return absl::UnavailableError(absl::StrCat(
-        "GitLab did not answer ", options_.breaker_failures,
-        " member checks in a row: checks paused for ",
-        std::chrono::duration_cast<std::chrono::seconds>(paused_until_ - now)
-                .count() +
-            1,
-        " s; the member retries"));
+    return WithRetryAfter(
+        absl::UnavailableError(absl::StrCat(
+            "GitLab did not answer ", options_.breaker_failures,
+            " member checks in a row: checks paused for ",
+            std::chrono::duration_cast<std::chrono::seconds>(paused_until_ -
+                                                             now)
+                    .count() +
+                1,
+            " s; the member retries")),
+        std::chrono::ceil<std::chrono::milliseconds>(paused_until_ - now));
   }
   size_t& mine = in_flight_by_peer_[address];
   if (mine >= options_.max_in_flight_per_peer ||
@@ -74,13 +83,16 @@ absl::Status MemberVerifier::AdmitCallLocked(const std::string& address) {
     const bool own_bound = mine >= options_.max_in_flight_per_peer;
     if (mine == 0) in_flight_by_peer_.erase(address);
     if (own_bound) {
-      return absl::UnavailableError(absl::StrCat(
-          "too many member checks from ", address, " at once (",
-          options_.max_in_flight_per_peer, " allowed); the member retries"));
+      return WithRetryAfter(absl::UnavailableError(absl::StrCat(
+                                "too many member checks from ", address,
+                                " at once (", options_.max_in_flight_per_peer,
+                                " allowed); the member retries")),
+                            kBusyRetryAfter);
     }
-    return absl::UnavailableError(
-        absl::StrCat("member verification is busy (", in_flight_,
-                     " GitLab calls in flight); the member retries"));
+    return WithRetryAfter(absl::UnavailableError(absl::StrCat(
+                              "member verification is busy (", in_flight_,
+                              " GitLab calls in flight); the member retries")),
+                          kBusyRetryAfter);
   }
   ++mine;
   ++in_flight_;

@@ -63,7 +63,8 @@ class MemberVerifier {
   //     CI_PROJECT_ID, CI_JOB_ID) and both values;
   //   Unavailable: GitLab could not be asked, too many calls are in flight,
   //     or calls are paused after repeated failures (transient; the executor
-  //     retries).
+  //     retries). The last two carry a retry hint (common/retry_after.h):
+  //     about a second, or the rest of the pause.
   // `peer` (e.g. gRPC's "ipv4:10.0.0.7:51234") bounds calls per address.
   absl::Status Verify(const std::string& job_token, const JoinRequest& request,
                       const std::string& peer = "");

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "common/mutex.h"
+#include "common/retry_after.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
@@ -270,6 +271,9 @@ TEST(MemberVerifierLimitsTest, SlowGitLabCallsAreBoundedInNumberAndPerPeer) {
       "forged-4", test::Joining(test::TrainKey(2), 1), "ipv4:10.0.0.7:1");
   EXPECT_EQ(anyone.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(anyone.message(), HasSubstr("member verification is busy"));
+  // Both are worth a retry after a moment.
+  EXPECT_EQ(RetryAfter(same_peer), 1s);
+  EXPECT_EQ(RetryAfter(anyone), 1s);
   EXPECT_EQ(verifier.lookups(), 3);
   {
     MutexLock lock(mu);
@@ -310,7 +314,12 @@ TEST(MemberVerifierLimitsTest, RepeatedGitLabFailuresPauseChecks) {
                 HasSubstr("GitLab did not answer 3 member checks in a row"));
   }
   EXPECT_EQ(calls, 3);
-  clock.Advance(31s);
+  // The member is told to come back when the pause ends.
+  clock.Advance(10s);
+  EXPECT_EQ(
+      RetryAfter(verifier.Verify("t", test::Joining(test::TrainKey(2), 1))),
+      20s);
+  clock.Advance(21s);
   (void)verifier.Verify("t", test::Joining(test::TrainKey(2), 1));
   EXPECT_EQ(calls, 4);
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
+#include "common/retry_after.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -33,6 +34,10 @@ std::string Slug(const std::string& text) {
   while (!slug.empty() && slug.back() == '-') slug.pop_back();
   return slug.empty() ? "gang" : slug;
 }
+
+// How long a member refused by a forming-gang limit waits before it asks
+// again: gangs form or are ended on the scale of seconds to minutes.
+constexpr std::chrono::milliseconds kFormingQuotaRetryAfter{5000};
 
 std::string GangLabel(const state::GangKey& key) {
   return absl::StrCat("gang ", key.group_name, " (pipeline ", key.pipeline_id,
@@ -320,17 +325,21 @@ absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
   }
   if (in_pipeline >= options_.max_forming_gangs_per_pipeline) {
     observer_->JoinRefused("forming_gangs_per_pipeline");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "pipeline ", key.pipeline_id, " already has ", in_pipeline,
-        " forming gangs (max_forming_gangs_per_pipeline); gang ",
-        key.group_name, " is refused until some form or are cancelled"));
+    return WithRetryAfter(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "pipeline ", key.pipeline_id, " already has ", in_pipeline,
+            " forming gangs (max_forming_gangs_per_pipeline); gang ",
+            key.group_name, " is refused until some form or are cancelled")),
+        kFormingQuotaRetryAfter);
   }
   if (in_project >= options_.max_forming_gangs_per_project) {
     observer_->JoinRefused("forming_gangs_per_project");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "project ", key.project_id, " already has ", in_project,
-        " forming gangs (max_forming_gangs_per_project); gang ", key.group_name,
-        " is refused until some form or are cancelled"));
+    return WithRetryAfter(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "project ", key.project_id, " already has ", in_project,
+            " forming gangs (max_forming_gangs_per_project); gang ",
+            key.group_name, " is refused until some form or are cancelled")),
+        kFormingQuotaRetryAfter);
   }
   return absl::OkStatus();
 }
@@ -374,15 +383,18 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
         absl::StrCat("member ", request.member_index, " of gang ",
                      key.group_name, " has no job id"));
   }
-  if (!join_rate_.TryTake(absl::StrCat(key.instance, " ", key.project_id))) {
+  if (std::chrono::milliseconds wait{}; !join_rate_.TryTake(
+          absl::StrCat(key.instance, " ", key.project_id), &wait)) {
     observer_->JoinRefused("join_rate_per_project");
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "project ", key.project_id, " joins faster than ",
-        options_.join_rate_per_project, " members a second (bursts of ",
-        options_.join_burst_per_project,
-        ") (join_rate_per_project, join_burst_per_project); member ",
-        request.member_index, " of gang ", key.group_name,
-        " is refused, retry the job later"));
+    return WithRetryAfter(
+        absl::ResourceExhaustedError(absl::StrCat(
+            "project ", key.project_id, " joins faster than ",
+            options_.join_rate_per_project, " members a second (bursts of ",
+            options_.join_burst_per_project,
+            ") (join_rate_per_project, join_burst_per_project); member ",
+            request.member_index, " of gang ", key.group_name,
+            " is refused for now")),
+        wait);
   }
   if (!hosts_.empty() && request.gpus_per_node > 0) {
     size_t largest = 0;

@@ -45,14 +45,16 @@ struct SchedulerOptions {
   // Forming gangs one pipeline, and one project, may have at once: a job
   // (or one leaked job token) cannot fill the coordinator with gangs that
   // never form. A join that would start one more is refused with
-  // ResourceExhausted naming the limit.
+  // ResourceExhausted naming the limit and a retry hint (RetryAfter(), a
+  // few seconds): the member waits and asks again.
   uint32_t max_forming_gangs_per_pipeline = 64;
   uint32_t max_forming_gangs_per_project = 256;
   // Joins (new members and rejoins) one project may make: bursts of
   // join_burst_per_project, then join_rate_per_project a second (0: no
   // limit). Beyond it a join is refused with ResourceExhausted naming the
   // limit, so one project's flood (or one leaked job token) cannot keep
-  // the scheduler busy for everyone.
+  // the scheduler busy for everyone. The refusal's retry hint
+  // (RetryAfter()) is how long until the project's next join is let in.
   double join_rate_per_project = 50;
   uint32_t join_burst_per_project = 500;
   // Checkpoint-aware preemption handed to the admission policy; off by

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
+#include "common/retry_after.h"
 #include "common/sha256.h"
 #include "coordinator/metrics.h"
 #include "gmock/gmock.h"
@@ -1288,6 +1289,8 @@ TEST(SchedulerQuotaTest, FormingGangsPerPipelineAndProjectAreBounded) {
   EXPECT_THAT(fourth.status().message(),
               HasSubstr("pipeline 77 already has 3 forming gangs "
                         "(max_forming_gangs_per_pipeline)"));
+  // The member waits and asks again rather than failing its job.
+  EXPECT_EQ(RetryAfter(fourth.status()), std::chrono::seconds(5));
   // Joining a gang that exists is not a new gang.
   state::GangKey existing = TrainKey(2);
   existing.group_name = "g0";
@@ -1335,6 +1338,8 @@ TEST(SchedulerQuotaTest, JoinsPerProjectAreRateLimited) {
               HasSubstr("project 5 joins faster than 2 members a second "
                         "(bursts of 4) (join_rate_per_project, "
                         "join_burst_per_project)"));
+  // The member is told when the project's next join is let in.
+  EXPECT_EQ(RetryAfter(refused.status()), std::chrono::milliseconds(500));
   // Another project is not held back by project 5's flood.
   EXPECT_TRUE(join(6).ok());
   // Project 5 gets its rate back.

@@ -3,9 +3,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/retry_after.h"
 
 namespace gdt::executor {
 
@@ -63,6 +66,28 @@ Outcome JoinFailureOutcome(const absl::Status& status) {
       return Outcome::SystemFailure(
           absl::StrCat("cannot join gang: ", status.ToString()));
   }
+}
+
+std::string JoinRetryLine(const absl::Status& status,
+                          const std::string& coordinator, uint64_t attempts) {
+  if (std::optional<std::chrono::milliseconds> wait = RetryAfter(status)) {
+    return absl::StrCat(
+        "coordinator refuses joins for now: ", status.message(),
+        "; retrying in ", absl::StrFormat("%.1f", wait->count() / 1000.0), " s",
+        attempts > 1 ? absl::StrCat(" (", attempts, " refusals)")
+                     : std::string());
+  }
+  return absl::StrCat("coordinator unreachable at ", coordinator, " (",
+                      status.message(), "), retrying",
+                      attempts > 1 ? absl::StrCat(" (", attempts, " attempts)")
+                                   : std::string());
+}
+
+Outcome JoinRefusedUntilDeadline(const absl::Status& refusal,
+                                 std::chrono::seconds waited) {
+  return Outcome::SystemFailure(
+      absl::StrCat("coordinator refused this join for ", waited.count(),
+                   " s, until the join deadline: ", refusal.message()));
 }
 
 int FinishOutcome(const Outcome& outcome, const ExitCodes& codes,

@@ -1,6 +1,8 @@
 #ifndef GDT_EXECUTOR_OUTCOME_H_
 #define GDT_EXECUTOR_OUTCOME_H_
 
+#include <chrono>
+#include <cstdint>
 #include <ostream>
 #include <string>
 
@@ -65,6 +67,24 @@ struct ExitCodes {
 // malformed gang) are user errors; everything else is a system failure that a
 // retry may fix.
 Outcome JoinFailureOutcome(const absl::Status& status);
+
+// The job-log line (without "gdt: ") for a join attempt that failed and is
+// tried again, standing for `attempts` such attempts: `status` as
+// CoordinatorClient::JoinGang's on_reconnect sees it. A refusal that
+// waiting can fix (one with a retry hint, common/retry_after.h: a
+// per-project join rate limit, paused member checks) says that the
+// coordinator refuses joins for now, its reason and when the member asks
+// again; any other failure says the coordinator at `coordinator` is
+// unreachable.
+std::string JoinRetryLine(const absl::Status& status,
+                          const std::string& coordinator, uint64_t attempts);
+
+// A join that reached its deadline (after `waited`) while the coordinator
+// still refused it for now, `refusal` being the last refusal: a system
+// failure (the runner may retry the job) whose one line gives the
+// coordinator's reason.
+Outcome JoinRefusedUntilDeadline(const absl::Status& refusal,
+                                 std::chrono::seconds waited);
 
 // Prints the outcome's message as one "gdt: ..." line on `err`, writes
 // BUILD_EXIT_CODE_FILE for build failures, and returns the process exit

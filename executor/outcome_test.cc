@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/retry_after.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
@@ -95,6 +96,52 @@ TEST(JoinFailureOutcomeTest, RejectedMembersFailWithTheCoordinatorsReason) {
     EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure) << status;
     EXPECT_EQ(outcome.message, status.message());
   }
+}
+
+TEST(JoinRetryLineTest, ARefusalForNowSaysWhyAndWhenTheMemberAsksAgain) {
+  const absl::Status refused = WithRetryAfter(
+      absl::ResourceExhaustedError(
+          "project 5 joins faster than 1 members a second (bursts of 1) "
+          "(join_rate_per_project, join_burst_per_project); member 2 of gang "
+          "train is refused for now"),
+      std::chrono::milliseconds(1440));
+  EXPECT_EQ(JoinRetryLine(refused, "coord:7070", 1),
+            "coordinator refuses joins for now: project 5 joins faster than 1 "
+            "members a second (bursts of 1) (join_rate_per_project, "
+            "join_burst_per_project); member 2 of gang train is refused for "
+            "now; retrying in 1.4 s");
+  EXPECT_THAT(JoinRetryLine(refused, "coord:7070", 7),
+              ::testing::EndsWith("; retrying in 1.4 s (7 refusals)"));
+  // Paused member checks are refused for now too.
+  EXPECT_THAT(
+      JoinRetryLine(WithRetryAfter(absl::UnavailableError(
+                                       "GitLab did not answer 5 member checks "
+                                       "in a row: checks paused for 30 s"),
+                                   std::chrono::seconds(30)),
+                    "coord:7070", 1),
+      HasSubstr("coordinator refuses joins for now: GitLab did not answer"));
+}
+
+TEST(JoinRetryLineTest, AnythingElseIsAnUnreachableCoordinator) {
+  EXPECT_EQ(
+      JoinRetryLine(absl::UnavailableError("failed to connect"), "coord:7070",
+                    1),
+      "coordinator unreachable at coord:7070 (failed to connect), retrying");
+  EXPECT_EQ(JoinRetryLine(absl::UnavailableError("failed to connect"),
+                          "coord:7070", 3),
+            "coordinator unreachable at coord:7070 (failed to connect), "
+            "retrying (3 attempts)");
+}
+
+TEST(JoinRefusedUntilDeadlineTest, FailsTheJobWithTheCoordinatorsReason) {
+  Outcome outcome = JoinRefusedUntilDeadline(
+      absl::ResourceExhaustedError("project 5 joins faster than 1 members a "
+                                   "second"),
+      std::chrono::seconds(600));
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_EQ(outcome.message,
+            "coordinator refused this join for 600 s, until the join "
+            "deadline: project 5 joins faster than 1 members a second");
 }
 
 }  // namespace

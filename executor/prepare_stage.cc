@@ -12,6 +12,7 @@
 #include "common/log_throttle.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/retry_after.h"
 #include "common/sha256.h"
 #include "executor/member_state.h"
 #include "executor/stage_support.h"
@@ -34,6 +35,9 @@ struct JoinProgress {
   std::deque<std::string> lines ABSL_GUARDED_BY(mu);  // For the job log.
   std::optional<absl::StatusOr<v1::Assignment>> result ABSL_GUARDED_BY(mu);
   bool reached ABSL_GUARDED_BY(mu) = false;  // Any waiting event arrived.
+  // The coordinator's refusal for now (common/retry_after.h) when that was
+  // the last thing the join heard; OK otherwise.
+  absl::Status refusal ABSL_GUARDED_BY(mu);
 };
 
 std::string WaitingLine(const v1::WaitingEvent& waiting) {
@@ -135,22 +139,25 @@ Outcome PrepareStage(const StageContext& context) {
         [&progress](const v1::WaitingEvent& waiting) {
           MutexLock lock(progress->mu);
           progress->reached = true;
+          progress->refusal = absl::OkStatus();
           progress->lines.push_back(WaitingLine(waiting));
           progress->changed.NotifyAll();
         },
         [&progress, &coordinator,
-         throttle = LogThrottle(std::chrono::seconds(30))](
+         unreachable = LogThrottle(std::chrono::seconds(30)),
+         refused = LogThrottle(std::chrono::seconds(30))](
             const absl::Status& status) mutable {
-          // The first attempt, then one line per 30 s with the count.
+          // Of each kind (coordinator unreachable, refusing for now): the
+          // first attempt, then one line per 30 s with the count.
+          const bool for_now = RetryAfter(status).has_value();
           std::optional<uint64_t> attempts =
-              throttle.Occur(std::chrono::steady_clock::now());
-          if (!attempts.has_value()) return;
+              (for_now ? refused : unreachable)
+                  .Occur(std::chrono::steady_clock::now());
           MutexLock lock(progress->mu);
-          progress->lines.push_back(absl::StrCat(
-              "coordinator unreachable at ", coordinator->endpoint(), " (",
-              status.message(), "), retrying",
-              *attempts > 1 ? absl::StrCat(" (", *attempts, " attempts)")
-                            : std::string()));
+          progress->refusal = for_now ? status : absl::OkStatus();
+          if (!attempts.has_value()) return;
+          progress->lines.push_back(
+              JoinRetryLine(status, coordinator->endpoint(), *attempts));
           progress->changed.NotifyAll();
         });
     MutexLock lock(progress->mu);
@@ -160,6 +167,7 @@ Outcome PrepareStage(const StageContext& context) {
 
   std::optional<absl::StatusOr<v1::Assignment>> result;
   bool reached = false;
+  absl::Status refusal;
   std::string last_line;
   while (!result.has_value()) {
     std::deque<std::string> lines;
@@ -173,6 +181,7 @@ Outcome PrepareStage(const StageContext& context) {
       lines.swap(progress->lines);
       result = progress->result;
       reached = progress->reached;
+      refusal = progress->refusal;
     }
     for (const std::string& line : lines) {
       if (line == last_line) continue;
@@ -196,6 +205,10 @@ Outcome PrepareStage(const StageContext& context) {
     // Whatever the reason, never stay half-joined.
     LeaveGangQuietly(*coordinator, request.key(), job.member_index, job.job_id,
                      rpc_timeout);
+    if (result->status().code() == absl::StatusCode::kDeadlineExceeded &&
+        !refusal.ok()) {
+      return JoinRefusedUntilDeadline(refusal, wait);
+    }
     if (result->status().code() == absl::StatusCode::kDeadlineExceeded &&
         !reached) {
       return Outcome::SystemFailure(

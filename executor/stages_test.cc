@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/mutex.h"
 #include "common/sha256.h"
@@ -288,6 +289,82 @@ TEST_F(StagesTest, InfeasibleGangIsUserErrorAndLeaves) {
   EXPECT_THAT(outcome.message, HasSubstr("cluster has 2"));
   EXPECT_EQ(coordinator_.leaves().size(), 1u);
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+// What gdt-coord says when the project joins too fast.
+grpc::Status JoinRateRefusal() {
+  return grpc::Status(
+      grpc::StatusCode::RESOURCE_EXHAUSTED,
+      "project 5 joins faster than 1 members a second (bursts of 1) "
+      "(join_rate_per_project, join_burst_per_project); member 2 of gang "
+      "train is refused for now");
+}
+
+int CountOf(const std::string& text, const std::string& what) {
+  int count = 0;
+  for (size_t at = text.find(what); at != std::string::npos;
+       at = text.find(what, at + what.size())) {
+    ++count;
+  }
+  return count;
+}
+
+TEST_F(StagesTest, PrepareRefusedForNowWaitsAsToldAndJoins) {
+  config_.join_timeout = std::chrono::seconds(30);
+  coordinator_.set_refusals(2, JoinRateRefusal(),
+                            std::chrono::milliseconds(300));
+
+  Outcome outcome = Run({"prepare"});
+
+  ASSERT_EQ(outcome.kind, OutcomeKind::kSuccess) << outcome.message;
+  const std::vector<std::chrono::steady_clock::time_point> joins =
+      coordinator_.join_times();
+  ASSERT_EQ(joins.size(), 3u);
+  // Each retry came after the coordinator's hint.
+  for (size_t i = 1; i < joins.size(); ++i) {
+    EXPECT_GE(joins[i] - joins[i - 1], std::chrono::milliseconds(300)) << i;
+  }
+  // One line for both refusals, with the coordinator's reason.
+  EXPECT_EQ(CountOf(out_.str(), "gdt: coordinator refuses joins for now: "), 1)
+      << out_.str();
+  EXPECT_THAT(out_.str(),
+              HasSubstr("gdt: coordinator refuses joins for now: project 5 "
+                        "joins faster than 1 members a second"));
+  EXPECT_THAT(out_.str(), HasSubstr("; retrying in "));
+  EXPECT_THAT(out_.str(), Not(HasSubstr("coordinator unreachable")));
+  EXPECT_THAT(out_.str(), HasSubstr("gdt: gang g77 admitted"));
+}
+
+TEST_F(StagesTest, PrepareStillRefusedAtTheJoinDeadlineFailsWithTheReason) {
+  config_.join_timeout = std::chrono::seconds(2);
+  coordinator_.set_refusals(-1, JoinRateRefusal(),
+                            std::chrono::milliseconds(300));
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_EQ(outcome.message,
+            absl::StrCat("coordinator refused this join for 2 s, until the "
+                         "join deadline: ",
+                         JoinRateRefusal().error_message()));
+  // Never faster than the hint: at most one attempt per 300 ms in 2 s.
+  EXPECT_GE(coordinator_.joins().size(), 2u);
+  EXPECT_LE(coordinator_.joins().size(), 7u);
+  EXPECT_EQ(CountOf(out_.str(), "gdt: coordinator refuses joins for now: "), 1)
+      << out_.str();
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
+}
+
+TEST_F(StagesTest, ResourceExhaustedWithoutARetryHintIsFinal) {
+  coordinator_.set_reject(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                       "received message larger than max"));
+
+  Outcome outcome = Run({"prepare"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  EXPECT_THAT(outcome.message, HasSubstr("received message larger than max"));
+  EXPECT_EQ(coordinator_.joins().size(), 1u);
+  EXPECT_THAT(out_.str(), Not(HasSubstr("retrying")));
 }
 
 TEST_F(StagesTest, PrepareWithUnreachableCoordinatorIsSystemFailure) {

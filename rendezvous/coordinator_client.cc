@@ -12,6 +12,7 @@
 #include "absl/strings/strip.h"
 #include "common/backoff.h"
 #include "common/host_port.h"
+#include "common/retry_after.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
@@ -25,6 +26,14 @@ namespace {
 constexpr Backoff::Options kStreamBackoff{std::chrono::milliseconds(200),
                                           std::chrono::milliseconds(2000),
                                           Backoff::Jitter::kDecorrelated};
+
+// Added to a refusal's retry hint (rendezvous/metadata.h) before the join
+// asks again: full jitter growing with each refusal in a row, so that the
+// members a limit refused together do not all come back in the same
+// instant, and a long wait thins out to one attempt every few seconds.
+constexpr Backoff::Options kRefusalJitter{std::chrono::milliseconds(500),
+                                          std::chrono::milliseconds(8000),
+                                          Backoff::Jitter::kFull};
 
 std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
@@ -264,6 +273,7 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
     const std::function<void(const v1::WaitingEvent&)>& on_waiting,
     const std::function<void(const absl::Status&)>& on_reconnect) {
   Backoff backoff(kStreamBackoff);
+  Backoff refusal_jitter(kRefusalJitter);
   while (true) {
     grpc::ClientContext context;
     context.set_deadline(deadline);
@@ -291,26 +301,44 @@ absl::StatusOr<v1::Assignment> CoordinatorClient::JoinGang(
           break;
       }
     }
-    absl::Status status = Convert(reader->Finish(), used);
+    absl::Status status =
+        WithRetryAfterTrailer(Convert(reader->Finish(), used), context);
     if (status.ok()) {
       status =
           absl::UnavailableError("coordinator ended the join stream early");
     }
+    const auto last_error = [](const absl::Status& last) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "gang did not form before the deadline (last: ", last.message(),
+          ")"));
+    };
     if (std::chrono::system_clock::now() >= deadline ||
         status.code() == absl::StatusCode::kDeadlineExceeded) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "gang did not form before the deadline (last: ", status.message(),
-          ")"));
+      return last_error(status);
     }
-    if (!IsTransient(status)) return status;
-    const bool moved = Failover(used, status);
+    const std::optional<std::chrono::milliseconds> hint = RetryAfter(status);
+    if (!hint.has_value() && !IsTransient(status)) return status;
+    std::chrono::milliseconds delay;
+    if (hint.has_value()) {
+      // The coordinator answered and refused for now: wait as told, then
+      // ask it again (no failover).
+      if (got_event) refusal_jitter.Reset();
+      delay = *hint + refusal_jitter.Next();
+      status = WithRetryAfter(std::move(status), delay);
+    } else {
+      refusal_jitter.Reset();
+      if (Failover(used, status) || got_event) backoff.Reset();
+      delay = backoff.Next();
+    }
     if (on_reconnect) on_reconnect(status);
-    if (moved || got_event) backoff.Reset();
-    const auto wake = std::min(
-        deadline,
+    const auto wake =
         std::chrono::system_clock::now() +
-            std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                backoff.Next()));
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(delay);
+    if (wake >= deadline) {
+      // No attempt would be left: the deadline's error names this one.
+      std::this_thread::sleep_until(deadline);
+      return last_error(status);
+    }
     std::this_thread::sleep_until(wake);
   }
 }

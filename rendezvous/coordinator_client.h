@@ -107,13 +107,21 @@ class CoordinatorClient {
       const std::vector<v1::MemberProgress>& progress = {});
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
-  // waiting event; `on_reconnect` sees each transient failure (coordinator
-  // unreachable or restarting) before the call retries with backoff. Either
-  // may be empty. Returns the assignment.
+  // waiting event; `on_reconnect` sees each transient failure before the
+  // call retries. Either may be empty. Returns the assignment.
+  // Transient failures: the coordinator unreachable or restarting (retried
+  // with 200 ms to 2 s backoff, moving through the endpoints), and a
+  // refusal with a retry hint (common/retry_after.h; a per-project join
+  // rate limit, paused member checks), retried at the same endpoint after
+  // the hint (at most kMaxRetryAfter) plus a jitter that grows from 0.5 s
+  // to 8 s with each refusal in a row. For a refusal, the status
+  // `on_reconnect` sees carries as its RetryAfter() the whole wait before
+  // the next attempt.
   // Errors: Aborted (with the coordinator's reason) when the gang was
-  // aborted; DeadlineExceeded at `deadline`; InvalidArgument,
-  // FailedPrecondition, ResourceExhausted as the coordinator rejected the
-  // join (not retried).
+  // aborted; DeadlineExceeded at `deadline`, or at once when the next
+  // attempt would come after it, naming the last failure; InvalidArgument,
+  // FailedPrecondition, ResourceExhausted without a retry hint as the
+  // coordinator rejected the join (not retried).
   absl::StatusOr<v1::Assignment> JoinGang(
       const v1::JoinGangRequest& request, Deadline deadline,
       const std::function<void(const v1::WaitingEvent&)>& on_waiting,

@@ -2,6 +2,8 @@
 #define GDT_RENDEZVOUS_GRPC_STATUS_H_
 
 #include "absl/status/status.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/server_context.h"
 #include "grpcpp/support/status.h"
 
 namespace gdt::rendezvous {
@@ -10,6 +12,18 @@ namespace gdt::rendezvous {
 // numbers on both sides; messages are kept.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// A refusal's retry hint (common/retry_after.h) crosses the wire as the
+// trailing metadata kRetryAfterMetadata (rendezvous/metadata.h), whole
+// milliseconds in decimal. Servers: adds `status`'s hint, if any, to
+// `context`'s trailing metadata; call before the call is finished.
+void AddRetryAfterTrailer(const absl::Status& status,
+                          grpc::ServerContextBase& context);
+// Clients: `status` (of a finished call made with `context`) with the hint
+// the server sent, if any; hints above kMaxRetryAfter are cut to it, and
+// malformed ones are ignored.
+absl::Status WithRetryAfterTrailer(absl::Status status,
+                                   const grpc::ClientContext& context);
 
 }  // namespace gdt::rendezvous
 

@@ -1,8 +1,10 @@
 #ifndef GDT_RENDEZVOUS_METADATA_H_
 #define GDT_RENDEZVOUS_METADATA_H_
 
-// The gRPC metadata keys that carry credentials (docs/security.md): part of
-// the wire contract, shared by every client and server.
+// The gRPC metadata keys that carry credentials (docs/security.md) and
+// retry hints: part of the wire contract, shared by every client and server.
+
+#include <chrono>
 
 namespace gdt::rendezvous {
 
@@ -17,6 +19,13 @@ inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
 inline constexpr char kMemberTokenMetadata[] = "gdt-member-token";
 // "Bearer <admin token>", on operator calls.
 inline constexpr char kAuthorizationMetadata[] = "authorization";
+
+// Trailing metadata of a refusal that waiting can fix (a join refused by a
+// per-project rate limit, member checks paused): how many milliseconds the
+// caller should wait before it tries again. A refusal without it is final.
+inline constexpr char kRetryAfterMetadata[] = "gdt-retry-after-ms";
+// The longest hint a client honours, whatever a server says.
+inline constexpr std::chrono::seconds kMaxRetryAfter{60};
 
 }  // namespace gdt::rendezvous
 

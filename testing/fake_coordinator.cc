@@ -1,7 +1,10 @@
 #include "testing/fake_coordinator.h"
 
 #include <optional>
+#include <string>
 #include <thread>
+
+#include "rendezvous/metadata.h"
 
 namespace gdt::test {
 
@@ -39,10 +42,17 @@ grpc::Status FakeCoordinator::ReportExit(grpc::ServerContext*,
 }
 
 grpc::Status FakeCoordinator::JoinGang(
-    grpc::ServerContext*, const v1::JoinGangRequest* request,
+    grpc::ServerContext* context, const v1::JoinGangRequest* request,
     grpc::ServerWriter<v1::JoinGangEvent>* writer) {
   MutexLock lock(mu_);
   joins_.push_back(*request);
+  join_times_.push_back(steady_clock::now());
+  if (refusals_ != 0) {
+    if (refusals_ > 0) --refusals_;
+    context->AddTrailingMetadata(rendezvous::kRetryAfterMetadata,
+                                 std::to_string(refusal_retry_after_.count()));
+    return refusal_;
+  }
   if (!reject_.ok()) return reject_;
   v1::JoinGangEvent waiting;
   waiting.mutable_waiting()->set_reason(
@@ -153,6 +163,14 @@ void FakeCoordinator::set_reject(const grpc::Status& status) {
   reject_ = status;
 }
 
+void FakeCoordinator::set_refusals(int count, const grpc::Status& status,
+                                   milliseconds retry_after) {
+  MutexLock lock(mu_);
+  refusals_ = count;
+  refusal_ = status;
+  refusal_retry_after_ = retry_after;
+}
+
 void FakeCoordinator::set_watch(WatchMode mode, const std::string& reason,
                                 int64_t culprit, milliseconds delay) {
   MutexLock lock(mu_);
@@ -203,6 +221,11 @@ std::vector<v1::ReportExitRequest> FakeCoordinator::exits() {
 std::vector<v1::JoinGangRequest> FakeCoordinator::joins() {
   MutexLock lock(mu_);
   return joins_;
+}
+
+std::vector<steady_clock::time_point> FakeCoordinator::join_times() {
+  MutexLock lock(mu_);
+  return join_times_;
 }
 
 std::vector<v1::WatchGangRequest> FakeCoordinator::watches() {

@@ -75,6 +75,11 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   void set_peers(const v1::GetPeersResponse& peers);
   // JoinGang fails with `status` when it is not OK.
   void set_reject(const grpc::Status& status);
+  // The next `count` joins (every one when negative) fail with `status` and
+  // the retry hint `retry_after` (trailing metadata, as gdt-coord sends it
+  // for a refusal for now); later ones are answered as usual.
+  void set_refusals(int count, const grpc::Status& status,
+                    std::chrono::milliseconds retry_after);
   void set_watch(
       WatchMode mode, const std::string& reason = "", int64_t culprit = 0,
       std::chrono::milliseconds delay = std::chrono::milliseconds(0));
@@ -92,6 +97,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::vector<std::string> heartbeats();
   std::vector<v1::ReportExitRequest> exits();
   std::vector<v1::JoinGangRequest> joins();
+  // When each join arrived, in order.
+  std::vector<std::chrono::steady_clock::time_point> join_times();
   std::vector<v1::WatchGangRequest> watches();
   std::vector<v1::LeaveGangRequest> leaves();
   std::vector<v1::GetPeersRequest> peer_requests();
@@ -108,6 +115,11 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   std::vector<v1::GetPeersRequest> peer_requests_ ABSL_GUARDED_BY(mu_);
   grpc::Status reject_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::JoinGangRequest> joins_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::chrono::steady_clock::time_point> join_times_
+      ABSL_GUARDED_BY(mu_);
+  int refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status refusal_ ABSL_GUARDED_BY(mu_);
+  std::chrono::milliseconds refusal_retry_after_ ABSL_GUARDED_BY(mu_){0};
   std::vector<v1::LeaveGangRequest> leaves_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WatchGangRequest> watches_ ABSL_GUARDED_BY(mu_);
   WatchMode watch_mode_ ABSL_GUARDED_BY(mu_) = WatchMode::kFollowExits;
