@@ -2,6 +2,7 @@
 // fake agent, each a real gRPC service on 127.0.0.1:0.
 #include "executor/stages.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -480,20 +481,25 @@ TEST_F(StagesTest, OtherStagesRunPlainly) {
 
 // The runner runs several short stages per job: a stage's run returns as
 // soon as the agent reports the exit, not at the next look for a signal to
-// forward (every 50 ms), which would cost each of them up to 50 ms.
+// forward (every 50 ms), which made every stage take at least 50 ms. Each
+// stage runs 10 ms on the agent; the fastest of several runs is compared,
+// so that a loaded machine slowing some of them does not fail the test.
 TEST_F(StagesTest, ShortStagesReturnWithoutWaitingForTheSignalPoll) {
   ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
   const std::string script = WriteScript("true\n");
+  agent_.set_stage_duration(std::chrono::milliseconds(10));
   constexpr int kStages = 20;
 
-  const auto start = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::duration fastest =
+      std::chrono::steady_clock::duration::max();
   for (int i = 0; i < kStages; ++i) {
+    const auto start = std::chrono::steady_clock::now();
     ASSERT_EQ(Run({"run", script, "get_sources"}).kind, OutcomeKind::kSuccess);
+    fastest = std::min(fastest, std::chrono::steady_clock::now() - start);
   }
-  const auto elapsed = std::chrono::steady_clock::now() - start;
 
   EXPECT_EQ(agent_.starts().size(), static_cast<size_t>(kStages));
-  EXPECT_LT(elapsed, kStages * std::chrono::milliseconds(50));
+  EXPECT_LT(fastest, std::chrono::milliseconds(50));
 }
 
 TEST_F(StagesTest, SignalIsForwardedToTheStage) {
