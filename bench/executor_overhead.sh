@@ -43,6 +43,8 @@ cat >"$work/agent.yaml" <<YAML
 coordinator: $coord
 listen_address: 127.0.0.1:0
 scratch_dir: $work/agent
+builds_root: $work/builds
+cache_root: $work/cache
 kill_grace_seconds: 5
 host:
   name: local

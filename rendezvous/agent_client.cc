@@ -1,14 +1,17 @@
 #include "rendezvous/agent_client.h"
 
-#include <atomic>
 #include <thread>
 
+#include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace gdt::rendezvous {
 namespace {
+
+// How often RunStage asks its caller for a signal to forward.
+constexpr std::chrono::milliseconds kSignalPoll(50);
 
 std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
   return std::chrono::system_clock::now() + timeout;
@@ -73,18 +76,30 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
   }
 
   // gRPC allows one reader and one writer at a time on a stream, so signals
-  // are written from a helper thread while this thread reads.
-  std::atomic<bool> done{false};
+  // are written from a helper thread while this thread reads. The helper
+  // looks every kSignalPoll and is woken at once when the stage ends, so the
+  // call returns as soon as the exit is read.
+  Mutex mu;
+  CondVar ended;
+  bool done = false;
   std::thread signaller;
   if (poll_signal) {
     signaller = std::thread([&] {
-      while (!done.load()) {
+      while (true) {
+        {
+          MutexLock lock(mu);
+          if (done) return;
+        }
         if (std::optional<v1::Signal> signal = poll_signal()) {
           v1::RunStageRequest message;
           message.mutable_signal()->set_signal(*signal);
           if (!stream->Write(message)) return;
         }
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        MutexLock lock(mu);
+        const auto next = std::chrono::steady_clock::now() + kSignalPoll;
+        while (!done && std::chrono::steady_clock::now() < next) {
+          ended.WaitUntil(mu, next);
+        }
       }
     });
   }
@@ -102,7 +117,11 @@ absl::StatusOr<v1::StageExit> AgentClient::RunStage(
       if (on_hang) on_hang(response.hang());
     }
   }
-  done.store(true);
+  {
+    MutexLock lock(mu);
+    done = true;
+    ended.NotifyAll();
+  }
   if (signaller.joinable()) signaller.join();
   stream->WritesDone();
   absl::Status status = Convert(stream->Finish());

@@ -1,6 +1,7 @@
 #include "testing/fake_agent.h"
 
 #include <csignal>
+#include <thread>
 
 namespace gdt::test {
 namespace {
@@ -41,11 +42,13 @@ grpc::Status FakeAgent::RunStage(
   }
   int exit_code = 0;
   bool wait_for_signal = false;
+  std::chrono::milliseconds duration(0);
   {
     MutexLock lock(mu_);
     starts_.push_back(request.start());
     exit_code = exit_code_;
     wait_for_signal = wait_for_signal_;
+    duration = stage_duration_;
   }
   std::string echo;
   for (const auto& [key, value] : request.start().env()) {
@@ -66,6 +69,8 @@ grpc::Status FakeAgent::RunStage(
       }
     }
   }
+  // The stage's own run time, like a short script's.
+  if (duration.count() > 0) std::this_thread::sleep_for(duration);
   v1::RunStageResponse exit;
   exit.mutable_exit()->set_exit_code(exit_code);
   stream->Write(exit);
@@ -88,6 +93,11 @@ void FakeAgent::set_exit_code(int code) {
 void FakeAgent::set_wait_for_signal(bool wait) {
   MutexLock lock(mu_);
   wait_for_signal_ = wait;
+}
+
+void FakeAgent::set_stage_duration(std::chrono::milliseconds duration) {
+  MutexLock lock(mu_);
+  stage_duration_ = duration;
 }
 
 std::vector<v1::SetupMemberRequest> FakeAgent::setups() {

@@ -5,9 +5,11 @@
 // executor's stages. RunStage echoes the stage's environment and files to
 // stdout (one "KEY=VALUE" line each, files as "VAR=<content>"), writes
 // "stderr line" to stderr and exits with the set exit code; when set to wait
-// for a signal, it first waits for one and exits 128+15. Records every
-// request. Thread-safe.
+// for a signal, it first waits for one and exits 128+15; when given a stage
+// duration, its stages take that long (as a short script would) before they
+// exit. Records every request. Thread-safe.
 
+#include <chrono>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -50,6 +52,7 @@ class FakeAgent final : public v1::Agent::Service {
 
   void set_exit_code(int code);
   void set_wait_for_signal(bool wait);
+  void set_stage_duration(std::chrono::milliseconds duration);
   std::vector<v1::SetupMemberRequest> setups();
   std::vector<v1::StartStage> starts();
   std::vector<v1::Signal> signals();
@@ -60,6 +63,7 @@ class FakeAgent final : public v1::Agent::Service {
   Mutex mu_;
   int exit_code_ ABSL_GUARDED_BY(mu_) = 0;
   bool wait_for_signal_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::milliseconds stage_duration_ ABSL_GUARDED_BY(mu_){0};
   std::vector<v1::SetupMemberRequest> setups_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StartStage> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::Signal> signals_ ABSL_GUARDED_BY(mu_);
