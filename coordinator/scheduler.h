@@ -507,9 +507,10 @@ class Scheduler {
   // Returns whether it failed the gang.
   absl::StatusOr<bool> ResolveHang(state::Gang& gang);
   // Whether `member` stopped before `other`: at a lower step when both
-  // wrote one and they differ, else more than hang_tie_tolerance earlier.
-  bool StoppedBefore(const MemberProgress& member,
-                     const MemberProgress& other) const;
+  // wrote one and they differ, else more than `tolerance` earlier.
+  static bool StoppedBefore(const MemberProgress& member,
+                            const MemberProgress& other,
+                            std::chrono::milliseconds tolerance);
   // Begins preempting running `gang` as the policy chose it (`victim`);
   // nothing when it is not running or already being preempted.
   void StartPreemption(state::Gang& gang, const PreemptedGang& victim);

@@ -191,13 +191,13 @@ absl::Status Scheduler::MemberHung(const std::string& gang_id, uint32_t epoch,
 }
 
 bool Scheduler::StoppedBefore(const MemberProgress& member,
-                              const MemberProgress& other) const {
+                              const MemberProgress& other,
+                              std::chrono::milliseconds tolerance) {
   if (member.step.has_value() && other.step.has_value() &&
       *member.step != *other.step) {
     return *member.step < *other.step;
   }
-  return member.last_unix_ms <
-         other.last_unix_ms - options_.hang_tie_tolerance.count();
+  return member.last_unix_ms < other.last_unix_ms - tolerance.count();
 }
 
 absl::StatusOr<bool> Scheduler::ResolveHang(state::Gang& gang) {
@@ -236,14 +236,12 @@ absl::StatusOr<bool> Scheduler::ResolveHang(state::Gang& gang) {
   // The earliest of the members that stopped before the first reporter.
   uint32_t culprit = reports.first;
   for (const auto& [index, progress] : known) {
-    if (!StoppedBefore(progress, first)) continue;
-    const MemberProgress& best = known.at(culprit);
-    const bool earlier = culprit == reports.first ||
-                         (progress.step.has_value() && best.step.has_value() &&
-                                  *progress.step != *best.step
-                              ? *progress.step < *best.step
-                              : progress.last_unix_ms < best.last_unix_ms);
-    if (earlier) culprit = index;
+    if (!StoppedBefore(progress, first, options_.hang_tie_tolerance)) continue;
+    if (culprit == reports.first ||
+        StoppedBefore(progress, known.at(culprit),
+                      std::chrono::milliseconds(0))) {
+      culprit = index;
+    }
   }
   const MemberProgress& stopped = known.at(culprit);
   std::optional<int64_t> peers_ms;
