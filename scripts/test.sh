@@ -22,8 +22,8 @@ cmake --build "$build" -j "$(nproc)"
 # LeakSanitizer stays on; UBSan findings are fatal (-fno-sanitize-recover).
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1}
-# Two tests at a time: the suite is written for it (the five-minute outage
-# cell of the fault matrix starts first and runs beside the others) and
+# Two tests at a time: the suite is written for it (the long-outage cell
+# of the fault matrix starts first and runs beside the others) and
 # stays inside CI's time on two cores. GDT_TEST_JOBS changes it.
 cd "$build"
 ctest --output-on-failure -LE gpu --timeout 600 -j "${GDT_TEST_JOBS:-2}" "$@"

@@ -11,8 +11,9 @@
 // group, kill -9 of the agent (restarted), kill -9 / SIGTERM of the
 // coordinator (restarted), kill -9 of the runner (run-local). Phases:
 // waiting (the gang is forming, a blocker gang holds the slots), training,
-// after_script, cleanup. Coordinator outages of 10 s and 300 s while a rank
-// dies are cells of their own.
+// after_script, cleanup. Coordinator outages while a rank dies are cells of
+// their own: 10 s, and one longer than the executors retry their exit
+// reports (shortened to kExitReportRetrySeconds there).
 //
 // Cells that cannot exist are not instantiated: no rank runs while a gang
 // waits, in after_script or in cleanup.
@@ -48,7 +49,7 @@ enum class Fault {
   kTermCoordinator,
   kKillRunner,
   kOutage10s,
-  kOutage300s,
+  kLongOutage,
 };
 enum class Phase { kWaiting, kTraining, kAfterScript, kCleanup };
 
@@ -63,6 +64,11 @@ constexpr int kMemberGoneAfterSeconds = 4;
 constexpr int kFailedGangReleaseSeconds = 20;
 constexpr int kFormingGangAbandonSeconds = 10;
 constexpr int kHostDownAfterSeconds = 6;
+// The long-outage cell's executors give up their exit reports after this
+// (default 120 s); its outage lasts kLongOutageSeconds, long enough for
+// both members' reports to give up.
+constexpr int kExitReportRetrySeconds = 15;
+constexpr int kLongOutageSeconds = 60;
 // What a lease may outlive its gang by, at most: a member whose leave was
 // lost is found absent after member_gone_after, counted from when its agent
 // is back (host_down_after covers a restarted agent); a failed gang's
@@ -348,12 +354,13 @@ class FaultMatrixTest : public ::testing::Test {
         ASSERT_EQ(kill(run.pid(), SIGKILL), 0);
         break;
       case Fault::kOutage10s:
-      case Fault::kOutage300s: {
+      case Fault::kLongOutage: {
         // The coordinator goes down, then member 2's rank dies: the
         // failure happens while nobody can hear of it.
         cluster_.StopCoordinator(SIGKILL);
         SignalRank(SIGKILL);
-        const auto outage = seconds(cell.fault == Fault::kOutage10s ? 10 : 300);
+        const auto outage =
+            seconds(cell.fault == Fault::kOutage10s ? 10 : kLongOutageSeconds);
         // The outage lasts its full length whatever the jobs do meanwhile;
         // run-local's output is collected so that it never blocks on it.
         const auto end = std::chrono::steady_clock::now() + outage;
@@ -387,7 +394,7 @@ class FaultMatrixTest : public ::testing::Test {
       case Fault::kKillRank:
       case Fault::kTermRank:
       case Fault::kOutage10s:
-      case Fault::kOutage300s:
+      case Fault::kLongOutage:
         return true;
       case Fault::kKillMemberGroup:
         return cell.phase == Phase::kTraining;
@@ -409,6 +416,10 @@ class FaultMatrixTest : public ::testing::Test {
 // One cell: the gang reaches `cell.phase`, the fault hits, then the checks
 // of the file comment.
 void FaultMatrixTest::RunCell(const Cell& cell) {
+  if (cell.fault == Fault::kLongOutage) {
+    cluster_.SetExecutorExtraConfig(absl::StrCat(
+        "exit_report_retry_seconds: ", kExitReportRetrySeconds, "\n"));
+  }
   std::unique_ptr<Subprocess> blocker;
   if (cell.phase == Phase::kWaiting) {
     blocker = Start(RunArgv("hold", cluster_.dir().Sub("hold"), 5101000));
@@ -483,7 +494,7 @@ void FaultMatrixTest::RunCell(const Cell& cell) {
     const std::regex culprit(
         absl::StrCat("gang \\S+ failed: member 2/2 \\(job ", kFirstJob + 2,
                      " on host local\\) (exited|was)"));
-    if (cell.fault == Fault::kOutage300s) {
+    if (cell.fault == Fault::kLongOutage) {
       // Both members' jobs ended during the outage (their peers lost the
       // gloo connection, their exit reports gave up): the true cause is in
       // the coordinator's record, delivered by the agent's outbox.
@@ -553,9 +564,9 @@ GDT_FAULT_CELL(TermCoordinator, Cleanup)
 GDT_FAULT_CELL(KillRunner, Cleanup)
 GDT_FAULT_CELL(Outage10s, Training)
 
-// The longest outage: five minutes, longer than an executor retries its
-// exit report (its ctest entry runs beside the other cells).
-GDT_FAULT_CELL(Outage300s, Training)
+// The longest outage: longer than an executor retries its exit report (its
+// ctest entry runs beside the other cells).
+GDT_FAULT_CELL(LongOutage, Training)
 
 #undef GDT_FAULT_CELL
 

@@ -450,45 +450,30 @@ TEST_F(SecurityTest, AJoinCancelledWhileGitLabIsAskedLeavesNoMemberBehind) {
   EXPECT_GE((*slow_gitlab)->RequestCount("/api/v4/job"), 2);
 }
 
-TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreStillServed) {
+// Whether others are served *while* huge headers arrive is checked across
+// processes by HostileLoadTest.HugeMetadata: here the attacker's channel
+// would share gRPC's polling threads with the server (two on a 2-core
+// machine), so encoding the attack could stall the server's reads in a way
+// no outside client can.
+TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreServedAfterwards) {
   auto channel = grpc::CreateChannel(server_->bound_address(),
                                      grpc::InsecureChannelCredentials());
   auto stub = v1::Coordinator::NewStub(channel);
-  // Refused, not served, and never by the deadline. How long gRPC takes to
-  // read 4 MiB of headers before it can refuse them is the sender's cost
-  // (seconds under a sanitizer on a loaded machine); what others notice is
-  // checked below while those calls are in flight.
-  std::atomic<bool> done = false;
-  std::thread attacker([&] {
-    for (const size_t size : {size_t{64} << 10, size_t{4} << 20}) {
-      grpc::ClientContext context;
-      context.set_deadline(In(30s));
-      context.AddMetadata("x-junk", std::string(size, 'a'));
-      v1::GetStatusRequest request;
-      v1::GetStatusResponse response;
-      const grpc::Status status = stub->GetStatus(&context, request, &response);
-      EXPECT_FALSE(status.ok()) << size;
-      EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-          << size;
-    }
-    done = true;
-  });
-  // Everyone else is served at once, during the attack and after it.
-  int served_during_attack = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 40s;
-  for (bool last = false; !last;) {
-    last = done.load() || std::chrono::steady_clock::now() > deadline;
-    const auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<v1::GetStatusResponse> status =
+  // Refused, not served, and never by the deadline.
+  for (const size_t size : {size_t{64} << 10, size_t{4} << 20}) {
+    grpc::ClientContext context;
+    context.set_deadline(In(30s));
+    context.AddMetadata("x-junk", std::string(size, 'a'));
+    v1::GetStatusRequest request;
+    v1::GetStatusResponse response;
+    const grpc::Status status = stub->GetStatus(&context, request, &response);
+    EXPECT_FALSE(status.ok()) << size;
+    EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << size;
+    absl::StatusOr<v1::GetStatusResponse> answer =
         admin_->GetStatus(v1::GetStatusRequest(), 5s);
-    ASSERT_TRUE(status.ok()) << status.status();
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
-    EXPECT_EQ(status->hosts_size(), 1);
-    if (!last) ++served_during_attack;
+    ASSERT_TRUE(answer.ok()) << answer.status();
+    EXPECT_EQ(answer->hosts_size(), 1);
   }
-  attacker.join();
-  EXPECT_TRUE(done.load());
-  EXPECT_GT(served_during_attack, 0);
 }
 
 TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
