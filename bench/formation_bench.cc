@@ -6,9 +6,13 @@
 // Both send the compact assignment gdt-executor asks for (rank, world size,
 // master, digest of the peer list; no peer list); with --full-peers both send
 // every member the whole peer list instead, as executors before compact
-// assignments asked for.
+// assignments asked for. With --etcd the same formations run, after each
+// size's SQLite runs, on a second coordinator whose state is in etcd (three
+// local nodes started here, or --etcd=host:port,...), reported next to the
+// SQLite figures of the same run.
 // Usage: gdt-bench-formation [--quick] [--full-peers] [--barrier-only]
-//        [--sizes=8,64,...]
+//        [--sizes=8,64,...] [--etcd[=host:port,...]]
+#include <algorithm>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -25,6 +29,7 @@ namespace gdt::bench {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using Stubs = std::vector<std::unique_ptr<v1::Coordinator::Stub>>;
 
 // A formation slower than this ends the benchmark with a DID NOT COMPLETE
 // line (the largest sizes are run last).
@@ -100,8 +105,8 @@ class BarrierService final : public v1::Coordinator::CallbackService {
 
 // One formation: `size` joins started back to back; returns milliseconds
 // to the last Admitted, or -1 when a member was not admitted.
-double FormOnce(std::vector<std::unique_ptr<v1::Coordinator::Stub>>& stubs,
-                int64_t pipeline, uint32_t size, bool full_peers) {
+double FormOnce(Stubs& stubs, int64_t pipeline, uint32_t size, bool full_peers,
+                const char* what = "gdt") {
   Latch done(size);
   std::vector<std::unique_ptr<JoinStream>> streams;
   streams.reserve(size);
@@ -117,9 +122,9 @@ double FormOnce(std::vector<std::unique_ptr<v1::Coordinator::Stub>>& stubs,
     // The streams still reference the latch and the stubs: report and end
     // the process here rather than tear them down mid-RPC.
     std::printf(
-        "formation members=%-5u gdt did NOT complete within %llds | "
+        "formation members=%-5u %s did NOT complete within %llds | "
         "target p99<=%gms MISSED\n",
-        size, static_cast<long long>(kFormationTimeout.count()),
+        size, what, static_cast<long long>(kFormationTimeout.count()),
         size == 4096   ? 400.0
         : size == 1024 ? 60.0
                        : 0.0);
@@ -146,12 +151,19 @@ int main(int argc, char** argv) {
   bool quick = false;
   bool barrier_only = false;
   bool full_peers = false;
+  bool with_etcd = false;
+  std::string etcd_endpoints;
   std::vector<uint32_t> sizes = {8, 64, 1024, 4096};
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
     if (arg == "--barrier-only") barrier_only = true;
     if (arg == "--full-peers") full_peers = true;
+    if (arg == "--etcd") with_etcd = true;
+    if (arg.rfind("--etcd=", 0) == 0) {
+      with_etcd = true;
+      etcd_endpoints = arg.substr(7);
+    }
     if (arg.rfind("--sizes=", 0) == 0) {
       sizes.clear();
       for (absl::string_view size : absl::StrSplit(arg.substr(8), ',')) {
@@ -162,19 +174,42 @@ int main(int argc, char** argv) {
   // Per-join info lines would dominate; operators run at info, see the doc.
   spdlog::set_level(spdlog::level::err);
 
-  std::unique_ptr<InProcessCoordinator> gdt = InProcessCoordinator::Start(4096);
+  // 64 CPU hosts x 64 member slots: room for the largest gang.
+  auto start_coordinator = [](const std::vector<std::string>& etcd)
+      -> std::unique_ptr<InProcessCoordinator> {
+    std::unique_ptr<InProcessCoordinator> coordinator =
+        InProcessCoordinator::Start(4096, etcd);
+    if (coordinator == nullptr) return nullptr;
+    for (int host = 0; host < 64; ++host) {
+      gdt::state::HostSpec spec;
+      spec.name = absl::StrCat("host-", host < 10 ? "0" : "", host);
+      spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
+      spec.agent_endpoint = spec.address + ":7071";
+      spec.cpu_slots = 64;
+      if (!coordinator->core().RegisterHost(spec).ok()) return nullptr;
+    }
+    return coordinator;
+  };
+  std::unique_ptr<InProcessCoordinator> gdt = start_coordinator({});
   if (gdt == nullptr) {
     std::cerr << "cannot start the in-process coordinator\n";
     return 1;
   }
-  // 64 CPU hosts x 64 member slots: room for the largest gang.
-  for (int host = 0; host < 64; ++host) {
-    gdt::state::HostSpec spec;
-    spec.name = absl::StrCat("host-", host < 10 ? "0" : "", host);
-    spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
-    spec.agent_endpoint = spec.address + ":7071";
-    spec.cpu_slots = 64;
-    if (!gdt->core().RegisterHost(spec).ok()) return 1;
+  BenchEtcd etcd;
+  std::unique_ptr<InProcessCoordinator> on_etcd;
+  if (with_etcd) {
+    absl::StatusOr<BenchEtcd> started = StartBenchEtcd(etcd_endpoints);
+    if (!started.ok()) {
+      std::cerr << "etcd: " << started.status() << "\n";
+      return 1;
+    }
+    etcd = std::move(*started);
+    on_etcd = start_coordinator(etcd.endpoints);
+    if (on_etcd == nullptr) {
+      std::cerr << "cannot start the coordinator on " << etcd.description
+                << "\n";
+      return 1;
+    }
   }
   std::fprintf(stderr, "# gdt coordinator under test: %s\n",
                gdt->endpoint().c_str());
@@ -188,6 +223,8 @@ int main(int argc, char** argv) {
   if (barrier == nullptr) return 1;
 
   auto gdt_stubs = MakeStubs(gdt->endpoint(), 8);
+  Stubs etcd_stubs;
+  if (on_etcd != nullptr) etcd_stubs = MakeStubs(on_etcd->endpoint(), 8);
   auto barrier_stubs = MakeStubs(absl::StrCat("127.0.0.1:", barrier_port), 8);
 
   const std::map<uint32_t, double> targets = {
@@ -217,16 +254,19 @@ int main(int argc, char** argv) {
     }
     // One formation on the coordinator, then its members leave (not timed)
     // so that the next gang finds the slots free.
-    auto form_gdt = [&]() {
+    auto form_on = [&](InProcessCoordinator& coordinator, Stubs& stubs,
+                       const char* what) {
       const int64_t gdt_pipeline = pipeline++;
-      const double ms = FormOnce(gdt_stubs, gdt_pipeline, size, full_peers);
+      const double ms = FormOnce(stubs, gdt_pipeline, size, full_peers, what);
       for (uint32_t index = 1; index <= size; ++index) {
         gdt::state::GangKey key{"https://gitlab.example.com", 1, gdt_pipeline,
                                 "bench", size};
-        (void)gdt->core().Leave(key, index, gdt_pipeline * 100000 + index);
+        (void)coordinator.core().Leave(key, index,
+                                       gdt_pipeline * 100000 + index);
       }
       return ms;
     };
+    auto form_gdt = [&]() { return form_on(*gdt, gdt_stubs, "gdt"); };
     form_gdt();  // Warm-up.
     FormOnce(barrier_stubs, pipeline++, size, full_peers);
     for (int run = 0; run < repeat; ++run) {
@@ -246,6 +286,24 @@ int main(int argc, char** argv) {
         size, g.n, g.p50, g.p99, b.p50, b.p99, g.p99 / b.p99, target,
         Verdict(g.p99, target));
     std::fflush(stdout);
+    if (on_etcd != nullptr) {
+      // Fewer runs: every member write is a raft commit.
+      const int etcd_repeat = size >= 1024 ? 1 : std::min(repeat, 20);
+      std::vector<double> etcd_ms;
+      form_on(*on_etcd, etcd_stubs, "gdt on etcd");  // Warm-up.
+      for (int run = 0; run < etcd_repeat; ++run) {
+        const double ms = form_on(*on_etcd, etcd_stubs, "gdt on etcd");
+        if (ms < 0) return 1;
+        etcd_ms.push_back(ms);
+      }
+      const Stats e = Summarize(etcd_ms);
+      std::printf(
+          "formation members=%-5u runs=%-3zu %s p50=%.2fms p99=%.2fms | "
+          "sqlite p50=%.2fms p99=%.2fms | etcd/sqlite p50=%.1fx\n",
+          size, e.n, etcd.description.c_str(), e.p50, e.p99, g.p50, g.p99,
+          e.p50 / g.p50);
+      std::fflush(stdout);
+    }
   }
   barrier->Shutdown(std::chrono::system_clock::now());
   return 0;

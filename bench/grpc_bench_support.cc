@@ -1,11 +1,18 @@
 #include "bench/grpc_bench_support.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <filesystem>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "coordinator/port_checker.h"
+#include "state/etcd_client.h"
+#include "state/etcd_store.h"
 #include "state/sqlite_store.h"
 
 namespace gdt::bench {
@@ -35,15 +42,53 @@ std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
   return stubs;
 }
 
+absl::StatusOr<BenchEtcd> StartBenchEtcd(const std::string& endpoints) {
+  BenchEtcd etcd;
+  etcd.endpoints = absl::StrSplit(endpoints, ',', absl::SkipEmpty());
+  if (!etcd.endpoints.empty()) {
+    etcd.description = absl::StrCat("etcd (", endpoints, ")");
+    return etcd;
+  }
+  // An admission writes the gang and every member in one transaction:
+  // 4,096 members need more operations and bytes than etcd's defaults
+  // (128 operations, 1.5 MiB per request).
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> started =
+      test::EtcdTestServer::Start(
+          kLocalEtcdNodes, std::chrono::seconds(30),
+          {"--max-txn-ops=20000", "--max-request-bytes=67108864",
+           "--quota-backend-bytes=8589934592"});
+  if (!started.ok()) return started.status();
+  etcd.local = std::move(*started);
+  etcd.endpoints = etcd.local->endpoints();
+  etcd.description = absl::StrCat("etcd (", kLocalEtcdNodes, " local nodes)");
+  return etcd;
+}
+
 std::unique_ptr<InProcessCoordinator> InProcessCoordinator::Start(
-    uint32_t max_nodes) {
+    uint32_t max_nodes, const std::vector<std::string>& etcd_endpoints) {
   std::unique_ptr<InProcessCoordinator> self(new InProcessCoordinator());
   char pattern[] = "/tmp/gdt-bench-XXXXXX";
   if (mkdtemp(pattern) == nullptr) return nullptr;
   self->dir_ = pattern;
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-      state::SqliteStore::Open(self->dir_ + "/coord.db");
-  if (!store.ok()) return nullptr;
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store;
+  if (etcd_endpoints.empty()) {
+    store = state::SqliteStore::Open(self->dir_ + "/coord.db");
+  } else {
+    absl::StatusOr<std::unique_ptr<state::EtcdClient>> client =
+        state::EtcdClient::Create(etcd_endpoints, std::chrono::seconds(30));
+    if (!client.ok()) {
+      std::cerr << "etcd: " << client.status() << "\n";
+      return nullptr;
+    }
+    // A prefix per coordinator: benchmarks may start several on one etcd.
+    static std::atomic<int> next{0};
+    store = state::EtcdStore::Open(
+        std::move(*client), absl::StrCat("bench-", getpid(), "-", next++));
+  }
+  if (!store.ok()) {
+    std::cerr << "state store: " << store.status() << "\n";
+    return nullptr;
+  }
   coordinator::SchedulerOptions options;
   options.max_nodes_per_job = max_nodes;
   options.master_port_min = 20000;

@@ -1,7 +1,7 @@
 // In-process gdt coordinator and gRPC client helpers for the benchmarks:
 // the real Coordinator + CoordinatorService on 127.0.0.1:0 with a real SQLite
-// state file, and callback-API JoinGang streams so that thousands of members
-// can wait at once without a thread each.
+// state file (or etcd, --etcd), and callback-API JoinGang streams so that
+// thousands of members can wait at once without a thread each.
 #ifndef GDT_BENCH_GRPC_BENCH_SUPPORT_H_
 #define GDT_BENCH_GRPC_BENCH_SUPPORT_H_
 
@@ -19,6 +19,7 @@
 #include "coordinator/metrics.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "testing/etcd_test_server.h"
 
 namespace gdt::bench {
 
@@ -87,12 +88,30 @@ class JoinStream final : public grpc::ClientReadReactor<v1::JoinGangEvent> {
 std::vector<std::unique_ptr<v1::Coordinator::Stub>> MakeStubs(
     const std::string& endpoint, int count);
 
-// The real coordinator (logic, SQLite state in a temporary directory, gRPC
-// service, metrics observer) on 127.0.0.1:0; agents are not asked about
-// ports (all free).
+// etcd for a benchmark's --etcd option: the cluster named by `endpoints`
+// ("host:port,..."), or, when it is empty, kLocalEtcdNodes nodes of
+// Debian's etcd started on loopback ports and stopped with this object.
+// Either way gangs of thousands of members need etcd to accept an
+// admission of that many writes in one transaction: a local cluster is
+// started with the flags that allow it (kLocalEtcdFlags), a named one must
+// have them (docs/ha.md).
+inline constexpr int kLocalEtcdNodes = 3;
+struct BenchEtcd {
+  std::unique_ptr<test::EtcdTestServer> local;
+  std::vector<std::string> endpoints;
+  // "etcd (3 local nodes)" or "etcd (host:port,...)", for output lines.
+  std::string description;
+};
+absl::StatusOr<BenchEtcd> StartBenchEtcd(const std::string& endpoints);
+
+// The real coordinator (logic, state store, gRPC service, metrics observer)
+// on 127.0.0.1:0; agents are not asked about ports (all free). State is a
+// SQLite file in a temporary directory or, with `etcd_endpoints`, etcd
+// under a prefix of its own.
 class InProcessCoordinator {
  public:
-  static std::unique_ptr<InProcessCoordinator> Start(uint32_t max_nodes);
+  static std::unique_ptr<InProcessCoordinator> Start(
+      uint32_t max_nodes, const std::vector<std::string>& etcd_endpoints = {});
   ~InProcessCoordinator();
 
   const std::string& endpoint() const { return endpoint_; }

@@ -4,10 +4,14 @@
 //  - heartbeat: 64 Heartbeat calls kept in flight (callback API) for 3 s;
 //  - join: 8 client threads each looping JoinGang (a 1-member gang, read
 //    until Admitted) + LeaveGang, counted as 2 RPCs per cycle.
-// Usage: gdt-bench-rpc [--quick]
+// With --etcd the join loop runs again against a coordinator whose state is
+// in etcd (three local nodes started here, or --etcd=host:port,...),
+// reported next to the SQLite figure of the same run.
+// Usage: gdt-bench-rpc [--quick] [--etcd[=host:port,...]]
 #include <atomic>
 #include <cstring>
 #include <iostream>
+#include <string>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -121,21 +125,44 @@ double JoinRate(const std::string& endpoint, int threads,
 
 int main(int argc, char** argv) {
   using namespace gdt::bench;
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
+  bool quick = false;
+  bool with_etcd = false;
+  std::string etcd_endpoints;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--etcd") {
+      with_etcd = true;
+    } else if (arg.rfind("--etcd=", 0) == 0) {
+      with_etcd = true;
+      etcd_endpoints = arg.substr(7);
+    } else {
+      std::cerr << "usage: gdt-bench-rpc [--quick] [--etcd[=host:port,...]]\n";
+      return 2;
+    }
+  }
   const std::chrono::milliseconds duration(quick ? 1000 : 3000);
   // Warnings are expected (see docs/benchmarks.md) and would flood stderr.
   spdlog::set_level(spdlog::level::err);
 
-  std::unique_ptr<InProcessCoordinator> gdt = InProcessCoordinator::Start(8);
+  auto start_coordinator = [](const std::vector<std::string>& etcd)
+      -> std::unique_ptr<InProcessCoordinator> {
+    std::unique_ptr<InProcessCoordinator> coordinator =
+        InProcessCoordinator::Start(8, etcd);
+    if (coordinator == nullptr) return nullptr;
+    for (int host = 0; host < 64; ++host) {
+      gdt::state::HostSpec spec;
+      spec.name = absl::StrCat("host-", host);
+      spec.address = absl::StrCat("10.0.0.", host + 1);
+      spec.agent_endpoint = spec.address + ":7071";
+      spec.cpu_slots = 64;
+      if (!coordinator->core().RegisterHost(spec).ok()) return nullptr;
+    }
+    return coordinator;
+  };
+  std::unique_ptr<InProcessCoordinator> gdt = start_coordinator({});
   if (gdt == nullptr) return 1;
-  for (int host = 0; host < 64; ++host) {
-    gdt::state::HostSpec spec;
-    spec.name = absl::StrCat("host-", host);
-    spec.address = absl::StrCat("10.0.0.", host + 1);
-    spec.agent_endpoint = spec.address + ":7071";
-    spec.cpu_slots = 64;
-    if (!gdt->core().RegisterHost(spec).ok()) return 1;
-  }
   EmptyService empty_service;
   grpc::ServerBuilder builder;
   int empty_port = 0;
@@ -160,6 +187,22 @@ int main(int argc, char** argv) {
       "rpc join+leave (1-member gangs, 8 threads) gdt=%.0f RPC/s | "
       "target >=20000/s %s\n",
       joins, joins >= 20000 ? "MET" : "MISSED");
+  std::fflush(stdout);
+  if (with_etcd) {
+    absl::StatusOr<BenchEtcd> etcd = StartBenchEtcd(etcd_endpoints);
+    if (!etcd.ok()) {
+      std::cerr << "etcd: " << etcd.status() << "\n";
+      return 1;
+    }
+    std::unique_ptr<InProcessCoordinator> on_etcd =
+        start_coordinator(etcd->endpoints);
+    if (on_etcd == nullptr) return 1;
+    const double etcd_joins = JoinRate(on_etcd->endpoint(), 8, duration);
+    std::printf(
+        "rpc join+leave (1-member gangs, 8 threads) on %s=%.0f RPC/s | "
+        "sqlite=%.0f RPC/s | etcd/sqlite=%.2f\n",
+        etcd->description.c_str(), etcd_joins, joins, etcd_joins / joins);
+  }
   empty->Shutdown(std::chrono::system_clock::now());
   return 0;
 }

@@ -19,8 +19,10 @@ cmake --build "$build" -j "$(nproc)" --target gdt-coord gdt-agent gdt-executor \
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/gdt-bench-admission"  # Google Benchmark: takes its own flags
-"$build/bench/gdt-bench-rpc" "$@"
-"$build/bench/gdt-bench-formation" "$@"
+# Joins and formation also through a 3-node etcd on loopback (HA), each next
+# to the SQLite figure of the same run.
+"$build/bench/gdt-bench-rpc" --etcd "$@"
+"$build/bench/gdt-bench-formation" --etcd "$@"
 "$build/bench/gdt-bench-rss"
 "$build/bench/gdt-bench-state-store" "$@"  # HA: SQLite vs etcd
 "$build/bench/gdt-bench-liveness" "$@"  # heartbeats under a forged-join flood

@@ -45,13 +45,15 @@ std::string ReadAll(const std::string& path) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::Start(
-    int nodes, std::chrono::milliseconds timeout) {
-  return StartIn({}, "127.0.0.1", nodes, timeout);
+    int nodes, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& extra_args) {
+  return StartIn({}, "127.0.0.1", nodes, timeout, extra_args);
 }
 
 absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::StartIn(
     const std::vector<std::string>& prefix, const std::string& address,
-    int nodes, std::chrono::milliseconds timeout) {
+    int nodes, std::chrono::milliseconds timeout,
+    const std::vector<std::string>& extra_args) {
   if (access("/usr/bin/etcd", X_OK) != 0) {
     return absl::NotFoundError(
         "/usr/bin/etcd is missing: apt-get install etcd-server");
@@ -91,6 +93,8 @@ absl::StatusOr<std::unique_ptr<EtcdTestServer>> EtcdTestServer::StartIn(
              "gdt-test", "--initial-cluster-state", "new"}) {
       options.argv.push_back(arg);
     }
+    options.argv.insert(options.argv.end(), extra_args.begin(),
+                        extra_args.end());
     options.env = CurrentEnvironment();
     options.capture_output = false;
     options.output_path = absl::StrCat(server->dir_, "/n", i, ".log");

@@ -16,19 +16,22 @@ namespace gdt::test {
 // destructor stops every node and deletes the directory.
 class EtcdTestServer {
  public:
-  // Starts `nodes` members and waits up to `timeout` until the cluster
-  // serves requests. Errors: NotFound when etcd is not installed;
-  // DeadlineExceeded when it does not come up (its log is in the message).
+  // Starts `nodes` members (each with `extra_args` added to etcd's command
+  // line) and waits up to `timeout` until the cluster serves requests.
+  // Errors: NotFound when etcd is not installed; DeadlineExceeded when it
+  // does not come up (its log is in the message).
   static absl::StatusOr<std::unique_ptr<EtcdTestServer>> Start(
       int nodes = 1,
-      std::chrono::milliseconds timeout = std::chrono::seconds(20));
+      std::chrono::milliseconds timeout = std::chrono::seconds(20),
+      const std::vector<std::string>& extra_args = {});
   // The same inside a network namespace: every node runs under `prefix`
   // (e.g. NetworkNamespaces::Exec(host)) on `address`, ports from 2379 up;
   // readiness is checked with etcdctl under the same prefix.
   static absl::StatusOr<std::unique_ptr<EtcdTestServer>> StartIn(
       const std::vector<std::string>& prefix, const std::string& address,
       int nodes = 1,
-      std::chrono::milliseconds timeout = std::chrono::seconds(20));
+      std::chrono::milliseconds timeout = std::chrono::seconds(20),
+      const std::vector<std::string>& extra_args = {});
   ~EtcdTestServer();
   EtcdTestServer(const EtcdTestServer&) = delete;
   EtcdTestServer& operator=(const EtcdTestServer&) = delete;
