@@ -179,14 +179,8 @@ int main(int argc, char** argv) {
       -> std::unique_ptr<InProcessCoordinator> {
     std::unique_ptr<InProcessCoordinator> coordinator =
         InProcessCoordinator::Start(4096, etcd);
-    if (coordinator == nullptr) return nullptr;
-    for (int host = 0; host < 64; ++host) {
-      gdt::state::HostSpec spec;
-      spec.name = absl::StrCat("host-", host < 10 ? "0" : "", host);
-      spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
-      spec.agent_endpoint = spec.address + ":7071";
-      spec.cpu_slots = 64;
-      if (!coordinator->core().RegisterHost(spec).ok()) return nullptr;
+    if (coordinator == nullptr || !coordinator->RegisterCpuHosts(64, 64).ok()) {
+      return nullptr;
     }
     return coordinator;
   };

@@ -135,6 +135,24 @@ InProcessCoordinator::~InProcessCoordinator() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
+absl::Status InProcessCoordinator::RegisterCpuHosts(int count, uint32_t slots) {
+  for (int host = 0; host < count; ++host) {
+    state::HostSpec spec;
+    spec.name = BenchHostName(host);
+    spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
+    spec.agent_endpoint = spec.address + ":7071";
+    spec.cpu_slots = slots;
+    if (absl::Status status = coordinator_->RegisterHost(spec); !status.ok()) {
+      return status;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string BenchHostName(int index) {
+  return absl::StrCat("host-", index < 10 ? "0" : "", index);
+}
+
 v1::JoinGangRequest JoinRequestFor(int64_t pipeline, uint32_t size,
                                    uint32_t index) {
   v1::JoinGangRequest request;

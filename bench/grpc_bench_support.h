@@ -117,6 +117,10 @@ class InProcessCoordinator {
   const std::string& endpoint() const { return endpoint_; }
   coordinator::Coordinator& core() { return *coordinator_; }
 
+  // Registers `count` CPU hosts named BenchHostName(0..count-1) with
+  // `slots` member slots each.
+  absl::Status RegisterCpuHosts(int count, uint32_t slots);
+
  private:
   InProcessCoordinator() = default;
 
@@ -130,6 +134,9 @@ class InProcessCoordinator {
   std::unique_ptr<grpc::Server> server_;
   std::string endpoint_;
 };
+
+// The name of the benchmarks' host `index`: "host-07".
+std::string BenchHostName(int index);
 
 // A JoinGang request for member `index` of a CPU gang of `size`.
 v1::JoinGangRequest JoinRequestFor(int64_t pipeline, uint32_t size,

@@ -90,7 +90,7 @@ double JoinRate(const std::string& endpoint, int threads,
         ++pipeline;
         v1::JoinGangRequest request = JoinRequestFor(pipeline, 1, 1);
         // Each thread is a runner on its own host, as in a real cluster.
-        request.set_arrival_host(absl::StrCat("host-", t));
+        request.set_arrival_host(BenchHostName(t));
         grpc::ClientContext context;
         context.set_deadline(std::chrono::system_clock::now() +
                              std::chrono::seconds(30));
@@ -150,14 +150,8 @@ int main(int argc, char** argv) {
       -> std::unique_ptr<InProcessCoordinator> {
     std::unique_ptr<InProcessCoordinator> coordinator =
         InProcessCoordinator::Start(8, etcd);
-    if (coordinator == nullptr) return nullptr;
-    for (int host = 0; host < 64; ++host) {
-      gdt::state::HostSpec spec;
-      spec.name = absl::StrCat("host-", host);
-      spec.address = absl::StrCat("10.0.0.", host + 1);
-      spec.agent_endpoint = spec.address + ":7071";
-      spec.cpu_slots = 64;
-      if (!coordinator->core().RegisterHost(spec).ok()) return nullptr;
+    if (coordinator == nullptr || !coordinator->RegisterCpuHosts(64, 64).ok()) {
+      return nullptr;
     }
     return coordinator;
   };
