@@ -268,6 +268,9 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
     if (gang.start_unix_s > 0 && gang.start_unix_s < gang.end_bound_unix_s) {
       spec.run_bound = gang.end_bound_unix_s - gang.start_unix_s;
     }
+    spec.queue_time = gang.queue_time_unix_s > 0
+                          ? gang.queue_time_unix_s
+                          : gang.end_bound_unix_s - spec.run_bound;
     spec.priority = gang.priority;
     spec.preemptible = gang.preemptible;
     spec.preemptions = gang.preemptions;

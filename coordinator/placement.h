@@ -54,6 +54,10 @@ struct RunningGang {
   uint32_t preemptions = 0;  // Of this gang's earlier runs.
   int64_t start_unix_s = 0;
   int64_t checkpoint_interval_s = 0;
+  // When it was created (its first epoch); 0 means unknown, then it counts
+  // as queued at its start. A gang that had waited long before it started
+  // is not chosen (docs/scheduling.md, "Preemption").
+  int64_t queue_time_unix_s = 0;
 };
 
 struct WaitingGang {

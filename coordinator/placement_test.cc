@@ -66,6 +66,27 @@ TEST(PlanPreemptionTest, HigherPriorityGangPreemptsAPreemptibleOne) {
   ASSERT_EQ(outcome.blocked.count("urgent"), 1u);
 }
 
+// A gang that waited longer than the backlog before it started has waited
+// its share: a retry would queue again behind every pending job.
+TEST(PlanPreemptionTest, NeverStopsAGangThatWaitedLongBeforeItStarted) {
+  PreemptionSettings preemption;
+  preemption.enabled = true;
+  RunningGang waited_long = Busy(/*preemptible=*/true, 0);
+  // Backlog: about 43 h left of "low" and 1 h of "urgent", on 8 GPUs; it waited
+  // 100 h before it started.
+  waited_long.queue_time_unix_s = waited_long.start_unix_s - 100 * 3600;
+  EXPECT_THAT(
+      PlanAdmissions(OneHost(), {waited_long}, {Urgent()}, kNow, {}, preemption)
+          .preempted,
+      IsEmpty());
+  RunningGang waited_little = Busy(/*preemptible=*/true, 0);
+  waited_little.queue_time_unix_s = waited_little.start_unix_s - 60;
+  EXPECT_THAT(PlanAdmissions(OneHost(), {waited_little}, {Urgent()}, kNow, {},
+                             preemption)
+                  .preempted,
+              SizeIs(1));
+}
+
 TEST(PlanPreemptionTest, OffByDefaultAndNeverForNonPreemptibleGangs) {
   EXPECT_THAT(
       PlanAdmissions(OneHost(), {Busy(true, 0)}, {Urgent()}, kNow).preempted,

@@ -920,6 +920,7 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
                                    : now_s;
     running.checkpoint_interval_s = options_.preemption.checkpoint_interval_s;
     running.start_unix_s = gang.started_unix_s;
+    running.queue_time_unix_s = gang.created_unix_ms / 1000;
     running.preemptions = gang.preemptions;
     // Preemptible only when every member says so: one member that did not
     // declare it keeps the whole gang out of preemption.

@@ -711,13 +711,65 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     return reserved && cpu_only_waiting_ == 0 &&
            (free_total == 0 || fewest[0][1] <= 1);
   };
-  // In queue order until the head (the first gang that does not fit) has
+  // Among equal priorities: highest waited / sqrt(run bound) first, i.e.
+  // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
+  auto aged_first = [now](const Gang* a, const Gang* b) {
+    if (a->spec.priority != b->spec.priority) {
+      return a->spec.priority > b->spec.priority;
+    }
+    const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
+    const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
+    return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;
+  };
+  // The complete gangs, in queue order.
+  std::vector<Gang*> order;
+  for (const auto& [key, gang] : queue_) {
+    if (gang->present.size() == gang->spec.members) order.push_back(gang);
+  }
+  // kPreempt with overdue gangs: the head is taken, by priority, from the
+  // overdue gangs in queue order, then from the others by aged key (ties in
+  // queue order), so preemption serves the oldest overdue gang or else the
+  // one aging favours. Drawn from a heap: a pass takes only a few heads.
+  overdue_after_ = -1;
+  const bool aged_head =
+      options_.mode == Mode::kPreempt &&
+      options_.backfill_order == BackfillOrder::kAgedShortestFirst &&
+      options_.preempt.overdue_backlog_fraction > 0;
+  if (aged_head) overdue_after_ = OverdueAfter(order, now);
+  auto goes_first = [&](const Gang* a, const Gang* b) {
+    if (a->spec.priority != b->spec.priority) {
+      return a->spec.priority > b->spec.priority;
+    }
+    const bool oa =
+        static_cast<double>(now - a->spec.queue_time) >= overdue_after_;
+    const bool ob =
+        static_cast<double>(now - b->spec.queue_time) >= overdue_after_;
+    if (oa != ob) return oa;
+    if (!oa && aged_first(a, b)) return true;
+    if (!oa && aged_first(b, a)) return false;
+    return std::tie(a->spec.queue_time, a->seq) <
+           std::tie(b->spec.queue_time, b->seq);
+  };
+  auto goes_later = [&](const Gang* a, const Gang* b) {
+    return goes_first(b, a);
+  };
+  size_t next = 0;                 // Queue order: the next gang to try.
+  size_t heap_end = order.size();  // Aged head: order[0, heap_end) is a heap.
+  if (aged_head) std::make_heap(order.begin(), order.end(), goes_later);
+  auto next_gang = [&]() -> Gang* {
+    if (!aged_head) return next < order.size() ? order[next++] : nullptr;
+    if (heap_end == 0) return nullptr;
+    std::pop_heap(order.begin(),
+                  order.begin() + static_cast<std::ptrdiff_t>(heap_end),
+                  goes_later);
+    return order[--heap_end];
+  };
+  // In that order until the head (the first gang that does not fit) has
   // its reservation.
-  auto it = queue_.begin();
-  while (it != queue_.end() && !reserved) {
-    Gang& gang = *it->second;
-    ++it;  // Commit() erases the gang's entry.
-    if (gang.present.size() < gang.spec.members) continue;
+  while (!reserved) {
+    Gang* next_head = next_gang();
+    if (next_head == nullptr) break;
+    Gang& gang = *next_head;
     if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
     if (gang.spec.min_members != 0 &&
@@ -746,15 +798,16 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   // Capacity only shrinks within a pass, so gangs that cannot fit now are
   // left out before sorting.
   std::vector<Gang*> candidates;
-  for (; it != queue_.end(); ++it) {
-    const GangSpec& spec = it->second->spec;
-    if (it->second->present.size() != spec.members) continue;
+  const size_t rest_begin = aged_head ? 0 : next;
+  const size_t rest_end = aged_head ? heap_end : order.size();
+  for (size_t i = rest_begin; i < rest_end; ++i) {
+    const GangSpec& spec = order[i]->spec;
     const uint32_t g = spec.gpus_per_member;
     if (g != 0 && (uint64_t{spec.members} * g > free_total ||
                    room_for(hosts_with, g) < spec.members)) {
       continue;
     }
-    candidates.push_back(it->second);
+    candidates.push_back(order[i]);
   }
   if (options_.backfill_order == BackfillOrder::kShortestFirst) {
     std::stable_sort(candidates.begin(), candidates.end(),
@@ -769,18 +822,11 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
                        return std::tie(a->spec.run_bound, ga) <
                               std::tie(b->spec.run_bound, gb);
                      });
+  } else if (aged_head) {
+    // A total order, so the heap's shuffle does not show.
+    std::sort(candidates.begin(), candidates.end(), goes_first);
   } else if (options_.backfill_order == BackfillOrder::kAgedShortestFirst) {
-    // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
-    std::stable_sort(
-        candidates.begin(), candidates.end(),
-        [now](const Gang* a, const Gang* b) {
-          if (a->spec.priority != b->spec.priority) {
-            return a->spec.priority > b->spec.priority;
-          }
-          const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
-          const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
-          return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;
-        });
+    std::stable_sort(candidates.begin(), candidates.end(), aged_first);
   }
   for (Gang* gang : candidates) {
     if (nothing_fits()) return;
@@ -877,6 +923,33 @@ bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
   return false;
 }
 
+double AdmissionPolicy::OverdueAfter(const std::vector<Gang*>& complete,
+                                     Seconds now) const {
+  double work = 0;
+  uint64_t gpus = 0;
+  for (const Host& host : hosts_) {
+    if (!host.drained && !host.down) gpus += host.spec.gpus;
+  }
+  if (gpus == 0) return 0;
+  for (const auto& [end, id] : running_) {
+    const Gang& gang = gangs_.at(id);
+    work += static_cast<double>(std::max<Seconds>(0, end - now)) *
+            static_cast<double>(gang.placement.size()) *
+            gang.spec.gpus_per_member;
+  }
+  for (const Gang* gang : complete) {
+    // An elastic gang's run bound holds at its smallest size.
+    const uint32_t members =
+        gang->spec.min_members != 0
+            ? std::min(gang->spec.min_members, gang->spec.members)
+            : gang->spec.members;
+    work += static_cast<double>(gang->spec.run_bound) * members *
+            gang->spec.gpus_per_member;
+  }
+  return options_.preempt.overdue_backlog_fraction * work /
+         static_cast<double>(gpus);
+}
+
 int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
   const PreemptOptions& o = options_.preempt;
   int64_t rank = int64_t{gang.spec.priority} * 2;
@@ -930,6 +1003,12 @@ void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
     if (gang.stopping || !gang.spec.preemptible ||
         gang.spec.preemptions >= o.max_preemptions ||
         gang.spec.gpus_per_member == 0 || RunningRank(gang, now) >= rank) {
+      continue;
+    }
+    // A gang that was overdue when it started has waited its share.
+    if (overdue_after_ >= 0 &&
+        static_cast<double>(gang.start - gang.spec.queue_time) >=
+            overdue_after_) {
       continue;
     }
     bool helps = false;

@@ -87,6 +87,19 @@ struct PreemptOptions {
   // waited, up to `max_aging_levels` levels. 0 turns aging off.
   Seconds aging_step = 0;
   int32_t max_aging_levels = 1;
+  // Overdue gangs. The backlog is the GPU-seconds still ahead of the
+  // cluster (running gangs to their run bounds, complete waiting gangs at
+  // their smallest size for their run bound) over the GPUs taking gangs: about
+  // what strict FIFO would make a new gang wait. A waiting gang is overdue
+  // once it has waited this fraction of the backlog. With
+  // BackfillOrder::kAgedShortestFirst, overdue gangs come first, in queue
+  // order, and the others follow in the aged order, so the head (and the
+  // gang preemption serves) is the oldest overdue gang, or else the one
+  // with the highest aged key. A running gang that had waited at least that
+  // long before its current run is never chosen as a victim: a retry waits
+  // again for runner slots, and it has waited its share. 0 turns both off
+  // (the head is then the first gang in queue order).
+  double overdue_backlog_fraction = 0.85;
 };
 
 struct PolicyOptions {
@@ -329,6 +342,10 @@ class AdmissionPolicy {
   // kPreempt: chooses running gangs to stop so that `head` fits, marks them
   // stopping and reports them in `out`.
   void Preempt(const Gang& head, Seconds now, Decisions& out);
+  // kPreempt with overdue gangs: the waited seconds after which a gang is
+  // overdue (PreemptOptions::overdue_backlog_fraction), for the backlog
+  // at `now`; `complete` are the complete waiting gangs.
+  double OverdueAfter(const std::vector<Gang*>& complete, Seconds now) const;
   // The level a gang ranks at when victims are chosen.
   int64_t WaitingRank(const Gang& gang, Seconds now) const;
   int64_t RunningRank(const Gang& gang, Seconds now) const;
@@ -355,6 +372,8 @@ class AdmissionPolicy {
   std::set<std::pair<Seconds, std::string>> running_;  // By end bound.
   int64_t next_seq_ = 0;
   std::optional<Reservation> reservation_;
+  // OverdueAfter() of the last pass; negative when it was not computed.
+  double overdue_after_ = -1;
 };
 
 }  // namespace gdt::policy

@@ -579,12 +579,16 @@ TEST(BackfillOrderTest, HigherPriorityIsTriedFirstBehindTheHead) {
 // policy so that their start times are known.
 class PreemptTest : public ::testing::Test {
  protected:
-  PreemptTest() {
+  PreemptTest() { Rebuild(PreemptOptions{}.overdue_backlog_fraction); }
+  // A fresh policy (no hosts) with this share of the backlog after which a
+  // waiting gang is overdue.
+  void Rebuild(double overdue_backlog_fraction) {
     PolicyOptions options{Mode::kPreempt, 8};
     options.preempt.max_preemptions = 2;
     options.preempt.grace = 60;
     options.preempt.demote_after_gpu_seconds = 8 * 1000.0;
     options.preempt.min_run = 600;
+    options.preempt.overdue_backlog_fraction = overdue_backlog_fraction;
     policy_ = std::make_unique<AdmissionPolicy>(options);
   }
   void AddHosts(int hosts) {
@@ -695,6 +699,66 @@ TEST_F(PreemptTest, StopsAsFewGangsAsTheHeadNeeds) {
 
   ASSERT_THAT(decisions.preempted, SizeIs(1));
   EXPECT_EQ(decisions.preempted[0].gang_id, "big");
+}
+
+// The head, which preemption serves, is the gang with the highest aged key
+// (waited / sqrt(run bound)) until an older gang is overdue.
+TEST_F(PreemptTest, ShortGangIsServedFirstUntilAnOlderOneIsOverdue) {
+  // One host, busy until t=1000 with a gang nobody may stop; at t=100
+  // "long" has waited 90 s (key 90 / sqrt(100,000) = 0.28), "short" 40 s
+  // (key 40 / sqrt(100) = 4).
+  auto head_at_100 = [&](double overdue_backlog_fraction) -> std::string {
+    Rebuild(overdue_backlog_fraction);
+    AddHosts(1);
+    GangSpec busy = Gang("busy", 1, 8, 0, /*run_bound=*/1000);
+    Start(busy, "h0", 0);
+    EXPECT_TRUE(
+        policy_->Join(Gang("long", 1, 8, 10, /*run_bound=*/100000), 1, "h0")
+            .ok());
+    EXPECT_TRUE(
+        policy_->Join(Gang("short", 1, 8, 60, /*run_bound=*/100), 1, "h0")
+            .ok());
+    const Decisions decisions = policy_->Schedule(100);
+    EXPECT_THAT(decisions.admitted, IsEmpty());
+    EXPECT_THAT(decisions.preempted, IsEmpty());
+    return policy_->reservation().has_value() ? policy_->reservation()->gang_id
+                                              : "";
+  };
+  // Backlog: 8 GPUs x (900 + 100,000 + 100) s over 8 GPUs = 101,000 s; at
+  // 0.85 of it nobody is overdue, so the short gang is next in line.
+  EXPECT_EQ(head_at_100(PreemptOptions{}.overdue_backlog_fraction), "short");
+  // At 0.0005 of it (50.5 s) "long" is overdue and "short" is not: the
+  // overdue gang comes first.
+  EXPECT_EQ(head_at_100(0.0005), "long");
+  // Off: queue order.
+  EXPECT_EQ(head_at_100(0), "long");
+}
+
+// A victim's retry queues again behind GitLab's pending jobs, so a gang
+// that was overdue when it started is not stopped again.
+TEST_F(PreemptTest, NeverStopsAGangThatWasOverdueWhenItStarted) {
+  auto victim_at = [&](double overdue_backlog_fraction) -> std::string {
+    Rebuild(overdue_backlog_fraction);
+    AddHosts(2);
+    // "late" waited 200,000 s for its start and would lose least (100 s x 8
+    // GPUs since its checkpoint, against 300 s x 8 for "fresh").
+    GangSpec late = Victim("late", 8, 300);
+    late.queue_time = 0;
+    Start(late, "h0", 200000);
+    GangSpec fresh = Victim("fresh", 8, 700);
+    fresh.queue_time = 200000;
+    Start(fresh, "h1", 200000);
+    GangSpec urgent = Gang("urgent", 1, 8, 201000);
+    urgent.priority = 5;
+    EXPECT_TRUE(policy_->Join(urgent, 1, "h0").ok());
+    const Decisions decisions = policy_->Schedule(201000);
+    return decisions.preempted.size() == 1 ? decisions.preempted[0].gang_id
+                                           : "";
+  };
+  // Backlog: (99,000 + 99,000) x 8 + 3,600 x 8 GPU-seconds over 16 GPUs,
+  // 100,800 s; "late" waited 200,000 s, more than 0.85 of it.
+  EXPECT_EQ(victim_at(PreemptOptions{}.overdue_backlog_fraction), "fresh");
+  EXPECT_EQ(victim_at(0), "late");
 }
 
 TEST_F(PreemptTest, BackfillModeNeverPreempts) {

@@ -1,6 +1,7 @@
 // Checkpoint-aware preemption against strict FIFO on the committed traces
-// (sim/traces/), 32 hosts x 8 GPUs, with the preemption cost charged. The
-// bounds are the ones docs/scheduling.md reports.
+// (sim/traces/), 32 hosts x 8 GPUs, with the preemption cost charged, each
+// ratio taken against FIFO in the same run. The bounds are the ones
+// docs/scheduling.md reports.
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -23,61 +24,92 @@ std::vector<TraceJob> Load(const std::string& name) {
 }
 
 SimResult Replay(const std::vector<TraceJob>& trace, policy::Mode mode,
-                 uint64_t seed, bool elastic = false) {
+                 uint64_t seed, bool elastic = false,
+                 double preemptible_fraction = 1.0) {
   SimOptions options;  // 32 x 8 GPUs, 1,024 runner slots.
   options.mode = mode;
   options.seed = seed;
   options.elastic = elastic;
+  options.preemptible_fraction = preemptible_fraction;
   absl::StatusOr<SimResult> result = Simulate(trace, options);
   EXPECT_TRUE(result.ok()) << result.status();
   return result.ok() ? *result : SimResult{};
 }
 
 // What preemption must hold on every trace: everything finishes, nothing
-// deadlocks or stalls, nobody is preempted more than K times, and nobody
-// waits longer than the longest FIFO wait.
+// deadlocks or stalls, nobody is preempted more than K times, no job that is
+// not preemptible is stopped, and nobody waits longer than the longest FIFO
+// wait.
 void ExpectSafe(const SimResult& preempt, const SimResult& fifo) {
   EXPECT_EQ(preempt.finished, preempt.jobs);
   EXPECT_FALSE(preempt.stalled);
   EXPECT_EQ(preempt.deadlocks, 0u);
   EXPECT_LE(preempt.max_preemptions_per_job,
             policy::PreemptOptions{}.max_preemptions);
+  EXPECT_EQ(preempt.non_preemptible_preempted, 0u);
   EXPECT_LE(preempt.max_wait, fifo.max_wait);
+}
+
+// The targets, against strict FIFO in the same run: safe, mean JCT at most
+// 0.30 and mean wait at most 0.25 of FIFO's.
+void ExpectTargets(const SimResult& preempt, const SimResult& fifo) {
+  ExpectSafe(preempt, fifo);
+  EXPECT_LE(preempt.mean_jct, 0.30 * fifo.mean_jct);
+  EXPECT_LE(preempt.mean_wait, 0.25 * fifo.mean_wait);
+}
+
+double MeanDuration(const std::vector<TraceJob>& trace) {
+  double sum = 0;
+  for (const TraceJob& job : trace) sum += static_cast<double>(job.duration);
+  return trace.empty() ? 0 : sum / static_cast<double>(trace.size());
 }
 
 class PhillyBoundsTest : public ::testing::TestWithParam<uint64_t> {};
 
-TEST_P(PhillyBoundsTest, PreemptCutsJctAndWaitAgainstFifo) {
+TEST_P(PhillyBoundsTest, PreemptMeetsTheTargets) {
   const std::vector<TraceJob> trace = Load("philly-gavel-seed0.csv");
   ASSERT_EQ(trace.size(), 15264u);
   const SimResult fifo = Replay(trace, policy::Mode::kStrictFifo, GetParam());
   const SimResult preempt = Replay(trace, policy::Mode::kPreempt, GetParam());
 
-  ExpectSafe(preempt, fifo);
   EXPECT_GT(preempt.preemptions, 0u);
-  EXPECT_LE(preempt.mean_jct, 0.30 * fifo.mean_jct);
-  EXPECT_LE(preempt.mean_wait, 0.25 * fifo.mean_wait);
+  ExpectTargets(preempt, fifo);
+}
+
+TEST_P(PhillyBoundsTest, PreemptElasticMeetsTheTargets) {
+  const std::vector<TraceJob> trace = Load("philly-gavel-seed0.csv");
+  const SimResult fifo = Replay(trace, policy::Mode::kStrictFifo, GetParam());
+  const SimResult elastic =
+      Replay(trace, policy::Mode::kPreempt, GetParam(), /*elastic=*/true);
+
+  EXPECT_GT(elastic.started_smaller, 0u);
+  ExpectTargets(elastic, fifo);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, PhillyBoundsTest, ::testing::Values(0, 1, 2));
 
-// Elastic starts on this trace are safe, but their slower runs cost more
-// than they gain: the ratios are above preemption's and miss the targets
-// on seed 2 (docs/scheduling.md), so only safety is asserted.
-TEST(PhillyElasticTest, PreemptElasticIsSafe) {
+// Only a share of the jobs may be stopped: the few preemptible ones must not
+// take every preemption and end up waiting longer than anybody under FIFO.
+class PartlyPreemptibleTest : public ::testing::TestWithParam<double> {};
+
+TEST_P(PartlyPreemptibleTest, MeetsTheTargetsAndTheLongestWait) {
   const std::vector<TraceJob> trace = Load("philly-gavel-seed0.csv");
   const SimResult fifo = Replay(trace, policy::Mode::kStrictFifo, 0);
-  const SimResult elastic =
-      Replay(trace, policy::Mode::kPreempt, 0, /*elastic=*/true);
-  ExpectSafe(elastic, fifo);
-  EXPECT_GT(elastic.started_smaller, 0u);
+  const SimResult preempt = Replay(trace, policy::Mode::kPreempt, 0,
+                                   /*elastic=*/false, GetParam());
+
+  EXPECT_GT(preempt.preemptions, 0u);
+  EXPECT_LT(preempt.preemptible_jobs, trace.size());
+  ExpectTargets(preempt, fifo);
 }
+
+INSTANTIATE_TEST_SUITE_P(Fractions, PartlyPreemptibleTest,
+                         ::testing::Values(0.5, 0.25));
 
 class SyntheticBoundsTest : public ::testing::TestWithParam<std::string> {};
 
-// The synthetic traces reach the JCT and wait ratios only where FIFO's waits
-// dominate the run times (see docs/scheduling.md); on all of them preemption
-// must be safe and must not do worse than backfill alone.
+// On every synthetic trace preemption must be safe and must not do worse
+// than backfill alone; elastic starts lower the wait further.
 TEST_P(SyntheticBoundsTest, PreemptIsSafeAndNoWorseThanBackfill) {
   const std::vector<TraceJob> trace = Load(GetParam());
   ASSERT_FALSE(trace.empty());
@@ -89,7 +121,6 @@ TEST_P(SyntheticBoundsTest, PreemptIsSafeAndNoWorseThanBackfill) {
   EXPECT_LE(preempt.mean_wait, gdt.mean_wait * 1.01);
   EXPECT_LE(preempt.mean_jct, gdt.mean_jct * 1.01);
 
-  // Elastic starts lower the wait further; the slower runs may cost JCT.
   const SimResult elastic =
       Replay(trace, policy::Mode::kPreempt, 0, /*elastic=*/true);
   ExpectSafe(elastic, fifo);
@@ -101,6 +132,39 @@ INSTANTIATE_TEST_SUITE_P(Traces, SyntheticBoundsTest,
                          ::testing::Values("synthetic-heavy-tail.csv",
                                            "synthetic-big-gangs.csv",
                                            "synthetic-bursty.csv"));
+
+// Many 16- to 64-GPU gangs: both modes meet the targets.
+TEST(BigGangsTest, PreemptAndElasticMeetTheTargets) {
+  const std::vector<TraceJob> trace = Load("synthetic-big-gangs.csv");
+  const SimResult fifo = Replay(trace, policy::Mode::kStrictFifo, 0);
+  ExpectTargets(Replay(trace, policy::Mode::kPreempt, 0), fifo);
+  ExpectTargets(Replay(trace, policy::Mode::kPreempt, 0, /*elastic=*/true),
+                fifo);
+}
+
+// No policy's mean JCT goes below the mean run time (a job runs at least its
+// trace duration), which is 0.33 of FIFO's mean JCT on heavy-tail and 0.86
+// on bursty, above the 0.30 target. There the mean JCT must stay within 10 %
+// of that floor; heavy-tail meets the wait target as well.
+TEST(FloorTest, HeavyTailAndBurstyStayNearTheFloor) {
+  for (const std::string name :
+       {"synthetic-heavy-tail.csv", "synthetic-bursty.csv"}) {
+    SCOPED_TRACE(name);
+    const std::vector<TraceJob> trace = Load(name);
+    const SimResult fifo = Replay(trace, policy::Mode::kStrictFifo, 0);
+    const double floor = MeanDuration(trace);
+    EXPECT_GT(floor, 0.30 * fifo.mean_jct);
+    for (const bool elastic : {false, true}) {
+      const SimResult preempt =
+          Replay(trace, policy::Mode::kPreempt, 0, elastic);
+      EXPECT_GE(preempt.mean_jct, floor);
+      EXPECT_LE(preempt.mean_jct, 1.10 * floor) << "elastic " << elastic;
+      if (name == "synthetic-heavy-tail.csv") {
+        EXPECT_LE(preempt.mean_wait, 0.25 * fifo.mean_wait);
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace gdt::sim

@@ -83,6 +83,13 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: a waiting job ranks one level higher per this many "
                  "seconds waited (0: no aging)")
       ->capture_default_str();
+  app.add_option("--overdue-fraction",
+                 flags.options.preempt.overdue_backlog_fraction,
+                 "preempt: a waiting job is overdue (served first, in queue "
+                 "order) once it has waited this share of the backlog; the "
+                 "others go by aged key (0: queue order, as in gdt)")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
 
