@@ -69,8 +69,10 @@ int Run(const std::string& binary) {
     config << "listen_address: 127.0.0.1:0\nstate_path: " << dir
            << "/coord.db\nmax_nodes_per_job: 8\nlog_level: warn\n"
            << "host_down_after_seconds: 3600\n"
-           // All 1,000 pending gangs are in one project.
-           << "max_forming_gangs_per_project: " << kGangs << "\n";
+           // All 1,000 pending gangs are in one project, whose 4,000
+           // members join at once: no per-project join rate limit.
+           << "max_forming_gangs_per_project: " << kGangs << "\n"
+           << "join_rate_per_project: 0\n";
   }
   SpawnOptions options;
   options.argv = {binary,        "serve",      "--config", dir + "/coord.yaml",
