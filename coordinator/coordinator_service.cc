@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <functional>
+#include <list>
 #include <optional>
 #include <utility>
 
@@ -408,7 +408,9 @@ class EventWriter : public grpc::ServerWriteReactor<Event> {
     return finish_status_;
   }
 
-  std::deque<Event> queue_ ABSL_GUARDED_BY(mu_);
+  // A list, not a deque: an idle stream (a member waiting for its gang)
+  // holds no buffer here, and the event being written stays where it is.
+  std::list<Event> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   bool held_ ABSL_GUARDED_BY(mu_) = false;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/exit_code.h"
+#include "common/heap_trim.h"
 #include "common/logging.h"
 #include "common/stop_signals.h"
 #include "common/tls_config.h"
@@ -21,6 +23,22 @@
 
 namespace gdt::coordinator {
 namespace {
+
+// How much memory a burst must have left resident but unused before the
+// daemon hands it back (see HeapTrimmer), checked once a second.
+constexpr size_t kTrimAfterBytes = 8u * 1024 * 1024;
+
+// Called about once a second by the serving loops.
+void TrimHeap(HeapTrimmer& trimmer) {
+  const auto start = std::chrono::steady_clock::now();
+  if (const size_t released = trimmer.MaybeTrim(); released > 0) {
+    spdlog::debug("event=heap_trimmed released_kib={} took_us={}",
+                  released / 1024,
+                  std::chrono::duration_cast<std::chrono::microseconds>(
+                      std::chrono::steady_clock::now() - start)
+                      .count());
+  }
+}
 
 int Fail(int code, const std::string& message) {
   std::fprintf(stderr, "gdt-coord: %s\n", message.c_str());
@@ -60,8 +78,10 @@ int ServeHa(const ServeOptions& flags, const Config& config,
   spdlog::info("event=listening address={} state=etcd etcd={} cluster={}",
                (*server)->bound_address(),
                absl::StrJoin(config.etcd_endpoints, ","), config.etcd_cluster);
+  HeapTrimmer trimmer(kTrimAfterBytes);
   const timespec tick{0, 100 * 1000 * 1000};
-  while (true) {
+  for (int ticks = 1;; ++ticks) {
+    if (ticks % 10 == 0) TrimHeap(trimmer);
     const int signal_number = sigtimedwait(&signals, nullptr, &tick);
     if (signal_number > 0) {
       spdlog::info("event=shutting_down signal={}", signal_number);
@@ -177,8 +197,12 @@ int RunServe(const ServeOptions& flags) {
                    : (*server)->metrics_address(),
                dashboard.has_value() ? dashboard->url : "off",
                LogValue(config->state_path));
+  HeapTrimmer trimmer(kTrimAfterBytes);
+  const timespec second{1, 0};
   int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  while ((signal_number = sigtimedwait(&signals, nullptr, &second)) <= 0) {
+    TrimHeap(trimmer);
+  }
   spdlog::info("event=shutting_down signal={}", signal_number);
   dashboard.reset();
   (*server)->Shutdown();
