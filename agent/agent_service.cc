@@ -8,6 +8,7 @@
 #include <deque>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
@@ -311,6 +312,16 @@ class StageReactor final
   void StartAllowed() {
     member_id_ = request_.start().member_id();
     stage_name_ = request_.start().stage();
+    if (request_.start().has_setup()) {
+      if (absl::Status status = SetUpMember(request_.start().setup());
+          !status.ok()) {
+        spdlog::warn("event=setup_failed member={} stage={} error={}",
+                     LogValue(member_id_), LogValue(stage_name_),
+                     LogValue(status.ToString()));
+        Finish(rendezvous::ToGrpcStatus(status));
+        return;
+      }
+    }
     // What OnCancel() needs, without the script and files.
     start_.set_member_id(member_id_);
     start_.set_stage(stage_name_);
@@ -361,6 +372,18 @@ class StageReactor final
       finish = finish_deferred_;
     }
     if (finish) Finish(grpc::Status::OK);
+  }
+
+  // StartStage.setup: the member's directories, as SetupMember makes them.
+  absl::Status SetUpMember(const v1::SetupMemberRequest& setup) {
+    if (!setup.member_id().empty() && setup.member_id() != member_id_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("setup is for member ", setup.member_id(),
+                       ", the stage for member ", member_id_));
+    }
+    const std::vector<std::string> extra_dirs(setup.extra_dirs().begin(),
+                                              setup.extra_dirs().end());
+    return supervisor_.SetupMember(member_id_, setup.builds_dir(), extra_dirs);
   }
 
   // Hands a user script's exit to the outbox (see

@@ -410,6 +410,52 @@ TEST_F(AgentServiceTest, SetupErrorNamesThePath) {
   EXPECT_THAT(status.message(), HasSubstr(file + "/builds"));
 }
 
+// The executor sends the member's set-up with every stage: an agent that
+// never saw a SetupMember (restarted) makes the directories before the
+// stage starts, as SetupMember would, and again idempotently.
+TEST_F(AgentServiceTest, StageSetsTheMemberUpBeforeItStarts) {
+  const std::string builds = root_ + "/builds/g1-1";
+  const std::string cache = root_ + "/cache/g1-1";
+  v1::StartStage start = Start("g1/1", "pwd\n");
+  start.set_working_dir(builds);
+  start.mutable_setup()->set_builds_dir(builds);
+  start.mutable_setup()->add_extra_dirs(cache);
+
+  StageResult first = Run(start);
+  StageResult second = Run(start);
+
+  ASSERT_TRUE(first.exit.ok()) << first.exit.status();
+  EXPECT_EQ(first.out, builds + "\n");
+  ASSERT_TRUE(second.exit.ok()) << second.exit.status();
+  struct stat info {};
+  ASSERT_EQ(stat(builds.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0700u);  // As SetupMember makes it.
+  EXPECT_TRUE(fs::is_directory(cache));
+  // Made by this agent for the member: teardown may remove it.
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/1");
+  teardown.set_remove_builds_dir(true);
+  ASSERT_TRUE(client_->TeardownMember(teardown, seconds(5)).ok());
+  EXPECT_FALSE(fs::exists(builds));
+}
+
+TEST_F(AgentServiceTest, StageSetUpIsRefusedBeforeTheStageStarts) {
+  const std::string file = root_ + "/plain-file";
+  std::ofstream(file.c_str()) << "x";
+  v1::StartStage bad_dir = Start("g1/1", "touch " + root_ + "/ran\n");
+  bad_dir.mutable_setup()->set_builds_dir(file + "/builds");
+  v1::StartStage other_member = Start("g1/1", "touch " + root_ + "/ran\n");
+  other_member.mutable_setup()->set_member_id("g1/2");
+
+  StageResult refused = Run(bad_dir);
+  StageResult mismatch = Run(other_member);
+
+  EXPECT_FALSE(refused.exit.ok());
+  EXPECT_THAT(refused.exit.status().message(), HasSubstr(file + "/builds"));
+  EXPECT_EQ(mismatch.exit.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(root_ + "/ran")) << "a refused stage ran";
+}
+
 TEST_F(AgentServiceTest, BadStartIsRejectedWithInvalidArgument) {
   v1::StartStage start = Start("g1/1", "echo never\n");
   v1::StageFile* file = start.add_files();

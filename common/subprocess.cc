@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -152,6 +154,11 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
   child->pid_ = pid;
   child->own_group_ = options.new_process_group;
   if (options.new_process_group) setpgid(pid, pid);  // Close the race.
+  // The child is unreaped, so its pid cannot be reused under us. Without
+  // pidfd_open (kernels before 5.3, or a filter that refuses it) WaitUntil
+  // falls back to looking for the exit between polls.
+  child->pid_fd_ = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+  if (child->pid_fd_ < 0) child->pid_fd_ = -1;
   close(exec_pipe[1]);
   if (options.capture_output) {
     close(out_pipe[1]);
@@ -182,6 +189,7 @@ Subprocess::~Subprocess() {
   }
   CloseFd(out_fd_);
   CloseFd(err_fd_);
+  CloseFd(pid_fd_);
 }
 
 void Subprocess::CloseFd(int& fd) {
@@ -191,15 +199,23 @@ void Subprocess::CloseFd(int& fd) {
 
 bool Subprocess::PumpOutput(std::chrono::milliseconds timeout,
                             const OutputCallback& callback) {
-  if (out_fd_ < 0 && err_fd_ < 0) return false;
-  pollfd fds[2];
+  return Poll(timeout, /*with_exit=*/false, callback);
+}
+
+bool Subprocess::Poll(std::chrono::milliseconds timeout, bool with_exit,
+                      const OutputCallback& callback) {
+  with_exit = with_exit && pid_fd_ >= 0;
+  if (out_fd_ < 0 && err_fd_ < 0 && !with_exit) return false;
+  pollfd fds[3];
   int count = 0;
   if (out_fd_ >= 0) fds[count++] = {out_fd_, POLLIN, 0};
   if (err_fd_ >= 0) fds[count++] = {err_fd_, POLLIN, 0};
+  if (with_exit) fds[count++] = {pid_fd_, POLLIN, 0};
   const int ready = poll(fds, count, static_cast<int>(timeout.count()));
-  if (ready <= 0) return true;
+  if (ready <= 0) return out_fd_ >= 0 || err_fd_ >= 0;
   char buffer[16384];
   for (int i = 0; i < count; ++i) {
+    if (fds[i].fd == pid_fd_) continue;
     if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
     const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
     if (n > 0) {
@@ -231,6 +247,7 @@ std::optional<ExitStatus> Subprocess::WaitUntil(
     std::chrono::steady_clock::time_point deadline,
     const OutputCallback& callback) {
   using std::chrono::milliseconds;
+  bool exit_seen = false;  // The pidfd reported the exit.
   while (true) {
     if (TryWait().has_value()) {
       // Collect what the child wrote before it went, without waiting on
@@ -245,12 +262,26 @@ std::optional<ExitStatus> Subprocess::WaitUntil(
       }
       return exit_;
     }
+    if (exit_seen) {
+      // Exited but not ours to reap (reaped elsewhere): the pidfd would
+      // stay readable, so wait as without one.
+      CloseFd(pid_fd_);
+    }
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return std::nullopt;
-    const milliseconds wait =
-        std::min(milliseconds(20),
-                 std::chrono::duration_cast<milliseconds>(deadline - now) +
-                     milliseconds(1));
+    const milliseconds left =
+        std::chrono::duration_cast<milliseconds>(deadline - now) +
+        milliseconds(1);
+    if (pid_fd_ >= 0) {
+      // One poll over the pipes and the exit; a day at most per call keeps
+      // the timeout within an int.
+      Poll(std::min<milliseconds>(left, std::chrono::hours(24)),
+           /*with_exit=*/true, callback);
+      pollfd exit_fd = {pid_fd_, POLLIN, 0};
+      exit_seen = poll(&exit_fd, 1, 0) > 0;
+      continue;
+    }
+    const milliseconds wait = std::min(milliseconds(20), left);
     if (!PumpOutput(wait, callback))
       usleep(
           static_cast<useconds_t>(std::min<int64_t>(wait.count(), 5) * 1000));

@@ -88,7 +88,11 @@ class Subprocess {
   ExitStatus Wait(const OutputCallback& callback = nullptr);
 
   // Like Wait() but gives up at `deadline`, returning nullopt (the child is
-  // left running).
+  // left running). Returns as soon as the child has exited, however its
+  // pipes stand (a process it left behind may hold them open): it waits on
+  // the child's exit and its output together (a pidfd, Linux 5.3 and later;
+  // elsewhere it looks for the exit at least every 20 ms). What the child
+  // wrote before it exited is delivered before it returns.
   std::optional<ExitStatus> WaitUntil(
       std::chrono::steady_clock::time_point deadline,
       const OutputCallback& callback = nullptr);
@@ -107,8 +111,13 @@ class Subprocess {
  private:
   Subprocess() = default;
   void CloseFd(int& fd);
+  // Waits up to `timeout` for output or, when `with_exit`, for the child's
+  // exit; delivers what arrived. Returns false once both pipes are closed.
+  bool Poll(std::chrono::milliseconds timeout, bool with_exit,
+            const OutputCallback& callback);
 
   pid_t pid_ = -1;
+  int pid_fd_ = -1;  // Readable once the child exited; -1 if unsupported.
   bool own_group_ = false;
   int out_fd_ = -1;
   int err_fd_ = -1;

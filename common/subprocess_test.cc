@@ -1,10 +1,16 @@
 #include "common/subprocess.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -92,6 +98,65 @@ TEST(SubprocessTest, WaitUntilGivesUpAtDeadline) {
       (*child)->WaitUntil(std::chrono::steady_clock::now() + milliseconds(100));
 
   EXPECT_FALSE(status.has_value());
+}
+
+// How long WaitUntil takes to return after the child exited, the exit seen
+// by a thread blocked in waitid(WNOWAIT) (which leaves the child to be
+// reaped). The child exits while WaitUntil waits; looking for the exit only
+// between polls of the output costs at least 5 ms after the pipes close.
+TEST(SubprocessTest, WaitUntilReturnsAsSoonAsTheChildExits) {
+  std::vector<std::chrono::steady_clock::duration> took;
+  for (int run = 0; run < 21; ++run) {
+    SpawnOptions options = Shell("");
+    options.argv = {"sleep", "0.03"};
+    auto child = Subprocess::Spawn(options);
+    ASSERT_TRUE(child.ok()) << child.status();
+    const pid_t pid = (*child)->pid();
+    std::chrono::steady_clock::time_point exited;
+    std::thread watcher([pid, &exited] {
+      siginfo_t info = {};
+      while (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT) !=
+                 0 &&
+             errno == EINTR) {
+      }
+      exited = std::chrono::steady_clock::now();
+    });
+
+    const std::optional<ExitStatus> status =
+        (*child)->WaitUntil(std::chrono::steady_clock::now() + seconds(30));
+
+    const auto returned = std::chrono::steady_clock::now();
+    watcher.join();
+    ASSERT_TRUE(status.has_value()) << "sleep 0.03 did not exit within 30 s";
+    EXPECT_TRUE(status->success());
+    took.push_back(returned - exited);
+  }
+  // The median of 21: both threads wake on the same exit, so a loaded
+  // machine delays either; the 5 ms after the pipes close delay all.
+  std::sort(took.begin(), took.end());
+  EXPECT_LT(took[took.size() / 2], std::chrono::microseconds(2500))
+      << "median return after the exit took "
+      << std::chrono::duration_cast<std::chrono::microseconds>(
+             took[took.size() / 2])
+             .count()
+      << " us";
+}
+
+// A process the child left behind keeps the pipes open: the wait still
+// ends with the child, with everything the child wrote.
+TEST(SubprocessTest, WaitUntilEndsWithTheChildWhileAGrandchildHoldsThePipes) {
+  auto child = Subprocess::Spawn(Shell("sleep 30 & echo started; exit 4"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out;
+
+  const std::optional<ExitStatus> status = (*child)->WaitUntil(
+      std::chrono::steady_clock::now() + seconds(20),
+      [&](OutputSource, std::string_view data) { out.append(data); });
+
+  (*child)->SignalGroup(SIGKILL);  // The sleep.
+  ASSERT_TRUE(status.has_value()) << "the wait ran into its deadline";
+  EXPECT_EQ(status->code(), 4);
+  EXPECT_EQ(out, "started\n");
 }
 
 TEST(SubprocessTest, RunCommandTimesOut) {

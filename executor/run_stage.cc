@@ -305,15 +305,16 @@ Outcome RunScriptStage(const StageContext& context,
 
   rendezvous::AgentClient agent(state->agent_endpoint, context.security);
   PresentMemberToken(agent, state->assignment);
-  // SetupMember is idempotent: it re-creates the member's directories after
-  // an agent restart, and an unreachable agent is reported here with the
-  // stage's name before any output was streamed.
-  v1::SetupMemberRequest setup;
-  setup.set_member_id(state->member_id);
-  setup.set_builds_dir(state->builds_dir);
-  if (!state->cache_dir.empty()) setup.add_extra_dirs(state->cache_dir);
-  if (absl::Status status = agent.SetupMember(
-          setup, std::chrono::milliseconds(context.config.rpc_timeout));
+  // The agent sets the member up again (idempotent) before the stage
+  // starts, so a restarted agent re-creates the member's directories; an
+  // agent that stays unreachable is reported here with the stage's name,
+  // before any output was streamed.
+  v1::SetupMemberRequest* setup = start.mutable_setup();
+  setup->set_member_id(state->member_id);
+  setup->set_builds_dir(state->builds_dir);
+  if (!state->cache_dir.empty()) setup->add_extra_dirs(state->cache_dir);
+  if (absl::Status status = agent.WaitUntilReachable(
+          std::chrono::milliseconds(context.config.rpc_timeout));
       !status.ok()) {
     return Outcome::SystemFailure(absl::StrCat(
         "agent ", state->agent_endpoint, " on host ",

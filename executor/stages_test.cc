@@ -579,6 +579,27 @@ TEST_F(StagesTest, ShortStagesReturnWithoutWaitingForTheSignalPoll) {
   EXPECT_LT(fastest, std::chrono::milliseconds(50));
 }
 
+// A run stage is one call to the agent: the member's set-up (its builds
+// and cache dirs, re-created by an agent that restarted) rides on the stage.
+TEST_F(StagesTest, RunStageCarriesTheMemberSetUpInOneCall) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  ASSERT_EQ(agent_.setups().size(), 1u);
+
+  for (const char* stage : {"get_sources", "build_script"}) {
+    ASSERT_EQ(Run({"run", WriteScript("true\n"), stage}).kind,
+              OutcomeKind::kSuccess);
+  }
+
+  EXPECT_EQ(agent_.setups().size(), 1u) << "a run stage called SetupMember";
+  ASSERT_EQ(agent_.starts().size(), 2u);
+  for (const v1::StartStage& start : agent_.starts()) {
+    ASSERT_TRUE(start.has_setup()) << start.stage();
+    EXPECT_EQ(start.setup().member_id(), "g77/1002");
+    EXPECT_EQ(start.setup().builds_dir(), dir_ + "/builds/1002");
+    EXPECT_THAT(start.setup().extra_dirs(), ElementsAre(dir_ + "/cache"));
+  }
+}
+
 TEST_F(StagesTest, SignalIsForwardedToTheStage) {
   ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
   agent_.set_wait_for_signal(true);

@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
@@ -26,7 +27,8 @@ AgentClient::AgentClient(const std::string& endpoint,
                          const ClientSecurity& security)
     : endpoint_(endpoint),
       security_(security),
-      stub_(v1::Agent::NewStub(NewLiveChannel(endpoint, security))) {}
+      channel_(NewLiveChannel(endpoint, security)),
+      stub_(v1::Agent::NewStub(channel_)) {}
 
 absl::Status AgentClient::Convert(const grpc::Status& status) const {
   return ExplainConnectFailure(FromGrpcStatus(status), "agent", endpoint_,
@@ -51,6 +53,14 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
   context.set_wait_for_ready(true);
   v1::SetupMemberResponse response;
   return Convert(stub_->SetupMember(&context, request, &response));
+}
+
+absl::Status AgentClient::WaitUntilReachable(
+    std::chrono::milliseconds timeout) {
+  if (channel_->WaitForConnected(In(timeout))) return absl::OkStatus();
+  return Convert(grpc::Status(
+      grpc::StatusCode::UNAVAILABLE,
+      absl::StrCat("no connection within ", timeout.count(), " ms")));
 }
 
 absl::StatusOr<v1::StageExit> AgentClient::RunStage(

@@ -36,6 +36,12 @@ class AgentClient {
   absl::Status SetupMember(const v1::SetupMemberRequest& request,
                            std::chrono::milliseconds timeout);
 
+  // Waits up to `timeout` for a connection to the agent (no call is made).
+  // RunStage fails at once when the agent cannot be reached; calling this
+  // first rides out an agent that is slow to accept or restarting. Errors:
+  // Unavailable when no connection came up in time.
+  absl::Status WaitUntilReachable(std::chrono::milliseconds timeout);
+
   // Runs a stage on the agent and blocks until it exits, passing its output
   // to `on_output` in order. `poll_signal` is called about every 50 ms from
   // another thread; when it returns a signal, that signal is sent to the
@@ -74,6 +80,7 @@ class AgentClient {
 
   std::string endpoint_;
   ClientSecurity security_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Agent::Stub> stub_;
   std::vector<std::pair<std::string, std::string>> metadata_;
 };
