@@ -236,6 +236,30 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
   return outcome;
 }
 
+// Why a member's stage could not run, for its gang's root cause: a live
+// agent that answered the stage with a refusal (e.g. the member's set-up
+// failed) says so; anything else is the agent lost mid-stage.
+std::string LostReason(const MemberState& state, const std::string& stage_name,
+                       const absl::Status& status) {
+  const std::string agent =
+      absl::StrCat("its agent on host ", state.assignment.host_name(), " (",
+                   state.agent_endpoint, ")");
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+      return absl::StrCat(agent, " refused ", stage_name, ": ",
+                          status.message());
+    default:
+      return absl::StrCat(agent, " became unreachable during ", stage_name);
+  }
+}
+
 }  // namespace
 
 Outcome RunScriptStage(const StageContext& context,
@@ -378,11 +402,8 @@ Outcome RunScriptStage(const StageContext& context,
     // root-cause line as every other member's.
     context.err << "gdt: " << failure << "\n";
     context.err.flush();
-    ReportExitQuietly(
-        context, *state, 0, false,
-        absl::StrCat("its agent on host ", state->assignment.host_name(), " (",
-                     state->agent_endpoint, ") became unreachable during ",
-                     stage_name));
+    ReportExitQuietly(context, *state, 0, false,
+                      LostReason(*state, stage_name, exit.status()));
     if (watch->WaitForFate(RootCauseDeadline(context), nullptr) ==
         GangWatch::Fate::kFailed) {
       return Outcome::SystemFailure(watch->failure_reason());

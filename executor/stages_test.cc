@@ -600,6 +600,25 @@ TEST_F(StagesTest, RunStageCarriesTheMemberSetUpInOneCall) {
   }
 }
 
+// A live agent that refuses the stage (here: the member's directories
+// cannot be set up) is named as refusing it, with its reason, in the
+// gang's root cause; only a broken stream is a lost agent.
+TEST_F(StagesTest, AStageTheAgentRefusesIsNotReportedAsALostAgent) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  agent_.set_stage_refusal(
+      grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                   "builds dir /srv/builds/1002 is not a directory"));
+
+  Outcome outcome = Run({"run", WriteScript("true\n"), "build_script"});
+
+  EXPECT_EQ(outcome.kind, OutcomeKind::kSystemFailure);
+  ASSERT_EQ(coordinator_.exits().size(), 1u);
+  const std::string reason = coordinator_.exits()[0].lost_reason();
+  EXPECT_THAT(reason, HasSubstr("refused build_script: builds dir "
+                                "/srv/builds/1002 is not a directory"));
+  EXPECT_THAT(reason, Not(HasSubstr("unreachable")));
+}
+
 TEST_F(StagesTest, SignalIsForwardedToTheStage) {
   ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
   agent_.set_wait_for_signal(true);

@@ -46,6 +46,7 @@ grpc::Status FakeAgent::RunStage(
   {
     MutexLock lock(mu_);
     starts_.push_back(request.start());
+    if (!stage_refusal_.ok()) return stage_refusal_;
     exit_code = exit_code_;
     wait_for_signal = wait_for_signal_;
     duration = stage_duration_;
@@ -98,6 +99,11 @@ void FakeAgent::set_wait_for_signal(bool wait) {
 void FakeAgent::set_stage_duration(std::chrono::milliseconds duration) {
   MutexLock lock(mu_);
   stage_duration_ = duration;
+}
+
+void FakeAgent::set_stage_refusal(grpc::Status refusal) {
+  MutexLock lock(mu_);
+  stage_refusal_ = std::move(refusal);
 }
 
 std::vector<v1::SetupMemberRequest> FakeAgent::setups() {

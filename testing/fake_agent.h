@@ -53,6 +53,8 @@ class FakeAgent final : public v1::Agent::Service {
   void set_exit_code(int code);
   void set_wait_for_signal(bool wait);
   void set_stage_duration(std::chrono::milliseconds duration);
+  // RunStage records the start, then ends with `refusal` (OK: runs it).
+  void set_stage_refusal(grpc::Status refusal);
   std::vector<v1::SetupMemberRequest> setups();
   std::vector<v1::StartStage> starts();
   std::vector<v1::Signal> signals();
@@ -64,6 +66,7 @@ class FakeAgent final : public v1::Agent::Service {
   int exit_code_ ABSL_GUARDED_BY(mu_) = 0;
   bool wait_for_signal_ ABSL_GUARDED_BY(mu_) = false;
   std::chrono::milliseconds stage_duration_ ABSL_GUARDED_BY(mu_){0};
+  grpc::Status stage_refusal_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::SetupMemberRequest> setups_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::StartStage> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::Signal> signals_ ABSL_GUARDED_BY(mu_);
