@@ -38,9 +38,10 @@ EXTERNAL_FLAGS = {
     "--libs", "--cflags",  # pkg-config
     "--system", "--home", "--shell", "--no-create-home", "--group",  # useradd
     "--quick", "--reps", "--sizes", "--members", "--channels", "--mib",
-    "--barrier-only", "--max-txn-ops", "--store", "--step", "--etcd",
+    "--barrier-only", "--max-txn-ops", "--max-request-bytes", "--store",
+    "--step", "--etcd",
     "--full-peers", "--hosts", "--joins-per-second", "--main-port",
-    # bench/ programs and scripts/bench.sh
+    # bench/ programs and scripts/bench.sh; etcd flags they pass
     "--call-graph",  # perf record
     "--keep", "--dir", "--files", "--threshold", "--prefix",
     "--first-job-id", "--absent", "--now", "--master", "--rank",
