@@ -174,17 +174,8 @@ int main(int argc, char** argv) {
   // Per-join info lines would dominate; operators run at info, see the doc.
   spdlog::set_level(spdlog::level::err);
 
-  // 64 CPU hosts x 64 member slots: room for the largest gang.
-  auto start_coordinator = [](const std::vector<std::string>& etcd)
-      -> std::unique_ptr<InProcessCoordinator> {
-    std::unique_ptr<InProcessCoordinator> coordinator =
-        InProcessCoordinator::Start(4096, etcd);
-    if (coordinator == nullptr || !coordinator->RegisterCpuHosts(64, 64).ok()) {
-      return nullptr;
-    }
-    return coordinator;
-  };
-  std::unique_ptr<InProcessCoordinator> gdt = start_coordinator({});
+  std::unique_ptr<InProcessCoordinator> gdt =
+      InProcessCoordinator::StartWithCpuHosts(4096);
   if (gdt == nullptr) {
     std::cerr << "cannot start the in-process coordinator\n";
     return 1;
@@ -198,7 +189,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     etcd = std::move(*started);
-    on_etcd = start_coordinator(etcd.endpoints);
+    on_etcd = InProcessCoordinator::StartWithCpuHosts(4096, etcd.endpoints);
     if (on_etcd == nullptr) {
       std::cerr << "cannot start the coordinator on " << etcd.description
                 << "\n";

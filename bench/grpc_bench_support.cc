@@ -135,18 +135,19 @@ InProcessCoordinator::~InProcessCoordinator() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-absl::Status InProcessCoordinator::RegisterCpuHosts(int count, uint32_t slots) {
-  for (int host = 0; host < count; ++host) {
+std::unique_ptr<InProcessCoordinator> InProcessCoordinator::StartWithCpuHosts(
+    uint32_t max_nodes, const std::vector<std::string>& etcd_endpoints) {
+  std::unique_ptr<InProcessCoordinator> self = Start(max_nodes, etcd_endpoints);
+  if (self == nullptr) return nullptr;
+  for (int host = 0; host < kBenchCpuHosts; ++host) {
     state::HostSpec spec;
     spec.name = BenchHostName(host);
     spec.address = absl::StrCat("10.0.", host / 256, ".", host % 256);
     spec.agent_endpoint = spec.address + ":7071";
-    spec.cpu_slots = slots;
-    if (absl::Status status = coordinator_->RegisterHost(spec); !status.ok()) {
-      return status;
-    }
+    spec.cpu_slots = kBenchCpuHosts;
+    if (!self->coordinator_->RegisterHost(spec).ok()) return nullptr;
   }
-  return absl::OkStatus();
+  return self;
 }
 
 std::string BenchHostName(int index) {

@@ -108,6 +108,7 @@ absl::StatusOr<BenchEtcd> StartBenchEtcd(const std::string& endpoints);
 // on 127.0.0.1:0; agents are not asked about ports (all free). State is a
 // SQLite file in a temporary directory or, with `etcd_endpoints`, etcd
 // under a prefix of its own.
+inline constexpr int kBenchCpuHosts = 64;
 class InProcessCoordinator {
  public:
   static std::unique_ptr<InProcessCoordinator> Start(
@@ -117,9 +118,10 @@ class InProcessCoordinator {
   const std::string& endpoint() const { return endpoint_; }
   coordinator::Coordinator& core() { return *coordinator_; }
 
-  // Registers `count` CPU hosts named BenchHostName(0..count-1) with
-  // `slots` member slots each.
-  absl::Status RegisterCpuHosts(int count, uint32_t slots);
+  // Start() with kBenchCpuHosts CPU hosts of kBenchCpuHosts member slots
+  // each, named BenchHostName(0..): room for a 4,096-member gang.
+  static std::unique_ptr<InProcessCoordinator> StartWithCpuHosts(
+      uint32_t max_nodes, const std::vector<std::string>& etcd_endpoints = {});
 
  private:
   InProcessCoordinator() = default;

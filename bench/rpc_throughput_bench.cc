@@ -146,16 +146,8 @@ int main(int argc, char** argv) {
   // Warnings are expected (see docs/benchmarks.md) and would flood stderr.
   spdlog::set_level(spdlog::level::err);
 
-  auto start_coordinator = [](const std::vector<std::string>& etcd)
-      -> std::unique_ptr<InProcessCoordinator> {
-    std::unique_ptr<InProcessCoordinator> coordinator =
-        InProcessCoordinator::Start(8, etcd);
-    if (coordinator == nullptr || !coordinator->RegisterCpuHosts(64, 64).ok()) {
-      return nullptr;
-    }
-    return coordinator;
-  };
-  std::unique_ptr<InProcessCoordinator> gdt = start_coordinator({});
+  std::unique_ptr<InProcessCoordinator> gdt =
+      InProcessCoordinator::StartWithCpuHosts(8);
   if (gdt == nullptr) return 1;
   EmptyService empty_service;
   grpc::ServerBuilder builder;
@@ -189,7 +181,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     std::unique_ptr<InProcessCoordinator> on_etcd =
-        start_coordinator(etcd->endpoints);
+        InProcessCoordinator::StartWithCpuHosts(8, etcd->endpoints);
     if (on_etcd == nullptr) return 1;
     const double etcd_joins = JoinRate(on_etcd->endpoint(), 8, duration);
     std::printf(
