@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 #include <thread>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/cgroup.h"
+#include "common/file.h"
 #include "common/host_port.h"
 
 namespace gdt::test {
@@ -514,13 +516,16 @@ absl::Status GdtCluster::WaitForHosts(int count, milliseconds timeout) {
 
 std::string GdtCluster::WriteExecutorConfig() const {
   const std::string config = dir_.Sub("executor.yaml");
-  WriteFile(config,
-            absl::StrCat("coordinator: ", coordinator_endpoint(),
-                         "\nbuilds_root: ", dir_.Sub("builds"),
-                         "\ncache_root: ", dir_.Sub("cache"),
-                         "\narrival_host: runner\njoin_timeout_seconds: 120\n",
-                         "log_level: info\n", executor_extra_config_,
-                         TlsYaml(/*server=*/false)));
+  // Replaced whole: executors of a run-local started earlier read it at
+  // every stage, and must never see it half written.
+  const absl::Status written = WriteFileAtomically(
+      config,
+      absl::StrCat("coordinator: ", coordinator_endpoint(), "\nbuilds_root: ",
+                   dir_.Sub("builds"), "\ncache_root: ", dir_.Sub("cache"),
+                   "\narrival_host: runner\njoin_timeout_seconds: 120\n",
+                   "log_level: info\n", executor_extra_config_,
+                   TlsYaml(/*server=*/false)));
+  if (!written.ok()) std::cerr << written << "\n";
   return config;
 }
 
