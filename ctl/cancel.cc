@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "ctl/admin_token.h"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/grpc_status.h"
 
 namespace gdt::ctl {
 namespace {
@@ -12,17 +13,9 @@ namespace {
 // The coordinator's answer as it is, or "cannot reach" for transport errors.
 absl::Status CommandError(const std::string& endpoint,
                           const absl::Status& status) {
-  switch (status.code()) {
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kPermissionDenied:
-      return status;
-    default:
-      return absl::UnavailableError(absl::StrCat(
-          "cannot reach coordinator at ", endpoint, ": ", status.message()));
-  }
+  if (rendezvous::IsPeerRefusal(status)) return status;
+  return absl::UnavailableError(absl::StrCat("cannot reach coordinator at ",
+                                             endpoint, ": ", status.message()));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "executor/stages.h"
 #include "rendezvous/agent_client.h"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
@@ -244,20 +245,10 @@ std::string LostReason(const MemberState& state, const std::string& stage_name,
   const std::string agent =
       absl::StrCat("its agent on host ", state.assignment.host_name(), " (",
                    state.agent_endpoint, ")");
-  switch (status.code()) {
-    case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kFailedPrecondition:
-    case absl::StatusCode::kPermissionDenied:
-    case absl::StatusCode::kUnauthenticated:
-    case absl::StatusCode::kNotFound:
-    case absl::StatusCode::kAlreadyExists:
-    case absl::StatusCode::kOutOfRange:
-    case absl::StatusCode::kResourceExhausted:
-      return absl::StrCat(agent, " refused ", stage_name, ": ",
-                          status.message());
-    default:
-      return absl::StrCat(agent, " became unreachable during ", stage_name);
+  if (rendezvous::IsPeerRefusal(status)) {
+    return absl::StrCat(agent, " refused ", stage_name, ": ", status.message());
   }
+  return absl::StrCat(agent, " became unreachable during ", stage_name);
 }
 
 }  // namespace

@@ -49,4 +49,20 @@ absl::Status WithRetryAfterTrailer(absl::Status status,
                    kMaxRetryAfter)));
 }
 
+bool IsPeerRefusal(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kPermissionDenied:
+    case absl::StatusCode::kUnauthenticated:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kOutOfRange:
+    case absl::StatusCode::kResourceExhausted:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace gdt::rendezvous

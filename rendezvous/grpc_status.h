@@ -13,6 +13,12 @@ namespace gdt::rendezvous {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// Whether a failed call's `status` is the peer's deliberate answer (it was
+// reached and refused: bad argument, wrong state, not allowed, not found,
+// over a limit) rather than a transport failure or a lost peer (UNAVAILABLE,
+// DEADLINE_EXCEEDED, CANCELLED, UNKNOWN, INTERNAL, ...).
+bool IsPeerRefusal(const absl::Status& status);
+
 // A refusal's retry hint (common/retry_after.h) crosses the wire as the
 // trailing metadata kRetryAfterMetadata (rendezvous/metadata.h), whole
 // milliseconds in decimal. Servers: adds `status`'s hint, if any, to
