@@ -234,9 +234,9 @@ class HostileLoadTest : public ::testing::Test {
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<nlohmann::json> status = cluster_.Status();
       const auto took = std::chrono::steady_clock::now() - start;
-      absl::StrAppend(
-          &read_times_, read_times_.empty() ? "" : ", ",
-          std::chrono::duration_cast<milliseconds>(took).count(), " ms");
+      absl::StrAppend(&read_times_, read_times_.empty() ? "" : ", ",
+                      std::chrono::duration_cast<milliseconds>(took).count(),
+                      " ms");
       EXPECT_TRUE(status.ok()) << status.status();
       EXPECT_LT(took, seconds(10)) << "status reads: " << read_times_;
       if (status.ok()) {
@@ -334,9 +334,8 @@ TEST_F(HostileLoadTest, ForgedJoinFloodWithASlowGitLab) {
   EXPECT_EQ(outcomes.outstanding.load(), 0);
   EXPECT_EQ(outcomes.ok.load(), 0);
   EXPECT_EQ(outcomes.refused + outcomes.retry, sent)
-      << "deadline " << outcomes.deadline << " exhausted "
-      << outcomes.exhausted << " invalid " << outcomes.invalid << " other "
-      << outcomes.other;
+      << "deadline " << outcomes.deadline << " exhausted " << outcomes.exhausted
+      << " invalid " << outcomes.invalid << " other " << outcomes.other;
   EXPECT_GT(outcomes.refused.load(), 0);
   ExpectGangSucceeds(*run);
   ExpectCoordinatorSettles(baseline);
