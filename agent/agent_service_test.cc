@@ -31,7 +31,9 @@ namespace fs = std::filesystem;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::IsEmpty;
 
 // Every stage a test runs is SIGKILLed after this long, so a broken agent
 // fails the test instead of hanging it.
@@ -688,6 +690,20 @@ TEST(ReadStageProgressTest, StepOnlyForADecimalNumber) {
   const auto later = std::chrono::system_clock::now() + seconds(3600);
   EXPECT_EQ(ReadStageProgress(file, later).last, later);
   EXPECT_EQ(ReadStageProgress(dir.path() + "/missing", started).last, started);
+}
+
+// The heartbeat's list of members this host holds: a member whose stage
+// ended before the heartbeat is still in that one (stages shorter than the
+// heartbeat interval would otherwise never be seen, and the coordinator
+// would take a member that runs only short stages for gone), not in the
+// next.
+TEST_F(AgentServiceTest, HeartbeatHoldsAMemberWhoseShortStageEndedMeanwhile) {
+  EXPECT_THAT(supervisor_->RunningMembers(), IsEmpty());
+  StageResult result = Run(Start("g1/1", "exit 0\n"));
+  ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+  EXPECT_FALSE(supervisor_->MemberRunning("g1/1"));
+  EXPECT_THAT(supervisor_->RunningMembers(), ElementsAre("g1/1"));
+  EXPECT_THAT(supervisor_->RunningMembers(), IsEmpty());
 }
 
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {

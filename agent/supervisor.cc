@@ -479,6 +479,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
                      member_id, ": ", stage.status().message()));
   }
   members_[member_id].running[stage->get()] = *stage;
+  members_[member_id].started_since_report = true;
   RecordProcessGroup((*stage)->process_group());
   if (options.env.count("GDT_GANG_ID") != 0 &&
       options.env.count("GDT_KV_TOKEN") != 0) {
@@ -680,11 +681,14 @@ std::vector<Supervisor::WatchedStage> Supervisor::WatchedProgress() const {
   return watched;
 }
 
-std::vector<std::string> Supervisor::RunningMembers() const {
+std::vector<std::string> Supervisor::RunningMembers() {
   MutexLock lock(mu_);
   std::vector<std::string> ids;
-  for (const auto& [id, member] : members_) {
-    if (!member.running.empty()) ids.push_back(id);
+  for (auto& [id, member] : members_) {
+    if (!member.running.empty() || member.started_since_report) {
+      ids.push_back(id);
+    }
+    member.started_since_report = false;
   }
   return ids;
 }

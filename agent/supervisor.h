@@ -156,9 +156,11 @@ class Supervisor {
                                               const std::string& token) const;
   // Whether the member still runs a stage.
   bool MemberRunning(const std::string& member_id) const;
-  // The members that run a stage now, by id: what the heartbeat tells the
-  // coordinator this host holds.
-  std::vector<std::string> RunningMembers() const;
+  // The members that run a stage now or started one since the previous
+  // call, by id: what each heartbeat tells the coordinator this host holds.
+  // A stage shorter than the heartbeat interval is reported too, so a member
+  // whose stages are all short is never taken for gone between heartbeats.
+  std::vector<std::string> RunningMembers();
   // The progress of every running stage that has a hang watchdog, by
   // member id: what the heartbeat tells the coordinator so that it can name
   // the member of a hung gang that stopped first.
@@ -177,6 +179,8 @@ class Supervisor {
     std::string cgroup;  // Its directory; empty = none.
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
+    // A stage started since RunningMembers() last reported.
+    bool started_since_report = false;
     // The last started stage that belongs to a gang (its env has
     // GDT_GANG_ID and GDT_KV_TOKEN): what gdt-rsh commands run in.
     std::map<std::string, std::string> gang_env;
