@@ -345,10 +345,11 @@ TEST_F(RunnerEmulatorTest, PrepareTimeoutLongerThanTheJobIsTheJobTimeout) {
 }
 
 TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
-  // Each step alone fits in RUNNER_SCRIPT_TIMEOUT; both together do not.
-  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2s"});
-  options_.job.steps = {{"script", {"sleep 1.2", "echo first done"}},
-                        {"release", {"sleep 1.2", "echo second done"}},
+  // Each step alone fits in RUNNER_SCRIPT_TIMEOUT (with 2 s to spare for a
+  // loaded machine); both together do not.
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "5s"});
+  options_.job.steps = {{"script", {"sleep 3", "echo first done"}},
+                        {"release", {"sleep 3", "echo second done"}},
                         {"after_script", {"echo after $CI_JOB_STATUS"}}};
 
   JobResult result = Run();

@@ -5,9 +5,10 @@
 #  3. a run resumed from that run's newest checkpoint (step 4) — its final
 #     parameters must equal run 1's exactly (SHA-256 of the flattened
 #     parameters; tolerance 0: same seed, same data order, same reductions);
-#  4. under `gdt-ckpt run` with CI_JOB_TIMEOUT=30 and a 27 s notice, the
+#  4. under `gdt-ckpt run` with CI_JOB_TIMEOUT=60 and a 57 s notice, the
 #     training gets the notice about 3 s in, checkpoints (manifest.json by
-#     gdt-ckpt save) and stops well before the deadline.
+#     gdt-ckpt save) and stops before the deadline (with room for torch's
+#     start on a loaded machine: 41 s were seen there).
 # Usage: checkpoint_test.sh <gdt-ckpt binary dir> <torchrun wrapper dir>
 set -euo pipefail
 bin_dir=$1
@@ -46,14 +47,14 @@ echo "ok: resumed from step 4 to 12, parameters equal the uninterrupted run ($wa
 # file alone (GDT_CHECKPOINT_SIGNAL=none); train.py checks it every step.
 start=$(date +%s)
 (cd "$work" && env DDP_OUT_DIR="$work/notice" GDT_CHECKPOINT_DIR="$work/notice-ckpt" \
-  DDP_STEPS=100000 DDP_STEP_SECONDS=0.05 CI_JOB_TIMEOUT=30 GDT_CHECKPOINT_NOTICE=27 \
+  DDP_STEPS=100000 DDP_STEP_SECONDS=0.05 CI_JOB_TIMEOUT=60 GDT_CHECKPOINT_NOTICE=57 \
   GDT_CHECKPOINT_SIGNAL=none \
-  timeout 60 gdt-ckpt run -- $(launch) "$here/train.py") \
+  timeout 90 gdt-ckpt run -- $(launch) "$here/train.py") \
   > "$work/notice.log" 2>&1 || { echo "FAIL: notice run failed:"; tail -20 "$work/notice.log"; exit 1; }
 elapsed=$(( $(date +%s) - start ))
 grep -q "gdt-ckpt run: checkpoint notice: the job times out in" "$work/notice.log" || { echo "FAIL: no notice line"; exit 1; }
 grep -q "checkpoint notice: stopping after step" "$work/notice.log" || { echo "FAIL: training ignored the notice"; tail -5 "$work/notice.log"; exit 1; }
 manifest=$(ls "$work"/notice-ckpt/step-*/manifest.json | head -1)
 [ -n "$manifest" ] || { echo "FAIL: no checkpoint after the notice"; exit 1; }
-[ "$elapsed" -lt 30 ] || { echo "FAIL: took ${elapsed}s, past the 30 s deadline"; exit 1; }
-echo "ok: notice at ~3 s of a 30 s job, checkpoint $(dirname "$manifest") written, done in ${elapsed}s"
+[ "$elapsed" -lt 60 ] || { echo "FAIL: took ${elapsed}s, past the 60 s deadline"; exit 1; }
+echo "ok: notice at ~3 s of a 60 s job, checkpoint $(dirname "$manifest") written, done in ${elapsed}s"
