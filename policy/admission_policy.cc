@@ -1176,7 +1176,7 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
   // shape fails at a rank, every gang of that rank would.
   uint32_t fewest_gpus = kUnlimited;
   uint32_t fewest_members = kUnlimited;
-  std::map<int64_t, size_t> alive;
+  std::set<int64_t> alive;
   for (const auto& [key, gang] : queue_) {
     if (gang == &head || gang->spec.gpus_per_member == 0 ||
         gang->present.size() != gang->spec.members) {
@@ -1188,7 +1188,7 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
     behind.push_back(gang);
     fewest_gpus = std::min(fewest_gpus, gang->spec.gpus_per_member);
     fewest_members = std::min(fewest_members, gang->spec.members);
-    ++alive[WaitingRank(*gang, now)];
+    alive.insert(WaitingRank(*gang, now));
   }
   // In admission order, drawn from a heap: the walk ends once no victim is
   // left or no gang can be served, usually long before the last gang.
