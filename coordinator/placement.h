@@ -147,9 +147,10 @@ struct PlanOutcome {
 // hold runner slots, so a runner-slot deadlock among them is detected and
 // broken: the bounced gang is in `bounced`, not in `blocked`.
 // With `preemption.enabled`, running preemptible gangs that rank below the
-// first blocked gang may be chosen in `preempted` (they keep their GPUs in
-// this pass; the caller stops them). Each pass starts from scratch, so a
-// caller passes a victim that is still within its grace with
+// first blocked gang (or below a complete gang behind it, while runner slots
+// are free; docs/scheduling.md) may be chosen in `preempted` (they keep their
+// GPUs in this pass; the caller stops them). Each pass starts from scratch, so
+// a caller passes a victim that is still within its grace with
 // `end_bound_unix_s` = its stop deadline and `preemptible` = false: the
 // head then sees its GPUs coming within the grace, and nothing more is
 // preempted for it.

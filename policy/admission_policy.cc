@@ -737,18 +737,7 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
       options_.preempt.overdue_backlog_fraction > 0;
   if (aged_head) overdue_after_ = OverdueAfter(order, now);
   auto goes_first = [&](const Gang* a, const Gang* b) {
-    if (a->spec.priority != b->spec.priority) {
-      return a->spec.priority > b->spec.priority;
-    }
-    const bool oa =
-        static_cast<double>(now - a->spec.queue_time) >= overdue_after_;
-    const bool ob =
-        static_cast<double>(now - b->spec.queue_time) >= overdue_after_;
-    if (oa != ob) return oa;
-    if (!oa && aged_first(a, b)) return true;
-    if (!oa && aged_first(b, a)) return false;
-    return std::tie(a->spec.queue_time, a->seq) <
-           std::tie(b->spec.queue_time, b->seq);
+    return GoesFirst(*a, *b, now);
   };
   auto goes_later = [&](const Gang* a, const Gang* b) {
     return goes_first(b, a);
@@ -891,6 +880,10 @@ Decisions AdmissionPolicy::Schedule(Seconds now) {
       reservation_->start > now + options_.preempt.grace) {
     Preempt(gangs_.at(reservation_->gang_id), now, out);
   }
+  if (options_.mode == Mode::kPreempt && reservation_.has_value() &&
+      options_.preempt.served_behind_head > 0) {
+    PreemptBehindHead(now, out);
+  }
   return out;
 }
 
@@ -921,6 +914,30 @@ bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
     return true;
   }
   return false;
+}
+
+bool AdmissionPolicy::GoesFirst(const Gang& a, const Gang& b,
+                                Seconds now) const {
+  if (a.spec.priority != b.spec.priority) {
+    return a.spec.priority > b.spec.priority;
+  }
+  // Overdue gangs first (every gang when the bound is off), in queue order;
+  // the others by aged key, ties in queue order.
+  const bool oa =
+      static_cast<double>(now - a.spec.queue_time) >= overdue_after_;
+  const bool ob =
+      static_cast<double>(now - b.spec.queue_time) >= overdue_after_;
+  if (oa != ob) return oa;
+  if (!oa) {
+    // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
+    const __int128 wa = std::max<Seconds>(0, now - a.spec.queue_time);
+    const __int128 wb = std::max<Seconds>(0, now - b.spec.queue_time);
+    const __int128 ka = wa * wa * b.spec.run_bound;
+    const __int128 kb = wb * wb * a.spec.run_bound;
+    if (ka != kb) return ka > kb;
+  }
+  return std::tie(a.spec.queue_time, a.seq) <
+         std::tie(b.spec.queue_time, b.seq);
 }
 
 double AdmissionPolicy::OverdueAfter(const std::vector<Gang*>& complete,
@@ -982,27 +999,14 @@ double AdmissionPolicy::LostGpuSeconds(const Gang& gang, Seconds now) const {
          gang.spec.gpus_per_member * static_cast<double>(since);
 }
 
-void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
+std::vector<AdmissionPolicy::Victim> AdmissionPolicy::Victims(Seconds now) {
   const PreemptOptions& o = options_.preempt;
-  const uint32_t g = head.spec.gpus_per_member;
-  if (g == 0) return;  // CPU-only gangs never wait for GPUs.
-  const int64_t rank = WaitingRank(head, now);
-  std::vector<bool> usable(hosts_.size());
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    usable[h] = Eligible(hosts_[h], head.spec);
-  }
-  struct Candidate {
-    double lost;
-    int32_t priority;
-    int64_t neg_seq;  // Youngest first among equals.
-    Gang* gang;
-  };
-  std::vector<Candidate> candidates;
+  std::vector<Victim> victims;
   for (const auto& [end, id] : running_) {
     Gang& gang = gangs_.at(id);
     if (gang.stopping || !gang.spec.preemptible ||
         gang.spec.preemptions >= o.max_preemptions ||
-        gang.spec.gpus_per_member == 0 || RunningRank(gang, now) >= rank) {
+        gang.spec.gpus_per_member == 0) {
       continue;
     }
     // A gang that was overdue when it started has waited its share.
@@ -1011,49 +1015,60 @@ void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
             overdue_after_) {
       continue;
     }
-    bool helps = false;
-    for (const auto& [h, gpus] : gang.placement) helps = helps || usable[h];
-    if (!helps) continue;
-    candidates.push_back(Candidate{LostGpuSeconds(gang, now),
-                                   gang.spec.priority, -gang.seq, &gang});
+    victims.push_back(Victim{LostGpuSeconds(gang, now), gang.spec.priority,
+                             -gang.seq, RunningRank(gang, now), &gang});
   }
-  if (candidates.empty()) return;
-  std::sort(candidates.begin(), candidates.end(),
-            [](const Candidate& a, const Candidate& b) {
+  std::sort(victims.begin(), victims.end(),
+            [](const Victim& a, const Victim& b) {
               return std::tie(a.lost, a.priority, a.neg_seq) <
                      std::tie(b.lost, b.priority, b.neg_seq);
             });
-  std::vector<uint32_t> cap(hosts_.size(), 0);
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    if (usable[h]) cap[h] = hosts_[h].free_gpus;
-  }
-  auto add = [&](const Gang& gang, int sign) {
-    for (const auto& [h, gpus] : gang.placement) {
-      if (!usable[h]) continue;
+  return victims;
+}
+
+std::vector<AdmissionPolicy::Gang*> AdmissionPolicy::ChooseVictims(
+    const Gang& gang, const std::vector<Victim>& victims,
+    std::vector<uint32_t>& cap, Seconds now) const {
+  const uint32_t g = gang.spec.gpus_per_member;
+  const int64_t rank = WaitingRank(gang, now);
+  auto usable = [&](size_t h) { return Eligible(hosts_[h], gang.spec); };
+  auto add = [&](const Gang& victim, int sign) {
+    for (const auto& [h, gpus] : victim.placement) {
+      if (!usable(h)) continue;
       cap[h] = static_cast<uint32_t>(static_cast<int64_t>(cap[h]) +
                                      sign * static_cast<int64_t>(gpus.size()));
     }
   };
-  auto fits = [&] {
-    uint64_t room = 0;
-    for (size_t h = 0; h < hosts_.size(); ++h) room += cap[h] / g;
-    return room >= head.spec.members && PlaceOn(head, cap).has_value();
+  auto room = [&] {
+    uint64_t members = 0;
+    for (size_t h = 0; h < hosts_.size(); ++h) members += cap[h] / g;
+    return members;
   };
-  // Fewest GPU-seconds lost first, until the head fits.
+  auto fits = [&] {
+    return room() >= gang.spec.members && PlaceOn(gang, cap).has_value();
+  };
+  // Fewest GPU-seconds lost first, until the gang fits.
   std::vector<Gang*> chosen;
   bool enough = false;
-  for (const Candidate& candidate : candidates) {
-    add(*candidate.gang, +1);
-    chosen.push_back(candidate.gang);
-    uint64_t room = 0;
-    for (size_t h = 0; h < hosts_.size(); ++h) room += cap[h] / g;
-    if (room >= head.spec.members && fits()) {
+  for (const Victim& victim : victims) {
+    if (victim.rank >= rank) continue;
+    bool helps = false;
+    for (const auto& [h, gpus] : victim.gang->placement) {
+      helps = helps || usable(h);
+    }
+    if (!helps) continue;
+    add(*victim.gang, +1);
+    chosen.push_back(victim.gang);
+    if (fits()) {
       enough = true;
       break;
     }
   }
-  if (!enough) return;
-  // Then as few gangs as possible: drop any victim the head can do without,
+  if (!enough) {
+    for (const Gang* victim : chosen) add(*victim, -1);
+    return {};
+  }
+  // Then as few gangs as possible: drop any victim the gang can do without,
   // the costliest first.
   for (size_t i = chosen.size(); i-- > 0;) {
     add(*chosen[i], -1);
@@ -1063,8 +1078,14 @@ void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
       add(*chosen[i], +1);
     }
   }
+  return chosen;
+}
+
+void AdmissionPolicy::Stop(const std::vector<Gang*>& victims, const Gang& by,
+                           Seconds now, Decisions& out) {
+  const PreemptOptions& o = options_.preempt;
   const Seconds stop_by = now + o.grace;
-  for (Gang* victim : chosen) {
+  for (Gang* victim : victims) {
     victim->stopping = true;
     if (victim->end_bound > stop_by) {
       running_.erase({victim->end_bound, victim->spec.id});
@@ -1073,19 +1094,170 @@ void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
     }
     Preemption preemption;
     preemption.gang_id = victim->spec.id;
-    preemption.by = head.spec.id;
+    preemption.by = by.spec.id;
     preemption.stop_by = stop_by;
     preemption.lost_gpu_seconds = LostGpuSeconds(*victim, now);
     const uint32_t held = static_cast<uint32_t>(victim->placement.size()) *
                           victim->spec.gpus_per_member;
     preemption.reason = absl::StrCat(
-        "preempted by gang ", head.spec.id, " (priority ", head.spec.priority,
-        ", waiting ", std::max<Seconds>(0, now - head.spec.queue_time),
+        "preempted by gang ", by.spec.id, " (priority ", by.spec.priority,
+        ", waiting ", std::max<Seconds>(0, now - by.spec.queue_time),
         " s) to free ", held, " GPUs; checkpoint within ", o.grace,
         " s; about ", absl::SixDigits(preemption.lost_gpu_seconds / 3600.0),
         " GPU-hours since the last checkpoint are lost (preemption ",
         victim->spec.preemptions + 1, " of at most ", o.max_preemptions, ")");
     out.preempted.push_back(std::move(preemption));
+  }
+}
+
+void AdmissionPolicy::Preempt(const Gang& head, Seconds now, Decisions& out) {
+  if (head.spec.gpus_per_member == 0) return;  // CPU-only: never waits.
+  std::vector<uint32_t> cap(hosts_.size(), 0);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (Eligible(hosts_[h], head.spec)) cap[h] = hosts_[h].free_gpus;
+  }
+  const std::vector<Gang*> chosen = ChooseVictims(head, Victims(now), cap, now);
+  if (!chosen.empty()) Stop(chosen, head, now, out);
+}
+
+void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
+  const PreemptOptions& o = options_.preempt;
+  // A victim's retry joins again through runner slots: stop gangs here only
+  // while their members find free slots at once, not behind a backlog of
+  // jobs waiting for a runner (the slots stand for every victim's members).
+  uint64_t free_slots = 0;
+  for (const Host& host : hosts_) {
+    if (!host.down) free_slots += host.free_slots;
+  }
+  if (free_slots == 0) return;
+  const Gang& head = gangs_.at(reservation_->gang_id);
+  const Seconds soon_end = now + o.grace;
+  std::vector<Victim> victims = Victims(now);
+  // Not the gangs that end within the grace anyway: `soon` has their GPUs.
+  victims.erase(std::remove_if(victims.begin(), victims.end(),
+                               [&](const Victim& victim) {
+                                 return victim.gang->end_bound <= soon_end;
+                               }),
+                victims.end());
+  if (victims.empty()) return;
+  // GPUs free within a grace on hosts taking gangs: free now, or held by
+  // gangs that end by then (victims stopping, runs reaching their bound).
+  std::vector<uint32_t> soon(hosts_.size(), 0);
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    if (!hosts_[h].drained && !hosts_[h].down) soon[h] = hosts_[h].free_gpus;
+  }
+  for (const auto& [end, id] : running_) {
+    if (end > soon_end) break;
+    for (const auto& [h, gpus] : gangs_.at(id).placement) {
+      if (!hosts_[h].drained && !hosts_[h].down) {
+        soon[h] += static_cast<uint32_t>(gpus.size());
+      }
+    }
+  }
+  std::vector<uint32_t> cap(hosts_.size());
+  // `gang`'s share of `soon`: 0 on hosts it may not use.
+  auto share = [&](const Gang& gang) {
+    for (size_t h = 0; h < hosts_.size(); ++h) {
+      cap[h] = Eligible(hosts_[h], gang.spec) ? soon[h] : 0;
+    }
+  };
+  auto take = [&](const Gang& gang) {
+    std::optional<std::vector<size_t>> placed = PlaceOn(gang, cap);
+    if (!placed.has_value()) return false;
+    for (const size_t h : *placed) soon[h] -= gang.spec.gpus_per_member;
+    return true;
+  };
+  // The head first. When it is not served within a grace, a gang behind it
+  // may be served only if it ends before the head's reservation.
+  share(head);
+  const bool head_served = head.spec.gpus_per_member != 0 && take(head);
+  std::vector<Gang*> behind;
+  // The smallest shape behind the head, and the gangs by rank: once that
+  // shape fails at a rank, every gang of that rank would.
+  uint32_t fewest_gpus = kUnlimited;
+  uint32_t fewest_members = kUnlimited;
+  std::set<int64_t> alive;
+  for (const auto& [key, gang] : queue_) {
+    if (gang == &head || gang->spec.gpus_per_member == 0 ||
+        gang->present.size() != gang->spec.members) {
+      continue;
+    }
+    if (!head_served && soon_end + gang->spec.run_bound > reservation_->start) {
+      continue;
+    }
+    behind.push_back(gang);
+    fewest_gpus = std::min(fewest_gpus, gang->spec.gpus_per_member);
+    fewest_members = std::min(fewest_members, gang->spec.members);
+    alive.insert(WaitingRank(*gang, now));
+  }
+  // In admission order, drawn from a heap: the walk ends once no victim is
+  // left or no gang can be served, usually long before the last gang.
+  auto goes_later = [&](const Gang* a, const Gang* b) {
+    return GoesFirst(*b, *a, now);
+  };
+  std::make_heap(behind.begin(), behind.end(), goes_later);
+  // Shapes that could not be served: with as many members of as many GPUs
+  // or more, and the same rank, a gang cannot be either (what is left only
+  // shrinks within the pass). By rank, then GPUs per member: the fewest
+  // members that failed.
+  std::map<int64_t, std::map<uint32_t, uint32_t>> failed;
+  uint32_t served = 0;
+  // A shape fails at a rank: later gangs of that rank as large are skipped.
+  auto fail = [&](const GangSpec& spec, int64_t rank) {
+    std::map<uint32_t, uint32_t>& shapes = failed[rank];
+    uint32_t& fewest =
+        shapes.try_emplace(spec.gpus_per_member, spec.members).first->second;
+    fewest = std::min(fewest, spec.members);
+    if (spec.gpus_per_member <= fewest_gpus && fewest <= fewest_members) {
+      alive.erase(rank);
+    }
+  };
+  for (auto end = behind.end(); end != behind.begin(); --end) {
+    if (served >= o.served_behind_head || victims.empty() || alive.empty()) {
+      break;
+    }
+    std::pop_heap(behind.begin(), end, goes_later);
+    const Gang* gang = *(end - 1);
+    const GangSpec& spec = gang->spec;
+    const bool plain = spec.node_selector.empty() && spec.same_label.empty();
+    const int64_t rank = WaitingRank(*gang, now);
+    if (plain) {
+      bool hopeless = false;
+      for (const auto& [g, members] : failed[rank]) {
+        hopeless =
+            hopeless || (g <= spec.gpus_per_member && members <= spec.members);
+      }
+      if (hopeless) continue;
+    }
+    share(*gang);
+    if (take(*gang)) continue;  // Served by what comes free anyway.
+    const std::vector<Gang*> chosen = ChooseVictims(*gang, victims, cap, now);
+    uint64_t members = 0;
+    for (const Gang* victim : chosen) members += victim->placement.size();
+    // Without victims, or with more victims' members than free slots, a
+    // larger gang of this rank fares no better (taken as so: the walk must
+    // stay short).
+    if (chosen.empty() || members > free_slots) {
+      if (plain) fail(spec, rank);
+      continue;
+    }
+    free_slots -= members;
+    Stop(chosen, *gang, now, out);
+    ++served;
+    for (const Gang* victim : chosen) {
+      for (const auto& [h, gpus] : victim->placement) {
+        if (!hosts_[h].drained && !hosts_[h].down) {
+          soon[h] += static_cast<uint32_t>(gpus.size());
+        }
+      }
+    }
+    victims.erase(std::remove_if(victims.begin(), victims.end(),
+                                 [](const Victim& victim) {
+                                   return victim.gang->stopping;
+                                 }),
+                  victims.end());
+    share(*gang);
+    take(*gang);
   }
 }
 

@@ -100,6 +100,17 @@ struct PreemptOptions {
   // again for runner slots, and it has waited its share. 0 turns both off
   // (the head is then the first gang in queue order).
   double overdue_backlog_fraction = 0.85;
+  // Gangs behind the head served by preemption in one pass. The GPUs coming
+  // free within a grace (free now, or held by gangs that end by then) go to
+  // the head first, then to the complete gangs behind it in admission
+  // order; a gang that does not fit there may have victims chosen for it
+  // (ranking below it, as for the head), up to this many gangs per pass.
+  // Such a gang must not delay the head: when the head is not served within
+  // a grace itself, it must end (at its run bound) before the head's
+  // reservation. Victims are chosen here only while runner slots are free
+  // for their members' retries (no backlog of jobs waiting for a runner).
+  // 0 serves the head only.
+  uint32_t served_behind_head = 8;
 };
 
 struct PolicyOptions {
@@ -339,9 +350,40 @@ class AdmissionPolicy {
   // Starts an elastic `gang` with as many members as fit now; false when
   // not even its minimum does.
   bool StartSmaller(Gang& gang, Seconds now, Decisions& out);
+  // A running gang that may be stopped in this pass, with its sort key:
+  // fewest GPU-seconds lost first, then lowest priority, then youngest.
+  struct Victim {
+    double lost = 0;
+    int32_t priority = 0;
+    int64_t neg_seq = 0;
+    int64_t rank = 0;  // RunningRank().
+    Gang* gang = nullptr;
+  };
+  // The running gangs that may be stopped now (preemptible, below K, not
+  // stopping, holding GPUs, not overdue when they started), cheapest first.
+  std::vector<Victim> Victims(Seconds now);
+  // The victims among `victims` (those ranking below `gang` and holding GPUs
+  // on hosts it may use) that make `gang` fit on `cap` (GPUs per host; 0
+  // where it may not run): the cheapest first until it fits, then every one
+  // it can do without dropped, costliest first. Empty when they cannot make
+  // it fit. On success `cap` includes the chosen victims' GPUs.
+  std::vector<Gang*> ChooseVictims(const Gang& gang,
+                                   const std::vector<Victim>& victims,
+                                   std::vector<uint32_t>& cap,
+                                   Seconds now) const;
+  // Marks `victims` stopping (their run bound cut to now + grace) and
+  // reports them in `out` as stopped for `by`.
+  void Stop(const std::vector<Gang*>& victims, const Gang& by, Seconds now,
+            Decisions& out);
   // kPreempt: chooses running gangs to stop so that `head` fits, marks them
   // stopping and reports them in `out`.
   void Preempt(const Gang& head, Seconds now, Decisions& out);
+  // kPreempt, PreemptOptions::served_behind_head: serves the complete gangs
+  // behind the head, in admission order, from the GPUs that come free
+  // within a grace, choosing victims for those that do not fit there.
+  void PreemptBehindHead(Seconds now, Decisions& out);
+  // Admission order among waiting gangs (kPreempt's head order).
+  bool GoesFirst(const Gang& a, const Gang& b, Seconds now) const;
   // kPreempt with overdue gangs: the waited seconds after which a gang is
   // overdue (PreemptOptions::overdue_backlog_fraction), for the backlog
   // at `now`; `complete` are the complete waiting gangs.

@@ -761,6 +761,90 @@ TEST_F(PreemptTest, NeverStopsAGangThatWasOverdueWhenItStarted) {
   EXPECT_EQ(victim_at(0), "late");
 }
 
+// Gangs behind the head (PreemptOptions::served_behind_head). h0 and h1
+// run gangs nobody may stop until `fixed_end`; h2 runs a preemptible gang
+// of priority 0. "wide" (2 x 8 GPUs, priority 5) is next in line but can
+// never get two hosts before `fixed_end`; "short" (1 x 8, priority 5,
+// `short_bound`) waits behind it.
+class BehindTheHeadTest : public PreemptTest {
+ protected:
+  void Build(uint32_t served_behind_head, Seconds fixed_end,
+             Seconds short_bound, uint32_t slots_per_host) {
+    PolicyOptions options{Mode::kPreempt, 8};
+    options.preempt.grace = 60;
+    options.preempt.served_behind_head = served_behind_head;
+    policy_ = std::make_unique<AdmissionPolicy>(options);
+    for (int h = 0; h < 3; ++h) {
+      ASSERT_TRUE(policy_
+                      ->AddHost(HostSpec{"h" + std::to_string(h), 8,
+                                         slots_per_host, /*labels=*/{}})
+                      .ok());
+    }
+    for (const std::string host : {"h0", "h1"}) {
+      Start(Gang("fixed-" + host, 1, 8, 0, fixed_end), host, 0);
+    }
+    Start(Victim("low", 8, 300), "h2", 0);
+    GangSpec wide = Gang("wide", 2, 8, 100);
+    wide.priority = 5;
+    ASSERT_TRUE(policy_->Join(wide, 1, "h0").ok());
+    ASSERT_TRUE(policy_->Join(wide, 2, "h1").ok());
+    GangSpec brief = Gang("short", 1, 8, 900, short_bound);
+    brief.priority = 5;
+    ASSERT_TRUE(policy_->Join(brief, 1, "h2").ok());
+  }
+};
+
+TEST_F(BehindTheHeadTest, AGangBehindAHeadNobodyCanServeGetsAVictim) {
+  Build(/*served_behind_head=*/8, /*fixed_end=*/100000, /*short_bound=*/3600,
+        /*slots_per_host=*/8);
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  ASSERT_TRUE(policy_->reservation().has_value());
+  EXPECT_EQ(policy_->reservation()->gang_id, "wide");
+  ASSERT_THAT(decisions.preempted, SizeIs(1));
+  EXPECT_EQ(decisions.preempted[0].gang_id, "low");
+  EXPECT_EQ(decisions.preempted[0].by, "short");
+  EXPECT_EQ(decisions.preempted[0].stop_by, 1060);
+  // Its victim is stopping: nothing more is stopped for it meanwhile, and
+  // it starts on the victim's GPUs.
+  EXPECT_THAT(policy_->Schedule(1030).preempted, IsEmpty());
+  ASSERT_TRUE(policy_->Finish("low").ok());
+  const Decisions after = policy_->Schedule(1060);
+  ASSERT_THAT(after.admitted, SizeIs(1));
+  EXPECT_EQ(after.admitted[0].gang_id, "short");
+}
+
+TEST_F(BehindTheHeadTest, OnlyTheHeadIsServedWhenTurnedOff) {
+  Build(/*served_behind_head=*/0, /*fixed_end=*/100000, /*short_bound=*/3600,
+        /*slots_per_host=*/8);
+  EXPECT_THAT(policy_->Schedule(1000).preempted, IsEmpty());
+}
+
+TEST_F(BehindTheHeadTest, AGangThatWouldDelayTheHeadGetsNoVictim) {
+  // The head's reservation is at 5,000; "short" would run until 1,060 +
+  // 7,200 on GPUs the head needs then.
+  Build(/*served_behind_head=*/8, /*fixed_end=*/5000, /*short_bound=*/7200,
+        /*slots_per_host=*/8);
+
+  const Decisions decisions = policy_->Schedule(1000);
+
+  ASSERT_TRUE(policy_->reservation().has_value());
+  EXPECT_EQ(policy_->reservation()->start, 5000);
+  EXPECT_THAT(decisions.preempted, IsEmpty());
+}
+
+TEST_F(BehindTheHeadTest, NoVictimWhileEveryRunnerSlotIsTaken) {
+  // Two slots per host: the three running gangs and the three waiting
+  // members hold all six, so a victim's retry would wait for a runner.
+  Build(/*served_behind_head=*/8, /*fixed_end=*/100000, /*short_bound=*/3600,
+        /*slots_per_host=*/2);
+  for (const std::string& host : policy_->host_names()) {
+    ASSERT_EQ(policy_->FreeRunnerSlots(host), 0u) << host;
+  }
+  EXPECT_THAT(policy_->Schedule(1000).preempted, IsEmpty());
+}
+
 TEST_F(PreemptTest, BackfillModeNeverPreempts) {
   AdmissionPolicy backfill(PolicyOptions{Mode::kBackfill, 8});
   ASSERT_TRUE(backfill.AddHost(HostSpec{"h0", 8, 8, {}}).ok());

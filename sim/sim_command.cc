@@ -90,6 +90,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "others go by aged key (0: queue order, as in gdt)")
       ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
+  app.add_option("--served-behind-head",
+                 flags.options.preempt.served_behind_head,
+                 "preempt: waiting jobs behind the head that may have "
+                 "victims chosen for them in one pass (0: the head only)")
+      ->capture_default_str();
   app.add_flag("--json", flags.json, "print one JSON object");
 }
 
