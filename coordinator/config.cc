@@ -63,7 +63,7 @@ absl::Status ParsePortRange(const YAML::Node& value, Config& config) {
 }
 
 // `preemption: {enabled, grace_seconds, max_preemptions,
-// checkpoint_interval_seconds}`.
+// checkpoint_interval_seconds, overdue_fraction, served_behind_head}`.
 absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
   if (!value.IsMap()) {
     return absl::InvalidArgumentError(
@@ -81,8 +81,21 @@ absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
       }
       continue;
     }
+    if (key == "overdue_fraction") {
+      double fraction = -1;
+      try {
+        fraction = entry.second.as<double>();
+      } catch (const YAML::Exception&) {
+      }
+      if (!(fraction >= 0 && fraction <= 100)) {
+        return absl::InvalidArgumentError(
+            name + " must be a number from 0 (off) to 100, like 0.85");
+      }
+      settings.overdue_fraction = fraction;
+      continue;
+    }
     if (key != "grace_seconds" && key != "max_preemptions" &&
-        key != "checkpoint_interval_seconds") {
+        key != "checkpoint_interval_seconds" && key != "served_behind_head") {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown key '", name, "'"));
     }
@@ -90,6 +103,7 @@ absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
     if (!number.ok()) return number.status();
     if (key == "grace_seconds") settings.grace_s = *number;
     if (key == "max_preemptions") settings.max_preemptions = *number;
+    if (key == "served_behind_head") settings.served_behind_head = *number;
     if (key == "checkpoint_interval_seconds") {
       settings.checkpoint_interval_s = *number;
     }

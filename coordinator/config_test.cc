@@ -150,9 +150,20 @@ TEST(ConfigTest, PreemptionSection) {
 
   absl::StatusOr<Config> config = ParseConfig(
       "preemption: {enabled: true, grace_seconds: 60, max_preemptions: 2, "
-      "checkpoint_interval_seconds: 600}\n");
+      "checkpoint_interval_seconds: 600, overdue_fraction: 0.5, "
+      "served_behind_head: 0}\n");
 
   ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_DOUBLE_EQ(config->preemption.overdue_fraction, 0.5);
+  EXPECT_EQ(config->preemption.served_behind_head, 0u);
+  EXPECT_DOUBLE_EQ(defaults.preemption.overdue_fraction, 0.85);
+  EXPECT_EQ(defaults.preemption.served_behind_head, 8u);
+  EXPECT_EQ(
+      ParseConfig("preemption: {overdue_fraction: lots}").status().message(),
+      "preemption.overdue_fraction must be a number from 0 (off) to "
+      "100, like 0.85");
+  EXPECT_FALSE(ParseConfig("preemption: {overdue_fraction: -1}").ok());
+  EXPECT_FALSE(ParseConfig("preemption: {served_behind_head: -1}").ok());
   EXPECT_TRUE(config->preemption.enabled);
   EXPECT_EQ(config->preemption.grace_s, 60);
   EXPECT_EQ(config->preemption.max_preemptions, 2u);

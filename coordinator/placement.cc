@@ -66,6 +66,8 @@ policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
     options.preempt.demote_after_gpu_seconds =
         preemption.demote_after_gpu_hours * 3600.0;
     options.preempt.min_run = preemption.min_run_s;
+    options.preempt.overdue_backlog_fraction = preemption.overdue_fraction;
+    options.preempt.served_behind_head = preemption.served_behind_head;
   }
   policy::AdmissionPolicy policy(options);
   for (const PlacementHost& host : hosts) {

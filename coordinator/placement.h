@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "policy/admission_policy.h"
 
 namespace gdt::coordinator {
 
@@ -120,6 +121,10 @@ struct PreemptionSettings {
   // know each gang's own interval): what a victim loses is estimated as the
   // time since the last multiple of it; 0 counts the whole run as lost.
   int64_t checkpoint_interval_s = 1800;
+  // The policy's overdue bound and gangs served behind the head
+  // (policy::PreemptOptions::overdue_backlog_fraction, served_behind_head).
+  double overdue_fraction = policy::PreemptOptions{}.overdue_backlog_fraction;
+  uint32_t served_behind_head = policy::PreemptOptions{}.served_behind_head;
 };
 
 // A running gang to stop for a waiting one: give it the checkpoint notice
