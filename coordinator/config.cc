@@ -87,9 +87,9 @@ absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
         fraction = entry.second.as<double>();
       } catch (const YAML::Exception&) {
       }
-      if (!(fraction >= 0 && fraction <= 100)) {
+      if (!(fraction >= 0 && fraction <= 10)) {
         return absl::InvalidArgumentError(
-            name + " must be a number from 0 (off) to 100, like 0.85");
+            name + " must be a number from 0 (off) to 10, like 0.85");
       }
       settings.overdue_fraction = fraction;
       continue;

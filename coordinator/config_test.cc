@@ -161,8 +161,9 @@ TEST(ConfigTest, PreemptionSection) {
   EXPECT_EQ(
       ParseConfig("preemption: {overdue_fraction: lots}").status().message(),
       "preemption.overdue_fraction must be a number from 0 (off) to "
-      "100, like 0.85");
+      "10, like 0.85");
   EXPECT_FALSE(ParseConfig("preemption: {overdue_fraction: -1}").ok());
+  EXPECT_FALSE(ParseConfig("preemption: {overdue_fraction: 11}").ok());
   EXPECT_FALSE(ParseConfig("preemption: {served_behind_head: -1}").ok());
   EXPECT_TRUE(config->preemption.enabled);
   EXPECT_EQ(config->preemption.grace_s, 60);

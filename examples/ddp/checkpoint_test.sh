@@ -7,8 +7,8 @@
 #     parameters; tolerance 0: same seed, same data order, same reductions);
 #  4. under `gdt-ckpt run` with CI_JOB_TIMEOUT=60 and a 57 s notice, the
 #     training gets the notice about 3 s in, checkpoints (manifest.json by
-#     gdt-ckpt save) and stops before the deadline (with room for torch's
-#     start on a loaded machine: 41 s were seen there).
+#     gdt-ckpt save) and stops before the deadline (60 s leaves room for
+#     torch's start on a loaded machine, where a run took 41 s).
 # Usage: checkpoint_test.sh <gdt-ckpt binary dir> <torchrun wrapper dir>
 set -euo pipefail
 bin_dir=$1
