@@ -88,6 +88,15 @@ void Coordinator::Stop() {
   }
   wake_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
+  MutexLock lock(mu_);
+  FlushStoreLocked();
+}
+
+void Coordinator::FlushStoreLocked() {
+  if (absl::Status status = scheduler_->FlushStore(); !status.ok()) {
+    spdlog::error("event=state_commit_failed what=joins reason={}",
+                  LogValue(status.ToString()));
+  }
 }
 
 void Coordinator::Wake() {
@@ -267,6 +276,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->FailHungGangs();
       scheduler_->EndAbandonedFormingGangs();
       scheduler_->ReconcileMembers();
+      FlushStoreLocked();
     }
     scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();
@@ -357,15 +367,19 @@ absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
                                               uint64_t stream_id) {
   std::vector<state::MemberEvent> events;
   absl::StatusOr<std::string> gang_id;
+  bool wake = false;
   {
     MutexLock lock(mu_);
     gang_id = scheduler_->Join(request, stream_id);
     // Under the lock, so that no admission pass can come between.
     if (gang_id.ok()) observer_->MemberJoined(*gang_id);
+    // A join into a gang still missing members gives the pass nothing to
+    // place: not waking it spares a thread switch and a pass per join.
+    wake = gang_id.ok() && !scheduler_->LastJoinNeedsNoPass();
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));
-  if (gang_id.ok()) Wake();
+  if (wake) Wake();
   return gang_id;
 }
 

@@ -187,6 +187,8 @@ class Coordinator {
   std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndFinishedKvGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Scheduler::FlushStore, logging a failure.
+  void FlushStoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes the checkpoint notice of each gang the scheduler began to
   // preempt into that gang's key-value store (rendezvous/kv_keys.h).
   void SendPreemptionNoticesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -346,6 +346,7 @@ absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
 
 absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
                                             uint64_t stream_id) {
+  last_join_needs_no_pass_ = false;
   const state::GangKey& key = request.key;
   if (key.group_name.empty()) {
     return absl::InvalidArgumentError("join needs a job group name");
@@ -529,7 +530,9 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.stream_id = stream_id;
   member.last_reason_sent.clear();  // The new stream gets the reason at once.
   member.told_missing = false;
-  GDT_RETURN_IF_ERROR(store_.SaveMember(*target, member));
+  // Committed with the next change or the next tick's FlushStore(), so that
+  // a burst of joins shares a commit.
+  GDT_RETURN_IF_ERROR(store_.SaveJoin(*target, member));
   target->members[request.member_index] = std::move(member);
 
   if (found == gangs_.end()) {
@@ -1260,6 +1263,9 @@ void Scheduler::RefreshForming(state::Gang& gang, bool was_complete,
   gang.queue_position = 0;
   gang.reason = WaitingReason(gang, nullptr);
   QueueWaiting(gang, joined);
+  // An elastic gang that has waited its elastic_wait is placed with the
+  // members present: a join may make it fit.
+  last_join_needs_no_pass_ = joined != 0 && !ElasticWaitOver(gang);
 }
 
 void Scheduler::QueueWaiting(state::Gang& gang, uint32_t joined) {

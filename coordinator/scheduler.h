@@ -225,6 +225,11 @@ class Scheduler {
   // or group name; AlreadyExists when another live job holds the index.
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
+  // Whether the last Join left nothing for an admission pass to do: the
+  // member joined a gang that is still incomplete (and none is complete
+  // because of it), with no runner slots declared. Then the caller need not
+  // wake the pass; the Waiting event is already queued.
+  bool LastJoinNeedsNoPass() const { return last_join_needs_no_pass_; }
 
   // The stream `stream_id` of a member ended before admission: the member of
   // a forming gang is no longer present. Does nothing otherwise.
@@ -372,6 +377,11 @@ class Scheduler {
   // nothing. Returns "<gang id>/<member index>" of each member it let go.
   // Call periodically.
   std::vector<std::string> ReconcileMembers();
+
+  // Commits the joins the store holds back (StateStore::SaveJoin); any other
+  // change commits them too. Call periodically: it bounds how many joins a
+  // crash of the coordinator can lose (their members join again).
+  absl::Status FlushStore() { return store_.Flush(); }
 
   // Fails each running gang whose first failure report was only
   // `peer_suspected` once failure_attribution_window has passed without a
@@ -668,6 +678,7 @@ class Scheduler {
   // are dropped by the next Pass(). gangs_ keeps every gang ever held, so
   // passes and usage walk this set to cost O(live gangs), not O(history).
   std::set<std::string> live_ids_;
+  bool last_join_needs_no_pass_ = false;  // See LastJoinNeedsNoPass().
   // By gang id, for gangs holding leases (see StayingOf); dropped when the
   // leases go.
   struct Staying {

@@ -217,6 +217,40 @@ TEST_P(StoreTest, SaveMemberWritesOneMemberAndKeepsTheLeases) {
   EXPECT_EQ(after->port_leases, before->port_leases);
 }
 
+TEST_P(StoreTest, JoinsHeldBackAreStoredByFlushOrTheNextChange) {
+  state::Gang forming;
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+    absl::StatusOr<state::StoredState> before = (*store)->Load();
+    ASSERT_TRUE(before.ok()) << before.status();
+    forming = before->gangs.at(2);
+    ASSERT_EQ(forming.state, state::GangState::kForming);
+    state::Member third = forming.members.at(2);
+    third.index = 3;
+    third.job_id = 303;
+    state::Member fourth = third;
+    fourth.index = 4;
+    fourth.job_id = 404;
+    ASSERT_TRUE((*store)->SaveJoin(forming, third).ok());
+    ASSERT_TRUE((*store)->Flush().ok());
+    ASSERT_TRUE((*store)->SaveJoin(forming, fourth).ok());
+    ASSERT_TRUE(
+        (*store)->SaveHost(state::Host{test::CpuHost("cpu-02", 2)}).ok());
+    ASSERT_TRUE((*store)->Flush().ok());  // Nothing left: no error.
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  const state::Gang& reloaded = after->gangs.at(2);
+  ASSERT_EQ(reloaded.members.size(), 3u);
+  EXPECT_TRUE(reloaded.members.at(2).SameRecord(forming.members.at(2)));
+  EXPECT_EQ(reloaded.members.at(3).job_id, 303);
+  EXPECT_EQ(reloaded.members.at(4).job_id, 404);
+}
+
 TEST_P(StoreTest, APreemptibleFlagSavedWithOneMemberCanBeTakenBack) {
   absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();

@@ -105,7 +105,10 @@ absl::StatusOr<Db> Db::Open(const std::string& path) {
 }
 
 Db::Db(Db&& other) noexcept
-    : db_(other.db_), statements_(std::move(other.statements_)) {
+    : db_(other.db_),
+      statements_(std::move(other.statements_)),
+      pending_(other.pending_),
+      depth_(other.depth_) {
   other.db_ = nullptr;
   other.statements_.clear();
 }
@@ -151,18 +154,45 @@ absl::Status Db::Error(std::string_view sql) const {
                                           " in '", Abbreviated(sql), "'"));
 }
 
+absl::Status Db::Control(const char* sql) {
+  absl::StatusOr<Statement> statement = Prepare(sql);
+  if (!statement.ok()) return statement.status();
+  return statement->Run();
+}
+
+absl::Status Db::CommitPending() {
+  pending_ = false;
+  absl::Status status = Control("COMMIT");
+  if (!status.ok() && sqlite3_get_autocommit(db_) == 0) {
+    Control("ROLLBACK").IgnoreError();
+  }
+  return status;
+}
+
 absl::StatusOr<Transaction> Transaction::Begin(Db& db) {
-  GDT_RETURN_IF_ERROR(db.Exec("BEGIN IMMEDIATE"));
-  return Transaction(&db);
+  const bool joined = db.pending_;
+  GDT_RETURN_IF_ERROR(
+      db.Control(joined ? "SAVEPOINT gdt_transaction" : "BEGIN IMMEDIATE"));
+  ++db.depth_;
+  return Transaction(&db, joined);
 }
 
 Transaction::~Transaction() {
-  if (open_) db_->Exec("ROLLBACK").IgnoreError();
+  if (!open_) return;
+  --db_->depth_;
+  if (joined_) {
+    db_->Control("ROLLBACK TO gdt_transaction").IgnoreError();
+    db_->Control("RELEASE gdt_transaction").IgnoreError();
+  } else {
+    db_->Control("ROLLBACK").IgnoreError();
+  }
 }
 
 absl::Status Transaction::Commit() {
   open_ = false;
-  return db_->Exec("COMMIT");
+  --db_->depth_;
+  if (joined_) GDT_RETURN_IF_ERROR(db_->Control("RELEASE gdt_transaction"));
+  return db_->CommitPending();
 }
 
 }  // namespace gdt::state::sqlite

@@ -119,14 +119,48 @@ class Db {
   // The cached statement for `sql` (prepared on first use; the cache is
   // keyed by the text's address, so pass string constants).
   absl::StatusOr<Statement> Prepare(const char* sql);
-  // Prepares `sql`, binds `args` and runs it to the end.
+  // Prepares `sql`, binds `args` and runs it to the end. Run outside any
+  // Transaction or Defer while deferred writes are pending, it commits them
+  // together with this statement.
   template <typename... Args>
   absl::Status Run(const char* sql, const Args&... args) {
-    absl::StatusOr<Statement> statement = Prepare(sql);
-    if (!statement.ok()) return statement.status();
-    GDT_RETURN_IF_ERROR(statement->Bind(args...));
-    return statement->Run();
+    {
+      absl::StatusOr<Statement> statement = Prepare(sql);
+      if (!statement.ok()) return statement.status();
+      GDT_RETURN_IF_ERROR(statement->Bind(args...));
+      GDT_RETURN_IF_ERROR(statement->Run());
+    }  // Reset before a commit.
+    if (pending_ && depth_ == 0) return CommitPending();
+    return absl::OkStatus();
   }
+  // Deferred writes: runs `write` (returning absl::Status) inside a
+  // transaction that stays open when it returns, so that many small writes
+  // share one commit. What is pending is committed by the next Transaction
+  // (it joins the open one), by the next Run outside both, or by Flush().
+  // When `write` fails, its own statements are undone and those pending from
+  // earlier calls are kept.
+  template <typename Write>
+  absl::Status Defer(Write write) {
+    if (!pending_) {
+      GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
+      pending_ = true;
+    }
+    GDT_RETURN_IF_ERROR(Control("SAVEPOINT gdt_deferred"));
+    ++depth_;
+    absl::Status status = write();
+    --depth_;
+    if (status.ok()) return Control("RELEASE gdt_deferred");
+    Control("ROLLBACK TO gdt_deferred").IgnoreError();
+    Control("RELEASE gdt_deferred").IgnoreError();
+    return status;
+  }
+  // Commits the deferred writes, if any. A failed commit rolls them back and
+  // says so.
+  absl::Status Flush() {
+    return pending_ && depth_ == 0 ? CommitPending() : absl::OkStatus();
+  }
+  // Whether deferred writes wait for a commit.
+  bool HasPending() const { return pending_; }
   // Prepares `sql` and binds `args`, ready to step.
   template <typename... Args>
   absl::StatusOr<Statement> Query(const char* sql, const Args&... args) {
@@ -142,20 +176,30 @@ class Db {
   absl::Status Error(std::string_view sql) const;
 
  private:
+  friend class Transaction;
   explicit Db(sqlite3* db) : db_(db) {}
+  // Runs a cached statement without parameters (transaction control).
+  absl::Status Control(const char* sql);
+  // COMMIT of the open transaction; on failure, ROLLBACK if SQLite left it
+  // open. Either way nothing is pending afterwards.
+  absl::Status CommitPending();
 
   sqlite3* db_;
   std::map<const char*, sqlite3_stmt*> statements_;
+  bool pending_ = false;  // A transaction opened by Defer is open.
+  int depth_ = 0;         // Transactions and Defer calls in progress.
 };
 
 // BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless
-// committed. Move-only; must not outlive its Db.
+// committed. With deferred writes pending (Db::Defer) it is a savepoint in
+// their transaction instead: Commit commits them with it, a rollback undoes
+// its own statements only. Not nested. Move-only; must not outlive its Db.
 class Transaction {
  public:
   static absl::StatusOr<Transaction> Begin(Db& db);
 
   Transaction(Transaction&& other) noexcept
-      : db_(other.db_), open_(other.open_) {
+      : db_(other.db_), open_(other.open_), joined_(other.joined_) {
     other.open_ = false;
   }
   Transaction& operator=(Transaction&&) = delete;
@@ -166,10 +210,11 @@ class Transaction {
   absl::Status Commit();
 
  private:
-  explicit Transaction(Db* db) : db_(db), open_(true) {}
+  Transaction(Db* db, bool joined) : db_(db), open_(true), joined_(joined) {}
 
   Db* db_;
   bool open_;
+  bool joined_;  // A savepoint in the deferred writes' transaction.
 };
 
 }  // namespace gdt::state::sqlite

@@ -1,11 +1,14 @@
 #include "state/sqlite_db.h"
 
+#include <sqlite3.h>
+
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::state::sqlite {
 namespace {
@@ -98,6 +101,78 @@ TEST_F(SqliteDbTest, AnUncommittedTransactionRollsBack) {
     ASSERT_TRUE(transaction->Commit().ok());
   }
   EXPECT_EQ(Names(), std::vector<std::string>{"kept"});
+}
+
+// What another connection to the same file sees: the committed rows.
+std::vector<std::string> CommittedNames(const std::string& path) {
+  std::vector<std::string> names;
+  sqlite3* reader = nullptr;
+  EXPECT_EQ(
+      sqlite3_open_v2(path.c_str(), &reader, SQLITE_OPEN_READONLY, nullptr),
+      SQLITE_OK);
+  sqlite3_stmt* select = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(reader, kSelect, -1, &select, nullptr),
+            SQLITE_OK);
+  while (select != nullptr && sqlite3_step(select) == SQLITE_ROW) {
+    names.emplace_back(
+        reinterpret_cast<const char*>(sqlite3_column_text(select, 0)));
+  }
+  sqlite3_finalize(select);
+  sqlite3_close(reader);
+  return names;
+}
+
+TEST(SqliteDbDeferTest, DeferredWritesWaitForTheNextCommitOfAnyKind) {
+  test::TempDir dir;
+  const std::string path = dir.Sub("state.db");
+  absl::StatusOr<Db> db = Db::Open(path);
+  ASSERT_TRUE(db.ok()) << db.status();
+  ASSERT_TRUE(db->Exec("PRAGMA journal_mode=WAL").ok());
+  ASSERT_TRUE(db->Exec(kCreate).ok());
+  using Names = std::vector<std::string>;
+
+  // Two deferred writes: visible to this connection, not yet to others.
+  for (const char* name : {"a", "b"}) {
+    ASSERT_TRUE(
+        db->Defer([&] { return db->Run(kInsert, name, 1, false); }).ok());
+  }
+  EXPECT_TRUE(db->HasPending());
+  EXPECT_EQ(CommittedNames(path), Names{});
+  // A plain write commits them with itself.
+  ASSERT_TRUE(db->Run(kInsert, "c", 1, false).ok());
+  EXPECT_FALSE(db->HasPending());
+  EXPECT_EQ(CommittedNames(path), (Names{"a", "b", "c"}));
+
+  // A transaction joins them; its commit commits all.
+  ASSERT_TRUE(db->Defer([&] { return db->Run(kInsert, "d", 1, false); }).ok());
+  {
+    absl::StatusOr<Transaction> transaction = Transaction::Begin(*db);
+    ASSERT_TRUE(transaction.ok()) << transaction.status();
+    ASSERT_TRUE(db->Run(kInsert, "e", 1, false).ok());
+    EXPECT_EQ(CommittedNames(path), (Names{"a", "b", "c"}));
+    ASSERT_TRUE(transaction->Commit().ok());
+  }
+  EXPECT_EQ(CommittedNames(path), (Names{"a", "b", "c", "d", "e"}));
+
+  // A transaction rolled back undoes its own rows only; a failed deferred
+  // write undoes its own only; Flush commits the rest.
+  ASSERT_TRUE(db->Defer([&] { return db->Run(kInsert, "f", 1, false); }).ok());
+  {
+    absl::StatusOr<Transaction> transaction = Transaction::Begin(*db);
+    ASSERT_TRUE(transaction.ok()) << transaction.status();
+    ASSERT_TRUE(db->Run(kInsert, "g", 1, false).ok());
+  }
+  absl::Status duplicate = db->Defer([&] {
+    GDT_RETURN_IF_ERROR(db->Run(kInsert, "h", 1, false));
+    return db->Run(kInsert, "a", 1, false);  // The name is taken.
+  });
+  EXPECT_THAT(duplicate.message(), HasSubstr("UNIQUE"));
+  EXPECT_TRUE(db->HasPending());
+  EXPECT_EQ(CommittedNames(path), (Names{"a", "b", "c", "d", "e"}));
+  ASSERT_TRUE(db->Flush().ok());
+  EXPECT_FALSE(db->HasPending());
+  EXPECT_EQ(CommittedNames(path), (Names{"a", "b", "c", "d", "e", "f"}));
+  EXPECT_TRUE(db->Flush().ok());  // Nothing pending: nothing to do.
 }
 
 TEST(SqliteDbOpenTest, AnUnopenableFileIsOneClearError) {

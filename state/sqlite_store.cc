@@ -330,7 +330,8 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
 
 SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}
 
-SqliteStore::~SqliteStore() = default;
+// Best effort: the coordinator flushes (and reports a failure) on Stop.
+SqliteStore::~SqliteStore() { db_.Flush().IgnoreError(); }
 
 absl::Status SqliteStore::Init() {
   db_.SetBusyTimeout(5000);
@@ -455,6 +456,16 @@ absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
   GDT_RETURN_IF_ERROR(Annotated(status, "gang " + gang.id));
   return transaction->Commit();
 }
+
+absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member) {
+  return db_.Defer([&] {
+    absl::Status status = SaveGangHeader(gang);
+    if (status.ok()) status = SaveMemberRow(gang.id, member);
+    return Annotated(status, "gang " + gang.id);
+  });
+}
+
+absl::Status SqliteStore::Flush() { return db_.Flush(); }
 
 absl::Status SqliteStore::SetHostDrained(const std::string& name,
                                          bool drained) {

@@ -13,7 +13,8 @@
 namespace gdt::state {
 
 // The StateStore in one SQLite file (WAL mode, a schema version table,
-// prepared statements, one transaction per change): the embedded default.
+// prepared statements, one transaction per change except joins, which share
+// one): the embedded default.
 // The contract of every method is StateStore's (state_store.h).
 //
 // Not thread-safe; the scheduler that owns it serialises access.
@@ -52,6 +53,12 @@ class SqliteStore : public StateStore {
   // others still run in changes none). Errors: Internal when it cannot be
   // written.
   absl::Status SaveMember(const Gang& gang, const Member& member) override;
+
+  // SaveMember's rows in a transaction left open (sqlite::Db::Defer): they
+  // are committed with the next change of any other kind, at Flush() or when
+  // the store is closed.
+  absl::Status SaveJoin(const Gang& gang, const Member& member) override;
+  absl::Status Flush() override;
 
   // Reads everything back.
   absl::StatusOr<StoredState> Load() override;

@@ -87,6 +87,20 @@ class StateStore {
   // others still run in changes none).
   virtual absl::Status SaveMember(const Gang& gang, const Member& member) = 0;
 
+  // A member joining a forming gang: SaveMember's records, which the store
+  // may commit later, together with its next change of any other kind or at
+  // Flush(), so that a burst of joins shares one commit. A crash can lose the
+  // joins since the last commit; their members' streams broke with the
+  // coordinator, and each member joins again by job id. By default the same
+  // as SaveMember.
+  virtual absl::Status SaveJoin(const Gang& gang, const Member& member) {
+    return SaveMember(gang, member);
+  }
+
+  // Commits what SaveJoin left pending, if anything. Errors: what the commit
+  // returned; the pending joins are then not stored.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
+
   // Reads everything back.
   virtual absl::StatusOr<StoredState> Load() = 0;
 
