@@ -18,6 +18,7 @@
 #include <map>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_util.h"
@@ -154,21 +155,42 @@ int main(int argc, char** argv) {
   bool with_etcd = false;
   std::string etcd_endpoints;
   std::vector<uint32_t> sizes = {8, 64, 1024, 4096};
+  constexpr const char* kUsage =
+      "usage: gdt-bench-formation [--quick] [--full-peers] [--barrier-only] "
+      "[--sizes=N,N,...] [--etcd[=host:port,...]]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
-    if (arg == "--quick") quick = true;
-    if (arg == "--barrier-only") barrier_only = true;
-    if (arg == "--full-peers") full_peers = true;
-    if (arg == "--etcd") with_etcd = true;
-    if (arg.rfind("--etcd=", 0) == 0) {
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    } else if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--barrier-only") {
+      barrier_only = true;
+    } else if (arg == "--full-peers") {
+      full_peers = true;
+    } else if (arg == "--etcd") {
+      with_etcd = true;
+    } else if (arg.rfind("--etcd=", 0) == 0) {
       with_etcd = true;
       etcd_endpoints = arg.substr(7);
-    }
-    if (arg.rfind("--sizes=", 0) == 0) {
+    } else if (arg.rfind("--sizes=", 0) == 0) {
       sizes.clear();
-      for (absl::string_view size : absl::StrSplit(arg.substr(8), ',')) {
-        sizes.push_back(static_cast<uint32_t>(std::stoul(std::string(size))));
+      for (absl::string_view text : absl::StrSplit(arg.substr(8), ',')) {
+        uint32_t size = 0;
+        // The in-process coordinator has 4,096 CPU hosts of 64 slots.
+        if (!absl::SimpleAtoi(text, &size) || size == 0 || size > 4096) {
+          std::cerr << "gdt-bench-formation: --sizes takes member counts "
+                       "from 1 to 4096, not '"
+                    << text << "'\n";
+          return 2;
+        }
+        sizes.push_back(size);
       }
+    } else {
+      std::cerr << "gdt-bench-formation: unknown argument '" << arg << "'\n"
+                << kUsage;
+      return 2;
     }
   }
   // Per-join info lines would dominate; operators run at info, see the doc.
