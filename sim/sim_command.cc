@@ -195,6 +195,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         {"lost_gpu_hours", r.lost_gpu_hours},
         {"started_smaller", r.started_smaller},
         {"preemptible_jobs", r.preemptible_jobs},
+        {"non_preemptible_preempted", r.non_preemptible_preempted},
         {"replay_wall_s", wall_s}};
     report.output = out.dump(2) + "\n";
   } else {
