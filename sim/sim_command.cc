@@ -141,6 +141,20 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         absl::StrCat(flags.trace_path, ": ", trace.status().message());
     return report;
   }
+  // A job larger than the whole cluster is a mistake in the trace or the
+  // cluster flags, not a job to count as failed.
+  const uint64_t cluster_gpus = uint64_t{options.hosts} * options.gpus_per_host;
+  for (const TraceJob& job : *trace) {
+    if (job.gpus > cluster_gpus) {
+      report.exit_code = kSimExitFailure;
+      report.error =
+          absl::StrCat(flags.trace_path, ": job ", job.id, " needs ", job.gpus,
+                       " GPUs, more than the cluster's ", options.hosts, " x ",
+                       options.gpus_per_host, " = ", cluster_gpus,
+                       " (--hosts, --gpus-per-host)");
+      return report;
+    }
+  }
   absl::StatusOr<SimResult> result = Simulate(*trace, options);
   if (!result.ok()) {
     report.exit_code = kSimExitFailure;
@@ -181,6 +195,7 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
         {"lost_gpu_hours", r.lost_gpu_hours},
         {"started_smaller", r.started_smaller},
         {"preemptible_jobs", r.preemptible_jobs},
+        {"non_preemptible_preempted", r.non_preemptible_preempted},
         {"replay_wall_s", wall_s}};
     report.output = out.dump(2) + "\n";
   } else {

@@ -9,6 +9,8 @@
 #include <string>
 #include <unordered_map>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -90,6 +92,7 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
   int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
   int priority_col = -1, preemptible_col = -1;
   size_t line_no = 0;
+  absl::flat_hash_map<int64_t, size_t> line_of_id;
   for (absl::string_view line : lines) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -112,17 +115,44 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
       }
       continue;
     }
+    // One line naming the problem and quoting the line (escaped, cut short:
+    // a binary file must not flood the terminal).
+    auto bad = [&](absl::string_view what) {
+      constexpr size_t kQuoted = 80;
+      std::string quoted = absl::CHexEscape(line.substr(0, kQuoted));
+      if (line.size() > kQuoted) absl::StrAppend(&quoted, "...");
+      return absl::InvalidArgumentError(
+          absl::StrCat("trace line ", line_no, ": ", what, ": ", quoted));
+    };
     const size_t needed = static_cast<size_t>(
         std::max({id_col, submit_col, gpus_col, duration_col}));
+    if (fields.size() <= needed) {
+      return bad(absl::StrCat("expected at least ", needed + 1, " fields, got ",
+                              fields.size()));
+    }
     TraceJob job;
     double submit = 0, duration = 0;
-    if (fields.size() <= needed || !absl::SimpleAtoi(fields[id_col], &job.id) ||
-        !absl::SimpleAtod(fields[submit_col], &submit) ||
-        !absl::SimpleAtoi(fields[gpus_col], &job.gpus) ||
-        !absl::SimpleAtod(fields[duration_col], &duration) || submit < 0 ||
-        duration < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("trace line ", line_no, ": bad job: ", line));
+    if (!absl::SimpleAtoi(fields[id_col], &job.id)) {
+      return bad("job_id is not an integer");
+    }
+    // Finite and below kMaxTraceSeconds, so that sums of times stay exact.
+    if (!absl::SimpleAtod(fields[submit_col], &submit) ||
+        !std::isfinite(submit) || submit < 0 || submit > kMaxTraceSeconds) {
+      return bad(
+          absl::StrCat("submit_time_s must be a number of seconds from "
+                       "0 to ",
+                       kMaxTraceSeconds));
+    }
+    if (!absl::SimpleAtod(fields[duration_col], &duration) ||
+        !std::isfinite(duration) || duration < 0 ||
+        duration > kMaxTraceSeconds) {
+      return bad(
+          absl::StrCat("duration_s must be a number of seconds from 0 "
+                       "to ",
+                       kMaxTraceSeconds));
+    }
+    if (!absl::SimpleAtoi(fields[gpus_col], &job.gpus)) {
+      return bad("gpus must be a whole number, 0 or more");
     }
     auto optional_field = [&](int col) -> std::optional<absl::string_view> {
       if (col < 0 || static_cast<size_t>(col) >= fields.size()) {
@@ -131,31 +161,42 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
       return fields[col];
     };
     if (auto priority = optional_field(priority_col);
-        priority.has_value() && !absl::SimpleAtoi(*priority, &job.priority)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("trace line ", line_no, ": bad priority: ", line));
+        priority.has_value() && (!absl::SimpleAtoi(*priority, &job.priority) ||
+                                 job.priority < -kMaxTracePriority ||
+                                 job.priority > kMaxTracePriority)) {
+      return bad(absl::StrCat("priority must be an integer from ",
+                              -kMaxTracePriority, " to ", kMaxTracePriority));
     }
     if (auto preemptible = optional_field(preemptible_col);
         preemptible.has_value()) {
       if (*preemptible != "0" && *preemptible != "1") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "trace line ", line_no, ": preemptible must be 0 or 1: ", line));
+        return bad("preemptible must be 0 or 1");
       }
       job.preemptible = *preemptible == "1";
+    }
+    if (auto [it, added] = line_of_id.try_emplace(job.id, line_no); !added) {
+      return bad(
+          absl::StrCat("job_id ", job.id, " is already on line ", it->second));
     }
     job.submit = static_cast<policy::Seconds>(std::llround(submit));
     job.duration = std::max<policy::Seconds>(1, std::llround(duration));
     jobs.push_back(job);
   }
   if (id_col < 0) return absl::InvalidArgumentError("trace is empty");
+  if (jobs.empty()) {
+    return absl::InvalidArgumentError("trace has a header but no jobs");
+  }
   return jobs;
 }
 
 GangShape ShapeFor(uint32_t gpus, uint32_t gpus_per_host) {
   if (gpus == 0) return GangShape{1, 0};
-  uint32_t members = (gpus + gpus_per_host - 1) / gpus_per_host;
+  // In 64 bits: gpus + gpus_per_host must not wrap around.
+  uint64_t members = (uint64_t{gpus} + gpus_per_host - 1) /
+                     std::max<uint32_t>(1, gpus_per_host);
   while (gpus % members != 0) ++members;
-  return GangShape{members, gpus / members};
+  return GangShape{static_cast<uint32_t>(members),
+                   static_cast<uint32_t>(gpus / members)};
 }
 
 absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
@@ -163,11 +204,37 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
   if (options.hosts == 0 || options.gpus_per_host == 0) {
     return absl::InvalidArgumentError("the cluster needs hosts with GPUs");
   }
+  const uint64_t cluster_gpus = uint64_t{options.hosts} * options.gpus_per_host;
+  if (cluster_gpus > kMaxClusterGpus) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the cluster has ", options.hosts, " x ", options.gpus_per_host,
+        " GPUs; at most ", kMaxClusterGpus, " are simulated"));
+  }
+  // Negative times would wrap around or divide by zero below.
+  const std::pair<const char*, policy::Seconds> times[] = {
+      {"pickup skew", options.max_pickup_skew},
+      {"timeout granularity", options.timeout_granularity},
+      {"checkpoint interval", options.checkpoint_interval},
+      {"restart overhead", options.restart_overhead},
+      {"grace", options.preempt.grace},
+      {"minimum run", options.preempt.min_run},
+      {"aging step", options.preempt.aging_step}};
+  for (const auto& [what, value] : times) {
+    if (value < 0 || value > kMaxTraceSeconds) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the ", what, " must be from 0 to ", kMaxTraceSeconds,
+                       " s, not ", value));
+    }
+  }
+  if (!(options.preempt.demote_after_gpu_seconds >= 0)) {
+    return absl::InvalidArgumentError(
+        "the GPU-hours before demotion must be 0 or more");
+  }
   SimResult result;
   result.jobs = trace.size();
   const uint32_t slots = options.runner_slots != 0
                              ? options.runner_slots
-                             : 4 * options.hosts * options.gpus_per_host;
+                             : static_cast<uint32_t>(4 * cluster_gpus);
   result.runner_slots = slots;
 
   policy::AdmissionPolicy policy(
@@ -192,6 +259,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
   };
 
   std::vector<JobState> jobs(trace.size());
+  uint64_t done = 0;                                 // Finished or failed.
   std::unordered_map<std::string, uint32_t> job_of;  // Gang id -> job.
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events;
   uint64_t next_seq = 0;
@@ -199,7 +267,11 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
   for (size_t j = 0; j < trace.size(); ++j) {
     const TraceJob& in = trace[j];
     JobState& job = jobs[j];
-    const GangShape shape = ShapeFor(in.gpus, options.gpus_per_host);
+    // Only jobs that fit in the cluster are shaped: ShapeFor() searches
+    // divisors, which takes long for a huge prime.
+    const GangShape shape = in.gpus <= cluster_gpus
+                                ? ShapeFor(in.gpus, options.gpus_per_host)
+                                : GangShape{1, options.gpus_per_host};
     job.spec.id = absl::StrCat("job", in.id);
     job.spec.members = shape.members;
     job.spec.gpus_per_member = shape.gpus_per_member;
@@ -234,7 +306,19 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
                            granularity;
     }
     first_submit = std::min(first_submit, in.submit);
-    job_of[job.spec.id] = static_cast<uint32_t>(j);
+    if (!job_of.emplace(job.spec.id, static_cast<uint32_t>(j)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("job id ", in.id, " appears twice in the trace"));
+    }
+    // More GPUs than the cluster has, or more members than runner slots (its
+    // members could never all join, and bouncing them would go on for
+    // ever): the job can never run. It fails at once, queueing nothing.
+    if (in.gpus > cluster_gpus || shape.members > slots) {
+      job.failed = true;
+      ++result.failed;
+      ++done;
+      continue;
+    }
     for (uint32_t m = 1; m <= shape.members; ++m) {
       events.push(Event{in.submit + skew(), kReady, next_seq++,
                         static_cast<uint32_t>(j), m});
@@ -243,7 +327,6 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
 
   std::deque<std::pair<uint32_t, uint32_t>> pending;  // (job, member).
   uint64_t running = 0;
-  uint64_t done = 0;  // Finished or failed.
   auto free_slots = [&]() {
     uint64_t total = 0;
     for (const std::string& name : names) total += policy.FreeRunnerSlots(name);

@@ -42,11 +42,18 @@ struct TraceJob {
   std::optional<bool> preemptible = std::nullopt;
 };
 
+// Largest submit time and duration a trace may give, seconds (about 317
+// years), and the largest priority either way.
+inline constexpr double kMaxTraceSeconds = 1e10;
+inline constexpr int32_t kMaxTracePriority = 1000000;
+
 // Parses CSV with a header naming at least job_id, submit_time_s, gpus and
 // duration_s, and optionally priority and preemptible (other columns are
 // ignored; the last column may be quoted).
-// Errors: InvalidArgument naming the line for a missing column or a bad
-// number.
+// Errors: InvalidArgument naming the line and what is wrong for a missing
+// column, a bad or out-of-range number (times from 0 to kMaxTraceSeconds,
+// priorities within kMaxTracePriority), a job_id seen before, or a trace
+// without jobs.
 absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv);
 
 struct GangShape {
@@ -125,8 +132,14 @@ struct SimResult {
   uint64_t preemptible_jobs = 0;
 };
 
-// Replays `jobs` (any order) on a uniform cluster.
-// Errors: InvalidArgument for an empty cluster.
+// Largest cluster simulated, in GPUs.
+inline constexpr uint64_t kMaxClusterGpus = uint64_t{1} << 20;
+
+// Replays `jobs` (any order) on a uniform cluster. A job that can never run
+// (more GPUs than the cluster, more members than runner slots, or a shape
+// the policy refuses at join) counts as failed.
+// Errors: InvalidArgument for an empty cluster, one of more than
+// kMaxClusterGpus GPUs, or a negative time or GPU-hour option.
 absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& jobs,
                                    const SimOptions& options);
 

@@ -195,6 +195,75 @@ TEST(SimulateTest, NonPreemptibleJobsAreNeverStopped) {
   EXPECT_GT(result->max_wait, 80000);
 }
 
+TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
+  const std::string header = "job_id,submit_time_s,gpus,duration_s\n";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"0,0,1,-5\n", "duration_s must be"},
+      {"0,-1,1,5\n", "submit_time_s must be"},
+      {"0,nan,1,5\n", "submit_time_s must be"},
+      {"0,0,1,inf\n", "duration_s must be"},
+      {"0,0,1,1e300\n", "duration_s must be"},
+      {"0,0,-2,5\n", "gpus must be"},
+      {"0,0,1\n", "expected at least 4 fields, got 3"},
+      {"0,0,1,5\n0,9,2,5\n", "job_id 0 is already on line 2"},
+      {std::string("0,0,1,5\n\x01\x02", 10), "\\x01\\x02"},
+  };
+  for (const auto& [body, want] : cases) {
+    absl::StatusOr<std::vector<TraceJob>> jobs = ParseTrace(header + body);
+    EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(jobs.status().message(), HasSubstr(want)) << body;
+  }
+  EXPECT_THAT(ParseTrace("job_id,submit_time_s,gpus,duration_s,priority\n"
+                         "0,0,1,5,-2147483648\n")
+                  .status()
+                  .message(),
+              HasSubstr("priority must be"));
+  EXPECT_THAT(ParseTrace(header).status().message(), HasSubstr("no jobs"));
+  EXPECT_THAT(ParseTrace("").status().message(), HasSubstr("empty"));
+}
+
+TEST(ShapeForTest, HugeJobsDoNotWrapAround) {
+  // gpus + gpus_per_host - 1 used to wrap to 0 members and divide by zero.
+  const GangShape shape = ShapeFor(4294967295u, 4294967295u);
+  EXPECT_EQ(shape.members, 1u);
+  EXPECT_EQ(shape.gpus_per_member, 4294967295u);
+}
+
+// Jobs that can never run fail at once instead of crashing or bouncing for
+// ever: more GPUs than the cluster, more members than runner slots.
+TEST(SimulateTest, JobsThatCanNeverRunFailAtOnce) {
+  SimOptions options = SmallCluster(policy::Mode::kPreempt);
+  options.runner_slots = 2;
+  const std::vector<TraceJob> trace = {
+      {0, 0, 4294967291u, 100}, {1, 0, 24, 100}, {2, 0, 16, 100}};
+  absl::StatusOr<SimResult> result = Simulate(trace, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->failed, 2u);  // 3 members on 2 slots, and the huge one.
+  EXPECT_EQ(result->finished, 1u);
+  EXPECT_FALSE(result->stalled);
+}
+
+TEST(SimulateTest, RejectsBadOptionsAndDuplicateJobs) {
+  const std::vector<TraceJob> trace = {{0, 0, 1, 100}};
+  SimOptions skew = SmallCluster(policy::Mode::kBackfill);
+  skew.max_pickup_skew = -1;  // Used to divide by zero.
+  EXPECT_THAT(Simulate(trace, skew).status().message(),
+              HasSubstr("pickup skew"));
+  SimOptions grace = SmallCluster(policy::Mode::kPreempt);
+  grace.preempt.grace = -300;
+  EXPECT_THAT(Simulate(trace, grace).status().message(), HasSubstr("grace"));
+  SimOptions huge = SmallCluster(policy::Mode::kBackfill);
+  huge.hosts = 100000;
+  huge.gpus_per_host = 100000;
+  EXPECT_EQ(Simulate(trace, huge).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(Simulate({{3, 0, 1, 100}, {3, 5, 1, 100}},
+                       SmallCluster(policy::Mode::kBackfill))
+                  .status()
+                  .message(),
+              HasSubstr("job id 3 appears twice"));
+}
+
 TEST(SimulateTest, RejectsAnEmptyCluster) {
   SimOptions options;
   options.hosts = 0;
