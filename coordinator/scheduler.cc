@@ -524,7 +524,13 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.topology_same = request.topology_same;
   member.topology_required = request.topology_required;
   member.preemptible = request.preemptible;
-  target->nodes_min = request.nodes_min < key.size ? request.nodes_min : 0;
+  const uint32_t nodes_min =
+      request.nodes_min < key.size ? request.nodes_min : 0;
+  // Only a new gang or new elastic bounds change the gang's stored record
+  // (its reason aside, which a restart recomputes).
+  const bool gang_changed =
+      found == gangs_.end() || target->nodes_min != nodes_min;
+  target->nodes_min = nodes_min;
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
@@ -532,7 +538,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.told_missing = false;
   // Committed with the next change or the next tick's FlushStore(), so that
   // a burst of joins shares a commit.
-  GDT_RETURN_IF_ERROR(store_.SaveJoin(*target, member));
+  GDT_RETURN_IF_ERROR(store_.SaveJoin(*target, member, gang_changed));
   target->members[request.member_index] = std::move(member);
 
   if (found == gangs_.end()) {

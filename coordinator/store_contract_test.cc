@@ -233,9 +233,9 @@ TEST_P(StoreTest, JoinsHeldBackAreStoredByFlushOrTheNextChange) {
     state::Member fourth = third;
     fourth.index = 4;
     fourth.job_id = 404;
-    ASSERT_TRUE((*store)->SaveJoin(forming, third).ok());
+    ASSERT_TRUE((*store)->SaveJoin(forming, third, true).ok());
     ASSERT_TRUE((*store)->Flush().ok());
-    ASSERT_TRUE((*store)->SaveJoin(forming, fourth).ok());
+    ASSERT_TRUE((*store)->SaveJoin(forming, fourth, false).ok());
     ASSERT_TRUE(
         (*store)->SaveHost(state::Host{test::CpuHost("cpu-02", 2)}).ok());
     ASSERT_TRUE((*store)->Flush().ok());  // Nothing left: no error.

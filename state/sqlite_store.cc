@@ -457,9 +457,11 @@ absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
   return transaction->Commit();
 }
 
-absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member) {
+absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member,
+                                   bool gang_changed) {
   return db_.Defer([&] {
-    absl::Status status = SaveGangHeader(gang);
+    absl::Status status =
+        gang_changed ? SaveGangHeader(gang) : absl::OkStatus();
     if (status.ok()) status = SaveMemberRow(gang.id, member);
     return Annotated(status, "gang " + gang.id);
   });

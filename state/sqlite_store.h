@@ -57,7 +57,8 @@ class SqliteStore : public StateStore {
   // SaveMember's rows in a transaction left open (sqlite::Db::Defer): they
   // are committed with the next change of any other kind, at Flush() or when
   // the store is closed.
-  absl::Status SaveJoin(const Gang& gang, const Member& member) override;
+  absl::Status SaveJoin(const Gang& gang, const Member& member,
+                        bool gang_changed) override;
   absl::Status Flush() override;
 
   // Reads everything back.

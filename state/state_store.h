@@ -91,9 +91,13 @@ class StateStore {
   // may commit later, together with its next change of any other kind or at
   // Flush(), so that a burst of joins shares one commit. A crash can lose the
   // joins since the last commit; their members' streams broke with the
-  // coordinator, and each member joins again by job id. By default the same
-  // as SaveMember.
-  virtual absl::Status SaveJoin(const Gang& gang, const Member& member) {
+  // coordinator, and each member joins again by job id. `gang_changed`
+  // false says that the gang's own record is as last saved but for its
+  // waiting reason (which a restart recomputes), so the store may write the
+  // member's record only. By default the same as SaveMember.
+  virtual absl::Status SaveJoin(const Gang& gang, const Member& member,
+                                bool gang_changed) {
+    (void)gang_changed;
     return SaveMember(gang, member);
   }
 
