@@ -251,6 +251,35 @@ TEST_P(StoreTest, JoinsHeldBackAreStoredByFlushOrTheNextChange) {
   EXPECT_EQ(reloaded.members.at(4).job_id, 404);
 }
 
+TEST_P(StoreTest, AJoinToAGangWhoseRowWasNotStoredStillLoads) {
+  // A failed commit can lose a new gang's row while later joins of the same
+  // gang say it is unchanged: a restart must still load them.
+  state::Gang lost;
+  lost.id = "lost-gang";
+  lost.key = test::TrainKey(2);
+  lost.key.group_name = "lost";
+  lost.created_unix_ms = 1;
+  state::Member member;
+  member.index = 2;
+  member.job_id = 202;
+  member.present = true;
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveJoin(lost, member, false).ok());
+    ASSERT_TRUE((*store)->Flush().ok());
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->gangs.size(), 1u);
+  EXPECT_EQ(loaded->gangs.at(0).id, "lost-gang");
+  EXPECT_EQ(loaded->gangs.at(0).key.group_name, "lost");
+  ASSERT_EQ(loaded->gangs.at(0).members.size(), 1u);
+  EXPECT_EQ(loaded->gangs.at(0).members.at(2).job_id, 202);
+}
+
 TEST_P(StoreTest, APreemptibleFlagSavedWithOneMemberCanBeTakenBack) {
   absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();

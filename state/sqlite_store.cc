@@ -106,6 +106,11 @@ constexpr const char* kSelectPortLeases =
 constexpr const char* kUpsertGang =
     "INSERT OR REPLACE INTO gangs VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+// A join's member row needs its gang's row: written by the gang's first
+// join, and again here should a failed commit have lost it.
+constexpr const char* kInsertGangIfAbsent =
+    "INSERT OR IGNORE INTO gangs VALUES "
+    "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
 constexpr const char* kDeleteMembers = "DELETE FROM members WHERE gang_id = ?1";
 constexpr const char* kUpsertMember =
     "INSERT OR REPLACE INTO members VALUES "
@@ -375,12 +380,16 @@ absl::Status SqliteStore::SaveHost(const Host& host) {
   return db_.Run(kUpsertRunnerSlots, host.spec.name, host.spec.runner_slots);
 }
 
+absl::Status SqliteStore::SaveGangRow(const char* sql, const Gang& gang) {
+  return db_.Run(sql, gang.id, gang.key.instance, gang.key.project_id,
+                 gang.key.pipeline_id, gang.key.group_name, gang.key.size,
+                 gang.state, gang.epoch, gang.reason, gang.master_host,
+                 gang.master_addr, gang.master_port, gang.created_unix_ms,
+                 gang.sequence);
+}
+
 absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
-  GDT_RETURN_IF_ERROR(db_.Run(
-      kUpsertGang, gang.id, gang.key.instance, gang.key.project_id,
-      gang.key.pipeline_id, gang.key.group_name, gang.key.size, gang.state,
-      gang.epoch, gang.reason, gang.master_host, gang.master_addr,
-      gang.master_port, gang.created_unix_ms, gang.sequence));
+  GDT_RETURN_IF_ERROR(SaveGangRow(kUpsertGang, gang));
   if (gang.state != GangState::kRunning || gang.preempt_notice_ms == 0) {
     GDT_RETURN_IF_ERROR(db_.Run(kDeletePreempting, gang.id));
   } else {
@@ -460,8 +469,8 @@ absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
 absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member,
                                    bool gang_changed) {
   return db_.Defer([&] {
-    absl::Status status =
-        gang_changed ? SaveGangHeader(gang) : absl::OkStatus();
+    absl::Status status = gang_changed ? SaveGangHeader(gang)
+                                       : SaveGangRow(kInsertGangIfAbsent, gang);
     if (status.ok()) status = SaveMemberRow(gang.id, member);
     return Annotated(status, "gang " + gang.id);
   });

@@ -98,6 +98,8 @@ class SqliteStore : public StateStore {
   explicit SqliteStore(sqlite::Db db);
   absl::Status Init();
   absl::Status SaveGangRows(const Gang& gang);
+  // The gang's own row alone, by `sql` (an upsert or an insert if absent).
+  absl::Status SaveGangRow(const char* sql, const Gang& gang);
   absl::Status SaveGangHeader(const Gang& gang);
   absl::Status SaveMemberRow(const std::string& gang_id, const Member& member);
   absl::StatusOr<StoredState> LoadRows();
