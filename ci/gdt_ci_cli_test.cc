@@ -1,42 +1,30 @@
 // The real gdt-ci binary: expand and lint as a user or a CI job runs them.
 #include <algorithm>
-#include <chrono>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "testing/cli_run.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::ci {
 namespace {
 
+using test::CliRun;
 using test::ReadTextFile;
+using test::RunCli;
 using test::TempDir;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 const std::string kTestData = GDT_CI_TESTDATA;
 
-struct CliRun {
-  int code = -1;
-  std::string output;  // What the command printed on the selected stream.
-};
-
-// Runs gdt-ci with `args`; `stream` "stdout" or "stderr" is kept, the other
-// discarded.
+// Runs gdt-ci with `args`; `stream` "stdout" or "stderr" is kept.
 CliRun GdtCi(const std::vector<std::string>& args, const std::string& stream) {
-  std::string command = GDT_CI_BIN;
-  for (const std::string& arg : args) command += " '" + arg + "'";
-  command += stream == "stdout" ? " 2>/dev/null" : " 2>&1 >/dev/null";
-  CliRun run;
-  absl::StatusOr<ExitStatus> status = RunCommand(
-      {"/bin/sh", "-c", command}, std::chrono::seconds(30), &run.output);
-  if (status.ok()) run.code = status->code();
-  return run;
+  return RunCli(GDT_CI_BIN, args, stream);
 }
 
 TEST(GdtCiCliTest, ExpandWritesTheExpansion) {

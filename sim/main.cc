@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "common/exit_code.h"
 #include "sim/sim_command.h"
 
 int main(int argc, char** argv) {
@@ -13,7 +14,13 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "gdt-sim " GDT_VERSION);
   gdt::sim::SimulateFlags flags;
   gdt::sim::AddSimulateOptions(app, flags);
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version end with 0; bad flags with gdt's usage code.
+    const int code = app.exit(e);
+    return code == 0 ? gdt::kExitOk : gdt::kExitUsage;
+  }
   const gdt::sim::SimulateReport report = gdt::sim::RunSimulate(flags);
   std::fputs(report.output.c_str(), stdout);
   if (!report.error.empty()) {

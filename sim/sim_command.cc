@@ -3,11 +3,16 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::sim {
@@ -95,28 +100,30 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: waiting jobs behind the head that may have "
                  "victims chosen for them in one pass (0: the head only)")
       ->capture_default_str();
+  CLI::Option* compare = app.add_flag(
+      "--compare", flags.compare,
+      "replay the trace with fifo, gdt, preempt and preempt+elastic (same "
+      "flags) and print each next to strict FIFO's figures");
+  compare->excludes("--policy");
   app.add_flag("--json", flags.json, "print one JSON object");
 }
 
-SimulateReport RunSimulate(const SimulateFlags& flags) {
-  SimulateReport report;
+namespace {
+
+// The simulator's options for `policy`, or nullopt for an unknown name.
+std::optional<SimOptions> OptionsFor(const SimulateFlags& flags,
+                                     const std::string& policy) {
   const std::map<std::string, policy::Mode> modes = {
       {"gdt", policy::Mode::kBackfill},
       {"preempt", policy::Mode::kPreempt},
       {"preempt+elastic", policy::Mode::kPreempt},
       {"fifo", policy::Mode::kStrictFifo},
       {"naive", policy::Mode::kNaive}};
-  auto mode = modes.find(flags.policy);
-  if (mode == modes.end()) {
-    report.exit_code = kSimExitFailure;
-    report.error = absl::StrCat("unknown policy '", flags.policy,
-                                "' (use gdt, preempt, preempt+elastic, fifo "
-                                "or naive)");
-    return report;
-  }
+  auto mode = modes.find(policy);
+  if (mode == modes.end()) return std::nullopt;
   SimOptions options = flags.options;
   options.mode = mode->second;
-  options.elastic = flags.policy == "preempt+elastic";
+  options.elastic = policy == "preempt+elastic";
   options.preempt.demote_after_gpu_seconds =
       flags.demote_after_gpu_hours * 3600.0;
   options.backfill_order = flags.backfill_order == "queue"
@@ -124,13 +131,17 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
                            : flags.backfill_order == "shortest"
                                ? policy::BackfillOrder::kShortestFirst
                                : policy::BackfillOrder::kAgedShortestFirst;
+  return options;
+}
 
-  const auto started = std::chrono::steady_clock::now();
+// Reads and checks the trace; on failure fills `report` and returns nullopt.
+std::optional<std::vector<TraceJob>> LoadTrace(const SimulateFlags& flags,
+                                               SimulateReport& report) {
   std::ifstream file(flags.trace_path);
   if (!file) {
     report.exit_code = kSimExitFailure;
     report.error = absl::StrCat("cannot read ", flags.trace_path);
-    return report;
+    return std::nullopt;
   }
   std::stringstream text;
   text << file.rdbuf();
@@ -139,10 +150,11 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
     report.exit_code = kSimExitFailure;
     report.error =
         absl::StrCat(flags.trace_path, ": ", trace.status().message());
-    return report;
+    return std::nullopt;
   }
   // A job larger than the whole cluster is a mistake in the trace or the
   // cluster flags, not a job to count as failed.
+  const SimOptions& options = flags.options;
   const uint64_t cluster_gpus = uint64_t{options.hosts} * options.gpus_per_host;
   for (const TraceJob& job : *trace) {
     if (job.gpus > cluster_gpus) {
@@ -152,10 +164,163 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
                        " GPUs, more than the cluster's ", options.hosts, " x ",
                        options.gpus_per_host, " = ", cluster_gpus,
                        " (--hosts, --gpus-per-host)");
-      return report;
+      return std::nullopt;
     }
   }
-  absl::StatusOr<SimResult> result = Simulate(*trace, options);
+  return std::move(*trace);
+}
+
+nlohmann::json ResultJson(const std::string& policy, const SimulateFlags& flags,
+                          const SimResult& r, double wall_s) {
+  return {{"policy", policy},
+          {"backfill_order", flags.backfill_order},
+          {"hosts", flags.options.hosts},
+          {"gpus_per_host", flags.options.gpus_per_host},
+          {"runner_slots", r.runner_slots},
+          {"seed", flags.options.seed},
+          {"jobs", r.jobs},
+          {"finished", r.finished},
+          {"failed", r.failed},
+          {"jct_s",
+           {{"mean", r.mean_jct},
+            {"p50", r.p50_jct},
+            {"p99", r.p99_jct},
+            {"max", r.max_jct}}},
+          {"wait_s",
+           {{"mean", r.mean_wait}, {"p99", r.p99_wait}, {"max", r.max_wait}}},
+          {"gpu_utilisation", r.gpu_utilisation},
+          {"deadlocks", r.deadlocks},
+          {"stalled", r.stalled},
+          {"stalled_at_s", r.stalled_at},
+          {"makespan_s", r.makespan},
+          {"preemptions", r.preemptions},
+          {"jobs_preempted", r.jobs_preempted},
+          {"max_preemptions_per_job", r.max_preemptions_per_job},
+          {"lost_gpu_hours", r.lost_gpu_hours},
+          {"started_smaller", r.started_smaller},
+          {"preemptible_jobs", r.preemptible_jobs},
+          {"non_preemptible_preempted", r.non_preemptible_preempted},
+          {"replay_wall_s", wall_s}};
+}
+
+std::string ResultText(const std::string& policy, const SimulateFlags& flags,
+                       const SimResult& r, double wall_s) {
+  return absl::StrFormat(
+      "policy %s, %u hosts x %u GPUs, %u runner slots, seed %u\n"
+      "jobs %u  finished %u  failed (infeasible) %u\n"
+      "JCT s   mean %.0f  p50 %.0f  p99 %.0f  max %.0f\n"
+      "wait s  mean %.0f  p99 %.0f  max %.0f\n"
+      "GPU utilisation %.3f\n"
+      "deadlocks broken %u  stalled %s%s\n"
+      "makespan %d s\n"
+      "preemptions %u (%u jobs, at most %u per job), lost GPU-hours %.1f\n"
+      "elastic starts below full size %u\n"
+      "replay wall time %.2f s\n",
+      policy, flags.options.hosts, flags.options.gpus_per_host, r.runner_slots,
+      flags.options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
+      r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait, r.max_wait,
+      r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
+      r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
+      r.preemptions, r.jobs_preempted, r.max_preemptions_per_job,
+      r.lost_gpu_hours, r.started_smaller, wall_s);
+}
+
+// `value` over FIFO's, or 1 when both are 0 (nobody waited in either).
+double Ratio(double value, double fifo) {
+  if (fifo == 0)
+    return value == 0 ? 1.0 : std::numeric_limits<double>::infinity();
+  return value / fifo;
+}
+
+SimulateReport RunCompare(const SimulateFlags& flags,
+                          const std::vector<TraceJob>& trace) {
+  SimulateReport report;
+  const std::vector<std::string> policies = {"fifo", "gdt", "preempt",
+                                             "preempt+elastic"};
+  // The replays are independent: one thread each.
+  std::vector<std::future<absl::StatusOr<SimResult>>> replays;
+  for (const std::string& policy : policies) {
+    SimOptions options = *OptionsFor(flags, policy);
+    replays.push_back(std::async(std::launch::async, [&trace, options] {
+      return Simulate(trace, options);
+    }));
+  }
+  std::vector<SimResult> results;
+  for (size_t i = 0; i < policies.size(); ++i) {
+    absl::StatusOr<SimResult> result = replays[i].get();
+    if (!result.ok()) {
+      report.exit_code = kSimExitFailure;
+      report.error = absl::StrCat(policies[i], ": ", result.status().message());
+      return report;
+    }
+    results.push_back(std::move(*result));
+  }
+  const SimResult& fifo = results[0];
+  bool stalled = false;
+  std::vector<std::string> above;  // Policies whose longest wait beats FIFO's.
+  nlohmann::json rows = nlohmann::json::array();
+  std::string table = absl::StrFormat(
+      "%s, %u hosts x %u GPUs, %u runner slots, seed %u; \"x\" is the ratio "
+      "to strict FIFO in this run\n"
+      "%-16s %8s %11s %7s %11s %7s %11s %7s %14s %10s %9s %7s\n",
+      flags.trace_path, flags.options.hosts, flags.options.gpus_per_host,
+      fifo.runner_slots, flags.options.seed, "policy", "finished", "mean JCT s",
+      "x", "mean wait s", "x", "max wait s", "x", "preemptions", "lost GPU-h",
+      "deadlocks", "stalled");
+  for (size_t i = 0; i < policies.size(); ++i) {
+    const SimResult& r = results[i];
+    stalled = stalled || r.stalled;
+    const double jct = Ratio(r.mean_jct, fifo.mean_jct);
+    const double wait = Ratio(r.mean_wait, fifo.mean_wait);
+    const double max_wait = Ratio(r.max_wait, fifo.max_wait);
+    if (r.max_wait > fifo.max_wait) above.push_back(policies[i]);
+    table += absl::StrFormat(
+        "%-16s %8u %11.0f %7.3f %11.0f %7.3f %11.0f %7.3f %14s %10.1f %9u "
+        "%7s\n",
+        policies[i], r.finished, r.mean_jct, jct, r.mean_wait, wait, r.max_wait,
+        max_wait,
+        absl::StrCat(r.preemptions, " (max ", r.max_preemptions_per_job, ")"),
+        r.lost_gpu_hours, r.deadlocks, r.stalled ? "yes" : "no");
+    nlohmann::json row = ResultJson(policies[i], flags, r, 0);
+    row.erase("replay_wall_s");
+    row["to_fifo"] = {
+        {"mean_jct", jct}, {"mean_wait", wait}, {"max_wait", max_wait}};
+    rows.push_back(std::move(row));
+  }
+  if (!above.empty()) {
+    table += absl::StrCat(
+        "longest wait above FIFO's: ", absl::StrJoin(above, ", "), "\n");
+  }
+  if (flags.json) {
+    report.output = nlohmann::json{{"trace", flags.trace_path},
+                                   {"baseline", "fifo"},
+                                   {"results", std::move(rows)}}
+                        .dump(2) +
+                    "\n";
+  } else {
+    report.output = std::move(table);
+  }
+  report.exit_code = stalled ? kSimExitStalled : kSimExitOk;
+  return report;
+}
+
+}  // namespace
+
+SimulateReport RunSimulate(const SimulateFlags& flags) {
+  SimulateReport report;
+  std::optional<SimOptions> options = OptionsFor(flags, flags.policy);
+  if (!options.has_value()) {
+    report.exit_code = kSimExitFailure;
+    report.error = absl::StrCat("unknown policy '", flags.policy,
+                                "' (use gdt, preempt, preempt+elastic, fifo "
+                                "or naive)");
+    return report;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<std::vector<TraceJob>> trace = LoadTrace(flags, report);
+  if (!trace.has_value()) return report;
+  if (flags.compare) return RunCompare(flags, *trace);
+  absl::StatusOr<SimResult> result = Simulate(*trace, *options);
   if (!result.ok()) {
     report.exit_code = kSimExitFailure;
     report.error = std::string(result.status().message());
@@ -164,61 +329,11 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started)
           .count();
-
-  const SimResult& r = *result;
-  if (flags.json) {
-    nlohmann::json out = {
-        {"policy", flags.policy},
-        {"backfill_order", flags.backfill_order},
-        {"hosts", options.hosts},
-        {"gpus_per_host", options.gpus_per_host},
-        {"runner_slots", r.runner_slots},
-        {"seed", options.seed},
-        {"jobs", r.jobs},
-        {"finished", r.finished},
-        {"failed", r.failed},
-        {"jct_s",
-         {{"mean", r.mean_jct},
-          {"p50", r.p50_jct},
-          {"p99", r.p99_jct},
-          {"max", r.max_jct}}},
-        {"wait_s",
-         {{"mean", r.mean_wait}, {"p99", r.p99_wait}, {"max", r.max_wait}}},
-        {"gpu_utilisation", r.gpu_utilisation},
-        {"deadlocks", r.deadlocks},
-        {"stalled", r.stalled},
-        {"stalled_at_s", r.stalled_at},
-        {"makespan_s", r.makespan},
-        {"preemptions", r.preemptions},
-        {"jobs_preempted", r.jobs_preempted},
-        {"max_preemptions_per_job", r.max_preemptions_per_job},
-        {"lost_gpu_hours", r.lost_gpu_hours},
-        {"started_smaller", r.started_smaller},
-        {"preemptible_jobs", r.preemptible_jobs},
-        {"non_preemptible_preempted", r.non_preemptible_preempted},
-        {"replay_wall_s", wall_s}};
-    report.output = out.dump(2) + "\n";
-  } else {
-    report.output = absl::StrFormat(
-        "policy %s, %u hosts x %u GPUs, %u runner slots, seed %u\n"
-        "jobs %u  finished %u  failed (infeasible) %u\n"
-        "JCT s   mean %.0f  p50 %.0f  p99 %.0f  max %.0f\n"
-        "wait s  mean %.0f  p99 %.0f  max %.0f\n"
-        "GPU utilisation %.3f\n"
-        "deadlocks broken %u  stalled %s%s\n"
-        "makespan %d s\n"
-        "preemptions %u (%u jobs, at most %u per job), lost GPU-hours %.1f\n"
-        "elastic starts below full size %u\n"
-        "replay wall time %.2f s\n",
-        flags.policy, options.hosts, options.gpus_per_host, r.runner_slots,
-        options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
-        r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait, r.max_wait,
-        r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
-        r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
-        r.preemptions, r.jobs_preempted, r.max_preemptions_per_job,
-        r.lost_gpu_hours, r.started_smaller, wall_s);
-  }
-  report.exit_code = r.stalled ? kSimExitStalled : kSimExitOk;
+  report.output =
+      flags.json
+          ? ResultJson(flags.policy, flags, *result, wall_s).dump(2) + "\n"
+          : ResultText(flags.policy, flags, *result, wall_s);
+  report.exit_code = result->stalled ? kSimExitStalled : kSimExitOk;
   return report;
 }
 

@@ -18,12 +18,15 @@ struct SimulateFlags {
   double demote_after_gpu_hours = 8;  // Into options.preempt.
   SimOptions options;
   bool json = false;
+  // Replays fifo, gdt, preempt and preempt+elastic and prints each with its
+  // ratios to FIFO's (`policy` is not used).
+  bool compare = false;
 };
 
 // Adds --trace, --hosts, --gpus-per-host, --policy, --seed, --runner-slots,
 // --max-skew, --timeout-granularity, --max-nodes, the preemption options
 // (--max-preemptions, --grace, --checkpoint-interval, --restart-overhead,
-// --demote-after, --aging-step) and --json to `app`.
+// --demote-after, --aging-step), --compare and --json to `app`.
 void AddSimulateOptions(CLI::App& app, SimulateFlags& flags);
 
 inline constexpr int kSimExitOk = 0;

@@ -1,0 +1,95 @@
+// The real gdt-sim binary as a user runs it: --compare puts every policy next
+// to strict FIFO in one run, and bad flags get gdt's usage exit code.
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/cli_run.h"
+
+namespace gdt::sim {
+namespace {
+
+using test::CliRun;
+using test::RunCli;
+using ::testing::HasSubstr;
+
+const std::string kTraces = GDT_SIM_TRACES;
+
+// Runs gdt-sim with `args`; `stream` "stdout" or "stderr" is kept.
+CliRun GdtSim(const std::vector<std::string>& args, const std::string& stream) {
+  return RunCli(GDT_SIM_BIN, args, stream, std::chrono::seconds(50));
+}
+
+// The ratios are each policy's figure over FIFO's from the same run, and the
+// preempting policies' figures are what a replay of that policy alone prints.
+TEST(GdtSimCliTest, CompareGivesEveryPolicyItsRatiosToFifo) {
+  const std::string trace = kTraces + "/synthetic-bursty.csv";
+  const CliRun compare =
+      GdtSim({"--trace", trace, "--compare", "--json"}, "stdout");
+  ASSERT_EQ(compare.code, 0) << compare.output;
+  const nlohmann::json out = nlohmann::json::parse(compare.output);
+  EXPECT_EQ(out["baseline"], "fifo");
+  const nlohmann::json& results = out["results"];
+  ASSERT_EQ(results.size(), 4u) << out.dump();
+  EXPECT_EQ(results[0]["policy"], "fifo");
+  const double fifo_wait = results[0]["wait_s"]["mean"];
+  const double fifo_max = results[0]["wait_s"]["max"];
+  ASSERT_GT(fifo_wait, 0);
+  for (const nlohmann::json& row : results) {
+    const std::string policy = row["policy"];
+    SCOPED_TRACE(policy);
+    EXPECT_EQ(row["finished"], row["jobs"]);
+    EXPECT_DOUBLE_EQ(row["to_fifo"]["mean_wait"].get<double>(),
+                     row["wait_s"]["mean"].get<double>() / fifo_wait);
+    EXPECT_DOUBLE_EQ(row["to_fifo"]["max_wait"].get<double>(),
+                     row["wait_s"]["max"].get<double>() / fifo_max);
+    if (policy != "preempt" && policy != "preempt+elastic") continue;
+    const CliRun single =
+        GdtSim({"--trace", trace, "--policy", policy, "--json"}, "stdout");
+    ASSERT_EQ(single.code, 0) << single.output;
+    const nlohmann::json alone = nlohmann::json::parse(single.output);
+    EXPECT_EQ(alone["wait_s"], row["wait_s"]);
+    EXPECT_EQ(alone["preemptions"], row["preemptions"]);
+  }
+  // Preemption shortens the mean wait on this trace; backfill alone less.
+  EXPECT_LT(results[2]["to_fifo"]["mean_wait"].get<double>(),
+            results[1]["to_fifo"]["mean_wait"].get<double>());
+
+  // The table has a row per policy, FIFO's at 1.000.
+  const CliRun table = GdtSim({"--trace", trace, "--compare"}, "stdout");
+  ASSERT_EQ(table.code, 0);
+  EXPECT_THAT(table.output, HasSubstr("ratio to strict FIFO"));
+  for (const char* policy : {"fifo ", "gdt ", "preempt ", "preempt+elastic "}) {
+    EXPECT_THAT(table.output, HasSubstr("\n" + std::string(policy)));
+  }
+  EXPECT_THAT(table.output, HasSubstr("1.000"));
+}
+
+TEST(GdtSimCliTest, BadFlagsGetTheUsageCodeAndOneReason) {
+  const std::string trace = kTraces + "/synthetic-bursty.csv";
+  const CliRun both =
+      GdtSim({"--trace", trace, "--compare", "--policy", "gdt"}, "stderr");
+  EXPECT_EQ(both.code, 2) << both.output;
+  EXPECT_THAT(both.output, HasSubstr("--compare"));
+
+  const CliRun hosts = GdtSim({"--trace", trace, "--hosts", "many"}, "stderr");
+  EXPECT_EQ(hosts.code, 2) << hosts.output;
+  EXPECT_THAT(hosts.output, HasSubstr("--hosts"));
+
+  // A trace it cannot read is bad input, not a bad flag.
+  const CliRun missing =
+      GdtSim({"--trace", kTraces + "/absent.csv", "--compare"}, "stderr");
+  EXPECT_EQ(missing.code, 1) << missing.output;
+  EXPECT_EQ(missing.output,
+            "gdt-sim: cannot read " + kTraces + "/absent.csv\n");
+
+  const CliRun help = GdtSim({"--help"}, "stdout");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--compare"));
+}
+
+}  // namespace
+}  // namespace gdt::sim
