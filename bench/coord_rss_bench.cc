@@ -12,10 +12,12 @@
 #include <iostream>
 #include <thread>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
+#include "common/exit_code.h"
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
 
@@ -199,5 +201,18 @@ int Run(const std::string& binary) {
 }  // namespace gdt::bench
 
 int main(int argc, char** argv) {
-  return gdt::bench::Run(argc > 1 ? argv[1] : GDT_COORD_BIN);
+  CLI::App app{
+      "gdt-bench-rss: resident memory of a real gdt-coord, idle and holding "
+      "10,000 hosts and 1,000 pending gangs (docs/benchmarks.md)"};
+  std::string binary = GDT_COORD_BIN;
+  app.add_option("gdt_coord", binary, "the gdt-coord binary to measure")
+      ->check(CLI::ExistingFile)
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? gdt::kExitOk : gdt::kExitUsage;
+  }
+  return gdt::bench::Run(binary);
 }

@@ -16,17 +16,18 @@
 #include <stdlib.h>
 
 #include <atomic>
-#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
 #include "common/clock.h"
+#include "common/exit_code.h"
 #include "coordinator/server.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "rendezvous/metadata.h"
@@ -86,13 +87,6 @@ class FloodJoin final : public grpc::ClientReadReactor<v1::JoinGangEvent> {
 
 std::string HostName(int index) { return absl::StrCat("bench-host-", index); }
 
-int Flag(int argc, char** argv, const char* name, int fallback) {
-  for (int i = 1; i + 1 < argc; ++i) {
-    if (std::strcmp(argv[i], name) == 0) return std::atoi(argv[i + 1]);
-  }
-  return fallback;
-}
-
 void Report(const char* name, Phase& phase, double bound_ms) {
   std::lock_guard<std::mutex> lock(phase.mu);
   const Stats stats = Summarize(phase.latencies_ms);
@@ -120,15 +114,31 @@ void Report(const char* name, Phase& phase, double bound_ms) {
 }
 
 int Run(int argc, char** argv) {
-  spdlog::set_level(spdlog::level::err);
-  const bool quick = argc > 1 && std::strcmp(argv[1], "--quick") == 0;
-  const int hosts = Flag(argc, argv, "--hosts", 100);
-  const int joins_per_second = Flag(argc, argv, "--joins-per-second", 300);
-  const seconds phase_length(quick ? 12 : 30);
+  CLI::App app{
+      "gdt-bench-liveness: heartbeat latency and hosts seen down, quiet and "
+      "under a flood of forged JoinGang calls (docs/benchmarks.md)"};
+  bool quick = false;
+  int hosts = 100;
+  int joins_per_second = 300;
   bool main_port = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--main-port") == 0) main_port = true;
+  app.add_flag("--quick", quick, "12 s phases instead of 30 s");
+  app.add_option("--hosts", hosts, "simulated hosts heartbeating")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_option("--joins-per-second", joins_per_second,
+                 "forged JoinGang calls per second in the flood phase")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  app.add_flag("--main-port", main_port,
+               "heartbeat to the main port instead of the liveness port");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
   }
+  spdlog::set_level(spdlog::level::err);
+  const seconds phase_length(quick ? 12 : 30);
 
   gitlab::FakeGitLabApi::Options gitlab_options;
   gitlab_options.job_answer_delay = seconds(1);
