@@ -10,6 +10,7 @@
 #include <sstream>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -249,8 +250,13 @@ SimulateReport RunCompare(const SimulateFlags& flags,
   for (size_t i = 0; i < policies.size(); ++i) {
     absl::StatusOr<SimResult> result = replays[i].get();
     if (!result.ok()) {
+      // Bad options are the same for every policy: said once, as a single
+      // replay says them.
       report.exit_code = kSimExitFailure;
-      report.error = absl::StrCat(policies[i], ": ", result.status().message());
+      report.error =
+          absl::IsInvalidArgument(result.status())
+              ? std::string(result.status().message())
+              : absl::StrCat(policies[i], ": ", result.status().message());
       return report;
     }
     results.push_back(std::move(*result));
