@@ -29,8 +29,6 @@ CliRun GdtSim(const std::vector<std::string>& args, const std::string& stream) {
   return RunCli(GDT_SIM_BIN, args, stream, std::chrono::seconds(40));
 }
 
-// The ratios are each policy's figure over FIFO's from the same run, and the
-// preempting policies' figures are what a replay of that policy alone prints.
 // The first `jobs` jobs of the committed bursty trace (four replays of all
 // 3,900 take a minute under the sanitizers on a loaded machine).
 std::string BurstyPrefix(const TempDir& dir, size_t jobs) {
@@ -45,6 +43,8 @@ std::string BurstyPrefix(const TempDir& dir, size_t jobs) {
   return path;
 }
 
+// The ratios are each policy's figure over FIFO's from the same run, and the
+// preempting policies' figures are what a replay of that policy alone prints.
 TEST(GdtSimCliTest, CompareGivesEveryPolicyItsRatiosToFifo) {
   TempDir dir;
   const std::string trace = BurstyPrefix(dir, 1000);
