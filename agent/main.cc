@@ -4,11 +4,13 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "CLI/CLI.hpp"
 #include "agent/config.h"
 #include "agent/daemon.h"
+#include "common/cli_parse.h"
 #include "common/exit_code.h"
 #include "common/file.h"
 #include "common/logging.h"
@@ -26,10 +28,8 @@ int main(int argc, char** argv) {
                  "host:port to serve on (overrides config)");
   app.add_option("--port-file", port_file,
                  "write the bound host:port here once serving");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? gdt::kExitOk : gdt::kExitUsage;
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
 
   absl::StatusOr<gdt::agent::Config> config =

@@ -2,7 +2,7 @@
 // generic package registry (ckpt::Resume over CurlGitLabApi) against plain
 // `curl` + `sha256sum` of the same files from the same local fake GitLab API,
 // alternating in one run. Prints MiB/s of each and the ratio ours/baseline.
-// Usage: ckpt_download_bench [--files N] [--mib M] [--reps R]
+// Usage: ckpt_download_bench [--files N] [--mib M] [--reps R] (--help)
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
+#include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "ckpt/checkpoint.h"
+#include "common/cli_parse.h"
 #include "common/sha256.h"
 #include "common/subprocess.h"
 #include "gitlab/curl_gitlab_api.h"
@@ -36,18 +38,22 @@ double Median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   int files = 4, mib = 64, reps = 5;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    int* target = flag == "--files"  ? &files
-                  : flag == "--mib"  ? &mib
-                  : flag == "--reps" ? &reps
-                                     : nullptr;
-    if (target == nullptr || !absl::SimpleAtoi(argv[i + 1], target) ||
-        *target <= 0) {
-      std::cerr << "ckpt_download_bench: bad option " << flag
-                << " (--files N --mib M --reps R)\n";
-      return 2;
-    }
+  CLI::App app(
+      "Resume throughput: gdt's download and check of a checkpoint from the "
+      "package registry of a local fake GitLab API, against curl + sha256sum "
+      "of the same files, alternating; prints MiB/s of each and the ratio",
+      "ckpt_download_bench");
+  app.add_option("--files", files, "files in the checkpoint")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--mib", mib, "MiB per file")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  app.add_option("--reps", reps, "runs of each, alternating")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   gdt::gitlab::FakeGitLabApi::Options options;
   auto fake = gdt::gitlab::FakeGitLabApi::Start(options);

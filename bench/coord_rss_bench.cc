@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <thread>
 
 #include "CLI/CLI.hpp"
@@ -17,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
+#include "common/cli_parse.h"
 #include "common/exit_code.h"
 #include "common/subprocess.h"
 #include "rendezvous/channel.h"
@@ -208,11 +210,8 @@ int main(int argc, char** argv) {
   app.add_option("gdt_coord", binary, "the gdt-coord binary to measure")
       ->check(CLI::ExistingFile)
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? gdt::kExitOk : gdt::kExitUsage;
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   return gdt::bench::Run(binary);
 }

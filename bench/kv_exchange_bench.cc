@@ -23,12 +23,16 @@
 #include <cstdlib>
 #include <latch>
 #include <map>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/cli_parse.h"
 #include "common/clock.h"
 #include "coordinator/server.h"
 #include "grpcpp/grpcpp.h"
@@ -52,37 +56,32 @@ struct Options {
   int channels = 64;
 };
 
-bool ParseOptions(int argc, char** argv, Options& options) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i];
-    const std::string value = argv[i + 1];
-    if (flag == "--members") {
-      options.members.clear();
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        int n = 0;
-        if (!absl::SimpleAtoi(part, &n) || n < 1) return false;
-        options.members.push_back(n);
-      }
-    } else if (flag == "--reps") {
-      for (absl::string_view part : absl::StrSplit(value, ',')) {
-        std::vector<std::string> pair = absl::StrSplit(part, ':');
-        int n = 0;
-        int reps = 0;
-        if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &n) ||
-            !absl::SimpleAtoi(pair[1], &reps) || reps < 1) {
-          return false;
-        }
-        options.reps[n] = reps;
-      }
-    } else if (flag == "--channels") {
-      if (!absl::SimpleAtoi(value, &options.channels) || options.channels < 1) {
-        return false;
-      }
-    } else {
-      return false;
+// "8,64,1024": member counts, each at least 1.
+std::string ParseMembers(const std::string& value, std::vector<int>& members) {
+  members.clear();
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    int n = 0;
+    if (!absl::SimpleAtoi(part, &n) || n < 1) {
+      return absl::StrCat("'", part, "' is not a member count of at least 1");
     }
+    members.push_back(n);
   }
-  return argc % 2 == 1;
+  return "";
+}
+
+// "8:200,64:100": repetitions per member count, each at least 1.
+std::string ParseReps(const std::string& value, std::map<int, int>& reps) {
+  for (absl::string_view part : absl::StrSplit(value, ',')) {
+    std::vector<std::string> pair = absl::StrSplit(part, ':');
+    int n = 0;
+    int count = 0;
+    if (pair.size() != 2 || !absl::SimpleAtoi(pair[0], &n) ||
+        !absl::SimpleAtoi(pair[1], &count) || count < 1) {
+      return absl::StrCat("'", part, "' is not MEMBERS:REPS with REPS >= 1");
+    }
+    reps[n] = count;
+  }
+  return "";
 }
 
 // One exchange among `nranks` member threads; returns its duration or a
@@ -131,11 +130,36 @@ double ExchangeOnce(const std::vector<std::shared_ptr<grpc::Channel>>& channels,
 
 int main(int argc, char** argv) {
   Options options;
-  if (!ParseOptions(argc, argv, options)) {
-    std::fprintf(stderr,
-                 "usage: kv_exchange_bench [--members 8,64,1024] "
-                 "[--reps 8:200,64:100,1024:30] [--channels 64]\n");
-    return 2;
+  CLI::App app(
+      "NCCL unique-id exchange through the gang key-value store of an "
+      "in-process coordinator, at each member count; prints percentiles",
+      "kv_exchange_bench");
+  app.add_option_function<std::string>(
+         "--members",
+         [&options](const std::string& value) {
+           if (std::string error = ParseMembers(value, options.members);
+               !error.empty()) {
+             throw CLI::ValidationError("--members", error);
+           }
+         },
+         "member counts, comma-separated")
+      ->default_str("8,64,1024");
+  app.add_option_function<std::string>(
+         "--reps",
+         [&options](const std::string& value) {
+           if (std::string error = ParseReps(value, options.reps);
+               !error.empty()) {
+             throw CLI::ValidationError("--reps", error);
+           }
+         },
+         "exchanges per member count, MEMBERS:REPS comma-separated")
+      ->default_str("8:200,64:100,1024:30");
+  app.add_option("--channels", options.channels,
+                 "gRPC channels the members share")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   gdt::SystemClock clock;
   gdt::coordinator::Config config;

@@ -20,12 +20,14 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/grpc_bench_support.h"
+#include "common/cli_parse.h"
 #include "common/clock.h"
 #include "common/exit_code.h"
 #include "coordinator/server.h"
@@ -131,11 +133,8 @@ int Run(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--main-port", main_port,
                "heartbeat to the main port instead of the liveness port");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+  if (std::optional<int> code = ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   spdlog::set_level(spdlog::level::err);
   const seconds phase_length(quick ? 12 : 30);

@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "ci/expand.h"
 #include "ci/run_local.h"
+#include "common/cli_parse.h"
 #include "common/exit_code.h"
 #include "common/file.h"
 #include "common/logging.h"
@@ -176,11 +177,8 @@ int main(int argc, char** argv) {
                    "runner tag that marks gang jobs ('' for none)")
       ->capture_default_str();
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // CLI11 reports by throwing; --help is a "successful" error.
-    return app.exit(e) == 0 ? kExitOk : kExitUsage;
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   if (absl::Status logging = gdt::InitLogging("gdt-ci", log_level);
       !logging.ok()) {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,7 @@
 #include "ckpt/notice.h"
 #include "ckpt/notice_broadcast_client.h"
 #include "ckpt/registry_client.h"
+#include "common/cli_parse.h"
 
 extern char** environ;
 
@@ -67,10 +69,10 @@ int main(int argc, char** argv) {
       "seconds (default 300) before CI_JOB_TIMEOUT ends the job; inside a "
       "gdt job the first member to reach it tells the whole gang");
   run->add_option("command", command, "The command, after --")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? gdt::ckpt::kCkptOk : gdt::ckpt::kCkptBadInput;
+  if (std::optional<int> code = gdt::ParseCommandLine(
+          app, argc, argv,
+          {.ok = gdt::ckpt::kCkptOk, .usage = gdt::ckpt::kCkptBadInput})) {
+    return *code;
   }
   gdt::ckpt::CkptEnv env;
   for (char** e = environ; *e != nullptr; ++e) {

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 
+#include "common/cli_parse.h"
 #include "common/exit_code.h"
 #include "common/file.h"
 #include "common/stop_signals.h"
@@ -172,7 +174,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       ->add_option("--limit", status_options.limit,
                    "Show at most N hosts and N gangs (default 50; 0 = all); "
                    "--json is always complete")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
   status->add_flag("--watch", watch,
                    "Refresh every --interval seconds until interrupted");
   status
@@ -182,7 +184,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   status
       ->add_option("--count", count,
                    "With --watch: stop after this many refreshes (0 = never)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
 
   CLI::App* hosts = app.add_subcommand(
       "hosts", "List, drain, undrain or remove hosts of a coordinator");
@@ -202,7 +204,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       ->add_option("--limit", hosts_limit,
                    "Show at most N hosts (default 50; 0 = all); --json is "
                    "always complete")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1000000));
   std::string host_name;
   std::string host_action;
   for (const auto& [name, help] :
@@ -305,11 +307,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "End every forming gang none of whose members is present now (the "
       "coordinator does so itself after forming_gang_abandon_seconds)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+  if (std::optional<int> code = ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   if (serve->parsed()) return commands.serve(serve_flags);
   if (simulate->parsed()) return commands.simulate();

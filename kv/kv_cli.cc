@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
+#include "common/cli_parse.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/kv_client.h"
 
@@ -55,9 +56,10 @@ int RunKvCli(int argc, const char* const* argv,
   app.require_subcommand(1);
   double timeout_seconds = 30;
   bool json = false;
-  app.add_option("--timeout", timeout_seconds,
-                 "seconds before the call gives up (default 30)")
-      ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--timeout", timeout_seconds,
+         "seconds before the call gives up (default 30, at most 31 days)")
+      ->check(CLI::Range(0.001, 2678400.0));
   app.add_flag("--json", json, "print one JSON object");
 
   std::string key;
@@ -85,11 +87,8 @@ int RunKvCli(int argc, const char* const* argv,
 
   std::vector<std::string> args;
   for (int i = argc - 1; i > 0; --i) args.emplace_back(argv[i]);
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    // CLI11 reports by throwing; --help is a "successful" error.
-    return app.exit(e, out, err) == 0 ? kExitOk : kExitUsage;
+  if (std::optional<int> code = ParseCommandLine(app, args, out, err)) {
+    return *code;
   }
   if (*cas && cas_values.size() != (absent ? 1u : 2u)) {
     err << "gdt-kv cas: give KEY OLD NEW, or --absent KEY NEW\n";

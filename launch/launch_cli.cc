@@ -1,9 +1,11 @@
 #include "launch/launch_cli.h"
 
+#include <optional>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/numbers.h"
+#include "common/cli_parse.h"
 #include "launch/head_worker.h"
 #include "launch/kv_done_signal.h"
 #include "launch/recipe.h"
@@ -48,10 +50,8 @@ int RunLaunchCli(int argc, char** argv,
   }
   for (int i = argc - 1; i > split; --i) script.insert(script.begin(), argv[i]);
   for (int i = split - 1; i > 0; --i) args.emplace_back(argv[i]);
-  try {
-    app.parse(args);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err) == 0 ? 0 : kExitUsage;
+  if (std::optional<int> code = ParseCommandLine(app, args, out, err)) {
+    return *code;
   }
 
   if (auto it = env.find("GDT_LAUNCHERS_DIR"); it != env.end()) {

@@ -2,8 +2,10 @@
 // time and prints the result. The same command as `gdt-coord simulate`
 // (sim/sim_command.h), kept as an alias.
 #include <cstdio>
+#include <optional>
 
 #include "CLI/CLI.hpp"
+#include "common/cli_parse.h"
 #include "common/exit_code.h"
 #include "sim/sim_command.h"
 
@@ -14,12 +16,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "gdt-sim " GDT_VERSION);
   gdt::sim::SimulateFlags flags;
   gdt::sim::AddSimulateOptions(app, flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    // --help and --version end with 0; bad flags with gdt's usage code.
-    const int code = app.exit(e);
-    return code == 0 ? gdt::kExitOk : gdt::kExitUsage;
+  if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
+    return *code;
   }
   const gdt::sim::SimulateReport report = gdt::sim::RunSimulate(flags);
   std::fputs(report.output.c_str(), stdout);

@@ -108,6 +108,14 @@ TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
   EXPECT_EQ(Run({"frobnicate"}).code, kv::kExitUsage);
   EXPECT_EQ(Run({"cas", "k", "only-one"}).code, kv::kExitUsage);
   EXPECT_EQ(Run({"add", "k", "many"}).code, kv::kExitUsage);
+  // A timeout out of range names its bounds (not the largest double).
+  for (const char* timeout : {"0", "-1", "1e300", "soon"}) {
+    Result bad = Run({"get", "k", "--timeout", timeout});
+    EXPECT_EQ(bad.code, kv::kExitUsage) << timeout;
+    EXPECT_THAT(bad.err, HasSubstr("not in range 0.001000 to 2678400.000000"))
+        << timeout;
+    EXPECT_LT(bad.err.size(), 200u) << bad.err;
+  }
 
   env_["GDT_KV_TOKEN"] = "wrong";
   Result denied = Run({"set", "k", "v"});

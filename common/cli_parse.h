@@ -1,0 +1,38 @@
+#ifndef GDT_COMMON_CLI_PARSE_H_
+#define GDT_COMMON_CLI_PARSE_H_
+
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "common/exit_code.h"
+
+namespace gdt {
+
+// The codes a command line ends with when parsing stops it: after --help or
+// --version, and after a parse error. Most tools keep the defaults.
+struct CliExitCodes {
+  int ok = kExitOk;
+  int usage = kExitUsage;
+};
+
+// Parses the command line into `app`. CLI11 reports --help, --version and
+// every bad flag by throwing; this lets CLI11 print what it has to say (the
+// help to `out`, one line naming the bad flag to `err`) and returns the code
+// to end the command with. nullopt: parsed, go on.
+std::optional<int> ParseCommandLine(CLI::App& app, int argc,
+                                    const char* const* argv,
+                                    const CliExitCodes& codes = {});
+
+// The same for arguments already in a vector, in CLI11's order (last
+// argument first), with the streams given.
+std::optional<int> ParseCommandLine(CLI::App& app,
+                                    std::vector<std::string>& reversed_args,
+                                    std::ostream& out, std::ostream& err,
+                                    const CliExitCodes& codes = {});
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_CLI_PARSE_H_

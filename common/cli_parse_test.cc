@@ -1,0 +1,70 @@
+#include "common/cli_parse.h"
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+struct Parsed {
+  std::optional<int> code;
+  std::string out;
+  std::string err;
+  int hosts = 0;
+};
+
+// Parses `args` (first argument first) with a --hosts flag.
+Parsed Parse(std::vector<std::string> args, const CliExitCodes& codes = {}) {
+  Parsed parsed;
+  CLI::App app("a test tool", "tool");
+  app.add_option("--hosts", parsed.hosts, "how many")
+      ->check(CLI::Range(1, 1000));
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::ostringstream out;
+  std::ostringstream err;
+  parsed.code = ParseCommandLine(app, reversed, out, err, codes);
+  parsed.out = out.str();
+  parsed.err = err.str();
+  return parsed;
+}
+
+TEST(CliParseTest, GoodFlagsGoOn) {
+  const Parsed parsed = Parse({"--hosts", "4"});
+  EXPECT_FALSE(parsed.code.has_value());
+  EXPECT_EQ(parsed.hosts, 4);
+  EXPECT_EQ(parsed.out + parsed.err, "");
+}
+
+TEST(CliParseTest, HelpEndsWithTheOkCodeAndPrintsTheFlags) {
+  const Parsed parsed = Parse({"--help"});
+  EXPECT_EQ(parsed.code, kExitOk);
+  EXPECT_NE(parsed.out.find("--hosts"), std::string::npos) << parsed.out;
+  EXPECT_EQ(parsed.err, "");
+}
+
+TEST(CliParseTest, ABadFlagEndsWithTheUsageCodeAndOneLine) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--hosts", "x"},
+                                             {"--hosts", "-1"},
+                                             {"--nodes", "2"},
+                                             {"--hosts"}}) {
+    const Parsed parsed = Parse(args);
+    EXPECT_EQ(parsed.code, kExitUsage) << args[0];
+    ASSERT_FALSE(parsed.err.empty()) << args[0];
+    // One line saying what is wrong (CLI11 adds a hint to try --help).
+    EXPECT_NE(parsed.err.find("--h"), std::string::npos) << parsed.err;
+    EXPECT_EQ(parsed.out, "");
+  }
+}
+
+TEST(CliParseTest, AToolMayKeepItsOwnCodes) {
+  const CliExitCodes codes{.ok = 0, .usage = 64};
+  EXPECT_EQ(Parse({"--help"}, codes).code, 0);
+  EXPECT_EQ(Parse({"--hosts", "0"}, codes).code, 64);
+}
+
+}  // namespace
+}  // namespace gdt
