@@ -56,6 +56,12 @@ const std::vector<std::string>& CheckpointStores() {
   return values;
 }
 
+// What the executor takes for GDT_PREEMPTIBLE.
+const std::vector<std::string>& PreemptibleValues() {
+  static const std::vector<std::string> values = {"1", "0", "true", "false"};
+  return values;
+}
+
 // GDT_* variables a job may set (inputs) and their rules.
 struct VariableRule {
   std::string name;
@@ -80,6 +86,7 @@ const std::vector<VariableRule>& InputVariables() {
       {"GDT_CHECKPOINT_KEEP", VariableRule::kInteger, 1, kMaxCheckpointKeep},
       {"GDT_CHECKPOINT_STORE", VariableRule::kChoice, 0, 0,
        &CheckpointStores()},
+      {"GDT_PREEMPTIBLE", VariableRule::kChoice, 0, 0, &PreemptibleValues()},
   };
   return rules;
 }

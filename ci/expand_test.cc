@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -192,6 +193,15 @@ TEST(ExpandTest, PreemptibleBecomesAVariable) {
   ASSERT_EQ(expansion.gangs.size(), 1u);
   EXPECT_TRUE(expansion.gangs[0].preemptible);
   EXPECT_THAT(expansion.text, HasSubstr("GDT_PREEMPTIBLE: \"1\""));
+  // What expand writes, lint takes; a value the executor would refuse is one
+  // line.
+  const CiExpansion relint = LintCiYaml(expansion.text);
+  EXPECT_TRUE(relint.ok()) << relint.errors[0].message;
+  const CiExpansion bad = LintCiYaml(
+      "j:\n  parallel: 2\n  tags: [gdt]\n  script: x\n"
+      "  variables: {GDT_GPUS_PER_NODE: \"1\", GDT_PREEMPTIBLE: \"yes\"}\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_THAT(bad.errors[0].message, HasSubstr("GDT_PREEMPTIBLE"));
 }
 
 TEST(ExpandTest, AnElasticRangeMakesTheMostMembersAndCarriesTheRange) {
@@ -593,6 +603,36 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
   ASSERT_EQ(deep.errors.size(), 1u);
   EXPECT_THAT(deep.errors[0].message,
               HasSubstr("extends nests more than 11 levels (or loops)"));
+}
+
+TEST(InheritanceTest, ALatticeOfTemplatesIsMergedOncePerTemplate) {
+  // Eleven levels of six templates, each extending every template of the
+  // level below: 6^11 paths, which took minutes when each was walked.
+  std::string text;
+  for (int level = 0; level < 11; ++level) {
+    for (int t = 0; t < 6; ++t) {
+      text += absl::StrCat(".l", level, "t", t, ":\n");
+      if (level == 0) {
+        text += absl::StrCat("  variables: {V", t, ": \"x\"}\n");
+        continue;
+      }
+      text += "  extends: [";
+      for (int below = 0; below < 6; ++below) {
+        text +=
+            absl::StrCat(below == 0 ? "" : ", ", ".l", level - 1, "t", below);
+      }
+      text += "]\n";
+    }
+  }
+  text +=
+      "train:\n  extends: .l10t0\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const auto start = std::chrono::steady_clock::now();
+  const CiExpansion lint = LintCiYaml(text);
+  EXPECT_TRUE(lint.ok()) << (lint.errors.empty() ? "" : lint.errors[0].message);
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_TRUE(ExpandCiYaml(text).ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST(InheritanceTest, BlockArtifactsKeepTheirStyleAndComments) {

@@ -1,4 +1,7 @@
 // The real gdt-ci binary: expand and lint as a user or a CI job runs them.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -37,6 +40,41 @@ TEST(GdtCiCliTest, ExpandWritesTheExpansion) {
   EXPECT_EQ(run.output, "");
   EXPECT_EQ(ReadTextFile(out),
             ReadTextFile(kTestData + "/expand/all-keys.expected.yml"));
+}
+
+TEST(GdtCiCliTest, ExpandWritesThroughALinkAndNeverReplacesADevice) {
+  TempDir dir;
+  const std::string target = dir.path() + "/target.yml";
+  const std::string link = dir.path() + "/link.yml";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  const std::string input = kTestData + "/expand/all-keys.yml";
+  const CliRun run = GdtCi({"expand", "--file", input, "-o", link}, "stderr");
+  EXPECT_EQ(run.code, 0) << run.output;
+  struct stat st;
+  ASSERT_EQ(lstat(link.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode)) << "the link was replaced";
+  EXPECT_EQ(ReadTextFile(target),
+            ReadTextFile(kTestData + "/expand/all-keys.expected.yml"));
+
+  // A full device: one line and exit 2, and the device is still one.
+  const CliRun full =
+      GdtCi({"expand", "--file", input, "-o", "/dev/full"}, "stderr");
+  EXPECT_EQ(full.code, 2);
+  EXPECT_EQ(full.output,
+            "gdt-ci expand: cannot write the output (disk full "
+            "or output closed)\n");
+  ASSERT_EQ(stat("/dev/full", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
+TEST(GdtCiCliTest, AnEndlessInputIsRefusedWithOneLine) {
+  for (const char* command : {"expand", "lint"}) {
+    const CliRun run = GdtCi({command, "--file", "/dev/zero"}, "stderr");
+    EXPECT_EQ(run.code, 2) << command;
+    EXPECT_EQ(run.output, absl::StrCat("gdt-ci ", command,
+                                       ": cannot read /dev/zero: it is larger "
+                                       "than 64 MiB\n"));
+  }
 }
 
 TEST(GdtCiCliTest, ExpandPrintsToStdoutByDefault) {

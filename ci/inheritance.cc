@@ -147,18 +147,48 @@ std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
 
 absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
                                                 std::string* unknown) const {
-  const std::optional<CiValue> found = Top(job);
-  if (!found.has_value() || !found->is_object()) {
-    return absl::NotFoundError(
-        absl::StrCat("no job '", std::string(job), "' in this file"));
-  }
-  if (depth > kMaxExtendsDepth) {
+  const ExtendedMemo& memo = ExtendedOnce(job);
+  if (memo.status.ok() && depth + memo.height > kMaxExtendsDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("extends nests more than ", kMaxExtendsDepth,
                      " levels (or loops) at '", std::string(job), "'"));
   }
+  if (!memo.status.ok()) return memo.status;
+  if (unknown->empty()) *unknown = memo.unknown;
+  return memo.value;
+}
+
+// Each job's extends chain is merged once, however many jobs extend it: a
+// lattice of templates costs its size, not its number of paths.
+const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
+    std::string_view job) const {
+  // unordered_map keeps references to its elements valid as it grows.
+  ExtendedMemo& memo = extended_[std::string(job)];
+  if (memo.state == ExtendedMemo::kDone) return memo;
+  const auto too_deep = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
+                     " levels (or loops) at '", std::string(job), "'"));
+  };
+  if (memo.state == ExtendedMemo::kInProgress) {
+    // A loop: every job on it fails, as a chain too long would.
+    memo.state = ExtendedMemo::kDone;
+    memo.status = too_deep();
+    return memo;
+  }
+  memo.state = ExtendedMemo::kInProgress;
+  const std::optional<CiValue> found = Top(job);
+  if (!found.has_value() || !found->is_object()) {
+    memo.state = ExtendedMemo::kDone;
+    memo.status = absl::NotFoundError(
+        absl::StrCat("no job '", std::string(job), "' in this file"));
+    return memo;
+  }
   const CiValue& own = *found;
   CiValue result = CiValue::object();
+  int height = 0;
+  absl::Status status;
+  std::string unknown;
   if (const auto extends = own.find("extends"); extends != own.end()) {
     std::vector<std::string> parents;
     if (extends->is_string()) parents.push_back(extends->get<std::string>());
@@ -168,20 +198,39 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
       }
     }
     for (const std::string& parent : parents) {
-      absl::StatusOr<CiValue> base = Extended(parent, depth + 1, unknown);
-      if (absl::IsNotFound(base.status())) {
-        if (unknown->empty()) {
-          *unknown = absl::StrCat("it extends '", parent,
-                                  "', which is not in this file");
+      const ExtendedMemo& base = ExtendedOnce(parent);
+      if (absl::IsNotFound(base.status)) {
+        if (unknown.empty()) {
+          unknown = absl::StrCat("it extends '", parent,
+                                 "', which is not in this file");
         }
         continue;
       }
-      if (!base.ok()) return base.status();
-      DeepMerge(&result, *base);
+      if (!base.status.ok()) {
+        status = base.status;
+        break;
+      }
+      if (unknown.empty()) unknown = base.unknown;
+      height = std::max(height, base.height + 1);
+      if (height > kMaxExtendsDepth) {
+        status = too_deep();
+        break;
+      }
+      DeepMerge(&result, base.value);
     }
   }
+  // The loop check above may have finished this entry meanwhile.
+  if (memo.state == ExtendedMemo::kDone && !memo.status.ok()) return memo;
+  memo.state = ExtendedMemo::kDone;
+  if (!status.ok()) {
+    memo.status = status;
+    return memo;
+  }
   DeepMerge(&result, own);
-  return result;
+  memo.value = std::move(result);
+  memo.height = height;
+  memo.unknown = std::move(unknown);
+  return memo;
 }
 
 absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(

@@ -81,7 +81,18 @@ class CiConfigModel {
  private:
   std::optional<CiValue> Top(std::string_view name) const;
 
+  // Extended() of one job, merged once.
+  struct ExtendedMemo {
+    enum State { kNew, kInProgress, kDone } state = kNew;
+    absl::Status status;
+    CiValue value;
+    int height = 0;  // Longest extends chain above the job.
+    std::string unknown;
+  };
+  const ExtendedMemo& ExtendedOnce(std::string_view job) const;
+
   std::unordered_map<std::string, YamlNode> top_;
+  mutable std::unordered_map<std::string, ExtendedMemo> extended_;
   bool has_include_ = false;
 };
 

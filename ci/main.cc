@@ -4,9 +4,13 @@
 // `gdt-ci expand` turns `parallel: {distributed: ...}` blocks into plain
 // GitLab YAML and `gdt-ci lint` validates both forms (ci/expand.h).
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -32,16 +36,32 @@ std::atomic<bool> g_interrupted{false};
 
 void OnSignal(int) { g_interrupted.store(true); }
 
+// GitLab refuses CI files far smaller (2 MB once parsed, by default); past
+// this gdt-ci stops reading rather than fill the memory (say --file
+// /dev/zero).
+constexpr size_t kMaxCiFileBytes = size_t{64} << 20;
+
 // The CI file's text, or one line on stderr and nullopt.
 std::optional<std::string> ReadCiFile(const char* command,
                                       const std::string& path) {
-  absl::StatusOr<std::string> text = gdt::ReadTextFile(path);
+  absl::StatusOr<std::string> text = gdt::ReadTextFile(path, kMaxCiFileBytes);
   if (!text.ok()) {
     std::cerr << "gdt-ci " << command << ": " << text.status().message()
               << "\n";
     return std::nullopt;
   }
   return *std::move(text);
+}
+
+// Writes `text` and flushes; false after one line on stderr when the
+// output took it not (a full disk, a closed pipe).
+bool WriteOut(const char* command, std::ostream& out, const std::string& text) {
+  out << text;
+  out.flush();
+  if (out) return true;
+  std::cerr << "gdt-ci " << command
+            << ": cannot write the output (disk full or output closed)\n";
+  return false;
 }
 
 int Expand(const std::string& file, const std::string& output,
@@ -56,9 +76,22 @@ int Expand(const std::string& file, const std::string& output,
     return gdt::ci::kCiFileInvalid;
   }
   if (output.empty() || output == "-") {
-    std::cout << expansion.text;
-    std::cout.flush();
-    return std::cout ? gdt::ci::kCiFileOk : gdt::ci::kCiUsageError;
+    return WriteOut("expand", std::cout, expansion.text)
+               ? gdt::ci::kCiFileOk
+               : gdt::ci::kCiUsageError;
+  }
+  // A file is replaced whole; anything else (a device, a pipe, a symbolic
+  // link such as /dev/stdout) is written through, never renamed over.
+  struct stat st;
+  if (lstat(output.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    std::ofstream out(output, std::ios::binary | std::ios::trunc);
+    if (!out) {
+      std::cerr << "gdt-ci expand: cannot write " << output << ": "
+                << std::strerror(errno) << "\n";
+      return gdt::ci::kCiUsageError;
+    }
+    return WriteOut("expand", out, expansion.text) ? gdt::ci::kCiFileOk
+                                                   : gdt::ci::kCiUsageError;
   }
   if (absl::Status written = gdt::WriteFileAtomically(output, expansion.text);
       !written.ok()) {
@@ -74,7 +107,9 @@ int Lint(const std::string& file, bool json,
   if (!text.has_value()) return gdt::ci::kCiUsageError;
   const gdt::ci::CiExpansion lint = gdt::ci::LintCiYaml(*text, options);
   const std::string report = gdt::ci::FormatLintReport(file, lint, json);
-  (json || lint.ok() ? std::cout : std::cerr) << report;
+  if (!WriteOut("lint", json || lint.ok() ? std::cout : std::cerr, report)) {
+    return gdt::ci::kCiUsageError;
+  }
   return lint.ok() ? gdt::ci::kCiFileOk : gdt::ci::kCiFileInvalid;
 }
 

@@ -2,6 +2,8 @@
 
 #include <yaml.h>
 
+#include <algorithm>
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -113,6 +115,11 @@ YamlMark SkipProperties(std::string_view text, YamlMark mark) {
   return YamlMark{line, column, pos};
 }
 
+std::string TooManyTags() {
+  return absl::StrCat("more than ", YamlTree::kMaxTags,
+                      " distinct YAML tags; gdt-ci reads at most that many");
+}
+
 bool IsNullText(std::string_view value) {
   return value.empty() || value == "~" || value == "null" || value == "Null" ||
          value == "NULL";
@@ -120,13 +127,21 @@ bool IsNullText(std::string_view value) {
 
 }  // namespace
 
-uint16_t YamlTree::TagIndex(std::string_view tag) {
-  for (size_t i = 0; i < tags_.size(); ++i) {
-    if (tags_[i] == tag) return static_cast<uint16_t>(i);
+std::optional<uint16_t> YamlTree::TagIndex(std::string_view tag) {
+  if (tag_index_.empty()) {
+    for (size_t i = 0; i < tags_.size(); ++i) {
+      tag_index_.emplace(tags_[i], static_cast<uint16_t>(i));
+    }
   }
-  if (tags_.size() >= 0xffff) return 0;  // Absurd; treat as untagged.
+  if (auto found = tag_index_.find(std::string(tag));
+      found != tag_index_.end()) {
+    return found->second;
+  }
+  if (tags_.size() > kMaxTags) return std::nullopt;
   tags_.emplace_back(tag);
-  return static_cast<uint16_t>(tags_.size() - 1);
+  const auto index = static_cast<uint16_t>(tags_.size() - 1);
+  tag_index_.emplace(tags_.back(), index);
+  return index;
 }
 
 std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
@@ -146,6 +161,11 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   std::unordered_map<std::string, uint32_t> anchors;
   // Open collections (indices into nodes).
   std::vector<uint32_t> stack;
+  // Per node: whether it is an open collection, and how many nodes it holds
+  // with every alias in it written out (saturating).
+  std::vector<bool> open;
+  std::vector<uint64_t> expanded;
+  uint64_t alias_nodes = 0;  // Nodes the aliases stand for, in all.
   bool have_root = false;
   uint32_t root = 0;
 
@@ -220,6 +240,20 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
                             std::string(AsView(e.data.alias.anchor))));
           return tree;
         }
+        if (open[found->second]) {
+          fail(ToMark(e.start_mark),
+               absl::StrCat("alias *", std::string(AsView(e.data.alias.anchor)),
+                            " is used inside the node it names (a cycle)"));
+          return tree;
+        }
+        alias_nodes += expanded[found->second];
+        if (alias_nodes > kMaxAliasNodes) {
+          fail(ToMark(e.start_mark),
+               absl::StrCat("aliases stand for more than ", kMaxAliasNodes,
+                            " nodes (an alias bomb?); GitLab refuses a "
+                            "file this large once its aliases are expanded"));
+          return tree;
+        }
         attach(found->second);
         break;
       }
@@ -229,8 +263,15 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         data.kind = Data::kScalar;
         const auto& s = e.data.scalar;
         data.scalar.assign(reinterpret_cast<const char*>(s.value), s.length);
+        open.push_back(false);
+        expanded.push_back(1);
         if (s.tag != nullptr) {
-          data.tag = tree->TagIndex(AsView(s.tag));
+          std::optional<uint16_t> tag_index = tree->TagIndex(AsView(s.tag));
+          if (!tag_index.has_value()) {
+            fail(ToMark(e.start_mark), TooManyTags());
+            return tree;
+          }
+          data.tag = *tag_index;
         } else {
           data.tag = s.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 1;
         }
@@ -264,7 +305,16 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         data.flow =
             map ? e.data.mapping_start.style == YAML_FLOW_MAPPING_STYLE
                 : e.data.sequence_start.style == YAML_FLOW_SEQUENCE_STYLE;
-        if (tag != nullptr) data.tag = tree->TagIndex(AsView(tag));
+        open.push_back(true);
+        expanded.push_back(1);
+        if (tag != nullptr) {
+          std::optional<uint16_t> tag_index = tree->TagIndex(AsView(tag));
+          if (!tag_index.has_value()) {
+            fail(ToMark(e.start_mark), TooManyTags());
+            return tree;
+          }
+          data.tag = *tag_index;
+        }
         data.start = Pack(ToMark(e.start_mark));
         properties(data, anchor, e.start_mark);
         if (anchor != nullptr || tag != nullptr) {
@@ -290,6 +340,13 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         data.first = static_cast<uint32_t>(children.size());
         data.count = static_cast<uint32_t>(mine.size());
         children.insert(children.end(), mine.begin(), mine.end());
+        uint64_t total = 1;
+        for (const uint32_t child : mine) {
+          total =
+              std::min<uint64_t>(total + expanded[child], uint64_t{1} << 62);
+        }
+        expanded[stack.back()] = total;
+        open[stack.back()] = false;
         stack.pop_back();
         break;
       }

@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -117,9 +119,14 @@ class YamlTree {
  public:
   // Parses `text`. A syntax error, or nesting deeper than `max_depth`,
   // fills `error` and returns the documents read before it.
+  // An alias used inside the node it names (a cycle) is an error, as are
+  // aliases that stand for more than kMaxAliasNodes nodes in all (an alias
+  // bomb: GitLab refuses such a file as too big once expanded).
   static std::unique_ptr<YamlTree> Parse(std::string_view text,
                                          YamlError* error,
                                          int max_depth = 10000);
+  static constexpr uint64_t kMaxAliasNodes = 1'000'000;
+  static constexpr size_t kMaxTags = 60'000;
 
   // The root node of each document, in order.
   const std::vector<YamlNode>& documents() const { return documents_; }
@@ -151,12 +158,14 @@ class YamlTree {
   };
   static PackedMark Pack(const YamlMark& mark);
   static YamlMark Unpack(const PackedMark& mark);
-  uint16_t TagIndex(std::string_view tag);
+  // nullopt past kMaxTags distinct tags.
+  std::optional<uint16_t> TagIndex(std::string_view tag);
 
   // A deque: growing it never copies the nodes already read.
   std::deque<Data> nodes_;
   std::vector<uint32_t> children_;
   std::vector<std::string> tags_ = {"?", "!"};
+  std::unordered_map<std::string, uint16_t> tag_index_;
   std::vector<std::string> anchors_ = {""};
   std::vector<YamlNode> documents_;
 };

@@ -14,7 +14,8 @@
 
 namespace gdt {
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
+absl::StatusOr<std::string> ReadTextFile(const std::string& path,
+                                         size_t max_bytes) {
   // A directory opens as a stream on Linux and reads as empty text.
   std::error_code ignored;
   if (std::filesystem::is_directory(path, ignored)) {
@@ -30,9 +31,22 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path) {
     if (error == EACCES) return absl::PermissionDeniedError(message);
     return absl::UnavailableError(message);
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    const auto got = static_cast<size_t>(in.gcount());
+    if (got > max_bytes - text.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot read ", path,
+                                                     ": it is larger than ",
+                                                     max_bytes >> 20, " MiB"));
+    }
+    text.append(buffer, got);
+  }
+  if (in.bad()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  return text;
 }
 
 namespace {

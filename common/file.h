@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -14,8 +15,11 @@ namespace gdt {
 
 // Returns the whole contents of the file at `path`. Errors, each with the
 // message "cannot read <path>: <reason>": NotFound when it does not exist,
-// PermissionDenied when it may not be read, Unavailable otherwise.
-absl::StatusOr<std::string> ReadTextFile(const std::string& path);
+// PermissionDenied when it may not be read, InvalidArgument for a directory
+// or more than `max_bytes` (say /dev/zero), Unavailable otherwise.
+absl::StatusOr<std::string> ReadTextFile(
+    const std::string& path,
+    size_t max_bytes = std::numeric_limits<size_t>::max());
 
 // Replaces the file at `path` with `contents` so that a reader (or a crash)
 // sees either the old file whole or the new one whole, never a part: writes

@@ -127,6 +127,25 @@ TEST(WriteFileAtomicallyTest, FailedStepKeepsTheOldFileWhole) {
   }
 }
 
+TEST(ReadTextFileTest, ReadsWholeUpToTheLimit) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/f";
+  ASSERT_TRUE(WriteFileAtomically(path, std::string(200000, 'x')).ok());
+  absl::StatusOr<std::string> whole = ReadTextFile(path);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->size(), 200000u);
+  EXPECT_TRUE(ReadTextFile(path, 200000).ok());
+  EXPECT_EQ(ReadTextFile(path, 199999).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // An endless file stops at the limit.
+  const absl::Status endless = ReadTextFile("/dev/zero", 1 << 20).status();
+  EXPECT_EQ(endless.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(endless.message(),
+            "cannot read /dev/zero: it is larger than 1 MiB");
+  EXPECT_EQ(ReadTextFile(dir.path() + "/none").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(WriteFileAtomicallyTest, MissingDirectoryIsNotFound) {
   test::TempDir dir;
   const std::string path = dir.path() + "/missing/port";
