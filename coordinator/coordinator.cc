@@ -93,6 +93,8 @@ void Coordinator::Stop() {
 }
 
 void Coordinator::FlushStoreLocked() {
+  // A coordinator whose state failed to load has no scheduler to flush.
+  if (scheduler_ == nullptr) return;
   if (absl::Status status = scheduler_->FlushStore(); !status.ok()) {
     spdlog::error("event=state_commit_failed what=joins reason={}",
                   LogValue(status.ToString()));

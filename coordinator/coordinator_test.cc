@@ -1,5 +1,7 @@
 #include "coordinator/coordinator.h"
 
+#include <sqlite3.h>
+
 #include <chrono>
 #include <set>
 
@@ -236,6 +238,43 @@ TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
   const kv::KvCaller member{tokens->at(0).gang_id, tokens->at(0).epoch, token};
   EXPECT_EQ((*restarted)->kv().Get(member, "k").status().code(),
             absl::StatusCode::kNotFound);  // Token kept, data not.
+}
+
+TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
+                            checker);
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    ASSERT_TRUE((*coordinator)->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  }
+  {
+    // A damaged row: the host's GPUs are not JSON.
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE hosts SET gpus = 'not json'", nullptr,
+                           nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  // Failing to load ends the coordinator it was building (whose destructor
+  // once flushed through a scheduler that was never made).
+  absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+      Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
+                          checker);
+  ASSERT_FALSE(coordinator.ok());
+  EXPECT_THAT(std::string(coordinator.status().message()),
+              ::testing::HasSubstr("gpu-01"));
 }
 
 }  // namespace

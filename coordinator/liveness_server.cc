@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
+#include "rendezvous/channel.h"
 #include "rendezvous/grpc_status.h"
 
 namespace gdt::coordinator {
@@ -37,6 +38,7 @@ absl::StatusOr<std::unique_ptr<LivenessServer>> LivenessServer::Start(
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              kLivenessMaxStreamsPerConnection);
   builder.SetMaxReceiveMessageSize(kLivenessMaxRequestBytes);
+  rendezvous::RefuseSharedPort(builder);
   grpc::ResourceQuota quota("gdt-liveness");
   quota.Resize(kLivenessMemoryQuotaBytes);
   quota.SetMaxThreads(kLivenessMaxThreads);

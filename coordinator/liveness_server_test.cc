@@ -163,5 +163,26 @@ TEST_F(LivenessServerTest, AnAddressThatCannotBeBoundStopsStartUp) {
                          "(liveness_listen_address)"));
 }
 
+TEST_F(LivenessServerTest, ABusyPortIsNotShared) {
+  Start();
+  // A second coordinator (its own state) on either port of the first must
+  // fail, not share the port's connections (gRPC's SO_REUSEPORT default).
+  Config second = config_;
+  second.state_path = temp_.path() + "/second.db";
+  second.listen_address = server_->bound_address();
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> main_port =
+      CoordinatorServer::Start(second, clock_);
+  ASSERT_FALSE(main_port.ok());
+  EXPECT_THAT(main_port.status().message(),
+              StartsWith("cannot listen on " + server_->bound_address()));
+  second.listen_address = "127.0.0.1:0";
+  second.liveness_listen_address = LivenessAddress();
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> liveness_port =
+      CoordinatorServer::Start(second, clock_);
+  ASSERT_FALSE(liveness_port.ok());
+  EXPECT_THAT(liveness_port.status().message(),
+              StartsWith("cannot listen on " + LivenessAddress()));
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

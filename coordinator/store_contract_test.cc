@@ -424,6 +424,26 @@ TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
   EXPECT_THAT(store.status().message(), ::testing::HasSubstr("version 99"));
 }
 
+TEST(SqliteStoreTest, OneStoreAtATimePerFile) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> first =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(first.ok()) << first.status();
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> second =
+        state::SqliteStore::Open(path);
+    EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(second.status().message(),
+              "state file " + path +
+                  " is in use by another process (another gdt-coord?)");
+    // Another file is another store.
+    EXPECT_TRUE(state::SqliteStore::Open(dir.path() + "/other.db").ok());
+  }
+  // Closed: free again.
+  EXPECT_TRUE(state::SqliteStore::Open(path).ok());
+}
+
 TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
   absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
       test::EtcdTestServer::Start();

@@ -113,9 +113,14 @@ void ApplyServerLimits(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              kMaxStreamsPerConnection);
   builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+  RefuseSharedPort(builder);
   grpc::ResourceQuota quota("gdt-server");
   quota.Resize(kServerMemoryQuotaBytes);
   builder.SetResourceQuota(quota);
+}
+
+void RefuseSharedPort(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 }
 
 void EnableKeepalive(grpc::ServerBuilder& builder) {

@@ -74,7 +74,12 @@ inline constexpr int kMaxMetadataBytes = 16 * 1024;
 inline constexpr int kMaxRequestBytes = 4 * 1024 * 1024;
 inline constexpr int kMaxStreamsPerConnection = 256;
 inline constexpr size_t kServerMemoryQuotaBytes = 512u * 1024 * 1024;
+// Also refuses a port another process listens on (RefuseSharedPort).
 void ApplyServerLimits(grpc::ServerBuilder& builder);
+
+// gRPC sets SO_REUSEPORT by default, so a second daemon on a busy port would
+// start and share its connections with the first; this makes it fail.
+void RefuseSharedPort(grpc::ServerBuilder& builder);
 
 }  // namespace gdt::rendezvous
 

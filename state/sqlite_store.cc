@@ -1,6 +1,9 @@
 #include "state/sqlite_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -320,9 +323,35 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
                                               ": ", error.message()));
     }
   }
+  // One process per state file: a second coordinator on it would keep its
+  // own state in memory and overwrite the first's.
+  int lock_fd = -1;
+  if (path != ":memory:") {
+    const std::string lock_path = path + ".lock";
+    lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd < 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot open ", lock_path, ": ", std::strerror(errno)));
+    }
+    if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+      const int error = errno;
+      close(lock_fd);
+      if (error == EWOULDBLOCK) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("state file ", path,
+                         " is in use by another process (another gdt-coord?)"));
+      }
+      return absl::InternalError(
+          absl::StrCat("cannot lock ", lock_path, ": ", std::strerror(error)));
+    }
+  }
   absl::StatusOr<sqlite::Db> db = sqlite::Db::Open(path);
-  if (!db.ok()) return db.status();
+  if (!db.ok()) {
+    if (lock_fd >= 0) close(lock_fd);
+    return db.status();
+  }
   std::unique_ptr<SqliteStore> store(new SqliteStore(std::move(*db)));
+  store->lock_fd_ = lock_fd;
   // The state holds gang key-value store tokens: owner only. SQLite gives
   // its -wal and -shm files the same mode.
   if (path != ":memory:" && chmod(path.c_str(), 0600) != 0) {
@@ -336,7 +365,10 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
 SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}
 
 // Best effort: the coordinator flushes (and reports a failure) on Stop.
-SqliteStore::~SqliteStore() { db_.Flush().IgnoreError(); }
+SqliteStore::~SqliteStore() {
+  db_.Flush().IgnoreError();
+  if (lock_fd_ >= 0) close(lock_fd_);
+}
 
 absl::Status SqliteStore::Init() {
   db_.SetBusyTimeout(5000);

@@ -23,7 +23,9 @@ class SqliteStore : public StateStore {
   // Opens or creates the database at `path` (":memory:" for a private
   // in-memory one), creating parent directories.
   // Errors: Internal when the file cannot be created or opened;
-  // FailedPrecondition when it has a newer schema version.
+  // FailedPrecondition when it has a newer schema version, or while another
+  // store (in this or another process) has it open: the store holds an
+  // advisory lock on `<path>.lock` until it is destroyed.
   static absl::StatusOr<std::unique_ptr<SqliteStore>> Open(
       const std::string& path);
 
@@ -108,6 +110,9 @@ class SqliteStore : public StateStore {
   absl::Status ForEachRow(const char* sql, OnRow on_row);
 
   sqlite::Db db_;
+  // `<path>.lock`, held (flock) while this store is open: one coordinator
+  // per state file. -1 for ":memory:".
+  int lock_fd_ = -1;
 };
 
 }  // namespace gdt::state
