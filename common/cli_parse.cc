@@ -1,5 +1,12 @@
 #include "common/cli_parse.h"
 
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
 namespace gdt {
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
@@ -23,6 +30,20 @@ std::optional<int> ParseCommandLine(CLI::App& app,
     return app.exit(e, out, err) == 0 ? codes.ok : codes.usage;
   }
   return std::nullopt;
+}
+
+CLI::Validator FiniteRange(double low, double high) {
+  const std::string range = absl::StrFormat("%.15g to %.15g", low, high);
+  return CLI::Validator(
+      [low, high, range](std::string& input) -> std::string {
+        double value = 0;
+        if (!absl::SimpleAtod(input, &value) || !std::isfinite(value) ||
+            value < low || value > high) {
+          return absl::StrCat("Value ", input, " not in range ", range);
+        }
+        return "";
+      },
+      absl::StrCat("FLOAT in ", range));
 }
 
 }  // namespace gdt

@@ -33,6 +33,11 @@ std::optional<int> ParseCommandLine(CLI::App& app,
                                     std::ostream& out, std::ostream& err,
                                     const CliExitCodes& codes = {});
 
+// A number in [low, high] for a floating-point flag. CLI::Range lets NaN
+// through (every comparison with it is false), and a NaN interval or
+// timeout then spins or never ends; this refuses it, and infinities.
+CLI::Validator FiniteRange(double low, double high);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_CLI_PARSE_H_

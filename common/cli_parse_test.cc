@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gdt {
@@ -58,6 +59,33 @@ TEST(CliParseTest, ABadFlagEndsWithTheUsageCodeAndOneLine) {
     EXPECT_NE(parsed.err.find("--h"), std::string::npos) << parsed.err;
     EXPECT_EQ(parsed.out, "");
   }
+}
+
+TEST(CliParseTest, FiniteRangeRefusesNanAndInfinity) {
+  for (const char* value :
+       {"nan", "NaN", "inf", "-inf", "0.05", "3601", "x", ""}) {
+    double interval = 2;
+    CLI::App app("a test tool", "tool");
+    app.add_option("--interval", interval, "seconds")
+        ->check(FiniteRange(0.1, 3600));
+    std::vector<std::string> reversed = {value, "--interval"};
+    std::ostringstream out;
+    std::ostringstream err;
+    EXPECT_EQ(ParseCommandLine(app, reversed, out, err), kExitUsage) << value;
+    EXPECT_THAT(err.str(),
+                ::testing::HasSubstr(std::string("--interval: Value ") + value +
+                                     " not in range 0.1 to 3600"))
+        << value;
+  }
+  double interval = 0;
+  CLI::App app("a test tool", "tool");
+  app.add_option("--interval", interval, "seconds")
+      ->check(FiniteRange(0.1, 3600));
+  std::vector<std::string> reversed = {"0.5", "--interval"};
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_FALSE(ParseCommandLine(app, reversed, out, err).has_value());
+  EXPECT_EQ(interval, 0.5);
 }
 
 TEST(CliParseTest, AToolMayKeepItsOwnCodes) {

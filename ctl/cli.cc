@@ -20,6 +20,7 @@
 #include "ctl/cancel.h"
 #include "ctl/hosts.h"
 #include "ctl/status.h"
+#include "rendezvous/coordinator_client.h"
 #include "rendezvous/tls.h"
 
 namespace gdt::ctl {
@@ -180,7 +181,7 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   status
       ->add_option("--interval", interval_seconds,
                    "Seconds between --watch refreshes (default 2)")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(FiniteRange(0.1, 3600));
   status
       ->add_option("--count", count,
                    "With --watch: stop after this many refreshes (0 = never)")
@@ -320,6 +321,10 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   absl::StatusOr<rendezvous::ClientSecurity> security = SecurityFrom(tls_flags);
   if (!security.ok()) {
     return Fail(kExitUsage, std::string(security.status().message()));
+  }
+  if (absl::Status address = rendezvous::CheckCoordinatorAddress(endpoint);
+      !address.ok()) {
+    return Fail(kExitUsage, std::string(address.message()));
   }
   if (token_cmd->parsed()) {
     absl::StatusOr<std::string> out = RunHostTokenCommand(

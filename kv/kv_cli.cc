@@ -59,7 +59,7 @@ int RunKvCli(int argc, const char* const* argv,
   app.add_option(
          "--timeout", timeout_seconds,
          "seconds before the call gives up (default 30, at most 31 days)")
-      ->check(CLI::Range(0.001, 2678400.0));
+      ->check(FiniteRange(0.001, 2678400));
   app.add_flag("--json", json, "print one JSON object");
 
   std::string key;

@@ -94,6 +94,27 @@ std::string LeaderFromMessage(absl::string_view message) {
   return std::string(rest.substr(0, end));
 }
 
+absl::Status CheckCoordinatorAddress(const std::string& endpoints) {
+  bool any = false;
+  for (absl::string_view part : absl::StrSplit(endpoints, ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (part.empty()) continue;
+    any = true;
+    absl::StatusOr<HostPort> parsed =
+        ParseHostPort(std::string_view(part.data(), part.size()));
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("coordinator address ", parsed.status().message()));
+    }
+    if (parsed->port == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "coordinator address '", part, "' has port 0, which no server has"));
+    }
+  }
+  if (!any) return absl::InvalidArgumentError("no coordinator address given");
+  return absl::OkStatus();
+}
+
 CoordinatorClient::CoordinatorClient(const std::string& endpoint)
     : CoordinatorClient(endpoint, ClientSecurity()) {}
 

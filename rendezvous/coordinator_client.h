@@ -26,6 +26,11 @@ inline constexpr char kLeaderIsAt[] = "the leader is at ";
 // The leader's host:port named by such a message; empty when it names none.
 std::string LeaderFromMessage(absl::string_view message);
 
+// Checks a coordinator address as clients take it: host:port, or several
+// (replicas) separated by commas. InvalidArgument naming the bad one, e.g.
+// a port above 65535, which gRPC would otherwise wrap to another port.
+absl::Status CheckCoordinatorAddress(const std::string& endpoints);
+
 // Lets another thread end a blocking streaming call (WatchGang) early.
 // Cancel() ends the call in flight, any backoff sleep, and every later call
 // made with this canceller. Thread-safe; must outlive the calls using it.

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
+#include "rendezvous/coordinator_client.h"
 #include "rendezvous/grpc_status.h"
 #include "rendezvous/tls.h"
 
@@ -53,6 +54,11 @@ absl::StatusOr<KvTarget> KvTargetFromEnvironment(
           name, " is not set (run inside a gdt job, or export it)"));
     }
     *field = value;
+  }
+  if (absl::Status address = CheckCoordinatorAddress(target.endpoint);
+      !address.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("GDT_COORDINATOR: ", address.message()));
   }
   absl::StatusOr<ClientSecurity> security =
       ClientSecurityFromEnvironment(getenv);

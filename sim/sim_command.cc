@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/cli_parse.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::sim {
@@ -71,6 +72,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--demote-after", flags.demote_after_gpu_hours,
                  "preempt: GPU-hours of a run after which a job of the same "
                  "priority may preempt it (0: never)")
+      ->check(FiniteRange(0, 1e9))
       ->capture_default_str();
   app.add_option("--min-run", flags.options.preempt.min_run,
                  "preempt: seconds a job runs before a job of the same "
@@ -79,7 +81,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--preemptible-fraction", flags.options.preemptible_fraction,
                  "preempt: share of the jobs (without a preemptible column) "
                  "that may be preempted")
-      ->check(CLI::Range(0.0, 1.0))
+      ->check(FiniteRange(0.0, 1.0))
       ->capture_default_str();
   app.add_option("--elastic-knee", flags.options.elastic_knee,
                  "preempt+elastic: members up to which a job's speed grows "
@@ -94,7 +96,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: a waiting job is overdue (served first, in queue "
                  "order) once it has waited this share of the backlog; the "
                  "others go by aged key (0: queue order, as in gdt)")
-      ->check(CLI::Range(0.0, 10.0))
+      ->check(FiniteRange(0.0, 10.0))
       ->capture_default_str();
   app.add_option("--served-behind-head",
                  flags.options.preempt.served_behind_head,
