@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -83,6 +84,34 @@ double Mean(const std::vector<double>& values) {
   return sum / values.size();
 }
 
+// One CSV line's fields (RFC 4180: a quoted field may hold commas and
+// doubled quotes); nullopt when a quote is not closed.
+std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c != '"') {
+        fields.back() += c;
+      } else if (i + 1 < line.size() && line[i + 1] == '"') {
+        fields.back() += '"';
+        ++i;
+      } else {
+        quoted = false;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  if (quoted) return std::nullopt;
+  return fields;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
@@ -97,16 +126,32 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
-    std::vector<absl::string_view> fields = absl::StrSplit(line, ',');
+    if (line_no == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
+      line.remove_prefix(3);  // A UTF-8 byte order mark.
+    }
+    std::optional<std::vector<std::string>> cells = SplitCsvLine(line);
+    if (!cells.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "trace line ", line_no, ": a quoted field is not closed"));
+    }
+    const std::vector<absl::string_view> fields(cells->begin(), cells->end());
     if (id_col < 0) {
       for (size_t i = 0; i < fields.size(); ++i) {
         const int col = static_cast<int>(i);
-        if (fields[i] == "job_id") id_col = col;
-        if (fields[i] == "submit_time_s") submit_col = col;
-        if (fields[i] == "gpus") gpus_col = col;
-        if (fields[i] == "duration_s") duration_col = col;
-        if (fields[i] == "priority") priority_col = col;
-        if (fields[i] == "preemptible") preemptible_col = col;
+        for (auto [name, column] :
+             {std::pair{"job_id", &id_col},
+              std::pair{"submit_time_s", &submit_col},
+              std::pair{"gpus", &gpus_col},
+              std::pair{"duration_s", &duration_col},
+              std::pair{"priority", &priority_col},
+              std::pair{"preemptible", &preemptible_col}}) {
+          if (fields[i] != name) continue;
+          if (*column >= 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("trace header names column ", name, " twice"));
+          }
+          *column = col;
+        }
       }
       if (id_col < 0 || submit_col < 0 || gpus_col < 0 || duration_col < 0) {
         return absl::InvalidArgumentError(

@@ -195,6 +195,32 @@ TEST(SimulateTest, NonPreemptibleJobsAreNeverStopped) {
   EXPECT_GT(result->max_wait, 80000);
 }
 
+TEST(ParseTraceTest, AmbiguousColumnsAreRefusedAndABomIsSkipped) {
+  // A column named twice, or a quoted field with a comma, would be read
+  // from the wrong place.
+  EXPECT_THAT(ParseTrace("job_id,submit_time_s,gpus,duration_s,gpus\n"
+                         "0,0,1,100,64\n")
+                  .status()
+                  .message(),
+              HasSubstr("trace header names column gpus twice"));
+  absl::StatusOr<std::vector<TraceJob>> quoted = ParseTrace(
+      "job_id,model,submit_time_s,gpus,duration_s\n"
+      "0,\"a,7,2,\"\"3\"\",b\",0,1,100\n");
+  ASSERT_TRUE(quoted.ok()) << quoted.status();
+  EXPECT_EQ(quoted->at(0).duration, 100);
+  EXPECT_EQ(quoted->at(0).gpus, 1u);
+  EXPECT_THAT(ParseTrace("job_id,model,submit_time_s,gpus,duration_s\n"
+                         "0,\"a,7,0,1,100\n")
+                  .status()
+                  .message(),
+              HasSubstr("trace line 2: a quoted field is not closed"));
+  absl::StatusOr<std::vector<TraceJob>> bom = ParseTrace(
+      "\xEF\xBB\xBFjob_id,submit_time_s,gpus,duration_s\n"
+      "0,0,1,100\n");
+  ASSERT_TRUE(bom.ok()) << bom.status();
+  EXPECT_EQ(bom->size(), 1u);
+}
+
 TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
   const std::string header = "job_id,submit_time_s,gpus,duration_s\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
