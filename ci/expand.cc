@@ -62,6 +62,14 @@ const std::vector<std::string>& PreemptibleValues() {
   return values;
 }
 
+// The keys of a job's effective configuration (after extends and
+// default:) that expand and lint look at.
+const std::vector<std::string>& InspectedKeys() {
+  static const std::vector<std::string> keys = {
+      "tags", "variables", "artifacts", "retry", "parallel"};
+  return keys;
+}
+
 // GDT_* variables a job may set (inputs) and their rules.
 struct VariableRule {
   std::string name;
@@ -1878,7 +1886,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         // the jobs that run are gangs.
         if (lint) {
           const absl::StatusOr<CiConfigModel::Effective> effective =
-              model.Resolve(job);
+              model.Resolve(job, InspectedKeys());
           LintPlainJob(job, key, value, top_variables,
                        effective.ok() ? &effective->config : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
@@ -1929,7 +1937,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                "per line) to use parallel:distributed"));
         continue;
       }
-      absl::StatusOr<CiConfigModel::Effective> effective = model.Resolve(job);
+      absl::StatusOr<CiConfigModel::Effective> effective =
+          model.Resolve(job, InspectedKeys());
       if (effective.ok()) {
         for (const char* touched :
              {"tags", "variables", "artifacts", "retry"}) {

@@ -635,6 +635,37 @@ TEST(InheritanceTest, ALatticeOfTemplatesIsMergedOncePerTemplate) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+TEST(InheritanceTest, LargeFilesCostTheirSize) {
+  // Each took minutes when every job copied what it inherits, or when a
+  // mapping was built key by key with a scan for each key.
+  std::string inherits = "default:\n  before_script:\n";
+  for (int i = 0; i < 3000; ++i) {
+    inherits += absl::StrCat("    - echo ", i, "\n");
+  }
+  inherits += ".t:\n  script:\n";
+  for (int i = 0; i < 3000; ++i) {
+    inherits += absl::StrCat("    - echo ", i, "\n");
+  }
+  for (int i = 0; i < 3000; ++i) {
+    inherits += absl::StrCat("j", i, ":\n  extends: .t\n");
+  }
+  std::string variables =
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  variables:\n";
+  for (int i = 0; i < 30000; ++i) {
+    variables += absl::StrCat("    V", i, ": \"", i, "\"\n");
+  }
+  for (const std::string* text : {&inherits, &variables}) {
+    const auto start = std::chrono::steady_clock::now();
+    const CiExpansion lint = LintCiYaml(*text);
+    EXPECT_TRUE(lint.ok()) << (lint.errors.empty() ? ""
+                                                   : lint.errors[0].message);
+    EXPECT_TRUE(ExpandCiYaml(*text).ok());
+    EXPECT_LT(std::chrono::steady_clock::now() - start,
+              std::chrono::seconds(20));
+  }
+}
+
 TEST(InheritanceTest, BlockArtifactsKeepTheirStyleAndComments) {
   const std::string input =
       "train:\n  script: x\n  parallel:\n"

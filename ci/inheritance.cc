@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 
@@ -61,6 +62,39 @@ CiValue PlainScalar(const std::string& text) {
   return text;
 }
 
+// An object's keys looked up through a hash index: ordered_json finds a
+// key by scanning, so a mapping of 100,000 variables took minutes to build
+// or merge key by key.
+class KeyedObject {
+ public:
+  explicit KeyedObject(CiValue* object)
+      : items_(object->get_ref<CiValue::object_t&>()) {
+    for (size_t i = 0; i < items_.size(); ++i) at_.emplace(Item(i).first, i);
+  }
+  CiValue* Find(const std::string& key) {
+    const auto found = at_.find(key);
+    return found == at_.end() ? nullptr : &Item(found->second).second;
+  }
+  // Sets `key`, keeping its place when it is there already.
+  void Put(const std::string& key, CiValue value) {
+    const auto [found, fresh] = at_.emplace(key, items_.size());
+    if (fresh) {
+      items_.emplace_back(key, std::move(value));
+    } else {
+      Item(found->second).second = std::move(value);
+    }
+  }
+
+ private:
+  // ordered_map hides the vector's operator[].
+  CiValue::object_t::value_type& Item(size_t i) {
+    return *(items_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
+  CiValue::object_t& items_;
+  std::unordered_map<std::string, size_t> at_;
+};
+
 CiValue ToValue(const YamlNode& node, int depth) {
   if (!node || node.IsNull() || depth > kMaxValueDepth) return nullptr;
   if (node.IsSequence()) {
@@ -75,6 +109,7 @@ CiValue ToValue(const YamlNode& node, int depth) {
   }
   if (node.IsMap()) {
     CiValue map = CiValue::object();
+    KeyedObject keyed(&map);
     for (const auto& entry : node) {
       const std::string key =
           entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
@@ -93,11 +128,11 @@ CiValue ToValue(const YamlNode& node, int depth) {
           }
         }
         if (merged.is_object()) {
-          for (const auto& [k, v] : merged.items()) map[k] = v;
+          for (const auto& [k, v] : merged.items()) keyed.Put(k, v);
         }
         continue;
       }
-      map[key] = ToValue(entry.second, depth + 1);
+      keyed.Put(key, ToValue(entry.second, depth + 1));
     }
     return map;
   }
@@ -111,12 +146,13 @@ void DeepMerge(CiValue* into, const CiValue& from, int depth = 0) {
     *into = from;
     return;
   }
+  KeyedObject merged(into);
   for (const auto& [key, value] : from.items()) {
-    auto found = into->find(key);
-    if (found != into->end() && found->is_object() && value.is_object()) {
-      DeepMerge(&*found, value, depth + 1);
+    CiValue* found = merged.Find(key);
+    if (found != nullptr && found->is_object() && value.is_object()) {
+      DeepMerge(found, value, depth + 1);
     } else {
-      (*into)[key] = value;
+      merged.Put(key, value);
     }
   }
 }
@@ -147,7 +183,7 @@ std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
 
 absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
                                                 std::string* unknown) const {
-  const ExtendedMemo& memo = ExtendedOnce(job);
+  const ExtendedMemo& memo = ExtendedOnce(job, nullptr);
   if (memo.status.ok() && depth + memo.height > kMaxExtendsDepth) {
     return absl::InvalidArgumentError(
         absl::StrCat("extends nests more than ", kMaxExtendsDepth,
@@ -161,9 +197,14 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
 // Each job's extends chain is merged once, however many jobs extend it: a
 // lattice of templates costs its size, not its number of paths.
 const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
-    std::string_view job) const {
+    std::string_view job, const std::vector<std::string>* only_keys) const {
+  if (only_keys != nullptr && *only_keys != filtered_keys_) {
+    filtered_.clear();
+    filtered_keys_ = *only_keys;
+  }
   // unordered_map keeps references to its elements valid as it grows.
-  ExtendedMemo& memo = extended_[std::string(job)];
+  ExtendedMemo& memo =
+      (only_keys == nullptr ? extended_ : filtered_)[std::string(job)];
   if (memo.state == ExtendedMemo::kDone) return memo;
   const auto too_deep = [&] {
     return absl::InvalidArgumentError(
@@ -198,7 +239,7 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
       }
     }
     for (const std::string& parent : parents) {
-      const ExtendedMemo& base = ExtendedOnce(parent);
+      const ExtendedMemo& base = ExtendedOnce(parent, only_keys);
       if (absl::IsNotFound(base.status)) {
         if (unknown.empty()) {
           unknown = absl::StrCat("it extends '", parent,
@@ -226,7 +267,18 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
     memo.status = status;
     return memo;
   }
-  DeepMerge(&result, own);
+  if (only_keys == nullptr) {
+    DeepMerge(&result, own);
+  } else {
+    CiValue wanted = CiValue::object();
+    for (const auto& [key, value] : own.items()) {
+      if (key == "inherit" || std::find(only_keys->begin(), only_keys->end(),
+                                        key) != only_keys->end()) {
+        wanted[key] = value;
+      }
+    }
+    DeepMerge(&result, wanted);
+  }
   memo.value = std::move(result);
   memo.height = height;
   memo.unknown = std::move(unknown);
@@ -234,11 +286,22 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
 }
 
 absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
-    std::string_view job) const {
+    std::string_view job, const std::vector<std::string>& only_keys) const {
   Effective effective;
-  absl::StatusOr<CiValue> config = Extended(job, 0, &effective.unknown);
-  if (!config.ok()) return config.status();
-  effective.config = *std::move(config);
+  const auto wanted = [&only_keys](const std::string& key) {
+    return only_keys.empty() || std::find(only_keys.begin(), only_keys.end(),
+                                          key) != only_keys.end();
+  };
+  const ExtendedMemo& memo =
+      ExtendedOnce(job, only_keys.empty() ? nullptr : &only_keys);
+  if (memo.status.ok() && memo.height > kMaxExtendsDepth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
+                     " levels (or loops) at '", std::string(job), "'"));
+  }
+  if (!memo.status.ok()) return memo.status;
+  effective.unknown = memo.unknown;
+  effective.config = memo.value;
   CiValue& c = effective.config;
 
   // default: every key the job lacks, as `inherit: default:` allows.
@@ -257,13 +320,13 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
     }
   }
   const bool inherits_some = inherit_all || !inherit_keys.empty();
-  if (const std::optional<CiValue> d = Top("default");
-      d.has_value() && d->is_object()) {
-    for (const auto& [key, value] : d->items()) {
+  if (!default_.has_value()) default_ = Top("default");
+  if (default_->has_value() && (*default_)->is_object()) {
+    for (const auto& [key, value] : (*default_)->items()) {
       const bool allowed =
           inherit_all || std::find(inherit_keys.begin(), inherit_keys.end(),
                                    key) != inherit_keys.end();
-      if (allowed && !c.contains(key)) c[key] = value;
+      if (allowed && wanted(key) && !c.contains(key)) c[key] = value;
     }
   }
   if (has_include_ && inherits_some && effective.unknown.empty()) {

@@ -70,7 +70,12 @@ class CiConfigModel {
   };
   // The effective configuration of `job`. Errors: no such job, an extends
   // cycle or more than 11 levels.
-  absl::StatusOr<Effective> Resolve(std::string_view job) const;
+  // With `only_keys`, the configuration holds just those top-level keys
+  // (what a caller inspects): a file of thousands of jobs that inherit a
+  // large default: or template then costs its size, not jobs x template.
+  absl::StatusOr<Effective> Resolve(
+      std::string_view job,
+      const std::vector<std::string>& only_keys = {}) const;
 
   // `job`'s configuration after merge keys and extends (no default): what
   // `!reference` and extends see of it. Unknown parents are skipped and
@@ -89,10 +94,17 @@ class CiConfigModel {
     int height = 0;  // Longest extends chain above the job.
     std::string unknown;
   };
-  const ExtendedMemo& ExtendedOnce(std::string_view job) const;
+  // With `only_keys`, only those keys (and `inherit`) are merged, in a memo
+  // of their own.
+  const ExtendedMemo& ExtendedOnce(
+      std::string_view job, const std::vector<std::string>* only_keys) const;
 
   std::unordered_map<std::string, YamlNode> top_;
   mutable std::unordered_map<std::string, ExtendedMemo> extended_;
+  mutable std::unordered_map<std::string, ExtendedMemo> filtered_;
+  mutable std::vector<std::string> filtered_keys_;
+  // Top("default"), read once.
+  mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
 };
 
