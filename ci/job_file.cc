@@ -389,6 +389,10 @@ bool IsCiKeyword(std::string_view key) {
   return ReservedKeys().count(std::string(key)) != 0;
 }
 
+namespace {
+constexpr int64_t kMaxDurationSeconds = int64_t{10} * 366 * 86400;
+}  // namespace
+
 absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text) {
   const std::string input(text);
   const auto bad = [&] {
@@ -443,7 +447,14 @@ absl::StatusOr<int64_t> ParseDurationSeconds(std::string_view text) {
       }
     }
     if (scale == 0) return bad();
+    // Each term is at most 10^8 weeks; a sum past ten years is no job
+    // timeout, and stopping there keeps it from overflowing.
     total += number * scale;
+    if (total > kMaxDurationSeconds) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "'", input.size() > 60 ? input.substr(0, 60) + "..." : input,
+          "' is longer than ten years"));
+    }
     any = true;
     skip_separators();
   }

@@ -175,6 +175,15 @@ TEST(CiYamlTest, ParsesGitLabDurations) {
   for (const char* bad : {"", "soon", "1 fortnight", "-5", "0", "h"}) {
     EXPECT_FALSE(ParseDurationSeconds(bad).ok()) << bad;
   }
+  // Terms whose sum would overflow 64 bits back to a small positive number
+  // (2^64 + 60 seconds read as 60) are refused once past ten years.
+  std::string huge;
+  for (int i = 0; i < 400000; ++i) huge += "99999999w ";
+  absl::StatusOr<int64_t> overflow = ParseDurationSeconds(huge);
+  ASSERT_FALSE(overflow.ok()) << *overflow;
+  EXPECT_THAT(std::string(overflow.status().message()),
+              HasSubstr("is longer than ten years"));
+  EXPECT_TRUE(ParseDurationSeconds("520 weeks").ok());
 }
 
 TEST(CiYamlTest, SlugifiesLikeGitLab) {
