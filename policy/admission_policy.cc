@@ -238,6 +238,13 @@ absl::Status AdmissionPolicy::Join(const GangSpec& spec, uint32_t member_index,
     GangSpec smallest = spec;
     if (spec.min_members != 0 && spec.min_members < spec.members) {
       smallest.members = spec.min_members;
+      // It may start whole, so its largest size is bounded as any gang's.
+      if (spec.members > options_.max_nodes_per_job) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("gang ", spec.id, " asks for up to ", spec.members,
+                         " nodes; the limit is ", options_.max_nodes_per_job,
+                         " nodes per job (max_nodes_per_job)"));
+      }
     }
     if (absl::Status feasible = CheckFeasible(smallest); !feasible.ok()) {
       return feasible;

@@ -315,6 +315,13 @@ TEST_F(AdmissionPolicyTest, MaxNodesIsConfigurable) {
   AdmissionPolicy roomy(PolicyOptions{Mode::kBackfill, 16});
   AddHosts(roomy, 16, 8, 1);
   EXPECT_TRUE(roomy.Join(Gang("big", 9, 8), 1, "h0").ok());
+  // An elastic gang is bounded by its largest size, as it may start whole.
+  GangSpec elastic = Gang("elastic", 17, 8);
+  elastic.min_members = 2;
+  const absl::Status status = roomy.Join(elastic, 1, "h1");
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr("asks for up to 17 nodes; the limit is 16 nodes"));
 }
 
 TEST_F(AdmissionPolicyTest, OnlyDrainedOrDownCapacityFailsAtJoin) {
