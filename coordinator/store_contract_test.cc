@@ -293,6 +293,7 @@ TEST_P(StoreTest, APreemptibleFlagSavedWithOneMemberCanBeTakenBack) {
 
   ASSERT_TRUE((*store)->SaveMember(running, rejoined).ok());
 
+  store->reset();  // A restart: the old store closes first.
   absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   absl::StatusOr<state::StoredState> after = (*reopened)->Load();
@@ -318,6 +319,7 @@ TEST_P(StoreTest, APreemptionCountSurvivesReopenAndCanBeCleared) {
   // Saving one member rewrites the gang's header: the count must stay.
   ASSERT_TRUE((*store)->SaveMember(preempted, preempted.members.at(1)).ok());
 
+  store->reset();  // A restart: the old store closes first.
   absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   absl::StatusOr<state::StoredState> after = (*reopened)->Load();
@@ -355,6 +357,7 @@ TEST_P(StoreTest, AnElasticGangsSizeAndMembersLeftOutSurviveReopen) {
   // Saving one member rewrites the gang's header: the size must stay.
   ASSERT_TRUE((*store)->SaveMember(elastic, elastic.members.at(1)).ok());
 
+  store->reset();  // A restart: the old store closes first.
   absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   absl::StatusOr<state::StoredState> after = (*reopened)->Load();
@@ -383,6 +386,7 @@ TEST_P(StoreTest, APreemptionUnderWaySurvivesReopenWhileTheGangRuns) {
   victim.preempt_estimate_gpu_hours = 1.5;
   ASSERT_TRUE((*store)->SaveGang(victim).ok());
 
+  store->reset();  // A restart: the old store closes first.
   absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
   ASSERT_TRUE(reopened.ok()) << reopened.status();
   absl::StatusOr<state::StoredState> after = (*reopened)->Load();

@@ -563,6 +563,7 @@ TEST_F(SecurityTest, StatusCanBeClosedToClientsWithoutTheToken) {
 
 TEST_F(SecurityTest, UnreadableAdminTokenFileStopsStartUp) {
   Config config = config_;
+  config.state_path = temp_.path() + "/second.db";  // The fixture's is in use.
   config.admin_token_file = temp_.path() + "/missing.token";
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
       CoordinatorServer::Start(config, clock_);
