@@ -151,6 +151,23 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   absl::StatusOr<rendezvous::ClientSecurity> security =
       rendezvous::LoadClientSecurity(config.tls);
   if (!security.ok()) return security.status();
+  // The exit outbox, process-group records and members' homes live in the
+  // scratch directory: refuse to start without one rather than fail each
+  // member later.
+  {
+    std::error_code error;
+    std::filesystem::create_directories(config.scratch_dir, error);
+    if (!std::filesystem::is_directory(config.scratch_dir)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "scratch_dir ", config.scratch_dir, " is not a directory",
+          error ? absl::StrCat(" (", error.message(), ")") : ""));
+    }
+    if (access(config.scratch_dir.c_str(), W_OK | X_OK) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("scratch_dir ", config.scratch_dir,
+                       " is not writable: ", std::strerror(errno)));
+    }
+  }
   absl::StatusOr<IsolationOptions> isolation = PrepareIsolation(config);
   if (!isolation.ok()) return isolation.status();
   std::unique_ptr<Daemon> daemon(

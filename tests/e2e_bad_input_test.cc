@@ -221,6 +221,27 @@ TEST(BadConfigTest, AgentRejectsUnknownConfigKey) {
   EXPECT_THAT(result.output, HasSubstr("nmae"));
 }
 
+// The agent keeps its members' records in scratch_dir: a path that is a
+// file stops it at start, not each member later.
+TEST(BadConfigTest, AgentRefusesAScratchDirThatIsNoDirectory) {
+  TempDir dir;
+  WriteFile(dir.Sub("file"), "not a directory\n");
+  WriteFile(dir.Sub("agent.yaml"),
+            absl::StrCat("coordinator: 127.0.0.1:1\nlisten_address: "
+                         "127.0.0.1:0\nscratch_dir: ",
+                         dir.Sub("file"),
+                         "\nhost:\n  name: gpu-01\n  address: 127.0.0.1\n"
+                         "  gpus: 0\n"));
+
+  CommandResult result =
+      RunProcess({BinaryPath("gdt-agent"), "--config", dir.Sub("agent.yaml")},
+                 {}, seconds(20));
+
+  EXPECT_EQ(result.status.code(), 1) << result.output;
+  EXPECT_THAT(result.output, HasSubstr("scratch_dir " + dir.Sub("file") +
+                                       " is not a directory"));
+}
+
 // Plaintext never by accident: a daemon that other machines could reach
 // without a tls section does not start; `tls: off` says it is on purpose.
 TEST(BadConfigTest, PlaintextOnAReachableAddressNeedsTlsOff) {
