@@ -1881,6 +1881,39 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                    "block in the job"));
             continue;
           }
+          // A merge key is shallow: the job's own variables (or tags)
+          // replace the gang job's whole entry, GDT_* variables (or the
+          // runner tag) that expand writes there included.
+          if (p != merged.end() && p->is_object() &&
+              p->contains("distributed")) {
+            bool replaced = false;
+            for (const char* entry : {"variables", "tags"}) {
+              const Entry own = FindEntry(value, entry);
+              if (!own) continue;
+              if (std::string_view(entry) == "tags" && own.value.IsSequence()) {
+                bool has_tag = options.runner_tag.empty();
+                for (const YamlNode& tag : own.value) {
+                  has_tag = has_tag || (tag.IsScalar() &&
+                                        tag.Scalar() == options.runner_tag);
+                }
+                if (has_tag) continue;
+              }
+              report.At(
+                  own.key, own.key,
+                  absl::StrCat(job,
+                               ": merges a gang job with <<: and sets its "
+                               "own ",
+                               entry,
+                               ", which replace the merged ones whole (merge "
+                               "keys are shallow), so the gang's ",
+                               std::string_view(entry) == "tags"
+                                   ? "runner tag is"
+                                   : "GDT_* variables are",
+                               " lost; use extends:, which merges them"));
+              replaced = true;
+            }
+            if (replaced) continue;
+          }
         }
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.

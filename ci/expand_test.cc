@@ -796,6 +796,30 @@ TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
   EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
 }
 
+TEST(InheritanceTest, AMergeKeyWithOwnVariablesOrTagsIsRefused) {
+  // Merge keys are shallow: train's own variables would replace every
+  // GDT_* variable expand writes into .gang, and its own tags the runner
+  // tag, so train would run as parallel: 4 without being a gang.
+  for (const char* own : {"  variables: {DATA: x}\n", "  tags: [a100]\n"}) {
+    const std::string text = absl::StrCat(
+        ".gang: &gang\n  parallel:\n    distributed: {nodes: 4}\n"
+        "train:\n  <<: *gang\n",
+        own, "  script: x\n");
+    for (const CiExpansion& result : {LintCiYaml(text), ExpandCiYaml(text)}) {
+      ASSERT_EQ(result.errors.size(), 1u) << own;
+      EXPECT_THAT(result.errors[0].message,
+                  HasSubstr("train: merges a gang job with <<: and sets its "
+                            "own "));
+      EXPECT_THAT(result.errors[0].message, HasSubstr("use extends:"));
+    }
+  }
+  // Its own tags with the runner tag keep it a gang.
+  EXPECT_TRUE(LintCiYaml(".gang: &gang\n  parallel:\n    distributed: "
+                         "{nodes: 4}\ntrain:\n  <<: *gang\n  tags: [a100, "
+                         "gdt]\n  script: x\n")
+                  .ok());
+}
+
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   const CiExpansion lint = LintCiYaml(
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
