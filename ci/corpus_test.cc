@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ci/expand.h"
 #include "ci/inheritance.h"
@@ -198,10 +199,26 @@ bool CheckExpansion(const std::string& name, const std::string& text,
                                     block.begin(), block.end(), '\n')));
 
   const CiExpansion expansion = ExpandCiYaml(input);
+  // A job that extends this one and replaces what the block needs (its own
+  // tags without the runner tag, its own artifacts:paths without
+  // checkpoints/) is refused at that job: the file is not for gdt as is.
+  std::vector<CiDiagnostic> errors;
+  for (const CiDiagnostic& d : expansion.errors) {
+    const bool child =
+        d.message.rfind(c.job + ": ", 0) != 0 &&
+        (absl::StrContains(d.message, "replace the ones it inherits") ||
+         absl::StrContains(d.message, "replace the template's"));
+    if (child) {
+      std::cout << "[ child    ] " << name << ": " << d.message << "\n";
+    } else {
+      errors.push_back(d);
+    }
+  }
+  if (!expansion.ok() && errors.empty()) return false;
   if (!expansion.ok()) {
     // A refusal is one line at the job naming what gdt cannot see.
-    EXPECT_EQ(expansion.errors.size(), 1u);
-    const CiDiagnostic& d = expansion.errors[0];
+    EXPECT_EQ(errors.size(), 1u);
+    const CiDiagnostic& d = errors[0];
     EXPECT_TRUE(d.line == c.line + 1 || d.line == c.line + 2) << d.line;
     EXPECT_EQ(d.message.rfind(c.job + ": ", 0), 0u) << d.message;
     EXPECT_THAT(d.message,

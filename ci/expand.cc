@@ -456,9 +456,11 @@ std::optional<std::pair<int, int>> ReadNodeRange(const Entry& e,
 
 // Parses `parallel: {distributed: ...}` of job `job` into `spec`. Returns
 // false after reporting when anything is wrong.
+// `nodes_inherited`: the job's template gives `nodes`, so its own block may
+// leave it out.
 bool ParseBlock(const std::string& job, const Entry& parallel,
                 const CiExpandOptions& options, GangSpec* spec,
-                Reporter* report) {
+                Reporter* report, bool nodes_inherited = false) {
   const size_t errors_before = report->count();
   const std::string prefix = absl::StrCat(job, ": parallel:distributed");
   const Entry distributed = FindEntry(parallel.value, "distributed");
@@ -609,12 +611,61 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
                               "; keys: ", absl::StrJoin(BlockKeys(), ", ")));
     }
   }
-  if (!have_nodes) {
+  if (!have_nodes && !nodes_inherited) {
     report->At(distributed.key, distributed.key,
                absl::StrCat(prefix, " needs nodes (the number of members)"));
   }
   if (!have_procs) spec->procs_per_node = std::max(1, spec->gpus_per_node);
   return report->count() == errors_before;
+}
+
+// The block in `parallel` (a value of the inheritance model: a template's
+// block, or a job's merged with its template's) read as ParseBlock reads a
+// written one. Errors go to `errors`, without places.
+std::optional<GangSpec> SpecOfValue(const std::string& job,
+                                    const CiValue& parallel,
+                                    const CiExpandOptions& options,
+                                    std::vector<CiDiagnostic>* errors) {
+  if (!parallel.is_object() || !parallel.contains("distributed")) {
+    return std::nullopt;
+  }
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(
+      absl::StrCat(
+          "parallel: ",
+          parallel.dump(-1, ' ', false, CiValue::error_handler_t::replace)),
+      &error);
+  if (!error.message.empty() || tree->documents().empty()) {
+    errors->push_back(CiDiagnostic{0, 0,
+                                   absl::StrCat(job,
+                                                ": its inherited "
+                                                "parallel:distributed cannot "
+                                                "be read back")});
+    return std::nullopt;
+  }
+  const Entry entry = FindEntry(tree->documents()[0], "parallel");
+  std::vector<CiDiagnostic> found;
+  Reporter report(&found);
+  GangSpec spec;
+  spec.job = job;
+  spec.from_block = true;
+  const bool ok = ParseBlock(job, entry, options, &spec, &report);
+  for (CiDiagnostic& d : found) {
+    errors->push_back(CiDiagnostic{0, 0, std::move(d.message)});
+  }
+  if (!ok) return std::nullopt;
+  return spec;
+}
+
+// The GDT_* variables a block writes only for some of its keys (GPUs,
+// processes and launcher are always written).
+const std::vector<std::string>& OptionalBlockVariables() {
+  static const std::vector<std::string> names = {
+      "GDT_NODES_MIN",         "GDT_NODES_MAX",       "GDT_GANG_TIMEOUT",
+      "GDT_PRIORITY",          "GDT_TOPOLOGY_SAME",   "GDT_TOPOLOGY_MODE",
+      "GDT_CHECKPOINT_NOTICE", "GDT_CHECKPOINT_KEEP", "GDT_CHECKPOINT_STORE",
+      "GDT_PREEMPTIBLE"};
+  return names;
 }
 
 // ---------------------------------------------------------------------.
@@ -974,6 +1025,17 @@ class JobRewriter {
     if (!e.value.IsMap()) return;
     for (const auto& entry : e.value) {
       if (!entry.first.IsScalar()) continue;
+      const std::string& name = entry.first.Scalar();
+      if (name == "GDT_NODES_MIN" || name == "GDT_NODES_MAX") {
+        // Written by the block only for a range, and then a conflict below.
+        if (std::none_of(variables.begin(), variables.end(),
+                         [&](const auto& v) { return v.first == name; })) {
+          report_->At(entry.first, e.key,
+                      absl::StrCat(job_, ": variables:", name,
+                                   " is what parallel:distributed's nodes: "
+                                   "min..max sets; write the range there"));
+        }
+      }
       for (const auto& [key, value] : variables) {
         if (entry.first.Scalar() == key) {
           report_->At(entry.first, e.key,
@@ -1452,14 +1514,18 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
                               DidYouMean(name, names)));
       continue;
     }
-    any = true;
     const std::optional<std::string> value = VariableValue(entry.second);
     if (!value.has_value()) {
+      any = true;
       report->At(entry.second, entry.first,
                  absl::StrCat(owner, ": ", name, " must be a string, not ",
                               Describe(entry.second)));
       continue;
     }
+    // Empty is unset, for gdt as for GitLab (expand writes it so to undo a
+    // template's value).
+    if (value->empty()) continue;
+    any = true;
     if (value->find('$') != std::string::npos) continue;  // Expanded later.
     std::string problem;
     switch (rule->kind) {
@@ -1559,11 +1625,20 @@ std::optional<std::string> ValueText(const CiValue& value) {
 }
 
 // Fills `spec` from what a job inherits (its effective configuration):
-// GDT_* variables, and a parallel:distributed block from a template. Their
-// errors are reported where they are written. Returns whether it makes the
-// job a gang.
-bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
+// a parallel:distributed block from a template (`template_spec`, read as a
+// written block), then GDT_* variables. Their errors are reported where
+// they are written. Returns whether it makes the job a gang.
+bool SpecFromInherited(const CiValue& effective, const GangSpec* template_spec,
+                       GangSpec* spec) {
   bool gang = false;
+  if (template_spec != nullptr) {
+    const std::string job = spec->job;
+    const int line = spec->line;
+    *spec = *template_spec;
+    spec->job = job;
+    spec->line = line;
+    gang = true;
+  }
   const auto integer = [](const std::optional<std::string>& text) {
     return text.has_value() ? IntegerText(*text) : std::nullopt;
   };
@@ -1571,7 +1646,7 @@ bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
       vars != effective.end() && vars->is_object()) {
     for (const auto& [name, value] : vars->items()) {
       const std::optional<std::string> text = ValueText(value);
-      if (!text.has_value()) continue;
+      if (!text.has_value() || text->empty()) continue;
       if (name == "GDT_GPUS_PER_NODE" && integer(text)) {
         spec->gpus_per_node = static_cast<int>(*integer(text));
       } else if (name == "GDT_NPROC_PER_NODE" && integer(text)) {
@@ -1597,38 +1672,75 @@ bool SpecFromInherited(const CiValue& effective, GangSpec* spec) {
     }
   }
   const auto parallel = effective.find("parallel");
-  if (parallel == effective.end()) return gang;
-  if (parallel->is_number_integer()) {
+  if (parallel != effective.end() && parallel->is_number_integer()) {
     const int64_t n = parallel->get<int64_t>();
     if (n >= 1 && n <= kGitLabParallelLimit) spec->nodes = static_cast<int>(n);
-  } else if (parallel->is_object() && parallel->contains("distributed") &&
-             (*parallel)["distributed"].is_object()) {
-    const CiValue& block = (*parallel)["distributed"];
-    spec->from_block = true;
-    const auto number = [&](const char* key, int fallback) {
-      const auto found = block.find(key);
-      return found != block.end() && found->is_number_integer()
-                 ? static_cast<int>(found->get<int64_t>())
-                 : fallback;
-    };
-    spec->nodes = number("nodes", spec->nodes);
-    spec->gpus_per_node = number("gpus_per_node", spec->gpus_per_node);
-    spec->procs_per_node =
-        number("procs_per_node", std::max(1, spec->gpus_per_node));
-    if (const auto launcher = block.find("launcher");
-        launcher != block.end() && launcher->is_string()) {
-      spec->launcher = launcher->get<std::string>();
-    }
-    gang = true;
+  } else if (parallel != effective.end() && parallel->is_null()) {
+    spec->nodes = 1;  // `parallel: null` drops an inherited one.
   }
   return gang;
+}
+
+// A plain-form gang's GDT_NODES_MIN and GDT_NODES_MAX against its members
+// (`parallel`, 1 without): the executor refuses a minimum above them and a
+// maximum other than them. Reports at the variable when the job sets it.
+bool CheckElasticRange(const std::string& job, const YamlNode& key,
+                       const YamlNode& value, const YamlNode& top_variables,
+                       const CiValue* effective, const GangSpec& spec,
+                       Reporter* report) {
+  const auto place = [&](const char* name) {
+    const Entry own = FindEntry(FindEntry(value, "variables").value, name);
+    if (own) return own.key;
+    const Entry top = FindEntry(top_variables, name);
+    return top ? top.key : key;
+  };
+  const auto text = [&](const char* name) -> std::optional<std::string> {
+    if (effective != nullptr) {
+      if (const auto vars = effective->find("variables");
+          vars != effective->end() && vars->is_object() &&
+          vars->contains(name)) {
+        return ValueText((*vars)[name]);
+      }
+    }
+    for (const YamlNode& vars :
+         {FindEntry(value, "variables").value, top_variables}) {
+      if (const Entry e = FindEntry(vars, name)) return VariableValue(e.value);
+    }
+    return std::nullopt;
+  };
+  const std::optional<std::string> min_text = text("GDT_NODES_MIN");
+  const std::optional<int64_t> min =
+      min_text.has_value() ? IntegerText(*min_text) : std::nullopt;
+  if (min.has_value() && *min > spec.nodes) {
+    report->At(
+        place("GDT_NODES_MIN"), key,
+        absl::StrCat(job, ": GDT_NODES_MIN is ", *min, " but the job has only ",
+                     spec.nodes, spec.nodes == 1 ? " member" : " members",
+                     " (parallel); an elastic gang's minimum must not "
+                     "exceed them"));
+    return false;
+  }
+  const std::optional<std::string> max_text = text("GDT_NODES_MAX");
+  const std::optional<int64_t> max =
+      max_text.has_value() ? IntegerText(*max_text) : std::nullopt;
+  if (max.has_value() && *max != spec.nodes) {
+    report->At(
+        place("GDT_NODES_MAX"), key,
+        absl::StrCat(job, ": GDT_NODES_MAX is ", *max, " but the job has ",
+                     spec.nodes, spec.nodes == 1 ? " member" : " members",
+                     " (parallel); parallel: N is the elastic maximum, "
+                     "so the two must agree"));
+    return false;
+  }
+  return true;
 }
 
 // `effective`: the job's configuration with what it inherits (null when it
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
-                  const CiValue* effective, const CiExpandOptions& options,
+                  const CiValue* effective, const GangSpec* template_spec,
+                  const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
                   Reporter* report) {
   if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
@@ -1650,23 +1762,12 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   }
   bool inherited = false;
   if (effective != nullptr) {
-    inherited = SpecFromInherited(*effective, &spec);
+    inherited = SpecFromInherited(*effective, template_spec, &spec);
     if (const auto tags = effective->find("tags");
         tags != effective->end() && tags->is_array() &&
         !options.runner_tag.empty()) {
       tagged = tagged || std::find(tags->begin(), tags->end(),
                                    CiValue(options.runner_tag)) != tags->end();
-    }
-  }
-  // The template's block is expanded where it is written, tag included,
-  // but this job's own tags replace the template's.
-  if (inherited && spec.from_block && !tagged && !options.runner_tag.empty()) {
-    if (const Entry tags = FindEntry(value, "tags")) {
-      report->At(tags.key, tags.key,
-                 absl::StrCat(job,
-                              ": gets parallel:distributed from a template, "
-                              "but its own tags replace the template's; add ",
-                              options.runner_tag, " to them"));
     }
   }
   const bool gang = top_gdt || job_gdt || tagged || inherited;
@@ -1713,14 +1814,10 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       return;
     }
     spec.nodes = static_cast<int>(*n);
-    if (gang && spec.nodes_min > spec.nodes) {
-      report->At(parallel.value, parallel.key,
-                 absl::StrCat(job, ": GDT_NODES_MIN is ", spec.nodes_min,
-                              " but parallel is only ", *n,
-                              "; an elastic gang's minimum must not exceed "
-                              "its members"));
-      return;
-    }
+  }
+  if (gang && !CheckElasticRange(job, key, value, top_variables, effective,
+                                 spec, report)) {
+    return;
   }
   if (gang) {
     CheckGdtOwnedVariables(job, top_variables, spec.launcher, report);
@@ -1728,6 +1825,149 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                            spec.launcher, report);
     if (gangs != nullptr) gangs->push_back(std::move(spec));
   }
+}
+
+// The parallel:distributed block `job` inherits through extends (its
+// parents' merged), or null.
+CiValue InheritedBlock(const CiConfigModel& model, const std::string& job) {
+  const absl::StatusOr<CiValue> parents =
+      model.FromParents(job, InspectedKeys());
+  if (!parents.ok()) return nullptr;
+  const auto parallel = parents->find("parallel");
+  if (parallel == parents->end() || !parallel->is_object()) return nullptr;
+  const auto distributed = parallel->find("distributed");
+  if (distributed == parallel->end() || !distributed->is_object()) {
+    return nullptr;
+  }
+  return *parallel;
+}
+
+// A job with its own block that extends a template with one: GitLab merges
+// mappings key by key through extends, so the two blocks are merged the
+// same way (the job's keys win) into `spec`. The template's expansion
+// writes GDT_* variables that GitLab merges into this job's too: those
+// that the merged block does not write are written empty (unset), unless
+// the job's configuration sets them in plain form. False after reporting.
+bool MergeWithTemplate(const CiConfigModel& model, const std::string& job,
+                       const Entry& parallel, const CiExpandOptions& options,
+                       GangSpec* spec, Reporter* report) {
+  const absl::StatusOr<CiConfigModel::Effective> effective =
+      model.Resolve(job, InspectedKeys());
+  if (!effective.ok()) return true;  // Reported where the job is rewritten.
+  std::vector<CiDiagnostic> errors;
+  const auto merged_block = effective->config.find("parallel");
+  std::optional<GangSpec> merged =
+      merged_block == effective->config.end()
+          ? std::nullopt
+          : SpecOfValue(job, *merged_block, options, &errors);
+  if (!merged.has_value()) {
+    for (const CiDiagnostic& d : errors) {
+      report->At(parallel.key, parallel.key,
+                 absl::StrCat(d.message,
+                              " (in its block merged with the one it "
+                              "inherits through extends)"));
+    }
+    return errors.empty();
+  }
+  merged->line = spec->line;
+  // What each parent's expansion writes (a later parent's values replace
+  // an earlier one's, but not the names the later one leaves out).
+  std::set<std::string> inherited;
+  const std::optional<CiValue> own = model.Top(job);
+  for (const std::string& parent : ExtendsList(*own)) {
+    const absl::StatusOr<CiConfigModel::Effective> base =
+        model.Resolve(parent, InspectedKeys());
+    if (!base.ok()) continue;
+    const auto block = base->config.find("parallel");
+    if (block == base->config.end()) continue;
+    std::vector<CiDiagnostic> ignored;  // Reported at the parent.
+    if (const std::optional<GangSpec> parent_spec =
+            SpecOfValue(parent, *block, options, &ignored)) {
+      for (const auto& [name, value] : parent_spec->Variables()) {
+        inherited.insert(name);
+      }
+    }
+  }
+  std::set<std::string> written;
+  for (const auto& [name, value] : merged->Variables()) written.insert(name);
+  const auto plain = effective->config.find("variables");
+  for (const std::string& name : OptionalBlockVariables()) {
+    if (written.count(name) != 0 || inherited.count(name) == 0) continue;
+    if (plain != effective->config.end() && plain->is_object() &&
+        plain->contains(name)) {
+      continue;
+    }
+    merged->cleared.push_back(name);
+  }
+  *spec = std::move(*merged);
+  return true;
+}
+
+// A job without a block of its own that extends a template with one
+// (`template`, its parents' merged): what it sets itself must not undo the
+// template's expansion, which GitLab merges into it. Reports a job whose
+// own `parallel` replaces an elastic block (its GDT_NODES_MIN/MAX would
+// not match), whose own variables set what the block sets (the two would
+// disagree), whose own tags lack the runner tag, or whose own
+// artifacts:paths drop checkpoints/.
+void CheckJobUnderTemplate(const std::string& job, const YamlNode& value,
+                           const GangSpec& tpl, const CiExpandOptions& options,
+                           Reporter* report) {
+  if (const Entry own = FindEntry(value, "parallel");
+      own && tpl.nodes_min > 0 &&
+      (own.value.IsNull() || PlainInteger(own.value) != tpl.nodes)) {
+    report->At(own.value, own.key,
+               absl::StrCat(job,
+                            ": its own parallel replaces the elastic "
+                            "parallel:distributed block (nodes ",
+                            tpl.nodes_min, "..", tpl.nodes,
+                            ") it inherits through extends, but not the "
+                            "GDT_NODES_MIN/GDT_NODES_MAX that block sets, so "
+                            "its members would be refused; give the job a "
+                            "block of its own (nodes: ...), which is merged "
+                            "with the template's"));
+  }
+  if (const Entry vars = FindEntry(value, "variables");
+      vars && vars.value.IsMap()) {
+    for (const auto& [name, v] : tpl.Variables()) {
+      if (const Entry mine = FindEntry(vars.value, name)) {
+        report->At(mine.key, vars.key,
+                   absl::StrCat(job, ": variables:", name,
+                                " is also set by the parallel:distributed "
+                                "block it inherits through extends; set it "
+                                "in one place (a block of the job's own is "
+                                "merged with the template's)"));
+      }
+    }
+  }
+  if (const Entry tags = FindEntry(value, "tags");
+      tags && tags.value.IsSequence() && !options.runner_tag.empty()) {
+    bool tagged = false;
+    for (const YamlNode& tag : tags.value) {
+      tagged = tagged || (tag.IsScalar() && tag.Scalar() == options.runner_tag);
+    }
+    if (!tagged) {
+      report->At(tags.key, tags.key,
+                 absl::StrCat(job,
+                              ": gets parallel:distributed from a template, "
+                              "but its own tags replace the template's; add ",
+                              options.runner_tag, " to them"));
+    }
+  }
+  if (tpl.checkpoint_store != "artifacts") return;
+  const Entry paths = FindEntry(FindEntry(value, "artifacts").value, "paths");
+  if (!paths || !paths.value.IsSequence()) return;
+  for (const YamlNode& path : paths.value) {
+    if (path.IsScalar() && path.Scalar() == kCheckpointPath) return;
+  }
+  report->At(paths.key, paths.key,
+             absl::StrCat(job,
+                          ": its own artifacts:paths replace the ones it "
+                          "inherits, and with them ",
+                          kCheckpointPath,
+                          ", where the checkpoints of the template's "
+                          "checkpoint block are kept; add ",
+                          kCheckpointPath, " to them"));
 }
 
 // Whether the merge key value `merged` (an alias or a list of them) names
@@ -1915,13 +2155,23 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
             if (replaced) continue;
           }
         }
+        const CiValue inherited = InheritedBlock(model, job);
+        std::optional<GangSpec> template_spec;
+        if (inherited.is_object()) {
+          std::vector<CiDiagnostic> ignored;  // Reported at the template.
+          template_spec = SpecOfValue(job, inherited, options, &ignored);
+          if (template_spec.has_value()) {
+            CheckJobUnderTemplate(job, value, *template_spec, options, &report);
+          }
+        }
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.
         if (lint) {
           const absl::StatusOr<CiConfigModel::Effective> effective =
               model.Resolve(job, InspectedKeys());
           LintPlainJob(job, key, value, top_variables,
-                       effective.ok() ? &effective->config : nullptr, options,
+                       effective.ok() ? &effective->config : nullptr,
+                       template_spec ? &*template_spec : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
         }
         continue;
@@ -1941,7 +2191,16 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       spec.job = job;
       spec.line = key.Mark().line + 1;
       spec.from_block = true;
-      if (!ParseBlock(job, parallel, options, &spec, &report)) continue;
+      const CiValue inherited = InheritedBlock(model, job);
+      if (!ParseBlock(job, parallel, options, &spec, &report,
+                      inherited.is_object() &&
+                          inherited["distributed"].contains("nodes"))) {
+        continue;
+      }
+      if (inherited.is_object() &&
+          !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
+        continue;
+      }
       if (lint) {
         // The job's other GDT_* variables must still make sense (the ones
         // the block sets are conflicts, reported by the rewriter).
@@ -2110,6 +2369,7 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
     v.emplace_back("GDT_CHECKPOINT_STORE", checkpoint_store);
   }
   if (preemptible) v.emplace_back("GDT_PREEMPTIBLE", "1");
+  for (const std::string& name : cleared) v.emplace_back(name, "");
   return v;
 }
 

@@ -51,6 +51,11 @@ struct GangSpec {
   // The gang may be stopped (after a checkpoint notice) for a gang that
   // outranks it, and is then retried.
   bool preemptible = false;
+  // GDT_* variables written empty (GitLab sends "", which gdt reads as
+  // unset): ones a template's block sets that this job's block does not,
+  // so that GitLab's merge of `variables` through extends keeps no stale
+  // value.
+  std::vector<std::string> cleared;
 
   // The GDT_* job variables of this spec, in the documented order, values
   // as GitLab sends them (strings).

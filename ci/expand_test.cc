@@ -242,8 +242,8 @@ TEST(LintTest, APlainElasticMinimumAboveTheMembersIsOneLine) {
       "    GDT_NODES_MIN: \"3\"\n  script: x\n");
   ASSERT_EQ(lint.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
-            "f:2:13: j: GDT_NODES_MIN is 3 but parallel is only 2; an elastic "
-            "gang's minimum must not exceed its members");
+            "f:5:5: j: GDT_NODES_MIN is 3 but the job has only 2 members "
+            "(parallel); an elastic gang's minimum must not exceed them");
 }
 
 TEST(ExpandTest, EmptyFileIsEmpty) {
@@ -818,6 +818,130 @@ TEST(InheritanceTest, AMergeKeyWithOwnVariablesOrTagsIsRefused) {
                          "{nodes: 4}\ntrain:\n  <<: *gang\n  tags: [a100, "
                          "gdt]\n  script: x\n")
                   .ok());
+}
+
+// What GitLab sends `job` as GDT_* variables once the expansion is merged
+// through extends (empty values left out: gdt reads them as unset).
+std::map<std::string, std::string> SentGdtVariables(const std::string& text,
+                                                    const std::string& job) {
+  std::map<std::string, std::string> sent;
+  const auto effective = EffectiveJobConfig(text, job);
+  if (!effective.ok()) return sent;
+  const CiValue variables =
+      effective->config.value("variables", CiValue::object());
+  for (const auto& [name, value] : variables.items()) {
+    if (name.rfind("GDT_", 0) == 0 && value.is_string() &&
+        !value.get<std::string>().empty()) {
+      sent[name] = value.get<std::string>();
+    }
+  }
+  return sent;
+}
+
+TEST(InheritanceTest, AJobsBlockIsMergedWithTheOneItExtends) {
+  // The template is elastic, preemptible and urgent; the job asks for a
+  // fixed size and no preemption, and keeps the template's priority (GitLab
+  // merges mappings key by key through extends).
+  const std::string input =
+      ".tpl:\n  parallel:\n    distributed:\n      nodes: 2..8\n"
+      "      gpus_per_node: 8\n      preemptible: true\n      priority: 9\n"
+      "train:\n  extends: .tpl\n  script: [x]\n  parallel:\n"
+      "    distributed:\n      nodes: 2\n      preemptible: false\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(
+      SentGdtVariables(expansion.text, "train"),
+      ElementsAre(Pair("GDT_GPUS_PER_NODE", "8"),
+                  Pair("GDT_LAUNCHER", "torchrun"),
+                  Pair("GDT_NPROC_PER_NODE", "8"), Pair("GDT_PRIORITY", "9")));
+  EXPECT_EQ(EffectiveJobConfig(expansion.text, "train")->config["parallel"], 2);
+  const CiExpansion lint = LintCiYaml(input);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 2u);
+  EXPECT_EQ(lint.gangs[1].Describe(),
+            "2 nodes x 8 GPUs, 8 processes per node (world size 16), launcher "
+            "torchrun, priority 9");
+  // The expansion lints clean, and so does a block that takes its nodes
+  // from the template.
+  EXPECT_TRUE(LintCiYaml(expansion.text).ok());
+  const CiExpansion sized = ExpandCiYaml(
+      ".tpl:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "train:\n  extends: .tpl\n  script: [x]\n  parallel:\n"
+      "    distributed:\n      priority: 5\n");
+  ASSERT_TRUE(sized.ok()) << sized.errors[0].message;
+  EXPECT_EQ(EffectiveJobConfig(sized.text, "train")->config["parallel"], 4);
+  EXPECT_EQ(SentGdtVariables(sized.text, "train")["GDT_PRIORITY"], "5");
+}
+
+TEST(InheritanceTest, AChildThatUndoesItsTemplatesBlockIsRefused) {
+  const std::string tpl =
+      ".tpl:\n  parallel:\n    distributed:\n      nodes: 2..8\n"
+      "      gpus_per_node: 8\n      checkpoint: {}\n"
+      "train:\n  extends: .tpl\n  script: [x]\n";
+  struct Case {
+    std::string own;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"  parallel: 3\n",
+       "f:10:13: train: its own parallel replaces the elastic "
+       "parallel:distributed block (nodes 2..8) it inherits through extends, "
+       "but not the GDT_NODES_MIN/GDT_NODES_MAX that block sets, so its "
+       "members would be refused; give the job a block of its own (nodes: "
+       "...), which is merged with the template's"},
+      {"  variables:\n    GDT_GPUS_PER_NODE: \"2\"\n",
+       "f:11:5: train: variables:GDT_GPUS_PER_NODE is also set by the "
+       "parallel:distributed block it inherits through extends; set it in "
+       "one place (a block of the job's own is merged with the template's)"},
+      {"  artifacts:\n    paths: [out/]\n",
+       "f:11:5: train: its own artifacts:paths replace the ones it inherits, "
+       "and with them checkpoints/, where the checkpoints of the template's "
+       "checkpoint block are kept; add checkpoints/ to them"},
+      {"  tags: [a100]\n",
+       "f:10:3: train: gets parallel:distributed from a template, but its own "
+       "tags replace the template's; add gdt to them"},
+  };
+  for (const Case& c : cases) {
+    const std::string text = tpl + c.own;
+    for (const CiExpansion& result : {LintCiYaml(text), ExpandCiYaml(text)}) {
+      ASSERT_EQ(result.errors.size(), 1u) << c.own;
+      EXPECT_EQ(FormatDiagnostic("f", result.errors[0]), c.error);
+    }
+  }
+  // The same with what the block needs kept is fine.
+  EXPECT_TRUE(ExpandCiYaml(tpl + "  parallel: 8\n  tags: [a100, gdt]\n"
+                                 "  artifacts:\n    paths: [out/, "
+                                 "checkpoints/]\n")
+                  .ok());
+}
+
+TEST(LintTest, ThePlainElasticRangeMustMatchTheMembers) {
+  const CiExpansion above = LintCiYaml(
+      "j:\n  tags: [gdt]\n  variables:\n    GDT_NODES_MIN: \"5\"\n"
+      "  script: x\n");
+  ASSERT_EQ(above.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", above.errors[0]),
+            "f:4:5: j: GDT_NODES_MIN is 5 but the job has only 1 member "
+            "(parallel); an elastic gang's minimum must not exceed them");
+  const CiExpansion max = LintCiYaml(
+      "j:\n  parallel: 4\n  variables:\n    GDT_NODES_MIN: \"2\"\n"
+      "    GDT_NODES_MAX: \"9\"\n  script: x\n");
+  ASSERT_EQ(max.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", max.errors[0]),
+            "f:5:5: j: GDT_NODES_MAX is 9 but the job has 4 members "
+            "(parallel); parallel: N is the elastic maximum, so the two must "
+            "agree");
+  // A block job sets its range in the block only.
+  const std::string block =
+      "j:\n  variables:\n    GDT_NODES_MIN: \"5\"\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(block), ExpandCiYaml(block)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:3:5: j: variables:GDT_NODES_MIN is what "
+              "parallel:distributed's nodes: min..max sets; write the range "
+              "there");
+  }
 }
 
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {

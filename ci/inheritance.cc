@@ -157,6 +157,36 @@ void DeepMerge(CiValue* into, const CiValue& from, int depth = 0) {
   }
 }
 
+absl::Status TooDeep(std::string_view job) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("extends nests more than ", kMaxExtendsDepth,
+                   " levels (or loops) at '", std::string(job), "'"));
+}
+
+// Whether a caller that asked for `only_keys` (all when empty) wants `key`.
+bool Wanted(const std::vector<std::string>& only_keys, std::string_view key) {
+  return only_keys.empty() ||
+         std::find(only_keys.begin(), only_keys.end(), key) != only_keys.end();
+}
+
+}  // namespace
+
+// One name or a list of them.
+std::vector<std::string> ExtendsList(const CiValue& job) {
+  std::vector<std::string> parents;
+  const auto extends = job.find("extends");
+  if (extends == job.end()) return parents;
+  if (extends->is_string()) parents.push_back(extends->get<std::string>());
+  if (extends->is_array()) {
+    for (const CiValue& parent : *extends) {
+      if (parent.is_string()) parents.push_back(parent.get<std::string>());
+    }
+  }
+  return parents;
+}
+
+namespace {
+
 bool IsReference(const CiValue& value) {
   return value.is_object() && value.size() == 1 && value.contains(kReference);
 }
@@ -185,9 +215,7 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
                                                 std::string* unknown) const {
   const ExtendedMemo& memo = ExtendedOnce(job, nullptr);
   if (memo.status.ok() && depth + memo.height > kMaxExtendsDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
-                     " levels (or loops) at '", std::string(job), "'"));
+    return TooDeep(job);
   }
   if (!memo.status.ok()) return memo.status;
   if (unknown->empty()) *unknown = memo.unknown;
@@ -206,15 +234,10 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   ExtendedMemo& memo =
       (only_keys == nullptr ? extended_ : filtered_)[std::string(job)];
   if (memo.state == ExtendedMemo::kDone) return memo;
-  const auto too_deep = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
-                     " levels (or loops) at '", std::string(job), "'"));
-  };
   if (memo.state == ExtendedMemo::kInProgress) {
     // A loop: every job on it fails, as a chain too long would.
     memo.state = ExtendedMemo::kDone;
-    memo.status = too_deep();
+    memo.status = TooDeep(job);
     return memo;
   }
   memo.state = ExtendedMemo::kInProgress;
@@ -230,15 +253,8 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   int height = 0;
   absl::Status status;
   std::string unknown;
-  if (const auto extends = own.find("extends"); extends != own.end()) {
-    std::vector<std::string> parents;
-    if (extends->is_string()) parents.push_back(extends->get<std::string>());
-    if (extends->is_array()) {
-      for (const CiValue& parent : *extends) {
-        if (parent.is_string()) parents.push_back(parent.get<std::string>());
-      }
-    }
-    for (const std::string& parent : parents) {
+  {
+    for (const std::string& parent : ExtendsList(own)) {
       const ExtendedMemo& base = ExtendedOnce(parent, only_keys);
       if (absl::IsNotFound(base.status)) {
         if (unknown.empty()) {
@@ -254,7 +270,7 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
       if (unknown.empty()) unknown = base.unknown;
       height = std::max(height, base.height + 1);
       if (height > kMaxExtendsDepth) {
-        status = too_deep();
+        status = TooDeep(job);
         break;
       }
       DeepMerge(&result, base.value);
@@ -272,8 +288,7 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   } else {
     CiValue wanted = CiValue::object();
     for (const auto& [key, value] : own.items()) {
-      if (key == "inherit" || std::find(only_keys->begin(), only_keys->end(),
-                                        key) != only_keys->end()) {
+      if (key == "inherit" || Wanted(*only_keys, key)) {
         wanted[key] = value;
       }
     }
@@ -285,19 +300,31 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   return memo;
 }
 
+absl::StatusOr<CiValue> CiConfigModel::FromParents(
+    std::string_view job, const std::vector<std::string>& only_keys) const {
+  const std::optional<CiValue> own = Top(job);
+  if (!own.has_value() || !own->is_object()) {
+    return absl::NotFoundError(
+        absl::StrCat("no job '", std::string(job), "' in this file"));
+  }
+  CiValue result = CiValue::object();
+  for (const std::string& parent : ExtendsList(*own)) {
+    const ExtendedMemo& base =
+        ExtendedOnce(parent, only_keys.empty() ? nullptr : &only_keys);
+    if (absl::IsNotFound(base.status)) continue;
+    if (!base.status.ok()) return base.status;
+    DeepMerge(&result, base.value);
+  }
+  return result;
+}
+
 absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
     std::string_view job, const std::vector<std::string>& only_keys) const {
   Effective effective;
-  const auto wanted = [&only_keys](const std::string& key) {
-    return only_keys.empty() || std::find(only_keys.begin(), only_keys.end(),
-                                          key) != only_keys.end();
-  };
   const ExtendedMemo& memo =
       ExtendedOnce(job, only_keys.empty() ? nullptr : &only_keys);
   if (memo.status.ok() && memo.height > kMaxExtendsDepth) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("extends nests more than ", kMaxExtendsDepth,
-                     " levels (or loops) at '", std::string(job), "'"));
+    return TooDeep(job);
   }
   if (!memo.status.ok()) return memo.status;
   effective.unknown = memo.unknown;
@@ -326,7 +353,7 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
       const bool allowed =
           inherit_all || std::find(inherit_keys.begin(), inherit_keys.end(),
                                    key) != inherit_keys.end();
-      if (allowed && wanted(key) && !c.contains(key)) c[key] = value;
+      if (allowed && Wanted(only_keys, key) && !c.contains(key)) c[key] = value;
     }
   }
   if (has_include_ && inherits_some && effective.unknown.empty()) {

@@ -83,9 +83,18 @@ class CiConfigModel {
   absl::StatusOr<CiValue> Extended(std::string_view job, int depth,
                                    std::string* unknown) const;
 
- private:
+  // The top-level entry `name` as GitLab reads it (nullopt when absent).
   std::optional<CiValue> Top(std::string_view name) const;
 
+  // What `job` inherits through `extends` alone: its parents' configurations
+  // (each after its own extends) merged in list order, without the job's
+  // own entries or default:; an empty mapping when it extends nothing.
+  // Parents not in this file are skipped. `only_keys` as for Resolve.
+  absl::StatusOr<CiValue> FromParents(
+      std::string_view job,
+      const std::vector<std::string>& only_keys = {}) const;
+
+ private:
   // Extended() of one job, merged once.
   struct ExtendedMemo {
     enum State { kNew, kInProgress, kDone } state = kNew;
@@ -107,6 +116,9 @@ class CiConfigModel {
   mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
 };
+
+// The names `job` (a job's configuration) lists under `extends`.
+std::vector<std::string> ExtendsList(const CiValue& job);
 
 // The effective configuration of `job` in `text` (for tests and tools).
 absl::StatusOr<CiConfigModel::Effective> EffectiveJobConfig(
