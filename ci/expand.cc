@@ -740,6 +740,29 @@ std::string RestOfKeyLine(const Lines& lines, const YamlNode& key) {
   return rest.substr(first, last - first + 1);
 }
 
+// Whether the last scalar of block collection `node` is a block scalar that
+// keeps its trailing line breaks (`|+`, `>+`): lines added after it would
+// take its trailing blank lines from it.
+bool EndsWithKeptScalar(const Lines& lines, const YamlNode& node,
+                        int depth = 0) {
+  if (depth > kMaxDepth) return true;
+  if (node.IsMap() && node.size() > 0) {
+    return EndsWithKeptScalar(lines, node.Entry(node.size() - 1).second,
+                              depth + 1);
+  }
+  if (node.IsSequence() && node.size() > 0) {
+    return EndsWithKeptScalar(lines, node.Item(node.size() - 1), depth + 1);
+  }
+  if (!node.IsScalar() || node.Mark().is_null()) return false;
+  const std::string_view line =
+      lines.lines[static_cast<size_t>(node.Mark().line)];
+  const size_t at = static_cast<size_t>(node.Mark().column);
+  if (at >= line.size() || (line[at] != '|' && line[at] != '>')) return false;
+  const std::string_view header =
+      line.substr(at, line.find_first_of(" \t#\r\n", at) - at);
+  return header.find('+') != std::string_view::npos;
+}
+
 // Replace lines [begin, end) by `text` (whole lines); begin == end inserts.
 struct Edit {
   int begin = 0;
@@ -810,9 +833,30 @@ std::string Quoted(std::string_view value) {
   return absl::StrCat("\"", std::string(value), "\"");
 }
 
+// Whether `node` nests more than `levels` mappings or lists deep.
+bool NestsDeeperThan(const YamlNode& node, int levels) {
+  if (!node.IsMap() && !node.IsSequence()) return false;
+  if (levels == 0) return true;
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (NestsDeeperThan(entry.first, levels - 1) ||
+          NestsDeeperThan(entry.second, levels - 1)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  for (const YamlNode& item : node) {
+    if (NestsDeeperThan(item, levels - 1)) return true;
+  }
+  return false;
+}
+
 // Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
-// every scalar is quoted when `quote_all` (variables: strings, as GitLab
-// sends them). Aliases are written out in full.
+// a scalar is quoted when `quote_all` (a variable's value: a string, as
+// GitLab sends it; a variable written as a mapping, `{value: x, expand:
+// false}`, keeps its form). Aliases are written out in full. Callers refuse
+// values deeper than kMaxDepth (NestsDeeperThan) first.
 void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
                int depth = 0) {
   if (depth > kMaxDepth) {
@@ -823,7 +867,7 @@ void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
       out << YAML::Key;
       EmitValue(out, entry.first, false, depth + 1);
       out << YAML::Value;
-      EmitValue(out, entry.second, quote_all, depth + 1);
+      EmitValue(out, entry.second, false, depth + 1);
     }
     out << YAML::EndMap;
   } else if (node.IsSequence()) {
@@ -1047,6 +1091,17 @@ class JobRewriter {
     }
   }
 
+  // An entry gdt would write out again whose value nests deeper than it
+  // walks: reported, since the deepest levels would be lost.
+  bool TooDeepToRewrite(const Entry& e) {
+    if (!NestsDeeperThan(e.value, kMaxDepth)) return false;
+    report_->At(e.key, e.key,
+                absl::StrCat(job_, ": cannot rewrite ", e.key.Scalar(),
+                             ": a value in it nests more than ", kMaxDepth,
+                             " levels deep"));
+    return true;
+  }
+
   void RejectAnchor(const Entry& e) {
     report_->At(e.key, e.key,
                 absl::StrCat(job_, ": ", e.key.Scalar(),
@@ -1061,7 +1116,8 @@ class JobRewriter {
                 std::vector<Edit>* edits) {
     const std::string& eol = lines_.eol;
     if (HasAnchorOrTag(e)) return RejectAnchor(e);
-    if (e.value.IsMap() && e.value.size() > 0 && IsBlockBelowKey(e)) {
+    if (e.value.IsMap() && e.value.size() > 0 && IsBlockBelowKey(e) &&
+        !EndsWithKeptScalar(lines_, e.value)) {
       const YamlMark first = e.value.Entry(0).first.Mark();
       const std::string indent(static_cast<size_t>(first.column), ' ');
       std::string text;
@@ -1099,7 +1155,8 @@ class JobRewriter {
       }
     }
     if (HasAnchorOrTag(e)) return RejectAnchor(e);
-    if (e.value.IsSequence() && e.value.size() > 0 && IsBlockBelowKey(e)) {
+    if (e.value.IsSequence() && e.value.size() > 0 && IsBlockBelowKey(e) &&
+        !EndsWithKeptScalar(lines_, e.value)) {
       const YamlMark first = e.value.Item(0).Mark();
       const std::string_view line =
           lines_.lines[static_cast<size_t>(first.line)];
@@ -1198,6 +1255,7 @@ class JobRewriter {
   // value carries an anchor (other jobs may share it).
   void ReplaceWithValue(const Entry& e, const CiValue& value,
                         std::vector<Edit>* edits) {
+    if (TooDeepToRewrite(e)) return;
     const std::string rest = RestOfKeyLine(lines_, e.key);
     if (!rest.empty() && rest[0] == '&') return RejectAnchor(e);
     if (e.key.Mark().column !=
@@ -1219,7 +1277,10 @@ class JobRewriter {
   // `- checkpoints/` line to a block `paths` list (or a `paths` entry) and a
   // `when: always` line.
   bool AppendToBlockArtifacts(const Entry& e, std::vector<Edit>* edits) {
-    if (!IsBlockBelowKey(e) || e.value.size() == 0) return false;
+    if (!IsBlockBelowKey(e) || e.value.size() == 0 ||
+        EndsWithKeptScalar(lines_, e.value)) {
+      return false;
+    }
     const int artifacts_end = EntryRange(e.key).second;
     std::vector<YamlNode> keys;
     for (const auto& entry : e.value) keys.push_back(entry.first);
@@ -1325,6 +1386,7 @@ class JobRewriter {
 
   void ReplaceEntry(const Entry& e, YAML::Emitter& flow,
                     std::vector<Edit>* edits) {
+    if (TooDeepToRewrite(e)) return;
     if (!flow.good() ||
         e.key.Mark().column !=
             static_cast<int>(FirstNonSpace(
@@ -1827,6 +1889,29 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   }
 }
 
+// The anchors (`&name`) defined in `node` between text positions `begin`
+// and `end` (an alias inside may name a node defined elsewhere).
+void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
+                   std::vector<std::string>* anchors) {
+  const YamlMark at = node.PropertiesMark();
+  if (depth > kMaxDepth || at.is_null() ||
+      static_cast<size_t>(at.pos) < begin ||
+      static_cast<size_t>(at.pos) >= end) {
+    return;
+  }
+  if (!node.Anchor().empty()) anchors->push_back("&" + node.Anchor());
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      AnchorsWithin(entry.first, begin, end, depth + 1, anchors);
+      AnchorsWithin(entry.second, begin, end, depth + 1, anchors);
+    }
+  } else if (node.IsSequence()) {
+    for (const YamlNode& item : node) {
+      AnchorsWithin(item, begin, end, depth + 1, anchors);
+    }
+  }
+}
+
 // The parallel:distributed block `job` inherits through extends (its
 // parents' merged), or null.
 CiValue InheritedBlock(const CiConfigModel& model, const std::string& job) {
@@ -2067,6 +2152,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     int end_line = 0;
     size_t first_edit = 0;
     size_t last_edit = 0;
+    std::vector<std::string> anchors;  // Defined inside the replaced block.
   };
   std::vector<PlannedJob> planned;
   const CiConfigModel model(documents);
@@ -2254,8 +2340,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
                   edits.end());
+        std::vector<std::string> anchors;
+        AnchorsWithin(parallel.value, parallel.key.Mark().pos,
+                      parallel.value.EndMark().pos, 0, &anchors);
         planned.push_back(PlannedJob{result.gangs.size(), job_line, job_end,
-                                     first_edit, edits.size()});
+                                     first_edit, edits.size(),
+                                     std::move(anchors)});
         result.gangs.push_back(std::move(spec));
       }
     }
@@ -2263,6 +2353,42 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (!result.ok()) {
     result.gangs.clear();
     return result;
+  }
+  // An anchor inside a replaced block goes with it: an alias of it
+  // elsewhere would be left undefined. True after reporting that.
+  std::vector<std::pair<int, std::string>> anchored;
+  for (const PlannedJob& job : planned) {
+    if (!job.anchors.empty()) {
+      const GangSpec& spec = result.gangs[job.gang];
+      anchored.emplace_back(
+          spec.line,
+          absl::StrCat(spec.job,
+                       ": gdt replaces its parallel:distributed block, and "
+                       "with it the anchor ",
+                       absl::StrJoin(job.anchors, ", "),
+                       " that the file uses elsewhere (an alias); share "
+                       "the block through extends:, or write the value out "
+                       "where the alias is"));
+    }
+  }
+  const auto anchors_lost = [&](const std::string& expanded) {
+    if (anchored.empty()) return false;
+    YamlError reread;
+    YamlTree::Parse(expanded, &reread);
+    if (reread.message.rfind("unknown alias", 0) != 0) return false;
+    for (const auto& [line, message] : anchored) {
+      report.AtLine(line, 1, message);
+    }
+    return true;
+  };
+  if (lint && !anchored.empty()) {
+    std::string expanded;
+    ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
+               edits.cend(), &expanded);
+    if (anchors_lost(expanded)) {
+      result.gangs.clear();
+      return result;
+    }
   }
   if (!lint) {
     // Each rewritten job must read back as planned. A job is read on its
@@ -2293,7 +2419,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     if (result.ok()) {
       ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
                  edits.cend(), &result.text);
-      if (!in_context.empty() && !ReadsBack(result.text, in_context, options)) {
+      if (!anchors_lost(result.text) && !in_context.empty() &&
+          !ReadsBack(result.text, in_context, options)) {
         report.AtLine(in_context[0]->line, 1,
                       "gdt could not rewrite this file in place (please "
                       "report it); write the jobs with parallel:distributed "

@@ -944,6 +944,55 @@ TEST(LintTest, ThePlainElasticRangeMustMatchTheMembers) {
   }
 }
 
+TEST(ExpandTest, RewrittenVariablesKeepTheirValues) {
+  // A kept block scalar (`|+`) keeps its trailing line breaks, a variable
+  // written as a mapping keeps `expand: false` a boolean.
+  const CiExpansion kept = ExpandCiYaml(
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "  variables:\n    MSG: |+\n      hello\n\n\n");
+  ASSERT_TRUE(kept.ok()) << kept.errors[0].message;
+  auto train = EffectiveJobConfig(kept.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["variables"]["MSG"], "hello\n\n\n");
+  EXPECT_EQ(train->config["variables"]["GDT_LAUNCHER"], "torchrun");
+  const CiExpansion mapping = ExpandCiYaml(
+      "train:\n  script: [x]\n  variables: {A: {value: \"1\", expand: "
+      "false}}\n  parallel:\n    distributed:\n      nodes: 2\n");
+  ASSERT_TRUE(mapping.ok()) << mapping.errors[0].message;
+  train = EffectiveJobConfig(mapping.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["variables"]["A"],
+            CiValue({{"value", "1"}, {"expand", false}}));
+  // A value deeper than gdt writes out is refused, not cut.
+  const std::string deep = absl::StrCat(
+      "train:\n  script: [x]\n  variables: {A: ", std::string(120, '['),
+      std::string(120, ']'), "}\n  parallel:\n    distributed: {nodes: 2}\n");
+  const CiExpansion refused = ExpandCiYaml(deep);
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", refused.errors[0]),
+            "f:3:3: train: cannot rewrite variables: a value in it nests more "
+            "than 100 levels deep");
+}
+
+TEST(ExpandTest, AnAnchorInsideTheBlockUsedElsewhereIsRefused) {
+  for (const char* text :
+       {"train:\n  script: [x]\n  parallel: &p\n    distributed:\n"
+        "      nodes: 2\n.keep:\n  x: *p\n",
+        "train:\n  script: [x]\n  parallel:\n    distributed:\n"
+        "      nodes: &n 2\n  variables:\n    N: *n\n"}) {
+    for (const CiExpansion& result : {LintCiYaml(text), ExpandCiYaml(text)}) {
+      ASSERT_EQ(result.errors.size(), 1u) << text;
+      EXPECT_THAT(result.errors[0].message,
+                  HasSubstr("train: gdt replaces its parallel:distributed "
+                            "block, and with it the anchor &"));
+    }
+  }
+  // An anchor nothing else uses is no harm.
+  EXPECT_TRUE(ExpandCiYaml("train:\n  script: [x]\n  parallel: &p\n"
+                           "    distributed:\n      nodes: 2\n")
+                  .ok());
+}
+
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   const CiExpansion lint = LintCiYaml(
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
