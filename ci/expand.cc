@@ -1651,7 +1651,8 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
 // sets one (executor/env_contract.cc holds the full list, GDT_* included;
 // this side cannot link it).
 void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
-                            const std::string& launcher, Reporter* report) {
+                            const std::string& launcher, Reporter* report,
+                            const std::set<std::string>& skip = {}) {
   if (!variables || !variables.IsMap()) return;
   static const std::set<std::string> kAlways = {
       "CUDA_VISIBLE_DEVICES", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"};
@@ -1664,6 +1665,7 @@ void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
   for (const auto& entry : variables) {
     if (!entry.first.IsScalar()) continue;
     const std::string& name = entry.first.Scalar();
+    if (skip.count(name) != 0) continue;
     if (kAlways.count(name) != 0 ||
         (launcher == "torchrun" && kTorchrun.count(name) != 0) ||
         (launcher == "env" && kEnv.count(name) != 0)) {
@@ -1672,6 +1674,64 @@ void CheckGdtOwnedVariables(const std::string& owner, const YamlNode& variables,
                               " is set by gdt for the gang; the runner "
                               "exports job variables after it, so "
                               "gdt-executor refuses the job"));
+    }
+  }
+}
+
+// The top-level variables a job does not inherit (`inherit: {variables:
+// false}`, or names missing from `inherit: {variables: [list]}`).
+std::set<std::string> NotInherited(const YamlNode& job,
+                                   const YamlNode& top_variables) {
+  std::set<std::string> names;
+  const Entry setting = FindEntry(FindEntry(job, "inherit").value, "variables");
+  if (!setting || !top_variables.IsMap()) return names;
+  std::set<std::string> kept;
+  if (setting.value.IsSequence()) {
+    for (const YamlNode& name : setting.value) {
+      if (name.IsScalar()) kept.insert(name.Scalar());
+    }
+  } else if (!(IsPlain(setting.value) && setting.value.Scalar() == "false")) {
+    return names;  // true, or something GitLab refuses.
+  }
+  for (const auto& entry : top_variables) {
+    if (entry.first.IsScalar() && kept.count(entry.first.Scalar()) == 0) {
+      names.insert(entry.first.Scalar());
+    }
+  }
+  return names;
+}
+
+// `rules: [{variables: ...}]`: GitLab sets a matching rule's variables over
+// the job's. Their GDT_* variables are checked as the job's own (`lint`),
+// and for a job with the block (`block`) none may be one the block sets.
+void CheckRulesVariables(const std::string& job, const YamlNode& value,
+                         const GangSpec* block, bool lint, Reporter* report) {
+  const Entry rules = FindEntry(value, "rules");
+  if (!rules || !rules.value.IsSequence()) return;
+  std::set<std::string> written;
+  if (block != nullptr) {
+    for (const auto& [name, v] : block->Variables()) written.insert(name);
+    written.insert("GDT_NODES_MIN");
+    written.insert("GDT_NODES_MAX");
+  }
+  for (size_t i = 0; i < rules.value.size(); ++i) {
+    const Entry vars = FindEntry(rules.value.Item(i), "variables");
+    if (!vars || !vars.value.IsMap()) continue;
+    const std::string owner = absl::StrCat(job, ": rules[", i, "]");
+    if (lint) {
+      GangSpec ignored;
+      CheckVariables(owner, vars.value, written, &ignored, report);
+      CheckGdtOwnedVariables(owner, vars.value,
+                             block != nullptr ? block->launcher : "", report);
+    }
+    for (const auto& entry : vars.value) {
+      if (entry.first.IsScalar() && written.count(entry.first.Scalar()) != 0) {
+        report->At(entry.first, vars.key,
+                   absl::StrCat(owner, ": variables:", entry.first.Scalar(),
+                                " would replace what parallel:distributed "
+                                "sets whenever the rule matches; set it in "
+                                "one place"));
+      }
     }
   }
 }
@@ -1812,7 +1872,11 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   // Top-level variables were checked once; here they only fill `spec`.
   std::vector<CiDiagnostic> reported_elsewhere;
   Reporter quiet(&reported_elsewhere);
-  const bool top_gdt = CheckVariables(job, top_variables, {}, &spec, &quiet);
+  const std::set<std::string> not_inherited =
+      NotInherited(value, top_variables);
+  const bool top_gdt =
+      CheckVariables(job, top_variables, not_inherited, &spec, &quiet);
+  CheckRulesVariables(job, value, nullptr, /*lint=*/true, report);
   const bool job_gdt = CheckVariables(job, FindEntry(value, "variables").value,
                                       {}, &spec, report);
   bool tagged = false;
@@ -1837,8 +1901,16 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
   // `parallel: null` (or `~`) is how a job drops an inherited parallel.
   if (const Entry parallel = FindEntry(value, "parallel");
-      parallel && !parallel.value.IsNull()) {
+      parallel && !parallel.value.IsNull() &&
+      parallel.value.Tag() != "!reference") {
     if (parallel.value.IsMap()) {
+      if (parallel.value.size() == 0) {
+        report->At(parallel.value, parallel.key,
+                   absl::StrCat(job,
+                                ": parallel is an empty mapping; GitLab "
+                                "accepts an integer or matrix (gdt adds "
+                                "distributed)"));
+      }
       for (const auto& entry : parallel.value) {
         const std::string k =
             entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
@@ -1882,7 +1954,8 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
     return;
   }
   if (gang) {
-    CheckGdtOwnedVariables(job, top_variables, spec.launcher, report);
+    CheckGdtOwnedVariables(job, top_variables, spec.launcher, report,
+                           not_inherited);
     CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
                            spec.launcher, report);
     if (gangs != nullptr) gangs->push_back(std::move(spec));
@@ -1910,6 +1983,27 @@ void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
       AnchorsWithin(item, begin, end, depth + 1, anchors);
     }
   }
+}
+
+// Whether `job`'s own `parallel` entry, written as something else (a
+// merge key inside it, a `!reference`), stands for a parallel:distributed
+// block: GitLab would receive the block unexpanded, or the expanded
+// template's bare `parallel: N`.
+bool HidesABlock(const CiConfigModel& model, const std::string& job,
+                 const Entry& parallel) {
+  const auto is_block = [](const CiValue& value) {
+    return value.is_object() && value.contains("distributed");
+  };
+  if (parallel.value.Tag() != "!reference") {
+    return parallel.value.IsMap() && is_block(ToCiValue(parallel.value));
+  }
+  const absl::StatusOr<CiConfigModel::Effective> effective =
+      model.Resolve(job, InspectedKeys());
+  if (!effective.ok() || effective->unresolved.count("parallel") != 0) {
+    return false;
+  }
+  const auto found = effective->config.find("parallel");
+  return found != effective->config.end() && is_block(*found);
 }
 
 // The parallel:distributed block `job` inherits through extends (its
@@ -2058,8 +2152,12 @@ void CheckJobUnderTemplate(const std::string& job, const YamlNode& value,
 // Whether the merge key value `merged` (an alias or a list of them) names
 // a top-level job with its own parallel:distributed block: expand rewrites
 // that job, and the alias follows.
+// A mapping that merges such a job in turn (`.mid: {<<: *gang}`, then
+// `<<: *mid`) follows it too.
 bool MergesTopLevelBlockJob(const YamlNode& merged,
-                            const std::unordered_set<uint32_t>& top_values) {
+                            const std::unordered_set<uint32_t>& top_values,
+                            int depth = 0) {
+  if (depth > kMaxDepth) return false;
   std::vector<YamlNode> sources;
   if (merged.IsSequence()) {
     for (const YamlNode& item : merged) sources.push_back(item);
@@ -2068,11 +2166,17 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
   }
   for (const YamlNode& source : sources) {
     const Entry parallel = FindEntry(source, "parallel");
-    if (!parallel || !parallel.value.IsMap() ||
-        !FindEntry(parallel.value, "distributed")) {
-      continue;
+    if (parallel) {
+      if (parallel.value.IsMap() && FindEntry(parallel.value, "distributed") &&
+          top_values.count(source.index()) != 0) {
+        return true;
+      }
+      continue;  // Its own parallel wins over what it merges.
     }
-    if (top_values.count(source.index()) != 0) return true;
+    if (const Entry inner = FindEntry(source, "<<");
+        inner && MergesTopLevelBlockJob(inner.value, top_values, depth + 1)) {
+      return true;
+    }
   }
   return false;
 }
@@ -2123,8 +2227,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::vector<bool> visited(tree->node_count());
   std::unordered_map<std::string, int> top_keys;
   if (lint) {
+    // Within a document, every duplicate key; across documents, jobs.
+    std::unordered_map<std::string, int> first_line;
     for (const YamlNode& root : documents) {
       FindDuplicateKeys(root, 0, &visited, &report);
+      std::unordered_map<std::string, int> here;
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar()) continue;
+        const std::string& name = entry.first.Scalar();
+        if (const auto before = first_line.find(name);
+            before != first_line.end() && !IsCiKeyword(name)) {
+          report.At(entry.first, entry.first,
+                    absl::StrCat("job '", Shown(name),
+                                 "' is also in an earlier document (line ",
+                                 before->second,
+                                 "); GitLab keeps only the last one"));
+        }
+        here.emplace(name, entry.first.Mark().line + 1);
+      }
+      for (const auto& [name, line] : here) first_line.emplace(name, line);
     }
     if (!result.ok()) return result;
   } else {
@@ -2188,6 +2309,19 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const Entry parallel = FindEntry(value, "parallel");
       const bool block = parallel && parallel.value.IsMap() &&
                          FindEntry(parallel.value, "distributed");
+      if (!block && parallel && HidesABlock(model, job, parallel)) {
+        report.At(
+            parallel.key, parallel.key,
+            absl::StrCat(job,
+                         ": its parallel is a parallel:distributed "
+                         "block reached through ",
+                         parallel.value.Tag() == "!reference" ? "!reference"
+                                                              : "a merge key",
+                         ", which gdt cannot expand where it is used; "
+                         "write the block in the job, or share it "
+                         "through extends:"));
+        continue;
+      }
       if (!block) {
         // A block merged in (`<<: *gang`) is expanded where its anchor is
         // written, if that is a top-level job; from anywhere else it would
@@ -2287,6 +2421,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
+      CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {
         // The job's other GDT_* variables must still make sense (the ones
         // the block sets are conflicts, reported by the rewriter).
@@ -2295,7 +2430,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         for (const auto& [name, v] : spec.Variables()) skip.insert(name);
         CheckVariables(job, FindEntry(value, "variables").value, skip, &ignored,
                        &report);
-        CheckGdtOwnedVariables(job, top_variables, spec.launcher, &report);
+        CheckGdtOwnedVariables(job, top_variables, spec.launcher, &report,
+                               NotInherited(value, top_variables));
         CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
                                spec.launcher, &report);
       }

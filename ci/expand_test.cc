@@ -993,6 +993,121 @@ TEST(ExpandTest, AnAnchorInsideTheBlockUsedElsewhereIsRefused) {
                   .ok());
 }
 
+TEST(InheritanceTest, ABlockReachedThroughAReferenceOrMergeInsideIsRefused) {
+  // GitLab would receive the block unexpanded, or the expanded template's
+  // bare parallel: N (no runner tag, no GDT_* variables).
+  for (const char* text :
+       {".p:\n  parallel:\n    distributed:\n      nodes: 2\n"
+        "train:\n  script: [x]\n  parallel: !reference [.p, parallel]\n",
+        ".d: &d\n  distributed:\n    nodes: 2\n"
+        "train:\n  script: [x]\n  parallel:\n    <<: *d\n"}) {
+    for (const CiExpansion& result : {LintCiYaml(text), ExpandCiYaml(text)}) {
+      ASSERT_EQ(result.errors.size(), 1u) << text;
+      EXPECT_THAT(result.errors[0].message,
+                  HasSubstr("train: its parallel is a parallel:distributed "
+                            "block reached through "));
+    }
+  }
+  // A reference to a plain count is read as that count.
+  const CiExpansion lint = LintCiYaml(
+      ".p:\n  parallel: 3\ntrain:\n  script: [x]\n  tags: [gdt]\n"
+      "  parallel: !reference [.p, parallel]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].nodes, 3);
+}
+
+TEST(InheritanceTest, ReferencesGitLabRefusesAreRefused) {
+  const std::string block = "  parallel:\n    distributed:\n      nodes: 2\n";
+  const CiExpansion cycle = ExpandCiYaml(
+      ".a:\n  tags: !reference [.b, tags]\n.b:\n  tags: !reference [.a, "
+      "tags]\ntrain:\n  script: [x]\n  tags: !reference [.a, tags]\n" +
+      block);
+  ASSERT_EQ(cycle.errors.size(), 1u);
+  EXPECT_THAT(cycle.errors[0].message,
+              HasSubstr("train: tags: !reference nests more than 10 levels "
+                        "(or loops)"));
+  const CiExpansion mapping = ExpandCiYaml(
+      "train:\n  script: [x]\n  tags: !reference {a: b}\n" + block);
+  ASSERT_EQ(mapping.errors.size(), 1u);
+  EXPECT_THAT(mapping.errors[0].message,
+              HasSubstr("train: tags: !reference needs [job, key, ...]"));
+}
+
+TEST(InheritanceTest, AMergeKeyChainToAGangJobIsFollowed) {
+  const std::string text =
+      ".gang: &gang\n  parallel:\n    distributed:\n      nodes: 4\n"
+      ".mid: &mid\n  <<: *gang\n  image: foo\n"
+      "train:\n  <<: *mid\n  script: [x]\n";
+  const CiExpansion expansion = ExpandCiYaml(text);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const auto train = EffectiveJobConfig(expansion.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["parallel"], 4);
+  EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
+  EXPECT_TRUE(LintCiYaml(text).ok());
+}
+
+TEST(LintTest, RulesVariablesAreCheckedLikeTheJobs) {
+  const CiExpansion plain = LintCiYaml(
+      "train:\n  script: [x]\n  tags: [gdt]\n  parallel: 2\n"
+      "  rules: [{if: $X, variables: {GDT_GPUZ: \"4\", GDT_NODE_RANK: "
+      "\"1\"}}]\n");
+  ASSERT_EQ(plain.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", plain.errors[0]),
+            "f:5:32: train: rules[0]: unknown gdt variable GDT_GPUZ");
+  EXPECT_EQ(FormatDiagnostic("f", plain.errors[1]),
+            "f:5:47: train: rules[0]: GDT_NODE_RANK is set by gdt on the "
+            "host; a job must not set it");
+  const std::string block =
+      "train:\n  script: [x]\n  rules: [{if: $X, variables: "
+      "{GDT_GPUS_PER_NODE: \"4\"}}]\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n      gpus_per_node: 8\n";
+  for (const CiExpansion& result : {LintCiYaml(block), ExpandCiYaml(block)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:3:32: train: rules[0]: variables:GDT_GPUS_PER_NODE would "
+              "replace what parallel:distributed sets whenever the rule "
+              "matches; set it in one place");
+  }
+  // A rule may raise a priority the block leaves alone.
+  EXPECT_TRUE(LintCiYaml("train:\n  script: [x]\n  rules: [{if: $X, "
+                         "variables: {GDT_PRIORITY: \"9\"}}]\n  parallel:\n"
+                         "    distributed:\n      nodes: 2\n")
+                  .ok());
+}
+
+TEST(LintTest, InheritVariablesFalseDropsTheTopLevelOnes) {
+  const std::string top =
+      "variables:\n  GDT_GPUS_PER_NODE: \"8\"\n  CUDA_VISIBLE_DEVICES: \"0\"\n";
+  EXPECT_TRUE(LintCiYaml(top + "train:\n  inherit:\n    variables: false\n"
+                               "  script: [x]\n  tags: [gdt]\n  parallel: 2\n")
+                  .ok());
+  EXPECT_TRUE(LintCiYaml(top +
+                         "train:\n  inherit:\n    variables: "
+                         "[GDT_GPUS_PER_NODE]\n  script: [x]\n  tags: [gdt]\n"
+                         "  parallel: 2\n")
+                  .ok());
+  EXPECT_FALSE(
+      LintCiYaml(top + "train:\n  script: [x]\n  tags: [gdt]\n  parallel: 2\n")
+          .ok());
+}
+
+TEST(LintTest, EmptyParallelAndJobsRepeatedAcrossDocumentsAreErrors) {
+  const CiExpansion empty =
+      LintCiYaml("train:\n  script: [x]\n  tags: [gdt]\n  parallel: {}\n");
+  ASSERT_EQ(empty.errors.size(), 1u);
+  EXPECT_THAT(empty.errors[0].message,
+              HasSubstr("train: parallel is an empty mapping"));
+  const CiExpansion twice = LintCiYaml(
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: "
+      "2\n---\ntrain:\n  script: [y]\n");
+  ASSERT_EQ(twice.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", twice.errors[0]),
+            "f:7:1: job 'train' is also in an earlier document (line 1); "
+            "GitLab keeps only the last one");
+}
+
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   const CiExpansion lint = LintCiYaml(
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"

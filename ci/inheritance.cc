@@ -97,6 +97,12 @@ class KeyedObject {
 
 CiValue ToValue(const YamlNode& node, int depth) {
   if (!node || node.IsNull() || depth > kMaxValueDepth) return nullptr;
+  if (node.Tag() == kReference && !node.IsSequence()) {
+    // GitLab refuses it; resolving says so.
+    CiValue reference = CiValue::object();
+    reference[kReference] = node.IsScalar() ? CiValue(node.Scalar()) : nullptr;
+    return reference;
+  }
   if (node.IsSequence()) {
     CiValue list = CiValue::array();
     for (const YamlNode& item : node) list.push_back(ToValue(item, depth + 1));
@@ -365,10 +371,19 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
 
   // !reference, wherever it is, in lists spliced.
   std::unique_ptr<absl::Status> failure;
-  std::function<void(CiValue*, int)> resolve = [&](CiValue* value, int depth) {
+  // `hops`: references followed to reach `value`.
+  std::function<void(CiValue*, int, int)> resolve = [&](CiValue* value,
+                                                        int depth, int hops) {
     if (failure != nullptr) return;
-    if (depth > kMaxReferenceDepth + kMaxValueDepth) return;
+    if (depth > kMaxValueDepth) return;
     if (IsReference(*value)) {
+      if (hops >= kMaxReferenceDepth) {
+        failure = std::make_unique<absl::Status>(
+            absl::InvalidArgumentError(absl::StrCat(
+                "!reference nests more than ", kMaxReferenceDepth,
+                " levels (or loops) at ", (*value)[kReference].dump())));
+        return;
+      }
       const CiValue& path = (*value)[kReference];
       if (!path.is_array() || path.empty() || !path[0].is_string()) {
         failure = std::make_unique<absl::Status>(
@@ -395,16 +410,18 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
         at = CiValue(at[path[i].get<std::string>()]);
       }
       *value = std::move(at);
-      if (depth < kMaxReferenceDepth) resolve(value, depth + 1);
+      resolve(value, depth, hops + 1);
       return;
     }
     if (value->is_object()) {
-      for (auto& [key, child] : value->items()) resolve(&child, depth + 1);
+      for (auto& [key, child] : value->items()) {
+        resolve(&child, depth + 1, hops);
+      }
     } else if (value->is_array()) {
       CiValue spliced = CiValue::array();
       for (CiValue& item : *value) {
         const bool was_reference = IsReference(item);
-        resolve(&item, depth + 1);
+        resolve(&item, depth + 1, hops);
         if (was_reference && item.is_array()) {
           for (const CiValue& inner : item) spliced.push_back(inner);
         } else {
@@ -417,7 +434,7 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
   for (auto& [key, value] : c.items()) {
     failure.reset();
     CiValue resolved = value;
-    resolve(&resolved, 1);
+    resolve(&resolved, 1, 0);
     if (failure == nullptr) {
       value = std::move(resolved);
     } else {
