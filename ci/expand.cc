@@ -2293,10 +2293,14 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const auto [key, value] = root.Entry(i);
       if (!key.IsScalar()) continue;
       const std::string& job = key.Scalar();
-      if (job == "default") {
-        const Entry parallel = FindEntry(value, "parallel");
-        if (parallel && parallel.value.IsMap() &&
-            FindEntry(parallel.value, "distributed")) {
+      if (job == "default" && value.IsMap()) {
+        // Written there, or merged in (`<<: *gang`).
+        const Entry own = FindEntry(value, "parallel");
+        const Entry parallel = own ? own : FindEntry(value, "<<");
+        const CiValue merged = ToCiValue(value);
+        const auto p = merged.find("parallel");
+        if (parallel && p != merged.end() && p->is_object() &&
+            p->contains("distributed")) {
           report.At(parallel.key, parallel.key,
                     "default: GitLab does not accept parallel under default; "
                     "put parallel:distributed in each gang job, or in a "
@@ -2660,13 +2664,28 @@ std::string GangSpec::Describe() const {
   return text;
 }
 
+namespace {
+
+// Diagnostics in file order (those without a place first), whatever
+// order the checks found them in.
+CiExpansion InFileOrder(CiExpansion result) {
+  std::stable_sort(result.errors.begin(), result.errors.end(),
+                   [](const CiDiagnostic& a, const CiDiagnostic& b) {
+                     return std::pair(a.line, a.column) <
+                            std::pair(b.line, b.column);
+                   });
+  return result;
+}
+
+}  // namespace
+
 CiExpansion ExpandCiYaml(std::string_view text,
                          const CiExpandOptions& options) {
-  return Process(text, options, /*lint=*/false);
+  return InFileOrder(Process(text, options, /*lint=*/false));
 }
 
 CiExpansion LintCiYaml(std::string_view text, const CiExpandOptions& options) {
-  CiExpansion result = Process(text, options, /*lint=*/true);
+  CiExpansion result = InFileOrder(Process(text, options, /*lint=*/true));
   result.text.clear();
   return result;
 }
@@ -2708,11 +2727,14 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
     return text;
   }
   for (const GangSpec& g : lint.gangs) {
-    absl::StrAppend(&text, std::string(file), ":", g.line, ": ", g.job, ": ",
-                    g.Describe(),
-                    g.from_block ? " [parallel:distributed]"
-                                 : " [parallel + GDT_* variables]",
-                    "\n");
+    // A job name may hold any character (quoted keys): one line each.
+    absl::StrAppend(
+        &text,
+        OneLine(absl::StrCat(std::string(file), ":", g.line, ": ", g.job, ": ",
+                             g.Describe(),
+                             g.from_block ? " [parallel:distributed]"
+                                          : " [parallel + GDT_* variables]")),
+        "\n");
   }
   absl::StrAppend(&text, std::string(file), ": ok (", lint.gangs.size(),
                   lint.gangs.size() == 1 ? " gang job)" : " gang jobs)", "\n");

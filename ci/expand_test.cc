@@ -1108,6 +1108,40 @@ TEST(LintTest, EmptyParallelAndJobsRepeatedAcrossDocumentsAreErrors) {
             "GitLab keeps only the last one");
 }
 
+TEST(MessagesTest, PlacesNamesAndOrderAreWhatTheUserSees) {
+  // Invalid UTF-8 is placed where it is, not at 1:1.
+  const CiExpansion utf8 = LintCiYaml(
+      "train:\n  script: [\xff\xfe echo]\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n");
+  ASSERT_EQ(utf8.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", utf8.errors[0]),
+            "f:2:12: YAML syntax error: invalid leading UTF-8 octet");
+  // A job name with control characters is one line in the report.
+  const CiExpansion named = LintCiYaml(
+      "\"tr\\nain\\r\\e[31m\":\n  script: [x]\n  parallel:\n"
+      "    distributed: {nodes: 2}\n");
+  ASSERT_TRUE(named.ok()) << named.errors[0].message;
+  const std::string report = FormatLintReport("f", named, false);
+  EXPECT_EQ(std::count(report.begin(), report.end(), '\n'), 2) << report;
+  EXPECT_EQ(report.find('\r'), std::string::npos);
+  EXPECT_EQ(report.find('\x1b'), std::string::npos);
+  // Errors come in file order, whichever check found them.
+  const CiExpansion order = LintCiYaml(
+      "train:\n  script: [x]\n  tags: notalist\n  variables:\n"
+      "    GDT_LAUNCHER: env\n  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_EQ(order.errors.size(), 2u);
+  EXPECT_LT(order.errors[0].line, order.errors[1].line);
+  // A block merged into default: is refused like one written there.
+  const CiExpansion merged = ExpandCiYaml(
+      ".gang: &gang\n  parallel:\n    distributed: {nodes: 2}\n"
+      "default:\n  <<: *gang\n");
+  ASSERT_EQ(merged.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", merged.errors[0]),
+            "f:5:3: default: GitLab does not accept parallel under default; "
+            "put parallel:distributed in each gang job, or in a hidden job "
+            "that they extend");
+}
+
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   const CiExpansion lint = LintCiYaml(
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"

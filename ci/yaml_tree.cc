@@ -212,7 +212,19 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       if (p.context != nullptr) {
         message = absl::StrCat(message, " (", p.context, ")");
       }
-      fail(ToMark(p.problem_mark), std::move(message));
+      YamlMark mark = ToMark(p.problem_mark);
+      if (p.error == YAML_READER_ERROR && p.problem_offset <= text.size()) {
+        // The reader (encoding) gives a byte offset, not a mark.
+        const std::string_view before = text.substr(0, p.problem_offset);
+        const size_t line_start = before.rfind('\n');
+        mark.pos = p.problem_offset;
+        mark.line =
+            static_cast<int>(std::count(before.begin(), before.end(), '\n'));
+        mark.column = static_cast<int>(line_start == std::string_view::npos
+                                           ? p.problem_offset
+                                           : p.problem_offset - line_start - 1);
+      }
+      fail(mark, std::move(message));
       return tree;
     }
     event.set_parsed();
