@@ -5,12 +5,14 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/checkpoint.h"
+#include "common/backoff.h"
 #include "common/file.h"
 #include "gitlab/curl_gitlab_api.h"
 #include "nlohmann/json.hpp"
@@ -28,6 +30,43 @@ std::string Get(const CkptEnv& env, const std::string& key) {
 int64_t GetInt(const CkptEnv& env, const std::string& key, int64_t fallback) {
   int64_t value = 0;
   return absl::SimpleAtoi(Get(env, key), &value) ? value : fallback;
+}
+
+// An outage that passes: the coordinator restarting or failing over.
+bool IsTransient(const absl::Status& status) {
+  return absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status);
+}
+
+// The gang's records. In a retried gang (epoch 2 on) they may hold the
+// work of the attempt that died, so a coordinator that cannot be reached
+// (restarting, failing over) is waited for up to `wait`, a line per
+// attempt; in epoch 1 there is nothing to find and the first answer counts.
+absl::StatusOr<std::vector<std::string>> ListRecords(ManifestRegistry& registry,
+                                                     const CkptEnv& env,
+                                                     std::chrono::seconds wait,
+                                                     std::ostream& err) {
+  using Clock = std::chrono::steady_clock;
+  const bool retried = GetInt(env, "GDT_EPOCH", 1) > 1;
+  const Clock::time_point deadline = Clock::now() + wait;
+  Backoff backoff({.initial = std::chrono::milliseconds(200),
+                   .max = std::chrono::seconds(5)});
+  while (true) {
+    absl::StatusOr<std::vector<std::string>> records = registry.List();
+    if (records.ok() || !retried || !IsTransient(records.status())) {
+      return records;
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) return records;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+    err << "gdt-ckpt resume: waiting for the coordinator's checkpoint "
+           "records ("
+        << records.status().message() << "); "
+        << std::chrono::duration_cast<std::chrono::seconds>(left).count()
+        << " s left\n";
+    err.flush();
+    std::this_thread::sleep_for(std::min(backoff.Next(), left));
+  }
 }
 
 absl::StatusOr<std::unique_ptr<gitlab::CurlGitLabApi>> ApiFromEnv(
@@ -245,7 +284,27 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
     // The coordinator's records of the gang first; then the artifacts of
     // the jobs they name, for checkpoints the records lack or got wrong.
     std::vector<int64_t> jobs;
-    absl::StatusOr<std::vector<std::string>> records = registry->List();
+    absl::StatusOr<std::vector<std::string>> records =
+        ListRecords(*registry, env, options.wait, err);
+    if (!records.ok() && GetInt(env, "GDT_EPOCH", 1) > 1 &&
+        IsTransient(records.status())) {
+      err << "gdt-ckpt resume: cannot read the gang's checkpoint records ("
+          << records.status().message() << ") after waiting "
+          << options.wait.count()
+          << " s; stopping rather than starting fresh, which would lose the "
+             "work of the attempt that died (a retry resumes once the "
+             "coordinator is back)\n";
+      if (options.json) {
+        out << nlohmann::json({{"resume_from", nullptr},
+                               {"error", records.status().message()}})
+                   .dump()
+            << "\n";
+      } else {
+        // Ends the script that evals it, whether or not it stops on errors.
+        out << "GDT_RESUME_FROM= ; exit " << kCkptUnavailable << "\n";
+      }
+      return kCkptUnavailable;
+    }
     if (!records.ok()) {
       warnings.push_back(
           absl::StrCat("no checkpoint records: ", records.status().message()));

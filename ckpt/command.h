@@ -15,8 +15,11 @@
 //                               GDT_CHECKPOINT_DIR and prints
 //                               GDT_RESUME_FROM=<dir>.
 // Exit codes: 0 done (resume: also a fresh start, printed as
-// "GDT_RESUME_FROM="), 1 the store failed, 2 bad input (one line naming it).
+// "GDT_RESUME_FROM="), 1 the store failed, 2 bad input (one line naming it),
+// 3 resume in a retried gang could not read the coordinator's records
+// (stdout then ends the script that evals it: "GDT_RESUME_FROM= ; exit 3").
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -31,6 +34,8 @@ namespace gdt::ckpt {
 inline constexpr int kCkptOk = 0;
 inline constexpr int kCkptFailed = 1;
 inline constexpr int kCkptBadInput = 2;
+// Resume in a retried gang could not read the coordinator's records.
+inline constexpr int kCkptUnavailable = 3;
 
 using CkptEnv = std::map<std::string, std::string>;
 
@@ -53,6 +58,10 @@ struct CkptResumeOptions {
   std::vector<int64_t> from_jobs;
   std::string dest;  // Default: $GDT_CHECKPOINT_DIR.
   bool json = false;
+  // In a retried gang (GDT_EPOCH 2 on), how long a coordinator that cannot
+  // be reached is waited for before resume fails (kCkptUnavailable) rather
+  // than start fresh and lose the work of the attempt that died.
+  std::chrono::seconds wait{120};
 };
 
 // Where checkpoints are recorded so that a later epoch of the same gang (a

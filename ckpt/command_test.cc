@@ -31,11 +31,18 @@ class FakeRegistry final : public ManifestRegistry {
     return absl::OkStatus();
   }
   absl::StatusOr<std::vector<std::string>> List() override {
+    ++lists;
+    if (outages > 0) {
+      --outages;
+      return absl::UnavailableError("coordinator 127.0.0.1:1 unavailable");
+    }
     if (!refusal.ok()) return refusal;
     return records;
   }
 
   absl::Status refusal;
+  int outages = 0;  // List calls that fail as an unreachable coordinator.
+  int lists = 0;
   std::vector<std::string> records;
 };
 
@@ -343,6 +350,47 @@ TEST_F(CkptCommandTest, ResumeWithUnreachableRecordsStartsFresh) {
   EXPECT_EQ(err.str(),
             "gdt-ckpt resume: warning: no checkpoint records: wrong gang "
             "token\ngdt-ckpt resume: no usable checkpoint; starting fresh\n");
+}
+
+// In a retried gang the records may hold the work of the attempt that
+// died: a coordinator that is briefly away is waited for, and one that stays
+// away fails the resume (and the script that evals it) instead of a fresh
+// start.
+TEST_F(CkptCommandTest, ARetriedGangWaitsForTheRecordsAndNeverStartsFresh) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(RunCkptSave({.step = 10}, env_, &registry_, out_, err_), kCkptOk);
+  CkptEnv retry = env_;
+  retry["GDT_EPOCH"] = "2";
+  registry_.outages = 2;
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, retry, &registry_,
+                          out, err),
+            kCkptOk)
+      << err.str();
+  EXPECT_EQ(registry_.lists, 3);
+  EXPECT_THAT(out.str(), HasSubstr("/checkpoints/step-10\n"));
+  EXPECT_THAT(err.str(),
+              HasSubstr("gdt-ckpt resume: waiting for the coordinator's "
+                        "checkpoint records (coordinator 127.0.0.1:1 "
+                        "unavailable); "));
+
+  registry_.outages = 1000;
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(0)}, retry, &registry_,
+                          out, err),
+            kCkptUnavailable);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM= ; exit 3\n");
+  EXPECT_THAT(err.str(), HasSubstr("stopping rather than starting fresh"));
+
+  // In epoch 1 there is nothing to lose: the first answer counts.
+  registry_.outages = 1000;
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, env_, &registry_,
+                          out, err),
+            kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
 }
 
 }  // namespace

@@ -59,6 +59,13 @@ int main(int argc, char** argv) {
   resume->add_option("--dest", resume_options.dest,
                      "Where to place it (default $GDT_CHECKPOINT_DIR)");
   resume->add_flag("--json", resume_options.json, "Print JSON");
+  int64_t resume_wait = 120;
+  resume
+      ->add_option("--wait", resume_wait,
+                   "In a retried gang (GDT_EPOCH 2 on): seconds to wait for "
+                   "an unreachable coordinator's records before failing "
+                   "(exit 3) instead of starting fresh (default 120)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
   std::vector<std::string> command;
   CLI::App* run = app.add_subcommand(
       "run",
@@ -74,6 +81,7 @@ int main(int argc, char** argv) {
           {.ok = gdt::ckpt::kCkptOk, .usage = gdt::ckpt::kCkptBadInput})) {
     return *code;
   }
+  resume_options.wait = std::chrono::seconds(resume_wait);
   gdt::ckpt::CkptEnv env;
   for (char** e = environ; *e != nullptr; ++e) {
     const std::string entry = *e;
