@@ -9,9 +9,35 @@
 
 namespace gdt {
 
+namespace {
+
+// CLI11 reads an empty value as 0 for a number, and "-1" as 2^64 - 1 for an
+// unsigned one: both are refused, for every numeric option of `app` and its
+// subcommands.
+void CheckNumbers(CLI::App& app) {
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    const bool is_unsigned = type == "UINT";
+    option->check(CLI::Validator(
+        [is_unsigned](std::string& input) -> std::string {
+          if (input.empty()) return "a number is needed, not an empty value";
+          if (is_unsigned && input.find('-') != std::string::npos) {
+            return absl::StrCat("Value ", input, " is below 0");
+          }
+          return "";
+        },
+        ""));
+  }
+  for (CLI::App* sub : app.get_subcommands({})) CheckNumbers(*sub);
+}
+
+}  // namespace
+
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes) {
+  CheckNumbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -24,6 +50,7 @@ std::optional<int> ParseCommandLine(CLI::App& app,
                                     std::vector<std::string>& reversed_args,
                                     std::ostream& out, std::ostream& err,
                                     const CliExitCodes& codes) {
+  CheckNumbers(app);
   try {
     app.parse(reversed_args);
   } catch (const CLI::ParseError& e) {

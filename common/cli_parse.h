@@ -21,7 +21,9 @@ struct CliExitCodes {
 // Parses the command line into `app`. CLI11 reports --help, --version and
 // every bad flag by throwing; this lets CLI11 print what it has to say (the
 // help to `out`, one line naming the bad flag to `err`) and returns the code
-// to end the command with. nullopt: parsed, go on.
+// to end the command with. nullopt: parsed, go on. Every numeric option
+// (of `app` and its subcommands) refuses an empty value, which CLI11 reads
+// as 0, and an unsigned one a negative value, which it wraps.
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes = {});

@@ -39,6 +39,26 @@ TEST(CliParseTest, GoodFlagsGoOn) {
   EXPECT_EQ(parsed.out + parsed.err, "");
 }
 
+TEST(CliParseTest, EmptyNumbersAndNegativeUnsignedOnesAreRefused) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--seed", "-1"}, {"--seed", ""}, {"--ratio", ""}}) {
+    CLI::App app("a test tool", "tool");
+    uint64_t seed = 7;
+    double ratio = 0.5;
+    app.add_option("--seed", seed, "seed");
+    app.add_option("--ratio", ratio, "ratio");
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    std::ostringstream out;
+    std::ostringstream err;
+    EXPECT_EQ(ParseCommandLine(app, reversed, out, err), kExitUsage)
+        << args[0] << " '" << args[1] << "'";
+    EXPECT_NE(err.str().find(args[0] + ": "), std::string::npos) << err.str();
+    EXPECT_EQ(seed, 7u);
+    EXPECT_EQ(ratio, 0.5);
+  }
+}
+
 TEST(CliParseTest, HelpEndsWithTheOkCodeAndPrintsTheFlags) {
   const Parsed parsed = Parse({"--help"});
   EXPECT_EQ(parsed.code, kExitOk);

@@ -105,8 +105,22 @@ TEST(GdtSimCliTest, BadFlagsGetTheUsageCodeAndOneReason) {
   const CliRun missing =
       GdtSim({"--trace", kTraces + "/absent.csv", "--compare"}, "stderr");
   EXPECT_EQ(missing.code, 1) << missing.output;
-  EXPECT_EQ(missing.output,
-            "gdt-sim: cannot read " + kTraces + "/absent.csv\n");
+  EXPECT_EQ(missing.output, "gdt-sim: cannot read " + kTraces +
+                                "/absent.csv: No such file or directory\n");
+
+  // Values CLI11 would read as something else: an empty number (0), a
+  // negative seed (2^64 - 1), an empty cluster.
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--max-skew", ""},
+                                             {"--seed", "-1"},
+                                             {"--hosts", "0"},
+                                             {"--gpus-per-host", "0"}}) {
+    std::vector<std::string> args = {"--trace", trace};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliRun bad = GdtSim(args, "stderr");
+    EXPECT_EQ(bad.code, 2) << flags[0] << ": " << bad.output;
+    EXPECT_THAT(bad.output, HasSubstr(flags[0] + ": ")) << bad.output;
+  }
 
   // An option every replay refuses is named once, as a single replay does.
   const CliRun grace =

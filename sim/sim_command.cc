@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/cli_parse.h"
+#include "common/file.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::sim {
@@ -24,9 +25,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "CSV trace (job_id,submit_time_s,...,gpus,duration_s,...)")
       ->required();
   app.add_option("--hosts", flags.options.hosts, "GPU hosts")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--gpus-per-host", flags.options.gpus_per_host,
                  "GPUs per host")
+      ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   app.add_option("--policy", flags.policy,
                  "gdt (priority, backfill, deadlock breaking) | preempt (gdt "
@@ -50,6 +53,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--max-nodes", flags.options.max_nodes_per_job,
                  "largest gang accepted")
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--backfill-order", flags.backfill_order,
                  "gdt: order of the gangs tried behind the head: aged "
@@ -140,15 +144,13 @@ std::optional<SimOptions> OptionsFor(const SimulateFlags& flags,
 // Reads and checks the trace; on failure fills `report` and returns nullopt.
 std::optional<std::vector<TraceJob>> LoadTrace(const SimulateFlags& flags,
                                                SimulateReport& report) {
-  std::ifstream file(flags.trace_path);
-  if (!file) {
+  const absl::StatusOr<std::string> text = ReadTextFile(flags.trace_path);
+  if (!text.ok()) {
     report.exit_code = kSimExitFailure;
-    report.error = absl::StrCat("cannot read ", flags.trace_path);
+    report.error = std::string(text.status().message());
     return std::nullopt;
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  absl::StatusOr<std::vector<TraceJob>> trace = ParseTrace(text.str());
+  absl::StatusOr<std::vector<TraceJob>> trace = ParseTrace(*text);
   if (!trace.ok()) {
     report.exit_code = kSimExitFailure;
     report.error =
