@@ -146,6 +146,12 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
                         : static_cast<int>(GetInt(env, "WORLD_SIZE", 1));
   info.rank = options.rank > 0 ? options.rank
                                : static_cast<int>(GetInt(env, "RANK", 0));
+  if (info.world_size < 1 || info.rank < 0 || info.rank >= info.world_size) {
+    err << "gdt-ckpt save: rank " << info.rank
+        << " must be from 0 to the world size minus 1 (world size "
+        << info.world_size << "; --rank/--world-size, or RANK/WORLD_SIZE)\n";
+    return kCkptBadInput;
+  }
   info.job_id = GetInt(env, "CI_JOB_ID", 0);
   info.project_id = GetInt(env, "CI_PROJECT_ID", 0);
   info.dir = ProjectRelative(env, dir);

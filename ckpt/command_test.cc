@@ -137,6 +137,13 @@ TEST_F(CkptCommandTest, SaveBadInputIsOneLine) {
   EXPECT_EQ(err_.str(),
             "gdt-ckpt save: CI_JOB_TOKEN is empty: the GitLab API needs the "
             "job token\n");
+  // A rank outside the world (WORLD_SIZE is 2 here) is not recorded.
+  WriteCheckpoint(6);
+  EXPECT_EQ(Save({.step = 6, .rank = 7}), kCkptBadInput);
+  EXPECT_EQ(err_.str(),
+            "gdt-ckpt save: rank 7 must be from 0 to the world size minus 1 "
+            "(world size 2; --rank/--world-size, or RANK/WORLD_SIZE)\n");
+  EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-6/manifest.json"));
 }
 
 TEST_F(CkptCommandTest, AboveThresholdGoesToPackagesAndResumes) {

@@ -33,8 +33,10 @@ int main(int argc, char** argv) {
   save->add_option("--dir", save_options.dir,
                    "Checkpoint directory (default $GDT_CHECKPOINT_DIR/step-N)");
   save->add_option("--world-size", save_options.world_size,
-                   "World size (default $WORLD_SIZE)");
-  save->add_option("--rank", save_options.rank, "Writer rank (default $RANK)");
+                   "World size (default $WORLD_SIZE)")
+      ->check(CLI::Range(1, 1 << 24));
+  save->add_option("--rank", save_options.rank, "Writer rank (default $RANK)")
+      ->check(CLI::Range(0, 1 << 24));
   save->add_option("--store", save_options.store,
                    "artifacts, packages, or auto (packages above --threshold)");
   save->add_option("--threshold", save_options.threshold_bytes,

@@ -190,7 +190,10 @@ absl::StatusOr<NoticePlan> PlanNotice(
       return absl::InvalidArgumentError(absl::StrCat(
           "CI_JOB_STARTED_AT=", text, ": not an RFC 3339 time (", error, ")"));
     }
-    start = absl::ToChronoTime(parsed);
+    // A start after now is the two clocks disagreeing (GitLab's and this
+    // host's; or a time past what the clock holds): now is the better
+    // guess, and the notice comes no earlier than the timeout says.
+    if (parsed < absl::FromChrono(now)) start = absl::ToChronoTime(parsed);
   }
   plan.deadline = start + std::chrono::seconds(timeout);
   plan.notice_at = plan.deadline - std::chrono::seconds(notice);

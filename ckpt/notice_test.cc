@@ -39,6 +39,22 @@ TEST(PlanNoticeTest, NoticeIsRelativeToTheJobsStart) {
   EXPECT_EQ(plan->signal, SIGUSR1);
 }
 
+TEST(PlanNoticeTest, AStartInTheFutureCountsFromNow) {
+  // GitLab's clock ahead of this host's, or a start past what the clock
+  // holds (year 2999): the notice is not given at once.
+  const system_clock::time_point now = system_clock::now();
+  for (const char* started : {"2999-01-01T00:00:00Z", "2100-06-01T00:00:00Z"}) {
+    auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "3600"},
+                            {"CI_JOB_STARTED_AT", started},
+                            {"GDT_CHECKPOINT_NOTICE", "300"},
+                            {"GDT_CHECKPOINT_DIR", "/p/checkpoints"}},
+                           now);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->deadline, now + seconds(3600)) << started;
+    EXPECT_EQ(*plan->notice_at, now + seconds(3300)) << started;
+  }
+}
+
 TEST(PlanNoticeTest, DefaultsAndNone) {
   const auto now = system_clock::now();
   auto plan = PlanNotice({{"CI_JOB_TIMEOUT", "600"},
