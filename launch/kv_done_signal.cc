@@ -14,7 +14,12 @@ absl::Status KvDoneSignal::Announce(int exit_code) {
 absl::StatusOr<std::optional<int>> KvDoneSignal::WaitUntil(
     std::chrono::system_clock::time_point deadline) {
   absl::StatusOr<std::string> value = client_.Wait(kDoneKey, deadline);
-  if (absl::IsDeadlineExceeded(value.status())) return std::nullopt;
+  // Not yet, or the coordinator away for now (restarting): the caller asks
+  // again; a coordinator that is briefly away never stops a worker.
+  if (absl::IsDeadlineExceeded(value.status()) ||
+      absl::IsUnavailable(value.status())) {
+    return std::nullopt;
+  }
   if (!value.ok()) return value.status();
   int code = 0;
   if (!absl::SimpleAtoi(*value, &code)) {

@@ -10,7 +10,8 @@ namespace gdt::launch {
 inline constexpr char kDoneKey[] = "gdt-launch/done";
 
 // DoneSignal through the gang key-value store (docs/kv.md): Announce sets
-// kDoneKey, WaitUntil waits for it. A deadline passing is not an error;
+// kDoneKey, WaitUntil waits for it. A deadline passing, or the coordinator
+// away for now, is not an error;
 // ABORTED / FAILED_PRECONDITION (the gang ended) and refusals are.
 class KvDoneSignal : public DoneSignal {
  public:

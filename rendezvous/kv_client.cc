@@ -80,7 +80,25 @@ KvClient::KvClient(KvTarget target)
     : KvClient(target, NewChannel(target.endpoint, target.security)) {}
 
 KvClient::KvClient(KvTarget target, std::shared_ptr<grpc::Channel> channel)
-    : target_(std::move(target)), stub_(v1::GangKv::NewStub(channel)) {}
+    : target_(std::move(target)),
+      channel_(channel),
+      stub_(v1::GangKv::NewStub(channel)) {}
+
+absl::Status KvClient::Failure(const grpc::Status& status, const char* op,
+                               const std::string& key) const {
+  absl::Status explained =
+      Explain(status, op, key, target_.endpoint, target_.security);
+  // Waiting for the connection until the deadline ends as a passed
+  // deadline, whether or not the coordinator ever answered: one that never
+  // did is unavailable.
+  if (absl::IsDeadlineExceeded(explained) &&
+      channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+    return absl::UnavailableError(
+        absl::StrCat("kv ", op, " '", key, "': coordinator ", target_.endpoint,
+                     " unavailable: not reached before the deadline"));
+  }
+  return explained;
+}
 
 void KvClient::Fill(v1::KvScope* scope) const {
   scope->set_gang_id(target_.gang_id);
@@ -98,8 +116,7 @@ absl::Status KvClient::Set(const std::string& key, const std::string& value,
   request.set_value(value);
   v1::KvSetResponse response;
   grpc::Status status = stub_->Set(&context, request, &response);
-  if (!status.ok())
-    return Explain(status, "set", key, target_.endpoint, target_.security);
+  if (!status.ok()) return Failure(status, "set", key);
   return absl::OkStatus();
 }
 
@@ -112,8 +129,7 @@ absl::StatusOr<std::string> KvClient::Get(const std::string& key,
   request.set_key(key);
   v1::KvGetResponse response;
   grpc::Status status = stub_->Get(&context, request, &response);
-  if (!status.ok())
-    return Explain(status, "get", key, target_.endpoint, target_.security);
+  if (!status.ok()) return Failure(status, "get", key);
   return std::move(*response.mutable_value());
 }
 
@@ -126,8 +142,7 @@ absl::StatusOr<std::string> KvClient::Wait(const std::string& key,
   request.set_key(key);
   v1::KvWaitResponse response;
   grpc::Status status = stub_->Wait(&context, request, &response);
-  if (!status.ok())
-    return Explain(status, "wait", key, target_.endpoint, target_.security);
+  if (!status.ok()) return Failure(status, "wait", key);
   return std::move(*response.mutable_value());
 }
 
@@ -143,8 +158,7 @@ absl::StatusOr<KvCasOutcome> KvClient::CompareAndSet(
   request.set_desired(desired);
   v1::KvCompareAndSetResponse response;
   grpc::Status status = stub_->CompareAndSet(&context, request, &response);
-  if (!status.ok())
-    return Explain(status, "cas", key, target_.endpoint, target_.security);
+  if (!status.ok()) return Failure(status, "cas", key);
   KvCasOutcome outcome;
   outcome.swapped = response.swapped();
   if (response.has_current()) outcome.current = response.current();
@@ -161,8 +175,7 @@ absl::StatusOr<int64_t> KvClient::Add(const std::string& key, int64_t delta,
   request.set_delta(delta);
   v1::KvAddResponse response;
   grpc::Status status = stub_->Add(&context, request, &response);
-  if (!status.ok())
-    return Explain(status, "add", key, target_.endpoint, target_.security);
+  if (!status.ok()) return Failure(status, "add", key);
   return response.value();
 }
 

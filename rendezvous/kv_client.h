@@ -61,6 +61,9 @@ class KvClient {
   absl::StatusOr<std::string> Get(const std::string& key, Deadline deadline);
   // Blocks until the key exists. Errors: DeadlineExceeded naming the key at
   // `deadline`.
+  // Every call: Unavailable when the coordinator was never reached before
+  // the deadline (refused, no route), DeadlineExceeded when it was but did
+  // not answer in time.
   absl::StatusOr<std::string> Wait(const std::string& key, Deadline deadline);
   // `expected` unset: only when the key does not exist.
   absl::StatusOr<KvCasOutcome> CompareAndSet(
@@ -71,8 +74,12 @@ class KvClient {
 
  private:
   void Fill(v1::KvScope* scope) const;
+  // `status` of call `op` on `key` as this client's error.
+  absl::Status Failure(const grpc::Status& status, const char* op,
+                       const std::string& key) const;
 
   KvTarget target_;
+  std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::GangKv::Stub> stub_;
 };
 

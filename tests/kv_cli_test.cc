@@ -121,6 +121,14 @@ TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
                   address + "' is not host:port"));
     EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;
   }
+  // A coordinator that never answers (nothing listens on port 1) is
+  // unavailable, not a deadline that passed during a call.
+  env_["GDT_COORDINATOR"] = "127.0.0.1:1";
+  Result away = Run({"get", "k", "--timeout", "0.5"});
+  EXPECT_EQ(away.code, kv::kExitUnavailable) << away.err;
+  EXPECT_EQ(away.err,
+            "gdt-kv get: kv get 'k': coordinator 127.0.0.1:1 unavailable: not "
+            "reached before the deadline\n");
   env_["GDT_COORDINATOR"] = endpoint;
   // A timeout out of range names its bounds (not the largest double), and
   // NaN is out of every range.
