@@ -85,13 +85,23 @@ int RunRshCli(int argc, char** argv,
   if (args[0] == "--ready") {
     const std::vector<std::string> peers =
         absl::StrSplit(var("GDT_PEERS"), '\n', absl::SkipEmpty());
+    if (peers.empty()) {
+      err << "gdt-rsh --ready: GDT_PEERS is not set (run inside a gdt job)\n";
+      return kExitUsage;
+    }
     int published = 0;
+    absl::Status problem;  // Why a member could not be looked up.
     for (const std::string& peer : peers) {
-      if (kv.Get(AgentKey(peer), In(std::chrono::seconds(5))).ok()) {
+      const absl::StatusOr<std::string> agent =
+          kv.Get(AgentKey(peer), In(std::chrono::seconds(5)));
+      if (agent.ok()) {
         ++published;
+      } else if (!absl::IsNotFound(agent.status()) && problem.ok()) {
+        problem = agent.status();
       }
     }
     out << published << " of " << peers.size() << " members serve gdt-rsh\n";
+    if (!problem.ok()) err << "gdt-rsh --ready: " << problem.message() << "\n";
     return !peers.empty() && published == static_cast<int>(peers.size()) ? 0
                                                                          : 1;
   }

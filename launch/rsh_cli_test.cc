@@ -55,6 +55,20 @@ TEST(RshCliTest, UsageErrorsAreOneLineWithExitTwo) {
   Result serve = Rsh({"--serve"}, kMember);
   EXPECT_EQ(serve.code, 2);
   EXPECT_THAT(serve.err, HasSubstr("needs GDT_SELF_ADDR"));
+
+  Result ready = Rsh({"--ready"}, kMember);
+  EXPECT_EQ(ready.code, 2);
+  EXPECT_EQ(ready.err,
+            "gdt-rsh --ready: GDT_PEERS is not set (run inside a gdt job)\n");
+}
+
+TEST(RshCliTest, ReadyNamesWhyMembersCouldNotBeLookedUp) {
+  std::map<std::string, std::string> member = kMember;  // Nothing on :1.
+  member["GDT_PEERS"] = "10.0.0.2";
+  Result ready = Rsh({"--ready"}, member);
+  EXPECT_EQ(ready.code, 1);
+  EXPECT_EQ(ready.out, "0 of 1 members serve gdt-rsh\n");
+  EXPECT_THAT(ready.err, HasSubstr("coordinator 127.0.0.1:1 unavailable"));
 }
 
 TEST(RshCliTest, HelpGoesToStdout) {
