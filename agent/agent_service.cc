@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
+#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
@@ -564,6 +565,10 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     const std::string& listen_address, AgentService& service,
     const std::shared_ptr<grpc::ServerCredentials>& credentials) {
+  if (absl::Status probe = ProbeListen(listen_address); !probe.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", listen_address, ": ", probe.message()));
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen_address, credentials, &port);

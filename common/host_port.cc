@@ -1,5 +1,12 @@
 #include "common/host_port.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -51,6 +58,43 @@ std::string JoinHostPort(std::string_view host, int port) {
     return absl::StrCat("[", std::string(host), "]:", port);
   }
   return absl::StrCat(std::string(host), ":", port);
+}
+
+absl::Status ProbeListen(const std::string& address) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (!parsed.ok()) return parsed.status();
+  addrinfo hints = {};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(parsed->port);
+  if (const int error =
+          getaddrinfo(parsed->host.c_str(), port.c_str(), &hints, &found);
+      error != 0) {
+    return absl::UnavailableError(gai_strerror(error));
+  }
+  int last_error = 0;
+  bool bound = false;
+  for (const addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_error = errno;
+      continue;
+    }
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      bound = true;
+    } else {
+      last_error = errno;
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  if (bound) return absl::OkStatus();
+  return absl::UnavailableError(std::strerror(last_error));
 }
 
 }  // namespace gdt

@@ -29,6 +29,14 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view text);
 // and is not bracketed already).
 std::string JoinHostPort(std::string_view host, int port);
 
+// Whether a server could listen on `address` now: binds a socket to it (with
+// SO_REUSEADDR, as servers do) and closes it again. Unavailable with the
+// system's reason as its message ("Address already in use", "Cannot assign
+// requested address") when no address it resolves to can be bound; a
+// server checks this first so that the operator reads the reason in one
+// line (gRPC's own report is a multi-line dump without it).
+absl::Status ProbeListen(const std::string& address);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_HOST_PORT_H_

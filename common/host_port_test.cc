@@ -1,5 +1,9 @@
 #include "common/host_port.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,6 +72,30 @@ TEST(JoinHostPortTest, RoundTrips) {
     ASSERT_TRUE(parsed.ok()) << text;
     EXPECT_EQ(JoinHostPort(parsed->host, parsed->port), text);
   }
+}
+
+TEST(ProbeListenTest, SaysWhyAnAddressCannotBeListenedOn) {
+  // A port another process listens on.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)),
+            0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string busy = JoinHostPort("127.0.0.1", ntohs(address.sin_port));
+  const absl::Status in_use = ProbeListen(busy);
+  EXPECT_TRUE(absl::IsUnavailable(in_use)) << in_use;
+  EXPECT_EQ(in_use.message(), "Address already in use");
+  close(fd);
+  EXPECT_TRUE(ProbeListen(busy).ok());
+  // An address of no interface here (TEST-NET-3).
+  EXPECT_EQ(ProbeListen("203.0.113.7:0").message(),
+            "Cannot assign requested address");
+  EXPECT_TRUE(absl::IsInvalidArgument(ProbeListen("nohost")));
 }
 
 }  // namespace

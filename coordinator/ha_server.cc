@@ -41,6 +41,10 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       rendezvous::LoadServerCredentials(config.tls);
   if (!credentials.ok()) return credentials.status();
+  if (absl::Status probe = ProbeListen(config.listen_address); !probe.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", config.listen_address, ": ", probe.message()));
+  }
   grpc::ServerBuilder builder;
   rendezvous::ApplyServerLimits(builder);
   int port = 0;

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
@@ -51,6 +52,11 @@ absl::StatusOr<std::unique_ptr<LivenessServer>> LivenessServer::Start(
       grpc::ServerBuilder::SyncServerOption::MIN_POLLERS, 1);
   builder.SetSyncServerOption(
       grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 2);
+  if (absl::Status probe = ProbeListen(address); !probe.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address,
+                     " (liveness_listen_address): ", probe.message()));
+  }
   builder.AddListeningPort(address, std::move(credentials), &server->port_);
   AddRpcMetrics(builder, metrics);
   builder.RegisterService(server->service_.get());

@@ -163,6 +163,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->status_without_token_ = security->status_without_token;
   server->service_->SetSecurity(*std::move(security));
 
+  if (absl::Status probe = ProbeListen(config.listen_address); !probe.ok()) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", config.listen_address, ": ", probe.message()));
+  }
   grpc::ServerBuilder builder;
   rendezvous::ApplyServerLimits(builder);
   int port = 0;
