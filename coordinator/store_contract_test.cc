@@ -405,6 +405,51 @@ TEST_P(StoreTest, APreemptionUnderWaySurvivesReopenWhileTheGangRuns) {
   EXPECT_EQ(failed->gangs.at(0).preempt_notice_ms, 0);
 }
 
+// A gang stored in a state this version does not know (a damaged row, or
+// a newer gdt-coord's) stops the load with one line naming it, instead of
+// loading a gang in state "unknown".
+TEST_P(StoreTest, AGangInAnUnknownStateStopsTheLoad) {
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    Fill(**store);
+  }
+  if (GetParam() == "etcd") {
+    absl::StatusOr<std::vector<state::EtcdKeyValue>> all = client_->Range(
+        "/gdt/test/gangs/", /*prefix=*/true, /*keys_only=*/false);
+    ASSERT_TRUE(all.ok()) << all.status();
+    int changed = 0;
+    for (const state::EtcdKeyValue& kv : *all) {
+      if (kv.key.find("/gangs/") == std::string::npos) continue;
+      nlohmann::json gang = nlohmann::json::parse(kv.value);
+      gang["state"] = 999;
+      ASSERT_TRUE(client_
+                      ->Txn(nlohmann::json::array(),
+                            nlohmann::json::array(
+                                {state::EtcdClient::Put(kv.key, gang.dump())}),
+                            nlohmann::json::array())
+                      .ok());
+      ++changed;
+    }
+    ASSERT_GT(changed, 0);
+  } else {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(Path().c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "UPDATE gangs SET state = 999", nullptr, nullptr,
+                           nullptr),
+              SQLITE_OK);
+    sqlite3_close(db);
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  const absl::StatusOr<state::StoredState> loaded = (*store)->Load();
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(loaded.status().message(),
+              ::testing::HasSubstr("is stored in state 999, which this "
+                                   "gdt-coord does not know"));
+}
+
 TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
   test::TempDir dir;
   const std::string path = dir.path() + "/state/coord.db";

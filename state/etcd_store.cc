@@ -121,7 +121,7 @@ Json GangToJson(const Gang& gang) {
           {"preempting", PreemptingJson(gang)}};
 }
 
-Gang GangFromJson(const Json& json) {
+absl::StatusOr<Gang> GangFromJson(const Json& json) {
   Gang gang;
   gang.id = json.at("id").get<std::string>();
   gang.key.instance = json.at("instance").get<std::string>();
@@ -129,7 +129,10 @@ Gang GangFromJson(const Json& json) {
   gang.key.pipeline_id = json.at("pipeline_id").get<int64_t>();
   gang.key.group_name = json.at("group_name").get<std::string>();
   gang.key.size = json.at("size").get<uint32_t>();
-  gang.state = static_cast<GangState>(json.at("state").get<int>());
+  absl::StatusOr<GangState> state =
+      GangStateFromStored(json.at("state").get<int64_t>(), gang.id);
+  if (!state.ok()) return state.status();
+  gang.state = *state;
   gang.epoch = json.at("epoch").get<uint32_t>();
   gang.reason = json.at("reason").get<std::string>();
   gang.master_host = json.at("master_host").get<std::string>();
@@ -366,7 +369,9 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
       if (kind == "hosts") {
         state.hosts.push_back(HostFromJson(value));
       } else if (kind == "gangs") {
-        state.gangs.push_back(GangFromJson(value));
+        absl::StatusOr<Gang> gang = GangFromJson(value);
+        if (!gang.ok()) return gang.status();
+        state.gangs.push_back(*std::move(gang));
       } else if (kind == "members") {
         members.emplace_back(value.at("gang_id").get<std::string>(),
                              MemberFromJson(value));

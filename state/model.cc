@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "absl/strings/str_cat.h"
+
 namespace gdt::state {
 
 std::string UtcTimeOfDay(int64_t unix_ms) {
@@ -28,6 +30,18 @@ const char* GangStateName(GangState state) {
       return "failed";
   }
   return "unknown";
+}
+
+absl::StatusOr<GangState> GangStateFromStored(int64_t value,
+                                              const std::string& gang_id) {
+  if (value < static_cast<int64_t>(GangState::kForming) ||
+      value > static_cast<int64_t>(GangState::kFailed)) {
+    return absl::DataLossError(absl::StrCat(
+        "gang ", gang_id, " is stored in state ", value,
+        ", which this gdt-coord does not know (a damaged row, or one a newer "
+        "version wrote)"));
+  }
+  return static_cast<GangState>(value);
 }
 
 bool Member::SameRecord(const Member& other) const {

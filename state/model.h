@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "common/clock.h"
 
 namespace gdt::state {
@@ -59,6 +60,11 @@ enum class GangState { kForming = 1, kRunning = 2, kDone = 3, kFailed = 4 };
 
 // Lowercase name for messages: "forming", "running", "done", "failed".
 const char* GangStateName(GangState state);
+
+// The state stored as `value` for gang `gang_id`. DataLoss naming both for a
+// number no state has (a damaged row, or one a newer gdt-coord wrote).
+absl::StatusOr<GangState> GangStateFromStored(int64_t value,
+                                              const std::string& gang_id);
 
 // "10:42:13 UTC" for a Unix time in milliseconds (root-cause lines).
 std::string UtcTimeOfDay(int64_t unix_ms);

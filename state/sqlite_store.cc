@@ -575,25 +575,30 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
       }));
 
   std::map<std::string, size_t> gang_positions;
-  GDT_RETURN_IF_ERROR(ForEachRow(kSelectGangs, [&](const sqlite::Row& row) {
-    Gang gang;
-    gang.id = row.Text(0);
-    gang.key.instance = row.Text(1);
-    gang.key.project_id = row.Int64(2);
-    gang.key.pipeline_id = row.Int64(3);
-    gang.key.group_name = row.Text(4);
-    gang.key.size = row.Uint(5);
-    gang.state = static_cast<GangState>(row.Int(6));
-    gang.epoch = row.Uint(7);
-    gang.reason = row.Text(8);
-    gang.master_host = row.Text(9);
-    gang.master_addr = row.Text(10);
-    gang.master_port = row.Uint(11);
-    gang.created_unix_ms = row.Int64(12);
-    gang.sequence = row.Int64(13);
-    gang_positions[gang.id] = state.gangs.size();
-    state.gangs.push_back(std::move(gang));
-  }));
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectGangs, [&](const sqlite::Row& row) -> absl::Status {
+        Gang gang;
+        gang.id = row.Text(0);
+        gang.key.instance = row.Text(1);
+        gang.key.project_id = row.Int64(2);
+        gang.key.pipeline_id = row.Int64(3);
+        gang.key.group_name = row.Text(4);
+        gang.key.size = row.Uint(5);
+        absl::StatusOr<GangState> gang_state =
+            GangStateFromStored(row.Int(6), gang.id);
+        if (!gang_state.ok()) return gang_state.status();
+        gang.state = *gang_state;
+        gang.epoch = row.Uint(7);
+        gang.reason = row.Text(8);
+        gang.master_host = row.Text(9);
+        gang.master_addr = row.Text(10);
+        gang.master_port = row.Uint(11);
+        gang.created_unix_ms = row.Int64(12);
+        gang.sequence = row.Int64(13);
+        gang_positions[gang.id] = state.gangs.size();
+        state.gangs.push_back(std::move(gang));
+        return absl::OkStatus();
+      }));
 
   GDT_RETURN_IF_ERROR(
       ForEachRow(kSelectMembers, [&](const sqlite::Row& row) -> absl::Status {
