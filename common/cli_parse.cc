@@ -2,10 +2,12 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace gdt {
 
@@ -32,12 +34,40 @@ void CheckNumbers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) CheckNumbers(*sub);
 }
 
+// For a tool that needs a subcommand: "" when `first` (the first argument)
+// is an option or one of them, else one line naming it and the commands
+// (CLI11 would only say that a subcommand is required).
+std::string UnknownCommand(CLI::App& app, const std::string& first,
+                           std::string name) {
+  if (app.get_require_subcommand_min() == 0 || first.empty() ||
+      first[0] == '-') {
+    return "";
+  }
+  std::vector<std::string> names;
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub->check_name(first)) return "";
+    names.push_back(sub->get_name());
+  }
+  if (name.empty()) name = app.get_name();
+  return absl::StrCat(name, ": unknown command '", first,
+                      "' (commands: ", absl::StrJoin(names, ", "),
+                      "; --help says more)\n");
+}
+
 }  // namespace
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes) {
   CheckNumbers(app);
+  if (argc > 1) {
+    if (const std::string unknown = UnknownCommand(
+            app, argv[1], std::filesystem::path(argv[0]).filename().string());
+        !unknown.empty()) {
+      std::cerr << unknown;
+      return codes.usage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -51,6 +81,14 @@ std::optional<int> ParseCommandLine(CLI::App& app,
                                     std::ostream& out, std::ostream& err,
                                     const CliExitCodes& codes) {
   CheckNumbers(app);
+  if (!reversed_args.empty()) {
+    if (const std::string unknown =
+            UnknownCommand(app, reversed_args.back(), "");
+        !unknown.empty()) {
+      err << unknown;
+      return codes.usage;
+    }
+  }
   try {
     app.parse(reversed_args);
   } catch (const CLI::ParseError& e) {

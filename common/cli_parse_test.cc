@@ -59,6 +59,20 @@ TEST(CliParseTest, EmptyNumbersAndNegativeUnsignedOnesAreRefused) {
   }
 }
 
+TEST(CliParseTest, AnUnknownCommandIsNamedWithTheCommands) {
+  CLI::App app("a test tool", "tool");
+  app.add_subcommand("serve", "serve");
+  app.add_subcommand("status", "status");
+  app.require_subcommand(1);
+  std::vector<std::string> reversed = {"bogus"};
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(ParseCommandLine(app, reversed, out, err), kExitUsage);
+  EXPECT_EQ(err.str(),
+            "tool: unknown command 'bogus' (commands: serve, status; --help "
+            "says more)\n");
+}
+
 TEST(CliParseTest, HelpEndsWithTheOkCodeAndPrintsTheFlags) {
   const Parsed parsed = Parse({"--help"});
   EXPECT_EQ(parsed.code, kExitOk);
