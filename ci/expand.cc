@@ -160,10 +160,22 @@ std::string Describe(const YamlNode& node) {
   if (!node || node.IsNull()) return "empty";
   if (node.IsMap()) return "a mapping";
   if (node.IsSequence()) return "a list";
-  if (!IsPlain(node)) {
+  if (node.Tag() == "!") {
     return absl::StrCat("the quoted string \"", Shown(node.Scalar()), "\"");
   }
-  return absl::StrCat("'", Shown(node.Scalar()), "'");
+  if (!IsPlain(node)) {
+    return absl::StrCat("'", Shown(node.Scalar()), "' tagged ",
+                        Shown(node.Tag()));
+  }
+  const std::string& text = node.Scalar();
+  if (text.size() > 1 && text[0] == '0' &&
+      std::all_of(text.begin(), text.end(), [](char c) {
+        return std::isdigit(static_cast<unsigned char>(c));
+      })) {
+    return absl::StrCat("'", text,
+                        "' (a leading zero: GitLab's YAML reads it as octal)");
+  }
+  return absl::StrCat("'", Shown(text), "'");
 }
 
 // An optional sign ('-', and '+' when `plus_allowed`) and 1 to 12 digits.
@@ -185,9 +197,17 @@ std::optional<int64_t> SignedDigits(std::string_view text, bool plus_allowed) {
   return negative ? -value : value;
 }
 
-// A plain (unquoted) integer scalar, as YAML reads one.
+// A plain (unquoted) integer scalar, as YAML reads one. A leading zero
+// (`010`) is not one: GitLab's YAML 1.1 reader takes it for octal (8).
 std::optional<int64_t> PlainInteger(const YamlNode& node) {
-  if (!IsPlain(node)) return std::nullopt;
+  if (!IsPlain(node) && node.Tag() != "tag:yaml.org,2002:int") {
+    return std::nullopt;
+  }
+  std::string_view digits = node.Scalar();
+  if (!digits.empty() && (digits[0] == '-' || digits[0] == '+')) {
+    digits.remove_prefix(1);
+  }
+  if (digits.size() > 1 && digits[0] == '0') return std::nullopt;
   return SignedDigits(node.Scalar(), /*plus_allowed=*/true);
 }
 
@@ -2308,6 +2328,32 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
       }
       if (IsCiKeyword(job) || !value.IsMap()) continue;
+      if (const Entry extends = FindEntry(value, "extends"); lint && extends) {
+        // GitLab refuses anything but a name or a list of names; gdt's
+        // model would skip it silently.
+        const CiValue parents = ToCiValue(extends.value);
+        bool names = parents.is_string();
+        if (parents.is_array()) {
+          names = std::all_of(parents.begin(), parents.end(),
+                              [](const CiValue& p) { return p.is_string(); });
+        }
+        if (!names) {
+          std::string what = Describe(extends.value);
+          if (parents.is_array()) {
+            for (const CiValue& p : parents) {
+              if (!p.is_string()) {
+                what = absl::StrCat("a list holding ", OneLine(p.dump()));
+                break;
+              }
+            }
+          }
+          report.At(extends.value, extends.key,
+                    absl::StrCat(job,
+                                 ": extends must be a job name or a list of "
+                                 "them, not ",
+                                 what));
+        }
+      }
       // An alias (`job: *other`) is expanded where its anchor is written.
       if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");

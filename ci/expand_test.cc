@@ -1142,6 +1142,34 @@ TEST(MessagesTest, PlacesNamesAndOrderAreWhatTheUserSees) {
             "that they extend");
 }
 
+TEST(LintTest, ValuesGitLabReadsOtherwiseAreNamed) {
+  // A leading zero is octal for GitLab's YAML 1.1 reader; !!int is an
+  // integer.
+  const CiExpansion octal = LintCiYaml(
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: "
+      "010\n");
+  ASSERT_EQ(octal.errors.size(), 1u);
+  EXPECT_THAT(octal.errors[0].message,
+              HasSubstr("not '010' (a leading zero: GitLab's YAML reads it "
+                        "as octal)"));
+  const CiExpansion tagged = ExpandCiYaml(
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: "
+      "!!int 4\n");
+  ASSERT_TRUE(tagged.ok()) << tagged.errors[0].message;
+  EXPECT_EQ(EffectiveJobConfig(tagged.text, "train")->config["parallel"], 4);
+  // extends takes names only.
+  const CiExpansion extends = LintCiYaml(
+      ".t:\n  script: [y]\ntrain:\n  extends: [1, .t]\n  script: [x]\n"
+      "b:\n  extends: {a: b}\n  script: [x]\n");
+  ASSERT_EQ(extends.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", extends.errors[0]),
+            "f:4:12: train: extends must be a job name or a list of them, "
+            "not a list holding 1");
+  EXPECT_EQ(FormatDiagnostic("f", extends.errors[1]),
+            "f:7:12: b: extends must be a job name or a list of them, not a "
+            "mapping");
+}
+
 TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   const CiExpansion lint = LintCiYaml(
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
