@@ -2029,8 +2029,9 @@ bool HidesABlock(const CiConfigModel& model, const std::string& job,
 // The parallel:distributed block `job` inherits through extends (its
 // parents' merged), or null.
 CiValue InheritedBlock(const CiConfigModel& model, const std::string& job) {
-  const absl::StatusOr<CiValue> parents =
-      model.FromParents(job, InspectedKeys());
+  // Only `parallel`: every job asks, and templates may hold much else.
+  static const std::vector<std::string> kParallel = {"parallel"};
+  const absl::StatusOr<CiValue> parents = model.FromParents(job, kParallel);
   if (!parents.ok()) return nullptr;
   const auto parallel = parents->find("parallel");
   if (parallel == parents->end() || !parallel->is_object()) return nullptr;

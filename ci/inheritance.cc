@@ -232,13 +232,11 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
 // lattice of templates costs its size, not its number of paths.
 const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
     std::string_view job, const std::vector<std::string>* only_keys) const {
-  if (only_keys != nullptr && *only_keys != filtered_keys_) {
-    filtered_.clear();
-    filtered_keys_ = *only_keys;
-  }
-  // unordered_map keeps references to its elements valid as it grows.
+  // unordered_map keeps references to its elements valid as it grows (and
+  // std::map its values).
   ExtendedMemo& memo =
-      (only_keys == nullptr ? extended_ : filtered_)[std::string(job)];
+      (only_keys == nullptr ? extended_
+                            : filtered_[*only_keys])[std::string(job)];
   if (memo.state == ExtendedMemo::kDone) return memo;
   if (memo.state == ExtendedMemo::kInProgress) {
     // A loop: every job on it fails, as a chain too long would.

@@ -110,8 +110,10 @@ class CiConfigModel {
 
   std::unordered_map<std::string, YamlNode> top_;
   mutable std::unordered_map<std::string, ExtendedMemo> extended_;
-  mutable std::unordered_map<std::string, ExtendedMemo> filtered_;
-  mutable std::vector<std::string> filtered_keys_;
+  // One memo per list of keys asked for (callers use a few fixed lists).
+  mutable std::map<std::vector<std::string>,
+                   std::unordered_map<std::string, ExtendedMemo>>
+      filtered_;
   // Top("default"), read once.
   mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
