@@ -2438,8 +2438,11 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         // Hidden jobs (templates for `extends`) are checked too, but only
         // the jobs that run are gangs.
         if (lint) {
+          // Lint reads only gdt's variables of what a job inherits.
+          static const std::vector<std::string> kLinted = {"tags", "parallel",
+                                                           "variables/GDT_"};
           const absl::StatusOr<CiConfigModel::Effective> effective =
-              model.Resolve(job, InspectedKeys());
+              model.Resolve(job, kLinted);
           LintPlainJob(job, key, value, top_variables,
                        effective.ok() ? &effective->config : nullptr,
                        template_spec ? &*template_spec : nullptr, options,

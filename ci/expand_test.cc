@@ -655,7 +655,18 @@ TEST(InheritanceTest, LargeFilesCostTheirSize) {
   for (int i = 0; i < 30000; ++i) {
     variables += absl::StrCat("    V", i, ": \"", i, "\"\n");
   }
-  for (const std::string* text : {&inherits, &variables}) {
+  // Jobs extending a template of many variables (every job once copied
+  // them all).
+  std::string template_variables = ".v:\n  script: x\n  variables:\n";
+  for (int i = 0; i < 3000; ++i) {
+    template_variables += absl::StrCat("    V", i, ": \"", i, "\"\n");
+  }
+  for (int i = 0; i < 3000; ++i) {
+    template_variables += absl::StrCat("k", i, ":\n  extends: .v\n");
+  }
+  template_variables +=
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  for (const std::string* text : {&inherits, &variables, &template_variables}) {
     const auto start = std::chrono::steady_clock::now();
     const CiExpansion lint = LintCiYaml(*text);
     EXPECT_TRUE(lint.ok()) << (lint.errors.empty() ? ""

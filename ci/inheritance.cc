@@ -169,10 +169,24 @@ absl::Status TooDeep(std::string_view job) {
                    " levels (or loops) at '", std::string(job), "'"));
 }
 
-// Whether a caller that asked for `only_keys` (all when empty) wants `key`.
+// What of `key` a caller that asked for `only_keys` (all when empty) wants:
+// nullopt nothing, "" all of it, else only its entries whose names start
+// with the prefix given as "key/prefix".
+std::optional<std::string> WantedPart(const std::vector<std::string>& only_keys,
+                                      std::string_view key) {
+  if (only_keys.empty()) return "";
+  for (const std::string& wanted : only_keys) {
+    if (wanted == key) return "";
+    if (wanted.size() > key.size() && wanted[key.size()] == '/' &&
+        std::string_view(wanted).substr(0, key.size()) == key) {
+      return wanted.substr(key.size() + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 bool Wanted(const std::vector<std::string>& only_keys, std::string_view key) {
-  return only_keys.empty() ||
-         std::find(only_keys.begin(), only_keys.end(), key) != only_keys.end();
+  return WantedPart(only_keys, key).has_value();
 }
 
 }  // namespace
@@ -292,9 +306,18 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   } else {
     CiValue wanted = CiValue::object();
     for (const auto& [key, value] : own.items()) {
-      if (key == "inherit" || Wanted(*only_keys, key)) {
+      const std::optional<std::string> part =
+          key == "inherit" ? "" : WantedPart(*only_keys, key);
+      if (!part.has_value()) continue;
+      if (part->empty() || !value.is_object()) {
         wanted[key] = value;
+        continue;
       }
+      CiValue entries = CiValue::object();
+      for (const auto& [name, entry] : value.items()) {
+        if (name.rfind(*part, 0) == 0) entries[name] = entry;
+      }
+      wanted[key] = std::move(entries);
     }
     DeepMerge(&result, wanted);
   }

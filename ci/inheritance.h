@@ -73,6 +73,8 @@ class CiConfigModel {
   // With `only_keys`, the configuration holds just those top-level keys
   // (what a caller inspects): a file of thousands of jobs that inherit a
   // large default: or template then costs its size, not jobs x template.
+  // "key/prefix" keeps only the entries of mapping `key` whose names start
+  // with prefix ("variables/GDT_").
   absl::StatusOr<Effective> Resolve(
       std::string_view job,
       const std::vector<std::string>& only_keys = {}) const;
