@@ -677,14 +677,19 @@ std::optional<GangSpec> SpecOfValue(const std::string& job,
   return spec;
 }
 
-// The GDT_* variables a block writes only for some of its keys (GPUs,
-// processes and launcher are always written).
+// The GDT_* variables a block writes only for some of its keys: every
+// input but GPUs, processes and launcher, which it always writes.
 const std::vector<std::string>& OptionalBlockVariables() {
-  static const std::vector<std::string> names = {
-      "GDT_NODES_MIN",         "GDT_NODES_MAX",       "GDT_GANG_TIMEOUT",
-      "GDT_PRIORITY",          "GDT_TOPOLOGY_SAME",   "GDT_TOPOLOGY_MODE",
-      "GDT_CHECKPOINT_NOTICE", "GDT_CHECKPOINT_KEEP", "GDT_CHECKPOINT_STORE",
-      "GDT_PREEMPTIBLE"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> optional;
+    for (const VariableRule& rule : InputVariables()) {
+      if (rule.name != "GDT_GPUS_PER_NODE" &&
+          rule.name != "GDT_NPROC_PER_NODE" && rule.name != "GDT_LAUNCHER") {
+        optional.push_back(rule.name);
+      }
+    }
+    return optional;
+  }();
   return names;
 }
 
