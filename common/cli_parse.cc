@@ -1,9 +1,11 @@
 #include "common/cli_parse.h"
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,19 +15,53 @@ namespace gdt {
 
 namespace {
 
-// CLI11 reads an empty value as 0 for a number, and "-1" as 2^64 - 1 for an
-// unsigned one: both are refused, for every numeric option of `app` and its
+// Strips the leading zeros of a decimal integer ("010" -> "10", "-007" ->
+// "-7"): CLI11 reads integers with base 0, so "010" would be 8.
+void StripLeadingZeros(std::string& input) {
+  const size_t digits = input[0] == '-' || input[0] == '+' ? 1 : 0;
+  size_t zeros = digits;
+  while (zeros + 1 < input.size() && input[zeros] == '0' &&
+         absl::ascii_isdigit(static_cast<unsigned char>(input[zeros + 1]))) {
+    ++zeros;
+  }
+  input.erase(digits, zeros - digits);
+}
+
+// CLI11 reads an empty value as 0 for a number, "-1" as 2^64 - 1 for an
+// unsigned one and a 64-bit integer beyond its range as the nearest limit,
+// and it takes a leading 0 for octal: the first three are refused and a
+// leading zero is read as decimal, for every numeric option of `app` and its
 // subcommands.
 void CheckNumbers(CLI::App& app) {
   for (CLI::Option* option : app.get_options()) {
-    const std::string type = option->get_type_name();
+    // The type name, without the descriptions of the option's validators
+    // ("INT:INT in [1 - 100]").
+    const std::string full_type = option->get_type_name();
+    const std::string type = full_type.substr(0, full_type.find(':'));
     if (type != "INT" && type != "UINT" && type != "FLOAT") continue;
+    const bool is_integer = type != "FLOAT";
     const bool is_unsigned = type == "UINT";
-    option->check(CLI::Validator(
-        [is_unsigned](std::string& input) -> std::string {
+    // A transform runs before the option's own checks (CLI::Range reads
+    // the value again), and may rewrite it.
+    option->transform(CLI::Validator(
+        [is_integer, is_unsigned](std::string& input) -> std::string {
           if (input.empty()) return "a number is needed, not an empty value";
           if (is_unsigned && input.find('-') != std::string::npos) {
             return absl::StrCat("Value ", input, " is below 0");
+          }
+          if (!is_integer) return "";
+          StripLeadingZeros(input);
+          errno = 0;
+          char* end = nullptr;
+          if (is_unsigned) {
+            std::strtoull(input.c_str(), &end, 0);
+          } else {
+            std::strtoll(input.c_str(), &end, 0);
+          }
+          if (errno == ERANGE) {
+            return absl::StrCat("Value ", input, " is out of range (",
+                                is_unsigned ? "0 to 2^64-1" : "-2^63 to 2^63-1",
+                                ")");
           }
           return "";
         },

@@ -23,7 +23,9 @@ struct CliExitCodes {
 // help to `out`, one line naming the bad flag to `err`) and returns the code
 // to end the command with. nullopt: parsed, go on. Every numeric option
 // (of `app` and its subcommands) refuses an empty value, which CLI11 reads
-// as 0, and an unsigned one a negative value, which it wraps.
+// as 0, an unsigned one a negative value, which it wraps, and a 64-bit one
+// a value beyond its range, which it clamps; an integer with leading zeros
+// is decimal (CLI11 reads it as octal).
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes = {});

@@ -59,6 +59,60 @@ TEST(CliParseTest, EmptyNumbersAndNegativeUnsignedOnesAreRefused) {
   }
 }
 
+TEST(CliParseTest, IntegersBeyondTheirRangeAreRefused) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--seed", "99999999999999999999"},
+           {"--offset", "-99999999999999999999"},
+           {"--offset", "9223372036854775808"}}) {
+    CLI::App app("a test tool", "tool");
+    uint64_t seed = 7;
+    int64_t offset = 5;
+    app.add_option("--seed", seed, "seed");
+    app.add_option("--offset", offset, "offset");
+    std::vector<std::string> reversed(args.rbegin(), args.rend());
+    std::ostringstream out;
+    std::ostringstream err;
+    EXPECT_EQ(ParseCommandLine(app, reversed, out, err), kExitUsage)
+        << args[0] << " '" << args[1] << "'";
+    EXPECT_THAT(err.str(), testing::HasSubstr("out of range")) << args[1];
+    EXPECT_EQ(seed, 7u);
+    EXPECT_EQ(offset, 5);
+  }
+}
+
+TEST(CliParseTest, LeadingZerosAreDecimal) {
+  CLI::App app("a test tool", "tool");
+  uint64_t seed = 0;
+  int64_t offset = 0;
+  int hosts = 0;
+  app.add_option("--seed", seed, "seed");
+  app.add_option("--offset", offset, "offset");
+  app.add_option("--hosts", hosts, "hosts")->check(CLI::Range(1, 100));
+  std::vector<std::string> args = {"--seed", "010",     "--offset",
+                                   "-0010",  "--hosts", "0009"};
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_FALSE(ParseCommandLine(app, reversed, out, err).has_value())
+      << err.str();
+  EXPECT_EQ(seed, 10u);
+  EXPECT_EQ(offset, -10);
+  EXPECT_EQ(hosts, 9);
+  // The maximum itself and hexadecimal still parse.
+  uint64_t largest = 0;
+  int64_t hex = 0;
+  CLI::App other("a test tool", "tool");
+  other.add_option("--largest", largest, "largest");
+  other.add_option("--hex", hex, "hex");
+  args = {"--largest", "18446744073709551615", "--hex", "0x10"};
+  reversed.assign(args.rbegin(), args.rend());
+  EXPECT_FALSE(ParseCommandLine(other, reversed, out, err).has_value())
+      << err.str();
+  EXPECT_EQ(largest, UINT64_MAX);
+  EXPECT_EQ(hex, 16);
+}
+
 TEST(CliParseTest, AnUnknownCommandIsNamedWithTheCommands) {
   CLI::App app("a test tool", "tool");
   app.add_subcommand("serve", "serve");
@@ -106,9 +160,12 @@ TEST(CliParseTest, FiniteRangeRefusesNanAndInfinity) {
     std::ostringstream out;
     std::ostringstream err;
     EXPECT_EQ(ParseCommandLine(app, reversed, out, err), kExitUsage) << value;
-    EXPECT_THAT(err.str(),
-                ::testing::HasSubstr(std::string("--interval: Value ") + value +
-                                     " not in range 0.1 to 3600"))
+    EXPECT_THAT(
+        err.str(),
+        ::testing::HasSubstr(*value == '\0'
+                                 ? std::string("--interval: a number is needed")
+                                 : std::string("--interval: Value ") + value +
+                                       " not in range 0.1 to 3600"))
         << value;
   }
   double interval = 0;
