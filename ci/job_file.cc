@@ -1,7 +1,6 @@
 #include "ci/job_file.h"
 
-#include <yaml-cpp/yaml.h>
-
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -11,6 +10,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ci/inheritance.h"
+#include "ci/yaml_tree.h"
 #include "common/file.h"
 #include "common/status_macros.h"
 
@@ -47,34 +49,38 @@ absl::Status JobError(std::string_view job, std::string_view message) {
       absl::StrCat("job ", std::string(job), ": ", std::string(message)));
 }
 
-// A scalar as GitLab sees it (numbers and booleans become their text).
-bool ScalarText(const YAML::Node& node, std::string* out) {
-  if (!node.IsScalar()) return false;
-  *out = node.Scalar();
+// A scalar as GitLab sends it (numbers and booleans become their text).
+bool ScalarText(const CiValue& value, std::string* out) {
+  if (value.is_string()) {
+    *out = value.get<std::string>();
+  } else if (value.is_boolean()) {
+    *out = value.get<bool>() ? "true" : "false";
+  } else if (value.is_number()) {
+    *out = value.dump();
+  } else {
+    return false;
+  }
   return true;
 }
 
-// `script:`-style value: a string or a (nested) list of strings.
 // `id_tokens: {NAME: {aud: AUDIENCE or [AUDIENCES]}}`.
 absl::Status ReadIdTokens(
-    const YAML::Node& node, std::string_view job,
+    const CiValue& node, std::string_view job,
     std::vector<std::pair<std::string, std::vector<std::string>>>* out) {
-  if (!node.IsMap()) {
+  if (!node.is_object()) {
     return JobError(job, "id_tokens must map variable names to {aud: ...}");
   }
-  for (const auto& entry : node) {
-    std::string variable;
-    if (!ScalarText(entry.first, &variable) || variable.empty()) {
+  for (const auto& [variable, value] : node.items()) {
+    if (variable.empty()) {
       return JobError(job, "id_tokens keys must be variable names");
     }
-    const YAML::Node aud =
-        entry.second.IsMap() ? entry.second["aud"] : YAML::Node();
     std::vector<std::string> audiences;
     std::string one;
-    if (aud && ScalarText(aud, &one) && !one.empty()) {
+    const auto aud = value.is_object() ? value.find("aud") : value.end();
+    if (aud != value.end() && ScalarText(*aud, &one) && !one.empty()) {
       audiences.push_back(one);
-    } else if (aud && aud.IsSequence()) {
-      for (const YAML::Node& item : aud) {
+    } else if (aud != value.end() && aud->is_array()) {
+      for (const CiValue& item : *aud) {
         if (!ScalarText(item, &one) || one.empty()) {
           audiences.clear();  // One bad entry spoils the list.
           break;
@@ -92,21 +98,22 @@ absl::Status ReadIdTokens(
   return absl::OkStatus();
 }
 
-absl::Status ReadScript(const YAML::Node& node, std::string_view job,
+// `script:`-style value: a string or a (nested) list of strings.
+absl::Status ReadScript(const CiValue& node, std::string_view job,
                         std::string_view key, std::vector<std::string>* out) {
-  if (node.IsNull()) return absl::OkStatus();
+  if (node.is_null()) return absl::OkStatus();
   std::string text;
   if (ScalarText(node, &text)) {
     out->push_back(text);
     return absl::OkStatus();
   }
-  if (!node.IsSequence()) {
+  if (!node.is_array()) {
     return JobError(job,
                     absl::StrCat(std::string(key),
                                  " must be a string or a list of strings"));
   }
-  for (const YAML::Node& item : node) {
-    if (item.IsSequence()) {
+  for (const CiValue& item : node) {
+    if (item.is_array()) {
       GDT_RETURN_IF_ERROR(ReadScript(item, job, key, out));
       continue;
     }
@@ -119,58 +126,74 @@ absl::Status ReadScript(const YAML::Node& node, std::string_view job,
   return absl::OkStatus();
 }
 
-absl::Status ReadStringList(const YAML::Node& node, std::string_view job,
+absl::Status ReadStringList(const CiValue& node, std::string_view job,
                             std::string_view key,
                             std::vector<std::string>* out) {
   out->clear();
   return ReadScript(node, job, key, out);
 }
 
-// Merges a `variables:` map into `out`; a repeated key replaces the earlier
-// value in place.
+// Merges a `variables:` map into `job`'s variables; a repeated key replaces
+// the earlier value in place. `inherited`: which names to take (all when
+// nullopt). `expand: false` marks a variable raw.
 absl::Status ReadVariables(
-    const YAML::Node& node, std::string_view owner,
-    std::vector<std::pair<std::string, std::string>>* out) {
-  if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) {
+    const CiValue& node, std::string_view owner,
+    const std::optional<std::vector<std::string>>& inherited, CiJob* job) {
+  if (node.is_null()) return absl::OkStatus();
+  if (!node.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(owner), ": variables must be a map"));
   }
-  for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
+  for (const auto& [key, entry] : node.items()) {
+    if (inherited.has_value() && std::find(inherited->begin(), inherited->end(),
+                                           key) == inherited->end()) {
+      continue;
+    }
     std::string value;
-    if (entry.second.IsMap()) {
-      // `VAR: {value: ..., description: ...}`
-      const YAML::Node inner = entry.second["value"];
-      if (!inner || !ScalarText(inner, &value)) {
+    bool raw = false;
+    if (entry.is_object()) {
+      // `VAR: {value: ..., description: ..., expand: false}`
+      const auto inner = entry.find("value");
+      if (inner == entry.end() || !ScalarText(*inner, &value)) {
         return absl::InvalidArgumentError(absl::StrCat(
             std::string(owner), ": variable ", key, " has no string 'value'"));
       }
-    } else if (entry.second.IsNull()) {
+      if (const auto expand = entry.find("expand"); expand != entry.end()) {
+        if (!expand->is_boolean()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(std::string(owner), ": variable ", key,
+                           ": expand must be true or false"));
+        }
+        raw = !expand->get<bool>();
+      }
+    } else if (entry.is_null()) {
       value.clear();
-    } else if (!ScalarText(entry.second, &value)) {
+    } else if (!ScalarText(entry, &value)) {
       return absl::InvalidArgumentError(absl::StrCat(
           std::string(owner), ": variable ", key, " must be a string"));
     }
     bool replaced = false;
-    for (auto& [existing_key, existing_value] : *out) {
+    for (auto& [existing_key, existing_value] : job->variables) {
       if (existing_key == key) {
         existing_value = value;
         replaced = true;
       }
     }
-    if (!replaced) out->emplace_back(key, value);
+    if (!replaced) job->variables.emplace_back(key, value);
+    if (raw) {
+      job->raw_variables.insert(key);
+    } else {
+      job->raw_variables.erase(key);
+    }
   }
   return absl::OkStatus();
 }
 
-absl::Status ReadArtifacts(const YAML::Node& node, std::string_view job,
+absl::Status ReadArtifacts(const CiValue& node, std::string_view job,
                            CiArtifacts* out) {
-  if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) return JobError(job, "artifacts must be a map");
-  for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
-    const YAML::Node& value = entry.second;
+  if (node.is_null()) return absl::OkStatus();
+  if (!node.is_object()) return JobError(job, "artifacts must be a map");
+  for (const auto& [key, value] : node.items()) {
     if (key == "paths") {
       GDT_RETURN_IF_ERROR(
           ReadStringList(value, job, "artifacts:paths", &out->paths));
@@ -193,11 +216,10 @@ absl::Status ReadArtifacts(const YAML::Node& node, std::string_view job,
         return JobError(job, "artifacts:name must be a string");
       }
     } else if (key == "untracked") {
-      std::string text;
-      if (!ScalarText(value, &text) || (text != "true" && text != "false")) {
+      if (!value.is_boolean()) {
         return JobError(job, "artifacts:untracked must be true or false");
       }
-      out->untracked = text == "true";
+      out->untracked = value.get<bool>();
     } else if (key == "reports" || key == "expose_as" || key == "public" ||
                key == "access") {
       // Only meaningful to a GitLab server.
@@ -208,17 +230,17 @@ absl::Status ReadArtifacts(const YAML::Node& node, std::string_view job,
   return absl::OkStatus();
 }
 
-absl::Status ReadParallel(const YAML::Node& node, std::string_view job,
-                          int* out) {
-  if (node.IsMap()) {
-    if (node["matrix"]) {
+absl::Status ReadParallel(const CiValue& node, std::string_view job, int* out) {
+  if (node.is_object()) {
+    if (node.contains("matrix")) {
       return JobError(job,
                       "parallel: matrix is not supported by run-local yet");
     }
     return JobError(job, "parallel must be an integer or a hash with 'matrix'");
   }
   std::string text;
-  if (!ScalarText(node, &text) || text.empty() || text.size() > 4 ||
+  if (!(node.is_number_integer() || node.is_string()) ||
+      !ScalarText(node, &text) || text.empty() || text.size() > 4 ||
       text.find_first_not_of("0123456789") != std::string::npos) {
     return JobError(job, "parallel must be an integer from 1 to 200");
   }
@@ -231,64 +253,108 @@ absl::Status ReadParallel(const YAML::Node& node, std::string_view job,
   return absl::OkStatus();
 }
 
-absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
-                               const YAML::Node& node) {
+// Which entries of `default:` the job's `inherit: default:` lets in: all
+// (nullopt), or the names listed (none for `false`).
+std::optional<std::vector<std::string>> InheritedNames(const CiValue& config,
+                                                       const char* key) {
+  const auto inherit = config.find("inherit");
+  if (inherit == config.end() || !inherit->is_object()) return std::nullopt;
+  const auto setting = inherit->find(key);
+  if (setting == inherit->end()) return std::nullopt;
+  if (setting->is_boolean()) {
+    if (setting->get<bool>()) return std::nullopt;
+    return std::vector<std::string>{};
+  }
+  std::vector<std::string> names;
+  if (setting->is_array()) {
+    for (const CiValue& name : *setting) {
+      if (name.is_string()) names.push_back(name.get<std::string>());
+    }
+  }
+  return names;
+}
+
+bool Allows(const std::optional<std::vector<std::string>>& names,
+            std::string_view key) {
+  return !names.has_value() ||
+         std::find(names->begin(), names->end(), key) != names->end();
+}
+
+// The first parent in `job`'s extends chain that the file lacks (run-local
+// reads one file, so a parent from an included file cannot be run), or "".
+std::string MissingParent(const CiConfigModel& model, const std::string& job,
+                          int depth) {
+  const std::optional<CiValue> own = model.Top(job);
+  if (!own.has_value() || depth > 12) return "";
+  for (const std::string& parent : ExtendsList(*own)) {
+    if (!model.Top(parent).has_value()) return parent;
+    if (std::string missing = MissingParent(model, parent, depth + 1);
+        !missing.empty()) {
+      return missing;
+    }
+  }
+  return "";
+}
+
+// The job from its effective configuration (merge keys, extends, default:
+// and !reference applied); `model` gives the top-level entries.
+absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
+                              const std::string& name, const CiValue& config) {
   CiJob job;
   job.name = name;
-  if (!node.IsMap()) return JobError(name, "is not a map");
-  for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
+  for (const auto& [key, value] : config.items()) {
     if (KnownJobKeys().count(key) == 0) {
       return JobError(name, absl::StrCat("unknown key '", key, "'"));
     }
   }
-  if (node["trigger"]) {
+  if (config.contains("trigger")) {
     return JobError(name, "is a trigger job and cannot be run locally");
   }
-  if (node["extends"]) {
-    return JobError(name, "extends is not supported by run-local yet");
-  }
-
-  // Defaults: `default:` wins over the deprecated top-level keywords. (A
-  // YAML::Node is rebound only by construction; assignment writes through.)
-  const YAML::Node defaults = root["default"];
-  const auto inherited = [&](const char* key,
-                             bool top_level) -> std::optional<YAML::Node> {
-    if (node[key]) return node[key];
-    if (defaults && defaults.IsMap() && defaults[key]) return defaults[key];
-    if (top_level && root[key]) return root[key];
-    return std::nullopt;
+  const auto entry = [&](const char* key) -> const CiValue* {
+    const auto found = config.find(key);
+    return found == config.end() ? nullptr : &*found;
   };
-  if (std::optional<YAML::Node> before = inherited("before_script", true)) {
+  // The deprecated top-level before_script and after_script are defaults
+  // too: `default:` wins over them, and `inherit: default:` governs both.
+  const std::optional<std::vector<std::string>> defaults =
+      InheritedNames(config, "default");
+  const auto with_top_level = [&](const char* key) -> std::optional<CiValue> {
+    if (const CiValue* own = entry(key)) return *own;
+    if (!Allows(defaults, key)) return std::nullopt;
+    return model.Top(key);
+  };
+  if (std::optional<CiValue> before = with_top_level("before_script")) {
     GDT_RETURN_IF_ERROR(
         ReadScript(*before, name, "before_script", &job.before_script));
   }
-  if (std::optional<YAML::Node> after = inherited("after_script", true)) {
+  if (std::optional<CiValue> after = with_top_level("after_script")) {
     GDT_RETURN_IF_ERROR(
         ReadScript(*after, name, "after_script", &job.after_script));
   }
-  if (!node["script"]) return JobError(name, "has no script");
-  GDT_RETURN_IF_ERROR(ReadScript(node["script"], name, "script", &job.script));
+  const CiValue* script = entry("script");
+  if (script == nullptr) return JobError(name, "has no script");
+  GDT_RETURN_IF_ERROR(ReadScript(*script, name, "script", &job.script));
   if (job.script.empty()) return JobError(name, "script is empty");
 
-  if (const YAML::Node stage = node["stage"]; stage) {
-    if (!ScalarText(stage, &job.stage)) {
+  if (const CiValue* stage = entry("stage")) {
+    if (!ScalarText(*stage, &job.stage)) {
       return JobError(name, "stage must be a string");
     }
   }
-  if (const YAML::Node variables = root["variables"]; variables) {
-    GDT_RETURN_IF_ERROR(
-        ReadVariables(variables, "top-level variables", &job.variables));
+  if (std::optional<CiValue> variables = model.Top("variables")) {
+    GDT_RETURN_IF_ERROR(ReadVariables(*variables, "top-level variables",
+                                      InheritedNames(config, "variables"),
+                                      &job));
   }
-  if (const YAML::Node variables = node["variables"]; variables) {
-    GDT_RETURN_IF_ERROR(
-        ReadVariables(variables, absl::StrCat("job ", name), &job.variables));
+  if (const CiValue* variables = entry("variables")) {
+    GDT_RETURN_IF_ERROR(ReadVariables(*variables, absl::StrCat("job ", name),
+                                      std::nullopt, &job));
   }
-  if (const YAML::Node parallel = node["parallel"]; parallel) {
-    GDT_RETURN_IF_ERROR(ReadParallel(parallel, name, &job.parallel));
+  if (const CiValue* parallel = entry("parallel")) {
+    GDT_RETURN_IF_ERROR(ReadParallel(*parallel, name, &job.parallel));
     job.parallel_given = true;
   }
-  if (std::optional<YAML::Node> timeout = inherited("timeout", false)) {
+  if (const CiValue* timeout = entry("timeout")) {
     std::string text;
     if (!ScalarText(*timeout, &text)) {
       return JobError(name, "timeout must be a duration string");
@@ -301,32 +367,31 @@ absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
     }
     job.timeout_seconds = *seconds;
   }
-  if (std::optional<YAML::Node> id_tokens = inherited("id_tokens", false)) {
+  if (const CiValue* id_tokens = entry("id_tokens")) {
     GDT_RETURN_IF_ERROR(ReadIdTokens(*id_tokens, name, &job.id_tokens));
   }
-  if (std::optional<YAML::Node> artifacts = inherited("artifacts", false)) {
+  if (const CiValue* artifacts = entry("artifacts")) {
     GDT_RETURN_IF_ERROR(ReadArtifacts(*artifacts, name, &job.artifacts));
   }
-  if (const YAML::Node dependencies = node["dependencies"]; dependencies) {
+  if (const CiValue* dependencies = entry("dependencies")) {
     std::vector<std::string> names;
     GDT_RETURN_IF_ERROR(
-        ReadStringList(dependencies, name, "dependencies", &names));
+        ReadStringList(*dependencies, name, "dependencies", &names));
     job.artifact_sources = std::move(names);
-  } else if (const YAML::Node needs = node["needs"]; needs) {
-    if (!needs.IsSequence()) return JobError(name, "needs must be a list");
+  } else if (const CiValue* needs = entry("needs")) {
+    if (!needs->is_array()) return JobError(name, "needs must be a list");
     std::vector<std::string> names;
-    for (const YAML::Node& need : needs) {
+    for (const CiValue& need : *needs) {
       std::string text;
       if (ScalarText(need, &text)) {
         names.push_back(text);
-      } else if (need.IsMap() && need["job"] &&
+      } else if (need.is_object() && need.contains("job") &&
                  ScalarText(need["job"], &text)) {
-        const YAML::Node with_artifacts = need["artifacts"];
-        if (!with_artifacts || !with_artifacts.IsScalar() ||
-            with_artifacts.Scalar() != "false") {
+        const auto with_artifacts = need.find("artifacts");
+        if (with_artifacts == need.end() || *with_artifacts != false) {
           names.push_back(text);
         }
-      } else if (!(need.IsMap() && need["pipeline"])) {
+      } else if (!(need.is_object() && need.contains("pipeline"))) {
         return JobError(name, "needs entries must be job names or {job: name}");
       }
     }
@@ -340,37 +405,61 @@ absl::StatusOr<CiJob> ParseJob(const YAML::Node& root, const std::string& name,
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
                                  std::string_view job_name) {
   const std::string name(job_name);
-  try {
-    const YAML::Node root = YAML::Load(std::string(yaml_text));
-    if (!root.IsMap()) {
-      return absl::InvalidArgumentError(
-          "the CI file is not a map of jobs and keywords");
-    }
-    if (ReservedKeys().count(name) != 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("'", name, "' is a keyword, not a job"));
-    }
-    const YAML::Node node = root[name];
-    if (!node) {
-      std::string jobs;
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml_text, &error);
+  if (!error.message.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad YAML at line ", error.mark.line + 1, ", column ",
+                     error.mark.column + 1, ": ", error.message));
+  }
+  const std::vector<YamlNode>& documents = tree->documents();
+  if (documents.empty() ||
+      std::none_of(documents.begin(), documents.end(),
+                   [](const YamlNode& root) { return root.IsMap(); })) {
+    return absl::InvalidArgumentError(
+        "the CI file is not a map of jobs and keywords");
+  }
+  if (ReservedKeys().count(name) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", name, "' is a keyword, not a job"));
+  }
+  const CiConfigModel model(documents);
+  const std::optional<CiValue> own = model.Top(name);
+  if (!own.has_value()) {
+    std::vector<std::string> jobs;
+    for (const YamlNode& root : documents) {
+      if (!root.IsMap()) continue;
       for (const auto& entry : root) {
-        const std::string key = entry.first.as<std::string>();
-        if (ReservedKeys().count(key) != 0 || key.empty() || key[0] == '.') {
+        if (!entry.first.IsScalar()) continue;
+        const std::string& key = entry.first.Scalar();
+        if (ReservedKeys().count(key) != 0 || key.empty() || key[0] == '.' ||
+            std::find(jobs.begin(), jobs.end(), key) != jobs.end()) {
           continue;
         }
-        absl::StrAppend(&jobs, jobs.empty() ? "" : ", ", key);
+        jobs.push_back(key);
       }
-      return absl::NotFoundError(absl::StrCat(
-          "no job '", name, "' (jobs: ", jobs.empty() ? "none" : jobs, ")"));
     }
-    if (name[0] == '.') {
-      return JobError(name, "is hidden and cannot be run");
-    }
-    return ParseJob(root, name, node);
-  } catch (const YAML::Exception& e) {
-    // yaml-cpp reports errors by throwing; this is the only place we catch.
-    return absl::InvalidArgumentError(absl::StrCat("bad YAML: ", e.what()));
+    return absl::NotFoundError(absl::StrCat(
+        "no job '", name,
+        "' (jobs: ", jobs.empty() ? "none" : absl::StrJoin(jobs, ", "), ")"));
   }
+  if (name[0] == '.') return JobError(name, "is hidden and cannot be run");
+  if (!own->is_object()) return JobError(name, "is not a map");
+  absl::StatusOr<CiConfigModel::Effective> effective = model.Resolve(name);
+  if (!effective.ok()) {
+    return JobError(name, std::string(effective.status().message()));
+  }
+  if (const std::string missing = MissingParent(model, name, 0);
+      !missing.empty()) {
+    return JobError(name, absl::StrCat("extends '", missing,
+                                       "', which is not in this file "
+                                       "(run-local reads one file)"));
+  }
+  if (!effective->unresolved.empty()) {
+    const auto& [key, why] = *effective->unresolved.begin();
+    return JobError(name, absl::StrCat(key, ": ", why));
+  }
+  return ReadJob(model, name, effective->config);
 }
 
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -35,6 +36,9 @@ struct CiJob {
   // Top-level variables, then the job's; a job value replaces the top-level
   // entry of the same key in place. Values are strings, as GitLab sends them.
   std::vector<std::pair<std::string, std::string>> variables;
+  // Variables written `{value: ..., expand: false}`: their values are
+  // passed as they are, without expanding `$NAME` references.
+  std::set<std::string> raw_variables;
   int parallel = 1;  // 1..200.
   // `parallel:` was given, even as 1: GitLab then numbers the job
   // ("name 1/1", CI_NODE_INDEX=1).
@@ -50,12 +54,17 @@ struct CiJob {
   std::vector<std::pair<std::string, std::vector<std::string>>> id_tokens;
 };
 
-// Returns job `job_name` of the .gitlab-ci.yml text. Errors (InvalidArgument
-// unless noted), each naming the job and key: bad YAML; NotFound for an
-// unknown job; hidden (".x") or `trigger` jobs, which cannot be run; a job
-// without `script`; `parallel` outside 1..200 or with `matrix` ("matrix is
-// not supported by run-local yet"); `extends` (not supported yet); a bad
-// `timeout`; unknown job keys (typos).
+// Returns job `job_name` of the .gitlab-ci.yml text, with its configuration
+// as GitLab computes it: YAML merge keys, `extends`, `default:` (and the
+// deprecated top-level before_script/after_script), `inherit:` and
+// `!reference` applied; top-level variables first (those `inherit:
+// variables:` lets in), then the job's. Errors (InvalidArgument unless
+// noted), each naming the job and key: bad YAML; NotFound for an unknown
+// job; hidden (".x") or `trigger` jobs, which cannot be run; a job without
+// `script`; `parallel` outside 1..200 or with `matrix` ("matrix is not
+// supported by run-local yet"); an `extends` cycle or parent that is not in
+// the file; a `!reference` that does not resolve; a bad `timeout`; unknown
+// job keys (typos).
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
                                  std::string_view job_name);
 

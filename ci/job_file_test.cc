@@ -145,6 +145,100 @@ TEST(CiYamlTest, RejectsJobsThatCannotRun) {
   }
 }
 
+// What real files inherit: merge keys, extends, default:, inherit: and
+// !reference, as GitLab computes them.
+TEST(CiYamlTest, ReadsTheConfigurationAJobInherits) {
+  constexpr char kYaml[] = R"(
+variables:
+  GLOBAL: g
+  OTHER: o
+before_script: [echo top-level]
+default:
+  after_script: [echo default after]
+.common: &common
+  tags: [gpu]
+  variables:
+    FROM_ANCHOR: a
+.setup:
+  script: [echo setup one, echo setup two]
+.template:
+  timeout: 2h
+  variables:
+    FROM_TEMPLATE: t
+    OVERRIDDEN: template
+  artifacts: {paths: [out/], when: on_failure}
+merged:
+  <<: *common
+  script: [echo merged]
+extended:
+  extends: .template
+  variables:
+    OVERRIDDEN: job
+    RAW: {value: "$GLOBAL", expand: false}
+  script:
+    - !reference [.setup, script]
+    - echo extended
+alone:
+  inherit: {default: false, variables: [OTHER]}
+  script: [echo alone]
+)";
+  absl::StatusOr<CiJob> merged = ParseCiJob(kYaml, "merged");
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  EXPECT_THAT(merged->variables,
+              ElementsAre(Pair("GLOBAL", "g"), Pair("OTHER", "o"),
+                          Pair("FROM_ANCHOR", "a")));
+  EXPECT_THAT(merged->before_script, ElementsAre("echo top-level"));
+  EXPECT_THAT(merged->after_script, ElementsAre("echo default after"));
+
+  absl::StatusOr<CiJob> extended = ParseCiJob(kYaml, "extended");
+  ASSERT_TRUE(extended.ok()) << extended.status();
+  EXPECT_THAT(extended->script,
+              ElementsAre("echo setup one", "echo setup two", "echo extended"));
+  EXPECT_EQ(extended->timeout_seconds, 7200);
+  EXPECT_THAT(extended->artifacts.paths, ElementsAre("out/"));
+  EXPECT_EQ(extended->artifacts.when, "on_failure");
+  EXPECT_THAT(extended->variables,
+              ElementsAre(Pair("GLOBAL", "g"), Pair("OTHER", "o"),
+                          Pair("FROM_TEMPLATE", "t"), Pair("OVERRIDDEN", "job"),
+                          Pair("RAW", "$GLOBAL")));
+  EXPECT_THAT(extended->raw_variables, ElementsAre("RAW"));
+
+  absl::StatusOr<CiJob> alone = ParseCiJob(kYaml, "alone");
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_TRUE(alone->before_script.empty());
+  EXPECT_TRUE(alone->after_script.empty());
+  EXPECT_THAT(alone->variables, ElementsAre(Pair("OTHER", "o")));
+}
+
+TEST(CiYamlTest, InheritanceThatCannotBeResolvedIsOneLine) {
+  constexpr char kYaml[] = R"(
+.loop-a: {extends: .loop-b}
+.loop-b: {extends: .loop-a}
+looped:
+  extends: .loop-a
+  script: [echo]
+orphan:
+  extends: .from-an-include
+  script: [echo]
+dangling:
+  script: [!reference [.nowhere, script]]
+)";
+  const std::pair<const char*, const char*> cases[] = {
+      {"looped", "job looped: "},
+      {"orphan",
+       "job orphan: extends '.from-an-include', which is not in this file"},
+      {"dangling", "job dangling: script: !reference"},
+  };
+  for (const auto& [job, message] : cases) {
+    absl::StatusOr<CiJob> parsed = ParseCiJob(kYaml, job);
+    ASSERT_FALSE(parsed.ok()) << job;
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(message));
+    EXPECT_EQ(std::string(parsed.status().message()).find('\n'),
+              std::string::npos);
+  }
+}
+
 TEST(CiYamlTest, BadYamlIsOneLine) {
   absl::StatusOr<CiJob> job = ParseCiJob("train: [unclosed", "train");
 
