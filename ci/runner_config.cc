@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/time.h"
+#include "ci/go_duration.h"
 #include "common/file.h"
 #include "toml++/toml.h"
 
@@ -77,13 +77,15 @@ absl::Status ReadDuration(const toml::table& table, const std::string& source,
   const toml::node* node = table.get(key);
   if (node == nullptr) return absl::OkStatus();
   const std::optional<std::string> text = node->value<std::string>();
-  absl::Duration duration;
-  if (!node->is_string() || !text.has_value() ||
-      !absl::ParseDuration(*text, &duration)) {
+  absl::StatusOr<std::chrono::nanoseconds> duration =
+      text.has_value() && node->is_string()
+          ? ParseGoDuration(*text)
+          : absl::InvalidArgumentError("not a string");
+  if (!duration.ok()) {
     return WrongType(source, std::string(prefix) + std::string(key),
                      "a duration string such as \"30s\" or \"1h30m\"");
   }
-  *out = absl::ToChronoMilliseconds(duration);
+  *out = std::chrono::duration_cast<std::chrono::milliseconds>(*duration);
   return absl::OkStatus();
 }
 

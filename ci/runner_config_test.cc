@@ -44,6 +44,13 @@ TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
                   .status()
                   .message(),
               HasSubstr("runners.prepare_timeout must be a duration"));
+  // Go's parser: "inf" is no duration, a micro sign is a unit.
+  EXPECT_FALSE(
+      ParseRunnerConfigToml(head + "\"inf\"" + tail, "c.toml", "").ok());
+  config =
+      ParseRunnerConfigToml(head + "\"1500000\u00b5s\"" + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->prepare_timeout, std::chrono::milliseconds(1500));
 }
 
 TEST(RunnerConfigTest, BadInputIsOneLineNamingTheKey) {
