@@ -9,18 +9,22 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "ci/job_file.h"
+#include "ci/go_duration.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
@@ -97,7 +101,60 @@ struct Variable {
   std::string key;
   std::string value;
   bool file = false;
+  bool raw = false;  // Kept as it is by the expansion.
 };
+
+// Go's os.Expand: the name after '$', as getShellName reads it. Returns the
+// name and how many bytes after the '$' it spans; an empty name with a
+// non-zero width is bad syntax, eaten whole.
+std::pair<std::string_view, size_t> ShellNameAt(std::string_view s) {
+  const auto special = [](char c) {
+    return std::string_view("*#$@!?-0123456789").find(c) !=
+           std::string_view::npos;
+  };
+  if (s[0] == '{') {
+    if (s.size() > 2 && special(s[1]) && s[2] == '}')
+      return {s.substr(1, 1), 3};
+    for (size_t i = 1; i < s.size(); ++i) {
+      if (s[i] == '}') {
+        if (i == 1) return {"", 2};  // "${}"
+        return {s.substr(1, i - 1), i + 1};
+      }
+    }
+    return {"", 1};  // "${" never closed: only "${" goes.
+  }
+  if (special(s[0])) return {s.substr(0, 1), 1};
+  size_t i = 0;
+  while (i < s.size() &&
+         (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_')) {
+    ++i;
+  }
+  return {s.substr(0, i), i};
+}
+
+// The runner's Variables.Get: the last definition wins; a file variable
+// stands for the path of its file under RUNNER_TEMP_PROJECT_DIR.
+std::string LookupVariable(const std::vector<Variable>& vars,
+                           std::string_view key) {
+  if (key == "$") return "$";
+  if (key.size() == 1 && std::string_view("*#@!?0123456789").find(key[0]) !=
+                             std::string_view::npos) {
+    return "";
+  }
+  for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
+    if (it->key != key) continue;
+    if (!it->file) return it->value;
+    std::string dir;
+    for (auto d = vars.rbegin(); d != vars.rend(); ++d) {
+      if (d->key == "RUNNER_TEMP_PROJECT_DIR") {
+        dir = d->value;
+        break;
+      }
+    }
+    return dir.empty() ? it->key : absl::StrCat(dir, "/", it->key);
+  }
+  return "";
+}
 
 bool IsShellName(std::string_view key) {
   if (key.empty() || std::isdigit(static_cast<unsigned char>(key[0]))) {
@@ -135,12 +192,39 @@ struct Failure {
   bool ok() const { return kind == FailureKind::kNone; }
 };
 
+// The first line as Go's bufio.ScanLines gives it: up to '\n', one '\r'
+// before it (or at the end of the file) dropped.
 std::string ReadFirstLine(const std::string& path, bool* exists) {
   std::ifstream in(path);
   *exists = static_cast<bool>(in);
   std::string line;
   if (in) std::getline(in, line);
+  if (!line.empty() && line.back() == '\r') line.pop_back();
   return line;
+}
+
+// Go's strconv.Atoi: an optional sign, then decimal digits only, in range.
+std::optional<int64_t> ParseGoInt(std::string_view text) {
+  std::string_view digits = text;
+  const bool negative = !digits.empty() && digits[0] == '-';
+  if (!digits.empty() && (digits[0] == '+' || digits[0] == '-')) {
+    digits.remove_prefix(1);
+  }
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), [](char c) {
+        return c >= '0' && c <= '9';
+      })) {
+    return std::nullopt;
+  }
+  // from_chars takes a '-' but no '+'.
+  const std::string number =
+      std::string(negative ? "-" : "") + std::string(digits);
+  int64_t value = 0;
+  const auto [end, ec] =
+      std::from_chars(number.data(), number.data() + number.size(), value);
+  if (ec != std::errc() || end != number.data() + number.size()) {
+    return std::nullopt;
+  }
+  return value;
 }
 
 absl::Status WriteFile(const std::string& path, std::string_view content,
@@ -205,6 +289,28 @@ std::string_view JobStatusName(JobStatus status) {
       break;
   }
   return "failed";
+}
+
+std::string ExpandVariableValue(
+    std::string_view value,
+    const std::function<std::string(std::string_view name)>& lookup) {
+  std::string out;
+  size_t copied = 0;  // value[copied, j) is still to be copied.
+  for (size_t j = 0; j + 1 < value.size(); ++j) {
+    if (value[j] != '$') continue;
+    out.append(value.substr(copied, j - copied));
+    const auto [name, width] = ShellNameAt(value.substr(j + 1));
+    if (name.empty() && width == 0) {
+      out.push_back('$');  // "$" before no name stays.
+    } else if (!name.empty()) {
+      out.append(lookup(name));
+    }
+    j += width;
+    copied = j + 1;
+  }
+  if (copied == 0) return std::string(value);
+  if (copied < value.size()) out.append(value.substr(copied));
+  return out;
 }
 
 std::string ShellQuote(std::string_view text) {
@@ -323,6 +429,9 @@ class RunnerEmulator::Job {
 
   // Variables and environment, as the runner builds them.
   std::vector<Variable> Variables() const;
+  // The expanded value of variable `key` (a file variable's content), as the
+  // runner's settings read it; nullopt when undefined.
+  std::optional<std::string> Setting(std::string_view key) const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
 
   // Runs one exec the way the runner spawns and kills it. `stop` is polled
@@ -353,8 +462,9 @@ class RunnerEmulator::Job {
   std::string UploadBody(bool on_success) const;
   std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
-  milliseconds VariableDuration(std::string_view key,
-                                milliseconds fallback) const;
+  std::chrono::nanoseconds StageTimeout(std::string_view key,
+                                        std::chrono::nanoseconds fallback,
+                                        std::chrono::nanoseconds job_left);
 
   void Fail(const Failure& failure, std::string_view section);
 
@@ -411,10 +521,12 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   add("CI_CONCURRENT_PROJECT_ID",
       std::to_string(config_.concurrent_project_id));
   add("CI_SERVER", "yes");
-  add("CI_JOB_STATUS", job_status_variable_);
+  // Expanded as "running"; the later status only replaces this value.
+  const size_t job_status_index = vars.size();
+  add("CI_JOB_STATUS", "running");
   add("CI_JOB_TIMEOUT", std::to_string(job_timeout_seconds_));
   for (const gitlab::JobVariable& v : options_.job.variables) {
-    vars.push_back({v.key, v.value, v.file});
+    vars.push_back({v.key, v.value, v.file, v.raw});
   }
   add("CI_SHARED_ENVIRONMENT", "true");
   add("CI_RUNNER_VERSION", kRunnerVersion);
@@ -422,7 +534,26 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   add("CI_RUNNER_EXECUTABLE_ARCH", "linux/amd64");
   add("RUNNER_TEMP_PROJECT_DIR",
       project_dir_.empty() ? "" : project_dir_ + ".tmp");
-  return vars;
+  // Build.GetAllVariables: each value but the raw ones expanded once against
+  // the unexpanded list, whatever the order of definition.
+  std::vector<Variable> expanded = vars;
+  const auto lookup = [&vars](std::string_view name) {
+    return LookupVariable(vars, name);
+  };
+  for (Variable& v : expanded) {
+    if (!v.raw) v.value = ExpandVariableValue(v.value, lookup);
+  }
+  expanded[job_status_index].value = job_status_variable_;
+  return expanded;
+}
+
+std::optional<std::string> RunnerEmulator::Job::Setting(
+    std::string_view key) const {
+  const std::vector<Variable> vars = Variables();
+  for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
+    if (it->key == key) return it->value;
+  }
+  return std::nullopt;
 }
 
 std::map<std::string, std::string> RunnerEmulator::Job::Environment(
@@ -554,18 +685,20 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome,
     if (!exists) {
       return {FailureKind::kBuild, 1, absl::StrCat(prefix, "exit status 1")};
     }
-    int code = 0;
-    const auto [end, ec] =
-        std::from_chars(line.data(), line.data() + line.size(), code);
-    if (ec != std::errc() || end != line.data() + line.size()) {
+    const std::optional<int64_t> code = ParseGoInt(line);
+    if (!code.has_value()) {
       return {FailureKind::kSystem, kSystemFailureExitCode,
               absl::StrCat(prefix,
                            "unknown Custom executor executable exit "
                            "code 1; BUILD_EXIT_CODE_FILE holds '",
                            line, "', not an integer")};
     }
-    return {FailureKind::kBuild, code,
-            absl::StrCat(prefix, "exit status ", code)};
+    // The job's exit code is an int here; a code beyond it saturates.
+    const int exit_code = static_cast<int>(
+        std::clamp<int64_t>(*code, std::numeric_limits<int>::min(),
+                            std::numeric_limits<int>::max()));
+    return {FailureKind::kBuild, exit_code,
+            absl::StrCat(prefix, "exit status ", line)};
   }
   if (exit.signal == 0 && exit.exit_code == kSystemFailureExitCode) {
     return {FailureKind::kSystem, kSystemFailureExitCode,
@@ -872,13 +1005,30 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   return Classify(outcome, "");
 }
 
-milliseconds RunnerEmulator::Job::VariableDuration(
-    std::string_view key, milliseconds fallback) const {
-  const std::optional<std::string> text = options_.job.Variable(key);
-  if (!text.has_value() || text->empty()) return fallback;
-  absl::StatusOr<int64_t> seconds = ParseDurationSeconds(*text);
-  if (!seconds.ok()) return fallback;
-  return milliseconds(*seconds * 1000);
+std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
+    std::string_view key, std::chrono::nanoseconds fallback,
+    std::chrono::nanoseconds job_left) {
+  // Build.getStageTimeoutContexts: a Go duration; anything else is ignored
+  // with a warning, and so is a negative one or one past the job's end.
+  const std::string text = Setting(key).value_or("");
+  if (absl::StripAsciiWhitespace(text).empty()) return fallback;
+  const absl::StatusOr<std::chrono::nanoseconds> parsed = ParseGoDuration(text);
+  if (!parsed.ok()) {
+    Log(absl::StrCat("WARNING: Ignoring malformed ", std::string(key),
+                     " timeout: ", text));
+    return fallback;
+  }
+  if (*parsed < std::chrono::nanoseconds(0)) {
+    Log(absl::StrCat("WARNING: Ignoring relative ", std::string(key),
+                     " timeout: ", text));
+    return fallback;
+  }
+  if (*parsed > job_left) {
+    Log(absl::StrCat("WARNING: ", std::string(key), " timeout: ", text,
+                     " is longer than job timeout. Setting to job timeout"));
+    return fallback;
+  }
+  return *parsed == std::chrono::nanoseconds(0) ? fallback : *parsed;
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {
@@ -1089,8 +1239,7 @@ void RunnerEmulator::Job::RunStages() {
 
   Log("Getting source from Git repository");
   int attempts = 1;
-  if (std::optional<std::string> text =
-          options_.job.Variable("GET_SOURCES_ATTEMPTS");
+  if (std::optional<std::string> text = Setting("GET_SOURCES_ATTEMPTS");
       text.has_value()) {
     int value = 0;
     if (std::from_chars(text->data(), text->data() + text->size(), value).ec ==
@@ -1142,9 +1291,14 @@ void RunnerEmulator::Job::RunStages() {
   const gitlab::JobStep* after_script = nullptr;
   // RUNNER_SCRIPT_TIMEOUT bounds all user steps together: one deadline,
   // set when the first one starts.
+  // Both timeouts are read before the first step, as in the runner; zero is
+  // no timeout of its own (the job's deadline still holds).
   TimePoint steps_deadline = job_deadline_;
-  const milliseconds script_timeout =
-      VariableDuration("RUNNER_SCRIPT_TIMEOUT", milliseconds(0));
+  const std::chrono::nanoseconds job_left = job_deadline_ - SteadyClock::now();
+  const std::chrono::nanoseconds script_timeout = StageTimeout(
+      "RUNNER_SCRIPT_TIMEOUT", std::chrono::nanoseconds(0), job_left);
+  const std::chrono::nanoseconds after_script_timeout = StageTimeout(
+      "RUNNER_AFTER_SCRIPT_TIMEOUT", kDefaultAfterScriptTimeout, job_left);
   if (script_timeout.count() > 0) {
     steps_deadline =
         Earlier(steps_deadline, SteadyClock::now() + script_timeout);
@@ -1182,10 +1336,10 @@ void RunnerEmulator::Job::RunStages() {
   // whole context: nothing but cleanup_exec runs any more.
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
 
-  const bool success = first_failure.ok();
+  const bool steps_success = first_failure.ok();
   // A step cut off by the script timeout (the job's own deadline ended the
   // context above) leaves after_script CI_JOB_STATUS=timedout.
-  job_status_variable_ = success             ? "success"
+  job_status_variable_ = steps_success       ? "success"
                          : graceful_handled_ ? "canceled"
                          : first_failure.kind == FailureKind::kTimeout
                              ? "timedout"
@@ -1193,20 +1347,33 @@ void RunnerEmulator::Job::RunStages() {
   if (before_steps.ok() && after_script != nullptr &&
       !after_script->script.empty()) {
     Log("Running after_script");
-    const TimePoint deadline = Earlier(
-        job_deadline_,
-        SteadyClock::now() + VariableDuration("RUNNER_AFTER_SCRIPT_TIMEOUT",
-                                              kDefaultAfterScriptTimeout));
+    const TimePoint deadline =
+        Earlier(job_deadline_, SteadyClock::now() + after_script_timeout);
     Failure after = RunStage("after_script", StepBody(*after_script),
                              /*export_variables=*/true, /*cd_project=*/true,
                              deadline, job_stop);
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (!after.ok()) {
-      Log(absl::StrCat(
-          "WARNING: after_script failed, but job will continue unaffected: ",
-          after.message.empty() ? "stopped" : after.message));
+      // AFTER_SCRIPT_IGNORE_ERRORS (a Go bool, default true): when false, a
+      // failed after_script fails a job that had not failed yet.
+      bool ignore_errors = true;
+      const std::string flag =
+          Setting("AFTER_SCRIPT_IGNORE_ERRORS").value_or("");
+      if (flag == "0" || flag == "f" || flag == "F" || flag == "false" ||
+          flag == "FALSE" || flag == "False") {
+        ignore_errors = false;
+      }
+      if (ignore_errors) {
+        Log(absl::StrCat(
+            "WARNING: after_script failed, but job will continue unaffected: ",
+            after.message.empty() ? "stopped" : after.message));
+      } else if (first_failure.ok()) {
+        first_failure = after;
+      }
     }
   }
+  // Uploads follow the job's state after after_script.
+  const bool success = first_failure.ok();
 
   const bool has_upload =
       std::any_of(options_.job.artifacts.begin(), options_.job.artifacts.end(),

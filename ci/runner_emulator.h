@@ -158,6 +158,16 @@ class RunnerEmulator {
   std::atomic<int> cancel_{-1};  // -1, or a CancelMode.
 };
 
+// Expands `$NAME` and `${NAME}` in `value` as gitlab-runner does (Go's
+// os.Expand): `lookup` gives each name's value, and the result is not
+// expanded again. `$$` and `$1` style names ask `lookup` for "$", "1", ...
+// (the runner answers "$" for "$", "" for the others and unknown names). `$`
+// before anything but a name, or at the end, stays; a bad `${...}` ("${}", an
+// unclosed "${") is dropped.
+std::string ExpandVariableValue(
+    std::string_view value,
+    const std::function<std::string(std::string_view name)>& lookup);
+
 // Quotes `text` for bash as one word ('...'), safe for any bytes but NUL.
 std::string ShellQuote(std::string_view text);
 

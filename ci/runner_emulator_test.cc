@@ -513,5 +513,160 @@ TEST_F(RunnerEmulatorTest, CancelAfterKnobStopsTheJob) {
   EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
 }
 
+TEST(ExpandVariableValueTest, FollowsGosOsExpand) {
+  const auto lookup = [](std::string_view name) -> std::string {
+    if (name == "A") return "foo";
+    if (name == "$") return "$";
+    if (name == "B") return "$A";
+    return "";
+  };
+  EXPECT_EQ(ExpandVariableValue("$A-bar", lookup), "foo-bar");
+  EXPECT_EQ(ExpandVariableValue("${A}bar", lookup), "foobar");
+  EXPECT_EQ(ExpandVariableValue("$Abar", lookup), "");
+  EXPECT_EQ(ExpandVariableValue("$B", lookup), "$A");  // Not again.
+  EXPECT_EQ(ExpandVariableValue("$$A", lookup), "$A");
+  EXPECT_EQ(ExpandVariableValue("a$UNKNOWN.b", lookup), "a.b");
+  EXPECT_EQ(ExpandVariableValue("${A:-x}", lookup), "");
+  EXPECT_EQ(ExpandVariableValue("$1$-x", lookup), "x");
+  EXPECT_EQ(ExpandVariableValue("${$}", lookup), "$");
+  EXPECT_EQ(ExpandVariableValue("cost $ 5 and 5$", lookup), "cost $ 5 and 5$");
+  EXPECT_EQ(ExpandVariableValue("a${}b", lookup), "ab");
+  EXPECT_EQ(ExpandVariableValue("a${Ab", lookup), "aAb");
+  EXPECT_EQ(ExpandVariableValue("no dollar", lookup), "no dollar");
+}
+
+TEST_F(RunnerEmulatorTest, VariablesAreExpandedOnceAsTheRunnerDoes) {
+  options_.config.environment = {"FROM_RUNNER=$A-runner"};
+  gitlab::JobVariable raw{"RAW", "$A"};
+  raw.raw = true;
+  options_.job.variables.insert(options_.job.variables.end(),
+                                {{"A", "foo"},
+                                 {"B", "$A-bar"},
+                                 {"EARLY", "${LATER}x"},
+                                 {"LATER", "late"},
+                                 {"TWICE", "$B"},
+                                 {"DOLLAR", "$$A"},
+                                 {"DIR", "$CI_PROJECT_DIR/sub"},
+                                 {"CONF", "$MODEL_CONFIG"},
+                                 {"STATUS", "$CI_JOB_STATUS"},
+                                 raw});
+  options_.job.steps = {
+      {"script",
+       {"echo \"B=$B EARLY=$EARLY TWICE=$TWICE DOLLAR=$DOLLAR RAW=$RAW\"",
+        "echo \"FROM_RUNNER=$FROM_RUNNER DIR=$DIR STATUS=$STATUS\"",
+        "echo \"CONF=$CONF\""}},
+      {"after_script", {"echo \"after $CI_JOB_STATUS STATUS=$STATUS\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::string project = dir_.path() + "/builds/ml/model";
+  EXPECT_THAT(log_lines_,
+              Contains("B=foo-bar EARLY=latex TWICE=$A-bar DOLLAR=$A RAW=$A"));
+  EXPECT_THAT(log_lines_, Contains("FROM_RUNNER=foo-runner DIR=" + project +
+                                   "/sub STATUS=running"));
+  EXPECT_THAT(log_lines_, Contains("CONF=" + project + ".tmp/MODEL_CONFIG"));
+  EXPECT_THAT(log_lines_, Contains("after success STATUS=running"));
+  // The custom executor's CUSTOM_ENV_ copies are the expanded values too.
+  EXPECT_THAT(EnvOf(0, "config"), HasSubstr("\nCUSTOM_ENV_B=foo-bar\n"));
+  EXPECT_THAT(EnvOf(4, "run.build_script"), HasSubstr("\nCUSTOM_ENV_RAW=$A\n"));
+}
+
+TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
+  options_.job.variables.push_back({"NO", "false"});
+  options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
+  options_.job.steps = {{"script", {"echo ok"}}, {"after_script", {"exit 3"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed) << Log();
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_EQ(result.exit_code, 3);
+  EXPECT_THAT(Calls(result), Contains("run upload_artifacts_on_failure"));
+  EXPECT_THAT(Log(), Not(HasSubstr("job will continue unaffected")));
+}
+
+TEST_F(RunnerEmulatorTest, AfterScriptErrorsDoNotReplaceAnEarlierFailure) {
+  options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "0"});
+  options_.job.steps = {{"script", {"exit 7"}}, {"after_script", {"exit 3"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_EQ(result.exit_code, 7);
+}
+
+TEST_F(RunnerEmulatorTest, AfterScriptErrorsAreIgnoredByDefault) {
+  // Not a Go bool: the default, true.
+  options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "no"});
+  options_.job.steps = {{"script", {"echo ok"}}, {"after_script", {"exit 3"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(Log(), HasSubstr("after_script failed, but job will continue "
+                               "unaffected: exit status 3"));
+}
+
+TEST_F(RunnerEmulatorTest, ScriptTimeoutsAreGoDurations) {
+  // Go's time.ParseDuration: "1500ms" is valid (seconds without a unit are
+  // not, see below), and a timeout past the job's end is ignored.
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "1500ms"});
+  options_.job.variables.push_back({"RUNNER_AFTER_SCRIPT_TIMEOUT", "100h"});
+  options_.config.graceful_kill_timeout = milliseconds(100);
+  options_.job.steps = {{"script", {"sleep 30", "echo finished"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
+  EXPECT_LT(result.duration, std::chrono::seconds(25));
+  EXPECT_THAT(log_lines_, Not(Contains("finished")));
+  EXPECT_THAT(log_lines_, Contains("after timedout"));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: RUNNER_AFTER_SCRIPT_TIMEOUT timeout: 100h is "
+                       "longer than job timeout. Setting to job timeout"));
+}
+
+TEST_F(RunnerEmulatorTest, MalformedOrNegativeScriptTimeoutsAreIgnored) {
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2"});
+  options_.job.variables.push_back({"RUNNER_AFTER_SCRIPT_TIMEOUT", "-1s"});
+  options_.job.steps = {{"script", {"echo finished"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("finished"));
+  EXPECT_THAT(log_lines_, Contains("after success"));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: Ignoring malformed RUNNER_SCRIPT_TIMEOUT "
+                       "timeout: 2"));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: Ignoring relative RUNNER_AFTER_SCRIPT_TIMEOUT "
+                       "timeout: -1s"));
+}
+
+TEST_F(RunnerEmulatorTest, ExitCodeFileIsReadAsGoReadsIt) {
+  // bufio.ScanLines drops the '\r' of a CRLF line; strconv.Atoi takes a '+'.
+  const std::string run = dir_.path() + "/run-exec";
+  WriteTextFile(run, R"(#!/usr/bin/env bash
+stage="${@: -1}"
+if [ "$stage" = build_script ]; then
+  printf '+42\r\n' > "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+exit 0
+)");
+  fs::permissions(run, fs::perms::owner_all);
+  options_.config.run_exec = run;
+  options_.config.run_args = {};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
+  EXPECT_EQ(result.exit_code, 42);
+}
+
 }  // namespace
 }  // namespace gdt::ci
