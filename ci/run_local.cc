@@ -299,7 +299,12 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_REPOSITORY_URL", p.repo_url, /*is_public=*/false);
     add("GITLAB_USER_ID", "1");
     add("GITLAB_USER_LOGIN", pipeline.user);
-    for (const auto& [key, value] : job.variables) add(key, value);
+    for (const auto& [key, value] : job.variables) {
+      add(key, value);
+      // `expand: false`: GitLab sends the variable raw, and the runner
+      // passes its value without expanding `$NAME` in it.
+      p.variables.back().raw = job.raw_variables.count(key) != 0;
+    }
     for (const auto& [key, value] : pipeline.pipeline_variables) {
       add(key, value);
     }

@@ -143,6 +143,31 @@ TEST(BuildPayloadsTest, SingleJobHasNoNodeIndex) {
   EXPECT_EQ(payloads[0].Variable("CI_NODE_TOTAL"), "1");
 }
 
+// `{value: ..., expand: false}` reaches the runner as a raw variable.
+TEST(BuildPayloadsTest, UnexpandedVariablesAreSentRaw) {
+  absl::StatusOr<CiJob> job = ParseCiJob(
+      "train:\n"
+      "  variables:\n"
+      "    PLAIN: $HOME/x\n"
+      "    KEPT: {value: $HOME/x, expand: false}\n"
+      "  script: [run]\n",
+      "train");
+  ASSERT_TRUE(job.ok()) << job.status();
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 5;
+  pipeline.project_name = "p";
+
+  const std::vector<gitlab::JobPayload> payloads =
+      BuildPayloads(*job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 1u);
+  for (const gitlab::JobVariable& variable : payloads[0].variables) {
+    if (variable.key == "PLAIN") EXPECT_FALSE(variable.raw);
+    if (variable.key == "KEPT") EXPECT_TRUE(variable.raw);
+  }
+  EXPECT_EQ(payloads[0].Variable("KEPT"), "$HOME/x");
+}
+
 class RunLocalTest : public ::testing::Test {
  protected:
   void SetUp() override {
