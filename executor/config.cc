@@ -26,6 +26,19 @@ absl::StatusOr<std::chrono::seconds> PositiveSeconds(const YAML::Node& value,
   return std::chrono::seconds(seconds);
 }
 
+// The text of a string key. `key:` with nothing after it is YAML's null,
+// which yaml-cpp would read as the text "null" (then a host of that name);
+// it, and an empty value, are refused naming the key, like a missing one.
+absl::StatusOr<std::string> StringValue(const YAML::Node& value,
+                                        const std::string& key,
+                                        std::string_view expected) {
+  if (value.IsNull() || (value.IsScalar() && value.Scalar().empty())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", key, "' has no value (", std::string(expected), ")"));
+  }
+  return value.as<std::string>();
+}
+
 std::string HostName() {
   char name[HOST_NAME_MAX + 1] = {};
   if (gethostname(name, sizeof(name) - 1) != 0) return "localhost";
@@ -40,15 +53,31 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
       yaml_text,
       [&config](const std::string& key,
                 const YAML::Node& value) -> absl::Status {
-        if (key == "coordinator") {
-          config.coordinator = value.as<std::string>();
-        } else if (key == "builds_root") {
-          config.builds_root = value.as<std::string>();
-        } else if (key == "cache_root") {
-          config.cache_root = value.as<std::string>();
-        } else if (key == "arrival_host") {
-          config.arrival_host = value.as<std::string>();
-        } else if (key == "join_timeout_seconds") {
+        // The keys whose value is text.
+        const std::pair<const char*, std::pair<std::string*, const char*>>
+            strings[] = {
+                {"coordinator",
+                 {&config.coordinator, "host:port of gdt-coord"}},
+                {"builds_root", {&config.builds_root, "an absolute path"}},
+                {"cache_root", {&config.cache_root, "an absolute path"}},
+                {"arrival_host",
+                 {&config.arrival_host,
+                  "the runner host's name; leave the key out for this "
+                  "host's name"}},
+                {"log_level",
+                 {&config.log_level,
+                  "trace, debug, info, warn, error, "
+                  "critical or off"}},
+            };
+        for (const auto& [name, target] : strings) {
+          if (key != name) continue;
+          absl::StatusOr<std::string> text =
+              StringValue(value, key, target.second);
+          if (!text.ok()) return text.status();
+          *target.first = *std::move(text);
+          return absl::OkStatus();
+        }
+        if (key == "join_timeout_seconds") {
           absl::StatusOr<std::chrono::seconds> seconds =
               PositiveSeconds(value, key);
           if (!seconds.ok()) return seconds.status();
@@ -83,8 +112,6 @@ absl::StatusOr<Config> ParseConfig(std::string_view yaml_text) {
           absl::StatusOr<TlsConfig> tls = ParseTlsConfig(value);
           if (!tls.ok()) return tls.status();
           config.tls = *tls;
-        } else if (key == "log_level") {
-          config.log_level = value.as<std::string>();
         } else {
           return absl::InvalidArgumentError(
               absl::StrCat("unknown key '", key, "' in executor config"));

@@ -1,7 +1,10 @@
 #include "executor/config.h"
 
 #include <chrono>
+#include <string>
+#include <string_view>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -80,6 +83,31 @@ TEST(ConfigTest, RejectsBadValues) {
       HasSubstr("loud"));
   EXPECT_FALSE(ParseConfig("- a\n- b\n").ok());
   EXPECT_FALSE(ParseConfig("coordinator: [\n").ok());
+}
+
+// `coordinator:` with nothing after it is YAML's null: refused naming the
+// key, as when the key is missing, never read as a host called "null".
+TEST(ConfigTest, AKeyWithoutAValueIsNamed) {
+  for (const char* key : {"coordinator", "builds_root", "cache_root",
+                          "arrival_host", "log_level"}) {
+    for (const char* value : {"", " ~", " null", " ''"}) {
+      std::string yaml = absl::StrCat(key, ":", value, "\n");
+      if (std::string_view(key) != "coordinator") {
+        yaml = absl::StrCat("coordinator: c:1\n", yaml);
+      }
+      absl::StatusOr<Config> config = ParseConfig(yaml);
+      EXPECT_EQ(config.status().code(), absl::StatusCode::kInvalidArgument)
+          << yaml;
+      EXPECT_THAT(config.status().message(),
+                  HasSubstr(absl::StrCat("'", key, "' has no value")))
+          << yaml;
+    }
+  }
+  // A quoted "null" is text like any other.
+  absl::StatusOr<Config> quoted =
+      ParseConfig("coordinator: c:1\narrival_host: 'null'\n");
+  ASSERT_TRUE(quoted.ok()) << quoted.status();
+  EXPECT_EQ(quoted->arrival_host, "null");
 }
 
 // The executor is a TLS client only; a CA alone is enough.
