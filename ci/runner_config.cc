@@ -55,15 +55,21 @@ absl::Status ReadStrings(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
+// The longest timeout taken (ten years, like a job's `timeout:`): longer
+// ones would overflow the clock's arithmetic.
+constexpr int64_t kMaxTimeoutSeconds = int64_t{10} * 366 * 86400;
+
 absl::Status ReadSeconds(const toml::table& table, const std::string& source,
                          std::string_view prefix, std::string_view key,
                          std::chrono::milliseconds* out) {
   const toml::node* node = table.get(key);
   if (node == nullptr) return absl::OkStatus();
   const std::optional<int64_t> value = node->value<int64_t>();
-  if (!node->is_integer() || !value.has_value() || *value < 0) {
+  if (!node->is_integer() || !value.has_value() || *value < 0 ||
+      *value > kMaxTimeoutSeconds) {
     return WrongType(source, std::string(prefix) + std::string(key),
-                     "a non-negative integer (seconds)");
+                     absl::StrCat("a non-negative integer (seconds), at most ",
+                                  kMaxTimeoutSeconds));
   }
   *out = std::chrono::seconds(*value);
   return absl::OkStatus();
@@ -81,9 +87,10 @@ absl::Status ReadDuration(const toml::table& table, const std::string& source,
       text.has_value() && node->is_string()
           ? ParseGoDuration(*text)
           : absl::InvalidArgumentError("not a string");
-  if (!duration.ok()) {
+  if (!duration.ok() || *duration > std::chrono::seconds(kMaxTimeoutSeconds)) {
     return WrongType(source, std::string(prefix) + std::string(key),
-                     "a duration string such as \"30s\" or \"1h30m\"");
+                     "a duration string such as \"30s\" or \"1h30m\", at "
+                     "most ten years");
   }
   *out = std::chrono::duration_cast<std::chrono::milliseconds>(*duration);
   return absl::OkStatus();

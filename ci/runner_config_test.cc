@@ -51,6 +51,28 @@ TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
       ParseRunnerConfigToml(head + "\"1500000\u00b5s\"" + tail, "c.toml", "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->prepare_timeout, std::chrono::milliseconds(1500));
+  // Past ten years the clock arithmetic would overflow.
+  EXPECT_THAT(ParseRunnerConfigToml(head + "\"2562047h\"" + tail, "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("at most ten years"));
+}
+
+// Seconds beyond what the clock holds are refused, not wrapped around.
+TEST(RunnerConfigTest, TimeoutsAreBounded) {
+  const std::string head =
+      "[[runners]]\nexecutor = \"custom\"\n[runners.custom]\nrun_exec = "
+      "\"x\"\ngraceful_kill_timeout = ";
+  EXPECT_THAT(
+      ParseRunnerConfigToml(head + "9223372036854775807\n", "c.toml", "")
+          .status()
+          .message(),
+      HasSubstr("c.toml: runners.custom.graceful_kill_timeout must be "
+                "a non-negative integer (seconds), at most 316224000"));
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(head + "316224000\n", "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->graceful_kill_timeout, seconds(316224000));
 }
 
 TEST(RunnerConfigTest, BadInputIsOneLineNamingTheKey) {
