@@ -1,12 +1,18 @@
 // The real gdt-ci binary: expand and lint as a user or a CI job runs them.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -162,6 +168,143 @@ TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
   const CliRun bad_flag = GdtCi({"lint", "--max-nodes", "0"}, "stderr");
   EXPECT_EQ(bad_flag.code, 2);
   EXPECT_THAT(bad_flag.output, HasSubstr("--max-nodes"));
+}
+
+// Ids and timeouts that the job-id or clock arithmetic cannot hold, and a
+// negative kill grace, are refused as the command line is read: one line
+// naming the flag, exit 2.
+TEST(GdtCiCliTest, RunLocalRefusesIdsAndTimeoutsOutOfRange) {
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"--pipeline-id", "9223372036854775807"},
+      {"--pipeline-id", "1000000000000001"},
+      {"--first-job-id", "9223372036854775807"},
+      {"--first-job-id", "0"},
+      {"--timeout", "9223372036854775807"},
+      {"--timeout", "316224001"},
+      {"--graceful-kill-timeout", "9223372036854775807"},
+      {"--graceful-kill-timeout", "-5"},
+      {"--graceful-kill-timeout", "0"},
+  };
+  for (const auto& [flag, value] : bad) {
+    const CliRun run = GdtCi(
+        {"run-local", "--job", "job", "--executor", "/bin/true", flag, value},
+        "stderr");
+    EXPECT_EQ(run.code, 2) << flag << " " << value << ": " << run.output;
+    // CLI11's line for a bad flag, and its pointer to --help.
+    EXPECT_THAT(run.output, StartsWith(absl::StrCat(flag, ": Value ", value,
+                                                    " not in range 1 to ")))
+        << run.output;
+  }
+}
+
+// In a build tree gdt-executor is in executor/, not beside gdt-ci: the
+// default --executor finds it there, so the README's commands work as
+// written.
+TEST(GdtCiCliTest, RunLocalFindsTheExecutorOfTheBuildTree) {
+  const CliRun help = GdtCi({"run-local", "--help"}, "stdout");
+  EXPECT_EQ(help.code, 0);
+  EXPECT_THAT(
+      help.output,
+      HasSubstr(
+          std::filesystem::path(GDT_EXECUTOR_BIN).lexically_normal().string()));
+}
+
+// Ctrl-C as gitlab-runner takes it, then more: the first SIGINT stops the
+// job gracefully (SIGTERM to its executor), the second SIGKILLs the
+// executor at once but still runs cleanup_exec, a third kills that too.
+// Each step is waited for on what the executor records, with a deadline far
+// below the 600 s graceful_kill_timeout a second signal used to wait out.
+TEST(GdtCiCliTest, RunLocalSecondInterruptKillsTheExecutorAtOnce) {
+  TempDir dir;
+  const std::string rec = dir.Sub("rec");
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(rec);
+  std::filesystem::create_directories(project);
+  test::WriteTextFile(project + "/.gitlab-ci.yml",
+                      "job:\n  script: [\"echo hi\"]\n");
+  // The build_script stage and cleanup_exec both ignore SIGTERM and never
+  // end by themselves.
+  const std::string executor = dir.Sub("slow-executor");
+  test::WriteTextFile(executor, R"(#!/usr/bin/env bash
+case "$1" in
+  run)
+    if [ "${@: -1}" = build_script ]; then
+      trap 'echo term >> "$REC/run-signals"' TERM
+      echo $$ > "$REC/run-started"
+      while true; do sleep 0.05; done
+    fi
+    bash "$2" ;;
+  cleanup)
+    trap 'echo term >> "$REC/cleanup-signals"' TERM
+    echo $$ > "$REC/cleanup-started"
+    while true; do sleep 0.05; done ;;
+esac
+exit 0
+)",
+                      0755);
+
+  // Whatever happens, no exec is left behind (each leads its own group).
+  struct KillExecs {
+    std::string rec;
+    ~KillExecs() {
+      for (const char* file : {"/run-started", "/cleanup-started"}) {
+        const std::string pid = ReadTextFile(rec + file);
+        if (!pid.empty()) killpg(std::stoi(pid), SIGKILL);
+      }
+    }
+  } kill_execs{rec};
+
+  SpawnOptions spawn;
+  spawn.argv = {GDT_CI_BIN,      "run-local",
+                "--job",         "job",
+                "--executor",    executor,
+                "--project-dir", project,
+                "--file",        project + "/.gitlab-ci.yml",
+                "--pipeline-id", "7"};
+  spawn.env = CurrentEnvironment();
+  spawn.env["REC"] = rec;
+  spawn.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string output;
+  const auto keep = [&output](OutputSource, std::string_view data) {
+    output.append(data);
+  };
+  // Waits for `done` (or the child's exit) for at most 60 s.
+  const auto await = [&](const std::function<bool()>& done) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (!done() && !(*child)->exit_status().has_value() &&
+           std::chrono::steady_clock::now() < deadline) {
+      (*child)->WaitUntil(
+          std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
+          keep);
+    }
+    return done();
+  };
+  const auto exists = [](const std::string& path) {
+    return [path] { return std::filesystem::exists(path); };
+  };
+
+  ASSERT_TRUE(await(exists(rec + "/run-started"))) << output;
+  ASSERT_EQ(kill((*child)->pid(), SIGINT), 0);
+  ASSERT_TRUE(await(exists(rec + "/run-signals"))) << output;
+  EXPECT_FALSE(std::filesystem::exists(rec + "/cleanup-started"));
+
+  ASSERT_EQ(kill((*child)->pid(), SIGINT), 0);
+  ASSERT_TRUE(await(exists(rec + "/cleanup-started"))) << output;
+
+  ASSERT_EQ(kill((*child)->pid(), SIGINT), 0);
+  const std::optional<ExitStatus> status = (*child)->WaitUntil(
+      std::chrono::steady_clock::now() + std::chrono::seconds(60), keep);
+  ASSERT_TRUE(status.has_value()) << output;
+  EXPECT_EQ(status->code(), 1) << output;  // The job failed.
+  EXPECT_THAT(output, HasSubstr("gdt-ci run-local: killing the jobs' "
+                                "executors (SIGKILL to their process "
+                                "groups)"));
+  EXPECT_THAT(output, HasSubstr("runner_interrupted"));
+  // cleanup_exec was killed outright, never sent SIGTERM.
+  EXPECT_FALSE(std::filesystem::exists(rec + "/cleanup-signals"));
 }
 
 }  // namespace

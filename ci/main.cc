@@ -5,6 +5,7 @@
 // GitLab YAML and `gdt-ci lint` validates both forms (ci/expand.h).
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
@@ -32,9 +33,33 @@ using gdt::kExitOk;
 using gdt::kExitUsage;
 constexpr int kExitJobFailed = gdt::kExitFailure;
 
-std::atomic<bool> g_interrupted{false};
+// SIGINT and SIGTERM received so far (gdt::ci::RunLocal acts on them).
+std::atomic<int> g_stop_signals{0};
 
-void OnSignal(int) { g_interrupted.store(true); }
+void Say(const char* line) {
+  ssize_t ignored = write(STDERR_FILENO, line, strlen(line));
+  (void)ignored;
+}
+
+void OnSignal(int) {
+  switch (g_stop_signals.fetch_add(1) + 1) {
+    case 1:
+      Say("gdt-ci run-local: stopping the jobs as an interrupted runner does "
+          "(SIGTERM to their executors, then graceful_kill_timeout); "
+          "interrupt again to kill them at once\n");
+      break;
+    case 2:
+      Say("gdt-ci run-local: killing the jobs' executors (SIGKILL to their "
+          "process groups); cleanup_exec still runs to tear the jobs down, "
+          "interrupt again to kill it too\n");
+      break;
+    case 3:
+      Say("gdt-ci run-local: killing cleanup_exec as well\n");
+      break;
+    default:
+      break;
+  }
+}
 
 // GitLab refuses CI files far smaller (2 MB once parsed, by default); past
 // this gdt-ci stops reading rather than fill the memory (say --file
@@ -123,7 +148,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace..critical, off");
 
   gdt::ci::RunLocalOptions options;
-  options.executor = gdt::ci::SiblingExecutable("gdt-executor");
+  options.executor = gdt::ci::DefaultExecutor();
   bool json = false;
   int64_t pipeline_id = 0;
   int64_t timeout = 0;
@@ -151,18 +176,25 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   run_local->add_option("--work-dir", options.work_dir,
                         "default: <project-dir>/.gdt-run/<pipeline>");
-  run_local->add_option("--pipeline-id", pipeline_id, "default: the clock");
+  run_local->add_option("--pipeline-id", pipeline_id, "default: the clock")
+      ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxPipelineId));
   int64_t first_job_id = 0;
-  run_local->add_option("--first-job-id", first_job_id,
-                        "member i gets job id FIRST+i (default: pipeline id "
-                        "x 1000); a new value with the same --pipeline-id "
-                        "emulates GitLab's Retry");
+  run_local
+      ->add_option("--first-job-id", first_job_id,
+                   "member i gets job id FIRST+i (default: pipeline id "
+                   "x 1000); a new value with the same --pipeline-id "
+                   "emulates GitLab's Retry")
+      ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxFirstJobId));
   run_local->add_option("--var", options.vars,
                         "KEY=VALUE pipeline variable (repeatable)");
-  run_local->add_option("--timeout", timeout,
-                        "job timeout in seconds (default: the job's, 3600)");
-  run_local->add_option("--graceful-kill-timeout", graceful_kill_timeout,
-                        "seconds between SIGTERM and SIGKILL (default 600)");
+  run_local
+      ->add_option("--timeout", timeout,
+                   "job timeout in seconds (default: the job's, 3600)")
+      ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxTimeoutSeconds));
+  run_local
+      ->add_option("--graceful-kill-timeout", graceful_kill_timeout,
+                   "seconds between SIGTERM and SIGKILL (default 600)")
+      ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxGracefulKillTimeoutSeconds));
   run_local->add_option("--runner-config", options.runner_config,
                         "gitlab-runner config.toml whose custom runner "
                         "supplies the execs, args and timeouts");
@@ -243,7 +275,7 @@ int main(int argc, char** argv) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   absl::StatusOr<gdt::ci::RunLocalResult> result =
-      gdt::ci::RunLocal(options, std::cout, &g_interrupted);
+      gdt::ci::RunLocal(options, std::cout, &g_stop_signals);
   if (!result.ok()) {
     std::cerr << "gdt-ci run-local: " << result.status().message() << "\n";
     return kExitUsage;

@@ -1,6 +1,7 @@
 #include "ci/run_local.h"
 
 #include <limits.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 #include <utility>
@@ -88,6 +90,99 @@ absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
   return job;
 }
 
+// A /proc/<pid>/ file of NUL-separated strings (cmdline, environ), or
+// nothing when the process is gone or not ours to read.
+std::vector<std::string> ReadProcStrings(const std::string& pid,
+                                         const char* file) {
+  std::ifstream in("/proc/" + pid + "/" + file, std::ios::binary);
+  std::vector<std::string> strings;
+  for (std::string item; std::getline(in, item, '\0');) {
+    strings.push_back(std::move(item));
+  }
+  return strings;
+}
+
+// Whether a process's /proc command line runs `argv`: the same, or with
+// the interpreter of a script before it (the kernel runs "bash SCRIPT
+// ARGS..." for a script, naming it by its full path when found in PATH).
+bool RunsArgv(const std::vector<std::string>& cmdline,
+              const std::vector<std::string>& argv) {
+  if (argv.empty() || cmdline.size() < argv.size()) return false;
+  const size_t start = cmdline.size() - argv.size();
+  if (!std::equal(argv.begin() + 1, argv.end(),
+                  cmdline.begin() + static_cast<std::ptrdiff_t>(start) + 1)) {
+    return false;
+  }
+  return cmdline[start] == argv[0] ||
+         fs::path(cmdline[start]).filename() == fs::path(argv[0]).filename();
+}
+
+bool IsNumber(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+    return c >= '0' && c <= '9';
+  });
+}
+
+// The processes this one started (every thread's children), or, where the
+// kernel does not list children, every process.
+std::vector<std::string> ChildrenOrAll() {
+  std::vector<std::string> pids;
+  std::error_code error;
+  bool listed = false;
+  for (const fs::directory_entry& task :
+       fs::directory_iterator("/proc/self/task", error)) {
+    std::ifstream children(task.path() / "children");
+    if (!children) continue;
+    listed = true;
+    for (std::string pid; children >> pid;) pids.push_back(pid);
+  }
+  if (listed) return pids;
+  for (const fs::directory_entry& entry :
+       fs::directory_iterator("/proc", error)) {
+    std::string pid = entry.path().filename().string();
+    if (IsNumber(pid)) pids.push_back(std::move(pid));
+  }
+  return pids;
+}
+
+// SIGKILLs the process group of every exec the runners of one job run
+// now: children whose environment holds CUSTOM_ENV_CI_JOB_TOKEN of one of
+// `tokens` (the emulator starts each exec as its own group). A group whose
+// leader runs one of `spare` (cleanup_exec) is left alone; never this
+// process's own group.
+void KillExecGroups(const std::set<std::string>& tokens,
+                    const std::set<std::vector<std::string>>& spare) {
+  std::set<pid_t> groups;
+  for (const std::string& pid : ChildrenOrAll()) {
+    if (!IsNumber(pid)) continue;
+    bool ours = false;
+    for (const std::string& variable : ReadProcStrings(pid, "environ")) {
+      constexpr std::string_view kToken = "CUSTOM_ENV_CI_JOB_TOKEN=";
+      if (variable.starts_with(kToken) &&
+          tokens.count(variable.substr(kToken.size())) > 0) {
+        ours = true;
+        break;
+      }
+    }
+    if (!ours) continue;
+    const pid_t group = getpgid(static_cast<pid_t>(std::stol(pid)));
+    if (group > 1 && group != getpgrp()) groups.insert(group);
+  }
+  for (const pid_t group : groups) {
+    if (!spare.empty()) {
+      const std::vector<std::string> cmdline =
+          ReadProcStrings(std::to_string(group), "cmdline");
+      if (std::any_of(spare.begin(), spare.end(),
+                      [&](const std::vector<std::string>& argv) {
+                        return RunsArgv(cmdline, argv);
+                      })) {
+        continue;
+      }
+    }
+    killpg(group, SIGKILL);
+  }
+}
+
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
 }
@@ -101,16 +196,27 @@ absl::Status RunMembers(
     const std::function<std::vector<std::string>(const char*)>& exec_args,
     const std::optional<RunnerConfig>& from_file,
     const RunLocalOptions& options, std::ostream& out, std::mutex& out_mu,
-    const std::atomic<bool>* interrupt, RunLocalResult* result_out) {
+    const std::atomic<int>* interrupts, std::set<std::string>* log_names,
+    RunLocalResult* result_out) {
   std::vector<std::unique_ptr<RunnerEmulator>> runners;
   std::vector<std::unique_ptr<std::ofstream>> logs;
   std::vector<MemberResult> members(payloads.size());
+  std::set<std::string> tokens;
+  std::set<std::vector<std::string>> cleanup_argvs;
   for (size_t i = 0; i < payloads.size(); ++i) {
     MemberResult& member = members[i];
     member.name = payloads[i].name;
     member.job_id = payloads[i].id;
-    member.log_path =
-        (work_dir / "logs" / (Slugify(payloads[i].name) + ".log")).string();
+    tokens.insert(payloads[i].token);
+    // Distinct names can share a slug (build:x, build-x): the later ones
+    // get a number no slug has (slugs have no dots).
+    std::string slug = Slugify(payloads[i].name);
+    if (slug.empty()) slug = "job";
+    std::string log_name = slug + ".log";
+    for (int n = 2; !log_names->insert(log_name).second; ++n) {
+      log_name = absl::StrCat(slug, ".", n, ".log");
+    }
+    member.log_path = (work_dir / "logs" / log_name).string();
     logs.push_back(
         std::make_unique<std::ofstream>(member.log_path, std::ios::trunc));
     if (!*logs.back()) {
@@ -136,6 +242,12 @@ absl::Status RunMembers(
     }
     if (runner.config.cache_dir.empty()) {
       runner.config.cache_dir = (work_dir / "cache").string();
+    }
+    if (!runner.config.cleanup_exec.empty()) {
+      std::vector<std::string> argv = {runner.config.cleanup_exec};
+      argv.insert(argv.end(), runner.config.cleanup_args.begin(),
+                  runner.config.cleanup_args.end());
+      cleanup_argvs.insert(std::move(argv));
     }
     runner.config.concurrent_id = static_cast<int>(i);
     runner.config.concurrent_project_id = static_cast<int>(i);
@@ -189,10 +301,21 @@ absl::Status RunMembers(
     std::unique_lock<std::mutex> lock(done_mu);
     bool aborted = false;
     while (done < runners.size()) {
-      done_cv.wait_for(lock, std::chrono::milliseconds(100));
-      if (!aborted && interrupt != nullptr && interrupt->load()) {
+      const int signals = interrupts == nullptr ? 0 : interrupts->load();
+      // After a second signal the execs are killed, and any the runners
+      // start after them (but cleanup_exec) as soon as they appear.
+      done_cv.wait_for(lock,
+                       std::chrono::milliseconds(signals >= 2 ? 20 : 100));
+      if (!aborted && signals >= 1) {
         aborted = true;
         for (auto& runner : runners) runner->Cancel(CancelMode::kInterrupt);
+      }
+      if (signals >= 2) {
+        lock.unlock();
+        KillExecGroups(tokens, signals >= 3
+                                   ? std::set<std::vector<std::string>>{}
+                                   : cleanup_argvs);
+        lock.lock();
       }
     }
   }
@@ -361,7 +484,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
 
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
-                                        const std::atomic<bool>* interrupt) {
+                                        const std::atomic<int>* interrupts) {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
       ParseVars(options.vars);
   if (!vars.ok()) return vars.status();
@@ -370,6 +493,15 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   std::vector<std::string> job_names = {options.job_name};
   job_names.insert(job_names.end(), options.later_jobs.begin(),
                    options.later_jobs.end());
+  for (size_t i = 0; i < job_names.size(); ++i) {
+    // GitLab's pipeline has each job once (their names are its keys).
+    if (std::find(job_names.begin(), job_names.begin() + i, job_names[i]) !=
+        job_names.begin() + i) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--job '", job_names[i],
+                       "' is given twice: a pipeline runs each job once"));
+    }
+  }
   for (const std::string& name : job_names) {
     absl::StatusOr<CiJob> job = LoadExpandedJob(options.ci_file, name);
     if (!job.ok()) return job.status();
@@ -401,12 +533,15 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   LocalPipeline pipeline;
   pipeline.pipeline_id = options.pipeline_id.value_or(
       static_cast<int64_t>(time(nullptr)) % 100000000);
-  if (pipeline.pipeline_id <= 0) {
-    return absl::InvalidArgumentError("--pipeline-id must be positive");
+  if (pipeline.pipeline_id <= 0 || pipeline.pipeline_id > kMaxPipelineId) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pipeline-id must be from 1 to ", kMaxPipelineId));
   }
   pipeline.first_job_id = options.first_job_id.value_or(0);
-  if (pipeline.first_job_id < 0) {
-    return absl::InvalidArgumentError("--first-job-id must be positive");
+  if (options.first_job_id.has_value() &&
+      (pipeline.first_job_id <= 0 || pipeline.first_job_id > kMaxFirstJobId)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--first-job-id must be from 1 to ", kMaxFirstJobId));
   }
   pipeline.project_name = project_dir.filename().string();
   if (pipeline.project_name.empty()) pipeline.project_name = "project";
@@ -420,8 +555,19 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
     pipeline.user = user;
   }
-  if (options.timeout_seconds.has_value() && *options.timeout_seconds <= 0) {
-    return absl::InvalidArgumentError("--timeout must be positive");
+  if (options.timeout_seconds.has_value() &&
+      (*options.timeout_seconds <= 0 ||
+       *options.timeout_seconds > kMaxTimeoutSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--timeout must be from 1 to ", kMaxTimeoutSeconds));
+  }
+  if (options.graceful_kill_timeout_seconds.has_value() &&
+      (*options.graceful_kill_timeout_seconds <= 0 ||
+       *options.graceful_kill_timeout_seconds >
+           kMaxGracefulKillTimeoutSeconds)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--graceful-kill-timeout must be from 1 to ",
+                     kMaxGracefulKillTimeoutSeconds));
   }
   pipeline.pipeline_variables = *vars;
   if (!options.id_token_key.empty()) {
@@ -497,6 +643,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     gitlab::JobDependency dependency;
   };
   std::vector<Ran> ran;
+  std::set<std::string> log_names;  // Of the logs/ of this pipeline.
   int64_t job_id_base = 0;
   for (const CiJob& job : jobs) {
     pipeline.timeout_seconds =
@@ -515,9 +662,9 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
       }
     }
     const size_t first_member = result.members.size();
-    if (absl::Status ran_members =
-            RunMembers(payloads, work_dir, sources, executor, exec_args,
-                       from_file, options, out, out_mu, interrupt, &result);
+    if (absl::Status ran_members = RunMembers(
+            payloads, work_dir, sources, executor, exec_args, from_file,
+            options, out, out_mu, interrupts, &log_names, &result);
         !ran_members.ok()) {
       return ran_members;
     }
@@ -538,7 +685,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
       ran.push_back(Ran{job.name, dependency});
     }
     // Like a pipeline: a failed stage skips the ones after it.
-    if (!job_ok || (interrupt != nullptr && interrupt->load())) break;
+    if (!job_ok || (interrupts != nullptr && interrupts->load() > 0)) break;
   }
   return result;
 }
@@ -594,6 +741,25 @@ std::string SiblingExecutable(const std::string& name) {
   return (fs::path(std::string(buffer, static_cast<size_t>(n))).parent_path() /
           name)
       .string();
+}
+
+std::string FirstExecutable(const std::vector<std::string>& candidates) {
+  for (const std::string& candidate : candidates) {
+    std::error_code error;
+    if (fs::is_regular_file(candidate, error) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return candidates.empty() ? "" : candidates.front();
+}
+
+std::string DefaultExecutor() {
+  const fs::path beside = SiblingExecutable("gdt-executor");
+  if (!beside.has_parent_path()) return beside.string();
+  return FirstExecutable({beside.string(), (beside.parent_path().parent_path() /
+                                            "executor" / "gdt-executor")
+                                               .string()});
 }
 
 }  // namespace gdt::ci

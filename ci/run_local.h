@@ -18,6 +18,15 @@
 
 namespace gdt::ci {
 
+// The largest values run-local takes. Job ids are the pipeline id × 1000
+// (or the first job id) plus the members' numbers, and stay well inside
+// GitLab's 64-bit ids; a timeout is at most ten years, like a job's
+// `timeout:`; the kill grace at most a day.
+inline constexpr int64_t kMaxPipelineId = 1'000'000'000'000'000;      // 1e15
+inline constexpr int64_t kMaxFirstJobId = 1'000'000'000'000'000'000;  // 1e18
+inline constexpr int64_t kMaxTimeoutSeconds = int64_t{10} * 366 * 86400;
+inline constexpr int64_t kMaxGracefulKillTimeoutSeconds = 86400;
+
 // What `gdt-ci run-local` was asked to do. Relative paths are resolved
 // against the current directory, except work_dir (see below).
 struct RunLocalOptions {
@@ -113,22 +122,38 @@ struct RunLocalResult {
 // <line>" (whole lines, never interleaved) and to
 // <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
 // expand`), so jobs with parallel:distributed run as their expansion.
-// `interrupt`, when it becomes true, aborts every running member like a
-// runner that got SIGINT and runs no later job. `members` of the result
-// lists the members that ran, in order. Errors (bad input, reported before
-// anything runs, as one line and exit code 2): InvalidArgument / NotFound
-// for a missing or bad CI file ("file:line:column: message" for a bad
-// block), an unknown job, a bad --var, a missing executor or an unusable
-// work directory.
+// `interrupts` counts the stop signals (SIGINT, SIGTERM) the caller got.
+// The first aborts every running member like a runner that got SIGINT (its
+// executor gets SIGTERM and graceful_kill_timeout to wind down) and runs no
+// later job. The second SIGKILLs the process groups of the members' execs
+// at once, sparing a cleanup_exec, which still runs (it tears down what the
+// job left on the hosts); the third kills cleanup_exec as well. `members`
+// of the result lists the members that ran, in order. Each member's log is
+// <work_dir>/logs/<job-name-slug>.log, or <slug>.<n>.log for the n-th
+// member of the pipeline with that slug (build:x, build-x). Errors (bad input,
+// reported before anything runs, as one line and exit code 2): InvalidArgument
+// / NotFound for a missing or bad CI file ("file:line:column: message" for a
+// bad block), an unknown job, a job named twice (a pipeline has each job
+// once), a bad --var, an id or timeout out of range, a missing executor or
+// an unusable work directory.
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
-                                        const std::atomic<bool>* interrupt);
+                                        const std::atomic<int>* interrupts);
 
 // The summary table, or one JSON document when `json`.
 std::string FormatSummary(const RunLocalResult& result, bool json);
 
 // The path of `name` in the directory of the running executable.
 std::string SiblingExecutable(const std::string& name);
+
+// The first of `candidates` that is an executable file; the first when
+// none is.
+std::string FirstExecutable(const std::vector<std::string>& candidates);
+
+// The default --executor: gdt-executor beside the running binary (an
+// installed package, /usr/bin), else in the build tree's executor/ folder
+// next to the binary's own (build/ci/gdt-ci, build/executor/gdt-executor).
+std::string DefaultExecutor();
 
 }  // namespace gdt::ci
 

@@ -339,6 +339,101 @@ TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {
   EXPECT_TRUE(out.str().empty());
 }
 
+// Distinct job names can share a slug: each member keeps its own log, and
+// the summary points each at its own.
+TEST_F(RunLocalTest, JobsWhoseNamesShareASlugKeepTheirOwnLogs) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+"build:x":
+  script: echo FIRST-JOB-OUTPUT
+"build-x":
+  script: echo SECOND-JOB-OUTPUT
+"build x":
+  script: echo THIRD-JOB-OUTPUT
+)");
+  options_.job_name = "build:x";
+  options_.later_jobs = {"build-x", "build x"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  ASSERT_EQ(result->members.size(), 3u);
+  const std::string logs = result->work_dir + "/logs/";
+  EXPECT_EQ(result->members[0].log_path, logs + "build-x.log");
+  EXPECT_EQ(result->members[1].log_path, logs + "build-x.2.log");
+  EXPECT_EQ(result->members[2].log_path, logs + "build-x.3.log");
+  EXPECT_THAT(ReadTextFile(result->members[0].log_path),
+              HasSubstr("FIRST-JOB-OUTPUT"));
+  EXPECT_THAT(ReadTextFile(result->members[1].log_path),
+              HasSubstr("SECOND-JOB-OUTPUT"));
+  EXPECT_THAT(ReadTextFile(result->members[1].log_path),
+              ::testing::Not(HasSubstr("FIRST-JOB-OUTPUT")));
+  EXPECT_THAT(ReadTextFile(result->members[2].log_path),
+              HasSubstr("THIRD-JOB-OUTPUT"));
+  const nlohmann::json json =
+      nlohmann::json::parse(FormatSummary(*result, /*json=*/true));
+  EXPECT_EQ(json["members"][1]["log"], logs + "build-x.2.log");
+}
+
+// A pipeline has each job once: naming one twice is refused before
+// anything runs.
+TEST_F(RunLocalTest, AJobNamedTwiceIsRefused) {
+  options_.job_name = "train";
+  options_.later_jobs = {"broken", "train"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(result.status().message(),
+            "--job 'train' is given twice: a pipeline runs each job once");
+  EXPECT_TRUE(out.str().empty());
+  EXPECT_FALSE(fs::exists(project_ + "/.gdt-run"));
+}
+
+// Ids and timeouts past what the job-id and clock arithmetic holds are
+// refused, whoever calls RunLocal.
+TEST_F(RunLocalTest, IdsAndTimeoutsOutOfRangeAreRefused) {
+  options_.job_name = "train";
+  std::ostringstream out;
+  const auto message = [&] {
+    return std::string(RunLocal(options_, out, nullptr).status().message());
+  };
+  options_.pipeline_id = kMaxPipelineId + 1;
+  EXPECT_EQ(message(), "--pipeline-id must be from 1 to 1000000000000000");
+  options_.pipeline_id = 42;
+  options_.first_job_id = 0;
+  EXPECT_EQ(message(), "--first-job-id must be from 1 to 1000000000000000000");
+  options_.first_job_id = kMaxFirstJobId + 1;
+  EXPECT_THAT(message(), HasSubstr("--first-job-id must be from 1"));
+  options_.first_job_id.reset();
+  options_.timeout_seconds = kMaxTimeoutSeconds + 1;
+  EXPECT_EQ(message(), "--timeout must be from 1 to 316224000");
+  options_.timeout_seconds.reset();
+  options_.graceful_kill_timeout_seconds = -5;
+  EXPECT_EQ(message(), "--graceful-kill-timeout must be from 1 to 86400");
+  EXPECT_TRUE(out.str().empty());
+}
+
+TEST(DefaultExecutorTest, TakesTheFirstExecutableCandidate) {
+  TempDir dir;
+  const std::string beside = dir.path() + "/bin/gdt-executor";
+  const std::string built = dir.path() + "/executor/gdt-executor";
+  fs::create_directories(dir.path() + "/bin");
+  fs::create_directories(dir.path() + "/executor");
+  // Neither exists: the first, so that the error names it.
+  EXPECT_EQ(FirstExecutable({beside, built}), beside);
+  WriteTextFile(built, "#!/bin/sh\n", 0755);
+  EXPECT_EQ(FirstExecutable({beside, built}), built);
+  WriteTextFile(beside, "not executable\n", 0644);
+  EXPECT_EQ(FirstExecutable({beside, built}), built);
+  fs::permissions(beside, fs::perms::owner_all);
+  EXPECT_EQ(FirstExecutable({beside, built}), beside);
+  // A directory is no executable.
+  EXPECT_EQ(FirstExecutable({dir.path() + "/bin", built}), built);
+}
+
 TEST_F(RunLocalTest, BadInputIsOneClearError) {
   std::ostringstream out;
   options_.job_name = "nope";
