@@ -211,9 +211,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   daemon->exit_outbox_.Load();
   daemon->exit_reporter_ = std::make_unique<ExitReporter>(
       daemon->exit_outbox_, daemon->coordinator_, ExitReporter::Options{});
+  daemon->lost_teardowns_ = std::make_unique<WorkQueue>(1, 1024);
   daemon->service_.SetMemberLostHandler(
-      [reporter = daemon->exit_reporter_.get(),
-       host = config.host.name](const v1::StartStage& start) {
+      [reporter = daemon->exit_reporter_.get(), host = config.host.name,
+       supervisor = &daemon->supervisor_,
+       teardowns = daemon->lost_teardowns_.get()](const v1::StartStage& start) {
         ExitRecord record;
         record.gang_id = start.gang_id();
         record.epoch = start.epoch();
@@ -227,6 +229,26 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                 std::chrono::system_clock::now().time_since_epoch())
                 .count();
         reporter->Report(record);
+        // No cleanup stage will come from an executor that went away: tear
+        // the member down here, or what its job left running (setsid
+        // children) would outlive it under an account the next member gets.
+        const std::string member = start.member_id();
+        const bool queued = teardowns->TrySubmit([supervisor, member] {
+          absl::StatusOr<uint32_t> killed =
+              supervisor->TeardownMember(member, /*remove_builds_dir=*/false);
+          if (!killed.ok()) {
+            spdlog::warn("event=lost_member_teardown_failed member={} error={}",
+                         LogValue(member),
+                         LogValue(killed.status().ToString()));
+            return;
+          }
+          spdlog::info("event=lost_member_torn_down member={} killed={}",
+                       LogValue(member), *killed);
+        });
+        if (!queued) {
+          spdlog::warn("event=lost_member_teardown_failed member={} error={}",
+                       LogValue(member), LogValue("too many queued"));
+        }
       });
   daemon->service_.SetExitHandler(
       [reporter = daemon->exit_reporter_.get()](const ExitRecord& record) {
@@ -320,6 +342,9 @@ void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (registrar_ != nullptr) registrar_->Stop();
+  // Finishes the teardowns already asked for; Supervisor::Shutdown stops
+  // everything else.
+  lost_teardowns_.reset();
   const size_t running = supervisor_.running_stages();
   if (running > 0) {
     spdlog::info("event=terminating_stages count={}", running);

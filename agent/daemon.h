@@ -11,6 +11,7 @@
 #include "agent/exit_reporter.h"
 #include "agent/registrar.h"
 #include "agent/supervisor.h"
+#include "common/work_queue.h"
 #include "rendezvous/coordinator_client.h"
 
 namespace gdt::agent {
@@ -48,6 +49,9 @@ class Daemon {
 
   const Config config_;
   Supervisor supervisor_;
+  // Tears down members whose executor went away (one at a time; each waits
+  // for its stage to stop). Emptied in Shutdown(), before supervisor_ goes.
+  std::unique_ptr<WorkQueue> lost_teardowns_;
   AgentService service_;
   rendezvous::CoordinatorClient coordinator_;
   // Exits owed to the coordinator, on disk under the scratch dir.

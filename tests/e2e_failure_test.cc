@@ -371,6 +371,64 @@ TEST_F(GangFailureTest, RetriedGangFormsTheNextEpochAndSucceeds) {
 // reports it, so the gang fails naming it. It stays alive while the retried
 // gang runs its next epoch; when it wakes up the coordinator refuses it
 // (fenced), and its cleanup still releases what its epoch held.
+// The runner and the executor of member 1 die (SIGKILL: a host reboot, an
+// OOM kill): no cleanup stage will come for it, so the agent tears the lost
+// member down itself, and what its job left outside the stage's process
+// group (a setsid child) does not outlive it.
+TEST_F(GangFailureTest, ALostMemberIsTornDownWithWhatItsJobLeftRunning) {
+  const std::string started = cluster_.dir().Sub("started-");
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("setsid sh -c \"exec sleep 301\" </dev/null >/dev/null 2>&1 "
+                   "& touch ",
+                   started, "$CI_NODE_INDEX; sleep 121"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return std::filesystem::exists(started + "1") &&
+               std::filesystem::exists(started + "2");
+      },
+      seconds(90)))
+      << cluster_.Logs();
+  const auto orphans = [&] {
+    int count = 0;
+    for (const ProcessInfo& p : JobProcesses(cluster_, "CI_NODE_INDEX=1")) {
+      if (p.cmdline.find("sleep 301") != std::string::npos) ++count;
+    }
+    return count;
+  };
+  ASSERT_TRUE(WaitFor([&] { return orphans() == 1; }, seconds(20)))
+      << DescribeAll(JobProcesses(cluster_));
+  std::vector<ProcessInfo> executors;
+  for (const ProcessInfo& process :
+       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=1")) {
+    if (process.cmdline.find("gdt-executor") != std::string::npos &&
+        process.cmdline.find(" run ") != std::string::npos) {
+      executors.push_back(process);
+    }
+  }
+  ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
+  ASSERT_EQ(kill(run->pid(), SIGKILL), 0);
+  ASSERT_EQ(kill(executors[0].pid, SIGKILL), 0);
+
+  EXPECT_TRUE(WaitFor([&] { return orphans() == 0; }, seconds(60)))
+      << DescribeAll(JobProcesses(cluster_)) << cluster_.Logs();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find("event=lost_member_torn_down") !=
+               std::string::npos;
+      },
+      seconds(30)))
+      << cluster_.Logs();
+  // Member 2's executor lives on without its runner; stop it and what it
+  // runs, as a dead runner's host would.
+  for (const ProcessInfo& process : JobProcesses(cluster_)) {
+    kill(process.pid, SIGKILL);
+  }
+  FinishRun(*run, seconds(10));
+}
+
 TEST_F(GangFailureTest, VanishedExecutorIsLostAndFencedAfterTheRetry) {
   ASSERT_TRUE(cluster_.StartAgent({.name = "spare", .cpu_slots = 2}).ok())
       << cluster_.Logs();
