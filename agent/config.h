@@ -61,6 +61,11 @@ struct Config {
   // members cannot read each other's processes or files either (e.g.
   // gdt-slot0..gdt-slot7, which the Debian package creates).
   std::vector<std::string> member_uid_pool;
+  // Names of the agent's own environment variables stages also get (an
+  // entry ending in '*' is a prefix, e.g. NCCL_*). Stages always get PATH,
+  // HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ and TERM from it;
+  // nothing else of the agent's environment reaches them.
+  std::vector<std::string> stage_environment_passthrough;
   // Directory under which the agent makes one cgroup (v2) per member;
   // empty = a subtree of the agent's own cgroup, "off" = process groups
   // only.

@@ -135,7 +135,11 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
 Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
                IsolationOptions isolation)
     : config_(config),
-      supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment(),
+      // Stages get a small base of the agent's environment, never all of
+      // it: it may hold the agent's own secrets.
+      supervisor_(config.scratch_dir, config.kill_grace,
+                  StageBaseEnvironment(CurrentEnvironment(),
+                                       config.stage_environment_passthrough),
                   std::move(isolation)),
       service_(supervisor_),
       coordinator_(config.coordinator, security),

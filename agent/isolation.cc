@@ -18,6 +18,7 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -319,6 +320,29 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
   }
   if (options.sysv_ipc) PurgeIpc(uid, counts);
   return counts;
+}
+
+std::map<std::string, std::string> StageBaseEnvironment(
+    const std::map<std::string, std::string>& agent_env,
+    const std::vector<std::string>& passthrough) {
+  static const std::set<std::string> kAlways = {"PATH",     "HOME",  "USER",
+                                                "LOGNAME",  "SHELL", "LANG",
+                                                "LANGUAGE", "TZ",    "TERM"};
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : agent_env) {
+    bool pass = kAlways.count(name) != 0 || absl::StartsWith(name, "LC_");
+    for (const std::string& wanted : passthrough) {
+      if (pass) break;
+      if (!wanted.empty() && wanted.back() == '*') {
+        pass = absl::StartsWith(
+            name, absl::string_view(wanted).substr(0, wanted.size() - 1));
+      } else {
+        pass = name == wanted;
+      }
+    }
+    if (pass) env[name] = value;
+  }
+  return env;
 }
 
 }  // namespace gdt::agent

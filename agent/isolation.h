@@ -9,6 +9,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -77,6 +78,15 @@ struct PurgeCounts {
 // caller's own uid.
 absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
                                                   const PurgeOptions& options);
+
+// The environment a stage starts from: the names of `agent_env` that are
+// safe and needed to run anything (PATH, HOME, USER, LOGNAME, SHELL, LANG,
+// LANGUAGE, LC_*, TZ, TERM) plus those `passthrough` names (an entry
+// ending in '*' is a prefix); nothing else of the agent's own
+// environment, which may hold its secrets.
+std::map<std::string, std::string> StageBaseEnvironment(
+    const std::map<std::string, std::string>& agent_env,
+    const std::vector<std::string>& passthrough);
 
 }  // namespace gdt::agent
 

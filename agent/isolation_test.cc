@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,8 @@ namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::Pair;
 
 // Accounts no other test uses (numeric, without a passwd entry), so that a
 // purge here never meets another test's members.
@@ -234,6 +237,33 @@ TEST(PurgeRefusalTest, NeverRootNorTheCallersOwnAccount) {
                 .status()
                 .code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StageBaseEnvironmentTest, KeepsTheBasicsAndWhatIsPassedThrough) {
+  const std::map<std::string, std::string> agent = {
+      {"PATH", "/usr/bin:/bin"},
+      {"HOME", "/root"},
+      {"LANG", "C.UTF-8"},
+      {"LC_ALL", "C"},
+      {"TZ", "UTC"},
+      {"AWS_SECRET_ACCESS_KEY", "agent-secret"},
+      {"GDT_LOG_LEVEL", "debug"},
+      {"NCCL_SOCKET_IFNAME", "eth0"},
+      {"NCCL_IB_DISABLE", "1"},
+      {"LD_LIBRARY_PATH", "/usr/local/cuda/lib64"},
+      {"LD_PRELOAD", "/evil.so"}};
+
+  EXPECT_THAT(StageBaseEnvironment(agent, {}),
+              ElementsAre(Pair("HOME", "/root"), Pair("LANG", "C.UTF-8"),
+                          Pair("LC_ALL", "C"), Pair("PATH", "/usr/bin:/bin"),
+                          Pair("TZ", "UTC")));
+  EXPECT_THAT(
+      StageBaseEnvironment(agent, {"NCCL_*", "LD_LIBRARY_PATH", "NOT_SET"}),
+      ElementsAre(
+          Pair("HOME", "/root"), Pair("LANG", "C.UTF-8"), Pair("LC_ALL", "C"),
+          Pair("LD_LIBRARY_PATH", "/usr/local/cuda/lib64"),
+          Pair("NCCL_IB_DISABLE", "1"), Pair("NCCL_SOCKET_IFNAME", "eth0"),
+          Pair("PATH", "/usr/bin:/bin"), Pair("TZ", "UTC")));
 }
 
 }  // namespace

@@ -88,6 +88,11 @@ class IsolationTest : public ::testing::Test {
     agent.cpu_slots = 2;
     agent.host_token_file = token_file;
     agent.member_uid_pool = accounts_;
+    // A secret in the agent's own environment, and a setting the
+    // operator passes on to jobs.
+    agent.env = {{"GDT_TEST_AGENT_SECRET", kAgentSecret},
+                 {"GDT_TEST_FOR_JOBS", "passed-on"}};
+    agent.stage_environment_passthrough = {"GDT_TEST_FOR_*"};
     ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
     ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
     // Without a writable cgroup v2 the agent falls back to process groups,
@@ -131,6 +136,7 @@ class IsolationTest : public ::testing::Test {
     return dir;
   }
 
+  static constexpr const char* kAgentSecret = "agent-env-secret-4711";
   std::vector<std::string> accounts_ = TestMemberAccounts();
   GdtCluster cluster_;
   std::string token_;
@@ -178,6 +184,24 @@ echo "member $CI_NODE_INDEX looked"
     EXPECT_THAT(log, Not(HasSubstr(token_)));
   }
   EXPECT_EQ(uids.size(), 2u) << "members of one host share an account";
+}
+
+TEST_F(IsolationTest, JobGetsABaseEnvironmentNotTheAgents) {
+  const std::string project = MakeProject(
+      "env | sort | sed 's/^/env: /'\n"
+      "echo \"path is $PATH\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string log = MemberLogOf(cluster_, 1);
+  EXPECT_THAT(log, Not(HasSubstr(kAgentSecret))) << log;
+  EXPECT_THAT(log, Not(HasSubstr("env: GDT_TEST_AGENT_SECRET"))) << log;
+  EXPECT_THAT(log, HasSubstr("env: GDT_TEST_FOR_JOBS=passed-on\n")) << log;
+  EXPECT_THAT(log, HasSubstr("env: PATH=")) << log;
+  // And what gdt and the runner set.
+  EXPECT_THAT(log, HasSubstr("env: GDT_NODE_RANK=")) << log;
+  EXPECT_THAT(log, HasSubstr("env: CI_JOB_ID=")) << log;
 }
 
 // The next members given the same pooled accounts find nothing of the
