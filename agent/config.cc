@@ -216,6 +216,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     return absl::OkStatus();
   }
+  if (key == "member_pids_max") {
+    absl::StatusOr<uint64_t> max = ReadUint(value, key, 4194304);
+    if (!max.ok()) return max.status();
+    config.member_pids_max = *max;
+    return absl::OkStatus();
+  }
   if (key == "kill_grace_seconds") {
     absl::StatusOr<uint64_t> seconds = ReadUint(value, key, 3600);
     if (!seconds.ok()) return seconds.status();

@@ -70,6 +70,10 @@ struct Config {
   // empty = a subtree of the agent's own cgroup, "off" = process groups
   // only.
   std::string cgroup_parent;
+  // pids.max of each member's cgroup: processes and threads a member may
+  // have at once (a fork bomb stops there); 0 = no limit. Needs the pids
+  // controller in cgroup v2; without it the agent warns once and sets none.
+  uint64_t member_pids_max = 32768;
   // SetupMember accepts builds dirs only under builds_root and extra dirs
   // only under it or cache_root (the executor's settings of the same name).
   std::string builds_root = "/var/lib/gdt/builds";

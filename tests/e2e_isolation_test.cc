@@ -204,6 +204,33 @@ TEST_F(IsolationTest, JobGetsABaseEnvironmentNotTheAgents) {
   EXPECT_THAT(log, HasSubstr("env: CI_JOB_ID=")) << log;
 }
 
+TEST_F(IsolationTest, MemberCgroupCapsItsProcessesWhereTheHostCan) {
+  const std::string project = MakeProject(
+      "d=\"$(findmnt -rn -t cgroup2 -o TARGET | head -1)$(sed -n "
+      "'s/^0:://p' /proc/self/cgroup)\"\n"
+      "echo \"pids.max is $(cat \"$d/pids.max\" 2>/dev/null || echo "
+      "absent)\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string log = MemberLogOf(cluster_, 1);
+  const std::string logs = cluster_.Logs();
+  if (logs.find("event=member_pids_limit_on pids_max=32768") !=
+      std::string::npos) {
+    EXPECT_THAT(log, HasSubstr("pids.max is 32768\n")) << log;
+  } else {
+    // A host whose pids controller is bound to cgroup v1: one warning at
+    // start, and members run without a limit.
+    EXPECT_THAT(log, HasSubstr("pids.max is absent\n")) << log;
+    const size_t first = logs.find("event=member_pids_limit_off");
+    ASSERT_NE(first, std::string::npos) << logs;
+    EXPECT_EQ(logs.find("event=member_pids_limit_off", first + 1),
+              std::string::npos)
+        << logs;
+  }
+}
+
 // The next members given the same pooled accounts find nothing of the
 // earlier ones outside their own directories: no file in /dev/shm or
 // /tmp, no link planted for them, no System V IPC object.
