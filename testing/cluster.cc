@@ -456,10 +456,17 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
       agent_certs = *issued;
     }
   }
-  // What the test process sets for jobs through the agent's environment.
+  // What the test process sets for jobs through the agent's environment,
+  // as an operator of a GPU host would pass on its CUDA and NCCL settings.
   std::vector<std::string> passthrough = {"PET_MONITOR_INTERVAL",
-                                          "ASAN_OPTIONS", "UBSAN_OPTIONS",
-                                          "LSAN_OPTIONS", "PYTHON*"};
+                                          "ASAN_OPTIONS",
+                                          "UBSAN_OPTIONS",
+                                          "LSAN_OPTIONS",
+                                          "PYTHON*",
+                                          "LD_LIBRARY_PATH",
+                                          "CUDA_*",
+                                          "NCCL_*",
+                                          "NVIDIA_*"};
   passthrough.insert(passthrough.end(),
                      spec.stage_environment_passthrough.begin(),
                      spec.stage_environment_passthrough.end());
