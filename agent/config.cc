@@ -191,6 +191,37 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     return absl::OkStatus();
   }
+  if (key == "stage_environment_passthrough") {
+    if (!value.IsSequence()) {
+      return absl::InvalidArgumentError(
+          "stage_environment_passthrough must be a list of variable names "
+          "(NAME, or PREFIX*)");
+    }
+    for (size_t i = 0; i < value.size(); ++i) {
+      const std::string path =
+          absl::StrCat("stage_environment_passthrough[", i, "]");
+      absl::StatusOr<std::string> text = ReadString(value[i], path);
+      if (!text.ok()) return text.status();
+      const std::string_view name =
+          !text->empty() && text->back() == '*'
+              ? std::string_view(*text).substr(0, text->size() - 1)
+              : std::string_view(*text);
+      if (name.empty() || name.find_first_of("= \t\n") != name.npos ||
+          name.find('*') != name.npos) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            path, " must be a variable name or a prefix ending in '*', got '",
+            *text, "'"));
+      }
+      config.stage_environment_passthrough.push_back(*text);
+    }
+    return absl::OkStatus();
+  }
+  if (key == "member_pids_max") {
+    absl::StatusOr<uint64_t> max = ReadUint(value, key, 4194304);
+    if (!max.ok()) return max.status();
+    config.member_pids_max = *max;
+    return absl::OkStatus();
+  }
   if (key == "kill_grace_seconds") {
     absl::StatusOr<uint64_t> seconds = ReadUint(value, key, 3600);
     if (!seconds.ok()) return seconds.status();

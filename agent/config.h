@@ -61,10 +61,19 @@ struct Config {
   // members cannot read each other's processes or files either (e.g.
   // gdt-slot0..gdt-slot7, which the Debian package creates).
   std::vector<std::string> member_uid_pool;
+  // Names of the agent's own environment variables stages also get (an
+  // entry ending in '*' is a prefix, e.g. NCCL_*). Stages always get PATH,
+  // HOME, USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ and TERM from it;
+  // nothing else of the agent's environment reaches them.
+  std::vector<std::string> stage_environment_passthrough;
   // Directory under which the agent makes one cgroup (v2) per member;
   // empty = a subtree of the agent's own cgroup, "off" = process groups
   // only.
   std::string cgroup_parent;
+  // pids.max of each member's cgroup: processes and threads a member may
+  // have at once (a fork bomb stops there); 0 = no limit. Needs the pids
+  // controller in cgroup v2; without it the agent warns once and sets none.
+  uint64_t member_pids_max = 32768;
   // SetupMember accepts builds dirs only under builds_root and extra dirs
   // only under it or cache_root (the executor's settings of the same name).
   std::string builds_root = "/var/lib/gdt/builds";

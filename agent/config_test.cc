@@ -124,6 +124,14 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
       {"coordinator: c:1\nmember_uid_pool: gdt-slot0\n",
        "member_uid_pool must be a list"},
       {"coordinator: c:1\nmember_user: a\nmember_uid_pool: [b]\n", "not both"},
+      {"coordinator: c:1\nstage_environment_passthrough: NCCL_DEBUG\n",
+       "stage_environment_passthrough must be a list"},
+      {"coordinator: c:1\nstage_environment_passthrough: [\"A=B\"]\n",
+       "stage_environment_passthrough[0] must be a variable name"},
+      {"coordinator: c:1\nstage_environment_passthrough: [\"*\"]\n",
+       "stage_environment_passthrough[0] must be a variable name"},
+      {"coordinator: c:1\nmember_pids_max: -1\n",
+       "member_pids_max must be an integer"},
       {"coordinator: [c\n", "bad YAML"},
       {"- a\n- b\n", "must be a YAML map"},
   };
@@ -178,9 +186,18 @@ TEST(ConfigTest, IsolationSettings) {
   EXPECT_EQ(config->cgroup_parent, "off");
   EXPECT_EQ(config->builds_root, "/b");
   EXPECT_EQ(config->cache_root, "/c");
+  config = ParseConfig(
+      "coordinator: c:1\nstage_environment_passthrough: [NCCL_*, "
+      "LD_LIBRARY_PATH]\nmember_pids_max: 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(config->stage_environment_passthrough,
+              ::testing::ElementsAre("NCCL_*", "LD_LIBRARY_PATH"));
+  EXPECT_EQ(config->member_pids_max, 0u);
   absl::StatusOr<Config> defaults = ParseConfig("coordinator: c:1\n");
   ASSERT_TRUE(defaults.ok());
   EXPECT_TRUE(defaults->member_uid_pool.empty());
+  EXPECT_TRUE(defaults->stage_environment_passthrough.empty());
+  EXPECT_EQ(defaults->member_pids_max, 32768u);
   EXPECT_EQ(defaults->builds_root, "/var/lib/gdt/builds");
 }
 

@@ -126,6 +126,18 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
     return isolation;
   }
   spdlog::info("event=cgroups_on parent={}", LogValue(parent));
+  if (config.member_pids_max > 0) {
+    if (absl::Status limited = (*tree)->LimitPids(config.member_pids_max);
+        !limited.ok()) {
+      spdlog::warn("event=member_pids_limit_off reason={}",
+                   LogValue(absl::StrCat(
+                       limited.message(),
+                       ": members may start any number of processes")));
+    } else {
+      spdlog::info("event=member_pids_limit_on pids_max={}",
+                   config.member_pids_max);
+    }
+  }
   isolation.cgroups = std::move(*tree);
   return isolation;
 }
@@ -135,7 +147,11 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
 Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
                IsolationOptions isolation)
     : config_(config),
-      supervisor_(config.scratch_dir, config.kill_grace, CurrentEnvironment(),
+      // Stages get a small base of the agent's environment, never all of
+      // it: it may hold the agent's own secrets.
+      supervisor_(config.scratch_dir, config.kill_grace,
+                  StageBaseEnvironment(CurrentEnvironment(),
+                                       config.stage_environment_passthrough),
                   std::move(isolation)),
       service_(supervisor_),
       coordinator_(config.coordinator, security),

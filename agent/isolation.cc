@@ -1,15 +1,264 @@
 #include "agent/isolation.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <grp.h>
 #include <pwd.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace gdt::agent {
+namespace {
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+// Live processes (not zombies: those hold nothing) whose real, effective,
+// saved or file-system uid is `uid`.
+size_t ProcessesOf(uid_t uid) {
+  size_t count = 0;
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return 0;
+  while (const dirent* entry = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(entry->d_name, &pid)) continue;
+    bool dead = false;
+    bool ours = false;
+    for (absl::string_view line : absl::StrSplit(
+             ReadAll(absl::StrCat("/proc/", pid, "/status")), '\n')) {
+      if (absl::ConsumePrefix(&line, "State:")) {
+        line = absl::StripLeadingAsciiWhitespace(line);
+        dead = !line.empty() && (line[0] == 'Z' || line[0] == 'X');
+      } else if (absl::ConsumePrefix(&line, "Uid:")) {
+        for (absl::string_view field :
+             absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty())) {
+          uint32_t id = 0;
+          if (absl::SimpleAtoi(field, &id) && id == uid) ours = true;
+        }
+        break;  // State comes before Uid.
+      }
+    }
+    if (ours && !dead) ++count;
+  }
+  closedir(proc);
+  return count;
+}
+
+// Walks the roots with descriptors (openat, O_NOFOLLOW), never leaving a
+// root's file system, within the bounds.
+class Purger {
+ public:
+  Purger(uid_t uid, gid_t gid, const PurgeOptions& options, PurgeCounts& counts)
+      : uid_(uid), gid_(gid), options_(options), counts_(counts) {
+    for (const std::string& path : options.keep) {
+      struct stat info = {};
+      if (stat(path.c_str(), &info) == 0)
+        keep_.emplace(info.st_dev, info.st_ino);
+    }
+  }
+
+  void PurgeRoot(const std::string& root) {
+    const int fd =
+        open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;  // Not there (e.g. no /dev/mqueue).
+    struct stat info = {};
+    if (fstat(fd, &info) == 0 && !Kept(info)) {
+      Scan(fd, info.st_dev, 0);
+    }
+    close(fd);
+  }
+
+ private:
+  bool Kept(const struct stat& info) const {
+    return keep_.count({info.st_dev, info.st_ino}) != 0;
+  }
+
+  // Counts one entry looked at; false once the bound is reached.
+  bool Visit() {
+    if (visited_ >= options_.max_entries) {
+      counts_.truncated = true;
+      return false;
+    }
+    ++visited_;
+    return true;
+  }
+
+  // The names in the directory `fd` (read through a duplicate, so that
+  // `fd` stays usable for the *at() calls).
+  std::vector<std::string> Names(int fd) {
+    std::vector<std::string> names;
+    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return names;
+    DIR* dir = fdopendir(copy);
+    if (dir == nullptr) {
+      close(copy);
+      return names;
+    }
+    rewinddir(dir);
+    while (const dirent* entry = readdir(dir)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(dir);
+    return names;
+  }
+
+  // A directory others may write to: an account can own entries there.
+  bool Writable(const struct stat& info) const {
+    return (info.st_mode & S_IWOTH) != 0 ||
+           ((info.st_mode & S_IWGRP) != 0 && info.st_gid == gid_);
+  }
+
+  // Looks for the account's entries in the directory `fd`.
+  void Scan(int fd, dev_t dev, int depth) {
+    for (const std::string& name : Names(fd)) {
+      if (!Visit()) return;
+      struct stat info = {};
+      if (fstatat(fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
+      if (Kept(info)) continue;
+      if (info.st_uid == uid_) {
+        Remove(fd, name, info, dev, depth);
+      } else if (S_ISDIR(info.st_mode) && info.st_dev == dev &&
+                 Writable(info) && depth < options_.max_depth) {
+        const int child = openat(
+            fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (child < 0) continue;
+        Scan(child, dev, depth + 1);
+        close(child);
+      }
+    }
+  }
+
+  // Removes `name` in `fd`: a directory with everything in it, whoever
+  // owns that (the account made the directory).
+  void Remove(int fd, const std::string& name, const struct stat& info,
+              dev_t dev, int depth) {
+    if (!S_ISDIR(info.st_mode)) {
+      if (unlinkat(fd, name.c_str(), 0) == 0) {
+        ++counts_.files;
+      } else if (errno != ENOENT) {
+        ++counts_.failed;
+      }
+      return;
+    }
+    if (info.st_dev != dev || depth >= options_.max_depth) {
+      ++counts_.failed;  // A mount point, or too deep.
+      return;
+    }
+    const int child = openat(fd, name.c_str(),
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child < 0) {
+      ++counts_.failed;
+      return;
+    }
+    for (const std::string& inner : Names(child)) {
+      if (!Visit()) break;
+      struct stat inner_info = {};
+      if (fstatat(child, inner.c_str(), &inner_info, AT_SYMLINK_NOFOLLOW) !=
+          0) {
+        continue;
+      }
+      Remove(child, inner, inner_info, dev, depth + 1);
+    }
+    close(child);
+    if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0) {
+      ++counts_.dirs;
+    } else if (errno != ENOENT) {
+      ++counts_.failed;
+    }
+  }
+
+  const uid_t uid_;
+  const gid_t gid_;
+  const PurgeOptions& options_;
+  PurgeCounts& counts_;
+  std::set<std::pair<dev_t, ino_t>> keep_;
+  size_t visited_ = 0;
+};
+
+// The ids of the System V IPC objects listed in /proc/sysvipc/<kind> whose
+// owner or creator is `uid`; `id_column` names the id's column.
+std::vector<int> IpcIdsOf(const std::string& kind, const std::string& id_column,
+                          uid_t uid) {
+  std::vector<int> ids;
+  std::vector<std::string> lines =
+      absl::StrSplit(ReadAll("/proc/sysvipc/" + kind), '\n', absl::SkipEmpty());
+  if (lines.empty()) return ids;
+  const std::vector<std::string> header =
+      absl::StrSplit(lines[0], ' ', absl::SkipEmpty());
+  auto column = [&](const std::string& name) -> int {
+    for (size_t i = 0; i < header.size(); ++i) {
+      if (header[i] == name) return static_cast<int>(i);
+    }
+    return -1;
+  };
+  const int id_at = column(id_column);
+  const int uid_at = column("uid");
+  const int cuid_at = column("cuid");
+  if (id_at < 0 || uid_at < 0 || cuid_at < 0) return ids;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    const std::vector<std::string> fields =
+        absl::StrSplit(lines[i], ' ', absl::SkipEmpty());
+    if (fields.size() != header.size()) continue;
+    uint32_t owner = 0;
+    uint32_t creator = 0;
+    int id = 0;
+    if (!absl::SimpleAtoi(fields[static_cast<size_t>(id_at)], &id) ||
+        !absl::SimpleAtoi(fields[static_cast<size_t>(uid_at)], &owner) ||
+        !absl::SimpleAtoi(fields[static_cast<size_t>(cuid_at)], &creator)) {
+      continue;
+    }
+    if (owner == uid || creator == uid) ids.push_back(id);
+  }
+  return ids;
+}
+
+void PurgeIpc(uid_t uid, PurgeCounts& counts) {
+  for (int id : IpcIdsOf("shm", "shmid", uid)) {
+    if (shmctl(id, IPC_RMID, nullptr) == 0) {
+      ++counts.shm;
+    } else if (errno != EINVAL && errno != EIDRM) {
+      ++counts.failed;
+    }
+  }
+  for (int id : IpcIdsOf("sem", "semid", uid)) {
+    if (semctl(id, 0, IPC_RMID) == 0) {
+      ++counts.sem;
+    } else if (errno != EINVAL && errno != EIDRM) {
+      ++counts.failed;
+    }
+  }
+  for (int id : IpcIdsOf("msg", "msqid", uid)) {
+    if (msgctl(id, IPC_RMID, nullptr) == 0) {
+      ++counts.msg;
+    } else if (errno != EINVAL && errno != EIDRM) {
+      ++counts.failed;
+    }
+  }
+}
+
+}  // namespace
 
 absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec) {
   MemberAccount account;
@@ -51,6 +300,49 @@ absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec) {
         "member account '", spec, "' is root: members must not run as root"));
   }
   return account;
+}
+
+absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
+                                                  const PurgeOptions& options) {
+  if (uid == 0 || uid == geteuid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("uid ", uid,
+                     " is root or this process's own: its files are not a "
+                     "member's to purge"));
+  }
+  PurgeCounts counts;
+  counts.live_processes = ProcessesOf(uid);
+  if (counts.live_processes > 0) return counts;
+  Purger purger(uid, gid, options, counts);
+  for (const std::string& root : options.roots) {
+    purger.PurgeRoot(root);
+    if (counts.truncated) break;
+  }
+  if (options.sysv_ipc) PurgeIpc(uid, counts);
+  return counts;
+}
+
+std::map<std::string, std::string> StageBaseEnvironment(
+    const std::map<std::string, std::string>& agent_env,
+    const std::vector<std::string>& passthrough) {
+  static const std::set<std::string> kAlways = {"PATH",     "HOME",  "USER",
+                                                "LOGNAME",  "SHELL", "LANG",
+                                                "LANGUAGE", "TZ",    "TERM"};
+  std::map<std::string, std::string> env;
+  for (const auto& [name, value] : agent_env) {
+    bool pass = kAlways.count(name) != 0 || absl::StartsWith(name, "LC_");
+    for (const std::string& wanted : passthrough) {
+      if (pass) break;
+      if (!wanted.empty() && wanted.back() == '*') {
+        pass = absl::StartsWith(
+            name, absl::string_view(wanted).substr(0, wanted.size() - 1));
+      } else {
+        pass = name == wanted;
+      }
+    }
+    if (pass) env[name] = value;
+  }
+  return env;
 }
 
 }  // namespace gdt::agent

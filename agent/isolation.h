@@ -8,6 +8,8 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,62 @@ struct MemberAccount {
 // no supplementary groups). Errors: InvalidArgument naming the entry when
 // the user does not exist, the number does not parse, or it is root.
 absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec);
+
+// What a pooled account may leave behind outside the member's own
+// directories, and where PurgeAccountLeftovers() looks for it.
+struct PurgeOptions {
+  // Directories everyone may write to; entries in them (and in the
+  // world-writable directories below them) owned by the account go. One
+  // that does not exist is skipped.
+  std::vector<std::string> roots = {"/dev/shm", "/tmp", "/var/tmp",
+                                    "/dev/mqueue"};
+  // Directories never entered or removed (the agent's builds, cache and
+  // scratch roots, should they lie under a root).
+  std::vector<std::string> keep;
+  // Bounds: entries looked at in all, and how deep below a root.
+  size_t max_entries = 200000;
+  int max_depth = 32;
+  // Also remove the account's System V IPC objects (shared memory,
+  // semaphore sets, message queues) from this IPC namespace.
+  bool sysv_ipc = true;
+};
+
+// What PurgeAccountLeftovers() did.
+struct PurgeCounts {
+  size_t files = 0;  // Files, links, sockets, pipes removed.
+  size_t dirs = 0;   // Directories removed (with all in them).
+  size_t shm = 0;
+  size_t sem = 0;
+  size_t msg = 0;
+  size_t failed = 0;       // Entries or objects that could not be removed.
+  bool truncated = false;  // A bound was reached; the rest was not looked at.
+  // Processes of the account still alive: then nothing was removed.
+  size_t live_processes = 0;
+};
+
+// Removes what `uid` (a pooled member account whose member is gone) left
+// outside its member directories, so that the next member given the same
+// account cannot read it or be tricked by it: under each root, every entry
+// the account owns (a directory with all it holds), found without
+// following symbolic links and without leaving the root's file system,
+// descending only into directories others may write to (where an account
+// can create entries it owns without owning the directory); and its
+// System V IPC objects (by owner or creator uid). Does nothing while a
+// process of `uid` still runs: that process is either another agent's
+// member sharing the account or one that escaped teardown, and removing
+// files under it protects nobody. Errors: InvalidArgument for root or the
+// caller's own uid.
+absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
+                                                  const PurgeOptions& options);
+
+// The environment a stage starts from: the names of `agent_env` that are
+// safe and needed to run anything (PATH, HOME, USER, LOGNAME, SHELL, LANG,
+// LANGUAGE, LC_*, TZ, TERM) plus those `passthrough` names (an entry
+// ending in '*' is a prefix); nothing else of the agent's own
+// environment, which may hold its secrets.
+std::map<std::string, std::string> StageBaseEnvironment(
+    const std::map<std::string, std::string>& agent_env,
+    const std::vector<std::string>& passthrough);
 
 }  // namespace gdt::agent
 

@@ -171,7 +171,51 @@ std::vector<ProcessLedger::Reaped> Supervisor::ReapLeftovers() {
       }
     }
   }
+  // No member holds a pooled account yet: what a previous agent's members
+  // left is no one's now.
+  if (isolation_.exclusive_accounts) {
+    for (const MemberAccount& account : isolation_.accounts) {
+      PurgeAccount(account, "");
+    }
+  }
   return reaped;
+}
+
+void Supervisor::PurgeAccount(const MemberAccount& account,
+                              const std::string& member_id) const {
+  PurgeOptions options = isolation_.purge;
+  for (const std::string& root :
+       {isolation_.builds_root, isolation_.cache_root, scratch_root_}) {
+    if (!root.empty()) options.keep.push_back(root);
+  }
+  absl::StatusOr<PurgeCounts> purged =
+      PurgeAccountLeftovers(account.uid, account.gid, options);
+  const std::string member = member_id.empty() ? "-" : member_id;
+  if (!purged.ok()) {
+    spdlog::warn("event=member_account_purge_failed member={} uid={} error={}",
+                 LogValue(member), account.uid,
+                 LogValue(purged.status().ToString()));
+    return;
+  }
+  if (purged->live_processes > 0) {
+    spdlog::warn(
+        "event=member_account_purge_skipped member={} uid={} processes={} "
+        "reason={}",
+        LogValue(member), account.uid, purged->live_processes,
+        LogValue("processes of this account still run outside the member's "
+                 "cgroup (another agent using the same accounts, or cgroups "
+                 "off); its files and IPC objects stay"));
+    return;
+  }
+  const bool any = purged->files + purged->dirs + purged->shm + purged->sem +
+                       purged->msg + purged->failed >
+                   0;
+  if (!any && !purged->truncated && member_id.empty()) return;
+  spdlog::info(
+      "event=member_account_purged member={} uid={} files={} dirs={} shm={} "
+      "sem={} msg={} failed={} truncated={}",
+      LogValue(member), account.uid, purged->files, purged->dirs, purged->shm,
+      purged->sem, purged->msg, purged->failed, purged->truncated);
 }
 
 absl::Status Supervisor::PlaceMember(const std::string& member_id) {
@@ -524,11 +568,15 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   }
   std::vector<std::shared_ptr<Stage>> stages;
   std::string builds_dir;
+  int account = -1;
   {
     MutexLock lock(mu_);
     stages = RunningStages(&member_id);
     auto member = members_.find(member_id);
-    if (member != members_.end()) builds_dir = member->second.builds_dir;
+    if (member != members_.end()) {
+      builds_dir = member->second.builds_dir;
+      account = member->second.account;
+    }
   }
   uint32_t killed = 0;
   for (const std::shared_ptr<Stage>& stage : stages) {
@@ -567,6 +615,11 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   if (remove_builds_dir && !builds_dir.empty()) {
     fs::remove_all(builds_dir, error);
     if (error) return ErrorForPath("remove", builds_dir, error);
+  }
+  // Its processes are gone: what its pooled account left elsewhere goes
+  // too, before the next member may get that account.
+  if (isolation_.exclusive_accounts && account >= 0) {
+    PurgeAccount(isolation_.accounts[static_cast<size_t>(account)], member_id);
   }
   {
     MutexLock lock(mu_);

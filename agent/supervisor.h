@@ -59,6 +59,11 @@ struct IsolationOptions {
   // and extra dirs only under it or `cache_root`; empty = any absolute path.
   std::string builds_root;
   std::string cache_root;
+  // With `exclusive_accounts`: what an account left outside the member's
+  // directories is removed when its member is torn down (and for every
+  // account when the agent starts), see PurgeAccountLeftovers(). The
+  // builds, cache and scratch roots are always kept.
+  PurgeOptions purge;
 };
 
 // Supervises the members placed on this host: their directories and the
@@ -188,6 +193,10 @@ class Supervisor {
   };
 
   void StageFinished(const std::string& member_id, Stage* stage);
+  // Purges what a pooled account left behind, once no member holds it;
+  // `member_id` is empty at start-up. Logs one line.
+  void PurgeAccount(const MemberAccount& account,
+                    const std::string& member_id) const;
   // Where the member's hang evidence is collected: the agent's, not the
   // job's. Removed at teardown.
   std::filesystem::path EvidenceDir(const std::string& member_id) const;

@@ -102,11 +102,62 @@ std::string CgroupTree::PathOf(const std::string& name) const {
   return absl::StrCat(parent_, "/", name);
 }
 
+absl::Status CgroupTree::LimitPids(uint64_t max) {
+  pids_max_ = 0;
+  if (max == 0) return absl::OkStatus();
+  auto has_pids = [](const std::string& file) {
+    for (absl::string_view word : absl::StrSplit(
+             ReadAll(file), absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
+      if (word == "pids") return true;
+    }
+    return false;
+  };
+  // The parent and its ancestors up to the nearest that has the controller
+  // (each level's cgroup.controllers lists what its parent passes on).
+  std::vector<fs::path> levels;
+  bool found = false;
+  std::string top;
+  for (fs::path level = fs::path(parent_).lexically_normal();;
+       level = level.parent_path()) {
+    const std::string controllers = (level / "cgroup.controllers").string();
+    if (access(controllers.c_str(), R_OK) != 0) break;  // Left the mount.
+    top = controllers;
+    levels.push_back(level);
+    if (has_pids(controllers)) {
+      found = true;
+      break;
+    }
+    if (level == level.parent_path()) break;
+  }
+  if (!found) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the pids controller is not available in this cgroup v2 hierarchy (",
+        top.empty() ? parent_ : top,
+        " does not list it; is it bound to a cgroup v1 hierarchy?)"));
+  }
+  // From the top down: each level passes it on to the next.
+  for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
+    const std::string control = (*level / "cgroup.subtree_control").string();
+    if (has_pids(control)) continue;
+    if (!WriteText(control, "+pids")) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot enable the pids controller in ", control, ": ",
+                       std::strerror(errno)));
+    }
+  }
+  pids_max_ = max;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> CgroupTree::Create(const std::string& name) const {
   const std::string dir = PathOf(name);
   if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::InternalError(
         absl::StrCat("cannot create cgroup ", dir, ": ", std::strerror(errno)));
+  }
+  if (pids_max_ > 0 && !WriteText(dir + "/pids.max", absl::StrCat(pids_max_))) {
+    return absl::InternalError(absl::StrCat(
+        "cannot write ", dir, "/pids.max: ", std::strerror(errno)));
   }
   return dir;
 }

@@ -5,6 +5,7 @@
 #define GDT_COMMON_CGROUP_H_
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,8 +32,21 @@ class CgroupTree {
 
   const std::string& parent() const { return parent_; }
 
-  // The cgroup of `name` (one path component), created when missing.
-  // Returns its directory. Errors: Internal naming the directory.
+  // From now on every cgroup Create() makes (or finds) gets `max` in its
+  // pids.max: how many processes and threads it may hold at once. Makes
+  // the pids controller available below the parent first (`+pids` in the
+  // cgroup.subtree_control of the parent and of each ancestor below the
+  // nearest one that has it; a threaded controller, so a cgroup holding
+  // processes, like the agent's own, may pass it on). Call before sharing
+  // the tree. Errors: FailedPrecondition naming why (the controller is
+  // bound to a cgroup v1 hierarchy, or a file is not writable); the tree
+  // then sets no limit.
+  absl::Status LimitPids(uint64_t max);
+  uint64_t pids_max() const { return pids_max_; }
+
+  // The cgroup of `name` (one path component), created when missing, with
+  // the pids limit when one is set. Returns its directory. Errors: Internal
+  // naming the directory or the file that could not be written.
   absl::StatusOr<std::string> Create(const std::string& name) const;
 
   // The directory `name` would have.
@@ -57,6 +71,7 @@ class CgroupTree {
   explicit CgroupTree(std::string parent) : parent_(std::move(parent)) {}
 
   const std::string parent_;
+  uint64_t pids_max_ = 0;  // 0 = no limit.
 };
 
 }  // namespace gdt

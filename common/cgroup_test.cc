@@ -6,10 +6,12 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace gdt {
@@ -80,6 +82,57 @@ TEST_F(CgroupTest, DestroyEndsProcessesThatLeftTheirGroupAndRemovesIt) {
   EXPECT_EQ(
       tree_->Destroy("member", steady_clock::now() + seconds(1)).value_or(9),
       0u);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return text.str();
+}
+
+TEST_F(CgroupTest, PidsLimitCapsAMembersProcessesWhereTheControllerIsThere) {
+  const absl::Status limited = tree_->LimitPids(16);
+  absl::StatusOr<std::string> dir = tree_->Create("member");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+
+  if (!limited.ok()) {
+    // Refused only where no level up to the hierarchy's root offers the
+    // controller (it is bound to cgroup v1, as on hybrid hosts); members
+    // then start without a limit.
+    EXPECT_EQ(limited.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(limited.message()),
+                ::testing::HasSubstr("pids controller"));
+    for (std::filesystem::path level = parent_;
+         std::filesystem::exists(level / "cgroup.controllers");
+         level = level.parent_path()) {
+      EXPECT_THAT(ReadAll((level / "cgroup.controllers").string()),
+                  ::testing::Not(::testing::HasSubstr("pids")))
+          << level;
+      if (level == level.parent_path()) break;
+    }
+    EXPECT_EQ(tree_->pids_max(), 0u);
+    EXPECT_FALSE(std::filesystem::exists(*dir + "/pids.max"));
+  } else {
+    EXPECT_EQ(tree_->pids_max(), 16u);
+    EXPECT_EQ(ReadAll(*dir + "/pids.max"), "16\n");
+    // A fork bomb in the member stops at the limit.
+    SpawnOptions spawn;
+    spawn.argv = {"/bin/sh", "-c",
+                  "i=0; while [ $i -lt 40 ]; do sleep 60 & i=$((i+1)); done"};
+    spawn.env = {{"PATH", "/usr/bin:/bin"}};
+    spawn.cgroup_procs = *dir + "/cgroup.procs";
+    absl::StatusOr<std::unique_ptr<Subprocess>> shell =
+        Subprocess::Spawn(spawn);
+    ASSERT_TRUE(shell.ok()) << shell.status();
+    const ExitStatus exit = (*shell)->Wait();
+    EXPECT_FALSE(exit.success()) << "40 forks succeeded under pids.max 16";
+    EXPECT_THAT(ReadAll(*dir + "/pids.events"),
+                ::testing::Not(::testing::HasSubstr("max 0")));
+  }
+  absl::StatusOr<size_t> killed =
+      tree_->Destroy("member", steady_clock::now() + seconds(10));
+  EXPECT_TRUE(killed.ok()) << killed.status();
 }
 
 TEST_F(CgroupTest, SpawnIntoAMissingCgroupFails) {

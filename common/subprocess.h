@@ -56,7 +56,9 @@ struct SpawnOptions {
 };
 
 // A child process, optionally the leader of its own process group, with its
-// stdout and stderr on pipes. The destructor kills the process group with
+// stdout and stderr on pipes. It gets descriptors 0, 1 and 2 only: every
+// other one of this process is closed when it executes, whether or not it
+// was opened close-on-exec. The destructor kills the process group with
 // SIGKILL if the child has not been reaped, so nothing outlives its owner by
 // accident. Not thread-safe.
 class Subprocess {

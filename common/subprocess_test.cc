@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -42,6 +43,36 @@ TEST(SubprocessTest, CapturesBothStreamsAndExitCode) {
   EXPECT_EQ(status.code(), 3);
   EXPECT_EQ(out, "hello\n");
   EXPECT_EQ(err, "oops\n");
+}
+
+TEST(SubprocessTest, TheChildGetsNoDescriptorButItsStandardOnes) {
+  // Opened without O_CLOEXEC, as a library or an inherited descriptor may
+  // be: a job must not read from it.
+  int leaked[2] = {-1, -1};
+  ASSERT_EQ(pipe(leaked), 0);
+  // Far from the descriptor the listing itself opens.
+  ASSERT_EQ(dup2(leaked[0], 77), 77);
+  ASSERT_EQ(dup2(leaked[1], 78), 78);
+  close(leaked[0]);
+  close(leaked[1]);
+  auto child = Subprocess::Spawn(
+      Shell("for fd in /proc/self/fd/*; do echo \"${fd##*/}\"; done"));
+  ASSERT_TRUE(child.ok()) << child.status();
+  std::string out;
+
+  ExitStatus status = (*child)->Wait([&](OutputSource s, std::string_view d) {
+    if (s == OutputSource::kStdout) out.append(d);
+  });
+
+  EXPECT_TRUE(status.success());
+  // 0, 1, 2 and the one the listing itself holds open.
+  std::vector<std::string> fds = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  EXPECT_THAT(fds, ::testing::IsSupersetOf({"0", "1", "2"}));
+  EXPECT_LE(fds.size(), 4u) << out;
+  EXPECT_THAT(fds, ::testing::Not(::testing::Contains("77"))) << out;
+  EXPECT_THAT(fds, ::testing::Not(::testing::Contains("78"))) << out;
+  close(77);
+  close(78);
 }
 
 TEST(SubprocessTest, MissingProgramIsNotFound) {

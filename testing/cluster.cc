@@ -456,6 +456,22 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
       agent_certs = *issued;
     }
   }
+  // What the test process sets for jobs through the agent's environment,
+  // as an operator of a GPU host would pass on its CUDA and NCCL settings.
+  std::vector<std::string> passthrough = {"PET_MONITOR_INTERVAL",
+                                          "ASAN_OPTIONS",
+                                          "UBSAN_OPTIONS",
+                                          "LSAN_OPTIONS",
+                                          "PYTHON*",
+                                          "LD_LIBRARY_PATH",
+                                          "CUDA_*",
+                                          "NCCL_*",
+                                          "NVIDIA_*"};
+  passthrough.insert(passthrough.end(),
+                     spec.stage_environment_passthrough.begin(),
+                     spec.stage_environment_passthrough.end());
+  absl::StrAppend(&yaml, "stage_environment_passthrough: [\"",
+                  absl::StrJoin(passthrough, "\", \""), "\"]\n");
   absl::StrAppend(&yaml, spec.extra_yaml,
                   TlsYaml(/*server=*/true,
                           agent_certs.has_value() ? &*agent_certs : nullptr));
@@ -473,11 +489,12 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
     }
     prefix.push_back(spec.uts_hostname);
   }
+  std::map<std::string, std::string> env = spec.env;
+  env["PATH"] =
+      TorchrunFixDir() + ":" + (path != nullptr ? path : "/usr/bin:/bin");
+  env["PET_MONITOR_INTERVAL"] = "0.5";
   absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
-      prefix, {BinaryPath("gdt-agent"), "--config", config},
-      {{"PATH",
-        TorchrunFixDir() + ":" + (path != nullptr ? path : "/usr/bin:/bin")},
-       {"PET_MONITOR_INTERVAL", "0.5"}},
+      prefix, {BinaryPath("gdt-agent"), "--config", config}, env,
       dir_.Sub("agent-" + spec.name + ".log"), milliseconds(20000));
   if (!daemon.ok()) return daemon.status();
   agents_.push_back(std::move(*daemon));

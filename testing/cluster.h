@@ -115,6 +115,13 @@ struct AgentSpec {
   std::vector<std::string> member_uid_pool;
   // YAML lines appended to the agent's config.
   std::string extra_yaml;
+  // Added to the agent's own environment (stages see only what
+  // stage_environment_passthrough lets through).
+  std::map<std::string, std::string> env;
+  // Names added to the agent's stage_environment_passthrough, after those
+  // every test agent passes (the torchrun monitor interval, the sanitizers',
+  // Python's, CUDA's and NCCL's settings).
+  std::vector<std::string> stage_environment_passthrough;
   // With UseTls(): the host name the agent's certificate is issued for;
   // empty = `name` (what an operator does). Attack tests give an agent
   // another host's certificate.

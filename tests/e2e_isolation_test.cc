@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/isolation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
@@ -86,7 +87,12 @@ class IsolationTest : public ::testing::Test {
     agent.name = "local";
     agent.cpu_slots = 2;
     agent.host_token_file = token_file;
-    agent.member_uid_pool = TestMemberAccounts();
+    agent.member_uid_pool = accounts_;
+    // A secret in the agent's own environment, and a setting the
+    // operator passes on to jobs.
+    agent.env = {{"GDT_TEST_AGENT_SECRET", kAgentSecret},
+                 {"GDT_TEST_FOR_JOBS", "passed-on"}};
+    agent.stage_environment_passthrough = {"GDT_TEST_FOR_*"};
     ASSERT_TRUE(cluster_.StartAgent(agent).ok()) << cluster_.Logs();
     ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
     // Without a writable cgroup v2 the agent falls back to process groups,
@@ -130,6 +136,8 @@ class IsolationTest : public ::testing::Test {
     return dir;
   }
 
+  static constexpr const char* kAgentSecret = "agent-env-secret-4711";
+  std::vector<std::string> accounts_ = TestMemberAccounts();
   GdtCluster cluster_;
   std::string token_;
   std::string token_file_;
@@ -176,6 +184,192 @@ echo "member $CI_NODE_INDEX looked"
     EXPECT_THAT(log, Not(HasSubstr(token_)));
   }
   EXPECT_EQ(uids.size(), 2u) << "members of one host share an account";
+}
+
+TEST_F(IsolationTest, JobGetsABaseEnvironmentNotTheAgents) {
+  const std::string project = MakeProject(
+      "env | sort | sed 's/^/env: /'\n"
+      "echo \"path is $PATH\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string log = MemberLogOf(cluster_, 1);
+  EXPECT_THAT(log, Not(HasSubstr(kAgentSecret))) << log;
+  EXPECT_THAT(log, Not(HasSubstr("env: GDT_TEST_AGENT_SECRET"))) << log;
+  EXPECT_THAT(log, HasSubstr("env: GDT_TEST_FOR_JOBS=passed-on\n")) << log;
+  EXPECT_THAT(log, HasSubstr("env: PATH=")) << log;
+  // And what gdt and the runner set.
+  EXPECT_THAT(log, HasSubstr("env: GDT_NODE_RANK=")) << log;
+  EXPECT_THAT(log, HasSubstr("env: CI_JOB_ID=")) << log;
+}
+
+TEST_F(IsolationTest, MemberCgroupCapsItsProcessesWhereTheHostCan) {
+  const std::string project = MakeProject(
+      "d=\"$(findmnt -rn -t cgroup2 -o TARGET | head -1)$(sed -n "
+      "'s/^0:://p' /proc/self/cgroup)\"\n"
+      "echo \"pids.max is $(cat \"$d/pids.max\" 2>/dev/null || echo "
+      "absent)\"\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string log = MemberLogOf(cluster_, 1);
+  const std::string logs = cluster_.Logs();
+  if (logs.find("event=member_pids_limit_on pids_max=32768") !=
+      std::string::npos) {
+    EXPECT_THAT(log, HasSubstr("pids.max is 32768\n")) << log;
+  } else {
+    // A host whose pids controller is bound to cgroup v1: one warning at
+    // start, and members run without a limit.
+    EXPECT_THAT(log, HasSubstr("pids.max is absent\n")) << log;
+    const size_t first = logs.find("event=member_pids_limit_off");
+    ASSERT_NE(first, std::string::npos) << logs;
+    EXPECT_EQ(logs.find("event=member_pids_limit_off", first + 1),
+              std::string::npos)
+        << logs;
+  }
+}
+
+// The next members given the same pooled accounts find nothing of the
+// earlier ones outside their own directories: no file in /dev/shm or
+// /tmp, no link planted for them, no System V IPC object.
+class AccountReuseTest : public IsolationTest {
+ protected:
+  // Accounts no other test uses: a concurrent test's members must not
+  // share them (the purge leaves an account alone while it has processes).
+  void SetUp() override {
+    accounts_ = {"61011:61011", "61012:61012"};
+    tag_ = absl::StrCat("gdt-reuse-", getpid());
+    // What members of an agent that died left: the next agent removes it
+    // at start, before any member gets the account.
+    // (Without root the base skips the test.)
+    stale_ = absl::StrCat("/dev/shm/", tag_, "-stale");
+    if (geteuid() == 0) {
+      WriteFile(stale_, "left by a dead agent's member\n");
+      ASSERT_EQ(chown(stale_.c_str(), 61011, 61011), 0);
+    }
+    IsolationTest::SetUp();
+  }
+  void TearDown() override {
+    // Whatever a failed run left.
+    agent::PurgeOptions options;
+    options.roots = {"/dev/shm", "/tmp"};
+    for (uid_t uid : {61011u, 61012u}) {
+      (void)agent::PurgeAccountLeftovers(uid, uid, options);
+    }
+  }
+
+  // Rows of /proc/sysvipc/<kind> owned or created by the test accounts.
+  static int IpcObjectsOfTheAccounts() {
+    int count = 0;
+    for (const char* kind : {"shm", "sem", "msg"}) {
+      const std::vector<std::string> lines =
+          absl::StrSplit(ReadFile(absl::StrCat("/proc/sysvipc/", kind)), '\n',
+                         absl::SkipEmpty());
+      if (lines.empty()) continue;
+      const std::vector<std::string> header =
+          absl::StrSplit(lines[0], ' ', absl::SkipEmpty());
+      for (size_t row = 1; row < lines.size(); ++row) {
+        const std::vector<std::string> fields =
+            absl::StrSplit(lines[row], ' ', absl::SkipEmpty());
+        for (size_t i = 0; i < header.size() && i < fields.size(); ++i) {
+          if ((header[i] == "uid" || header[i] == "cuid") &&
+              (fields[i] == "61011" || fields[i] == "61012")) {
+            ++count;
+            break;
+          }
+        }
+      }
+    }
+    return count;
+  }
+
+  // The entries of `dir` whose names start with the tag.
+  std::vector<std::string> Left(const std::string& dir) const {
+    std::vector<std::string> left;
+    std::error_code error;
+    for (const auto& entry : fs::directory_iterator(dir, error)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(tag_, 0) == 0) left.push_back(entry.path().string());
+    }
+    return left;
+  }
+
+  std::string tag_;
+  std::string stale_;
+};
+
+TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
+  EXPECT_FALSE(fs::exists(stale_));
+  EXPECT_THAT(cluster_.Logs(),
+              ::testing::ContainsRegex("event=member_account_purged member=- "
+                                       "uid=61011 files=1 dirs=0"))
+      << cluster_.Logs();
+  const int ipc_before = IpcObjectsOfTheAccounts();
+  ASSERT_EQ(ipc_before, 0) << "objects of the test accounts from elsewhere";
+  const std::string t = tag_;
+  const std::string leave = absl::StrCat(
+      "umask 077\n"
+      "echo \"earlier-secret-$CI_JOB_ID\" > /dev/shm/",
+      t, "-$(id -u)\n", "mkdir /tmp/", t, "-dir-$(id -u) && echo x > /tmp/", t,
+      "-dir-$(id -u)/f\n", "ln -s /dev/shm/", t, "-collect-$(id -u) /tmp/", t,
+      "-trap-$(id -u)\n",
+      "ipcmk -S 4 && ipcmk -Q && ipcmk -M 4096 && echo \"ipc made\"\n",
+      "echo \"left state as uid $(id -u)\"\n");
+  CommandResult earlier =
+      cluster_.RunLocal(MakeProject(leave), "train", {}, seconds(120));
+  ASSERT_TRUE(earlier.status.success()) << earlier.output << cluster_.Logs();
+  std::set<std::string> earlier_uids;
+  static const std::regex kUid(R"(as uid (\d+)\n)");
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    EXPECT_THAT(log, HasSubstr("ipc made")) << log;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(log, match, kUid)) << log;
+    earlier_uids.insert(match[1].str());
+  }
+  EXPECT_EQ(earlier_uids, (std::set<std::string>{"61011", "61012"}));
+
+  // Teardown answered after the purge: nothing is left by now.
+  EXPECT_THAT(Left("/dev/shm"), ::testing::IsEmpty());
+  EXPECT_THAT(Left("/tmp"), ::testing::IsEmpty());
+  EXPECT_EQ(IpcObjectsOfTheAccounts(), 0);
+  for (const char* uid : {"61011", "61012"}) {
+    EXPECT_THAT(cluster_.Logs(),
+                ::testing::ContainsRegex(absl::StrCat(
+                    "event=member_account_purged member=[^ ]+ uid=", uid,
+                    " files=3 dirs=1 shm=1 sem=1 msg=1 failed=0")))
+        << cluster_.Logs();
+  }
+
+  // The later gang gets the same accounts and looks.
+  const std::string look = absl::StrCat(
+      "mark=\"found-$((1+1))\"\n"
+      "cat /dev/shm/",
+      t, "-$(id -u) 2>/dev/null && echo \"$mark-secret\"\n",
+      "echo later > /tmp/", t, "-trap-$(id -u)\n", "[ -e /dev/shm/", t,
+      "-collect-$(id -u) ] && echo \"$mark-link\"\n",
+      "[ -z \"$(ipcs -c | awk -v u=$(id -u) '$3==u || $5==u')\" ] || "
+      "echo \"$mark-ipc\"\n",
+      "echo \"looked as uid $(id -u)\"\n");
+  fs::remove_all(cluster_.run_dir());
+  CommandResult later =
+      cluster_.RunLocal(MakeProject(look), "train", {}, seconds(120));
+  ASSERT_TRUE(later.status.success()) << later.output << cluster_.Logs();
+  std::set<std::string> later_uids;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    EXPECT_THAT(log, Not(HasSubstr("found-2"))) << log;
+    EXPECT_THAT(log, Not(HasSubstr("earlier-secret"))) << log;
+    std::smatch match;
+    ASSERT_TRUE(std::regex_search(log, match, kUid)) << log;
+    later_uids.insert(match[1].str());
+  }
+  EXPECT_EQ(later_uids, earlier_uids);
+  // What the later gang wrote went with it too.
+  EXPECT_THAT(Left("/tmp"), ::testing::IsEmpty());
+  EXPECT_THAT(Left("/dev/shm"), ::testing::IsEmpty());
 }
 
 TEST_F(IsolationTest, SetsidProcessDoesNotOutliveTeardown) {

@@ -1,0 +1,270 @@
+#include "agent/isolation.h"
+
+#include <fcntl.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
+#include <sys/shm.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/temp_dir.h"
+
+namespace gdt::agent {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::Pair;
+
+// Accounts no other test uses (numeric, without a passwd entry), so that a
+// purge here never meets another test's members.
+constexpr uid_t kUid = 61021;
+constexpr uid_t kOtherUid = 61022;
+
+void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
+  std::ofstream(path) << "secret of " << uid << "\n";
+  ASSERT_EQ(chown(path.c_str(), uid, gid), 0) << path;
+  ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
+}
+
+void MakeDir(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
+  ASSERT_TRUE(fs::create_directory(path)) << path;
+  ASSERT_EQ(chown(path.c_str(), uid, gid), 0) << path;
+  ASSERT_EQ(chmod(path.c_str(), mode), 0) << path;
+}
+
+bool Exists(const std::string& path) {
+  struct stat info = {};
+  return lstat(path.c_str(), &info) == 0;
+}
+
+// System V objects made by root and handed to `uid` (as IPC_SET allows),
+// or left to root.
+int SharedMemory(uid_t uid) {
+  const int id = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0600);
+  shmid_ds info = {};
+  if (id >= 0 && shmctl(id, IPC_STAT, &info) == 0) {
+    info.shm_perm.uid = uid;
+    shmctl(id, IPC_SET, &info);
+  }
+  return id;
+}
+int Semaphores(uid_t uid) {
+  const int id = semget(IPC_PRIVATE, 2, IPC_CREAT | 0600);
+  semid_ds info = {};
+  if (id >= 0 && semctl(id, 0, IPC_STAT, &info) == 0) {
+    info.sem_perm.uid = uid;
+    semctl(id, 0, IPC_SET, &info);
+  }
+  return id;
+}
+int MessageQueue(uid_t uid) {
+  const int id = msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+  msqid_ds info = {};
+  if (id >= 0 && msgctl(id, IPC_STAT, &info) == 0) {
+    info.msg_perm.uid = uid;
+    msgctl(id, IPC_SET, &info);
+  }
+  return id;
+}
+bool ShmAlive(int id) {
+  shmid_ds info = {};
+  return shmctl(id, IPC_STAT, &info) == 0;
+}
+bool SemAlive(int id) {
+  semid_ds info = {};
+  return semctl(id, 0, IPC_STAT, &info) == 0;
+}
+bool MsgAlive(int id) {
+  msqid_ds info = {};
+  return msgctl(id, IPC_STAT, &info) == 0;
+}
+
+class PurgeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "needs root: it makes files and IPC objects of other "
+                      "accounts (CI runs the suite as root)";
+    }
+    // Like /tmp: everyone may write, the sticky bit keeps them apart.
+    MakeDir(shared_, 0, 0, 01777);
+  }
+  void TearDown() override {
+    for (int id : shm_) shmctl(id, IPC_RMID, nullptr);
+    for (int id : sem_) semctl(id, 0, IPC_RMID);
+    for (int id : msg_) msgctl(id, IPC_RMID, nullptr);
+  }
+
+  PurgeOptions Options() const {
+    PurgeOptions options;
+    options.roots = {shared_, temp_.Sub("missing")};
+    return options;
+  }
+
+  test::TempDir temp_;
+  const std::string shared_ = temp_.Sub("shared");
+  std::vector<int> shm_, sem_, msg_;
+};
+
+TEST_F(PurgeTest, RemovesWhatTheAccountLeftAndNothingElse) {
+  const std::string s = shared_ + "/";
+  Make(s + "secret", kUid, kUid, 0600);
+  // A link planted for the account's next holder; its target stays.
+  Make(s + "target", 0, 0, 0644);
+  ASSERT_EQ(symlink((s + "target").c_str(), (s + "trap").c_str()), 0);
+  ASSERT_EQ(lchown((s + "trap").c_str(), kUid, kUid), 0);
+  // The account's directory goes whole, whoever owns what is in it.
+  MakeDir(s + "mine", kUid, kUid, 0700);
+  MakeDir(s + "mine/deeper", kUid, kUid, 0700);
+  Make(s + "mine/deeper/file", kUid, kUid, 0600);
+  Make(s + "mine/roots", 0, 0, 0600);
+  // In another world-writable directory, and in one the account's group
+  // may write: found.
+  MakeDir(s + "sticky", 0, 0, 01777);
+  Make(s + "sticky/hidden", kUid, kUid, 0600);
+  MakeDir(s + "group", 0, kUid, 0770);
+  Make(s + "group/hidden", kUid, kUid, 0600);
+  // Not the account's: kept, also where the account could not have
+  // written, behind a link, or in a directory the agent keeps.
+  Make(s + "other", kOtherUid, kOtherUid, 0600);
+  MakeDir(s + "closed", 0, 0, 0755);
+  Make(s + "closed/made-by-root-for-it", kUid, kUid, 0600);
+  MakeDir(temp_.Sub("elsewhere"), 0, 0, 01777);
+  Make(temp_.Sub("elsewhere/file"), kUid, kUid, 0600);
+  ASSERT_EQ(symlink(temp_.Sub("elsewhere").c_str(), (s + "link").c_str()), 0);
+  MakeDir(s + "kept", kUid, kUid, 0700);
+  Make(s + "kept/file", kUid, kUid, 0600);
+  shm_ = {SharedMemory(kUid), SharedMemory(kOtherUid)};
+  sem_ = {Semaphores(kUid), Semaphores(kOtherUid)};
+  msg_ = {MessageQueue(kUid), MessageQueue(kOtherUid)};
+  for (int id : {shm_[0], shm_[1], sem_[0], sem_[1], msg_[0], msg_[1]}) {
+    ASSERT_GE(id, 0) << std::strerror(errno);
+  }
+  PurgeOptions options = Options();
+  options.keep = {s + "kept"};
+
+  absl::StatusOr<PurgeCounts> purged =
+      PurgeAccountLeftovers(kUid, kUid, options);
+
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_EQ(purged->live_processes, 0u);
+  EXPECT_FALSE(purged->truncated);
+  EXPECT_EQ(purged->failed, 0u);
+  // secret, trap, sticky/hidden, group/hidden, mine/deeper/file, mine/roots.
+  EXPECT_EQ(purged->files, 6u);
+  EXPECT_EQ(purged->dirs, 2u);  // mine, mine/deeper
+  EXPECT_EQ(purged->shm, 1u);
+  EXPECT_EQ(purged->sem, 1u);
+  EXPECT_EQ(purged->msg, 1u);
+  for (const char* gone :
+       {"secret", "trap", "mine", "sticky/hidden", "group/hidden"}) {
+    EXPECT_FALSE(Exists(s + gone)) << gone;
+  }
+  for (const char* kept : {"target", "sticky", "group", "other",
+                           "closed/made-by-root-for-it", "link", "kept/file"}) {
+    EXPECT_TRUE(Exists(s + kept)) << kept;
+  }
+  EXPECT_TRUE(Exists(temp_.Sub("elsewhere/file")));
+  EXPECT_FALSE(ShmAlive(shm_[0]));
+  EXPECT_FALSE(SemAlive(sem_[0]));
+  EXPECT_FALSE(MsgAlive(msg_[0]));
+  EXPECT_TRUE(ShmAlive(shm_[1]));
+  EXPECT_TRUE(SemAlive(sem_[1]));
+  EXPECT_TRUE(MsgAlive(msg_[1]));
+}
+
+TEST_F(PurgeTest, NothingGoesWhileAProcessOfTheAccountRuns) {
+  Make(shared_ + "/in-use", kUid, kUid, 0600);
+  SpawnOptions spawn;
+  spawn.argv = {"sleep", "120"};
+  spawn.die_with_parent = true;
+  spawn.capture_output = false;
+  spawn.credentials = SpawnOptions::Credentials{kUid, kUid, {}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> holder = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+
+  absl::StatusOr<PurgeCounts> busy =
+      PurgeAccountLeftovers(kUid, kUid, Options());
+
+  ASSERT_TRUE(busy.ok()) << busy.status();
+  EXPECT_EQ(busy->live_processes, 1u);
+  EXPECT_EQ(busy->files, 0u);
+  EXPECT_TRUE(Exists(shared_ + "/in-use"));
+  // Once it is gone (a zombie counts as gone), the purge proceeds.
+  (*holder)->Terminate(std::chrono::milliseconds(0));
+  absl::StatusOr<PurgeCounts> done =
+      PurgeAccountLeftovers(kUid, kUid, Options());
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->live_processes, 0u);
+  EXPECT_EQ(done->files, 1u);
+  EXPECT_FALSE(Exists(shared_ + "/in-use"));
+}
+
+TEST_F(PurgeTest, TheWalkIsBounded) {
+  for (int i = 0; i < 20; ++i) {
+    Make(shared_ + "/f" + std::to_string(i), kUid, kUid, 0600);
+  }
+  PurgeOptions options = Options();
+  options.max_entries = 5;
+  options.sysv_ipc = false;
+
+  absl::StatusOr<PurgeCounts> purged =
+      PurgeAccountLeftovers(kUid, kUid, options);
+
+  ASSERT_TRUE(purged.ok()) << purged.status();
+  EXPECT_TRUE(purged->truncated);
+  EXPECT_EQ(purged->files, 5u);
+}
+
+TEST(PurgeRefusalTest, NeverRootNorTheCallersOwnAccount) {
+  EXPECT_EQ(PurgeAccountLeftovers(0, 0, PurgeOptions{}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PurgeAccountLeftovers(geteuid(), getegid(), PurgeOptions{})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(StageBaseEnvironmentTest, KeepsTheBasicsAndWhatIsPassedThrough) {
+  const std::map<std::string, std::string> agent = {
+      {"PATH", "/usr/bin:/bin"},
+      {"HOME", "/root"},
+      {"LANG", "C.UTF-8"},
+      {"LC_ALL", "C"},
+      {"TZ", "UTC"},
+      {"AWS_SECRET_ACCESS_KEY", "agent-secret"},
+      {"GDT_LOG_LEVEL", "debug"},
+      {"NCCL_SOCKET_IFNAME", "eth0"},
+      {"NCCL_IB_DISABLE", "1"},
+      {"LD_LIBRARY_PATH", "/usr/local/cuda/lib64"},
+      {"LD_PRELOAD", "/evil.so"}};
+
+  EXPECT_THAT(StageBaseEnvironment(agent, {}),
+              ElementsAre(Pair("HOME", "/root"), Pair("LANG", "C.UTF-8"),
+                          Pair("LC_ALL", "C"), Pair("PATH", "/usr/bin:/bin"),
+                          Pair("TZ", "UTC")));
+  EXPECT_THAT(
+      StageBaseEnvironment(agent, {"NCCL_*", "LD_LIBRARY_PATH", "NOT_SET"}),
+      ElementsAre(
+          Pair("HOME", "/root"), Pair("LANG", "C.UTF-8"), Pair("LC_ALL", "C"),
+          Pair("LD_LIBRARY_PATH", "/usr/local/cuda/lib64"),
+          Pair("NCCL_IB_DISABLE", "1"), Pair("NCCL_SOCKET_IFNAME", "eth0"),
+          Pair("PATH", "/usr/bin:/bin"), Pair("TZ", "UTC")));
+}
+
+}  // namespace
+}  // namespace gdt::agent
