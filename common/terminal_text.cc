@@ -65,7 +65,9 @@ std::string TerminalSafe(absl::string_view text) {
     uint32_t c = 0;
     const size_t length = DecodeUtf8(text.substr(i), &c);
     if (length == 0) {
-      absl::StrAppendFormat(&out, "\\x%02x", static_cast<unsigned>(static_cast<uint8_t>(text[i])));
+      absl::StrAppendFormat(
+          &out, "\\x%02x",
+          static_cast<unsigned>(static_cast<uint8_t>(text[i])));
       ++i;
       continue;
     }

@@ -18,14 +18,15 @@ TEST(TerminalTextTest, ControlsBecomeVisibleEscapes) {
             "\\x1b]0;pwned\\x07\\x1b[2J\\x7f");
   EXPECT_EQ(TerminalSafe(std::string("nul\0x", 5)), "nul\\x00x");
   // C1 CSI, a line separator and a right-to-left override.
-  EXPECT_EQ(TerminalSafe("\xc2\x9b" "2J \xe2\x80\xa8 \xe2\x80\xae"),
+  EXPECT_EQ(TerminalSafe("\xc2\x9b"
+                         "2J \xe2\x80\xa8 \xe2\x80\xae"),
             "\\u009b2J \\u2028 \\u202e");
 }
 
 TEST(TerminalTextTest, BytesThatAreNotUtf8BecomeHexEscapes) {
   EXPECT_EQ(TerminalSafe("\xff"), "\\xff");
-  EXPECT_EQ(TerminalSafe("caf\xc3"), "caf\\xc3");          // Cut in half.
-  EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");       // Overlong.
+  EXPECT_EQ(TerminalSafe("caf\xc3"), "caf\\xc3");              // Cut in half.
+  EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");           // Overlong.
   EXPECT_EQ(TerminalSafe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // Surrogate.
   const std::string once = TerminalSafe("\x1b[31m\xff\n");
   EXPECT_EQ(TerminalSafe(once), once);
@@ -34,7 +35,9 @@ TEST(TerminalTextTest, BytesThatAreNotUtf8BecomeHexEscapes) {
 TEST(TerminalTextTest, WidthAndTruncationCountCharacters) {
   EXPECT_EQ(DisplayWidth("abc"), 3u);
   EXPECT_EQ(DisplayWidth("日本語🚀"), 4u);
-  EXPECT_EQ(DisplayWidth("\xff" "a"), 2u);
+  EXPECT_EQ(DisplayWidth("\xff"
+                         "a"),
+            2u);
   EXPECT_EQ(TruncateDisplay("日本語🚀", 4), "日本語🚀");
   EXPECT_EQ(TruncateDisplay("日本語🚀🚀", 4), "日...");
   EXPECT_EQ(TruncateDisplay("ééééé", 3), "ééé");

@@ -39,8 +39,8 @@ absl::StatusOr<std::string> RunCancelCommand(
       client.CancelGang(request, std::chrono::seconds(5));
   if (root_cause.ok()) {
     // The root cause quotes the reason as given: one safe line.
-    return absl::StrCat(force ? "forced: " : "cancelled: ",
-                        TerminalSafe(*root_cause), "\n");
+    return absl::StrCat(
+        force ? "forced: " : "cancelled: ", TerminalSafe(*root_cause), "\n");
   }
   return CommandError(endpoint, root_cause.status());
 }

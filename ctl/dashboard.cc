@@ -54,8 +54,8 @@ std::string HostOfHeader(const std::string& header) {
   std::string host = absl::AsciiStrToLower(header);
   if (!host.empty() && host.front() == '[') {
     const size_t close = host.find(']');
-    host = close == std::string::npos ? host.substr(1)
-                                      : host.substr(1, close - 1);
+    host =
+        close == std::string::npos ? host.substr(1) : host.substr(1, close - 1);
   } else if (const size_t colon = host.rfind(':');
              colon != std::string::npos && host.find(':') == colon) {
     host.resize(colon);
@@ -88,11 +88,9 @@ int HttpStatusOf(const absl::Status& status) {
   }
 }
 
-
 // GET /api/status: the reader checked, then one status page as JSON.
 void ServeStatus(const DashboardAccess& access, const std::string& bound_host,
-                 const Dashboard::Fetch& fetch,
-                 const httplib::Request& request,
+                 const Dashboard::Fetch& fetch, const httplib::Request& request,
                  httplib::Response& response) {
   const absl::Status allowed = CheckDashboardReader(
       access,
@@ -149,16 +147,14 @@ absl::Status CheckDashboardReader(const DashboardAccess& access,
                          request.authorization.rfind(kBearer, 0) == 0;
   const bool configured = !access.admin_token_sha256.empty();
   if (configured && has_token &&
-      SameSecret(
-          SecretSha256Hex(request.authorization.substr(kBearer.size())),
-          access.admin_token_sha256)) {
+      SameSecret(SecretSha256Hex(request.authorization.substr(kBearer.size())),
+                 access.admin_token_sha256)) {
     return absl::OkStatus();
   }
   const bool loopback_peer = IsLoopbackHttpPeer(request.remote_addr);
-  const bool open =
-      !configured || access.status_without_token == "anyone" ||
-      (access.status_without_token == "loopback" && loopback_peer &&
-       !request.forwarded);
+  const bool open = !configured || access.status_without_token == "anyone" ||
+                    (access.status_without_token == "loopback" &&
+                     loopback_peer && !request.forwarded);
   if (!open) {
     if (!has_token) {
       return absl::UnauthenticatedError(
@@ -195,9 +191,8 @@ std::string DashboardExposureWarning(const std::string& address,
       "the dashboard on ", address,
       " shows the cluster's status (job, host and pipeline names) over plain "
       "HTTP to every client that can reach it",
-      access.admin_token_sha256.empty()
-          ? " (no admin_token_file)"
-          : " (status_without_token: anyone)",
+      access.admin_token_sha256.empty() ? " (no admin_token_file)"
+                                        : " (status_without_token: anyone)",
       ": bind dashboard_address to 127.0.0.1 and use an SSH tunnel, or set "
       "admin_token_file and keep status_without_token at loopback or nobody");
 }

@@ -1,6 +1,10 @@
 #include "ctl/dashboard.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -9,11 +13,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "common/subprocess.h"
 #include "ctl/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
 
 namespace gdt::ctl {
 namespace {
@@ -221,8 +227,8 @@ DashboardRequest From(const std::string& peer,
 
 TEST(DashboardTest, ReadersFollowTheStatusRule) {
   const DashboardAccess open;
-  EXPECT_TRUE(CheckDashboardReader(open, From("10.1.2.3", "", "coord:8481"))
-                  .ok());
+  EXPECT_TRUE(
+      CheckDashboardReader(open, From("10.1.2.3", "", "coord:8481")).ok());
   const DashboardAccess loopback{SecretSha256Hex("t"), "loopback"};
   EXPECT_TRUE(CheckDashboardReader(loopback, From("127.0.0.1")).ok());
   EXPECT_TRUE(CheckDashboardReader(loopback, From("::1")).ok());
@@ -231,7 +237,8 @@ TEST(DashboardTest, ReadersFollowTheStatusRule) {
             absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(CheckDashboardReader(loopback, From("10.1.2.3", "Bearer x")).code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(CheckDashboardReader(loopback, From("10.1.2.3", "Bearer t")).ok());
+  EXPECT_TRUE(
+      CheckDashboardReader(loopback, From("10.1.2.3", "Bearer t")).ok());
   const DashboardAccess anyone{SecretSha256Hex("t"), "anyone"};
   EXPECT_TRUE(CheckDashboardReader(anyone, From("10.1.2.3")).ok());
 }
@@ -240,12 +247,12 @@ TEST(DashboardTest, ReadersFollowTheStatusRule) {
 // on says so, and its readers need the token as any remote reader does.
 TEST(DashboardTest, AProxiedRequestIsNotALoopbackReader) {
   const DashboardAccess loopback{SecretSha256Hex("t"), "loopback"};
-  EXPECT_EQ(CheckDashboardReader(
-                loopback, From("127.0.0.1", "", "coord.example", true))
+  EXPECT_EQ(CheckDashboardReader(loopback,
+                                 From("127.0.0.1", "", "coord.example", true))
                 .code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_TRUE(CheckDashboardReader(
-                  loopback, From("127.0.0.1", "Bearer t", "coord.example", true))
+  EXPECT_TRUE(CheckDashboardReader(loopback, From("127.0.0.1", "Bearer t",
+                                                  "coord.example", true))
                   .ok());
 
   absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
@@ -271,10 +278,9 @@ TEST(DashboardTest, WithoutATokenOnlyALoopbackHostIsServedToLoopback) {
   for (const DashboardAccess& access :
        {DashboardAccess{}, DashboardAccess{SecretSha256Hex("t"), "loopback"},
         DashboardAccess{SecretSha256Hex("t"), "anyone"}}) {
-    for (const char* host :
-         {"localhost", "localhost:8481", "LOCALHOST.:1", "app.localhost:80",
-          "127.0.0.1", "127.1.2.3:8481", "[::1]:8481", "[::1]",
-          "coord.internal:9000"}) {
+    for (const char* host : {"localhost", "localhost:8481", "LOCALHOST.:1",
+                             "app.localhost:80", "127.0.0.1", "127.1.2.3:8481",
+                             "[::1]:8481", "[::1]", "coord.internal:9000"}) {
       EXPECT_TRUE(CheckDashboardReader(access, From("127.0.0.1", "", host),
                                        "coord.internal")
                       .ok())
@@ -283,8 +289,8 @@ TEST(DashboardTest, WithoutATokenOnlyALoopbackHostIsServedToLoopback) {
     for (const char* host :
          {"attacker.example", "attacker.example:8481", "127.0.0.1.nip.io",
           "localhost.attacker.example", "[::2]:80", "0.0.0.0:8481"}) {
-      const absl::Status refused = CheckDashboardReader(
-          access, From("127.0.0.1", "", host), "0.0.0.0");
+      const absl::Status refused =
+          CheckDashboardReader(access, From("127.0.0.1", "", host), "0.0.0.0");
       EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << host;
       EXPECT_THAT(refused.message(), HasSubstr("DNS rebinding")) << host;
     }
@@ -322,8 +328,8 @@ TEST(DashboardTest, WithoutATokenOnlyALoopbackHostIsServedToLoopback) {
 TEST(DashboardTest, QueryValuesThatAreNotUtf8AreA400NamingTheParameter) {
   absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
       "127.0.0.1:0", {},
-      [](uint32_t, const std::string& token)
-          -> absl::StatusOr<v1::GetStatusResponse> {
+      [](uint32_t,
+         const std::string& token) -> absl::StatusOr<v1::GetStatusResponse> {
         // As the coordinator does: quote the first 64 bytes of the token.
         if (!token.empty()) {
           return absl::InvalidArgumentError(
@@ -334,10 +340,11 @@ TEST(DashboardTest, QueryValuesThatAreNotUtf8AreA400NamingTheParameter) {
       });
   ASSERT_TRUE(dashboard.ok()) << dashboard.status();
   httplib::Client client = ClientFor(**dashboard);
+  // Longer than the 32 and 64 bytes the messages quote, cut mid-character
+  // when counted in bytes.
   std::string cut_limit = "a";
-  for (int i = 0; i < 20; ++i) cut_limit += "%C3%A9";
-  std::string cut_token;
-  for (int i = 0; i < 40; ++i) cut_token += "%C3%A9";
+  for (int i = 0; i < 40; ++i) cut_limit += "%C3%A9";
+  const std::string cut_token = cut_limit;
   for (const auto& [query, parameter] :
        {std::pair<std::string, std::string>{"limit=%ff", "limit '"},
         {"limit=" + cut_limit, "limit '"},
@@ -388,6 +395,56 @@ TEST(DashboardTest, AnAddressOpenToTheNetworkWithoutATokenIsWarnedAbout) {
   EXPECT_EQ(open.find('\n'), std::string::npos);
   EXPECT_THAT(DashboardExposureWarning("10.0.0.5:8481", anyone),
               HasSubstr("status_without_token: anyone"));
+}
+
+std::string FindChromium() {
+  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                           "/usr/local/bin/chromium"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// In a real browser: a #token= that is not valid %-encoding is reported on
+// the page as a refused token is, instead of leaving it at "connecting".
+TEST(DashboardTest, ChromiumReportsAMalformedTokenInTheAddress) {
+  const std::string chromium = FindChromium();
+  ASSERT_FALSE(chromium.empty())
+      << "chromium is missing: scripts/setup.sh installs it";
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {SecretSha256Hex("s3cret"), "nobody"},
+      [](uint32_t, const std::string&) { return OneHostOneGang(); });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  test::TempDir dir;
+  SpawnOptions options;
+  options.argv = {chromium,
+                  "--headless=new",
+                  "--no-sandbox",
+                  "--disable-gpu",
+                  "--no-first-run",
+                  "--disable-extensions",
+                  "--disable-background-networking",
+                  "--user-data-dir=" + dir.Sub("profile"),
+                  "--virtual-time-budget=5000",
+                  "--dump-dom",
+                  (*dashboard)->url() + "#token=%E0%A4%A"};
+  options.env = {{"HOME", dir.path()},
+                 {"PATH", "/usr/local/bin:/usr/bin:/bin"}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> browser =
+      Subprocess::Spawn(options);
+  ASSERT_TRUE(browser.ok()) << browser.status();
+  std::string dom;
+  std::string log;
+  const std::optional<ExitStatus> exit = (*browser)->WaitUntil(
+      std::chrono::steady_clock::now() + std::chrono::seconds(90),
+      [&](OutputSource source, std::string_view chunk) {
+        (source == OutputSource::kStdout ? dom : log).append(chunk);
+      });
+  ASSERT_TRUE(exit.has_value()) << "chromium did not finish\n" << log;
+  ASSERT_TRUE(exit->success()) << log;
+  EXPECT_THAT(dom, HasSubstr("the token in the address is malformed")) << dom;
+  EXPECT_THAT(dom, HasSubstr("data-state=\"error\"")) << dom;
+  EXPECT_THAT(dom, ::testing::Not(HasSubstr("gpu-01"))) << dom;
 }
 
 TEST(DashboardTest, BadOrBusyAddressesAreOneClearError) {

@@ -113,7 +113,9 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
          {"runner_slots", host.host().runner_slots()},  // 0 = not declared.
          {"last_heartbeat_unix_ms", host.last_heartbeat_unix_ms()}});
   }
-  return nlohmann::json{{"hosts", hosts}}.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return nlohmann::json{{"hosts", hosts}}.dump(
+             2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<std::string> RunHostsList(

@@ -501,7 +501,9 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
 }
 
 std::string RenderGangJson(const v1::GangStatus& gang) {
-  return GangJson(gang).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return GangJson(gang).dump(2, ' ', false,
+                             nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
@@ -549,7 +551,9 @@ std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
       {"gangs", gangs},
       {"recent_failures", failures},
   };
-  return document.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  return document.dump(2, ' ', false,
+                       nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,

@@ -222,10 +222,9 @@ v1::GetStatusResponse HostileStatus() {
                                  v1::GANG_STATE_FAILED, 2, kNow - 5000);
   gang->mutable_key()->set_group_name("ansi\x1b[31mRED");
   gang->set_reason("cancelled by operator: \x1b]0;pwned\x07\nFAKE row");
-  AddMember(gang, 1, 0)->set_job_name(
-      "evil\n  member 9/9  job 666  present  FAKE 1/2");
-  const std::string wide =
-      "üñí©ødé-日本語-🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀";
+  AddMember(gang, 1, 0)
+      ->set_job_name("evil\n  member 9/9  job 666  present  FAKE 1/2");
+  const std::string wide = "üñí©ødé-日本語-🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀";
   AddGang(status, wide + wide, v1::GANG_STATE_RUNNING, 1, kNow - 1000);
   v1::HostStatus* wide_host = status.add_hosts();
   wide_host->mutable_host()->set_name(wide);
