@@ -204,8 +204,8 @@ absl::StatusOr<std::unique_ptr<Dashboard>> Dashboard::Start(
   std::string bound_host = parsed.ok() ? parsed->host : "";
   if (const std::string warning = DashboardExposureWarning(address, access);
       !warning.empty()) {
-    spdlog::warn("event=dashboard_open_to_network address={} {}", address,
-                 warning);
+    spdlog::warn("event=dashboard_open_to_network address={} reason={}",
+                 address, warning);
   }
   std::vector<HttpServer::Route> routes;
   for (const DashboardAsset& asset : DashboardAssets()) {
