@@ -16,6 +16,7 @@
 #include "common/retry_after.h"
 #include "common/secret.h"
 #include "common/status_macros.h"
+#include "common/terminal_text.h"
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
 #include "rendezvous/grpc_status.h"
@@ -196,7 +197,7 @@ absl::StatusOr<std::pair<size_t, size_t>> PageStart(
     const Snapshot& snapshot, const std::string& page_token) {
   if (page_token.empty()) return std::pair<size_t, size_t>{0, 0};
   const absl::Status bad = absl::InvalidArgumentError(
-      absl::StrCat("page_token '", page_token.substr(0, 64),
+      absl::StrCat("page_token '", TruncateDisplay(page_token, 64),
                    "' is not one this coordinator's GetStatus issued"));
   if (page_token.size() < 3 || page_token[1] != ':') return bad;
   const std::string rest = page_token.substr(2);

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "common/terminal_text.h"
 #include "ctl/admin_token.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/grpc_status.h"
@@ -37,7 +38,9 @@ absl::StatusOr<std::string> RunCancelCommand(
   absl::StatusOr<std::string> root_cause =
       client.CancelGang(request, std::chrono::seconds(5));
   if (root_cause.ok()) {
-    return absl::StrCat(force ? "forced: " : "cancelled: ", *root_cause, "\n");
+    // The root cause quotes the reason as given: one safe line.
+    return absl::StrCat(
+        force ? "forced: " : "cancelled: ", TerminalSafe(*root_cause), "\n");
   }
   return CommandError(endpoint, root_cause.status());
 }
@@ -81,7 +84,7 @@ absl::StatusOr<std::string> RunGangsGcCommand(
   if (ended->empty()) return std::string("no abandoned forming gangs\n");
   std::string out;
   for (const std::string& id : *ended) {
-    absl::StrAppend(&out, "ended forming gang ", id,
+    absl::StrAppend(&out, "ended forming gang ", TerminalSafe(id),
                     ": no member was present\n");
   }
   return out;

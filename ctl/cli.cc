@@ -16,6 +16,7 @@
 #include "common/exit_code.h"
 #include "common/file.h"
 #include "common/stop_signals.h"
+#include "common/terminal_text.h"
 #include "ctl/admin_token.h"
 #include "ctl/cancel.h"
 #include "ctl/hosts.h"
@@ -27,7 +28,8 @@ namespace gdt::ctl {
 namespace {
 
 int Fail(int code, const std::string& message) {
-  std::fprintf(stderr, "gdt-coord: %s\n", message.c_str());
+  // Messages may quote names and reasons others chose.
+  std::fprintf(stderr, "gdt-coord: %s\n", TerminalSafe(message).c_str());
   return code;
 }
 

@@ -22,12 +22,32 @@ struct DashboardAccess {
   std::string status_without_token = "loopback";
 };
 
+// What CheckDashboardReader needs of a request.
+struct DashboardRequest {
+  std::string remote_addr;    // The TCP peer, as cpp-httplib reports it.
+  std::string authorization;  // The Authorization header; may be empty.
+  std::string host;           // The Host header; may be empty.
+  // The request carries X-Forwarded-For, X-Real-IP or Forwarded: a proxy
+  // passed it on, so a loopback peer does not mean a reader on this machine.
+  bool forwarded = false;
+};
+
 // Ok, or Unauthenticated (no "Bearer" token given where one is needed) or
-// PermissionDenied (a wrong one) for a request from `remote_addr` carrying
-// the Authorization header value `authorization`.
+// PermissionDenied (a wrong one). A valid token is always enough. A reader
+// let in without one from a loopback peer must name this machine in Host
+// (localhost, a 127.x address, [::1], with any port) or `bound_host` (the
+// host of dashboard_address), else PermissionDenied: a web page the
+// operator visits cannot read the status through DNS rebinding.
 absl::Status CheckDashboardReader(const DashboardAccess& access,
-                                  const std::string& remote_addr,
-                                  const std::string& authorization);
+                                  const DashboardRequest& request,
+                                  const std::string& bound_host = "");
+
+// The warning the coordinator logs at start when `address` (host:port)
+// lets other machines read the status without a token (no admin token, or
+// status_without_token "anyone", on an address other than loopback); empty
+// when there is nothing to warn about.
+std::string DashboardExposureWarning(const std::string& address,
+                                     const DashboardAccess& access);
 
 // gdt-coord's read-only web dashboard: a page (HTML, CSS and JavaScript
 // built into the binary; nothing is fetched from elsewhere, so it works on

@@ -1,16 +1,25 @@
 #include "ctl/dashboard.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "common/subprocess.h"
 #include "ctl/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
+#include "testing/temp_dir.h"
 
 namespace gdt::ctl {
 namespace {
@@ -36,6 +45,10 @@ v1::GetStatusResponse OneHostOneGang() {
   member->add_gpu_indices(1);
   member->set_present(true);
   return status;
+}
+
+size_t Count(const std::string& text, char c) {
+  return static_cast<size_t>(std::count(text.begin(), text.end(), c));
 }
 
 httplib::Client ClientFor(const Dashboard& dashboard) {
@@ -205,20 +218,233 @@ TEST(DashboardTest, StatusIsPagedWithLimitAndPageToken) {
       HasSubstr("page_token 'x'"));
 }
 
+DashboardRequest From(const std::string& peer,
+                      const std::string& authorization = "",
+                      const std::string& host = "127.0.0.1:8481",
+                      bool forwarded = false) {
+  return {peer, authorization, host, forwarded};
+}
+
 TEST(DashboardTest, ReadersFollowTheStatusRule) {
   const DashboardAccess open;
-  EXPECT_TRUE(CheckDashboardReader(open, "10.1.2.3", "").ok());
+  EXPECT_TRUE(
+      CheckDashboardReader(open, From("10.1.2.3", "", "coord:8481")).ok());
   const DashboardAccess loopback{SecretSha256Hex("t"), "loopback"};
-  EXPECT_TRUE(CheckDashboardReader(loopback, "127.0.0.1", "").ok());
-  EXPECT_TRUE(CheckDashboardReader(loopback, "::1", "").ok());
-  EXPECT_TRUE(CheckDashboardReader(loopback, "::ffff:127.0.0.1", "").ok());
-  EXPECT_EQ(CheckDashboardReader(loopback, "10.1.2.3", "").code(),
+  EXPECT_TRUE(CheckDashboardReader(loopback, From("127.0.0.1")).ok());
+  EXPECT_TRUE(CheckDashboardReader(loopback, From("::1")).ok());
+  EXPECT_TRUE(CheckDashboardReader(loopback, From("::ffff:127.0.0.1")).ok());
+  EXPECT_EQ(CheckDashboardReader(loopback, From("10.1.2.3")).code(),
             absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(CheckDashboardReader(loopback, "10.1.2.3", "Bearer x").code(),
+  EXPECT_EQ(CheckDashboardReader(loopback, From("10.1.2.3", "Bearer x")).code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(CheckDashboardReader(loopback, "10.1.2.3", "Bearer t").ok());
+  EXPECT_TRUE(
+      CheckDashboardReader(loopback, From("10.1.2.3", "Bearer t")).ok());
   const DashboardAccess anyone{SecretSha256Hex("t"), "anyone"};
-  EXPECT_TRUE(CheckDashboardReader(anyone, "10.1.2.3", "").ok());
+  EXPECT_TRUE(CheckDashboardReader(anyone, From("10.1.2.3")).ok());
+}
+
+// A proxy on the coordinator's host connects from loopback: what it passes
+// on says so, and its readers need the token as any remote reader does.
+TEST(DashboardTest, AProxiedRequestIsNotALoopbackReader) {
+  const DashboardAccess loopback{SecretSha256Hex("t"), "loopback"};
+  EXPECT_EQ(CheckDashboardReader(loopback,
+                                 From("127.0.0.1", "", "coord.example", true))
+                .code(),
+            absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(CheckDashboardReader(loopback, From("127.0.0.1", "Bearer t",
+                                                  "coord.example", true))
+                  .ok());
+
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", loopback,
+      [](uint32_t, const std::string&) { return OneHostOneGang(); });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  httplib::Client client = ClientFor(**dashboard);
+  for (const char* header : {"X-Forwarded-For", "X-Real-IP", "Forwarded"}) {
+    httplib::Result proxied =
+        client.Get("/api/status", {{header, "for=203.0.113.9"}});
+    ASSERT_TRUE(proxied);
+    EXPECT_EQ(proxied->status, 401) << header;
+    EXPECT_THAT(proxied->body, ::testing::Not(HasSubstr("gpu-01"))) << header;
+  }
+  httplib::Result direct = client.Get("/api/status");
+  ASSERT_TRUE(direct);
+  EXPECT_EQ(direct->status, 200);
+}
+
+// DNS rebinding: a page from attacker.example that resolves to 127.0.0.1
+// reaches the dashboard from loopback but names its own host.
+TEST(DashboardTest, WithoutATokenOnlyALoopbackHostIsServedToLoopback) {
+  for (const DashboardAccess& access :
+       {DashboardAccess{}, DashboardAccess{SecretSha256Hex("t"), "loopback"},
+        DashboardAccess{SecretSha256Hex("t"), "anyone"}}) {
+    for (const char* host : {"localhost", "localhost:8481", "LOCALHOST.:1",
+                             "app.localhost:80", "127.0.0.1", "127.1.2.3:8481",
+                             "[::1]:8481", "[::1]", "coord.internal:9000"}) {
+      EXPECT_TRUE(CheckDashboardReader(access, From("127.0.0.1", "", host),
+                                       "coord.internal")
+                      .ok())
+          << host;
+    }
+    for (const char* host :
+         {"attacker.example", "attacker.example:8481", "127.0.0.1.nip.io",
+          "localhost.attacker.example", "[::2]:80", "0.0.0.0:8481"}) {
+      const absl::Status refused =
+          CheckDashboardReader(access, From("127.0.0.1", "", host), "0.0.0.0");
+      EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied) << host;
+      EXPECT_THAT(refused.message(), HasSubstr("DNS rebinding")) << host;
+    }
+  }
+  // A valid token is enough whatever the Host.
+  const DashboardAccess loopback{SecretSha256Hex("t"), "loopback"};
+  EXPECT_TRUE(CheckDashboardReader(
+                  loopback, From("127.0.0.1", "Bearer t", "attacker.example"))
+                  .ok());
+  // Remote readers name the machine as they know it.
+  EXPECT_TRUE(CheckDashboardReader(DashboardAccess{},
+                                   From("10.1.2.3", "", "coord.example:8481"))
+                  .ok());
+
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {},
+      [](uint32_t, const std::string&) { return OneHostOneGang(); });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  httplib::Client client = ClientFor(**dashboard);
+  httplib::Result rebound =
+      client.Get("/api/status", {{"Host", "attacker.example:80"}});
+  ASSERT_TRUE(rebound);
+  EXPECT_EQ(rebound->status, 403);
+  EXPECT_THAT(rebound->body, ::testing::Not(HasSubstr("gpu-01")));
+  EXPECT_EQ(Count(rebound->body, '\n'), 1u) << rebound->body;
+  EXPECT_THAT(nlohmann::json::parse(rebound->body)["error"].get<std::string>(),
+              HasSubstr("'attacker.example:80'"));
+  httplib::Result local = client.Get("/api/status", {{"Host", "localhost"}});
+  ASSERT_TRUE(local);
+  EXPECT_EQ(local->status, 200);
+}
+
+// Query values need not be UTF-8, and errors may quote them: every answer
+// is a JSON line naming the parameter, never an empty 500.
+TEST(DashboardTest, QueryValuesThatAreNotUtf8AreA400NamingTheParameter) {
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {},
+      [](uint32_t,
+         const std::string& token) -> absl::StatusOr<v1::GetStatusResponse> {
+        // As the coordinator does: quote the first 64 bytes of the token.
+        if (!token.empty()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("page_token '", token.substr(0, 64),
+                           "' is not one this coordinator's GetStatus issued"));
+        }
+        return OneHostOneGang();
+      });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  httplib::Client client = ClientFor(**dashboard);
+  // Longer than the 32 and 64 bytes the messages quote, cut mid-character
+  // when counted in bytes.
+  std::string cut_limit = "a";
+  for (int i = 0; i < 40; ++i) cut_limit += "%C3%A9";
+  const std::string cut_token = cut_limit;
+  for (const auto& [query, parameter] :
+       {std::pair<std::string, std::string>{"limit=%ff", "limit '"},
+        {"limit=" + cut_limit, "limit '"},
+        {"page_token=%ff", "page_token '"},
+        {"page_token=" + cut_token, "page_token '"},
+        {"limit=%1b%5b2J", "limit '"}}) {
+    httplib::Result answer = client.Get("/api/status?" + query);
+    ASSERT_TRUE(answer) << query;
+    EXPECT_EQ(answer->status, 400) << query;
+    EXPECT_FALSE(answer->has_header("EXCEPTION_WHAT")) << query;
+    EXPECT_EQ(Count(answer->body, '\n'), 1u) << answer->body;
+    const nlohmann::json error = nlohmann::json::parse(answer->body);
+    EXPECT_THAT(error["error"].get<std::string>(), HasSubstr(parameter))
+        << query;
+  }
+}
+
+TEST(DashboardTest, AnExceptionInAHandlerIsA500JsonLine) {
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {},
+      [](uint32_t,
+         const std::string&) -> absl::StatusOr<v1::GetStatusResponse> {
+        throw std::runtime_error("secret internals");
+      });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  httplib::Client client = ClientFor(**dashboard);
+  httplib::Result answer = client.Get("/api/status");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 500);
+  EXPECT_FALSE(answer->has_header("EXCEPTION_WHAT"));
+  EXPECT_THAT(answer->body, ::testing::Not(HasSubstr("secret internals")));
+  EXPECT_THAT(nlohmann::json::parse(answer->body)["error"].get<std::string>(),
+              HasSubstr("could not answer"));
+}
+
+TEST(DashboardTest, AnAddressOpenToTheNetworkWithoutATokenIsWarnedAbout) {
+  const DashboardAccess none;
+  const DashboardAccess token{SecretSha256Hex("t"), "loopback"};
+  const DashboardAccess anyone{SecretSha256Hex("t"), "anyone"};
+  EXPECT_EQ(DashboardExposureWarning("127.0.0.1:8481", none), "");
+  EXPECT_EQ(DashboardExposureWarning("localhost:8481", anyone), "");
+  EXPECT_EQ(DashboardExposureWarning("[::1]:8481", none), "");
+  EXPECT_EQ(DashboardExposureWarning("0.0.0.0:8481", token), "");
+  const std::string open = DashboardExposureWarning("0.0.0.0:8481", none);
+  EXPECT_THAT(open, HasSubstr("0.0.0.0:8481"));
+  EXPECT_THAT(open, HasSubstr("no admin_token_file"));
+  EXPECT_THAT(open, HasSubstr("plain HTTP"));
+  EXPECT_EQ(open.find('\n'), std::string::npos);
+  EXPECT_THAT(DashboardExposureWarning("10.0.0.5:8481", anyone),
+              HasSubstr("status_without_token: anyone"));
+}
+
+std::string FindChromium() {
+  for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                           "/usr/local/bin/chromium"}) {
+    if (access(path, X_OK) == 0) return path;
+  }
+  return "";
+}
+
+// In a real browser: a #token= that is not valid %-encoding is reported on
+// the page as a refused token is, instead of leaving it at "connecting".
+TEST(DashboardTest, ChromiumReportsAMalformedTokenInTheAddress) {
+  const std::string chromium = FindChromium();
+  ASSERT_FALSE(chromium.empty())
+      << "chromium is missing: scripts/setup.sh installs it";
+  absl::StatusOr<std::unique_ptr<Dashboard>> dashboard = Dashboard::Start(
+      "127.0.0.1:0", {SecretSha256Hex("s3cret"), "nobody"},
+      [](uint32_t, const std::string&) { return OneHostOneGang(); });
+  ASSERT_TRUE(dashboard.ok()) << dashboard.status();
+  test::TempDir dir;
+  SpawnOptions options;
+  options.argv = {chromium,
+                  "--headless=new",
+                  "--no-sandbox",
+                  "--disable-gpu",
+                  "--no-first-run",
+                  "--disable-extensions",
+                  "--disable-background-networking",
+                  "--user-data-dir=" + dir.Sub("profile"),
+                  "--virtual-time-budget=5000",
+                  "--dump-dom",
+                  (*dashboard)->url() + "#token=%E0%A4%A"};
+  options.env = {{"HOME", dir.path()},
+                 {"PATH", "/usr/local/bin:/usr/bin:/bin"}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> browser =
+      Subprocess::Spawn(options);
+  ASSERT_TRUE(browser.ok()) << browser.status();
+  std::string dom;
+  std::string log;
+  const std::optional<ExitStatus> exit = (*browser)->WaitUntil(
+      std::chrono::steady_clock::now() + std::chrono::seconds(90),
+      [&](OutputSource source, std::string_view chunk) {
+        (source == OutputSource::kStdout ? dom : log).append(chunk);
+      });
+  ASSERT_TRUE(exit.has_value()) << "chromium did not finish\n" << log;
+  ASSERT_TRUE(exit->success()) << log;
+  EXPECT_THAT(dom, HasSubstr("the token in the address is malformed")) << dom;
+  EXPECT_THAT(dom, HasSubstr("data-state=\"error\"")) << dom;
+  EXPECT_THAT(dom, ::testing::Not(HasSubstr("gpu-01"))) << dom;
 }
 
 TEST(DashboardTest, BadOrBusyAddressesAreOneClearError) {

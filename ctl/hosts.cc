@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/exit_code.h"
+#include "common/terminal_text.h"
 #include "ctl/admin_token.h"
 #include "ctl/status.h"
 #include "nlohmann/json.hpp"
@@ -59,10 +60,13 @@ std::string RenderHostsText(const v1::GetStatusResponse& status, size_t limit) {
          GpuModels(host.host()), absl::StrCat(host.members_running()),
          labels.empty() ? "-" : absl::StrJoin(labels, ",")});
   }
+  // Names and labels come from the agents: shown safe for a terminal
+  // (common/terminal_text.h) and aligned by characters.
   std::vector<size_t> widths(rows.front().size(), 0);
-  for (const auto& row : rows) {
+  for (auto& row : rows) {
     for (size_t i = 0; i < row.size(); ++i) {
-      widths[i] = std::max(widths[i], row[i].size());
+      row[i] = TerminalSafe(row[i]);
+      widths[i] = std::max(widths[i], DisplayWidth(row[i]));
     }
   }
   std::string out;
@@ -71,7 +75,7 @@ std::string RenderHostsText(const v1::GetStatusResponse& status, size_t limit) {
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
       if (i + 1 < row.size()) {
-        line += std::string(widths[i] - row[i].size() + 2, ' ');
+        line += std::string(widths[i] - DisplayWidth(row[i]) + 2, ' ');
       }
     }
     out += line + "\n";
@@ -109,7 +113,9 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
          {"runner_slots", host.host().runner_slots()},  // 0 = not declared.
          {"last_heartbeat_unix_ms", host.last_heartbeat_unix_ms()}});
   }
-  return nlohmann::json{{"hosts", hosts}}.dump(2) + "\n";
+  return nlohmann::json{{"hosts", hosts}}.dump(
+             2, ' ', false, nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<std::string> RunHostsList(
@@ -135,16 +141,17 @@ absl::StatusOr<std::string> RunHostsAction(
   PresentAdminToken(client, admin_token);
   absl::Status status;
   std::string done;
+  const std::string shown = TerminalSafe(host);
   if (action == "drain" || action == "undrain") {
     const bool drain = action == "drain";
     status = client.SetHostDrained(host, drain, kRpcTimeout);
-    done = drain ? absl::StrCat("host ", host,
+    done = drain ? absl::StrCat("host ", shown,
                                 " drained: it takes no new gangs; running "
                                 "gangs finish")
-                 : absl::StrCat("host ", host, " undrained: it takes gangs");
+                 : absl::StrCat("host ", shown, " undrained: it takes gangs");
   } else if (action == "remove") {
     status = client.RemoveHost(host, kRpcTimeout);
-    done = absl::StrCat("host ", host,
+    done = absl::StrCat("host ", shown,
                         " removed (its agent registers it again if it "
                         "still runs)");
   } else {
@@ -186,7 +193,7 @@ absl::StatusOr<std::string> RunHostTokenCommand(
       if (tokens->tokens().empty()) out = "no host tokens\n";
       for (const v1::HostTokenInfo& info : tokens->tokens()) {
         absl::StrAppend(
-            &out, info.host_name(), "  issued ",
+            &out, TerminalSafe(info.host_name()), "  issued ",
             absl::FormatTime("%Y-%m-%d %H:%M:%S UTC",
                              absl::FromUnixMillis(info.created_unix_ms()),
                              absl::UTCTimeZone()),
@@ -195,7 +202,7 @@ absl::StatusOr<std::string> RunHostTokenCommand(
     }
   } else if (action == "revoke") {
     status = client.RevokeHostToken(host, kRpcTimeout);
-    out = absl::StrCat("host token of ", host,
+    out = absl::StrCat("host token of ", TerminalSafe(host),
                        " revoked: its agent is refused from its next call\n");
   } else {
     return absl::InvalidArgumentError(

@@ -1,6 +1,9 @@
 #include "ctl/hosts.h"
 
+#include <algorithm>
+
 #include "common/exit_code.h"
+#include "common/terminal_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -41,6 +44,33 @@ TEST(HostsCommandTest, TextShowsStateGpusAndLabels) {
   EXPECT_THAT(text, HasSubstr("gpu-01  10.0.0.1  drained  1/2        2× H100  "
                               "1        rack=r1"));
   EXPECT_THAT(text, HasSubstr("cpu-01  10.0.0.2  down     0/0        -"));
+}
+
+TEST(HostsCommandTest, NamesAndLabelsCannotSteerTheTerminal) {
+  v1::GetStatusResponse status = TwoHosts();
+  status.mutable_hosts(0)->mutable_host()->set_name(
+      "evil\nHOST-FAKE  127.0.0.1\x1b]0;pwned\x07\x1b[2J");
+  (*status.mutable_hosts(0)->mutable_host()->mutable_labels())["<b>x</b>"] =
+      "\x1b[31mred\nnl";
+  status.mutable_hosts(1)->mutable_host()->set_name("日本語");
+  const std::string text = RenderHostsText(status);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\nHOST-FAKE"))) << text;
+  EXPECT_THAT(text, HasSubstr("evil\\nHOST-FAKE  127.0.0.1\\x1b]0;pwned"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("<b>x</b>=\\x1b[31mred\\nnl")) << text;
+  // One header and two rows; columns aligned by characters.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3) << text;
+  const std::string header = text.substr(0, text.find('\n'));
+  const size_t address_column = header.find("ADDRESS");
+  const std::string cpu_row = text.substr(text.rfind("日本語"));
+  EXPECT_EQ(DisplayWidth(cpu_row.substr(0, cpu_row.find("10.0.0.2"))),
+            address_column)
+      << text;
+  // JSON keeps the names as they are.
+  const nlohmann::json json = nlohmann::json::parse(RenderHostsJson(status));
+  EXPECT_EQ(json["hosts"][0]["name"], status.hosts(0).host().name());
 }
 
 TEST(HostsCommandTest, TextStopsAtTheLimitAndSaysHowManyMore) {

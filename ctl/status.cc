@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/exit_code.h"
+#include "common/terminal_text.h"
 #include "ctl/admin_token.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
@@ -74,10 +75,11 @@ std::string Age(int64_t then_ms, int64_t now_ms) {
   return absl::StrCat(seconds / 86400, "d");
 }
 
+// Names, labels and reasons come from jobs, agents and operators: every
+// cell and line is made safe for a terminal (common/terminal_text.h) and
+// measured and cut in characters, never inside one.
 std::string Truncate(const std::string& text, size_t width) {
-  if (text.size() <= width) return text;
-  if (width <= 3) return text.substr(0, width);
-  return text.substr(0, width - 3) + "...";
+  return TruncateDisplay(TerminalSafe(text), width);
 }
 
 // Word-wraps `text` after `first_prefix` (on the first line) or `indent`
@@ -86,18 +88,27 @@ std::string Truncate(const std::string& text, size_t width) {
 std::string Wrap(const std::string& first_prefix, const std::string& indent,
                  const std::string& text) {
   std::string out;
-  std::string line = first_prefix;
+  std::string line = TerminalSafe(first_prefix);
+  size_t line_width = DisplayWidth(line);
   bool line_has_word = false;
-  for (absl::string_view word : absl::StrSplit(text, ' ', absl::SkipEmpty())) {
-    std::string piece(word);
-    const size_t needed = line.size() + (line_has_word ? 1 : 0) + piece.size();
+  const std::string safe = TerminalSafe(text);
+  for (absl::string_view word : absl::StrSplit(safe, ' ', absl::SkipEmpty())) {
+    const size_t needed =
+        line_width + (line_has_word ? 1 : 0) + DisplayWidth(word);
     if (line_has_word && needed > kStatusWidth) {
       out += line + "\n";
       line = indent;
+      line_width = DisplayWidth(line);
       line_has_word = false;
     }
-    if (line_has_word) line += " ";
-    line += Truncate(piece, kStatusWidth - line.size());
+    if (line_has_word) {
+      line += " ";
+      ++line_width;
+    }
+    const std::string piece = TruncateDisplay(
+        word, kStatusWidth > line_width ? kStatusWidth - line_width : 0);
+    line += piece;
+    line_width += DisplayWidth(piece);
     line_has_word = true;
   }
   return out + line + "\n";
@@ -113,10 +124,11 @@ std::string Table(const std::vector<std::vector<std::string>>& input,
   for (auto& row : rows) {
     if (widths.size() < row.size()) widths.resize(row.size(), 0);
     for (size_t i = 0; i < row.size(); ++i) {
+      row[i] = TerminalSafe(row[i]);
       if (i < max_widths.size() && max_widths[i] > 0) {
-        row[i] = Truncate(row[i], max_widths[i]);
+        row[i] = TruncateDisplay(row[i], max_widths[i]);
       }
-      widths[i] = std::max(widths[i], row[i].size());
+      widths[i] = std::max(widths[i], DisplayWidth(row[i]));
     }
   }
   std::string out;
@@ -125,7 +137,7 @@ std::string Table(const std::vector<std::vector<std::string>>& input,
     for (size_t i = 0; i < row.size(); ++i) {
       line += row[i];
       if (i + 1 < row.size()) {
-        line += std::string(widths[i] - row[i].size() + 2, ' ');
+        line += std::string(widths[i] - DisplayWidth(row[i]) + 2, ' ');
       }
     }
     while (!line.empty() && line.back() == ' ') line.pop_back();
@@ -489,7 +501,9 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
 }
 
 std::string RenderGangJson(const v1::GangStatus& gang) {
-  return GangJson(gang).dump(2) + "\n";
+  return GangJson(gang).dump(2, ' ', false,
+                             nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
@@ -537,7 +551,9 @@ std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
       {"gangs", gangs},
       {"recent_failures", failures},
   };
-  return document.dump(2) + "\n";
+  return document.dump(2, ' ', false,
+                       nlohmann::json::error_handler_t::replace) +
+         "\n";
 }
 
 absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
@@ -632,7 +648,7 @@ absl::Status WatchStatus(
     if (text.ok()) {
       out << *text;
     } else {
-      out << "gdt-coord: " << text.status().message() << "\n";
+      out << "gdt-coord: " << TerminalSafe(text.status().message()) << "\n";
     }
     out.flush();
     last = text.status();

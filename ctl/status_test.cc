@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_split.h"
 #include "common/exit_code.h"
+#include "common/terminal_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -205,6 +206,74 @@ TEST(StatusCommandTest, HumanOutputFitsOneHundredColumns) {
   }
   // Truncation leaves a visible mark rather than silently cutting.
   EXPECT_THAT(RenderStatusText(status, kNow), HasSubstr("..."));
+}
+
+// Names, labels and reasons come from jobs, agents and operators: nothing
+// in them may steer the operator's terminal or fake a row.
+v1::GetStatusResponse HostileStatus() {
+  v1::GetStatusResponse status;
+  v1::HostStatus* host = status.add_hosts();
+  host->mutable_host()->set_name(
+      "evil\nHOST-FAKE  127.0.0.1  up  0/8\x1b]0;pwned\x07\x1b[2J");
+  host->mutable_host()->set_address("127.0.0.1");
+  (*host->mutable_host()->mutable_labels())["<b>x</b>"] = "\x1b[31mred\nnl";
+  host->set_state(v1::HOST_STATE_UP);
+  v1::GangStatus* gang = AddGang(status, "ansi\x1b[31mRED\x1b[0m-n2",
+                                 v1::GANG_STATE_FAILED, 2, kNow - 5000);
+  gang->mutable_key()->set_group_name("ansi\x1b[31mRED");
+  gang->set_reason("cancelled by operator: \x1b]0;pwned\x07\nFAKE row");
+  AddMember(gang, 1, 0)
+      ->set_job_name("evil\n  member 9/9  job 666  present  FAKE 1/2");
+  const std::string wide = "üñí©ødé-日本語-🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀🚀";
+  AddGang(status, wide + wide, v1::GANG_STATE_RUNNING, 1, kNow - 1000);
+  v1::HostStatus* wide_host = status.add_hosts();
+  wide_host->mutable_host()->set_name(wide);
+  wide_host->set_state(v1::HOST_STATE_UP);
+  return status;
+}
+
+void ExpectTerminalSafe(const std::string& text) {
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\nHOST-FAKE"))) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\n  member 9/9"))) << text;
+  EXPECT_THAT(text, Not(HasSubstr("\nFAKE row"))) << text;
+  EXPECT_TRUE(nlohmann::json(text).dump().size() > 0);  // Valid UTF-8.
+  for (const std::string& line : Lines(text)) {
+    EXPECT_LE(DisplayWidth(line), kStatusWidth) << line;
+  }
+}
+
+TEST(StatusCommandTest, NamesAndReasonsCannotSteerTheTerminal) {
+  const v1::GetStatusResponse status = HostileStatus();
+  const std::string text = RenderStatusText(status, kNow, /*all=*/true);
+  ExpectTerminalSafe(text);
+  // Shown, as visible escapes.
+  EXPECT_THAT(text, HasSubstr("evil\\nHOST-FAKE")) << text;
+  EXPECT_THAT(text, HasSubstr("ansi\\x1b[31mRED")) << text;
+  EXPECT_THAT(text, HasSubstr("\\x1b]0;pwned\\x07\\nFAKE")) << text;
+  EXPECT_THAT(text, HasSubstr("RECENT FAILURES")) << text;
+  // Cut between characters and aligned by characters, not bytes.
+  EXPECT_THAT(text, HasSubstr("üñí©ødé-日本語-🚀")) << text;
+  EXPECT_THAT(text, HasSubstr("🚀...")) << text;
+  for (const v1::GangStatus& gang : status.gangs()) {
+    const std::string detail = RenderGangText(gang, kNow);
+    ExpectTerminalSafe(detail);
+  }
+  EXPECT_THAT(RenderGangText(status.gangs(0), kNow),
+              HasSubstr("evil\\n  member 9/9"));
+}
+
+TEST(StatusCommandTest, JsonKeepsNamesExactly) {
+  const v1::GetStatusResponse status = HostileStatus();
+  const nlohmann::json json =
+      nlohmann::json::parse(RenderStatusJson(status, /*all=*/true));
+  EXPECT_EQ(json["hosts"][0]["name"], status.hosts(0).host().name());
+  EXPECT_EQ(json["hosts"][0]["labels"]["<b>x</b>"], "\x1b[31mred\nnl");
+  EXPECT_EQ(json["gangs"][0]["reason"], status.gangs(0).reason());
+  EXPECT_EQ(json["gangs"][0]["members"][0]["job_name"],
+            status.gangs(0).members(0).job_name());
+  EXPECT_EQ(json["gangs"][1]["gang_id"], status.gangs(1).gang_id());
 }
 
 TEST(StatusCommandTest, GangDetailByIdOrUniquePrefix) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/retry_after.h"
+#include "common/terminal_text.h"
 
 namespace gdt::executor {
 
@@ -92,7 +93,11 @@ Outcome JoinRefusedUntilDeadline(const absl::Status& refusal,
 
 int FinishOutcome(const Outcome& outcome, const ExitCodes& codes,
                   std::ostream& err) {
-  if (!outcome.message.empty()) err << "gdt: " << outcome.message << "\n";
+  // The message may quote a reason an operator or another job gave (a
+  // cancel reason, a peer's failure): one line, nothing that steers the log.
+  if (!outcome.message.empty()) {
+    err << "gdt: " << TerminalSafe(outcome.message) << "\n";
+  }
   switch (outcome.kind) {
     case OutcomeKind::kSuccess:
       err.flush();

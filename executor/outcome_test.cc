@@ -66,6 +66,19 @@ TEST_F(FinishOutcomeTest, SystemFailureUsesSystemCodeAndNoFile) {
   EXPECT_EQ(err_.str(), "gdt: coordinator down\n");
 }
 
+// A peer failure quotes the gang's root cause, and with it an operator's
+// cancel reason: it reaches the job log as one line with no escape codes.
+TEST_F(FinishOutcomeTest, AQuotedReasonCannotSteerTheJobLog) {
+  EXPECT_EQ(FinishOutcome(
+                Outcome::PeerFailure("gang g failed: cancelled by operator: "
+                                     "\x1b]0;pwned\x07\x1b[2Jdone\nFAKE line"),
+                codes_, err_),
+            11);
+  EXPECT_EQ(err_.str(),
+            "gdt: gang g failed: cancelled by operator: "
+            "\\x1b]0;pwned\\x07\\x1b[2Jdone\\nFAKE line\n");
+}
+
 TEST(JoinFailureOutcomeTest, CoordinatorVerdictsOnTheJobAreUserErrors) {
   for (absl::Status status : {absl::FailedPreconditionError("9 nodes > 8"),
                               absl::InvalidArgumentError("size 0"),

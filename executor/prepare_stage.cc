@@ -14,6 +14,7 @@
 #include "common/mutex.h"
 #include "common/retry_after.h"
 #include "common/sha256.h"
+#include "common/terminal_text.h"
 #include "executor/member_state.h"
 #include "executor/stage_support.h"
 #include "executor/stages.h"
@@ -185,7 +186,8 @@ Outcome PrepareStage(const StageContext& context) {
     }
     for (const std::string& line : lines) {
       if (line == last_line) continue;
-      context.out << "gdt: " << line << std::endl;
+      // The coordinator's waiting reasons quote names others chose.
+      context.out << "gdt: " << TerminalSafe(line) << std::endl;
       last_line = line;
     }
     if (int signal = context.signal.load(); signal != 0 && !result) {

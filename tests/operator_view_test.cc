@@ -201,3 +201,95 @@ TEST_F(OperatorViewTest, BulkCancelRemovesOneProjectsFormingGangsOnly) {
 
 }  // namespace
 }  // namespace gdt::coordinator
+
+namespace gdt::coordinator {
+namespace {
+
+// Names, labels and a cancel reason with escape sequences, newlines and
+// multi-byte text, through a real coordinator: the text views show them as
+// visible escapes, cut between characters; --json keeps them exactly.
+TEST_F(OperatorViewTest, HostileNamesAndReasonsReachTheTerminalEscaped) {
+  v1::HostSpec host = Host(0, 2, /*largest=*/false);
+  host.set_name("evil\nHOST-FAKE  127.0.0.1  up  0/8\x1b]0;pwned\x07\x1b[2J");
+  (*host.mutable_labels())["<b>x</b>"] = "\x1b[31mred\nnl";
+  ASSERT_TRUE(admin_->RegisterHost(host, 5s).ok());
+  v1::JoinGangRequest join;
+  join.mutable_key()->set_instance("https://gitlab.example.com");
+  join.mutable_key()->set_project_id(7);
+  join.mutable_key()->set_pipeline_id(700);
+  join.mutable_key()->set_group_name(
+      "\xc3\xbc\xc3\xb1\xc3\xad-\xe6\x97\xa5\xe6\x9c\xac-"
+      "\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80"
+      "\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80"
+      "\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80"
+      "\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80\xf0\x9f\x9a\x80"
+      "\x1b[31mRED");
+  join.mutable_key()->set_size(2);
+  join.set_member_index(1);
+  join.set_job_id(7001);
+  join.set_job_name("evil\n  member 9/9  job 666  present  FAKE 1/2");
+  join.set_gpus_per_node(1);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 20s);
+    std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
+        stub_->JoinGang(&context, join);
+    v1::JoinGangEvent event;
+    ASSERT_TRUE(reader->Read(&event)) << reader->Finish().error_message();
+    context.TryCancel();
+    reader->Finish();
+  }
+  absl::StatusOr<std::string> json =
+      ctl::RunStatusCommand(endpoint_, {.json = true}, {}, kAdminToken);
+  ASSERT_TRUE(json.ok()) << json.status();
+  const nlohmann::json before = nlohmann::json::parse(*json);
+  ASSERT_EQ(before["gangs"].size(), 1u) << *json;
+  const std::string gang_id = before["gangs"][0]["gang_id"];
+  EXPECT_EQ(before["gangs"][0]["members"][0]["job_name"], join.job_name());
+  EXPECT_EQ(before["hosts"][0]["name"], host.name());
+
+  absl::StatusOr<std::string> cancelled = ctl::RunCancelCommand(
+      endpoint_, gang_id, "\x1b]0;pwned\x07maintenance\nFAKE line", {},
+      kAdminToken, /*force=*/false);
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status();
+  EXPECT_THAT(*cancelled, HasSubstr("\\x1b]0;pwned\\x07maintenance\\nFAKE"));
+
+  std::vector<std::string> views = {*cancelled};
+  ctl::StatusOptions all;
+  all.all = true;
+  for (const ctl::StatusOptions& options :
+       {all, ctl::StatusOptions{.gang = gang_id}}) {
+    absl::StatusOr<std::string> text =
+        ctl::RunStatusCommand(endpoint_, options, {}, kAdminToken);
+    ASSERT_TRUE(text.ok()) << text.status();
+    views.push_back(*text);
+  }
+  absl::StatusOr<std::string> hosts =
+      ctl::RunHostsList(endpoint_, /*json=*/false, {}, kAdminToken);
+  ASSERT_TRUE(hosts.ok()) << hosts.status();
+  views.push_back(*hosts);
+  for (const std::string& text : views) {
+    EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+    EXPECT_EQ(text.find('\x07'), std::string::npos) << text;
+    EXPECT_THAT(text, Not(HasSubstr("\nHOST-FAKE"))) << text;
+    EXPECT_THAT(text, Not(HasSubstr("\n  member 9/9"))) << text;
+    EXPECT_THAT(text, Not(HasSubstr("\nFAKE line"))) << text;
+    // Valid UTF-8 (nlohmann refuses to dump anything else).
+    EXPECT_NO_THROW(nlohmann::json(text).dump()) << text;
+  }
+  EXPECT_THAT(views[1], HasSubstr("evil\\nHOST-FAKE")) << views[1];
+  EXPECT_THAT(views[2], HasSubstr("evil\\n  member 9/9")) << views[2];
+  EXPECT_THAT(views[3], HasSubstr("<b>x</b>=\\x1b[31mred\\nnl")) << views[3];
+
+  absl::StatusOr<std::string> after = ctl::RunStatusCommand(
+      endpoint_, {.json = true, .all = true}, {}, kAdminToken);
+  ASSERT_TRUE(after.ok()) << after.status();
+  const nlohmann::json document = nlohmann::json::parse(*after);
+  ASSERT_EQ(document["gangs"].size(), 1u) << *after;
+  EXPECT_EQ(document["gangs"][0]["group_name"], join.key().group_name());
+  EXPECT_THAT(document["gangs"][0]["reason"].get<std::string>(),
+              HasSubstr("\x1b]0;pwned\x07maintenance\nFAKE line"));
+}
+
+}  // namespace
+}  // namespace gdt::coordinator

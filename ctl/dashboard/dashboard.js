@@ -29,15 +29,24 @@ function el(tag, props, ...children) {
   return node;
 }
 
+// The token from /#token=..., else the one this tab kept. False when the
+// address holds one that is not valid %-encoding: the page then says so
+// instead of polling without it.
 function readToken() {
   const match = /(?:^#|&)token=([^&]+)/.exec(window.location.hash);
-  if (match) {
-    view.token = decodeURIComponent(match[1]);
-    sessionStorage.setItem('gdt-token', view.token);
-    history.replaceState(null, '', window.location.pathname);
-  } else {
+  if (!match) {
     view.token = sessionStorage.getItem('gdt-token');
+    return true;
   }
+  history.replaceState(null, '', window.location.pathname);
+  try {
+    view.token = decodeURIComponent(match[1]);
+  } catch (error) {
+    sessionStorage.removeItem('gdt-token');
+    return false;
+  }
+  sessionStorage.setItem('gdt-token', view.token);
+  return true;
 }
 
 function gangColour(id) {
@@ -299,5 +308,10 @@ async function poll() {
   setTimeout(poll, kPollMs);
 }
 
-readToken();
-poll();
+if (readToken()) {
+  poll();
+} else {
+  showBanner('reading the dashboard refused: the token in the address is ' +
+             'malformed (open the page as /#token=<admin token>, %-encoded)');
+  document.body.dataset.state = 'error';
+}

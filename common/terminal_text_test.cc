@@ -1,0 +1,49 @@
+#include "common/terminal_text.h"
+
+#include <string>
+
+#include "gtest/gtest.h"
+
+namespace gdt {
+namespace {
+
+TEST(TerminalTextTest, PrintableUtf8PassesUnchanged) {
+  EXPECT_EQ(TerminalSafe("train-8x <b>x</b> \\n"), "train-8x <b>x</b> \\n");
+  EXPECT_EQ(TerminalSafe("üñí©ødé 日本語 🚀"), "üñí©ødé 日本語 🚀");
+}
+
+TEST(TerminalTextTest, ControlsBecomeVisibleEscapes) {
+  EXPECT_EQ(TerminalSafe("a\nb\rc\td"), "a\\nb\\rc\\td");
+  EXPECT_EQ(TerminalSafe("\x1b]0;pwned\x07\x1b[2J\x7f"),
+            "\\x1b]0;pwned\\x07\\x1b[2J\\x7f");
+  EXPECT_EQ(TerminalSafe(std::string("nul\0x", 5)), "nul\\x00x");
+  // C1 CSI, a line separator and a right-to-left override.
+  EXPECT_EQ(TerminalSafe("\xc2\x9b"
+                         "2J \xe2\x80\xa8 \xe2\x80\xae"),
+            "\\u009b2J \\u2028 \\u202e");
+}
+
+TEST(TerminalTextTest, BytesThatAreNotUtf8BecomeHexEscapes) {
+  EXPECT_EQ(TerminalSafe("\xff"), "\\xff");
+  EXPECT_EQ(TerminalSafe("caf\xc3"), "caf\\xc3");              // Cut in half.
+  EXPECT_EQ(TerminalSafe("\xc0\xaf"), "\\xc0\\xaf");           // Overlong.
+  EXPECT_EQ(TerminalSafe("\xed\xa0\x80"), "\\xed\\xa0\\x80");  // Surrogate.
+  const std::string once = TerminalSafe("\x1b[31m\xff\n");
+  EXPECT_EQ(TerminalSafe(once), once);
+}
+
+TEST(TerminalTextTest, WidthAndTruncationCountCharacters) {
+  EXPECT_EQ(DisplayWidth("abc"), 3u);
+  EXPECT_EQ(DisplayWidth("日本語🚀"), 4u);
+  EXPECT_EQ(DisplayWidth("\xff"
+                         "a"),
+            2u);
+  EXPECT_EQ(TruncateDisplay("日本語🚀", 4), "日本語🚀");
+  EXPECT_EQ(TruncateDisplay("日本語🚀🚀", 4), "日...");
+  EXPECT_EQ(TruncateDisplay("ééééé", 3), "ééé");
+  EXPECT_EQ(TruncateDisplay("abcdef", 5), "ab...");
+  EXPECT_EQ(TruncateDisplay("", 0), "");
+}
+
+}  // namespace
+}  // namespace gdt
