@@ -14,6 +14,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/terminal_text.h"
 #include "common/yaml_config.h"
 #include "yaml-cpp/yaml.h"
 
@@ -28,6 +29,12 @@ absl::StatusOr<std::string> ReadString(const YAML::Node& value,
                                        const std::string& key) {
   if (!value.IsScalar()) {
     return absl::InvalidArgumentError(absl::StrCat(key, " must be a string"));
+  }
+  // Names and labels go to the coordinator as protobuf strings, which must
+  // be UTF-8: refused here in one line rather than by every call later.
+  if (!IsValidUtf8(value.Scalar())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key, " is not valid UTF-8: '", TerminalSafe(value.Scalar()), "'"));
   }
   return value.Scalar();
 }
@@ -131,6 +138,11 @@ absl::Status ParseHost(const YAML::Node& value, HostConfig& host) {
       }
       for (const auto& label : entry.second) {
         const std::string name = label.first.as<std::string>();
+        if (!IsValidUtf8(name)) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("host.labels has a name that is not valid UTF-8: '",
+                           TerminalSafe(name), "'"));
+        }
         absl::StatusOr<std::string> text =
             ReadString(label.second, "host.labels." + name);
         if (!text.ok()) return text.status();

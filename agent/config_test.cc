@@ -132,6 +132,10 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "stage_environment_passthrough[0] must be a variable name"},
       {"coordinator: c:1\nmember_pids_max: -1\n",
        "member_pids_max must be an integer"},
+      {"coordinator: c:1\nhost: {name: gpu\xff}\n",
+       "host.name is not valid UTF-8: 'gpu\\xff'"},
+      {"coordinator: c:1\nhost: {labels: {\"rack\xc3\": a}}\n",
+       "host.labels has a name that is not valid UTF-8"},
       {"coordinator: [c\n", "bad YAML"},
       {"- a\n- b\n", "must be a YAML map"},
   };

@@ -115,4 +115,14 @@ std::string TruncateDisplay(absl::string_view text, size_t width) {
   return out;
 }
 
+bool IsValidUtf8(absl::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    uint32_t c = 0;
+    const size_t length = DecodeUtf8(text.substr(i), &c);
+    if (length == 0) return false;
+    i += length;
+  }
+  return true;
+}
+
 }  // namespace gdt

@@ -18,6 +18,10 @@ namespace gdt {
 // TerminalSafe(TerminalSafe(x)) == TerminalSafe(x).
 std::string TerminalSafe(absl::string_view text);
 
+// Whether `text` is UTF-8 throughout (no overlong forms, no surrogates), as
+// protobuf requires of string fields: a name that is not cannot be sent.
+bool IsValidUtf8(absl::string_view text);
+
 // How many characters (code points) `text` shows as; each byte that is not
 // UTF-8 counts as one.
 size_t DisplayWidth(absl::string_view text);

@@ -45,5 +45,15 @@ TEST(TerminalTextTest, WidthAndTruncationCountCharacters) {
   EXPECT_EQ(TruncateDisplay("", 0), "");
 }
 
+TEST(TerminalTextTest, IsValidUtf8RefusesWhatProtobufRefuses) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("gpu-07 \xc3\xa9\xe6\x97\xa5\xf0\x9f\x98\x80"));
+  EXPECT_FALSE(IsValidUtf8("gpu\xff"));
+  EXPECT_FALSE(IsValidUtf8("cut \xc3"));
+  EXPECT_FALSE(IsValidUtf8("\xc0\xaf"));          // Overlong '/'.
+  EXPECT_FALSE(IsValidUtf8("\xed\xa0\x80"));      // A surrogate.
+  EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // Beyond U+10FFFF.
+}
+
 }  // namespace
 }  // namespace gdt

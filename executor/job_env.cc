@@ -1,10 +1,13 @@
 #include "executor/job_env.h"
 
+#include <initializer_list>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/terminal_text.h"
 #include "executor/env_contract.h"
 
 namespace gdt::executor {
@@ -247,6 +250,20 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_NODES_MAX ", *nodes_max, " disagrees with the job's ",
         job.member_total, " members (parallel: N is the elastic maximum)"));
+  }
+
+  // What goes to the coordinator as protobuf strings must be UTF-8; a name
+  // that is not would fail every call with an empty error.
+  for (const auto& [what, text] :
+       std::initializer_list<std::pair<const char*, const std::string*>>{
+           {"the job name", &job.job_name},
+           {"CI_SERVER_URL", &job.instance},
+           {"CI_PROJECT_DIR", &job.project_dir},
+           {"GDT_TOPOLOGY_SAME", &job.topology_same}}) {
+    if (!IsValidUtf8(*text)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, " is not valid UTF-8: '", TerminalSafe(*text), "'"));
+    }
   }
 
   // The runner's runner_info.timeout is trusted; CI_JOB_TIMEOUT is the same

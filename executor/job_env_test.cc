@@ -242,7 +242,11 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CUSTOM_ENV_GDT_PREEMPTIBLE", "yes", "GDT_PREEMPTIBLE"},
         BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "5", "GDT_NODES_MIN"},
         BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "0", "GDT_NODES_MIN"},
-        BadInput{"CUSTOM_ENV_GDT_NODES_MAX", "8", "GDT_NODES_MAX"}));
+        BadInput{"CUSTOM_ENV_GDT_NODES_MAX", "8", "GDT_NODES_MAX"},
+        BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_SAME", "rack\xff",
+                 "GDT_TOPOLOGY_SAME is not valid UTF-8: 'rack\\xff'"},
+        BadInput{"CUSTOM_ENV_CI_SERVER_URL", "https://gitlab.\xc3",
+                 "CI_SERVER_URL is not valid UTF-8"}));
 
 // LoadJob decides the outcome kind: a broken payload is the runner's
 // problem (system failure), a bad job the user's (build failure).
