@@ -55,6 +55,12 @@ bool SameSecret(std::string_view a, std::string_view b) {
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                           std::string_view what) {
+  // A directory opens like a file and then reads as nothing: say what it is.
+  struct stat info = {};
+  if (stat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        std::string(what), " ", path, " is a directory, not a token file"));
+  }
   std::ifstream file(path);
   if (!file) {
     return absl::NotFoundError(absl::StrCat("cannot read ", std::string(what),
@@ -62,7 +68,14 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                             std::strerror(errno)));
   }
   std::string line;
+  errno = 0;
   std::getline(file, line);
+  if (file.bad() || (file.fail() && !file.eof())) {
+    const int error = errno;
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", std::string(what), " ", path, ": ",
+                     error != 0 ? std::strerror(error) : "read error"));
+  }
   std::string token(absl::StripAsciiWhitespace(line));
   if (token.empty()) {
     return absl::InvalidArgumentError(

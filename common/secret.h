@@ -29,8 +29,9 @@ bool SameSecret(std::string_view a, std::string_view b);
 
 // Reads a token from the file at `path`: its first line, surrounding
 // whitespace removed. `what` names the setting in errors ("admin_token_file").
-// Errors: NotFound "cannot read <what> <path>: <reason>"; InvalidArgument
-// "<what> <path> is empty".
+// Errors: NotFound "cannot read <what> <path>: <reason>" (missing, not
+// permitted, or a read error); InvalidArgument "<what> <path> is a
+// directory, not a token file" and "<what> <path> is empty".
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path,
                                           std::string_view what);
 

@@ -52,5 +52,18 @@ TEST(SecretTest, ReadTokenFileTakesTheFirstLineTrimmed) {
             std::string::npos);
 }
 
+// A directory opens and reads as nothing; it must not be called empty.
+TEST(SecretTest, ReadTokenFileNamesADirectoryAndAReadError) {
+  const std::string dir = testing::TempDir();
+  EXPECT_EQ(ReadTokenFile(dir, "admin_token_file").status().message(),
+            "admin_token_file " + dir + " is a directory, not a token file");
+  // Opens, then every read fails (EIO): a real read error, also for root.
+  absl::StatusOr<std::string> unreadable =
+      ReadTokenFile("/proc/self/mem", "host_token_file");
+  EXPECT_EQ(unreadable.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(unreadable.status().message(),
+            "cannot read host_token_file /proc/self/mem: Input/output error");
+}
+
 }  // namespace
 }  // namespace gdt
