@@ -20,6 +20,7 @@
 #include "grpc/grpc_security_constants.h"
 #include "grpcpp/security/auth_context.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/operator_input.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
@@ -1144,6 +1145,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelGang(
     grpc::CallbackServerContext* context, const v1::CancelGangRequest* request,
     v1::CancelGangResponse* response) {
   return AsAdmin(context, "cancelling a gang", [&]() -> absl::Status {
+    GDT_RETURN_IF_ERROR(rendezvous::CheckCancelReason(request->reason()));
     absl::StatusOr<std::string> root_cause =
         request->force()
             ? coordinator_.ForceCancel(request->gang_id(), request->reason())
@@ -1166,6 +1168,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CancelFormingGangs(
     const v1::CancelFormingGangsRequest* request,
     v1::CancelFormingGangsResponse* response) {
   return AsAdmin(context, "cancelling forming gangs", [&]() -> absl::Status {
+    GDT_RETURN_IF_ERROR(rendezvous::CheckCancelReason(request->reason()));
     absl::StatusOr<std::vector<std::string>> cancelled =
         coordinator_.CancelForming(request->project_id(),
                                    request->pipeline_id(), request->reason());
@@ -1204,6 +1207,7 @@ grpc::ServerUnaryReactor* CoordinatorService::CreateHostToken(
     const v1::CreateHostTokenRequest* request,
     v1::CreateHostTokenResponse* response) {
   return AsAdmin(context, "creating a host token", [&]() -> absl::Status {
+    GDT_RETURN_IF_ERROR(rendezvous::CheckHostTokenName(request->host_name()));
     absl::StatusOr<std::string> token =
         coordinator_.CreateHostToken(request->host_name());
     if (!token.ok()) return token.status();

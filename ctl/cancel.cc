@@ -7,6 +7,7 @@
 #include "ctl/admin_token.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/grpc_status.h"
+#include "rendezvous/operator_input.h"
 
 namespace gdt::ctl {
 namespace {
@@ -28,6 +29,9 @@ absl::StatusOr<std::string> RunCancelCommand(
   if (gang_id.empty()) {
     return absl::InvalidArgumentError(
         "gang id must not be empty (see `gdt-coord status`)");
+  }
+  if (absl::Status valid = rendezvous::CheckCancelReason(reason); !valid.ok()) {
+    return valid;
   }
   rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);
@@ -52,6 +56,9 @@ absl::StatusOr<std::string> RunCancelFormingCommand(
   if (project_id < 0 || pipeline_id < 0) {
     return absl::InvalidArgumentError(
         "--project and --pipeline take a positive id");
+  }
+  if (absl::Status valid = rendezvous::CheckCancelReason(reason); !valid.ok()) {
+    return valid;
   }
   rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);

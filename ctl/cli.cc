@@ -10,6 +10,7 @@
 #include <iostream>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "common/cli_parse.h"
@@ -92,6 +93,19 @@ int Watch(const std::string& endpoint, const std::string& admin_token,
   return ExitCodeFor(last);
 }
 
+// Every command's --help ends with the exit codes it uses (common/exit_code.h:
+// 0 and 2 mean the same everywhere). A client command's 1 is a missing or
+// wrong admin token (and `failure`, if given), 4 (if given) a refusal.
+std::string WithExitCodes(const std::string& help,
+                          const std::string& failure = "",
+                          const std::string& refused = "") {
+  std::string text = help +
+                     ". Exit codes: 0 ok, 1 a missing or wrong admin token" +
+                     failure + ", 2 usage, 3 coordinator unreachable";
+  if (!refused.empty()) text += ", 4 refused: " + refused;
+  return text + ".";
+}
+
 }  // namespace
 
 int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
@@ -106,7 +120,12 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   app.set_version_flag("--version", commands.version);
 
   ServeFlags serve_flags;
-  CLI::App* serve = app.add_subcommand("serve", "Run the coordinator daemon");
+  CLI::App* serve = app.add_subcommand(
+      "serve",
+      "Run the coordinator daemon. Exit codes: 0 stopped by SIGINT or "
+      "SIGTERM, 1 the state could not be opened or a file written, 2 bad "
+      "flags or config, 3 cannot listen or reach etcd, 5 an HA replica lost "
+      "its leader lease");
   serve
       ->add_option("--config", serve_flags.config,
                    "YAML config file (keys: listen_address, "
@@ -161,8 +180,10 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   double interval_seconds = 2;
   CLI::App* status = app.add_subcommand(
       "status",
-      "Show the cluster: hosts, gangs by state with members and waiting "
-      "reasons, recent failures; or one gang in detail");
+      WithExitCodes("Show the cluster: hosts, gangs by state with members "
+                    "and waiting reasons, recent failures; or one gang in "
+                    "detail",
+                    " or an unknown or ambiguous GANG"));
   status->add_option("gang", status_options.gang,
                      "Show this gang in detail (gang id or a unique prefix)");
   status->add_option("--coordinator", endpoint,
@@ -179,18 +200,27 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
                    "--json is always complete")
       ->check(CLI::Range(0, 1000000));
   status->add_flag("--watch", watch,
-                   "Refresh every --interval seconds until interrupted");
-  status
-      ->add_option("--interval", interval_seconds,
-                   "Seconds between --watch refreshes (default 2)")
-      ->check(FiniteRange(0.1, 3600));
-  status
-      ->add_option("--count", count,
-                   "With --watch: stop after this many refreshes (0 = never)")
-      ->check(CLI::Range(0, 1000000));
+                   "Refresh every --interval seconds until interrupted; with "
+                   "--json, one JSON object per line and refresh (JSON "
+                   "Lines)");
+  CLI::Option* interval_option =
+      status
+          ->add_option("--interval", interval_seconds,
+                       "With --watch: seconds between refreshes (default 2)")
+          ->check(FiniteRange(0.1, 3600));
+  CLI::Option* count_option =
+      status
+          ->add_option("--count", count,
+                       "With --watch: stop after this many refreshes (0 = "
+                       "never)")
+          ->check(CLI::Range(0, 1000000));
 
+  constexpr char kUnknownHost[] = "an unknown host";
   CLI::App* hosts = app.add_subcommand(
-      "hosts", "List, drain, undrain or remove hosts of a coordinator");
+      "hosts",
+      WithExitCodes("List, drain, undrain or remove hosts of a coordinator", "",
+                    "an unknown host, a remove while members run there, or a "
+                    "revoke of a host with no token"));
   hosts->require_subcommand(1);
   hosts->fallthrough();  // `hosts list --coordinator X` works too.
   hosts->add_option("--coordinator", endpoint,
@@ -199,8 +229,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   hosts->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   AddTlsOptions(*hosts, tls_flags);
   bool hosts_json = false;
-  CLI::App* hosts_list =
-      hosts->add_subcommand("list", "Show every host with its GPUs and state");
+  CLI::App* hosts_list = hosts->add_subcommand(
+      "list", WithExitCodes("Show every host with its GPUs and state"));
   hosts_list->add_flag("--json", hosts_json, "Print JSON for scripts");
   size_t hosts_limit = kDefaultRowLimit;
   hosts_list
@@ -210,14 +240,17 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       ->check(CLI::Range(0, 1000000));
   std::string host_name;
   std::string host_action;
-  for (const auto& [name, help] :
-       {std::pair<const char*, const char*>{
-            "drain", "Take no new gangs on HOST; running gangs finish"},
-        {"undrain", "Let HOST take gangs again"},
+  for (const auto& [name, help, refused] :
+       {std::tuple<const char*, const char*, std::string>{
+            "drain", "Take no new gangs on HOST; running gangs finish",
+            kUnknownHost},
+        {"undrain", "Let HOST take gangs again", kUnknownHost},
         {"remove",
          "Forget HOST (refused while members run there; a running agent "
-         "registers it again)"}}) {
-    CLI::App* action = hosts->add_subcommand(name, help);
+         "registers it again)",
+         std::string(kUnknownHost) + " or members run there"}}) {
+    CLI::App* action =
+        hosts->add_subcommand(name, WithExitCodes(help, "", refused));
     action->add_option("HOST", host_name, "Host name")->required();
     action->callback(
         [&host_action, action]() { host_action = action->get_name(); });
@@ -228,19 +261,25 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   std::string token_output;
   CLI::App* token_cmd = hosts->add_subcommand(
       "token",
-      "Host tokens agents register with (require_host_tokens): create HOST "
-      "prints a new token once, list shows hosts with tokens, revoke HOST "
-      "refuses its agent");
+      WithExitCodes(
+          "Host tokens agents register with (require_host_tokens): create "
+          "HOST prints a new token once, list shows hosts with tokens, "
+          "revoke HOST refuses its agent",
+          "", "a revoke of a host with no token"));
   token_cmd->require_subcommand(1);
   token_cmd->fallthrough();  // `--coordinator`/`--admin-token-file` after.
-  for (const auto& [name, help] :
-       {std::pair<const char*, const char*>{
+  for (const auto& [name, help, refused] :
+       {std::tuple<const char*, const char*, const char*>{
             "create",
             "Issue a token for HOST (replacing its old one) and print it; "
-            "store it in the agent's host_token_file"},
-        {"list", "Show the hosts that have a token (never the tokens)"},
-        {"revoke", "Revoke HOST's token: its agent is refused from now on"}}) {
-    CLI::App* action = token_cmd->add_subcommand(name, help);
+            "store it in the agent's host_token_file. HOST must be one line "
+            "of printable text",
+            ""},
+        {"list", "Show the hosts that have a token (never the tokens)", ""},
+        {"revoke", "Revoke HOST's token: its agent is refused from now on",
+         "HOST has no token"}}) {
+    CLI::App* action =
+        token_cmd->add_subcommand(name, WithExitCodes(help, "", refused));
     if (std::string(name) != "list") {
       action->add_option("HOST", host_name, "Host name")->required();
     }
@@ -256,7 +295,9 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
 
   CLI::App* simulate = app.add_subcommand(
       "simulate",
-      "Replay a job trace through the gang admission policy in virtual time");
+      "Replay a job trace through the gang admission policy in virtual time. "
+      "Exit codes: 0 replayed, 1 an unreadable or bad trace, 2 bad flags, 3 "
+      "the replay stalled");
   commands.add_simulate_options(*simulate);
 
   std::string cancel_gang;
@@ -265,9 +306,9 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "cancel",
       "Fail a forming or running gang as \"cancelled by operator\": every "
       "member's job stops and prints the same root-cause line. Exit codes: "
-      "0 cancelled, 1 unknown or already finished gang or a missing/wrong "
-      "admin token, 2 usage, 3 "
-      "coordinator unreachable");
+      "0 cancelled, 1 an unknown or already finished gang or a missing or "
+      "wrong admin token, 2 usage (also a --reason over 1 KiB), 3 "
+      "coordinator unreachable.");
   cancel->add_option("GANG", cancel_gang,
                      "Gang id, as `gdt-coord status` shows it (or --forming)");
   bool cancel_forming = false;
@@ -283,7 +324,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   cancel->add_option("--pipeline", cancel_pipeline,
                      "With --forming: only gangs of this pipeline id");
   cancel->add_option("--reason", cancel_reason,
-                     "Text appended to the root-cause line");
+                     "Text appended to the root-cause line (at most 1024 "
+                     "bytes)");
   bool cancel_force = false;
   cancel->add_flag(
       "--force", cancel_force,
@@ -296,8 +338,8 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
                      "127.0.0.1:7070)");
   AddTlsOptions(*cancel, tls_flags);
 
-  CLI::App* gangs =
-      app.add_subcommand("gangs", "Housekeeping of the coordinator's gangs");
+  CLI::App* gangs = app.add_subcommand(
+      "gangs", WithExitCodes("Housekeeping of the coordinator's gangs", ""));
   gangs->require_subcommand(1);
   gangs->fallthrough();
   gangs->add_option("--coordinator", endpoint,
@@ -306,14 +348,22 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
   gangs->add_option("--admin-token-file", admin_token_file, kAdminTokenHelp);
   AddTlsOptions(*gangs, tls_flags);
   CLI::App* gangs_gc = gangs->add_subcommand(
-      "gc",
-      "End every forming gang none of whose members is present now (the "
-      "coordinator does so itself after forming_gang_abandon_seconds)");
+      "gc", WithExitCodes("End every forming gang none of whose members is "
+                          "present now (the coordinator does so itself after "
+                          "forming_gang_abandon_seconds)",
+                          ""));
 
   if (std::optional<int> code = ParseCommandLine(app, argc, argv)) {
     return *code;
   }
   if (serve->parsed()) return commands.serve(serve_flags);
+  if (status->parsed() && !watch &&
+      (interval_option->count() > 0 || count_option->count() > 0)) {
+    return Fail(
+        kExitUsage,
+        std::string(count_option->count() > 0 ? "--count" : "--interval") +
+            " only applies to --watch (add --watch, or drop it)");
+  }
   if (simulate->parsed()) return commands.simulate();
   absl::StatusOr<std::string> admin_token =
       LoadAdminToken(admin_token_file, std::getenv("GDT_ADMIN_TOKEN_FILE"));

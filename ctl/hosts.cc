@@ -14,6 +14,7 @@
 #include "ctl/status.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/operator_input.h"
 
 namespace gdt::ctl {
 namespace {
@@ -175,6 +176,13 @@ absl::StatusOr<std::string> RunHostTokenCommand(
     const std::string& admin_token) {
   if (action != "list" && host.empty()) {
     return absl::InvalidArgumentError("host name must not be empty");
+  }
+  // Revoke takes any name, so a token stored before this check can go.
+  if (action == "create") {
+    if (absl::Status valid = rendezvous::CheckHostTokenName(host);
+        !valid.ok()) {
+      return valid;
+    }
   }
   rendezvous::CoordinatorClient client(endpoint, security);
   PresentAdminToken(client, admin_token);

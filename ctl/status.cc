@@ -500,13 +500,23 @@ std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms) {
   return out;
 }
 
-std::string RenderGangJson(const v1::GangStatus& gang) {
-  return GangJson(gang).dump(2, ' ', false,
-                             nlohmann::json::error_handler_t::replace) +
+namespace {
+
+// `document` as --json prints it: indented, or on one line.
+std::string DumpJson(const nlohmann::json& document, bool one_line) {
+  return document.dump(one_line ? -1 : 2, ' ', false,
+                       nlohmann::json::error_handler_t::replace) +
          "\n";
 }
 
-std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
+}  // namespace
+
+std::string RenderGangJson(const v1::GangStatus& gang, bool one_line) {
+  return DumpJson(GangJson(gang), one_line);
+}
+
+std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all,
+                             bool one_line) {
   const Summary summary = Summarize(status);
   nlohmann::json hosts = nlohmann::json::array();
   for (const v1::HostStatus& host : status.hosts()) {
@@ -551,9 +561,7 @@ std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all) {
       {"gangs", gangs},
       {"recent_failures", failures},
   };
-  return document.dump(2, ' ', false,
-                       nlohmann::json::error_handler_t::replace) +
-         "\n";
+  return DumpJson(document, one_line);
 }
 
 absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
@@ -562,10 +570,10 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
   if (!options.gang.empty()) {
     absl::StatusOr<const v1::GangStatus*> gang = FindGang(status, options.gang);
     if (!gang.ok()) return gang.status();
-    return options.json ? RenderGangJson(**gang)
+    return options.json ? RenderGangJson(**gang, options.one_line)
                         : RenderGangText(**gang, now_unix_ms);
   }
-  return options.json ? RenderStatusJson(status, options.all)
+  return options.json ? RenderStatusJson(status, options.all, options.one_line)
                       : RenderStatusText(status, now_unix_ms, options.all,
                                          options.limit);
 }
@@ -638,15 +646,23 @@ absl::Status WatchStatus(
     const StatusOptions& options, const WatchOptions& watch, std::ostream& out,
     const std::function<bool(std::chrono::milliseconds)>& wait) {
   absl::Status last = absl::OkStatus();
+  // JSON Lines: one object per line and frame, for scripts.
+  StatusOptions frame_options = options;
+  frame_options.one_line = options.json;
   for (int frame = 0; watch.count == 0 || frame < watch.count; ++frame) {
     if (frame > 0 && wait(watch.interval)) break;
     absl::StatusOr<v1::GetStatusResponse> status = fetch();
     absl::StatusOr<std::string> text =
-        status.ok() ? RenderStatus(*status, options, NowUnixMillis())
+        status.ok() ? RenderStatus(*status, frame_options, NowUnixMillis())
                     : absl::StatusOr<std::string>(status.status());
-    out << (watch.clear ? "\033[H\033[2J" : (frame > 0 ? "\n" : ""));
+    if (!options.json) {
+      out << (watch.clear ? "\033[H\033[2J" : (frame > 0 ? "\n" : ""));
+    }
     if (text.ok()) {
       out << *text;
+    } else if (options.json) {
+      out << DumpJson({{"error", std::string(text.status().message())}},
+                      /*one_line=*/true);
     } else {
       out << "gdt-coord: " << TerminalSafe(text.status().message()) << "\n";
     }

@@ -30,6 +30,9 @@ struct StatusOptions {
   // Text: at most this many hosts and this many gangs (0 = all), each list
   // then ending in "... and K more (use --limit 0 or --json)".
   size_t limit = kDefaultRowLimit;
+  // JSON: the whole document on one line (JSON Lines, as --watch --json
+  // prints a frame), not indented.
+  bool one_line = false;
 };
 
 // The line that ends a list cut to its limit, for `more` rows left out.
@@ -57,6 +60,9 @@ absl::StatusOr<std::string> RenderStatus(const v1::GetStatusResponse& status,
 // like RenderStatus and writes one frame to `out` (after the ANSI
 // clear-screen sequence when `clear`, else after a blank line). A failed
 // fetch writes its one-line error as the frame and the watch goes on.
+// With options.json every frame is one line holding one JSON object (JSON
+// Lines; never a clear-screen sequence or blank line), a failed fetch
+// {"error": "<its one-line error>"}.
 // Stops after `count` frames (0 = no limit) or when `wait(interval)` returns
 // true (interrupted). Returns the last frame's error, if any.
 struct WatchOptions {
@@ -93,12 +99,13 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
 // One gang in detail (every member, full reason), fitting kStatusWidth.
 std::string RenderGangText(const v1::GangStatus& gang, int64_t now_unix_ms);
 
-// {"summary":{...},"hosts":[...],"gangs":[...],"recent_failures":[...]}.
+// {"summary":{...},"hosts":[...],"gangs":[...],"recent_failures":[...]},
+// indented, or on one line with `one_line`; ends in a newline.
 std::string RenderStatusJson(const v1::GetStatusResponse& status,
-                             bool all = true);
+                             bool all = true, bool one_line = false);
 
 // One gang as JSON (the same object as in "gangs").
-std::string RenderGangJson(const v1::GangStatus& gang);
+std::string RenderGangJson(const v1::GangStatus& gang, bool one_line = false);
 
 // "up", "down", "drained" or "unknown", as status and `hosts` print it.
 std::string HostStateName(v1::HostState state);

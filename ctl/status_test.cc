@@ -467,6 +467,35 @@ TEST(StatusCommandTest, WatchStopsWhenInterruptedAndClearsATerminal) {
   EXPECT_EQ(out.str().rfind("\033[H\033[2J", 0), 0u);
 }
 
+// --watch --json is JSON Lines: each frame one line with one object, also
+// on a terminal, and a failed fetch an {"error": ...} line.
+TEST(StatusCommandTest, WatchJsonPrintsOneObjectPerLine) {
+  int fetches = 0;
+  std::ostringstream out;
+  WatchOptions watch;
+  watch.count = 3;
+  watch.clear = true;
+  StatusOptions options;
+  options.json = true;
+  const absl::Status last = WatchStatus(
+      [&]() -> absl::StatusOr<v1::GetStatusResponse> {
+        if (++fetches == 2) return absl::UnavailableError("coordinator down");
+        return SampleStatus();
+      },
+      options, watch, out, [](std::chrono::milliseconds) { return false; });
+  EXPECT_TRUE(last.ok()) << last;
+  const std::vector<std::string> lines =
+      absl::StrSplit(out.str(), '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << out.str();
+  EXPECT_EQ(out.str().back(), '\n');
+  EXPECT_EQ(out.str().find("\033"), std::string::npos);
+  EXPECT_EQ(nlohmann::json::parse(lines[0])["summary"]["gangs"],
+            nlohmann::json::parse(
+                RenderStatusJson(SampleStatus()))["summary"]["gangs"]);
+  EXPECT_EQ(lines[1], R"({"error":"coordinator down"})");
+  EXPECT_TRUE(nlohmann::json::parse(lines[2]).contains("hosts"));
+}
+
 TEST(StatusCommandTest, UnreachableCoordinatorIsOneLine) {
   absl::StatusOr<std::string> text =
       RunStatusCommand("127.0.0.1:1", StatusOptions{});
