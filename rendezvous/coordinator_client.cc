@@ -133,7 +133,9 @@ std::pair<v1::Coordinator::Stub*, std::string> CoordinatorClient::Current() {
   MutexLock lock(mu_);
   std::unique_ptr<v1::Coordinator::Stub>& stub = stubs_[current_];
   if (stub == nullptr) {
-    stub = v1::Coordinator::NewStub(NewChannel(current_, security_));
+    std::shared_ptr<grpc::Channel> channel = NewChannel(current_, security_);
+    channels_[current_] = channel;
+    stub = v1::Coordinator::NewStub(channel);
   }
   return {stub.get(), current_};
 }
@@ -161,6 +163,32 @@ std::string CoordinatorClient::current_endpoint() {
   return current_;
 }
 
+absl::Status CoordinatorClient::AwaitConnection(
+    const std::string& used, std::chrono::system_clock::time_point by) {
+  std::shared_ptr<grpc::Channel> channel;
+  {
+    MutexLock lock(mu_);
+    auto it = channels_.find(used);
+    if (it == channels_.end()) return absl::OkStatus();
+    channel = it->second;
+  }
+  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE ||
+        state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::OkStatus();
+    }
+    if (!channel->WaitForStateChange(state, by)) {
+      return absl::UnavailableError(
+          absl::StrCat("no connection to ", used,
+                       " within its share of the "
+                       "call's deadline; trying the next coordinator"));
+    }
+    state = channel->GetState(/*try_to_connect=*/true);
+  }
+  return absl::OkStatus();
+}
+
 template <typename Rpc>
 absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
                                       Rpc rpc) {
@@ -168,10 +196,22 @@ absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
   absl::Status status;
   // Each endpoint once, plus a redirect to a leader not in the list.
   for (size_t attempt = 0; attempt <= endpoints_.size(); ++attempt) {
+    auto [stub, used] = Current();
+    if (endpoints_.size() > 1 && attempt + 1 < endpoints_.size()) {
+      // A silent endpoint (a replica's host that is off or cut off: no
+      // refusal, no answer) would hold the call until its deadline; each
+      // endpoint not yet tried gets an equal share for connecting instead.
+      const auto now = std::chrono::system_clock::now();
+      const auto share = (deadline - now) / (endpoints_.size() - attempt);
+      status = AwaitConnection(used, now + share);
+      if (!status.ok()) {
+        if (!Failover(used, status)) return status;
+        continue;
+      }
+    }
     grpc::ClientContext context;
     context.set_deadline(deadline);
     AddMetadataTo(context);
-    auto [stub, used] = Current();
     status = Convert(rpc(*stub, &context), used);
     if (!Failover(used, status)) return status;
     if (std::chrono::system_clock::now() >= deadline) return status;

@@ -201,6 +201,13 @@ class CoordinatorClient {
   // the leader the message names, else to the next endpoint of the list.
   // Returns whether calls now go elsewhere (worth trying again at once).
   bool Failover(const std::string& used, const absl::Status& status);
+  // With several endpoints: waits until `used` is connected, at most until
+  // `by`. UNAVAILABLE when it stayed silent (nothing refused, nothing
+  // answered), so that the call moves on to the next endpoint having sent
+  // nothing; OK otherwise, a refused connection included (the call then
+  // fails at once with gRPC's own reason).
+  absl::Status AwaitConnection(const std::string& used,
+                               std::chrono::system_clock::time_point by);
   // One unary call, moving through the endpoints while they are
   // unavailable, until `timeout`.
   template <typename Rpc>
@@ -227,6 +234,8 @@ class CoordinatorClient {
   std::string current_ ABSL_GUARDED_BY(mu_);
   std::string liveness_ ABSL_GUARDED_BY(mu_);  // See liveness_endpoint().
   std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_
+      ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::shared_ptr<grpc::Channel>> channels_
       ABSL_GUARDED_BY(mu_);
 };
 

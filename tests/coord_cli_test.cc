@@ -256,6 +256,39 @@ TEST_F(CoordCliTest, RefusedConnectionFailsFast) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 15s);
 }
 
+// A replica whose host is off answers nothing and refuses nothing. With
+// several addresses a call gives each untried one a share of its deadline
+// for connecting, so it reaches the next replica instead of spending the
+// whole deadline on the silent one.
+TEST_F(CoordCliTest, SilentFirstAddressIsPassedOverWithinItsShare) {
+  // Listening without ever accepting: the kernel completes the TCP
+  // handshake, and nothing ever answers gRPC's.
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(
+      bind(silent, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(silent, 16), 0);
+  socklen_t length = sizeof(address);
+  getsockname(silent, reinterpret_cast<sockaddr*>(&address), &length);
+  const std::string endpoints =
+      absl::StrCat("127.0.0.1:", ntohs(address.sin_port), ",", endpoint());
+
+  rendezvous::CoordinatorClient client(endpoints);
+  client.AddMetadata("authorization", std::string("Bearer ") + kAdminToken);
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<v1::GetStatusResponse> status =
+      client.GetStatus(v1::GetStatusRequest(), 8s);
+  const auto took = std::chrono::steady_clock::now() - start;
+  close(silent);
+  ASSERT_TRUE(status.ok()) << status.status();
+  // Half of the 8 s for the silent one, then the answer: before the
+  // deadline, which the call used to spend on it and fail.
+  EXPECT_LT(took, 7s);
+  EXPECT_EQ(client.current_endpoint(), endpoint());
+}
+
 TEST_F(CoordCliTest, WatchJsonPrintsJsonLines) {
   const CliRun run = Admin(
       {"status", "--watch", "--json", "--count", "2", "--interval", "0.1"},
