@@ -413,7 +413,10 @@ class RunnerLossTest : public IsolationTest {
   void SetUp() override {
     accounts_ = {"61021:61021", "61022:61022"};  // This test's own.
     tag_ = absl::StrCat("gdt-runner-loss-", getpid());
-    coordinator_yaml_ = "member_gone_after_seconds: 1\n";
+    // Longer than the gaps between a live runner's stages (an exec starts
+    // under ASan on a loaded machine), or a member would count as gone
+    // while its runner still works.
+    coordinator_yaml_ = "member_gone_after_seconds: 8\n";
     IsolationTest::SetUp();
   }
   void TearDown() override {
@@ -427,20 +430,25 @@ class RunnerLossTest : public IsolationTest {
 };
 
 TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
-  const std::string started = cluster_.dir().Sub("member-1-started");
+  const std::string started = SharedDir("flags") + "/member-1-started";
   const std::string escaped = "sleep 317";
-  const std::string project =
-      MakeProject(absl::StrCat("if [ \"$CI_NODE_INDEX\" = 2 ]; then\n"
-                               "  echo left > /tmp/",
-                               tag_,
-                               "-$(id -u)\n"
-                               "  setsid ",
-                               escaped,
-                               " </dev/null >/dev/null 2>&1 &\n"
-                               "  exit 0\n"
-                               "fi\n"
-                               "touch ",
-                               started, "; sleep 127\n"));
+  const std::string project = MakeProject(absl::StrCat(
+      "if [ \"$CI_NODE_INDEX\" = 2 ]; then\n"
+      "  echo left > /tmp/",
+      tag_,
+      "-$(id -u)\n"
+      "  setsid ",
+      escaped,
+      " </dev/null >/dev/null 2>&1 &\n"
+      // The stage's group is killed when its script exits: exit once the
+      // child has left the group.
+      "  child=$!\n"
+      "  until [ \"$(ps -o sid= -p $child | tr -d \" \")\" = $child ]; do "
+      "sleep 0.05; done\n"
+      "  exit 0\n"
+      "fi\n"
+      "touch ",
+      started, "; sleep 127\n"));
   std::unique_ptr<Subprocess> run =
       StartRunLocal(cluster_, project, "train", {"--pipeline-id", "5151"});
   ASSERT_NE(run, nullptr);
@@ -471,13 +479,19 @@ TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
   FinishRun(*run, seconds(10));
   const auto killed_at = std::chrono::steady_clock::now();
 
-  // member_gone_after_seconds (1) plus a heartbeat or two (2 s each);
+  // member_gone_after_seconds (8) plus a heartbeat or two (2 s each);
   // generous for a loaded machine.
   EXPECT_TRUE(
-      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(30)))
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(40)))
       << DescribeAll(JobProcesses(cluster_)) << cluster_.Logs();
   const auto gone_after = std::chrono::steady_clock::now() - killed_at;
-  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=left_member_torn_down"))
+  // Logged once the purge is done, just after the cgroup was emptied.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find("event=left_member_torn_down") !=
+               std::string::npos;
+      },
+      seconds(10)))
       << cluster_.Logs();
   RecordProperty(
       "escaped_child_gone_ms",
