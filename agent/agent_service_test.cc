@@ -399,6 +399,40 @@ TEST_F(AgentServiceTest, TeardownTerminatesRunningStages) {
   EXPECT_EQ(exit->exit_code(), 128 + SIGTERM);
 }
 
+// What the heartbeat asks the coordinator about, and the teardown of a
+// member its gang let go: never one that runs a stage.
+TEST_F(AgentServiceTest, IdleTeardownLeavesAMemberThatRunsAStage) {
+  OutputLog log;
+  absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
+  std::thread stage([&] {
+    exit = client_->RunStage(
+        Start("g1/1", "echo ready\nsleep 300\n"),
+        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
+        nullptr);
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
+  ASSERT_TRUE(supervisor_->SetupMember("g1/2", root_ + "/builds/2", {}).ok());
+  EXPECT_THAT(supervisor_->IdleMembers(), ElementsAre("g1/2"));
+
+  absl::StatusOr<uint32_t> running = supervisor_->TeardownIdleMember("g1/1");
+  EXPECT_EQ(running.status().code(), absl::StatusCode::kFailedPrecondition)
+      << running.status();
+  EXPECT_TRUE(supervisor_->MemberRunning("g1/1"));
+  absl::StatusOr<uint32_t> idle = supervisor_->TeardownIdleMember("g1/2");
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_EQ(*idle, 0u);
+  EXPECT_FALSE(std::filesystem::exists(supervisor_->ScratchDir("g1/2")));
+  EXPECT_TRUE(std::filesystem::exists(root_ + "/builds/2"));  // Kept.
+  EXPECT_THAT(supervisor_->IdleMembers(), IsEmpty());
+  EXPECT_TRUE(supervisor_->TeardownIdleMember("unknown/1").ok());
+
+  ASSERT_TRUE(supervisor_->TeardownMember("g1/1", false).ok());
+  stage.join();
+  ASSERT_TRUE(exit.ok()) << exit.status();
+  EXPECT_THAT(supervisor_->IdleMembers(), IsEmpty());
+}
+
 TEST_F(AgentServiceTest, SetupErrorNamesThePath) {
   const std::string file = root_ + "/plain-file";
   std::ofstream(file.c_str()) << "x";

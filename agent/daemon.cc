@@ -347,9 +347,55 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
           }
         }
         return progress;
-      });
+      },
+      Registrar::IdleMembers{
+          [supervisor = &daemon->supervisor_] {
+            return supervisor->IdleMembers();
+          },
+          [daemon = daemon.get()](const std::vector<std::string>& left) {
+            daemon->TearDownLeftMembers(left);
+          }});
   daemon->registrar_->Start();
   return daemon;
+}
+
+void Daemon::TearDownLeftMembers(const std::vector<std::string>& left) {
+  for (const std::string& member : left) {
+    {
+      MutexLock lock(left_mu_);
+      if (!left_queued_.insert(member).second) continue;  // On its way.
+    }
+    const bool queued = lost_teardowns_->TrySubmit([this, member] {
+      absl::StatusOr<uint32_t> killed = supervisor_.TeardownIdleMember(member);
+      {
+        MutexLock lock(left_mu_);
+        left_queued_.erase(member);
+      }
+      if (absl::IsFailedPrecondition(killed.status())) {
+        // A stage started meanwhile: its executor is there after all.
+        spdlog::info("event=left_member_teardown_skipped member={} reason={}",
+                     LogValue(member),
+                     LogValue(std::string(killed.status().message())));
+        return;
+      }
+      if (!killed.ok()) {
+        spdlog::warn("event=left_member_teardown_failed member={} error={}",
+                     LogValue(member), LogValue(killed.status().ToString()));
+        return;
+      }
+      spdlog::info(
+          "event=left_member_torn_down member={} killed={} reason={}",
+          LogValue(member), *killed,
+          LogValue("its gang let it go at the coordinator and no executor "
+                   "tore it down (its runner is gone)"));
+    });
+    if (!queued) {
+      MutexLock lock(left_mu_);
+      left_queued_.erase(member);
+      spdlog::warn("event=left_member_teardown_failed member={} error={}",
+                   LogValue(member), LogValue("too many queued"));
+    }
+  }
 }
 
 Daemon::~Daemon() { Shutdown(); }

@@ -2,7 +2,9 @@
 #define GDT_AGENT_DAEMON_H_
 
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
@@ -11,6 +13,7 @@
 #include "agent/exit_reporter.h"
 #include "agent/registrar.h"
 #include "agent/supervisor.h"
+#include "common/mutex.h"
 #include "common/work_queue.h"
 #include "rendezvous/coordinator_client.h"
 
@@ -47,11 +50,23 @@ class Daemon {
   Daemon(const Config& config, const rendezvous::ClientSecurity& security,
          IsolationOptions isolation);
 
+  // Queues the teardown of members the coordinator says have left their
+  // gang while they run no stage here: no executor will tear them down
+  // (their runner died), so what their jobs left running would otherwise
+  // outlive them under an account the next member gets. Called on the
+  // registrar's thread.
+  void TearDownLeftMembers(const std::vector<std::string>& left);
+
   const Config config_;
   Supervisor supervisor_;
-  // Tears down members whose executor went away (one at a time; each waits
-  // for its stage to stop). Emptied in Shutdown(), before supervisor_ goes.
+  // Tears down members whose executor went away, and members whose gang
+  // let them go (one at a time; each waits for its stage to stop). Emptied
+  // in Shutdown(), before supervisor_ goes.
   std::unique_ptr<WorkQueue> lost_teardowns_;
+  // Members whose teardown TearDownLeftMembers() queued and that are not
+  // done yet, so that later heartbeats do not queue them again.
+  Mutex left_mu_;
+  std::set<std::string> left_queued_ ABSL_GUARDED_BY(left_mu_);
   AgentService service_;
   rendezvous::CoordinatorClient coordinator_;
   // Exits owed to the coordinator, on disk under the scratch dir.

@@ -15,12 +15,13 @@ using std::chrono::seconds;
 
 Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
                      Options options, RunningMembers running_members,
-                     WatchedProgress watched_progress)
+                     WatchedProgress watched_progress, IdleMembers idle_members)
     : client_(client),
       host_(std::move(host)),
       options_(options),
       running_members_(std::move(running_members)),
-      watched_progress_(std::move(watched_progress)) {}
+      watched_progress_(std::move(watched_progress)),
+      idle_members_(std::move(idle_members)) {}
 
 Registrar::~Registrar() { Stop(); }
 
@@ -101,8 +102,14 @@ void Registrar::Run() {
       if (running_members_) members = running_members_();
       std::vector<v1::MemberProgress> progress;
       if (watched_progress_) progress = watched_progress_();
-      absl::StatusOr<bool> reregister =
-          client_.Heartbeat(name, options_.rpc_timeout, members, progress);
+      std::vector<std::string> idle;
+      if (idle_members_.list && idle_members_.members_left) {
+        idle = idle_members_.list();
+      }
+      std::vector<std::string> left;
+      absl::StatusOr<bool> reregister = client_.Heartbeat(
+          name, options_.rpc_timeout, members, progress, idle, &left);
+      if (reregister.ok() && !left.empty()) idle_members_.members_left(left);
       if (!liveness.empty() && client_.liveness_endpoint().empty()) {
         spdlog::warn(
             "event=liveness_port_unreachable host={} liveness={} action={}",

@@ -37,9 +37,18 @@ class Registrar {
   // member stages here that have a hang watchdog; every heartbeat carries
   // it too.
   using WatchedProgress = std::function<std::vector<v1::MemberProgress>()>;
+  // `idle_members` (may be empty) lists the members this host holds that
+  // run no stage; every heartbeat asks the coordinator which of them have
+  // left their gang, and `members_left` (called on the registration
+  // thread; it must not block) gets those it names.
+  struct IdleMembers {
+    std::function<std::vector<std::string>()> list;
+    std::function<void(const std::vector<std::string>&)> members_left;
+  };
   Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
             Options options, RunningMembers running_members = nullptr,
-            WatchedProgress watched_progress = nullptr);
+            WatchedProgress watched_progress = nullptr,
+            IdleMembers idle_members = {});
   // Stops the loop.
   ~Registrar();
   Registrar(const Registrar&) = delete;
@@ -61,6 +70,7 @@ class Registrar {
   const Options options_;
   const RunningMembers running_members_;
   const WatchedProgress watched_progress_;
+  const IdleMembers idle_members_;
 
   Mutex mu_;
   CondVar wake_;

@@ -379,6 +379,11 @@ absl::Status Supervisor::SetupMember(
   }
   // Held throughout: two calls must not both claim one builds dir.
   MutexLock lock(mu_);
+  if (auto closing = members_.find(member_id);
+      closing != members_.end() && closing->second.closing) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", member_id, " is being torn down: its gang let it go"));
+  }
   if (!builds_dir.empty()) {
     GDT_RETURN_IF_ERROR(CheckBuildsDir(member_id, builds_dir));
   }
@@ -424,6 +429,12 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     MutexLock lock(mu_);
     if (shutting_down_) {
       return absl::UnavailableError("the agent is shutting down");
+    }
+    if (auto closing = members_.find(request.member_id);
+        closing != members_.end() && closing->second.closing) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", request.member_id,
+                       " is being torn down: its gang let it go"));
     }
     GDT_RETURN_IF_ERROR(PlaceMember(request.member_id));
     Member& member = members_[request.member_id];
@@ -632,6 +643,30 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   return killed;
 }
 
+absl::StatusOr<uint32_t> Supervisor::TeardownIdleMember(
+    const std::string& member_id) {
+  {
+    MutexLock lock(mu_);
+    auto member = members_.find(member_id);
+    if (member == members_.end()) return 0;  // Torn down already.
+    if (!member->second.running.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("member ", member_id, " runs a stage"));
+    }
+    member->second.closing = true;
+  }
+  absl::StatusOr<uint32_t> killed =
+      TeardownMember(member_id, /*remove_builds_dir=*/false);
+  if (!killed.ok()) {
+    // It stays known, and may be torn down (or used) again.
+    MutexLock lock(mu_);
+    if (auto member = members_.find(member_id); member != members_.end()) {
+      member->second.closing = false;
+    }
+  }
+  return killed;
+}
+
 void Supervisor::Shutdown() {
   std::vector<std::shared_ptr<Stage>> stages;
   {
@@ -732,6 +767,15 @@ std::vector<Supervisor::WatchedStage> Supervisor::WatchedProgress() const {
     if (progress.has_value()) watched.push_back({id, *progress});
   }
   return watched;
+}
+
+std::vector<std::string> Supervisor::IdleMembers() const {
+  MutexLock lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, member] : members_) {
+    if (member.running.empty() && !member.closing) ids.push_back(id);
+  }
+  return ids;
 }
 
 std::vector<std::string> Supervisor::RunningMembers() {

@@ -115,6 +115,14 @@ class Supervisor {
   absl::StatusOr<uint32_t> TeardownMember(const std::string& member_id,
                                           bool remove_builds_dir);
 
+  // TeardownMember for a member that no executor will tear down (its gang
+  // let it go): only while it runs no stage, and no stage may start for it
+  // until the teardown is over (SetupMember and StartStage answer
+  // FailedPrecondition).
+  // Errors: FailedPrecondition while a stage of it runs (nothing is done);
+  // else as TeardownMember. The builds dir is kept.
+  absl::StatusOr<uint32_t> TeardownIdleMember(const std::string& member_id);
+
   // Refuses new stages from now on, terminates every running stage and
   // returns once all have finished.
   void Shutdown();
@@ -166,6 +174,10 @@ class Supervisor {
   // A stage shorter than the heartbeat interval is reported too, so a member
   // whose stages are all short is never taken for gone between heartbeats.
   std::vector<std::string> RunningMembers();
+  // The members known here (set up or started a stage, not torn down) that
+  // run no stage now, by id: what the heartbeat asks the coordinator about
+  // (have they left their gang?).
+  std::vector<std::string> IdleMembers() const;
   // The progress of every running stage that has a hang watchdog, by
   // member id: what the heartbeat tells the coordinator so that it can name
   // the member of a hung gang that stopped first.
@@ -190,6 +202,8 @@ class Supervisor {
     // GDT_GANG_ID and GDT_KV_TOKEN): what gdt-rsh commands run in.
     std::map<std::string, std::string> gang_env;
     std::string gang_working_dir;
+    // TeardownIdleMember() runs: no stage may start.
+    bool closing = false;
   };
 
   void StageFinished(const std::string& member_id, Stage* stage);

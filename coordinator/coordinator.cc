@@ -350,7 +350,9 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
 bool Coordinator::Heartbeat(
     const std::string& host_name,
     std::optional<std::set<std::string>> running_members,
-    std::map<std::string, MemberProgress> watched_progress) {
+    std::map<std::string, MemberProgress> watched_progress,
+    const std::vector<std::string>& idle_members,
+    std::vector<std::string>* members_left) {
   bool was_down = false;
   bool known;
   {
@@ -359,6 +361,9 @@ bool Coordinator::Heartbeat(
     if (known) {
       scheduler_->SetRunningMembers(host_name, std::move(running_members));
       scheduler_->SetWatchedProgress(host_name, std::move(watched_progress));
+      if (members_left != nullptr && !idle_members.empty()) {
+        *members_left = scheduler_->MembersLeft(host_name, idle_members);
+      }
     }
   }
   if (was_down) Wake();

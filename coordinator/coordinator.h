@@ -74,10 +74,14 @@ class Coordinator {
   absl::Status RegisterHost(const state::HostSpec& spec);
   // `running_members`: see Scheduler::SetRunningMembers.
   // `watched_progress`: see Scheduler::SetWatchedProgress.
+  // `idle_members` and `members_left` (may be null): see
+  // Scheduler::MembersLeft.
   bool Heartbeat(
       const std::string& host_name,
       std::optional<std::set<std::string>> running_members = std::nullopt,
-      std::map<std::string, MemberProgress> watched_progress = {});
+      std::map<std::string, MemberProgress> watched_progress = {},
+      const std::vector<std::string>& idle_members = {},
+      std::vector<std::string>* members_left = nullptr);
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
   void Detach(const std::string& gang_id, uint32_t member_index,

@@ -6,6 +6,7 @@
 #include <list>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -949,8 +950,13 @@ absl::Status CoordinatorService::HandleHeartbeat(
       entry.last_unix_ms = member.last_progress_unix_ms();
       if (member.has_step()) entry.step = member.step();
     }
-    response.set_reregister(!coordinator_.Heartbeat(
-        request.host_name(), std::move(running), std::move(progress)));
+    const std::vector<std::string> idle(request.idle_members().begin(),
+                                        request.idle_members().end());
+    std::vector<std::string> left;
+    response.set_reregister(
+        !coordinator_.Heartbeat(request.host_name(), std::move(running),
+                                std::move(progress), idle, &left));
+    for (std::string& id : left) response.add_members_left(std::move(id));
   }
   return allowed;
 }

@@ -5,9 +5,11 @@
 #include <cctype>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 #include <set>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/logging.h"
@@ -725,6 +727,44 @@ void Scheduler::SetRunningMembers(
   } else {
     running_members_.erase(host_name);
   }
+}
+
+std::vector<std::string> Scheduler::MembersLeft(
+    const std::string& host_name,
+    const std::vector<std::string>& member_ids) const {
+  std::vector<std::string> left;
+  for (const std::string& id : member_ids) {
+    const size_t slash = id.rfind('/');
+    int64_t job_id = 0;
+    if (slash == std::string::npos ||
+        !absl::SimpleAtoi(id.substr(slash + 1), &job_id)) {
+      continue;
+    }
+    const std::string base_id = id.substr(0, slash);
+    if (base_id.empty() || base_id.find('#') != std::string::npos) continue;
+    // The live gang, then its archived epochs ("<id>#<epoch>").
+    auto left_in = [&](const state::Gang& gang) -> std::optional<bool> {
+      for (const auto& [index, member] : gang.members) {
+        if (member.job_id == job_id && member.host_name == host_name) {
+          return member.left;
+        }
+      }
+      return std::nullopt;
+    };
+    std::optional<bool> found;
+    if (auto live = gangs_.find(base_id); live != gangs_.end()) {
+      found = left_in(live->second);
+    }
+    const std::string prefix = base_id + "#";
+    for (auto it = gangs_.lower_bound(prefix);
+         !found.has_value() && it != gangs_.end() &&
+         it->first.compare(0, prefix.size(), prefix) == 0;
+         ++it) {
+      found = left_in(it->second);
+    }
+    if (found.value_or(false)) left.push_back(id);
+  }
+  return left;
 }
 
 void Scheduler::SetWatchedProgress(

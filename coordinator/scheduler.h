@@ -207,6 +207,15 @@ class Scheduler {
   void SetWatchedProgress(const std::string& host_name,
                           std::map<std::string, MemberProgress> progress);
 
+  // Of `member_ids` ("<gang id>/<job id>", members the agent of
+  // `host_name` still holds), those that have left their gang epoch on that
+  // host (LeaveGang, ReconcileMembers, ReleaseAbandonedMembers): no executor
+  // will tear them down any more. Members this scheduler does not know, or
+  // that it placed on another host, are not named.
+  std::vector<std::string> MembersLeft(
+      const std::string& host_name,
+      const std::vector<std::string>& member_ids) const;
+
   // Drains (no new gangs; running ones finish) or undrains a host; persisted.
   // Errors: NotFound "unknown host NAME"; Internal when it cannot be saved.
   absl::Status SetDrained(const std::string& host_name, bool drained);

@@ -692,6 +692,48 @@ TEST_F(SchedulerFailureTest, StagesAndWatchStreamsHoldTheirMembers) {
   EXPECT_EQ(OnlyGang().failed_member, 2u);
 }
 
+// An agent asks which of the members it holds idle have left: only those
+// of its own host that left their epoch, never one an executor still
+// watches (its gang runs on), whatever time passes.
+TEST_F(SchedulerFailureTest, AgentsLearnWhichOfTheirIdleMembersHaveLeft) {
+  const std::string gang = AdmitTwoHostGang();
+  const std::string member1 = gang + "/101";
+  const std::string member2 = gang + "/102";
+  // Member 2 exited 0 and waits in the exit barrier: its stage is over,
+  // its executor watches. Member 1 trains on.
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 0).ok());
+  ASSERT_TRUE(scheduler_->Watch(gang, 1, 2, 102, 61).ok());
+  const std::set<std::string> stage = {member1};
+  PassWithAgentsReporting(clock_, *scheduler_, 600s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_THAT(scheduler_->MembersLeft("cpu-02", {member2}), IsEmpty());
+
+  // Its runner dies with the executor: nothing holds member 2 any more.
+  scheduler_->Unwatch(61);
+  PassWithAgentsReporting(clock_, *scheduler_, 2s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), IsEmpty());
+  EXPECT_THAT(scheduler_->MembersLeft("cpu-02", {member2}), IsEmpty());
+  PassWithAgentsReporting(clock_, *scheduler_, 120s, stage);
+  EXPECT_THAT(scheduler_->ReconcileMembers(), ElementsAre(gang + "/2"));
+  EXPECT_EQ(OnlyGang().state, state::GangState::kRunning);
+  EXPECT_THAT(scheduler_->MembersLeft(
+                  "cpu-02", {member2, gang + "/999", "no-slash",
+                             gang + "/not-a-number", "other-gang/102"}),
+              ElementsAre(member2));
+  // Another host's agent learns nothing about it; member 1 runs on.
+  EXPECT_THAT(scheduler_->MembersLeft("cpu-01", {member2, member1}), IsEmpty());
+
+  // Member 1 cleans up; the gang is done, and a retry archives the epoch:
+  // its members are still found there.
+  ASSERT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  JoinRequest retry = test::Joining(test::TrainKey(2), 1);
+  retry.job_id = 201;
+  ASSERT_TRUE(scheduler_->Join(retry, 21).ok());
+  EXPECT_EQ(OnlyGang().epoch, 2u);
+  EXPECT_THAT(scheduler_->MembersLeft("cpu-01", {member1}),
+              ElementsAre(member1));
+}
+
 TEST_F(SchedulerFailureTest, ARetriedJobDoesNotInheritTheAbsenceOfItsOldJob) {
   const std::string gang = AdmitTwoHostGang();
   ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 2, 102, 3).ok());

@@ -276,9 +276,18 @@ std::string CoordinatorClient::liveness_endpoint() {
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::string& host_name, std::chrono::milliseconds timeout,
     const std::optional<std::vector<std::string>>& running_members,
-    const std::vector<v1::MemberProgress>& progress) {
+    const std::vector<v1::MemberProgress>& progress,
+    const std::vector<std::string>& idle_members,
+    std::vector<std::string>* members_left) {
+  if (members_left != nullptr) members_left->clear();
+  auto take_left = [members_left](const v1::HeartbeatResponse& answer) {
+    if (members_left == nullptr) return;
+    members_left->assign(answer.members_left().begin(),
+                         answer.members_left().end());
+  };
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
+  for (const std::string& id : idle_members) request.add_idle_members(id);
   for (const v1::MemberProgress& member : progress) {
     *request.add_progress() = member;
   }
@@ -309,6 +318,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
         status.code() != absl::StatusCode::kDeadlineExceeded &&
         status.code() != absl::StatusCode::kUnimplemented) {
       if (!status.ok()) return status;
+      take_left(response);
       return response.reregister();
     }
     MutexLock lock(mu_);
@@ -318,6 +328,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
   absl::StatusOr<v1::HeartbeatResponse> fallback =
       Call(timeout, &v1::Coordinator::Stub::Heartbeat, request);
   if (!fallback.ok()) return fallback.status();
+  take_left(*fallback);
   return fallback->reregister();
 }
 

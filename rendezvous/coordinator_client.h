@@ -104,12 +104,16 @@ class CoordinatorClient {
   // older or restarted coordinator), the same heartbeat goes to the main
   // endpoint with the rest, and so do later ones until the next
   // RegisterHost. `progress`: the last progress of the member stages on
-  // the host that have a hang watchdog.
+  // the host that have a hang watchdog. `idle_members`: the members the
+  // agent holds that run no stage; those the coordinator says have left
+  // their gang go to `members_left` (when not null; cleared first).
   absl::StatusOr<bool> Heartbeat(
       const std::string& host_name, std::chrono::milliseconds timeout,
       const std::optional<std::vector<std::string>>& running_members =
           std::nullopt,
-      const std::vector<v1::MemberProgress>& progress = {});
+      const std::vector<v1::MemberProgress>& progress = {},
+      const std::vector<std::string>& idle_members = {},
+      std::vector<std::string>* members_left = nullptr);
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure before the

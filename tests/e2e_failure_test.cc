@@ -236,14 +236,7 @@ TEST_F(GangFailureTest, CancelledMemberStopsTheGangAndLeavesNoProcess) {
       seconds(90)))
       << cluster_.Logs();
 
-  std::vector<ProcessInfo> executors;
-  for (const ProcessInfo& process :
-       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=2")) {
-    if (process.cmdline.find("gdt-executor") != std::string::npos &&
-        process.cmdline.find(" run ") != std::string::npos) {
-      executors.push_back(process);
-    }
-  }
+  const std::vector<ProcessInfo> executors = MemberRunExecs(cluster_, 2);
   ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
   const pid_t group = getpgid(executors[0].pid);
   ASSERT_EQ(group, executors[0].pid)
@@ -400,14 +393,7 @@ TEST_F(GangFailureTest, ALostMemberIsTornDownWithWhatItsJobLeftRunning) {
   };
   ASSERT_TRUE(WaitFor([&] { return orphans() == 1; }, seconds(20)))
       << DescribeAll(JobProcesses(cluster_));
-  std::vector<ProcessInfo> executors;
-  for (const ProcessInfo& process :
-       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=1")) {
-    if (process.cmdline.find("gdt-executor") != std::string::npos &&
-        process.cmdline.find(" run ") != std::string::npos) {
-      executors.push_back(process);
-    }
-  }
+  const std::vector<ProcessInfo> executors = MemberRunExecs(cluster_, 1);
   ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
   ASSERT_EQ(kill(run->pid(), SIGKILL), 0);
   ASSERT_EQ(kill(executors[0].pid, SIGKILL), 0);
@@ -451,14 +437,7 @@ TEST_F(GangFailureTest, VanishedExecutorIsLostAndFencedAfterTheRetry) {
       },
       seconds(90)))
       << cluster_.Logs();
-  std::vector<ProcessInfo> executors;
-  for (const ProcessInfo& process :
-       JobProcesses(cluster_, "CUSTOM_ENV_CI_NODE_INDEX=1")) {
-    if (process.cmdline.find("gdt-executor") != std::string::npos &&
-        process.cmdline.find(" run ") != std::string::npos) {
-      executors.push_back(process);
-    }
-  }
+  const std::vector<ProcessInfo> executors = MemberRunExecs(cluster_, 1);
   ASSERT_EQ(executors.size(), 1u) << DescribeAll(JobProcesses(cluster_));
   const int stale = executors[0].pid;
   ASSERT_EQ(kill(stale, SIGSTOP), 0);

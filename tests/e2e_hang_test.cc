@@ -156,12 +156,8 @@ TEST(HangWatchdogTest, NamesTheMemberThatStoppedFirstNotTheFirstToReport) {
   }
   const std::string culprit_host = culprit_agent == 0 ? "a" : "b";
   std::vector<int> stalled;
-  for (const ProcessInfo& process :
-       JobProcesses(cluster, "CUSTOM_ENV_CI_NODE_INDEX=2")) {
-    if (process.cmdline.find("gdt-executor") != std::string::npos &&
-        process.cmdline.find(" run ") != std::string::npos) {
-      stalled.push_back(process.pid);
-    }
+  for (const ProcessInfo& process : MemberRunExecs(cluster, 2)) {
+    stalled.push_back(process.pid);
   }
   ASSERT_EQ(stalled.size(), 1u) << DescribeAll(JobProcesses(cluster));
   stalled.push_back(cluster.AgentPid(culprit_agent));

@@ -61,8 +61,9 @@ class IsolationTest : public ::testing::Test {
     const std::string admin = cluster_.dir().Sub("admin.token");
     WriteFile(admin, "isolation-admin-secret\n");
     chmod(admin.c_str(), 0600);
-    cluster_.SetCoordinatorExtraConfig(absl::StrCat(
-        "admin_token_file: ", admin, "\nrequire_host_tokens: true\n"));
+    cluster_.SetCoordinatorExtraConfig(
+        absl::StrCat("admin_token_file: ", admin,
+                     "\nrequire_host_tokens: true\n", coordinator_yaml_));
     ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
     // --output writes the token 0600 (a redirection would leave 0644).
     token_file_ = cluster_.dir().Sub("host.token");
@@ -138,6 +139,7 @@ class IsolationTest : public ::testing::Test {
 
   static constexpr const char* kAgentSecret = "agent-env-secret-4711";
   std::vector<std::string> accounts_ = TestMemberAccounts();
+  std::string coordinator_yaml_;  // More coordinator config lines.
   GdtCluster cluster_;
   std::string token_;
   std::string token_file_;
@@ -395,6 +397,127 @@ TEST_F(IsolationTest, SetsidProcessDoesNotOutliveTeardown) {
     EXPECT_TRUE(WaitFor([&] { return !SleepAlive(pid, "313"); }, seconds(2)))
         << "pid " << pid << " (setsid sleep 313) outlived its job";
     if (SleepAlive(pid, "313")) kill(pid, SIGKILL);
+  }
+}
+
+// gitlab-runner dies with every executor (kill -9; its host rebooted)
+// while member 1 trains and member 2, whose script exited 0, waits in the
+// exit barrier, with a setsid child of its job running on under its pooled
+// account. No cleanup will come for either member. Member 1 goes at once
+// (its stream to the agent broke); member 2 ran no stage, so its agent
+// tears it down once the coordinator lets it go (member_gone_after_seconds,
+// shortened here): the child is killed, its files are purged and its
+// account is free, so the next gang gets both accounts and finds nothing.
+class RunnerLossTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61021:61021", "61022:61022"};  // This test's own.
+    tag_ = absl::StrCat("gdt-runner-loss-", getpid());
+    // Longer than the gaps between a live runner's stages (an exec starts
+    // under ASan on a loaded machine), or a member would count as gone
+    // while its runner still works.
+    coordinator_yaml_ = "member_gone_after_seconds: 8\n";
+    IsolationTest::SetUp();
+  }
+  void TearDown() override {
+    agent::PurgeOptions options;
+    options.roots = {"/dev/shm", "/tmp"};
+    for (uid_t uid : {61021u, 61022u}) {
+      (void)agent::PurgeAccountLeftovers(uid, uid, options);
+    }
+  }
+  std::string tag_;
+};
+
+TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
+  const std::string started = SharedDir("flags") + "/member-1-started";
+  const std::string escaped = "sleep 317";
+  const std::string project = MakeProject(absl::StrCat(
+      "if [ \"$CI_NODE_INDEX\" = 2 ]; then\n"
+      "  echo left > /tmp/",
+      tag_,
+      "-$(id -u)\n"
+      "  setsid ",
+      escaped,
+      " </dev/null >/dev/null 2>&1 &\n"
+      // The stage's group is killed when its script exits: exit once the
+      // child has left the group.
+      "  child=$!\n"
+      "  until [ \"$(ps -o sid= -p $child | tr -d \" \")\" = $child ]; do "
+      "sleep 0.05; done\n"
+      "  exit 0\n"
+      "fi\n"
+      "touch ",
+      started, "; sleep 127\n"));
+  std::unique_ptr<Subprocess> run =
+      StartRunLocal(cluster_, project, "train", {"--pipeline-id", "5151"});
+  ASSERT_NE(run, nullptr);
+  const auto escaped_pids = [&] {
+    std::vector<int> pids;
+    for (const ProcessInfo& p : JobProcesses(cluster_)) {
+      if (p.cmdline == escaped + " ") pids.push_back(p.pid);
+    }
+    return pids;
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return fs::exists(started) && escaped_pids().size() == 1 &&
+               MemberLogOf(cluster_, 2).find("waiting for 1 other member") !=
+                   std::string::npos;
+      },
+      seconds(90)))
+      << MemberLogOf(cluster_, 2) << DescribeAll(JobProcesses(cluster_))
+      << cluster_.Logs();
+
+  // The runner and all its execs die; nobody will run cleanup.
+  ASSERT_EQ(kill(run->pid(), SIGKILL), 0);
+  for (const ProcessInfo& p : JobProcesses(cluster_)) {
+    if (p.cmdline.find("gdt-executor") != std::string::npos) {
+      kill(p.pid, SIGKILL);
+    }
+  }
+  FinishRun(*run, seconds(10));
+  const auto killed_at = std::chrono::steady_clock::now();
+
+  // member_gone_after_seconds (8) plus a heartbeat or two (2 s each);
+  // generous for a loaded machine.
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(40)))
+      << DescribeAll(JobProcesses(cluster_)) << cluster_.Logs();
+  const auto gone_after = std::chrono::steady_clock::now() - killed_at;
+  // Logged once the purge is done, just after the cgroup was emptied.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find("event=left_member_torn_down") !=
+               std::string::npos;
+      },
+      seconds(10)))
+      << cluster_.Logs();
+  RecordProperty(
+      "escaped_child_gone_ms",
+      static_cast<int>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(gone_after)
+              .count()));
+  for (int pid : escaped_pids()) kill(pid, SIGKILL);  // A failed run's.
+  EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61021")));
+  EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61022")));
+
+  // The next gang gets both accounts (none is held by a dead member) and
+  // finds no process or file of the earlier one under them.
+  fs::remove_all(cluster_.run_dir());
+  const std::string look = MakeProject(absl::StrCat(
+      "mark=\"found-$((1+1))\"\n"
+      "pgrep -u \"$(id -u)\" -x sleep >/dev/null && echo \"$mark-process\"\n"
+      "[ -e /tmp/",
+      tag_,
+      "-$(id -u) ] && echo \"$mark-file\"\n"
+      "echo \"looked as uid $(id -u)\"\n"));
+  CommandResult later = cluster_.RunLocal(look, "train", {}, seconds(120));
+  ASSERT_TRUE(later.status.success()) << later.output << cluster_.Logs();
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    EXPECT_THAT(log, HasSubstr("looked as uid 6102")) << log;
+    EXPECT_THAT(log, Not(HasSubstr("found-2"))) << log;
   }
 }
 

@@ -250,6 +250,18 @@ std::vector<ProcessInfo> DdpWorkers(const GdtCluster& cluster,
   return workers;
 }
 
+std::vector<ProcessInfo> MemberRunExecs(const GdtCluster& cluster, int index) {
+  std::vector<ProcessInfo> execs;
+  for (ProcessInfo& process : JobProcesses(
+           cluster, absl::StrCat("CUSTOM_ENV_CI_NODE_INDEX=", index))) {
+    if (process.cmdline.find("gdt-executor") != std::string::npos &&
+        process.cmdline.find(" run ") != std::string::npos) {
+      execs.push_back(std::move(process));
+    }
+  }
+  return execs;
+}
+
 std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
   std::string text;
   for (const ProcessInfo& process : processes) {

@@ -90,6 +90,10 @@ std::vector<ProcessInfo> JobProcesses(const GdtCluster& cluster,
 std::vector<ProcessInfo> DdpWorkers(const GdtCluster& cluster,
                                     const std::string& env_entry);
 
+// The gdt-executor `run` execs (a stage the runner runs through the
+// executor) of member `index`'s job, among JobProcesses(cluster).
+std::vector<ProcessInfo> MemberRunExecs(const GdtCluster& cluster, int index);
+
 // "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
 std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 
