@@ -1,7 +1,6 @@
 #include "ci/run_local.h"
 
 #include <limits.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,99 +89,6 @@ absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
   return job;
 }
 
-// A /proc/<pid>/ file of NUL-separated strings (cmdline, environ), or
-// nothing when the process is gone or not ours to read.
-std::vector<std::string> ReadProcStrings(const std::string& pid,
-                                         const char* file) {
-  std::ifstream in("/proc/" + pid + "/" + file, std::ios::binary);
-  std::vector<std::string> strings;
-  for (std::string item; std::getline(in, item, '\0');) {
-    strings.push_back(std::move(item));
-  }
-  return strings;
-}
-
-// Whether a process's /proc command line runs `argv`: the same, or with
-// the interpreter of a script before it (the kernel runs "bash SCRIPT
-// ARGS..." for a script, naming it by its full path when found in PATH).
-bool RunsArgv(const std::vector<std::string>& cmdline,
-              const std::vector<std::string>& argv) {
-  if (argv.empty() || cmdline.size() < argv.size()) return false;
-  const size_t start = cmdline.size() - argv.size();
-  if (!std::equal(argv.begin() + 1, argv.end(),
-                  cmdline.begin() + static_cast<std::ptrdiff_t>(start) + 1)) {
-    return false;
-  }
-  return cmdline[start] == argv[0] ||
-         fs::path(cmdline[start]).filename() == fs::path(argv[0]).filename();
-}
-
-bool IsNumber(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
-}
-
-// The processes this one started (every thread's children), or, where the
-// kernel does not list children, every process.
-std::vector<std::string> ChildrenOrAll() {
-  std::vector<std::string> pids;
-  std::error_code error;
-  bool listed = false;
-  for (const fs::directory_entry& task :
-       fs::directory_iterator("/proc/self/task", error)) {
-    std::ifstream children(task.path() / "children");
-    if (!children) continue;
-    listed = true;
-    for (std::string pid; children >> pid;) pids.push_back(pid);
-  }
-  if (listed) return pids;
-  for (const fs::directory_entry& entry :
-       fs::directory_iterator("/proc", error)) {
-    std::string pid = entry.path().filename().string();
-    if (IsNumber(pid)) pids.push_back(std::move(pid));
-  }
-  return pids;
-}
-
-// SIGKILLs the process group of every exec the runners of one job run
-// now: children whose environment holds CUSTOM_ENV_CI_JOB_TOKEN of one of
-// `tokens` (the emulator starts each exec as its own group). A group whose
-// leader runs one of `spare` (cleanup_exec) is left alone; never this
-// process's own group.
-void KillExecGroups(const std::set<std::string>& tokens,
-                    const std::set<std::vector<std::string>>& spare) {
-  std::set<pid_t> groups;
-  for (const std::string& pid : ChildrenOrAll()) {
-    if (!IsNumber(pid)) continue;
-    bool ours = false;
-    for (const std::string& variable : ReadProcStrings(pid, "environ")) {
-      constexpr std::string_view kToken = "CUSTOM_ENV_CI_JOB_TOKEN=";
-      if (variable.starts_with(kToken) &&
-          tokens.count(variable.substr(kToken.size())) > 0) {
-        ours = true;
-        break;
-      }
-    }
-    if (!ours) continue;
-    const pid_t group = getpgid(static_cast<pid_t>(std::stol(pid)));
-    if (group > 1 && group != getpgrp()) groups.insert(group);
-  }
-  for (const pid_t group : groups) {
-    if (!spare.empty()) {
-      const std::vector<std::string> cmdline =
-          ReadProcStrings(std::to_string(group), "cmdline");
-      if (std::any_of(spare.begin(), spare.end(),
-                      [&](const std::vector<std::string>& argv) {
-                        return RunsArgv(cmdline, argv);
-                      })) {
-        continue;
-      }
-    }
-    killpg(group, SIGKILL);
-  }
-}
-
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
 }
@@ -212,8 +118,6 @@ struct Attempt {
   std::unique_ptr<RunnerEmulator> runner;
   std::unique_ptr<std::ofstream> log;
   MemberResult member;
-  std::string token;
-  std::vector<std::string> cleanup_argv;
 };
 
 // Sets up the runner of one attempt at `payload`. Errors: InvalidArgument
@@ -225,7 +129,6 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
   Attempt attempt;
   attempt.member.name = payload.name;
   attempt.member.job_id = payload.id;
-  attempt.token = payload.token;
   // Distinct names can share a slug (build:x, build-x), and a retry has its
   // job's name: the later ones get a number no slug has (slugs have no
   // dots).
@@ -261,12 +164,6 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
   }
   if (runner.config.cache_dir.empty()) {
     runner.config.cache_dir = (*ctx.work_dir / "cache").string();
-  }
-  if (!runner.config.cleanup_exec.empty()) {
-    attempt.cleanup_argv = {runner.config.cleanup_exec};
-    attempt.cleanup_argv.insert(attempt.cleanup_argv.end(),
-                                runner.config.cleanup_args.begin(),
-                                runner.config.cleanup_args.end());
   }
   runner.config.concurrent_id = static_cast<int>(slot);
   runner.config.concurrent_project_id = static_cast<int>(slot);
@@ -315,16 +212,10 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
 absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
                         const MemberRunContext& ctx,
                         RunLocalResult* result_out) {
-  // Guards the attempts' runners, tokens and cleanup argvs, and log_names.
+  // Guards the attempts' runners and log_names.
   std::mutex attempts_mu;
   std::vector<std::vector<Attempt>> slots(payloads.size());
-  std::set<std::string> tokens;
-  std::set<std::vector<std::string>> cleanup_argvs;
   const auto add = [&](size_t slot, Attempt attempt) {
-    tokens.insert(attempt.token);
-    if (!attempt.cleanup_argv.empty()) {
-      cleanup_argvs.insert(attempt.cleanup_argv);
-    }
     slots[slot].push_back(std::move(attempt));
   };
   for (size_t i = 0; i < payloads.size(); ++i) {
@@ -384,10 +275,7 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
     while (done < slots.size()) {
       const int signals =
           ctx.interrupts == nullptr ? 0 : ctx.interrupts->load();
-      // After a second signal the execs are killed, and any the runners
-      // start after them (but cleanup_exec) as soon as they appear.
-      done_cv.wait_for(lock,
-                       std::chrono::milliseconds(signals >= 2 ? 20 : 100));
+      done_cv.wait_for(lock, std::chrono::milliseconds(100));
       if (!aborted && signals >= 1) {
         aborted = true;
         // A slot that starts a retry checks for the signal under this lock.
@@ -397,16 +285,12 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
         }
       }
       if (signals >= 2) {
-        lock.unlock();
-        std::set<std::string> now_tokens;
-        std::set<std::vector<std::string>> spare;
-        {
-          std::lock_guard<std::mutex> attempts_lock(attempts_mu);
-          now_tokens = tokens;
-          if (signals < 3) spare = cleanup_argvs;
+        // The runners kill their execs now, and any they start after
+        // (cleanup_exec too after a third signal).
+        std::lock_guard<std::mutex> attempts_lock(attempts_mu);
+        for (auto& attempts : slots) {
+          attempts.back().runner->ForceKill(/*cleanup_too=*/signals >= 3);
         }
-        KillExecGroups(now_tokens, spare);
-        lock.lock();
       }
     }
   }
