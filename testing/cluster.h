@@ -213,7 +213,6 @@ class GdtCluster {
                          const std::vector<std::string>& extra,
                          std::chrono::milliseconds timeout);
   // The argv RunLocal() runs, for tests that start it in the background.
-  // It passes --no-retry: a test retries a gang itself where it means to.
   std::vector<std::string> RunLocalArgv(
       const std::string& project_dir, const std::string& job,
       const std::vector<std::string>& extra) const;
