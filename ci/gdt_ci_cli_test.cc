@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "testing/cli_run.h"
+#include "testing/fake_executor.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::ci {
@@ -305,6 +306,42 @@ exit 0
   EXPECT_THAT(output, HasSubstr("runner_interrupted"));
   // cleanup_exec was killed outright, never sent SIGTERM.
   EXPECT_FALSE(std::filesystem::exists(rec + "/cleanup-signals"));
+}
+
+// run-local's exit code is the pipeline's outcome as GitLab computes it: a
+// failure allow_failure allows passes (with warnings, exit 0); a failure
+// fails it (exit 1) even when a later `when: always` job runs and passes.
+TEST(GdtCiCliTest, RunLocalExitsWithThePipelinesOutcome) {
+  TempDir dir;
+  const std::string project = dir.path() + "/project";
+  std::filesystem::create_directories(project);
+  test::WriteTextFile(project + "/.gitlab-ci.yml", R"(
+stages: [a, b]
+flaky: {stage: a, allow_failure: true, script: exit 1}
+broken: {stage: a, script: exit 2}
+report: {stage: b, when: always, script: echo report ran}
+)");
+  const std::string executor = test::WriteFakeExecutor(dir.path());
+  std::filesystem::create_directories(dir.path() + "/rec");
+  setenv("FAKE_REC", (dir.path() + "/rec").c_str(), 1);
+  const auto run = [&](const std::string& first, const std::string& pipeline) {
+    return GdtCi({"run-local", "--job", first, "--job", "report", "--executor",
+                  executor, "--project-dir", project, "--file",
+                  project + "/.gitlab-ci.yml", "--pipeline-id", pipeline},
+                 "stdout");
+  };
+
+  const CliRun allowed = run("flaky", "7");
+  EXPECT_EQ(allowed.code, 0) << allowed.output;
+  EXPECT_THAT(allowed.output, HasSubstr("failed (allowed)"));
+  EXPECT_THAT(allowed.output, HasSubstr("[report] report ran\n"));
+  EXPECT_THAT(allowed.output, HasSubstr("\npipeline 7 passed with warnings\n"));
+
+  const CliRun failed = run("broken", "8");
+  EXPECT_EQ(failed.code, 1) << failed.output;
+  EXPECT_THAT(failed.output, HasSubstr("[report] report ran\n"));
+  EXPECT_THAT(failed.output, HasSubstr("\npipeline 8 failed\n"));
+  unsetenv("FAKE_REC");
 }
 
 }  // namespace

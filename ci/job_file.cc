@@ -253,6 +253,129 @@ absl::Status ReadParallel(const CiValue& node, std::string_view job, int* out) {
   return absl::OkStatus();
 }
 
+// An exit code, or a list of them (`exit_codes: 137` or `[1, 137]`).
+absl::Status ReadExitCodes(const CiValue& node, std::string_view job,
+                           std::string_view key, std::vector<int>* out) {
+  const auto one = [&](const CiValue& value) {
+    if (!value.is_number_integer() || value.get<int64_t>() < 0 ||
+        value.get<int64_t>() > 255) {
+      return false;
+    }
+    out->push_back(static_cast<int>(value.get<int64_t>()));
+    return true;
+  };
+  bool ok = node.is_array() ? !node.empty() : one(node);
+  if (node.is_array()) {
+    for (const CiValue& item : node) ok = ok && one(item);
+  }
+  if (!ok) {
+    return JobError(job, absl::StrCat(std::string(key),
+                                      " must be an exit code (0 to 255) or a "
+                                      "list of them"));
+  }
+  return absl::OkStatus();
+}
+
+// GitLab's `retry:when:` values.
+bool IsRetryReason(std::string_view reason) {
+  static const std::set<std::string, std::less<>> reasons = {
+      "always",
+      "unknown_failure",
+      "script_failure",
+      "api_failure",
+      "stuck_or_timeout_failure",
+      "runner_system_failure",
+      "runner_unsupported",
+      "stale_schedule",
+      "job_execution_timeout",
+      "archived_failure",
+      "unmet_prerequisites",
+      "scheduler_failure",
+      "data_integrity_failure"};
+  return reasons.count(reason) != 0;
+}
+
+// `retry: N` or `retry: {max: N, when: ..., exit_codes: ...}`, N 0..2.
+absl::Status ReadRetry(const CiValue& node, std::string_view job,
+                       CiRetry* out) {
+  *out = CiRetry{};
+  if (node.is_null()) return absl::OkStatus();
+  const CiValue* max = &node;
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) {
+      if (key != "max" && key != "when" && key != "exit_codes") {
+        return JobError(job, absl::StrCat("unknown key retry:", key));
+      }
+    }
+    const auto found = node.find("max");
+    max = found == node.end() ? nullptr : &*found;
+    if (const auto when = node.find("when"); when != node.end()) {
+      std::vector<std::string> reasons;
+      GDT_RETURN_IF_ERROR(ReadStringList(*when, job, "retry:when", &reasons));
+      for (const std::string& reason : reasons) {
+        if (!IsRetryReason(reason)) {
+          return JobError(job, absl::StrCat("retry:when: unknown failure "
+                                            "reason '",
+                                            reason, "'"));
+        }
+      }
+      out->when = std::move(reasons);
+    }
+    if (const auto codes = node.find("exit_codes"); codes != node.end()) {
+      std::vector<int> list;
+      GDT_RETURN_IF_ERROR(
+          ReadExitCodes(*codes, job, "retry:exit_codes", &list));
+      out->exit_codes = std::move(list);
+    }
+  }
+  if (max != nullptr) {
+    if (!max->is_number_integer() || max->get<int64_t>() < 0 ||
+        max->get<int64_t>() > 2) {
+      return JobError(job, "retry must be 0, 1 or 2 (or {max: 0..2, ...})");
+    }
+    out->max = static_cast<int>(max->get<int64_t>());
+  }
+  return absl::OkStatus();
+}
+
+// `when:` and `allow_failure:` (whose default follows `when:`).
+absl::Status ReadWhen(const CiValue* when, const CiValue* allow_failure,
+                      std::string_view job, CiJob* out) {
+  if (when != nullptr) {
+    static const std::set<std::string, std::less<>> kinds = {
+        "on_success", "on_failure", "always", "manual", "delayed", "never"};
+    if (!when->is_string() || kinds.count(when->get<std::string>()) == 0) {
+      return JobError(job,
+                      "when must be on_success, on_failure, always, manual, "
+                      "delayed or never");
+    }
+    out->when = when->get<std::string>();
+    if (out->when == "never") {
+      return JobError(job,
+                      "has `when: never`: GitLab never adds it to a pipeline");
+    }
+  }
+  // GitLab: a manual job may fail unless it says otherwise.
+  out->allow_failure = out->when == "manual";
+  if (allow_failure == nullptr || allow_failure->is_null()) {
+    return absl::OkStatus();
+  }
+  if (allow_failure->is_boolean()) {
+    out->allow_failure = allow_failure->get<bool>();
+    return absl::OkStatus();
+  }
+  const auto codes = allow_failure->is_object()
+                         ? allow_failure->find("exit_codes")
+                         : allow_failure->end();
+  if (codes == allow_failure->end() || allow_failure->size() != 1) {
+    return JobError(job,
+                    "allow_failure must be true, false or {exit_codes: ...}");
+  }
+  out->allow_failure = false;
+  return ReadExitCodes(*codes, job, "allow_failure:exit_codes",
+                       &out->allow_failure_exit_codes);
+}
+
 // Which entries of `default:` the job's `inherit: default:` lets in: all
 // (nullopt), or the names listed (none for `false`).
 std::optional<std::vector<std::string>> InheritedNames(const CiValue& config,
@@ -373,29 +496,41 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   if (const CiValue* artifacts = entry("artifacts")) {
     GDT_RETURN_IF_ERROR(ReadArtifacts(*artifacts, name, &job.artifacts));
   }
+  GDT_RETURN_IF_ERROR(
+      ReadWhen(entry("when"), entry("allow_failure"), name, &job));
+  if (const CiValue* retry = entry("retry")) {
+    GDT_RETURN_IF_ERROR(ReadRetry(*retry, name, &job.retry));
+  }
   if (const CiValue* dependencies = entry("dependencies")) {
     std::vector<std::string> names;
     GDT_RETURN_IF_ERROR(
         ReadStringList(*dependencies, name, "dependencies", &names));
     job.artifact_sources = std::move(names);
-  } else if (const CiValue* needs = entry("needs")) {
+  }
+  if (const CiValue* needs = entry("needs")) {
     if (!needs->is_array()) return JobError(name, "needs must be a list");
     std::vector<std::string> names;
+    std::vector<std::string> all;
     for (const CiValue& need : *needs) {
       std::string text;
       if (ScalarText(need, &text)) {
         names.push_back(text);
+        all.push_back(text);
       } else if (need.is_object() && need.contains("job") &&
                  ScalarText(need["job"], &text)) {
         const auto with_artifacts = need.find("artifacts");
         if (with_artifacts == need.end() || *with_artifacts != false) {
           names.push_back(text);
         }
+        all.push_back(text);
       } else if (!(need.is_object() && need.contains("pipeline"))) {
         return JobError(name, "needs entries must be job names or {job: name}");
       }
     }
-    job.artifact_sources = std::move(names);
+    if (!job.artifact_sources.has_value()) {
+      job.artifact_sources = std::move(names);
+    }
+    job.needs = std::move(all);
   }
   return job;
 }

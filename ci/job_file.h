@@ -25,6 +25,15 @@ struct CiArtifacts {
   bool empty() const { return paths.empty() && !untracked; }
 };
 
+// A job's `retry:` (an integer is `max:` alone).
+struct CiRetry {
+  int max = 0;  // 0..2.
+  // GitLab's failure reasons to retry ("always": any). Unset: "always",
+  // unless exit_codes is set (then only those codes).
+  std::optional<std::vector<std::string>> when;
+  std::optional<std::vector<int>> exit_codes;
+};
+
 // One runnable job of a .gitlab-ci.yml, with the file's defaults applied.
 struct CiJob {
   std::string name;
@@ -52,6 +61,18 @@ struct CiJob {
   // `id_tokens:` (the job's, else `default:`'s): variable name -> audiences
   // (`aud:`, one or a list), in file order.
   std::vector<std::pair<std::string, std::vector<std::string>>> id_tokens;
+  // `when:`: on_success (default), on_failure, always, manual or delayed
+  // (`never` is refused: GitLab never creates such a job).
+  std::string when = "on_success";
+  // `allow_failure:` true, or false; with `exit_codes:` (given as
+  // allow_failure_exit_codes) only a script failure with one of those codes
+  // is allowed. Default: true for `when: manual`, else false.
+  bool allow_failure = false;
+  std::vector<int> allow_failure_exit_codes;
+  CiRetry retry;
+  // The job names of `needs:` (all of them, `artifacts: false` included;
+  // cross-pipeline entries left out); nullopt without `needs:`.
+  std::optional<std::vector<std::string>> needs;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text, with its configuration

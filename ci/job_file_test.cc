@@ -1,5 +1,6 @@
 #include "ci/job_file.h"
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
@@ -236,6 +237,73 @@ dangling:
     EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(message));
     EXPECT_EQ(std::string(parsed.status().message()).find('\n'),
               std::string::npos);
+  }
+}
+
+// `when:`, `allow_failure:`, `retry:` and `needs:` as GitLab reads them:
+// `retry:` from `default:`, a manual job allowed to fail unless it says
+// otherwise.
+TEST(CiYamlTest, ReadsWhenAllowFailureRetryAndNeeds) {
+  constexpr char kFile[] = R"(
+default:
+  retry: 1
+plain:
+  script: [x]
+flaky:
+  allow_failure: {exit_codes: [3, 137]}
+  retry: {max: 2, when: [runner_system_failure, script_failure]}
+  needs: [plain, {job: build, artifacts: false}]
+  script: [x]
+play:
+  when: manual
+  retry: {exit_codes: 137}
+  script: [x]
+strict:
+  when: manual
+  allow_failure: false
+  script: [x]
+)";
+  absl::StatusOr<CiJob> plain = ParseCiJob(kFile, "plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->when, "on_success");
+  EXPECT_FALSE(plain->allow_failure);
+  EXPECT_EQ(plain->retry.max, 1);
+  EXPECT_FALSE(plain->retry.when.has_value());
+  EXPECT_FALSE(plain->needs.has_value());
+
+  absl::StatusOr<CiJob> flaky = ParseCiJob(kFile, "flaky");
+  ASSERT_TRUE(flaky.ok()) << flaky.status();
+  EXPECT_FALSE(flaky->allow_failure);
+  EXPECT_THAT(flaky->allow_failure_exit_codes, ElementsAre(3, 137));
+  EXPECT_EQ(flaky->retry.max, 2);
+  EXPECT_THAT(*flaky->retry.when,
+              ElementsAre("runner_system_failure", "script_failure"));
+  EXPECT_THAT(*flaky->needs, ElementsAre("plain", "build"));
+  EXPECT_THAT(*flaky->artifact_sources, ElementsAre("plain"));
+
+  absl::StatusOr<CiJob> play = ParseCiJob(kFile, "play");
+  ASSERT_TRUE(play.ok()) << play.status();
+  EXPECT_EQ(play->when, "manual");
+  EXPECT_TRUE(play->allow_failure);
+  EXPECT_EQ(play->retry.max, 0);
+  EXPECT_THAT(*play->retry.exit_codes, ElementsAre(137));
+  absl::StatusOr<CiJob> strict = ParseCiJob(kFile, "strict");
+  ASSERT_TRUE(strict.ok()) << strict.status();
+  EXPECT_FALSE(strict->allow_failure);
+
+  for (const auto& [body, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"retry: 3", "retry must be 0, 1 or 2"},
+           {"retry: {max: 1, when: [oops]}", "unknown failure reason 'oops'"},
+           {"retry: {max: 1, on: x}", "unknown key retry:on"},
+           {"when: later", "when must be on_success"},
+           {"when: never", "GitLab never adds it to a pipeline"},
+           {"allow_failure: {exit_codes: [x]}", "allow_failure:exit_codes"},
+           {"allow_failure: yes please", "allow_failure must be"}}) {
+    absl::StatusOr<CiJob> job =
+        ParseCiJob(absl::StrCat("j:\n  script: [x]\n  ", body, "\n"), "j");
+    ASSERT_FALSE(job.ok()) << body;
+    EXPECT_THAT(job.status().message(), HasSubstr(message)) << body;
   }
 }
 

@@ -210,6 +210,8 @@ int main(int argc, char** argv) {
   run_local->add_option("--id-token-key", options.id_token_key,
                         "PEM RSA private key: issue the jobs' id_tokens: "
                         "signed with it, as GitLab would");
+  run_local->add_flag("--no-retry", options.no_retry,
+                      "run each job once, ignoring its retry:");
   run_local->add_flag("--json", json, "print the summary as JSON");
 
   std::string ci_file = ".gitlab-ci.yml";

@@ -1,7 +1,6 @@
 #include "ci/run_local.h"
 
 #include <limits.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,208 +89,181 @@ absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
   return job;
 }
 
-// A /proc/<pid>/ file of NUL-separated strings (cmdline, environ), or
-// nothing when the process is gone or not ours to read.
-std::vector<std::string> ReadProcStrings(const std::string& pid,
-                                         const char* file) {
-  std::ifstream in("/proc/" + pid + "/" + file, std::ios::binary);
-  std::vector<std::string> strings;
-  for (std::string item; std::getline(in, item, '\0');) {
-    strings.push_back(std::move(item));
-  }
-  return strings;
-}
-
-// Whether a process's /proc command line runs `argv`: the same, or with
-// the interpreter of a script before it (the kernel runs "bash SCRIPT
-// ARGS..." for a script, naming it by its full path when found in PATH).
-bool RunsArgv(const std::vector<std::string>& cmdline,
-              const std::vector<std::string>& argv) {
-  if (argv.empty() || cmdline.size() < argv.size()) return false;
-  const size_t start = cmdline.size() - argv.size();
-  if (!std::equal(argv.begin() + 1, argv.end(),
-                  cmdline.begin() + static_cast<std::ptrdiff_t>(start) + 1)) {
-    return false;
-  }
-  return cmdline[start] == argv[0] ||
-         fs::path(cmdline[start]).filename() == fs::path(argv[0]).filename();
-}
-
-bool IsNumber(std::string_view text) {
-  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
-    return c >= '0' && c <= '9';
-  });
-}
-
-// The processes this one started (every thread's children), or, where the
-// kernel does not list children, every process.
-std::vector<std::string> ChildrenOrAll() {
-  std::vector<std::string> pids;
-  std::error_code error;
-  bool listed = false;
-  for (const fs::directory_entry& task :
-       fs::directory_iterator("/proc/self/task", error)) {
-    std::ifstream children(task.path() / "children");
-    if (!children) continue;
-    listed = true;
-    for (std::string pid; children >> pid;) pids.push_back(pid);
-  }
-  if (listed) return pids;
-  for (const fs::directory_entry& entry :
-       fs::directory_iterator("/proc", error)) {
-    std::string pid = entry.path().filename().string();
-    if (IsNumber(pid)) pids.push_back(std::move(pid));
-  }
-  return pids;
-}
-
-// SIGKILLs the process group of every exec the runners of one job run
-// now: children whose environment holds CUSTOM_ENV_CI_JOB_TOKEN of one of
-// `tokens` (the emulator starts each exec as its own group). A group whose
-// leader runs one of `spare` (cleanup_exec) is left alone; never this
-// process's own group.
-void KillExecGroups(const std::set<std::string>& tokens,
-                    const std::set<std::vector<std::string>>& spare) {
-  std::set<pid_t> groups;
-  for (const std::string& pid : ChildrenOrAll()) {
-    if (!IsNumber(pid)) continue;
-    bool ours = false;
-    for (const std::string& variable : ReadProcStrings(pid, "environ")) {
-      constexpr std::string_view kToken = "CUSTOM_ENV_CI_JOB_TOKEN=";
-      if (variable.starts_with(kToken) &&
-          tokens.count(variable.substr(kToken.size())) > 0) {
-        ours = true;
-        break;
-      }
-    }
-    if (!ours) continue;
-    const pid_t group = getpgid(static_cast<pid_t>(std::stol(pid)));
-    if (group > 1 && group != getpgrp()) groups.insert(group);
-  }
-  for (const pid_t group : groups) {
-    if (!spare.empty()) {
-      const std::vector<std::string> cmdline =
-          ReadProcStrings(std::to_string(group), "cmdline");
-      if (std::any_of(spare.begin(), spare.end(),
-                      [&](const std::vector<std::string>& argv) {
-                        return RunsArgv(cmdline, argv);
-                      })) {
-        continue;
-      }
-    }
-    killpg(group, SIGKILL);
-  }
-}
-
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
 }
 
-// Runs every member of one job (its `payloads`) concurrently through its own
-// emulated gitlab-runner and appends their results to `result_out`. Errors:
-// InvalidArgument when a member's log cannot be written (nothing ran).
-absl::Status RunMembers(
-    const std::vector<gitlab::JobPayload>& payloads, const fs::path& work_dir,
-    const LocalSources& sources, const std::string& executor,
-    const std::function<std::vector<std::string>(const char*)>& exec_args,
-    const std::optional<RunnerConfig>& from_file,
-    const RunLocalOptions& options, std::ostream& out, std::mutex& out_mu,
-    const std::atomic<int>* interrupts, std::set<std::string>* log_names,
-    RunLocalResult* result_out) {
-  std::vector<std::unique_ptr<RunnerEmulator>> runners;
-  std::vector<std::unique_ptr<std::ofstream>> logs;
-  std::vector<MemberResult> members(payloads.size());
-  std::set<std::string> tokens;
-  std::set<std::vector<std::string>> cleanup_argvs;
-  for (size_t i = 0; i < payloads.size(); ++i) {
-    MemberResult& member = members[i];
-    member.name = payloads[i].name;
-    member.job_id = payloads[i].id;
-    tokens.insert(payloads[i].token);
-    // Distinct names can share a slug (build:x, build-x): the later ones
-    // get a number no slug has (slugs have no dots).
-    std::string slug = Slugify(payloads[i].name);
-    if (slug.empty()) slug = "job";
-    std::string log_name = slug + ".log";
-    for (int n = 2; !log_names->insert(log_name).second; ++n) {
-      log_name = absl::StrCat(slug, ".", n, ".log");
-    }
-    member.log_path = (work_dir / "logs" / log_name).string();
-    logs.push_back(
-        std::make_unique<std::ofstream>(member.log_path, std::ios::trunc));
-    if (!*logs.back()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot write ", member.log_path));
-    }
+// What RunMembers needs besides the payloads.
+struct MemberRunContext {
+  const fs::path* work_dir = nullptr;
+  const LocalSources* sources = nullptr;
+  std::string executor;
+  std::function<std::vector<std::string>(const char*)> exec_args;
+  const std::optional<RunnerConfig>* from_file = nullptr;
+  const RunLocalOptions* options = nullptr;
+  std::ostream* out = nullptr;
+  std::mutex* out_mu = nullptr;
+  const std::atomic<int>* interrupts = nullptr;
+  std::set<std::string>* log_names = nullptr;
+  // The job's `retry:` (max 0 when run-local is told not to retry), and
+  // the payload of member i's retry with the given job id.
+  CiRetry retry;
+  std::function<gitlab::JobPayload(size_t, int64_t)> retry_payload;
+  // The next job id of a retry (GitLab gives it a new, higher id).
+  std::atomic<int64_t>* next_retry_id = nullptr;
+};
 
-    RunnerEmulator::Options runner;
-    if (from_file.has_value()) {
-      runner.config = *from_file;
-    } else {
-      runner.config.config_exec = executor;
-      runner.config.config_args = exec_args("config");
-      runner.config.prepare_exec = executor;
-      runner.config.prepare_args = exec_args("prepare");
-      runner.config.run_exec = executor;
-      runner.config.run_args = exec_args("run");
-      runner.config.cleanup_exec = executor;
-      runner.config.cleanup_args = exec_args("cleanup");
-    }
-    if (runner.config.builds_dir.empty()) {
-      runner.config.builds_dir = (work_dir / "builds").string();
-    }
-    if (runner.config.cache_dir.empty()) {
-      runner.config.cache_dir = (work_dir / "cache").string();
-    }
-    if (!runner.config.cleanup_exec.empty()) {
-      std::vector<std::string> argv = {runner.config.cleanup_exec};
-      argv.insert(argv.end(), runner.config.cleanup_args.begin(),
-                  runner.config.cleanup_args.end());
-      cleanup_argvs.insert(std::move(argv));
-    }
-    runner.config.concurrent_id = static_cast<int>(i);
-    runner.config.concurrent_project_id = static_cast<int>(i);
-    if (options.graceful_kill_timeout_seconds.has_value()) {
-      runner.config.graceful_kill_timeout =
-          std::chrono::seconds(*options.graceful_kill_timeout_seconds);
-    }
-    if (options.preparation_retry_interval.has_value()) {
-      runner.config.preparation_retry_interval =
-          *options.preparation_retry_interval;
-    }
-    if (options.step_script_stage) {
-      runner.config.main_script_stage = "step_script";
-    }
-    runner.job = payloads[i];
-    if (options.zero_pipeline_id) runner.job.pipeline_id = 0;
-    runner.sources = sources;
-    const std::string prefix = absl::StrCat("[", payloads[i].name, "] ");
-    std::ofstream* log = logs.back().get();
-    runner.job_log = [&out, &out_mu, prefix, log](std::string_view line) {
-      log->write(line.data(), static_cast<std::streamsize>(line.size()));
-      log->put('\n');
-      log->flush();
-      std::lock_guard<std::mutex> lock(out_mu);
-      out << prefix << line << '\n';
-      out.flush();
-    };
-    runner.diagnostics = [&out, &out_mu, prefix](std::string_view level,
-                                                 std::string_view line) {
-      // Like a runner's own log: the cleanup stage, never the job log.
-      if (level != "warn") return;
-      std::lock_guard<std::mutex> lock(out_mu);
-      out << prefix << "(runner warning) " << line << '\n';
-    };
-    runners.push_back(std::make_unique<RunnerEmulator>(std::move(runner)));
+// One attempt of one member: its runner, log and result.
+struct Attempt {
+  std::unique_ptr<RunnerEmulator> runner;
+  std::unique_ptr<std::ofstream> log;
+  MemberResult member;
+};
+
+// Sets up the runner of one attempt at `payload`. Errors: InvalidArgument
+// when its log cannot be written. It adds to ctx.log_names: callers beside
+// other members' threads hold RunMembers' attempts_mu.
+absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
+                                       size_t slot,
+                                       const MemberRunContext& ctx) {
+  Attempt attempt;
+  attempt.member.name = payload.name;
+  attempt.member.job_id = payload.id;
+  // Distinct names can share a slug (build:x, build-x), and a retry has its
+  // job's name: the later ones get a number no slug has (slugs have no
+  // dots).
+  std::string slug = Slugify(payload.name);
+  if (slug.empty()) slug = "job";
+  std::string log_name = slug + ".log";
+  for (int n = 2; !ctx.log_names->insert(log_name).second; ++n) {
+    log_name = absl::StrCat(slug, ".", n, ".log");
   }
+  attempt.member.log_path = (*ctx.work_dir / "logs" / log_name).string();
+  attempt.log =
+      std::make_unique<std::ofstream>(attempt.member.log_path, std::ios::trunc);
+  if (!*attempt.log) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot write ", attempt.member.log_path));
+  }
+  const RunLocalOptions& options = *ctx.options;
+  RunnerEmulator::Options runner;
+  if (ctx.from_file->has_value()) {
+    runner.config = **ctx.from_file;
+  } else {
+    runner.config.config_exec = ctx.executor;
+    runner.config.config_args = ctx.exec_args("config");
+    runner.config.prepare_exec = ctx.executor;
+    runner.config.prepare_args = ctx.exec_args("prepare");
+    runner.config.run_exec = ctx.executor;
+    runner.config.run_args = ctx.exec_args("run");
+    runner.config.cleanup_exec = ctx.executor;
+    runner.config.cleanup_args = ctx.exec_args("cleanup");
+  }
+  if (runner.config.builds_dir.empty()) {
+    runner.config.builds_dir = (*ctx.work_dir / "builds").string();
+  }
+  if (runner.config.cache_dir.empty()) {
+    runner.config.cache_dir = (*ctx.work_dir / "cache").string();
+  }
+  runner.config.concurrent_id = static_cast<int>(slot);
+  runner.config.concurrent_project_id = static_cast<int>(slot);
+  if (options.graceful_kill_timeout_seconds.has_value()) {
+    runner.config.graceful_kill_timeout =
+        std::chrono::seconds(*options.graceful_kill_timeout_seconds);
+  }
+  if (options.preparation_retry_interval.has_value()) {
+    runner.config.preparation_retry_interval =
+        *options.preparation_retry_interval;
+  }
+  if (options.step_script_stage) {
+    runner.config.main_script_stage = "step_script";
+  }
+  runner.job = payload;
+  if (options.zero_pipeline_id) runner.job.pipeline_id = 0;
+  runner.sources = *ctx.sources;
+  const std::string prefix = absl::StrCat("[", payload.name, "] ");
+  std::ofstream* log = attempt.log.get();
+  std::ostream* out = ctx.out;
+  std::mutex* out_mu = ctx.out_mu;
+  runner.job_log = [out, out_mu, prefix, log](std::string_view line) {
+    log->write(line.data(), static_cast<std::streamsize>(line.size()));
+    log->put('\n');
+    log->flush();
+    std::lock_guard<std::mutex> lock(*out_mu);
+    *out << prefix << line << '\n';
+    out->flush();
+  };
+  runner.diagnostics = [out, out_mu, prefix](std::string_view level,
+                                             std::string_view line) {
+    // Like a runner's own log: the cleanup stage, never the job log.
+    if (level != "warn") return;
+    std::lock_guard<std::mutex> lock(*out_mu);
+    *out << prefix << "(runner warning) " << line << '\n';
+  };
+  attempt.runner = std::make_unique<RunnerEmulator>(std::move(runner));
+  return attempt;
+}
+
+// Runs every member of one job (its `payloads`) concurrently through its own
+// emulated gitlab-runner, each member again (with a new job id) while its
+// job's `retry:` allows, and appends every attempt to `result_out`, a
+// member's attempts in order. Errors: InvalidArgument when a member's log
+// cannot be written (nothing ran).
+absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
+                        const MemberRunContext& ctx,
+                        RunLocalResult* result_out) {
+  // Guards the attempts' runners and log_names.
+  std::mutex attempts_mu;
+  std::vector<std::vector<Attempt>> slots(payloads.size());
+  const auto add = [&](size_t slot, Attempt attempt) {
+    slots[slot].push_back(std::move(attempt));
+  };
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    absl::StatusOr<Attempt> attempt = PrepareAttempt(payloads[i], i, ctx);
+    if (!attempt.ok()) return attempt.status();
+    add(i, *std::move(attempt));
+  }
+  const auto interrupted = [&] {
+    return ctx.interrupts != nullptr && ctx.interrupts->load() > 0;
+  };
 
   std::mutex done_mu;
   std::condition_variable done_cv;
   size_t done = 0;
   std::vector<std::thread> threads;
-  for (size_t i = 0; i < runners.size(); ++i) {
+  for (size_t i = 0; i < slots.size(); ++i) {
     threads.emplace_back([&, i] {
-      members[i].result = runners[i]->Run();
+      for (int retries = 0;; ++retries) {
+        RunnerEmulator* runner = nullptr;
+        {
+          std::lock_guard<std::mutex> lock(attempts_mu);
+          runner = slots[i].back().runner.get();
+        }
+        JobResult result = runner->Run();
+        std::lock_guard<std::mutex> lock(attempts_mu);
+        Attempt& last = slots[i].back();
+        last.member.result = std::move(result);
+        const JobResult& ended = last.member.result;
+        if (interrupted() || !ShouldRetry(ctx.retry, ended, retries)) break;
+        const int64_t id = ctx.next_retry_id->fetch_add(1);
+        absl::StatusOr<Attempt> next =
+            PrepareAttempt(ctx.retry_payload(i, id), i, ctx);
+        {
+          std::lock_guard<std::mutex> out_lock(*ctx.out_mu);
+          *ctx.out << "[" << last.member.name << "] "
+                   << "Job " << last.member.job_id << " failed ("
+                   << ended.failure_reason << "); retry " << retries + 1
+                   << " of " << ctx.retry.max << " as job " << id << "\n";
+          if (!next.ok()) {
+            *ctx.out << "[" << last.member.name << "] "
+                     << next.status().message() << ": not retried\n";
+          }
+          ctx.out->flush();
+        }
+        if (!next.ok()) break;
+        last.member.retried = true;
+        add(i, *std::move(next));
+      }
       std::lock_guard<std::mutex> lock(done_mu);
       ++done;
       done_cv.notify_all();
@@ -300,39 +272,98 @@ absl::Status RunMembers(
   {
     std::unique_lock<std::mutex> lock(done_mu);
     bool aborted = false;
-    while (done < runners.size()) {
-      const int signals = interrupts == nullptr ? 0 : interrupts->load();
-      // After a second signal the execs are killed, and any the runners
-      // start after them (but cleanup_exec) as soon as they appear.
-      done_cv.wait_for(lock,
-                       std::chrono::milliseconds(signals >= 2 ? 20 : 100));
+    while (done < slots.size()) {
+      const int signals =
+          ctx.interrupts == nullptr ? 0 : ctx.interrupts->load();
+      done_cv.wait_for(lock, std::chrono::milliseconds(100));
       if (!aborted && signals >= 1) {
         aborted = true;
-        for (auto& runner : runners) runner->Cancel(CancelMode::kInterrupt);
+        // A slot that starts a retry checks for the signal under this lock.
+        std::lock_guard<std::mutex> attempts_lock(attempts_mu);
+        for (auto& attempts : slots) {
+          attempts.back().runner->Cancel(CancelMode::kInterrupt);
+        }
       }
       if (signals >= 2) {
-        lock.unlock();
-        KillExecGroups(tokens, signals >= 3
-                                   ? std::set<std::vector<std::string>>{}
-                                   : cleanup_argvs);
-        lock.lock();
+        // The runners kill their execs now, and any they start after
+        // (cleanup_exec too after a third signal).
+        std::lock_guard<std::mutex> attempts_lock(attempts_mu);
+        for (auto& attempts : slots) {
+          attempts.back().runner->ForceKill(/*cleanup_too=*/signals >= 3);
+        }
       }
     }
   }
   for (std::thread& thread : threads) thread.join();
-  for (MemberResult& member : members) {
-    result_out->members.push_back(std::move(member));
+  for (std::vector<Attempt>& attempts : slots) {
+    for (Attempt& attempt : attempts) {
+      result_out->members.push_back(std::move(attempt.member));
+    }
   }
   return absl::OkStatus();
 }
 
 }  // namespace
 
-bool RunLocalResult::success() const {
-  for (const MemberResult& member : members) {
-    if (member.result.status != JobStatus::kSuccess) return false;
+std::string MemberResult::StatusText() const {
+  if (!skipped.empty()) return "skipped";
+  if (result.status != JobStatus::kFailed) {
+    return std::string(JobStatusName(result.status));
   }
-  return !members.empty();
+  if (retried) return "failed (retried)";
+  if (allowed_failure) return "failed (allowed)";
+  return "failed";
+}
+
+std::string RunLocalResult::Status() const {
+  bool ran = false;
+  bool failed = false;
+  bool canceled = false;
+  bool warnings = false;
+  for (const MemberResult& member : members) {
+    if (!member.skipped.empty() || member.retried) continue;
+    ran = true;
+    if (member.result.status == JobStatus::kCanceled) canceled = true;
+    if (member.result.status == JobStatus::kFailed) {
+      (member.allowed_failure ? warnings : failed) = true;
+    }
+  }
+  if (failed) return "failed";
+  if (canceled) return "canceled";
+  if (!ran) return "skipped";
+  return warnings ? "passed with warnings" : "passed";
+}
+
+bool RunLocalResult::success() const {
+  const std::string status = Status();
+  return status == "passed" || status == "passed with warnings";
+}
+
+bool ShouldRetry(const CiRetry& retry, const JobResult& result,
+                 int retries_done) {
+  if (result.status != JobStatus::kFailed || retries_done >= retry.max) {
+    return false;
+  }
+  const std::vector<std::string> when = retry.when.value_or(
+      retry.exit_codes.has_value() ? std::vector<std::string>{}
+                                   : std::vector<std::string>{"always"});
+  for (const std::string& reason : when) {
+    if (reason == "always" || reason == result.failure_reason) return true;
+  }
+  // The runner reports an exit code for script failures only.
+  return retry.exit_codes.has_value() &&
+         result.failure_reason == "script_failure" &&
+         std::find(retry.exit_codes->begin(), retry.exit_codes->end(),
+                   result.exit_code) != retry.exit_codes->end();
+}
+
+bool FailureAllowed(const CiJob& job, const JobResult& result) {
+  if (result.status != JobStatus::kFailed) return false;
+  if (job.allow_failure) return true;
+  return result.failure_reason == "script_failure" &&
+         std::find(job.allow_failure_exit_codes.begin(),
+                   job.allow_failure_exit_codes.end(),
+                   result.exit_code) != job.allow_failure_exit_codes.end();
 }
 
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
@@ -644,8 +675,24 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   };
   std::vector<Ran> ran;
   std::set<std::string> log_names;  // Of the logs/ of this pipeline.
+  // Every job's members get ids up front, as GitLab creates a pipeline's
+  // jobs at once; retries get the ids after them.
+  const int64_t first_id = pipeline.first_job_id > 0
+                               ? pipeline.first_job_id
+                               : pipeline.pipeline_id * 1000;
+  int64_t all_members = 0;
+  for (const CiJob& job : jobs) all_members += job.parallel;
+  std::atomic<int64_t> next_retry_id{first_id + all_members + 1};
+  // The stage of each job: consecutive jobs of the same stage share one.
+  std::vector<int> stage_of(jobs.size(), 0);
+  for (size_t k = 1; k < jobs.size(); ++k) {
+    stage_of[k] = stage_of[k - 1] + (jobs[k].stage != jobs[k - 1].stage);
+  }
+  // Which job each entry of result.members belongs to.
+  std::vector<size_t> job_of_member;
   int64_t job_id_base = 0;
-  for (const CiJob& job : jobs) {
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    const CiJob& job = jobs[k];
     pipeline.timeout_seconds =
         options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
     pipeline.job_id_base = job_id_base;
@@ -661,20 +708,82 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         }
       }
     }
+
+    // GitLab's decision from the jobs before it: those of earlier stages,
+    // or with `needs:` the needed ones (among those this run has).
+    bool earlier_failed = false;
+    for (size_t m = 0; m < result.members.size(); ++m) {
+      const MemberResult& member = result.members[m];
+      const CiJob& earlier = jobs[job_of_member[m]];
+      const bool relevant =
+          job.needs.has_value()
+              ? std::find(job.needs->begin(), job.needs->end(), earlier.name) !=
+                    job.needs->end()
+              : stage_of[job_of_member[m]] < stage_of[k];
+      if (relevant && member.skipped.empty() && !member.retried &&
+          member.result.status != JobStatus::kSuccess &&
+          !member.allowed_failure) {
+        earlier_failed = true;
+      }
+    }
+    const std::string before =
+        job.needs.has_value() ? "a job it needs" : "an earlier stage";
+    std::string skipped;
+    if (job.when == "on_failure" && !earlier_failed) {
+      skipped = absl::StrCat("when: on_failure: no failure in ", before);
+    } else if (job.when != "on_failure" && job.when != "always" &&
+               earlier_failed) {
+      skipped = absl::StrCat("when: ", job.when, ": ", before, " failed");
+    }
+    if (!skipped.empty()) {
+      for (const gitlab::JobPayload& payload : payloads) {
+        MemberResult member;
+        member.name = payload.name;
+        member.job_id = payload.id;
+        member.skipped = skipped;
+        result.members.push_back(std::move(member));
+        job_of_member.push_back(k);
+        std::lock_guard<std::mutex> lock(out_mu);
+        out << "[" << payload.name << "] Skipped (" << skipped << ")\n";
+      }
+      continue;
+    }
+
+    MemberRunContext ctx;
+    ctx.work_dir = &work_dir;
+    ctx.sources = &sources;
+    ctx.executor = executor;
+    ctx.exec_args = exec_args;
+    ctx.from_file = &from_file;
+    ctx.options = &options;
+    ctx.out = &out;
+    ctx.out_mu = &out_mu;
+    ctx.interrupts = interrupts;
+    ctx.log_names = &log_names;
+    if (!options.no_retry) ctx.retry = job.retry;
+    ctx.next_retry_id = &next_retry_id;
+    // A retry is the same member as a new job: new id and token, the same
+    // dependencies.
+    ctx.retry_payload = [&, k](size_t member, int64_t id) {
+      LocalPipeline again = pipeline;
+      again.job_id_base = id - first_id - static_cast<int64_t>(member) - 1;
+      gitlab::JobPayload payload = BuildPayloads(jobs[k], again)[member];
+      payload.dependencies = payloads[member].dependencies;
+      return payload;
+    };
     const size_t first_member = result.members.size();
-    if (absl::Status ran_members = RunMembers(
-            payloads, work_dir, sources, executor, exec_args, from_file,
-            options, out, out_mu, interrupts, &log_names, &result);
+    if (absl::Status ran_members = RunMembers(payloads, ctx, &result);
         !ran_members.ok()) {
       return ran_members;
     }
-    bool job_ok = true;
     for (size_t i = first_member; i < result.members.size(); ++i) {
-      const MemberResult& member = result.members[i];
-      job_ok = job_ok && member.result.status == JobStatus::kSuccess;
+      MemberResult& member = result.members[i];
+      job_of_member.push_back(k);
+      if (member.retried) continue;
+      member.allowed_failure = FailureAllowed(job, member.result);
       gitlab::JobDependency dependency;
       dependency.id = member.job_id;
-      dependency.token = payloads[i - first_member].token;
+      dependency.token = absl::StrCat("glcbt-local-", member.job_id);
       dependency.name = member.name;
       std::error_code ignored;
       if (fs::is_directory(
@@ -684,8 +793,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
       }
       ran.push_back(Ran{job.name, dependency});
     }
-    // Like a pipeline: a failed stage skips the ones after it.
-    if (!job_ok || (interrupts != nullptr && interrupts->load() > 0)) break;
+    // A stopped pipeline starts nothing more.
+    if (interrupts != nullptr && interrupts->load() > 0) break;
   }
   return result;
 }
@@ -695,15 +804,21 @@ std::string FormatSummary(const RunLocalResult& result, bool json) {
     nlohmann::ordered_json doc;
     doc["pipeline_id"] = result.pipeline_id;
     doc["work_dir"] = result.work_dir;
+    doc["status"] = result.Status();
     doc["success"] = result.success();
     doc["members"] = nlohmann::ordered_json::array();
     for (const MemberResult& m : result.members) {
+      const bool ran = m.skipped.empty();
       doc["members"].push_back(
           {{"name", m.name},
            {"job_id", m.job_id},
-           {"status", std::string(JobStatusName(m.result.status))},
-           {"failure_reason", m.result.failure_reason},
-           {"exit_code", m.result.exit_code},
+           {"status",
+            ran ? std::string(JobStatusName(m.result.status)) : "skipped"},
+           {"failure_reason", ran ? m.result.failure_reason : ""},
+           {"exit_code", ran ? m.result.exit_code : 0},
+           {"allowed_failure", m.allowed_failure},
+           {"retried", m.retried},
+           {"skipped_reason", m.skipped},
            {"duration_seconds",
             static_cast<double>(m.result.duration.count()) / 1000},
            {"log", m.log_path}});
@@ -719,18 +834,21 @@ std::string FormatSummary(const RunLocalResult& result, bool json) {
   std::string text = absl::StrFormat("pipeline %d (%s)\n", result.pipeline_id,
                                      result.work_dir);
   absl::StrAppend(
-      &text, absl::StrFormat("%-*s  %-12s  %-8s  %-22s  %s\n",
+      &text, absl::StrFormat("%-*s  %-12s  %-16s  %-22s  %s\n",
                              static_cast<int>(name_width), "member", "job id",
                              "status", "failure reason", "duration"));
   for (const MemberResult& m : result.members) {
+    std::string reason =
+        m.skipped.empty() ? m.result.failure_reason : m.skipped;
     absl::StrAppend(
         &text,
         absl::StrFormat(
-            "%-*s  %-12d  %-8s  %-22s  %s\n", static_cast<int>(name_width),
-            m.name, m.job_id, std::string(JobStatusName(m.result.status)),
-            m.result.failure_reason.empty() ? "-" : m.result.failure_reason,
-            FormatSeconds(m.result.duration)));
+            "%-*s  %-12d  %-16s  %-22s  %s\n", static_cast<int>(name_width),
+            m.name, m.job_id, m.StatusText(), reason.empty() ? "-" : reason,
+            m.skipped.empty() ? FormatSeconds(m.result.duration) : "-"));
   }
+  absl::StrAppend(&text, absl::StrFormat("pipeline %d %s\n", result.pipeline_id,
+                                         result.Status()));
   return text;
 }
 

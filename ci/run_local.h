@@ -33,10 +33,12 @@ struct RunLocalOptions {
   std::string ci_file = ".gitlab-ci.yml";
   std::string job_name;
   // Jobs run after job_name, in this order, in the same pipeline (list them
-  // in stage order): each starts when every member of the one before it
-  // succeeded and downloads the artifacts of its earlier jobs (all of them,
-  // or those of its `dependencies:` / `needs:`).
+  // in stage order): each runs or is skipped by its `when:` and the jobs
+  // before it (see RunLocal), and downloads the artifacts of its earlier
+  // jobs (all of them, or those of its `dependencies:` / `needs:`).
   std::vector<std::string> later_jobs;
+  // Run each job once, ignoring its `retry:` (as if it said `retry: 0`).
+  bool no_retry = false;
   std::string executor;         // Required: the custom executor binary.
   std::string executor_config;  // Passed as `--config FILE` to every exec.
   std::string project_dir = ".";
@@ -101,24 +103,58 @@ struct LocalPipeline {
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline);
 
-// One member's outcome.
+// One member's outcome (one attempt of it, when it was retried).
 struct MemberResult {
   std::string name;
   int64_t job_id = 0;
-  std::string log_path;
+  std::string log_path;  // "" when it did not run.
   JobResult result;
+  // Not run, and why ("when: on_success: an earlier stage failed"); then
+  // `result` means nothing.
+  std::string skipped;
+  // Failed, and `retry:` ran it again as a new job (listed next).
+  bool retried = false;
+  // Failed, and its job's `allow_failure:` lets it: the pipeline goes on
+  // as if it had succeeded, with a warning.
+  bool allowed_failure = false;
+
+  // "success", "failed", "failed (allowed)", "failed (retried)",
+  // "canceled" or "skipped".
+  std::string StatusText() const;
 };
 
 struct RunLocalResult {
   int64_t pipeline_id = 0;
   std::string work_dir;
   std::vector<MemberResult> members;
-  bool success() const;
+  // GitLab's pipeline status from its jobs' last attempts: "failed" when
+  // one failed (and may not), else "canceled" when one was canceled, else
+  // "skipped" when none ran, else "passed" ("passed with warnings" when a
+  // job failed that may fail).
+  std::string Status() const;
+  bool success() const;  // Status() is "passed" or "passed with warnings".
 };
 
+// Whether GitLab retries a job that ended with `result` after
+// `retries_done` retries of it: it failed (not canceled), fewer than
+// retry.max retries so far, and its failure reason is in `retry:when`
+// ("always": any; unset: always, unless `exit_codes` is set) or its script
+// exited with one of `retry:exit_codes`.
+bool ShouldRetry(const CiRetry& retry, const JobResult& result,
+                 int retries_done);
+
+// Whether a job ended with `result` failed in a way its `allow_failure:`
+// allows: true, or the script's exit code is one of its `exit_codes:`.
+bool FailureAllowed(const CiJob& job, const JobResult& result);
+
 // Runs every member of the job concurrently, each through its own emulated
-// gitlab-runner, then those of each of `later_jobs` in turn (stopping after
-// a job with a failed member), writing each log line to `out` as "[<name>]
+// gitlab-runner, then those of each of `later_jobs` in turn as GitLab
+// would in one pipeline: consecutive jobs of the same stage form a stage;
+// a job runs or is skipped by its `when:` and the outcome of the earlier
+// stages (or, with `needs:`, of the jobs it needs among those that ran), a
+// failure its `allow_failure:` allows counts as a success, and a failed
+// member is run again as a new job while its `retry:` allows (unless
+// `no_retry`). Each log line is written to `out` as "[<name>]
 // <line>" (whole lines, never interleaved) and to
 // <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
 // expand`), so jobs with parallel:distributed run as their expansion.
@@ -127,10 +163,13 @@ struct RunLocalResult {
 // executor gets SIGTERM and graceful_kill_timeout to wind down) and runs no
 // later job. The second SIGKILLs the process groups of the members' execs
 // at once, sparing a cleanup_exec, which still runs (it tears down what the
-// job left on the hosts); the third kills cleanup_exec as well. `members`
-// of the result lists the members that ran, in order. Each member's log is
-// <work_dir>/logs/<job-name-slug>.log, or <slug>.<n>.log for the n-th
-// member of the pipeline with that slug (build:x, build-x). Errors (bad input,
+// job left on the hosts); the third kills cleanup_exec as well, and no
+// member is retried after the first. `members` of the result lists the
+// members of the jobs reached, in order: skipped ones too (each with its
+// job id), and a retried member's attempts one after the other. Each
+// attempt's log is <work_dir>/logs/<job-name-slug>.log, or <slug>.<n>.log
+// for the n-th attempt or member of the pipeline with that slug (a retry,
+// or build:x beside build-x). Errors (bad input,
 // reported before anything runs, as one line and exit code 2): InvalidArgument
 // / NotFound for a missing or bad CI file ("file:line:column: message" for a
 // bad block), an unknown job, a job named twice (a pipeline has each job

@@ -15,7 +15,9 @@ namespace {
 using test::ReadTextFile;
 using test::TempDir;
 using test::WriteTextFile;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace fs = std::filesystem;
 
@@ -311,15 +313,272 @@ fail:
   EXPECT_LT(result->members[1].job_id, result->members[2].job_id);
   EXPECT_LT(result->members[2].job_id, result->members[3].job_id);
 
-  // A failed job skips the jobs after it.
+  // A failed job skips the jobs of later stages.
   options_.job_name = "fail";
+  options_.later_jobs = {"ship"};
   options_.pipeline_id = 43;
   std::ostringstream failed_out;
   result = RunLocal(options_, failed_out, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_FALSE(result->success());
-  ASSERT_EQ(result->members.size(), 1u);
+  ASSERT_EQ(result->members.size(), 2u);
   EXPECT_EQ(result->members[0].name, "fail");
+  EXPECT_EQ(result->members[1].StatusText(), "skipped");
+}
+
+// The names, statuses and reasons of a run's members, in order.
+std::vector<std::string> Rows(const RunLocalResult& result) {
+  std::vector<std::string> rows;
+  for (const MemberResult& m : result.members) {
+    rows.push_back(m.name + ": " + m.StatusText() +
+                   (m.skipped.empty() ? "" : " (" + m.skipped + ")"));
+  }
+  return rows;
+}
+
+// allow_failure: a failure it allows lets later stages run and the
+// pipeline pass with warnings (exit 0); exit_codes allow only those codes.
+TEST_F(RunLocalTest, AnAllowedFailureDoesNotStopThePipeline) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [a, b]
+flaky:
+  stage: a
+  allow_failure: true
+  script: exit 1
+coded:
+  stage: a
+  allow_failure: {exit_codes: [3]}
+  script: exit $CODE
+next:
+  stage: b
+  script: echo next ran
+)");
+  options_.job_name = "flaky";
+  options_.later_jobs = {"coded", "next"};
+  options_.vars = {"CODE=3"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("flaky: failed (allowed)", "coded: failed (allowed)",
+                          "next: success"));
+  EXPECT_EQ(result->Status(), "passed with warnings");
+  EXPECT_TRUE(result->success());
+  EXPECT_THAT(out.str(), HasSubstr("[next] next ran\n"));
+  const std::string summary = FormatSummary(*result, false);
+  EXPECT_THAT(summary, HasSubstr("failed (allowed)  script_failure"));
+  EXPECT_THAT(summary, HasSubstr("pipeline 42 passed with warnings\n"));
+  EXPECT_EQ(nlohmann::json::parse(
+                FormatSummary(*result, true))["members"][0]["allowed_failure"],
+            true);
+
+  // Another exit code is a failure: the next stage is skipped.
+  options_.vars = {"CODE=4"};
+  options_.pipeline_id = 43;
+  std::ostringstream failed_out;
+  result = RunLocal(options_, failed_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("flaky: failed (allowed)", "coded: failed",
+                          "next: skipped (when: on_success: an earlier stage "
+                          "failed)"));
+  EXPECT_EQ(result->Status(), "failed");
+  EXPECT_THAT(failed_out.str(),
+              HasSubstr("[next] Skipped (when: on_success: an earlier stage "
+                        "failed)\n"));
+  EXPECT_THAT(failed_out.str(), Not(HasSubstr("next ran")));
+}
+
+// when: a later stage's on_success job is skipped after a failure,
+// on_failure and always jobs run (in order); without a failure on_failure
+// is skipped. A job with needs: looks only at the jobs it needs.
+TEST_F(RunLocalTest, WhenDecidesWhichLaterJobsRun) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [build, test, cleanup]
+build:
+  stage: build
+  script: exit $BUILD_EXIT
+docs:
+  stage: build
+  script: echo docs built
+test:
+  stage: test
+  script: echo test ran
+publish-docs:
+  stage: test
+  needs: [docs]
+  script: echo docs published
+notify:
+  stage: cleanup
+  when: on_failure
+  script: echo notify ran
+teardown:
+  stage: cleanup
+  when: always
+  script: echo teardown ran
+)");
+  options_.job_name = "build";
+  options_.later_jobs = {"docs", "test", "publish-docs", "notify", "teardown"};
+  options_.vars = {"BUILD_EXIT=1"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(
+      Rows(*result),
+      ElementsAre("build: failed", "docs: success",
+                  "test: skipped (when: on_success: an earlier stage failed)",
+                  "publish-docs: success", "notify: success",
+                  "teardown: success"));
+  EXPECT_EQ(result->Status(), "failed");
+  const std::string text = out.str();
+  EXPECT_LT(text.find("[test] Skipped"), text.find("[notify] notify ran"));
+  EXPECT_LT(text.find("[notify] notify ran"),
+            text.find("[teardown] teardown ran"));
+  // Skipped jobs keep their ids; the summary says why.
+  EXPECT_EQ(result->members[2].job_id, result->members[1].job_id + 1);
+  EXPECT_THAT(FormatSummary(*result, false),
+              HasSubstr("skipped           when: on_success: an earlier "
+                        "stage failed  -\n"));
+
+  options_.vars = {"BUILD_EXIT=0"};
+  options_.later_jobs = {"notify", "teardown"};
+  options_.pipeline_id = 43;
+  std::ostringstream passed_out;
+  result = RunLocal(options_, passed_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("build: success",
+                          "notify: skipped (when: on_failure: no failure in "
+                          "an earlier stage)",
+                          "teardown: success"));
+  EXPECT_EQ(result->Status(), "passed");
+}
+
+// retry: a member that fails for a reason retry: names runs again as a new
+// job (the next id after the pipeline's jobs), with its own log, until it
+// passes or max is spent; --no-retry runs it once.
+TEST_F(RunLocalTest, RetryRunsAFailedMemberAgainAsANewJob) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+flaky:
+  parallel: 2
+  retry: {max: 2, when: [script_failure]}
+  script:
+    - echo "attempt as job $CI_JOB_ID"
+    - f="$COUNTS/$CI_NODE_INDEX"; n=$(cat "$f" 2>/dev/null || echo 0)
+    - echo $((n + 1)) > "$f"
+    - test "$CI_NODE_INDEX" = 1 || test "$n" -ge 1
+always-fails:
+  retry: 1
+  script: exit 1
+system-only:
+  retry: {max: 1, when: [runner_system_failure]}
+  script: exit 1
+)");
+  const std::string counts = dir_.path() + "/counts";
+  fs::create_directories(counts);
+  options_.job_name = "flaky";
+  options_.vars = {"COUNTS=" + counts};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("flaky 1/2: success", "flaky 2/2: failed (retried)",
+                          "flaky 2/2: success"));
+  EXPECT_EQ(result->Status(), "passed");
+  EXPECT_EQ(result->members[1].job_id, 42002);
+  EXPECT_EQ(result->members[2].job_id, 42003);  // After the pipeline's jobs.
+  EXPECT_THAT(out.str(), HasSubstr("[flaky 2/2] Job 42002 failed "
+                                   "(script_failure); retry 1 of 2 as job "
+                                   "42003\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[flaky 2/2] attempt as job 42003\n"));
+  EXPECT_THAT(ReadTextFile(result->members[2].log_path),
+              HasSubstr("attempt as job 42003"));
+  EXPECT_NE(result->members[1].log_path, result->members[2].log_path);
+
+  // Never passing: max retries, then the last attempt's failure stands;
+  // with no_retry it runs once.
+  options_.job_name = "always-fails";
+  options_.pipeline_id = 43;
+  std::ostringstream spent_out;
+  result = RunLocal(options_, spent_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("always-fails: failed (retried)",
+                                         "always-fails: failed"));
+  EXPECT_EQ(result->Status(), "failed");
+  options_.no_retry = true;
+  options_.pipeline_id = 44;
+  std::ostringstream once_out;
+  result = RunLocal(options_, once_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("always-fails: failed"));
+
+  // A script failure is not a runner_system_failure.
+  options_.no_retry = false;
+  options_.job_name = "system-only";
+  options_.pipeline_id = 45;
+  std::ostringstream system_out;
+  result = RunLocal(options_, system_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("system-only: failed"));
+  // An executor whose prepare exits SYSTEM_FAILURE_EXIT_CODE (2) at every
+  // attempt is a runner_system_failure: retried.
+  setenv("FAKE_PREPARE_EXIT", "2", 1);
+  options_.preparation_retry_interval = std::chrono::milliseconds(10);
+  options_.pipeline_id = 46;
+  std::ostringstream prepare_out;
+  result = RunLocal(options_, prepare_out, nullptr);
+  unsetenv("FAKE_PREPARE_EXIT");
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("system-only: failed (retried)",
+                                         "system-only: failed"))
+      << prepare_out.str();
+  EXPECT_EQ(result->members.back().result.failure_reason,
+            "runner_system_failure");
+}
+
+// GitLab's rule (Gitlab::Ci::Build::AutoRetry): fewer than max retries, and
+// the failure reason in when (default always, or none when exit_codes is
+// given), or the script's exit code in exit_codes.
+TEST(ShouldRetryTest, FollowsGitLabsAutoRetry) {
+  JobResult script;
+  script.status = JobStatus::kFailed;
+  script.failure_reason = "script_failure";
+  script.exit_code = 137;
+  JobResult system = script;
+  system.failure_reason = "runner_system_failure";
+  system.exit_code = 1;
+  JobResult canceled;
+  canceled.status = JobStatus::kCanceled;
+
+  CiRetry gang;  // What expand gives a gang job.
+  gang.max = 2;
+  gang.when =
+      std::vector<std::string>{"runner_system_failure", "script_failure"};
+  EXPECT_TRUE(ShouldRetry(gang, script, 0));
+  EXPECT_TRUE(ShouldRetry(gang, system, 1));
+  EXPECT_FALSE(ShouldRetry(gang, system, 2));
+  EXPECT_FALSE(ShouldRetry(gang, canceled, 0));
+
+  CiRetry plain;
+  plain.max = 1;  // `retry: 1`: any failure.
+  EXPECT_TRUE(ShouldRetry(plain, system, 0));
+  EXPECT_FALSE(ShouldRetry(CiRetry{}, system, 0));
+
+  CiRetry codes;
+  codes.max = 2;
+  codes.exit_codes = std::vector<int>{137};
+  EXPECT_TRUE(ShouldRetry(codes, script, 0));
+  EXPECT_FALSE(ShouldRetry(codes, system, 0));
+  script.exit_code = 1;
+  EXPECT_FALSE(ShouldRetry(codes, script, 0));
+  codes.when = std::vector<std::string>{"runner_system_failure"};
+  EXPECT_TRUE(ShouldRetry(codes, system, 0));
 }
 
 TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {

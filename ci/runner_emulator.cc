@@ -263,10 +263,30 @@ absl::StatusOr<std::string> MakeTempDir(const std::string& pattern) {
 
 // Finishes the kill sequence of an exec the runner stopped waiting for, like
 // the runner's killer goroutine that outlives WaitForBuildFinishTimeout.
+// Waits for `child` until `until`, in short slices: SIGKILLs its group
+// once `force_kill()` says so. Returns its status, or nothing at `until`.
+std::optional<ExitStatus> WaitForcible(
+    Subprocess& child, TimePoint until, const std::function<bool()>& force_kill,
+    const Subprocess::OutputCallback& on_output) {
+  bool killed = false;
+  while (true) {
+    if (!killed && force_kill()) {
+      killed = true;
+      child.SignalGroup(SIGKILL);
+    }
+    const TimePoint slice =
+        Earlier(until, SteadyClock::now() + milliseconds(20));
+    std::optional<ExitStatus> status = child.WaitUntil(slice, on_output);
+    if (status.has_value() || SteadyClock::now() >= until) return status;
+  }
+}
+
 void FinishKillInBackground(std::unique_ptr<Subprocess> child,
-                            TimePoint sigkill_at, milliseconds force) {
-  std::thread([child = std::move(child), sigkill_at, force]() mutable {
-    if (!child->WaitUntil(sigkill_at).has_value()) {
+                            TimePoint sigkill_at, milliseconds force,
+                            std::function<bool()> force_kill) {
+  std::thread([child = std::move(child), sigkill_at, force,
+               force_kill = std::move(force_kill)]() mutable {
+    if (!WaitForcible(*child, sigkill_at, force_kill, nullptr).has_value()) {
       child->SignalGroup(SIGKILL);
       if (!child->WaitUntil(SteadyClock::now() + force).has_value()) {
         spdlog::warn("event=kill_failed pid={} reason={}", child->pid(),
@@ -329,8 +349,12 @@ std::string ShellQuote(std::string_view text) {
 // The state of one Run(): one job, several preparation attempts.
 class RunnerEmulator::Job {
  public:
-  Job(const Options& options, const std::atomic<int>& cancel)
-      : options_(options), config_(options.config), cancel_(cancel) {
+  Job(const Options& options, const std::atomic<int>& cancel,
+      std::shared_ptr<const std::atomic<int>> force_kill)
+      : options_(options),
+        config_(options.config),
+        cancel_(cancel),
+        force_kill_(std::move(force_kill)) {
     config_.config_exec_timeout =
         OrDefault(config_.config_exec_timeout, kDefaultExecTimeout);
     config_.prepare_exec_timeout =
@@ -471,6 +495,7 @@ class RunnerEmulator::Job {
   const Options& options_;
   RunnerConfig config_;
   const std::atomic<int>& cancel_;
+  std::shared_ptr<const std::atomic<int>> force_kill_;  // See ForceKill().
   std::map<std::string, std::string> runner_env_;
   int64_t job_timeout_seconds_ = 0;
   TimePoint start_;
@@ -611,8 +636,18 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
     }
   };
 
+  // ForceKill(): cleanup_exec only at its second level.
+  const int force_level = call.exec == "cleanup" ? 2 : 1;
+  const std::function<bool()> force_kill = [force = force_kill_, force_level] {
+    return force->load() >= force_level;
+  };
+  bool force_killed = false;
   std::optional<ExitStatus> status;
   while (!status.has_value()) {
+    if (!force_killed && force_kill()) {
+      force_killed = true;
+      child->SignalGroup(SIGKILL);
+    }
     // The context's own reason first: a deadline that is the prepare or
     // job deadline is reported as that, not as the exec's timeout.
     StopReason reason = stop();
@@ -634,7 +669,8 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
     const TimePoint give_up = now + config_.build_finish_timeout;
     const TimePoint sigkill_at = now + config_.graceful_kill_timeout;
     if (!child->SignalGroup(SIGTERM)) child->SignalGroup(SIGKILL);
-    status = child->WaitUntil(Earlier(sigkill_at, give_up), on_output);
+    status = WaitForcible(*child, Earlier(sigkill_at, give_up), force_kill,
+                          on_output);
     if (!status.has_value() && SteadyClock::now() < give_up) {
       child->SignalGroup(SIGKILL);
       status = child->WaitUntil(
@@ -653,7 +689,7 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
                          " after it was stopped");
       }
       FinishKillInBackground(std::move(child), sigkill_at,
-                             config_.force_kill_timeout);
+                             config_.force_kill_timeout, force_kill);
     }
   }
   out_lines.Flush(out);
@@ -1491,8 +1527,15 @@ RunnerEmulator::RunnerEmulator(Options options)
     : options_(std::move(options)) {}
 
 JobResult RunnerEmulator::Run() {
-  Job job(options_, cancel_);
+  Job job(options_, cancel_, force_kill_);
   return job.Run();
+}
+
+void RunnerEmulator::ForceKill(bool cleanup_too) {
+  const int level = cleanup_too ? 2 : 1;
+  int now = force_kill_->load();
+  while (now < level && !force_kill_->compare_exchange_weak(now, level)) {
+  }
 }
 
 void RunnerEmulator::Cancel(CancelMode mode) {

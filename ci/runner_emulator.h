@@ -5,6 +5,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -152,10 +153,22 @@ class RunnerEmulator {
   // Requests cancellation; the first request wins. Thread-safe.
   void Cancel(CancelMode mode);
 
+  // Stops waiting for the executor (run-local's second and third Ctrl-C):
+  // SIGKILLs the process group of the exec running now and of every exec
+  // started after, at once, without the SIGTERM and graceful_kill_timeout
+  // of the kill sequence; cleanup_exec is spared (it still runs: it tears
+  // down what the job left) unless `cleanup_too`. Thread-safe; a later call
+  // only widens it. It does not cancel the job: Cancel() does.
+  void ForceKill(bool cleanup_too);
+
  private:
   class Job;
   Options options_;
   std::atomic<int> cancel_{-1};  // -1, or a CancelMode.
+  // 0, 1 (all execs but cleanup_exec) or 2 (all); shared with execs whose
+  // kill goes on in the background.
+  std::shared_ptr<std::atomic<int>> force_kill_ =
+      std::make_shared<std::atomic<int>>(0);
 };
 
 // Expands `$NAME` and `${NAME}` in `value` as gitlab-runner does (Go's

@@ -501,6 +501,36 @@ TEST_F(RunnerEmulatorTest, RunnerInterruptIsASystemFailure) {
   EXPECT_EQ(result.calls.size(), 6u);
 }
 
+// ForceKill() (run-local's second Ctrl-C) ends an exec that ignores
+// SIGTERM at once instead of after graceful_kill_timeout; cleanup_exec
+// still runs.
+TEST_F(RunnerEmulatorTest, ForceKillDoesNotWaitOutTheGraceTime) {
+  options_.config.graceful_kill_timeout = std::chrono::hours(1);
+  env_["FAKE_HANG_STAGE"] = "build_script";
+  options_.runner_environment = env_;
+  RunnerEmulator runner(options_);
+  JobResult result;
+  std::thread job([&] { result = runner.Run(); });
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!fs::exists(rec_ + "/signals") &&
+         std::chrono::steady_clock::now() < deadline) {
+    if (fs::exists(rec_ + "/hang_started")) {
+      runner.Cancel(CancelMode::kInterrupt);
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const auto killed_at = std::chrono::steady_clock::now();
+  runner.ForceKill(/*cleanup_too=*/false);
+  job.join();
+
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at,
+            std::chrono::seconds(30));
+  EXPECT_EQ(result.failure_reason, "runner_interrupted");
+  EXPECT_EQ(Calls(result).back(), "cleanup ");
+  EXPECT_EQ(RecordedCalls().back(), "cleanup ");
+}
+
 TEST_F(RunnerEmulatorTest, CancelAfterKnobStopsTheJob) {
   options_.config.graceful_kill_timeout = milliseconds(200);
   env_["FAKE_HANG_STAGE"] = "build_script";

@@ -563,7 +563,10 @@ std::vector<std::string> GdtCluster::RunLocalArgv(
         std::string("--executor"), BinaryPath("gdt-executor"),
         std::string("--executor-config"), WriteExecutorConfig(),
         std::string("--project-dir"), project_dir, std::string("--work-dir"),
-        run_dir()}) {
+        run_dir(),
+        // The tests retry a gang themselves (new job ids) where they mean
+        // to, not by the `retry:` that expand adds to every gang job.
+        std::string("--no-retry")}) {
     argv.push_back(arg);
   }
   argv.insert(argv.end(), extra.begin(), extra.end());
