@@ -939,10 +939,15 @@ class JobRewriter {
   bool Plan(const GangSpec& spec, const Entry& parallel,
             std::vector<Edit>* edits) {
     const size_t errors_before = report_->count();
+    if (!CheckMergeKeyOrder()) return false;
     const std::string& eol = lines_.eol;
     const std::string indent(static_cast<size_t>(parallel.key.Mark().column),
                              ' ');
-    std::string text = absl::StrCat(indent, "parallel: ", spec.nodes, eol);
+    const std::string parallel_line =
+        absl::StrCat(indent, "parallel: ", spec.nodes, eol);
+    // The entries gdt adds to the job (after `parallel: N`, or after the
+    // job's last merge key, which would override them).
+    std::string text;
 
     const std::vector<std::pair<std::string, std::string>> variables =
         spec.Variables();
@@ -1060,11 +1065,77 @@ class JobRewriter {
                                "`inherit: {default: false}`"));
     }
     const auto [begin, end] = EntryRange(parallel.key);
-    edits->push_back(Edit{begin, end, std::move(text)});
+    // Ruby's YAML reader applies a merge key (`<<: *tpl`) where it stands:
+    // it overrides the keys written before it. Added entries go after the
+    // last one, so that they win as they would written above it.
+    YamlNode last_merge;
+    for (const YamlNode& key : keys_) {
+      if (IsMergeKey(key) && key.Mark().line > parallel.key.Mark().line) {
+        last_merge = key;
+      }
+    }
+    if (last_merge && !text.empty()) {
+      edits->push_back(Edit{begin, end, parallel_line});
+      const int at = EntryRange(last_merge).second;
+      edits->push_back(Edit{at, at, std::move(text)});
+    } else {
+      edits->push_back(Edit{begin, end, parallel_line + text});
+    }
     return report_->count() == errors_before;
   }
 
  private:
+  static bool IsMergeKey(const YamlNode& key) {
+    return key.IsScalar() && key.IsPlain() && key.Scalar() == "<<";
+  }
+
+  // A merge key written after the job's own parallel, variables, tags or
+  // artifacts that merges in the same key replaces them in GitLab (Ruby
+  // applies `<<` where it stands), so gdt's block or additions would be
+  // lost. False after reporting.
+  bool CheckMergeKeyOrder() {
+    bool ok = true;
+    for (size_t i = 0; i < job_value_.size(); ++i) {
+      const YamlNode key = job_value_.Entry(i).first;
+      if (!key.IsScalar() || IsMergeKey(key)) continue;
+      const std::string& name = key.Scalar();
+      if (name != "parallel" && name != "variables" && name != "tags" &&
+          name != "artifacts") {
+        continue;
+      }
+      for (size_t j = i + 1; j < job_value_.size(); ++j) {
+        const auto [merge, merged] = job_value_.Entry(j);
+        if (!IsMergeKey(merge) || !MergeSets(merged, name)) continue;
+        report_->At(
+            merge, merge,
+            absl::StrCat(job_,
+                         ": the merge key `<<:` here, written after the "
+                         "job's own ",
+                         name, " (line ", key.Mark().line + 1, "), replaces ",
+                         name == "parallel"
+                             ? "its parallel:distributed block"
+                             : absl::StrCat("them and what gdt adds to them"),
+                         " (a YAML merge key overrides the keys written "
+                         "before it); move `<<:` above the job's own keys"));
+        ok = false;
+        break;
+      }
+    }
+    return ok;
+  }
+
+  // Whether merge value `merged` (a mapping, or a list of them) sets `key`.
+  static bool MergeSets(const YamlNode& merged, const std::string& key) {
+    const CiValue value = ToCiValue(merged);
+    if (value.is_object()) return value.contains(key);
+    if (value.is_array()) {
+      for (const CiValue& item : value) {
+        if (item.is_object() && item.contains(key)) return true;
+      }
+    }
+    return false;
+  }
+
   // Lines [begin, end) of the entry whose key is `key`.
   std::pair<int, int> EntryRange(const YamlNode& key) const {
     const int begin = key.Mark().line;
@@ -1153,7 +1224,14 @@ class JobRewriter {
       edits->push_back(Edit{at, at, std::move(text)});
       return;
     }
-    // Flow style, an alias or empty: the entry becomes one flow mapping.
+    if (e.value.IsMap() && e.value.IsFlow()) {
+      std::vector<std::string> items;
+      for (const auto& [key, value] : add) {
+        items.push_back(absl::StrCat(key, ": ", Quoted(value)));
+      }
+      if (InsertIntoFlow(e, items, edits)) return;
+    }
+    // An alias or empty: the entry becomes one flow mapping.
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginMap;
     if (e.value.IsMap()) {
@@ -1194,6 +1272,10 @@ class JobRewriter {
         return;
       }
     }
+    if (e.value.IsSequence() && e.value.IsFlow() &&
+        InsertIntoFlow(e, {TagText(tag)}, edits)) {
+      return;
+    }
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginSeq;
     if (e.value.IsSequence()) {
@@ -1202,6 +1284,84 @@ class JobRewriter {
     if (TagText(tag) != tag) flow << YAML::DoubleQuoted;
     flow << tag << YAML::EndSeq;
     ReplaceEntry(e, flow, edits);
+  }
+
+  // The line of `mark` and the byte offset in it of its column (libyaml
+  // counts characters).
+  std::pair<int, size_t> BytePlace(const YamlMark& mark) const {
+    const std::string_view line = lines_.lines[static_cast<size_t>(mark.line)];
+    size_t at = 0;
+    for (int chars = 0; at < line.size(); ++at) {
+      if ((static_cast<unsigned char>(line[at]) & 0xC0) == 0x80) continue;
+      if (chars++ == mark.column) break;
+    }
+    return {mark.line, at};
+  }
+
+  // Adds `items` (flow entries or items, as text) to the flow collection
+  // of `e` written in place, right after its last entry: every byte of
+  // what is there stays (anchors, tags such as !reference, scalars as
+  // written, which YAML 1.1 may read as numbers). False when the
+  // collection is not laid out so (the caller rewrites it).
+  bool InsertIntoFlow(const Entry& e, const std::vector<std::string>& items,
+                      std::vector<Edit>* edits) {
+    const YamlNode& node = e.value;
+    const YamlMark open = node.Mark();
+    const YamlMark close = node.EndMark();
+    if (open.is_null() || close.is_null() || open.pos <= e.key.EndMark().pos ||
+        items.empty()) {
+      return false;  // An alias: the collection is written elsewhere.
+    }
+    const auto inside = [&](const YamlNode& n) {
+      return n && !n.Mark().is_null() && n.Mark().pos > open.pos &&
+             n.EndMark().pos < close.pos;
+    };
+    std::pair<int, size_t> at;
+    std::string text = absl::StrJoin(items, ", ");
+    if (node.size() == 0) {
+      at = BytePlace(open);
+      ++at.second;  // After the bracket.
+    } else {
+      const YamlNode last_key =
+          node.IsMap() ? node.Entry(node.size() - 1).first : YamlNode();
+      const YamlNode last = node.IsMap() ? node.Entry(node.size() - 1).second
+                                         : node.Item(node.size() - 1);
+      if (inside(last) && !last.IsNull()) {
+        at = BytePlace(last.EndMark());
+      } else if (node.IsMap() && inside(last_key)) {
+        // An alias or an empty value: the alias (`*name`) or the colon
+        // follows the key on its line.
+        at = BytePlace(last_key.EndMark());
+        const std::string_view line =
+            lines_.lines[static_cast<size_t>(at.first)];
+        size_t p = at.second;
+        while (p < line.size() && line[p] == ' ') ++p;
+        if (p < line.size() && line[p] == ':') {
+          at.second = ++p;
+          while (p < line.size() && line[p] == ' ') ++p;
+          if (p < line.size() && line[p] == '*') {
+            while (p < line.size() &&
+                   std::string_view(" \t\r\n,]}").find(line[p]) ==
+                       std::string_view::npos) {
+              ++p;
+            }
+            at.second = p;
+          }
+        }
+      } else {
+        return false;
+      }
+      text = absl::StrCat(", ", text);
+    }
+    const std::string_view line = lines_.lines[static_cast<size_t>(at.first)];
+    if (at.second > line.size()) return false;
+    // `A:,` would read as the key "A:".
+    if (at.second > 0 && line[at.second - 1] == ':') text.insert(0, " ");
+    edits->push_back(
+        Edit{at.first, at.first + 1,
+             absl::StrCat(std::string(line.substr(0, at.second)), text,
+                          std::string(line.substr(at.second)))});
+    return true;
   }
 
   // Notes that `key` may be inherited from where gdt cannot see; Plan
@@ -1463,35 +1623,42 @@ bool ReadsBack(const std::string& text,
     const GangSpec& spec = *gang;
     const auto found = jobs.find(spec.job);
     if (found == jobs.end() || !found->second.IsMap()) return false;
-    const YamlNode& job = found->second;
-    const Entry parallel = FindEntry(job, "parallel");
-    if (!parallel || PlainInteger(parallel.value) != spec.nodes) return false;
-    const Entry variables = FindEntry(job, "variables");
+    // The job as GitLab reads it: merge keys applied where they stand.
+    const CiValue job = ToCiValue(found->second);
+    const auto parallel = job.find("parallel");
+    if (parallel == job.end() || !parallel->is_number_integer() ||
+        parallel->get<int64_t>() != spec.nodes) {
+      return false;
+    }
+    const auto variables = job.find("variables");
     for (const auto& [key, value] : spec.Variables()) {
-      const Entry v = FindEntry(variables.value, key);
-      if (!v || !v.value.IsScalar() || v.value.Scalar() != value) return false;
-    }
-    if (!options.runner_tag.empty()) {
-      const Entry tags = FindEntry(job, "tags");
-      bool found_tag = false;
-      if (tags && tags.value.IsSequence()) {
-        for (const YamlNode& tag : tags.value) {
-          found_tag = found_tag ||
-                      (tag.IsScalar() && tag.Scalar() == options.runner_tag);
-        }
+      if (variables == job.end() || !variables->is_object()) return false;
+      const auto v = variables->find(key);
+      if (v == variables->end() || !v->is_string() ||
+          v->get<std::string>() != value) {
+        return false;
       }
-      if (!found_tag) return false;
     }
-    if (spec.checkpoint_store == "artifacts") {
-      const Entry paths = FindEntry(FindEntry(job, "artifacts").value, "paths");
-      bool found_path = false;
-      if (paths && paths.value.IsSequence()) {
-        for (const YamlNode& path : paths.value) {
-          found_path = found_path ||
-                       (path.IsScalar() && path.Scalar() == kCheckpointPath);
-        }
+    const auto contains = [&](const char* key, const char* sub,
+                              const std::string& item) {
+      auto list = job.find(key);
+      if (list == job.end()) return false;
+      if (sub != nullptr) {
+        if (!list->is_object()) return false;
+        const auto inner = list->find(sub);
+        if (inner == list->end()) return false;
+        list = inner;
       }
-      if (!found_path) return false;
+      return list->is_array() && std::find(list->begin(), list->end(),
+                                           CiValue(item)) != list->end();
+    };
+    if (!options.runner_tag.empty() &&
+        !contains("tags", nullptr, options.runner_tag)) {
+      return false;
+    }
+    if (spec.checkpoint_store == "artifacts" &&
+        !contains("artifacts", "paths", kCheckpointPath)) {
+      return false;
     }
   }
   return true;
