@@ -850,7 +850,24 @@ std::string TagText(std::string_view tag) {
 
 // A value as one line of YAML: JSON is YAML's flow style, so a string comes
 // out double-quoted and a mapping or list as {...} or [...].
+// A `!reference [...]` (the inheritance model's {"!reference": [...]})
+// is written with its tag.
 std::string FlowText(const CiValue& value) {
+  if (value.is_object() && value.size() == 1 && value.contains("!reference") &&
+      value.begin()->is_array()) {
+    return absl::StrCat("!reference ", FlowText(*value.begin()));
+  }
+  if (value.is_array() || value.is_object()) {
+    std::string text = value.is_array() ? "[" : "{";
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      if (!first) text += ", ";
+      first = false;
+      if (value.is_object()) absl::StrAppend(&text, FlowText(key), ": ");
+      absl::StrAppend(&text, FlowText(item));
+    }
+    return text + (value.is_array() ? "]" : "}");
+  }
   return value.dump(-1, ' ', false, CiValue::error_handler_t::replace);
 }
 
@@ -877,11 +894,56 @@ bool NestsDeeperThan(const YamlNode& node, int levels) {
   return false;
 }
 
+// The value Ruby's YAML reader gives `key` in mapping `map`: its own entry,
+// or one a merge key brings (a merge key overrides the keys before it; in
+// `<<: [*a, *b]` the earlier mapping wins). A null node when none.
+YamlNode MergedEntry(const YamlNode& map, std::string_view key, int depth) {
+  YamlNode found;
+  if (!map.IsMap() || depth > kMaxDepth) return found;
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) continue;
+    if (entry.first.IsPlain() && entry.first.Scalar() == "<<") {
+      if (entry.second.IsMap()) {
+        if (const YamlNode v = MergedEntry(entry.second, key, depth + 1)) {
+          found = v;
+        }
+      } else if (entry.second.IsSequence()) {
+        for (const YamlNode& item : entry.second) {
+          if (const YamlNode v = MergedEntry(item, key, depth + 1)) {
+            found = v;
+            break;
+          }
+        }
+      }
+    } else if (entry.first.Scalar() == key) {
+      found = entry.second;
+    }
+  }
+  return found;
+}
+
+// Whether Ruby's YAML 1.1 reader may read plain scalar `text` as something
+// other than a string (a number in any of its forms, a boolean, null, a
+// date, a symbol): written out again, it stays plain.
+bool MayReadAsNonString(const std::string& text) {
+  if (text.empty() || text.find(' ') != std::string::npos) return false;
+  static const std::set<std::string, std::less<>> kWords = {
+      "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes",
+      "YES",  "no",   "No",   "NO",    "on",    "On",    "ON",  "off",
+      "Off",  "OFF",  "null", "Null",  "NULL",  "~"};
+  if (kWords.count(text) != 0) return true;
+  const unsigned char first = static_cast<unsigned char>(text[0]);
+  return std::isdigit(first) ||
+         std::string_view("+-.:").find(text[0]) != std::string_view::npos;
+}
+
 // Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
-// a scalar is quoted when `quote_all` (a variable's value: a string, as
-// GitLab sends it; a variable written as a mapping, `{value: x, expand:
-// false}`, keeps its form). Aliases are written out in full. Callers refuse
-// values deeper than kMaxDepth (NestsDeeperThan) first.
+// with `quote_all` (a variable's value) a plain one is quoted unless YAML
+// 1.1 may read it as a number, boolean or null (`0644`, octal 420 for
+// GitLab, stays plain); a variable written as a mapping, `{value: x,
+// expand: false}`, keeps its form, `!reference [...]` its tag. Aliases are
+// written out in full. Callers refuse values deeper than kMaxDepth
+// (NestsDeeperThan) first.
 void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
                int depth = 0) {
   if (depth > kMaxDepth) {
@@ -896,13 +958,17 @@ void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
     }
     out << YAML::EndMap;
   } else if (node.IsSequence()) {
+    // GitLab's `!reference [job, key]` keeps its tag.
+    if (node.Tag() == "!reference") out << YAML::LocalTag("reference");
     out << YAML::BeginSeq;
     for (const YamlNode& item : node) {
-      EmitValue(out, item, quote_all, depth + 1);
+      EmitValue(out, item, quote_all && node.Tag() != "!reference", depth + 1);
     }
     out << YAML::EndSeq;
   } else if (node.IsScalar()) {
-    if (quote_all || !IsPlain(node)) out << YAML::DoubleQuoted;
+    if (!IsPlain(node) || (quote_all && !MayReadAsNonString(node.Scalar()))) {
+      out << YAML::DoubleQuoted;
+    }
     out << node.Scalar();
   } else {
     out << YAML::Null;
@@ -979,8 +1045,22 @@ class JobRewriter {
       // replaced by a new entry: it repeats them. (Those from extends are
       // merged with the job's by GitLab.)
       absl::StrAppend(&text, indent, "variables:", eol);
-      if (const auto merged = own_.find("variables");
-          merged != own_.end() && merged->is_object()) {
+      const YamlNode merged_node = MergedEntry(job_value_, "variables", 0);
+      if (merged_node.IsMap() && !FindEntry(merged_node, "<<")) {
+        // Written as they are written there (a !reference stays one, a
+        // plain 0644 stays the number YAML 1.1 reads).
+        for (const auto& entry : merged_node) {
+          YAML::Emitter key;
+          YAML::Emitter value;
+          key << YAML::Flow;
+          value << YAML::Flow;
+          EmitValue(key, entry.first, false);
+          EmitValue(value, entry.second, true);
+          absl::StrAppend(&text, indent, "  ", key.c_str(), ": ", value.c_str(),
+                          eol);
+        }
+      } else if (const auto merged = own_.find("variables");
+                 merged != own_.end() && merged->is_object()) {
         for (const auto& [key, value] : merged->items()) {
           absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
                           FlowText(value), eol);

@@ -1296,5 +1296,41 @@ TEST(GitLabReadsTest, FlowEntriesKeepAnchorsTagsAndNumbersAsWritten) {
   EXPECT_EQ(GitLabJob(alias.text, "train")["variables"]["A"], "/x");
 }
 
+TEST(GitLabReadsTest, VariablesRepeatedFromAMergeKeyKeepTheirForm) {
+  // gdt's new variables entry replaces the merged one, so it repeats its
+  // entries as they are written: !reference keeps its tag, 0644 and 1:30
+  // stay the numbers YAML 1.1 reads, strings stay strings.
+  const std::string input =
+      ".vars:\n  variables:\n    IMPORTANT: \"the details\"\n"
+      ".tpl: &tpl\n  image: x\n  variables:\n"
+      "    MY_VAR: !reference [.vars, variables, IMPORTANT]\n"
+      "    MODE: 0644\n    WARMUP: 1:30\n    TEXT: hello world\n"
+      "train:\n  <<: *tpl\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(expansion.text,
+              HasSubstr("  variables:\n"
+                        "    MY_VAR: !reference [.vars, variables, IMPORTANT]\n"
+                        "    MODE: 0644\n    WARMUP: 1:30\n"
+                        "    TEXT: \"hello world\"\n"
+                        "    GDT_GPUS_PER_NODE: \"0\"\n"));
+  const CiValue train = GitLabJob(expansion.text, "train");
+  EXPECT_EQ(train["variables"]["MY_VAR"], "the details");
+  EXPECT_EQ(train["variables"]["TEXT"], "hello world");
+  EXPECT_EQ(train["image"], "x");
+  // An alias of a flow mapping is written out, with the same rules.
+  const CiExpansion alias = ExpandCiYaml(
+      ".v: &v {MODE: 0644, R: !reference [.vars, variables, IMPORTANT]}\n"
+      ".vars:\n  variables:\n    IMPORTANT: \"the details\"\n"
+      "train:\n  variables: *v\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(alias.ok()) << alias.errors[0].message;
+  EXPECT_THAT(alias.text,
+              HasSubstr("  variables: {MODE: 0644, R: !reference [.vars, "
+                        "variables, IMPORTANT], GDT_GPUS_PER_NODE: \"0\""));
+  EXPECT_EQ(GitLabJob(alias.text, "train")["variables"]["R"], "the details");
+}
+
 }  // namespace
 }  // namespace gdt::ci
