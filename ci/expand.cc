@@ -1848,6 +1848,18 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
                               DidYouMean(name, names)));
       continue;
     }
+    if (const CiValue typed = ToCiValue(entry.second);
+        typed.is_boolean() || typed.is_number_float()) {
+      any = true;
+      report->At(entry.second, entry.first,
+                 absl::StrCat(owner, ": ", name, " is ",
+                              typed.is_boolean() ? "a boolean" : "a float",
+                              " for GitLab, which takes only strings and "
+                              "integers as variable values and refuses the "
+                              "pipeline; quote it: \"",
+                              Shown(entry.second.Scalar()), "\""));
+      continue;
+    }
     const std::optional<std::string> value = VariableValue(entry.second);
     if (!value.has_value()) {
       any = true;
@@ -2129,6 +2141,33 @@ bool CheckElasticRange(const std::string& job, const YamlNode& key,
   return true;
 }
 
+// Keywords that keep a gang job from ever running as one: GitLab runs one
+// job of a resource group at a time (members 2..N would wait for member 1,
+// which waits for them), and a trigger job runs no script on a runner
+// (GitLab refuses tags and retry on it). False after reporting.
+bool CheckGangKeywords(const std::string& job, const YamlNode& value,
+                       Reporter* report) {
+  bool ok = true;
+  if (const Entry e = FindEntry(value, "resource_group")) {
+    report->At(e.key, e.key,
+               absl::StrCat(job,
+                            ": resource_group lets GitLab run one job of the "
+                            "group at a time, so a gang's members would wait "
+                            "for each other and it would never form; remove "
+                            "it from the gang job"));
+    ok = false;
+  }
+  if (const Entry e = FindEntry(value, "trigger")) {
+    report->At(e.key, e.key,
+               absl::StrCat(job,
+                            ": a trigger job starts a pipeline and runs "
+                            "nothing on a runner, so it cannot be a gdt gang "
+                            "(GitLab refuses tags and retry on it)"));
+    ok = false;
+  }
+  return ok;
+}
+
 // `effective`: the job's configuration with what it inherits (null when it
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
 void LintPlainJob(const std::string& job, const YamlNode& key,
@@ -2226,6 +2265,7 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
     return;
   }
   if (gang) {
+    CheckGangKeywords(job, value, report);
     CheckGdtOwnedVariables(job, top_variables, spec.launcher, report,
                            not_inherited);
     CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
@@ -2452,6 +2492,56 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
     }
   }
   return false;
+}
+
+// GitLab's default limit on one job's needs (ci_needs_size_limit).
+constexpr int kGitLabNeedsLimit = 50;
+
+// A job that needs a gang needs each of its members (GitLab expands a need
+// of a parallel job to every instance), and GitLab refuses a job with more
+// than 50 needs: reported at the job's needs.
+void CheckNeedsLimit(const std::vector<YamlNode>& documents,
+                     const std::vector<GangSpec>& gangs, Reporter* report) {
+  std::unordered_map<std::string, int> members;
+  for (const GangSpec& gang : gangs) members[gang.job] = gang.nodes;
+  if (members.empty()) return;
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      const Entry needs = FindEntry(entry.second, "needs");
+      if (!needs || !needs.value.IsSequence()) continue;
+      int total = 0;
+      std::string largest;
+      int largest_size = 0;
+      for (const YamlNode& need : needs.value) {
+        std::string name;
+        if (need.IsScalar()) {
+          name = need.Scalar();
+        } else if (const Entry job = FindEntry(need, "job");
+                   job && job.value.IsScalar()) {
+          name = job.value.Scalar();
+        }
+        const auto gang = members.find(name);
+        const int size = gang == members.end() ? 1 : gang->second;
+        total += size;
+        if (gang != members.end() && size > largest_size) {
+          largest = name;
+          largest_size = size;
+        }
+      }
+      if (total > kGitLabNeedsLimit && !largest.empty()) {
+        report->At(
+            needs.key, needs.key,
+            absl::StrCat(key.IsScalar() ? key.Scalar() : "?", ": needs ", total,
+                         " jobs, since each member of a gang counts ("
+                         "gang ",
+                         largest, " has ", largest_size,
+                         " members); GitLab allows at most ", kGitLabNeedsLimit,
+                         " needs per job (its default limit), so it "
+                         "would refuse the pipeline"));
+      }
+    }
+  }
 }
 
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
@@ -2727,6 +2817,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
+      if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {
         // The job's other GDT_* variables must still make sense (the ones
@@ -2792,6 +2883,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  CheckNeedsLimit(documents, result.gangs, &report);
   if (!result.ok()) {
     result.gangs.clear();
     return result;

@@ -1332,5 +1332,53 @@ TEST(GitLabReadsTest, VariablesRepeatedFromAMergeKeyKeepTheirForm) {
   EXPECT_EQ(GitLabJob(alias.text, "train")["variables"]["R"], "the details");
 }
 
+TEST(GitLabRefusesTest, GangsThatCannotFormAreOneLineEach) {
+  const auto only_error = [](const std::string& text) {
+    const CiExpansion lint = LintCiYaml(text);
+    const CiExpansion expand = ExpandCiYaml(text);
+    EXPECT_EQ(lint.errors.size(), 1u) << text;
+    EXPECT_EQ(expand.errors.size(), 1u) << text;
+    return lint.errors.empty() ? std::string()
+                               : FormatDiagnostic("f", lint.errors[0]);
+  };
+  EXPECT_EQ(only_error("train:\n  resource_group: gpus\n  parallel:\n"
+                       "    distributed: {nodes: 4}\n  script: [x]\n"),
+            "f:2:3: train: resource_group lets GitLab run one job of the "
+            "group at a time, so a gang's members would wait for each other "
+            "and it would never form; remove it from the gang job");
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 2}\n"
+                       "  trigger:\n    include: child.yml\n"),
+            "f:4:3: train: a trigger job starts a pipeline and runs nothing "
+            "on a runner, so it cannot be a gdt gang (GitLab refuses tags and "
+            "retry on it)");
+  // GitLab counts every member of a gang a job needs: at most 50.
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 64}\n"
+                       "  script: [x]\nevaluate:\n  needs: [train]\n"
+                       "  script: [y]\n"),
+            "f:6:3: evaluate: needs 64 jobs, since each member of a gang "
+            "counts (gang train has 64 members); GitLab allows at most 50 "
+            "needs per job (its default limit), so it would refuse the "
+            "pipeline");
+  EXPECT_TRUE(LintCiYaml("train:\n  parallel:\n    distributed: {nodes: 50}\n"
+                         "  script: [x]\nevaluate:\n  needs: [train]\n"
+                         "  script: [y]\n")
+                  .ok());
+}
+
+TEST(GitLabRefusesTest, ABooleanGdtVariableIsOneLine) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+      "    GDT_PREEMPTIBLE: true\n    GDT_PRIORITY: 1.5\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:5:22: train: GDT_PREEMPTIBLE is a boolean for GitLab, which "
+            "takes only strings and integers as variable values and refuses "
+            "the pipeline; quote it: \"true\"");
+  EXPECT_THAT(lint.errors[1].message, HasSubstr("GDT_PRIORITY is a float"));
+  EXPECT_TRUE(LintCiYaml("train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                         "    GDT_PREEMPTIBLE: \"true\"\n  script: [x]\n")
+                  .ok());
+}
+
 }  // namespace
 }  // namespace gdt::ci
