@@ -1903,6 +1903,8 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
           spec->launcher = *value;
         } else if (name == "GDT_TOPOLOGY_MODE") {
           spec->topology_mode = *value;
+        } else if (name == "GDT_PREEMPTIBLE") {
+          spec->preemptible = *value == "1" || *value == "true";
         } else {
           spec->checkpoint_store = *value;
         }
@@ -2071,6 +2073,8 @@ bool SpecFromInherited(const CiValue& effective, const GangSpec* template_spec,
         spec->topology_mode = *text;
       } else if (name == "GDT_CHECKPOINT_STORE") {
         spec->checkpoint_store = *text;
+      } else if (name == "GDT_PREEMPTIBLE") {
+        spec->preemptible = *text == "1" || *text == "true";
       } else {
         continue;
       }
@@ -2656,6 +2660,15 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const auto [key, value] = root.Entry(i);
       if (!key.IsScalar()) continue;
       const std::string& job = key.Scalar();
+      if (job == "default" && value.IsMap() && lint) {
+        // GitLab's default: takes no variables (top-level variables: are
+        // every job's) and refuses the file.
+        if (const Entry vars = FindEntry(value, "variables")) {
+          report.At(vars.key, vars.key,
+                    "default: GitLab does not accept variables under "
+                    "default; write them as top-level variables:");
+        }
+      }
       if (job == "default" && value.IsMap()) {
         // Written there, or merged in (`<<: *gang`).
         const Entry own = FindEntry(value, "parallel");
@@ -3017,7 +3030,8 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
   }
   if (!topology_same.empty()) {
     v.emplace_back("GDT_TOPOLOGY_SAME", topology_same);
-    v.emplace_back("GDT_TOPOLOGY_MODE", topology_mode);
+    v.emplace_back("GDT_TOPOLOGY_MODE",
+                   topology_mode.empty() ? "required" : topology_mode);
   }
   if (checkpoint_notice_seconds.has_value()) {
     v.emplace_back("GDT_CHECKPOINT_NOTICE",
@@ -3047,7 +3061,9 @@ std::string GangSpec::Describe() const {
   if (nodes_min > 0) absl::StrAppend(&text, ", elastic");
   if (priority.has_value()) absl::StrAppend(&text, ", priority ", *priority);
   if (!topology_same.empty()) {
-    absl::StrAppend(&text, ", same ", topology_same, " (", topology_mode, ")");
+    // The executor's default mode when only the label is set.
+    absl::StrAppend(&text, ", same ", topology_same, " (",
+                    topology_mode.empty() ? "required" : topology_mode, ")");
   }
   if (gang_timeout_seconds.has_value()) {
     absl::StrAppend(&text, ", gang timeout ", *gang_timeout_seconds, "s");
@@ -3055,6 +3071,7 @@ std::string GangSpec::Describe() const {
   if (!checkpoint_store.empty()) {
     absl::StrAppend(&text, ", checkpoints: ", checkpoint_store);
   }
+  if (preemptible) absl::StrAppend(&text, ", preemptible");
   return text;
 }
 

@@ -1380,5 +1380,28 @@ TEST(GitLabRefusesTest, ABooleanGdtVariableIsOneLine) {
                   .ok());
 }
 
+TEST(LintTest, PlainFormReportNamesPreemptibleAndTheDefaultTopologyMode) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"8\"\n    GDT_PREEMPTIBLE: \"true\"\n"
+      "    GDT_TOPOLOGY_SAME: rack\n  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].Describe(),
+            "2 nodes x 8 GPUs, 1 process per node (world size 2), launcher "
+            "torchrun, same rack (required), preemptible");
+  EXPECT_TRUE(lint.gangs[0].checkpoint_store.empty());
+}
+
+TEST(GitLabRefusesTest, VariablesUnderDefaultAreOneLine) {
+  const CiExpansion lint = LintCiYaml(
+      "default:\n  variables:\n    GDT_TOPOLOGY_SAME: rack\n"
+      "train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:2:3: default: GitLab does not accept variables under default; "
+            "write them as top-level variables:");
+}
+
 }  // namespace
 }  // namespace gdt::ci
