@@ -850,7 +850,24 @@ std::string TagText(std::string_view tag) {
 
 // A value as one line of YAML: JSON is YAML's flow style, so a string comes
 // out double-quoted and a mapping or list as {...} or [...].
+// A `!reference [...]` (the inheritance model's {"!reference": [...]})
+// is written with its tag.
 std::string FlowText(const CiValue& value) {
+  if (value.is_object() && value.size() == 1 && value.contains("!reference") &&
+      value.begin()->is_array()) {
+    return absl::StrCat("!reference ", FlowText(*value.begin()));
+  }
+  if (value.is_array() || value.is_object()) {
+    std::string text = value.is_array() ? "[" : "{";
+    bool first = true;
+    for (const auto& [key, item] : value.items()) {
+      if (!first) text += ", ";
+      first = false;
+      if (value.is_object()) absl::StrAppend(&text, FlowText(key), ": ");
+      absl::StrAppend(&text, FlowText(item));
+    }
+    return text + (value.is_array() ? "]" : "}");
+  }
   return value.dump(-1, ' ', false, CiValue::error_handler_t::replace);
 }
 
@@ -877,11 +894,56 @@ bool NestsDeeperThan(const YamlNode& node, int levels) {
   return false;
 }
 
+// The value Ruby's YAML reader gives `key` in mapping `map`: its own entry,
+// or one a merge key brings (a merge key overrides the keys before it; in
+// `<<: [*a, *b]` the earlier mapping wins). A null node when none.
+YamlNode MergedEntry(const YamlNode& map, std::string_view key, int depth) {
+  YamlNode found;
+  if (!map.IsMap() || depth > kMaxDepth) return found;
+  for (const auto& entry : map) {
+    if (!entry.first.IsScalar()) continue;
+    if (entry.first.IsPlain() && entry.first.Scalar() == "<<") {
+      if (entry.second.IsMap()) {
+        if (const YamlNode v = MergedEntry(entry.second, key, depth + 1)) {
+          found = v;
+        }
+      } else if (entry.second.IsSequence()) {
+        for (const YamlNode& item : entry.second) {
+          if (const YamlNode v = MergedEntry(item, key, depth + 1)) {
+            found = v;
+            break;
+          }
+        }
+      }
+    } else if (entry.first.Scalar() == key) {
+      found = entry.second;
+    }
+  }
+  return found;
+}
+
+// Whether Ruby's YAML 1.1 reader may read plain scalar `text` as something
+// other than a string (a number in any of its forms, a boolean, null, a
+// date, a symbol): written out again, it stays plain.
+bool MayReadAsNonString(const std::string& text) {
+  if (text.empty() || text.find(' ') != std::string::npos) return false;
+  static const std::set<std::string, std::less<>> kWords = {
+      "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes",
+      "YES",  "no",   "No",   "NO",    "on",    "On",    "ON",  "off",
+      "Off",  "OFF",  "null", "Null",  "NULL",  "~"};
+  if (kWords.count(text) != 0) return true;
+  const unsigned char first = static_cast<unsigned char>(text[0]);
+  return std::isdigit(first) ||
+         std::string_view("+-.:").find(text[0]) != std::string_view::npos;
+}
+
 // Writes `node` into a flow-style emitter: quoted scalars stay quoted, and
-// a scalar is quoted when `quote_all` (a variable's value: a string, as
-// GitLab sends it; a variable written as a mapping, `{value: x, expand:
-// false}`, keeps its form). Aliases are written out in full. Callers refuse
-// values deeper than kMaxDepth (NestsDeeperThan) first.
+// with `quote_all` (a variable's value) a plain one is quoted unless YAML
+// 1.1 may read it as a number, boolean or null (`0644`, octal 420 for
+// GitLab, stays plain); a variable written as a mapping, `{value: x,
+// expand: false}`, keeps its form, `!reference [...]` its tag. Aliases are
+// written out in full. Callers refuse values deeper than kMaxDepth
+// (NestsDeeperThan) first.
 void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
                int depth = 0) {
   if (depth > kMaxDepth) {
@@ -896,13 +958,17 @@ void EmitValue(YAML::Emitter& out, const YamlNode& node, bool quote_all,
     }
     out << YAML::EndMap;
   } else if (node.IsSequence()) {
+    // GitLab's `!reference [job, key]` keeps its tag.
+    if (node.Tag() == "!reference") out << YAML::LocalTag("reference");
     out << YAML::BeginSeq;
     for (const YamlNode& item : node) {
-      EmitValue(out, item, quote_all, depth + 1);
+      EmitValue(out, item, quote_all && node.Tag() != "!reference", depth + 1);
     }
     out << YAML::EndSeq;
   } else if (node.IsScalar()) {
-    if (quote_all || !IsPlain(node)) out << YAML::DoubleQuoted;
+    if (!IsPlain(node) || (quote_all && !MayReadAsNonString(node.Scalar()))) {
+      out << YAML::DoubleQuoted;
+    }
     out << node.Scalar();
   } else {
     out << YAML::Null;
@@ -939,10 +1005,15 @@ class JobRewriter {
   bool Plan(const GangSpec& spec, const Entry& parallel,
             std::vector<Edit>* edits) {
     const size_t errors_before = report_->count();
+    if (!CheckMergeKeyOrder()) return false;
     const std::string& eol = lines_.eol;
     const std::string indent(static_cast<size_t>(parallel.key.Mark().column),
                              ' ');
-    std::string text = absl::StrCat(indent, "parallel: ", spec.nodes, eol);
+    const std::string parallel_line =
+        absl::StrCat(indent, "parallel: ", spec.nodes, eol);
+    // The entries gdt adds to the job (after `parallel: N`, or after the
+    // job's last merge key, which would override them).
+    std::string text;
 
     const std::vector<std::pair<std::string, std::string>> variables =
         spec.Variables();
@@ -974,8 +1045,22 @@ class JobRewriter {
       // replaced by a new entry: it repeats them. (Those from extends are
       // merged with the job's by GitLab.)
       absl::StrAppend(&text, indent, "variables:", eol);
-      if (const auto merged = own_.find("variables");
-          merged != own_.end() && merged->is_object()) {
+      const YamlNode merged_node = MergedEntry(job_value_, "variables", 0);
+      if (merged_node.IsMap() && !FindEntry(merged_node, "<<")) {
+        // Written as they are written there (a !reference stays one, a
+        // plain 0644 stays the number YAML 1.1 reads).
+        for (const auto& entry : merged_node) {
+          YAML::Emitter key;
+          YAML::Emitter value;
+          key << YAML::Flow;
+          value << YAML::Flow;
+          EmitValue(key, entry.first, false);
+          EmitValue(value, entry.second, true);
+          absl::StrAppend(&text, indent, "  ", key.c_str(), ": ", value.c_str(),
+                          eol);
+        }
+      } else if (const auto merged = own_.find("variables");
+                 merged != own_.end() && merged->is_object()) {
         for (const auto& [key, value] : merged->items()) {
           absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
                           FlowText(value), eol);
@@ -1060,11 +1145,77 @@ class JobRewriter {
                                "`inherit: {default: false}`"));
     }
     const auto [begin, end] = EntryRange(parallel.key);
-    edits->push_back(Edit{begin, end, std::move(text)});
+    // Ruby's YAML reader applies a merge key (`<<: *tpl`) where it stands:
+    // it overrides the keys written before it. Added entries go after the
+    // last one, so that they win as they would written above it.
+    YamlNode last_merge;
+    for (const YamlNode& key : keys_) {
+      if (IsMergeKey(key) && key.Mark().line > parallel.key.Mark().line) {
+        last_merge = key;
+      }
+    }
+    if (last_merge && !text.empty()) {
+      edits->push_back(Edit{begin, end, parallel_line});
+      const int at = EntryRange(last_merge).second;
+      edits->push_back(Edit{at, at, std::move(text)});
+    } else {
+      edits->push_back(Edit{begin, end, parallel_line + text});
+    }
     return report_->count() == errors_before;
   }
 
  private:
+  static bool IsMergeKey(const YamlNode& key) {
+    return key.IsScalar() && key.IsPlain() && key.Scalar() == "<<";
+  }
+
+  // A merge key written after the job's own parallel, variables, tags or
+  // artifacts that merges in the same key replaces them in GitLab (Ruby
+  // applies `<<` where it stands), so gdt's block or additions would be
+  // lost. False after reporting.
+  bool CheckMergeKeyOrder() {
+    bool ok = true;
+    for (size_t i = 0; i < job_value_.size(); ++i) {
+      const YamlNode key = job_value_.Entry(i).first;
+      if (!key.IsScalar() || IsMergeKey(key)) continue;
+      const std::string& name = key.Scalar();
+      if (name != "parallel" && name != "variables" && name != "tags" &&
+          name != "artifacts") {
+        continue;
+      }
+      for (size_t j = i + 1; j < job_value_.size(); ++j) {
+        const auto [merge, merged] = job_value_.Entry(j);
+        if (!IsMergeKey(merge) || !MergeSets(merged, name)) continue;
+        report_->At(
+            merge, merge,
+            absl::StrCat(job_,
+                         ": the merge key `<<:` here, written after the "
+                         "job's own ",
+                         name, " (line ", key.Mark().line + 1, "), replaces ",
+                         name == "parallel"
+                             ? "its parallel:distributed block"
+                             : absl::StrCat("them and what gdt adds to them"),
+                         " (a YAML merge key overrides the keys written "
+                         "before it); move `<<:` above the job's own keys"));
+        ok = false;
+        break;
+      }
+    }
+    return ok;
+  }
+
+  // Whether merge value `merged` (a mapping, or a list of them) sets `key`.
+  static bool MergeSets(const YamlNode& merged, const std::string& key) {
+    const CiValue value = ToCiValue(merged);
+    if (value.is_object()) return value.contains(key);
+    if (value.is_array()) {
+      for (const CiValue& item : value) {
+        if (item.is_object() && item.contains(key)) return true;
+      }
+    }
+    return false;
+  }
+
   // Lines [begin, end) of the entry whose key is `key`.
   std::pair<int, int> EntryRange(const YamlNode& key) const {
     const int begin = key.Mark().line;
@@ -1153,7 +1304,14 @@ class JobRewriter {
       edits->push_back(Edit{at, at, std::move(text)});
       return;
     }
-    // Flow style, an alias or empty: the entry becomes one flow mapping.
+    if (e.value.IsMap() && e.value.IsFlow()) {
+      std::vector<std::string> items;
+      for (const auto& [key, value] : add) {
+        items.push_back(absl::StrCat(key, ": ", Quoted(value)));
+      }
+      if (InsertIntoFlow(e, items, edits)) return;
+    }
+    // An alias or empty: the entry becomes one flow mapping.
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginMap;
     if (e.value.IsMap()) {
@@ -1194,6 +1352,10 @@ class JobRewriter {
         return;
       }
     }
+    if (e.value.IsSequence() && e.value.IsFlow() &&
+        InsertIntoFlow(e, {TagText(tag)}, edits)) {
+      return;
+    }
     YAML::Emitter flow;
     flow << YAML::Flow << YAML::BeginSeq;
     if (e.value.IsSequence()) {
@@ -1202,6 +1364,84 @@ class JobRewriter {
     if (TagText(tag) != tag) flow << YAML::DoubleQuoted;
     flow << tag << YAML::EndSeq;
     ReplaceEntry(e, flow, edits);
+  }
+
+  // The line of `mark` and the byte offset in it of its column (libyaml
+  // counts characters).
+  std::pair<int, size_t> BytePlace(const YamlMark& mark) const {
+    const std::string_view line = lines_.lines[static_cast<size_t>(mark.line)];
+    size_t at = 0;
+    for (int chars = 0; at < line.size(); ++at) {
+      if ((static_cast<unsigned char>(line[at]) & 0xC0) == 0x80) continue;
+      if (chars++ == mark.column) break;
+    }
+    return {mark.line, at};
+  }
+
+  // Adds `items` (flow entries or items, as text) to the flow collection
+  // of `e` written in place, right after its last entry: every byte of
+  // what is there stays (anchors, tags such as !reference, scalars as
+  // written, which YAML 1.1 may read as numbers). False when the
+  // collection is not laid out so (the caller rewrites it).
+  bool InsertIntoFlow(const Entry& e, const std::vector<std::string>& items,
+                      std::vector<Edit>* edits) {
+    const YamlNode& node = e.value;
+    const YamlMark open = node.Mark();
+    const YamlMark close = node.EndMark();
+    if (open.is_null() || close.is_null() || open.pos <= e.key.EndMark().pos ||
+        items.empty()) {
+      return false;  // An alias: the collection is written elsewhere.
+    }
+    const auto inside = [&](const YamlNode& n) {
+      return n && !n.Mark().is_null() && n.Mark().pos > open.pos &&
+             n.EndMark().pos < close.pos;
+    };
+    std::pair<int, size_t> at;
+    std::string text = absl::StrJoin(items, ", ");
+    if (node.size() == 0) {
+      at = BytePlace(open);
+      ++at.second;  // After the bracket.
+    } else {
+      const YamlNode last_key =
+          node.IsMap() ? node.Entry(node.size() - 1).first : YamlNode();
+      const YamlNode last = node.IsMap() ? node.Entry(node.size() - 1).second
+                                         : node.Item(node.size() - 1);
+      if (inside(last) && !last.IsNull()) {
+        at = BytePlace(last.EndMark());
+      } else if (node.IsMap() && inside(last_key)) {
+        // An alias or an empty value: the alias (`*name`) or the colon
+        // follows the key on its line.
+        at = BytePlace(last_key.EndMark());
+        const std::string_view line =
+            lines_.lines[static_cast<size_t>(at.first)];
+        size_t p = at.second;
+        while (p < line.size() && line[p] == ' ') ++p;
+        if (p < line.size() && line[p] == ':') {
+          at.second = ++p;
+          while (p < line.size() && line[p] == ' ') ++p;
+          if (p < line.size() && line[p] == '*') {
+            while (p < line.size() &&
+                   std::string_view(" \t\r\n,]}").find(line[p]) ==
+                       std::string_view::npos) {
+              ++p;
+            }
+            at.second = p;
+          }
+        }
+      } else {
+        return false;
+      }
+      text = absl::StrCat(", ", text);
+    }
+    const std::string_view line = lines_.lines[static_cast<size_t>(at.first)];
+    if (at.second > line.size()) return false;
+    // `A:,` would read as the key "A:".
+    if (at.second > 0 && line[at.second - 1] == ':') text.insert(0, " ");
+    edits->push_back(
+        Edit{at.first, at.first + 1,
+             absl::StrCat(std::string(line.substr(0, at.second)), text,
+                          std::string(line.substr(at.second)))});
+    return true;
   }
 
   // Notes that `key` may be inherited from where gdt cannot see; Plan
@@ -1463,35 +1703,42 @@ bool ReadsBack(const std::string& text,
     const GangSpec& spec = *gang;
     const auto found = jobs.find(spec.job);
     if (found == jobs.end() || !found->second.IsMap()) return false;
-    const YamlNode& job = found->second;
-    const Entry parallel = FindEntry(job, "parallel");
-    if (!parallel || PlainInteger(parallel.value) != spec.nodes) return false;
-    const Entry variables = FindEntry(job, "variables");
+    // The job as GitLab reads it: merge keys applied where they stand.
+    const CiValue job = ToCiValue(found->second);
+    const auto parallel = job.find("parallel");
+    if (parallel == job.end() || !parallel->is_number_integer() ||
+        parallel->get<int64_t>() != spec.nodes) {
+      return false;
+    }
+    const auto variables = job.find("variables");
     for (const auto& [key, value] : spec.Variables()) {
-      const Entry v = FindEntry(variables.value, key);
-      if (!v || !v.value.IsScalar() || v.value.Scalar() != value) return false;
-    }
-    if (!options.runner_tag.empty()) {
-      const Entry tags = FindEntry(job, "tags");
-      bool found_tag = false;
-      if (tags && tags.value.IsSequence()) {
-        for (const YamlNode& tag : tags.value) {
-          found_tag = found_tag ||
-                      (tag.IsScalar() && tag.Scalar() == options.runner_tag);
-        }
+      if (variables == job.end() || !variables->is_object()) return false;
+      const auto v = variables->find(key);
+      if (v == variables->end() || !v->is_string() ||
+          v->get<std::string>() != value) {
+        return false;
       }
-      if (!found_tag) return false;
     }
-    if (spec.checkpoint_store == "artifacts") {
-      const Entry paths = FindEntry(FindEntry(job, "artifacts").value, "paths");
-      bool found_path = false;
-      if (paths && paths.value.IsSequence()) {
-        for (const YamlNode& path : paths.value) {
-          found_path = found_path ||
-                       (path.IsScalar() && path.Scalar() == kCheckpointPath);
-        }
+    const auto contains = [&](const char* key, const char* sub,
+                              const std::string& item) {
+      auto list = job.find(key);
+      if (list == job.end()) return false;
+      if (sub != nullptr) {
+        if (!list->is_object()) return false;
+        const auto inner = list->find(sub);
+        if (inner == list->end()) return false;
+        list = inner;
       }
-      if (!found_path) return false;
+      return list->is_array() && std::find(list->begin(), list->end(),
+                                           CiValue(item)) != list->end();
+    };
+    if (!options.runner_tag.empty() &&
+        !contains("tags", nullptr, options.runner_tag)) {
+      return false;
+    }
+    if (spec.checkpoint_store == "artifacts" &&
+        !contains("artifacts", "paths", kCheckpointPath)) {
+      return false;
     }
   }
   return true;
@@ -1601,6 +1848,18 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
                               DidYouMean(name, names)));
       continue;
     }
+    if (const CiValue typed = ToCiValue(entry.second);
+        typed.is_boolean() || typed.is_number_float()) {
+      any = true;
+      report->At(entry.second, entry.first,
+                 absl::StrCat(owner, ": ", name, " is ",
+                              typed.is_boolean() ? "a boolean" : "a float",
+                              " for GitLab, which takes only strings and "
+                              "integers as variable values and refuses the "
+                              "pipeline; quote it: \"",
+                              Shown(entry.second.Scalar()), "\""));
+      continue;
+    }
     const std::optional<std::string> value = VariableValue(entry.second);
     if (!value.has_value()) {
       any = true;
@@ -1644,6 +1903,8 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
           spec->launcher = *value;
         } else if (name == "GDT_TOPOLOGY_MODE") {
           spec->topology_mode = *value;
+        } else if (name == "GDT_PREEMPTIBLE") {
+          spec->preemptible = *value == "1" || *value == "true";
         } else {
           spec->checkpoint_store = *value;
         }
@@ -1812,6 +2073,8 @@ bool SpecFromInherited(const CiValue& effective, const GangSpec* template_spec,
         spec->topology_mode = *text;
       } else if (name == "GDT_CHECKPOINT_STORE") {
         spec->checkpoint_store = *text;
+      } else if (name == "GDT_PREEMPTIBLE") {
+        spec->preemptible = *text == "1" || *text == "true";
       } else {
         continue;
       }
@@ -1880,6 +2143,33 @@ bool CheckElasticRange(const std::string& job, const YamlNode& key,
     return false;
   }
   return true;
+}
+
+// Keywords that keep a gang job from ever running as one: GitLab runs one
+// job of a resource group at a time (members 2..N would wait for member 1,
+// which waits for them), and a trigger job runs no script on a runner
+// (GitLab refuses tags and retry on it). False after reporting.
+bool CheckGangKeywords(const std::string& job, const YamlNode& value,
+                       Reporter* report) {
+  bool ok = true;
+  if (const Entry e = FindEntry(value, "resource_group")) {
+    report->At(e.key, e.key,
+               absl::StrCat(job,
+                            ": resource_group lets GitLab run one job of the "
+                            "group at a time, so a gang's members would wait "
+                            "for each other and it would never form; remove "
+                            "it from the gang job"));
+    ok = false;
+  }
+  if (const Entry e = FindEntry(value, "trigger")) {
+    report->At(e.key, e.key,
+               absl::StrCat(job,
+                            ": a trigger job starts a pipeline and runs "
+                            "nothing on a runner, so it cannot be a gdt gang "
+                            "(GitLab refuses tags and retry on it)"));
+    ok = false;
+  }
+  return ok;
 }
 
 // `effective`: the job's configuration with what it inherits (null when it
@@ -1979,6 +2269,7 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
     return;
   }
   if (gang) {
+    CheckGangKeywords(job, value, report);
     CheckGdtOwnedVariables(job, top_variables, spec.launcher, report,
                            not_inherited);
     CheckGdtOwnedVariables(job, FindEntry(value, "variables").value,
@@ -2207,6 +2498,56 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
   return false;
 }
 
+// GitLab's default limit on one job's needs (ci_needs_size_limit).
+constexpr int kGitLabNeedsLimit = 50;
+
+// A job that needs a gang needs each of its members (GitLab expands a need
+// of a parallel job to every instance), and GitLab refuses a job with more
+// than 50 needs: reported at the job's needs.
+void CheckNeedsLimit(const std::vector<YamlNode>& documents,
+                     const std::vector<GangSpec>& gangs, Reporter* report) {
+  std::unordered_map<std::string, int> members;
+  for (const GangSpec& gang : gangs) members[gang.job] = gang.nodes;
+  if (members.empty()) return;
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      const Entry needs = FindEntry(entry.second, "needs");
+      if (!needs || !needs.value.IsSequence()) continue;
+      int total = 0;
+      std::string largest;
+      int largest_size = 0;
+      for (const YamlNode& need : needs.value) {
+        std::string name;
+        if (need.IsScalar()) {
+          name = need.Scalar();
+        } else if (const Entry job = FindEntry(need, "job");
+                   job && job.value.IsScalar()) {
+          name = job.value.Scalar();
+        }
+        const auto gang = members.find(name);
+        const int size = gang == members.end() ? 1 : gang->second;
+        total += size;
+        if (gang != members.end() && size > largest_size) {
+          largest = name;
+          largest_size = size;
+        }
+      }
+      if (total > kGitLabNeedsLimit && !largest.empty()) {
+        report->At(
+            needs.key, needs.key,
+            absl::StrCat(key.IsScalar() ? key.Scalar() : "?", ": needs ", total,
+                         " jobs, since each member of a gang counts ("
+                         "gang ",
+                         largest, " has ", largest_size,
+                         " members); GitLab allows at most ", kGitLabNeedsLimit,
+                         " needs per job (its default limit), so it "
+                         "would refuse the pipeline"));
+      }
+    }
+  }
+}
+
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     bool lint) {
   CiExpansion result;
@@ -2319,6 +2660,15 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       const auto [key, value] = root.Entry(i);
       if (!key.IsScalar()) continue;
       const std::string& job = key.Scalar();
+      if (job == "default" && value.IsMap() && lint) {
+        // GitLab's default: takes no variables (top-level variables: are
+        // every job's) and refuses the file.
+        if (const Entry vars = FindEntry(value, "variables")) {
+          report.At(vars.key, vars.key,
+                    "default: GitLab does not accept variables under "
+                    "default; write them as top-level variables:");
+        }
+      }
       if (job == "default" && value.IsMap()) {
         // Written there, or merged in (`<<: *gang`).
         const Entry own = FindEntry(value, "parallel");
@@ -2480,6 +2830,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
+      if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {
         // The job's other GDT_* variables must still make sense (the ones
@@ -2545,6 +2896,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  CheckNeedsLimit(documents, result.gangs, &report);
   if (!result.ok()) {
     result.gangs.clear();
     return result;
@@ -2678,7 +3030,8 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
   }
   if (!topology_same.empty()) {
     v.emplace_back("GDT_TOPOLOGY_SAME", topology_same);
-    v.emplace_back("GDT_TOPOLOGY_MODE", topology_mode);
+    v.emplace_back("GDT_TOPOLOGY_MODE",
+                   topology_mode.empty() ? "required" : topology_mode);
   }
   if (checkpoint_notice_seconds.has_value()) {
     v.emplace_back("GDT_CHECKPOINT_NOTICE",
@@ -2708,7 +3061,9 @@ std::string GangSpec::Describe() const {
   if (nodes_min > 0) absl::StrAppend(&text, ", elastic");
   if (priority.has_value()) absl::StrAppend(&text, ", priority ", *priority);
   if (!topology_same.empty()) {
-    absl::StrAppend(&text, ", same ", topology_same, " (", topology_mode, ")");
+    // The executor's default mode when only the label is set.
+    absl::StrAppend(&text, ", same ", topology_same, " (",
+                    topology_mode.empty() ? "required" : topology_mode, ")");
   }
   if (gang_timeout_seconds.has_value()) {
     absl::StrAppend(&text, ", gang timeout ", *gang_timeout_seconds, "s");
@@ -2716,6 +3071,7 @@ std::string GangSpec::Describe() const {
   if (!checkpoint_store.empty()) {
     absl::StrAppend(&text, ", checkpoints: ", checkpoint_store);
   }
+  if (preemptible) absl::StrAppend(&text, ", preemptible");
   return text;
 }
 

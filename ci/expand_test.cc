@@ -974,14 +974,23 @@ TEST(ExpandTest, RewrittenVariablesKeepTheirValues) {
   ASSERT_TRUE(train.ok());
   EXPECT_EQ(train->config["variables"]["A"],
             CiValue({{"value", "1"}, {"expand", false}}));
-  // A value deeper than gdt writes out is refused, not cut.
-  const std::string deep = absl::StrCat(
-      "train:\n  script: [x]\n  variables: {A: ", std::string(120, '['),
-      std::string(120, ']'), "}\n  parallel:\n    distributed: {nodes: 2}\n");
-  const CiExpansion refused = ExpandCiYaml(deep);
+  // A flow mapping written in place gets gdt's entries added and keeps
+  // every byte, however deep; one gdt must write out (an alias) and that
+  // is deeper than it writes is refused, not cut.
+  const std::string nest =
+      absl::StrCat(std::string(120, '['), std::string(120, ']'));
+  const CiExpansion deep = ExpandCiYaml(
+      absl::StrCat("train:\n  script: [x]\n  variables: {A: ", nest,
+                   "}\n  parallel:\n    distributed: {nodes: 2}\n"));
+  ASSERT_TRUE(deep.ok()) << deep.errors[0].message;
+  EXPECT_THAT(deep.text, HasSubstr(absl::StrCat("{A: ", nest, ", GDT_")));
+  const CiExpansion refused = ExpandCiYaml(
+      absl::StrCat(".v: &v {A: ", nest,
+                   "}\ntrain:\n  script: [x]\n  variables: *v\n  parallel:\n"
+                   "    distributed: {nodes: 2}\n"));
   ASSERT_EQ(refused.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", refused.errors[0]),
-            "f:3:3: train: cannot rewrite variables: a value in it nests more "
+            "f:4:3: train: cannot rewrite variables: a value in it nests more "
             "than 100 levels deep");
 }
 
@@ -1190,6 +1199,208 @@ TEST(InheritanceTest, LintNamesAChildWhoseOwnTagsDropTheRunnerTag) {
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
             "f:6:3: train: gets parallel:distributed from a template, but its "
             "own tags replace the template's; add gdt to them");
+}
+
+// ---------------------------------------------------------------------.
+// What GitLab reads of an expansion (Ruby's YAML: merge keys applied where
+// they stand, !reference kept, YAML 1.1 scalars).
+
+CiValue GitLabJob(const std::string& text, const std::string& job) {
+  const auto effective = EffectiveJobConfig(text, job);
+  EXPECT_TRUE(effective.ok()) << effective.status();
+  return effective.ok() ? effective->config : CiValue();
+}
+
+TEST(GitLabReadsTest, EntriesGoAfterATrailingMergeKey) {
+  const std::string input =
+      ".runner: &runner\n  tags: [gpu-a100]\n  variables:\n"
+      "    NCCL_DEBUG: INFO\n"
+      "train:\n  stage: test\n  parallel:\n"
+      "    distributed: {nodes: 2, gpus_per_node: 8}\n"
+      "  script: [torchrun train.py]\n  <<: *runner\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const CiValue train = GitLabJob(expansion.text, "train");
+  EXPECT_EQ(train["parallel"], 2);
+  EXPECT_EQ(train["tags"], CiValue::parse(R"(["gpu-a100", "gdt"])"));
+  EXPECT_EQ(train["variables"]["NCCL_DEBUG"], "INFO");
+  EXPECT_EQ(train["variables"]["GDT_GPUS_PER_NODE"], "8");
+  EXPECT_EQ(train["retry"]["max"], 2);
+  // The template is unchanged.
+  EXPECT_EQ(GitLabJob(expansion.text, ".runner")["tags"],
+            CiValue::parse(R"(["gpu-a100"])"));
+}
+
+TEST(GitLabReadsTest, AMergeKeyThatReplacesTheJobsOwnEntriesIsRefused) {
+  const std::string input =
+      ".t: &t\n  tags: [docker]\n  variables: {A: \"1\"}\n"
+      "train:\n  parallel: {distributed: {nodes: 2}}\n  tags: [a]\n"
+      "  <<: *t\n  script: [x]\n";
+  for (const CiExpansion& result : {ExpandCiYaml(input), LintCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:7:3: train: the merge key `<<:` here, written after the "
+              "job's own tags (line 6), replaces them and what gdt adds to "
+              "them (a YAML merge key overrides the keys written before it); "
+              "move `<<:` above the job's own keys");
+  }
+  // One that merges other keys only is fine.
+  const CiExpansion fine = ExpandCiYaml(
+      ".t: &t\n  image: x\ntrain:\n  parallel: {distributed: {nodes: 2}}\n"
+      "  tags: [a]\n  <<: *t\n  script: [x]\n");
+  ASSERT_TRUE(fine.ok()) << fine.errors[0].message;
+  EXPECT_EQ(GitLabJob(fine.text, "train")["tags"],
+            CiValue::parse(R"(["a", "gdt"])"));
+}
+
+TEST(GitLabReadsTest, FlowEntriesKeepAnchorsTagsAndNumbersAsWritten) {
+  // Anchors inside the values that another job uses, a !reference value,
+  // and YAML 1.1 numbers (0644 is octal 420 for GitLab, 0xFF is 255): the
+  // flow entries get gdt's entries added and keep every byte.
+  const std::string input =
+      ".vars:\n  variables:\n    IMPORTANT: \"the details\"\n"
+      "train:\n"
+      "  variables: {DATA_DIR: &data /datasets, MY_VAR: !reference [.vars, "
+      "variables, IMPORTANT], MODE: 0644, STEPS: 1_000, MASK: 0xFF, "
+      "EMPTY: }\n"
+      "  tags: [&gpu a100]\n"
+      "  parallel:\n    distributed: {nodes: 2, gpus_per_node: 8}\n"
+      "  script: [torchrun train.py]\n"
+      "evaluate:\n  tags: [*gpu]\n  variables: {DATA_DIR: *data}\n"
+      "  script: [python eval.py]\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(
+      expansion.text,
+      HasSubstr("  variables: {DATA_DIR: &data /datasets, MY_VAR: !reference "
+                "[.vars, variables, IMPORTANT], MODE: 0644, STEPS: 1_000, "
+                "MASK: 0xFF, EMPTY: , GDT_GPUS_PER_NODE: \"8\", "
+                "GDT_NPROC_PER_NODE: \"8\", GDT_LAUNCHER: \"torchrun\" }\n"
+                "  tags: [&gpu a100, gdt]\n"));
+  const CiValue train = GitLabJob(expansion.text, "train");
+  EXPECT_EQ(train["variables"]["MY_VAR"], "the details");
+  EXPECT_EQ(train["variables"]["DATA_DIR"], "/datasets");
+  EXPECT_EQ(train["variables"]["GDT_LAUNCHER"], "torchrun");
+  const CiValue evaluate = GitLabJob(expansion.text, "evaluate");
+  EXPECT_EQ(evaluate["tags"], CiValue::parse(R"(["a100"])"));
+  EXPECT_EQ(evaluate["variables"]["DATA_DIR"], "/datasets");
+  // An alias as the last value, and empty collections.
+  const CiExpansion alias = ExpandCiYaml(
+      ".d: &d /x\ntrain:\n  variables: {A: *d}\n  tags: []\n"
+      "  parallel:\n    distributed: {nodes: 2}\n  script: [x]\n");
+  ASSERT_TRUE(alias.ok()) << alias.errors[0].message;
+  EXPECT_THAT(alias.text, HasSubstr("  variables: {A: *d, GDT_GPUS_PER_NODE: "
+                                    "\"0\", GDT_NPROC_PER_NODE: \"1\", "
+                                    "GDT_LAUNCHER: \"torchrun\"}\n"
+                                    "  tags: [gdt]\n"));
+  EXPECT_EQ(GitLabJob(alias.text, "train")["variables"]["A"], "/x");
+}
+
+TEST(GitLabReadsTest, VariablesRepeatedFromAMergeKeyKeepTheirForm) {
+  // gdt's new variables entry replaces the merged one, so it repeats its
+  // entries as they are written: !reference keeps its tag, 0644 and 1:30
+  // stay the numbers YAML 1.1 reads, strings stay strings.
+  const std::string input =
+      ".vars:\n  variables:\n    IMPORTANT: \"the details\"\n"
+      ".tpl: &tpl\n  image: x\n  variables:\n"
+      "    MY_VAR: !reference [.vars, variables, IMPORTANT]\n"
+      "    MODE: 0644\n    WARMUP: 1:30\n    TEXT: hello world\n"
+      "train:\n  <<: *tpl\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(expansion.text,
+              HasSubstr("  variables:\n"
+                        "    MY_VAR: !reference [.vars, variables, IMPORTANT]\n"
+                        "    MODE: 0644\n    WARMUP: 1:30\n"
+                        "    TEXT: \"hello world\"\n"
+                        "    GDT_GPUS_PER_NODE: \"0\"\n"));
+  const CiValue train = GitLabJob(expansion.text, "train");
+  EXPECT_EQ(train["variables"]["MY_VAR"], "the details");
+  EXPECT_EQ(train["variables"]["TEXT"], "hello world");
+  EXPECT_EQ(train["image"], "x");
+  // An alias of a flow mapping is written out, with the same rules.
+  const CiExpansion alias = ExpandCiYaml(
+      ".v: &v {MODE: 0644, R: !reference [.vars, variables, IMPORTANT]}\n"
+      ".vars:\n  variables:\n    IMPORTANT: \"the details\"\n"
+      "train:\n  variables: *v\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(alias.ok()) << alias.errors[0].message;
+  EXPECT_THAT(alias.text,
+              HasSubstr("  variables: {MODE: 0644, R: !reference [.vars, "
+                        "variables, IMPORTANT], GDT_GPUS_PER_NODE: \"0\""));
+  EXPECT_EQ(GitLabJob(alias.text, "train")["variables"]["R"], "the details");
+}
+
+TEST(GitLabRefusesTest, GangsThatCannotFormAreOneLineEach) {
+  const auto only_error = [](const std::string& text) {
+    const CiExpansion lint = LintCiYaml(text);
+    const CiExpansion expand = ExpandCiYaml(text);
+    EXPECT_EQ(lint.errors.size(), 1u) << text;
+    EXPECT_EQ(expand.errors.size(), 1u) << text;
+    return lint.errors.empty() ? std::string()
+                               : FormatDiagnostic("f", lint.errors[0]);
+  };
+  EXPECT_EQ(only_error("train:\n  resource_group: gpus\n  parallel:\n"
+                       "    distributed: {nodes: 4}\n  script: [x]\n"),
+            "f:2:3: train: resource_group lets GitLab run one job of the "
+            "group at a time, so a gang's members would wait for each other "
+            "and it would never form; remove it from the gang job");
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 2}\n"
+                       "  trigger:\n    include: child.yml\n"),
+            "f:4:3: train: a trigger job starts a pipeline and runs nothing "
+            "on a runner, so it cannot be a gdt gang (GitLab refuses tags and "
+            "retry on it)");
+  // GitLab counts every member of a gang a job needs: at most 50.
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 64}\n"
+                       "  script: [x]\nevaluate:\n  needs: [train]\n"
+                       "  script: [y]\n"),
+            "f:6:3: evaluate: needs 64 jobs, since each member of a gang "
+            "counts (gang train has 64 members); GitLab allows at most 50 "
+            "needs per job (its default limit), so it would refuse the "
+            "pipeline");
+  EXPECT_TRUE(LintCiYaml("train:\n  parallel:\n    distributed: {nodes: 50}\n"
+                         "  script: [x]\nevaluate:\n  needs: [train]\n"
+                         "  script: [y]\n")
+                  .ok());
+}
+
+TEST(GitLabRefusesTest, ABooleanGdtVariableIsOneLine) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+      "    GDT_PREEMPTIBLE: true\n    GDT_PRIORITY: 1.5\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:5:22: train: GDT_PREEMPTIBLE is a boolean for GitLab, which "
+            "takes only strings and integers as variable values and refuses "
+            "the pipeline; quote it: \"true\"");
+  EXPECT_THAT(lint.errors[1].message, HasSubstr("GDT_PRIORITY is a float"));
+  EXPECT_TRUE(LintCiYaml("train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                         "    GDT_PREEMPTIBLE: \"true\"\n  script: [x]\n")
+                  .ok());
+}
+
+TEST(LintTest, PlainFormReportNamesPreemptibleAndTheDefaultTopologyMode) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"8\"\n    GDT_PREEMPTIBLE: \"true\"\n"
+      "    GDT_TOPOLOGY_SAME: rack\n  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].Describe(),
+            "2 nodes x 8 GPUs, 1 process per node (world size 2), launcher "
+            "torchrun, same rack (required), preemptible");
+  EXPECT_TRUE(lint.gangs[0].checkpoint_store.empty());
+}
+
+TEST(GitLabRefusesTest, VariablesUnderDefaultAreOneLine) {
+  const CiExpansion lint = LintCiYaml(
+      "default:\n  variables:\n    GDT_TOPOLOGY_SAME: rack\n"
+      "train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:2:3: default: GitLab does not accept variables under default; "
+            "write them as top-level variables:");
 }
 
 }  // namespace
