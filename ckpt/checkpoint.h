@@ -50,7 +50,8 @@ struct CheckpointManifest {
 
 // Describes every regular file below `checkpoint_dir` (recursively, sorted,
 // manifest.json excluded) with its size and SHA-256; the other fields come
-// from `info`. InvalidArgument when the directory is missing or empty.
+// from `info`. InvalidArgument when the directory is missing or empty, or
+// when it holds a symbolic link (named; links are never saved).
 absl::StatusOr<CheckpointManifest> BuildManifest(
     const std::string& checkpoint_dir, CheckpointManifest info);
 

@@ -154,6 +154,34 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
   }
   info.job_id = GetInt(env, "CI_JOB_ID", 0);
   info.project_id = GetInt(env, "CI_PROJECT_ID", 0);
+  // Resume and the job's artifacts see only the project: a directory
+  // elsewhere would be recorded under a wrong relative path.
+  if (const std::string project = Get(env, "CI_PROJECT_DIR");
+      !project.empty()) {
+    std::error_code error;
+    const fs::path rel =
+        fs::weakly_canonical(dir, error)
+            .lexically_relative(fs::weakly_canonical(project, error));
+    if (rel.empty() || *rel.begin() == ".." || rel == ".") {
+      err << "gdt-ckpt save: " << dir << " is not below CI_PROJECT_DIR ("
+          << project << "): checkpoints are saved from inside the project\n";
+      return kCkptBadInput;
+    }
+  }
+  // The packages store needs the API: checked before anything is hashed
+  // or written.
+  std::unique_ptr<gitlab::CurlGitLabApi> api;
+  auto need_api = [&]() -> bool {
+    if (api != nullptr) return true;
+    auto created = ApiFromEnv(env);
+    if (!created.ok()) {
+      err << "gdt-ckpt save: " << created.status().message() << "\n";
+      return false;
+    }
+    api = *std::move(created);
+    return true;
+  };
+  if (options.store == kStorePackages && !need_api()) return kCkptBadInput;
   info.dir = ProjectRelative(env, dir);
   auto manifest = BuildManifest(dir, info);
   if (!manifest.ok()) {
@@ -182,6 +210,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
         absl::StrCat("job-", manifest->job_id, "-rank-", manifest->rank,
                      "-step-", manifest->step);
   }
+  if (manifest->store == kStorePackages && !need_api()) return kCkptBadInput;
   const std::string manifest_path = dir + "/" + kManifestFileName;
   {
     std::ofstream file(manifest_path, std::ios::trunc);
@@ -192,12 +221,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
     }
   }
   if (manifest->store == kStorePackages) {
-    auto api = ApiFromEnv(env);
-    if (!api.ok()) {
-      err << "gdt-ckpt save: " << api.status().message() << "\n";
-      return kCkptBadInput;
-    }
-    const absl::Status uploaded = UploadToPackages(**api, dir, *manifest);
+    const absl::Status uploaded = UploadToPackages(*api, dir, *manifest);
     if (!uploaded.ok()) {
       err << "gdt-ckpt save: " << uploaded.message() << "\n";
       return kCkptFailed;

@@ -144,6 +144,59 @@ TEST_F(CkptCommandTest, SaveBadInputIsOneLine) {
             "gdt-ckpt save: rank 7 must be from 0 to the world size minus 1 "
             "(world size 2; --rank/--world-size, or RANK/WORLD_SIZE)\n");
   EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-6/manifest.json"));
+
+  // The packages store without an API URL: refused before anything is
+  // written, whether forced or chosen by size.
+  env_["CI_JOB_TOKEN"] = "tok-21";
+  env_.erase("CI_API_V4_URL");
+  WriteCheckpoint(8, 2000);
+  for (const std::string& store : {"packages", "auto"}) {
+    EXPECT_EQ(Save({.step = 8, .store = store, .threshold_bytes = 1000}),
+              kCkptBadInput);
+    const std::string line = err_.str();
+    EXPECT_THAT(line, StartsWith("gdt-ckpt save: "));
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);
+    EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-8/manifest.json"));
+  }
+
+  // A directory outside the project is refused, and nothing written there.
+  const std::string outside = dir_.path() + "/elsewhere";
+  fs::create_directories(outside);
+  WriteTextFile(outside + "/model.pt", "w");
+  EXPECT_EQ(Save({.step = 9, .dir = outside}), kCkptBadInput);
+  EXPECT_EQ(err_.str(), "gdt-ckpt save: " + outside +
+                            " is not below CI_PROJECT_DIR (" + project_ +
+                            "): checkpoints are saved from inside the "
+                            "project\n");
+  EXPECT_FALSE(fs::exists(outside + "/manifest.json"));
+}
+
+TEST_F(CkptCommandTest, SaveRefusesSymbolicLinksAndRecordsNothing) {
+  const std::string dir = project_ + "/checkpoints/step-3";
+  const std::string outside = dir_.path() + "/outside.bin";
+  WriteTextFile(outside, "data");
+  const std::vector<std::pair<std::string, std::string>> links = {
+      {"shared.bin", outside},    // A file outside the directory.
+      {"latest.pt", "model.pt"},  // A file inside it.
+      {"sub/loop", ".."},         // A directory (a loop).
+  };
+  for (const auto& [name, target] : links) {
+    SCOPED_TRACE(name);
+    fs::remove_all(dir);
+    WriteCheckpoint(3);
+    fs::create_directories(dir + "/sub");
+    fs::create_symlink(target, dir + "/" + name);
+    EXPECT_EQ(RunCkptSave({.step = 3}, env_, &registry_, out_, err_),
+              kCkptBadInput);
+    EXPECT_EQ(err_.str(), "gdt-ckpt save: checkpoint directory " + dir +
+                              " holds the symbolic link " + name + " -> " +
+                              target +
+                              "; only regular files are saved: copy the file "
+                              "in or remove the link\n");
+    err_.str("");
+    EXPECT_FALSE(fs::exists(dir + "/manifest.json"));
+    EXPECT_TRUE(registry_.records.empty());
+  }
 }
 
 TEST_F(CkptCommandTest, AboveThresholdGoesToPackagesAndResumes) {
