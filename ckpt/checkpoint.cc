@@ -335,7 +335,8 @@ std::optional<Resumed> Resume(gitlab::GitLabApi& api,
 std::optional<Resumed> ResumeLocalFirst(
     gitlab::GitLabApi* api, const std::string& no_api_reason,
     std::vector<CheckpointManifest> candidates, const std::string& local_root,
-    const std::string& checkpoint_dir, std::vector<std::string>& warnings) {
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings,
+    absl::Status* outage) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const CheckpointManifest& a,
                       const CheckpointManifest& b) { return a.step > b.step; });
@@ -381,6 +382,10 @@ std::optional<Resumed> ResumeLocalFirst(
                        " and no GitLab API to download it: ", no_api_reason));
     } else {
       status = Fetch(*api, m, scratch, staged);
+      if (outage != nullptr && outage->ok() &&
+          (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status))) {
+        *outage = status;
+      }
     }
     if (status.ok()) status = VerifyCheckpoint(staged, m);
     if (status.ok()) {

@@ -108,11 +108,15 @@ std::optional<Resumed> Resume(gitlab::GitLabApi& api,
 // artifacts land) at the manifest's `dir`: when they verify they are used
 // (copied to `checkpoint_dir` unless already there) without downloading.
 // `api` may be null: candidates that need a download are then skipped with
-// a warning naming `no_api_reason`.
+// a warning naming `no_api_reason`. When `outage` is given it is set to the
+// first download that failed because the API could not be reached or
+// answered 5xx (Unavailable, DeadlineExceeded), as opposed to a checkpoint
+// that is gone (404) or does not verify.
 std::optional<Resumed> ResumeLocalFirst(
     gitlab::GitLabApi* api, const std::string& no_api_reason,
     std::vector<CheckpointManifest> candidates, const std::string& local_root,
-    const std::string& checkpoint_dir, std::vector<std::string>& warnings);
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings,
+    absl::Status* outage = nullptr);
 
 }  // namespace gdt::ckpt
 

@@ -18,6 +18,7 @@ using test::ReadTextFile;
 using test::TempDir;
 using test::WriteTextFile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 namespace fs = std::filesystem;
 
@@ -450,6 +451,59 @@ TEST_F(CkptCommandTest, ARetriedGangWaitsForTheRecordsAndNeverStartsFresh) {
   ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, env_, &registry_,
                           out, err),
             kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
+}
+
+// A retried gang whose recorded checkpoint must be downloaded: a GitLab API
+// that cannot be reached fails the resume (exit 3) after the wait, while a
+// checkpoint that is gone (404) is skipped and the gang starts fresh.
+TEST_F(CkptCommandTest,
+       ARetriedGangFailsRatherThanStartFreshWhileGitLabIsDown) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(RunCkptSave({.step = 10}, env_, &registry_, out_, err_), kCkptOk);
+  fs::remove_all(project_ + "/checkpoints");  // Only in the artifacts now.
+  CkptEnv retry = env_;
+  retry["GDT_EPOCH"] = "2";
+  retry["CI_API_V4_URL"] = "http://127.0.0.1:1/api/v4";  // Nothing listens.
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(1)}, retry, &registry_,
+                          out, err),
+            kCkptUnavailable);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM= ; exit 3\n");
+  EXPECT_THAT(err.str(), HasSubstr("gdt-ckpt resume: the GitLab API cannot be "
+                                   "reached to download the gang's recorded "
+                                   "checkpoints ("));
+  EXPECT_THAT(err.str(), HasSubstr("stopping rather than starting fresh"));
+  EXPECT_THAT(err.str(), Not(HasSubstr("starting fresh\n")));
+
+  // The API answers, but the job's artifacts are gone: nothing to wait for.
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, env_, &registry_,
+                          out, err),
+            kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
+  EXPECT_THAT(err.str(), HasSubstr("no usable checkpoint; starting fresh"));
+}
+
+// A retried gang whose coordinator address is malformed cannot read the
+// records, and says so instead of starting fresh.
+TEST_F(CkptCommandTest, ARetriedGangWithoutItsRecordsDoesNotStartFresh) {
+  CkptEnv retry = env_;
+  retry["GDT_EPOCH"] = "2";
+  std::ostringstream out, err;
+  CkptResumeOptions options;
+  options.no_registry_reason = "GDT_COORDINATOR=\"::1\": bad address";
+  ASSERT_EQ(RunCkptResume(options, retry, nullptr, out, err), kCkptBadInput);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM= ; exit 2\n");
+  EXPECT_EQ(err.str(),
+            "gdt-ckpt resume: cannot read the gang's checkpoint records "
+            "(GDT_COORDINATOR=\"::1\": bad address); a retried gang does not "
+            "start fresh without them\n");
+  // Epoch 1: nothing to lose.
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume(options, env_, nullptr, out, err), kCkptOk);
   EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
 }
 
