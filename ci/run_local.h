@@ -116,6 +116,12 @@ struct RunLocalResult {
   bool success() const;
 };
 
+// The pipeline id of a run without --pipeline-id: the time `now` in
+// microseconds, taken into 1 .. 10^12 - 1 (so job ids, the id times 1000 plus
+// the member's number, stay below 2^53). Two runs started in the same second
+// get different ids and so different gangs.
+int64_t DefaultPipelineId(std::chrono::system_clock::time_point now);
+
 // Runs every member of the job concurrently, each through its own emulated
 // gitlab-runner, then those of each of `later_jobs` in turn (stopping after
 // a job with a failed member), writing each log line to `out` as "[<name>]
