@@ -513,6 +513,13 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
   return payloads;
 }
 
+int64_t DefaultPipelineId(std::chrono::system_clock::time_point now) {
+  const int64_t micros = std::chrono::duration_cast<std::chrono::microseconds>(
+                             now.time_since_epoch())
+                             .count();
+  return micros % (1'000'000'000'000 - 1) + 1;  // From 1 to 10^12 - 1.
+}
+
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
                                         const std::atomic<int>* interrupts) {
@@ -563,7 +570,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
 
   LocalPipeline pipeline;
   pipeline.pipeline_id = options.pipeline_id.value_or(
-      static_cast<int64_t>(time(nullptr)) % 100000000);
+      DefaultPipelineId(std::chrono::system_clock::now()));
   if (pipeline.pipeline_id <= 0 || pipeline.pipeline_id > kMaxPipelineId) {
     return absl::InvalidArgumentError(
         absl::StrCat("--pipeline-id must be from 1 to ", kMaxPipelineId));

@@ -147,6 +147,12 @@ bool ShouldRetry(const CiRetry& retry, const JobResult& result,
 // allows: true, or the script's exit code is one of its `exit_codes:`.
 bool FailureAllowed(const CiJob& job, const JobResult& result);
 
+// The pipeline id of a run without --pipeline-id: the time `now` in
+// microseconds, taken into 1 .. 10^12 - 1 (so job ids, the id times 1000 plus
+// the member's number, stay below 2^53). Two runs started in the same second
+// get different ids and so different gangs.
+int64_t DefaultPipelineId(std::chrono::system_clock::time_point now);
+
 // Runs every member of the job concurrently, each through its own emulated
 // gitlab-runner, then those of each of `later_jobs` in turn as GitLab
 // would in one pipeline: consecutive jobs of the same stage form a stage;

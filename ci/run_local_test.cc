@@ -28,6 +28,21 @@ std::map<std::string, std::string> VariablesOf(
   return vars;
 }
 
+// Two runs without --pipeline-id started in the same second are two
+// pipelines (and two gangs), not one.
+TEST(DefaultPipelineIdTest, RunsInTheSameSecondDiffer) {
+  const auto second = std::chrono::system_clock::time_point(
+      std::chrono::seconds(1'800'000'000));
+  const int64_t first = DefaultPipelineId(second);
+  const int64_t next = DefaultPipelineId(second + std::chrono::microseconds(1));
+  EXPECT_NE(first, next);
+  for (int64_t id : {first, next}) {
+    EXPECT_GE(id, 1);
+    EXPECT_LE(id, kMaxPipelineId);
+    EXPECT_LT(id * 1000 + 999, int64_t{1} << 53);  // Exact in JSON doubles.
+  }
+}
+
 TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
   CiJob job;
   job.name = "train";

@@ -106,6 +106,18 @@ absl::StatusOr<CheckpointManifest> BuildManifest(
   for (auto it = fs::recursive_directory_iterator(checkpoint_dir, error);
        !error && it != fs::recursive_directory_iterator();
        it.increment(error)) {
+    // A link would be stored as the file it names (a duplicate, or a path
+    // outside the directory that resume must refuse): refused instead, so a
+    // recorded checkpoint always restores as it was saved.
+    if (it->is_symlink()) {
+      std::error_code ignored;
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint directory ", checkpoint_dir, " holds the symbolic link ",
+          it->path().lexically_relative(checkpoint_dir).generic_string(),
+          " -> ", fs::read_symlink(it->path(), ignored).string(),
+          "; only regular files are saved: copy the file in or remove the "
+          "link"));
+    }
     if (!it->is_regular_file()) continue;
     const std::string rel =
         fs::relative(it->path(), checkpoint_dir).generic_string();
@@ -323,7 +335,8 @@ std::optional<Resumed> Resume(gitlab::GitLabApi& api,
 std::optional<Resumed> ResumeLocalFirst(
     gitlab::GitLabApi* api, const std::string& no_api_reason,
     std::vector<CheckpointManifest> candidates, const std::string& local_root,
-    const std::string& checkpoint_dir, std::vector<std::string>& warnings) {
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings,
+    absl::Status* outage) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const CheckpointManifest& a,
                       const CheckpointManifest& b) { return a.step > b.step; });
@@ -369,6 +382,10 @@ std::optional<Resumed> ResumeLocalFirst(
                        " and no GitLab API to download it: ", no_api_reason));
     } else {
       status = Fetch(*api, m, scratch, staged);
+      if (outage != nullptr && outage->ok() &&
+          (absl::IsUnavailable(status) || absl::IsDeadlineExceeded(status))) {
+        *outage = status;
+      }
     }
     if (status.ok()) status = VerifyCheckpoint(staged, m);
     if (status.ok()) {

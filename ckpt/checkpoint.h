@@ -50,7 +50,8 @@ struct CheckpointManifest {
 
 // Describes every regular file below `checkpoint_dir` (recursively, sorted,
 // manifest.json excluded) with its size and SHA-256; the other fields come
-// from `info`. InvalidArgument when the directory is missing or empty.
+// from `info`. InvalidArgument when the directory is missing or empty, or
+// when it holds a symbolic link (named; links are never saved).
 absl::StatusOr<CheckpointManifest> BuildManifest(
     const std::string& checkpoint_dir, CheckpointManifest info);
 
@@ -107,11 +108,15 @@ std::optional<Resumed> Resume(gitlab::GitLabApi& api,
 // artifacts land) at the manifest's `dir`: when they verify they are used
 // (copied to `checkpoint_dir` unless already there) without downloading.
 // `api` may be null: candidates that need a download are then skipped with
-// a warning naming `no_api_reason`.
+// a warning naming `no_api_reason`. When `outage` is given it is set to the
+// first download that failed because the API could not be reached or
+// answered 5xx (Unavailable, DeadlineExceeded), as opposed to a checkpoint
+// that is gone (404) or does not verify.
 std::optional<Resumed> ResumeLocalFirst(
     gitlab::GitLabApi* api, const std::string& no_api_reason,
     std::vector<CheckpointManifest> candidates, const std::string& local_root,
-    const std::string& checkpoint_dir, std::vector<std::string>& warnings);
+    const std::string& checkpoint_dir, std::vector<std::string>& warnings,
+    absl::Status* outage = nullptr);
 
 }  // namespace gdt::ckpt
 

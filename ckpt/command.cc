@@ -154,6 +154,34 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
   }
   info.job_id = GetInt(env, "CI_JOB_ID", 0);
   info.project_id = GetInt(env, "CI_PROJECT_ID", 0);
+  // Resume and the job's artifacts see only the project: a directory
+  // elsewhere would be recorded under a wrong relative path.
+  if (const std::string project = Get(env, "CI_PROJECT_DIR");
+      !project.empty()) {
+    std::error_code error;
+    const fs::path rel =
+        fs::weakly_canonical(dir, error)
+            .lexically_relative(fs::weakly_canonical(project, error));
+    if (rel.empty() || *rel.begin() == ".." || rel == ".") {
+      err << "gdt-ckpt save: " << dir << " is not below CI_PROJECT_DIR ("
+          << project << "): checkpoints are saved from inside the project\n";
+      return kCkptBadInput;
+    }
+  }
+  // The packages store needs the API: checked before anything is hashed
+  // or written.
+  std::unique_ptr<gitlab::CurlGitLabApi> api;
+  auto need_api = [&]() -> bool {
+    if (api != nullptr) return true;
+    auto created = ApiFromEnv(env);
+    if (!created.ok()) {
+      err << "gdt-ckpt save: " << created.status().message() << "\n";
+      return false;
+    }
+    api = *std::move(created);
+    return true;
+  };
+  if (options.store == kStorePackages && !need_api()) return kCkptBadInput;
   info.dir = ProjectRelative(env, dir);
   auto manifest = BuildManifest(dir, info);
   if (!manifest.ok()) {
@@ -182,6 +210,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
         absl::StrCat("job-", manifest->job_id, "-rank-", manifest->rank,
                      "-step-", manifest->step);
   }
+  if (manifest->store == kStorePackages && !need_api()) return kCkptBadInput;
   const std::string manifest_path = dir + "/" + kManifestFileName;
   {
     std::ofstream file(manifest_path, std::ios::trunc);
@@ -192,12 +221,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
     }
   }
   if (manifest->store == kStorePackages) {
-    auto api = ApiFromEnv(env);
-    if (!api.ok()) {
-      err << "gdt-ckpt save: " << api.status().message() << "\n";
-      return kCkptBadInput;
-    }
-    const absl::Status uploaded = UploadToPackages(**api, dir, *manifest);
+    const absl::Status uploaded = UploadToPackages(*api, dir, *manifest);
     if (!uploaded.ok()) {
       err << "gdt-ckpt save: " << uploaded.message() << "\n";
       return kCkptFailed;
@@ -245,6 +269,21 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
       options.dest.empty() ? Get(env, "GDT_CHECKPOINT_DIR") : options.dest;
   if (dest.empty()) {
     err << "gdt-ckpt resume: neither --dest nor GDT_CHECKPOINT_DIR is set\n";
+    return kCkptBadInput;
+  }
+  if (registry == nullptr && !options.no_registry_reason.empty() &&
+      GetInt(env, "GDT_EPOCH", 1) > 1) {
+    err << "gdt-ckpt resume: cannot read the gang's checkpoint records ("
+        << options.no_registry_reason
+        << "); a retried gang does not start fresh without them\n";
+    if (options.json) {
+      out << nlohmann::json({{"resume_from", nullptr},
+                             {"error", options.no_registry_reason}})
+                 .dump()
+          << "\n";
+    } else {
+      out << "GDT_RESUME_FROM= ; exit " << kCkptBadInput << "\n";
+    }
     return kCkptBadInput;
   }
   // The API is needed only to download: checkpoints already in the project
@@ -329,9 +368,49 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
         candidates.push_back(*std::move(manifest));
       }
     }
-    resumed =
-        ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
-                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+    // A retried gang's recorded checkpoints hold the dead attempt's work:
+    // while the GitLab API is down (refused, 5xx) they are tried again up
+    // to `wait`, then resume fails instead of starting fresh.
+    const bool retried = GetInt(env, "GDT_EPOCH", 1) > 1;
+    const auto give_up = std::chrono::steady_clock::now() + options.wait;
+    Backoff backoff({.initial = std::chrono::milliseconds(500),
+                     .max = std::chrono::seconds(10)});
+    const std::vector<std::string> warnings_before = warnings;
+    while (true) {
+      absl::Status outage;
+      resumed =
+          ResumeLocalFirst(api_or_null, no_api_reason, candidates,
+                           Get(env, "CI_PROJECT_DIR"), dest, warnings, &outage);
+      if (resumed.has_value() || outage.ok() || !retried) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= give_up) {
+        err << "gdt-ckpt resume: the GitLab API cannot be reached to "
+               "download the gang's recorded checkpoints ("
+            << outage.message() << ") after waiting " << options.wait.count()
+            << " s; stopping rather than starting fresh, which would lose "
+               "the work of the attempt that died\n";
+        fs::remove_all(dest + "/.gdt-scan", error);
+        if (options.json) {
+          out << nlohmann::json(
+                     {{"resume_from", nullptr}, {"error", outage.message()}})
+                     .dump()
+              << "\n";
+        } else {
+          out << "GDT_RESUME_FROM= ; exit " << kCkptUnavailable << "\n";
+        }
+        return kCkptUnavailable;
+      }
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(give_up - now);
+      err << "gdt-ckpt resume: waiting for the GitLab API to download the "
+             "recorded checkpoints ("
+          << outage.message() << "); "
+          << std::chrono::duration_cast<std::chrono::seconds>(left).count()
+          << " s left\n";
+      err.flush();
+      std::this_thread::sleep_for(std::min(backoff.Next(), left));
+      warnings = warnings_before;
+    }
     candidates.clear();
     if (!resumed.has_value() && api_or_null != nullptr) {
       for (const int64_t job : jobs) {

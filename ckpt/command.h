@@ -61,7 +61,13 @@ struct CkptResumeOptions {
   // In a retried gang (GDT_EPOCH 2 on), how long a coordinator that cannot
   // be reached is waited for before resume fails (kCkptUnavailable) rather
   // than start fresh and lose the work of the attempt that died.
+  // The same bound holds for a GitLab API that cannot be reached (refused,
+  // 5xx) while recorded checkpoints need downloading.
   std::chrono::seconds wait{120};
+  // Why the coordinator's records could not be opened (a malformed
+  // GDT_COORDINATOR, a missing credential), when the caller passes no
+  // registry; in a retried gang resume then fails (kCkptBadInput).
+  std::string no_registry_reason;
 };
 
 // Where checkpoints are recorded so that a later epoch of the same gang (a

@@ -18,6 +18,7 @@ using test::ReadTextFile;
 using test::TempDir;
 using test::WriteTextFile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 namespace fs = std::filesystem;
 
@@ -144,6 +145,59 @@ TEST_F(CkptCommandTest, SaveBadInputIsOneLine) {
             "gdt-ckpt save: rank 7 must be from 0 to the world size minus 1 "
             "(world size 2; --rank/--world-size, or RANK/WORLD_SIZE)\n");
   EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-6/manifest.json"));
+
+  // The packages store without an API URL: refused before anything is
+  // written, whether forced or chosen by size.
+  env_["CI_JOB_TOKEN"] = "tok-21";
+  env_.erase("CI_API_V4_URL");
+  WriteCheckpoint(8, 2000);
+  for (const std::string& store : {"packages", "auto"}) {
+    EXPECT_EQ(Save({.step = 8, .store = store, .threshold_bytes = 1000}),
+              kCkptBadInput);
+    const std::string line = err_.str();
+    EXPECT_THAT(line, StartsWith("gdt-ckpt save: "));
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1);
+    EXPECT_FALSE(fs::exists(project_ + "/checkpoints/step-8/manifest.json"));
+  }
+
+  // A directory outside the project is refused, and nothing written there.
+  const std::string outside = dir_.path() + "/elsewhere";
+  fs::create_directories(outside);
+  WriteTextFile(outside + "/model.pt", "w");
+  EXPECT_EQ(Save({.step = 9, .dir = outside}), kCkptBadInput);
+  EXPECT_EQ(err_.str(), "gdt-ckpt save: " + outside +
+                            " is not below CI_PROJECT_DIR (" + project_ +
+                            "): checkpoints are saved from inside the "
+                            "project\n");
+  EXPECT_FALSE(fs::exists(outside + "/manifest.json"));
+}
+
+TEST_F(CkptCommandTest, SaveRefusesSymbolicLinksAndRecordsNothing) {
+  const std::string dir = project_ + "/checkpoints/step-3";
+  const std::string outside = dir_.path() + "/outside.bin";
+  WriteTextFile(outside, "data");
+  const std::vector<std::pair<std::string, std::string>> links = {
+      {"shared.bin", outside},    // A file outside the directory.
+      {"latest.pt", "model.pt"},  // A file inside it.
+      {"sub/loop", ".."},         // A directory (a loop).
+  };
+  for (const auto& [name, target] : links) {
+    SCOPED_TRACE(name);
+    fs::remove_all(dir);
+    WriteCheckpoint(3);
+    fs::create_directories(dir + "/sub");
+    fs::create_symlink(target, dir + "/" + name);
+    EXPECT_EQ(RunCkptSave({.step = 3}, env_, &registry_, out_, err_),
+              kCkptBadInput);
+    EXPECT_EQ(err_.str(), "gdt-ckpt save: checkpoint directory " + dir +
+                              " holds the symbolic link " + name + " -> " +
+                              target +
+                              "; only regular files are saved: copy the file "
+                              "in or remove the link\n");
+    err_.str("");
+    EXPECT_FALSE(fs::exists(dir + "/manifest.json"));
+    EXPECT_TRUE(registry_.records.empty());
+  }
 }
 
 TEST_F(CkptCommandTest, AboveThresholdGoesToPackagesAndResumes) {
@@ -397,6 +451,59 @@ TEST_F(CkptCommandTest, ARetriedGangWaitsForTheRecordsAndNeverStartsFresh) {
   ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, env_, &registry_,
                           out, err),
             kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
+}
+
+// A retried gang whose recorded checkpoint must be downloaded: a GitLab API
+// that cannot be reached fails the resume (exit 3) after the wait, while a
+// checkpoint that is gone (404) is skipped and the gang starts fresh.
+TEST_F(CkptCommandTest,
+       ARetriedGangFailsRatherThanStartFreshWhileGitLabIsDown) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(RunCkptSave({.step = 10}, env_, &registry_, out_, err_), kCkptOk);
+  fs::remove_all(project_ + "/checkpoints");  // Only in the artifacts now.
+  CkptEnv retry = env_;
+  retry["GDT_EPOCH"] = "2";
+  retry["CI_API_V4_URL"] = "http://127.0.0.1:1/api/v4";  // Nothing listens.
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(1)}, retry, &registry_,
+                          out, err),
+            kCkptUnavailable);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM= ; exit 3\n");
+  EXPECT_THAT(err.str(), HasSubstr("gdt-ckpt resume: the GitLab API cannot be "
+                                   "reached to download the gang's recorded "
+                                   "checkpoints ("));
+  EXPECT_THAT(err.str(), HasSubstr("stopping rather than starting fresh"));
+  EXPECT_THAT(err.str(), Not(HasSubstr("starting fresh\n")));
+
+  // The API answers, but the job's artifacts are gone: nothing to wait for.
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume({.wait = std::chrono::seconds(30)}, env_, &registry_,
+                          out, err),
+            kCkptOk);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
+  EXPECT_THAT(err.str(), HasSubstr("no usable checkpoint; starting fresh"));
+}
+
+// A retried gang whose coordinator address is malformed cannot read the
+// records, and says so instead of starting fresh.
+TEST_F(CkptCommandTest, ARetriedGangWithoutItsRecordsDoesNotStartFresh) {
+  CkptEnv retry = env_;
+  retry["GDT_EPOCH"] = "2";
+  std::ostringstream out, err;
+  CkptResumeOptions options;
+  options.no_registry_reason = "GDT_COORDINATOR=\"::1\": bad address";
+  ASSERT_EQ(RunCkptResume(options, retry, nullptr, out, err), kCkptBadInput);
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM= ; exit 2\n");
+  EXPECT_EQ(err.str(),
+            "gdt-ckpt resume: cannot read the gang's checkpoint records "
+            "(GDT_COORDINATOR=\"::1\": bad address); a retried gang does not "
+            "start fresh without them\n");
+  // Epoch 1: nothing to lose.
+  out.str("");
+  err.str("");
+  ASSERT_EQ(RunCkptResume(options, env_, nullptr, out, err), kCkptOk);
   EXPECT_EQ(out.str(), "GDT_RESUME_FROM=\n");
 }
 

@@ -124,6 +124,10 @@ int main(int argc, char** argv) {
   }
   gdt::ckpt::ManifestRegistry* records =
       registry.ok() ? registry->get() : nullptr;
+  if (!registry.ok()) {
+    resume_options.no_registry_reason =
+        std::string(registry.status().message());
+  }
   if (save->parsed()) {
     return gdt::ckpt::RunCkptSave(save_options, env, records, std::cout,
                                   std::cerr);

@@ -36,6 +36,11 @@ absl::StatusOr<HostPort> ParseHostPort(std::string_view text) {
     const size_t colon = text.rfind(':');
     if (colon == std::string_view::npos) return Bad(text, "no port");
     result.host = std::string(text.substr(0, colon));
+    if (result.host.find('/') != std::string::npos) {
+      return Bad(text,
+                 "a URL or gRPC target (scheme://, dns:///) is not a host, "
+                 "as in coord.example.com:7000");
+    }
     if (result.host.find(':') != std::string::npos) {
       return Bad(text, "an IPv6 host must be in brackets, as in [::1]:7000");
     }

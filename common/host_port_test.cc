@@ -43,6 +43,8 @@ TEST(ParseHostPortTest, BadInputSaysWhatIsWrong) {
       {"[::1]", "no ':port' after the ']'"},
       {"[::1:7000", "no closing ']'"},
       {"::1:7000", "must be in brackets"},
+      {"dns:///coord:7000", "a URL or gRPC target (scheme://, dns:///)"},
+      {"http://coord:7000", "is not a host"},
       {"coord:http", "port 'http' is not a number in [0, 65535]"},
       {"coord:65536", "port '65536' is not a number"},
       {"coord:-1", "port '-1' is not a number"},

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
 
@@ -118,12 +119,22 @@ absl::Status GangKv::Put(GangStore& store, const std::string& gang_id,
   }
   auto it = store.values.find(key);
   if (it == store.values.end()) {
-    if (store.values.size() >= limits_.max_keys_per_gang) {
+    // gdt's own keys have their own quota, so a store the user filled never
+    // drops the checkpoint notice or an NCCL unique id.
+    const bool own = absl::StartsWith(key, kGdtKeyPrefix);
+    if (own && store.gdt_keys >= limits_.max_gdt_keys_per_gang) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "gang ", gang_id, " already has ", store.gdt_keys, " keys under ",
+          kGdtKeyPrefix, ", the limit; cannot add '", key, "'"));
+    }
+    const size_t user_keys = store.values.size() - store.gdt_keys;
+    if (!own && user_keys >= limits_.max_keys_per_gang) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("gang ", gang_id, " already has ", store.values.size(),
+          absl::StrCat("gang ", gang_id, " already has ", user_keys,
                        " keys, the limit; cannot add '", key, "'"));
     }
     it = store.values.emplace(key, std::string()).first;
+    if (own) ++store.gdt_keys;
   }
   it->second = std::move(value);
   auto waiting = store.waiting.find(key);

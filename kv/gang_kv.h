@@ -14,10 +14,17 @@
 
 namespace gdt::kv {
 
+// The prefix of the keys gdt itself writes.
+inline constexpr char kGdtKeyPrefix[] = "gdt/";
+
 struct KvLimits {
   size_t max_value_bytes = 64 * 1024;
   size_t max_key_bytes = 512;
+  // Keys outside kGdtKeyPrefix.
   size_t max_keys_per_gang = 1024;
+  // Keys under kGdtKeyPrefix (gdt's own: the checkpoint notice, NCCL unique
+  // ids), counted apart so that user keys never crowd them out.
+  size_t max_gdt_keys_per_gang = 1024;
   size_t max_waiters_per_gang = 16384;
 };
 
@@ -45,7 +52,7 @@ struct KvCasResult {
 // current one; PermissionDenied for a wrong token; InvalidArgument for an
 // empty key or one longer than max_key_bytes; ResourceExhausted naming the
 // limit for a value above max_value_bytes or a new key beyond
-// max_keys_per_gang.
+// max_keys_per_gang (max_gdt_keys_per_gang for keys under kGdtKeyPrefix).
 //
 // Thread-safe. Callbacks are never called with the store's lock held.
 class GangKv {
@@ -122,6 +129,7 @@ class GangKv {
     uint32_t epoch = 0;
     std::string token;
     std::map<std::string, std::string> values;
+    size_t gdt_keys = 0;  // Keys of `values` under kGdtKeyPrefix.
     std::map<std::string, std::vector<uint64_t>> waiting;  // Key -> handles.
     size_t waiter_count = 0;
   };

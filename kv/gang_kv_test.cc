@@ -40,6 +40,7 @@ class GangKvTest : public ::testing::Test {
     limits.max_value_bytes = 20;
     limits.max_key_bytes = 8;
     limits.max_keys_per_gang = 3;
+    limits.max_gdt_keys_per_gang = 2;
     limits.max_waiters_per_gang = 2;
     return limits;
   }
@@ -126,6 +127,24 @@ TEST_F(GangKvTest, KeyCountLimitAllowsOverwrites) {
             absl::StatusCode::kResourceExhausted);
   // Other gangs have their own budget.
   EXPECT_TRUE(kv_.Set(kBob, "d", "1").ok());
+}
+
+// A store full of user keys still takes gdt's own (the checkpoint notice,
+// NCCL unique ids), which have their own quota.
+TEST_F(GangKvTest, GdtKeysHaveTheirOwnQuota) {
+  for (const char* key : {"a", "b", "c"}) {
+    ASSERT_TRUE(kv_.Set(kAlice, key, "1").ok());
+  }
+  EXPECT_TRUE(kv_.Set(kAlice, "gdt/n", "notice").ok());
+  EXPECT_TRUE(kv_.CompareAndSet(kAlice, "gdt/id", std::nullopt, "x")->swapped);
+  absl::Status third = kv_.Set(kAlice, "gdt/z", "1");
+  EXPECT_EQ(third.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(third.message(),
+            "gang gang-a already has 2 keys under gdt/, the limit; cannot add "
+            "'gdt/z'");
+  absl::Status user = kv_.Set(kAlice, "d", "1");
+  EXPECT_EQ(user.message(),
+            "gang gang-a already has 3 keys, the limit; cannot add 'd'");
 }
 
 TEST_F(GangKvTest, WaitReturnsAtOnceWhenTheKeyExists) {

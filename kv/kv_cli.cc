@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli_parse.h"
+#include "common/terminal_text.h"
 #include "nlohmann/json.hpp"
 #include "rendezvous/kv_client.h"
 
@@ -61,6 +63,10 @@ int RunKvCli(int argc, const char* const* argv,
          "seconds before the call gives up (default 30, at most 31 days)")
       ->check(FiniteRange(0.001, 2678400));
   app.add_flag("--json", json, "print one JSON object");
+  bool raw = false;
+  app.add_flag("--raw", raw,
+               "print the value exactly as stored, with no newline added "
+               "(binary values)");
 
   std::string key;
   std::string value;
@@ -92,6 +98,17 @@ int RunKvCli(int argc, const char* const* argv,
   }
   if (*cas && cas_values.size() != (absent ? 1u : 2u)) {
     err << "gdt-kv cas: give KEY OLD NEW, or --absent KEY NEW\n";
+    return kExitUsage;
+  }
+  const std::string command_name = app.get_subcommands().front()->get_name();
+  // Keys travel as protobuf strings: checked here, so the answer is one
+  // line rather than an empty refusal.
+  if (key.empty()) {
+    err << "gdt-kv " << command_name << ": the key is empty\n";
+    return kExitUsage;
+  }
+  if (!IsValidUtf8(key)) {
+    err << "gdt-kv " << command_name << ": the key is not valid UTF-8\n";
     return kExitUsage;
   }
   absl::StatusOr<rendezvous::KvTarget> target =
@@ -146,6 +163,20 @@ int RunKvCli(int argc, const char* const* argv,
       result["value"] = *sum;
     }
   }
+  if (absl::IsUnimplemented(status)) {
+    // Something answered gRPC (or HTTP/2) there, but not the GangKv service.
+    status = absl::UnavailableError(absl::StrCat(
+        "GDT_COORDINATOR ", target->endpoint,
+        " does not serve the gang key-value store (UNIMPLEMENTED",
+        status.message().empty() ? "" : absl::StrCat(": ", status.message()),
+        "): is it a gdt coordinator?"));
+  } else if (absl::IsResourceExhausted(status) &&
+             absl::StrContains(status.message(), "larger than max")) {
+    // gRPC's own message limit, far above the store's.
+    status = absl::ResourceExhaustedError(
+        absl::StrCat("value of ", value.size(), " bytes for key '", key,
+                     "' is above the limit of 65536 bytes"));
+  }
   if (!status.ok()) {
     err << "gdt-kv " << command << ": " << status.message() << "\n";
     if (json) {
@@ -157,7 +188,8 @@ int RunKvCli(int argc, const char* const* argv,
   if (json) {
     out << Dump(result) << "\n";
   } else if (!*set) {
-    out << line << "\n";
+    out << line;
+    if (!raw) out << "\n";
   }
   return no_match ? kExitNoMatch : kExitOk;
 }

@@ -1,5 +1,6 @@
 #include "launch/rsh_cli.h"
 
+#include <algorithm>
 #include <chrono>
 #include <set>
 #include <thread>
@@ -15,7 +16,8 @@ namespace gdt::launch {
 namespace {
 
 constexpr int kExitUsage = 2;
-constexpr int kExitCannotRun = 255;  // ssh's code for its own failures.
+constexpr int kExitCannotRun = 255;   // ssh's code for its own failures.
+constexpr int kExitSignalBase = 128;  // 128 + signal, as a shell reports.
 
 std::string AgentKey(const std::string& address) {
   return absl::StrCat("gdt-rsh/agent/", address);
@@ -123,8 +125,26 @@ int RunRshCli(int argc, char** argv,
   }
   const std::string command =
       absl::StrJoin(args.begin() + i + 1, args.end(), " ");
-  absl::StatusOr<std::string> agent =
-      kv.Wait(AgentKey(host), In(std::chrono::seconds(30)));
+  // Waits for the member's publication in short slices, so that a signal
+  // ends gdt-rsh at once here too.
+  const auto wait_until = In(std::chrono::seconds(30));
+  absl::StatusOr<std::string> agent;
+  do {
+    agent = kv.Wait(AgentKey(host),
+                    std::min(wait_until, In(std::chrono::seconds(1))));
+    if (const int signal = stop_requested(); signal != 0) {
+      return kExitSignalBase + signal;
+    }
+  } while ((absl::IsDeadlineExceeded(agent.status()) ||
+            absl::IsUnavailable(agent.status())) &&
+           std::chrono::system_clock::now() < wait_until);
+  if (absl::IsPermissionDenied(agent.status()) ||
+      absl::IsUnauthenticated(agent.status()) ||
+      absl::IsFailedPrecondition(agent.status())) {
+    err << "gdt-rsh: the gang's key-value store refused to look up " << host
+        << ": " << agent.status().message() << "\n";
+    return kExitCannotRun;
+  }
   if (!agent.ok()) {
     err << "gdt-rsh: no gang member on " << host
         << " serves gdt-rsh (is it in GDT_PEERS and running gdt-rsh --serve?): "
@@ -139,11 +159,21 @@ int RunRshCli(int argc, char** argv,
   request.add_argv("-c");
   request.add_argv(command);
   absl::StatusOr<v1::StageExit> exit = client.ExecInMember(
-      request, [&out, &err](v1::OutputStream stream, std::string_view data) {
+      request,
+      [&out, &err](v1::OutputStream stream, std::string_view data) {
         std::ostream& to = stream == v1::OUTPUT_STREAM_STDERR ? err : out;
         to << data;
         to.flush();
-      });
+      },
+      [&stop_requested] { return stop_requested() != 0; });
+  if (const int signal = stop_requested();
+      signal != 0 && absl::IsCancelled(exit.status())) {
+    // As ssh does when its session is cut: the remote command is stopped
+    // (the agent ends its process group) and the code says which signal.
+    err << "gdt-rsh: stopped by signal " << signal << "; the command on "
+        << host << " was stopped\n";
+    return kExitSignalBase + signal;
+  }
   if (!exit.ok()) {
     err << "gdt-rsh: " << host << " (agent " << *agent
         << "): " << exit.status().message() << "\n";

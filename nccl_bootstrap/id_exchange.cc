@@ -98,13 +98,26 @@ absl::StatusOr<std::vector<UniqueId>> ExchangeUniqueIds(
     if (RootRank(root, rank.nranks, nroots) != rank.rank) continue;
     absl::StatusOr<UniqueId> id = generate();
     if (!id.ok()) return id.status();
-    absl::Status published = kv.Set(
-        UniqueIdKey(name, root), std::string(id->data(), id->size()), deadline);
+    // Create-only: a second publication in the same epoch (a rank that ran
+    // the exchange before) would leave ranks holding different ids, and
+    // NCCL would hang until its deadline.
+    absl::StatusOr<rendezvous::KvCasOutcome> published =
+        kv.CompareAndSet(UniqueIdKey(name, root), std::nullopt,
+                         std::string(id->data(), id->size()), deadline);
     if (!published.ok()) {
-      return absl::Status(published.code(),
-                          absl::StrCat("cannot publish the NCCL unique id of "
-                                       "root ",
-                                       root, ": ", published.message()));
+      return absl::Status(
+          published.status().code(),
+          absl::StrCat("cannot publish the NCCL unique id of "
+                       "root ",
+                       root, ": ", published.status().message()));
+    }
+    if (!published->swapped) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "rank ", rank.rank, ": the NCCL unique id of communicator \"", name,
+          "\" root ", root,
+          " was already published in this epoch (by an earlier run of this "
+          "rank); other ranks may hold it, so it is not replaced: give the "
+          "new communicator another name, or retry the gang"));
     }
     ids[static_cast<size_t>(root)] = *id;
     known[static_cast<size_t>(root)] = true;

@@ -1,5 +1,7 @@
 #include "rendezvous/agent_client.h"
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -170,9 +172,30 @@ absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
 
 absl::StatusOr<v1::StageExit> AgentClient::ExecInMember(
     const v1::ExecInMemberRequest& request,
-    const std::function<void(v1::OutputStream, std::string_view)>& on_output) {
+    const std::function<void(v1::OutputStream, std::string_view)>& on_output,
+    const std::function<bool()>& stop) {
   grpc::ClientContext context;
   AddMetadataTo(context);
+  // Watches `stop` while the stream is read; ends when the call is over.
+  Mutex mu;
+  CondVar call_over;
+  bool done = false;
+  std::atomic<bool> cancelled{false};
+  std::thread watcher;
+  if (stop != nullptr) {
+    watcher = std::thread([&] {
+      MutexLock lock(mu);
+      while (!done) {
+        if (stop()) {
+          cancelled = true;
+          context.TryCancel();
+          return;
+        }
+        call_over.WaitUntil(mu, std::chrono::steady_clock::now() +
+                                    std::chrono::milliseconds(50));
+      }
+    });
+  }
   std::unique_ptr<grpc::ClientReader<v1::ExecInMemberResponse>> reader =
       stub_->ExecInMember(&context, request);
   v1::ExecInMemberResponse response;
@@ -185,6 +208,17 @@ absl::StatusOr<v1::StageExit> AgentClient::ExecInMember(
     }
   }
   absl::Status status = Convert(reader->Finish());
+  if (watcher.joinable()) {
+    {
+      MutexLock lock(mu);
+      done = true;
+    }
+    call_over.NotifyAll();
+    watcher.join();
+  }
+  if (cancelled && !exit.has_value()) {
+    return absl::CancelledError("the command was stopped");
+  }
   if (!status.ok()) return status;
   if (!exit.has_value()) {
     return absl::UnavailableError(absl::StrCat(

@@ -69,10 +69,14 @@ class AgentClient {
   // `on_output` in order; blocks until it exits (no deadline: the command
   // runs as long as it runs). Errors: the agent's refusal (NotFound,
   // PermissionDenied, InvalidArgument); Unavailable when the agent cannot be
-  // reached or the stream broke before the exit arrived.
+  // reached or the stream broke before the exit arrived. When `stop` is
+  // given it is polled while the command runs; once it returns true the
+  // call is cancelled (the agent then stops the command's process group)
+  // and Cancelled is returned.
   absl::StatusOr<v1::StageExit> ExecInMember(
       const v1::ExecInMemberRequest& request,
-      const std::function<void(v1::OutputStream, std::string_view)>& on_output);
+      const std::function<void(v1::OutputStream, std::string_view)>& on_output,
+      const std::function<bool()>& stop = nullptr);
 
  private:
   void AddMetadataTo(grpc::ClientContext& context) const;

@@ -121,6 +121,34 @@ std::vector<v1::Signal> FakeAgent::signals() {
   return signals_;
 }
 
+grpc::Status FakeAgent::ExecInMember(
+    grpc::ServerContext* context, const v1::ExecInMemberRequest* /*request*/,
+    grpc::ServerWriter<v1::ExecInMemberResponse>* writer) {
+  v1::ExecInMemberResponse response;
+  response.mutable_output()->set_stream(v1::OUTPUT_STREAM_STDOUT);
+  response.mutable_output()->set_data("running\n");
+  writer->Write(response);
+  const auto give_up =
+      std::chrono::steady_clock::now() + std::chrono::minutes(1);
+  while (!context->IsCancelled() &&
+         std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (context->IsCancelled()) {
+    MutexLock lock(mu_);
+    ++exec_cancels_;
+    return grpc::Status::CANCELLED;
+  }
+  response.mutable_exit()->set_exit_code(0);
+  writer->Write(response);
+  return grpc::Status::OK;
+}
+
+int FakeAgent::exec_cancels() {
+  MutexLock lock(mu_);
+  return exec_cancels_;
+}
+
 std::vector<v1::TeardownMemberRequest> FakeAgent::teardowns() {
   MutexLock lock(mu_);
   return teardowns_;

@@ -49,6 +49,11 @@ class FakeAgent final : public v1::Agent::Service {
   grpc::Status TeardownMember(grpc::ServerContext* context,
                               const v1::TeardownMemberRequest* request,
                               v1::TeardownMemberResponse* response) override;
+  // Writes "running\n" to stdout, then waits (at most a minute) until the
+  // client cancels the call, which exec_cancels() counts; exits 0 otherwise.
+  grpc::Status ExecInMember(
+      grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
+      grpc::ServerWriter<v1::ExecInMemberResponse>* writer) override;
 
   void set_exit_code(int code);
   void set_wait_for_signal(bool wait);
@@ -59,6 +64,7 @@ class FakeAgent final : public v1::Agent::Service {
   std::vector<v1::StartStage> starts();
   std::vector<v1::Signal> signals();
   std::vector<v1::TeardownMemberRequest> teardowns();
+  int exec_cancels();
 
  private:
   const std::set<uint32_t> busy_ports_;
@@ -71,6 +77,7 @@ class FakeAgent final : public v1::Agent::Service {
   std::vector<v1::StartStage> starts_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::Signal> signals_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::TeardownMemberRequest> teardowns_ ABSL_GUARDED_BY(mu_);
+  int exec_cancels_ ABSL_GUARDED_BY(mu_) = 0;
   LoopbackServing serving_;
 };
 

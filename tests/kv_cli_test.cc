@@ -67,6 +67,13 @@ TEST_F(KvCliTest, SetGetAddAndCas) {
   EXPECT_EQ(Run({"set", "big", "-"}, "from\nstdin").code, kv::kExitOk);
   EXPECT_EQ(Run({"get", "big"}).out, "from\nstdin\n");
 
+  // --raw: the value exactly, binary included, with no newline added.
+  const std::string binary("a\0\xff\n", 4);
+  EXPECT_EQ(Run({"set", "bin", "-"}, binary).code, kv::kExitOk);
+  Result raw = Run({"get", "bin", "--raw"});
+  EXPECT_EQ(raw.code, kv::kExitOk);
+  EXPECT_EQ(raw.out, binary);
+
   EXPECT_EQ(Run({"add", "n", "5"}).out, "5\n");
   EXPECT_EQ(Run({"add", "n", "-2"}).out, "3\n");
 
@@ -158,6 +165,30 @@ TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
   Result not_number = Run({"add", "s", "1"});
   EXPECT_EQ(not_number.code, kv::kExitRefused);
   EXPECT_THAT(not_number.err, HasSubstr("not a decimal integer"));
+
+  // Keys the wire cannot carry, and values above every limit, are one line.
+  Result empty = Run({"set", "", "v"});
+  EXPECT_EQ(empty.code, kv::kExitUsage);
+  EXPECT_EQ(empty.err, "gdt-kv set: the key is empty\n");
+  Result binary_key = Run({"set", "k\xff", "v"});
+  EXPECT_EQ(binary_key.code, kv::kExitUsage);
+  EXPECT_EQ(binary_key.err, "gdt-kv set: the key is not valid UTF-8\n");
+  Result huge = Run({"set", "big", "-"}, std::string(5 << 20, 'x'));
+  EXPECT_EQ(huge.code, kv::kExitRefused);
+  EXPECT_EQ(huge.err,
+            "gdt-kv set: value of 5242880 bytes for key 'big' is above the "
+            "limit of 65536 bytes\n");
+
+  // A gRPC server that is not the coordinator (here an agent) is named.
+  env_["GDT_COORDINATOR"] = agent_address_;
+  Result not_coordinator = Run({"get", "k"});
+  EXPECT_EQ(not_coordinator.code, kv::kExitUnavailable);
+  EXPECT_THAT(not_coordinator.err,
+              HasSubstr("gdt-kv get: GDT_COORDINATOR " + agent_address_ +
+                        " does not serve the gang key-value store "
+                        "(UNIMPLEMENTED"));
+  EXPECT_THAT(not_coordinator.err, HasSubstr("is it a gdt coordinator?\n"));
+  env_["GDT_COORDINATOR"] = endpoint;
 
   server_->coordinator().kv().EndGang("g-1");
   Result ended = Run({"get", "k"});

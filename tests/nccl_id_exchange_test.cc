@@ -92,6 +92,25 @@ TEST_F(IdExchangeTest, AMissingRootRankIsNamedAtTheDeadline) {
   }
 }
 
+// A rank 0 that runs the exchange again in the same epoch must not replace
+// the id the other ranks may already hold: it fails with one line.
+TEST_F(IdExchangeTest, ASecondPublicationInTheEpochIsRefusedNotReplaced) {
+  auto first = RunRanks(2, 1);
+  ASSERT_TRUE(first[0].ok()) << first[0].status();
+  auto again = RunRanks(1, 1);  // "Rank 0 of 1" publishes the same key.
+  ASSERT_FALSE(again[0].ok());
+  EXPECT_EQ(again[0].status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(again[0].status().message(),
+            "rank 0: the NCCL unique id of communicator \"world\" root 0 was "
+            "already published in this epoch (by an earlier run of this "
+            "rank); other ranks may hold it, so it is not replaced: give the "
+            "new communicator another name, or retry the gang");
+  // A late rank still gets the first id.
+  auto late = RunRanks(2, 1, {0});
+  ASSERT_TRUE(late[0].ok()) << late[0].status();
+  EXPECT_EQ((*late[0])[0], (*first[0])[0]);
+}
+
 TEST_F(IdExchangeTest, WrongTokenIsRefusedNotWaitedOn) {
   rendezvous::KvTarget target = Target();
   target.token = "wrong";

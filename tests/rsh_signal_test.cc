@@ -1,0 +1,113 @@
+// The real gdt-rsh binary against a real coordinator's key-value store and an
+// agent on loopback: a signal while the remote command runs ends gdt-rsh at
+// once with 128 + the signal, and the agent sees the call cancelled (it then
+// stops the command's process group, as agent_service_test checks).
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/subprocess.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/kv_client.h"
+#include "testing/coordinator_fixture.h"
+
+namespace gdt {
+namespace {
+
+using namespace std::chrono_literals;
+using ::testing::HasSubstr;
+
+class RshSignalTest : public test::InProcessCoordinatorTest {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(InProcessCoordinatorTest::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartCoordinator());
+    env_ = OpenJobGang();
+  }
+  std::map<std::string, std::string> env_;
+};
+
+TEST_F(RshSignalTest, TermIntAndHupEndTheCommandWithTheirCode) {
+  absl::StatusOr<rendezvous::KvTarget> target =
+      rendezvous::KvTargetFromEnvironment([this](const char* name) {
+        auto it = env_.find(name);
+        return it == env_.end() ? nullptr : it->second.c_str();
+      });
+  ASSERT_TRUE(target.ok()) << target.status();
+  rendezvous::KvClient kv(*target);
+  ASSERT_TRUE(kv.Set("gdt-rsh/agent/10.9.9.9", agent_address_,
+                     std::chrono::system_clock::now() + 30s)
+                  .ok());
+
+  std::map<std::string, std::string> env = CurrentEnvironment();
+  for (const auto& [name, value] : env_) env[name] = value;
+  SpawnOptions options;
+  options.argv = {GDT_RSH_BIN, "10.9.9.9", "sleep", "600"};
+  options.env = env;
+  options.die_with_parent = true;
+  int cancels = 0;
+  for (int signal : {SIGTERM, SIGINT, SIGHUP}) {
+    SCOPED_TRACE(signal);
+    absl::StatusOr<std::unique_ptr<Subprocess>> rsh =
+        Subprocess::Spawn(options);
+    ASSERT_TRUE(rsh.ok()) << rsh.status();
+    std::string output;
+    auto collect = [&output](OutputSource, std::string_view text) {
+      output.append(text);
+    };
+    // The command runs on the "remote" side once its output arrives.
+    const auto started_by = std::chrono::steady_clock::now() + 60s;
+    while (output.find("running") == std::string::npos &&
+           std::chrono::steady_clock::now() < started_by) {
+      ASSERT_FALSE(
+          (*rsh)
+              ->WaitUntil(std::chrono::steady_clock::now() + 100ms, collect)
+              .has_value())
+          << output;
+    }
+    ASSERT_THAT(output, HasSubstr("running"));
+    ASSERT_TRUE((*rsh)->SignalGroup(signal));
+    std::optional<ExitStatus> status =
+        (*rsh)->WaitUntil(std::chrono::steady_clock::now() + 30s, collect);
+    ASSERT_TRUE(status.has_value()) << "gdt-rsh ignored the signal";
+    EXPECT_EQ(status->code(), 128 + signal) << output;
+    EXPECT_THAT(output, HasSubstr("gdt-rsh: stopped by signal"));
+    ++cancels;
+    const auto seen_by = std::chrono::steady_clock::now() + 30s;
+    while (agent_.exec_cancels() < cancels &&
+           std::chrono::steady_clock::now() < seen_by) {
+      std::this_thread::sleep_for(20ms);  // Polls the agent's count.
+    }
+    EXPECT_EQ(agent_.exec_cancels(), cancels);
+  }
+}
+
+// A token the store refuses is named as such, not as a member that is
+// missing.
+TEST_F(RshSignalTest, AWrongTokenIsNamed) {
+  std::map<std::string, std::string> env = CurrentEnvironment();
+  for (const auto& [name, value] : env_) env[name] = value;
+  env["GDT_KV_TOKEN"] = "wrong";
+  SpawnOptions options;
+  options.argv = {GDT_RSH_BIN, "10.9.9.9", "true"};
+  options.env = env;
+  options.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> rsh = Subprocess::Spawn(options);
+  ASSERT_TRUE(rsh.ok()) << rsh.status();
+  std::string output;
+  std::optional<ExitStatus> status = (*rsh)->WaitUntil(
+      std::chrono::steady_clock::now() + 60s,
+      [&output](OutputSource, std::string_view text) { output.append(text); });
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->code(), 255);
+  EXPECT_EQ(output,
+            "gdt-rsh: the gang's key-value store refused to look up "
+            "10.9.9.9: wrong gang token for gang g-1 epoch 1\n");
+}
+
+}  // namespace
+}  // namespace gdt
