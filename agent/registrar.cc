@@ -15,12 +15,13 @@ using std::chrono::seconds;
 
 Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
                      Options options, RunningMembers running_members,
-                     WatchedProgress watched_progress)
+                     WatchedProgress watched_progress, NotReady not_ready)
     : client_(client),
       host_(std::move(host)),
       options_(options),
       running_members_(std::move(running_members)),
-      watched_progress_(std::move(watched_progress)) {}
+      watched_progress_(std::move(watched_progress)),
+      not_ready_(std::move(not_ready)) {}
 
 Registrar::~Registrar() { Stop(); }
 
@@ -101,8 +102,9 @@ void Registrar::Run() {
       if (running_members_) members = running_members_();
       std::vector<v1::MemberProgress> progress;
       if (watched_progress_) progress = watched_progress_();
-      absl::StatusOr<bool> reregister =
-          client_.Heartbeat(name, options_.rpc_timeout, members, progress);
+      const std::string not_ready = not_ready_ ? not_ready_() : "";
+      absl::StatusOr<bool> reregister = client_.Heartbeat(
+          name, options_.rpc_timeout, members, progress, not_ready);
       if (!liveness.empty() && client_.liveness_endpoint().empty()) {
         spdlog::warn(
             "event=liveness_port_unreachable host={} liveness={} action={}",

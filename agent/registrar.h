@@ -37,9 +37,13 @@ class Registrar {
   // member stages here that have a hang watchdog; every heartbeat carries
   // it too.
   using WatchedProgress = std::function<std::vector<v1::MemberProgress>()>;
+  // `not_ready` (may be empty) says why the agent cannot take new members
+  // now (empty = it can); every heartbeat carries it.
+  using NotReady = std::function<std::string()>;
   Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
             Options options, RunningMembers running_members = nullptr,
-            WatchedProgress watched_progress = nullptr);
+            WatchedProgress watched_progress = nullptr,
+            NotReady not_ready = nullptr);
   // Stops the loop.
   ~Registrar();
   Registrar(const Registrar&) = delete;
@@ -61,6 +65,7 @@ class Registrar {
   const Options options_;
   const RunningMembers running_members_;
   const WatchedProgress watched_progress_;
+  const NotReady not_ready_;
 
   Mutex mu_;
   CondVar wake_;

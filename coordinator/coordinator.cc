@@ -350,8 +350,10 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
 bool Coordinator::Heartbeat(
     const std::string& host_name,
     std::optional<std::set<std::string>> running_members,
-    std::map<std::string, MemberProgress> watched_progress) {
+    std::map<std::string, MemberProgress> watched_progress,
+    const std::string& not_ready_reason) {
   bool was_down = false;
+  bool now_ready = false;
   bool known;
   {
     MutexLock lock(mu_);
@@ -359,9 +361,11 @@ bool Coordinator::Heartbeat(
     if (known) {
       scheduler_->SetRunningMembers(host_name, std::move(running_members));
       scheduler_->SetWatchedProgress(host_name, std::move(watched_progress));
+      now_ready = scheduler_->SetNotReady(host_name, not_ready_reason) &&
+                  not_ready_reason.empty();
     }
   }
-  if (was_down) Wake();
+  if (was_down || now_ready) Wake();
   return known;
 }
 

@@ -77,7 +77,8 @@ class Coordinator {
   bool Heartbeat(
       const std::string& host_name,
       std::optional<std::set<std::string>> running_members = std::nullopt,
-      std::map<std::string, MemberProgress> watched_progress = {});
+      std::map<std::string, MemberProgress> watched_progress = {},
+      const std::string& not_ready_reason = "");
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
   void Detach(const std::string& gang_id, uint32_t member_index,

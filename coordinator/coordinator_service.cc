@@ -145,6 +145,10 @@ void ToProto(const HostView& view, v1::HostStatus* host) {
   for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
   host->set_members_running(view.members_running);
   host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
+  if (view.state == state::HostState::kUp && !view.not_ready_reason.empty()) {
+    host->set_state(v1::HOST_STATE_DRAINED);
+    host->set_not_ready_reason(view.not_ready_reason);
+  }
 }
 
 void ToProto(const state::Gang& gang, v1::GangStatus* out) {
@@ -949,7 +953,8 @@ absl::Status CoordinatorService::HandleHeartbeat(
       if (member.has_step()) entry.step = member.step();
     }
     response.set_reregister(!coordinator_.Heartbeat(
-        request.host_name(), std::move(running), std::move(progress)));
+        request.host_name(), std::move(running), std::move(progress),
+        request.not_ready_reason()));
   }
   return allowed;
 }

@@ -236,9 +236,11 @@ std::string CoordinatorClient::liveness_endpoint() {
 absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::string& host_name, std::chrono::milliseconds timeout,
     const std::optional<std::vector<std::string>>& running_members,
-    const std::vector<v1::MemberProgress>& progress) {
+    const std::vector<v1::MemberProgress>& progress,
+    const std::string& not_ready_reason) {
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
+  request.set_not_ready_reason(not_ready_reason);
   for (const v1::MemberProgress& member : progress) {
     *request.add_progress() = member;
   }

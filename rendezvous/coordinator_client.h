@@ -104,12 +104,14 @@ class CoordinatorClient {
   // older or restarted coordinator), the same heartbeat goes to the main
   // endpoint with the rest, and so do later ones until the next
   // RegisterHost. `progress`: the last progress of the member stages on
-  // the host that have a hang watchdog.
+  // the host that have a hang watchdog. `not_ready_reason`: empty while the
+  // agent takes new members, else why it cannot.
   absl::StatusOr<bool> Heartbeat(
       const std::string& host_name, std::chrono::milliseconds timeout,
       const std::optional<std::vector<std::string>>& running_members =
           std::nullopt,
-      const std::vector<v1::MemberProgress>& progress = {});
+      const std::vector<v1::MemberProgress>& progress = {},
+      const std::string& not_ready_reason = "");
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure before the
