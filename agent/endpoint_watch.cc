@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -20,6 +22,14 @@ absl::Status ProbeAgentEndpoint(const std::string& endpoint,
                                 const rendezvous::ClientSecurity& security,
                                 const std::string& tls_target_name,
                                 std::chrono::milliseconds deadline) {
+  // Out of descriptors: say so plainly (gRPC's error names no cause), and
+  // leave gRPC and the sanitizers, which need descriptors too, out of it.
+  const int spare = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (spare < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot open a socket: ", std::strerror(errno)));
+  }
+  close(spare);
   grpc::ChannelArguments args;
   // A connection of its own: a pooled one, made before the listener broke,
   // would still answer.
@@ -33,12 +43,12 @@ absl::Status ProbeAgentEndpoint(const std::string& endpoint,
       security.tls() ? security.credentials
                      : grpc::InsecureChannelCredentials(),
       args);
-  std::unique_ptr<v1::Agent::Stub> stub = v1::Agent::NewStub(channel);
+  v1::Agent::Stub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
   v1::CheckPortRequest request;  // Port 0: refused at once, nothing done.
   v1::CheckPortResponse response;
-  const grpc::Status status = stub->CheckPort(&context, request, &response);
+  const grpc::Status status = stub.CheckPort(&context, request, &response);
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
       status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::OkStatus();
