@@ -185,7 +185,7 @@ TEST(AgentFloodTest, DISABLED_FloodedAgentTakesNoGangUntilItAnswersAgain) {
         last = status->dump();
         const nlohmann::json* gang = GangOf(*status, "probe");
         return gang != nullptr && gang->value("state", "") == "forming" &&
-               gang->value("reason", "").find("local not ready") !=
+               gang->value("reason", "").find("drained or down") !=
                    std::string::npos;
       },
       seconds(90)))
