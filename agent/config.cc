@@ -5,6 +5,7 @@
 #include <climits>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -50,6 +51,46 @@ absl::StatusOr<uint64_t> ReadUint(const YAML::Node& value,
         value.IsScalar() ? value.Scalar() : "(not a number)", "'"));
   }
   return parsed;
+}
+
+// A size in bytes: an integer, optionally with a binary suffix K, M, G or T
+// (1024-based), e.g. 64G; 0 is fine.
+absl::StatusOr<uint64_t> ReadByteSize(const YAML::Node& value,
+                                      const std::string& key) {
+  const std::string text = value.IsScalar() ? value.Scalar() : "";
+  std::string_view digits = text;
+  uint64_t unit = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K':
+        unit = uint64_t{1} << 10;
+        break;
+      case 'M':
+        unit = uint64_t{1} << 20;
+        break;
+      case 'G':
+        unit = uint64_t{1} << 30;
+        break;
+      case 'T':
+        unit = uint64_t{1} << 40;
+        break;
+      default:
+        break;
+    }
+    if (unit != 1) digits.remove_suffix(1);
+  }
+  uint64_t parsed = 0;
+  if (digits.empty() ||
+      digits.find_first_not_of("0123456789") != std::string_view::npos ||
+      !absl::SimpleAtoi(std::string(digits), &parsed) ||
+      parsed > UINT64_MAX / unit) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        key,
+        " must be a size in bytes, optionally with K, M, G or T (e.g. "
+        "64G), got '",
+        value.IsScalar() ? text : "(not a size)", "'"));
+  }
+  return parsed * unit;
 }
 
 absl::StatusOr<GpuConfig> ParseGpu(const YAML::Node& value,
@@ -232,6 +273,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     absl::StatusOr<uint64_t> max = ReadUint(value, key, 4194304);
     if (!max.ok()) return max.status();
     config.member_pids_max = *max;
+    return absl::OkStatus();
+  }
+  if (key == "member_memory_max") {
+    absl::StatusOr<uint64_t> max = ReadByteSize(value, key);
+    if (!max.ok()) return max.status();
+    config.member_memory_max = *max;
     return absl::OkStatus();
   }
   if (key == "kill_grace_seconds") {

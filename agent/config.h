@@ -74,6 +74,12 @@ struct Config {
   // have at once (a fork bomb stops there); 0 = no limit. Needs the pids
   // controller in cgroup v2; without it the agent warns once and sets none.
   uint64_t member_pids_max = 32768;
+  // memory.max of each member's cgroup in bytes (memory.swap.max 0 and
+  // memory.oom.group 1 with it): beyond it the kernel kills the member's
+  // processes (OOM) and its job log says so; 0 = no limit (the default).
+  // Needs the memory controller in cgroup v2; without it the agent warns
+  // once and sets none.
+  uint64_t member_memory_max = 0;
   // SetupMember accepts builds dirs only under builds_root and extra dirs
   // only under it or cache_root (the executor's settings of the same name).
   std::string builds_root = "/var/lib/gdt/builds";

@@ -132,6 +132,15 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "stage_environment_passthrough[0] must be a variable name"},
       {"coordinator: c:1\nmember_pids_max: -1\n",
        "member_pids_max must be an integer"},
+      {"coordinator: c:1\nmember_memory_max: 64GB\n",
+       "member_memory_max must be a size in bytes, optionally with K, M, G or "
+       "T (e.g. 64G), got '64GB'"},
+      {"coordinator: c:1\nmember_memory_max: -1\n",
+       "member_memory_max must be a size"},
+      {"coordinator: c:1\nmember_memory_max: G\n",
+       "member_memory_max must be a size"},
+      {"coordinator: c:1\nmember_memory_max: 99999999999T\n",
+       "member_memory_max must be a size"},
       {"coordinator: c:1\nhost: {name: gpu\xff}\n",
        "host.name is not valid UTF-8: 'gpu\\xff'"},
       {"coordinator: c:1\nhost: {labels: {\"rack\xc3\": a}}\n",
@@ -197,11 +206,23 @@ TEST(ConfigTest, IsolationSettings) {
   EXPECT_THAT(config->stage_environment_passthrough,
               ::testing::ElementsAre("NCCL_*", "LD_LIBRARY_PATH"));
   EXPECT_EQ(config->member_pids_max, 0u);
+  for (const auto& [text, bytes] :
+       std::vector<std::pair<std::string, uint64_t>>{{"0", 0},
+                                                     {"1048576", 1048576},
+                                                     {"512K", 512ull << 10},
+                                                     {"256M", 256ull << 20},
+                                                     {"64G", 64ull << 30},
+                                                     {"2T", 2ull << 40}}) {
+    config = ParseConfig("coordinator: c:1\nmember_memory_max: " + text + "\n");
+    ASSERT_TRUE(config.ok()) << text << ": " << config.status();
+    EXPECT_EQ(config->member_memory_max, bytes) << text;
+  }
   absl::StatusOr<Config> defaults = ParseConfig("coordinator: c:1\n");
   ASSERT_TRUE(defaults.ok());
   EXPECT_TRUE(defaults->member_uid_pool.empty());
   EXPECT_TRUE(defaults->stage_environment_passthrough.empty());
   EXPECT_EQ(defaults->member_pids_max, 32768u);
+  EXPECT_EQ(defaults->member_memory_max, 0u);
   EXPECT_EQ(defaults->builds_root, "/var/lib/gdt/builds");
 }
 

@@ -1,5 +1,6 @@
 #include "agent/daemon.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -30,6 +31,61 @@ constexpr std::chrono::seconds kServerDrain(2);
 // a good answer is trusted (docs/security.md "Member tokens").
 constexpr std::chrono::seconds kMemberTokenCheck(5);
 constexpr std::chrono::seconds kMemberTokenCacheTtl(10);
+
+// How long the agent's check of its own endpoint waits for an answer.
+constexpr std::chrono::seconds kEndpointProbeDeadline(3);
+// Below this many descriptors a job on the host can exhaust the agent's with
+// idle connections quickly (docs/security.md "Descriptor exhaustion").
+constexpr rlim_t kLowOpenFilesLimit = 65536;
+
+// Raises this process's soft RLIMIT_NOFILE to its hard limit (every idle
+// connection to the agent holds a descriptor, and a listener that runs out
+// stops accepting for good) and gives children the soft limit it had (jobs
+// get what they always got). Logs the figures.
+void RaiseOpenFilesLimit() {
+  // The first call's figure: a second daemon in one process (tests) must
+  // not hand its children the raised limit.
+  static const rlim_t started_with = [] {
+    rlimit limit{};
+    return getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 0;
+  }();
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    spdlog::warn("event=open_files_limit_unknown error={}",
+                 LogValue(std::strerror(errno)));
+    return;
+  }
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = limit.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
+      limit = raised;
+    } else {
+      spdlog::warn("event=open_files_limit_not_raised soft={} hard={} error={}",
+                   static_cast<uint64_t>(limit.rlim_cur),
+                   static_cast<uint64_t>(limit.rlim_max),
+                   LogValue(std::strerror(errno)));
+    }
+  }
+  if (started_with != 0) Subprocess::SetChildOpenFilesLimit(started_with);
+  if (limit.rlim_cur < kLowOpenFilesLimit) {
+    spdlog::warn(
+        "event=open_files_limit soft={} hard={} members={} reason={}",
+        static_cast<uint64_t>(limit.rlim_cur),
+        static_cast<uint64_t>(limit.rlim_max),
+        static_cast<uint64_t>(started_with),
+        LogValue(absl::StrCat(
+            "below ", kLowOpenFilesLimit,
+            ": a job on this host can use up the agent's descriptors with "
+            "idle connections; raise the hard limit (LimitNOFILE= in the "
+            "systemd unit)")));
+  } else {
+    spdlog::info("event=open_files_limit soft={} hard={} members={}",
+                 static_cast<uint64_t>(limit.rlim_cur),
+                 static_cast<uint64_t>(limit.rlim_max),
+                 static_cast<uint64_t>(started_with));
+  }
+}
 
 bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
@@ -138,6 +194,18 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
                    config.member_pids_max);
     }
   }
+  if (config.member_memory_max > 0) {
+    if (absl::Status limited = (*tree)->LimitMemory(config.member_memory_max);
+        !limited.ok()) {
+      spdlog::warn(
+          "event=member_memory_limit_off reason={}",
+          LogValue(absl::StrCat(limited.message(),
+                                ": members may use any amount of memory")));
+    } else {
+      spdlog::info("event=member_memory_limit_on memory_max={}",
+                   config.member_memory_max);
+    }
+  }
   isolation.cgroups = std::move(*tree);
   return isolation;
 }
@@ -159,6 +227,7 @@ Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
                        .string()) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
+  RaiseOpenFilesLimit();
   // One `tls` section: the agent's server certificate and its client side
   // towards the coordinator (docs/security.md "TLS").
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
@@ -287,10 +356,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       AgentServer::Start(config.listen_address, daemon->service_, *credentials);
   if (!server.ok()) return server.status();
   daemon->server_ = std::move(*server);
+  daemon->server_credentials_ = *credentials;
 
   const int port = daemon->server_->port();
   absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
   if (!listen.ok()) return listen.status();
+  daemon->rebind_address_ = JoinHostPort(listen->host, port);
   const std::string& host =
       IsWildcardHost(listen->host) ? config.host.address : listen->host;
   daemon->bound_endpoint_ = JoinHostPort(host, port);
@@ -312,6 +383,24 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
           std::pair{"GDT_TLS_KEY_FILE", config.tls.key_file}}) {
       if (!path.empty()) daemon->supervisor_.AddStageVariable(name, path);
     }
+  }
+
+  // A job on this host can use up the agent's descriptors (idle
+  // connections); its listener then never accepts again, while heartbeats,
+  // on a connection made before, go on. The agent checks its own endpoint
+  // and says in its heartbeats that it is not ready while that fails.
+  {
+    absl::StatusOr<HostPort> advertised =
+        ParseHostPort(daemon->advertise_endpoint_);
+    const std::string tls_name = advertised.ok() ? advertised->host : "";
+    daemon->endpoint_watch_ = std::make_unique<EndpointWatch>(
+        daemon->bound_endpoint_, EndpointWatch::Options{},
+        [endpoint = daemon->bound_endpoint_, security = *security, tls_name] {
+          return ProbeAgentEndpoint(endpoint, security, tls_name,
+                                    kEndpointProbeDeadline);
+        },
+        [raw = daemon.get()] { return raw->RestartServerWhenIdle(); });
+    daemon->endpoint_watch_->Start();
   }
 
   HostConfig host_config = config.host;
@@ -354,7 +443,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
           },
           [daemon = daemon.get()](const std::vector<std::string>& left) {
             daemon->TearDownLeftMembers(left);
-          }});
+          }},
+      [watch = daemon->endpoint_watch_.get()] {
+        return watch->NotReadyReason();
+      });
+
   daemon->registrar_->Start();
   return daemon;
 }
@@ -400,10 +493,43 @@ void Daemon::TearDownLeftMembers(const std::vector<std::string>& left) {
 
 Daemon::~Daemon() { Shutdown(); }
 
+std::string Daemon::NotReadyReason() const {
+  return endpoint_watch_ != nullptr ? endpoint_watch_->NotReadyReason() : "";
+}
+
+absl::Status Daemon::RestartServerWhenIdle() {
+  const size_t running = supervisor_.running_stages();
+  if (running > 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the agent restarts its listener once no stage runs (",
+                     running, " running)"));
+  }
+  spdlog::warn("event=agent_listener_restart address={} reason={}",
+               LogValue(rebind_address_),
+               LogValue("the endpoint does not answer and no stage runs"));
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+  }
+  absl::StatusOr<std::unique_ptr<AgentServer>> server =
+      AgentServer::Start(rebind_address_, service_, server_credentials_);
+  if (!server.ok()) {
+    spdlog::error("event=agent_listener_restart_failed address={} error={}",
+                  LogValue(rebind_address_),
+                  LogValue(server.status().ToString()));
+    return server.status();
+  }
+  server_ = std::move(*server);
+  spdlog::info("event=agent_listener_restarted address={}",
+               LogValue(rebind_address_));
+  return absl::OkStatus();
+}
+
 void Daemon::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (registrar_ != nullptr) registrar_->Stop();
+  if (endpoint_watch_ != nullptr) endpoint_watch_->Stop();
   // Finishes the teardowns already asked for; Supervisor::Shutdown stops
   // everything else.
   lost_teardowns_.reset();

@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
 #include "agent/config.h"
+#include "agent/endpoint_watch.h"
 #include "agent/exit_outbox.h"
 #include "agent/exit_reporter.h"
 #include "agent/registrar.h"
@@ -42,6 +43,10 @@ class Daemon {
   // host:port the coordinator and executors are told to use.
   const std::string& advertise_endpoint() const { return advertise_endpoint_; }
 
+  // Empty while this agent takes new members; else why not (its own
+  // endpoint stopped answering). Heartbeats carry it.
+  std::string NotReadyReason() const;
+
   // Stops registering, terminates every running stage (SIGTERM, grace,
   // SIGKILL), then stops the server. Idempotent.
   void Shutdown();
@@ -56,6 +61,13 @@ class Daemon {
   // outlive them under an account the next member gets. Called on the
   // registrar's thread.
   void TearDownLeftMembers(const std::vector<std::string>& left);
+
+  // EndpointWatch's recovery: when no stage runs, replaces the gRPC server
+  // with a new one on the same address (a listener that hit the descriptor
+  // limit never accepts again). Errors:
+  // FailedPrecondition while stages run; Unavailable when the address cannot
+  // be bound again.
+  absl::Status RestartServerWhenIdle();
 
   const Config config_;
   Supervisor supervisor_;
@@ -75,6 +87,11 @@ class Daemon {
   // server.
   std::unique_ptr<ExitReporter> exit_reporter_;
   std::unique_ptr<AgentServer> server_;
+  // What RestartServerWhenIdle binds again.
+  std::shared_ptr<grpc::ServerCredentials> server_credentials_;
+  std::string rebind_address_;
+  // Stopped before server_ goes; the registrar reads it.
+  std::unique_ptr<EndpointWatch> endpoint_watch_;
   std::unique_ptr<Registrar> registrar_;
   std::string bound_endpoint_;
   std::string advertise_endpoint_;

@@ -15,13 +15,15 @@ using std::chrono::seconds;
 
 Registrar::Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
                      Options options, RunningMembers running_members,
-                     WatchedProgress watched_progress, IdleMembers idle_members)
+                     WatchedProgress watched_progress, IdleMembers idle_members,
+                     NotReady not_ready)
     : client_(client),
       host_(std::move(host)),
       options_(options),
       running_members_(std::move(running_members)),
       watched_progress_(std::move(watched_progress)),
-      idle_members_(std::move(idle_members)) {}
+      idle_members_(std::move(idle_members)),
+      not_ready_(std::move(not_ready)) {}
 
 Registrar::~Registrar() { Stop(); }
 
@@ -107,8 +109,9 @@ void Registrar::Run() {
         idle = idle_members_.list();
       }
       std::vector<std::string> left;
+      const std::string not_ready = not_ready_ ? not_ready_() : "";
       absl::StatusOr<bool> reregister = client_.Heartbeat(
-          name, options_.rpc_timeout, members, progress, idle, &left);
+          name, options_.rpc_timeout, members, progress, idle, &left, not_ready);
       if (reregister.ok() && !left.empty()) idle_members_.members_left(left);
       if (!liveness.empty() && client_.liveness_endpoint().empty()) {
         spdlog::warn(

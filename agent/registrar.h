@@ -41,6 +41,9 @@ class Registrar {
   // run no stage; every heartbeat asks the coordinator which of them have
   // left their gang, and `members_left` (called on the registration
   // thread; it must not block) gets those it names.
+  // `not_ready` (may be empty) says why the agent cannot take new members
+  // now (empty = it can); every heartbeat carries it.
+  using NotReady = std::function<std::string()>;
   struct IdleMembers {
     std::function<std::vector<std::string>()> list;
     std::function<void(const std::vector<std::string>&)> members_left;
@@ -48,7 +51,7 @@ class Registrar {
   Registrar(rendezvous::CoordinatorClient& client, v1::HostSpec host,
             Options options, RunningMembers running_members = nullptr,
             WatchedProgress watched_progress = nullptr,
-            IdleMembers idle_members = {});
+            IdleMembers idle_members = {}, NotReady not_ready = nullptr);
   // Stops the loop.
   ~Registrar();
   Registrar(const Registrar&) = delete;
@@ -71,6 +74,7 @@ class Registrar {
   const RunningMembers running_members_;
   const WatchedProgress watched_progress_;
   const IdleMembers idle_members_;
+  const NotReady not_ready_;
 
   Mutex mu_;
   CondVar wake_;

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -18,6 +19,29 @@
 
 namespace gdt::agent {
 namespace {
+
+// The member cgroup's directory from its cgroup.procs path; empty for none.
+std::string CgroupDirOf(const std::string& cgroup_procs) {
+  const std::string suffix = "/cgroup.procs";
+  if (cgroup_procs.size() <= suffix.size() ||
+      cgroup_procs.compare(cgroup_procs.size() - suffix.size(), suffix.size(),
+                           suffix) != 0) {
+    return "";
+  }
+  return cgroup_procs.substr(0, cgroup_procs.size() - suffix.size());
+}
+
+// The count after `key` in a cgroup "key value" file (memory.events); 0
+// when the file or the key is missing.
+uint64_t CgroupCount(const std::string& file, std::string_view key) {
+  std::ifstream in(file);
+  std::string name;
+  uint64_t value = 0;
+  while (in >> name >> value) {
+    if (name == key) return value;
+  }
+  return 0;
+}
 
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
@@ -81,10 +105,14 @@ absl::StatusOr<std::shared_ptr<Stage>> Stage::Start(
   spawn.capture_output = true;
   spawn.credentials = options.credentials;
   spawn.cgroup_procs = options.cgroup_procs;
+  const std::string cgroup = CgroupDirOf(options.cgroup_procs);
+  const uint64_t oom_kills =
+      cgroup.empty() ? 0 : CgroupCount(cgroup + "/memory.events", "oom_kill");
   absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
   if (!child.ok()) return child.status();
   std::shared_ptr<Stage> stage(
       new Stage(std::move(*child), observer, std::move(on_finished), options));
+  stage->oom_kills_at_start_ = oom_kills;
   stage->thread_ = std::thread([raw = stage.get()] { raw->Run(); });
   return stage;
 }
@@ -327,6 +355,27 @@ void Stage::Run() {
     finished_ = true;
     pending_.clear();
     changed_.NotifyAll();
+  }
+  // The member's memory limit was reached while this stage ran: say so in
+  // the job's log, or a job killed by the kernel ends in a bare signal.
+  if (const std::string cgroup = CgroupDirOf(cgroup_procs_); !cgroup.empty()) {
+    const uint64_t oom_kills =
+        CgroupCount(cgroup + "/memory.events", "oom_kill");
+    if (oom_kills > oom_kills_at_start_) {
+      std::ifstream max_file(cgroup + "/memory.max");
+      std::string max;
+      max_file >> max;
+      const std::string line = absl::StrCat(
+          "gdt: out of memory: this member reached its memory limit (", max,
+          " bytes, member_memory_max in the agent's config) and the kernel "
+          "killed its processes (OOM)\n");
+      spdlog::warn(
+          "event=member_out_of_memory pgid={} memory_max={} "
+          "oom_kills={}",
+          process_group_, LogValue(max), oom_kills - oom_kills_at_start_);
+      output_tail_.append(line);
+      observer_->OnOutput(OutputSource::kStderr, line);
+    }
   }
   if (on_finished_) on_finished_(this);
   // Last: the observer may release the final reference to this stage.

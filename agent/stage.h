@@ -167,6 +167,8 @@ class Stage {
   bool ended_in_teardown_ = false;
   bool evidence_collected_ = false;
   std::string output_tail_;  // The last output, both streams.
+  // oom_kill in the member cgroup's memory.events when the stage started.
+  uint64_t oom_kills_at_start_ = 0;
 
   mutable Mutex mu_;
   CondVar changed_;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 
 namespace gdt {
 namespace {
@@ -102,13 +103,11 @@ std::string CgroupTree::PathOf(const std::string& name) const {
   return absl::StrCat(parent_, "/", name);
 }
 
-absl::Status CgroupTree::LimitPids(uint64_t max) {
-  pids_max_ = 0;
-  if (max == 0) return absl::OkStatus();
-  auto has_pids = [](const std::string& file) {
+absl::Status CgroupTree::EnableController(const std::string& controller) const {
+  auto has = [&controller](const std::string& file) {
     for (absl::string_view word : absl::StrSplit(
              ReadAll(file), absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
-      if (word == "pids") return true;
+      if (word == controller) return true;
     }
     return false;
   };
@@ -123,7 +122,7 @@ absl::Status CgroupTree::LimitPids(uint64_t max) {
     if (access(controllers.c_str(), R_OK) != 0) break;  // Left the mount.
     top = controllers;
     levels.push_back(level);
-    if (has_pids(controllers)) {
+    if (has(controllers)) {
       found = true;
       break;
     }
@@ -131,21 +130,37 @@ absl::Status CgroupTree::LimitPids(uint64_t max) {
   }
   if (!found) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "the pids controller is not available in this cgroup v2 hierarchy (",
+        "the ", controller,
+        " controller is not available in this cgroup v2 hierarchy (",
         top.empty() ? parent_ : top,
         " does not list it; is it bound to a cgroup v1 hierarchy?)"));
   }
   // From the top down: each level passes it on to the next.
   for (auto level = levels.rbegin(); level != levels.rend(); ++level) {
     const std::string control = (*level / "cgroup.subtree_control").string();
-    if (has_pids(control)) continue;
-    if (!WriteText(control, "+pids")) {
+    if (has(control)) continue;
+    if (!WriteText(control, "+" + controller)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("cannot enable the pids controller in ", control, ": ",
-                       std::strerror(errno)));
+          absl::StrCat("cannot enable the ", controller, " controller in ",
+                       control, ": ", std::strerror(errno)));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CgroupTree::LimitPids(uint64_t max) {
+  pids_max_ = 0;
+  if (max == 0) return absl::OkStatus();
+  GDT_RETURN_IF_ERROR(EnableController("pids"));
   pids_max_ = max;
+  return absl::OkStatus();
+}
+
+absl::Status CgroupTree::LimitMemory(uint64_t max) {
+  memory_max_ = 0;
+  if (max == 0) return absl::OkStatus();
+  GDT_RETURN_IF_ERROR(EnableController("memory"));
+  memory_max_ = max;
   return absl::OkStatus();
 }
 
@@ -158,6 +173,23 @@ absl::StatusOr<std::string> CgroupTree::Create(const std::string& name) const {
   if (pids_max_ > 0 && !WriteText(dir + "/pids.max", absl::StrCat(pids_max_))) {
     return absl::InternalError(absl::StrCat(
         "cannot write ", dir, "/pids.max: ", std::strerror(errno)));
+  }
+  if (memory_max_ > 0) {
+    for (const auto& [file, text] :
+         {std::pair<std::string, std::string>{"memory.max",
+                                              absl::StrCat(memory_max_)},
+          {"memory.oom.group", "1"}}) {
+      if (!WriteText(dir + "/" + file, text)) {
+        return absl::InternalError(absl::StrCat("cannot write ", dir, "/", file,
+                                                ": ", std::strerror(errno)));
+      }
+    }
+    // Absent where the kernel has no swap accounting: nothing to dodge.
+    if (access((dir + "/memory.swap.max").c_str(), F_OK) == 0 &&
+        !WriteText(dir + "/memory.swap.max", "0")) {
+      return absl::InternalError(absl::StrCat(
+          "cannot write ", dir, "/memory.swap.max: ", std::strerror(errno)));
+    }
   }
   return dir;
 }

@@ -44,6 +44,15 @@ class CgroupTree {
   absl::Status LimitPids(uint64_t max);
   uint64_t pids_max() const { return pids_max_; }
 
+  // The same for memory: every cgroup Create() makes gets `max` bytes in
+  // memory.max, 0 in memory.swap.max (where the kernel has it: the limit is
+  // not dodged by swapping) and 1 in memory.oom.group (an out-of-memory
+  // kill takes all its processes, not one worker of many). Makes the memory
+  // controller available below the parent first. Errors: FailedPrecondition
+  // naming why; the tree then sets no memory limit.
+  absl::Status LimitMemory(uint64_t max);
+  uint64_t memory_max() const { return memory_max_; }
+
   // The cgroup of `name` (one path component), created when missing, with
   // the pids limit when one is set. Returns its directory. Errors: Internal
   // naming the directory or the file that could not be written.
@@ -71,7 +80,11 @@ class CgroupTree {
   explicit CgroupTree(std::string parent) : parent_(std::move(parent)) {}
 
   const std::string parent_;
-  uint64_t pids_max_ = 0;  // 0 = no limit.
+  // Makes `controller` available in the parent (see LimitPids).
+  absl::Status EnableController(const std::string& controller) const;
+
+  uint64_t pids_max_ = 0;    // 0 = no limit.
+  uint64_t memory_max_ = 0;  // 0 = no limit.
 };
 
 }  // namespace gdt

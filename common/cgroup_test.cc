@@ -135,6 +135,52 @@ TEST_F(CgroupTest, PidsLimitCapsAMembersProcessesWhereTheControllerIsThere) {
   EXPECT_TRUE(killed.ok()) << killed.status();
 }
 
+TEST_F(CgroupTest,
+       MemoryLimitKillsAMemberThatExceedsItWhereTheControllerIsThere) {
+  const absl::Status limited = tree_->LimitMemory(32 << 20);
+  absl::StatusOr<std::string> dir = tree_->Create("member");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+
+  if (!limited.ok()) {
+    // Refused only where no level up to the hierarchy's root offers the
+    // controller; members then start without a memory limit.
+    EXPECT_EQ(limited.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(limited.message()),
+                ::testing::HasSubstr("memory controller"));
+    EXPECT_EQ(tree_->memory_max(), 0u);
+  } else {
+    EXPECT_EQ(tree_->memory_max(), 32u << 20);
+    EXPECT_EQ(ReadAll(*dir + "/memory.max"), absl::StrCat(32 << 20, "\n"));
+    EXPECT_EQ(ReadAll(*dir + "/memory.oom.group"), "1\n");
+    // A member that touches 256 MiB is killed by the kernel (SIGKILL), all
+    // of it (the shell too), and memory.events counts the kill.
+    SpawnOptions spawn;
+    spawn.argv = {"/bin/sh", "-c",
+                  "dd if=/dev/zero of=/dev/null bs=256M count=1 "
+                  "2>/dev/null; echo survived"};
+    spawn.env = {{"PATH", "/usr/bin:/bin"}};
+    spawn.cgroup_procs = *dir + "/cgroup.procs";
+    absl::StatusOr<std::unique_ptr<Subprocess>> shell =
+        Subprocess::Spawn(spawn);
+    ASSERT_TRUE(shell.ok()) << shell.status();
+    std::string output;
+    const ExitStatus exit =
+        (*shell)
+            ->WaitUntil(steady_clock::now() + seconds(60),
+                        [&](OutputSource, std::string_view data) {
+                          output.append(data);
+                        })
+            .value_or(ExitStatus{});
+    EXPECT_EQ(exit.signal, SIGKILL) << output;
+    EXPECT_THAT(output, ::testing::Not(::testing::HasSubstr("survived")));
+    EXPECT_THAT(ReadAll(*dir + "/memory.events"),
+                ::testing::Not(::testing::HasSubstr("oom_kill 0")));
+  }
+  absl::StatusOr<size_t> killed =
+      tree_->Destroy("member", steady_clock::now() + seconds(10));
+  EXPECT_TRUE(killed.ok()) << killed.status();
+}
+
 TEST_F(CgroupTest, SpawnIntoAMissingCgroupFails) {
   SpawnOptions spawn;
   spawn.argv = {"/bin/true"};

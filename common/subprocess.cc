@@ -5,11 +5,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -86,6 +88,15 @@ void CloseOnExecAbove2() {
 
 }  // namespace
 
+namespace {
+// See Subprocess::SetChildOpenFilesLimit.
+std::atomic<uint64_t> child_open_files{0};
+}  // namespace
+
+void Subprocess::SetChildOpenFilesLimit(uint64_t soft) {
+  child_open_files.store(soft);
+}
+
 absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
     const SpawnOptions& options) {
   if (options.argv.empty()) {
@@ -117,6 +128,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
   for (std::string& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
   const pid_t parent = getpid();
+  const uint64_t open_files = child_open_files.load();
 
   const pid_t pid = fork();
   if (pid < 0) {
@@ -135,6 +147,13 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
       close(procs);
     }
     if (options.new_process_group) setpgid(0, 0);
+    if (open_files != 0) {
+      rlimit limit{};
+      if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+        limit.rlim_cur = std::min<rlim_t>(open_files, limit.rlim_max);
+        setrlimit(RLIMIT_NOFILE, &limit);
+      }
+    }
     if (options.die_with_parent) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);

@@ -70,6 +70,13 @@ class Subprocess {
   static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(
       const SpawnOptions& options);
 
+  // From now on every child of this process starts with this soft
+  // RLIMIT_NOFILE (at most the hard limit) instead of this process's own: a
+  // daemon that raised its own limit gives its children the one it was
+  // started with. 0 (the default) leaves children this process's limit.
+  // Thread-safe.
+  static void SetChildOpenFilesLimit(uint64_t soft);
+
   ~Subprocess();
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;

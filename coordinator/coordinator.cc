@@ -352,8 +352,10 @@ bool Coordinator::Heartbeat(
     std::optional<std::set<std::string>> running_members,
     std::map<std::string, MemberProgress> watched_progress,
     const std::vector<std::string>& idle_members,
-    std::vector<std::string>* members_left) {
+    std::vector<std::string>* members_left,
+    const std::string& not_ready_reason) {
   bool was_down = false;
+  bool now_ready = false;
   bool known;
   {
     MutexLock lock(mu_);
@@ -364,9 +366,11 @@ bool Coordinator::Heartbeat(
       if (members_left != nullptr && !idle_members.empty()) {
         *members_left = scheduler_->MembersLeft(host_name, idle_members);
       }
+      now_ready = scheduler_->SetNotReady(host_name, not_ready_reason) &&
+                  not_ready_reason.empty();
     }
   }
-  if (was_down) Wake();
+  if (was_down || now_ready) Wake();
   return known;
 }
 

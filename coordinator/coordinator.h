@@ -81,7 +81,9 @@ class Coordinator {
       std::optional<std::set<std::string>> running_members = std::nullopt,
       std::map<std::string, MemberProgress> watched_progress = {},
       const std::vector<std::string>& idle_members = {},
-      std::vector<std::string>* members_left = nullptr);
+      std::vector<std::string>* members_left = nullptr,
+
+      const std::string& not_ready_reason = "");
   absl::StatusOr<std::string> Join(const JoinRequest& request,
                                    uint64_t stream_id);
   void Detach(const std::string& gang_id, uint32_t member_index,

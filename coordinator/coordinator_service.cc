@@ -147,6 +147,10 @@ void ToProto(const HostView& view, v1::HostStatus* host) {
   for (uint32_t gpu : view.leased_gpus) host->add_leased_gpus(gpu);
   host->set_members_running(view.members_running);
   host->set_last_heartbeat_unix_ms(view.host.last_heartbeat_unix_ms);
+  if (view.state == state::HostState::kUp && !view.not_ready_reason.empty()) {
+    host->set_state(v1::HOST_STATE_DRAINED);
+    host->set_not_ready_reason(view.not_ready_reason);
+  }
 }
 
 void ToProto(const state::Gang& gang, v1::GangStatus* out) {
@@ -955,7 +959,8 @@ absl::Status CoordinatorService::HandleHeartbeat(
     std::vector<std::string> left;
     response.set_reregister(
         !coordinator_.Heartbeat(request.host_name(), std::move(running),
-                                std::move(progress), idle, &left));
+                                std::move(progress), idle, &left,
+                                request.not_ready_reason()));
     for (std::string& id : left) response.add_members_left(std::move(id));
   }
   return allowed;

@@ -51,8 +51,10 @@ const std::string& ElsewhereName() {
 }
 
 // A policy holding `hosts`; down hosts are marked down when `mark_down`,
-// else drained (the daemon's policy takes joins through any host). Each
-// host gets `slots_of(host)` runner slots.
+// else drained (the daemon's policy takes joins through any host). Hosts
+// whose agent is not ready are drained, except when `mark_down` (the
+// feasibility check: a gang they could serve waits for them). Each host gets
+// `slots_of(host)` runner slots.
 template <typename SlotsOf>
 policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
                                     const SlotsOf& slots_of,
@@ -78,7 +80,8 @@ policy::AdmissionPolicy BuildPolicy(const std::vector<PlacementHost>& hosts,
     spec.labels = host.labels;
     spec.cpu_slots = std::max<uint32_t>(1, host.cpu_slots);
     if (!policy.AddHost(spec).ok()) continue;  // Duplicate name: first wins.
-    if (host.drained || (host.down && !mark_down)) {
+    if (host.drained || (host.not_ready && !mark_down) ||
+        (host.down && !mark_down)) {
       policy.SetDrained(host.name, true).IgnoreError();
     }
     if (host.down && mark_down) policy.SetDown(host.name, true).IgnoreError();
@@ -112,9 +115,11 @@ Room RoomFor(uint32_t g, const std::vector<PlacementHost>& hosts,
   for (size_t h = 0; h < hosts.size(); ++h) {
     const PlacementHost& host = hosts[h];
     if (host.gpu_indices.size() < g) continue;
-    if (host.down || host.drained) {
-      room.unusable.push_back(
-          absl::StrCat(host.name, host.down ? " down" : " drained"));
+    if (host.down || host.drained || host.not_ready) {
+      room.unusable.push_back(absl::StrCat(host.name, host.down ? " down"
+                                                      : host.not_ready
+                                                          ? " not ready"
+                                                          : " drained"));
       continue;
     }
     room.members += g == 0 ? policy.FreeCpuSlots(host.name)

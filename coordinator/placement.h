@@ -32,6 +32,9 @@ struct PlacementHost {
   uint32_t cpu_slots = 1;             // Members without GPUs at once.
   std::map<std::string, std::string> labels;
   bool drained = false;
+  // Its agent reports that it cannot take members now: no gang is placed
+  // there, but a gang that only it could serve waits rather than fails.
+  bool not_ready = false;
   bool down = false;
   uint32_t runner_slots = 0;  // The host's gitlab-runner jobs; 0 = unknown.
 };

@@ -248,6 +248,23 @@ bool Scheduler::Heartbeat(const std::string& host_name, bool* was_down) {
   return true;
 }
 
+bool Scheduler::SetNotReady(const std::string& host_name,
+                            const std::string& reason) {
+  if (hosts_.count(host_name) == 0) return false;
+  auto known = not_ready_.find(host_name);
+  const std::string before = known == not_ready_.end() ? "" : known->second;
+  if (before == reason) return false;
+  if (reason.empty()) {
+    not_ready_.erase(known);
+    spdlog::info("event=host_ready host={}", LogValue(host_name));
+  } else {
+    not_ready_[host_name] = reason;
+    spdlog::warn("event=host_not_ready host={} reason={}", LogValue(host_name),
+                 LogValue(reason));
+  }
+  return true;
+}
+
 absl::Status Scheduler::SetDrained(const std::string& host_name, bool drained) {
   auto it = hosts_.find(host_name);
   if (it == hosts_.end()) {
@@ -291,6 +308,7 @@ absl::Status Scheduler::RemoveHost(const std::string& host_name) {
   if (it->second.spec.runner_slots != 0) --hosts_with_runner_slots_;
   hosts_.erase(it);
   watched_progress_.erase(host_name);
+  not_ready_.erase(host_name);
   spdlog::info("event=host_removed host={}", LogValue(host_name));
   Pass();
   return absl::OkStatus();
@@ -948,6 +966,7 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
     view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
+    view.not_ready = not_ready_.count(name) > 0;
     view.down = StateOf(host) != state::HostState::kUp;
     out.push_back(std::move(view));
   }
@@ -1388,7 +1407,7 @@ absl::Status Scheduler::CheckPlanned(
     auto joined = gang.members.find(member.member_index);
     if (host == hosts_.end() || joined == gang.members.end() ||
         StateOf(host->second) != state::HostState::kUp ||
-        host->second.drained) {
+        host->second.drained || not_ready_.count(member.host) > 0) {
       return absl::UnavailableError(absl::StrCat(
           "host ", member.host, " no longer takes gang ", gang.id));
     }
@@ -1637,6 +1656,9 @@ Snapshot Scheduler::GetSnapshot(bool include_finished) const {
     view.host = host;
     view.state = StateOf(host);
     view.drained = host.drained;
+    if (auto not_ready = not_ready_.find(name); not_ready != not_ready_.end()) {
+      view.not_ready_reason = not_ready->second;
+    }
     auto host_usage = usage.find(name);
     if (host_usage != usage.end()) {
       for (const auto& [gpu, gang_id] : host_usage->second.gpus) {

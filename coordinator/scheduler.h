@@ -137,6 +137,8 @@ struct HostView {
   std::vector<uint32_t> leased_gpus;
   uint32_t members_running = 0;
   bool drained = false;
+  // Non-empty while the host's agent reports it cannot take new members.
+  std::string not_ready_reason;
 };
 
 struct Snapshot {
@@ -215,6 +217,14 @@ class Scheduler {
   std::vector<std::string> MembersLeft(
       const std::string& host_name,
       const std::vector<std::string>& member_ids) const;
+
+  // What the agent on `host_name` said about itself in its latest
+  // heartbeat: empty when it takes new members, else why not (its own
+  // endpoint stopped answering, ...). A host that is not ready gets no new
+  // gang, like a drained one, until a heartbeat clears it; not persisted
+  // (every heartbeat says it again). Returns whether it changed; logs each
+  // change. Unknown hosts are ignored.
+  bool SetNotReady(const std::string& host_name, const std::string& reason);
 
   // Drains (no new gangs; running ones finish) or undrains a host; persisted.
   // Errors: NotFound "unknown host NAME"; Internal when it cannot be saved.
@@ -678,6 +688,8 @@ class Scheduler {
   state::StateStore& store_;
   const SchedulerOptions options_;
   std::map<std::string, state::Host> hosts_;  // By name.
+  // Hosts whose agent reports itself not ready, with its reason.
+  std::map<std::string, std::string> not_ready_;
   // How many of hosts_ declare runner slots, so that a join knows in O(1)
   // whether incomplete gangs take part in placement.
   size_t hosts_with_runner_slots_ = 0;

@@ -934,6 +934,28 @@ TEST_F(SchedulerTest, DrainedHostTakesNoNewGangsButRunningOnesFinish) {
   EXPECT_EQ(AdmitAll(), 1);
 }
 
+TEST_F(SchedulerTest, HostWhoseAgentIsNotReadyTakesNoGangUntilItIs) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  EXPECT_TRUE(scheduler_->SetNotReady("gpu-01", "its endpoint is dead"));
+  EXPECT_FALSE(scheduler_->SetNotReady("gpu-01", "its endpoint is dead"));
+  EXPECT_FALSE(scheduler_->SetNotReady("nope", "unknown hosts are ignored"));
+  // The only capacity is not ready: the gang waits (not fails), naming it.
+  ASSERT_TRUE(
+      scheduler_->Join(test::Joining(test::TrainKey(1), 1, 8), 11).ok());
+  EXPECT_EQ(AdmitAll(), 0);
+  Snapshot snapshot = scheduler_->GetSnapshot(false);
+  // The reason counts a host that is not ready with the drained ones.
+  EXPECT_THAT(snapshot.gangs.at(0).reason,
+              HasSubstr("the rest of the capacity is drained or down"));
+  EXPECT_EQ(snapshot.hosts.at(0).not_ready_reason, "its endpoint is dead");
+  EXPECT_FALSE(snapshot.hosts.at(0).drained);
+
+  // The next heartbeat without a reason: ready, and the gang starts.
+  EXPECT_TRUE(scheduler_->SetNotReady("gpu-01", ""));
+  EXPECT_EQ(AdmitAll(), 1);
+  EXPECT_EQ(scheduler_->GetSnapshot(false).hosts.at(0).not_ready_reason, "");
+}
+
 TEST_F(SchedulerTest, DrainSurvivesRestartAndReregistration) {
   ASSERT_TRUE(scheduler_->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   ASSERT_TRUE(scheduler_->SetDrained("gpu-01", true).ok());

@@ -56,7 +56,7 @@ std::string RenderHostsText(const v1::GetStatusResponse& status, size_t limit) {
     }
     std::sort(labels.begin(), labels.end());
     rows.push_back(
-        {host.host().name(), host.host().address(), HostStateName(host.state()),
+        {host.host().name(), host.host().address(), HostStateText(host),
          absl::StrCat(host.leased_gpus_size(), "/", host.host().gpus_size()),
          GpuModels(host.host()), absl::StrCat(host.members_running()),
          labels.empty() ? "-" : absl::StrJoin(labels, ",")});
@@ -84,7 +84,7 @@ std::string RenderHostsText(const v1::GetStatusResponse& status, size_t limit) {
   if (shown < static_cast<size_t>(status.hosts().size())) {
     out += MoreRowsLine(status.hosts().size() - shown);
   }
-  return out;
+  return out + NotReadyLines(status);
 }
 
 std::string RenderHostsJson(const v1::GetStatusResponse& status) {
@@ -107,6 +107,7 @@ std::string RenderHostsJson(const v1::GetStatusResponse& status) {
         {{"name", host.host().name()},
          {"address", host.host().address()},
          {"state", HostStateName(host.state())},
+         {"not_ready_reason", host.not_ready_reason()},
          {"gpus", gpus},
          {"labels", labels},
          {"network_interface", host.host().network_interface()},

@@ -46,6 +46,23 @@ TEST(HostsCommandTest, TextShowsStateGpusAndLabels) {
   EXPECT_THAT(text, HasSubstr("cpu-01  10.0.0.2  down     0/0        -"));
 }
 
+TEST(HostsCommandTest, AHostWhoseAgentIsNotReadySaysWhy) {
+  v1::GetStatusResponse status = TwoHosts();
+  status.mutable_hosts(0)->set_not_ready_reason(
+      "its agent endpoint 10.0.0.1:7071 does not answer\x1b[2J");
+  const std::string text = RenderHostsText(status);
+  EXPECT_THAT(text, HasSubstr("gpu-01  10.0.0.1  not ready  1/2"));
+  EXPECT_THAT(text, HasSubstr("\nhost gpu-01 not ready (takes no new gangs): "
+                              "its agent endpoint 10.0.0.1:7071 does not "
+                              "answer\\x1b[2J\n"));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  const nlohmann::json json = nlohmann::json::parse(RenderHostsJson(status));
+  EXPECT_EQ(json["hosts"][0]["state"], "drained");
+  EXPECT_EQ(json["hosts"][0]["not_ready_reason"],
+            status.hosts(0).not_ready_reason());
+  EXPECT_EQ(json["hosts"][1]["not_ready_reason"], "");
+}
+
 TEST(HostsCommandTest, NamesAndLabelsCannotSteerTheTerminal) {
   v1::GetStatusResponse status = TwoHosts();
   status.mutable_hosts(0)->mutable_host()->set_name(

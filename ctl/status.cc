@@ -393,8 +393,8 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
                            std::max<uint32_t>(1, host.host().cpu_slots()),
                            " slots");
     hosts.push_back(
-        {host.host().name(), host.host().address(), HostStateName(host.state()),
-         used, Labels(host.host()),
+        {host.host().name(), host.host().address(), HostStateText(host), used,
+         Labels(host.host()),
          host.last_heartbeat_unix_ms() > 0
              ? Age(host.last_heartbeat_unix_ms(), now_unix_ms) + " ago"
              : "never"});
@@ -405,6 +405,7 @@ std::string RenderStatusText(const v1::GetStatusResponse& status,
   if (shown_hosts < static_cast<size_t>(status.hosts().size())) {
     out += MoreRowsLine(status.hosts().size() - shown_hosts);
   }
+  out += NotReadyLines(status);
 
   std::vector<const v1::GangStatus*> gangs;
   for (const v1::GangStatus& gang : status.gangs()) {
@@ -527,6 +528,7 @@ std::string RenderStatusJson(const v1::GetStatusResponse& status, bool all,
         {"address", host.host().address()},
         {"agent_endpoint", host.host().agent_endpoint()},
         {"state", HostStateName(host.state())},
+        {"not_ready_reason", host.not_ready_reason()},
         {"gpus_total", host.host().gpus_size()},
         {"leased_gpus", std::vector<uint32_t>(host.leased_gpus().begin(),
                                               host.leased_gpus().end())},
@@ -670,6 +672,22 @@ absl::Status WatchStatus(
     last = text.status();
   }
   return last;
+}
+
+std::string HostStateText(const v1::HostStatus& host) {
+  return host.not_ready_reason().empty() ? HostStateName(host.state())
+                                         : "not ready";
+}
+
+std::string NotReadyLines(const v1::GetStatusResponse& status) {
+  std::string out;
+  for (const v1::HostStatus& host : status.hosts()) {
+    if (host.not_ready_reason().empty()) continue;
+    absl::StrAppend(&out, "host ", TerminalSafe(host.host().name()),
+                    " not ready (takes no new gangs): ",
+                    TerminalSafe(host.not_ready_reason()), "\n");
+  }
+  return out;
 }
 
 std::string HostStateName(v1::HostState state) {

@@ -109,6 +109,12 @@ std::string RenderGangJson(const v1::GangStatus& gang, bool one_line = false);
 
 // "up", "down", "drained" or "unknown", as status and `hosts` print it.
 std::string HostStateName(v1::HostState state);
+// The state shown in tables: "not ready" for a host whose agent reports that
+// it cannot take new members, else HostStateName.
+std::string HostStateText(const v1::HostStatus& host);
+// One line per host whose agent is not ready: "host NAME not ready: REASON",
+// safe for a terminal; empty when none.
+std::string NotReadyLines(const v1::GetStatusResponse& status);
 
 }  // namespace gdt::ctl
 

@@ -278,7 +278,8 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
     const std::optional<std::vector<std::string>>& running_members,
     const std::vector<v1::MemberProgress>& progress,
     const std::vector<std::string>& idle_members,
-    std::vector<std::string>* members_left) {
+    std::vector<std::string>* members_left,
+    const std::string& not_ready_reason) {
   if (members_left != nullptr) members_left->clear();
   auto take_left = [members_left](const v1::HeartbeatResponse& answer) {
     if (members_left == nullptr) return;
@@ -287,6 +288,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
   };
   v1::HeartbeatRequest request;
   request.set_host_name(host_name);
+  request.set_not_ready_reason(not_ready_reason);
   for (const std::string& id : idle_members) request.add_idle_members(id);
   for (const v1::MemberProgress& member : progress) {
     *request.add_progress() = member;

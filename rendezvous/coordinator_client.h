@@ -107,13 +107,17 @@ class CoordinatorClient {
   // the host that have a hang watchdog. `idle_members`: the members the
   // agent holds that run no stage; those the coordinator says have left
   // their gang go to `members_left` (when not null; cleared first).
+  // `not_ready_reason`: empty while the agent takes new members, else why
+  // it cannot.
   absl::StatusOr<bool> Heartbeat(
       const std::string& host_name, std::chrono::milliseconds timeout,
       const std::optional<std::vector<std::string>>& running_members =
           std::nullopt,
       const std::vector<v1::MemberProgress>& progress = {},
       const std::vector<std::string>& idle_members = {},
-      std::vector<std::string>* members_left = nullptr);
+      std::vector<std::string>* members_left = nullptr,
+      const std::string& not_ready_reason = "");
+
 
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure before the

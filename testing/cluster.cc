@@ -489,6 +489,7 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
     }
     prefix.push_back(spec.uts_hostname);
   }
+  prefix.insert(prefix.end(), spec.prefix.begin(), spec.prefix.end());
   std::map<std::string, std::string> env = spec.env;
   env["PATH"] =
       TorchrunFixDir() + ":" + (path != nullptr ? path : "/usr/bin:/bin");

@@ -115,6 +115,9 @@ struct AgentSpec {
   std::vector<std::string> member_uid_pool;
   // YAML lines appended to the agent's config.
   std::string extra_yaml;
+  // argv put before the agent's own (inside its namespace), e.g.
+  // {"prlimit", "--nofile=256:256", "--"}.
+  std::vector<std::string> prefix;
   // Added to the agent's own environment (stages see only what
   // stage_environment_passthrough lets through).
   std::map<std::string, std::string> env;
