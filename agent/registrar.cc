@@ -110,8 +110,9 @@ void Registrar::Run() {
       }
       std::vector<std::string> left;
       const std::string not_ready = not_ready_ ? not_ready_() : "";
-      absl::StatusOr<bool> reregister = client_.Heartbeat(
-          name, options_.rpc_timeout, members, progress, idle, &left, not_ready);
+      absl::StatusOr<bool> reregister =
+          client_.Heartbeat(name, options_.rpc_timeout, members, progress, idle,
+                            &left, not_ready);
       if (reregister.ok() && !left.empty()) idle_members_.members_left(left);
       if (!liveness.empty() && client_.liveness_endpoint().empty()) {
         spdlog::warn(

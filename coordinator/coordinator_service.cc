@@ -957,10 +957,9 @@ absl::Status CoordinatorService::HandleHeartbeat(
     const std::vector<std::string> idle(request.idle_members().begin(),
                                         request.idle_members().end());
     std::vector<std::string> left;
-    response.set_reregister(
-        !coordinator_.Heartbeat(request.host_name(), std::move(running),
-                                std::move(progress), idle, &left,
-                                request.not_ready_reason()));
+    response.set_reregister(!coordinator_.Heartbeat(
+        request.host_name(), std::move(running), std::move(progress), idle,
+        &left, request.not_ready_reason()));
     for (std::string& id : left) response.add_members_left(std::move(id));
   }
   return allowed;

@@ -118,7 +118,6 @@ class CoordinatorClient {
       std::vector<std::string>* members_left = nullptr,
       const std::string& not_ready_reason = "");
 
-
   // Joins a gang and blocks until it is admitted. `on_waiting` sees every
   // waiting event; `on_reconnect` sees each transient failure before the
   // call retries. Either may be empty. Returns the assignment.
