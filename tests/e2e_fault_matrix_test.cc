@@ -12,8 +12,10 @@
 // coordinator (restarted), kill -9 of the runner (run-local). Phases:
 // waiting (the gang is forming, a blocker gang holds the slots), training,
 // after_script, cleanup. Coordinator outages while a rank dies are cells of
-// their own: 10 s, and one longer than the executors retry their exit
-// reports (shortened to kExitReportRetrySeconds there).
+// their own: 10 s, and one that lasts until the jobs have ended, past the
+// executors' retries of their exit reports (shortened to
+// kExitReportRetrySeconds there). Only the training cells train: in the
+// others the job runs `true` in place of torchrun.
 //
 // Cells that cannot exist are not instantiated: no rank runs while a gang
 // waits, in after_script or in cleanup.
@@ -65,10 +67,10 @@ constexpr int kFailedGangReleaseSeconds = 20;
 constexpr int kFormingGangAbandonSeconds = 10;
 constexpr int kHostDownAfterSeconds = 6;
 // The long-outage cell's executors give up their exit reports after this
-// (default 120 s); its outage lasts kLongOutageSeconds, long enough for
-// both members' reports to give up.
+// (default 120 s); its outage lasts until both members' jobs have ended
+// (their reports given up), which must happen within kLongOutageSeconds.
 constexpr int kExitReportRetrySeconds = 15;
-constexpr int kLongOutageSeconds = 60;
+constexpr int kLongOutageSeconds = 90;
 // What a lease may outlive its gang by, at most: a member whose leave was
 // lost is found absent after member_gone_after, counted from when its agent
 // is back (host_down_after covers a restarted agent); a failed gang's
@@ -144,11 +146,12 @@ class FaultMatrixTest : public ::testing::Test {
                      "    GDT_LAUNCHER: torchrun\n"
                      "    DDP_STEPS: \"30\"\n"
                      "    DDP_STEP_SECONDS: \"0.1\"\n"
+                     "    TRAIN_COMMAND: torchrun examples/ddp/train.py\n"
                      "  script:\n"
                      "    - echo $$ > ",
                      Gate("script-pid-"),
                      "$CI_NODE_INDEX\n"
-                     "    - torchrun examples/ddp/train.py\n"
+                     "    - $TRAIN_COMMAND\n"
                      "  after_script:\n"
                      "    - 'echo $$ > ",
                      Gate("after-pid-"), "$CI_NODE_INDEX; while [ ! -e ",
@@ -359,22 +362,31 @@ class FaultMatrixTest : public ::testing::Test {
         // failure happens while nobody can hear of it.
         cluster_.StopCoordinator(SIGKILL);
         SignalRank(SIGKILL);
-        const auto outage =
-            seconds(cell.fault == Fault::kOutage10s ? 10 : kLongOutageSeconds);
-        // The outage lasts its full length whatever the jobs do meanwhile;
         // run-local's output is collected so that it never blocks on it.
-        const auto end = std::chrono::steady_clock::now() + outage;
-        while (std::chrono::steady_clock::now() < end) {
-          if (run.WaitUntil(end,
-                            [&](OutputSource, std::string_view data) {
-                              early_output_.append(data);
-                            })
-                  .has_value()) {
-            break;
-          }
+        const bool long_outage = cell.fault == Fault::kLongOutage;
+        const auto down = std::chrono::steady_clock::now();
+        const auto end = down + seconds(long_outage ? kLongOutageSeconds : 10);
+        bool jobs_ended = false;
+        while (!jobs_ended && std::chrono::steady_clock::now() < end) {
+          jobs_ended = run.WaitUntil(end,
+                                     [&](OutputSource, std::string_view data) {
+                                       early_output_.append(data);
+                                     })
+                           .has_value();
         }
-        if (std::chrono::steady_clock::now() < end) {
-          // run-local ended first: the rest of the outage is only time.
+        if (long_outage) {
+          // The cell's premise: both jobs end while nobody can hear of them
+          // (their exit reports give up); the outage ends with them.
+          std::cout << "[fault matrix] the jobs ended "
+                    << std::chrono::duration_cast<seconds>(
+                           std::chrono::steady_clock::now() - down)
+                           .count()
+                    << " s into the outage" << std::endl;
+          EXPECT_TRUE(jobs_ended) << "the jobs still ran " << kLongOutageSeconds
+                                  << " s into the outage:\n"
+                                  << early_output_;
+        } else if (std::chrono::steady_clock::now() < end) {
+          // The short outage lasts its full length whatever the jobs do.
           WaitFor([] { return false; },
                   std::chrono::duration_cast<std::chrono::milliseconds>(
                       end - std::chrono::steady_clock::now()));
@@ -387,6 +399,13 @@ class FaultMatrixTest : public ::testing::Test {
     Open("go-cleanup");
     Open("release");
   }
+
+  // Whether the fault hits the training itself; the other cells' jobs run
+  // `true` in place of torchrun.
+  static bool Trains(const Cell& cell) {
+    return cell.phase == Phase::kTraining;
+  }
+  static constexpr const char* kNoTraining = "TRAIN_COMMAND=true";
 
   // Where one member caused the failure, the cell's culprit: member 2.
   static bool HasCulprit(const Cell& cell) {
@@ -434,9 +453,11 @@ void FaultMatrixTest::RunCell(const Cell& cell) {
   }
   std::vector<std::string> first_argv =
       RunArgv("train", cluster_.run_dir(), kFirstJob);
-  if (cell.phase != Phase::kTraining) {
-    // The fault does not hit the training: keep it short.
-    first_argv.insert(first_argv.end(), {"--var", "DDP_STEPS=2"});
+  if (!Trains(cell)) {
+    // No rank runs when this fault hits: the stage that would train only
+    // has to succeed (starting torchrun and its ranks is most of a cell's
+    // time on two cores).
+    first_argv.insert(first_argv.end(), {"--var", kNoTraining});
   }
   std::unique_ptr<Subprocess> run = Start(first_argv);
   ASSERT_NE(run, nullptr);
@@ -518,7 +539,8 @@ void FaultMatrixTest::RunCell(const Cell& cell) {
   if (!first.status.success()) {
     std::vector<std::string> argv =
         RunArgv("train", cluster_.dir().Sub("retry"), kRetryFirstJob);
-    argv.insert(argv.end(), {"--var", "DDP_STEPS=4"});
+    argv.insert(argv.end(),
+                {"--var", Trains(cell) ? "DDP_STEPS=4" : kNoTraining});
     const CommandResult retry = RunProcess(argv, {}, seconds(180));
     EXPECT_TRUE(retry.status.success()) << "first run:\n"
                                         << first.output << "\nretry:\n"
