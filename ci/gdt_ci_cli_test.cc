@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -306,6 +308,117 @@ exit 0
   EXPECT_THAT(output, HasSubstr("runner_interrupted"));
   // cleanup_exec was killed outright, never sent SIGTERM.
   EXPECT_FALSE(std::filesystem::exists(rec + "/cleanup-signals"));
+}
+
+// An executor for the stop-signal tests: build_script records its pid and
+// runs until signalled; cleanup_exec notes that it ran.
+std::string WriteStoppableExecutor(TempDir& dir) {
+  const std::string executor = dir.Sub("stoppable-executor");
+  test::WriteTextFile(executor, R"(#!/usr/bin/env bash
+case "$1" in
+  run)
+    if [ "${@: -1}" = build_script ]; then
+      echo $$ > "$REC/run-started"
+      while true; do sleep 0.05; done
+    fi
+    bash "$2" ;;
+  cleanup)
+    echo ran > "$REC/cleanup-ran" ;;
+esac
+exit 0
+)",
+                      0755);
+  return executor;
+}
+
+// run-local with the stoppable executor, its custom-executor temporary dirs
+// under `tmp`.
+absl::StatusOr<std::unique_ptr<Subprocess>> SpawnStoppableRun(
+    TempDir& dir, const std::string& rec, const std::string& tmp) {
+  const std::string project = dir.Sub("project");
+  std::filesystem::create_directories(project);
+  std::filesystem::create_directories(rec);
+  std::filesystem::create_directories(tmp);
+  test::WriteTextFile(project + "/.gitlab-ci.yml",
+                      "job:\n  script: [\"echo hi\"]\n");
+  SpawnOptions spawn;
+  spawn.argv = {GDT_CI_BIN,      "run-local",
+                "--job",         "job",
+                "--executor",    WriteStoppableExecutor(dir),
+                "--project-dir", project,
+                "--file",        project + "/.gitlab-ci.yml",
+                "--pipeline-id", "7"};
+  spawn.env = CurrentEnvironment();
+  spawn.env["REC"] = rec;
+  spawn.env["TMPDIR"] = tmp;
+  spawn.die_with_parent = true;
+  return Subprocess::Spawn(spawn);
+}
+
+// Waits (60 s at most) until `path` exists or `child` has exited.
+bool AwaitFile(Subprocess& child, const std::string& path,
+               std::string& output) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!std::filesystem::exists(path) && !child.exit_status().has_value() &&
+         std::chrono::steady_clock::now() < deadline) {
+    child.WaitUntil(
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(20),
+        [&output](OutputSource, std::string_view data) {
+          output.append(data);
+        });
+  }
+  return std::filesystem::exists(path);
+}
+
+// Whether the process `pid_file` names has ended (a zombie that nobody
+// reaps counts), waiting 30 s at most.
+bool ProcessGone(const std::string& pid_file) {
+  const std::string pid = ReadTextFile(pid_file);
+  const auto gone = [&pid] {
+    const std::string stat = ReadTextFile("/proc/" + pid + "/stat");
+    const size_t paren = stat.rfind(')');
+    return paren == std::string::npos || stat.substr(paren + 2, 1) == "Z";
+  };
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!gone() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return gone();
+}
+
+// A closed terminal (SIGHUP) and SIGQUIT stop the pipeline as SIGINT and
+// SIGTERM do: the job is aborted as runner_interrupted, cleanup_exec runs,
+// the custom-executor temporary dir is removed and no exec is left. Before,
+// either signal ended run-local on the spot and left all three behind, as
+// did SIGPIPE (a closed output), which is now ignored: run-local lives on
+// until the SIGTERM sent after it.
+TEST(GdtCiCliTest, RunLocalHangupAndQuitEndTheJobAndLeaveNothing) {
+  for (const int sig : {SIGHUP, SIGQUIT, SIGPIPE}) {
+    SCOPED_TRACE(strsignal(sig));
+    TempDir dir;
+    const std::string rec = dir.Sub("rec");
+    const std::string tmp = dir.Sub("tmp");
+    absl::StatusOr<std::unique_ptr<Subprocess>> child =
+        SpawnStoppableRun(dir, rec, tmp);
+    ASSERT_TRUE(child.ok()) << child.status();
+    std::string output;
+    ASSERT_TRUE(AwaitFile(**child, rec + "/run-started", output)) << output;
+    ASSERT_EQ(kill((*child)->pid(), sig), 0);
+    if (sig == SIGPIPE) ASSERT_EQ(kill((*child)->pid(), SIGTERM), 0);
+    const std::optional<ExitStatus> status = (*child)->WaitUntil(
+        std::chrono::steady_clock::now() + std::chrono::seconds(60),
+        [&output](OutputSource, std::string_view data) {
+          output.append(data);
+        });
+    ASSERT_TRUE(status.has_value()) << output;
+    EXPECT_EQ(status->code(), 1) << output;  // The job failed.
+    EXPECT_THAT(output, HasSubstr("runner_interrupted"));
+    EXPECT_TRUE(std::filesystem::exists(rec + "/cleanup-ran")) << output;
+    EXPECT_TRUE(std::filesystem::is_empty(tmp)) << output;
+    EXPECT_TRUE(ProcessGone(rec + "/run-started"));
+  }
 }
 
 // run-local's exit code is the pipeline's outcome as GitLab computes it: a

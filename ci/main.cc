@@ -33,7 +33,10 @@ using gdt::kExitOk;
 using gdt::kExitUsage;
 constexpr int kExitJobFailed = gdt::kExitFailure;
 
-// SIGINT and SIGTERM received so far (gdt::ci::RunLocal acts on them).
+// Stop signals received so far (gdt::ci::RunLocal acts on them): SIGINT,
+// SIGTERM, SIGHUP (the terminal closed) and SIGQUIT. Each would otherwise
+// end run-local on the spot and leave its executors running and their
+// temporary dirs behind.
 std::atomic<int> g_stop_signals{0};
 
 void Say(const char* line) {
@@ -274,8 +277,17 @@ int main(int argc, char** argv) {
     options.graceful_kill_timeout_seconds = graceful_kill_timeout;
   }
 
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
+  struct sigaction stop = {};
+  stop.sa_handler = OnSignal;
+  sigemptyset(&stop.sa_mask);
+  stop.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) {
+    sigaction(sig, &stop, nullptr);
+  }
+  // A closed output (a pipe whose reader went away with the terminal) is a
+  // failed write, not the end of run-local: the jobs still get torn down.
+  // The executors get the default disposition back (common/subprocess.cc).
+  signal(SIGPIPE, SIG_IGN);
   absl::StatusOr<gdt::ci::RunLocalResult> result =
       gdt::ci::RunLocal(options, std::cout, &g_stop_signals);
   if (!result.ok()) {

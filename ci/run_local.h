@@ -164,7 +164,8 @@ int64_t DefaultPipelineId(std::chrono::system_clock::time_point now);
 // <line>" (whole lines, never interleaved) and to
 // <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
 // expand`), so jobs with parallel:distributed run as their expansion.
-// `interrupts` counts the stop signals (SIGINT, SIGTERM) the caller got.
+// `interrupts` counts the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
+// the caller got.
 // The first aborts every running member like a runner that got SIGINT (its
 // executor gets SIGTERM and graceful_kill_timeout to wind down) and runs no
 // later job. The second SIGKILLs the process groups of the members' execs

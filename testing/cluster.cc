@@ -558,6 +558,14 @@ std::vector<std::string> GdtCluster::RunLocalArgv(
     const std::string& project_dir, const std::string& job,
     const std::vector<std::string>& extra) const {
   std::vector<std::string> argv = Prefix(control_host_);
+  // The custom-executor temporary dirs go under the cluster's dir, not
+  // /tmp: a run-local the test kills outright (SIGKILL) leaves its dir
+  // behind as gitlab-runner does, and the cluster's TempDir takes it.
+  const std::string runner_tmp = dir_.Sub("runner-tmp");
+  std::error_code ignored;
+  fs::create_directories(runner_tmp, ignored);
+  argv.push_back("/usr/bin/env");
+  argv.push_back("TMPDIR=" + runner_tmp);
   for (const std::string& arg :
        {BinaryPath("gdt-ci"), std::string("run-local"), std::string("--file"),
         project_dir + "/.gitlab-ci.yml", std::string("--job"), job,

@@ -216,6 +216,8 @@ class GdtCluster {
                          const std::vector<std::string>& extra,
                          std::chrono::milliseconds timeout);
   // The argv RunLocal() runs, for tests that start it in the background.
+  // It sets run-local's TMPDIR (an argument "TMPDIR=<dir>/runner-tmp" of
+  // env) to a dir of the cluster's, whatever the caller's environment says.
   std::vector<std::string> RunLocalArgv(
       const std::string& project_dir, const std::string& job,
       const std::vector<std::string>& extra) const;

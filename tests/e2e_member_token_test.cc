@@ -93,8 +93,10 @@ class MemberTokenAttackTest : public ::testing::Test {
         project_, job,
         {"--pipeline-id", std::to_string(pipeline), "--first-job-id",
          std::to_string(pipeline * 100)});
+    for (std::string& arg : options.argv) {
+      if (arg.starts_with("TMPDIR=")) arg = "TMPDIR=" + tmp;
+    }
     options.env = CurrentEnvironment();
-    options.env["TMPDIR"] = tmp;
     options.die_with_parent = true;
     absl::StatusOr<std::unique_ptr<Subprocess>> process =
         Subprocess::Spawn(options);

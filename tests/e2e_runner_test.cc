@@ -1,10 +1,13 @@
 // End to end: gdt under the runner behaviours that our older emulation did
 // not reproduce. gdt-ci run-local (acting as the runner in question) →
 // gdt-executor → gdt-coord → gdt-agent on loopback, with plain shell jobs.
+#include <signal.h>
 #include <stdlib.h>
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -219,6 +222,60 @@ TEST(RunnerKillGraceTest, AStoppedScriptGetsTheConfiguredGrace) {
       << "the TERM handler was killed before it finished\n"
       << run.output << cluster.Logs();
   EXPECT_GT(std::chrono::steady_clock::now() - start, seconds(14));
+}
+
+// The terminal run-local ran in closes while a gang trains: SIGHUP stops
+// the run as Ctrl-C does. Both members' jobs end as runner_interrupted,
+// the gang fails, nothing of the jobs keeps running, the custom-executor
+// temporary dirs are gone and so is what the members wrote in their own
+// TMPDIR (where torchrun keeps its torchelastic_* dirs). Before, run-local
+// died at once and left its execs, the members and those dirs behind.
+TEST_F(RunnerFidelityTest, ClosedTerminalStopsTheGangAndLeavesNothing) {
+  const std::string marks = cluster_.dir().Sub("marks");
+  std::filesystem::create_directories(marks);
+  const std::string project = MakeShellProject(
+      cluster_.dir(),
+      absl::StrCat("mkdir $TMPDIR/torchelastic_probe && echo $TMPDIR > ", marks,
+                   "/tmpdir-$CI_NODE_INDEX && sleep 600"));
+  std::unique_ptr<Subprocess> run =
+      StartRunLocal(cluster_, project, "train", {"--pipeline-id", "6363"});
+  ASSERT_NE(run, nullptr);
+  std::string early;
+  const auto started = [&] {
+    run->WaitUntil(
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(50),
+        [&early](OutputSource, std::string_view data) { early.append(data); });
+    return std::filesystem::exists(marks + "/tmpdir-1") &&
+           std::filesystem::exists(marks + "/tmpdir-2");
+  };
+  ASSERT_TRUE(WaitFor(started, seconds(120))) << early << cluster_.Logs();
+  const std::string tmpdir1 = ReadFile(marks + "/tmpdir-1");
+  const std::string tmpdir2 = ReadFile(marks + "/tmpdir-2");
+
+  ASSERT_EQ(kill(run->pid(), SIGHUP), 0);
+  CommandResult result = FinishRun(*run, seconds(120));
+  result.output = early + result.output;
+  EXPECT_EQ(result.status.code(), 1) << result.output << cluster_.Logs();
+  EXPECT_THAT(result.output, HasSubstr("runner_interrupted"));
+  EXPECT_THAT(result.output, Not(HasSubstr("killed at its deadline")));
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(60)))
+      << DescribeAll(JobProcesses(cluster_));
+  EXPECT_TRUE(std::filesystem::is_empty(cluster_.dir().Sub("runner-tmp")));
+  for (const std::string& tmpdir : {tmpdir1, tmpdir2}) {
+    const std::string dir = tmpdir.substr(0, tmpdir.find('\n'));
+    EXPECT_FALSE(dir.empty());
+    EXPECT_FALSE(std::filesystem::exists(dir + "/torchelastic_probe")) << dir;
+  }
+  std::map<std::string, std::string> gangs;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (status.ok()) gangs = GangEpochStates(*status);
+        return gangs.size() == 1 && gangs.begin()->second == "failed";
+      },
+      seconds(30)))
+      << ::testing::PrintToString(gangs);
 }
 
 }  // namespace

@@ -17,6 +17,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 export PATH="$torchrun_dir:$bin_dir:$PATH" DDP_STEPS=12 GDT_CHECKPOINT_KEEP=2
+# Every torchrun leaves a torchelastic_* log dir in $TMPDIR, even after a
+# clean run; under gdt-agent that is the member's own dir, removed at its
+# teardown. Here it is $work, so that nothing is left in /tmp.
+export TMPDIR="$work"
 run() {  # run <name> [VAR=value...]
   local name=$1; shift
   (cd "$work" && env DDP_OUT_DIR="$work/$name" GDT_CHECKPOINT_DIR="$work/$name-ckpt" "$@" \
