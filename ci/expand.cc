@@ -2301,6 +2301,67 @@ void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
   }
 }
 
+// A job's `extends` parents that this file does not define. Without
+// `include:` GitLab refuses the file ("unknown keys in `extends`"); with
+// one, a parent listed after the one that gives the job its
+// parallel:distributed block is merged over it (later parents win), so its
+// tags, parallel or variables, unseen here, could undo the expansion.
+// False after reporting.
+bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
+                        const YamlNode& key, const YamlNode& value,
+                        Reporter* report) {
+  const Entry extends = FindEntry(value, "extends");
+  if (!extends) return true;
+  const std::vector<std::string> parents =
+      ExtendsList(CiValue::object({{"extends", ToCiValue(extends.value)}}));
+  std::vector<std::string> missing;
+  for (const std::string& parent : parents) {
+    if (!model.HasJob(parent)) missing.push_back(parent);
+  }
+  if (missing.empty()) return true;
+  if (!model.has_include()) {
+    std::vector<std::string> shown;
+    for (const std::string& m : missing) shown.push_back(Shown(m));
+    report->At(extends.value, extends.key,
+               absl::StrCat(job, ": unknown keys in `extends` (",
+                            absl::StrJoin(shown, ", "),
+                            "): no job or hidden job of that name in this "
+                            "file, and it includes none; GitLab refuses the "
+                            "pipeline"));
+    return false;
+  }
+  // The first parent whose configuration holds a block.
+  std::string gang_parent;
+  for (const std::string& parent : parents) {
+    if (gang_parent.empty()) {
+      std::string unknown;
+      const absl::StatusOr<CiValue> base = model.Extended(parent, 0, &unknown);
+      if (base.ok() && base->is_object()) {
+        const auto p = base->find("parallel");
+        if (p != base->end() && p->is_object() && p->contains("distributed")) {
+          gang_parent = parent;
+        }
+      }
+      continue;
+    }
+    if (std::find(missing.begin(), missing.end(), parent) == missing.end()) {
+      continue;
+    }
+    report->At(
+        extends.value, key,
+        absl::StrCat(
+            job, ": extends '", Shown(parent), "' after '", Shown(gang_parent),
+            "', which gives it parallel:distributed, but '", Shown(parent),
+            "' is not in this file: GitLab merges later "
+            "parents over earlier ones, so its tags, "
+            "parallel or variables could undo the gang; "
+            "list it before '",
+            Shown(gang_parent), "', or copy it into this file"));
+    return false;
+  }
+  return true;
+}
+
 // Whether `job`'s own `parallel` entry, written as something else (a
 // merge key inside it, a `!reference`), stands for a parallel:distributed
 // block: GitLab would receive the block unexpanded, or the expanded
@@ -2710,6 +2771,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                  what));
         }
       }
+      if (!CheckUnseenParents(model, job, key, value, &report)) continue;
       // An alias (`job: *other`) is expanded where its anchor is written.
       if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");

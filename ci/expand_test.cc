@@ -586,7 +586,8 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
             "give the job its own tags, retry (gdt adds to them), or "
             "`inherit: {default: false}`");
   const CiExpansion parent = ExpandCiYaml(
-      "train:\n  extends: .remote\n  tags: [a]\n  script: x\n  parallel:\n"
+      "include: [{local: a.yml}]\ntrain:\n  extends: .remote\n  tags: [a]\n  "
+      "script: x\n  parallel:\n"
       "    distributed: {nodes: 2}\n");
   ASSERT_EQ(parent.errors.size(), 1u);
   EXPECT_THAT(parent.errors[0].message,
@@ -1401,6 +1402,41 @@ TEST(GitLabRefusesTest, VariablesUnderDefaultAreOneLine) {
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
             "f:2:3: default: GitLab does not accept variables under default; "
             "write them as top-level variables:");
+}
+
+TEST(GitLabRefusesTest, ExtendsNamesGdtCannotSeeAreOneLine) {
+  // No include: a parent defined nowhere is GitLab's "unknown keys in
+  // `extends`", for any job.
+  const std::string nowhere =
+      ".gang:\n  parallel:\n    distributed: {nodes: 2}\ntrain:\n"
+      "  extends: [.gang, .nope]\n  script: [x]\nlint:\n  extends: .x\n"
+      "  script: [y]\n";
+  for (const CiExpansion& r : {LintCiYaml(nowhere), ExpandCiYaml(nowhere)}) {
+    ASSERT_EQ(r.errors.size(), 2u);
+    EXPECT_EQ(FormatDiagnostic("f", r.errors[0]),
+              "f:5:12: train: unknown keys in `extends` (.nope): no job or "
+              "hidden job of that name in this file, and it includes none; "
+              "GitLab refuses the pipeline");
+    EXPECT_THAT(r.errors[1].message, HasSubstr("lint: unknown keys in"));
+  }
+  // With include:, an unseen parent after the one with the block could
+  // replace its tags or parallel; before it, the gang's entries win.
+  const std::string later =
+      "include: [{local: t.yml}]\n.gang:\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  tags: [gpu]\n  retry: 0\n"
+      "train:\n  extends: [.gang, .gpu-runner]\n  script: [x]\n";
+  for (const CiExpansion& r : {LintCiYaml(later), ExpandCiYaml(later)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_THAT(FormatDiagnostic("f", r.errors[0]),
+                HasSubstr("f:8:12: train: extends '.gpu-runner' after "
+                          "'.gang', which gives it parallel:distributed, but "
+                          "'.gpu-runner' is not in this file"));
+  }
+  const std::string earlier =
+      "include: [{local: t.yml}]\n.gang:\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  tags: [gpu]\n  retry: 0\n"
+      "train:\n  extends: [.gpu-runner, .gang]\n  script: [x]\n";
+  EXPECT_TRUE(ExpandCiYaml(earlier).ok());
 }
 
 }  // namespace

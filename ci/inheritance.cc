@@ -225,6 +225,11 @@ CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents) {
   has_include_ = top_.count("include") != 0;
 }
 
+bool CiConfigModel::HasJob(std::string_view name) const {
+  const auto found = top_.find(std::string(name));
+  return found != top_.end() && found->second.IsMap();
+}
+
 std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
   const auto found = top_.find(std::string(name));
   if (found == top_.end()) return std::nullopt;

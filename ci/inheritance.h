@@ -88,6 +88,14 @@ class CiConfigModel {
   // The top-level entry `name` as GitLab reads it (nullopt when absent).
   std::optional<CiValue> Top(std::string_view name) const;
 
+  // Whether the file defines a job (or hidden job) `name` as a mapping;
+  // cheaper than Top().
+  bool HasJob(std::string_view name) const;
+
+  // Whether the file has a top-level `include:` (parents and `default:`
+  // entries may then come from files gdt does not read).
+  bool has_include() const { return has_include_; }
+
   // What `job` inherits through `extends` alone: its parents' configurations
   // (each after its own extends) merged in list order, without the job's
   // own entries or default:; an empty mapping when it extends nothing.
