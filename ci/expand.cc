@@ -2460,6 +2460,36 @@ bool MergeWithTemplate(const CiConfigModel& model, const std::string& job,
   return true;
 }
 
+// Top-level variables reach every job that inherits them, a job with the
+// block included: a GDT_* variable set there that the block does not write
+// (GDT_NODES_MIN, GDT_TOPOLOGY_SAME, ...) would change the gang the block
+// describes. Such names are written empty (unset), unless the job's own
+// configuration sets them in plain form (the job's value wins in GitLab).
+void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
+                         const YamlNode& value, const YamlNode& top_variables,
+                         GangSpec* spec) {
+  if (!top_variables.IsMap()) return;
+  const std::set<std::string> not_inherited =
+      NotInherited(value, top_variables);
+  std::set<std::string> written;
+  for (const auto& [name, v] : spec->Variables()) written.insert(name);
+  const absl::StatusOr<CiConfigModel::Effective> effective =
+      model.Resolve(job, InspectedKeys());
+  const CiValue* own = nullptr;
+  if (effective.ok()) {
+    const auto found = effective->config.find("variables");
+    if (found != effective->config.end() && found->is_object()) own = &*found;
+  }
+  for (const std::string& name : OptionalBlockVariables()) {
+    if (written.count(name) != 0 || !MergedEntry(top_variables, name, 0) ||
+        not_inherited.count(name) != 0 ||
+        (own != nullptr && own->contains(name))) {
+      continue;
+    }
+    spec->cleared.push_back(name);
+  }
+}
+
 // A job without a block of its own that extends a template with one
 // (`template`, its parents' merged): what it sets itself must not undo the
 // template's expansion, which GitLab merges into it. Reports a job whose
@@ -2892,6 +2922,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
+      ClearTopLevelValues(model, job, value, top_variables, &spec);
       if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {

@@ -1439,5 +1439,31 @@ TEST(GitLabRefusesTest, ExtendsNamesGdtCannotSeeAreOneLine) {
   EXPECT_TRUE(ExpandCiYaml(earlier).ok());
 }
 
+TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
+  // Top-level variables reach every job: the block's job writes the GDT_*
+  // names it does not set empty (unset), unless the job sets them itself.
+  const std::string text =
+      "variables:\n  GDT_TOPOLOGY_SAME: rack\n  GDT_NODES_MIN: \"1\"\n"
+      "  GDT_PRIORITY: \"3\"\n  DATA: /d\n"
+      "train:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "  variables:\n    GDT_PRIORITY: \"5\"\n  script: [x]\n"
+      "solo:\n  inherit: {variables: false}\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue train = GitLabJob(expand.text, "train")["variables"];
+  EXPECT_EQ(train.value("GDT_TOPOLOGY_SAME", "?"), "");
+  EXPECT_EQ(train.value("GDT_NODES_MIN", "?"), "");
+  EXPECT_EQ(train.value("GDT_PRIORITY", "?"), "5");
+  EXPECT_FALSE(train.contains("DATA"));
+  EXPECT_FALSE(
+      GitLabJob(expand.text, "solo")["variables"].contains("GDT_NODES_MIN"));
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  EXPECT_EQ(lint.gangs[0].Describe(),
+            "4 nodes x 8 GPUs, 8 processes per node (world size 32), launcher "
+            "torchrun");
+}
+
 }  // namespace
 }  // namespace gdt::ci
