@@ -1082,6 +1082,19 @@ class JobRewriter {
           tags.push_back(options_.runner_tag);
         }
         ReplaceWithValue(e, tags, edits);
+      } else if (e && e.value.IsNull() && !effective_.Known("tags")) {
+        Unknown("tags");
+      } else if (const auto defaults = effective_.config.find("tags");
+                 e && e.value.IsNull() && defaults != effective_.config.end() &&
+                 defaults->is_array()) {
+        // `tags:` with no value is unspecified for GitLab: the job takes
+        // default's, which are kept.
+        CiValue tags = *defaults;
+        if (std::find(tags.begin(), tags.end(), CiValue(options_.runner_tag)) ==
+            tags.end()) {
+          tags.push_back(options_.runner_tag);
+        }
+        ReplaceWithValue(e, tags, edits);
       } else if (e) {
         if (e.value.IsSequence() || e.value.IsNull()) {
           AppendTag(e, edits);

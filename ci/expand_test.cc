@@ -1465,5 +1465,22 @@ TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
             "torchrun");
 }
 
+TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
+  const std::string text =
+      "default:\n  tags: [docker]\ntrain:\n  tags:\n  #  - a100\n"
+      "  retry: 0\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  EXPECT_EQ(GitLabJob(expand.text, "train")["tags"],
+            CiValue::array({"docker", "gdt"}));
+  // Without default: tags, the runner tag alone.
+  const CiExpansion bare = ExpandCiYaml(
+      "train:\n  tags:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(bare.ok()) << bare.errors[0].message;
+  EXPECT_EQ(GitLabJob(bare.text, "train")["tags"], CiValue::array({"gdt"}));
+}
+
 }  // namespace
 }  // namespace gdt::ci

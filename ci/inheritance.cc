@@ -385,7 +385,12 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
       const bool allowed =
           inherit_all || std::find(inherit_keys.begin(), inherit_keys.end(),
                                    key) != inherit_keys.end();
-      if (allowed && Wanted(only_keys, key) && !c.contains(key)) c[key] = value;
+      // A key written with no value (`tags:`) is unspecified for GitLab,
+      // which then takes default's.
+      if (allowed && Wanted(only_keys, key) &&
+          (!c.contains(key) || c[key].is_null())) {
+        c[key] = value;
+      }
     }
   }
   if (has_include_ && inherits_some && effective.unknown.empty()) {
