@@ -3204,6 +3204,10 @@ CiExpansion ExpandCiYaml(std::string_view text,
 CiExpansion LintCiYaml(std::string_view text, const CiExpandOptions& options) {
   CiExpansion result = InFileOrder(Process(text, options, /*lint=*/true));
   result.text.clear();
+  // Hidden jobs (templates for extends) never run: linted, not listed.
+  std::erase_if(result.gangs, [](const GangSpec& g) {
+    return !g.job.empty() && g.job[0] == '.';
+  });
   return result;
 }
 

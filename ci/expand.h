@@ -114,8 +114,8 @@ CiExpansion ExpandCiYaml(std::string_view text,
 // name, type and range; outputs such as GDT_NODE_RANK must not be set). A
 // job is a gang when it, or what it inherits, sets a GDT_* input variable,
 // carries the runner tag or a parallel:distributed block. `gangs` lists the
-// gang jobs of both forms (hidden templates only with a block); `text` is
-// empty.
+// gang jobs of both forms (not hidden templates, which never run); `text`
+// is empty.
 CiExpansion LintCiYaml(std::string_view text,
                        const CiExpandOptions& options = {});
 

@@ -774,8 +774,7 @@ TEST(InheritanceTest, LintSeesGangsThroughInheritance) {
   EXPECT_THAT(
       described,
       ElementsAre(
-          ".gang: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
-          "launcher torchrun",
+          // .gang is hidden: linted, not listed.
           "train: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
           "launcher torchrun",
           "eval: 3 nodes x 2 GPUs, 1 process per node (world size 3), "
@@ -869,8 +868,8 @@ TEST(InheritanceTest, AJobsBlockIsMergedWithTheOneItExtends) {
   EXPECT_EQ(EffectiveJobConfig(expansion.text, "train")->config["parallel"], 2);
   const CiExpansion lint = LintCiYaml(input);
   ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
-  ASSERT_EQ(lint.gangs.size(), 2u);
-  EXPECT_EQ(lint.gangs[1].Describe(),
+  ASSERT_EQ(lint.gangs.size(), 1u);  // .tpl is hidden: not listed.
+  EXPECT_EQ(lint.gangs[0].Describe(),
             "2 nodes x 8 GPUs, 8 processes per node (world size 16), launcher "
             "torchrun, priority 9");
   // The expansion lints clean, and so does a block that takes its nodes
@@ -1480,6 +1479,18 @@ TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
       "  script: [x]\n");
   ASSERT_TRUE(bare.ok()) << bare.errors[0].message;
   EXPECT_EQ(GitLabJob(bare.text, "train")["tags"], CiValue::array({"gdt"}));
+}
+
+TEST(LintTest, HiddenTemplatesWithTheBlockAreNotListed) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "      topology: {same: rack}\n"
+      "train:\n  extends: .gang\n  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  EXPECT_EQ(FormatLintReport("f", lint, false),
+            "f:6: train: 2 nodes x 0 GPUs, 1 process per node (world size 2), "
+            "launcher torchrun, same rack (required) [parallel:distributed]\n"
+            "f: ok (1 gang job)\n");
 }
 
 }  // namespace
