@@ -3002,6 +3002,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  if (!model.reference_bomb().empty()) {
+    // Every later reference failed too: one line, at the first job.
+    result.errors.clear();
+    YamlMark mark;
+    for (const YamlNode& root : documents) {
+      if (const Entry e = FindEntry(root, model.reference_bomb())) {
+        mark = e.key.Mark();
+      }
+    }
+    report.AtMark(mark,
+                  absl::StrCat(Shown(model.reference_bomb()),
+                               ": its !reference values stand for more than ",
+                               CiConfigModel::kMaxReferenceValues,
+                               " values (a reference bomb?); GitLab refuses "
+                               "a configuration this large"));
+    result.gangs.clear();
+    return result;
+  }
   CheckNeedsLimit(documents, result.gangs, &report);
   if (!result.ok()) {
     result.gangs.clear();

@@ -1493,5 +1493,31 @@ TEST(LintTest, HiddenTemplatesWithTheBlockAreNotListed) {
             "f: ok (1 gang job)\n");
 }
 
+TEST(ExpandTest, AReferenceBombIsOneLine) {
+  // Ten levels of lists that reference the level below ten times: 10^10
+  // values from a 1 KB file.
+  std::string text = ".r0:\n  tags: [a, b, c, d, e, f, g, h, i, j]\n";
+  for (int level = 1; level < 10; ++level) {
+    text += absl::StrCat(".r", level, ":\n  tags: [");
+    for (int i = 0; i < 10; ++i) {
+      text += absl::StrCat(i == 0 ? "" : ", ", "!reference [.r", level - 1,
+                           ", tags]");
+    }
+    text += "]\n";
+  }
+  text +=
+      "train:\n  parallel: {distributed: {nodes: 2}}\n"
+      "  tags: !reference [.r9, tags]\n  script: [x]\n";
+  const auto start = std::chrono::steady_clock::now();
+  for (const CiExpansion& r : {LintCiYaml(text), ExpandCiYaml(text)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_THAT(r.errors[0].message,
+                HasSubstr(": its !reference values stand for more than "
+                          "100000 values (a reference bomb?)"));
+  }
+  // Generous for sanitizer builds on loaded cores; it ran for minutes.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+}
+
 }  // namespace
 }  // namespace gdt::ci

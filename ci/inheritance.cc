@@ -402,11 +402,20 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
 
   // !reference, wherever it is, in lists spliced.
   std::unique_ptr<absl::Status> failure;
+  uint64_t values = 0;  // Reached through references.
   // `hops`: references followed to reach `value`.
   std::function<void(CiValue*, int, int)> resolve = [&](CiValue* value,
                                                         int depth, int hops) {
     if (failure != nullptr) return;
     if (depth > kMaxValueDepth) return;
+    if (hops > 0 &&
+        (!reference_bomb_.empty() || ++values > kMaxReferenceValues)) {
+      if (reference_bomb_.empty()) reference_bomb_ = std::string(job);
+      failure = std::make_unique<absl::Status>(absl::InvalidArgumentError(
+          absl::StrCat("!reference values stand for more than ",
+                       kMaxReferenceValues, " values")));
+      return;
+    }
     if (IsReference(*value)) {
       if (hops >= kMaxReferenceDepth) {
         failure = std::make_unique<absl::Status>(
