@@ -1776,20 +1776,13 @@ std::string OtherEncoding(std::string_view text) {
   return "";
 }
 
-// Tabs in indentation, bare carriage returns and control characters, which
-// YAML forbids or readers take differently from GitLab.
+// Bare carriage returns and control characters, which YAML forbids or
+// readers take differently from GitLab. (Tabs are checked only where the
+// file does not parse: inside a block scalar, `|` or `>`, a tab after the
+// indentation is content, e.g. a Makefile recipe, for GitLab's reader too.)
 void CheckCharacters(const Lines& lines, Reporter* report) {
   for (size_t i = 0; i < lines.lines.size(); ++i) {
     const std::string_view line = lines.lines[i];
-    for (size_t c = 0; c < line.size(); ++c) {
-      if (line[c] == '\t') {
-        report->AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
-                       "tab character in indentation; YAML indents with "
-                       "spaces only");
-        break;
-      }
-      if (line[c] != ' ') break;
-    }
     for (size_t c = 0; c < line.size(); ++c) {
       const unsigned char u = static_cast<unsigned char>(line[c]);
       if ((u < 0x20 && u != '\t' && u != '\r' && u != '\n') || u == 0x7f) {
@@ -2671,6 +2664,23 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (!error.message.empty()) {
+    // A tab in the indentation at or above the error (the last one) is
+    // what YAML refused.
+    const size_t last =
+        error.mark.is_null()
+            ? 0
+            : std::min(lines.lines.size(),
+                       static_cast<size_t>(error.mark.line) + 1);
+    for (size_t i = last; i-- > 0;) {
+      const std::string_view line = lines.lines[i];
+      const size_t c = line.find_first_not_of(' ');
+      if (c != std::string_view::npos && line[c] == '\t') {
+        report.AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
+                      "tab character in indentation; YAML indents with "
+                      "spaces only");
+        return result;
+      }
+    }
     report.AtMark(error.mark,
                   absl::StrCat("YAML syntax error: ", error.message));
     return result;

@@ -1493,6 +1493,28 @@ TEST(LintTest, HiddenTemplatesWithTheBlockAreNotListed) {
             "f: ok (1 gang job)\n");
 }
 
+TEST(ExpandTest, ATabInsideABlockScalarIsContent) {
+  // A Makefile recipe in a `|` script: GitLab's YAML reader takes the tab
+  // as content, and so does gdt; the bytes stay.
+  const std::string text =
+      "train:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [torchrun t.py]\nbuild:\n  script:\n    - |\n"
+      "      cat > Makefile <<-EOF\n      all:\n      \techo hi\n"
+      "      EOF\n";
+  EXPECT_TRUE(LintCiYaml(text).ok());
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  EXPECT_THAT(expand.text,
+              HasSubstr("build:\n  script:\n    - |\n      cat > Makefile "
+                        "<<-EOF\n      all:\n      \techo hi\n      EOF\n"));
+  // A tab that indents a key is still one line at its place.
+  const CiExpansion bad = LintCiYaml("train:\n  script: [x]\n\tstage: a\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:3:1: tab character in indentation; YAML indents with spaces "
+            "only");
+}
+
 TEST(ExpandTest, AReferenceBombIsOneLine) {
   // Ten levels of lists that reference the level below ten times: 10^10
   // values from a 1 KB file.
