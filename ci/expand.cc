@@ -1805,6 +1805,43 @@ void CheckCharacters(const Lines& lines, Reporter* report) {
   }
 }
 
+// A gang whose job is `when: manual` (itself or through extends) is N
+// manual jobs, one per member, each played by hand; the gang forms only
+// when every member has been played. Lint warns (GitLab accepts it).
+void WarnAboutManualGangs(const std::vector<YamlNode>& documents,
+                          const CiConfigModel& model,
+                          const std::vector<GangSpec>& gangs,
+                          CiExpansion* result) {
+  Reporter warn(&result->warnings);
+  static const std::vector<std::string> kWhen = {"when"};
+  for (const GangSpec& gang : gangs) {
+    if (gang.job.empty() || gang.job[0] == '.') continue;
+    const absl::StatusOr<CiConfigModel::Effective> effective =
+        model.Resolve(gang.job, kWhen);
+    if (!effective.ok() ||
+        effective->config.value("when", CiValue()) != CiValue("manual")) {
+      continue;
+    }
+    YamlNode key;
+    for (const YamlNode& root : documents) {
+      if (const Entry e = FindEntry(root, gang.job)) {
+        key = e.key;
+        if (const Entry when = FindEntry(e.value, "when")) key = when.key;
+      }
+    }
+    const std::string members =
+        gang.nodes_min > 0 ? absl::StrCat(gang.nodes_min, " to ", gang.nodes)
+                           : absl::StrCat(gang.nodes);
+    warn.At(key, key,
+            absl::StrCat(gang.job, ": when: manual makes ", gang.nodes,
+                         " manual jobs, one per member, each to be played by "
+                         "hand; the gang forms only when ",
+                         members,
+                         " of them are played (the played ones wait for the "
+                         "rest, up to the gang's join timeout)"));
+  }
+}
+
 // ---------------------------------------------------------------------.
 // The plain form.
 
@@ -2252,6 +2289,19 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       }
       return;
     }
+    if (parallel.value.IsScalar() &&
+        parallel.value.Scalar().find("$[[") != std::string::npos) {
+      // A CI/CD component input: GitLab interpolates it when the component
+      // is included and checks the number then.
+      if (!gang) return;
+      report->At(
+          parallel.value, parallel.key,
+          absl::StrCat(job,
+                       ": gdt cannot check a gang whose parallel is a "
+                       "CI/CD component input (",
+                       Shown(parallel.value.Scalar()), "); write the number"));
+      return;
+    }
     const std::optional<int64_t> n = PlainInteger(parallel.value);
     if (!n.has_value() || *n < 1 || *n > kGitLabParallelLimit) {
       report->At(parallel.value, parallel.key,
@@ -2366,6 +2416,64 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
     return false;
   }
   return true;
+}
+
+// The first scalar under `node` that holds a CI/CD component input
+// (`$[[ inputs.x ]]`), which GitLab interpolates when the component is
+// included; a null node when none.
+YamlNode InputInterpolation(const YamlNode& node, int depth) {
+  if (!node || depth > kMaxDepth) return YamlNode();
+  if (node.IsScalar()) {
+    return node.Scalar().find("$[[") != std::string::npos ? node : YamlNode();
+  }
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (const YamlNode found = InputInterpolation(entry.second, depth + 1)) {
+        return found;
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (const YamlNode found = InputInterpolation(node.Item(i), depth + 1)) {
+        return found;
+      }
+    }
+  }
+  return YamlNode();
+}
+
+// A job that is no gang but takes its tags from one with a
+// parallel:distributed block (`tags: !reference [.gpu, tags]`): GitLab
+// resolves the reference in the expanded file, where those tags carry the
+// runner tag, so the job would run on gdt as an unplanned one-member gang.
+// Returns the gang job it names, or "".
+std::string GangTagsReferenced(const CiConfigModel& model,
+                               const YamlNode& tags) {
+  const CiValue value = ToCiValue(tags);
+  std::vector<CiValue> references;
+  if (value.is_object()) references.push_back(value);
+  if (value.is_array()) {
+    for (const CiValue& item : value) {
+      if (item.is_object()) references.push_back(item);
+    }
+  }
+  for (const CiValue& reference : references) {
+    const auto path = reference.find("!reference");
+    if (path == reference.end() || !path->is_array() || path->size() < 2 ||
+        !(*path)[0].is_string() || (*path)[1] != CiValue("tags")) {
+      continue;
+    }
+    const std::string target = (*path)[0].get<std::string>();
+    std::string unknown;
+    const absl::StatusOr<CiValue> config = model.Extended(target, 0, &unknown);
+    if (!config.ok() || !config->is_object()) continue;
+    const auto parallel = config->find("parallel");
+    if (parallel != config->end() && parallel->is_object() &&
+        parallel->contains("distributed")) {
+      return target;
+    }
+  }
+  return "";
 }
 
 // Whether `job`'s own `parallel` entry, written as something else (a
@@ -2897,6 +3005,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           }
         }
         const CiValue inherited = InheritedBlock(model, job);
+        if (const Entry tags = FindEntry(value, "tags");
+            tags && !inherited.is_object() && !options.runner_tag.empty() &&
+            !FindEntry(value, "parallel")) {
+          if (const std::string gang = GangTagsReferenced(model, tags.value);
+              !gang.empty()) {
+            report.At(tags.value, tags.key,
+                      absl::StrCat(job, ": its tags are a !reference to ",
+                                   Shown(gang),
+                                   "'s, which has parallel:distributed, so "
+                                   "after expansion they carry the runner "
+                                   "tag ",
+                                   options.runner_tag,
+                                   " and the job would run on gdt as an "
+                                   "unplanned one-member gang; write its "
+                                   "tags out"));
+            continue;
+          }
+        }
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {
           std::vector<CiDiagnostic> ignored;  // Reported at the template.
@@ -2930,6 +3056,15 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         FindDuplicateKeys(value, 1, &visited, &report);
         if (report.count() != errors_before) continue;
+      }
+      if (const YamlNode input = InputInterpolation(parallel.value, 0)) {
+        report.At(input, parallel.key,
+                  absl::StrCat(job,
+                               ": parallel:distributed does not support CI/CD "
+                               "component inputs (",
+                               Shown(input.Scalar()),
+                               "); write the values in the block"));
+        continue;
       }
       GangSpec spec;
       spec.job = job;
@@ -3117,6 +3252,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::stable_sort(
       result.gangs.begin(), result.gangs.end(),
       [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
+  if (lint) WarnAboutManualGangs(documents, model, result.gangs, &result);
   return result;
 }
 
@@ -3250,6 +3386,11 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
       doc["errors"].push_back(
           {{"line", d.line}, {"column", d.column}, {"message", d.message}});
     }
+    doc["warnings"] = nlohmann::ordered_json::array();
+    for (const CiDiagnostic& d : lint.warnings) {
+      doc["warnings"].push_back(
+          {{"line", d.line}, {"column", d.column}, {"message", d.message}});
+    }
     doc["gangs"] = nlohmann::ordered_json::array();
     for (const GangSpec& g : lint.gangs) {
       nlohmann::ordered_json variables = nlohmann::ordered_json::object();
@@ -3274,6 +3415,13 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
       absl::StrAppend(&text, FormatDiagnostic(file, d), "\n");
     }
     return text;
+  }
+  for (const CiDiagnostic& d : lint.warnings) {
+    absl::StrAppend(
+        &text,
+        FormatDiagnostic(
+            file, CiDiagnostic{d.line, d.column, "warning: " + d.message}),
+        "\n");
   }
   for (const GangSpec& g : lint.gangs) {
     // A job name may hold any character (quoted keys): one line each.

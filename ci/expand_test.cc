@@ -1541,5 +1541,70 @@ TEST(ExpandTest, AReferenceBombIsOneLine) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
 }
 
+TEST(LintTest, AManualGangIsAWarning) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  when: manual\n  parallel:\n    distributed: {nodes: 8}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.warnings.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.warnings[0]),
+            "f:2:3: train: when: manual makes 8 manual jobs, one per member, "
+            "each to be played by hand; the gang forms only when 8 of them "
+            "are played (the played ones wait for the rest, up to the gang's "
+            "join timeout)");
+  EXPECT_THAT(FormatLintReport("f", lint, false),
+              HasSubstr("f:2:3: warning: train: when: manual makes 8"));
+  EXPECT_EQ(nlohmann::json::parse(
+                FormatLintReport("f", lint, true))["warnings"][0]["line"],
+            2);
+  EXPECT_TRUE(ExpandCiYaml("train:\n  when: manual\n  parallel:\n"
+                           "    distributed: {nodes: 8}\n  script: [x]\n")
+                  .ok());
+}
+
+TEST(GitLabRefusesTest, TagsReferencedFromAGangAreOneLine) {
+  const std::string text =
+      ".gpu:\n  tags: [a100]\n  parallel:\n"
+      "    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "train:\n  extends: .gpu\n  script: [t]\n"
+      "prepare-data:\n  tags: !reference [.gpu, tags]\n  script: [p]\n";
+  for (const CiExpansion& r : {LintCiYaml(text), ExpandCiYaml(text)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", r.errors[0]),
+              "f:9:20: prepare-data: its tags are a !reference to .gpu's, "
+              "which has parallel:distributed, so after expansion they carry "
+              "the runner tag gdt and the job would run on gdt as an "
+              "unplanned one-member gang; write its tags out");
+  }
+  // A reference to a template without the block is fine.
+  EXPECT_TRUE(LintCiYaml(".cpu:\n  tags: [big]\nprep:\n"
+                         "  tags: !reference [.cpu, tags]\n  script: [p]\n")
+                  .ok());
+}
+
+TEST(LintTest, ComponentInputsInParallel) {
+  const std::string spec = "spec:\n  inputs:\n    n:\n      default: 2\n---\n";
+  // Not a gang: GitLab checks the number after interpolation.
+  EXPECT_TRUE(LintCiYaml(spec + "test_job:\n  parallel: $[[ inputs.n ]]\n"
+                                "  script: [x]\n")
+                  .ok());
+  const CiExpansion block =
+      LintCiYaml(spec +
+                 "train:\n  parallel:\n    distributed:\n"
+                 "      nodes: $[[ inputs.n ]]\n  script: [x]\n");
+  ASSERT_EQ(block.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", block.errors[0]),
+            "f:9:14: train: parallel:distributed does not support CI/CD "
+            "component inputs ($[[ inputs.n ]]); write the values in the "
+            "block");
+  const CiExpansion plain = LintCiYaml(spec +
+                                       "train:\n  parallel: $[[ inputs.n ]]\n"
+                                       "  tags: [gdt]\n  script: [x]\n");
+  ASSERT_EQ(plain.errors.size(), 1u);
+  EXPECT_THAT(plain.errors[0].message,
+              HasSubstr("gdt cannot check a gang whose parallel is a CI/CD "
+                        "component input"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
