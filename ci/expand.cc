@@ -2363,8 +2363,10 @@ void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
 // parallel:distributed block is merged over it (later parents win), so its
 // tags, parallel or variables, unseen here, could undo the expansion.
 // False after reporting.
+CiValue InheritedBlock(const CiConfigModel& model, const std::string& job);
+
 bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
-                        const YamlNode& key, const YamlNode& value,
+                        const YamlNode& key, const YamlNode& value, bool lint,
                         Reporter* report) {
   const Entry extends = FindEntry(value, "extends");
   if (!extends) return true;
@@ -2375,15 +2377,26 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
     if (!model.HasJob(parent)) missing.push_back(parent);
   }
   if (missing.empty()) return true;
-  if (!model.has_include()) {
+  // Only gangs: a file that is itself included (a fragment) may name
+  // parents the including file defines, which gdt never sees.
+  const Entry own = FindEntry(value, "parallel");
+  if (!(own && own.value.IsMap() && FindEntry(own.value, "distributed")) &&
+      !InheritedBlock(model, job).is_object()) {
+    return true;
+  }
+  // Lint says what GitLab would refuse were this the whole configuration;
+  // expand also works on a file that another one includes, where a parent
+  // listed after the gang's is refused as below.
+  if (!model.has_include() && lint) {
     std::vector<std::string> shown;
     for (const std::string& m : missing) shown.push_back(Shown(m));
     report->At(extends.value, extends.key,
                absl::StrCat(job, ": unknown keys in `extends` (",
                             absl::StrJoin(shown, ", "),
-                            "): no job or hidden job of that name in this "
-                            "file, and it includes none; GitLab refuses the "
-                            "pipeline"));
+                            "): not in this file, which includes none, so "
+                            "gdt cannot see what the gang inherits (GitLab "
+                            "refuses it unless a file that includes this "
+                            "one defines them)"));
     return false;
   }
   // The first parent whose configuration holds a block.
@@ -2932,7 +2945,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                  what));
         }
       }
-      if (!CheckUnseenParents(model, job, key, value, &report)) continue;
+      if (!CheckUnseenParents(model, job, key, value, lint, &report)) continue;
       // An alias (`job: *other`) is expanded where its anchor is written.
       if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");
