@@ -201,13 +201,16 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   const CiExpansion expansion = ExpandCiYaml(input);
   // A job that extends this one and replaces what the block needs (its own
   // tags without the runner tag, its own artifacts:paths without
-  // checkpoints/) is refused at that job: the file is not for gdt as is.
+  // checkpoints/, or through a parent from an included file listed after
+  // this one) is refused at that job: the file is not for gdt as is.
   std::vector<CiDiagnostic> errors;
   for (const CiDiagnostic& d : expansion.errors) {
     const bool child =
         d.message.rfind(c.job + ": ", 0) != 0 &&
         (absl::StrContains(d.message, "replace the ones it inherits") ||
-         absl::StrContains(d.message, "replace the template's"));
+         absl::StrContains(d.message, "replace the template's") ||
+         absl::StrContains(d.message,
+                           "which gives it parallel:distributed, but"));
     if (child) {
       std::cout << "[ child    ] " << name << ": " << d.message << "\n";
     } else {

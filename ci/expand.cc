@@ -1082,6 +1082,19 @@ class JobRewriter {
           tags.push_back(options_.runner_tag);
         }
         ReplaceWithValue(e, tags, edits);
+      } else if (e && e.value.IsNull() && !effective_.Known("tags")) {
+        Unknown("tags");
+      } else if (const auto defaults = effective_.config.find("tags");
+                 e && e.value.IsNull() && defaults != effective_.config.end() &&
+                 defaults->is_array()) {
+        // `tags:` with no value is unspecified for GitLab: the job takes
+        // default's, which are kept.
+        CiValue tags = *defaults;
+        if (std::find(tags.begin(), tags.end(), CiValue(options_.runner_tag)) ==
+            tags.end()) {
+          tags.push_back(options_.runner_tag);
+        }
+        ReplaceWithValue(e, tags, edits);
       } else if (e) {
         if (e.value.IsSequence() || e.value.IsNull()) {
           AppendTag(e, edits);
@@ -1763,20 +1776,13 @@ std::string OtherEncoding(std::string_view text) {
   return "";
 }
 
-// Tabs in indentation, bare carriage returns and control characters, which
-// YAML forbids or readers take differently from GitLab.
+// Bare carriage returns and control characters, which YAML forbids or
+// readers take differently from GitLab. (Tabs are checked only where the
+// file does not parse: inside a block scalar, `|` or `>`, a tab after the
+// indentation is content, e.g. a Makefile recipe, for GitLab's reader too.)
 void CheckCharacters(const Lines& lines, Reporter* report) {
   for (size_t i = 0; i < lines.lines.size(); ++i) {
     const std::string_view line = lines.lines[i];
-    for (size_t c = 0; c < line.size(); ++c) {
-      if (line[c] == '\t') {
-        report->AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
-                       "tab character in indentation; YAML indents with "
-                       "spaces only");
-        break;
-      }
-      if (line[c] != ' ') break;
-    }
     for (size_t c = 0; c < line.size(); ++c) {
       const unsigned char u = static_cast<unsigned char>(line[c]);
       if ((u < 0x20 && u != '\t' && u != '\r' && u != '\n') || u == 0x7f) {
@@ -1796,6 +1802,43 @@ void CheckCharacters(const Lines& lines, Reporter* report) {
                      "carriage return inside a line; use \\n or \\r\\n line "
                      "breaks");
     }
+  }
+}
+
+// A gang whose job is `when: manual` (itself or through extends) is N
+// manual jobs, one per member, each played by hand; the gang forms only
+// when every member has been played. Lint warns (GitLab accepts it).
+void WarnAboutManualGangs(const std::vector<YamlNode>& documents,
+                          const CiConfigModel& model,
+                          const std::vector<GangSpec>& gangs,
+                          CiExpansion* result) {
+  Reporter warn(&result->warnings);
+  static const std::vector<std::string> kWhen = {"when"};
+  for (const GangSpec& gang : gangs) {
+    if (gang.job.empty() || gang.job[0] == '.') continue;
+    const absl::StatusOr<CiConfigModel::Effective> effective =
+        model.Resolve(gang.job, kWhen);
+    if (!effective.ok() ||
+        effective->config.value("when", CiValue()) != CiValue("manual")) {
+      continue;
+    }
+    YamlNode key;
+    for (const YamlNode& root : documents) {
+      if (const Entry e = FindEntry(root, gang.job)) {
+        key = e.key;
+        if (const Entry when = FindEntry(e.value, "when")) key = when.key;
+      }
+    }
+    const std::string members =
+        gang.nodes_min > 0 ? absl::StrCat(gang.nodes_min, " to ", gang.nodes)
+                           : absl::StrCat(gang.nodes);
+    warn.At(key, key,
+            absl::StrCat(gang.job, ": when: manual makes ", gang.nodes,
+                         " manual jobs, one per member, each to be played by "
+                         "hand; the gang forms only when ",
+                         members,
+                         " of them are played (the played ones wait for the "
+                         "rest, up to the gang's join timeout)"));
   }
 }
 
@@ -2246,6 +2289,19 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       }
       return;
     }
+    if (parallel.value.IsScalar() &&
+        parallel.value.Scalar().find("$[[") != std::string::npos) {
+      // A CI/CD component input: GitLab interpolates it when the component
+      // is included and checks the number then.
+      if (!gang) return;
+      report->At(
+          parallel.value, parallel.key,
+          absl::StrCat(job,
+                       ": gdt cannot check a gang whose parallel is a "
+                       "CI/CD component input (",
+                       Shown(parallel.value.Scalar()), "); write the number"));
+      return;
+    }
     const std::optional<int64_t> n = PlainInteger(parallel.value);
     if (!n.has_value() || *n < 1 || *n > kGitLabParallelLimit) {
       report->At(parallel.value, parallel.key,
@@ -2299,6 +2355,138 @@ void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
       AnchorsWithin(item, begin, end, depth + 1, anchors);
     }
   }
+}
+
+// A job's `extends` parents that this file does not define. Without
+// `include:` GitLab refuses the file ("unknown keys in `extends`"); with
+// one, a parent listed after the one that gives the job its
+// parallel:distributed block is merged over it (later parents win), so its
+// tags, parallel or variables, unseen here, could undo the expansion.
+// False after reporting.
+CiValue InheritedBlock(const CiConfigModel& model, const std::string& job);
+
+bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
+                        const YamlNode& key, const YamlNode& value, bool lint,
+                        Reporter* report) {
+  const Entry extends = FindEntry(value, "extends");
+  if (!extends) return true;
+  const std::vector<std::string> parents =
+      ExtendsList(CiValue::object({{"extends", ToCiValue(extends.value)}}));
+  std::vector<std::string> missing;
+  for (const std::string& parent : parents) {
+    if (!model.HasJob(parent)) missing.push_back(parent);
+  }
+  if (missing.empty()) return true;
+  // Only gangs: a file that is itself included (a fragment) may name
+  // parents the including file defines, which gdt never sees.
+  const Entry own = FindEntry(value, "parallel");
+  if (!(own && own.value.IsMap() && FindEntry(own.value, "distributed")) &&
+      !InheritedBlock(model, job).is_object()) {
+    return true;
+  }
+  // Lint says what GitLab would refuse were this the whole configuration;
+  // expand also works on a file that another one includes, where a parent
+  // listed after the gang's is refused as below.
+  if (!model.has_include() && lint) {
+    std::vector<std::string> shown;
+    for (const std::string& m : missing) shown.push_back(Shown(m));
+    report->At(extends.value, extends.key,
+               absl::StrCat(job, ": unknown keys in `extends` (",
+                            absl::StrJoin(shown, ", "),
+                            "): not in this file, which includes none, so "
+                            "gdt cannot see what the gang inherits (GitLab "
+                            "refuses it unless a file that includes this "
+                            "one defines them)"));
+    return false;
+  }
+  // The first parent whose configuration holds a block.
+  std::string gang_parent;
+  for (const std::string& parent : parents) {
+    if (gang_parent.empty()) {
+      std::string unknown;
+      const absl::StatusOr<CiValue> base = model.Extended(parent, 0, &unknown);
+      if (base.ok() && base->is_object()) {
+        const auto p = base->find("parallel");
+        if (p != base->end() && p->is_object() && p->contains("distributed")) {
+          gang_parent = parent;
+        }
+      }
+      continue;
+    }
+    if (std::find(missing.begin(), missing.end(), parent) == missing.end()) {
+      continue;
+    }
+    report->At(
+        extends.value, key,
+        absl::StrCat(
+            job, ": extends '", Shown(parent), "' after '", Shown(gang_parent),
+            "', which gives it parallel:distributed, but '", Shown(parent),
+            "' is not in this file: GitLab merges later "
+            "parents over earlier ones, so its tags, "
+            "parallel or variables could undo the gang; "
+            "list it before '",
+            Shown(gang_parent), "', or copy it into this file"));
+    return false;
+  }
+  return true;
+}
+
+// The first scalar under `node` that holds a CI/CD component input
+// (`$[[ inputs.x ]]`), which GitLab interpolates when the component is
+// included; a null node when none.
+YamlNode InputInterpolation(const YamlNode& node, int depth) {
+  if (!node || depth > kMaxDepth) return YamlNode();
+  if (node.IsScalar()) {
+    return node.Scalar().find("$[[") != std::string::npos ? node : YamlNode();
+  }
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (const YamlNode found = InputInterpolation(entry.second, depth + 1)) {
+        return found;
+      }
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (const YamlNode found = InputInterpolation(node.Item(i), depth + 1)) {
+        return found;
+      }
+    }
+  }
+  return YamlNode();
+}
+
+// A job that is no gang but takes its tags from one with a
+// parallel:distributed block (`tags: !reference [.gpu, tags]`): GitLab
+// resolves the reference in the expanded file, where those tags carry the
+// runner tag, so the job would run on gdt as an unplanned one-member gang.
+// Returns the gang job it names, or "".
+std::string GangTagsReferenced(const CiConfigModel& model,
+                               const YamlNode& tags) {
+  const CiValue value = ToCiValue(tags);
+  std::vector<CiValue> references;
+  if (value.is_object()) references.push_back(value);
+  if (value.is_array()) {
+    for (const CiValue& item : value) {
+      if (item.is_object()) references.push_back(item);
+    }
+  }
+  for (const CiValue& reference : references) {
+    const auto path = reference.find("!reference");
+    if (path == reference.end() || !path->is_array() || path->size() < 2 ||
+        !(*path)[0].is_string() || (*path)[1] != CiValue("tags")) {
+      continue;
+    }
+    const std::string target = (*path)[0].get<std::string>();
+    std::string unknown;
+    const absl::StatusOr<CiValue> config = model.Extended(target, 0, &unknown);
+    if (!config.ok() || !config->is_object()) continue;
+    const auto parallel = config->find("parallel");
+    if (parallel != config->end() && parallel->is_object() &&
+        parallel->contains("distributed")) {
+      return target;
+    }
+  }
+  return "";
 }
 
 // Whether `job`'s own `parallel` entry, written as something else (a
@@ -2397,6 +2585,36 @@ bool MergeWithTemplate(const CiConfigModel& model, const std::string& job,
   }
   *spec = std::move(*merged);
   return true;
+}
+
+// Top-level variables reach every job that inherits them, a job with the
+// block included: a GDT_* variable set there that the block does not write
+// (GDT_NODES_MIN, GDT_TOPOLOGY_SAME, ...) would change the gang the block
+// describes. Such names are written empty (unset), unless the job's own
+// configuration sets them in plain form (the job's value wins in GitLab).
+void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
+                         const YamlNode& value, const YamlNode& top_variables,
+                         GangSpec* spec) {
+  if (!top_variables.IsMap()) return;
+  const std::set<std::string> not_inherited =
+      NotInherited(value, top_variables);
+  std::set<std::string> written;
+  for (const auto& [name, v] : spec->Variables()) written.insert(name);
+  const absl::StatusOr<CiConfigModel::Effective> effective =
+      model.Resolve(job, InspectedKeys());
+  const CiValue* own = nullptr;
+  if (effective.ok()) {
+    const auto found = effective->config.find("variables");
+    if (found != effective->config.end() && found->is_object()) own = &*found;
+  }
+  for (const std::string& name : OptionalBlockVariables()) {
+    if (written.count(name) != 0 || !MergedEntry(top_variables, name, 0) ||
+        not_inherited.count(name) != 0 ||
+        (own != nullptr && own->contains(name))) {
+      continue;
+    }
+    spec->cleared.push_back(name);
+  }
 }
 
 // A job without a block of its own that extends a template with one
@@ -2567,6 +2785,23 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (!error.message.empty()) {
+    // A tab in the indentation at or above the error (the last one) is
+    // what YAML refused.
+    const size_t last =
+        error.mark.is_null()
+            ? 0
+            : std::min(lines.lines.size(),
+                       static_cast<size_t>(error.mark.line) + 1);
+    for (size_t i = last; i-- > 0;) {
+      const std::string_view line = lines.lines[i];
+      const size_t c = line.find_first_not_of(' ');
+      if (c != std::string_view::npos && line[c] == '\t') {
+        report.AtLine(static_cast<int>(i + 1), static_cast<int>(c + 1),
+                      "tab character in indentation; YAML indents with "
+                      "spaces only");
+        return result;
+      }
+    }
     report.AtMark(error.mark,
                   absl::StrCat("YAML syntax error: ", error.message));
     return result;
@@ -2710,6 +2945,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                  what));
         }
       }
+      if (!CheckUnseenParents(model, job, key, value, lint, &report)) continue;
       // An alias (`job: *other`) is expanded where its anchor is written.
       if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");
@@ -2782,6 +3018,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           }
         }
         const CiValue inherited = InheritedBlock(model, job);
+        if (const Entry tags = FindEntry(value, "tags");
+            tags && !inherited.is_object() && !options.runner_tag.empty() &&
+            !FindEntry(value, "parallel")) {
+          if (const std::string gang = GangTagsReferenced(model, tags.value);
+              !gang.empty()) {
+            report.At(tags.value, tags.key,
+                      absl::StrCat(job, ": its tags are a !reference to ",
+                                   Shown(gang),
+                                   "'s, which has parallel:distributed, so "
+                                   "after expansion they carry the runner "
+                                   "tag ",
+                                   options.runner_tag,
+                                   " and the job would run on gdt as an "
+                                   "unplanned one-member gang; write its "
+                                   "tags out"));
+            continue;
+          }
+        }
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {
           std::vector<CiDiagnostic> ignored;  // Reported at the template.
@@ -2816,6 +3070,15 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         FindDuplicateKeys(value, 1, &visited, &report);
         if (report.count() != errors_before) continue;
       }
+      if (const YamlNode input = InputInterpolation(parallel.value, 0)) {
+        report.At(input, parallel.key,
+                  absl::StrCat(job,
+                               ": parallel:distributed does not support CI/CD "
+                               "component inputs (",
+                               Shown(input.Scalar()),
+                               "); write the values in the block"));
+        continue;
+      }
       GangSpec spec;
       spec.job = job;
       spec.line = key.Mark().line + 1;
@@ -2830,6 +3093,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
+      ClearTopLevelValues(model, job, value, top_variables, &spec);
       if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {
@@ -2895,6 +3159,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         result.gangs.push_back(std::move(spec));
       }
     }
+  }
+  if (!model.reference_bomb().empty()) {
+    // Every later reference failed too: one line, at the first job.
+    result.errors.clear();
+    YamlMark mark;
+    for (const YamlNode& root : documents) {
+      if (const Entry e = FindEntry(root, model.reference_bomb())) {
+        mark = e.key.Mark();
+      }
+    }
+    report.AtMark(mark,
+                  absl::StrCat(Shown(model.reference_bomb()),
+                               ": its !reference values stand for more than ",
+                               CiConfigModel::kMaxReferenceValues,
+                               " values (a reference bomb?); GitLab refuses "
+                               "a configuration this large"));
+    result.gangs.clear();
+    return result;
   }
   CheckNeedsLimit(documents, result.gangs, &report);
   if (!result.ok()) {
@@ -2983,6 +3265,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::stable_sort(
       result.gangs.begin(), result.gangs.end(),
       [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
+  if (lint) WarnAboutManualGangs(documents, model, result.gangs, &result);
   return result;
 }
 
@@ -3098,6 +3381,10 @@ CiExpansion ExpandCiYaml(std::string_view text,
 CiExpansion LintCiYaml(std::string_view text, const CiExpandOptions& options) {
   CiExpansion result = InFileOrder(Process(text, options, /*lint=*/true));
   result.text.clear();
+  // Hidden jobs (templates for extends) never run: linted, not listed.
+  std::erase_if(result.gangs, [](const GangSpec& g) {
+    return !g.job.empty() && g.job[0] == '.';
+  });
   return result;
 }
 
@@ -3110,6 +3397,11 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
     doc["errors"] = nlohmann::ordered_json::array();
     for (const CiDiagnostic& d : lint.errors) {
       doc["errors"].push_back(
+          {{"line", d.line}, {"column", d.column}, {"message", d.message}});
+    }
+    doc["warnings"] = nlohmann::ordered_json::array();
+    for (const CiDiagnostic& d : lint.warnings) {
+      doc["warnings"].push_back(
           {{"line", d.line}, {"column", d.column}, {"message", d.message}});
     }
     doc["gangs"] = nlohmann::ordered_json::array();
@@ -3136,6 +3428,13 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
       absl::StrAppend(&text, FormatDiagnostic(file, d), "\n");
     }
     return text;
+  }
+  for (const CiDiagnostic& d : lint.warnings) {
+    absl::StrAppend(
+        &text,
+        FormatDiagnostic(
+            file, CiDiagnostic{d.line, d.column, "warning: " + d.message}),
+        "\n");
   }
   for (const GangSpec& g : lint.gangs) {
     // A job name may hold any character (quoted keys): one line each.

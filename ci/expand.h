@@ -85,6 +85,9 @@ struct CiExpansion {
   std::string text;
   std::vector<GangSpec> gangs;  // In file order.
   std::vector<CiDiagnostic> errors;
+  // Lint only: what GitLab accepts and gdt runs, but probably not as meant
+  // (a gang of manual jobs). Never fails the file.
+  std::vector<CiDiagnostic> warnings;
   bool ok() const { return errors.empty(); }
 };
 
@@ -114,8 +117,8 @@ CiExpansion ExpandCiYaml(std::string_view text,
 // name, type and range; outputs such as GDT_NODE_RANK must not be set). A
 // job is a gang when it, or what it inherits, sets a GDT_* input variable,
 // carries the runner tag or a parallel:distributed block. `gangs` lists the
-// gang jobs of both forms (hidden templates only with a block); `text` is
-// empty.
+// gang jobs of both forms (not hidden templates, which never run); `text`
+// is empty.
 CiExpansion LintCiYaml(std::string_view text,
                        const CiExpandOptions& options = {});
 
@@ -125,10 +128,12 @@ inline constexpr int kCiFileInvalid = 1;  // Diagnostics were printed.
 inline constexpr int kCiUsageError = 2;   // Bad flags, unreadable file.
 
 // What `gdt-ci lint` prints: without `json`, one "file:line:column:
-// message" line per error, or, when there is none, one line per gang job
+// message" line per error, or, when there is none, one "file:line:column:
+// warning: message" line per warning, one line per gang job
 // ("file:line: job: <Describe()> [parallel:distributed|parallel + GDT_*]")
 // and "file: ok (G gang jobs)". With `json`, one document: {"file", "ok",
-// "errors": [{"line", "column", "message"}], "gangs": [{"job", "line",
+// "errors": [{"line", "column", "message"}], "warnings": [same],
+// "gangs": [{"job", "line",
 // "form", "nodes", "gpus_per_node", "procs_per_node", "launcher",
 // "variables": {...}}]}.
 std::string FormatLintReport(std::string_view file, const CiExpansion& lint,

@@ -586,7 +586,8 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
             "give the job its own tags, retry (gdt adds to them), or "
             "`inherit: {default: false}`");
   const CiExpansion parent = ExpandCiYaml(
-      "train:\n  extends: .remote\n  tags: [a]\n  script: x\n  parallel:\n"
+      "include: [{local: a.yml}]\ntrain:\n  extends: .remote\n  tags: [a]\n  "
+      "script: x\n  parallel:\n"
       "    distributed: {nodes: 2}\n");
   ASSERT_EQ(parent.errors.size(), 1u);
   EXPECT_THAT(parent.errors[0].message,
@@ -773,8 +774,7 @@ TEST(InheritanceTest, LintSeesGangsThroughInheritance) {
   EXPECT_THAT(
       described,
       ElementsAre(
-          ".gang: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
-          "launcher torchrun",
+          // .gang is hidden: linted, not listed.
           "train: 4 nodes x 8 GPUs, 8 processes per node (world size 32), "
           "launcher torchrun",
           "eval: 3 nodes x 2 GPUs, 1 process per node (world size 3), "
@@ -868,8 +868,8 @@ TEST(InheritanceTest, AJobsBlockIsMergedWithTheOneItExtends) {
   EXPECT_EQ(EffectiveJobConfig(expansion.text, "train")->config["parallel"], 2);
   const CiExpansion lint = LintCiYaml(input);
   ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
-  ASSERT_EQ(lint.gangs.size(), 2u);
-  EXPECT_EQ(lint.gangs[1].Describe(),
+  ASSERT_EQ(lint.gangs.size(), 1u);  // .tpl is hidden: not listed.
+  EXPECT_EQ(lint.gangs[0].Describe(),
             "2 nodes x 8 GPUs, 8 processes per node (world size 16), launcher "
             "torchrun, priority 9");
   // The expansion lints clean, and so does a block that takes its nodes
@@ -1401,6 +1401,216 @@ TEST(GitLabRefusesTest, VariablesUnderDefaultAreOneLine) {
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
             "f:2:3: default: GitLab does not accept variables under default; "
             "write them as top-level variables:");
+}
+
+TEST(GitLabRefusesTest, ExtendsNamesGdtCannotSeeAreOneLine) {
+  // No include: a gang's parent defined nowhere is GitLab's "unknown keys
+  // in `extends`". Other jobs may name parents of a file that includes
+  // this one (a fragment).
+  const std::string nowhere =
+      ".gang:\n  parallel:\n    distributed: {nodes: 2}\ntrain:\n"
+      "  extends: [.gang, .nope]\n  script: [x]\nlint:\n  extends: .x\n"
+      "  script: [y]\n";
+  const CiExpansion lint = LintCiYaml(nowhere);
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:5:12: train: unknown keys in `extends` (.nope): not in this "
+            "file, which includes none, so gdt cannot see what the gang "
+            "inherits (GitLab refuses it unless a file that includes this "
+            "one defines them)");
+  // Expand also works on a file that another one includes, where the
+  // parent listed after the gang's could replace its entries.
+  const CiExpansion expand = ExpandCiYaml(nowhere);
+  ASSERT_EQ(expand.errors.size(), 1u);
+  EXPECT_THAT(expand.errors[0].message,
+              HasSubstr("train: extends '.nope' after '.gang', which gives "
+                        "it parallel:distributed"));
+  // With include:, an unseen parent after the one with the block could
+  // replace its tags or parallel; before it, the gang's entries win.
+  const std::string later =
+      "include: [{local: t.yml}]\n.gang:\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  tags: [gpu]\n  retry: 0\n"
+      "train:\n  extends: [.gang, .gpu-runner]\n  script: [x]\n";
+  for (const CiExpansion& r : {LintCiYaml(later), ExpandCiYaml(later)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_THAT(FormatDiagnostic("f", r.errors[0]),
+                HasSubstr("f:8:12: train: extends '.gpu-runner' after "
+                          "'.gang', which gives it parallel:distributed, but "
+                          "'.gpu-runner' is not in this file"));
+  }
+  const std::string earlier =
+      "include: [{local: t.yml}]\n.gang:\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  tags: [gpu]\n  retry: 0\n"
+      "train:\n  extends: [.gpu-runner, .gang]\n  script: [x]\n";
+  EXPECT_TRUE(ExpandCiYaml(earlier).ok());
+}
+
+TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
+  // Top-level variables reach every job: the block's job writes the GDT_*
+  // names it does not set empty (unset), unless the job sets them itself.
+  const std::string text =
+      "variables:\n  GDT_TOPOLOGY_SAME: rack\n  GDT_NODES_MIN: \"1\"\n"
+      "  GDT_PRIORITY: \"3\"\n  DATA: /d\n"
+      "train:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "  variables:\n    GDT_PRIORITY: \"5\"\n  script: [x]\n"
+      "solo:\n  inherit: {variables: false}\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue train = GitLabJob(expand.text, "train")["variables"];
+  EXPECT_EQ(train.value("GDT_TOPOLOGY_SAME", "?"), "");
+  EXPECT_EQ(train.value("GDT_NODES_MIN", "?"), "");
+  EXPECT_EQ(train.value("GDT_PRIORITY", "?"), "5");
+  EXPECT_FALSE(train.contains("DATA"));
+  EXPECT_FALSE(
+      GitLabJob(expand.text, "solo")["variables"].contains("GDT_NODES_MIN"));
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  EXPECT_EQ(lint.gangs[0].Describe(),
+            "4 nodes x 8 GPUs, 8 processes per node (world size 32), launcher "
+            "torchrun");
+}
+
+TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
+  const std::string text =
+      "default:\n  tags: [docker]\ntrain:\n  tags:\n  #  - a100\n"
+      "  retry: 0\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  EXPECT_EQ(GitLabJob(expand.text, "train")["tags"],
+            CiValue::array({"docker", "gdt"}));
+  // Without default: tags, the runner tag alone.
+  const CiExpansion bare = ExpandCiYaml(
+      "train:\n  tags:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(bare.ok()) << bare.errors[0].message;
+  EXPECT_EQ(GitLabJob(bare.text, "train")["tags"], CiValue::array({"gdt"}));
+}
+
+TEST(LintTest, HiddenTemplatesWithTheBlockAreNotListed) {
+  const CiExpansion lint = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "      topology: {same: rack}\n"
+      "train:\n  extends: .gang\n  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  EXPECT_EQ(FormatLintReport("f", lint, false),
+            "f:6: train: 2 nodes x 0 GPUs, 1 process per node (world size 2), "
+            "launcher torchrun, same rack (required) [parallel:distributed]\n"
+            "f: ok (1 gang job)\n");
+}
+
+TEST(ExpandTest, ATabInsideABlockScalarIsContent) {
+  // A Makefile recipe in a `|` script: GitLab's YAML reader takes the tab
+  // as content, and so does gdt; the bytes stay.
+  const std::string text =
+      "train:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "  script: [torchrun t.py]\nbuild:\n  script:\n    - |\n"
+      "      cat > Makefile <<-EOF\n      all:\n      \techo hi\n"
+      "      EOF\n";
+  EXPECT_TRUE(LintCiYaml(text).ok());
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  EXPECT_THAT(expand.text,
+              HasSubstr("build:\n  script:\n    - |\n      cat > Makefile "
+                        "<<-EOF\n      all:\n      \techo hi\n      EOF\n"));
+  // A tab that indents a key is still one line at its place.
+  const CiExpansion bad = LintCiYaml("train:\n  script: [x]\n\tstage: a\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:3:1: tab character in indentation; YAML indents with spaces "
+            "only");
+}
+
+TEST(ExpandTest, AReferenceBombIsOneLine) {
+  // Ten levels of lists that reference the level below ten times: 10^10
+  // values from a 1 KB file.
+  std::string text = ".r0:\n  tags: [a, b, c, d, e, f, g, h, i, j]\n";
+  for (int level = 1; level < 10; ++level) {
+    text += absl::StrCat(".r", level, ":\n  tags: [");
+    for (int i = 0; i < 10; ++i) {
+      text += absl::StrCat(i == 0 ? "" : ", ", "!reference [.r", level - 1,
+                           ", tags]");
+    }
+    text += "]\n";
+  }
+  text +=
+      "train:\n  parallel: {distributed: {nodes: 2}}\n"
+      "  tags: !reference [.r9, tags]\n  script: [x]\n";
+  const auto start = std::chrono::steady_clock::now();
+  for (const CiExpansion& r : {LintCiYaml(text), ExpandCiYaml(text)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_THAT(r.errors[0].message,
+                HasSubstr(": its !reference values stand for more than "
+                          "100000 values (a reference bomb?)"));
+  }
+  // Generous for sanitizer builds on loaded cores; it ran for minutes.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(60));
+}
+
+TEST(LintTest, AManualGangIsAWarning) {
+  const CiExpansion lint = LintCiYaml(
+      "train:\n  when: manual\n  parallel:\n    distributed: {nodes: 8}\n"
+      "  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  ASSERT_EQ(lint.warnings.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.warnings[0]),
+            "f:2:3: train: when: manual makes 8 manual jobs, one per member, "
+            "each to be played by hand; the gang forms only when 8 of them "
+            "are played (the played ones wait for the rest, up to the gang's "
+            "join timeout)");
+  EXPECT_THAT(FormatLintReport("f", lint, false),
+              HasSubstr("f:2:3: warning: train: when: manual makes 8"));
+  EXPECT_EQ(nlohmann::json::parse(
+                FormatLintReport("f", lint, true))["warnings"][0]["line"],
+            2);
+  EXPECT_TRUE(ExpandCiYaml("train:\n  when: manual\n  parallel:\n"
+                           "    distributed: {nodes: 8}\n  script: [x]\n")
+                  .ok());
+}
+
+TEST(GitLabRefusesTest, TagsReferencedFromAGangAreOneLine) {
+  const std::string text =
+      ".gpu:\n  tags: [a100]\n  parallel:\n"
+      "    distributed: {nodes: 4, gpus_per_node: 8}\n"
+      "train:\n  extends: .gpu\n  script: [t]\n"
+      "prepare-data:\n  tags: !reference [.gpu, tags]\n  script: [p]\n";
+  for (const CiExpansion& r : {LintCiYaml(text), ExpandCiYaml(text)}) {
+    ASSERT_EQ(r.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", r.errors[0]),
+              "f:9:20: prepare-data: its tags are a !reference to .gpu's, "
+              "which has parallel:distributed, so after expansion they carry "
+              "the runner tag gdt and the job would run on gdt as an "
+              "unplanned one-member gang; write its tags out");
+  }
+  // A reference to a template without the block is fine.
+  EXPECT_TRUE(LintCiYaml(".cpu:\n  tags: [big]\nprep:\n"
+                         "  tags: !reference [.cpu, tags]\n  script: [p]\n")
+                  .ok());
+}
+
+TEST(LintTest, ComponentInputsInParallel) {
+  const std::string spec = "spec:\n  inputs:\n    n:\n      default: 2\n---\n";
+  // Not a gang: GitLab checks the number after interpolation.
+  EXPECT_TRUE(LintCiYaml(spec + "test_job:\n  parallel: $[[ inputs.n ]]\n"
+                                "  script: [x]\n")
+                  .ok());
+  const CiExpansion block =
+      LintCiYaml(spec +
+                 "train:\n  parallel:\n    distributed:\n"
+                 "      nodes: $[[ inputs.n ]]\n  script: [x]\n");
+  ASSERT_EQ(block.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", block.errors[0]),
+            "f:9:14: train: parallel:distributed does not support CI/CD "
+            "component inputs ($[[ inputs.n ]]); write the values in the "
+            "block");
+  const CiExpansion plain = LintCiYaml(spec +
+                                       "train:\n  parallel: $[[ inputs.n ]]\n"
+                                       "  tags: [gdt]\n  script: [x]\n");
+  ASSERT_EQ(plain.errors.size(), 1u);
+  EXPECT_THAT(plain.errors[0].message,
+              HasSubstr("gdt cannot check a gang whose parallel is a CI/CD "
+                        "component input"));
 }
 
 }  // namespace

@@ -225,6 +225,11 @@ CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents) {
   has_include_ = top_.count("include") != 0;
 }
 
+bool CiConfigModel::HasJob(std::string_view name) const {
+  const auto found = top_.find(std::string(name));
+  return found != top_.end() && found->second.IsMap();
+}
+
 std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
   const auto found = top_.find(std::string(name));
   if (found == top_.end()) return std::nullopt;
@@ -380,7 +385,12 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
       const bool allowed =
           inherit_all || std::find(inherit_keys.begin(), inherit_keys.end(),
                                    key) != inherit_keys.end();
-      if (allowed && Wanted(only_keys, key) && !c.contains(key)) c[key] = value;
+      // A key written with no value (`tags:`) is unspecified for GitLab,
+      // which then takes default's.
+      if (allowed && Wanted(only_keys, key) &&
+          (!c.contains(key) || c[key].is_null())) {
+        c[key] = value;
+      }
     }
   }
   if (has_include_ && inherits_some && effective.unknown.empty()) {
@@ -392,11 +402,20 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
 
   // !reference, wherever it is, in lists spliced.
   std::unique_ptr<absl::Status> failure;
+  uint64_t values = 0;  // Reached through references.
   // `hops`: references followed to reach `value`.
   std::function<void(CiValue*, int, int)> resolve = [&](CiValue* value,
                                                         int depth, int hops) {
     if (failure != nullptr) return;
     if (depth > kMaxValueDepth) return;
+    if (hops > 0 &&
+        (!reference_bomb_.empty() || ++values > kMaxReferenceValues)) {
+      if (reference_bomb_.empty()) reference_bomb_ = std::string(job);
+      failure = std::make_unique<absl::Status>(absl::InvalidArgumentError(
+          absl::StrCat("!reference values stand for more than ",
+                       kMaxReferenceValues, " values")));
+      return;
+    }
     if (IsReference(*value)) {
       if (hops >= kMaxReferenceDepth) {
         failure = std::make_unique<absl::Status>(

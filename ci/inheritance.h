@@ -21,6 +21,7 @@
 // A file with `include:` may receive `default:` entries and parents from
 // other files; the model says so (Effective::unknown) instead of guessing.
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -88,6 +89,21 @@ class CiConfigModel {
   // The top-level entry `name` as GitLab reads it (nullopt when absent).
   std::optional<CiValue> Top(std::string_view name) const;
 
+  // The most values that `!reference`s may stand for in one job's
+  // configuration (nested references multiply: a reference bomb).
+  static constexpr uint64_t kMaxReferenceValues = 100'000;
+  // The first job whose resolution went past kMaxReferenceValues (every
+  // later reference then fails at once), or "".
+  const std::string& reference_bomb() const { return reference_bomb_; }
+
+  // Whether the file defines a job (or hidden job) `name` as a mapping;
+  // cheaper than Top().
+  bool HasJob(std::string_view name) const;
+
+  // Whether the file has a top-level `include:` (parents and `default:`
+  // entries may then come from files gdt does not read).
+  bool has_include() const { return has_include_; }
+
   // What `job` inherits through `extends` alone: its parents' configurations
   // (each after its own extends) merged in list order, without the job's
   // own entries or default:; an empty mapping when it extends nothing.
@@ -119,6 +135,7 @@ class CiConfigModel {
   // Top("default"), read once.
   mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
+  mutable std::string reference_bomb_;
 };
 
 // The names `job` (a job's configuration) lists under `extends`.
