@@ -1016,7 +1016,10 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
     view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
-    view.not_ready = not_ready_.count(name) > 0;
+    if (auto not_ready = not_ready_.find(name); not_ready != not_ready_.end()) {
+      view.not_ready = true;
+      view.not_ready_reason = not_ready->second;
+    }
     view.down = StateOf(host) != state::HostState::kUp;
     out.push_back(std::move(view));
   }
