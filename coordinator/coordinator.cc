@@ -450,12 +450,13 @@ void Coordinator::Unwatch(uint64_t watch_id) {
 }
 
 absl::Status Coordinator::Leave(const state::GangKey& key,
-                                uint32_t member_index, int64_t job_id) {
+                                uint32_t member_index, int64_t job_id,
+                                const std::string& executor) {
   std::vector<state::MemberEvent> events;
   absl::Status status;
   {
     MutexLock lock(mu_);
-    status = scheduler_->Leave(key, member_index, job_id);
+    status = scheduler_->Leave(key, member_index, job_id, executor);
     events = TakeEventsLocked();
   }
   Deliver(std::move(events));

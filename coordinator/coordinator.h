@@ -101,7 +101,7 @@ class Coordinator {
       const std::string& gang_id, uint32_t epoch, uint32_t member_index,
       int64_t job_id);
   absl::Status Leave(const state::GangKey& key, uint32_t member_index,
-                     int64_t job_id);
+                     int64_t job_id, const std::string& executor = "");
   Snapshot GetSnapshot(bool include_finished);
   absl::Status SetDrained(const std::string& host_name, bool drained);
   absl::Status RemoveHost(const std::string& host_name);

@@ -431,11 +431,12 @@ class CoordinatorService::JoinReactor final
  public:
   // `context` is the stream's; it outlives this object.
   JoinReactor(CoordinatorService& service, grpc::CallbackServerContext& context,
-              uint64_t stream_id, bool compact)
+              uint64_t stream_id, bool compact, std::string executor)
       : service_(service),
         context_(context),
         stream_id_(stream_id),
-        compact_(compact) {}
+        compact_(compact),
+        executor_(std::move(executor)) {}
 
   // Whether the member asked for a compact assignment (no peer list).
   bool compact() const { return compact_; }
@@ -502,7 +503,8 @@ class CoordinatorService::JoinReactor final
   void VerifyAndJoin(const v1::JoinGangRequest& request,
                      const std::string& job_token, const std::string& id_token,
                      const std::string& peer) {
-    const JoinRequest join = FromProto(request);
+    JoinRequest join = FromProto(request);
+    join.executor = executor_;
     absl::Status verified;
     // A made-up instance is refused before any GitLab call.
     if (const std::string& trusted = service_.security_.trusted_instance;
@@ -558,6 +560,7 @@ class CoordinatorService::JoinReactor final
   grpc::CallbackServerContext& context_;
   const uint64_t stream_id_;
   const bool compact_;
+  const std::string executor_;  // rendezvous::kExecutorMetadata; may be "".
   std::string gang_id_ ABSL_GUARDED_BY(mu_);
   uint32_t member_index_ ABSL_GUARDED_BY(mu_) = 0;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -877,8 +880,10 @@ grpc::ServerUnaryReactor* CoordinatorService::AsAdmin(
 
 grpc::ServerWriteReactor<v1::JoinGangEvent>* CoordinatorService::JoinGang(
     grpc::CallbackServerContext* context, const v1::JoinGangRequest* request) {
-  auto* reactor = new JoinReactor(*this, *context, next_stream_id_.fetch_add(1),
-                                  request->compact_assignment());
+  auto* reactor =
+      new JoinReactor(*this, *context, next_stream_id_.fetch_add(1),
+                      request->compact_assignment(),
+                      MetadataValue(context, rendezvous::kExecutorMetadata));
   reactor->Start(
       *request, MetadataValue(context, rendezvous::kJobTokenMetadata),
       MetadataValue(context, rendezvous::kIdTokenMetadata), context->peer());
@@ -1052,8 +1057,9 @@ grpc::ServerUnaryReactor* CoordinatorService::LeaveGang(
     absl::Status status =
         Allow(context, "LeaveGang", CheckJob(context, request->job_id()));
     if (!status.ok()) return status;
-    status = coordinator_.Leave(FromProto(request->key()),
-                                request->member_index(), request->job_id());
+    status = coordinator_.Leave(
+        FromProto(request->key()), request->member_index(), request->job_id(),
+        MetadataValue(context, rendezvous::kExecutorMetadata));
     if (!status.ok()) {
       spdlog::error("event=leave_failed group={} member={} error={}",
                     LogValue(request->key().group_name()),

@@ -271,6 +271,66 @@ TEST_F(CoordinatorServiceTest, RunnerSlotDeadlockAbortsTheYoungerGang) {
   EXPECT_TRUE(older_join.get().ok());
 }
 
+// Two executors of one job id (two local runs with the same pipeline and
+// job ids): the second is refused at its join, forming or running, naming
+// the job, and its leave changes nothing; the holder's own re-join passes.
+TEST_F(CoordinatorServiceTest, SecondExecutorOfAJobIsRefusedAndLeavesNothing) {
+  ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
+  const auto deadline = std::chrono::system_clock::now() + 20s;
+  rendezvous::CoordinatorClient first_executor(address_);
+  first_executor.AddMetadata(rendezvous::kExecutorMetadata, "aaaa");
+  rendezvous::CoordinatorClient second_executor(address_);
+  second_executor.AddMetadata(rendezvous::kExecutorMetadata, "bbbb");
+  std::promise<void> waiting;
+  bool first_event = true;
+  std::future<absl::StatusOr<v1::Assignment>> held =
+      std::async(std::launch::async, [&] {
+        return first_executor.JoinGang(
+            JoinRequestFor(1, 2), deadline,
+            [&](const v1::WaitingEvent&) {
+              if (first_event) waiting.set_value();
+              first_event = false;
+            },
+            nullptr);
+      });
+  ASSERT_EQ(waiting.get_future().wait_for(10s), std::future_status::ready);
+
+  absl::StatusOr<v1::Assignment> forming = second_executor.JoinGang(
+      JoinRequestFor(1, 2), deadline, nullptr, nullptr);
+  ASSERT_EQ(forming.status().code(), absl::StatusCode::kAlreadyExists)
+      << forming.status();
+  EXPECT_EQ(forming.status().message(),
+            "another executor already holds job 101 (member 1 of gang "
+            "train-p5-pl77-n2, joined); this second executor of "
+            "the same job id is refused and the gang goes on with the first");
+  v1::LeaveGangRequest leave;
+  *leave.mutable_key() = JoinRequestFor(1, 2).key();
+  leave.set_member_index(1);
+  leave.set_job_id(101);
+  ASSERT_TRUE(second_executor.LeaveGang(leave, 5s).ok());
+
+  // The first still holds member 1: the gang starts once member 2 comes.
+  absl::StatusOr<v1::Assignment> second_member =
+      client_->JoinGang(JoinRequestFor(2, 2), deadline, nullptr, nullptr);
+  ASSERT_TRUE(second_member.ok()) << second_member.status();
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready);
+  ASSERT_TRUE(held.get().ok());
+
+  absl::StatusOr<v1::Assignment> running = second_executor.JoinGang(
+      JoinRequestFor(1, 2), deadline, nullptr, nullptr);
+  ASSERT_EQ(running.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(running.status().message()),
+              HasSubstr("another executor already holds job 101 (member 1 of "
+                        "gang train-p5-pl77-n2, running on host gpu-01)"));
+  ASSERT_TRUE(second_executor.LeaveGang(leave, 5s).ok());
+  EXPECT_EQ(coordinator_->GetSnapshot(false).gangs.at(0).state,
+            state::GangState::kRunning);
+  // The holder joining again (its stream broke) gets its assignment again.
+  absl::StatusOr<v1::Assignment> again =
+      first_executor.JoinGang(JoinRequestFor(1, 2), deadline, nullptr, nullptr);
+  EXPECT_TRUE(again.ok()) << again.status();
+}
+
 TEST_F(CoordinatorServiceTest, RejectedJoinsKeepTheirCodes) {
   ASSERT_TRUE(RegisterHost("gpu-01", 4).ok());
   const auto deadline = std::chrono::system_clock::now() + 10s;

@@ -9,8 +9,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "policy/admission_policy.h"
 #include "policy/topology.h"
 
@@ -116,10 +118,13 @@ Room RoomFor(uint32_t g, const std::vector<PlacementHost>& hosts,
     const PlacementHost& host = hosts[h];
     if (host.gpu_indices.size() < g) continue;
     if (host.down || host.drained || host.not_ready) {
-      room.unusable.push_back(absl::StrCat(host.name, host.down ? " down"
-                                                      : host.not_ready
-                                                          ? " not ready"
-                                                          : " drained"));
+      std::string state = host.down      ? " down"
+                          : host.drained ? " drained"
+                                         : " not ready";
+      if (!host.down && !host.drained && !host.not_ready_reason.empty()) {
+        absl::StrAppend(&state, " (", host.not_ready_reason, ")");
+      }
+      room.unusable.push_back(absl::StrCat(host.name, state));
       continue;
     }
     room.members += g == 0 ? policy.FreeCpuSlots(host.name)
@@ -374,20 +379,29 @@ PlanOutcome PlanAdmissions(const std::vector<PlacementHost>& hosts,
   for (const WaitingGang* gang : waiting) {
     BlockedGang blocked;
     blocked.queue_position = ++position;
+    // The room depends only on the GPUs per member: once per size.
+    auto room = rooms.find(gang->gpus_per_member);
+    if (room == rooms.end()) {
+      room =
+          rooms
+              .emplace(gang->gpus_per_member,
+                       RoomFor(gang->gpus_per_member, hosts, policy, holders))
+              .first;
+    }
     auto failed = join_failures.find(gang->gang_id);
-    if (failed != join_failures.end()) {
-      blocked.why = absl::StrCat("cannot start now: ", failed->second);
-    } else {
-      // The room depends only on the GPUs per member: once per size.
-      auto room = rooms.find(gang->gpus_per_member);
-      if (room == rooms.end()) {
-        room =
-            rooms
-                .emplace(gang->gpus_per_member,
-                         RoomFor(gang->gpus_per_member, hosts, policy, holders))
-                .first;
-      }
+    if (failed == join_failures.end()) {
       blocked.why = WhyBlocked(*gang, room->second, policy, now_unix_s);
+    } else if (absl::string_view why = failed->second;
+               absl::EndsWith(why, policy::kDrainedOrDownTail) &&
+               !room->second.unusable.empty()) {
+      // The policy counts hosts whose agent is not ready as drained: name
+      // each host that takes no gangs and why (the agent's reason).
+      why.remove_suffix(absl::string_view(policy::kDrainedOrDownTail).size());
+      blocked.why =
+          absl::StrCat("cannot start now: ", why,
+                       "; not taking gangs: ", FewNames(room->second.unusable));
+    } else {
+      blocked.why = absl::StrCat("cannot start now: ", failed->second);
     }
     outcome.blocked[gang->gang_id] = std::move(blocked);
   }

@@ -35,6 +35,7 @@ struct PlacementHost {
   // Its agent reports that it cannot take members now: no gang is placed
   // there, but a gang that only it could serve waits rather than fails.
   bool not_ready = false;
+  std::string not_ready_reason;  // The agent's words, for waiting reasons.
   bool down = false;
   uint32_t runner_slots = 0;  // The host's gitlab-runner jobs; 0 = unknown.
 };

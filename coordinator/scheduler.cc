@@ -364,6 +364,40 @@ absl::Status Scheduler::CheckFormingQuota(const state::GangKey& key) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+// A join of a job whose member another executor holds: its join stream is
+// live (forming gang) or it was admitted (running gang). Two executors of
+// one job id (two local runs with the same pipeline and job ids) would both
+// run the member's script, and either one's end would end the gang. The
+// holder's own joins (a reconnect), a later preparation attempt (a fresh id,
+// let in once the earlier attempt's cleanup left or its stream ended), any
+// join after a coordinator restart (which forgets the ids) and joins
+// without an id pass.
+absl::Status CheckSoleExecutor(const state::Gang& gang,
+                               const state::Member& member,
+                               const JoinRequest& request) {
+  if (request.executor.empty() || member.executor.empty() ||
+      request.executor == member.executor) {
+    return absl::OkStatus();
+  }
+  const bool running = gang.state == state::GangState::kRunning;
+  const bool joined = gang.state == state::GangState::kForming &&
+                      member.present && member.stream_id != 0;
+  if (!running && !joined) return absl::OkStatus();
+  const std::string& host = running ? member.host_name : member.arrival_host;
+  return absl::AlreadyExistsError(absl::StrCat(
+      "another executor already holds job ", request.job_id, " (member ",
+      request.member_index, " of gang ", gang.id, ", ",
+      running ? "running" : "joined",
+      host.empty() ? ""
+                   : absl::StrCat(running ? " on host " : " from host ", host),
+      "); this second executor of the same job id is refused and the gang "
+      "goes on with the first"));
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
                                             uint64_t stream_id) {
   last_join_needs_no_pass_ = false;
@@ -482,9 +516,17 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
       GDT_RETURN_IF_ERROR(StartNextEpoch(gang, request.job_id));
     }
     auto existing = gang.members.find(request.member_index);
+    if (existing != gang.members.end() &&
+        existing->second.job_id == request.job_id) {
+      GDT_RETURN_IF_ERROR(CheckSoleExecutor(gang, existing->second, request));
+    }
     if (gang.state == state::GangState::kRunning) {
       if (existing != gang.members.end() &&
           existing->second.job_id == request.job_id) {
+        // Known again after a restart, which forgets it.
+        if (existing->second.executor.empty()) {
+          existing->second.executor = request.executor;
+        }
         QueueAdmitted(gang, existing->second, stream_id);
         return gang.id;
       }
@@ -554,6 +596,7 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.left = false;
   member.present = true;
   member.stream_id = stream_id;
+  member.executor = request.executor;
   member.last_reason_sent.clear();  // The new stream gets the reason at once.
   member.told_missing = false;
   // Committed with the next change or the next tick's FlushStore(), so that
@@ -851,7 +894,7 @@ void Scheduler::NotifyWatchers(const state::Gang& gang) {
 }
 
 absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
-                              int64_t job_id) {
+                              int64_t job_id, const std::string& executor) {
   // The job's own epoch: the current one, or an older one still stopping.
   state::Gang* epoch_gang = GangOfJob(key, member_index, job_id);
   if (epoch_gang == nullptr) return absl::OkStatus();
@@ -859,6 +902,13 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
   auto member = gang.members.find(member_index);
   if (member == gang.members.end() || member->second.job_id != job_id ||
       member->second.left) {
+    return absl::OkStatus();
+  }
+  if (!executor.empty() && !member->second.executor.empty() &&
+      executor != member->second.executor) {
+    spdlog::warn("event=leave_ignored gang={} member={} job={} reason={}",
+                 LogValue(gang.id), member_index, job_id,
+                 LogValue("another executor of the same job holds the member"));
     return absl::OkStatus();
   }
   if (gang.state == state::GangState::kRunning &&
@@ -966,7 +1016,10 @@ std::vector<PlacementHost> Scheduler::PlacementHosts() const {
     view.runner_slots = host.spec.runner_slots;
     view.labels = host.spec.labels;
     view.drained = host.drained;
-    view.not_ready = not_ready_.count(name) > 0;
+    if (auto not_ready = not_ready_.find(name); not_ready != not_ready_.end()) {
+      view.not_ready = true;
+      view.not_ready_reason = not_ready->second;
+    }
     view.down = StateOf(host) != state::HostState::kUp;
     out.push_back(std::move(view));
   }

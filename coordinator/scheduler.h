@@ -111,6 +111,9 @@ struct JoinRequest {
   bool preemptible = false;
   // Elastic gangs: the fewest members the gang may start with (0: all).
   uint32_t nodes_min = 0;
+  // The executor's id (rendezvous::kExecutorMetadata); "" from executors
+  // that send none, which are never refused for it.
+  std::string executor;
 };
 
 // Master ports a proposal offers (and the coordinator asks the agent about)
@@ -301,9 +304,12 @@ class Scheduler {
   // When every member of a running gang has left, the gang is done and its
   // leases are released. Only a forming gang's own reason is refreshed;
   // other gangs see freed leases on the next Plan().
+  // `executor` (the caller's executor id, "" when unknown): a leave from
+  // another executor than the one holding the member (a second executor of
+  // the same job id, refused at its join) changes nothing.
   // Errors: Internal when the change cannot be persisted.
   absl::Status Leave(const state::GangKey& key, uint32_t member_index,
-                     int64_t job_id);
+                     int64_t job_id, const std::string& executor = "");
 
   // Refreshes waiting reasons (queueing Waiting events where they changed)
   // and returns the gangs that can be admitted now, in arrival order.

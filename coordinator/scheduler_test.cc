@@ -944,9 +944,13 @@ TEST_F(SchedulerTest, HostWhoseAgentIsNotReadyTakesNoGangUntilItIs) {
       scheduler_->Join(test::Joining(test::TrainKey(1), 1, 8), 11).ok());
   EXPECT_EQ(AdmitAll(), 0);
   Snapshot snapshot = scheduler_->GetSnapshot(false);
-  // The reason counts a host that is not ready with the drained ones.
-  EXPECT_THAT(snapshot.gangs.at(0).reason,
-              HasSubstr("the rest of the capacity is drained or down"));
+  // The reason names the host and the agent's reason, not "drained or
+  // down".
+  EXPECT_EQ(snapshot.gangs.at(0).reason,
+            "gang train (pipeline 77): all 1 members present, cannot start "
+            "now: gang train-p5-pl77-n1 needs 1 nodes with 8 GPUs each; hosts "
+            "taking gangs hold only 0; not taking gangs: gpu-01 not ready (its "
+            "endpoint is dead) (queue position 1)");
   EXPECT_EQ(snapshot.hosts.at(0).not_ready_reason, "its endpoint is dead");
   EXPECT_FALSE(snapshot.hosts.at(0).drained);
 

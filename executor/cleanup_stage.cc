@@ -17,6 +17,7 @@ Outcome CleanupStage(const StageContext& context) {
                                             context.security);
   PresentJobToken(coordinator, JobTokenOf(context.env));
   PresentIdToken(coordinator, IdTokenOf(context.env));
+  PresentExecutorId(coordinator, ExecutorIdOf(context.env, /*create=*/false));
   const std::string state_path = context.env.MemberStatePath();
 
   absl::StatusOr<MemberState> state = ReadMemberState(state_path);

@@ -124,6 +124,9 @@ Outcome PrepareStage(const StageContext& context) {
   // The coordinator checks it with GitLab when it verifies members.
   PresentJobToken(*coordinator, job.job_token);
   PresentIdToken(*coordinator, job.id_token);
+  // Another executor of the same job id is refused by it, and this one's
+  // calls (its leave as well) never end that one's member.
+  PresentExecutorId(*coordinator, ExecutorIdOf(context.env, /*create=*/true));
   context.out << "gdt: joining gang " << job.group_name << " (pipeline "
               << job.pipeline_id << ") as member " << job.member_index << "/"
               << job.member_total << " via coordinator " << config.coordinator

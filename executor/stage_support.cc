@@ -1,6 +1,9 @@
 #include "executor/stage_support.h"
 
+#include <random>
+
 #include "absl/strings/str_cat.h"
+#include "common/file.h"
 #include "common/logging.h"
 #include "gitlab/job_payload.h"
 #include "rendezvous/metadata.h"
@@ -63,6 +66,33 @@ void PresentMemberToken(rendezvous::AgentClient& agent,
     agent.AddMetadata(rendezvous::kMemberTokenMetadata,
                       assignment.member_token());
   }
+}
+
+std::string ExecutorIdOf(const JobEnv& env, bool create) {
+  if (env.tmpdir.empty()) return "";
+  const std::string path = absl::StrCat(env.tmpdir, "/gdt-executor-id");
+  constexpr size_t kDigits = 32;
+  if (absl::StatusOr<std::string> kept = ReadTextFile(path, kDigits);
+      kept.ok() && kept->size() == kDigits) {
+    return *kept;
+  }
+  if (!create) return "";
+  std::random_device random;
+  std::string id;
+  while (id.size() < kDigits) {
+    absl::StrAppend(&id, absl::Hex(random(), absl::kZeroPad8));
+  }
+  if (absl::Status kept = WriteFileAtomically(path, id, 0600); !kept.ok()) {
+    spdlog::warn("event=executor_id_unkept error={}",
+                 LogValue(kept.ToString()));
+    return "";
+  }
+  return id;
+}
+
+void PresentExecutorId(rendezvous::CoordinatorClient& coordinator,
+                       const std::string& id) {
+  if (!id.empty()) coordinator.AddMetadata(rendezvous::kExecutorMetadata, id);
 }
 
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,

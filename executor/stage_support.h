@@ -46,6 +46,16 @@ std::string IdTokenOf(const JobEnv& env);
 void PresentIdToken(rendezvous::CoordinatorClient& coordinator,
                     const std::string& id_token);
 
+// This preparation attempt's executor id (metadata "gdt-executor"): 32 hex
+// digits kept in $TMPDIR/gdt-executor-id, which the runner gives each
+// attempt afresh and shares with its cleanup. `create`: prepare makes it;
+// other stages only read it. "" when there is none or it cannot be kept.
+std::string ExecutorIdOf(const JobEnv& env, bool create);
+
+// Makes `coordinator` present the executor id; nothing when `id` is empty.
+void PresentExecutorId(rendezvous::CoordinatorClient& coordinator,
+                       const std::string& id);
+
 // Leaves the gang, logging (not returning) a failure.
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,

@@ -6,12 +6,15 @@
 #include <iterator>
 #include <optional>
 #include <ostream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/cli_parse.h"
 #include "common/terminal_text.h"
@@ -40,6 +43,34 @@ int ExitFor(const absl::Status& status) {
 
 std::string Dump(const nlohmann::json& json) {
   return json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// A value in the JSON output: "value" when it is UTF-8 text, else (binary
+// data, which JSON strings cannot carry) "value_base64" with its bytes in
+// base64, so nothing is lost or replaced.
+void PutValue(nlohmann::json& result, const std::string& value) {
+  if (IsValidUtf8(value)) {
+    result["value"] = value;
+  } else {
+    result["value_base64"] = absl::Base64Escape(value);
+  }
+}
+
+// The first argument that looks like an option none of the commands has
+// (CLI11 would otherwise report what it then misses, "value is required");
+// "" when there is none. Numbers (add's N, a negative value) are not
+// options, nor anything after "--".
+std::string UnknownOption(const std::vector<std::string>& args) {
+  static const std::set<std::string> kKnown = {
+      "--timeout", "--json", "--raw", "--absent", "--help", "-h", "--version"};
+  for (const std::string& arg : args) {
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    if (double number; absl::SimpleAtod(arg, &number)) continue;
+    const std::string name = arg.substr(0, arg.find('='));
+    if (kKnown.count(name) == 0) return arg;
+  }
+  return "";
 }
 
 }  // namespace
@@ -91,6 +122,14 @@ int RunKvCli(int argc, const char* const* argv,
   add->add_option("key", key)->required();
   add->add_option("n", delta)->required();
 
+  if (const std::string unknown =
+          UnknownOption(std::vector<std::string>(argv + 1, argv + argc));
+      !unknown.empty()) {
+    err << "gdt-kv: unknown option " << TerminalSafe(unknown)
+        << " (gdt-kv --help; a value starting with '-' goes after --, as in "
+           "gdt-kv set KEY -- VALUE)\n";
+    return kExitUsage;
+  }
   std::vector<std::string> args;
   for (int i = argc - 1; i > 0; --i) args.emplace_back(argv[i]);
   if (std::optional<int> code = ParseCommandLine(app, args, out, err)) {
@@ -139,7 +178,7 @@ int RunKvCli(int argc, const char* const* argv,
     status = got.status();
     if (got.ok()) {
       line = *got;
-      result["value"] = *got;
+      PutValue(result, *got);
     }
   } else if (*cas) {
     std::optional<std::string> old;
@@ -151,9 +190,11 @@ int RunKvCli(int argc, const char* const* argv,
       no_match = !outcome->swapped;
       line = outcome->current.value_or("");
       result["swapped"] = outcome->swapped;
-      result["value"] = outcome->current.has_value()
-                            ? nlohmann::json(*outcome->current)
-                            : nlohmann::json(nullptr);
+      if (outcome->current.has_value()) {
+        PutValue(result, *outcome->current);
+      } else {
+        result["value"] = nullptr;
+      }
     }
   } else if (*add) {
     absl::StatusOr<int64_t> sum = client.Add(key, delta, deadline);

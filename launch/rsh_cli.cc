@@ -19,8 +19,27 @@ constexpr int kExitUsage = 2;
 constexpr int kExitCannotRun = 255;   // ssh's code for its own failures.
 constexpr int kExitSignalBase = 128;  // 128 + signal, as a shell reports.
 
+// Where `--serve` publishes a member: under gdt/, whose keys have their own
+// quota, so a store full of the job's own keys still takes it.
 std::string AgentKey(const std::string& address) {
+  return absl::StrCat("gdt/rsh/agent/", address);
+}
+
+// Where gdt-rsh published it before (a user key): still looked up, so that
+// a member served by an older gdt-rsh is found.
+std::string LegacyAgentKey(const std::string& address) {
   return absl::StrCat("gdt-rsh/agent/", address);
+}
+
+// The member's agent endpoint, published under either key.
+absl::StatusOr<std::string> LookUp(rendezvous::KvClient& kv,
+                                   const std::string& address,
+                                   std::chrono::system_clock::time_point by) {
+  absl::StatusOr<std::string> agent = kv.Get(AgentKey(address), by);
+  if (absl::IsNotFound(agent.status())) {
+    agent = kv.Get(LegacyAgentKey(address), by);
+  }
+  return agent;
 }
 
 std::chrono::system_clock::time_point In(std::chrono::seconds s) {
@@ -95,7 +114,7 @@ int RunRshCli(int argc, char** argv,
     absl::Status problem;  // Why a member could not be looked up.
     for (const std::string& peer : peers) {
       const absl::StatusOr<std::string> agent =
-          kv.Get(AgentKey(peer), In(std::chrono::seconds(5)));
+          LookUp(kv, peer, In(std::chrono::seconds(5)));
       if (agent.ok()) {
         ++published;
       } else if (!absl::IsNotFound(agent.status()) && problem.ok()) {
@@ -132,6 +151,14 @@ int RunRshCli(int argc, char** argv,
   do {
     agent = kv.Wait(AgentKey(host),
                     std::min(wait_until, In(std::chrono::seconds(1))));
+    if (absl::IsDeadlineExceeded(agent.status())) {
+      // Not (yet) published under gdt/: an older gdt-rsh's publication?
+      if (absl::StatusOr<std::string> legacy =
+              kv.Get(LegacyAgentKey(host), In(std::chrono::seconds(5)));
+          legacy.ok()) {
+        agent = std::move(legacy);
+      }
+    }
     if (const int signal = stop_requested(); signal != 0) {
       return kExitSignalBase + signal;
     }

@@ -17,7 +17,7 @@ namespace gdt::launch {
 //       cancelled, the agent stops the command, and gdt-rsh returns
 //       128 + that signal.
 //   gdt-rsh --serve   publishes this member's agent (gang store key
-//       gdt-rsh/agent/<GDT_SELF_ADDR>) and stays up until signalled.
+//       gdt/rsh/agent/<GDT_SELF_ADDR>) and stays up until signalled.
 //   gdt-rsh --ready   exits 0 once every address in GDT_PEERS is published.
 // `stop_requested` returns the signal number once gdt-rsh should end, else
 // 0.

@@ -174,10 +174,9 @@ absl::Status AdmissionPolicy::CheckFeasibleUncached(
   }
   const uint64_t up = Capacity(unit, total, taking);
   if (up < spec.members) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gang ", spec.id, " needs ", spec.members, " nodes with ",
-                     g, " GPUs each; hosts taking gangs hold only ", up,
-                     " and the rest of the capacity is drained or down"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "gang ", spec.id, " needs ", spec.members, " nodes with ", g,
+        " GPUs each; hosts taking gangs hold only ", up, kDrainedOrDownTail));
   }
   if (spec.same_required) {
     std::map<std::string, uint64_t> by_domain;

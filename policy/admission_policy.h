@@ -67,6 +67,12 @@ enum class BackfillOrder {
 };
 
 // Seconds, or GPU-seconds where the name says so.
+// How CheckFeasible's refusal ends when only capacity that takes no gangs
+// (drained, down, or treated as drained) would fit the gang; a caller that
+// knows why those hosts take none may put its own words in its place.
+inline constexpr char kDrainedOrDownTail[] =
+    " and the rest of the capacity is drained or down";
+
 struct PreemptOptions {
   // A gang is preempted at most this many times (GangSpec::preemptions counts
   // the earlier ones); after that it is never chosen again.

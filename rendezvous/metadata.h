@@ -17,6 +17,11 @@ inline constexpr char kIdTokenMetadata[] = "gdt-id-token";
 inline constexpr char kHostTokenMetadata[] = "gdt-host-token";
 // A member's token from its assignment, on the calls to its host's agent.
 inline constexpr char kMemberTokenMetadata[] = "gdt-member-token";
+// The executor's own random id, on its JoinGang calls: the same for every
+// preparation attempt of one job on one runner (kept in the job's TMPDIR).
+// The coordinator refuses a join of a job whose member is held by another
+// executor id, so that two executors of one job id never both run.
+inline constexpr char kExecutorMetadata[] = "gdt-executor";
 // "Bearer <admin token>", on operator calls.
 inline constexpr char kAuthorizationMetadata[] = "authorization";
 

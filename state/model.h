@@ -105,6 +105,11 @@ struct Member {
   // member, which one, and the last reason sent on it.
   bool present = false;
   uint64_t stream_id = 0;
+  // The executor id (gdt-executor metadata) of the join that holds or last
+  // held the member: a join of the same job from another id is refused
+  // while this one's stream is live or after its admission. "" after a
+  // restart and from executors that send none.
+  std::string executor;
   std::string last_reason_sent;
   // Whether that reason was sent while members were missing (see
   // Scheduler's waiting_refresh: count-only updates are coalesced).

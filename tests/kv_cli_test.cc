@@ -86,6 +86,14 @@ TEST_F(KvCliTest, SetGetAddAndCas) {
 
   Result json = Run({"get", "leader", "--json"});
   EXPECT_EQ(json.out, "{\"key\":\"leader\",\"value\":\"me\"}\n");
+  // A value that is not UTF-8 comes whole, in base64 under its own field.
+  Result binary_json = Run({"get", "bin", "--json"});
+  EXPECT_EQ(binary_json.code, kv::kExitOk);
+  EXPECT_EQ(binary_json.out,
+            "{\"key\":\"bin\",\"value_base64\":\"YQD/Cg==\"}\n");
+  // A value starting with '-' goes after --.
+  EXPECT_EQ(Run({"set", "dash", "--", "-x"}).code, kv::kExitOk);
+  EXPECT_EQ(Run({"get", "dash"}).out, "-x\n");
 }
 
 TEST_F(KvCliTest, WaitSeesALaterSetAndTimesOut) {
@@ -114,6 +122,12 @@ TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
   EXPECT_EQ(missing.err, "gdt-kv get: no key 'nothing'\n");
 
   EXPECT_EQ(Run({"frobnicate"}).code, kv::kExitUsage);
+  // An option no command has is named, not what it left missing.
+  Result unknown = Run({"set", "-x", "v"});
+  EXPECT_EQ(unknown.code, kv::kExitUsage);
+  EXPECT_EQ(unknown.err,
+            "gdt-kv: unknown option -x (gdt-kv --help; a value starting with "
+            "'-' goes after --, as in gdt-kv set KEY -- VALUE)\n");
   EXPECT_EQ(Run({"cas", "k", "only-one"}).code, kv::kExitUsage);
   EXPECT_EQ(Run({"add", "k", "many"}).code, kv::kExitUsage);
   // A coordinator address gRPC would wrap to another port is refused.
