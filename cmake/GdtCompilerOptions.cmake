@@ -12,6 +12,26 @@ function(gdt_target_defaults target)
   endif()
 endfunction()
 
+# The headers nearly every test includes, parsed once per test executable
+# rather than once per file: about a third of a test file's compile time
+# (GDT_PRECOMPILED_HEADERS=OFF turns it off).
+function(gdt_precompiled_headers target)
+  if(NOT GDT_PRECOMPILED_HEADERS)
+    return()
+  endif()
+  # C++ files only (a test may compile a C file too).
+  foreach(header
+      algorithm chrono filesystem functional map memory optional string
+      vector absl/status/statusor.h absl/strings/str_cat.h gmock/gmock.h
+      gtest/gtest.h grpcpp/grpcpp.h nlohmann/json.hpp)
+    target_precompile_headers(${target} PRIVATE
+      "$<$<COMPILE_LANGUAGE:CXX>:<${header}$<ANGLE-R>>")
+  endforeach()
+  if(CMAKE_CXX_COMPILER_ID MATCHES "Clang")
+    target_compile_options(${target} PRIVATE -Xclang -fno-pch-timestamp)
+  endif()
+endfunction()
+
 # gdt_test(NAME <name> SOURCES <files...> DEPS <targets...> [LABELS <labels...>] [TIMEOUT <s>])
 # One test executable per library; every case is registered with ctest and
 # gets a deadline.
@@ -26,6 +46,7 @@ function(gdt_test)
   add_executable(${ARG_NAME} ${ARG_SOURCES})
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   gdt_target_defaults(${ARG_NAME})
+  gdt_precompiled_headers(${ARG_NAME})
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${ARG_TIMEOUT})
   # Labels are set by a script ctest reads after the discovered tests: a
