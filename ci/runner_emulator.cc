@@ -1086,9 +1086,14 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
   absl::StrAppend(
       &body, "src=", ShellQuote(src), "\n",
       "echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
-      "if git -C \"$src\" rev-parse --is-inside-work-tree >/dev/null 2>&1; "
-      "then\n",
-      "  git -C \"$src\" ls-files -z -co --exclude-standard |\n",
+      // The job may run as another user than the checkout's owner (the
+      // agent's pool accounts): git would refuse the repository as of
+      // dubious ownership, and the copy would take every ignored file
+      // (build trees) too.
+      "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
+      "--is-inside-work-tree >/dev/null 2>&1; then\n",
+      "  git -c \"safe.directory=$src\" -C \"$src\" ls-files -z -co "
+      "--exclude-standard |\n",
       "    while IFS= read -r -d '' f; do\n",
       skip_cases.empty()
           ? ""
