@@ -125,6 +125,13 @@ class FaultMatrixTest : public ::testing::Test {
     WriteRunnerConfig();
   }
 
+  // A cell that fails before its gates open would leave the stages that
+  // wait on them behind: open them all (the waits also end once the
+  // cluster's dir is gone).
+  void TearDown() override {
+    for (const char* gate : {"go-after", "go-cleanup", "release"}) Open(gate);
+  }
+
   std::string Gate(const std::string& name) const {
     return cluster_.dir().Sub(name);
   }
@@ -154,8 +161,8 @@ class FaultMatrixTest : public ::testing::Test {
                      "    - $TRAIN_COMMAND\n"
                      "  after_script:\n"
                      "    - 'echo $$ > ",
-                     Gate("after-pid-"), "$CI_NODE_INDEX; while [ ! -e ",
-                     Gate("go-after"),
+                     Gate("after-pid-"), "$CI_NODE_INDEX; while [ -d ",
+                     cluster_.dir().path(), " ] && [ ! -e ", Gate("go-after"),
                      " ]; do sleep 0.1; done'\n"
                      "hold:\n"
                      "  parallel: 2\n"
@@ -165,8 +172,9 @@ class FaultMatrixTest : public ::testing::Test {
                      "    GDT_LAUNCHER: none\n"
                      "  script:\n"
                      "    - 'touch ",
-                     Gate("hold-"), "$CI_NODE_INDEX; while [ ! -e ",
-                     Gate("release"), " ]; do sleep 0.1; done'\n"));
+                     Gate("hold-"), "$CI_NODE_INDEX; while [ -d ",
+                     cluster_.dir().path(), " ] && [ ! -e ", Gate("release"),
+                     " ]; do sleep 0.1; done'\n"));
   }
 
   // A runner config.toml with the real executor for config, prepare and
@@ -180,26 +188,26 @@ class FaultMatrixTest : public ::testing::Test {
     runner_config_ = cluster_.dir().Sub("config.toml");
     WriteFile(
         runner_config_,
-        absl::StrCat("[[runners]]\n"
-                     "  name = \"fault matrix\"\n"
-                     "  url = \"https://gitlab.example.com\"\n"
-                     "  token = \"glrt-fault-matrix\"\n"
-                     "  executor = \"custom\"\n"
-                     "  [runners.custom]\n"
-                     "    config_exec = \"",
-                     executor, "\"\n    config_args = [\"--config\", \"",
-                     config, "\", \"config\"]\n    prepare_exec = \"", executor,
-                     "\"\n    prepare_args = [\"--config\", \"", config,
-                     "\", \"prepare\"]\n    run_exec = \"", executor,
-                     "\"\n    run_args = [\"--config\", \"", config,
-                     "\", \"run\"]\n    cleanup_exec = \"/bin/sh\"\n"
-                     "    cleanup_args = [\"-c\", \"echo $$ > ",
-                     Gate("cleanup-pid-"),
-                     "$CUSTOM_ENV_CI_NODE_INDEX; while [ ! -e ",
-                     Gate("go-cleanup"), " ]; do sleep 0.1; done; exec ",
-                     executor, " --config ", config,
-                     " cleanup\"]\n"
-                     "    graceful_kill_timeout = 30\n"));
+        absl::StrCat(
+            "[[runners]]\n"
+            "  name = \"fault matrix\"\n"
+            "  url = \"https://gitlab.example.com\"\n"
+            "  token = \"glrt-fault-matrix\"\n"
+            "  executor = \"custom\"\n"
+            "  [runners.custom]\n"
+            "    config_exec = \"",
+            executor, "\"\n    config_args = [\"--config\", \"", config,
+            "\", \"config\"]\n    prepare_exec = \"", executor,
+            "\"\n    prepare_args = [\"--config\", \"", config,
+            "\", \"prepare\"]\n    run_exec = \"", executor,
+            "\"\n    run_args = [\"--config\", \"", config,
+            "\", \"run\"]\n    cleanup_exec = \"/bin/sh\"\n"
+            "    cleanup_args = [\"-c\", \"echo $$ > ",
+            Gate("cleanup-pid-"), "$CUSTOM_ENV_CI_NODE_INDEX; while [ -d ",
+            cluster_.dir().path(), " ] && [ ! -e ", Gate("go-cleanup"),
+            " ]; do sleep 0.1; done; exec ", executor, " --config ", config,
+            " cleanup\"]\n"
+            "    graceful_kill_timeout = 30\n"));
   }
 
   std::vector<std::string> RunArgv(const std::string& job,
