@@ -24,6 +24,15 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
+// The gang store of the job whose environment is `env`.
+absl::StatusOr<rendezvous::KvTarget> KvTargetOf(
+    const std::map<std::string, std::string>& env) {
+  return rendezvous::KvTargetFromEnvironment([&env](const char* name) {
+    auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
 class RshSignalTest : public test::InProcessCoordinatorTest {
  protected:
   void SetUp() override {
@@ -35,11 +44,7 @@ class RshSignalTest : public test::InProcessCoordinatorTest {
 };
 
 TEST_F(RshSignalTest, TermIntAndHupEndTheCommandWithTheirCode) {
-  absl::StatusOr<rendezvous::KvTarget> target =
-      rendezvous::KvTargetFromEnvironment([this](const char* name) {
-        auto it = env_.find(name);
-        return it == env_.end() ? nullptr : it->second.c_str();
-      });
+  absl::StatusOr<rendezvous::KvTarget> target = KvTargetOf(env_);
   ASSERT_TRUE(target.ok()) << target.status();
   rendezvous::KvClient kv(*target);
   ASSERT_TRUE(kv.Set("gdt/rsh/agent/10.9.9.9", agent_address_,
@@ -151,11 +156,7 @@ class RshFullStoreTest : public test::InProcessCoordinatorTest {
 };
 
 TEST_F(RshFullStoreTest, ServesFromAFullStoreAndFindsOlderPublications) {
-  absl::StatusOr<rendezvous::KvTarget> target =
-      rendezvous::KvTargetFromEnvironment([this](const char* name) {
-        auto it = env_.find(name);
-        return it == env_.end() ? nullptr : it->second.c_str();
-      });
+  absl::StatusOr<rendezvous::KvTarget> target = KvTargetOf(env_);
   ASSERT_TRUE(target.ok()) << target.status();
   rendezvous::KvClient kv(*target);
   // An older gdt-rsh's publication takes the store's one user key.
