@@ -23,11 +23,13 @@
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
 #include "testing/temp_dir.h"
+#include "testing/wait.h"
 
 namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
@@ -48,17 +50,6 @@ bool ProcessGone(pid_t pid) {
   const size_t paren = line.rfind(')');
   return paren == std::string::npos || line.size() < paren + 3 ||
          line[paren + 2] == 'Z' || line[paren + 2] == 'X';
-}
-
-// Polls `condition` until it holds or `timeout` passes.
-template <typename Condition>
-bool WaitFor(Condition condition, milliseconds timeout) {
-  const auto deadline = steady_clock::now() + timeout;
-  while (!condition()) {
-    if (steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return true;
 }
 
 // What a stage produced, as the executor would see it.

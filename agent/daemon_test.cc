@@ -16,11 +16,13 @@
 #include "rendezvous/agent_client.h"
 #include "testing/fake_coordinator.h"
 #include "testing/temp_dir.h"
+#include "testing/wait.h"
 
 namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
@@ -142,15 +144,12 @@ TEST_F(DaemonTest, ShutdownTerminatesRunningStages) {
         },
         nullptr);
   });
-  const auto deadline = steady_clock::now() + seconds(10);
-  while (true) {
-    {
-      MutexLock lock(mu);
-      if (output == "ready\n") break;
-    }
-    ASSERT_LT(steady_clock::now(), deadline);
-    std::this_thread::sleep_for(milliseconds(10));
-  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        MutexLock lock(mu);
+        return output == "ready\n";
+      },
+      seconds(10)));
 
   const auto begin = steady_clock::now();
   (*daemon)->Shutdown();
@@ -217,12 +216,8 @@ TEST_F(DaemonTest, ExitsOutliveCoordinatorOutagesAndAgentRestarts) {
   EXPECT_TRUE(exits[0].lost_reason().empty());
   EXPECT_GE(exits[0].exited_unix_ms(), before);
   // Acknowledged: gone from disk.
-  const auto deadline = steady_clock::now() + seconds(10);
-  while (fs::directory_iterator(outbox) != fs::directory_iterator() &&
-         steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_EQ(fs::directory_iterator(outbox), fs::directory_iterator());
+  EXPECT_TRUE(WaitFor([&] { return fs::is_empty(outbox); }, seconds(10)))
+      << "the outbox still holds reports";
 }
 
 TEST_F(DaemonTest, ListenFailureIsUnavailable) {

@@ -18,22 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/wait.h"
 
 namespace gdt::agent {
 namespace {
 
 using namespace std::chrono_literals;
+using ::gdt::test::WaitFor;
 using ::testing::HasSubstr;
-
-bool WaitFor(const std::function<bool()>& condition,
-             std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
 
 TEST(EndpointWatchTest, NotReadyWhileTheEndpointFailsAndReadyAgainAfter) {
   std::atomic<bool> answering{true};

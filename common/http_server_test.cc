@@ -16,10 +16,12 @@
 #include "common/host_port.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "testing/wait.h"
 
 namespace gdt {
 namespace {
 
+using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
@@ -116,12 +118,8 @@ TEST(HttpServerTest, TricklingClientsDoNotHoldEveryThread) {
   // The slow clients came first and hold both threads; a request that
   // comes after them is served once they have had their time.
   for (const auto& trickling : slow) {
-    const auto deadline = std::chrono::steady_clock::now() + seconds(20);
-    while (trickling->bytes_sent() < 5 &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    ASSERT_GE(trickling->bytes_sent(), 5);
+    ASSERT_TRUE(
+        WaitFor([&] { return trickling->bytes_sent() >= 5; }, seconds(20)));
   }
   httplib::Client client(server->bound_address());
   client.set_connection_timeout(seconds(30));
@@ -136,11 +134,7 @@ TEST(HttpServerTest, TricklingClientsDoNotHoldEveryThread) {
   // The slow clients are cut after their age, not when they give up.
   EXPECT_LT(waited, seconds(15));
   for (const auto& trickling : slow) {
-    const auto deadline = std::chrono::steady_clock::now() + seconds(20);
-    while (!trickling->cut() && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    EXPECT_TRUE(trickling->cut());
+    EXPECT_TRUE(WaitFor([&] { return trickling->cut(); }, seconds(20)));
   }
 }
 

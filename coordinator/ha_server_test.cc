@@ -16,23 +16,14 @@
 #include "rendezvous/coordinator_client.h"
 #include "testing/etcd_test_server.h"
 #include "testing/loopback_server.h"
+#include "testing/wait.h"
 
 namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
+using ::gdt::test::WaitFor;
 using ::testing::HasSubstr;
-
-// Polls `condition` every 20 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition,
-             std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
-}
 
 v1::HostSpec CpuHost(const std::string& name) {
   v1::HostSpec host;

@@ -225,15 +225,6 @@ absl::StatusOr<nlohmann::json> CoordinatorStatus(
   return parsed;
 }
 
-bool WaitFor(const std::function<bool()>& condition, milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (true) {
-    if (condition()) return true;
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-}
-
 GdtCluster::GdtCluster(const NetworkNamespaces* namespaces, int control_host)
     : namespaces_(namespaces), control_host_(control_host) {}
 

@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "testing/temp_dir.h"
 #include "testing/test_certs.h"
+#include "testing/wait.h"
 
 namespace gdt::test {
 
@@ -91,10 +92,6 @@ CommandResult RunProcess(const std::vector<std::string>& argv,
 absl::StatusOr<nlohmann::json> CoordinatorStatus(
     const std::string& endpoint, const std::vector<std::string>& prefix = {},
     const std::map<std::string, std::string>& env = {});
-
-// Polls `condition` every 20 ms until it holds or `timeout` passes.
-bool WaitFor(const std::function<bool()>& condition,
-             std::chrono::milliseconds timeout);
 
 // One gdt-agent's host, as its config file declares it.
 struct AgentSpec {
