@@ -206,6 +206,44 @@ TEST_F(IsolationTest, JobGetsABaseEnvironmentNotTheAgents) {
   EXPECT_THAT(log, HasSubstr("env: CI_JOB_ID=")) << log;
 }
 
+// The checkout belongs to root while members run as pool accounts: git
+// would call it "of dubious ownership", and the copy into each member's
+// builds dir would fall back to the whole directory, ignored build trees
+// included (gigabytes per member). Each member gets what a fetch brings:
+// tracked and untracked files, not ignored ones.
+TEST_F(IsolationTest, PoolAccountGetsTheCheckoutsFilesNotItsIgnoredOnes) {
+  const std::string project = MakeProject(
+      "for f in tracked.txt untracked.txt build/big.bin; do\n"
+      "  if [ -e \"$f\" ]; then echo \"has $f\"; else echo \"lacks $f\"; fi\n"
+      "done\n");
+  WriteFile(project + "/.gitignore", "build/\n");
+  WriteFile(project + "/tracked.txt", "tracked\n");
+  fs::create_directories(project + "/build");
+  WriteFile(project + "/build/big.bin", "a build tree\n");
+  const std::vector<std::string> git = {
+      "git", "-C", project, "-c", "user.name=gdt", "-c", "user.email=gdt@test"};
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"init", "-q"},
+        {"add", ".gitignore", ".gitlab-ci.yml", "tracked.txt"},
+        {"commit", "-q", "-m", "project"}}) {
+    std::vector<std::string> argv = git;
+    argv.insert(argv.end(), args.begin(), args.end());
+    CommandResult result = RunProcess(argv, {}, seconds(20));
+    ASSERT_TRUE(result.status.success()) << result.output;
+  }
+  WriteFile(project + "/untracked.txt", "not yet added\n");
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    EXPECT_THAT(log, HasSubstr("has tracked.txt\n")) << log;
+    EXPECT_THAT(log, HasSubstr("has untracked.txt\n")) << log;
+    EXPECT_THAT(log, HasSubstr("lacks build/big.bin\n")) << log;
+  }
+}
+
 TEST_F(IsolationTest, MemberCgroupCapsItsProcessesWhereTheHostCan) {
   const std::string project = MakeProject(
       "d=\"$(findmnt -rn -t cgroup2 -o TARGET | head -1)$(sed -n "
