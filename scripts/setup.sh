@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # Build
-  cmake ninja-build g++ clang clang-format clang-tidy pkg-config ccache
+  cmake ninja-build g++ clang clang-format clang-tidy pkg-config ccache lld
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libyaml-cpp-dev libyaml-dev libspdlog-dev libgtest-dev libgmock-dev libcurl4-openssl-dev
   libsqlite3-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
