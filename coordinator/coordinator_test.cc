@@ -1,7 +1,5 @@
 #include "coordinator/coordinator.h"
 
-#include <sqlite3.h>
-
 #include <chrono>
 #include <set>
 
@@ -10,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/sqlite_edit.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
@@ -255,15 +254,8 @@ TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {
     ASSERT_TRUE(coordinator.ok()) << coordinator.status();
     ASSERT_TRUE((*coordinator)->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   }
-  {
-    // A damaged row: the host's GPUs are not JSON.
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE hosts SET gpus = 'not json'", nullptr,
-                           nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
-  }
+  // A damaged row: the host's GPUs are not JSON.
+  ASSERT_EQ(test::ExecSql(path, "UPDATE hosts SET gpus = 'not json'"), "");
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
       state::SqliteStore::Open(path);
   ASSERT_TRUE(store.ok()) << store.status();

@@ -1,5 +1,3 @@
-#include <sqlite3.h>
-
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
 #include "gmock/gmock.h"
@@ -9,6 +7,7 @@
 #include "state/sqlite_store.h"
 #include "testing/etcd_test_server.h"
 #include "testing/scheduler_fixtures.h"
+#include "testing/sqlite_edit.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::coordinator {
@@ -433,12 +432,7 @@ TEST_P(StoreTest, AGangInAnUnknownStateStopsTheLoad) {
     }
     ASSERT_GT(changed, 0);
   } else {
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(Path().c_str(), &db), SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "UPDATE gangs SET state = 999", nullptr, nullptr,
-                           nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
+    ASSERT_EQ(test::ExecSql(Path(), "UPDATE gangs SET state = 999"), "");
   }
   absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
@@ -459,12 +453,7 @@ TEST(SqliteStoreTest, RejectsANewerSchemaVersion) {
     ASSERT_TRUE(store.ok()) << store.status();
   }
   // Simulate a database written by a future gdt-coord.
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "INSERT INTO schema_version VALUES (99)", nullptr,
-                         nullptr, nullptr),
-            SQLITE_OK);
-  sqlite3_close(db);
+  ASSERT_EQ(test::ExecSql(path, "INSERT INTO schema_version VALUES (99)"), "");
 
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
       state::SqliteStore::Open(path);
