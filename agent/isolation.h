@@ -38,8 +38,10 @@ struct PurgeOptions {
   // Directories everyone may write to; entries in them (and in the
   // world-writable directories below them) owned by the account go. One
   // that does not exist is skipped.
-  std::vector<std::string> roots = {"/dev/shm", "/tmp", "/var/tmp",
-                                    "/dev/mqueue"};
+  // /run/lock is the lock directory (often 1777; /var/lock links to it
+  // on most systems, and is looked at where it is a directory of its own).
+  std::vector<std::string> roots = {"/dev/shm",  "/tmp",      "/var/tmp",
+                                    "/run/lock", "/var/lock", "/dev/mqueue"};
   // Directories never entered or removed (the agent's builds, cache and
   // scratch roots, should they lie under a root).
   std::vector<std::string> keep;

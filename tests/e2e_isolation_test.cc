@@ -256,7 +256,7 @@ class AccountReuseTest : public IsolationTest {
   void TearDown() override {
     // Whatever a failed run left.
     agent::PurgeOptions options;
-    options.roots = {"/dev/shm", "/tmp"};
+    options.roots = {"/dev/shm", "/tmp", "/run/lock"};
     for (uid_t uid : {61011u, 61012u}) {
       (void)agent::PurgeAccountLeftovers(uid, uid, options);
     }
@@ -300,6 +300,12 @@ class AccountReuseTest : public IsolationTest {
 
   std::string tag_;
   std::string stale_;
+  // The host has a lock directory everyone may write to (1777).
+  const bool lock_dir_ = [] {
+    struct stat info = {};
+    return lstat("/run/lock", &info) == 0 && S_ISDIR(info.st_mode) &&
+           (info.st_mode & S_IWOTH) != 0;
+  }();
 };
 
 TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
@@ -318,6 +324,11 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
       "-dir-$(id -u)/f\n", "ln -s /dev/shm/", t, "-collect-$(id -u) /tmp/", t,
       "-trap-$(id -u)\n",
       "ipcmk -S 4 && ipcmk -Q && ipcmk -M 4096 && echo \"ipc made\"\n",
+      // The lock directory everyone may write to, where the host has one.
+      lock_dir_
+          ? absl::StrCat("echo \"earlier-secret-$CI_JOB_ID\" > /run/lock/", t,
+                         "-$(id -u)\n")
+          : "",
       "echo \"left state as uid $(id -u)\"\n");
   CommandResult earlier =
       cluster_.RunLocal(MakeProject(leave), "train", {}, seconds(120));
@@ -336,12 +347,14 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
   // Teardown answered after the purge: nothing is left by now.
   EXPECT_THAT(Left("/dev/shm"), ::testing::IsEmpty());
   EXPECT_THAT(Left("/tmp"), ::testing::IsEmpty());
+  EXPECT_THAT(Left("/run/lock"), ::testing::IsEmpty());
   EXPECT_EQ(IpcObjectsOfTheAccounts(), 0);
   for (const char* uid : {"61011", "61012"}) {
     EXPECT_THAT(cluster_.Logs(),
                 ::testing::ContainsRegex(absl::StrCat(
                     "event=member_account_purged member=[^ ]+ uid=", uid,
-                    " files=3 dirs=1 shm=1 sem=1 msg=1 failed=0")))
+                    " files=", lock_dir_ ? 4 : 3,
+                    " dirs=1 shm=1 sem=1 msg=1 failed=0")))
         << cluster_.Logs();
   }
 
@@ -349,8 +362,9 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
   const std::string look = absl::StrCat(
       "mark=\"found-$((1+1))\"\n"
       "cat /dev/shm/",
-      t, "-$(id -u) 2>/dev/null && echo \"$mark-secret\"\n",
-      "echo later > /tmp/", t, "-trap-$(id -u)\n", "[ -e /dev/shm/", t,
+      t, "-$(id -u) 2>/dev/null && echo \"$mark-secret\"\n", "cat /run/lock/",
+      t, "-$(id -u) 2>/dev/null && echo \"$mark-lock\"\n", "echo later > /tmp/",
+      t, "-trap-$(id -u)\n", "[ -e /dev/shm/", t,
       "-collect-$(id -u) ] && echo \"$mark-link\"\n",
       "[ -z \"$(ipcs -c | awk -v u=$(id -u) '$3==u || $5==u')\" ] || "
       "echo \"$mark-ipc\"\n",
@@ -421,7 +435,7 @@ class RunnerLossTest : public IsolationTest {
   }
   void TearDown() override {
     agent::PurgeOptions options;
-    options.roots = {"/dev/shm", "/tmp"};
+    options.roots = {"/dev/shm", "/tmp", "/run/lock"};
     for (uid_t uid : {61021u, 61022u}) {
       (void)agent::PurgeAccountLeftovers(uid, uid, options);
     }
