@@ -81,6 +81,21 @@ struct PurgeCounts {
 absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
                                                   const PurgeOptions& options);
 
+// The pids.max each member cgroup gets: `configured` (member_pids_max),
+// lowered so that `members` members at their limit together hold at most
+// three quarters of `kernel_limit` (the least of the kernel's pid_max and
+// threads-max): a host whose kernel allows 32768 pids in all would
+// otherwise let one member's fork bomb take every pid, the agent's and the
+// other members' included. 0 (the operator's "no limit") stays 0, and so
+// does anything while the kernel limit is unknown (0); else at least 1.
+uint64_t MemberPidsMax(uint64_t configured, uint64_t kernel_limit,
+                       uint64_t members);
+
+// The least of the kernel's limits on pids and threads in all
+// (/proc/sys/kernel/pid_max, /proc/sys/kernel/threads-max); 0 when neither
+// can be read.
+uint64_t KernelPidsLimit();
+
 // The environment a stage starts from: the names of `agent_env` that are
 // safe and needed to run anything (PATH, HOME, USER, LOGNAME, SHELL, LANG,
 // LANGUAGE, LC_*, TZ, TERM) plus those `passthrough` names (an entry
