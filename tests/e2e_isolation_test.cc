@@ -460,9 +460,15 @@ class RunnerLossTest : public IsolationTest {
 };
 
 TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
-  const std::string started = SharedDir("flags") + "/member-1-started";
+  const std::string flags = SharedDir("flags");
+  const std::string started = flags + "/member-1-started";
   const std::string escaped = "sleep 317";
+  // Each member leaves a secret in its project dir (its builds dir, which
+  // the agent keeps when it tears a member down itself) and says where.
   const std::string project = MakeProject(absl::StrCat(
+      "echo \"builds-secret-$CI_JOB_ID\" > \"$CI_PROJECT_DIR/", tag_,
+      "-secret\"\n", "echo \"$CI_PROJECT_DIR\" > ", flags,
+      "/project-dir-$CI_NODE_INDEX\n",
       "if [ \"$CI_NODE_INDEX\" = 2 ]; then\n"
       "  echo left > /tmp/",
       tag_,
@@ -531,16 +537,26 @@ TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
   for (int pid : escaped_pids()) kill(pid, SIGKILL);  // A failed run's.
   EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61021")));
   EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61022")));
+  for (int index = 1; index <= 2; ++index) {
+    EXPECT_FALSE(ReadFile(absl::StrCat(flags, "/project-dir-", index)).empty())
+        << MemberLogOf(cluster_, index);
+  }
 
   // The next gang gets both accounts (none is held by a dead member) and
   // finds no process or file of the earlier one under them.
   fs::remove_all(cluster_.run_dir());
   const std::string look = MakeProject(absl::StrCat(
       "mark=\"found-$((1+1))\"\n"
-      "pgrep -u \"$(id -u)\" -x sleep >/dev/null && echo \"$mark-process\"\n"
+      // A killed process its new parent has not reaped yet (a zombie:
+      // this host's pid 1 reaps late) runs nothing.
+      "ps -u \"$(id -u)\" -o stat=,comm= | grep -v '^Z' | grep -qw sleep && "
+      "echo \"$mark-process\"\n"
       "[ -e /tmp/",
-      tag_,
-      "-$(id -u) ] && echo \"$mark-file\"\n"
+      tag_, "-$(id -u) ] && echo \"$mark-file\"\n",
+      // The builds dirs the earlier gang's members left, with the accounts
+      // the later one has: nothing in them is readable.
+      "for f in ", flags, "/project-dir-*; do cat \"$(cat \"$f\")/", tag_,
+      "-secret\" 2>/dev/null && echo \"$mark-builds-dir\"; done\n",
       "echo \"looked as uid $(id -u)\"\n"));
   CommandResult later = cluster_.RunLocal(look, "train", {}, seconds(120));
   ASSERT_TRUE(later.status.success()) << later.output << cluster_.Logs();
