@@ -617,6 +617,33 @@ grpc::Status AgentService::ExecInMember(
                  LogValue(std::string(member.status().message())));
     return rendezvous::ToGrpcStatus(member.status());
   }
+  {
+    MutexLock lock(execs_mu_);
+    int& running = execs_[member->member_id];
+    if (running >= kMaxExecsPerMember) {
+      spdlog::warn("event=exec_refused member={} reason={}",
+                   LogValue(member->member_id),
+                   LogValue("too many commands at once"));
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("member ", member->member_id, " already runs ", running,
+                       " commands through gdt-rsh, the limit; "
+                       "wait for one to end"));
+    }
+    ++running;
+  }
+  // Counted until the call returns, however it returns.
+  struct ExecSlot {
+    AgentService* service;
+    std::string member_id;
+    ~ExecSlot() {
+      MutexLock lock(service->execs_mu_);
+      auto it = service->execs_.find(member_id);
+      if (it != service->execs_.end() && --it->second <= 0) {
+        service->execs_.erase(it);
+      }
+    }
+  } slot{this, member->member_id};
   spdlog::info("event=exec_in_member member={} argv0={}",
                LogValue(member->member_id), LogValue(request->argv(0)));
   SpawnOptions spawn;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,7 @@
 #include "agent/exit_outbox.h"
 #include "agent/member_token_cache.h"
 #include "agent/supervisor.h"
+#include "common/mutex.h"
 #include "gdt/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
@@ -62,6 +64,12 @@ class AgentService final
   grpc::Status CheckPort(grpc::ServerContext* context,
                          const v1::CheckPortRequest* request,
                          v1::CheckPortResponse* response) override;
+  // Commands one member may run through gdt-rsh at once: each holds one of
+  // the agent's threads while it runs, and a job must not make the agent
+  // start threads (and tasks of its own cgroup) without bound. Beyond it
+  // ExecInMember is RESOURCE_EXHAUSTED.
+  static constexpr int kMaxExecsPerMember = 64;
+
   // gdt-rsh: see agent.proto.
   grpc::Status ExecInMember(
       grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
@@ -72,6 +80,9 @@ class AgentService final
   MemberLostHandler member_lost_;
   ExitHandler exit_;
   std::unique_ptr<MemberTokenCache> member_tokens_;  // Null: no check.
+  Mutex execs_mu_;
+  // Commands running through ExecInMember, by member id.
+  std::map<std::string, int> execs_ ABSL_GUARDED_BY(execs_mu_);
 };
 
 // A started gRPC server hosting one AgentService. Not thread-safe.

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
 #include "gmock/gmock.h"
@@ -886,6 +887,67 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   // No member of the gang left on this host.
   EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Each gdt-rsh command holds one of the agent's threads while it runs: a
+// job that starts thousands at once must not make the agent start thousands
+// of threads (tasks the agent's own cgroup pays for, and that the member's
+// pids.max does not count). One member runs a bounded number at once.
+TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
+  const std::string flag = root_ + "/stage-may-end";
+  const std::string release = root_ + "/commands-may-end";
+  v1::StartStage start =
+      Start("g1/1", "while [ ! -e " + flag + " ]; do sleep 0.02; done\n");
+  (*start.mutable_env())["GDT_GANG_ID"] = "g1";
+  (*start.mutable_env())["GDT_KV_TOKEN"] = "secret";
+  std::thread stage([&] {
+    StageResult result = Run(start);
+    EXPECT_TRUE(result.exit.ok()) << result.exit.status();
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return supervisor_->MemberRunning("g1/1"); }, seconds(10)));
+
+  constexpr int kLimit = AgentService::kMaxExecsPerMember;
+  std::vector<OutputLog> logs(kLimit);
+  std::vector<ExecResult> results(kLimit);
+  std::vector<std::thread> execs;
+  for (int i = 0; i < kLimit; ++i) {
+    execs.emplace_back([&, i] {
+      results[i] =
+          Exec(*client_, "g1", "secret",
+               "echo up; while [ ! -e " + release + " ]; do sleep 0.2; done",
+               &logs[i]);
+    });
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (OutputLog& log : logs) {
+          if (!log.StdoutContains("up")) return false;
+        }
+        return true;
+      },
+      seconds(60)));
+  // One more is refused with one line naming the limit; nothing runs.
+  ExecResult over = Exec(*client_, "g1", "secret", "touch " + root_ + "/ran");
+  EXPECT_EQ(over.exit.status().code(), absl::StatusCode::kResourceExhausted)
+      << over.exit.status();
+  EXPECT_THAT(over.exit.status().message(),
+              HasSubstr(absl::StrCat("member g1/1 already runs ", kLimit,
+                                     " commands through gdt-rsh, the limit")));
+  EXPECT_FALSE(fs::exists(root_ + "/ran"));
+
+  // Once they have ended, the member may run commands again.
+  std::ofstream(release).put('\n');
+  for (std::thread& exec : execs) exec.join();
+  for (const ExecResult& result : results) {
+    ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+    EXPECT_EQ(result.exit->exit_code(), 0);
+  }
+  ExecResult again = Exec(*client_, "g1", "secret", "echo again");
+  ASSERT_TRUE(again.exit.ok()) << again.exit.status();
+  EXPECT_EQ(again.out, "again\n");
+  std::ofstream(flag).put('\n');
+  stage.join();
 }
 
 // With a member token check configured, an executor without a token the
