@@ -347,8 +347,16 @@ void Stage::Run() {
   if (ended_in_teardown_ && status->signal == SIGKILL) status = ExitStatus{};
   const steady_clock::time_point drain_until =
       steady_clock::now() + kDrainLimit;
-  while (steady_clock::now() < drain_until &&
-         child_->PumpOutput(kTick, forward)) {
+  while (steady_clock::now() < drain_until) {
+    // As while the script ran: nothing more is read while the observer is
+    // full, or a process that left the group and writes without end (cat
+    // /dev/zero) would queue all it writes in a second in this process.
+    if (!observer_->ReadyForOutput()) {
+      MutexLock lock(mu_);
+      changed_.WaitUntil(mu_, steady_clock::now() + kTick);
+      continue;
+    }
+    if (!child_->PumpOutput(kTick, forward)) break;
   }
   {
     MutexLock lock(mu_);

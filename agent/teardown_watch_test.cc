@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -149,6 +150,50 @@ class Recorder : public StageObserver {
   std::string output_ ABSL_GUARDED_BY(mu_);
   std::optional<ExitStatus> status_ ABSL_GUARDED_BY(mu_);
 };
+
+// An observer whose client does not read: it is full from the start.
+class FullObserver : public StageObserver {
+ public:
+  bool ReadyForOutput() override { return false; }
+  void OnOutput(OutputSource, std::string_view data) override {
+    bytes_ += data.size();
+  }
+  void OnExit(const ExitStatus&) override {}
+  size_t bytes() const { return bytes_.load(); }
+
+ private:
+  std::atomic<size_t> bytes_{0};
+};
+
+// A process that left the script's group writes without end after the
+// script exited. While its output is collected the stage reads nothing the
+// observer cannot take, as while the script ran: the agent must not queue
+// all the pipe carries in that second (gigabytes here) for an executor
+// that does not read.
+TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
+  test::TempDir dir;
+  const std::string script = dir.Sub("stage.sh");
+  {
+    std::ofstream out(script);
+    out << "setsid sh -c 'exec timeout 60 cat /dev/zero' &\n"
+           "sleep 0.5\n"
+           "exit 0\n";
+  }
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  FullObserver observer;
+  {
+    absl::StatusOr<std::shared_ptr<Stage>> stage =
+        Stage::Start(options, &observer, nullptr);
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(30)));
+    // Dropping the stage closes its pipes: the writer dies of SIGPIPE.
+  }
+  // Nothing at all, or at most the pipe's last buffer.
+  EXPECT_LT(observer.bytes(), 1u << 20);
+}
 
 // Two ranks under a launcher shell: rank 0 finishes, rank 1 never leaves.
 // The stage ends as a success once rank 1 has been idle for the bound, and
