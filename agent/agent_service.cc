@@ -1,6 +1,7 @@
 #include "agent/agent_service.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -90,8 +91,16 @@ constexpr size_t kMaxErrorFileBytes = 1 << 20;
 // The error file's contents; empty when there is none (or only a link,
 // which the agent does not follow into files the member may not read).
 std::string ReadErrorFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // In the member's scratch dir: a FIFO put there must not block this
+  // thread (the stage's) in open() or read().
+  const int fd =
+      open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
+  struct stat info = {};
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return "";
+  }
   std::string text;
   char buffer[8192];
   while (text.size() < kMaxErrorFileBytes) {
