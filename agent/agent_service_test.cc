@@ -23,6 +23,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -948,6 +950,36 @@ TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
   EXPECT_EQ(again.out, "again\n");
   std::ofstream(flag).put('\n');
   stage.join();
+}
+
+// Refusals answer whoever reaches the agent: a job that repeats a refused
+// call as fast as it can gets a line for the first, then one per interval
+// counting the rest, not a line per call.
+TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  const auto start = steady_clock::now();
+  constexpr int kCalls = 300;
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(
+        Exec(*client_, "no-such-gang", "guess", "true").exit.status().code(),
+        absl::StatusCode::kNotFound);
+  }
+  const auto took = steady_clock::now() - start;
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  size_t lines = 0;
+  for (size_t at = log.find("event=exec_refused"); at != std::string::npos;
+       at = log.find("event=exec_refused", at + 1)) {
+    ++lines;
+  }
+  EXPECT_THAT(log, HasSubstr("event=exec_refused gang=no-such-gang"));
+  EXPECT_THAT(log, HasSubstr(" refused=1"));
+  // One line, and one more per interval the calls took.
+  EXPECT_LE(lines, 1 + static_cast<size_t>(took / RefusalLog::kInterval))
+      << log;
 }
 
 // With a member token check configured, an executor without a token the
