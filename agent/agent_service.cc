@@ -1,6 +1,7 @@
 #include "agent/agent_service.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -90,8 +91,16 @@ constexpr size_t kMaxErrorFileBytes = 1 << 20;
 // The error file's contents; empty when there is none (or only a link,
 // which the agent does not follow into files the member may not read).
 std::string ReadErrorFile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  // In the member's scratch dir: a FIFO put there must not block this
+  // thread (the stage's) in open() or read().
+  const int fd =
+      open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return "";
+  struct stat info = {};
+  if (fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    close(fd);
+    return "";
+  }
   std::string text;
   char buffer[8192];
   while (text.size() < kMaxErrorFileBytes) {
@@ -139,12 +148,13 @@ class StageReactor final
                const AgentService::MemberLostHandler& member_lost,
                const AgentService::ExitHandler& exit_handler,
                const grpc::CallbackServerContext& context,
-               MemberTokenCache* member_tokens)
+               MemberTokenCache* member_tokens, RefusalLog& refusals)
       : supervisor_(supervisor),
         member_lost_(member_lost),
         exit_handler_(exit_handler),
         context_(context),
-        member_tokens_(member_tokens) {
+        member_tokens_(member_tokens),
+        refusals_(refusals) {
     StartRead(&request_);
   }
 
@@ -299,9 +309,13 @@ class StageReactor final
                                {start.member_id(), start.gang_id(),
                                 start.epoch(), start.job_id()});
           !allowed.ok()) {
-        spdlog::warn("event=stage_refused member={} stage={} error={}",
-                     LogValue(start.member_id()), LogValue(start.stage()),
-                     LogValue(allowed.ToString()));
+        if (std::optional<uint64_t> refused =
+                refusals_.Occur("stage_refused")) {
+          spdlog::warn(
+              "event=stage_refused member={} stage={} error={} refused={}",
+              LogValue(start.member_id()), LogValue(start.stage()),
+              LogValue(allowed.ToString()), *refused);
+        }
         Finish(rendezvous::ToGrpcStatus(allowed));
         return;
       }
@@ -464,6 +478,7 @@ class StageReactor final
   const AgentService::ExitHandler& exit_handler_;
   const grpc::CallbackServerContext& context_;  // Outlives the reactor.
   MemberTokenCache* const member_tokens_;       // The service's; may be null.
+  RefusalLog& refusals_;                        // The service's.
   // Reactions that read are serialised by gRPC (one read at a time).
   v1::RunStageRequest request_;
   bool started_ = false;
@@ -492,14 +507,26 @@ class StageReactor final
 
 }  // namespace
 
+std::optional<uint64_t> RefusalLog::Occur(const std::string& event) {
+  MutexLock lock(mu_);
+  auto it = throttles_.find(event);
+  if (it == throttles_.end()) {
+    it = throttles_.emplace(event, LogThrottle(kInterval)).first;
+  }
+  return it->second.Occur(std::chrono::steady_clock::now());
+}
+
 grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
                                        const v1::SetupMemberRequest* request,
                                        v1::SetupMemberResponse* response) {
   if (absl::Status allowed = CheckMemberToken(*context, member_tokens_.get(),
                                               {request->member_id(), "", 0, 0});
       !allowed.ok()) {
-    spdlog::warn("event=setup_refused member={} error={}",
-                 LogValue(request->member_id()), LogValue(allowed.ToString()));
+    if (std::optional<uint64_t> refused = refusals_.Occur("setup_refused")) {
+      spdlog::warn("event=setup_refused member={} error={} refused={}",
+                   LogValue(request->member_id()), LogValue(allowed.ToString()),
+                   *refused);
+    }
     return rendezvous::ToGrpcStatus(allowed);
   }
   const std::vector<std::string> extra_dirs(request->extra_dirs().begin(),
@@ -520,7 +547,7 @@ grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
 grpc::ServerBidiReactor<v1::RunStageRequest, v1::RunStageResponse>*
 AgentService::RunStage(grpc::CallbackServerContext* context) {
   return new StageReactor(supervisor_, member_lost_, exit_, *context,
-                          member_tokens_.get());
+                          member_tokens_.get(), refusals_);
 }
 
 grpc::Status AgentService::TeardownMember(
@@ -529,8 +556,11 @@ grpc::Status AgentService::TeardownMember(
   if (absl::Status allowed = CheckMemberToken(*context, member_tokens_.get(),
                                               {request->member_id(), "", 0, 0});
       !allowed.ok()) {
-    spdlog::warn("event=teardown_refused member={} error={}",
-                 LogValue(request->member_id()), LogValue(allowed.ToString()));
+    if (std::optional<uint64_t> refused = refusals_.Occur("teardown_refused")) {
+      spdlog::warn("event=teardown_refused member={} error={} refused={}",
+                   LogValue(request->member_id()), LogValue(allowed.ToString()),
+                   *refused);
+    }
     return rendezvous::ToGrpcStatus(allowed);
   }
   absl::StatusOr<uint32_t> killed = supervisor_.TeardownMember(
@@ -612,11 +642,43 @@ grpc::Status AgentService::ExecInMember(
   absl::StatusOr<Supervisor::ExecContext> member =
       supervisor_.FindExecContext(request->gang_id(), request->token());
   if (!member.ok()) {
-    spdlog::warn("event=exec_refused gang={} reason={}",
-                 LogValue(request->gang_id()),
-                 LogValue(std::string(member.status().message())));
+    if (std::optional<uint64_t> refused = refusals_.Occur("exec_refused")) {
+      spdlog::warn("event=exec_refused gang={} reason={} refused={}",
+                   LogValue(request->gang_id()),
+                   LogValue(std::string(member.status().message())), *refused);
+    }
     return rendezvous::ToGrpcStatus(member.status());
   }
+  {
+    MutexLock lock(execs_mu_);
+    int& running = execs_[member->member_id];
+    if (running >= kMaxExecsPerMember) {
+      if (std::optional<uint64_t> refused =
+              refusals_.Occur("exec_refused_busy")) {
+        spdlog::warn("event=exec_refused member={} reason={} refused={}",
+                     LogValue(member->member_id),
+                     LogValue("too many commands at once"), *refused);
+      }
+      return grpc::Status(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("member ", member->member_id, " already runs ", running,
+                       " commands through gdt-rsh, the limit; "
+                       "wait for one to end"));
+    }
+    ++running;
+  }
+  // Counted until the call returns, however it returns.
+  struct ExecSlot {
+    AgentService* service;
+    std::string member_id;
+    ~ExecSlot() {
+      MutexLock lock(service->execs_mu_);
+      auto it = service->execs_.find(member_id);
+      if (it != service->execs_.end() && --it->second <= 0) {
+        service->execs_.erase(it);
+      }
+    }
+  } slot{this, member->member_id};
   spdlog::info("event=exec_in_member member={} argv0={}",
                LogValue(member->member_id), LogValue(request->argv(0)));
   SpawnOptions spawn;

@@ -3,17 +3,39 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "agent/exit_outbox.h"
 #include "agent/member_token_cache.h"
 #include "agent/supervisor.h"
+#include "common/log_throttle.h"
+#include "common/mutex.h"
 #include "gdt/v1/agent.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace gdt::agent {
+
+// Which refusals of callers get a log line. Refusals answer anyone who can
+// reach the agent (every job on its host), and one who repeats them
+// thousands of times a second must not flood the agent's log, nor use up
+// the journal's rate limit, which would drop the agent's other lines: per
+// event, the first refusal is logged, then at most one every kInterval,
+// saying how many it stands for. Thread-safe.
+class RefusalLog {
+ public:
+  static constexpr std::chrono::seconds kInterval{10};
+  // Counts one refusal of `event`: the count the line to log stands for
+  // (itself and those not logged since the last line), or nullopt.
+  std::optional<uint64_t> Occur(const std::string& event);
+
+ private:
+  Mutex mu_;
+  std::map<std::string, LogThrottle> throttles_ ABSL_GUARDED_BY(mu_);
+};
 
 // The gRPC face of the agent. Each handler converts the request into a
 // Supervisor call and the result back; no process handling lives here.
@@ -62,6 +84,12 @@ class AgentService final
   grpc::Status CheckPort(grpc::ServerContext* context,
                          const v1::CheckPortRequest* request,
                          v1::CheckPortResponse* response) override;
+  // Commands one member may run through gdt-rsh at once: each holds one of
+  // the agent's threads while it runs, and a job must not make the agent
+  // start threads (and tasks of its own cgroup) without bound. Beyond it
+  // ExecInMember is RESOURCE_EXHAUSTED.
+  static constexpr int kMaxExecsPerMember = 64;
+
   // gdt-rsh: see agent.proto.
   grpc::Status ExecInMember(
       grpc::ServerContext* context, const v1::ExecInMemberRequest* request,
@@ -72,6 +100,10 @@ class AgentService final
   MemberLostHandler member_lost_;
   ExitHandler exit_;
   std::unique_ptr<MemberTokenCache> member_tokens_;  // Null: no check.
+  RefusalLog refusals_;
+  Mutex execs_mu_;
+  // Commands running through ExecInMember, by member id.
+  std::map<std::string, int> execs_ ABSL_GUARDED_BY(execs_mu_);
 };
 
 // A started gRPC server hosting one AgentService. Not thread-safe.

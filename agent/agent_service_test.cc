@@ -16,12 +16,15 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 
@@ -877,6 +880,97 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   // No member of the gang left on this host.
   EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Each gdt-rsh command holds one of the agent's threads while it runs: a
+// job that starts thousands at once must not make the agent start thousands
+// of threads (tasks the agent's own cgroup pays for, and that the member's
+// pids.max does not count). One member runs a bounded number at once.
+TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
+  const std::string flag = root_ + "/stage-may-end";
+  const std::string release = root_ + "/commands-may-end";
+  v1::StartStage start =
+      Start("g1/1", "while [ ! -e " + flag + " ]; do sleep 0.02; done\n");
+  (*start.mutable_env())["GDT_GANG_ID"] = "g1";
+  (*start.mutable_env())["GDT_KV_TOKEN"] = "secret";
+  std::thread stage([&] {
+    StageResult result = Run(start);
+    EXPECT_TRUE(result.exit.ok()) << result.exit.status();
+  });
+  ASSERT_TRUE(
+      WaitFor([&] { return supervisor_->MemberRunning("g1/1"); }, seconds(10)));
+
+  constexpr int kLimit = AgentService::kMaxExecsPerMember;
+  std::vector<OutputLog> logs(kLimit);
+  std::vector<ExecResult> results(kLimit);
+  std::vector<std::thread> execs;
+  for (int i = 0; i < kLimit; ++i) {
+    execs.emplace_back([&, i] {
+      results[i] =
+          Exec(*client_, "g1", "secret",
+               "echo up; while [ ! -e " + release + " ]; do sleep 0.2; done",
+               &logs[i]);
+    });
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (OutputLog& log : logs) {
+          if (!log.StdoutContains("up")) return false;
+        }
+        return true;
+      },
+      seconds(60)));
+  // One more is refused with one line naming the limit; nothing runs.
+  ExecResult over = Exec(*client_, "g1", "secret", "touch " + root_ + "/ran");
+  EXPECT_EQ(over.exit.status().code(), absl::StatusCode::kResourceExhausted)
+      << over.exit.status();
+  EXPECT_THAT(over.exit.status().message(),
+              HasSubstr(absl::StrCat("member g1/1 already runs ", kLimit,
+                                     " commands through gdt-rsh, the limit")));
+  EXPECT_FALSE(fs::exists(root_ + "/ran"));
+
+  // Once they have ended, the member may run commands again.
+  std::ofstream(release).put('\n');
+  for (std::thread& exec : execs) exec.join();
+  for (const ExecResult& result : results) {
+    ASSERT_TRUE(result.exit.ok()) << result.exit.status();
+    EXPECT_EQ(result.exit->exit_code(), 0);
+  }
+  ExecResult again = Exec(*client_, "g1", "secret", "echo again");
+  ASSERT_TRUE(again.exit.ok()) << again.exit.status();
+  EXPECT_EQ(again.out, "again\n");
+  std::ofstream(flag).put('\n');
+  stage.join();
+}
+
+// Refusals answer whoever reaches the agent: a job that repeats a refused
+// call as fast as it can gets a line for the first, then one per interval
+// counting the rest, not a line per call.
+TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  const auto start = steady_clock::now();
+  constexpr int kCalls = 300;
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(
+        Exec(*client_, "no-such-gang", "guess", "true").exit.status().code(),
+        absl::StatusCode::kNotFound);
+  }
+  const auto took = steady_clock::now() - start;
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  size_t lines = 0;
+  for (size_t at = log.find("event=exec_refused"); at != std::string::npos;
+       at = log.find("event=exec_refused", at + 1)) {
+    ++lines;
+  }
+  EXPECT_THAT(log, HasSubstr("event=exec_refused gang=no-such-gang"));
+  EXPECT_THAT(log, HasSubstr(" refused=1"));
+  // One line, and one more per interval the calls took.
+  EXPECT_LE(lines, 1 + static_cast<size_t>(took / RefusalLog::kInterval))
+      << log;
 }
 
 // With a member token check configured, an executor without a token the

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -183,15 +184,30 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
   }
   spdlog::info("event=cgroups_on parent={}", LogValue(parent));
   if (config.member_pids_max > 0) {
-    if (absl::Status limited = (*tree)->LimitPids(config.member_pids_max);
-        !limited.ok()) {
+    // Members at once: one per GPU and CPU slot, and no more than there
+    // are pool accounts.
+    uint64_t members = config.host.gpus.size() + config.host.cpu_slots;
+    if (isolation.exclusive_accounts) {
+      members = std::min<uint64_t>(members, config.member_uid_pool.size());
+    }
+    const uint64_t kernel_limit = KernelPidsLimit();
+    const uint64_t pids_max =
+        MemberPidsMax(config.member_pids_max, kernel_limit, members);
+    if (absl::Status limited = (*tree)->LimitPids(pids_max); !limited.ok()) {
       spdlog::warn("event=member_pids_limit_off reason={}",
                    LogValue(absl::StrCat(
                        limited.message(),
                        ": members may start any number of processes")));
+    } else if (pids_max < config.member_pids_max) {
+      spdlog::warn(
+          "event=member_pids_limit_on pids_max={} member_pids_max={} "
+          "kernel_limit={} members={} reason={}",
+          pids_max, config.member_pids_max, kernel_limit, members,
+          LogValue("the kernel allows too few pids for member_pids_max in "
+                   "each member: lowered so that the members together keep "
+                   "below 3/4 of them (raise kernel.pid_max)"));
     } else {
-      spdlog::info("event=member_pids_limit_on pids_max={}",
-                   config.member_pids_max);
+      spdlog::info("event=member_pids_limit_on pids_max={}", pids_max);
     }
   }
   if (config.member_memory_max > 0) {

@@ -322,6 +322,27 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
   return counts;
 }
 
+uint64_t MemberPidsMax(uint64_t configured, uint64_t kernel_limit,
+                       uint64_t members) {
+  if (configured == 0 || kernel_limit == 0) return configured;
+  const uint64_t share = std::max<uint64_t>(
+      1, kernel_limit / 4 * 3 / std::max<uint64_t>(members, 1));
+  return std::min(configured, share);
+}
+
+uint64_t KernelPidsLimit() {
+  uint64_t limit = 0;
+  for (const char* file :
+       {"/proc/sys/kernel/pid_max", "/proc/sys/kernel/threads-max"}) {
+    std::ifstream in(file);
+    uint64_t value = 0;
+    if (in >> value && value > 0) {
+      limit = limit == 0 ? value : std::min(limit, value);
+    }
+  }
+  return limit;
+}
+
 std::map<std::string, std::string> StageBaseEnvironment(
     const std::map<std::string, std::string>& agent_env,
     const std::vector<std::string>& passthrough) {

@@ -38,8 +38,10 @@ struct PurgeOptions {
   // Directories everyone may write to; entries in them (and in the
   // world-writable directories below them) owned by the account go. One
   // that does not exist is skipped.
-  std::vector<std::string> roots = {"/dev/shm", "/tmp", "/var/tmp",
-                                    "/dev/mqueue"};
+  // /run/lock is the lock directory (often 1777; /var/lock links to it
+  // on most systems, and is looked at where it is a directory of its own).
+  std::vector<std::string> roots = {"/dev/shm",  "/tmp",      "/var/tmp",
+                                    "/run/lock", "/var/lock", "/dev/mqueue"};
   // Directories never entered or removed (the agent's builds, cache and
   // scratch roots, should they lie under a root).
   std::vector<std::string> keep;
@@ -78,6 +80,21 @@ struct PurgeCounts {
 // caller's own uid.
 absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
                                                   const PurgeOptions& options);
+
+// The pids.max each member cgroup gets: `configured` (member_pids_max),
+// lowered so that `members` members at their limit together hold at most
+// three quarters of `kernel_limit` (the least of the kernel's pid_max and
+// threads-max): a host whose kernel allows 32768 pids in all would
+// otherwise let one member's fork bomb take every pid, the agent's and the
+// other members' included. 0 (the operator's "no limit") stays 0, and so
+// does anything while the kernel limit is unknown (0); else at least 1.
+uint64_t MemberPidsMax(uint64_t configured, uint64_t kernel_limit,
+                       uint64_t members);
+
+// The least of the kernel's limits on pids and threads in all
+// (/proc/sys/kernel/pid_max, /proc/sys/kernel/threads-max); 0 when neither
+// can be read.
+uint64_t KernelPidsLimit();
 
 // The environment a stage starts from: the names of `agent_env` that are
 // safe and needed to run anything (PATH, HOME, USER, LOGNAME, SHELL, LANG,

@@ -266,5 +266,30 @@ TEST(StageBaseEnvironmentTest, KeepsTheBasicsAndWhatIsPassedThrough) {
           Pair("PATH", "/usr/bin:/bin"), Pair("TZ", "UTC")));
 }
 
+TEST(MemberPidsMaxTest, MembersTogetherLeaveAQuarterOfTheKernelsPids) {
+  // A large kernel limit leaves the setting as it is.
+  EXPECT_EQ(MemberPidsMax(32768, 4194304, 8), 32768u);
+  // The kernel's default of 32768: two members at 32768 each could take
+  // every pid of the host; each gets 3/4 of it shared out.
+  EXPECT_EQ(MemberPidsMax(32768, 32768, 2), 12288u);
+  EXPECT_EQ(MemberPidsMax(32768, 32768, 1), 24576u);
+  EXPECT_LT(MemberPidsMax(32768, 32768, 8) * 8, 32768u);
+  // No limit asked for, or the kernel's unknown: unchanged.
+  EXPECT_EQ(MemberPidsMax(0, 32768, 2), 0u);
+  EXPECT_EQ(MemberPidsMax(32768, 0, 2), 32768u);
+  // Never 0, which would mean no limit at all.
+  EXPECT_EQ(MemberPidsMax(32768, 3, 100), 1u);
+  EXPECT_EQ(MemberPidsMax(32768, 32768, 0), 24576u);
+}
+
+TEST(MemberPidsMaxTest, TheKernelsLimitIsReadFromProc) {
+  const uint64_t limit = KernelPidsLimit();
+  EXPECT_GT(limit, 0u);
+  std::ifstream pid_max("/proc/sys/kernel/pid_max");
+  uint64_t value = 0;
+  ASSERT_TRUE(pid_max >> value);
+  EXPECT_LE(limit, value);
+}
+
 }  // namespace
 }  // namespace gdt::agent

@@ -1,10 +1,12 @@
 #include "agent/stage.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 #include <string_view>
@@ -67,8 +69,18 @@ constexpr size_t kMaxStepBytes = 64;
 StageProgress ReadStageProgress(const std::string& progress_file,
                                 std::chrono::system_clock::time_point started) {
   StageProgress progress{started, std::nullopt};
+  if (progress_file.empty()) return progress;
+  // The file is in the member's own directory and this process reads it as
+  // root, from the heartbeat thread too: it is opened without following a
+  // link (which could point at any file) and without blocking (a FIFO
+  // swapped in between a look and the open would block it for good), and
+  // judged by what was opened.
+  const int fd = open(progress_file.c_str(),
+                      O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return progress;
   struct stat info = {};
-  if (progress_file.empty() || stat(progress_file.c_str(), &info) != 0) {
+  if (fstat(fd, &info) != 0) {
+    close(fd);
     return progress;
   }
   const std::chrono::system_clock::time_point touched(
@@ -76,13 +88,22 @@ StageProgress ReadStageProgress(const std::string& progress_file,
           std::chrono::seconds(info.st_mtim.tv_sec) +
           std::chrono::nanoseconds(info.st_mtim.tv_nsec)));
   progress.last = std::max(started, touched);
-  if (info.st_size <= 0 || static_cast<size_t>(info.st_size) > kMaxStepBytes) {
+  if (!S_ISREG(info.st_mode) || info.st_size <= 0 ||
+      static_cast<size_t>(info.st_size) > kMaxStepBytes) {
+    close(fd);
     return progress;
   }
-  std::ifstream in(progress_file, std::ios::binary);
   std::string content(kMaxStepBytes + 1, '\0');
-  in.read(content.data(), static_cast<std::streamsize>(content.size()));
-  content.resize(static_cast<size_t>(in.gcount()));
+  size_t length = 0;
+  while (length < content.size()) {
+    const ssize_t n =
+        read(fd, content.data() + length, content.size() - length);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    length += static_cast<size_t>(n);
+  }
+  close(fd);
+  content.resize(length);
   const absl::string_view digits = absl::StripAsciiWhitespace(content);
   uint64_t step = 0;
   if (!digits.empty() &&
@@ -347,8 +368,16 @@ void Stage::Run() {
   if (ended_in_teardown_ && status->signal == SIGKILL) status = ExitStatus{};
   const steady_clock::time_point drain_until =
       steady_clock::now() + kDrainLimit;
-  while (steady_clock::now() < drain_until &&
-         child_->PumpOutput(kTick, forward)) {
+  while (steady_clock::now() < drain_until) {
+    // As while the script ran: nothing more is read while the observer is
+    // full, or a process that left the group and writes without end (cat
+    // /dev/zero) would queue all it writes in a second in this process.
+    if (!observer_->ReadyForOutput()) {
+      MutexLock lock(mu_);
+      changed_.WaitUntil(mu_, steady_clock::now() + kTick);
+      continue;
+    }
+    if (!child_->PumpOutput(kTick, forward)) break;
   }
   {
     MutexLock lock(mu_);

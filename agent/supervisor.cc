@@ -289,6 +289,32 @@ absl::Status Supervisor::MakeMemberDir(
   return absl::OkStatus();
 }
 
+void Supervisor::SealDir(const std::string& member_id,
+                         const std::string& dir) const {
+  // Without following a link: the parent may be the member's.
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno != ENOENT) {
+      spdlog::warn(
+          "event=builds_dir_seal_failed member={} builds_dir={} "
+          "error={}",
+          LogValue(member_id), LogValue(dir), LogValue(std::strerror(errno)));
+    }
+    return;
+  }
+  if (fchown(fd, 0, 0) != 0 || fchmod(fd, 0700) != 0) {
+    spdlog::warn(
+        "event=builds_dir_seal_failed member={} builds_dir={} "
+        "error={}",
+        LogValue(member_id), LogValue(dir), LogValue(std::strerror(errno)));
+  } else {
+    spdlog::info("event=builds_dir_sealed member={} builds_dir={}",
+                 LogValue(member_id), LogValue(dir));
+  }
+  close(fd);
+}
+
 absl::Status Supervisor::CheckBuildsDir(const std::string& member_id,
                                         const std::string& builds_dir) {
   const fs::path wanted = fs::path(builds_dir).lexically_normal();
@@ -579,6 +605,7 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   }
   std::vector<std::shared_ptr<Stage>> stages;
   std::string builds_dir;
+  std::string claimed_builds_dir;
   int account = -1;
   {
     MutexLock lock(mu_);
@@ -586,6 +613,7 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
     auto member = members_.find(member_id);
     if (member != members_.end()) {
       builds_dir = member->second.builds_dir;
+      claimed_builds_dir = member->second.claimed_builds_dir;
       account = member->second.account;
     }
   }
@@ -626,6 +654,11 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   if (remove_builds_dir && !builds_dir.empty()) {
     fs::remove_all(builds_dir, error);
     if (error) return ErrorForPath("remove", builds_dir, error);
+  } else if (account >= 0 && !claimed_builds_dir.empty()) {
+    // A builds dir that stays (a member nobody tore down, or one this agent
+    // did not create) is handed back to root: the account's next member,
+    // maybe another project's, must not read what this job left in it.
+    SealDir(member_id, claimed_builds_dir);
   }
   // Its processes are gone: what its pooled account left elsewhere goes
   // too, before the next member may get that account.

@@ -120,7 +120,8 @@ class Supervisor {
   // until the teardown is over (SetupMember and StartStage answer
   // FailedPrecondition).
   // Errors: FailedPrecondition while a stage of it runs (nothing is done);
-  // else as TeardownMember. The builds dir is kept.
+  // else as TeardownMember. The builds dir is kept, handed to root (mode
+  // 0700) when the member ran as a member account.
   absl::StatusOr<uint32_t> TeardownIdleMember(const std::string& member_id);
 
   // Refuses new stages from now on, terminates every running stage and
@@ -227,6 +228,8 @@ class Supervisor {
       const std::optional<SpawnOptions::Credentials>& credentials) const;
   // Checks that `builds_dir` is under the builds root and no other
   // member's.
+  // Makes `dir` root's, mode 0700 (logged; a failure is only logged).
+  void SealDir(const std::string& member_id, const std::string& dir) const;
   absl::Status CheckBuildsDir(const std::string& member_id,
                               const std::string& builds_dir)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -1,7 +1,11 @@
 #include "agent/teardown_watch.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -149,6 +153,110 @@ class Recorder : public StageObserver {
   std::string output_ ABSL_GUARDED_BY(mu_);
   std::optional<ExitStatus> status_ ABSL_GUARDED_BY(mu_);
 };
+
+// The progress file is in the member's own directory; the agent reads it
+// as root on its heartbeat thread. A member that swaps a FIFO in for it
+// between the agent's look at the file and its open must not block that
+// thread (heartbeats would stop and every gang on the host fail as lost),
+// and a link must not make the agent read another file.
+TEST(StageProgressTest, AProgressFileSwappedForAFifoOrALinkIsNotFollowed) {
+  test::TempDir dir;
+  const std::string path = dir.Sub("progress");
+  const auto started = std::chrono::system_clock::now();
+  const std::string other = dir.Sub("root-only");
+  { std::ofstream(other) << "4711\n"; }
+  ASSERT_EQ(symlink(other.c_str(), path.c_str()), 0);
+  EXPECT_EQ(ReadStageProgress(path, started).step, std::nullopt);
+  ASSERT_EQ(unlink(path.c_str()), 0);
+
+  // One regular file ("5") and one FIFO, renamed over the path in turn
+  // through links of their own, so that the FIFO can be opened below
+  // whatever name it has then.
+  const std::string regular = dir.Sub("regular");
+  const std::string fifo = dir.Sub("fifo");
+  { std::ofstream(regular) << "5\n"; }
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    const std::string next = dir.Sub("next");
+    for (bool use_fifo = false; !stop.load(); use_fifo = !use_fifo) {
+      if (link((use_fifo ? fifo : regular).c_str(), next.c_str()) == 0) {
+        rename(next.c_str(), path.c_str());
+      }
+    }
+  });
+  std::atomic<int> reads{0};
+  std::atomic<bool> done{false};
+  std::thread reader([&] {
+    const auto until = steady_clock::now() + seconds(3);
+    while (steady_clock::now() < until) {
+      (void)ReadStageProgress(path, started);
+      ++reads;
+    }
+    done = true;
+  });
+  const auto deadline = steady_clock::now() + seconds(15);
+  while (!done.load() && steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  const bool returned = done.load();
+  stop = true;
+  swapper.join();
+  // A reader stuck opening the FIFO goes on once a writer opens it.
+  while (!done.load()) {
+    const int writer = open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+    if (writer >= 0) close(writer);
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  reader.join();
+  EXPECT_TRUE(returned) << "the progress read blocked after " << reads.load()
+                        << " reads";
+  EXPECT_GT(reads.load(), 0);
+}
+
+// An observer whose client does not read: it is full from the start.
+class FullObserver : public StageObserver {
+ public:
+  bool ReadyForOutput() override { return false; }
+  void OnOutput(OutputSource, std::string_view data) override {
+    bytes_ += data.size();
+  }
+  void OnExit(const ExitStatus&) override {}
+  size_t bytes() const { return bytes_.load(); }
+
+ private:
+  std::atomic<size_t> bytes_{0};
+};
+
+// A process that left the script's group writes without end after the
+// script exited. While its output is collected the stage reads nothing the
+// observer cannot take, as while the script ran: the agent must not queue
+// all the pipe carries in that second (gigabytes here) for an executor
+// that does not read.
+TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
+  test::TempDir dir;
+  const std::string script = dir.Sub("stage.sh");
+  {
+    std::ofstream out(script);
+    out << "setsid sh -c 'exec timeout 60 cat /dev/zero' &\n"
+           "sleep 0.5\n"
+           "exit 0\n";
+  }
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  FullObserver observer;
+  {
+    absl::StatusOr<std::shared_ptr<Stage>> stage =
+        Stage::Start(options, &observer, nullptr);
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(30)));
+    // Dropping the stage closes its pipes: the writer dies of SIGPIPE.
+  }
+  // Nothing at all, or at most the pipe's last buffer.
+  EXPECT_LT(observer.bytes(), 1u << 20);
+}
 
 // Two ranks under a launcher shell: rank 0 finishes, rank 1 never leaves.
 // The stage ends as a success once rank 1 has been idle for the bound, and

@@ -12,6 +12,8 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
@@ -256,9 +258,23 @@ TEST_F(IsolationTest, MemberCgroupCapsItsProcessesWhereTheHostCan) {
   ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
   const std::string log = MemberLogOf(cluster_, 1);
   const std::string logs = cluster_.Logs();
-  if (logs.find("event=member_pids_limit_on pids_max=32768") !=
-      std::string::npos) {
-    EXPECT_THAT(log, HasSubstr("pids.max is 32768\n")) << log;
+  static const std::regex kLimit(
+      R"(event=member_pids_limit_on pids_max=(\d+))");
+  std::smatch limit;
+  if (std::regex_search(logs, limit, kLimit)) {
+    EXPECT_THAT(log,
+                HasSubstr(absl::StrCat("pids.max is ", limit[1].str(), "\n")))
+        << log;
+    // Both members at their limit (this host runs two at once) still leave
+    // pids to the agent and the host: on a kernel with pid_max 32768 the
+    // default of 32768 each would not.
+    uint64_t pid_max = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(
+        absl::StripAsciiWhitespace(ReadFile("/proc/sys/kernel/pid_max")),
+        &pid_max));
+    uint64_t pids_max = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(limit[1].str(), &pids_max));
+    EXPECT_LT(2 * pids_max, pid_max) << logs;
   } else {
     // A host whose pids controller is bound to cgroup v1: one warning at
     // start, and members run without a limit.
@@ -294,7 +310,7 @@ class AccountReuseTest : public IsolationTest {
   void TearDown() override {
     // Whatever a failed run left.
     agent::PurgeOptions options;
-    options.roots = {"/dev/shm", "/tmp"};
+    options.roots = {"/dev/shm", "/tmp", "/run/lock"};
     for (uid_t uid : {61011u, 61012u}) {
       (void)agent::PurgeAccountLeftovers(uid, uid, options);
     }
@@ -338,6 +354,12 @@ class AccountReuseTest : public IsolationTest {
 
   std::string tag_;
   std::string stale_;
+  // The host has a lock directory everyone may write to (1777).
+  const bool lock_dir_ = [] {
+    struct stat info = {};
+    return lstat("/run/lock", &info) == 0 && S_ISDIR(info.st_mode) &&
+           (info.st_mode & S_IWOTH) != 0;
+  }();
 };
 
 TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
@@ -356,6 +378,11 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
       "-dir-$(id -u)/f\n", "ln -s /dev/shm/", t, "-collect-$(id -u) /tmp/", t,
       "-trap-$(id -u)\n",
       "ipcmk -S 4 && ipcmk -Q && ipcmk -M 4096 && echo \"ipc made\"\n",
+      // The lock directory everyone may write to, where the host has one.
+      lock_dir_
+          ? absl::StrCat("echo \"earlier-secret-$CI_JOB_ID\" > /run/lock/", t,
+                         "-$(id -u)\n")
+          : "",
       "echo \"left state as uid $(id -u)\"\n");
   CommandResult earlier =
       cluster_.RunLocal(MakeProject(leave), "train", {}, seconds(120));
@@ -374,12 +401,14 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
   // Teardown answered after the purge: nothing is left by now.
   EXPECT_THAT(Left("/dev/shm"), ::testing::IsEmpty());
   EXPECT_THAT(Left("/tmp"), ::testing::IsEmpty());
+  EXPECT_THAT(Left("/run/lock"), ::testing::IsEmpty());
   EXPECT_EQ(IpcObjectsOfTheAccounts(), 0);
   for (const char* uid : {"61011", "61012"}) {
     EXPECT_THAT(cluster_.Logs(),
                 ::testing::ContainsRegex(absl::StrCat(
                     "event=member_account_purged member=[^ ]+ uid=", uid,
-                    " files=3 dirs=1 shm=1 sem=1 msg=1 failed=0")))
+                    " files=", lock_dir_ ? 4 : 3,
+                    " dirs=1 shm=1 sem=1 msg=1 failed=0")))
         << cluster_.Logs();
   }
 
@@ -387,8 +416,9 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
   const std::string look = absl::StrCat(
       "mark=\"found-$((1+1))\"\n"
       "cat /dev/shm/",
-      t, "-$(id -u) 2>/dev/null && echo \"$mark-secret\"\n",
-      "echo later > /tmp/", t, "-trap-$(id -u)\n", "[ -e /dev/shm/", t,
+      t, "-$(id -u) 2>/dev/null && echo \"$mark-secret\"\n", "cat /run/lock/",
+      t, "-$(id -u) 2>/dev/null && echo \"$mark-lock\"\n", "echo later > /tmp/",
+      t, "-trap-$(id -u)\n", "[ -e /dev/shm/", t,
       "-collect-$(id -u) ] && echo \"$mark-link\"\n",
       "[ -z \"$(ipcs -c | awk -v u=$(id -u) '$3==u || $5==u')\" ] || "
       "echo \"$mark-ipc\"\n",
@@ -459,7 +489,7 @@ class RunnerLossTest : public IsolationTest {
   }
   void TearDown() override {
     agent::PurgeOptions options;
-    options.roots = {"/dev/shm", "/tmp"};
+    options.roots = {"/dev/shm", "/tmp", "/run/lock"};
     for (uid_t uid : {61021u, 61022u}) {
       (void)agent::PurgeAccountLeftovers(uid, uid, options);
     }
@@ -468,9 +498,15 @@ class RunnerLossTest : public IsolationTest {
 };
 
 TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
-  const std::string started = SharedDir("flags") + "/member-1-started";
+  const std::string flags = SharedDir("flags");
+  const std::string started = flags + "/member-1-started";
   const std::string escaped = "sleep 317";
+  // Each member leaves a secret in its project dir (its builds dir, which
+  // the agent keeps when it tears a member down itself) and says where.
   const std::string project = MakeProject(absl::StrCat(
+      "echo \"builds-secret-$CI_JOB_ID\" > \"$CI_PROJECT_DIR/", tag_,
+      "-secret\"\n", "echo \"$CI_PROJECT_DIR\" > ", flags,
+      "/project-dir-$CI_NODE_INDEX\n",
       "if [ \"$CI_NODE_INDEX\" = 2 ]; then\n"
       "  echo left > /tmp/",
       tag_,
@@ -539,16 +575,26 @@ TEST_F(RunnerLossTest, WhatAJobLeftRunningDiesWithItsRunner) {
   for (int pid : escaped_pids()) kill(pid, SIGKILL);  // A failed run's.
   EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61021")));
   EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/", tag_, "-61022")));
+  for (int index = 1; index <= 2; ++index) {
+    EXPECT_FALSE(ReadFile(absl::StrCat(flags, "/project-dir-", index)).empty())
+        << MemberLogOf(cluster_, index);
+  }
 
   // The next gang gets both accounts (none is held by a dead member) and
   // finds no process or file of the earlier one under them.
   fs::remove_all(cluster_.run_dir());
   const std::string look = MakeProject(absl::StrCat(
       "mark=\"found-$((1+1))\"\n"
-      "pgrep -u \"$(id -u)\" -x sleep >/dev/null && echo \"$mark-process\"\n"
+      // A killed process its new parent has not reaped yet (a zombie:
+      // this host's pid 1 reaps late) runs nothing.
+      "ps -u \"$(id -u)\" -o stat=,comm= | grep -v '^Z' | grep -qw sleep && "
+      "echo \"$mark-process\"\n"
       "[ -e /tmp/",
-      tag_,
-      "-$(id -u) ] && echo \"$mark-file\"\n"
+      tag_, "-$(id -u) ] && echo \"$mark-file\"\n",
+      // The builds dirs the earlier gang's members left, with the accounts
+      // the later one has: nothing in them is readable.
+      "for f in ", flags, "/project-dir-*; do cat \"$(cat \"$f\")/", tag_,
+      "-secret\" 2>/dev/null && echo \"$mark-builds-dir\"; done\n",
       "echo \"looked as uid $(id -u)\"\n"));
   CommandResult later = cluster_.RunLocal(look, "train", {}, seconds(120));
   ASSERT_TRUE(later.status.success()) << later.output << cluster_.Logs();
