@@ -729,6 +729,16 @@ size_t FirstNonSpace(std::string_view line) {
   return std::string::npos;
 }
 
+// Whether `line` ends the document before it: a `---` or `...` marker, or
+// a directive (`%YAML 1.2`) for the next document, at column 0. No scalar
+// of a document reaches past one of these.
+bool IsDocumentBoundary(std::string_view line) {
+  if (line.rfind('%', 0) == 0) return true;
+  if (line.rfind("---", 0) != 0 && line.rfind("...", 0) != 0) return false;
+  return line.size() == 3 ||
+         std::string_view(" \t\r\n").find(line[3]) != std::string_view::npos;
+}
+
 // Lowers `end` past trailing lines that cannot belong to an entry at column
 // `indent`: blank lines, comments at or left of `indent`, document markers.
 int TrimEnd(const Lines& lines, int begin, int end, int indent) {
@@ -2888,9 +2898,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next
     // document, begins.
-    const int document_end = d + 1 < documents.size()
-                                 ? documents[d + 1].PropertiesMark().line
-                                 : static_cast<int>(lines.lines.size());
+    // The text between the two (a `...` end marker, a `%YAML` directive)
+    // belongs to neither, so it stays where it is whatever the last job
+    // becomes.
+    int document_end = d + 1 < documents.size()
+                           ? documents[d + 1].PropertiesMark().line
+                           : static_cast<int>(lines.lines.size());
+    if (root.size() > 0) {
+      // From the line after the last value (a line it ends on may hold a
+      // quoted scalar's last line, which may start with `%`).
+      const YamlMark last = root.Entry(root.size() - 1).second.EndMark();
+      for (int l = last.line + (last.column > 0 ? 1 : 0); l < document_end;
+           ++l) {
+        if (IsDocumentBoundary(lines.lines[static_cast<size_t>(l)])) {
+          document_end = l;
+          break;
+        }
+      }
+    }
     for (size_t i = 0; i < root.size(); ++i) {
       const auto [key, value] = root.Entry(i);
       if (!key.IsScalar()) continue;

@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::ReadTextFile;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
@@ -404,6 +405,37 @@ TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
   ASSERT_EQ(documents.size(), 2u);
   EXPECT_EQ(documents[1]["train"]["parallel"].Scalar(), "2");
   EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
+}
+
+// An explicit document end (`...`) and a directive for the next document
+// (`%YAML 1.2`) belong to no job: a rewritten last job keeps them after it.
+TEST(RealWorldTest, DocumentEndMarkersAndDirectivesStay) {
+  const std::string header =
+      "spec:\n  inputs:\n    stage:\n      default: test\n"
+      "...\n%YAML 1.2\n---\n";
+  const std::string tail = "...\n%YAML 1.2\n---\nother:\n  script: [y]\n";
+  const std::string input = header +
+                            "train:\n  script: [x]\n  parallel:\n"
+                            "    distributed:\n      nodes: 2\n" +
+                            tail;
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text.substr(0, header.size()), header);
+  EXPECT_EQ(expansion.text.substr(expansion.text.size() - tail.size()), tail);
+  const std::vector<YAML::Node> documents = YAML::LoadAll(expansion.text);
+  ASSERT_EQ(documents.size(), 3u);
+  EXPECT_EQ(documents[1]["train"]["parallel"].Scalar(), "2");
+  EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
+  // A directive without the end marker (libyaml, and so GitLab, reads it
+  // too), and a quoted scalar whose next line starts with `%`.
+  const std::string quoted =
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n  after: \"a\n%b\"\n%YAML 1.2\n---\nother: {}\n";
+  const CiExpansion second = ExpandCiYaml(quoted);
+  ASSERT_TRUE(second.ok()) << second.errors[0].message;
+  EXPECT_THAT(second.text,
+              EndsWith("  after: \"a\n%b\"\n%YAML 1.2\n---\nother: {}\n"));
+  EXPECT_TRUE(ExpandCiYaml(second.text).ok());
 }
 
 TEST(RealWorldTest, AnAnchoredJobExpandsAndItsAliasFollows) {
