@@ -1621,6 +1621,9 @@ TEST(GitLabRefusesTest, TagsReferencedFromAGangAreOneLine) {
                   .ok());
 }
 
+// A `spec: inputs:` header: GitLab fills `$[[ inputs.x ]]` in before the
+// jobs exist. A plain-form gang is checked with each input's default; a
+// block cannot take one (expand writes the gang from its values first).
 TEST(LintTest, ComponentInputsInParallel) {
   const std::string spec = "spec:\n  inputs:\n    n:\n      default: 2\n---\n";
   // Not a gang: GitLab checks the number after interpolation.
@@ -1634,15 +1637,101 @@ TEST(LintTest, ComponentInputsInParallel) {
   ASSERT_EQ(block.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", block.errors[0]),
             "f:9:14: train: parallel:distributed does not support CI/CD "
-            "component inputs ($[[ inputs.n ]]); write the values in the "
-            "block");
+            "component inputs ($[[ inputs.n ]]): gdt writes the gang before "
+            "GitLab fills them in; write the value (input 'n' defaults to "
+            "'2') in the block, or write the gang in the plain form "
+            "(parallel: N and GDT_* variables), which may use inputs");
+  EXPECT_EQ(FormatDiagnostic("f", ExpandCiYaml(spec + "train:\n  parallel:\n"
+                                                      "    distributed:\n"
+                                                      "      nodes: "
+                                                      "$[[ inputs.n ]]\n")
+                                      .errors.at(0)),
+            FormatDiagnostic("f", block.errors[0]));
+  // The plain form: the gang as GitLab makes it with the default.
   const CiExpansion plain = LintCiYaml(spec +
                                        "train:\n  parallel: $[[ inputs.n ]]\n"
                                        "  tags: [gdt]\n  script: [x]\n");
-  ASSERT_EQ(plain.errors.size(), 1u);
-  EXPECT_THAT(plain.errors[0].message,
-              HasSubstr("gdt cannot check a gang whose parallel is a CI/CD "
-                        "component input"));
+  ASSERT_TRUE(plain.ok()) << plain.errors[0].message;
+  ASSERT_EQ(plain.gangs.size(), 1u);
+  EXPECT_EQ(plain.gangs[0].nodes, 2);
+  EXPECT_TRUE(plain.warnings.empty());
+  // Over the cluster's maximum, by default.
+  const CiExpansion over =
+      LintCiYaml(spec + "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n",
+                 {.max_nodes = 1});
+  ASSERT_EQ(over.errors.size(), 1u);
+  EXPECT_EQ(over.errors[0].message,
+            "train: parallel is 2 (the default of input 'n') but this cluster "
+            "allows at most 1 nodes per job (--max-nodes)");
+  // An input without a default: a warning, the file passes.
+  const CiExpansion required = LintCiYaml(
+      "spec:\n  inputs:\n    n:\n---\n"
+      "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+  ASSERT_TRUE(required.ok()) << required.errors[0].message;
+  ASSERT_EQ(required.warnings.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", required.warnings[0]),
+            "f:6:13: train: parallel is set from an input (input 'n' has no "
+            "default), so gdt cannot check the gang's size before the job "
+            "runs");
+  // No header: GitLab leaves the text as it is, which is no number.
+  const CiExpansion headless =
+      LintCiYaml("train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+  ASSERT_EQ(headless.errors.size(), 1u);
+  EXPECT_THAT(headless.errors[0].message,
+              HasSubstr("the file has no spec: inputs header, so GitLab does "
+                        "not fill in input 'n'"));
+}
+
+TEST(LintTest, ComponentInputsInGdtVariables) {
+  const std::string spec =
+      "spec:\n  inputs:\n    gpus:\n      default: 8\n"
+      "    launcher:\n      default: torchrn\n    free:\n---\n";
+  // The default is what the gang gets when no value is passed.
+  const CiExpansion gpus =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus ]]\n"
+                 "    GDT_NPROC_PER_NODE: \"$[[ inputs.gpus ]]\"\n");
+  ASSERT_TRUE(gpus.ok()) << gpus.errors[0].message;
+  ASSERT_EQ(gpus.gangs.size(), 1u);
+  EXPECT_EQ(gpus.gangs[0].gpus_per_node, 8);
+  EXPECT_EQ(gpus.gangs[0].procs_per_node, 8);
+  // A wrong default is reported as such, in the job's own block too.
+  for (const std::string& job :
+       {std::string("train:\n  parallel: 2\n  tags: [gdt]\n"),
+        std::string("train:\n  parallel:\n    distributed: {nodes: 2}\n")}) {
+    const CiExpansion launcher =
+        LintCiYaml(spec + job +
+                   "  variables:\n    GDT_TOPOLOGY_SAME: rack\n"
+                   "    GDT_TOPOLOGY_MODE: $[[ inputs.launcher ]]\n");
+    ASSERT_EQ(launcher.errors.size(), 1u) << job;
+    EXPECT_EQ(launcher.errors[0].message,
+              "train: GDT_TOPOLOGY_MODE must be one of required, preferred, "
+              "not 'torchrn' (the default of input 'launcher')");
+  }
+  // Without a default, or through input functions: unchecked, a warning.
+  const CiExpansion free =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_PRIORITY: $[[ inputs.free ]]\n"
+                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus | expand_vars ]]\n");
+  ASSERT_TRUE(free.ok()) << free.errors[0].message;
+  ASSERT_EQ(free.warnings.size(), 2u);
+  EXPECT_EQ(free.warnings[0].message,
+            "train: GDT_PRIORITY is set from an input (input 'free' has no "
+            "default), so gdt cannot check it; gdt-executor checks the value "
+            "when the job runs");
+  EXPECT_THAT(free.warnings[1].message,
+              HasSubstr("input 'gpus' goes through input functions"));
+  // An input the header does not declare: GitLab refuses the file.
+  const CiExpansion unknown =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_PRIORITY: $[[ inputs.prio ]]\n");
+  ASSERT_EQ(unknown.errors.size(), 1u);
+  EXPECT_EQ(unknown.errors[0].message,
+            "train: GDT_PRIORITY: input 'prio' is not declared in the file's "
+            "spec: inputs header, so GitLab refuses the file");
 }
 
 }  // namespace
