@@ -2735,11 +2735,20 @@ bool MergeWithTemplate(const CiConfigModel& model, const std::string& job,
 // describes. Such names are written empty (unset), unless the job's own
 // configuration sets them in plain form (the job's value wins in GitLab).
 void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
-                         const YamlNode& value, const YamlNode& top_variables,
+                         const YamlNode& value,
+                         const std::vector<YamlNode>& pipeline_variables,
                          GangSpec* spec) {
-  if (!top_variables.IsMap()) return;
-  const std::set<std::string> not_inherited =
-      NotInherited(value, top_variables);
+  std::set<std::string> inherited;
+  for (const YamlNode& variables : pipeline_variables) {
+    if (!variables.IsMap()) continue;
+    const std::set<std::string> not_inherited = NotInherited(value, variables);
+    for (const std::string& name : OptionalBlockVariables()) {
+      if (MergedEntry(variables, name, 0) && not_inherited.count(name) == 0) {
+        inherited.insert(name);
+      }
+    }
+  }
+  if (inherited.empty()) return;
   std::set<std::string> written;
   for (const auto& [name, v] : spec->Variables()) written.insert(name);
   const absl::StatusOr<CiConfigModel::Effective> effective =
@@ -2750,8 +2759,7 @@ void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
     if (found != effective->config.end() && found->is_object()) own = &*found;
   }
   for (const std::string& name : OptionalBlockVariables()) {
-    if (written.count(name) != 0 || !MergedEntry(top_variables, name, 0) ||
-        not_inherited.count(name) != 0 ||
+    if (written.count(name) != 0 || inherited.count(name) == 0 ||
         (own != nullptr && own->contains(name))) {
       continue;
     }
@@ -3028,9 +3036,26 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   for (const YamlNode& root : documents) {
     if (const Entry e = FindEntry(root, "variables")) top_variables = e.value;
   }
+  // The variables of `workflow:rules` are the pipeline's when their rule
+  // matches, over the top-level ones, and reach the same jobs.
+  std::vector<YamlNode> pipeline_variables = {top_variables};
+  std::vector<std::string> pipeline_owners = {"variables"};
+  for (const YamlNode& root : documents) {
+    const Entry rules = FindEntry(FindEntry(root, "workflow").value, "rules");
+    if (!rules || !rules.value.IsSequence()) continue;
+    for (size_t i = 0; i < rules.value.size(); ++i) {
+      if (const Entry vars = FindEntry(rules.value.Item(i), "variables")) {
+        pipeline_variables.push_back(vars.value);
+        pipeline_owners.push_back(absl::StrCat("workflow: rules[", i, "]"));
+      }
+    }
+  }
   if (lint) {
-    GangSpec ignored;
-    CheckVariables("variables", top_variables, {}, &ignored, &report);
+    for (size_t i = 0; i < pipeline_variables.size(); ++i) {
+      GangSpec ignored;
+      CheckVariables(pipeline_owners[i], pipeline_variables[i], {}, &ignored,
+                     &report);
+    }
   }
 
   std::vector<Edit> edits;
@@ -3287,7 +3312,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
-      ClearTopLevelValues(model, job, value, top_variables, &spec);
+      ClearTopLevelValues(model, job, value, pipeline_variables, &spec);
       if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {

@@ -1503,6 +1503,32 @@ TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
             "torchrun");
 }
 
+TEST(GitLabReadsTest, WorkflowRulesVariablesDoNotChangeABlocksGang) {
+  // A matching workflow rule's variables are the pipeline's, as top-level
+  // ones are: every job that inherits those gets them.
+  const std::string text =
+      "workflow:\n  rules:\n    - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "      variables:\n        GDT_PRIORITY: \"100\"\n"
+      "        GDT_TOPOLOGY_SAME: rack\n    - when: always\n"
+      "train:\n  parallel:\n    distributed: {nodes: 2}\n  script: [x]\n"
+      "solo:\n  inherit: {variables: [OTHER]}\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue train = GitLabJob(expand.text, "train")["variables"];
+  EXPECT_EQ(train.value("GDT_PRIORITY", "?"), "");
+  EXPECT_EQ(train.value("GDT_TOPOLOGY_SAME", "?"), "");
+  EXPECT_FALSE(
+      GitLabJob(expand.text, "solo")["variables"].contains("GDT_PRIORITY"));
+  // Lint checks them as it checks top-level variables.
+  const CiExpansion lint = LintCiYaml(
+      "workflow:\n  rules:\n    - variables:\n        GDT_PRIOITY: \"1\"\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:4:9: workflow: rules[0]: unknown gdt variable GDT_PRIOITY (did "
+            "you mean 'GDT_PRIORITY'?)");
+}
+
 TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
   const std::string text =
       "default:\n  tags: [docker]\ntrain:\n  tags:\n  #  - a100\n"
