@@ -1581,7 +1581,10 @@ class JobRewriter {
                      std::vector<Edit>* edits) {
     const std::string& eol = lines_.eol;
     const Entry e = FindEntry(job_value_, "artifacts");
-    if (e && !e.value.IsMap() && !e.value.IsNull()) {
+    // A `!reference` names a mapping elsewhere (in the effective
+    // configuration, resolved): it is replaced below like an inherited one.
+    if (e && !e.value.IsMap() && !e.value.IsNull() &&
+        e.value.Tag() != "!reference") {
       report_->At(e.value, e.key,
                   absl::StrCat(job_, ": artifacts must be a mapping, not ",
                                Describe(e.value)));

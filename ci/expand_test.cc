@@ -1529,6 +1529,21 @@ TEST(GitLabReadsTest, WorkflowRulesVariablesDoNotChangeABlocksGang) {
             "you mean 'GDT_PRIORITY'?)");
 }
 
+TEST(GitLabReadsTest, ArtifactsByReferenceGainTheCheckpoints) {
+  // GitLab puts the mapping a `!reference` names in its place.
+  const std::string text =
+      ".art:\n  artifacts:\n    paths: [logs/]\n    reports:\n"
+      "      junit: j.xml\n"
+      "train:\n  artifacts: !reference [.art, artifacts]\n  parallel:\n"
+      "    distributed: {nodes: 2, checkpoint: {}}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue artifacts = GitLabJob(expand.text, "train")["artifacts"];
+  EXPECT_EQ(artifacts["paths"], CiValue::array({"logs/", "checkpoints/"}));
+  EXPECT_EQ(artifacts["reports"]["junit"], "j.xml");
+  EXPECT_EQ(artifacts["when"], "always");
+}
+
 TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
   const std::string text =
       "default:\n  tags: [docker]\ntrain:\n  tags:\n  #  - a100\n"
