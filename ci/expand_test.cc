@@ -638,6 +638,32 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
               HasSubstr("extends nests more than 11 levels (or loops)"));
 }
 
+TEST(InheritanceTest, AnExtendsChainThousandsLongIsOneLine) {
+  // Each template extends the one before: the chain is refused without
+  // being walked to its end by recursion (which overflowed the stack),
+  // and a job eleven levels down is still merged.
+  std::string text = ".t0:\n  tags: [a]\n";
+  for (int i = 1; i < 3000; ++i) {
+    absl::StrAppend(&text, ".t", i, ":\n  extends: .t", i - 1, "\n");
+  }
+  const std::string gang =
+      "  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  for (const bool lint : {false, true}) {
+    const CiExpansion deep =
+        lint ? LintCiYaml(text + "train:\n  extends: .t2999\n" + gang)
+             : ExpandCiYaml(text + "train:\n  extends: .t2999\n" + gang);
+    ASSERT_EQ(deep.errors.size(), 1u);
+    EXPECT_THAT(deep.errors[0].message,
+                HasSubstr("extends nests more than 11 levels (or loops)"));
+  }
+  const CiExpansion near =
+      ExpandCiYaml(text + "train:\n  extends: .t10\n" + gang);
+  ASSERT_TRUE(near.ok()) << near.errors[0].message;
+  const auto effective = EffectiveJobConfig(near.text, "train");
+  ASSERT_TRUE(effective.ok()) << effective.status();
+  EXPECT_EQ(effective->config["tags"], CiValue::array({"a", "gdt"}));
+}
+
 TEST(InheritanceTest, ALatticeOfTemplatesIsMergedOncePerTemplate) {
   // Eleven levels of six templates, each extending every template of the
   // level below: 6^11 paths, which took minutes when each was walked.
