@@ -970,6 +970,32 @@ std::string Quoted(std::string_view value) {
   return absl::StrCat("\"", std::string(value), "\"");
 }
 
+// How deep merge keys may nest in a gang job: deeper, what they bring
+// (tags, variables, artifacts) would lie beyond kMaxDepth.
+constexpr int kMaxMergeDepth = kMaxDepth - 10;
+
+// Whether merge keys (`<<:`) in mapping `node` nest more than `levels`
+// deep (a template that merges a template that merges ...).
+bool MergesDeeperThan(const YamlNode& node, int levels) {
+  if (!node.IsMap()) return false;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar() || !entry.first.IsPlain() ||
+        entry.first.Scalar() != "<<") {
+      continue;
+    }
+    if (levels == 0) return true;
+    if (entry.second.IsMap() && MergesDeeperThan(entry.second, levels - 1)) {
+      return true;
+    }
+    if (entry.second.IsSequence()) {
+      for (const YamlNode& item : entry.second) {
+        if (MergesDeeperThan(item, levels - 1)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 // Whether `node` nests more than `levels` mappings or lists deep.
 bool NestsDeeperThan(const YamlNode& node, int levels) {
   if (!node.IsMap() && !node.IsSequence()) return false;
@@ -3266,6 +3292,17 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                        template_spec ? &*template_spec : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
         }
+        continue;
+      }
+      if (MergesDeeperThan(value, kMaxMergeDepth)) {
+        // gdt reads a job only kMaxDepth levels deep, and each merge key
+        // (`<<: *tpl`) counts as one: the tags or variables of a template
+        // at the end of a longer chain would be dropped, not refused.
+        report.At(key, key,
+                  absl::StrCat(job, ": its merge keys (<<:) nest more than ",
+                               kMaxMergeDepth,
+                               " levels deep, deeper than gdt reads a job; "
+                               "shorten the chain, e.g. with extends:"));
         continue;
       }
       if (!lint) {

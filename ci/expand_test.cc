@@ -664,6 +664,30 @@ TEST(InheritanceTest, AnExtendsChainThousandsLongIsOneLine) {
   EXPECT_EQ(effective->config["tags"], CiValue::array({"a", "gdt"}));
 }
 
+TEST(InheritanceTest, AMergeChainDeeperThanGdtReadsIsRefused) {
+  // Each template merges the one before; the first one's tags lie 100
+  // levels down from the job, where gdt stops reading: refused, not lost.
+  std::string text = ".m0: &m0\n  tags: [cpu]\n";
+  for (int i = 1; i < 99; ++i) {
+    absl::StrAppend(&text, ".m", i, ": &m", i, "\n  <<: *m", i - 1, "\n");
+  }
+  const std::string gang =
+      "  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  for (const bool lint : {false, true}) {
+    const std::string input = text + "train:\n  <<: *m98\n" + gang;
+    const CiExpansion deep = lint ? LintCiYaml(input) : ExpandCiYaml(input);
+    ASSERT_EQ(deep.errors.size(), 1u);
+    EXPECT_THAT(deep.errors[0].message,
+                HasSubstr("train: its merge keys (<<:) nest more than 90 "
+                          "levels deep"));
+  }
+  const CiExpansion near = ExpandCiYaml(text + "train:\n  <<: *m88\n" + gang);
+  ASSERT_TRUE(near.ok()) << near.errors[0].message;
+  const auto effective = EffectiveJobConfig(near.text, "train");
+  ASSERT_TRUE(effective.ok()) << effective.status();
+  EXPECT_EQ(effective->config["tags"], CiValue::array({"cpu", "gdt"}));
+}
+
 TEST(InheritanceTest, ALatticeOfTemplatesIsMergedOncePerTemplate) {
   // Eleven levels of six templates, each extending every template of the
   // level below: 6^11 paths, which took minutes when each was walked.
