@@ -243,10 +243,95 @@ std::string OneLine(std::string message) {
   return message;
 }
 
+// The `spec: inputs:` header of a CI/CD component (or of a pipeline that
+// takes inputs): each input's default as text, none when it has none (the
+// input is then required) or it is a list or mapping.
+struct ComponentInputs {
+  bool header = false;  // The file has a `spec:` header.
+  std::map<std::string, std::optional<std::string>, std::less<>> defaults;
+};
+
+// A value holding `$[[ inputs.x ]]` with each input's default filled in, as
+// GitLab interpolates it when the file is used without inputs.
+struct FilledInput {
+  std::optional<std::string> text;  // None when some input has no default.
+  std::string input;                // The first input named.
+  std::string problem;              // Why there is no text.
+  bool error = false;               // GitLab refuses the file.
+};
+
+FilledInput FillInDefaults(std::string_view text,
+                           const ComponentInputs& inputs) {
+  FilledInput out;
+  std::string filled;
+  size_t at = 0;
+  while (true) {
+    const size_t open = text.find("$[[", at);
+    if (open == std::string_view::npos) break;
+    const size_t close = text.find("]]", open + 3);
+    if (close == std::string_view::npos) break;
+    filled += text.substr(at, open - at);
+    std::string_view inner = text.substr(open + 3, close - open - 3);
+    while (!inner.empty() && inner.front() == ' ') inner.remove_prefix(1);
+    while (!inner.empty() && inner.back() == ' ') inner.remove_suffix(1);
+    if (inner.rfind("inputs.", 0) != 0) {
+      out.problem = absl::StrCat("'$[[ ", std::string(inner),
+                                 " ]]' is no input (GitLab interpolates only "
+                                 "$[[ inputs.name ]])");
+      out.error = true;
+      return out;
+    }
+    std::string_view name = inner.substr(7);
+    const size_t pipe = name.find('|');
+    const bool functions = pipe != std::string_view::npos;
+    name = name.substr(0, pipe);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (out.input.empty()) out.input = std::string(name);
+    const auto input = inputs.defaults.find(name);
+    if (!inputs.header) {
+      out.problem = absl::StrCat(
+          "the file has no spec: inputs header, so GitLab does not fill in "
+          "input '",
+          std::string(name), "' and takes '", std::string(text),
+          "' as written");
+      out.error = true;
+      return out;
+    }
+    if (input == inputs.defaults.end()) {
+      out.problem = absl::StrCat("input '", std::string(name),
+                                 "' is not declared in the file's spec: "
+                                 "inputs header, so GitLab refuses the file");
+      out.error = true;
+      return out;
+    }
+    if (functions) {
+      out.problem = absl::StrCat("input '", std::string(name),
+                                 "' goes through input functions, which gdt "
+                                 "does not evaluate");
+      return out;
+    }
+    if (!input->second.has_value()) {
+      out.problem =
+          absl::StrCat("input '", std::string(name), "' has no default");
+      return out;
+    }
+    filled += *input->second;
+    at = close + 2;
+  }
+  filled += text.substr(at);
+  out.text = std::move(filled);
+  return out;
+}
+
 // Collects diagnostics at 1-based places.
 class Reporter {
  public:
   explicit Reporter(std::vector<CiDiagnostic>* out) : out_(out) {}
+
+  // The file's inputs, for checks that meet `$[[ inputs.x ]]` (none: such
+  // values are not checked), and where lint's warnings go (none: dropped).
+  const ComponentInputs* inputs = nullptr;
+  Reporter* warnings = nullptr;
 
   // At `node`, or at `fallback` when `node` has no place (an empty value).
   void At(const YamlNode& node, const YamlNode& fallback, std::string message) {
@@ -729,6 +814,16 @@ size_t FirstNonSpace(std::string_view line) {
   return std::string::npos;
 }
 
+// Whether `line` ends the document before it: a `---` or `...` marker, or
+// a directive (`%YAML 1.2`) for the next document, at column 0. No scalar
+// of a document reaches past one of these.
+bool IsDocumentBoundary(std::string_view line) {
+  if (line.rfind('%', 0) == 0) return true;
+  if (line.rfind("---", 0) != 0 && line.rfind("...", 0) != 0) return false;
+  return line.size() == 3 ||
+         std::string_view(" \t\r\n").find(line[3]) != std::string_view::npos;
+}
+
 // Lowers `end` past trailing lines that cannot belong to an entry at column
 // `indent`: blank lines, comments at or left of `indent`, document markers.
 int TrimEnd(const Lines& lines, int begin, int end, int indent) {
@@ -873,6 +968,32 @@ std::string FlowText(const CiValue& value) {
 
 std::string Quoted(std::string_view value) {
   return absl::StrCat("\"", std::string(value), "\"");
+}
+
+// How deep merge keys may nest in a gang job: deeper, what they bring
+// (tags, variables, artifacts) would lie beyond kMaxDepth.
+constexpr int kMaxMergeDepth = kMaxDepth - 10;
+
+// Whether merge keys (`<<:`) in mapping `node` nest more than `levels`
+// deep (a template that merges a template that merges ...).
+bool MergesDeeperThan(const YamlNode& node, int levels) {
+  if (!node.IsMap()) return false;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar() || !entry.first.IsPlain() ||
+        entry.first.Scalar() != "<<") {
+      continue;
+    }
+    if (levels == 0) return true;
+    if (entry.second.IsMap() && MergesDeeperThan(entry.second, levels - 1)) {
+      return true;
+    }
+    if (entry.second.IsSequence()) {
+      for (const YamlNode& item : entry.second) {
+        if (MergesDeeperThan(item, levels - 1)) return true;
+      }
+    }
+  }
+  return false;
 }
 
 // Whether `node` nests more than `levels` mappings or lists deep.
@@ -1486,7 +1607,10 @@ class JobRewriter {
                      std::vector<Edit>* edits) {
     const std::string& eol = lines_.eol;
     const Entry e = FindEntry(job_value_, "artifacts");
-    if (e && !e.value.IsMap() && !e.value.IsNull()) {
+    // A `!reference` names a mapping elsewhere (in the effective
+    // configuration, resolved): it is replaced below like an inherited one.
+    if (e && !e.value.IsMap() && !e.value.IsNull() &&
+        e.value.Tag() != "!reference") {
       report_->At(e.value, e.key,
                   absl::StrCat(job_, ": artifacts must be a mapping, not ",
                                Describe(e.value)));
@@ -1915,11 +2039,36 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
     // template's value).
     if (value->empty()) continue;
     any = true;
-    if (value->find('$') != std::string::npos) continue;  // Expanded later.
+    // A CI/CD component input: GitLab fills it in before the job exists;
+    // gdt checks the value the header gives when none is passed.
+    std::optional<std::string> filled = value;
+    std::string from_input;
+    if (value->find("$[[") != std::string::npos && report->inputs != nullptr) {
+      const FilledInput input = FillInDefaults(*value, *report->inputs);
+      if (input.error) {
+        report->At(entry.second, entry.first,
+                   absl::StrCat(owner, ": ", name, ": ", input.problem));
+        continue;
+      }
+      if (!input.text.has_value()) {
+        if (report->warnings != nullptr) {
+          report->warnings->At(
+              entry.second, entry.first,
+              absl::StrCat(owner, ": ", name, " is set from an input (",
+                           input.problem,
+                           "), so gdt cannot check it; gdt-executor "
+                           "checks the value when the job runs"));
+        }
+        continue;
+      }
+      filled = input.text;
+      from_input = absl::StrCat(" (the default of input '", input.input, "')");
+    }
+    if (filled->find('$') != std::string::npos) continue;  // Expanded later.
     std::string problem;
     switch (rule->kind) {
       case VariableRule::kInteger: {
-        const std::optional<int64_t> n = IntegerText(*value);
+        const std::optional<int64_t> n = IntegerText(*filled);
         if (!n.has_value() || *n < rule->low || *n > rule->high) {
           problem = absl::StrCat("must be an integer from ", rule->low, " to ",
                                  rule->high);
@@ -1939,34 +2088,34 @@ bool CheckVariables(const std::string& owner, const YamlNode& variables,
         break;
       }
       case VariableRule::kChoice:
-        if (!Contains(*rule->choices, *value)) {
+        if (!Contains(*rule->choices, *filled)) {
           problem = absl::StrCat("must be one of ",
                                  absl::StrJoin(*rule->choices, ", "));
         } else if (name == "GDT_LAUNCHER") {
-          spec->launcher = *value;
+          spec->launcher = *filled;
         } else if (name == "GDT_TOPOLOGY_MODE") {
-          spec->topology_mode = *value;
+          spec->topology_mode = *filled;
         } else if (name == "GDT_PREEMPTIBLE") {
-          spec->preemptible = *value == "1" || *value == "true";
+          spec->preemptible = *filled == "1" || *filled == "true";
         } else {
-          spec->checkpoint_store = *value;
+          spec->checkpoint_store = *filled;
         }
         break;
       case VariableRule::kLabel:
-        if (!IsLabel(*value)) {
+        if (!IsLabel(*filled)) {
           problem =
               "must be a host label (letters, digits, . _ - /; at most 63)";
         } else {
-          spec->topology_same = *value;
+          spec->topology_same = *filled;
         }
         break;
     }
     if (!problem.empty()) {
       report->At(entry.second, entry.first,
                  absl::StrCat(owner, ": ", name, " ", problem, ", not '",
-                              Shown(*value), "'",
+                              Shown(*filled), "'", from_input,
                               rule->choices != nullptr
-                                  ? DidYouMean(*value, *rule->choices)
+                                  ? DidYouMean(*filled, *rule->choices)
                                   : ""));
     }
   }
@@ -2230,6 +2379,7 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   // Top-level variables were checked once; here they only fill `spec`.
   std::vector<CiDiagnostic> reported_elsewhere;
   Reporter quiet(&reported_elsewhere);
+  quiet.inputs = report->inputs;
   const std::set<std::string> not_inherited =
       NotInherited(value, top_variables);
   const bool top_gdt =
@@ -2289,36 +2439,57 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
       }
       return;
     }
+    std::optional<int64_t> n;
+    std::string shown = Describe(parallel.value);
+    std::string from_input;
+    bool unknown = false;
     if (parallel.value.IsScalar() &&
         parallel.value.Scalar().find("$[[") != std::string::npos) {
-      // A CI/CD component input: GitLab interpolates it when the component
-      // is included and checks the number then.
-      if (!gang) return;
-      report->At(
-          parallel.value, parallel.key,
-          absl::StrCat(job,
-                       ": gdt cannot check a gang whose parallel is a "
-                       "CI/CD component input (",
-                       Shown(parallel.value.Scalar()), "); write the number"));
-      return;
+      // A CI/CD component input: GitLab fills it in before the job exists
+      // and checks the number then; for a gang gdt checks the default.
+      if (!gang || report->inputs == nullptr) return;
+      const FilledInput input =
+          FillInDefaults(parallel.value.Scalar(), *report->inputs);
+      if (input.error) {
+        report->At(parallel.value, parallel.key,
+                   absl::StrCat(job, ": parallel: ", input.problem));
+        return;
+      }
+      if (!input.text.has_value()) {
+        unknown = true;
+        if (report->warnings != nullptr) {
+          report->warnings->At(
+              parallel.value, parallel.key,
+              absl::StrCat(job, ": parallel is set from an input (",
+                           input.problem,
+                           "), so gdt cannot check the gang's size before "
+                           "the job runs"));
+        }
+      } else {
+        n = IntegerText(*input.text);
+        shown = absl::StrCat("'", Shown(*input.text), "'");
+        from_input =
+            absl::StrCat(" (the default of input '", input.input, "')");
+      }
+    } else {
+      n = PlainInteger(parallel.value);
     }
-    const std::optional<int64_t> n = PlainInteger(parallel.value);
-    if (!n.has_value() || *n < 1 || *n > kGitLabParallelLimit) {
+    if (!unknown && (!n.has_value() || *n < 1 || *n > kGitLabParallelLimit)) {
       report->At(parallel.value, parallel.key,
                  absl::StrCat(job,
                               ": parallel must be an integer from 1 to 200 "
                               "(GitLab's limit), not ",
-                              Describe(parallel.value)));
+                              shown, from_input));
       return;
     }
-    if (gang && *n > max_nodes) {
+    if (!unknown && gang && *n > max_nodes) {
       report->At(parallel.value, parallel.key,
-                 absl::StrCat(job, ": parallel is ", *n,
+                 absl::StrCat(job, ": parallel is ", *n, from_input,
                               " but this cluster allows at most ", max_nodes,
                               " nodes per job (--max-nodes)"));
       return;
     }
-    spec.nodes = static_cast<int>(*n);
+    if (!unknown) spec.nodes = static_cast<int>(*n);
   }
   if (gang && !CheckElasticRange(job, key, value, top_variables, effective,
                                  spec, report)) {
@@ -2593,11 +2764,20 @@ bool MergeWithTemplate(const CiConfigModel& model, const std::string& job,
 // describes. Such names are written empty (unset), unless the job's own
 // configuration sets them in plain form (the job's value wins in GitLab).
 void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
-                         const YamlNode& value, const YamlNode& top_variables,
+                         const YamlNode& value,
+                         const std::vector<YamlNode>& pipeline_variables,
                          GangSpec* spec) {
-  if (!top_variables.IsMap()) return;
-  const std::set<std::string> not_inherited =
-      NotInherited(value, top_variables);
+  std::set<std::string> inherited;
+  for (const YamlNode& variables : pipeline_variables) {
+    if (!variables.IsMap()) continue;
+    const std::set<std::string> not_inherited = NotInherited(value, variables);
+    for (const std::string& name : OptionalBlockVariables()) {
+      if (MergedEntry(variables, name, 0) && not_inherited.count(name) == 0) {
+        inherited.insert(name);
+      }
+    }
+  }
+  if (inherited.empty()) return;
   std::set<std::string> written;
   for (const auto& [name, v] : spec->Variables()) written.insert(name);
   const absl::StatusOr<CiConfigModel::Effective> effective =
@@ -2608,8 +2788,7 @@ void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
     if (found != effective->config.end() && found->is_object()) own = &*found;
   }
   for (const std::string& name : OptionalBlockVariables()) {
-    if (written.count(name) != 0 || !MergedEntry(top_variables, name, 0) ||
-        not_inherited.count(name) != 0 ||
+    if (written.count(name) != 0 || inherited.count(name) == 0 ||
         (own != nullptr && own->contains(name))) {
       continue;
     }
@@ -2823,6 +3002,30 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     result.text = std::string(text);
     return result;
   }
+  // A `spec:` header (the first of two or more documents): its inputs are
+  // filled in by GitLab before the jobs exist.
+  ComponentInputs inputs;
+  if (documents.size() > 1) {
+    if (const Entry spec = FindEntry(documents[0], "spec")) {
+      inputs.header = true;
+      if (const Entry declared = FindEntry(spec.value, "inputs");
+          declared && declared.value.IsMap()) {
+        for (const auto& input : declared.value) {
+          if (!input.first.IsScalar()) continue;
+          std::optional<std::string> value;
+          if (const Entry d = FindEntry(input.second, "default");
+              d && d.value.IsScalar()) {
+            value = d.value.Scalar();
+          }
+          inputs.defaults.emplace(input.first.Scalar(), std::move(value));
+        }
+      }
+    }
+  }
+  std::vector<CiDiagnostic> warnings;
+  Reporter warn(&warnings);
+  report.inputs = &inputs;
+  if (lint) report.warnings = &warn;
   // A duplicate key is legal for GitLab (the last one wins) but almost
   // always a mistake: lint reports every one; expand refuses only the jobs
   // it rewrites, where it could not tell which entry to keep.
@@ -2862,9 +3065,26 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   for (const YamlNode& root : documents) {
     if (const Entry e = FindEntry(root, "variables")) top_variables = e.value;
   }
+  // The variables of `workflow:rules` are the pipeline's when their rule
+  // matches, over the top-level ones, and reach the same jobs.
+  std::vector<YamlNode> pipeline_variables = {top_variables};
+  std::vector<std::string> pipeline_owners = {"variables"};
+  for (const YamlNode& root : documents) {
+    const Entry rules = FindEntry(FindEntry(root, "workflow").value, "rules");
+    if (!rules || !rules.value.IsSequence()) continue;
+    for (size_t i = 0; i < rules.value.size(); ++i) {
+      if (const Entry vars = FindEntry(rules.value.Item(i), "variables")) {
+        pipeline_variables.push_back(vars.value);
+        pipeline_owners.push_back(absl::StrCat("workflow: rules[", i, "]"));
+      }
+    }
+  }
   if (lint) {
-    GangSpec ignored;
-    CheckVariables("variables", top_variables, {}, &ignored, &report);
+    for (size_t i = 0; i < pipeline_variables.size(); ++i) {
+      GangSpec ignored;
+      CheckVariables(pipeline_owners[i], pipeline_variables[i], {}, &ignored,
+                     &report);
+    }
   }
 
   std::vector<Edit> edits;
@@ -2888,9 +3108,24 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next
     // document, begins.
-    const int document_end = d + 1 < documents.size()
-                                 ? documents[d + 1].PropertiesMark().line
-                                 : static_cast<int>(lines.lines.size());
+    // The text between the two (a `...` end marker, a `%YAML` directive)
+    // belongs to neither, so it stays where it is whatever the last job
+    // becomes.
+    int document_end = d + 1 < documents.size()
+                           ? documents[d + 1].PropertiesMark().line
+                           : static_cast<int>(lines.lines.size());
+    if (root.size() > 0) {
+      // From the line after the last value (a line it ends on may hold a
+      // quoted scalar's last line, which may start with `%`).
+      const YamlMark last = root.Entry(root.size() - 1).second.EndMark();
+      for (int l = last.line + (last.column > 0 ? 1 : 0); l < document_end;
+           ++l) {
+        if (IsDocumentBoundary(lines.lines[static_cast<size_t>(l)])) {
+          document_end = l;
+          break;
+        }
+      }
+    }
     for (size_t i = 0; i < root.size(); ++i) {
       const auto [key, value] = root.Entry(i);
       if (!key.IsScalar()) continue;
@@ -3059,6 +3294,17 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         continue;
       }
+      if (MergesDeeperThan(value, kMaxMergeDepth)) {
+        // gdt reads a job only kMaxDepth levels deep, and each merge key
+        // (`<<: *tpl`) counts as one: the tags or variables of a template
+        // at the end of a longer chain would be dropped, not refused.
+        report.At(key, key,
+                  absl::StrCat(job, ": its merge keys (<<:) nest more than ",
+                               kMaxMergeDepth,
+                               " levels deep, deeper than gdt reads a job; "
+                               "shorten the chain, e.g. with extends:"));
+        continue;
+      }
       if (!lint) {
         const size_t errors_before = report.count();
         if (top_keys[job] > 1) {
@@ -3071,12 +3317,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         if (report.count() != errors_before) continue;
       }
       if (const YamlNode input = InputInterpolation(parallel.value, 0)) {
+        // Expand writes the gang's variables from the block's values, and
+        // GitLab fills in inputs only after that.
+        const FilledInput filled = FillInDefaults(input.Scalar(), inputs);
+        std::string what = "the value";
+        if (filled.text.has_value()) {
+          what = absl::StrCat("the value (input '", filled.input,
+                              "' defaults to '", Shown(*filled.text), "')");
+        }
         report.At(input, parallel.key,
                   absl::StrCat(job,
                                ": parallel:distributed does not support CI/CD "
                                "component inputs (",
                                Shown(input.Scalar()),
-                               "); write the values in the block"));
+                               "): gdt writes the gang before GitLab fills "
+                               "them in; write ",
+                               what,
+                               " in the block, or write the gang in the plain "
+                               "form (parallel: N and GDT_* variables), "
+                               "which may use inputs"));
         continue;
       }
       GangSpec spec;
@@ -3093,7 +3352,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           !MergeWithTemplate(model, job, parallel, options, &spec, &report)) {
         continue;
       }
-      ClearTopLevelValues(model, job, value, top_variables, &spec);
+      ClearTopLevelValues(model, job, value, pipeline_variables, &spec);
       if (!CheckGangKeywords(job, value, &report)) continue;
       CheckRulesVariables(job, value, &spec, lint, &report);
       if (lint) {
@@ -3265,7 +3524,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::stable_sort(
       result.gangs.begin(), result.gangs.end(),
       [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
+  result.warnings = std::move(warnings);
   if (lint) WarnAboutManualGangs(documents, model, result.gangs, &result);
+  std::stable_sort(result.warnings.begin(), result.warnings.end(),
+                   [](const CiDiagnostic& a, const CiDiagnostic& b) {
+                     return a.line < b.line;
+                   });
   return result;
 }
 

@@ -24,6 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::ReadTextFile;
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
@@ -406,6 +407,37 @@ TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
   EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
 }
 
+// An explicit document end (`...`) and a directive for the next document
+// (`%YAML 1.2`) belong to no job: a rewritten last job keeps them after it.
+TEST(RealWorldTest, DocumentEndMarkersAndDirectivesStay) {
+  const std::string header =
+      "spec:\n  inputs:\n    stage:\n      default: test\n"
+      "...\n%YAML 1.2\n---\n";
+  const std::string tail = "...\n%YAML 1.2\n---\nother:\n  script: [y]\n";
+  const std::string input = header +
+                            "train:\n  script: [x]\n  parallel:\n"
+                            "    distributed:\n      nodes: 2\n" +
+                            tail;
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text.substr(0, header.size()), header);
+  EXPECT_EQ(expansion.text.substr(expansion.text.size() - tail.size()), tail);
+  const std::vector<YAML::Node> documents = YAML::LoadAll(expansion.text);
+  ASSERT_EQ(documents.size(), 3u);
+  EXPECT_EQ(documents[1]["train"]["parallel"].Scalar(), "2");
+  EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
+  // A directive without the end marker (libyaml, and so GitLab, reads it
+  // too), and a quoted scalar whose next line starts with `%`.
+  const std::string quoted =
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n  after: \"a\n%b\"\n%YAML 1.2\n---\nother: {}\n";
+  const CiExpansion second = ExpandCiYaml(quoted);
+  ASSERT_TRUE(second.ok()) << second.errors[0].message;
+  EXPECT_THAT(second.text,
+              EndsWith("  after: \"a\n%b\"\n%YAML 1.2\n---\nother: {}\n"));
+  EXPECT_TRUE(ExpandCiYaml(second.text).ok());
+}
+
 TEST(RealWorldTest, AnAnchoredJobExpandsAndItsAliasFollows) {
   const std::string input =
       "train: &train\n  script: x\n  parallel:\n    distributed: {nodes: 2}"
@@ -604,6 +636,56 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
   ASSERT_EQ(deep.errors.size(), 1u);
   EXPECT_THAT(deep.errors[0].message,
               HasSubstr("extends nests more than 11 levels (or loops)"));
+}
+
+TEST(InheritanceTest, AnExtendsChainThousandsLongIsOneLine) {
+  // Each template extends the one before: the chain is refused without
+  // being walked to its end by recursion (which overflowed the stack),
+  // and a job eleven levels down is still merged.
+  std::string text = ".t0:\n  tags: [a]\n";
+  for (int i = 1; i < 3000; ++i) {
+    absl::StrAppend(&text, ".t", i, ":\n  extends: .t", i - 1, "\n");
+  }
+  const std::string gang =
+      "  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  for (const bool lint : {false, true}) {
+    const CiExpansion deep =
+        lint ? LintCiYaml(text + "train:\n  extends: .t2999\n" + gang)
+             : ExpandCiYaml(text + "train:\n  extends: .t2999\n" + gang);
+    ASSERT_EQ(deep.errors.size(), 1u);
+    EXPECT_THAT(deep.errors[0].message,
+                HasSubstr("extends nests more than 11 levels (or loops)"));
+  }
+  const CiExpansion near =
+      ExpandCiYaml(text + "train:\n  extends: .t10\n" + gang);
+  ASSERT_TRUE(near.ok()) << near.errors[0].message;
+  const auto effective = EffectiveJobConfig(near.text, "train");
+  ASSERT_TRUE(effective.ok()) << effective.status();
+  EXPECT_EQ(effective->config["tags"], CiValue::array({"a", "gdt"}));
+}
+
+TEST(InheritanceTest, AMergeChainDeeperThanGdtReadsIsRefused) {
+  // Each template merges the one before; the first one's tags lie 100
+  // levels down from the job, where gdt stops reading: refused, not lost.
+  std::string text = ".m0: &m0\n  tags: [cpu]\n";
+  for (int i = 1; i < 99; ++i) {
+    absl::StrAppend(&text, ".m", i, ": &m", i, "\n  <<: *m", i - 1, "\n");
+  }
+  const std::string gang =
+      "  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  for (const bool lint : {false, true}) {
+    const std::string input = text + "train:\n  <<: *m98\n" + gang;
+    const CiExpansion deep = lint ? LintCiYaml(input) : ExpandCiYaml(input);
+    ASSERT_EQ(deep.errors.size(), 1u);
+    EXPECT_THAT(deep.errors[0].message,
+                HasSubstr("train: its merge keys (<<:) nest more than 90 "
+                          "levels deep"));
+  }
+  const CiExpansion near = ExpandCiYaml(text + "train:\n  <<: *m88\n" + gang);
+  ASSERT_TRUE(near.ok()) << near.errors[0].message;
+  const auto effective = EffectiveJobConfig(near.text, "train");
+  ASSERT_TRUE(effective.ok()) << effective.status();
+  EXPECT_EQ(effective->config["tags"], CiValue::array({"cpu", "gdt"}));
 }
 
 TEST(InheritanceTest, ALatticeOfTemplatesIsMergedOncePerTemplate) {
@@ -1471,6 +1553,47 @@ TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
             "torchrun");
 }
 
+TEST(GitLabReadsTest, WorkflowRulesVariablesDoNotChangeABlocksGang) {
+  // A matching workflow rule's variables are the pipeline's, as top-level
+  // ones are: every job that inherits those gets them.
+  const std::string text =
+      "workflow:\n  rules:\n    - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "      variables:\n        GDT_PRIORITY: \"100\"\n"
+      "        GDT_TOPOLOGY_SAME: rack\n    - when: always\n"
+      "train:\n  parallel:\n    distributed: {nodes: 2}\n  script: [x]\n"
+      "solo:\n  inherit: {variables: [OTHER]}\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue train = GitLabJob(expand.text, "train")["variables"];
+  EXPECT_EQ(train.value("GDT_PRIORITY", "?"), "");
+  EXPECT_EQ(train.value("GDT_TOPOLOGY_SAME", "?"), "");
+  EXPECT_FALSE(
+      GitLabJob(expand.text, "solo")["variables"].contains("GDT_PRIORITY"));
+  // Lint checks them as it checks top-level variables.
+  const CiExpansion lint = LintCiYaml(
+      "workflow:\n  rules:\n    - variables:\n        GDT_PRIOITY: \"1\"\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:4:9: workflow: rules[0]: unknown gdt variable GDT_PRIOITY (did "
+            "you mean 'GDT_PRIORITY'?)");
+}
+
+TEST(GitLabReadsTest, ArtifactsByReferenceGainTheCheckpoints) {
+  // GitLab puts the mapping a `!reference` names in its place.
+  const std::string text =
+      ".art:\n  artifacts:\n    paths: [logs/]\n    reports:\n"
+      "      junit: j.xml\n"
+      "train:\n  artifacts: !reference [.art, artifacts]\n  parallel:\n"
+      "    distributed: {nodes: 2, checkpoint: {}}\n  script: [x]\n";
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << expand.errors[0].message;
+  const CiValue artifacts = GitLabJob(expand.text, "train")["artifacts"];
+  EXPECT_EQ(artifacts["paths"], CiValue::array({"logs/", "checkpoints/"}));
+  EXPECT_EQ(artifacts["reports"]["junit"], "j.xml");
+  EXPECT_EQ(artifacts["when"], "always");
+}
+
 TEST(GitLabReadsTest, TagsWithNoValueTakeDefaultsTags) {
   const std::string text =
       "default:\n  tags: [docker]\ntrain:\n  tags:\n  #  - a100\n"
@@ -1589,6 +1712,9 @@ TEST(GitLabRefusesTest, TagsReferencedFromAGangAreOneLine) {
                   .ok());
 }
 
+// A `spec: inputs:` header: GitLab fills `$[[ inputs.x ]]` in before the
+// jobs exist. A plain-form gang is checked with each input's default; a
+// block cannot take one (expand writes the gang from its values first).
 TEST(LintTest, ComponentInputsInParallel) {
   const std::string spec = "spec:\n  inputs:\n    n:\n      default: 2\n---\n";
   // Not a gang: GitLab checks the number after interpolation.
@@ -1602,15 +1728,101 @@ TEST(LintTest, ComponentInputsInParallel) {
   ASSERT_EQ(block.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", block.errors[0]),
             "f:9:14: train: parallel:distributed does not support CI/CD "
-            "component inputs ($[[ inputs.n ]]); write the values in the "
-            "block");
+            "component inputs ($[[ inputs.n ]]): gdt writes the gang before "
+            "GitLab fills them in; write the value (input 'n' defaults to "
+            "'2') in the block, or write the gang in the plain form "
+            "(parallel: N and GDT_* variables), which may use inputs");
+  EXPECT_EQ(FormatDiagnostic("f", ExpandCiYaml(spec + "train:\n  parallel:\n"
+                                                      "    distributed:\n"
+                                                      "      nodes: "
+                                                      "$[[ inputs.n ]]\n")
+                                      .errors.at(0)),
+            FormatDiagnostic("f", block.errors[0]));
+  // The plain form: the gang as GitLab makes it with the default.
   const CiExpansion plain = LintCiYaml(spec +
                                        "train:\n  parallel: $[[ inputs.n ]]\n"
                                        "  tags: [gdt]\n  script: [x]\n");
-  ASSERT_EQ(plain.errors.size(), 1u);
-  EXPECT_THAT(plain.errors[0].message,
-              HasSubstr("gdt cannot check a gang whose parallel is a CI/CD "
-                        "component input"));
+  ASSERT_TRUE(plain.ok()) << plain.errors[0].message;
+  ASSERT_EQ(plain.gangs.size(), 1u);
+  EXPECT_EQ(plain.gangs[0].nodes, 2);
+  EXPECT_TRUE(plain.warnings.empty());
+  // Over the cluster's maximum, by default.
+  const CiExpansion over =
+      LintCiYaml(spec + "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n",
+                 {.max_nodes = 1});
+  ASSERT_EQ(over.errors.size(), 1u);
+  EXPECT_EQ(over.errors[0].message,
+            "train: parallel is 2 (the default of input 'n') but this cluster "
+            "allows at most 1 nodes per job (--max-nodes)");
+  // An input without a default: a warning, the file passes.
+  const CiExpansion required = LintCiYaml(
+      "spec:\n  inputs:\n    n:\n---\n"
+      "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+  ASSERT_TRUE(required.ok()) << required.errors[0].message;
+  ASSERT_EQ(required.warnings.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", required.warnings[0]),
+            "f:6:13: train: parallel is set from an input (input 'n' has no "
+            "default), so gdt cannot check the gang's size before the job "
+            "runs");
+  // No header: GitLab leaves the text as it is, which is no number.
+  const CiExpansion headless =
+      LintCiYaml("train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+  ASSERT_EQ(headless.errors.size(), 1u);
+  EXPECT_THAT(headless.errors[0].message,
+              HasSubstr("the file has no spec: inputs header, so GitLab does "
+                        "not fill in input 'n'"));
+}
+
+TEST(LintTest, ComponentInputsInGdtVariables) {
+  const std::string spec =
+      "spec:\n  inputs:\n    gpus:\n      default: 8\n"
+      "    launcher:\n      default: torchrn\n    free:\n---\n";
+  // The default is what the gang gets when no value is passed.
+  const CiExpansion gpus =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus ]]\n"
+                 "    GDT_NPROC_PER_NODE: \"$[[ inputs.gpus ]]\"\n");
+  ASSERT_TRUE(gpus.ok()) << gpus.errors[0].message;
+  ASSERT_EQ(gpus.gangs.size(), 1u);
+  EXPECT_EQ(gpus.gangs[0].gpus_per_node, 8);
+  EXPECT_EQ(gpus.gangs[0].procs_per_node, 8);
+  // A wrong default is reported as such, in the job's own block too.
+  for (const std::string& job :
+       {std::string("train:\n  parallel: 2\n  tags: [gdt]\n"),
+        std::string("train:\n  parallel:\n    distributed: {nodes: 2}\n")}) {
+    const CiExpansion launcher =
+        LintCiYaml(spec + job +
+                   "  variables:\n    GDT_TOPOLOGY_SAME: rack\n"
+                   "    GDT_TOPOLOGY_MODE: $[[ inputs.launcher ]]\n");
+    ASSERT_EQ(launcher.errors.size(), 1u) << job;
+    EXPECT_EQ(launcher.errors[0].message,
+              "train: GDT_TOPOLOGY_MODE must be one of required, preferred, "
+              "not 'torchrn' (the default of input 'launcher')");
+  }
+  // Without a default, or through input functions: unchecked, a warning.
+  const CiExpansion free =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_PRIORITY: $[[ inputs.free ]]\n"
+                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus | expand_vars ]]\n");
+  ASSERT_TRUE(free.ok()) << free.errors[0].message;
+  ASSERT_EQ(free.warnings.size(), 2u);
+  EXPECT_EQ(free.warnings[0].message,
+            "train: GDT_PRIORITY is set from an input (input 'free' has no "
+            "default), so gdt cannot check it; gdt-executor checks the value "
+            "when the job runs");
+  EXPECT_THAT(free.warnings[1].message,
+              HasSubstr("input 'gpus' goes through input functions"));
+  // An input the header does not declare: GitLab refuses the file.
+  const CiExpansion unknown =
+      LintCiYaml(spec +
+                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+                 "    GDT_PRIORITY: $[[ inputs.prio ]]\n");
+  ASSERT_EQ(unknown.errors.size(), 1u);
+  EXPECT_EQ(unknown.errors[0].message,
+            "train: GDT_PRIORITY: input 'prio' is not declared in the file's "
+            "spec: inputs header, so GitLab refuses the file");
 }
 
 }  // namespace

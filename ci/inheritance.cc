@@ -14,6 +14,8 @@ namespace {
 
 // GitLab documents eleven levels of `extends`.
 constexpr int kMaxExtendsDepth = 11;
+// A height that stands for "too deep" (or a loop).
+constexpr int kTooDeep = kMaxExtendsDepth + 1;
 // Nesting of `!reference` inside referenced values.
 constexpr int kMaxReferenceDepth = 10;
 constexpr int kMaxValueDepth = 100;
@@ -247,6 +249,54 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
   return memo.value;
 }
 
+int CiConfigModel::Height(std::string_view start) const {
+  if (const auto known = heights_.find(std::string(start));
+      known != heights_.end()) {
+    return known->second < 0 ? kTooDeep : known->second;
+  }
+  // A depth-first walk with its own stack; -1 marks a job on the current
+  // path, so meeting one again is a loop.
+  struct Frame {
+    std::string job;
+    std::vector<std::string> parents;
+    size_t next = 0;
+    int height = 0;
+  };
+  std::vector<Frame> stack;
+  const auto push = [&](const std::string& job) {
+    heights_[job] = -1;
+    Frame frame{job, {}, 0, 0};
+    if (const std::optional<CiValue> own = Top(job);
+        own.has_value() && own->is_object()) {
+      frame.parents = ExtendsList(*own);
+    }
+    stack.push_back(std::move(frame));
+  };
+  const auto raise = [](Frame* frame, int parent_height) {
+    frame->height =
+        std::min(kTooDeep, std::max(frame->height, parent_height + 1));
+  };
+  push(std::string(start));
+  while (!stack.empty()) {
+    Frame& frame = stack.back();
+    if (frame.height < kTooDeep && frame.next < frame.parents.size()) {
+      const std::string parent = frame.parents[frame.next++];
+      if (const auto known = heights_.find(parent); known != heights_.end()) {
+        raise(&frame, known->second < 0 ? kTooDeep : known->second);
+      } else if (HasJob(parent)) {
+        push(parent);  // `frame` is not used again before it is read anew.
+      }
+      continue;
+    }
+    const int height = frame.height;
+    heights_[frame.job] = height;
+    stack.pop_back();
+    if (!stack.empty()) raise(&stack.back(), height);
+  }
+  const int height = heights_[std::string(start)];
+  return height < 0 ? kTooDeep : height;
+}
+
 // Each job's extends chain is merged once, however many jobs extend it: a
 // lattice of templates costs its size, not its number of paths.
 const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
@@ -259,6 +309,13 @@ const CiConfigModel::ExtendedMemo& CiConfigModel::ExtendedOnce(
   if (memo.state == ExtendedMemo::kDone) return memo;
   if (memo.state == ExtendedMemo::kInProgress) {
     // A loop: every job on it fails, as a chain too long would.
+    memo.state = ExtendedMemo::kDone;
+    memo.status = TooDeep(job);
+    return memo;
+  }
+  if (Height(job) > kMaxExtendsDepth) {
+    // Refused before merging: a chain thousands of levels long would
+    // otherwise be walked by recursion to its end first.
     memo.state = ExtendedMemo::kDone;
     memo.status = TooDeep(job);
     return memo;

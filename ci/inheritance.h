@@ -125,6 +125,11 @@ class CiConfigModel {
   // of their own.
   const ExtendedMemo& ExtendedOnce(
       std::string_view job, const std::vector<std::string>* only_keys) const;
+  // The length of `job`'s longest extends chain, at most
+  // kMaxExtendsDepth + 1 (also for a loop). Worked out without recursion,
+  // so that ExtendedOnce recurses only into chains short enough to merge.
+  int Height(std::string_view job) const;
+  mutable std::unordered_map<std::string, int> heights_;
 
   std::unordered_map<std::string, YamlNode> top_;
   mutable std::unordered_map<std::string, ExtendedMemo> extended_;
