@@ -156,16 +156,38 @@ std::string WhyBlocked(const WaitingGang& gang, const Room& found,
                     holders.size() > 1 ? "s " : " ", FewNames(holders));
   }
   why += ")";
-  const auto& reservation = policy.reservation();
-  if (reservation.has_value() && reservation->gang_id == gang.gang_id) {
+  // Every reservation of the pass, the head's first (with preemption the
+  // policy reserves for more than the head).
+  const std::vector<policy::Reservation>& reservations = policy.reservations();
+  std::vector<std::string> reserved;
+  const policy::Reservation* mine = nullptr;
+  for (const policy::Reservation& reservation : reservations) {
+    if (reservation.gang_id == gang.gang_id) {
+      mine = &reservation;
+      break;
+    }
+    reserved.push_back(reservation.gang_id);
+  }
+  if (mine != nullptr) {
     const int64_t minutes =
-        std::max<int64_t>(0, (reservation->start - now_unix_s + 59) / 60);
-    absl::StrAppend(&why, "; next in line, starting within ", minutes,
+        std::max<int64_t>(0, (mine->start - now_unix_s + 59) / 60);
+    std::string after;
+    if (!reserved.empty()) {
+      after = absl::StrCat(" after gang", reserved.size() > 1 ? "s " : " ",
+                           FewNames(reserved));
+    }
+    absl::StrAppend(&why, "; next in line", after, ", starting within ",
+                    minutes,
                     " min at the latest (running gangs' job timeouts)");
   } else if (room >= gang.members) {
-    if (reservation.has_value()) {
+    if (reservations.size() == 1) {
       absl::StrAppend(&why, "; it would fit now but would delay gang ",
-                      reservation->gang_id, ", which is next in line");
+                      reservations[0].gang_id, ", which is next in line");
+    } else if (!reservations.empty()) {
+      absl::StrAppend(&why,
+                      "; it would fit now but would delay the gangs next in "
+                      "line (",
+                      FewNames(reserved), ")");
     } else if (gang.same_required && !gang.same_label.empty()) {
       absl::StrAppend(&why, "; no single ", gang.same_label, " has room for ",
                       gang.members, " members");

@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 constexpr int64_t kNow = 1'800'000'000;
@@ -64,6 +65,45 @@ TEST(PlanPreemptionTest, HigherPriorityGangPreemptsAPreemptibleOne) {
   EXPECT_DOUBLE_EQ(victim.lost_gpu_hours, 8 * 600 / 3600.0);
   EXPECT_THAT(victim.reason, HasSubstr("preempted by gang urgent"));
   ASSERT_EQ(outcome.blocked.count("urgent"), 1u);
+}
+
+// Two hosts busy until +1 h (gpu-01) and +2 h (gpu-02) with gangs that may
+// not be stopped; "first" and "second" each need a whole host. With
+// preemption on, the policy reserves for both, and each gang's reason says
+// when it starts; without, only "first" has a reservation.
+TEST(PlanReasonTest, EveryReservedGangIsToldWhenItStarts) {
+  std::vector<PlacementHost> hosts = OneHost();
+  hosts.push_back(hosts[0]);
+  hosts[1].name = "gpu-02";
+  std::vector<RunningGang> running = {Busy(false, 0), Busy(false, 0)};
+  running[0].end_bound_unix_s = kNow + 3600;
+  running[1].gang_id = "other";
+  running[1].members[0].host = "gpu-02";
+  running[1].end_bound_unix_s = kNow + 7200;
+  WaitingGang first = Urgent();
+  first.gang_id = "first";
+  first.priority = 0;
+  WaitingGang second = first;
+  second.gang_id = "second";
+  second.queue_time_unix_s = kNow - 30;
+
+  PreemptionSettings preemption;
+  preemption.enabled = true;
+  PlanOutcome outcome =
+      PlanAdmissions(hosts, running, {first, second}, kNow, {}, preemption);
+  EXPECT_THAT(outcome.admitted, IsEmpty());
+  EXPECT_THAT(outcome.preempted, IsEmpty());
+  ASSERT_EQ(outcome.blocked.count("second"), 1u);
+  EXPECT_THAT(outcome.blocked.at("first").why,
+              HasSubstr("; next in line, starting within 60 min"));
+  EXPECT_THAT(outcome.blocked.at("second").why,
+              HasSubstr("; next in line after gang first, starting within "
+                        "120 min at the latest"));
+
+  outcome = PlanAdmissions(hosts, running, {first, second}, kNow, {});
+  EXPECT_THAT(outcome.blocked.at("first").why,
+              HasSubstr("; next in line, starting within 60 min"));
+  EXPECT_THAT(outcome.blocked.at("second").why, Not(HasSubstr("next in line")));
 }
 
 // A gang that waited longer than the backlog before it started has waited

@@ -55,6 +55,11 @@ uint64_t Capacity(uint32_t gpus, const std::vector<uint32_t>& cap,
 
 }  // namespace
 
+uint32_t ReservationDepth(const PolicyOptions& options) {
+  if (options.reservation_depth != 0) return options.reservation_depth;
+  return options.mode == Mode::kPreempt ? kPreemptReservationDepth : 1;
+}
+
 AdmissionPolicy::AdmissionPolicy(const PolicyOptions& options)
     : options_(options) {}
 
@@ -577,21 +582,41 @@ Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
 }
 
 bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
-                              std::vector<uint32_t>& extra) {
+                              std::vector<Held>& held) {
   const uint32_t g = head.spec.gpus_per_member;
   // CPU-only gangs do not compete for GPUs: they need no reservation.
   if (g == 0) return false;
-  std::vector<uint32_t> cap(hosts_.size());
-  std::vector<bool> usable(hosts_.size());
-  for (size_t h = 0; h < hosts_.size(); ++h) {
+  const size_t n_hosts = hosts_.size();
+  std::vector<uint32_t> cap(n_hosts);
+  std::vector<bool> usable(n_hosts);
+  for (size_t h = 0; h < n_hosts; ++h) {
     usable[h] = Eligible(hosts_[h], head.spec);
     cap[h] = hosts_[h].free_gpus;
   }
+  // The earlier reservations by start; suffix[i][h] is the least any of
+  // sorted[i..] has left on h: what a gang starting before them may take
+  // there for good.
+  std::vector<size_t> sorted(held.size());
+  for (size_t i = 0; i < held.size(); ++i) sorted[i] = i;
+  std::stable_sort(sorted.begin(), sorted.end(), [&](size_t a, size_t b) {
+    return held[a].start < held[b].start;
+  });
+  std::vector<std::vector<uint32_t>> suffix(
+      held.size() + 1, std::vector<uint32_t>(n_hosts, kUnlimited));
+  for (size_t i = held.size(); i-- > 0;) {
+    for (size_t h = 0; h < n_hosts; ++h) {
+      suffix[i][h] = std::min(suffix[i + 1][h], held[sorted[i]].left[h]);
+    }
+  }
+  std::vector<uint32_t> taken(n_hosts, 0);  // By reservations started.
+  size_t started = 0;
   // Replay the running gangs' ends (at their run bounds) until it fits.
-  // `room` tracks Capacity(g, cap, usable) as GPUs come back.
+  // Without earlier reservations `room` tracks Capacity(g, cap, usable) as
+  // GPUs come back.
   uint64_t room = Capacity(g, cap, usable);
   Seconds start = -1;
   std::optional<std::vector<size_t>> hosts;
+  std::vector<uint32_t> usable_cap(n_hosts, 0);
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     for (const auto& [host, gpus] : gangs_.at(it->second).placement) {
       if (usable[host]) room -= cap[host] / g;
@@ -600,50 +625,83 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
     }
     auto next = std::next(it);
     if (next != running_.end() && next->first == it->first) continue;
-    if (room < head.spec.members) continue;
-    std::vector<uint32_t> usable_cap(hosts_.size(), 0);
-    for (size_t h = 0; h < hosts_.size(); ++h) {
-      if (usable[h]) usable_cap[h] = cap[h];
+    const Seconds at = std::max(it->first, now);
+    if (held.empty()) {
+      if (room < head.spec.members) continue;
+      for (size_t h = 0; h < n_hosts; ++h) {
+        if (usable[h]) usable_cap[h] = cap[h];
+      }
+    } else {
+      while (started < sorted.size() && held[sorted[started]].start <= at) {
+        const Held& earlier = held[sorted[started++]];
+        for (size_t h = 0; h < n_hosts; ++h) taken[h] += earlier.take[h];
+      }
+      uint64_t members = 0;
+      for (size_t h = 0; h < n_hosts; ++h) {
+        const uint32_t now_left = cap[h] > taken[h] ? cap[h] - taken[h] : 0;
+        usable_cap[h] = usable[h] ? std::min(now_left, suffix[started][h]) : 0;
+        members += usable_cap[h] / g;
+      }
+      if (members < head.spec.members) continue;
     }
     hosts = PlaceOn(head, usable_cap);
     if (hosts.has_value()) {
-      start = std::max(it->first, now);
+      start = at;
       break;
     }
   }
   if (start < 0 || !hosts.has_value()) return false;
+  Held mine;
+  mine.start = start;
+  mine.take.assign(n_hosts, 0);
+  for (const size_t h : *hosts) mine.take[h] += g;
+  mine.left.resize(n_hosts);
+  for (size_t h = 0; h < n_hosts; ++h) {
+    const uint32_t total = taken[h] + mine.take[h];
+    mine.left[h] = cap[h] > total ? cap[h] - total : 0;
+  }
+  for (Held& other : held) {
+    if (other.start < start) continue;
+    for (size_t h = 0; h < n_hosts; ++h) {
+      other.left[h] -= std::min(other.left[h], mine.take[h]);
+    }
+  }
   Reservation reservation;
   reservation.gang_id = head.spec.id;
   reservation.start = start;
-  extra.assign(hosts_.size(), kUnlimited);
-  for (size_t h = 0; h < hosts_.size(); ++h) {
-    if (usable[h]) extra[h] = cap[h];
-  }
   for (const size_t h : *hosts) {
-    extra[h] -= g;
     reservation.gpus_by_host[hosts_[h].spec.name] += g;
   }
-  reservation_ = std::move(reservation);
+  if (held.empty()) reservation_ = reservation;
+  reservations_.push_back(std::move(reservation));
+  held.push_back(std::move(mine));
   return true;
 }
 
 void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
-  std::vector<uint32_t> extra;
+  const size_t n_hosts = hosts_.size();
+  // The reservations of this pass (Held), in the order made; by_start
+  // lists them by start (ties in the order made) and starts holds those
+  // starts. A gang ending at e is of class c, the number of reservations
+  // starting before e: it may use on each host only what each of those c
+  // leaves over (caps[c - 1]); class 0 is not limited.
+  std::vector<Held> held;
+  std::vector<size_t> by_start;
+  std::vector<Seconds> starts;
+  std::vector<std::vector<uint32_t>> caps;
   bool reserved = false;
   uint64_t free_total = 0;
   for (const Host& host : hosts_) {
     if (!host.drained && !host.down) free_total += host.free_gpus;
   }
-  // Shapes that already failed in this pass, by class (0: ends before the
-  // reservation or there is none, 1: runs past it): GPUs only get scarcer
+  // Shapes that already failed in this pass, by class: GPUs only get scarcer
   // within a pass, so a gang with at least as many members and GPUs per
   // member cannot fit either. fewest[c][g] is the fewest members that failed
   // with at most g GPUs per member.
   uint32_t largest = 0;
   for (const Host& host : hosts_) largest = std::max(largest, host.spec.gpus);
-  std::vector<uint32_t> fewest[2] = {
-      std::vector<uint32_t>(largest + 1, kUnlimited),
-      std::vector<uint32_t>(largest + 1, kUnlimited)};
+  std::vector<std::vector<uint32_t>> fewest(
+      1, std::vector<uint32_t>(largest + 1, kUnlimited));
   // hosts_with[f]: hosts taking gangs with exactly f free GPUs. Members of g
   // GPUs fit at most sum(hosts_with[f] * floor(f / g)) times: a cheap upper
   // bound that skips gangs which cannot fit before any placement is tried.
@@ -651,24 +709,62 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   for (const Host& host : hosts_) {
     if (!host.drained && !host.down) ++hosts_with[host.free_gpus];
   }
-  // The same over min(free, extra): what gangs running past the
-  // reservation may use. Built once the head is reserved.
-  std::vector<uint32_t> capped_with;
+  // The same over min(free, caps[c - 1]), by class c >= 1.
+  std::vector<std::vector<uint32_t>> capped_with;
   auto taking = [&](size_t h) { return !hosts_[h].drained && !hosts_[h].down; };
-  auto capped = [&](size_t h) {
-    return std::min(hosts_[h].free_gpus, extra[h]);
+  auto capped = [&](size_t c, size_t h) {
+    return std::min(hosts_[h].free_gpus, caps[c][h]);
   };
   auto room_for = [&](const std::vector<uint32_t>& histogram, uint32_t g) {
     uint64_t room = 0;
     for (uint32_t f = g; f <= largest; ++f) room += histogram[f] * (f / g);
     return room;
   };
+  auto class_of = [&](const GangSpec& spec) {
+    return static_cast<size_t>(
+        std::lower_bound(starts.begin(), starts.end(), now + spec.run_bound) -
+        starts.begin());
+  };
+  // caps of host h from the reservations' `left`.
+  auto cap_host = [&](size_t h) {
+    for (size_t c = 0; c < caps.size(); ++c) {
+      caps[c][h] = std::min(c == 0 ? kUnlimited : caps[c - 1][h],
+                            held[by_start[c]].left[h]);
+    }
+  };
+  // Recounts what is free and the caps, after a change outside try_start().
+  auto recount = [&] {
+    free_total = 0;
+    std::fill(hosts_with.begin(), hosts_with.end(), 0);
+    for (size_t h = 0; h < n_hosts; ++h) {
+      if (!taking(h)) continue;
+      free_total += hosts_[h].free_gpus;
+      ++hosts_with[hosts_[h].free_gpus];
+    }
+    caps.assign(held.size(), std::vector<uint32_t>(n_hosts));
+    capped_with.assign(held.size(), std::vector<uint32_t>(largest + 1, 0));
+    for (size_t h = 0; h < n_hosts; ++h) {
+      cap_host(h);
+      if (!taking(h)) continue;
+      for (size_t c = 0; c < caps.size(); ++c) ++capped_with[c][capped(c, h)];
+    }
+  };
+  // A gang of class `cls` took `placement`: the reservations starting while
+  // it runs have that much less left.
+  auto charge = [&](size_t cls, const Gang& gang) {
+    for (size_t c = 0; c < cls; ++c) {
+      std::vector<uint32_t>& left = held[by_start[c]].left;
+      for (const auto& [h, gpus] : gang.placement) {
+        const uint32_t used = static_cast<uint32_t>(gpus.size());
+        left[h] -= std::min(left[h], used);
+      }
+    }
+  };
   // Tries to start `gang` now; false when it does not fit (or would delay
-  // the reservation).
+  // a reservation).
   auto try_start = [&](Gang& gang) {
     const GangSpec& spec = gang.spec;
-    const int cls =
-        reserved && now + spec.run_bound > reservation_->start ? 1 : 0;
+    const size_t cls = class_of(spec);
     // The shape shortcut holds for GPU gangs without placement constraints.
     const bool plain = spec.node_selector.empty() && spec.same_label.empty() &&
                        spec.gpus_per_member != 0;
@@ -676,31 +772,30 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     std::optional<std::vector<size_t>> hosts;
     const uint64_t need = uint64_t{spec.members} * g;
     if (need <= free_total && !(plain && spec.members >= fewest[cls][g]) &&
-        (g == 0 ||
-         room_for(cls == 1 ? capped_with : hosts_with, g) >= spec.members)) {
-      // CPU-only gangs use no GPUs, so the reservation does not limit them.
-      hosts = Place(gang, cls == 1 && g != 0 ? &extra : nullptr);
+        (g == 0 || room_for(cls != 0 ? capped_with[cls - 1] : hosts_with, g) >=
+                       spec.members)) {
+      // CPU-only gangs use no GPUs, so the reservations do not limit them.
+      hosts = Place(gang, cls != 0 && g != 0 ? &caps[cls - 1] : nullptr);
     }
     if (hosts.has_value()) {
-      // (free, capped) of each host used, before the commit.
-      std::map<size_t, std::pair<uint32_t, uint32_t>> before;
-      for (const size_t h : *hosts) {
-        before.emplace(
-            h, std::make_pair(hosts_[h].free_gpus, reserved ? capped(h) : 0u));
+      std::vector<size_t> used(hosts->begin(), hosts->end());
+      std::sort(used.begin(), used.end());
+      used.erase(std::unique(used.begin(), used.end()), used.end());
+      // The hosts used leave the histograms before the commit and come
+      // back with what they have left after it.
+      for (const size_t h : used) {
+        if (!taking(h)) continue;
+        --hosts_with[hosts_[h].free_gpus];
+        for (size_t c = 0; c < caps.size(); ++c) --capped_with[c][capped(c, h)];
       }
       out.admitted.push_back(Commit(gang, *hosts, now));
       free_total -= need;
-      if (cls == 1) {
-        for (const size_t h : *hosts) extra[h] -= g;
-      }
-      for (const auto& [h, old] : before) {
+      charge(cls, gang);
+      for (const size_t h : used) {
+        cap_host(h);
         if (!taking(h)) continue;
-        --hosts_with[old.first];
         ++hosts_with[hosts_[h].free_gpus];
-        if (reserved) {
-          --capped_with[old.second];
-          ++capped_with[capped(h)];
-        }
+        for (size_t c = 0; c < caps.size(); ++c) ++capped_with[c][capped(c, h)];
       }
       return true;
     }
@@ -759,34 +854,38 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
                   goes_later);
     return order[--heap_end];
   };
-  // In that order until the head (the first gang that does not fit) has
-  // its reservation.
-  while (!reserved) {
-    Gang* next_head = next_gang();
-    if (next_head == nullptr) break;
-    Gang& gang = *next_head;
+  const size_t depth = ReservationDepth(options_);
+  // In that order until the first `depth` gangs that do not fit (the head
+  // first) have their reservations: each gang in between starts now if it
+  // delays none of the reservations made before it.
+  while (held.size() < depth) {
+    Gang* candidate = next_gang();
+    if (candidate == nullptr) break;
+    Gang& gang = *candidate;
     if (try_start(gang)) continue;
     if (options_.mode == Mode::kStrictFifo) return;
     if (gang.spec.min_members != 0 &&
-        gang.spec.min_members < gang.spec.members &&
-        StartSmaller(gang, now, out)) {
-      // Outside try_start(): recount what is free.
-      free_total = 0;
-      std::fill(hosts_with.begin(), hosts_with.end(), 0);
-      for (const Host& host : hosts_) {
-        if (host.drained || host.down) continue;
-        free_total += host.free_gpus;
-        ++hosts_with[host.free_gpus];
+        gang.spec.min_members < gang.spec.members) {
+      const size_t cls = class_of(gang.spec);
+      if (StartSmaller(gang, now, out, cls != 0 ? &caps[cls - 1] : nullptr)) {
+        // Outside try_start(): recount what is free.
+        charge(cls, gang);
+        recount();
+        continue;
       }
-      continue;
     }
-    reserved = Reserve(gang, now, extra);
-  }
-  if (reserved) {
-    capped_with.assign(largest + 1, 0);
-    for (size_t h = 0; h < hosts_.size(); ++h) {
-      if (taking(h)) ++capped_with[capped(h)];
-    }
+    if (!Reserve(gang, now, held)) continue;
+    reserved = true;
+    const Seconds start = held.back().start;
+    const auto at = std::upper_bound(starts.begin(), starts.end(), start);
+    by_start.insert(by_start.begin() + (at - starts.begin()), held.size() - 1);
+    starts.insert(at, start);
+    // The classes above 0 now name other sets of reservations: their
+    // failed shapes are forgotten. Class 0 still means no limit.
+    fewest.resize(1);
+    fewest.resize(held.size() + 1,
+                  std::vector<uint32_t>(largest + 1, kUnlimited));
+    recount();
   }
   // Backfill: the rest, in the configured order (higher priority first in
   // every order).
@@ -872,6 +971,7 @@ void AdmissionPolicy::ScheduleNaive(Seconds now, Decisions& out) {
 Decisions AdmissionPolicy::Schedule(Seconds now) {
   Decisions out;
   reservation_.reset();
+  reservations_.clear();
   if (options_.mode == Mode::kNaive) {
     ScheduleNaive(now, out);
     return out;
@@ -893,7 +993,8 @@ Decisions AdmissionPolicy::Schedule(Seconds now) {
   return out;
 }
 
-bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
+bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out,
+                                   const std::vector<uint32_t>* cap) {
   for (uint32_t n = gang.spec.members - 1; n >= gang.spec.min_members && n > 0;
        --n) {
     Gang trial;
@@ -902,7 +1003,7 @@ bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out) {
       if (trial.present.size() == n) break;
       trial.present.emplace(index, member);
     }
-    std::optional<std::vector<size_t>> hosts = Place(trial, nullptr);
+    std::optional<std::vector<size_t>> hosts = Place(trial, cap);
     if (!hosts.has_value()) continue;
     std::vector<uint32_t> left_out;
     for (auto it = gang.present.begin(); it != gang.present.end();) {

@@ -125,7 +125,26 @@ struct PolicyOptions {
   uint32_t max_nodes_per_job = 8;
   BackfillOrder backfill_order = BackfillOrder::kAgedShortestFirst;
   PreemptOptions preempt = {};  // kPreempt only.
+  // Reservation depth (kBackfill, kPreempt): the first this many complete
+  // gangs that do not fit, in the order the head is chosen, each get a
+  // reservation. Each is computed on what the running gangs give back at
+  // their run bounds, with every earlier reservation holding its GPUs from
+  // its start on; a gang may start now only if it delays none of them (it
+  // ends before a reservation's start, or uses only GPUs that every
+  // reservation starting before its end leaves over). 1 reserves for the
+  // head only: EASY backfill. 0 (the default) picks by mode: 1, except
+  // kPreempt's kPreemptReservationDepth (see ReservationDepth()).
+  uint32_t reservation_depth = 0;
 };
+
+// The automatic reservation depth of kPreempt. Deeper reservations shorten
+// the longest waits when preemption can free room for the head, but without
+// preemption they cost mean job completion time (docs/scheduling.md).
+inline constexpr uint32_t kPreemptReservationDepth = 4;
+
+// The reservation depth `options` ask for: reservation_depth, or when it is
+// 0 the mode's default.
+uint32_t ReservationDepth(const PolicyOptions& options);
 
 struct HostSpec {
   std::string name;
@@ -206,7 +225,8 @@ struct Decisions {
   std::vector<Preemption> preempted;
 };
 
-// The start promised to the first blocked gang (kBackfill only).
+// The start promised to a blocked gang (kBackfill, kPreempt): the first
+// one's, and with a reservation depth above 1 those of the gangs after it.
 struct Reservation {
   std::string gang_id;
   Seconds start = 0;  // Latest time it starts, given the run-time bounds.
@@ -264,6 +284,9 @@ class AdmissionPolicy {
 
   // The head gang's reservation from the last pass, if any.
   const std::optional<Reservation>& reservation() const { return reservation_; }
+  // Every reservation of the last pass (PolicyOptions::reservation_depth),
+  // the head's first, in the order they were made.
+  const std::vector<Reservation>& reservations() const { return reservations_; }
 
   // Whether `spec` could ever run here; the checks and messages of Join()'s
   // FailedPrecondition errors (InvalidArgument for a bad spec).
@@ -350,12 +373,26 @@ class AdmissionPolicy {
   void Dequeue(const Gang& gang);
   void ScheduleGangs(Seconds now, Decisions& out);
   void ScheduleNaive(Seconds now, Decisions& out);
-  // Computes the head gang's reservation; fills `extra` with GPUs per host
-  // that may be used past its start. False when it can never fit.
-  bool Reserve(const Gang& head, Seconds now, std::vector<uint32_t>& extra);
-  // Starts an elastic `gang` with as many members as fit now; false when
-  // not even its minimum does.
-  bool StartSmaller(Gang& gang, Seconds now, Decisions& out);
+  // A reservation made in this pass: from `start` on it holds `take` GPUs
+  // per host; `left` is what every host has left at `start` (running gangs
+  // at their run bounds, every reservation that starts by then, and the
+  // gangs started in this pass that still run then).
+  struct Held {
+    Seconds start = 0;
+    std::vector<uint32_t> take;
+    std::vector<uint32_t> left;
+  };
+  // Computes `gang`'s reservation: the earliest time it fits on what the
+  // running gangs give back at their run bounds, leaving every reservation
+  // in `held` its GPUs from its start on. Appends it to `held` (and updates
+  // the others' `left`); the first becomes reservation(). False when it can
+  // never fit.
+  bool Reserve(const Gang& gang, Seconds now, std::vector<Held>& held);
+  // Starts an elastic `gang` with as many members as fit now (on free GPUs,
+  // capped per host by `cap` when given); false when not even its minimum
+  // does.
+  bool StartSmaller(Gang& gang, Seconds now, Decisions& out,
+                    const std::vector<uint32_t>* cap);
   // A running gang that may be stopped in this pass, with its sort key:
   // fewest GPU-seconds lost first, then lowest priority, then youngest.
   struct Victim {
@@ -420,6 +457,7 @@ class AdmissionPolicy {
   std::set<std::pair<Seconds, std::string>> running_;  // By end bound.
   int64_t next_seq_ = 0;
   std::optional<Reservation> reservation_;
+  std::vector<Reservation> reservations_;
   // OverdueAfter() of the last pass; negative when it was not computed.
   double overdue_after_ = -1;
 };

@@ -265,6 +265,139 @@ TEST_F(AdmissionPolicyTest, LongBackfillUsesOnlyGpusTheHeadDoesNotNeed) {
   EXPECT_EQ(gdt_.reservation()->gpus_by_host.at("h0"), 8u);
 }
 
+// Two hosts: h0 frees its 8 GPUs at 100, h1 runs 6 of its 8 until 300.
+// "first" (8 GPUs) is reserved on h0 at 100; "second" (8 GPUs) can only
+// have h1 at 300, since "first" holds h0 from 100 on. "long" (2 GPUs until
+// 510) fits on h1 now and leaves "first" alone.
+void SetUpTwoReservations(AdmissionPolicy& policy) {
+  for (const char* host : {"h0", "h1"}) {
+    ASSERT_TRUE(policy.AddHost(HostSpec{host, 8, 8, {}}).ok());
+  }
+  ASSERT_TRUE(policy
+                  .AddRunning(Gang("a", 1, 8, 0, 100),
+                              {{1, "h0", {0, 1, 2, 3, 4, 5, 6, 7}}}, 100)
+                  .ok());
+  ASSERT_TRUE(policy
+                  .AddRunning(Gang("b", 1, 6, 0, 300),
+                              {{1, "h1", {0, 1, 2, 3, 4, 5}}}, 300)
+                  .ok());
+  ASSERT_TRUE(policy.Join(Gang("first", 1, 8, 1, 1000), 1, "h0").ok());
+  ASSERT_TRUE(policy.Join(Gang("second", 1, 8, 2, 1000), 1, "h0").ok());
+  ASSERT_TRUE(policy.Join(Gang("long", 1, 2, 3, 500), 1, "h1").ok());
+}
+
+TEST(ReservationDepthTest, DepthOneReservesForTheHeadOnly) {
+  AdmissionPolicy policy(PolicyOptions{Mode::kBackfill, 8});
+  SetUpTwoReservations(policy);
+  const Decisions decisions = policy.Schedule(10);
+  // EASY backfill: "long" delays only "second", which has no reservation.
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "long");
+  EXPECT_EQ(decisions.admitted[0].members[0].host, "h1");
+  ASSERT_TRUE(policy.reservation().has_value());
+  EXPECT_EQ(policy.reservation()->gang_id, "first");
+  EXPECT_EQ(policy.reservation()->start, 100);
+}
+
+// Without an explicit depth, gdt mode reserves for the head only and the
+// preempting mode for the first four gangs that do not fit.
+TEST(ReservationDepthTest, TheDefaultDependsOnTheMode) {
+  EXPECT_EQ(PolicyOptions{}.reservation_depth, 0u);
+  EXPECT_EQ(ReservationDepth(PolicyOptions{Mode::kBackfill, 8}), 1u);
+  EXPECT_EQ(ReservationDepth(PolicyOptions{Mode::kStrictFifo, 8}), 1u);
+  EXPECT_EQ(ReservationDepth(PolicyOptions{Mode::kPreempt, 8}),
+            kPreemptReservationDepth);
+  EXPECT_EQ(kPreemptReservationDepth, 4u);
+  PolicyOptions explicit_depth{Mode::kPreempt, 8};
+  explicit_depth.reservation_depth = 1;
+  EXPECT_EQ(ReservationDepth(explicit_depth), 1u);
+
+  AdmissionPolicy gdt(PolicyOptions{Mode::kBackfill, 8});
+  SetUpTwoReservations(gdt);
+  const Decisions started = gdt.Schedule(10);
+  ASSERT_THAT(started.admitted, SizeIs(1));
+  EXPECT_EQ(started.admitted[0].gang_id, "long");
+  ASSERT_THAT(gdt.reservations(), SizeIs(1));
+  EXPECT_EQ(gdt.reservations()[0].gang_id, "first");
+
+  // Nothing running is preemptible, and the head is chosen in queue order
+  // as in gdt mode: only the reservations differ.
+  PolicyOptions preempt_options{Mode::kPreempt, 8};
+  preempt_options.preempt.overdue_backlog_fraction = 0;
+  AdmissionPolicy preempt(preempt_options);
+  SetUpTwoReservations(preempt);
+  const Decisions held = preempt.Schedule(10);
+  EXPECT_THAT(held.admitted, IsEmpty());
+  EXPECT_THAT(held.preempted, IsEmpty());
+  ASSERT_THAT(preempt.reservations(), SizeIs(2));
+  EXPECT_EQ(preempt.reservations()[0].gang_id, "first");
+  EXPECT_EQ(preempt.reservations()[1].gang_id, "second");
+  EXPECT_EQ(preempt.reservations()[1].start, 300);
+}
+
+TEST(ReservationDepthTest, BackfillRespectsTheSecondReservation) {
+  PolicyOptions options{Mode::kBackfill, 8};
+  options.reservation_depth = 2;
+  AdmissionPolicy policy(options);
+  SetUpTwoReservations(policy);
+  // "long" would hold 2 of h1's GPUs past 300, when "second" needs all 8.
+  EXPECT_THAT(policy.Schedule(10).admitted, IsEmpty());
+  ASSERT_TRUE(policy.reservation().has_value());
+  EXPECT_EQ(policy.reservation()->gang_id, "first");
+  EXPECT_EQ(policy.reservation()->start, 100);
+  // A gang that ends before 300 may use h1's free GPUs.
+  ASSERT_TRUE(policy.Join(Gang("short", 1, 2, 4, 200), 1, "h1").ok());
+  Decisions decisions = policy.Schedule(20);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "short");
+
+  // h0 goes to "first" at 100; "second" waits for h1, and "long" still may
+  // not take h1's GPUs past 300.
+  ASSERT_TRUE(policy.Finish("a").ok());
+  decisions = policy.Schedule(100);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "first");
+  EXPECT_EQ(policy.reservation()->gang_id, "second");
+  EXPECT_EQ(policy.reservation()->start, 300);
+  ASSERT_TRUE(policy.Finish("short").ok());
+  EXPECT_THAT(policy.Schedule(220).admitted, IsEmpty());
+  ASSERT_TRUE(policy.Finish("b").ok());
+  decisions = policy.Schedule(300);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "second");
+}
+
+TEST(ReservationDepthTest, ASecondReservationCountsTheFirstOnesGpus) {
+  // One host of 10 GPUs, 2 free: "a" gives back 6 at 100, "b" 2 at 300.
+  // "first" (6) is reserved at 100. "second" (4) would fit at 100 too if
+  // "first" did not take 6 of the 8 then: it is reserved at 300.
+  PolicyOptions options{Mode::kBackfill, 8};
+  options.reservation_depth = 2;
+  AdmissionPolicy policy(options);
+  ASSERT_TRUE(policy.AddHost(HostSpec{"h0", 10, 8, {}}).ok());
+  ASSERT_TRUE(policy
+                  .AddRunning(Gang("a", 1, 6, 0, 100),
+                              {{1, "h0", {0, 1, 2, 3, 4, 5}}}, 100)
+                  .ok());
+  ASSERT_TRUE(
+      policy.AddRunning(Gang("b", 1, 2, 0, 300), {{1, "h0", {6, 7}}}, 300)
+          .ok());
+  ASSERT_TRUE(policy.Join(Gang("first", 1, 6, 1, 1000), 1, "h0").ok());
+  ASSERT_TRUE(policy.Join(Gang("second", 1, 4, 2, 1000), 1, "h0").ok());
+  // Both fit on the 2 free GPUs now; "past" would still hold them at 300.
+  ASSERT_TRUE(policy.Join(Gang("past", 1, 2, 3, 1000), 1, "h0").ok());
+  ASSERT_TRUE(policy.Join(Gang("mid", 1, 2, 4, 200), 1, "h0").ok());
+  const Decisions decisions = policy.Schedule(10);
+  ASSERT_THAT(policy.reservations(), SizeIs(2));
+  EXPECT_EQ(policy.reservations()[0].gang_id, "first");
+  EXPECT_EQ(policy.reservations()[0].start, 100);
+  EXPECT_EQ(policy.reservations()[1].gang_id, "second");
+  EXPECT_EQ(policy.reservations()[1].start, 300);
+  EXPECT_EQ(policy.reservations()[1].gpus_by_host.at("h0"), 4u);
+  ASSERT_THAT(decisions.admitted, SizeIs(1));
+  EXPECT_EQ(decisions.admitted[0].gang_id, "mid");
+}
+
 TEST_F(AdmissionPolicyTest, StrictFifoBlocksBehindTheHead) {
   AdmissionPolicy fifo(PolicyOptions{Mode::kStrictFifo, 8});
   AddHosts(fifo, 1, 8, 8);

@@ -21,6 +21,8 @@ using test::RunCli;
 using test::TempDir;
 using test::WriteTextFile;
 using ::testing::HasSubstr;
+using ::testing::SizeIs;
+using ::testing::StartsWith;
 
 const std::string kTraces = GDT_SIM_TRACES;
 
@@ -132,6 +134,47 @@ TEST(GdtSimCliTest, BadFlagsGetTheUsageCodeAndOneReason) {
   const CliRun help = GdtSim({"--help"}, "stdout");
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.output, HasSubstr("--compare"));
+}
+
+// --reservation-depth takes a whole number from 1 up; anything else is one
+// line naming the flag and the usage exit code. Given, it overrides the
+// mode's default: preempt's default is 4.
+TEST(GdtSimCliTest, ReservationDepthTakesOnlyAPositiveCount) {
+  const TempDir dir;
+  const std::string trace = BurstyPrefix(dir, 200);
+  for (const std::string value : {"0", "-1", "two", "", "1.5"}) {
+    const CliRun bad =
+        GdtSim({"--trace", trace, "--reservation-depth", value}, "stderr");
+    EXPECT_EQ(bad.code, 2) << value << ": " << bad.output;
+    // One line naming the flag, then CLI11's pointer to --help, as for
+    // every other flag.
+    const std::vector<std::string> lines =
+        absl::StrSplit(bad.output, '\n', absl::SkipEmpty());
+    ASSERT_THAT(lines, SizeIs(2)) << value << ": " << bad.output;
+    EXPECT_THAT(lines[0], StartsWith("--reservation-depth: ")) << value;
+    EXPECT_EQ(lines[1], "Run with --help for more information.");
+  }
+
+  // On 4 hosts the jobs queue: each replay's waits and preemptions, which
+  // the depth changes.
+  auto replay = [&](const std::string& policy,
+                    const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--trace",  trace,  "--hosts", "4",
+                                     "--policy", policy, "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const CliRun run = GdtSim(args, "stdout");
+    EXPECT_EQ(run.code, 0) << run.output;
+    const nlohmann::json result =
+        nlohmann::json::parse(run.output, nullptr, /*allow_exceptions=*/false);
+    if (result.is_discarded()) return std::string("not JSON: ") + run.output;
+    return absl::StrCat(result["wait_s"].dump(), " ",
+                        result["preemptions"].dump());
+  };
+  const std::string preempt = replay("preempt", {});
+  EXPECT_EQ(replay("preempt", {"--reservation-depth", "4"}), preempt);
+  EXPECT_NE(replay("preempt", {"--reservation-depth", "1"}), preempt);
+  const std::string gdt = replay("gdt", {});
+  EXPECT_EQ(replay("gdt", {"--reservation-depth", "1"}), gdt);
 }
 
 }  // namespace

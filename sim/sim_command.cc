@@ -107,6 +107,12 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
                  "preempt: waiting jobs behind the head that may have "
                  "victims chosen for them in one pass (0: the head only)")
       ->capture_default_str();
+  app.add_option("--reservation-depth", flags.options.reservation_depth,
+                 "gdt, preempt: the first N waiting jobs that do not fit each "
+                 "get a reservation that no later job may delay (1: the head "
+                 "only, EASY backfill; default: 1 for gdt, 4 for preempt and "
+                 "preempt+elastic)")
+      ->check(CLI::Range(1, 1000000));
   CLI::Option* compare = app.add_flag(
       "--compare", flags.compare,
       "replay the trace with fifo, gdt, preempt and preempt+elastic (same "

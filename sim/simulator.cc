@@ -282,9 +282,9 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
                              : static_cast<uint32_t>(4 * cluster_gpus);
   result.runner_slots = slots;
 
-  policy::AdmissionPolicy policy(
-      policy::PolicyOptions{options.mode, options.max_nodes_per_job,
-                            options.backfill_order, options.preempt});
+  policy::AdmissionPolicy policy(policy::PolicyOptions{
+      options.mode, options.max_nodes_per_job, options.backfill_order,
+      options.preempt, options.reservation_depth});
   std::vector<std::string> names;
   for (uint32_t h = 0; h < options.hosts; ++h) {
     policy::HostSpec spec;

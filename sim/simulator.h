@@ -77,6 +77,9 @@ struct SimOptions {
   uint32_t max_nodes_per_job = 8;
   policy::BackfillOrder backfill_order =
       policy::BackfillOrder::kAgedShortestFirst;  // gdt only.
+  // policy::PolicyOptions::reservation_depth (gdt and preempt; 0: the
+  // mode's default).
+  uint32_t reservation_depth = policy::PolicyOptions{}.reservation_depth;
   // kPreempt: every job is preemptible, writes a checkpoint every
   // `checkpoint_interval` seconds of its run, and pays `restart_overhead`
   // seconds (GPUs held, no progress) each time it starts again after a
