@@ -20,10 +20,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
+#include "testing/wait.h"
 
 namespace gdt::agent {
 namespace {
 
+using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
@@ -126,6 +128,17 @@ TEST_F(TeardownWatchTest, ChildrenOfRanksAreNotRanks) {
   At(1, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)});
   EXPECT_EQ(At(60, {Shell(), Launcher(), Rank(11, 0), Rank(12, 1)}),
             std::nullopt);
+}
+
+// Options for a stage that runs `body` as its script, written into `dir`.
+StageOptions ScriptStage(const test::TempDir& dir, const std::string& body) {
+  const std::string script = dir.Sub("stage.sh");
+  std::ofstream(script) << body;
+  StageOptions options;
+  options.script_path = script;
+  options.env = {{"PATH", "/usr/bin:/bin"}};
+  options.working_dir = dir.path();
+  return options;
 }
 
 // Records a stage's output and exit.
@@ -235,17 +248,11 @@ class FullObserver : public StageObserver {
 // that does not read.
 TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
   test::TempDir dir;
-  const std::string script = dir.Sub("stage.sh");
-  {
-    std::ofstream out(script);
-    out << "setsid sh -c 'exec timeout 60 cat /dev/zero' &\n"
-           "sleep 0.5\n"
-           "exit 0\n";
-  }
-  StageOptions options;
-  options.script_path = script;
-  options.env = {{"PATH", "/usr/bin:/bin"}};
-  options.working_dir = dir.path();
+  const StageOptions options =
+      ScriptStage(dir,
+                  "setsid sh -c 'exec timeout 60 cat /dev/zero' &\n"
+                  "sleep 0.5\n"
+                  "exit 0\n");
   FullObserver observer;
   {
     absl::StatusOr<std::shared_ptr<Stage>> stage =
@@ -263,23 +270,14 @@ TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
 // nothing of it is left.
 TEST(StageTeardownTest, StageWhoseRankNeverLeavesEndsAsSuccess) {
   test::TempDir dir;
-  const std::string script = dir.Sub("stage.sh");
   const std::string pid_file = dir.Sub("rank1.pid");
-  {
-    std::ofstream out(script);
-    out << "echo training\n"
-           // Rank 0 works a while (long enough to be seen), then ends.
-           "LOCAL_RANK=0 RANK=0 bash -c 'sleep 2; echo rank 0 done' &\n"
-           "LOCAL_RANK=1 RANK=1 bash -c 'echo $$ > "
-        << pid_file
-        << "; exec sleep 1000' &\n"
-           "wait\n"
-           "exit 1\n";
-  }
-  StageOptions options;
-  options.script_path = script;
-  options.env = {{"PATH", "/usr/bin:/bin"}};
-  options.working_dir = dir.path();
+  StageOptions options = ScriptStage(
+      dir, absl::StrCat(
+               "echo training\n",
+               // Rank 0 works a while (long enough to be seen), then ends.
+               "LOCAL_RANK=0 RANK=0 bash -c 'sleep 2; echo rank 0 done' &\n",
+               "LOCAL_RANK=1 RANK=1 bash -c 'echo $$ > ", pid_file,
+               "; exec sleep 1000' &\n", "wait\n", "exit 1\n"));
   options.teardown_timeout = seconds(2);
   Recorder recorder;
   const auto start = steady_clock::now();
@@ -305,29 +303,18 @@ TEST(StageTeardownTest, StageWhoseRankNeverLeavesEndsAsSuccess) {
   pid_in >> rank1;
   ASSERT_GT(rank1, 0);
   // Killed with its group (and reaped by whoever adopted it).
-  bool gone = false;
-  for (int i = 0; i < 500 && !gone; ++i) {
-    gone = kill(rank1, 0) != 0;
-    if (!gone) std::this_thread::sleep_for(milliseconds(10));
-  }
-  EXPECT_TRUE(gone) << "rank 1 (pid " << rank1 << ") is still alive";
+  EXPECT_TRUE(WaitFor([&] { return kill(rank1, 0) != 0; }, seconds(5)))
+      << "rank 1 (pid " << rank1 << ") is still alive";
 }
 
 // Without a bound the stage keeps waiting (the behaviour the watch
 // replaces): here the stage is stopped by the test after a while.
 TEST(StageTeardownTest, WithoutABoundTheStageWaits) {
   test::TempDir dir;
-  const std::string script = dir.Sub("stage.sh");
-  {
-    std::ofstream out(script);
-    out << "LOCAL_RANK=0 RANK=0 true &\n"
-           "LOCAL_RANK=1 RANK=1 sleep 1000 &\n"
-           "wait\n";
-  }
-  StageOptions options;
-  options.script_path = script;
-  options.env = {{"PATH", "/usr/bin:/bin"}};
-  options.working_dir = dir.path();
+  const StageOptions options = ScriptStage(dir,
+                                           "LOCAL_RANK=0 RANK=0 true &\n"
+                                           "LOCAL_RANK=1 RANK=1 sleep 1000 &\n"
+                                           "wait\n");
   Recorder recorder;
   absl::StatusOr<std::shared_ptr<Stage>> stage =
       Stage::Start(options, &recorder, nullptr);
@@ -340,36 +327,26 @@ TEST(StageTeardownTest, WithoutABoundTheStageWaits) {
 // SnapshotProcessGroup reads ranks from /proc.
 TEST(SnapshotProcessGroupTest, FindsRanksAndTheirNumbers) {
   test::TempDir dir;
-  const std::string script = dir.Sub("stage.sh");
   const std::string ready = dir.Sub("ready");
-  {
-    std::ofstream out(script);
-    out << "LOCAL_RANK=1 RANK=5 sleep 1000 &\n"
-           "touch "
-        << ready
-        << "\n"
-           "wait\n";
-  }
-  StageOptions options;
-  options.script_path = script;
-  options.env = {{"PATH", "/usr/bin:/bin"}};
-  options.working_dir = dir.path();
+  const StageOptions options =
+      ScriptStage(dir, absl::StrCat("LOCAL_RANK=1 RANK=5 sleep 1000 &\n",
+                                    "touch ", ready, "\n", "wait\n"));
   Recorder recorder;
   absl::StatusOr<std::shared_ptr<Stage>> stage =
       Stage::Start(options, &recorder, nullptr);
   ASSERT_TRUE(stage.ok()) << stage.status();
-  bool found = false;
-  for (int i = 0; i < 500 && !found; ++i) {
-    for (const GroupProcess& process :
-         SnapshotProcessGroup((*stage)->process_group())) {
-      if (process.has_local_rank && process.rank == 5 &&
-          process.parent == (*stage)->process_group()) {
-        found = true;
-      }
-    }
-    if (!found) std::this_thread::sleep_for(milliseconds(20));
-  }
-  EXPECT_TRUE(found);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        for (const GroupProcess& process :
+             SnapshotProcessGroup((*stage)->process_group())) {
+          if (process.has_local_rank && process.rank == 5 &&
+              process.parent == (*stage)->process_group()) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(10)));
   (*stage)->Signal(StageSignal::kKill);
   ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(10)));
 }
