@@ -52,6 +52,7 @@ EXTERNAL_FLAGS = {
     # Dask, Ray and the generic launcher recipes' own commands
     "--master_addr",  # torch.distributed.launch
     "--sockets", "--seconds", "--nofile", "--bin",  # bench/agent_fd_flood.py
+    "--sim", "--out", "--jobs",  # sim/traces/sweep.py
 }
 FLAG = re.compile(r"(?<![A-Za-z0-9_-])--[a-z][a-z0-9_-]*[a-z0-9]")
 
