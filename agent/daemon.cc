@@ -1,6 +1,7 @@
 #include "agent/daemon.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -257,7 +258,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   // member later.
   {
     std::error_code error;
-    std::filesystem::create_directories(config.scratch_dir, error);
+    const bool created =
+        std::filesystem::create_directories(config.scratch_dir, error);
     if (!std::filesystem::is_directory(config.scratch_dir)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "scratch_dir ", config.scratch_dir, " is not a directory",
@@ -267,6 +269,25 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       return absl::FailedPreconditionError(
           absl::StrCat("scratch_dir ", config.scratch_dir,
                        " is not writable: ", std::strerror(errno)));
+    }
+    // Members reach their own homes in it by name; nobody else may list or
+    // write it (the names are other members' gangs and jobs). Only a
+    // directory that is the agent's: made now or holding its exit outbox,
+    // and never a shared one such as /tmp (sticky or world-writable).
+    struct stat info = {};
+    const mode_t open_bits = S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH;
+    const bool agents =
+        created ||
+        std::filesystem::exists(
+            std::filesystem::path(config.scratch_dir) / ".exit-outbox", error);
+    if (agents && stat(config.scratch_dir.c_str(), &info) == 0 &&
+        info.st_uid == geteuid() && (info.st_mode & open_bits) != 0 &&
+        (info.st_mode & (S_ISVTX | S_IWOTH)) == 0) {
+      const mode_t mode = info.st_mode & 07777 & ~open_bits;
+      if (chmod(config.scratch_dir.c_str(), mode) == 0) {
+        spdlog::info("event=scratch_dir_mode dir={} mode={:04o}",
+                     LogValue(config.scratch_dir), mode);
+      }
     }
   }
   absl::StatusOr<IsolationOptions> isolation = PrepareIsolation(config);

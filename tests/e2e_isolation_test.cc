@@ -160,6 +160,7 @@ touch "B/ready-$CI_NODE_INDEX"; wait_for ready
 mark="leak-$((1+1))"
 cat "C" >/dev/null 2>&1 && echo "$mark-agent-config"
 cat "T" >/dev/null 2>&1 && echo "$mark-host-token"
+ls "$(dirname "$HOME")" >/dev/null 2>&1 && echo "$mark-scratch-root-listed"
 for p in $(pgrep -f -- "--config C"); do cat "/proc/$p/environ" >/dev/null 2>&1 && echo "$mark-agent-environ"; done
 for f in /proc/[0-9]*/environ; do e=$(tr "\000" "\n" 2>/dev/null < "$f") || continue; r=$(echo "$e" | sed -n "s/^GDT_NODE_RANK=//p"); [ -z "$r" ] || [ "$r" = "$GDT_NODE_RANK" ] || echo "$mark-other-member-environ $f"; done
 touch "B/done-$CI_NODE_INDEX"; wait_for done
