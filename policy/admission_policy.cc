@@ -672,7 +672,6 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
   for (const size_t h : *hosts) {
     reservation.gpus_by_host[hosts_[h].spec.name] += g;
   }
-  if (held.empty()) reservation_ = reservation;
   reservations_.push_back(std::move(reservation));
   held.push_back(std::move(mine));
   return true;
@@ -970,7 +969,6 @@ void AdmissionPolicy::ScheduleNaive(Seconds now, Decisions& out) {
 
 Decisions AdmissionPolicy::Schedule(Seconds now) {
   Decisions out;
-  reservation_.reset();
   reservations_.clear();
   if (options_.mode == Mode::kNaive) {
     ScheduleNaive(now, out);
@@ -982,11 +980,11 @@ Decisions AdmissionPolicy::Schedule(Seconds now) {
   ScheduleGangs(now, out);
   // Preempt only for a head that would otherwise wait longer than a grace:
   // victims already stopping for it end by then, so it is never served twice.
-  if (options_.mode == Mode::kPreempt && reservation_.has_value() &&
-      reservation_->start > now + options_.preempt.grace) {
-    Preempt(gangs_.at(reservation_->gang_id), now, out);
+  if (options_.mode == Mode::kPreempt && !reservations_.empty() &&
+      reservations_.front().start > now + options_.preempt.grace) {
+    Preempt(gangs_.at(reservations_.front().gang_id), now, out);
   }
-  if (options_.mode == Mode::kPreempt && reservation_.has_value() &&
+  if (options_.mode == Mode::kPreempt && !reservations_.empty() &&
       options_.preempt.served_behind_head > 0) {
     PreemptBehindHead(now, out);
   }
@@ -1237,7 +1235,8 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
     if (!host.down) free_slots += host.free_slots;
   }
   if (free_slots == 0) return;
-  const Gang& head = gangs_.at(reservation_->gang_id);
+  const Reservation& reserved = reservations_.front();
+  const Gang& head = gangs_.at(reserved.gang_id);
   const Seconds soon_end = now + o.grace;
   std::vector<Victim> victims = Victims(now);
   // Not the gangs that end within the grace anyway: `soon` has their GPUs.
@@ -1289,7 +1288,7 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
         gang->present.size() != gang->spec.members) {
       continue;
     }
-    if (!head_served && soon_end + gang->spec.run_bound > reservation_->start) {
+    if (!head_served && soon_end + gang->spec.run_bound > reserved.start) {
       continue;
     }
     behind.push_back(gang);

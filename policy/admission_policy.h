@@ -283,7 +283,10 @@ class AdmissionPolicy {
   Decisions Schedule(Seconds now);
 
   // The head gang's reservation from the last pass, if any.
-  const std::optional<Reservation>& reservation() const { return reservation_; }
+  std::optional<Reservation> reservation() const {
+    if (reservations_.empty()) return std::nullopt;
+    return reservations_.front();
+  }
   // Every reservation of the last pass (PolicyOptions::reservation_depth),
   // the head's first, in the order they were made.
   const std::vector<Reservation>& reservations() const { return reservations_; }
@@ -456,8 +459,7 @@ class AdmissionPolicy {
   size_t cpu_only_waiting_ = 0;  // Waiting gangs with no GPUs per member.
   std::set<std::pair<Seconds, std::string>> running_;  // By end bound.
   int64_t next_seq_ = 0;
-  std::optional<Reservation> reservation_;
-  std::vector<Reservation> reservations_;
+  std::vector<Reservation> reservations_;  // The head's first.
   // OverdueAfter() of the last pass; negative when it was not computed.
   double overdue_after_ = -1;
 };
