@@ -552,4 +552,17 @@ absl::StatusOr<CiConfigModel::Effective> EffectiveJobConfig(
   return CiConfigModel(tree->documents()).Resolve(job);
 }
 
+bool CiScalarText(const CiValue& value, std::string* out) {
+  if (value.is_string()) {
+    *out = value.get<std::string>();
+  } else if (value.is_boolean()) {
+    *out = value.get<bool>() ? "true" : "false";
+  } else if (value.is_number()) {
+    *out = value.dump();
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace gdt::ci

@@ -42,6 +42,10 @@ using CiValue = nlohmann::ordered_json;
 // `!reference [...]` kept as {"!reference": [...]}.
 CiValue ToCiValue(const YamlNode& node);
 
+// A scalar as GitLab sends it to a job (numbers and booleans become their
+// text). False for null, lists and maps.
+bool CiScalarText(const CiValue& value, std::string* out);
+
 // The top-level entries of a file's documents (a later document's, or a
 // later duplicate's, win), read as GitLab reads them when asked for.
 class CiConfigModel {

@@ -49,20 +49,6 @@ absl::Status JobError(std::string_view job, std::string_view message) {
       absl::StrCat("job ", std::string(job), ": ", std::string(message)));
 }
 
-// A scalar as GitLab sends it (numbers and booleans become their text).
-bool ScalarText(const CiValue& value, std::string* out) {
-  if (value.is_string()) {
-    *out = value.get<std::string>();
-  } else if (value.is_boolean()) {
-    *out = value.get<bool>() ? "true" : "false";
-  } else if (value.is_number()) {
-    *out = value.dump();
-  } else {
-    return false;
-  }
-  return true;
-}
-
 // `id_tokens: {NAME: {aud: AUDIENCE or [AUDIENCES]}}`.
 absl::Status ReadIdTokens(
     const CiValue& node, std::string_view job,
@@ -77,11 +63,11 @@ absl::Status ReadIdTokens(
     std::vector<std::string> audiences;
     std::string one;
     const auto aud = value.is_object() ? value.find("aud") : value.end();
-    if (aud != value.end() && ScalarText(*aud, &one) && !one.empty()) {
+    if (aud != value.end() && CiScalarText(*aud, &one) && !one.empty()) {
       audiences.push_back(one);
     } else if (aud != value.end() && aud->is_array()) {
       for (const CiValue& item : *aud) {
-        if (!ScalarText(item, &one) || one.empty()) {
+        if (!CiScalarText(item, &one) || one.empty()) {
           audiences.clear();  // One bad entry spoils the list.
           break;
         }
@@ -103,7 +89,7 @@ absl::Status ReadScript(const CiValue& node, std::string_view job,
                         std::string_view key, std::vector<std::string>* out) {
   if (node.is_null()) return absl::OkStatus();
   std::string text;
-  if (ScalarText(node, &text)) {
+  if (CiScalarText(node, &text)) {
     out->push_back(text);
     return absl::OkStatus();
   }
@@ -117,7 +103,7 @@ absl::Status ReadScript(const CiValue& node, std::string_view job,
       GDT_RETURN_IF_ERROR(ReadScript(item, job, key, out));
       continue;
     }
-    if (!ScalarText(item, &text)) {
+    if (!CiScalarText(item, &text)) {
       return JobError(
           job, absl::StrCat(std::string(key), " must contain only strings"));
     }
@@ -154,7 +140,7 @@ absl::Status ReadVariables(
     if (entry.is_object()) {
       // `VAR: {value: ..., description: ..., expand: false}`
       const auto inner = entry.find("value");
-      if (inner == entry.end() || !ScalarText(*inner, &value)) {
+      if (inner == entry.end() || !CiScalarText(*inner, &value)) {
         return absl::InvalidArgumentError(absl::StrCat(
             std::string(owner), ": variable ", key, " has no string 'value'"));
       }
@@ -168,7 +154,7 @@ absl::Status ReadVariables(
       }
     } else if (entry.is_null()) {
       value.clear();
-    } else if (!ScalarText(entry, &value)) {
+    } else if (!CiScalarText(entry, &value)) {
       return absl::InvalidArgumentError(absl::StrCat(
           std::string(owner), ": variable ", key, " must be a string"));
     }
@@ -201,18 +187,18 @@ absl::Status ReadArtifacts(const CiValue& node, std::string_view job,
       GDT_RETURN_IF_ERROR(
           ReadStringList(value, job, "artifacts:exclude", &out->exclude));
     } else if (key == "when") {
-      if (!ScalarText(value, &out->when) ||
+      if (!CiScalarText(value, &out->when) ||
           (out->when != "on_success" && out->when != "on_failure" &&
            out->when != "always")) {
         return JobError(
             job, "artifacts:when must be on_success, on_failure or always");
       }
     } else if (key == "expire_in") {
-      if (!ScalarText(value, &out->expire_in)) {
+      if (!CiScalarText(value, &out->expire_in)) {
         return JobError(job, "artifacts:expire_in must be a string");
       }
     } else if (key == "name") {
-      if (!ScalarText(value, &out->name)) {
+      if (!CiScalarText(value, &out->name)) {
         return JobError(job, "artifacts:name must be a string");
       }
     } else if (key == "untracked") {
@@ -240,7 +226,7 @@ absl::Status ReadParallel(const CiValue& node, std::string_view job, int* out) {
   }
   std::string text;
   if (!(node.is_number_integer() || node.is_string()) ||
-      !ScalarText(node, &text) || text.empty() || text.size() > 4 ||
+      !CiScalarText(node, &text) || text.empty() || text.size() > 4 ||
       text.find_first_not_of("0123456789") != std::string::npos) {
     return JobError(job, "parallel must be an integer from 1 to 200");
   }
@@ -460,7 +446,7 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   if (job.script.empty()) return JobError(name, "script is empty");
 
   if (const CiValue* stage = entry("stage")) {
-    if (!ScalarText(*stage, &job.stage)) {
+    if (!CiScalarText(*stage, &job.stage)) {
       return JobError(name, "stage must be a string");
     }
   }
@@ -472,6 +458,9 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   if (const CiValue* variables = entry("variables")) {
     GDT_RETURN_IF_ERROR(ReadVariables(*variables, absl::StrCat("job ", name),
                                       std::nullopt, &job));
+    for (const auto& [key, value] : variables->items()) {
+      job.own_variables.insert(key);
+    }
   }
   if (const CiValue* parallel = entry("parallel")) {
     GDT_RETURN_IF_ERROR(ReadParallel(*parallel, name, &job.parallel));
@@ -479,7 +468,7 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   }
   if (const CiValue* timeout = entry("timeout")) {
     std::string text;
-    if (!ScalarText(*timeout, &text)) {
+    if (!CiScalarText(*timeout, &text)) {
       return JobError(name, "timeout must be a duration string");
     }
     absl::StatusOr<int64_t> seconds = ParseDurationSeconds(text);
@@ -498,6 +487,20 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   }
   GDT_RETURN_IF_ERROR(
       ReadWhen(entry("when"), entry("allow_failure"), name, &job));
+  const CiValue* allow_failure = entry("allow_failure");
+  job.allow_failure_given =
+      allow_failure != nullptr && !allow_failure->is_null();
+  if (const CiValue* rules = entry("rules")) {
+    if (entry("only") != nullptr || entry("except") != nullptr) {
+      return JobError(name,
+                      "rules cannot be used with only or except (GitLab "
+                      "refuses such a job)");
+    }
+    absl::StatusOr<std::vector<CiRule>> read =
+        ReadRules(*rules, absl::StrCat("job ", name), /*job_rules=*/true);
+    if (!read.ok()) return read.status();
+    job.rules = *std::move(read);
+  }
   if (const CiValue* retry = entry("retry")) {
     GDT_RETURN_IF_ERROR(ReadRetry(*retry, name, &job.retry));
   }
@@ -513,11 +516,11 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     std::vector<std::string> all;
     for (const CiValue& need : *needs) {
       std::string text;
-      if (ScalarText(need, &text)) {
+      if (CiScalarText(need, &text)) {
         names.push_back(text);
         all.push_back(text);
       } else if (need.is_object() && need.contains("job") &&
-                 ScalarText(need["job"], &text)) {
+                 CiScalarText(need["job"], &text)) {
         const auto with_artifacts = need.find("artifacts");
         if (with_artifacts == need.end() || *with_artifacts != false) {
           names.push_back(text);
@@ -607,6 +610,45 @@ absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                         absl::StrCat(path, ": ", job.status().message()));
   }
   return job;
+}
+
+absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadTextFile(path);
+  if (!text.ok()) return text.status();
+  const auto failed = [&](const absl::Status& status) {
+    return absl::Status(status.code(),
+                        absl::StrCat(path, ": ", status.message()));
+  };
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(*text, &error);
+  if (!error.message.empty()) {
+    return failed(absl::InvalidArgumentError(
+        absl::StrCat("bad YAML at line ", error.mark.line + 1, ", column ",
+                     error.mark.column + 1, ": ", error.message)));
+  }
+  const CiConfigModel model(tree->documents());
+  CiWorkflow workflow;
+  if (std::optional<CiValue> variables = model.Top("variables")) {
+    CiJob top;
+    if (absl::Status read = ReadVariables(*variables, "top-level variables",
+                                          std::nullopt, &top);
+        !read.ok()) {
+      return failed(read);
+    }
+    workflow.variables = std::move(top.variables);
+  }
+  const std::optional<CiValue> config = model.Top("workflow");
+  if (!config.has_value() || config->is_null()) return workflow;
+  if (!config->is_object()) {
+    return failed(absl::InvalidArgumentError("workflow must be a map"));
+  }
+  if (const auto rules = config->find("rules"); rules != config->end()) {
+    absl::StatusOr<std::vector<CiRule>> read =
+        ReadRules(*rules, "workflow", /*job_rules=*/false);
+    if (!read.ok()) return failed(read.status());
+    workflow.rules = *std::move(read);
+  }
+  return workflow;
 }
 
 bool IsCiKeyword(std::string_view key) {

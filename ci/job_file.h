@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ci/rules.h"
 
 namespace gdt::ci {
 
@@ -73,6 +74,22 @@ struct CiJob {
   // The job names of `needs:` (all of them, `artifacts: false` included;
   // cross-pipeline entries left out); nullopt without `needs:`.
   std::optional<std::vector<std::string>> needs;
+  // `rules:` (nullopt without them): GitLab creates the job only when one
+  // matches, and that rule's when/allow_failure/variables/needs apply.
+  std::optional<std::vector<CiRule>> rules;
+  // The names in the job's own `variables:` (not the top-level ones), and
+  // whether it set `allow_failure:` itself: both decide what a rule or
+  // `workflow:rules` changes.
+  std::set<std::string> own_variables;
+  bool allow_failure_given = false;
+};
+
+// What a file's `workflow:` and top-level `variables:` give every job when
+// GitLab creates a pipeline.
+struct CiWorkflow {
+  std::optional<std::vector<CiRule>> rules;  // `workflow:rules`.
+  // Top-level variables (the values GitLab hands to `workflow:rules:if`).
+  std::vector<std::pair<std::string, std::string>> variables;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text, with its configuration
@@ -93,6 +110,11 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
 // read, otherwise as ParseCiJob; messages start with the path.
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                                 std::string_view job_name);
+
+// Reads the `workflow:` of the .gitlab-ci.yml at `path`. Errors: NotFound
+// when the file cannot be read; InvalidArgument for a bad `workflow:rules`
+// (naming the entry) or top-level `variables`; messages start with the path.
+absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path);
 
 // Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
 // include, stages, variables, workflow, ...) rather than a job.

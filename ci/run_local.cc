@@ -16,9 +16,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "ci/expand.h"
+#include "ci/job_file.h"
+#include "ci/rules.h"
 #include "ci/runner_config.h"
 #include "common/file.h"
 #include "common/subprocess.h"
@@ -87,6 +91,100 @@ absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
                         absl::StrCat(path, ": ", job.status().message()));
   }
   return job;
+}
+
+// Sets `key` in `job`'s variables, replacing an earlier value in place as
+// GitLab does; the value is expanded like any other.
+void SetVariable(CiJob* job, const std::string& key, const std::string& value) {
+  job->raw_variables.erase(key);
+  for (auto& [existing_key, existing_value] : job->variables) {
+    if (existing_key == key) {
+      existing_value = value;
+      return;
+    }
+  }
+  job->variables.emplace_back(key, value);
+}
+
+// The files of the project as GitLab's `rules:exists` sees the commit: in a
+// git checkout the tracked and untracked-but-not-ignored ones, otherwise
+// every file (run directories and .git left out); at most kMaxFiles.
+std::vector<std::string> ProjectFiles(const fs::path& dir) {
+  constexpr size_t kMaxFiles = 200000;
+  std::vector<std::string> files;
+  std::string output;
+  absl::StatusOr<ExitStatus> listed = RunCommand(
+      {"git", "-c", absl::StrCat("safe.directory=", dir.string()), "-C",
+       dir.string(), "ls-files", "-z", "-co", "--exclude-standard"},
+      std::chrono::seconds(30), &output);
+  if (listed.ok() && listed->success()) {
+    for (size_t start = 0; start < output.size() && files.size() < kMaxFiles;) {
+      const size_t end = std::min(output.find('\0', start), output.size());
+      if (end > start) files.push_back(output.substr(start, end - start));
+      start = end + 1;
+    }
+    return files;
+  }
+  std::error_code error;
+  for (auto it = fs::recursive_directory_iterator(
+           dir, fs::directory_options::skip_permission_denied, error);
+       !error && it != fs::recursive_directory_iterator() &&
+       files.size() < kMaxFiles;
+       it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(error) && (name == ".git" || name == ".gdt-run")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file(error)) {
+      files.push_back(it->path().lexically_relative(dir).generic_string());
+    }
+  }
+  return files;
+}
+
+// The variables GitLab hands to `job`'s `rules:if`: the predefined ones,
+// the file's and the pipeline's, the later winning.
+ExpressionVariables RuleVariables(const CiJob& job, LocalPipeline pipeline) {
+  pipeline.id_token_signer = nullptr;
+  ExpressionVariables variables;
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+  for (const gitlab::JobVariable& v : payloads.front().variables) {
+    variables[v.key] = v.value;
+  }
+  return variables;
+}
+
+// Why GitLab would not create a job or pipeline with these rules ("" when
+// it would); `*matched` is the rule that decides.
+std::string RulesVerdict(const std::vector<CiRule>& rules,
+                         const ExpressionVariables& variables,
+                         const std::vector<std::string>& files,
+                         const CiRule** matched) {
+  const std::optional<size_t> index =
+      FirstMatchingRule(rules, variables, files);
+  if (!index.has_value()) return "rules: no rule matched";
+  *matched = &rules[*index];
+  if ((*matched)->when == "never") {
+    return absl::StrCat("rules: rule ", *index + 1, " has when: never");
+  }
+  return "";
+}
+
+// Applies the rule that creates `job` to it: its when, allow_failure,
+// variables and needs.
+void ApplyRule(const CiRule& rule, CiJob* job) {
+  if (rule.when.has_value()) job->when = *rule.when;
+  // Under rules a manual job may fail only when something says so.
+  if (rule.allow_failure.has_value() || !job->allow_failure_given) {
+    job->allow_failure = rule.allow_failure.value_or(false);
+    job->allow_failure_exit_codes.clear();
+  }
+  for (const auto& [key, value] : rule.variables) SetVariable(job, key, value);
+  if (rule.needs.has_value()) {
+    if (job->artifact_sources == job->needs) job->artifact_sources = rule.needs;
+    job->needs = rule.needs;
+  }
 }
 
 std::string FormatSeconds(std::chrono::milliseconds duration) {
@@ -625,6 +723,73 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         std::make_shared<const gitlab::IdTokenSigner>(*std::move(signer));
   }
 
+  // GitLab creates the pipeline only when `workflow:rules` lets it, and
+  // each job only when its `rules:` do.
+  absl::StatusOr<CiWorkflow> workflow = LoadCiWorkflow(options.ci_file);
+  if (!workflow.ok()) return workflow.status();
+  std::optional<std::vector<std::string>> files;
+  const auto project_files = [&]() -> const std::vector<std::string>& {
+    if (!files.has_value()) files = ProjectFiles(project_dir);
+    return *files;
+  };
+  const auto needs_files = [](const std::vector<CiRule>& rules) {
+    return std::any_of(rules.begin(), rules.end(),
+                       [](const CiRule& rule) { return rule.has_exists; });
+  };
+  static const std::vector<std::string> kNoFiles;
+  if (workflow->rules.has_value()) {
+    CiJob top;
+    top.name = "workflow";
+    top.variables = workflow->variables;
+    ExpressionVariables variables = RuleVariables(top, pipeline);
+    for (auto it = variables.begin(); it != variables.end();) {
+      const bool per_job = absl::StartsWith(it->first, "CI_JOB_") ||
+                           absl::StartsWith(it->first, "CI_NODE_");
+      if (per_job) {
+        variables.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    const CiRule* rule = nullptr;
+    const std::string why = RulesVerdict(
+        *workflow->rules, variables,
+        needs_files(*workflow->rules) ? project_files() : kNoFiles, &rule);
+    if (!why.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.ci_file, ": GitLab would not create this pipeline (workflow:",
+          why, "; the pipeline's CI_PIPELINE_SOURCE is push, on branch ",
+          pipeline.ref, "; --var NAME=VALUE sets variables)"));
+    }
+    for (CiJob& job : jobs) {
+      for (const auto& [key, value] : rule->variables) {
+        if (job.own_variables.count(key) == 0) SetVariable(&job, key, value);
+      }
+    }
+  }
+  std::vector<std::string> not_created(jobs.size());
+  for (size_t k = 0; k < jobs.size(); ++k) {
+    CiJob& job = jobs[k];
+    if (!job.rules.has_value()) continue;
+    const CiRule* rule = nullptr;
+    not_created[k] = RulesVerdict(
+        *job.rules, RuleVariables(job, pipeline),
+        needs_files(*job.rules) ? project_files() : kNoFiles, &rule);
+    if (not_created[k].empty()) ApplyRule(*rule, &job);
+  }
+  if (std::all_of(not_created.begin(), not_created.end(),
+                  [](const std::string& why) { return !why.empty(); })) {
+    std::vector<std::string> whys;
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      whys.push_back(absl::StrCat(jobs[k].name, ": ", not_created[k]));
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.ci_file, ": GitLab would create none of these jobs (",
+        absl::StrJoin(whys, "; "), "; the pipeline's CI_PIPELINE_SOURCE is ",
+        "push, on branch ", pipeline.ref,
+        "; --var NAME=VALUE sets variables)"));
+  }
+
   fs::path work_dir =
       options.work_dir.empty()
           ? project_dir / ".gdt-run" / std::to_string(pipeline.pipeline_id)
@@ -736,7 +901,9 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     const std::string before =
         job.needs.has_value() ? "a job it needs" : "an earlier stage";
     std::string skipped;
-    if (job.when == "on_failure" && !earlier_failed) {
+    if (!not_created[k].empty()) {
+      skipped = absl::StrCat("not created: ", not_created[k]);
+    } else if (job.when == "on_failure" && !earlier_failed) {
       skipped = absl::StrCat("when: on_failure: no failure in ", before);
     } else if (job.when != "on_failure" && job.when != "always" &&
                earlier_failed) {

@@ -473,6 +473,109 @@ teardown:
   EXPECT_EQ(result->Status(), "passed");
 }
 
+// rules: and workflow:rules decide which jobs GitLab creates, with the
+// predefined variables of a push to the checkout's branch (run-local's
+// pipeline) and the --var ones; the rule that matches sets when,
+// allow_failure and variables.
+TEST_F(RunLocalTest, RulesDecideWhichJobsGitLabCreates) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+workflow:
+  rules:
+    - if: $CI_COMMIT_MESSAGE =~ /wip/
+      when: never
+    - when: always
+      variables:
+        FROM_WORKFLOW: wf
+variables:
+  MODE: full
+train:
+  script: echo "train $MODE $FROM_WORKFLOW $EXTRA"
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+      variables:
+        MODE: quick
+    - if: $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH
+      variables:
+        EXTRA: on-default
+mr-only:
+  script: echo mr-only ran
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "merge_request_event"
+with-dockerfile:
+  script: exit 4
+  rules:
+    - exists: [docker/**/Dockerfile]
+      allow_failure: true
+    - when: never
+nightly:
+  script: echo nightly ran
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "schedule" || $FORCE_NIGHTLY
+)");
+  options_.job_name = "train";
+  options_.later_jobs = {"mr-only", "with-dockerfile", "nightly"};
+  options_.vars = {};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(
+      Rows(*result),
+      ElementsAre("train: success",
+                  "mr-only: skipped (not created: rules: no rule matched)",
+                  "with-dockerfile: skipped (not created: rules: rule 2 has "
+                  "when: never)",
+                  "nightly: skipped (not created: rules: no rule matched)"));
+  EXPECT_THAT(out.str(), HasSubstr("[train] train full wf on-default\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[mr-only] Skipped (not created: rules: "
+                                   "no rule matched)\n"));
+  EXPECT_EQ(result->Status(), "passed");
+
+  // A merge request pipeline (set through --var), a Dockerfile in the
+  // project (a git checkout now, whose ignored files a fetch would not
+  // bring), and a variable that holds.
+  fs::create_directories(project_ + "/docker/gpu");
+  WriteTextFile(project_ + "/docker/gpu/Dockerfile", "FROM debian:12\n");
+  std::string git_output;
+  ASSERT_TRUE(RunCommand({"git", "init", "-q", project_},
+                         std::chrono::seconds(30), &git_output)
+                  .ok());
+  WriteTextFile(project_ + "/.gitignore", ".gdt-run/\n");
+  options_.vars = {"CI_PIPELINE_SOURCE=merge_request_event", "FORCE_NIGHTLY=1"};
+  options_.pipeline_id = 43;
+  std::ostringstream mr_out;
+  result = RunLocal(options_, mr_out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("train: success", "mr-only: success",
+                                         "with-dockerfile: failed (allowed)",
+                                         "nightly: success"));
+  EXPECT_THAT(mr_out.str(), HasSubstr("[train] train quick wf \n"));
+  EXPECT_EQ(result->Status(), "passed with warnings");
+
+  // workflow:rules that create no pipeline, and jobs none of which GitLab
+  // would create: one line each, and nothing runs.
+  options_.vars = {"CI_COMMIT_MESSAGE=wip: try"};
+  options_.pipeline_id = 44;
+  std::ostringstream none_out;
+  result = RunLocal(options_, none_out, nullptr);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("GitLab would not create this pipeline "
+                        "(workflow:rules: rule 1 has when: never;"));
+  options_.vars = {};
+  options_.job_name = "mr-only";
+  options_.later_jobs = {"nightly"};
+  result = RunLocal(options_, none_out, nullptr);
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(result.status().message(),
+              HasSubstr("GitLab would create none of these jobs (mr-only: "
+                        "rules: no rule matched; nightly: rules: no rule "
+                        "matched;"));
+  EXPECT_TRUE(none_out.str().empty());
+  EXPECT_FALSE(fs::exists(project_ + "/.gdt-run/44"));
+}
+
 // retry: a member that fails for a reason retry: names runs again as a new
 // job (the next id after the pipeline's jobs), with its own log, until it
 // passes or max is spent; --no-retry runs it once.
