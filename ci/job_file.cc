@@ -501,6 +501,14 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     if (!read.ok()) return read.status();
     job.rules = *std::move(read);
   }
+  for (const char* key : {"only", "except"}) {
+    const CiValue* policy = entry(key);
+    if (policy == nullptr || policy->is_null()) continue;
+    absl::StatusOr<CiRefPolicy> read = ReadRefPolicy(*policy, name, key);
+    if (!read.ok()) return read.status();
+    (std::string_view(key) == "only" ? job.only : job.except) =
+        *std::move(read);
+  }
   if (const CiValue* retry = entry("retry")) {
     GDT_RETURN_IF_ERROR(ReadRetry(*retry, name, &job.retry));
   }

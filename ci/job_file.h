@@ -77,6 +77,10 @@ struct CiJob {
   // `rules:` (nullopt without them): GitLab creates the job only when one
   // matches, and that rule's when/allow_failure/variables/needs apply.
   std::optional<std::vector<CiRule>> rules;
+  // `only:` and `except:` (nullopt when not given), for a job without
+  // `rules:`. A job with neither is `only: [branches, tags]`.
+  std::optional<CiRefPolicy> only;
+  std::optional<CiRefPolicy> except;
   // The names in the job's own `variables:` (not the top-level ones), and
   // whether it set `allow_failure:` itself: both decide what a rule or
   // `workflow:rules` changes.

@@ -1,5 +1,6 @@
 #include "ci/rules.h"
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <set>
@@ -698,6 +699,120 @@ std::optional<size_t> FirstMatchingRule(const std::vector<CiRule>& rules,
     return i;
   }
   return std::nullopt;
+}
+
+absl::StatusOr<CiRefPolicy> ReadRefPolicy(const CiValue& node,
+                                          std::string_view job,
+                                          std::string_view key) {
+  const auto bad = [&](std::string_view what) {
+    return absl::InvalidArgumentError(absl::StrCat("job ", std::string(job),
+                                                   ": ", std::string(key), ": ",
+                                                   std::string(what)));
+  };
+  const auto strings = [&](const CiValue& list, std::string_view name,
+                           std::vector<std::string>* out) -> absl::Status {
+    if (list.is_string()) {
+      out->push_back(list.get<std::string>());
+      return absl::OkStatus();
+    }
+    if (!list.is_array()) {
+      return bad(absl::StrCat(std::string(name), " must be a list"));
+    }
+    for (const CiValue& entry : list) {
+      std::string text;
+      if (!CiScalarText(entry, &text)) {
+        return bad(absl::StrCat(std::string(name), " entries must be strings"));
+      }
+      out->push_back(text);
+    }
+    return absl::OkStatus();
+  };
+  CiRefPolicy policy;
+  if (!node.is_object()) {
+    std::vector<std::string> refs;
+    if (absl::Status ok = strings(node, "refs", &refs); !ok.ok()) return ok;
+    policy.refs = std::move(refs);
+    return policy;
+  }
+  for (const auto& [name, value] : node.items()) {
+    if (name == "refs") {
+      std::vector<std::string> refs;
+      if (absl::Status ok = strings(value, name, &refs); !ok.ok()) return ok;
+      policy.refs = std::move(refs);
+    } else if (name == "variables") {
+      std::vector<std::string> expressions;
+      if (absl::Status ok = strings(value, name, &expressions); !ok.ok()) {
+        return ok;
+      }
+      for (const std::string& expression : expressions) {
+        if (absl::Status ok = CheckExpression(expression); !ok.ok()) {
+          return bad(absl::StrCat("variables: invalid expression '", expression,
+                                  "': ", ok.message()));
+        }
+      }
+      policy.variables = std::move(expressions);
+    } else if (name == "changes") {
+      policy.has_changes = true;
+    } else if (name == "kubernetes") {
+      policy.kubernetes = true;
+    } else {
+      return bad(absl::StrCat("unknown key '", name, "'"));
+    }
+  }
+  return policy;
+}
+
+bool RefPolicyMatches(const CiRefPolicy& policy,
+                      const ExpressionVariables& variables) {
+  const auto get = [&](const char* name) -> std::string {
+    const auto found = variables.find(name);
+    return found == variables.end() ? "" : found->second;
+  };
+  if (policy.refs.has_value()) {
+    static const absl::flat_hash_map<std::string, std::string> kSources = {
+        {"pushes", "push"},
+        {"web", "web"},
+        {"api", "api"},
+        {"schedules", "schedule"},
+        {"triggers", "trigger"},
+        {"pipelines", "pipeline"},
+        {"merge_requests", "merge_request_event"},
+        {"chat", "chat"},
+        {"external", "external"},
+        {"external_pull_requests", "external_pull_request_event"}};
+    const std::string source = get("CI_PIPELINE_SOURCE");
+    const std::string ref = get("CI_COMMIT_REF_NAME");
+    const bool tag = !get("CI_COMMIT_TAG").empty();
+    bool any = false;
+    for (const std::string& entry : *policy.refs) {
+      // `ref@group/project` limits an entry to one project: the local
+      // pipeline's project is no fork, so only the ref part counts.
+      const std::string pattern = entry.substr(0, entry.find('@'));
+      if (pattern == "branches") {
+        any = !tag && source != "merge_request_event";
+      } else if (pattern == "tags") {
+        any = tag;
+      } else if (const auto found = kSources.find(pattern);
+                 found != kSources.end()) {
+        any = source == found->second;
+      } else if (std::string error; pattern.size() > 1 && pattern[0] == '/') {
+        std::shared_ptr<const RE2> regex = CompilePattern(pattern, &error);
+        any = regex != nullptr && RE2::PartialMatch(ref, *regex);
+      } else {
+        any = pattern == ref;
+      }
+      if (any) break;
+    }
+    if (!any) return false;
+  }
+  if (policy.variables.has_value() &&
+      std::none_of(policy.variables->begin(), policy.variables->end(),
+                   [&](const std::string& expression) {
+                     return ExpressionHolds(expression, variables);
+                   })) {
+    return false;
+  }
+  return !policy.kubernetes;
 }
 
 }  // namespace gdt::ci

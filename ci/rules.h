@@ -64,6 +64,29 @@ struct CiRule {
   std::optional<std::vector<std::string>> needs;  // Job names.
 };
 
+// A job's `only:` or `except:` (the older way to choose jobs).
+struct CiRefPolicy {
+  // `refs:` (or the plain list): keywords (branches, tags, pushes, web,
+  // api, schedules, triggers, pipelines, merge_requests, chat, external,
+  // external_pull_requests), ref names, or /regex/ on the ref name.
+  std::optional<std::vector<std::string>> refs;
+  std::optional<std::vector<std::string>> variables;  // Expressions.
+  bool has_changes = false;                           // Always matched.
+  bool kubernetes = false;  // `kubernetes: active`: never matched here.
+};
+
+// Reads `only:` or `except:` (`key`) of job `job`. Errors: InvalidArgument
+// naming the job and what is wrong.
+absl::StatusOr<CiRefPolicy> ReadRefPolicy(const CiValue& node,
+                                          std::string_view job,
+                                          std::string_view key);
+
+// Whether every key `policy` sets has an entry that holds for a pipeline
+// with `variables` (CI_PIPELINE_SOURCE, CI_COMMIT_REF_NAME and
+// CI_COMMIT_TAG among them), as GitLab decides `only:` and `except:`.
+bool RefPolicyMatches(const CiRefPolicy& policy,
+                      const ExpressionVariables& variables);
+
 // Reads a `rules:` list. `where` names it in errors ("job train",
 // "workflow"). `job_rules`: a job's rules, whose `when` may also be manual or
 // delayed and which may have `allow_failure` and `needs`; workflow rules

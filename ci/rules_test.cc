@@ -165,5 +165,47 @@ TEST(ReadRulesTest, RefusesWhatGitLabRefuses) {
             "job train: rules[1]: unknown key 'allow_failure'");
 }
 
+TEST(RefPolicyTest, MatchesRefsSourcesAndVariablesAsGitLab) {
+  const auto policy = [](std::string_view json) {
+    absl::StatusOr<CiRefPolicy> read =
+        ReadRefPolicy(CiValue::parse(json), "train", "only");
+    EXPECT_TRUE(read.ok()) << read.status();
+    return *read;
+  };
+  // kVars: a push to main.
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["branches"])"), kVars));
+  EXPECT_FALSE(RefPolicyMatches(policy(R"(["tags"])"), kVars));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["pushes"])"), kVars));
+  EXPECT_FALSE(RefPolicyMatches(policy(R"(["merge_requests", "web"])"), kVars));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["main"])"), kVars));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["main@group/project"])"), kVars));
+  EXPECT_FALSE(RefPolicyMatches(policy(R"(["/^release/"])"), kVars));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["/^MA/i"])"), kVars));
+  // Every key must have a match.
+  EXPECT_TRUE(RefPolicyMatches(
+      policy(R"({"refs": ["main"], "variables": ["$UNSET", "$RELEASE"]})"),
+      kVars));
+  EXPECT_FALSE(RefPolicyMatches(
+      policy(R"({"refs": ["main"], "variables": ["$UNSET"]})"), kVars));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"({"changes": ["src/*"]})"), kVars));
+  EXPECT_FALSE(RefPolicyMatches(policy(R"({"kubernetes": "active"})"), kVars));
+
+  ExpressionVariables tag = kVars;
+  tag["CI_COMMIT_TAG"] = "v1";
+  EXPECT_FALSE(RefPolicyMatches(policy(R"(["branches"])"), tag));
+  EXPECT_TRUE(RefPolicyMatches(policy(R"(["tags"])"), tag));
+
+  EXPECT_EQ(
+      ReadRefPolicy(CiValue::parse(R"({"ref": ["main"]})"), "train", "except")
+          .status()
+          .message(),
+      "job train: except: unknown key 'ref'");
+  EXPECT_THAT(ReadRefPolicy(CiValue::parse(R"({"variables": ["$A = 1"]})"),
+                            "train", "only")
+                  .status()
+                  .message(),
+              HasSubstr("job train: only: variables: invalid expression"));
+}
+
 }  // namespace
 }  // namespace gdt::ci

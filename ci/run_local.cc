@@ -770,7 +770,21 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   std::vector<std::string> not_created(jobs.size());
   for (size_t k = 0; k < jobs.size(); ++k) {
     CiJob& job = jobs[k];
-    if (!job.rules.has_value()) continue;
+    if (!job.rules.has_value()) {
+      const ExpressionVariables variables = RuleVariables(job, pipeline);
+      CiRefPolicy branches_and_tags;
+      branches_and_tags.refs = {"branches", "tags"};
+      if (!RefPolicyMatches(job.only.value_or(branches_and_tags), variables)) {
+        not_created[k] = job.only.has_value()
+                             ? "only: not this pipeline"
+                             : "only: branches and tags (the default), and "
+                               "this pipeline is for neither";
+      } else if (job.except.has_value() &&
+                 RefPolicyMatches(*job.except, variables)) {
+        not_created[k] = "except: this pipeline";
+      }
+      continue;
+    }
     const CiRule* rule = nullptr;
     not_created[k] = RulesVerdict(
         *job.rules, RuleVariables(job, pipeline),

@@ -511,9 +511,14 @@ nightly:
   script: echo nightly ran
   rules:
     - if: $CI_PIPELINE_SOURCE == "schedule" || $FORCE_NIGHTLY
+old-style:
+  script: echo old-style ran
+  only: [merge_requests]
+  except:
+    variables: [$SKIP_OLD]
 )");
   options_.job_name = "train";
-  options_.later_jobs = {"mr-only", "with-dockerfile", "nightly"};
+  options_.later_jobs = {"mr-only", "with-dockerfile", "nightly", "old-style"};
   options_.vars = {};
   std::ostringstream out;
 
@@ -526,7 +531,9 @@ nightly:
                   "mr-only: skipped (not created: rules: no rule matched)",
                   "with-dockerfile: skipped (not created: rules: rule 2 has "
                   "when: never)",
-                  "nightly: skipped (not created: rules: no rule matched)"));
+                  "nightly: skipped (not created: rules: no rule matched)",
+                  "old-style: skipped (not created: only: not this "
+                  "pipeline)"));
   EXPECT_THAT(out.str(), HasSubstr("[train] train full wf on-default\n"));
   EXPECT_THAT(out.str(), HasSubstr("[mr-only] Skipped (not created: rules: "
                                    "no rule matched)\n"));
@@ -547,9 +554,10 @@ nightly:
   std::ostringstream mr_out;
   result = RunLocal(options_, mr_out, nullptr);
   ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_THAT(Rows(*result), ElementsAre("train: success", "mr-only: success",
-                                         "with-dockerfile: failed (allowed)",
-                                         "nightly: success"));
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("train: success", "mr-only: success",
+                          "with-dockerfile: failed (allowed)",
+                          "nightly: success", "old-style: success"));
   EXPECT_THAT(mr_out.str(), HasSubstr("[train] train quick wf \n"));
   EXPECT_EQ(result->Status(), "passed with warnings");
 
