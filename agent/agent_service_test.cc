@@ -1069,5 +1069,74 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
   (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
 }
 
+// A job on the host that repeats forged member tokens must not make the
+// agent ask the coordinator (which serves every gang) once per call: the
+// same token is asked about once, and a caller whose tokens keep being
+// refused gets a few more questions and then one every interval. A member
+// whose token was found good is not slowed by it.
+TEST_F(AgentServiceTest, ForgedMemberTokensCostTheCoordinatorBoundedChecks) {
+  std::atomic<int> asked{0};
+  AgentService guarded(*supervisor_);
+  guarded.SetMemberTokenCheck(
+      [&](const std::string& token) -> absl::StatusOr<MemberClaims> {
+        ++asked;
+        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
+        return absl::PermissionDeniedError(
+            "member token was not issued by this coordinator (forged or "
+            "altered)");
+      },
+      // Good answers are not kept: every call of the member asks.
+      std::chrono::seconds(0));
+  absl::StatusOr<std::unique_ptr<AgentServer>> server =
+      AgentServer::Start("127.0.0.1:0", guarded);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = "127.0.0.1:" + std::to_string((*server)->port());
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/101");
+  setup.set_builds_dir(root_ + "/builds/101");
+  rendezvous::AgentClient member(endpoint);
+  member.AddMetadata("gdt-member-token", "good");
+  ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  ASSERT_EQ(asked.load(), 1);
+
+  constexpr int kCalls = 200;
+  const auto start = steady_clock::now();
+  rendezvous::AgentClient same(endpoint);
+  same.AddMetadata("gdt-member-token", "forged");
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(same.SetupMember(setup, seconds(5)).code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  // One question for the one token.
+  EXPECT_EQ(asked.load(), 2);
+
+  int exhausted = 0;
+  std::string last;
+  for (int i = 0; i < kCalls; ++i) {
+    rendezvous::AgentClient forger(endpoint);
+    forger.AddMetadata("gdt-member-token", "forged-" + std::to_string(i));
+    absl::Status status = forger.SetupMember(setup, seconds(5));
+    EXPECT_FALSE(status.ok());
+    if (status.code() == absl::StatusCode::kResourceExhausted) {
+      ++exhausted;
+      last = std::string(status.message());
+    }
+  }
+  const auto took = steady_clock::now() - start;
+  const int bound = MemberTokenCache::kRefusalBurst + 1 +
+                    static_cast<int>(took / MemberTokenCache::kRefusalInterval);
+  EXPECT_LE(asked.load() - 2, bound);
+  EXPECT_GT(exhausted, 0);
+  // The caller is this test's account, found from its connection.
+  EXPECT_THAT(
+      last, HasSubstr(absl::StrCat("from this caller (uid ", geteuid(), ")")));
+
+  // The member's own token still works right after, and is asked about.
+  const int before = asked.load();
+  EXPECT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  EXPECT_EQ(asked.load(), before + 1);
+  (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
+}
+
 }  // namespace
 }  // namespace gdt::agent
