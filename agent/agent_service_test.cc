@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
 #include "gmock/gmock.h"
@@ -857,11 +858,19 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   ASSERT_TRUE(ok.exit.ok()) << ok.exit.status();
   EXPECT_EQ(ok.exit->exit_code(), 4);
   EXPECT_EQ(ok.out, "m1 " + root_ + "/work\n");
-  // Wrong token, other gang: refused, nothing runs.
+  // Wrong token, other gang: refused, nothing runs. Both get one answer of
+  // one shape, so a caller without the token cannot tell a gang that runs
+  // here from one that does not.
   ExecResult wrong = Exec(*client_, "g1", "secreT", "touch " + root_ + "/ran");
   EXPECT_EQ(wrong.exit.status().code(), absl::StatusCode::kPermissionDenied);
   ExecResult other = Exec(*client_, "g2", "secret", "touch " + root_ + "/ran");
-  EXPECT_EQ(other.exit.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(other.exit.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(wrong.exit.status().message(),
+            absl::StrReplaceAll(other.exit.status().message(),
+                                {{"gang g2", "gang g1"}}));
+  EXPECT_EQ(wrong.exit.status().message(),
+            "gang token refused for gang g1: no member of that gang with this "
+            "token runs on this host (it has ended, or the token is wrong)");
   EXPECT_FALSE(fs::exists(root_ + "/ran"));
 
   // A command still running when the member's stage ends is stopped.
@@ -877,9 +886,20 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   exec.join();
   ASSERT_TRUE(long_running.exit.ok()) << long_running.exit.status();
   EXPECT_EQ(long_running.exit->signal(), SIGTERM);
-  // No member of the gang left on this host.
-  EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
-            absl::StatusCode::kNotFound);
+  // The member runs no stage any more: its own token hears so, others the
+  // same refusal as before.
+  absl::StatusOr<v1::StageExit> ended =
+      Exec(*client_, "g1", "secret", "true").exit;
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ended.status().message(),
+            "member g1/1 of gang g1 runs no stage on this host now (its job's "
+            "script has ended)");
+  EXPECT_EQ(Exec(*client_, "g1", "secreT", "true").exit.status(),
+            wrong.exit.status());
+  // Torn down: the member is gone, and so is the difference.
+  ASSERT_TRUE(supervisor_->TeardownMember("g1/1", false).ok());
+  EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status(),
+            wrong.exit.status());
 }
 
 // Each gdt-rsh command holds one of the agent's threads while it runs: a
@@ -956,7 +976,7 @@ TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
   for (int i = 0; i < kCalls; ++i) {
     EXPECT_EQ(
         Exec(*client_, "no-such-gang", "guess", "true").exit.status().code(),
-        absl::StatusCode::kNotFound);
+        absl::StatusCode::kPermissionDenied);
   }
   const auto took = steady_clock::now() - start;
   spdlog::set_default_logger(previous);

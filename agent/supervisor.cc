@@ -748,12 +748,10 @@ void Supervisor::AddStageVariable(const std::string& key,
 absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
     const std::string& gang_id, const std::string& token) const {
   MutexLock lock(mu_);
-  bool gang_here = false;
+  const std::string* idle = nullptr;  // The token's member, running nothing.
   for (const auto& [member_id, member] : members_) {
-    if (member.running.empty()) continue;
     auto gang = member.gang_env.find("GDT_GANG_ID");
     if (gang == member.gang_env.end() || gang->second != gang_id) continue;
-    gang_here = true;
     const std::string& expected = member.gang_env.at("GDT_KV_TOKEN");
     // Constant time in the token's contents.
     unsigned char diff = expected.size() == token.size() ? 0 : 1;
@@ -762,17 +760,26 @@ absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
               static_cast<unsigned char>(i < token.size() ? token[i] : 0);
     }
     if (diff != 0 || expected.empty()) continue;
+    if (member.running.empty()) {
+      idle = &member_id;
+      continue;
+    }
     return ExecContext{
         member_id, member.gang_env, member.gang_working_dir,
         CredentialsOf(member),
         member.cgroup.empty() ? "" : member.cgroup + "/cgroup.procs"};
   }
-  if (gang_here) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("wrong gang token for gang ", gang_id));
+  if (idle != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", *idle, " of gang ", gang_id,
+        " runs no stage on this host now (its job's script has ended)"));
   }
-  return absl::NotFoundError(
-      absl::StrCat("no member of gang ", gang_id, " runs on this host"));
+  // Whether the gang has a member here is not said: the same words for a
+  // wrong token and for a gang that never ran here.
+  return absl::PermissionDeniedError(absl::StrCat(
+      "gang token refused for gang ", gang_id,
+      ": no member of that gang with this token runs on this host (it has "
+      "ended, or the token is wrong)"));
 }
 
 bool Supervisor::MemberRunning(const std::string& member_id) const {

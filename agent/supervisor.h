@@ -156,8 +156,11 @@ class Supervisor {
   // (a stage whose env has GDT_GANG_ID = gang_id is running), for a command
   // gdt-rsh asks to run in it. `token` must equal that stage's
   // GDT_KV_TOKEN (compared in constant time).
-  // Errors: NotFound when no member of the gang runs a stage here;
-  // PermissionDenied for a wrong token.
+  // Errors: PermissionDenied, one answer of one shape whether the gang has
+  // no member here or the token is wrong, so that a caller without the
+  // gang's token learns nothing about which gangs run here;
+  // FailedPrecondition when the token is the gang's but its member here
+  // runs no stage now (only the token's holder hears that).
   struct ExecContext {
     std::string member_id;
     std::map<std::string, std::string> env;
