@@ -54,12 +54,14 @@ absl::Status CheckMemberToken(const grpc::ServerContextBase& context,
         "admitted to this host"));
   }
   absl::StatusOr<MemberClaims> claims =
-      tokens->Check(std::string(it->second.data(), it->second.size()));
+      tokens->Check(std::string(it->second.data(), it->second.size()),
+                    CallerOf(context.peer()));
   if (!claims.ok()) {
     if (claims.status().code() == absl::StatusCode::kPermissionDenied ||
         claims.status().code() == absl::StatusCode::kInvalidArgument) {
       return absl::PermissionDeniedError(claims.status().message());
     }
+    if (absl::IsResourceExhausted(claims.status())) return claims.status();
     return absl::Status(
         claims.status().code(),
         absl::StrCat("cannot check the member token of ", named.member_id,

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
 #include "gmock/gmock.h"
@@ -857,11 +858,19 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   ASSERT_TRUE(ok.exit.ok()) << ok.exit.status();
   EXPECT_EQ(ok.exit->exit_code(), 4);
   EXPECT_EQ(ok.out, "m1 " + root_ + "/work\n");
-  // Wrong token, other gang: refused, nothing runs.
+  // Wrong token, other gang: refused, nothing runs. Both get one answer of
+  // one shape, so a caller without the token cannot tell a gang that runs
+  // here from one that does not.
   ExecResult wrong = Exec(*client_, "g1", "secreT", "touch " + root_ + "/ran");
   EXPECT_EQ(wrong.exit.status().code(), absl::StatusCode::kPermissionDenied);
   ExecResult other = Exec(*client_, "g2", "secret", "touch " + root_ + "/ran");
-  EXPECT_EQ(other.exit.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(other.exit.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(wrong.exit.status().message(),
+            absl::StrReplaceAll(other.exit.status().message(),
+                                {{"gang g2", "gang g1"}}));
+  EXPECT_EQ(wrong.exit.status().message(),
+            "gang token refused for gang g1: no member of that gang with this "
+            "token runs on this host (it has ended, or the token is wrong)");
   EXPECT_FALSE(fs::exists(root_ + "/ran"));
 
   // A command still running when the member's stage ends is stopped.
@@ -877,9 +886,20 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   exec.join();
   ASSERT_TRUE(long_running.exit.ok()) << long_running.exit.status();
   EXPECT_EQ(long_running.exit->signal(), SIGTERM);
-  // No member of the gang left on this host.
-  EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status().code(),
-            absl::StatusCode::kNotFound);
+  // The member runs no stage any more: its own token hears so, others the
+  // same refusal as before.
+  absl::StatusOr<v1::StageExit> ended =
+      Exec(*client_, "g1", "secret", "true").exit;
+  EXPECT_EQ(ended.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ended.status().message(),
+            "member g1/1 of gang g1 runs no stage on this host now (its job's "
+            "script has ended)");
+  EXPECT_EQ(Exec(*client_, "g1", "secreT", "true").exit.status(),
+            wrong.exit.status());
+  // Torn down: the member is gone, and so is the difference.
+  ASSERT_TRUE(supervisor_->TeardownMember("g1/1", false).ok());
+  EXPECT_EQ(Exec(*client_, "g1", "secret", "true").exit.status(),
+            wrong.exit.status());
 }
 
 // Each gdt-rsh command holds one of the agent's threads while it runs: a
@@ -956,7 +976,7 @@ TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
   for (int i = 0; i < kCalls; ++i) {
     EXPECT_EQ(
         Exec(*client_, "no-such-gang", "guess", "true").exit.status().code(),
-        absl::StatusCode::kNotFound);
+        absl::StatusCode::kPermissionDenied);
   }
   const auto took = steady_clock::now() - start;
   spdlog::set_default_logger(previous);
@@ -1065,6 +1085,75 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
   EXPECT_TRUE(member.TeardownMember(teardown, seconds(5)).ok());
   // After its teardown the coordinator is asked again.
   ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  EXPECT_EQ(asked.load(), before + 1);
+  (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
+}
+
+// A job on the host that repeats forged member tokens must not make the
+// agent ask the coordinator (which serves every gang) once per call: the
+// same token is asked about once, and a caller whose tokens keep being
+// refused gets a few more questions and then one every interval. A member
+// whose token was found good is not slowed by it.
+TEST_F(AgentServiceTest, ForgedMemberTokensCostTheCoordinatorBoundedChecks) {
+  std::atomic<int> asked{0};
+  AgentService guarded(*supervisor_);
+  guarded.SetMemberTokenCheck(
+      [&](const std::string& token) -> absl::StatusOr<MemberClaims> {
+        ++asked;
+        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
+        return absl::PermissionDeniedError(
+            "member token was not issued by this coordinator (forged or "
+            "altered)");
+      },
+      // Good answers are not kept: every call of the member asks.
+      std::chrono::seconds(0));
+  absl::StatusOr<std::unique_ptr<AgentServer>> server =
+      AgentServer::Start("127.0.0.1:0", guarded);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string endpoint = "127.0.0.1:" + std::to_string((*server)->port());
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/101");
+  setup.set_builds_dir(root_ + "/builds/101");
+  rendezvous::AgentClient member(endpoint);
+  member.AddMetadata("gdt-member-token", "good");
+  ASSERT_TRUE(member.SetupMember(setup, seconds(5)).ok());
+  ASSERT_EQ(asked.load(), 1);
+
+  constexpr int kCalls = 200;
+  const auto start = steady_clock::now();
+  rendezvous::AgentClient same(endpoint);
+  same.AddMetadata("gdt-member-token", "forged");
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(same.SetupMember(setup, seconds(5)).code(),
+              absl::StatusCode::kPermissionDenied);
+  }
+  // One question for the one token.
+  EXPECT_EQ(asked.load(), 2);
+
+  int exhausted = 0;
+  std::string last;
+  for (int i = 0; i < kCalls; ++i) {
+    rendezvous::AgentClient forger(endpoint);
+    forger.AddMetadata("gdt-member-token", "forged-" + std::to_string(i));
+    absl::Status status = forger.SetupMember(setup, seconds(5));
+    EXPECT_FALSE(status.ok());
+    if (status.code() == absl::StatusCode::kResourceExhausted) {
+      ++exhausted;
+      last = std::string(status.message());
+    }
+  }
+  const auto took = steady_clock::now() - start;
+  const int bound = MemberTokenCache::kRefusalBurst + 1 +
+                    static_cast<int>(took / MemberTokenCache::kRefusalInterval);
+  EXPECT_LE(asked.load() - 2, bound);
+  EXPECT_GT(exhausted, 0);
+  // The caller is this test's account, found from its connection.
+  EXPECT_THAT(
+      last, HasSubstr(absl::StrCat("from this caller (uid ", geteuid(), ")")));
+
+  // The member's own token still works right after, and is asked about.
+  const int before = asked.load();
+  EXPECT_TRUE(member.SetupMember(setup, seconds(5)).ok());
   EXPECT_EQ(asked.load(), before + 1);
   (*server)->Shutdown(std::chrono::system_clock::now() + seconds(5));
 }

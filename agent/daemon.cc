@@ -330,6 +330,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                           "caller (fine for local use; see docs/security.md)"));
   }
   // Exits a previous agent could not deliver are still owed.
+  daemon->exit_outbox_.SetReserve(&daemon->supervisor_.disk_reserve());
   daemon->exit_outbox_.Load();
   daemon->exit_reporter_ = std::make_unique<ExitReporter>(
       daemon->exit_outbox_, daemon->coordinator_, ExitReporter::Options{});

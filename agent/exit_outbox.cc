@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "agent/disk_reserve.h"
 #include "agent/supervisor.h"
 #include "common/file.h"
 #include "common/logging.h"
@@ -144,8 +145,18 @@ absl::Status ExitOutbox::Add(const ExitRecord& record) {
     return absl::InternalError(
         absl::StrCat("cannot create ", dir_, ": ", error.message()));
   }
-  return WriteFileAtomically(PathOf(key), ExitRecordToText(record, sequence),
-                             0600);
+  const std::string text = ExitRecordToText(record, sequence);
+  absl::Status written = WriteFileAtomically(PathOf(key), text, 0600);
+  if (written.ok() || reserve_ == nullptr || !IsNoSpace(written)) {
+    return written;
+  }
+  if (absl::Status reserved =
+          reserve_->WriteFrom(PathOf(key), text, 0600, std::nullopt);
+      !reserved.ok()) {
+    return absl::Status(written.code(), absl::StrCat(written.message(), " (",
+                                                     reserved.message(), ")"));
+  }
+  return absl::OkStatus();
 }
 
 void ExitOutbox::Remove(const std::string& key) {

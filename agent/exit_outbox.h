@@ -18,6 +18,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "agent/disk_reserve.h"
 #include "common/mutex.h"
 
 namespace gdt::agent {
@@ -51,6 +52,11 @@ class ExitOutbox {
   // `dir` is created on the first Add().
   explicit ExitOutbox(std::string dir);
 
+  // Space set aside for when the file system is full (a job filled it):
+  // a record that cannot be written for lack of space is written there.
+  // Set before Add(); `reserve` must outlive the outbox.
+  void SetReserve(DiskReserve* reserve) { reserve_ = reserve; }
+
   // Reads what a previous agent left in the directory; files that do not
   // parse are removed with a warning. Call once, before Add().
   void Load();
@@ -72,6 +78,7 @@ class ExitOutbox {
   std::string PathOf(const std::string& key) const;
 
   const std::string dir_;
+  DiskReserve* reserve_ = nullptr;
   mutable Mutex mu_;
   // By sequence number, so Pending() keeps arrival order.
   std::map<uint64_t, ExitRecord> records_ ABSL_GUARDED_BY(mu_);

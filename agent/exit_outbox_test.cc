@@ -1,6 +1,12 @@
 #include "agent/exit_outbox.h"
 
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -118,6 +124,56 @@ TEST(ExitOutboxTest, RecordTextRoundTrips) {
   EXPECT_EQ(back.signal, 9);
   EXPECT_EQ(back.exit_code, 137);
   EXPECT_FALSE(ExitRecordFromText("[]", &back, &sequence).ok());
+}
+
+// A job filled the file system of the agent's scratch dir: an exit is
+// still kept on disk, in the space the agent set aside, and the next agent
+// finds it.
+TEST(ExitOutboxTest, AnExitIsKeptOnAFullDiskInTheReserve) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a tmpfs";
+  test::TempDir dir;
+  const std::string disk = dir.Sub("disk");
+  fs::create_directories(disk);
+  ASSERT_EQ(mount("tmpfs", disk.c_str(), "tmpfs", 0, "size=8m"), 0)
+      << strerror(errno);
+  struct Unmount {
+    std::string path;
+    ~Unmount() { umount2(path.c_str(), MNT_DETACH); }
+  } unmount{disk};
+  DiskReserve reserve(disk + "/.disk-reserve");
+  reserve.Refill();
+  ASSERT_EQ(reserve.slots(), static_cast<size_t>(DiskReserve::kSlots));
+  ExitOutbox outbox(disk + "/.exit-outbox");
+  outbox.SetReserve(&reserve);
+  fs::create_directories(disk + "/.exit-outbox");
+  // What a job does: write until the disk is full.
+  auto fill = [&] {
+    std::ofstream out(disk + "/fill", std::ios::binary | std::ios::app);
+    const std::string block(4096, 'x');
+    while (out.write(block.data(), block.size()) && out.flush()) {
+    }
+  };
+  fill();
+  const ExitRecord record = Exit("g1", 1, 101, 3);
+  EXPECT_TRUE(outbox.Add(record).ok());
+  EXPECT_EQ(reserve.slots(), static_cast<size_t>(DiskReserve::kSlots - 1));
+  ExitOutbox next(disk + "/.exit-outbox");
+  next.Load();
+  ASSERT_EQ(next.Pending().size(), 1u);
+  EXPECT_EQ(next.Pending()[0].Key(), record.Key());
+  EXPECT_EQ(next.Pending()[0].exit_code, 3);
+
+  // Without a reserve the write fails for lack of space (the job took
+  // again what the used slot had left over).
+  fill();
+  ExitOutbox bare(disk + "/.exit-outbox");
+  absl::Status failed = bare.Add(Exit("g1", 1, 102, 0));
+  EXPECT_FALSE(failed.ok());
+  EXPECT_TRUE(IsNoSpace(failed)) << failed;
+  // Space back: the reserve is made up.
+  fs::remove(disk + "/fill");
+  reserve.Refill();
+  EXPECT_EQ(reserve.slots(), static_cast<size_t>(DiskReserve::kSlots));
 }
 
 }  // namespace

@@ -61,9 +61,9 @@ absl::Status MakeDirs(const std::string& path) {
 // by `owner` when set. The directory may belong to a member: an existing
 // entry is unlinked first and the file created afresh without following
 // links, so a planted link cannot redirect the agent's write.
-absl::Status WriteFile(
+absl::Status WriteFileOnce(
     const std::string& path, std::string_view content, mode_t mode,
-    const std::optional<SpawnOptions::Credentials>& owner = std::nullopt) {
+    const std::optional<SpawnOptions::Credentials>& owner) {
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
     return ErrorForPath("replace", path,
                         std::error_code(errno, std::generic_category()));
@@ -96,6 +96,26 @@ absl::Status WriteFile(
   if (close(fd) != 0) {
     return ErrorForPath("write", path,
                         std::error_code(errno, std::generic_category()));
+  }
+  return absl::OkStatus();
+}
+
+// WriteFileOnce(), and when the file system is full (a job filled it),
+// once more in space the agent set aside (`reserve`), so that a stage of
+// another member still starts.
+absl::Status WriteFile(const std::string& path, std::string_view content,
+                       mode_t mode,
+                       const std::optional<SpawnOptions::Credentials>& owner,
+                       DiskReserve& reserve) {
+  absl::Status written = WriteFileOnce(path, content, mode, owner);
+  if (written.ok() || !IsNoSpace(written)) return written;
+  unlink(path.c_str());
+  std::optional<std::pair<uid_t, gid_t>> ids;
+  if (owner.has_value()) ids = std::make_pair(owner->uid, owner->gid);
+  absl::Status reserved = reserve.WriteFrom(path, content, mode, ids);
+  if (!reserved.ok()) {
+    return absl::Status(written.code(), absl::StrCat(written.message(), " (",
+                                                     reserved.message(), ")"));
   }
   return absl::OkStatus();
 }
@@ -140,6 +160,7 @@ Supervisor::Supervisor(std::string scratch_root,
       default_kill_grace_(default_kill_grace),
       base_env_(std::move(base_env)),
       ledger_((fs::path(scratch_root_) / ".process-groups").string()),
+      reserve_((fs::path(scratch_root_) / ".disk-reserve").string()),
       isolation_(std::move(isolation)) {}
 
 Supervisor::~Supervisor() { Shutdown(); }
@@ -178,6 +199,7 @@ std::vector<ProcessLedger::Reaped> Supervisor::ReapLeftovers() {
       PurgeAccount(account, "");
     }
   }
+  reserve_.Refill();
   return reaped;
 }
 
@@ -379,6 +401,7 @@ absl::Status Supervisor::SetupMember(
   if (member_id.empty()) {
     return absl::InvalidArgumentError("member_id must not be empty");
   }
+  reserve_.Refill();
   if (!builds_dir.empty()) {
     GDT_RETURN_IF_ERROR(CheckAbsolute("builds_dir", builds_dir));
     if (fs::path(builds_dir).lexically_normal() == "/") {
@@ -486,8 +509,8 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   options.script_path =
       (fs::path(scratch) / absl::StrCat(stage_name, "-", number, ".sh"))
           .string();
-  GDT_RETURN_IF_ERROR(
-      WriteFile(options.script_path, request.script, 0700, credentials));
+  GDT_RETURN_IF_ERROR(WriteFile(options.script_path, request.script, 0700,
+                                credentials, reserve_));
   options.env = base_env_;
   // The member's own temporary dir; with a member account also its home,
   // since the agent's is not the member's to write.
@@ -500,7 +523,8 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   for (const auto& [key, value] : request.env) options.env[key] = value;
   for (const StageFileSpec& file : request.files) {
     const std::string path = (fs::path(scratch) / file.name).string();
-    GDT_RETURN_IF_ERROR(WriteFile(path, file.content, 0644, credentials));
+    GDT_RETURN_IF_ERROR(
+        WriteFile(path, file.content, 0644, credentials, reserve_));
     options.env[file.env_var] = path;
   }
   options.working_dir =
@@ -540,7 +564,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
         (fs::path(scratch) / absl::StrCat("progress-", stage_name, "-", number))
             .string();
     GDT_RETURN_IF_ERROR(
-        WriteFile(options.progress_file, "", 0644, credentials));
+        WriteFile(options.progress_file, "", 0644, credentials, reserve_));
     options.env["GDT_PROGRESS_FILE"] = options.progress_file;
   }
 
@@ -673,6 +697,8 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
     spdlog::info("event=member_torn_down member={} process_groups_killed={}",
                  LogValue(member_id), killed);
   }
+  // Space the member used is free again: what the reserve gave is made up.
+  reserve_.Refill();
   return killed;
 }
 
@@ -748,12 +774,10 @@ void Supervisor::AddStageVariable(const std::string& key,
 absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
     const std::string& gang_id, const std::string& token) const {
   MutexLock lock(mu_);
-  bool gang_here = false;
+  const std::string* idle = nullptr;  // The token's member, running nothing.
   for (const auto& [member_id, member] : members_) {
-    if (member.running.empty()) continue;
     auto gang = member.gang_env.find("GDT_GANG_ID");
     if (gang == member.gang_env.end() || gang->second != gang_id) continue;
-    gang_here = true;
     const std::string& expected = member.gang_env.at("GDT_KV_TOKEN");
     // Constant time in the token's contents.
     unsigned char diff = expected.size() == token.size() ? 0 : 1;
@@ -762,17 +786,26 @@ absl::StatusOr<Supervisor::ExecContext> Supervisor::FindExecContext(
               static_cast<unsigned char>(i < token.size() ? token[i] : 0);
     }
     if (diff != 0 || expected.empty()) continue;
+    if (member.running.empty()) {
+      idle = &member_id;
+      continue;
+    }
     return ExecContext{
         member_id, member.gang_env, member.gang_working_dir,
         CredentialsOf(member),
         member.cgroup.empty() ? "" : member.cgroup + "/cgroup.procs"};
   }
-  if (gang_here) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("wrong gang token for gang ", gang_id));
+  if (idle != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "member ", *idle, " of gang ", gang_id,
+        " runs no stage on this host now (its job's script has ended)"));
   }
-  return absl::NotFoundError(
-      absl::StrCat("no member of gang ", gang_id, " runs on this host"));
+  // Whether the gang has a member here is not said: the same words for a
+  // wrong token and for a gang that never ran here.
+  return absl::PermissionDeniedError(absl::StrCat(
+      "gang token refused for gang ", gang_id,
+      ": no member of that gang with this token runs on this host (it has "
+      "ended, or the token is wrong)"));
 }
 
 bool Supervisor::MemberRunning(const std::string& member_id) const {

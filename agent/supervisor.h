@@ -12,6 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "agent/disk_reserve.h"
 #include "agent/isolation.h"
 #include "agent/process_ledger.h"
 #include "agent/stage.h"
@@ -142,6 +143,10 @@ class Supervisor {
   void RecordProcessGroup(pid_t pgid) const;
   void ForgetProcessGroup(pid_t pgid) const { ledger_.Forget(pgid); }
 
+  // Space set aside on the scratch dir's file system (DiskReserve), for
+  // what the agent must write there when a job filled it.
+  DiskReserve& disk_reserve() { return reserve_; }
+
   // Ends the process groups a previous agent on this scratch root left
   // running (ProcessLedger::ReapLeftovers with the default kill grace).
   // Call before serving.
@@ -156,8 +161,11 @@ class Supervisor {
   // (a stage whose env has GDT_GANG_ID = gang_id is running), for a command
   // gdt-rsh asks to run in it. `token` must equal that stage's
   // GDT_KV_TOKEN (compared in constant time).
-  // Errors: NotFound when no member of the gang runs a stage here;
-  // PermissionDenied for a wrong token.
+  // Errors: PermissionDenied, one answer of one shape whether the gang has
+  // no member here or the token is wrong, so that a caller without the
+  // gang's token learns nothing about which gangs run here;
+  // FailedPrecondition when the token is the gang's but its member here
+  // runs no stage now (only the token's holder hears that).
   struct ExecContext {
     std::string member_id;
     std::map<std::string, std::string> env;
@@ -242,6 +250,7 @@ class Supervisor {
   const std::chrono::seconds default_kill_grace_;
   const std::map<std::string, std::string> base_env_;
   const ProcessLedger ledger_;
+  DiskReserve reserve_;  // Under scratch_root_.
   const IsolationOptions isolation_;
 
   mutable Mutex mu_;

@@ -57,4 +57,20 @@ bool KeyedRateLimiter::TryTake(const std::string& key,
   return true;
 }
 
+bool KeyedRateLimiter::HasToken(const std::string& key,
+                                std::chrono::milliseconds* wait) {
+  if (options_.per_second <= 0) return true;
+  const Clock::TimePoint now = clock_.Now();
+  MutexLock lock(mu_);
+  auto it = buckets_.find(key);
+  if (it == buckets_.end()) return options_.burst >= 1;
+  const double tokens = Refilled(it->second, now);
+  if (tokens >= 1) return true;
+  if (wait != nullptr) {
+    *wait = std::chrono::ceil<std::chrono::milliseconds>(
+        std::chrono::duration<double>((1 - tokens) / options_.per_second));
+  }
+  return false;
+}
+
 }  // namespace gdt

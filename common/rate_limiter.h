@@ -32,6 +32,12 @@ class KeyedRateLimiter {
   bool TryTake(const std::string& key,
                std::chrono::milliseconds* wait = nullptr);
 
+  // Whether `key`'s bucket holds a whole token now, taking nothing (for a
+  // bucket that pays only for some outcomes: look first, TryTake() after).
+  // When it does not and `wait` is not null, sets it as TryTake() does.
+  bool HasToken(const std::string& key,
+                std::chrono::milliseconds* wait = nullptr);
+
   const Options& options() const { return options_; }
 
  private:

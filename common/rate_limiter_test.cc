@@ -43,6 +43,21 @@ TEST(KeyedRateLimiterTest, ARefusalSaysHowLongUntilTheNextToken) {
   EXPECT_TRUE(limiter.TryTake("project-5", &wait));
 }
 
+TEST(KeyedRateLimiterTest, HasTokenLooksWithoutTaking) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock, {.per_second = 2, .burst = 2});
+  EXPECT_TRUE(limiter.HasToken("caller"));
+  EXPECT_TRUE(limiter.HasToken("caller"));
+  EXPECT_TRUE(limiter.TryTake("caller"));
+  EXPECT_TRUE(limiter.HasToken("caller"));
+  EXPECT_TRUE(limiter.TryTake("caller"));
+  std::chrono::milliseconds wait{};
+  EXPECT_FALSE(limiter.HasToken("caller", &wait));
+  EXPECT_EQ(wait, 500ms);
+  clock.Advance(500ms);
+  EXPECT_TRUE(limiter.HasToken("caller"));
+}
+
 TEST(KeyedRateLimiterTest, ZeroRateMeansNoLimit) {
   FakeClock clock;
   KeyedRateLimiter limiter(clock, {.per_second = 0, .burst = 1});

@@ -3,16 +3,21 @@
 // from a real job (run-local → executor → agent) or, for the agent's own
 // API, by a real gRPC client, and must fail.
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <regex>
 #include <set>
 #include <string>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -88,7 +93,7 @@ class IsolationTest : public ::testing::Test {
   void StartAgent(const std::string& token_file) {
     AgentSpec agent;
     agent.name = "local";
-    agent.cpu_slots = 2;
+    agent.cpu_slots = cpu_slots_;
     agent.host_token_file = token_file;
     agent.member_uid_pool = accounts_;
     // A secret in the agent's own environment, and a setting the
@@ -141,6 +146,7 @@ class IsolationTest : public ::testing::Test {
 
   static constexpr const char* kAgentSecret = "agent-env-secret-4711";
   std::vector<std::string> accounts_ = TestMemberAccounts();
+  int cpu_slots_ = 2;
   std::string coordinator_yaml_;  // More coordinator config lines.
   GdtCluster cluster_;
   std::string token_;
@@ -631,6 +637,159 @@ TEST_F(IsolationTest, HangEvidenceIsNotWrittenThroughTheJobsDirectory) {
               HasSubstr(cluster_.dir().Sub("agent-local") + "/.evidence/"));
   EXPECT_TRUE(JobProcesses(cluster_).empty())
       << DescribeAll(JobProcesses(cluster_));
+}
+
+// A job fills the file system of its builds dir. As on a host that keeps
+// /var/lib/gdt/builds and /var/lib/gdt/agent on one disk, the builds root and
+// the agent's scratch dir (members' homes, the agent's exit outbox and
+// process records) share one small tmpfs here. Four pool accounts and four
+// CPU slots: a bystander gang runs beside the one that fills the disk.
+class DiskFullTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a tmpfs";
+    accounts_ = {"61021:61021", "61022:61022", "61023:61023", "61024:61024"};
+    cpu_slots_ = 4;
+    disk_ = cluster_.dir().Sub("disk");
+    fs::create_directories(disk_);
+    ASSERT_EQ(mount("tmpfs", disk_.c_str(), "tmpfs", 0, "size=64m,mode=0755"),
+              0)
+        << "mount tmpfs on " << disk_ << ": " << strerror(errno);
+    mounts_.push_back(disk_);
+    for (const char* name : {"builds", "agent-local"}) {
+      const std::string source = disk_ + "/" + name;
+      const std::string target = cluster_.dir().Sub(name);
+      fs::create_directories(source);
+      fs::create_directories(target);
+      ASSERT_EQ(
+          mount(source.c_str(), target.c_str(), nullptr, MS_BIND, nullptr), 0)
+          << "bind " << source << " on " << target << ": " << strerror(errno);
+      mounts_.push_back(target);
+    }
+    IsolationTest::SetUp();
+  }
+  void TearDown() override {
+    // Detached: processes that still use them let go when they end.
+    for (auto it = mounts_.rbegin(); it != mounts_.rend(); ++it) {
+      umount2(it->c_str(), MNT_DETACH);
+    }
+  }
+
+  uint64_t FreeBytes() const {
+    struct statvfs info = {};
+    if (statvfs(disk_.c_str(), &info) != 0) return 0;
+    return static_cast<uint64_t>(info.f_bavail) * info.f_frsize;
+  }
+
+  std::string disk_;
+  std::vector<std::string> mounts_;
+};
+
+TEST_F(DiskFullTest, AJobThatFillsTheDiskEndsCleanlyAndOthersGoOn) {
+  const std::string flags = SharedDir("flags");
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  auto job = [](const std::string& name, const std::string& script,
+                const std::string& after_script = "") {
+    std::string indented;
+    for (absl::string_view line : absl::StrSplit(script, '\n')) {
+      if (!line.empty()) absl::StrAppend(&indented, "      ", line, "\n");
+    }
+    return absl::StrCat(
+        name,
+        ":\n"
+        "  parallel: 2\n"
+        "  timeout: 5 minutes\n"
+        "  variables:\n"
+        "    GDT_GPUS_PER_NODE: \"0\"\n"
+        "    GDT_LAUNCHER: none\n"
+        "  script:\n"
+        "    - |\n",
+        indented,
+        after_script.empty()
+            ? ""
+            : absl::StrCat("  after_script:\n    - ", after_script, "\n"));
+  };
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat(
+          job("bystander",
+              absl::StrCat("for i in $(seq 600); do ls ", flags,
+                           " | grep -q full && break; sleep 0.1; done\n"
+                           "ls ",
+                           flags,
+                           " | grep -q full || { echo never-full; exit 9; }\n"
+                           "echo bystander-ran-on-a-full-disk\n"),
+              // A stage that starts while the disk is full.
+              "echo bystander-after-script-ran"),
+          job("fill",
+              absl::StrCat("dd if=/dev/zero of=\"$CI_PROJECT_DIR/"
+                           "fill\" bs=1M 2>&1 | tail -n 1 || true\n"
+                           "df -k \"$CI_PROJECT_DIR\" | tail -n 1\n"
+                           "touch ",
+                           flags,
+                           "/full-$CI_NODE_INDEX\n"
+                           // Takes every page freed meanwhile.
+                           "for i in $(seq 900); do [ -e ",
+                           flags,
+                           "/release ] && break; cat /dev/zero >> "
+                           "\"$CI_PROJECT_DIR/fill\" 2>/dev/null || true; "
+                           "sleep 0.05; done\n"
+                           "echo filled-the-disk\n")),
+          job("next", "echo next-ran\n")));
+  const uint64_t free_at_start = FreeBytes();
+
+  std::unique_ptr<Subprocess> bystander =
+      StartRunLocal(cluster_, project, "bystander", {"--pipeline-id", "300"});
+  ASSERT_NE(bystander, nullptr);
+  std::string last;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        last = status->dump();
+        return absl::StrContains(last, "\"running\"");
+      },
+      seconds(60)))
+      << last << cluster_.Logs();
+  std::unique_ptr<Subprocess> filler =
+      StartRunLocal(cluster_, project, "fill", {"--pipeline-id", "301"});
+  ASSERT_NE(filler, nullptr);
+  // The bystander ends (its last stages run) while the disk is full; the
+  // filling job holds it full until then.
+  CommandResult stood_by = FinishRun(*bystander, seconds(90));
+  WriteFile(flags + "/release", "");
+  CommandResult fill = FinishRun(*filler, seconds(90));
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = ReadFile(
+        absl::StrCat(cluster_.run_dir(), "/logs/fill-", index, "-2.log"));
+    EXPECT_THAT(log, HasSubstr("filled-the-disk")) << log;
+  }
+  // The job exits 0 after the disk was full: its exit reaches the
+  // coordinator and the job succeeds.
+  EXPECT_TRUE(fill.status.success()) << fill.output << cluster_.Logs();
+  // Another gang's member, running on the same host meanwhile, is not
+  // failed by it: its stages start on the full disk (the agent writes
+  // their scripts into space it set aside).
+  EXPECT_TRUE(stood_by.status.success()) << stood_by.output << cluster_.Logs();
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = ReadFile(
+        absl::StrCat(cluster_.run_dir(), "/logs/bystander-", index, "-2.log"));
+    EXPECT_THAT(log, HasSubstr("bystander-ran-on-a-full-disk")) << log;
+    EXPECT_THAT(log, HasSubstr("\nbystander-after-script-ran"))
+        << log << cluster_.Logs();
+  }
+  EXPECT_THAT(cluster_.Logs(), Not(HasSubstr("event=stage_rejected")))
+      << cluster_.Logs();
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=disk_full"));
+  // Teardown freed the space: the members' builds dirs are gone.
+  EXPECT_TRUE(WaitFor([&] { return FreeBytes() + (4 << 20) >= free_at_start; },
+                      seconds(10)))
+      << "free " << FreeBytes() << " of " << free_at_start << " at start";
+  // The agent goes on: the next gang runs there.
+  CommandResult next =
+      cluster_.RunLocal(project, "next", {"--pipeline-id", "302"}, seconds(90));
+  EXPECT_TRUE(next.status.success()) << next.output << cluster_.Logs();
 }
 
 // The agent's own API, called directly: an agent without host tokens takes
