@@ -406,18 +406,30 @@ absl::StatusOr<std::unique_ptr<Node>> Compile(std::string_view expression) {
   return Parse(*std::move(tokens));
 }
 
-// Matches one '/'-free-or-not pattern without braces against `s`
-// (File.fnmatch with FNM_PATHNAME | FNM_DOTMATCH).
-bool GlobMatch(std::string_view p, std::string_view s) {
+// Whether the rest `p` of a brace-free pattern matches the rest `s` of a
+// path (File.fnmatch with FNM_PATHNAME | FNM_DOTMATCH). `failed` remembers
+// the (rest of pattern, rest of path) pairs found not to match, by their
+// lengths (`path_size` is the whole path's), so that many stars cost
+// polynomial time, not exponential.
+bool GlobMatch(std::string_view p, std::string_view s, size_t path_size,
+               std::vector<bool>* failed) {
+  const size_t key = p.size() * (path_size + 1) + s.size();
+  if ((*failed)[key]) return false;
+  const auto fail = [&] {
+    (*failed)[key] = true;
+    return false;
+  };
   while (!p.empty()) {
     if (p.substr(0, 3) == "**/") {
       const std::string_view rest = p.substr(3);
-      if (GlobMatch(rest, s)) return true;
+      if (GlobMatch(rest, s, path_size, failed)) return true;
       for (size_t slash = s.find('/'); slash != std::string_view::npos;
            slash = s.find('/', slash + 1)) {
-        if (GlobMatch(rest, s.substr(slash + 1))) return true;
+        if (GlobMatch(rest, s.substr(slash + 1), path_size, failed)) {
+          return true;
+        }
       }
-      return false;
+      return fail();
     }
     const char c = p[0];
     if (c == '*') {
@@ -425,13 +437,14 @@ bool GlobMatch(std::string_view p, std::string_view s) {
       while (stars < p.size() && p[stars] == '*') ++stars;
       const std::string_view rest = p.substr(stars);
       for (size_t n = 0;; ++n) {
-        if (GlobMatch(rest, s.substr(n))) return true;
-        if (n == s.size() || s[n] == '/') return false;
+        if (GlobMatch(rest, s.substr(n), path_size, failed)) return true;
+        if (n == s.size() || s[n] == '/') return fail();
       }
     }
-    if (s.empty()) return false;
+    if (s.empty()) return fail();
+    size_t used = 1;  // Pattern bytes the character takes.
     if (c == '?') {
-      if (s[0] == '/') return false;
+      if (s[0] == '/') return fail();
     } else if (c == '[') {
       size_t i = 1;
       const bool negate = i < p.size() && (p[i] == '!' || p[i] == '^');
@@ -454,27 +467,22 @@ bool GlobMatch(std::string_view p, std::string_view s) {
         ++i;
       }
       if (!closed) {  // A '[' without ']' is a literal.
-        if (s[0] != '[') return false;
-        p.remove_prefix(1);
-        s.remove_prefix(1);
-        continue;
+        if (s[0] != '[') return fail();
+      } else if (s[0] == '/' || found == negate) {
+        return fail();
+      } else {
+        used = i + 1;
       }
-      if (s[0] == '/' || found == negate) return false;
-      p.remove_prefix(i + 1);
-      s.remove_prefix(1);
-      continue;
     } else if (c == '\\' && p.size() > 1) {
-      if (s[0] != p[1]) return false;
-      p.remove_prefix(2);
-      s.remove_prefix(1);
-      continue;
+      if (s[0] != p[1]) return fail();
+      used = 2;
     } else if (s[0] != c) {
-      return false;
+      return fail();
     }
-    p.remove_prefix(1);
+    p.remove_prefix(used);
     s.remove_prefix(1);
   }
-  return s.empty();
+  return s.empty() || fail();
 }
 
 // `{a,b}` alternatives (nested ones too) expanded into whole patterns; at
@@ -564,10 +572,14 @@ bool ExpressionHolds(std::string_view expression,
 }
 
 bool ExistsGlobMatches(std::string_view pattern, std::string_view path) {
+  // Longer ones are no path and no pattern of a real file.
+  constexpr size_t kMaxLength = 4096;
+  if (pattern.size() > kMaxLength || path.size() > kMaxLength) return false;
   std::vector<std::string> alternatives;
   ExpandBraces(std::string(pattern), &alternatives, 256);
   for (const std::string& alternative : alternatives) {
-    if (GlobMatch(alternative, path)) return true;
+    std::vector<bool> failed((alternative.size() + 1) * (path.size() + 1));
+    if (GlobMatch(alternative, path, path.size(), &failed)) return true;
   }
   return false;
 }

@@ -1,5 +1,8 @@
 #include "ci/rules.h"
 
+#include <chrono>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -118,6 +121,26 @@ TEST(ExistsGlobTest, MatchesLikeRubyFnmatchWithPathnameAndDotmatch) {
   EXPECT_TRUE(ExistsGlobMatches("data/file?.[ch]", "data/file1.c"));
   EXPECT_FALSE(ExistsGlobMatches("data/file?.[!ch]", "data/file1.c"));
   EXPECT_FALSE(ExistsGlobMatches("a?b", "a/b"));
+  EXPECT_TRUE(ExistsGlobMatches("a\\*b", "a*b"));
+  EXPECT_TRUE(ExistsGlobMatches("[x", "[x"));
+}
+
+// Stars that could each take any length must not make a pattern take
+// exponential time (this one took minutes when every split was tried).
+TEST(ExistsGlobTest, ManyStarsStayFast) {
+  const std::string path(200, 'a');
+  std::string pattern;
+  for (int i = 0; i < 30; ++i) pattern += "*a";
+  pattern += "*b";
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_FALSE(ExistsGlobMatches(pattern, path));
+  std::string deep;
+  for (int i = 0; i < 60; ++i) deep += "d/";
+  std::string stars;
+  for (int i = 0; i < 20; ++i) stars += "**/";
+  EXPECT_FALSE(ExistsGlobMatches(stars + "x", deep + "y"));
+  EXPECT_TRUE(ExistsGlobMatches(stars + "y", deep + "y"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
 }
 
 CiValue Yaml(std::string_view json) { return CiValue::parse(json); }
