@@ -559,6 +559,28 @@ absl::Status ReadPatterns(const CiValue& node, std::string_view where,
   return absl::OkStatus();
 }
 
+// GitLab compares at most this many (glob pattern, file) pairs for one
+// `exists:`; past that a glob counts as matched.
+constexpr size_t kMaxExistsComparisons = 10000;
+
+bool ExistsHolds(const std::vector<std::string>& patterns,
+                 const std::vector<std::string>& files) {
+  size_t comparisons = 0;
+  for (const std::string& pattern : patterns) {
+    if (pattern.find_first_of("*?[{\\") == std::string::npos) {
+      if (std::find(files.begin(), files.end(), pattern) != files.end()) {
+        return true;
+      }
+      continue;
+    }
+    for (const std::string& file : files) {
+      if (++comparisons > kMaxExistsComparisons) return true;
+      if (ExistsGlobMatches(pattern, file)) return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::Status CheckExpression(std::string_view expression) {
@@ -695,19 +717,7 @@ std::optional<size_t> FirstMatchingRule(const std::vector<CiRule>& rules,
         !ExpressionHolds(*rule.if_expression, variables)) {
       continue;
     }
-    if (rule.has_exists) {
-      bool found = false;
-      for (const std::string& pattern : rule.exists) {
-        for (const std::string& file : files) {
-          if (ExistsGlobMatches(pattern, file)) {
-            found = true;
-            break;
-          }
-        }
-        if (found) break;
-      }
-      if (!found) continue;
-    }
+    if (rule.has_exists && !ExistsHolds(rule.exists, files)) continue;
     return i;
   }
   return std::nullopt;

@@ -97,7 +97,9 @@ absl::StatusOr<std::vector<CiRule>> ReadRules(const CiValue& node,
                                               bool job_rules);
 
 // The first rule whose clauses all hold (`if` against `variables`, `exists`
-// against `files`, the project's files), or nullopt when none does.
+// against `files`, the project's files), or nullopt when none does. As in
+// GitLab, a pattern without glob characters is looked up, and after 10,000
+// comparisons of glob patterns with files an `exists:` counts as matched.
 std::optional<size_t> FirstMatchingRule(const std::vector<CiRule>& rules,
                                         const ExpressionVariables& variables,
                                         const std::vector<std::string>& files);

@@ -165,6 +165,13 @@ TEST(ReadRulesTest, ReadsEveryClauseAndOutcome) {
   EXPECT_EQ(FirstMatchingRule(*rules, {{"A", "1"}}, files), 0u);
   EXPECT_EQ(FirstMatchingRule(*rules, {{"A", "2"}}, files), 2u);
   EXPECT_EQ(FirstMatchingRule(*rules, {}, {"train.py"}), 1u);
+
+  // Like GitLab, a project too big to search matches any glob.
+  std::vector<std::string> many;
+  for (int i = 0; i < 10001; ++i) many.push_back("f" + std::to_string(i));
+  EXPECT_EQ(FirstMatchingRule(*rules, {}, many), 1u);
+  many.pop_back();
+  EXPECT_EQ(FirstMatchingRule(*rules, {}, many), 2u);
 }
 
 TEST(ReadRulesTest, RefusesWhatGitLabRefuses) {
