@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ci/include.h"
 
 namespace gdt::ci {
 
@@ -86,8 +87,12 @@ struct CiJob {
 // supported by run-local yet"); an `extends` cycle or parent that is not in
 // the file; a `!reference` that does not resolve; a bad `timeout`; unknown
 // job keys (typos).
+// With `includes` (ci/include.h), the files the text includes are read with
+// it, as GitLab merges them: their templates, default:, variables and
+// same-name jobs count.
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
-                                 std::string_view job_name);
+                                 std::string_view job_name,
+                                 const CiIncludes* includes = nullptr);
 
 // Reads `path` and calls ParseCiJob. Errors: NotFound when the file cannot be
 // read, otherwise as ParseCiJob; messages start with the path.
