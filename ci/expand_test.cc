@@ -2047,6 +2047,20 @@ TEST_F(IncludeTest, EachBadIncludeIsOneLineWithItsPlace) {
     both.push_back(f.path);
   }
   EXPECT_THAT(both, ElementsAre("ci/deeper/c.yml"));
+  // run-local's work dir in the project holds no configuration.
+  Write(".gdt-run/7/artifacts/1/c.yml", "c: {script: [x]}\n");
+  EXPECT_EQ(Includes("include: '**c.yml'\n").files.size(), 1u);
+
+  // Including the main file again is a cycle too.
+  Write("ci/back.yml", "include: .gitlab-ci.yml\n");
+  const std::string main = "include: ci/back.yml\n";
+  Write(".gitlab-ci.yml", main);
+  const CiIncludes back =
+      ReadLocalIncludes(dir_.Sub(".gitlab-ci.yml"), main, dir_.path());
+  ASSERT_EQ(back.errors.size(), 1u);
+  EXPECT_EQ(back.errors[0].file, "ci/back.yml");
+  EXPECT_THAT(back.errors[0].message,
+              HasSubstr("'.gitlab-ci.yml' includes itself"));
 }
 
 TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {

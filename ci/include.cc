@@ -188,7 +188,9 @@ class IncludeReader {
                         "wildcard against; name the files"));
         return nullptr;
       }
-      if (it->path().filename() == ".git") {
+      // Git's own files, and run-local's work dirs (logs, artifacts).
+      if (const fs::path name = it->path().filename();
+          name == ".git" || name == ".gdt-run") {
         it.disable_recursion_pending();
         continue;
       }
