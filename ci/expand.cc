@@ -2379,8 +2379,11 @@ bool CheckGangKeywords(const std::string& job, const YamlNode& value,
 
 // `effective`: the job's configuration with what it inherits (null when it
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
+// `included_top`: the top-level variables of included files, in merge
+// order (the main file's, `top_variables`, win over them).
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
+                  const std::vector<YamlNode>& included_top,
                   const CiValue* effective, const GangSpec* template_spec,
                   const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
@@ -2393,10 +2396,16 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   std::vector<CiDiagnostic> reported_elsewhere;
   Reporter quiet(&reported_elsewhere);
   quiet.inputs = report->inputs;
+  bool top_gdt = false;
+  for (const YamlNode& variables : included_top) {
+    top_gdt = CheckVariables(job, variables, NotInherited(value, variables),
+                             &spec, &quiet) ||
+              top_gdt;
+  }
   const std::set<std::string> not_inherited =
       NotInherited(value, top_variables);
-  const bool top_gdt =
-      CheckVariables(job, top_variables, not_inherited, &spec, &quiet);
+  top_gdt = CheckVariables(job, top_variables, not_inherited, &spec, &quiet) ||
+            top_gdt;
   CheckRulesVariables(job, value, nullptr, /*lint=*/true, report);
   const bool job_gdt = CheckVariables(job, FindEntry(value, "variables").value,
                                       {}, &spec, report);
@@ -3148,9 +3157,11 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     }
   };
   add_workflow_variables(documents, "");
+  std::vector<YamlNode> included_top;  // Their top-level variables.
   for (const IncludedDocuments& one : included) {
     for (const YamlNode& root : one.documents) {
       if (const Entry e = FindEntry(root, "variables")) {
+        included_top.push_back(e.value);
         pipeline_variables.push_back(e.value);
         pipeline_owners.push_back("variables");
         pipeline_files.push_back(one.file->path);
@@ -3418,7 +3429,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                                            "variables/GDT_"};
           const absl::StatusOr<CiConfigModel::Effective> effective =
               model.Resolve(job, kLinted);
-          LintPlainJob(job, key, value, top_variables,
+          LintPlainJob(job, key, value, top_variables, included_top,
                        effective.ok() ? &effective->config : nullptr,
                        template_spec ? &*template_spec : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
@@ -3593,7 +3604,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         const absl::StatusOr<CiConfigModel::Effective> effective =
             model.Resolve(job, kLinted);
         const size_t gangs_before = result.gangs.size();
-        LintPlainJob(job, key, value, top_variables,
+        LintPlainJob(job, key, value, top_variables, included_top,
                      effective.ok() ? &effective->config : nullptr,
                      template_spec ? &*template_spec : nullptr, options,
                      job[0] == '.' ? nullptr : &result.gangs, &at);

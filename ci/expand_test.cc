@@ -1941,6 +1941,15 @@ TEST_F(IncludeTest, LintChecksTheGdtVariablesOfIncludedFiles) {
   ASSERT_EQ(lint.errors.size(), 1u);
   EXPECT_THAT(Lines(lint)[0], ::testing::StartsWith("ci/vars.yml:2:"));
   EXPECT_THAT(Lines(lint)[0], HasSubstr("GDT_NODES_MIN"));
+
+  // A good value there is part of the gang lint describes.
+  Write("ci/vars.yml", "variables:\n  GDT_GPUS_PER_NODE: \"8\"\n");
+  const CiIncludes good = Includes(main);
+  options.includes = &good;
+  const CiExpansion gang = LintCiYaml(main, options);
+  ASSERT_TRUE(gang.ok()) << Lines(gang)[0];
+  ASSERT_EQ(gang.gangs.size(), 1u);
+  EXPECT_EQ(gang.gangs[0].gpus_per_node, 8);
 }
 
 TEST_F(IncludeTest, AJobOfAnIncludedFileIsLintedThere) {
