@@ -2100,6 +2100,14 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
     Write(absl::StrCat("deep/d", i, ".yml"),
           absl::StrCat("include: deep/d", i + 1, ".yml\n"));
   }
+  // Long names that a long pattern has to be matched against in full.
+  const std::string long_name(200, 'a');
+  for (int i = 0; i < 600; ++i) {
+    Write(absl::StrCat("long/", long_name, i, ".yml"), "");
+  }
+  std::string costly = "include: 'long/";
+  for (int i = 0; i < 150; ++i) costly += "*a";
+  costly += "*.yml'\n";
   std::string many = "include:\n";
   std::string same = "include:\n";
   for (int i = 0; i < 10'000; ++i) {
@@ -2112,6 +2120,8 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
        ".gitlab-ci.yml:1:10: include: more than 150 included files"},
       {"include: deep/d0.yml\n",
        "deep/d99.yml:1:10: include: includes nest more than 100 levels"},
+      {costly,
+       ".gitlab-ci.yml:1:10: include: matching 'long/*a*a*a*a*a*a*a*a*a"},
   };
   for (const auto& [main, line] : cases) {
     const auto start = std::chrono::steady_clock::now();

@@ -1,6 +1,7 @@
 #include "ci/include.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <optional>
 #include <set>
@@ -28,43 +29,73 @@ YamlNode Find(const YamlNode& map, std::string_view name) {
   return YamlNode();
 }
 
-// Whether `path` matches `pattern` as GitLab matches a wildcard include:
-// `**` is any text, `/` included, `*` any text without `/`. Dynamic
-// programming over both strings, so no pattern takes more than
-// |pattern| x |path| steps.
-bool GlobMatches(std::string_view pattern, std::string_view path) {
-  // Tokens: 0 literal char, 1 `*`, 2 `**`.
-  std::vector<std::pair<int, char>> tokens;
-  for (size_t i = 0; i < pattern.size(); ++i) {
-    if (pattern[i] == '*') {
-      if (i + 1 < pattern.size() && pattern[i + 1] == '*') {
-        tokens.emplace_back(2, '*');
+// A wildcard include as GitLab matches it: `**` is any text, `/`
+// included, `*` any text without `/`. Matching is dynamic programming over
+// pattern and path, so a path costs at most |pattern| x |path| steps;
+// `budget` is what all paths together may still cost.
+class Glob {
+ public:
+  explicit Glob(std::string_view pattern) {
+    // What every match starts and ends with: most paths fail these checks
+    // without the dynamic programming.
+    const size_t first_star = pattern.find('*');
+    prefix_ = pattern.substr(0, first_star);
+    if (first_star != std::string_view::npos) {
+      suffix_ = pattern.substr(pattern.rfind('*') + 1);
+    }
+    for (size_t i = 0; i < pattern.size(); ++i) {
+      if (pattern[i] != '*') {
+        tokens_.push_back({kLiteral, pattern[i]});
+        ++literals_;
+      } else if (i + 1 < pattern.size() && pattern[i + 1] == '*') {
+        tokens_.push_back({kAny, '*'});
         while (i + 1 < pattern.size() && pattern[i + 1] == '*') ++i;
       } else {
-        tokens.emplace_back(1, '*');
-      }
-    } else {
-      tokens.emplace_back(0, pattern[i]);
-    }
-  }
-  // can[j]: the first i tokens match path[0, j).
-  std::vector<char> can(path.size() + 1, 0);
-  can[0] = 1;
-  for (const auto& [kind, c] : tokens) {
-    std::vector<char> next(path.size() + 1, 0);
-    for (size_t j = 0; j <= path.size(); ++j) {
-      if (kind == 0) {
-        next[j] = j > 0 && can[j - 1] && path[j - 1] == c;
-      } else {
-        // A star takes zero characters, or one more than for j - 1.
-        next[j] = can[j] ||
-                  (j > 0 && next[j - 1] && (kind == 2 || path[j - 1] != '/'));
+        tokens_.push_back({kSegment, '*'});
       }
     }
-    can = std::move(next);
   }
-  return can[path.size()] != 0;
-}
+
+  // nullopt when matching `path` would go past `budget`.
+  std::optional<bool> Matches(std::string_view path, uint64_t* budget) {
+    if (path.size() < literals_ || path.substr(0, prefix_.size()) != prefix_ ||
+        path.substr(path.size() - suffix_.size()) != suffix_) {
+      return false;
+    }
+    const uint64_t cost = (tokens_.size() + 1) * (path.size() + 1);
+    if (cost > *budget) return std::nullopt;
+    *budget -= cost;
+    can_.assign(path.size() + 1, 0);
+    can_[0] = 1;  // The first i tokens match path[0, j).
+    for (const Token& token : tokens_) {
+      next_.assign(path.size() + 1, 0);
+      for (size_t j = 0; j <= path.size(); ++j) {
+        if (token.kind == kLiteral) {
+          next_[j] = j > 0 && can_[j - 1] && path[j - 1] == token.c;
+        } else {
+          // A star takes nothing, or one character more than for j - 1.
+          next_[j] = can_[j] || (j > 0 && next_[j - 1] &&
+                                 (token.kind == kAny || path[j - 1] != '/'));
+        }
+      }
+      can_.swap(next_);
+    }
+    return can_[path.size()] != 0;
+  }
+
+ private:
+  enum Kind { kLiteral, kSegment, kAny };
+  struct Token {
+    Kind kind;
+    char c;
+  };
+  std::vector<Token> tokens_;
+  size_t literals_ = 0;
+  std::string_view prefix_;
+  std::string_view suffix_;
+  std::vector<char> can_;
+  std::vector<char> next_;
+};
 
 bool HasYamlExtension(std::string_view path) {
   const auto ends = [&](std::string_view suffix) {
@@ -226,8 +257,18 @@ class IncludeReader {
     if (local.find('*') != std::string::npos) {
       const std::vector<std::string>* all = ProjectFiles(file, where);
       if (all == nullptr) return;
+      Glob glob(local);
       for (const std::string& path : *all) {
-        if (GlobMatches(local, path)) paths.push_back(path);
+        const std::optional<bool> match = glob.Matches(path, &glob_budget_);
+        if (!match.has_value()) {
+          At(file, where,
+             absl::StrCat("include: matching '", shown,
+                          "' against the project's files takes too long (a "
+                          "long pattern in a large project); name the files "
+                          "or use a shorter pattern"));
+          return;
+        }
+        if (*match) paths.push_back(path);
       }
       if (paths.empty()) {
         At(file, where,
@@ -341,6 +382,8 @@ class IncludeReader {
   std::set<std::string> seen_;
   size_t bytes_ = 0;
   size_t count_ = 0;
+  // Steps all wildcards together may still take.
+  uint64_t glob_budget_ = kMaxGlobSteps;
 };
 
 }  // namespace

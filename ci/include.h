@@ -22,6 +22,7 @@
 //    unknown.
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -61,6 +62,10 @@ inline constexpr int kMaxIncludeNesting = 100;
 inline constexpr size_t kMaxIncludedBytes = size_t{64} << 20;
 // The most directory entries a `*`/`**` pattern walks in the project.
 inline constexpr size_t kMaxGlobEntries = 200'000;
+// The most steps matching all wildcards against those entries may take
+// (pattern length x path length, summed): a long pattern in a large project
+// is refused rather than matched for minutes.
+inline constexpr uint64_t kMaxGlobSteps = 20'000'000;
 
 // Reads the local files that `text` (the file `file`, as the user named it)
 // includes, nested, from `project_dir`. A project directory that does not
