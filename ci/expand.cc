@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -332,6 +333,8 @@ class Reporter {
   // values are not checked), and where lint's warnings go (none: dropped).
   const ComponentInputs* inputs = nullptr;
   Reporter* warnings = nullptr;
+  // An included file the problems are in (empty: the main file).
+  std::string file;
 
   // At `node`, or at `fallback` when `node` has no place (an empty value).
   void At(const YamlNode& node, const YamlNode& fallback, std::string message) {
@@ -347,10 +350,12 @@ class Reporter {
       d.column = mark.column + 1;
     }
     d.message = OneLine(std::move(message));
+    d.file = file;
     out_->push_back(std::move(d));
   }
   void AtLine(int line, int column, std::string message) {
-    out_->push_back(CiDiagnostic{line, column, OneLine(std::move(message))});
+    out_->push_back(
+        CiDiagnostic{line, column, OneLine(std::move(message)), file});
   }
   size_t count() const { return out_->size(); }
 
@@ -745,7 +750,8 @@ std::optional<GangSpec> SpecOfValue(const std::string& job,
                                    absl::StrCat(job,
                                                 ": its inherited "
                                                 "parallel:distributed cannot "
-                                                "be read back")});
+                                                "be read back"),
+                                   ""});
     return std::nullopt;
   }
   const Entry entry = FindEntry(tree->documents()[0], "parallel");
@@ -756,7 +762,7 @@ std::optional<GangSpec> SpecOfValue(const std::string& job,
   spec.from_block = true;
   const bool ok = ParseBlock(job, entry, options, &spec, &report);
   for (CiDiagnostic& d : found) {
-    errors->push_back(CiDiagnostic{0, 0, std::move(d.message)});
+    errors->push_back(CiDiagnostic{0, 0, std::move(d.message), ""});
   }
   if (!ok) return std::nullopt;
   return spec;
@@ -1947,7 +1953,9 @@ void WarnAboutManualGangs(const std::vector<YamlNode>& documents,
       continue;
     }
     YamlNode key;
+    warn.file = gang.file;
     for (const YamlNode& root : documents) {
+      if (!gang.file.empty()) break;  // Its line is gang.line there.
       if (const Entry e = FindEntry(root, gang.job)) {
         key = e.key;
         if (const Entry when = FindEntry(e.value, "when")) key = when.key;
@@ -1956,13 +1964,18 @@ void WarnAboutManualGangs(const std::vector<YamlNode>& documents,
     const std::string members =
         gang.nodes_min > 0 ? absl::StrCat(gang.nodes_min, " to ", gang.nodes)
                            : absl::StrCat(gang.nodes);
-    warn.At(key, key,
-            absl::StrCat(gang.job, ": when: manual makes ", gang.nodes,
-                         " manual jobs, one per member, each to be played by "
-                         "hand; the gang forms only when ",
-                         members,
-                         " of them are played (the played ones wait for the "
-                         "rest, up to the gang's join timeout)"));
+    std::string message =
+        absl::StrCat(gang.job, ": when: manual makes ", gang.nodes,
+                     " manual jobs, one per member, each to be played by "
+                     "hand; the gang forms only when ",
+                     members,
+                     " of them are played (the played ones wait for the "
+                     "rest, up to the gang's join timeout)");
+    if (gang.file.empty()) {
+      warn.At(key, key, std::move(message));
+    } else {
+      warn.AtLine(gang.line, 1, std::move(message));
+    }
   }
 }
 
@@ -2366,8 +2379,11 @@ bool CheckGangKeywords(const std::string& job, const YamlNode& value,
 
 // `effective`: the job's configuration with what it inherits (null when it
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
+// `included_top`: the top-level variables of included files, in merge
+// order (the main file's, `top_variables`, win over them).
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
+                  const std::vector<YamlNode>& included_top,
                   const CiValue* effective, const GangSpec* template_spec,
                   const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
@@ -2380,10 +2396,16 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
   std::vector<CiDiagnostic> reported_elsewhere;
   Reporter quiet(&reported_elsewhere);
   quiet.inputs = report->inputs;
+  bool top_gdt = false;
+  for (const YamlNode& variables : included_top) {
+    top_gdt = CheckVariables(job, variables, NotInherited(value, variables),
+                             &spec, &quiet) ||
+              top_gdt;
+  }
   const std::set<std::string> not_inherited =
       NotInherited(value, top_variables);
-  const bool top_gdt =
-      CheckVariables(job, top_variables, not_inherited, &spec, &quiet);
+  top_gdt = CheckVariables(job, top_variables, not_inherited, &spec, &quiet) ||
+            top_gdt;
   CheckRulesVariables(job, value, nullptr, /*lint=*/true, report);
   const bool job_gdt = CheckVariables(job, FindEntry(value, "variables").value,
                                       {}, &spec, report);
@@ -2564,10 +2586,13 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
     report->At(extends.value, extends.key,
                absl::StrCat(job, ": unknown keys in `extends` (",
                             absl::StrJoin(shown, ", "),
-                            "): not in this file, which includes none, so "
-                            "gdt cannot see what the gang inherits (GitLab "
-                            "refuses it unless a file that includes this "
-                            "one defines them)"));
+                            model.file_count() > 1
+                                ? "): not in this file nor in the files it "
+                                  "includes, so GitLab refuses it"
+                                : "): not in this file, which includes none, "
+                                  "so gdt cannot see what the gang inherits "
+                                  "(GitLab refuses it unless a file that "
+                                  "includes this one defines them)"));
     return false;
   }
   // The first parent whose configuration holds a block.
@@ -3022,6 +3047,51 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  // The files it includes from its project: read with it, never rewritten.
+  struct IncludedDocuments {
+    const CiIncludedFile* file = nullptr;
+    std::unique_ptr<YamlTree> tree;
+    std::vector<YamlNode> documents;
+  };
+  std::vector<IncludedDocuments> included;
+  if (options.includes != nullptr) {
+    for (const CiIncludes::Problem& problem : options.includes->errors) {
+      result.errors.push_back(CiDiagnostic{problem.line, problem.column,
+                                           OneLine(problem.message),
+                                           problem.file});
+    }
+    if (!result.ok()) return result;
+    for (const CiIncludedFile& file : options.includes->files) {
+      Reporter at(&result.errors);
+      at.file = file.path;
+      IncludedDocuments one;
+      one.file = &file;
+      YamlError syntax;
+      one.tree = YamlTree::Parse(file.text, &syntax);
+      if (!syntax.message.empty()) {
+        at.AtMark(syntax.mark,
+                  absl::StrCat("YAML syntax error: ", syntax.message));
+        continue;
+      }
+      for (const YamlNode& root : one.tree->documents()) {
+        if (root.IsNull()) continue;
+        if (!root.IsMap()) {
+          at.At(root, root,
+                "an included CI file must be a mapping of jobs and "
+                "keywords, not " +
+                    Describe(root));
+          break;
+        }
+        one.documents.push_back(root);
+      }
+      // A component's `spec:` header is not configuration.
+      if (one.documents.size() > 1 && FindEntry(one.documents[0], "spec")) {
+        one.documents.erase(one.documents.begin());
+      }
+      included.push_back(std::move(one));
+    }
+    if (!result.ok()) return result;
+  }
   std::vector<CiDiagnostic> warnings;
   Reporter warn(&warnings);
   report.inputs = &inputs;
@@ -3066,24 +3136,46 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     if (const Entry e = FindEntry(root, "variables")) top_variables = e.value;
   }
   // The variables of `workflow:rules` are the pipeline's when their rule
-  // matches, over the top-level ones, and reach the same jobs.
+  // matches, over the top-level ones, and reach the same jobs; so do the
+  // top-level variables of included files, which GitLab merges under the
+  // main file's.
   std::vector<YamlNode> pipeline_variables = {top_variables};
   std::vector<std::string> pipeline_owners = {"variables"};
-  for (const YamlNode& root : documents) {
-    const Entry rules = FindEntry(FindEntry(root, "workflow").value, "rules");
-    if (!rules || !rules.value.IsSequence()) continue;
-    for (size_t i = 0; i < rules.value.size(); ++i) {
-      if (const Entry vars = FindEntry(rules.value.Item(i), "variables")) {
-        pipeline_variables.push_back(vars.value);
-        pipeline_owners.push_back(absl::StrCat("workflow: rules[", i, "]"));
+  std::vector<std::string> pipeline_files = {""};
+  const auto add_workflow_variables = [&](const std::vector<YamlNode>& roots,
+                                          const std::string& file) {
+    for (const YamlNode& root : roots) {
+      const Entry rules = FindEntry(FindEntry(root, "workflow").value, "rules");
+      if (!rules || !rules.value.IsSequence()) continue;
+      for (size_t i = 0; i < rules.value.size(); ++i) {
+        if (const Entry vars = FindEntry(rules.value.Item(i), "variables")) {
+          pipeline_variables.push_back(vars.value);
+          pipeline_owners.push_back(absl::StrCat("workflow: rules[", i, "]"));
+          pipeline_files.push_back(file);
+        }
       }
     }
+  };
+  add_workflow_variables(documents, "");
+  std::vector<YamlNode> included_top;  // Their top-level variables.
+  for (const IncludedDocuments& one : included) {
+    for (const YamlNode& root : one.documents) {
+      if (const Entry e = FindEntry(root, "variables")) {
+        included_top.push_back(e.value);
+        pipeline_variables.push_back(e.value);
+        pipeline_owners.push_back("variables");
+        pipeline_files.push_back(one.file->path);
+      }
+    }
+    add_workflow_variables(one.documents, one.file->path);
   }
   if (lint) {
     for (size_t i = 0; i < pipeline_variables.size(); ++i) {
       GangSpec ignored;
+      Reporter at(&result.errors);
+      at.file = pipeline_files[i];
       CheckVariables(pipeline_owners[i], pipeline_variables[i], {}, &ignored,
-                     &report);
+                     &at);
     }
   }
 
@@ -3098,12 +3190,62 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     std::vector<std::string> anchors;  // Defined inside the replaced block.
   };
   std::vector<PlannedJob> planned;
-  const CiConfigModel model(documents);
+  std::vector<std::vector<YamlNode>> files;
+  for (const IncludedDocuments& one : included) files.push_back(one.documents);
+  files.push_back(documents);
+  const CiConfigModel model =
+      options.includes == nullptr
+          ? CiConfigModel(documents)
+          : CiConfigModel(files, options.includes->unseen);
   // The nodes of top-level entries (a merged block must be one of them).
   std::unordered_set<uint32_t> top_values;
   for (const YamlNode& root : documents) {
     for (const auto& entry : root) top_values.insert(entry.second.index());
   }
+  // The jobs of the main file.
+  std::unordered_set<std::string> main_jobs;
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      if (entry.first.IsScalar()) main_jobs.insert(entry.first.Scalar());
+    }
+  }
+  // A parallel:distributed block in an included file stays there: expanding
+  // the main file cannot rewrite it, and GitLab would get it unexpanded.
+  // Unless the main file sets the job's `parallel` itself, which replaces
+  // it. Both commands refuse it.
+  for (const IncludedDocuments& one : included) {
+    Reporter at(&result.errors);
+    at.file = one.file->path;
+    for (const YamlNode& root : one.documents) {
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar() || !entry.second.IsMap()) continue;
+        const std::string& job = entry.first.Scalar();
+        const Entry parallel = FindEntry(entry.second, "parallel");
+        if (!parallel || !parallel.value.IsMap() ||
+            !FindEntry(parallel.value, "distributed")) {
+          continue;
+        }
+        bool replaced = false;
+        for (const YamlNode& main_root : documents) {
+          if (const Entry own = FindEntry(main_root, job)) {
+            replaced = ToCiValue(own.value).contains("parallel");
+          }
+        }
+        if (replaced) continue;
+        at.At(
+            parallel.key, parallel.key,
+            absl::StrCat(
+                job, ": its parallel:distributed block is in ", one.file->path,
+                ", an included file, which gdt does not rewrite when it "
+                "expands the file that includes it (GitLab would get the "
+                "block as it is); move the job, or its block, into the "
+                "main file, or expand the included file on its own "
+                "(gdt-ci expand --file ",
+                one.file->path, " -o ...) and include that"));
+      }
+    }
+  }
+  if (!result.ok()) return result;
   for (size_t d = 0; d < documents.size(); ++d) {
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next
@@ -3287,7 +3429,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                                            "variables/GDT_"};
           const absl::StatusOr<CiConfigModel::Effective> effective =
               model.Resolve(job, kLinted);
-          LintPlainJob(job, key, value, top_variables,
+          LintPlainJob(job, key, value, top_variables, included_top,
                        effective.ok() ? &effective->config : nullptr,
                        template_spec ? &*template_spec : nullptr, options,
                        job[0] == '.' ? nullptr : &result.gangs, &report);
@@ -3419,6 +3561,59 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  // Jobs that only included files define: checked as the main file's
+  // jobs without a block are, at the last file that defines them (GitLab
+  // merges the others under it), and never rewritten.
+  std::unordered_map<std::string, size_t> last_file;
+  for (size_t f = 0; f < included.size(); ++f) {
+    for (const YamlNode& root : included[f].documents) {
+      for (const auto& entry : root) {
+        if (entry.first.IsScalar()) last_file[entry.first.Scalar()] = f;
+      }
+    }
+  }
+  for (size_t f = 0; f < included.size(); ++f) {
+    Reporter at(&result.errors);
+    at.file = included[f].file->path;
+    Reporter warn_at(&warnings);
+    warn_at.file = at.file;
+    if (lint) at.warnings = &warn_at;
+    for (const YamlNode& root : included[f].documents) {
+      for (const auto& entry : root) {
+        const YamlNode& key = entry.first;
+        const YamlNode& value = entry.second;
+        if (!key.IsScalar()) continue;
+        const std::string& job = key.Scalar();
+        if (IsCiKeyword(job) || !value.IsMap() || main_jobs.count(job) != 0 ||
+            last_file[job] != f) {
+          continue;
+        }
+        if (!CheckUnseenParents(model, job, key, value, lint, &at)) continue;
+        const CiValue inherited = InheritedBlock(model, job);
+        std::optional<GangSpec> template_spec;
+        if (inherited.is_object()) {
+          std::vector<CiDiagnostic> ignored;  // Reported at the template.
+          template_spec = SpecOfValue(job, inherited, options, &ignored);
+          if (template_spec.has_value()) {
+            CheckJobUnderTemplate(job, value, *template_spec, options, &at);
+          }
+        }
+        if (!lint) continue;
+        static const std::vector<std::string> kLinted = {"tags", "parallel",
+                                                         "variables/GDT_"};
+        const absl::StatusOr<CiConfigModel::Effective> effective =
+            model.Resolve(job, kLinted);
+        const size_t gangs_before = result.gangs.size();
+        LintPlainJob(job, key, value, top_variables, included_top,
+                     effective.ok() ? &effective->config : nullptr,
+                     template_spec ? &*template_spec : nullptr, options,
+                     job[0] == '.' ? nullptr : &result.gangs, &at);
+        for (size_t g = gangs_before; g < result.gangs.size(); ++g) {
+          result.gangs[g].file = at.file;
+        }
+      }
+    }
+  }
   if (!model.reference_bomb().empty()) {
     // Every later reference failed too: one line, at the first job.
     result.errors.clear();
@@ -3521,22 +3716,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       return result;
     }
   }
-  std::stable_sort(
-      result.gangs.begin(), result.gangs.end(),
-      [](const GangSpec& a, const GangSpec& b) { return a.line < b.line; });
+  std::stable_sort(result.gangs.begin(), result.gangs.end(),
+                   [](const GangSpec& a, const GangSpec& b) {
+                     return std::tie(a.file, a.line) < std::tie(b.file, b.line);
+                   });
   result.warnings = std::move(warnings);
   if (lint) WarnAboutManualGangs(documents, model, result.gangs, &result);
   std::stable_sort(result.warnings.begin(), result.warnings.end(),
                    [](const CiDiagnostic& a, const CiDiagnostic& b) {
-                     return a.line < b.line;
+                     return std::tie(a.file, a.line) < std::tie(b.file, b.line);
                    });
   return result;
 }
 
 }  // namespace
 
-std::string FormatDiagnostic(std::string_view file,
+std::string FormatDiagnostic(std::string_view main_file,
                              const CiDiagnostic& diagnostic) {
+  const std::string_view file =
+      diagnostic.file.empty() ? main_file : std::string_view(diagnostic.file);
   if (diagnostic.line <= 0) {
     return absl::StrCat(std::string(file), ": ", diagnostic.message);
   }
@@ -3627,10 +3825,11 @@ namespace {
 // Diagnostics in file order (those without a place first), whatever
 // order the checks found them in.
 CiExpansion InFileOrder(CiExpansion result) {
+  // The main file's first, then each included file's.
   std::stable_sort(result.errors.begin(), result.errors.end(),
                    [](const CiDiagnostic& a, const CiDiagnostic& b) {
-                     return std::pair(a.line, a.column) <
-                            std::pair(b.line, b.column);
+                     return std::tie(a.file, a.line, a.column) <
+                            std::tie(b.file, b.line, b.column);
                    });
   return result;
 }
@@ -3662,11 +3861,13 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
     for (const CiDiagnostic& d : lint.errors) {
       doc["errors"].push_back(
           {{"line", d.line}, {"column", d.column}, {"message", d.message}});
+      if (!d.file.empty()) doc["errors"].back()["file"] = d.file;
     }
     doc["warnings"] = nlohmann::ordered_json::array();
     for (const CiDiagnostic& d : lint.warnings) {
       doc["warnings"].push_back(
           {{"line", d.line}, {"column", d.column}, {"message", d.message}});
+      if (!d.file.empty()) doc["warnings"].back()["file"] = d.file;
     }
     doc["gangs"] = nlohmann::ordered_json::array();
     for (const GangSpec& g : lint.gangs) {
@@ -3681,6 +3882,7 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
            {"procs_per_node", g.procs_per_node},
            {"launcher", g.launcher},
            {"variables", variables}});
+      if (!g.file.empty()) doc["gangs"].back()["file"] = g.file;
     }
     return doc.dump(2, ' ', false,
                     nlohmann::ordered_json::error_handler_t::replace) +
@@ -3696,16 +3898,16 @@ std::string FormatLintReport(std::string_view file, const CiExpansion& lint,
   for (const CiDiagnostic& d : lint.warnings) {
     absl::StrAppend(
         &text,
-        FormatDiagnostic(
-            file, CiDiagnostic{d.line, d.column, "warning: " + d.message}),
+        FormatDiagnostic(file, CiDiagnostic{d.line, d.column,
+                                            "warning: " + d.message, d.file}),
         "\n");
   }
   for (const GangSpec& g : lint.gangs) {
     // A job name may hold any character (quoted keys): one line each.
     absl::StrAppend(
         &text,
-        OneLine(absl::StrCat(std::string(file), ":", g.line, ": ", g.job, ": ",
-                             g.Describe(),
+        OneLine(absl::StrCat(g.file.empty() ? std::string(file) : g.file, ":",
+                             g.line, ": ", g.job, ": ", g.Describe(),
                              g.from_block ? " [parallel:distributed]"
                                           : " [parallel + GDT_* variables]")),
         "\n");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ci/include.h"
 
 namespace gdt::ci {
 
@@ -23,9 +24,13 @@ struct CiDiagnostic {
   int line = 0;
   int column = 0;
   std::string message;  // One line, no trailing newline.
+  // The included file it is in (its path in the project); empty for the
+  // file being linted or expanded.
+  std::string file;
 };
 
-// "file:line:column: message" (just "file: message" without a place).
+// "file:line:column: message" (just "file: message" without a place);
+// `diagnostic.file` instead of `file` when it is set.
 std::string FormatDiagnostic(std::string_view file,
                              const CiDiagnostic& diagnostic);
 
@@ -33,6 +38,7 @@ std::string FormatDiagnostic(std::string_view file,
 struct GangSpec {
   std::string job;
   int line = 0;             // The job's key, 1-based.
+  std::string file;         // The included file it is in; empty: the main.
   bool from_block = false;  // parallel:distributed (else parallel + GDT_*).
   int nodes = 1;            // The most members (`parallel: N`).
   // Elastic gangs (`nodes: 2..8`): the fewest members the gang may start
@@ -71,6 +77,11 @@ struct CiExpandOptions {
   int max_nodes = 200;
   // Runner tag added to every expanded job's `tags` (none when empty).
   std::string runner_tag = "gdt";
+  // The files the CI file includes from its project (ReadLocalIncludes),
+  // read with it: their templates, default:, variables and same-name jobs
+  // are part of each job's configuration. Null: `include:` is not read,
+  // and what it may bring is unknown.
+  const CiIncludes* includes = nullptr;
 };
 
 // Whether `tag` can be a runner tag on gdt-ci's command line: empty (no

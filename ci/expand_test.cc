@@ -9,10 +9,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "ci/inheritance.h"
+#include "ci/yaml_tree.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -26,6 +28,7 @@ using test::ReadTextFile;
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::Pair;
 
 const std::string kTestData = GDT_CI_TESTDATA;
@@ -1823,6 +1826,319 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
   EXPECT_EQ(unknown.errors[0].message,
             "train: GDT_PRIORITY: input 'prio' is not declared in the file's "
             "spec: inputs header, so GitLab refuses the file");
+}
+
+// ---------------------------------------------------------------------.
+// Local includes: a project on disk, read as GitLab reads it.
+
+class IncludeTest : public ::testing::Test {
+ protected:
+  // Writes `text` at `path` in the project, making its directories.
+  void Write(const std::string& path, const std::string& text) {
+    const fs::path full = fs::path(dir_.path()) / path;
+    fs::create_directories(full.parent_path());
+    test::WriteTextFile(full.string(), text);
+  }
+  // The main file's includes, read from the project.
+  CiIncludes Includes(const std::string& main) {
+    return ReadLocalIncludes(".gitlab-ci.yml", main, dir_.path());
+  }
+  // Each error of `result` as gdt-ci prints it.
+  static std::vector<std::string> Lines(const CiExpansion& result) {
+    std::vector<std::string> lines;
+    for (const CiDiagnostic& d : result.errors) {
+      lines.push_back(FormatDiagnostic(".gitlab-ci.yml", d));
+    }
+    return lines;
+  }
+  test::TempDir dir_;
+};
+
+TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
+  Write("ci/templates.yml",
+        "variables:\n  GDT_PRIORITY: \"5\"\n"
+        ".gpu:\n  tags: [a100]\n  variables: {DATA: /data}\n"
+        "default:\n  retry: 1\n");
+  const std::string main =
+      "include:\n  - local: 'ci/*.yml'\n"
+      "train:\n  extends: .gpu\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n  script: [x]\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  ASSERT_EQ(includes.files.size(), 1u);
+  EXPECT_FALSE(includes.unseen);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expanded = ExpandCiYaml(main, options);
+  ASSERT_TRUE(expanded.ok()) << Lines(expanded)[0];
+  // The template's tag is kept with gdt's, the included default's retry
+  // is left alone, and the included GDT_PRIORITY is cleared, not run.
+  EXPECT_THAT(expanded.text, HasSubstr("  tags:\n    - \"a100\"\n    - gdt\n"));
+  EXPECT_THAT(expanded.text, HasSubstr("GDT_PRIORITY: \"\""));
+  EXPECT_THAT(expanded.text, Not(HasSubstr("retry")));
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok());
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  // Without reading them, the same file is refused.
+  EXPECT_FALSE(ExpandCiYaml(main).ok());
+}
+
+TEST_F(IncludeTest, NestedIncludesAreFromTheProjectAndMergeUnderTheIncluder) {
+  // ci/a.yml includes ci/b.yml by its path in the project, not from ci/.
+  Write("ci/a.yml",
+        "include: ci/b.yml\n"
+        "train:\n  variables: {A: from-a}\n  tags: [a-tag]\n");
+  Write("ci/b.yml",
+        "train:\n  variables: {A: from-b, B: from-b}\n  tags: [b-tag]\n"
+        "  script: [x]\n");
+  const std::string main =
+      "include: /ci/a.yml\n"
+      "train:\n  variables: {C: main}\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  ASSERT_EQ(includes.files.size(), 2u);
+  EXPECT_EQ(includes.files[0].path, "ci/b.yml");  // Merged first.
+  EXPECT_EQ(includes.files[1].path, "ci/a.yml");
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expanded = ExpandCiYaml(main, options);
+  ASSERT_TRUE(expanded.ok()) << Lines(expanded)[0];
+  // Mappings merge key by key (a's A over b's), lists are replaced (a's
+  // tags, not b's): the job's own tags are a's plus gdt's.
+  EXPECT_THAT(expanded.text, HasSubstr("\"a-tag\""));
+  EXPECT_THAT(expanded.text, Not(HasSubstr("b-tag")));
+  YAML::Node root = YAML::Load(expanded.text);
+  EXPECT_EQ(root["train"]["variables"]["C"].as<std::string>(), "main");
+
+  std::vector<std::unique_ptr<YamlTree>> trees;
+  std::vector<std::vector<YamlNode>> files;
+  for (const std::string* text :
+       {&includes.files[0].text, &includes.files[1].text, &main}) {
+    YamlError error;
+    trees.push_back(YamlTree::Parse(*text, &error));
+    files.push_back(trees.back()->documents());
+  }
+  const CiConfigModel model(files, false);
+  const auto train = model.Resolve("train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_TRUE(train->unknown.empty());
+  EXPECT_EQ(train->config["variables"],
+            CiValue::parse(R"({"A": "from-a", "B": "from-b", "C": "main"})"));
+  EXPECT_EQ(train->config["tags"], CiValue::parse(R"(["a-tag"])"));
+  EXPECT_EQ(train->config["script"], CiValue::parse(R"(["x"])"));
+}
+
+TEST_F(IncludeTest, LintChecksTheGdtVariablesOfIncludedFiles) {
+  Write("ci/vars.yml", "variables:\n  GDT_NODES_MIN: lots\n");
+  const std::string main =
+      "include: ci/vars.yml\ntrain:\n  parallel: 2\n  tags: [gdt]\n"
+      "  script: [x]\n";
+  const CiIncludes includes = Includes(main);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_THAT(Lines(lint)[0], ::testing::StartsWith("ci/vars.yml:2:"));
+  EXPECT_THAT(Lines(lint)[0], HasSubstr("GDT_NODES_MIN"));
+
+  // A good value there is part of the gang lint describes.
+  Write("ci/vars.yml", "variables:\n  GDT_GPUS_PER_NODE: \"8\"\n");
+  const CiIncludes good = Includes(main);
+  options.includes = &good;
+  const CiExpansion gang = LintCiYaml(main, options);
+  ASSERT_TRUE(gang.ok()) << Lines(gang)[0];
+  ASSERT_EQ(gang.gangs.size(), 1u);
+  EXPECT_EQ(gang.gangs[0].gpus_per_node, 8);
+}
+
+TEST_F(IncludeTest, AJobOfAnIncludedFileIsLintedThere) {
+  Write("ci/train.yml",
+        "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
+        "    GDT_GPUS_PER_NODE: \"8\"\n  script: [x]\n");
+  const std::string main = "include: ci/train.yml\n";
+  const CiIncludes includes = Includes(main);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].file, "ci/train.yml");
+  EXPECT_EQ(lint.gangs[0].line, 1);
+  EXPECT_THAT(FormatLintReport(".gitlab-ci.yml", lint, false),
+              HasSubstr("ci/train.yml:1: train: 2 nodes x 8 GPUs"));
+}
+
+TEST_F(IncludeTest, ABlockInAnIncludedFileIsRefusedByBothCommands) {
+  Write("ci/train.yml",
+        "train:\n  parallel:\n    distributed: {nodes: 2}\n  script: [x]\n");
+  const std::string main = "include: ci/train.yml\n";
+  const CiIncludes includes = Includes(main);
+  CiExpandOptions options;
+  options.includes = &includes;
+  for (const CiExpansion& result :
+       {ExpandCiYaml(main, options), LintCiYaml(main, options)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_THAT(Lines(result)[0],
+                ::testing::StartsWith(
+                    "ci/train.yml:2:3: train: its parallel:distributed block "
+                    "is in ci/train.yml, an included file"));
+    EXPECT_THAT(Lines(result)[0],
+                HasSubstr("gdt-ci expand --file ci/train.yml"));
+  }
+  // The main file's own parallel replaces the included block.
+  const std::string own = "include: ci/train.yml\ntrain:\n  parallel: 2\n";
+  const CiIncludes again = Includes(own);
+  options.includes = &again;
+  EXPECT_TRUE(ExpandCiYaml(own, options).ok());
+}
+
+TEST_F(IncludeTest, EachBadIncludeIsOneLineWithItsPlace) {
+  Write("ci/ok.yml", "a:\n  script: [x]\n");
+  Write("ci/loop-a.yml", "include: ci/loop-b.yml\n");
+  Write("ci/loop-b.yml", "x: {script: [y]}\ninclude: [ci/loop-a.yml]\n");
+  Write("ci/broken.yml", "a: [\n");
+  Write("ci/notes.txt", "a: b\n");
+  fs::create_directories(dir_.Sub("ci/dir.yml"));
+  test::TempDir outside;
+  test::WriteTextFile(outside.Sub("out.yml"), "a: {script: [x]}\n");
+  fs::create_symlink(outside.Sub("out.yml"), dir_.Sub("ci/link.yml"));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"include: ci/missing.yml\n",
+       ".gitlab-ci.yml:1:10: include: 'ci/missing.yml' does not exist in the "
+       "project"},
+      {"include:\n  - local: ../secrets.yml\n",
+       ".gitlab-ci.yml:2:5: include: '../secrets.yml' leads outside the "
+       "project directory (..)"},
+      {"include: ci/link.yml\n",
+       ".gitlab-ci.yml:1:10: include: 'ci/link.yml' leads outside the "
+       "project directory (a symbolic link to "},
+      {"include: ci/dir.yml\n",
+       ".gitlab-ci.yml:1:10: include: 'ci/dir.yml' is a directory"},
+      {"include: ci/loop-a.yml\n",
+       "ci/loop-b.yml:2:11: include: 'ci/loop-a.yml' includes itself"},
+      {"include: ci/broken.yml\n", "ci/broken.yml:2:1: YAML syntax error: "},
+      {"include: ci/notes.txt\n",
+       ".gitlab-ci.yml:1:10: include: 'ci/notes.txt' is not a .yml or .yaml "
+       "file"},
+      {"include: 'ci/*.yaml'\n",
+       ".gitlab-ci.yml:1:10: include: no file in the project matches "
+       "'ci/*.yaml'"},
+      {"include: [[a.yml]]\n",
+       ".gitlab-ci.yml:1:11: include: an entry must be a path or a mapping"},
+      {"include: [{ref: main}]\n",
+       ".gitlab-ci.yml:1:11: include: an entry needs local, project, remote, "
+       "template or component"},
+  };
+  for (const auto& [main, line] : cases) {
+    const CiIncludes includes = Includes(main);
+    CiExpandOptions options;
+    options.includes = &includes;
+    for (const CiExpansion& result :
+         {ExpandCiYaml(main, options), LintCiYaml(main, options)}) {
+      ASSERT_EQ(result.errors.size(), 1u) << main;
+      EXPECT_THAT(Lines(result)[0], ::testing::StartsWith(line)) << main;
+      EXPECT_EQ(Lines(result)[0].find('\n'), std::string::npos);
+    }
+  }
+  // The same file twice is read once, as GitLab does; a wildcard matches
+  // within one directory with `*` and across directories with `**`.
+  Write("ci/deeper/c.yml", "c: {script: [x]}\n");
+  EXPECT_EQ(
+      Includes("include: [ci/ok.yml, {local: /ci/ok.yml}]\n").files.size(), 1u);
+  std::vector<std::string> star;
+  for (const auto& f : Includes("include: 'ci/o*.yml'\n").files) {
+    star.push_back(f.path);
+  }
+  EXPECT_THAT(star, ElementsAre("ci/ok.yml"));
+  std::vector<std::string> both;
+  for (const auto& f : Includes("include: 'ci/**c.yml'\n").files) {
+    both.push_back(f.path);
+  }
+  EXPECT_THAT(both, ElementsAre("ci/deeper/c.yml"));
+  // run-local's work dir in the project holds no configuration.
+  Write(".gdt-run/7/artifacts/1/c.yml", "c: {script: [x]}\n");
+  EXPECT_EQ(Includes("include: '**c.yml'\n").files.size(), 1u);
+
+  // Including the main file again is a cycle too.
+  Write("ci/back.yml", "include: .gitlab-ci.yml\n");
+  const std::string main = "include: ci/back.yml\n";
+  Write(".gitlab-ci.yml", main);
+  const CiIncludes back =
+      ReadLocalIncludes(dir_.Sub(".gitlab-ci.yml"), main, dir_.path());
+  ASSERT_EQ(back.errors.size(), 1u);
+  EXPECT_EQ(back.errors[0].file, "ci/back.yml");
+  EXPECT_THAT(back.errors[0].message,
+              HasSubstr("'.gitlab-ci.yml' includes itself"));
+}
+
+TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
+  Write("ci/ok.yml", ".gpu: {tags: [a100]}\n");
+  const std::string main =
+      "include:\n  - ci/ok.yml\n  - remote: 'https://example.com/x.yml'\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  EXPECT_TRUE(includes.unseen);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expanded = ExpandCiYaml(main, options);
+  ASSERT_EQ(expanded.errors.size(), 1u);
+  EXPECT_THAT(expanded.errors[0].message,
+              HasSubstr("the file includes other files, whose default: gdt "
+                        "cannot read, so gdt cannot see whether it inherits "
+                        "tags, retry"));
+}
+
+TEST_F(IncludeTest, HostileIncludesStayFast) {
+  for (int i = 0; i < 160; ++i) {
+    Write(absl::StrCat("many/f", i, ".yml"),
+          absl::StrCat("j", i, ": {script: [x]}\n"));
+  }
+  for (int i = 0; i < 120; ++i) {
+    Write(absl::StrCat("deep/d", i, ".yml"),
+          absl::StrCat("include: deep/d", i + 1, ".yml\n"));
+  }
+  // Long names that a long pattern has to be matched against in full.
+  const std::string long_name(200, 'a');
+  for (int i = 0; i < 600; ++i) {
+    Write(absl::StrCat("long/", long_name, i, ".yml"), "");
+  }
+  std::string costly = "include: 'long/";
+  for (int i = 0; i < 150; ++i) costly += "*a";
+  costly += "*.yml'\n";
+  std::string many = "include:\n";
+  std::string same = "include:\n";
+  for (int i = 0; i < 10'000; ++i) {
+    absl::StrAppend(&many, "  - many/f", i % 160, ".yml\n");
+    absl::StrAppend(&same, "  - many/f0.yml\n");
+  }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {many, ".gitlab-ci.yml:152:5: include: more than 150 included files"},
+      {"include: 'many/**'\n",
+       ".gitlab-ci.yml:1:10: include: more than 150 included files"},
+      {"include: deep/d0.yml\n",
+       "deep/d99.yml:1:10: include: includes nest more than 100 levels"},
+      {costly,
+       ".gitlab-ci.yml:1:10: include: matching 'long/*a*a*a*a*a*a*a*a*a"},
+  };
+  for (const auto& [main, line] : cases) {
+    const auto start = std::chrono::steady_clock::now();
+    const CiIncludes includes = Includes(main);
+    CiExpandOptions options;
+    options.includes = &includes;
+    const CiExpansion lint = LintCiYaml(main, options);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1))
+        << line;
+    ASSERT_EQ(lint.errors.size(), 1u);
+    EXPECT_THAT(Lines(lint)[0], ::testing::StartsWith(line));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const CiIncludes once = Includes(same);
+  EXPECT_TRUE(once.ok());
+  EXPECT_EQ(once.files.size(), 1u);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
 }  // namespace

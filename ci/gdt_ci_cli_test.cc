@@ -33,6 +33,8 @@ using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
 const std::string kTestData = GDT_CI_TESTDATA;
+// The project of the files in expand/: what their `include:local` names.
+const std::string kProject = kTestData + "/project";
 
 // Runs gdt-ci with `args`; `stream` "stdout" or "stderr" is kept.
 CliRun GdtCi(const std::vector<std::string>& args, const std::string& stream) {
@@ -43,7 +45,8 @@ TEST(GdtCiCliTest, ExpandWritesTheExpansion) {
   TempDir dir;
   const std::string out = dir.path() + "/child.yml";
   const CliRun run =
-      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "-o", out},
+      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml",
+             "--project-dir", kProject, "-o", out},
             "stderr");
   EXPECT_EQ(run.code, 0) << run.output;
   EXPECT_EQ(run.output, "");
@@ -57,7 +60,9 @@ TEST(GdtCiCliTest, ExpandWritesThroughALinkAndNeverReplacesADevice) {
   const std::string link = dir.path() + "/link.yml";
   ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
   const std::string input = kTestData + "/expand/all-keys.yml";
-  const CliRun run = GdtCi({"expand", "--file", input, "-o", link}, "stderr");
+  const CliRun run =
+      GdtCi({"expand", "--file", input, "--project-dir", kProject, "-o", link},
+            "stderr");
   EXPECT_EQ(run.code, 0) << run.output;
   struct stat st;
   ASSERT_EQ(lstat(link.c_str(), &st), 0);
@@ -66,8 +71,9 @@ TEST(GdtCiCliTest, ExpandWritesThroughALinkAndNeverReplacesADevice) {
             ReadTextFile(kTestData + "/expand/all-keys.expected.yml"));
 
   // A full device: one line and exit 2, and the device is still one.
-  const CliRun full =
-      GdtCi({"expand", "--file", input, "-o", "/dev/full"}, "stderr");
+  const CliRun full = GdtCi(
+      {"expand", "--file", input, "--project-dir", kProject, "-o", "/dev/full"},
+      "stderr");
   EXPECT_EQ(full.code, 2);
   EXPECT_EQ(full.output,
             "gdt-ci expand: cannot write the output (disk full "
@@ -121,7 +127,8 @@ TEST(GdtCiCliTest, LintJsonForScripts) {
   EXPECT_EQ(json["errors"][0]["column"], 14);
 
   const CliRun good =
-      GdtCi({"lint", "--json", "--file", kTestData + "/expand/all-keys.yml"},
+      GdtCi({"lint", "--json", "--file", kTestData + "/expand/all-keys.yml",
+             "--project-dir", kProject},
             "stdout");
   EXPECT_EQ(good.code, 0);
   EXPECT_EQ(nlohmann::json::parse(good.output)["gangs"][0]["nodes"], 4);
@@ -129,7 +136,9 @@ TEST(GdtCiCliTest, LintJsonForScripts) {
 
 TEST(GdtCiCliTest, LintExplainsTheGangs) {
   const CliRun run =
-      GdtCi({"lint", "--file", kTestData + "/expand/no-block.yml"}, "stdout");
+      GdtCi({"lint", "--file", kTestData + "/expand/no-block.yml",
+             "--project-dir", kProject},
+            "stdout");
   EXPECT_EQ(run.code, 0);
   EXPECT_THAT(run.output,
               HasSubstr("train: 2 nodes x 8 GPUs, 8 processes per node "
@@ -154,8 +163,8 @@ TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
   }
 
   const CliRun unwritable =
-      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml", "-o",
-             "/nonexistent/dir/child.yml"},
+      GdtCi({"expand", "--file", kTestData + "/expand/all-keys.yml",
+             "--project-dir", kProject, "-o", "/nonexistent/dir/child.yml"},
             "stderr");
   EXPECT_EQ(unwritable.code, 2);
   EXPECT_THAT(unwritable.output,
@@ -171,6 +180,58 @@ TEST(GdtCiCliTest, UsageAndIoErrorsExitTwo) {
   const CliRun bad_flag = GdtCi({"lint", "--max-nodes", "0"}, "stderr");
   EXPECT_EQ(bad_flag.code, 2);
   EXPECT_THAT(bad_flag.output, HasSubstr("--max-nodes"));
+}
+
+// Local includes are read from --project-dir (default: the current
+// directory); what goes wrong in one is a line with its place, exit 1; a
+// project directory that is not there is a usage error, exit 2.
+TEST(GdtCiCliTest, LintAndExpandReadLocalIncludesFromTheProject) {
+  TempDir dir;
+  const std::string project = dir.path();
+  std::filesystem::create_directories(project + "/ci");
+  test::WriteTextFile(project + "/ci/templates.yml",
+                      ".gpu:\n  tags: [a100]\n  retry: 1\n");
+  const std::string file = project + "/.gitlab-ci.yml";
+  test::WriteTextFile(file,
+                      "include:\n  - local: ci/templates.yml\n"
+                      "train:\n  extends: .gpu\n  parallel:\n"
+                      "    distributed: {nodes: 2}\n  script: [x]\n");
+  const CliRun lint =
+      GdtCi({"lint", "--file", file, "--project-dir", project}, "stdout");
+  EXPECT_EQ(lint.code, 0) << lint.output;
+  EXPECT_THAT(lint.output, HasSubstr("ok (1 gang job)"));
+  const CliRun expand =
+      GdtCi({"expand", "--file", file, "--project-dir", project}, "stdout");
+  EXPECT_EQ(expand.code, 0);
+  EXPECT_THAT(expand.output, HasSubstr("    - \"a100\"\n    - gdt\n"));
+  EXPECT_THAT(expand.output,
+              HasSubstr("include:\n  - local: ci/templates.yml"));
+
+  // From another directory the include is not in the project.
+  for (const char* command : {"lint", "expand"}) {
+    const CliRun missing =
+        GdtCi({command, "--file", file, "--project-dir", kTestData}, "stderr");
+    EXPECT_EQ(missing.code, 1) << command;
+    EXPECT_EQ(missing.output,
+              absl::StrCat(file,
+                           ":2:5: include: 'ci/templates.yml' does not exist "
+                           "in the project ",
+                           kTestData, "\n"))
+        << command;
+    const CliRun no_dir = GdtCi(
+        {command, "--file", file, "--project-dir", "/nonexistent"}, "stderr");
+    EXPECT_EQ(no_dir.code, 2) << command;
+    EXPECT_EQ(no_dir.output,
+              absl::StrCat("gdt-ci ", command,
+                           ": --project-dir: project directory "
+                           "'/nonexistent' does not exist or is not a "
+                           "directory\n"))
+        << command;
+  }
+  const CliRun json = GdtCi(
+      {"lint", "--json", "--file", file, "--project-dir", kTestData}, "stdout");
+  EXPECT_EQ(json.code, 1);
+  EXPECT_EQ(nlohmann::json::parse(json.output)["errors"][0]["line"], 2);
 }
 
 // Ids and timeouts that the job-id or clock arithmetic cannot hold, and a

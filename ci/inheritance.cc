@@ -217,14 +217,31 @@ bool IsReference(const CiValue& value) {
 
 CiValue ToCiValue(const YamlNode& node) { return ToValue(node, 0); }
 
-CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents) {
-  for (const YamlNode& root : documents) {
-    if (!root.IsMap()) continue;
-    for (const auto& entry : root) {
-      if (entry.first.IsScalar()) top_[entry.first.Scalar()] = entry.second;
+CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents)
+    : CiConfigModel(std::vector<std::vector<YamlNode>>{documents}, false) {
+  has_include_ = top_.count("include") != 0;
+}
+
+CiConfigModel::CiConfigModel(const std::vector<std::vector<YamlNode>>& files,
+                             bool unseen_includes)
+    : has_include_(unseen_includes), file_count_(files.size()) {
+  for (const std::vector<YamlNode>& documents : files) {
+    // Within a file the last entry of a name wins; across files they merge.
+    std::unordered_map<std::string, YamlNode> own;
+    for (const YamlNode& root : documents) {
+      if (!root.IsMap()) continue;
+      for (const auto& entry : root) {
+        if (entry.first.IsScalar()) own[entry.first.Scalar()] = entry.second;
+      }
+    }
+    for (auto& [name, node] : own) {
+      const auto [found, fresh] = top_.emplace(name, node);
+      if (!fresh) {
+        underneath_[name].push_back(found->second);
+        found->second = node;
+      }
     }
   }
-  has_include_ = top_.count("include") != 0;
 }
 
 bool CiConfigModel::HasJob(std::string_view name) const {
@@ -235,7 +252,15 @@ bool CiConfigModel::HasJob(std::string_view name) const {
 std::optional<CiValue> CiConfigModel::Top(std::string_view name) const {
   const auto found = top_.find(std::string(name));
   if (found == top_.end()) return std::nullopt;
-  return ToCiValue(found->second);
+  const auto below = underneath_.find(found->first);
+  if (below == underneath_.end()) return ToCiValue(found->second);
+  // Defined in several files: each later one deep-merged over the earlier.
+  CiValue merged = ToCiValue(below->second.front());
+  for (size_t i = 1; i < below->second.size(); ++i) {
+    DeepMerge(&merged, ToCiValue(below->second[i]));
+  }
+  DeepMerge(&merged, ToCiValue(found->second));
+  return merged;
 }
 
 absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,

@@ -18,8 +18,10 @@
 //  4. `!reference [job, key, ...]` is replaced by that entry of the named
 //     job (after its extends); inside a list, a referenced list is spliced
 //     in.
-// A file with `include:` may receive `default:` entries and parents from
-// other files; the model says so (Effective::unknown) instead of guessing.
+// The files a CI file includes from its project (ci/include.h) are read
+// with it. An include gdt does not read (project, remote, template,
+// component) may bring `default:` entries and parents from elsewhere; the
+// model says so (Effective::unknown) instead of guessing.
 
 #include <cstdint>
 #include <map>
@@ -51,6 +53,14 @@ bool CiScalarText(const CiValue& value, std::string* out);
 class CiConfigModel {
  public:
   explicit CiConfigModel(const std::vector<YamlNode>& documents);
+  // Several files (ci/include.h): the documents of each, in GitLab's merge
+  // order (included files first, the including file last). A name defined
+  // in more than one file is their deep merge, the later file's entries
+  // over the earlier's (mappings key by key, anything else replaced).
+  // `unseen_includes`: some include is not among `files` (see
+  // has_include()).
+  CiConfigModel(const std::vector<std::vector<YamlNode>>& files,
+                bool unseen_includes);
 
   struct Effective {
     CiValue config;  // The job's configuration as GitLab computes it.
@@ -104,9 +114,11 @@ class CiConfigModel {
   // cheaper than Top().
   bool HasJob(std::string_view name) const;
 
-  // Whether the file has a top-level `include:` (parents and `default:`
-  // entries may then come from files gdt does not read).
+  // Whether the file has an `include:` that gdt did not read (parents and
+  // `default:` entries may then come from files it does not see).
   bool has_include() const { return has_include_; }
+  // How many files the model reads (the main file and those it includes).
+  size_t file_count() const { return file_count_; }
 
   // What `job` inherits through `extends` alone: its parents' configurations
   // (each after its own extends) merged in list order, without the job's
@@ -135,7 +147,10 @@ class CiConfigModel {
   int Height(std::string_view job) const;
   mutable std::unordered_map<std::string, int> heights_;
 
+  // Each name's entry in the last file that defines it, and its entries in
+  // earlier files, in merge order (only names defined more than once).
   std::unordered_map<std::string, YamlNode> top_;
+  std::unordered_map<std::string, std::vector<YamlNode>> underneath_;
   mutable std::unordered_map<std::string, ExtendedMemo> extended_;
   // One memo per list of keys asked for (callers use a few fixed lists).
   mutable std::map<std::vector<std::string>,
@@ -144,6 +159,7 @@ class CiConfigModel {
   // Top("default"), read once.
   mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
+  size_t file_count_ = 1;
   mutable std::string reference_bomb_;
 };
 

@@ -389,8 +389,9 @@ bool Allows(const std::optional<std::vector<std::string>>& names,
          std::find(names->begin(), names->end(), key) != names->end();
 }
 
-// The first parent in `job`'s extends chain that the file lacks (run-local
-// reads one file, so a parent from an included file cannot be run), or "".
+// The first parent in `job`'s extends chain that the files read lack
+// (run-local reads local includes only, so a parent from a project,
+// remote, template or component include cannot be run), or "".
 std::string MissingParent(const CiConfigModel& model, const std::string& job,
                           int depth) {
   const std::optional<CiValue> own = model.Top(job);
@@ -546,10 +547,30 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   return job;
 }
 
+// Parses the files `includes` holds (none when null) into `trees`, and
+// adds their documents to `files` in GitLab's merge order.
+absl::Status ParseIncluded(const CiIncludes* includes,
+                           std::vector<std::unique_ptr<YamlTree>>* trees,
+                           std::vector<std::vector<YamlNode>>* files) {
+  if (includes == nullptr) return absl::OkStatus();
+  for (const CiIncludedFile& file : includes->files) {
+    YamlError error;
+    trees->push_back(YamlTree::Parse(file.text, &error));
+    if (!error.message.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path, ": bad YAML at line ", error.mark.line + 1, ", column ",
+          error.mark.column + 1, ": ", error.message));
+    }
+    files->push_back(trees->back()->documents());
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
-                                 std::string_view job_name) {
+                                 std::string_view job_name,
+                                 const CiIncludes* includes) {
   const std::string name(job_name);
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml_text, &error);
@@ -569,20 +590,29 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
     return absl::InvalidArgumentError(
         absl::StrCat("'", name, "' is a keyword, not a job"));
   }
-  const CiConfigModel model(documents);
+  // Included files first, in GitLab's merge order, then this one.
+  std::vector<std::unique_ptr<YamlTree>> included_trees;
+  std::vector<std::vector<YamlNode>> files;
+  GDT_RETURN_IF_ERROR(ParseIncluded(includes, &included_trees, &files));
+  files.push_back(documents);
+  const CiConfigModel model = includes == nullptr
+                                  ? CiConfigModel(documents)
+                                  : CiConfigModel(files, includes->unseen);
   const std::optional<CiValue> own = model.Top(name);
   if (!own.has_value()) {
     std::vector<std::string> jobs;
-    for (const YamlNode& root : documents) {
-      if (!root.IsMap()) continue;
-      for (const auto& entry : root) {
-        if (!entry.first.IsScalar()) continue;
-        const std::string& key = entry.first.Scalar();
-        if (ReservedKeys().count(key) != 0 || key.empty() || key[0] == '.' ||
-            std::find(jobs.begin(), jobs.end(), key) != jobs.end()) {
-          continue;
+    for (const std::vector<YamlNode>& file : files) {
+      for (const YamlNode& root : file) {
+        if (!root.IsMap()) continue;
+        for (const auto& entry : root) {
+          if (!entry.first.IsScalar()) continue;
+          const std::string& key = entry.first.Scalar();
+          if (ReservedKeys().count(key) != 0 || key.empty() || key[0] == '.' ||
+              std::find(jobs.begin(), jobs.end(), key) != jobs.end()) {
+            continue;
+          }
+          jobs.push_back(key);
         }
-        jobs.push_back(key);
       }
     }
     return absl::NotFoundError(absl::StrCat(
@@ -597,9 +627,11 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
   }
   if (const std::string missing = MissingParent(model, name, 0);
       !missing.empty()) {
-    return JobError(name, absl::StrCat("extends '", missing,
-                                       "', which is not in this file "
-                                       "(run-local reads one file)"));
+    return JobError(
+        name, absl::StrCat("extends '", missing, "', which is not in this file",
+                           includes == nullptr || includes->unseen
+                               ? " (run-local reads only local includes)"
+                               : " nor in the files it includes"));
   }
   if (!effective->unresolved.empty()) {
     const auto& [key, why] = *effective->unresolved.begin();
@@ -620,7 +652,8 @@ absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
   return job;
 }
 
-absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path) {
+absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
+                                          const CiIncludes* includes) {
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return text.status();
   const auto failed = [&](const absl::Status& status) {
@@ -634,7 +667,16 @@ absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path) {
         absl::StrCat("bad YAML at line ", error.mark.line + 1, ", column ",
                      error.mark.column + 1, ": ", error.message)));
   }
-  const CiConfigModel model(tree->documents());
+  std::vector<std::unique_ptr<YamlTree>> included_trees;
+  std::vector<std::vector<YamlNode>> files;
+  if (absl::Status read = ParseIncluded(includes, &included_trees, &files);
+      !read.ok()) {
+    return failed(read);
+  }
+  files.push_back(tree->documents());
+  const CiConfigModel model = includes == nullptr
+                                  ? CiConfigModel(tree->documents())
+                                  : CiConfigModel(files, includes->unseen);
   CiWorkflow workflow;
   if (std::optional<CiValue> variables = model.Top("variables")) {
     CiJob top;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ci/include.h"
 #include "ci/rules.h"
 
 namespace gdt::ci {
@@ -107,18 +108,25 @@ struct CiWorkflow {
 // supported by run-local yet"); an `extends` cycle or parent that is not in
 // the file; a `!reference` that does not resolve; a bad `timeout`; unknown
 // job keys (typos).
+// With `includes` (ci/include.h), the files the text includes are read with
+// it, as GitLab merges them: their templates, default:, variables and
+// same-name jobs count.
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
-                                 std::string_view job_name);
+                                 std::string_view job_name,
+                                 const CiIncludes* includes = nullptr);
 
 // Reads `path` and calls ParseCiJob. Errors: NotFound when the file cannot be
 // read, otherwise as ParseCiJob; messages start with the path.
 absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
                                 std::string_view job_name);
 
-// Reads the `workflow:` of the .gitlab-ci.yml at `path`. Errors: NotFound
-// when the file cannot be read; InvalidArgument for a bad `workflow:rules`
-// (naming the entry) or top-level `variables`; messages start with the path.
-absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path);
+// Reads the `workflow:` of the .gitlab-ci.yml at `path` (merged with the
+// files `includes` holds, when given, as GitLab merges them). Errors:
+// NotFound when the file cannot be read; InvalidArgument for bad YAML, a bad
+// `workflow:rules` (naming the entry) or top-level `variables`; messages
+// start with the path.
+absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
+                                          const CiIncludes* includes = nullptr);
 
 // Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
 // include, stages, variables, workflow, ...) rather than a job.

@@ -92,10 +92,31 @@ bool WriteOut(const char* command, std::ostream& out, const std::string& text) {
   return false;
 }
 
+// The local files `text` includes, read from `project_dir`; nullopt after
+// one line on stderr when the project directory is unusable.
+std::optional<gdt::ci::CiIncludes> ReadIncludes(
+    const char* command, const std::string& file, const std::string& text,
+    const std::string& project_dir) {
+  gdt::ci::CiIncludes includes =
+      gdt::ci::ReadLocalIncludes(file, text, project_dir);
+  for (const gdt::ci::CiIncludes::Problem& problem : includes.errors) {
+    if (problem.line == 0) {
+      std::cerr << "gdt-ci " << command
+                << ": --project-dir: " << problem.message << "\n";
+      return std::nullopt;
+    }
+  }
+  return includes;
+}
+
 int Expand(const std::string& file, const std::string& output,
-           const gdt::ci::CiExpandOptions& options) {
+           const std::string& project_dir, gdt::ci::CiExpandOptions options) {
   std::optional<std::string> text = ReadCiFile("expand", file);
   if (!text.has_value()) return gdt::ci::kCiUsageError;
+  const std::optional<gdt::ci::CiIncludes> includes =
+      ReadIncludes("expand", file, *text, project_dir);
+  if (!includes.has_value()) return gdt::ci::kCiUsageError;
+  options.includes = &*includes;
   const gdt::ci::CiExpansion expansion = gdt::ci::ExpandCiYaml(*text, options);
   if (!expansion.ok()) {
     for (const gdt::ci::CiDiagnostic& d : expansion.errors) {
@@ -129,10 +150,14 @@ int Expand(const std::string& file, const std::string& output,
   return gdt::ci::kCiFileOk;
 }
 
-int Lint(const std::string& file, bool json,
-         const gdt::ci::CiExpandOptions& options) {
+int Lint(const std::string& file, bool json, const std::string& project_dir,
+         gdt::ci::CiExpandOptions options) {
   std::optional<std::string> text = ReadCiFile("lint", file);
   if (!text.has_value()) return gdt::ci::kCiUsageError;
+  const std::optional<gdt::ci::CiIncludes> includes =
+      ReadIncludes("lint", file, *text, project_dir);
+  if (!includes.has_value()) return gdt::ci::kCiUsageError;
+  options.includes = &*includes;
   const gdt::ci::CiExpansion lint = gdt::ci::LintCiYaml(*text, options);
   const std::string report = gdt::ci::FormatLintReport(file, lint, json);
   if (!WriteOut("lint", json || lint.ok() ? std::cout : std::cerr, report)) {
@@ -235,6 +260,11 @@ int main(int argc, char** argv) {
       ->add_option("--tag", expand_options.runner_tag,
                    "runner tag added to gang jobs ('' for none)")
       ->capture_default_str();
+  std::string project_dir = ".";
+  expand
+      ->add_option("--project-dir", project_dir,
+                   "the project whose files include: local names")
+      ->capture_default_str();
   CLI::App* lint = app.add_subcommand(
       "lint",
       "validate parallel:distributed blocks and parallel + GDT_* jobs "
@@ -247,6 +277,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 200));
   lint->add_option("--tag", expand_options.runner_tag,
                    "runner tag that marks gang jobs ('' for none)")
+      ->capture_default_str();
+  lint->add_option("--project-dir", project_dir,
+                   "the project whose files include: local names")
       ->capture_default_str();
 
   if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
@@ -265,8 +298,10 @@ int main(int argc, char** argv) {
       return gdt::ci::kCiUsageError;
     }
   }
-  if (expand->parsed()) return Expand(ci_file, output, expand_options);
-  if (lint->parsed()) return Lint(ci_file, json, expand_options);
+  if (expand->parsed()) {
+    return Expand(ci_file, output, project_dir, expand_options);
+  }
+  if (lint->parsed()) return Lint(ci_file, json, project_dir, expand_options);
 
   options.job_name = jobs.front();
   options.later_jobs.assign(jobs.begin() + 1, jobs.end());

@@ -72,11 +72,16 @@ std::string GitOutput(const std::string& dir,
 
 // Job `job_name` of the CI file at `path` after `gdt-ci expand`, so jobs
 // with parallel:distributed run as GitLab would run their expansion.
+// The files it includes locally are read from `project_dir`.
 absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
-                                      std::string_view job_name) {
+                                      std::string_view job_name,
+                                      const std::string& project_dir) {
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return text.status();
-  const CiExpansion expansion = ExpandCiYaml(*text);
+  const CiIncludes includes = ReadLocalIncludes(path, *text, project_dir);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expansion = ExpandCiYaml(*text, options);
   if (!expansion.ok()) {
     std::string message = FormatDiagnostic(path, expansion.errors[0]);
     if (expansion.errors.size() > 1) {
@@ -85,7 +90,7 @@ absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
     }
     return absl::InvalidArgumentError(message);
   }
-  absl::StatusOr<CiJob> job = ParseCiJob(expansion.text, job_name);
+  absl::StatusOr<CiJob> job = ParseCiJob(expansion.text, job_name, &includes);
   if (!job.ok()) {
     return absl::Status(job.status().code(),
                         absl::StrCat(path, ": ", job.status().message()));
@@ -639,7 +644,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     }
   }
   for (const std::string& name : job_names) {
-    absl::StatusOr<CiJob> job = LoadExpandedJob(options.ci_file, name);
+    absl::StatusOr<CiJob> job =
+        LoadExpandedJob(options.ci_file, name, options.project_dir);
     if (!job.ok()) return job.status();
     jobs.push_back(*std::move(job));
   }
@@ -725,7 +731,12 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
 
   // GitLab creates the pipeline only when `workflow:rules` lets it, and
   // each job only when its `rules:` do.
-  absl::StatusOr<CiWorkflow> workflow = LoadCiWorkflow(options.ci_file);
+  absl::StatusOr<std::string> ci_text = ReadTextFile(options.ci_file);
+  if (!ci_text.ok()) return ci_text.status();
+  const CiIncludes includes =
+      ReadLocalIncludes(options.ci_file, *ci_text, project_dir.string());
+  absl::StatusOr<CiWorkflow> workflow =
+      LoadCiWorkflow(options.ci_file, &includes);
   if (!workflow.ok()) return workflow.status();
   std::optional<std::vector<std::string>> files;
   const auto project_files = [&]() -> const std::vector<std::string>& {

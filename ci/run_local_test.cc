@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -705,6 +706,56 @@ TEST(ShouldRetryTest, FollowsGitLabsAutoRetry) {
   EXPECT_FALSE(ShouldRetry(codes, script, 0));
   codes.when = std::vector<std::string>{"runner_system_failure"};
   EXPECT_TRUE(ShouldRetry(codes, system, 0));
+}
+
+// A job whose template, default: and variables are in a locally included
+// file runs with them, as GitLab merges them; a missing include is one line
+// with its place.
+TEST_F(RunLocalTest, RunsAJobWithWhatItsLocalIncludesGiveIt) {
+  fs::create_directories(project_ + "/ci/more");
+  WriteTextFile(project_ + "/ci/templates.yml",
+                "include: ci/more/vars.yml\n"
+                ".base:\n  script:\n"
+                "    - echo \"from=$FROM shared=$SHARED\"\n"
+                "  variables: {FROM: template}\n");
+  WriteTextFile(project_ + "/ci/more/vars.yml",
+                "variables: {SHARED: \"yes\"}\n");
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "include: 'ci/*.yml'\n"
+                "job:\n  extends: .base\n  parallel: 2\n");
+  options_.job_name = "job";
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("[job 2/2] from=template shared=yes\n"));
+
+  // An included workflow:rules decides on the pipeline with the included
+  // top-level variables.
+  WriteTextFile(project_ + "/ci/more/vars.yml",
+                "variables: {SHARED: \"no\"}\n"
+                "workflow:\n  rules:\n    - if: $SHARED == \"yes\"\n");
+  options_.pipeline_id = 43;
+  std::ostringstream filtered;
+  absl::StatusOr<RunLocalResult> none = RunLocal(options_, filtered, nullptr);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(none.status().message(),
+              HasSubstr("GitLab would not create this pipeline "
+                        "(workflow:rules: no rule matched;"));
+
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "include: ci/gone.yml\njob:\n  script: [x]\n");
+  std::ostringstream quiet;
+  absl::StatusOr<RunLocalResult> missing = RunLocal(options_, quiet, nullptr);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(std::string(missing.status().message()),
+            absl::StrCat(project_,
+                         "/.gitlab-ci.yml:1:10: include: 'ci/gone.yml' does "
+                         "not exist in the project ",
+                         fs::canonical(project_).string()));
+  EXPECT_TRUE(quiet.str().empty());
 }
 
 TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {

@@ -1,0 +1,82 @@
+#ifndef GDT_CI_INCLUDE_H_
+#define GDT_CI_INCLUDE_H_
+
+// `include:local` as GitLab reads it, for gdt-ci lint, expand and
+// run-local: the files of the project that a CI file includes, nested,
+// in the order GitLab merges them (docs/user-guide.md, "Included files").
+//
+//  - A local include is a path relative to the project directory (a
+//    leading `/` is the project directory too), written as a string, a
+//    list item or `local:`. `*` matches within one directory, `**` across
+//    directories; a pattern matches files in name order.
+//  - A nested include is relative to the project directory as well, not to
+//    the including file.
+//  - Each file's includes are merged first, then the file itself over
+//    them (deep: mappings key by key, anything else replaced), and the main
+//    file last, over everything it includes.
+//  - At most kMaxIncludes files in all and kMaxNesting levels; a file
+//    included again is read once (GitLab ignores the repetition); a file
+//    that includes itself, directly or through others, is an error.
+//  - `project:`, `remote:`, `template:` and `component:` includes are not
+//    read; the caller is told (`unseen`) and treats what they may add as
+//    unknown.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gdt::ci {
+
+// One file that the main file includes.
+struct CiIncludedFile {
+  std::string path;  // Relative to the project directory ("ci/train.yml").
+  std::string text;
+};
+
+// What a CI file includes from its project.
+struct CiIncludes {
+  // Every local file read, in GitLab's merge order (the first is merged
+  // first, so later ones win); each once.
+  std::vector<CiIncludedFile> files;
+  // Some include is not a local file (project, remote, template,
+  // component): what it adds is not known.
+  bool unseen = false;
+  // Problems: where (`file` empty for the main file; line and column
+  // 1-based, 0 without a place) and what, in one line.
+  struct Problem {
+    std::string file;
+    int line = 0;
+    int column = 0;
+    std::string message;
+  };
+  std::vector<Problem> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+inline constexpr size_t kMaxIncludes = 150;
+inline constexpr int kMaxIncludeNesting = 100;
+// The most bytes of all included files together (GitLab refuses far less).
+inline constexpr size_t kMaxIncludedBytes = size_t{64} << 20;
+// The most directory entries a `*`/`**` pattern walks in the project.
+inline constexpr size_t kMaxGlobEntries = 200'000;
+// The most steps matching all wildcards against those entries may take
+// (pattern length x path length, summed): a long pattern in a large project
+// is refused rather than matched for minutes.
+inline constexpr uint64_t kMaxGlobSteps = 20'000'000;
+
+// Reads the local files that `text` (the file `file`, as the user named it)
+// includes, nested, from `project_dir`. A project directory that does not
+// exist is a problem without a place. Errors: a file that does not
+// exist, is a directory, is not .yml/.yaml, is outside the project
+// (`..`, a symbolic link out), does not parse, includes itself; more than
+// kMaxIncludes files or kMaxIncludeNesting levels; an `include:` that is
+// not a path, list or mapping.
+CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
+                             const std::string& project_dir);
+
+}  // namespace gdt::ci
+
+#endif  // GDT_CI_INCLUDE_H_
