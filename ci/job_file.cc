@@ -216,13 +216,78 @@ absl::Status ReadArtifacts(const CiValue& node, std::string_view job,
   return absl::OkStatus();
 }
 
-absl::Status ReadParallel(const CiValue& node, std::string_view job, int* out) {
-  if (node.is_object()) {
-    if (node.contains("matrix")) {
+// `parallel: matrix: [...]`: each entry's values multiplied out (a list
+// is one value per job, its first variable outermost), as GitLab names and
+// numbers the jobs; at most 200 jobs in all.
+absl::Status ReadMatrix(const CiValue& node, std::string_view job,
+                        std::vector<CiMatrixJob>* out) {
+  if (!node.is_array() || node.empty()) {
+    return JobError(job, "parallel:matrix must be a list of variable maps");
+  }
+  for (const CiValue& entry : node) {
+    if (!entry.is_object() || entry.empty()) {
       return JobError(job,
-                      "parallel: matrix is not supported by run-local yet");
+                      "parallel:matrix entries must be maps of variables to a "
+                      "value or a list of values");
     }
-    return JobError(job, "parallel must be an integer or a hash with 'matrix'");
+    std::vector<std::pair<std::string, std::vector<std::string>>> axes;
+    for (const auto& [name, values] : entry.items()) {
+      std::vector<std::string> texts;
+      std::string text;
+      if (values.is_array()) {
+        for (const CiValue& value : values) {
+          if (!CiScalarText(value, &text)) {
+            return JobError(job, absl::StrCat("parallel:matrix: ", name,
+                                              ": values must be strings"));
+          }
+          texts.push_back(text);
+        }
+      } else if (CiScalarText(values, &text)) {
+        texts.push_back(text);
+      } else {
+        return JobError(job, absl::StrCat("parallel:matrix: ", name,
+                                          ": values must be strings"));
+      }
+      if (texts.empty()) {
+        return JobError(
+            job, absl::StrCat("parallel:matrix: ", name, " has no value"));
+      }
+      axes.emplace_back(name, std::move(texts));
+    }
+    // Odometer over the axes, the last one turning fastest.
+    std::vector<size_t> at(axes.size(), 0);
+    while (true) {
+      if (out->size() == 200) {
+        return JobError(job, "parallel:matrix makes more than 200 jobs");
+      }
+      CiMatrixJob one;
+      std::vector<std::string> shown;
+      for (size_t a = 0; a < axes.size(); ++a) {
+        one.variables.emplace_back(axes[a].first, axes[a].second[at[a]]);
+        shown.push_back(axes[a].second[at[a]]);
+      }
+      one.name = absl::StrCat(std::string(job), ": [",
+                              absl::StrJoin(shown, ", "), "]");
+      out->push_back(std::move(one));
+      size_t a = axes.size();
+      while (a > 0 && ++at[a - 1] == axes[a - 1].second.size()) {
+        at[--a] = 0;
+      }
+      if (a == 0) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadParallel(const CiValue& node, std::string_view job, int* out,
+                          std::vector<CiMatrixJob>* matrix) {
+  if (node.is_object()) {
+    const auto entries = node.find("matrix");
+    if (entries == node.end() || node.size() != 1) {
+      return JobError(job,
+                      "parallel must be an integer or a hash with 'matrix'");
+    }
+    return ReadMatrix(*entries, job, matrix);
   }
   std::string text;
   if (!(node.is_number_integer() || node.is_string()) ||
@@ -464,7 +529,8 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     }
   }
   if (const CiValue* parallel = entry("parallel")) {
-    GDT_RETURN_IF_ERROR(ReadParallel(*parallel, name, &job.parallel));
+    GDT_RETURN_IF_ERROR(
+        ReadParallel(*parallel, name, &job.parallel, &job.matrix));
     job.parallel_given = true;
   }
   if (const CiValue* timeout = entry("timeout")) {

@@ -36,6 +36,13 @@ struct CiRetry {
   std::optional<std::vector<int>> exit_codes;
 };
 
+// One job of a `parallel: matrix:`: its name ("test: [a100, 2]") and the
+// variables it sets, in the matrix's order.
+struct CiMatrixJob {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> variables;
+};
+
 // One runnable job of a .gitlab-ci.yml, with the file's defaults applied.
 struct CiJob {
   std::string name;
@@ -51,6 +58,14 @@ struct CiJob {
   // passed as they are, without expanding `$NAME` references.
   std::set<std::string> raw_variables;
   int parallel = 1;  // 1..200.
+  // `parallel: matrix:`: the jobs it makes (parallel stays 1; each is run
+  // as a job of its own, CI_NODE_INDEX its place among them).
+  std::vector<CiMatrixJob> matrix;
+  // A job made from a matrix: its name, and its place (1-based) and the
+  // number of jobs of its matrix; empty and 0 otherwise.
+  std::string matrix_name;
+  int matrix_index = 0;
+  int matrix_total = 0;
   // `parallel:` was given, even as 1: GitLab then numbers the job
   // ("name 1/1", CI_NODE_INDEX=1).
   bool parallel_given = false;
@@ -104,8 +119,8 @@ struct CiWorkflow {
 // variables:` lets in), then the job's. Errors (InvalidArgument unless
 // noted), each naming the job and key: bad YAML; NotFound for an unknown
 // job; hidden (".x") or `trigger` jobs, which cannot be run; a job without
-// `script`; `parallel` outside 1..200 or with `matrix` ("matrix is not
-// supported by run-local yet"); an `extends` cycle or parent that is not in
+// `script`; `parallel` outside 1..200, or a `matrix` that is malformed or
+// makes more than 200 jobs; an `extends` cycle or parent that is not in
 // the file; a `!reference` that does not resolve; a bad `timeout`; unknown
 // job keys (typos).
 // With `includes` (ci/include.h), the files the text includes are read with

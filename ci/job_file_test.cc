@@ -117,6 +117,56 @@ TEST(CiYamlTest, JobKeysOverrideDefaults) {
   EXPECT_FALSE(job->timeout_seconds.has_value());
 }
 
+// parallel:matrix makes one job per combination of each entry's values,
+// named and ordered as GitLab does; bad matrices are one line.
+TEST(CiYamlTest, ReadsAMatrixAsGitLabNamesItsJobs) {
+  absl::StatusOr<CiJob> job = ParseCiJob(R"(
+deploy:
+  script: bin/deploy
+  parallel:
+    matrix:
+      - PROVIDER: aws
+        STACK: [monitoring, app1]
+      - PROVIDER: [gcp, vultr]
+        STACK: [data, processing]
+        SIZE: 3
+)",
+                                         "deploy");
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::vector<std::string> names;
+  for (const CiMatrixJob& one : job->matrix) names.push_back(one.name);
+  EXPECT_THAT(
+      names, ElementsAre(
+                 "deploy: [aws, monitoring]", "deploy: [aws, app1]",
+                 "deploy: [gcp, data, 3]", "deploy: [gcp, processing, 3]",
+                 "deploy: [vultr, data, 3]", "deploy: [vultr, processing, 3]"));
+  EXPECT_EQ(job->matrix[3].variables,
+            (std::vector<std::pair<std::string, std::string>>{
+                {"PROVIDER", "gcp"}, {"STACK", "processing"}, {"SIZE", "3"}}));
+  EXPECT_EQ(job->parallel, 1);
+
+  const auto error = [](const char* parallel) {
+    return std::string(
+        ParseCiJob(absl::StrCat("j:\n  script: x\n  parallel:\n", parallel),
+                   "j")
+            .status()
+            .message());
+  };
+  EXPECT_EQ(error("    matrix: {A: 1}\n"),
+            "job j: parallel:matrix must be a list of variable maps");
+  EXPECT_EQ(error("    matrix: [{A: [[1]]}]\n"),
+            "job j: parallel:matrix: A: values must be strings");
+  EXPECT_EQ(error("    matrix: [{A: []}]\n"),
+            "job j: parallel:matrix: A has no value");
+  EXPECT_EQ(error("    matrix: [{A: [1]}]\n    max: 2\n"),
+            "job j: parallel must be an integer or a hash with 'matrix'");
+  std::string many = "    matrix:\n      - A: [";
+  for (int i = 0; i < 201; ++i) many += (i ? ", " : "") + std::to_string(i);
+  many += "]\n";
+  EXPECT_EQ(error(many.c_str()),
+            "job j: parallel:matrix makes more than 200 jobs");
+}
+
 TEST(CiYamlTest, RejectsJobsThatCannotRun) {
   struct Case {
     const char* job;
@@ -128,8 +178,6 @@ TEST(CiYamlTest, RejectsJobsThatCannotRun) {
       {".hidden", absl::StatusCode::kInvalidArgument, "job .hidden: is hidden"},
       {"deploy", absl::StatusCode::kInvalidArgument,
        "job deploy: is a trigger job"},
-      {"matrix", absl::StatusCode::kInvalidArgument,
-       "job matrix: parallel: matrix is not supported by run-local yet"},
       {"big", absl::StatusCode::kInvalidArgument,
        "job big: parallel must be from 1 to 200, not 201"},
       {"typo", absl::StatusCode::kInvalidArgument,

@@ -490,10 +490,13 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                       : pipeline.pipeline_id * 1000) +
            pipeline.job_id_base + i;
     p.token = absl::StrCat("glcbt-local-", p.id);
-    // GitLab numbers every job with `parallel:`, `parallel: 1` included.
+    // GitLab numbers every job with `parallel:`, `parallel: 1` included; a
+    // matrix job is named after its values and numbered among them.
+    const bool matrix = !job.matrix_name.empty();
     const bool numbered = job.parallel > 1 || job.parallel_given;
-    p.name =
-        numbered ? absl::StrCat(job.name, " ", i, "/", job.parallel) : job.name;
+    p.name = matrix     ? job.matrix_name
+             : numbered ? absl::StrCat(job.name, " ", i, "/", job.parallel)
+                        : job.name;
     p.stage = job.stage;
     p.project_id = pipeline.project_id;
     p.project_name = pipeline.project_name;
@@ -543,8 +546,13 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_JOB_STAGE", job.stage);
     add("CI_JOB_TOKEN", p.token, /*is_public=*/false, /*masked=*/true);
     add("CI_JOB_URL", absl::StrCat(project_url, "/-/jobs/", p.id));
-    if (numbered) add("CI_NODE_INDEX", std::to_string(i));
-    add("CI_NODE_TOTAL", std::to_string(job.parallel));
+    if (matrix) {
+      add("CI_NODE_INDEX", std::to_string(job.matrix_index));
+      add("CI_NODE_TOTAL", std::to_string(job.matrix_total));
+    } else {
+      if (numbered) add("CI_NODE_INDEX", std::to_string(i));
+      add("CI_NODE_TOTAL", std::to_string(job.parallel));
+    }
     add("CI_COMMIT_SHA", pipeline.sha);
     add("CI_COMMIT_SHORT_SHA", pipeline.sha.substr(0, 8));
     add("CI_COMMIT_REF_NAME", pipeline.ref);
@@ -647,7 +655,19 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     absl::StatusOr<CiJob> job =
         LoadExpandedJob(options.ci_file, name, options.project_dir);
     if (!job.ok()) return job.status();
-    jobs.push_back(*std::move(job));
+    // GitLab creates a job per matrix entry, each with its variables.
+    const std::vector<CiMatrixJob> matrix = std::move(job->matrix);
+    if (matrix.empty()) jobs.push_back(*std::move(job));
+    for (size_t m = 0; m < matrix.size(); ++m) {
+      CiJob one = *job;
+      one.matrix_name = matrix[m].name;
+      one.matrix_index = static_cast<int>(m) + 1;
+      one.matrix_total = static_cast<int>(matrix.size());
+      for (const auto& [key, value] : matrix[m].variables) {
+        SetVariable(&one, key, value);
+      }
+      jobs.push_back(std::move(one));
+    }
   }
   std::optional<RunnerConfig> from_file;
   if (!options.runner_config.empty()) {
@@ -806,7 +826,10 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                   [](const std::string& why) { return !why.empty(); })) {
     std::vector<std::string> whys;
     for (size_t k = 0; k < jobs.size(); ++k) {
-      whys.push_back(absl::StrCat(jobs[k].name, ": ", not_created[k]));
+      const CiJob& job = jobs[k];
+      whys.push_back(
+          absl::StrCat(job.matrix_name.empty() ? job.name : job.matrix_name,
+                       ": ", not_created[k]));
     }
     return absl::FailedPreconditionError(absl::StrCat(
         options.ci_file, ": GitLab would create none of these jobs (",

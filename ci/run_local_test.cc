@@ -585,6 +585,47 @@ old-style:
   EXPECT_FALSE(fs::exists(project_ + "/.gdt-run/44"));
 }
 
+// parallel:matrix: one job per combination, named and numbered as GitLab
+// does, each with its variables (which its rules see), all judged as one
+// stage; a later job that needs the matrix job needs every one of them.
+TEST_F(RunLocalTest, AMatrixRunsAJobPerCombination) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"yaml(
+stages: [eval, report]
+evaluate:
+  stage: eval
+  script: echo "eval $DATASET at $SCALE ($CI_NODE_INDEX/$CI_NODE_TOTAL)"
+  parallel:
+    matrix:
+      - DATASET: [wiki, code]
+        SCALE: [1, 8]
+  rules:
+    - if: $DATASET == "code" && $SCALE == "8"
+      when: never
+    - when: on_success
+report:
+  stage: report
+  needs: [evaluate]
+  script: echo report ran
+)yaml");
+  options_.job_name = "evaluate";
+  options_.later_jobs = {"report"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result),
+              ElementsAre("evaluate: [wiki, 1]: success",
+                          "evaluate: [wiki, 8]: success",
+                          "evaluate: [code, 1]: success",
+                          "evaluate: [code, 8]: skipped (not created: rules: "
+                          "rule 1 has when: never)",
+                          "report: success"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("[evaluate: [code, 1]] eval code at 1 (3/4)\n"));
+  EXPECT_TRUE(fs::exists(result->work_dir + "/logs/evaluate---wiki--8.log"));
+}
+
 // retry: a member that fails for a reason retry: names runs again as a new
 // job (the next id after the pipeline's jobs), with its own log, until it
 // passes or max is spent; --no-retry runs it once.
