@@ -206,8 +206,18 @@ absl::Status ReadArtifacts(const CiValue& node, std::string_view job,
         return JobError(job, "artifacts:untracked must be true or false");
       }
       out->untracked = value.get<bool>();
-    } else if (key == "reports" || key == "expose_as" || key == "public" ||
-               key == "access") {
+    } else if (key == "reports") {
+      if (!value.is_null() && !value.is_object()) {
+        return JobError(job, "artifacts:reports must be a map");
+      }
+      if (value.is_null()) continue;
+      for (const auto& [report, paths] : value.items()) {
+        // The other reports are only meaningful to a GitLab server.
+        if (report != "dotenv") continue;
+        GDT_RETURN_IF_ERROR(ReadStringList(
+            paths, job, "artifacts:reports:dotenv", &out->dotenv));
+      }
+    } else if (key == "expose_as" || key == "public" || key == "access") {
       // Only meaningful to a GitLab server.
     } else {
       return JobError(job, absl::StrCat("unknown key artifacts:", key));

@@ -23,7 +23,11 @@ struct CiArtifacts {
   std::string expire_in;
   std::string name;
   bool untracked = false;
+  // `reports:dotenv`: the files (one or a list) whose KEY=VALUE lines the
+  // runner uploads as a report of their own, whatever `when:` says.
+  std::vector<std::string> dotenv;
 
+  // No archive to upload (a dotenv report is uploaded on its own).
   bool empty() const { return paths.empty() && !untracked; }
 };
 

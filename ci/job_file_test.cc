@@ -355,6 +355,48 @@ strict:
   }
 }
 
+// `artifacts:reports:dotenv` is kept (one file or a list); a job with only
+// a report has no archive to upload; the other reports are ignored.
+TEST(CiYamlTest, ReadsTheDotenvReport) {
+  constexpr char kFile[] = R"(
+one:
+  script: [x]
+  artifacts:
+    reports: {dotenv: build.env, junit: report.xml}
+many:
+  script: [x]
+  artifacts:
+    paths: [out/]
+    reports:
+      dotenv: [a.env, out/b.env]
+none:
+  script: [x]
+  artifacts: {reports: {junit: report.xml}}
+)";
+  absl::StatusOr<CiJob> one = ParseCiJob(kFile, "one");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_THAT(one->artifacts.dotenv, ElementsAre("build.env"));
+  EXPECT_TRUE(one->artifacts.empty());
+  absl::StatusOr<CiJob> many = ParseCiJob(kFile, "many");
+  ASSERT_TRUE(many.ok()) << many.status();
+  EXPECT_THAT(many->artifacts.dotenv, ElementsAre("a.env", "out/b.env"));
+  EXPECT_FALSE(many->artifacts.empty());
+  absl::StatusOr<CiJob> none = ParseCiJob(kFile, "none");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->artifacts.dotenv.empty());
+
+  for (const auto& [body, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"artifacts: {reports: [x]}", "artifacts:reports must be a map"},
+           {"artifacts: {reports: {dotenv: {a: b}}}",
+            "artifacts:reports:dotenv"}}) {
+    absl::StatusOr<CiJob> job =
+        ParseCiJob(absl::StrCat("j:\n  script: [x]\n  ", body, "\n"), "j");
+    ASSERT_FALSE(job.ok()) << body;
+    EXPECT_THAT(job.status().message(), HasSubstr(message)) << body;
+  }
+}
+
 TEST(CiYamlTest, BadYamlIsOneLine) {
   absl::StatusOr<CiJob> job = ParseCiJob("train: [unclosed", "train");
 

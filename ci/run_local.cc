@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ci/dotenv.h"
 #include "ci/expand.h"
 #include "ci/job_file.h"
 #include "ci/rules.h"
@@ -570,6 +571,9 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
       // passes its value without expanding `$NAME` in it.
       p.variables.back().raw = job.raw_variables.count(key) != 0;
     }
+    for (const auto& [key, value] : pipeline.dotenv_variables) {
+      add(key, value);
+    }
     for (const auto& [key, value] : pipeline.pipeline_variables) {
       add(key, value);
     }
@@ -618,6 +622,16 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
       artifact.when = job.artifacts.when;
       artifact.expire_in = job.artifacts.expire_in;
       p.artifacts.push_back(std::move(artifact));
+    }
+    if (!job.artifacts.dotenv.empty()) {
+      gitlab::JobArtifact report;
+      report.name = ".env";
+      report.paths = job.artifacts.dotenv;
+      report.when = "always";
+      report.artifact_type = "dotenv";
+      report.artifact_format = "gzip";
+      report.expire_in = job.artifacts.expire_in;
+      p.artifacts.push_back(std::move(report));
     }
     payloads.push_back(std::move(p));
   }
@@ -892,6 +906,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   struct Ran {
     std::string job;
     gitlab::JobDependency dependency;
+    // Its dotenv report's variables (as GitLab took them).
+    std::vector<std::pair<std::string, std::string>> dotenv;
   };
   std::vector<Ran> ran;
   std::set<std::string> log_names;  // Of the logs/ of this pipeline.
@@ -917,13 +933,25 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
     pipeline.job_id_base = job_id_base;
     job_id_base += job.parallel;
+    // The jobs whose artifacts it downloads give it their dotenv reports,
+    // member after member.
+    const auto downloads = [&job](const Ran& earlier) {
+      return !job.artifact_sources.has_value() ||
+             std::find(job.artifact_sources->begin(),
+                       job.artifact_sources->end(),
+                       earlier.job) != job.artifact_sources->end();
+    };
+    pipeline.dotenv_variables.clear();
+    for (const Ran& earlier : ran) {
+      if (!downloads(earlier)) continue;
+      pipeline.dotenv_variables.insert(pipeline.dotenv_variables.end(),
+                                       earlier.dotenv.begin(),
+                                       earlier.dotenv.end());
+    }
     std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
     for (gitlab::JobPayload& payload : payloads) {
       for (const Ran& earlier : ran) {
-        if (!job.artifact_sources.has_value() ||
-            std::find(job.artifact_sources->begin(),
-                      job.artifact_sources->end(),
-                      earlier.job) != job.artifact_sources->end()) {
+        if (downloads(earlier)) {
           payload.dependencies.push_back(earlier.dependency);
         }
       }
@@ -1013,7 +1041,15 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
               ignored)) {
         dependency.artifacts_filename = "artifacts.zip";
       }
-      ran.push_back(Ran{job.name, dependency});
+      Ran done{job.name, dependency, {}};
+      // The emulated runner's upload already refused a bad report.
+      if (!job.artifacts.dotenv.empty()) {
+        absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+            dotenv = ReadDotenvReport(
+                DotenvReportDir(sources.artifact_store, member.job_id));
+        if (dotenv.ok()) done.dotenv = *std::move(dotenv);
+      }
+      ran.push_back(std::move(done));
     }
     // A stopped pipeline starts nothing more.
     if (interrupts != nullptr && interrupts->load() > 0) break;

@@ -89,6 +89,10 @@ struct LocalPipeline {
   // later jobs of a pipeline start after the members of earlier ones.
   int64_t job_id_base = 0;
   std::vector<std::pair<std::string, std::string>> pipeline_variables;
+  // The dotenv report variables of the jobs whose artifacts the job
+  // downloads, in their job order: after the YAML variables, before the
+  // pipeline's (GitLab's precedence).
+  std::vector<std::pair<std::string, std::string>> dotenv_variables;
   // Issues the jobs' `id_tokens:`; null: none are issued.
   std::shared_ptr<const gitlab::IdTokenSigner> id_token_signer;
   // Unix seconds the tokens are issued at (0: now).
@@ -98,8 +102,10 @@ struct LocalPipeline {
 // Builds the N job payloads of `job` as GitLab would hand them to runners
 // (docs/gitlab-runner-protocol.md): the same project and pipeline, distinct
 // increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is
-// 1), and GitLab's predefined variables followed by the YAML and pipeline
-// variables, then the job's `id_tokens:` when the pipeline has a signer.
+// 1), and GitLab's predefined variables followed by the YAML, dotenv and
+// pipeline variables, then the job's `id_tokens:` when the pipeline has a
+// signer. A `reports:dotenv` is an artifact of its own (type dotenv, gzip,
+// uploaded `when: always`), as GitLab sends it.
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline);
 

@@ -342,6 +342,98 @@ fail:
   EXPECT_EQ(result->members[1].StatusText(), "skipped");
 }
 
+// `artifacts:reports:dotenv`: the jobs that download a job's artifacts get
+// its report's variables (every member's, in order, the later winning),
+// over the YAML variables and under the pipeline's; `artifacts: false`
+// gets none; a failed job's report is uploaded too.
+TEST_F(RunLocalTest, DotenvReportsPassVariablesToLaterJobs) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [prepare, train, report]
+variables:
+  DATASET_VERSION: from-yaml
+  GREETING: from-yaml
+prepare:
+  stage: prepare
+  parallel: 2
+  script:
+    - echo "DATASET_VERSION=v$CI_NODE_INDEX" > build.env
+    - echo "MEMBER_$CI_NODE_INDEX=here" >> build.env
+    - echo "GREETING=from-dotenv" >> build.env
+  artifacts:
+    reports:
+      dotenv: build.env
+flaky:
+  stage: prepare
+  allow_failure: true
+  script:
+    - echo "FLAKY=wrote it" > flaky.env
+    - exit 1
+  artifacts:
+    reports: {dotenv: [flaky.env, missing.env]}
+train:
+  stage: train
+  needs: [prepare, flaky]
+  script:
+    - echo "train sees $DATASET_VERSION $MEMBER_1 $MEMBER_2 $GREETING $FLAKY"
+blind:
+  stage: train
+  needs: [{job: prepare, artifacts: false}]
+  script:
+    - echo "blind sees ${DATASET_VERSION} ${MEMBER_1:-nothing}"
+)");
+  // Each member builds in its own directory, as under gdt-executor.
+  setenv("FAKE_BUILDS_ROOT", (dir_.path() + "/builds").c_str(), 1);
+  options_.job_name = "prepare";
+  options_.later_jobs = {"flaky", "train", "blind"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->Status(), "passed with warnings") << out.str();
+  EXPECT_THAT(out.str(),
+              HasSubstr("[train] train sees v2 here here hi wrote it\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[blind] blind sees from-yaml nothing\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[flaky] WARNING: missing.env: no matching "
+                                   "files"));
+  // A report is not an archive: there is nothing to download.
+  EXPECT_THAT(out.str(), Not(HasSubstr("Downloading artifacts")));
+}
+
+// A report GitLab would refuse fails the upload, and so the job, with one
+// line saying why; the later jobs do not run.
+TEST_F(RunLocalTest, ABadDotenvReportFailsTheJob) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [prepare, train]
+prepare:
+  stage: prepare
+  script:
+    - printf 'A=1\nexport B=2\n' > build.env
+  artifacts:
+    reports:
+      dotenv: build.env
+train:
+  stage: train
+  script: echo "train ran"
+)");
+  options_.job_name = "prepare";
+  options_.later_jobs = {"train"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->success());
+  ASSERT_EQ(result->members.size(), 2u);
+  EXPECT_EQ(result->members[0].result.failure_reason, "script_failure");
+  EXPECT_THAT(out.str(),
+              HasSubstr("[prepare] ERROR: Uploading artifacts as \"dotenv\" "
+                        "to local store: GitLab would refuse it (400 Bad "
+                        "Request): dotenv variable name 'export B' is not"));
+  EXPECT_EQ(result->members[1].StatusText(), "skipped");
+  EXPECT_THAT(out.str(), Not(HasSubstr("train ran")));
+}
+
 // The names, statuses and reasons of a run's members, in order.
 std::vector<std::string> Rows(const RunLocalResult& result) {
   std::vector<std::string> rows;

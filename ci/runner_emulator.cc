@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "ci/dotenv.h"
 #include "ci/go_duration.h"
 #include "common/logging.h"
 #include "common/subprocess.h"
@@ -484,6 +485,8 @@ class RunnerEmulator::Job {
   std::string GetSourcesBody() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
+  std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
+  Failure CheckDotenvReport();
   std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
   std::chrono::nanoseconds StageTimeout(std::string_view key,
@@ -1156,14 +1159,20 @@ std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
            "disabled.'\n";
   }
   const std::string dest = absl::StrCat(store, "/", options_.job.id);
-  absl::StrAppend(&body, "dest=", ShellQuote(dest), "\n",
-                  "mkdir -p \"$dest\"\n", "IFS=\n",
+  absl::StrAppend(&body, "dest=", ShellQuote(dest), "\n", "IFS=\n",
                   "shopt -s nullglob globstar\n");
+  bool archive = false;
   for (const gitlab::JobArtifact& artifact : options_.job.artifacts) {
     const bool runs = artifact.when == "always" ||
                       (on_success ? artifact.when == "on_success"
                                   : artifact.when == "on_failure");
     if (!runs) continue;
+    if (artifact.artifact_type == "dotenv") {
+      absl::StrAppend(&body, DotenvUploadBody(artifact));
+      continue;
+    }
+    if (!archive) absl::StrAppend(&body, "mkdir -p \"$dest\"\n");
+    archive = true;
     absl::StrAppend(&body, "echo ",
                     ShellQuote(absl::StrCat(
                         "Uploading artifacts",
@@ -1199,8 +1208,65 @@ std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
                       " && for f in $p; do rm -rf -- \"$f\"; done)\n");
     }
   }
-  absl::StrAppend(&body, "echo \"Artifacts stored in $dest\"\n");
+  if (archive) absl::StrAppend(&body, "echo \"Artifacts stored in $dest\"\n");
   return body;
+}
+
+// Like the runner's upload of a gzip report: each file the patterns match
+// goes up as it is, in order (to <store>/<job id>.dotenv/1, 2, ..., their
+// paths listed in `paths` there); none is only an error line.
+std::string RunnerEmulator::Job::DotenvUploadBody(
+    const gitlab::JobArtifact& artifact) const {
+  const std::string dir =
+      DotenvReportDir(options_.sources.artifact_store, options_.job.id);
+  std::string body =
+      absl::StrCat("echo 'Uploading artifacts as \"dotenv\" to local store'\n",
+                   "d=", ShellQuote(dir), "\n",
+                   "rm -rf -- \"$d\" && mkdir -p \"$d\"\n", "n=0\n");
+  for (const std::string& pattern : artifact.paths) {
+    if (pattern.empty() || pattern[0] == '/' ||
+        pattern.find("..") != std::string::npos) {
+      absl::StrAppend(&body, "echo ",
+                      ShellQuote(absl::StrCat("WARNING: ", pattern,
+                                              ": not a path inside the "
+                                              "project directory")),
+                      "\n");
+      continue;
+    }
+    absl::StrAppend(
+        &body, "p=", ShellQuote(pattern), "\n", "found=\n", "for f in $p; do\n",
+        "  if [ -f \"$f\" ]; then n=$((n+1)); cp -- \"$f\" \"$d/$n\"; "
+        "printf '%s\\n' \"$f\" >> \"$d/paths\"; found=1; fi\n",
+        "done\n",
+        "if [ -n \"$found\" ]; then echo \"$p: found matching files\"; "
+        "else echo \"WARNING: $p: no matching files\"; fi\n");
+  }
+  absl::StrAppend(&body,
+                  "if [ \"$n\" = 0 ]; then rm -rf -- \"$d\"; "
+                  "echo 'ERROR: No files to upload'; fi\n");
+  return body;
+}
+
+// What GitLab answers the upload of a dotenv report: a report it cannot
+// read is refused (400), so the runner's upload, and with it the job,
+// fails; the report is not kept.
+Failure RunnerEmulator::Job::CheckDotenvReport() {
+  const std::string& store = options_.sources.artifact_store;
+  const bool has_report = std::any_of(
+      options_.job.artifacts.begin(), options_.job.artifacts.end(),
+      [](const gitlab::JobArtifact& a) { return a.artifact_type == "dotenv"; });
+  if (store.empty() || !has_report) return {};
+  const std::string dir = DotenvReportDir(store, options_.job.id);
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> report =
+      ReadDotenvReport(dir);
+  if (report.ok()) return {};
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  const std::string message = absl::StrCat(
+      "ERROR: Uploading artifacts as \"dotenv\" to local store: ",
+      "GitLab would refuse it (400 Bad Request): ", report.status().message());
+  Log(message);
+  return {FailureKind::kBuild, 1, message};
 }
 
 std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
@@ -1431,6 +1497,7 @@ void RunnerEmulator::Job::RunStages() {
         UploadBody(success), /*export_variables=*/true, /*cd_project=*/true,
         job_deadline_, job_stop);
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (upload.ok()) upload = CheckDotenvReport();
     if (!upload.ok() && success) first_failure = upload;
   }
 

@@ -76,7 +76,9 @@ struct LocalSources {
   std::string project_dir;
   // Paths relative to project_dir never copied (e.g. the run's work dir).
   std::vector<std::string> exclude;
-  // upload_artifacts_* copy artifact paths into <artifact_store>/<job id>/;
+  // upload_artifacts_* copy artifact paths into <artifact_store>/<job id>/
+  // and a dotenv report into <artifact_store>/<job id>.dotenv/ (a report
+  // GitLab would refuse fails the upload; ci/dotenv.h);
   // download_artifacts copies each dependency's directory there into the
   // project directory.
   // A real runner uploads them to GitLab instead. Empty: uploads only warn.
