@@ -908,6 +908,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     gitlab::JobDependency dependency;
     // Its dotenv report's variables (as GitLab took them).
     std::vector<std::pair<std::string, std::string>> dotenv;
+    int stage = 0;  // Its place in stage_of.
   };
   std::vector<Ran> ran;
   std::set<std::string> log_names;  // Of the logs/ of this pipeline.
@@ -933,11 +934,12 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
     pipeline.job_id_base = job_id_base;
     job_id_base += job.parallel;
-    // The jobs whose artifacts it downloads give it their dotenv reports,
-    // member after member.
-    const auto downloads = [&job](const Ran& earlier) {
-      return !job.artifact_sources.has_value() ||
-             std::find(job.artifact_sources->begin(),
+    // The jobs whose artifacts it downloads (without dependencies: or
+    // needs:, every job of the earlier stages, not of its own) give it their
+    // dotenv reports too, member after member.
+    const auto downloads = [&job, stage = stage_of[k]](const Ran& earlier) {
+      if (!job.artifact_sources.has_value()) return earlier.stage < stage;
+      return std::find(job.artifact_sources->begin(),
                        job.artifact_sources->end(),
                        earlier.job) != job.artifact_sources->end();
     };
@@ -1041,7 +1043,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
               ignored)) {
         dependency.artifacts_filename = "artifacts.zip";
       }
-      Ran done{job.name, dependency, {}};
+      Ran done{job.name, dependency, {}, stage_of[k]};
       // The emulated runner's upload already refused a bad report.
       if (!job.artifacts.dotenv.empty()) {
         absl::StatusOr<std::vector<std::pair<std::string, std::string>>>

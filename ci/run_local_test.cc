@@ -310,8 +310,27 @@ ship:
 fail:
   stage: build
   script: exit 4
+peer:
+  stage: build
+  script: test ! -e out
+collect:
+  stage: test
+  script: cat out/part-2
 )");
   setenv("FAKE_BUILDS_ROOT", (dir_.path() + "/builds").c_str(), 1);
+  // A job of the same stage gets no artifacts (GitLab gives those of the
+  // earlier stages); one of a later stage, without needs: or
+  // dependencies:, gets them all.
+  options_.job_name = "make";
+  options_.later_jobs = {"peer", "collect"};
+  std::ostringstream stages_out;
+  absl::StatusOr<RunLocalResult> stages =
+      RunLocal(options_, stages_out, nullptr);
+  ASSERT_TRUE(stages.ok()) << stages.status();
+  EXPECT_TRUE(stages->success()) << stages_out.str();
+  EXPECT_THAT(stages_out.str(), HasSubstr("[collect] part 2\n"));
+  options_.pipeline_id = 41;
+
   options_.job_name = "make";
   options_.later_jobs = {"check", "ship"};
   std::ostringstream out;
