@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "ci/inheritance.h"
 #include "ci/job_file.h"
+#include "ci/rules.h"
 #include "ci/yaml_tree.h"
 #include "nlohmann/json.hpp"
 
@@ -2926,6 +2927,49 @@ constexpr int kGitLabNeedsLimit = 50;
 // A job that needs a gang needs each of its members (GitLab expands a need
 // of a parallel job to every instance), and GitLab refuses a job with more
 // than 50 needs: reported at the job's needs.
+// `rules:if` and `only`/`except` `variables:` expressions GitLab would
+// refuse the file for, in jobs, templates and `workflow:`.
+void CheckRuleExpressions(const std::vector<YamlNode>& documents,
+                          Reporter* report) {
+  const auto check = [&](const std::string& owner, const YamlNode& expression) {
+    if (!expression.IsScalar()) return;
+    if (absl::Status ok = CheckExpression(expression.Scalar()); !ok.ok()) {
+      report->At(
+          expression, expression,
+          absl::StrCat(owner, ": invalid expression '", expression.Scalar(),
+                       "': ", ok.message(), "; GitLab refuses the file"));
+    }
+  };
+  for (const YamlNode& root : documents) {
+    if (!root.IsMap()) continue;
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      const YamlNode& value = entry.second;
+      if (!key.IsScalar() || !value.IsMap()) continue;
+      const std::string& name = key.Scalar();
+      if (IsCiKeyword(name) && name != "workflow") continue;
+      if (const Entry rules = FindEntry(value, "rules");
+          rules && rules.value.IsSequence()) {
+        for (size_t i = 0; i < rules.value.size(); ++i) {
+          if (const Entry condition = FindEntry(rules.value.Item(i), "if")) {
+            check(absl::StrCat(name, ": rules[", i, "]: if"), condition.value);
+          }
+        }
+      }
+      for (const char* policy : {"only", "except"}) {
+        const Entry found = FindEntry(value, policy);
+        const Entry variables =
+            found ? FindEntry(found.value, "variables") : Entry();
+        if (!variables || !variables.value.IsSequence()) continue;
+        for (size_t i = 0; i < variables.value.size(); ++i) {
+          check(absl::StrCat(name, ": ", policy, ":variables[", i, "]"),
+                variables.value.Item(i));
+        }
+      }
+    }
+  }
+}
+
 void CheckNeedsLimit(const std::vector<YamlNode>& documents,
                      const std::vector<GangSpec>& gangs, Reporter* report) {
   std::unordered_map<std::string, int> members;
@@ -3633,6 +3677,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     return result;
   }
   CheckNeedsLimit(documents, result.gangs, &report);
+  if (lint) CheckRuleExpressions(documents, &report);
   if (!result.ok()) {
     result.gangs.clear();
     return result;

@@ -1182,6 +1182,33 @@ TEST(LintTest, RulesVariablesAreCheckedLikeTheJobs) {
                   .ok());
 }
 
+// An expression GitLab would refuse the file for is a lint error at its
+// place, in any job, template or workflow:; expand leaves it to GitLab.
+TEST(LintTest, BadRuleExpressionsAreErrorsAtTheirPlace) {
+  const std::string text =
+      "workflow:\n  rules:\n    - if: $A == 'x' ||\n"
+      ".tmpl:\n  rules:\n    - if: $CI_COMMIT_BRANCH =~ /a(b/\n"
+      "build:\n  script: [x]\n  rules:\n    - if: $OK == \"1\"\n"
+      "    - if: ($B\n"
+      "old:\n  script: [x]\n  except:\n    variables: [$A = 1]\n";
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_EQ(lint.errors.size(), 4u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:3:11: workflow: rules[0]: if: invalid expression '$A == 'x' "
+            "||': an operator lacks an operand; GitLab refuses the file");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[1]),
+            "f:6:11: .tmpl: rules[0]: if: invalid expression "
+            "'$CI_COMMIT_BRANCH =~ /a(b/': invalid regular expression /a(b/: "
+            "missing ): a(b; GitLab refuses the file");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[2]),
+            "f:11:11: build: rules[1]: if: invalid expression '($B': "
+            "unmatched parenthesis; GitLab refuses the file");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[3]),
+            "f:15:17: old: except:variables[0]: invalid expression '$A = 1': "
+            "unknown token at '= 1'; GitLab refuses the file");
+  EXPECT_TRUE(ExpandCiYaml(text).ok());
+}
+
 TEST(LintTest, InheritVariablesFalseDropsTheTopLevelOnes) {
   const std::string top =
       "variables:\n  GDT_GPUS_PER_NODE: \"8\"\n  CUDA_VISIBLE_DEVICES: \"0\"\n";

@@ -524,7 +524,7 @@ void ExpandBraces(const std::string& pattern, std::vector<std::string>* out,
 absl::Status RuleError(std::string_view where, size_t index,
                        std::string_view message) {
   return absl::InvalidArgumentError(absl::StrCat(
-      std::string(where), ": rules[", index + 1, "]: ", std::string(message)));
+      std::string(where), ": rules[", index, "]: ", std::string(message)));
 }
 
 absl::Status ReadPatterns(const CiValue& node, std::string_view where,

@@ -91,7 +91,7 @@ bool RefPolicyMatches(const CiRefPolicy& policy,
 // "workflow"). `job_rules`: a job's rules, whose `when` may also be manual or
 // delayed and which may have `allow_failure` and `needs`; workflow rules
 // take `when: always` or `never` only. Errors: InvalidArgument naming the
-// entry (1-based) and what is wrong.
+// entry (from 0) and what is wrong.
 absl::StatusOr<std::vector<CiRule>> ReadRules(const CiValue& node,
                                               std::string_view where,
                                               bool job_rules);

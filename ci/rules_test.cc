@@ -181,18 +181,18 @@ TEST(ReadRulesTest, RefusesWhatGitLabRefuses) {
   };
   EXPECT_EQ(error(R"({"if": "$A"})"), "job train: rules must be a list");
   EXPECT_EQ(error(R"([{"iff": "$A"}])"),
-            "job train: rules[1]: unknown key 'iff'");
+            "job train: rules[0]: unknown key 'iff'");
   EXPECT_EQ(error(R"(["$A"])"),
-            "job train: rules[1]: must be a map (if:, when:, ...)");
+            "job train: rules[0]: must be a map (if:, when:, ...)");
   EXPECT_THAT(error(R"([{"when": "always"}, {"if": "$A = 1"}])"),
-              HasSubstr("job train: rules[2]: if: invalid expression '$A = "
+              HasSubstr("job train: rules[1]: if: invalid expression '$A = "
                         "1': unknown token"));
   EXPECT_THAT(error(R"([{"when": "sometimes"}])"),
               HasSubstr("when must be on_success"));
   EXPECT_EQ(error(R"([{"when": "manual"}])", /*job_rules=*/false),
-            "job train: rules[1]: when must be always or never");
+            "job train: rules[0]: when must be always or never");
   EXPECT_EQ(error(R"([{"allow_failure": true}])", /*job_rules=*/false),
-            "job train: rules[1]: unknown key 'allow_failure'");
+            "job train: rules[0]: unknown key 'allow_failure'");
 }
 
 TEST(RefPolicyTest, MatchesRefsSourcesAndVariablesAsGitLab) {

@@ -172,7 +172,7 @@ std::string RulesVerdict(const std::vector<CiRule>& rules,
   if (!index.has_value()) return "rules: no rule matched";
   *matched = &rules[*index];
   if ((*matched)->when == "never") {
-    return absl::StrCat("rules: rule ", *index + 1, " has when: never");
+    return absl::StrCat("rules[", *index, "] has when: never");
   }
   return "";
 }

@@ -641,8 +641,8 @@ old-style:
       Rows(*result),
       ElementsAre("train: success",
                   "mr-only: skipped (not created: rules: no rule matched)",
-                  "with-dockerfile: skipped (not created: rules: rule 2 has "
-                  "when: never)",
+                  "with-dockerfile: skipped (not created: rules[1] has when: "
+                  "never)",
                   "nightly: skipped (not created: rules: no rule matched)",
                   "old-style: skipped (not created: only: not this "
                   "pipeline)"));
@@ -682,7 +682,7 @@ old-style:
   EXPECT_EQ(result.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(result.status().message(),
               HasSubstr("GitLab would not create this pipeline "
-                        "(workflow:rules: rule 1 has when: never;"));
+                        "(workflow:rules[0] has when: never;"));
   options_.vars = {};
   options_.job_name = "mr-only";
   options_.later_jobs = {"nightly"};
@@ -729,8 +729,8 @@ report:
               ElementsAre("evaluate: [wiki, 1]: success",
                           "evaluate: [wiki, 8]: success",
                           "evaluate: [code, 1]: success",
-                          "evaluate: [code, 8]: skipped (not created: rules: "
-                          "rule 1 has when: never)",
+                          "evaluate: [code, 8]: skipped (not created: rules[0] "
+                          "has when: never)",
                           "report: success"));
   EXPECT_THAT(out.str(),
               HasSubstr("[evaluate: [code, 1]] eval code at 1 (3/4)\n"));
