@@ -898,5 +898,56 @@ TEST(EtcdStoreTest, ARunningGangInTheOlderLayoutLoadsAndIsRewritten) {
   EXPECT_THAT(*left_over, IsEmpty());
 }
 
+// Members of a running gang that exit are stored one by one: the exit
+// codes survive a reopen, the leases stay, and (etcd) the gang's roster is
+// not rewritten for each exit.
+TEST_P(StoreTest, ExitReportsOfARunningGangStoreOneMemberEach) {
+  constexpr uint32_t kMembers = 8;
+  std::string gang_id;
+  int64_t roster_revision = 0;
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, **store, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Scheduler& s = **scheduler;
+    ASSERT_TRUE(s.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    for (uint32_t index = 1; index <= kMembers; ++index) {
+      absl::StatusOr<std::string> joined =
+          s.Join(test::Joining(test::TrainKey(kMembers), index, 1), index);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      gang_id = *joined;
+    }
+    for (const AdmissionProposal& proposal : s.Plan()) {
+      ASSERT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
+    }
+    auto roster = [&]() -> int64_t {
+      if (GetParam() != "etcd") return 0;
+      absl::StatusOr<std::vector<state::EtcdKeyValue>> kvs =
+          client_->Range("/gdt/test/rosters/" + gang_id, /*prefix=*/false,
+                         /*keys_only=*/true);
+      return kvs.ok() && kvs->size() == 1 ? kvs->front().mod_revision : -1;
+    };
+    roster_revision = roster();
+    for (uint32_t index = 1; index < kMembers; ++index) {
+      ASSERT_TRUE(s.ReportExit(gang_id, 1, index, 100 + index, 0).ok());
+    }
+    EXPECT_EQ(roster(), roster_revision);
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->gangs.size(), 1u);
+  const state::Gang& gang = loaded->gangs[0];
+  EXPECT_EQ(gang.state, state::GangState::kRunning);
+  for (uint32_t index = 1; index <= kMembers; ++index) {
+    EXPECT_EQ(gang.members.at(index).exit_code, index < kMembers ? 0 : -1);
+  }
+  EXPECT_EQ(loaded->gpu_leases.size(), size_t{kMembers});
+  EXPECT_EQ(loaded->port_leases.size(), 1u);
+}
+
 }  // namespace
 }  // namespace gdt::coordinator
