@@ -240,7 +240,9 @@ bool HaServer::Promote() {
   const auto loading = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
       CoordinatorServer::Start(config, clock_, std::move(*store));
-  const bool kept = keeper.Stop();
+  // Renew once more at once: the keeper may have been about to, and the
+  // Run() loop waits a whole interval before its first renewal.
+  const bool kept = keeper.Stop() && election_->Renew();
   const auto loaded_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                              std::chrono::steady_clock::now() - loading)
                              .count();

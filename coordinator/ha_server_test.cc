@@ -392,6 +392,8 @@ TEST_F(HaServerTest, TakeoverOfAStoreWithThousandsOfFinishedGangs) {
     kFinished = std::atoi(env);
   }
   constexpr int kRunning = 4;
+  // Renewals get a second each; the load still takes several TTLs here.
+  config_.lease_ttl_s = 5;
   const auto filling = std::chrono::steady_clock::now();
   FillWithGangs(etcd_->endpoints(), kFinished, kRunning);
   std::cout << "filled " << kFinished << " finished gangs in "
