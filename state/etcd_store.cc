@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -253,8 +254,11 @@ Member MemberFromRow(const Json& columns, const Json& row) {
   return MemberFromJson(object);
 }
 
-// Keys per range request of Load().
+// Keys per range request of Load(): small records, and rosters, which can
+// be 0.5 MB each (4,096 members) up to etcd's 1.5 MiB request limit, so that
+// no answer comes near EtcdClient's 256 MiB.
 constexpr int64_t kLoadPageKeys = 500;
+constexpr int64_t kLoadPageRosters = 100;
 
 bool ValidCluster(const std::string& cluster) {
   if (cluster.empty()) return false;
@@ -378,7 +382,10 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
     absl::Status read = absl::OkStatus();
     for (const char* kind : kKinds) {
       absl::StatusOr<EtcdRangePages> pages = client_->RangePages(
-          absl::StrCat(prefix_, kind, "/"), kLoadPageKeys, revision);
+          absl::StrCat(prefix_, kind, "/"),
+          std::string_view(kind) == "rosters" ? kLoadPageRosters
+                                              : kLoadPageKeys,
+          revision);
       if (!pages.ok()) {
         read = pages.status();
         break;
