@@ -437,5 +437,47 @@ TEST_F(HaServerTest, TakeoverOfAStoreWithThousandsOfFinishedGangs) {
   EXPECT_EQ(status->hosts(0).leased_gpus_size(), 2 * kRunning);
 }
 
+// A replica whose lease goes while it loads a large state does not start
+// serving: it ends as a deposed leader does (lost), and another replica
+// takes over.
+TEST_F(HaServerTest, ALeaseLostWhileLoadingEndsThePromotion) {
+  FillWithGangs(etcd_->endpoints(), 5'000, 1);
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create(etcd_->endpoints(), 5s);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<state::EtcdClient> client = std::move(*created);
+  const std::string leader_key = state::EtcdStore::Prefix("default") + "leader";
+  std::unique_ptr<HaServer> first = StartReplica();
+  ASSERT_NE(first, nullptr);
+  // It won the election (the key is there) and is loading (not serving).
+  int64_t lease = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<std::vector<state::EtcdKeyValue>> kvs =
+            client->Range(leader_key, /*prefix=*/false, /*keys_only=*/true);
+        if (kvs.ok() && kvs->size() == 1) lease = kvs->front().lease;
+        return lease != 0;
+      },
+      20s));
+  ASSERT_FALSE(first->leader()) << "loaded too fast to test this";
+
+  ASSERT_TRUE(client->RevokeLease(lease).ok());
+
+  bool served = false;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        served = served || first->leader();
+        return first->lost();
+      },
+      120s));
+  EXPECT_FALSE(served) << "it served after its lease was gone";
+  EXPECT_FALSE(first->leader());
+  std::unique_ptr<HaServer> second = StartReplica();
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return second->leader() || second->lost(); }, 120s));
+  EXPECT_TRUE(second->leader());
+}
+
 }  // namespace
 }  // namespace gdt::coordinator
