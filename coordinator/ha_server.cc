@@ -1,6 +1,8 @@
 #include "coordinator/ha_server.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,6 +15,61 @@
 #include "state/etcd_store.h"
 
 namespace gdt::coordinator {
+namespace {
+
+// Renews the election's lease every renew interval on a thread of its own
+// until stopped. A new leader loads the whole state before it serves, and a
+// large state (tens of thousands of finished gangs) takes longer than the
+// part of the TTL a leader may go without renewing (see LeaderElection);
+// without renewals meanwhile the lease would expire under it, and every
+// replica elected after it would fail the same way.
+class LeaseKeeper {
+ public:
+  explicit LeaseKeeper(LeaderElection& election)
+      : election_(election), thread_([this] { Loop(); }) {}
+  ~LeaseKeeper() { Stop(); }
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  // Stops renewing; returns whether every renewal held the lease.
+  bool Stop() {
+    {
+      MutexLock lock(mu_);
+      stopped_ = true;
+    }
+    cv_.NotifyAll();
+    if (thread_.joinable()) thread_.join();
+    return kept_.load();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      const auto deadline =
+          std::chrono::steady_clock::now() + election_.renew_interval();
+      {
+        MutexLock lock(mu_);
+        while (!stopped_ && std::chrono::steady_clock::now() < deadline) {
+          cv_.WaitUntil(mu_, deadline);
+        }
+        if (stopped_) return;
+      }
+      if (!election_.Renew()) {
+        kept_.store(false);
+        return;
+      }
+    }
+  }
+
+  LeaderElection& election_;  // Driven by this thread alone until Stop().
+  Mutex mu_;
+  CondVar cv_;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> kept_{true};
+  std::thread thread_;  // Last: starts once the rest is set up.
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
                                                           const Clock& clock) {
@@ -177,8 +234,29 @@ bool HaServer::Promote() {
   }
   Config config = config_;
   config.advertise_endpoint = advertised_;
+  // Loading the state can outlast a renew interval: keep the lease
+  // meanwhile.
+  LeaseKeeper keeper(*election_);
+  const auto loading = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> server =
       CoordinatorServer::Start(config, clock_, std::move(*store));
+  // Renew once more at once: the keeper may have been about to, and the
+  // Run() loop waits a whole interval before its first renewal.
+  const bool kept = keeper.Stop() && election_->Renew();
+  const auto loaded_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             std::chrono::steady_clock::now() - loading)
+                             .count();
+  if (!kept) {
+    spdlog::error(
+        "event=leadership_lost lease_ttl_s={} load_ms={} action=stop_serving "
+        "detail={}",
+        config_.lease_ttl_s, loaded_ms,
+        LogValue("the lease was lost while the state loaded; the process "
+                 "exits; restart it to rejoin as a standby"));
+    if (server.ok()) (*server)->Shutdown();
+    lost_.store(true);
+    return false;
+  }
   if (!server.ok()) {
     spdlog::error("event=promotion_failed error={}",
                   std::string(server.status().message()));
@@ -191,7 +269,8 @@ bool HaServer::Promote() {
     server_ = std::move(*server);
   }
   leader_.store(true);
-  spdlog::info("event=serving_as_leader address={}", bound_address_);
+  spdlog::info("event=serving_as_leader address={} load_ms={}", bound_address_,
+               loaded_ms);
   return true;
 }
 

@@ -3,7 +3,9 @@
 #include "coordinator/ha_server.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
+#include <iostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -13,7 +15,10 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "rendezvous/coordinator_client.h"
+#include "state/etcd_client.h"
+#include "state/etcd_store.h"
 #include "testing/etcd_test_server.h"
 #include "testing/loopback_server.h"
 #include "testing/wait.h"
@@ -281,6 +286,197 @@ TEST(HaServerEtcdClusterTest, ReplicasRideOutTheLossOfAnEtcdMember) {
       client.GetStatus(v1::GetStatusRequest(), 5s);
   ASSERT_TRUE(status.ok()) << status.status();
   EXPECT_EQ(status->hosts_size(), 2);
+}
+
+// Fills the store of cluster "default" with `finished` done gangs of two
+// members and `running` running ones on host gpu-01, as EtcdStore writes
+// them: one of each is saved through the store, the rest are copies under
+// other ids written many keys to a transaction.
+void FillWithGangs(const std::vector<std::string>& endpoints, int finished,
+                   int running) {
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create(endpoints, 10s);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<state::EtcdClient> client = std::move(*created);
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(client, "default");
+  ASSERT_TRUE(store.ok()) << store.status();
+  state::Host host;
+  host.spec.name = "gpu-01";
+  host.spec.address = "10.1.0.1";
+  host.spec.agent_endpoint = "127.0.0.1:1";
+  for (uint32_t gpu = 0; gpu < 8; ++gpu) {
+    host.spec.gpus.push_back(state::GpuInfo{gpu, "GPU-" + std::to_string(gpu),
+                                            "H100", uint64_t{80} << 30});
+  }
+  ASSERT_TRUE((*store)->SaveHost(host).ok());
+  const std::string prefix = state::EtcdStore::Prefix("default");
+  nlohmann::json ops = nlohmann::json::array();
+  auto flush = [&] {
+    ASSERT_TRUE(
+        client->Txn(nlohmann::json::array(), ops, nlohmann::json::array())
+            .ok());
+    ops = nlohmann::json::array();
+  };
+  for (const bool is_running : {false, true}) {
+    state::Gang gang;
+    gang.id = is_running ? "template-running" : "template-done";
+    gang.key.instance = "https://gitlab.example.com";
+    gang.key.project_id = 5;
+    gang.key.pipeline_id = 1;
+    gang.key.group_name = "train";
+    gang.key.size = 2;
+    gang.state =
+        is_running ? state::GangState::kRunning : state::GangState::kDone;
+    gang.master_host = "gpu-01";
+    gang.master_addr = "10.1.0.1";
+    gang.master_port = 29500;
+    gang.created_unix_ms = 1'700'000'000'000;
+    for (uint32_t index : {1u, 2u}) {
+      state::Member& member = gang.members[index];
+      member.index = index;
+      member.job_id = 1000 + index;
+      member.job_name = "train " + std::to_string(index) + "/2";
+      member.gpus_per_node = 1;
+      member.procs_per_node = 1;
+      member.arrival_host = "gpu-01";
+      member.job_timeout_seconds = 3600;
+      member.node_rank = static_cast<int32_t>(index - 1);
+      member.host_name = "gpu-01";
+      member.exit_code = is_running ? -1 : 0;
+    }
+    ASSERT_TRUE((*store)->SaveGang(gang).ok());
+    absl::StatusOr<std::vector<state::EtcdKeyValue>> saved = client->Range(
+        prefix + "gangs/" + gang.id, /*prefix=*/false, /*keys_only=*/false);
+    ASSERT_TRUE(saved.ok() && saved->size() == 1u);
+    absl::StatusOr<std::vector<state::EtcdKeyValue>> roster = client->Range(
+        prefix + "rosters/" + gang.id, /*prefix=*/false, /*keys_only=*/false);
+    ASSERT_TRUE(roster.ok() && roster->size() == 1u);
+    ops.push_back(state::EtcdClient::Delete(prefix + "gangs/" + gang.id));
+    ops.push_back(state::EtcdClient::Delete(prefix + "rosters/" + gang.id));
+    flush();
+    const int count = is_running ? running : finished;
+    for (int i = 0; i < count; ++i) {
+      const std::string id = absl::StrCat(gang.id, "-", i);
+      nlohmann::json record = nlohmann::json::parse(saved->front().value);
+      record["id"] = id;
+      record["pipeline_id"] = 100'000 * (is_running ? 2 : 1) + i;
+      record["sequence"] = 100'000 * (is_running ? 2 : 1) + i;
+      nlohmann::json members = nlohmann::json::parse(roster->front().value);
+      members["gang_id"] = id;
+      if (is_running) {
+        // One GPU per member, and a port of its own.
+        members["members"][0][11] = nlohmann::json::array({2 * i});
+        members["members"][1][11] = nlohmann::json::array({2 * i + 1});
+        members["port"]["port"] = 29500 + i;
+        record["master_port"] = 29500 + i;
+      }
+      ops.push_back(
+          state::EtcdClient::Put(prefix + "gangs/" + id, record.dump()));
+      ops.push_back(
+          state::EtcdClient::Put(prefix + "rosters/" + id, members.dump()));
+      if (ops.size() >= 120) flush();
+    }
+    if (!ops.empty()) flush();
+  }
+}
+
+// A takeover of a store holding thousands of finished gangs, whose load
+// takes longer than the part of the TTL a leader may go without renewing
+// (seconds in this build): the new leader keeps its lease while it loads,
+// then serves the running gangs and their leases. GDT_TEST_FINISHED_GANGS
+// sets the number (docs/ha.md has the figures for 20,000).
+TEST_F(HaServerTest, TakeoverOfAStoreWithThousandsOfFinishedGangs) {
+  int kFinished = 5'000;
+  if (const char* env = std::getenv("GDT_TEST_FINISHED_GANGS")) {
+    kFinished = std::atoi(env);
+  }
+  constexpr int kRunning = 4;
+  // Renewals get a second each; the load still takes several TTLs here.
+  config_.lease_ttl_s = 5;
+  const auto filling = std::chrono::steady_clock::now();
+  FillWithGangs(etcd_->endpoints(), kFinished, kRunning);
+  std::cout << "filled " << kFinished << " finished gangs in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::steady_clock::now() - filling)
+                   .count()
+            << " ms\n";
+  std::unique_ptr<HaServer> first = StartReplica();
+  ASSERT_NE(first, nullptr);
+  ASSERT_TRUE(WaitFor([&] { return first->leader() || first->lost(); }, 300s));
+  ASSERT_TRUE(first->leader()) << "the first replica lost its lease loading";
+  std::unique_ptr<HaServer> second = StartReplica();
+  ASSERT_NE(second, nullptr);
+
+  const auto resigned = std::chrono::steady_clock::now();
+  first->Shutdown();
+  ASSERT_TRUE(
+      WaitFor([&] { return second->leader() || second->lost(); }, 300s));
+  const auto took = std::chrono::steady_clock::now() - resigned;
+  std::cout
+      << "takeover with " << kFinished << " finished gangs: "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+      << " ms (lease TTL " << config_.lease_ttl_s << " s)\n";
+  ASSERT_TRUE(second->leader()) << "the new leader lost its lease loading";
+  // It keeps leading past a TTL, and serves the running gangs.
+  const auto led = std::chrono::steady_clock::now();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return second->lost() ||
+               std::chrono::steady_clock::now() - led >
+                   std::chrono::seconds(config_.lease_ttl_s + 1);
+      },
+      20s));
+  EXPECT_FALSE(second->lost());
+  rendezvous::CoordinatorClient client(second->bound_address());
+  absl::StatusOr<v1::GetStatusResponse> status =
+      client.GetStatus(v1::GetStatusRequest(), 10s);
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->gangs_size(), kRunning);
+  ASSERT_EQ(status->hosts_size(), 1);
+  EXPECT_EQ(status->hosts(0).leased_gpus_size(), 2 * kRunning);
+}
+
+// A replica whose lease goes while it loads a large state does not start
+// serving: it ends as a deposed leader does (lost), and another replica
+// takes over.
+TEST_F(HaServerTest, ALeaseLostWhileLoadingEndsThePromotion) {
+  FillWithGangs(etcd_->endpoints(), 5'000, 1);
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create(etcd_->endpoints(), 5s);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::unique_ptr<state::EtcdClient> client = std::move(*created);
+  const std::string leader_key = state::EtcdStore::Prefix("default") + "leader";
+  std::unique_ptr<HaServer> first = StartReplica();
+  ASSERT_NE(first, nullptr);
+  // It won the election (the key is there) and is loading (not serving).
+  int64_t lease = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<std::vector<state::EtcdKeyValue>> kvs =
+            client->Range(leader_key, /*prefix=*/false, /*keys_only=*/true);
+        if (kvs.ok() && kvs->size() == 1) lease = kvs->front().lease;
+        return lease != 0;
+      },
+      20s));
+  ASSERT_FALSE(first->leader()) << "loaded too fast to test this";
+
+  ASSERT_TRUE(client->RevokeLease(lease).ok());
+
+  bool served = false;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        served = served || first->leader();
+        return first->lost();
+      },
+      120s));
+  EXPECT_FALSE(served) << "it served after its lease was gone";
+  EXPECT_FALSE(first->leader());
+  std::unique_ptr<HaServer> second = StartReplica();
+  ASSERT_NE(second, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return second->leader() || second->lost(); }, 120s));
+  EXPECT_TRUE(second->leader());
 }
 
 }  // namespace

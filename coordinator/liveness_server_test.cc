@@ -158,7 +158,7 @@ TEST_F(LivenessServerTest, AnAddressThatCannotBeBoundStopsStartUp) {
       CoordinatorServer::Start(config_, clock_);
   ASSERT_FALSE(server.ok());
   EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(server.status().message(),
+  EXPECT_THAT(std::string(server.status().message()),
               StartsWith("cannot listen on 203.0.113.7:0 "
                          "(liveness_listen_address)"));
 }
@@ -173,14 +173,14 @@ TEST_F(LivenessServerTest, ABusyPortIsNotShared) {
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> main_port =
       CoordinatorServer::Start(second, clock_);
   ASSERT_FALSE(main_port.ok());
-  EXPECT_THAT(main_port.status().message(),
+  EXPECT_THAT(std::string(main_port.status().message()),
               StartsWith("cannot listen on " + server_->bound_address()));
   second.listen_address = "127.0.0.1:0";
   second.liveness_listen_address = LivenessAddress();
   absl::StatusOr<std::unique_ptr<CoordinatorServer>> liveness_port =
       CoordinatorServer::Start(second, clock_);
   ASSERT_FALSE(liveness_port.ok());
-  EXPECT_THAT(liveness_port.status().message(),
+  EXPECT_THAT(std::string(liveness_port.status().message()),
               StartsWith("cannot listen on " + LivenessAddress()));
 }
 

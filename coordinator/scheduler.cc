@@ -742,7 +742,11 @@ absl::Status Scheduler::ReportExit(const std::string& gang_id, uint32_t epoch,
         FailureCause(updated, member, exit_code, cancelled, exited_unix_ms),
         "; stopping");
   }
-  GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
+  // Unless the gang fails, only the member's exit code changed: store that
+  // member alone, so that a gang of thousands writes thousands of small
+  // records at its end rather than the whole gang at every exit.
+  GDT_RETURN_IF_ERROR(fails ? store_.SaveGang(updated)
+                            : store_.SaveMember(updated, member));
   gang = std::move(updated);
   if (fails) {
     spdlog::warn("event=gang_failed gang={} reason={}", LogValue(gang.id),

@@ -1,3 +1,8 @@
+#include <algorithm>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
 #include "gmock/gmock.h"
@@ -660,6 +665,288 @@ TEST_P(StoreTest, SecretsAreSavedAndReplaced) {
   ASSERT_TRUE(key.ok()) << key.status();
   EXPECT_EQ(*key, "k2");
   EXPECT_EQ(*(*store)->LoadSecret("other"), "o");
+}
+
+// Large gangs.
+
+// A gang of `size` members on 8-GPU hosts, as admission leaves it: every
+// member placed, running, with a master port.
+state::Gang LargeRunningGang(uint32_t size) {
+  state::Gang gang;
+  gang.key = test::TrainKey(size);
+  gang.id = absl::StrCat("train-p5-pl77-n", size);
+  gang.state = state::GangState::kRunning;
+  gang.master_host = "gpu-node-00001";
+  gang.master_addr = "10.1.0.1";
+  gang.master_port = 29510;
+  gang.created_unix_ms = 1'700'000'000'000;
+  gang.sequence = 1;
+  for (uint32_t index = 1; index <= size; ++index) {
+    state::Member& member = gang.members[index];
+    member.index = index;
+    member.job_id = 9'000'000'000 + index;
+    member.job_name = absl::StrCat("train ", index, "/", size);
+    member.gpus_per_node = 8;
+    member.procs_per_node = 8;
+    member.launcher = 1;
+    member.arrival_host = absl::StrFormat("gpu-node-%05u", index);
+    member.job_timeout_seconds = 86'400;
+    member.node_rank = static_cast<int32_t>(index - 1);
+    member.host_name = member.arrival_host;
+    member.gpu_indices = {0, 1, 2, 3, 4, 5, 6, 7};
+  }
+  return gang;
+}
+
+// Admission writes a gang of hundreds or thousands of members whole, on a
+// store with its default limits (etcd: 128 operations and 1.5 MiB per
+// transaction), and a reopened store holds every member and lease.
+TEST_P(StoreTest, AGangOfThousandsOfMembersIsAdmittedWhole) {
+  for (uint32_t size : {200u, 1024u, 4096u}) {
+    SCOPED_TRACE(size);
+    const state::Gang gang = LargeRunningGang(size);
+    {
+      absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+      ASSERT_TRUE(store.ok()) << store.status();
+      // It formed member by member, then was admitted.
+      state::Gang forming = gang;
+      forming.state = state::GangState::kForming;
+      forming.master_port = 0;
+      for (auto& [index, member] : forming.members) {
+        member.node_rank = -1;
+        member.host_name.clear();
+        member.gpu_indices.clear();
+        if (index <= 3) {
+          ASSERT_TRUE((*store)->SaveMember(forming, member).ok());
+        }
+      }
+      const absl::Status formed = (*store)->SaveGang(forming);
+      ASSERT_TRUE(formed.ok()) << formed;
+      const absl::Status admitted = (*store)->SaveGang(gang);
+      ASSERT_TRUE(admitted.ok()) << admitted;
+    }
+    absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+    ASSERT_TRUE(reopened.ok()) << reopened.status();
+    absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    const auto found =
+        std::find_if(loaded->gangs.begin(), loaded->gangs.end(),
+                     [&](const state::Gang& g) { return g.id == gang.id; });
+    ASSERT_NE(found, loaded->gangs.end());
+    EXPECT_TRUE(found->SameRecord(gang));
+    size_t leases = 0;
+    for (const state::GpuLease& lease : loaded->gpu_leases) {
+      leases += lease.gang_id == gang.id ? 1 : 0;
+    }
+    EXPECT_EQ(leases, size_t{size} * 8);
+    EXPECT_EQ(loaded->port_leases.size(), 1u);
+    if (GetParam() == "etcd") {
+      // Its members and leases are one value; the admission's transaction
+      // must stay under etcd's default 1.5 MiB with room to spare.
+      absl::StatusOr<std::vector<state::EtcdKeyValue>> roster =
+          client_->Range("/gdt/test/rosters/" + gang.id, /*prefix=*/false,
+                         /*keys_only=*/false);
+      ASSERT_TRUE(roster.ok()) << roster.status();
+      ASSERT_EQ(roster->size(), 1u);
+      std::cout << size << " members: roster of "
+                << roster->front().value.size() << " bytes\n";
+      EXPECT_LT(roster->front().value.size(), size_t{160} * size);
+    }
+    // It ends: every lease goes with the same one write.
+    state::Gang done = gang;
+    done.state = state::GangState::kDone;
+    ASSERT_TRUE((*reopened)->SaveGang(done).ok());
+    loaded = (*reopened)->Load();
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_THAT(loaded->gpu_leases, IsEmpty());
+    EXPECT_THAT(loaded->port_leases, IsEmpty());
+  }
+}
+
+// A fenced admission of a large gang is refused whole once the leader key
+// changed: no record, member or lease of it lands.
+TEST(EtcdStoreTest, ALargeGangsAdmissionIsFencedWhole) {
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<state::EtcdClient> client = std::move(*created);
+  const std::string leader_key = state::EtcdStore::Prefix("test") + "leader";
+  absl::StatusOr<state::EtcdTxnResult> won = client->Txn(
+      nlohmann::json::array(),
+      nlohmann::json::array({state::EtcdClient::Put(leader_key, "a:1")}),
+      nlohmann::json::array());
+  ASSERT_TRUE(won.ok()) << won.status();
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(client, "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+  (*store)->SetFence(leader_key, won->revision);
+  ASSERT_TRUE(
+      client
+          ->Txn(nlohmann::json::array(),
+                nlohmann::json::array({state::EtcdClient::Delete(leader_key)}),
+                nlohmann::json::array())
+          .ok());
+  ASSERT_TRUE(client
+                  ->Txn(nlohmann::json::array(),
+                        nlohmann::json::array(
+                            {state::EtcdClient::Put(leader_key, "b:2")}),
+                        nlohmann::json::array())
+                  .ok());
+
+  const absl::Status refused = (*store)->SaveGang(LargeRunningGang(1024));
+
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  absl::StatusOr<std::vector<state::EtcdKeyValue>> all =
+      client->Range("/gdt/test/", /*prefix=*/true, /*keys_only=*/true);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 1u);  // The leader key alone.
+}
+
+// State an older gdt-coord wrote (each member and the leases under keys of
+// their own) loads as it was, and the next save of the gang rewrites it in
+// the current layout without losing a member or a lease.
+TEST(EtcdStoreTest, ARunningGangInTheOlderLayoutLoadsAndIsRewritten) {
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
+      state::EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::shared_ptr<state::EtcdClient> client = std::move(*created);
+  const state::Gang gang = LargeRunningGang(2);
+  const std::string prefix = state::EtcdStore::Prefix("test");
+  nlohmann::json ops = nlohmann::json::array();
+  ops.push_back(state::EtcdClient::Put(
+      prefix + "gangs/" + gang.id,
+      nlohmann::json({{"id", gang.id},
+                      {"instance", gang.key.instance},
+                      {"project_id", gang.key.project_id},
+                      {"pipeline_id", gang.key.pipeline_id},
+                      {"group_name", gang.key.group_name},
+                      {"size", gang.key.size},
+                      {"state", 2},
+                      {"epoch", gang.epoch},
+                      {"reason", ""},
+                      {"master_host", gang.master_host},
+                      {"master_addr", gang.master_addr},
+                      {"master_port", gang.master_port},
+                      {"created_unix_ms", gang.created_unix_ms},
+                      {"sequence", gang.sequence}})
+          .dump()));
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& [index, member] : gang.members) {
+    ops.push_back(state::EtcdClient::Put(
+        absl::StrFormat("%smembers/%s/%010u", prefix, gang.id, index),
+        nlohmann::json({{"gang_id", gang.id},
+                        {"index", member.index},
+                        {"job_id", member.job_id},
+                        {"job_name", member.job_name},
+                        {"gpus_per_node", member.gpus_per_node},
+                        {"procs_per_node", member.procs_per_node},
+                        {"launcher", member.launcher},
+                        {"arrival_host", member.arrival_host},
+                        {"job_timeout_seconds", member.job_timeout_seconds},
+                        {"left", member.left},
+                        {"node_rank", member.node_rank},
+                        {"host_name", member.host_name},
+                        {"gpu_indices", member.gpu_indices},
+                        {"exit_code", member.exit_code}})
+            .dump()));
+    for (uint32_t gpu : member.gpu_indices) {
+      gpus.push_back(
+          {{"host", member.host_name}, {"gpu", gpu}, {"member", index}});
+    }
+  }
+  ops.push_back(state::EtcdClient::Put(
+      prefix + "leases/" + gang.id,
+      nlohmann::json(
+          {{"gang_id", gang.id},
+           {"gpus", gpus},
+           {"port", {{"host", gang.master_host}, {"port", gang.master_port}}}})
+          .dump()));
+  ASSERT_TRUE(
+      client->Txn(nlohmann::json::array(), ops, nlohmann::json::array()).ok());
+  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
+      state::EtcdStore::Open(client, "test");
+  ASSERT_TRUE(store.ok()) << store.status();
+
+  absl::StatusOr<state::StoredState> old = (*store)->Load();
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->gangs.size(), 1u);
+  EXPECT_TRUE(old->gangs[0].SameRecord(gang));
+  EXPECT_EQ(old->gpu_leases.size(), 16u);
+  ASSERT_EQ(old->port_leases.size(), 1u);
+  EXPECT_EQ(old->port_leases[0].port, 29510u);
+  // A member leaves (SaveMember), then the gang is saved whole.
+  state::Gang saved = old->gangs[0];
+  saved.members.at(2).left = true;
+  ASSERT_TRUE((*store)->SaveMember(saved, saved.members.at(2)).ok());
+  ASSERT_TRUE((*store)->SaveGang(saved).ok());
+
+  absl::StatusOr<state::StoredState> now = (*store)->Load();
+  ASSERT_TRUE(now.ok()) << now.status();
+  ASSERT_EQ(now->gangs.size(), 1u);
+  EXPECT_TRUE(now->gangs[0].SameRecord(saved));
+  EXPECT_EQ(now->gpu_leases, old->gpu_leases);
+  EXPECT_EQ(now->port_leases, old->port_leases);
+  absl::StatusOr<std::vector<state::EtcdKeyValue>> left_over =
+      client->Range(prefix + "leases/", /*prefix=*/true, /*keys_only=*/true);
+  ASSERT_TRUE(left_over.ok()) << left_over.status();
+  EXPECT_THAT(*left_over, IsEmpty());
+}
+
+// Members of a running gang that exit are stored one by one: the exit
+// codes survive a reopen, the leases stay, and (etcd) the gang's roster is
+// not rewritten for each exit.
+TEST_P(StoreTest, ExitReportsOfARunningGangStoreOneMemberEach) {
+  constexpr uint32_t kMembers = 8;
+  std::string gang_id;
+  int64_t roster_revision = 0;
+  {
+    absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+    ASSERT_TRUE(store.ok()) << store.status();
+    absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+        Scheduler::Create(clock_, **store, SchedulerOptions{});
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    Scheduler& s = **scheduler;
+    ASSERT_TRUE(s.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    for (uint32_t index = 1; index <= kMembers; ++index) {
+      absl::StatusOr<std::string> joined =
+          s.Join(test::Joining(test::TrainKey(kMembers), index, 1), index);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      gang_id = *joined;
+    }
+    for (const AdmissionProposal& proposal : s.Plan()) {
+      ASSERT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
+    }
+    auto roster = [&]() -> int64_t {
+      if (GetParam() != "etcd") return 0;
+      absl::StatusOr<std::vector<state::EtcdKeyValue>> kvs =
+          client_->Range("/gdt/test/rosters/" + gang_id, /*prefix=*/false,
+                         /*keys_only=*/true);
+      return kvs.ok() && kvs->size() == 1 ? kvs->front().mod_revision : -1;
+    };
+    roster_revision = roster();
+    for (uint32_t index = 1; index < kMembers; ++index) {
+      ASSERT_TRUE(s.ReportExit(gang_id, 1, index, 100 + index, 0).ok());
+    }
+    EXPECT_EQ(roster(), roster_revision);
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->gangs.size(), 1u);
+  const state::Gang& gang = loaded->gangs[0];
+  EXPECT_EQ(gang.state, state::GangState::kRunning);
+  for (uint32_t index = 1; index <= kMembers; ++index) {
+    EXPECT_EQ(gang.members.at(index).exit_code, index < kMembers ? 0 : -1);
+  }
+  EXPECT_EQ(loaded->gpu_leases.size(), size_t{kMembers});
+  EXPECT_EQ(loaded->port_leases.size(), 1u);
 }
 
 }  // namespace

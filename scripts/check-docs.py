@@ -39,9 +39,12 @@ EXTERNAL_FLAGS = {
     "--system", "--home", "--shell", "--no-create-home", "--group",  # useradd
     "--quick", "--reps", "--sizes", "--members", "--channels", "--mib",
     "--barrier-only", "--max-txn-ops", "--max-request-bytes", "--store",
+    "--quota-backend-bytes", "--auto-compaction-mode",
+    "--auto-compaction-retention",
     "--step", "--etcd",
     "--full-peers", "--hosts", "--joins-per-second", "--main-port",
     # bench/ programs and scripts/bench.sh; etcd flags they pass
+    "--gtest_filter",  # googletest binaries
     "--call-graph",  # perf record
     "--keep", "--dir", "--files", "--threshold", "--prefix",
     "--first-job-id", "--absent", "--now", "--master", "--rank",

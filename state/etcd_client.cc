@@ -151,6 +151,39 @@ absl::StatusOr<std::vector<EtcdKeyValue>> EtcdClient::Range(
   return kvs;
 }
 
+absl::StatusOr<EtcdRangePages> EtcdClient::RangePages(const std::string& prefix,
+                                                      int64_t page_size,
+                                                      int64_t revision) {
+  EtcdRangePages pages;
+  pages.revision = revision;
+  const std::string end = PrefixEnd(prefix);
+  std::string from = prefix;
+  while (true) {
+    nlohmann::json request = {{"key", Base64(from)},
+                              {"range_end", Base64(end)},
+                              {"limit", std::to_string(page_size)}};
+    if (pages.revision != 0) {
+      request["revision"] = std::to_string(pages.revision);
+    }
+    absl::StatusOr<nlohmann::json> answer = Post("/v3/kv/range", request);
+    if (!answer.ok()) return answer.status();
+    if (pages.revision == 0 && answer->contains("header")) {
+      pages.revision = Int64Field((*answer)["header"], "revision");
+    }
+    auto it = answer->find("kvs");
+    if (it == answer->end()) return pages;
+    if (!it->is_array()) return absl::InternalError("etcd sent kvs not a list");
+    for (const nlohmann::json& kv : *it) {
+      absl::StatusOr<EtcdKeyValue> parsed = ParseKeyValue(kv);
+      if (!parsed.ok()) return parsed.status();
+      pages.kvs.push_back(std::move(*parsed));
+    }
+    if (!answer->value("more", false) || it->empty()) return pages;
+    // The next page starts just past the last key of this one.
+    from = pages.kvs.back().key + std::string(1, '\0');
+  }
+}
+
 absl::StatusOr<EtcdTxnResult> EtcdClient::Txn(const nlohmann::json& compare,
                                               const nlohmann::json& success,
                                               const nlohmann::json& failure) {

@@ -25,6 +25,12 @@ struct EtcdKeyValue {
   int64_t lease = 0;
 };
 
+// What a paged range read returned.
+struct EtcdRangePages {
+  std::vector<EtcdKeyValue> kvs;  // Sorted by key.
+  int64_t revision = 0;           // The store revision every page was read at.
+};
+
 // What a transaction returned.
 struct EtcdTxnResult {
   bool succeeded = false;  // Whether every compare held (success branch ran).
@@ -56,6 +62,15 @@ class EtcdClient {
   // answer that is not what the gateway sends.
   absl::StatusOr<std::vector<EtcdKeyValue>> Range(const std::string& key,
                                                   bool prefix, bool keys_only);
+
+  // Every key starting with `prefix`, read in pages of at most `page_size`
+  // keys (one request each, so no answer grows with the keyspace), every
+  // page at one revision: `revision`, or when 0 the one the first page was
+  // read at. Errors: as Range; InvalidArgument when etcd compacted that
+  // revision away meanwhile (the message says "compacted").
+  absl::StatusOr<EtcdRangePages> RangePages(const std::string& prefix,
+                                            int64_t page_size,
+                                            int64_t revision = 0);
 
   // Runs one transaction: if every compare holds, `success`, else `failure`.
   // Build the pieces with the helpers below. Errors: Unavailable as Range;

@@ -4,13 +4,14 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
 #include "common/status_macros.h"
 
 namespace gdt::state {
@@ -209,24 +210,55 @@ Member MemberFromJson(const Json& json) {
   return member;
 }
 
-// The leases a gang in this state holds, as StateStore::SaveGang defines
-// them; null when none.
-Json LeasesToJson(const Gang& gang) {
-  if (gang.state != GangState::kRunning) return nullptr;
-  Json gpus = Json::array();
+// The columns of a roster's rows, in order (see RosterToJson).
+constexpr const char* kRosterColumns[] = {
+    "index",          "job_id",     "job_name",     "gpus_per_node",
+    "procs_per_node", "launcher",   "arrival_host", "job_timeout_seconds",
+    "left",           "node_rank",  "host_name",    "gpu_indices",
+    "exit_code",      "preemptible"};
+
+// A gang's members and leases as SaveGang writes them: one value, so that
+// the admission of a gang of any size is a handful of operations. Members
+// are rows under named columns (a reader maps them by name, so a column
+// added later is read as its default by this version and left out rows by
+// the next). "holds_leases": the gang was running, so every GPU of every
+// member row is leased to it; "port": its port lease.
+Json RosterToJson(const Gang& gang) {
+  Json rows = Json::array();
   for (const auto& [index, member] : gang.members) {
-    for (uint32_t gpu : member.gpu_indices) {
-      gpus.push_back(
-          {{"host", member.host_name}, {"gpu", gpu}, {"member", member.index}});
-    }
+    rows.push_back(Json::array(
+        {member.index, member.job_id, member.job_name, member.gpus_per_node,
+         member.procs_per_node, member.launcher, member.arrival_host,
+         member.job_timeout_seconds, member.left, member.node_rank,
+         member.host_name, member.gpu_indices, member.exit_code,
+         member.preemptible}));
   }
-  Json leases = {{"gang_id", gang.id}, {"gpus", gpus}};
-  if (gang.master_port != 0) {
-    leases["port"] = {{"host", gang.master_host}, {"port", gang.master_port}};
+  Json columns = Json::array();
+  for (const char* column : kRosterColumns) columns.push_back(column);
+  Json roster = {{"gang_id", gang.id},
+                 {"columns", columns},
+                 {"members", rows},
+                 {"holds_leases", gang.state == GangState::kRunning}};
+  if (gang.state == GangState::kRunning && gang.master_port != 0) {
+    roster["port"] = {{"host", gang.master_host}, {"port", gang.master_port}};
   }
-  if (gpus.empty() && gang.master_port == 0) return nullptr;
-  return leases;
+  return roster;
 }
+
+// One roster row back into a member, through the column names.
+Member MemberFromRow(const Json& columns, const Json& row) {
+  Json object = Json::object();
+  for (size_t i = 0; i < columns.size() && i < row.size(); ++i) {
+    object[columns.at(i).get<std::string>()] = row.at(i);
+  }
+  return MemberFromJson(object);
+}
+
+// Keys per range request of Load(): small records, and rosters, which can
+// be 0.5 MB each (4,096 members) up to etcd's 1.5 MiB request limit, so that
+// no answer comes near EtcdClient's 256 MiB.
+constexpr int64_t kLoadPageKeys = 500;
+constexpr int64_t kLoadPageRosters = 100;
 
 bool ValidCluster(const std::string& cluster) {
   if (cluster.empty()) return false;
@@ -277,9 +309,13 @@ absl::Status EtcdStore::Write(const Json& ops, const std::string& what) {
   absl::StatusOr<EtcdTxnResult> result =
       client_->Txn(compare, ops, Json::array());
   if (!result.ok()) {
-    return absl::Status(result.status().code(),
-                        absl::StrCat("cannot save ", what,
-                                     " in etcd: ", result.status().message()));
+    const bool too_large =
+        absl::StrContains(result.status().message(), "request is too large");
+    return absl::Status(
+        result.status().code(),
+        absl::StrCat("cannot save ", what,
+                     " in etcd: ", result.status().message(),
+                     too_large ? " (raise etcd's --max-request-bytes)" : ""));
   }
   if (!result->succeeded) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -309,29 +345,18 @@ absl::Status EtcdStore::DeleteHost(const std::string& name) {
 }
 
 absl::Status EtcdStore::SaveGang(const Gang& gang) {
-  // Members that are no longer in the gang go; etcd refuses a put and a
-  // delete of the same key in one transaction, so delete them one by one.
-  // Reading them first is safe: only the fenced leader writes.
-  absl::StatusOr<std::vector<EtcdKeyValue>> old_members = client_->Range(
-      Key("members", gang.id) + "/", /*prefix=*/true, /*keys_only=*/true);
-  if (!old_members.ok()) return old_members.status();
-  std::set<std::string> kept;
-  Json ops = Json::array();
-  ops.push_back(
-      EtcdClient::Put(Key("gangs", gang.id), GangToJson(gang).dump()));
-  for (const auto& [index, member] : gang.members) {
-    const std::string key = MemberKey(gang.id, index);
-    kept.insert(key);
-    ops.push_back(EtcdClient::Put(key, MemberToJson(gang.id, member).dump()));
-  }
-  for (const EtcdKeyValue& old : *old_members) {
-    if (!kept.contains(old.key)) ops.push_back(EtcdClient::Delete(old.key));
-  }
-  const Json leases = LeasesToJson(gang);
-  ops.push_back(leases.is_null()
-                    ? EtcdClient::Delete(Key("leases", gang.id))
-                    : EtcdClient::Put(Key("leases", gang.id), leases.dump()));
-  return Write(ops, absl::StrCat("gang ", gang.id));
+  // Four operations whatever the gang's size (etcd allows 128 per
+  // transaction by default): the record, the roster with the leases, and
+  // the removal of the member records SaveMember wrote since the last
+  // SaveGang (the roster now holds them) and of a lease record an older
+  // gdt-coord wrote.
+  return Write(
+      Json::array(
+          {EtcdClient::Put(Key("gangs", gang.id), GangToJson(gang).dump()),
+           EtcdClient::Put(Key("rosters", gang.id), RosterToJson(gang).dump()),
+           EtcdClient::DeletePrefix(Key("members", gang.id) + "/"),
+           EtcdClient::Delete(Key("leases", gang.id))}),
+      absl::StrCat("gang ", gang.id));
 }
 
 absl::Status EtcdStore::SaveMember(const Gang& gang, const Member& member) {
@@ -344,50 +369,100 @@ absl::Status EtcdStore::SaveMember(const Gang& gang, const Member& member) {
 }
 
 absl::StatusOr<StoredState> EtcdStore::Load() {
-  absl::StatusOr<std::vector<EtcdKeyValue>> kvs =
-      client_->Range(prefix_, /*prefix=*/true, /*keys_only=*/false);
-  if (!kvs.ok()) return kvs.status();
+  // Only the kinds the state is made of, page by page at one revision: the
+  // tokens, checkpoint records and secrets beside them are read elsewhere,
+  // and no single answer grows with the number of gangs. A compaction of
+  // that revision meanwhile starts the read again.
+  constexpr const char* kKinds[] = {"hosts",   "drained", "gangs",
+                                    "rosters", "members", "leases"};
+  std::map<std::string, std::vector<EtcdKeyValue>> kinds;
+  for (int attempt = 0;; ++attempt) {
+    kinds.clear();
+    int64_t revision = 0;
+    absl::Status read = absl::OkStatus();
+    for (const char* kind : kKinds) {
+      absl::StatusOr<EtcdRangePages> pages = client_->RangePages(
+          absl::StrCat(prefix_, kind, "/"),
+          std::string_view(kind) == "rosters" ? kLoadPageRosters
+                                              : kLoadPageKeys,
+          revision);
+      if (!pages.ok()) {
+        read = pages.status();
+        break;
+      }
+      revision = pages->revision;
+      kinds[kind] = std::move(pages->kvs);
+    }
+    if (read.ok()) break;
+    if (attempt < 2 && absl::StrContains(read.message(), "compacted")) {
+      continue;
+    }
+    return absl::Status(read.code(),
+                        absl::StrCat("cannot load the state from etcd under ",
+                                     prefix_, ": ", read.message()));
+  }
   StoredState state;
   std::set<std::string> drained;
-  std::vector<std::pair<std::string, Member>> members;
+  // By gang id: the roster's members, then the member records written
+  // since (SaveMember), which replace them by index.
+  std::map<std::string, std::map<uint32_t, Member>> members;
   try {
-    for (const EtcdKeyValue& kv : *kvs) {
-      absl::string_view rest(kv.key);
-      if (!absl::ConsumePrefix(&rest, prefix_)) continue;
-      const size_t slash = rest.find('/');
-      if (slash == absl::string_view::npos) continue;  // The leader key.
-      const absl::string_view kind = rest.substr(0, slash);
-      if (kind == "drained") {
-        drained.insert(std::string(rest.substr(slash + 1)));
-        continue;
-      }
-      if (kind != "hosts" && kind != "gangs" && kind != "members" &&
-          kind != "leases") {
-        continue;  // Tokens (LoadKvTokens) and kinds of newer versions.
-      }
+    for (const EtcdKeyValue& kv : kinds["drained"]) {
+      drained.insert(kv.key.substr(absl::StrCat(prefix_, "drained/").size()));
+    }
+    for (const EtcdKeyValue& kv : kinds["hosts"]) {
+      state.hosts.push_back(HostFromJson(Json::parse(kv.value)));
+    }
+    for (const EtcdKeyValue& kv : kinds["gangs"]) {
+      absl::StatusOr<Gang> gang = GangFromJson(Json::parse(kv.value));
+      if (!gang.ok()) return gang.status();
+      state.gangs.push_back(*std::move(gang));
+    }
+    for (const EtcdKeyValue& kv : kinds["rosters"]) {
       const Json value = Json::parse(kv.value);
-      if (kind == "hosts") {
-        state.hosts.push_back(HostFromJson(value));
-      } else if (kind == "gangs") {
-        absl::StatusOr<Gang> gang = GangFromJson(value);
-        if (!gang.ok()) return gang.status();
-        state.gangs.push_back(*std::move(gang));
-      } else if (kind == "members") {
-        members.emplace_back(value.at("gang_id").get<std::string>(),
-                             MemberFromJson(value));
-      } else {
-        const std::string gang_id = value.at("gang_id").get<std::string>();
-        for (const Json& gpu : value.at("gpus")) {
-          state.gpu_leases.push_back(GpuLease{
-              gpu.at("host").get<std::string>(), gpu.at("gpu").get<uint32_t>(),
-              gang_id, gpu.at("member").get<uint32_t>()});
+      const std::string gang_id = value.at("gang_id").get<std::string>();
+      const Json& columns = value.at("columns");
+      std::map<uint32_t, Member>& gang_members = members[gang_id];
+      for (const Json& row : value.at("members")) {
+        Member member = MemberFromRow(columns, row);
+        if (value.value("holds_leases", false)) {
+          for (uint32_t gpu : member.gpu_indices) {
+            state.gpu_leases.push_back(
+                GpuLease{member.host_name, gpu, gang_id, member.index});
+          }
         }
-        if (value.contains("port")) {
-          const Json& port = value.at("port");
-          state.port_leases.push_back(
-              PortLease{port.at("host").get<std::string>(),
-                        port.at("port").get<uint32_t>(), gang_id});
-        }
+        const uint32_t index = member.index;
+        gang_members[index] = std::move(member);
+      }
+      if (value.contains("port")) {
+        const Json& port = value.at("port");
+        state.port_leases.push_back(
+            PortLease{port.at("host").get<std::string>(),
+                      port.at("port").get<uint32_t>(), gang_id});
+      }
+    }
+    for (const EtcdKeyValue& kv : kinds["members"]) {
+      const Json value = Json::parse(kv.value);
+      Member member = MemberFromJson(value);
+      const uint32_t index = member.index;
+      members[value.at("gang_id").get<std::string>()][index] =
+          std::move(member);
+    }
+    // Lease records of gangs that an older gdt-coord saved last (it kept
+    // the leases apart from the members); the next SaveGang removes them.
+    for (const EtcdKeyValue& kv : kinds["leases"]) {
+      const Json value = Json::parse(kv.value);
+      const std::string gang_id = value.at("gang_id").get<std::string>();
+      for (const Json& gpu : value.at("gpus")) {
+        state.gpu_leases.push_back(GpuLease{
+            gpu.at("host").get<std::string>(), gpu.at("gpu").get<uint32_t>(),
+            gang_id, gpu.at("member").get<uint32_t>()});
+      }
+      if (value.contains("port")) {
+        const Json& port = value.at("port");
+        state.port_leases.push_back(
+            PortLease{port.at("host").get<std::string>(),
+                      port.at("port").get<uint32_t>(), gang_id});
       }
     }
   } catch (const nlohmann::json::exception& e) {
@@ -408,14 +483,13 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
   for (size_t i = 0; i < state.gangs.size(); ++i) {
     positions[state.gangs[i].id] = i;
   }
-  for (auto& [gang_id, member] : members) {
+  for (auto& [gang_id, gang_members] : members) {
     auto position = positions.find(gang_id);
     if (position == positions.end()) {
       return absl::DataLossError(
           absl::StrCat("member of unknown gang ", gang_id));
     }
-    const uint32_t index = member.index;
-    state.gangs[position->second].members[index] = std::move(member);
+    state.gangs[position->second].members = std::move(gang_members);
   }
   std::sort(state.gpu_leases.begin(), state.gpu_leases.end(),
             [](const GpuLease& a, const GpuLease& b) {

@@ -18,16 +18,25 @@ namespace gdt::state {
 //   hosts/<name>            the host (spec, heartbeat, runner slots)
 //   drained/<name>          present while the host is drained
 //   gangs/<id>              the gang's own record
-//   members/<id>/<index>    one member (index zero-padded to 10 digits)
-//   leases/<id>             the GPU and port leases of a running gang
+//   rosters/<id>            the gang's members and leases as of its last
+//                           SaveGang (one value: rows under named columns)
+//   members/<id>/<index>    one member saved by SaveMember since then
+//                           (index zero-padded to 10 digits); it replaces
+//                           the roster's row of that index
+//   leases/<id>             only in state an older gdt-coord wrote: a
+//                           running gang's GPU and port leases (read, and
+//                           removed by the gang's next SaveGang)
 //   kv_tokens/<id>          the gang's key-value store token
 //   host_tokens/<name>      the SHA-256 of the host's token
 //   checkpoints/<id>/<step>/<recorded ms>-<rank>-<job>
 //                           a checkpoint manifest record
 // (names and ids with '/' or '%' are percent-escaped). Every method is one
-// etcd transaction: a gang's admission (SaveGang) writes its record, its
-// members and its leases at once. SaveGang of a gang with more than about
-// 120 members needs etcd's --max-txn-ops raised above its default of 128.
+// etcd transaction: a gang's admission (SaveGang) writes its record and its
+// roster and drops its member records in four operations whatever its
+// size, well within etcd's default 128 per transaction; its size is bounded
+// by etcd's request limit (1.5 MiB by default; a roster costs about 120
+// bytes per member, 0.5 MB at 4,096 members). Load() reads the kinds the
+// state is made of in pages at one revision.
 //
 // Fencing: after SetFence(key, revision) every write transaction also
 // compares the create revision of `key` (the leader key, see
