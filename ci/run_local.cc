@@ -58,17 +58,23 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseVars(
   return parsed;
 }
 
-// First line of a git command's output in `dir`, or "".
-std::string GitOutput(const std::string& dir,
-                      const std::vector<std::string>& args) {
+// The output of a git command in `dir`, or "" when it fails.
+std::string GitText(const std::string& dir,
+                    const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"git", "-C", dir};
   argv.insert(argv.end(), args.begin(), args.end());
   std::string output;
   absl::StatusOr<ExitStatus> status =
       RunCommand(argv, std::chrono::seconds(10), &output);
   if (!status.ok() || !status->success()) return "";
-  const size_t nl = output.find('\n');
-  return nl == std::string::npos ? output : output.substr(0, nl);
+  return output;
+}
+
+// First line of a git command's output in `dir`, or "".
+std::string GitOutput(const std::string& dir,
+                      const std::vector<std::string>& args) {
+  const std::string output = GitText(dir, args);
+  return output.substr(0, output.find('\n'));
 }
 
 // Job `job_name` of the CI file at `path` after `gdt-ci expand`, so jobs
@@ -559,6 +565,20 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_COMMIT_REF_NAME", pipeline.ref);
     add("CI_COMMIT_REF_SLUG", ref_slug);
     add("CI_COMMIT_BRANCH", pipeline.ref);
+    if (!pipeline.commit_message.empty()) {
+      // GitLab: the description is the message without its title line,
+      // unless the title is 100 characters or longer.
+      const std::string& message = pipeline.commit_message;
+      const size_t title_end = std::min(message.find('\n'), message.size());
+      add("CI_COMMIT_MESSAGE", message);
+      add("CI_COMMIT_TITLE", message.substr(0, title_end));
+      add("CI_COMMIT_DESCRIPTION",
+          title_end < 100
+              ? message.substr(std::min(title_end + 1, message.size()))
+              : message);
+      add("CI_COMMIT_AUTHOR", pipeline.commit_author);
+      add("CI_COMMIT_TIMESTAMP", pipeline.commit_timestamp);
+    }
     add("CI_RUNNER_ID", "1");
     add("CI_RUNNER_DESCRIPTION", "gdt-ci run-local");
     add("CI_RUNNER_TAGS", "[]");
@@ -727,6 +747,22 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     std::string ref =
         GitOutput(project_dir, {"rev-parse", "--abbrev-ref", "HEAD"});
     if (!ref.empty() && ref != "HEAD") pipeline.ref = ref;
+    // Author, time, then the message as written.
+    const std::string commit =
+        GitText(project_dir, {"log", "-1", "--format=%an <%ae>%n%aI%n%B"});
+    const size_t author_end = commit.find('\n');
+    const size_t time_end = author_end == std::string::npos
+                                ? std::string::npos
+                                : commit.find('\n', author_end + 1);
+    if (time_end != std::string::npos) {
+      pipeline.commit_author = commit.substr(0, author_end);
+      pipeline.commit_timestamp =
+          commit.substr(author_end + 1, time_end - author_end - 1);
+      pipeline.commit_message = commit.substr(time_end + 1);
+      while (absl::EndsWith(pipeline.commit_message, "\n")) {
+        pipeline.commit_message.pop_back();
+      }
+    }
   }
   if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
     pipeline.user = user;

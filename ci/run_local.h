@@ -83,6 +83,11 @@ struct LocalPipeline {
   std::string server_url = "http://gitlab.local";
   std::string sha = "0000000000000000000000000000000000000000";
   std::string ref = "main";
+  // The commit's message, author ("Name <email>") and time (ISO 8601), for
+  // GitLab's CI_COMMIT_* variables; empty outside git (then not set).
+  std::string commit_message;
+  std::string commit_author;
+  std::string commit_timestamp;
   std::string user = "local";
   int64_t timeout_seconds = 3600;
   // Job ids are pipeline_id * 1000 + job_id_base + member index (1-based);

@@ -69,6 +69,31 @@ TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
 
 // With a signer, every member gets its own ID token for its job id, as
 // GitLab issues them; the key's JWKS verifies them.
+// The commit's variables as GitLab sets them: the description is the
+// message without its title, unless the title is 100 characters or more.
+TEST(BuildPayloadsTest, CommitVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  EXPECT_EQ(
+      VariablesOf(BuildPayloads(job, pipeline)[0]).count("CI_COMMIT_MESSAGE"),
+      0u);  // Outside git: not set.
+  pipeline.commit_message = "Tune the loader\n\nFaster by 2x.";
+  pipeline.commit_author = "Ada <ada@example.com>";
+  pipeline.commit_timestamp = "2026-11-30T08:00:00+00:00";
+  std::map<std::string, std::string> vars =
+      VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_TITLE"), "Tune the loader");
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), "\nFaster by 2x.");
+  EXPECT_EQ(vars.at("CI_COMMIT_AUTHOR"), "Ada <ada@example.com>");
+  EXPECT_EQ(vars.at("CI_COMMIT_TIMESTAMP"), "2026-11-30T08:00:00+00:00");
+  pipeline.commit_message = std::string(100, 't') + "\nbody";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), pipeline.commit_message);
+}
+
 TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {
   CiJob job;
   job.name = "train";
@@ -601,7 +626,9 @@ workflow:
 variables:
   MODE: full
 train:
-  script: echo "train $MODE $FROM_WORKFLOW $EXTRA"
+  script:
+    - echo "train $MODE $FROM_WORKFLOW $EXTRA"
+    - echo "title=$CI_COMMIT_TITLE by $CI_COMMIT_AUTHOR"
   rules:
     - if: $CI_PIPELINE_SOURCE == "merge_request_event"
       variables:
@@ -661,6 +688,14 @@ old-style:
                          std::chrono::seconds(30), &git_output)
                   .ok());
   WriteTextFile(project_ + "/.gitignore", ".gdt-run/\n");
+  // A commit, whose message rules may test (CI_COMMIT_MESSAGE and friends).
+  ASSERT_TRUE(
+      RunCommand({"git", "-C", project_, "-c", "user.name=Ada", "-c",
+                  "user.email=ada@example.com", "commit", "-q", "--allow-empty",
+                  "-m", "Tune the loader", "-m", "No skip-train here."},
+                 std::chrono::seconds(30), &git_output)
+          .ok())
+      << git_output;
   options_.vars = {"CI_PIPELINE_SOURCE=merge_request_event", "FORCE_NIGHTLY=1"};
   options_.pipeline_id = 43;
   std::ostringstream mr_out;
@@ -671,6 +706,8 @@ old-style:
                           "with-dockerfile: failed (allowed)",
                           "nightly: success", "old-style: success"));
   EXPECT_THAT(mr_out.str(), HasSubstr("[train] train quick wf \n"));
+  EXPECT_THAT(mr_out.str(), HasSubstr("[train] title=Tune the loader by Ada "
+                                      "<ada@example.com>\n"));
   EXPECT_EQ(result->Status(), "passed with warnings");
 
   // workflow:rules that create no pipeline, and jobs none of which GitLab
