@@ -347,6 +347,21 @@ std::string ShellQuote(std::string_view text) {
   return quoted;
 }
 
+// The shell line that warns of an artifact pattern outside the project
+// directory (empty, absolute or with ".."), which is skipped; "" for a
+// pattern inside it.
+std::string OutsideProjectWarning(const std::string& pattern) {
+  if (!pattern.empty() && pattern[0] != '/' &&
+      pattern.find("..") == std::string::npos) {
+    return "";
+  }
+  return absl::StrCat(
+      "echo ",
+      ShellQuote(absl::StrCat("WARNING: ", pattern,
+                              ": not a path inside the project directory")),
+      "\n");
+}
+
 // The state of one Run(): one job, several preparation attempts.
 class RunnerEmulator::Job {
  public:
@@ -1185,13 +1200,9 @@ std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
                       "by run-local'\n");
     }
     for (const std::string& pattern : artifact.paths) {
-      if (pattern.empty() || pattern[0] == '/' ||
-          pattern.find("..") != std::string::npos) {
-        absl::StrAppend(&body, "echo ",
-                        ShellQuote(absl::StrCat("WARNING: ", pattern,
-                                                ": not a path inside the "
-                                                "project directory")),
-                        "\n");
+      if (const std::string warning = OutsideProjectWarning(pattern);
+          !warning.empty()) {
+        absl::StrAppend(&body, warning);
         continue;
       }
       absl::StrAppend(
@@ -1224,13 +1235,9 @@ std::string RunnerEmulator::Job::DotenvUploadBody(
                    "d=", ShellQuote(dir), "\n",
                    "rm -rf -- \"$d\" && mkdir -p \"$d\"\n", "n=0\n");
   for (const std::string& pattern : artifact.paths) {
-    if (pattern.empty() || pattern[0] == '/' ||
-        pattern.find("..") != std::string::npos) {
-      absl::StrAppend(&body, "echo ",
-                      ShellQuote(absl::StrCat("WARNING: ", pattern,
-                                              ": not a path inside the "
-                                              "project directory")),
-                      "\n");
+    if (const std::string warning = OutsideProjectWarning(pattern);
+        !warning.empty()) {
+      absl::StrAppend(&body, warning);
       continue;
     }
     absl::StrAppend(
