@@ -188,6 +188,28 @@ TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
             "print('hi')\n");
 }
 
+// A pattern that leaves the project is skipped with a warning, for the
+// archive and for a dotenv report alike; the rest is uploaded.
+TEST_F(RunnerEmulatorTest, ArtifactPatternsOutsideTheProjectAreSkipped) {
+  options_.job.artifacts[0].paths = {"../secret", "/etc/passwd", "model.py"};
+  gitlab::JobArtifact dotenv;
+  dotenv.artifact_type = "dotenv";
+  dotenv.paths = {"../x.env"};
+  dotenv.when = "always";
+  options_.job.artifacts.push_back(dotenv);
+
+  const JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  for (const char* pattern : {"../secret", "/etc/passwd", "../x.env"}) {
+    EXPECT_THAT(Log(), HasSubstr(absl::StrCat(
+                           "WARNING: ", pattern,
+                           ": not a path inside the project directory\n")));
+  }
+  EXPECT_EQ(ReadTextFile(dir_.path() + "/store/1002/model.py"),
+            "print('hi')\n");
+}
+
 TEST_F(RunnerEmulatorTest, PassesRunnerVariablesAndJobEnvAfterConfig) {
   env_["FAKE_CONFIG_JSON"] =
       R"({"builds_dir": ")" + dir_.path() +
