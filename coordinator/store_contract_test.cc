@@ -487,47 +487,69 @@ TEST(SqliteStoreTest, OneStoreAtATimePerFile) {
   EXPECT_TRUE(state::SqliteStore::Open(path).ok());
 }
 
-TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
+// A real etcd, a client, and a store fenced by the leader key this test
+// won (as replica "a").
+struct FencedEtcd {
+  std::unique_ptr<test::EtcdTestServer> etcd;
+  std::shared_ptr<state::EtcdClient> client;
+  std::unique_ptr<state::EtcdStore> store;
+  std::string leader_key;
+};
+
+void StartFencedEtcd(FencedEtcd* out) {
   absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
       test::EtcdTestServer::Start();
   ASSERT_TRUE(etcd.ok()) << etcd.status();
+  out->etcd = std::move(*etcd);
   absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
-      state::EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
+      state::EtcdClient::Create(out->etcd->endpoints(),
+                                std::chrono::seconds(5));
   ASSERT_TRUE(created.ok()) << created.status();
-  std::shared_ptr<state::EtcdClient> client = std::move(*created);
-  const std::string leader_key = state::EtcdStore::Prefix("test") + "leader";
-  absl::StatusOr<state::EtcdTxnResult> won = client->Txn(
+  out->client = std::move(*created);
+  out->leader_key = state::EtcdStore::Prefix("test") + "leader";
+  absl::StatusOr<state::EtcdTxnResult> won = out->client->Txn(
       nlohmann::json::array(
-          {state::EtcdClient::CreateRevisionIs(leader_key, 0)}),
-      nlohmann::json::array({state::EtcdClient::Put(leader_key, "a:1")}),
+          {state::EtcdClient::CreateRevisionIs(out->leader_key, 0)}),
+      nlohmann::json::array({state::EtcdClient::Put(out->leader_key, "a:1")}),
       nlohmann::json::array());
   ASSERT_TRUE(won.ok()) << won.status();
   ASSERT_TRUE(won->succeeded);
   absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
-      state::EtcdStore::Open(client, "test");
+      state::EtcdStore::Open(out->client, "test");
   ASSERT_TRUE(store.ok()) << store.status();
-  (*store)->SetFence(leader_key, won->revision);
-  ASSERT_TRUE((*store)->SaveHost(state::Host{test::CpuHost("cpu-01", 1)}).ok());
+  out->store = std::move(*store);
+  out->store->SetFence(out->leader_key, won->revision);
+}
 
-  // Another replica takes over: the key is deleted and created again.
-  ASSERT_TRUE(
-      client
-          ->Txn(nlohmann::json::array(),
-                nlohmann::json::array({state::EtcdClient::Delete(leader_key)}),
-                nlohmann::json::array())
-          .ok());
-  ASSERT_TRUE(client
+// Another replica takes over: the leader key is deleted and created again.
+void TakeOver(const FencedEtcd& fenced) {
+  ASSERT_TRUE(fenced.client
                   ->Txn(nlohmann::json::array(),
                         nlohmann::json::array(
-                            {state::EtcdClient::Put(leader_key, "b:2")}),
+                            {state::EtcdClient::Delete(fenced.leader_key)}),
                         nlohmann::json::array())
                   .ok());
+  ASSERT_TRUE(fenced.client
+                  ->Txn(nlohmann::json::array(),
+                        nlohmann::json::array(
+                            {state::EtcdClient::Put(fenced.leader_key, "b:2")}),
+                        nlohmann::json::array())
+                  .ok());
+}
+
+TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
+  FencedEtcd fenced;
+  ASSERT_NO_FATAL_FAILURE(StartFencedEtcd(&fenced));
+  ASSERT_TRUE(
+      fenced.store->SaveHost(state::Host{test::CpuHost("cpu-01", 1)}).ok());
+
+  ASSERT_NO_FATAL_FAILURE(TakeOver(fenced));
   absl::Status refused =
-      (*store)->SaveHost(state::Host{test::CpuHost("cpu-02", 1)});
+      fenced.store->SaveHost(state::Host{test::CpuHost("cpu-02", 1)});
 
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   EXPECT_THAT(refused.message(), ::testing::HasSubstr("no longer the leader"));
-  absl::StatusOr<state::StoredState> state = (*store)->Load();
+  absl::StatusOr<state::StoredState> state = fenced.store->Load();
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_EQ(state->hosts.size(), 1u);  // cpu-02 was never written.
   EXPECT_EQ(state->hosts[0].spec.name, "cpu-01");
@@ -766,41 +788,15 @@ TEST_P(StoreTest, AGangOfThousandsOfMembersIsAdmittedWhole) {
 // A fenced admission of a large gang is refused whole once the leader key
 // changed: no record, member or lease of it lands.
 TEST(EtcdStoreTest, ALargeGangsAdmissionIsFencedWhole) {
-  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
-      test::EtcdTestServer::Start();
-  ASSERT_TRUE(etcd.ok()) << etcd.status();
-  absl::StatusOr<std::unique_ptr<state::EtcdClient>> created =
-      state::EtcdClient::Create((*etcd)->endpoints(), std::chrono::seconds(5));
-  ASSERT_TRUE(created.ok()) << created.status();
-  std::shared_ptr<state::EtcdClient> client = std::move(*created);
-  const std::string leader_key = state::EtcdStore::Prefix("test") + "leader";
-  absl::StatusOr<state::EtcdTxnResult> won = client->Txn(
-      nlohmann::json::array(),
-      nlohmann::json::array({state::EtcdClient::Put(leader_key, "a:1")}),
-      nlohmann::json::array());
-  ASSERT_TRUE(won.ok()) << won.status();
-  absl::StatusOr<std::unique_ptr<state::EtcdStore>> store =
-      state::EtcdStore::Open(client, "test");
-  ASSERT_TRUE(store.ok()) << store.status();
-  (*store)->SetFence(leader_key, won->revision);
-  ASSERT_TRUE(
-      client
-          ->Txn(nlohmann::json::array(),
-                nlohmann::json::array({state::EtcdClient::Delete(leader_key)}),
-                nlohmann::json::array())
-          .ok());
-  ASSERT_TRUE(client
-                  ->Txn(nlohmann::json::array(),
-                        nlohmann::json::array(
-                            {state::EtcdClient::Put(leader_key, "b:2")}),
-                        nlohmann::json::array())
-                  .ok());
+  FencedEtcd fenced;
+  ASSERT_NO_FATAL_FAILURE(StartFencedEtcd(&fenced));
+  ASSERT_NO_FATAL_FAILURE(TakeOver(fenced));
 
-  const absl::Status refused = (*store)->SaveGang(LargeRunningGang(1024));
+  const absl::Status refused = fenced.store->SaveGang(LargeRunningGang(1024));
 
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
   absl::StatusOr<std::vector<state::EtcdKeyValue>> all =
-      client->Range("/gdt/test/", /*prefix=*/true, /*keys_only=*/true);
+      fenced.client->Range("/gdt/test/", /*prefix=*/true, /*keys_only=*/true);
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), 1u);  // The leader key alone.
 }
