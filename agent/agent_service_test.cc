@@ -993,6 +993,22 @@ TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
       << log;
 }
 
+// Stands in for the coordinator's member token check on `service`: "good"
+// grants member g1/101 epoch 2, anything else is refused with `refusal`;
+// `asked` counts the questions. Good answers are kept for `ttl`.
+void GuardWithTokenCheck(AgentService& service, std::atomic<int>* asked,
+                         std::string refusal,
+                         std::chrono::steady_clock::duration ttl) {
+  service.SetMemberTokenCheck(
+      [asked, refusal = std::move(refusal)](
+          const std::string& token) -> absl::StatusOr<MemberClaims> {
+        ++*asked;
+        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
+        return absl::PermissionDeniedError(refusal);
+      },
+      ttl);
+}
+
 // With a member token check configured, an executor without a token the
 // coordinator finds good cannot make the agent run anything, and a good
 // token opens only its own member: its gang, epoch and job.
@@ -1001,15 +1017,10 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
   // anything else is refused as the coordinator would.
   std::atomic<int> asked{0};
   AgentService guarded(*supervisor_);
-  guarded.SetMemberTokenCheck(
-      [&](const std::string& token) -> absl::StatusOr<MemberClaims> {
-        ++asked;
-        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
-        return absl::PermissionDeniedError(
-            "member token of g1/101 epoch 2 refused: that gang epoch has "
-            "ended");
-      },
-      std::chrono::hours(1));
+  GuardWithTokenCheck(guarded, &asked,
+                      "member token of g1/101 epoch 2 refused: that gang "
+                      "epoch has ended",
+                      std::chrono::hours(1));
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start("127.0.0.1:0", guarded);
   ASSERT_TRUE(server.ok()) << server.status();
@@ -1097,16 +1108,12 @@ TEST_F(AgentServiceTest, StagesRunOnlyForTheMemberToken) {
 TEST_F(AgentServiceTest, ForgedMemberTokensCostTheCoordinatorBoundedChecks) {
   std::atomic<int> asked{0};
   AgentService guarded(*supervisor_);
-  guarded.SetMemberTokenCheck(
-      [&](const std::string& token) -> absl::StatusOr<MemberClaims> {
-        ++asked;
-        if (token == "good") return MemberClaims{"g1", 2, 101, "", 0};
-        return absl::PermissionDeniedError(
-            "member token was not issued by this coordinator (forged or "
-            "altered)");
-      },
-      // Good answers are not kept: every call of the member asks.
-      std::chrono::seconds(0));
+  GuardWithTokenCheck(guarded, &asked,
+                      "member token was not issued by this coordinator "
+                      "(forged or altered)",
+                      // Good answers are not kept: every call of the member
+                      // asks.
+                      std::chrono::seconds(0));
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
       AgentServer::Start("127.0.0.1:0", guarded);
   ASSERT_TRUE(server.ok()) << server.status();
