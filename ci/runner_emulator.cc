@@ -362,6 +362,22 @@ std::string OutsideProjectWarning(const std::string& pattern) {
       "\n");
 }
 
+// Shell lines that run `action` on each file $f the artifact pattern
+// matches (in the project directory) for which `test` holds, and say
+// whether any did, as the runner's artifact upload does; a pattern outside
+// the project only gets its warning.
+std::string ForEachMatch(const std::string& pattern, const char* test,
+                         const char* action) {
+  if (std::string warning = OutsideProjectWarning(pattern); !warning.empty()) {
+    return warning;
+  }
+  return absl::StrCat(
+      "p=", ShellQuote(pattern), "\n", "found=\n", "for f in $p; do\n", "  if ",
+      test, "; then ", action, "; found=1; fi\n", "done\n",
+      "if [ -n \"$found\" ]; then echo \"$p: found matching files\"; "
+      "else echo \"WARNING: $p: no matching files\"; fi\n");
+}
+
 // The state of one Run(): one job, several preparation attempts.
 class RunnerEmulator::Job {
  public:
@@ -1200,19 +1216,10 @@ std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
                       "by run-local'\n");
     }
     for (const std::string& pattern : artifact.paths) {
-      if (const std::string warning = OutsideProjectWarning(pattern);
-          !warning.empty()) {
-        absl::StrAppend(&body, warning);
-        continue;
-      }
-      absl::StrAppend(
-          &body, "p=", ShellQuote(pattern), "\n", "found=\n",
-          "for f in $p; do\n",
-          "  if [ -e \"$f\" ] || [ -L \"$f\" ]; then "
-          "cp -a --parents -- \"$f\" \"$dest\"/; found=1; fi\n",
-          "done\n",
-          "if [ -n \"$found\" ]; then echo \"$p: found matching files\"; "
-          "else echo \"WARNING: $p: no matching files\"; fi\n");
+      absl::StrAppend(&body,
+                      ForEachMatch(pattern, "[ -e \"$f\" ] || [ -L \"$f\" ]",
+                                   "cp -a --parents -- \"$f\" "
+                                   "\"$dest\"/"));
     }
     for (const std::string& pattern : artifact.exclude) {
       absl::StrAppend(&body, "(cd \"$dest\" && p=", ShellQuote(pattern),
@@ -1235,18 +1242,10 @@ std::string RunnerEmulator::Job::DotenvUploadBody(
                    "d=", ShellQuote(dir), "\n",
                    "rm -rf -- \"$d\" && mkdir -p \"$d\"\n", "n=0\n");
   for (const std::string& pattern : artifact.paths) {
-    if (const std::string warning = OutsideProjectWarning(pattern);
-        !warning.empty()) {
-      absl::StrAppend(&body, warning);
-      continue;
-    }
-    absl::StrAppend(
-        &body, "p=", ShellQuote(pattern), "\n", "found=\n", "for f in $p; do\n",
-        "  if [ -f \"$f\" ]; then n=$((n+1)); cp -- \"$f\" \"$d/$n\"; "
-        "printf '%s\\n' \"$f\" >> \"$d/paths\"; found=1; fi\n",
-        "done\n",
-        "if [ -n \"$found\" ]; then echo \"$p: found matching files\"; "
-        "else echo \"WARNING: $p: no matching files\"; fi\n");
+    absl::StrAppend(&body, ForEachMatch(pattern, "[ -f \"$f\" ]",
+                                        "n=$((n+1)); cp -- \"$f\" \"$d/$n\"; "
+                                        "printf '%s\\n' \"$f\" >> "
+                                        "\"$d/paths\""));
   }
   absl::StrAppend(&body,
                   "if [ \"$n\" = 0 ]; then rm -rf -- \"$d\"; "
