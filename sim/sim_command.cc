@@ -171,10 +171,10 @@ std::optional<std::vector<TraceJob>> LoadTrace(const SimulateFlags& flags,
     if (job.gpus > cluster_gpus) {
       report.exit_code = kSimExitFailure;
       report.error =
-          absl::StrCat(flags.trace_path, ": job ", job.id, " needs ", job.gpus,
-                       " GPUs, more than the cluster's ", options.hosts, " x ",
-                       options.gpus_per_host, " = ", cluster_gpus,
-                       " (--hosts, --gpus-per-host)");
+          absl::StrCat(flags.trace_path, ": job ", job.Name(), " needs ",
+                       job.gpus, " GPUs, more than the cluster's ",
+                       options.hosts, " x ", options.gpus_per_host, " = ",
+                       cluster_gpus, " (--hosts, --gpus-per-host)");
       return std::nullopt;
     }
   }

@@ -4,12 +4,15 @@
 #include <cmath>
 #include <deque>
 #include <functional>
+#include <limits>
+#include <optional>
 #include <queue>
 #include <random>
 #include <string>
 #include <unordered_map>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -19,6 +22,20 @@
 
 namespace gdt::sim {
 namespace {
+
+// A whole number written as an integer or as a decimal with nothing after
+// the point ("8", "8.0", "8.", "1e3"); nullopt for anything else.
+std::optional<int64_t> WholeNumber(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  int64_t value = 0;
+  if (absl::SimpleAtoi(text, &value)) return value;
+  double real = 0;
+  if (!absl::SimpleAtod(text, &real) || !std::isfinite(real) ||
+      real != std::floor(real) || std::fabs(real) > 9.0e15) {
+    return std::nullopt;
+  }
+  return static_cast<int64_t>(real);
+}
 
 struct Event {
   policy::Seconds time = 0;
@@ -114,6 +131,10 @@ std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
 
 }  // namespace
 
+std::string TraceJob::Name() const {
+  return name.empty() ? absl::StrCat(id) : name;
+}
+
 absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
   std::vector<TraceJob> jobs;
   std::vector<absl::string_view> lines =
@@ -121,7 +142,7 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
   int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
   int priority_col = -1, preemptible_col = -1;
   size_t line_no = 0;
-  absl::flat_hash_map<int64_t, size_t> line_of_id;
+  absl::flat_hash_map<std::string, size_t> line_of_id;
   for (absl::string_view line : lines) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
@@ -177,8 +198,16 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
     }
     TraceJob job;
     double submit = 0, duration = 0;
-    if (!absl::SimpleAtoi(fields[id_col], &job.id)) {
-      return bad("job_id is not an integer");
+    job.name = std::string(absl::StripAsciiWhitespace(fields[id_col]));
+    if (job.name.empty() || job.name.size() > kMaxTraceIdBytes) {
+      return bad(absl::StrCat("job_id must be 1 to ", kMaxTraceIdBytes,
+                              " characters"));
+    }
+    if (!absl::SimpleAtoi(job.name, &job.id)) {
+      // FNV-1a, kept positive: the same text always draws the same way.
+      uint64_t hash = 14695981039346656037u;
+      for (unsigned char c : job.name) hash = (hash ^ c) * 1099511628211u;
+      job.id = static_cast<int64_t>(hash >> 1);
     }
     // Finite and below kMaxTraceSeconds, so that sums of times stay exact.
     if (!absl::SimpleAtod(fields[submit_col], &submit) ||
@@ -196,32 +225,45 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
                        "to ",
                        kMaxTraceSeconds));
     }
-    if (!absl::SimpleAtoi(fields[gpus_col], &job.gpus)) {
+    if (std::optional<int64_t> gpus = WholeNumber(fields[gpus_col]);
+        !gpus.has_value() || *gpus < 0 ||
+        *gpus > std::numeric_limits<uint32_t>::max()) {
       return bad("gpus must be a whole number, 0 or more");
+    } else {
+      job.gpus = static_cast<uint32_t>(*gpus);
     }
+    // An optional column that is missing on this line or empty: its default.
     auto optional_field = [&](int col) -> std::optional<absl::string_view> {
       if (col < 0 || static_cast<size_t>(col) >= fields.size()) {
         return std::nullopt;
       }
-      return fields[col];
+      absl::string_view value = absl::StripAsciiWhitespace(fields[col]);
+      if (value.empty()) return std::nullopt;
+      return value;
     };
-    if (auto priority = optional_field(priority_col);
-        priority.has_value() && (!absl::SimpleAtoi(*priority, &job.priority) ||
-                                 job.priority < -kMaxTracePriority ||
-                                 job.priority > kMaxTracePriority)) {
-      return bad(absl::StrCat("priority must be an integer from ",
-                              -kMaxTracePriority, " to ", kMaxTracePriority));
+    if (auto priority = optional_field(priority_col); priority.has_value()) {
+      std::optional<int64_t> value = WholeNumber(*priority);
+      if (!value.has_value() || *value < -kMaxTracePriority ||
+          *value > kMaxTracePriority) {
+        return bad(absl::StrCat("priority must be an integer from ",
+                                -kMaxTracePriority, " to ", kMaxTracePriority));
+      }
+      job.priority = static_cast<int32_t>(*value);
     }
     if (auto preemptible = optional_field(preemptible_col);
         preemptible.has_value()) {
-      if (*preemptible != "0" && *preemptible != "1") {
-        return bad("preemptible must be 0 or 1");
+      if (*preemptible == "1" || absl::EqualsIgnoreCase(*preemptible, "true")) {
+        job.preemptible = true;
+      } else if (*preemptible == "0" ||
+                 absl::EqualsIgnoreCase(*preemptible, "false")) {
+        job.preemptible = false;
+      } else {
+        return bad("preemptible must be 0 or 1 (or true or false)");
       }
-      job.preemptible = *preemptible == "1";
     }
-    if (auto [it, added] = line_of_id.try_emplace(job.id, line_no); !added) {
-      return bad(
-          absl::StrCat("job_id ", job.id, " is already on line ", it->second));
+    if (auto [it, added] = line_of_id.try_emplace(job.name, line_no); !added) {
+      return bad(absl::StrCat("job_id ", job.name, " is already on line ",
+                              it->second));
     }
     job.submit = static_cast<policy::Seconds>(std::llround(submit));
     job.duration = std::max<policy::Seconds>(1, std::llround(duration));
@@ -317,7 +359,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     const GangShape shape = in.gpus <= cluster_gpus
                                 ? ShapeFor(in.gpus, options.gpus_per_host)
                                 : GangShape{1, options.gpus_per_host};
-    job.spec.id = absl::StrCat("job", in.id);
+    job.spec.id = absl::StrCat("job", in.Name());
     job.spec.members = shape.members;
     job.spec.gpus_per_member = shape.gpus_per_member;
     job.spec.queue_time = in.submit;
@@ -353,7 +395,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     first_submit = std::min(first_submit, in.submit);
     if (!job_of.emplace(job.spec.id, static_cast<uint32_t>(j)).second) {
       return absl::InvalidArgumentError(
-          absl::StrCat("job id ", in.id, " appears twice in the trace"));
+          absl::StrCat("job id ", in.Name(), " appears twice in the trace"));
     }
     // More GPUs than the cluster has, or more members than runner slots (its
     // members could never all join, and bouncing them would go on for

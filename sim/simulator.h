@@ -32,6 +32,9 @@
 namespace gdt::sim {
 
 struct TraceJob {
+  // A number for the trace's job_id: its value when it is an integer,
+  // otherwise a fixed hash of the text (used where a job is drawn by id,
+  // e.g. which are preemptible).
   int64_t id = 0;
   policy::Seconds submit = 0;
   uint32_t gpus = 0;
@@ -40,16 +43,24 @@ struct TraceJob {
   // Optional column `preemptible` (0 or 1); without it
   // SimOptions::preemptible_fraction decides.
   std::optional<bool> preemptible = std::nullopt;
+  // The job_id as the trace writes it (any text up to kMaxTraceIdBytes);
+  // empty: the decimal id.
+  std::string name = {};
+
+  std::string Name() const;
 };
 
 // Largest submit time and duration a trace may give, seconds (about 317
 // years), and the largest priority either way.
 inline constexpr double kMaxTraceSeconds = 1e10;
 inline constexpr int32_t kMaxTracePriority = 1000000;
+inline constexpr size_t kMaxTraceIdBytes = 255;
 
 // Parses CSV with a header naming at least job_id, submit_time_s, gpus and
 // duration_s, and optionally priority and preemptible (other columns are
-// ignored; the last column may be quoted).
+// ignored; fields may be quoted). A job_id is any text; counts written as
+// whole decimals ("8.0", as spreadsheet and dataframe exports write them)
+// are whole numbers; an empty optional field takes its default.
 // Errors: InvalidArgument naming the line and what is wrong for a missing
 // column, a bad or out-of-range number (times from 0 to kMaxTraceSeconds,
 // priorities within kMaxTracePriority), a job_id seen before, or a trace

@@ -221,6 +221,39 @@ TEST(ParseTraceTest, AmbiguousColumnsAreRefusedAndABomIsSkipped) {
   EXPECT_EQ(bom->size(), 1u);
 }
 
+// Traces exported from other systems: text job ids, counts written as
+// decimals by dataframe exports, optional columns left empty, booleans.
+TEST(ParseTraceTest, ReadsTextIdsWholeDecimalsAndEmptyOptionalFields) {
+  absl::StatusOr<std::vector<TraceJob>> jobs = ParseTrace(
+      "job_id,submit_time_s,gpus,duration_s,priority,preemptible\n"
+      "app-7f3a,0,8.0,100,,\n"
+      " 42 ,5,2,60,3.0,TRUE\n"
+      "\"job, quoted\",9,1.,30,-1,false\n");
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  ASSERT_EQ(jobs->size(), 3u);
+  EXPECT_EQ(jobs->at(0).Name(), "app-7f3a");
+  EXPECT_EQ(jobs->at(0).gpus, 8u);
+  EXPECT_EQ(jobs->at(0).priority, 0);
+  EXPECT_EQ(jobs->at(0).preemptible, std::nullopt);
+  EXPECT_EQ(jobs->at(1).id, 42);
+  EXPECT_EQ(jobs->at(1).priority, 3);
+  EXPECT_EQ(jobs->at(1).preemptible, true);
+  EXPECT_EQ(jobs->at(2).Name(), "job, quoted");
+  EXPECT_EQ(jobs->at(2).gpus, 1u);
+  EXPECT_EQ(jobs->at(2).preemptible, false);
+  // The same text always gets the same number, so draws by id repeat.
+  absl::StatusOr<std::vector<TraceJob>> again =
+      ParseTrace("job_id,submit_time_s,gpus,duration_s\napp-7f3a,0,8,100\n");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->at(0).id, jobs->at(0).id);
+  EXPECT_GE(jobs->at(0).id, 0);
+
+  absl::StatusOr<SimResult> result =
+      Simulate(*jobs, SmallCluster(policy::Mode::kBackfill));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finished, 3u);
+}
+
 TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
   const std::string header = "job_id,submit_time_s,gpus,duration_s\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -230,8 +263,12 @@ TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
       {"0,0,1,inf\n", "duration_s must be"},
       {"0,0,1,1e300\n", "duration_s must be"},
       {"0,0,-2,5\n", "gpus must be"},
+      {"0,0,1.5,5\n", "gpus must be"},
+      {",0,1,5\n", "job_id must be 1 to 255 characters"},
+      {std::string(256, 'j') + ",0,1,5\n", "job_id must be 1 to 255"},
       {"0,0,1\n", "expected at least 4 fields, got 3"},
       {"0,0,1,5\n0,9,2,5\n", "job_id 0 is already on line 2"},
+      {"a,0,1,5\n a ,9,2,5\n", "job_id a is already on line 2"},
       {std::string("0,0,1,5\n\x01\x02", 10), "\\x01\\x02"},
   };
   for (const auto& [body, want] : cases) {
