@@ -18,6 +18,9 @@
 namespace gdt::coordinator {
 namespace {
 
+// Longest finished_gang_retention_hours: 10 years (0 = forever).
+constexpr int64_t kMaxRetentionHours = 87600;
+
 // Reads a non-negative integer setting, with one clear line on bad input.
 absl::StatusOr<uint32_t> ReadUint(const YAML::Node& value,
                                   const std::string& key) {
@@ -226,6 +229,7 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "failed_gang_release_seconds" ||
       key == "forming_gang_abandon_seconds" ||
       key == "member_gone_after_seconds" || key == "elastic_wait_seconds" ||
+      key == "finished_gang_retention_hours" ||
       key == "max_forming_gangs_per_pipeline" ||
       key == "max_forming_gangs_per_project" ||
       key == "join_rate_per_project" || key == "join_burst_per_project") {
@@ -260,6 +264,9 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "elastic_wait_seconds") {
       config.elastic_wait = std::chrono::seconds(*number);
     }
+    if (key == "finished_gang_retention_hours") {
+      config.finished_gang_retention = std::chrono::hours(*number);
+    }
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown key '", key, "'"));
@@ -287,6 +294,12 @@ absl::Status ValidateConfig(const Config& config) {
   }
   if (config.max_nodes_per_job == 0) {
     return absl::InvalidArgumentError("max_nodes_per_job must be at least 1");
+  }
+  if (config.finished_gang_retention > std::chrono::hours(kMaxRetentionHours)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "finished_gang_retention_hours must be at most ", kMaxRetentionHours,
+        " (10 years; 0 keeps finished gangs forever), got ",
+        config.finished_gang_retention.count()));
   }
   if (config.preemption.enabled && config.preemption.grace_s == 0) {
     // A victim needs some time to write its checkpoint after the notice.

@@ -21,6 +21,7 @@ TEST(ConfigTest, EmptyFileGivesDefaults) {
   EXPECT_EQ(config->host_down_after, std::chrono::seconds(10));
   EXPECT_EQ(config->failed_gang_release, std::chrono::seconds(300));
   EXPECT_EQ(config->elastic_wait, std::chrono::seconds(60));
+  EXPECT_EQ(config->finished_gang_retention, std::chrono::hours(168));
   EXPECT_EQ(config->log_level, "info");
   EXPECT_EQ(config->advertise_endpoint, "");
   EXPECT_EQ(config->metrics_address, "");  // No metrics endpoint.
@@ -40,6 +41,27 @@ TEST(ConfigTest, MetricsAddressIsHostAndPort) {
         << bad;
     EXPECT_THAT(rejected.status().message(),
                 HasSubstr("metrics_address must be host:port"))
+        << bad;
+  }
+}
+
+TEST(ConfigTest, FinishedGangRetentionIsHoursAndZeroKeepsForever) {
+  absl::StatusOr<Config> config =
+      ParseConfig("finished_gang_retention_hours: 24\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->finished_gang_retention, std::chrono::hours(24));
+  config = ParseConfig("finished_gang_retention_hours: 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->finished_gang_retention, std::chrono::hours(0));
+
+  for (const char* bad : {"finished_gang_retention_hours: -1\n",
+                          "finished_gang_retention_hours: 87601\n",
+                          "finished_gang_retention_hours: week\n"}) {
+    absl::StatusOr<Config> rejected = ParseConfig(bad);
+    EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+    EXPECT_THAT(rejected.status().message(),
+                HasSubstr("finished_gang_retention_hours must be"))
         << bad;
   }
 }

@@ -278,6 +278,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->FailHungGangs();
       scheduler_->EndAbandonedFormingGangs();
       scheduler_->ReconcileMembers();
+      scheduler_->PruneFinishedGangs();  // Once a minute at most.
       FlushStoreLocked();
     }
     scheduler_->StopPreemptedGangs();

@@ -193,6 +193,50 @@ TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
             absl::StatusCode::kFailedPrecondition);
 }
 
+// The periodic checks forget a finished gang after its retention: late
+// calls for it are NOT_FOUND, and a retried job of its key forms it afresh.
+TEST_F(CoordinatorTest, TheTimeChecksForgetAFinishedGangAfterItsRetention) {
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  ASSERT_TRUE(
+      coordinator_->Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
+  coordinator_->RunAdmissionPass();
+  std::optional<state::Assignment> first = WaitAdmitted(1);
+  ASSERT_TRUE(first.has_value());
+  const std::string gang = first->gang_id;
+  const kv::KvCaller member{gang, first->epoch, first->kv_token};
+  state::CheckpointRecord record;
+  record.step = 10;
+  record.manifest_json = "{}";
+  ASSERT_TRUE(coordinator_->RecordCheckpoint(member, record).ok());
+  for (uint32_t index : {1u, 2u}) {
+    ASSERT_TRUE(
+        coordinator_->ReportExit(gang, 1, index, 100 + index, 0, false).ok());
+    ASSERT_TRUE(
+        coordinator_->Leave(test::TrainKey(2), index, 100 + index).ok());
+  }
+  coordinator_->RunAdmissionPass();
+  ASSERT_EQ(coordinator_->GetSnapshot(true).gangs.size(), 1u);
+
+  clock_.Advance(std::chrono::hours(168));
+  ASSERT_TRUE(coordinator_->Heartbeat("gpu-01"));
+  coordinator_->RunAdmissionPass();
+
+  EXPECT_TRUE(coordinator_->GetSnapshot(true).gangs.empty());
+  EXPECT_EQ(coordinator_->ReportExit(gang, 1, 1, 101, 0, false).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(coordinator_->Watch(gang, 1, 1, 101, 70).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE(coordinator_->ListCheckpoints(member).ok());
+  EXPECT_TRUE(coordinator_->Leave(test::TrainKey(2), 1, 101).ok());
+  JoinRequest retry = test::Joining(test::TrainKey(2), 1, 1);
+  retry.job_id = 201;
+  absl::StatusOr<std::string> fresh = coordinator_->Join(retry, 3);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*fresh, gang);
+  EXPECT_EQ(coordinator_->GetSnapshot(true).gangs.at(0).epoch, 1u);
+}
+
 TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";

@@ -75,7 +75,11 @@ CoordinatorMetrics::CoordinatorMetrics(const Clock& clock) : clock_(clock) {
       "Times the coordinator could not hear its hosts and extended their "
       "heartbeat deadlines instead of declaring them down, by reason "
       "(stalled: its own passes stopped; quiet: no host was heard).");
+  registry_.DeclareCounter(
+      "gdt_gangs_pruned_total",
+      "Finished gangs forgotten after finished_gang_retention_hours.");
   registry_.Touch("gdt_gangs_admitted_total");
+  registry_.Touch("gdt_gangs_pruned_total");
   registry_.Touch("gdt_deadlock_bounces_total");
   registry_.Touch("gdt_preemptions_total");
   registry_.Touch("gdt_preempted_gpu_hours_total");
@@ -135,6 +139,12 @@ void CoordinatorMetrics::DeadlinesExtended(std::string_view reason,
                                            size_t /*hosts*/) {
   registry_.Increment("gdt_host_deadlines_extended_total",
                       {{"reason", std::string(reason)}});
+}
+
+void CoordinatorMetrics::GangPruned(const std::string& gang_id) {
+  registry_.Increment("gdt_gangs_pruned_total");
+  MutexLock lock(mu_);
+  joins_.erase(gang_id);
 }
 
 void CoordinatorMetrics::RpcFinished(std::string_view method,

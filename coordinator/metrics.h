@@ -34,6 +34,7 @@ class CoordinatorMetrics final : public Observer {
   void Preempted(const std::string& gang_id, double lost_gpu_hours) override;
   void JoinRefused(std::string_view limit) override;
   void DeadlinesExtended(std::string_view reason, size_t hosts) override;
+  void GangPruned(const std::string& gang_id) override;
   void RpcFinished(std::string_view method, std::string_view code,
                    double seconds) override;
 

@@ -40,6 +40,9 @@ class Observer {
   // "quiet", see Scheduler::CheckHearing) and extended `hosts` hosts'
   // heartbeat deadlines instead of declaring them down.
   virtual void DeadlinesExtended(std::string_view reason, size_t hosts) {}
+  // Finished gang `gang_id` was forgotten after its retention
+  // (Scheduler::PruneFinishedGangs).
+  virtual void GangPruned(const std::string& gang_id) {}
   // An RPC finished with `code` (e.g. "OK", "NOT_FOUND") after `seconds`.
   virtual void RpcFinished(std::string_view method, std::string_view code,
                            double seconds) {}

@@ -1251,6 +1251,7 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
     if (found == gangs_.end() ||
         (found->second.state != state::GangState::kForming &&
          !HoldsLeases(found->second))) {
+      if (found != gangs_.end()) NoteFinished(*it);
       it = live_ids_.erase(it);  // Ended for good (see live_ids_).
       continue;
     }

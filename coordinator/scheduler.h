@@ -69,6 +69,12 @@ struct SchedulerOptions {
   // other (by their hosts' clocks, assumed that close) stopped together;
   // the first hang report then keeps the blame. See MemberHung().
   std::chrono::milliseconds hang_tie_tolerance{1000};
+  // Retention: a finished gang (done or failed, archived epochs included)
+  // whose members have all left and that holds no lease is forgotten, in
+  // memory and in the store, this long after this scheduler saw it finish
+  // or loaded it finished (a restart starts the count again); 0 = kept
+  // forever. See PruneFinishedGangs().
+  std::chrono::hours finished_gang_retention{168};
 };
 
 // When a member last made progress, as its host saw it: the progress
@@ -436,6 +442,23 @@ class Scheduler {
                           uint32_t member_index, int64_t job_id,
                           uint32_t seconds, MemberProgress progress = {});
 
+  // Retention (finished_gang_retention): forgets each finished gang whose
+  // retention has run out since this scheduler saw it finish (or loaded it
+  // finished), with its members, leases, preemption and elastic records,
+  // key-value store token and, for a gang's current id, its checkpoint
+  // records (StateStore::DeleteGang), then in memory. A gang whose members
+  // have not all left, that a lease or a watch still names, or (for a
+  // gang's current id) whose archived epochs are still kept waits for a
+  // later call. Does the work at most once per kPruneEvery and looks at
+  // most kPruneBatch gangs a time, so that no call stalls the scheduler.
+  // Afterwards every lookup by the gang's id answers as for an unknown gang
+  // (NotFound), and a join of its key forms a fresh gang. Returns the ids
+  // forgotten. A store error is logged and the gang tried again later.
+  // Call periodically.
+  std::vector<std::string> PruneFinishedGangs();
+  static constexpr std::chrono::seconds kPruneEvery{60};
+  static constexpr size_t kPruneBatch = 256;
+
   // Decides the hung gangs MemberHung() left waiting for a member's host,
   // once that host was heard from or host_down_after passed since the
   // first report. Returns the ids it failed. Call periodically.
@@ -586,6 +609,13 @@ class Scheduler {
   std::vector<std::pair<std::string, state::Gang*>> LiveGangs();
   // Frees the GPU, slot and port leases of `gang` (every member has left).
   void ReleaseLeases(const state::Gang& gang);
+  // Retention: Pass() saw gang `gang_id` end for good now.
+  void NoteFinished(const std::string& gang_id);
+  // Why finished `gang` cannot be forgotten yet (a lease, a watch or an
+  // archived epoch names it); empty when it can.
+  std::string PruneBlocker(const state::Gang& gang) const;
+  // Drops every trace of `gang_id` from memory (it is gone from the store).
+  void ForgetGang(const std::string& gang_id);
 
   // Resources in use on one host.
   struct Usage {
@@ -702,8 +732,9 @@ class Scheduler {
   std::map<std::string, state::Gang> gangs_;  // By id.
   // Ids of the gangs that may be forming or hold leases: every such gang is
   // here (added when a gang is created, loaded or starts an epoch), others
-  // are dropped by the next Pass(). gangs_ keeps every gang ever held, so
-  // passes and usage walk this set to cost O(live gangs), not O(history).
+  // are dropped by the next Pass(). gangs_ keeps finished gangs too (until
+  // their retention runs out, see PruneFinishedGangs), so passes and usage
+  // walk this set to cost O(live gangs), not O(history).
   std::set<std::string> live_ids_;
   bool last_join_needs_no_pass_ = false;  // See LastJoinNeedsNoPass().
   // By gang id, for gangs holding leases (see StayingOf); dropped when the
@@ -756,6 +787,12 @@ class Scheduler {
   // Forming gangs with no present member -> when this scheduler first saw
   // them so.
   std::map<std::string, Clock::TimePoint> forming_empty_since_;
+  // Retention (PruneFinishedGangs): the finished gangs by id -> since when
+  // this scheduler saw them so, and the same pairs by time (entries whose
+  // time no longer matches finished_since_ are stale and skipped).
+  std::map<std::string, Clock::TimePoint> finished_since_;
+  std::set<std::pair<Clock::TimePoint, std::string>> prune_queue_;
+  std::optional<Clock::TimePoint> last_prune_;
   std::vector<state::MemberEvent> events_;
   std::vector<PreemptionNotice> notices_;  // Not yet taken.
   Observer* observer_ = &NullObserver();

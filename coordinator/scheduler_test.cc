@@ -1377,5 +1377,209 @@ TEST(SchedulerQuotaTest, JoinsPerProjectAreRateLimited) {
                         "project\"} 2\n"));
 }
 
+// Retention of finished gangs -----------------------------------------.
+
+// Runs gang TrainKey(2) on cpu-01 (AdmitCpuGang) to the end: both members
+// exit 0 and leave, and an admission pass sees it finished.
+std::string RunCpuGangToTheEnd(Scheduler& scheduler) {
+  const std::string gang = AdmitCpuGang(scheduler, 2);
+  for (uint32_t index : {1u, 2u}) {
+    EXPECT_TRUE(scheduler.ReportExit(gang, 1, index, 100 + index, 0).ok());
+    EXPECT_TRUE(scheduler.Leave(test::TrainKey(2), index, 100 + index).ok());
+  }
+  scheduler.Plan();
+  return gang;
+}
+
+TEST_F(SchedulerTest, AFinishedGangIsKeptForItsRetentionThenForgotten) {
+  CoordinatorMetrics metrics(clock_);
+  scheduler_->SetObserver(metrics);
+  const std::string gang = RunCpuGangToTheEnd(*scheduler_);
+  ASSERT_EQ(scheduler_->FindGang(gang)->state, state::GangState::kDone);
+
+  clock_.Advance(167h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());
+  EXPECT_NE(scheduler_->FindGang(gang), nullptr);
+  clock_.Advance(1h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(gang));
+
+  EXPECT_EQ(scheduler_->FindGang(gang), nullptr);
+  EXPECT_THAT(scheduler_->GetSnapshot(true).gangs, IsEmpty());
+  EXPECT_THAT(metrics.Render(scheduler_->GetSnapshot(false)),
+              HasSubstr("gdt_gangs_pruned_total 1\n"));
+  // Gone from the store too: a restarted scheduler does not load it.
+  absl::StatusOr<state::StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_THAT(stored->gangs, IsEmpty());
+  std::unique_ptr<Scheduler> restarted = test::MakeScheduler(clock_, *store_);
+  ASSERT_NE(restarted, nullptr);
+  EXPECT_EQ(restarted->FindGang(gang), nullptr);
+}
+
+TEST_F(SchedulerTest,
+       ALateCallForAForgottenGangIsNotFoundAndARetryStartsAfresh) {
+  const std::string gang = RunCpuGangToTheEnd(*scheduler_);
+  clock_.Advance(168h);
+  ASSERT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(gang));
+
+  EXPECT_EQ(scheduler_->ReportExit(gang, 1, 1, 101, 0).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->Watch(gang, 1, 1, 101, 70).code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->Peers(gang, 1, 1, 101).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->MemberLost(gang, 1, 1, 101, "gone").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->Cancel(gang, "").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(scheduler_->ForceCancel(gang, "").status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_TRUE(scheduler_->Leave(test::TrainKey(2), 1, 101).ok());
+  EXPECT_THAT(scheduler_->MembersLeft("cpu-01", {gang + "/101"}), IsEmpty());
+
+  // A retried job of the same key forms a fresh gang under the same id.
+  bool was_down = false;
+  ASSERT_TRUE(scheduler_->Heartbeat("cpu-01", &was_down));
+  JoinRequest retry = test::Joining(test::TrainKey(2), 1);
+  retry.job_id = 201;
+  absl::StatusOr<std::string> fresh = scheduler_->Join(retry, 9);
+  ASSERT_TRUE(fresh.ok()) << fresh.status();
+  EXPECT_EQ(*fresh, gang);
+  const state::Gang* formed = scheduler_->FindGang(gang);
+  ASSERT_NE(formed, nullptr);
+  EXPECT_EQ(formed->state, state::GangState::kForming);
+  EXPECT_EQ(formed->epoch, 1u);
+  ASSERT_EQ(formed->members.size(), 1u);
+  EXPECT_EQ(formed->members.at(1).job_id, 201);
+}
+
+TEST_F(SchedulerTest, LiveGangsAndGangsWhoseMembersHaveNotLeftAreKept) {
+  const std::string running = AdmitCpuGang(*scheduler_, 2);
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-02", 4)).ok());
+  state::GangKey eval = test::TrainKey(3);
+  eval.group_name = "eval";
+  ASSERT_TRUE(scheduler_->Join(test::Joining(eval, 1), 21).ok());
+  state::GangKey lint = test::TrainKey(2);
+  lint.group_name = "lint";
+  absl::StatusOr<std::string> failed;
+  for (uint32_t index : {1u, 2u}) {
+    failed = scheduler_->Join(test::Joining(lint, index), 30 + index);
+    ASSERT_TRUE(failed.ok()) << failed.status();
+  }
+  ASSERT_EQ(AdmitAll(), 1);
+  ASSERT_TRUE(scheduler_->ReportExit(*failed, 1, 1, 101, 1).ok());
+  ASSERT_TRUE(scheduler_->Leave(lint, 1, 101).ok());  // Member 2 has not.
+  scheduler_->Plan();
+
+  for (int day = 0; day < 30; ++day) {
+    clock_.Advance(24h);
+    EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());
+  }
+  EXPECT_EQ(scheduler_->FindGang(running)->state, state::GangState::kRunning);
+  EXPECT_EQ(scheduler_->FindGang("eval-p5-pl77-n3")->state,
+            state::GangState::kForming);
+  EXPECT_EQ(scheduler_->FindGang(*failed)->state, state::GangState::kFailed);
+
+  // The retention counts from when the last member left.
+  ASSERT_TRUE(scheduler_->Leave(lint, 2, 102).ok());
+  scheduler_->Plan();
+  clock_.Advance(167h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());
+  clock_.Advance(1h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(*failed));
+  EXPECT_NE(scheduler_->FindGang(running), nullptr);
+}
+
+TEST_F(SchedulerTest, ARetentionOfZeroKeepsEveryFinishedGang) {
+  SchedulerOptions options;
+  options.finished_gang_retention = 0h;
+  scheduler_ = test::MakeScheduler(clock_, *store_, options);
+  ASSERT_NE(scheduler_, nullptr);
+  const std::string gang = RunCpuGangToTheEnd(*scheduler_);
+
+  clock_.Advance(24h * 3650);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());
+
+  EXPECT_NE(scheduler_->FindGang(gang), nullptr);
+  absl::StatusOr<state::StoredState> stored = store_->Load();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(stored->gangs.size(), 1u);
+}
+
+// An archived epoch goes after its own retention while the gang's next
+// epoch runs; the gang's checkpoint records stay until the gang itself
+// goes.
+TEST_F(SchedulerTest, AnArchivedEpochIsForgottenWhileItsRetryRuns) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 2)).ok());
+  const state::GangKey key = test::TrainKey(2);
+  for (uint32_t index : {1u, 2u}) {
+    ASSERT_TRUE(scheduler_->Join(test::Joining(key, index), index).ok());
+  }
+  ASSERT_EQ(AdmitAll(), 1);
+  const std::string gang = "train-p5-pl77-n2";
+  ASSERT_TRUE(
+      store_->SaveCheckpointRecord({gang, 1, 10, 0, 101, "{}", 1'000}, 8).ok());
+  ASSERT_TRUE(scheduler_->ReportExit(gang, 1, 1, 101, 1).ok());
+  for (uint32_t index : {1u, 2u}) {
+    ASSERT_TRUE(scheduler_->Leave(key, index, 100 + index).ok());
+  }
+  // The retried jobs start epoch 2; epoch 1 is archived.
+  for (uint32_t index : {1u, 2u}) {
+    JoinRequest retry = test::Joining(key, index);
+    retry.job_id = 200 + index;
+    ASSERT_TRUE(scheduler_->Join(retry, 10 + index).ok());
+  }
+  ASSERT_EQ(AdmitAll(), 1);
+  const std::string archived = gang + "#1";
+  ASSERT_NE(scheduler_->FindGang(archived), nullptr);
+
+  clock_.Advance(168h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(archived));
+  EXPECT_EQ(scheduler_->FindGang(gang)->state, state::GangState::kRunning);
+  // Its job is fenced no more, but it is unknown: its late report is refused.
+  EXPECT_EQ(scheduler_->ReportExit(archived, 1, 2, 102, 0).code(),
+            absl::StatusCode::kNotFound);
+  absl::StatusOr<std::vector<state::CheckpointRecord>> records =
+      store_->ListCheckpointRecords(gang);
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_EQ(records->size(), 1u);
+
+  for (uint32_t index : {1u, 2u}) {
+    ASSERT_TRUE(scheduler_->ReportExit(gang, 2, index, 200 + index, 0).ok());
+    ASSERT_TRUE(scheduler_->Leave(key, index, 200 + index).ok());
+  }
+  scheduler_->Plan();
+  clock_.Advance(168h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(gang));
+  records = store_->ListCheckpointRecords(gang);
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_THAT(*records, IsEmpty());
+}
+
+// Each call forgets a bounded batch, so that thousands of expired gangs do
+// not stall one pass; the rest go on the following calls.
+TEST_F(SchedulerTest, PruningForgetsABoundedBatchPerCall) {
+  ASSERT_TRUE(scheduler_->RegisterHost(test::CpuHost("cpu-01", 1)).ok());
+  const size_t gangs = Scheduler::kPruneBatch + 10;
+  for (size_t i = 0; i < gangs; ++i) {
+    state::GangKey key = test::TrainKey(1);
+    key.pipeline_id = 1000 + static_cast<int64_t>(i);
+    JoinRequest join = test::Joining(key, 1);
+    absl::StatusOr<std::string> gang = scheduler_->Join(join, 1 + i);
+    ASSERT_TRUE(gang.ok()) << gang.status();
+    ASSERT_EQ(AdmitAll(), 1);
+    ASSERT_TRUE(scheduler_->ReportExit(*gang, 1, 1, join.job_id, 0).ok());
+    ASSERT_TRUE(scheduler_->Leave(key, 1, join.job_id).ok());
+  }
+  scheduler_->Plan();
+  clock_.Advance(168h);
+
+  EXPECT_EQ(scheduler_->PruneFinishedGangs().size(), Scheduler::kPruneBatch);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());  // Not yet due.
+  clock_.Advance(Scheduler::kPruneEvery);
+  EXPECT_EQ(scheduler_->PruneFinishedGangs().size(), 10u);
+  EXPECT_THAT(scheduler_->GetSnapshot(true).gangs, IsEmpty());
+}
+
 }  // namespace
 }  // namespace gdt::coordinator

@@ -143,6 +143,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.host_down_after = config.host_down_after;
   options.failed_gang_release = config.failed_gang_release;
   options.forming_abandoned_after = config.forming_gang_abandon;
+  options.finished_gang_retention = config.finished_gang_retention;
   options.member_gone_after = config.member_gone_after;
   options.elastic_wait = config.elastic_wait;
   options.preemption = config.preemption;

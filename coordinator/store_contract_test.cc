@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/fake_clock.h"
@@ -409,6 +410,108 @@ TEST_P(StoreTest, APreemptionUnderWaySurvivesReopenWhileTheGangRuns) {
   EXPECT_EQ(failed->gangs.at(0).preempt_notice_ms, 0);
 }
 
+// A finished gang past its retention goes with everything stored under its
+// id, and nothing of any other gang; a gang saved later under the same id
+// (a retry after the retention) starts from nothing.
+TEST_P(StoreTest, ADeletedGangLeavesNothingUnderItsId) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  // Stored by arrival: train (running, preemptible members), lint, eval.
+  state::Gang gone = before->gangs.at(0);
+  ASSERT_EQ(gone.id, "train-p5-pl77-n2");
+  gone.preemptions = 1;
+  gone.preempted_epoch = 1;
+  gone.preempted_by = "urgent-p5-pl77-n1";
+  gone.nodes_min = 1;
+  gone.preempt_notice_ms = 1'700'000'000'000;
+  ASSERT_TRUE((*store)->SaveGang(gone).ok());
+  // Ids that share its prefix keep what they have.
+  const std::string kept = "train-p5-pl77-n2-2";
+  for (const std::string& id : {gone.id, kept}) {
+    ASSERT_TRUE((*store)->SaveKvToken(state::KvToken{id, 1, "t-" + id}).ok());
+    ASSERT_TRUE((*store)
+                    ->SaveCheckpointRecord({id, 1, 10, 0, 101, "{}", 1'000}, 8)
+                    .ok());
+  }
+
+  ASSERT_TRUE((*store)->DeleteGang(gone.id).ok());
+  ASSERT_TRUE((*store)->DeleteGang("never-existed").ok());
+
+  store->reset();  // A restart: the old store closes first.
+  // No record of it is left behind, not even one Load() would skip.
+  if (GetParam() == "sqlite") {
+    std::string count = "0";
+    for (const char* table :
+         {"gangs", "members", "preemptible_members", "gpu_leases",
+          "port_leases", "gang_kv_tokens", "gang_preemptions", "elastic_gangs",
+          "preemptions_under_way", "checkpoint_records"}) {
+      count += absl::StrCat(" + (SELECT COUNT(*) FROM ", table,
+                            " WHERE gang_id = '", gone.id, "')");
+    }
+    EXPECT_EQ(test::ExecSql(Path(),
+                            "CREATE TEMP TABLE left_behind (n INTEGER CHECK "
+                            "(n = 0)); INSERT INTO left_behind SELECT " +
+                                count),
+              "");
+  } else {
+    absl::StatusOr<std::vector<state::EtcdKeyValue>> keys =
+        client_->Range("/gdt/test/", /*prefix=*/true, /*keys_only=*/true);
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    for (const state::EtcdKeyValue& kv : *keys) {
+      EXPECT_FALSE(absl::EndsWith(kv.key, "/" + gone.id) ||
+                   absl::StrContains(kv.key, "/" + gone.id + "/"))
+          << kv.key;
+    }
+  }
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->gangs.size(), 2u);
+  EXPECT_EQ(after->gangs[0].id, before->gangs[1].id);
+  EXPECT_EQ(after->gangs[1].id, before->gangs[2].id);
+  EXPECT_THAT(after->gpu_leases, IsEmpty());
+  EXPECT_THAT(after->port_leases, IsEmpty());
+  EXPECT_EQ(after->hosts.size(), 2u);
+  absl::StatusOr<std::vector<state::KvToken>> tokens =
+      (*reopened)->LoadKvTokens();
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ(tokens->at(0).gang_id, kept);
+  absl::StatusOr<std::vector<state::CheckpointRecord>> records =
+      (*reopened)->ListCheckpointRecords(gone.id);
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_THAT(*records, IsEmpty());
+  records = (*reopened)->ListCheckpointRecords(kept);
+  ASSERT_TRUE(records.ok()) << records.status();
+  EXPECT_EQ(records->size(), 1u);
+
+  // A fresh gang under the same id inherits no preemption, elastic or
+  // preemptible record and no member of the old one.
+  state::Gang fresh;
+  fresh.id = gone.id;
+  fresh.key = gone.key;
+  fresh.sequence = 99;
+  state::Member member;
+  member.index = 2;
+  member.job_id = 202;
+  fresh.members[2] = member;
+  ASSERT_TRUE((*reopened)->SaveMember(fresh, member).ok());
+  absl::StatusOr<state::StoredState> again = (*reopened)->Load();
+  ASSERT_TRUE(again.ok()) << again.status();
+  ASSERT_EQ(again->gangs.size(), 3u);
+  const state::Gang& reloaded = again->gangs.at(2);
+  EXPECT_TRUE(reloaded.SameRecord(fresh));
+  EXPECT_EQ(reloaded.preemptions, 0u);
+  EXPECT_EQ(reloaded.nodes_min, 0u);
+  EXPECT_EQ(reloaded.preempt_notice_ms, 0);
+  ASSERT_EQ(reloaded.members.size(), 1u);
+  EXPECT_FALSE(reloaded.members.at(2).preemptible);
+}
+
 // A gang stored in a state this version does not know (a damaged row, or
 // a newer gdt-coord's) stops the load with one line naming it, instead of
 // loading a gang in state "unknown".
@@ -553,6 +656,26 @@ TEST(EtcdStoreTest, FencedWritesFailOnceTheLeaderKeyChanged) {
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_EQ(state->hosts.size(), 1u);  // cpu-02 was never written.
   EXPECT_EQ(state->hosts[0].spec.name, "cpu-01");
+}
+
+TEST(EtcdStoreTest, ARemovalOfAGangIsFencedLikeEveryWrite) {
+  FencedEtcd fenced;
+  ASSERT_NO_FATAL_FAILURE(StartFencedEtcd(&fenced));
+  state::Gang gang;
+  gang.id = "lint-p5-pl77-n1";
+  gang.key = test::TrainKey(1);
+  gang.state = state::GangState::kDone;
+  ASSERT_TRUE(fenced.store->SaveGang(gang).ok());
+
+  ASSERT_NO_FATAL_FAILURE(TakeOver(fenced));
+  absl::Status refused = fenced.store->DeleteGang(gang.id);
+
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition) << refused;
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("no longer the leader"));
+  absl::StatusOr<state::StoredState> state = fenced.store->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->gangs.size(), 1u);  // Still there for the new leader.
+  EXPECT_EQ(state->gangs[0].id, gang.id);
 }
 
 TEST(EtcdStoreTest, UnreachableEtcdIsUnavailable) {

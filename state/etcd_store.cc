@@ -368,6 +368,18 @@ absl::Status EtcdStore::SaveMember(const Gang& gang, const Member& member) {
       absl::StrCat("gang ", gang.id));
 }
 
+absl::Status EtcdStore::DeleteGang(const std::string& gang_id) {
+  return Write(
+      Json::array(
+          {EtcdClient::Delete(Key("gangs", gang_id)),
+           EtcdClient::Delete(Key("rosters", gang_id)),
+           EtcdClient::DeletePrefix(Key("members", gang_id) + "/"),
+           EtcdClient::Delete(Key("leases", gang_id)),
+           EtcdClient::Delete(Key("kv_tokens", gang_id)),
+           EtcdClient::DeletePrefix(Key("checkpoints", gang_id) + "/")}),
+      absl::StrCat("the removal of gang ", gang_id));
+}
+
 absl::StatusOr<StoredState> EtcdStore::Load() {
   // Only the kinds the state is made of, page by page at one revision: the
   // tokens, checkpoint records and secrets beside them are read elsewhere,

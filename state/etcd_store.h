@@ -62,6 +62,9 @@ class EtcdStore : public StateStore {
   absl::Status DeleteHost(const std::string& name) override;
   absl::Status SaveGang(const Gang& gang) override;
   absl::Status SaveMember(const Gang& gang, const Member& member) override;
+  // One fenced transaction: the gang's record, roster, member and lease
+  // records, kv token and checkpoint records.
+  absl::Status DeleteGang(const std::string& gang_id) override;
   absl::StatusOr<StoredState> Load() override;
 
   // Gang key-value store tokens.

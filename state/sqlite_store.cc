@@ -114,6 +114,7 @@ constexpr const char* kUpsertGang =
 constexpr const char* kInsertGangIfAbsent =
     "INSERT OR IGNORE INTO gangs VALUES "
     "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)";
+constexpr const char* kDeleteGangRow = "DELETE FROM gangs WHERE gang_id = ?1";
 constexpr const char* kDeleteMembers = "DELETE FROM members WHERE gang_id = ?1";
 constexpr const char* kUpsertMember =
     "INSERT OR REPLACE INTO members VALUES "
@@ -509,6 +510,20 @@ absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member,
 }
 
 absl::Status SqliteStore::Flush() { return db_.Flush(); }
+
+absl::Status SqliteStore::DeleteGang(const std::string& gang_id) {
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  for (const char* sql :
+       {kDeleteGangRow, kDeleteMembers, kDeleteGangPreemptible,
+        kDeleteGpuLeases, kDeletePortLeases, kDeleteKvToken, kDeletePreemption,
+        kDeleteElastic, kDeletePreempting, kDeleteCheckpoints}) {
+    GDT_RETURN_IF_ERROR(
+        Annotated(db_.Run(sql, gang_id), "removal of gang " + gang_id));
+  }
+  return transaction->Commit();
+}
 
 absl::Status SqliteStore::SetHostDrained(const std::string& name,
                                          bool drained) {

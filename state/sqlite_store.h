@@ -63,6 +63,9 @@ class SqliteStore : public StateStore {
                         bool gang_changed) override;
   absl::Status Flush() override;
 
+  // Deletes the gang's rows from every table that holds rows by gang id.
+  absl::Status DeleteGang(const std::string& gang_id) override;
+
   // Reads everything back.
   absl::StatusOr<StoredState> Load() override;
 

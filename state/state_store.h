@@ -105,6 +105,12 @@ class StateStore {
   // returned; the pending joins are then not stored.
   virtual absl::Status Flush() { return absl::OkStatus(); }
 
+  // Forgets the gang (a finished one, see the scheduler's retention) in one
+  // transaction: its record, members, leases, key-value store token,
+  // preemption and elastic records and the checkpoint records stored under
+  // its id. Load() no longer returns it. Unknown ids are fine.
+  virtual absl::Status DeleteGang(const std::string& gang_id) = 0;
+
   // Reads everything back.
   virtual absl::StatusOr<StoredState> Load() = 0;
 
