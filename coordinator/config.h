@@ -52,8 +52,8 @@ struct Config {
   // present (at least min, if they fit) this long after it began forming.
   std::chrono::seconds elastic_wait{60};
   // A finished gang whose members have all left is forgotten (in memory and
-  // in the store) this long after the coordinator process saw it finish or
-  // loaded it finished; 0 = kept forever (SchedulerOptions).
+  // in the store) this long after it ended for good (Gang::ended_unix_ms,
+  // stored); 0 = kept forever (SchedulerOptions).
   std::chrono::hours finished_gang_retention{168};
   std::string log_level = "info";
   // Checkpoint-aware preemption (`preemption:` map); off by default.

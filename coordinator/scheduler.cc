@@ -951,6 +951,7 @@ absl::Status Scheduler::Leave(const state::GangKey& key, uint32_t member_index,
       updated.state = state::GangState::kDone;
       updated.reason = "every member left";
     }
+    updated.ended_unix_ms = clock_.UnixMillis();
     GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     spdlog::info("event=gang_leases_released gang={} state={}",

@@ -71,9 +71,9 @@ struct SchedulerOptions {
   std::chrono::milliseconds hang_tie_tolerance{1000};
   // Retention: a finished gang (done or failed, archived epochs included)
   // whose members have all left and that holds no lease is forgotten, in
-  // memory and in the store, this long after this scheduler saw it finish
-  // or loaded it finished (a restart starts the count again); 0 = kept
-  // forever. See PruneFinishedGangs().
+  // memory and in the store, this long after it ended for good
+  // (Gang::ended_unix_ms; for records without one, after this scheduler
+  // first saw it finished); 0 = kept forever. See PruneFinishedGangs().
   std::chrono::hours finished_gang_retention{168};
 };
 
@@ -443,9 +443,9 @@ class Scheduler {
                           uint32_t seconds, MemberProgress progress = {});
 
   // Retention (finished_gang_retention): forgets each finished gang whose
-  // retention has run out since this scheduler saw it finish (or loaded it
-  // finished), with its members, leases, preemption and elastic records,
-  // key-value store token and, for a gang's current id, its checkpoint
+  // retention has run out since it ended for good (see
+  // finished_gang_retention), with its members, leases, preemption and elastic
+  // records, key-value store token and, for a gang's current id, its checkpoint
   // records (StateStore::DeleteGang), then in memory. A gang whose members
   // have not all left, that a lease or a watch still names, or (for a
   // gang's current id) whose archived epochs are still kept waits for a

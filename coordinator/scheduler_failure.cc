@@ -64,6 +64,7 @@ absl::Status Scheduler::FailGang(state::Gang& gang, uint32_t member_index,
       member.present = false;
       member.left = true;
     }
+    updated.ended_unix_ms = clock_.UnixMillis();
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
   gang = std::move(updated);
@@ -561,6 +562,7 @@ std::vector<std::string> Scheduler::ReleaseAbandonedMembers() {
       member.present = false;
       abandoned.push_back(absl::StrCat(index, " (job ", member.job_id, ")"));
     }
+    updated.ended_unix_ms = clock_.UnixMillis();
     if (absl::Status status = store_.SaveGang(updated); !status.ok()) {
       spdlog::error("event=lease_release_failed gang={} error={}", LogValue(id),
                     LogValue(status.ToString()));
@@ -697,6 +699,7 @@ absl::StatusOr<std::string> Scheduler::ForceCancel(const std::string& gang_id,
       updated.state = state::GangState::kDone;
       updated.reason = "leases freed by operator (cancel --force)";
     }
+    updated.ended_unix_ms = clock_.UnixMillis();
     GDT_RETURN_IF_ERROR(store_.SaveGang(updated));
     ReleaseLeases(updated);
     gang = std::move(updated);

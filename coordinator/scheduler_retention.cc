@@ -15,9 +15,17 @@ namespace gdt::coordinator {
 
 void Scheduler::NoteFinished(const std::string& gang_id) {
   if (options_.finished_gang_retention.count() <= 0) return;
-  const Clock::TimePoint now = clock_.Now();
-  finished_since_[gang_id] = now;
-  prune_queue_.emplace(now, gang_id);
+  Clock::TimePoint since = clock_.Now();
+  // The stored end time, where the gang has one, so that a restart or a
+  // takeover does not start the count again (a clock set back counts as
+  // now; a record without one counts from now).
+  if (auto found = gangs_.find(gang_id);
+      found != gangs_.end() && found->second.ended_unix_ms > 0) {
+    const int64_t ago_ms = clock_.UnixMillis() - found->second.ended_unix_ms;
+    if (ago_ms > 0) since -= std::chrono::milliseconds(ago_ms);
+  }
+  finished_since_[gang_id] = since;
+  prune_queue_.emplace(since, gang_id);
 }
 
 std::string Scheduler::PruneBlocker(const state::Gang& gang) const {

@@ -1416,6 +1416,23 @@ TEST_F(SchedulerTest, AFinishedGangIsKeptForItsRetentionThenForgotten) {
   EXPECT_EQ(restarted->FindGang(gang), nullptr);
 }
 
+// The end time is stored with the gang: a restart between the end and the
+// end of the retention does not start the count again.
+TEST_F(SchedulerTest, TheRetentionCountsFromTheStoredEndAcrossARestart) {
+  const std::string gang = RunCpuGangToTheEnd(*scheduler_);
+  scheduler_->Plan();
+  clock_.Advance(100h);
+  scheduler_ = test::MakeScheduler(clock_, *store_);
+  ASSERT_NE(scheduler_, nullptr);
+  ASSERT_NE(scheduler_->FindGang(gang), nullptr);
+  scheduler_->Plan();
+
+  clock_.Advance(67h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), IsEmpty());
+  clock_.Advance(1h);
+  EXPECT_THAT(scheduler_->PruneFinishedGangs(), ElementsAre(gang));
+}
+
 TEST_F(SchedulerTest,
        ALateCallForAForgottenGangIsNotFoundAndARetryStartsAfresh) {
   const std::string gang = RunCpuGangToTheEnd(*scheduler_);

@@ -347,6 +347,40 @@ TEST_P(StoreTest, APreemptionCountSurvivesReopenAndCanBeCleared) {
   EXPECT_TRUE(cleared->gangs.at(0).SameRecord(preempted));
 }
 
+// The retention of finished gangs counts from their end: the time must
+// outlive a restart (or a takeover) and go when a new epoch begins.
+TEST_P(StoreTest, AGangsEndTimeSurvivesReopenAndCanBeCleared) {
+  absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
+  ASSERT_TRUE(store.ok()) << store.status();
+  Fill(**store);
+  absl::StatusOr<state::StoredState> before = (*store)->Load();
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->gangs.at(0).ended_unix_ms, 0);
+  state::Gang ended = before->gangs.at(0);
+  ended.state = state::GangState::kDone;
+  for (auto& [index, member] : ended.members) member.left = true;
+  ended.ended_unix_ms = 1'700'000'123'456;
+  ASSERT_TRUE((*store)->SaveGang(ended).ok());
+
+  store->reset();  // A restart: the old store closes first.
+  absl::StatusOr<std::unique_ptr<state::StateStore>> reopened = Open();
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> after = (*reopened)->Load();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->gangs.at(0).ended_unix_ms, 1'700'000'123'456);
+  EXPECT_TRUE(after->gangs.at(0).SameRecord(ended));
+  // lint ended when its member left (Fill); eval still forms.
+  EXPECT_GT(after->gangs.at(1).ended_unix_ms, 0);
+  EXPECT_EQ(after->gangs.at(2).ended_unix_ms, 0);
+
+  ended.state = state::GangState::kForming;
+  ended.ended_unix_ms = 0;
+  ASSERT_TRUE((*reopened)->SaveGang(ended).ok());
+  absl::StatusOr<state::StoredState> cleared = (*reopened)->Load();
+  ASSERT_TRUE(cleared.ok()) << cleared.status();
+  EXPECT_EQ(cleared->gangs.at(0).ended_unix_ms, 0);
+}
+
 TEST_P(StoreTest, AnElasticGangsSizeAndMembersLeftOutSurviveReopen) {
   absl::StatusOr<std::unique_ptr<state::StateStore>> store = Open();
   ASSERT_TRUE(store.ok()) << store.status();
@@ -447,7 +481,7 @@ TEST_P(StoreTest, ADeletedGangLeavesNothingUnderItsId) {
     for (const char* table :
          {"gangs", "members", "preemptible_members", "gpu_leases",
           "port_leases", "gang_kv_tokens", "gang_preemptions", "elastic_gangs",
-          "preemptions_under_way", "checkpoint_records"}) {
+          "preemptions_under_way", "gang_ended", "checkpoint_records"}) {
       count += absl::StrCat(" + (SELECT COUNT(*) FROM ", table,
                             " WHERE gang_id = '", gone.id, "')");
     }

@@ -119,6 +119,7 @@ Json GangToJson(const Gang& gang) {
           {"preempted_lost_gpu_seconds", gang.preempted_lost_gpu_seconds},
           {"nodes_min", gang.nodes_min},
           {"not_needed", NotNeededJson(gang.not_needed)},
+          {"ended_unix_ms", gang.ended_unix_ms},
           {"preempting", PreemptingJson(gang)}};
 }
 
@@ -158,6 +159,8 @@ absl::StatusOr<Gang> GangFromJson(const Json& json) {
         static_cast<double>(found->value("estimate_gpu_seconds", int64_t{0})) /
         3600.0;
   }
+  // Records written before the end time was kept lack it: 0, unknown.
+  gang.ended_unix_ms = json.value("ended_unix_ms", int64_t{0});
   // Records written before elastic gangs lack these fields: fixed-size.
   gang.nodes_min = json.value("nodes_min", 0u);
   if (const auto found = json.find("not_needed");

@@ -68,13 +68,13 @@ bool Gang::SameRecord(const Gang& other) const {
   if (std::tie(id, key, state, epoch, reason, master_host, master_addr,
                master_port, created_unix_ms, sequence, preemptions,
                preempted_epoch, preempted_by, preempted_lost_gpu_seconds,
-               nodes_min, not_needed) !=
+               nodes_min, not_needed, ended_unix_ms) !=
       std::tie(other.id, other.key, other.state, other.epoch, other.reason,
                other.master_host, other.master_addr, other.master_port,
                other.created_unix_ms, other.sequence, other.preemptions,
                other.preempted_epoch, other.preempted_by,
                other.preempted_lost_gpu_seconds, other.nodes_min,
-               other.not_needed)) {
+               other.not_needed, other.ended_unix_ms)) {
     return false;
   }
   // A preemption under way is kept only while the gang runs, and its

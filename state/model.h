@@ -150,6 +150,10 @@ struct Gang {
   // not in `members`: they hold nothing and their jobs end successfully.
   uint32_t nodes_min = 0;
   std::map<uint32_t, int64_t> not_needed;
+  // When the gang ended for good: done or failed with every member gone
+  // (0: not yet, or a record written before this was kept). The retention
+  // of finished gangs counts from it.
+  int64_t ended_unix_ms = 0;
 
   // Runtime only.
   uint32_t queue_position = 0;

@@ -233,6 +233,21 @@ constexpr const char* kDeleteElastic =
 constexpr const char* kSelectElastic =
     "SELECT gang_id, nodes_min, not_needed FROM elastic_gangs";
 
+// When a finished gang ended for good (Gang::ended_unix_ms): a table of its
+// own, so older state files gain it as is and their gangs read as "not
+// known". Only gangs that ended have a row.
+constexpr const char* kEndedSchema = R"sql(
+CREATE TABLE IF NOT EXISTS gang_ended (
+  gang_id TEXT PRIMARY KEY,
+  ended_unix_ms INTEGER NOT NULL);
+)sql";
+constexpr const char* kUpsertEnded =
+    "INSERT OR REPLACE INTO gang_ended VALUES (?1, ?2)";
+constexpr const char* kDeleteEnded =
+    "DELETE FROM gang_ended WHERE gang_id = ?1";
+constexpr const char* kSelectEnded =
+    "SELECT gang_id, ended_unix_ms FROM gang_ended";
+
 // A preemption under way (the checkpoint notice went out, the gang still
 // runs): a table of its own, with a row only while the gang runs, so a
 // restarted coordinator stops the gang at its checkpoint or deadline and
@@ -381,7 +396,7 @@ absl::Status SqliteStore::Init() {
   for (const char* schema :
        {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
         kPreemptibleSchema, kPreemptionSchema, kElasticSchema,
-        kPreemptingSchema, kSecretSchema}) {
+        kPreemptingSchema, kEndedSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
   int version = -1;
@@ -432,6 +447,11 @@ absl::Status SqliteStore::SaveGangHeader(const Gang& gang) {
                 gang.preempt_by, gang.preempt_by_priority,
                 static_cast<int64_t>(
                     std::llround(gang.preempt_estimate_gpu_hours * 3600.0))));
+  }
+  if (gang.ended_unix_ms == 0) {
+    GDT_RETURN_IF_ERROR(db_.Run(kDeleteEnded, gang.id));
+  } else {
+    GDT_RETURN_IF_ERROR(db_.Run(kUpsertEnded, gang.id, gang.ended_unix_ms));
   }
   if (gang.nodes_min == 0) {
     GDT_RETURN_IF_ERROR(db_.Run(kDeleteElastic, gang.id));
@@ -518,7 +538,7 @@ absl::Status SqliteStore::DeleteGang(const std::string& gang_id) {
   for (const char* sql :
        {kDeleteGangRow, kDeleteMembers, kDeleteGangPreemptible,
         kDeleteGpuLeases, kDeletePortLeases, kDeleteKvToken, kDeletePreemption,
-        kDeleteElastic, kDeletePreempting, kDeleteCheckpoints}) {
+        kDeleteElastic, kDeletePreempting, kDeleteEnded, kDeleteCheckpoints}) {
     GDT_RETURN_IF_ERROR(
         Annotated(db_.Run(sql, gang_id), "removal of gang " + gang_id));
   }
@@ -655,6 +675,11 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
         }
       }));
 
+  GDT_RETURN_IF_ERROR(ForEachRow(kSelectEnded, [&](const sqlite::Row& row) {
+    auto position = gang_positions.find(row.Text(0));
+    if (position == gang_positions.end()) return;
+    state.gangs[position->second].ended_unix_ms = row.Int64(1);
+  }));
   GDT_RETURN_IF_ERROR(
       ForEachRow(kSelectPreemptions, [&](const sqlite::Row& row) {
         auto position = gang_positions.find(row.Text(0));
