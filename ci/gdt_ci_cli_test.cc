@@ -100,6 +100,23 @@ TEST(GdtCiCliTest, ExpandPrintsToStdoutByDefault) {
             ReadTextFile(kTestData + "/expand/merge-into-job.expected.yml"));
 }
 
+// `gdt-ci lint FILE`, as other linters are called, reads FILE; two files
+// are a usage error, not one of them silently.
+TEST(GdtCiCliTest, LintAndExpandTakeTheFileAsTheirPositionalArgument) {
+  const std::string file = kTestData + "/malformed/launcher-typo.yml";
+  for (const char* command : {"expand", "lint"}) {
+    const CliRun run = GdtCi({command, file}, "stderr");
+    EXPECT_EQ(run.code, 1) << command;
+    EXPECT_THAT(run.output, HasSubstr(file + ":7:17: train:")) << command;
+    EXPECT_EQ(GdtCi({command, file, "--file", file}, "stderr").code, 2)
+        << command;
+  }
+  EXPECT_EQ(GdtCi({"expand", kTestData + "/expand/merge-into-job.yml"},
+                  "stdout")
+                .output,
+            ReadTextFile(kTestData + "/expand/merge-into-job.expected.yml"));
+}
+
 TEST(GdtCiCliTest, BadBlockIsOneLineAndExitCodeOne) {
   const std::string file = kTestData + "/malformed/launcher-typo.yml";
   for (const char* command : {"expand", "lint"}) {

@@ -249,7 +249,10 @@ int main(int argc, char** argv) {
       "expand",
       "rewrite parallel:distributed blocks as plain GitLab YAML "
       "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
-  expand->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  expand
+      ->add_option("file,--file", ci_file,
+                   "the CI file (also as the one positional argument)")
+      ->capture_default_str();
   expand->add_option("-o,--output", output, "write here (default: stdout)");
   expand
       ->add_option("--max-nodes", expand_options.max_nodes,
@@ -269,7 +272,9 @@ int main(int argc, char** argv) {
       "lint",
       "validate parallel:distributed blocks and parallel + GDT_* jobs "
       "(exit 0 ok, 1 invalid file, 2 usage or I/O error)");
-  lint->add_option("--file", ci_file, "the CI file")->capture_default_str();
+  lint->add_option("file,--file", ci_file,
+                   "the CI file (also as the one positional argument)")
+      ->capture_default_str();
   lint->add_flag("--json", json, "print the report as JSON");
   lint->add_option("--max-nodes", expand_options.max_nodes,
                    "the cluster's max_nodes_per_job")
