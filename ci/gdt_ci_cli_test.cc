@@ -111,10 +111,10 @@ TEST(GdtCiCliTest, LintAndExpandTakeTheFileAsTheirPositionalArgument) {
     EXPECT_EQ(GdtCi({command, file, "--file", file}, "stderr").code, 2)
         << command;
   }
-  EXPECT_EQ(GdtCi({"expand", kTestData + "/expand/merge-into-job.yml"},
-                  "stdout")
-                .output,
-            ReadTextFile(kTestData + "/expand/merge-into-job.expected.yml"));
+  EXPECT_EQ(
+      GdtCi({"expand", kTestData + "/expand/merge-into-job.yml"}, "stdout")
+          .output,
+      ReadTextFile(kTestData + "/expand/merge-into-job.expected.yml"));
 }
 
 TEST(GdtCiCliTest, BadBlockIsOneLineAndExitCodeOne) {
