@@ -520,6 +520,10 @@ class RunnerEmulator::Job {
   Failure CheckDotenvReport();
   std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
+  // The job's GITLAB_ENV file, in the project's temporary directory.
+  std::string GitlabEnvFile() const {
+    return project_dir_ + ".tmp/gitlab_runner_env";
+  }
   std::chrono::nanoseconds StageTimeout(std::string_view key,
                                         std::chrono::nanoseconds fallback,
                                         std::chrono::nanoseconds job_left);
@@ -1037,6 +1041,16 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       absl::StrAppend(&script, "export ", v.key, "=", ShellQuote(v.value),
                       "\n");
     }
+    // GITLAB_ENV: a file the job may append KEY=VALUE lines to; every later
+    // stage exports them, after the job's variables.
+    if (!project_dir_.empty()) {
+      const std::string env_file = GitlabEnvFile();
+      absl::StrAppend(&script, "export GITLAB_ENV=", ShellQuote(env_file), "\n",
+                      "mkdir -p ", ShellQuote(file_dir), "\n", "touch ",
+                      ShellQuote(env_file), "\n",
+                      "while read -r line; do export \"$line\"; done < ",
+                      ShellQuote(env_file), "\n");
+    }
   }
   if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
   script.append(body.data(), body.size());
@@ -1278,6 +1292,7 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
 std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   std::string body = ":\n";
   if (project_dir_.empty()) return body;
+  absl::StrAppend(&body, "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n");
   for (const Variable& v : Variables()) {
     if (!v.file || !IsShellName(v.key)) continue;
     absl::StrAppend(&body, "rm -f -- ",
@@ -1341,11 +1356,14 @@ void RunnerEmulator::Job::RunStages() {
   Log("Preparing environment");
   const std::string via =
       hostname_.empty() ? "" : absl::StrCat(" via ", hostname_);
-  Failure failure = RunStage("prepare_script",
-                             absl::StrCat("echo \"Running on $(hostname)\"",
-                                          ShellQuote(via + "..."), "\n"),
-                             /*export_variables=*/false, /*cd_project=*/false,
-                             ContextDeadline(), job_stop);
+  // Like the runner's prepare script: a GITLAB_ENV file an earlier job
+  // left in the same project directory is not read.
+  Failure failure = RunStage(
+      "prepare_script",
+      absl::StrCat("echo \"Running on $(hostname)\"", ShellQuote(via + "..."),
+                   "\n", "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n"),
+      /*export_variables=*/false, /*cd_project=*/false, ContextDeadline(),
+      job_stop);
   // The runner's prepare context ends with the prepare_script stage.
   preparing_ = false;
   if (!failure.ok()) return Fail(failure, "prepare_script");

@@ -625,6 +625,29 @@ TEST_F(RunnerEmulatorTest, VariablesAreExpandedOnceAsTheRunnerDoes) {
   EXPECT_THAT(EnvOf(4, "run.build_script"), HasSubstr("\nCUSTOM_ENV_RAW=$A\n"));
 }
 
+// GITLAB_ENV: lines a step appends are exported by every later stage (the
+// next step, after_script), not by the step that wrote them; the file does
+// not outlive the job.
+TEST_F(RunnerEmulatorTest, GitlabEnvCarriesVariablesToLaterStages) {
+  options_.job.steps = {
+      {"script",
+       {"echo \"FROM_SCRIPT=hello world\" >> \"$GITLAB_ENV\"",
+        "export ONLY_HERE=1", "echo \"in script [$FROM_SCRIPT]\""}},
+      {"release", {"echo \"in release [$FROM_SCRIPT]\""}},
+      {"after_script",
+       {"echo \"after [$FROM_SCRIPT] [${ONLY_HERE:-}] $GITLAB_ENV\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::string env_file =
+      dir_.path() + "/builds/ml/model.tmp/gitlab_runner_env";
+  EXPECT_THAT(log_lines_, Contains("in script []"));
+  EXPECT_THAT(log_lines_, Contains("in release [hello world]"));
+  EXPECT_THAT(log_lines_, Contains("after [hello world] [] " + env_file));
+  EXPECT_FALSE(fs::exists(env_file));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
