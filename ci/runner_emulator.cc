@@ -1156,9 +1156,21 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
   return body;
 }
 
+// Like the runner's shell writer: each command without the white space
+// around it (Go's strings.TrimSpace), shown as "$ <command>" (its first line
+// and a note for a multi-line one), an empty one as an empty line;
+// after_script first says so.
 std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
   std::string body;
-  for (const std::string& command : step.script) {
+  if (step.name == "after_script") {
+    body = "printf '%s\\n' 'Running after script...'\n";
+  }
+  for (const std::string& entry : step.script) {
+    const std::string command(absl::StripAsciiWhitespace(entry));
+    if (command.empty()) {
+      absl::StrAppend(&body, "echo\n\n");
+      continue;
+    }
     std::string shown = command;
     if (const size_t nl = shown.find('\n'); nl != std::string::npos) {
       shown = shown.substr(0, nl) + " # collapsed multi-line command";

@@ -1,5 +1,6 @@
 #include "ci/runner_emulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -646,6 +647,38 @@ TEST_F(RunnerEmulatorTest, GitlabEnvCarriesVariablesToLaterStages) {
   EXPECT_THAT(log_lines_, Contains("in release [hello world]"));
   EXPECT_THAT(log_lines_, Contains("after [hello world] [] " + env_file));
   EXPECT_FALSE(fs::exists(env_file));
+}
+
+// Each command is shown and run without the white space around it, as the
+// runner's shell writer does: a YAML block scalar's final newline does not
+// make a one-line command "multi-line"; an empty command is an empty line;
+// after_script announces itself.
+TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
+  options_.job.steps = {
+      {"script", {"echo one\n", "  echo two  ", " ", "echo a\necho b\n"}},
+      {"after_script", {"echo after\n"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "$ echo one",
+      "one",
+      "$ echo two",
+      "two",
+      "",
+      "$ echo a # collapsed multi-line command",
+      "a",
+      "b",
+      "Running after_script",
+      "Running after script...",
+      "$ echo after",
+      "after"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected.front());
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(static_cast<size_t>(log_lines_.end() - first), expected.size());
+  EXPECT_EQ(std::vector<std::string>(first, first + expected.size()), expected);
 }
 
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
