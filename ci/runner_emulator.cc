@@ -530,6 +530,15 @@ class RunnerEmulator::Job {
 
   void Fail(const Failure& failure, std::string_view section);
 
+  // The job's settings read from its variables, as the runner reads them
+  // once per job: a bad value keeps the default and adds a warning.
+  struct JobSettings {
+    int get_sources_attempts = 1;
+    int artifact_download_attempts = 1;
+    std::vector<std::string> errors;
+  };
+  JobSettings ReadSettings() const;
+
   const Options& options_;
   RunnerConfig config_;
   const std::atomic<int>& cancel_;
@@ -545,6 +554,7 @@ class RunnerEmulator::Job {
   bool in_step_ = false;
   int attempt_ = 1;
   std::string job_status_variable_ = "running";  // CI_JOB_STATUS.
+  JobSettings settings_;
 
   // Per preparation attempt.
   std::string tmp_;
@@ -1089,6 +1099,32 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   return Classify(outcome, "");
 }
 
+RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
+  JobSettings settings;
+  // An integer as Go's strconv.ParseInt reads it, then taken into 1..10.
+  const auto attempts = [&](const char* key, int* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    const std::optional<int64_t> parsed = ParseGoInt(text);
+    if (!parsed.has_value()) {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected int got \"", text,
+                       "\", using default value: ", *value));
+      return;
+    }
+    const int64_t clamped = std::clamp<int64_t>(*parsed, 1, 10);
+    if (clamped != *parsed) {
+      settings.errors.push_back(absl::StrCat(
+          key, ": number of attempts out of the range [1, 10], clamping to: ",
+          clamped));
+    }
+    *value = static_cast<int>(clamped);
+  };
+  attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
+  attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
+  return settings;
+}
+
 std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
     std::string_view key, std::chrono::nanoseconds fallback,
     std::chrono::nanoseconds job_left) {
@@ -1381,16 +1417,7 @@ void RunnerEmulator::Job::RunStages() {
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
-  int attempts = 1;
-  if (std::optional<std::string> text = Setting("GET_SOURCES_ATTEMPTS");
-      text.has_value()) {
-    int value = 0;
-    if (std::from_chars(text->data(), text->data() + text->size(), value).ec ==
-            std::errc() &&
-        value >= 1 && value <= 10) {
-      attempts = value;
-    }
-  }
+  const int attempts = settings_.get_sources_attempts;
   Failure before_steps;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     if (attempt > 1) {
@@ -1422,12 +1449,29 @@ void RunnerEmulator::Job::RunStages() {
       [](const gitlab::JobDependency& d) {
         return !d.artifacts_filename.empty();
       });
-  if (before_steps.ok() && has_dependency_artifacts) {
+  // ARTIFACT_DOWNLOAD_ATTEMPTS: the runner tries the stage again, without
+  // clearing anything in between.
+  for (int attempt = 1; before_steps.ok() && has_dependency_artifacts &&
+                        attempt <= settings_.artifact_download_attempts;
+       ++attempt) {
+    if (attempt > 1) {
+      const TimePoint resume =
+          SteadyClock::now() + config_.stage_retry_interval;
+      while (SteadyClock::now() < resume && !interrupted()) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    }
     Log("Downloading artifacts");
-    before_steps = RunStage("download_artifacts", DownloadBody(),
-                            /*export_variables=*/true, /*cd_project=*/true,
-                            job_deadline_, job_stop);
+    const Failure downloaded =
+        RunStage("download_artifacts", DownloadBody(),
+                 /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
+                 job_stop);
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (downloaded.ok()) break;
+    if (attempt == settings_.artifact_download_attempts) {
+      before_steps = downloaded;
+    }
   }
 
   Failure first_failure = before_steps;
@@ -1574,6 +1618,13 @@ JobResult RunnerEmulator::Job::Run() {
     }
   }
   prepare_deadline_ = start_ + prepare_timeout;
+  // Read once, before the preparation, and bad values reported together.
+  settings_ = ReadSettings();
+  if (!settings_.errors.empty()) {
+    for (size_t i = 0; i < settings_.errors.size(); ++i) {
+      Log(absl::StrCat(i == 0 ? "WARNING: " : "", settings_.errors[i]));
+    }
+  }
   preparing_ = true;
   Log("Preparing the \"custom\" executor");
 

@@ -681,6 +681,50 @@ TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
   EXPECT_EQ(std::vector<std::string>(first, first + expected.size()), expected);
 }
 
+// The attempt settings are integers taken into 1..10, a bad one warned
+// about and left at 1; download_artifacts is tried
+// ARTIFACT_DOWNLOAD_ATTEMPTS times.
+TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "20"});
+  options_.job.variables.push_back({"ARTIFACT_DOWNLOAD_ATTEMPTS", "+3"});
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  std::vector<std::string> calls = Calls(result);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 10);
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GET_SOURCES_ATTEMPTS: number of attempts out "
+                       "of the range [1, 10], clamping to: 10"));
+
+  // A dependency whose artifacts are not in the store: three tries.
+  options_.sources.project_dir = dir_.path() + "/project";
+  options_.job.variables.pop_back();
+  options_.job.variables.pop_back();
+  options_.job.variables.push_back({"ARTIFACT_DOWNLOAD_ATTEMPTS", "3"});
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "two"});
+  gitlab::JobDependency dependency;
+  dependency.id = 999;
+  dependency.name = "build";
+  dependency.artifacts_filename = "artifacts.zip";
+  options_.job.dependencies = {dependency};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  calls = Calls(result);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run download_artifacts"),
+            3);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 1);
+  EXPECT_THAT(calls, Not(Contains("run build_script")));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GET_SOURCES_ATTEMPTS: expected int got "
+                       "\"two\", using default value: 1"));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
