@@ -533,6 +533,7 @@ class RunnerEmulator::Job {
   // The job's settings read from its variables, as the runner reads them
   // once per job: a bad value keeps the default and adds a warning.
   struct JobSettings {
+    std::string git_strategy = "clone";
     int get_sources_attempts = 1;
     int artifact_download_attempts = 1;
     std::vector<std::string> errors;
@@ -1101,6 +1102,16 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
 
 RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   JobSettings settings;
+  const std::string strategy = Setting("GIT_STRATEGY").value_or("");
+  if (strategy == "clone" || strategy == "fetch" || strategy == "none" ||
+      strategy == "empty") {
+    settings.git_strategy = strategy;
+  } else if (!strategy.empty()) {
+    settings.errors.push_back(absl::StrCat(
+        "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
+        "got \"",
+        strategy, "\", using default value '", settings.git_strategy, "'"));
+  }
   // An integer as Go's strconv.ParseInt reads it, then taken into 1..10.
   const auto attempts = [&](const char* key, int* value) {
     const std::string text = Setting(key).value_or("");
@@ -1152,6 +1163,20 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {
+  // GIT_STRATEGY none keeps whatever the directory holds; empty starts
+  // from an empty one; neither gets the project's files.
+  if (settings_.git_strategy == "none") {
+    return "echo 'Skipping Git repository setup'\n"
+           "mkdir -p \"$CI_PROJECT_DIR\"\n"
+           "echo 'Skipping Git checkout'\n";
+  }
+  if (settings_.git_strategy == "empty") {
+    return "echo 'Skipping Git repository setup and creating an empty build "
+           "directory'\n"
+           "rm -rf -- \"$CI_PROJECT_DIR\"\n"
+           "mkdir -p \"$CI_PROJECT_DIR\"\n"
+           "echo 'Skipping Git checkout'\n";
+  }
   std::string body = "mkdir -p \"$CI_PROJECT_DIR\"\n";
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {

@@ -681,6 +681,38 @@ TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
   EXPECT_EQ(std::vector<std::string>(first, first + expected.size()), expected);
 }
 
+// GIT_STRATEGY none leaves the project directory as it is and empty
+// empties it; neither gets the project's files. Another value is the
+// default (the files), with a warning before the preparation.
+TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
+  const std::string project = dir_.path() + "/builds/ml/model";
+  for (const std::string strategy : {"none", "empty", "bogus"}) {
+    SCOPED_TRACE(strategy);
+    fs::remove_all(project);
+    fs::create_directories(project);
+    WriteTextFile(project + "/left.txt", "from before\n");
+    options_.job.variables.push_back({"GIT_STRATEGY", strategy});
+    options_.job.steps = {{"script", {"ls"}}};
+    log_lines_.clear();
+
+    JobResult result = Run();
+    options_.job.variables.pop_back();
+
+    ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+    EXPECT_EQ(fs::exists(project + "/model.py"), strategy == "bogus");
+    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy != "empty");
+    if (strategy == "bogus") {
+      EXPECT_THAT(log_lines_,
+                  Contains("WARNING: GIT_STRATEGY: expected either 'clone', "
+                           "'fetch', 'none' or 'empty' got \"bogus\", using "
+                           "default value 'clone'"));
+    } else {
+      EXPECT_THAT(log_lines_, Contains(HasSubstr("Skipping Git repository")));
+      EXPECT_THAT(log_lines_, Contains("Skipping Git checkout"));
+    }
+  }
+}
+
 // The attempt settings are integers taken into 1..10, a bad one warned
 // about and left at 1; download_artifacts is tried
 // ARTIFACT_DOWNLOAD_ATTEMPTS times.
