@@ -1550,12 +1550,16 @@ void RunnerEmulator::Job::RunStages() {
 
   const bool steps_success = first_failure.ok();
   // A step cut off by the script timeout (the job's own deadline ended the
-  // context above) leaves after_script CI_JOB_STATUS=timedout.
-  job_status_variable_ = steps_success       ? "success"
-                         : graceful_handled_ ? "canceled"
-                         : first_failure.kind == FailureKind::kTimeout
-                             ? "timedout"
-                             : "failed";
+  // context above) leaves after_script CI_JOB_STATUS=timedout. The runner
+  // sets it only when it got as far as the steps: after a failed
+  // get_sources or download, the later stages still see "running".
+  if (before_steps.ok()) {
+    job_status_variable_ = steps_success       ? "success"
+                           : graceful_handled_ ? "canceled"
+                           : first_failure.kind == FailureKind::kTimeout
+                               ? "timedout"
+                               : "failed";
+  }
   if (before_steps.ok() && after_script != nullptr &&
       !after_script->script.empty()) {
     Log("Running after_script");

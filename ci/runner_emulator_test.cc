@@ -757,6 +757,31 @@ TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
                        "\"two\", using default value: 1"));
 }
 
+// CI_JOB_STATUS in the stages after the steps: the steps' outcome, or
+// still "running" when the job failed before its steps (the runner sets it
+// with after_script, which it does not reach then).
+TEST_F(RunnerEmulatorTest, JobStatusAfterAFailureBeforeTheStepsIsRunning) {
+  options_.job.steps = {{"script", {"exit 3"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  ASSERT_THAT(Calls(result), Contains("run upload_artifacts_on_failure"));
+  EXPECT_THAT(EnvOf(5, "run.upload_artifacts_on_failure"),
+              HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
+
+  fs::remove_all(rec_);
+  fs::create_directories(rec_);
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  ASSERT_EQ(Calls(result)[4], "run upload_artifacts_on_failure");
+  EXPECT_THAT(EnvOf(4, "run.upload_artifacts_on_failure"),
+              HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=running\n"));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
