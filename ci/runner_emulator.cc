@@ -536,6 +536,8 @@ class RunnerEmulator::Job {
     std::string git_strategy = "clone";
     int get_sources_attempts = 1;
     int artifact_download_attempts = 1;
+    bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
+    bool after_script_ignore_errors = true;
     std::vector<std::string> errors;
   };
   JobSettings ReadSettings() const;
@@ -1028,7 +1030,10 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       "#!/usr/bin/env bash\n"
       "\n"
       "trap 'exit 1' TERM\n"
-      "\n"
+      "\n";
+  // CI_DEBUG_TRACE: bash prints each command before it runs it.
+  if (settings_.debug_trace) script += "set -o xtrace\n";
+  script +=
       "set -o pipefail\n"
       "set -o errexit\n"
       "set +o noclobber\n"
@@ -1131,8 +1136,26 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
     }
     *value = static_cast<int>(clamped);
   };
+  // A bool as Go's strconv.ParseBool reads it.
+  const auto flag = [&](const char* key, bool* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    if (text == "1" || text == "t" || text == "T" || text == "true" ||
+        text == "TRUE" || text == "True") {
+      *value = true;
+    } else if (text == "0" || text == "f" || text == "F" || text == "false" ||
+               text == "FALSE" || text == "False") {
+      *value = false;
+    } else {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected bool got \"", text,
+                       "\", using default value: ", *value ? "true" : "false"));
+    }
+  };
+  flag("CI_DEBUG_TRACE", &settings.debug_trace);
   attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
   attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
+  flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
   return settings;
 }
 
@@ -1572,14 +1595,7 @@ void RunnerEmulator::Job::RunStages() {
     if (!after.ok()) {
       // AFTER_SCRIPT_IGNORE_ERRORS (a Go bool, default true): when false, a
       // failed after_script fails a job that had not failed yet.
-      bool ignore_errors = true;
-      const std::string flag =
-          Setting("AFTER_SCRIPT_IGNORE_ERRORS").value_or("");
-      if (flag == "0" || flag == "f" || flag == "F" || flag == "false" ||
-          flag == "FALSE" || flag == "False") {
-        ignore_errors = false;
-      }
-      if (ignore_errors) {
+      if (settings_.after_script_ignore_errors) {
         Log(absl::StrCat(
             "WARNING: after_script failed, but job will continue unaffected: ",
             after.message.empty() ? "stopped" : after.message));

@@ -782,6 +782,36 @@ TEST_F(RunnerEmulatorTest, JobStatusAfterAFailureBeforeTheStepsIsRunning) {
               HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=running\n"));
 }
 
+// CI_DEBUG_TRACE makes every stage script trace its commands; it and
+// AFTER_SCRIPT_IGNORE_ERRORS are Go bools, a value Go cannot read is the
+// default with a warning line.
+TEST_F(RunnerEmulatorTest, DebugTraceTracesTheScripts) {
+  options_.job.variables.push_back({"CI_DEBUG_TRACE", "True"});
+  options_.job.steps = {{"script", {"echo traced"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("+ echo traced"));
+  EXPECT_THAT(log_lines_, Contains("traced"));
+
+  options_.job.variables.back().value = "yes";
+  options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "no"});
+  options_.job.steps = {{"script", {"echo traced"}},
+                        {"after_script", {"exit 1"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains("+ echo traced")));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: CI_DEBUG_TRACE: expected bool got \"yes\", "
+                       "using default value: false"));
+  EXPECT_THAT(log_lines_, Contains("AFTER_SCRIPT_IGNORE_ERRORS: expected bool "
+                                   "got \"no\", using default value: true"));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
