@@ -514,6 +514,7 @@ class RunnerEmulator::Job {
                    const StopCheck& stop);
   void RunStages();
   std::string GetSourcesBody() const;
+  std::string CheckoutBody() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
@@ -1185,6 +1186,39 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
   return *parsed == std::chrono::nanoseconds(0) ? fallback : *parsed;
 }
 
+// After the copy of a git checkout: the project directory becomes a git
+// repository at the job's commit (HEAD detached there, fetched from the
+// checkout with the job's depth), as the runner's fetch and checkout leave
+// it; the files stay the copied ones, so changes not committed show as
+// such. Where that fails (HEAD in the checkout moved on) it only warns.
+std::string RunnerEmulator::Job::CheckoutBody() const {
+  const std::string& sha = options_.job.sha;
+  if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
+    return "";
+  }
+  const std::string depth = options_.job.depth > 0
+                                ? absl::StrCat(" --depth ", options_.job.depth)
+                                : "";
+  return absl::StrCat(
+      "  echo ",
+      ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
+                              " as detached HEAD (ref is ", options_.job.ref,
+                              ")...")),
+      "\n", "  sha=", ShellQuote(sha), "\n",
+      "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
+      // The checkout may belong to another account than the job's: its
+      // upload-pack (which gets no -c of ours) is told it is safe.
+      "      git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags", depth,
+      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" HEAD "
+      "&&\n",
+      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse FETCH_HEAD)\" = ",
+      "\"$sha\" ] &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
+      "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
+      "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
+      "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
 std::string RunnerEmulator::Job::GetSourcesBody() const {
   // GIT_STRATEGY none keeps whatever the directory holds; empty starts
   // from an empty one; neither gets the project's files.
@@ -1235,7 +1269,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       "    done |\n",
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
       "\"$CI_PROJECT_DIR\")\n",
-      "else\n", "  tar -C \"$src\"", tar_excludes,
+      CheckoutBody(), "else\n", "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
 }

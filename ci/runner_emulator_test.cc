@@ -812,6 +812,52 @@ TEST_F(RunnerEmulatorTest, DebugTraceTracesTheScripts) {
                                    "got \"no\", using default value: true"));
 }
 
+// From a git checkout, the project directory is a git repository with HEAD
+// detached at the job's commit, as the runner's checkout leaves it; the
+// copied files stay, a change not committed showing as one.
+TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     project,
+                                     "-c",
+                                     "user.name=Ada",
+                                     "-c",
+                                     "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    output.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success();
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  WriteTextFile(project + "/model.py", "print('edited')\n");
+  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  WriteTextFile(project + "/model.py", "print('not committed')\n");
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 1;
+  options_.job.steps = {{"script",
+                         {"git rev-parse HEAD", "git status --porcelain",
+                          "git rev-list --count HEAD", "cat model.py"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Checking out " + sha.substr(0, 8) +
+                                   " as detached HEAD (ref is main)..."));
+  EXPECT_THAT(log_lines_, Contains(sha));
+  EXPECT_THAT(log_lines_, Contains(" M model.py"));
+  EXPECT_THAT(log_lines_, Contains("1"));  // GIT_DEPTH 1: one commit.
+  EXPECT_THAT(log_lines_, Contains("print('not committed')"));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
