@@ -199,6 +199,33 @@ void ApplyRule(const CiRule& rule, CiJob* job) {
   }
 }
 
+// Ruby's String#to_i: leading white space, a sign, then digits (an
+// underscore between two of them allowed); 0 when there are none.
+int64_t RubyToI(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) {
+    ++i;
+  }
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) {
+    negative = text[i] == '-';
+    ++i;
+  }
+  int64_t value = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '_' && i > 0 &&
+        std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+        i + 1 < text.size() &&
+        std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) break;
+    // A depth past a billion is the whole history anyway.
+    value = std::min<int64_t>(value * 10 + (text[i] - '0'), 1'000'000'000);
+  }
+  return negative ? -value : value;
+}
+
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
 }
@@ -600,6 +627,15 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     }
     for (const auto& [key, value] : pipeline.pipeline_variables) {
       add(key, value);
+    }
+    // GitLab's git depth: the job's GIT_DEPTH, as Ruby's to_i reads it (0,
+    // or anything not a number, fetches the whole history), else the
+    // project's default of 20.
+    for (auto it = p.variables.rbegin(); it != p.variables.rend(); ++it) {
+      if (it->key == "GIT_DEPTH") {
+        p.depth = RubyToI(it->value);
+        break;
+      }
     }
     if (pipeline.id_token_signer != nullptr) {
       const int64_t now = pipeline.now_unix > 0

@@ -186,6 +186,24 @@ TEST(BuildPayloadsTest, SingleJobHasNoNodeIndex) {
   EXPECT_EQ(payloads[0].Variable("CI_NODE_TOTAL"), "1");
 }
 
+// git_info.depth: GIT_DEPTH as GitLab reads it (Ruby's to_i), else 20.
+TEST(BuildPayloadsTest, GitDepthComesFromGitDepthAsGitLabReadsIt) {
+  CiJob job;
+  job.name = "lint";
+  job.script = {"make lint"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 5;
+  pipeline.project_name = "p";
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].depth, 20);
+
+  for (const auto& [text, depth] : std::vector<std::pair<std::string, int64_t>>{
+           {"5", 5}, {"0", 0}, {" 1_0x", 10}, {"none", 0}, {"-3", -3}}) {
+    job.variables = {{"GIT_DEPTH", "50"}};
+    pipeline.pipeline_variables = {{"GIT_DEPTH", text}};
+    EXPECT_EQ(BuildPayloads(job, pipeline)[0].depth, depth) << text;
+  }
+}
+
 // `{value: ..., expand: false}` reaches the runner as a raw variable.
 TEST(BuildPayloadsTest, UnexpandedVariablesAreSentRaw) {
   absl::StatusOr<CiJob> job = ParseCiJob(
