@@ -537,6 +537,7 @@ class RunnerEmulator::Job {
     std::string git_strategy = "clone";
     int get_sources_attempts = 1;
     int artifact_download_attempts = 1;
+    bool git_checkout = true;  // GIT_CHECKOUT.
     bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
     bool after_script_ignore_errors = true;
     std::vector<std::string> errors;
@@ -1154,6 +1155,7 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
     }
   };
   flag("CI_DEBUG_TRACE", &settings.debug_trace);
+  flag("GIT_CHECKOUT", &settings.git_checkout);
   attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
   attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
   flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
@@ -1240,6 +1242,24 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
     absl::StrAppend(&body,
                     "echo \"Created fresh project directory "
                     "$CI_PROJECT_DIR\"\n");
+    return body;
+  }
+  // GIT_CHECKOUT false: the runner fetches the commit but checks out no
+  // files; from a git checkout the directory is a repository holding the
+  // commit (as refs/remotes/origin/<ref>), with no HEAD and no files.
+  if (!settings_.git_checkout) {
+    absl::StrAppend(
+        &body, "src=", ShellQuote(src), "\n",
+        "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
+        "--is-inside-work-tree >/dev/null 2>&1; then\n",
+        "  git init -q \"$CI_PROJECT_DIR\" &&\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags",
+        options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
+                               : "",
+        " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
+        ShellQuote("HEAD:refs/remotes/origin/" + options_.job.ref), " ||\n",
+        "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
+        "fi\n", "echo 'Skipping Git checkout'\n");
     return body;
   }
   std::string skip_cases;

@@ -856,6 +856,24 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   EXPECT_THAT(log_lines_, Contains(" M model.py"));
   EXPECT_THAT(log_lines_, Contains("1"));  // GIT_DEPTH 1: one commit.
   EXPECT_THAT(log_lines_, Contains("print('not committed')"));
+
+  // GIT_CHECKOUT false: the commit is fetched, no file is checked out (in
+  // a fresh builds dir, like a new job's).
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.variables.push_back({"GIT_CHECKOUT", "false"});
+  options_.job.steps = {
+      {"script",
+       {"ls -A", "git cat-file -t " + sha, "git rev-parse origin/main"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping Git checkout"));
+  EXPECT_THAT(log_lines_, Contains(".git"));
+  EXPECT_THAT(log_lines_, Not(Contains("model.py")));
+  EXPECT_THAT(log_lines_, Contains("commit"));
+  EXPECT_THAT(log_lines_, Contains(sha));
 }
 
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
