@@ -199,6 +199,33 @@ void ApplyRule(const CiRule& rule, CiJob* job) {
   }
 }
 
+// Ruby's String#to_i: leading white space, a sign, then digits (an
+// underscore between two of them allowed); 0 when there are none.
+int64_t RubyToI(std::string_view text) {
+  size_t i = 0;
+  while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) {
+    ++i;
+  }
+  bool negative = false;
+  if (i < text.size() && (text[i] == '+' || text[i] == '-')) {
+    negative = text[i] == '-';
+    ++i;
+  }
+  int64_t value = 0;
+  for (; i < text.size(); ++i) {
+    if (text[i] == '_' && i > 0 &&
+        std::isdigit(static_cast<unsigned char>(text[i - 1])) &&
+        i + 1 < text.size() &&
+        std::isdigit(static_cast<unsigned char>(text[i + 1]))) {
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(text[i]))) break;
+    // A depth past a billion is the whole history anyway.
+    value = std::min<int64_t>(value * 10 + (text[i] - '0'), 1'000'000'000);
+  }
+  return negative ? -value : value;
+}
+
 std::string FormatSeconds(std::chrono::milliseconds duration) {
   return absl::StrFormat("%.1fs", static_cast<double>(duration.count()) / 1000);
 }
@@ -215,10 +242,10 @@ struct MemberRunContext {
   std::mutex* out_mu = nullptr;
   const std::atomic<int>* interrupts = nullptr;
   std::set<std::string>* log_names = nullptr;
-  // The job's `retry:` (max 0 when run-local is told not to retry), and
-  // the payload of member i's retry with the given job id.
-  CiRetry retry;
-  std::function<gitlab::JobPayload(size_t, int64_t)> retry_payload;
+  // Per payload: its job's `retry:` (max 0 when run-local is told not to
+  // retry), and the payload of its retry with the given job id.
+  std::vector<CiRetry> retry;
+  std::vector<std::function<gitlab::JobPayload(int64_t)>> retry_payload;
   // The next job id of a retry (GitLab gives it a new, higher id).
   std::atomic<int64_t>* next_retry_id = nullptr;
 };
@@ -314,14 +341,15 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
   return attempt;
 }
 
-// Runs every member of one job (its `payloads`) concurrently through its own
-// emulated gitlab-runner, each member again (with a new job id) while its
-// job's `retry:` allows, and appends every attempt to `result_out`, a
-// member's attempts in order. Errors: InvalidArgument when a member's log
-// cannot be written (nothing ran).
+// Runs every member of the jobs started together (their `payloads`)
+// concurrently, each through its own emulated gitlab-runner, each member
+// again (with a new job id) while its job's `retry:` allows, and gives each
+// payload's attempts, in order, in `attempts_out` (one entry per payload).
+// Errors: InvalidArgument when a member's log cannot be written (nothing
+// ran).
 absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
                         const MemberRunContext& ctx,
-                        RunLocalResult* result_out) {
+                        std::vector<std::vector<MemberResult>>* attempts_out) {
   // Guards the attempts' runners and log_names.
   std::mutex attempts_mu;
   std::vector<std::vector<Attempt>> slots(payloads.size());
@@ -354,16 +382,18 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
         Attempt& last = slots[i].back();
         last.member.result = std::move(result);
         const JobResult& ended = last.member.result;
-        if (interrupted() || !ShouldRetry(ctx.retry, ended, retries)) break;
+        if (interrupted() || !ShouldRetry(ctx.retry[i], ended, retries)) {
+          break;
+        }
         const int64_t id = ctx.next_retry_id->fetch_add(1);
         absl::StatusOr<Attempt> next =
-            PrepareAttempt(ctx.retry_payload(i, id), i, ctx);
+            PrepareAttempt(ctx.retry_payload[i](id), i, ctx);
         {
           std::lock_guard<std::mutex> out_lock(*ctx.out_mu);
           *ctx.out << "[" << last.member.name << "] "
                    << "Job " << last.member.job_id << " failed ("
                    << ended.failure_reason << "); retry " << retries + 1
-                   << " of " << ctx.retry.max << " as job " << id << "\n";
+                   << " of " << ctx.retry[i].max << " as job " << id << "\n";
           if (!next.ok()) {
             *ctx.out << "[" << last.member.name << "] "
                      << next.status().message() << ": not retried\n";
@@ -405,9 +435,10 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
     }
   }
   for (std::thread& thread : threads) thread.join();
-  for (std::vector<Attempt>& attempts : slots) {
-    for (Attempt& attempt : attempts) {
-      result_out->members.push_back(std::move(attempt.member));
+  attempts_out->assign(slots.size(), {});
+  for (size_t i = 0; i < slots.size(); ++i) {
+    for (Attempt& attempt : slots[i]) {
+      (*attempts_out)[i].push_back(std::move(attempt.member));
     }
   }
   return absl::OkStatus();
@@ -596,6 +627,15 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     }
     for (const auto& [key, value] : pipeline.pipeline_variables) {
       add(key, value);
+    }
+    // GitLab's git depth: the job's GIT_DEPTH, as Ruby's to_i reads it (0,
+    // or anything not a number, fetches the whole history), else the
+    // project's default of 20.
+    for (auto it = p.variables.rbegin(); it != p.variables.rend(); ++it) {
+      if (it->key == "GIT_DEPTH") {
+        p.depth = RubyToI(it->value);
+        break;
+      }
     }
     if (pipeline.id_token_signer != nullptr) {
       const int64_t now = pipeline.now_unix > 0
@@ -964,133 +1004,198 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   // Which job each entry of result.members belongs to.
   std::vector<size_t> job_of_member;
   int64_t job_id_base = 0;
-  for (size_t k = 0; k < jobs.size(); ++k) {
-    const CiJob& job = jobs[k];
-    pipeline.timeout_seconds =
-        options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
-    pipeline.job_id_base = job_id_base;
-    job_id_base += job.parallel;
-    // The jobs whose artifacts it downloads (without dependencies: or
-    // needs:, every job of the earlier stages, not of its own) give it their
-    // dotenv reports too, member after member.
-    const auto downloads = [&job, stage = stage_of[k]](const Ran& earlier) {
-      if (!job.artifact_sources.has_value()) return earlier.stage < stage;
-      return std::find(job.artifact_sources->begin(),
-                       job.artifact_sources->end(),
-                       earlier.job) != job.artifact_sources->end();
+  // GitLab starts the jobs of a stage together: each group of consecutive
+  // jobs of one stage runs at once, except that a job which needs one of
+  // the group's jobs waits for it (and starts the next group).
+  for (size_t group_start = 0; group_start < jobs.size();) {
+    size_t group_end = group_start + 1;
+    const auto needs_in_group = [&](size_t j) {
+      if (!jobs[j].needs.has_value()) return false;
+      for (size_t g = group_start; g < j; ++g) {
+        if (std::find(jobs[j].needs->begin(), jobs[j].needs->end(),
+                      jobs[g].name) != jobs[j].needs->end()) {
+          return true;
+        }
+      }
+      return false;
     };
-    pipeline.dotenv_variables.clear();
-    for (const Ran& earlier : ran) {
-      if (!downloads(earlier)) continue;
-      pipeline.dotenv_variables.insert(pipeline.dotenv_variables.end(),
-                                       earlier.dotenv.begin(),
-                                       earlier.dotenv.end());
+    while (group_end < jobs.size() &&
+           stage_of[group_end] == stage_of[group_start] &&
+           !needs_in_group(group_end)) {
+      ++group_end;
     }
-    std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
-    for (gitlab::JobPayload& payload : payloads) {
+
+    // Each job of the group: skipped (with its members), or its payloads
+    // among the group's.
+    struct GroupJob {
+      size_t k = 0;
+      std::vector<MemberResult> skipped;
+      size_t first_payload = 0;
+      size_t payloads = 0;
+    };
+    std::vector<GroupJob> group;
+    std::vector<gitlab::JobPayload> group_payloads;
+    std::vector<CiRetry> group_retry;
+    std::vector<std::function<gitlab::JobPayload(int64_t)>> group_retry_payload;
+    for (size_t k = group_start; k < group_end; ++k) {
+      const CiJob& job = jobs[k];
+      pipeline.timeout_seconds =
+          options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
+      pipeline.job_id_base = job_id_base;
+      job_id_base += job.parallel;
+      // The jobs whose artifacts it downloads (without dependencies: or
+      // needs:, every job of the earlier stages, not of its own) give it
+      // their dotenv reports too, member after member.
+      const auto downloads = [&job, stage = stage_of[k]](const Ran& earlier) {
+        if (!job.artifact_sources.has_value()) return earlier.stage < stage;
+        return std::find(job.artifact_sources->begin(),
+                         job.artifact_sources->end(),
+                         earlier.job) != job.artifact_sources->end();
+      };
+      pipeline.dotenv_variables.clear();
       for (const Ran& earlier : ran) {
-        if (downloads(earlier)) {
-          payload.dependencies.push_back(earlier.dependency);
+        if (!downloads(earlier)) continue;
+        pipeline.dotenv_variables.insert(pipeline.dotenv_variables.end(),
+                                         earlier.dotenv.begin(),
+                                         earlier.dotenv.end());
+      }
+      std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+      for (gitlab::JobPayload& payload : payloads) {
+        for (const Ran& earlier : ran) {
+          if (downloads(earlier)) {
+            payload.dependencies.push_back(earlier.dependency);
+          }
+        }
+      }
+
+      // GitLab's decision from the jobs before it: those of earlier
+      // stages, or with `needs:` the needed ones (among those this run
+      // has).
+      bool earlier_failed = false;
+      for (size_t m = 0; m < result.members.size(); ++m) {
+        const MemberResult& member = result.members[m];
+        const CiJob& earlier = jobs[job_of_member[m]];
+        const bool relevant =
+            job.needs.has_value()
+                ? std::find(job.needs->begin(), job.needs->end(),
+                            earlier.name) != job.needs->end()
+                : stage_of[job_of_member[m]] < stage_of[k];
+        if (relevant && member.skipped.empty() && !member.retried &&
+            member.result.status != JobStatus::kSuccess &&
+            !member.allowed_failure) {
+          earlier_failed = true;
+        }
+      }
+      const std::string before =
+          job.needs.has_value() ? "a job it needs" : "an earlier stage";
+      std::string skipped;
+      if (!not_created[k].empty()) {
+        skipped = absl::StrCat("not created: ", not_created[k]);
+      } else if (job.when == "on_failure" && !earlier_failed) {
+        skipped = absl::StrCat("when: on_failure: no failure in ", before);
+      } else if (job.when != "on_failure" && job.when != "always" &&
+                 earlier_failed) {
+        skipped = absl::StrCat("when: ", job.when, ": ", before, " failed");
+      }
+      GroupJob entry;
+      entry.k = k;
+      if (!skipped.empty()) {
+        for (const gitlab::JobPayload& payload : payloads) {
+          MemberResult member;
+          member.name = payload.name;
+          member.job_id = payload.id;
+          member.skipped = skipped;
+          entry.skipped.push_back(std::move(member));
+          std::lock_guard<std::mutex> lock(out_mu);
+          out << "[" << payload.name << "] Skipped (" << skipped << ")\n";
+        }
+        group.push_back(std::move(entry));
+        continue;
+      }
+      entry.first_payload = group_payloads.size();
+      entry.payloads = payloads.size();
+      for (size_t member = 0; member < payloads.size(); ++member) {
+        group_retry.push_back(options.no_retry ? CiRetry{} : job.retry);
+        // A retry is the same member as a new job: new id and token, the
+        // same dependencies.
+        group_retry_payload.push_back(
+            [&jobs, k, member, first_id, again = pipeline,
+             dependencies = payloads[member].dependencies](int64_t id) {
+              LocalPipeline pipeline_again = again;
+              pipeline_again.job_id_base =
+                  id - first_id - static_cast<int64_t>(member) - 1;
+              gitlab::JobPayload payload =
+                  BuildPayloads(jobs[k], pipeline_again)[member];
+              payload.dependencies = dependencies;
+              return payload;
+            });
+        group_payloads.push_back(std::move(payloads[member]));
+      }
+      group.push_back(std::move(entry));
+    }
+
+    std::vector<std::vector<MemberResult>> attempts;
+    if (!group_payloads.empty()) {
+      MemberRunContext ctx;
+      ctx.work_dir = &work_dir;
+      ctx.sources = &sources;
+      ctx.executor = executor;
+      ctx.exec_args = exec_args;
+      ctx.from_file = &from_file;
+      ctx.options = &options;
+      ctx.out = &out;
+      ctx.out_mu = &out_mu;
+      ctx.interrupts = interrupts;
+      ctx.log_names = &log_names;
+      ctx.retry = std::move(group_retry);
+      ctx.retry_payload = std::move(group_retry_payload);
+      ctx.next_retry_id = &next_retry_id;
+      if (absl::Status ran_members = RunMembers(group_payloads, ctx, &attempts);
+          !ran_members.ok()) {
+        return ran_members;
+      }
+    }
+
+    // The group's members in job order.
+    for (GroupJob& entry : group) {
+      const CiJob& job = jobs[entry.k];
+      for (MemberResult& member : entry.skipped) {
+        result.members.push_back(std::move(member));
+        job_of_member.push_back(entry.k);
+      }
+      for (size_t p = entry.first_payload;
+           p < entry.first_payload + entry.payloads; ++p) {
+        for (MemberResult& attempt : attempts[p]) {
+          result.members.push_back(std::move(attempt));
+          job_of_member.push_back(entry.k);
+          MemberResult& member = result.members.back();
+          if (member.retried) continue;
+          member.allowed_failure = FailureAllowed(job, member.result);
+          gitlab::JobDependency dependency;
+          dependency.id = member.job_id;
+          dependency.token = absl::StrCat("glcbt-local-", member.job_id);
+          dependency.name = member.name;
+          std::error_code ignored;
+          if (fs::is_directory(
+                  work_dir / "artifacts" / std::to_string(member.job_id),
+                  ignored)) {
+            dependency.artifacts_filename = "artifacts.zip";
+          }
+          Ran done{job.name, dependency, {}, stage_of[entry.k]};
+          // The emulated runner's upload already refused a bad report.
+          if (!job.artifacts.dotenv.empty()) {
+            absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+                dotenv = ReadDotenvReport(
+                    DotenvReportDir(sources.artifact_store, member.job_id));
+            if (dotenv.ok()) done.dotenv = *std::move(dotenv);
+          }
+          ran.push_back(std::move(done));
         }
       }
     }
-
-    // GitLab's decision from the jobs before it: those of earlier stages,
-    // or with `needs:` the needed ones (among those this run has).
-    bool earlier_failed = false;
-    for (size_t m = 0; m < result.members.size(); ++m) {
-      const MemberResult& member = result.members[m];
-      const CiJob& earlier = jobs[job_of_member[m]];
-      const bool relevant =
-          job.needs.has_value()
-              ? std::find(job.needs->begin(), job.needs->end(), earlier.name) !=
-                    job.needs->end()
-              : stage_of[job_of_member[m]] < stage_of[k];
-      if (relevant && member.skipped.empty() && !member.retried &&
-          member.result.status != JobStatus::kSuccess &&
-          !member.allowed_failure) {
-        earlier_failed = true;
-      }
-    }
-    const std::string before =
-        job.needs.has_value() ? "a job it needs" : "an earlier stage";
-    std::string skipped;
-    if (!not_created[k].empty()) {
-      skipped = absl::StrCat("not created: ", not_created[k]);
-    } else if (job.when == "on_failure" && !earlier_failed) {
-      skipped = absl::StrCat("when: on_failure: no failure in ", before);
-    } else if (job.when != "on_failure" && job.when != "always" &&
-               earlier_failed) {
-      skipped = absl::StrCat("when: ", job.when, ": ", before, " failed");
-    }
-    if (!skipped.empty()) {
-      for (const gitlab::JobPayload& payload : payloads) {
-        MemberResult member;
-        member.name = payload.name;
-        member.job_id = payload.id;
-        member.skipped = skipped;
-        result.members.push_back(std::move(member));
-        job_of_member.push_back(k);
-        std::lock_guard<std::mutex> lock(out_mu);
-        out << "[" << payload.name << "] Skipped (" << skipped << ")\n";
-      }
-      continue;
-    }
-
-    MemberRunContext ctx;
-    ctx.work_dir = &work_dir;
-    ctx.sources = &sources;
-    ctx.executor = executor;
-    ctx.exec_args = exec_args;
-    ctx.from_file = &from_file;
-    ctx.options = &options;
-    ctx.out = &out;
-    ctx.out_mu = &out_mu;
-    ctx.interrupts = interrupts;
-    ctx.log_names = &log_names;
-    if (!options.no_retry) ctx.retry = job.retry;
-    ctx.next_retry_id = &next_retry_id;
-    // A retry is the same member as a new job: new id and token, the same
-    // dependencies.
-    ctx.retry_payload = [&, k](size_t member, int64_t id) {
-      LocalPipeline again = pipeline;
-      again.job_id_base = id - first_id - static_cast<int64_t>(member) - 1;
-      gitlab::JobPayload payload = BuildPayloads(jobs[k], again)[member];
-      payload.dependencies = payloads[member].dependencies;
-      return payload;
-    };
-    const size_t first_member = result.members.size();
-    if (absl::Status ran_members = RunMembers(payloads, ctx, &result);
-        !ran_members.ok()) {
-      return ran_members;
-    }
-    for (size_t i = first_member; i < result.members.size(); ++i) {
-      MemberResult& member = result.members[i];
-      job_of_member.push_back(k);
-      if (member.retried) continue;
-      member.allowed_failure = FailureAllowed(job, member.result);
-      gitlab::JobDependency dependency;
-      dependency.id = member.job_id;
-      dependency.token = absl::StrCat("glcbt-local-", member.job_id);
-      dependency.name = member.name;
-      std::error_code ignored;
-      if (fs::is_directory(
-              work_dir / "artifacts" / std::to_string(member.job_id),
-              ignored)) {
-        dependency.artifacts_filename = "artifacts.zip";
-      }
-      Ran done{job.name, dependency, {}, stage_of[k]};
-      // The emulated runner's upload already refused a bad report.
-      if (!job.artifacts.dotenv.empty()) {
-        absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
-            dotenv = ReadDotenvReport(
-                DotenvReportDir(sources.artifact_store, member.job_id));
-        if (dotenv.ok()) done.dotenv = *std::move(dotenv);
-      }
-      ran.push_back(std::move(done));
-    }
     // A stopped pipeline starts nothing more.
     if (interrupts != nullptr && interrupts->load() > 0) break;
+    group_start = group_end;
   }
   return result;
 }

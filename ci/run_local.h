@@ -165,34 +165,33 @@ bool FailureAllowed(const CiJob& job, const JobResult& result);
 int64_t DefaultPipelineId(std::chrono::system_clock::time_point now);
 
 // Runs every member of the job concurrently, each through its own emulated
-// gitlab-runner, then those of each of `later_jobs` in turn as GitLab
-// would in one pipeline: consecutive jobs of the same stage form a stage;
-// a job runs or is skipped by its `when:` and the outcome of the earlier
-// stages (or, with `needs:`, of the jobs it needs among those that ran), a
-// failure its `allow_failure:` allows counts as a success, and a failed
-// member is run again as a new job while its `retry:` allows (unless
-// `no_retry`). Each log line is written to `out` as "[<name>]
-// <line>" (whole lines, never interleaved) and to
-// <work_dir>/logs/<job-name-slug>.log. The CI file is expanded first (`gdt-ci
-// expand`), so jobs with parallel:distributed run as their expansion.
-// `interrupts` counts the stop signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT)
-// the caller got.
-// The first aborts every running member like a runner that got SIGINT (its
-// executor gets SIGTERM and graceful_kill_timeout to wind down) and runs no
-// later job. The second SIGKILLs the process groups of the members' execs
-// at once, sparing a cleanup_exec, which still runs (it tears down what the
-// job left on the hosts); the third kills cleanup_exec as well, and no
-// member is retried after the first. `members` of the result lists the
-// members of the jobs reached, in order: skipped ones too (each with its
-// job id), and a retried member's attempts one after the other. Each
-// attempt's log is <work_dir>/logs/<job-name-slug>.log, or <slug>.<n>.log
-// for the n-th attempt or member of the pipeline with that slug (a retry,
-// or build:x beside build-x). Errors (bad input,
-// reported before anything runs, as one line and exit code 2): InvalidArgument
-// / NotFound for a missing or bad CI file ("file:line:column: message" for a
-// bad block), an unknown job, a job named twice (a pipeline has each job
-// once), a bad --var, an id or timeout out of range, a missing executor or
-// an unusable work directory.
+// gitlab-runner, then those of `later_jobs` as GitLab would in one
+// pipeline: consecutive jobs of the same stage form a stage, whose jobs
+// start together (a job that needs one of them waits for it, and the jobs
+// after it start with it); a job runs or is skipped by its `when:` and the
+// outcome of the earlier stages (or, with `needs:`, of the jobs it needs among
+// those that ran), a failure its `allow_failure:` allows counts as a success,
+// and a failed member is run again as a new job while its `retry:` allows
+// (unless `no_retry`). Each log line is written to `out` as "[<name>] <line>"
+// (whole lines, never interleaved) and to <work_dir>/logs/<job-name-slug>.log.
+// The CI file is expanded first (`gdt-ci expand`), so jobs with
+// parallel:distributed run as their expansion. `interrupts` counts the stop
+// signals (SIGINT, SIGTERM, SIGHUP, SIGQUIT) the caller got. The first aborts
+// every running member like a runner that got SIGINT (its executor gets SIGTERM
+// and graceful_kill_timeout to wind down) and runs no later job. The second
+// SIGKILLs the process groups of the members' execs at once, sparing a
+// cleanup_exec, which still runs (it tears down what the job left on the
+// hosts); the third kills cleanup_exec as well, and no member is retried after
+// the first. `members` of the result lists the members of the jobs reached, in
+// order: skipped ones too (each with its job id), and a retried member's
+// attempts one after the other. Each attempt's log is
+// <work_dir>/logs/<job-name-slug>.log, or <slug>.<n>.log for the n-th attempt
+// or member of the pipeline with that slug (a retry, or build:x beside
+// build-x). Errors (bad input, reported before anything runs, as one line and
+// exit code 2): InvalidArgument / NotFound for a missing or bad CI file
+// ("file:line:column: message" for a bad block), an unknown job, a job named
+// twice (a pipeline has each job once), a bad --var, an id or timeout out of
+// range, a missing executor or an unusable work directory.
 absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
                                         const std::atomic<int>* interrupts);

@@ -186,6 +186,24 @@ TEST(BuildPayloadsTest, SingleJobHasNoNodeIndex) {
   EXPECT_EQ(payloads[0].Variable("CI_NODE_TOTAL"), "1");
 }
 
+// git_info.depth: GIT_DEPTH as GitLab reads it (Ruby's to_i), else 20.
+TEST(BuildPayloadsTest, GitDepthComesFromGitDepthAsGitLabReadsIt) {
+  CiJob job;
+  job.name = "lint";
+  job.script = {"make lint"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 5;
+  pipeline.project_name = "p";
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].depth, 20);
+
+  for (const auto& [text, depth] : std::vector<std::pair<std::string, int64_t>>{
+           {"5", 5}, {"0", 0}, {" 1_0x", 10}, {"none", 0}, {"-3", -3}}) {
+    job.variables = {{"GIT_DEPTH", "50"}};
+    pipeline.pipeline_variables = {{"GIT_DEPTH", text}};
+    EXPECT_EQ(BuildPayloads(job, pipeline)[0].depth, depth) << text;
+  }
+}
+
 // `{value: ..., expand: false}` reaches the runner as a raw variable.
 TEST(BuildPayloadsTest, UnexpandedVariablesAreSentRaw) {
   absl::StatusOr<CiJob> job = ParseCiJob(
@@ -234,6 +252,9 @@ broken:
     options_.pipeline_id = 42;
     options_.vars = {"GREETING=hi"};
     setenv("FAKE_REC", (dir_.path() + "/rec").c_str(), 1);
+    // The jobs of a stage run at once: like gdt-executor, the fake's
+    // config_exec gives each job its own builds dir.
+    setenv("FAKE_BUILDS_ROOT", (dir_.path() + "/builds").c_str(), 1);
   }
   void TearDown() override {
     unsetenv("FAKE_REC");
@@ -587,9 +608,9 @@ teardown:
                   "teardown: success"));
   EXPECT_EQ(result->Status(), "failed");
   const std::string text = out.str();
+  // notify and teardown, one stage, start together after test's stage.
   EXPECT_LT(text.find("[test] Skipped"), text.find("[notify] notify ran"));
-  EXPECT_LT(text.find("[notify] notify ran"),
-            text.find("[teardown] teardown ran"));
+  EXPECT_LT(text.find("[test] Skipped"), text.find("[teardown] teardown ran"));
   // Skipped jobs keep their ids; the summary says why.
   EXPECT_EQ(result->members[2].job_id, result->members[1].job_id + 1);
   EXPECT_THAT(FormatSummary(*result, false),
@@ -608,6 +629,50 @@ teardown:
                           "an earlier stage)",
                           "teardown: success"));
   EXPECT_EQ(result->Status(), "passed");
+}
+
+// GitLab starts the jobs of a stage together: a job that waits for another
+// job of its stage sees it run; a job that needs one of its stage starts
+// once that one ended.
+TEST_F(RunLocalTest, JobsOfAStageStartTogether) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+stages: [build, test]
+server:
+  stage: test
+  script:
+    - for i in $(seq 200); do [ -e "$FLAGS/client" ] && break; sleep 0.05; done
+    - test -e "$FLAGS/client"
+    - touch "$FLAGS/server"
+client:
+  stage: test
+  script:
+    - touch "$FLAGS/client"
+    - for i in $(seq 200); do [ -e "$FLAGS/server" ] && break; sleep 0.05; done
+    - test -e "$FLAGS/server"
+report:
+  stage: test
+  needs: [server]
+  script: test -e "$FLAGS/server" && echo after the server
+)");
+  const std::string flags = dir_.path() + "/flags";
+  fs::create_directories(flags);
+  options_.vars = {"FLAGS=" + flags};
+  options_.job_name = "server";
+  options_.later_jobs = {"client", "report"};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(Rows(*result), ElementsAre("server: success", "client: success",
+                                         "report: success"))
+      << out.str();
+  EXPECT_THAT(out.str(), HasSubstr("[report] after the server\n"));
+  // Each job keeps its own id and log.
+  EXPECT_LT(result->members[0].job_id, result->members[1].job_id);
+  EXPECT_LT(result->members[1].job_id, result->members[2].job_id);
+  EXPECT_THAT(ReadTextFile(result->members[1].log_path),
+              HasSubstr("$ touch \"$FLAGS/client\""));
 }
 
 // rules: and workflow:rules decide which jobs GitLab creates, with the

@@ -514,17 +514,35 @@ class RunnerEmulator::Job {
                    const StopCheck& stop);
   void RunStages();
   std::string GetSourcesBody() const;
+  std::string CheckoutBody() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
   Failure CheckDotenvReport();
   std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
+  // The job's GITLAB_ENV file, in the project's temporary directory.
+  std::string GitlabEnvFile() const {
+    return project_dir_ + ".tmp/gitlab_runner_env";
+  }
   std::chrono::nanoseconds StageTimeout(std::string_view key,
                                         std::chrono::nanoseconds fallback,
                                         std::chrono::nanoseconds job_left);
 
   void Fail(const Failure& failure, std::string_view section);
+
+  // The job's settings read from its variables, as the runner reads them
+  // once per job: a bad value keeps the default and adds a warning.
+  struct JobSettings {
+    std::string git_strategy = "clone";
+    int get_sources_attempts = 1;
+    int artifact_download_attempts = 1;
+    bool git_checkout = true;  // GIT_CHECKOUT.
+    bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
+    bool after_script_ignore_errors = true;
+    std::vector<std::string> errors;
+  };
+  JobSettings ReadSettings() const;
 
   const Options& options_;
   RunnerConfig config_;
@@ -541,6 +559,7 @@ class RunnerEmulator::Job {
   bool in_step_ = false;
   int attempt_ = 1;
   std::string job_status_variable_ = "running";  // CI_JOB_STATUS.
+  JobSettings settings_;
 
   // Per preparation attempt.
   std::string tmp_;
@@ -1013,7 +1032,10 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       "#!/usr/bin/env bash\n"
       "\n"
       "trap 'exit 1' TERM\n"
-      "\n"
+      "\n";
+  // CI_DEBUG_TRACE: bash prints each command before it runs it.
+  if (settings_.debug_trace) script += "set -o xtrace\n";
+  script +=
       "set -o pipefail\n"
       "set -o errexit\n"
       "set +o noclobber\n"
@@ -1036,6 +1058,16 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       }
       absl::StrAppend(&script, "export ", v.key, "=", ShellQuote(v.value),
                       "\n");
+    }
+    // GITLAB_ENV: a file the job may append KEY=VALUE lines to; every later
+    // stage exports them, after the job's variables.
+    if (!project_dir_.empty()) {
+      const std::string env_file = GitlabEnvFile();
+      absl::StrAppend(&script, "export GITLAB_ENV=", ShellQuote(env_file), "\n",
+                      "mkdir -p ", ShellQuote(file_dir), "\n", "touch ",
+                      ShellQuote(env_file), "\n",
+                      "while read -r line; do export \"$line\"; done < ",
+                      ShellQuote(env_file), "\n");
     }
   }
   if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
@@ -1075,6 +1107,61 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   return Classify(outcome, "");
 }
 
+RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
+  JobSettings settings;
+  const std::string strategy = Setting("GIT_STRATEGY").value_or("");
+  if (strategy == "clone" || strategy == "fetch" || strategy == "none" ||
+      strategy == "empty") {
+    settings.git_strategy = strategy;
+  } else if (!strategy.empty()) {
+    settings.errors.push_back(absl::StrCat(
+        "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
+        "got \"",
+        strategy, "\", using default value '", settings.git_strategy, "'"));
+  }
+  // An integer as Go's strconv.ParseInt reads it, then taken into 1..10.
+  const auto attempts = [&](const char* key, int* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    const std::optional<int64_t> parsed = ParseGoInt(text);
+    if (!parsed.has_value()) {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected int got \"", text,
+                       "\", using default value: ", *value));
+      return;
+    }
+    const int64_t clamped = std::clamp<int64_t>(*parsed, 1, 10);
+    if (clamped != *parsed) {
+      settings.errors.push_back(absl::StrCat(
+          key, ": number of attempts out of the range [1, 10], clamping to: ",
+          clamped));
+    }
+    *value = static_cast<int>(clamped);
+  };
+  // A bool as Go's strconv.ParseBool reads it.
+  const auto flag = [&](const char* key, bool* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    if (text == "1" || text == "t" || text == "T" || text == "true" ||
+        text == "TRUE" || text == "True") {
+      *value = true;
+    } else if (text == "0" || text == "f" || text == "F" || text == "false" ||
+               text == "FALSE" || text == "False") {
+      *value = false;
+    } else {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected bool got \"", text,
+                       "\", using default value: ", *value ? "true" : "false"));
+    }
+  };
+  flag("CI_DEBUG_TRACE", &settings.debug_trace);
+  flag("GIT_CHECKOUT", &settings.git_checkout);
+  attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
+  attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
+  flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
+  return settings;
+}
+
 std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
     std::string_view key, std::chrono::nanoseconds fallback,
     std::chrono::nanoseconds job_left) {
@@ -1101,13 +1188,78 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
   return *parsed == std::chrono::nanoseconds(0) ? fallback : *parsed;
 }
 
+// After the copy of a git checkout: the project directory becomes a git
+// repository at the job's commit (HEAD detached there, fetched from the
+// checkout with the job's depth), as the runner's fetch and checkout leave
+// it; the files stay the copied ones, so changes not committed show as
+// such. Where that fails (HEAD in the checkout moved on) it only warns.
+std::string RunnerEmulator::Job::CheckoutBody() const {
+  const std::string& sha = options_.job.sha;
+  if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
+    return "";
+  }
+  const std::string depth = options_.job.depth > 0
+                                ? absl::StrCat(" --depth ", options_.job.depth)
+                                : "";
+  return absl::StrCat(
+      "  echo ",
+      ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
+                              " as detached HEAD (ref is ", options_.job.ref,
+                              ")...")),
+      "\n", "  sha=", ShellQuote(sha), "\n",
+      "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
+      // The checkout may belong to another account than the job's: its
+      // upload-pack (which gets no -c of ours) is told it is safe.
+      "      git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags", depth,
+      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" HEAD "
+      "&&\n",
+      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse FETCH_HEAD)\" = ",
+      "\"$sha\" ] &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
+      "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
+      "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
+      "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
 std::string RunnerEmulator::Job::GetSourcesBody() const {
+  // GIT_STRATEGY none keeps whatever the directory holds; empty starts
+  // from an empty one; neither gets the project's files.
+  if (settings_.git_strategy == "none") {
+    return "echo 'Skipping Git repository setup'\n"
+           "mkdir -p \"$CI_PROJECT_DIR\"\n"
+           "echo 'Skipping Git checkout'\n";
+  }
+  if (settings_.git_strategy == "empty") {
+    return "echo 'Skipping Git repository setup and creating an empty build "
+           "directory'\n"
+           "rm -rf -- \"$CI_PROJECT_DIR\"\n"
+           "mkdir -p \"$CI_PROJECT_DIR\"\n"
+           "echo 'Skipping Git checkout'\n";
+  }
   std::string body = "mkdir -p \"$CI_PROJECT_DIR\"\n";
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {
     absl::StrAppend(&body,
                     "echo \"Created fresh project directory "
                     "$CI_PROJECT_DIR\"\n");
+    return body;
+  }
+  // GIT_CHECKOUT false: the runner fetches the commit but checks out no
+  // files; from a git checkout the directory is a repository holding the
+  // commit (as refs/remotes/origin/<ref>), with no HEAD and no files.
+  if (!settings_.git_checkout) {
+    absl::StrAppend(
+        &body, "src=", ShellQuote(src), "\n",
+        "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
+        "--is-inside-work-tree >/dev/null 2>&1; then\n",
+        "  git init -q \"$CI_PROJECT_DIR\" &&\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags",
+        options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
+                               : "",
+        " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
+        ShellQuote("HEAD:refs/remotes/origin/" + options_.job.ref), " ||\n",
+        "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
+        "fi\n", "echo 'Skipping Git checkout'\n");
     return body;
   }
   std::string skip_cases;
@@ -1137,14 +1289,26 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       "    done |\n",
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
       "\"$CI_PROJECT_DIR\")\n",
-      "else\n", "  tar -C \"$src\"", tar_excludes,
+      CheckoutBody(), "else\n", "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
 }
 
+// Like the runner's shell writer: each command without the white space
+// around it (Go's strings.TrimSpace), shown as "$ <command>" (its first line
+// and a note for a multi-line one), an empty one as an empty line;
+// after_script first says so.
 std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
   std::string body;
-  for (const std::string& command : step.script) {
+  if (step.name == "after_script") {
+    body = "printf '%s\\n' 'Running after script...'\n";
+  }
+  for (const std::string& entry : step.script) {
+    const std::string command(absl::StripAsciiWhitespace(entry));
+    if (command.empty()) {
+      absl::StrAppend(&body, "echo\n\n");
+      continue;
+    }
     std::string shown = command;
     if (const size_t nl = shown.find('\n'); nl != std::string::npos) {
       shown = shown.substr(0, nl) + " # collapsed multi-line command";
@@ -1278,6 +1442,7 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
 std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   std::string body = ":\n";
   if (project_dir_.empty()) return body;
+  absl::StrAppend(&body, "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n");
   for (const Variable& v : Variables()) {
     if (!v.file || !IsShellName(v.key)) continue;
     absl::StrAppend(&body, "rm -f -- ",
@@ -1341,26 +1506,20 @@ void RunnerEmulator::Job::RunStages() {
   Log("Preparing environment");
   const std::string via =
       hostname_.empty() ? "" : absl::StrCat(" via ", hostname_);
-  Failure failure = RunStage("prepare_script",
-                             absl::StrCat("echo \"Running on $(hostname)\"",
-                                          ShellQuote(via + "..."), "\n"),
-                             /*export_variables=*/false, /*cd_project=*/false,
-                             ContextDeadline(), job_stop);
+  // Like the runner's prepare script: a GITLAB_ENV file an earlier job
+  // left in the same project directory is not read.
+  Failure failure = RunStage(
+      "prepare_script",
+      absl::StrCat("echo \"Running on $(hostname)\"", ShellQuote(via + "..."),
+                   "\n", "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n"),
+      /*export_variables=*/false, /*cd_project=*/false, ContextDeadline(),
+      job_stop);
   // The runner's prepare context ends with the prepare_script stage.
   preparing_ = false;
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
-  int attempts = 1;
-  if (std::optional<std::string> text = Setting("GET_SOURCES_ATTEMPTS");
-      text.has_value()) {
-    int value = 0;
-    if (std::from_chars(text->data(), text->data() + text->size(), value).ec ==
-            std::errc() &&
-        value >= 1 && value <= 10) {
-      attempts = value;
-    }
-  }
+  const int attempts = settings_.get_sources_attempts;
   Failure before_steps;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     if (attempt > 1) {
@@ -1392,12 +1551,29 @@ void RunnerEmulator::Job::RunStages() {
       [](const gitlab::JobDependency& d) {
         return !d.artifacts_filename.empty();
       });
-  if (before_steps.ok() && has_dependency_artifacts) {
+  // ARTIFACT_DOWNLOAD_ATTEMPTS: the runner tries the stage again, without
+  // clearing anything in between.
+  for (int attempt = 1; before_steps.ok() && has_dependency_artifacts &&
+                        attempt <= settings_.artifact_download_attempts;
+       ++attempt) {
+    if (attempt > 1) {
+      const TimePoint resume =
+          SteadyClock::now() + config_.stage_retry_interval;
+      while (SteadyClock::now() < resume && !interrupted()) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
+      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    }
     Log("Downloading artifacts");
-    before_steps = RunStage("download_artifacts", DownloadBody(),
-                            /*export_variables=*/true, /*cd_project=*/true,
-                            job_deadline_, job_stop);
+    const Failure downloaded =
+        RunStage("download_artifacts", DownloadBody(),
+                 /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
+                 job_stop);
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (downloaded.ok()) break;
+    if (attempt == settings_.artifact_download_attempts) {
+      before_steps = downloaded;
+    }
   }
 
   Failure first_failure = before_steps;
@@ -1451,12 +1627,16 @@ void RunnerEmulator::Job::RunStages() {
 
   const bool steps_success = first_failure.ok();
   // A step cut off by the script timeout (the job's own deadline ended the
-  // context above) leaves after_script CI_JOB_STATUS=timedout.
-  job_status_variable_ = steps_success       ? "success"
-                         : graceful_handled_ ? "canceled"
-                         : first_failure.kind == FailureKind::kTimeout
-                             ? "timedout"
-                             : "failed";
+  // context above) leaves after_script CI_JOB_STATUS=timedout. The runner
+  // sets it only when it got as far as the steps: after a failed
+  // get_sources or download, the later stages still see "running".
+  if (before_steps.ok()) {
+    job_status_variable_ = steps_success       ? "success"
+                           : graceful_handled_ ? "canceled"
+                           : first_failure.kind == FailureKind::kTimeout
+                               ? "timedout"
+                               : "failed";
+  }
   if (before_steps.ok() && after_script != nullptr &&
       !after_script->script.empty()) {
     Log("Running after_script");
@@ -1469,14 +1649,7 @@ void RunnerEmulator::Job::RunStages() {
     if (!after.ok()) {
       // AFTER_SCRIPT_IGNORE_ERRORS (a Go bool, default true): when false, a
       // failed after_script fails a job that had not failed yet.
-      bool ignore_errors = true;
-      const std::string flag =
-          Setting("AFTER_SCRIPT_IGNORE_ERRORS").value_or("");
-      if (flag == "0" || flag == "f" || flag == "F" || flag == "false" ||
-          flag == "FALSE" || flag == "False") {
-        ignore_errors = false;
-      }
-      if (ignore_errors) {
+      if (settings_.after_script_ignore_errors) {
         Log(absl::StrCat(
             "WARNING: after_script failed, but job will continue unaffected: ",
             after.message.empty() ? "stopped" : after.message));
@@ -1544,6 +1717,13 @@ JobResult RunnerEmulator::Job::Run() {
     }
   }
   prepare_deadline_ = start_ + prepare_timeout;
+  // Read once, before the preparation, and bad values reported together.
+  settings_ = ReadSettings();
+  if (!settings_.errors.empty()) {
+    for (size_t i = 0; i < settings_.errors.size(); ++i) {
+      Log(absl::StrCat(i == 0 ? "WARNING: " : "", settings_.errors[i]));
+    }
+  }
   preparing_ = true;
   Log("Preparing the \"custom\" executor");
 

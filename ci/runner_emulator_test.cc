@@ -1,5 +1,6 @@
 #include "ci/runner_emulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <thread>
@@ -623,6 +624,256 @@ TEST_F(RunnerEmulatorTest, VariablesAreExpandedOnceAsTheRunnerDoes) {
   // The custom executor's CUSTOM_ENV_ copies are the expanded values too.
   EXPECT_THAT(EnvOf(0, "config"), HasSubstr("\nCUSTOM_ENV_B=foo-bar\n"));
   EXPECT_THAT(EnvOf(4, "run.build_script"), HasSubstr("\nCUSTOM_ENV_RAW=$A\n"));
+}
+
+// GITLAB_ENV: lines a step appends are exported by every later stage (the
+// next step, after_script), not by the step that wrote them; the file does
+// not outlive the job.
+TEST_F(RunnerEmulatorTest, GitlabEnvCarriesVariablesToLaterStages) {
+  options_.job.steps = {
+      {"script",
+       {"echo \"FROM_SCRIPT=hello world\" >> \"$GITLAB_ENV\"",
+        "export ONLY_HERE=1", "echo \"in script [$FROM_SCRIPT]\""}},
+      {"release", {"echo \"in release [$FROM_SCRIPT]\""}},
+      {"after_script",
+       {"echo \"after [$FROM_SCRIPT] [${ONLY_HERE:-}] $GITLAB_ENV\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::string env_file =
+      dir_.path() + "/builds/ml/model.tmp/gitlab_runner_env";
+  EXPECT_THAT(log_lines_, Contains("in script []"));
+  EXPECT_THAT(log_lines_, Contains("in release [hello world]"));
+  EXPECT_THAT(log_lines_, Contains("after [hello world] [] " + env_file));
+  EXPECT_FALSE(fs::exists(env_file));
+}
+
+// Each command is shown and run without the white space around it, as the
+// runner's shell writer does: a YAML block scalar's final newline does not
+// make a one-line command "multi-line"; an empty command is an empty line;
+// after_script announces itself.
+TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
+  options_.job.steps = {
+      {"script", {"echo one\n", "  echo two  ", " ", "echo a\necho b\n"}},
+      {"after_script", {"echo after\n"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "$ echo one",
+      "one",
+      "$ echo two",
+      "two",
+      "",
+      "$ echo a # collapsed multi-line command",
+      "a",
+      "b",
+      "Running after_script",
+      "Running after script...",
+      "$ echo after",
+      "after"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected.front());
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(static_cast<size_t>(log_lines_.end() - first), expected.size());
+  EXPECT_EQ(std::vector<std::string>(first, first + expected.size()), expected);
+}
+
+// GIT_STRATEGY none leaves the project directory as it is and empty
+// empties it; neither gets the project's files. Another value is the
+// default (the files), with a warning before the preparation.
+TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
+  const std::string project = dir_.path() + "/builds/ml/model";
+  for (const std::string strategy : {"none", "empty", "bogus"}) {
+    SCOPED_TRACE(strategy);
+    fs::remove_all(project);
+    fs::create_directories(project);
+    WriteTextFile(project + "/left.txt", "from before\n");
+    options_.job.variables.push_back({"GIT_STRATEGY", strategy});
+    options_.job.steps = {{"script", {"ls"}}};
+    log_lines_.clear();
+
+    JobResult result = Run();
+    options_.job.variables.pop_back();
+
+    ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+    EXPECT_EQ(fs::exists(project + "/model.py"), strategy == "bogus");
+    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy != "empty");
+    if (strategy == "bogus") {
+      EXPECT_THAT(log_lines_,
+                  Contains("WARNING: GIT_STRATEGY: expected either 'clone', "
+                           "'fetch', 'none' or 'empty' got \"bogus\", using "
+                           "default value 'clone'"));
+    } else {
+      EXPECT_THAT(log_lines_, Contains(HasSubstr("Skipping Git repository")));
+      EXPECT_THAT(log_lines_, Contains("Skipping Git checkout"));
+    }
+  }
+}
+
+// The attempt settings are integers taken into 1..10, a bad one warned
+// about and left at 1; download_artifacts is tried
+// ARTIFACT_DOWNLOAD_ATTEMPTS times.
+TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "20"});
+  options_.job.variables.push_back({"ARTIFACT_DOWNLOAD_ATTEMPTS", "+3"});
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  std::vector<std::string> calls = Calls(result);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 10);
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GET_SOURCES_ATTEMPTS: number of attempts out "
+                       "of the range [1, 10], clamping to: 10"));
+
+  // A dependency whose artifacts are not in the store: three tries.
+  options_.sources.project_dir = dir_.path() + "/project";
+  options_.job.variables.pop_back();
+  options_.job.variables.pop_back();
+  options_.job.variables.push_back({"ARTIFACT_DOWNLOAD_ATTEMPTS", "3"});
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "two"});
+  gitlab::JobDependency dependency;
+  dependency.id = 999;
+  dependency.name = "build";
+  dependency.artifacts_filename = "artifacts.zip";
+  options_.job.dependencies = {dependency};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  calls = Calls(result);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run download_artifacts"),
+            3);
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 1);
+  EXPECT_THAT(calls, Not(Contains("run build_script")));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GET_SOURCES_ATTEMPTS: expected int got "
+                       "\"two\", using default value: 1"));
+}
+
+// CI_JOB_STATUS in the stages after the steps: the steps' outcome, or
+// still "running" when the job failed before its steps (the runner sets it
+// with after_script, which it does not reach then).
+TEST_F(RunnerEmulatorTest, JobStatusAfterAFailureBeforeTheStepsIsRunning) {
+  options_.job.steps = {{"script", {"exit 3"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  ASSERT_THAT(Calls(result), Contains("run upload_artifacts_on_failure"));
+  EXPECT_THAT(EnvOf(5, "run.upload_artifacts_on_failure"),
+              HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
+
+  fs::remove_all(rec_);
+  fs::create_directories(rec_);
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  ASSERT_EQ(Calls(result)[4], "run upload_artifacts_on_failure");
+  EXPECT_THAT(EnvOf(4, "run.upload_artifacts_on_failure"),
+              HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=running\n"));
+}
+
+// CI_DEBUG_TRACE makes every stage script trace its commands; it and
+// AFTER_SCRIPT_IGNORE_ERRORS are Go bools, a value Go cannot read is the
+// default with a warning line.
+TEST_F(RunnerEmulatorTest, DebugTraceTracesTheScripts) {
+  options_.job.variables.push_back({"CI_DEBUG_TRACE", "True"});
+  options_.job.steps = {{"script", {"echo traced"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("+ echo traced"));
+  EXPECT_THAT(log_lines_, Contains("traced"));
+
+  options_.job.variables.back().value = "yes";
+  options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "no"});
+  options_.job.steps = {{"script", {"echo traced"}},
+                        {"after_script", {"exit 1"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains("+ echo traced")));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: CI_DEBUG_TRACE: expected bool got \"yes\", "
+                       "using default value: false"));
+  EXPECT_THAT(log_lines_, Contains("AFTER_SCRIPT_IGNORE_ERRORS: expected bool "
+                                   "got \"no\", using default value: true"));
+}
+
+// From a git checkout, the project directory is a git repository with HEAD
+// detached at the job's commit, as the runner's checkout leaves it; the
+// copied files stay, a change not committed showing as one.
+TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     project,
+                                     "-c",
+                                     "user.name=Ada",
+                                     "-c",
+                                     "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    output.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success();
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  WriteTextFile(project + "/model.py", "print('edited')\n");
+  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  WriteTextFile(project + "/model.py", "print('not committed')\n");
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 1;
+  options_.job.steps = {{"script",
+                         {"git rev-parse HEAD", "git status --porcelain",
+                          "git rev-list --count HEAD", "cat model.py"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Checking out " + sha.substr(0, 8) +
+                                   " as detached HEAD (ref is main)..."));
+  EXPECT_THAT(log_lines_, Contains(sha));
+  EXPECT_THAT(log_lines_, Contains(" M model.py"));
+  EXPECT_THAT(log_lines_, Contains("1"));  // GIT_DEPTH 1: one commit.
+  EXPECT_THAT(log_lines_, Contains("print('not committed')"));
+
+  // GIT_CHECKOUT false: the commit is fetched, no file is checked out (in
+  // a fresh builds dir, like a new job's).
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.variables.push_back({"GIT_CHECKOUT", "false"});
+  options_.job.steps = {
+      {"script",
+       {"ls -A", "git cat-file -t " + sha, "git rev-parse origin/main"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping Git checkout"));
+  EXPECT_THAT(log_lines_, Contains(".git"));
+  EXPECT_THAT(log_lines_, Not(Contains("model.py")));
+  EXPECT_THAT(log_lines_, Contains("commit"));
+  EXPECT_THAT(log_lines_, Contains(sha));
 }
 
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {

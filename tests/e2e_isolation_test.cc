@@ -219,12 +219,14 @@ TEST_F(IsolationTest, JobGetsABaseEnvironmentNotTheAgents) {
 // would call it "of dubious ownership", and the copy into each member's
 // builds dir would fall back to the whole directory, ignored build trees
 // included (gigabytes per member). Each member gets what a fetch brings:
-// tracked and untracked files, not ignored ones.
+// tracked and untracked files, not ignored ones, in a git repository at the
+// pipeline's commit.
 TEST_F(IsolationTest, PoolAccountGetsTheCheckoutsFilesNotItsIgnoredOnes) {
   const std::string project = MakeProject(
       "for f in tracked.txt untracked.txt build/big.bin; do\n"
       "  if [ -e \"$f\" ]; then echo \"has $f\"; else echo \"lacks $f\"; fi\n"
-      "done\n");
+      "done\n"
+      "echo \"at $(git rev-parse HEAD) for $CI_COMMIT_SHA\"\n");
   WriteFile(project + "/.gitignore", "build/\n");
   WriteFile(project + "/tracked.txt", "tracked\n");
   fs::create_directories(project + "/build");
@@ -241,6 +243,11 @@ TEST_F(IsolationTest, PoolAccountGetsTheCheckoutsFilesNotItsIgnoredOnes) {
     ASSERT_TRUE(result.status.success()) << result.output;
   }
   WriteFile(project + "/untracked.txt", "not yet added\n");
+  std::vector<std::string> rev_parse = git;
+  rev_parse.insert(rev_parse.end(), {"rev-parse", "HEAD"});
+  const CommandResult head = RunProcess(rev_parse, {}, seconds(20));
+  ASSERT_TRUE(head.status.success()) << head.output;
+  const std::string sha = head.output.substr(0, 40);
 
   CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
 
@@ -250,6 +257,8 @@ TEST_F(IsolationTest, PoolAccountGetsTheCheckoutsFilesNotItsIgnoredOnes) {
     EXPECT_THAT(log, HasSubstr("has tracked.txt\n")) << log;
     EXPECT_THAT(log, HasSubstr("has untracked.txt\n")) << log;
     EXPECT_THAT(log, HasSubstr("lacks build/big.bin\n")) << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("at ", sha, " for ", sha, "\n")))
+        << log;
   }
 }
 
