@@ -5,6 +5,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/cpu_time.h"
 
 namespace gdt::ci {
 namespace {
@@ -132,7 +133,7 @@ TEST(ExistsGlobTest, ManyStarsStayFast) {
   std::string pattern;
   for (int i = 0; i < 30; ++i) pattern += "*a";
   pattern += "*b";
-  const auto start = std::chrono::steady_clock::now();
+  const auto start = gdt::testing::ThreadCpuTime();
   EXPECT_FALSE(ExistsGlobMatches(pattern, path));
   std::string deep;
   for (int i = 0; i < 60; ++i) deep += "d/";
@@ -140,7 +141,7 @@ TEST(ExistsGlobTest, ManyStarsStayFast) {
   for (int i = 0; i < 20; ++i) stars += "**/";
   EXPECT_FALSE(ExistsGlobMatches(stars + "x", deep + "y"));
   EXPECT_TRUE(ExistsGlobMatches(stars + "y", deep + "y"));
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  EXPECT_LT(gdt::testing::ThreadCpuTime() - start, std::chrono::seconds(2));
 }
 
 CiValue Yaml(std::string_view json) { return CiValue::parse(json); }
