@@ -1266,11 +1266,18 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> report =
       ReadDotenvReport(dir);
   if (report.ok()) return {};
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  const std::string message = absl::StrCat(
-      "ERROR: Uploading artifacts as \"dotenv\" to local store: ",
-      "GitLab would refuse it (400 Bad Request): ", report.status().message());
+  // The job's account wrote the report, and the job may still run
+  // processes: removed without following what it put there.
+  DiscardDotenvReport(dir);
+  // A report GitLab reads but refuses, or files that are not the ones the
+  // upload wrote (links, FIFOs: not read, as the runner would not send
+  // them).
+  const std::string message =
+      absl::StrCat("ERROR: Uploading artifacts as \"dotenv\" to local store: ",
+                   absl::IsInvalidArgument(report.status())
+                       ? "GitLab would refuse it (400 Bad Request): "
+                       : "",
+                   report.status().message());
   Log(message);
   return {FailureKind::kBuild, 1, message};
 }

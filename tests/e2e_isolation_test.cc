@@ -639,6 +639,112 @@ TEST_F(IsolationTest, HangEvidenceIsNotWrittenThroughTheJobsDirectory) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// What a job uploads is taken with its own account, and what run-local
+// reads of it as a more privileged one (root here: its dotenv report) is
+// read without following the job's links. The job plants, as artifacts,
+// links to /etc/shadow, to a root-only file and directory, to another
+// process's environment, a FIFO, a hard link, a name with a newline and
+// patterns leaving the project; and into its dotenv report in the store, a
+// directory it makes read-only so that the upload cannot clear it, a link
+// to a root-only file of KEY=VALUE lines beside the file the upload
+// writes. No byte of the root-only file may reach a later job or the store.
+TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
+  const std::string secret_dir = cluster_.dir().Sub("root-only");
+  fs::create_directories(secret_dir);
+  chmod(secret_dir.c_str(), 0700);
+  const std::string secret = secret_dir + "/secret.env";
+  constexpr const char* kSecret = "root-only-secret-5813";
+  WriteFile(secret, absl::StrCat("GDT_LEAKED=", kSecret, "\n"));
+  chmod(secret.c_str(), 0600);
+  const std::string store = cluster_.run_dir() + "/artifacts";
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  const std::string job_head =
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"0\"\n"
+      "    GDT_LAUNCHER: none\n"
+      "  script:\n"
+      "    - |\n";
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat(
+          "stages: [build, test]\n"
+          "plant:\n"
+          "  stage: build\n",
+          job_head,
+          "      d=\"$STORE/$CI_JOB_ID.dotenv\"\n"
+          "      mkdir -p \"$d\"\n"
+          "      printf 'GOOD=1\\n' > \"$d/1\"; chmod 0666 \"$d/1\"\n"
+          "      printf 'build.env\\n' > \"$d/paths\"; chmod 0666 "
+          "\"$d/paths\"\n"
+          "      ln -s ",
+          secret,
+          " \"$d/2\"\n"
+          "      chmod 0555 \"$d\"\n"
+          "      printf 'GOOD=1\\n' > build.env\n"
+          "      ln -s /etc/shadow shadow-link\n"
+          "      ln -s ",
+          secret, " secret-link\n      ln -s ", secret_dir,
+          " secret-dir-link\n"
+          "      ln -s /proc/1/environ environ-link\n"
+          "      mkfifo fifo\n"
+          "      ln ",
+          secret,
+          " hard 2>&1 || echo no-hard-link\n"
+          "      touch \"$(printf 'new\\nline')\"\n"
+          "      echo planted\n"
+          "  artifacts:\n"
+          "    paths: [shadow-link, secret-link, secret-dir-link, "
+          "environ-link, fifo, hard, \"new*\", \"../outside\", "
+          "/etc/passwd]\n"
+          "    reports:\n"
+          "      dotenv: build.env\n"
+          "read:\n"
+          "  stage: test\n"
+          "  when: always\n",
+          job_head,
+          "      echo \"leaked: ${GDT_LEAKED:-nothing} good: ${GOOD:-unset}\"\n"
+          "      cat secret-link secret-dir-link/secret.env 2>&1 || true\n"
+          "      ls -la\n"));
+
+  CommandResult run = cluster_.RunLocal(
+      project, "plant", {"--job", "read", "--var", "STORE=" + store},
+      seconds(120));
+
+  std::string logs;
+  for (const auto& entry :
+       fs::directory_iterator(cluster_.run_dir() + "/logs")) {
+    absl::StrAppend(&logs, "== ", entry.path().filename().string(), "\n",
+                    ReadFile(entry.path().string()));
+  }
+  ASSERT_THAT(logs, HasSubstr("planted")) << run.output << logs;
+  EXPECT_THAT(logs, HasSubstr("no-hard-link")) << logs;
+  EXPECT_THAT(run.output + logs, Not(HasSubstr(kSecret))) << run.output << logs;
+  // The report with the link fails the upload, naming it.
+  EXPECT_THAT(logs, HasSubstr("cannot read 2: it is a symbolic link")) << logs;
+  // The artifacts are stored as the job left them: links as links (as
+  // gitlab-runner archives them), the FIFO as a FIFO; none of the root-only
+  // bytes is in a file of the store.
+  std::string stored_leak;
+  int links = 0;
+  for (auto it = fs::recursive_directory_iterator(store);
+       it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_symlink()) {
+      ++links;
+      continue;
+    }
+    if (it->is_regular_file() &&
+        absl::StrContains(ReadFile(it->path().string()), kSecret)) {
+      stored_leak = it->path().string();
+    }
+  }
+  EXPECT_EQ(stored_leak, "");
+  EXPECT_GE(links, 4);
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
+}
+
 // A job fills the file system of its builds dir. As on a host that keeps
 // /var/lib/gdt/builds and /var/lib/gdt/agent on one disk, the builds root and
 // the agent's scratch dir (members' homes, the agent's exit outbox and
