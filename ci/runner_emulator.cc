@@ -1135,8 +1135,10 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       "      if [ -e \"$src/$f\" ] || [ -L \"$src/$f\" ]; then "
       "printf '%s\\0' \"$f\"; fi\n",
       "    done |\n",
+      // "--": a file named like an option (--help, -l) is a file to
+      // copy, not an option of cp.
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
-      "\"$CI_PROJECT_DIR\")\n",
+      "\"$CI_PROJECT_DIR\" --)\n",
       "else\n", "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
