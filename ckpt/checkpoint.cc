@@ -19,10 +19,14 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A path inside the checkpoint directory, each of whose parts names an
+// entry: not absolute, no "..", no "." (a dir "step-4/." made resume put the
+// checkpoint at the checkpoint directory itself, which it first removed
+// with every checkpoint in it) and no empty part.
 bool SafeRelative(const std::string& path) {
   if (path.empty() || path.front() == '/') return false;
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == ".." || part.empty()) return false;
+    if (part == ".." || part == "." || part.empty()) return false;
   }
   return true;
 }
