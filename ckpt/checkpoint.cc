@@ -311,7 +311,7 @@ absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
        !error && it != fs::recursive_directory_iterator();
        it.increment(error)) {
     if (it->path().filename() != kManifestFileName) continue;
-    auto text = ReadTextFile(it->path().string());
+    auto text = ReadTextFile(it->path().string(), kMaxManifestBytes);
     auto manifest = text.ok()
                         ? ParseManifest(*text)
                         : absl::StatusOr<CheckpointManifest>(text.status());

@@ -1,5 +1,6 @@
 #include "ckpt/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "ckpt/zip_archive.h"
@@ -175,16 +176,24 @@ TEST_F(CheckpointTest, FindsManifestsInAJobsArtifacts) {
   fs::create_directories(project_ + "/checkpoints/step-30");
   WriteTextFile(project_ + "/checkpoints/step-30/manifest.json",
                 R"({"step": -3, "world_size": 2, "job_id": 11})");
+  // A manifest above the bound is not read whole, however it ends (a zip
+  // of few bytes can hold gigabytes of blanks).
+  Write(40);
+  const std::string big = project_ + "/checkpoints/step-40/manifest.json";
+  WriteTextFile(big, std::string(kMaxManifestBytes, ' ') + ReadTextFile(big));
   UploadArtifacts();
   std::vector<std::string> warnings;
   auto found =
       ManifestsInArtifacts(*api_, 11, dir_.path() + "/scratch", warnings);
   ASSERT_TRUE(found.ok()) << found.status();
   ASSERT_THAT(*found, SizeIs(2));
-  ASSERT_THAT(warnings, SizeIs(1));
+  ASSERT_THAT(warnings, SizeIs(2));
+  std::sort(warnings.begin(), warnings.end());
   EXPECT_EQ(warnings[0],
             "skipping checkpoints/step-30/manifest.json in job 11's "
             "artifacts: manifest: field \"step\" is missing or malformed");
+  EXPECT_THAT(warnings[1],
+              HasSubstr("step-40/manifest.json: it is larger than 1 MiB"));
 }
 
 TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {
