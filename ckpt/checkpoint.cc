@@ -58,7 +58,16 @@ absl::Status Fetch(gitlab::GitLabApi& api, const CheckpointManifest& m,
     auto download = api.DownloadArtifacts(m.job_id, zip);
     if (!download.ok()) return download.status();
     const std::string extracted = scratch + "/extracted";
-    GDT_RETURN_IF_ERROR(ExtractZip(zip, extracted));
+    // Only the checkpoint's directory, and no more than its manifest says
+    // (a manifest of its own beside): the rest of the job's artifacts, or
+    // a zip that expands without end, is none of resume's business.
+    ExtractLimits limits;
+    const std::string prefix = m.dir + "/";
+    limits.select = [&prefix](const std::string& name) {
+      return name.compare(0, prefix.size(), prefix) == 0;
+    };
+    limits.max_bytes = m.total_bytes() + kMaxManifestBytes;
+    GDT_RETURN_IF_ERROR(ExtractZip(zip, extracted, limits));
     const std::string src = extracted + "/" + m.dir;
     if (!fs::is_directory(src)) {
       return absl::DataLossError(
@@ -304,7 +313,15 @@ absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
   const std::string zip = scratch + "/artifacts.zip";
   auto download = api.DownloadArtifacts(job_id, zip);
   if (!download.ok()) return download.status();
-  GDT_RETURN_IF_ERROR(ExtractZip(zip, scratch + "/extracted"));
+  // The manifests only: neither the rest of the job's artifacts (which
+  // may hold links, refused by the extraction) nor a zip that expands
+  // without end lands on the disk; 64 manifests of the largest size fit.
+  ExtractLimits limits;
+  limits.select = [](const std::string& name) {
+    return fs::path(name).filename() == kManifestFileName;
+  };
+  limits.max_bytes = 64 * kMaxManifestBytes;
+  GDT_RETURN_IF_ERROR(ExtractZip(zip, scratch + "/extracted", limits));
   std::vector<CheckpointManifest> found;
   for (auto it =
            fs::recursive_directory_iterator(scratch + "/extracted", error);

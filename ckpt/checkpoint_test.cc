@@ -194,6 +194,11 @@ TEST_F(CheckpointTest, FindsManifestsInAJobsArtifacts) {
             "artifacts: manifest: field \"step\" is missing or malformed");
   EXPECT_THAT(warnings[1],
               HasSubstr("step-40/manifest.json: it is larger than 1 MiB"));
+  // Only the manifests were extracted, not the checkpoints' files.
+  EXPECT_TRUE(fs::exists(
+      dir_.path() + "/scratch/extracted/checkpoints/step-10/manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_.path() +
+                          "/scratch/extracted/checkpoints/step-10/model.pt"));
 }
 
 TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {
@@ -209,6 +214,27 @@ TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {
   EXPECT_THAT(warnings[0],
               HasSubstr("skipping checkpoint step 20 (job 11, artifacts)"));
   EXPECT_THAT(warnings[0], HasSubstr("model.pt: SHA-256 mismatch"));
+  EXPECT_FALSE(fs::exists(dest_ + "/step-20"));
+}
+
+// Resume extracts the checkpoint's own directory, and only as many bytes
+// as its manifest lists: step 20's model.pt grew to 64 MiB of zeros after
+// its manifest (a zip of kilobytes) and is not written out, and neither is
+// anything else of the job's artifacts.
+TEST_F(CheckpointTest, AZipExpandingPastItsManifestIsNotExtracted) {
+  const CheckpointManifest m10 = Write(10);
+  const CheckpointManifest m20 = Write(20);
+  WriteTextFile(project_ + "/checkpoints/step-20/model.pt",
+                std::string(64 << 20, '\0'));
+  UploadArtifacts();
+  std::vector<std::string> warnings;
+  auto resumed = Resume(*api_, {m10, m20}, dest_, warnings);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->manifest.step, 10);
+  ASSERT_THAT(warnings, SizeIs(1));
+  EXPECT_THAT(warnings[0], HasSubstr("skipping checkpoint step 20 (job 11, "
+                                     "artifacts): zip "));
+  EXPECT_THAT(warnings[0], HasSubstr("its files expand to more than"));
   EXPECT_FALSE(fs::exists(dest_ + "/step-20"));
 }
 
