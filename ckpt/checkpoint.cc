@@ -31,6 +31,21 @@ bool SafeRelative(const std::string& path) {
   return true;
 }
 
+// A generic package's name or version as GitLab accepts them, which is
+// also one plain segment of the API path they are put in: no "/", "?",
+// "#" or "%" that would point the download (with the job token) at
+// another endpoint, and not "." or "..".
+bool PackagePart(const std::string& text) {
+  if (text.empty() || text.size() > 255 || text == "." || text == "..") {
+    return false;
+  }
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+           c == '+';
+  });
+}
+
 bool IsHex64(const std::string& text) {
   return text.size() == 64 && std::all_of(text.begin(), text.end(), [](char c) {
            return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
@@ -221,6 +236,9 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
     }
     m.package_name = j["package"]["name"].get<std::string>();
     m.package_version = j["package"]["version"].get<std::string>();
+    if (!PackagePart(m.package_name) || !PackagePart(m.package_version)) {
+      return bad("package");
+    }
   }
   if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return bad("files");

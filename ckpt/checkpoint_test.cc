@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/zip_archive.h"
 #include "common/sha256.h"
 #include "gitlab/curl_gitlab_api.h"
@@ -125,6 +126,24 @@ TEST_F(CheckpointTest, MalformedManifestsNameTheField) {
   const std::string unsafe =
       R"({"step":1,"world_size":1,"job_id":1,"store":"artifacts","dir":"../x","files":[]})";
   EXPECT_THAT(ParseManifest(unsafe).status().message(), HasSubstr("\"dir\""));
+  // A package name or version that would leave its segment of the API
+  // path (the download goes to <api>/projects/P/packages/generic/N/V/F
+  // with the job token).
+  for (const char* package :
+       {R"({"name":"../../../../jobs/7/artifacts?","version":"1"})",
+        R"({"name":"gdt-checkpoints","version":".."})",
+        R"({"name":"gdt-checkpoints","version":"1%2F..%2F.."})",
+        R"({"name":"gdt-checkpoints","version":"1#"})",
+        R"({"name":"","version":"1"})"}) {
+    const std::string text = absl::StrCat(
+        R"({"step":1,"world_size":1,"job_id":1,"store":"packages","dir":"c",)",
+        R"("package":)", package,
+        R"(,"files":[{"path":"m","size":1,"sha256":")", std::string(64, 'a'),
+        R"("}]})");
+    EXPECT_THAT(ParseManifest(text).status().message(),
+                HasSubstr("\"package\""))
+        << package;
+  }
   const std::string store =
       R"({"step":1,"world_size":1,"job_id":1,"store":"s3","dir":"c","files":[]})";
   EXPECT_THAT(ParseManifest(store).status().message(),
