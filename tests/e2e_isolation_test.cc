@@ -644,10 +644,11 @@ TEST_F(IsolationTest, HangEvidenceIsNotWrittenThroughTheJobsDirectory) {
 // read without following the job's links. The job plants, as artifacts,
 // links to /etc/shadow, to a root-only file and directory, to another
 // process's environment, a FIFO, a hard link, a name with a newline and
-// patterns leaving the project; and into its dotenv report in the store, a
-// directory it makes read-only so that the upload cannot clear it, a link
-// to a root-only file of KEY=VALUE lines beside the file the upload
-// writes. No byte of the root-only file may reach a later job or the store.
+// patterns leaving the project; and it tries to make its dotenv report's
+// directory in the store beforehand, read-only so that the upload could not
+// clear it, holding a link to a root-only file of KEY=VALUE lines beside
+// the file the upload writes. No byte of the root-only file may reach a
+// later job or the store.
 TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
   const std::string secret_dir = cluster_.dir().Sub("root-only");
   fs::create_directories(secret_dir);
@@ -674,14 +675,15 @@ TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
           "  stage: build\n",
           job_head,
           "      d=\"$STORE/$CI_JOB_ID.dotenv\"\n"
-          "      mkdir -p \"$d\"\n"
-          "      printf 'GOOD=1\\n' > \"$d/1\"; chmod 0666 \"$d/1\"\n"
-          "      printf 'build.env\\n' > \"$d/paths\"; chmod 0666 "
+          "      if mkdir -p \"$d\" 2>/dev/null; then\n"
+          "        printf 'GOOD=1\\n' > \"$d/1\"; chmod 0666 \"$d/1\"\n"
+          "        printf 'build.env\\n' > \"$d/paths\"; chmod 0666 "
           "\"$d/paths\"\n"
-          "      ln -s ",
+          "        ln -s ",
           secret,
           " \"$d/2\"\n"
-          "      chmod 0555 \"$d\"\n"
+          "        chmod 0555 \"$d\"\n"
+          "      else echo cannot-plant-in-store; fi\n"
           "      printf 'GOOD=1\\n' > build.env\n"
           "      ln -s /etc/shadow shadow-link\n"
           "      ln -s ",
@@ -721,8 +723,10 @@ TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
   ASSERT_THAT(logs, HasSubstr("planted")) << run.output << logs;
   EXPECT_THAT(logs, HasSubstr("no-hard-link")) << logs;
   EXPECT_THAT(run.output + logs, Not(HasSubstr(kSecret))) << run.output << logs;
-  // The report with the link fails the upload, naming it.
-  EXPECT_THAT(logs, HasSubstr("cannot read 2: it is a symbolic link")) << logs;
+  // The store is run-local's: the job cannot make its report's directory
+  // beforehand (which is how it got a link read before; the reader refuses
+  // links too, DotenvTest).
+  EXPECT_THAT(logs, HasSubstr("cannot-plant-in-store")) << logs;
   // The artifacts are stored as the job left them: links as links (as
   // gitlab-runner archives them), the FIFO as a FIFO; none of the root-only
   // bytes is in a file of the store.
@@ -743,6 +747,67 @@ TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
   EXPECT_GE(links, 4);
   EXPECT_TRUE(JobProcesses(cluster_).empty())
       << DescribeAll(JobProcesses(cluster_));
+}
+
+// The artifact store is run-local's: a job of one pipeline cannot put a
+// dotenv report or artifacts under a job id another pipeline will use (ids
+// are the pipeline id times 1000 plus the job's number), which that
+// pipeline's later jobs would take as their own. Both pipelines share the
+// work dir here; on a shared host the path is in the process list.
+TEST_F(IsolationTest, AJobCannotPlantArtifactsUnderAnotherJobsId) {
+  const std::string store = cluster_.run_dir() + "/artifacts";
+  const std::string head =
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"0\"\n"
+      "    GDT_LAUNCHER: none\n"
+      "  script:\n"
+      "    - |\n";
+  const std::string attacker = cluster_.dir().Sub("attacker");
+  fs::create_directories(attacker);
+  WriteFile(
+      attacker + "/.gitlab-ci.yml",
+      absl::StrCat(
+          "plant:\n", head,
+          "      v=\"$STORE/701001.dotenv\"; a=\"$STORE/701001\"\n"
+          "      if mkdir -p \"$v\" \"$a\" 2>/dev/null; then\n"
+          "        printf 'X=1\\n' > \"$v/1\"; chmod 0666 \"$v/1\"\n"
+          "        printf 'b\\n' > \"$v/paths\"; chmod 0666 \"$v/paths\"\n"
+          "        printf 'EVIL=injected\\n' > \"$v/2\"; chmod 0555 \"$v\"\n"
+          "        chmod 0777 \"$a\"; echo poison > \"$a/poisoned.txt\"\n"
+          "      else echo cannot-plant-in-store; fi\n"));
+  CommandResult planted = cluster_.RunLocal(
+      attacker, "plant", {"--pipeline-id", "700", "--var", "STORE=" + store},
+      seconds(120));
+  ASSERT_TRUE(planted.status.success()) << planted.output << cluster_.Logs();
+  EXPECT_THAT(planted.output, HasSubstr("cannot-plant-in-store"));
+
+  const std::string victim = cluster_.dir().Sub("victim");
+  fs::create_directories(victim);
+  WriteFile(victim + "/.gitlab-ci.yml",
+            absl::StrCat("stages: [build, test]\n"
+                         "make:\n"
+                         "  stage: build\n",
+                         head,
+                         "      printf 'GOOD=1\\n' > build.env; echo made > "
+                         "out.txt\n"
+                         "  artifacts:\n"
+                         "    paths: [out.txt]\n"
+                         "    reports:\n"
+                         "      dotenv: build.env\n"
+                         "use:\n"
+                         "  stage: test\n",
+                         head,
+                         "      echo \"evil: ${EVIL:-none} good: "
+                         "${GOOD:-unset}\"\n"
+                         "      cat out.txt; ls\n"));
+  CommandResult run = cluster_.RunLocal(
+      victim, "make", {"--job", "use", "--pipeline-id", "701"}, seconds(120));
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string use = ReadFile(cluster_.run_dir() + "/logs/use.log");
+  EXPECT_THAT(use, HasSubstr("evil: none good: 1")) << use;
+  EXPECT_THAT(use, HasSubstr("\nmade\n")) << use;
+  EXPECT_THAT(use, Not(HasSubstr("poisoned"))) << use;
 }
 
 // A job fills the file system of its builds dir. As on a host that keeps
