@@ -1,7 +1,13 @@
 #include "ci/dotenv.h"
 
-#include <filesystem>
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <map>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -97,24 +103,78 @@ std::string DotenvReportDir(const std::string& store, int64_t job_id) {
 
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
 ReadDotenvReport(const std::string& dir) {
-  std::error_code error;
-  if (!std::filesystem::is_directory(dir, error)) {
-    return std::vector<std::pair<std::string, std::string>>{};
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) {
+      return std::vector<std::pair<std::string, std::string>>{};
+    }
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot read the dotenv report ", dir, ": ",
+        e == ELOOP || e == ENOTDIR
+            ? "it is not a directory (a symbolic link is not followed)"
+            : std::strerror(e)));
   }
-  absl::StatusOr<std::string> paths = ReadTextFile(dir + "/paths");
+  const auto closer = [](const int* f) { close(*f); };
+  const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
+  // The names of the files in messages; the upload writes one a line.
   std::vector<std::string> names;
-  if (paths.ok()) {
+  if (absl::StatusOr<std::string> paths =
+          ReadPlainFile("paths", 64 * kDotenvMaxBytes, fd);
+      paths.ok()) {
     names = absl::StrSplit(*paths, '\n', absl::SkipEmpty());
   }
   std::vector<std::string> files;
-  for (int n = 1;; ++n) {
-    const std::string path = absl::StrCat(dir, "/", n);
-    if (!std::filesystem::exists(path, error)) break;
-    absl::StatusOr<std::string> text = ReadTextFile(path);
-    if (!text.ok()) return text.status();
+  size_t total = 0;
+  for (size_t n = 1;; ++n) {
+    const std::string name = absl::StrCat(n);
+    absl::StatusOr<std::string> text = ReadPlainFile(name, kDotenvMaxBytes, fd);
+    if (absl::IsNotFound(text.status())) break;
+    if (absl::IsInvalidArgument(text.status())) {
+      total = kDotenvMaxBytes;
+    } else if (!text.ok()) {
+      return absl::Status(
+          text.status().code(),
+          absl::StrCat("dotenv report ", dir, ": ", text.status().message()));
+    } else {
+      total += text->size();
+    }
+    if (total >= static_cast<size_t>(kDotenvMaxBytes)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the dotenv report is at least ", total,
+                       " bytes; GitLab takes less than ", kDotenvMaxBytes));
+    }
+    if (n > static_cast<size_t>(kDotenvMaxBytes)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dotenv report ", dir, " has more than ", kDotenvMaxBytes, " files"));
+    }
     files.push_back(*std::move(text));
   }
   return ParseDotenv(names, files);
+}
+
+void DiscardDotenvReport(const std::string& dir) {
+  const int fd =
+      open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    // A link (or a file) in its place goes as itself.
+    if (errno == ELOOP || errno == ENOTDIR) unlink(dir.c_str());
+    return;
+  }
+  std::vector<std::string> entries;
+  if (DIR* listing = fdopendir(dup(fd)); listing != nullptr) {
+    while (const dirent* entry = readdir(listing)) {
+      const std::string name = entry->d_name;
+      if (name != "." && name != "..") entries.push_back(name);
+    }
+    closedir(listing);
+  }
+  // unlinkat without AT_REMOVEDIR removes a link as a link and refuses a
+  // directory: nothing outside `dir` is touched.
+  for (const std::string& name : entries) unlinkat(fd, name.c_str(), 0);
+  close(fd);
+  rmdir(dir.c_str());
 }
 
 }  // namespace gdt::ci

@@ -40,9 +40,20 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseDotenv(
 std::string DotenvReportDir(const std::string& store, int64_t job_id);
 
 // Reads the report in `dir` (DotenvReportDir) and calls ParseDotenv on it;
-// no directory: no variables.
+// no directory: no variables. The job's own account wrote the report, and
+// the reader (run-local) may be a more privileged one: `dir` and its files
+// are opened without following links or blocking, and only regular files
+// of one link are read (ReadPlainFile); anything else there is an error
+// (FailedPrecondition) naming it, as is a report of more than
+// kDotenvMaxBytes files. Reading stops at kDotenvMaxBytes, GitLab's limit
+// (InvalidArgument).
 absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
 ReadDotenvReport(const std::string& dir);
+
+// Removes the report in `dir` without following links: its files, then the
+// directory itself (a link in its place is removed as a link); whatever
+// else the job put there (a directory, say) stays, and so does `dir` then.
+void DiscardDotenvReport(const std::string& dir);
 
 }  // namespace gdt::ci
 

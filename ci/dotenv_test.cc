@@ -1,6 +1,12 @@
 #include "ci/dotenv.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -92,6 +98,63 @@ TEST(DotenvTest, ReadsAStoredReport) {
   vars = ReadDotenvReport(report);
   ASSERT_TRUE(vars.ok()) << vars.status();
   EXPECT_THAT(*vars, ElementsAre(Pair("A", "1"), Pair("B", "2")));
+}
+
+// The report's files were written by the job's account; run-local reads
+// them, as root on a host with member accounts. A file the job swapped for
+// a link to a file only root may read, a FIFO (whose open would wait for a
+// writer for good), a hard link or a linked directory is refused and named,
+// never read.
+TEST(DotenvTest, AStoredReportIsReadWithoutFollowingWhatTheJobPutThere) {
+  TempDir dir;
+  const std::string secret = dir.path() + "/root-only.env";
+  WriteTextFile(secret, "LEAKED=root-only-secret\n");
+  const std::string report = DotenvReportDir(dir.path(), 8);
+  const auto plant = [&](const std::function<int(const char*)>& make) {
+    std::filesystem::remove_all(report);
+    std::filesystem::create_directories(report);
+    WriteTextFile(report + "/1", "A=1\n");
+    WriteTextFile(report + "/paths", "build.env\nsecret.env\n");
+    EXPECT_EQ(make((report + "/2").c_str()), 0) << std::strerror(errno);
+    auto vars = ReadDotenvReport(report);
+    EXPECT_FALSE(vars.ok());
+    EXPECT_EQ(vars.status().code(), absl::StatusCode::kFailedPrecondition);
+    return std::string(vars.status().message());
+  };
+  EXPECT_EQ(plant([&](const char* p) { return symlink(secret.c_str(), p); }),
+            absl::StrCat("dotenv report ", report, ": cannot read 2: it is a ",
+                         "symbolic link, which is not followed"));
+  EXPECT_THAT(plant([](const char* p) { return symlink("/dev/zero", p); }),
+              HasSubstr("symbolic link"));
+  EXPECT_THAT(plant([](const char* p) { return mkfifo(p, 0666); }),
+              HasSubstr("cannot read 2: it is not a regular file"));
+  EXPECT_THAT(plant([&](const char* p) { return link(secret.c_str(), p); }),
+              HasSubstr("cannot read 2: it has 2 hard links"));
+
+  // The report directory itself a link to a directory holding "1".
+  std::filesystem::remove_all(report);
+  const std::string elsewhere = dir.path() + "/elsewhere";
+  std::filesystem::create_directories(elsewhere);
+  WriteTextFile(elsewhere + "/1", "LEAKED=root-only-secret\n");
+  ASSERT_EQ(symlink(elsewhere.c_str(), report.c_str()), 0);
+  auto vars = ReadDotenvReport(report);
+  ASSERT_FALSE(vars.ok());
+  EXPECT_THAT(vars.status().message(), HasSubstr("it is not a directory"));
+  // Discarding it removes the link, not what it points at.
+  DiscardDotenvReport(report);
+  EXPECT_FALSE(
+      std::filesystem::exists(std::filesystem::symlink_status(report)));
+  EXPECT_TRUE(std::filesystem::exists(elsewhere + "/1"));
+
+  // Endless files end at GitLab's limit.
+  std::filesystem::create_directories(report);
+  WriteTextFile(report + "/1", std::string(kDotenvMaxBytes, 'x'));
+  vars = ReadDotenvReport(report);
+  ASSERT_FALSE(vars.ok());
+  EXPECT_EQ(vars.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(vars.status().message(), HasSubstr("GitLab takes less than"));
+  DiscardDotenvReport(report);
+  EXPECT_FALSE(std::filesystem::exists(report));
 }
 
 }  // namespace

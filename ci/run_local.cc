@@ -941,11 +941,16 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
           "cannot create ", (work_dir / sub).string(), ": ", error.message()));
     }
   }
-  // The artifact store stands in for GitLab's artifact server, which jobs
-  // upload to whatever account runs them (an agent runs members as their
-  // own accounts): anyone may add a job's directory, like /tmp.
+  // The artifact store stands in for GitLab's artifact server. It is
+  // run-local's alone: before each upload the emulated runner makes the
+  // job's directories there and hands them to the job's account
+  // (RunnerEmulator), so that no job can put files under another job's id.
+  // (It was world-writable once; a store kept from then is closed.)
   fs::permissions(work_dir / "artifacts",
-                  fs::perms::all | fs::perms::sticky_bit, error);
+                  fs::perms::owner_all | fs::perms::group_read |
+                      fs::perms::group_exec | fs::perms::others_read |
+                      fs::perms::others_exec,
+                  error);
 
   RunLocalResult result;
   result.pipeline_id = pipeline.pipeline_id;

@@ -519,6 +519,7 @@ class RunnerEmulator::Job {
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
   Failure CheckDotenvReport();
+  Failure PrepareStore(bool on_success);
   std::string DownloadBody() const;
   std::string CleanupFileVariablesBody() const;
   // The job's GITLAB_ENV file, in the project's temporary directory.
@@ -1287,8 +1288,10 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       "      if [ -e \"$src/$f\" ] || [ -L \"$src/$f\" ]; then "
       "printf '%s\\0' \"$f\"; fi\n",
       "    done |\n",
+      // "--": a file named like an option (--help, -l) is a file to
+      // copy, not an option of cp.
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
-      "\"$CI_PROJECT_DIR\")\n",
+      "\"$CI_PROJECT_DIR\" --)\n",
       CheckoutBody(), "else\n", "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
@@ -1404,7 +1407,8 @@ std::string RunnerEmulator::Job::DotenvUploadBody(
   std::string body =
       absl::StrCat("echo 'Uploading artifacts as \"dotenv\" to local store'\n",
                    "d=", ShellQuote(dir), "\n",
-                   "rm -rf -- \"$d\" && mkdir -p \"$d\"\n", "n=0\n");
+                   // Made empty for this upload by PrepareStore.
+                   "mkdir -p \"$d\"\n", "n=0\n");
   for (const std::string& pattern : artifact.paths) {
     absl::StrAppend(&body, ForEachMatch(pattern, "[ -f \"$f\" ]",
                                         "n=$((n+1)); cp -- \"$f\" \"$d/$n\"; "
@@ -1412,9 +1416,82 @@ std::string RunnerEmulator::Job::DotenvUploadBody(
                                         "\"$d/paths\""));
   }
   absl::StrAppend(&body,
-                  "if [ \"$n\" = 0 ]; then rm -rf -- \"$d\"; "
+                  "if [ \"$n\" = 0 ]; then "
                   "echo 'ERROR: No files to upload'; fi\n");
   return body;
+}
+
+// Before an upload stage: the directories it writes in the artifact store
+// (the job's archive, its dotenv report) are made afresh by run-local and
+// handed to the account the job runs as (the owner of its project
+// directory), so that nothing another job put there beforehand, under a job
+// id it guessed, is taken as this job's upload; whatever was there is moved
+// aside. The store itself is run-local's alone. Where run-local cannot hand
+// a directory over (it is not root, the job runs as another account), the
+// directory is left open to everyone for the upload.
+Failure RunnerEmulator::Job::PrepareStore(bool on_success) {
+  const std::string& store = options_.sources.artifact_store;
+  if (store.empty()) return {};
+  std::vector<std::string> dirs;
+  for (const gitlab::JobArtifact& artifact : options_.job.artifacts) {
+    const bool runs = artifact.when == "always" ||
+                      (on_success ? artifact.when == "on_success"
+                                  : artifact.when == "on_failure");
+    if (!runs || artifact.paths.empty()) continue;
+    dirs.push_back(artifact.artifact_type == "dotenv"
+                       ? DotenvReportDir(store, options_.job.id)
+                       : absl::StrCat(store, "/", options_.job.id));
+  }
+  std::sort(dirs.begin(), dirs.end());
+  dirs.erase(std::unique(dirs.begin(), dirs.end()), dirs.end());
+  if (!dirs.empty()) {
+    std::error_code ignored;  // mkdir below says what is wrong.
+    std::filesystem::create_directories(store, ignored);
+  }
+  struct stat project = {};
+  const bool known_owner = !project_dir_.empty() &&
+                           lstat(project_dir_.c_str(), &project) == 0 &&
+                           S_ISDIR(project.st_mode);
+  for (const std::string& dir : dirs) {
+    const auto failed = [this, &dir](const std::string& what) {
+      const std::string message = absl::StrCat(
+          "ERROR: Uploading artifacts to local store: cannot prepare ", dir,
+          ": ", what, ": ", std::strerror(errno));
+      Log(message);
+      return Failure{FailureKind::kSystem, 0, message};
+    };
+    struct stat there = {};
+    if (lstat(dir.c_str(), &there) == 0) {
+      const std::string aside =
+          absl::StrCat(store, "/.replaced-",
+                       std::filesystem::path(dir).filename().string(), "-",
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count());
+      if (rename(dir.c_str(), aside.c_str()) != 0) {
+        return failed("cannot move what is there aside");
+      }
+      Diagnose("warn",
+               absl::StrCat("the artifact store held ", dir,
+                            " before this job's upload; moved to ", aside));
+    }
+    if (mkdir(dir.c_str(), 0755) != 0) return failed("mkdir");
+    const int fd =
+        open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return failed("open");
+    bool open_to_all = false;
+    if (known_owner && project.st_uid != geteuid()) {
+      open_to_all = fchown(fd, project.st_uid, project.st_gid) != 0;
+    } else if (!known_owner) {
+      open_to_all = true;
+    }
+    if (open_to_all && fchmod(fd, 0777) != 0) {
+      close(fd);
+      return failed("chmod");
+    }
+    close(fd);
+  }
+  return {};
 }
 
 // What GitLab answers the upload of a dotenv report: a report it cannot
@@ -1430,11 +1507,18 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> report =
       ReadDotenvReport(dir);
   if (report.ok()) return {};
-  std::error_code ignored;
-  std::filesystem::remove_all(dir, ignored);
-  const std::string message = absl::StrCat(
-      "ERROR: Uploading artifacts as \"dotenv\" to local store: ",
-      "GitLab would refuse it (400 Bad Request): ", report.status().message());
+  // The job's account wrote the report, and the job may still run
+  // processes: removed without following what it put there.
+  DiscardDotenvReport(dir);
+  // A report GitLab reads but refuses, or files that are not the ones the
+  // upload wrote (links, FIFOs: not read, as the runner would not send
+  // them).
+  const std::string message =
+      absl::StrCat("ERROR: Uploading artifacts as \"dotenv\" to local store: ",
+                   absl::IsInvalidArgument(report.status())
+                       ? "GitLab would refuse it (400 Bad Request): "
+                       : "",
+                   report.status().message());
   Log(message);
   return {FailureKind::kBuild, 1, message};
 }
@@ -1671,10 +1755,13 @@ void RunnerEmulator::Job::RunStages() {
   if (has_upload) {
     Log(success ? "Uploading artifacts for successful job"
                 : "Uploading artifacts for failed job");
-    Failure upload = RunStage(
-        success ? "upload_artifacts_on_success" : "upload_artifacts_on_failure",
-        UploadBody(success), /*export_variables=*/true, /*cd_project=*/true,
-        job_deadline_, job_stop);
+    Failure upload = PrepareStore(success);
+    if (upload.ok()) {
+      upload = RunStage(success ? "upload_artifacts_on_success"
+                                : "upload_artifacts_on_failure",
+                        UploadBody(success), /*export_variables=*/true,
+                        /*cd_project=*/true, job_deadline_, job_stop);
+    }
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (upload.ok()) upload = CheckDotenvReport();
     if (!upload.ok() && success) first_failure = upload;

@@ -189,6 +189,39 @@ TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
             "print('hi')\n");
 }
 
+// A git checkout whose files are named like options is copied whole: the
+// names reach cp after "--" (a file named --help made cp print its usage
+// and copy nothing; -l would have made hard links into the checkout). A
+// link stays a link, whatever it points at.
+TEST_F(RunnerEmulatorTest, SourceFilesNamedLikeOptionsAreCopied) {
+  const std::string project = options_.sources.project_dir;
+  WriteTextFile(project + "/--help", "not an option\n");
+  WriteTextFile(project + "/-l", "nor this\n");
+  std::filesystem::create_symlink("/etc/shadow", project + "/outside");
+  std::string output;
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"init", "-q"},
+        {"add", "-A"},
+        {"-c", "user.name=gdt", "-c", "user.email=gdt@test", "commit", "-q",
+         "-m", "project"}}) {
+    std::vector<std::string> argv = {"git", "-C", project};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<ExitStatus> git =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    ASSERT_TRUE(git.ok() && git->success()) << output;
+  }
+
+  const JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::string builds = dir_.path() + "/builds/ml/model";
+  EXPECT_EQ(ReadTextFile(builds + "/--help"), "not an option\n") << Log();
+  EXPECT_EQ(ReadTextFile(builds + "/-l"), "nor this\n");
+  EXPECT_EQ(ReadTextFile(builds + "/model.py"), "print('hi')\n");
+  EXPECT_EQ(std::filesystem::hard_link_count(builds + "/model.py"), 1u);
+  EXPECT_TRUE(std::filesystem::is_symlink(builds + "/outside"));
+}
+
 // A pattern that leaves the project is skipped with a warning, for the
 // archive and for a dotenv report alike; the rest is uploaded.
 TEST_F(RunnerEmulatorTest, ArtifactPatternsOutsideTheProjectAreSkipped) {

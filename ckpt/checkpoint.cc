@@ -19,12 +19,31 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// A path inside the checkpoint directory, each of whose parts names an
+// entry: not absolute, no "..", no "." (a dir "step-4/." made resume put the
+// checkpoint at the checkpoint directory itself, which it first removed
+// with every checkpoint in it) and no empty part.
 bool SafeRelative(const std::string& path) {
   if (path.empty() || path.front() == '/') return false;
   for (const absl::string_view part : absl::StrSplit(path, '/')) {
-    if (part == ".." || part.empty()) return false;
+    if (part == ".." || part == "." || part.empty()) return false;
   }
   return true;
+}
+
+// A generic package's name or version as GitLab accepts them, which is
+// also one plain segment of the API path they are put in: no "/", "?",
+// "#" or "%" that would point the download (with the job token) at
+// another endpoint, and not "." or "..".
+bool PackagePart(const std::string& text) {
+  if (text.empty() || text.size() > 255 || text == "." || text == "..") {
+    return false;
+  }
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-' ||
+           c == '+';
+  });
 }
 
 bool IsHex64(const std::string& text) {
@@ -54,7 +73,16 @@ absl::Status Fetch(gitlab::GitLabApi& api, const CheckpointManifest& m,
     auto download = api.DownloadArtifacts(m.job_id, zip);
     if (!download.ok()) return download.status();
     const std::string extracted = scratch + "/extracted";
-    GDT_RETURN_IF_ERROR(ExtractZip(zip, extracted));
+    // Only the checkpoint's directory, and no more than its manifest says
+    // (a manifest of its own beside): the rest of the job's artifacts, or
+    // a zip that expands without end, is none of resume's business.
+    ExtractLimits limits;
+    const std::string prefix = m.dir + "/";
+    limits.select = [&prefix](const std::string& name) {
+      return name.compare(0, prefix.size(), prefix) == 0;
+    };
+    limits.max_bytes = m.total_bytes() + kMaxManifestBytes;
+    GDT_RETURN_IF_ERROR(ExtractZip(zip, extracted, limits));
     const std::string src = extracted + "/" + m.dir;
     if (!fs::is_directory(src)) {
       return absl::DataLossError(
@@ -208,6 +236,9 @@ absl::StatusOr<CheckpointManifest> ParseManifest(const std::string& text) {
     }
     m.package_name = j["package"]["name"].get<std::string>();
     m.package_version = j["package"]["version"].get<std::string>();
+    if (!PackagePart(m.package_name) || !PackagePart(m.package_version)) {
+      return bad("package");
+    }
   }
   if (!j.contains("files") || !j["files"].is_array() || j["files"].empty()) {
     return bad("files");
@@ -300,14 +331,22 @@ absl::StatusOr<std::vector<CheckpointManifest>> ManifestsInArtifacts(
   const std::string zip = scratch + "/artifacts.zip";
   auto download = api.DownloadArtifacts(job_id, zip);
   if (!download.ok()) return download.status();
-  GDT_RETURN_IF_ERROR(ExtractZip(zip, scratch + "/extracted"));
+  // The manifests only: neither the rest of the job's artifacts (which
+  // may hold links, refused by the extraction) nor a zip that expands
+  // without end lands on the disk; 64 manifests of the largest size fit.
+  ExtractLimits limits;
+  limits.select = [](const std::string& name) {
+    return fs::path(name).filename() == kManifestFileName;
+  };
+  limits.max_bytes = 64 * kMaxManifestBytes;
+  GDT_RETURN_IF_ERROR(ExtractZip(zip, scratch + "/extracted", limits));
   std::vector<CheckpointManifest> found;
   for (auto it =
            fs::recursive_directory_iterator(scratch + "/extracted", error);
        !error && it != fs::recursive_directory_iterator();
        it.increment(error)) {
     if (it->path().filename() != kManifestFileName) continue;
-    auto text = ReadTextFile(it->path().string());
+    auto text = ReadTextFile(it->path().string(), kMaxManifestBytes);
     auto manifest = text.ok()
                         ? ParseManifest(*text)
                         : absl::StatusOr<CheckpointManifest>(text.status());

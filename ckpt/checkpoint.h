@@ -18,6 +18,10 @@
 namespace gdt::ckpt {
 
 inline constexpr char kManifestFileName[] = "manifest.json";
+// The largest manifest read (the coordinator records none larger): a
+// manifest.json of gigabytes in a job's artifacts must not take the
+// memory of the job that resumes.
+inline constexpr size_t kMaxManifestBytes = 1 << 20;
 inline constexpr char kStoreArtifacts[] = "artifacts";
 inline constexpr char kStorePackages[] = "packages";
 

@@ -1,7 +1,9 @@
 #include "ckpt/checkpoint.h"
 
+#include <algorithm>
 #include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "ckpt/zip_archive.h"
 #include "common/sha256.h"
 #include "gitlab/curl_gitlab_api.h"
@@ -124,6 +126,24 @@ TEST_F(CheckpointTest, MalformedManifestsNameTheField) {
   const std::string unsafe =
       R"({"step":1,"world_size":1,"job_id":1,"store":"artifacts","dir":"../x","files":[]})";
   EXPECT_THAT(ParseManifest(unsafe).status().message(), HasSubstr("\"dir\""));
+  // A package name or version that would leave its segment of the API
+  // path (the download goes to <api>/projects/P/packages/generic/N/V/F
+  // with the job token).
+  for (const char* package :
+       {R"({"name":"../../../../jobs/7/artifacts?","version":"1"})",
+        R"({"name":"gdt-checkpoints","version":".."})",
+        R"({"name":"gdt-checkpoints","version":"1%2F..%2F.."})",
+        R"({"name":"gdt-checkpoints","version":"1#"})",
+        R"({"name":"","version":"1"})"}) {
+    const std::string text = absl::StrCat(
+        R"({"step":1,"world_size":1,"job_id":1,"store":"packages","dir":"c",)",
+        R"("package":)", package,
+        R"(,"files":[{"path":"m","size":1,"sha256":")", std::string(64, 'a'),
+        R"("}]})");
+    EXPECT_THAT(ParseManifest(text).status().message(),
+                HasSubstr("\"package\""))
+        << package;
+  }
   const std::string store =
       R"({"step":1,"world_size":1,"job_id":1,"store":"s3","dir":"c","files":[]})";
   EXPECT_THAT(ParseManifest(store).status().message(),
@@ -175,16 +195,29 @@ TEST_F(CheckpointTest, FindsManifestsInAJobsArtifacts) {
   fs::create_directories(project_ + "/checkpoints/step-30");
   WriteTextFile(project_ + "/checkpoints/step-30/manifest.json",
                 R"({"step": -3, "world_size": 2, "job_id": 11})");
+  // A manifest above the bound is not read whole, however it ends (a zip
+  // of few bytes can hold gigabytes of blanks).
+  Write(40);
+  const std::string big = project_ + "/checkpoints/step-40/manifest.json";
+  WriteTextFile(big, std::string(kMaxManifestBytes, ' ') + ReadTextFile(big));
   UploadArtifacts();
   std::vector<std::string> warnings;
   auto found =
       ManifestsInArtifacts(*api_, 11, dir_.path() + "/scratch", warnings);
   ASSERT_TRUE(found.ok()) << found.status();
   ASSERT_THAT(*found, SizeIs(2));
-  ASSERT_THAT(warnings, SizeIs(1));
+  ASSERT_THAT(warnings, SizeIs(2));
+  std::sort(warnings.begin(), warnings.end());
   EXPECT_EQ(warnings[0],
             "skipping checkpoints/step-30/manifest.json in job 11's "
             "artifacts: manifest: field \"step\" is missing or malformed");
+  EXPECT_THAT(warnings[1],
+              HasSubstr("step-40/manifest.json: it is larger than 1 MiB"));
+  // Only the manifests were extracted, not the checkpoints' files.
+  EXPECT_TRUE(fs::exists(
+      dir_.path() + "/scratch/extracted/checkpoints/step-10/manifest.json"));
+  EXPECT_FALSE(fs::exists(dir_.path() +
+                          "/scratch/extracted/checkpoints/step-10/model.pt"));
 }
 
 TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {
@@ -200,6 +233,27 @@ TEST_F(CheckpointTest, WrongHashIsSkippedForThePreviousOne) {
   EXPECT_THAT(warnings[0],
               HasSubstr("skipping checkpoint step 20 (job 11, artifacts)"));
   EXPECT_THAT(warnings[0], HasSubstr("model.pt: SHA-256 mismatch"));
+  EXPECT_FALSE(fs::exists(dest_ + "/step-20"));
+}
+
+// Resume extracts the checkpoint's own directory, and only as many bytes
+// as its manifest lists: step 20's model.pt grew to 64 MiB of zeros after
+// its manifest (a zip of kilobytes) and is not written out, and neither is
+// anything else of the job's artifacts.
+TEST_F(CheckpointTest, AZipExpandingPastItsManifestIsNotExtracted) {
+  const CheckpointManifest m10 = Write(10);
+  const CheckpointManifest m20 = Write(20);
+  WriteTextFile(project_ + "/checkpoints/step-20/model.pt",
+                std::string(64 << 20, '\0'));
+  UploadArtifacts();
+  std::vector<std::string> warnings;
+  auto resumed = Resume(*api_, {m10, m20}, dest_, warnings);
+  ASSERT_TRUE(resumed.has_value());
+  EXPECT_EQ(resumed->manifest.step, 10);
+  ASSERT_THAT(warnings, SizeIs(1));
+  EXPECT_THAT(warnings[0], HasSubstr("skipping checkpoint step 20 (job 11, "
+                                     "artifacts): zip "));
+  EXPECT_THAT(warnings[0], HasSubstr("its files expand to more than"));
   EXPECT_FALSE(fs::exists(dest_ + "/step-20"));
 }
 

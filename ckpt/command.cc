@@ -101,7 +101,7 @@ std::vector<std::string> PruneCheckpoints(const std::string& checkpoint_dir,
   for (const auto& entry : fs::directory_iterator(checkpoint_dir, error)) {
     const std::string manifest_path =
         (entry.path() / kManifestFileName).string();
-    auto text = ReadTextFile(manifest_path);
+    auto text = ReadTextFile(manifest_path, kMaxManifestBytes);
     if (!text.ok()) continue;
     auto manifest = ParseManifest(*text);
     if (manifest.ok())
@@ -298,7 +298,7 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
   std::vector<std::string> warnings;
   std::vector<CheckpointManifest> candidates;
   for (const std::string& path : options.manifests) {
-    auto text = ReadTextFile(path);
+    auto text = ReadTextFile(path, kMaxManifestBytes);
     auto manifest = text.ok()
                         ? ParseManifest(*text)
                         : absl::StatusOr<CheckpointManifest>(text.status());

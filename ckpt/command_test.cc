@@ -324,6 +324,31 @@ TEST_F(CkptCommandTest, ResumeUsesAVerifiedLocalCopyWithoutTheApi) {
   EXPECT_EQ(err2.str(), "");
 }
 
+// A manifest whose dir ends in "." named the checkpoint dir itself as the
+// place to put it: resume removed that (every checkpoint in it) before
+// moving the copy there, which then failed. Such a manifest is malformed
+// now, skipped with a warning, and the checkpoints stay.
+TEST_F(CkptCommandTest, AManifestNamingTheCheckpointDirItselfIsRefused) {
+  WriteCheckpoint(10);
+  ASSERT_EQ(Save({.step = 10}), kCkptOk);
+  const std::string saved = project_ + "/checkpoints/step-10";
+  std::filesystem::create_directories(project_ + "/x");
+  std::filesystem::copy_file(saved + "/model.pt", project_ + "/x/model.pt");
+  nlohmann::json manifest =
+      nlohmann::json::parse(ReadTextFile(saved + "/manifest.json"));
+  manifest["step"] = 20;
+  manifest["dir"] = "x/.";
+  const std::string planted = dir_.path() + "/planted.json";
+  WriteTextFile(planted, manifest.dump());
+  std::ostringstream out, err;
+  ASSERT_EQ(RunCkptResume({.manifests = {planted, saved + "/manifest.json"}},
+                          env_, nullptr, out, err),
+            kCkptOk);
+  EXPECT_THAT(err.str(), HasSubstr("field \"dir\" is missing or malformed"));
+  EXPECT_EQ(out.str(), "GDT_RESUME_FROM=" + saved + "\n") << err.str();
+  EXPECT_TRUE(std::filesystem::exists(saved + "/model.pt"));
+}
+
 // A retried epoch (job 22, another project dir) resumes from the
 // coordinator's records without knowing job 21; a record whose files do not
 // verify falls back to the one before it.

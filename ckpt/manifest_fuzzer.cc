@@ -1,6 +1,6 @@
 // libFuzzer target for checkpoint manifests: ParseManifest on any
 // manifest.json returns a value or one error line, never accepts a file path
-// that is absolute or climbs out with "..", and an accepted manifest
+// or dir that is absolute or has a ".." or "." part, and an accepted manifest
 // survives ManifestToJson → ParseManifest unchanged. Built by gdt_fuzzer()
 // (cmake/GdtCompilerOptions.cmake); docs/security.md "Fuzzing".
 #include <cstdint>
@@ -26,7 +26,10 @@ bool Escapes(const std::string& path) {
   while (start <= path.size()) {
     size_t end = path.find('/', start);
     if (end == std::string::npos) end = path.size();
-    if (path.compare(start, end - start, "..") == 0) return true;
+    if (path.compare(start, end - start, "..") == 0 ||
+        path.compare(start, end - start, ".") == 0) {
+      return true;
+    }
     start = end + 1;
   }
   return false;
@@ -49,6 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (const gdt::ckpt::ManifestFile& file : manifest->files) {
     if (Escapes(file.path)) Fail("a file path escapes the directory", text);
   }
+  if (Escapes(manifest->dir)) Fail("the dir escapes the project", text);
   (void)manifest->total_bytes();
   const std::string json = gdt::ckpt::ManifestToJson(*manifest);
   const absl::StatusOr<gdt::ckpt::CheckpointManifest> again =

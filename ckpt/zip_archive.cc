@@ -78,7 +78,8 @@ absl::Status CreateZip(const std::string& root,
   return absl::OkStatus();
 }
 
-absl::Status ExtractZip(const std::string& zip, const std::string& dest) {
+absl::Status ExtractZip(const std::string& zip, const std::string& dest,
+                        const ExtractLimits& limits) {
   std::unique_ptr<archive, ReadCloser> a(archive_read_new());
   archive_read_support_format_zip(a.get());
   if (archive_read_open_filename(a.get(), zip.c_str(), 1 << 20) != ARCHIVE_OK) {
@@ -92,6 +93,7 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest) {
         absl::StrCat("cannot create ", dest, ": ", error.message()));
   }
   std::vector<char> buffer(1 << 20);
+  uint64_t extracted = 0;
   archive_entry* entry = nullptr;
   while (true) {
     const int rc = archive_read_next_header(a.get(), &entry);
@@ -100,7 +102,9 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest) {
       return absl::DataLossError(absl::StrCat("corrupt zip ", zip, ": ",
                                               archive_error_string(a.get())));
     }
-    const std::string name = archive_entry_pathname(entry);
+    const char* const pathname = archive_entry_pathname(entry);
+    const std::string name = pathname != nullptr ? pathname : "";
+    if (limits.select && !limits.select(name)) continue;
     if (!SafeRelative(name)) {
       return absl::InvalidArgumentError(
           absl::StrCat("zip ", zip, ": unsafe entry name \"", name, "\""));
@@ -130,6 +134,12 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest) {
             absl::StrCat("corrupt zip ", zip, ": entry \"", name,
                          "\": ", archive_error_string(a.get())));
       }
+      if (static_cast<uint64_t>(n) > limits.max_bytes - extracted) {
+        return absl::DataLossError(absl::StrCat(
+            "zip ", zip, ": its files expand to more than ", limits.max_bytes,
+            " bytes (at entry \"", name, "\"); not extracted further"));
+      }
+      extracted += static_cast<uint64_t>(n);
       out.write(buffer.data(), n);
     }
     if (!out.flush()) {

@@ -1,5 +1,8 @@
 #include "ckpt/zip_archive.h"
 
+#include <archive.h>
+#include <archive_entry.h>
+
 #include <filesystem>
 
 #include "gmock/gmock.h"
@@ -64,6 +67,72 @@ TEST(ZipArchiveTest, EntryOutsideDestinationIsRefused) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("../evil"));
   EXPECT_FALSE(fs::exists(dir.path() + "/evil"));
+}
+
+// A zip of kilobytes that expands to megabytes stops at the bound; entries
+// not selected are skipped, whatever they hold.
+TEST(ZipArchiveTest, ExtractionIsBoundedAndSelective) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/src/a");
+  WriteTextFile(dir.path() + "/src/a/zeros", std::string(16 << 20, '\0'));
+  WriteTextFile(dir.path() + "/src/a/small", "small");
+  const std::string zip = dir.path() + "/a.zip";
+  ASSERT_TRUE(CreateZip(dir.path() + "/src", {"a/small", "a/zeros"}, zip).ok());
+  ASSERT_LT(fs::file_size(zip), 1u << 20);
+  ExtractLimits limits;
+  limits.max_bytes = 1 << 20;
+  const absl::Status status = ExtractZip(zip, dir.path() + "/out", limits);
+  EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+  EXPECT_THAT(status.message(),
+              HasSubstr("its files expand to more than 1048576 bytes (at "
+                        "entry \"a/zeros\")"));
+  EXPECT_LE(fs::file_size(dir.path() + "/out/a/zeros"), 1u << 20);
+
+  limits.select = [](const std::string& name) { return name == "a/small"; };
+  ASSERT_TRUE(ExtractZip(zip, dir.path() + "/picked", limits).ok());
+  EXPECT_EQ(ReadTextFile(dir.path() + "/picked/a/small"), "small");
+  EXPECT_FALSE(fs::exists(dir.path() + "/picked/a/zeros"));
+}
+
+// gitlab-runner stores a link in the artifacts as a link: an extraction
+// that selects it is refused, one that does not skips it.
+TEST(ZipArchiveTest, ALinkIsRefusedOnlyWhereItIsExtracted) {
+  TempDir dir;
+  const std::string zip = dir.path() + "/a.zip";
+  {
+    archive* a = archive_write_new();
+    archive_write_set_format_zip(a);
+    ASSERT_EQ(archive_write_open_filename(a, zip.c_str()), ARCHIVE_OK);
+    archive_entry* link = archive_entry_new();
+    archive_entry_set_pathname(link, "venv/python");
+    archive_entry_set_filetype(link, AE_IFLNK);
+    archive_entry_set_perm(link, 0777);
+    archive_entry_set_symlink(link, "/etc/shadow");
+    ASSERT_EQ(archive_write_header(a, link), ARCHIVE_OK);
+    archive_entry_free(link);
+    archive_entry* file = archive_entry_new();
+    archive_entry_set_pathname(file, "ckpt/manifest.json");
+    archive_entry_set_filetype(file, AE_IFREG);
+    archive_entry_set_perm(file, 0644);
+    archive_entry_set_size(file, 2);
+    ASSERT_EQ(archive_write_header(a, file), ARCHIVE_OK);
+    ASSERT_EQ(archive_write_data(a, "{}", 2), 2);
+    archive_entry_free(file);
+    ASSERT_EQ(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+  }
+  const absl::Status all = ExtractZip(zip, dir.path() + "/all");
+  EXPECT_EQ(all.code(), absl::StatusCode::kInvalidArgument) << all;
+  EXPECT_THAT(all.message(),
+              HasSubstr("\"venv/python\" is not a regular file"));
+  ExtractLimits limits;
+  limits.select = [](const std::string& name) {
+    return name == "ckpt/manifest.json";
+  };
+  ASSERT_TRUE(ExtractZip(zip, dir.path() + "/some", limits).ok());
+  EXPECT_EQ(ReadTextFile(dir.path() + "/some/ckpt/manifest.json"), "{}");
+  EXPECT_FALSE(
+      fs::exists(fs::symlink_status(dir.path() + "/some/venv/python")));
 }
 
 }  // namespace

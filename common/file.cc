@@ -1,5 +1,7 @@
 #include "common/file.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -45,6 +47,56 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path,
   if (in.bad()) {
     return absl::UnavailableError(
         absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+  }
+  return text;
+}
+
+absl::StatusOr<std::string> ReadPlainFile(const std::string& path,
+                                          size_t max_bytes, int dir_fd) {
+  const auto error = [&path](absl::StatusCode code, absl::string_view why) {
+    return absl::Status(code, absl::StrCat("cannot read ", path, ": ", why));
+  };
+  const int fd = openat(dir_fd, path.c_str(),
+                        O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return error(absl::StatusCode::kNotFound, strerror(e));
+    if (e == ELOOP) {
+      return error(absl::StatusCode::kFailedPrecondition,
+                   "it is a symbolic link, which is not followed");
+    }
+    if (e == EACCES || e == EPERM) {
+      return error(absl::StatusCode::kPermissionDenied, strerror(e));
+    }
+    return error(absl::StatusCode::kUnavailable, strerror(e));
+  }
+  const auto closer = [](const int* f) { close(*f); };
+  const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
+  struct stat info = {};
+  if (fstat(fd, &info) != 0) {
+    return error(absl::StatusCode::kUnavailable, strerror(errno));
+  }
+  if (!S_ISREG(info.st_mode)) {
+    return error(absl::StatusCode::kFailedPrecondition,
+                 "it is not a regular file");
+  }
+  if (info.st_nlink != 1) {
+    return error(absl::StatusCode::kFailedPrecondition,
+                 absl::StrCat("it has ", info.st_nlink,
+                              " hard links; only a file of one is read"));
+  }
+  std::string text;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return error(absl::StatusCode::kUnavailable, strerror(errno));
+    if (n == 0) break;
+    if (static_cast<size_t>(n) > max_bytes - text.size()) {
+      return error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("it is larger than ", max_bytes, " bytes"));
+    }
+    text.append(buffer, static_cast<size_t>(n));
   }
   return text;
 }

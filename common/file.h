@@ -1,6 +1,7 @@
 #ifndef GDT_COMMON_FILE_H_
 #define GDT_COMMON_FILE_H_
 
+#include <fcntl.h>
 #include <sys/types.h>
 
 #include <limits>
@@ -20,6 +21,20 @@ namespace gdt {
 absl::StatusOr<std::string> ReadTextFile(
     const std::string& path,
     size_t max_bytes = std::numeric_limits<size_t>::max());
+
+// Reads a file that a less trusted account may have put in place (a job's
+// upload, a member's own directory), for a process that may read more than
+// that account could: `path` is opened relative to `dir_fd` (AT_FDCWD: as
+// open(2) does) without following a symbolic link in its last component and
+// without blocking (a FIFO, a device), and read only when what was opened is
+// a regular file with one link (a hard link's other name may be a file only
+// the reader may read) of at most `max_bytes`. Errors, each "cannot read
+// <path>: <reason>": NotFound; FailedPrecondition for a symbolic link,
+// anything but a regular file, or a hard link; InvalidArgument when larger
+// than `max_bytes`; PermissionDenied; Unavailable otherwise.
+absl::StatusOr<std::string> ReadPlainFile(const std::string& path,
+                                          size_t max_bytes,
+                                          int dir_fd = AT_FDCWD);
 
 // Replaces the file at `path` with `contents` so that a reader (or a crash)
 // sees either the old file whole or the new one whole, never a part: writes

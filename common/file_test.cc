@@ -1,6 +1,8 @@
 #include "common/file.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <memory>
@@ -144,6 +146,52 @@ TEST(ReadTextFileTest, ReadsWholeUpToTheLimit) {
             "cannot read /dev/zero: it is larger than 1 MiB");
   EXPECT_EQ(ReadTextFile(dir.path() + "/none").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// What a less trusted account put in place is read only as the regular file
+// it wrote: a link, a FIFO, a device or a hard link to another file is not
+// opened for reading (a FIFO would block), and the size is bounded.
+TEST(ReadPlainFileTest, ReadsOnlyARegularFileOfOneLink) {
+  test::TempDir dir;
+  const std::string plain = dir.path() + "/plain";
+  ASSERT_TRUE(WriteFileAtomically(plain, "A=1\n").ok());
+  absl::StatusOr<std::string> read = ReadPlainFile(plain, 100);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "A=1\n");
+  EXPECT_EQ(ReadPlainFile(plain, 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  const auto refused = [](const std::string& path) {
+    const absl::Status status = ReadPlainFile(path, 1 << 20).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition)
+        << path << ": " << status;
+    return std::string(status.message());
+  };
+  const std::string secret = dir.path() + "/secret";
+  ASSERT_TRUE(WriteFileAtomically(secret, "SECRET=1\n", 0600).ok());
+  const std::string linked = dir.path() + "/link";
+  ASSERT_EQ(symlink(secret.c_str(), linked.c_str()), 0);
+  EXPECT_EQ(refused(linked), "cannot read " + linked +
+                                 ": it is a symbolic link, which is not "
+                                 "followed");
+  const std::string zero = dir.path() + "/zero";
+  ASSERT_EQ(symlink("/dev/zero", zero.c_str()), 0);
+  EXPECT_THAT(refused(zero), HasSubstr("symbolic link"));
+  EXPECT_THAT(refused("/dev/zero"), HasSubstr("not a regular file"));
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0666), 0);
+  EXPECT_THAT(refused(fifo), HasSubstr("not a regular file"));
+  const std::string hard = dir.path() + "/hard";
+  ASSERT_EQ(link(secret.c_str(), hard.c_str()), 0);
+  EXPECT_THAT(refused(hard), HasSubstr("has 2 hard links"));
+  EXPECT_EQ(ReadPlainFile(dir.path() + "/none", 10).status().code(),
+            absl::StatusCode::kNotFound);
+  // Relative to a directory descriptor.
+  const int fd = open(dir.path().c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(fd, 0);
+  read = ReadPlainFile("plain", 100, fd);
+  close(fd);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, "A=1\n");
 }
 
 TEST(WriteFileAtomicallyTest, MissingDirectoryIsNotFound) {

@@ -648,6 +648,177 @@ TEST_F(IsolationTest, HangEvidenceIsNotWrittenThroughTheJobsDirectory) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// What a job uploads is taken with its own account, and what run-local
+// reads of it as a more privileged one (root here: its dotenv report) is
+// read without following the job's links. The job plants, as artifacts,
+// links to /etc/shadow, to a root-only file and directory, to another
+// process's environment, a FIFO, a hard link, a name with a newline and
+// patterns leaving the project; and it tries to make its dotenv report's
+// directory in the store beforehand, read-only so that the upload could not
+// clear it, holding a link to a root-only file of KEY=VALUE lines beside
+// the file the upload writes. No byte of the root-only file may reach a
+// later job or the store.
+TEST_F(IsolationTest, UploadsFollowNoLinkOfTheJobsAndReadNoSpecialFile) {
+  const std::string secret_dir = cluster_.dir().Sub("root-only");
+  fs::create_directories(secret_dir);
+  chmod(secret_dir.c_str(), 0700);
+  const std::string secret = secret_dir + "/secret.env";
+  constexpr const char* kSecret = "root-only-secret-5813";
+  WriteFile(secret, absl::StrCat("GDT_LEAKED=", kSecret, "\n"));
+  chmod(secret.c_str(), 0600);
+  const std::string store = cluster_.run_dir() + "/artifacts";
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  const std::string job_head =
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"0\"\n"
+      "    GDT_LAUNCHER: none\n"
+      "  script:\n"
+      "    - |\n";
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat(
+          "stages: [build, test]\n"
+          "plant:\n"
+          "  stage: build\n",
+          job_head,
+          "      d=\"$STORE/$CI_JOB_ID.dotenv\"\n"
+          "      if mkdir -p \"$d\" 2>/dev/null; then\n"
+          "        printf 'GOOD=1\\n' > \"$d/1\"; chmod 0666 \"$d/1\"\n"
+          "        printf 'build.env\\n' > \"$d/paths\"; chmod 0666 "
+          "\"$d/paths\"\n"
+          "        ln -s ",
+          secret,
+          " \"$d/2\"\n"
+          "        chmod 0555 \"$d\"\n"
+          "      else echo cannot-plant-in-store; fi\n"
+          "      printf 'GOOD=1\\n' > build.env\n"
+          "      ln -s /etc/shadow shadow-link\n"
+          "      ln -s ",
+          secret, " secret-link\n      ln -s ", secret_dir,
+          " secret-dir-link\n"
+          "      ln -s /proc/1/environ environ-link\n"
+          "      mkfifo fifo\n"
+          "      ln ",
+          secret,
+          " hard 2>&1 || echo no-hard-link\n"
+          "      touch \"$(printf 'new\\nline')\"\n"
+          "      echo planted\n"
+          "  artifacts:\n"
+          "    paths: [shadow-link, secret-link, secret-dir-link, "
+          "environ-link, fifo, hard, \"new*\", \"../outside\", "
+          "/etc/passwd]\n"
+          "    reports:\n"
+          "      dotenv: build.env\n"
+          "read:\n"
+          "  stage: test\n"
+          "  when: always\n",
+          job_head,
+          "      echo \"leaked: ${GDT_LEAKED:-nothing} good: ${GOOD:-unset}\"\n"
+          "      cat secret-link secret-dir-link/secret.env 2>&1 || true\n"
+          "      ls -la\n"));
+
+  CommandResult run = cluster_.RunLocal(
+      project, "plant", {"--job", "read", "--var", "STORE=" + store},
+      seconds(120));
+
+  std::string logs;
+  for (const auto& entry :
+       fs::directory_iterator(cluster_.run_dir() + "/logs")) {
+    absl::StrAppend(&logs, "== ", entry.path().filename().string(), "\n",
+                    ReadFile(entry.path().string()));
+  }
+  ASSERT_THAT(logs, HasSubstr("planted")) << run.output << logs;
+  EXPECT_THAT(logs, HasSubstr("no-hard-link")) << logs;
+  EXPECT_THAT(run.output + logs, Not(HasSubstr(kSecret))) << run.output << logs;
+  // The store is run-local's: the job cannot make its report's directory
+  // beforehand (which is how it got a link read before; the reader refuses
+  // links too, DotenvTest).
+  EXPECT_THAT(logs, HasSubstr("cannot-plant-in-store")) << logs;
+  // The artifacts are stored as the job left them: links as links (as
+  // gitlab-runner archives them), the FIFO as a FIFO; none of the root-only
+  // bytes is in a file of the store.
+  std::string stored_leak;
+  int links = 0;
+  for (auto it = fs::recursive_directory_iterator(store);
+       it != fs::recursive_directory_iterator(); ++it) {
+    if (it->is_symlink()) {
+      ++links;
+      continue;
+    }
+    if (it->is_regular_file() &&
+        absl::StrContains(ReadFile(it->path().string()), kSecret)) {
+      stored_leak = it->path().string();
+    }
+  }
+  EXPECT_EQ(stored_leak, "");
+  EXPECT_GE(links, 4);
+  EXPECT_TRUE(JobProcesses(cluster_).empty())
+      << DescribeAll(JobProcesses(cluster_));
+}
+
+// The artifact store is run-local's: a job of one pipeline cannot put a
+// dotenv report or artifacts under a job id another pipeline will use (ids
+// are the pipeline id times 1000 plus the job's number), which that
+// pipeline's later jobs would take as their own. Both pipelines share the
+// work dir here; on a shared host the path is in the process list.
+TEST_F(IsolationTest, AJobCannotPlantArtifactsUnderAnotherJobsId) {
+  const std::string store = cluster_.run_dir() + "/artifacts";
+  const std::string head =
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"0\"\n"
+      "    GDT_LAUNCHER: none\n"
+      "  script:\n"
+      "    - |\n";
+  const std::string attacker = cluster_.dir().Sub("attacker");
+  fs::create_directories(attacker);
+  WriteFile(
+      attacker + "/.gitlab-ci.yml",
+      absl::StrCat(
+          "plant:\n", head,
+          "      v=\"$STORE/701001.dotenv\"; a=\"$STORE/701001\"\n"
+          "      if mkdir -p \"$v\" \"$a\" 2>/dev/null; then\n"
+          "        printf 'X=1\\n' > \"$v/1\"; chmod 0666 \"$v/1\"\n"
+          "        printf 'b\\n' > \"$v/paths\"; chmod 0666 \"$v/paths\"\n"
+          "        printf 'EVIL=injected\\n' > \"$v/2\"; chmod 0555 \"$v\"\n"
+          "        chmod 0777 \"$a\"; echo poison > \"$a/poisoned.txt\"\n"
+          "      else echo cannot-plant-in-store; fi\n"));
+  CommandResult planted = cluster_.RunLocal(
+      attacker, "plant", {"--pipeline-id", "700", "--var", "STORE=" + store},
+      seconds(120));
+  ASSERT_TRUE(planted.status.success()) << planted.output << cluster_.Logs();
+  EXPECT_THAT(planted.output, HasSubstr("cannot-plant-in-store"));
+
+  const std::string victim = cluster_.dir().Sub("victim");
+  fs::create_directories(victim);
+  WriteFile(victim + "/.gitlab-ci.yml",
+            absl::StrCat("stages: [build, test]\n"
+                         "make:\n"
+                         "  stage: build\n",
+                         head,
+                         "      printf 'GOOD=1\\n' > build.env; echo made > "
+                         "out.txt\n"
+                         "  artifacts:\n"
+                         "    paths: [out.txt]\n"
+                         "    reports:\n"
+                         "      dotenv: build.env\n"
+                         "use:\n"
+                         "  stage: test\n",
+                         head,
+                         "      echo \"evil: ${EVIL:-none} good: "
+                         "${GOOD:-unset}\"\n"
+                         "      cat out.txt; ls\n"));
+  CommandResult run = cluster_.RunLocal(
+      victim, "make", {"--job", "use", "--pipeline-id", "701"}, seconds(120));
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  const std::string use = ReadFile(cluster_.run_dir() + "/logs/use.log");
+  EXPECT_THAT(use, HasSubstr("evil: none good: 1")) << use;
+  EXPECT_THAT(use, HasSubstr("\nmade\n")) << use;
+  EXPECT_THAT(use, Not(HasSubstr("poisoned"))) << use;
+}
+
 // A job fills the file system of its builds dir. As on a host that keeps
 // /var/lib/gdt/builds and /var/lib/gdt/agent on one disk, the builds root and
 // the agent's scratch dir (members' homes, the agent's exit outbox and
