@@ -182,6 +182,18 @@ TEST(HangWatchdogTest, NamesTheMemberThatStoppedFirstNotTheFirstToReport) {
       },
       seconds(60)))
       << cluster.Logs();
+  // Member 2's agent first: it reports member 2 hung and the coordinator
+  // decides. Member 2's executor only after that: frozen with a keepalive
+  // ping to the frozen agent unanswered, it may find that ping timed out
+  // the moment it runs again and report the agent unreachable, which
+  // would race with the agent's report (on a loaded machine it won).
+  ASSERT_EQ(kill(cluster.AgentPid(culprit_agent), SIGCONT), 0);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster.Logs().find("event=gang_failed") != std::string::npos;
+      },
+      seconds(60)))
+      << cluster.Logs();
   thaw.Now();
 
   CommandResult result = FinishRun(*run, seconds(120));
