@@ -2913,9 +2913,12 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
       }
       continue;  // Its own parallel wins over what it merges.
     }
-    if (const Entry inner = FindEntry(source, "<<");
-        inner && MergesTopLevelBlockJob(inner.value, top_values, depth + 1)) {
-      return true;
+    // A mapping may hold several merge keys (`<<: *a` and `<<: *b`).
+    for (const auto& entry : source) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == "<<" &&
+          MergesTopLevelBlockJob(entry.second, top_values, depth + 1)) {
+        return true;
+      }
     }
   }
   return false;
@@ -3392,9 +3395,28 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         if (const Entry merge = FindEntry(value, "<<")) {
           const CiValue merged = ToCiValue(value);
           const auto p = merged.find("parallel");
+          // A job may hold several merge keys; Ruby applies them in order,
+          // so the block is the last one's that brings a parallel.
+          bool from_job = false;
+          for (const auto& entry : value) {
+            if (!entry.first.IsScalar() || entry.first.Scalar() != "<<") {
+              continue;
+            }
+            const CiValue brought = ToCiValue(entry.second);
+            bool has_parallel =
+                brought.is_object() && brought.contains("parallel");
+            if (brought.is_array()) {
+              for (const CiValue& item : brought) {
+                has_parallel = has_parallel ||
+                               (item.is_object() && item.contains("parallel"));
+              }
+            }
+            if (has_parallel) {
+              from_job = MergesTopLevelBlockJob(entry.second, top_values);
+            }
+          }
           if (p != merged.end() && p->is_object() &&
-              p->contains("distributed") &&
-              !MergesTopLevelBlockJob(merge.value, top_values)) {
+              p->contains("distributed") && !from_job) {
             report.At(merge.key, merge.key,
                       absl::StrCat(job,
                                    ": gets parallel:distributed through a "

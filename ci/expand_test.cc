@@ -892,6 +892,34 @@ TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
   EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
 }
 
+TEST(InheritanceTest, ABlockFromTheSecondOfTwoMergeKeysIsExpanded) {
+  // gitaly's `cover` merges a cache template, then the template with the
+  // block: the second merge key brings the block, from a hidden job.
+  const std::string input =
+      ".cache: &cache\n  cache: {key: k}\n"
+      ".pg: &pg\n  parallel:\n    distributed: {nodes: 2}\n  image: pg\n"
+      "cover:\n  <<: *cache\n  <<: *pg\n  script: [make]\n";
+  const CiExpansion lint = LintCiYaml(input);
+  EXPECT_TRUE(lint.ok()) << lint.errors[0].message;
+  const CiExpansion result = ExpandCiYaml(input);
+  ASSERT_TRUE(result.ok()) << result.errors[0].message;
+  const auto cover = EffectiveJobConfig(result.text, "cover");
+  ASSERT_TRUE(cover.ok());
+  EXPECT_EQ(cover->config["parallel"], 2);
+  EXPECT_EQ(cover->config["cache"]["key"], "k");
+  EXPECT_EQ(cover->config["tags"], CiValue::array({"gdt"}));
+  // The other way round, a later merge key from a mapping that is no job
+  // brings the block GitLab would see: refused.
+  const CiExpansion later = ExpandCiYaml(
+      ".pg: &pg\n  parallel:\n    distributed: {nodes: 2}\n"
+      ".defs:\n  gang: &gang\n    parallel:\n      distributed: {nodes: 3}\n"
+      "cover:\n  <<: *pg\n  <<: *gang\n  script: [make]\n");
+  ASSERT_EQ(later.errors.size(), 1u);
+  EXPECT_THAT(later.errors[0].message,
+              HasSubstr("cover: gets parallel:distributed through a merge key "
+                        "from a mapping that is not a job"));
+}
+
 TEST(InheritanceTest, AMergeKeyWithOwnVariablesOrTagsIsRefused) {
   // Merge keys are shallow: train's own variables would replace every
   // GDT_* variable expand writes into .gang, and its own tags the runner
