@@ -4,7 +4,7 @@
 // expands to valid YAML that changes nothing outside the job, changes the
 // job's effective configuration (as GitLab computes it) by exactly gdt's
 // additions, leaves every other job's effective configuration alone, and
-// expands to itself.
+// expands to itself (also with Windows line breaks and a byte order mark).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -307,6 +307,11 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   const CiExpansion crlf = ExpandCiYaml(Crlf(input));
   EXPECT_TRUE(crlf.ok());
   EXPECT_EQ(crlf.text, Crlf(out));
+  // And with a UTF-8 byte order mark, which GitLab skips.
+  const std::string bom = "\xEF\xBB\xBF";
+  const CiExpansion marked = ExpandCiYaml(bom + input);
+  EXPECT_TRUE(marked.ok());
+  EXPECT_EQ(marked.text, bom + out);
   return true;
 }
 

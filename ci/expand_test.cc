@@ -164,6 +164,36 @@ TEST(ExpandTest, KeepsWindowsLineBreaksAndAMissingFinalNewline) {
             "  script: y");
 }
 
+TEST(ExpandTest, AUtf8ByteOrderMarkIsReadAndKept) {
+  // Editors on Windows save one; GitLab's YAML reader skips it.
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string input =
+      bom + "a:\r\n  script: x\r\nb:\r\n  parallel:\r\n    distributed:\r\n" +
+      "      nodes: 2\r\n  script: y";
+  const CiExpansion expansion = ExpandCiYaml(input, {.runner_tag = ""});
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text,
+            bom + "a:\r\n  script: x\r\nb:\r\n  parallel: 2\r\n" +
+                "  variables:\r\n    GDT_GPUS_PER_NODE: \"0\"\r\n" +
+                "    GDT_NPROC_PER_NODE: \"1\"\r\n" +
+                "    GDT_LAUNCHER: \"torchrun\"\r\n" + "  retry:\r\n" +
+                "    max: 2\r\n" +
+                "    when: [runner_system_failure, script_failure]\r\n" +
+                "  script: y");
+  EXPECT_TRUE(LintCiYaml(input).ok());
+  // Places of errors count from the first character after it.
+  const CiExpansion lint = LintCiYaml(
+      bom + "b:\n  parallel:\n    distributed: {nodes: 2, launcher: x}\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:3:39: b: parallel:distributed:launcher must be one of "
+            "torchrun, env, nccl, none, not 'x'");
+  const CiExpansion bad = LintCiYaml(bom + "b: [\xFF");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:1:5: YAML syntax error: invalid leading UTF-8 octet");
+}
+
 TEST(ExpandTest, AppendsAfterTheLastEntryEvenAtTheEndOfTheFile) {
   const std::string input =
       "j:\n  parallel:\n    distributed: {nodes: 3, procs_per_node: 2}\n"
