@@ -440,6 +440,25 @@ TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
   EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
 }
 
+TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
+  // GitLab reads the spec: header and the jobs as separate documents, so
+  // it refuses the file ("unknown alias"); so do both commands.
+  const std::string input =
+      "spec:\n  inputs: {}\n.gang: &gang\n  parallel:\n"
+      "    distributed: {nodes: 2}\n---\ntrain:\n  <<: *gang\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:8:7: YAML syntax error: unknown alias *gang (its anchor is "
+              "in an earlier document; each YAML document has its own "
+              "anchors)");
+  }
+  // An anchor and its alias in the same later document are fine.
+  EXPECT_TRUE(LintCiYaml("a: 1\n---\n.t: &t\n  image: x\nb:\n  <<: *t\n"
+                         "  script: y\n")
+                  .ok());
+}
+
 // An explicit document end (`...`) and a directive for the next document
 // (`%YAML 1.2`) belong to no job: a rewritten last job keeps them after it.
 TEST(RealWorldTest, DocumentEndMarkersAndDirectivesStay) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -167,6 +168,8 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   // `children` in one piece (one scratch list per depth, reused).
   std::vector<std::vector<uint32_t>> pending;
   std::unordered_map<std::string, uint32_t> anchors;
+  // Anchors of the documents before this one.
+  std::unordered_set<std::string> earlier;
   // Open collections (indices into nodes).
   std::vector<uint32_t> stack;
   // Per node: whether it is an open collection, and how many nodes it holds
@@ -246,6 +249,10 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       case YAML_STREAM_END_EVENT:
         return tree;
       case YAML_DOCUMENT_START_EVENT:
+        // Anchors belong to their document: GitLab reads each document
+        // on its own, so an alias cannot name an earlier one's anchor.
+        for (const auto& [name, index] : anchors) earlier.insert(name);
+        anchors.clear();
         have_root = false;
         break;
       case YAML_DOCUMENT_END_EVENT:
@@ -257,9 +264,13 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         const auto found =
             anchors.find(std::string(AsView(e.data.alias.anchor)));
         if (found == anchors.end()) {
+          const std::string name(AsView(e.data.alias.anchor));
           fail(to_mark(e.start_mark),
-               absl::StrCat("unknown alias *",
-                            std::string(AsView(e.data.alias.anchor))));
+               absl::StrCat("unknown alias *", name,
+                            earlier.count(name) != 0
+                                ? " (its anchor is in an earlier document; "
+                                  "each YAML document has its own anchors)"
+                                : ""));
           return tree;
         }
         if (open[found->second]) {
