@@ -2382,6 +2382,14 @@ bool CheckGangKeywords(const std::string& job, const YamlNode& value,
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
 // `included_top`: the top-level variables of included files, in merge
 // order (the main file's, `top_variables`, win over them).
+std::string MatrixGang(const std::string& job) {
+  return absl::StrCat(job,
+                      ": a gdt gang needs parallel: N (or "
+                      "parallel:distributed), not parallel:matrix: matrix "
+                      "makes differently configured jobs named 'job: "
+                      "[values]', not N identical members of one gang");
+}
+
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
                   const std::vector<YamlNode>& included_top,
@@ -2450,14 +2458,10 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                      absl::StrCat(job, ": unknown key '", Shown(k),
                                   "' in parallel; GitLab accepts an integer "
                                   "or matrix (gdt adds distributed)"));
-        } else if (gang) {
-          report->At(entry.first, parallel.key,
-                     absl::StrCat(job,
-                                  ": a gdt gang needs parallel: N (or "
-                                  "parallel:distributed), not "
-                                  "parallel:matrix: matrix makes differently "
-                                  "configured jobs named 'job: [values]', "
-                                  "not N identical members of one gang"));
+        } else if (gang && template_spec == nullptr) {
+          // Under a template with the block, CheckJobUnderTemplate
+          // reports it, for expand too.
+          report->At(entry.first, parallel.key, MatrixGang(job));
         }
       }
       return;
@@ -2826,16 +2830,20 @@ void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
 // (`template`, its parents' merged): what it sets itself must not undo the
 // template's expansion, which GitLab merges into it. Reports a job whose
 // own `parallel` replaces an elastic block (its GDT_NODES_MIN/MAX would
-// not match), whose own variables set what the block sets (the two would
-// disagree), whose own tags lack the runner tag, or whose own
-// artifacts:paths drop checkpoints/.
+// not match) or is a matrix (its jobs would keep the gang's tags and
+// GDT_* variables but differ), whose own variables set what the block sets
+// (the two would disagree), whose own tags lack the runner tag, or whose
+// own artifacts:paths drop checkpoints/.
 void CheckJobUnderTemplate(const std::string& job, const YamlNode& value,
                            const GangSpec& tpl, const CiExpandOptions& options,
                            Reporter* report) {
-  if (const Entry own = FindEntry(value, "parallel");
-      own && tpl.nodes_min > 0 &&
-      (own.value.IsNull() || PlainInteger(own.value) != tpl.nodes)) {
-    report->At(own.value, own.key,
+  const Entry own_parallel = FindEntry(value, "parallel");
+  if (const Entry matrix = FindEntry(own_parallel.value, "matrix")) {
+    report->At(matrix.key, own_parallel.key, MatrixGang(job));
+  } else if (own_parallel && tpl.nodes_min > 0 &&
+             (own_parallel.value.IsNull() ||
+              PlainInteger(own_parallel.value) != tpl.nodes)) {
+    report->At(own_parallel.value, own_parallel.key,
                absl::StrCat(job,
                             ": its own parallel replaces the elastic "
                             "parallel:distributed block (nodes ",

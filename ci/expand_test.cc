@@ -1073,6 +1073,12 @@ TEST(InheritanceTest, AChildThatUndoesItsTemplatesBlockIsRefused) {
       {"  tags: [a100]\n",
        "f:10:3: train: gets parallel:distributed from a template, but its own "
        "tags replace the template's; add gdt to them"},
+      // Its jobs would keep the gang's tags and GDT_* variables.
+      {"  parallel:\n    matrix:\n      - GO: [\"1.20\", \"1.21\"]\n",
+       "f:11:5: train: a gdt gang needs parallel: N (or "
+       "parallel:distributed), not parallel:matrix: matrix makes differently "
+       "configured jobs named 'job: [values]', not N identical members of one "
+       "gang"},
   };
   for (const Case& c : cases) {
     const std::string text = tpl + c.own;
@@ -1080,6 +1086,17 @@ TEST(InheritanceTest, AChildThatUndoesItsTemplatesBlockIsRefused) {
       ASSERT_EQ(result.errors.size(), 1u) << c.own;
       EXPECT_EQ(FormatDiagnostic("f", result.errors[0]), c.error);
     }
+  }
+  // A matrix under a fixed-size template too (gitlab-pages' test jobs
+  // extend a common template and add a matrix), for expand as for lint.
+  const std::string fixed =
+      ".common:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "tests:\n  extends: .common\n  parallel:\n    matrix:\n"
+      "      - GO: [\"1.20\", \"1.21\"]\n  script: [x]\n";
+  for (const CiExpansion& result : {LintCiYaml(fixed), ExpandCiYaml(fixed)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_THAT(FormatDiagnostic("f", result.errors[0]),
+                HasSubstr("f:7:5: tests: a gdt gang needs parallel: N"));
   }
   // The same with what the block needs kept is fine.
   EXPECT_TRUE(ExpandCiYaml(tpl + "  parallel: 8\n  tags: [a100, gdt]\n"
