@@ -202,8 +202,9 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   const CiExpansion expansion = ExpandCiYaml(input);
   // A job that extends this one and replaces what the block needs (its own
   // tags without the runner tag, its own artifacts:paths without
-  // checkpoints/, or through a parent from an included file listed after
-  // this one) is refused at that job: the file is not for gdt as is.
+  // checkpoints/, its own parallel:matrix, or through a parent from an
+  // included file listed after this one) is refused at that job: the file
+  // is not for gdt as is.
   std::vector<CiDiagnostic> errors;
   for (const CiDiagnostic& d : expansion.errors) {
     const bool child =
@@ -211,7 +212,8 @@ bool CheckExpansion(const std::string& name, const std::string& text,
         (absl::StrContains(d.message, "replace the ones it inherits") ||
          absl::StrContains(d.message, "replace the template's") ||
          absl::StrContains(d.message,
-                           "which gives it parallel:distributed, but"));
+                           "which gives it parallel:distributed, but") ||
+         absl::StrContains(d.message, "not parallel:matrix"));
     if (child) {
       std::cout << "[ child    ] " << name << ": " << d.message << "\n";
     } else {
