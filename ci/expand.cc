@@ -1129,6 +1129,12 @@ class JobRewriter {
     for (const auto& entry : job_value_) keys_.push_back(entry.first);
   }
 
+  // The job inherits `variables` through extends from a parent where they
+  // are a `!reference`, which GitLab does not merge with the job's own.
+  void set_inherits_variables_by_reference(bool value) {
+    inherits_variables_by_reference_ = value;
+  }
+
   // Adds the edits for `spec` to `edits`; false after reporting.
   bool Plan(const GangSpec& spec, const Entry& parallel,
             std::vector<Edit>* edits) {
@@ -1190,6 +1196,17 @@ class JobRewriter {
       } else if (const auto merged = own_.find("variables");
                  merged != own_.end() && merged->is_object()) {
         for (const auto& [key, value] : merged->items()) {
+          absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
+                          FlowText(value), eol);
+        }
+      } else if (const auto inherited = effective_.config.find("variables");
+                 inherits_variables_by_reference_ &&
+                 inherited != effective_.config.end() &&
+                 inherited->is_object()) {
+        // A parent's `variables: !reference [...]` would be replaced by the
+        // new entry (GitLab merges extends before it resolves references):
+        // it repeats the variables the reference names.
+        for (const auto& [key, value] : inherited->items()) {
           absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
                           FlowText(value), eol);
         }
@@ -1817,6 +1834,7 @@ class JobRewriter {
   const int job_end_;
   const CiConfigModel::Effective& effective_;
   const CiValue own_;  // The job's own entries, merge keys applied.
+  bool inherits_variables_by_reference_ = false;
   std::vector<std::string> unknown_keys_;
   const CiExpandOptions& options_;
   Reporter* report_;
@@ -3621,6 +3639,20 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
       JobRewriter rewriter(lines, job, value, job_end, *effective, options,
                            &report);
+      {
+        // GitLab merges extends before it resolves references, so a
+        // parent's `variables: !reference [...]` is replaced, not merged,
+        // by a variables entry of the job's own.
+        static const std::vector<std::string> kVariables = {"variables"};
+        const absl::StatusOr<CiValue> parents =
+            model.FromParents(job, kVariables);
+        if (parents.ok() && parents->is_object()) {
+          const auto v = parents->find("variables");
+          rewriter.set_inherits_variables_by_reference(
+              v != parents->end() && v->is_object() && v->size() == 1 &&
+              v->contains("!reference"));
+        }
+      }
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),

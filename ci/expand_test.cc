@@ -659,6 +659,36 @@ TEST(InheritanceTest, ReferencesResolve) {
       "train", {"r", "gdt"});
 }
 
+TEST(InheritanceTest, AParentsVariablesReferenceIsRepeatedInTheNewEntry) {
+  // GitLab merges extends before it resolves !reference, so the parent's
+  // `variables: !reference [...]` is replaced whole by the job's own
+  // variables: the new entry repeats what it names (gitlab-ci-local's
+  // reference test has this shape).
+  const std::string input =
+      ".defaults:\n  variables:\n    FOO: foo\n"
+      ".wrapper:\n  variables: !reference [.defaults, variables]\n"
+      "train:\n  extends: .wrapper\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: x\n";
+  const auto before = EffectiveJobConfig(input, "train");
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->config["variables"], CiValue({{"FOO", "foo"}}));
+  const CiExpansion result = ExpandCiYaml(input);
+  ASSERT_TRUE(result.ok()) << result.errors[0].message;
+  const auto after = EffectiveJobConfig(result.text, "train");
+  ASSERT_TRUE(after.ok());
+  const CiValue& variables = after->config["variables"];
+  EXPECT_EQ(variables.value("FOO", std::string()), "foo");
+  EXPECT_EQ(variables.value("GDT_LAUNCHER", std::string()), "torchrun");
+  // A job's own variables replace such a parent's, before gdt too.
+  const auto own = EffectiveJobConfig(
+      ".defaults:\n  variables:\n    FOO: foo\n"
+      ".wrapper:\n  variables: !reference [.defaults, variables]\n"
+      "plain:\n  extends: .wrapper\n  variables: {BAR: bar}\n  script: x\n",
+      "plain");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->config["variables"], CiValue({{"BAR", "bar"}}));
+}
+
 TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
   const CiExpansion include = ExpandCiYaml(
       "include: [{local: a.yml}]\n"
