@@ -3167,6 +3167,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   }
   std::vector<CiDiagnostic> warnings;
   Reporter warn(&warnings);
+  if (lint && options.includes != nullptr) {
+    for (const CiIncludes::Problem& note : options.includes->unread) {
+      warnings.push_back(CiDiagnostic{note.line, note.column,
+                                      OneLine(note.message), note.file});
+    }
+  }
   report.inputs = &inputs;
   if (lint) report.warnings = &warn;
   // A duplicate key is legal for GitLab (the last one wins) but almost

@@ -2242,6 +2242,50 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
                         "tags, retry"));
 }
 
+TEST_F(IncludeTest, LintNotesEachIncludeItDoesNotRead) {
+  // Real files include GitLab's templates, other projects' files, remote
+  // files and components: lint says, as a warning at each, what it leaves
+  // unseen (the file stays valid).
+  Write("ci/a.yml",
+        "include:\n  - template: Jobs/SAST.gitlab-ci.yml\n"
+        "x:\n  script: [x]\n");
+  const std::string main =
+      "include:\n  - local: ci/a.yml\n  - 'https://example.com/y.yml'\n"
+      "  - project: my/group\n    file: [/a.yml, /b.yml]\n"
+      "  - component: $CI_SERVER_FQDN/org/c/d@1.0\n"
+      "  - local: ci/$VAR.yml\n"
+      "train:\n  script: x\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok());
+  std::vector<std::string> lines;
+  for (const CiDiagnostic& d : lint.warnings) {
+    lines.push_back(FormatDiagnostic(".gitlab-ci.yml", d));
+  }
+  const std::string unseen =
+      " is not read (gdt reads only local files of this project), so the "
+      "jobs, templates and default: it may bring are unseen";
+  EXPECT_THAT(
+      lines,
+      ElementsAre(
+          ".gitlab-ci.yml:3:5: include: remote 'https://example.com/y.yml'" +
+              unseen,
+          ".gitlab-ci.yml:4:5: include: project 'my/group'" + unseen,
+          ".gitlab-ci.yml:6:5: include: component "
+          "'$CI_SERVER_FQDN/org/c/d@1.0'" +
+              unseen,
+          ".gitlab-ci.yml:7:5: include: local 'ci/$VAR.yml' is not read (its "
+          "path holds a variable, which GitLab fills in from the pipeline), so "
+          "the jobs, templates and default: it may bring are unseen",
+          "ci/a.yml:2:5: include: template 'Jobs/SAST.gitlab-ci.yml'" +
+              unseen));
+  // Expand, which prints no warnings, is not changed by them.
+  EXPECT_TRUE(ExpandCiYaml(main, options).ok());
+}
+
 TEST_F(IncludeTest, HostileIncludesStayFast) {
   for (int i = 0; i < 160; ++i) {
     Write(absl::StrCat("many/f", i, ".yml"),
