@@ -361,6 +361,43 @@ TEST(CorpusTest, AnInsertedBlockExpandsToExactlyGdtsAdditions) {
   EXPECT_GE(verified_files, 30);
 }
 
+// run-local reads every job of every file as GitLab would compute it: no
+// crash, and either a job with a script or one line naming the job. Read
+// alone, most files lack what their includes bring (parents, references,
+// the script of a template's job they override), so about a quarter read.
+TEST(CorpusTest, RunLocalReadsEveryJob) {
+  int jobs = 0;
+  int read = 0;
+  for (const std::string& name : CorpusFiles()) {
+    const std::string text = test::ReadTextFile(kCorpus + "/" + name);
+    YamlError error;
+    const auto tree = YamlTree::Parse(text, &error);
+    if (!error.message.empty()) continue;
+    for (const YamlNode& root : tree->documents()) {
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar() || IsCiKeyword(entry.first.Scalar()) ||
+            entry.first.Scalar().rfind('.', 0) == 0 || !entry.second.IsMap()) {
+          continue;
+        }
+        const std::string& job = entry.first.Scalar();
+        SCOPED_TRACE(absl::StrCat(name, " job '", job, "'"));
+        ++jobs;
+        const absl::StatusOr<CiJob> parsed = ParseCiJob(text, job);
+        if (parsed.ok()) {
+          ++read;
+          EXPECT_FALSE(parsed->script.empty());
+        } else {
+          const std::string message(parsed.status().message());
+          EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+          EXPECT_THAT(message, ::testing::HasSubstr(job)) << message;
+        }
+      }
+    }
+  }
+  std::cout << "[ run-local] " << read << " of " << jobs << " jobs read\n";
+  EXPECT_GE(read, 200);
+}
+
 // Every `rules:` list of the corpus (jobs, templates and workflow:), which
 // GitLab accepts, reads as rules whose `if:` expressions parse.
 void CollectRules(const CiValue& value, bool workflow,
