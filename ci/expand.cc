@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -2950,6 +2951,50 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
   return false;
 }
 
+// GitLab reads one document of a file: it splits the text at lines that
+// start with `---` and a space or line break, at most twice, drops blank
+// pieces, and takes the first document of the first piece, or, when that
+// is a `spec:` header and more pieces follow, of the last piece. Lint
+// warns at every other document but the header: nothing there runs.
+void WarnAboutIgnoredDocuments(std::string_view text,
+                               const std::vector<YamlNode>& documents,
+                               Reporter* warn) {
+  std::vector<size_t> starts = {0};
+  for (size_t pos = 0; pos < text.size() && starts.size() < 3;) {
+    if (text.compare(pos, 3, "---") == 0 && pos + 3 < text.size() &&
+        absl::ascii_isspace(static_cast<unsigned char>(text[pos + 3]))) {
+      starts.push_back(pos + 3);
+    }
+    pos = text.find('\n', pos);
+    if (pos == std::string_view::npos) break;
+    ++pos;
+  }
+  // The first document of each piece that holds one.
+  std::vector<size_t> firsts;
+  size_t d = 0;
+  for (size_t piece = 0; piece < starts.size(); ++piece) {
+    const size_t end =
+        piece + 1 < starts.size() ? starts[piece + 1] : text.size();
+    while (d < documents.size() && documents[d].Mark().pos < starts[piece]) {
+      ++d;
+    }
+    if (d < documents.size() && documents[d].Mark().pos < end) {
+      firsts.push_back(d);
+    }
+  }
+  if (firsts.empty()) return;
+  const bool header =
+      firsts.size() > 1 && FindEntry(documents[firsts[0]], "spec");
+  const size_t read = header ? firsts.back() : firsts[0];
+  for (size_t i = 0; i < documents.size(); ++i) {
+    if (i == read || (header && i == firsts[0])) continue;
+    warn->At(documents[i], documents[i],
+             "GitLab ignores this document: it reads only one document of "
+             "a file (the first, or the jobs after a component's spec: "
+             "header), so nothing here runs");
+  }
+}
+
 // GitLab's default limit on one job's needs (ci_needs_size_limit).
 constexpr int kGitLabNeedsLimit = 50;
 
@@ -3175,6 +3220,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   }
   report.inputs = &inputs;
   if (lint) report.warnings = &warn;
+  if (lint && documents.size() > 1)
+    WarnAboutIgnoredDocuments(text, documents, &warn);
+
   // A duplicate key is legal for GitLab (the last one wins) but almost
   // always a mistake: lint reports every one; expand refuses only the jobs
   // it rewrites, where it could not tell which entry to keep.

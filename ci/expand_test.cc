@@ -440,6 +440,32 @@ TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
   EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
 }
 
+TEST(RealWorldTest, LintWarnsAtDocumentsGitLabIgnores) {
+  // GitLab reads the first document, or the jobs after a spec: header
+  // (with more documents, the first of the text after its second `---`).
+  const auto warned = [](const std::string& text) {
+    const CiExpansion lint = LintCiYaml(text);
+    EXPECT_TRUE(lint.ok());
+    std::vector<int> lines;
+    for (const CiDiagnostic& d : lint.warnings) {
+      EXPECT_THAT(d.message, HasSubstr("GitLab ignores this document"));
+      lines.push_back(d.line);
+    }
+    return lines;
+  };
+  EXPECT_THAT(warned("a:\n  script: x\n---\nb:\n  script: y\n"),
+              ElementsAre(4));
+  EXPECT_THAT(warned("spec:\n  inputs: {}\n---\nb:\n  script: y\n"),
+              ElementsAre());
+  EXPECT_THAT(warned("---\nspec:\n  inputs: {}\n---\nb:\n  script: y\n"
+                     "---\nc:\n  script: z\n"),
+              ElementsAre(8));
+  EXPECT_THAT(warned("spec:\n  inputs: {}\n---\nb:\n  script: y\n"
+                     "---\nc:\n  script: z\n---\nd:\n  script: z\n"),
+              ElementsAre(4, 10));
+  EXPECT_THAT(warned("a:\n  script: x\n"), ElementsAre());
+}
+
 TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
   // GitLab reads the spec: header and the jobs as separate documents, so
   // it refuses the file ("unknown alias"); so do both commands.
