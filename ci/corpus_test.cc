@@ -4,7 +4,7 @@
 // expands to valid YAML that changes nothing outside the job, changes the
 // job's effective configuration (as GitLab computes it) by exactly gdt's
 // additions, leaves every other job's effective configuration alone, and
-// expands to itself.
+// expands to itself (also with Windows line breaks and a byte order mark).
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -202,8 +202,9 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   const CiExpansion expansion = ExpandCiYaml(input);
   // A job that extends this one and replaces what the block needs (its own
   // tags without the runner tag, its own artifacts:paths without
-  // checkpoints/, or through a parent from an included file listed after
-  // this one) is refused at that job: the file is not for gdt as is.
+  // checkpoints/, its own parallel:matrix, or through a parent from an
+  // included file listed after this one) is refused at that job: the file
+  // is not for gdt as is.
   std::vector<CiDiagnostic> errors;
   for (const CiDiagnostic& d : expansion.errors) {
     const bool child =
@@ -211,7 +212,8 @@ bool CheckExpansion(const std::string& name, const std::string& text,
         (absl::StrContains(d.message, "replace the ones it inherits") ||
          absl::StrContains(d.message, "replace the template's") ||
          absl::StrContains(d.message,
-                           "which gives it parallel:distributed, but"));
+                           "which gives it parallel:distributed, but") ||
+         absl::StrContains(d.message, "not parallel:matrix"));
     if (child) {
       std::cout << "[ child    ] " << name << ": " << d.message << "\n";
     } else {
@@ -307,6 +309,11 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   const CiExpansion crlf = ExpandCiYaml(Crlf(input));
   EXPECT_TRUE(crlf.ok());
   EXPECT_EQ(crlf.text, Crlf(out));
+  // And with a UTF-8 byte order mark, which GitLab skips.
+  const std::string bom = "\xEF\xBB\xBF";
+  const CiExpansion marked = ExpandCiYaml(bom + input);
+  EXPECT_TRUE(marked.ok());
+  EXPECT_EQ(marked.text, bom + out);
   return true;
 }
 
@@ -352,6 +359,43 @@ TEST(CorpusTest, AnInsertedBlockExpandsToExactlyGdtsAdditions) {
   std::cout << "[ corpus   ] " << verified_files
             << " files with a job expanded and checked\n";
   EXPECT_GE(verified_files, 30);
+}
+
+// run-local reads every job of every file as GitLab would compute it: no
+// crash, and either a job with a script or one line naming the job. Read
+// alone, most files lack what their includes bring (parents, references,
+// the script of a template's job they override), so about a quarter read.
+TEST(CorpusTest, RunLocalReadsEveryJob) {
+  int jobs = 0;
+  int read = 0;
+  for (const std::string& name : CorpusFiles()) {
+    const std::string text = test::ReadTextFile(kCorpus + "/" + name);
+    YamlError error;
+    const auto tree = YamlTree::Parse(text, &error);
+    if (!error.message.empty()) continue;
+    for (const YamlNode& root : tree->documents()) {
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar() || IsCiKeyword(entry.first.Scalar()) ||
+            entry.first.Scalar().rfind('.', 0) == 0 || !entry.second.IsMap()) {
+          continue;
+        }
+        const std::string& job = entry.first.Scalar();
+        SCOPED_TRACE(absl::StrCat(name, " job '", job, "'"));
+        ++jobs;
+        const absl::StatusOr<CiJob> parsed = ParseCiJob(text, job);
+        if (parsed.ok()) {
+          ++read;
+          EXPECT_FALSE(parsed->script.empty());
+        } else {
+          const std::string message(parsed.status().message());
+          EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+          EXPECT_THAT(message, ::testing::HasSubstr(job)) << message;
+        }
+      }
+    }
+  }
+  std::cout << "[ run-local] " << read << " of " << jobs << " jobs read\n";
+  EXPECT_GE(read, 200);
 }
 
 // Every `rules:` list of the corpus (jobs, templates and workflow:), which

@@ -15,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -1129,6 +1130,12 @@ class JobRewriter {
     for (const auto& entry : job_value_) keys_.push_back(entry.first);
   }
 
+  // The job inherits `variables` through extends from a parent where they
+  // are a `!reference`, which GitLab does not merge with the job's own.
+  void set_inherits_variables_by_reference(bool value) {
+    inherits_variables_by_reference_ = value;
+  }
+
   // Adds the edits for `spec` to `edits`; false after reporting.
   bool Plan(const GangSpec& spec, const Entry& parallel,
             std::vector<Edit>* edits) {
@@ -1190,6 +1197,17 @@ class JobRewriter {
       } else if (const auto merged = own_.find("variables");
                  merged != own_.end() && merged->is_object()) {
         for (const auto& [key, value] : merged->items()) {
+          absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
+                          FlowText(value), eol);
+        }
+      } else if (const auto inherited = effective_.config.find("variables");
+                 inherits_variables_by_reference_ &&
+                 inherited != effective_.config.end() &&
+                 inherited->is_object()) {
+        // A parent's `variables: !reference [...]` would be replaced by the
+        // new entry (GitLab merges extends before it resolves references):
+        // it repeats the variables the reference names.
+        for (const auto& [key, value] : inherited->items()) {
           absl::StrAppend(&text, indent, "  ", FlowText(CiValue(key)), ": ",
                           FlowText(value), eol);
         }
@@ -1817,6 +1835,7 @@ class JobRewriter {
   const int job_end_;
   const CiConfigModel::Effective& effective_;
   const CiValue own_;  // The job's own entries, merge keys applied.
+  bool inherits_variables_by_reference_ = false;
   std::vector<std::string> unknown_keys_;
   const CiExpandOptions& options_;
   Reporter* report_;
@@ -2382,6 +2401,14 @@ bool CheckGangKeywords(const std::string& job, const YamlNode& value,
 // cannot be computed); inherited GDT_* variables, tags and parallel count.
 // `included_top`: the top-level variables of included files, in merge
 // order (the main file's, `top_variables`, win over them).
+std::string MatrixGang(const std::string& job) {
+  return absl::StrCat(job,
+                      ": a gdt gang needs parallel: N (or "
+                      "parallel:distributed), not parallel:matrix: matrix "
+                      "makes differently configured jobs named 'job: "
+                      "[values]', not N identical members of one gang");
+}
+
 void LintPlainJob(const std::string& job, const YamlNode& key,
                   const YamlNode& value, const YamlNode& top_variables,
                   const std::vector<YamlNode>& included_top,
@@ -2450,14 +2477,10 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                      absl::StrCat(job, ": unknown key '", Shown(k),
                                   "' in parallel; GitLab accepts an integer "
                                   "or matrix (gdt adds distributed)"));
-        } else if (gang) {
-          report->At(entry.first, parallel.key,
-                     absl::StrCat(job,
-                                  ": a gdt gang needs parallel: N (or "
-                                  "parallel:distributed), not "
-                                  "parallel:matrix: matrix makes differently "
-                                  "configured jobs named 'job: [values]', "
-                                  "not N identical members of one gang"));
+        } else if (gang && template_spec == nullptr) {
+          // Under a template with the block, CheckJobUnderTemplate
+          // reports it, for expand too.
+          report->At(entry.first, parallel.key, MatrixGang(job));
         }
       }
       return;
@@ -2826,16 +2849,20 @@ void ClearTopLevelValues(const CiConfigModel& model, const std::string& job,
 // (`template`, its parents' merged): what it sets itself must not undo the
 // template's expansion, which GitLab merges into it. Reports a job whose
 // own `parallel` replaces an elastic block (its GDT_NODES_MIN/MAX would
-// not match), whose own variables set what the block sets (the two would
-// disagree), whose own tags lack the runner tag, or whose own
-// artifacts:paths drop checkpoints/.
+// not match) or is a matrix (its jobs would keep the gang's tags and
+// GDT_* variables but differ), whose own variables set what the block sets
+// (the two would disagree), whose own tags lack the runner tag, or whose
+// own artifacts:paths drop checkpoints/.
 void CheckJobUnderTemplate(const std::string& job, const YamlNode& value,
                            const GangSpec& tpl, const CiExpandOptions& options,
                            Reporter* report) {
-  if (const Entry own = FindEntry(value, "parallel");
-      own && tpl.nodes_min > 0 &&
-      (own.value.IsNull() || PlainInteger(own.value) != tpl.nodes)) {
-    report->At(own.value, own.key,
+  const Entry own_parallel = FindEntry(value, "parallel");
+  if (const Entry matrix = FindEntry(own_parallel.value, "matrix")) {
+    report->At(matrix.key, own_parallel.key, MatrixGang(job));
+  } else if (own_parallel && tpl.nodes_min > 0 &&
+             (own_parallel.value.IsNull() ||
+              PlainInteger(own_parallel.value) != tpl.nodes)) {
+    report->At(own_parallel.value, own_parallel.key,
                absl::StrCat(job,
                             ": its own parallel replaces the elastic "
                             "parallel:distributed block (nodes ",
@@ -2913,12 +2940,59 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
       }
       continue;  // Its own parallel wins over what it merges.
     }
-    if (const Entry inner = FindEntry(source, "<<");
-        inner && MergesTopLevelBlockJob(inner.value, top_values, depth + 1)) {
-      return true;
+    // A mapping may hold several merge keys (`<<: *a` and `<<: *b`).
+    for (const auto& entry : source) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == "<<" &&
+          MergesTopLevelBlockJob(entry.second, top_values, depth + 1)) {
+        return true;
+      }
     }
   }
   return false;
+}
+
+// GitLab reads one document of a file: it splits the text at lines that
+// start with `---` and a space or line break, at most twice, drops blank
+// pieces, and takes the first document of the first piece, or, when that
+// is a `spec:` header and more pieces follow, of the last piece. Lint
+// warns at every other document but the header: nothing there runs.
+void WarnAboutIgnoredDocuments(std::string_view text,
+                               const std::vector<YamlNode>& documents,
+                               Reporter* warn) {
+  std::vector<size_t> starts = {0};
+  for (size_t pos = 0; pos < text.size() && starts.size() < 3;) {
+    if (text.compare(pos, 3, "---") == 0 && pos + 3 < text.size() &&
+        absl::ascii_isspace(static_cast<unsigned char>(text[pos + 3]))) {
+      starts.push_back(pos + 3);
+    }
+    pos = text.find('\n', pos);
+    if (pos == std::string_view::npos) break;
+    ++pos;
+  }
+  // The first document of each piece that holds one.
+  std::vector<size_t> firsts;
+  size_t d = 0;
+  for (size_t piece = 0; piece < starts.size(); ++piece) {
+    const size_t end =
+        piece + 1 < starts.size() ? starts[piece + 1] : text.size();
+    while (d < documents.size() && documents[d].Mark().pos < starts[piece]) {
+      ++d;
+    }
+    if (d < documents.size() && documents[d].Mark().pos < end) {
+      firsts.push_back(d);
+    }
+  }
+  if (firsts.empty()) return;
+  const bool header =
+      firsts.size() > 1 && FindEntry(documents[firsts[0]], "spec");
+  const size_t read = header ? firsts.back() : firsts[0];
+  for (size_t i = 0; i < documents.size(); ++i) {
+    if (i == read || (header && i == firsts[0])) continue;
+    warn->At(documents[i], documents[i],
+             "GitLab ignores this document: it reads only one document of "
+             "a file (the first, or the jobs after a component's spec: "
+             "header), so nothing here runs");
+  }
 }
 
 // GitLab's default limit on one job's needs (ci_needs_size_limit).
@@ -3138,8 +3212,17 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   }
   std::vector<CiDiagnostic> warnings;
   Reporter warn(&warnings);
+  if (lint && options.includes != nullptr) {
+    for (const CiIncludes::Problem& note : options.includes->unread) {
+      warnings.push_back(CiDiagnostic{note.line, note.column,
+                                      OneLine(note.message), note.file});
+    }
+  }
   report.inputs = &inputs;
   if (lint) report.warnings = &warn;
+  if (lint && documents.size() > 1)
+    WarnAboutIgnoredDocuments(text, documents, &warn);
+
   // A duplicate key is legal for GitLab (the last one wins) but almost
   // always a mistake: lint reports every one; expand refuses only the jobs
   // it rewrites, where it could not tell which entry to keep.
@@ -3392,9 +3475,28 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         if (const Entry merge = FindEntry(value, "<<")) {
           const CiValue merged = ToCiValue(value);
           const auto p = merged.find("parallel");
+          // A job may hold several merge keys; Ruby applies them in order,
+          // so the block is the last one's that brings a parallel.
+          bool from_job = false;
+          for (const auto& entry : value) {
+            if (!entry.first.IsScalar() || entry.first.Scalar() != "<<") {
+              continue;
+            }
+            const CiValue brought = ToCiValue(entry.second);
+            bool has_parallel =
+                brought.is_object() && brought.contains("parallel");
+            if (brought.is_array()) {
+              for (const CiValue& item : brought) {
+                has_parallel = has_parallel ||
+                               (item.is_object() && item.contains("parallel"));
+              }
+            }
+            if (has_parallel) {
+              from_job = MergesTopLevelBlockJob(entry.second, top_values);
+            }
+          }
           if (p != merged.end() && p->is_object() &&
-              p->contains("distributed") &&
-              !MergesTopLevelBlockJob(merge.value, top_values)) {
+              p->contains("distributed") && !from_job) {
             report.At(merge.key, merge.key,
                       absl::StrCat(job,
                                    ": gets parallel:distributed through a "
@@ -3591,6 +3693,20 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
       JobRewriter rewriter(lines, job, value, job_end, *effective, options,
                            &report);
+      {
+        // GitLab merges extends before it resolves references, so a
+        // parent's `variables: !reference [...]` is replaced, not merged,
+        // by a variables entry of the job's own.
+        static const std::vector<std::string> kVariables = {"variables"};
+        const absl::StatusOr<CiValue> parents =
+            model.FromParents(job, kVariables);
+        if (parents.ok() && parents->is_object()) {
+          const auto v = parents->find("variables");
+          rewriter.set_inherits_variables_by_reference(
+              v != parents->end() && v->is_object() && v->size() == 1 &&
+              v->contains("!reference"));
+        }
+      }
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),

@@ -165,6 +165,36 @@ TEST(ExpandTest, KeepsWindowsLineBreaksAndAMissingFinalNewline) {
             "  script: y");
 }
 
+TEST(ExpandTest, AUtf8ByteOrderMarkIsReadAndKept) {
+  // Editors on Windows save one; GitLab's YAML reader skips it.
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string input =
+      bom + "a:\r\n  script: x\r\nb:\r\n  parallel:\r\n    distributed:\r\n" +
+      "      nodes: 2\r\n  script: y";
+  const CiExpansion expansion = ExpandCiYaml(input, {.runner_tag = ""});
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_EQ(expansion.text,
+            bom + "a:\r\n  script: x\r\nb:\r\n  parallel: 2\r\n" +
+                "  variables:\r\n    GDT_GPUS_PER_NODE: \"0\"\r\n" +
+                "    GDT_NPROC_PER_NODE: \"1\"\r\n" +
+                "    GDT_LAUNCHER: \"torchrun\"\r\n" + "  retry:\r\n" +
+                "    max: 2\r\n" +
+                "    when: [runner_system_failure, script_failure]\r\n" +
+                "  script: y");
+  EXPECT_TRUE(LintCiYaml(input).ok());
+  // Places of errors count from the first character after it.
+  const CiExpansion lint = LintCiYaml(
+      bom + "b:\n  parallel:\n    distributed: {nodes: 2, launcher: x}\n");
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:3:39: b: parallel:distributed:launcher must be one of "
+            "torchrun, env, nccl, none, not 'x'");
+  const CiExpansion bad = LintCiYaml(bom + "b: [\xFF");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:1:5: YAML syntax error: invalid leading UTF-8 octet");
+}
+
 TEST(ExpandTest, AppendsAfterTheLastEntryEvenAtTheEndOfTheFile) {
   const std::string input =
       "j:\n  parallel:\n    distributed: {nodes: 3, procs_per_node: 2}\n"
@@ -411,6 +441,51 @@ TEST(RealWorldTest, ExpandsAndLintsTheSecondDocument) {
   EXPECT_EQ(documents[1]["train"]["tags"][0].Scalar(), "gdt");
 }
 
+TEST(RealWorldTest, LintWarnsAtDocumentsGitLabIgnores) {
+  // GitLab reads the first document, or the jobs after a spec: header
+  // (with more documents, the first of the text after its second `---`).
+  const auto warned = [](const std::string& text) {
+    const CiExpansion lint = LintCiYaml(text);
+    EXPECT_TRUE(lint.ok());
+    std::vector<int> lines;
+    for (const CiDiagnostic& d : lint.warnings) {
+      EXPECT_THAT(d.message, HasSubstr("GitLab ignores this document"));
+      lines.push_back(d.line);
+    }
+    return lines;
+  };
+  EXPECT_THAT(warned("a:\n  script: x\n---\nb:\n  script: y\n"),
+              ElementsAre(4));
+  EXPECT_THAT(warned("spec:\n  inputs: {}\n---\nb:\n  script: y\n"),
+              ElementsAre());
+  EXPECT_THAT(warned("---\nspec:\n  inputs: {}\n---\nb:\n  script: y\n"
+                     "---\nc:\n  script: z\n"),
+              ElementsAre(8));
+  EXPECT_THAT(warned("spec:\n  inputs: {}\n---\nb:\n  script: y\n"
+                     "---\nc:\n  script: z\n---\nd:\n  script: z\n"),
+              ElementsAre(4, 10));
+  EXPECT_THAT(warned("a:\n  script: x\n"), ElementsAre());
+}
+
+TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
+  // GitLab reads the spec: header and the jobs as separate documents, so
+  // it refuses the file ("unknown alias"); so do both commands.
+  const std::string input =
+      "spec:\n  inputs: {}\n.gang: &gang\n  parallel:\n"
+      "    distributed: {nodes: 2}\n---\ntrain:\n  <<: *gang\n  script: x\n";
+  for (const CiExpansion& result : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_EQ(FormatDiagnostic("f", result.errors[0]),
+              "f:8:7: YAML syntax error: unknown alias *gang (its anchor is "
+              "in an earlier document; each YAML document has its own "
+              "anchors)");
+  }
+  // An anchor and its alias in the same later document are fine.
+  EXPECT_TRUE(LintCiYaml("a: 1\n---\n.t: &t\n  image: x\nb:\n  <<: *t\n"
+                         "  script: y\n")
+                  .ok());
+}
+
 // An explicit document end (`...`) and a directive for the next document
 // (`%YAML 1.2`) belong to no job: a rewritten last job keeps them after it.
 TEST(RealWorldTest, DocumentEndMarkersAndDirectivesStay) {
@@ -609,6 +684,36 @@ TEST(InheritanceTest, ReferencesResolve) {
       "train:\n  tags: !reference [.t, tags]\n  script: x\n  parallel:\n"
       "    distributed: {nodes: 2}\n",
       "train", {"r", "gdt"});
+}
+
+TEST(InheritanceTest, AParentsVariablesReferenceIsRepeatedInTheNewEntry) {
+  // GitLab merges extends before it resolves !reference, so the parent's
+  // `variables: !reference [...]` is replaced whole by the job's own
+  // variables: the new entry repeats what it names (gitlab-ci-local's
+  // reference test has this shape).
+  const std::string input =
+      ".defaults:\n  variables:\n    FOO: foo\n"
+      ".wrapper:\n  variables: !reference [.defaults, variables]\n"
+      "train:\n  extends: .wrapper\n  parallel:\n"
+      "    distributed: {nodes: 2}\n  script: x\n";
+  const auto before = EffectiveJobConfig(input, "train");
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->config["variables"], CiValue({{"FOO", "foo"}}));
+  const CiExpansion result = ExpandCiYaml(input);
+  ASSERT_TRUE(result.ok()) << result.errors[0].message;
+  const auto after = EffectiveJobConfig(result.text, "train");
+  ASSERT_TRUE(after.ok());
+  const CiValue& variables = after->config["variables"];
+  EXPECT_EQ(variables.value("FOO", std::string()), "foo");
+  EXPECT_EQ(variables.value("GDT_LAUNCHER", std::string()), "torchrun");
+  // A job's own variables replace such a parent's, before gdt too.
+  const auto own = EffectiveJobConfig(
+      ".defaults:\n  variables:\n    FOO: foo\n"
+      ".wrapper:\n  variables: !reference [.defaults, variables]\n"
+      "plain:\n  extends: .wrapper\n  variables: {BAR: bar}\n  script: x\n",
+      "plain");
+  ASSERT_TRUE(own.ok());
+  EXPECT_EQ(own->config["variables"], CiValue({{"BAR", "bar"}}));
 }
 
 TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
@@ -893,6 +998,34 @@ TEST(InheritanceTest, ABlockMergedFromANonJobMappingIsAnError) {
   EXPECT_EQ(train->config["tags"], CiValue::array({"gdt"}));
 }
 
+TEST(InheritanceTest, ABlockFromTheSecondOfTwoMergeKeysIsExpanded) {
+  // gitaly's `cover` merges a cache template, then the template with the
+  // block: the second merge key brings the block, from a hidden job.
+  const std::string input =
+      ".cache: &cache\n  cache: {key: k}\n"
+      ".pg: &pg\n  parallel:\n    distributed: {nodes: 2}\n  image: pg\n"
+      "cover:\n  <<: *cache\n  <<: *pg\n  script: [make]\n";
+  const CiExpansion lint = LintCiYaml(input);
+  EXPECT_TRUE(lint.ok()) << lint.errors[0].message;
+  const CiExpansion result = ExpandCiYaml(input);
+  ASSERT_TRUE(result.ok()) << result.errors[0].message;
+  const auto cover = EffectiveJobConfig(result.text, "cover");
+  ASSERT_TRUE(cover.ok());
+  EXPECT_EQ(cover->config["parallel"], 2);
+  EXPECT_EQ(cover->config["cache"]["key"], "k");
+  EXPECT_EQ(cover->config["tags"], CiValue::array({"gdt"}));
+  // The other way round, a later merge key from a mapping that is no job
+  // brings the block GitLab would see: refused.
+  const CiExpansion later = ExpandCiYaml(
+      ".pg: &pg\n  parallel:\n    distributed: {nodes: 2}\n"
+      ".defs:\n  gang: &gang\n    parallel:\n      distributed: {nodes: 3}\n"
+      "cover:\n  <<: *pg\n  <<: *gang\n  script: [make]\n");
+  ASSERT_EQ(later.errors.size(), 1u);
+  EXPECT_THAT(later.errors[0].message,
+              HasSubstr("cover: gets parallel:distributed through a merge key "
+                        "from a mapping that is not a job"));
+}
+
 TEST(InheritanceTest, AMergeKeyWithOwnVariablesOrTagsIsRefused) {
   // Merge keys are shallow: train's own variables would replace every
   // GDT_* variable expand writes into .gang, and its own tags the runner
@@ -997,6 +1130,12 @@ TEST(InheritanceTest, AChildThatUndoesItsTemplatesBlockIsRefused) {
       {"  tags: [a100]\n",
        "f:10:3: train: gets parallel:distributed from a template, but its own "
        "tags replace the template's; add gdt to them"},
+      // Its jobs would keep the gang's tags and GDT_* variables.
+      {"  parallel:\n    matrix:\n      - GO: [\"1.20\", \"1.21\"]\n",
+       "f:11:5: train: a gdt gang needs parallel: N (or "
+       "parallel:distributed), not parallel:matrix: matrix makes differently "
+       "configured jobs named 'job: [values]', not N identical members of one "
+       "gang"},
   };
   for (const Case& c : cases) {
     const std::string text = tpl + c.own;
@@ -1004,6 +1143,17 @@ TEST(InheritanceTest, AChildThatUndoesItsTemplatesBlockIsRefused) {
       ASSERT_EQ(result.errors.size(), 1u) << c.own;
       EXPECT_EQ(FormatDiagnostic("f", result.errors[0]), c.error);
     }
+  }
+  // A matrix under a fixed-size template too (gitlab-pages' test jobs
+  // extend a common template and add a matrix), for expand as for lint.
+  const std::string fixed =
+      ".common:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "tests:\n  extends: .common\n  parallel:\n    matrix:\n"
+      "      - GO: [\"1.20\", \"1.21\"]\n  script: [x]\n";
+  for (const CiExpansion& result : {LintCiYaml(fixed), ExpandCiYaml(fixed)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_THAT(FormatDiagnostic("f", result.errors[0]),
+                HasSubstr("f:7:5: tests: a gdt gang needs parallel: N"));
   }
   // The same with what the block needs kept is fine.
   EXPECT_TRUE(ExpandCiYaml(tpl + "  parallel: 8\n  tags: [a100, gdt]\n"
@@ -2117,6 +2267,50 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
               HasSubstr("the file includes other files, whose default: gdt "
                         "cannot read, so gdt cannot see whether it inherits "
                         "tags, retry"));
+}
+
+TEST_F(IncludeTest, LintNotesEachIncludeItDoesNotRead) {
+  // Real files include GitLab's templates, other projects' files, remote
+  // files and components: lint says, as a warning at each, what it leaves
+  // unseen (the file stays valid).
+  Write("ci/a.yml",
+        "include:\n  - template: Jobs/SAST.gitlab-ci.yml\n"
+        "x:\n  script: [x]\n");
+  const std::string main =
+      "include:\n  - local: ci/a.yml\n  - 'https://example.com/y.yml'\n"
+      "  - project: my/group\n    file: [/a.yml, /b.yml]\n"
+      "  - component: $CI_SERVER_FQDN/org/c/d@1.0\n"
+      "  - local: ci/$VAR.yml\n"
+      "train:\n  script: x\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok());
+  std::vector<std::string> lines;
+  for (const CiDiagnostic& d : lint.warnings) {
+    lines.push_back(FormatDiagnostic(".gitlab-ci.yml", d));
+  }
+  const std::string unseen =
+      " is not read (gdt reads only local files of this project), so the "
+      "jobs, templates and default: it may bring are unseen";
+  EXPECT_THAT(
+      lines,
+      ElementsAre(
+          ".gitlab-ci.yml:3:5: include: remote 'https://example.com/y.yml'" +
+              unseen,
+          ".gitlab-ci.yml:4:5: include: project 'my/group'" + unseen,
+          ".gitlab-ci.yml:6:5: include: component "
+          "'$CI_SERVER_FQDN/org/c/d@1.0'" +
+              unseen,
+          ".gitlab-ci.yml:7:5: include: local 'ci/$VAR.yml' is not read (its "
+          "path holds a variable, which GitLab fills in from the pipeline), so "
+          "the jobs, templates and default: it may bring are unseen",
+          "ci/a.yml:2:5: include: template 'Jobs/SAST.gitlab-ci.yml'" +
+              unseen));
+  // Expand, which prints no warnings, is not changed by them.
+  EXPECT_TRUE(ExpandCiYaml(main, options).ok());
 }
 
 TEST_F(IncludeTest, HostileIncludesStayFast) {

@@ -149,16 +149,23 @@ class IncludeReader {
       if (item.IsScalar()) {
         local = item.Scalar();
         if (local.rfind("http://", 0) == 0 || local.rfind("https://", 0) == 0) {
-          out_->unseen = true;
+          Unread(file, item, absl::StrCat("remote '", local, "'"));
           continue;
         }
       } else if (item.IsMap()) {
         const YamlNode value = Find(item, "local");
         if (!value) {
           bool other = false;
+          std::string what;
           for (const char* kind : {"project", "remote", "template", "component",
                                    "file", "artifact"}) {
-            other = other || Find(item, kind);
+            const YamlNode found = Find(item, kind);
+            if (found && what.empty()) {
+              what = found.IsScalar()
+                         ? absl::StrCat(kind, " '", found.Scalar(), "'")
+                         : std::string(kind);
+            }
+            other = other || found;
           }
           if (!other) {
             At(file, item,
@@ -166,7 +173,7 @@ class IncludeReader {
                "component");
             return;
           }
-          out_->unseen = true;
+          Unread(file, item, what);
           continue;
         }
         if (!value.IsScalar()) {
@@ -182,7 +189,9 @@ class IncludeReader {
       }
       if (local.find('$') != std::string::npos) {
         // A variable GitLab fills in from the pipeline: not known here.
-        out_->unseen = true;
+        Unread(file, item, absl::StrCat("local '", local, "'"),
+               "its path holds a variable, which GitLab fills in from the "
+               "pipeline");
         continue;
       }
       ReadLocal(file, item, local, depth);
@@ -192,6 +201,20 @@ class IncludeReader {
  private:
   void Fail(std::string message) {
     out_->errors.push_back(CiIncludes::Problem{"", 0, 0, std::move(message)});
+  }
+  // An include gdt does not read (`why`): what it may bring stays unseen.
+  void Unread(const std::string& file, const YamlNode& node,
+              const std::string& what,
+              std::string_view why =
+                  "gdt reads only local files of this "
+                  "project") {
+    out_->unseen = true;
+    const YamlMark mark = node.Mark();
+    out_->unread.push_back(CiIncludes::Problem{
+        file == main_ ? "" : file, mark.line + 1, mark.column + 1,
+        absl::StrCat("include: ", what, " is not read (", std::string(why),
+                     "), so the jobs, templates and default: it may bring "
+                     "are unseen")});
   }
   void At(const std::string& file, const YamlNode& node,
           std::string_view message) {

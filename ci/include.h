@@ -53,6 +53,9 @@ struct CiIncludes {
     std::string message;
   };
   std::vector<Problem> errors;
+  // One note for each include that is not read (see `unseen`), at its
+  // place: lint shows them as warnings.
+  std::vector<Problem> unread;
   bool ok() const { return errors.empty(); }
 };
 

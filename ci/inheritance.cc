@@ -148,16 +148,25 @@ CiValue ToValue(const YamlNode& node, int depth) {
   return node.Scalar();
 }
 
-// GitLab's deep merge: mappings key by key, anything else replaced.
+// Whether `value` is a `!reference [...]` (kept as {"!reference": [...]}).
+bool IsReference(const CiValue& value) {
+  return value.is_object() && value.size() == 1 && value.contains(kReference);
+}
+
+// GitLab's deep merge: mappings key by key, anything else replaced. GitLab
+// merges `extends` (and included files) before it resolves `!reference`s,
+// so a reference is no mapping here: it replaces and is replaced whole.
 void DeepMerge(CiValue* into, const CiValue& from, int depth = 0) {
-  if (!into->is_object() || !from.is_object() || depth > kMaxValueDepth) {
+  if (!into->is_object() || !from.is_object() || IsReference(*into) ||
+      IsReference(from) || depth > kMaxValueDepth) {
     *into = from;
     return;
   }
   KeyedObject merged(into);
   for (const auto& [key, value] : from.items()) {
     CiValue* found = merged.Find(key);
-    if (found != nullptr && found->is_object() && value.is_object()) {
+    if (found != nullptr && found->is_object() && value.is_object() &&
+        !IsReference(*found) && !IsReference(value)) {
       DeepMerge(found, value, depth + 1);
     } else {
       merged.Put(key, value);
@@ -206,14 +215,6 @@ std::vector<std::string> ExtendsList(const CiValue& job) {
   }
   return parents;
 }
-
-namespace {
-
-bool IsReference(const CiValue& value) {
-  return value.is_object() && value.size() == 1 && value.contains(kReference);
-}
-
-}  // namespace
 
 CiValue ToCiValue(const YamlNode& node) { return ToValue(node, 0); }
 

@@ -517,7 +517,14 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
         ReadScript(*after, name, "after_script", &job.after_script));
   }
   const CiValue* script = entry("script");
-  if (script == nullptr) return JobError(name, "has no script");
+  if (script == nullptr) {
+    // A job of the same name in a file run-local does not read (GitLab's
+    // Security templates' jobs, overridden here) may bring it.
+    return JobError(name, model.has_include()
+                              ? "has no script in the files run-local reads "
+                                "(it reads only local includes)"
+                              : "has no script");
+  }
   GDT_RETURN_IF_ERROR(ReadScript(*script, name, "script", &job.script));
   if (job.script.empty()) return JobError(name, "script is empty");
 

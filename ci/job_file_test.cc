@@ -194,6 +194,22 @@ TEST(CiYamlTest, RejectsJobsThatCannotRun) {
   }
 }
 
+// A job that overrides one of an included GitLab template (gitaly's
+// secret_detection: only its rules) gets its script from the template,
+// which run-local does not read: the line says so.
+TEST(CiYamlTest, AJobWithoutScriptNamesTheIncludesItCannotRead) {
+  const absl::StatusOr<CiJob> overridden = ParseCiJob(
+      "include:\n  - template: Security/Secret-Detection.gitlab-ci.yml\n"
+      "secret_detection:\n  rules:\n    - when: always\n",
+      "secret_detection");
+  EXPECT_EQ(overridden.status().message(),
+            "job secret_detection: has no script in the files run-local "
+            "reads (it reads only local includes)");
+  const absl::StatusOr<CiJob> plain =
+      ParseCiJob("lonely:\n  image: x\n", "lonely");
+  EXPECT_EQ(plain.status().message(), "job lonely: has no script");
+}
+
 // What real files inherit: merge keys, extends, default:, inherit: and
 // !reference, as GitLab computes them.
 TEST(CiYamlTest, ReadsTheConfigurationAJobInherits) {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
@@ -148,7 +149,15 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
                                           YamlError* error, int max_depth) {
   auto tree = std::unique_ptr<YamlTree>(new YamlTree());
   *error = YamlError{};
-  Parser parser(text);
+  // A UTF-8 byte order mark, which GitLab's YAML reader skips: libyaml
+  // reads the rest, and marks stay byte offsets into `text`.
+  const size_t bom = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
+  Parser parser(text.substr(bom));
+  const auto to_mark = [bom](const yaml_mark_t& mark) {
+    YamlMark out = ToMark(mark);
+    out.pos += bom;
+    return out;
+  };
   if (!parser.ok()) {
     error->message = "cannot start the YAML parser";
     return tree;
@@ -159,6 +168,8 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   // `children` in one piece (one scratch list per depth, reused).
   std::vector<std::vector<uint32_t>> pending;
   std::unordered_map<std::string, uint32_t> anchors;
+  // Anchors of the documents before this one.
+  std::unordered_set<std::string> earlier;
   // Open collections (indices into nodes).
   std::vector<uint32_t> stack;
   // Per node: whether it is an open collection, and how many nodes it holds
@@ -195,7 +206,7 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   };
   const auto properties = [&](Data& data, const yaml_char_t* anchor,
                               const yaml_mark_t& start) {
-    data.properties = Pack(ToMark(start));
+    data.properties = Pack(to_mark(start));
     if (anchor != nullptr) {
       tree->anchors_.emplace_back(AsView(anchor));
       data.anchor = static_cast<uint32_t>(tree->anchors_.size() - 1);
@@ -212,17 +223,19 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       if (p.context != nullptr) {
         message = absl::StrCat(message, " (", p.context, ")");
       }
-      YamlMark mark = ToMark(p.problem_mark);
-      if (p.error == YAML_READER_ERROR && p.problem_offset <= text.size()) {
+      YamlMark mark = to_mark(p.problem_mark);
+      if (p.error == YAML_READER_ERROR &&
+          p.problem_offset + bom <= text.size()) {
         // The reader (encoding) gives a byte offset, not a mark.
-        const std::string_view before = text.substr(0, p.problem_offset);
+        const size_t offset = p.problem_offset + bom;
+        const std::string_view before = text.substr(0, offset);
         const size_t line_start = before.rfind('\n');
-        mark.pos = p.problem_offset;
+        mark.pos = offset;
         mark.line =
             static_cast<int>(std::count(before.begin(), before.end(), '\n'));
         mark.column = static_cast<int>(line_start == std::string_view::npos
                                            ? p.problem_offset
-                                           : p.problem_offset - line_start - 1);
+                                           : offset - line_start - 1);
       }
       fail(mark, std::move(message));
       return tree;
@@ -236,6 +249,10 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       case YAML_STREAM_END_EVENT:
         return tree;
       case YAML_DOCUMENT_START_EVENT:
+        // Anchors belong to their document: GitLab reads each document
+        // on its own, so an alias cannot name an earlier one's anchor.
+        for (const auto& [name, index] : anchors) earlier.insert(name);
+        anchors.clear();
         have_root = false;
         break;
       case YAML_DOCUMENT_END_EVENT:
@@ -247,20 +264,24 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         const auto found =
             anchors.find(std::string(AsView(e.data.alias.anchor)));
         if (found == anchors.end()) {
-          fail(ToMark(e.start_mark),
-               absl::StrCat("unknown alias *",
-                            std::string(AsView(e.data.alias.anchor))));
+          const std::string name(AsView(e.data.alias.anchor));
+          fail(to_mark(e.start_mark),
+               absl::StrCat("unknown alias *", name,
+                            earlier.count(name) != 0
+                                ? " (its anchor is in an earlier document; "
+                                  "each YAML document has its own anchors)"
+                                : ""));
           return tree;
         }
         if (open[found->second]) {
-          fail(ToMark(e.start_mark),
+          fail(to_mark(e.start_mark),
                absl::StrCat("alias *", std::string(AsView(e.data.alias.anchor)),
                             " is used inside the node it names (a cycle)"));
           return tree;
         }
         alias_nodes += expanded[found->second];
         if (alias_nodes > kMaxAliasNodes) {
-          fail(ToMark(e.start_mark),
+          fail(to_mark(e.start_mark),
                absl::StrCat("aliases stand for more than ", kMaxAliasNodes,
                             " nodes (an alias bomb?); GitLab refuses a "
                             "file this large once its aliases are expanded"));
@@ -280,7 +301,7 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         if (s.tag != nullptr) {
           std::optional<uint16_t> tag_index = tree->TagIndex(AsView(s.tag));
           if (!tag_index.has_value()) {
-            fail(ToMark(e.start_mark), TooManyTags());
+            fail(to_mark(e.start_mark), TooManyTags());
             return tree;
           }
           data.tag = *tag_index;
@@ -288,11 +309,11 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
           data.tag = s.style == YAML_PLAIN_SCALAR_STYLE ? 0 : 1;
         }
         data.null = data.tag == 0 && IsNullText(data.scalar);
-        data.start = Pack(ToMark(e.start_mark));
-        data.end = Pack(ToMark(e.end_mark));
+        data.start = Pack(to_mark(e.start_mark));
+        data.end = Pack(to_mark(e.end_mark));
         properties(data, s.anchor, e.start_mark);
         if (s.anchor != nullptr || s.tag != nullptr) {
-          data.start = Pack(SkipProperties(text, ToMark(e.start_mark)));
+          data.start = Pack(SkipProperties(text, to_mark(e.start_mark)));
           if (data.start.pos > data.end.pos) data.start = data.end;
         }
         attach(static_cast<uint32_t>(nodes.size() - 1));
@@ -301,7 +322,7 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
       case YAML_SEQUENCE_START_EVENT:
       case YAML_MAPPING_START_EVENT: {
         if (static_cast<int>(stack.size()) >= max_depth) {
-          fail(ToMark(e.start_mark),
+          fail(to_mark(e.start_mark),
                absl::StrCat("nesting deeper than ", max_depth,
                             " levels; gdt-ci reads at most that many"));
           return tree;
@@ -322,15 +343,15 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         if (tag != nullptr) {
           std::optional<uint16_t> tag_index = tree->TagIndex(AsView(tag));
           if (!tag_index.has_value()) {
-            fail(ToMark(e.start_mark), TooManyTags());
+            fail(to_mark(e.start_mark), TooManyTags());
             return tree;
           }
           data.tag = *tag_index;
         }
-        data.start = Pack(ToMark(e.start_mark));
+        data.start = Pack(to_mark(e.start_mark));
         properties(data, anchor, e.start_mark);
         if (anchor != nullptr || tag != nullptr) {
-          data.start = Pack(SkipProperties(text, ToMark(e.start_mark)));
+          data.start = Pack(SkipProperties(text, to_mark(e.start_mark)));
         }
         data.end = data.start;
         const auto index = static_cast<uint32_t>(nodes.size() - 1);
@@ -345,7 +366,7 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
         Data& data = nodes[stack.back()];
         std::vector<uint32_t>& mine = pending[stack.size() - 1];
         if (data.flow) {
-          data.end = Pack(ToMark(e.end_mark));
+          data.end = Pack(to_mark(e.end_mark));
         } else if (!mine.empty()) {
           data.end = nodes[mine.back()].end;
         }
