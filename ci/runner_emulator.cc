@@ -513,6 +513,9 @@ class RunnerEmulator::Job {
                    bool export_variables, bool cd_project, TimePoint deadline,
                    const StopCheck& stop);
   void RunStages();
+  // Waits `interval` (between two attempts of a stage), or less if the job
+  // is stopped meanwhile; false when it was.
+  bool PauseUnlessStopped(std::chrono::milliseconds interval);
   std::string GetSourcesBody() const;
   std::string CheckoutBody() const;
   std::string StepBody(const gitlab::JobStep& step) const;
@@ -1581,6 +1584,15 @@ void RunnerEmulator::Job::Fail(const Failure& failure,
   }
 }
 
+bool RunnerEmulator::Job::PauseUnlessStopped(
+    std::chrono::milliseconds interval) {
+  const TimePoint resume = SteadyClock::now() + interval;
+  while (SteadyClock::now() < resume && JobContextStop() == StopReason::kNone) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return JobContextStop() == StopReason::kNone;
+}
+
 void RunnerEmulator::Job::RunStages() {
   const StopCheck job_stop = [this] { return JobContextStop(); };
   const auto interrupted = [this] {
@@ -1606,13 +1618,8 @@ void RunnerEmulator::Job::RunStages() {
   const int attempts = settings_.get_sources_attempts;
   Failure before_steps;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
-    if (attempt > 1) {
-      const TimePoint resume =
-          SteadyClock::now() + config_.stage_retry_interval;
-      while (SteadyClock::now() < resume && !interrupted()) {
-        std::this_thread::sleep_for(milliseconds(10));
-      }
-      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
+      return Fail(StopFailure(JobContextStop()), "");
     }
     // The runner clears the work tree once, before the second attempt.
     if (attempt == 2) {
@@ -1640,13 +1647,8 @@ void RunnerEmulator::Job::RunStages() {
   for (int attempt = 1; before_steps.ok() && has_dependency_artifacts &&
                         attempt <= settings_.artifact_download_attempts;
        ++attempt) {
-    if (attempt > 1) {
-      const TimePoint resume =
-          SteadyClock::now() + config_.stage_retry_interval;
-      while (SteadyClock::now() < resume && !interrupted()) {
-        std::this_thread::sleep_for(milliseconds(10));
-      }
-      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+    if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
+      return Fail(StopFailure(JobContextStop()), "");
     }
     Log("Downloading artifacts");
     const Failure downloaded =
@@ -1842,13 +1844,7 @@ JobResult RunnerEmulator::Job::Run() {
     Log(absl::StrCat("Will be retried in ",
                      config_.preparation_retry_interval.count() / 1000.0,
                      "s ..."));
-    const TimePoint resume =
-        SteadyClock::now() + config_.preparation_retry_interval;
-    while (SteadyClock::now() < resume &&
-           JobContextStop() == StopReason::kNone) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    if (JobContextStop() != StopReason::kNone) {
+    if (!PauseUnlessStopped(config_.preparation_retry_interval)) {
       Fail(StopFailure(JobContextStop()), "prepare");
       break;
     }
