@@ -828,7 +828,9 @@ class DiskFullTest : public IsolationTest {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a tmpfs";
-    accounts_ = {"61021:61021", "61022:61022", "61023:61023", "61024:61024"};
+    // Its own accounts: tests run two at a time, and a teardown purges
+    // what its accounts left.
+    accounts_ = {"61031:61031", "61032:61032", "61033:61033", "61034:61034"};
     cpu_slots_ = 4;
     disk_ = cluster_.dir().Sub("disk");
     fs::create_directories(disk_);
