@@ -32,10 +32,14 @@ using ::testing::Pair;
 // Accounts no other test uses (numeric, without a passwd entry), so that a
 // purge here never meets another test's members: ctest runs tests two at a
 // time, and a live process of the account makes the purge hold back.
-// (61001-61002: most end-to-end tests; 61011-61012, 61021-61022 and
-// 61031-61034: the isolation tests' own.)
+// Each purging test below has its own, for the same reason: one's live
+// process or System V objects would be the other's. (61001-61002: most
+// end-to-end tests; 61011-61012, 61021-61022 and 61031-61034: the
+// isolation tests' own.)
 constexpr uid_t kUid = 61091;
 constexpr uid_t kOtherUid = 61092;
+constexpr uid_t kBusyUid = 61093;
+constexpr uid_t kBoundedUid = 61094;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -191,17 +195,17 @@ TEST_F(PurgeTest, RemovesWhatTheAccountLeftAndNothingElse) {
 }
 
 TEST_F(PurgeTest, NothingGoesWhileAProcessOfTheAccountRuns) {
-  Make(shared_ + "/in-use", kUid, kUid, 0600);
+  Make(shared_ + "/in-use", kBusyUid, kBusyUid, 0600);
   SpawnOptions spawn;
   spawn.argv = {"sleep", "120"};
   spawn.die_with_parent = true;
   spawn.capture_output = false;
-  spawn.credentials = SpawnOptions::Credentials{kUid, kUid, {}};
+  spawn.credentials = SpawnOptions::Credentials{kBusyUid, kBusyUid, {}};
   absl::StatusOr<std::unique_ptr<Subprocess>> holder = Subprocess::Spawn(spawn);
   ASSERT_TRUE(holder.ok()) << holder.status();
 
   absl::StatusOr<PurgeCounts> busy =
-      PurgeAccountLeftovers(kUid, kUid, Options());
+      PurgeAccountLeftovers(kBusyUid, kBusyUid, Options());
 
   ASSERT_TRUE(busy.ok()) << busy.status();
   EXPECT_EQ(busy->live_processes, 1u);
@@ -210,7 +214,7 @@ TEST_F(PurgeTest, NothingGoesWhileAProcessOfTheAccountRuns) {
   // Once it is gone (a zombie counts as gone), the purge proceeds.
   (*holder)->Terminate(std::chrono::milliseconds(0));
   absl::StatusOr<PurgeCounts> done =
-      PurgeAccountLeftovers(kUid, kUid, Options());
+      PurgeAccountLeftovers(kBusyUid, kBusyUid, Options());
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->live_processes, 0u);
   EXPECT_EQ(done->files, 1u);
@@ -219,14 +223,14 @@ TEST_F(PurgeTest, NothingGoesWhileAProcessOfTheAccountRuns) {
 
 TEST_F(PurgeTest, TheWalkIsBounded) {
   for (int i = 0; i < 20; ++i) {
-    Make(shared_ + "/f" + std::to_string(i), kUid, kUid, 0600);
+    Make(shared_ + "/f" + std::to_string(i), kBoundedUid, kBoundedUid, 0600);
   }
   PurgeOptions options = Options();
   options.max_entries = 5;
   options.sysv_ipc = false;
 
   absl::StatusOr<PurgeCounts> purged =
-      PurgeAccountLeftovers(kUid, kUid, options);
+      PurgeAccountLeftovers(kBoundedUid, kBoundedUid, options);
 
   ASSERT_TRUE(purged.ok()) << purged.status();
   EXPECT_TRUE(purged->truncated);
