@@ -1,9 +1,14 @@
 #include "common/cgroup.h"
 
+#include <fcntl.h>
+#include <linux/bpf.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -50,7 +55,115 @@ std::vector<pid_t> PidsIn(const std::string& dir) {
   return pids;
 }
 
+// A device program refusing the character devices in `denied` (sorted)
+// and letting everything else through: for each denied device, a major
+// that differs skips its minor test; an equal minor jumps to the refusal.
+std::vector<bpf_insn> DeviceProgram(const std::vector<DeviceNumber>& denied) {
+  auto insn = [](uint8_t code, uint8_t dst, uint8_t src, int16_t off,
+                 int32_t imm) {
+    bpf_insn out{};
+    out.code = code;
+    out.dst_reg = dst;
+    out.src_reg = src;
+    out.off = off;
+    out.imm = imm;
+    return out;
+  };
+  const int n = static_cast<int>(denied.size());
+  const int allow = 5 + 2 * n;  // Index of "r0 = 1".
+  const int deny = allow + 2;   // Index of "r0 = 0".
+  std::vector<bpf_insn> program;
+  // struct bpf_cgroup_dev_ctx { u32 access_type; u32 major; u32 minor; }:
+  // the device type is the low 16 bits of access_type.
+  program.push_back(
+      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, 0, 0));
+  program.push_back(insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff));
+  program.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0,
+                         static_cast<int16_t>(allow - 3), BPF_DEVCG_DEV_CHAR));
+  program.push_back(
+      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, 4, 0));
+  program.push_back(
+      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_4, BPF_REG_1, 8, 0));
+  for (int i = 0; i < n; ++i) {
+    const DeviceNumber& device = denied[static_cast<size_t>(i)];
+    program.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 1,
+                           static_cast<int32_t>(device.major)));
+    program.push_back(insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0,
+                           static_cast<int16_t>(deny - (7 + 2 * i)),
+                           static_cast<int32_t>(device.minor)));
+  }
+  program.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+  program.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  program.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+  program.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  return program;
+}
+
+long Bpf(int command, bpf_attr& attr) {
+  return syscall(__NR_bpf, command, &attr, sizeof(attr));
+}
+
+// Loads the program refusing `denied` and attaches it to the cgroup `dir`,
+// replacing the program attached there before (no flags: one program per
+// cgroup, which its processes cannot override).
+absl::Status AttachDeviceProgram(const std::string& dir,
+                                 const std::vector<DeviceNumber>& denied) {
+  const std::vector<bpf_insn> program = DeviceProgram(denied);
+  static constexpr char kLicense[] = "Apache-2.0";
+  char log[1024] = {};
+  bpf_attr load{};
+  load.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+  load.insns = reinterpret_cast<uint64_t>(program.data());
+  load.insn_cnt = static_cast<uint32_t>(program.size());
+  load.license = reinterpret_cast<uint64_t>(kLicense);
+  load.log_buf = reinterpret_cast<uint64_t>(log);
+  load.log_size = sizeof(log);
+  load.log_level = 1;
+  const long prog = Bpf(BPF_PROG_LOAD, load);
+  if (prog < 0) {
+    const int error = errno;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the kernel refuses to load a device program (bpf BPF_PROG_LOAD): ",
+        std::strerror(error), log[0] != 0 ? absl::StrCat(": ", log) : ""));
+  }
+  const int cgroup = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cgroup < 0) {
+    const int error = errno;
+    close(static_cast<int>(prog));
+    return absl::InternalError(
+        absl::StrCat("cannot open cgroup ", dir, ": ", std::strerror(error)));
+  }
+  bpf_attr attach{};
+  attach.target_fd = static_cast<uint32_t>(cgroup);
+  attach.attach_bpf_fd = static_cast<uint32_t>(prog);
+  attach.attach_type = BPF_CGROUP_DEVICE;
+  const long attached = Bpf(BPF_PROG_ATTACH, attach);
+  const int error = errno;
+  close(cgroup);
+  // The cgroup holds the program from now on.
+  close(static_cast<int>(prog));
+  if (attached < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot attach a device program to cgroup ", dir,
+                     " (bpf BPF_PROG_ATTACH): ", std::strerror(error)));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path) {
+  struct stat info {};
+  if (stat(path.c_str(), &info) != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("no device ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISCHR(info.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is not a character device"));
+  }
+  return DeviceNumber{major(info.st_rdev), minor(info.st_rdev)};
+}
 
 absl::StatusOr<std::string> OwnCgroupDir() {
   std::string own;
@@ -164,11 +277,53 @@ absl::Status CgroupTree::LimitMemory(uint64_t max) {
   return absl::OkStatus();
 }
 
+absl::Status CgroupTree::GuardDevices(std::vector<DeviceNumber> guarded) {
+  guarded_.clear();
+  if (guarded.empty()) return absl::OkStatus();
+  std::sort(guarded.begin(), guarded.end());
+  guarded.erase(std::unique(guarded.begin(), guarded.end()), guarded.end());
+  // A cgroup no member can be named: member names are escaped path
+  // components, which never start with a dot.
+  const std::string probe = PathOf(".device-probe");
+  if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create cgroup ", probe, ": ", std::strerror(errno)));
+  }
+  const absl::Status attached = AttachDeviceProgram(probe, guarded);
+  rmdir(probe.c_str());
+  GDT_RETURN_IF_ERROR(attached);
+  guarded_ = std::move(guarded);
+  return absl::OkStatus();
+}
+
+absl::Status CgroupTree::AllowDevices(
+    const std::string& name, const std::vector<DeviceNumber>& allowed) const {
+  std::vector<DeviceNumber> denied;
+  for (const DeviceNumber& device : guarded_) {
+    if (std::find(allowed.begin(), allowed.end(), device) == allowed.end()) {
+      denied.push_back(device);
+    }
+  }
+  const absl::Status attached = AttachDeviceProgram(PathOf(name), denied);
+  if (attached.ok()) return attached;
+  return absl::InternalError(attached.message());
+}
+
 absl::StatusOr<std::string> CgroupTree::Create(const std::string& name) const {
   const std::string dir = PathOf(name);
-  if (mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+  const bool made = mkdir(dir.c_str(), 0755) == 0;
+  if (!made && errno != EEXIST) {
     return absl::InternalError(
         absl::StrCat("cannot create cgroup ", dir, ": ", std::strerror(errno)));
+  }
+  // A new cgroup (or one found, left by an agent that stopped) may open
+  // none of the guarded devices until AllowDevices() says which.
+  if (!guarded_.empty()) {
+    if (absl::Status attached = AttachDeviceProgram(dir, guarded_);
+        !attached.ok()) {
+      if (made) rmdir(dir.c_str());
+      return absl::InternalError(attached.message());
+    }
   }
   if (pids_max_ > 0 && !WriteText(dir + "/pids.max", absl::StrCat(pids_max_))) {
     return absl::InternalError(absl::StrCat(

@@ -19,6 +19,18 @@ namespace gdt {
 // no cgroup v2 hierarchy.
 absl::StatusOr<std::string> OwnCgroupDir();
 
+// A device as the kernel numbers it (st_rdev of its node).
+struct DeviceNumber {
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  auto operator<=>(const DeviceNumber&) const = default;
+};
+
+// The character device `path` names (following links, as open() would).
+// Errors: NotFound when there is none; FailedPrecondition when it is not a
+// character device.
+absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path);
+
 // One child cgroup per name (e.g. per gang member) under a parent
 // directory its user owns.
 // Thread-safe: every call works on its own directory.
@@ -53,9 +65,28 @@ class CgroupTree {
   absl::Status LimitMemory(uint64_t max);
   uint64_t memory_max() const { return memory_max_; }
 
+  // From now on the character devices in `guarded` (say, every GPU of the
+  // host) may be opened in a cgroup of this tree only where AllowDevices()
+  // allowed them: every cgroup Create() makes gets a device program (a BPF
+  // program of type CGROUP_DEVICE; cgroup v2 has no devices.deny file)
+  // refusing all of them with EPERM, whatever the account. Other devices
+  // stay open. Checks first, on a cgroup of its own, that the kernel loads
+  // and attaches such a program. Errors: FailedPrecondition naming why
+  // (no bpf(), no privilege for it); the tree then guards nothing.
+  absl::Status GuardDevices(std::vector<DeviceNumber> guarded);
+  const std::vector<DeviceNumber>& guarded_devices() const { return guarded_; }
+
+  // Lets the cgroup of `name` open the guarded devices in `allowed` (the
+  // others stay refused), replacing what it was allowed before. Processes
+  // already in it are bound by the new program at once. Errors: Internal
+  // naming the cgroup.
+  absl::Status AllowDevices(const std::string& name,
+                            const std::vector<DeviceNumber>& allowed) const;
+
   // The cgroup of `name` (one path component), created when missing, with
-  // the pids limit when one is set. Returns its directory. Errors: Internal
-  // naming the directory or the file that could not be written.
+  // the pids limit when one is set (and, with guarded devices, none of them
+  // allowed). Returns its directory. Errors: Internal naming the directory
+  // or the file that could not be written.
   absl::StatusOr<std::string> Create(const std::string& name) const;
 
   // The directory `name` would have.
@@ -83,8 +114,9 @@ class CgroupTree {
   // Makes `controller` available in the parent (see LimitPids).
   absl::Status EnableController(const std::string& controller) const;
 
-  uint64_t pids_max_ = 0;    // 0 = no limit.
-  uint64_t memory_max_ = 0;  // 0 = no limit.
+  uint64_t pids_max_ = 0;              // 0 = no limit.
+  uint64_t memory_max_ = 0;            // 0 = no limit.
+  std::vector<DeviceNumber> guarded_;  // Sorted; empty = no device program.
 };
 
 }  // namespace gdt

@@ -1,6 +1,8 @@
 #include "common/cgroup.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/device_nodes.h"
 
 namespace gdt {
 namespace {
@@ -179,6 +182,75 @@ TEST_F(CgroupTest,
   absl::StatusOr<size_t> killed =
       tree_->Destroy("member", steady_clock::now() + seconds(10));
   EXPECT_TRUE(killed.ok()) << killed.status();
+}
+
+TEST_F(CgroupTest, GuardedDevicesOpenOnlyWhereAllowed) {
+  if (geteuid() != 0) GTEST_SKIP() << "making device nodes needs root";
+  const uint32_t major = gdt::testing::UnusedCharMajor();
+  ASSERT_NE(major, 0u) << "no free character major in 234..254";
+  char dir_template[] = "/tmp/gdt-devices-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string nodes = dir_template;
+  const std::string gpu0 = nodes + "/gpu0";
+  const std::string gpu1 = nodes + "/gpu1";
+  ASSERT_EQ(mknod(gpu0.c_str(), S_IFCHR | 0666, makedev(major, 0)), 0);
+  ASSERT_EQ(mknod(gpu1.c_str(), S_IFCHR | 0666, makedev(major, 1)), 0);
+  ASSERT_EQ(CharDeviceOf(gpu1).value_or(DeviceNumber{}),
+            (DeviceNumber{major, 1}));
+  EXPECT_EQ(CharDeviceOf(nodes).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  const absl::Status guarded =
+      tree_->GuardDevices({{major, 1}, {major, 0}, {major, 1}});
+  ASSERT_TRUE(guarded.ok()) << guarded;
+  EXPECT_EQ(tree_->guarded_devices(),
+            (std::vector<DeviceNumber>{{major, 0}, {major, 1}}));
+  EXPECT_TRUE(tree_->Children().empty()) << "the probe cgroup is left";
+  absl::StatusOr<std::string> dir = tree_->Create("member");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+
+  // What a process in the member sees opening each node, and /dev/null.
+  auto opens = [&] {
+    SpawnOptions spawn;
+    spawn.argv = {"/bin/sh", "-c",
+                  "for d in \"$0\" \"$1\" /dev/null; do "
+                  "(exec 3<\"$d\") 2>/dev/null && echo \"$d: opened\" || "
+                  "cat \"$d\" 2>&1 | sed 's/.*: //'; done",
+                  gpu0, gpu1};
+    spawn.env = {{"PATH", "/usr/bin:/bin"}, {"LC_ALL", "C"}};
+    spawn.cgroup_procs = *dir + "/cgroup.procs";
+    absl::StatusOr<std::unique_ptr<Subprocess>> shell =
+        Subprocess::Spawn(spawn);
+    EXPECT_TRUE(shell.ok()) << shell.status();
+    if (!shell.ok()) return std::string();
+    std::string output;
+    (*shell)->Wait(
+        [&](OutputSource, std::string_view data) { output.append(data); });
+    return output;
+  };
+  const std::string refused = "Operation not permitted\n";
+  const std::string passed = "No such device or address\n";  // No driver.
+  const std::string null_ok = "/dev/null: opened\n";
+  EXPECT_EQ(opens(), refused + refused + null_ok) << "a new member";
+
+  ASSERT_TRUE(tree_->AllowDevices("member", {{major, 0}}).ok());
+  EXPECT_EQ(opens(), passed + refused + null_ok) << "allowed GPU 0";
+  ASSERT_TRUE(tree_->AllowDevices("member", {{major, 1}}).ok());
+  EXPECT_EQ(opens(), refused + passed + null_ok) << "allowed GPU 1 instead";
+
+  // Outside the member nothing is refused.
+  std::string outside;
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", "cat \"$0\" 2>&1 | sed 's/.*: //'", gpu1};
+  spawn.env = {{"PATH", "/usr/bin:/bin"}, {"LC_ALL", "C"}};
+  absl::StatusOr<std::unique_ptr<Subprocess>> shell = Subprocess::Spawn(spawn);
+  ASSERT_TRUE(shell.ok()) << shell.status();
+  (*shell)->Wait(
+      [&](OutputSource, std::string_view data) { outside.append(data); });
+  EXPECT_EQ(outside, passed);
+
+  EXPECT_TRUE(tree_->Destroy("member", steady_clock::now() + seconds(10)).ok());
+  std::filesystem::remove_all(nodes);
 }
 
 TEST_F(CgroupTest, SpawnIntoAMissingCgroupFails) {
