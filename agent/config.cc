@@ -112,6 +112,15 @@ absl::StatusOr<GpuConfig> ParseGpu(const YAML::Node& value,
       absl::StatusOr<std::string> text = ReadString(entry.second, full);
       if (!text.ok()) return text.status();
       (key == "uuid" ? gpu.uuid : gpu.model) = *text;
+    } else if (key == "device") {
+      absl::StatusOr<std::string> text = ReadString(entry.second, full);
+      if (!text.ok()) return text.status();
+      if (text->empty() || text->front() != '/') {
+        return absl::InvalidArgumentError(absl::StrCat(
+            full, " must be an absolute path like /dev/nvidia0, got '", *text,
+            "'"));
+      }
+      gpu.device = *text;
     } else if (key == "memory_bytes") {
       absl::StatusOr<uint64_t> bytes = ReadUint(entry.second, full, UINT64_MAX);
       if (!bytes.ok()) return bytes.status();
@@ -139,7 +148,7 @@ absl::Status ParseGpus(const YAML::Node& value, HostConfig& host) {
   if (!value.IsSequence()) {
     return absl::InvalidArgumentError(
         "host.gpus must be a count or a list of {index, uuid, model, "
-        "memory_bytes}");
+        "memory_bytes, device}");
   }
   for (size_t i = 0; i < value.size(); ++i) {
     absl::StatusOr<GpuConfig> gpu = ParseGpu(
@@ -279,6 +288,15 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     absl::StatusOr<uint64_t> max = ReadByteSize(value, key);
     if (!max.ok()) return max.status();
     config.member_memory_max = *max;
+    return absl::OkStatus();
+  }
+  if (key == "confine_gpu_devices") {
+    try {
+      config.confine_gpu_devices = value.as<bool>();
+    } catch (const YAML::Exception&) {
+      return absl::InvalidArgumentError(
+          "confine_gpu_devices must be true or false");
+    }
     return absl::OkStatus();
   }
   if (key == "kill_grace_seconds") {

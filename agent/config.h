@@ -20,6 +20,9 @@ struct GpuConfig {
   std::string uuid;
   std::string model;
   uint64_t memory_bytes = 0;
+  // Its device node, which a member must open to use it; empty =
+  // /dev/nvidia<index> (NVML's minor number for discovered GPUs).
+  std::string device;
 };
 
 // What the agent tells the coordinator about its host.
@@ -80,6 +83,12 @@ struct Config {
   // Needs the memory controller in cgroup v2; without it the agent warns
   // once and sets none.
   uint64_t member_memory_max = 0;
+  // Each member's cgroup may open only the device nodes of the GPUs its
+  // stages are given (CUDA_VISIBLE_DEVICES, which then names them by UUID);
+  // the other GPUs' nodes answer EPERM. Needs cgroups, a kernel that
+  // attaches device programs, and a device node and UUID for every GPU;
+  // else the agent warns once and confines nothing.
+  bool confine_gpu_devices = false;
   // SetupMember accepts builds dirs only under builds_root and extra dirs
   // only under it or cache_root (the executor's settings of the same name).
   std::string builds_root = "/var/lib/gdt/builds";
@@ -91,10 +100,9 @@ struct Config {
 };
 
 // Parses YAML text. `gpus` is either a count (indices 0..n-1) or a list of
-// {index, uuid, model, memory_bytes}. Unknown keys are an error so that typos
-// are caught.
-// Errors: InvalidArgument naming the key or value that is wrong, e.g.
-// "unknown key 'host.gpu'".
+// {index, uuid, model, memory_bytes, device}. Unknown keys are an error so that
+// typos are caught. Errors: InvalidArgument naming the key or value that is
+// wrong, e.g. "unknown key 'host.gpu'".
 absl::StatusOr<Config> ParseConfig(std::string_view yaml_text);
 
 // Reads and parses the file at `path`.

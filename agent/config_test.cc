@@ -66,7 +66,7 @@ coordinator: coord:7070
 host:
   gpus:
     - {index: 4, uuid: GPU-aaa, model: H100, memory_bytes: 85899345920}
-    - {uuid: GPU-bbb}
+    - {uuid: GPU-bbb, device: /dev/nvidia7}
 )");
 
   ASSERT_TRUE(config.ok()) << config.status();
@@ -77,6 +77,8 @@ host:
   EXPECT_EQ(config->host.gpus[0].memory_bytes, 85899345920u);
   EXPECT_EQ(config->host.gpus[1].index, 1u);  // Its position.
   EXPECT_EQ(config->host.gpus[1].uuid, "GPU-bbb");
+  EXPECT_EQ(config->host.gpus[0].device, "");  // /dev/nvidia<index>.
+  EXPECT_EQ(config->host.gpus[1].device, "/dev/nvidia7");
 }
 
 // HA.
@@ -121,6 +123,11 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "host.runner_slots must be an integer"},
       {"coordinator: c:1\nbuilds_root: builds\n", "builds_root must be"},
       {"coordinator: c:1\ncgroup_parent: gdt\n", "cgroup_parent must be"},
+      {"coordinator: c:1\nhost: {gpus: [{device: nvidia0}]}\n",
+       "host.gpus[0].device must be an absolute path like /dev/nvidia0, got "
+       "'nvidia0'"},
+      {"coordinator: c:1\nconfine_gpu_devices: maybe\n",
+       "confine_gpu_devices must be true or false"},
       {"coordinator: c:1\nmember_uid_pool: gdt-slot0\n",
        "member_uid_pool must be a list"},
       {"coordinator: c:1\nmember_user: a\nmember_uid_pool: [b]\n", "not both"},
@@ -223,6 +230,10 @@ TEST(ConfigTest, IsolationSettings) {
   EXPECT_TRUE(defaults->stage_environment_passthrough.empty());
   EXPECT_EQ(defaults->member_pids_max, 32768u);
   EXPECT_EQ(defaults->member_memory_max, 0u);
+  EXPECT_FALSE(defaults->confine_gpu_devices);
+  config = ParseConfig("coordinator: c:1\nconfine_gpu_devices: true\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->confine_gpu_devices);
   EXPECT_EQ(defaults->builds_root, "/var/lib/gdt/builds");
 }
 

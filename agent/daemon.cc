@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "agent/gpu_discovery.h"
@@ -122,7 +123,58 @@ namespace {
 // line for each defence that is off. Errors: InvalidArgument for an account
 // that does not resolve; FailedPrecondition when accounts are configured
 // but the agent cannot switch to them.
-absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
+// Confines member cgroups to their GPUs' device nodes where the config asks
+// for it and every GPU has a device node and a UUID; logs once whether it
+// does.
+void GuardGpuDevices(const Config& config, const std::vector<GpuConfig>& gpus,
+                     CgroupTree& tree, IsolationOptions& isolation) {
+  if (gpus.empty()) return;
+  if (!config.confine_gpu_devices) {
+    spdlog::info("event=gpu_confinement_off reason={}",
+                 LogValue("confine_gpu_devices is false: a member that "
+                          "ignores CUDA_VISIBLE_DEVICES can open every GPU"));
+    return;
+  }
+  std::map<uint32_t, ConfinedGpu> confined;
+  std::vector<DeviceNumber> guarded;
+  for (const GpuConfig& gpu : gpus) {
+    const std::string path = gpu.device.empty()
+                                 ? absl::StrCat("/dev/nvidia", gpu.index)
+                                 : gpu.device;
+    absl::StatusOr<DeviceNumber> device = CharDeviceOf(path);
+    std::string missing;
+    if (!device.ok()) {
+      missing = std::string(device.status().message());
+    } else if (gpu.uuid.empty()) {
+      missing = absl::StrCat("GPU ", gpu.index,
+                             " has no UUID (host.gpus[].uuid), which its "
+                             "members would need to name it");
+    }
+    if (!missing.empty()) {
+      spdlog::warn(
+          "event=gpu_confinement_off reason={}",
+          LogValue(absl::StrCat(missing,
+                                ": no GPU is confined; a member that ignores "
+                                "CUDA_VISIBLE_DEVICES can open every GPU")));
+      return;
+    }
+    confined[gpu.index] = ConfinedGpu{*device, gpu.uuid};
+    guarded.push_back(*device);
+  }
+  if (absl::Status done = tree.GuardDevices(guarded); !done.ok()) {
+    spdlog::warn(
+        "event=gpu_confinement_off reason={}",
+        LogValue(absl::StrCat(done.message(),
+                              ": no GPU is confined; a member that ignores "
+                              "CUDA_VISIBLE_DEVICES can open every GPU")));
+    return;
+  }
+  spdlog::info("event=gpu_confinement_on gpus={}", confined.size());
+  isolation.gpu_devices = std::move(confined);
+}
+
+absl::StatusOr<IsolationOptions> PrepareIsolation(
+    const Config& config, const std::vector<GpuConfig>& gpus) {
   IsolationOptions isolation;
   isolation.builds_root = config.builds_root;
   isolation.cache_root = config.cache_root;
@@ -223,6 +275,7 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(const Config& config) {
                    config.member_memory_max);
     }
   }
+  GuardGpuDevices(config, gpus, **tree, isolation);
   isolation.cgroups = std::move(*tree);
   return isolation;
 }
@@ -290,7 +343,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       }
     }
   }
-  absl::StatusOr<IsolationOptions> isolation = PrepareIsolation(config);
+  // Before isolation: member cgroups are confined to the GPUs' devices.
+  const GpuInventory inventory = ResolveGpus(config.host.gpus);
+  absl::StatusOr<IsolationOptions> isolation =
+      PrepareIsolation(config, inventory.gpus);
   if (!isolation.ok()) return isolation.status();
   std::unique_ptr<Daemon> daemon(
       new Daemon(config, *security, std::move(*isolation)));
@@ -442,7 +498,6 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   }
 
   HostConfig host_config = config.host;
-  const GpuInventory inventory = ResolveGpus(host_config.gpus);
   if (inventory.note.empty()) {
     spdlog::info("event=gpus_found source={} gpus={}",
                  LogValue(inventory.source), inventory.gpus.size());

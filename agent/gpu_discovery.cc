@@ -23,6 +23,7 @@ using CountFn = int (*)(unsigned int*);
 using HandleFn = int (*)(unsigned int, NvmlDevice*);
 using TextFn = int (*)(NvmlDevice, char*, unsigned int);
 using MemoryFn = int (*)(NvmlDevice, NvmlMemory*);
+using MinorFn = int (*)(NvmlDevice, unsigned int*);
 
 class Library {
  public:
@@ -59,6 +60,8 @@ absl::StatusOr<std::vector<GpuConfig>> DiscoverNvmlGpus(
   const auto uuid = nvml.Get<TextFn>("nvmlDeviceGetUUID");
   const auto name = nvml.Get<TextFn>("nvmlDeviceGetName");
   const auto memory = nvml.Get<MemoryFn>("nvmlDeviceGetMemoryInfo");
+  // Optional: without it the device node is taken to be /dev/nvidia<index>.
+  const auto minor = nvml.Get<MinorFn>("nvmlDeviceGetMinorNumber");
   if (!init || !shutdown || !count || !handle || !uuid || !name || !memory) {
     return absl::NotFoundError(
         absl::StrCat(library, " lacks an NVML function gdt uses"));
@@ -87,6 +90,9 @@ absl::StatusOr<std::vector<GpuConfig>> DiscoverNvmlGpus(
     if (uuid(device, text, sizeof(text)) == 0) gpu.uuid = text;
     if (name(device, text, sizeof(text)) == 0) gpu.model = text;
     if (memory(device, &info) == 0) gpu.memory_bytes = info.total;
+    if (unsigned int number = 0; minor && minor(device, &number) == 0) {
+      gpu.device = absl::StrCat("/dev/nvidia", number);
+    }
     gpus.push_back(std::move(gpu));
   }
   shutdown();

@@ -24,8 +24,8 @@ TEST(GpuDiscoveryTest, LibraryWithoutNvmlIsNotFound) {
 }
 
 TEST(GpuDiscoveryTest, DeclaredGpusWinAndNoNvmlMeansNone) {
-  const std::vector<GpuConfig> declared = {{0, "", "H100", 0},
-                                           {1, "", "H100", 0}};
+  const std::vector<GpuConfig> declared = {{0, "", "H100", 0, ""},
+                                           {1, "", "H100", 0, ""}};
   GpuInventory inventory = ResolveGpus(declared, "libgdt-no-such-nvml.so.1");
   EXPECT_EQ(inventory.source, "config");
   ASSERT_EQ(inventory.gpus.size(), 2u);

@@ -34,6 +34,15 @@ absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec);
 
 // What a pooled account may leave behind outside the member's own
 // directories, and where PurgeAccountLeftovers() looks for it.
+// A GPU whose device node member cgroups are confined to: only members
+// given it may open `device`, and they name it by `uuid` (the driver then
+// shows a member only its own GPUs, numbered from 0, so an index would no
+// longer mean the same GPU).
+struct ConfinedGpu {
+  DeviceNumber device;
+  std::string uuid;
+};
+
 struct PurgeOptions {
   // Directories everyone may write to; entries in them (and in the
   // world-writable directories below them) owned by the account go. One

@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "spdlog/spdlog.h"
@@ -272,6 +275,45 @@ absl::Status Supervisor::PlaceMember(const std::string& member_id) {
   return absl::OkStatus();
 }
 
+absl::Status Supervisor::AllowGpus(const StageRequest& request, Member& member,
+                                   std::optional<std::string>& visible) const {
+  if (isolation_.gpu_devices.empty() || member.cgroup.empty()) {
+    return absl::OkStatus();
+  }
+  // A stage without the variable (none of gdt-executor's) changes nothing.
+  auto given = request.env.find("CUDA_VISIBLE_DEVICES");
+  if (given == request.env.end()) return absl::OkStatus();
+  std::vector<DeviceNumber> allowed;
+  std::vector<std::string> uuids;
+  for (const absl::string_view item :
+       absl::StrSplit(given->second, ',', absl::SkipWhitespace())) {
+    uint32_t index = 0;
+    auto gpu = absl::SimpleAtoi(item, &index)
+                   ? isolation_.gpu_devices.find(index)
+                   : isolation_.gpu_devices.end();
+    // Anything else names no GPU of this host: nothing is allowed for it,
+    // and CUDA finds no such device.
+    if (gpu == isolation_.gpu_devices.end()) {
+      uuids.emplace_back(item);
+      continue;
+    }
+    allowed.push_back(gpu->second.device);
+    uuids.push_back(gpu->second.uuid);
+  }
+  visible = absl::StrJoin(uuids, ",");
+  if (member.allowed_gpus == given->second) return absl::OkStatus();
+  if (absl::Status done = isolation_.cgroups->AllowDevices(
+          EscapePathComponent(request.member_id), allowed);
+      !done.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot confine member ", request.member_id,
+                     " to its GPUs (CUDA_VISIBLE_DEVICES=", given->second,
+                     "): ", done.message()));
+  }
+  member.allowed_gpus = given->second;
+  return absl::OkStatus();
+}
+
 std::optional<SpawnOptions::Credentials> Supervisor::CredentialsOf(
     const Member& member) const {
   if (member.account < 0) return std::nullopt;
@@ -474,6 +516,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   std::optional<SpawnOptions::Credentials> credentials;
   std::string account_name;
   std::string cgroup;
+  std::optional<std::string> visible_gpus;  // UUIDs of confined GPUs.
   {
     MutexLock lock(mu_);
     if (shutting_down_) {
@@ -487,6 +530,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     }
     GDT_RETURN_IF_ERROR(PlaceMember(request.member_id));
     Member& member = members_[request.member_id];
+    GDT_RETURN_IF_ERROR(AllowGpus(request, member, visible_gpus));
     number = ++member.stages_started;
     extra_env = extra_env_;
     credentials = CredentialsOf(member);
@@ -521,6 +565,9 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   }
   for (const auto& [key, value] : extra_env) options.env[key] = value;
   for (const auto& [key, value] : request.env) options.env[key] = value;
+  if (visible_gpus.has_value()) {
+    options.env["CUDA_VISIBLE_DEVICES"] = *visible_gpus;
+  }
   for (const StageFileSpec& file : request.files) {
     const std::string path = (fs::path(scratch) / file.name).string();
     GDT_RETURN_IF_ERROR(

@@ -56,6 +56,12 @@ struct IsolationOptions {
   bool exclusive_accounts = false;
   // One cgroup per member under this tree; null = process groups only.
   std::shared_ptr<const CgroupTree> cgroups;
+  // With `cgroups` guarding their devices (CgroupTree::GuardDevices): each
+  // GPU index's device and UUID. A member's cgroup may open the devices of
+  // the GPUs its stages get in CUDA_VISIBLE_DEVICES (from the stage that
+  // last set it), none before, and its stages get those GPUs' UUIDs there
+  // instead of their indices.
+  std::map<uint32_t, ConfinedGpu> gpu_devices;
   // SetupMember() accepts builds dirs only strictly under this directory
   // and extra dirs only under it or `cache_root`; empty = any absolute path.
   std::string builds_root;
@@ -203,6 +209,8 @@ class Supervisor {
     std::string claimed_builds_dir;  // As given, created or not.
     int account = -1;    // Index into isolation_.accounts; -1 = none yet.
     std::string cgroup;  // Its directory; empty = none.
+    // The CUDA_VISIBLE_DEVICES its cgroup's devices were last allowed for.
+    std::optional<std::string> allowed_gpus;
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
     // A stage started since RunningMembers() last reported.
@@ -223,6 +231,13 @@ class Supervisor {
   // Where the member's hang evidence is collected: the agent's, not the
   // job's. Removed at teardown.
   std::filesystem::path EvidenceDir(const std::string& member_id) const;
+  // Lets the member's cgroup open the devices of the GPUs in the stage's
+  // CUDA_VISIBLE_DEVICES (when it sets one that differs from before) and
+  // sets `visible` to those GPUs' UUIDs, which the stage gets there; leaves
+  // `visible` alone when GPUs are not confined or the stage names none.
+  absl::Status AllowGpus(const StageRequest& request, Member& member,
+                         std::optional<std::string>& visible) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the member's account (once) and creates its cgroup (once).
   absl::Status PlaceMember(const std::string& member_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -410,8 +410,17 @@ absl::Status GdtCluster::StartAgent(const AgentSpec& spec) {
       "coordinator: ", coordinator_endpoint(), "\nlisten_address: ", address,
       ":0\nscratch_dir: ", dir_.Sub("agent-" + spec.name),
       "\nkill_grace_seconds: 5\nhost:\n  name: ", spec.name,
-      "\n  address: ", address, "\n  cpu_slots: ", spec.cpu_slots,
-      "\n  gpus: ", spec.gpus, "\n");
+      "\n  address: ", address, "\n  cpu_slots: ", spec.cpu_slots, "\n");
+  if (spec.gpu_list.empty()) {
+    absl::StrAppend(&yaml, "  gpus: ", spec.gpus, "\n");
+  } else {
+    absl::StrAppend(&yaml, "  gpus:\n");
+    for (size_t i = 0; i < spec.gpu_list.size(); ++i) {
+      absl::StrAppend(&yaml, "    - {index: ", i,
+                      ", uuid: ", spec.gpu_list[i].uuid,
+                      ", device: ", spec.gpu_list[i].device, "}\n");
+    }
+  }
   if (!spec.network_interface.empty()) {
     absl::StrAppend(&yaml, "  network_interface: ", spec.network_interface,
                     "\n");

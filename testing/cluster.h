@@ -99,6 +99,13 @@ struct AgentSpec {
   int host = -1;  // Namespace host index; -1 = the root namespace (loopback).
   int cpu_slots = 1;
   int gpus = 0;
+  // Non-empty: the host's GPUs instead of `gpus` plain ones, each with a
+  // UUID and a device node (index = position).
+  struct Gpu {
+    std::string uuid;
+    std::string device;
+  };
+  std::vector<Gpu> gpu_list;
   std::string network_interface;
   // Non-empty: the agent runs in its own UTS namespace with this host name
   // (namespaced hosts otherwise share the machine's; OpenMPI tells nodes

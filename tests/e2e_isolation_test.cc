@@ -6,6 +6,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
 #include "testing/cluster.h"
+#include "testing/device_nodes.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -96,6 +98,8 @@ class IsolationTest : public ::testing::Test {
     agent.cpu_slots = cpu_slots_;
     agent.host_token_file = token_file;
     agent.member_uid_pool = accounts_;
+    agent.gpu_list = gpu_list_;
+    agent.extra_yaml = agent_yaml_;
     // A secret in the agent's own environment, and a setting the
     // operator passes on to jobs.
     agent.env = {{"GDT_TEST_AGENT_SECRET", kAgentSecret},
@@ -147,7 +151,9 @@ class IsolationTest : public ::testing::Test {
   static constexpr const char* kAgentSecret = "agent-env-secret-4711";
   std::vector<std::string> accounts_ = TestMemberAccounts();
   int cpu_slots_ = 2;
-  std::string coordinator_yaml_;  // More coordinator config lines.
+  std::vector<AgentSpec::Gpu> gpu_list_;  // GPUs of the agent's host.
+  std::string agent_yaml_;                // More agent config lines.
+  std::string coordinator_yaml_;          // More coordinator config lines.
   GdtCluster cluster_;
   std::string token_;
   std::string token_file_;
@@ -301,6 +307,84 @@ TEST_F(IsolationTest, MemberCgroupCapsItsProcessesWhereTheHostCan) {
               std::string::npos)
         << logs;
   }
+}
+
+// A host with two GPUs whose device nodes are stand-ins (an unused major:
+// no driver answers them) and an agent that confines members to their
+// GPUs. Each member of a two-GPU gang tries to open both nodes.
+class GpuConfinementTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    if (geteuid() == 0) {
+      const uint32_t major = gdt::testing::UnusedCharMajor();
+      ASSERT_NE(major, 0u) << "no free character major in 234..254";
+      for (uint32_t minor = 0; minor < 2; ++minor) {
+        const std::string node = cluster_.dir().Sub(absl::StrCat("gpu", minor));
+        ASSERT_EQ(mknod(node.c_str(), S_IFCHR | 0666, makedev(major, minor)), 0)
+            << node << ": " << std::strerror(errno);
+        gpu_list_.push_back({absl::StrCat("GPU-gdt-test-", minor), node});
+      }
+      agent_yaml_ = "confine_gpu_devices: true\n";
+    }
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(GpuConfinementTest, AMemberOpensOnlyItsOwnGpu) {
+  ASSERT_THAT(cluster_.Logs(), HasSubstr("event=gpu_confinement_on gpus=2"))
+      << cluster_.Logs();
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("train:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"1\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - echo \"visible=$CUDA_VISIBLE_DEVICES\"\n"
+                         "    - |\n"
+                         "      for d in ",
+                         gpu_list_[0].device, " ", gpu_list_[1].device,
+                         "; do\n"
+                         "        if (exec 3<\"$d\") 2>/dev/null; then\n"
+                         "          echo \"$(basename $d): opened\"\n"
+                         "        else\n"
+                         "          echo \"$(basename $d): $(LC_ALL=C cat "
+                         "\"$d\" 2>&1 | sed 's/.*: //')\"\n"
+                         "        fi\n"
+                         "      done\n"));
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  ASSERT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  std::set<std::string> visible;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    // Each member is named its GPU by UUID and may open only its node; the
+    // other GPU's node is refused by the member's cgroup (EPERM), its own
+    // passes the cgroup and finds no driver behind the stand-in (ENXIO).
+    const bool first = absl::StrContains(log, "visible=GPU-gdt-test-0\n");
+    const bool second = absl::StrContains(log, "visible=GPU-gdt-test-1\n");
+    ASSERT_NE(first, second) << log;
+    visible.insert(first ? "0" : "1");
+    EXPECT_THAT(log, HasSubstr(first ? "gpu0: No such device or address\n"
+                                     : "gpu0: Operation not permitted\n"))
+        << log;
+    EXPECT_THAT(log, HasSubstr(first ? "gpu1: Operation not permitted\n"
+                                     : "gpu1: No such device or address\n"))
+        << log;
+  }
+  EXPECT_EQ(visible, (std::set<std::string>{"0", "1"}));
+  // Outside the members nothing is refused.
+  const std::string outside =
+      RunProcess({"/bin/sh", "-c",
+                  absl::StrCat("LC_ALL=C cat ", gpu_list_[1].device,
+                               " 2>&1 | sed 's/.*: //'")},
+                 {}, seconds(10))
+          .output;
+  EXPECT_EQ(outside, "No such device or address\n");
 }
 
 // The next members given the same pooled accounts find nothing of the
