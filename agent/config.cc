@@ -291,12 +291,9 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   if (key == "confine_gpu_devices") {
-    try {
-      config.confine_gpu_devices = value.as<bool>();
-    } catch (const YAML::Exception&) {
-      return absl::InvalidArgumentError(
-          "confine_gpu_devices must be true or false");
-    }
+    absl::StatusOr<bool> confine = ReadYamlBool(value, key);
+    if (!confine.ok()) return confine.status();
+    config.confine_gpu_devices = *confine;
     return absl::OkStatus();
   }
   if (key == "kill_grace_seconds") {

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "absl/strings/ascii.h"
+
 namespace gdt {
 
 absl::Status ParseYamlConfig(std::string_view text,
@@ -41,17 +43,18 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& value,
   return value.Scalar();
 }
 
-absl::StatusOr<bool> Boolean(const YAML::Node& value, const std::string& key) {
+}  // namespace
+
+absl::StatusOr<bool> ReadYamlBool(const YAML::Node& value,
+                                  std::string_view key) {
   if (value.IsScalar()) {
-    const std::string& text = value.Scalar();
+    const std::string text = absl::AsciiStrToLower(value.Scalar());
     if (text == "true" || text == "yes" || text == "on") return true;
     if (text == "false" || text == "no" || text == "off") return false;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat(key, " must be true or false"));
+      absl::StrCat(std::string(key), " must be true or false"));
 }
-
-}  // namespace
 
 absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
                                          std::string_view key,
@@ -91,7 +94,7 @@ absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
        : sub == "cert_file" ? tls.cert_file
                             : tls.key_file) = *path;
     } else if (sub == "require_client_cert") {
-      absl::StatusOr<bool> flag = Boolean(entry.second, full);
+      absl::StatusOr<bool> flag = ReadYamlBool(entry.second, full);
       if (!flag.ok()) return flag.status();
       tls.require_client_cert = *flag;
     } else if (sub == "agent_cert_must_match_host") {
@@ -99,7 +102,7 @@ absl::StatusOr<TlsConfig> ParseTlsConfig(const YAML::Node& value,
         return absl::InvalidArgumentError(absl::StrCat(
             full, " is a coordinator setting (coord.yaml); remove it here"));
       }
-      absl::StatusOr<bool> flag = Boolean(entry.second, full);
+      absl::StatusOr<bool> flag = ReadYamlBool(entry.second, full);
       if (!flag.ok()) return flag.status();
       tls.agent_cert_must_match_host = *flag;
     } else {

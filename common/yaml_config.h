@@ -43,6 +43,12 @@ absl::StatusOr<Config> LoadYamlConfig(const std::string& path, Parse parse) {
   return config;
 }
 
+// The boolean `value`: true/false (also yes/no, on/off; in any case, as
+// yaml-cpp reads them). Never throws.
+// Errors: InvalidArgument "KEY must be true or false".
+absl::StatusOr<bool> ReadYamlBool(const YAML::Node& value,
+                                  std::string_view key);
+
 // Parses the value of a `tls` key (common/tls_config.h): the scalar `off`
 // (or `false`) or a map of ca_file, cert_file, key_file,
 // require_client_cert; with `coordinator` also agent_cert_must_match_host

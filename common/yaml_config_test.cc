@@ -60,5 +60,23 @@ TEST(YamlConfigTest, LoadNamesTheFile) {
               HasSubstr(path));
 }
 
+TEST(YamlConfigTest, BooleansAreReadAsYamlCppReadsThemAndOthersNamed) {
+  for (const char* text : {"true", "True", "TRUE", "yes", "on"}) {
+    EXPECT_EQ(ReadYamlBool(YAML::Load(text), "k").value_or(false), true)
+        << text;
+  }
+  for (const char* text : {"false", "False", "no", "OFF"}) {
+    EXPECT_EQ(ReadYamlBool(YAML::Load(text), "k").value_or(true), false)
+        << text;
+  }
+  for (const char* text : {"maybe", "1", "[true]", "{a: b}", "''"}) {
+    absl::StatusOr<bool> read = ReadYamlBool(YAML::Load(text), "x.enabled");
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument)
+        << text;
+    EXPECT_EQ(read.status().message(), "x.enabled must be true or false")
+        << text;
+  }
+}
+
 }  // namespace
 }  // namespace gdt

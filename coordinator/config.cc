@@ -77,11 +77,9 @@ absl::Status ParsePreemption(const YAML::Node& value, Config& config) {
     const std::string key = entry.first.as<std::string>();
     const std::string name = "preemption." + key;
     if (key == "enabled") {
-      try {
-        settings.enabled = entry.second.as<bool>();
-      } catch (const YAML::Exception&) {
-        return absl::InvalidArgumentError(name + " must be true or false");
-      }
+      absl::StatusOr<bool> enabled = ReadYamlBool(entry.second, name);
+      if (!enabled.ok()) return enabled.status();
+      settings.enabled = *enabled;
       continue;
     }
     if (key == "overdue_fraction") {
@@ -196,12 +194,9 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     return absl::OkStatus();
   }
   if (key == "require_host_tokens") {
-    try {
-      config.require_host_tokens = value.as<bool>();
-    } catch (const YAML::Exception&) {
-      return absl::InvalidArgumentError(
-          "require_host_tokens must be true or false");
-    }
+    absl::StatusOr<bool> required = ReadYamlBool(value, key);
+    if (!required.ok()) return required.status();
+    config.require_host_tokens = *required;
     return absl::OkStatus();
   }
   if (key == "listen_address" || key == "advertise_endpoint" ||
