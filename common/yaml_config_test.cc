@@ -71,8 +71,7 @@ TEST(YamlConfigTest, BooleansAreReadAsYamlCppReadsThemAndOthersNamed) {
   }
   for (const char* text : {"maybe", "1", "[true]", "{a: b}", "''"}) {
     absl::StatusOr<bool> read = ReadYamlBool(YAML::Load(text), "x.enabled");
-    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument)
-        << text;
+    EXPECT_EQ(read.status().code(), absl::StatusCode::kInvalidArgument) << text;
     EXPECT_EQ(read.status().message(), "x.enabled must be true or false")
         << text;
   }
