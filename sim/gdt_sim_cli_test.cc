@@ -124,16 +124,34 @@ TEST(GdtSimCliTest, BadFlagsGetTheUsageCodeAndOneReason) {
     EXPECT_THAT(bad.output, HasSubstr(flags[0] + ": ")) << bad.output;
   }
 
-  // An option every replay refuses is named once, as a single replay does.
-  const CliRun grace =
-      GdtSim({"--trace", trace, "--compare", "--grace", "-1"}, "stderr");
-  EXPECT_EQ(grace.code, 1) << grace.output;
-  EXPECT_EQ(grace.output,
-            "gdt-sim: the grace must be from 0 to 1e+10 s, not -1\n");
+  // A time flag out of range is a bad flag like any other, with or without
+  // --compare: one line naming it and the usage exit code, before the trace
+  // is read.
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{
+           {"--grace", "-1"},
+           {"--checkpoint-interval", "-5"},
+           {"--max-skew", "-1"},
+           {"--restart-overhead", "99999999999"},
+           {"--min-run", "-3"},
+           {"--aging-step", "-1"},
+           {"--timeout-granularity", "-60"},
+           {"--compare", "--grace", "-1"}}) {
+    std::vector<std::string> args = {"--trace", kTraces + "/absent.csv"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliRun bad = GdtSim(args, "stderr");
+    EXPECT_EQ(bad.code, 2) << flags[0] << ": " << bad.output;
+    const std::vector<std::string> lines =
+        absl::StrSplit(bad.output, '\n', absl::SkipEmpty());
+    ASSERT_THAT(lines, SizeIs(2)) << bad.output;
+    EXPECT_THAT(lines[0], StartsWith(flags[flags.size() - 2] + ": "))
+        << bad.output;
+  }
 
   const CliRun help = GdtSim({"--help"}, "stdout");
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.output, HasSubstr("--compare"));
+  EXPECT_THAT(help.output, HasSubstr("0: jobs never checkpoint"));
 }
 
 // --reservation-depth takes a whole number from 1 up; anything else is one

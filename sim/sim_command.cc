@@ -21,6 +21,9 @@
 namespace gdt::sim {
 
 void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
+  // Every time flag: whole seconds from 0 to the longest a trace may give.
+  const CLI::Validator kSeconds = CLI::Range(
+      policy::Seconds{0}, static_cast<policy::Seconds>(kMaxTraceSeconds));
   app.add_option("--trace", flags.trace_path,
                  "CSV trace (job_id,submit_time_s,...,gpus,duration_s,...)")
       ->required();
@@ -47,9 +50,12 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--max-skew", flags.options.max_pickup_skew,
                  "largest member pickup delay, seconds")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--timeout-granularity", flags.options.timeout_granularity,
-                 "job timeout = duration rounded up to this, seconds")
+                 "job timeout = duration rounded up to this, seconds (0: the "
+                 "duration itself)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--max-nodes", flags.options.max_nodes_per_job,
                  "largest gang accepted")
@@ -66,12 +72,16 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--grace", flags.options.preempt.grace,
                  "preempt: seconds from the checkpoint notice to the stop")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--checkpoint-interval", flags.options.checkpoint_interval,
-                 "preempt: seconds of run between a job's checkpoints")
+                 "preempt: seconds of run between a job's checkpoints (0: jobs "
+                 "never checkpoint, a stopped job loses its whole run)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--restart-overhead", flags.options.restart_overhead,
                  "preempt: seconds a restarted job spends before progressing")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--demote-after", flags.demote_after_gpu_hours,
                  "preempt: GPU-hours of a run after which a job of the same "
@@ -81,6 +91,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--min-run", flags.options.preempt.min_run,
                  "preempt: seconds a job runs before a job of the same "
                  "priority may preempt it")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--preemptible-fraction", flags.options.preemptible_fraction,
                  "preempt: share of the jobs (without a preemptible column) "
@@ -94,6 +105,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--aging-step", flags.options.preempt.aging_step,
                  "preempt: a waiting job ranks one level higher per this many "
                  "seconds waited (0: no aging)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--overdue-fraction",
                  flags.options.preempt.overdue_backlog_fraction,
