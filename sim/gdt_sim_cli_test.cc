@@ -124,16 +124,34 @@ TEST(GdtSimCliTest, BadFlagsGetTheUsageCodeAndOneReason) {
     EXPECT_THAT(bad.output, HasSubstr(flags[0] + ": ")) << bad.output;
   }
 
-  // An option every replay refuses is named once, as a single replay does.
-  const CliRun grace =
-      GdtSim({"--trace", trace, "--compare", "--grace", "-1"}, "stderr");
-  EXPECT_EQ(grace.code, 1) << grace.output;
-  EXPECT_EQ(grace.output,
-            "gdt-sim: the grace must be from 0 to 1e+10 s, not -1\n");
+  // A time flag out of range is a bad flag like any other, with or without
+  // --compare: one line naming it and the usage exit code, before the trace
+  // is read.
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{
+           {"--grace", "-1"},
+           {"--checkpoint-interval", "-5"},
+           {"--max-skew", "-1"},
+           {"--restart-overhead", "99999999999"},
+           {"--min-run", "-3"},
+           {"--aging-step", "-1"},
+           {"--timeout-granularity", "-60"},
+           {"--compare", "--grace", "-1"}}) {
+    std::vector<std::string> args = {"--trace", kTraces + "/absent.csv"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    const CliRun bad = GdtSim(args, "stderr");
+    EXPECT_EQ(bad.code, 2) << flags[0] << ": " << bad.output;
+    const std::vector<std::string> lines =
+        absl::StrSplit(bad.output, '\n', absl::SkipEmpty());
+    ASSERT_THAT(lines, SizeIs(2)) << bad.output;
+    EXPECT_THAT(lines[0], StartsWith(flags[flags.size() - 2] + ": "))
+        << bad.output;
+  }
 
   const CliRun help = GdtSim({"--help"}, "stdout");
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.output, HasSubstr("--compare"));
+  EXPECT_THAT(help.output, HasSubstr("0: jobs never checkpoint"));
 }
 
 // --reservation-depth takes a whole number from 1 up; anything else is one
@@ -175,6 +193,77 @@ TEST(GdtSimCliTest, ReservationDepthTakesOnlyAPositiveCount) {
   EXPECT_NE(replay("preempt", {"--reservation-depth", "1"}), preempt);
   const std::string gdt = replay("gdt", {});
   EXPECT_EQ(replay("gdt", {"--reservation-depth", "1"}), gdt);
+}
+
+// A trace exported from another system (tab-separated, dates, shared GPUs)
+// is read, and its rounded-up jobs are counted; a trace it cannot replay is
+// one line on stderr naming the file, the line and the field.
+TEST(GdtSimCliTest, ForeignTracesAreReadOrRefusedInOneLine) {
+  const TempDir dir;
+  const std::string tsv = dir.Sub("pai.tsv");
+  WriteTextFile(tsv,
+                "job_name\tgpus\tsubmit_time_s\tduration_s\n"
+                "a\t0.5\t2020-07-01 12:00:00\t600.5\n"
+                "b\t8\t2020-07-01 12:00:10\t60\n"
+                "c\t0.25\t2020-07-01 12:00:10\t60\n");
+  const CliRun missing = GdtSim({"--trace", tsv}, "stderr");
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_EQ(missing.output,
+            absl::StrCat("gdt-sim: ", tsv,
+                         ":1: the header must name job_id, submit_time_s, "
+                         "gpus and duration_s (comma- or tab-separated); it "
+                         "lacks job_id: "
+                         "job_name\\tgpus\\tsubmit_time_s\\tduration_s\n"));
+  WriteTextFile(tsv,
+                "job_id\tgpus\tsubmit_time_s\tduration_s\n"
+                "a\t0.5\t2020-07-01 12:00:00\t600.5\n"
+                "b\t8\t2020-07-01 12:00:10\t60\n"
+                "c\t0.25\t2020-07-01 12:00:10\t60\n");
+  const CliRun run = GdtSim({"--trace", tsv, "--json"}, "stdout");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const nlohmann::json out = nlohmann::json::parse(run.output);
+  EXPECT_EQ(out["jobs"], 3);
+  EXPECT_EQ(out["finished"], 3);
+  EXPECT_EQ(out["gpus_rounded_up"], 2);
+  const CliRun text = GdtSim({"--trace", tsv}, "stdout");
+  EXPECT_THAT(text.output, HasSubstr("GPUs rounded up 2"));
+
+  const std::string big = dir.Sub("big.csv");
+  WriteTextFile(big,
+                "job_id,submit_time_s,gpus,duration_s\n0,0,8,60\n"
+                "1,5,512,60\n");
+  const CliRun large = GdtSim({"--trace", big}, "stderr");
+  EXPECT_EQ(large.code, 1);
+  EXPECT_EQ(
+      large.output,
+      absl::StrCat("gdt-sim: ", big,
+                   ":3: field gpus: job 1 needs 512 GPUs, more than the "
+                   "cluster's 32 x 8 = 256 (--hosts, --gpus-per-host)\n"));
+}
+
+// The JSON object of a replay has exactly the fields docs/scheduling.md
+// lists, so that scripts reading it do not break silently.
+TEST(GdtSimCliTest, JsonHasTheDocumentedFields) {
+  const TempDir dir;
+  const std::string trace = BurstyPrefix(dir, 50);
+  const CliRun run =
+      GdtSim({"--trace", trace, "--policy", "preempt", "--json"}, "stdout");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const nlohmann::json out = nlohmann::json::parse(run.output);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : out.items()) keys.push_back(key);
+  EXPECT_THAT(
+      keys,
+      ::testing::UnorderedElementsAre(
+          "policy", "backfill_order", "hosts", "gpus_per_host", "runner_slots",
+          "seed", "jobs", "finished", "failed", "jct_s", "wait_s",
+          "gpu_utilisation", "gpus_rounded_up", "deadlocks", "stalled",
+          "stalled_at_s", "makespan_s", "preemptions", "jobs_preempted",
+          "max_preemptions_per_job", "lost_gpu_hours", "started_smaller",
+          "preemptible_jobs", "non_preemptible_preempted", "replay_wall_s"));
+  EXPECT_EQ(out["jct_s"].size(), 4u);
+  EXPECT_EQ(out["wait_s"].size(), 3u);
+  EXPECT_EQ(out["jobs"], 50);
 }
 
 }  // namespace

@@ -21,6 +21,9 @@
 namespace gdt::sim {
 
 void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
+  // Every time flag: whole seconds from 0 to the longest a trace may give.
+  const CLI::Validator kSeconds = CLI::Range(
+      policy::Seconds{0}, static_cast<policy::Seconds>(kMaxTraceSeconds));
   app.add_option("--trace", flags.trace_path,
                  "CSV trace (job_id,submit_time_s,...,gpus,duration_s,...)")
       ->required();
@@ -47,9 +50,12 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--max-skew", flags.options.max_pickup_skew,
                  "largest member pickup delay, seconds")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--timeout-granularity", flags.options.timeout_granularity,
-                 "job timeout = duration rounded up to this, seconds")
+                 "job timeout = duration rounded up to this, seconds (0: the "
+                 "duration itself)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--max-nodes", flags.options.max_nodes_per_job,
                  "largest gang accepted")
@@ -66,12 +72,16 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       ->capture_default_str();
   app.add_option("--grace", flags.options.preempt.grace,
                  "preempt: seconds from the checkpoint notice to the stop")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--checkpoint-interval", flags.options.checkpoint_interval,
-                 "preempt: seconds of run between a job's checkpoints")
+                 "preempt: seconds of run between a job's checkpoints (0: jobs "
+                 "never checkpoint, a stopped job loses its whole run)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--restart-overhead", flags.options.restart_overhead,
                  "preempt: seconds a restarted job spends before progressing")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--demote-after", flags.demote_after_gpu_hours,
                  "preempt: GPU-hours of a run after which a job of the same "
@@ -81,6 +91,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--min-run", flags.options.preempt.min_run,
                  "preempt: seconds a job runs before a job of the same "
                  "priority may preempt it")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--preemptible-fraction", flags.options.preemptible_fraction,
                  "preempt: share of the jobs (without a preemptible column) "
@@ -94,6 +105,7 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
   app.add_option("--aging-step", flags.options.preempt.aging_step,
                  "preempt: a waiting job ranks one level higher per this many "
                  "seconds waited (0: no aging)")
+      ->check(kSeconds)
       ->capture_default_str();
   app.add_option("--overdue-fraction",
                  flags.options.preempt.overdue_backlog_fraction,
@@ -118,7 +130,8 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       "replay the trace with fifo, gdt, preempt and preempt+elastic (same "
       "flags) and print each next to strict FIFO's figures");
   compare->excludes("--policy");
-  app.add_flag("--json", flags.json, "print one JSON object");
+  app.add_flag("--json", flags.json,
+               "print one JSON object (its fields: docs/scheduling.md)");
 }
 
 namespace {
@@ -156,11 +169,11 @@ std::optional<std::vector<TraceJob>> LoadTrace(const SimulateFlags& flags,
     report.error = std::string(text.status().message());
     return std::nullopt;
   }
-  absl::StatusOr<std::vector<TraceJob>> trace = ParseTrace(*text);
+  absl::StatusOr<std::vector<TraceJob>> trace =
+      ParseTrace(*text, flags.trace_path);
   if (!trace.ok()) {
     report.exit_code = kSimExitFailure;
-    report.error =
-        absl::StrCat(flags.trace_path, ": ", trace.status().message());
+    report.error = std::string(trace.status().message());
     return std::nullopt;
   }
   // A job larger than the whole cluster is a mistake in the trace or the
@@ -170,11 +183,11 @@ std::optional<std::vector<TraceJob>> LoadTrace(const SimulateFlags& flags,
   for (const TraceJob& job : *trace) {
     if (job.gpus > cluster_gpus) {
       report.exit_code = kSimExitFailure;
-      report.error =
-          absl::StrCat(flags.trace_path, ": job ", job.Name(), " needs ",
-                       job.gpus, " GPUs, more than the cluster's ",
-                       options.hosts, " x ", options.gpus_per_host, " = ",
-                       cluster_gpus, " (--hosts, --gpus-per-host)");
+      report.error = absl::StrCat(
+          flags.trace_path, ":", job.line, ": field gpus: job ", job.Name(),
+          " needs ", job.gpus, " GPUs, more than the cluster's ", options.hosts,
+          " x ", options.gpus_per_host, " = ", cluster_gpus,
+          " (--hosts, --gpus-per-host)");
       return std::nullopt;
     }
   }
@@ -200,6 +213,7 @@ nlohmann::json ResultJson(const std::string& policy, const SimulateFlags& flags,
           {"wait_s",
            {{"mean", r.mean_wait}, {"p99", r.p99_wait}, {"max", r.max_wait}}},
           {"gpu_utilisation", r.gpu_utilisation},
+          {"gpus_rounded_up", r.gpus_rounded_up},
           {"deadlocks", r.deadlocks},
           {"stalled", r.stalled},
           {"stalled_at_s", r.stalled_at},
@@ -218,7 +232,7 @@ std::string ResultText(const std::string& policy, const SimulateFlags& flags,
                        const SimResult& r, double wall_s) {
   return absl::StrFormat(
       "policy %s, %u hosts x %u GPUs, %u runner slots, seed %u\n"
-      "jobs %u  finished %u  failed (infeasible) %u\n"
+      "jobs %u  finished %u  failed (infeasible) %u%s\n"
       "JCT s   mean %.0f  p50 %.0f  p99 %.0f  max %.0f\n"
       "wait s  mean %.0f  p99 %.0f  max %.0f\n"
       "GPU utilisation %.3f\n"
@@ -228,9 +242,12 @@ std::string ResultText(const std::string& policy, const SimulateFlags& flags,
       "elastic starts below full size %u\n"
       "replay wall time %.2f s\n",
       policy, flags.options.hosts, flags.options.gpus_per_host, r.runner_slots,
-      flags.options.seed, r.jobs, r.finished, r.failed, r.mean_jct, r.p50_jct,
-      r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait, r.max_wait,
-      r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
+      flags.options.seed, r.jobs, r.finished, r.failed,
+      r.gpus_rounded_up > 0
+          ? absl::StrCat("  GPUs rounded up ", r.gpus_rounded_up)
+          : "",
+      r.mean_jct, r.p50_jct, r.p99_jct, r.max_jct, r.mean_wait, r.p99_wait,
+      r.max_wait, r.gpu_utilisation, r.deadlocks, r.stalled ? "yes" : "no",
       r.stalled ? absl::StrCat(" (at ", r.stalled_at, " s)") : "", r.makespan,
       r.preemptions, r.jobs_preempted, r.max_preemptions_per_job,
       r.lost_gpu_hours, r.started_smaller, wall_s);

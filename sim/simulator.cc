@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
@@ -101,9 +102,10 @@ double Mean(const std::vector<double>& values) {
   return sum / values.size();
 }
 
-// One CSV line's fields (RFC 4180: a quoted field may hold commas and
-// doubled quotes); nullopt when a quote is not closed.
-std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
+// One line's fields split at `delimiter` (RFC 4180: a quoted field may hold
+// delimiters and doubled quotes); nullopt when a quote is not closed.
+std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line,
+                                                     char delimiter) {
   std::vector<std::string> fields(1);
   bool quoted = false;
   for (size_t i = 0; i < line.size(); ++i) {
@@ -119,7 +121,7 @@ std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
       }
     } else if (c == '"') {
       quoted = true;
-    } else if (c == ',') {
+    } else if (c == delimiter) {
       fields.emplace_back();
     } else {
       fields.back() += c;
@@ -129,36 +131,131 @@ std::optional<std::vector<std::string>> SplitCsvLine(absl::string_view line) {
   return fields;
 }
 
+// A decimal number ("12", "-3", "100.5", "1e3"); nullopt for anything else,
+// hexadecimal, "nan" and "inf" included.
+std::optional<double> DecimalNumber(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (text.empty()) return std::nullopt;
+  for (const char c : text) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c)) && c != '.' &&
+        c != 'e' && c != 'E' && c != '+' && c != '-') {
+      return std::nullopt;
+    }
+  }
+  double value = 0;
+  if (!absl::SimpleAtod(text, &value) || !std::isfinite(value)) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+// Days from 1970-01-01 to the given date of the proleptic Gregorian
+// calendar (H. Hinnant's days_from_civil).
+int64_t DaysFromCivil(int64_t y, int64_t m, int64_t d) {
+  y -= m <= 2;
+  const int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const int64_t yoe = y - era * 400;
+  const int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + doe - 719468;
+}
+
+// A UTC date and time "YYYY-MM-DD HH:MM:SS" (or with a 'T' between them,
+// fractions of a second and a trailing 'Z'), as seconds since 1970-01-01;
+// nullopt when `text` is not one.
+std::optional<double> DateTime(absl::string_view text) {
+  text = absl::StripAsciiWhitespace(text);
+  if (absl::EndsWith(text, "Z")) text.remove_suffix(1);
+  if (text.size() < 19 || text[4] != '-' || text[7] != '-' ||
+      (text[10] != ' ' && text[10] != 'T') || text[13] != ':' ||
+      text[16] != ':') {
+    return std::nullopt;
+  }
+  auto number = [&](size_t at, size_t digits) -> int64_t {
+    int64_t value = 0;
+    for (size_t i = at; i < at + digits; ++i) {
+      if (!absl::ascii_isdigit(static_cast<unsigned char>(text[i]))) return -1;
+      value = value * 10 + (text[i] - '0');
+    }
+    return value;
+  };
+  const int64_t year = number(0, 4), month = number(5, 2), day = number(8, 2);
+  const int64_t hour = number(11, 2), minute = number(14, 2);
+  const int64_t second = number(17, 2);
+  double fraction = 0;
+  if (text.size() > 19) {
+    if (text[19] != '.' || text.size() == 20 ||
+        !absl::SimpleAtod(absl::StrCat("0", text.substr(19)), &fraction) ||
+        number(20, text.size() - 20) < 0) {
+      return std::nullopt;
+    }
+  }
+  constexpr int64_t kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (year < 0 || month < 1 || month > 12 || day < 1 ||
+      day > kDays[month - 1] || hour < 0 || hour > 23 || minute < 0 ||
+      minute > 59 || second < 0 || second > 60) {
+    return std::nullopt;
+  }
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  if (month == 2 && day == 29 && !leap) return std::nullopt;
+  return static_cast<double>(DaysFromCivil(year, month, day) * 86400 +
+                             hour * 3600 + minute * 60 + second) +
+         fraction;
+}
+
 }  // namespace
 
 std::string TraceJob::Name() const {
   return name.empty() ? absl::StrCat(id) : name;
 }
 
-absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
+absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv,
+                                                 std::string_view source_name) {
+  const absl::string_view source(source_name.data(), source_name.size());
   std::vector<TraceJob> jobs;
   std::vector<absl::string_view> lines =
       absl::StrSplit(absl::string_view(csv.data(), csv.size()), '\n');
   int id_col = -1, submit_col = -1, gpus_col = -1, duration_col = -1;
   int priority_col = -1, preemptible_col = -1;
+  char delimiter = ',';
+  // Whether submit times are dates: the first job decides for all.
+  std::optional<bool> dates;
   size_t line_no = 0;
   absl::flat_hash_map<std::string, size_t> line_of_id;
   for (absl::string_view line : lines) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
     if (line_no == 1 && absl::StartsWith(line, "\xEF\xBB\xBF")) {
       line.remove_prefix(3);  // A UTF-8 byte order mark.
     }
-    std::optional<std::vector<std::string>> cells = SplitCsvLine(line);
-    if (!cells.has_value()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "trace line ", line_no, ": a quoted field is not closed"));
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    // The line quoted, escaped and cut short: a binary file must not flood
+    // the terminal.
+    auto quote = [&]() {
+      constexpr size_t kQuoted = 80;
+      std::string quoted = absl::CHexEscape(line.substr(0, kQuoted));
+      if (line.size() > kQuoted) absl::StrAppend(&quoted, "...");
+      return quoted;
+    };
+    // One line "SOURCE:LINE: what: the line".
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(source, ":", line_no, ": ", what, ": ", quote()));
+    };
+    if (id_col < 0 && line.find(',') == absl::string_view::npos &&
+        line.find('\t') != absl::string_view::npos) {
+      delimiter = '\t';  // A header with tabs and no comma: tab-separated.
     }
+    std::optional<std::vector<std::string>> cells =
+        SplitCsvLine(line, delimiter);
+    if (!cells.has_value()) return bad("a quoted field is not closed");
     const std::vector<absl::string_view> fields(cells->begin(), cells->end());
     if (id_col < 0) {
+      // Column names match whatever their case and surrounding spaces.
       for (size_t i = 0; i < fields.size(); ++i) {
         const int col = static_cast<int>(i);
+        const std::string field =
+            absl::AsciiStrToLower(absl::StripAsciiWhitespace(fields[i]));
         for (auto [name, column] :
              {std::pair{"job_id", &id_col},
               std::pair{"submit_time_s", &submit_col},
@@ -166,29 +263,31 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
               std::pair{"duration_s", &duration_col},
               std::pair{"priority", &priority_col},
               std::pair{"preemptible", &preemptible_col}}) {
-          if (fields[i] != name) continue;
+          if (field != name) continue;
           if (*column >= 0) {
-            return absl::InvalidArgumentError(
-                absl::StrCat("trace header names column ", name, " twice"));
+            return bad(
+                absl::StrCat("the header names column ", name, " twice"));
           }
           *column = col;
         }
       }
-      if (id_col < 0 || submit_col < 0 || gpus_col < 0 || duration_col < 0) {
-        return absl::InvalidArgumentError(
-            "trace header must name job_id, submit_time_s, gpus and "
-            "duration_s");
+      std::vector<std::string> missing;
+      for (auto [name, column] :
+           {std::pair{"job_id", id_col}, std::pair{"submit_time_s", submit_col},
+            std::pair{"gpus", gpus_col},
+            std::pair{"duration_s", duration_col}}) {
+        if (column < 0) missing.push_back(name);
+      }
+      if (!missing.empty()) {
+        return bad(
+            absl::StrCat("the header must name job_id, submit_time_s, gpus and "
+                         "duration_s (comma- or tab-separated); it lacks ",
+                         absl::StrJoin(missing, ", ")));
       }
       continue;
     }
-    // One line naming the problem and quoting the line (escaped, cut short:
-    // a binary file must not flood the terminal).
-    auto bad = [&](absl::string_view what) {
-      constexpr size_t kQuoted = 80;
-      std::string quoted = absl::CHexEscape(line.substr(0, kQuoted));
-      if (line.size() > kQuoted) absl::StrAppend(&quoted, "...");
-      return absl::InvalidArgumentError(
-          absl::StrCat("trace line ", line_no, ": ", what, ": ", quoted));
+    auto bad_field = [&](absl::string_view field, absl::string_view why) {
+      return bad(absl::StrCat("field ", field, ": ", why));
     };
     const size_t needed = static_cast<size_t>(
         std::max({id_col, submit_col, gpus_col, duration_col}));
@@ -197,11 +296,11 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
                               fields.size()));
     }
     TraceJob job;
-    double submit = 0, duration = 0;
+    job.line = line_no;
     job.name = std::string(absl::StripAsciiWhitespace(fields[id_col]));
     if (job.name.empty() || job.name.size() > kMaxTraceIdBytes) {
-      return bad(absl::StrCat("job_id must be 1 to ", kMaxTraceIdBytes,
-                              " characters"));
+      return bad_field("job_id", absl::StrCat("must be 1 to ", kMaxTraceIdBytes,
+                                              " characters"));
     }
     if (!absl::SimpleAtoi(job.name, &job.id)) {
       // FNV-1a, kept positive: the same text always draws the same way.
@@ -210,28 +309,42 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
       job.id = static_cast<int64_t>(hash >> 1);
     }
     // Finite and below kMaxTraceSeconds, so that sums of times stay exact.
-    if (!absl::SimpleAtod(fields[submit_col], &submit) ||
-        !std::isfinite(submit) || submit < 0 || submit > kMaxTraceSeconds) {
-      return bad(
-          absl::StrCat("submit_time_s must be a number of seconds from "
-                       "0 to ",
-                       kMaxTraceSeconds));
+    std::optional<double> submit = DecimalNumber(fields[submit_col]);
+    std::optional<double> date;
+    if (!submit.has_value()) date = submit = DateTime(fields[submit_col]);
+    if (!dates.has_value()) dates = date.has_value();
+    if (submit.has_value() && *dates != date.has_value()) {
+      return bad_field("submit_time_s",
+                       *dates ? "seconds, but the first job gives a date"
+                              : "a date, but the first job gives seconds");
     }
-    if (!absl::SimpleAtod(fields[duration_col], &duration) ||
-        !std::isfinite(duration) || duration < 0 ||
-        duration > kMaxTraceSeconds) {
-      return bad(
-          absl::StrCat("duration_s must be a number of seconds from 0 "
-                       "to ",
-                       kMaxTraceSeconds));
+    if (!submit.has_value() || *submit < 0 || *submit > kMaxTraceSeconds) {
+      std::string why = absl::StrCat(
+          "must be seconds from 0 to ", kMaxTraceSeconds,
+          " or a date and time YYYY-MM-DD HH:MM:SS (UTC) from 1970 on");
+      if (submit.has_value() && *submit > kMaxTraceSeconds &&
+          *submit <= kMaxTraceSeconds * 1000) {
+        absl::StrAppend(&why, " (milliseconds? divide by 1000)");
+      }
+      return bad_field("submit_time_s", why);
     }
-    if (std::optional<int64_t> gpus = WholeNumber(fields[gpus_col]);
-        !gpus.has_value() || *gpus < 0 ||
+    const std::optional<double> duration = DecimalNumber(fields[duration_col]);
+    if (!duration.has_value() || *duration < 0 ||
+        *duration > kMaxTraceSeconds) {
+      return bad_field("duration_s", absl::StrCat("must be seconds from 0 to ",
+                                                  kMaxTraceSeconds));
+    }
+    // Fractions of a GPU (shared GPUs) are rounded up: gdt hands out whole
+    // GPUs.
+    const std::optional<double> gpus = DecimalNumber(fields[gpus_col]);
+    if (!gpus.has_value() || *gpus < 0 ||
         *gpus > std::numeric_limits<uint32_t>::max()) {
-      return bad("gpus must be a whole number, 0 or more");
-    } else {
-      job.gpus = static_cast<uint32_t>(*gpus);
+      return bad_field("gpus",
+                       absl::StrCat("must be a number from 0 to ",
+                                    std::numeric_limits<uint32_t>::max()));
     }
+    job.gpus = static_cast<uint32_t>(std::ceil(*gpus));
+    job.gpus_rounded_up = static_cast<double>(job.gpus) != *gpus;
     // An optional column that is missing on this line or empty: its default.
     auto optional_field = [&](int col) -> std::optional<absl::string_view> {
       if (col < 0 || static_cast<size_t>(col) >= fields.size()) {
@@ -245,8 +358,9 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
       std::optional<int64_t> value = WholeNumber(*priority);
       if (!value.has_value() || *value < -kMaxTracePriority ||
           *value > kMaxTracePriority) {
-        return bad(absl::StrCat("priority must be an integer from ",
-                                -kMaxTracePriority, " to ", kMaxTracePriority));
+        return bad_field("priority", absl::StrCat("must be an integer from ",
+                                                  -kMaxTracePriority, " to ",
+                                                  kMaxTracePriority));
       }
       job.priority = static_cast<int32_t>(*value);
     }
@@ -258,20 +372,24 @@ absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv) {
                  absl::EqualsIgnoreCase(*preemptible, "false")) {
         job.preemptible = false;
       } else {
-        return bad("preemptible must be 0 or 1 (or true or false)");
+        return bad_field("preemptible", "must be 0 or 1 (or true or false)");
       }
     }
     if (auto [it, added] = line_of_id.try_emplace(job.name, line_no); !added) {
-      return bad(absl::StrCat("job_id ", job.name, " is already on line ",
-                              it->second));
+      return bad_field(
+          "job_id", absl::StrCat(job.name, " is already on line ", it->second));
     }
-    job.submit = static_cast<policy::Seconds>(std::llround(submit));
-    job.duration = std::max<policy::Seconds>(1, std::llround(duration));
+    job.submit = static_cast<policy::Seconds>(std::llround(*submit));
+    job.duration = std::max<policy::Seconds>(1, std::llround(*duration));
     jobs.push_back(job);
   }
-  if (id_col < 0) return absl::InvalidArgumentError("trace is empty");
+  if (id_col < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the trace is empty (no header, no jobs)"));
+  }
   if (jobs.empty()) {
-    return absl::InvalidArgumentError("trace has a header but no jobs");
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the trace has a header but no jobs"));
   }
   return jobs;
 }
@@ -373,6 +491,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
     job.remaining = in.duration;
     job.queued_since = in.submit;
     job.spec.priority = in.priority;
+    if (in.gpus_rounded_up) ++result.gpus_rounded_up;
     // A fixed hash of the id, so that the choice does not depend on order.
     const bool drawn =
         static_cast<double>((static_cast<uint64_t>(in.id) * 2654435761u) %

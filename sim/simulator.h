@@ -21,8 +21,10 @@
 #ifndef GDT_POLICY_SIMULATOR_H_
 #define GDT_POLICY_SIMULATOR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -46,6 +48,10 @@ struct TraceJob {
   // The job_id as the trace writes it (any text up to kMaxTraceIdBytes);
   // empty: the decimal id.
   std::string name = {};
+  // The line of the trace it came from (0: not from a trace).
+  size_t line = 0;
+  // The trace gave a fraction of a GPU, rounded up into `gpus`.
+  bool gpus_rounded_up = false;
 
   std::string Name() const;
 };
@@ -56,16 +62,22 @@ inline constexpr double kMaxTraceSeconds = 1e10;
 inline constexpr int32_t kMaxTracePriority = 1000000;
 inline constexpr size_t kMaxTraceIdBytes = 255;
 
-// Parses CSV with a header naming at least job_id, submit_time_s, gpus and
-// duration_s, and optionally priority and preemptible (other columns are
-// ignored; fields may be quoted). A job_id is any text; counts written as
-// whole decimals ("8.0", as spreadsheet and dataframe exports write them)
-// are whole numbers; an empty optional field takes its default.
-// Errors: InvalidArgument naming the line and what is wrong for a missing
-// column, a bad or out-of-range number (times from 0 to kMaxTraceSeconds,
-// priorities within kMaxTracePriority), a job_id seen before, or a trace
-// without jobs.
-absl::StatusOr<std::vector<TraceJob>> ParseTrace(std::string_view csv);
+// Parses CSV (or, when the header has tabs and no comma, tab-separated
+// text) with a header naming at least job_id, submit_time_s, gpus and
+// duration_s, and optionally priority and preemptible, in any case and
+// order (other columns are ignored; fields may be quoted). A job_id is any
+// text; a submit time is seconds or, for every job alike, a UTC date and
+// time "YYYY-MM-DD HH:MM:SS"; a fraction of a GPU is rounded up (and
+// flagged); counts written as whole decimals ("8.0", as spreadsheet and
+// dataframe exports write them) are whole numbers; an empty optional field
+// takes its default.
+// Errors: InvalidArgument, one line "SOURCE:LINE: field NAME: why: the
+// line" (or without the field where the line as a whole is wrong): a
+// header without the four columns, a bad or out-of-range number (times from
+// 0 to kMaxTraceSeconds, priorities within kMaxTracePriority), a job_id seen
+// before, an unclosed quote, or a trace without jobs.
+absl::StatusOr<std::vector<TraceJob>> ParseTrace(
+    std::string_view csv, std::string_view source = "trace");
 
 struct GangShape {
   uint32_t members = 0;
@@ -144,6 +156,8 @@ struct SimResult {
   // make one, so anything but 0 is a bug.
   uint64_t non_preemptible_preempted = 0;
   uint64_t preemptible_jobs = 0;
+  // Jobs whose fraction of a GPU the trace reader rounded up.
+  uint64_t gpus_rounded_up = 0;
 };
 
 // Largest cluster simulated, in GPUs.

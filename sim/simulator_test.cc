@@ -12,6 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
+using ::testing::StartsWith;
 
 TEST(ShapeForTest, MembersTimesGpusIsTheJobsGpus) {
   const std::vector<std::pair<uint32_t, std::pair<uint32_t, uint32_t>>> cases =
@@ -41,7 +42,8 @@ TEST(ParseTraceTest, NamesTheBadLine) {
   absl::StatusOr<std::vector<TraceJob>> jobs =
       ParseTrace("job_id,submit_time_s,gpus,duration_s\n0,0,1,10\n1,x,1,10\n");
   EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(jobs.status().message(), HasSubstr("line 3"));
+  EXPECT_THAT(jobs.status().message(),
+              HasSubstr("trace:3: field submit_time_s: must be"));
   EXPECT_FALSE(ParseTrace("a,b\n1,2\n").ok());
 }
 
@@ -147,7 +149,8 @@ TEST(ParseTraceTest, ReadsOptionalPriorityAndPreemptible) {
   EXPECT_EQ((*jobs)[1].preemptible, true);
   absl::StatusOr<std::vector<TraceJob>> bad = ParseTrace(
       "job_id,submit_time_s,gpus,duration_s,preemptible\n0,0,8,100,yes\n");
-  EXPECT_THAT(bad.status().message(), HasSubstr("line 2"));
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("trace:2: field preemptible: must be 0 or 1"));
 }
 
 // A full cluster of long low-priority jobs; an urgent job arrives later.
@@ -202,7 +205,7 @@ TEST(ParseTraceTest, AmbiguousColumnsAreRefusedAndABomIsSkipped) {
                          "0,0,1,100,64\n")
                   .status()
                   .message(),
-              HasSubstr("trace header names column gpus twice"));
+              HasSubstr("trace:1: the header names column gpus twice"));
   absl::StatusOr<std::vector<TraceJob>> quoted = ParseTrace(
       "job_id,model,submit_time_s,gpus,duration_s\n"
       "0,\"a,7,2,\"\"3\"\",b\",0,1,100\n");
@@ -213,7 +216,7 @@ TEST(ParseTraceTest, AmbiguousColumnsAreRefusedAndABomIsSkipped) {
                          "0,\"a,7,0,1,100\n")
                   .status()
                   .message(),
-              HasSubstr("trace line 2: a quoted field is not closed"));
+              HasSubstr("trace:2: a quoted field is not closed"));
   absl::StatusOr<std::vector<TraceJob>> bom = ParseTrace(
       "\xEF\xBB\xBFjob_id,submit_time_s,gpus,duration_s\n"
       "0,0,1,100\n");
@@ -257,18 +260,19 @@ TEST(ParseTraceTest, ReadsTextIdsWholeDecimalsAndEmptyOptionalFields) {
 TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
   const std::string header = "job_id,submit_time_s,gpus,duration_s\n";
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"0,0,1,-5\n", "duration_s must be"},
-      {"0,-1,1,5\n", "submit_time_s must be"},
-      {"0,nan,1,5\n", "submit_time_s must be"},
-      {"0,0,1,inf\n", "duration_s must be"},
-      {"0,0,1,1e300\n", "duration_s must be"},
-      {"0,0,-2,5\n", "gpus must be"},
-      {"0,0,1.5,5\n", "gpus must be"},
-      {",0,1,5\n", "job_id must be 1 to 255 characters"},
-      {std::string(256, 'j') + ",0,1,5\n", "job_id must be 1 to 255"},
+      {"0,0,1,-5\n", "trace:2: field duration_s: must be"},
+      {"0,-1,1,5\n", "field submit_time_s: must be"},
+      {"0,nan,1,5\n", "field submit_time_s: must be"},
+      {"0,0,1,inf\n", "field duration_s: must be"},
+      {"0,0,1,0x10\n", "field duration_s: must be"},
+      {"0,0,1,1e300\n", "field duration_s: must be"},
+      {"0,0,-2,5\n", "field gpus: must be"},
+      {"0,0,x,5\n", "field gpus: must be"},
+      {",0,1,5\n", "field job_id: must be 1 to 255 characters"},
+      {std::string(256, 'j') + ",0,1,5\n", "field job_id: must be 1 to 255"},
       {"0,0,1\n", "expected at least 4 fields, got 3"},
-      {"0,0,1,5\n0,9,2,5\n", "job_id 0 is already on line 2"},
-      {"a,0,1,5\n a ,9,2,5\n", "job_id a is already on line 2"},
+      {"0,0,1,5\n0,9,2,5\n", "trace:3: field job_id: 0 is already on line 2"},
+      {"a,0,1,5\n a ,9,2,5\n", "field job_id: a is already on line 2"},
       {std::string("0,0,1,5\n\x01\x02", 10), "\\x01\\x02"},
   };
   for (const auto& [body, want] : cases) {
@@ -280,9 +284,97 @@ TEST(ParseTraceTest, NamesWhatIsWrongWithABadLine) {
                          "0,0,1,5,-2147483648\n")
                   .status()
                   .message(),
-              HasSubstr("priority must be"));
+              HasSubstr("trace:2: field priority: must be"));
   EXPECT_THAT(ParseTrace(header).status().message(), HasSubstr("no jobs"));
   EXPECT_THAT(ParseTrace("").status().message(), HasSubstr("empty"));
+}
+
+// Shapes of traces exported from other systems: tab-separated, header names
+// in another case or with spaces, submit times as dates, fractions of a GPU
+// (shared GPUs) and jobs without GPUs.
+TEST(ParseTraceTest, ReadsTheShapesOtherSystemsExport) {
+  absl::StatusOr<std::vector<TraceJob>> tabs = ParseTrace(
+      "Job_ID\tGPUs\t Submit_Time_S \tDuration_S\tuser\n"
+      "a\t2\t10\t60.4\tbob, alice\n"
+      "b\t0\t5\t30\t\n");
+  ASSERT_TRUE(tabs.ok()) << tabs.status();
+  ASSERT_EQ(tabs->size(), 2u);
+  EXPECT_EQ(tabs->at(0).Name(), "a");
+  EXPECT_EQ(tabs->at(0).gpus, 2u);
+  EXPECT_EQ(tabs->at(0).submit, 10);
+  EXPECT_EQ(tabs->at(0).duration, 60);
+  EXPECT_EQ(tabs->at(0).line, 2u);
+  EXPECT_EQ(tabs->at(1).gpus, 0u);
+
+  absl::StatusOr<std::vector<TraceJob>> dates = ParseTrace(
+      "job_id,submit_time_s,gpus,duration_s\r\n"
+      "1,2020-07-01 12:00:00,0.5,100\r\n"
+      "2,2020-07-01T12:00:30.5Z,1.25,100\r\n"
+      "3,2020-02-29 00:00:00,8,100\r\n");
+  ASSERT_TRUE(dates.ok()) << dates.status();
+  EXPECT_EQ(dates->at(0).submit, 1593604800);
+  EXPECT_EQ(dates->at(1).submit - dates->at(0).submit, 31);  // 30.5 rounded.
+  EXPECT_EQ(dates->at(2).submit, 1582934400);
+  // A fraction of a GPU still takes a whole one, and says so.
+  EXPECT_EQ(dates->at(0).gpus, 1u);
+  EXPECT_TRUE(dates->at(0).gpus_rounded_up);
+  EXPECT_EQ(dates->at(1).gpus, 2u);
+  EXPECT_FALSE(dates->at(2).gpus_rounded_up);
+  absl::StatusOr<SimResult> result =
+      Simulate(*dates, SmallCluster(policy::Mode::kBackfill));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finished, 3u);
+  EXPECT_EQ(result->gpus_rounded_up, 2u);
+}
+
+// Every refusal is one line naming the source, the line and the field.
+TEST(ParseTraceTest, RefusalsNameTheFileTheLineAndTheField) {
+  const std::string header = "job_id,submit_time_s,gpus,duration_s\n";
+  EXPECT_EQ(
+      ParseTrace(header + "0,0,1,10\n1,x,1,10\n", "a.csv").status().message(),
+      "a.csv:3: field submit_time_s: must be seconds from 0 to 1e+10 "
+      "or a date and time YYYY-MM-DD HH:MM:SS (UTC) from 1970 on: "
+      "1,x,1,10");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"0,2020-07-01 12:00:00,1,5\n1,3,1,5\n",
+       "a.csv:3: field submit_time_s: seconds, but the first job gives a "
+       "date"},
+      {"0,3,1,5\n1,2020-07-01 12:00:00,1,5\n",
+       "a.csv:3: field submit_time_s: a date, but the first job gives "
+       "seconds"},
+      {"0,2020-02-30 00:00:00,1,5\n", "a.csv:2: field submit_time_s: must"},
+      {"0,2021-02-29 00:00:00,1,5\n", "a.csv:2: field submit_time_s: must"},
+      {"0,2020-07-01 25:00:00,1,5\n", "a.csv:2: field submit_time_s: must"},
+      {"0,1969-12-31 23:59:59,1,5\n", "a.csv:2: field submit_time_s: must"},
+      {"0,1593604800000,1,5\n", "(milliseconds? divide by 1000)"},
+      {"0,0,0x8,5\n", "a.csv:2: field gpus: must be a number from 0"},
+      {"0,0,1,5\n   \n0,1,1,5\n",
+       "a.csv:4: field job_id: 0 is already on "
+       "line 2"},
+      {"0,0,1,5,\"open\n", "a.csv:2: a quoted field is not closed"},
+  };
+  for (const auto& [body, want] : cases) {
+    absl::StatusOr<std::vector<TraceJob>> jobs =
+        ParseTrace(header + body, "a.csv");
+    EXPECT_EQ(jobs.status().code(), absl::StatusCode::kInvalidArgument) << body;
+    EXPECT_THAT(jobs.status().message(), HasSubstr(want)) << body;
+  }
+  EXPECT_EQ(
+      ParseTrace("job_id;submit_time_s;gpus;duration_s\n0;0;1;5\n", "a.csv")
+          .status()
+          .message(),
+      "a.csv:1: the header must name job_id, submit_time_s, gpus and "
+      "duration_s (comma- or tab-separated); it lacks job_id, "
+      "submit_time_s, gpus, duration_s: "
+      "job_id;submit_time_s;gpus;duration_s");
+  EXPECT_THAT(ParseTrace("id,submit_time_s,GPUs,runtime\n0,0,1,5\n", "a.csv")
+                  .status()
+                  .message(),
+              HasSubstr("it lacks job_id, duration_s: "));
+  EXPECT_EQ(ParseTrace("\n\r\n", "a.csv").status().message(),
+            "a.csv: the trace is empty (no header, no jobs)");
+  EXPECT_EQ(ParseTrace(header, "a.csv").status().message(),
+            "a.csv: the trace has a header but no jobs");
 }
 
 TEST(ShapeForTest, HugeJobsDoNotWrapAround) {
