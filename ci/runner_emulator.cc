@@ -476,9 +476,12 @@ class RunnerEmulator::Job {
                            FormatSeconds(prepare_deadline_ - start_))};
     }
     if (reason == StopReason::kDeadline) {
+      // The runner prints the timeout as a Go duration, and then "seconds".
       return {FailureKind::kTimeout, 0,
-              absl::StrCat("execution took longer than ", job_timeout_seconds_,
-                           " seconds")};
+              absl::StrCat(
+                  "execution took longer than ",
+                  FormatSeconds(std::chrono::seconds(job_timeout_seconds_)),
+                  " seconds")};
     }
     return {FailureKind::kCancel, 0, "canceled"};
   }
@@ -1558,10 +1561,11 @@ void RunnerEmulator::Job::Fail(const Failure& failure,
           absl::StrCat("Job failed (system failure): ", failure.message);
       return;
     case FailureKind::kConfig:
+      // The runner's configuration error, which GitLab knows as a reason of
+      // its own; only system failures say "(system failure)".
       result_.status = JobStatus::kFailed;
-      result_.failure_reason = "config_error";
-      result_.message =
-          absl::StrCat("Job failed (system failure): ", failure.message);
+      result_.failure_reason = "runner_configuration_error";
+      result_.message = absl::StrCat("Job failed: ", failure.message);
       return;
     case FailureKind::kTimeout:
       result_.status = JobStatus::kFailed;
@@ -1612,6 +1616,13 @@ void RunnerEmulator::Job::RunStages() {
       job_stop);
   // The runner's prepare context ends with the prepare_script stage.
   preparing_ = false;
+  if (failure.kind == FailureKind::kSystem) {
+    // The runner's words for a prepare_script that could not run.
+    failure.message =
+        absl::StrCat("prepare environment: ", failure.message,
+                     ". Check https://docs.gitlab.com/runner/shells/"
+                     "#shell-profile-loading for more information");
+  }
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
@@ -1797,10 +1808,12 @@ JobResult RunnerEmulator::Job::Run() {
   SteadyClock::duration prepare_timeout = job_timeout;
   if (config_.prepare_timeout > milliseconds(0)) {
     if (config_.prepare_timeout > job_timeout) {
-      Log(absl::StrCat("WARNING: prepare_timeout (",
-                       FormatSeconds(config_.prepare_timeout),
-                       ") exceeds job timeout (", FormatSeconds(job_timeout),
-                       "); using job timeout"));
+      // The runner's own log, not the job's.
+      Diagnose("warn", absl::StrCat("prepare_timeout (",
+                                    FormatSeconds(config_.prepare_timeout),
+                                    ") exceeds job timeout (",
+                                    FormatSeconds(job_timeout),
+                                    "); using job timeout"));
     } else {
       prepare_timeout = config_.prepare_timeout;
     }

@@ -102,7 +102,7 @@ struct JobResult {
   JobStatus status = JobStatus::kFailed;
   // GitLab's failure reason: "" on success, script_failure,
   // runner_system_failure, job_execution_timeout, runner_interrupted,
-  // config_error; "" when canceled.
+  // runner_configuration_error; "" when canceled.
   std::string failure_reason;
   int exit_code = 0;  // The script's code for script_failure; else the exec's.
   std::string message;  // The "ERROR: Job failed..." text, "" on success.

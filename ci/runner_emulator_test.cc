@@ -397,7 +397,11 @@ TEST_F(RunnerEmulatorTest, PrepareTimeoutLongerThanTheJobIsTheJobTimeout) {
   JobResult result = Run();
 
   EXPECT_EQ(result.status, JobStatus::kSuccess) << result.message;
-  EXPECT_THAT(Log(), HasSubstr("exceeds job timeout"));
+  // A warning of the runner's own log, not of the job's.
+  EXPECT_THAT(Log(), Not(HasSubstr("exceeds job timeout")));
+  EXPECT_THAT(diagnostics_,
+              Contains("warn: prepare_timeout (100h0m0s) exceeds job timeout "
+                       "(1m0s); using job timeout"));
 }
 
 TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
@@ -480,15 +484,42 @@ TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
   EXPECT_THAT(result.message, HasSubstr("error while parsing JSON output"));
 }
 
+// The runner's configuration error has a failure reason of its own, and,
+// not being a system failure, its final line says only "Job failed".
 TEST_F(RunnerEmulatorTest, MissingBuildsDirIsAConfigError) {
   options_.config.builds_dir.clear();
 
   JobResult result = Run();
 
-  EXPECT_EQ(result.failure_reason, "config_error");
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
   EXPECT_EQ(result.attempts, 1);
-  EXPECT_THAT(result.message, HasSubstr("the builds_dir is not configured"));
+  EXPECT_EQ(result.message, "Job failed: the builds_dir is not configured");
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: the builds_dir is not configured");
   EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+}
+
+// A prepare_script the executor could not run is a system failure in the
+// runner's words, pointing at shell profiles.
+TEST_F(RunnerEmulatorTest, PrepareScriptSystemFailureNamesThePrepareStage) {
+  const std::string wrapper = dir_.path() + "/fail-prepare-script";
+  WriteTextFile(wrapper,
+                "#!/usr/bin/env bash\n"
+                "if [ \"${@: -1}\" = prepare_script ]; then\n"
+                "  exit \"$SYSTEM_FAILURE_EXIT_CODE\"\n"
+                "fi\n"
+                "exec " +
+                    options_.config.run_exec + " \"$@\"\n",
+                0755);
+  options_.config.run_exec = wrapper;
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): prepare environment: exit status 2. "
+            "Check https://docs.gitlab.com/runner/shells/"
+            "#shell-profile-loading for more information");
 }
 
 TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
@@ -505,6 +536,9 @@ TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(result.status, JobStatus::kFailed);
   EXPECT_EQ(result.failure_reason, "job_execution_timeout");
+  // The runner prints the job timeout as a Go duration.
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: execution took longer than 8s seconds");
   EXPECT_THAT(Calls(result),
               ElementsAre("config ", "prepare ", "run prepare_script",
                           "run get_sources", "run build_script", "cleanup "));
