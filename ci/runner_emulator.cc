@@ -521,6 +521,7 @@ class RunnerEmulator::Job {
   bool PauseUnlessStopped(std::chrono::milliseconds interval);
   std::string GetSourcesBody() const;
   std::string CheckoutBody() const;
+  std::string FetchArguments() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
@@ -1195,6 +1196,22 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
   return *parsed == std::chrono::nanoseconds(0) ? fallback : *parsed;
 }
 
+// The arguments of the fetch from the checkout in "$src": like the
+// runner's fetch of GitLab's refspecs, the commit lands as the ref's remote
+// branch, tags that point into what was fetched come along, and without a
+// depth (the whole history) every tag does.
+std::string RunnerEmulator::Job::FetchArguments() const {
+  const std::string& ref = options_.job.ref.empty() ? "HEAD" : options_.job.ref;
+  return absl::StrCat(
+      options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
+                             : "",
+      // The checkout may belong to another account than the job's: its
+      // upload-pack (which gets no -c of ours) is told it is safe.
+      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
+      ShellQuote("+HEAD:refs/remotes/origin/" + ref),
+      options_.job.depth > 0 ? "" : " '+refs/tags/*:refs/tags/*'");
+}
+
 // After the copy of a git checkout: the project directory becomes a git
 // repository at the job's commit (HEAD detached there, fetched from the
 // checkout with the job's depth), as the runner's fetch and checkout leave
@@ -1205,9 +1222,6 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
   if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
     return "";
   }
-  const std::string depth = options_.job.depth > 0
-                                ? absl::StrCat(" --depth ", options_.job.depth)
-                                : "";
   return absl::StrCat(
       "  echo ",
       ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
@@ -1215,13 +1229,12 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
                               ")...")),
       "\n", "  sha=", ShellQuote(sha), "\n",
       "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      // The checkout may belong to another account than the job's: its
-      // upload-pack (which gets no -c of ours) is told it is safe.
-      "      git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags", depth,
-      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" HEAD "
-      "&&\n",
-      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse FETCH_HEAD)\" = ",
-      "\"$sha\" ] &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " &&\n",
+      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
+      ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
+                                                          ? "HEAD"
+                                                          : options_.job.ref)),
+      ")\" = \"$sha\" ] &&\n",
       "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
       "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
       "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
@@ -1260,11 +1273,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
         "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
         "--is-inside-work-tree >/dev/null 2>&1; then\n",
         "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags",
-        options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
-                               : "",
-        " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
-        ShellQuote("HEAD:refs/remotes/origin/" + options_.job.ref), " ||\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " ||\n",
         "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
         "fi\n", "echo 'Skipping Git checkout'\n");
     return body;

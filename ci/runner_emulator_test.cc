@@ -943,6 +943,62 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   EXPECT_THAT(log_lines_, Contains(sha));
 }
 
+// The runner's fetch brings the tags that point into the fetched history
+// (all of them when the whole history is fetched), so `git describe` works
+// in a job; a tag below the depth is not fetched.
+TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     project,
+                                     "-c",
+                                     "user.name=Ada",
+                                     "-c",
+                                     "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    output.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success();
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"tag", "-a", "v1.0", "-m", "one"})) << output;
+  WriteTextFile(project + "/model.py", "print('edited')\n");
+  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 0;
+  options_.job.steps = {
+      {"script", {"echo \"described=$(git describe --abbrev=8)\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("described=v1.0-1-g" + sha.substr(0, 8)))
+      << Log();
+
+  // With a depth, only the tags on the fetched commits come along.
+  ASSERT_TRUE(git({"tag", "-a", "v2.0", "-m", "two"})) << output;
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.depth = 1;
+  options_.job.steps = {{"script",
+                         {"echo \"described=$(git describe)\"",
+                          "echo \"tags=$(git tag -l | tr '\\n' ' ')\""}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("described=v2.0")) << Log();
+  EXPECT_THAT(log_lines_, Contains("tags=v2.0 ")) << Log();
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
