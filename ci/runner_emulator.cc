@@ -27,6 +27,7 @@
 #include "ci/dotenv.h"
 #include "ci/go_duration.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -46,8 +47,90 @@ constexpr milliseconds kDefaultAfterScriptTimeout{5 * 60 * 1000};
 constexpr int kPreparationAttempts = 3;
 constexpr int kBuildFailureExitCode = 1;
 constexpr int kSystemFailureExitCode = 2;
-constexpr char kRunnerVersion[] = "17.9.0";
+// The runner release whose behaviour run-local follows
+// (docs/gitlab-runner-protocol.md); the revision says it is not a build of
+// gitlab-runner.
+constexpr char kRunnerVersion[] = "19.3.0";
 constexpr char kRunnerRevision[] = "gdtlocal";
+
+// The runner's feature flags, in its order, with their defaults: every job
+// gets each one as a variable.
+struct FeatureFlag {
+  const char* name;
+  bool default_value;
+};
+constexpr FeatureFlag kFeatureFlags[] = {
+    {"FF_TEST_FEATURE", false},
+    {"FF_NETWORK_PER_BUILD", false},
+    {"FF_USE_LEGACY_KUBERNETES_EXECUTION_STRATEGY", false},
+    {"FF_USE_DIRECT_DOWNLOAD", true},
+    {"FF_USE_FASTZIP", false},
+    {"FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", false},
+    {"FF_ENABLE_BASH_EXIT_CODE_CHECK", false},
+    {"FF_USE_WINDOWS_LEGACY_PROCESS_STRATEGY", false},
+    {"FF_USE_LEGACY_BASH_EVAL", false},
+    {"FF_USE_POWERSHELL_PATH_RESOLVER", false},
+    {"FF_USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL", false},
+    {"FF_SCRIPT_SECTIONS", false},
+    {"FF_ENABLE_JOB_CLEANUP", false},
+    {"FF_KUBERNETES_HONOR_ENTRYPOINT", false},
+    {"FF_POSIXLY_CORRECT_ESCAPES", false},
+    {"FF_RESOLVE_FULL_TLS_CHAIN", false},
+    {"FF_DISABLE_POWERSHELL_STDIN", false},
+    {"FF_USE_POD_ACTIVE_DEADLINE_SECONDS", true},
+    {"FF_USE_ADVANCED_POD_SPEC_CONFIGURATION", false},
+    {"FF_SECRET_RESOLVING_FAILS_IF_MISSING", true},
+    {"FF_PRINT_POD_EVENTS", false},
+    {"FF_USE_GIT_BUNDLE_URIS", true},
+    {"FF_USE_GIT_NATIVE_CLONE", false},
+    {"FF_USE_DUMB_INIT_WITH_KUBERNETES_EXECUTOR", false},
+    {"FF_USE_INIT_WITH_DOCKER_EXECUTOR", false},
+    {"FF_LOG_IMAGES_CONFIGURED_FOR_JOB", false},
+    {"FF_USE_DOCKER_AUTOSCALER_DIAL_STDIO", true},
+    {"FF_CLEAN_UP_FAILED_CACHE_EXTRACT", false},
+    {"FF_USE_WINDOWS_JOB_OBJECT", false},
+    {"FF_TIMESTAMPS", true},
+    {"FF_DISABLE_AUTOMATIC_TOKEN_ROTATION", false},
+    {"FF_USE_LEGACY_GCS_CACHE_ADAPTER", false},
+    {"FF_DISABLE_UMASK_FOR_KUBERNETES_EXECUTOR", false},
+    {"FF_USE_LEGACY_S3_CACHE_ADAPTER", false},
+    {"FF_GIT_URLS_WITHOUT_TOKENS", false},
+    {"FF_WAIT_FOR_POD_TO_BE_REACHABLE", false},
+    {"FF_MASK_ALL_DEFAULT_TOKENS", true},
+    {"FF_EXPORT_HIGH_CARDINALITY_METRICS", false},
+    {"FF_USE_FLEETING_ACQUIRE_HEARTBEATS", false},
+    {"FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY", true},
+    {"FF_USE_ADAPTIVE_REQUEST_CONCURRENCY", true},
+    {"FF_USE_GITALY_CORRELATION_ID", true},
+    {"FF_USE_GIT_PROACTIVE_AUTH", false},
+    {"FF_HASH_CACHE_KEYS", false},
+    {"FF_ENABLE_JOB_INPUTS_INTERPOLATION", true},
+    {"FF_USE_JOB_ROUTER", false},
+    {"FF_SCRIPT_TO_STEP_MIGRATION", false},
+    {"FF_USE_PARALLEL_CACHE_TRANSFER", false},
+    {"FF_USE_PARALLEL_ARTIFACT_TRANSFER", false},
+    {"FF_CONCRETE", false},
+    {"FF_SUSPENDABLE_ENVIRONMENTS", false},
+    {"FF_USE_NATIVE_CONTAINER_STOP", false},
+};
+
+bool IsFeatureFlag(std::string_view key) {
+  return std::any_of(std::begin(kFeatureFlags), std::end(kFeatureFlags),
+                     [key](const FeatureFlag& f) { return key == f.name; });
+}
+
+// Go's strconv.ParseBool.
+std::optional<bool> ParseGoBool(std::string_view text) {
+  if (text == "1" || text == "t" || text == "T" || text == "true" ||
+      text == "TRUE" || text == "True") {
+    return true;
+  }
+  if (text == "0" || text == "f" || text == "F" || text == "false" ||
+      text == "FALSE" || text == "False") {
+    return false;
+  }
+  return std::nullopt;
+}
 
 milliseconds OrDefault(milliseconds value, milliseconds fallback) {
   return value.count() > 0 ? value : fallback;
@@ -298,6 +381,32 @@ void FinishKillInBackground(std::unique_ptr<Subprocess> child,
   }).detach();
 }
 
+// The system ID a runner on this machine gives itself: "s_" and the first
+// 12 hex digits of the HMAC-SHA256 of "gitlab-runner" under the machine ID
+// (D-Bus's file first, then systemd's); without one, "r_" and 12 random
+// letters and digits.
+std::string MachineSystemId() {
+  for (const char* path : {"/var/lib/dbus/machine-id", "/etc/machine-id"}) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string id(absl::StripAsciiWhitespace(text.str()));
+    if (in && !id.empty()) {
+      return "s_" + HmacSha256Hex(id, "gitlab-runner").substr(0, 12);
+    }
+  }
+  static constexpr char kCharset[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = "r_";
+  const absl::StatusOr<std::string> random = NewSecretToken();
+  for (size_t i = 0; i < 12; ++i) {
+    const unsigned value =
+        random.ok() ? std::stoul(random->substr(2 * i, 2), nullptr, 16) : i;
+    id.push_back(kCharset[value % (sizeof(kCharset) - 1)]);
+  }
+  return id;
+}
+
 }  // namespace
 
 std::string_view JobStatusName(JobStatus status) {
@@ -486,11 +595,16 @@ class RunnerEmulator::Job {
     return {FailureKind::kCancel, 0, "canceled"};
   }
 
-  // Variables and environment, as the runner builds them.
-  std::vector<Variable> Variables() const;
+  // Variables and environment, as the runner builds them: the feature flags
+  // as resolved (the job's own FF_ variables left out), or, for reading the
+  // job's settings, the flags' defaults with every job variable after them.
+  std::vector<Variable> Variables(bool for_settings = false) const;
   // The expanded value of variable `key` (a file variable's content), as the
   // runner's settings read it; nullopt when undefined.
   std::optional<std::string> Setting(std::string_view key) const;
+  // The feature flags that differ from their defaults, as the header shows
+  // them ("FF_X:true, FF_Y:false"); "" when none does.
+  std::string FeatureFlagInfo() const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
 
   // Runs one exec the way the runner spawns and kills it. `stop` is polled
@@ -548,6 +662,9 @@ class RunnerEmulator::Job {
     bool git_checkout = true;  // GIT_CHECKOUT.
     bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
     bool after_script_ignore_errors = true;
+    // By name: config.toml's [runners.feature_flags], else the job's
+    // variable when it is a Go bool, else the default.
+    std::map<std::string, bool, std::less<>> feature_flags;
     std::vector<std::string> errors;
   };
   JobSettings ReadSettings() const;
@@ -585,21 +702,26 @@ class RunnerEmulator::Job {
   bool builds_dir_is_shared_ = false;
 };
 
-std::vector<Variable> RunnerEmulator::Job::Variables() const {
+std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
   std::vector<Variable> vars;
   const auto add = [&vars](std::string key, std::string value) {
     vars.push_back({std::move(key), std::move(value), false});
   };
-  add("FF_NETWORK_PER_BUILD", "false");
-  add("FF_USE_FASTZIP", "false");
-  add("FF_SCRIPT_SECTIONS", "false");
-  add("FF_USE_NEW_BASH_EVAL_STRATEGY", "false");
+  // Build.GetAllVariables: every feature flag first, as resolved.
+  for (const FeatureFlag& flag : kFeatureFlags) {
+    bool value = flag.default_value;
+    if (!for_settings) {
+      const auto it = settings_.feature_flags.find(flag.name);
+      if (it != settings_.feature_flags.end()) value = it->second;
+    }
+    add(flag.name, value ? "true" : "false");
+  }
+  add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   for (const std::string& entry : config_.environment) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos) continue;
     add(entry.substr(0, eq), entry.substr(eq + 1));
   }
-  add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   add("CI_BUILDS_DIR",
       builds_dir_.empty() || project_dir_.empty() ? "" : builds_dir_);
   add("CI_PROJECT_DIR", project_dir_);
@@ -612,6 +734,8 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   add("CI_JOB_STATUS", "running");
   add("CI_JOB_TIMEOUT", std::to_string(job_timeout_seconds_));
   for (const gitlab::JobVariable& v : options_.job.variables) {
+    // The job's feature flags count only through their resolved values.
+    if (!for_settings && IsFeatureFlag(v.key)) continue;
     vars.push_back({v.key, v.value, v.file, v.raw});
   }
   add("CI_SHARED_ENVIRONMENT", "true");
@@ -633,9 +757,23 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   return expanded;
 }
 
+std::string RunnerEmulator::Job::FeatureFlagInfo() const {
+  std::vector<std::string> changed;
+  for (const FeatureFlag& flag : kFeatureFlags) {
+    const auto it = settings_.feature_flags.find(flag.name);
+    if (it == settings_.feature_flags.end() ||
+        it->second == flag.default_value) {
+      continue;
+    }
+    changed.push_back(
+        absl::StrCat(flag.name, ":", it->second ? "true" : "false"));
+  }
+  return absl::StrJoin(changed, ", ");
+}
+
 std::optional<std::string> RunnerEmulator::Job::Setting(
     std::string_view key) const {
-  const std::vector<Variable> vars = Variables();
+  const std::vector<Variable> vars = Variables(/*for_settings=*/true);
   for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
     if (it->key == key) return it->value;
   }
@@ -1150,12 +1288,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   const auto flag = [&](const char* key, bool* value) {
     const std::string text = Setting(key).value_or("");
     if (text.empty()) return;
-    if (text == "1" || text == "t" || text == "T" || text == "true" ||
-        text == "TRUE" || text == "True") {
-      *value = true;
-    } else if (text == "0" || text == "f" || text == "F" || text == "false" ||
-               text == "FALSE" || text == "False") {
-      *value = false;
+    if (const std::optional<bool> parsed = ParseGoBool(text)) {
+      *value = *parsed;
     } else {
       settings.errors.push_back(
           absl::StrCat(key, ": expected bool got \"", text,
@@ -1167,6 +1301,31 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
   attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
   flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
+  // Feature flags: config.toml's value wins, then the job's variable when
+  // Go reads it as a bool. The runner 19.3 resolves them twice while
+  // reading the settings, so a bad value is reported twice.
+  std::vector<std::string> flag_errors;
+  for (const FeatureFlag& ff : kFeatureFlags) {
+    bool value = ff.default_value;
+    if (const auto it = config_.feature_flags.find(ff.name);
+        it != config_.feature_flags.end()) {
+      value = it->second;
+    } else {
+      const std::string raw = Setting(ff.name).value_or("");
+      if (const std::optional<bool> parsed = ParseGoBool(raw)) {
+        value = *parsed;
+      } else {
+        flag_errors.push_back(absl::StrCat(
+            ff.name, ": could not parse feature flag, expected bool, got ",
+            raw));
+      }
+    }
+    settings.feature_flags[ff.name] = value;
+  }
+  for (int i = 0; i < 2; ++i) {
+    settings.errors.insert(settings.errors.end(), flag_errors.begin(),
+                           flag_errors.end());
+  }
   return settings;
 }
 
@@ -1808,9 +1967,19 @@ void RunnerEmulator::Job::RunStages() {
 JobResult RunnerEmulator::Job::Run() {
   start_ = SteadyClock::now();
   job_deadline_ = start_ + std::chrono::seconds(job_timeout_seconds_);
-  Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion,
-                   " (gdt-ci run-local emulation)"));
-  Log(absl::StrCat("  on ", config_.name, " ", config_.runner_short_token));
+  // The runner's header: its version line (name, version, revision), then
+  // the runner's name, short token and system ID.
+  Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion, " (",
+                   kRunnerRevision, ")"));
+  Log(absl::StrCat(
+      "  on ", config_.name, " ", config_.runner_short_token, ", system ID: ",
+      config_.system_id.empty() ? MachineSystemId() : config_.system_id));
+  // Read once, before the preparation; bad values are reported together
+  // below.
+  settings_ = ReadSettings();
+  if (const std::string flags = FeatureFlagInfo(); !flags.empty()) {
+    Log(absl::StrCat("  feature flags: ", flags));
+  }
   // Like the runner: prepare_timeout bounds all attempts; unset, or longer
   // than the job timeout, it is the job timeout.
   const SteadyClock::duration job_timeout = job_deadline_ - start_;
@@ -1828,8 +1997,6 @@ JobResult RunnerEmulator::Job::Run() {
     }
   }
   prepare_deadline_ = start_ + prepare_timeout;
-  // Read once, before the preparation, and bad values reported together.
-  settings_ = ReadSettings();
   if (!settings_.errors.empty()) {
     for (size_t i = 0; i < settings_.errors.size(); ++i) {
       Log(absl::StrCat(i == 0 ? "WARNING: " : "", settings_.errors[i]));

@@ -23,12 +23,17 @@ struct RunnerConfig {
   std::string name = "gdt-ci-local";
   std::string url = "http://gitlab.local";
   std::string runner_short_token = "gdtlocal";
+  // The "system ID" of the job log's header; empty: the one a runner on
+  // this machine derives from its machine ID.
+  std::string system_id;
   std::string builds_dir;  // Both may be overridden by config_exec.
   std::string cache_dir;
   std::string shell = "bash";            // Only bash is supported.
   std::vector<std::string> environment;  // "KEY=VALUE", as in config.toml.
-  int concurrent_id = 0;                 // CI_CONCURRENT_ID.
-  int concurrent_project_id = 0;         // CI_CONCURRENT_PROJECT_ID.
+  // [runners.feature_flags]: these win over the job's FF_ variables.
+  std::map<std::string, bool, std::less<>> feature_flags;
+  int concurrent_id = 0;          // CI_CONCURRENT_ID.
+  int concurrent_project_id = 0;  // CI_CONCURRENT_PROJECT_ID.
 
   // [runners.custom]
   std::string config_exec;

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -160,6 +161,79 @@ TEST_F(RunnerEmulatorTest, CallsStagesInRunnerOrder) {
   EXPECT_EQ(result.calls[4].argv[1], "run");
   EXPECT_THAT(result.calls[4].argv[2], HasSubstr("/script"));
   EXPECT_EQ(result.calls[4].argv[3], "build_script");
+}
+
+// The job log's header and CI_RUNNER_VERSION / CI_RUNNER_REVISION name the
+// same runner: the release run-local follows, with a revision of its own;
+// the system ID is the one a runner derives from this machine's ID.
+TEST_F(RunnerEmulatorTest, HeaderNamesTheRunnerReleaseItFollows) {
+  options_.job.steps = {
+      {"script",
+       {"echo \"version=$CI_RUNNER_VERSION ($CI_RUNNER_REVISION)\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  ASSERT_GE(log_lines_.size(), 2u);
+  EXPECT_EQ(log_lines_[0], "Running with gitlab-runner 19.3.0 (gdtlocal)");
+  EXPECT_THAT(log_lines_, Contains("version=19.3.0 (gdtlocal)"));
+  std::string machine_id = ReadTextFile("/var/lib/dbus/machine-id");
+  if (machine_id.empty()) machine_id = ReadTextFile("/etc/machine-id");
+  while (!machine_id.empty() && machine_id.back() == '\n') {
+    machine_id.pop_back();
+  }
+  if (!machine_id.empty()) {
+    EXPECT_EQ(log_lines_[1],
+              "  on gdt-ci-local gdtlocal, system ID: s_" +
+                  HmacSha256Hex(machine_id, "gitlab-runner").substr(0, 12));
+  } else {
+    EXPECT_THAT(
+        log_lines_[1],
+        ::testing::MatchesRegex(
+            "  on gdt-ci-local gdtlocal, system ID: r_[A-Za-z0-9]{12}"));
+  }
+
+  options_.config.system_id = "s_0123456789ab";
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_GE(log_lines_.size(), 2u);
+  EXPECT_EQ(log_lines_[1],
+            "  on gdt-ci-local gdtlocal, system ID: s_0123456789ab");
+}
+
+// Every feature flag of the runner reaches the job, with its default or
+// its resolved value: config.toml's first, then the job's variable when it
+// is a Go bool (a bad one is reported, twice, as the runner does); the
+// header names the flags that differ from their defaults.
+TEST_F(RunnerEmulatorTest, FeatureFlagsReachTheJobAsTheRunnerResolvesThem) {
+  options_.config.feature_flags = {{"FF_USE_FASTZIP", true}};
+  options_.job.variables.push_back({"FF_USE_FASTZIP", "false"});
+  options_.job.variables.push_back({"FF_SCRIPT_SECTIONS", "1"});
+  options_.job.variables.push_back({"FF_TIMESTAMPS", "nope"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"flags=$FF_USE_FASTZIP $FF_SCRIPT_SECTIONS $FF_TIMESTAMPS "
+        "$FF_USE_DIRECT_DOWNLOAD $FF_NETWORK_PER_BUILD\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("flags=true true true true false"));
+  EXPECT_THAT(log_lines_, Contains("  feature flags: FF_USE_FASTZIP:true, "
+                                   "FF_SCRIPT_SECTIONS:true"));
+  const std::string bad =
+      "FF_TIMESTAMPS: could not parse feature flag, expected bool, got nope";
+  EXPECT_EQ(
+      std::count(log_lines_.begin(), log_lines_.end(), "WARNING: " + bad) +
+          std::count(log_lines_.begin(), log_lines_.end(), bad),
+      2)
+      << Log();
+  // The executor sees them too.
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_FF_USE_DIRECT_DOWNLOAD=true\n"));
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_FF_SCRIPT_SECTIONS=true\n"));
 }
 
 TEST_F(RunnerEmulatorTest, JobLogShowsCommandsAndOutputButNotCleanup) {
