@@ -173,6 +173,8 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
                       &config.environment),
           ReadDuration(*runner, source, "runners.", "prepare_timeout",
                        &config.prepare_timeout),
+          ReadDuration(*runner, source, "runners.", "get_sources_timeout",
+                       &config.get_sources_timeout),
           ReadFeatureFlags(*runner, source, &config.feature_flags)}) {
       if (!s.ok()) return s;
     }

@@ -59,6 +59,11 @@ TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
       ParseRunnerConfigToml(head + "\"1m30s\"" + tail, "c.toml", "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->prepare_timeout, seconds(90));
+  config = ParseRunnerConfigToml(
+      "[[runners]]\nexecutor = \"custom\"\nget_sources_timeout = \"2m\"" + tail,
+      "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->get_sources_timeout, seconds(120));
 
   EXPECT_THAT(ParseRunnerConfigToml(head + "90" + tail, "c.toml", "")
                   .status()

@@ -1794,27 +1794,64 @@ void RunnerEmulator::Job::RunStages() {
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
+  // get_sources_timeout: one deadline for all get_sources attempts and
+  // clear_worktree, from now on; unset, or longer than the job timeout, it
+  // is the job timeout (with a warning in the runner's own log).
+  const SteadyClock::duration job_timeout = job_deadline_ - start_;
+  SteadyClock::duration sources_timeout = job_timeout;
+  if (config_.get_sources_timeout > milliseconds(0)) {
+    if (config_.get_sources_timeout > job_timeout) {
+      Diagnose("warn", absl::StrCat("get_sources_timeout (",
+                                    FormatSeconds(config_.get_sources_timeout),
+                                    ") exceeds job timeout (",
+                                    FormatSeconds(job_timeout),
+                                    "); using job timeout"));
+    } else {
+      sources_timeout = config_.get_sources_timeout;
+    }
+  }
+  const TimePoint sources_deadline =
+      Earlier(job_deadline_, SteadyClock::now() + sources_timeout);
+  // Past it (and not past the job's own deadline), the job ends as a
+  // job_execution_timeout at once: no later stage but cleanup_exec runs.
+  const auto sources_timed_out = [&] {
+    return sources_deadline < job_deadline_ &&
+           SteadyClock::now() >= sources_deadline;
+  };
+  const Failure sources_timeout_failure{
+      FailureKind::kTimeout, 0,
+      absl::StrCat("get sources timeout: exceeded timeout of ",
+                   FormatSeconds(sources_timeout))};
   const int attempts = settings_.get_sources_attempts;
   Failure before_steps;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
-    if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
-      return Fail(StopFailure(JobContextStop()), "");
+    if (attempt > 1) {
+      const bool paused = PauseUnlessStopped(std::min<milliseconds>(
+          config_.stage_retry_interval,
+          std::chrono::duration_cast<milliseconds>(sources_deadline -
+                                                   SteadyClock::now())));
+      if (sources_timed_out()) return Fail(sources_timeout_failure, "");
+      if (!paused) return Fail(StopFailure(JobContextStop()), "");
     }
     // The runner clears the work tree once, before the second attempt.
     if (attempt == 2) {
       Failure cleared =
           RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
                    /*export_variables=*/true, /*cd_project=*/false,
-                   job_deadline_, job_stop);
+                   sources_deadline, job_stop);
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+      if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       (void)cleared;
     }
     before_steps = RunStage("get_sources", GetSourcesBody(),
                             /*export_variables=*/true, /*cd_project=*/false,
-                            job_deadline_, job_stop);
-    if (before_steps.ok() || interrupted()) break;
+                            sources_deadline, job_stop);
+    if (before_steps.ok() || interrupted() || sources_timed_out()) break;
   }
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  if (!before_steps.ok() && sources_timed_out()) {
+    return Fail(sources_timeout_failure, "");
+  }
 
   const bool has_dependency_artifacts = std::any_of(
       options_.job.dependencies.begin(), options_.job.dependencies.end(),

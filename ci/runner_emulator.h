@@ -53,6 +53,10 @@ struct RunnerConfig {
   // attempt and the prepare_script stage together. Zero, or longer than the
   // job timeout: the job timeout.
   std::chrono::milliseconds prepare_timeout{0};
+  // `[[runners]] get_sources_timeout`: one deadline for every get_sources
+  // attempt (and clear_worktree) together. Zero, or longer than the job
+  // timeout: the job timeout.
+  std::chrono::milliseconds get_sources_timeout{0};
 
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};

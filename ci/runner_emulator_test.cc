@@ -625,6 +625,39 @@ TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
   EXPECT_TRUE(fs::is_empty(tmp_));
 }
 
+// get_sources_timeout bounds the get_sources stage: a hanging fetch is
+// stopped there, not at the job timeout, and the job ends at once as a
+// job_execution_timeout in the runner's words.
+TEST_F(RunnerEmulatorTest, GetSourcesTimeoutStopsAHangingGetSources) {
+  options_.config.get_sources_timeout = milliseconds(1500);
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  options_.config.force_kill_timeout = milliseconds(2000);
+  env_["FAKE_HANG_STAGE"] = "get_sources";
+  const auto start = std::chrono::steady_clock::now();
+
+  JobResult result = Run();
+
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: get sources timeout: exceeded timeout of 1.5s");
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "cleanup "));
+  EXPECT_TRUE(result.calls[3].killed);
+  EXPECT_LT(elapsed, std::chrono::seconds(30));  // The job allows 60 s.
+
+  // Longer than the job: the job timeout, with a warning of the runner's.
+  options_.config.get_sources_timeout = std::chrono::hours(2);
+  env_.erase("FAKE_HANG_STAGE");
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(diagnostics_,
+              Contains("warn: get_sources_timeout (2h0m0s) exceeds job "
+                       "timeout (1m0s); using job timeout"));
+}
+
 TEST_F(RunnerEmulatorTest, GracefulCancelDuringStepStillRunsAfterScript) {
   options_.config.graceful_kill_timeout = milliseconds(200);
   options_.config.force_kill_timeout = milliseconds(2000);
