@@ -634,6 +634,7 @@ class RunnerEmulator::Job {
   // is stopped meanwhile; false when it was.
   bool PauseUnlessStopped(std::chrono::milliseconds interval);
   std::string GetSourcesBody() const;
+  std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
   std::string FetchArguments() const;
   std::string StepBody(const gitlab::JobStep& step) const;
@@ -660,7 +661,11 @@ class RunnerEmulator::Job {
     int get_sources_attempts = 1;
     int artifact_download_attempts = 1;
     bool git_checkout = true;  // GIT_CHECKOUT.
-    bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
+    // GIT_SUBMODULE_STRATEGY: none, normal, recursive, or invalid (an
+    // unknown value, which fails get_sources).
+    std::string git_submodule_strategy = "none";
+    int64_t git_submodule_depth = 0;  // GIT_SUBMODULE_DEPTH.
+    bool debug_trace = false;         // CI_DEBUG_TRACE: the scripts trace.
     bool after_script_ignore_errors = true;
     // By name: config.toml's [runners.feature_flags], else the job's
     // variable when it is a Go bool, else the default.
@@ -1254,36 +1259,9 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
 }
 
 RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
+  // In the runner's order (its settings validation, then the clamping of
+  // the attempt counts, then the feature flags): the warning lists them so.
   JobSettings settings;
-  const std::string strategy = Setting("GIT_STRATEGY").value_or("");
-  if (strategy == "clone" || strategy == "fetch" || strategy == "none" ||
-      strategy == "empty") {
-    settings.git_strategy = strategy;
-  } else if (!strategy.empty()) {
-    settings.errors.push_back(absl::StrCat(
-        "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
-        "got \"",
-        strategy, "\", using default value '", settings.git_strategy, "'"));
-  }
-  // An integer as Go's strconv.ParseInt reads it, then taken into 1..10.
-  const auto attempts = [&](const char* key, int* value) {
-    const std::string text = Setting(key).value_or("");
-    if (text.empty()) return;
-    const std::optional<int64_t> parsed = ParseGoInt(text);
-    if (!parsed.has_value()) {
-      settings.errors.push_back(
-          absl::StrCat(key, ": expected int got \"", text,
-                       "\", using default value: ", *value));
-      return;
-    }
-    const int64_t clamped = std::clamp<int64_t>(*parsed, 1, 10);
-    if (clamped != *parsed) {
-      settings.errors.push_back(absl::StrCat(
-          key, ": number of attempts out of the range [1, 10], clamping to: ",
-          clamped));
-    }
-    *value = static_cast<int>(clamped);
-  };
   // A bool as Go's strconv.ParseBool reads it.
   const auto flag = [&](const char* key, bool* value) {
     const std::string text = Setting(key).value_or("");
@@ -1296,11 +1274,85 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
                        "\", using default value: ", *value ? "true" : "false"));
     }
   };
+  // An integer as Go's strconv.ParseInt reads it.
+  const auto integer = [&](const char* key, int64_t* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    if (const std::optional<int64_t> parsed = ParseGoInt(text)) {
+      *value = *parsed;
+    } else {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected int got \"", text,
+                       "\", using default value: ", *value));
+    }
+  };
+  // Settings run-local reads only to warn as the runner does.
+  bool debug_services = false;
+  bool lfs_skip_smudge = false;
+  bool submodule_force_https = false;
+  int64_t submodule_depth = options_.job.depth;
+  int64_t get_sources_attempts = 1;
+  int64_t artifact_download_attempts = 1;
+  int64_t restore_cache_attempts = 1;
+  int64_t job_section_attempts = 1;
+  int64_t secrets_attempts = 1;
+  int64_t cache_request_timeout = 10;
+
+  flag("CI_DEBUG_SERVICES", &debug_services);
   flag("CI_DEBUG_TRACE", &settings.debug_trace);
+  const std::string strategy = Setting("GIT_STRATEGY").value_or("");
+  if (strategy == "clone" || strategy == "fetch" || strategy == "none" ||
+      strategy == "empty") {
+    settings.git_strategy = strategy;
+  } else if (!strategy.empty()) {
+    settings.errors.push_back(absl::StrCat(
+        "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
+        "got \"",
+        strategy, "\", using default value '", settings.git_strategy, "'"));
+  }
   flag("GIT_CHECKOUT", &settings.git_checkout);
-  attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
-  attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
+  const std::string submodules = Setting("GIT_SUBMODULE_STRATEGY").value_or("");
+  if (submodules.empty()) {
+    settings.git_submodule_strategy = "none";
+  } else if (submodules == "normal" || submodules == "recursive" ||
+             submodules == "none") {
+    settings.git_submodule_strategy = submodules;
+  } else {
+    settings.git_submodule_strategy = "invalid";
+    settings.errors.push_back(absl::StrCat(
+        "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or "
+        "'none' got \"",
+        submodules, "\""));
+  }
+  integer("GIT_SUBMODULE_DEPTH", &submodule_depth);
+  flag("GIT_LFS_SKIP_SMUDGE", &lfs_skip_smudge);
+  flag("GIT_SUBMODULE_FORCE_HTTPS", &submodule_force_https);
+  integer("GET_SOURCES_ATTEMPTS", &get_sources_attempts);
+  integer("ARTIFACT_DOWNLOAD_ATTEMPTS", &artifact_download_attempts);
+  integer("RESTORE_CACHE_ATTEMPTS", &restore_cache_attempts);
+  integer("EXECUTOR_JOB_SECTION_ATTEMPTS", &job_section_attempts);
+  integer("SECRETS_RETRIEVAL_ATTEMPTS", &secrets_attempts);
   flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
+  integer("CACHE_REQUEST_TIMEOUT", &cache_request_timeout);
+  // The attempt counts, taken into 1..10.
+  const auto clamp = [&](const char* key, int64_t* value) {
+    const int64_t clamped = std::clamp<int64_t>(*value, 1, 10);
+    if (clamped != *value) {
+      settings.errors.push_back(absl::StrCat(
+          key, ": number of attempts out of the range [1, 10], clamping to: ",
+          clamped));
+    }
+    *value = clamped;
+  };
+  clamp("EXECUTOR_JOB_SECTION_ATTEMPTS", &job_section_attempts);
+  clamp("GET_SOURCES_ATTEMPTS", &get_sources_attempts);
+  clamp("ARTIFACT_DOWNLOAD_ATTEMPTS", &artifact_download_attempts);
+  clamp("RESTORE_CACHE_ATTEMPTS", &restore_cache_attempts);
+  clamp("SECRETS_RETRIEVAL_ATTEMPTS", &secrets_attempts);
+  settings.git_submodule_depth = submodule_depth;
+  settings.get_sources_attempts = static_cast<int>(get_sources_attempts);
+  settings.artifact_download_attempts =
+      static_cast<int>(artifact_download_attempts);
   // Feature flags: config.toml's value wins, then the job's variable when
   // Go reads it as a bool. The runner 19.3 resolves them twice while
   // reading the settings, so a bad value is reported twice.
@@ -1398,6 +1450,24 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
       "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
       "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
       "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
+// What the runner's get_sources says of submodules after the sources, for
+// every GIT_STRATEGY. run-local does not update them: the checkout's files
+// are what the job gets.
+std::string RunnerEmulator::Job::SubmodulesBody() const {
+  const std::string& strategy = settings_.git_submodule_strategy;
+  if (strategy != "normal" && strategy != "recursive") {
+    return "echo 'Skipping Git submodules setup'\n";
+  }
+  const int64_t depth = settings_.git_submodule_depth;
+  const std::string notice = absl::StrCat(
+      "Updating/initializing submodules",
+      strategy == "recursive" ? " recursively" : "",
+      depth > 0 ? absl::StrCat(" with git depth set to ", depth) : "", "...");
+  return absl::StrCat("echo ", ShellQuote(notice), "\n",
+                      "echo 'WARNING: run-local does not update submodules; "
+                      "the job gets the files of the checkout'\n");
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {
@@ -1843,9 +1913,14 @@ void RunnerEmulator::Job::RunStages() {
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       (void)cleared;
     }
-    before_steps = RunStage("get_sources", GetSourcesBody(),
-                            /*export_variables=*/true, /*cd_project=*/false,
-                            sources_deadline, job_stop);
+    // An unknown GIT_SUBMODULE_STRATEGY: the runner cannot write the
+    // stage's script, a system failure, and run_exec is not called.
+    before_steps =
+        settings_.git_submodule_strategy == "invalid"
+            ? Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"}
+            : RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+                       /*export_variables=*/true, /*cd_project=*/false,
+                       sources_deadline, job_stop);
     if (before_steps.ok() || interrupted() || sources_timed_out()) break;
   }
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");

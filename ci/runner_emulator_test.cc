@@ -1106,6 +1106,71 @@ TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_, Contains("tags=v2.0 ")) << Log();
 }
 
+// The runner checks more of the job's settings than run-local uses, and
+// warns of each bad one, in its order: the settings first, then the
+// attempt counts it takes into 1..10.
+TEST_F(RunnerEmulatorTest, SettingsAreCheckedInTheRunnersOrder) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "0"});
+  options_.job.variables.push_back({"EXECUTOR_JOB_SECTION_ATTEMPTS", "20"});
+  options_.job.variables.push_back({"RESTORE_CACHE_ATTEMPTS", "abc"});
+  options_.job.variables.push_back({"GIT_LFS_SKIP_SMUDGE", "yes"});
+  options_.job.variables.push_back({"CI_DEBUG_SERVICES", "x"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "WARNING: CI_DEBUG_SERVICES: expected bool got \"x\", using default "
+      "value: false",
+      "GIT_LFS_SKIP_SMUDGE: expected bool got \"yes\", using default value: "
+      "false",
+      "RESTORE_CACHE_ATTEMPTS: expected int got \"abc\", using default "
+      "value: 1",
+      "EXECUTOR_JOB_SECTION_ATTEMPTS: number of attempts out of the range "
+      "[1, 10], clamping to: 10",
+      "GET_SOURCES_ATTEMPTS: number of attempts out of the range [1, 10], "
+      "clamping to: 1"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected[0]);
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(log_lines_.end() - first, 5) << Log();
+  EXPECT_EQ(std::vector<std::string>(first, first + 5), expected);
+}
+
+// After the sources, get_sources says what it does with submodules; a
+// GIT_SUBMODULE_STRATEGY the runner does not know is warned about and
+// fails get_sources as a system failure before run_exec is called.
+TEST_F(RunnerEmulatorTest, SubmoduleStrategyIsReadAsTheRunnerReadsIt) {
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping Git submodules setup"));
+
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  options_.job.variables.push_back({"GIT_SUBMODULE_DEPTH", "3"});
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Updating/initializing submodules "
+                                   "recursively with git depth set to 3..."));
+
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "deep"});
+  log_lines_.clear();
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): unknown GIT_SUBMODULE_STRATEGY");
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GIT_SUBMODULE_STRATEGY: expected either "
+                       "'normal', 'recursive' or 'none' got \"deep\""));
+  const std::vector<std::string> calls = Calls(result);
+  EXPECT_THAT(calls, Not(Contains("run get_sources")));
+  EXPECT_THAT(calls, Not(Contains("run build_script")));
+  EXPECT_THAT(calls, Contains("run upload_artifacts_on_failure"));
+}
+
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
   options_.job.variables.push_back({"NO", "false"});
   options_.job.variables.push_back({"AFTER_SCRIPT_IGNORE_ERRORS", "$NO"});
