@@ -1,6 +1,7 @@
 #include "ci/runner_config.h"
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -96,6 +97,29 @@ absl::Status ReadDuration(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
+// `[runners.feature_flags]`: a table of booleans, as gitlab-runner reads it.
+absl::Status ReadFeatureFlags(const toml::table& runner,
+                              const std::string& source,
+                              std::map<std::string, bool, std::less<>>* out) {
+  const toml::node* node = runner.get("feature_flags");
+  if (node == nullptr) return absl::OkStatus();
+  const toml::table* table = node->as_table();
+  if (table == nullptr) {
+    return WrongType(source, "runners.feature_flags", "a table of booleans");
+  }
+  for (const auto& [key, value] : *table) {
+    const std::optional<bool> flag = value.value<bool>();
+    if (!value.is_boolean() || !flag.has_value()) {
+      return WrongType(
+          source,
+          absl::StrCat("runners.feature_flags.", std::string(key.str())),
+          "a boolean");
+    }
+    (*out)[std::string(key.str())] = *flag;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
@@ -148,7 +172,10 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
           ReadStrings(*runner, source, "runners.", "environment",
                       &config.environment),
           ReadDuration(*runner, source, "runners.", "prepare_timeout",
-                       &config.prepare_timeout)}) {
+                       &config.prepare_timeout),
+          ReadDuration(*runner, source, "runners.", "get_sources_timeout",
+                       &config.get_sources_timeout),
+          ReadFeatureFlags(*runner, source, &config.feature_flags)}) {
       if (!s.ok()) return s;
     }
     if (config.shell.empty()) config.shell = shell_before;

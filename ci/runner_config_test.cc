@@ -27,6 +27,30 @@ TEST(RunnerConfigTest, ReadsTheExampleConfigToml) {
   EXPECT_EQ(config->prepare_timeout, seconds(7200));
 }
 
+TEST(RunnerConfigTest, FeatureFlagsAreATableOfBooleans) {
+  const std::string head = "[[runners]]\nexecutor = \"custom\"\n";
+  const std::string tail = "[runners.custom]\nrun_exec = \"x\"\n";
+  absl::StatusOr<RunnerConfig> config = ParseRunnerConfigToml(
+      head +
+          "[runners.feature_flags]\nFF_SCRIPT_SECTIONS = true\n"
+          "FF_TIMESTAMPS = false\n" +
+          tail,
+      "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(
+      config->feature_flags,
+      ElementsAre(
+          std::pair<const std::string, bool>("FF_SCRIPT_SECTIONS", true),
+          std::pair<const std::string, bool>("FF_TIMESTAMPS", false)));
+
+  EXPECT_THAT(ParseRunnerConfigToml(
+                  head + "[runners.feature_flags]\nFF_X = \"yes\"\n" + tail,
+                  "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("runners.feature_flags.FF_X"));
+}
+
 TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
   const std::string head =
       "[[runners]]\nexecutor = \"custom\"\nprepare_timeout = ";
@@ -35,6 +59,11 @@ TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
       ParseRunnerConfigToml(head + "\"1m30s\"" + tail, "c.toml", "");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->prepare_timeout, seconds(90));
+  config = ParseRunnerConfigToml(
+      "[[runners]]\nexecutor = \"custom\"\nget_sources_timeout = \"2m\"" + tail,
+      "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->get_sources_timeout, seconds(120));
 
   EXPECT_THAT(ParseRunnerConfigToml(head + "90" + tail, "c.toml", "")
                   .status()

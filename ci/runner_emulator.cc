@@ -27,6 +27,7 @@
 #include "ci/dotenv.h"
 #include "ci/go_duration.h"
 #include "common/logging.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -46,8 +47,90 @@ constexpr milliseconds kDefaultAfterScriptTimeout{5 * 60 * 1000};
 constexpr int kPreparationAttempts = 3;
 constexpr int kBuildFailureExitCode = 1;
 constexpr int kSystemFailureExitCode = 2;
-constexpr char kRunnerVersion[] = "17.9.0";
+// The runner release whose behaviour run-local follows
+// (docs/gitlab-runner-protocol.md); the revision says it is not a build of
+// gitlab-runner.
+constexpr char kRunnerVersion[] = "19.3.0";
 constexpr char kRunnerRevision[] = "gdtlocal";
+
+// The runner's feature flags, in its order, with their defaults: every job
+// gets each one as a variable.
+struct FeatureFlag {
+  const char* name;
+  bool default_value;
+};
+constexpr FeatureFlag kFeatureFlags[] = {
+    {"FF_TEST_FEATURE", false},
+    {"FF_NETWORK_PER_BUILD", false},
+    {"FF_USE_LEGACY_KUBERNETES_EXECUTION_STRATEGY", false},
+    {"FF_USE_DIRECT_DOWNLOAD", true},
+    {"FF_USE_FASTZIP", false},
+    {"FF_DISABLE_UMASK_FOR_DOCKER_EXECUTOR", false},
+    {"FF_ENABLE_BASH_EXIT_CODE_CHECK", false},
+    {"FF_USE_WINDOWS_LEGACY_PROCESS_STRATEGY", false},
+    {"FF_USE_LEGACY_BASH_EVAL", false},
+    {"FF_USE_POWERSHELL_PATH_RESOLVER", false},
+    {"FF_USE_DYNAMIC_TRACE_FORCE_SEND_INTERVAL", false},
+    {"FF_SCRIPT_SECTIONS", false},
+    {"FF_ENABLE_JOB_CLEANUP", false},
+    {"FF_KUBERNETES_HONOR_ENTRYPOINT", false},
+    {"FF_POSIXLY_CORRECT_ESCAPES", false},
+    {"FF_RESOLVE_FULL_TLS_CHAIN", false},
+    {"FF_DISABLE_POWERSHELL_STDIN", false},
+    {"FF_USE_POD_ACTIVE_DEADLINE_SECONDS", true},
+    {"FF_USE_ADVANCED_POD_SPEC_CONFIGURATION", false},
+    {"FF_SECRET_RESOLVING_FAILS_IF_MISSING", true},
+    {"FF_PRINT_POD_EVENTS", false},
+    {"FF_USE_GIT_BUNDLE_URIS", true},
+    {"FF_USE_GIT_NATIVE_CLONE", false},
+    {"FF_USE_DUMB_INIT_WITH_KUBERNETES_EXECUTOR", false},
+    {"FF_USE_INIT_WITH_DOCKER_EXECUTOR", false},
+    {"FF_LOG_IMAGES_CONFIGURED_FOR_JOB", false},
+    {"FF_USE_DOCKER_AUTOSCALER_DIAL_STDIO", true},
+    {"FF_CLEAN_UP_FAILED_CACHE_EXTRACT", false},
+    {"FF_USE_WINDOWS_JOB_OBJECT", false},
+    {"FF_TIMESTAMPS", true},
+    {"FF_DISABLE_AUTOMATIC_TOKEN_ROTATION", false},
+    {"FF_USE_LEGACY_GCS_CACHE_ADAPTER", false},
+    {"FF_DISABLE_UMASK_FOR_KUBERNETES_EXECUTOR", false},
+    {"FF_USE_LEGACY_S3_CACHE_ADAPTER", false},
+    {"FF_GIT_URLS_WITHOUT_TOKENS", false},
+    {"FF_WAIT_FOR_POD_TO_BE_REACHABLE", false},
+    {"FF_MASK_ALL_DEFAULT_TOKENS", true},
+    {"FF_EXPORT_HIGH_CARDINALITY_METRICS", false},
+    {"FF_USE_FLEETING_ACQUIRE_HEARTBEATS", false},
+    {"FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY", true},
+    {"FF_USE_ADAPTIVE_REQUEST_CONCURRENCY", true},
+    {"FF_USE_GITALY_CORRELATION_ID", true},
+    {"FF_USE_GIT_PROACTIVE_AUTH", false},
+    {"FF_HASH_CACHE_KEYS", false},
+    {"FF_ENABLE_JOB_INPUTS_INTERPOLATION", true},
+    {"FF_USE_JOB_ROUTER", false},
+    {"FF_SCRIPT_TO_STEP_MIGRATION", false},
+    {"FF_USE_PARALLEL_CACHE_TRANSFER", false},
+    {"FF_USE_PARALLEL_ARTIFACT_TRANSFER", false},
+    {"FF_CONCRETE", false},
+    {"FF_SUSPENDABLE_ENVIRONMENTS", false},
+    {"FF_USE_NATIVE_CONTAINER_STOP", false},
+};
+
+bool IsFeatureFlag(std::string_view key) {
+  return std::any_of(std::begin(kFeatureFlags), std::end(kFeatureFlags),
+                     [key](const FeatureFlag& f) { return key == f.name; });
+}
+
+// Go's strconv.ParseBool.
+std::optional<bool> ParseGoBool(std::string_view text) {
+  if (text == "1" || text == "t" || text == "T" || text == "true" ||
+      text == "TRUE" || text == "True") {
+    return true;
+  }
+  if (text == "0" || text == "f" || text == "F" || text == "false" ||
+      text == "FALSE" || text == "False") {
+    return false;
+  }
+  return std::nullopt;
+}
 
 milliseconds OrDefault(milliseconds value, milliseconds fallback) {
   return value.count() > 0 ? value : fallback;
@@ -298,6 +381,32 @@ void FinishKillInBackground(std::unique_ptr<Subprocess> child,
   }).detach();
 }
 
+// The system ID a runner on this machine gives itself: "s_" and the first
+// 12 hex digits of the HMAC-SHA256 of "gitlab-runner" under the machine ID
+// (D-Bus's file first, then systemd's); without one, "r_" and 12 random
+// letters and digits.
+std::string MachineSystemId() {
+  for (const char* path : {"/var/lib/dbus/machine-id", "/etc/machine-id"}) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string id(absl::StripAsciiWhitespace(text.str()));
+    if (in && !id.empty()) {
+      return "s_" + HmacSha256Hex(id, "gitlab-runner").substr(0, 12);
+    }
+  }
+  static constexpr char kCharset[] =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  std::string id = "r_";
+  const absl::StatusOr<std::string> random = NewSecretToken();
+  for (size_t i = 0; i < 12; ++i) {
+    const unsigned value =
+        random.ok() ? std::stoul(random->substr(2 * i, 2), nullptr, 16) : i;
+    id.push_back(kCharset[value % (sizeof(kCharset) - 1)]);
+  }
+  return id;
+}
+
 }  // namespace
 
 std::string_view JobStatusName(JobStatus status) {
@@ -476,18 +585,26 @@ class RunnerEmulator::Job {
                            FormatSeconds(prepare_deadline_ - start_))};
     }
     if (reason == StopReason::kDeadline) {
+      // The runner prints the timeout as a Go duration, and then "seconds".
       return {FailureKind::kTimeout, 0,
-              absl::StrCat("execution took longer than ", job_timeout_seconds_,
-                           " seconds")};
+              absl::StrCat(
+                  "execution took longer than ",
+                  FormatSeconds(std::chrono::seconds(job_timeout_seconds_)),
+                  " seconds")};
     }
     return {FailureKind::kCancel, 0, "canceled"};
   }
 
-  // Variables and environment, as the runner builds them.
-  std::vector<Variable> Variables() const;
+  // Variables and environment, as the runner builds them: the feature flags
+  // as resolved (the job's own FF_ variables left out), or, for reading the
+  // job's settings, the flags' defaults with every job variable after them.
+  std::vector<Variable> Variables(bool for_settings = false) const;
   // The expanded value of variable `key` (a file variable's content), as the
   // runner's settings read it; nullopt when undefined.
   std::optional<std::string> Setting(std::string_view key) const;
+  // The feature flags that differ from their defaults, as the header shows
+  // them ("FF_X:true, FF_Y:false"); "" when none does.
+  std::string FeatureFlagInfo() const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
 
   // Runs one exec the way the runner spawns and kills it. `stop` is polled
@@ -517,7 +634,9 @@ class RunnerEmulator::Job {
   // is stopped meanwhile; false when it was.
   bool PauseUnlessStopped(std::chrono::milliseconds interval);
   std::string GetSourcesBody() const;
+  std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
+  std::string FetchArguments() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
@@ -542,8 +661,15 @@ class RunnerEmulator::Job {
     int get_sources_attempts = 1;
     int artifact_download_attempts = 1;
     bool git_checkout = true;  // GIT_CHECKOUT.
-    bool debug_trace = false;  // CI_DEBUG_TRACE: the scripts trace.
+    // GIT_SUBMODULE_STRATEGY: none, normal, recursive, or invalid (an
+    // unknown value, which fails get_sources).
+    std::string git_submodule_strategy = "none";
+    int64_t git_submodule_depth = 0;  // GIT_SUBMODULE_DEPTH.
+    bool debug_trace = false;         // CI_DEBUG_TRACE: the scripts trace.
     bool after_script_ignore_errors = true;
+    // By name: config.toml's [runners.feature_flags], else the job's
+    // variable when it is a Go bool, else the default.
+    std::map<std::string, bool, std::less<>> feature_flags;
     std::vector<std::string> errors;
   };
   JobSettings ReadSettings() const;
@@ -581,21 +707,26 @@ class RunnerEmulator::Job {
   bool builds_dir_is_shared_ = false;
 };
 
-std::vector<Variable> RunnerEmulator::Job::Variables() const {
+std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
   std::vector<Variable> vars;
   const auto add = [&vars](std::string key, std::string value) {
     vars.push_back({std::move(key), std::move(value), false});
   };
-  add("FF_NETWORK_PER_BUILD", "false");
-  add("FF_USE_FASTZIP", "false");
-  add("FF_SCRIPT_SECTIONS", "false");
-  add("FF_USE_NEW_BASH_EVAL_STRATEGY", "false");
+  // Build.GetAllVariables: every feature flag first, as resolved.
+  for (const FeatureFlag& flag : kFeatureFlags) {
+    bool value = flag.default_value;
+    if (!for_settings) {
+      const auto it = settings_.feature_flags.find(flag.name);
+      if (it != settings_.feature_flags.end()) value = it->second;
+    }
+    add(flag.name, value ? "true" : "false");
+  }
+  add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   for (const std::string& entry : config_.environment) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos) continue;
     add(entry.substr(0, eq), entry.substr(eq + 1));
   }
-  add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   add("CI_BUILDS_DIR",
       builds_dir_.empty() || project_dir_.empty() ? "" : builds_dir_);
   add("CI_PROJECT_DIR", project_dir_);
@@ -608,6 +739,8 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   add("CI_JOB_STATUS", "running");
   add("CI_JOB_TIMEOUT", std::to_string(job_timeout_seconds_));
   for (const gitlab::JobVariable& v : options_.job.variables) {
+    // The job's feature flags count only through their resolved values.
+    if (!for_settings && IsFeatureFlag(v.key)) continue;
     vars.push_back({v.key, v.value, v.file, v.raw});
   }
   add("CI_SHARED_ENVIRONMENT", "true");
@@ -629,9 +762,23 @@ std::vector<Variable> RunnerEmulator::Job::Variables() const {
   return expanded;
 }
 
+std::string RunnerEmulator::Job::FeatureFlagInfo() const {
+  std::vector<std::string> changed;
+  for (const FeatureFlag& flag : kFeatureFlags) {
+    const auto it = settings_.feature_flags.find(flag.name);
+    if (it == settings_.feature_flags.end() ||
+        it->second == flag.default_value) {
+      continue;
+    }
+    changed.push_back(
+        absl::StrCat(flag.name, ":", it->second ? "true" : "false"));
+  }
+  return absl::StrJoin(changed, ", ");
+}
+
 std::optional<std::string> RunnerEmulator::Job::Setting(
     std::string_view key) const {
-  const std::vector<Variable> vars = Variables();
+  const std::vector<Variable> vars = Variables(/*for_settings=*/true);
   for (auto it = vars.rbegin(); it != vars.rend(); ++it) {
     if (it->key == key) return it->value;
   }
@@ -1112,7 +1259,47 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
 }
 
 RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
+  // In the runner's order (its settings validation, then the clamping of
+  // the attempt counts, then the feature flags): the warning lists them so.
   JobSettings settings;
+  // A bool as Go's strconv.ParseBool reads it.
+  const auto flag = [&](const char* key, bool* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    if (const std::optional<bool> parsed = ParseGoBool(text)) {
+      *value = *parsed;
+    } else {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected bool got \"", text,
+                       "\", using default value: ", *value ? "true" : "false"));
+    }
+  };
+  // An integer as Go's strconv.ParseInt reads it.
+  const auto integer = [&](const char* key, int64_t* value) {
+    const std::string text = Setting(key).value_or("");
+    if (text.empty()) return;
+    if (const std::optional<int64_t> parsed = ParseGoInt(text)) {
+      *value = *parsed;
+    } else {
+      settings.errors.push_back(
+          absl::StrCat(key, ": expected int got \"", text,
+                       "\", using default value: ", *value));
+    }
+  };
+  // Settings run-local reads only to warn as the runner does.
+  bool debug_services = false;
+  bool lfs_skip_smudge = false;
+  bool submodule_force_https = false;
+  int64_t submodule_depth = options_.job.depth;
+  int64_t get_sources_attempts = 1;
+  int64_t artifact_download_attempts = 1;
+  int64_t restore_cache_attempts = 1;
+  int64_t job_section_attempts = 1;
+  int64_t secrets_attempts = 1;
+  int64_t cache_request_timeout = 10;
+
+  flag("CI_DEBUG_SERVICES", &debug_services);
+  flag("CI_DEBUG_TRACE", &settings.debug_trace);
   const std::string strategy = Setting("GIT_STRATEGY").value_or("");
   if (strategy == "clone" || strategy == "fetch" || strategy == "none" ||
       strategy == "empty") {
@@ -1123,46 +1310,74 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
         "got \"",
         strategy, "\", using default value '", settings.git_strategy, "'"));
   }
-  // An integer as Go's strconv.ParseInt reads it, then taken into 1..10.
-  const auto attempts = [&](const char* key, int* value) {
-    const std::string text = Setting(key).value_or("");
-    if (text.empty()) return;
-    const std::optional<int64_t> parsed = ParseGoInt(text);
-    if (!parsed.has_value()) {
-      settings.errors.push_back(
-          absl::StrCat(key, ": expected int got \"", text,
-                       "\", using default value: ", *value));
-      return;
-    }
-    const int64_t clamped = std::clamp<int64_t>(*parsed, 1, 10);
-    if (clamped != *parsed) {
+  flag("GIT_CHECKOUT", &settings.git_checkout);
+  const std::string submodules = Setting("GIT_SUBMODULE_STRATEGY").value_or("");
+  if (submodules.empty()) {
+    settings.git_submodule_strategy = "none";
+  } else if (submodules == "normal" || submodules == "recursive" ||
+             submodules == "none") {
+    settings.git_submodule_strategy = submodules;
+  } else {
+    settings.git_submodule_strategy = "invalid";
+    settings.errors.push_back(absl::StrCat(
+        "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or "
+        "'none' got \"",
+        submodules, "\""));
+  }
+  integer("GIT_SUBMODULE_DEPTH", &submodule_depth);
+  flag("GIT_LFS_SKIP_SMUDGE", &lfs_skip_smudge);
+  flag("GIT_SUBMODULE_FORCE_HTTPS", &submodule_force_https);
+  integer("GET_SOURCES_ATTEMPTS", &get_sources_attempts);
+  integer("ARTIFACT_DOWNLOAD_ATTEMPTS", &artifact_download_attempts);
+  integer("RESTORE_CACHE_ATTEMPTS", &restore_cache_attempts);
+  integer("EXECUTOR_JOB_SECTION_ATTEMPTS", &job_section_attempts);
+  integer("SECRETS_RETRIEVAL_ATTEMPTS", &secrets_attempts);
+  flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
+  integer("CACHE_REQUEST_TIMEOUT", &cache_request_timeout);
+  // The attempt counts, taken into 1..10.
+  const auto clamp = [&](const char* key, int64_t* value) {
+    const int64_t clamped = std::clamp<int64_t>(*value, 1, 10);
+    if (clamped != *value) {
       settings.errors.push_back(absl::StrCat(
           key, ": number of attempts out of the range [1, 10], clamping to: ",
           clamped));
     }
-    *value = static_cast<int>(clamped);
+    *value = clamped;
   };
-  // A bool as Go's strconv.ParseBool reads it.
-  const auto flag = [&](const char* key, bool* value) {
-    const std::string text = Setting(key).value_or("");
-    if (text.empty()) return;
-    if (text == "1" || text == "t" || text == "T" || text == "true" ||
-        text == "TRUE" || text == "True") {
-      *value = true;
-    } else if (text == "0" || text == "f" || text == "F" || text == "false" ||
-               text == "FALSE" || text == "False") {
-      *value = false;
+  clamp("EXECUTOR_JOB_SECTION_ATTEMPTS", &job_section_attempts);
+  clamp("GET_SOURCES_ATTEMPTS", &get_sources_attempts);
+  clamp("ARTIFACT_DOWNLOAD_ATTEMPTS", &artifact_download_attempts);
+  clamp("RESTORE_CACHE_ATTEMPTS", &restore_cache_attempts);
+  clamp("SECRETS_RETRIEVAL_ATTEMPTS", &secrets_attempts);
+  settings.git_submodule_depth = submodule_depth;
+  settings.get_sources_attempts = static_cast<int>(get_sources_attempts);
+  settings.artifact_download_attempts =
+      static_cast<int>(artifact_download_attempts);
+  // Feature flags: config.toml's value wins, then the job's variable when
+  // Go reads it as a bool. The runner 19.3 resolves them twice while
+  // reading the settings, so a bad value is reported twice.
+  std::vector<std::string> flag_errors;
+  for (const FeatureFlag& ff : kFeatureFlags) {
+    bool value = ff.default_value;
+    if (const auto it = config_.feature_flags.find(ff.name);
+        it != config_.feature_flags.end()) {
+      value = it->second;
     } else {
-      settings.errors.push_back(
-          absl::StrCat(key, ": expected bool got \"", text,
-                       "\", using default value: ", *value ? "true" : "false"));
+      const std::string raw = Setting(ff.name).value_or("");
+      if (const std::optional<bool> parsed = ParseGoBool(raw)) {
+        value = *parsed;
+      } else {
+        flag_errors.push_back(absl::StrCat(
+            ff.name, ": could not parse feature flag, expected bool, got ",
+            raw));
+      }
     }
-  };
-  flag("CI_DEBUG_TRACE", &settings.debug_trace);
-  flag("GIT_CHECKOUT", &settings.git_checkout);
-  attempts("GET_SOURCES_ATTEMPTS", &settings.get_sources_attempts);
-  attempts("ARTIFACT_DOWNLOAD_ATTEMPTS", &settings.artifact_download_attempts);
-  flag("AFTER_SCRIPT_IGNORE_ERRORS", &settings.after_script_ignore_errors);
+    settings.feature_flags[ff.name] = value;
+  }
+  for (int i = 0; i < 2; ++i) {
+    settings.errors.insert(settings.errors.end(), flag_errors.begin(),
+                           flag_errors.end());
+  }
   return settings;
 }
 
@@ -1192,6 +1407,22 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
   return *parsed == std::chrono::nanoseconds(0) ? fallback : *parsed;
 }
 
+// The arguments of the fetch from the checkout in "$src": like the
+// runner's fetch of GitLab's refspecs, the commit lands as the ref's remote
+// branch, tags that point into what was fetched come along, and without a
+// depth (the whole history) every tag does.
+std::string RunnerEmulator::Job::FetchArguments() const {
+  const std::string& ref = options_.job.ref.empty() ? "HEAD" : options_.job.ref;
+  return absl::StrCat(
+      options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
+                             : "",
+      // The checkout may belong to another account than the job's: its
+      // upload-pack (which gets no -c of ours) is told it is safe.
+      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
+      ShellQuote("+HEAD:refs/remotes/origin/" + ref),
+      options_.job.depth > 0 ? "" : " '+refs/tags/*:refs/tags/*'");
+}
+
 // After the copy of a git checkout: the project directory becomes a git
 // repository at the job's commit (HEAD detached there, fetched from the
 // checkout with the job's depth), as the runner's fetch and checkout leave
@@ -1202,9 +1433,6 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
   if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
     return "";
   }
-  const std::string depth = options_.job.depth > 0
-                                ? absl::StrCat(" --depth ", options_.job.depth)
-                                : "";
   return absl::StrCat(
       "  echo ",
       ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
@@ -1212,17 +1440,34 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
                               ")...")),
       "\n", "  sha=", ShellQuote(sha), "\n",
       "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      // The checkout may belong to another account than the job's: its
-      // upload-pack (which gets no -c of ours) is told it is safe.
-      "      git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags", depth,
-      " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" HEAD "
-      "&&\n",
-      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse FETCH_HEAD)\" = ",
-      "\"$sha\" ] &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " &&\n",
+      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
+      ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
+                                                          ? "HEAD"
+                                                          : options_.job.ref)),
+      ")\" = \"$sha\" ] &&\n",
       "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
       "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
       "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
       "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
+// What the runner's get_sources says of submodules after the sources, for
+// every GIT_STRATEGY. run-local does not update them: the checkout's files
+// are what the job gets.
+std::string RunnerEmulator::Job::SubmodulesBody() const {
+  const std::string& strategy = settings_.git_submodule_strategy;
+  if (strategy != "normal" && strategy != "recursive") {
+    return "echo 'Skipping Git submodules setup'\n";
+  }
+  const int64_t depth = settings_.git_submodule_depth;
+  const std::string notice = absl::StrCat(
+      "Updating/initializing submodules",
+      strategy == "recursive" ? " recursively" : "",
+      depth > 0 ? absl::StrCat(" with git depth set to ", depth) : "", "...");
+  return absl::StrCat("echo ", ShellQuote(notice), "\n",
+                      "echo 'WARNING: run-local does not update submodules; "
+                      "the job gets the files of the checkout'\n");
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {
@@ -1257,11 +1502,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
         "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
         "--is-inside-work-tree >/dev/null 2>&1; then\n",
         "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch -q --no-tags",
-        options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
-                               : "",
-        " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
-        ShellQuote("HEAD:refs/remotes/origin/" + options_.job.ref), " ||\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " ||\n",
         "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
         "fi\n", "echo 'Skipping Git checkout'\n");
     return body;
@@ -1558,10 +1799,11 @@ void RunnerEmulator::Job::Fail(const Failure& failure,
           absl::StrCat("Job failed (system failure): ", failure.message);
       return;
     case FailureKind::kConfig:
+      // The runner's configuration error, which GitLab knows as a reason of
+      // its own; only system failures say "(system failure)".
       result_.status = JobStatus::kFailed;
-      result_.failure_reason = "config_error";
-      result_.message =
-          absl::StrCat("Job failed (system failure): ", failure.message);
+      result_.failure_reason = "runner_configuration_error";
+      result_.message = absl::StrCat("Job failed: ", failure.message);
       return;
     case FailureKind::kTimeout:
       result_.status = JobStatus::kFailed;
@@ -1612,30 +1854,79 @@ void RunnerEmulator::Job::RunStages() {
       job_stop);
   // The runner's prepare context ends with the prepare_script stage.
   preparing_ = false;
+  if (failure.kind == FailureKind::kSystem) {
+    // The runner's words for a prepare_script that could not run.
+    failure.message =
+        absl::StrCat("prepare environment: ", failure.message,
+                     ". Check https://docs.gitlab.com/runner/shells/"
+                     "#shell-profile-loading for more information");
+  }
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
   Log("Getting source from Git repository");
+  // get_sources_timeout: one deadline for all get_sources attempts and
+  // clear_worktree, from now on; unset, or longer than the job timeout, it
+  // is the job timeout (with a warning in the runner's own log).
+  const SteadyClock::duration job_timeout = job_deadline_ - start_;
+  SteadyClock::duration sources_timeout = job_timeout;
+  if (config_.get_sources_timeout > milliseconds(0)) {
+    if (config_.get_sources_timeout > job_timeout) {
+      Diagnose("warn", absl::StrCat("get_sources_timeout (",
+                                    FormatSeconds(config_.get_sources_timeout),
+                                    ") exceeds job timeout (",
+                                    FormatSeconds(job_timeout),
+                                    "); using job timeout"));
+    } else {
+      sources_timeout = config_.get_sources_timeout;
+    }
+  }
+  const TimePoint sources_deadline =
+      Earlier(job_deadline_, SteadyClock::now() + sources_timeout);
+  // Past it (and not past the job's own deadline), the job ends as a
+  // job_execution_timeout at once: no later stage but cleanup_exec runs.
+  const auto sources_timed_out = [&] {
+    return sources_deadline < job_deadline_ &&
+           SteadyClock::now() >= sources_deadline;
+  };
+  const Failure sources_timeout_failure{
+      FailureKind::kTimeout, 0,
+      absl::StrCat("get sources timeout: exceeded timeout of ",
+                   FormatSeconds(sources_timeout))};
   const int attempts = settings_.get_sources_attempts;
   Failure before_steps;
   for (int attempt = 1; attempt <= attempts; ++attempt) {
-    if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
-      return Fail(StopFailure(JobContextStop()), "");
+    if (attempt > 1) {
+      const bool paused = PauseUnlessStopped(std::min<milliseconds>(
+          config_.stage_retry_interval,
+          std::chrono::duration_cast<milliseconds>(sources_deadline -
+                                                   SteadyClock::now())));
+      if (sources_timed_out()) return Fail(sources_timeout_failure, "");
+      if (!paused) return Fail(StopFailure(JobContextStop()), "");
     }
     // The runner clears the work tree once, before the second attempt.
     if (attempt == 2) {
       Failure cleared =
           RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
                    /*export_variables=*/true, /*cd_project=*/false,
-                   job_deadline_, job_stop);
+                   sources_deadline, job_stop);
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+      if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       (void)cleared;
     }
-    before_steps = RunStage("get_sources", GetSourcesBody(),
-                            /*export_variables=*/true, /*cd_project=*/false,
-                            job_deadline_, job_stop);
-    if (before_steps.ok() || interrupted()) break;
+    // An unknown GIT_SUBMODULE_STRATEGY: the runner cannot write the
+    // stage's script, a system failure, and run_exec is not called.
+    before_steps =
+        settings_.git_submodule_strategy == "invalid"
+            ? Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"}
+            : RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+                       /*export_variables=*/true, /*cd_project=*/false,
+                       sources_deadline, job_stop);
+    if (before_steps.ok() || interrupted() || sources_timed_out()) break;
   }
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  if (!before_steps.ok() && sources_timed_out()) {
+    return Fail(sources_timeout_failure, "");
+  }
 
   const bool has_dependency_artifacts = std::any_of(
       options_.job.dependencies.begin(), options_.job.dependencies.end(),
@@ -1788,26 +2079,36 @@ void RunnerEmulator::Job::RunStages() {
 JobResult RunnerEmulator::Job::Run() {
   start_ = SteadyClock::now();
   job_deadline_ = start_ + std::chrono::seconds(job_timeout_seconds_);
-  Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion,
-                   " (gdt-ci run-local emulation)"));
-  Log(absl::StrCat("  on ", config_.name, " ", config_.runner_short_token));
+  // The runner's header: its version line (name, version, revision), then
+  // the runner's name, short token and system ID.
+  Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion, " (",
+                   kRunnerRevision, ")"));
+  Log(absl::StrCat(
+      "  on ", config_.name, " ", config_.runner_short_token, ", system ID: ",
+      config_.system_id.empty() ? MachineSystemId() : config_.system_id));
+  // Read once, before the preparation; bad values are reported together
+  // below.
+  settings_ = ReadSettings();
+  if (const std::string flags = FeatureFlagInfo(); !flags.empty()) {
+    Log(absl::StrCat("  feature flags: ", flags));
+  }
   // Like the runner: prepare_timeout bounds all attempts; unset, or longer
   // than the job timeout, it is the job timeout.
   const SteadyClock::duration job_timeout = job_deadline_ - start_;
   SteadyClock::duration prepare_timeout = job_timeout;
   if (config_.prepare_timeout > milliseconds(0)) {
     if (config_.prepare_timeout > job_timeout) {
-      Log(absl::StrCat("WARNING: prepare_timeout (",
-                       FormatSeconds(config_.prepare_timeout),
-                       ") exceeds job timeout (", FormatSeconds(job_timeout),
-                       "); using job timeout"));
+      // The runner's own log, not the job's.
+      Diagnose("warn", absl::StrCat("prepare_timeout (",
+                                    FormatSeconds(config_.prepare_timeout),
+                                    ") exceeds job timeout (",
+                                    FormatSeconds(job_timeout),
+                                    "); using job timeout"));
     } else {
       prepare_timeout = config_.prepare_timeout;
     }
   }
   prepare_deadline_ = start_ + prepare_timeout;
-  // Read once, before the preparation, and bad values reported together.
-  settings_ = ReadSettings();
   if (!settings_.errors.empty()) {
     for (size_t i = 0; i < settings_.errors.size(); ++i) {
       Log(absl::StrCat(i == 0 ? "WARNING: " : "", settings_.errors[i]));

@@ -23,12 +23,17 @@ struct RunnerConfig {
   std::string name = "gdt-ci-local";
   std::string url = "http://gitlab.local";
   std::string runner_short_token = "gdtlocal";
+  // The "system ID" of the job log's header; empty: the one a runner on
+  // this machine derives from its machine ID.
+  std::string system_id;
   std::string builds_dir;  // Both may be overridden by config_exec.
   std::string cache_dir;
   std::string shell = "bash";            // Only bash is supported.
   std::vector<std::string> environment;  // "KEY=VALUE", as in config.toml.
-  int concurrent_id = 0;                 // CI_CONCURRENT_ID.
-  int concurrent_project_id = 0;         // CI_CONCURRENT_PROJECT_ID.
+  // [runners.feature_flags]: these win over the job's FF_ variables.
+  std::map<std::string, bool, std::less<>> feature_flags;
+  int concurrent_id = 0;          // CI_CONCURRENT_ID.
+  int concurrent_project_id = 0;  // CI_CONCURRENT_PROJECT_ID.
 
   // [runners.custom]
   std::string config_exec;
@@ -48,6 +53,10 @@ struct RunnerConfig {
   // attempt and the prepare_script stage together. Zero, or longer than the
   // job timeout: the job timeout.
   std::chrono::milliseconds prepare_timeout{0};
+  // `[[runners]] get_sources_timeout`: one deadline for every get_sources
+  // attempt (and clear_worktree) together. Zero, or longer than the job
+  // timeout: the job timeout.
+  std::chrono::milliseconds get_sources_timeout{0};
 
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};
@@ -102,7 +111,7 @@ struct JobResult {
   JobStatus status = JobStatus::kFailed;
   // GitLab's failure reason: "" on success, script_failure,
   // runner_system_failure, job_execution_timeout, runner_interrupted,
-  // config_error; "" when canceled.
+  // runner_configuration_error; "" when canceled.
   std::string failure_reason;
   int exit_code = 0;  // The script's code for script_failure; else the exec's.
   std::string message;  // The "ERROR: Job failed..." text, "" on success.

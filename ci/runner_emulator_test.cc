@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/strings/str_split.h"
+#include "common/secret.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -160,6 +161,79 @@ TEST_F(RunnerEmulatorTest, CallsStagesInRunnerOrder) {
   EXPECT_EQ(result.calls[4].argv[1], "run");
   EXPECT_THAT(result.calls[4].argv[2], HasSubstr("/script"));
   EXPECT_EQ(result.calls[4].argv[3], "build_script");
+}
+
+// The job log's header and CI_RUNNER_VERSION / CI_RUNNER_REVISION name the
+// same runner: the release run-local follows, with a revision of its own;
+// the system ID is the one a runner derives from this machine's ID.
+TEST_F(RunnerEmulatorTest, HeaderNamesTheRunnerReleaseItFollows) {
+  options_.job.steps = {
+      {"script",
+       {"echo \"version=$CI_RUNNER_VERSION ($CI_RUNNER_REVISION)\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  ASSERT_GE(log_lines_.size(), 2u);
+  EXPECT_EQ(log_lines_[0], "Running with gitlab-runner 19.3.0 (gdtlocal)");
+  EXPECT_THAT(log_lines_, Contains("version=19.3.0 (gdtlocal)"));
+  std::string machine_id = ReadTextFile("/var/lib/dbus/machine-id");
+  if (machine_id.empty()) machine_id = ReadTextFile("/etc/machine-id");
+  while (!machine_id.empty() && machine_id.back() == '\n') {
+    machine_id.pop_back();
+  }
+  if (!machine_id.empty()) {
+    EXPECT_EQ(log_lines_[1],
+              "  on gdt-ci-local gdtlocal, system ID: s_" +
+                  HmacSha256Hex(machine_id, "gitlab-runner").substr(0, 12));
+  } else {
+    EXPECT_THAT(
+        log_lines_[1],
+        ::testing::MatchesRegex(
+            "  on gdt-ci-local gdtlocal, system ID: r_[A-Za-z0-9]{12}"));
+  }
+
+  options_.config.system_id = "s_0123456789ab";
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_GE(log_lines_.size(), 2u);
+  EXPECT_EQ(log_lines_[1],
+            "  on gdt-ci-local gdtlocal, system ID: s_0123456789ab");
+}
+
+// Every feature flag of the runner reaches the job, with its default or
+// its resolved value: config.toml's first, then the job's variable when it
+// is a Go bool (a bad one is reported, twice, as the runner does); the
+// header names the flags that differ from their defaults.
+TEST_F(RunnerEmulatorTest, FeatureFlagsReachTheJobAsTheRunnerResolvesThem) {
+  options_.config.feature_flags = {{"FF_USE_FASTZIP", true}};
+  options_.job.variables.push_back({"FF_USE_FASTZIP", "false"});
+  options_.job.variables.push_back({"FF_SCRIPT_SECTIONS", "1"});
+  options_.job.variables.push_back({"FF_TIMESTAMPS", "nope"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"flags=$FF_USE_FASTZIP $FF_SCRIPT_SECTIONS $FF_TIMESTAMPS "
+        "$FF_USE_DIRECT_DOWNLOAD $FF_NETWORK_PER_BUILD\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("flags=true true true true false"));
+  EXPECT_THAT(log_lines_, Contains("  feature flags: FF_USE_FASTZIP:true, "
+                                   "FF_SCRIPT_SECTIONS:true"));
+  const std::string bad =
+      "FF_TIMESTAMPS: could not parse feature flag, expected bool, got nope";
+  EXPECT_EQ(
+      std::count(log_lines_.begin(), log_lines_.end(), "WARNING: " + bad) +
+          std::count(log_lines_.begin(), log_lines_.end(), bad),
+      2)
+      << Log();
+  // The executor sees them too.
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_FF_USE_DIRECT_DOWNLOAD=true\n"));
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_FF_SCRIPT_SECTIONS=true\n"));
 }
 
 TEST_F(RunnerEmulatorTest, JobLogShowsCommandsAndOutputButNotCleanup) {
@@ -397,7 +471,11 @@ TEST_F(RunnerEmulatorTest, PrepareTimeoutLongerThanTheJobIsTheJobTimeout) {
   JobResult result = Run();
 
   EXPECT_EQ(result.status, JobStatus::kSuccess) << result.message;
-  EXPECT_THAT(Log(), HasSubstr("exceeds job timeout"));
+  // A warning of the runner's own log, not of the job's.
+  EXPECT_THAT(Log(), Not(HasSubstr("exceeds job timeout")));
+  EXPECT_THAT(diagnostics_,
+              Contains("warn: prepare_timeout (100h0m0s) exceeds job timeout "
+                       "(1m0s); using job timeout"));
 }
 
 TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
@@ -480,15 +558,42 @@ TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
   EXPECT_THAT(result.message, HasSubstr("error while parsing JSON output"));
 }
 
+// The runner's configuration error has a failure reason of its own, and,
+// not being a system failure, its final line says only "Job failed".
 TEST_F(RunnerEmulatorTest, MissingBuildsDirIsAConfigError) {
   options_.config.builds_dir.clear();
 
   JobResult result = Run();
 
-  EXPECT_EQ(result.failure_reason, "config_error");
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
   EXPECT_EQ(result.attempts, 1);
-  EXPECT_THAT(result.message, HasSubstr("the builds_dir is not configured"));
+  EXPECT_EQ(result.message, "Job failed: the builds_dir is not configured");
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: the builds_dir is not configured");
   EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+}
+
+// A prepare_script the executor could not run is a system failure in the
+// runner's words, pointing at shell profiles.
+TEST_F(RunnerEmulatorTest, PrepareScriptSystemFailureNamesThePrepareStage) {
+  const std::string wrapper = dir_.path() + "/fail-prepare-script";
+  WriteTextFile(wrapper,
+                "#!/usr/bin/env bash\n"
+                "if [ \"${@: -1}\" = prepare_script ]; then\n"
+                "  exit \"$SYSTEM_FAILURE_EXIT_CODE\"\n"
+                "fi\n"
+                "exec " +
+                    options_.config.run_exec + " \"$@\"\n",
+                0755);
+  options_.config.run_exec = wrapper;
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): prepare environment: exit status 2. "
+            "Check https://docs.gitlab.com/runner/shells/"
+            "#shell-profile-loading for more information");
 }
 
 TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
@@ -505,6 +610,9 @@ TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
   const auto elapsed = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(result.status, JobStatus::kFailed);
   EXPECT_EQ(result.failure_reason, "job_execution_timeout");
+  // The runner prints the job timeout as a Go duration.
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: execution took longer than 8s seconds");
   EXPECT_THAT(Calls(result),
               ElementsAre("config ", "prepare ", "run prepare_script",
                           "run get_sources", "run build_script", "cleanup "));
@@ -515,6 +623,39 @@ TEST_F(RunnerEmulatorTest, HangingStageIsTerminatedThenKilledAtJobTimeout) {
   EXPECT_GE(elapsed, milliseconds(8300));
   EXPECT_LT(elapsed, milliseconds(20000));
   EXPECT_TRUE(fs::is_empty(tmp_));
+}
+
+// get_sources_timeout bounds the get_sources stage: a hanging fetch is
+// stopped there, not at the job timeout, and the job ends at once as a
+// job_execution_timeout in the runner's words.
+TEST_F(RunnerEmulatorTest, GetSourcesTimeoutStopsAHangingGetSources) {
+  options_.config.get_sources_timeout = milliseconds(1500);
+  options_.config.graceful_kill_timeout = milliseconds(200);
+  options_.config.force_kill_timeout = milliseconds(2000);
+  env_["FAKE_HANG_STAGE"] = "get_sources";
+  const auto start = std::chrono::steady_clock::now();
+
+  JobResult result = Run();
+
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: get sources timeout: exceeded timeout of 1.5s");
+  EXPECT_THAT(Calls(result),
+              ElementsAre("config ", "prepare ", "run prepare_script",
+                          "run get_sources", "cleanup "));
+  EXPECT_TRUE(result.calls[3].killed);
+  EXPECT_LT(elapsed, std::chrono::seconds(30));  // The job allows 60 s.
+
+  // Longer than the job: the job timeout, with a warning of the runner's.
+  options_.config.get_sources_timeout = std::chrono::hours(2);
+  env_.erase("FAKE_HANG_STAGE");
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(diagnostics_,
+              Contains("warn: get_sources_timeout (2h0m0s) exceeds job "
+                       "timeout (1m0s); using job timeout"));
 }
 
 TEST_F(RunnerEmulatorTest, GracefulCancelDuringStepStillRunsAfterScript) {
@@ -907,6 +1048,127 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   EXPECT_THAT(log_lines_, Not(Contains("model.py")));
   EXPECT_THAT(log_lines_, Contains("commit"));
   EXPECT_THAT(log_lines_, Contains(sha));
+}
+
+// The runner's fetch brings the tags that point into the fetched history
+// (all of them when the whole history is fetched), so `git describe` works
+// in a job; a tag below the depth is not fetched.
+TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     project,
+                                     "-c",
+                                     "user.name=Ada",
+                                     "-c",
+                                     "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    output.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success();
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"tag", "-a", "v1.0", "-m", "one"})) << output;
+  WriteTextFile(project + "/model.py", "print('edited')\n");
+  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 0;
+  options_.job.steps = {
+      {"script", {"echo \"described=$(git describe --abbrev=8)\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("described=v1.0-1-g" + sha.substr(0, 8)))
+      << Log();
+
+  // With a depth, only the tags on the fetched commits come along.
+  ASSERT_TRUE(git({"tag", "-a", "v2.0", "-m", "two"})) << output;
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.depth = 1;
+  options_.job.steps = {{"script",
+                         {"echo \"described=$(git describe)\"",
+                          "echo \"tags=$(git tag -l | tr '\\n' ' ')\""}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("described=v2.0")) << Log();
+  EXPECT_THAT(log_lines_, Contains("tags=v2.0 ")) << Log();
+}
+
+// The runner checks more of the job's settings than run-local uses, and
+// warns of each bad one, in its order: the settings first, then the
+// attempt counts it takes into 1..10.
+TEST_F(RunnerEmulatorTest, SettingsAreCheckedInTheRunnersOrder) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "0"});
+  options_.job.variables.push_back({"EXECUTOR_JOB_SECTION_ATTEMPTS", "20"});
+  options_.job.variables.push_back({"RESTORE_CACHE_ATTEMPTS", "abc"});
+  options_.job.variables.push_back({"GIT_LFS_SKIP_SMUDGE", "yes"});
+  options_.job.variables.push_back({"CI_DEBUG_SERVICES", "x"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "WARNING: CI_DEBUG_SERVICES: expected bool got \"x\", using default "
+      "value: false",
+      "GIT_LFS_SKIP_SMUDGE: expected bool got \"yes\", using default value: "
+      "false",
+      "RESTORE_CACHE_ATTEMPTS: expected int got \"abc\", using default "
+      "value: 1",
+      "EXECUTOR_JOB_SECTION_ATTEMPTS: number of attempts out of the range "
+      "[1, 10], clamping to: 10",
+      "GET_SOURCES_ATTEMPTS: number of attempts out of the range [1, 10], "
+      "clamping to: 1"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected[0]);
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(log_lines_.end() - first, 5) << Log();
+  EXPECT_EQ(std::vector<std::string>(first, first + 5), expected);
+}
+
+// After the sources, get_sources says what it does with submodules; a
+// GIT_SUBMODULE_STRATEGY the runner does not know is warned about and
+// fails get_sources as a system failure before run_exec is called.
+TEST_F(RunnerEmulatorTest, SubmoduleStrategyIsReadAsTheRunnerReadsIt) {
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping Git submodules setup"));
+
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  options_.job.variables.push_back({"GIT_SUBMODULE_DEPTH", "3"});
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Updating/initializing submodules "
+                                   "recursively with git depth set to 3..."));
+
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "deep"});
+  log_lines_.clear();
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): unknown GIT_SUBMODULE_STRATEGY");
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: GIT_SUBMODULE_STRATEGY: expected either "
+                       "'normal', 'recursive' or 'none' got \"deep\""));
+  const std::vector<std::string> calls = Calls(result);
+  EXPECT_THAT(calls, Not(Contains("run get_sources")));
+  EXPECT_THAT(calls, Not(Contains("run build_script")));
+  EXPECT_THAT(calls, Contains("run upload_artifacts_on_failure"));
 }
 
 TEST_F(RunnerEmulatorTest, SettingsReadExpandedValues) {
