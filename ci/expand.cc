@@ -3206,6 +3206,13 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       if (one.documents.size() > 1 && FindEntry(one.documents[0], "spec")) {
         one.documents.erase(one.documents.begin());
       }
+      if (lint) {
+        // GitLab checks an included file as it checks the main one.
+        std::vector<bool> visited(one.tree->node_count());
+        for (const YamlNode& root : one.documents) {
+          FindDuplicateKeys(root, 0, &visited, &at);
+        }
+      }
       included.push_back(std::move(one));
     }
     if (!result.ok()) return result;

@@ -2363,5 +2363,21 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
   EXPECT_LT(gdt::testing::ThreadCpuTime() - start, std::chrono::seconds(1));
 }
 
+TEST_F(IncludeTest, DuplicateKeysInAnIncludedFileAreErrorsThere) {
+  Write("ci/build.yml",
+        "build:\n  script: [make]\n  variables: {A: \"1\"}\n"
+        "  variables: {B: \"2\"}\n");
+  const std::string main = "include: ci/build.yml\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_THAT(Lines(lint)[0],
+              ::testing::StartsWith("ci/build.yml:4:3: duplicate key "
+                                    "'variables' (first at line 3)"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
