@@ -2465,5 +2465,122 @@ TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
   }
 }
 
+TEST_F(IncludeTest, RulesOfAnIncludeDecideWhetherItIsRead) {
+  Write("ci/gpu.yml", "gpu:\n  script: [x]\n");
+  Write("ci/cpu.yml", "cpu:\n  script: [x]\n");
+  Write("ci/docs.yml", "docs:\n  script: [x]\n");
+  Write("ci/branch.yml", "branch:\n  script: [x]\n");
+  Write("Dockerfile", "FROM scratch\n");
+  const std::string main =
+      "variables:\n  TARGET: gpu\n"
+      "include:\n"
+      "  - local: ci/gpu.yml\n    rules:\n      - if: $TARGET == \"gpu\"\n"
+      "  - local: ci/cpu.yml\n    rules:\n      - if: $TARGET == \"cpu\"\n"
+      "  - local: ci/docs.yml\n    rules:\n      - exists: [Dockerfile]\n"
+      "        when: never\n      - when: always\n"
+      "  - local: ci/branch.yml\n    rules:\n"
+      "      - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "build:\n  script: [x]\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  std::vector<std::string> read;
+  for (const CiIncludedFile& file : includes.files) read.push_back(file.path);
+  // The pipeline's own variables decide only in the pipeline: read.
+  EXPECT_THAT(read, ElementsAre("ci/gpu.yml", "ci/branch.yml"));
+  const CiIncludes bad = Includes(
+      "include:\n  - local: ci/gpu.yml\n    rules:\n      - when: manual\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_THAT(bad.errors[0].message, HasSubstr("include: rules[0]"));
+}
+
+TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n"
+        "    nodes:\n      type: number\n"
+        "    gpu:\n      type: boolean\n      default: false\n"
+        "    tags:\n      type: array\n      default: [a100]\n"
+        "    mode:\n      options: [fast, full]\n      default: fast\n"
+        "    version:\n      regex: ^v\\d+$\n      default: v1\n"
+        "---\n"
+        "\"train-$[[ inputs.mode ]]\":\n"
+        "  stage: $[[ inputs.stage ]]\n"
+        "  parallel: $[[ inputs.nodes ]]\n"
+        "  tags: $[[ inputs.tags ]]\n"
+        "  interruptible: $[[ inputs.gpu ]]\n"
+        "  script:\n"
+        "    - echo \"$[[ inputs.version | truncate(1,5) ]] é\" $[[ "
+        "inputs.stage | expand_vars ]]\n"
+        "    - |\n      run $[[ inputs.mode ]]\n      done\n"
+        "  variables: {V: \"$[[ inputs.version ]]\"}\n");
+  const std::string main =
+      "variables:\n  WHERE: eu\n"
+      "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 4\n"
+      "      stage: deploy-$WHERE\n      mode: full\n"
+      "  - local: ci/train.yml\n    inputs: {nodes: 2}\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  // Included twice with other inputs: two files.
+  ASSERT_EQ(includes.files.size(), 2u);
+  const YAML::Node full = YAML::LoadAll(includes.files[0].text).at(1);
+  const YAML::Node job = full["train-full"];
+  ASSERT_TRUE(job) << includes.files[0].text;
+  EXPECT_EQ(job["stage"].as<std::string>(), "deploy-$WHERE");
+  EXPECT_EQ(job["parallel"].as<int>(), 4);
+  EXPECT_EQ(job["parallel"].Tag(), "?");  // A number, not a string.
+  EXPECT_EQ(job["tags"][0].as<std::string>(), "a100");
+  EXPECT_EQ(job["interruptible"].as<std::string>(), "false");
+  EXPECT_EQ(job["script"][0].as<std::string>(), "echo \"1 é\" deploy-eu");
+  EXPECT_EQ(job["script"][1].as<std::string>(), "run full\ndone\n");
+  EXPECT_EQ(job["variables"]["V"].as<std::string>(), "v1");
+  // Lines stay where they were.
+  EXPECT_EQ(std::count(includes.files[0].text.begin(),
+                       includes.files[0].text.end(), '\n'),
+            30);
+  EXPECT_TRUE(YAML::LoadAll(includes.files[1].text).at(1)["train-fast"]);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok()) << Lines(lint)[0];
+
+  // What GitLab refuses, one line each at the include.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{nodes: 2, extra: 1}", "unknown input arguments: extra"},
+      {"{stage: x}", "`nodes` input: required value has not been provided"},
+      {"{nodes: two}", "`nodes` input: provided value is not a number"},
+      {"{nodes: 2, gpu: \"yes\"}",
+       "`gpu` input: provided value is not a boolean"},
+      {"{nodes: 2, mode: slow}",
+       "`mode` input: `slow` cannot be used because it is not in the list "
+       "of allowed options"},
+      {"{nodes: 2, version: \"2\"}",
+       "`version` input: provided value does not match required RegEx "
+       "pattern"},
+  };
+  for (const auto& [inputs, message] : cases) {
+    const CiIncludes refused = Includes(
+        "include:\n  - local: ci/train.yml\n    inputs: " + inputs + "\n");
+    ASSERT_EQ(refused.errors.size(), 1u) << inputs;
+    EXPECT_EQ(refused.errors[0].line, 2) << inputs;
+    EXPECT_THAT(refused.errors[0].message,
+                HasSubstr("include: 'ci/train.yml': " + message));
+  }
+  Write("ci/plain.yml", "plain:\n  script: [x]\n");
+  const CiIncludes headless =
+      Includes("include:\n  - local: ci/plain.yml\n    inputs: {a: 1}\n");
+  ASSERT_EQ(headless.errors.size(), 1u);
+  EXPECT_THAT(headless.errors[0].message,
+              HasSubstr("is given inputs but has no spec: inputs header"));
+  Write(
+      "ci/typo.yml",
+      "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+      "typo:\n  script: [\"$[[ inputs.b ]]\", \"$[[ inputs.a | upcase ]]\"]\n");
+  const CiIncludes typo = Includes("include: ci/typo.yml\n");
+  ASSERT_EQ(typo.errors.size(), 1u);
+  EXPECT_EQ(typo.errors[0].file, "ci/typo.yml");
+  EXPECT_EQ(typo.errors[0].line, 7);
+  EXPECT_THAT(typo.errors[0].message,
+              HasSubstr("unknown input name provided: `b`"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
