@@ -2580,6 +2580,23 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
   EXPECT_EQ(typo.errors[0].line, 7);
   EXPECT_THAT(typo.errors[0].message,
               HasSubstr("unknown input name provided: `b`"));
+  Write("ci/fn.yml",
+        "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+        "fn:\n  script: [\"$[[ inputs.a | upcase ]]\"]\n");
+  const CiIncludes function = Includes("include: ci/fn.yml\n");
+  ASSERT_EQ(function.errors.size(), 1u);
+  EXPECT_THAT(function.errors[0].message,
+              HasSubstr("unknown interpolation function `upcase`"));
+  // The matrix context is GitLab's to fill in later: kept.
+  Write(
+      "ci/matrix.yml",
+      "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+      "m:\n  script: [\"$[[ inputs.a ]]\"]\n"
+      "  needs: [{job: b, parallel: {matrix: [{A: \"$[[ matrix.A ]]\"}]}}]\n");
+  const CiIncludes matrix = Includes("include: ci/matrix.yml\n");
+  ASSERT_TRUE(matrix.ok()) << matrix.errors[0].message;
+  EXPECT_THAT(matrix.files.at(0).text, HasSubstr("\"$[[ matrix.A ]]\""));
+  EXPECT_THAT(matrix.files.at(0).text, HasSubstr("script: [\"x\"]"));
 }
 
 }  // namespace
