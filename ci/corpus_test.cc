@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ci/expand.h"
+#include "ci/include.h"
 #include "ci/inheritance.h"
 #include "ci/job_file.h"
 #include "ci/rules.h"
@@ -444,6 +445,52 @@ TEST(CorpusTest, EveryRulesListAndExpressionReads) {
     }
   }
   EXPECT_GE(expressions, 300u);
+}
+
+// GitLab's own gems: one template with a `spec: inputs:` header, included
+// sixteen times with another gem_name each, makes sixteen jobs and
+// templates with the names filled in.
+TEST(CorpusTest, AFileIncludedWithInputsIsFilledInEachTime) {
+  test::TempDir project;
+  const fs::path templates =
+      fs::path(project.path()) / ".gitlab/ci/templates/gem.gitlab-ci.yml";
+  fs::create_directories(templates.parent_path());
+  test::WriteTextFile(
+      templates.string(),
+      test::ReadTextFile(
+          kCorpus +
+          "/gitlabhq-gitlabhq--gitlab__ci__templates__gem.gitlab-ci.yml"));
+  const std::string main = test::ReadTextFile(
+      kCorpus + "/gitlabhq-gitlabhq--gitlab__ci__gitlab-gems.gitlab-ci.yml");
+  const CiIncludes includes = ReadLocalIncludes(
+      ".gitlab/ci/gitlab-gems.gitlab-ci.yml", main, project.path());
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  ASSERT_EQ(includes.files.size(), 16u);
+  std::vector<std::string> jobs;
+  for (const CiIncludedFile& file : includes.files) {
+    YamlError error;
+    const auto tree = YamlTree::Parse(file.text, &error);
+    ASSERT_TRUE(error.message.empty()) << error.message << "\n" << file.text;
+    ASSERT_EQ(tree->documents().size(), 2u);
+    const CiValue config = ToCiValue(tree->documents()[1]);
+    for (const auto& [name, value] : config.items()) {
+      if (name.rfind("gems ", 0) == 0) {
+        jobs.push_back(name);
+        EXPECT_EQ(value["extends"], ".gems:rules:" + name.substr(5));
+        EXPECT_EQ(value["trigger"]["include"],
+                  "gems/" + name.substr(5) + "/.gitlab-ci.yml");
+        const CiValue rules = config[".gems:rules:" + name.substr(5)]["rules"];
+        EXPECT_EQ(rules[0]["if"], "'true' != 'true'");
+      }
+    }
+  }
+  EXPECT_EQ(jobs.size(), 16u);
+  EXPECT_NE(std::find(jobs.begin(), jobs.end(), "gems gitlab-rspec"),
+            jobs.end());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok()) << FormatDiagnostic("main", lint.errors.at(0));
 }
 
 }  // namespace

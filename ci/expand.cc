@@ -2951,6 +2951,299 @@ bool MergesTopLevelBlockJob(const YamlNode& merged,
   return false;
 }
 
+// ---------------------------------------------------------------------.
+// The types GitLab's configuration schema gives the common job keywords.
+
+// What a keyword's value must be.
+enum class Want {
+  kString,       // A scalar.
+  kBool,         // true or false.
+  kStrings,      // A list of scalars.
+  kScript,       // A scalar, or a list of scalars and lists of them.
+  kMap,          // A mapping.
+  kList,         // A list.
+  kStringOrMap,  // A scalar or a mapping.
+  kBoolOrMap,    // true, false or a mapping.
+  kMapOrList,    // A mapping or a list.
+  kVariables,    // A mapping (of variables).
+  kAnyOf,        // One scalar of a fixed set (`choices`).
+};
+
+struct KeywordType {
+  std::string_view key;
+  Want want;
+  std::vector<std::string> choices = {};
+};
+
+// GitLab's words for each kind ("jobs:x:key config should be ...").
+std::string_view ShouldBe(const KeywordType& type) {
+  switch (type.want) {
+    case Want::kString:
+      return "a string";
+    case Want::kBool:
+      return "a boolean value";
+    case Want::kStrings:
+      return "an array of strings";
+    case Want::kScript:
+      return "a string or a nested array of strings up to 10 levels deep";
+    case Want::kMap:
+      return "a hash";
+    case Want::kList:
+      return "an array";
+    case Want::kStringOrMap:
+      return "a hash or a string";
+    case Want::kBoolOrMap:
+      return "a hash or a boolean value";
+    case Want::kMapOrList:
+      return "a hash or an array";
+    case Want::kVariables:
+      return "a hash of key value pairs";
+    case Want::kAnyOf:
+      return "";
+  }
+  return "";
+}
+
+// A value GitLab replaces before it checks types: a `!reference`, or a
+// scalar holding a CI/CD input (`$[[ inputs.x ]]`).
+bool FilledInLater(const YamlNode& node) {
+  return node.Tag() == "!reference" ||
+         (node.IsScalar() && node.Scalar().find("$[[") != std::string::npos);
+}
+
+bool IsYamlBool(const YamlNode& node) {
+  if (!IsPlain(node)) return node.Tag() == "tag:yaml.org,2002:bool";
+  // Ruby's YAML 1.1 reader: yes/no and on/off are booleans too.
+  static const std::set<std::string> kBools = {
+      "true", "True", "TRUE", "false", "False", "FALSE", "yes", "Yes", "YES",
+      "no",   "No",   "NO",   "on",    "On",    "ON",    "off", "Off", "OFF"};
+  return kBools.count(node.Scalar()) != 0;
+}
+
+bool IsStringItem(const YamlNode& node) {
+  return (node.IsScalar() && !IsYamlBool(node)) || FilledInLater(node);
+}
+
+bool ScriptLines(const YamlNode& node, int depth) {
+  if (IsStringItem(node)) return true;
+  if (!node.IsSequence() || depth > 10) return false;
+  for (const YamlNode& item : node) {
+    if (!ScriptLines(item, depth + 1)) return false;
+  }
+  return true;
+}
+
+bool HasType(const YamlNode& node, const KeywordType& type) {
+  switch (type.want) {
+    case Want::kString:
+      return node.IsScalar();
+    case Want::kBool:
+      return IsYamlBool(node);
+    case Want::kStrings:
+      if (!node.IsSequence()) return false;
+      for (const YamlNode& item : node) {
+        if (!IsStringItem(item)) return false;
+      }
+      return true;
+    case Want::kScript:
+      return ScriptLines(node, 0);
+    case Want::kMap:
+      return node.IsMap();
+    case Want::kList:
+      return node.IsSequence();
+    case Want::kStringOrMap:
+      return node.IsScalar() || node.IsMap();
+    case Want::kBoolOrMap:
+      return IsYamlBool(node) || node.IsMap();
+    case Want::kMapOrList:
+      return node.IsMap() || node.IsSequence();
+    case Want::kVariables:
+      return node.IsMap();
+    case Want::kAnyOf:
+      return node.IsScalar() && Contains(type.choices, node.Scalar());
+  }
+  return true;
+}
+
+// Checks the entries of `map` listed in `types`; `where` is GitLab's name
+// for the map ("jobs:build", "jobs:build:artifacts").
+void CheckTypes(const std::string& where, const YamlNode& map,
+                const std::vector<KeywordType>& types, Reporter* report) {
+  for (const KeywordType& type : types) {
+    const Entry e = FindEntry(map, type.key);
+    // An empty value unsets an inherited one.
+    if (!e || e.value.IsNull() || FilledInLater(e.value)) continue;
+    if (HasType(e.value, type)) continue;
+    const std::string should =
+        type.want == Want::kAnyOf
+            ? absl::StrCat("one of ", absl::StrJoin(type.choices, ", "))
+            : std::string(ShouldBe(type));
+    report->At(
+        e.value, e.key,
+        absl::StrCat(where, where.empty() ? "" : ":", std::string(type.key),
+                     " config should be ", should, ", not ", Describe(e.value),
+                     " (GitLab refuses the pipeline)"));
+  }
+}
+
+// The common keywords of job `job` (GitLab's ci.json schema): a value of
+// the wrong type makes GitLab refuse the whole pipeline.
+void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
+                          Reporter* report) {
+  static const std::vector<KeywordType> kJob = {
+      {"script", Want::kScript},
+      {"before_script", Want::kScript},
+      {"after_script", Want::kScript},
+      {"stage", Want::kString},
+      {"tags", Want::kStrings},
+      {"variables", Want::kVariables},
+      {"artifacts", Want::kMap},
+      {"cache", Want::kMapOrList},
+      {"needs", Want::kList},
+      {"dependencies", Want::kStrings},
+      {"rules", Want::kList},
+      {"image", Want::kStringOrMap},
+      {"services", Want::kList},
+      {"environment", Want::kStringOrMap},
+      {"allow_failure", Want::kBoolOrMap},
+      {"interruptible", Want::kBool},
+      {"timeout", Want::kString},
+      {"coverage", Want::kString},
+      {"resource_group", Want::kString},
+      {"inherit", Want::kMap},
+      {"id_tokens", Want::kMap},
+      {"secrets", Want::kMap},
+      {"hooks", Want::kMap},
+      {"when",
+       Want::kAnyOf,
+       {"on_success", "on_failure", "always", "manual", "delayed", "never"}},
+  };
+  static const std::vector<KeywordType> kArtifacts = {
+      {"paths", Want::kStrings},
+      {"exclude", Want::kStrings},
+      {"name", Want::kString},
+      {"expose_as", Want::kString},
+      {"expire_in", Want::kString},
+      {"untracked", Want::kBool},
+      {"public", Want::kBool},
+      {"reports", Want::kMap},
+      {"when", Want::kAnyOf, {"on_success", "on_failure", "always"}},
+  };
+  const std::string where = absl::StrCat("jobs:", Shown(job));
+  // A gang's tags are checked with its parallel:distributed block.
+  const Entry parallel = FindEntry(value, "parallel");
+  const bool block = parallel && parallel.value.IsMap() &&
+                     FindEntry(parallel.value, "distributed");
+  std::vector<KeywordType> types;
+  for (const KeywordType& type : kJob) {
+    if (!block || type.key != "tags") types.push_back(type);
+  }
+  CheckTypes(where, value, types, report);
+  if (const Entry artifacts = FindEntry(value, "artifacts");
+      artifacts && artifacts.value.IsMap()) {
+    CheckTypes(where + ":artifacts", artifacts.value, kArtifacts, report);
+  }
+}
+
+// The top-level keywords' types, as CheckJobKeywordTypes.
+void CheckTopLevelTypes(const YamlNode& root, Reporter* report) {
+  static const std::vector<KeywordType> kTop = {
+      {"variables", Want::kVariables},
+      {"stages", Want::kStrings},
+      {"default", Want::kMap},
+      {"workflow", Want::kMap},
+  };
+  CheckTypes("", root, kTop, report);
+}
+
+// Whether jobs have script:, run: or trigger:, their own or through
+// extends, for GitLab's check that every job that runs has one. The
+// definitions of each name in the main file and the files it includes;
+// each name is worked out once (thousands of jobs may share a template).
+class RunsKeyword {
+ public:
+  explicit RunsKeyword(const std::vector<std::vector<YamlNode>>& files) {
+    for (const std::vector<YamlNode>& documents : files) {
+      for (const YamlNode& root : documents) {
+        for (const auto& entry : root) {
+          if (entry.first.IsScalar()) {
+            definitions_[entry.first.Scalar()].push_back(entry.second);
+          }
+        }
+      }
+    }
+  }
+
+  // nullopt when it depends on a job gdt does not see.
+  std::optional<bool> Has(const std::string& job, int depth = 0) {
+    if (const auto known = memo_.find(job); known != memo_.end()) {
+      return known->second;
+    }
+    const auto found = definitions_.find(job);
+    if (found == definitions_.end() || depth > 12) return std::nullopt;
+    memo_[job] = std::nullopt;  // A cycle stays unknown.
+    std::optional<bool> has = false;
+    for (const YamlNode& value : found->second) {
+      for (const char* key : {"script", "run", "trigger"}) {
+        if (MergedEntry(value, key, 0)) has = true;
+      }
+    }
+    for (const YamlNode& value : found->second) {
+      if (*has) break;
+      const YamlNode extends = MergedEntry(value, "extends", 0);
+      std::vector<std::string> parents;
+      if (extends.IsScalar()) parents.push_back(extends.Scalar());
+      if (extends.IsSequence()) {
+        for (const YamlNode& parent : extends) {
+          if (parent.IsScalar()) parents.push_back(parent.Scalar());
+        }
+      }
+      for (const std::string& parent : parents) {
+        const std::optional<bool> inherited = Has(parent, depth + 1);
+        if (!inherited.has_value()) {
+          has = std::nullopt;
+          break;
+        }
+        if (*inherited) {
+          has = true;
+          break;
+        }
+      }
+      if (!has.has_value()) break;
+    }
+    memo_[job] = has;
+    return has;
+  }
+
+ private:
+  std::unordered_map<std::string, std::vector<YamlNode>> definitions_;
+  std::unordered_map<std::string, std::optional<bool>> memo_;
+};
+
+// A job that runs (not hidden) needs script:, run: or trigger:, its own
+// or inherited through extends or from an included job of the same name;
+// GitLab refuses the pipeline otherwise. Not checked where gdt cannot see
+// everything the job inherits (an include it does not read).
+void CheckJobRuns(const CiConfigModel& model, RunsKeyword* runs,
+                  const std::string& job, const YamlNode& key,
+                  const YamlNode& value, Reporter* report) {
+  if (job.empty() || job[0] == '.') return;
+  const std::string message =
+      absl::StrCat("jobs ", Shown(job),
+                   " config should implement the script:, run:, or trigger: "
+                   "keyword (GitLab refuses the pipeline); the job is ");
+  if (!value.IsMap()) {
+    report->At(value, key, message + Describe(value));
+    return;
+  }
+  if (model.has_include()) return;
+  const std::optional<bool> has = runs->Has(job);
+  if (!has.has_value() || *has) return;
+  report->At(key, key,
+             message + (value.size() == 0 ? "an empty mapping"
+                                          : "without any of them"));
+}
+
 // GitLab reads one document of a file: it splits the text at lines that
 // start with `---` and a space or line break, at most twice, drops blank
 // pieces, and takes the first document of the first piece, or, when that
@@ -3206,6 +3499,20 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       if (one.documents.size() > 1 && FindEntry(one.documents[0], "spec")) {
         one.documents.erase(one.documents.begin());
       }
+      if (lint) {
+        // GitLab checks an included file as it checks the main one.
+        std::vector<bool> visited(one.tree->node_count());
+        for (const YamlNode& root : one.documents) {
+          FindDuplicateKeys(root, 0, &visited, &at);
+          CheckTopLevelTypes(root, &at);
+          for (const auto& entry : root) {
+            if (entry.first.IsScalar() && !IsCiKeyword(entry.first.Scalar()) &&
+                entry.second.IsMap()) {
+              CheckJobKeywordTypes(entry.first.Scalar(), entry.second, &at);
+            }
+          }
+        }
+      }
       included.push_back(std::move(one));
     }
     if (!result.ok()) return result;
@@ -3250,6 +3557,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       for (const auto& [name, line] : here) first_line.emplace(name, line);
     }
     if (!result.ok()) return result;
+    for (const YamlNode& root : documents) CheckTopLevelTypes(root, &report);
   } else {
     for (const YamlNode& root : documents) {
       for (const auto& entry : root) {
@@ -3324,6 +3632,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       options.includes == nullptr
           ? CiConfigModel(documents)
           : CiConfigModel(files, options.includes->unseen);
+  RunsKeyword runs(files);
   // The nodes of top-level entries (a merged block must be one of them).
   std::unordered_set<uint32_t> top_values;
   for (const YamlNode& root : documents) {
@@ -3421,6 +3730,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     "put parallel:distributed in each gang job, or in a "
                     "hidden job that they extend");
         }
+      }
+      if (lint && !IsCiKeyword(job)) {
+        if (value.IsMap()) CheckJobKeywordTypes(job, value, &report);
+        CheckJobRuns(model, &runs, job, key, value, &report);
       }
       if (IsCiKeyword(job) || !value.IsMap()) continue;
       if (const Entry extends = FindEntry(value, "extends"); lint && extends) {

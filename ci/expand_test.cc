@@ -183,8 +183,10 @@ TEST(ExpandTest, AUtf8ByteOrderMarkIsReadAndKept) {
                 "  script: y");
   EXPECT_TRUE(LintCiYaml(input).ok());
   // Places of errors count from the first character after it.
-  const CiExpansion lint = LintCiYaml(
-      bom + "b:\n  parallel:\n    distributed: {nodes: 2, launcher: x}\n");
+  const CiExpansion lint =
+      LintCiYaml(bom +
+                 "b:\n  parallel:\n    distributed: {nodes: 2, launcher: x}\n"
+                 "  script: [x]\n");
   ASSERT_EQ(lint.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
             "f:3:39: b: parallel:distributed:launcher must be one of "
@@ -481,7 +483,7 @@ TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
               "anchors)");
   }
   // An anchor and its alias in the same later document are fine.
-  EXPECT_TRUE(LintCiYaml("a: 1\n---\n.t: &t\n  image: x\nb:\n  <<: *t\n"
+  EXPECT_TRUE(LintCiYaml(".a: 1\n---\n.t: &t\n  image: x\nb:\n  <<: *t\n"
                          "  script: y\n")
                   .ok());
 }
@@ -1928,9 +1930,10 @@ TEST(LintTest, ComponentInputsInParallel) {
   EXPECT_EQ(plain.gangs[0].nodes, 2);
   EXPECT_TRUE(plain.warnings.empty());
   // Over the cluster's maximum, by default.
-  const CiExpansion over =
-      LintCiYaml(spec + "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n",
-                 {.max_nodes = 1});
+  const CiExpansion over = LintCiYaml(
+      spec +
+          "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n  script: [x]\n",
+      {.max_nodes = 1});
   ASSERT_EQ(over.errors.size(), 1u);
   EXPECT_EQ(over.errors[0].message,
             "train: parallel is 2 (the default of input 'n') but this cluster "
@@ -1938,7 +1941,7 @@ TEST(LintTest, ComponentInputsInParallel) {
   // An input without a default: a warning, the file passes.
   const CiExpansion required = LintCiYaml(
       "spec:\n  inputs:\n    n:\n---\n"
-      "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+      "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n  script: [x]\n");
   ASSERT_TRUE(required.ok()) << required.errors[0].message;
   ASSERT_EQ(required.warnings.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", required.warnings[0]),
@@ -1946,8 +1949,8 @@ TEST(LintTest, ComponentInputsInParallel) {
             "default), so gdt cannot check the gang's size before the job "
             "runs");
   // No header: GitLab leaves the text as it is, which is no number.
-  const CiExpansion headless =
-      LintCiYaml("train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n");
+  const CiExpansion headless = LintCiYaml(
+      "train:\n  parallel: $[[ inputs.n ]]\n  tags: [gdt]\n  script: [x]\n");
   ASSERT_EQ(headless.errors.size(), 1u);
   EXPECT_THAT(headless.errors[0].message,
               HasSubstr("the file has no spec: inputs header, so GitLab does "
@@ -1959,19 +1962,20 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
       "spec:\n  inputs:\n    gpus:\n      default: 8\n"
       "    launcher:\n      default: torchrn\n    free:\n---\n";
   // The default is what the gang gets when no value is passed.
-  const CiExpansion gpus =
-      LintCiYaml(spec +
-                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
-                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus ]]\n"
-                 "    GDT_NPROC_PER_NODE: \"$[[ inputs.gpus ]]\"\n");
+  const CiExpansion gpus = LintCiYaml(
+      spec +
+      "train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n  variables:\n"
+      "    GDT_GPUS_PER_NODE: $[[ inputs.gpus ]]\n"
+      "    GDT_NPROC_PER_NODE: \"$[[ inputs.gpus ]]\"\n");
   ASSERT_TRUE(gpus.ok()) << gpus.errors[0].message;
   ASSERT_EQ(gpus.gangs.size(), 1u);
   EXPECT_EQ(gpus.gangs[0].gpus_per_node, 8);
   EXPECT_EQ(gpus.gangs[0].procs_per_node, 8);
   // A wrong default is reported as such, in the job's own block too.
   for (const std::string& job :
-       {std::string("train:\n  parallel: 2\n  tags: [gdt]\n"),
-        std::string("train:\n  parallel:\n    distributed: {nodes: 2}\n")}) {
+       {std::string("train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n"),
+        std::string("train:\n  script: [x]\n  parallel:\n    distributed: "
+                    "{nodes: 2}\n")}) {
     const CiExpansion launcher =
         LintCiYaml(spec + job +
                    "  variables:\n    GDT_TOPOLOGY_SAME: rack\n"
@@ -1982,11 +1986,11 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
               "not 'torchrn' (the default of input 'launcher')");
   }
   // Without a default, or through input functions: unchecked, a warning.
-  const CiExpansion free =
-      LintCiYaml(spec +
-                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
-                 "    GDT_PRIORITY: $[[ inputs.free ]]\n"
-                 "    GDT_GPUS_PER_NODE: $[[ inputs.gpus | expand_vars ]]\n");
+  const CiExpansion free = LintCiYaml(
+      spec +
+      "train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n  variables:\n"
+      "    GDT_PRIORITY: $[[ inputs.free ]]\n"
+      "    GDT_GPUS_PER_NODE: $[[ inputs.gpus | expand_vars ]]\n");
   ASSERT_TRUE(free.ok()) << free.errors[0].message;
   ASSERT_EQ(free.warnings.size(), 2u);
   EXPECT_EQ(free.warnings[0].message,
@@ -1996,10 +2000,10 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
   EXPECT_THAT(free.warnings[1].message,
               HasSubstr("input 'gpus' goes through input functions"));
   // An input the header does not declare: GitLab refuses the file.
-  const CiExpansion unknown =
-      LintCiYaml(spec +
-                 "train:\n  parallel: 2\n  tags: [gdt]\n  variables:\n"
-                 "    GDT_PRIORITY: $[[ inputs.prio ]]\n");
+  const CiExpansion unknown = LintCiYaml(
+      spec +
+      "train:\n  parallel: 2\n  tags: [gdt]\n  script: [x]\n  variables:\n"
+      "    GDT_PRIORITY: $[[ inputs.prio ]]\n");
   ASSERT_EQ(unknown.errors.size(), 1u);
   EXPECT_EQ(unknown.errors[0].message,
             "train: GDT_PRIORITY: input 'prio' is not declared in the file's "
@@ -2361,6 +2365,238 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
   EXPECT_TRUE(once.ok());
   EXPECT_EQ(once.files.size(), 1u);
   EXPECT_LT(gdt::testing::ThreadCpuTime() - start, std::chrono::seconds(1));
+}
+
+TEST_F(IncludeTest, DuplicateKeysInAnIncludedFileAreErrorsThere) {
+  Write("ci/build.yml",
+        "build:\n  script: [make]\n  variables: {A: \"1\"}\n"
+        "  variables: {B: \"2\"}\n");
+  const std::string main = "include: ci/build.yml\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_THAT(Lines(lint)[0],
+              ::testing::StartsWith("ci/build.yml:4:3: duplicate key "
+                                    "'variables' (first at line 3)"));
+}
+
+TEST_F(IncludeTest, KeywordTypesAreCheckedInIncludedFiles) {
+  Write("ci/build.yml",
+        "variables: true\nbuild:\n  script: [make]\n  tags: gpu\n");
+  const std::string main = "include: ci/build.yml\n";
+  const CiIncludes includes = Includes(main);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_THAT(Lines(lint),
+              ElementsAre(HasSubstr("ci/build.yml:1:12: variables config "
+                                    "should be a hash of key value pairs"),
+                          HasSubstr("ci/build.yml:4:9: jobs:build:tags config "
+                                    "should be an array of strings")));
+}
+
+TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"variables: true\nbuild:\n  script: [x]\n",
+       "f:1:12: variables config should be a hash of key value pairs, not "
+       "'true' (GitLab refuses the pipeline)"},
+      {"build:\n  script: [x]\n  variables: [A]\n",
+       "f:3:14: jobs:build:variables config should be a hash of key value "
+       "pairs, not a list"},
+      {"build:\n  script: [x]\n  artifacts:\n    paths: dist/\n",
+       "f:4:12: jobs:build:artifacts:paths config should be an array of "
+       "strings, not 'dist/'"},
+      {"build:\n  script: [x]\n  artifacts:\n    when: sometimes\n",
+       "f:4:11: jobs:build:artifacts:when config should be one of "
+       "on_success, on_failure, always, not 'sometimes'"},
+      {"build:\n  script: {run: x}\n",
+       "f:2:11: jobs:build:script config should be a string or a nested "
+       "array of strings up to 10 levels deep, not a mapping"},
+      {"build:\n  script: [x]\n  stage: [test]\n",
+       "f:3:10: jobs:build:stage config should be a string, not a list"},
+      {"build:\n  script: [x]\n  interruptible: maybe\n",
+       "f:3:18: jobs:build:interruptible config should be a boolean value"},
+      {"build:\n  script: [x]\n  when: later\n",
+       "f:3:9: jobs:build:when config should be one of on_success, "
+       "on_failure, always, manual, delayed, never, not 'later'"},
+      {"stages: build\nbuild:\n  script: [x]\n",
+       "f:1:9: stages config should be an array of strings"},
+      {"build: {}\n",
+       "f:1:1: jobs build config should implement the script:, run:, or "
+       "trigger: keyword (GitLab refuses the pipeline); the job is an empty "
+       "mapping"},
+      {"build:\n",
+       "f:1:1: jobs build config should implement the script:, run:, or "
+       "trigger: keyword (GitLab refuses the pipeline); the job is empty"},
+      {".tpl:\n  stage: test\nbuild:\n  extends: .tpl\n",
+       "f:3:1: jobs build config should implement the script:, run:, or "
+       "trigger: keyword (GitLab refuses the pipeline); the job is without "
+       "any of them"},
+  };
+  for (const auto& [file, line] : cases) {
+    const CiExpansion lint = LintCiYaml(file);
+    ASSERT_EQ(lint.errors.size(), 1u) << file;
+    EXPECT_THAT(FormatDiagnostic("f", lint.errors[0]),
+                ::testing::StartsWith(line))
+        << file;
+  }
+  // What GitLab accepts: inherited scripts, references, inputs, nested
+  // script lists, empty values that unset, hidden jobs without a script.
+  for (const std::string ok : {
+           ".tpl:\n  script: [x]\nbuild:\n  extends: .tpl\n",
+           ".s:\n  script: [x]\nbuild:\n  script:\n    - !reference [.s, "
+           "script]\n    - [a, b]\n",
+           "build:\n  script: x\n  artifacts:\n    paths: [a]\n    when: "
+           "always\n    untracked: false\n  cache: [{key: a}]\n  image: "
+           "{name: x}\n  allow_failure: {exit_codes: [1]}\n  interruptible: "
+           "true\n  tags: !reference [.t, tags]\n  stage: $[[ inputs.s ]]\n"
+           "  variables:\n  needs: []\n.t:\n  tags: [a]\n",
+           ".hidden:\n",
+           "include: ci/x.yml\nbuild: {}\n",
+       }) {
+    const CiExpansion lint = LintCiYaml(ok);
+    EXPECT_TRUE(lint.ok()) << ok << "\n"
+                           << (lint.ok()
+                                   ? ""
+                                   : FormatDiagnostic("f", lint.errors[0]));
+  }
+}
+
+TEST_F(IncludeTest, RulesOfAnIncludeDecideWhetherItIsRead) {
+  Write("ci/gpu.yml", "gpu:\n  script: [x]\n");
+  Write("ci/cpu.yml", "cpu:\n  script: [x]\n");
+  Write("ci/docs.yml", "docs:\n  script: [x]\n");
+  Write("ci/branch.yml", "branch:\n  script: [x]\n");
+  Write("Dockerfile", "FROM scratch\n");
+  const std::string main =
+      "variables:\n  TARGET: gpu\n"
+      "include:\n"
+      "  - local: ci/gpu.yml\n    rules:\n      - if: $TARGET == \"gpu\"\n"
+      "  - local: ci/cpu.yml\n    rules:\n      - if: $TARGET == \"cpu\"\n"
+      "  - local: ci/docs.yml\n    rules:\n      - exists: [Dockerfile]\n"
+      "        when: never\n      - when: always\n"
+      "  - local: ci/branch.yml\n    rules:\n"
+      "      - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "build:\n  script: [x]\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  std::vector<std::string> read;
+  for (const CiIncludedFile& file : includes.files) read.push_back(file.path);
+  // The pipeline's own variables decide only in the pipeline: read.
+  EXPECT_THAT(read, ElementsAre("ci/gpu.yml", "ci/branch.yml"));
+  const CiIncludes bad = Includes(
+      "include:\n  - local: ci/gpu.yml\n    rules:\n      - when: manual\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_THAT(bad.errors[0].message, HasSubstr("include: rules[0]"));
+}
+
+TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n"
+        "    nodes:\n      type: number\n"
+        "    gpu:\n      type: boolean\n      default: false\n"
+        "    tags:\n      type: array\n      default: [a100]\n"
+        "    mode:\n      options: [fast, full]\n      default: fast\n"
+        "    version:\n      regex: ^v\\d+$\n      default: v1\n"
+        "---\n"
+        "\"train-$[[ inputs.mode ]]\":\n"
+        "  stage: $[[ inputs.stage ]]\n"
+        "  parallel: $[[ inputs.nodes ]]\n"
+        "  tags: $[[ inputs.tags ]]\n"
+        "  interruptible: $[[ inputs.gpu ]]\n"
+        "  script:\n"
+        "    - echo \"$[[ inputs.version | truncate(1,5) ]] é\" $[[ "
+        "inputs.stage | expand_vars ]]\n"
+        "    - |\n      run $[[ inputs.mode ]]\n      done\n"
+        "  variables: {V: \"$[[ inputs.version ]]\"}\n");
+  const std::string main =
+      "variables:\n  WHERE: eu\n"
+      "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 4\n"
+      "      stage: deploy-$WHERE\n      mode: full\n"
+      "  - local: ci/train.yml\n    inputs: {nodes: 2}\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  // Included twice with other inputs: two files.
+  ASSERT_EQ(includes.files.size(), 2u);
+  const YAML::Node full = YAML::LoadAll(includes.files[0].text).at(1);
+  const YAML::Node job = full["train-full"];
+  ASSERT_TRUE(job) << includes.files[0].text;
+  EXPECT_EQ(job["stage"].as<std::string>(), "deploy-$WHERE");
+  EXPECT_EQ(job["parallel"].as<int>(), 4);
+  EXPECT_EQ(job["parallel"].Tag(), "?");  // A number, not a string.
+  EXPECT_EQ(job["tags"][0].as<std::string>(), "a100");
+  EXPECT_EQ(job["interruptible"].as<std::string>(), "false");
+  EXPECT_EQ(job["script"][0].as<std::string>(), "echo \"1 é\" deploy-eu");
+  EXPECT_EQ(job["script"][1].as<std::string>(), "run full\ndone\n");
+  EXPECT_EQ(job["variables"]["V"].as<std::string>(), "v1");
+  // Lines stay where they were.
+  EXPECT_EQ(std::count(includes.files[0].text.begin(),
+                       includes.files[0].text.end(), '\n'),
+            30);
+  EXPECT_TRUE(YAML::LoadAll(includes.files[1].text).at(1)["train-fast"]);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok()) << Lines(lint)[0];
+
+  // What GitLab refuses, one line each at the include.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"{nodes: 2, extra: 1}", "unknown input arguments: extra"},
+      {"{stage: x}", "`nodes` input: required value has not been provided"},
+      {"{nodes: two}", "`nodes` input: provided value is not a number"},
+      {"{nodes: 2, gpu: \"yes\"}",
+       "`gpu` input: provided value is not a boolean"},
+      {"{nodes: 2, mode: slow}",
+       "`mode` input: `slow` cannot be used because it is not in the list "
+       "of allowed options"},
+      {"{nodes: 2, version: \"2\"}",
+       "`version` input: provided value does not match required RegEx "
+       "pattern"},
+  };
+  for (const auto& [inputs, message] : cases) {
+    const CiIncludes refused = Includes(
+        "include:\n  - local: ci/train.yml\n    inputs: " + inputs + "\n");
+    ASSERT_EQ(refused.errors.size(), 1u) << inputs;
+    EXPECT_EQ(refused.errors[0].line, 2) << inputs;
+    EXPECT_THAT(refused.errors[0].message,
+                HasSubstr("include: 'ci/train.yml': " + message));
+  }
+  Write("ci/plain.yml", "plain:\n  script: [x]\n");
+  const CiIncludes headless =
+      Includes("include:\n  - local: ci/plain.yml\n    inputs: {a: 1}\n");
+  ASSERT_EQ(headless.errors.size(), 1u);
+  EXPECT_THAT(headless.errors[0].message,
+              HasSubstr("is given inputs but has no spec: inputs header"));
+  Write(
+      "ci/typo.yml",
+      "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+      "typo:\n  script: [\"$[[ inputs.b ]]\", \"$[[ inputs.a | upcase ]]\"]\n");
+  const CiIncludes typo = Includes("include: ci/typo.yml\n");
+  ASSERT_EQ(typo.errors.size(), 1u);
+  EXPECT_EQ(typo.errors[0].file, "ci/typo.yml");
+  EXPECT_EQ(typo.errors[0].line, 7);
+  EXPECT_THAT(typo.errors[0].message,
+              HasSubstr("unknown input name provided: `b`"));
+  Write("ci/fn.yml",
+        "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+        "fn:\n  script: [\"$[[ inputs.a | upcase ]]\"]\n");
+  const CiIncludes function = Includes("include: ci/fn.yml\n");
+  ASSERT_EQ(function.errors.size(), 1u);
+  EXPECT_THAT(function.errors[0].message,
+              HasSubstr("unknown interpolation function `upcase`"));
+  // The matrix context is GitLab's to fill in later: kept.
+  Write(
+      "ci/matrix.yml",
+      "spec:\n  inputs:\n    a:\n      default: x\n---\n"
+      "m:\n  script: [\"$[[ inputs.a ]]\"]\n"
+      "  needs: [{job: b, parallel: {matrix: [{A: \"$[[ matrix.A ]]\"}]}}]\n");
+  const CiIncludes matrix = Includes("include: ci/matrix.yml\n");
+  ASSERT_TRUE(matrix.ok()) << matrix.errors[0].message;
+  EXPECT_THAT(matrix.files.at(0).text, HasSubstr("\"$[[ matrix.A ]]\""));
+  EXPECT_THAT(matrix.files.at(0).text, HasSubstr("script: [\"x\"]"));
 }
 
 }  // namespace

@@ -1,17 +1,26 @@
 #include "ci/include.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 #include <system_error>
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "ci/inheritance.h"
+#include "ci/rules.h"
 #include "ci/yaml_tree.h"
 #include "common/file.h"
+#include "re2/re2.h"
 
 namespace gdt::ci {
 namespace {
@@ -105,9 +114,99 @@ bool HasYamlExtension(std::string_view path) {
   return ends(".yml") || ends(".yaml");
 }
 
+// ---------------------------------------------------------------------.
+// `rules:` of an include entry.
+
+// The variables an expression names (`$NAME`).
+std::vector<std::string> NamedVariables(std::string_view expression) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < expression.size(); ++i) {
+    if (expression[i] != '$') continue;
+    size_t end = i + 1;
+    while (end < expression.size() &&
+           (std::isalnum(static_cast<unsigned char>(expression[end])) ||
+            expression[end] == '_')) {
+      ++end;
+    }
+    if (end > i + 1) names.emplace_back(expression.substr(i + 1, end - i - 1));
+    i = end - 1;
+  }
+  return names;
+}
+
+// ---------------------------------------------------------------------.
+// CI/CD inputs: `include: {local: ..., inputs: {...}}` and the included
+// file's `spec: inputs:` header.
+
+struct InputSpec {
+  std::string type = "string";
+  std::optional<CiValue> fallback;  // The default.
+  std::optional<std::vector<CiValue>> options;
+  std::string regex;
+};
+
+// One input's value as text inside a longer string.
+std::string InputText(const CiValue& value) {
+  std::string text;
+  if (CiScalarText(value, &text)) return text;
+  return value.dump();
+}
+
+// `value` escaped for a POSIX shell (each special character behind a
+// backslash).
+std::string PosixEscape(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) &&
+        std::string_view("_-.,:/@\n").find(c) == std::string_view::npos) {
+      out.push_back('\\');
+    }
+    out.push_back(c);
+  }
+  return out;
+}
+
+// $VAR and ${VAR} of `value` replaced by the known variables' values
+// (others stay as written).
+std::string ExpandVars(std::string_view value,
+                       const ExpressionVariables& variables) {
+  std::string out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] != '$' || i + 1 == value.size()) {
+      out.push_back(value[i]);
+      continue;
+    }
+    const bool braced = value[i + 1] == '{';
+    size_t start = i + (braced ? 2 : 1);
+    size_t end = start;
+    while (end < value.size() &&
+           (std::isalnum(static_cast<unsigned char>(value[end])) ||
+            value[end] == '_')) {
+      ++end;
+    }
+    if (end == start ||
+        (braced && (end == value.size() || value[end] != '}'))) {
+      out.push_back(value[i]);
+      continue;
+    }
+    const auto found =
+        variables.find(std::string(value.substr(start, end - start)));
+    const size_t next = braced ? end + 1 : end;
+    if (found == variables.end()) {
+      out.append(value.substr(i, next - i));
+    } else {
+      out += found->second;
+    }
+    i = next - 1;
+  }
+  return out;
+}
+
 class IncludeReader {
  public:
-  IncludeReader(const std::string& project_dir, CiIncludes* out) : out_(out) {
+  IncludeReader(const std::string& project_dir, ExpressionVariables variables,
+                CiIncludes* out)
+      : out_(out), variables_(std::move(variables)) {
     std::error_code error;
     root_ = fs::canonical(project_dir.empty() ? "." : project_dir, error);
     if (error || !fs::is_directory(root_, error)) {
@@ -146,6 +245,12 @@ class IncludeReader {
     for (const YamlNode& item : items) {
       if (failed()) return;
       std::string local;
+      YamlNode inputs;
+      if (const YamlNode rules = Find(item, "rules")) {
+        const std::optional<bool> included = RulesInclude(file, rules);
+        if (failed()) return;
+        if (included.has_value() && !*included) continue;
+      }
       if (item.IsScalar()) {
         local = item.Scalar();
         if (local.rfind("http://", 0) == 0 || local.rfind("https://", 0) == 0) {
@@ -181,6 +286,7 @@ class IncludeReader {
           return;
         }
         local = value.Scalar();
+        inputs = Find(item, "inputs");
       } else {
         At(file, item,
            "include: an entry must be a path or a mapping with local, "
@@ -194,11 +300,336 @@ class IncludeReader {
                "pipeline");
         continue;
       }
-      ReadLocal(file, item, local, depth);
+      ReadLocal(file, item, local, inputs, depth);
     }
   }
 
  private:
+  // Whether an entry's `rules:` let GitLab include it: nullopt when it
+  // depends on what only the pipeline knows (a variable the file does not
+  // set), or after reporting an error.
+  std::optional<bool> RulesInclude(const std::string& file,
+                                   const YamlNode& rules) {
+    absl::StatusOr<std::vector<CiRule>> read =
+        ReadRules(ToCiValue(rules), "include", /*job_rules=*/false);
+    if (!read.ok()) {
+      At(file, rules, std::string(read.status().message()));
+      return std::nullopt;
+    }
+    for (const CiRule& rule : *read) {
+      if (!rule.variables.empty()) {
+        At(file, rules,
+           "include: rules take if, exists, changes and when "
+           "only, not variables");
+        return std::nullopt;
+      }
+      if (rule.if_expression.has_value()) {
+        for (const std::string& name : NamedVariables(*rule.if_expression)) {
+          if (!variables_.contains(name)) return std::nullopt;
+        }
+        if (!ExpressionHolds(*rule.if_expression, variables_)) continue;
+      }
+      if (rule.has_exists) {
+        const std::vector<std::string>* all = ProjectFiles(file, rules);
+        if (all == nullptr) return std::nullopt;
+        bool found = false;
+        for (const std::string& pattern : rule.exists) {
+          for (const std::string& path : *all) {
+            if (ExistsGlobMatches(pattern, path)) {
+              found = true;
+              break;
+            }
+          }
+          if (found) break;
+        }
+        if (!found) continue;
+      }
+      // `changes:` holds: a local check has no earlier commit to compare
+      // with, like a new branch's first pipeline, for which GitLab takes
+      // every change as made.
+      return !(rule.when.has_value() && *rule.when == "never");
+    }
+    return false;
+  }
+
+  // The values of the inputs a file declares in its `spec:` header, from
+  // `given` (the include's `inputs:`, null when none) and the defaults;
+  // false after reporting what GitLab refuses.
+  bool InputValues(const std::string& file, const YamlNode& where,
+                   const std::string& path, const YamlNode& spec,
+                   const YamlNode& given, std::map<std::string, CiValue>* out) {
+    const auto fail = [&](const std::string& what) {
+      At(file, where, absl::StrCat("include: '", path, "': ", what));
+      return false;
+    };
+    std::map<std::string, InputSpec> specs;
+    const YamlNode declared = Find(spec, "inputs");
+    if (declared && !declared.IsNull() && !declared.IsMap()) {
+      return fail("its spec: inputs must be a mapping of input names");
+    }
+    if (declared && declared.IsMap()) {
+      for (const auto& entry : declared) {
+        if (!entry.first.IsScalar()) continue;
+        InputSpec one;
+        if (const YamlNode type = Find(entry.second, "type")) {
+          one.type = type.IsScalar() ? type.Scalar() : "?";
+        }
+        if (one.type != "string" && one.type != "number" &&
+            one.type != "boolean" && one.type != "array") {
+          return fail(absl::StrCat("input '", entry.first.Scalar(),
+                                   "' has type '", one.type,
+                                   "'; GitLab knows string, number, boolean "
+                                   "and array"));
+        }
+        if (const YamlNode d = Find(entry.second, "default")) {
+          one.fallback = ToCiValue(d);
+        }
+        if (const YamlNode options = Find(entry.second, "options");
+            options && options.IsSequence()) {
+          one.options.emplace();
+          for (const YamlNode& option : options) {
+            one.options->push_back(ToCiValue(option));
+          }
+        }
+        if (const YamlNode regex = Find(entry.second, "regex");
+            regex && regex.IsScalar()) {
+          one.regex = regex.Scalar();
+        }
+        specs.emplace(entry.first.Scalar(), std::move(one));
+      }
+    }
+    const CiValue values = given ? ToCiValue(given) : CiValue::object();
+    if (!values.is_object() && !values.is_null()) {
+      return fail("inputs must be a mapping of input names to values");
+    }
+    if (values.is_object()) {
+      for (const auto& [name, value] : values.items()) {
+        if (specs.count(name) == 0) {
+          return fail(absl::StrCat(
+              "unknown input arguments: ", name,
+              " (the file's spec: inputs header does not declare it)"));
+        }
+      }
+    }
+    for (const auto& [name, one] : specs) {
+      CiValue value;
+      if (values.is_object() && values.contains(name)) {
+        value = values[name];
+      } else if (one.fallback.has_value()) {
+        value = *one.fallback;
+      } else {
+        return fail(absl::StrCat("`", name,
+                                 "` input: required value has not been "
+                                 "provided"));
+      }
+      const bool typed = (one.type == "string" && value.is_string()) ||
+                         (one.type == "number" && value.is_number()) ||
+                         (one.type == "boolean" && value.is_boolean()) ||
+                         (one.type == "array" && value.is_array());
+      if (!typed) {
+        return fail(absl::StrCat("`", name, "` input: provided value is not ",
+                                 one.type == "array" ? "an " : "a ", one.type,
+                                 " (", InputText(value), ")"));
+      }
+      if (one.options.has_value() &&
+          std::find(one.options->begin(), one.options->end(), value) ==
+              one.options->end()) {
+        return fail(absl::StrCat("`", name, "` input: `", InputText(value),
+                                 "` cannot be used because it is not in the "
+                                 "list of allowed options"));
+      }
+      if (!one.regex.empty()) {
+        std::string pattern = one.regex;
+        // GitLab writes the pattern between slashes or bare.
+        if (pattern.size() >= 2 && pattern.front() == '/' &&
+            pattern.back() == '/') {
+          pattern = pattern.substr(1, pattern.size() - 2);
+        }
+        const RE2 re(pattern, RE2::Quiet);
+        if (!re.ok()) {
+          return fail(absl::StrCat("`", name, "` input: its regex /", pattern,
+                                   "/ is not a regular expression gdt reads (",
+                                   re.error(), ")"));
+        }
+        if (!value.is_string() ||
+            !RE2::PartialMatch(value.get<std::string>(), re)) {
+          return fail(absl::StrCat("`", name,
+                                   "` input: provided value does not match "
+                                   "required RegEx pattern /",
+                                   pattern, "/"));
+        }
+      }
+      (*out)[name] = std::move(value);
+    }
+    return true;
+  }
+
+  // `text` (the included file `path`, parsed as `tree`) with every
+  // `$[[ inputs.NAME ]]` of its configuration documents filled in, as GitLab
+  // does after reading the header: a value that is one block alone takes
+  // the input's type; text around one makes a string. Each changed scalar
+  // is written anew, quoted, on as many lines as before (so later places
+  // stay). nullopt after reporting an error.
+  std::optional<std::string> Interpolate(
+      const std::string& path, const std::string& text,
+      const std::vector<YamlNode>& documents, size_t node_count,
+      const std::map<std::string, CiValue>& values) {
+    struct Edit {
+      size_t begin;
+      size_t end;
+      std::string text;
+    };
+    std::vector<Edit> edits;
+    // A mark's byte offset: libyaml counts characters, not bytes.
+    std::vector<size_t> line_starts = {0};
+    for (size_t i = 0; i < text.size(); ++i) {
+      if (text[i] == '\n') line_starts.push_back(i + 1);
+    }
+    const auto byte_at = [&](const YamlMark& mark) {
+      if (mark.is_null() ||
+          static_cast<size_t>(mark.line) >= line_starts.size()) {
+        return text.size();
+      }
+      size_t at = line_starts[static_cast<size_t>(mark.line)];
+      for (int c = 0; c < mark.column && at < text.size(); ++c) {
+        ++at;
+        while (at < text.size() &&
+               (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) {
+          ++at;
+        }
+      }
+      return at;
+    };
+    std::vector<bool> visited(node_count);
+    std::vector<YamlNode> stack(documents.rbegin(), documents.rend());
+    while (!stack.empty()) {
+      const YamlNode node = stack.back();
+      stack.pop_back();
+      if (!node || visited[node.index()]) continue;
+      visited[node.index()] = true;
+      if (node.IsMap()) {
+        for (size_t i = node.size(); i-- > 0;) {
+          stack.push_back(node.Entry(i).second);
+          stack.push_back(node.Entry(i).first);
+        }
+        continue;
+      }
+      if (node.IsSequence()) {
+        for (size_t i = node.size(); i-- > 0;) stack.push_back(node.Item(i));
+        continue;
+      }
+      if (!node.IsScalar() || node.Scalar().find("$[[") == std::string::npos) {
+        continue;
+      }
+      const auto problem = [&](std::string message) {
+        const YamlMark mark = node.Mark();
+        out_->errors.push_back(CiIncludes::Problem{
+            path, mark.line + 1, mark.column + 1, std::move(message)});
+        return std::nullopt;
+      };
+      const std::string& scalar = node.Scalar();
+      std::string filled;
+      std::optional<CiValue> whole;
+      size_t at = 0;
+      while (true) {
+        const size_t open = scalar.find("$[[", at);
+        if (open == std::string::npos) break;
+        const size_t close = scalar.find("]]", open + 3);
+        if (close == std::string::npos) break;
+        filled += scalar.substr(at, open - at);
+        std::vector<std::string> parts =
+            absl::StrSplit(scalar.substr(open + 3, close - open - 3), '|');
+        for (std::string& part : parts) {
+          part = std::string(absl::StripAsciiWhitespace(part));
+        }
+        if (parts[0].rfind("matrix.", 0) == 0 ||
+            parts[0].rfind("component.", 0) == 0) {
+          // Other contexts GitLab fills in later (needs of a matrix job, a
+          // component's own data): kept as written.
+          filled += scalar.substr(open, close + 2 - open);
+          at = close + 2;
+          continue;
+        }
+        if (parts[0].rfind("inputs.", 0) != 0) {
+          return problem(absl::StrCat("'$[[ ", parts[0],
+                                      " ]]': GitLab interpolates only "
+                                      "$[[ inputs.NAME ]]"));
+        }
+        const std::string name = parts[0].substr(7);
+        const auto value = values.find(name);
+        if (value == values.end()) {
+          return problem(absl::StrCat("unknown input name provided: `", name,
+                                      "` (the spec: inputs header does not "
+                                      "declare it)"));
+        }
+        if (parts.size() > 4) {
+          return problem(absl::StrCat("input '", name,
+                                      "': at most 3 functions may follow an "
+                                      "input"));
+        }
+        std::string piece = InputText(value->second);
+        for (size_t f = 1; f < parts.size(); ++f) {
+          const std::string& function = parts[f];
+          int64_t offset = 0;
+          int64_t length = 0;
+          if (function == "expand_vars") {
+            piece = ExpandVars(piece, variables_);
+          } else if (function == "posix_escape") {
+            piece = PosixEscape(piece);
+          } else if (std::sscanf(function.c_str(),
+                                 "truncate(%" SCNd64 " ,%" SCNd64 ")", &offset,
+                                 &length) == 2 &&
+                     offset >= 0 && length >= 0) {
+            piece = offset >= static_cast<int64_t>(piece.size())
+                        ? std::string()
+                        : piece.substr(static_cast<size_t>(offset),
+                                       static_cast<size_t>(length));
+          } else {
+            return problem(absl::StrCat("input '", name,
+                                        "': unknown interpolation function `",
+                                        function,
+                                        "` (GitLab has expand_vars, "
+                                        "truncate(offset,length) and "
+                                        "posix_escape)"));
+          }
+        }
+        if (open == 0 && close + 2 == scalar.size() && parts.size() == 1) {
+          whole = value->second;
+        }
+        filled += piece;
+        at = close + 2;
+      }
+      filled += scalar.substr(at);
+      std::string written;
+      if (whole.has_value() && !whole->is_string()) {
+        written = whole->dump();
+      } else {
+        written = CiValue(filled).dump(-1, ' ', false,
+                                       CiValue::error_handler_t::replace);
+      }
+      const size_t begin = byte_at(node.Mark());
+      const size_t end = byte_at(node.EndMark());
+      if (begin >= end) continue;
+      // As many line breaks as the scalar took, after it.
+      written.append(
+          static_cast<size_t>(std::count(
+              text.begin() + static_cast<std::ptrdiff_t>(begin),
+              text.begin() + static_cast<std::ptrdiff_t>(end), '\n')),
+          '\n');
+      edits.push_back(Edit{begin, end, std::move(written)});
+    }
+    std::sort(edits.begin(), edits.end(),
+              [](const Edit& a, const Edit& b) { return a.begin > b.begin; });
+    std::string result = text;
+    size_t limit = result.size();
+    for (const Edit& edit : edits) {
+      if (edit.end > limit) continue;  // Overlapping: cannot happen.
+      result.replace(edit.begin, edit.end - edit.begin, edit.text);
+      limit = edit.begin;
+    }
+    return result;
+  }
+
   void Fail(std::string message) {
     out_->errors.push_back(CiIncludes::Problem{"", 0, 0, std::move(message)});
   }
@@ -259,7 +690,7 @@ class IncludeReader {
   }
 
   void ReadLocal(const std::string& file, const YamlNode& where,
-                 std::string local, int depth) {
+                 std::string local, const YamlNode& inputs, int depth) {
     // GitLab reads a leading `/` as the project's root.
     while (!local.empty() && local[0] == '/') local.erase(0, 1);
     const std::string shown = local;
@@ -304,12 +735,12 @@ class IncludeReader {
     }
     for (const std::string& path : paths) {
       if (failed()) return;
-      ReadOne(file, where, path, depth);
+      ReadOne(file, where, path, inputs, depth);
     }
   }
 
   void ReadOne(const std::string& file, const YamlNode& where,
-               const std::string& path, int depth) {
+               const std::string& path, const YamlNode& inputs, int depth) {
     if (!HasYamlExtension(path)) {
       At(file, where,
          absl::StrCat("include: '", path,
@@ -354,7 +785,13 @@ class IncludeReader {
                       "); GitLab refuses an include cycle"));
       return;
     }
-    if (!seen_.insert(rel).second) return;  // Read once, as GitLab does.
+    // Read once, as GitLab does; with other inputs it is another file.
+    if (!seen_
+             .insert(inputs ? absl::StrCat(rel, "\n", ToCiValue(inputs).dump())
+                            : rel)
+             .second) {
+      return;
+    }
     if (++count_ > kMaxIncludes) {
       At(file, where,
          absl::StrCat("include: more than ", kMaxIncludes,
@@ -386,6 +823,31 @@ class IncludeReader {
           absl::StrCat("YAML syntax error: ", error_at.message)});
       return;
     }
+    std::vector<YamlNode> documents;
+    for (const YamlNode& root : tree->documents()) {
+      if (!root.IsNull()) documents.push_back(root);
+    }
+    // A `spec:` header (the first of two or more documents) declares the
+    // inputs GitLab fills in.
+    YamlNode spec;
+    if (documents.size() > 1) spec = Find(documents[0], "spec");
+    if (spec) {
+      std::map<std::string, CiValue> values;
+      if (!InputValues(file, where, path, spec, inputs, &values)) return;
+      std::optional<std::string> filled = Interpolate(
+          path, *text,
+          std::vector<YamlNode>(documents.begin() + 1, documents.end()),
+          tree->node_count(), values);
+      if (!filled.has_value()) return;
+      *text = *std::move(filled);
+    } else if (inputs) {
+      At(file, where,
+         absl::StrCat("include: '", path,
+                      "' is given inputs but has no spec: inputs header; "
+                      "GitLab refuses given inputs not defined in the spec "
+                      "section of the included file"));
+      return;
+    }
     YamlNode include;
     for (const YamlNode& root : tree->documents()) {
       if (const YamlNode i = Find(root, "include")) include = i;
@@ -398,6 +860,9 @@ class IncludeReader {
   }
 
   CiIncludes* out_;
+  // The variables include rules and expand_vars see: the main file's
+  // top-level ones.
+  ExpressionVariables variables_;
   std::string main_;  // The main file, as named.
   fs::path root_;
   std::optional<std::vector<std::string>> files_;
@@ -422,7 +887,23 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
     if (const YamlNode i = Find(root, "include")) include = i;
   }
   if (!include) return result;
-  IncludeReader reader(project_dir, &result);
+  ExpressionVariables variables;
+  for (const YamlNode& root : tree->documents()) {
+    const YamlNode declared = Find(root, "variables");
+    if (!declared) continue;
+    const CiValue top = ToCiValue(declared);
+    if (!top.is_object()) continue;
+    for (const auto& [name, value] : top.items()) {
+      std::string shown;
+      if (CiScalarText(value.is_object() && value.contains("value")
+                           ? value["value"]
+                           : value,
+                       &shown)) {
+        variables[name] = shown;
+      }
+    }
+  }
+  IncludeReader reader(project_dir, std::move(variables), &result);
   if (reader.failed()) return result;
   reader.StartAt(std::string(file));
   reader.Visit(std::string(file), include, 1);

@@ -20,6 +20,14 @@
 //  - `project:`, `remote:`, `template:` and `component:` includes are not
 //    read; the caller is told (`unseen`) and treats what they may add as
 //    unknown.
+//  - An entry's `rules:` decide whether it is read: `if:` against the
+//    main file's top-level variables (one naming any other variable is
+//    left to the pipeline: read), `exists:` against the project's files,
+//    `changes:` taken as matched.
+//  - A file with a `spec: inputs:` header gets the entry's `inputs:` and
+//    the header's defaults, checked (type, options, regex), and its text
+//    holds them in place of each `$[[ inputs.NAME ]]` (functions
+//    expand_vars, truncate, posix_escape), its lines where they were.
 
 #include <cstddef>
 #include <cstdint>
@@ -33,7 +41,7 @@ namespace gdt::ci {
 // One file that the main file includes.
 struct CiIncludedFile {
   std::string path;  // Relative to the project directory ("ci/train.yml").
-  std::string text;
+  std::string text;  // With its inputs filled in.
 };
 
 // What a CI file includes from its project.
