@@ -7,9 +7,10 @@
 
 namespace gdt::agent {
 
-// Returns whether TCP `port` can be bound on 0.0.0.0 right now (without
-// SO_REUSEADDR), by binding it and closing the socket again. A port in use
-// or one this process may not bind reads as not free.
+// Returns whether TCP `port` can be bound on 0.0.0.0 and on [::] (IPv6
+// only) right now (without SO_REUSEADDR), by binding it and closing the
+// socket again; the IPv6 look is skipped on a host without IPv6. A port in
+// use on either, or one this process may not bind, reads as not free.
 // Errors: InvalidArgument for port 0 or above 65535; Internal when no socket
 // can be made.
 absl::StatusOr<bool> IsPortFree(uint32_t port);
