@@ -7,9 +7,14 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <optional>
+#include <set>
+#include <string>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace gdt::agent {
 
@@ -70,6 +75,31 @@ absl::StatusOr<bool> IsPortFree(uint32_t port) {
   // bind it. A host without IPv6 has only the IPv4 answer.
   const std::optional<bool> v6 = Bindable(AF_INET6, port, error);
   return v6.value_or(true);
+}
+
+std::vector<uint32_t> ListenerUids(uint32_t port) {
+  std::set<uint32_t> uids;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // The header.
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
+      const std::vector<absl::string_view> fields =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      if (fields.size() < 8 || fields[3] != "0A") continue;  // LISTEN.
+      const size_t colon = fields[1].rfind(':');
+      uint32_t local_port = 0;
+      uint32_t uid = 0;
+      if (colon == absl::string_view::npos ||
+          !absl::SimpleHexAtoi(fields[1].substr(colon + 1), &local_port) ||
+          local_port != port || !absl::SimpleAtoi(fields[7], &uid)) {
+        continue;
+      }
+      uids.insert(uid);
+    }
+  }
+  return std::vector<uint32_t>(uids.begin(), uids.end());
 }
 
 }  // namespace gdt::agent

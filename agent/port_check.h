@@ -2,6 +2,7 @@
 #define GDT_AGENT_PORT_CHECK_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -14,6 +15,12 @@ namespace gdt::agent {
 // Errors: InvalidArgument for port 0 or above 65535; Internal when no socket
 // can be made.
 absl::StatusOr<bool> IsPortFree(uint32_t port);
+
+// The accounts (uids) of the sockets that listen on TCP `port` on this host,
+// on any address, IPv4 or IPv6, from /proc/net/tcp and /proc/net/tcp6 (of
+// this process's network namespace); each uid once, ascending. Nothing when
+// none listens or the tables cannot be read.
+std::vector<uint32_t> ListenerUids(uint32_t port);
 
 }  // namespace gdt::agent
 
