@@ -1023,5 +1023,98 @@ TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {
   EXPECT_FALSE(fs::exists(builds + "/made-by-the-agent"));
 }
 
+// A job that binds every port of the host's master_port_range (here all 40
+// of the test coordinator's) holds back each gang whose rank 0 the
+// coordinator would place there, but only delays it: its ports are checked
+// busy, so the gang waits with the reason in its job log and is admitted on
+// a free port once the job has ended (its cgroup killed, its ports free).
+class MasterPortSquatTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61041:61041", "61042:61042", "61043:61043", "61044:61044"};
+    cpu_slots_ = 4;
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(MasterPortSquatTest, AJobHoldingEveryMasterPortOnlyDelaysOtherGangs) {
+  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const std::string flags = SharedDir("flags");
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  const std::string squat = absl::StrCat(
+      "python3 -c '\n"
+      "      import socket, time, os\n"
+      "      held = []\n"
+      "      for p in range(",
+      first_port, ", ", first_port + 40,
+      "):\n"
+      "          for fam in (socket.AF_INET, socket.AF_INET6):\n"
+      "              s = socket.socket(fam)\n"
+      "              try:\n"
+      "                  s.bind((\"::\" if fam == socket.AF_INET6 else "
+      "\"0.0.0.0\", p)); s.listen(); held.append(s)\n"
+      "              except OSError:\n"
+      "                  pass\n"
+      "      print(\"squatting\", len(held), flush=True)\n"
+      "      open(\"",
+      flags,
+      "/squatting\", \"w\").close()\n"
+      "      for i in range(600):\n"
+      "          if os.path.exists(\"",
+      flags,
+      "/release\"): break\n"
+      "          time.sleep(0.1)\n"
+      "      '\n");
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("squat:\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - |\n"
+                         "      ",
+                         squat,
+                         "victim:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - echo \"victim rank $GDT_NODE_RANK port "
+                         "$GDT_MASTER_PORT\"\n"));
+  std::unique_ptr<Subprocess> squatter =
+      StartRunLocal(cluster_, project, "squat", {"--pipeline-id", "400"});
+  ASSERT_NE(squatter, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(flags + "/squatting"); }, seconds(60)))
+      << cluster_.Logs();
+  std::unique_ptr<Subprocess> victim =
+      StartRunLocal(cluster_, project, "victim", {"--pipeline-id", "401"});
+  ASSERT_NE(victim, nullptr);
+  std::string last;
+  const bool waited = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        last = status->dump();
+        return absl::StrContains(last, "waiting for a free master port");
+      },
+      seconds(60));
+  EXPECT_TRUE(waited) << last;
+  WriteFile(flags + "/release", "");
+  CommandResult squatted = FinishRun(*squatter, seconds(90));
+  CommandResult victimised = FinishRun(*victim, seconds(90));
+  EXPECT_TRUE(squatted.status.success()) << squatted.output;
+  EXPECT_THAT(squatted.output, HasSubstr("squatting 40"));
+  // The other gang said why it waited, then ran on a port that was free.
+  EXPECT_TRUE(victimised.status.success()) << victimised.output;
+  EXPECT_THAT(victimised.output,
+              HasSubstr("waiting for a free master port on local"));
+  EXPECT_THAT(victimised.output, HasSubstr("victim rank 0 port"));
+}
+
 }  // namespace
 }  // namespace gdt::test
