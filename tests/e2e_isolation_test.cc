@@ -1116,5 +1116,69 @@ TEST_F(MasterPortSquatTest, AJobHoldingEveryMasterPortOnlyDelaysOtherGangs) {
   EXPECT_THAT(victimised.output, HasSubstr("victim rank 0 port"));
 }
 
+// Job variables named like the loader's, the shell's or the search path
+// (LD_PRELOAD, BASH_ENV, PATH) reach the job's own scripts only: no process
+// of gdt or run-local that runs with more privilege (the executor, run-local
+// itself, the agent's own commands, the upload and download stages' helpers
+// as root) loads, sources or runs what they name.
+class JobEnvironmentInjectionTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61045:61045", "61046:61046"};
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(JobEnvironmentInjectionTest, VariablesReachOnlyTheJobsOwnProcesses) {
+  const std::string flags = SharedDir("flags");
+  const std::string bin = flags + "/bin";
+  fs::create_directories(bin);
+  chmod(bin.c_str(), 0755);
+  // Each fake records who ran it, then runs the real command.
+  for (const char* name :
+       {"cp", "mkdir", "rm", "find", "ps", "py-spy", "git", "chmod", "cat"}) {
+    const std::string fake = absl::StrCat(bin, "/", name);
+    WriteFile(fake, absl::StrCat("#!/bin/sh\necho \"", name,
+                                 " $(/usr/bin/id -u)\" >> ", flags,
+                                 "/ran\nPATH=/usr/bin:/bin exec ", name,
+                                 " \"$@\"\n"));
+    chmod(fake.c_str(), 0755);
+  }
+  // Every member (and anything else) may append its records.
+  WriteFile(flags + "/ran", "");
+  chmod((flags + "/ran").c_str(), 0666);
+  const std::string bash_env = flags + "/bash_env";
+  WriteFile(bash_env, absl::StrCat("echo \"bash_env $(/usr/bin/id -u)\" >> ",
+                                   flags, "/ran\n"));
+  chmod(bash_env.c_str(), 0644);
+  const std::string preload = flags + "/no-such-gdt-probe.so";
+  const std::string project = MakeProject(
+      "echo \"script uid $(id -u) path $PATH\"\n"
+      "echo made > artifact.txt\n"
+      "bash -c true\n",
+      absl::StrCat("    LD_PRELOAD: ", preload, "\n    BASH_ENV: ", bash_env,
+                   "\n    PATH: ", bin, ":/usr/local/bin:/usr/bin:/bin\n",
+                   "  artifacts:\n    paths: [artifact.txt]\n"));
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  EXPECT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  EXPECT_THAT(run.output, HasSubstr("script uid 6104"));
+  // The job's own processes saw its variables (its shells read BASH_ENV)...
+  const std::string ran = ReadFile(flags + "/ran");
+  EXPECT_THAT(ran, HasSubstr("bash_env 61045")) << ran;
+  EXPECT_THAT(ran, HasSubstr("bash_env 61046")) << ran;
+  EXPECT_THAT(run.output, HasSubstr("no-such-gdt-probe.so")) << run.output;
+  // ...and nothing else did: no record of root, and no process of gdt or
+  // run-local complained about the preload library (each would).
+  for (absl::string_view line : absl::StrSplit(ran, '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::EndsWith(line, " 61045") ||
+                absl::EndsWith(line, " 61046"))
+        << line << "\n"
+        << ran;
+  }
+  EXPECT_THAT(cluster_.Logs(), Not(HasSubstr("no-such-gdt-probe")));
+}
+
 }  // namespace
 }  // namespace gdt::test
