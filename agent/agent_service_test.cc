@@ -18,8 +18,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "agent/port_check.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
+#include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -40,6 +42,7 @@ using std::chrono::steady_clock;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 // Every stage a test runs is SIGKILLed after this long, so a broken agent
 // fails the test instead of hanging it.
@@ -719,6 +722,65 @@ TEST(ReadStageProgressTest, StepOnlyForADecimalNumber) {
   const auto later = std::chrono::system_clock::now() + seconds(3600);
   EXPECT_EQ(ReadStageProgress(file, later).last, later);
   EXPECT_EQ(ReadStageProgress(dir.path() + "/missing", started).last, started);
+}
+
+// Rank 0 fails while another account listens on the gang's master port
+// (a job of another gang bound it first): the job's log says so. A stage
+// of another rank, or one that succeeds, adds nothing.
+TEST_F(AgentServiceTest, RankZeroNamesAnotherAccountHoldingItsMasterPort) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to listen as uid 61041";
+  // A port nothing holds now.
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(
+      bind(probe, reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+      0);
+  socklen_t length = sizeof(address);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  const std::string port = std::to_string(ntohs(address.sin_port));
+  SpawnOptions squat;
+  squat.argv = {"python3", "-c",
+                "import socket, time\n"
+                "s = socket.socket()\n"
+                "s.bind(('0.0.0.0', " +
+                    port +
+                    "))\n"
+                    "s.listen()\n"
+                    "time.sleep(60)\n"};
+  squat.credentials = SpawnOptions::Credentials{61041, 61041, {}};
+  squat.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> squatter =
+      Subprocess::Spawn(squat);
+  ASSERT_TRUE(squatter.ok()) << squatter.status();
+  const uint32_t port_number = ntohs(address.sin_port);
+  ASSERT_TRUE(
+      WaitFor([&] { return !ListenerUids(port_number).empty(); }, seconds(20)));
+  EXPECT_THAT(ListenerUids(port_number), ElementsAre(61041u));
+
+  v1::StartStage start = Start("g1/1", "echo bind failed >&2; exit 1\n");
+  (*start.mutable_env())["GDT_NODE_RANK"] = "0";
+  (*start.mutable_env())["GDT_MASTER_PORT"] = port;
+  StageResult failed = Run(start);
+  ASSERT_TRUE(failed.exit.ok()) << failed.exit.status();
+  EXPECT_THAT(failed.err,
+              HasSubstr("gdt: the master port " + port +
+                        " leased to this gang is held by another account on "
+                        "this host (uid 61041), which bound it before rank 0 "
+                        "could; the gang cannot meet on it\n"));
+
+  (*start.mutable_env())["GDT_NODE_RANK"] = "1";
+  StageResult other_rank = Run(start);
+  EXPECT_THAT(other_rank.err, Not(HasSubstr("master port")));
+  (*start.mutable_env())["GDT_NODE_RANK"] = "0";
+  start.set_script("exit 0\n");
+  StageResult succeeded = Run(start);
+  EXPECT_THAT(succeeded.err, Not(HasSubstr("master port")));
+
+  (*squatter)->SignalGroup(SIGKILL);
+  (*squatter)->WaitUntil(steady_clock::now() + seconds(10));
 }
 
 // The heartbeat's list of members this host holds: a member whose stage

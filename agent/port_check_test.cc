@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include "gtest/gtest.h"
 
 namespace gdt::agent {
@@ -55,6 +58,36 @@ TEST(PortCheckTest, ReleasedPortIsFree) {
 
   ASSERT_TRUE(free.ok()) << free.status();
   EXPECT_TRUE(*free);
+}
+
+// A listener on IPv6 only leaves the IPv4 wildcard bindable, but a
+// dual-stack server (torch's TCPStore binds [::] first) cannot bind the
+// port: leased as free, rank 0 would fail on it. Such a port is not free.
+TEST(PortCheckTest, APortHeldOnIpv6OnlyIsBusy) {
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) GTEST_SKIP() << "no IPv6 on this host: " << strerror(errno);
+  const int v6_only = 1;
+  ASSERT_EQ(
+      setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6_only, sizeof(v6_only)), 0);
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_addr = in6addr_any;
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) !=
+      0) {
+    const int error = errno;
+    close(fd);
+    GTEST_SKIP() << "cannot bind on IPv6 here: " << strerror(error);
+  }
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const uint32_t port = ntohs(address.sin6_port);
+
+  absl::StatusOr<bool> free = IsPortFree(port);
+
+  close(fd);
+  ASSERT_TRUE(free.ok()) << free.status();
+  EXPECT_FALSE(*free);
 }
 
 TEST(PortCheckTest, OutOfRangePortIsInvalid) {

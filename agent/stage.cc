@@ -16,11 +16,24 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "agent/evidence.h"
+#include "agent/port_check.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::agent {
 namespace {
+
+// The master port in a stage environment of rank 0, else 0.
+uint32_t MasterPortOfRankZero(const std::map<std::string, std::string>& env) {
+  const auto rank = env.find("GDT_NODE_RANK");
+  const auto port = env.find("GDT_MASTER_PORT");
+  uint32_t value = 0;
+  if (rank == env.end() || rank->second != "0" || port == env.end() ||
+      !absl::SimpleAtoi(port->second, &value) || value > 65535) {
+    return 0;
+  }
+  return value;
+}
 
 // The member cgroup's directory from its cgroup.procs path; empty for none.
 std::string CgroupDirOf(const std::string& cgroup_procs) {
@@ -154,6 +167,7 @@ Stage::Stage(std::unique_ptr<Subprocess> child, StageObserver* observer,
       cgroup_procs_(options.cgroup_procs),
       path_(options.env.count("PATH") != 0 ? options.env.at("PATH")
                                            : "/usr/bin:/bin"),
+      master_port_(MasterPortOfRankZero(options.env)),
       started_(std::chrono::system_clock::now()) {
   if (options.teardown_timeout.count() > 0) {
     teardown_watch_.emplace(options.teardown_timeout);
@@ -404,6 +418,27 @@ void Stage::Run() {
           process_group_, LogValue(max), oom_kills - oom_kills_at_start_);
       output_tail_.append(line);
       observer_->OnOutput(OutputSource::kStderr, line);
+    }
+  }
+  // Rank 0 failed while another account listens on the gang's master port:
+  // something else on the host bound the port between its lease and rank
+  // 0's own bind, and the failure ("address already in use", or peers that
+  // reached the wrong server) comes from that. Say so in the job's log.
+  if (master_port_ != 0 && !status->success()) {
+    const uid_t own = credentials_.has_value() ? credentials_->uid : getuid();
+    for (const uint32_t uid : ListenerUids(master_port_)) {
+      if (uid == own) continue;
+      const std::string line = absl::StrCat(
+          "gdt: the master port ", master_port_,
+          " leased to this gang is held by another account on this host (uid ",
+          uid,
+          "), which bound it before rank 0 could; the gang cannot meet on "
+          "it\n");
+      spdlog::warn("event=master_port_taken pgid={} port={} uid={}",
+                   process_group_, master_port_, uid);
+      output_tail_.append(line);
+      observer_->OnOutput(OutputSource::kStderr, line);
+      break;
     }
   }
   if (on_finished_) on_finished_(this);

@@ -159,6 +159,9 @@ class Stage {
   const std::optional<SpawnOptions::Credentials> credentials_;
   const std::string cgroup_procs_;
   const std::string path_;  // $PATH of the script, to find py-spy.
+  // The master port leased to the gang when this is rank 0's stage
+  // (GDT_NODE_RANK 0, GDT_MASTER_PORT), else 0.
+  const uint32_t master_port_;
   const std::chrono::system_clock::time_point started_;
   std::chrono::steady_clock::time_point next_progress_check_{};
   bool hung_ = false;

@@ -1569,7 +1569,8 @@ std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
 
 // Like gitlab-runner's artifacts-downloader: each dependency's artifacts
 // (from the local store, where upload_artifacts_* put them) are unpacked
-// into the project directory; a missing one fails the stage.
+// into the project directory, replacing what is in their way without
+// following a link; a missing one fails the stage.
 std::string RunnerEmulator::Job::DownloadBody() const {
   const std::string& store = options_.sources.artifact_store;
   if (store.empty()) {
@@ -1588,7 +1589,16 @@ std::string RunnerEmulator::Job::DownloadBody() const {
         ShellQuote(absl::StrCat("ERROR: Downloading artifacts from local "
                                 "store: no artifacts of job ",
                                 dependency.id)),
-        "; exit 1; fi\n", "cp -a ", ShellQuote(source + "/."), " .\n");
+        "; exit 1; fi\n",
+        // What is in the way (a link the checkout holds, say) is replaced,
+        // never written through, as gitlab-runner's extraction does: a
+        // link or file where the artifacts have a directory is removed
+        // first, and cp removes each file's destination before it writes.
+        "(cd ", ShellQuote(source),
+        " && find . -mindepth 1 -type d -print0) | while IFS= read -r -d '' "
+        "d; do if [ -L \"$d\" ] || { [ -e \"$d\" ] && [ ! -d \"$d\" ]; }; "
+        "then rm -f -- \"$d\"; fi; done\n",
+        "cp -a --remove-destination ", ShellQuote(source + "/."), " .\n");
   }
   return body.empty() ? ":\n" : body;
 }

@@ -931,6 +931,38 @@ TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
                        "\"two\", using default value: 1"));
 }
 
+// A dependency's artifacts replace what is in their way in the checkout,
+// as gitlab-runner's extraction does: a link there (to a file, or in place
+// of a directory) is removed, never written through.
+TEST_F(RunnerEmulatorTest, DownloadedArtifactsReplaceLinksInsteadOfFollowing) {
+  const std::string outside = dir_.path() + "/outside";
+  fs::create_directories(outside);
+  WriteTextFile(outside + "/victim", "untouched\n");
+  const std::string project = options_.sources.project_dir;
+  fs::create_symlink(outside + "/victim", project + "/result.txt");
+  fs::create_symlink(outside, project + "/ckpt");
+  const std::string stored = dir_.path() + "/store/999";
+  fs::create_directories(stored + "/ckpt");
+  WriteTextFile(stored + "/result.txt", "from build\n");
+  WriteTextFile(stored + "/ckpt/state.pt", "state\n");
+  gitlab::JobDependency dependency;
+  dependency.id = 999;
+  dependency.name = "build";
+  dependency.artifacts_filename = "artifacts.zip";
+  options_.job.dependencies = {dependency};
+
+  const JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_EQ(ReadTextFile(outside + "/victim"), "untouched\n");
+  EXPECT_FALSE(fs::exists(outside + "/state.pt"));
+  const std::string builds = dir_.path() + "/builds/ml/model";
+  EXPECT_FALSE(fs::is_symlink(builds + "/result.txt"));
+  EXPECT_EQ(ReadTextFile(builds + "/result.txt"), "from build\n");
+  EXPECT_FALSE(fs::is_symlink(builds + "/ckpt"));
+  EXPECT_EQ(ReadTextFile(builds + "/ckpt/state.pt"), "state\n");
+}
+
 // CI_JOB_STATUS in the stages after the steps: the steps' outcome, or
 // still "running" when the job failed before its steps (the runner sets it
 // with after_script, which it does not reach then).

@@ -3,13 +3,18 @@
 #include <archive.h>
 #include <archive_entry.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file.h"
+#include "common/status_macros.h"
 
 namespace gdt::ckpt {
 namespace {
@@ -78,6 +83,43 @@ absl::Status CreateZip(const std::string& root,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Writes the data of the current entry to `fd`, counting it in `extracted`
+// against limits.max_bytes.
+absl::Status CopyEntry(archive* a, int fd, const std::string& zip,
+                       const std::string& name, const std::string& target,
+                       const ExtractLimits& limits, std::vector<char>& buffer,
+                       uint64_t& extracted) {
+  while (true) {
+    const la_ssize_t n = archive_read_data(a, buffer.data(), buffer.size());
+    if (n == 0) return absl::OkStatus();
+    if (n < 0) {
+      return absl::DataLossError(absl::StrCat("corrupt zip ", zip, ": entry \"",
+                                              name,
+                                              "\": ", archive_error_string(a)));
+    }
+    if (static_cast<uint64_t>(n) > limits.max_bytes - extracted) {
+      return absl::DataLossError(absl::StrCat(
+          "zip ", zip, ": its files expand to more than ", limits.max_bytes,
+          " bytes (at entry \"", name, "\"); not extracted further"));
+    }
+    extracted += static_cast<uint64_t>(n);
+    for (la_ssize_t done = 0; done < n;) {
+      const ssize_t wrote =
+          write(fd, buffer.data() + done, static_cast<size_t>(n - done));
+      if (wrote < 0 && errno == EINTR) continue;
+      if (wrote < 0) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot write ", target, ": ", std::strerror(errno)));
+      }
+      done += wrote;
+    }
+  }
+}
+
+}  // namespace
+
 absl::Status ExtractZip(const std::string& zip, const std::string& dest,
                         const ExtractLimits& limits) {
   std::unique_ptr<archive, ReadCloser> a(archive_read_new());
@@ -110,41 +152,27 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
           absl::StrCat("zip ", zip, ": unsafe entry name \"", name, "\""));
     }
     const mode_t type = archive_entry_filetype(entry);
-    const fs::path target = fs::path(dest) / name;
+    const std::string target = (fs::path(dest) / name).string();
+    // Made the way gitlab-runner extracts artifacts: whatever is in the way
+    // (a link in `dest`, in the path of a directory or a file) is replaced,
+    // never written through.
     if (type == AE_IFDIR) {
-      fs::create_directories(target, error);
+      GDT_RETURN_IF_ERROR(MakeDirsBeneath(dest, name));
       continue;
     }
     if (type != AE_IFREG) {
       return absl::InvalidArgumentError(absl::StrCat(
           "zip ", zip, ": entry \"", name, "\" is not a regular file"));
     }
-    fs::create_directories(target.parent_path(), error);
-    std::ofstream out(target, std::ios::binary | std::ios::trunc);
-    if (!out) {
+    absl::StatusOr<int> fd = CreateFileBeneath(dest, name);
+    if (!fd.ok()) return fd.status();
+    const absl::Status written =
+        CopyEntry(a.get(), *fd, zip, name, target, limits, buffer, extracted);
+    const int closed = close(*fd);
+    GDT_RETURN_IF_ERROR(written);
+    if (closed != 0) {
       return absl::UnavailableError(
-          absl::StrCat("cannot write ", target.string()));
-    }
-    while (true) {
-      const la_ssize_t n =
-          archive_read_data(a.get(), buffer.data(), buffer.size());
-      if (n == 0) break;
-      if (n < 0) {
-        return absl::DataLossError(
-            absl::StrCat("corrupt zip ", zip, ": entry \"", name,
-                         "\": ", archive_error_string(a.get())));
-      }
-      if (static_cast<uint64_t>(n) > limits.max_bytes - extracted) {
-        return absl::DataLossError(absl::StrCat(
-            "zip ", zip, ": its files expand to more than ", limits.max_bytes,
-            " bytes (at entry \"", name, "\"); not extracted further"));
-      }
-      extracted += static_cast<uint64_t>(n);
-      out.write(buffer.data(), n);
-    }
-    if (!out.flush()) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot write ", target.string()));
+          absl::StrCat("cannot write ", target, ": ", std::strerror(errno)));
     }
   }
   return absl::OkStatus();

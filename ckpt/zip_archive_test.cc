@@ -35,6 +35,35 @@ TEST(ZipArchiveTest, RoundTrip) {
   EXPECT_EQ(ReadTextFile(dir.path() + "/out/ckpt/step-5/manifest.json"), "{}");
 }
 
+// Links already in the destination (a job may have left them there) are
+// replaced, as gitlab-runner does, never written through: neither a link in
+// place of a file nor one in place of a directory on the way.
+TEST(ZipArchiveTest, LinksInTheDestinationAreReplacedNotFollowed) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/src/ckpt");
+  WriteTextFile(dir.path() + "/src/model.pt", "from the zip");
+  WriteTextFile(dir.path() + "/src/ckpt/state.pt", "from the zip too");
+  const std::string zip = dir.path() + "/a.zip";
+  ASSERT_TRUE(
+      CreateZip(dir.path() + "/src", {"model.pt", "ckpt/state.pt"}, zip).ok());
+  const std::string outside = dir.path() + "/outside";
+  fs::create_directories(outside);
+  WriteTextFile(outside + "/victim", "untouched");
+  const std::string out = dir.path() + "/out";
+  fs::create_directories(out);
+  fs::create_symlink(outside + "/victim", out + "/model.pt");
+  fs::create_symlink(outside, out + "/ckpt");
+
+  absl::Status extracted = ExtractZip(zip, out);
+  ASSERT_TRUE(extracted.ok()) << extracted;
+  EXPECT_EQ(ReadTextFile(outside + "/victim"), "untouched");
+  EXPECT_FALSE(fs::exists(outside + "/state.pt"));
+  EXPECT_FALSE(fs::is_symlink(out + "/model.pt"));
+  EXPECT_FALSE(fs::is_symlink(out + "/ckpt"));
+  EXPECT_EQ(ReadTextFile(out + "/model.pt"), "from the zip");
+  EXPECT_EQ(ReadTextFile(out + "/ckpt/state.pt"), "from the zip too");
+}
+
 TEST(ZipArchiveTest, TruncatedZipIsDataLoss) {
   TempDir dir;
   fs::create_directories(dir.path() + "/src");

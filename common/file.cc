@@ -10,9 +10,12 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace gdt {
 
@@ -137,6 +140,120 @@ absl::Status WriteFileAtomically(const std::string& path,
     return Prefixed(path, synced);
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+// The parts of `relative`, or nothing when it may not be used beneath a root.
+std::optional<std::vector<std::string>> PartsBeneath(
+    const std::string& relative) {
+  if (relative.empty() || relative.front() == '/') return std::nullopt;
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(relative, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") return std::nullopt;
+    parts.emplace_back(part);
+  }
+  if (parts.empty()) return std::nullopt;
+  return parts;
+}
+
+absl::Status CreateError(const std::string& root, const std::string& relative,
+                         int error) {
+  const std::string message = absl::StrCat(
+      "cannot create ", root, "/", relative, ": ", std::strerror(error));
+  if (error == EACCES || error == EPERM) {
+    return absl::PermissionDeniedError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+// Opens the directory `name` in `dir_fd`, replacing a link or another
+// non-directory there with a new directory. Returns the descriptor or -1
+// with errno set.
+int OpenOrMakeDir(int dir_fd, const std::string& name) {
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    const int fd = openat(dir_fd, name.c_str(),
+                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) return fd;
+    if (errno == ENOTDIR || errno == ELOOP) {
+      // A link (O_NOFOLLOW gives ELOOP) or a file: removed, not followed.
+      if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+        return -1;
+      }
+    } else if (errno != ENOENT) {
+      return -1;
+    }
+    if (mkdirat(dir_fd, name.c_str(), 0755) != 0 && errno != EEXIST) {
+      return -1;
+    }
+  }
+  errno = ELOOP;  // Something keeps replacing it.
+  return -1;
+}
+
+// Opens `root` and every directory of `parts` but the last `keep` ones;
+// returns the innermost descriptor, or -1 with errno set.
+int OpenDirsBeneath(const std::string& root,
+                    const std::vector<std::string>& parts, size_t keep) {
+  int fd = open(root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  for (size_t i = 0; fd >= 0 && i + keep < parts.size(); ++i) {
+    const int next = OpenOrMakeDir(fd, parts[i]);
+    const int error = errno;
+    close(fd);
+    errno = error;
+    fd = next;
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::Status MakeDirsBeneath(const std::string& root,
+                             const std::string& relative) {
+  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
+  if (!parts.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create ", root, "/", relative,
+                     ": not a relative path without '..'"));
+  }
+  const int fd = OpenDirsBeneath(root, *parts, 0);
+  if (fd < 0) return CreateError(root, relative, errno);
+  close(fd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CreateFileBeneath(const std::string& root,
+                                      const std::string& relative,
+                                      mode_t mode) {
+  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
+  if (!parts.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create ", root, "/", relative,
+                     ": not a relative path without '..'"));
+  }
+  const int dir_fd = OpenDirsBeneath(root, *parts, 1);
+  if (dir_fd < 0) return CreateError(root, relative, errno);
+  const std::string& name = parts->back();
+  int fd = -1;
+  int error = 0;
+  for (int attempt = 0; fd < 0 && attempt < 3; ++attempt) {
+    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      error = errno;
+      break;
+    }
+    fd = openat(dir_fd, name.c_str(),
+                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    error = errno;
+    if (fd < 0 && error != EEXIST) break;
+  }
+  close(dir_fd);
+  if (fd >= 0) return fd;
+  if (error == EISDIR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot create ", root, "/", relative, ": it is a directory"));
+  }
+  return CreateError(root, relative, error);
 }
 
 }  // namespace gdt

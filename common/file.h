@@ -48,6 +48,28 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  std::string_view contents, mode_t mode = 0644,
                                  Env* env = Env::Default());
 
+// Creating files in a directory another account may have written to (a job's
+// project dir, a directory an archive is extracted into), the way
+// gitlab-runner extracts artifacts: nothing there is written through.
+// `relative` is a path beneath the directory `root` (no leading '/', no
+// `..` part). Every directory on the way is opened without following a
+// symbolic link; a link or another non-directory in the way of a directory is
+// removed and a directory (mode 0755 before the umask) made in its place.
+//
+// MakeDirsBeneath makes the directories of `relative`, the last one
+// included. CreateFileBeneath removes whatever non-directory is at the last
+// component (a link is removed, never followed) and creates the file afresh
+// (O_EXCL, O_NOFOLLOW) with `mode`; it returns the open descriptor for
+// writing, which the caller closes. Errors read "cannot create
+// <root>/<relative>: <reason>": InvalidArgument for a path that is absolute,
+// empty or has a `..` part, or a directory at the last component of a file;
+// PermissionDenied; Unavailable otherwise.
+absl::Status MakeDirsBeneath(const std::string& root,
+                             const std::string& relative);
+absl::StatusOr<int> CreateFileBeneath(const std::string& root,
+                                      const std::string& relative,
+                                      mode_t mode = 0644);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_FILE_H_

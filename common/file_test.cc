@@ -205,5 +205,48 @@ TEST(WriteFileAtomicallyTest, MissingDirectoryIsNotFound) {
   EXPECT_THAT(status.message(), HasSubstr("No such file or directory"));
 }
 
+// Links in the way are removed, never followed; paths that would leave the
+// root are refused.
+TEST(CreateFileBeneathTest, ReplacesLinksAndStaysBeneathTheRoot) {
+  test::TempDir dir;
+  const std::string root = dir.path() + "/root";
+  const std::string outside = dir.path() + "/outside";
+  std::filesystem::create_directories(root);
+  std::filesystem::create_directories(outside);
+  test::WriteTextFile(outside + "/victim", "untouched");
+  std::filesystem::create_symlink(outside + "/victim", root + "/file");
+  std::filesystem::create_symlink(outside, root + "/dir");
+
+  absl::StatusOr<int> fd = CreateFileBeneath(root, "file", 0600);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ASSERT_EQ(write(*fd, "new", 3), 3);
+  close(*fd);
+  fd = CreateFileBeneath(root, "dir/sub/f");
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  close(*fd);
+  ASSERT_TRUE(MakeDirsBeneath(root, "dir/other").ok());
+
+  EXPECT_EQ(test::ReadTextFile(outside + "/victim"), "untouched");
+  EXPECT_EQ(test::ReadTextFile(root + "/file"), "new");
+  EXPECT_FALSE(std::filesystem::is_symlink(root + "/dir"));
+  EXPECT_TRUE(std::filesystem::is_regular_file(root + "/dir/sub/f"));
+  EXPECT_TRUE(std::filesystem::is_directory(root + "/dir/other"));
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(outside),
+                          std::filesystem::directory_iterator()),
+            1);
+
+  for (const char* bad : {"../escape", "/etc/passwd", "", "a/../../b"}) {
+    absl::StatusOr<int> refused = CreateFileBeneath(root, bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/escape"));
+  std::filesystem::create_directories(root + "/a-dir");
+  absl::StatusOr<int> directory = CreateFileBeneath(root, "a-dir");
+  EXPECT_EQ(directory.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(directory.status().message()),
+              HasSubstr("it is a directory"));
+}
+
 }  // namespace
 }  // namespace gdt

@@ -112,6 +112,65 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A caller without the gang's token hears one refusal whether the gang
+// exists, never did, or has ended; a member of an earlier epoch, even
+// across a coordinator restart, learns that its epoch is over.
+TEST_F(CheckpointServiceTest, OnlyTheGangsTokensLearnWhetherTheGangExists) {
+  const v1::Assignment first = Join(101);
+  Fail(first, 101);
+  const v1::Assignment retry = Join(201);
+  ASSERT_EQ(retry.epoch(), 2u);
+  ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
+
+  absl::Status stale = ClientFor(first).Record(3, 0, 101, "{}", In(5s));
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
+  EXPECT_THAT(stale.message(),
+              HasSubstr("is at epoch 2; the store of epoch 1 is gone"));
+  EXPECT_EQ(ClientFor(first).List(In(5s)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(ClientFor(retry).Record(4, 0, 201, "{}", In(5s)).ok());
+
+  // Strangers: a guessed token for the real gang (current and old epoch), a
+  // made-up gang.
+  v1::Assignment guess = retry;
+  guess.set_kv_token(std::string(64, '0'));
+  const absl::Status real = ClientFor(guess).List(In(5s)).status();
+  EXPECT_EQ(real.code(), absl::StatusCode::kPermissionDenied) << real;
+  guess.set_epoch(1);
+  const absl::Status old = ClientFor(guess).List(In(5s)).status();
+  v1::Assignment made_up = guess;
+  made_up.set_gang_id(retry.gang_id() + "x");
+  const absl::Status none = ClientFor(made_up).List(In(5s)).status();
+  made_up.set_epoch(2);
+  const absl::Status none2 = ClientFor(made_up).List(In(5s)).status();
+  auto as_other_gang = [&](const absl::Status& status) {
+    std::string message(status.message());
+    const std::string from = "gang " + retry.gang_id() + " ";
+    const size_t at = message.find(from);
+    if (at != std::string::npos) {
+      message.replace(at, from.size(), "gang " + retry.gang_id() + "x ");
+    }
+    return absl::Status(status.code(), message);
+  };
+  EXPECT_EQ(none, as_other_gang(old));
+  EXPECT_EQ(none2, as_other_gang(real));
+
+  // Once the gang has ended its own members are strangers as well.
+  v1::ReportExitRequest exit;
+  exit.set_gang_id(retry.gang_id());
+  exit.set_epoch(retry.epoch());
+  exit.set_member_index(1);
+  exit.set_job_id(201);
+  ASSERT_TRUE(client_->ReportExit(exit, 5s).ok());
+  v1::LeaveGangRequest leave;
+  *leave.mutable_key() = Key();
+  leave.set_member_index(1);
+  leave.set_job_id(201);
+  ASSERT_TRUE(client_->LeaveGang(leave, 5s).ok());
+  EXPECT_EQ(ClientFor(retry).List(In(5s)).status(), real);
+  EXPECT_EQ(ClientFor(first).List(In(5s)).status(), old);
+}
+
 TEST_F(CheckpointServiceTest, StrangersAndBadRecordsAreRefused) {
   const v1::Assignment member = Join(101);
   v1::Assignment forged = member;

@@ -7,6 +7,7 @@
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/secret.h"
+#include "common/sha256.h"
 #include "common/status_macros.h"
 #include "rendezvous/kv_keys.h"
 #include "spdlog/spdlog.h"
@@ -173,7 +174,12 @@ absl::Status Coordinator::LoadKvTokensLocked() {
   absl::StatusOr<std::vector<state::KvToken>> tokens = store_->LoadKvTokens();
   if (!tokens.ok()) return tokens.status();
   for (state::KvToken& token : *tokens) {
-    kv_->OpenGang(token.gang_id, token.epoch, token.token);
+    // An empty token: a failed gang's store that ended, kept for the
+    // earlier tokens of its retry (EndFinishedKvGangsLocked).
+    if (!token.token.empty()) {
+      kv_->OpenGang(token.gang_id, token.epoch, token.token,
+                    token.earlier_sha256);
+    }
     kv_tokens_[token.gang_id] = std::move(token);
   }
   kv_end_changes_seen_.reset();  // Look at every loaded gang.
@@ -184,7 +190,8 @@ absl::Status Coordinator::LoadKvTokensLocked() {
 std::string Coordinator::KvTokenLocked(const std::string& gang_id,
                                        uint32_t epoch) {
   auto it = kv_tokens_.find(gang_id);
-  if (it != kv_tokens_.end() && it->second.epoch == epoch) {
+  if (it != kv_tokens_.end() && it->second.epoch == epoch &&
+      !it->second.token.empty()) {
     return it->second.token;
   }
   absl::StatusOr<std::string> secret = kv::NewKvToken();
@@ -193,13 +200,25 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
                   LogValue(gang_id), LogValue(secret.status().ToString()));
     return "";
   }
-  state::KvToken token{gang_id, epoch, *secret};
+  state::KvToken token{gang_id, epoch, *secret, {}};
+  if (it != kv_tokens_.end()) {
+    // The earlier epochs' members still learn that their epoch is over.
+    for (const auto& [earlier, sha256] : it->second.earlier_sha256) {
+      if (earlier < epoch) token.earlier_sha256[earlier] = sha256;
+    }
+    if (it->second.epoch < epoch && !it->second.token.empty()) {
+      token.earlier_sha256[it->second.epoch] = Sha256Hex(it->second.token);
+    }
+    while (token.earlier_sha256.size() > kv::GangKv::kMaxEarlierTokens) {
+      token.earlier_sha256.erase(token.earlier_sha256.begin());
+    }
+  }
   if (absl::Status status = store_->SaveKvToken(token); !status.ok()) {
     spdlog::error("event=gang_kv_unavailable gang={} error={}",
                   LogValue(gang_id), LogValue(status.ToString()));
     return "";
   }
-  kv_->OpenGang(gang_id, epoch, token.token);
+  kv_->OpenGang(gang_id, epoch, token.token, token.earlier_sha256);
   kv_tokens_[gang_id] = token;
   return token.token;
 }
@@ -222,11 +241,26 @@ void Coordinator::EndFinishedKvGangsLocked() {
         if (!member.left) ended = false;
       }
     }
-    if (!ended) {
+    if (!ended || (gang != nullptr && it->second.token.empty())) {
       ++it;
       continue;
     }
     kv_->EndGang(it->first);
+    if (gang != nullptr && gang->state == state::GangState::kFailed &&
+        !it->second.token.empty()) {
+      // A failed gang may be retried under its id: its retry's store keeps
+      // this epoch's token (as its hash) among the earlier ones, so that
+      // the members of this epoch still hear that it is over. The token
+      // itself is forgotten.
+      it->second.earlier_sha256[it->second.epoch] = Sha256Hex(it->second.token);
+      it->second.token.clear();
+      if (absl::Status status = store_->SaveKvToken(it->second); !status.ok()) {
+        spdlog::warn("event=kv_token_forget_failed gang={} error={}",
+                     LogValue(it->first), LogValue(status.ToString()));
+      }
+      ++it;
+      continue;
+    }
     if (absl::Status status = store_->DeleteKvToken(it->first); !status.ok()) {
       spdlog::warn("event=kv_token_forget_failed gang={} error={}",
                    LogValue(it->first), LogValue(status.ToString()));
@@ -241,7 +275,8 @@ void Coordinator::SendPreemptionNoticesLocked() {
     auto token = kv_tokens_.find(notice.gang_id);
     absl::Status status = absl::FailedPreconditionError(
         "the gang has no key-value store for this epoch");
-    if (token != kv_tokens_.end() && token->second.epoch == notice.epoch) {
+    if (token != kv_tokens_.end() && token->second.epoch == notice.epoch &&
+        !token->second.token.empty()) {
       // The deadline (Unix seconds) and who gives the notice, for the
       // members' logs. A member's earlier notice stays.
       absl::StatusOr<kv::KvCasResult> set = kv_->CompareAndSet(

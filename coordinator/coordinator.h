@@ -210,8 +210,9 @@ class Coordinator {
   Mutex mu_;
   std::unique_ptr<Scheduler> scheduler_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<kv::GangKv> kv_;  // Set at construction; outlives every call.
-  std::map<std::string, state::KvToken> kv_tokens_
-      ABSL_GUARDED_BY(mu_);  // By gang.
+  // By gang. An empty token: a failed gang whose store ended, kept with its
+  // earlier tokens' hashes for a retry under the same id.
+  std::map<std::string, state::KvToken> kv_tokens_ ABSL_GUARDED_BY(mu_);
   // Scheduler::EndChanges() at the last look for ended gangs; nullopt
   // before the first.
   std::optional<uint64_t> kv_end_changes_seen_ ABSL_GUARDED_BY(mu_);

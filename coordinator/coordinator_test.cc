@@ -189,8 +189,9 @@ TEST_F(CoordinatorTest, AdmissionIssuesOneKvTokenAndTheGangEndClearsIt) {
   EXPECT_EQ(*coordinator_->kv().Get(member, "k"), "v");
   ASSERT_TRUE(coordinator_->Leave(test::TrainKey(2), 1, 101).ok());
   EXPECT_EQ(coordinator_->kv().gang_count(), 0u);
+  // Its members now hear what any caller without a token hears.
   EXPECT_EQ(coordinator_->kv().Get(member, "k").status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kPermissionDenied);
 }
 
 // The periodic checks forget a finished gang after its retention: late

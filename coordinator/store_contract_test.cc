@@ -465,7 +465,10 @@ TEST_P(StoreTest, ADeletedGangLeavesNothingUnderItsId) {
   // Ids that share its prefix keep what they have.
   const std::string kept = "train-p5-pl77-n2-2";
   for (const std::string& id : {gone.id, kept}) {
-    ASSERT_TRUE((*store)->SaveKvToken(state::KvToken{id, 1, "t-" + id}).ok());
+    ASSERT_TRUE((*store)
+                    ->SaveKvToken(state::KvToken{
+                        id, 3, "t-" + id, {{1, "sha-1-" + id}, {2, "sha-2"}}})
+                    .ok());
     ASSERT_TRUE((*store)
                     ->SaveCheckpointRecord({id, 1, 10, 0, 101, "{}", 1'000}, 8)
                     .ok());
@@ -480,8 +483,9 @@ TEST_P(StoreTest, ADeletedGangLeavesNothingUnderItsId) {
     std::string count = "0";
     for (const char* table :
          {"gangs", "members", "preemptible_members", "gpu_leases",
-          "port_leases", "gang_kv_tokens", "gang_preemptions", "elastic_gangs",
-          "preemptions_under_way", "gang_ended", "checkpoint_records"}) {
+          "port_leases", "gang_kv_tokens", "gang_kv_earlier_tokens",
+          "gang_preemptions", "elastic_gangs", "preemptions_under_way",
+          "gang_ended", "checkpoint_records"}) {
       count += absl::StrCat(" + (SELECT COUNT(*) FROM ", table,
                             " WHERE gang_id = '", gone.id, "')");
     }
@@ -515,6 +519,11 @@ TEST_P(StoreTest, ADeletedGangLeavesNothingUnderItsId) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ(tokens->at(0).gang_id, kept);
+  EXPECT_EQ(tokens->at(0).epoch, 3u);
+  // The earlier epochs' token hashes come back with it.
+  EXPECT_EQ(
+      tokens->at(0).earlier_sha256,
+      (std::map<uint32_t, std::string>{{1, "sha-1-" + kept}, {2, "sha-2"}}));
   absl::StatusOr<std::vector<state::CheckpointRecord>> records =
       (*reopened)->ListCheckpointRecords(gone.id);
   ASSERT_TRUE(records.ok()) << records.status();

@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/secret.h"
+#include "common/sha256.h"
 
 namespace gdt::kv {
 namespace {
@@ -28,21 +29,36 @@ bool SameSecret(const std::string& a, const std::string& b) {
 GangKv::~GangKv() { EndAllWaits("coordinator is shutting down"); }
 
 void GangKv::OpenGang(const std::string& gang_id, uint32_t epoch,
-                      const std::string& token) {
+                      const std::string& token,
+                      const std::map<uint32_t, std::string>& earlier_sha256) {
   Completions completions;
   {
     MutexLock lock(mu_);
     GangStore& store = gangs_[gang_id];
-    if (store.epoch == epoch && store.token == token) return;
-    if (store.epoch != 0) {
-      EndWaits(store,
-               absl::AbortedError(
-                   absl::StrCat("gang ", gang_id, " moved to epoch ", epoch)),
-               completions);
+    std::map<uint32_t, std::string> earlier = std::move(store.earlier_sha256);
+    for (const auto& [earlier_epoch, sha256] : earlier_sha256) {
+      if (earlier_epoch < epoch) earlier[earlier_epoch] = sha256;
     }
-    store = GangStore();
-    store.epoch = epoch;
-    store.token = token;
+    if (store.epoch == epoch && store.token == token) {
+      store.earlier_sha256 = std::move(earlier);
+    } else {
+      if (store.epoch != 0) {
+        EndWaits(store,
+                 absl::AbortedError(
+                     absl::StrCat("gang ", gang_id, " moved to epoch ", epoch)),
+                 completions);
+        if (store.epoch < epoch) {
+          earlier[store.epoch] = Sha256Hex(store.token);
+        }
+      }
+      store = GangStore();
+      store.epoch = epoch;
+      store.token = token;
+      store.earlier_sha256 = std::move(earlier);
+    }
+    while (store.earlier_sha256.size() > kMaxEarlierTokens) {
+      store.earlier_sha256.erase(store.earlier_sha256.begin());
+    }
   }
   Run(std::move(completions));
 }
@@ -84,21 +100,29 @@ absl::StatusOr<GangKv::GangStore*> GangKv::Authorize(const KvCaller& caller,
         "no gang token: set GDT_KV_TOKEN (the executor exports it to every "
         "member)");
   }
+  // Whoever does not hold one of the gang's tokens hears the same whether
+  // the gang exists or not, so that naming gangs tells nobody which exist.
+  const absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+      "wrong gang token for gang ", caller.gang_id, " epoch ", caller.epoch,
+      ", or that gang has no key-value store (not admitted, or ended)"));
   auto it = gangs_.find(caller.gang_id);
-  if (it == gangs_.end()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("gang '", caller.gang_id,
-                     "' has no key-value store (not admitted, or ended)"));
-  }
+  if (it == gangs_.end()) return refused;
   GangStore& store = it->second;
+  if (!SameSecret(store.token, caller.token)) {
+    const std::string sha256 = Sha256Hex(caller.token);
+    for (const auto& [epoch, earlier] : store.earlier_sha256) {
+      if (SameSecret(earlier, sha256)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("gang ", caller.gang_id, " is at epoch ", store.epoch,
+                         "; the store of epoch ", epoch, " is gone"));
+      }
+    }
+    return refused;
+  }
   if (store.epoch != caller.epoch) {
     return absl::FailedPreconditionError(
         absl::StrCat("gang ", caller.gang_id, " is at epoch ", store.epoch,
                      "; the store of epoch ", caller.epoch, " is gone"));
-  }
-  if (!SameSecret(store.token, caller.token)) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "wrong gang token for gang ", caller.gang_id, " epoch ", caller.epoch));
   }
   if (key.empty()) return absl::InvalidArgumentError("empty key");
   if (key.size() > limits_.max_key_bytes) {

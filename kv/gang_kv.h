@@ -47,9 +47,12 @@ struct KvCasResult {
 // every store (the tokens survive in the coordinator's state).
 //
 // Every operation checks the caller first. Errors common to all of them:
-// Unauthenticated when the token is empty; FailedPrecondition when the gang
-// has no store (never admitted, or ended) or the epoch is not the gang's
-// current one; PermissionDenied for a wrong token; InvalidArgument for an
+// Unauthenticated when the token is empty; PermissionDenied, one message
+// whatever the reason, unless the token is the gang's (a wrong token, a gang
+// never admitted or ended: a caller without the token cannot tell which
+// gangs exist); FailedPrecondition when the token is the gang's current or
+// an earlier epoch's but the epoch named is not the current one (the caller
+// proved it was a member); InvalidArgument for an
 // empty key or one longer than max_key_bytes; ResourceExhausted naming the
 // limit for a value above max_value_bytes or a new key beyond
 // max_keys_per_gang (max_gdt_keys_per_gang for keys under kGdtKeyPrefix).
@@ -69,9 +72,15 @@ class GangKv {
   const KvLimits& limits() const { return limits_; }
 
   // Opens (or keeps) the store of `gang_id` at `epoch` with `token`. A newer
-  // epoch replaces the older one's store; its waits end with Aborted.
+  // epoch replaces the older one's store; its waits end with Aborted, and
+  // its token is kept (as its SHA-256) among the gang's earlier tokens.
+  // `earlier_sha256` adds the SHA-256 (lowercase hex) of tokens of earlier
+  // epochs, by epoch (what the coordinator kept across a restart). At most
+  // kMaxEarlierTokens, the newest, are kept.
+  static constexpr size_t kMaxEarlierTokens = 16;
   void OpenGang(const std::string& gang_id, uint32_t epoch,
-                const std::string& token);
+                const std::string& token,
+                const std::map<uint32_t, std::string>& earlier_sha256 = {});
 
   // Drops the gang's store; pending waits end with Aborted "gang ... ended".
   // Idempotent.
@@ -128,6 +137,8 @@ class GangKv {
   struct GangStore {
     uint32_t epoch = 0;
     std::string token;
+    // SHA-256 (hex) of the tokens of earlier epochs, by epoch.
+    std::map<uint32_t, std::string> earlier_sha256;
     std::map<std::string, std::string> values;
     size_t gdt_keys = 0;  // Keys of `values` under kGdtKeyPrefix.
     std::map<std::string, std::vector<uint64_t>> waiting;  // Key -> handles.

@@ -5,6 +5,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
+#include "common/sha256.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -81,8 +83,53 @@ TEST_F(GangKvTest, OtherEpochAndUnknownGangAreRefused) {
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("is at epoch 1"));
   KvCaller unknown{"gang-x", 1, "t"};
+  EXPECT_EQ(kv_.Get(unknown, "k").status().code(),
+            absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(kv_.Get(unknown, "k").status().message(),
               HasSubstr("has no key-value store"));
+}
+
+// Whoever holds no token of the gang cannot tell a gang that exists from one
+// that does not; a member of an earlier epoch still hears its epoch is over.
+TEST_F(GangKvTest, OnlyAHolderOfTheGangsTokenLearnsMoreThanOneRefusal) {
+  const KvCaller guess_a{"gang-a", 1, "guess"};
+  const KvCaller guess_z{"gang-z", 1, "guess"};
+  const absl::Status known = kv_.Get(guess_a, "k").status();
+  EXPECT_EQ(known.code(), absl::StatusCode::kPermissionDenied);
+  const absl::Status unknown = kv_.Get(guess_z, "k").status();
+  EXPECT_EQ(unknown.code(), known.code());
+  // The same line but for the gang named by the caller.
+  EXPECT_EQ(std::string(unknown.message()),
+            absl::StrReplaceAll(known.message(), {{"gang-a", "gang-z"}}));
+
+  kv_.OpenGang("gang-a", 2, "token-a2");
+  kv_.OpenGang("gang-a", 3, "token-a3");
+  absl::Status stale = kv_.Get(kAlice, "k").status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stale.message(),
+              HasSubstr("gang gang-a is at epoch 3; the store of epoch 1"));
+  // An earlier token naming the current epoch is still a member's.
+  stale = kv_.Get(KvCaller{"gang-a", 3, "token-a2"}, "k").status();
+  EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(stale.message(), HasSubstr("the store of epoch 2 is gone"));
+  // A guess naming an old epoch is a stranger.
+  EXPECT_EQ(kv_.Get(KvCaller{"gang-a", 1, "guess"}, "k").status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Earlier tokens handed in (a restarted coordinator) count the same.
+  GangKv restarted(Limits());
+  restarted.OpenGang(
+      "gang-a", 3, "token-a3",
+      {{1, Sha256Hex(kAlice.token)}, {2, Sha256Hex("token-a2")}});
+  EXPECT_EQ(restarted.Get(kAlice, "k").status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(restarted.Get(KvCaller{"gang-a", 2, "nope"}, "k").status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  // Once the gang ended, its members are strangers too.
+  kv_.EndGang("gang-a");
+  EXPECT_EQ(kv_.Get(kAlice, "k").status(),
+            kv_.Get(KvCaller{"gang-a", 1, "guess"}, "k").status());
 }
 
 TEST_F(GangKvTest, NewEpochStartsEmptyAndAbortsOldWaits) {
@@ -218,7 +265,7 @@ TEST_F(GangKvTest, EndGangClearsDataAndAbortsWaits) {
   EXPECT_EQ(wait.value.status().code(), absl::StatusCode::kAborted);
   EXPECT_THAT(wait.value.status().message(), HasSubstr("gang gang-a ended"));
   EXPECT_EQ(kv_.Get(kAlice, "k").status().code(),
-            absl::StatusCode::kFailedPrecondition);
+            absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(kv_.gang_count(), 1u);
   EXPECT_EQ(kv_.waiter_count(), 0u);
   // The same gang admitted again starts empty.

@@ -522,9 +522,14 @@ absl::StatusOr<StoredState> EtcdStore::Load() {
 // Gang key-value store tokens.
 
 absl::Status EtcdStore::SaveKvToken(const KvToken& token) {
+  Json earlier = Json::object();
+  for (const auto& [epoch, sha256] : token.earlier_sha256) {
+    earlier[std::to_string(epoch)] = sha256;
+  }
   const Json value = {{"gang_id", token.gang_id},
                       {"epoch", token.epoch},
-                      {"token", token.token}};
+                      {"token", token.token},
+                      {"earlier_sha256", earlier}};
   return Write(Json::array({EtcdClient::Put(Key("kv_tokens", token.gang_id),
                                             value.dump())}),
                absl::StrCat("the kv token of ", token.gang_id));
@@ -544,9 +549,22 @@ absl::StatusOr<std::vector<KvToken>> EtcdStore::LoadKvTokens() {
   try {
     for (const EtcdKeyValue& kv : *kvs) {
       const Json value = Json::parse(kv.value);
-      tokens.push_back(KvToken{value.at("gang_id").get<std::string>(),
-                               value.at("epoch").get<uint32_t>(),
-                               value.at("token").get<std::string>()});
+      KvToken token{value.at("gang_id").get<std::string>(),
+                    value.at("epoch").get<uint32_t>(),
+                    value.at("token").get<std::string>(),
+                    {}};
+      // Written by older coordinators without it.
+      if (value.contains("earlier_sha256")) {
+        for (const auto& [key, sha256] : value.at("earlier_sha256").items()) {
+          uint32_t epoch = 0;
+          if (!absl::SimpleAtoi(key, &epoch)) {
+            return absl::DataLossError(absl::StrCat(
+                "corrupt kv token in etcd: earlier epoch '", key, "'"));
+          }
+          token.earlier_sha256[epoch] = sha256.get<std::string>();
+        }
+      }
+      tokens.push_back(std::move(token));
     }
   } catch (const nlohmann::json::exception& e) {
     return absl::DataLossError(

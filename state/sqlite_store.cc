@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/numbers.h"
@@ -143,6 +144,21 @@ constexpr const char* kDeleteKvToken =
     "DELETE FROM gang_kv_tokens WHERE gang_id = ?1";
 constexpr const char* kSelectKvTokens =
     "SELECT gang_id, epoch, token FROM gang_kv_tokens ORDER BY gang_id";
+// The SHA-256 of the tokens of a gang's earlier epochs (KvToken's
+// earlier_sha256); a table of its own for the same reason.
+constexpr const char* kKvEarlierTokenSchema = R"sql(
+CREATE TABLE IF NOT EXISTS gang_kv_earlier_tokens (
+  gang_id TEXT NOT NULL,
+  epoch INTEGER NOT NULL,
+  sha256 TEXT NOT NULL,
+  PRIMARY KEY (gang_id, epoch));
+)sql";
+constexpr const char* kInsertKvEarlierToken =
+    "INSERT OR REPLACE INTO gang_kv_earlier_tokens VALUES (?1, ?2, ?3)";
+constexpr const char* kDeleteKvEarlierTokens =
+    "DELETE FROM gang_kv_earlier_tokens WHERE gang_id = ?1";
+constexpr const char* kSelectKvEarlierTokens =
+    "SELECT gang_id, epoch, sha256 FROM gang_kv_earlier_tokens";
 
 // Checkpoint manifest records.
 // A table of its own (no schema version bump); rows outlive epochs and go
@@ -394,8 +410,8 @@ absl::Status SqliteStore::Init() {
       sqlite::Transaction::Begin(db_);
   if (!transaction.ok()) return transaction.status();
   for (const char* schema :
-       {kSchema, kKvTokenSchema, kCheckpointSchema, kHostTokenSchema,
-        kPreemptibleSchema, kPreemptionSchema, kElasticSchema,
+       {kSchema, kKvTokenSchema, kKvEarlierTokenSchema, kCheckpointSchema,
+        kHostTokenSchema, kPreemptibleSchema, kPreemptionSchema, kElasticSchema,
         kPreemptingSchema, kEndedSchema, kSecretSchema}) {
     GDT_RETURN_IF_ERROR(db_.Exec(schema));
   }
@@ -537,8 +553,9 @@ absl::Status SqliteStore::DeleteGang(const std::string& gang_id) {
   if (!transaction.ok()) return transaction.status();
   for (const char* sql :
        {kDeleteGangRow, kDeleteMembers, kDeleteGangPreemptible,
-        kDeleteGpuLeases, kDeletePortLeases, kDeleteKvToken, kDeletePreemption,
-        kDeleteElastic, kDeletePreempting, kDeleteEnded, kDeleteCheckpoints}) {
+        kDeleteGpuLeases, kDeletePortLeases, kDeleteKvToken,
+        kDeleteKvEarlierTokens, kDeletePreemption, kDeleteElastic,
+        kDeletePreempting, kDeleteEnded, kDeleteCheckpoints}) {
     GDT_RETURN_IF_ERROR(
         Annotated(db_.Run(sql, gang_id), "removal of gang " + gang_id));
   }
@@ -745,18 +762,42 @@ absl::StatusOr<StoredState> SqliteStore::LoadRows() {
 // Gang key-value store tokens.
 
 absl::Status SqliteStore::SaveKvToken(const KvToken& token) {
-  return db_.Run(kUpsertKvToken, token.gang_id, token.epoch, token.token);
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  GDT_RETURN_IF_ERROR(
+      db_.Run(kUpsertKvToken, token.gang_id, token.epoch, token.token));
+  GDT_RETURN_IF_ERROR(db_.Run(kDeleteKvEarlierTokens, token.gang_id));
+  for (const auto& [epoch, sha256] : token.earlier_sha256) {
+    GDT_RETURN_IF_ERROR(
+        db_.Run(kInsertKvEarlierToken, token.gang_id, epoch, sha256));
+  }
+  return transaction->Commit();
 }
 
 absl::Status SqliteStore::DeleteKvToken(const std::string& gang_id) {
-  return db_.Run(kDeleteKvToken, gang_id);
+  absl::StatusOr<sqlite::Transaction> transaction =
+      sqlite::Transaction::Begin(db_);
+  if (!transaction.ok()) return transaction.status();
+  GDT_RETURN_IF_ERROR(db_.Run(kDeleteKvToken, gang_id));
+  GDT_RETURN_IF_ERROR(db_.Run(kDeleteKvEarlierTokens, gang_id));
+  return transaction->Commit();
 }
 
 absl::StatusOr<std::vector<KvToken>> SqliteStore::LoadKvTokens() {
   std::vector<KvToken> tokens;
   GDT_RETURN_IF_ERROR(ForEachRow(kSelectKvTokens, [&](const sqlite::Row& row) {
-    tokens.push_back(KvToken{row.Text(0), row.Uint(1), row.Text(2)});
+    tokens.push_back(KvToken{row.Text(0), row.Uint(1), row.Text(2), {}});
   }));
+  std::map<std::string, std::map<uint32_t, std::string>> earlier;
+  GDT_RETURN_IF_ERROR(
+      ForEachRow(kSelectKvEarlierTokens, [&](const sqlite::Row& row) {
+        earlier[row.Text(0)][row.Uint(1)] = row.Text(2);
+      }));
+  for (KvToken& token : tokens) {
+    auto it = earlier.find(token.gang_id);
+    if (it != earlier.end()) token.earlier_sha256 = std::move(it->second);
+  }
   return tokens;
 }
 

@@ -2,6 +2,7 @@
 #define GDT_COORDINATOR_STATE_STORE_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,9 @@ struct KvToken {
   std::string gang_id;
   uint32_t epoch = 0;
   std::string token;
+  // SHA-256 (lowercase hex) of the tokens of the gang's earlier epochs, by
+  // epoch: a caller holding one learns that its epoch is over.
+  std::map<uint32_t, std::string> earlier_sha256;
 };
 
 // Host tokens.

@@ -1107,5 +1107,162 @@ TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {
   EXPECT_FALSE(fs::exists(builds + "/made-by-the-agent"));
 }
 
+// A job that binds every port of the host's master_port_range (here all 40
+// of the test coordinator's) holds back each gang whose rank 0 the
+// coordinator would place there, but only delays it: its ports are checked
+// busy, so the gang waits with the reason in its job log and is admitted on
+// a free port once the job has ended (its cgroup killed, its ports free).
+class MasterPortSquatTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61041:61041", "61042:61042", "61043:61043", "61044:61044"};
+    cpu_slots_ = 4;
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(MasterPortSquatTest, AJobHoldingEveryMasterPortOnlyDelaysOtherGangs) {
+  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const std::string flags = SharedDir("flags");
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  const std::string squat = absl::StrCat(
+      "python3 -c '\n"
+      "      import socket, time, os\n"
+      "      held = []\n"
+      "      for p in range(",
+      first_port, ", ", first_port + 40,
+      "):\n"
+      "          for fam in (socket.AF_INET, socket.AF_INET6):\n"
+      "              s = socket.socket(fam)\n"
+      "              try:\n"
+      "                  s.bind((\"::\" if fam == socket.AF_INET6 else "
+      "\"0.0.0.0\", p)); s.listen(); held.append(s)\n"
+      "              except OSError:\n"
+      "                  pass\n"
+      "      print(\"squatting\", len(held), flush=True)\n"
+      "      open(\"",
+      flags,
+      "/squatting\", \"w\").close()\n"
+      "      for i in range(600):\n"
+      "          if os.path.exists(\"",
+      flags,
+      "/release\"): break\n"
+      "          time.sleep(0.1)\n"
+      "      '\n");
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("squat:\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - |\n"
+                         "      ",
+                         squat,
+                         "victim:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - echo \"victim rank $GDT_NODE_RANK port "
+                         "$GDT_MASTER_PORT\"\n"));
+  std::unique_ptr<Subprocess> squatter =
+      StartRunLocal(cluster_, project, "squat", {"--pipeline-id", "400"});
+  ASSERT_NE(squatter, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(flags + "/squatting"); }, seconds(60)))
+      << cluster_.Logs();
+  std::unique_ptr<Subprocess> victim =
+      StartRunLocal(cluster_, project, "victim", {"--pipeline-id", "401"});
+  ASSERT_NE(victim, nullptr);
+  std::string last;
+  const bool waited = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        last = status->dump();
+        return absl::StrContains(last, "waiting for a free master port");
+      },
+      seconds(60));
+  EXPECT_TRUE(waited) << last;
+  WriteFile(flags + "/release", "");
+  CommandResult squatted = FinishRun(*squatter, seconds(90));
+  CommandResult victimised = FinishRun(*victim, seconds(90));
+  EXPECT_TRUE(squatted.status.success()) << squatted.output;
+  EXPECT_THAT(squatted.output, HasSubstr("squatting 40"));
+  // The other gang said why it waited, then ran on a port that was free.
+  EXPECT_TRUE(victimised.status.success()) << victimised.output;
+  EXPECT_THAT(victimised.output,
+              HasSubstr("waiting for a free master port on local"));
+  EXPECT_THAT(victimised.output, HasSubstr("victim rank 0 port"));
+}
+
+// Job variables named like the loader's, the shell's or the search path
+// (LD_PRELOAD, BASH_ENV, PATH) reach the job's own scripts only: no process
+// of gdt or run-local that runs with more privilege (the executor, run-local
+// itself, the agent's own commands, the upload and download stages' helpers
+// as root) loads, sources or runs what they name.
+class JobEnvironmentInjectionTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61045:61045", "61046:61046"};
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(JobEnvironmentInjectionTest, VariablesReachOnlyTheJobsOwnProcesses) {
+  const std::string flags = SharedDir("flags");
+  const std::string bin = flags + "/bin";
+  fs::create_directories(bin);
+  chmod(bin.c_str(), 0755);
+  // Each fake records who ran it, then runs the real command.
+  for (const char* name :
+       {"cp", "mkdir", "rm", "find", "ps", "py-spy", "git", "chmod", "cat"}) {
+    const std::string fake = absl::StrCat(bin, "/", name);
+    WriteFile(fake, absl::StrCat("#!/bin/sh\necho \"", name,
+                                 " $(/usr/bin/id -u)\" >> ", flags,
+                                 "/ran\nPATH=/usr/bin:/bin exec ", name,
+                                 " \"$@\"\n"));
+    chmod(fake.c_str(), 0755);
+  }
+  // Every member (and anything else) may append its records.
+  WriteFile(flags + "/ran", "");
+  chmod((flags + "/ran").c_str(), 0666);
+  const std::string bash_env = flags + "/bash_env";
+  WriteFile(bash_env, absl::StrCat("echo \"bash_env $(/usr/bin/id -u)\" >> ",
+                                   flags, "/ran\n"));
+  chmod(bash_env.c_str(), 0644);
+  const std::string preload = flags + "/no-such-gdt-probe.so";
+  const std::string project = MakeProject(
+      "echo \"script uid $(id -u) path $PATH\"\n"
+      "echo made > artifact.txt\n"
+      "bash -c true\n",
+      absl::StrCat("    LD_PRELOAD: ", preload, "\n    BASH_ENV: ", bash_env,
+                   "\n    PATH: ", bin, ":/usr/local/bin:/usr/bin:/bin\n",
+                   "  artifacts:\n    paths: [artifact.txt]\n"));
+
+  CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
+
+  EXPECT_TRUE(run.status.success()) << run.output << cluster_.Logs();
+  EXPECT_THAT(run.output, HasSubstr("script uid 6104"));
+  // The job's own processes saw its variables (its shells read BASH_ENV)...
+  const std::string ran = ReadFile(flags + "/ran");
+  EXPECT_THAT(ran, HasSubstr("bash_env 61045")) << ran;
+  EXPECT_THAT(ran, HasSubstr("bash_env 61046")) << ran;
+  EXPECT_THAT(run.output, HasSubstr("no-such-gdt-probe.so")) << run.output;
+  // ...and nothing else did: no record of root, and no process of gdt or
+  // run-local complained about the preload library (each would).
+  for (absl::string_view line : absl::StrSplit(ran, '\n', absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::EndsWith(line, " 61045") ||
+                absl::EndsWith(line, " 61046"))
+        << line << "\n"
+        << ran;
+  }
+  EXPECT_THAT(cluster_.Logs(), Not(HasSubstr("no-such-gdt-probe")));
+}
+
 }  // namespace
 }  // namespace gdt::test

@@ -163,7 +163,9 @@ TEST_F(KvCliTest, EveryFailureIsOneLineWithItsExitCode) {
   env_["GDT_KV_TOKEN"] = "wrong";
   Result denied = Run({"set", "k", "v"});
   EXPECT_EQ(denied.code, kv::kExitRefused);
-  EXPECT_EQ(denied.err, "gdt-kv set: wrong gang token for gang g-1 epoch 1\n");
+  EXPECT_EQ(denied.err,
+            "gdt-kv set: wrong gang token for gang g-1 epoch 1, or that gang "
+            "has no key-value store (not admitted, or ended)\n");
 
   env_.erase("GDT_KV_TOKEN");
   Result no_token = Run({"get", "k"});

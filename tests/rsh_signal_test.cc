@@ -114,7 +114,8 @@ TEST_F(RshSignalTest, AWrongTokenIsNamed) {
   EXPECT_EQ(status->code(), 255);
   EXPECT_EQ(output,
             "gdt-rsh: the gang's key-value store refused to look up "
-            "10.9.9.9: wrong gang token for gang g-1 epoch 1\n");
+            "10.9.9.9: wrong gang token for gang g-1 epoch 1, or that gang "
+            "has no key-value store (not admitted, or ended)\n");
 }
 
 // gdt-rsh keeps its keys under gdt/, apart from the job's own quota: a
