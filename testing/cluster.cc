@@ -292,7 +292,7 @@ absl::Status GdtCluster::StartHaCoordinators(int count,
                                              const std::string& etcd_endpoints,
                                              int lease_ttl_s,
                                              const std::vector<int>& hosts) {
-  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const int first_port = TestMasterPortBase();
   for (int i = 0; i < count; ++i) {
     const int host =
         i < static_cast<int>(hosts.size()) ? hosts[i] : control_host_;
@@ -357,7 +357,7 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   const std::string config = dir_.Sub("coord.yaml");
   // Tests running in parallel share this machine's ports but not a
   // coordinator, so each test process leases master ports from its own range.
-  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const int first_port = TestMasterPortBase();
   const std::string listen_host =
       ParseHostPort(coordinator_listen_).value().host;
   WriteFile(

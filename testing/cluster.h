@@ -1,6 +1,8 @@
 #ifndef GDT_TESTS_SUPPORT_CLUSTER_H_
 #define GDT_TESTS_SUPPORT_CLUSTER_H_
 
+#include <unistd.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -134,6 +136,15 @@ struct AgentSpec {
   // another host's certificate.
   std::string tls_cert_host;
 };
+
+// The first of the 40 ports a test cluster of this process gives its
+// coordinator as master_port_range: below the kernel's ephemeral range
+// (32768 and up by default), so that no outgoing connection of a test
+// running beside it holds one, and chosen by process id, so that clusters
+// of tests running side by side mostly get ranges of their own.
+inline int TestMasterPortBase() {
+  return 20000 + static_cast<int>(getpid() % 318) * 40;
+}
 
 // Two accounts for member_uid_pool that exist nowhere else on the machine
 // (numeric, without a passwd entry), so that tests running as root can run

@@ -121,21 +121,8 @@ class IsolationTest : public ::testing::Test {
                           const std::string& extra_yaml = "") {
     const std::string project = cluster_.dir().Sub("project");
     fs::create_directories(project);
-    std::string indented;
-    for (absl::string_view line : absl::StrSplit(script, '\n')) {
-      if (!line.empty()) absl::StrAppend(&indented, "      ", line, "\n");
-    }
     WriteFile(project + "/.gitlab-ci.yml",
-              absl::StrCat("train:\n"
-                           "  parallel: 2\n"
-                           "  timeout: 5 minutes\n"
-                           "  variables:\n"
-                           "    GDT_GPUS_PER_NODE: \"0\"\n"
-                           "    GDT_LAUNCHER: none\n",
-                           extra_yaml,
-                           "  script:\n"
-                           "    - |\n",
-                           indented));
+              GangJobYaml({.script = script, .extra_yaml = extra_yaml}));
     return project;
   }
 
@@ -336,25 +323,20 @@ TEST_F(GpuConfinementTest, AMemberOpensOnlyItsOwnGpu) {
   const std::string project = cluster_.dir().Sub("project");
   fs::create_directories(project);
   WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("train:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"1\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - echo \"visible=$CUDA_VISIBLE_DEVICES\"\n"
-                         "    - |\n"
-                         "      for d in ",
-                         gpu_list_[0].device, " ", gpu_list_[1].device,
-                         "; do\n"
-                         "        if (exec 3<\"$d\") 2>/dev/null; then\n"
-                         "          echo \"$(basename $d): opened\"\n"
-                         "        else\n"
-                         "          echo \"$(basename $d): $(LC_ALL=C cat "
-                         "\"$d\" 2>&1 | sed 's/.*: //')\"\n"
-                         "        fi\n"
-                         "      done\n"));
+            GangJobYaml(
+                {.script = absl::StrCat(
+                     "echo \"visible=$CUDA_VISIBLE_DEVICES\"\n"
+                     "for d in ",
+                     gpu_list_[0].device, " ", gpu_list_[1].device,
+                     "; do\n"
+                     "  if (exec 3<\"$d\") 2>/dev/null; then\n"
+                     "    echo \"$(basename $d): opened\"\n"
+                     "  else\n"
+                     "    echo \"$(basename $d): $(LC_ALL=C cat \"$d\" 2>&1 | "
+                     "sed 's/.*: //')\"\n"
+                     "  fi\n"
+                     "done\n"),
+                 .gpus_per_node = 1}));
 
   CommandResult run = cluster_.RunLocal(project, "train", {}, seconds(120));
 
@@ -957,24 +939,8 @@ TEST_F(DiskFullTest, AJobThatFillsTheDiskEndsCleanlyAndOthersGoOn) {
   fs::create_directories(project);
   auto job = [](const std::string& name, const std::string& script,
                 const std::string& after_script = "") {
-    std::string indented;
-    for (absl::string_view line : absl::StrSplit(script, '\n')) {
-      if (!line.empty()) absl::StrAppend(&indented, "      ", line, "\n");
-    }
-    return absl::StrCat(
-        name,
-        ":\n"
-        "  parallel: 2\n"
-        "  timeout: 5 minutes\n"
-        "  variables:\n"
-        "    GDT_GPUS_PER_NODE: \"0\"\n"
-        "    GDT_LAUNCHER: none\n"
-        "  script:\n"
-        "    - |\n",
-        indented,
-        after_script.empty()
-            ? ""
-            : absl::StrCat("  after_script:\n    - ", after_script, "\n"));
+    return GangJobYaml(
+        {.name = name, .script = script, .after_script = after_script});
   };
   WriteFile(
       project + "/.gitlab-ci.yml",
@@ -1122,7 +1088,7 @@ class MasterPortSquatTest : public IsolationTest {
 };
 
 TEST_F(MasterPortSquatTest, AJobHoldingEveryMasterPortOnlyDelaysOtherGangs) {
-  const int first_port = 30000 + static_cast<int>(getpid() % 700) * 40;
+  const int first_port = TestMasterPortBase();
   const std::string flags = SharedDir("flags");
   const std::string project = cluster_.dir().Sub("project");
   fs::create_directories(project);

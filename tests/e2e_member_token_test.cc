@@ -65,19 +65,13 @@ class MemberTokenAttackTest : public ::testing::Test {
     std::string yaml;
     for (const char* job : {"train", "victim"}) {
       const std::string flag = cluster_.dir().Sub(absl::StrCat(job, ".go"));
-      absl::StrAppend(&yaml, job,
-                      ":\n"
-                      "  parallel: 2\n"
-                      "  timeout: 5 minutes\n"
-                      "  variables:\n"
-                      "    GDT_GPUS_PER_NODE: \"0\"\n"
-                      "    GDT_LAUNCHER: none\n"
-                      "  script:\n"
-                      "    - 'while [ ! -e ",
-                      flag,
-                      " ]; do sleep 0.1; done'\n"
-                      "    - 'echo member $CI_NODE_INDEX of ",
-                      job, " ran'\n");
+      absl::StrAppend(
+          &yaml,
+          GangJobYaml({.name = job,
+                       .script = absl::StrCat("while [ ! -e ", flag,
+                                              " ]; do sleep 0.1; done\n"
+                                              "echo member $CI_NODE_INDEX of ",
+                                              job, " ran")}));
     }
     WriteFile(project_ + "/.gitlab-ci.yml", yaml);
   }

@@ -179,18 +179,11 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
   const std::string project = cluster.dir().Sub("project");
   std::filesystem::create_directories(project);
   WriteFile(project + "/.gitlab-ci.yml",
-            "default:\n"
-            "  id_tokens:\n"
-            "    GDT_ID_TOKEN:\n"
-            "      aud: https://gdt.e2e\n"
-            "train:\n"
-            "  parallel: 2\n"
-            "  timeout: 5 minutes\n"
-            "  variables:\n"
-            "    GDT_GPUS_PER_NODE: \"0\"\n"
-            "    GDT_LAUNCHER: none\n"
-            "  script:\n"
-            "    - 'echo member $CI_NODE_INDEX ran'\n");
+            std::string("default:\n"
+                        "  id_tokens:\n"
+                        "    GDT_ID_TOKEN:\n"
+                        "      aud: https://gdt.e2e\n") +
+                GangJobYaml({.script = "echo member $CI_NODE_INDEX ran"}));
   const auto member_log = [&](int index) {
     return ReadFile(
         absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace gdt::test {
@@ -270,24 +271,43 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes) {
   return text;
 }
 
+namespace {
+
+// `lines` as the one entry of a script list, a literal block.
+std::string ScriptBlock(const std::string& key, const std::string& lines) {
+  std::string yaml = absl::StrCat("  ", key, ":\n    - |\n");
+  for (absl::string_view line : absl::StrSplit(lines, '\n')) {
+    if (!line.empty()) absl::StrAppend(&yaml, "      ", line, "\n");
+  }
+  return yaml;
+}
+
+}  // namespace
+
+std::string GangJobYaml(const GangJob& job) {
+  std::string yaml =
+      absl::StrCat(job.name,
+                   ":\n"
+                   "  parallel: 2\n"
+                   "  timeout: 5 minutes\n"
+                   "  variables:\n"
+                   "    GDT_GPUS_PER_NODE: \"",
+                   job.gpus_per_node,
+                   "\"\n"
+                   "    GDT_LAUNCHER: none\n",
+                   job.extra_yaml, ScriptBlock("script", job.script));
+  if (!job.after_script.empty()) {
+    absl::StrAppend(&yaml, ScriptBlock("after_script", job.after_script));
+  }
+  return yaml;
+}
+
 std::string MakeShellProject(const TempDir& dir, const std::string& script,
                              const std::string& after_script) {
   const std::string project = dir.Sub("project");
   std::filesystem::create_directories(project);
-  std::string ci_file = absl::StrCat(
-      "train:\n"
-      "  parallel: 2\n"
-      "  timeout: 5 minutes\n"
-      "  variables:\n"
-      "    GDT_GPUS_PER_NODE: \"0\"\n"
-      "    GDT_LAUNCHER: none\n"
-      "  script:\n"
-      "    - '",
-      script, "'\n");
-  if (!after_script.empty()) {
-    absl::StrAppend(&ci_file, "  after_script:\n    - '", after_script, "'\n");
-  }
-  WriteFile(project + "/.gitlab-ci.yml", ci_file);
+  WriteFile(project + "/.gitlab-ci.yml",
+            GangJobYaml({.script = script, .after_script = after_script}));
   return project;
 }
 

@@ -100,6 +100,19 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 // The executor's documented "stopped because a peer failed" code.
 inline constexpr int kPeerFailureExitCode = 75;
 
+// One job of a .gitlab-ci.yml: a 2-member gang without a launcher.
+struct GangJob {
+  std::string name = "train";
+  std::string script;        // Shell lines: the job's one `script:` entry.
+  int gpus_per_node = 0;     // 0: CPU members.
+  std::string extra_yaml;    // Lines after its variables: more "    K: v"
+                             // variables, then "  key: ..." job keys.
+  std::string after_script;  // Shell lines; empty = none.
+};
+
+// The job's YAML (scripts as literal blocks, kept as written).
+std::string GangJobYaml(const GangJob& job);
+
 // A project whose job `train` is a 2-member CPU gang running `script` (one
 // shell line) without a launcher, and `after_script` (one shell line) after
 // it unless empty. Returns its path (inside `dir`).
