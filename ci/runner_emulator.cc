@@ -521,6 +521,21 @@ class RunnerEmulator::Job {
   void Log(std::string_view line) {
     if (options_.job_log) options_.job_log(line);
   }
+  // A [[runners]] stage timeout as the runner takes it: unset (0), or
+  // longer than the job timeout, it is the job timeout, the latter with a
+  // warning in the runner's own log (not the job's).
+  SteadyClock::duration WithinJobTimeout(std::string_view setting,
+                                         SteadyClock::duration configured) {
+    const SteadyClock::duration job_timeout = job_deadline_ - start_;
+    if (configured <= SteadyClock::duration::zero()) return job_timeout;
+    if (configured <= job_timeout) return configured;
+    Diagnose("warn",
+             absl::StrCat(std::string(setting), " (", FormatSeconds(configured),
+                          ") exceeds job timeout (", FormatSeconds(job_timeout),
+                          "); using job timeout"));
+    return job_timeout;
+  }
+
   void Diagnose(std::string_view level, std::string_view line) {
     if (options_.diagnostics) {
       options_.diagnostics(level, line);
@@ -1877,19 +1892,8 @@ void RunnerEmulator::Job::RunStages() {
   // get_sources_timeout: one deadline for all get_sources attempts and
   // clear_worktree, from now on; unset, or longer than the job timeout, it
   // is the job timeout (with a warning in the runner's own log).
-  const SteadyClock::duration job_timeout = job_deadline_ - start_;
-  SteadyClock::duration sources_timeout = job_timeout;
-  if (config_.get_sources_timeout > milliseconds(0)) {
-    if (config_.get_sources_timeout > job_timeout) {
-      Diagnose("warn", absl::StrCat("get_sources_timeout (",
-                                    FormatSeconds(config_.get_sources_timeout),
-                                    ") exceeds job timeout (",
-                                    FormatSeconds(job_timeout),
-                                    "); using job timeout"));
-    } else {
-      sources_timeout = config_.get_sources_timeout;
-    }
-  }
+  const SteadyClock::duration sources_timeout =
+      WithinJobTimeout("get_sources_timeout", config_.get_sources_timeout);
   const TimePoint sources_deadline =
       Earlier(job_deadline_, SteadyClock::now() + sources_timeout);
   // Past it (and not past the job's own deadline), the job ends as a
@@ -2104,20 +2108,8 @@ JobResult RunnerEmulator::Job::Run() {
   }
   // Like the runner: prepare_timeout bounds all attempts; unset, or longer
   // than the job timeout, it is the job timeout.
-  const SteadyClock::duration job_timeout = job_deadline_ - start_;
-  SteadyClock::duration prepare_timeout = job_timeout;
-  if (config_.prepare_timeout > milliseconds(0)) {
-    if (config_.prepare_timeout > job_timeout) {
-      // The runner's own log, not the job's.
-      Diagnose("warn", absl::StrCat("prepare_timeout (",
-                                    FormatSeconds(config_.prepare_timeout),
-                                    ") exceeds job timeout (",
-                                    FormatSeconds(job_timeout),
-                                    "); using job timeout"));
-    } else {
-      prepare_timeout = config_.prepare_timeout;
-    }
-  }
+  const SteadyClock::duration prepare_timeout =
+      WithinJobTimeout("prepare_timeout", config_.prepare_timeout);
   prepare_deadline_ = start_ + prepare_timeout;
   if (!settings_.errors.empty()) {
     for (size_t i = 0; i < settings_.errors.size(); ++i) {

@@ -28,6 +28,24 @@ namespace fs = std::filesystem;
 
 class RunnerEmulatorTest : public ::testing::Test {
  protected:
+  // Runs git in `repo` as a committer of its own; `output` gets what it
+  // printed. True when it succeeded.
+  static bool Git(const std::string& repo, std::vector<std::string> args,
+                  std::string& output) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     repo,
+                                     "-c",
+                                     "user.name=Ada",
+                                     "-c",
+                                     "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    output.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success();
+  }
+
   void SetUp() override {
     ASSERT_FALSE(dir_.path().empty());
     rec_ = dir_.path() + "/rec";
@@ -1025,18 +1043,7 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   const std::string project = dir_.path() + "/project";
   std::string output;
   const auto git = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {"git",
-                                     "-C",
-                                     project,
-                                     "-c",
-                                     "user.name=Ada",
-                                     "-c",
-                                     "user.email=ada@example.com"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    output.clear();
-    absl::StatusOr<ExitStatus> status =
-        RunCommand(argv, std::chrono::seconds(30), &output);
-    return status.ok() && status->success();
+    return Git(project, std::move(args), output);
   };
   ASSERT_TRUE(git({"init", "-q"})) << output;
   ASSERT_TRUE(git({"add", "model.py"})) << output;
@@ -1089,18 +1096,7 @@ TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
   const std::string project = dir_.path() + "/project";
   std::string output;
   const auto git = [&](std::vector<std::string> args) {
-    std::vector<std::string> argv = {"git",
-                                     "-C",
-                                     project,
-                                     "-c",
-                                     "user.name=Ada",
-                                     "-c",
-                                     "user.email=ada@example.com"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    output.clear();
-    absl::StatusOr<ExitStatus> status =
-        RunCommand(argv, std::chrono::seconds(30), &output);
-    return status.ok() && status->success();
+    return Git(project, std::move(args), output);
   };
   ASSERT_TRUE(git({"init", "-q"})) << output;
   ASSERT_TRUE(git({"add", "model.py"})) << output;
