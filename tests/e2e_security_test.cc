@@ -309,14 +309,7 @@ TEST(SecurityE2eTest, TokenProtectedAgentRunsTheAdmittedMembersJob) {
   const std::string project = cluster.dir().Sub("project");
   std::filesystem::create_directories(project);
   WriteFile(project + "/.gitlab-ci.yml",
-            "train:\n"
-            "  parallel: 2\n"
-            "  timeout: 5 minutes\n"
-            "  variables:\n"
-            "    GDT_GPUS_PER_NODE: \"0\"\n"
-            "    GDT_LAUNCHER: none\n"
-            "  script:\n"
-            "    - 'echo member $CI_NODE_INDEX ran'\n");
+            GangJobYaml({.script = "echo member $CI_NODE_INDEX ran"}));
   CommandResult run = cluster.RunLocal(project, "train", {}, seconds(90));
   ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
   for (int index = 1; index <= 2; ++index) {
