@@ -469,6 +469,39 @@ TEST(RealWorldTest, LintWarnsAtDocumentsGitLabIgnores) {
   EXPECT_THAT(warned("a:\n  script: x\n"), ElementsAre());
 }
 
+// libyaml counts characters; the tree's offsets are bytes, so text with
+// multibyte characters (a comment, a value) before a node leaves its place
+// right: a spec: header in another language is still a header, and a node
+// with a tag or anchor starts after them.
+TEST(RealWorldTest, MarksAfterMultibyteTextAreByteOffsets) {
+  const std::string text =
+      "# d\xC3\xA9j\xC3\xA0 vu \xE2\x82\xAC \xF0\x9F\x98\x80\n"
+      "a: &x \"\xE6\x97\xA5\xE6\x9C\xAC\"\n"
+      "b: !reference [a]\n";
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
+  ASSERT_TRUE(error.message.empty()) << error.message;
+  const YamlNode root = tree->documents().at(0);
+  const YamlNode a = root.Entry(0).second;
+  EXPECT_EQ(a.PropertiesMark().pos, text.find("&x"));
+  EXPECT_EQ(a.Mark().pos, text.find("\"\xE6"));
+  EXPECT_EQ(a.Mark().column, 6);  // Characters.
+  EXPECT_EQ(a.EndMark().pos, text.find("\nb:"));
+  const YamlNode b = root.Entry(1).second;
+  EXPECT_EQ(b.Mark().pos, text.find("[a]"));
+  EXPECT_EQ(b.Mark().line, 2);
+  EXPECT_EQ(b.Mark().column, 14);
+
+  const std::string spec =
+      "spec:\n  description: \"\xE5\xAD\xA6\xE7\xBF\x92\xE3\x81\xAE\xE8\xA8"
+      "\xAD\xE5\xAE\x9A "
+      "\xE5\xAD\xA6\xE7\xBF\x92\xE3\x81\xAE\xE8\xA8\xAD\xE5\xAE"
+      "\x9A\"\n  inputs: {}\n---\nb:\n  script: y\n";
+  const CiExpansion lint = LintCiYaml(spec);
+  EXPECT_TRUE(lint.ok());
+  EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
+}
+
 TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
   // GitLab reads the spec: header and the jobs as separate documents, so
   // it refuses the file ("unknown alias"); so do both commands.
