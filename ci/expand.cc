@@ -3011,6 +3011,27 @@ bool FilledInLater(const YamlNode& node) {
          (node.IsScalar() && node.Scalar().find("$[[") != std::string::npos);
 }
 
+// Whether `node` or anything in it is FilledInLater.
+bool HoldsFilledInLater(const YamlNode& node, int depth) {
+  if (FilledInLater(node)) return true;
+  if (depth > kMaxDepth || node.IsScalar()) return false;
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (HoldsFilledInLater(entry.first, depth + 1) ||
+          HoldsFilledInLater(entry.second, depth + 1)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  if (node.IsSequence()) {
+    for (const YamlNode& item : node) {
+      if (HoldsFilledInLater(item, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
 bool IsYamlBool(const YamlNode& node) {
   if (!IsPlain(node)) return node.Tag() == "tag:yaml.org,2002:bool";
   // Ruby's YAML 1.1 reader: yes/no and on/off are booleans too.
@@ -3139,6 +3160,22 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
     if (!block || type.key != "tags") types.push_back(type);
   }
   CheckTypes(where, value, types, report);
+  // Deeper checks of what GitLab validates in depth, on values written out
+  // (a `!reference` or an input is filled in first).
+  for (const auto& [key, message] :
+       CheckJobKeywordValues(ToCiValue(value), job)) {
+    const Entry e = FindEntry(value, key);
+    // A bad only/except:variables expression is reported at its place
+    // (CheckRuleExpressions).
+    if (!e || HoldsFilledInLater(e.value, 0) ||
+        message.find("invalid expression") != std::string::npos) {
+      continue;
+    }
+    const size_t from = message.rfind("job ", 0) == 0 ? 4 : 0;
+    report->At(
+        e.value, e.key,
+        absl::StrCat(message.substr(from), " (GitLab refuses the pipeline)"));
+  }
   if (const Entry artifacts = FindEntry(value, "artifacts");
       artifacts && artifacts.value.IsMap()) {
     CheckTypes(where + ":artifacts", artifacts.value, kArtifacts, report);

@@ -2431,6 +2431,79 @@ TEST_F(IncludeTest, KeywordTypesAreCheckedInIncludedFiles) {
                                     "should be an array of strings")));
 }
 
+// retry, only/except, parallel:matrix, release and pages are checked in
+// depth, one line per key naming the job.
+TEST(GitLabRefusesTest, RetryOnlyMatrixReleaseAndPagesAreChecked) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"build:\n  script: [x]\n  retry: 3\n",
+       "f:3:10: build: retry must be 0, 1 or 2"},
+      {"build:\n  script: [x]\n  retry: {max: 1, when: [oops]}\n",
+       "f:3:10: build: retry:when: unknown failure reason 'oops'"},
+      {"build:\n  script: [x]\n  retry: {max: 1, tries: 2}\n",
+       "f:3:10: build: unknown key retry:tries"},
+      {"build:\n  script: [x]\n  retry: {exit_codes: [x]}\n",
+       "f:3:10: build: retry:exit_codes"},
+      {"build:\n  script: [x]\n  only: main\n",
+       "f:3:9: build: only has to be either an array of conditions or a "
+       "hash"},
+      {"build:\n  script: [x]\n  except: {refs: [main], branches: [x]}\n",
+       "f:3:11: build: except"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix: {A: [1, 2]}\n",
+       "f:4:5: build: parallel:matrix must be a list of variable maps"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix: [{A: {b: c}}]\n",
+       "f:4:5: build: parallel:matrix: A: values must be strings"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix:\n"
+       "      - {A: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],\n"
+       "         B: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}\n",
+       "f:4:5: build: parallel:matrix makes more than 200 jobs"},
+      {"build:\n  script: [x]\n  release: v1\n",
+       "f:3:12: build: release config should be a hash"},
+      {"build:\n  script: [x]\n  release: {description: x}\n",
+       "f:3:12: build: release tag_name can't be blank"},
+      {"build:\n  script: [x]\n  release: {tag_name: v1, tag: x}\n",
+       "f:3:12: build: release config contains unknown keys: tag"},
+      {"build:\n  script: [x]\n  release: {tag_name: v1, milestones: {a: b}}\n",
+       "f:3:12: build: release:milestones"},
+      {"pages:\n  script: [x]\n  pages: [public]\n",
+       "f:3:10: pages: pages config should be a hash or a boolean value"},
+      {"pages:\n  script: [x]\n  pages: {publish: dist, keep: 1}\n",
+       "f:3:10: pages: pages config contains unknown keys: keep"},
+  };
+  for (const auto& [file, line] : cases) {
+    const CiExpansion lint = LintCiYaml(file);
+    ASSERT_EQ(lint.errors.size(), 1u) << file;
+    EXPECT_THAT(FormatDiagnostic("f", lint.errors[0]),
+                ::testing::StartsWith(line))
+        << file;
+    EXPECT_THAT(lint.errors[0].message,
+                HasSubstr("(GitLab refuses the pipeline)"));
+  }
+  for (const std::string ok : {
+           "build:\n  script: [x]\n  retry: 2\n  only: [main, /^rel/]\n"
+           "  except:\n    variables: [$X == \"1\"]\n    changes: [a]\n",
+           "build:\n  script: [x]\n  retry:\n    max: 2\n"
+           "    when: runner_system_failure\n    exit_codes: 137\n",
+           "build:\n  script: [x]\n  parallel:\n    matrix:\n"
+           "      - {A: [1, \"2\"], B: x}\n      - {C: y}\n",
+           "build:\n  script: [x]\n  release:\n    tag_name: v1\n"
+           "    description: d\n    milestones: [m1]\n"
+           "    assets:\n      links: [{name: n, url: \"https://x\"}]\n",
+           ".rel:\n  release: {description: d}\nbuild:\n  script: [x]\n"
+           "  extends: .rel\n  release: {tag_name: v1}\n",
+           "pages:\n  script: [x]\n  pages: {publish: dist, expire_in: 1d}\n"
+           "other:\n  script: [x]\n  pages: true\n",
+           "build:\n  script: [x]\n  retry: $[[ inputs.retries ]]\n"
+           "  only: !reference [.o, only]\n.o:\n  only: [main]\n",
+           "build:\n  script: [x]\n  retry:\n  only:\n",
+       }) {
+    const CiExpansion lint = LintCiYaml(ok);
+    EXPECT_TRUE(lint.ok()) << ok << "\n"
+                           << (lint.ok()
+                                   ? ""
+                                   : FormatDiagnostic("f", lint.errors[0]));
+  }
+}
+
 TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"variables: true\nbuild:\n  script: [x]\n",
