@@ -502,6 +502,23 @@ TEST(RealWorldTest, MarksAfterMultibyteTextAreByteOffsets) {
   EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
 }
 
+// A block scalar that keeps its trailing blank lines (`|+`) after a key
+// with multibyte characters is still recognised: gdt's variables added
+// after it do not take its blank lines.
+TEST(RealWorldTest, AKeptBlockScalarAfterAMultibyteKeyKeepsItsLines) {
+  const std::string input =
+      "train:\n  script: [x]\n  parallel: {distributed: {nodes: 2}}\n"
+      "  variables:\n    \xC3\x9C\xC3\x9C\xC3\x9C\xC3\x9C: |+\n      kept\n\n\n"
+      "next:\n  script: [y]\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const YAML::Node variables = YAML::Load(expansion.text)["train"]["variables"];
+  EXPECT_EQ(variables["\xC3\x9C\xC3\x9C\xC3\x9C\xC3\x9C"].as<std::string>(),
+            "kept\n\n\n")
+      << expansion.text;
+  EXPECT_EQ(variables["GDT_LAUNCHER"].as<std::string>(), "torchrun");
+}
+
 TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
   // GitLab reads the spec: header and the jobs as separate documents, so
   // it refuses the file ("unknown alias"); so do both commands.
