@@ -493,5 +493,87 @@ TEST(CorpusTest, AFileIncludedWithInputsIsFilledInEachTime) {
   EXPECT_TRUE(lint.ok()) << FormatDiagnostic("main", lint.errors.at(0));
 }
 
+// A copy of corpus files as a project: `files` maps each corpus file to its
+// path in the project.
+void WriteProject(const std::string& dir,
+                  const std::map<std::string, std::string>& files) {
+  for (const auto& [corpus, path] : files) {
+    const fs::path full = fs::path(dir) / path;
+    fs::create_directories(full.parent_path());
+    test::WriteTextFile(full.string(),
+                        test::ReadTextFile(kCorpus + "/" + corpus));
+  }
+}
+
+// gitlab-ci-local's include-rules case: locally (GITLAB_CI "false" there)
+// it includes .gitlab-ci-to-be-added.yml; GitLab, where GITLAB_CI is
+// "true", includes .gitlab-ci-not-to-be-added.yml instead, and the tag
+// file only in a tag pipeline. lint, which knows no pipeline, reads all.
+TEST(CorpusTest, IncludeRulesDecideWithThePipelinesVariables) {
+  test::TempDir project;
+  const std::string prefix =
+      "firecow-gitlab-ci-local--tests__test-cases__"
+      "include-rules__";
+  WriteProject(
+      project.path(),
+      {{prefix + ".gitlab-ci-to-be-added.yml", ".gitlab-ci-to-be-added.yml"},
+       {prefix + ".gitlab-ci-not-to-be-added.yml",
+        ".gitlab-ci-not-to-be-added.yml"},
+       {prefix + ".gitlab-ci-issue685.yml", ".gitlab-ci-issue685.yml"}});
+  const std::string main =
+      test::ReadTextFile(kCorpus + "/" + prefix + ".gitlab-ci.yml");
+  const auto read = [&](const CiIncludeVariables& known) {
+    const CiIncludes includes =
+        ReadLocalIncludes(".gitlab-ci.yml", main, project.path(), known);
+    EXPECT_TRUE(includes.ok()) << includes.errors.at(0).message;
+    std::vector<std::string> paths;
+    for (const CiIncludedFile& file : includes.files) {
+      paths.push_back(file.path);
+    }
+    return paths;
+  };
+  EXPECT_EQ(read({}),
+            (std::vector<std::string>{".gitlab-ci-to-be-added.yml",
+                                      ".gitlab-ci-issue685.yml",
+                                      ".gitlab-ci-not-to-be-added.yml"}));
+  CiIncludeVariables gitlab;
+  gitlab.complete = true;
+  gitlab.predefined = {{"GITLAB_CI", "true"}, {"CI_COMMIT_BRANCH", "main"}};
+  EXPECT_EQ(read(gitlab),
+            (std::vector<std::string>{".gitlab-ci-not-to-be-added.yml"}));
+  gitlab.predefined["CI_COMMIT_TAG"] = "v1.0.0";
+  EXPECT_EQ(read(gitlab),
+            (std::vector<std::string>{".gitlab-ci-issue685.yml",
+                                      ".gitlab-ci-not-to-be-added.yml"}));
+}
+
+// gitlab-ci-local's include-inputs defaults case, filled in as its test
+// expects: every type's default, one given input, an array in a script.
+TEST(CorpusTest, InputDefaultsAreFilledInAsGitLabCiLocalExpects) {
+  test::TempDir project;
+  const std::string prefix =
+      "firecow-gitlab-ci-local--tests__test-cases__"
+      "include-inputs__input-templates__default__";
+  WriteProject(project.path(), {{prefix + ".gitlab-ci-input-template.yml",
+                                 ".gitlab-ci-input-template.yml"}});
+  const std::string main =
+      test::ReadTextFile(kCorpus + "/" + prefix + ".gitlab-ci.yml");
+  const CiIncludes includes =
+      ReadLocalIncludes(".gitlab-ci.yml", main, project.path());
+  ASSERT_TRUE(includes.ok()) << includes.errors.at(0).message;
+  ASSERT_EQ(includes.files.size(), 1u);
+  YamlError error;
+  const auto tree = YamlTree::Parse(includes.files[0].text, &error);
+  ASSERT_TRUE(error.message.empty()) << error.message;
+  const CiValue script =
+      ToCiValue(tree->documents().at(1))["scan-website"]["script"];
+  EXPECT_EQ(script, CiValue::parse(R"(["echo string", "echo 1", "echo true",
+      "echo overwrite default value", ["alice", "bob"]])"));
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  EXPECT_TRUE(lint.ok()) << FormatDiagnostic("main", lint.errors.at(0));
+}
+
 }  // namespace
 }  // namespace gdt::ci

@@ -848,12 +848,24 @@ int TrimEnd(const Lines& lines, int begin, int end, int indent) {
   return end;
 }
 
+// The byte offset in `line` of character column `column` (libyaml counts
+// characters; a key or value after multibyte text sits further right in
+// bytes).
+size_t ByteColumn(std::string_view line, int column) {
+  size_t at = 0;
+  for (int chars = 0; at < line.size(); ++at) {
+    if ((static_cast<unsigned char>(line[at]) & 0xC0) == 0x80) continue;
+    if (chars++ == column) break;
+  }
+  return at;
+}
+
 // What follows `key:` on the key's line, comments and spaces dropped ("" for
 // a block value; "{", "[", "*x", "&x" ... otherwise).
 std::string RestOfKeyLine(const Lines& lines, const YamlNode& key) {
   const std::string_view line =
       lines.lines[static_cast<size_t>(key.Mark().line)];
-  size_t colon = line.find(':', static_cast<size_t>(key.Mark().column));
+  size_t colon = line.find(':', ByteColumn(line, key.Mark().column));
   if (colon == std::string::npos) return "?";
   std::string rest(line.substr(colon + 1));
   for (size_t i = 0; i < rest.size(); ++i) {
@@ -884,7 +896,7 @@ bool EndsWithKeptScalar(const Lines& lines, const YamlNode& node,
   if (!node.IsScalar() || node.Mark().is_null()) return false;
   const std::string_view line =
       lines.lines[static_cast<size_t>(node.Mark().line)];
-  const size_t at = static_cast<size_t>(node.Mark().column);
+  const size_t at = ByteColumn(line, node.Mark().column);
   if (at >= line.size() || (line[at] != '|' && line[at] != '>')) return false;
   const std::string_view header =
       line.substr(at, line.find_first_of(" \t#\r\n", at) - at);
@@ -1528,13 +1540,8 @@ class JobRewriter {
   // The line of `mark` and the byte offset in it of its column (libyaml
   // counts characters).
   std::pair<int, size_t> BytePlace(const YamlMark& mark) const {
-    const std::string_view line = lines_.lines[static_cast<size_t>(mark.line)];
-    size_t at = 0;
-    for (int chars = 0; at < line.size(); ++at) {
-      if ((static_cast<unsigned char>(line[at]) & 0xC0) == 0x80) continue;
-      if (chars++ == mark.column) break;
-    }
-    return {mark.line, at};
+    return {mark.line, ByteColumn(lines_.lines[static_cast<size_t>(mark.line)],
+                                  mark.column)};
   }
 
   // Adds `items` (flow entries or items, as text) to the flow collection
@@ -3011,6 +3018,27 @@ bool FilledInLater(const YamlNode& node) {
          (node.IsScalar() && node.Scalar().find("$[[") != std::string::npos);
 }
 
+// Whether `node` or anything in it is FilledInLater.
+bool HoldsFilledInLater(const YamlNode& node, int depth) {
+  if (FilledInLater(node)) return true;
+  if (depth > kMaxDepth || node.IsScalar()) return false;
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      if (HoldsFilledInLater(entry.first, depth + 1) ||
+          HoldsFilledInLater(entry.second, depth + 1)) {
+        return true;
+      }
+    }
+    return false;
+  }
+  if (node.IsSequence()) {
+    for (const YamlNode& item : node) {
+      if (HoldsFilledInLater(item, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
 bool IsYamlBool(const YamlNode& node) {
   if (!IsPlain(node)) return node.Tag() == "tag:yaml.org,2002:bool";
   // Ruby's YAML 1.1 reader: yes/no and on/off are booleans too.
@@ -3139,6 +3167,22 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
     if (!block || type.key != "tags") types.push_back(type);
   }
   CheckTypes(where, value, types, report);
+  // Deeper checks of what GitLab validates in depth, on values written out
+  // (a `!reference` or an input is filled in first).
+  for (const auto& [key, message] :
+       CheckJobKeywordValues(ToCiValue(value), job)) {
+    const Entry e = FindEntry(value, key);
+    // A bad only/except:variables expression is reported at its place
+    // (CheckRuleExpressions).
+    if (!e || HoldsFilledInLater(e.value, 0) ||
+        message.find("invalid expression") != std::string::npos) {
+      continue;
+    }
+    const size_t from = message.rfind("job ", 0) == 0 ? 4 : 0;
+    report->At(
+        e.value, e.key,
+        absl::StrCat(message.substr(from), " (GitLab refuses the pipeline)"));
+  }
   if (const Entry artifacts = FindEntry(value, "artifacts");
       artifacts && artifacts.value.IsMap()) {
     CheckTypes(where + ":artifacts", artifacts.value, kArtifacts, report);

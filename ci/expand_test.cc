@@ -469,6 +469,56 @@ TEST(RealWorldTest, LintWarnsAtDocumentsGitLabIgnores) {
   EXPECT_THAT(warned("a:\n  script: x\n"), ElementsAre());
 }
 
+// libyaml counts characters; the tree's offsets are bytes, so text with
+// multibyte characters (a comment, a value) before a node leaves its place
+// right: a spec: header in another language is still a header, and a node
+// with a tag or anchor starts after them.
+TEST(RealWorldTest, MarksAfterMultibyteTextAreByteOffsets) {
+  const std::string text =
+      "# d\xC3\xA9j\xC3\xA0 vu \xE2\x82\xAC \xF0\x9F\x98\x80\n"
+      "a: &x \"\xE6\x97\xA5\xE6\x9C\xAC\"\n"
+      "b: !reference [a]\n";
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
+  ASSERT_TRUE(error.message.empty()) << error.message;
+  const YamlNode root = tree->documents().at(0);
+  const YamlNode a = root.Entry(0).second;
+  EXPECT_EQ(a.PropertiesMark().pos, text.find("&x"));
+  EXPECT_EQ(a.Mark().pos, text.find("\"\xE6"));
+  EXPECT_EQ(a.Mark().column, 6);  // Characters.
+  EXPECT_EQ(a.EndMark().pos, text.find("\nb:"));
+  const YamlNode b = root.Entry(1).second;
+  EXPECT_EQ(b.Mark().pos, text.find("[a]"));
+  EXPECT_EQ(b.Mark().line, 2);
+  EXPECT_EQ(b.Mark().column, 14);
+
+  const std::string spec =
+      "spec:\n  description: \"\xE5\xAD\xA6\xE7\xBF\x92\xE3\x81\xAE\xE8\xA8"
+      "\xAD\xE5\xAE\x9A "
+      "\xE5\xAD\xA6\xE7\xBF\x92\xE3\x81\xAE\xE8\xA8\xAD\xE5\xAE"
+      "\x9A\"\n  inputs: {}\n---\nb:\n  script: y\n";
+  const CiExpansion lint = LintCiYaml(spec);
+  EXPECT_TRUE(lint.ok());
+  EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
+}
+
+// A block scalar that keeps its trailing blank lines (`|+`) after a key
+// with multibyte characters is still recognised: gdt's variables added
+// after it do not take its blank lines.
+TEST(RealWorldTest, AKeptBlockScalarAfterAMultibyteKeyKeepsItsLines) {
+  const std::string input =
+      "train:\n  script: [x]\n  parallel: {distributed: {nodes: 2}}\n"
+      "  variables:\n    \xC3\x9C\xC3\x9C\xC3\x9C\xC3\x9C: |+\n      kept\n\n\n"
+      "next:\n  script: [y]\n";
+  const CiExpansion expansion = ExpandCiYaml(input);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  const YAML::Node variables = YAML::Load(expansion.text)["train"]["variables"];
+  EXPECT_EQ(variables["\xC3\x9C\xC3\x9C\xC3\x9C\xC3\x9C"].as<std::string>(),
+            "kept\n\n\n")
+      << expansion.text;
+  EXPECT_EQ(variables["GDT_LAUNCHER"].as<std::string>(), "torchrun");
+}
+
 TEST(RealWorldTest, AnAliasCannotNameAnAnchorOfAnEarlierDocument) {
   // GitLab reads the spec: header and the jobs as separate documents, so
   // it refuses the file ("unknown alias"); so do both commands.
@@ -2022,8 +2072,16 @@ class IncludeTest : public ::testing::Test {
     test::WriteTextFile(full.string(), text);
   }
   // The main file's includes, read from the project.
-  CiIncludes Includes(const std::string& main) {
-    return ReadLocalIncludes(".gitlab-ci.yml", main, dir_.path());
+  CiIncludes Includes(const std::string& main,
+                      const CiIncludeVariables& known = {}) {
+    return ReadLocalIncludes(".gitlab-ci.yml", main, dir_.path(), known);
+  }
+  static std::vector<std::string> Paths(const CiIncludes& includes) {
+    std::vector<std::string> paths;
+    for (const CiIncludedFile& file : includes.files) {
+      paths.push_back(file.path);
+    }
+    return paths;
   }
   // Each error of `result` as gdt-ci prints it.
   static std::vector<std::string> Lines(const CiExpansion& result) {
@@ -2398,6 +2456,79 @@ TEST_F(IncludeTest, KeywordTypesAreCheckedInIncludedFiles) {
                                     "should be an array of strings")));
 }
 
+// retry, only/except, parallel:matrix, release and pages are checked in
+// depth, one line per key naming the job.
+TEST(GitLabRefusesTest, RetryOnlyMatrixReleaseAndPagesAreChecked) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"build:\n  script: [x]\n  retry: 3\n",
+       "f:3:10: build: retry must be 0, 1 or 2"},
+      {"build:\n  script: [x]\n  retry: {max: 1, when: [oops]}\n",
+       "f:3:10: build: retry:when: unknown failure reason 'oops'"},
+      {"build:\n  script: [x]\n  retry: {max: 1, tries: 2}\n",
+       "f:3:10: build: unknown key retry:tries"},
+      {"build:\n  script: [x]\n  retry: {exit_codes: [x]}\n",
+       "f:3:10: build: retry:exit_codes"},
+      {"build:\n  script: [x]\n  only: main\n",
+       "f:3:9: build: only has to be either an array of conditions or a "
+       "hash"},
+      {"build:\n  script: [x]\n  except: {refs: [main], branches: [x]}\n",
+       "f:3:11: build: except"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix: {A: [1, 2]}\n",
+       "f:4:5: build: parallel:matrix must be a list of variable maps"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix: [{A: {b: c}}]\n",
+       "f:4:5: build: parallel:matrix: A: values must be strings"},
+      {"build:\n  script: [x]\n  parallel:\n    matrix:\n"
+       "      - {A: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15],\n"
+       "         B: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14]}\n",
+       "f:4:5: build: parallel:matrix makes more than 200 jobs"},
+      {"build:\n  script: [x]\n  release: v1\n",
+       "f:3:12: build: release config should be a hash"},
+      {"build:\n  script: [x]\n  release: {description: x}\n",
+       "f:3:12: build: release tag_name can't be blank"},
+      {"build:\n  script: [x]\n  release: {tag_name: v1, tag: x}\n",
+       "f:3:12: build: release config contains unknown keys: tag"},
+      {"build:\n  script: [x]\n  release: {tag_name: v1, milestones: {a: b}}\n",
+       "f:3:12: build: release:milestones"},
+      {"pages:\n  script: [x]\n  pages: [public]\n",
+       "f:3:10: pages: pages config should be a hash or a boolean value"},
+      {"pages:\n  script: [x]\n  pages: {publish: dist, keep: 1}\n",
+       "f:3:10: pages: pages config contains unknown keys: keep"},
+  };
+  for (const auto& [file, line] : cases) {
+    const CiExpansion lint = LintCiYaml(file);
+    ASSERT_EQ(lint.errors.size(), 1u) << file;
+    EXPECT_THAT(FormatDiagnostic("f", lint.errors[0]),
+                ::testing::StartsWith(line))
+        << file;
+    EXPECT_THAT(lint.errors[0].message,
+                HasSubstr("(GitLab refuses the pipeline)"));
+  }
+  for (const std::string ok : {
+           "build:\n  script: [x]\n  retry: 2\n  only: [main, /^rel/]\n"
+           "  except:\n    variables: [$X == \"1\"]\n    changes: [a]\n",
+           "build:\n  script: [x]\n  retry:\n    max: 2\n"
+           "    when: runner_system_failure\n    exit_codes: 137\n",
+           "build:\n  script: [x]\n  parallel:\n    matrix:\n"
+           "      - {A: [1, \"2\"], B: x}\n      - {C: y}\n",
+           "build:\n  script: [x]\n  release:\n    tag_name: v1\n"
+           "    description: d\n    milestones: [m1]\n"
+           "    assets:\n      links: [{name: n, url: \"https://x\"}]\n",
+           ".rel:\n  release: {description: d}\nbuild:\n  script: [x]\n"
+           "  extends: .rel\n  release: {tag_name: v1}\n",
+           "pages:\n  script: [x]\n  pages: {publish: dist, expire_in: 1d}\n"
+           "other:\n  script: [x]\n  pages: true\n",
+           "build:\n  script: [x]\n  retry: $[[ inputs.retries ]]\n"
+           "  only: !reference [.o, only]\n.o:\n  only: [main]\n",
+           "build:\n  script: [x]\n  retry:\n  only:\n",
+       }) {
+    const CiExpansion lint = LintCiYaml(ok);
+    EXPECT_TRUE(lint.ok()) << ok << "\n"
+                           << (lint.ok()
+                                   ? ""
+                                   : FormatDiagnostic("f", lint.errors[0]));
+  }
+}
+
 TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"variables: true\nbuild:\n  script: [x]\n",
@@ -2586,7 +2717,7 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
   const CiIncludes function = Includes("include: ci/fn.yml\n");
   ASSERT_EQ(function.errors.size(), 1u);
   EXPECT_THAT(function.errors[0].message,
-              HasSubstr("unknown interpolation function `upcase`"));
+              HasSubstr("no function matching `upcase`"));
   // The matrix context is GitLab's to fill in later: kept.
   Write(
       "ci/matrix.yml",
@@ -2597,6 +2728,153 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
   ASSERT_TRUE(matrix.ok()) << matrix.errors[0].message;
   EXPECT_THAT(matrix.files.at(0).text, HasSubstr("\"$[[ matrix.A ]]\""));
   EXPECT_THAT(matrix.files.at(0).text, HasSubstr("script: [\"x\"]"));
+}
+
+// GitLab gives include rules the pipeline's predefined variables (branch,
+// source, commit) and its own; the main file's top-level ones sit between.
+// Without them (lint, expand) a rule naming one is left to the pipeline.
+TEST_F(IncludeTest, IncludeRulesSeeThePipelinesVariables) {
+  Write("ci/main.yml", "on-main:\n  script: [x]\n");
+  Write("ci/mr.yml", "on-mr:\n  script: [x]\n");
+  Write("ci/tag.yml", "on-tag:\n  script: [x]\n");
+  Write("ci/where.yml", "where:\n  script: [x]\n");
+  Write("ci/feature.yml", "feature:\n  script: [x]\n");
+  const std::string main =
+      "variables:\n  PLACE: file\n"
+      "include:\n"
+      "  - local: ci/main.yml\n    rules:\n"
+      "      - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "  - local: ci/mr.yml\n    rules:\n"
+      "      - if: $CI_PIPELINE_SOURCE == \"merge_request_event\"\n"
+      "  - local: ci/tag.yml\n    rules:\n      - if: $CI_COMMIT_TAG\n"
+      "  - local: ci/where.yml\n    rules:\n"
+      "      - if: $PLACE == \"pipeline\"\n"
+      "  - local: ci/$CI_COMMIT_REF_NAME.yml\n"
+      "build:\n  script: [x]\n";
+  const CiIncludes unknown = Includes(main);
+  ASSERT_TRUE(unknown.ok()) << unknown.errors[0].message;
+  EXPECT_THAT(Paths(unknown),
+              ElementsAre("ci/main.yml", "ci/mr.yml", "ci/tag.yml"));
+  EXPECT_TRUE(unknown.unseen);  // The path with a variable.
+
+  CiIncludeVariables push;
+  push.complete = true;
+  push.predefined = {{"CI_COMMIT_BRANCH", "main"},
+                     {"CI_COMMIT_REF_NAME", "main"},
+                     {"CI_PIPELINE_SOURCE", "push"},
+                     {"PLACE", "predefined"}};
+  const CiIncludes on_main = Includes(main, push);
+  ASSERT_TRUE(on_main.ok()) << on_main.errors[0].message;
+  // ci/main.yml again through the path with a variable: read once.
+  EXPECT_THAT(Paths(on_main), ElementsAre("ci/main.yml"));
+  EXPECT_FALSE(on_main.unseen);
+
+  CiIncludeVariables mr = push;
+  mr.predefined.erase("CI_COMMIT_BRANCH");
+  mr.predefined["CI_COMMIT_REF_NAME"] = "feature";
+  mr.predefined["CI_PIPELINE_SOURCE"] = "merge_request_event";
+  mr.pipeline = {{"PLACE", "pipeline"}};  // Over the file's.
+  EXPECT_THAT(Paths(Includes(main, mr)),
+              ElementsAre("ci/mr.yml", "ci/where.yml", "ci/feature.yml"));
+
+  // lint and expand with --var: what is given decides, the rest is read.
+  CiIncludeVariables given;
+  given.pipeline = {{"CI_COMMIT_BRANCH", "dev"}};
+  EXPECT_THAT(Paths(Includes(main, given)),
+              ElementsAre("ci/mr.yml", "ci/tag.yml"));
+}
+
+// An included file's own include: may hold its inputs, filled in before
+// the path is read.
+TEST_F(IncludeTest, AnIncludePathTakesTheFilesInputs) {
+  Write("ci/stage.yml",
+        "spec:\n  inputs:\n    flavour:\n      default: gpu\n---\n"
+        "include:\n  - local: ci/$[[ inputs.flavour ]].yml\n"
+        "  - local: ci/extra.yml\n    rules:\n"
+        "      - if: '\"$[[ inputs.flavour ]]\" == \"cpu\"'\n"
+        "stage-job:\n  script: [x]\n");
+  Write("ci/gpu.yml", "gpu:\n  script: [x]\n");
+  Write("ci/cpu.yml", "cpu:\n  script: [x]\n");
+  Write("ci/extra.yml", "extra:\n  script: [x]\n");
+  const CiIncludes gpu = Includes("include: ci/stage.yml\n");
+  ASSERT_TRUE(gpu.ok()) << gpu.errors[0].message;
+  EXPECT_THAT(Paths(gpu), ElementsAre("ci/gpu.yml", "ci/stage.yml"));
+  EXPECT_FALSE(gpu.unseen);
+  const CiIncludes cpu = Includes(
+      "include:\n  - local: ci/stage.yml\n    inputs: {flavour: cpu}\n");
+  ASSERT_TRUE(cpu.ok()) << cpu.errors[0].message;
+  EXPECT_THAT(Paths(cpu),
+              ElementsAre("ci/cpu.yml", "ci/extra.yml", "ci/stage.yml"));
+}
+
+// The functions of an interpolation block as GitLab matches them: the whole
+// text one function, string inputs only, at most three.
+TEST_F(IncludeTest, MalformedInterpolationFunctionsAreRefused) {
+  const auto filled = [&](const std::string& block,
+                          const std::string& type = "string") {
+    Write("ci/f.yml",
+          "spec:\n  inputs:\n    a:\n      type: " + type +
+              "\n      default: " + (type == "number" ? "12345" : "abcdefgh") +
+              "\n---\nf:\n  script: [\"" + block + "\"]\n");
+    return Includes("include: ci/f.yml\n");
+  };
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {"$[[ inputs.a | truncate(1,5)xyz ]]",
+       "no function matching `truncate(1,5)xyz`"},
+      {"$[[ inputs.a | truncate(1) ]]", "no function matching `truncate(1)`"},
+      {"$[[ inputs.a | truncate(-1,2) ]]",
+       "no function matching `truncate(-1,2)`"},
+      {"$[[ inputs.a | truncate(1,2,3) ]]",
+       "no function matching `truncate(1,2,3)`"},
+      {"$[[ inputs.a | expand_vars() ]]",
+       "no function matching `expand_vars()`"},
+      {"$[[ inputs.a | posix_escapex ]]",
+       "no function matching `posix_escapex`"},
+      {"$[[ inputs.a | split(',') | truncate(0,1) ]]",
+       "split() must be the last function in a chain"},
+      {"$[[ inputs.a | split('') ]]", "separator cannot be empty"},
+      {"$[[ inputs.a | expand_vars | expand_vars | expand_vars | "
+       "expand_vars ]]",
+       "too many functions in interpolation block"},
+  };
+  for (const auto& [block, message] : refused) {
+    const CiIncludes result = filled(block);
+    ASSERT_EQ(result.errors.size(), 1u) << block;
+    EXPECT_EQ(result.errors[0].file, "ci/f.yml") << block;
+    EXPECT_EQ(result.errors[0].line, 8) << block;
+    EXPECT_THAT(result.errors[0].message, HasSubstr(message)) << block;
+  }
+  const CiIncludes number = filled("$[[ inputs.a | truncate(0,2) ]]", "number");
+  ASSERT_EQ(number.errors.size(), 1u);
+  EXPECT_THAT(number.errors[0].message,
+              HasSubstr("invalid input type: truncate can only be used with "
+                        "string inputs"));
+  // What GitLab accepts, text after the block included.
+  for (const auto& [block, text] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"$[[ inputs.a | truncate(1,5) ]]xyz", "bcdefxyz"},
+           {"$[[ inputs.a | truncate( 2 , 3 ) ]]", "cde"},
+           {"$[[ inputs.a | truncate(6,99) ]]", "gh"},
+           {"$[[inputs.a|posix_escape]]", "abcdefgh"},
+       }) {
+    const CiIncludes result = filled(block);
+    ASSERT_TRUE(result.ok()) << block << ": " << result.errors[0].message;
+    EXPECT_EQ(YAML::LoadAll(result.files.at(0).text)
+                  .at(1)["f"]["script"][0]
+                  .as<std::string>(),
+              text)
+        << block;
+  }
+  Write("ci/s.yml",
+        "spec:\n  inputs:\n    a:\n      default: \"x, y,,z \"\n---\n"
+        "s:\n  tags: $[[ inputs.a | split(',') ]]\n  script: [x]\n");
+  const CiIncludes split = Includes("include: ci/s.yml\n");
+  ASSERT_TRUE(split.ok()) << split.errors[0].message;
+  const YAML::Node tags =
+      YAML::LoadAll(split.files.at(0).text).at(1)["s"]["tags"];
+  ASSERT_TRUE(tags.IsSequence()) << split.files.at(0).text;
+  EXPECT_EQ(tags.size(), 3u);
+  EXPECT_EQ(tags[2].as<std::string>(), "z");
 }
 
 }  // namespace

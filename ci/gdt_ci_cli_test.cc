@@ -251,6 +251,44 @@ TEST(GdtCiCliTest, LintAndExpandReadLocalIncludesFromTheProject) {
   EXPECT_EQ(nlohmann::json::parse(json.output)["errors"][0]["line"], 2);
 }
 
+// --var gives include rules the pipeline's variables: a file whose rule
+// the branch decides is read only on that branch; without the variable it
+// is read. A bad --var is one line, exit 2.
+TEST(GdtCiCliTest, LintAndExpandGiveIncludeRulesThePipelinesVariables) {
+  TempDir dir;
+  const std::string project = dir.path();
+  std::filesystem::create_directories(project + "/ci");
+  test::WriteTextFile(project + "/ci/main.yml",
+                      "release:\n  script: [x]\n  parallel: 2\n"
+                      "  variables: {GDT_GPUS_PER_NODE: \"1\"}\n");
+  const std::string file = project + "/.gitlab-ci.yml";
+  test::WriteTextFile(file,
+                      "include:\n  - local: ci/main.yml\n    rules:\n"
+                      "      - if: $CI_COMMIT_BRANCH == \"main\"\n"
+                      "train:\n  script: [x]\n");
+  const auto lint = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"lint", "--file", file, "--project-dir",
+                                     project};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return GdtCi(args, "stdout");
+  };
+  EXPECT_THAT(lint({}).output, HasSubstr("ok (1 gang job)"));
+  EXPECT_THAT(lint({"--var", "CI_COMMIT_BRANCH=main"}).output,
+              HasSubstr("ok (1 gang job)"));
+  const CliRun feature = lint({"--var", "CI_COMMIT_BRANCH=feature"});
+  EXPECT_EQ(feature.code, 0);
+  EXPECT_THAT(feature.output, HasSubstr("ok (0 gang jobs)"));
+  for (const char* command : {"lint", "expand"}) {
+    const CliRun bad = GdtCi({command, "--file", file, "--project-dir", project,
+                              "--var", "no-equals"},
+                             "stderr");
+    EXPECT_EQ(bad.code, 2) << command;
+    EXPECT_EQ(bad.output, absl::StrCat("gdt-ci ", command,
+                                       ": bad --var 'no-equals': expected "
+                                       "KEY=VALUE\n"));
+  }
+}
+
 // Ids and timeouts that the job-id or clock arithmetic cannot hold, and a
 // negative kill grace, are refused as the command line is read: one line
 // naming the flag, exit 2.

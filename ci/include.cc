@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -202,11 +201,55 @@ std::string ExpandVars(std::string_view value,
   return out;
 }
 
+// One function of an interpolation block (`$[[ inputs.x | truncate(0,8) ]]`),
+// as GitLab matches it: the whole text is one function, else none.
+struct InputFunction {
+  std::string name;
+  size_t offset = 0;  // truncate
+  size_t length = 0;
+  std::string separator;  // split
+};
+
+std::optional<InputFunction> ParseInputFunction(const std::string& text) {
+  InputFunction call;
+  if (text == "expand_vars" || text == "posix_escape") {
+    call.name = text;
+    return call;
+  }
+  // GitLab's pattern leaves the closing parenthesis optional.
+  static const RE2 kTruncate(R"(truncate\(\s*(\d+)\s*,\s*(\d+)\s*\)?)");
+  static const RE2 kSplit(R"(split\('([^']*)'\))");
+  std::string offset;
+  std::string length;
+  if (RE2::FullMatch(text, kTruncate, &offset, &length)) {
+    call.name = "truncate";
+    // Past the end of any text is as good as larger.
+    const auto number = [](const std::string& digits) {
+      return digits.size() > 12 ? size_t{1} << 40
+                                : static_cast<size_t>(std::stoull(digits));
+    };
+    call.offset = number(offset);
+    call.length = number(length);
+    return call;
+  }
+  if (RE2::FullMatch(text, kSplit, &call.separator)) {
+    call.name = "split";
+    return call;
+  }
+  return std::nullopt;
+}
+
 class IncludeReader {
  public:
   IncludeReader(const std::string& project_dir, ExpressionVariables variables,
-                CiIncludes* out)
-      : out_(out), variables_(std::move(variables)) {
+                const CiIncludeVariables& known, CiIncludes* out)
+      : out_(out),
+        variables_(std::move(variables)),
+        complete_(known.complete),
+        path_variables_(known.predefined) {
+    for (const auto& [name, value] : known.pipeline) {
+      path_variables_[name] = value;
+    }
     std::error_code error;
     root_ = fs::canonical(project_dir.empty() ? "." : project_dir, error);
     if (error || !fs::is_directory(root_, error)) {
@@ -293,6 +336,11 @@ class IncludeReader {
            "project, remote, template or component");
         return;
       }
+      // GitLab fills in the pipeline's variables it knows (not the
+      // file's own variables: section).
+      if (local.find('$') != std::string::npos) {
+        local = ExpandVars(local, path_variables_);
+      }
       if (local.find('$') != std::string::npos) {
         // A variable GitLab fills in from the pipeline: not known here.
         Unread(file, item, absl::StrCat("local '", local, "'"),
@@ -325,7 +373,7 @@ class IncludeReader {
       }
       if (rule.if_expression.has_value()) {
         for (const std::string& name : NamedVariables(*rule.if_expression)) {
-          if (!variables_.contains(name)) return std::nullopt;
+          if (!complete_ && !variables_.contains(name)) return std::nullopt;
         }
         if (!ExpressionHolds(*rule.if_expression, variables_)) continue;
       }
@@ -564,34 +612,58 @@ class IncludeReader {
         }
         if (parts.size() > 4) {
           return problem(absl::StrCat("input '", name,
-                                      "': at most 3 functions may follow an "
-                                      "input"));
+                                      "': too many functions in "
+                                      "interpolation block (at most 3)"));
         }
+        std::optional<CiValue> listed;  // What split() made of the text.
         std::string piece = InputText(value->second);
         for (size_t f = 1; f < parts.size(); ++f) {
           const std::string& function = parts[f];
-          int64_t offset = 0;
-          int64_t length = 0;
-          if (function == "expand_vars") {
-            piece = ExpandVars(piece, variables_);
-          } else if (function == "posix_escape") {
-            piece = PosixEscape(piece);
-          } else if (std::sscanf(function.c_str(),
-                                 "truncate(%" SCNd64 " ,%" SCNd64 ")", &offset,
-                                 &length) == 2 &&
-                     offset >= 0 && length >= 0) {
-            piece = offset >= static_cast<int64_t>(piece.size())
-                        ? std::string()
-                        : piece.substr(static_cast<size_t>(offset),
-                                       static_cast<size_t>(length));
-          } else {
-            return problem(absl::StrCat("input '", name,
-                                        "': unknown interpolation function `",
-                                        function,
-                                        "` (GitLab has expand_vars, "
-                                        "truncate(offset,length) and "
-                                        "posix_escape)"));
+          const std::optional<InputFunction> call =
+              ParseInputFunction(function);
+          if (!call.has_value()) {
+            return problem(absl::StrCat(
+                "input '", name, "': no function matching `", function,
+                "`: check that the function name, arguments, and types are "
+                "correct (GitLab has expand_vars, posix_escape, "
+                "truncate(offset,length) and split('separator'))"));
           }
+          if (!value->second.is_string()) {
+            return problem(absl::StrCat("input '", name,
+                                        "': invalid input type: ", call->name,
+                                        " can only be used with string "
+                                        "inputs"));
+          }
+          if (call->name == "split" && f + 1 < parts.size()) {
+            return problem(absl::StrCat(
+                "input '", name,
+                "': split() must be the last function in a chain (it returns "
+                "an array, not a string)"));
+          }
+          if (call->name == "expand_vars") {
+            piece = ExpandVars(piece, variables_);
+          } else if (call->name == "posix_escape") {
+            piece = PosixEscape(piece);
+          } else if (call->name == "truncate") {
+            piece = call->offset >= piece.size()
+                        ? std::string()
+                        : piece.substr(call->offset, call->length);
+          } else if (call->separator.empty()) {
+            return problem(absl::StrCat("input '", name,
+                                        "': invalid argument: separator "
+                                        "cannot be empty"));
+          } else {
+            listed = CiValue::array();
+            for (absl::string_view item :
+                 absl::StrSplit(piece, call->separator)) {
+              item = absl::StripAsciiWhitespace(item);
+              if (!item.empty()) listed->push_back(std::string(item));
+            }
+            piece = listed->dump();
+          }
+        }
+        if (open == 0 && close + 2 == scalar.size() && listed.has_value()) {
+          whole = *listed;
         }
         if (open == 0 && close + 2 == scalar.size() && parts.size() == 1) {
           whole = value->second;
@@ -848,8 +920,23 @@ class IncludeReader {
                       "section of the included file"));
       return;
     }
+    // The file's own includes as filled in: a path or rule may hold an
+    // input (`local: ci/$[[ inputs.stage ]].yml`).
+    std::unique_ptr<YamlTree> filled_tree;
+    if (spec) {
+      YamlError filled_error;
+      filled_tree = YamlTree::Parse(*text, &filled_error);
+      if (!filled_error.message.empty()) {
+        out_->errors.push_back(CiIncludes::Problem{
+            path, filled_error.mark.line + 1, filled_error.mark.column + 1,
+            absl::StrCat("with its inputs filled in, not valid YAML: ",
+                         filled_error.message)});
+        return;
+      }
+    }
     YamlNode include;
-    for (const YamlNode& root : tree->documents()) {
+    for (const YamlNode& root :
+         (filled_tree ? filled_tree : tree)->documents()) {
       if (const YamlNode i = Find(root, "include")) include = i;
     }
     stack_.push_back(rel);
@@ -860,9 +947,12 @@ class IncludeReader {
   }
 
   CiIncludes* out_;
-  // The variables include rules and expand_vars see: the main file's
-  // top-level ones.
+  // The variables include rules and expand_vars see: the pipeline's
+  // predefined ones, the main file's top-level ones, the pipeline's own.
   ExpressionVariables variables_;
+  bool complete_ = false;  // No other variable is set.
+  // The variables a path may name: the pipeline's, predefined or its own.
+  ExpressionVariables path_variables_;
   std::string main_;  // The main file, as named.
   fs::path root_;
   std::optional<std::vector<std::string>> files_;
@@ -877,7 +967,8 @@ class IncludeReader {
 }  // namespace
 
 CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
-                             const std::string& project_dir) {
+                             const std::string& project_dir,
+                             const CiIncludeVariables& known) {
   CiIncludes result;
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
@@ -887,7 +978,7 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
     if (const YamlNode i = Find(root, "include")) include = i;
   }
   if (!include) return result;
-  ExpressionVariables variables;
+  ExpressionVariables variables = known.predefined;
   for (const YamlNode& root : tree->documents()) {
     const YamlNode declared = Find(root, "variables");
     if (!declared) continue;
@@ -903,7 +994,8 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
       }
     }
   }
-  IncludeReader reader(project_dir, std::move(variables), &result);
+  for (const auto& [name, value] : known.pipeline) variables[name] = value;
+  IncludeReader reader(project_dir, std::move(variables), known, &result);
   if (reader.failed()) return result;
   reader.StartAt(std::string(file));
   reader.Visit(std::string(file), include, 1);

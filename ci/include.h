@@ -21,9 +21,11 @@
 //    read; the caller is told (`unseen`) and treats what they may add as
 //    unknown.
 //  - An entry's `rules:` decide whether it is read: `if:` against the
-//    main file's top-level variables (one naming any other variable is
-//    left to the pipeline: read), `exists:` against the project's files,
-//    `changes:` taken as matched.
+//    variables GitLab gives include rules (CiIncludeVariables: the
+//    pipeline's predefined ones, the main file's top-level ones, the
+//    pipeline's own; when the set is not complete, a rule naming any other
+//    variable is left to the pipeline: read), `exists:` against the
+//    project's files, `changes:` taken as matched.
 //  - A file with a `spec: inputs:` header gets the entry's `inputs:` and
 //    the header's defaults, checked (type, options, regex), and its text
 //    holds them in place of each `$[[ inputs.NAME ]]` (functions
@@ -36,7 +38,25 @@
 #include <string_view>
 #include <vector>
 
+#include "ci/rules.h"
+
 namespace gdt::ci {
+
+// The variables GitLab knows when it reads a pipeline's includes.
+struct CiIncludeVariables {
+  // Predefined ones GitLab documents for include rules: the project's
+  // (CI_PROJECT_*, CI_DEFAULT_BRANCH, CI_SERVER_*), the pipeline's
+  // (CI_PIPELINE_SOURCE) and the commit's (CI_COMMIT_*). The main file's
+  // top-level variables win over them.
+  ExpressionVariables predefined;
+  // The pipeline's own variables (a manual run's, a trigger's): they win
+  // over the file's.
+  ExpressionVariables pipeline;
+  // Every variable the pipeline has is here (run-local): a rule naming
+  // another one sees it unset, as GitLab does. Otherwise (lint, expand)
+  // such a rule is left to the pipeline, and the file is read.
+  bool complete = false;
+};
 
 // One file that the main file includes.
 struct CiIncludedFile {
@@ -86,7 +106,8 @@ inline constexpr uint64_t kMaxGlobSteps = 20'000'000;
 // kMaxIncludes files or kMaxIncludeNesting levels; an `include:` that is
 // not a path, list or mapping.
 CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
-                             const std::string& project_dir);
+                             const std::string& project_dir,
+                             const CiIncludeVariables& known = {});
 
 }  // namespace gdt::ci
 

@@ -649,7 +649,103 @@ absl::Status ParseIncluded(const CiIncludes* includes,
   return absl::OkStatus();
 }
 
+// `release:` of job `job`: a mapping with a tag_name.
+// `whole`: the job's own entry is all it has (no extends, not a template),
+// so tag_name must be in it.
+absl::Status CheckRelease(const CiValue& node, std::string_view job,
+                          bool whole) {
+  if (!node.is_object()) {
+    return JobError(job, "release config should be a hash");
+  }
+  static const std::set<std::string, std::less<>> kStrings = {
+      "tag_name", "tag_message", "name", "description", "ref", "released_at"};
+  for (const auto& [key, value] : node.items()) {
+    if (kStrings.count(key) != 0) {
+      if (!value.is_string()) {
+        return JobError(job,
+                        absl::StrCat("release ", key, " should be a string"));
+      }
+    } else if (key == "milestones") {
+      std::vector<std::string> ignored;
+      GDT_RETURN_IF_ERROR(
+          ReadStringList(value, job, "release:milestones", &ignored));
+    } else if (key == "assets") {
+      const auto links = value.is_object() ? value.find("links") : value.end();
+      if (!value.is_object() || value.size() != 1 || links == value.end() ||
+          !links->is_array()) {
+        return JobError(job,
+                        "release assets should be a hash with links, a list");
+      }
+      for (const CiValue& link : *links) {
+        if (!link.is_object() || !link.contains("name") ||
+            !link.contains("url")) {
+          return JobError(job,
+                          "release assets:links entries need name and url");
+        }
+      }
+    } else {
+      return JobError(job, absl::StrCat("release config contains unknown "
+                                        "keys: ",
+                                        key));
+    }
+  }
+  if (whole && !node.contains("tag_name")) {
+    return JobError(job, "release tag_name can't be blank");
+  }
+  return absl::OkStatus();
+}
+
+// `pages:` of job `job`: true/false, or publish, path_prefix, expire_in.
+absl::Status CheckPages(const CiValue& node, std::string_view job) {
+  if (node.is_boolean()) return absl::OkStatus();
+  if (!node.is_object()) {
+    return JobError(job, "pages config should be a hash or a boolean value");
+  }
+  for (const auto& [key, value] : node.items()) {
+    if (key != "publish" && key != "path_prefix" && key != "expire_in") {
+      return JobError(
+          job, absl::StrCat("pages config contains unknown keys: ", key));
+    }
+    if (!value.is_string() && !value.is_null()) {
+      return JobError(job, absl::StrCat("pages ", key, " should be a string"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+std::vector<std::pair<std::string, std::string>> CheckJobKeywordValues(
+    const CiValue& own, std::string_view job) {
+  std::vector<std::pair<std::string, std::string>> problems;
+  if (!own.is_object()) return problems;
+  for (const auto& [key, value] : own.items()) {
+    // An empty value unsets an inherited one.
+    if (value.is_null()) continue;
+    absl::Status status;
+    if (key == "retry") {
+      CiRetry retry;
+      status = ReadRetry(value, job, &retry);
+    } else if (key == "only" || key == "except") {
+      status = value.is_array() || value.is_object()
+                   ? ReadRefPolicy(value, job, key).status()
+                   : JobError(job, absl::StrCat(key,
+                                                " has to be either an array "
+                                                "of conditions or a hash"));
+    } else if (key == "parallel" && value.is_object() &&
+               value.contains("matrix") && !value.contains("distributed")) {
+      std::vector<CiMatrixJob> jobs;
+      status = ReadMatrix(value["matrix"], job, &jobs);
+    } else if (key == "release") {
+      status = CheckRelease(value, job,
+                            !job.starts_with('.') && !own.contains("extends"));
+    } else if (key == "pages") {
+      status = CheckPages(value, job);
+    }
+    if (!status.ok()) problems.emplace_back(key, status.message());
+  }
+  return problems;
+}
 
 absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
                                  std::string_view job_name,

@@ -147,6 +147,16 @@ absl::StatusOr<CiJob> LoadCiJob(const std::string& path,
 absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
                                           const CiIncludes* includes = nullptr);
 
+// The keywords GitLab checks in depth in job `job`'s own entry `own` (as
+// written, before extends): `retry` (0..2, or max/when/exit_codes), `only`
+// and `except` (a list of refs, or refs/variables/changes/kubernetes),
+// `parallel:matrix` (a list of maps of variables to a value or a list of
+// values, at most 200 jobs), `release` (tag_name and its other keys) and
+// `pages` (a boolean, or publish/path_prefix/expire_in). One (key, message)
+// for each key GitLab refuses, the message naming the job.
+std::vector<std::pair<std::string, std::string>> CheckJobKeywordValues(
+    const CiValue& own, std::string_view job);
+
 // Whether a top-level key of a .gitlab-ci.yml is a keyword (default,
 // include, stages, variables, workflow, ...) rather than a job.
 bool IsCiKeyword(std::string_view key);

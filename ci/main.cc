@@ -96,9 +96,20 @@ bool WriteOut(const char* command, std::ostream& out, const std::string& text) {
 // one line on stderr when the project directory is unusable.
 std::optional<gdt::ci::CiIncludes> ReadIncludes(
     const char* command, const std::string& file, const std::string& text,
-    const std::string& project_dir) {
+    const std::string& project_dir, const std::vector<std::string>& vars) {
+  // The pipeline's variables (--var) are all that is known of it: a rule
+  // naming any other one is left to the pipeline.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> parsed =
+      gdt::ci::ParsePipelineVars(vars);
+  if (!parsed.ok()) {
+    std::cerr << "gdt-ci " << command << ": " << parsed.status().message()
+              << "\n";
+    return std::nullopt;
+  }
+  gdt::ci::CiIncludeVariables known;
+  for (const auto& [key, value] : *parsed) known.pipeline[key] = value;
   gdt::ci::CiIncludes includes =
-      gdt::ci::ReadLocalIncludes(file, text, project_dir);
+      gdt::ci::ReadLocalIncludes(file, text, project_dir, known);
   for (const gdt::ci::CiIncludes::Problem& problem : includes.errors) {
     if (problem.line == 0) {
       std::cerr << "gdt-ci " << command
@@ -110,11 +121,12 @@ std::optional<gdt::ci::CiIncludes> ReadIncludes(
 }
 
 int Expand(const std::string& file, const std::string& output,
-           const std::string& project_dir, gdt::ci::CiExpandOptions options) {
+           const std::string& project_dir, const std::vector<std::string>& vars,
+           gdt::ci::CiExpandOptions options) {
   std::optional<std::string> text = ReadCiFile("expand", file);
   if (!text.has_value()) return gdt::ci::kCiUsageError;
   const std::optional<gdt::ci::CiIncludes> includes =
-      ReadIncludes("expand", file, *text, project_dir);
+      ReadIncludes("expand", file, *text, project_dir, vars);
   if (!includes.has_value()) return gdt::ci::kCiUsageError;
   options.includes = &*includes;
   const gdt::ci::CiExpansion expansion = gdt::ci::ExpandCiYaml(*text, options);
@@ -151,11 +163,12 @@ int Expand(const std::string& file, const std::string& output,
 }
 
 int Lint(const std::string& file, bool json, const std::string& project_dir,
+         const std::vector<std::string>& vars,
          gdt::ci::CiExpandOptions options) {
   std::optional<std::string> text = ReadCiFile("lint", file);
   if (!text.has_value()) return gdt::ci::kCiUsageError;
   const std::optional<gdt::ci::CiIncludes> includes =
-      ReadIncludes("lint", file, *text, project_dir);
+      ReadIncludes("lint", file, *text, project_dir, vars);
   if (!includes.has_value()) return gdt::ci::kCiUsageError;
   options.includes = &*includes;
   const gdt::ci::CiExpansion lint = gdt::ci::LintCiYaml(*text, options);
@@ -268,6 +281,12 @@ int main(int argc, char** argv) {
       ->add_option("--project-dir", project_dir,
                    "the project whose files include: local names")
       ->capture_default_str();
+  std::vector<std::string> include_vars;
+  const char* const kIncludeVarHelp =
+      "KEY=VALUE pipeline variable that include: rules see, e.g. "
+      "CI_COMMIT_BRANCH=main (repeatable; a rule naming a variable not "
+      "given includes its file)";
+  expand->add_option("--var", include_vars, kIncludeVarHelp);
   CLI::App* lint = app.add_subcommand(
       "lint",
       "validate parallel:distributed blocks and parallel + GDT_* jobs "
@@ -287,6 +306,8 @@ int main(int argc, char** argv) {
                    "the project whose files include: local names")
       ->capture_default_str();
 
+  lint->add_option("--var", include_vars, kIncludeVarHelp);
+
   if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
     return *code;
   }
@@ -304,9 +325,11 @@ int main(int argc, char** argv) {
     }
   }
   if (expand->parsed()) {
-    return Expand(ci_file, output, project_dir, expand_options);
+    return Expand(ci_file, output, project_dir, include_vars, expand_options);
   }
-  if (lint->parsed()) return Lint(ci_file, json, project_dir, expand_options);
+  if (lint->parsed()) {
+    return Lint(ci_file, json, project_dir, include_vars, expand_options);
+  }
 
   options.job_name = jobs.front();
   options.later_jobs.assign(jobs.begin() + 1, jobs.end());

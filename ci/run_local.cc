@@ -44,20 +44,6 @@ bool IsVariableName(std::string_view key) {
   return true;
 }
 
-absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseVars(
-    const std::vector<std::string>& vars) {
-  std::vector<std::pair<std::string, std::string>> parsed;
-  for (const std::string& var : vars) {
-    const size_t eq = var.find('=');
-    if (eq == std::string::npos || !IsVariableName(var.substr(0, eq))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad --var '", var, "': expected KEY=VALUE"));
-    }
-    parsed.emplace_back(var.substr(0, eq), var.substr(eq + 1));
-  }
-  return parsed;
-}
-
 // The output of a git command in `dir`, or "" when it fails.
 std::string GitText(const std::string& dir,
                     const std::vector<std::string>& args) {
@@ -79,13 +65,16 @@ std::string GitOutput(const std::string& dir,
 
 // Job `job_name` of the CI file at `path` after `gdt-ci expand`, so jobs
 // with parallel:distributed run as GitLab would run their expansion.
-// The files it includes locally are read from `project_dir`.
+// The files it includes locally are read from `project_dir`, their rules
+// seeing `known`.
 absl::StatusOr<CiJob> LoadExpandedJob(const std::string& path,
                                       std::string_view job_name,
-                                      const std::string& project_dir) {
+                                      const std::string& project_dir,
+                                      const CiIncludeVariables& known) {
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return text.status();
-  const CiIncludes includes = ReadLocalIncludes(path, *text, project_dir);
+  const CiIncludes includes =
+      ReadLocalIncludes(path, *text, project_dir, known);
   CiExpandOptions options;
   options.includes = &includes;
   const CiExpansion expansion = ExpandCiYaml(*text, options);
@@ -153,6 +142,69 @@ std::vector<std::string> ProjectFiles(const fs::path& dir) {
     }
   }
   return files;
+}
+
+// The project and commit a local pipeline runs for: the directory's name,
+// and in a git checkout its HEAD commit and branch.
+LocalPipeline DescribeProject(const fs::path& dir) {
+  LocalPipeline out;
+  out.project_name = dir.filename().string();
+  if (out.project_name.empty()) out.project_name = "project";
+  if (std::string sha = GitOutput(dir, {"rev-parse", "HEAD"});
+      sha.size() == 40) {
+    out.sha = sha;
+    std::string ref = GitOutput(dir, {"rev-parse", "--abbrev-ref", "HEAD"});
+    if (!ref.empty() && ref != "HEAD") out.ref = ref;
+    // Author, time, then the message as written.
+    const std::string commit =
+        GitText(dir, {"log", "-1", "--format=%an <%ae>%n%aI%n%B"});
+    const size_t author_end = commit.find('\n');
+    const size_t time_end = author_end == std::string::npos
+                                ? std::string::npos
+                                : commit.find('\n', author_end + 1);
+    if (time_end != std::string::npos) {
+      out.commit_author = commit.substr(0, author_end);
+      out.commit_timestamp =
+          commit.substr(author_end + 1, time_end - author_end - 1);
+      out.commit_message = commit.substr(time_end + 1);
+      while (absl::EndsWith(out.commit_message, "\n")) {
+        out.commit_message.pop_back();
+      }
+    }
+  }
+  if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
+    out.user = user;
+  }
+  return out;
+}
+
+// The variables GitLab gives the rules of `include:` entries: the
+// predefined ones of the project, the pipeline and its commit (not the
+// job's, the runner's, or the pipeline's id and URL, which do not exist
+// yet), and the pipeline's own (--var).
+CiIncludeVariables IncludeVariables(
+    LocalPipeline pipeline,
+    const std::vector<std::pair<std::string, std::string>>& vars) {
+  pipeline.pipeline_variables.clear();
+  pipeline.id_token_signer = nullptr;
+  CiJob top;
+  top.name = "include";
+  CiIncludeVariables known;
+  known.complete = true;
+  const std::vector<gitlab::JobVariable> variables =
+      BuildPayloads(top, pipeline).front().variables;
+  for (const gitlab::JobVariable& v : variables) {
+    const bool not_yet =
+        absl::StartsWith(v.key, "CI_JOB_") ||
+        absl::StartsWith(v.key, "CI_NODE_") ||
+        absl::StartsWith(v.key, "CI_RUNNER_") ||
+        absl::StartsWith(v.key, "GITLAB_USER_") || v.key == "CI_PIPELINE_ID" ||
+        v.key == "CI_PIPELINE_IID" || v.key == "CI_PIPELINE_URL" ||
+        v.key == "CI_REPOSITORY_URL";
+    if (!not_yet) known.predefined[v.key] = v.value;
+  }
+  for (const auto& [key, value] : vars) known.pipeline[key] = value;
+  return known;
 }
 
 // The variables GitLab hands to `job`'s `rules:if`: the predefined ones,
@@ -446,6 +498,20 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+ParsePipelineVars(const std::vector<std::string>& vars) {
+  std::vector<std::pair<std::string, std::string>> parsed;
+  for (const std::string& var : vars) {
+    const size_t eq = var.find('=');
+    if (eq == std::string::npos || !IsVariableName(var.substr(0, eq))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad --var '", var, "': expected KEY=VALUE"));
+    }
+    parsed.emplace_back(var.substr(0, eq), var.substr(eq + 1));
+  }
+  return parsed;
+}
+
 std::string MemberResult::StatusText() const {
   if (!skipped.empty()) return "skipped";
   if (result.status != JobStatus::kFailed) {
@@ -709,7 +775,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                                         std::ostream& out,
                                         const std::atomic<int>* interrupts) {
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> vars =
-      ParseVars(options.vars);
+      ParsePipelineVars(options.vars);
   if (!vars.ok()) return vars.status();
   // Every job is read (and must be good) before anything runs.
   std::vector<CiJob> jobs;
@@ -725,9 +791,18 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                        "' is given twice: a pipeline runs each job once"));
     }
   }
+  // The project and commit, for the rules of include: entries now and the
+  // jobs' variables later.
+  std::error_code error;
+  const fs::path project_dir = fs::canonical(options.project_dir, error);
+  const bool project_dir_ok = !error && fs::is_directory(project_dir);
+  const LocalPipeline described =
+      project_dir_ok ? DescribeProject(project_dir) : LocalPipeline();
+  const CiIncludeVariables include_variables =
+      IncludeVariables(described, *vars);
   for (const std::string& name : job_names) {
-    absl::StatusOr<CiJob> job =
-        LoadExpandedJob(options.ci_file, name, options.project_dir);
+    absl::StatusOr<CiJob> job = LoadExpandedJob(
+        options.ci_file, name, options.project_dir, include_variables);
     if (!job.ok()) return job.status();
     // GitLab creates a job per matrix entry, each with its variables.
     const std::vector<CiMatrixJob> matrix = std::move(job->matrix);
@@ -759,14 +834,12 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     return absl::NotFoundError(absl::StrCat("cannot read executor config '",
                                             options.executor_config, "'"));
   }
-  std::error_code error;
-  const fs::path project_dir = fs::canonical(options.project_dir, error);
-  if (error || !fs::is_directory(project_dir)) {
+  if (!project_dir_ok) {
     return absl::NotFoundError(absl::StrCat(
         "project directory '", options.project_dir, "' does not exist"));
   }
 
-  LocalPipeline pipeline;
+  LocalPipeline pipeline = described;
   pipeline.pipeline_id = options.pipeline_id.value_or(
       DefaultPipelineId(std::chrono::system_clock::now()));
   if (pipeline.pipeline_id <= 0 || pipeline.pipeline_id > kMaxPipelineId) {
@@ -778,34 +851,6 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
       (pipeline.first_job_id <= 0 || pipeline.first_job_id > kMaxFirstJobId)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--first-job-id must be from 1 to ", kMaxFirstJobId));
-  }
-  pipeline.project_name = project_dir.filename().string();
-  if (pipeline.project_name.empty()) pipeline.project_name = "project";
-  if (std::string sha = GitOutput(project_dir, {"rev-parse", "HEAD"});
-      sha.size() == 40) {
-    pipeline.sha = sha;
-    std::string ref =
-        GitOutput(project_dir, {"rev-parse", "--abbrev-ref", "HEAD"});
-    if (!ref.empty() && ref != "HEAD") pipeline.ref = ref;
-    // Author, time, then the message as written.
-    const std::string commit =
-        GitText(project_dir, {"log", "-1", "--format=%an <%ae>%n%aI%n%B"});
-    const size_t author_end = commit.find('\n');
-    const size_t time_end = author_end == std::string::npos
-                                ? std::string::npos
-                                : commit.find('\n', author_end + 1);
-    if (time_end != std::string::npos) {
-      pipeline.commit_author = commit.substr(0, author_end);
-      pipeline.commit_timestamp =
-          commit.substr(author_end + 1, time_end - author_end - 1);
-      pipeline.commit_message = commit.substr(time_end + 1);
-      while (absl::EndsWith(pipeline.commit_message, "\n")) {
-        pipeline.commit_message.pop_back();
-      }
-    }
-  }
-  if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
-    pipeline.user = user;
   }
   if (options.timeout_seconds.has_value() &&
       (*options.timeout_seconds <= 0 ||
@@ -843,8 +888,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   // each job only when its `rules:` do.
   absl::StatusOr<std::string> ci_text = ReadTextFile(options.ci_file);
   if (!ci_text.ok()) return ci_text.status();
-  const CiIncludes includes =
-      ReadLocalIncludes(options.ci_file, *ci_text, project_dir.string());
+  const CiIncludes includes = ReadLocalIncludes(
+      options.ci_file, *ci_text, project_dir.string(), include_variables);
   absl::StatusOr<CiWorkflow> workflow =
       LoadCiWorkflow(options.ci_file, &includes);
   if (!workflow.ok()) return workflow.status();

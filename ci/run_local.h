@@ -104,6 +104,12 @@ struct LocalPipeline {
   int64_t now_unix = 0;
 };
 
+// `--var KEY=VALUE` arguments as (key, value) pairs, in order. Errors:
+// InvalidArgument ("bad --var 'x': expected KEY=VALUE") for one without `=`
+// or whose key is not a variable name.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>>
+ParsePipelineVars(const std::vector<std::string>& vars);
+
 // Builds the N job payloads of `job` as GitLab would hand them to runners
 // (docs/gitlab-runner-protocol.md): the same project and pipeline, distinct
 // increasing job ids and tokens, names "<job> i/N" (just "<job>" when N is

@@ -1012,6 +1012,37 @@ TEST_F(RunLocalTest, RunsAJobWithWhatItsLocalIncludesGiveIt) {
   EXPECT_TRUE(quiet.str().empty());
 }
 
+// The rules of include: entries see the pipeline's predefined variables
+// (a push to the branch checked out, main outside git) and --var.
+TEST_F(RunLocalTest, IncludeRulesSeeThePipelinesBranchAndSource) {
+  fs::create_directories(project_ + "/ci");
+  WriteTextFile(project_ + "/ci/main.yml", "variables: {WHERE: main}\n");
+  WriteTextFile(project_ + "/ci/mr.yml", "variables: {WHERE: mr}\n");
+  WriteTextFile(project_ + "/ci/tag.yml", "variables: {WHERE: tag}\n");
+  WriteTextFile(
+      project_ + "/.gitlab-ci.yml",
+      "include:\n"
+      "  - local: ci/main.yml\n    rules:\n"
+      "      - if: $CI_COMMIT_BRANCH == \"main\"\n"
+      "  - local: ci/mr.yml\n    rules:\n"
+      "      - if: $CI_PIPELINE_SOURCE == \"merge_request_event\"\n"
+      "  - local: ci/tag.yml\n    rules:\n      - if: $CI_COMMIT_TAG\n"
+      "job:\n  script: [echo \"where=$WHERE\"]\n"
+      "  rules: [{when: always}]\n");
+  options_.job_name = "job";
+  std::ostringstream out;
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(out.str(), HasSubstr("] where=main\n"));
+
+  options_.vars = {"CI_PIPELINE_SOURCE=merge_request_event"};
+  options_.pipeline_id = 44;
+  std::ostringstream mr;
+  result = RunLocal(options_, mr, nullptr);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(mr.str(), HasSubstr("] where=mr\n"));
+}
+
 TEST_F(RunLocalTest, ABadBlockIsOneLineWithItsPlace) {
   WriteTextFile(project_ + "/.gitlab-ci.yml",
                 "dist:\n  parallel:\n    distributed: {nodes: 0}\n"

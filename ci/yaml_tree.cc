@@ -32,6 +32,37 @@ YamlMark YamlTree::Unpack(const PackedMark& mark) {
 
 namespace {
 
+// libyaml's marks count characters (code points), not bytes: turns its
+// character index into a byte offset into the text it read. Marks arrive in
+// nearly increasing order, so a cursor that walks forward (or back) from the
+// last answer costs linear time over a whole file.
+class ByteOffsets {
+ public:
+  explicit ByteOffsets(std::string_view text) : text_(text) {}
+
+  size_t At(size_t index) {
+    while (chars_ < index && bytes_ < text_.size()) {
+      ++bytes_;
+      while (bytes_ < text_.size() && IsContinuation(text_[bytes_])) ++bytes_;
+      ++chars_;
+    }
+    while (chars_ > index && bytes_ > 0) {
+      --bytes_;
+      while (bytes_ > 0 && IsContinuation(text_[bytes_])) --bytes_;
+      --chars_;
+    }
+    return bytes_;
+  }
+
+ private:
+  static bool IsContinuation(char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+  }
+  std::string_view text_;
+  size_t chars_ = 0;
+  size_t bytes_ = 0;
+};
+
 // Owns one libyaml event.
 class Event {
  public:
@@ -92,8 +123,8 @@ YamlMark SkipProperties(std::string_view text, YamlMark mark) {
     if (text[pos] == '\n') {
       ++line;
       column = 0;
-    } else {
-      ++column;
+    } else if ((static_cast<unsigned char>(text[pos]) & 0xC0) != 0x80) {
+      ++column;  // Columns count characters, as libyaml's do.
     }
     ++pos;
   };
@@ -150,12 +181,14 @@ std::unique_ptr<YamlTree> YamlTree::Parse(std::string_view text,
   auto tree = std::unique_ptr<YamlTree>(new YamlTree());
   *error = YamlError{};
   // A UTF-8 byte order mark, which GitLab's YAML reader skips: libyaml
-  // reads the rest, and marks stay byte offsets into `text`.
+  // reads the rest, and marks become byte offsets into `text` (libyaml
+  // counts characters; lines and columns stay in characters).
   const size_t bom = text.substr(0, 3) == "\xEF\xBB\xBF" ? 3 : 0;
   Parser parser(text.substr(bom));
-  const auto to_mark = [bom](const yaml_mark_t& mark) {
+  ByteOffsets offsets(text.substr(bom));
+  const auto to_mark = [bom, &offsets](const yaml_mark_t& mark) {
     YamlMark out = ToMark(mark);
-    out.pos += bom;
+    out.pos = offsets.At(mark.index) + bom;
     return out;
   };
   if (!parser.ok()) {

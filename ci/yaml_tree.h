@@ -24,7 +24,8 @@
 
 namespace gdt::ci {
 
-// A place in the text: 0-based line and column (in bytes), byte offset.
+// A place in the text: 0-based line and column (in characters, as libyaml
+// counts them), and the byte offset into the text.
 struct YamlMark {
   int line = -1;
   int column = -1;
