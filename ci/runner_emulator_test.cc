@@ -1295,5 +1295,212 @@ exit 0
   EXPECT_EQ(result.exit_code, 42);
 }
 
+// The cache stages as a runner without a shared cache server runs them: the
+// key's zip under <cache_dir>/<namespace>/<project>/<key>/cache.zip,
+// restored before the steps (a missing one only warns) and saved after
+// them; a second job finds what the first one saved.
+TEST_F(RunnerEmulatorTest, CacheIsRestoredAndSavedAsTheRunnerDoes) {
+  options_.runner_command = GDT_CI_BIN;
+  gitlab::JobCache cache;
+  cache.key = "deps-non_protected";
+  cache.paths = {"vendor/"};
+  options_.job.caches = {cache};
+  options_.job.steps = {
+      {"script",
+       {"cat vendor/dep.txt || echo no cache yet",
+        "mkdir -p vendor/sub && echo v1 > vendor/dep.txt && "
+        "echo x > vendor/sub/tool && chmod 755 vendor/sub/tool"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(Calls(result), Contains("run restore_cache"));
+  EXPECT_THAT(Calls(result), Contains("run archive_cache"));
+  const std::vector<std::string> first = {
+      "Restoring cache", "Checking cache for deps-non_protected...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist", "Failed to extract cache"};
+  auto at = std::search(log_lines_.begin(), log_lines_.end(), first.begin(),
+                        first.end());
+  EXPECT_NE(at, log_lines_.end());
+  EXPECT_THAT(log_lines_, Contains("no cache yet"));
+  const std::vector<std::string> saved = {
+      "Saving cache for successful job", "Creating cache deps-non_protected...",
+      "vendor/: found 4 matching artifact files and directories",
+      "No URL provided, cache will not be uploaded to shared cache server. "
+      "Cache will be stored only locally.",
+      "Created cache"};
+  at = std::search(log_lines_.begin(), log_lines_.end(), saved.begin(),
+                   saved.end());
+  EXPECT_NE(at, log_lines_.end());
+  const std::string zip =
+      dir_.path() + "/cache/ml/model/deps-non_protected/cache.zip";
+  EXPECT_TRUE(fs::is_regular_file(zip));
+
+  // A later job of the project, in a fresh builds dir, gets the files
+  // back (modes kept), and the unchanged cache is left as it is.
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.steps = {
+      {"script", {"cat vendor/dep.txt", "test -x vendor/sub/tool"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("v1"));
+  EXPECT_THAT(log_lines_,
+              Contains("Primary cache does not exist remotely, uploading "
+                       "existing archive"));
+}
+
+// policy, when, fallback_keys, CACHE_FALLBACK_KEY, key sanitizing, as the
+// runner's cache stages read them; without a cache entry that names paths
+// neither stage runs.
+TEST_F(RunnerEmulatorTest, CacheSettingsAreReadAsTheRunnerReadsThem) {
+  options_.runner_command = GDT_CI_BIN;
+  options_.job.steps = {{"script", {"true"}}};
+  gitlab::JobCache nothing;
+  nothing.key = "empty-non_protected";
+  options_.job.caches = {nothing};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(Calls(result), Not(Contains("run restore_cache")));
+  EXPECT_THAT(Calls(result), Not(Contains("run archive_cache")));
+  EXPECT_THAT(log_lines_, Not(Contains("Restoring cache")));
+
+  // A zip under "base" to fall back to.
+  const std::string base = dir_.path() + "/cache/ml/model/base";
+  fs::create_directories(base);
+  fs::create_directories(dir_.path() + "/seed/vendor");
+  WriteTextFile(dir_.path() + "/seed/vendor/dep.txt", "from base\n");
+  std::string output;
+  ASSERT_TRUE(RunCommand({"sh", "-c",
+                          "cd " + dir_.path() + "/seed && " + GDT_CI_BIN +
+                              " cache-archiver --file " + base +
+                              "/cache.zip --path vendor"},
+                         std::chrono::seconds(30), &output)
+                  .ok())
+      << output;
+  gitlab::JobCache pull;
+  pull.key = "$CACHE_NAME/";  // Expanded, then sanitized.
+  pull.policy = "pull";
+  pull.paths = {"vendor"};
+  pull.fallback_keys = {"other"};
+  gitlab::JobCache push;
+  push.key = "pushed";
+  push.policy = "push";
+  push.paths = {"vendor"};
+  gitlab::JobCache on_failure;
+  on_failure.key = "failures";
+  on_failure.when = "on_failure";
+  on_failure.paths = {"vendor"};
+  options_.job.caches = {pull, push, on_failure};
+  options_.job.variables.push_back({"CACHE_NAME", "main"});
+  options_.job.variables.push_back({"CACHE_FALLBACK_KEY", "base"});
+  options_.job.steps = {{"script", {"cat vendor/dep.txt"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  const std::vector<std::string> restore = {
+      "cache key \"main/\" sanitized to \"main\"",
+      "Checking cache for main...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist",
+      "Failed to extract cache",
+      "Checking cache for other...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist",
+      "Failed to extract cache",
+      "Checking cache for base...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "Successfully extracted cache",
+      "Not downloading cache pushed due to policy"};
+  EXPECT_NE(std::search(log_lines_.begin(), log_lines_.end(), restore.begin(),
+                        restore.end()),
+            log_lines_.end());
+  EXPECT_THAT(log_lines_, Contains("from base"));
+  EXPECT_THAT(log_lines_, Contains("Not uploading cache main due to policy"));
+  EXPECT_THAT(log_lines_, Contains("Creating cache pushed..."));
+  EXPECT_THAT(log_lines_, Not(Contains("Creating cache failures...")));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/cache/ml/model/pushed/cache.zip"));
+
+  // A failed job saves only the on_failure cache; a protected fallback key
+  // is refused.
+  options_.job.variables.back().value = "main-protected";
+  options_.job.steps = {{"script", {"exit 1"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_THAT(Calls(result), Contains("run archive_cache_on_failure"));
+  EXPECT_THAT(log_lines_,
+              Contains("CACHE_FALLBACK_KEY \"main-protected\" not allowed to "
+                       "end in \"-protected\""));
+  EXPECT_THAT(log_lines_, Contains("Saving cache for failed job"));
+  EXPECT_THAT(log_lines_, Contains("Creating cache failures..."));
+  EXPECT_THAT(log_lines_, Not(Contains("Creating cache pushed...")));
+
+  // A policy that is none of the three: the stage cannot be written.
+  options_.job.caches = {pull};
+  options_.job.caches[0].policy = "sometimes";
+  options_.job.steps = {{"script", {"true"}}};
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_THAT(result.message, HasSubstr("unknown cache policy sometimes for "
+                                        "main"));
+}
+
+// A link the checkout holds where the cache has a directory is replaced,
+// never written through.
+TEST_F(RunnerEmulatorTest, RestoredCacheReplacesLinksInsteadOfFollowing) {
+  options_.runner_command = GDT_CI_BIN;
+  const std::string outside = dir_.path() + "/outside";
+  fs::create_directories(outside);
+  fs::create_symlink(outside, options_.sources.project_dir + "/vendor");
+  const std::string zip_dir = dir_.path() + "/cache/ml/model/deps";
+  fs::create_directories(zip_dir);
+  fs::create_directories(dir_.path() + "/seed/vendor");
+  WriteTextFile(dir_.path() + "/seed/vendor/dep.txt", "cached\n");
+  std::string output;
+  ASSERT_TRUE(RunCommand({"sh", "-c",
+                          "cd " + dir_.path() + "/seed && " + GDT_CI_BIN +
+                              " cache-archiver --file " + zip_dir +
+                              "/cache.zip --path vendor"},
+                         std::chrono::seconds(30), &output)
+                  .ok())
+      << output;
+  gitlab::JobCache cache;
+  cache.key = "deps";
+  cache.paths = {"vendor"};
+  cache.policy = "pull";
+  options_.job.caches = {cache};
+  options_.job.steps = {{"script", {"cat vendor/dep.txt"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("cached"));
+  EXPECT_FALSE(fs::exists(outside + "/dep.txt"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
