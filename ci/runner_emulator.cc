@@ -757,7 +757,11 @@ class RunnerEmulator::Job {
     // GIT_SUBMODULE_STRATEGY: none, normal, recursive, or invalid (an
     // unknown value, which fails get_sources).
     std::string git_submodule_strategy = "none";
-    int64_t git_submodule_depth = 0;     // GIT_SUBMODULE_DEPTH.
+    int64_t git_submodule_depth = 0;  // GIT_SUBMODULE_DEPTH.
+    // GIT_CLEAN_FLAGS / GIT_FETCH_EXTRA_FLAGS split at white space ("none":
+    // no flags).
+    std::vector<std::string> git_clean_flags = {"-ffdx"};
+    std::vector<std::string> git_fetch_flags = {"--prune", "--quiet"};
     int restore_cache_attempts = 1;      // RESTORE_CACHE_ATTEMPTS.
     int64_t cache_request_timeout = 10;  // CACHE_REQUEST_TIMEOUT (minutes).
     bool debug_trace = false;            // CI_DEBUG_TRACE: the scripts trace.
@@ -1451,6 +1455,20 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   settings.artifact_download_attempts =
       static_cast<int>(artifact_download_attempts);
   settings.restore_cache_attempts = static_cast<int>(restore_cache_attempts);
+  // Command flags: split at white space, "none" for none at all.
+  const auto command_flags = [&](const char* key,
+                                 std::vector<std::string>* flags) {
+    const std::optional<std::string> text = Setting(key);
+    if (!text.has_value() || text->empty()) return;
+    flags->clear();
+    if (*text == "none") return;
+    for (absl::string_view flag : absl::StrSplit(
+             *text, absl::ByAnyChar(" \t\n\r\v\f"), absl::SkipEmpty())) {
+      flags->emplace_back(flag);
+    }
+  };
+  command_flags("GIT_CLEAN_FLAGS", &settings.git_clean_flags);
+  command_flags("GIT_FETCH_EXTRA_FLAGS", &settings.git_fetch_flags);
   settings.cache_request_timeout = cache_request_timeout;
   // Feature flags: config.toml's value wins, then the job's variable when
   // Go reads it as a bool. The runner 19.3 resolves them twice while
@@ -1512,9 +1530,19 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
 // depth (the whole history) every tag does.
 std::string RunnerEmulator::Job::FetchArguments() const {
   const std::string& ref = options_.job.ref.empty() ? "HEAD" : options_.job.ref;
+  // The runner's order: the depth, then GIT_FETCH_EXTRA_FLAGS (a --depth
+  // there wins); without a depth a shallow repository is deepened.
+  std::string extra;
+  for (const std::string& flag : settings_.git_fetch_flags) {
+    absl::StrAppend(&extra, " ", ShellQuote(flag));
+  }
   return absl::StrCat(
       options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
                              : "",
+      extra,
+      options_.job.depth > 0
+          ? ""
+          : " $([ -f \"$CI_PROJECT_DIR/.git/shallow\" ] && echo --unshallow)",
       // The checkout may belong to another account than the job's: its
       // upload-pack (which gets no -c of ours) is told it is safe.
       " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
@@ -1539,7 +1567,7 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
                               ")...")),
       "\n", "  sha=", ShellQuote(sha), "\n",
       "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      "      git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " &&\n",
       "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
       ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
                                                           ? "HEAD"
@@ -1584,7 +1612,24 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
-  std::string body = "mkdir -p \"$CI_PROJECT_DIR\"\n";
+  // The runner's get_sources never asks for credentials on a terminal.
+  std::string body = "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n";
+  if (settings_.git_strategy == "clone") {
+    // clone starts from nothing: an earlier job's directory is removed.
+    absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
+  } else if (!settings_.git_clean_flags.empty()) {
+    // fetch keeps the directory; the runner's `git clean` with
+    // GIT_CLEAN_FLAGS removes what an earlier job left that git does not
+    // track (before the copy here, so that the checkout's own untracked
+    // files still arrive).
+    std::string flags;
+    for (const std::string& flag : settings_.git_clean_flags) {
+      absl::StrAppend(&flags, " ", ShellQuote(flag));
+    }
+    absl::StrAppend(&body, "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
+                    "  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n", "fi\n");
+  }
+  absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n");
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {
     absl::StrAppend(&body,
@@ -1601,7 +1646,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
         "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
         "--is-inside-work-tree >/dev/null 2>&1; then\n",
         "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " ||\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
         "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
         "fi\n", "echo 'Skipping Git checkout'\n");
     return body;

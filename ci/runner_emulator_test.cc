@@ -892,7 +892,8 @@ TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
 
     ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
     EXPECT_EQ(fs::exists(project + "/model.py"), strategy == "bogus");
-    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy != "empty");
+    // Only none keeps what was there: clone (the default) starts afresh.
+    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy == "none");
     if (strategy == "bogus") {
       EXPECT_THAT(log_lines_,
                   Contains("WARNING: GIT_STRATEGY: expected either 'clone', "
@@ -1293,6 +1294,81 @@ exit 0
 
   EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
   EXPECT_EQ(result.exit_code, 42);
+}
+
+// What an earlier job left in the project directory: clone starts afresh;
+// fetch keeps the repository and runs `git clean` with GIT_CLEAN_FLAGS
+// (default -ffdx, "none" for no clean); GIT_FETCH_EXTRA_FLAGS follow the
+// depth (a --depth there wins); get_sources never prompts for credentials.
+TEST_F(RunnerEmulatorTest, CleanAndFetchFlagsTreatLeftoversAsTheRunnerDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  WriteTextFile(project + "/.gitignore", "build/\n");
+  ASSERT_TRUE(git({"add", "-A"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "--allow-empty", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.depth = 2;
+  const std::string leave =
+      "mkdir -p build && touch build/out leftover.txt && "
+      "echo prompt=$GIT_TERMINAL_PROMPT";
+  const std::string look =
+      "ls -A | tr '\\n' ' '; echo; git rev-list --count HEAD";
+  options_.job.steps = {{"script", {leave}}};
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+
+  JobResult result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  // The prompt setting is get_sources' own, not the steps'.
+  EXPECT_THAT(log_lines_, Contains("prompt="));
+
+  // fetch: the default clean removes the untracked and the ignored files.
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing build/"));
+  EXPECT_THAT(log_lines_, Contains("Removing leftover.txt"));
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore model.py "));
+  EXPECT_THAT(log_lines_, Contains("2"));
+
+  // GIT_CLEAN_FLAGS keeps what -e names; none keeps everything; a depth in
+  // GIT_FETCH_EXTRA_FLAGS wins over the job's.
+  options_.job.steps = {{"script", {leave}}};
+  Run();
+  options_.job.variables.push_back({"GIT_CLEAN_FLAGS", "-ffdx -e build/"});
+  options_.job.variables.push_back(
+      {"GIT_FETCH_EXTRA_FLAGS", "--quiet --depth 1"});
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing leftover.txt"));
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore build model.py "));
+  EXPECT_THAT(log_lines_, Contains("1"));
+
+  options_.job.steps = {{"script", {leave}}};
+  Run();
+  options_.job.variables[options_.job.variables.size() - 2].value = "none";
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(".git .gitignore build leftover.txt model.py "));
+
+  // clone: nothing of the earlier job is left.
+  options_.job.variables.push_back({"GIT_STRATEGY", "clone"});
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore model.py "));
 }
 
 // The cache stages as a runner without a shared cache server runs them: the
