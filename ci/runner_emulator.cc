@@ -762,6 +762,10 @@ class RunnerEmulator::Job {
     // no flags).
     std::vector<std::string> git_clean_flags = {"-ffdx"};
     std::vector<std::string> git_fetch_flags = {"--prune", "--quiet"};
+    // GIT_SUBMODULE_PATHS and GIT_SUBMODULE_UPDATE_FLAGS, split at white
+    // space.
+    std::vector<std::string> git_submodule_paths;
+    std::vector<std::string> git_submodule_update_flags;
     int restore_cache_attempts = 1;      // RESTORE_CACHE_ATTEMPTS.
     int64_t cache_request_timeout = 10;  // CACHE_REQUEST_TIMEOUT (minutes).
     bool debug_trace = false;            // CI_DEBUG_TRACE: the scripts trace.
@@ -1469,6 +1473,13 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   };
   command_flags("GIT_CLEAN_FLAGS", &settings.git_clean_flags);
   command_flags("GIT_FETCH_EXTRA_FLAGS", &settings.git_fetch_flags);
+  command_flags("GIT_SUBMODULE_UPDATE_FLAGS",
+                &settings.git_submodule_update_flags);
+  for (absl::string_view path :
+       absl::StrSplit(Setting("GIT_SUBMODULE_PATHS").value_or(""),
+                      absl::ByAnyChar(" \t\n\r\v\f"), absl::SkipEmpty())) {
+    settings.git_submodule_paths.emplace_back(path);
+  }
   settings.cache_request_timeout = cache_request_timeout;
   // Feature flags: config.toml's value wins, then the job's variable when
   // Go reads it as a bool. The runner 19.3 resolves them twice while
@@ -1588,13 +1599,59 @@ std::string RunnerEmulator::Job::SubmodulesBody() const {
     return "echo 'Skipping Git submodules setup'\n";
   }
   const int64_t depth = settings_.git_submodule_depth;
+  const bool recursive = strategy == "recursive";
   const std::string notice = absl::StrCat(
-      "Updating/initializing submodules",
-      strategy == "recursive" ? " recursively" : "",
+      "Updating/initializing submodules", recursive ? " recursively" : "",
       depth > 0 ? absl::StrCat(" with git depth set to ", depth) : "", "...");
-  return absl::StrCat("echo ", ShellQuote(notice), "\n",
-                      "echo 'WARNING: run-local does not update submodules; "
-                      "the job gets the files of the checkout'\n");
+  const auto words = [](const std::vector<std::string>& list) {
+    std::string text;
+    for (const std::string& word : list) {
+      absl::StrAppend(&text, " ", ShellQuote(word));
+    }
+    return text;
+  };
+  const std::string paths =
+      settings_.git_submodule_paths.empty()
+          ? ""
+          : absl::StrCat(" --", words(settings_.git_submodule_paths));
+  const std::string sync = absl::StrCat("git submodule sync",
+                                        recursive ? " --recursive" : "", paths);
+  const std::string update = absl::StrCat(
+      "git submodule update --init", recursive ? " --recursive" : "",
+      depth > 0 ? absl::StrCat(" --depth ", depth) : "",
+      words(settings_.git_submodule_update_flags), paths);
+  const std::string foreach =
+      absl::StrCat("git submodule foreach", recursive ? " --recursive" : "");
+  const std::string clean =
+      absl::StrCat(foreach, " git clean",
+                   words(settings_.git_clean_flags.empty()
+                             ? std::vector<std::string>{"-ffdx"}
+                             : settings_.git_clean_flags));
+  // As the runner's submodule commands, in the repository the checkout
+  // became. The submodules' directories as the copy brought them (their
+  // .git files point into the checkout) are emptied first, as a fresh
+  // checkout leaves them; relative submodule URLs resolve against the
+  // checkout's own origin.
+  return absl::StrCat(
+      "echo ", ShellQuote(notice), "\n",
+      "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
+      "  cd \"$CI_PROJECT_DIR\"\n",
+      "  if origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote "
+      "get-url origin 2>/dev/null); then\n",
+      "    git remote add origin \"$origin\" 2>/dev/null || git remote set-url "
+      "origin \"$origin\"\n",
+      "  fi\n",
+      "  git ls-files -s | while read -r mode object stage path; do\n",
+      "    if [ \"$mode\" = 160000 ]; then rm -rf -- \"$path\" && mkdir -p -- "
+      "\"$path\"; fi\n",
+      "  done\n", "  git submodule init\n", "  ", sync, "\n", "  if ", update,
+      " ; then\n", "    echo 'Updated submodules'\n", "    ", sync, "\n",
+      "  else\n", "    echo 'Updating submodules failed. Retrying...'\n",
+      "    ", sync, "\n", "    ", update, "\n", "    ", foreach,
+      " git reset --hard\n", "  fi\n", "  ", clean, "\n", "else\n",
+      "  echo 'WARNING: the project directory is not a git repository: no "
+      "submodules to update'\n",
+      "fi\n");
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {

@@ -1371,6 +1371,78 @@ TEST_F(RunnerEmulatorTest, CleanAndFetchFlagsTreatLeftoversAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_, Contains(".git .gitignore model.py "));
 }
 
+// GIT_SUBMODULE_STRATEGY normal / recursive: the submodules are checked
+// out at the commits the project records, from their URLs (file:// here),
+// as the runner's submodule commands do; GIT_SUBMODULE_PATHS limits them.
+TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
+  std::string output;
+  const auto repo = [&](const std::string& dir, const std::string& file) {
+    fs::create_directories(dir);
+    WriteTextFile(dir + "/" + file, file + "\n");
+    return Git(dir, {"init", "-q"}, output) &&
+           Git(dir, {"add", "-A"}, output) &&
+           Git(dir, {"commit", "-q", "-m", file}, output);
+  };
+  const std::string inner = dir_.path() + "/inner";
+  const std::string lib = dir_.path() + "/lib";
+  const std::string tools = dir_.path() + "/tools";
+  ASSERT_TRUE(repo(inner, "inner.txt")) << output;
+  ASSERT_TRUE(repo(lib, "lib.txt")) << output;
+  ASSERT_TRUE(repo(tools, "tools.txt")) << output;
+  const auto add = [&](const std::string& dir, const std::string& url,
+                       const std::string& path) {
+    return Git(dir,
+               {"-c", "protocol.file.allow=always", "submodule", "add", "-q",
+                "file://" + url, path},
+               output) &&
+           Git(dir, {"commit", "-q", "-m", "add " + path}, output);
+  };
+  ASSERT_TRUE(add(lib, inner, "inner")) << output;
+  const std::string project = options_.sources.project_dir;
+  ASSERT_TRUE(repo(project, "model.py")) << output;
+  ASSERT_TRUE(add(project, lib, "lib")) << output;
+  ASSERT_TRUE(add(project, tools, "tools")) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.depth = 0;
+  // file:// submodules need git's consent, in the job as anywhere.
+  options_.job.variables.push_back({"GIT_CONFIG_COUNT", "1"});
+  options_.job.variables.push_back({"GIT_CONFIG_KEY_0", "protocol.file.allow"});
+  options_.job.variables.push_back({"GIT_CONFIG_VALUE_0", "always"});
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  options_.job.steps = {{"script",
+                         {"git -C lib status --porcelain && echo lib clean",
+                          "cat lib/lib.txt lib/inner/inner.txt tools/tools.txt",
+                          "git submodule status --recursive | wc -l"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("Updating/initializing submodules recursively..."));
+  EXPECT_THAT(log_lines_, Contains("Updated submodules"));
+  EXPECT_THAT(log_lines_, Contains("lib clean"));
+  EXPECT_THAT(log_lines_, Contains("inner.txt"));
+  EXPECT_THAT(log_lines_, Contains("tools.txt"));
+  EXPECT_THAT(log_lines_, Contains("3"));
+
+  // normal, limited to lib: lib's own submodule and tools stay empty.
+  options_.job.variables.back().value = "normal";
+  options_.job.variables.push_back({"GIT_SUBMODULE_PATHS", "lib"});
+  options_.job.steps = {
+      {"script",
+       {"cat lib/lib.txt", "ls -A lib/inner | wc -l", "ls -A tools | wc -l"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Updating/initializing submodules..."));
+  EXPECT_THAT(log_lines_, Contains("lib.txt"));
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(), "0"), 2);
+}
+
 // The cache stages as a runner without a shared cache server runs them: the
 // key's zip under <cache_dir>/<namespace>/<project>/<key>/cache.zip,
 // restored before the steps (a missing one only warns) and saved after
