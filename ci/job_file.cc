@@ -237,6 +237,10 @@ absl::Status ReadCacheEntry(const CiValue& node, std::string_view job,
           if (part == "files") {
             GDT_RETURN_IF_ERROR(ReadStringList(inner, job, "cache:key:files",
                                                &*out->key_files));
+          } else if (part == "files_commits") {
+            GDT_RETURN_IF_ERROR(ReadStringList(inner, job,
+                                               "cache:key:files_commits",
+                                               &out->key_files_commits));
           } else if (part == "prefix") {
             if (!CiScalarText(inner, &out->key_prefix)) {
               return JobError(job, "cache:key:prefix must be a string");
@@ -245,8 +249,10 @@ absl::Status ReadCacheEntry(const CiValue& node, std::string_view job,
             return JobError(job, absl::StrCat("unknown key cache:key:", part));
           }
         }
-        if (out->key_files->empty()) {
-          return JobError(job, "cache:key:files must name one or two files");
+        if (out->key_files->empty() && out->key_files_commits.empty()) {
+          return JobError(job,
+                          "cache:key:files or cache:key:files_commits must "
+                          "name one or two files");
         }
       } else if (!CiScalarText(value, &out->key)) {
         return JobError(job, "cache:key must be a string or a map");

@@ -38,6 +38,8 @@ struct CiCache {
   // set, then `key:files` and `key:prefix`.
   std::string key = "default";
   std::optional<std::vector<std::string>> key_files;
+  // `key:files_commits`: hashed by the last commit of each file instead.
+  std::vector<std::string> key_files_commits;
   std::string key_prefix;
   std::vector<std::string> paths;
   bool untracked = false;

@@ -459,6 +459,7 @@ several:
            {"cache: {when: never}", "cache:when must be"},
            {"cache: {pathz: [a]}", "unknown key cache:pathz"},
            {"cache: {key: {files: []}}", "cache:key:files"},
+           {"cache: {key: {prefix: p}}", "cache:key:files"},
            {"cache: [{}, {}, {}, {}, {}]", "at most 4"}}) {
     absl::StatusOr<CiJob> job =
         ParseCiJob(absl::StrCat("j:\n  script: [x]\n  ", body, "\n"), "j");

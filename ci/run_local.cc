@@ -557,6 +557,21 @@ std::vector<gitlab::JobCache> PayloadCaches(const CiJob& job,
     return ids.empty() ? std::string("default")
                        : Sha1Hex(absl::StrJoin(ids, "-"));
   };
+  // key:files_commits: the last commit of each file up to the commit.
+  const auto commits_digest = [&](const std::vector<std::string>& files) {
+    std::vector<std::string> ids;
+    for (const std::string& file : files) {
+      if (file.empty() || pipeline.checkout_dir.empty()) continue;
+      const std::string id = GitOutput(
+          pipeline.checkout_dir, {"-c", "safe.directory=*", "log", "-1",
+                                  "--format=%H", pipeline.sha, "--", file});
+      if (!id.empty()) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids.empty() ? std::string("default")
+                       : Sha1Hex(absl::StrJoin(ids, "-"));
+  };
   for (size_t index = 0; index < job.caches.size(); ++index) {
     const CiCache& entry = job.caches[index];
     gitlab::JobCache cache;
@@ -564,7 +579,10 @@ std::vector<gitlab::JobCache> PayloadCaches(const CiJob& job,
     if (entry.key_files.has_value()) {
       const std::string prefix =
           entry.key_prefix.empty() ? std::to_string(index) : entry.key_prefix;
-      cache.key = absl::StrCat(prefix, "-", files_digest(*entry.key_files));
+      cache.key = absl::StrCat(prefix, "-",
+                               !entry.key_files->empty()
+                                   ? files_digest(*entry.key_files)
+                                   : commits_digest(entry.key_files_commits));
     }
     // GitLab keeps the caches of protected refs apart ("-protected",
     // unless `unprotect`); run-local's refs are not protected.

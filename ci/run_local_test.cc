@@ -97,13 +97,17 @@ TEST(BuildPayloadsTest, CacheKeysAreComputedAsGitLabDoes) {
   missing.policy = "pull";
   missing.when = "always";
   missing.untracked = true;
-  job.caches = {plain, files, prefixed, missing};
+  CiCache commits;
+  commits.key_files = std::vector<std::string>{};
+  commits.key_files_commits = {"yarn.lock"};
+  commits.key_prefix = "c";
+  job.caches = {plain, files, prefixed, missing, commits};
 
   const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
 
   ASSERT_EQ(payloads.size(), 1u);
   const std::vector<gitlab::JobCache>& caches = payloads[0].caches;
-  ASSERT_EQ(caches.size(), 4u);
+  ASSERT_EQ(caches.size(), 5u);
   const std::string digest =
       Sha1Hex(std::min(gems, yarn) + "-" + std::max(gems, yarn));
   EXPECT_EQ(caches[0].key, "default-non_protected");
@@ -113,6 +117,10 @@ TEST(BuildPayloadsTest, CacheKeysAreComputedAsGitLabDoes) {
   EXPECT_EQ(caches[1].key, "1-" + digest + "-non_protected");
   EXPECT_EQ(caches[2].key, "deps-" + digest + "-non_protected");
   EXPECT_EQ(caches[3].key, "3-default-non_protected");
+  // key:files_commits: the last commit that changed each file.
+  ASSERT_TRUE(git({"log", "-1", "--format=%H", "--", "yarn.lock"})) << out;
+  EXPECT_EQ(caches[4].key,
+            "c-" + Sha1Hex(out.substr(0, 40)) + "-non_protected");
   EXPECT_EQ(caches[3].policy, "pull");
   EXPECT_EQ(caches[3].when, "always");
   EXPECT_TRUE(caches[3].untracked);
