@@ -226,6 +226,85 @@ absl::Status ReadArtifacts(const CiValue& node, std::string_view job,
   return absl::OkStatus();
 }
 
+absl::Status ReadCacheEntry(const CiValue& node, std::string_view job,
+                            CiCache* out) {
+  if (!node.is_object()) return JobError(job, "cache must be a map");
+  for (const auto& [key, value] : node.items()) {
+    if (key == "key") {
+      if (value.is_object()) {
+        out->key_files.emplace();
+        for (const auto& [part, inner] : value.items()) {
+          if (part == "files") {
+            GDT_RETURN_IF_ERROR(ReadStringList(inner, job, "cache:key:files",
+                                               &*out->key_files));
+          } else if (part == "files_commits") {
+            GDT_RETURN_IF_ERROR(ReadStringList(inner, job,
+                                               "cache:key:files_commits",
+                                               &out->key_files_commits));
+          } else if (part == "prefix") {
+            if (!CiScalarText(inner, &out->key_prefix)) {
+              return JobError(job, "cache:key:prefix must be a string");
+            }
+          } else {
+            return JobError(job, absl::StrCat("unknown key cache:key:", part));
+          }
+        }
+        if (out->key_files->empty() && out->key_files_commits.empty()) {
+          return JobError(job,
+                          "cache:key:files or cache:key:files_commits must "
+                          "name one or two files");
+        }
+      } else if (!CiScalarText(value, &out->key)) {
+        return JobError(job, "cache:key must be a string or a map");
+      }
+    } else if (key == "paths") {
+      GDT_RETURN_IF_ERROR(
+          ReadStringList(value, job, "cache:paths", &out->paths));
+    } else if (key == "fallback_keys") {
+      GDT_RETURN_IF_ERROR(ReadStringList(value, job, "cache:fallback_keys",
+                                         &out->fallback_keys));
+    } else if (key == "untracked" || key == "unprotect") {
+      if (!value.is_boolean()) {
+        return JobError(job,
+                        absl::StrCat("cache:", key, " must be true or false"));
+      }
+      (key == "untracked" ? out->untracked : out->unprotect) =
+          value.get<bool>();
+    } else if (key == "policy") {
+      if (!CiScalarText(value, &out->policy)) {
+        return JobError(job, "cache:policy must be a string");
+      }
+    } else if (key == "when") {
+      if (!CiScalarText(value, &out->when) ||
+          (out->when != "on_success" && out->when != "on_failure" &&
+           out->when != "always")) {
+        return JobError(job,
+                        "cache:when must be on_success, on_failure or always");
+      }
+    } else {
+      return JobError(job, absl::StrCat("unknown key cache:", key));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// `cache:`: one map or a list of at most four (GitLab's limit).
+absl::Status ReadCaches(const CiValue& node, std::string_view job,
+                        std::vector<CiCache>* out) {
+  out->clear();
+  if (node.is_null()) return absl::OkStatus();
+  if (node.is_array()) {
+    if (node.size() > 4) {
+      return JobError(job, "cache is a list of at most 4 entries");
+    }
+    for (const CiValue& item : node) {
+      GDT_RETURN_IF_ERROR(ReadCacheEntry(item, job, &out->emplace_back()));
+    }
+    return absl::OkStatus();
+  }
+  return ReadCacheEntry(node, job, &out->emplace_back());
+}
+
 // `parallel: matrix: [...]`: each entry's values multiplied out (a list
 // is one value per job, its first variable outermost), as GitLab names and
 // numbers the jobs; at most 200 jobs in all.
@@ -568,6 +647,9 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   }
   if (const CiValue* artifacts = entry("artifacts")) {
     GDT_RETURN_IF_ERROR(ReadArtifacts(*artifacts, name, &job.artifacts));
+  }
+  if (const CiValue* caches = entry("cache")) {
+    GDT_RETURN_IF_ERROR(ReadCaches(*caches, name, &job.caches));
   }
   GDT_RETURN_IF_ERROR(
       ReadWhen(entry("when"), entry("allow_failure"), name, &job));

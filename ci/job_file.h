@@ -31,6 +31,24 @@ struct CiArtifacts {
   bool empty() const { return paths.empty() && !untracked; }
 };
 
+// One entry of a job's `cache:` (a map, or a list of up to four), as GitLab
+// reads it: the defaults filled in, the key not yet computed.
+struct CiCache {
+  // `key:` as a string ("default" when not given); unless `key_files` is
+  // set, then `key:files` and `key:prefix`.
+  std::string key = "default";
+  std::optional<std::vector<std::string>> key_files;
+  // `key:files_commits`: hashed by the last commit of each file instead.
+  std::vector<std::string> key_files_commits;
+  std::string key_prefix;
+  std::vector<std::string> paths;
+  bool untracked = false;
+  bool unprotect = false;
+  std::string policy = "pull-push";  // May hold a variable: runner expands.
+  std::string when = "on_success";   // on_success, on_failure, always.
+  std::vector<std::string> fallback_keys;
+};
+
 // A job's `retry:` (an integer is `max:` alone).
 struct CiRetry {
   int max = 0;  // 0..2.
@@ -75,6 +93,7 @@ struct CiJob {
   bool parallel_given = false;
   std::optional<int64_t> timeout_seconds;  // The job's `timeout:`, if any.
   CiArtifacts artifacts;
+  std::vector<CiCache> caches;  // `cache:`, in order.
   // Jobs whose artifacts this job downloads: `dependencies:` when given,
   // else the jobs of `needs:` (entries with `artifacts: false` left out);
   // nullopt when neither is set (GitLab: every job of earlier stages).

@@ -413,6 +413,61 @@ none:
   }
 }
 
+TEST(CiYamlTest, ReadsCachesWithGitLabsDefaults) {
+  constexpr char kFile[] = R"(
+default:
+  cache: {paths: [vendor/]}
+inherits:
+  script: [x]
+several:
+  script: [x]
+  cache:
+    - key: {files: [Gemfile.lock], prefix: gems}
+      paths: [.gems/]
+      policy: $POLICY
+      when: always
+      untracked: true
+      unprotect: true
+      fallback_keys: [main]
+    - key: node
+      paths: [node_modules/]
+)";
+  absl::StatusOr<CiJob> inherits = ParseCiJob(kFile, "inherits");
+  ASSERT_TRUE(inherits.ok()) << inherits.status();
+  ASSERT_EQ(inherits->caches.size(), 1u);
+  EXPECT_EQ(inherits->caches[0].key, "default");
+  EXPECT_THAT(inherits->caches[0].paths, ElementsAre("vendor/"));
+  EXPECT_EQ(inherits->caches[0].policy, "pull-push");
+  EXPECT_EQ(inherits->caches[0].when, "on_success");
+  absl::StatusOr<CiJob> several = ParseCiJob(kFile, "several");
+  ASSERT_TRUE(several.ok()) << several.status();
+  ASSERT_EQ(several->caches.size(), 2u);
+  const CiCache& gems = several->caches[0];
+  ASSERT_TRUE(gems.key_files.has_value());
+  EXPECT_THAT(*gems.key_files, ElementsAre("Gemfile.lock"));
+  EXPECT_EQ(gems.key_prefix, "gems");
+  EXPECT_EQ(gems.policy, "$POLICY");
+  EXPECT_EQ(gems.when, "always");
+  EXPECT_TRUE(gems.untracked);
+  EXPECT_TRUE(gems.unprotect);
+  EXPECT_THAT(gems.fallback_keys, ElementsAre("main"));
+  EXPECT_EQ(several->caches[1].key, "node");
+
+  for (const auto& [body, message] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"cache: [a]", "cache must be a map"},
+           {"cache: {when: never}", "cache:when must be"},
+           {"cache: {pathz: [a]}", "unknown key cache:pathz"},
+           {"cache: {key: {files: []}}", "cache:key:files"},
+           {"cache: {key: {prefix: p}}", "cache:key:files"},
+           {"cache: [{}, {}, {}, {}, {}]", "at most 4"}}) {
+    absl::StatusOr<CiJob> job =
+        ParseCiJob(absl::StrCat("j:\n  script: [x]\n  ", body, "\n"), "j");
+    ASSERT_FALSE(job.ok()) << body;
+    EXPECT_THAT(job.status().message(), HasSubstr(message)) << body;
+  }
+}
+
 TEST(CiYamlTest, BadYamlIsOneLine) {
   absl::StatusOr<CiJob> job = ParseCiJob("train: [unclosed", "train");
 

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -20,6 +21,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/statusor.h"
+#include "ci/cache_archive.h"
 #include "ci/expand.h"
 #include "ci/run_local.h"
 #include "common/cli_parse.h"
@@ -308,6 +310,27 @@ int main(int argc, char** argv) {
 
   lint->add_option("--var", include_vars, kIncludeVarHelp);
 
+  // The helper commands of the cache stages run-local's scripts call, as a
+  // runner's scripts call `gitlab-runner cache-archiver` and
+  // `cache-extractor`.
+  gdt::ci::CacheArchiverArgs archiver_args;
+  int cache_timeout = 0;  // Minutes for a cache server; there is none.
+  CLI::App* cache_archiver = app.add_subcommand(
+      "cache-archiver", "zip a job's cache paths into the local cache");
+  cache_archiver->add_option("--file", archiver_args.file, "the zip");
+  cache_archiver->add_option("--alternate-file", archiver_args.alternate_file,
+                             "the zip under the other key naming");
+  cache_archiver->add_option("--path", archiver_args.paths,
+                             "a path or pattern (repeatable)");
+  cache_archiver->add_flag("--untracked", archiver_args.untracked,
+                           "add the files git does not track");
+  cache_archiver->add_option("--timeout", cache_timeout, "ignored");
+  std::string extractor_file;
+  CLI::App* cache_extractor = app.add_subcommand(
+      "cache-extractor", "unzip a local cache into the current directory");
+  cache_extractor->add_option("--file", extractor_file, "the zip");
+  cache_extractor->add_option("--timeout", cache_timeout, "ignored");
+
   if (std::optional<int> code = gdt::ParseCommandLine(app, argc, argv)) {
     return *code;
   }
@@ -315,6 +338,12 @@ int main(int argc, char** argv) {
       !logging.ok()) {
     std::cerr << "gdt-ci: " << logging.message() << "\n";
     return kExitUsage;
+  }
+  if (cache_archiver->parsed()) {
+    return gdt::ci::RunCacheArchiver(archiver_args, std::cout);
+  }
+  if (cache_extractor->parsed()) {
+    return gdt::ci::RunCacheExtractor(extractor_file, std::cout);
   }
   if (expand->parsed() || lint->parsed()) {
     if (absl::Status tag = gdt::ci::CheckRunnerTag(expand_options.runner_tag);
@@ -331,6 +360,10 @@ int main(int argc, char** argv) {
     return Lint(ci_file, json, project_dir, include_vars, expand_options);
   }
 
+  // The cache stages call this binary, as a runner's call its own.
+  std::error_code self_error;
+  options.runner_command =
+      std::filesystem::read_symlink("/proc/self/exe", self_error).string();
   options.job_name = jobs.front();
   options.later_jobs.assign(jobs.begin() + 1, jobs.end());
   if (pipeline_id != 0) options.pipeline_id = pipeline_id;

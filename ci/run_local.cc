@@ -1,5 +1,6 @@
 #include "ci/run_local.h"
 
+#include <fnmatch.h>
 #include <limits.h>
 #include <unistd.h>
 
@@ -9,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -20,12 +23,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ci/dotenv.h"
 #include "ci/expand.h"
 #include "ci/job_file.h"
 #include "ci/rules.h"
 #include "ci/runner_config.h"
 #include "common/file.h"
+#include "common/sha256.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 
@@ -153,6 +158,7 @@ LocalPipeline DescribeProject(const fs::path& dir) {
   if (std::string sha = GitOutput(dir, {"rev-parse", "HEAD"});
       sha.size() == 40) {
     out.sha = sha;
+    out.checkout_dir = dir.string();
     std::string ref = GitOutput(dir, {"rev-parse", "--abbrev-ref", "HEAD"});
     if (!ref.empty() && ref != "HEAD") out.ref = ref;
     // Author, time, then the message as written.
@@ -285,6 +291,7 @@ std::string FormatSeconds(std::chrono::milliseconds duration) {
 // What RunMembers needs besides the payloads.
 struct MemberRunContext {
   const fs::path* work_dir = nullptr;
+  const fs::path* cache_dir = nullptr;
   const LocalSources* sources = nullptr;
   std::string executor;
   std::function<std::vector<std::string>(const char*)> exec_args;
@@ -352,8 +359,9 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
     runner.config.builds_dir = (*ctx.work_dir / "builds").string();
   }
   if (runner.config.cache_dir.empty()) {
-    runner.config.cache_dir = (*ctx.work_dir / "cache").string();
+    runner.config.cache_dir = ctx.cache_dir->string();
   }
+  runner.runner_command = options.runner_command;
   runner.config.concurrent_id = static_cast<int>(slot);
   runner.config.concurrent_project_id = static_cast<int>(slot);
   if (options.graceful_kill_timeout_seconds.has_value()) {
@@ -573,9 +581,96 @@ bool FailureAllowed(const CiJob& job, const JobResult& result) {
                    result.exit_code) != job.allow_failure_exit_codes.end();
 }
 
+// The `cache:` entries as GitLab hands them to a runner (see BuildPayloads).
+std::vector<gitlab::JobCache> PayloadCaches(const CiJob& job,
+                                            const LocalPipeline& pipeline) {
+  std::vector<gitlab::JobCache> caches;
+  // path -> blob id of the commit's files, read once.
+  std::optional<std::map<std::string, std::string>> blobs;
+  const auto files_digest = [&](const std::vector<std::string>& files) {
+    if (!blobs.has_value()) {
+      blobs.emplace();
+      if (!pipeline.checkout_dir.empty()) {
+        const std::string listing = GitText(
+            pipeline.checkout_dir,
+            {"-c", "safe.directory=*", "ls-tree", "-r", "-z", pipeline.sha});
+        for (absl::string_view line : absl::StrSplit(listing, '\0')) {
+          // "<mode> blob <id>\t<path>"
+          const size_t tab = line.find('\t');
+          const size_t space = line.rfind(' ', tab);
+          if (tab == absl::string_view::npos ||
+              space == absl::string_view::npos)
+            continue;
+          (*blobs)[std::string(line.substr(tab + 1))] =
+              std::string(line.substr(space + 1, tab - space - 1));
+        }
+      }
+    }
+    std::vector<std::string> ids;
+    for (const std::string& file : files) {
+      if (file.empty()) continue;
+      if (file.find('*') == std::string::npos) {
+        if (const auto it = blobs->find(file); it != blobs->end()) {
+          ids.push_back(it->second);
+        }
+        continue;
+      }
+      for (const auto& [path, id] : *blobs) {
+        if (fnmatch(file.c_str(), path.c_str(), 0) == 0) ids.push_back(id);
+      }
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids.empty() ? std::string("default")
+                       : Sha1Hex(absl::StrJoin(ids, "-"));
+  };
+  // key:files_commits: the last commit of each file up to the commit.
+  const auto commits_digest = [&](const std::vector<std::string>& files) {
+    std::vector<std::string> ids;
+    for (const std::string& file : files) {
+      if (file.empty() || pipeline.checkout_dir.empty()) continue;
+      const std::string id = GitOutput(
+          pipeline.checkout_dir, {"-c", "safe.directory=*", "log", "-1",
+                                  "--format=%H", pipeline.sha, "--", file});
+      if (!id.empty()) ids.push_back(id);
+    }
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    return ids.empty() ? std::string("default")
+                       : Sha1Hex(absl::StrJoin(ids, "-"));
+  };
+  for (size_t index = 0; index < job.caches.size(); ++index) {
+    const CiCache& entry = job.caches[index];
+    gitlab::JobCache cache;
+    cache.key = entry.key;
+    if (entry.key_files.has_value()) {
+      const std::string prefix =
+          entry.key_prefix.empty() ? std::to_string(index) : entry.key_prefix;
+      cache.key = absl::StrCat(prefix, "-",
+                               !entry.key_files->empty()
+                                   ? files_digest(*entry.key_files)
+                                   : commits_digest(entry.key_files_commits));
+    }
+    // GitLab keeps the caches of protected refs apart ("-protected",
+    // unless `unprotect`); run-local's refs are not protected.
+    const std::string suffix = "-non_protected";
+    cache.key += suffix;
+    for (const std::string& key : entry.fallback_keys) {
+      cache.fallback_keys.push_back(key + suffix);
+    }
+    cache.untracked = entry.untracked;
+    cache.policy = entry.policy;
+    cache.paths = entry.paths;
+    cache.when = entry.when;
+    caches.push_back(std::move(cache));
+  }
+  return caches;
+}
+
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline) {
   std::vector<gitlab::JobPayload> payloads;
+  const std::vector<gitlab::JobCache> caches = PayloadCaches(job, pipeline);
   const std::string project_path =
       absl::StrCat(pipeline.namespace_path, "/", pipeline.project_name);
   std::string host = pipeline.server_url;
@@ -759,6 +854,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
       report.expire_in = job.artifacts.expire_in;
       p.artifacts.push_back(std::move(report));
     }
+    p.caches = caches;
     payloads.push_back(std::move(p));
   }
   return payloads;
@@ -979,11 +1075,18 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
           : fs::path(options.work_dir);
   if (work_dir.is_relative()) work_dir = project_dir / work_dir;
   work_dir = work_dir.lexically_normal();
-  for (const char* sub : {"logs", "builds", "cache", "artifacts"}) {
-    fs::create_directories(work_dir / sub, error);
+  // The runner's cache_dir outlives its jobs: by default it is shared by
+  // the runs of the project (.gdt-run/cache), so that a later run finds
+  // what an earlier one cached; with --work-dir it is the one there.
+  const fs::path cache_dir = options.work_dir.empty()
+                                 ? project_dir / ".gdt-run" / "cache"
+                                 : work_dir / "cache";
+  for (const fs::path& dir : {work_dir / "logs", work_dir / "builds", cache_dir,
+                              work_dir / "artifacts"}) {
+    fs::create_directories(dir, error);
     if (error) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "cannot create ", (work_dir / sub).string(), ": ", error.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot create ", dir.string(), ": ", error.message()));
     }
   }
   // The artifact store stands in for GitLab's artifact server. It is
@@ -1188,6 +1291,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     if (!group_payloads.empty()) {
       MemberRunContext ctx;
       ctx.work_dir = &work_dir;
+      ctx.cache_dir = &cache_dir;
       ctx.sources = &sources;
       ctx.executor = executor;
       ctx.exec_args = exec_args;

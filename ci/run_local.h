@@ -69,6 +69,9 @@ struct RunLocalOptions {
   // GitLab would, signed with this key (issuer: the local server URL);
   // without it, jobs get no ID tokens.
   std::string id_token_key;
+  // The binary the cache stages call for `cache-extractor` and
+  // `cache-archiver` (gdt-ci itself; RunnerEmulator::Options).
+  std::string runner_command;
   // Emulation knob for tests (runner: 3 s).
   std::optional<std::chrono::milliseconds> preparation_retry_interval;
 };
@@ -89,6 +92,10 @@ struct LocalPipeline {
   std::string commit_author;
   std::string commit_timestamp;
   std::string user = "local";
+  // The git checkout whose commit `cache:key:files` hashes; empty outside
+  // git (such keys then end in "default", as GitLab's do for files the
+  // commit lacks).
+  std::string checkout_dir;
   int64_t timeout_seconds = 3600;
   // Job ids are pipeline_id * 1000 + job_id_base + member index (1-based);
   // later jobs of a pipeline start after the members of earlier ones.
@@ -116,7 +123,12 @@ ParsePipelineVars(const std::vector<std::string>& vars);
 // 1), and GitLab's predefined variables followed by the YAML, dotenv and
 // pipeline variables, then the job's `id_tokens:` when the pipeline has a
 // signer. A `reports:dotenv` is an artifact of its own (type dotenv, gzip,
-// uploaded `when: always`), as GitLab sends it.
+// uploaded `when: always`), as GitLab sends it. Each `cache:` entry gets its
+// key as GitLab computes it: the string, or for `key:files` its prefix
+// (else the entry's index) and the SHA-1 of the files' sorted blob ids
+// joined by '-' ("default" when the commit has none of them), then
+// "-non_protected" (run-local's refs are not protected), also on the
+// fallback keys.
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline);
 

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/sha256.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -42,6 +43,89 @@ TEST(DefaultPipelineIdTest, RunsInTheSameSecondDiffer) {
     EXPECT_LE(id, kMaxPipelineId);
     EXPECT_LT(id * 1000 + 999, int64_t{1} << 53);  // Exact in JSON doubles.
   }
+}
+
+// The cache keys GitLab hands the runner: the string as written, or for
+// `key:files` the prefix (else the entry's index) and the SHA-1 of the
+// files' sorted blob ids at the commit ("default" when it has none), each
+// with the suffix of a ref that is not protected, fallback keys too.
+TEST(BuildPayloadsTest, CacheKeysAreComputedAsGitLabDoes) {
+  TempDir dir;
+  const std::string repo = dir.path();
+  WriteTextFile(repo + "/Gemfile.lock", "gems\n");
+  WriteTextFile(repo + "/yarn.lock", "yarn\n");
+  std::string out;
+  const auto git = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {"git",
+                                     "-C",
+                                     repo,
+                                     "-c",
+                                     "user.name=A",
+                                     "-c",
+                                     "user.email=a@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    out.clear();
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &out);
+    return status.ok() && status->success();
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << out;
+  ASSERT_TRUE(git({"add", "-A"})) << out;
+  ASSERT_TRUE(git({"commit", "-qm", "init"})) << out;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << out;
+  LocalPipeline pipeline;
+  pipeline.sha = out.substr(0, 40);
+  pipeline.checkout_dir = repo;
+  ASSERT_TRUE(git({"rev-parse", "HEAD:Gemfile.lock"})) << out;
+  const std::string gems = out.substr(0, 40);
+  ASSERT_TRUE(git({"rev-parse", "HEAD:yarn.lock"})) << out;
+  const std::string yarn = out.substr(0, 40);
+
+  CiJob job;
+  job.name = "build";
+  job.script = {"true"};
+  CiCache plain;  // key: default
+  plain.paths = {"vendor/"};
+  plain.fallback_keys = {"main", "$CI_DEFAULT_BRANCH"};
+  CiCache files;
+  files.key_files = std::vector<std::string>{"yarn.lock", "Gemfile.lock"};
+  CiCache prefixed;
+  prefixed.key_files = std::vector<std::string>{"*.lock"};
+  prefixed.key_prefix = "deps";
+  CiCache missing;
+  missing.key_files = std::vector<std::string>{"no-such.lock"};
+  missing.policy = "pull";
+  missing.when = "always";
+  missing.untracked = true;
+  CiCache commits;
+  commits.key_files = std::vector<std::string>{};
+  commits.key_files_commits = {"yarn.lock"};
+  commits.key_prefix = "c";
+  job.caches = {plain, files, prefixed, missing, commits};
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 1u);
+  const std::vector<gitlab::JobCache>& caches = payloads[0].caches;
+  ASSERT_EQ(caches.size(), 5u);
+  const std::string digest =
+      Sha1Hex(std::min(gems, yarn) + "-" + std::max(gems, yarn));
+  EXPECT_EQ(caches[0].key, "default-non_protected");
+  EXPECT_THAT(
+      caches[0].fallback_keys,
+      ElementsAre("main-non_protected", "$CI_DEFAULT_BRANCH-non_protected"));
+  EXPECT_EQ(caches[1].key, "1-" + digest + "-non_protected");
+  EXPECT_EQ(caches[2].key, "deps-" + digest + "-non_protected");
+  EXPECT_EQ(caches[3].key, "3-default-non_protected");
+  // key:files_commits: the last commit that changed each file.
+  ASSERT_TRUE(git({"log", "-1", "--format=%H", "--", "yarn.lock"})) << out;
+  EXPECT_EQ(caches[4].key,
+            "c-" + Sha1Hex(out.substr(0, 40)) + "-non_protected");
+  EXPECT_EQ(caches[3].policy, "pull");
+  EXPECT_EQ(caches[3].when, "always");
+  EXPECT_TRUE(caches[3].untracked);
+  EXPECT_EQ(caches[0].policy, "pull-push");
+  EXPECT_EQ(caches[0].when, "on_success");
 }
 
 TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
@@ -303,6 +387,42 @@ TEST_F(RunLocalTest, RunsEveryMemberAndKeepsTheirLogs) {
       nlohmann::json::parse(FormatSummary(*result, /*json=*/true));
   EXPECT_EQ(json["members"][1]["status"], "success");
   EXPECT_EQ(json["success"], true);
+}
+
+// The runner's cache directory outlives a run: a second run-local of the
+// job restores what the first one saved (`gdt-ci cache-archiver` and
+// `cache-extractor`, called as a runner calls its own helper).
+TEST_F(RunLocalTest, ASecondRunFindsTheCacheTheFirstMade) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+deps:
+  cache:
+    key: deps
+    paths: [vendor/]
+  script:
+    - cat vendor/dep.txt || echo empty cache
+    - mkdir -p vendor && echo "from pipeline $CI_PIPELINE_ID" > vendor/dep.txt
+)");
+  options_.job_name = "deps";
+  options_.runner_command = GDT_CI_BIN;
+  std::ostringstream first;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, first, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << first.str();
+  EXPECT_THAT(first.str(), HasSubstr("[deps] empty cache\n"));
+  EXPECT_THAT(first.str(), HasSubstr("[deps] Created cache\n"));
+  EXPECT_TRUE(fs::exists(project_ + "/.gdt-run/cache/local/project/"
+                                    "deps-non_protected/cache.zip"));
+
+  options_.pipeline_id = 43;
+  std::ostringstream second;
+  result = RunLocal(options_, second, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << second.str();
+  EXPECT_THAT(second.str(), HasSubstr("[deps] Successfully extracted cache\n"));
+  EXPECT_THAT(second.str(), HasSubstr("[deps] from pipeline 42\n"));
 }
 
 TEST_F(RunLocalTest, AFailingMemberFailsTheRun) {

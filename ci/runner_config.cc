@@ -1,11 +1,14 @@
 #include "ci/runner_config.h"
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "ci/go_duration.h"
 #include "common/file.h"
@@ -226,7 +229,24 @@ absl::StatusOr<RunnerConfig> LoadRunnerConfigToml(const std::string& path,
                                                   const std::string& name) {
   absl::StatusOr<std::string> text = ReadTextFile(path);
   if (!text.ok()) return text.status();
-  return ParseRunnerConfigToml(*text, path, name);
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(*text, path, name);
+  if (!config.ok()) return config;
+  // The system ID the runner saved beside its config.toml, when it is one
+  // ("s_" or "r_" and 12 letters or digits, white space around it ignored).
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  absl::StatusOr<std::string> saved = ReadTextFile(
+      (dir.empty() ? std::string(".") : dir) + "/.runner_system_id");
+  if (saved.ok()) {
+    const std::string id(absl::StripAsciiWhitespace(*saved));
+    const bool valid =
+        id.size() == 14 && (id[0] == 's' || id[0] == 'r') && id[1] == '_' &&
+        std::all_of(id.begin() + 2, id.end(), [](char c) {
+          return absl::ascii_isalnum(static_cast<unsigned char>(c));
+        });
+    if (valid) config->system_id = id;
+  }
+  return config;
 }
 
 }  // namespace gdt::ci

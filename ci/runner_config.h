@@ -20,6 +20,9 @@ namespace gdt::ci {
 absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
                                                    const std::string& source,
                                                    const std::string& name);
+// Reads the file at `path` as ParseRunnerConfigToml does; the system ID is
+// the one the runner saved in `.runner_system_id` beside it, when that file
+// holds a valid one (run-local never writes it).
 absl::StatusOr<RunnerConfig> LoadRunnerConfigToml(const std::string& path,
                                                   const std::string& name);
 

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/temp_dir.h"
 
 namespace gdt::ci {
 namespace {
@@ -25,6 +26,29 @@ TEST(RunnerConfigTest, ReadsTheExampleConfigToml) {
   EXPECT_EQ(config->builds_dir, "/var/lib/gdt/builds");
   EXPECT_EQ(config->shell, "bash");
   EXPECT_EQ(config->prepare_timeout, seconds(7200));
+}
+
+// The runner's saved system ID beside config.toml names the runner in the
+// job log's header; a malformed one is ignored.
+TEST(RunnerConfigTest, ReadsTheSavedSystemIdBesideTheConfig) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/config.toml";
+  test::WriteTextFile(path,
+                      "[[runners]]\nname = \"r\"\nexecutor = \"custom\"\n"
+                      "[runners.custom]\nrun_exec = \"/bin/true\"\n");
+  absl::StatusOr<RunnerConfig> config = LoadRunnerConfigToml(path, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->system_id, "");
+
+  test::WriteTextFile(dir.path() + "/.runner_system_id", "s_0123456789aB\n");
+  config = LoadRunnerConfigToml(path, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->system_id, "s_0123456789aB");
+
+  test::WriteTextFile(dir.path() + "/.runner_system_id", "s_short");
+  config = LoadRunnerConfigToml(path, "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->system_id, "");
 }
 
 TEST(RunnerConfigTest, FeatureFlagsAreATableOfBooleans) {

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -21,13 +22,16 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ci/dotenv.h"
 #include "ci/go_duration.h"
 #include "common/logging.h"
 #include "common/secret.h"
+#include "common/sha256.h"
 #include "common/subprocess.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -407,6 +411,58 @@ std::string MachineSystemId() {
   return id;
 }
 
+// Go's %q for the texts the runner quotes (printable ones).
+std::string GoQuote(std::string_view text) {
+  std::string quoted = "\"";
+  for (char c : text) {
+    if (c == '"' || c == '\\') quoted += '\\';
+    quoted += c;
+  }
+  return quoted + "\"";
+}
+
+// The runner's cache key sanitizer (cachekey.Sanitize): %2f, %2e and '\\'
+// read as '/' and '.', the path cleaned below '/', white space at the end
+// of the last parts and empty last parts dropped. nullopt when nothing is
+// left of a key that was not empty.
+std::optional<std::string> SanitizeCacheKey(const std::string& key) {
+  if (key.empty()) return std::string();
+  std::string normal;
+  for (size_t i = 0; i < key.size(); ++i) {
+    if (key[i] == '%' && i + 2 < key.size()) {
+      const char a = key[i + 1];
+      const char b = static_cast<char>(
+          std::tolower(static_cast<unsigned char>(key[i + 2])));
+      if (a == '2' && (b == 'f' || b == 'e')) {
+        normal += b == 'f' ? '/' : '.';
+        i += 2;
+        continue;
+      }
+    }
+    normal += key[i] == '\\' ? '/' : key[i];
+  }
+  // Go's path.Clean of "/" + normal.
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(normal, '/')) {
+    if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
+    parts.emplace_back(part);
+  }
+  while (!parts.empty()) {
+    std::string& last = parts.back();
+    while (!last.empty() &&
+           absl::ascii_isspace(static_cast<unsigned char>(last.back()))) {
+      last.pop_back();
+    }
+    if (!last.empty()) break;
+    parts.pop_back();
+  }
+  if (parts.empty()) return std::nullopt;
+  return absl::StrJoin(parts, "/");
+}
 }  // namespace
 
 std::string_view JobStatusName(JobStatus status) {
@@ -658,6 +714,28 @@ class RunnerEmulator::Job {
   Failure CheckDotenvReport();
   Failure PrepareStore(bool on_success);
   std::string DownloadBody() const;
+  // A cache stage's script: nullopt when the stage is skipped (no cache
+  // entry with paths); a failure when the runner cannot write it.
+  struct CacheScript {
+    std::optional<std::string> body;
+    Failure failure;
+  };
+  struct CacheConfig {
+    std::string human_key;
+    std::string archive;    // Relative to the project directory.
+    std::string alternate;  // The other naming scheme's archive.
+  };
+  // The runner's newCacheConfig: the key expanded, sanitized (or hashed),
+  // its archive; warning lines and a skip notice go to `body`.
+  std::optional<CacheConfig> NewCacheConfig(
+      const std::string& user_key, std::string* body, std::string_view action,
+      const std::function<bool(const std::string&)>& check = nullptr) const;
+  CacheScript RestoreCacheScript() const;
+  CacheScript ArchiveCacheScript(bool on_success) const;
+  std::string ExtractCacheCommands(const std::vector<CacheConfig>& configs,
+                                   const std::vector<std::string>& paths,
+                                   int depth) const;
+  std::string ExpandJobValue(std::string_view value) const;
   std::string CleanupFileVariablesBody() const;
   // The job's GITLAB_ENV file, in the project's temporary directory.
   std::string GitlabEnvFile() const {
@@ -680,7 +758,17 @@ class RunnerEmulator::Job {
     // unknown value, which fails get_sources).
     std::string git_submodule_strategy = "none";
     int64_t git_submodule_depth = 0;  // GIT_SUBMODULE_DEPTH.
-    bool debug_trace = false;         // CI_DEBUG_TRACE: the scripts trace.
+    // GIT_CLEAN_FLAGS / GIT_FETCH_EXTRA_FLAGS split at white space ("none":
+    // no flags).
+    std::vector<std::string> git_clean_flags = {"-ffdx"};
+    std::vector<std::string> git_fetch_flags = {"--prune", "--quiet"};
+    // GIT_SUBMODULE_PATHS and GIT_SUBMODULE_UPDATE_FLAGS, split at white
+    // space.
+    std::vector<std::string> git_submodule_paths;
+    std::vector<std::string> git_submodule_update_flags;
+    int restore_cache_attempts = 1;      // RESTORE_CACHE_ATTEMPTS.
+    int64_t cache_request_timeout = 10;  // CACHE_REQUEST_TIMEOUT (minutes).
+    bool debug_trace = false;            // CI_DEBUG_TRACE: the scripts trace.
     bool after_script_ignore_errors = true;
     // By name: config.toml's [runners.feature_flags], else the job's
     // variable when it is a Go bool, else the default.
@@ -716,6 +804,7 @@ class RunnerEmulator::Job {
   std::string builds_dir_;
   std::string cache_dir_;
   std::string project_dir_;
+  std::string project_slug_;  // <namespace>/<project>, for the cache dir.
   std::string hostname_;
   std::string driver_name_;
   std::string driver_version_;
@@ -1123,6 +1212,7 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
                     config_.concurrent_project_id);
   }
   project_dir_ = absl::StrCat(root, "/", project_path);
+  project_slug_ = project_path;
 
   std::string using_line = "Using Custom executor";
   if (!driver_name_.empty()) {
@@ -1368,6 +1458,29 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   settings.get_sources_attempts = static_cast<int>(get_sources_attempts);
   settings.artifact_download_attempts =
       static_cast<int>(artifact_download_attempts);
+  settings.restore_cache_attempts = static_cast<int>(restore_cache_attempts);
+  // Command flags: split at white space, "none" for none at all.
+  const auto command_flags = [&](const char* key,
+                                 std::vector<std::string>* flags) {
+    const std::optional<std::string> text = Setting(key);
+    if (!text.has_value() || text->empty()) return;
+    flags->clear();
+    if (*text == "none") return;
+    for (absl::string_view flag : absl::StrSplit(
+             *text, absl::ByAnyChar(" \t\n\r\v\f"), absl::SkipEmpty())) {
+      flags->emplace_back(flag);
+    }
+  };
+  command_flags("GIT_CLEAN_FLAGS", &settings.git_clean_flags);
+  command_flags("GIT_FETCH_EXTRA_FLAGS", &settings.git_fetch_flags);
+  command_flags("GIT_SUBMODULE_UPDATE_FLAGS",
+                &settings.git_submodule_update_flags);
+  for (absl::string_view path :
+       absl::StrSplit(Setting("GIT_SUBMODULE_PATHS").value_or(""),
+                      absl::ByAnyChar(" \t\n\r\v\f"), absl::SkipEmpty())) {
+    settings.git_submodule_paths.emplace_back(path);
+  }
+  settings.cache_request_timeout = cache_request_timeout;
   // Feature flags: config.toml's value wins, then the job's variable when
   // Go reads it as a bool. The runner 19.3 resolves them twice while
   // reading the settings, so a bad value is reported twice.
@@ -1428,9 +1541,19 @@ std::chrono::nanoseconds RunnerEmulator::Job::StageTimeout(
 // depth (the whole history) every tag does.
 std::string RunnerEmulator::Job::FetchArguments() const {
   const std::string& ref = options_.job.ref.empty() ? "HEAD" : options_.job.ref;
+  // The runner's order: the depth, then GIT_FETCH_EXTRA_FLAGS (a --depth
+  // there wins); without a depth a shallow repository is deepened.
+  std::string extra;
+  for (const std::string& flag : settings_.git_fetch_flags) {
+    absl::StrAppend(&extra, " ", ShellQuote(flag));
+  }
   return absl::StrCat(
       options_.job.depth > 0 ? absl::StrCat(" --depth ", options_.job.depth)
                              : "",
+      extra,
+      options_.job.depth > 0
+          ? ""
+          : " $([ -f \"$CI_PROJECT_DIR/.git/shallow\" ] && echo --unshallow)",
       // The checkout may belong to another account than the job's: its
       // upload-pack (which gets no -c of ours) is told it is safe.
       " --upload-pack 'git -c safe.directory=* upload-pack' \"$src\" ",
@@ -1455,7 +1578,7 @@ std::string RunnerEmulator::Job::CheckoutBody() const {
                               ")...")),
       "\n", "  sha=", ShellQuote(sha), "\n",
       "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      "      git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " &&\n",
+      "      git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " &&\n",
       "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
       ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
                                                           ? "HEAD"
@@ -1476,13 +1599,59 @@ std::string RunnerEmulator::Job::SubmodulesBody() const {
     return "echo 'Skipping Git submodules setup'\n";
   }
   const int64_t depth = settings_.git_submodule_depth;
+  const bool recursive = strategy == "recursive";
   const std::string notice = absl::StrCat(
-      "Updating/initializing submodules",
-      strategy == "recursive" ? " recursively" : "",
+      "Updating/initializing submodules", recursive ? " recursively" : "",
       depth > 0 ? absl::StrCat(" with git depth set to ", depth) : "", "...");
-  return absl::StrCat("echo ", ShellQuote(notice), "\n",
-                      "echo 'WARNING: run-local does not update submodules; "
-                      "the job gets the files of the checkout'\n");
+  const auto words = [](const std::vector<std::string>& list) {
+    std::string text;
+    for (const std::string& word : list) {
+      absl::StrAppend(&text, " ", ShellQuote(word));
+    }
+    return text;
+  };
+  const std::string paths =
+      settings_.git_submodule_paths.empty()
+          ? ""
+          : absl::StrCat(" --", words(settings_.git_submodule_paths));
+  const std::string sync = absl::StrCat("git submodule sync",
+                                        recursive ? " --recursive" : "", paths);
+  const std::string update = absl::StrCat(
+      "git submodule update --init", recursive ? " --recursive" : "",
+      depth > 0 ? absl::StrCat(" --depth ", depth) : "",
+      words(settings_.git_submodule_update_flags), paths);
+  const std::string foreach =
+      absl::StrCat("git submodule foreach", recursive ? " --recursive" : "");
+  const std::string clean =
+      absl::StrCat(foreach, " git clean",
+                   words(settings_.git_clean_flags.empty()
+                             ? std::vector<std::string>{"-ffdx"}
+                             : settings_.git_clean_flags));
+  // As the runner's submodule commands, in the repository the checkout
+  // became. The submodules' directories as the copy brought them (their
+  // .git files point into the checkout) are emptied first, as a fresh
+  // checkout leaves them; relative submodule URLs resolve against the
+  // checkout's own origin.
+  return absl::StrCat(
+      "echo ", ShellQuote(notice), "\n",
+      "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
+      "  cd \"$CI_PROJECT_DIR\"\n",
+      "  if origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote "
+      "get-url origin 2>/dev/null); then\n",
+      "    git remote add origin \"$origin\" 2>/dev/null || git remote set-url "
+      "origin \"$origin\"\n",
+      "  fi\n",
+      "  git ls-files -s | while read -r mode object stage path; do\n",
+      "    if [ \"$mode\" = 160000 ]; then rm -rf -- \"$path\" && mkdir -p -- "
+      "\"$path\"; fi\n",
+      "  done\n", "  git submodule init\n", "  ", sync, "\n", "  if ", update,
+      " ; then\n", "    echo 'Updated submodules'\n", "    ", sync, "\n",
+      "  else\n", "    echo 'Updating submodules failed. Retrying...'\n",
+      "    ", sync, "\n", "    ", update, "\n", "    ", foreach,
+      " git reset --hard\n", "  fi\n", "  ", clean, "\n", "else\n",
+      "  echo 'WARNING: the project directory is not a git repository: no "
+      "submodules to update'\n",
+      "fi\n");
 }
 
 std::string RunnerEmulator::Job::GetSourcesBody() const {
@@ -1500,7 +1669,24 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
-  std::string body = "mkdir -p \"$CI_PROJECT_DIR\"\n";
+  // The runner's get_sources never asks for credentials on a terminal.
+  std::string body = "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n";
+  if (settings_.git_strategy == "clone") {
+    // clone starts from nothing: an earlier job's directory is removed.
+    absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
+  } else if (!settings_.git_clean_flags.empty()) {
+    // fetch keeps the directory; the runner's `git clean` with
+    // GIT_CLEAN_FLAGS removes what an earlier job left that git does not
+    // track (before the copy here, so that the checkout's own untracked
+    // files still arrive).
+    std::string flags;
+    for (const std::string& flag : settings_.git_clean_flags) {
+      absl::StrAppend(&flags, " ", ShellQuote(flag));
+    }
+    absl::StrAppend(&body, "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
+                    "  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n", "fi\n");
+  }
+  absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n");
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {
     absl::StrAppend(&body,
@@ -1517,7 +1703,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
         "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
         "--is-inside-work-tree >/dev/null 2>&1; then\n",
         "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(), " ||\n",
+        "    git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
         "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
         "fi\n", "echo 'Skipping Git checkout'\n");
     return body;
@@ -1616,6 +1802,236 @@ std::string RunnerEmulator::Job::DownloadBody() const {
         "cp -a --remove-destination ", ShellQuote(source + "/."), " .\n");
   }
   return body.empty() ? ":\n" : body;
+}
+
+std::string RunnerEmulator::Job::ExpandJobValue(std::string_view value) const {
+  const std::vector<Variable> vars = Variables();
+  return ExpandVariableValue(value, [&vars](std::string_view name) {
+    return LookupVariable(vars, name);
+  });
+}
+
+std::optional<RunnerEmulator::Job::CacheConfig>
+RunnerEmulator::Job::NewCacheConfig(
+    const std::string& user_key, std::string* body, std::string_view action,
+    const std::function<bool(const std::string&)>& check) const {
+  const auto echo = [body](const std::string& line) {
+    absl::StrAppend(body, "echo ", ShellQuote(line), "\n");
+  };
+  // No key: "<job name>/<ref>" (GitLab always sends one).
+  std::string raw = absl::StrCat(options_.job.name, "/", options_.job.ref);
+  while (!raw.empty() && raw.back() == '/') raw.pop_back();
+  if (!user_key.empty()) raw = ExpandJobValue(user_key);
+  const auto hashed = settings_.feature_flags.find("FF_HASH_CACHE_KEYS");
+  const bool hash = hashed != settings_.feature_flags.end() && hashed->second;
+  std::string human = raw;
+  if (!hash) {
+    const std::optional<std::string> sanitized = SanitizeCacheKey(raw);
+    if (!sanitized.has_value()) {
+      echo(absl::StrCat("cache key ", GoQuote(raw), " could not be sanitized"));
+      human.clear();
+    } else {
+      human = *sanitized;
+      if (human != raw) {
+        echo(absl::StrCat("cache key ", GoQuote(raw), " sanitized to ",
+                          GoQuote(human)));
+      }
+    }
+  }
+  if (check && !check(human)) return std::nullopt;
+  if (human.empty()) {
+    echo(absl::StrCat("Skipping cache ", std::string(action),
+                      " due to empty cache key"));
+    return std::nullopt;
+  }
+  // <cache dir>/<namespace>/<project>[-empty]/<key>/cache.zip, relative to
+  // the project directory.
+  std::string project = project_slug_;
+  if (settings_.git_strategy == "empty") project += "-empty";
+  const auto archive = [&](const std::string& key) {
+    return std::filesystem::path(
+               absl::StrCat(cache_dir_, "/", project, "/", key, "/cache.zip"))
+        .lexically_normal()
+        .lexically_relative(project_dir_)
+        .string();
+  };
+  const std::string sha = Sha256Hex(human);
+  return CacheConfig{human, archive(hash ? sha : human),
+                     archive(hash ? human : sha)};
+}
+
+// The runner's cache extraction: each key in turn until one extracts.
+std::string RunnerEmulator::Job::ExtractCacheCommands(
+    const std::vector<CacheConfig>& configs,
+    const std::vector<std::string>& paths, int depth) const {
+  const std::string indent(2 * depth, ' ');
+  const CacheConfig& config = configs.front();
+  std::string body = absl::StrCat(
+      indent, "echo ",
+      ShellQuote(absl::StrCat("Checking cache for ", config.human_key, "...")),
+      "\n", indent, "if ", ShellQuote(options_.runner_command),
+      " cache-extractor --file ", ShellQuote(config.archive), " --timeout ",
+      settings_.cache_request_timeout, " ; then\n", indent,
+      "  echo 'Successfully extracted cache'\n", indent, "else\n", indent,
+      "  echo 'Failed to extract cache'\n");
+  const auto flag =
+      settings_.feature_flags.find("FF_CLEAN_UP_FAILED_CACHE_EXTRACT");
+  if (flag != settings_.feature_flags.end() && flag->second) {
+    for (const std::string& path : paths) {
+      absl::StrAppend(&body, indent, "  echo ",
+                      ShellQuote(absl::StrCat("Removing ", path)), "\n", indent,
+                      "  rm -r -f -- ", ShellQuote(path), "\n");
+    }
+  }
+  if (configs.size() > 1) {
+    absl::StrAppend(
+        &body, ExtractCacheCommands(
+                   std::vector<CacheConfig>(configs.begin() + 1, configs.end()),
+                   paths, depth + 1));
+  }
+  absl::StrAppend(&body, indent, "fi\n");
+  return body;
+}
+
+// Like the runner's guard around its helper: a missing helper only warns.
+static std::string GuardRunnerCommand(const std::string& runner_command,
+                                      std::string_view action,
+                                      const std::string& commands) {
+  if (runner_command.empty()) {
+    return absl::StrCat(
+        "echo ",
+        ShellQuote(absl::StrCat(std::string(action),
+                                " is not supported by this executor.")),
+        "\n");
+  }
+  return absl::StrCat(
+      "if ", ShellQuote(runner_command), " --version >/dev/null 2>&1 ; then\n",
+      commands, "else\n", "  echo ",
+      ShellQuote(absl::StrCat("Missing ", runner_command, ". ",
+                              std::string(action), " is disabled.")),
+      "\n", "fi\n");
+}
+
+RunnerEmulator::Job::CacheScript RunnerEmulator::Job::RestoreCacheScript()
+    const {
+  CacheScript script;
+  std::string body;
+  bool any = false;
+  for (const gitlab::JobCache& cache : options_.job.caches) {
+    if (cache.paths.empty() && !cache.untracked) continue;
+    any = true;
+    std::optional<CacheConfig> config =
+        NewCacheConfig(cache.key, &body, "extraction");
+    if (!config.has_value()) continue;
+    const std::string policy = ExpandJobValue(cache.policy);
+    if (policy != "" && policy != "pull-push" && policy != "pull" &&
+        policy != "push") {
+      script.failure = {FailureKind::kSystem, 0,
+                        absl::StrCat("unknown cache policy ", policy, " for ",
+                                     config->human_key)};
+      return script;
+    }
+    if (policy == "push") {
+      absl::StrAppend(
+          &body, "echo ",
+          ShellQuote(absl::StrCat("Not downloading cache ", config->human_key,
+                                  " due to policy")),
+          "\n");
+      continue;
+    }
+    std::vector<CacheConfig> configs = {*config};
+    for (const std::string& key : cache.fallback_keys) {
+      const std::string expanded = ExpandJobValue(key);
+      if (expanded.empty()) continue;
+      if (std::optional<CacheConfig> fallback =
+              NewCacheConfig(expanded, &body, "extraction")) {
+        configs.push_back(*fallback);
+      }
+    }
+    // CACHE_FALLBACK_KEY, unless it names a protected ref's cache.
+    const std::vector<Variable> vars = Variables();
+    const std::string fallback_key = LookupVariable(vars, "CACHE_FALLBACK_KEY");
+    if (!fallback_key.empty()) {
+      const auto allowed = [&](const std::string& key) {
+        std::string trimmed = key;
+        while (!trimmed.empty() &&
+               (trimmed.back() == '.' || trimmed.back() == ' ')) {
+          trimmed.pop_back();
+        }
+        if (!absl::EndsWith(trimmed, "-protected")) return true;
+        absl::StrAppend(
+            &body, "echo ",
+            ShellQuote(absl::StrCat("CACHE_FALLBACK_KEY ", GoQuote(key),
+                                    " not allowed to end in \"-protected\"")),
+            "\n");
+        return false;
+      };
+      if (std::optional<CacheConfig> fallback =
+              NewCacheConfig(fallback_key, &body, "extraction", allowed)) {
+        configs.push_back(*fallback);
+      }
+    }
+    absl::StrAppend(&body, GuardRunnerCommand(
+                               options_.runner_command, "Extracting cache",
+                               ExtractCacheCommands(configs, cache.paths, 1)));
+  }
+  if (any) script.body = body;
+  return script;
+}
+
+RunnerEmulator::Job::CacheScript RunnerEmulator::Job::ArchiveCacheScript(
+    bool on_success) const {
+  CacheScript script;
+  std::string body;
+  bool any = false;
+  for (const gitlab::JobCache& cache : options_.job.caches) {
+    const bool when =
+        cache.when == "always" ||
+        (on_success ? cache.when == "on_success" || cache.when.empty()
+                    : cache.when == "on_failure");
+    if (!when) continue;
+    if (cache.paths.empty() && !cache.untracked) continue;
+    any = true;
+    std::optional<CacheConfig> config =
+        NewCacheConfig(cache.key, &body, "archiving");
+    if (!config.has_value()) continue;
+    const std::string policy = ExpandJobValue(cache.policy);
+    if (policy != "" && policy != "pull-push" && policy != "pull" &&
+        policy != "push") {
+      script.failure = {FailureKind::kSystem, 0,
+                        absl::StrCat("unknown cache policy ", policy, " for ",
+                                     config->human_key)};
+      return script;
+    }
+    if (policy == "pull") {
+      absl::StrAppend(
+          &body, "echo ",
+          ShellQuote(absl::StrCat("Not uploading cache ", config->human_key,
+                                  " due to policy")),
+          "\n");
+      continue;
+    }
+    std::string args =
+        absl::StrCat(" cache-archiver --file ", ShellQuote(config->archive),
+                     " --alternate-file ", ShellQuote(config->alternate),
+                     " --timeout ", settings_.cache_request_timeout);
+    for (const std::string& path : cache.paths) {
+      absl::StrAppend(&args, " --path ", ShellQuote(path));
+    }
+    if (cache.untracked) absl::StrAppend(&args, " --untracked");
+    absl::StrAppend(
+        &body, GuardRunnerCommand(
+                   options_.runner_command, "Creating cache",
+                   absl::StrCat(
+                       "  echo ",
+                       ShellQuote(absl::StrCat("Creating cache ",
+                                               config->human_key, "...")),
+                       "\n", "  if ", ShellQuote(options_.runner_command), args,
+                       " ; then\n", "    echo 'Created cache'\n", "  else\n",
+                       "    echo 'Failed to create cache'\n", "  fi\n")));
+  }
+  if (any) script.body = body;
+  return script;
 }
 
 std::string RunnerEmulator::Job::UploadBody(bool on_success) const {
@@ -1942,6 +2358,29 @@ void RunnerEmulator::Job::RunStages() {
     return Fail(sources_timeout_failure, "");
   }
 
+  // restore_cache: skipped without a cache entry that has paths; tried up
+  // to RESTORE_CACHE_ATTEMPTS times. The helper's failures only warn.
+  if (before_steps.ok()) {
+    const CacheScript restore = RestoreCacheScript();
+    for (int attempt = 1; (restore.body.has_value() || !restore.failure.ok()) &&
+                          attempt <= settings_.restore_cache_attempts;
+         ++attempt) {
+      if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
+        return Fail(StopFailure(JobContextStop()), "");
+      }
+      Failure restored = restore.failure;
+      if (restored.ok()) {
+        Log("Restoring cache");
+        restored = RunStage("restore_cache", *restore.body,
+                            /*export_variables=*/true, /*cd_project=*/true,
+                            job_deadline_, job_stop);
+      }
+      if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+      if (restored.ok()) break;
+      if (attempt == settings_.restore_cache_attempts) before_steps = restored;
+    }
+  }
+
   const bool has_dependency_artifacts = std::any_of(
       options_.job.dependencies.begin(), options_.job.dependencies.end(),
       [](const gitlab::JobDependency& d) {
@@ -2049,8 +2488,23 @@ void RunnerEmulator::Job::RunStages() {
       }
     }
   }
-  // Uploads follow the job's state after after_script.
+  // The cache and the uploads follow the job's state after after_script.
   const bool success = first_failure.ok();
+
+  const CacheScript archive = ArchiveCacheScript(success);
+  Failure archive_failure = archive.failure;
+  if (archive_failure.ok() && archive.body.has_value()) {
+    Log(success ? "Saving cache for successful job"
+                : "Saving cache for failed job");
+    archive_failure = RunStage(
+        success ? "archive_cache" : "archive_cache_on_failure", *archive.body,
+        /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
+        job_stop);
+    if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  }
+  // The runner's priority: the job's own failure, then the cache's, then
+  // the upload's.
+  if (success && !archive_failure.ok()) first_failure = archive_failure;
 
   const bool has_upload =
       std::any_of(options_.job.artifacts.begin(), options_.job.artifacts.end(),
@@ -2071,7 +2525,7 @@ void RunnerEmulator::Job::RunStages() {
     }
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (upload.ok()) upload = CheckDotenvReport();
-    if (!upload.ok() && success) first_failure = upload;
+    if (!upload.ok() && first_failure.ok()) first_failure = upload;
   }
 
   Log("Cleaning up project directory and file based variables");

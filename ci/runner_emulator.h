@@ -148,6 +148,11 @@ class RunnerEmulator {
     std::optional<std::map<std::string, std::string>> runner_environment;
     LogSink job_log;
     DiagnosticSink diagnostics;  // spdlog when unset.
+    // The binary the cache stages' scripts call as `<it> cache-extractor`
+    // and `<it> cache-archiver`, as a runner's call its own executable
+    // (gdt-ci, ci/cache_archive.h); empty: those stages only say that
+    // caching is not supported.
+    std::string runner_command;
     // Scenario knob: cancel this long after Run() starts.
     std::optional<std::chrono::milliseconds> cancel_after;
     CancelMode cancel_after_mode = CancelMode::kGraceful;

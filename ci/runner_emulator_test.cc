@@ -892,7 +892,8 @@ TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
 
     ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
     EXPECT_EQ(fs::exists(project + "/model.py"), strategy == "bogus");
-    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy != "empty");
+    // Only none keeps what was there: clone (the default) starts afresh.
+    EXPECT_EQ(fs::exists(project + "/left.txt"), strategy == "none");
     if (strategy == "bogus") {
       EXPECT_THAT(log_lines_,
                   Contains("WARNING: GIT_STRATEGY: expected either 'clone', "
@@ -1293,6 +1294,360 @@ exit 0
 
   EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
   EXPECT_EQ(result.exit_code, 42);
+}
+
+// What an earlier job left in the project directory: clone starts afresh;
+// fetch keeps the repository and runs `git clean` with GIT_CLEAN_FLAGS
+// (default -ffdx, "none" for no clean); GIT_FETCH_EXTRA_FLAGS follow the
+// depth (a --depth there wins); get_sources never prompts for credentials.
+TEST_F(RunnerEmulatorTest, CleanAndFetchFlagsTreatLeftoversAsTheRunnerDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  WriteTextFile(project + "/.gitignore", "build/\n");
+  ASSERT_TRUE(git({"add", "-A"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "--allow-empty", "-m", "second"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.depth = 2;
+  const std::string leave =
+      "mkdir -p build && touch build/out leftover.txt && "
+      "echo prompt=$GIT_TERMINAL_PROMPT";
+  const std::string look =
+      "ls -A | tr '\\n' ' '; echo; git rev-list --count HEAD";
+  options_.job.steps = {{"script", {leave}}};
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+
+  JobResult result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  // The prompt setting is get_sources' own, not the steps'.
+  EXPECT_THAT(log_lines_, Contains("prompt="));
+
+  // fetch: the default clean removes the untracked and the ignored files.
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing build/"));
+  EXPECT_THAT(log_lines_, Contains("Removing leftover.txt"));
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore model.py "));
+  EXPECT_THAT(log_lines_, Contains("2"));
+
+  // GIT_CLEAN_FLAGS keeps what -e names; none keeps everything; a depth in
+  // GIT_FETCH_EXTRA_FLAGS wins over the job's.
+  options_.job.steps = {{"script", {leave}}};
+  Run();
+  options_.job.variables.push_back({"GIT_CLEAN_FLAGS", "-ffdx -e build/"});
+  options_.job.variables.push_back(
+      {"GIT_FETCH_EXTRA_FLAGS", "--quiet --depth 1"});
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing leftover.txt"));
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore build model.py "));
+  EXPECT_THAT(log_lines_, Contains("1"));
+
+  options_.job.steps = {{"script", {leave}}};
+  Run();
+  options_.job.variables[options_.job.variables.size() - 2].value = "none";
+  options_.job.steps = {{"script", {look}}};
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(".git .gitignore build leftover.txt model.py "));
+
+  // clone: nothing of the earlier job is left.
+  options_.job.variables.push_back({"GIT_STRATEGY", "clone"});
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(".git .gitignore model.py "));
+}
+
+// GIT_SUBMODULE_STRATEGY normal / recursive: the submodules are checked
+// out at the commits the project records, from their URLs (file:// here),
+// as the runner's submodule commands do; GIT_SUBMODULE_PATHS limits them.
+TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
+  std::string output;
+  const auto repo = [&](const std::string& dir, const std::string& file) {
+    fs::create_directories(dir);
+    WriteTextFile(dir + "/" + file, file + "\n");
+    return Git(dir, {"init", "-q"}, output) &&
+           Git(dir, {"add", "-A"}, output) &&
+           Git(dir, {"commit", "-q", "-m", file}, output);
+  };
+  const std::string inner = dir_.path() + "/inner";
+  const std::string lib = dir_.path() + "/lib";
+  const std::string tools = dir_.path() + "/tools";
+  ASSERT_TRUE(repo(inner, "inner.txt")) << output;
+  ASSERT_TRUE(repo(lib, "lib.txt")) << output;
+  ASSERT_TRUE(repo(tools, "tools.txt")) << output;
+  const auto add = [&](const std::string& dir, const std::string& url,
+                       const std::string& path) {
+    return Git(dir,
+               {"-c", "protocol.file.allow=always", "submodule", "add", "-q",
+                "file://" + url, path},
+               output) &&
+           Git(dir, {"commit", "-q", "-m", "add " + path}, output);
+  };
+  ASSERT_TRUE(add(lib, inner, "inner")) << output;
+  const std::string project = options_.sources.project_dir;
+  ASSERT_TRUE(repo(project, "model.py")) << output;
+  ASSERT_TRUE(add(project, lib, "lib")) << output;
+  ASSERT_TRUE(add(project, tools, "tools")) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.depth = 0;
+  // file:// submodules need git's consent, in the job as anywhere.
+  options_.job.variables.push_back({"GIT_CONFIG_COUNT", "1"});
+  options_.job.variables.push_back({"GIT_CONFIG_KEY_0", "protocol.file.allow"});
+  options_.job.variables.push_back({"GIT_CONFIG_VALUE_0", "always"});
+  options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  options_.job.steps = {{"script",
+                         {"git -C lib status --porcelain && echo lib clean",
+                          "cat lib/lib.txt lib/inner/inner.txt tools/tools.txt",
+                          "git submodule status --recursive | wc -l"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("Updating/initializing submodules recursively..."));
+  EXPECT_THAT(log_lines_, Contains("Updated submodules"));
+  EXPECT_THAT(log_lines_, Contains("lib clean"));
+  EXPECT_THAT(log_lines_, Contains("inner.txt"));
+  EXPECT_THAT(log_lines_, Contains("tools.txt"));
+  EXPECT_THAT(log_lines_, Contains("3"));
+
+  // normal, limited to lib: lib's own submodule and tools stay empty.
+  options_.job.variables.back().value = "normal";
+  options_.job.variables.push_back({"GIT_SUBMODULE_PATHS", "lib"});
+  options_.job.steps = {
+      {"script",
+       {"cat lib/lib.txt", "ls -A lib/inner | wc -l", "ls -A tools | wc -l"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Updating/initializing submodules..."));
+  EXPECT_THAT(log_lines_, Contains("lib.txt"));
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(), "0"), 2);
+}
+
+// The cache stages as a runner without a shared cache server runs them: the
+// key's zip under <cache_dir>/<namespace>/<project>/<key>/cache.zip,
+// restored before the steps (a missing one only warns) and saved after
+// them; a second job finds what the first one saved.
+TEST_F(RunnerEmulatorTest, CacheIsRestoredAndSavedAsTheRunnerDoes) {
+  options_.runner_command = GDT_CI_BIN;
+  gitlab::JobCache cache;
+  cache.key = "deps-non_protected";
+  cache.paths = {"vendor/"};
+  options_.job.caches = {cache};
+  options_.job.steps = {
+      {"script",
+       {"cat vendor/dep.txt || echo no cache yet",
+        "mkdir -p vendor/sub && echo v1 > vendor/dep.txt && "
+        "echo x > vendor/sub/tool && chmod 755 vendor/sub/tool"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(Calls(result), Contains("run restore_cache"));
+  EXPECT_THAT(Calls(result), Contains("run archive_cache"));
+  const std::vector<std::string> first = {
+      "Restoring cache", "Checking cache for deps-non_protected...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist", "Failed to extract cache"};
+  auto at = std::search(log_lines_.begin(), log_lines_.end(), first.begin(),
+                        first.end());
+  EXPECT_NE(at, log_lines_.end());
+  EXPECT_THAT(log_lines_, Contains("no cache yet"));
+  const std::vector<std::string> saved = {
+      "Saving cache for successful job", "Creating cache deps-non_protected...",
+      "vendor/: found 4 matching artifact files and directories",
+      "No URL provided, cache will not be uploaded to shared cache server. "
+      "Cache will be stored only locally.",
+      "Created cache"};
+  at = std::search(log_lines_.begin(), log_lines_.end(), saved.begin(),
+                   saved.end());
+  EXPECT_NE(at, log_lines_.end());
+  const std::string zip =
+      dir_.path() + "/cache/ml/model/deps-non_protected/cache.zip";
+  EXPECT_TRUE(fs::is_regular_file(zip));
+
+  // A later job of the project, in a fresh builds dir, gets the files
+  // back (modes kept), and the unchanged cache is left as it is.
+  fs::remove_all(dir_.path() + "/builds");
+  options_.job.steps = {
+      {"script", {"cat vendor/dep.txt", "test -x vendor/sub/tool"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("v1"));
+  EXPECT_THAT(log_lines_,
+              Contains("Primary cache does not exist remotely, uploading "
+                       "existing archive"));
+}
+
+// policy, when, fallback_keys, CACHE_FALLBACK_KEY, key sanitizing, as the
+// runner's cache stages read them; without a cache entry that names paths
+// neither stage runs.
+TEST_F(RunnerEmulatorTest, CacheSettingsAreReadAsTheRunnerReadsThem) {
+  options_.runner_command = GDT_CI_BIN;
+  options_.job.steps = {{"script", {"true"}}};
+  gitlab::JobCache nothing;
+  nothing.key = "empty-non_protected";
+  options_.job.caches = {nothing};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(Calls(result), Not(Contains("run restore_cache")));
+  EXPECT_THAT(Calls(result), Not(Contains("run archive_cache")));
+  EXPECT_THAT(log_lines_, Not(Contains("Restoring cache")));
+
+  // A zip under "base" to fall back to.
+  const std::string base = dir_.path() + "/cache/ml/model/base";
+  fs::create_directories(base);
+  fs::create_directories(dir_.path() + "/seed/vendor");
+  WriteTextFile(dir_.path() + "/seed/vendor/dep.txt", "from base\n");
+  std::string output;
+  ASSERT_TRUE(RunCommand({"sh", "-c",
+                          "cd " + dir_.path() + "/seed && " + GDT_CI_BIN +
+                              " cache-archiver --file " + base +
+                              "/cache.zip --path vendor"},
+                         std::chrono::seconds(30), &output)
+                  .ok())
+      << output;
+  gitlab::JobCache pull;
+  pull.key = "$CACHE_NAME/";  // Expanded, then sanitized.
+  pull.policy = "pull";
+  pull.paths = {"vendor"};
+  pull.fallback_keys = {"other"};
+  gitlab::JobCache push;
+  push.key = "pushed";
+  push.policy = "push";
+  push.paths = {"vendor"};
+  gitlab::JobCache on_failure;
+  on_failure.key = "failures";
+  on_failure.when = "on_failure";
+  on_failure.paths = {"vendor"};
+  options_.job.caches = {pull, push, on_failure};
+  options_.job.variables.push_back({"CACHE_NAME", "main"});
+  options_.job.variables.push_back({"CACHE_FALLBACK_KEY", "base"});
+  options_.job.steps = {{"script", {"cat vendor/dep.txt"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  const std::vector<std::string> restore = {
+      "cache key \"main/\" sanitized to \"main\"",
+      "Checking cache for main...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist",
+      "Failed to extract cache",
+      "Checking cache for other...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "WARNING: Cache file does not exist",
+      "Failed to extract cache",
+      "Checking cache for base...",
+      "No URL provided, cache will not be downloaded from shared cache "
+      "server. Instead a local version of cache will be extracted.",
+      "Successfully extracted cache",
+      "Not downloading cache pushed due to policy"};
+  EXPECT_NE(std::search(log_lines_.begin(), log_lines_.end(), restore.begin(),
+                        restore.end()),
+            log_lines_.end());
+  EXPECT_THAT(log_lines_, Contains("from base"));
+  EXPECT_THAT(log_lines_, Contains("Not uploading cache main due to policy"));
+  EXPECT_THAT(log_lines_, Contains("Creating cache pushed..."));
+  EXPECT_THAT(log_lines_, Not(Contains("Creating cache failures...")));
+  EXPECT_TRUE(fs::exists(dir_.path() + "/cache/ml/model/pushed/cache.zip"));
+
+  // A failed job saves only the on_failure cache; a protected fallback key
+  // is refused.
+  options_.job.variables.back().value = "main-protected";
+  options_.job.steps = {{"script", {"exit 1"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_THAT(Calls(result), Contains("run archive_cache_on_failure"));
+  EXPECT_THAT(log_lines_,
+              Contains("CACHE_FALLBACK_KEY \"main-protected\" not allowed to "
+                       "end in \"-protected\""));
+  EXPECT_THAT(log_lines_, Contains("Saving cache for failed job"));
+  EXPECT_THAT(log_lines_, Contains("Creating cache failures..."));
+  EXPECT_THAT(log_lines_, Not(Contains("Creating cache pushed...")));
+
+  // A policy that is none of the three: the stage cannot be written.
+  options_.job.caches = {pull};
+  options_.job.caches[0].policy = "sometimes";
+  options_.job.steps = {{"script", {"true"}}};
+
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_THAT(result.message, HasSubstr("unknown cache policy sometimes for "
+                                        "main"));
+}
+
+// A link the checkout holds where the cache has a directory is replaced,
+// never written through.
+TEST_F(RunnerEmulatorTest, RestoredCacheReplacesLinksInsteadOfFollowing) {
+  options_.runner_command = GDT_CI_BIN;
+  const std::string outside = dir_.path() + "/outside";
+  fs::create_directories(outside);
+  fs::create_symlink(outside, options_.sources.project_dir + "/vendor");
+  const std::string zip_dir = dir_.path() + "/cache/ml/model/deps";
+  fs::create_directories(zip_dir);
+  fs::create_directories(dir_.path() + "/seed/vendor");
+  WriteTextFile(dir_.path() + "/seed/vendor/dep.txt", "cached\n");
+  std::string output;
+  ASSERT_TRUE(RunCommand({"sh", "-c",
+                          "cd " + dir_.path() + "/seed && " + GDT_CI_BIN +
+                              " cache-archiver --file " + zip_dir +
+                              "/cache.zip --path vendor"},
+                         std::chrono::seconds(30), &output)
+                  .ok())
+      << output;
+  gitlab::JobCache cache;
+  cache.key = "deps";
+  cache.paths = {"vendor"};
+  cache.policy = "pull";
+  options_.job.caches = {cache};
+  options_.job.steps = {{"script", {"cat vendor/dep.txt"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess)
+      << result.message << ::testing::PrintToString(log_lines_);
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("cached"));
+  EXPECT_FALSE(fs::exists(outside + "/dep.txt"));
 }
 
 }  // namespace

@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "ckpt/zip_archive.h"
 #include "common/file.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "common/zip_archive.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ckpt {

@@ -4,8 +4,8 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "ckpt/zip_archive.h"
 #include "common/sha256.h"
+#include "common/zip_archive.h"
 #include "gitlab/curl_gitlab_api.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"

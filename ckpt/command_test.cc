@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
-#include "ckpt/zip_archive.h"
+#include "common/zip_archive.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -53,6 +53,14 @@ std::string Sha256Hex(std::string_view bytes) {
   return hash.FinishHex();
 }
 
+std::string Sha1Hex(std::string_view bytes) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  EVP_Digest(bytes.data(), bytes.size(), digest, &length, EVP_sha1(), nullptr);
+  return HexEncode(
+      std::string_view(reinterpret_cast<const char*>(digest), length));
+}
+
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {

@@ -17,6 +17,10 @@ std::string HexEncode(std::string_view bytes);
 
 std::string Sha256Hex(std::string_view bytes);
 
+// SHA-1, for names computed the way others compute them (GitLab's
+// `cache:key:files` digest); never for integrity.
+std::string Sha1Hex(std::string_view bytes);
+
 // Hashes the file at `path` in chunks. NotFound/Unavailable with
 // "cannot read <path>: <reason>" when it cannot be read.
 absl::StatusOr<std::string> Sha256FileHex(const std::string& path);

@@ -13,6 +13,11 @@ TEST(HexEncodeTest, TwoLowercaseDigitsPerByte) {
   EXPECT_EQ(HexEncode(std::string("\x00\x0f\xa0\xff", 4)), "000fa0ff");
 }
 
+TEST(Sha1Test, MatchesSha1sum) {
+  // printf abc | sha1sum
+  EXPECT_EQ(Sha1Hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+}
+
 TEST(Sha256Test, MatchesSha256sum) {
   // printf abc | sha256sum
   const std::string abc =

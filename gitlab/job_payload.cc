@@ -177,6 +177,21 @@ absl::Status ParseArtifact(const Json& item, const std::string& path,
   return absl::OkStatus();
 }
 
+absl::Status ParseCache(const Json& item, const std::string& path,
+                        JobCache* cache) {
+  GDT_RETURN_IF_ERROR(ReadString(item, "key", path + ".key", &cache->key));
+  GDT_RETURN_IF_ERROR(
+      ReadBool(item, "untracked", path + ".untracked", &cache->untracked));
+  GDT_RETURN_IF_ERROR(
+      ReadString(item, "policy", path + ".policy", &cache->policy));
+  GDT_RETURN_IF_ERROR(
+      ReadStrings(item, "paths", path + ".paths", &cache->paths));
+  GDT_RETURN_IF_ERROR(ReadString(item, "when", path + ".when", &cache->when));
+  GDT_RETURN_IF_ERROR(ReadStrings(
+      item, "fallback_keys", path + ".fallback_keys", &cache->fallback_keys));
+  return absl::OkStatus();
+}
+
 absl::Status ParseDependency(const Json& item, const std::string& path,
                              JobDependency* dependency) {
   GDT_RETURN_IF_ERROR(ReadInt(item, "id", path + ".id", &dependency->id));
@@ -306,6 +321,12 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
     payload.artifacts.push_back(std::move(artifact));
     return status;
   };
+  const auto add_cache = [&](const Json& item, const std::string& path) {
+    JobCache cache;
+    absl::Status status = ParseCache(item, path, &cache);
+    payload.caches.push_back(std::move(cache));
+    return status;
+  };
   const auto add_dependency = [&](const Json& item, const std::string& path) {
     JobDependency dependency;
     absl::Status status = ParseDependency(item, path, &dependency);
@@ -315,6 +336,7 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
   GDT_RETURN_IF_ERROR(ForEach(root, "variables", add_variable));
   GDT_RETURN_IF_ERROR(ForEach(root, "steps", add_step));
   GDT_RETURN_IF_ERROR(ForEach(root, "artifacts", add_artifact));
+  GDT_RETURN_IF_ERROR(ForEach(root, "cache", add_cache));
   GDT_RETURN_IF_ERROR(ForEach(root, "dependencies", add_dependency));
   return payload;
 }
@@ -395,7 +417,16 @@ std::string SerializeJobPayload(const JobPayload& payload) {
   root["variables"] = std::move(variables);
   root["steps"] = std::move(steps);
   root["artifacts"] = std::move(artifacts);
-  root["cache"] = OrderedJson::array();
+  OrderedJson caches = OrderedJson::array();
+  for (const JobCache& c : payload.caches) {
+    caches.push_back({{"key", c.key},
+                      {"untracked", c.untracked},
+                      {"policy", c.policy},
+                      {"paths", c.paths},
+                      {"when", c.when},
+                      {"fallback_keys", c.fallback_keys}});
+  }
+  root["cache"] = std::move(caches);
   root["dependencies"] = std::move(dependencies);
   root["services"] = OrderedJson::array();
   root["features"] = {{"trace_sections", true}};

@@ -41,6 +41,17 @@ struct JobArtifact {
   std::string expire_in;
 };
 
+// One entry of the job's `cache` as GitLab sends it: the key computed
+// (`key:files` hashed, the protected/non_protected suffix added).
+struct JobCache {
+  std::string key;
+  bool untracked = false;
+  std::string policy = "pull-push";
+  std::vector<std::string> paths;
+  std::string when = "on_success";  // on_success, on_failure, always.
+  std::vector<std::string> fallback_keys;
+};
+
 struct JobDependency {
   int64_t id = 0;
   std::string token;
@@ -78,6 +89,7 @@ struct JobPayload {
   std::vector<JobVariable> variables;
   std::vector<JobStep> steps;
   std::vector<JobArtifact> artifacts;
+  std::vector<JobCache> caches;  // "cache" in the JSON.
   std::vector<JobDependency> dependencies;
 
   // The last value of variable `key` in `variables` (later entries win, as in

@@ -31,7 +31,9 @@ constexpr char kPayload[] =
            {"name": "after_script", "script": ["echo done"], "timeout": 3600, "when": "always", "allow_failure": false}],
  "artifacts": [{"name": "", "untracked": false, "paths": ["ckpt/"], "exclude": [], "when": "on_success",
                 "artifact_type": "archive", "artifact_format": "zip", "expire_in": "1 day"}],
- "cache": [], "dependencies": [{"id": 990, "token": "t", "name": "build",
+ "cache": [{"key": "deps-protected", "untracked": false, "policy": "pull", "paths": ["vendor/"],
+            "when": "on_success", "fallback_keys": ["main-protected"]}],
+ "dependencies": [{"id": 990, "token": "t", "name": "build",
                                 "artifacts_file": {"filename": "artifacts.zip", "size": 12}}],
  "services": [], "features": {"trace_sections": true}, "new_field": {"x": 1}})";
 
@@ -83,6 +85,11 @@ TEST(JobPayloadTest, SerialiseRoundTripsAsOneLine) {
   EXPECT_EQ(again->repo_url, payload->repo_url);
   EXPECT_EQ(again->variables.size(), payload->variables.size());
   EXPECT_EQ(again->dependencies[0].artifacts_size, 12);
+  ASSERT_EQ(again->caches.size(), 1u);
+  EXPECT_EQ(again->caches[0].key, "deps-protected");
+  EXPECT_EQ(again->caches[0].policy, "pull");
+  EXPECT_THAT(again->caches[0].paths, ElementsAre("vendor/"));
+  EXPECT_THAT(again->caches[0].fallback_keys, ElementsAre("main-protected"));
 }
 
 TEST(JobPayloadTest, PipelineIdIsWrittenOnlyWhenKnown) {

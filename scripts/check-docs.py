@@ -56,6 +56,8 @@ EXTERNAL_FLAGS = {
     "--master_addr",  # torch.distributed.launch
     "--sockets", "--seconds", "--nofile", "--bin",  # bench/agent_fd_flood.py
     "--sim", "--out", "--jobs",  # sim/traces/sweep.py
+    "--depth", "--prune", "--quiet", "--unshallow",  # git fetch
+    "--init", "--recursive", "--hard",  # git submodule, git reset
 }
 FLAG = re.compile(r"(?<![A-Za-z0-9_-])--[a-z][a-z0-9_-]*[a-z0-9]")
 

@@ -1,15 +1,16 @@
-#include "ckpt/zip_archive.h"
+#include "common/zip_archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
 
+#include <chrono>
 #include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/temp_dir.h"
 
-namespace gdt::ckpt {
+namespace gdt {
 namespace {
 
 using test::ReadTextFile;
@@ -33,6 +34,28 @@ TEST(ZipArchiveTest, RoundTrip) {
   EXPECT_EQ(ReadTextFile(dir.path() + "/out/ckpt/step-5/model.pt"),
             std::string(5000, 'm'));
   EXPECT_EQ(ReadTextFile(dir.path() + "/out/ckpt/step-5/manifest.json"), "{}");
+}
+
+// A file comes back with its permission bits and modification time (an
+// executable stays one; an unchanged file looks unchanged).
+TEST(ZipArchiveTest, KeepsModesAndTimes) {
+  TempDir dir;
+  fs::create_directories(dir.path() + "/src/bin");
+  WriteTextFile(dir.path() + "/src/bin/tool", "#!/bin/sh\n");
+  fs::permissions(dir.path() + "/src/bin/tool", fs::perms(0750));
+  const auto old_time =
+      fs::last_write_time(dir.path() + "/src/bin/tool") - std::chrono::hours(5);
+  fs::last_write_time(dir.path() + "/src/bin/tool", old_time);
+  const std::string zip = dir.path() + "/a.zip";
+  ASSERT_TRUE(CreateZip(dir.path() + "/src", {"bin/tool"}, zip).ok());
+
+  ASSERT_TRUE(ExtractZip(zip, dir.path() + "/out").ok());
+
+  const std::string out = dir.path() + "/out/bin/tool";
+  EXPECT_EQ(fs::status(out).permissions() & fs::perms::all, fs::perms(0750));
+  // A zip keeps whole seconds.
+  const auto off = fs::last_write_time(out) - old_time;
+  EXPECT_LT(std::chrono::abs(off), std::chrono::seconds(1));
 }
 
 // Links already in the destination (a job may have left them there) are
@@ -165,4 +188,4 @@ TEST(ZipArchiveTest, ALinkIsRefusedOnlyWhereItIsExtracted) {
 }
 
 }  // namespace
-}  // namespace gdt::ckpt
+}  // namespace gdt

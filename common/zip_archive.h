@@ -1,5 +1,5 @@
-#ifndef GDT_GITLAB_ZIP_ARCHIVE_H_
-#define GDT_GITLAB_ZIP_ARCHIVE_H_
+#ifndef GDT_COMMON_ZIP_ARCHIVE_H_
+#define GDT_COMMON_ZIP_ARCHIVE_H_
 
 // Zip files through libarchive, in the shape of GitLab job artifacts.
 
@@ -11,10 +11,11 @@
 
 #include "absl/status/status.h"
 
-namespace gdt::ckpt {
+namespace gdt {
 
 // Writes a zip at `zip` holding the files `relative_paths` (regular files,
-// relative to `root`) under those names.
+// relative to `root`) under those names, with their permission bits and
+// modification times.
 absl::Status CreateZip(const std::string& root,
                        const std::vector<std::string>& relative_paths,
                        const std::string& zip);
@@ -31,7 +32,8 @@ struct ExtractLimits {
 };
 
 // Extracts every regular file and directory of the zip `zip` that
-// `limits.select` accepts below `dest` (created if needed). DataLoss naming
+// `limits.select` accepts below `dest` (created if needed), files with the
+// permission bits and modification time the zip gives them. DataLoss naming
 // the zip for a truncated or corrupt archive, or one whose extracted files
 // would hold more than `limits.max_bytes`; InvalidArgument for an extracted
 // entry that is absolute, contains "..", or is a link. What was extracted
@@ -39,6 +41,6 @@ struct ExtractLimits {
 absl::Status ExtractZip(const std::string& zip, const std::string& dest,
                         const ExtractLimits& limits = {});
 
-}  // namespace gdt::ckpt
+}  // namespace gdt
 
-#endif  // GDT_GITLAB_ZIP_ARCHIVE_H_
+#endif  // GDT_COMMON_ZIP_ARCHIVE_H_

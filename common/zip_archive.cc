@@ -1,4 +1,4 @@
-#include "ckpt/zip_archive.h"
+#include "common/zip_archive.h"
 
 #include <archive.h>
 #include <archive_entry.h>
@@ -16,7 +16,7 @@
 #include "common/file.h"
 #include "common/status_macros.h"
 
-namespace gdt::ckpt {
+namespace gdt {
 namespace {
 
 namespace fs = std::filesystem;
@@ -51,17 +51,18 @@ absl::Status CreateZip(const std::string& root,
   for (const std::string& rel : relative_paths) {
     const std::string path = root + "/" + rel;
     std::ifstream in(path, std::ios::binary);
-    std::error_code error;
-    const auto size = fs::file_size(path, error);
-    if (!in || error) {
+    struct stat st {};
+    if (!in || stat(path.c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat("cannot read ", path));
     }
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> entry(
         archive_entry_new(), archive_entry_free);
     archive_entry_set_pathname(entry.get(), rel.c_str());
-    archive_entry_set_size(entry.get(), static_cast<la_int64_t>(size));
+    archive_entry_set_size(entry.get(), static_cast<la_int64_t>(st.st_size));
     archive_entry_set_filetype(entry.get(), AE_IFREG);
-    archive_entry_set_perm(entry.get(), 0644);
+    // The file's permission bits and modification time go along.
+    archive_entry_set_perm(entry.get(), (st.st_mode & 0777) | 0600);
+    archive_entry_set_mtime(entry.get(), st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
     if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
       return absl::UnavailableError(absl::StrCat(
           "cannot write zip ", zip, ": ", archive_error_string(a.get())));
@@ -166,8 +167,25 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
     }
     absl::StatusOr<int> fd = CreateFileBeneath(dest, name);
     if (!fd.ok()) return fd.status();
-    const absl::Status written =
+    absl::Status written =
         CopyEntry(a.get(), *fd, zip, name, target, limits, buffer, extracted);
+    // The entry's permission bits and modification time, when it has them.
+    if (written.ok()) {
+      const mode_t perm = archive_entry_perm(entry) & 0777;
+      if (perm != 0 && fchmod(*fd, perm) != 0) {
+        written = absl::UnavailableError(absl::StrCat(
+            "cannot set the mode of ", target, ": ", std::strerror(errno)));
+      }
+      if (written.ok() && archive_entry_mtime_is_set(entry)) {
+        const timespec times[2] = {
+            {0, UTIME_OMIT},
+            {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)}};
+        if (futimens(*fd, times) != 0) {
+          written = absl::UnavailableError(absl::StrCat(
+              "cannot set the time of ", target, ": ", std::strerror(errno)));
+        }
+      }
+    }
     const int closed = close(*fd);
     GDT_RETURN_IF_ERROR(written);
     if (closed != 0) {
@@ -178,4 +196,4 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
   return absl::OkStatus();
 }
 
-}  // namespace gdt::ckpt
+}  // namespace gdt
