@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "agent/port_check.h"
+#include "common/cgroup.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
 #include "common/subprocess.h"
@@ -96,11 +97,18 @@ class AgentServiceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_FALSE(root_.empty());
+    StartAgent(IsolationOptions{});
+  }
+
+  // (Re)starts the supervisor, service and server with `isolation`.
+  void StartAgent(IsolationOptions isolation) {
+    if (supervisor_ != nullptr) TearDown();
     supervisor_ = std::make_unique<Supervisor>(
         root_ + "/scratch", seconds(10),
         std::map<std::string, std::string>{{"PATH", "/usr/bin:/bin"},
                                            {"BASE_ONLY", "base"},
-                                           {"OVERRIDDEN", "base"}});
+                                           {"OVERRIDDEN", "base"}},
+        std::move(isolation));
     service_ = std::make_unique<AgentService>(*supervisor_);
     absl::StatusOr<std::unique_ptr<AgentServer>> server =
         AgentServer::Start("127.0.0.1:0", *service_);
@@ -722,6 +730,76 @@ TEST(ReadStageProgressTest, StepOnlyForADecimalNumber) {
   const auto later = std::chrono::system_clock::now() + seconds(3600);
   EXPECT_EQ(ReadStageProgress(file, later).last, later);
   EXPECT_EQ(ReadStageProgress(dir.path() + "/missing", started).last, started);
+}
+
+// With cgroups that guard ports, a member binds, of the coordinator's
+// master port range, only its gang's leased port, and only as rank 0: a
+// stage with a new port (a new epoch) moves the exception, one without
+// GDT_MASTER_PORT keeps it, one of another rank gets none.
+TEST_F(AgentServiceTest, AMemberBindsOnlyItsGangsMasterPortOfTheRange) {
+  absl::StatusOr<std::string> own = OwnCgroupDir();
+  if (!own.ok()) GTEST_SKIP() << "no cgroup v2 here: " << own.status();
+  absl::StatusOr<std::unique_ptr<CgroupTree>> tree =
+      CgroupTree::Open(absl::StrCat(*own, "/gdt-agent-ports-", getpid()));
+  if (!tree.ok()) GTEST_SKIP() << tree.status();
+  std::shared_ptr<CgroupTree> cgroups = std::move(*tree);
+  if (absl::Status check = cgroups->CheckPortGuard(); !check.ok()) {
+    cgroups->RemoveParent();
+    ASSERT_NE(geteuid(), 0u) << check;
+    GTEST_SKIP() << "bind programs need privilege: " << check;
+  }
+  // Two ports in a range of 5 around a free port the kernel picks.
+  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(probe, reinterpret_cast<const sockaddr*>(&address), length),
+            0);
+  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
+  close(probe);
+  const uint32_t port = ntohs(address.sin_port);
+  ASSERT_LT(port, 65530u);
+  const std::string first = std::to_string(port);
+  const std::string second = std::to_string(port + 1);
+  IsolationOptions isolation;
+  isolation.cgroups = cgroups;
+  isolation.master_port_range = [port] {
+    return std::pair<uint32_t, uint32_t>(port - 2, port + 2);
+  };
+  StartAgent(std::move(isolation));
+
+  v1::StartStage start =
+      Start("g1/1",
+            "python3 -c 'import socket, sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    s = socket.socket(socket.AF_INET6)\n"
+            "    try:\n"
+            "        s.bind((\"::\", int(p))); print(p, \"bound\")\n"
+            "    except OSError as e:\n"
+            "        print(p, e.strerror)\n"
+            "' " +
+                first + " " + second + "\n");
+  const std::string refused = " Operation not permitted\n";
+  (*start.mutable_env())["GDT_NODE_RANK"] = "0";
+  (*start.mutable_env())["GDT_MASTER_PORT"] = first;
+  EXPECT_EQ(Run(start).out, first + " bound\n" + second + refused);
+  (*start.mutable_env())["GDT_MASTER_PORT"] = second;
+  EXPECT_EQ(Run(start).out, first + refused + second + " bound\n")
+      << "a new epoch's port";
+  start.mutable_env()->clear();
+  EXPECT_EQ(Run(start).out, first + refused + second + " bound\n")
+      << "a stage without the variable";
+  (*start.mutable_env())["GDT_NODE_RANK"] = "1";
+  (*start.mutable_env())["GDT_MASTER_PORT"] = second;
+  EXPECT_EQ(Run(start).out, first + refused + second + refused)
+      << "another rank";
+
+  TearDown();
+  for (const std::string& name : cgroups->Children()) {
+    EXPECT_TRUE(cgroups->Destroy(name, steady_clock::now() + seconds(10)).ok());
+  }
+  cgroups->RemoveParent();
+  StartAgent(IsolationOptions{});
 }
 
 // Rank 0 fails while another account listens on the gang's master port

@@ -276,7 +276,32 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(
     }
   }
   GuardGpuDevices(config, gpus, **tree, isolation);
+  if (absl::Status check = (*tree)->CheckPortGuard(); !check.ok()) {
+    spdlog::warn(
+        "event=master_port_guard_off reason={}",
+        LogValue(absl::StrCat(check.message(),
+                              ": a member may bind the master port leased to "
+                              "another gang on this host")));
+  } else {
+    spdlog::info("event=master_port_guard_on");
+    // Known once the agent has registered (see the Daemon constructor).
+    isolation.master_port_range = [] {
+      return std::pair<uint32_t, uint32_t>(0, 0);
+    };
+  }
   isolation.cgroups = std::move(*tree);
+  return isolation;
+}
+
+// Member cgroups guard the master port range the coordinator named when
+// this agent registered, where PrepareIsolation found that they can.
+IsolationOptions WithMasterPortRange(IsolationOptions isolation,
+                                     rendezvous::CoordinatorClient* client) {
+  if (isolation.master_port_range) {
+    isolation.master_port_range = [client] {
+      return client->master_port_range();
+    };
+  }
   return isolation;
 }
 
@@ -290,7 +315,7 @@ Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
       supervisor_(config.scratch_dir, config.kill_grace,
                   StageBaseEnvironment(CurrentEnvironment(),
                                        config.stage_environment_passthrough),
-                  std::move(isolation)),
+                  WithMasterPortRange(std::move(isolation), &coordinator_)),
       service_(supervisor_),
       coordinator_(config.coordinator, security),
       exit_outbox_((std::filesystem::path(config.scratch_dir) / ".exit-outbox")

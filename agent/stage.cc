@@ -23,18 +23,6 @@
 namespace gdt::agent {
 namespace {
 
-// The master port in a stage environment of rank 0, else 0.
-uint32_t MasterPortOfRankZero(const std::map<std::string, std::string>& env) {
-  const auto rank = env.find("GDT_NODE_RANK");
-  const auto port = env.find("GDT_MASTER_PORT");
-  uint32_t value = 0;
-  if (rank == env.end() || rank->second != "0" || port == env.end() ||
-      !absl::SimpleAtoi(port->second, &value) || value > 65535) {
-    return 0;
-  }
-  return value;
-}
-
 // The member cgroup's directory from its cgroup.procs path; empty for none.
 std::string CgroupDirOf(const std::string& cgroup_procs) {
   const std::string suffix = "/cgroup.procs";
@@ -78,6 +66,17 @@ constexpr size_t kOutputTailBytes = 64 << 10;
 constexpr size_t kMaxStepBytes = 64;
 
 }  // namespace
+
+uint32_t MasterPortOfRankZero(const std::map<std::string, std::string>& env) {
+  const auto rank = env.find("GDT_NODE_RANK");
+  const auto port = env.find("GDT_MASTER_PORT");
+  uint32_t value = 0;
+  if (rank == env.end() || rank->second != "0" || port == env.end() ||
+      !absl::SimpleAtoi(port->second, &value) || value > 65535) {
+    return 0;
+  }
+  return value;
+}
 
 StageProgress ReadStageProgress(const std::string& progress_file,
                                 std::chrono::system_clock::time_point started) {

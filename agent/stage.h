@@ -68,6 +68,10 @@ class StageObserver {
   virtual void OnExit(const ExitStatus& status) = 0;
 };
 
+// The master port leased to the gang in a stage environment of rank 0
+// (GDT_NODE_RANK 0 and GDT_MASTER_PORT set), else 0.
+uint32_t MasterPortOfRankZero(const std::map<std::string, std::string>& env);
+
 struct StageOptions {
   std::string script_path;                 // Run as `/bin/bash <script_path>`.
   std::map<std::string, std::string> env;  // The complete environment.

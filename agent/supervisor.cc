@@ -314,6 +314,36 @@ absl::Status Supervisor::AllowGpus(const StageRequest& request, Member& member,
   return absl::OkStatus();
 }
 
+absl::Status Supervisor::GuardMasterPorts(const StageRequest& request,
+                                          Member& member) const {
+  if (!isolation_.master_port_range || member.cgroup.empty()) {
+    return absl::OkStatus();
+  }
+  const auto [min, max] = isolation_.master_port_range();
+  // Not registered yet, or a coordinator that does not say.
+  if (min == 0 || min > max || max > 65535) return absl::OkStatus();
+  const PortRange range{static_cast<uint16_t>(min), static_cast<uint16_t>(max)};
+  uint16_t allowed = 0;
+  if (request.env.contains("GDT_MASTER_PORT")) {
+    allowed = static_cast<uint16_t>(MasterPortOfRankZero(request.env));
+  } else if (member.guarded_ports.has_value()) {
+    allowed = member.guarded_ports->second;
+  }
+  if (member.guarded_ports == std::make_pair(range, allowed)) {
+    return absl::OkStatus();
+  }
+  if (absl::Status done = isolation_.cgroups->GuardPorts(
+          EscapePathComponent(request.member_id), range, allowed);
+      !done.ok()) {
+    return absl::InternalError(
+        absl::StrCat("cannot keep member ", request.member_id,
+                     " off the master ports of other gangs (", min, "..", max,
+                     "): ", done.message()));
+  }
+  member.guarded_ports = std::make_pair(range, allowed);
+  return absl::OkStatus();
+}
+
 std::optional<SpawnOptions::Credentials> Supervisor::CredentialsOf(
     const Member& member) const {
   if (member.account < 0) return std::nullopt;
@@ -531,6 +561,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     GDT_RETURN_IF_ERROR(PlaceMember(request.member_id));
     Member& member = members_[request.member_id];
     GDT_RETURN_IF_ERROR(AllowGpus(request, member, visible_gpus));
+    GDT_RETURN_IF_ERROR(GuardMasterPorts(request, member));
     number = ++member.stages_started;
     extra_env = extra_env_;
     credentials = CredentialsOf(member);

@@ -4,10 +4,12 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -62,6 +64,12 @@ struct IsolationOptions {
   // last set it), none before, and its stages get those GPUs' UUIDs there
   // instead of their indices.
   std::map<uint32_t, ConfinedGpu> gpu_devices;
+  // With `cgroups` that can guard ports (CgroupTree::CheckPortGuard): the
+  // coordinator's master_port_range as last learnt, {min, max} ({0, 0}:
+  // not yet known). A member's cgroup may bind no port in it but the
+  // master port its gang was leased, and that only as rank 0 (from the
+  // stage that last set GDT_MASTER_PORT); null = binds are not guarded.
+  std::function<std::pair<uint32_t, uint32_t>()> master_port_range;
   // SetupMember() accepts builds dirs only strictly under this directory
   // and extra dirs only under it or `cache_root`; empty = any absolute path.
   std::string builds_root;
@@ -211,6 +219,9 @@ class Supervisor {
     std::string cgroup;  // Its directory; empty = none.
     // The CUDA_VISIBLE_DEVICES its cgroup's devices were last allowed for.
     std::optional<std::string> allowed_gpus;
+    // The master port range its cgroup guards and the port allowed there
+    // (0 = none); unset = no bind program yet.
+    std::optional<std::pair<PortRange, uint16_t>> guarded_ports;
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
     // A stage started since RunningMembers() last reported.
@@ -237,6 +248,12 @@ class Supervisor {
   // `visible` alone when GPUs are not confined or the stage names none.
   absl::Status AllowGpus(const StageRequest& request, Member& member,
                          std::optional<std::string>& visible) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Lets the member's cgroup bind, of the master port range, only its
+  // gang's master port when the stage is rank 0's, no port of it else; a
+  // stage without GDT_MASTER_PORT keeps what was allowed before.
+  absl::Status GuardMasterPorts(const StageRequest& request,
+                                Member& member) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the member's account (once) and creates its cgroup (once).
   absl::Status PlaceMember(const std::string& member_id)

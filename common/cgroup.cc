@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -55,20 +56,21 @@ std::vector<pid_t> PidsIn(const std::string& dir) {
   return pids;
 }
 
+bpf_insn Insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off,
+              int32_t imm) {
+  bpf_insn out{};
+  out.code = code;
+  out.dst_reg = dst;
+  out.src_reg = src;
+  out.off = off;
+  out.imm = imm;
+  return out;
+}
+
 // A device program refusing the character devices in `denied` (sorted)
 // and letting everything else through: for each denied device, a major
 // that differs skips its minor test; an equal minor jumps to the refusal.
 std::vector<bpf_insn> DeviceProgram(const std::vector<DeviceNumber>& denied) {
-  auto insn = [](uint8_t code, uint8_t dst, uint8_t src, int16_t off,
-                 int32_t imm) {
-    bpf_insn out{};
-    out.code = code;
-    out.dst_reg = dst;
-    out.src_reg = src;
-    out.off = off;
-    out.imm = imm;
-    return out;
-  };
   const int n = static_cast<int>(denied.size());
   const int allow = 5 + 2 * n;  // Index of "r0 = 1".
   const int deny = allow + 2;   // Index of "r0 = 0".
@@ -76,26 +78,52 @@ std::vector<bpf_insn> DeviceProgram(const std::vector<DeviceNumber>& denied) {
   // struct bpf_cgroup_dev_ctx { u32 access_type; u32 major; u32 minor; }:
   // the device type is the low 16 bits of access_type.
   program.push_back(
-      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, 0, 0));
-  program.push_back(insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff));
-  program.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0,
+      Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1, 0, 0));
+  program.push_back(Insn(BPF_ALU | BPF_AND | BPF_K, BPF_REG_2, 0, 0, 0xffff));
+  program.push_back(Insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, 0,
                          static_cast<int16_t>(allow - 3), BPF_DEVCG_DEV_CHAR));
   program.push_back(
-      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, 4, 0));
+      Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1, 4, 0));
   program.push_back(
-      insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_4, BPF_REG_1, 8, 0));
+      Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_4, BPF_REG_1, 8, 0));
   for (int i = 0; i < n; ++i) {
     const DeviceNumber& device = denied[static_cast<size_t>(i)];
-    program.push_back(insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 1,
+    program.push_back(Insn(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_3, 0, 1,
                            static_cast<int32_t>(device.major)));
-    program.push_back(insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0,
+    program.push_back(Insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_4, 0,
                            static_cast<int16_t>(deny - (7 + 2 * i)),
                            static_cast<int32_t>(device.minor)));
   }
-  program.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
-  program.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
-  program.push_back(insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
-  program.push_back(insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+  program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+  program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  return program;
+}
+
+// A bind program (IPv4 or IPv6 alike) refusing ports in `guarded` other
+// than `allowed`: the port, which the context holds in network byte order,
+// is turned to host order and compared with the range's ends.
+std::vector<bpf_insn> BindProgram(PortRange guarded, uint16_t allowed) {
+  const bool exception = allowed >= guarded.first && allowed <= guarded.last;
+  const int deny = exception ? 5 : 4;  // Index of "r0 = 0".
+  const int allow = deny + 2;          // Index of "r0 = 1".
+  std::vector<bpf_insn> program;
+  program.push_back(Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1,
+                         offsetof(bpf_sock_addr, user_port), 0));
+  program.push_back(Insn(BPF_ALU | BPF_END | BPF_TO_BE, BPF_REG_2, 0, 0, 16));
+  program.push_back(Insn(BPF_JMP | BPF_JLT | BPF_K, BPF_REG_2, 0,
+                         static_cast<int16_t>(allow - 3), guarded.first));
+  program.push_back(Insn(BPF_JMP | BPF_JGT | BPF_K, BPF_REG_2, 0,
+                         static_cast<int16_t>(allow - 4), guarded.last));
+  if (exception) {
+    program.push_back(Insn(BPF_JMP | BPF_JEQ | BPF_K, BPF_REG_2, 0,
+                           static_cast<int16_t>(allow - 5), allowed));
+  }
+  program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+  program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  program.push_back(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+  program.push_back(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
   return program;
 }
 
@@ -103,16 +131,33 @@ long Bpf(int command, bpf_attr& attr) {
   return syscall(__NR_bpf, command, &attr, sizeof(attr));
 }
 
-// Loads the program refusing `denied` and attaches it to the cgroup `dir`,
-// replacing the program attached there before (no flags: one program per
-// cgroup, which its processes cannot override).
-absl::Status AttachDeviceProgram(const std::string& dir,
-                                 const std::vector<DeviceNumber>& denied) {
-  const std::vector<bpf_insn> program = DeviceProgram(denied);
+// What a cgroup program is: its type, where it attaches, whether the kernel
+// wants that attach point at load time, and a name for errors.
+struct ProgramKind {
+  bpf_prog_type type;
+  bpf_attach_type attach;
+  bool expected_at_load;
+  const char* what;
+};
+constexpr ProgramKind kDeviceProgram{
+    BPF_PROG_TYPE_CGROUP_DEVICE, BPF_CGROUP_DEVICE, false, "a device program"};
+constexpr ProgramKind kBind4Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                    BPF_CGROUP_INET4_BIND, true,
+                                    "an IPv4 bind program"};
+constexpr ProgramKind kBind6Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                    BPF_CGROUP_INET6_BIND, true,
+                                    "an IPv6 bind program"};
+
+// Loads `program` and attaches it to the cgroup `dir`, replacing the
+// program of its kind attached there before (no flags: one program per
+// cgroup and kind, which its processes cannot override).
+absl::Status AttachProgram(const std::string& dir, const ProgramKind& kind,
+                           const std::vector<bpf_insn>& program) {
   static constexpr char kLicense[] = "Apache-2.0";
   char log[1024] = {};
   bpf_attr load{};
-  load.prog_type = BPF_PROG_TYPE_CGROUP_DEVICE;
+  load.prog_type = kind.type;
+  if (kind.expected_at_load) load.expected_attach_type = kind.attach;
   load.insns = reinterpret_cast<uint64_t>(program.data());
   load.insn_cnt = static_cast<uint32_t>(program.size());
   load.license = reinterpret_cast<uint64_t>(kLicense);
@@ -123,7 +168,7 @@ absl::Status AttachDeviceProgram(const std::string& dir,
   if (prog < 0) {
     const int error = errno;
     return absl::FailedPreconditionError(absl::StrCat(
-        "the kernel refuses to load a device program (bpf BPF_PROG_LOAD): ",
+        "the kernel refuses to load ", kind.what, " (bpf BPF_PROG_LOAD): ",
         std::strerror(error), log[0] != 0 ? absl::StrCat(": ", log) : ""));
   }
   const int cgroup = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -136,7 +181,7 @@ absl::Status AttachDeviceProgram(const std::string& dir,
   bpf_attr attach{};
   attach.target_fd = static_cast<uint32_t>(cgroup);
   attach.attach_bpf_fd = static_cast<uint32_t>(prog);
-  attach.attach_type = BPF_CGROUP_DEVICE;
+  attach.attach_type = kind.attach;
   const long attached = Bpf(BPF_PROG_ATTACH, attach);
   const int error = errno;
   close(cgroup);
@@ -144,10 +189,22 @@ absl::Status AttachDeviceProgram(const std::string& dir,
   close(static_cast<int>(prog));
   if (attached < 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot attach a device program to cgroup ", dir,
+        absl::StrCat("cannot attach ", kind.what, " to cgroup ", dir,
                      " (bpf BPF_PROG_ATTACH): ", std::strerror(error)));
   }
   return absl::OkStatus();
+}
+
+absl::Status AttachDeviceProgram(const std::string& dir,
+                                 const std::vector<DeviceNumber>& denied) {
+  return AttachProgram(dir, kDeviceProgram, DeviceProgram(denied));
+}
+
+absl::Status AttachBindPrograms(const std::string& dir, PortRange guarded,
+                                uint16_t allowed) {
+  const std::vector<bpf_insn> program = BindProgram(guarded, allowed);
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind4Program, program));
+  return AttachProgram(dir, kBind6Program, program);
 }
 
 }  // namespace
@@ -305,6 +362,31 @@ absl::Status CgroupTree::AllowDevices(
     }
   }
   const absl::Status attached = AttachDeviceProgram(PathOf(name), denied);
+  if (attached.ok()) return attached;
+  return absl::InternalError(attached.message());
+}
+
+absl::Status CgroupTree::CheckPortGuard() const {
+  // A name no member has (see GuardDevices).
+  const std::string probe = PathOf(".port-probe");
+  if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create cgroup ", probe, ": ", std::strerror(errno)));
+  }
+  const absl::Status attached = AttachBindPrograms(probe, {1, 1}, 0);
+  rmdir(probe.c_str());
+  return attached;
+}
+
+absl::Status CgroupTree::GuardPorts(const std::string& name, PortRange guarded,
+                                    uint16_t allowed) const {
+  if (guarded.first == 0 || guarded.first > guarded.last) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no ports to guard in ", guarded.first, "..", guarded.last,
+                     " (it needs 1 <= first <= last)"));
+  }
+  const absl::Status attached =
+      AttachBindPrograms(PathOf(name), guarded, allowed);
   if (attached.ok()) return attached;
   return absl::InternalError(attached.message());
 }

@@ -31,6 +31,13 @@ struct DeviceNumber {
 // character device.
 absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path);
 
+// Ports a cgroup's processes may not bind, both ends included.
+struct PortRange {
+  uint16_t first = 0;
+  uint16_t last = 0;
+  friend bool operator==(const PortRange&, const PortRange&) = default;
+};
+
 // One child cgroup per name (e.g. per gang member) under a parent
 // directory its user owns.
 // Thread-safe: every call works on its own directory.
@@ -82,6 +89,23 @@ class CgroupTree {
   // naming the cgroup.
   absl::Status AllowDevices(const std::string& name,
                             const std::vector<DeviceNumber>& allowed) const;
+
+  // Checks, on a cgroup of its own, that the kernel loads and attaches the
+  // bind programs GuardPorts() uses. Errors: FailedPrecondition naming why
+  // (no bpf(), no privilege for it, no bind hooks in the kernel).
+  absl::Status CheckPortGuard() const;
+
+  // Refuses with EPERM every bind() a process in the cgroup of `name` makes
+  // to a port in `guarded` other than `allowed` (0 = to all of them), over
+  // IPv4 and IPv6 (v4-mapped addresses included) and for any protocol; a
+  // bind to port 0 or outside `guarded` goes through. Replaces the ports
+  // guarded there before; processes already in it are bound at once. A
+  // bind hook (BPF programs of type CGROUP_SOCK_ADDR), so it covers binds
+  // only: a port the kernel picks itself (connect or listen without a bind)
+  // is not looked at. Errors: InvalidArgument for an empty range; Internal
+  // naming the cgroup.
+  absl::Status GuardPorts(const std::string& name, PortRange guarded,
+                          uint16_t allowed) const;
 
   // The cgroup of `name` (one path component), created when missing, with
   // the pids limit when one is set (and, with guarded devices, none of them

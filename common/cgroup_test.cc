@@ -1,6 +1,9 @@
 #include "common/cgroup.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
@@ -251,6 +255,107 @@ TEST_F(CgroupTest, GuardedDevicesOpenOnlyWhereAllowed) {
 
   EXPECT_TRUE(tree_->Destroy("member", steady_clock::now() + seconds(10)).ok());
   std::filesystem::remove_all(nodes);
+}
+
+// What binding each of `targets` ("4 <host> <port>" or "6 <host> <port>")
+// gives a process in `cgroup_procs` (empty = outside every member): "ok" or
+// the errno's name, one line per target.
+std::string BindsFrom(const std::string& cgroup_procs,
+                      const std::vector<std::string>& targets) {
+  SpawnOptions spawn;
+  spawn.argv = {"python3", "-c",
+                "import errno, socket, sys\n"
+                "for t in sys.argv[1:]:\n"
+                "    fam, host, port = t.split()\n"
+                "    s = socket.socket(socket.AF_INET6 if fam == '6' else "
+                "socket.AF_INET)\n"
+                "    try:\n"
+                "        s.bind((host, int(port))); r = 'ok'\n"
+                "    except OSError as e:\n"
+                "        r = errno.errorcode.get(e.errno, str(e.errno))\n"
+                "    s.close()\n"
+                "    print(t, r)\n"};
+  spawn.argv.insert(spawn.argv.end(), targets.begin(), targets.end());
+  spawn.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"LC_ALL", "C"}};
+  spawn.cgroup_procs = cgroup_procs;
+  absl::StatusOr<std::unique_ptr<Subprocess>> python = Subprocess::Spawn(spawn);
+  EXPECT_TRUE(python.ok()) << python.status();
+  if (!python.ok()) return std::string();
+  std::string output;
+  (*python)->Wait(
+      [&](OutputSource, std::string_view data) { output.append(data); });
+  return output;
+}
+
+TEST_F(CgroupTest, GuardedPortsAreRefusedToBindExceptTheAllowedOne) {
+  if (absl::Status check = tree_->CheckPortGuard(); !check.ok()) {
+    ASSERT_NE(geteuid(), 0u) << check;
+    GTEST_SKIP() << "bind programs need privilege: " << check;
+  }
+  EXPECT_TRUE(tree_->Children().empty()) << "the probe cgroup is left";
+  // A free port the kernel picks, the middle of a range of 9.
+  int probe = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(probe, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&address), length), 0);
+  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length),
+            0);
+  close(probe);
+  const int port = ntohs(address.sin_port);
+  ASSERT_GT(port, 5);
+  ASSERT_LT(port, 65530);
+  const PortRange range{static_cast<uint16_t>(port - 4),
+                        static_cast<uint16_t>(port + 4)};
+  const std::string leased = absl::StrCat(port);
+  const std::string other = absl::StrCat(port - 4);
+  const std::string last = absl::StrCat(port + 4);
+  // Each family and address form, on the range's ends, on the allowed port
+  // and on port 0.
+  const std::vector<std::string> targets = {
+      "4 0.0.0.0 " + other,           "4 127.0.0.1 " + last,   "6 :: " + other,
+      "6 ::ffff:127.0.0.1 " + last,   "4 127.0.0.1 " + leased, "6 :: " + leased,
+      "6 ::ffff:127.0.0.1 " + leased, "4 0.0.0.0 0",           "6 :: 0"};
+  auto expect = [&](const std::vector<std::string>& results) {
+    std::string text;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      absl::StrAppend(&text, targets[i], " ", results[i], "\n");
+    }
+    return text;
+  };
+
+  absl::StatusOr<std::string> dir = tree_->Create("member");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string procs = *dir + "/cgroup.procs";
+  ASSERT_TRUE(
+      tree_->GuardPorts("member", range, static_cast<uint16_t>(port)).ok());
+  EXPECT_EQ(BindsFrom(procs, targets),
+            expect({"EPERM", "EPERM", "EPERM", "EPERM", "ok", "ok", "ok", "ok",
+                    "ok"}))
+      << "the member's own port only";
+
+  // Another port allowed instead: the first one is refused now.
+  ASSERT_TRUE(tree_->GuardPorts("member", range, range.first).ok());
+  EXPECT_EQ(BindsFrom(procs, targets),
+            expect({"ok", "EPERM", "ok", "EPERM", "EPERM", "EPERM", "EPERM",
+                    "ok", "ok"}))
+      << "the range's first port allowed";
+
+  // None allowed; ports outside the range stay open.
+  ASSERT_TRUE(tree_->GuardPorts("member", range, 0).ok());
+  EXPECT_EQ(BindsFrom(procs, targets),
+            expect({"EPERM", "EPERM", "EPERM", "EPERM", "EPERM", "EPERM",
+                    "EPERM", "ok", "ok"}))
+      << "no port allowed";
+  EXPECT_EQ(tree_->GuardPorts("member", {range.last, range.first}, 0).code(),
+            absl::StatusCode::kInvalidArgument);
+
+  // Outside the member nothing is refused.
+  EXPECT_EQ(BindsFrom("", targets),
+            expect({"ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok", "ok"}));
+
+  EXPECT_TRUE(tree_->Destroy("member", steady_clock::now() + seconds(10)).ok());
 }
 
 TEST_F(CgroupTest, SpawnIntoAMissingCgroupFails) {

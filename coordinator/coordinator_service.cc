@@ -711,6 +711,12 @@ void CoordinatorService::SetLivenessEndpoint(uint32_t port,
   liveness_endpoint_ = endpoint;
 }
 
+void CoordinatorService::SetMasterPortRange(uint32_t min, uint32_t max) {
+  MutexLock lock(mu_);
+  master_port_min_ = min;
+  master_port_max_ = max;
+}
+
 void CoordinatorService::EndAllStreams(const std::string& why) {
   MutexLock lock(mu_);
   for (auto& [id, reactor] : streams_) {
@@ -932,6 +938,8 @@ grpc::ServerUnaryReactor* CoordinatorService::RegisterHost(
     MutexLock lock(mu_);
     response->set_liveness_port(liveness_port_);
     response->set_liveness_endpoint(liveness_endpoint_);
+    response->set_master_port_min(master_port_min_);
+    response->set_master_port_max(master_port_max_);
   }
   return Finish(context, status);
 }

@@ -73,6 +73,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // What RegisterHost tells agents about the liveness server: its port and,
   // when set, the full endpoint to use (RegisterHostResponse).
   void SetLivenessEndpoint(uint32_t port, const std::string& endpoint);
+  // The master_port_range RegisterHost tells agents.
+  void SetMasterPortRange(uint32_t min, uint32_t max);
 
   // Ends every open JoinGang and WatchGang stream with UNAVAILABLE (clients
   // reconnect), so that server shutdown does not wait on them.
@@ -220,6 +222,8 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   std::string advertise_endpoint_ ABSL_GUARDED_BY(mu_);
   uint32_t liveness_port_ ABSL_GUARDED_BY(mu_) = 0;
   std::string liveness_endpoint_ ABSL_GUARDED_BY(mu_);
+  uint32_t master_port_min_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t master_port_max_ ABSL_GUARDED_BY(mu_) = 0;
   // Where joins are verified when members are (SetSecurity); last, so that
   // its threads end before anything they use.
   std::unique_ptr<WorkQueue> verifications_;

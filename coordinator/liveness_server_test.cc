@@ -62,6 +62,17 @@ class LivenessServerTest : public ::testing::Test {
   std::unique_ptr<rendezvous::CoordinatorClient> client_;
 };
 
+// Registration also names the master_port_range, which agents keep their
+// members' binds to (docs/security.md).
+TEST_F(LivenessServerTest, RegistrationTellsAgentsTheMasterPortRange) {
+  config_.master_port_min = 23100;
+  config_.master_port_max = 23139;
+  Start();
+  EXPECT_EQ(client_->master_port_range(), std::make_pair(0u, 0u));
+  ASSERT_TRUE(client_->RegisterHost(Host("cpu-01"), 5s).ok());
+  EXPECT_EQ(client_->master_port_range(), std::make_pair(23100u, 23139u));
+}
+
 TEST_F(LivenessServerTest, AgentsHeartbeatOnTheLivenessPortAndNothingElseDoes) {
   Start();
   ASSERT_NE(server_->liveness_port(), 0);

@@ -163,6 +163,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->admin_token_sha256_ = security->admin_token_sha256;
   server->status_without_token_ = security->status_without_token;
   server->service_->SetSecurity(*std::move(security));
+  server->service_->SetMasterPortRange(config.master_port_min,
+                                       config.master_port_max);
 
   if (absl::Status probe = ProbeListen(config.listen_address); !probe.ok()) {
     return absl::UnavailableError(absl::StrCat(

@@ -265,7 +265,13 @@ absl::StatusOr<uint32_t> CoordinatorClient::RegisterHost(
   }
   MutexLock lock(mu_);
   liveness_ = std::move(liveness);
+  master_ports_ = {response->master_port_min(), response->master_port_max()};
   return response->heartbeat_interval_seconds();
+}
+
+std::pair<uint32_t, uint32_t> CoordinatorClient::master_port_range() {
+  MutexLock lock(mu_);
+  return master_ports_;
 }
 
 std::string CoordinatorClient::liveness_endpoint() {

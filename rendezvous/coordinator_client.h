@@ -96,6 +96,10 @@ class CoordinatorClient {
   // its liveness_port); empty when there is none or it stopped answering.
   std::string liveness_endpoint();
 
+  // The master_port_range the last RegisterHost named, {min, max}; {0, 0}
+  // before one answered or from a coordinator that does not say.
+  std::pair<uint32_t, uint32_t> master_port_range();
+
   // Returns true when the coordinator asks the agent to register again.
   // `running_members`: the members that run a stage on the host now
   // (nullopt: the caller does not say). Sent to the liveness server when
@@ -240,6 +244,7 @@ class CoordinatorClient {
   Mutex mu_;
   std::string current_ ABSL_GUARDED_BY(mu_);
   std::string liveness_ ABSL_GUARDED_BY(mu_);  // See liveness_endpoint().
+  std::pair<uint32_t, uint32_t> master_ports_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<v1::Coordinator::Stub>> stubs_
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::shared_ptr<grpc::Channel>> channels_
