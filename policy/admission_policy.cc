@@ -1217,14 +1217,15 @@ double AdmissionPolicy::OverdueAfter(Seconds now) const {
          static_cast<double>(gpus);
 }
 
-int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
+int64_t AdmissionPolicy::AgingLevel(const Gang& gang, Seconds now) const {
   const PreemptOptions& o = options_.preempt;
-  int64_t rank = int64_t{gang.spec.priority} * 2;
-  if (o.aging_step > 0) {
-    const Seconds waited = std::max<Seconds>(0, now - gang.spec.queue_time);
-    rank += 2 * std::min<int64_t>(o.max_aging_levels, waited / o.aging_step);
-  }
-  return rank;
+  if (o.aging_step <= 0) return 0;
+  const Seconds waited = std::max<Seconds>(0, now - gang.spec.queue_time);
+  return std::min<int64_t>(o.max_aging_levels, waited / o.aging_step);
+}
+
+int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
+  return int64_t{gang.spec.priority} * 2 + 2 * AgingLevel(gang, now);
 }
 
 int64_t AdmissionPolicy::RunningRank(const Gang& gang, Seconds now) const {
@@ -1422,28 +1423,42 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
   // may be served only if it ends before the head's reservation.
   share(head);
   const bool head_served = head.spec.gpus_per_member != 0 && take(head);
-  std::vector<Gang*> behind;
+  // The gangs behind it: complete, with GPUs, not the head, and ending
+  // before the head's reservation unless the head is served. Every gang of
+  // a lane shares its shape and run bound, so lanes are taken or left whole.
+  auto behind = [&](const Gang& gang) {
+    return gang.spec.gpus_per_member != 0 &&
+           (head_served || soon_end + gang.spec.run_bound <= reserved.start);
+  };
   // The smallest shape behind the head, and the gangs by rank: once that
   // shape fails at a rank, every gang of that rank would.
   uint32_t fewest_gpus = kUnlimited;
   uint32_t fewest_members = kUnlimited;
   std::set<int64_t> alive;
-  for (const auto& [key, gang] : complete_) {
-    if (gang == &head || gang->spec.gpus_per_member == 0) continue;
-    if (!head_served && soon_end + gang->spec.run_bound > reserved.start) {
-      continue;
+  for (const auto& [key, lane] : lanes_) {
+    if (lane.empty() || !behind(*lane.begin()->second)) continue;
+    // The ranks in the lane, the head left out. Older gangs rank as high
+    // or higher (aging): after each rank found, skip to the first gang
+    // that has waited fewer aging steps.
+    for (auto it = lane.begin(); it != lane.end();) {
+      const Gang& gang = *it->second;
+      if (&gang == &head) {
+        ++it;
+        continue;
+      }
+      fewest_gpus = std::min(fewest_gpus, gang.spec.gpus_per_member);
+      fewest_members = std::min(fewest_members, gang.spec.members);
+      alive.insert(WaitingRank(gang, now));
+      const int64_t level = AgingLevel(gang, now);
+      if (level <= 0) break;  // Every later gang is at this level too.
+      it = lane.upper_bound(
+          {now - level * o.aging_step, std::numeric_limits<int64_t>::max()});
     }
-    behind.push_back(gang);
-    fewest_gpus = std::min(fewest_gpus, gang->spec.gpus_per_member);
-    fewest_members = std::min(fewest_members, gang->spec.members);
-    alive.insert(WaitingRank(*gang, now));
   }
-  // In admission order, drawn from a heap: the walk ends once no victim is
-  // left or no gang can be served, usually long before the last gang.
-  auto goes_later = [&](const Gang* a, const Gang* b) {
-    return GoesFirst(*b, *a, now);
-  };
-  std::make_heap(behind.begin(), behind.end(), goes_later);
+  // In admission order, drawn from the lanes: the walk ends once no victim
+  // is left or no gang can be served, usually long before the last gang.
+  Merge walk(lanes_, &GoesFirstAt, now, overdue_after_);
+  walk.Keep(behind);
   // Shapes that could not be served: with as many members of as many GPUs
   // or more, and the same rank, a gang cannot be either (what is left only
   // shrinks within the pass). By rank, then GPUs per member: the fewest
@@ -1460,12 +1475,13 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
       alive.erase(rank);
     }
   };
-  for (auto end = behind.end(); end != behind.begin(); --end) {
+  while (true) {
     if (served >= o.served_behind_head || victims.empty() || alive.empty()) {
       break;
     }
-    std::pop_heap(behind.begin(), end, goes_later);
-    const Gang* gang = *(end - 1);
+    const Gang* gang = walk.Next();
+    if (gang == nullptr) break;
+    if (gang == &head) continue;
     const GangSpec& spec = gang->spec;
     const bool plain = spec.node_selector.empty() && spec.same_label.empty();
     const int64_t rank = WaitingRank(*gang, now);

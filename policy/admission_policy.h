@@ -500,6 +500,9 @@ class AdmissionPolicy {
   double OverdueAfter(Seconds now) const;
   // The level a gang ranks at when victims are chosen.
   int64_t WaitingRank(const Gang& gang, Seconds now) const;
+  // The aging steps (PreemptOptions::aging_step) in WaitingRank(): the
+  // whole steps waited, at most max_aging_levels; 0 without aging.
+  int64_t AgingLevel(const Gang& gang, Seconds now) const;
   int64_t RunningRank(const Gang& gang, Seconds now) const;
   double LostGpuSeconds(const Gang& gang, Seconds now) const;
 
