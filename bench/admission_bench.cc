@@ -253,6 +253,83 @@ void BM_PolicyIncrementalEvent(benchmark::State& state) {
 }
 BENCHMARK(BM_PolicyIncrementalEvent)->Unit(benchmark::kMicrosecond);
 
+// One event under kPreempt with a long waiting queue (the simulator's way,
+// as in a trace whose jobs all arrive at once): 32 hosts x 8 GPUs run
+// preemptible single-GPU gangs, state.range(0) complete gangs of mixed
+// shapes and run bounds wait, and each event finishes the oldest running
+// gang, adds a gang and runs one pass. A pass should cost about the same
+// whatever the length of the queue: compare the counters across the
+// arguments of one run.
+void BM_PreemptEventLongQueue(benchmark::State& state) {
+  using namespace gdt::policy;
+  constexpr uint32_t kSmallHosts = 32;
+  const uint32_t waiting = static_cast<uint32_t>(state.range(0));
+  AdmissionPolicy policy(PolicyOptions{Mode::kPreempt, 8});
+  for (uint32_t h = 0; h < kSmallHosts; ++h) {
+    HostSpec spec;
+    spec.name = HostName(h);
+    spec.gpus = kGpusPerHost;
+    spec.runner_slots = 4 * waiting;  // Never the limit here.
+    policy.AddHost(spec).IgnoreError();
+  }
+  std::vector<std::string> running;
+  for (uint32_t h = 0; h < kSmallHosts; ++h) {
+    for (uint32_t g = 0; g < kGpusPerHost; ++g) {
+      GangSpec spec;
+      spec.id = "running-" + std::to_string(h) + "-" + std::to_string(g);
+      spec.members = 1;
+      spec.gpus_per_member = 1;
+      spec.run_bound = 4 * 3600;
+      spec.preemptible = true;
+      policy
+          .AddRunning(spec, {MemberPlacement{1, HostName(h), {g}}},
+                      spec.run_bound + 60 * (h * kGpusPerHost + g))
+          .IgnoreError();
+      running.push_back(spec.id);
+    }
+  }
+  Seconds now = 0;
+  uint32_t next = 0;
+  auto add = [&] {
+    static constexpr uint32_t kGpus[] = {1, 2, 4, 8};
+    GangSpec spec;
+    spec.id = "pending-" + std::to_string(next);
+    spec.members = 1 + (next % 4);
+    spec.gpus_per_member = kGpus[(next / 4) % 4];
+    spec.queue_time = now;
+    spec.run_bound = 3600 * (1 + (next * 7) % 48);
+    spec.preemptible = true;
+    for (uint32_t m = 1; m <= spec.members; ++m) {
+      policy.Join(spec, m, HostName((next + m) % kSmallHosts)).IgnoreError();
+    }
+    ++next;
+  };
+  while (next < waiting) add();
+  size_t finished = 0;
+  Percentiles percentiles;
+  for (auto _ : state) {
+    now += 60;
+    percentiles.Start();
+    if (finished < running.size()) {
+      policy.Finish(running[finished++]).IgnoreError();
+    }
+    add();
+    Decisions decisions = policy.Schedule(now);
+    percentiles.Stop();
+    for (const Admission& a : decisions.admitted) running.push_back(a.gang_id);
+    benchmark::DoNotOptimize(decisions);
+  }
+  state.counters["pending_at_end"] =
+      static_cast<double>(policy.waiting_gangs());
+  percentiles.Report(state);
+}
+BENCHMARK(BM_PreemptEventLongQueue)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(500);
+
 }  // namespace
 
 BENCHMARK_MAIN();

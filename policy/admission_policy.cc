@@ -263,6 +263,7 @@ absl::Status AdmissionPolicy::Join(const GangSpec& spec, uint32_t member_index,
   }
   --host.free_slots;
   gang_it->second.present[member_index] = Member{host_it->second, {}};
+  Relist(gang_it->second);
   return absl::OkStatus();
 }
 
@@ -295,12 +296,105 @@ absl::Status AdmissionPolicy::Leave(const std::string& gang_id,
   ReleaseGpus(gang.seq, member->second.slot_host, member->second.gpus);
   ++hosts_[member->second.slot_host].free_slots;
   gang.present.erase(member);
+  Relist(gang);
   return absl::OkStatus();
 }
 
-void AdmissionPolicy::Dequeue(const Gang& gang) {
+namespace {
+
+// GPU-seconds of a waiting gang at its smallest size, for its run bound.
+unsigned __int128 WaitingWork(const GangSpec& spec) {
+  // An elastic gang's run bound holds at its smallest size.
+  const uint32_t members = spec.min_members != 0
+                               ? std::min(spec.min_members, spec.members)
+                               : spec.members;
+  return static_cast<unsigned __int128>(spec.run_bound) * members *
+         spec.gpus_per_member;
+}
+
+}  // namespace
+
+void AdmissionPolicy::Relist(Gang& gang) {
+  const bool complete =
+      !gang.running &&
+      queue_.count(
+          QueueKey{-gang.spec.priority, gang.spec.queue_time, gang.seq}) != 0 &&
+      gang.present.size() == gang.spec.members;
+  if (complete == gang.listed) return;
+  const QueueKey key{-gang.spec.priority, gang.spec.queue_time, gang.seq};
+  Lane& lane = lanes_[LaneKey{-gang.spec.priority, gang.spec.run_bound,
+                              gang.spec.gpus_per_member, gang.spec.members,
+                              IsPlain(gang.spec)}];
+  const std::pair<Seconds, int64_t> in_lane{gang.spec.queue_time, gang.seq};
+  if (complete) {
+    complete_.emplace(key, &gang);
+    lane.emplace(in_lane, &gang);
+    waiting_work_ += WaitingWork(gang.spec);
+  } else {
+    complete_.erase(key);
+    lane.erase(in_lane);
+    waiting_work_ -= WaitingWork(gang.spec);
+  }
+  gang.listed = complete;
+}
+
+void AdmissionPolicy::PruneLanes() {
+  for (auto it = lanes_.begin(); it != lanes_.end();) {
+    it = it->second.empty() ? lanes_.erase(it) : std::next(it);
+  }
+}
+
+void AdmissionPolicy::Dequeue(Gang& gang) {
   queue_.erase(QueueKey{-gang.spec.priority, gang.spec.queue_time, gang.seq});
+  Relist(gang);
   if (gang.spec.gpus_per_member == 0) --cpu_only_waiting_;
+}
+
+AdmissionPolicy::Merge::Merge(const std::map<LaneKey, Lane>& lanes, First first,
+                              Seconds now, double overdue_after)
+    : first_(first), now_(now), overdue_after_(overdue_after) {
+  for (const auto& [key, lane] : lanes) {
+    if (lane.empty()) continue;
+    heap_.push_back(fronts_.size());
+    fronts_.emplace_back(lane.begin(), lane.end());
+  }
+  std::make_heap(heap_.begin(), heap_.end(),
+                 [this](size_t a, size_t b) { return Later(a, b); });
+}
+
+bool AdmissionPolicy::Merge::Later(size_t a, size_t b) const {
+  return first_(*fronts_[b].first->second, *fronts_[a].first->second, now_,
+                overdue_after_);
+}
+
+AdmissionPolicy::Gang* AdmissionPolicy::Merge::Next() {
+  auto later = [this](size_t a, size_t b) { return Later(a, b); };
+  if (pending_) std::push_heap(heap_.begin(), heap_.end(), later);
+  pending_ = false;
+  if (heap_.empty()) return nullptr;
+  std::pop_heap(heap_.begin(), heap_.end(), later);
+  auto& [front, end] = fronts_[heap_.back()];
+  Gang* gang = front->second;
+  // Past it before the caller may take it off the queue.
+  if (++front == end) {
+    heap_.pop_back();
+  } else {
+    pending_ = true;
+  }
+  return gang;
+}
+
+void AdmissionPolicy::Merge::DropLast() {
+  if (pending_) heap_.pop_back();
+  pending_ = false;
+}
+
+void AdmissionPolicy::Merge::Keep(absl::FunctionRef<bool(const Gang&)> keep) {
+  pending_ = false;  // The lane drawn from last is rebuilt in with the rest.
+  std::erase_if(heap_,
+                [&](size_t i) { return !keep(*fronts_[i].first->second); });
+  std::make_heap(heap_.begin(), heap_.end(),
+                 [this](size_t a, size_t b) { return Later(a, b); });
 }
 
 void AdmissionPolicy::RemoveGang(const std::string& id) {
@@ -386,8 +480,8 @@ absl::Status AdmissionPolicy::AddRunning(
   }
   gang.placement = std::move(placement);
   gang.start = end_bound - spec.run_bound;
-  running_.emplace(end_bound, spec.id);
-  gangs_.emplace(spec.id, std::move(gang));
+  Gang& added = gangs_.emplace(spec.id, std::move(gang)).first->second;
+  running_.emplace(std::pair{end_bound, spec.id}, &added);
   return absl::OkStatus();
 }
 
@@ -577,7 +671,7 @@ Admission AdmissionPolicy::Commit(Gang& gang, const std::vector<size_t>& hosts,
   gang.running = true;
   gang.start = now;
   gang.end_bound = now + gang.spec.run_bound;
-  running_.emplace(gang.end_bound, gang.spec.id);
+  running_.emplace(std::pair{gang.end_bound, gang.spec.id}, &gang);
   return admission;
 }
 
@@ -610,40 +704,44 @@ bool AdmissionPolicy::Reserve(const Gang& head, Seconds now,
   }
   std::vector<uint32_t> taken(n_hosts, 0);  // By reservations started.
   size_t started = 0;
+  // What host h may give the gang for good: what it has at this point of
+  // the replay, less what the reservations started by then take, and no
+  // more than the later ones leave over; 0 where the gang may not run.
+  auto usable_on = [&](size_t h) -> uint32_t {
+    if (!usable[h]) return 0;
+    const uint32_t now_left = cap[h] > taken[h] ? cap[h] - taken[h] : 0;
+    return std::min(now_left, suffix[started][h]);
+  };
   // Replay the running gangs' ends (at their run bounds) until it fits.
-  // Without earlier reservations `room` tracks Capacity(g, cap, usable) as
-  // GPUs come back.
-  uint64_t room = Capacity(g, cap, usable);
+  // `room` is the members that fit on usable_on() of every host, kept up to
+  // date as GPUs come back (one host at a time) and reservations start (all
+  // hosts): a placement is tried only where the count allows one.
+  uint64_t room = 0;
+  for (size_t h = 0; h < n_hosts; ++h) room += usable_on(h) / g;
   Seconds start = -1;
   std::optional<std::vector<size_t>> hosts;
   std::vector<uint32_t> usable_cap(n_hosts, 0);
   for (auto it = running_.begin(); it != running_.end(); ++it) {
-    for (const auto& [host, gpus] : gangs_.at(it->second).placement) {
-      if (usable[host]) room -= cap[host] / g;
+    for (const auto& [host, gpus] : it->second->placement) {
+      room -= usable_on(host) / g;
       cap[host] += static_cast<uint32_t>(gpus.size());
-      if (usable[host]) room += cap[host] / g;
+      room += usable_on(host) / g;
     }
     auto next = std::next(it);
-    if (next != running_.end() && next->first == it->first) continue;
-    const Seconds at = std::max(it->first, now);
-    if (held.empty()) {
-      if (room < head.spec.members) continue;
-      for (size_t h = 0; h < n_hosts; ++h) {
-        if (usable[h]) usable_cap[h] = cap[h];
-      }
-    } else {
+    if (next != running_.end() && next->first.first == it->first.first) {
+      continue;
+    }
+    const Seconds at = std::max(it->first.first, now);
+    if (started < sorted.size() && held[sorted[started]].start <= at) {
       while (started < sorted.size() && held[sorted[started]].start <= at) {
         const Held& earlier = held[sorted[started++]];
         for (size_t h = 0; h < n_hosts; ++h) taken[h] += earlier.take[h];
       }
-      uint64_t members = 0;
-      for (size_t h = 0; h < n_hosts; ++h) {
-        const uint32_t now_left = cap[h] > taken[h] ? cap[h] - taken[h] : 0;
-        usable_cap[h] = usable[h] ? std::min(now_left, suffix[started][h]) : 0;
-        members += usable_cap[h] / g;
-      }
-      if (members < head.spec.members) continue;
+      room = 0;
+      for (size_t h = 0; h < n_hosts; ++h) room += usable_on(h) / g;
     }
+    if (room < head.spec.members) continue;
+    for (size_t h = 0; h < n_hosts; ++h) usable_cap[h] = usable_on(h);
     hosts = PlaceOn(head, usable_cap);
     if (hosts.has_value()) {
       start = at;
@@ -811,47 +909,25 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
     return reserved && cpu_only_waiting_ == 0 &&
            (free_total == 0 || fewest[0][1] <= 1);
   };
-  // Among equal priorities: highest waited / sqrt(run bound) first, i.e.
-  // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
-  auto aged_first = [now](const Gang* a, const Gang* b) {
-    if (a->spec.priority != b->spec.priority) {
-      return a->spec.priority > b->spec.priority;
-    }
-    const __int128 wa = std::max<Seconds>(0, now - a->spec.queue_time);
-    const __int128 wb = std::max<Seconds>(0, now - b->spec.queue_time);
-    return wa * wa * b->spec.run_bound > wb * wb * a->spec.run_bound;
-  };
-  // The complete gangs, in queue order.
-  std::vector<Gang*> order;
-  for (const auto& [key, gang] : queue_) {
-    if (gang->present.size() == gang->spec.members) order.push_back(gang);
-  }
   // kPreempt with overdue gangs: the head is taken, by priority, from the
   // overdue gangs in queue order, then from the others by aged key (ties in
   // queue order), so preemption serves the oldest overdue gang or else the
-  // one aging favours. Drawn from a heap: a pass takes only a few heads.
+  // one aging favours: a merge of the lanes. Otherwise the heads come in
+  // queue order. Only complete gangs are tried.
+  PruneLanes();
   overdue_after_ = -1;
   const bool aged_head =
       options_.mode == Mode::kPreempt &&
       options_.backfill_order == BackfillOrder::kAgedShortestFirst &&
       options_.preempt.overdue_backlog_fraction > 0;
-  if (aged_head) overdue_after_ = OverdueAfter(order, now);
-  auto goes_first = [&](const Gang* a, const Gang* b) {
-    return GoesFirst(*a, *b, now);
-  };
-  auto goes_later = [&](const Gang* a, const Gang* b) {
-    return goes_first(b, a);
-  };
-  size_t next = 0;                 // Queue order: the next gang to try.
-  size_t heap_end = order.size();  // Aged head: order[0, heap_end) is a heap.
-  if (aged_head) std::make_heap(order.begin(), order.end(), goes_later);
+  if (aged_head) overdue_after_ = OverdueAfter(now);
+  std::optional<Merge> merge;
+  if (aged_head) merge.emplace(lanes_, &GoesFirstAt, now, overdue_after_);
+  auto queued = complete_.begin();  // Queue order: the next gang to try.
   auto next_gang = [&]() -> Gang* {
-    if (!aged_head) return next < order.size() ? order[next++] : nullptr;
-    if (heap_end == 0) return nullptr;
-    std::pop_heap(order.begin(),
-                  order.begin() + static_cast<std::ptrdiff_t>(heap_end),
-                  goes_later);
-    return order[--heap_end];
+    if (aged_head) return merge->Next();
+    // Past it before it may leave the queue.
+    return queued == complete_.end() ? nullptr : (queued++)->second;
   };
   const size_t depth = ReservationDepth(options_);
   // In that order until the first `depth` gangs that do not fit (the head
@@ -888,21 +964,70 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
   }
   // Backfill: the rest, in the configured order (higher priority first in
   // every order).
-  // Capacity only shrinks within a pass, so gangs that cannot fit now are
-  // left out before sorting.
-  std::vector<Gang*> candidates;
-  const size_t rest_begin = aged_head ? 0 : next;
-  const size_t rest_end = aged_head ? heap_end : order.size();
-  for (size_t i = rest_begin; i < rest_end; ++i) {
-    const GangSpec& spec = order[i]->spec;
-    const uint32_t g = spec.gpus_per_member;
-    if (g != 0 && (uint64_t{spec.members} * g > free_total ||
-                   room_for(hosts_with, g) < spec.members)) {
-      continue;
+  // Capacity only shrinks within a pass, so gangs that cannot fit on what is
+  // free now are passed over without a try.
+  const uint64_t rest_free = free_total;
+  const std::vector<uint32_t> rest_hosts_with = hosts_with;
+  auto may_fit = [&](const Gang& gang) {
+    const uint32_t g = gang.spec.gpus_per_member;
+    return g == 0 || (uint64_t{gang.spec.members} * g <= rest_free &&
+                      room_for(rest_hosts_with, g) >= gang.spec.members);
+  };
+  // Tries `gang` unless it cannot fit; false when nothing more can start.
+  // `dead` tells whether it could not: then a plain gang of the same shape
+  // and class cannot start later in this pass either (try_start() would
+  // find it in `fewest`, or may_fit() refuse it), so a merge drops the rest
+  // of its lane without changing a decision.
+  auto backfill = [&](Gang& gang, bool& dead) {
+    dead = false;
+    if (!may_fit(gang)) {
+      dead = IsPlain(gang.spec);
+      return true;
     }
-    candidates.push_back(order[i]);
+    if (nothing_fits()) return false;
+    dead = !try_start(gang) && IsPlain(gang.spec);
+    return true;
+  };
+  // Without a try, nothing changes: return before reading the queue.
+  if (nothing_fits()) return;
+  // A plain lane whose next gang cannot fit is passed over whole.
+  auto lane_may_fit = [&](const Gang& gang) {
+    return !IsPlain(gang.spec) || may_fit(gang);
+  };
+  bool dead = false;
+  if (aged_head) {
+    // The head order goes on.
+    merge->Keep(lane_may_fit);
+    while (Gang* gang = merge->Next()) {
+      if (!backfill(*gang, dead)) return;
+      if (dead) merge->DropLast();
+    }
+    return;
   }
-  if (options_.backfill_order == BackfillOrder::kShortestFirst) {
+  if (queued == complete_.end()) return;
+  if (options_.backfill_order == BackfillOrder::kQueue) {
+    while (queued != complete_.end()) {
+      if (!backfill(*(queued++)->second, dead)) return;
+    }
+  } else if (options_.backfill_order == BackfillOrder::kAgedShortestFirst) {
+    // The lanes merged by aged key, without the gangs tried above: those
+    // before `queued` in queue order.
+    const QueueKey rest = queued->first;
+    Merge aged(lanes_, &AgedFirst, now, overdue_after_);
+    aged.Keep(lane_may_fit);
+    while (Gang* gang = aged.Next()) {
+      if (QueueKey{-gang->spec.priority, gang->spec.queue_time, gang->seq} <
+          rest) {
+        continue;
+      }
+      if (!backfill(*gang, dead)) return;
+      if (dead) aged.DropLast();
+    }
+  } else {
+    std::vector<Gang*> candidates;
+    for (; queued != complete_.end(); ++queued) {
+      if (may_fit(*queued->second)) candidates.push_back(queued->second);
+    }
     std::stable_sort(candidates.begin(), candidates.end(),
                      [](const Gang* a, const Gang* b) {
                        if (a->spec.priority != b->spec.priority) {
@@ -915,15 +1040,9 @@ void AdmissionPolicy::ScheduleGangs(Seconds now, Decisions& out) {
                        return std::tie(a->spec.run_bound, ga) <
                               std::tie(b->spec.run_bound, gb);
                      });
-  } else if (aged_head) {
-    // A total order, so the heap's shuffle does not show.
-    std::sort(candidates.begin(), candidates.end(), goes_first);
-  } else if (options_.backfill_order == BackfillOrder::kAgedShortestFirst) {
-    std::stable_sort(candidates.begin(), candidates.end(), aged_first);
-  }
-  for (Gang* gang : candidates) {
-    if (nothing_fits()) return;
-    try_start(*gang);
+    for (Gang* gang : candidates) {
+      if (!backfill(*gang, dead)) return;
+    }
   }
 }
 
@@ -962,7 +1081,7 @@ void AdmissionPolicy::ScheduleNaive(Seconds now, Decisions& out) {
     gang.running = true;
     gang.start = now;
     gang.end_bound = now + gang.spec.run_bound;
-    running_.emplace(gang.end_bound, gang.spec.id);
+    running_.emplace(std::pair{gang.end_bound, gang.spec.id}, &gang);
     out.admitted.push_back(std::move(admission));
   }
 }
@@ -1021,17 +1140,30 @@ bool AdmissionPolicy::StartSmaller(Gang& gang, Seconds now, Decisions& out,
   return false;
 }
 
-bool AdmissionPolicy::GoesFirst(const Gang& a, const Gang& b,
-                                Seconds now) const {
+bool AdmissionPolicy::AgedFirst(const Gang& a, const Gang& b, Seconds now,
+                                double /*overdue_after*/) {
+  if (a.spec.priority != b.spec.priority) {
+    return a.spec.priority > b.spec.priority;
+  }
+  // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
+  const __int128 wa = std::max<Seconds>(0, now - a.spec.queue_time);
+  const __int128 wb = std::max<Seconds>(0, now - b.spec.queue_time);
+  const __int128 ka = wa * wa * b.spec.run_bound;
+  const __int128 kb = wb * wb * a.spec.run_bound;
+  if (ka != kb) return ka > kb;
+  return std::tie(a.spec.queue_time, a.seq) <
+         std::tie(b.spec.queue_time, b.seq);
+}
+
+bool AdmissionPolicy::GoesFirstAt(const Gang& a, const Gang& b, Seconds now,
+                                  double overdue_after) {
   if (a.spec.priority != b.spec.priority) {
     return a.spec.priority > b.spec.priority;
   }
   // Overdue gangs first (every gang when the bound is off), in queue order;
   // the others by aged key, ties in queue order.
-  const bool oa =
-      static_cast<double>(now - a.spec.queue_time) >= overdue_after_;
-  const bool ob =
-      static_cast<double>(now - b.spec.queue_time) >= overdue_after_;
+  const bool oa = static_cast<double>(now - a.spec.queue_time) >= overdue_after;
+  const bool ob = static_cast<double>(now - b.spec.queue_time) >= overdue_after;
   if (oa != ob) return oa;
   if (!oa) {
     // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
@@ -1045,21 +1177,34 @@ bool AdmissionPolicy::GoesFirst(const Gang& a, const Gang& b,
          std::tie(b.spec.queue_time, b.seq);
 }
 
-double AdmissionPolicy::OverdueAfter(const std::vector<Gang*>& complete,
-                                     Seconds now) const {
+double AdmissionPolicy::OverdueAfter(Seconds now) const {
   double work = 0;
   uint64_t gpus = 0;
   for (const Host& host : hosts_) {
     if (!host.drained && !host.down) gpus += host.spec.gpus;
   }
   if (gpus == 0) return 0;
-  for (const auto& [end, id] : running_) {
-    const Gang& gang = gangs_.at(id);
-    work += static_cast<double>(std::max<Seconds>(0, end - now)) *
+  // The backlog is a sum of whole GPU-seconds. Below 2^53 a double holds
+  // every term and every partial sum exactly, so summing in doubles, in any
+  // order, gives that sum: it is kept up to date for the waiting gangs, and
+  // only a larger backlog is summed here term by term.
+  unsigned __int128 exact = waiting_work_;
+  for (const auto& [key, gang] : running_) {
+    exact +=
+        static_cast<unsigned __int128>(std::max<Seconds>(0, key.first - now)) *
+        gang->placement.size() * gang->spec.gpus_per_member;
+  }
+  if (exact < (static_cast<unsigned __int128>(1) << 53)) {
+    return options_.preempt.overdue_backlog_fraction *
+           static_cast<double>(exact) / static_cast<double>(gpus);
+  }
+  for (const auto& [key, running] : running_) {
+    const Gang& gang = *running;
+    work += static_cast<double>(std::max<Seconds>(0, key.first - now)) *
             static_cast<double>(gang.placement.size()) *
             gang.spec.gpus_per_member;
   }
-  for (const Gang* gang : complete) {
+  for (const auto& [key, gang] : complete_) {
     // An elastic gang's run bound holds at its smallest size.
     const uint32_t members =
         gang->spec.min_members != 0
@@ -1072,14 +1217,15 @@ double AdmissionPolicy::OverdueAfter(const std::vector<Gang*>& complete,
          static_cast<double>(gpus);
 }
 
-int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
+int64_t AdmissionPolicy::AgingLevel(const Gang& gang, Seconds now) const {
   const PreemptOptions& o = options_.preempt;
-  int64_t rank = int64_t{gang.spec.priority} * 2;
-  if (o.aging_step > 0) {
-    const Seconds waited = std::max<Seconds>(0, now - gang.spec.queue_time);
-    rank += 2 * std::min<int64_t>(o.max_aging_levels, waited / o.aging_step);
-  }
-  return rank;
+  if (o.aging_step <= 0) return 0;
+  const Seconds waited = std::max<Seconds>(0, now - gang.spec.queue_time);
+  return std::min<int64_t>(o.max_aging_levels, waited / o.aging_step);
+}
+
+int64_t AdmissionPolicy::WaitingRank(const Gang& gang, Seconds now) const {
+  return int64_t{gang.spec.priority} * 2 + 2 * AgingLevel(gang, now);
 }
 
 int64_t AdmissionPolicy::RunningRank(const Gang& gang, Seconds now) const {
@@ -1107,8 +1253,8 @@ double AdmissionPolicy::LostGpuSeconds(const Gang& gang, Seconds now) const {
 std::vector<AdmissionPolicy::Victim> AdmissionPolicy::Victims(Seconds now) {
   const PreemptOptions& o = options_.preempt;
   std::vector<Victim> victims;
-  for (const auto& [end, id] : running_) {
-    Gang& gang = gangs_.at(id);
+  for (const auto& [key, running] : running_) {
+    Gang& gang = *running;
     if (gang.stopping || !gang.spec.preemptible ||
         gang.spec.preemptions >= o.max_preemptions ||
         gang.spec.gpus_per_member == 0) {
@@ -1195,7 +1341,7 @@ void AdmissionPolicy::Stop(const std::vector<Gang*>& victims, const Gang& by,
     if (victim->end_bound > stop_by) {
       running_.erase({victim->end_bound, victim->spec.id});
       victim->end_bound = stop_by;
-      running_.emplace(stop_by, victim->spec.id);
+      running_.emplace(std::pair{stop_by, victim->spec.id}, victim);
     }
     Preemption preemption;
     preemption.gang_id = victim->spec.id;
@@ -1252,9 +1398,9 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
   for (size_t h = 0; h < hosts_.size(); ++h) {
     if (!hosts_[h].drained && !hosts_[h].down) soon[h] = hosts_[h].free_gpus;
   }
-  for (const auto& [end, id] : running_) {
-    if (end > soon_end) break;
-    for (const auto& [h, gpus] : gangs_.at(id).placement) {
+  for (const auto& [key, gang] : running_) {
+    if (key.first > soon_end) break;
+    for (const auto& [h, gpus] : gang->placement) {
       if (!hosts_[h].drained && !hosts_[h].down) {
         soon[h] += static_cast<uint32_t>(gpus.size());
       }
@@ -1277,31 +1423,42 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
   // may be served only if it ends before the head's reservation.
   share(head);
   const bool head_served = head.spec.gpus_per_member != 0 && take(head);
-  std::vector<Gang*> behind;
+  // The gangs behind it: complete, with GPUs, not the head, and ending
+  // before the head's reservation unless the head is served. Every gang of
+  // a lane shares its shape and run bound, so lanes are taken or left whole.
+  auto behind = [&](const Gang& gang) {
+    return gang.spec.gpus_per_member != 0 &&
+           (head_served || soon_end + gang.spec.run_bound <= reserved.start);
+  };
   // The smallest shape behind the head, and the gangs by rank: once that
   // shape fails at a rank, every gang of that rank would.
   uint32_t fewest_gpus = kUnlimited;
   uint32_t fewest_members = kUnlimited;
   std::set<int64_t> alive;
-  for (const auto& [key, gang] : queue_) {
-    if (gang == &head || gang->spec.gpus_per_member == 0 ||
-        gang->present.size() != gang->spec.members) {
-      continue;
+  for (const auto& [key, lane] : lanes_) {
+    if (lane.empty() || !behind(*lane.begin()->second)) continue;
+    // The ranks in the lane, the head left out. Older gangs rank as high
+    // or higher (aging): after each rank found, skip to the first gang
+    // that has waited fewer aging steps.
+    for (auto it = lane.begin(); it != lane.end();) {
+      const Gang& gang = *it->second;
+      if (&gang == &head) {
+        ++it;
+        continue;
+      }
+      fewest_gpus = std::min(fewest_gpus, gang.spec.gpus_per_member);
+      fewest_members = std::min(fewest_members, gang.spec.members);
+      alive.insert(WaitingRank(gang, now));
+      const int64_t level = AgingLevel(gang, now);
+      if (level <= 0) break;  // Every later gang is at this level too.
+      it = lane.upper_bound(
+          {now - level * o.aging_step, std::numeric_limits<int64_t>::max()});
     }
-    if (!head_served && soon_end + gang->spec.run_bound > reserved.start) {
-      continue;
-    }
-    behind.push_back(gang);
-    fewest_gpus = std::min(fewest_gpus, gang->spec.gpus_per_member);
-    fewest_members = std::min(fewest_members, gang->spec.members);
-    alive.insert(WaitingRank(*gang, now));
   }
-  // In admission order, drawn from a heap: the walk ends once no victim is
-  // left or no gang can be served, usually long before the last gang.
-  auto goes_later = [&](const Gang* a, const Gang* b) {
-    return GoesFirst(*b, *a, now);
-  };
-  std::make_heap(behind.begin(), behind.end(), goes_later);
+  // In admission order, drawn from the lanes: the walk ends once no victim
+  // is left or no gang can be served, usually long before the last gang.
+  Merge walk(lanes_, &GoesFirstAt, now, overdue_after_);
+  walk.Keep(behind);
   // Shapes that could not be served: with as many members of as many GPUs
   // or more, and the same rank, a gang cannot be either (what is left only
   // shrinks within the pass). By rank, then GPUs per member: the fewest
@@ -1318,12 +1475,13 @@ void AdmissionPolicy::PreemptBehindHead(Seconds now, Decisions& out) {
       alive.erase(rank);
     }
   };
-  for (auto end = behind.end(); end != behind.begin(); --end) {
+  while (true) {
     if (served >= o.served_behind_head || victims.empty() || alive.empty()) {
       break;
     }
-    std::pop_heap(behind.begin(), end, goes_later);
-    const Gang* gang = *(end - 1);
+    const Gang* gang = walk.Next();
+    if (gang == nullptr) break;
+    if (gang == &head) continue;
     const GangSpec& spec = gang->spec;
     const bool plain = spec.node_selector.empty() && spec.same_label.empty();
     const int64_t rank = WaitingRank(*gang, now);

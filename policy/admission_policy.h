@@ -25,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -331,6 +332,8 @@ class AdmissionPolicy {
     bool stopping = false;  // Preempted, within its grace.
     std::map<uint32_t, Member> present;
     std::vector<std::pair<size_t, std::vector<uint32_t>>> placement;
+    // Waiting with every member present: in complete_ and lanes_.
+    bool listed = false;
   };
   // Queue order: priority (higher first), queue time, arrival sequence.
   struct QueueKey {
@@ -339,6 +342,59 @@ class AdmissionPolicy {
     int64_t seq;
     auto operator<=>(const QueueKey&) const = default;
   };
+
+  // The complete waiting gangs of one priority, run-time bound and shape,
+  // by queue time and arrival. Every admission order sorts such gangs the
+  // same way (older first), so an order over all of them is a merge of the
+  // lanes; and once one gang of a plain lane (see IsPlain()) cannot start
+  // in a backfill, none behind it in that lane can either, so a pass reads
+  // about one gang per lane and the gangs it starts, not the whole queue.
+  struct LaneKey {
+    int32_t neg_priority;
+    Seconds run_bound;
+    uint32_t gpus_per_member;
+    uint32_t members;
+    bool plain;
+    auto operator<=>(const LaneKey&) const = default;
+  };
+  // GPU gangs without placement constraints: whether one fits depends on
+  // its shape and the free GPUs only.
+  static bool IsPlain(const GangSpec& spec) {
+    return spec.node_selector.empty() && spec.same_label.empty() &&
+           spec.gpus_per_member != 0;
+  }
+  using Lane = std::map<std::pair<Seconds, int64_t>, Gang*>;
+  // Draws the complete waiting gangs one at a time in the order `first` (a
+  // total order that agrees with every lane's): a heap of the lanes' fronts.
+  // The gang drawn may leave the queue before the next draw; no other may.
+  // DropLast() passes over the rest of the last gang's lane; Keep() over
+  // the lanes whose next gang fails `keep`.
+  class Merge {
+   public:
+    using First = bool (*)(const Gang&, const Gang&, Seconds now,
+                           double overdue_after);
+    Merge(const std::map<LaneKey, Lane>& lanes, First first, Seconds now,
+          double overdue_after);
+    Gang* Next();
+    void DropLast();
+    void Keep(absl::FunctionRef<bool(const Gang&)> keep);
+
+   private:
+    bool Later(size_t a, size_t b) const;
+    std::vector<std::pair<Lane::const_iterator, Lane::const_iterator>> fronts_;
+    // Indices into fronts_, a heap by Later; with `pending_`, the last one
+    // (the lane drawn from last) is not in the heap yet.
+    std::vector<size_t> heap_;
+    bool pending_ = false;
+    First first_;
+    Seconds now_;
+    double overdue_after_;
+  };
+  // Keeps complete_, lanes_ and waiting_work_ in step with whether `gang` is
+  // waiting with every member present.
+  void Relist(Gang& gang);
+  // Drops the lanes left empty (kept while a pass may hold a Merge).
+  void PruneLanes();
 
   absl::Status CheckFeasibleUncached(const GangSpec& spec) const;
   bool Eligible(const Host& host, const GangSpec& spec) const;
@@ -373,7 +429,7 @@ class AdmissionPolicy {
   std::optional<Bounce> BreakDeadlock();
   void RemoveGang(const std::string& id);
   // Takes a waiting gang off the queue.
-  void Dequeue(const Gang& gang);
+  void Dequeue(Gang& gang);
   void ScheduleGangs(Seconds now, Decisions& out);
   void ScheduleNaive(Seconds now, Decisions& out);
   // A reservation made in this pass: from `start` on it holds `take` GPUs
@@ -429,13 +485,24 @@ class AdmissionPolicy {
   // within a grace, choosing victims for those that do not fit there.
   void PreemptBehindHead(Seconds now, Decisions& out);
   // Admission order among waiting gangs (kPreempt's head order).
-  bool GoesFirst(const Gang& a, const Gang& b, Seconds now) const;
+  bool GoesFirst(const Gang& a, const Gang& b, Seconds now) const {
+    return GoesFirstAt(a, b, now, overdue_after_);
+  }
+  static bool GoesFirstAt(const Gang& a, const Gang& b, Seconds now,
+                          double overdue_after);
+  // kBackfill's BackfillOrder::kAgedShortestFirst: priority, then highest
+  // waited / sqrt(run bound), then queue order.
+  static bool AgedFirst(const Gang& a, const Gang& b, Seconds now,
+                        double overdue_after);
   // kPreempt with overdue gangs: the waited seconds after which a gang is
   // overdue (PreemptOptions::overdue_backlog_fraction), for the backlog
-  // at `now`; `complete` are the complete waiting gangs.
-  double OverdueAfter(const std::vector<Gang*>& complete, Seconds now) const;
+  // at `now`.
+  double OverdueAfter(Seconds now) const;
   // The level a gang ranks at when victims are chosen.
   int64_t WaitingRank(const Gang& gang, Seconds now) const;
+  // The aging steps (PreemptOptions::aging_step) in WaitingRank(): the
+  // whole steps waited, at most max_aging_levels; 0 without aging.
+  int64_t AgingLevel(const Gang& gang, Seconds now) const;
   int64_t RunningRank(const Gang& gang, Seconds now) const;
   double LostGpuSeconds(const Gang& gang, Seconds now) const;
 
@@ -456,8 +523,15 @@ class AdmissionPolicy {
   absl::node_hash_map<std::string, Gang> gangs_;
   // Waiting gangs, pointing into gangs_ (whose nodes are stable).
   std::map<QueueKey, Gang*> queue_;
+  // The complete ones (every member present), in queue order and by lane.
+  std::map<QueueKey, Gang*> complete_;
+  std::map<LaneKey, Lane> lanes_;
+  // Over the complete waiting gangs: run bound x GPUs at the smallest size,
+  // exactly (OverdueAfter()).
+  unsigned __int128 waiting_work_ = 0;
   size_t cpu_only_waiting_ = 0;  // Waiting gangs with no GPUs per member.
-  std::set<std::pair<Seconds, std::string>> running_;  // By end bound.
+  // By end bound, pointing into gangs_.
+  std::map<std::pair<Seconds, std::string>, Gang*> running_;
   int64_t next_seq_ = 0;
   std::vector<Reservation> reservations_;  // The head's first.
   // OverdueAfter() of the last pass; negative when it was not computed.

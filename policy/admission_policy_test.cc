@@ -510,6 +510,30 @@ TEST_F(AdmissionPolicyTest, JoinErrors) {
   EXPECT_EQ(gdt_.Finish("g").code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// A gang that loses a member after it was complete waits again, in every
+// mode's order, until the member is back; then it is tried in its place.
+TEST_F(AdmissionPolicyTest, GangThatLosesAMemberWaitsUntilItIsBack) {
+  for (const Mode mode : {Mode::kBackfill, Mode::kStrictFifo, Mode::kPreempt}) {
+    AdmissionPolicy policy(PolicyOptions{mode, 8});
+    AddHosts(policy, 1, 8, 8);
+    const GangSpec big = Gang("big", 2, 4, /*queue_time=*/0);
+    const GangSpec small = Gang("small", 1, 4, /*queue_time=*/1);
+    JoinAll(policy, big, "h0");
+    JoinAll(policy, small, "h0");
+    ASSERT_TRUE(policy.Leave("big", 2).ok());
+    Decisions first = policy.Schedule(10);
+    ASSERT_THAT(first.admitted, SizeIs(1)) << static_cast<int>(mode);
+    EXPECT_EQ(first.admitted[0].gang_id, "small");
+    EXPECT_FALSE(policy.IsRunning("big"));
+    ASSERT_TRUE(policy.Finish("small").ok());
+    ASSERT_TRUE(policy.Join(big, 2, "h0").ok());
+    Decisions second = policy.Schedule(20);
+    ASSERT_THAT(second.admitted, SizeIs(1)) << static_cast<int>(mode);
+    EXPECT_EQ(second.admitted[0].gang_id, "big");
+    EXPECT_EQ(policy.waiting_gangs(), 0u);
+  }
+}
+
 // Hosts h0..h3 with 8 GPUs: h0, h1 in rack ra; h2, h3 in rack rb.
 void AddRacks(AdmissionPolicy& policy) {
   for (int h = 0; h < 4; ++h) {

@@ -266,5 +266,40 @@ TEST(GdtSimCliTest, JsonHasTheDocumentedFields) {
   EXPECT_EQ(out["jobs"], 50);
 }
 
+// --decisions writes one line per admission (and preemption), the same on
+// every replay of the same input; it cannot go with --compare, and a file
+// that cannot be written is one line on stderr.
+TEST(GdtSimCliTest, DecisionsListEveryAdmissionTheSameEachTime) {
+  const TempDir dir;
+  const std::string trace = BurstyPrefix(dir, 50);
+  const std::string first = dir.Sub("first.txt");
+  const std::string second = dir.Sub("second.txt");
+  for (const std::string& path : {first, second}) {
+    const CliRun run =
+        GdtSim({"--trace", trace, "--policy", "preempt", "--decisions", path},
+               "stdout");
+    ASSERT_EQ(run.code, 0) << run.output;
+  }
+  const std::string text = ReadTextFile(first);
+  EXPECT_EQ(text, ReadTextFile(second));
+  size_t admitted = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    const std::vector<std::string> words = absl::StrSplit(line, ' ');
+    ASSERT_GE(words.size(), 3u) << line;
+    if (words[1] == "admit") ++admitted;
+  }
+  // Every job of the prefix runs to its end at least once.
+  EXPECT_GE(admitted, 50u);
+
+  const CliRun both =
+      GdtSim({"--trace", trace, "--compare", "--decisions", dir.Sub("x.txt")},
+             "stderr");
+  EXPECT_NE(both.code, 0);
+  const CliRun unwritable = GdtSim(
+      {"--trace", trace, "--decisions", dir.Sub("no/such/dir.txt")}, "stderr");
+  EXPECT_EQ(unwritable.code, 1);
+  EXPECT_THAT(unwritable.output, HasSubstr("cannot write --decisions file"));
+}
+
 }  // namespace
 }  // namespace gdt::sim

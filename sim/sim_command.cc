@@ -130,6 +130,11 @@ void AddSimulateOptions(CLI::App& app, SimulateFlags& flags) {
       "replay the trace with fifo, gdt, preempt and preempt+elastic (same "
       "flags) and print each next to strict FIFO's figures");
   compare->excludes("--policy");
+  app.add_option("--decisions", flags.decisions_path,
+                 "write every admission, preemption and bounce of the replay "
+                 "to this file, one line each (to check that a change to the "
+                 "policy leaves its decisions as they were)")
+      ->excludes(compare);
   app.add_flag("--json", flags.json,
                "print one JSON object (its fields: docs/scheduling.md)");
 }
@@ -260,6 +265,30 @@ double Ratio(double value, double fifo) {
   return value / fifo;
 }
 
+// One line per decision: the virtual time, then what happened.
+void WriteDecisions(std::ostream& out, policy::Seconds now,
+                    const policy::Decisions& decisions) {
+  for (const policy::Bounce& bounce : decisions.bounced) {
+    out << now << " bounce " << bounce.gang_id << '\n';
+  }
+  for (const policy::Admission& admission : decisions.admitted) {
+    out << now << " admit " << admission.gang_id;
+    for (const policy::MemberPlacement& member : admission.members) {
+      out << ' ' << member.member_index << '@' << member.host << ':'
+          << absl::StrJoin(member.gpus, ",");
+    }
+    if (!admission.not_needed.empty()) {
+      out << " not_needed " << absl::StrJoin(admission.not_needed, ",");
+    }
+    out << '\n';
+  }
+  for (const policy::Preemption& preemption : decisions.preempted) {
+    out << now << " preempt " << preemption.gang_id << " by " << preemption.by
+        << " stop_by " << preemption.stop_by << ": " << preemption.reason
+        << '\n';
+  }
+}
+
 SimulateReport RunCompare(const SimulateFlags& flags,
                           const std::vector<TraceJob>& trace) {
   SimulateReport report;
@@ -353,7 +382,30 @@ SimulateReport RunSimulate(const SimulateFlags& flags) {
   std::optional<std::vector<TraceJob>> trace = LoadTrace(flags, report);
   if (!trace.has_value()) return report;
   if (flags.compare) return RunCompare(flags, *trace);
+  std::ofstream decisions;
+  if (!flags.decisions_path.empty()) {
+    decisions.open(flags.decisions_path, std::ios::out | std::ios::trunc);
+    if (!decisions) {
+      report.exit_code = kSimExitFailure;
+      report.error =
+          absl::StrCat("cannot write --decisions file ", flags.decisions_path);
+      return report;
+    }
+    options->on_decisions = [&decisions](policy::Seconds now,
+                                         const policy::Decisions& made) {
+      WriteDecisions(decisions, now, made);
+    };
+  }
   absl::StatusOr<SimResult> result = Simulate(*trace, *options);
+  if (decisions.is_open()) {
+    decisions.close();
+    if (!decisions) {
+      report.exit_code = kSimExitFailure;
+      report.error =
+          absl::StrCat("cannot write --decisions file ", flags.decisions_path);
+      return report;
+    }
+  }
   if (!result.ok()) {
     report.exit_code = kSimExitFailure;
     report.error = std::string(result.status().message());

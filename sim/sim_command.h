@@ -21,12 +21,15 @@ struct SimulateFlags {
   // Replays fifo, gdt, preempt and preempt+elastic and prints each with its
   // ratios to FIFO's (`policy` is not used).
   bool compare = false;
+  // When not empty, every decision of the replay is written there, one
+  // line each (not with `compare`).
+  std::string decisions_path;
 };
 
 // Adds --trace, --hosts, --gpus-per-host, --policy, --seed, --runner-slots,
 // --max-skew, --timeout-granularity, --max-nodes, the preemption options
 // (--max-preemptions, --grace, --checkpoint-interval, --restart-overhead,
-// --demote-after, --aging-step), --compare and --json to `app`.
+// --demote-after, --aging-step), --compare, --json and --decisions to `app`.
 void AddSimulateOptions(CLI::App& app, SimulateFlags& flags);
 
 inline constexpr int kSimExitOk = 0;

@@ -633,6 +633,7 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
           decisions.preempted.empty()) {
         break;
       }
+      if (options.on_decisions) options.on_decisions(now, decisions);
       for (const policy::Admission& admission : decisions.admitted) {
         const uint32_t j = job_of.at(admission.gang_id);
         JobState& job = jobs[j];

@@ -23,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -121,6 +122,10 @@ struct SimOptions {
   // the trace's duration is the run time at full size.
   bool elastic = false;
   uint32_t elastic_knee = 4;
+  // When set, called with every pass's decisions that are not empty, in
+  // order, with the virtual time of the pass (gdt-sim --decisions).
+  std::function<void(policy::Seconds, const policy::Decisions&)> on_decisions =
+      nullptr;
 };
 
 struct SimResult {
