@@ -280,6 +280,18 @@ struct Failure {
   bool ok() const { return kind == FailureKind::kNone; }
 };
 
+// The runner's check of a cache entry's (expanded) policy: empty, pull-push,
+// pull or push; anything else fails the job as a system failure.
+Failure CheckCachePolicy(const std::string& policy,
+                         const std::string& human_key) {
+  if (policy.empty() || policy == "pull-push" || policy == "pull" ||
+      policy == "push") {
+    return {};
+  }
+  return {FailureKind::kSystem, 0,
+          absl::StrCat("unknown cache policy ", policy, " for ", human_key)};
+}
+
 // The first line as Go's bufio.ScanLines gives it: up to '\n', one '\r'
 // before it (or at the end of the file) dropped.
 std::string ReadFirstLine(const std::string& path, bool* exists) {
@@ -1924,13 +1936,8 @@ RunnerEmulator::Job::CacheScript RunnerEmulator::Job::RestoreCacheScript()
         NewCacheConfig(cache.key, &body, "extraction");
     if (!config.has_value()) continue;
     const std::string policy = ExpandJobValue(cache.policy);
-    if (policy != "" && policy != "pull-push" && policy != "pull" &&
-        policy != "push") {
-      script.failure = {FailureKind::kSystem, 0,
-                        absl::StrCat("unknown cache policy ", policy, " for ",
-                                     config->human_key)};
-      return script;
-    }
+    script.failure = CheckCachePolicy(policy, config->human_key);
+    if (!script.failure.ok()) return script;
     if (policy == "push") {
       absl::StrAppend(
           &body, "echo ",
@@ -1996,13 +2003,8 @@ RunnerEmulator::Job::CacheScript RunnerEmulator::Job::ArchiveCacheScript(
         NewCacheConfig(cache.key, &body, "archiving");
     if (!config.has_value()) continue;
     const std::string policy = ExpandJobValue(cache.policy);
-    if (policy != "" && policy != "pull-push" && policy != "pull" &&
-        policy != "push") {
-      script.failure = {FailureKind::kSystem, 0,
-                        absl::StrCat("unknown cache policy ", policy, " for ",
-                                     config->human_key)};
-      return script;
-    }
+    script.failure = CheckCachePolicy(policy, config->human_key);
+    if (!script.failure.ok()) return script;
     if (policy == "pull") {
       absl::StrAppend(
           &body, "echo ",

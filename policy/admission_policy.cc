@@ -1165,14 +1165,7 @@ bool AdmissionPolicy::GoesFirstAt(const Gang& a, const Gang& b, Seconds now,
   const bool oa = static_cast<double>(now - a.spec.queue_time) >= overdue_after;
   const bool ob = static_cast<double>(now - b.spec.queue_time) >= overdue_after;
   if (oa != ob) return oa;
-  if (!oa) {
-    // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
-    const __int128 wa = std::max<Seconds>(0, now - a.spec.queue_time);
-    const __int128 wb = std::max<Seconds>(0, now - b.spec.queue_time);
-    const __int128 ka = wa * wa * b.spec.run_bound;
-    const __int128 kb = wb * wb * a.spec.run_bound;
-    if (ka != kb) return ka > kb;
-  }
+  if (!oa) return AgedFirst(a, b, now, overdue_after);
   return std::tie(a.spec.queue_time, a.seq) <
          std::tie(b.spec.queue_time, b.seq);
 }
