@@ -303,13 +303,12 @@ absl::Status AdmissionPolicy::Leave(const std::string& gang_id,
 namespace {
 
 // GPU-seconds of a waiting gang at its smallest size, for its run bound.
-unsigned __int128 WaitingWork(const GangSpec& spec) {
+UInt128 WaitingWork(const GangSpec& spec) {
   // An elastic gang's run bound holds at its smallest size.
   const uint32_t members = spec.min_members != 0
                                ? std::min(spec.min_members, spec.members)
                                : spec.members;
-  return static_cast<unsigned __int128>(spec.run_bound) * members *
-         spec.gpus_per_member;
+  return static_cast<UInt128>(spec.run_bound) * members * spec.gpus_per_member;
 }
 
 }  // namespace
@@ -1146,10 +1145,10 @@ bool AdmissionPolicy::AgedFirst(const Gang& a, const Gang& b, Seconds now,
     return a.spec.priority > b.spec.priority;
   }
   // wa / sqrt(ba) > wb / sqrt(bb)  <=>  wa² · bb > wb² · ba, exactly.
-  const __int128 wa = std::max<Seconds>(0, now - a.spec.queue_time);
-  const __int128 wb = std::max<Seconds>(0, now - b.spec.queue_time);
-  const __int128 ka = wa * wa * b.spec.run_bound;
-  const __int128 kb = wb * wb * a.spec.run_bound;
+  const Int128 wa = std::max<Seconds>(0, now - a.spec.queue_time);
+  const Int128 wb = std::max<Seconds>(0, now - b.spec.queue_time);
+  const Int128 ka = wa * wa * b.spec.run_bound;
+  const Int128 kb = wb * wb * a.spec.run_bound;
   if (ka != kb) return ka > kb;
   return std::tie(a.spec.queue_time, a.seq) <
          std::tie(b.spec.queue_time, b.seq);
@@ -1181,13 +1180,12 @@ double AdmissionPolicy::OverdueAfter(Seconds now) const {
   // every term and every partial sum exactly, so summing in doubles, in any
   // order, gives that sum: it is kept up to date for the waiting gangs, and
   // only a larger backlog is summed here term by term.
-  unsigned __int128 exact = waiting_work_;
+  UInt128 exact = waiting_work_;
   for (const auto& [key, gang] : running_) {
-    exact +=
-        static_cast<unsigned __int128>(std::max<Seconds>(0, key.first - now)) *
-        gang->placement.size() * gang->spec.gpus_per_member;
+    exact += static_cast<UInt128>(std::max<Seconds>(0, key.first - now)) *
+             gang->placement.size() * gang->spec.gpus_per_member;
   }
-  if (exact < (static_cast<unsigned __int128>(1) << 53)) {
+  if (exact < (static_cast<UInt128>(1) << 53)) {
     return options_.preempt.overdue_backlog_fraction *
            static_cast<double>(exact) / static_cast<double>(gpus);
   }

@@ -34,6 +34,11 @@ namespace gdt::policy {
 // Virtual or real seconds; the policy only compares and adds them.
 using Seconds = int64_t;
 
+// 128-bit integers for exact products of seconds. GCC's -Wpedantic warns on
+// the builtin type; __extension__ says its use is meant.
+__extension__ typedef __int128 Int128;
+__extension__ typedef unsigned __int128 UInt128;
+
 enum class Mode {
   // Priority, then FIFO, with EASY backfill: a later gang may start only if
   // it cannot delay the reservation of the first gang that does not fit.
@@ -528,7 +533,7 @@ class AdmissionPolicy {
   std::map<LaneKey, Lane> lanes_;
   // Over the complete waiting gangs: run bound x GPUs at the smallest size,
   // exactly (OverdueAfter()).
-  unsigned __int128 waiting_work_ = 0;
+  UInt128 waiting_work_ = 0;
   size_t cpu_only_waiting_ = 0;  // Waiting gangs with no GPUs per member.
   // By end bound, pointing into gangs_.
   std::map<std::pair<Seconds, std::string>, Gang*> running_;
