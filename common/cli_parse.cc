@@ -90,6 +90,22 @@ std::string UnknownCommand(CLI::App& app, const std::string& first,
                       "; --help says more)\n");
 }
 
+// CLI11 checks required options and subcommands before it complains about
+// arguments it does not know, so `tool --bogus` said "--config is required"
+// without naming `--bogus`. The unknown argument is what the user got wrong:
+// report it first.
+int ExitOnParseError(CLI::App& app, const CLI::ParseError& e, std::ostream& out,
+                     std::ostream& err, const CliExitCodes& codes) {
+  if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    if (const std::vector<std::string> extra = app.remaining(true);
+        !extra.empty()) {
+      return app.exit(CLI::ExtrasError(extra), out, err) == 0 ? codes.ok
+                                                              : codes.usage;
+    }
+  }
+  return app.exit(e, out, err) == 0 ? codes.ok : codes.usage;
+}
+
 }  // namespace
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
@@ -107,7 +123,7 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc,
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? codes.ok : codes.usage;
+    return ExitOnParseError(app, e, std::cout, std::cerr, codes);
   }
   return std::nullopt;
 }
@@ -128,7 +144,7 @@ std::optional<int> ParseCommandLine(CLI::App& app,
   try {
     app.parse(reversed_args);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e, out, err) == 0 ? codes.ok : codes.usage;
+    return ExitOnParseError(app, e, out, err, codes);
   }
   return std::nullopt;
 }

@@ -127,6 +127,33 @@ TEST(CliParseTest, AnUnknownCommandIsNamedWithTheCommands) {
             "says more)\n");
 }
 
+TEST(CliParseTest, AnUnknownFlagIsNamedBeforeAMissingRequiredOne) {
+  // A tool with a required flag, and one with a required subcommand: the
+  // flag the user mistyped is what they need to hear about.
+  CLI::App with_flag("a test tool", "tool");
+  std::string config;
+  with_flag.add_option("--config", config, "config")->required();
+  CLI::App with_command("a test tool", "tool");
+  with_command.add_subcommand("serve", "serve");
+  with_command.require_subcommand(1);
+  for (CLI::App* app : {&with_flag, &with_command}) {
+    std::vector<std::string> reversed = {"--bogus-flag"};
+    std::ostringstream out;
+    std::ostringstream err;
+    EXPECT_EQ(ParseCommandLine(*app, reversed, out, err), kExitUsage);
+    EXPECT_THAT(err.str(), testing::HasSubstr("--bogus-flag"));
+    EXPECT_THAT(err.str(), testing::Not(testing::HasSubstr("required")));
+  }
+  // Without an unknown flag the missing one is still named.
+  CLI::App alone("a test tool", "tool");
+  alone.add_option("--config", config, "config")->required();
+  std::vector<std::string> none;
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(ParseCommandLine(alone, none, out, err), kExitUsage);
+  EXPECT_THAT(err.str(), testing::HasSubstr("--config is required"));
+}
+
 TEST(CliParseTest, HelpEndsWithTheOkCodeAndPrintsTheFlags) {
   const Parsed parsed = Parse({"--help"});
   EXPECT_EQ(parsed.code, kExitOk);
