@@ -281,7 +281,8 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(
         "event=master_port_guard_off reason={}",
         LogValue(absl::StrCat(check.message(),
                               ": a member may bind the master port leased to "
-                              "another gang on this host")));
+                              "another gang on this host, and connect to the "
+                              "master ports of other gangs")));
   } else {
     spdlog::info("event=master_port_guard_on");
     // Known once the agent has registered (see the Daemon constructor).

@@ -219,9 +219,10 @@ class Supervisor {
     std::string cgroup;  // Its directory; empty = none.
     // The CUDA_VISIBLE_DEVICES its cgroup's devices were last allowed for.
     std::optional<std::string> allowed_gpus;
-    // The master port range its cgroup guards and the port allowed there
-    // (0 = none); unset = no bind program yet.
-    std::optional<std::pair<PortRange, uint16_t>> guarded_ports;
+    // What its cgroup's port programs allow of the master port range
+    // (which port it may bind, and which it may connect to at which
+    // addresses); unset = no programs yet.
+    std::optional<PortGuard> port_guard;
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
     // A stage started since RunningMembers() last reported.
@@ -250,11 +251,15 @@ class Supervisor {
                          std::optional<std::string>& visible) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets the member's cgroup bind, of the master port range, only its
-  // gang's master port when the stage is rank 0's, no port of it else; a
-  // stage without GDT_MASTER_PORT keeps what was allowed before.
-  absl::Status GuardMasterPorts(const StageRequest& request,
-                                Member& member) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gang's master port when the stage is rank 0's, no port of it else; and
+  // connect (or send) to no port of it but its gang's master port at
+  // `master_addresses` (MasterAddresses() of the stage's GDT_MASTER_ADDR;
+  // without it, or when the name did not resolve, at any address). A stage
+  // without GDT_MASTER_PORT keeps what was allowed before.
+  absl::Status GuardMasterPorts(
+      const StageRequest& request, Member& member,
+      const std::optional<absl::StatusOr<std::vector<IpPrefix>>>&
+          master_addresses) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the member's account (once) and creates its cgroup (once).
   absl::Status PlaceMember(const std::string& member_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
