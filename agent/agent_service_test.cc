@@ -813,7 +813,7 @@ TEST_F(AgentServiceTest, AMemberConnectsOnlyToItsGangsMasterEndpoint) {
       CgroupTree::Open(absl::StrCat(*own, "/gdt-agent-connect-", getpid()));
   if (!tree.ok()) GTEST_SKIP() << tree.status();
   std::shared_ptr<CgroupTree> cgroups = std::move(*tree);
-  if (absl::Status check = cgroups->CheckPortGuard(); !check.ok()) {
+  if (absl::Status check = cgroups->CheckConnectGuard(); !check.ok()) {
     cgroups->RemoveParent();
     ASSERT_NE(geteuid(), 0u) << check;
     GTEST_SKIP() << "connect programs need privilege: " << check;

@@ -326,6 +326,7 @@ absl::Status Supervisor::GuardMasterPorts(
   if (min == 0 || min > max || max > 65535) return absl::OkStatus();
   PortGuard guard;
   guard.range = {static_cast<uint16_t>(min), static_cast<uint16_t>(max)};
+  guard.connections = isolation_.guard_connections;
   uint32_t port = 0;
   if (auto given = request.env.find("GDT_MASTER_PORT");
       given != request.env.end()) {

@@ -70,6 +70,10 @@ struct IsolationOptions {
   // master port its gang was leased, and that only as rank 0 (from the
   // stage that last set GDT_MASTER_PORT); null = binds are not guarded.
   std::function<std::pair<uint32_t, uint32_t>()> master_port_range;
+  // With `master_port_range`: whether members' connections and UDP sends
+  // to it are guarded too (CgroupTree::CheckConnectGuard passed), letting
+  // a member reach no port of it but its gang's master.
+  bool guard_connections = true;
   // SetupMember() accepts builds dirs only strictly under this directory
   // and extra dirs only under it or `cache_root`; empty = any absolute path.
   std::string builds_root;

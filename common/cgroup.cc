@@ -355,6 +355,21 @@ absl::Status AttachProgram(const std::string& dir, const ProgramKind& kind,
   return absl::OkStatus();
 }
 
+// Detaches the program of each kind in `kinds` from the cgroup `dir`, where
+// there is one.
+void DetachPrograms(const std::string& dir,
+                    const std::vector<const ProgramKind*>& kinds) {
+  const int cgroup = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cgroup < 0) return;
+  for (const ProgramKind* kind : kinds) {
+    bpf_attr detach{};
+    detach.target_fd = static_cast<uint32_t>(cgroup);
+    detach.attach_type = kind->attach;
+    Bpf(BPF_PROG_DETACH, detach);
+  }
+  close(cgroup);
+}
+
 absl::Status AttachDeviceProgram(const std::string& dir,
                                  const std::vector<DeviceNumber>& denied) {
   return AttachProgram(dir, kDeviceProgram, DeviceProgram(denied));
@@ -365,6 +380,12 @@ absl::Status AttachPortPrograms(const std::string& dir,
   const std::vector<bpf_insn> bind = BindProgram(guard.range, guard.bind);
   GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind4Program, bind));
   GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind6Program, bind));
+  if (!guard.connections) {
+    // Programs a guard with connections attached there before go.
+    DetachPrograms(dir, {&kConnect4Program, &kConnect6Program, &kSend4Program,
+                         &kSend6Program});
+    return absl::OkStatus();
+  }
   const std::vector<bpf_insn> connect4 = ConnectProgram(guard, false);
   const std::vector<bpf_insn> connect6 = ConnectProgram(guard, true);
   GDT_RETURN_IF_ERROR(AttachProgram(dir, kConnect4Program, connect4));
@@ -567,13 +588,32 @@ absl::Status CgroupTree::AllowDevices(
   return absl::InternalError(attached.message());
 }
 
-absl::Status CgroupTree::CheckPortGuard() const {
-  // A name no member has (see GuardDevices).
-  const std::string probe = PathOf(".port-probe");
+namespace {
+
+// Attaches the port programs for `guard` to a cgroup no member can have
+// (member names are escaped path components, which never start with a dot)
+// and removes it again.
+absl::Status ProbePortPrograms(const std::string& probe,
+                               const PortGuard& guard) {
   if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot create cgroup ", probe, ": ", std::strerror(errno)));
   }
+  const absl::Status attached = AttachPortPrograms(probe, guard);
+  rmdir(probe.c_str());
+  return attached;
+}
+
+}  // namespace
+
+absl::Status CgroupTree::CheckPortGuard() const {
+  PortGuard guard;
+  guard.range = {1, 1};
+  guard.connections = false;
+  return ProbePortPrograms(PathOf(".port-probe"), guard);
+}
+
+absl::Status CgroupTree::CheckConnectGuard() const {
   // Every kind of instruction the programs use.
   PortGuard guard;
   guard.range = {1, 2};
@@ -582,9 +622,7 @@ absl::Status CgroupTree::CheckPortGuard() const {
   for (const char* text : {"127.0.0.0/8", "::1", "fe80::/10"}) {
     guard.connect_to.push_back(*ParseIpPrefix(text));
   }
-  const absl::Status attached = AttachPortPrograms(probe, guard);
-  rmdir(probe.c_str());
-  return attached;
+  return ProbePortPrograms(PathOf(".connect-probe"), guard);
 }
 
 absl::Status CgroupTree::GuardPorts(const std::string& name,

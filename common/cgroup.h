@@ -64,6 +64,9 @@ struct PortGuard {
   // 0 = none. With no addresses, at any address.
   uint16_t connect = 0;
   std::vector<IpPrefix> connect_to;
+  // false: binds only, connections and sends are not looked at (a kernel
+  // that refuses the connect programs, see CheckConnectGuard()).
+  bool connections = true;
   friend bool operator==(const PortGuard&, const PortGuard&) = default;
 };
 
@@ -120,10 +123,14 @@ class CgroupTree {
                             const std::vector<DeviceNumber>& allowed) const;
 
   // Checks, on a cgroup of its own, that the kernel loads and attaches the
-  // bind, connect and send programs GuardPorts() uses. Errors:
-  // FailedPrecondition naming why (no bpf(), no privilege for it, no such
-  // hooks in the kernel).
+  // bind programs GuardPorts() uses. Errors: FailedPrecondition naming why
+  // (no bpf(), no privilege for it, no bind hooks in the kernel).
   absl::Status CheckPortGuard() const;
+
+  // The same for its connect and send programs, which need newer hooks and
+  // instructions (32-bit jumps, Linux 5.1) than the bind programs. Errors:
+  // FailedPrecondition naming why; guard with `connections` false then.
+  absl::Status CheckConnectGuard() const;
 
   // Keeps the processes in the cgroup of `name` off the ports of
   // `guard.range` (see PortGuard), over IPv4 and IPv6 (v4-mapped addresses

@@ -429,7 +429,7 @@ int Listen(int port, std::vector<int>& fds) {
 }
 
 TEST_F(CgroupTest, GuardedPortsAreReachedOnlyAtTheAllowedEndpoint) {
-  if (absl::Status check = tree_->CheckPortGuard(); !check.ok()) {
+  if (absl::Status check = tree_->CheckConnectGuard(); !check.ok()) {
     ASSERT_NE(geteuid(), 0u) << check;
     GTEST_SKIP() << "connect programs need privilege: " << check;
   }
@@ -538,6 +538,14 @@ TEST_F(CgroupTest, GuardedPortsAreReachedOnlyAtTheAllowedEndpoint) {
             expect("EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM "
                    "EPERM EPERM EPERM ok ok ok"))
       << "no port allowed";
+  // A kernel without the connect programs: binds only.
+  ASSERT_TRUE(
+      tree_->GuardPorts("member", {.range = range, .connections = false}).ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("ok ok ok ok ok ok ok ok ok ok ok ok ok ok ok"))
+      << "connections not guarded";
+  EXPECT_EQ(BindsFrom(procs, {"4 127.0.0.1" + first}),
+            absl::StrCat("4 127.0.0.1", first, " EPERM\n"));
   IpPrefix bad = *ParseIpPrefix("10.0.0.0/8");
   bad.length = 33;
   EXPECT_EQ(
