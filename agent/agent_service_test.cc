@@ -802,6 +802,86 @@ TEST_F(AgentServiceTest, AMemberBindsOnlyItsGangsMasterPortOfTheRange) {
   StartAgent(IsolationOptions{});
 }
 
+// With cgroups that guard ports, a member connects, of the coordinator's
+// master port range, only to its gang's master port at its master's
+// address (on this host: loopback too): a stage of a new epoch with another
+// port or master moves it, one without GDT_MASTER_PORT keeps it.
+TEST_F(AgentServiceTest, AMemberConnectsOnlyToItsGangsMasterEndpoint) {
+  absl::StatusOr<std::string> own = OwnCgroupDir();
+  if (!own.ok()) GTEST_SKIP() << "no cgroup v2 here: " << own.status();
+  absl::StatusOr<std::unique_ptr<CgroupTree>> tree =
+      CgroupTree::Open(absl::StrCat(*own, "/gdt-agent-connect-", getpid()));
+  if (!tree.ok()) GTEST_SKIP() << tree.status();
+  std::shared_ptr<CgroupTree> cgroups = std::move(*tree);
+  if (absl::Status check = cgroups->CheckConnectGuard(); !check.ok()) {
+    cgroups->RemoveParent();
+    ASSERT_NE(geteuid(), 0u) << check;
+    GTEST_SKIP() << "connect programs need privilege: " << check;
+  }
+  // Listeners (outside the member) on a port the kernel picks and the next.
+  std::vector<int> listeners;
+  uint32_t port = 0;
+  for (int i = 0; i < 2; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(i == 0 ? 0 : port + 1));
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), length), 0)
+        << "port taken; run again";
+    ASSERT_EQ(listen(fd, 16), 0);
+    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    if (i == 0) port = ntohs(address.sin_port);
+    listeners.push_back(fd);
+  }
+  ASSERT_LT(port, 65530u);
+  const std::string first = std::to_string(port);
+  const std::string second = std::to_string(port + 1);
+  IsolationOptions isolation;
+  isolation.cgroups = cgroups;
+  isolation.master_port_range = [port] {
+    return std::pair<uint32_t, uint32_t>(port - 2, port + 2);
+  };
+  StartAgent(std::move(isolation));
+
+  v1::StartStage start =
+      Start("g1/1",
+            "python3 -c 'import socket, sys\n"
+            "for p in sys.argv[1:]:\n"
+            "    try:\n"
+            "        socket.create_connection((\"127.0.0.1\", int(p)), 5)"
+            ".close(); print(p, \"reached\")\n"
+            "    except OSError as e:\n"
+            "        print(p, e.strerror)\n"
+            "' " +
+                first + " " + second + "\n");
+  const std::string refused = " Operation not permitted\n";
+  (*start.mutable_env())["GDT_NODE_RANK"] = "1";
+  (*start.mutable_env())["GDT_MASTER_ADDR"] = "127.0.0.1";
+  (*start.mutable_env())["GDT_MASTER_PORT"] = first;
+  EXPECT_EQ(Run(start).out, first + " reached\n" + second + refused);
+  (*start.mutable_env())["GDT_MASTER_PORT"] = second;
+  EXPECT_EQ(Run(start).out, first + refused + second + " reached\n")
+      << "a new epoch's port";
+  start.mutable_env()->clear();
+  EXPECT_EQ(Run(start).out, first + refused + second + " reached\n")
+      << "a stage without the variables";
+  (*start.mutable_env())["GDT_NODE_RANK"] = "1";
+  (*start.mutable_env())["GDT_MASTER_ADDR"] = "192.0.2.7";
+  (*start.mutable_env())["GDT_MASTER_PORT"] = second;
+  EXPECT_EQ(Run(start).out, first + refused + second + refused)
+      << "the master on another host: the port here is another gang's";
+
+  TearDown();
+  for (const std::string& name : cgroups->Children()) {
+    EXPECT_TRUE(cgroups->Destroy(name, steady_clock::now() + seconds(10)).ok());
+  }
+  cgroups->RemoveParent();
+  for (const int fd : listeners) close(fd);
+  StartAgent(IsolationOptions{});
+}
+
 // Rank 0 fails while another account listens on the gang's master port
 // (a job of another gang bound it first): the job's log says so. A stage
 // of another rank, or one that succeeds, adds nothing.

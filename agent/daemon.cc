@@ -281,9 +281,20 @@ absl::StatusOr<IsolationOptions> PrepareIsolation(
         "event=master_port_guard_off reason={}",
         LogValue(absl::StrCat(check.message(),
                               ": a member may bind the master port leased to "
-                              "another gang on this host")));
+                              "another gang on this host, and connect to the "
+                              "master ports of other gangs")));
   } else {
-    spdlog::info("event=master_port_guard_on");
+    if (absl::Status connect = (*tree)->CheckConnectGuard(); !connect.ok()) {
+      spdlog::warn(
+          "event=master_connect_guard_off reason={}",
+          LogValue(absl::StrCat(connect.message(),
+                                ": binds are guarded, but a member may "
+                                "connect to the master ports of other "
+                                "gangs")));
+      isolation.guard_connections = false;
+    }
+    spdlog::info("event=master_port_guard_on connections={}",
+                 isolation.guard_connections);
     // Known once the agent has registered (see the Daemon constructor).
     isolation.master_port_range = [] {
       return std::pair<uint32_t, uint32_t>(0, 0);

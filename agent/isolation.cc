@@ -3,17 +3,23 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <pwd.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -364,6 +370,83 @@ std::map<std::string, std::string> StageBaseEnvironment(
     if (pass) env[name] = value;
   }
   return env;
+}
+
+absl::StatusOr<std::vector<IpPrefix>> MasterAddresses(const std::string& host) {
+  auto prefix_of = [](const sockaddr* address) -> std::optional<IpPrefix> {
+    IpPrefix prefix;
+    if (address == nullptr) return std::nullopt;
+    if (address->sa_family == AF_INET) {
+      const auto* in = reinterpret_cast<const sockaddr_in*>(address);
+      std::memcpy(prefix.bytes.data(), &in->sin_addr, 4);
+      prefix.length = 32;
+    } else if (address->sa_family == AF_INET6) {
+      const auto* in6 = reinterpret_cast<const sockaddr_in6*>(address);
+      std::memcpy(prefix.bytes.data(), &in6->sin6_addr, 16);
+      prefix.ipv6 = true;
+      prefix.length = 128;
+    } else {
+      return std::nullopt;
+    }
+    return prefix;
+  };
+  std::vector<IpPrefix> found;
+  auto add = [&found](const IpPrefix& prefix) {
+    if (std::find(found.begin(), found.end(), prefix) == found.end()) {
+      found.push_back(prefix);
+    }
+  };
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* resolved = nullptr;
+  if (const int error = getaddrinfo(host.c_str(), nullptr, &hints, &resolved);
+      error != 0) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot resolve \"", host, "\": ", gai_strerror(error)));
+  }
+  for (const addrinfo* a = resolved; a != nullptr; a = a->ai_next) {
+    if (std::optional<IpPrefix> prefix = prefix_of(a->ai_addr)) add(*prefix);
+  }
+  freeaddrinfo(resolved);
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("\"", host, "\" resolves to no IPv4 or IPv6 address"));
+  }
+  std::vector<IpPrefix> local;
+  for (const char* text : {"127.0.0.0/8", "::1", "0.0.0.0", "::"}) {
+    local.push_back(*ParseIpPrefix(text));
+  }
+  ifaddrs* interfaces = nullptr;
+  if (getifaddrs(&interfaces) == 0) {
+    for (const ifaddrs* i = interfaces; i != nullptr; i = i->ifa_next) {
+      if (std::optional<IpPrefix> prefix = prefix_of(i->ifa_addr)) {
+        local.push_back(*prefix);
+      }
+    }
+    freeifaddrs(interfaces);
+  }
+  auto covers = [](const IpPrefix& prefix, const IpPrefix& address) {
+    if (prefix.ipv6 != address.ipv6) return false;
+    for (int bit = 0; bit < prefix.length; ++bit) {
+      const size_t byte = static_cast<size_t>(bit / 8);
+      const int mask = 0x80 >> (bit % 8);
+      if ((prefix.bytes[byte] & mask) != (address.bytes[byte] & mask)) {
+        return false;
+      }
+    }
+    return true;
+  };
+  const bool here =
+      std::any_of(found.begin(), found.end(), [&](const IpPrefix& address) {
+        return std::any_of(
+            local.begin(), local.end(),
+            [&](const IpPrefix& prefix) { return covers(prefix, address); });
+      });
+  if (here) {
+    for (const IpPrefix& prefix : local) add(prefix);
+  }
+  return found;
 }
 
 }  // namespace gdt::agent

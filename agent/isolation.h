@@ -32,6 +32,16 @@ struct MemberAccount {
 // the user does not exist, the number does not parse, or it is root.
 absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec);
 
+// The addresses at which a member reaches its gang's master `host` (its
+// GDT_MASTER_ADDR, a name or an address): those it resolves to and, where
+// one of them is this host's own (a loopback or unspecified address, or one
+// of its interfaces'), also everything that reaches this host: loopback
+// (127.0.0.0/8, ::1), the unspecified addresses (0.0.0.0 and ::, which the
+// kernel takes to this host) and every address of its interfaces. IPv4
+// ones cover their v4-mapped IPv6 forms (see PortGuard). Errors: NotFound
+// with the resolver's reason.
+absl::StatusOr<std::vector<IpPrefix>> MasterAddresses(const std::string& host);
+
 // What a pooled account may leave behind outside the member's own
 // directories, and where PurgeAccountLeftovers() looks for it.
 // A GPU whose device node member cgroups are confined to: only members

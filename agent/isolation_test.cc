@@ -298,5 +298,38 @@ TEST(MemberPidsMaxTest, TheKernelsLimitIsReadFromProc) {
   EXPECT_LE(limit, value);
 }
 
+// A member reaches its master at what GDT_MASTER_ADDR resolves to and, when
+// that is this host, at every address that leads here; a master elsewhere
+// only at its own addresses.
+TEST(MasterAddressesTest, ThisHostAddsLoopbackAndItsOwnAddresses) {
+  auto texts = [](const std::vector<IpPrefix>& prefixes) {
+    std::vector<std::string> out;
+    for (const IpPrefix& prefix : prefixes) {
+      out.push_back(FormatIpPrefix(prefix));
+    }
+    return out;
+  };
+  absl::StatusOr<std::vector<IpPrefix>> here = MasterAddresses("127.0.0.1");
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_THAT(texts(*here),
+              ::testing::IsSupersetOf({"127.0.0.1/32", "127.0.0.0/8", "::1/128",
+                                       "0.0.0.0/32", "::/128"}));
+  // Every address of an interface (loopback's at least).
+  absl::StatusOr<std::vector<IpPrefix>> by_name = MasterAddresses("localhost");
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  EXPECT_THAT(texts(*by_name), ::testing::Contains("127.0.0.0/8"));
+
+  absl::StatusOr<std::vector<IpPrefix>> elsewhere =
+      MasterAddresses("192.0.2.7");
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.status();
+  EXPECT_THAT(texts(*elsewhere), ElementsAre("192.0.2.7/32"));
+  absl::StatusOr<std::vector<IpPrefix>> v6 = MasterAddresses("2001:db8::7");
+  ASSERT_TRUE(v6.ok()) << v6.status();
+  EXPECT_THAT(texts(*v6), ElementsAre("2001:db8::7/128"));
+
+  EXPECT_EQ(MasterAddresses("no-such-host.invalid").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace gdt::agent

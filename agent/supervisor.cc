@@ -314,33 +314,51 @@ absl::Status Supervisor::AllowGpus(const StageRequest& request, Member& member,
   return absl::OkStatus();
 }
 
-absl::Status Supervisor::GuardMasterPorts(const StageRequest& request,
-                                          Member& member) const {
+absl::Status Supervisor::GuardMasterPorts(
+    const StageRequest& request, Member& member,
+    const std::optional<absl::StatusOr<std::vector<IpPrefix>>>&
+        master_addresses) const {
   if (!isolation_.master_port_range || member.cgroup.empty()) {
     return absl::OkStatus();
   }
   const auto [min, max] = isolation_.master_port_range();
   // Not registered yet, or a coordinator that does not say.
   if (min == 0 || min > max || max > 65535) return absl::OkStatus();
-  const PortRange range{static_cast<uint16_t>(min), static_cast<uint16_t>(max)};
-  uint16_t allowed = 0;
-  if (request.env.contains("GDT_MASTER_PORT")) {
-    allowed = static_cast<uint16_t>(MasterPortOfRankZero(request.env));
-  } else if (member.guarded_ports.has_value()) {
-    allowed = member.guarded_ports->second;
+  PortGuard guard;
+  guard.range = {static_cast<uint16_t>(min), static_cast<uint16_t>(max)};
+  guard.connections = isolation_.guard_connections;
+  uint32_t port = 0;
+  if (auto given = request.env.find("GDT_MASTER_PORT");
+      given != request.env.end()) {
+    guard.bind = static_cast<uint16_t>(MasterPortOfRankZero(request.env));
+    if (absl::SimpleAtoi(given->second, &port) && port <= 65535) {
+      guard.connect = static_cast<uint16_t>(port);
+    }
+    if (master_addresses.has_value() && master_addresses->ok()) {
+      guard.connect_to = **master_addresses;
+    } else if (master_addresses.has_value()) {
+      spdlog::warn(
+          "event=master_connect_guard_by_port member={} port={} reason={}",
+          LogValue(request.member_id), port,
+          LogValue(absl::StrCat(
+              master_addresses->status().message(),
+              ": the member may reach its master port at any address")));
+    }
+  } else if (member.port_guard.has_value()) {
+    guard.bind = member.port_guard->bind;
+    guard.connect = member.port_guard->connect;
+    guard.connect_to = member.port_guard->connect_to;
   }
-  if (member.guarded_ports == std::make_pair(range, allowed)) {
-    return absl::OkStatus();
-  }
+  if (member.port_guard == guard) return absl::OkStatus();
   if (absl::Status done = isolation_.cgroups->GuardPorts(
-          EscapePathComponent(request.member_id), range, allowed);
+          EscapePathComponent(request.member_id), guard);
       !done.ok()) {
     return absl::InternalError(
         absl::StrCat("cannot keep member ", request.member_id,
                      " off the master ports of other gangs (", min, "..", max,
                      "): ", done.message()));
   }
-  member.guarded_ports = std::make_pair(range, allowed);
+  member.port_guard = std::move(guard);
   return absl::OkStatus();
 }
 
@@ -547,6 +565,13 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
   std::string account_name;
   std::string cgroup;
   std::optional<std::string> visible_gpus;  // UUIDs of confined GPUs.
+  // Resolved before the lock is taken: a name may keep the resolver a while.
+  std::optional<absl::StatusOr<std::vector<IpPrefix>>> master_addresses;
+  if (auto addr = request.env.find("GDT_MASTER_ADDR");
+      isolation_.master_port_range && addr != request.env.end() &&
+      request.env.contains("GDT_MASTER_PORT")) {
+    master_addresses = MasterAddresses(addr->second);
+  }
   {
     MutexLock lock(mu_);
     if (shutting_down_) {
@@ -561,7 +586,7 @@ absl::StatusOr<std::shared_ptr<Stage>> Supervisor::StartStage(
     GDT_RETURN_IF_ERROR(PlaceMember(request.member_id));
     Member& member = members_[request.member_id];
     GDT_RETURN_IF_ERROR(AllowGpus(request, member, visible_gpus));
-    GDT_RETURN_IF_ERROR(GuardMasterPorts(request, member));
+    GDT_RETURN_IF_ERROR(GuardMasterPorts(request, member, master_addresses));
     number = ++member.stages_started;
     extra_env = extra_env_;
     credentials = CredentialsOf(member);

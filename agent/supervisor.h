@@ -70,6 +70,10 @@ struct IsolationOptions {
   // master port its gang was leased, and that only as rank 0 (from the
   // stage that last set GDT_MASTER_PORT); null = binds are not guarded.
   std::function<std::pair<uint32_t, uint32_t>()> master_port_range;
+  // With `master_port_range`: whether members' connections and UDP sends
+  // to it are guarded too (CgroupTree::CheckConnectGuard passed), letting
+  // a member reach no port of it but its gang's master.
+  bool guard_connections = true;
   // SetupMember() accepts builds dirs only strictly under this directory
   // and extra dirs only under it or `cache_root`; empty = any absolute path.
   std::string builds_root;
@@ -219,9 +223,10 @@ class Supervisor {
     std::string cgroup;  // Its directory; empty = none.
     // The CUDA_VISIBLE_DEVICES its cgroup's devices were last allowed for.
     std::optional<std::string> allowed_gpus;
-    // The master port range its cgroup guards and the port allowed there
-    // (0 = none); unset = no bind program yet.
-    std::optional<std::pair<PortRange, uint16_t>> guarded_ports;
+    // What its cgroup's port programs allow of the master port range
+    // (which port it may bind, and which it may connect to at which
+    // addresses); unset = no programs yet.
+    std::optional<PortGuard> port_guard;
     int stages_started = 0;
     std::map<Stage*, std::weak_ptr<Stage>> running;
     // A stage started since RunningMembers() last reported.
@@ -250,11 +255,15 @@ class Supervisor {
                          std::optional<std::string>& visible) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Lets the member's cgroup bind, of the master port range, only its
-  // gang's master port when the stage is rank 0's, no port of it else; a
-  // stage without GDT_MASTER_PORT keeps what was allowed before.
-  absl::Status GuardMasterPorts(const StageRequest& request,
-                                Member& member) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gang's master port when the stage is rank 0's, no port of it else; and
+  // connect (or send) to no port of it but its gang's master port at
+  // `master_addresses` (MasterAddresses() of the stage's GDT_MASTER_ADDR;
+  // without it, or when the name did not resolve, at any address). A stage
+  // without GDT_MASTER_PORT keeps what was allowed before.
+  absl::Status GuardMasterPorts(
+      const StageRequest& request, Member& member,
+      const std::optional<absl::StatusOr<std::vector<IpPrefix>>>&
+          master_addresses) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Picks the member's account (once) and creates its cgroup (once).
   absl::Status PlaceMember(const std::string& member_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

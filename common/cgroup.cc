@@ -1,5 +1,6 @@
 #include "common/cgroup.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/bpf.h>
 #include <signal.h>
@@ -127,6 +128,149 @@ std::vector<bpf_insn> BindProgram(PortRange guarded, uint16_t allowed) {
   return program;
 }
 
+// Builds a program whose jumps name labels, resolved by Finish().
+class ProgramBuilder {
+ public:
+  int NewLabel() {
+    labels_.push_back(-1);
+    return static_cast<int>(labels_.size()) - 1;
+  }
+  void Place(int label) {
+    labels_[static_cast<size_t>(label)] = static_cast<int>(program_.size());
+  }
+  void Add(bpf_insn insn) { program_.push_back(insn); }
+  // `code` (a BPF_JMP or BPF_JMP32 with BPF_K) on `reg` and `imm`, or an
+  // unconditional jump (BPF_JA), to `label`.
+  void Jump(uint8_t code, uint8_t reg, int32_t imm, int label) {
+    jumps_.emplace_back(program_.size(), label);
+    program_.push_back(Insn(code, reg, 0, 0, imm));
+  }
+  std::vector<bpf_insn> Finish() {
+    for (const auto& [at, label] : jumps_) {
+      program_[at].off = static_cast<int16_t>(
+          labels_[static_cast<size_t>(label)] - static_cast<int>(at) - 1);
+    }
+    return std::move(program_);
+  }
+
+ private:
+  std::vector<bpf_insn> program_;
+  std::vector<int> labels_;                    // Index, by label.
+  std::vector<std::pair<size_t, int>> jumps_;  // Jump's index, label.
+};
+
+// The 32-bit word `bytes` holds at `at`, as the kernel loads it from a
+// context field in network byte order (raw: no byte order turned).
+int32_t RawWord(const std::array<uint8_t, 16>& bytes, size_t at) {
+  uint32_t word = 0;
+  std::memcpy(&word, bytes.data() + at, sizeof(word));
+  return static_cast<int32_t>(word);
+}
+
+std::array<uint8_t, 16> MaskOf(int length) {
+  std::array<uint8_t, 16> mask{};
+  for (int bit = 0; bit < length; ++bit) {
+    mask[static_cast<size_t>(bit / 8)] |=
+        static_cast<uint8_t>(0x80 >> (bit % 8));
+  }
+  return mask;
+}
+
+// Jumps to `to` when the 32-bit word in `reg` matches `value` under `mask`
+// (raw words); falls through otherwise. `scratch` is overwritten.
+void MatchWord(ProgramBuilder& builder, uint8_t reg, uint8_t scratch,
+               int32_t value, int32_t mask, uint8_t jump, int to) {
+  if (mask == -1) {
+    builder.Jump(BPF_JMP32 | jump | BPF_K, reg, value, to);
+    return;
+  }
+  builder.Add(Insn(BPF_ALU | BPF_MOV | BPF_X, scratch, reg, 0, 0));
+  builder.Add(Insn(BPF_ALU | BPF_AND | BPF_K, scratch, 0, 0, mask));
+  builder.Jump(BPF_JMP32 | jump | BPF_K, scratch, value & mask, to);
+}
+
+// A connect (or UDP send) program for IPv4 (`ipv6` false) or IPv6 refusing
+// ports in `guard.range` other than `guard.connect` at `guard.connect_to`.
+// The port, in network byte order in the context, is turned to host order
+// for the range; addresses are compared as the raw words the context holds.
+// An IPv6 program takes a v4-mapped address to the IPv4 prefixes.
+std::vector<bpf_insn> ConnectProgram(const PortGuard& guard, bool ipv6) {
+  ProgramBuilder builder;
+  const int allow = builder.NewLabel();
+  const int deny = builder.NewLabel();
+  builder.Add(Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_2, BPF_REG_1,
+                   offsetof(bpf_sock_addr, user_port), 0));
+  builder.Add(Insn(BPF_ALU | BPF_END | BPF_TO_BE, BPF_REG_2, 0, 0, 16));
+  builder.Jump(BPF_JMP | BPF_JLT | BPF_K, BPF_REG_2, guard.range.first, allow);
+  builder.Jump(BPF_JMP | BPF_JGT | BPF_K, BPF_REG_2, guard.range.last, allow);
+  const bool exception =
+      guard.connect >= guard.range.first && guard.connect <= guard.range.last;
+  if (exception) {
+    builder.Jump(BPF_JMP | BPF_JNE | BPF_K, BPF_REG_2, guard.connect, deny);
+    if (guard.connect_to.empty()) {
+      builder.Jump(BPF_JMP | BPF_JA, 0, 0, allow);
+    } else {
+      const int ipv4 = builder.NewLabel();
+      const int other = builder.NewLabel();
+      if (ipv6) {
+        // r6..r9: the address's four words; a v4-mapped one (::ffff:a.b.c.d)
+        // goes on as IPv4 in r3.
+        for (int word = 0; word < 4; ++word) {
+          builder.Add(Insn(BPF_LDX | BPF_W | BPF_MEM,
+                           static_cast<uint8_t>(BPF_REG_6 + word), BPF_REG_1,
+                           static_cast<int16_t>(
+                               offsetof(bpf_sock_addr, user_ip6) + 4 * word),
+                           0));
+        }
+        std::array<uint8_t, 16> mapped{};
+        mapped[10] = mapped[11] = 0xff;
+        builder.Jump(BPF_JMP32 | BPF_JNE | BPF_K, BPF_REG_6, 0, other);
+        builder.Jump(BPF_JMP32 | BPF_JNE | BPF_K, BPF_REG_7, 0, other);
+        builder.Jump(BPF_JMP32 | BPF_JNE | BPF_K, BPF_REG_8, RawWord(mapped, 8),
+                     other);
+        builder.Add(
+            Insn(BPF_ALU | BPF_MOV | BPF_X, BPF_REG_3, BPF_REG_9, 0, 0));
+        builder.Jump(BPF_JMP | BPF_JA, 0, 0, ipv4);
+      } else {
+        builder.Add(Insn(BPF_LDX | BPF_W | BPF_MEM, BPF_REG_3, BPF_REG_1,
+                         offsetof(bpf_sock_addr, user_ip4), 0));
+      }
+      builder.Place(ipv4);
+      for (const IpPrefix& prefix : guard.connect_to) {
+        if (prefix.ipv6) continue;
+        MatchWord(builder, BPF_REG_3, BPF_REG_2, RawWord(prefix.bytes, 0),
+                  RawWord(MaskOf(prefix.length), 0), BPF_JEQ, allow);
+      }
+      builder.Jump(BPF_JMP | BPF_JA, 0, 0, deny);
+      if (ipv6) {
+        builder.Place(other);
+        for (const IpPrefix& prefix : guard.connect_to) {
+          if (!prefix.ipv6) continue;
+          const int next = builder.NewLabel();
+          const std::array<uint8_t, 16> mask = MaskOf(prefix.length);
+          for (size_t word = 0; word < 4; ++word) {
+            const int32_t bits = RawWord(mask, 4 * word);
+            if (bits == 0) continue;
+            MatchWord(builder, static_cast<uint8_t>(BPF_REG_6 + word),
+                      BPF_REG_2, RawWord(prefix.bytes, 4 * word), bits, BPF_JNE,
+                      next);
+          }
+          builder.Jump(BPF_JMP | BPF_JA, 0, 0, allow);
+          builder.Place(next);
+        }
+        builder.Jump(BPF_JMP | BPF_JA, 0, 0, deny);
+      }
+    }
+  }
+  builder.Place(deny);
+  builder.Add(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 0));
+  builder.Add(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  builder.Place(allow);
+  builder.Add(Insn(BPF_ALU64 | BPF_MOV | BPF_K, BPF_REG_0, 0, 0, 1));
+  builder.Add(Insn(BPF_JMP | BPF_EXIT, 0, 0, 0, 0));
+  return builder.Finish();
+}
+
 long Bpf(int command, bpf_attr& attr) {
   return syscall(__NR_bpf, command, &attr, sizeof(attr));
 }
@@ -147,6 +291,18 @@ constexpr ProgramKind kBind4Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
 constexpr ProgramKind kBind6Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
                                     BPF_CGROUP_INET6_BIND, true,
                                     "an IPv6 bind program"};
+constexpr ProgramKind kConnect4Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                       BPF_CGROUP_INET4_CONNECT, true,
+                                       "an IPv4 connect program"};
+constexpr ProgramKind kConnect6Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                       BPF_CGROUP_INET6_CONNECT, true,
+                                       "an IPv6 connect program"};
+constexpr ProgramKind kSend4Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                    BPF_CGROUP_UDP4_SENDMSG, true,
+                                    "an IPv4 UDP send program"};
+constexpr ProgramKind kSend6Program{BPF_PROG_TYPE_CGROUP_SOCK_ADDR,
+                                    BPF_CGROUP_UDP6_SENDMSG, true,
+                                    "an IPv6 UDP send program"};
 
 // Loads `program` and attaches it to the cgroup `dir`, replacing the
 // program of its kind attached there before (no flags: one program per
@@ -161,12 +317,16 @@ absl::Status AttachProgram(const std::string& dir, const ProgramKind& kind,
   load.insns = reinterpret_cast<uint64_t>(program.data());
   load.insn_cnt = static_cast<uint32_t>(program.size());
   load.license = reinterpret_cast<uint64_t>(kLicense);
-  load.log_buf = reinterpret_cast<uint64_t>(log);
-  load.log_size = sizeof(log);
-  load.log_level = 1;
+  // Without a log first: the verifier fails a load whose log does not fit.
   const long prog = Bpf(BPF_PROG_LOAD, load);
   if (prog < 0) {
     const int error = errno;
+    // Again with a log for the reason (its first part, should it not fit).
+    load.log_buf = reinterpret_cast<uint64_t>(log);
+    load.log_size = sizeof(log);
+    load.log_level = 1;
+    Bpf(BPF_PROG_LOAD, load);
+    log[sizeof(log) - 1] = 0;
     return absl::FailedPreconditionError(absl::StrCat(
         "the kernel refuses to load ", kind.what, " (bpf BPF_PROG_LOAD): ",
         std::strerror(error), log[0] != 0 ? absl::StrCat(": ", log) : ""));
@@ -195,19 +355,81 @@ absl::Status AttachProgram(const std::string& dir, const ProgramKind& kind,
   return absl::OkStatus();
 }
 
+// Detaches the program of each kind in `kinds` from the cgroup `dir`, where
+// there is one.
+void DetachPrograms(const std::string& dir,
+                    const std::vector<const ProgramKind*>& kinds) {
+  const int cgroup = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cgroup < 0) return;
+  for (const ProgramKind* kind : kinds) {
+    bpf_attr detach{};
+    detach.target_fd = static_cast<uint32_t>(cgroup);
+    detach.attach_type = kind->attach;
+    Bpf(BPF_PROG_DETACH, detach);
+  }
+  close(cgroup);
+}
+
 absl::Status AttachDeviceProgram(const std::string& dir,
                                  const std::vector<DeviceNumber>& denied) {
   return AttachProgram(dir, kDeviceProgram, DeviceProgram(denied));
 }
 
-absl::Status AttachBindPrograms(const std::string& dir, PortRange guarded,
-                                uint16_t allowed) {
-  const std::vector<bpf_insn> program = BindProgram(guarded, allowed);
-  GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind4Program, program));
-  return AttachProgram(dir, kBind6Program, program);
+absl::Status AttachPortPrograms(const std::string& dir,
+                                const PortGuard& guard) {
+  const std::vector<bpf_insn> bind = BindProgram(guard.range, guard.bind);
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind4Program, bind));
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kBind6Program, bind));
+  if (!guard.connections) {
+    // Programs a guard with connections attached there before go.
+    DetachPrograms(dir, {&kConnect4Program, &kConnect6Program, &kSend4Program,
+                         &kSend6Program});
+    return absl::OkStatus();
+  }
+  const std::vector<bpf_insn> connect4 = ConnectProgram(guard, false);
+  const std::vector<bpf_insn> connect6 = ConnectProgram(guard, true);
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kConnect4Program, connect4));
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kConnect6Program, connect6));
+  GDT_RETURN_IF_ERROR(AttachProgram(dir, kSend4Program, connect4));
+  return AttachProgram(dir, kSend6Program, connect6);
 }
 
 }  // namespace
+
+absl::StatusOr<IpPrefix> ParseIpPrefix(std::string_view text) {
+  IpPrefix prefix;
+  const std::string whole(text);
+  std::string address = whole;
+  const size_t slash = address.find('/');
+  const bool has_length = slash != std::string::npos;
+  if (has_length) address.resize(slash);
+  if (inet_pton(AF_INET, address.c_str(), prefix.bytes.data()) == 1) {
+    prefix.length = 32;
+  } else if (inet_pton(AF_INET6, address.c_str(), prefix.bytes.data()) == 1) {
+    prefix.ipv6 = true;
+    prefix.length = 128;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", whole, "\" is no IPv4 or IPv6 address"));
+  }
+  if (has_length) {
+    int length = 0;
+    if (!absl::SimpleAtoi(whole.substr(slash + 1), &length) || length < 1 ||
+        length > prefix.length) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", whole, "\" has no prefix length in 1..", prefix.length));
+    }
+    prefix.length = length;
+  }
+  return prefix;
+}
+
+std::string FormatIpPrefix(const IpPrefix& prefix) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(prefix.ipv6 ? AF_INET6 : AF_INET, prefix.bytes.data(), text,
+            sizeof(text));
+  return absl::StrCat(text, "/", prefix.length);
+}
 
 absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path) {
   struct stat info {};
@@ -366,27 +588,57 @@ absl::Status CgroupTree::AllowDevices(
   return absl::InternalError(attached.message());
 }
 
-absl::Status CgroupTree::CheckPortGuard() const {
-  // A name no member has (see GuardDevices).
-  const std::string probe = PathOf(".port-probe");
+namespace {
+
+// Attaches the port programs for `guard` to a cgroup no member can have
+// (member names are escaped path components, which never start with a dot)
+// and removes it again.
+absl::Status ProbePortPrograms(const std::string& probe,
+                               const PortGuard& guard) {
   if (mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST) {
     return absl::FailedPreconditionError(absl::StrCat(
         "cannot create cgroup ", probe, ": ", std::strerror(errno)));
   }
-  const absl::Status attached = AttachBindPrograms(probe, {1, 1}, 0);
+  const absl::Status attached = AttachPortPrograms(probe, guard);
   rmdir(probe.c_str());
   return attached;
 }
 
-absl::Status CgroupTree::GuardPorts(const std::string& name, PortRange guarded,
-                                    uint16_t allowed) const {
-  if (guarded.first == 0 || guarded.first > guarded.last) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("no ports to guard in ", guarded.first, "..", guarded.last,
-                     " (it needs 1 <= first <= last)"));
+}  // namespace
+
+absl::Status CgroupTree::CheckPortGuard() const {
+  PortGuard guard;
+  guard.range = {1, 1};
+  guard.connections = false;
+  return ProbePortPrograms(PathOf(".port-probe"), guard);
+}
+
+absl::Status CgroupTree::CheckConnectGuard() const {
+  // Every kind of instruction the programs use.
+  PortGuard guard;
+  guard.range = {1, 2};
+  guard.bind = 1;
+  guard.connect = 2;
+  for (const char* text : {"127.0.0.0/8", "::1", "fe80::/10"}) {
+    guard.connect_to.push_back(*ParseIpPrefix(text));
   }
-  const absl::Status attached =
-      AttachBindPrograms(PathOf(name), guarded, allowed);
+  return ProbePortPrograms(PathOf(".connect-probe"), guard);
+}
+
+absl::Status CgroupTree::GuardPorts(const std::string& name,
+                                    const PortGuard& guard) const {
+  if (guard.range.first == 0 || guard.range.first > guard.range.last) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no ports to guard in ", guard.range.first, "..",
+                     guard.range.last, " (it needs 1 <= first <= last)"));
+  }
+  for (const IpPrefix& prefix : guard.connect_to) {
+    if (prefix.length < 1 || prefix.length > (prefix.ipv6 ? 128 : 32)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad prefix length ", prefix.length, " of ", FormatIpPrefix(prefix)));
+    }
+  }
+  const absl::Status attached = AttachPortPrograms(PathOf(name), guard);
   if (attached.ok()) return attached;
   return absl::InternalError(attached.message());
 }

@@ -4,10 +4,12 @@
 #ifndef GDT_COMMON_CGROUP_H_
 #define GDT_COMMON_CGROUP_H_
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,11 +33,41 @@ struct DeviceNumber {
 // character device.
 absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path);
 
-// Ports a cgroup's processes may not bind, both ends included.
+// A range of ports, both ends included.
 struct PortRange {
   uint16_t first = 0;
   uint16_t last = 0;
   friend bool operator==(const PortRange&, const PortRange&) = default;
+};
+
+// An IPv4 or IPv6 address with a prefix length: the addresses whose first
+// `length` bits are those of `bytes`.
+struct IpPrefix {
+  bool ipv6 = false;
+  std::array<uint8_t, 16> bytes{};  // IPv4 in the first 4.
+  int length = 0;                   // 1..32 (IPv4) or 1..128 (IPv6).
+  friend bool operator==(const IpPrefix&, const IpPrefix&) = default;
+};
+
+// "192.0.2.1", "127.0.0.0/8", "::1", "fe80::/10" (without a length, the
+// whole address). Errors: InvalidArgument naming the text.
+absl::StatusOr<IpPrefix> ParseIpPrefix(std::string_view text);
+std::string FormatIpPrefix(const IpPrefix& prefix);
+
+// What a cgroup's processes may do with the ports of a range.
+struct PortGuard {
+  PortRange range;
+  // The one port of the range they may bind; 0 = none.
+  uint16_t bind = 0;
+  // The one port of the range they may connect or send to, and only at
+  // these addresses (an IPv4 prefix also covers its v4-mapped IPv6 form);
+  // 0 = none. With no addresses, at any address.
+  uint16_t connect = 0;
+  std::vector<IpPrefix> connect_to;
+  // false: binds only, connections and sends are not looked at (a kernel
+  // that refuses the connect programs, see CheckConnectGuard()).
+  bool connections = true;
+  friend bool operator==(const PortGuard&, const PortGuard&) = default;
 };
 
 // One child cgroup per name (e.g. per gang member) under a parent
@@ -95,17 +127,23 @@ class CgroupTree {
   // (no bpf(), no privilege for it, no bind hooks in the kernel).
   absl::Status CheckPortGuard() const;
 
-  // Refuses with EPERM every bind() a process in the cgroup of `name` makes
-  // to a port in `guarded` other than `allowed` (0 = to all of them), over
-  // IPv4 and IPv6 (v4-mapped addresses included) and for any protocol; a
-  // bind to port 0 or outside `guarded` goes through. Replaces the ports
-  // guarded there before; processes already in it are bound at once. A
-  // bind hook (BPF programs of type CGROUP_SOCK_ADDR), so it covers binds
-  // only: a port the kernel picks itself (connect or listen without a bind)
-  // is not looked at. Errors: InvalidArgument for an empty range; Internal
-  // naming the cgroup.
-  absl::Status GuardPorts(const std::string& name, PortRange guarded,
-                          uint16_t allowed) const;
+  // The same for its connect and send programs, which need newer hooks and
+  // instructions (32-bit jumps, Linux 5.1) than the bind programs. Errors:
+  // FailedPrecondition naming why; guard with `connections` false then.
+  absl::Status CheckConnectGuard() const;
+
+  // Keeps the processes in the cgroup of `name` off the ports of
+  // `guard.range` (see PortGuard), over IPv4 and IPv6 (v4-mapped addresses
+  // included): bind() (any protocol), connect() (TCP and UDP) and a UDP
+  // sendmsg() with an address to a port there fail with EPERM unless the
+  // guard allows it. Port 0 and ports outside the range go through.
+  // Replaces the guard set there before; processes already in it are bound
+  // at once. Hooks of type CGROUP_SOCK_ADDR, so a port the kernel picks
+  // itself as a socket's own (connect or listen without a bind) is not
+  // looked at. Errors: InvalidArgument for an empty range or a bad
+  // address; Internal naming the cgroup.
+  absl::Status GuardPorts(const std::string& name,
+                          const PortGuard& guard) const;
 
   // The cgroup of `name` (one path component), created when missing, with
   // the pids limit when one is set (and, with guarded devices, none of them

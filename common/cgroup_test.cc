@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -328,28 +329,32 @@ TEST_F(CgroupTest, GuardedPortsAreRefusedToBindExceptTheAllowedOne) {
   absl::StatusOr<std::string> dir = tree_->Create("member");
   ASSERT_TRUE(dir.ok()) << dir.status();
   const std::string procs = *dir + "/cgroup.procs";
-  ASSERT_TRUE(
-      tree_->GuardPorts("member", range, static_cast<uint16_t>(port)).ok());
+  ASSERT_TRUE(tree_
+                  ->GuardPorts("member", {.range = range,
+                                          .bind = static_cast<uint16_t>(port)})
+                  .ok());
   EXPECT_EQ(BindsFrom(procs, targets),
             expect({"EPERM", "EPERM", "EPERM", "EPERM", "ok", "ok", "ok", "ok",
                     "ok"}))
       << "the member's own port only";
 
   // Another port allowed instead: the first one is refused now.
-  ASSERT_TRUE(tree_->GuardPorts("member", range, range.first).ok());
+  ASSERT_TRUE(
+      tree_->GuardPorts("member", {.range = range, .bind = range.first}).ok());
   EXPECT_EQ(BindsFrom(procs, targets),
             expect({"ok", "EPERM", "ok", "EPERM", "EPERM", "EPERM", "EPERM",
                     "ok", "ok"}))
       << "the range's first port allowed";
 
   // None allowed; ports outside the range stay open.
-  ASSERT_TRUE(tree_->GuardPorts("member", range, 0).ok());
+  ASSERT_TRUE(tree_->GuardPorts("member", {.range = range}).ok());
   EXPECT_EQ(BindsFrom(procs, targets),
             expect({"EPERM", "EPERM", "EPERM", "EPERM", "EPERM", "EPERM",
                     "EPERM", "ok", "ok"}))
       << "no port allowed";
-  EXPECT_EQ(tree_->GuardPorts("member", {range.last, range.first}, 0).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      tree_->GuardPorts("member", {.range = {range.last, range.first}}).code(),
+      absl::StatusCode::kInvalidArgument);
 
   // Outside the member nothing is refused.
   EXPECT_EQ(BindsFrom("", targets),
@@ -363,6 +368,215 @@ TEST_F(CgroupTest, SpawnIntoAMissingCgroupFails) {
   spawn.argv = {"/bin/true"};
   spawn.cgroup_procs = parent_ + "/absent/cgroup.procs";
   EXPECT_FALSE(Subprocess::Spawn(spawn).ok());
+}
+
+// What connecting over TCP ("t4"/"t6" <host> <port>) or sending a UDP
+// datagram ("u4"/"u6") to each of `targets` gives a process in
+// `cgroup_procs` (empty = outside every member): "ok" or the errno's name,
+// one line per target.
+std::string ConnectsFrom(const std::string& cgroup_procs,
+                         const std::vector<std::string>& targets) {
+  SpawnOptions spawn;
+  spawn.argv = {"python3", "-c",
+                "import errno, socket, sys\n"
+                "for t in sys.argv[1:]:\n"
+                "    kind, host, port = t.split()\n"
+                "    s = socket.socket(socket.AF_INET6 if kind[1] == '6' else "
+                "socket.AF_INET, socket.SOCK_STREAM if kind[0] == 't' else "
+                "socket.SOCK_DGRAM)\n"
+                "    s.settimeout(10)\n"
+                "    try:\n"
+                "        if kind[0] == 't':\n"
+                "            s.connect((host, int(port)))\n"
+                "        else:\n"
+                "            s.sendto(b'x', (host, int(port)))\n"
+                "        r = 'ok'\n"
+                "    except OSError as e:\n"
+                "        r = errno.errorcode.get(e.errno, str(e.errno))\n"
+                "    s.close()\n"
+                "    print(t, r)\n"};
+  spawn.argv.insert(spawn.argv.end(), targets.begin(), targets.end());
+  spawn.env = {{"PATH", "/usr/local/bin:/usr/bin:/bin"}, {"LC_ALL", "C"}};
+  spawn.cgroup_procs = cgroup_procs;
+  absl::StatusOr<std::unique_ptr<Subprocess>> python = Subprocess::Spawn(spawn);
+  EXPECT_TRUE(python.ok()) << python.status();
+  if (!python.ok()) return std::string();
+  std::string output;
+  (*python)->Wait(
+      [&](OutputSource, std::string_view data) { output.append(data); });
+  return output;
+}
+
+// A dual-stack TCP listener on `port` (0 = one the kernel picks); returns
+// its port, or 0 when the port is taken.
+int Listen(int port, std::vector<int>& fds) {
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  const int no = 0;
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
+  sockaddr_in6 address{};
+  address.sin6_family = AF_INET6;
+  address.sin6_port = htons(static_cast<uint16_t>(port));
+  socklen_t length = sizeof(address);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), length) != 0 ||
+      listen(fd, 64) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    close(fd);
+    return 0;
+  }
+  fds.push_back(fd);
+  return ntohs(address.sin6_port);
+}
+
+TEST_F(CgroupTest, GuardedPortsAreReachedOnlyAtTheAllowedEndpoint) {
+  if (absl::Status check = tree_->CheckConnectGuard(); !check.ok()) {
+    ASSERT_NE(geteuid(), 0u) << check;
+    GTEST_SKIP() << "connect programs need privilege: " << check;
+  }
+  // Listeners (outside the member) on the middle and both ends of a range
+  // of 9 around a port the kernel picks, and on one port outside it.
+  std::vector<int> fds;
+  const int port = Listen(0, fds);
+  ASSERT_GT(port, 5);
+  ASSERT_LT(port, 65530);
+  const PortRange range{static_cast<uint16_t>(port - 4),
+                        static_cast<uint16_t>(port + 4)};
+  ASSERT_EQ(Listen(range.first, fds), range.first) << "taken; run again";
+  ASSERT_EQ(Listen(range.last, fds), range.last) << "taken; run again";
+  int outside = 0;
+  while (outside == 0 || (outside >= range.first && outside <= range.last)) {
+    outside = Listen(0, fds);
+    ASSERT_NE(outside, 0);
+  }
+  const std::string leased = absl::StrCat(" ", port);
+  const std::string first = absl::StrCat(" ", range.first);
+  const std::string last = absl::StrCat(" ", range.last);
+  const std::string free = absl::StrCat(" ", outside);
+  const std::vector<std::string> targets = {"t4 127.0.0.1" + leased,
+                                            "t4 127.0.0.2" + leased,
+                                            "t6 ::1" + leased,
+                                            "t6 ::ffff:127.0.0.1" + leased,
+                                            "t4 0.0.0.0" + leased,
+                                            "t6 ::" + leased,
+                                            "t4 127.0.0.1" + first,
+                                            "t6 ::1" + last,
+                                            "t6 ::ffff:127.0.0.1" + first,
+                                            "u4 127.0.0.1" + leased,
+                                            "u6 ::1" + last,
+                                            "u6 ::ffff:127.0.0.1" + first,
+                                            "t4 127.0.0.1" + free,
+                                            "t6 ::1" + free,
+                                            "u4 127.0.0.1" + free};
+  auto expect = [&](const std::string& results) {
+    std::vector<std::string> each = absl::StrSplit(results, ' ');
+    EXPECT_EQ(each.size(), targets.size());
+    std::string text;
+    for (size_t i = 0; i < targets.size() && i < each.size(); ++i) {
+      absl::StrAppend(&text, targets[i], " ", each[i], "\n");
+    }
+    return text;
+  };
+  auto prefixes = [](const std::vector<std::string>& texts) {
+    std::vector<IpPrefix> out;
+    for (const std::string& text : texts) {
+      absl::StatusOr<IpPrefix> prefix = ParseIpPrefix(text);
+      EXPECT_TRUE(prefix.ok()) << prefix.status();
+      if (prefix.ok()) out.push_back(*prefix);
+    }
+    return out;
+  };
+
+  absl::StatusOr<std::string> dir = tree_->Create("member");
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  const std::string procs = *dir + "/cgroup.procs";
+  const uint16_t own = static_cast<uint16_t>(port);
+  ASSERT_TRUE(tree_
+                  ->GuardPorts("member",
+                               {.range = range,
+                                .connect = own,
+                                .connect_to = prefixes({"127.0.0.0/8", "::1"})})
+                  .ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("ok ok ok ok EPERM EPERM EPERM EPERM EPERM ok EPERM EPERM "
+                   "ok ok ok"))
+      << "the member's own master at loopback only";
+
+  // Its master elsewhere: the same port here is another gang's.
+  ASSERT_TRUE(
+      tree_
+          ->GuardPorts("member", {.range = range,
+                                  .bind = own,
+                                  .connect = own,
+                                  .connect_to = prefixes({"192.0.2.7"})})
+          .ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM "
+                   "EPERM EPERM EPERM ok ok ok"))
+      << "the master on another host";
+
+  // An IPv6 prefix that is not a whole address (:: and ::1).
+  ASSERT_TRUE(tree_
+                  ->GuardPorts("member", {.range = range,
+                                          .connect = own,
+                                          .connect_to = prefixes({"::/127"})})
+                  .ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("EPERM EPERM ok EPERM EPERM ok EPERM EPERM EPERM EPERM "
+                   "EPERM EPERM ok ok ok"))
+      << "::/127";
+
+  // Any address for the port; then none at all.
+  ASSERT_TRUE(
+      tree_->GuardPorts("member", {.range = range, .connect = range.last})
+          .ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("EPERM EPERM EPERM EPERM EPERM EPERM EPERM ok EPERM EPERM "
+                   "ok EPERM ok ok ok"))
+      << "the last port at any address";
+  ASSERT_TRUE(tree_->GuardPorts("member", {.range = range}).ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM EPERM "
+                   "EPERM EPERM EPERM ok ok ok"))
+      << "no port allowed";
+  // A kernel without the connect programs: binds only.
+  ASSERT_TRUE(
+      tree_->GuardPorts("member", {.range = range, .connections = false}).ok());
+  EXPECT_EQ(ConnectsFrom(procs, targets),
+            expect("ok ok ok ok ok ok ok ok ok ok ok ok ok ok ok"))
+      << "connections not guarded";
+  EXPECT_EQ(BindsFrom(procs, {"4 127.0.0.1" + first}),
+            absl::StrCat("4 127.0.0.1", first, " EPERM\n"));
+  IpPrefix bad = *ParseIpPrefix("10.0.0.0/8");
+  bad.length = 33;
+  EXPECT_EQ(
+      tree_
+          ->GuardPorts("member",
+                       {.range = range, .connect = own, .connect_to = {bad}})
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+
+  // Outside the member nothing is refused.
+  EXPECT_EQ(ConnectsFrom("", targets),
+            expect("ok ok ok ok ok ok ok ok ok ok ok ok ok ok ok"));
+
+  EXPECT_TRUE(tree_->Destroy("member", steady_clock::now() + seconds(10)).ok());
+  for (const int fd : fds) close(fd);
+}
+
+TEST(IpPrefixTest, ParsesAddressesWithAndWithoutALength) {
+  absl::StatusOr<IpPrefix> loopback = ParseIpPrefix("127.0.0.0/8");
+  ASSERT_TRUE(loopback.ok()) << loopback.status();
+  EXPECT_FALSE(loopback->ipv6);
+  EXPECT_EQ(loopback->length, 8);
+  EXPECT_EQ(FormatIpPrefix(*loopback), "127.0.0.0/8");
+  EXPECT_EQ(FormatIpPrefix(*ParseIpPrefix("::1")), "::1/128");
+  EXPECT_EQ(FormatIpPrefix(*ParseIpPrefix("192.0.2.1")), "192.0.2.1/32");
+  for (const char* bad : {"", "host", "10.0.0.0/33", "10.0.0.0/0", "::/129",
+                          "::1/x", "1.2.3.4/"}) {
+    EXPECT_EQ(ParseIpPrefix(bad).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
 }
 
 }  // namespace

@@ -1319,6 +1319,15 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
   // Gangs proposed on one master host in this pass start with different
   // ports, so that admitting one does not defer the next.
   std::map<std::string, std::set<uint32_t>> offered;
+  // Ports some live gang holds on any host, or offered first in this pass:
+  // a gang gets one of these only when the range has no other left, so
+  // that a port names one gang's master in the whole cluster while it can
+  // (members' connect programs also match the master's address; this
+  // covers a member whose agent could not resolve it).
+  std::set<uint32_t> held_anywhere;
+  for (const auto& [host, ports] : port_leases_) {
+    for (const auto& [port, gang] : ports) held_anywhere.insert(port);
+  }
   for (state::Gang* gang : forming) {
     gang->queue_position = 0;
     auto planned = admitted.find(gang->id);
@@ -1333,16 +1342,21 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
       proposal.not_needed = planned->second->not_needed;
       const auto& leased = port_leases_[master];
       std::set<uint32_t>& taken = offered[master];
-      for (uint32_t port = options_.master_port_min;
-           port <= options_.master_port_max &&
-           proposal.candidate_ports.size() < kMaxCandidatePorts;
-           ++port) {
-        if (leased.count(port) == 0 && taken.count(port) == 0) {
-          proposal.candidate_ports.push_back(port);
+      // First the ports no gang holds anywhere, then the others free here.
+      for (const bool unique : {true, false}) {
+        for (uint32_t port = options_.master_port_min;
+             port <= options_.master_port_max &&
+             proposal.candidate_ports.size() < kMaxCandidatePorts;
+             ++port) {
+          if (leased.count(port) == 0 && taken.count(port) == 0 &&
+              held_anywhere.count(port) == (unique ? 0u : 1u)) {
+            proposal.candidate_ports.push_back(port);
+          }
         }
       }
       if (!proposal.candidate_ports.empty()) {
         taken.insert(proposal.candidate_ports.front());
+        held_anywhere.insert(proposal.candidate_ports.front());
       }
       proposals.push_back(std::move(proposal));
       gang->reason = WaitingReason(*gang, nullptr);

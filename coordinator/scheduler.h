@@ -133,7 +133,9 @@ struct AdmissionProposal {
   std::string gang_id;
   std::string master_host;
   std::string agent_endpoint;  // Of the master host.
-  // The first kMaxCandidatePorts unleased ports there, ascending.
+  // Up to kMaxCandidatePorts unleased ports there: first, ascending, those
+  // no live gang holds on any host (nor was offered first in this pass),
+  // then, ascending, those held on other hosts only.
   std::vector<uint32_t> candidate_ports;
   std::vector<PlannedMember> members;  // By node rank; Admit() commits it.
   // An elastic gang started smaller: its present members left out.

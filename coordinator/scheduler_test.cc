@@ -1,6 +1,7 @@
 #include "coordinator/scheduler.h"
 
 #include <chrono>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
@@ -552,6 +553,47 @@ TEST_F(SchedulerTest, AdmitSkipsLeasedPortsAndRechecksPlacement) {
   EXPECT_EQ(scheduler_->Admit(proposals[0], 29510).code(),
             absl::StatusCode::kUnavailable);
   EXPECT_TRUE(scheduler_->Admit(proposals[0], 29511).ok());
+}
+
+// A gang is offered first the ports no gang holds on any host, so that a
+// port names one gang's master in the whole cluster while the range allows;
+// once every port is held somewhere, those held on other hosts only.
+TEST_F(SchedulerTest, MasterPortsPreferOnesNoGangHoldsOnAnyHost) {
+  std::unique_ptr<state::SqliteStore> store = test::MemoryStore();
+  ASSERT_NE(store, nullptr);
+  SchedulerOptions options;
+  options.master_port_min = 29510;
+  options.master_port_max = 29511;
+  absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
+      Scheduler::Create(clock_, *store, options);
+  ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+  Scheduler& s = **scheduler;
+  for (const char* host : {"gpu-01", "gpu-02", "gpu-03"}) {
+    ASSERT_TRUE(s.RegisterHost(test::GpuHost(host, 8)).ok());
+  }
+  for (uint32_t i = 1; i <= 3; ++i) {
+    state::GangKey key = test::TrainKey(1);
+    key.pipeline_id = 80 + i;
+    ASSERT_TRUE(s.Join(test::Joining(key, 1, 8), 10 * i).ok());
+  }
+
+  std::vector<AdmissionProposal> proposals = s.Plan();
+
+  ASSERT_EQ(proposals.size(), 3u);
+  std::set<std::string> hosts;
+  for (const AdmissionProposal& proposal : proposals) {
+    hosts.insert(proposal.master_host);
+  }
+  EXPECT_EQ(hosts.size(), 3u) << "each gang on a host of its own";
+  EXPECT_EQ(proposals[0].candidate_ports,
+            (std::vector<uint32_t>{29510, 29511}));
+  EXPECT_EQ(proposals[1].candidate_ports, (std::vector<uint32_t>{29511, 29510}))
+      << "29510 went to the first gang on another host";
+  EXPECT_EQ(proposals[2].candidate_ports, (std::vector<uint32_t>{29510, 29511}))
+      << "every port is someone's: those free on its host";
+  for (const AdmissionProposal& proposal : proposals) {
+    EXPECT_TRUE(s.Admit(proposal, proposal.candidate_ports.front()).ok());
+  }
 }
 
 TEST_F(SchedulerTest, LeasesAreReleasedWhenEveryMemberHasLeft) {

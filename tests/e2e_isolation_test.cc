@@ -1166,6 +1166,144 @@ TEST_F(MasterPortSquatTest, AJobCannotBindTheMasterPortsOfOtherGangs) {
   EXPECT_THAT(victimised.output, HasSubstr("victim bound its master port"));
 }
 
+// A job of one gang cannot reach the master port of another gang that runs
+// on the same host: torch's TCPStore there checks no credential, so whoever
+// connects could read and write the other gang's rendezvous keys. Its own
+// gang's master it reaches; the other gang finishes untouched.
+class MasterPortConnectTest : public IsolationTest {
+ protected:
+  void SetUp() override {
+    accounts_ = {"61061:61061", "61062:61062", "61063:61063", "61064:61064"};
+    cpu_slots_ = 4;
+    IsolationTest::SetUp();
+  }
+};
+
+TEST_F(MasterPortConnectTest, AJobCannotConnectToAnotherGangsMasterPort) {
+  if (absl::StrContains(cluster_.Logs(), "event=master_connect_guard_off")) {
+    GTEST_SKIP() << "this kernel refuses the connect programs:\n"
+                 << cluster_.Logs();
+  }
+  const std::string flags = SharedDir("flags");
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  // The victim's rank 0 serves its master port until its rank 1 says
+  // hello; anything else that arrives first fails the gang.
+  WriteFile(flags + "/victim.py", absl::StrCat(R"(import os, socket, sys, time
+flags = ")",
+                                               flags, R"("
+port = int(os.environ["GDT_MASTER_PORT"])
+if os.environ["GDT_NODE_RANK"] == "0":
+    s = socket.socket(socket.AF_INET6)
+    s.bind(("::", port))
+    s.listen()
+    s.settimeout(120)
+    with open(flags + "/victim_port.tmp", "w") as f:
+        f.write(str(port))
+    os.rename(flags + "/victim_port.tmp", flags + "/victim_port")
+    while True:
+        c, peer = s.accept()
+        c.settimeout(30)
+        data = c.recv(64)
+        if data == b"rank1":
+            print("victim rank 0 met its rank 1", flush=True)
+            break
+        if data:
+            print("victim rank 0 got", data, "from", peer, flush=True)
+            sys.exit(1)
+else:
+    deadline = time.time() + 120
+    while not os.path.exists(flags + "/attacked") and time.time() < deadline:
+        time.sleep(0.1)
+    while True:
+        try:
+            c = socket.create_connection((os.environ["GDT_MASTER_ADDR"], port), 5)
+            break
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+    c.sendall(b"rank1")
+    print("victim rank 1 met its rank 0", flush=True)
+)"));
+  // The intruder tries every way to the victim's port, then its own
+  // master (it is rank 0 of a gang of one).
+  WriteFile(flags + "/intruder.py",
+            absl::StrCat(R"(import errno, os, socket, time
+flags = ")",
+                         flags, R"("
+deadline = time.time() + 120
+while not os.path.exists(flags + "/victim_port") and time.time() < deadline:
+    time.sleep(0.1)
+port = int(open(flags + "/victim_port").read())
+for kind, host in (("tcp", "127.0.0.1"), ("tcp", "::1"),
+                   ("tcp", "::ffff:127.0.0.1"), ("tcp", "0.0.0.0"),
+                   ("udp", "127.0.0.1")):
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET,
+                      socket.SOCK_STREAM if kind == "tcp" else socket.SOCK_DGRAM)
+    s.settimeout(10)
+    try:
+        if kind == "tcp":
+            s.connect((host, port))
+            s.sendall(b"intruder")
+        else:
+            s.sendto(b"intruder", (host, port))
+        r = "reached"
+    except OSError as e:
+        r = errno.errorcode.get(e.errno, str(e.errno))
+    s.close()
+    print("intruder", kind, host, r, flush=True)
+own = int(os.environ["GDT_MASTER_PORT"])
+server = socket.socket(socket.AF_INET6)
+server.bind(("::", own))
+server.listen()
+socket.create_connection((os.environ["GDT_MASTER_ADDR"], own), 10).close()
+print("intruder reached its own master", flush=True)
+open(flags + "/attacked", "w").close()
+)"));
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("victim:\n"
+                         "  parallel: 2\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - python3 ",
+                         flags,
+                         "/victim.py\n"
+                         "intruder:\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_GPUS_PER_NODE: \"0\"\n"
+                         "    GDT_LAUNCHER: none\n"
+                         "  script:\n"
+                         "    - python3 ",
+                         flags, "/intruder.py\n"));
+  std::unique_ptr<Subprocess> victim =
+      StartRunLocal(cluster_, project, "victim", {"--pipeline-id", "410"});
+  ASSERT_NE(victim, nullptr);
+  ASSERT_TRUE(
+      WaitFor([&] { return fs::exists(flags + "/victim_port"); }, seconds(90)))
+      << cluster_.Logs();
+  std::unique_ptr<Subprocess> intruder =
+      StartRunLocal(cluster_, project, "intruder", {"--pipeline-id", "411"});
+  ASSERT_NE(intruder, nullptr);
+  CommandResult intruded = FinishRun(*intruder, seconds(90));
+  WriteFile(flags + "/attacked", "");
+  CommandResult victimised = FinishRun(*victim, seconds(90));
+  EXPECT_TRUE(intruded.status.success()) << intruded.output;
+  for (const char* way : {"tcp 127.0.0.1", "tcp ::1", "tcp ::ffff:127.0.0.1",
+                          "tcp 0.0.0.0", "udp 127.0.0.1"}) {
+    EXPECT_THAT(intruded.output,
+                HasSubstr(absl::StrCat("intruder ", way, " EPERM")));
+  }
+  EXPECT_THAT(intruded.output, HasSubstr("intruder reached its own master"));
+  EXPECT_TRUE(victimised.status.success()) << victimised.output;
+  EXPECT_THAT(victimised.output, HasSubstr("victim rank 0 met its rank 1"));
+  EXPECT_THAT(victimised.output, Not(HasSubstr("victim rank 0 got")));
+}
+
 // Job variables named like the loader's, the shell's or the search path
 // (LD_PRELOAD, BASH_ENV, PATH) reach the job's own scripts only: no process
 // of gdt or run-local that runs with more privilege (the executor, run-local
