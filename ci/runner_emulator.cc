@@ -719,7 +719,9 @@ class RunnerEmulator::Job {
   std::string GetSourcesBody() const;
   std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
+  std::string FetchBody() const;
   std::string FetchArguments() const;
+  bool HasJobCommit() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
@@ -1573,33 +1575,99 @@ std::string RunnerEmulator::Job::FetchArguments() const {
       options_.job.depth > 0 ? "" : " '+refs/tags/*:refs/tags/*'");
 }
 
-// After the copy of a git checkout: the project directory becomes a git
-// repository at the job's commit (HEAD detached there, fetched from the
-// checkout with the job's depth), as the runner's fetch and checkout leave
-// it; the files stay the copied ones, so changes not committed show as
-// such. Where that fails (HEAD in the checkout moved on) it only warns.
+// After the copy of a git checkout: the project directory, a repository
+// holding the job's commit fetched from the checkout, gets HEAD detached at
+// that commit, as the runner's checkout leaves it; the files stay the
+// copied ones, so changes not committed show as such. Where the fetched
+// commit is not the job's (HEAD in the checkout moved on) it only warns.
 std::string RunnerEmulator::Job::CheckoutBody() const {
   const std::string& sha = options_.job.sha;
-  if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
-    return "";
-  }
+  if (!HasJobCommit()) return "";
   return absl::StrCat(
-      "  echo ",
-      ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
-                              " as detached HEAD (ref is ", options_.job.ref,
-                              ")...")),
-      "\n", "  sha=", ShellQuote(sha), "\n",
-      "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      "      git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " &&\n",
-      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
+      "  sha=", ShellQuote(sha), "\n",
+      "  if ! { [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
       ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
                                                           ? "HEAD"
                                                           : options_.job.ref)),
-      ")\" = \"$sha\" ] &&\n",
+      " 2>/dev/null)\" = \"$sha\" ] &&\n",
       "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
       "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
       "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
       "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
+bool RunnerEmulator::Job::HasJobCommit() const {
+  const std::string& sha = options_.job.sha;
+  return sha.size() >= 8 && sha.find_first_not_of('0') != std::string::npos;
+}
+
+// The runner's fetch, in its words and order. First its cleanup of an
+// earlier job's repository: lock files an interrupted git left, and (the
+// custom executor's default) the repository's config and hooks, so that a
+// job cannot plant them for the next. Then the notice, `git init` with the
+// runner's template settings (it says "Initialized empty ..." or
+// "Reinitialized existing Git repository in ..."), the origin remote
+// ("Created fresh repository." when it is new, as it is after the config
+// was removed), then the fetch, here from the checkout in "$src". The
+// origin is the checkout's own origin, else the checkout.
+std::string RunnerEmulator::Job::FetchBody() const {
+  const int64_t depth = options_.job.depth;
+  const bool submodules = settings_.git_submodule_strategy == "normal" ||
+                          settings_.git_submodule_strategy == "recursive";
+  std::string cleanup = "  git_dir=\"$CI_PROJECT_DIR/.git\"\n";
+  for (const char* file : {"index.lock", "shallow.lock", "HEAD.lock",
+                           "hooks/post-checkout", "config.lock"}) {
+    absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/", file, "\"\n");
+    if (submodules) {
+      absl::StrAppend(
+          &cleanup,
+          "  [ ! -d \"$git_dir/modules\" ] || find "
+          "\"$git_dir/modules\" -name ",
+          ShellQuote(std::filesystem::path(file).filename().string()),
+          " -type f -delete\n");
+    }
+  }
+  absl::StrAppend(
+      &cleanup,
+      "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" -name '*.lock' "
+      "-type f -delete\n",
+      "  rm -f -- \"$git_dir/config\"\n", "  rm -rf -- \"$git_dir/hooks\"\n");
+  if (submodules) {
+    absl::StrAppend(
+        &cleanup, "  if [ -d \"$git_dir/modules\" ]; then\n",
+        "    find \"$git_dir/modules\" -name config -type f -delete\n",
+        "    find \"$git_dir/modules\" -depth -name hooks -type d -exec rm -rf "
+        "-- {} +\n",
+        "  fi\n");
+  }
+  std::string template_settings;
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"init.defaultBranch", "none"},
+           {"fetch.recurseSubmodules", "false"},
+           {"credential.interactive", "never"},
+           {"gc.autoDetach", "false"}}) {
+    absl::StrAppend(&template_settings,
+                    "  git -C \"$CI_PROJECT_DIR\" config --get ", key,
+                    " >/dev/null || git -C \"$CI_PROJECT_DIR\" config ", key,
+                    " ", value, "\n");
+  }
+  return absl::StrCat(
+      cleanup, "  echo ",
+      ShellQuote(depth > 0 ? absl::StrCat("Fetching changes with git depth "
+                                          "set to ",
+                                          depth, "...")
+                           : "Fetching changes..."),
+      "\n", "  git -c init.defaultBranch=none init \"$CI_PROJECT_DIR\"\n",
+      template_settings,
+      "  origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
+      "origin 2>/dev/null) || origin=$src\n",
+      "  if git -C \"$CI_PROJECT_DIR\" remote add origin \"$origin\" "
+      ">/dev/null 2>&1 ; then\n",
+      "    echo 'Created fresh repository.'\n", "  else\n",
+      "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
+      "  fi\n", "  git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
+      "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n");
 }
 
 // What the runner's get_sources says of submodules after the sources, for
@@ -1686,39 +1754,26 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
   if (settings_.git_strategy == "clone") {
     // clone starts from nothing: an earlier job's directory is removed.
     absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
-  } else if (!settings_.git_clean_flags.empty()) {
-    // fetch keeps the directory; the runner's `git clean` with
-    // GIT_CLEAN_FLAGS removes what an earlier job left that git does not
-    // track (before the copy here, so that the checkout's own untracked
-    // files still arrive).
-    std::string flags;
-    for (const std::string& flag : settings_.git_clean_flags) {
-      absl::StrAppend(&flags, " ", ShellQuote(flag));
-    }
-    absl::StrAppend(&body, "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
-                    "  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n", "fi\n");
   }
-  absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n");
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {
-    absl::StrAppend(&body,
+    absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n",
                     "echo \"Created fresh project directory "
                     "$CI_PROJECT_DIR\"\n");
     return body;
   }
-  // GIT_CHECKOUT false: the runner fetches the commit but checks out no
-  // files; from a git checkout the directory is a repository holding the
-  // commit (as refs/remotes/origin/<ref>), with no HEAD and no files.
-  if (!settings_.git_checkout) {
-    absl::StrAppend(
-        &body, "src=", ShellQuote(src), "\n",
-        "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
-        "--is-inside-work-tree >/dev/null 2>&1; then\n",
-        "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
-        "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
-        "fi\n", "echo 'Skipping Git checkout'\n");
-    return body;
+  // The runner's `git clean` with GIT_CLEAN_FLAGS after its checkout
+  // removes what an earlier job left that git does not track. Here it runs
+  // before the checkout's files are copied, so that the checkout's own
+  // untracked files still arrive; its "Removing ..." lines come after
+  // "Checking out ..." as in the runner's log.
+  std::string clean;
+  if (!settings_.git_clean_flags.empty()) {
+    std::string flags;
+    for (const std::string& flag : settings_.git_clean_flags) {
+      absl::StrAppend(&flags, " ", ShellQuote(flag));
+    }
+    clean = absl::StrCat("  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n");
   }
   std::string skip_cases;
   std::string tar_excludes;
@@ -1727,15 +1782,33 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
                     "/*) continue ;; ");
     absl::StrAppend(&tar_excludes, " --exclude=", ShellQuote("./" + path));
   }
+  absl::StrAppend(&body, "src=", ShellQuote(src), "\n",
+                  // The job may run as another user than the checkout's owner
+                  // (the agent's pool accounts): git would refuse the
+                  // repository as of dubious ownership, and a plain copy would
+                  // take every ignored file (build trees) too.
+                  "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
+                  "--is-inside-work-tree >/dev/null 2>&1; then\n",
+                  FetchBody());
+  if (!settings_.git_checkout) {
+    // GIT_CHECKOUT false: the commit is fetched (as
+    // refs/remotes/origin/<ref>), no HEAD and no file checked out.
+    absl::StrAppend(&body, "  echo 'Skipping Git checkout'\n", "else\n",
+                    "  mkdir -p \"$CI_PROJECT_DIR\"\n",
+                    "  echo 'Skipping Git checkout'\n", "fi\n");
+    return body;
+  }
   absl::StrAppend(
-      &body, "src=", ShellQuote(src), "\n",
-      "echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
-      // The job may run as another user than the checkout's owner (the
-      // agent's pool accounts): git would refuse the repository as of
-      // dubious ownership, and the copy would take every ignored file
-      // (build trees) too.
-      "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
-      "--is-inside-work-tree >/dev/null 2>&1; then\n",
+      &body,
+      HasJobCommit()
+          ? absl::StrCat(
+                "  echo ",
+                ShellQuote(absl::StrCat(
+                    "Checking out ", options_.job.sha.substr(0, 8),
+                    " as detached HEAD (ref is ", options_.job.ref, ")...")),
+                "\n")
+          : "",
+      clean,
       "  git -c \"safe.directory=$src\" -C \"$src\" ls-files -z -co "
       "--exclude-standard |\n",
       "    while IFS= read -r -d '' f; do\n",
@@ -1749,7 +1822,11 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       // copy, not an option of cp.
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
       "\"$CI_PROJECT_DIR\" --)\n",
-      CheckoutBody(), "else\n", "  tar -C \"$src\"", tar_excludes,
+      CheckoutBody(), "else\n",
+      // Not a git checkout: its files are copied as they are.
+      "  mkdir -p \"$CI_PROJECT_DIR\"\n",
+      "  echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
+      "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
 }

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
@@ -1088,6 +1090,74 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   EXPECT_THAT(log_lines_, Not(Contains("model.py")));
   EXPECT_THAT(log_lines_, Contains("commit"));
   EXPECT_THAT(log_lines_, Contains(sha));
+}
+
+// get_sources says what the runner's says, in its order: the fetch notice
+// (with the depth), git init's own line (a fresh repository, then the
+// existing one a fetch job finds), "Created fresh repository." for a new
+// origin (every time: the custom executor's runner removes the repository's
+// config and hooks an earlier job could have planted), the checkout notice,
+// the clean's lines, the submodules' notice.
+TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 3;
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+  options_.job.steps = {{"script", {"touch leftover.txt"}}};
+  const std::string git_dir = dir_.path() + "/builds/ml/model/.git/";
+  const std::string checking_out =
+      "Checking out " + sha.substr(0, 8) + " as detached HEAD (ref is main)...";
+  // The log's get_sources lines, up to the steps' section.
+  const auto sources_lines = [&] {
+    std::vector<std::string> lines;
+    bool in_sources = false;
+    for (const std::string& line : log_lines_) {
+      if (absl::StartsWith(line, "Fetching changes")) in_sources = true;
+      if (absl::StartsWith(line, "Executing ")) break;
+      if (in_sources) lines.push_back(line);
+    }
+    return lines;
+  };
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(sources_lines(),
+              ElementsAre("Fetching changes with git depth set to 3...",
+                          "Initialized empty Git repository in " + git_dir,
+                          "Created fresh repository.", checking_out,
+                          "Skipping Git submodules setup"))
+      << Log();
+
+  // fetch again: the repository is there, the leftover is cleaned; the
+  // whole history has no depth to name. A hook the earlier job planted is
+  // gone before any git command of the next could run it.
+  const std::string hook = git_dir + "hooks/post-checkout";
+  WriteTextFile(hook, "#!/bin/sh\necho planted hook ran\n");
+  fs::permissions(hook, fs::perms::owner_all);
+  options_.job.depth = 0;
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(
+      sources_lines(),
+      ElementsAre("Fetching changes...",
+                  "Reinitialized existing Git repository in " + git_dir,
+                  "Created fresh repository.", checking_out,
+                  "Removing leftover.txt", "Skipping Git submodules setup"))
+      << Log();
+  EXPECT_FALSE(fs::exists(hook));
 }
 
 // The runner's fetch brings the tags that point into the fetched history
