@@ -1720,5 +1720,40 @@ TEST_F(RunnerEmulatorTest, RestoredCacheReplacesLinksInsteadOfFollowing) {
   EXPECT_FALSE(fs::exists(outside + "/dep.txt"));
 }
 
+// The cache keeps symbolic links as links and empty directories, as the
+// runner's archiver and extractor do.
+TEST_F(RunnerEmulatorTest, CacheKeepsLinksAndEmptyDirectories) {
+  options_.runner_command = GDT_CI_BIN;
+  gitlab::JobCache cache;
+  cache.key = "deps";
+  cache.paths = {"vendor"};
+  options_.job.caches = {cache};
+  options_.job.steps = {
+      {"script",
+       {"mkdir -p vendor/empty vendor/lib && echo lib > vendor/lib/libfoo.so.1 "
+        "&& ln -s lib/libfoo.so.1 vendor/libfoo.so"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("vendor: found 5 matching artifact files and "
+                       "directories"));
+
+  // The next job (clone: a fresh project directory) gets them back.
+  cache.policy = "pull";
+  options_.job.caches = {cache};
+  options_.job.steps = {{"script",
+                         {"test -d vendor/empty && echo empty dir kept",
+                          "echo link to $(readlink vendor/libfoo.so)"}}};
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("empty dir kept"));
+  EXPECT_THAT(log_lines_, Contains("link to lib/libfoo.so.1"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
