@@ -1374,6 +1374,17 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   const OutputFn to_log = [this](std::string_view line) { Log(line); };
   const ExecOutcome outcome =
       RunExec(call, /*with_job_env=*/true, deadline, stop, to_log, to_log);
+  // The runner's warning after a stage whose context's deadline (the job's,
+  // prepare_timeout, get_sources_timeout, RUNNER_SCRIPT_TIMEOUT or
+  // RUNNER_AFTER_SCRIPT_TIMEOUT) has passed, under the stage's own name.
+  if (SteadyClock::now() >= deadline) {
+    Log(absl::StrCat(
+        "WARNING: ", std::string(stage),
+        " could not run to completion because the timeout was exceeded. For "
+        "more control over job and script timeouts see: "
+        "https://docs.gitlab.com/ci/runners/configure_runners/"
+        "#set-script-and-after_script-timeouts"));
+  }
   return Classify(outcome, "");
 }
 
@@ -2524,6 +2535,13 @@ void RunnerEmulator::Job::RunStages() {
       first_failure = RunStage(stage, StepBody(step), /*export_variables=*/true,
                                /*cd_project=*/true, deadline, step_stop);
       in_step_ = false;
+      // Cut off by RUNNER_SCRIPT_TIMEOUT, not by the job's deadline: the
+      // runner's error is the script context's own.
+      if (first_failure.kind == FailureKind::kTimeout &&
+          steps_deadline < job_deadline_ &&
+          SteadyClock::now() < job_deadline_) {
+        first_failure.message = "script timeout: context deadline exceeded";
+      }
     }
   } else {
     for (const gitlab::JobStep& step : options_.job.steps) {

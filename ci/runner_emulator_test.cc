@@ -1755,5 +1755,44 @@ TEST_F(RunnerEmulatorTest, CacheKeepsLinksAndEmptyDirectories) {
   EXPECT_THAT(log_lines_, Contains("link to lib/libfoo.so.1"));
 }
 
+// A stage cut short by a timeout is named in the runner's warning: the
+// steps' by RUNNER_SCRIPT_TIMEOUT (after_script still runs, and the job is
+// a timeout with the script context's error), after_script's by
+// RUNNER_AFTER_SCRIPT_TIMEOUT (the job goes on).
+TEST_F(RunnerEmulatorTest, TimeoutsNameTheStageTheyCutShort) {
+  const auto warning = [](const std::string& stage) {
+    return absl::StrCat(
+        "WARNING: ", stage,
+        " could not run to completion because the timeout was exceeded. For "
+        "more control over job and script timeouts see: "
+        "https://docs.gitlab.com/ci/runners/configure_runners/"
+        "#set-script-and-after_script-timeouts");
+  };
+  options_.job.timeout_seconds = 600;
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2s"});
+  options_.job.steps = {{"script", {"sleep 30"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout");
+  EXPECT_THAT(log_lines_, Contains(warning("step_script"))) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains(warning("after_script"))));
+  EXPECT_THAT(log_lines_, Contains("after timedout"));
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: script timeout: context deadline exceeded");
+
+  options_.job.variables.back() = {"RUNNER_AFTER_SCRIPT_TIMEOUT", "2s"};
+  options_.job.steps = {{"script", {"echo done"}},
+                        {"after_script", {"sleep 30"}}};
+  log_lines_.clear();
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(warning("after_script")));
+  EXPECT_THAT(log_lines_, Not(Contains(warning("step_script"))));
+}
+
 }  // namespace
 }  // namespace gdt::ci
