@@ -776,6 +776,8 @@ class RunnerEmulator::Job {
     // no flags).
     std::vector<std::string> git_clean_flags = {"-ffdx"};
     std::vector<std::string> git_fetch_flags = {"--prune", "--quiet"};
+    // GIT_CLONE_EXTRA_FLAGS: only for FF_USE_GIT_NATIVE_CLONE's clone.
+    std::vector<std::string> git_clone_flags;
     // GIT_SUBMODULE_PATHS and GIT_SUBMODULE_UPDATE_FLAGS, split at white
     // space.
     std::vector<std::string> git_submodule_paths;
@@ -1498,6 +1500,7 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   };
   command_flags("GIT_CLEAN_FLAGS", &settings.git_clean_flags);
   command_flags("GIT_FETCH_EXTRA_FLAGS", &settings.git_fetch_flags);
+  command_flags("GIT_CLONE_EXTRA_FLAGS", &settings.git_clone_flags);
   command_flags("GIT_SUBMODULE_UPDATE_FLAGS",
                 &settings.git_submodule_update_flags);
   for (absl::string_view path :
@@ -1663,8 +1666,8 @@ std::string RunnerEmulator::Job::FetchBody() const {
                     " >/dev/null || git -C \"$CI_PROJECT_DIR\" config ", key,
                     " ", value, "\n");
   }
-  return absl::StrCat(
-      cleanup, "  echo ",
+  std::string fetch = absl::StrCat(
+      "  echo ",
       ShellQuote(depth > 0 ? absl::StrCat("Fetching changes with git depth "
                                           "set to ",
                                           depth, "...")
@@ -1679,6 +1682,44 @@ std::string RunnerEmulator::Job::FetchBody() const {
       "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
       "  fi\n", "  git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
       "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n");
+  const auto flag = settings_.feature_flags.find("FF_USE_GIT_NATIVE_CLONE");
+  if (settings_.git_strategy != "clone" ||
+      flag == settings_.feature_flags.end() || !flag->second) {
+    return absl::StrCat(cleanup, fetch);
+  }
+  // FF_USE_GIT_NATIVE_CLONE with clone: where git is 2.49 or later the
+  // runner runs `git clone --no-checkout` (with the depth, then
+  // GIT_CLONE_EXTRA_FLAGS) instead of init and fetch; older git falls back
+  // to them. Here the clone is of the checkout's HEAD, then the job's
+  // commit is fetched as the ref's remote branch (quietly) for the
+  // checkout, and origin is the checkout's origin, as with the fetch.
+  const std::string& ref = options_.job.ref;
+  std::string clone_flags;
+  for (const std::string& word : settings_.git_clone_flags) {
+    absl::StrAppend(&clone_flags, " ", ShellQuote(word));
+  }
+  const std::string notice =
+      depth > 0      ? absl::StrCat("Cloning repository for ", ref,
+                                    " with git depth set to ", depth, "...")
+      : !ref.empty() ? absl::StrCat("Cloning repository for ", ref, "...")
+                     : "Cloning repository...";
+  return absl::StrCat(
+      cleanup, "  current_ver=\"$(git version|cut -d ' ' -f 3)\"\n",
+      "  required_ver=\"2.49\"\n",
+      "  minimum_ver=\"$(printf '%s\\n%s' \"$required_ver\" \"$current_ver\" | "
+      "sort -t '.' -k 1,1n -k 2,2n -k 3,3n | head -n1)\"\n",
+      "  if [ \"$minimum_ver\" = \"$required_ver\" ]; then\n",
+      "  echo 'Git version at least \"2.49\"'\n", "  echo ", ShellQuote(notice),
+      "\n",
+      "  git -c init.defaultBranch=none clone --no-checkout -u 'git -c "
+      "safe.directory=* upload-pack' \"file://$src\" \"$CI_PROJECT_DIR\"",
+      depth > 0 ? absl::StrCat(" --depth ", depth) : "", clone_flags,
+      " || exit 1\n", "  git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(),
+      " ||\n", "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
+      "  if origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
+      "origin 2>/dev/null); then\n",
+      "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
+      "  fi\n", "  else\n", fetch, "  fi\n");
 }
 
 // What the runner's get_sources says of submodules after the sources, for

@@ -1160,6 +1160,77 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   EXPECT_FALSE(fs::exists(hook));
 }
 
+// FF_USE_GIT_NATIVE_CLONE with GIT_STRATEGY clone: with git 2.49 or later
+// the runner clones (its notices, git clone's own line, GIT_CLONE_EXTRA_FLAGS
+// after the depth); with older git, as without the flag, it fetches and the
+// extra flags do nothing.
+TEST_F(RunnerEmulatorTest, NativeCloneTakesCloneExtraFlagsOnNewGit) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 5;
+  options_.job.variables.push_back({"FF_USE_GIT_NATIVE_CLONE", "true"});
+  options_.job.variables.push_back(
+      {"GIT_CLONE_EXTRA_FLAGS", "--config gdt.cloned=yes"});
+  options_.job.steps = {
+      {"script",
+       {"echo cloned=$(git config gdt.cloned)", "git rev-parse HEAD"}}};
+  // A `git` that says it is `version`, the real one otherwise.
+  const std::string path = env_["PATH"];
+  const auto use_git = [&](const std::string& version) {
+    const std::string bin = dir_.path() + "/git-" + version;
+    fs::create_directories(bin);
+    WriteTextFile(bin + "/git",
+                  "#!/bin/sh\n"
+                  "if [ \"$1\" = version ]; then echo 'git version " +
+                      version +
+                      "'; exit 0; fi\n"
+                      "PATH=" +
+                      ShellQuote(path) + " exec git \"$@\"\n");
+    fs::permissions(bin + "/git", fs::perms::owner_all);
+    env_["PATH"] = bin + ":" + path;
+    options_.runner_environment = env_;
+  };
+  use_git("2.49.0");
+  const std::string checking_out =
+      "Checking out " + sha.substr(0, 8) + " as detached HEAD (ref is main)...";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Git version at least \"2.49\""));
+  EXPECT_THAT(log_lines_,
+              Contains("Cloning repository for main with git depth set to "
+                       "5..."));
+  EXPECT_THAT(log_lines_, Contains("Cloning into '" + dir_.path() +
+                                   "/builds/ml/model'..."));
+  EXPECT_THAT(log_lines_, Not(Contains(HasSubstr("Fetching changes"))));
+  EXPECT_THAT(log_lines_, Contains(checking_out));
+  EXPECT_THAT(log_lines_, Contains("cloned=yes"));
+  EXPECT_THAT(log_lines_, Contains(sha));
+
+  // An older git: init and fetch, no extra flags.
+  use_git("2.48.1");
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("Fetching changes with git depth set to 5..."));
+  EXPECT_THAT(log_lines_, Not(Contains(HasSubstr("Cloning"))));
+  EXPECT_THAT(log_lines_, Contains("cloned="));
+  EXPECT_THAT(log_lines_, Contains(checking_out));
+}
+
 // The runner's fetch brings the tags that point into the fetched history
 // (all of them when the whole history is fetched), so `git describe` works
 // in a job; a tag below the depth is not fetched.
