@@ -2592,6 +2592,9 @@ void RunnerEmulator::Job::RunStages() {
   // A job timeout, an abort or a graceful cancel outside the steps ends the
   // whole context: nothing but cleanup_exec runs any more.
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  // A graceful cancel ended only the steps' context: the runner says so
+  // before after_script.
+  if (graceful_handled_) Log("WARNING: script canceled externally (UI, API)");
 
   const bool steps_success = first_failure.ok();
   // A step cut off by the script timeout (the job's own deadline ended the

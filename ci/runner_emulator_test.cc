@@ -692,7 +692,13 @@ TEST_F(RunnerEmulatorTest, GracefulCancelDuringStepStillRunsAfterScript) {
                           "run get_sources", "run build_script",
                           "run after_script", "run upload_artifacts_on_failure",
                           "run cleanup_file_variables", "cleanup "));
-  EXPECT_THAT(log_lines_, Contains("after canceled"));
+  // The runner's warning, then after_script.
+  const auto warning =
+      std::find(log_lines_.begin(), log_lines_.end(),
+                "WARNING: script canceled externally (UI, API)");
+  ASSERT_NE(warning, log_lines_.end()) << Log();
+  EXPECT_THAT(std::vector<std::string>(warning, log_lines_.end()),
+              Contains("after canceled"));
 }
 
 TEST_F(RunnerEmulatorTest, AbortBeforeStepsRunsOnlyCleanup) {
