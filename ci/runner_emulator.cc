@@ -1368,6 +1368,12 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   call.exec = "run";
   call.stage =
       stage == "step_script" ? config_.main_script_stage : std::string(stage);
+  // The custom executor's rename, which it announces in the job log.
+  if (stage == "step_script" && call.stage == "build_script") {
+    Log("WARNING: Starting with version 17.0 the 'build_script' stage will be "
+        "replaced with 'step_script': "
+        "https://gitlab.com/groups/gitlab-org/-/epics/6112");
+  }
   call.argv.push_back(config_.run_exec);
   call.argv.insert(call.argv.end(), config_.run_args.begin(),
                    config_.run_args.end());

@@ -1871,5 +1871,35 @@ TEST_F(RunnerEmulatorTest, TimeoutsNameTheStageTheyCutShort) {
   EXPECT_THAT(log_lines_, Not(Contains(warning("step_script"))));
 }
 
+// The custom executor runs the `script:` step as build_script and says so
+// in the job log before its output; with --step-script-stage (no rename)
+// there is nothing to announce.
+TEST_F(RunnerEmulatorTest, BuildScriptRenameIsAnnounced) {
+  const std::string warning =
+      "WARNING: Starting with version 17.0 the 'build_script' stage will be "
+      "replaced with 'step_script': "
+      "https://gitlab.com/groups/gitlab-org/-/epics/6112";
+  options_.job.steps = {{"script", {"echo built"}},
+                        {"release", {"echo released"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const auto executing =
+      std::find(log_lines_.begin(), log_lines_.end(),
+                "Executing \"step_script\" stage of the job script");
+  ASSERT_NE(executing, log_lines_.end()) << Log();
+  ASSERT_NE(executing + 1, log_lines_.end());
+  EXPECT_EQ(*(executing + 1), warning);
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(), warning), 1);
+
+  options_.config.main_script_stage = "step_script";
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains(warning)));
+}
+
 }  // namespace
 }  // namespace gdt::ci
