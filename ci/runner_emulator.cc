@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -1064,9 +1065,23 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome,
     return {FailureKind::kSystem, kSystemFailureExitCode,
             absl::StrCat(prefix, "exit status ", kSystemFailureExitCode)};
   }
+  // The custom executor's words for any other exit: the code as Go's
+  // ExitCode() gives it (-1 for a signal), then Go's text for the exit.
+  std::string how = absl::StrCat("exit status ", exit.exit_code);
+  if (exit.signal != 0) {
+    const char* const name = strsignal(exit.signal);
+    how = absl::StrCat("signal: ", name != nullptr ? name : "unknown signal");
+    // Go's signal names start in lower case ("terminated", "killed").
+    const size_t first = std::string_view("signal: ").size();
+    if (how.size() > first) {
+      how[first] = static_cast<char>(
+          std::tolower(static_cast<unsigned char>(how[first])));
+    }
+  }
   return {FailureKind::kSystem, exit.code(),
           absl::StrCat(prefix, "unknown Custom executor executable exit code ",
-                       exit.code(), "; executable ", config_.run_exec)};
+                       exit.signal != 0 ? -1 : exit.exit_code,
+                       "; executable execution terminated with: ", how)};
 }
 
 Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
@@ -1392,6 +1407,15 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
         "more control over job and script timeouts see: "
         "https://docs.gitlab.com/ci/runners/configure_runners/"
         "#set-script-and-after_script-timeouts"));
+  }
+  // after_script stopped by RUNNER_AFTER_SCRIPT_TIMEOUT (the job's context
+  // still running): the runner's error is what the killed exec's exit
+  // reads as, not a job timeout.
+  if (stage == "after_script" && outcome.stopped == StopReason::kDeadline &&
+      deadline < job_deadline_ && SteadyClock::now() < job_deadline_) {
+    ExecOutcome exited = outcome;
+    exited.stopped = StopReason::kNone;
+    return Classify(exited, "");
   }
   return Classify(outcome, "");
 }

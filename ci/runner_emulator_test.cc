@@ -21,10 +21,12 @@ using std::chrono::milliseconds;
 using test::ReadTextFile;
 using test::TempDir;
 using test::WriteTextFile;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 namespace fs = std::filesystem;
 
@@ -554,8 +556,10 @@ TEST_F(RunnerEmulatorTest, UnknownExitCodeInPrepareIsASystemFailure) {
 
   EXPECT_EQ(result.failure_reason, "runner_system_failure");
   EXPECT_EQ(result.attempts, 3);
+  // The custom executor's words: the code, then how Go reads the exit.
   EXPECT_THAT(result.message,
-              HasSubstr("unknown Custom executor executable exit code 5"));
+              HasSubstr("unknown Custom executor executable exit code 5; "
+                        "executable execution terminated with: exit status 5"));
 }
 
 TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
@@ -1869,6 +1873,16 @@ TEST_F(RunnerEmulatorTest, TimeoutsNameTheStageTheyCutShort) {
   EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
   EXPECT_THAT(log_lines_, Contains(warning("after_script")));
   EXPECT_THAT(log_lines_, Not(Contains(warning("step_script"))));
+  // The after_script error is the killed exec's exit, as the custom
+  // executor reads it, not a job timeout.
+  EXPECT_THAT(
+      log_lines_,
+      Contains(AllOf(StartsWith("WARNING: after_script failed, but job "
+                                "will continue unaffected: unknown "
+                                "Custom executor executable exit code "),
+                     HasSubstr("; executable execution terminated "
+                               "with: "))))
+      << Log();
 }
 
 // The custom executor runs the `script:` step as build_script and says so
