@@ -1646,11 +1646,11 @@ bool RunnerEmulator::Job::HasJobCommit() const {
 }
 
 // The runner's fetch, in its words and order. First its cleanup of an
-// earlier job's repository: lock files an interrupted git left, and (the
-// custom executor's default) the repository's config and hooks, so that a
-// job cannot plant them for the next. Then the notice, `git init` with the
-// runner's template settings (it says "Initialized empty ..." or
-// "Reinitialized existing Git repository in ..."), the origin remote
+// earlier job's repository: lock files an interrupted git left, and (with
+// clean_git_config, the custom executor's default) the repository's config
+// and hooks, so that a job cannot plant them for the next. Then the notice,
+// `git init` with the runner's template settings (it says "Initialized empty
+// ..." or "Reinitialized existing Git repository in ..."), the origin remote
 // ("Created fresh repository." when it is new, as it is after the config
 // was removed), then the fetch, here from the checkout in "$src". The
 // origin is the checkout's own origin, else the checkout.
@@ -1671,12 +1671,14 @@ std::string RunnerEmulator::Job::FetchBody() const {
           " -type f -delete\n");
     }
   }
-  absl::StrAppend(
-      &cleanup,
-      "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" -name '*.lock' "
-      "-type f -delete\n",
-      "  rm -f -- \"$git_dir/config\"\n", "  rm -rf -- \"$git_dir/hooks\"\n");
-  if (submodules) {
+  absl::StrAppend(&cleanup,
+                  "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" "
+                  "-name '*.lock' -type f -delete\n");
+  if (config_.clean_git_config) {
+    absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/config\"\n",
+                    "  rm -rf -- \"$git_dir/hooks\"\n");
+  }
+  if (submodules && config_.clean_git_config) {
     absl::StrAppend(
         &cleanup, "  if [ -d \"$git_dir/modules\" ]; then\n",
         "    find \"$git_dir/modules\" -name config -type f -delete\n",

@@ -1168,6 +1168,20 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
                   "Removing leftover.txt", "Skipping Git submodules setup"))
       << Log();
   EXPECT_FALSE(fs::exists(hook));
+
+  // clean_git_config = false keeps the repository's config: its origin is
+  // there already.
+  options_.config.clean_git_config = false;
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(sources_lines(),
+              ElementsAre("Fetching changes...",
+                          "Reinitialized existing Git repository in " + git_dir,
+                          checking_out, "Removing leftover.txt",
+                          "Skipping Git submodules setup"))
+      << Log();
 }
 
 // FF_USE_GIT_NATIVE_CLONE with GIT_STRATEGY clone: with git 2.49 or later
