@@ -32,7 +32,9 @@ constexpr std::string_view kNoDownloadUrl =
     "Instead a local version of cache will be extracted.";
 
 struct Entry {
-  bool regular = false;
+  // A regular file, a directory or a symbolic link: what the runner's
+  // archiver puts in the zip; anything else is left out with a warning.
+  bool archived = false;
   timespec mtime{};
 };
 
@@ -176,7 +178,9 @@ class Archiver {
   bool Add(const std::string& rel) {
     struct stat st {};
     if (lstat(rel.c_str(), &st) != 0) return false;
-    files_[rel] = Entry{S_ISREG(st.st_mode), st.st_mtim};
+    files_[rel] =
+        Entry{S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode),
+              st.st_mtim};
     return true;
   }
 
@@ -222,12 +226,10 @@ int RunCacheArchiver(const CacheArchiverArgs& args, std::ostream& out) {
   // Unchanged: no file is newer than the archive.
   struct stat archive_stat {};
   if (stat(args.file.c_str(), &archive_stat) == 0) {
-    // Only regular files are in the zip, so only theirs count (the
-    // runner's zip has the directories too, with their times).
+    // Every entry counts, directories and links too (their own times).
     bool changed = false;
     for (const auto& [name, entry] : archiver.files()) {
-      changed = changed ||
-                (entry.regular && Newer(entry.mtime, archive_stat.st_mtim));
+      changed = changed || Newer(entry.mtime, archive_stat.st_mtim);
     }
     if (!changed) {
       if (args.alternate_file != args.file) {
@@ -245,9 +247,14 @@ int RunCacheArchiver(const CacheArchiverArgs& args, std::ostream& out) {
     out << "WARNING: stat " << args.file << ": " << std::strerror(errno)
         << "\n";
   }
-  std::vector<std::string> regular;
+  std::vector<std::string> entries;
   for (const auto& [name, entry] : archiver.files()) {
-    if (entry.regular) regular.push_back(name);
+    if (name == ".") continue;  // The project directory itself.
+    if (entry.archived) {
+      entries.push_back(name);
+    } else {
+      out << "WARNING: File ignored: " << name << "\n";
+    }
   }
   std::error_code error;
   fs::create_directories(fs::path(args.file).parent_path(), error);
@@ -257,7 +264,7 @@ int RunCacheArchiver(const CacheArchiverArgs& args, std::ostream& out) {
     return 1;
   }
   const std::string temp = absl::StrCat(args.file, ".", getpid(), ".tmp");
-  if (absl::Status created = CreateZip(".", regular, temp); !created.ok()) {
+  if (absl::Status created = CreateZip(".", entries, temp); !created.ok()) {
     std::remove(temp.c_str());
     out << "FATAL: " << created.message() << "\n";
     return 1;
@@ -283,7 +290,10 @@ int RunCacheExtractor(const std::string& file, std::ostream& out) {
     out << "WARNING: Cache file does not exist\n";
     return 1;
   }
-  if (absl::Status extracted = ExtractZip(file, "."); !extracted.ok()) {
+  // Links are kept as links, never followed: one the zip or a job made is
+  // replaced by what a later entry puts in its place.
+  if (absl::Status extracted = ExtractZip(file, ".", {.links = true});
+      !extracted.ok()) {
     out << "FATAL: " << extracted.message() << "\n";
     return 1;
   }

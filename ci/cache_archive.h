@@ -25,8 +25,10 @@ struct CacheArchiverArgs {
 // directory) into `args.file`, as the runner's helper does: each path a
 // pattern (`**` any number of directories, `*`, `?`, `[...]` within one),
 // matched without following links, a directory with everything below it;
-// `untracked` adds the files `git ls-files -o` lists. Only regular files go
-// into the zip. The archive is left as it is when no file is newer than it.
+// `untracked` adds the files `git ls-files -o` lists. Regular files,
+// directories (empty ones too) and symbolic links (as links) go into the
+// zip; anything else is left out with a warning. The archive is left as it
+// is when no entry is newer than it.
 // Prints the helper's lines (warnings as "WARNING: ...", a fatal error as
 // "FATAL: ...") to `out`; returns the exit code (0, or 1 after a fatal
 // error).
@@ -34,9 +36,10 @@ int RunCacheArchiver(const CacheArchiverArgs& args, std::ostream& out);
 
 // Extracts the zip `file` into the current directory, as the runner's
 // helper does: a missing file is the warning "Cache file does not exist"
-// and exit code 1; an unreadable or unsafe one (a link, an entry outside the
-// directory) a fatal error. Nothing is written through a link that is in
-// the way. Returns the exit code.
+// and exit code 1; an unreadable or unsafe one (an entry outside the
+// directory) a fatal error. Link entries become links; nothing is written
+// through a link that is in the way (a job's or an earlier entry's): it is
+// replaced. Returns the exit code.
 int RunCacheExtractor(const std::string& file, std::ostream& out);
 
 }  // namespace gdt::ci

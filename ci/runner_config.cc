@@ -100,6 +100,20 @@ absl::Status ReadDuration(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
+absl::Status ReadBool(const toml::table& table, const std::string& source,
+                      std::string_view prefix, std::string_view key,
+                      bool* out) {
+  const toml::node* node = table.get(key);
+  if (node == nullptr) return absl::OkStatus();
+  const std::optional<bool> value = node->value<bool>();
+  if (!node->is_boolean() || !value.has_value()) {
+    return WrongType(source, std::string(prefix) + std::string(key),
+                     "a boolean");
+  }
+  *out = *value;
+  return absl::OkStatus();
+}
+
 // `[runners.feature_flags]`: a table of booleans, as gitlab-runner reads it.
 absl::Status ReadFeatureFlags(const toml::table& runner,
                               const std::string& source,
@@ -178,6 +192,8 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
                        &config.prepare_timeout),
           ReadDuration(*runner, source, "runners.", "get_sources_timeout",
                        &config.get_sources_timeout),
+          ReadBool(*runner, source, "runners.", "clean_git_config",
+                   &config.clean_git_config),
           ReadFeatureFlags(*runner, source, &config.feature_flags)}) {
       if (!s.ok()) return s;
     }

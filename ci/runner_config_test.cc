@@ -75,6 +75,28 @@ TEST(RunnerConfigTest, FeatureFlagsAreATableOfBooleans) {
               HasSubstr("runners.feature_flags.FF_X"));
 }
 
+// `clean_git_config` is a boolean; unset, the custom executor's default
+// (true).
+TEST(RunnerConfigTest, CleanGitConfigIsABoolean) {
+  const std::string head = "[[runners]]\nexecutor = \"custom\"\n";
+  const std::string tail = "[runners.custom]\nrun_exec = \"x\"\n";
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(head + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->clean_git_config);
+
+  config = ParseRunnerConfigToml(head + "clean_git_config = false\n" + tail,
+                                 "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->clean_git_config);
+
+  EXPECT_THAT(ParseRunnerConfigToml(head + "clean_git_config = \"no\"\n" + tail,
+                                    "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("runners.clean_git_config must be a boolean"));
+}
+
 TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
   const std::string head =
       "[[runners]]\nexecutor = \"custom\"\nprepare_timeout = ";

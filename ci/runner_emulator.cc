@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstdint>
@@ -719,7 +720,9 @@ class RunnerEmulator::Job {
   std::string GetSourcesBody() const;
   std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
+  std::string FetchBody() const;
   std::string FetchArguments() const;
+  bool HasJobCommit() const;
   std::string StepBody(const gitlab::JobStep& step) const;
   std::string UploadBody(bool on_success) const;
   std::string DotenvUploadBody(const gitlab::JobArtifact& artifact) const;
@@ -774,6 +777,8 @@ class RunnerEmulator::Job {
     // no flags).
     std::vector<std::string> git_clean_flags = {"-ffdx"};
     std::vector<std::string> git_fetch_flags = {"--prune", "--quiet"};
+    // GIT_CLONE_EXTRA_FLAGS: only for FF_USE_GIT_NATIVE_CLONE's clone.
+    std::vector<std::string> git_clone_flags;
     // GIT_SUBMODULE_PATHS and GIT_SUBMODULE_UPDATE_FLAGS, split at white
     // space.
     std::vector<std::string> git_submodule_paths;
@@ -1060,9 +1065,23 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome,
     return {FailureKind::kSystem, kSystemFailureExitCode,
             absl::StrCat(prefix, "exit status ", kSystemFailureExitCode)};
   }
+  // The custom executor's words for any other exit: the code as Go's
+  // ExitCode() gives it (-1 for a signal), then Go's text for the exit.
+  std::string how = absl::StrCat("exit status ", exit.exit_code);
+  if (exit.signal != 0) {
+    const char* const name = strsignal(exit.signal);
+    how = absl::StrCat("signal: ", name != nullptr ? name : "unknown signal");
+    // Go's signal names start in lower case ("terminated", "killed").
+    const size_t first = std::string_view("signal: ").size();
+    if (how.size() > first) {
+      how[first] = static_cast<char>(
+          std::tolower(static_cast<unsigned char>(how[first])));
+    }
+  }
   return {FailureKind::kSystem, exit.code(),
           absl::StrCat(prefix, "unknown Custom executor executable exit code ",
-                       exit.code(), "; executable ", config_.run_exec)};
+                       exit.signal != 0 ? -1 : exit.exit_code,
+                       "; executable execution terminated with: ", how)};
 }
 
 Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
@@ -1364,6 +1383,12 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   call.exec = "run";
   call.stage =
       stage == "step_script" ? config_.main_script_stage : std::string(stage);
+  // The custom executor's rename, which it announces in the job log.
+  if (stage == "step_script" && call.stage == "build_script") {
+    Log("WARNING: Starting with version 17.0 the 'build_script' stage will be "
+        "replaced with 'step_script': "
+        "https://gitlab.com/groups/gitlab-org/-/epics/6112");
+  }
   call.argv.push_back(config_.run_exec);
   call.argv.insert(call.argv.end(), config_.run_args.begin(),
                    config_.run_args.end());
@@ -1372,6 +1397,26 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
   const OutputFn to_log = [this](std::string_view line) { Log(line); };
   const ExecOutcome outcome =
       RunExec(call, /*with_job_env=*/true, deadline, stop, to_log, to_log);
+  // The runner's warning after a stage whose context's deadline (the job's,
+  // prepare_timeout, get_sources_timeout, RUNNER_SCRIPT_TIMEOUT or
+  // RUNNER_AFTER_SCRIPT_TIMEOUT) has passed, under the stage's own name.
+  if (SteadyClock::now() >= deadline) {
+    Log(absl::StrCat(
+        "WARNING: ", std::string(stage),
+        " could not run to completion because the timeout was exceeded. For "
+        "more control over job and script timeouts see: "
+        "https://docs.gitlab.com/ci/runners/configure_runners/"
+        "#set-script-and-after_script-timeouts"));
+  }
+  // after_script stopped by RUNNER_AFTER_SCRIPT_TIMEOUT (the job's context
+  // still running): the runner's error is what the killed exec's exit
+  // reads as, not a job timeout.
+  if (stage == "after_script" && outcome.stopped == StopReason::kDeadline &&
+      deadline < job_deadline_ && SteadyClock::now() < job_deadline_) {
+    ExecOutcome exited = outcome;
+    exited.stopped = StopReason::kNone;
+    return Classify(exited, "");
+  }
   return Classify(outcome, "");
 }
 
@@ -1485,6 +1530,7 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   };
   command_flags("GIT_CLEAN_FLAGS", &settings.git_clean_flags);
   command_flags("GIT_FETCH_EXTRA_FLAGS", &settings.git_fetch_flags);
+  command_flags("GIT_CLONE_EXTRA_FLAGS", &settings.git_clone_flags);
   command_flags("GIT_SUBMODULE_UPDATE_FLAGS",
                 &settings.git_submodule_update_flags);
   for (absl::string_view path :
@@ -1573,33 +1619,139 @@ std::string RunnerEmulator::Job::FetchArguments() const {
       options_.job.depth > 0 ? "" : " '+refs/tags/*:refs/tags/*'");
 }
 
-// After the copy of a git checkout: the project directory becomes a git
-// repository at the job's commit (HEAD detached there, fetched from the
-// checkout with the job's depth), as the runner's fetch and checkout leave
-// it; the files stay the copied ones, so changes not committed show as
-// such. Where that fails (HEAD in the checkout moved on) it only warns.
+// After the copy of a git checkout: the project directory, a repository
+// holding the job's commit fetched from the checkout, gets HEAD detached at
+// that commit, as the runner's checkout leaves it; the files stay the
+// copied ones, so changes not committed show as such. Where the fetched
+// commit is not the job's (HEAD in the checkout moved on) it only warns.
 std::string RunnerEmulator::Job::CheckoutBody() const {
   const std::string& sha = options_.job.sha;
-  if (sha.size() < 8 || sha.find_first_not_of('0') == std::string::npos) {
-    return "";
-  }
+  if (!HasJobCommit()) return "";
   return absl::StrCat(
-      "  echo ",
-      ShellQuote(absl::StrCat("Checking out ", sha.substr(0, 8),
-                              " as detached HEAD (ref is ", options_.job.ref,
-                              ")...")),
-      "\n", "  sha=", ShellQuote(sha), "\n",
-      "  if ! { git init -q \"$CI_PROJECT_DIR\" &&\n",
-      "      git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " &&\n",
-      "      [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
+      "  sha=", ShellQuote(sha), "\n",
+      "  if ! { [ \"$(git -C \"$CI_PROJECT_DIR\" rev-parse ",
       ShellQuote(absl::StrCat("refs/remotes/origin/", options_.job.ref.empty()
                                                           ? "HEAD"
                                                           : options_.job.ref)),
-      ")\" = \"$sha\" ] &&\n",
+      " 2>/dev/null)\" = \"$sha\" ] &&\n",
       "      git -C \"$CI_PROJECT_DIR\" update-ref --no-deref HEAD \"$sha\" ",
       "&&\n", "      git -C \"$CI_PROJECT_DIR\" read-tree HEAD; }; then\n",
       "    echo \"WARNING: $CI_PROJECT_DIR is not a git repository at ",
       "$sha (has HEAD in $src moved?)\"\n", "  fi\n");
+}
+
+bool RunnerEmulator::Job::HasJobCommit() const {
+  const std::string& sha = options_.job.sha;
+  return sha.size() >= 8 && sha.find_first_not_of('0') != std::string::npos;
+}
+
+// The runner's fetch, in its words and order. First its cleanup of an
+// earlier job's repository: lock files an interrupted git left, and (with
+// clean_git_config, the custom executor's default) the repository's config
+// and hooks, so that a job cannot plant them for the next. Then the notice,
+// `git init` with the runner's template settings (it says "Initialized empty
+// ..." or "Reinitialized existing Git repository in ..."), the origin remote
+// ("Created fresh repository." when it is new, as it is after the config
+// was removed), then the fetch, here from the checkout in "$src". The
+// origin is the checkout's own origin, else the checkout.
+std::string RunnerEmulator::Job::FetchBody() const {
+  const int64_t depth = options_.job.depth;
+  const bool submodules = settings_.git_submodule_strategy == "normal" ||
+                          settings_.git_submodule_strategy == "recursive";
+  std::string cleanup = "  git_dir=\"$CI_PROJECT_DIR/.git\"\n";
+  for (const char* file : {"index.lock", "shallow.lock", "HEAD.lock",
+                           "hooks/post-checkout", "config.lock"}) {
+    absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/", file, "\"\n");
+    if (submodules) {
+      absl::StrAppend(
+          &cleanup,
+          "  [ ! -d \"$git_dir/modules\" ] || find "
+          "\"$git_dir/modules\" -name ",
+          ShellQuote(std::filesystem::path(file).filename().string()),
+          " -type f -delete\n");
+    }
+  }
+  absl::StrAppend(&cleanup,
+                  "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" "
+                  "-name '*.lock' -type f -delete\n");
+  if (config_.clean_git_config) {
+    absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/config\"\n",
+                    "  rm -rf -- \"$git_dir/hooks\"\n");
+  }
+  if (submodules && config_.clean_git_config) {
+    absl::StrAppend(
+        &cleanup, "  if [ -d \"$git_dir/modules\" ]; then\n",
+        "    find \"$git_dir/modules\" -name config -type f -delete\n",
+        "    find \"$git_dir/modules\" -depth -name hooks -type d -exec rm -rf "
+        "-- {} +\n",
+        "  fi\n");
+  }
+  std::string template_settings;
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"init.defaultBranch", "none"},
+           {"fetch.recurseSubmodules", "false"},
+           {"credential.interactive", "never"},
+           {"gc.autoDetach", "false"}}) {
+    absl::StrAppend(&template_settings,
+                    "  git -C \"$CI_PROJECT_DIR\" config --get ", key,
+                    " >/dev/null || git -C \"$CI_PROJECT_DIR\" config ", key,
+                    " ", value, "\n");
+  }
+  std::string fetch = absl::StrCat(
+      "  echo ",
+      ShellQuote(depth > 0 ? absl::StrCat("Fetching changes with git depth "
+                                          "set to ",
+                                          depth, "...")
+                           : "Fetching changes..."),
+      "\n", "  git -c init.defaultBranch=none init \"$CI_PROJECT_DIR\"\n",
+      template_settings,
+      "  origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
+      "origin 2>/dev/null) || origin=$src\n",
+      "  if git -C \"$CI_PROJECT_DIR\" remote add origin \"$origin\" "
+      ">/dev/null 2>&1 ; then\n",
+      "    echo 'Created fresh repository.'\n", "  else\n",
+      "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
+      "  fi\n", "  git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
+      "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n");
+  const auto flag = settings_.feature_flags.find("FF_USE_GIT_NATIVE_CLONE");
+  if (settings_.git_strategy != "clone" ||
+      flag == settings_.feature_flags.end() || !flag->second) {
+    return absl::StrCat(cleanup, fetch);
+  }
+  // FF_USE_GIT_NATIVE_CLONE with clone: where git is 2.49 or later the
+  // runner runs `git clone --no-checkout` (with the depth, then
+  // GIT_CLONE_EXTRA_FLAGS) instead of init and fetch; older git falls back
+  // to them. Here the clone is of the checkout's HEAD, then the job's
+  // commit is fetched as the ref's remote branch (quietly) for the
+  // checkout, and origin is the checkout's origin, as with the fetch.
+  const std::string& ref = options_.job.ref;
+  std::string clone_flags;
+  for (const std::string& word : settings_.git_clone_flags) {
+    absl::StrAppend(&clone_flags, " ", ShellQuote(word));
+  }
+  const std::string notice =
+      depth > 0      ? absl::StrCat("Cloning repository for ", ref,
+                                    " with git depth set to ", depth, "...")
+      : !ref.empty() ? absl::StrCat("Cloning repository for ", ref, "...")
+                     : "Cloning repository...";
+  return absl::StrCat(
+      cleanup, "  current_ver=\"$(git version|cut -d ' ' -f 3)\"\n",
+      "  required_ver=\"2.49\"\n",
+      "  minimum_ver=\"$(printf '%s\\n%s' \"$required_ver\" \"$current_ver\" | "
+      "sort -t '.' -k 1,1n -k 2,2n -k 3,3n | head -n1)\"\n",
+      "  if [ \"$minimum_ver\" = \"$required_ver\" ]; then\n",
+      "  echo 'Git version at least \"2.49\"'\n", "  echo ", ShellQuote(notice),
+      "\n",
+      "  git -c init.defaultBranch=none clone --no-checkout -u 'git -c "
+      "safe.directory=* upload-pack' \"file://$src\" \"$CI_PROJECT_DIR\"",
+      depth > 0 ? absl::StrCat(" --depth ", depth) : "", clone_flags,
+      " || exit 1\n", "  git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(),
+      " ||\n", "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
+      "  if origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
+      "origin 2>/dev/null); then\n",
+      "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
+      "  fi\n", "  else\n", fetch, "  fi\n");
 }
 
 // What the runner's get_sources says of submodules after the sources, for
@@ -1686,39 +1838,26 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
   if (settings_.git_strategy == "clone") {
     // clone starts from nothing: an earlier job's directory is removed.
     absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
-  } else if (!settings_.git_clean_flags.empty()) {
-    // fetch keeps the directory; the runner's `git clean` with
-    // GIT_CLEAN_FLAGS removes what an earlier job left that git does not
-    // track (before the copy here, so that the checkout's own untracked
-    // files still arrive).
-    std::string flags;
-    for (const std::string& flag : settings_.git_clean_flags) {
-      absl::StrAppend(&flags, " ", ShellQuote(flag));
-    }
-    absl::StrAppend(&body, "if [ -d \"$CI_PROJECT_DIR/.git\" ]; then\n",
-                    "  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n", "fi\n");
   }
-  absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n");
   const std::string& src = options_.sources.project_dir;
   if (src.empty()) {
-    absl::StrAppend(&body,
+    absl::StrAppend(&body, "mkdir -p \"$CI_PROJECT_DIR\"\n",
                     "echo \"Created fresh project directory "
                     "$CI_PROJECT_DIR\"\n");
     return body;
   }
-  // GIT_CHECKOUT false: the runner fetches the commit but checks out no
-  // files; from a git checkout the directory is a repository holding the
-  // commit (as refs/remotes/origin/<ref>), with no HEAD and no files.
-  if (!settings_.git_checkout) {
-    absl::StrAppend(
-        &body, "src=", ShellQuote(src), "\n",
-        "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
-        "--is-inside-work-tree >/dev/null 2>&1; then\n",
-        "  git init -q \"$CI_PROJECT_DIR\" &&\n",
-        "    git -C \"$CI_PROJECT_DIR\" fetch", FetchArguments(), " ||\n",
-        "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
-        "fi\n", "echo 'Skipping Git checkout'\n");
-    return body;
+  // The runner's `git clean` with GIT_CLEAN_FLAGS after its checkout
+  // removes what an earlier job left that git does not track. Here it runs
+  // before the checkout's files are copied, so that the checkout's own
+  // untracked files still arrive; its "Removing ..." lines come after
+  // "Checking out ..." as in the runner's log.
+  std::string clean;
+  if (!settings_.git_clean_flags.empty()) {
+    std::string flags;
+    for (const std::string& flag : settings_.git_clean_flags) {
+      absl::StrAppend(&flags, " ", ShellQuote(flag));
+    }
+    clean = absl::StrCat("  git -C \"$CI_PROJECT_DIR\" clean", flags, "\n");
   }
   std::string skip_cases;
   std::string tar_excludes;
@@ -1727,15 +1866,33 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
                     "/*) continue ;; ");
     absl::StrAppend(&tar_excludes, " --exclude=", ShellQuote("./" + path));
   }
+  absl::StrAppend(&body, "src=", ShellQuote(src), "\n",
+                  // The job may run as another user than the checkout's owner
+                  // (the agent's pool accounts): git would refuse the
+                  // repository as of dubious ownership, and a plain copy would
+                  // take every ignored file (build trees) too.
+                  "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
+                  "--is-inside-work-tree >/dev/null 2>&1; then\n",
+                  FetchBody());
+  if (!settings_.git_checkout) {
+    // GIT_CHECKOUT false: the commit is fetched (as
+    // refs/remotes/origin/<ref>), no HEAD and no file checked out.
+    absl::StrAppend(&body, "  echo 'Skipping Git checkout'\n", "else\n",
+                    "  mkdir -p \"$CI_PROJECT_DIR\"\n",
+                    "  echo 'Skipping Git checkout'\n", "fi\n");
+    return body;
+  }
   absl::StrAppend(
-      &body, "src=", ShellQuote(src), "\n",
-      "echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
-      // The job may run as another user than the checkout's owner (the
-      // agent's pool accounts): git would refuse the repository as of
-      // dubious ownership, and the copy would take every ignored file
-      // (build trees) too.
-      "if git -c \"safe.directory=$src\" -C \"$src\" rev-parse "
-      "--is-inside-work-tree >/dev/null 2>&1; then\n",
+      &body,
+      HasJobCommit()
+          ? absl::StrCat(
+                "  echo ",
+                ShellQuote(absl::StrCat(
+                    "Checking out ", options_.job.sha.substr(0, 8),
+                    " as detached HEAD (ref is ", options_.job.ref, ")...")),
+                "\n")
+          : "",
+      clean,
       "  git -c \"safe.directory=$src\" -C \"$src\" ls-files -z -co "
       "--exclude-standard |\n",
       "    while IFS= read -r -d '' f; do\n",
@@ -1749,7 +1906,11 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       // copy, not an option of cp.
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
       "\"$CI_PROJECT_DIR\" --)\n",
-      CheckoutBody(), "else\n", "  tar -C \"$src\"", tar_excludes,
+      CheckoutBody(), "else\n",
+      // Not a git checkout: its files are copied as they are.
+      "  mkdir -p \"$CI_PROJECT_DIR\"\n",
+      "  echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
+      "  tar -C \"$src\"", tar_excludes,
       " -cf - . | tar -C \"$CI_PROJECT_DIR\" -xf -\n", "fi\n");
   return body;
 }
@@ -2447,6 +2608,13 @@ void RunnerEmulator::Job::RunStages() {
       first_failure = RunStage(stage, StepBody(step), /*export_variables=*/true,
                                /*cd_project=*/true, deadline, step_stop);
       in_step_ = false;
+      // Cut off by RUNNER_SCRIPT_TIMEOUT, not by the job's deadline: the
+      // runner's error is the script context's own.
+      if (first_failure.kind == FailureKind::kTimeout &&
+          steps_deadline < job_deadline_ &&
+          SteadyClock::now() < job_deadline_) {
+        first_failure.message = "script timeout: context deadline exceeded";
+      }
     }
   } else {
     for (const gitlab::JobStep& step : options_.job.steps) {
@@ -2456,6 +2624,9 @@ void RunnerEmulator::Job::RunStages() {
   // A job timeout, an abort or a graceful cancel outside the steps ends the
   // whole context: nothing but cleanup_exec runs any more.
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
+  // A graceful cancel ended only the steps' context: the runner says so
+  // before after_script.
+  if (graceful_handled_) Log("WARNING: script canceled externally (UI, API)");
 
   const bool steps_success = first_failure.ok();
   // A step cut off by the script timeout (the job's own deadline ended the

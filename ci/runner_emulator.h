@@ -57,6 +57,10 @@ struct RunnerConfig {
   // attempt (and clear_worktree) together. Zero, or longer than the job
   // timeout: the job timeout.
   std::chrono::milliseconds get_sources_timeout{0};
+  // `[[runners]] clean_git_config`: get_sources (clone, fetch) removes the
+  // repository's .git/config and .git/hooks an earlier job left (the
+  // custom executor's default).
+  bool clean_git_config = true;
 
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <thread>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
@@ -19,10 +21,12 @@ using std::chrono::milliseconds;
 using test::ReadTextFile;
 using test::TempDir;
 using test::WriteTextFile;
+using ::testing::AllOf;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 namespace fs = std::filesystem;
 
@@ -552,8 +556,10 @@ TEST_F(RunnerEmulatorTest, UnknownExitCodeInPrepareIsASystemFailure) {
 
   EXPECT_EQ(result.failure_reason, "runner_system_failure");
   EXPECT_EQ(result.attempts, 3);
+  // The custom executor's words: the code, then how Go reads the exit.
   EXPECT_THAT(result.message,
-              HasSubstr("unknown Custom executor executable exit code 5"));
+              HasSubstr("unknown Custom executor executable exit code 5; "
+                        "executable execution terminated with: exit status 5"));
 }
 
 TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
@@ -690,7 +696,13 @@ TEST_F(RunnerEmulatorTest, GracefulCancelDuringStepStillRunsAfterScript) {
                           "run get_sources", "run build_script",
                           "run after_script", "run upload_artifacts_on_failure",
                           "run cleanup_file_variables", "cleanup "));
-  EXPECT_THAT(log_lines_, Contains("after canceled"));
+  // The runner's warning, then after_script.
+  const auto warning =
+      std::find(log_lines_.begin(), log_lines_.end(),
+                "WARNING: script canceled externally (UI, API)");
+  ASSERT_NE(warning, log_lines_.end()) << Log();
+  EXPECT_THAT(std::vector<std::string>(warning, log_lines_.end()),
+              Contains("after canceled"));
 }
 
 TEST_F(RunnerEmulatorTest, AbortBeforeStepsRunsOnlyCleanup) {
@@ -1088,6 +1100,159 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   EXPECT_THAT(log_lines_, Not(Contains("model.py")));
   EXPECT_THAT(log_lines_, Contains("commit"));
   EXPECT_THAT(log_lines_, Contains(sha));
+}
+
+// get_sources says what the runner's says, in its order: the fetch notice
+// (with the depth), git init's own line (a fresh repository, then the
+// existing one a fetch job finds), "Created fresh repository." for a new
+// origin (every time: the custom executor's runner removes the repository's
+// config and hooks an earlier job could have planted), the checkout notice,
+// the clean's lines, the submodules' notice.
+TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 3;
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+  options_.job.steps = {{"script", {"touch leftover.txt"}}};
+  const std::string git_dir = dir_.path() + "/builds/ml/model/.git/";
+  const std::string checking_out =
+      "Checking out " + sha.substr(0, 8) + " as detached HEAD (ref is main)...";
+  // The log's get_sources lines, up to the steps' section.
+  const auto sources_lines = [&] {
+    std::vector<std::string> lines;
+    bool in_sources = false;
+    for (const std::string& line : log_lines_) {
+      if (absl::StartsWith(line, "Fetching changes")) in_sources = true;
+      if (absl::StartsWith(line, "Executing ")) break;
+      if (in_sources) lines.push_back(line);
+    }
+    return lines;
+  };
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(sources_lines(),
+              ElementsAre("Fetching changes with git depth set to 3...",
+                          "Initialized empty Git repository in " + git_dir,
+                          "Created fresh repository.", checking_out,
+                          "Skipping Git submodules setup"))
+      << Log();
+
+  // fetch again: the repository is there, the leftover is cleaned; the
+  // whole history has no depth to name. A hook the earlier job planted is
+  // gone before any git command of the next could run it.
+  const std::string hook = git_dir + "hooks/post-checkout";
+  WriteTextFile(hook, "#!/bin/sh\necho planted hook ran\n");
+  fs::permissions(hook, fs::perms::owner_all);
+  options_.job.depth = 0;
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(
+      sources_lines(),
+      ElementsAre("Fetching changes...",
+                  "Reinitialized existing Git repository in " + git_dir,
+                  "Created fresh repository.", checking_out,
+                  "Removing leftover.txt", "Skipping Git submodules setup"))
+      << Log();
+  EXPECT_FALSE(fs::exists(hook));
+
+  // clean_git_config = false keeps the repository's config: its origin is
+  // there already.
+  options_.config.clean_git_config = false;
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(sources_lines(),
+              ElementsAre("Fetching changes...",
+                          "Reinitialized existing Git repository in " + git_dir,
+                          checking_out, "Removing leftover.txt",
+                          "Skipping Git submodules setup"))
+      << Log();
+}
+
+// FF_USE_GIT_NATIVE_CLONE with GIT_STRATEGY clone: with git 2.49 or later
+// the runner clones (its notices, git clone's own line, GIT_CLONE_EXTRA_FLAGS
+// after the depth); with older git, as without the flag, it fetches and the
+// extra flags do nothing.
+TEST_F(RunnerEmulatorTest, NativeCloneTakesCloneExtraFlagsOnNewGit) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  const auto git = [&](std::vector<std::string> args) {
+    return Git(project, std::move(args), output);
+  };
+  ASSERT_TRUE(git({"init", "-q"})) << output;
+  ASSERT_TRUE(git({"add", "model.py"})) << output;
+  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
+  const std::string sha = output.substr(0, 40);
+  options_.job.sha = sha;
+  options_.job.ref = "main";
+  options_.job.depth = 5;
+  options_.job.variables.push_back({"FF_USE_GIT_NATIVE_CLONE", "true"});
+  options_.job.variables.push_back(
+      {"GIT_CLONE_EXTRA_FLAGS", "--config gdt.cloned=yes"});
+  options_.job.steps = {
+      {"script",
+       {"echo cloned=$(git config gdt.cloned)", "git rev-parse HEAD"}}};
+  // A `git` that says it is `version`, the real one otherwise.
+  const std::string path = env_["PATH"];
+  const auto use_git = [&](const std::string& version) {
+    const std::string bin = dir_.path() + "/git-" + version;
+    fs::create_directories(bin);
+    WriteTextFile(bin + "/git",
+                  "#!/bin/sh\n"
+                  "if [ \"$1\" = version ]; then echo 'git version " +
+                      version +
+                      "'; exit 0; fi\n"
+                      "PATH=" +
+                      ShellQuote(path) + " exec git \"$@\"\n");
+    fs::permissions(bin + "/git", fs::perms::owner_all);
+    env_["PATH"] = bin + ":" + path;
+    options_.runner_environment = env_;
+  };
+  use_git("2.49.0");
+  const std::string checking_out =
+      "Checking out " + sha.substr(0, 8) + " as detached HEAD (ref is main)...";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Git version at least \"2.49\""));
+  EXPECT_THAT(log_lines_,
+              Contains("Cloning repository for main with git depth set to "
+                       "5..."));
+  EXPECT_THAT(log_lines_, Contains("Cloning into '" + dir_.path() +
+                                   "/builds/ml/model'..."));
+  EXPECT_THAT(log_lines_, Not(Contains(HasSubstr("Fetching changes"))));
+  EXPECT_THAT(log_lines_, Contains(checking_out));
+  EXPECT_THAT(log_lines_, Contains("cloned=yes"));
+  EXPECT_THAT(log_lines_, Contains(sha));
+
+  // An older git: init and fetch, no extra flags.
+  use_git("2.48.1");
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("Fetching changes with git depth set to 5..."));
+  EXPECT_THAT(log_lines_, Not(Contains(HasSubstr("Cloning"))));
+  EXPECT_THAT(log_lines_, Contains("cloned="));
+  EXPECT_THAT(log_lines_, Contains(checking_out));
 }
 
 // The runner's fetch brings the tags that point into the fetched history
@@ -1648,6 +1813,120 @@ TEST_F(RunnerEmulatorTest, RestoredCacheReplacesLinksInsteadOfFollowing) {
   EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
   EXPECT_THAT(log_lines_, Contains("cached"));
   EXPECT_FALSE(fs::exists(outside + "/dep.txt"));
+}
+
+// The cache keeps symbolic links as links and empty directories, as the
+// runner's archiver and extractor do.
+TEST_F(RunnerEmulatorTest, CacheKeepsLinksAndEmptyDirectories) {
+  options_.runner_command = GDT_CI_BIN;
+  gitlab::JobCache cache;
+  cache.key = "deps";
+  cache.paths = {"vendor"};
+  options_.job.caches = {cache};
+  options_.job.steps = {
+      {"script",
+       {"mkdir -p vendor/empty vendor/lib && echo lib > vendor/lib/libfoo.so.1 "
+        "&& ln -s lib/libfoo.so.1 vendor/libfoo.so"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("vendor: found 5 matching artifact files and "
+                       "directories"));
+
+  // The next job (clone: a fresh project directory) gets them back.
+  cache.policy = "pull";
+  options_.job.caches = {cache};
+  options_.job.steps = {{"script",
+                         {"test -d vendor/empty && echo empty dir kept",
+                          "echo link to $(readlink vendor/libfoo.so)"}}};
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Successfully extracted cache"));
+  EXPECT_THAT(log_lines_, Contains("empty dir kept"));
+  EXPECT_THAT(log_lines_, Contains("link to lib/libfoo.so.1"));
+}
+
+// A stage cut short by a timeout is named in the runner's warning: the
+// steps' by RUNNER_SCRIPT_TIMEOUT (after_script still runs, and the job is
+// a timeout with the script context's error), after_script's by
+// RUNNER_AFTER_SCRIPT_TIMEOUT (the job goes on).
+TEST_F(RunnerEmulatorTest, TimeoutsNameTheStageTheyCutShort) {
+  const auto warning = [](const std::string& stage) {
+    return absl::StrCat(
+        "WARNING: ", stage,
+        " could not run to completion because the timeout was exceeded. For "
+        "more control over job and script timeouts see: "
+        "https://docs.gitlab.com/ci/runners/configure_runners/"
+        "#set-script-and-after_script-timeouts");
+  };
+  options_.job.timeout_seconds = 600;
+  options_.job.variables.push_back({"RUNNER_SCRIPT_TIMEOUT", "2s"});
+  options_.job.steps = {{"script", {"sleep 30"}},
+                        {"after_script", {"echo after $CI_JOB_STATUS"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "job_execution_timeout");
+  EXPECT_THAT(log_lines_, Contains(warning("step_script"))) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains(warning("after_script"))));
+  EXPECT_THAT(log_lines_, Contains("after timedout"));
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: script timeout: context deadline exceeded");
+
+  options_.job.variables.back() = {"RUNNER_AFTER_SCRIPT_TIMEOUT", "2s"};
+  options_.job.steps = {{"script", {"echo done"}},
+                        {"after_script", {"sleep 30"}}};
+  log_lines_.clear();
+  result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(warning("after_script")));
+  EXPECT_THAT(log_lines_, Not(Contains(warning("step_script"))));
+  // The after_script error is the killed exec's exit, as the custom
+  // executor reads it, not a job timeout.
+  EXPECT_THAT(
+      log_lines_,
+      Contains(AllOf(StartsWith("WARNING: after_script failed, but job "
+                                "will continue unaffected: unknown "
+                                "Custom executor executable exit code "),
+                     HasSubstr("; executable execution terminated "
+                               "with: "))))
+      << Log();
+}
+
+// The custom executor runs the `script:` step as build_script and says so
+// in the job log before its output; with --step-script-stage (no rename)
+// there is nothing to announce.
+TEST_F(RunnerEmulatorTest, BuildScriptRenameIsAnnounced) {
+  const std::string warning =
+      "WARNING: Starting with version 17.0 the 'build_script' stage will be "
+      "replaced with 'step_script': "
+      "https://gitlab.com/groups/gitlab-org/-/epics/6112";
+  options_.job.steps = {{"script", {"echo built"}},
+                        {"release", {"echo released"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const auto executing =
+      std::find(log_lines_.begin(), log_lines_.end(),
+                "Executing \"step_script\" stage of the job script");
+  ASSERT_NE(executing, log_lines_.end()) << Log();
+  ASSERT_NE(executing + 1, log_lines_.end());
+  EXPECT_EQ(*(executing + 1), warning);
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(), warning), 1);
+
+  options_.config.main_script_stage = "step_script";
+  log_lines_.clear();
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Not(Contains(warning)));
 }
 
 }  // namespace

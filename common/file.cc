@@ -256,4 +256,47 @@ absl::StatusOr<int> CreateFileBeneath(const std::string& root,
   return CreateError(root, relative, error);
 }
 
+absl::StatusOr<int> OpenDirBeneath(const std::string& root,
+                                   const std::string& relative) {
+  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
+  if (!parts.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create ", root, "/", relative,
+                     ": not a relative path without '..'"));
+  }
+  const int fd = OpenDirsBeneath(root, *parts, 0);
+  if (fd < 0) return CreateError(root, relative, errno);
+  return fd;
+}
+
+absl::Status CreateSymlinkBeneath(const std::string& root,
+                                  const std::string& relative,
+                                  const std::string& target) {
+  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
+  if (!parts.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create ", root, "/", relative,
+                     ": not a relative path without '..'"));
+  }
+  const int dir_fd = OpenDirsBeneath(root, *parts, 1);
+  if (dir_fd < 0) return CreateError(root, relative, errno);
+  const std::string& name = parts->back();
+  int error = 0;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      error = errno;
+      break;
+    }
+    error = symlinkat(target.c_str(), dir_fd, name.c_str()) == 0 ? 0 : errno;
+    if (error != EEXIST) break;
+  }
+  close(dir_fd);
+  if (error == 0) return absl::OkStatus();
+  if (error == EISDIR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot create ", root, "/", relative, ": it is a directory"));
+  }
+  return CreateError(root, relative, error);
+}
+
 }  // namespace gdt

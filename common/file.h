@@ -70,6 +70,17 @@ absl::StatusOr<int> CreateFileBeneath(const std::string& root,
                                       const std::string& relative,
                                       mode_t mode = 0644);
 
+// Made the same way: OpenDirBeneath makes the directories of `relative` as
+// MakeDirsBeneath does and returns the last one open (O_RDONLY, to set its
+// mode or times), which the caller closes. CreateSymlinkBeneath removes
+// whatever non-directory is at the last component and makes a symbolic link
+// there whose content is `target`, kept as it is (never followed here).
+absl::StatusOr<int> OpenDirBeneath(const std::string& root,
+                                   const std::string& relative);
+absl::Status CreateSymlinkBeneath(const std::string& root,
+                                  const std::string& relative,
+                                  const std::string& target);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_FILE_H_

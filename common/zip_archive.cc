@@ -50,23 +50,57 @@ absl::Status CreateZip(const std::string& root,
   std::vector<char> buffer(1 << 20);
   for (const std::string& rel : relative_paths) {
     const std::string path = root + "/" + rel;
-    std::ifstream in(path, std::ios::binary);
     struct stat st {};
-    if (!in || stat(path.c_str(), &st) != 0) {
+    if (lstat(path.c_str(), &st) != 0) {
       return absl::NotFoundError(absl::StrCat("cannot read ", path));
     }
     std::unique_ptr<archive_entry, decltype(&archive_entry_free)> entry(
         archive_entry_new(), archive_entry_free);
+    // The entry's permission bits and modification time go along.
+    archive_entry_set_perm(entry.get(), st.st_mode & 0777);
+    archive_entry_set_mtime(entry.get(), st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    const auto write_header = [&]() -> absl::Status {
+      if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
+        return absl::UnavailableError(absl::StrCat(
+            "cannot write zip ", zip, ": ", archive_error_string(a.get())));
+      }
+      return absl::OkStatus();
+    };
+    if (S_ISDIR(st.st_mode)) {
+      std::string name = rel;
+      if (name.empty() || name.back() != '/') name += '/';
+      archive_entry_set_pathname(entry.get(), name.c_str());
+      archive_entry_set_filetype(entry.get(), AE_IFDIR);
+      archive_entry_set_size(entry.get(), 0);
+      GDT_RETURN_IF_ERROR(write_header());
+      continue;
+    }
     archive_entry_set_pathname(entry.get(), rel.c_str());
+    if (S_ISLNK(st.st_mode)) {
+      std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+      const ssize_t n = readlink(path.c_str(), target.data(), target.size());
+      if (n < 0 || static_cast<size_t>(n) >= target.size()) {
+        return absl::NotFoundError(absl::StrCat("cannot read link ", path));
+      }
+      target.resize(static_cast<size_t>(n));
+      archive_entry_set_filetype(entry.get(), AE_IFLNK);
+      archive_entry_set_symlink(entry.get(), target.c_str());
+      archive_entry_set_size(entry.get(), 0);
+      GDT_RETURN_IF_ERROR(write_header());
+      continue;
+    }
+    if (!S_ISREG(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot archive ", path,
+                       ": not a regular file, "
+                       "directory or symbolic link"));
+    }
+    archive_entry_set_perm(entry.get(), (st.st_mode & 0777) | 0600);
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
     archive_entry_set_size(entry.get(), static_cast<la_int64_t>(st.st_size));
     archive_entry_set_filetype(entry.get(), AE_IFREG);
-    // The file's permission bits and modification time go along.
-    archive_entry_set_perm(entry.get(), (st.st_mode & 0777) | 0600);
-    archive_entry_set_mtime(entry.get(), st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
-    if (archive_write_header(a.get(), entry.get()) != ARCHIVE_OK) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot write zip ", zip, ": ", archive_error_string(a.get())));
-    }
+    GDT_RETURN_IF_ERROR(write_header());
     while (in) {
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
       const auto n = in.gcount();
@@ -137,6 +171,13 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
   }
   std::vector<char> buffer(1 << 20);
   uint64_t extracted = 0;
+  struct Directory {
+    std::string name;
+    mode_t perm;
+    bool has_mtime;
+    timespec mtime;
+  };
+  std::vector<Directory> directories;
   archive_entry* entry = nullptr;
   while (true) {
     const int rc = archive_read_next_header(a.get(), &entry);
@@ -159,6 +200,19 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
     // never written through.
     if (type == AE_IFDIR) {
       GDT_RETURN_IF_ERROR(MakeDirsBeneath(dest, name));
+      if (limits.links) {
+        directories.push_back(
+            {name,
+             static_cast<mode_t>(archive_entry_perm(entry) & 07777),
+             archive_entry_mtime_is_set(entry) != 0,
+             {archive_entry_mtime(entry), archive_entry_mtime_nsec(entry)}});
+      }
+      continue;
+    }
+    if (type == AE_IFLNK && limits.links) {
+      const char* const link = archive_entry_symlink(entry);
+      GDT_RETURN_IF_ERROR(
+          CreateSymlinkBeneath(dest, name, link != nullptr ? link : ""));
       continue;
     }
     if (type != AE_IFREG) {
@@ -192,6 +246,25 @@ absl::Status ExtractZip(const std::string& zip, const std::string& dest,
       return absl::UnavailableError(
           absl::StrCat("cannot write ", target, ": ", std::strerror(errno)));
     }
+  }
+  // The directories' modes and times, once nothing more is written in
+  // them (the innermost first).
+  for (auto it = directories.rbegin(); it != directories.rend(); ++it) {
+    absl::StatusOr<int> fd = OpenDirBeneath(dest, it->name);
+    if (!fd.ok()) return fd.status();
+    const std::string target = (fs::path(dest) / it->name).string();
+    absl::Status set;
+    if (it->perm != 0 && fchmod(*fd, it->perm) != 0) {
+      set = absl::UnavailableError(absl::StrCat(
+          "cannot set the mode of ", target, ": ", std::strerror(errno)));
+    }
+    const timespec times[2] = {{0, UTIME_OMIT}, it->mtime};
+    if (set.ok() && it->has_mtime && futimens(*fd, times) != 0) {
+      set = absl::UnavailableError(absl::StrCat(
+          "cannot set the time of ", target, ": ", std::strerror(errno)));
+    }
+    close(*fd);
+    GDT_RETURN_IF_ERROR(set);
   }
   return absl::OkStatus();
 }

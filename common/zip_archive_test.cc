@@ -187,5 +187,84 @@ TEST(ZipArchiveTest, ALinkIsRefusedOnlyWhereItIsExtracted) {
       fs::exists(fs::symlink_status(dir.path() + "/some/venv/python")));
 }
 
+// As gitlab-runner's cache archiver and extractor: directories (an empty
+// one too) and links go into the zip and come back as they were, a
+// directory with its mode and time, a link with its target untouched.
+TEST(ZipArchiveTest, LinksAndEmptyDirectoriesRoundTripWhenAsked) {
+  TempDir dir;
+  const std::string src = dir.path() + "/src";
+  fs::create_directories(src + "/vendor/empty");
+  WriteTextFile(src + "/vendor/libfoo.so.1", "lib");
+  fs::create_symlink("libfoo.so.1", src + "/vendor/libfoo.so");
+  fs::permissions(src + "/vendor/empty", fs::perms::owner_all);
+  const auto old = fs::file_time_type::clock::now() - std::chrono::hours(48);
+  fs::last_write_time(src + "/vendor/empty", old);
+  const std::string zip = dir.path() + "/a.zip";
+  const absl::Status created = CreateZip(
+      src, {"vendor", "vendor/empty", "vendor/libfoo.so", "vendor/libfoo.so.1"},
+      zip);
+  ASSERT_TRUE(created.ok()) << created;
+
+  const std::string out = dir.path() + "/out";
+  ExtractLimits limits;
+  limits.links = true;
+  const absl::Status extracted = ExtractZip(zip, out, limits);
+
+  ASSERT_TRUE(extracted.ok()) << extracted;
+  EXPECT_TRUE(fs::is_directory(out + "/vendor/empty"));
+  EXPECT_EQ(fs::status(out + "/vendor/empty").permissions(),
+            fs::perms::owner_all);
+  EXPECT_LT(fs::last_write_time(out + "/vendor/empty"),
+            fs::file_time_type::clock::now() - std::chrono::hours(24));
+  ASSERT_TRUE(fs::is_symlink(out + "/vendor/libfoo.so"));
+  EXPECT_EQ(fs::read_symlink(out + "/vendor/libfoo.so"), "libfoo.so.1");
+  EXPECT_EQ(ReadTextFile(out + "/vendor/libfoo.so"), "lib");
+  // Without asking, a link in the zip is still refused.
+  EXPECT_EQ(ExtractZip(zip, dir.path() + "/plain").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// A link entry never becomes a way out: a later entry beneath it, or a
+// link the destination already had where it goes, is replaced, not
+// followed.
+TEST(ZipArchiveTest, ExtractedLinksAreNotFollowedByLaterEntries) {
+  TempDir dir;
+  const std::string outside = dir.path() + "/outside";
+  fs::create_directories(outside);
+  const std::string zip = dir.path() + "/a.zip";
+  {
+    archive* a = archive_write_new();
+    archive_write_set_format_zip(a);
+    ASSERT_EQ(archive_write_open_filename(a, zip.c_str()), ARCHIVE_OK);
+    archive_entry* link = archive_entry_new();
+    archive_entry_set_pathname(link, "vendor");
+    archive_entry_set_filetype(link, AE_IFLNK);
+    archive_entry_set_perm(link, 0777);
+    archive_entry_set_symlink(link, outside.c_str());
+    ASSERT_EQ(archive_write_header(a, link), ARCHIVE_OK);
+    archive_entry_free(link);
+    archive_entry* file = archive_entry_new();
+    archive_entry_set_pathname(file, "vendor/planted.sh");
+    archive_entry_set_filetype(file, AE_IFREG);
+    archive_entry_set_perm(file, 0755);
+    archive_entry_set_size(file, 2);
+    ASSERT_EQ(archive_write_header(a, file), ARCHIVE_OK);
+    ASSERT_EQ(archive_write_data(a, "hi", 2), 2);
+    archive_entry_free(file);
+    ASSERT_EQ(archive_write_close(a), ARCHIVE_OK);
+    archive_write_free(a);
+  }
+  const std::string out = dir.path() + "/out";
+  ExtractLimits limits;
+  limits.links = true;
+
+  const absl::Status extracted = ExtractZip(zip, out, limits);
+
+  ASSERT_TRUE(extracted.ok()) << extracted;
+  EXPECT_FALSE(fs::exists(outside + "/planted.sh"));
+  EXPECT_FALSE(fs::is_symlink(out + "/vendor"));
+  EXPECT_EQ(ReadTextFile(out + "/vendor/planted.sh"), "hi");
+}
+
 }  // namespace
 }  // namespace gdt

@@ -58,6 +58,7 @@ EXTERNAL_FLAGS = {
     "--sim", "--out", "--jobs",  # sim/traces/sweep.py
     "--depth", "--prune", "--quiet", "--unshallow",  # git fetch
     "--init", "--recursive", "--hard",  # git submodule, git reset
+    "--no-checkout", "--branch",  # git clone
 }
 FLAG = re.compile(r"(?<![A-Za-z0-9_-])--[a-z][a-z0-9_-]*[a-z0-9]")
 
