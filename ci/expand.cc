@@ -3127,7 +3127,8 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
       {"variables", Want::kVariables},
       {"artifacts", Want::kMap},
       {"cache", Want::kMapOrList},
-      {"needs", Want::kList},
+      // GitLab takes one need written as a mapping too (needs: {job: x}).
+      {"needs", Want::kMapOrList},
       {"dependencies", Want::kStrings},
       {"rules", Want::kList},
       {"image", Want::kStringOrMap},
@@ -3390,11 +3391,20 @@ void CheckNeedsLimit(const std::vector<YamlNode>& documents,
     for (const auto& entry : root) {
       const YamlNode& key = entry.first;
       const Entry needs = FindEntry(entry.second, "needs");
-      if (!needs || !needs.value.IsSequence()) continue;
+      if (!needs || !(needs.value.IsSequence() || needs.value.IsMap())) {
+        continue;
+      }
+      // One need may be written as a mapping (`needs: {job: x}`).
+      std::vector<YamlNode> list;
+      if (needs.value.IsMap()) list.push_back(needs.value);
+      for (size_t i = 0; needs.value.IsSequence() && i < needs.value.size();
+           ++i) {
+        list.push_back(needs.value.Item(i));
+      }
       int total = 0;
       std::string largest;
       int largest_size = 0;
-      for (const YamlNode& need : needs.value) {
+      for (const YamlNode& need : list) {
         std::string name;
         if (need.IsScalar()) {
           name = need.Scalar();

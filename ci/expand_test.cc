@@ -1678,6 +1678,40 @@ TEST(GitLabRefusesTest, GangsThatCannotFormAreOneLineEach) {
                          "  script: [x]\nevaluate:\n  needs: [train]\n"
                          "  script: [y]\n")
                   .ok());
+  // One need written as a mapping counts the same.
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 64}\n"
+                       "  script: [x]\nevaluate:\n  needs: {job: train}\n"
+                       "  script: [y]\n"),
+            "f:6:3: evaluate: needs 64 jobs, since each member of a gang "
+            "counts (gang train has 64 members); GitLab allows at most 50 "
+            "needs per job (its default limit), so it would refuse the "
+            "pipeline");
+}
+
+// GitLab takes `needs:` as a list or as one need written as a mapping
+// (`needs: {job: build, artifacts: false}`), in a job and in its rules;
+// anything else is refused.
+TEST(GitLabRefusesTest, OneNeedMayBeAMapping) {
+  const std::string text =
+      "build:\n  script: [make]\n"
+      "test:\n  needs:\n    job: build\n    artifacts: false\n"
+      "  rules:\n    - if: $A\n      needs: {job: build}\n"
+      "  script: [make test]\n"
+      "train:\n  needs: {job: build}\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n  script: [python train.py]\n";
+  const CiExpansion lint = LintCiYaml(text);
+  EXPECT_TRUE(lint.ok()) << FormatDiagnostic("f", lint.errors.at(0));
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << FormatDiagnostic("f", expand.errors.at(0));
+  EXPECT_THAT(expand.text, HasSubstr("train:\n  needs: {job: build}\n"
+                                     "  parallel: 2\n"));
+  const CiExpansion scalar = LintCiYaml(
+      "build:\n  script: [make]\ntest:\n  needs: build\n"
+      "  script: [make test]\n");
+  ASSERT_EQ(scalar.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", scalar.errors[0]),
+            "f:4:10: jobs:test:needs config should be a hash or an array, "
+            "not 'build' (GitLab refuses the pipeline)");
 }
 
 TEST(GitLabRefusesTest, ABooleanGdtVariableIsOneLine) {
