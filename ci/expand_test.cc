@@ -2767,6 +2767,58 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
 // GitLab gives include rules the pipeline's predefined variables (branch,
 // source, commit) and its own; the main file's top-level ones sit between.
 // Without them (lint, expand) a rule naming one is left to the pipeline.
+// An input with `rules:` (no options or default of its own) takes the
+// options and default of its first rule whose `if:` holds for the other
+// inputs; without a default it is empty, not a required input.
+TEST_F(IncludeTest, InputRulesChooseOptionsAndDefault) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    env:\n      options: [dev, prod]\n"
+        "      default: dev\n"
+        "    size:\n      rules:\n"
+        "        - if: $[[ inputs.env ]] == \"prod\"\n"
+        "          options: [large, xlarge]\n          default: large\n"
+        "        - options: [small]\n          default: small\n"
+        "    note:\n      rules:\n"
+        "        - if: $[[ inputs.size ]] == \"xlarge\"\n"
+        "          default: big\n"
+        "        - options: [a, b]\n"
+        "---\n"
+        "train:\n  script: [\"echo $[[ inputs.size ]]/$[[ inputs.note ]]\"]\n");
+  const auto script = [&](const std::string& inputs) {
+    const CiIncludes includes = Includes(
+        "include:\n  - local: ci/train.yml\n    inputs: " + inputs + "\n");
+    EXPECT_TRUE(includes.ok()) << includes.errors.at(0).message;
+    if (!includes.ok()) return std::string();
+    return YAML::LoadAll(includes.files.at(0).text)
+        .at(1)["train"]["script"][0]
+        .as<std::string>();
+  };
+  EXPECT_EQ(script("{}"), "echo small/");
+  EXPECT_EQ(script("{env: prod}"), "echo large/");
+  EXPECT_EQ(script("{env: prod, size: xlarge}"), "echo xlarge/big");
+  EXPECT_EQ(script("{note: b}"), "echo small/b");
+  const CiIncludes refused = Includes(
+      "include:\n  - local: ci/train.yml\n    inputs: {env: prod, size: "
+      "small}\n");
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_THAT(refused.errors[0].message,
+              HasSubstr("`size` input: `small` cannot be used because it is "
+                        "not in the list of allowed options"));
+  Write("ci/loop.yml",
+        "spec:\n  inputs:\n    a:\n      rules:\n"
+        "        - if: $[[ inputs.b ]] == \"x\"\n          default: x\n"
+        "        - options: [y]\n"
+        "    b:\n      rules:\n"
+        "        - if: $[[ inputs.a ]] == \"x\"\n          default: x\n"
+        "        - options: [y]\n"
+        "---\nloop:\n  script: [x]\n");
+  const CiIncludes loop = Includes("include:\n  - local: ci/loop.yml\n");
+  ASSERT_EQ(loop.errors.size(), 1u);
+  EXPECT_THAT(loop.errors[0].message,
+              HasSubstr("`a` input: its rules depend on inputs whose rules "
+                        "depend on it in turn"));
+}
+
 TEST_F(IncludeTest, IncludeRulesSeeThePipelinesVariables) {
   Write("ci/main.yml", "on-main:\n  script: [x]\n");
   Write("ci/mr.yml", "on-mr:\n  script: [x]\n");
