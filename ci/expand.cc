@@ -1852,9 +1852,13 @@ class JobRewriter {
 // Checks that `text` (the expansion) reads back as planned.
 // `unresolved` (when given) is set instead when `text` uses an alias it does
 // not define (a job read on its own).
+// `tag_inherited`: jobs that carry no tags of their own since the ones
+// they inherit (extends, default:) hold the runner tag already.
 bool ReadsBack(const std::string& text,
                const std::vector<const GangSpec*>& gangs,
-               const CiExpandOptions& options, bool* unresolved = nullptr) {
+               const CiExpandOptions& options,
+               const std::unordered_set<std::string>& tag_inherited,
+               bool* unresolved = nullptr) {
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (unresolved != nullptr) {
@@ -1903,6 +1907,7 @@ bool ReadsBack(const std::string& text,
                                            CiValue(item)) != list->end();
     };
     if (!options.runner_tag.empty() &&
+        !(tag_inherited.count(spec.job) != 0 && !job.contains("tags")) &&
         !contains("tags", nullptr, options.runner_tag)) {
       return false;
     }
@@ -3679,6 +3684,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     std::vector<std::string> anchors;  // Defined inside the replaced block.
   };
   std::vector<PlannedJob> planned;
+  // Jobs whose inherited tags already hold the runner tag (see ReadsBack).
+  std::unordered_set<std::string> tag_inherited;
   std::vector<std::vector<YamlNode>> files;
   for (const IncludedDocuments& one : included) files.push_back(one.documents);
   files.push_back(documents);
@@ -4074,6 +4081,13 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
               v->contains("!reference"));
         }
       }
+      if (const auto tags = effective->config.find("tags");
+          !FindEntry(value, "tags") && tags != effective->config.end() &&
+          tags->is_array() &&
+          std::find(tags->begin(), tags->end(), CiValue(options.runner_tag)) !=
+              tags->end()) {
+        tag_inherited.insert(job);
+      }
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
@@ -4216,7 +4230,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                  edit_at(job.last_edit), &slice);
       bool unresolved = false;
       const GangSpec* spec = &result.gangs[job.gang];
-      if (ReadsBack(slice, {spec}, options, &unresolved)) continue;
+      if (ReadsBack(slice, {spec}, options, tag_inherited, &unresolved)) {
+        continue;
+      }
       if (unresolved) {
         in_context.push_back(spec);
         continue;
@@ -4231,7 +4247,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
                  edits.cend(), &result.text);
       if (!anchors_lost(result.text) && !in_context.empty() &&
-          !ReadsBack(result.text, in_context, options)) {
+          !ReadsBack(result.text, in_context, options, tag_inherited)) {
         report.AtLine(in_context[0]->line, 1,
                       "gdt could not rewrite this file in place (please "
                       "report it); write the jobs with parallel:distributed "

@@ -730,6 +730,28 @@ TEST(InheritanceTest, ExtendsChainsAndDefaultAreKept) {
       "train", {"gdt"});
 }
 
+// Tags a job inherits that already hold the runner tag (a template's, or
+// default:'s) stay inherited: the job gets no tags entry of its own, and
+// expand does not refuse the job as one it could not rewrite.
+TEST(InheritanceTest, InheritedTagsWithTheRunnerTagStayInherited) {
+  ExpectOnlyGdtAdditions(
+      ".gpu:\n  tags: [gdt, a100]\n  retry: 0\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"gdt", "a100"});
+  ExpectOnlyGdtAdditions(
+      "default:\n  tags: [gdt]\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n",
+      "train", {"gdt"});
+  const CiExpansion expansion = ExpandCiYaml(
+      "default:\n  tags: [gdt]\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_TRUE(expansion.ok()) << expansion.errors.at(0).message;
+  EXPECT_EQ(expansion.text.find("  tags:", expansion.text.find("train:")),
+            std::string::npos)
+      << expansion.text;
+}
+
 TEST(InheritanceTest, ReferencesResolve) {
   ExpectOnlyGdtAdditions(
       ".t:\n  tags: [r]\n"
