@@ -168,7 +168,10 @@ bool InputCondition(const std::string& condition,
     const std::string inside(absl::StripAsciiWhitespace(
         absl::string_view(condition).substr(open + 3, close - open - 3)));
     if (inside.rfind("inputs.", 0) != 0) return false;
-    const auto value = values.find(inside.substr(7));
+    // The input's value as it is (functions after `|` are left out).
+    std::string name = inside.substr(7, inside.find('|') - 7);
+    name.erase(name.find_last_not_of(' ') + 1);
+    const auto value = values.find(name);
     if (value == values.end()) return false;
     const std::string variable = absl::StrCat("GDT_INPUT_", variables->size());
     expression->append(condition, pos, open - pos);
@@ -582,8 +585,9 @@ class IncludeReader {
       }
       if (!progress) {
         return fail(absl::StrCat("`", *pending.begin(),
-                                 "` input: its rules depend on inputs whose "
-                                 "rules depend on it in turn"));
+                                 "` input: its rules name an input that the "
+                                 "header does not declare, or one whose rules "
+                                 "name it in turn"));
       }
     }
     for (const auto& [name, one] : order) {
