@@ -1852,9 +1852,13 @@ class JobRewriter {
 // Checks that `text` (the expansion) reads back as planned.
 // `unresolved` (when given) is set instead when `text` uses an alias it does
 // not define (a job read on its own).
+// `tag_inherited`: jobs that carry no tags of their own since the ones
+// they inherit (extends, default:) hold the runner tag already.
 bool ReadsBack(const std::string& text,
                const std::vector<const GangSpec*>& gangs,
-               const CiExpandOptions& options, bool* unresolved = nullptr) {
+               const CiExpandOptions& options,
+               const std::unordered_set<std::string>& tag_inherited,
+               bool* unresolved = nullptr) {
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (unresolved != nullptr) {
@@ -1903,6 +1907,7 @@ bool ReadsBack(const std::string& text,
                                            CiValue(item)) != list->end();
     };
     if (!options.runner_tag.empty() &&
+        !(tag_inherited.count(spec.job) != 0 && !job.contains("tags")) &&
         !contains("tags", nullptr, options.runner_tag)) {
       return false;
     }
@@ -3127,7 +3132,8 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
       {"variables", Want::kVariables},
       {"artifacts", Want::kMap},
       {"cache", Want::kMapOrList},
-      {"needs", Want::kList},
+      // GitLab takes one need written as a mapping too (needs: {job: x}).
+      {"needs", Want::kMapOrList},
       {"dependencies", Want::kStrings},
       {"rules", Want::kList},
       {"image", Want::kStringOrMap},
@@ -3390,11 +3396,20 @@ void CheckNeedsLimit(const std::vector<YamlNode>& documents,
     for (const auto& entry : root) {
       const YamlNode& key = entry.first;
       const Entry needs = FindEntry(entry.second, "needs");
-      if (!needs || !needs.value.IsSequence()) continue;
+      if (!needs || !(needs.value.IsSequence() || needs.value.IsMap())) {
+        continue;
+      }
+      // One need may be written as a mapping (`needs: {job: x}`).
+      std::vector<YamlNode> list;
+      if (needs.value.IsMap()) list.push_back(needs.value);
+      for (size_t i = 0; needs.value.IsSequence() && i < needs.value.size();
+           ++i) {
+        list.push_back(needs.value.Item(i));
+      }
       int total = 0;
       std::string largest;
       int largest_size = 0;
-      for (const YamlNode& need : needs.value) {
+      for (const YamlNode& need : list) {
         std::string name;
         if (need.IsScalar()) {
           name = need.Scalar();
@@ -3669,6 +3684,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     std::vector<std::string> anchors;  // Defined inside the replaced block.
   };
   std::vector<PlannedJob> planned;
+  // Jobs whose inherited tags already hold the runner tag (see ReadsBack).
+  std::unordered_set<std::string> tag_inherited;
   std::vector<std::vector<YamlNode>> files;
   for (const IncludedDocuments& one : included) files.push_back(one.documents);
   files.push_back(documents);
@@ -4064,6 +4081,13 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
               v->contains("!reference"));
         }
       }
+      if (const auto tags = effective->config.find("tags");
+          !FindEntry(value, "tags") && tags != effective->config.end() &&
+          tags->is_array() &&
+          std::find(tags->begin(), tags->end(), CiValue(options.runner_tag)) !=
+              tags->end()) {
+        tag_inherited.insert(job);
+      }
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
@@ -4206,7 +4230,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                  edit_at(job.last_edit), &slice);
       bool unresolved = false;
       const GangSpec* spec = &result.gangs[job.gang];
-      if (ReadsBack(slice, {spec}, options, &unresolved)) continue;
+      if (ReadsBack(slice, {spec}, options, tag_inherited, &unresolved)) {
+        continue;
+      }
       if (unresolved) {
         in_context.push_back(spec);
         continue;
@@ -4221,7 +4247,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
                  edits.cend(), &result.text);
       if (!anchors_lost(result.text) && !in_context.empty() &&
-          !ReadsBack(result.text, in_context, options)) {
+          !ReadsBack(result.text, in_context, options, tag_inherited)) {
         report.AtLine(in_context[0]->line, 1,
                       "gdt could not rewrite this file in place (please "
                       "report it); write the jobs with parallel:distributed "

@@ -730,6 +730,28 @@ TEST(InheritanceTest, ExtendsChainsAndDefaultAreKept) {
       "train", {"gdt"});
 }
 
+// Tags a job inherits that already hold the runner tag (a template's, or
+// default:'s) stay inherited: the job gets no tags entry of its own, and
+// expand does not refuse the job as one it could not rewrite.
+TEST(InheritanceTest, InheritedTagsWithTheRunnerTagStayInherited) {
+  ExpectOnlyGdtAdditions(
+      ".gpu:\n  tags: [gdt, a100]\n  retry: 0\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n",
+      "train", {"gdt", "a100"});
+  ExpectOnlyGdtAdditions(
+      "default:\n  tags: [gdt]\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n",
+      "train", {"gdt"});
+  const CiExpansion expansion = ExpandCiYaml(
+      "default:\n  tags: [gdt]\n"
+      "train:\n  script: x\n  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_TRUE(expansion.ok()) << expansion.errors.at(0).message;
+  EXPECT_EQ(expansion.text.find("  tags:", expansion.text.find("train:")),
+            std::string::npos)
+      << expansion.text;
+}
+
 TEST(InheritanceTest, ReferencesResolve) {
   ExpectOnlyGdtAdditions(
       ".t:\n  tags: [r]\n"
@@ -1678,6 +1700,40 @@ TEST(GitLabRefusesTest, GangsThatCannotFormAreOneLineEach) {
                          "  script: [x]\nevaluate:\n  needs: [train]\n"
                          "  script: [y]\n")
                   .ok());
+  // One need written as a mapping counts the same.
+  EXPECT_EQ(only_error("train:\n  parallel:\n    distributed: {nodes: 64}\n"
+                       "  script: [x]\nevaluate:\n  needs: {job: train}\n"
+                       "  script: [y]\n"),
+            "f:6:3: evaluate: needs 64 jobs, since each member of a gang "
+            "counts (gang train has 64 members); GitLab allows at most 50 "
+            "needs per job (its default limit), so it would refuse the "
+            "pipeline");
+}
+
+// GitLab takes `needs:` as a list or as one need written as a mapping
+// (`needs: {job: build, artifacts: false}`), in a job and in its rules;
+// anything else is refused.
+TEST(GitLabRefusesTest, OneNeedMayBeAMapping) {
+  const std::string text =
+      "build:\n  script: [make]\n"
+      "test:\n  needs:\n    job: build\n    artifacts: false\n"
+      "  rules:\n    - if: $A\n      needs: {job: build}\n"
+      "  script: [make test]\n"
+      "train:\n  needs: {job: build}\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n  script: [python train.py]\n";
+  const CiExpansion lint = LintCiYaml(text);
+  EXPECT_TRUE(lint.ok()) << FormatDiagnostic("f", lint.errors.at(0));
+  const CiExpansion expand = ExpandCiYaml(text);
+  ASSERT_TRUE(expand.ok()) << FormatDiagnostic("f", expand.errors.at(0));
+  EXPECT_THAT(expand.text, HasSubstr("train:\n  needs: {job: build}\n"
+                                     "  parallel: 2\n"));
+  const CiExpansion scalar = LintCiYaml(
+      "build:\n  script: [make]\ntest:\n  needs: build\n"
+      "  script: [make test]\n");
+  ASSERT_EQ(scalar.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", scalar.errors[0]),
+            "f:4:10: jobs:test:needs config should be a hash or an array, "
+            "not 'build' (GitLab refuses the pipeline)");
 }
 
 TEST(GitLabRefusesTest, ABooleanGdtVariableIsOneLine) {
@@ -2733,6 +2789,70 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
 // GitLab gives include rules the pipeline's predefined variables (branch,
 // source, commit) and its own; the main file's top-level ones sit between.
 // Without them (lint, expand) a rule naming one is left to the pipeline.
+// An input with `rules:` (no options or default of its own) takes the
+// options and default of its first rule whose `if:` holds for the other
+// inputs; without a default it is empty, not a required input.
+TEST_F(IncludeTest, InputRulesChooseOptionsAndDefault) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    env:\n      options: [dev, prod]\n"
+        "      default: dev\n"
+        "    size:\n      rules:\n"
+        "        - if: $[[ inputs.env ]] == \"prod\"\n"
+        "          options: [large, xlarge]\n          default: large\n"
+        "        - options: [small]\n          default: small\n"
+        "    note:\n      rules:\n"
+        "        - if: $[[ inputs.size | truncate(0,6) ]] == \"xlarge\"\n"
+        "          default: big\n"
+        "        - options: [a, b]\n"
+        "---\n"
+        "train:\n  script: [\"echo $[[ inputs.size ]]/$[[ inputs.note ]]\"]\n");
+  const auto script = [&](const std::string& inputs) {
+    const CiIncludes includes = Includes(
+        "include:\n  - local: ci/train.yml\n    inputs: " + inputs + "\n");
+    EXPECT_TRUE(includes.ok()) << includes.errors.at(0).message;
+    if (!includes.ok()) return std::string();
+    return YAML::LoadAll(includes.files.at(0).text)
+        .at(1)["train"]["script"][0]
+        .as<std::string>();
+  };
+  EXPECT_EQ(script("{}"), "echo small/");
+  EXPECT_EQ(script("{env: prod}"), "echo large/");
+  EXPECT_EQ(script("{env: prod, size: xlarge}"), "echo xlarge/big");
+  EXPECT_EQ(script("{note: b}"), "echo small/b");
+  const CiIncludes refused = Includes(
+      "include:\n  - local: ci/train.yml\n    inputs: {env: prod, size: "
+      "small}\n");
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_THAT(refused.errors[0].message,
+              HasSubstr("`size` input: `small` cannot be used because it is "
+                        "not in the list of allowed options"));
+  Write("ci/loop.yml",
+        "spec:\n  inputs:\n    a:\n      rules:\n"
+        "        - if: $[[ inputs.b ]] == \"x\"\n          default: x\n"
+        "        - options: [y]\n"
+        "    b:\n      rules:\n"
+        "        - if: $[[ inputs.a ]] == \"x\"\n          default: x\n"
+        "        - options: [y]\n"
+        "---\nloop:\n  script: [x]\n");
+  const CiIncludes loop = Includes("include:\n  - local: ci/loop.yml\n");
+  ASSERT_EQ(loop.errors.size(), 1u);
+  Write("ci/undeclared.yml",
+        "spec:\n  inputs:\n    a:\n      rules:\n"
+        "        - if: $[[ inputs.zz ]] == \"x\"\n          default: x\n"
+        "        - options: [y]\n"
+        "---\nloop:\n  script: [x]\n");
+  const CiIncludes undeclared =
+      Includes("include:\n  - local: ci/undeclared.yml\n");
+  ASSERT_EQ(undeclared.errors.size(), 1u);
+  EXPECT_THAT(undeclared.errors[0].message,
+              HasSubstr("`a` input: its rules name an input that the header "
+                        "does not declare"));
+  EXPECT_THAT(
+      loop.errors[0].message,
+      HasSubstr("`a` input: its rules name an input that the header "
+                "does not declare, or one whose rules name it in turn"));
+}
+
 TEST_F(IncludeTest, IncludeRulesSeeThePipelinesVariables) {
   Write("ci/main.yml", "on-main:\n  script: [x]\n");
   Write("ci/mr.yml", "on-mr:\n  script: [x]\n");

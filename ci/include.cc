@@ -142,7 +142,48 @@ struct InputSpec {
   std::optional<CiValue> fallback;  // The default.
   std::optional<std::vector<CiValue>> options;
   std::string regex;
+  // `rules:` (conditional options and default): each rule's `if:` (empty
+  // for the fallback rule), options and default, in order.
+  struct Rule {
+    std::string condition;
+    std::optional<std::vector<CiValue>> options;
+    std::optional<CiValue> fallback;
+  };
+  std::optional<std::vector<Rule>> rules;
 };
+
+// A rule's `if:` with each `$[[ inputs.NAME ]]` replaced by a variable
+// that `variables` gives the input's value; false when it names an input
+// not in `values` (not known yet).
+bool InputCondition(const std::string& condition,
+                    const std::map<std::string, CiValue>& values,
+                    std::string* expression, ExpressionVariables* variables) {
+  expression->clear();
+  size_t pos = 0;
+  while (true) {
+    const size_t open = condition.find("$[[", pos);
+    const size_t close =
+        open == std::string::npos ? open : condition.find("]]", open);
+    if (close == std::string::npos) break;
+    const std::string inside(absl::StripAsciiWhitespace(
+        absl::string_view(condition).substr(open + 3, close - open - 3)));
+    if (inside.rfind("inputs.", 0) != 0) return false;
+    // The input's value as it is (functions after `|` are left out).
+    std::string name = inside.substr(7, inside.find('|') - 7);
+    name.erase(name.find_last_not_of(' ') + 1);
+    const auto value = values.find(name);
+    if (value == values.end()) return false;
+    const std::string variable = absl::StrCat("GDT_INPUT_", variables->size());
+    expression->append(condition, pos, open - pos);
+    absl::StrAppend(expression, "$", variable);
+    std::string text;
+    if (!CiScalarText(value->second, &text)) text = value->second.dump();
+    variables->emplace(variable, text);
+    pos = close + 2;
+  }
+  expression->append(condition, pos, std::string::npos);
+  return true;
+}
 
 // One input's value as text inside a longer string.
 std::string InputText(const CiValue& value) {
@@ -443,6 +484,28 @@ class IncludeReader {
             regex && regex.IsScalar()) {
           one.regex = regex.Scalar();
         }
+        if (const YamlNode rules = Find(entry.second, "rules");
+            rules && rules.IsSequence()) {
+          one.rules.emplace();
+          for (const YamlNode& rule : rules) {
+            InputSpec::Rule r;
+            if (const YamlNode condition = Find(rule, "if");
+                condition && condition.IsScalar()) {
+              r.condition = condition.Scalar();
+            }
+            if (const YamlNode options = Find(rule, "options");
+                options && options.IsSequence()) {
+              r.options.emplace();
+              for (const YamlNode& option : options) {
+                r.options->push_back(ToCiValue(option));
+              }
+            }
+            if (const YamlNode d = Find(rule, "default")) {
+              r.fallback = ToCiValue(d);
+            }
+            one.rules->push_back(std::move(r));
+          }
+        }
         specs.emplace(entry.first.Scalar(), std::move(one));
       }
     }
@@ -459,7 +522,75 @@ class IncludeReader {
         }
       }
     }
+    // An input with `rules:` takes the options and default of its first
+    // rule whose `if:` holds for the other inputs (a rule without `if:` always
+    // does), so those are worked out first; one whose rules name each other
+    // is refused. Without a default (or a matching rule) it is empty.
+    std::vector<std::pair<std::string, InputSpec>> order;
     for (const auto& [name, one] : specs) {
+      if (!one.rules.has_value()) order.emplace_back(name, one);
+    }
+    std::map<std::string, CiValue> known;
+    for (const auto& [name, one] : specs) {
+      if (values.is_object() && values.contains(name)) {
+        known[name] = values[name];
+      } else if (one.fallback.has_value()) {
+        known[name] = *one.fallback;
+      }
+    }
+    std::set<std::string> pending;
+    for (const auto& [name, one] : specs) {
+      if (one.rules.has_value()) pending.insert(name);
+    }
+    while (!pending.empty()) {
+      bool progress = false;
+      for (auto it = pending.begin(); it != pending.end();) {
+        InputSpec one = specs.at(*it);
+        bool ready = true;
+        const InputSpec::Rule* chosen = nullptr;
+        for (const InputSpec::Rule& rule : *one.rules) {
+          std::string expression;
+          ExpressionVariables variables;
+          if (rule.condition.empty()) {
+            chosen = &rule;
+            break;
+          }
+          if (!InputCondition(rule.condition, known, &expression, &variables)) {
+            ready = false;
+            break;
+          }
+          if (ExpressionHolds(expression, variables)) {
+            chosen = &rule;
+            break;
+          }
+        }
+        if (!ready) {
+          ++it;
+          continue;
+        }
+        one.options = chosen != nullptr ? chosen->options : std::nullopt;
+        one.fallback = chosen != nullptr && chosen->fallback.has_value()
+                           ? chosen->fallback
+                           : std::optional<CiValue>(CiValue(""));
+        if (!(values.is_object() && values.contains(*it))) {
+          known[*it] = *one.fallback;
+          // An empty value for want of a default is not an option.
+          if (chosen == nullptr || !chosen->fallback.has_value()) {
+            one.options.reset();
+          }
+        }
+        order.emplace_back(*it, std::move(one));
+        it = pending.erase(it);
+        progress = true;
+      }
+      if (!progress) {
+        return fail(absl::StrCat("`", *pending.begin(),
+                                 "` input: its rules name an input that the "
+                                 "header does not declare, or one whose rules "
+                                 "name it in turn"));
+      }
+    }
+    for (const auto& [name, one] : order) {
       CiValue value;
       if (values.is_object() && values.contains(name)) {
         value = values[name];

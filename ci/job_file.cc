@@ -685,10 +685,14 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     job.artifact_sources = std::move(names);
   }
   if (const CiValue* needs = entry("needs")) {
-    if (!needs->is_array()) return JobError(name, "needs must be a list");
+    // One need may be written as a mapping (`needs: {job: x}`).
+    if (!needs->is_array() && !needs->is_object()) {
+      return JobError(name, "needs must be a list or one {job: name}");
+    }
+    const CiValue list = needs->is_object() ? CiValue::array({*needs}) : *needs;
     std::vector<std::string> names;
     std::vector<std::string> all;
-    for (const CiValue& need : *needs) {
+    for (const CiValue& need : list) {
       std::string text;
       if (CiScalarText(need, &text)) {
         names.push_back(text);

@@ -322,6 +322,13 @@ play:
   when: manual
   retry: {exit_codes: 137}
   script: [x]
+single:
+  needs: {job: flaky, artifacts: false}
+  rules:
+    - if: $A
+      needs: {job: plain}
+    - when: on_success
+  script: [x]
 strict:
   when: manual
   allow_failure: false
@@ -351,6 +358,13 @@ strict:
   EXPECT_TRUE(play->allow_failure);
   EXPECT_EQ(play->retry.max, 0);
   EXPECT_THAT(*play->retry.exit_codes, ElementsAre(137));
+  // One need may be written as a mapping, as GitLab allows.
+  absl::StatusOr<CiJob> single = ParseCiJob(kFile, "single");
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_THAT(*single->needs, ElementsAre("flaky"));
+  EXPECT_THAT(*single->artifact_sources, ElementsAre());
+  ASSERT_TRUE(single->rules.has_value());
+  EXPECT_THAT(*(*single->rules)[0].needs, ElementsAre("plain"));
   absl::StatusOr<CiJob> strict = ParseCiJob(kFile, "strict");
   ASSERT_TRUE(strict.ok()) << strict.status();
   EXPECT_FALSE(strict->allow_failure);

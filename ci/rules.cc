@@ -685,11 +685,14 @@ absl::StatusOr<std::vector<CiRule>> ReadRules(const CiValue& node,
           rule.variables.emplace_back(name, scalar);
         }
       } else if (key == "needs") {
-        if (!value.is_array()) {
-          return RuleError(where, i, "needs must be a list");
+        // One need may be written as a mapping (`needs: {job: x}`).
+        if (!value.is_array() && !value.is_object()) {
+          return RuleError(where, i, "needs must be a list or one {job: name}");
         }
+        const CiValue list =
+            value.is_object() ? CiValue::array({value}) : value;
         std::vector<std::string> names;
-        for (const CiValue& need : value) {
+        for (const CiValue& need : list) {
           std::string name;
           if (CiScalarText(need, &name) ||
               (need.is_object() && need.contains("job") &&
