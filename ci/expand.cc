@@ -3294,11 +3294,40 @@ void CheckJobRuns(const CiConfigModel& model, RunsKeyword* runs,
                                           : "without any of them"));
 }
 
-// GitLab reads one document of a file: it splits the text at lines that
-// start with `---` and a space or line break, at most twice, drops blank
-// pieces, and takes the first document of the first piece, or, when that
-// is a `spec:` header and more pieces follow, of the last piece. Lint
-// warns at every other document but the header: nothing there runs.
+// GitLab refuses a project's pipeline without a job that runs (one whose
+// name does not start with a dot): "jobs config should contain at least one
+// visible job", and an empty file with "Please provide content of
+// .gitlab-ci.yml". The same file is fine as an included one, so lint warns.
+void WarnWithoutVisibleJob(const std::vector<std::vector<YamlNode>>& files,
+                           std::vector<CiDiagnostic>* warnings) {
+  bool empty = true;
+  for (const std::vector<YamlNode>& documents : files) {
+    for (const YamlNode& root : documents) {
+      for (const auto& entry : root) {
+        empty = false;
+        if (!entry.first.IsScalar()) continue;
+        const std::string& name = entry.first.Scalar();
+        if (!name.empty() && name[0] != '.' && !IsCiKeyword(name)) return;
+      }
+    }
+  }
+  warnings->push_back(CiDiagnostic{
+      1, 1,
+      absl::StrCat(empty ? "the file is empty" : "the file has no visible job",
+                   ": GitLab refuses it as a project's pipeline (",
+                   empty ? "Please provide content of .gitlab-ci.yml"
+                         : "jobs config should contain at least one visible "
+                           "job",
+                   "); as a file that another one includes it is fine"),
+      ""});
+}
+
+// GitLab reads one document of a file: it splits the text at lines that//
+// GitLab reads one document of a file: it splits the text at lines that start
+// with `---` and a space or line break, at most twice, drops blank pieces, and
+// takes the first document of the first piece, or, when that is a `spec:`
+// header and more pieces follow, of the last piece. Lint warns at every other
+// document but the header: nothing there runs.
 void WarnAboutIgnoredDocuments(std::string_view text,
                                const std::vector<YamlNode>& documents,
                                Reporter* warn) {
@@ -3495,6 +3524,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   }
   if (documents.empty()) {
     result.text = std::string(text);
+    if (lint) WarnWithoutVisibleJob({}, &result.warnings);
     return result;
   }
   // A `spec:` header (the first of two or more documents): its inputs are
@@ -3694,6 +3724,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           ? CiConfigModel(documents)
           : CiConfigModel(files, options.includes->unseen);
   RunsKeyword runs(files);
+  if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
   // The nodes of top-level entries (a merged block must be one of them).
   std::unordered_set<uint32_t> top_values;
   for (const YamlNode& root : documents) {

@@ -328,6 +328,36 @@ TEST(ExpandTest, AnAnchoredVariablesBlockIsNotChanged) {
   EXPECT_EQ(expansion.errors[0].line, 2);
 }
 
+TEST(LintTest, AFileWithoutAVisibleJobIsWarnedAbout) {
+  // What GitLab refuses as a project's pipeline, and accepts as an
+  // included file: a warning, the exit code of a clean file.
+  for (const auto& [text, says] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"",
+            "f:1:1: the file is empty: GitLab refuses it as a "
+            "project's pipeline (Please provide content of "
+            ".gitlab-ci.yml); as a file that another one includes it is "
+            "fine"},
+           {"# nothing\n", "f:1:1: the file is empty"},
+           {"variables:\n  A: b\n.hidden:\n  script: x\n",
+            "f:1:1: the file has no visible job: GitLab refuses it "
+            "as a project's pipeline (jobs config should contain at least "
+            "one visible job)"}}) {
+    const CiExpansion lint = LintCiYaml(text);
+    EXPECT_TRUE(lint.ok()) << text;
+    ASSERT_EQ(lint.warnings.size(), 1u) << text;
+    EXPECT_THAT(FormatDiagnostic("f", lint.warnings[0]), HasSubstr(says));
+    EXPECT_THAT(FormatLintReport("f", lint, false),
+                HasSubstr("f:1:1: warning: the file"));
+  }
+  // A visible job, or an include gdt does not read, says nothing.
+  for (const std::string text :
+       {"job:\n  script: x\n", "include: other.yml\n.hidden:\n  script: x\n"}) {
+    const CiExpansion lint = LintCiYaml(text);
+    EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
+  }
+}
+
 TEST(LintTest, ListsGangsOfBothForms) {
   const CiExpansion lint = LintCiYaml(
       "block:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
