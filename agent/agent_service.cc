@@ -609,15 +609,6 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   // through missed pings and stopped like a cancelled stream.
   rendezvous::EnableKeepalive(builder);
   rendezvous::ApplyServerLimits(builder);
-  // Every connection holds a descriptor: one that has not finished its
-  // handshake (TLS and HTTP/2 settings) in kHandshakeTimeoutMs, or that has
-  // had no call for kMaxConnectionIdleMs, is closed, so that a job on the
-  // host cannot keep thousands of idle ones (docs/security.md "Descriptor
-  // exhaustion"). Clients reconnect on their next call.
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             kHandshakeTimeoutMs);
-  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                             kMaxConnectionIdleMs);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return absl::UnavailableError(

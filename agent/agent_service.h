@@ -109,11 +109,6 @@ class AgentService final
 // A started gRPC server hosting one AgentService. Not thread-safe.
 class AgentServer {
  public:
-  // Connections that have not finished their handshake by then, or have
-  // had no call for that long, are closed.
-  static constexpr int kHandshakeTimeoutMs = 10'000;
-  static constexpr int kMaxConnectionIdleMs = 60'000;
-
   // Listens on `listen_address` (host:port; port 0 picks one).
   // Errors: Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AgentServer>> Start(

@@ -1,6 +1,5 @@
 #include "agent/daemon.h"
 
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/member_token.h"
+#include "common/open_files.h"
 #include "common/secret.h"
 #include "common/subprocess.h"
 #include "rendezvous/metadata.h"
@@ -37,59 +37,6 @@ constexpr std::chrono::seconds kMemberTokenCacheTtl(10);
 
 // How long the agent's check of its own endpoint waits for an answer.
 constexpr std::chrono::seconds kEndpointProbeDeadline(3);
-// Below this many descriptors a job on the host can exhaust the agent's with
-// idle connections quickly (docs/security.md "Descriptor exhaustion").
-constexpr rlim_t kLowOpenFilesLimit = 65536;
-
-// Raises this process's soft RLIMIT_NOFILE to its hard limit (every idle
-// connection to the agent holds a descriptor, and a listener that runs out
-// stops accepting for good) and gives children the soft limit it had (jobs
-// get what they always got). Logs the figures.
-void RaiseOpenFilesLimit() {
-  // The first call's figure: a second daemon in one process (tests) must
-  // not hand its children the raised limit.
-  static const rlim_t started_with = [] {
-    rlimit limit{};
-    return getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur : 0;
-  }();
-  rlimit limit{};
-  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) {
-    spdlog::warn("event=open_files_limit_unknown error={}",
-                 LogValue(std::strerror(errno)));
-    return;
-  }
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = limit.rlim_max;
-    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) {
-      limit = raised;
-    } else {
-      spdlog::warn("event=open_files_limit_not_raised soft={} hard={} error={}",
-                   static_cast<uint64_t>(limit.rlim_cur),
-                   static_cast<uint64_t>(limit.rlim_max),
-                   LogValue(std::strerror(errno)));
-    }
-  }
-  if (started_with != 0) Subprocess::SetChildOpenFilesLimit(started_with);
-  if (limit.rlim_cur < kLowOpenFilesLimit) {
-    spdlog::warn(
-        "event=open_files_limit soft={} hard={} members={} reason={}",
-        static_cast<uint64_t>(limit.rlim_cur),
-        static_cast<uint64_t>(limit.rlim_max),
-        static_cast<uint64_t>(started_with),
-        LogValue(absl::StrCat(
-            "below ", kLowOpenFilesLimit,
-            ": a job on this host can use up the agent's descriptors with "
-            "idle connections; raise the hard limit (LimitNOFILE= in the "
-            "systemd unit)")));
-  } else {
-    spdlog::info("event=open_files_limit soft={} hard={} members={}",
-                 static_cast<uint64_t>(limit.rlim_cur),
-                 static_cast<uint64_t>(limit.rlim_max),
-                 static_cast<uint64_t>(started_with));
-  }
-}
-
 bool IsWildcardHost(const std::string& host) {
   return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::" ||
          host == "*";
@@ -333,7 +280,7 @@ Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
                        .string()) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
-  RaiseOpenFilesLimit();
+  RaiseOpenFilesLimit("a job on this host");
   // One `tls` section: the agent's server certificate and its client side
   // towards the coordinator (docs/security.md "TLS").
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =

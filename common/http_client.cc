@@ -154,10 +154,24 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   // stay with their origin; libcurl would send custom headers anywhere.
   const bool follow_here = options_.follow_redirects && request.method == "GET";
   std::string url = request.url;
+  // options_.timeout bounds the whole request, the redirects it follows
+  // included: a server that redirects slowly must not hold the caller for
+  // every hop's full timeout.
+  const auto deadline = std::chrono::steady_clock::now() + options_.timeout;
   for (int hop = 0;; ++hop) {
+    std::chrono::milliseconds timeout{0};
+    if (options_.timeout.count() > 0) {
+      timeout = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      if (timeout.count() <= 0) {
+        return absl::UnavailableError(absl::StrCat(
+            "GET ", request.url, ": no answer within ",
+            options_.timeout.count(), " ms (", hop, " redirects followed)"));
+      }
+    }
     absl::StatusOr<HttpResponse> response =
         SendOnce(request, url, hop == 0 || SameOrigin(url, request.url),
-                 options_.follow_redirects && !follow_here);
+                 options_.follow_redirects && !follow_here, timeout);
     if (!follow_here || !response.ok() || response->redirect_url.empty()) {
       return response;
     }
@@ -169,10 +183,9 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request) {
   }
 }
 
-absl::StatusOr<HttpResponse> HttpClient::SendOnce(const HttpRequest& request,
-                                                  const std::string& url,
-                                                  bool credentials,
-                                                  bool curl_follows) {
+absl::StatusOr<HttpResponse> HttpClient::SendOnce(
+    const HttpRequest& request, const std::string& url, bool credentials,
+    bool curl_follows, std::chrono::milliseconds timeout) {
   const std::string what = absl::StrCat(request.method, " ", url);
   if (curl_ == nullptr) curl_ = curl_easy_init();
   CURL* curl = static_cast<CURL*>(curl_);
@@ -189,9 +202,9 @@ absl::StatusOr<HttpResponse> HttpClient::SendOnce(const HttpRequest& request,
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
                    static_cast<long>(options_.connect_timeout.count()));
-  if (options_.timeout.count() > 0) {
+  if (timeout.count() > 0) {
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                     static_cast<long>(options_.timeout.count()));
+                     static_cast<long>(timeout.count()));
   }
   if (!options_.ca_file.empty()) {
     curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());

@@ -18,7 +18,8 @@ namespace gdt {
 struct HttpOptions {
   // PEM CA bundle for https:// servers; empty: the system's CAs.
   std::string ca_file;
-  // Limit on a whole request (connect, send, answer); 0: none.
+  // Limit on a whole request (connect, send, answer, and every redirect
+  // Send follows itself); 0: none.
   std::chrono::milliseconds timeout{0};
   // Limit on connecting alone.
   std::chrono::milliseconds connect_timeout{std::chrono::seconds(30)};
@@ -94,10 +95,12 @@ class HttpClient {
 
  private:
   // One transfer to `url`, with request.credential_headers when
-  // `credentials`, following no redirect itself unless `curl_follows`.
+  // `credentials`, following no redirect itself unless `curl_follows`,
+  // within `timeout` (0: none).
   absl::StatusOr<HttpResponse> SendOnce(const HttpRequest& request,
                                         const std::string& url,
-                                        bool credentials, bool curl_follows)
+                                        bool credentials, bool curl_follows,
+                                        std::chrono::milliseconds timeout)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const HttpOptions options_;

@@ -44,6 +44,10 @@ class HttpClientTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::seconds(2));
       res.set_content("late", "text/plain");
     });
+    server_.Get("/loop", [](const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(400));
+      res.set_redirect("/loop");
+    });
     server_.Get("/who", [](const httplib::Request& req,
                            httplib::Response& res) {
       res.set_content(absl::StrCat("token=", req.get_header_value("X-Token")),
@@ -209,6 +213,19 @@ TEST_F(HttpClientTest, TimeoutAndUnreachableAreUnavailable) {
   // Port 1 on loopback: nothing listens.
   response = client.Send({.url = "http://127.0.0.1:1/"});
   EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable);
+}
+
+// A server that answers each hop slowly with another redirect holds the
+// caller no longer than the timeout, not the timeout for every hop.
+TEST_F(HttpClientTest, TheTimeoutBoundsTheRedirectsFollowedToo) {
+  HttpClient client(
+      {.timeout = std::chrono::milliseconds(1000), .follow_redirects = true});
+  const auto start = std::chrono::steady_clock::now();
+  absl::StatusOr<HttpResponse> response = client.Send({.url = Url("/loop")});
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_EQ(response.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(response.status().message(), HasSubstr(Url("/loop")));
+  EXPECT_LT(took, std::chrono::milliseconds(1800));
 }
 
 }  // namespace

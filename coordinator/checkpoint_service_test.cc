@@ -112,6 +112,36 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// The newest 32 records of a gang may hold 1 MiB each; the list answers
+// with the newest that fit in 3 MiB of manifests instead of an answer above
+// the client's 4 MiB message limit, which failed every resume of the gang.
+TEST_F(CheckpointServiceTest, ListOfLargeManifestsStaysWithinAMessage) {
+  const v1::Assignment first = Join(101);
+  rendezvous::CheckpointClient client = ClientFor(first);
+  for (int step = 0; step < 32; ++step) {
+    ASSERT_TRUE(client
+                    .Record(step, 0, 101,
+                            std::string(Coordinator::kMaxManifestBytes,
+                                        static_cast<char>('a' + step % 26)),
+                            In(10s))
+                    .ok());
+  }
+  absl::StatusOr<std::vector<rendezvous::CheckpointRecordInfo>> listed =
+      client.List(In(10s));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  using Info = rendezvous::CheckpointRecordInfo;
+  EXPECT_THAT(*listed,
+              ElementsAre(Field(&Info::step, 31), Field(&Info::step, 30),
+                          Field(&Info::step, 29)));
+  // The bound counts bytes: a small newer record pushes out the oldest.
+  ASSERT_TRUE(client.Record(40, 0, 101, R"({"step": 40})", In(5s)).ok());
+  listed = client.List(In(10s));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(*listed,
+              ElementsAre(Field(&Info::step, 40), Field(&Info::step, 31),
+                          Field(&Info::step, 30)));
+}
+
 // A caller without the gang's token hears one refusal whether the gang
 // exists, never did, or has ended; a member of an earlier epoch, even
 // across a coordinator restart, learns that its epoch is over.

@@ -665,8 +665,22 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
 absl::StatusOr<std::vector<state::CheckpointRecord>>
 Coordinator::ListCheckpoints(const kv::KvCaller& caller) {
   GDT_RETURN_IF_ERROR(kv_->CheckCaller(caller));
-  MutexLock lock(mu_);
-  return store_->ListCheckpointRecords(caller.gang_id);
+  absl::StatusOr<std::vector<state::CheckpointRecord>> records;
+  {
+    MutexLock lock(mu_);
+    records = store_->ListCheckpointRecords(caller.gang_id);
+  }
+  if (!records.ok()) return records;
+  // 32 records of up to 1 MiB each would be an answer no client takes
+  // (gRPC's 4 MiB): resume would fail for good. The newest that fit go.
+  size_t bytes = 0;
+  size_t keep = 0;
+  for (; keep < records->size(); ++keep) {
+    bytes += (*records)[keep].manifest_json.size();
+    if (keep > 0 && bytes > kMaxListedManifestBytes) break;
+  }
+  records->resize(keep);
+  return records;
 }
 
 // Host tokens.

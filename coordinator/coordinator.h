@@ -145,7 +145,10 @@ class Coordinator {
   static constexpr size_t kMaxManifestBytes = 1 << 20;
   absl::Status RecordCheckpoint(const kv::KvCaller& caller,
                                 state::CheckpointRecord record);
-  // The records of the caller's gang from every epoch, newest first.
+  // The records of the caller's gang from every epoch, newest first: as
+  // many as fit within kMaxListedManifestBytes of manifests (at least the
+  // newest), so that the answer stays below a client's 4 MiB message limit.
+  static constexpr size_t kMaxListedManifestBytes = 3 << 20;
   absl::StatusOr<std::vector<state::CheckpointRecord>> ListCheckpoints(
       const kv::KvCaller& caller);
   // Host tokens.

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<LivenessServer>> LivenessServer::Start(
                              kLivenessMaxStreamsPerConnection);
   builder.SetMaxReceiveMessageSize(kLivenessMaxRequestBytes);
   rendezvous::RefuseSharedPort(builder);
+  rendezvous::CloseIdleConnections(builder);
   grpc::ResourceQuota quota("gdt-liveness");
   quota.Resize(kLivenessMemoryQuotaBytes);
   quota.SetMaxThreads(kLivenessMaxThreads);

@@ -772,6 +772,13 @@ absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
         absl::StrCat("gang ", gang_id, " is ", state::GangStateName(gang.state),
                      "; only an admitted gang can be watched"));
   }
+  int& open = watches_per_job_[job_id];
+  if (open >= kMaxWatchesPerJob) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("job ", job_id, " already has ", open,
+                     " watch streams open on gang ", gang_id, ", the limit"));
+  }
+  ++open;
   watchers_[watch_id] = gang_id;
   watch_jobs_[watch_id] = job_id;
   QueueWatchEvent(gang, watch_id);
@@ -780,7 +787,13 @@ absl::Status Scheduler::Watch(const std::string& gang_id, uint32_t epoch,
 
 void Scheduler::Unwatch(uint64_t watch_id) {
   watchers_.erase(watch_id);
-  watch_jobs_.erase(watch_id);
+  auto watch = watch_jobs_.find(watch_id);
+  if (watch == watch_jobs_.end()) return;
+  auto open = watches_per_job_.find(watch->second);
+  if (open != watches_per_job_.end() && --open->second <= 0) {
+    watches_per_job_.erase(open);
+  }
+  watch_jobs_.erase(watch);
 }
 
 void Scheduler::SetRunningMembers(

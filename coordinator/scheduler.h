@@ -293,7 +293,10 @@ class Scheduler {
   // reports; the watch ends by itself after GangFailed or GangSucceeded.
   // Errors: NotFound for an unknown gang or member; FailedPrecondition when
   // the job id or epoch does not match, or the gang is not admitted yet or
-  // already done.
+  // already done; ResourceExhausted when the job already has
+  // kMaxWatchesPerJob streams open (each costs the coordinator memory, and
+  // every gang event looks at every open watch).
+  static constexpr int kMaxWatchesPerJob = 16;
   absl::Status Watch(const std::string& gang_id, uint32_t epoch,
                      uint32_t member_index, int64_t job_id, uint64_t watch_id);
 
@@ -761,6 +764,8 @@ class Scheduler {
   std::map<uint64_t, std::string> watchers_;  // Watch stream id -> gang id.
   // Open watch streams (until Unwatch) -> the watching member's job id.
   std::map<uint64_t, int64_t> watch_jobs_;
+  // Job id -> how many of watch_jobs_ are its.
+  std::map<int64_t, int> watches_per_job_;
   // Hosts whose agent reports its running members -> those member ids.
   std::map<std::string, std::set<std::string>> running_members_;
   // Hosts -> the progress of their watched member stages (member id ->

@@ -14,6 +14,7 @@
 #include "common/exit_code.h"
 #include "common/heap_trim.h"
 #include "common/logging.h"
+#include "common/open_files.h"
 #include "common/stop_signals.h"
 #include "common/tls_config.h"
 #include "coordinator/config.h"
@@ -127,6 +128,8 @@ int RunServe(const ServeOptions& flags) {
       !logging.ok()) {
     return Fail(kExitUsage, std::string(logging.message()));
   }
+  // Every job (and anyone on the network) can connect to the coordinator.
+  RaiseOpenFilesLimit("anyone who reaches the coordinator (any job)");
   if (const std::string warning = PlaintextWarning(config->tls, "gdt-coord");
       !warning.empty()) {
     std::fprintf(stderr, "%s\n", warning.c_str());

@@ -125,6 +125,14 @@ void ApplyServerLimits(grpc::ServerBuilder& builder) {
   grpc::ResourceQuota quota("gdt-server");
   quota.Resize(kServerMemoryQuotaBytes);
   builder.SetResourceQuota(quota);
+  CloseIdleConnections(builder);
+}
+
+void CloseIdleConnections(grpc::ServerBuilder& builder) {
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             kHandshakeTimeoutMs);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                             kMaxConnectionIdleMs);
 }
 
 void RefuseSharedPort(grpc::ServerBuilder& builder) {

@@ -74,8 +74,19 @@ inline constexpr int kMaxMetadataBytes = 16 * 1024;
 inline constexpr int kMaxRequestBytes = 4 * 1024 * 1024;
 inline constexpr int kMaxStreamsPerConnection = 256;
 inline constexpr size_t kServerMemoryQuotaBytes = 512u * 1024 * 1024;
-// Also refuses a port another process listens on (RefuseSharedPort).
+// Also refuses a port another process listens on (RefuseSharedPort) and
+// closes idle connections (CloseIdleConnections).
 void ApplyServerLimits(grpc::ServerBuilder& builder);
+
+// Every connection holds one of the server's descriptors: one that has not
+// finished its handshake (TLS and HTTP/2 settings) within
+// kHandshakeTimeoutMs, or that has had no call for kMaxConnectionIdleMs, is
+// closed, so that nobody can keep thousands of idle ones (docs/security.md
+// "Descriptor exhaustion"). Clients reconnect on their next call; a
+// connection with a call open (a watch, a stage) is not idle.
+inline constexpr int kHandshakeTimeoutMs = 10'000;
+inline constexpr int kMaxConnectionIdleMs = 60'000;
+void CloseIdleConnections(grpc::ServerBuilder& builder);
 
 // gRPC sets SO_REUSEPORT by default, so a second daemon on a busy port would
 // start and share its connections with the first; this makes it fail.

@@ -29,7 +29,8 @@ absl::Status Explain(const grpc::Status& status, const char* op,
 
 CheckpointClient::CheckpointClient(KvTarget target)
     : target_(std::move(target)),
-      stub_(v1::CheckpointRecords::NewStub(NewChannel(target_.endpoint))) {}
+      stub_(v1::CheckpointRecords::NewStub(
+          NewChannel(target_.endpoint, target_.security))) {}
 
 void CheckpointClient::Fill(v1::CheckpointCaller* caller) const {
   caller->set_gang_id(target_.gang_id);

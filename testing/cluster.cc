@@ -372,8 +372,11 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
           "}\n", coordinator_extra_config_, TlsYaml(/*server=*/true)));
   const std::string log =
       dir_.Sub(absl::StrCat("coord-", coordinator_starts_++, ".log"));
+  std::vector<std::string> prefix = Prefix(control_host_);
+  prefix.insert(prefix.end(), coordinator_launcher_.begin(),
+                coordinator_launcher_.end());
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
-      Daemon::Start(Prefix(control_host_),
+      Daemon::Start(prefix,
                     {BinaryPath("gdt-coord"), "serve", "--config", config,
                      "--metrics-port-file", log + ".metrics",
                      "--dashboard-port-file", log + ".dashboard"},

@@ -176,6 +176,13 @@ class GdtCluster {
   void SetCoordinatorExtraConfig(std::string yaml) {
     coordinator_extra_config_ = std::move(yaml);
   }
+  // A command gdt-coord is started through (e.g. {"prlimit",
+  // "--nofile=256:4096", "--"}), inside the control host's namespace; call
+  // before StartCoordinator(). It must exec gdt-coord (its pid is the
+  // coordinator's).
+  void SetCoordinatorLauncher(std::vector<std::string> argv) {
+    coordinator_launcher_ = std::move(argv);
+  }
   // YAML lines appended to the executor's config (e.g. kill_grace_seconds).
   void SetExecutorExtraConfig(std::string yaml) {
     executor_extra_config_ = std::move(yaml);
@@ -264,6 +271,7 @@ class GdtCluster {
   TempDir dir_;
   std::string coordinator_listen_;
   std::string coordinator_extra_config_;
+  std::vector<std::string> coordinator_launcher_;
   std::string executor_extra_config_;
   std::unique_ptr<Daemon> coordinator_;
   std::string metrics_endpoint_;

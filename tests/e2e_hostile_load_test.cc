@@ -6,7 +6,11 @@
 // succeeds, `gdt-coord status` keeps answering, and the coordinator's memory
 // and CPU return to about where they were. Each attack is bounded in count
 // and time.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +24,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/host_port.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
@@ -443,6 +448,84 @@ TEST_F(HostileLoadTest, HugeInstanceStrings) {
   }
   ExpectGangSucceeds(*run);
   ExpectCoordinatorSettles(baseline);
+}
+
+// Idle connections: anyone who reaches the coordinator (any job) opens
+// more TCP connections than the coordinator was started with descriptors
+// for (soft limit 256, the hard one 4096) and sends nothing on them. gRPC's
+// listener, once accept() fails with EMFILE, never accepts again: status
+// and every later join would fail for good. The coordinator raises its soft
+// limit to the hard one, so it keeps accepting (a gang runs meanwhile), and
+// closes the connections that never finish their handshake.
+TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
+  GdtCluster cluster;
+  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:4096", "--"});
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  agent.member_uid_pool = MemberAccountsIfRoot();
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+
+  absl::StatusOr<HostPort> endpoint =
+      ParseHostPort(cluster.coordinator_endpoint());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(endpoint->port));
+  ASSERT_EQ(inet_pton(AF_INET, endpoint->host.c_str(), &address.sin_addr), 1)
+      << endpoint->host;
+  std::vector<int> idle;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                      sizeof(address)),
+              0)
+        << i;
+  }
+  // The coordinator still answers while they are open.
+  const bool accepted = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster.Status();
+        return status.ok();
+      },
+      seconds(10));
+  EXPECT_TRUE(accepted) << "gdt-coord status fails while " << idle.size()
+                        << " idle connections are open\n"
+                        << cluster.Logs();
+  // A gang still forms, runs and ends.
+  const std::string project = MakeShellProject(cluster.dir(), "echo trained");
+  CommandResult run = cluster.RunLocal(project, "train", {}, seconds(60));
+  EXPECT_TRUE(run.status.success()) << run.output << cluster.Logs();
+
+  // Each idle connection is closed by the coordinator (its handshake never
+  // finished): reading it ends, after what the server sent, in EOF.
+  const auto deadline = std::chrono::steady_clock::now() + seconds(30);
+  int closed = 0;
+  for (int fd : idle) {
+    char buffer[4096];
+    while (true) {
+      const auto left = std::chrono::duration_cast<milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd one{fd, POLLIN, 0};
+      if (left.count() <= 0 ||
+          poll(&one, 1, static_cast<int>(left.count())) <= 0) {
+        break;
+      }
+      const ssize_t got = read(fd, buffer, sizeof(buffer));
+      if (got <= 0) {
+        closed += got == 0 ? 1 : 0;
+        break;
+      }
+    }
+    close(fd);
+  }
+  EXPECT_EQ(closed, 400) << "the coordinator still held "
+                         << idle.size() - closed << " idle connections 30 s "
+                         << "after they were opened";
 }
 
 }  // namespace

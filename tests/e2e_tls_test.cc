@@ -1,7 +1,8 @@
 // End to end over TLS: gdt-coord, gdt-agent and gdt-executor with
 // mutual TLS from certificates the openssl CLI makes for this test, one
-// two-member job through gdt-ci run-local whose script uses gdt-kv (so the
-// job-side KV client talks TLS with the agent's files), and the operator's
+// two-member job through gdt-ci run-local whose script uses gdt-kv and
+// gdt-ckpt save (so the job-side KV and checkpoint clients talk TLS with the
+// agent's files), and the operator's
 // `gdt-coord status` with and without the CA; and, as an attacker holding
 // one host's certificate, that it cannot act for another host.
 #include <filesystem>
@@ -41,14 +42,19 @@ TEST(EndToEndTlsTest, JobRunsOverMutualTlsAndPlaintextIsRefused) {
   const std::string project = cluster.dir().Sub("project");
   fs::create_directories(project);
   const std::string kv = GDT_KV_BIN;
+  const std::string ckpt = GDT_CKPT_BIN;
   WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("kv:\n  parallel: 2\n  timeout: 5 minutes\n"
-                         "  variables:\n    GDT_LAUNCHER: nccl\n  script:\n",
-                         "    - n=$(", kv, " add arrived 1)\n",
-                         "    - if [ \"$n\" = 2 ]; then ", kv,
-                         " set all-here yes; fi\n", "    - ", kv,
-                         " wait all-here --timeout 60\n",
-                         "    - echo \"tls kv barrier passed\"\n"));
+            absl::StrCat(
+                "kv:\n  parallel: 2\n  timeout: 5 minutes\n"
+                "  variables:\n    GDT_LAUNCHER: nccl\n  script:\n",
+                "    - n=$(", kv, " add arrived 1)\n",
+                "    - if [ \"$n\" = 2 ]; then ", kv, " set all-here yes; fi\n",
+                "    - ", kv, " wait all-here --timeout 60\n",
+                "    - echo \"tls kv barrier passed\"\n",
+                // The checkpoint records go over TLS too.
+                "    - mkdir -p ck && echo w > ck/w.bin\n", "    - ", ckpt,
+                " save --step 3 --dir ck --store artifacts "
+                "--world-size 2 --rank $((CI_NODE_INDEX - 1))\n"));
   CommandResult run = cluster.RunLocal(project, "kv", {}, seconds(120));
   ASSERT_TRUE(run.status.success()) << run.output << cluster.Logs();
   int passed = 0;
@@ -56,6 +62,7 @@ TEST(EndToEndTlsTest, JobRunsOverMutualTlsAndPlaintextIsRefused) {
        fs::directory_iterator(cluster.run_dir() + "/logs")) {
     const std::string log = ReadFile(entry.path().string());
     if (log.find("tls kv barrier passed") != std::string::npos) ++passed;
+    EXPECT_THAT(log, Not(HasSubstr("is not recorded with the coordinator")));
     EXPECT_THAT(log, Not(HasSubstr("WARNING: TLS is off")));
   }
   EXPECT_EQ(passed, 2) << run.output;
