@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -209,94 +210,94 @@ int OpenDirsBeneath(const std::string& root,
 
 }  // namespace
 
-absl::Status MakeDirsBeneath(const std::string& root,
-                             const std::string& relative) {
-  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
-  if (!parts.has_value()) {
+namespace {
+
+// The directory `keep` parts above `relative` beneath `root` (made as
+// needed, see OpenDirsBeneath); `parts` gets the parts of `relative`.
+absl::StatusOr<int> OpenBeneath(const std::string& root,
+                                const std::string& relative, size_t keep,
+                                std::vector<std::string>* parts) {
+  std::optional<std::vector<std::string>> split = PartsBeneath(relative);
+  if (!split.has_value()) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot create ", root, "/", relative,
                      ": not a relative path without '..'"));
   }
-  const int fd = OpenDirsBeneath(root, *parts, 0);
+  const int fd = OpenDirsBeneath(root, *split, keep);
   if (fd < 0) return CreateError(root, relative, errno);
-  close(fd);
+  if (parts != nullptr) *parts = std::move(*split);
+  return fd;
+}
+
+// Makes the last part of `relative` anew with `make` (which returns what
+// openat/symlinkat do, setting errno), removing what is there first
+// (a link the job planted is replaced, never followed). Closes `dir_fd`.
+// Returns make's result (-1 on error) and, on error, the status.
+absl::StatusOr<int> ReplaceBeneath(const std::string& root,
+                                   const std::string& relative, int dir_fd,
+                                   const std::string& name,
+                                   const std::function<int()>& make) {
+  int made = -1;
+  int error = 0;
+  for (int attempt = 0; made < 0 && attempt < 3; ++attempt) {
+    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      error = errno;
+      break;
+    }
+    made = make();
+    error = errno;
+    if (made < 0 && error != EEXIST) break;
+  }
+  close(dir_fd);
+  if (made >= 0) return made;
+  if (error == EISDIR) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot create ", root, "/", relative, ": it is a directory"));
+  }
+  return CreateError(root, relative, error);
+}
+
+}  // namespace
+
+absl::Status MakeDirsBeneath(const std::string& root,
+                             const std::string& relative) {
+  absl::StatusOr<int> fd = OpenDirBeneath(root, relative);
+  if (!fd.ok()) return fd.status();
+  close(*fd);
   return absl::OkStatus();
 }
 
 absl::StatusOr<int> CreateFileBeneath(const std::string& root,
                                       const std::string& relative,
                                       mode_t mode) {
-  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
-  if (!parts.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot create ", root, "/", relative,
-                     ": not a relative path without '..'"));
-  }
-  const int dir_fd = OpenDirsBeneath(root, *parts, 1);
-  if (dir_fd < 0) return CreateError(root, relative, errno);
-  const std::string& name = parts->back();
-  int fd = -1;
-  int error = 0;
-  for (int attempt = 0; fd < 0 && attempt < 3; ++attempt) {
-    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-      error = errno;
-      break;
-    }
-    fd = openat(dir_fd, name.c_str(),
-                O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    error = errno;
-    if (fd < 0 && error != EEXIST) break;
-  }
-  close(dir_fd);
-  if (fd >= 0) return fd;
-  if (error == EISDIR) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot create ", root, "/", relative, ": it is a directory"));
-  }
-  return CreateError(root, relative, error);
+  std::vector<std::string> parts;
+  const absl::StatusOr<int> dir = OpenBeneath(root, relative, 1, &parts);
+  if (!dir.ok()) return dir.status();
+  const int dir_fd = *dir;
+  const std::string& name = parts.back();
+  return ReplaceBeneath(root, relative, dir_fd, name, [&] {
+    return openat(dir_fd, name.c_str(),
+                  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+  });
 }
 
 absl::StatusOr<int> OpenDirBeneath(const std::string& root,
                                    const std::string& relative) {
-  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
-  if (!parts.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot create ", root, "/", relative,
-                     ": not a relative path without '..'"));
-  }
-  const int fd = OpenDirsBeneath(root, *parts, 0);
-  if (fd < 0) return CreateError(root, relative, errno);
-  return fd;
+  return OpenBeneath(root, relative, 0, nullptr);
 }
 
 absl::Status CreateSymlinkBeneath(const std::string& root,
                                   const std::string& relative,
                                   const std::string& target) {
-  const std::optional<std::vector<std::string>> parts = PartsBeneath(relative);
-  if (!parts.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot create ", root, "/", relative,
-                     ": not a relative path without '..'"));
-  }
-  const int dir_fd = OpenDirsBeneath(root, *parts, 1);
-  if (dir_fd < 0) return CreateError(root, relative, errno);
-  const std::string& name = parts->back();
-  int error = 0;
-  for (int attempt = 0; attempt < 3; ++attempt) {
-    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
-      error = errno;
-      break;
-    }
-    error = symlinkat(target.c_str(), dir_fd, name.c_str()) == 0 ? 0 : errno;
-    if (error != EEXIST) break;
-  }
-  close(dir_fd);
-  if (error == 0) return absl::OkStatus();
-  if (error == EISDIR) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot create ", root, "/", relative, ": it is a directory"));
-  }
-  return CreateError(root, relative, error);
+  std::vector<std::string> parts;
+  const absl::StatusOr<int> dir = OpenBeneath(root, relative, 1, &parts);
+  if (!dir.ok()) return dir.status();
+  const int dir_fd = *dir;
+  const std::string& name = parts.back();
+  absl::StatusOr<int> made = ReplaceBeneath(root, relative, dir_fd, name, [&] {
+    return symlinkat(target.c_str(), dir_fd, name.c_str());
+  });
+  return made.status();
 }
 
 }  // namespace gdt
