@@ -1122,27 +1122,23 @@ TEST_F(MasterPortSquatTest, AJobCannotBindTheMasterPortsOfOtherGangs) {
       "python3 -c 'import os, socket; s = socket.socket(socket.AF_INET6); "
       "s.bind((\"::\", int(os.environ[\"GDT_MASTER_PORT\"]))); "
       "print(\"victim bound its master port\")'";
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("squat:\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - |\n"
-                         "      ",
-                         squat,
-                         "victim:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - echo \"victim rank $GDT_NODE_RANK port "
-                         "$GDT_MASTER_PORT\"\n"
-                         "    - if [ \"$GDT_NODE_RANK\" = 0 ]; then ",
-                         bind_own, "; fi\n"));
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat("squat:\n"
+                   "  timeout: 5 minutes\n"
+                   "  variables:\n"
+                   "    GDT_GPUS_PER_NODE: \"0\"\n"
+                   "    GDT_LAUNCHER: none\n"
+                   "  script:\n"
+                   "    - |\n"
+                   "      ",
+                   squat,
+                   GangJobYaml({.name = "victim",
+                                .script = absl::StrCat(
+                                    "echo \"victim rank $GDT_NODE_RANK port "
+                                    "$GDT_MASTER_PORT\"\n"
+                                    "if [ \"$GDT_NODE_RANK\" = 0 ]; then ",
+                                    bind_own, "; fi\n")})));
   std::unique_ptr<Subprocess> squatter =
       StartRunLocal(cluster_, project, "squat", {"--pipeline-id", "400"});
   ASSERT_NE(squatter, nullptr);
@@ -1261,25 +1257,14 @@ socket.create_connection((os.environ["GDT_MASTER_ADDR"], own), 10).close()
 print("intruder reached its own master", flush=True)
 open(flags + "/attacked", "w").close()
 )"));
-  WriteFile(project + "/.gitlab-ci.yml",
-            absl::StrCat("victim:\n"
-                         "  parallel: 2\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - python3 ",
-                         flags,
-                         "/victim.py\n"
-                         "intruder:\n"
-                         "  timeout: 5 minutes\n"
-                         "  variables:\n"
-                         "    GDT_GPUS_PER_NODE: \"0\"\n"
-                         "    GDT_LAUNCHER: none\n"
-                         "  script:\n"
-                         "    - python3 ",
-                         flags, "/intruder.py\n"));
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      GangJobYaml({.name = "victim",
+                   .script = absl::StrCat("python3 ", flags, "/victim.py")}) +
+          GangJobYaml(
+              {.name = "intruder",
+               .script = absl::StrCat("python3 ", flags, "/intruder.py"),
+               .members = 1}));
   std::unique_ptr<Subprocess> victim =
       StartRunLocal(cluster_, project, "victim", {"--pipeline-id", "410"});
   ASSERT_NE(victim, nullptr);

@@ -285,17 +285,17 @@ std::string ScriptBlock(const std::string& key, const std::string& lines) {
 }  // namespace
 
 std::string GangJobYaml(const GangJob& job) {
-  std::string yaml =
-      absl::StrCat(job.name,
-                   ":\n"
-                   "  parallel: 2\n"
-                   "  timeout: 5 minutes\n"
-                   "  variables:\n"
-                   "    GDT_GPUS_PER_NODE: \"",
-                   job.gpus_per_node,
-                   "\"\n"
-                   "    GDT_LAUNCHER: none\n",
-                   job.extra_yaml, ScriptBlock("script", job.script));
+  std::string yaml = absl::StrCat(
+      job.name, ":\n",
+      job.members > 1 ? absl::StrCat("  parallel: ", job.members, "\n")
+                      : std::string(),
+      "  timeout: 5 minutes\n"
+      "  variables:\n"
+      "    GDT_GPUS_PER_NODE: \"",
+      job.gpus_per_node,
+      "\"\n"
+      "    GDT_LAUNCHER: none\n",
+      job.extra_yaml, ScriptBlock("script", job.script));
   if (!job.after_script.empty()) {
     absl::StrAppend(&yaml, ScriptBlock("after_script", job.after_script));
   }

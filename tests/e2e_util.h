@@ -100,7 +100,8 @@ std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 // The executor's documented "stopped because a peer failed" code.
 inline constexpr int kPeerFailureExitCode = 75;
 
-// One job of a .gitlab-ci.yml: a 2-member gang without a launcher.
+// One job of a .gitlab-ci.yml: a gang (2 members unless told) without a
+// launcher.
 struct GangJob {
   std::string name = "train";
   std::string script;        // Shell lines: the job's one `script:` entry.
@@ -108,6 +109,7 @@ struct GangJob {
   std::string extra_yaml;    // Lines after its variables: more "    K: v"
                              // variables, then "  key: ..." job keys.
   std::string after_script;  // Shell lines; empty = none.
+  int members = 2;           // `parallel: N`; 1: a plain job (a gang of one).
 };
 
 // The job's YAML (scripts as literal blocks, kept as written).
