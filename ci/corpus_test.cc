@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "ci/expand.h"
 #include "ci/include.h"
 #include "ci/inheritance.h"
@@ -240,10 +241,46 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   YamlError error;
   const auto tree = YamlTree::Parse(out, &error);
   EXPECT_EQ(error.message, "");
-  EXPECT_EQ(out.substr(0, job_begin), input.substr(0, job_begin));
-  const std::string tail = input.substr(std::min(job_end, input.size()));
-  EXPECT_GE(out.size(), tail.size());
-  EXPECT_EQ(out.substr(out.size() - std::min(out.size(), tail.size())), tail);
+  // A job that is no gang and takes its variables or artifacts by
+  // `!reference` from this one gets that line written out (the reference
+  // as it read before): every other line outside the job stays.
+  const auto referenced_as = [&](const std::string& rest) {
+    for (const char* quote : {"", "'", "\""}) {
+      if (input.find(absl::StrCat("!reference [", quote, c.job, quote, rest)) !=
+          std::string::npos) {
+        return true;
+      }
+    }
+    return false;
+  };
+  const bool referenced = referenced_as("");
+  const std::vector<std::string> in_lines = absl::StrSplit(input, '\n');
+  const std::vector<std::string> out_lines = absl::StrSplit(out, '\n');
+  const int job_lines = static_cast<int>(std::count(
+      input.begin() + static_cast<std::ptrdiff_t>(job_begin),
+      input.begin() +
+          static_cast<std::ptrdiff_t>(std::min(job_end, input.size())),
+      '\n'));
+  const int outside = static_cast<int>(in_lines.size()) - job_lines;
+  EXPECT_GE(static_cast<int>(out_lines.size()), outside);
+  if (static_cast<int>(out_lines.size()) < outside) return true;
+  const int out_job_lines = static_cast<int>(out_lines.size()) - outside;
+  for (int i = 0, o = 0; i < static_cast<int>(in_lines.size());) {
+    if (i == c.line) {
+      i += job_lines;
+      o += out_job_lines;
+      continue;
+    }
+    const std::string& was = in_lines[static_cast<size_t>(i)];
+    const std::string& is = out_lines[static_cast<size_t>(o)];
+    if (referenced && is != was) {
+      EXPECT_THAT(was, ::testing::HasSubstr("!reference")) << is;
+    } else {
+      EXPECT_EQ(is, was) << "line " << i + 1;
+    }
+    ++i;
+    ++o;
+  }
 
   // The job: before plus exactly gdt's additions.
   const Model model_before(input);
@@ -280,15 +317,12 @@ bool CheckExpansion(const std::string& name, const std::string& text,
   }
   EXPECT_EQ(Unordered(after->config), Unordered(expected));
 
-  // Every other job as before, except those that inherit the block (the
-  // expanded entries reach them the same way) or use it through
-  // `!reference`.
-  const bool referenced =
-      input.find("!reference [" + c.job) != std::string::npos ||
-      input.find("!reference ['" + c.job) != std::string::npos ||
-      input.find("!reference [\"" + c.job) != std::string::npos;
+  // Every other job as before (those that use it through `!reference`
+  // too), except those that inherit the block (the expanded entries reach
+  // them the same way).
+  // (A reference to the whole job, as a bag of variables, is left out.)
   for (const Candidate& other :
-       referenced ? std::vector<Candidate>() : Candidates(text)) {
+       referenced_as("]") ? std::vector<Candidate>() : Candidates(text)) {
     if (other.job == c.job || model_before.Extends(other.job, c.job)) continue;
     const auto other_before = model_before.Resolve(other.job);
     if (!other_before.ok() ||

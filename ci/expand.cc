@@ -1148,6 +1148,14 @@ class JobRewriter {
     inherits_variables_by_reference_ = value;
   }
 
+  // Replaces the job's own entry `e` by `value` on one line (a job that is
+  // no gang, whose entry is a `!reference` to a gang job's: `value` is
+  // what the reference names before expansion).
+  void WriteOut(const Entry& e, const CiValue& value,
+                std::vector<Edit>* edits) {
+    ReplaceWithValue(e, value, edits);
+  }
+
   // Adds the edits for `spec` to `edits`; false after reporting.
   bool Plan(const GangSpec& spec, const Entry& parallel,
             std::vector<Edit>* edits) {
@@ -2687,14 +2695,15 @@ YamlNode InputInterpolation(const YamlNode& node, int depth) {
   return YamlNode();
 }
 
-// A job that is no gang but takes its tags from one with a
-// parallel:distributed block (`tags: !reference [.gpu, tags]`): GitLab
-// resolves the reference in the expanded file, where those tags carry the
-// runner tag, so the job would run on gdt as an unplanned one-member gang.
-// Returns the gang job it names, or "".
-std::string GangTagsReferenced(const CiConfigModel& model,
-                               const YamlNode& tags) {
-  const CiValue value = ToCiValue(tags);
+// A job that is no gang but takes its `entry` (tags, variables,
+// artifacts) from one with a parallel:distributed block
+// (`tags: !reference [.gpu, tags]`): GitLab resolves the reference in the
+// expanded file, where that entry holds gdt's additions (the runner tag,
+// the GDT_* variables, checkpoints/). Returns the gang job it names, or "".
+std::string GangEntryReferenced(const CiConfigModel& model,
+                                const YamlNode& node,
+                                const std::string& entry) {
+  const CiValue value = ToCiValue(node);
   std::vector<CiValue> references;
   if (value.is_object()) references.push_back(value);
   if (value.is_array()) {
@@ -2705,7 +2714,7 @@ std::string GangTagsReferenced(const CiConfigModel& model,
   for (const CiValue& reference : references) {
     const auto path = reference.find("!reference");
     if (path == reference.end() || !path->is_array() || path->size() < 2 ||
-        !(*path)[0].is_string() || (*path)[1] != CiValue("tags")) {
+        !(*path)[0].is_string() || (*path)[1] != CiValue(entry)) {
       continue;
     }
     const std::string target = (*path)[0].get<std::string>();
@@ -3949,7 +3958,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         if (const Entry tags = FindEntry(value, "tags");
             tags && !inherited.is_object() && !options.runner_tag.empty() &&
             !FindEntry(value, "parallel")) {
-          if (const std::string gang = GangTagsReferenced(model, tags.value);
+          if (const std::string gang =
+                  GangEntryReferenced(model, tags.value, "tags");
               !gang.empty()) {
             report.At(tags.value, tags.key,
                       absl::StrCat(job, ": its tags are a !reference to ",
@@ -3963,6 +3973,37 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                    "tags out"));
             continue;
           }
+        }
+        if (!lint && !inherited.is_object()) {
+          // Its `variables` or `artifacts` written as a !reference to a
+          // gang job's: GitLab would resolve it in the expanded file, with
+          // gdt's additions (the GDT_* variables, checkpoints/), so the job
+          // would look like a gang member. The entry is written out as the
+          // reference reads before expansion: what the user wrote there.
+          const int job_end =
+              i + 1 < root.size()
+                  ? root.Entry(i + 1).first.PropertiesMark().line
+                  : document_end;
+          const size_t first_edit = edits.size();
+          std::optional<absl::StatusOr<CiConfigModel::Effective>> effective;
+          for (const char* name : {"variables", "artifacts"}) {
+            const Entry own = FindEntry(value, name);
+            if (!own || own.value.Tag() != "!reference" ||
+                GangEntryReferenced(model, own.value, name).empty()) {
+              continue;
+            }
+            if (!effective) effective = model.Resolve(job, InspectedKeys());
+            if (!effective->ok() || (*effective)->unresolved.count(name) != 0) {
+              continue;
+            }
+            const auto found = (*effective)->config.find(name);
+            if (found == (*effective)->config.end()) continue;
+            JobRewriter rewriter(lines, job, value, job_end, **effective,
+                                 options, &report);
+            rewriter.WriteOut(own, *found, &edits);
+          }
+          SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
+                    edits.end());
         }
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {

@@ -2031,6 +2031,47 @@ TEST(GitLabRefusesTest, TagsReferencedFromAGangAreOneLine) {
                   .ok());
 }
 
+// A job that is no gang and takes its variables or artifacts by
+// !reference from a gang job (directly or through a template it extends)
+// keeps what it had: GitLab resolves the reference in the expanded file,
+// where the gang's entries hold gdt's additions, so expand writes the
+// entry out as the reference read before.
+TEST(ExpandTest, VariablesReferencedFromAGangKeepTheUsersOnly) {
+  const std::string text =
+      "train:\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "      gpus_per_node: 8\n      checkpoint: {}\n"
+      "  variables:\n    DATA: /data\n    MODE: {value: fast, expand: false}\n"
+      "  artifacts:\n    paths: [logs/]\n  script: [t]\n"
+      "eval:\n  variables: !reference [train, variables]\n"
+      "  artifacts: !reference [train, artifacts]\n  script: [e]\n"
+      ".base:\n  variables: !reference [train, variables]\n"
+      "report:\n  extends: .base\n  script: [r]\n";
+  const CiExpansion expansion = ExpandCiYaml(text);
+  ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+  EXPECT_THAT(expansion.text,
+              HasSubstr("eval:\n  variables: {\"DATA\": \"/data\", \"MODE\": "
+                        "{\"value\": \"fast\", \"expand\": false}}\n"
+                        "  artifacts: {\"paths\": [\"logs/\"]}\n"));
+  for (const char* job : {"eval", "report"}) {
+    SCOPED_TRACE(job);
+    const auto before = EffectiveJobConfig(text, job);
+    const auto after = EffectiveJobConfig(expansion.text, job);
+    ASSERT_TRUE(before.ok() && after.ok());
+    EXPECT_EQ(after->config, before->config);
+    EXPECT_FALSE(after->config["variables"].contains("GDT_GPUS_PER_NODE"));
+  }
+  // The gang itself still gets gdt's variables and checkpoints/.
+  const auto train = EffectiveJobConfig(expansion.text, "train");
+  ASSERT_TRUE(train.ok());
+  EXPECT_EQ(train->config["variables"]["GDT_GPUS_PER_NODE"], "8");
+  EXPECT_EQ(train->config["artifacts"]["paths"],
+            CiValue::parse(R"(["logs/", "checkpoints/"])"));
+  // Expanding again changes nothing.
+  const CiExpansion again = ExpandCiYaml(expansion.text);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again.text, expansion.text);
+}
+
 // A `spec: inputs:` header: GitLab fills `$[[ inputs.x ]]` in before the
 // jobs exist. A plain-form gang is checked with each input's default; a
 // block cannot take one (expand writes the gang from its values first).
