@@ -3750,6 +3750,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   // the main file cannot rewrite it, and GitLab would get it unexpanded.
   // Unless the main file sets the job's `parallel` itself, which replaces
   // it. Both commands refuse it.
+  const size_t errors_before_blocks = result.errors.size();
   for (const IncludedDocuments& one : included) {
     Reporter at(&result.errors);
     at.file = one.file->path;
@@ -3782,7 +3783,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
-  if (!result.ok()) return result;
+  // A problem in the pipeline's variables (reported above) is independent
+  // of the jobs' own: lint goes on to list theirs too, as GitLab's lint
+  // lists every error it finds.
+  if (result.errors.size() != errors_before_blocks) return result;
   for (size_t d = 0; d < documents.size(); ++d) {
     const YamlNode& root = documents[d];
     // A job's text ends where the next top-level key, or the next

@@ -1408,6 +1408,35 @@ TEST(InheritanceTest, AMergeKeyChainToAGangJobIsFollowed) {
   EXPECT_TRUE(LintCiYaml(text).ok());
 }
 
+// A problem in the pipeline's variables does not hide the jobs' own:
+// lint lists every independent error, as GitLab's lint does.
+TEST(LintTest, PipelineVariablesErrorsDoNotHideTheJobs) {
+  const CiExpansion lint = LintCiYaml(
+      "variables:\n  GDT_NODE_RANK: \"3\"\n  GDT_PRIORITY: high\n"
+      "workflow:\n  rules:\n    - variables: {GDT_GPUZ: \"1\"}\n"
+      "train:\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "      launcher: torchrn\n  script: [x]\n"
+      "other:\n  parallel: 500\n  script: [x]\n");
+  std::vector<std::string> lines;
+  for (const CiDiagnostic& d : lint.errors) {
+    lines.push_back(FormatDiagnostic("f", d));
+  }
+  EXPECT_THAT(
+      lines,
+      ElementsAre(
+          "f:2:3: variables: GDT_NODE_RANK is set by gdt on the host; a job "
+          "must not set it",
+          "f:3:17: variables: GDT_PRIORITY must be an integer from -1000 to "
+          "1000, not 'high'",
+          "f:6:19: workflow: rules[0]: unknown gdt variable GDT_GPUZ",
+          "f:11:17: train: parallel:distributed:launcher must be one of "
+          "torchrun, env, nccl, none, not 'torchrn' (did you mean "
+          "'torchrun'?)",
+          "f:14:13: other: parallel must be an integer from 1 to 200 "
+          "(GitLab's limit), not '500'"));
+  EXPECT_TRUE(lint.gangs.empty());
+}
+
 TEST(LintTest, RulesVariablesAreCheckedLikeTheJobs) {
   const CiExpansion plain = LintCiYaml(
       "train:\n  script: [x]\n  tags: [gdt]\n  parallel: 2\n"
