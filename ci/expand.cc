@@ -3068,7 +3068,9 @@ bool IsStringItem(const YamlNode& node) {
 
 bool ScriptLines(const YamlNode& node, int depth) {
   if (IsStringItem(node)) return true;
-  if (!node.IsSequence() || depth > 10) return false;
+  // The script's own list is level 0; GitLab takes lists nested in it
+  // down to level 9 (10 levels in all).
+  if (!node.IsSequence() || depth > 9) return false;
   for (const YamlNode& item : node) {
     if (!ScriptLines(item, depth + 1)) return false;
   }
@@ -3201,6 +3203,75 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
   if (const Entry artifacts = FindEntry(value, "artifacts");
       artifacts && artifacts.value.IsMap()) {
     CheckTypes(where + ":artifacts", artifacts.value, kArtifacts, report);
+  }
+}
+
+// Whether `value`, an item of a script list at nesting `level` (the
+// list's own items are at 1), stays within GitLab's 10 levels (the list
+// and 9 more) once its
+// `!reference`s are filled in: GitLab nests a referenced list where the
+// reference stands (and flattens the script only after this check).
+bool ScriptNestsWithin(const CiConfigModel& model, const CiValue& value,
+                       int level, int hops) {
+  if (value.is_object() && value.size() == 1 && value.contains("!reference")) {
+    const CiValue& path = value["!reference"];
+    // A loop, or a reference that does not resolve, is reported elsewhere.
+    if (hops > 10 || !path.is_array() || path.empty() || !path[0].is_string()) {
+      return true;
+    }
+    // A job (after its extends), or any other top-level entry (a list).
+    std::string unknown;
+    absl::StatusOr<CiValue> target =
+        model.Extended(path[0].get<std::string>(), 0, &unknown);
+    if (!target.ok() || !target->is_object()) {
+      std::optional<CiValue> top = model.Top(path[0].get<std::string>());
+      if (!top.has_value()) return true;
+      target = *std::move(top);
+    }
+    const CiValue* at = &*target;
+    for (size_t i = 1; i < path.size(); ++i) {
+      if (!path[i].is_string() || !at->is_object()) return true;
+      const auto found = at->find(path[i].get<std::string>());
+      if (found == at->end()) return true;
+      at = &*found;
+    }
+    return ScriptNestsWithin(model, *at, level, hops + 1);
+  }
+  if (!value.is_array()) return true;
+  if (level > 9) return false;
+  for (const CiValue& item : value) {
+    if (!ScriptNestsWithin(model, item, level + 1, hops)) return false;
+  }
+  return true;
+}
+
+// A job's script lists that hold `!reference`s nest, once those are filled
+// in, at most 10 levels deep, as GitLab requires (written-out lists are
+// checked by CheckJobKeywordTypes).
+void CheckReferencedScriptDepth(const CiConfigModel& model,
+                                const std::string& job, const YamlNode& value,
+                                Reporter* report) {
+  for (const char* key : {"before_script", "script", "after_script"}) {
+    const Entry e = FindEntry(value, key);
+    if (!e || !HoldsFilledInLater(e.value, 0)) continue;
+    const CiValue script = ToCiValue(e.value);
+    bool within = true;
+    if (script.is_array()) {
+      for (const CiValue& item : script) {
+        within = within && ScriptNestsWithin(model, item, 1, 0);
+      }
+    } else {
+      // `script: !reference [...]`: the list it names is the script.
+      within = ScriptNestsWithin(model, script, 0, 0);
+    }
+    if (!within) {
+      report->At(e.value, e.key,
+                 absl::StrCat("jobs:", Shown(job), ":", key,
+                              " config should be a string or a nested array "
+                              "of strings up to 10 levels deep, not one that "
+                              "its !reference values nest deeper (GitLab "
+                              "refuses the pipeline)"));
+    }
   }
 }
 
@@ -3837,7 +3908,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
       }
       if (lint && !IsCiKeyword(job)) {
-        if (value.IsMap()) CheckJobKeywordTypes(job, value, &report);
+        if (value.IsMap()) {
+          CheckJobKeywordTypes(job, value, &report);
+          CheckReferencedScriptDepth(model, job, value, &report);
+        }
         CheckJobRuns(model, &runs, job, key, value, &report);
       }
       if (IsCiKeyword(job) || !value.IsMap()) continue;

@@ -2101,6 +2101,37 @@ TEST(ExpandTest, VariablesReferencedFromAGangKeepTheUsersOnly) {
   EXPECT_EQ(again.text, expansion.text);
 }
 
+// GitLab takes a script nested at most 10 levels deep (the list and 9
+// more), also where `!reference`s to lists nest it: a chain of references
+// one longer is refused at the job's script.
+TEST(LintTest, ScriptsNestAtMostTenLevelsThroughReferences) {
+  const auto chain = [](int lists) {
+    std::string text = ".s1:\n  - echo test\n";
+    for (int i = 2; i < lists; ++i) {
+      absl::StrAppend(&text, ".s", i, ":\n  - !reference [.s", i - 1, "]\n");
+    }
+    absl::StrAppend(&text, "test:\n  script:\n    - !reference [.s", lists - 1,
+                    "]\n");
+    return text;
+  };
+  const CiExpansion ten = LintCiYaml(chain(10));
+  EXPECT_TRUE(ten.ok()) << ten.errors[0].message;
+  const CiExpansion eleven = LintCiYaml(chain(11));
+  ASSERT_EQ(eleven.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", eleven.errors[0]),
+            "f:23:5: jobs:test:script config should be a string or a nested "
+            "array of strings up to 10 levels deep, not one that its "
+            "!reference values nest deeper (GitLab refuses the pipeline)");
+  // Written out: ten lists are fine, eleven are not.
+  EXPECT_TRUE(LintCiYaml("a:\n  script: [[[[[[[[[[x]]]]]]]]]]\n").ok());
+  const CiExpansion written =
+      LintCiYaml("a:\n  script: [[[[[[[[[[[x]]]]]]]]]]]\n");
+  ASSERT_EQ(written.errors.size(), 1u);
+  EXPECT_THAT(written.errors[0].message,
+              HasSubstr("jobs:a:script config should be a string or a nested "
+                        "array of strings up to 10 levels deep, not a list"));
+}
+
 // A `spec: inputs:` header: GitLab fills `$[[ inputs.x ]]` in before the
 // jobs exist. A plain-form gang is checked with each input's default; a
 // block cannot take one (expand writes the gang from its values first).
