@@ -39,6 +39,14 @@ const std::map<std::string, std::string>& KnownFindings() {
       {"NVIDIA-nvidia-container-toolkit--nvidia-ci.yml",
        "NVIDIA-nvidia-container-toolkit--nvidia-ci.yml:242:3: duplicate key "
        "'variables' (first at line 240); YAML keeps only one of them"},
+      // gitlab-ci-local's own test expects GitLab's refusal here.
+      {"firecow-gitlab-ci-local--tests__test-cases__reference__"
+       ".gitlab-ci-11-level-deep.yml",
+       "firecow-gitlab-ci-local--tests__test-cases__reference__"
+       ".gitlab-ci-11-level-deep.yml:25:5: jobs:test:script config should be "
+       "a string or a nested array of strings up to 10 levels deep, not one "
+       "that its !reference values nest deeper (GitLab refuses the "
+       "pipeline)"},
   };
   return findings;
 }
