@@ -1579,7 +1579,8 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   options_.job.steps = {{"script",
                          {"git -C lib status --porcelain && echo lib clean",
                           "cat lib/lib.txt lib/inner/inner.txt tools/tools.txt",
-                          "git submodule status --recursive | wc -l"}}};
+                          "git submodule status --recursive | wc -l",
+                          "git -C lib/inner config include.path"}}};
 
   JobResult result = Run();
 
@@ -1587,6 +1588,13 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_,
               Contains("Updating/initializing submodules recursively..."));
   EXPECT_THAT(log_lines_, Contains("Updated submodules"));
+  // Every submodule includes the runner's external git config.
+  EXPECT_THAT(
+      log_lines_,
+      Contains("Configuring submodules to use parent git credentials..."));
+  EXPECT_THAT(log_lines_, Contains(options_.config.builds_dir +
+                                   "/ml/model.tmp/.gitlab-runner.ext.conf"))
+      << Log();
   EXPECT_THAT(log_lines_, Contains("lib clean"));
   EXPECT_THAT(log_lines_, Contains("inner.txt"));
   EXPECT_THAT(log_lines_, Contains("tools.txt"));
@@ -1927,6 +1935,153 @@ TEST_F(RunnerEmulatorTest, BuildScriptRenameIsAnnounced) {
 
   ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
   EXPECT_THAT(log_lines_, Not(Contains(warning)));
+}
+
+// get_sources leaves the repository including the runner's external git
+// config: the GitLab server's URLs (the remote's, the server's base) are
+// rewritten to ones with the job token, with GIT_SUBMODULE_FORCE_HTTPS the
+// server's SSH URLs too; with FF_GIT_URLS_WITHOUT_TOKENS no URL holds the
+// token and a credential helper hands git $CI_JOB_TOKEN instead.
+TEST_F(RunnerEmulatorTest, GitUrlsAreRewrittenAsTheRunnersExternalConfigDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"CI_SERVER_URL", "https://gitlab.test"});
+  options_.job.variables.push_back({"CI_SERVER_HOST", "gitlab.test"});
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"repo $(git ls-remote --get-url "
+        "https://gitlab.test/ml/model.git)\"",
+        "echo \"other $(git ls-remote --get-url "
+        "https://gitlab.test/ml/other.git)\"",
+        "echo \"scp $(git ls-remote --get-url git@gitlab.test:ml/sub.git)\"",
+        "echo \"ssh $(git ls-remote --get-url "
+        "ssh://git@gitlab.test/ml/sub.git)\"",
+        "echo \"port $(git ls-remote --get-url "
+        "ssh://git@gitlab.test:2222/ml/sub.git)\""}}};
+  const std::string authed = "https://gitlab-ci-token:glcbt-TEST-1002@";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("repo " + authed + "gitlab.test/ml/model.git"));
+  EXPECT_THAT(log_lines_,
+              Contains("other " + authed + "gitlab.test/ml/other.git"));
+  EXPECT_THAT(log_lines_, Contains("scp git@gitlab.test:ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("ssh ssh://git@gitlab.test/ml/sub.git"));
+
+  // GIT_SUBMODULE_FORCE_HTTPS: the server's SSH URLs too.
+  options_.job.variables.push_back({"GIT_SUBMODULE_FORCE_HTTPS", "true"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("scp " + authed + "gitlab.test/ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("ssh " + authed + "gitlab.test/ml/sub.git"));
+
+  // ... at the server's SSH port, when it is not 22.
+  options_.job.variables.push_back({"CI_SERVER_SHELL_SSH_PORT", "2222"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("scp git@gitlab.test:ml/sub.git"));
+  EXPECT_THAT(log_lines_,
+              Contains("port " + authed + "gitlab.test/ml/sub.git"));
+
+  // Without tokens in URLs: plain HTTPS, the credentials from the helper.
+  options_.job.variables.pop_back();
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"git ls-remote --get-url https://gitlab.test/ml/model.git",
+        "git ls-remote --get-url git@gitlab.test:ml/sub.git",
+        "printf 'protocol=https\\nhost=gitlab.test\\n' | git credential fill",
+        "git config -l | grep -c glcbt || true"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("https://gitlab.test/ml/model.git"));
+  EXPECT_THAT(log_lines_, Contains("https://gitlab.test/ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("username=gitlab-ci-token"));
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("0"));
+}
+
+// Unless GIT_LFS_SKIP_SMUDGE: get_sources runs with GIT_LFS_SKIP_SMUDGE=1
+// and, where git-lfs is installed, runs `git lfs pull` after the checkout
+// (an empty line after its output); without git-lfs nothing is said.
+TEST_F(RunnerEmulatorTest, LfsFilesArePulledAfterTheCheckoutWhereGitLfsIs) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.steps = {
+      {"script", {"echo \"smudge ${GIT_LFS_SKIP_SMUDGE:-unset}\""}}};
+  const std::string bin = dir_.path() + "/bin";
+  fs::create_directories(bin);
+  const std::string fake = bin + "/git-lfs";
+  WriteTextFile(fake,
+                "#!/bin/sh\n"
+                "echo \"$* $GIT_LFS_SKIP_SMUDGE\" >> \"$FAKE_REC/lfs\"\n"
+                "[ \"$1\" != pull ] || echo 'pulled LFS objects'\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string path = env_["PATH"];
+  env_["PATH"] = bin + ":" + path;
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(ReadTextFile(rec_ + "/lfs"), HasSubstr("pull 1\n"));
+  const auto pulled =
+      std::find(log_lines_.begin(), log_lines_.end(), "pulled LFS objects");
+  ASSERT_NE(pulled, log_lines_.end()) << Log();
+  ASSERT_NE(pulled + 1, log_lines_.end());
+  EXPECT_EQ(*(pulled + 1), "");
+  EXPECT_THAT(log_lines_, Contains("smudge unset"));
+
+  // The job's own GIT_LFS_SKIP_SMUDGE: no pull.
+  fs::remove(rec_ + "/lfs");
+  options_.job.variables.push_back({"GIT_LFS_SKIP_SMUDGE", "1"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(rec_ + "/lfs"));
+  EXPECT_THAT(log_lines_, Not(Contains("pulled LFS objects")));
+  EXPECT_THAT(log_lines_, Contains("smudge 1"));
+
+  // No git-lfs: nothing said, nothing failed.
+  options_.job.variables.pop_back();
+  env_["PATH"] = path;
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(rec_ + "/lfs"));
+  const auto checkout = std::find_if(
+      log_lines_.begin(), log_lines_.end(),
+      [](const std::string& line) { return line.starts_with("Checking out"); });
+  ASSERT_NE(checkout, log_lines_.end()) << Log();
+  ASSERT_NE(checkout + 1, log_lines_.end());
+  EXPECT_NE(*(checkout + 1), "") << Log();
 }
 
 }  // namespace
