@@ -954,6 +954,12 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout must be from 1 to ", kMaxTimeoutSeconds));
   }
+  if (options.maximum_timeout_seconds.has_value() &&
+      (*options.maximum_timeout_seconds <= 0 ||
+       *options.maximum_timeout_seconds > kMaxTimeoutSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--maximum-timeout must be from 1 to ", kMaxTimeoutSeconds));
+  }
   if (options.graceful_kill_timeout_seconds.has_value() &&
       (*options.graceful_kill_timeout_seconds <= 0 ||
        *options.graceful_kill_timeout_seconds >
@@ -1192,8 +1198,14 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     std::vector<std::function<gitlab::JobPayload(int64_t)>> group_retry_payload;
     for (size_t k = group_start; k < group_end; ++k) {
       const CiJob& job = jobs[k];
+      // GitLab's job timeout: the job's `timeout:`, else the project's;
+      // the runner's maximum timeout wins over a longer one.
       pipeline.timeout_seconds =
-          options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
+          job.timeout_seconds.value_or(options.timeout_seconds.value_or(3600));
+      if (options.maximum_timeout_seconds.has_value()) {
+        pipeline.timeout_seconds = std::min(pipeline.timeout_seconds,
+                                            *options.maximum_timeout_seconds);
+      }
       pipeline.job_id_base = job_id_base;
       job_id_base += job.parallel;
       // The jobs whose artifacts it downloads (without dependencies: or

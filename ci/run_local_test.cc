@@ -1235,6 +1235,48 @@ TEST_F(RunLocalTest, AJobNamedTwiceIsRefused) {
 
 // Ids and timeouts past what the job-id and clock arithmetic holds are
 // refused, whoever calls RunLocal.
+// A job's timeout as GitLab sets it: its own `timeout:`, else the
+// project's (--timeout, default 1 h), whichever is longer than the
+// runner's maximum timeout (--maximum-timeout) cut to it. The job sees it
+// as CI_JOB_TIMEOUT.
+TEST_F(RunLocalTest, JobTimeoutIsTheJobsOrTheProjectsCutToTheRunnersMaximum) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+own:
+  timeout: 10m
+  script: echo "timeout $CI_JOB_TIMEOUT"
+plain:
+  script: echo "timeout $CI_JOB_TIMEOUT"
+)");
+  const auto timeouts = [&] {
+    options_.job_name = "own";
+    options_.later_jobs = {"plain"};
+    std::ostringstream out;
+    absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+    EXPECT_TRUE(result.ok()) << result.status();
+    std::string found;
+    for (const char* job : {"own", "plain"}) {
+      const std::string prefix = absl::StrCat("[", job, "] timeout ");
+      const size_t at = out.str().find(prefix);
+      if (at == std::string::npos) return out.str();
+      const size_t begin = at + prefix.size();
+      absl::StrAppend(
+          &found, found.empty() ? "" : " ",
+          out.str().substr(begin, out.str().find('\n', begin) - begin));
+    }
+    return found;
+  };
+
+  EXPECT_EQ(timeouts(), "600 3600");
+  options_.timeout_seconds = 120;
+  EXPECT_EQ(timeouts(), "600 120");
+  options_.timeout_seconds = 7200;
+  EXPECT_EQ(timeouts(), "600 7200");
+  options_.maximum_timeout_seconds = 300;
+  EXPECT_EQ(timeouts(), "300 300");
+  options_.maximum_timeout_seconds = 9000;
+  EXPECT_EQ(timeouts(), "600 7200");
+}
+
 TEST_F(RunLocalTest, IdsAndTimeoutsOutOfRangeAreRefused) {
   options_.job_name = "train";
   std::ostringstream out;
@@ -1252,6 +1294,9 @@ TEST_F(RunLocalTest, IdsAndTimeoutsOutOfRangeAreRefused) {
   options_.timeout_seconds = kMaxTimeoutSeconds + 1;
   EXPECT_EQ(message(), "--timeout must be from 1 to 316224000");
   options_.timeout_seconds.reset();
+  options_.maximum_timeout_seconds = 0;
+  EXPECT_EQ(message(), "--maximum-timeout must be from 1 to 316224000");
+  options_.maximum_timeout_seconds.reset();
   options_.graceful_kill_timeout_seconds = -5;
   EXPECT_EQ(message(), "--graceful-kill-timeout must be from 1 to 86400");
   EXPECT_TRUE(out.str().empty());
