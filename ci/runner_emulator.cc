@@ -1242,6 +1242,12 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
 }
 
 Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
+  // The custom executor checks its configuration first: without run_exec
+  // no exec runs (config_exec neither) and no temporary dir is made.
+  if (config_.run_exec.empty()) {
+    tmp_.clear();
+    return {FailureKind::kConfig, 0, "custom executor is missing RunExec"};
+  }
   const auto tmpdir = runner_env_.find("TMPDIR");
   const std::string base =
       tmpdir != runner_env_.end() && !tmpdir->second.empty() ? tmpdir->second
@@ -1269,9 +1275,16 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     if (!failure.ok()) return failure;
   }
   config_done_ = true;
-  if (config_.run_exec.empty()) {
-    return {FailureKind::kConfig, 0, "custom executor is missing RunExec"};
+
+  // Its startup line comes before the build's own checks of the dirs.
+  std::string using_line = "Using Custom executor";
+  if (!driver_name_.empty()) {
+    absl::StrAppend(&using_line, " with driver ", driver_name_);
+    if (!driver_version_.empty())
+      absl::StrAppend(&using_line, " ", driver_version_);
   }
+  Log(absl::StrCat(using_line, "..."));
+
   if (builds_dir_.empty()) {
     return {FailureKind::kConfig, 0, "the builds_dir is not configured"};
   }
@@ -1304,16 +1317,38 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     absl::StrAppend(&root, "/", config_.runner_short_token, "/",
                     config_.concurrent_project_id);
   }
-  project_dir_ = absl::StrCat(root, "/", project_path);
+  // GIT_STRATEGY empty gets a directory of its own.
+  project_dir_ =
+      absl::StrCat(root, "/", project_path,
+                   settings_.git_strategy == "empty" ? "-empty" : "");
   project_slug_ = project_path;
 
-  std::string using_line = "Using Custom executor";
-  if (!driver_name_.empty()) {
-    absl::StrAppend(&using_line, " with driver ", driver_name_);
-    if (!driver_version_.empty())
-      absl::StrAppend(&using_line, " ", driver_version_);
+  // GIT_CLONE_PATH: refused unless [runners.custom_build_dir] enables it
+  // (the custom executor's default is off); then a path inside the builds
+  // dir, read with CI_BUILDS_DIR known.
+  const std::string clone_path = Setting("GIT_CLONE_PATH").value_or("");
+  if (!clone_path.empty()) {
+    if (!config_.custom_build_dir_enabled) {
+      project_dir_.clear();
+      return {FailureKind::kConfig, 0,
+              "setting GIT_CLONE_PATH is not allowed, enable "
+              "`custom_build_dir` feature"};
+    }
+    const std::filesystem::path clean =
+        std::filesystem::path(clone_path).lexically_normal();
+    const std::string relative =
+        clean.lexically_relative(std::filesystem::path(builds_dir_)).string();
+    if (relative.empty() || absl::StartsWith(relative, "..")) {
+      project_dir_.clear();
+      return {FailureKind::kConfig, 0,
+              absl::StrCat("the GIT_CLONE_PATH=", GoQuote(clone_path),
+                           " has to be within ", GoQuote(builds_dir_))};
+    }
+    project_dir_ = clean.string();
+    while (project_dir_.size() > 1 && project_dir_.back() == '/') {
+      project_dir_.pop_back();
+    }
   }
-  Log(absl::StrCat(using_line, "..."));
 
   if (!config_.prepare_exec.empty()) {
     ExecCall call;
@@ -1337,6 +1372,11 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
 
 void RunnerEmulator::Job::RunCleanupExec(int attempt) {
   (void)attempt;
+  if (config_.run_exec.empty()) {
+    // The custom executor's cleanup checks its configuration again.
+    Log("WARNING: custom executor is missing RunExec");
+    return;
+  }
   if (config_.cleanup_exec.empty() || tmp_.empty()) return;
   ExecCall call;
   call.exec = "cleanup";

@@ -595,6 +595,74 @@ TEST_F(RunnerEmulatorTest, MissingBuildsDirIsAConfigError) {
   EXPECT_EQ(log_lines_.back(),
             "ERROR: Job failed: the builds_dir is not configured");
   EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+  // The custom executor's startup line comes before the build's check.
+  EXPECT_THAT(log_lines_, Contains("Using Custom executor..."));
+}
+
+// Without run_exec the custom executor refuses its configuration before
+// running any exec, config_exec included, and says so again (a warning)
+// when it cleans up.
+TEST_F(RunnerEmulatorTest, MissingRunExecRunsNoExec) {
+  options_.config.run_exec.clear();
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_THAT(Calls(result), ElementsAre());
+  EXPECT_FALSE(fs::exists(rec_ + "/calls"));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: custom executor is missing RunExec"));
+  EXPECT_THAT(log_lines_, Not(Contains("Using Custom executor...")));
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: custom executor is missing RunExec");
+}
+
+// The project dir as the runner makes it: GIT_STRATEGY empty's has
+// "-empty" after it; GIT_CLONE_PATH is refused unless custom_build_dir is
+// enabled (the custom executor's default is off), then it is the dir, when
+// it lies inside the builds dir.
+TEST_F(RunnerEmulatorTest, ProjectDirIsTheRunnersForEmptyAndGitClonePath) {
+  const std::string builds = options_.config.builds_dir;
+  options_.job.steps = {{"script", {"echo \"dir $CI_PROJECT_DIR $(pwd)\""}}};
+  options_.job.variables.push_back({"GIT_STRATEGY", "empty"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(absl::StrCat("dir ", builds, "/ml/model-empty ", builds,
+                                    "/ml/model-empty")));
+
+  options_.job.variables.back() = {"GIT_CLONE_PATH", "$CI_BUILDS_DIR/mine"};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: setting GIT_CLONE_PATH is not allowed, enable "
+            "`custom_build_dir` feature");
+
+  options_.config.custom_build_dir_enabled = true;
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(absl::StrCat("dir ", builds, "/mine ",
+                                                builds, "/mine")));
+
+  options_.job.variables.back() = {"GIT_CLONE_PATH", "/elsewhere/mine"};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(log_lines_.back(),
+            absl::StrCat("ERROR: Job failed: the GIT_CLONE_PATH=\"/elsewhere/"
+                         "mine\" has to be within \"",
+                         builds, "\""));
 }
 
 // A prepare_script the executor could not run is a system failure in the
@@ -889,9 +957,11 @@ TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
 // empties it; neither gets the project's files. Another value is the
 // default (the files), with a warning before the preparation.
 TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
-  const std::string project = dir_.path() + "/builds/ml/model";
   for (const std::string strategy : {"none", "empty", "bogus"}) {
     SCOPED_TRACE(strategy);
+    // empty's project dir is a dir of its own, as the runner names it.
+    const std::string project = dir_.path() + "/builds/ml/model" +
+                                (strategy == "empty" ? "-empty" : "");
     fs::remove_all(project);
     fs::create_directories(project);
     WriteTextFile(project + "/left.txt", "from before\n");
