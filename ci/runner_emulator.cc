@@ -2735,7 +2735,6 @@ void RunnerEmulator::Job::RunStages() {
   }
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
-  Log("Getting source from Git repository");
   // get_sources_timeout: one deadline for all get_sources attempts and
   // clear_worktree, from now on; unset, or longer than the job timeout, it
   // is the job timeout (with a warning in the runner's own log).
@@ -2764,25 +2763,43 @@ void RunnerEmulator::Job::RunStages() {
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       if (!paused) return Fail(StopFailure(JobContextStop()), "");
     }
-    // The runner clears the work tree once, before the second attempt.
+    // The runner clears the work tree once, before the second attempt:
+    // `git rm` and `git clean` in the project dir (its .git stays). When
+    // that fails, so does the attempt, without get_sources.
+    Failure cleared;
     if (attempt == 2) {
-      Failure cleared =
-          RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
-                   /*export_variables=*/true, /*cd_project=*/false,
-                   sources_deadline, job_stop);
+      Log("Deleting all tracked and untracked files due to source fetch "
+          "failure");
+      cleared = RunStage("clear_worktree",
+                         "echo 'Deleting tracked and untracked files...'\n"
+                         "if [ -d \"$CI_PROJECT_DIR\" ]; then\n"
+                         "  cd \"$CI_PROJECT_DIR\"\n"
+                         "  git rm -rf --ignore-unmatch --quiet .\n"
+                         "  git clean -ffdx -q\n"
+                         "fi\n",
+                         /*export_variables=*/true, /*cd_project=*/false,
+                         sources_deadline, job_stop);
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
-      (void)cleared;
     }
     // An unknown GIT_SUBMODULE_STRATEGY: the runner cannot write the
-    // stage's script, a system failure, and run_exec is not called.
-    before_steps =
-        settings_.git_submodule_strategy == "invalid"
-            ? Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"}
-            : RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
-                       /*export_variables=*/true, /*cd_project=*/false,
-                       sources_deadline, job_stop);
+    // stage's script, a system failure, and run_exec is not called (nor
+    // is the stage's header printed).
+    if (!cleared.ok()) {
+      before_steps = cleared;
+    } else if (settings_.git_submodule_strategy == "invalid") {
+      before_steps =
+          Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"};
+    } else {
+      Log("Getting source from Git repository");
+      before_steps =
+          RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+                   /*export_variables=*/true, /*cd_project=*/false,
+                   sources_deadline, job_stop);
+    }
     if (before_steps.ok() || interrupted() || sources_timed_out()) break;
+    // The runner's retry says so in the job log before the next attempt.
+    if (attempt < attempts) Log("WARNING: Retrying...");
   }
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
   if (!before_steps.ok() && sources_timed_out()) {
@@ -2808,7 +2825,11 @@ void RunnerEmulator::Job::RunStages() {
       }
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (restored.ok()) break;
-      if (attempt == settings_.restore_cache_attempts) before_steps = restored;
+      if (attempt == settings_.restore_cache_attempts) {
+        before_steps = restored;
+      } else {
+        Log("WARNING: Retrying...");
+      }
     }
   }
 
@@ -2834,6 +2855,8 @@ void RunnerEmulator::Job::RunStages() {
     if (downloaded.ok()) break;
     if (attempt == settings_.artifact_download_attempts) {
       before_steps = downloaded;
+    } else {
+      Log("WARNING: Retrying...");
     }
   }
 

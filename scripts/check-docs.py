@@ -61,6 +61,7 @@ EXTERNAL_FLAGS = {
     "--no-checkout", "--branch",  # git clone
     "--remote",  # git submodule update
     "--get-url",  # git ls-remote
+    "--ignore-unmatch",  # git rm
 }
 FLAG = re.compile(r"(?<![A-Za-z0-9_-])--[a-z][a-z0-9_-]*[a-z0-9]")
 
