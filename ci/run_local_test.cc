@@ -178,6 +178,41 @@ TEST(BuildPayloadsTest, CommitVariablesFollowGitLab) {
   EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), pipeline.commit_message);
 }
 
+// The server's, project's and commit's variables GitLab sends every job,
+// from the server URL as GitLab splits it.
+TEST(BuildPayloadsTest, ServerProjectAndCommitVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  pipeline.project_name = "model";
+  pipeline.namespace_path = "ml/vision";
+  std::map<std::string, std::string> vars =
+      VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_SERVER_HOST"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_PORT"), "80");
+  EXPECT_EQ(vars.at("CI_SERVER_PROTOCOL"), "http");
+  EXPECT_EQ(vars.at("CI_SERVER_FQDN"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_NAME"), "GitLab");
+  EXPECT_EQ(vars.at("CI_SERVER_SHELL_SSH_HOST"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_SHELL_SSH_PORT"), "22");
+  EXPECT_EQ(vars.at("CI_PROJECT_ROOT_NAMESPACE"), "ml");
+  EXPECT_EQ(vars.at("CI_PROJECT_TITLE"), "model");
+  EXPECT_EQ(vars.at("CI_PROJECT_VISIBILITY"), "private");
+  EXPECT_EQ(vars.at("CI_CONFIG_PATH"), ".gitlab-ci.yml");
+  EXPECT_EQ(vars.at("CI_COMMIT_BEFORE_SHA"), std::string(40, '0'));
+  EXPECT_EQ(vars.at("CI_COMMIT_REF_PROTECTED"), "false");
+
+  pipeline.server_url = "https://gitlab.example.com:8443";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_SERVER_HOST"), "gitlab.example.com");
+  EXPECT_EQ(vars.at("CI_SERVER_PORT"), "8443");
+  EXPECT_EQ(vars.at("CI_SERVER_PROTOCOL"), "https");
+  EXPECT_EQ(vars.at("CI_SERVER_FQDN"), "gitlab.example.com:8443");
+  EXPECT_EQ(vars.at("CI_SERVER_URL"), "https://gitlab.example.com:8443");
+}
+
 TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {
   CiJob job;
   job.name = "train";
