@@ -1673,6 +1673,13 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   options_.job.variables.push_back({"GIT_CONFIG_KEY_0", "protocol.file.allow"});
   options_.job.variables.push_back({"GIT_CONFIG_VALUE_0", "always"});
   options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  // Where git-lfs is installed, each submodule's LFS files are pulled.
+  const std::string bin = dir_.path() + "/bin";
+  fs::create_directories(bin);
+  WriteTextFile(bin + "/git-lfs",
+                "#!/bin/sh\necho \"$* in ${PWD##*/}\" >> \"$FAKE_REC/lfs\"\n");
+  fs::permissions(bin + "/git-lfs", fs::perms::owner_all);
+  env_["PATH"] = bin + ":" + env_["PATH"];
   options_.job.steps = {{"script",
                          {"git -C lib status --porcelain && echo lib clean",
                           "cat lib/lib.txt lib/inner/inner.txt tools/tools.txt",
@@ -1692,6 +1699,12 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_, Contains(options_.config.builds_dir +
                                    "/ml/model.tmp/.gitlab-runner.ext.conf"))
       << Log();
+  EXPECT_THAT(log_lines_, Contains("Pulling LFS files..."));
+  const std::string lfs = ReadTextFile(rec_ + "/lfs");
+  EXPECT_THAT(lfs, HasSubstr("pull in model\n"));  // The project's own.
+  EXPECT_THAT(lfs, HasSubstr("pull in lib\n"));
+  EXPECT_THAT(lfs, HasSubstr("pull in inner\n"));
+  EXPECT_THAT(lfs, HasSubstr("pull in tools\n"));
   EXPECT_THAT(log_lines_, Contains("lib clean"));
   EXPECT_THAT(log_lines_, Contains("inner.txt"));
   EXPECT_THAT(log_lines_, Contains("tools.txt"));
