@@ -1169,17 +1169,22 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
   if (!failure.ok()) return failure;
   (void)attempt;
 
-  if (stdout_text.find_first_not_of(" \t\r\n") == std::string::npos) {
-    return {};
-  }
+  // As Go's encoding/json takes it: no output at all is no configuration,
+  // white space alone is a JSON input that ends too early, and null
+  // changes nothing.
+  if (stdout_text.empty()) return {};
   using Json = nlohmann::json;
-  const Json doc = Json::parse(stdout_text, nullptr, false);
   const auto parse_error = [](std::string_view why) {
     return Failure{
         FailureKind::kSystem, kSystemFailureExitCode,
         absl::StrCat("error while parsing JSON output: ", std::string(why))};
   };
+  if (stdout_text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return parse_error("unexpected end of JSON input");
+  }
+  const Json doc = Json::parse(stdout_text, nullptr, false);
   if (doc.is_discarded()) return parse_error("invalid JSON");
+  if (doc.is_null()) return {};
   if (!doc.is_object()) return parse_error("not a JSON object");
   // Strict like Go's encoding/json: a present key of the wrong type is an
   // error; null leaves the runner's value; unknown keys are ignored.

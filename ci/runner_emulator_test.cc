@@ -591,6 +591,28 @@ TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
   EXPECT_THAT(Calls(result), ElementsAre("config ", "prepare ", "cleanup "));
 }
 
+// config_exec's output as the runner reads it (Go's encoding/json): none at
+// all, or null, is no configuration; white space alone (a blank line) is a
+// JSON input that ends too early, a failed preparation.
+TEST_F(RunnerEmulatorTest, ConfigExecOutputIsReadAsGoReadsIt) {
+  env_["FAKE_CONFIG_JSON"] = "null";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+
+  env_["FAKE_CONFIG_JSON"] = " ";
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): error while parsing JSON output: "
+            "unexpected end of JSON input");
+}
+
 TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
   env_["FAKE_CONFIG_JSON"] = R"({"builds_dir": 5})";
 
