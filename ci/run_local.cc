@@ -711,6 +711,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                ":refs/remotes/origin/", pipeline.ref)};
     p.depth = 20;
     p.timeout_seconds = pipeline.timeout_seconds;
+    p.image = job.image;
 
     const auto add = [&p](std::string key, std::string value,
                           bool is_public = true, bool masked = false) {

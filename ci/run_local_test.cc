@@ -204,6 +204,11 @@ TEST(BuildPayloadsTest, ServerProjectAndCommitVariablesFollowGitLab) {
   EXPECT_EQ(vars.at("CI_COMMIT_BEFORE_SHA"), std::string(40, '0'));
   EXPECT_EQ(vars.at("CI_COMMIT_REF_PROTECTED"), "false");
 
+  // The job's image goes with the payload (image.name).
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].image, "");
+  job.image = "python:3.12";
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].image, "python:3.12");
+
   pipeline.server_url = "https://gitlab.example.com:8443";
   vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
   EXPECT_EQ(vars.at("CI_SERVER_HOST"), "gitlab.example.com");

@@ -904,6 +904,9 @@ std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
     }
     add(flag.name, value ? "true" : "false");
   }
+  // The job's image, expanded (the build's container options), first of
+  // the runner's own variables.
+  if (!options_.job.image.empty()) add("CI_JOB_IMAGE", options_.job.image);
   add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   for (const std::string& entry : config_.environment) {
     const size_t eq = entry.find('=');

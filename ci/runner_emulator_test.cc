@@ -613,6 +613,29 @@ TEST_F(RunnerEmulatorTest, ConfigExecOutputIsReadAsGoReadsIt) {
             "unexpected end of JSON input");
 }
 
+// The job's image reaches the custom executor as CUSTOM_ENV_CI_JOB_IMAGE
+// (expanded), and the job as CI_JOB_IMAGE; a job without one has neither.
+TEST_F(RunnerEmulatorTest, JobImageReachesTheExecutor) {
+  options_.job.image = "python:$PY";
+  options_.job.variables.push_back({"PY", "3.12"});
+  options_.job.steps = {{"script", {"echo \"image $CI_JOB_IMAGE\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("image python:3.12"));
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_CI_JOB_IMAGE=python:3.12\n"));
+
+  options_.job.image.clear();
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("image "));
+}
+
 TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
   env_["FAKE_CONFIG_JSON"] = R"({"builds_dir": 5})";
 
