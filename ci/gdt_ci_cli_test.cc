@@ -300,6 +300,8 @@ TEST(GdtCiCliTest, RunLocalRefusesIdsAndTimeoutsOutOfRange) {
       {"--first-job-id", "0"},
       {"--timeout", "9223372036854775807"},
       {"--timeout", "316224001"},
+      {"--maximum-timeout", "0"},
+      {"--maximum-timeout", "316224001"},
       {"--graceful-kill-timeout", "9223372036854775807"},
       {"--graceful-kill-timeout", "-5"},
       {"--graceful-kill-timeout", "0"},

@@ -595,6 +595,18 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     GDT_RETURN_IF_ERROR(
         ReadScript(*after, name, "after_script", &job.after_script));
   }
+  // `image:` (the job's, else `default:`'s, else the deprecated top-level
+  // one): a name, or a map with its name.
+  if (std::optional<CiValue> image = with_top_level("image")) {
+    if (image->is_string()) {
+      job.image = image->get<std::string>();
+    } else if (image->is_object() && image->contains("name") &&
+               (*image)["name"].is_string()) {
+      job.image = (*image)["name"].get<std::string>();
+    } else if (!image->is_null()) {
+      return JobError(name, "image must be a name or a map with a name");
+    }
+  }
   const CiValue* script = entry("script");
   if (script == nullptr) {
     // A job of the same name in a file run-local does not read (GitLab's

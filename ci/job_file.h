@@ -73,6 +73,9 @@ struct CiJob {
   std::vector<std::string> before_script;
   std::vector<std::string> script;
   std::vector<std::string> after_script;
+  // `image:`'s name (the job's, else `default:`'s, else the top level's);
+  // empty: none. Only passed on (CI_JOB_IMAGE): run-local runs no image.
+  std::string image;
   // Top-level variables, then the job's; a job value replaces the top-level
   // entry of the same key in place. Values are strings, as GitLab sends them.
   std::vector<std::pair<std::string, std::string>> variables;

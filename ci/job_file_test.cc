@@ -106,6 +106,37 @@ TEST(CiYamlTest, ReadsIdTokens) {
             "strings");
 }
 
+// `image:`: the job's, else `default:`'s, else the top level's; a name or
+// a map with one.
+TEST(CiYamlTest, ReadsTheImageName) {
+  constexpr char kYaml[] =
+      "image: top:1\n"
+      "default:\n"
+      "  image: {name: \"python:$PY\", entrypoint: [\"\"]}\n"
+      "train:\n"
+      "  script: [run]\n"
+      "own:\n"
+      "  image: cuda:12\n"
+      "  script: [run]\n"
+      "plain:\n"
+      "  inherit: {default: false}\n"
+      "  script: [run]\n"
+      "bad:\n"
+      "  image: [a, b]\n"
+      "  script: [run]\n";
+  absl::StatusOr<CiJob> train = ParseCiJob(kYaml, "train");
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->image, "python:$PY");
+  absl::StatusOr<CiJob> own = ParseCiJob(kYaml, "own");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->image, "cuda:12");
+  absl::StatusOr<CiJob> plain = ParseCiJob(kYaml, "plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->image, "");
+  EXPECT_EQ(ParseCiJob(kYaml, "bad").status().message(),
+            "job bad: image must be a name or a map with a name");
+}
+
 TEST(CiYamlTest, JobKeysOverrideDefaults) {
   absl::StatusOr<CiJob> job = ParseCiJob(kCi, "lint");
 

@@ -232,7 +232,14 @@ int main(int argc, char** argv) {
                         "KEY=VALUE pipeline variable (repeatable)");
   run_local
       ->add_option("--timeout", timeout,
-                   "job timeout in seconds (default: the job's, 3600)")
+                   "the project's job timeout in seconds, for jobs "
+                   "without timeout: (default 3600)")
+      ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxTimeoutSeconds));
+  int64_t maximum_timeout = 0;
+  run_local
+      ->add_option("--maximum-timeout", maximum_timeout,
+                   "the runner's maximum job timeout in seconds: a longer "
+                   "one is cut to it")
       ->check(CLI::Range(int64_t{1}, gdt::ci::kMaxTimeoutSeconds));
   run_local
       ->add_option("--graceful-kill-timeout", graceful_kill_timeout,
@@ -369,6 +376,7 @@ int main(int argc, char** argv) {
   if (pipeline_id != 0) options.pipeline_id = pipeline_id;
   if (first_job_id != 0) options.first_job_id = first_job_id;
   if (timeout != 0) options.timeout_seconds = timeout;
+  if (maximum_timeout != 0) options.maximum_timeout_seconds = maximum_timeout;
   if (graceful_kill_timeout != 0) {
     options.graceful_kill_timeout_seconds = graceful_kill_timeout;
   }

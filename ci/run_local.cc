@@ -711,6 +711,7 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                ":refs/remotes/origin/", pipeline.ref)};
     p.depth = 20;
     p.timeout_seconds = pipeline.timeout_seconds;
+    p.image = job.image;
 
     const auto add = [&p](std::string key, std::string value,
                           bool is_public = true, bool masked = false) {
@@ -724,11 +725,36 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI", "true");
     add("GITLAB_CI", "true");
     add("CI_SERVER_URL", pipeline.server_url);
-    add("CI_SERVER_HOST", host);
+    // GitLab's server variables: the host without its port, the port
+    // (the scheme's default when the URL has none), the host with a port
+    // that is not the default, and the SSH host and port it offers.
+    const std::string scheme = scheme_prefix.substr(
+        0, scheme_prefix.size() >= 3 ? scheme_prefix.size() - 3 : 0);
+    const std::string default_port = scheme == "https" ? "443" : "80";
+    const size_t colon = host.rfind(':');
+    const std::string bare_host =
+        colon == std::string::npos ? host : host.substr(0, colon);
+    const std::string port =
+        colon == std::string::npos ? default_port : host.substr(colon + 1);
+    add("CI_SERVER_HOST", bare_host);
+    add("CI_SERVER_PORT", port);
+    add("CI_SERVER_PROTOCOL", scheme);
+    add("CI_SERVER_FQDN",
+        port == default_port ? bare_host : absl::StrCat(bare_host, ":", port));
+    add("CI_SERVER_NAME", "GitLab");
+    add("CI_SERVER_SHELL_SSH_HOST", bare_host);
+    add("CI_SERVER_SHELL_SSH_PORT", "22");
     add("CI_API_V4_URL", pipeline.server_url + "/api/v4");
     add("CI_PROJECT_ID", std::to_string(pipeline.project_id));
     add("CI_PROJECT_NAME", pipeline.project_name);
     add("CI_PROJECT_NAMESPACE", pipeline.namespace_path);
+    add("CI_PROJECT_ROOT_NAMESPACE",
+        pipeline.namespace_path.substr(
+            0, std::min(pipeline.namespace_path.find('/'),
+                        pipeline.namespace_path.size())));
+    add("CI_PROJECT_TITLE", pipeline.project_name);
+    add("CI_PROJECT_VISIBILITY", "private");
+    add("CI_CONFIG_PATH", ".gitlab-ci.yml");
     add("CI_PROJECT_PATH", project_path);
     add("CI_PROJECT_PATH_SLUG", Slugify(project_path));
     add("CI_PROJECT_URL", project_url);
@@ -753,6 +779,8 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
       add("CI_NODE_TOTAL", std::to_string(job.parallel));
     }
     add("CI_COMMIT_SHA", pipeline.sha);
+    add("CI_COMMIT_BEFORE_SHA", p.before_sha);
+    add("CI_COMMIT_REF_PROTECTED", "false");  // As the cache keys say.
     add("CI_COMMIT_SHORT_SHA", pipeline.sha.substr(0, 8));
     add("CI_COMMIT_REF_NAME", pipeline.ref);
     add("CI_COMMIT_REF_SLUG", ref_slug);
@@ -953,6 +981,12 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
        *options.timeout_seconds > kMaxTimeoutSeconds)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--timeout must be from 1 to ", kMaxTimeoutSeconds));
+  }
+  if (options.maximum_timeout_seconds.has_value() &&
+      (*options.maximum_timeout_seconds <= 0 ||
+       *options.maximum_timeout_seconds > kMaxTimeoutSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--maximum-timeout must be from 1 to ", kMaxTimeoutSeconds));
   }
   if (options.graceful_kill_timeout_seconds.has_value() &&
       (*options.graceful_kill_timeout_seconds <= 0 ||
@@ -1192,8 +1226,14 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     std::vector<std::function<gitlab::JobPayload(int64_t)>> group_retry_payload;
     for (size_t k = group_start; k < group_end; ++k) {
       const CiJob& job = jobs[k];
+      // GitLab's job timeout: the job's `timeout:`, else the project's;
+      // the runner's maximum timeout wins over a longer one.
       pipeline.timeout_seconds =
-          options.timeout_seconds.value_or(job.timeout_seconds.value_or(3600));
+          job.timeout_seconds.value_or(options.timeout_seconds.value_or(3600));
+      if (options.maximum_timeout_seconds.has_value()) {
+        pipeline.timeout_seconds = std::min(pipeline.timeout_seconds,
+                                            *options.maximum_timeout_seconds);
+      }
       pipeline.job_id_base = job_id_base;
       job_id_base += job.parallel;
       // The jobs whose artifacts it downloads (without dependencies: or

@@ -51,7 +51,11 @@ struct RunLocalOptions {
   // new base with the same --pipeline-id.
   std::optional<int64_t> first_job_id;
   std::vector<std::string> vars;  // "KEY=VALUE" pipeline variables.
+  // As GitLab times a job: its `timeout:`, else the project's timeout
+  // (timeout_seconds, default 3600); the runner's maximum timeout, when
+  // set, cuts a longer one to it.
   std::optional<int64_t> timeout_seconds;
+  std::optional<int64_t> maximum_timeout_seconds;
   std::optional<int64_t> graceful_kill_timeout_seconds;
   // A gitlab-runner config.toml: its custom `[[runners]]` entry (named
   // runner_name, else the first) supplies the execs, their args, the

@@ -178,6 +178,46 @@ TEST(BuildPayloadsTest, CommitVariablesFollowGitLab) {
   EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), pipeline.commit_message);
 }
 
+// The server's, project's and commit's variables GitLab sends every job,
+// from the server URL as GitLab splits it.
+TEST(BuildPayloadsTest, ServerProjectAndCommitVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  pipeline.project_name = "model";
+  pipeline.namespace_path = "ml/vision";
+  std::map<std::string, std::string> vars =
+      VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_SERVER_HOST"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_PORT"), "80");
+  EXPECT_EQ(vars.at("CI_SERVER_PROTOCOL"), "http");
+  EXPECT_EQ(vars.at("CI_SERVER_FQDN"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_NAME"), "GitLab");
+  EXPECT_EQ(vars.at("CI_SERVER_SHELL_SSH_HOST"), "gitlab.local");
+  EXPECT_EQ(vars.at("CI_SERVER_SHELL_SSH_PORT"), "22");
+  EXPECT_EQ(vars.at("CI_PROJECT_ROOT_NAMESPACE"), "ml");
+  EXPECT_EQ(vars.at("CI_PROJECT_TITLE"), "model");
+  EXPECT_EQ(vars.at("CI_PROJECT_VISIBILITY"), "private");
+  EXPECT_EQ(vars.at("CI_CONFIG_PATH"), ".gitlab-ci.yml");
+  EXPECT_EQ(vars.at("CI_COMMIT_BEFORE_SHA"), std::string(40, '0'));
+  EXPECT_EQ(vars.at("CI_COMMIT_REF_PROTECTED"), "false");
+
+  // The job's image goes with the payload (image.name).
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].image, "");
+  job.image = "python:3.12";
+  EXPECT_EQ(BuildPayloads(job, pipeline)[0].image, "python:3.12");
+
+  pipeline.server_url = "https://gitlab.example.com:8443";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_SERVER_HOST"), "gitlab.example.com");
+  EXPECT_EQ(vars.at("CI_SERVER_PORT"), "8443");
+  EXPECT_EQ(vars.at("CI_SERVER_PROTOCOL"), "https");
+  EXPECT_EQ(vars.at("CI_SERVER_FQDN"), "gitlab.example.com:8443");
+  EXPECT_EQ(vars.at("CI_SERVER_URL"), "https://gitlab.example.com:8443");
+}
+
 TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {
   CiJob job;
   job.name = "train";
@@ -1235,6 +1275,48 @@ TEST_F(RunLocalTest, AJobNamedTwiceIsRefused) {
 
 // Ids and timeouts past what the job-id and clock arithmetic holds are
 // refused, whoever calls RunLocal.
+// A job's timeout as GitLab sets it: its own `timeout:`, else the
+// project's (--timeout, default 1 h), whichever is longer than the
+// runner's maximum timeout (--maximum-timeout) cut to it. The job sees it
+// as CI_JOB_TIMEOUT.
+TEST_F(RunLocalTest, JobTimeoutIsTheJobsOrTheProjectsCutToTheRunnersMaximum) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+own:
+  timeout: 10m
+  script: echo "timeout $CI_JOB_TIMEOUT"
+plain:
+  script: echo "timeout $CI_JOB_TIMEOUT"
+)");
+  const auto timeouts = [&] {
+    options_.job_name = "own";
+    options_.later_jobs = {"plain"};
+    std::ostringstream out;
+    absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+    EXPECT_TRUE(result.ok()) << result.status();
+    std::string found;
+    for (const char* job : {"own", "plain"}) {
+      const std::string prefix = absl::StrCat("[", job, "] timeout ");
+      const size_t at = out.str().find(prefix);
+      if (at == std::string::npos) return out.str();
+      const size_t begin = at + prefix.size();
+      absl::StrAppend(
+          &found, found.empty() ? "" : " ",
+          out.str().substr(begin, out.str().find('\n', begin) - begin));
+    }
+    return found;
+  };
+
+  EXPECT_EQ(timeouts(), "600 3600");
+  options_.timeout_seconds = 120;
+  EXPECT_EQ(timeouts(), "600 120");
+  options_.timeout_seconds = 7200;
+  EXPECT_EQ(timeouts(), "600 7200");
+  options_.maximum_timeout_seconds = 300;
+  EXPECT_EQ(timeouts(), "300 300");
+  options_.maximum_timeout_seconds = 9000;
+  EXPECT_EQ(timeouts(), "600 7200");
+}
+
 TEST_F(RunLocalTest, IdsAndTimeoutsOutOfRangeAreRefused) {
   options_.job_name = "train";
   std::ostringstream out;
@@ -1252,6 +1334,9 @@ TEST_F(RunLocalTest, IdsAndTimeoutsOutOfRangeAreRefused) {
   options_.timeout_seconds = kMaxTimeoutSeconds + 1;
   EXPECT_EQ(message(), "--timeout must be from 1 to 316224000");
   options_.timeout_seconds.reset();
+  options_.maximum_timeout_seconds = 0;
+  EXPECT_EQ(message(), "--maximum-timeout must be from 1 to 316224000");
+  options_.maximum_timeout_seconds.reset();
   options_.graceful_kill_timeout_seconds = -5;
   EXPECT_EQ(message(), "--graceful-kill-timeout must be from 1 to 86400");
   EXPECT_TRUE(out.str().empty());

@@ -197,6 +197,18 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
           ReadFeatureFlags(*runner, source, &config.feature_flags)}) {
       if (!s.ok()) return s;
     }
+    if (const toml::node* dir = runner->get("custom_build_dir")) {
+      const toml::table* table = dir->as_table();
+      if (table == nullptr) {
+        return WrongType(source, "runners.custom_build_dir", "a table");
+      }
+      if (absl::Status s =
+              ReadBool(*table, source, "runners.custom_build_dir.", "enabled",
+                       &config.custom_build_dir_enabled);
+          !s.ok()) {
+        return s;
+      }
+    }
     if (config.shell.empty()) config.shell = shell_before;
     if (config.shell != "bash") {
       return absl::InvalidArgumentError(

@@ -97,6 +97,33 @@ TEST(RunnerConfigTest, CleanGitConfigIsABoolean) {
               HasSubstr("runners.clean_git_config must be a boolean"));
 }
 
+TEST(RunnerConfigTest, CustomBuildDirIsATableWithABoolean) {
+  const std::string head = "[[runners]]\nexecutor = \"custom\"\n";
+  const std::string tail = "[runners.custom]\nrun_exec = \"x\"\n";
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(head + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_FALSE(config->custom_build_dir_enabled);
+
+  config = ParseRunnerConfigToml(
+      head + tail + "[runners.custom_build_dir]\nenabled = true\n", "c.toml",
+      "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_TRUE(config->custom_build_dir_enabled);
+
+  EXPECT_THAT(ParseRunnerConfigToml(
+                  head + tail + "[runners.custom_build_dir]\nenabled = 1\n",
+                  "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("runners.custom_build_dir.enabled must be a boolean"));
+  EXPECT_THAT(ParseRunnerConfigToml(head + "custom_build_dir = true\n" + tail,
+                                    "c.toml", "")
+                  .status()
+                  .message(),
+              HasSubstr("runners.custom_build_dir must be a table"));
+}
+
 TEST(RunnerConfigTest, PrepareTimeoutIsAGoDurationString) {
   const std::string head =
       "[[runners]]\nexecutor = \"custom\"\nprepare_timeout = ";

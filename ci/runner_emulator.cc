@@ -434,6 +434,60 @@ std::string GoQuote(std::string_view text) {
   return quoted + "\"";
 }
 
+// A URL as the runner's git helpers take it apart (Go's net/url, for the
+// plain URLs GitLab and config.toml hold): the scheme (lower case), the
+// user info, the host (with its port) and the rest (path, query, fragment).
+struct GitUrl {
+  std::string scheme;
+  std::optional<std::string> user;
+  std::string host;
+  std::string rest;
+
+  static GitUrl Parse(std::string_view text) {
+    GitUrl url;
+    const size_t colon = text.find("://");
+    if (colon == std::string_view::npos) {
+      url.rest = std::string(text);
+      return url;
+    }
+    url.scheme = absl::AsciiStrToLower(std::string(text.substr(0, colon)));
+    std::string_view after = text.substr(colon + 3);
+    const size_t end = std::min(after.find_first_of("/?#"), after.size());
+    std::string_view authority = after.substr(0, end);
+    const size_t at = authority.rfind('@');
+    if (at != std::string_view::npos) {
+      url.user = std::string(authority.substr(0, at));
+      authority.remove_prefix(at + 1);
+    }
+    url.host = std::string(authority);
+    url.rest = std::string(after.substr(end));
+    return url;
+  }
+  bool IsHttp() const { return scheme == "http" || scheme == "https"; }
+  std::string String() const {
+    if (scheme.empty()) return rest;
+    return absl::StrCat(scheme, "://", user ? *user + "@" : "", host, rest);
+  }
+  // Without the '/'s at its end, as the runner writes base URLs.
+  std::string Trimmed() const {
+    std::string text = String();
+    while (!text.empty() && text.back() == '/') text.pop_back();
+    return text;
+  }
+};
+
+// Go's regexp.QuoteMeta.
+std::string QuoteMeta(std::string_view text) {
+  std::string quoted;
+  for (char c : text) {
+    if (std::string_view("\\.+*?()|[]{}^$").find(c) != std::string_view::npos) {
+      quoted += '\\';
+    }
+    quoted += c;
+  }
+  return quoted;
+}
+
 // The runner's cache key sanitizer (cachekey.Sanitize): %2f, %2e and '\\'
 // read as '/' and '.', the path cleaned below '/', white space at the end
 // of the last parts and empty last parts dropped. nullopt when nothing is
@@ -721,6 +775,9 @@ class RunnerEmulator::Job {
   std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
   std::string FetchBody() const;
+  std::string ExternalGitConfigBody() const;
+  std::string ExternalGitConfigFile() const;
+  std::string LfsPullBody() const;
   std::string FetchArguments() const;
   bool HasJobCommit() const;
   std::string StepBody(const gitlab::JobStep& step) const;
@@ -773,6 +830,11 @@ class RunnerEmulator::Job {
     // unknown value, which fails get_sources).
     std::string git_submodule_strategy = "none";
     int64_t git_submodule_depth = 0;  // GIT_SUBMODULE_DEPTH.
+    // GIT_LFS_SKIP_SMUDGE: no `git lfs pull` after the checkout.
+    bool git_lfs_skip_smudge = false;
+    // GIT_SUBMODULE_FORCE_HTTPS: the GitLab server's SSH URLs are rewritten
+    // to HTTPS ones (url.<https>.insteadOf).
+    bool git_submodule_force_https = false;
     // GIT_CLEAN_FLAGS / GIT_FETCH_EXTRA_FLAGS split at white space ("none":
     // no flags).
     std::vector<std::string> git_clean_flags = {"-ffdx"};
@@ -842,6 +904,9 @@ std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
     }
     add(flag.name, value ? "true" : "false");
   }
+  // The job's image, expanded (the build's container options), first of
+  // the runner's own variables.
+  if (!options_.job.image.empty()) add("CI_JOB_IMAGE", options_.job.image);
   add("CI_RUNNER_SHORT_TOKEN", config_.runner_short_token);
   for (const std::string& entry : config_.environment) {
     const size_t eq = entry.find('=');
@@ -1107,17 +1172,22 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
   if (!failure.ok()) return failure;
   (void)attempt;
 
-  if (stdout_text.find_first_not_of(" \t\r\n") == std::string::npos) {
-    return {};
-  }
+  // As Go's encoding/json takes it: no output at all is no configuration,
+  // white space alone is a JSON input that ends too early, and null
+  // changes nothing.
+  if (stdout_text.empty()) return {};
   using Json = nlohmann::json;
-  const Json doc = Json::parse(stdout_text, nullptr, false);
   const auto parse_error = [](std::string_view why) {
     return Failure{
         FailureKind::kSystem, kSystemFailureExitCode,
         absl::StrCat("error while parsing JSON output: ", std::string(why))};
   };
+  if (stdout_text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    return parse_error("unexpected end of JSON input");
+  }
+  const Json doc = Json::parse(stdout_text, nullptr, false);
   if (doc.is_discarded()) return parse_error("invalid JSON");
+  if (doc.is_null()) return {};
   if (!doc.is_object()) return parse_error("not a JSON object");
   // Strict like Go's encoding/json: a present key of the wrong type is an
   // error; null leaves the runner's value; unknown keys are ignored.
@@ -1180,6 +1250,12 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
 }
 
 Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
+  // The custom executor checks its configuration first: without run_exec
+  // no exec runs (config_exec neither) and no temporary dir is made.
+  if (config_.run_exec.empty()) {
+    tmp_.clear();
+    return {FailureKind::kConfig, 0, "custom executor is missing RunExec"};
+  }
   const auto tmpdir = runner_env_.find("TMPDIR");
   const std::string base =
       tmpdir != runner_env_.end() && !tmpdir->second.empty() ? tmpdir->second
@@ -1207,9 +1283,16 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     if (!failure.ok()) return failure;
   }
   config_done_ = true;
-  if (config_.run_exec.empty()) {
-    return {FailureKind::kConfig, 0, "custom executor is missing RunExec"};
+
+  // Its startup line comes before the build's own checks of the dirs.
+  std::string using_line = "Using Custom executor";
+  if (!driver_name_.empty()) {
+    absl::StrAppend(&using_line, " with driver ", driver_name_);
+    if (!driver_version_.empty())
+      absl::StrAppend(&using_line, " ", driver_version_);
   }
+  Log(absl::StrCat(using_line, "..."));
+
   if (builds_dir_.empty()) {
     return {FailureKind::kConfig, 0, "the builds_dir is not configured"};
   }
@@ -1242,16 +1325,38 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
     absl::StrAppend(&root, "/", config_.runner_short_token, "/",
                     config_.concurrent_project_id);
   }
-  project_dir_ = absl::StrCat(root, "/", project_path);
+  // GIT_STRATEGY empty gets a directory of its own.
+  project_dir_ =
+      absl::StrCat(root, "/", project_path,
+                   settings_.git_strategy == "empty" ? "-empty" : "");
   project_slug_ = project_path;
 
-  std::string using_line = "Using Custom executor";
-  if (!driver_name_.empty()) {
-    absl::StrAppend(&using_line, " with driver ", driver_name_);
-    if (!driver_version_.empty())
-      absl::StrAppend(&using_line, " ", driver_version_);
+  // GIT_CLONE_PATH: refused unless [runners.custom_build_dir] enables it
+  // (the custom executor's default is off); then a path inside the builds
+  // dir, read with CI_BUILDS_DIR known.
+  const std::string clone_path = Setting("GIT_CLONE_PATH").value_or("");
+  if (!clone_path.empty()) {
+    if (!config_.custom_build_dir_enabled) {
+      project_dir_.clear();
+      return {FailureKind::kConfig, 0,
+              "setting GIT_CLONE_PATH is not allowed, enable "
+              "`custom_build_dir` feature"};
+    }
+    const std::filesystem::path clean =
+        std::filesystem::path(clone_path).lexically_normal();
+    const std::string relative =
+        clean.lexically_relative(std::filesystem::path(builds_dir_)).string();
+    if (relative.empty() || absl::StartsWith(relative, "..")) {
+      project_dir_.clear();
+      return {FailureKind::kConfig, 0,
+              absl::StrCat("the GIT_CLONE_PATH=", GoQuote(clone_path),
+                           " has to be within ", GoQuote(builds_dir_))};
+    }
+    project_dir_ = clean.string();
+    while (project_dir_.size() > 1 && project_dir_.back() == '/') {
+      project_dir_.pop_back();
+    }
   }
-  Log(absl::StrCat(using_line, "..."));
 
   if (!config_.prepare_exec.empty()) {
     ExecCall call;
@@ -1275,6 +1380,11 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
 
 void RunnerEmulator::Job::RunCleanupExec(int attempt) {
   (void)attempt;
+  if (config_.run_exec.empty()) {
+    // The custom executor's cleanup checks its configuration again.
+    Log("WARNING: custom executor is missing RunExec");
+    return;
+  }
   if (config_.cleanup_exec.empty() || tmp_.empty()) return;
   ExecCall call;
   call.exec = "cleanup";
@@ -1450,8 +1560,6 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   };
   // Settings run-local reads only to warn as the runner does.
   bool debug_services = false;
-  bool lfs_skip_smudge = false;
-  bool submodule_force_https = false;
   int64_t submodule_depth = options_.job.depth;
   int64_t get_sources_attempts = 1;
   int64_t artifact_download_attempts = 1;
@@ -1487,8 +1595,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
         submodules, "\""));
   }
   integer("GIT_SUBMODULE_DEPTH", &submodule_depth);
-  flag("GIT_LFS_SKIP_SMUDGE", &lfs_skip_smudge);
-  flag("GIT_SUBMODULE_FORCE_HTTPS", &submodule_force_https);
+  flag("GIT_LFS_SKIP_SMUDGE", &settings.git_lfs_skip_smudge);
+  flag("GIT_SUBMODULE_FORCE_HTTPS", &settings.git_submodule_force_https);
   integer("GET_SOURCES_ATTEMPTS", &get_sources_attempts);
   integer("ARTIFACT_DOWNLOAD_ATTEMPTS", &artifact_download_attempts);
   integer("RESTORE_CACHE_ATTEMPTS", &restore_cache_attempts);
@@ -1645,6 +1753,115 @@ bool RunnerEmulator::Job::HasJobCommit() const {
   return sha.size() >= 8 && sha.find_first_not_of('0') != std::string::npos;
 }
 
+// The file the runner keeps the repository's git settings in, outside the
+// project directory: its url.<...>.insteadOf rewrites (which hold the job
+// token) and, with FF_GIT_URLS_WITHOUT_TOKENS, its credential helper.
+std::string RunnerEmulator::Job::ExternalGitConfigFile() const {
+  return project_dir_ + ".tmp/.gitlab-runner.ext.conf";
+}
+
+// The runner's external git config (its git auth helper): the remote URL
+// with the job token in place of the one without; the GitLab server's base
+// URL the same; with GIT_SUBMODULE_FORCE_HTTPS the server's SSH URLs
+// (git@<host>: and ssh://git@<host>[:<port>], the host and port from
+// CI_SERVER_SHELL_SSH_HOST/PORT, else CI_SERVER_HOST) to HTTPS ones; the
+// repository's server too. FF_GIT_URLS_WITHOUT_TOKENS leaves the token
+// out of every URL and writes a credential helper that hands git
+// $CI_JOB_TOKEN instead. The server is the job's CI_SERVER_URL, whose job
+// token this is (the runner takes its config.toml `url`, which is the same
+// server there), else `url`.
+std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
+  const auto flag = settings_.feature_flags.find("FF_GIT_URLS_WITHOUT_TOKENS");
+  const bool with_tokens =
+      flag == settings_.feature_flags.end() || !flag->second;
+  const auto authed = [&](GitUrl url) {
+    if (url.scheme == "ssh") {
+      if (!url.user) url.user = "git";
+    } else if (with_tokens) {
+      url.user = absl::StrCat("gitlab-ci-token:", options_.job.token);
+    } else {
+      url.user.reset();
+    }
+    return url;
+  };
+  const auto plain = [](GitUrl url) {
+    url.user.reset();
+    return url;
+  };
+  const auto value = [&](const char* key) { return Setting(key).value_or(""); };
+  std::string ssh_host = value("CI_SERVER_SHELL_SSH_HOST");
+  if (ssh_host.empty()) ssh_host = value("CI_SERVER_HOST");
+  const std::string ssh_port = value("CI_SERVER_SHELL_SSH_PORT");
+  const auto ssh = [&](const std::string& base) {
+    std::vector<std::pair<std::string, std::string>> list;
+    if (!settings_.git_submodule_force_https) return list;
+    if (ssh_port.empty() || ssh_port == "22") {
+      list.emplace_back(base + "/", absl::StrCat("git@", ssh_host, ":"));
+      list.emplace_back(base, absl::StrCat("ssh://git@", ssh_host));
+    } else {
+      list.emplace_back(base,
+                        absl::StrCat("ssh://git@", ssh_host, ":", ssh_port));
+    }
+    return list;
+  };
+
+  const GitUrl repo = GitUrl::Parse(options_.job.repo_url);
+  const GitUrl remote = with_tokens ? repo : authed(repo);
+  std::vector<std::pair<std::string, std::string>> rewrites;
+  if (remote.String() != plain(remote).String()) {
+    rewrites.emplace_back(remote.String(), plain(remote).String());
+  }
+  std::string server = value("CI_SERVER_URL");
+  if (server.empty()) server = config_.url;
+  const GitUrl base = GitUrl::Parse(server);
+  if (base.IsHttp()) {
+    if (!with_tokens) {
+      for (auto& entry : ssh(base.Trimmed())) rewrites.push_back(entry);
+    } else {
+      rewrites.emplace_back(authed(base).Trimmed(), base.Trimmed());
+      for (auto& entry : ssh(authed(base).Trimmed())) {
+        rewrites.push_back(entry);
+      }
+      if (repo.IsHttp()) {
+        GitUrl repo_base = repo;
+        repo_base.rest.clear();
+        rewrites.emplace_back(authed(repo_base).Trimmed(),
+                              plain(repo_base).Trimmed());
+      }
+    }
+  }
+  std::string body = absl::StrCat(
+      "  ext=", ShellQuote(ExternalGitConfigFile()), "\n", "  mkdir -p ",
+      ShellQuote(project_dir_ + ".tmp"), "\n", "  rm -f -- \"$ext\"\n");
+  std::vector<std::pair<std::string, std::string>> written;
+  for (const auto& entry : rewrites) {
+    if (std::find(written.begin(), written.end(), entry) != written.end()) {
+      continue;
+    }
+    written.push_back(entry);
+    absl::StrAppend(&body, "  git config --file \"$ext\" --replace-all ",
+                    ShellQuote("url." + entry.first + ".insteadOf"), " ",
+                    ShellQuote(entry.second), " ",
+                    ShellQuote("^" + QuoteMeta(entry.second) + "$"), "\n");
+  }
+  if (!with_tokens) {
+    GitUrl host = remote;
+    host.user.reset();
+    host.rest.clear();
+    const std::string section = absl::StrCat("credential.", host.String());
+    absl::StrAppend(&body, "  git config -f \"$ext\" --replace-all ",
+                    ShellQuote(section + ".helper"),
+                    " \"\" && git config -f \"$ext\" --add ",
+                    ShellQuote(section + ".helper"), " ",
+                    ShellQuote("!f(){ if [ \"$1\" = \"get\" ] ; then echo "
+                               "\"password=${CI_JOB_TOKEN}\" ; fi ; } ; f"),
+                    " && git config -f \"$ext\" ",
+                    ShellQuote(section + ".username"), " gitlab-ci-token\n");
+  }
+  absl::StrAppend(&body, "  export GLR_EXT_GIT_CONFIG_PATH=\"$ext\"\n");
+  return body;
+}
+
 // The runner's fetch, in its words and order. First its cleanup of an
 // earlier job's repository: lock files an interrupted git left, and (with
 // clean_git_config, the custom executor's default) the repository's config
@@ -1698,6 +1915,11 @@ std::string RunnerEmulator::Job::FetchBody() const {
                     " >/dev/null || git -C \"$CI_PROJECT_DIR\" config ", key,
                     " ", value, "\n");
   }
+  // The repository includes the external config (the runner's template
+  // does, or its update of an existing repository's config).
+  const std::string include =
+      "  git -C \"$CI_PROJECT_DIR\" config --replace-all include.path "
+      "\"$ext\" '\\.gitlab-runner\\.ext\\.conf$'\n";
   std::string fetch = absl::StrCat(
       "  echo ",
       ShellQuote(depth > 0 ? absl::StrCat("Fetching changes with git depth "
@@ -1705,7 +1927,7 @@ std::string RunnerEmulator::Job::FetchBody() const {
                                           depth, "...")
                            : "Fetching changes..."),
       "\n", "  git -c init.defaultBranch=none init \"$CI_PROJECT_DIR\"\n",
-      template_settings,
+      template_settings, include,
       "  origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
       "origin 2>/dev/null) || origin=$src\n",
       "  if git -C \"$CI_PROJECT_DIR\" remote add origin \"$origin\" "
@@ -1717,7 +1939,7 @@ std::string RunnerEmulator::Job::FetchBody() const {
   const auto flag = settings_.feature_flags.find("FF_USE_GIT_NATIVE_CLONE");
   if (settings_.git_strategy != "clone" ||
       flag == settings_.feature_flags.end() || !flag->second) {
-    return absl::StrCat(cleanup, fetch);
+    return absl::StrCat(cleanup, ExternalGitConfigBody(), fetch);
   }
   // FF_USE_GIT_NATIVE_CLONE with clone: where git is 2.49 or later the
   // runner runs `git clone --no-checkout` (with the depth, then
@@ -1736,7 +1958,8 @@ std::string RunnerEmulator::Job::FetchBody() const {
       : !ref.empty() ? absl::StrCat("Cloning repository for ", ref, "...")
                      : "Cloning repository...";
   return absl::StrCat(
-      cleanup, "  current_ver=\"$(git version|cut -d ' ' -f 3)\"\n",
+      cleanup, ExternalGitConfigBody(),
+      "  current_ver=\"$(git version|cut -d ' ' -f 3)\"\n",
       "  required_ver=\"2.49\"\n",
       "  minimum_ver=\"$(printf '%s\\n%s' \"$required_ver\" \"$current_ver\" | "
       "sort -t '.' -k 1,1n -k 2,2n -k 3,3n | head -n1)\"\n",
@@ -1746,8 +1969,9 @@ std::string RunnerEmulator::Job::FetchBody() const {
       "  git -c init.defaultBranch=none clone --no-checkout -u 'git -c "
       "safe.directory=* upload-pack' \"file://$src\" \"$CI_PROJECT_DIR\"",
       depth > 0 ? absl::StrCat(" --depth ", depth) : "", clone_flags,
-      " || exit 1\n", "  git -C \"$CI_PROJECT_DIR\" fetch -q", FetchArguments(),
-      " ||\n", "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
+      " || exit 1\n", include, "  git -C \"$CI_PROJECT_DIR\" fetch -q",
+      FetchArguments(), " ||\n",
+      "    echo \"WARNING: cannot fetch $src into $CI_PROJECT_DIR\"\n",
       "  if origin=$(git -c \"safe.directory=$src\" -C \"$src\" remote get-url "
       "origin 2>/dev/null); then\n",
       "    git -C \"$CI_PROJECT_DIR\" remote set-url origin \"$origin\"\n",
@@ -1780,8 +2004,12 @@ std::string RunnerEmulator::Job::SubmodulesBody() const {
           : absl::StrCat(" --", words(settings_.git_submodule_paths));
   const std::string sync = absl::StrCat("git submodule sync",
                                         recursive ? " --recursive" : "", paths);
+  // Some submodule commands get the external config explicitly: the
+  // submodules' own configs do not include it yet.
+  const std::string with_creds =
+      "git -c \"include.path=$GLR_EXT_GIT_CONFIG_PATH\"";
   const std::string update = absl::StrCat(
-      "git submodule update --init", recursive ? " --recursive" : "",
+      with_creds, " submodule update --init", recursive ? " --recursive" : "",
       depth > 0 ? absl::StrCat(" --depth ", depth) : "",
       words(settings_.git_submodule_update_flags), paths);
   const std::string foreach =
@@ -1791,6 +2019,26 @@ std::string RunnerEmulator::Job::SubmodulesBody() const {
                    words(settings_.git_clean_flags.empty()
                              ? std::vector<std::string>{"-ffdx"}
                              : settings_.git_clean_flags));
+  // With --remote among the update flags the retry first fetches every
+  // branch of the submodules' remotes.
+  bool remote = false;
+  for (const std::string& flag : settings_.git_submodule_update_flags) {
+    remote = remote || absl::EqualsIgnoreCase(flag, "--remote");
+  }
+  // After the update: each submodule includes the external config (at
+  // every depth, whatever the strategy), and, unless GIT_LFS_SKIP_SMUDGE,
+  // its LFS files are pulled where git-lfs is installed.
+  std::string after = absl::StrCat(
+      "  echo 'Configuring submodules to use parent git credentials...'\n",
+      "  git submodule foreach --recursive git config --replace-all "
+      "include.path \"$GLR_EXT_GIT_CONFIG_PATH\"\n");
+  if (!settings_.git_lfs_skip_smudge) {
+    absl::StrAppend(&after,
+                    "  if git lfs version >/dev/null 2>&1 ; then\n"
+                    "    echo 'Pulling LFS files...'\n    ",
+                    with_creds, " ", foreach.substr(4), " git lfs pull\n",
+                    "  fi\n");
+  }
   // As the runner's submodule commands, in the repository the checkout
   // became. The submodules' directories as the copy brought them (their
   // .git files point into the checkout) are emptied first, as a fresh
@@ -1808,33 +2056,61 @@ std::string RunnerEmulator::Job::SubmodulesBody() const {
       "  git ls-files -s | while read -r mode object stage path; do\n",
       "    if [ \"$mode\" = 160000 ]; then rm -rf -- \"$path\" && mkdir -p -- "
       "\"$path\"; fi\n",
-      "  done\n", "  git submodule init\n", "  ", sync, "\n", "  if ", update,
-      " ; then\n", "    echo 'Updated submodules'\n", "    ", sync, "\n",
-      "  else\n", "    echo 'Updating submodules failed. Retrying...'\n",
+      "  done\n", "  git submodule init\n", "  ", sync, "\n", "  ", clean, "\n",
+      "  ", foreach, " git reset --hard\n", "  if ", update, " ; then\n",
+      "    echo 'Updated submodules'\n", "    ", sync, "\n", "  else\n",
+      "    echo 'Updating submodules failed. Retrying...'\n",
+      remote ? absl::StrCat("    ", with_creds, " ", foreach.substr(4),
+                            " git fetch origin "
+                            "'+refs/heads/*:refs/remotes/origin/*'\n")
+             : "",
       "    ", sync, "\n", "    ", update, "\n", "    ", foreach,
-      " git reset --hard\n", "  fi\n", "  ", clean, "\n", "else\n",
+      " git reset --hard\n", "  fi\n", "  ", clean, "\n", after, "else\n",
       "  echo 'WARNING: the project directory is not a git repository: no "
       "submodules to update'\n",
       "fi\n");
 }
 
+// After the checkout, unless GIT_LFS_SKIP_SMUDGE: the runner's `git lfs
+// pull` (and an empty line after it) where git-lfs is installed; nothing
+// where it is not. Here the objects come from the checkout's own LFS store,
+// which the pull adds what it had to download to.
+std::string RunnerEmulator::Job::LfsPullBody() const {
+  if (settings_.git_lfs_skip_smudge) return "";
+  return "  if git lfs version >/dev/null 2>&1 ; then\n"
+         "    lfs_store=\"$(git -c \"safe.directory=$src\" -C \"$src\" "
+         "rev-parse --path-format=absolute --git-common-dir)/lfs\"\n"
+         "    git -C \"$CI_PROJECT_DIR\" -c \"lfs.storage=$lfs_store\" lfs "
+         "pull\n"
+         "    echo\n"
+         "  fi\n";
+}
+
 std::string RunnerEmulator::Job::GetSourcesBody() const {
+  // Unless the job set GIT_LFS_SKIP_SMUDGE, the runner sets it for all of
+  // get_sources (LFS files come with the `git lfs pull` after the
+  // checkout).
+  const std::string lfs =
+      settings_.git_lfs_skip_smudge ? "" : "export GIT_LFS_SKIP_SMUDGE=1\n";
   // GIT_STRATEGY none keeps whatever the directory holds; empty starts
   // from an empty one; neither gets the project's files.
   if (settings_.git_strategy == "none") {
-    return "echo 'Skipping Git repository setup'\n"
+    return lfs +
+           "echo 'Skipping Git repository setup'\n"
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
   if (settings_.git_strategy == "empty") {
-    return "echo 'Skipping Git repository setup and creating an empty build "
+    return lfs +
+           "echo 'Skipping Git repository setup and creating an empty build "
            "directory'\n"
            "rm -rf -- \"$CI_PROJECT_DIR\"\n"
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
   // The runner's get_sources never asks for credentials on a terminal.
-  std::string body = "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n";
+  std::string body =
+      "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n" + lfs;
   if (settings_.git_strategy == "clone") {
     // clone starts from nothing: an earlier job's directory is removed.
     absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
@@ -1906,7 +2182,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
       // copy, not an option of cp.
       "    (cd \"$src\" && xargs -0 -r cp -a --parents -t "
       "\"$CI_PROJECT_DIR\" --)\n",
-      CheckoutBody(), "else\n",
+      CheckoutBody(), LfsPullBody(), "else\n",
       // Not a git checkout: its files are copied as they are.
       "  mkdir -p \"$CI_PROJECT_DIR\"\n",
       "  echo \"Copying local project $src to $CI_PROJECT_DIR\"\n",
@@ -2467,7 +2743,6 @@ void RunnerEmulator::Job::RunStages() {
   }
   if (!failure.ok()) return Fail(failure, "prepare_script");
 
-  Log("Getting source from Git repository");
   // get_sources_timeout: one deadline for all get_sources attempts and
   // clear_worktree, from now on; unset, or longer than the job timeout, it
   // is the job timeout (with a warning in the runner's own log).
@@ -2496,25 +2771,43 @@ void RunnerEmulator::Job::RunStages() {
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       if (!paused) return Fail(StopFailure(JobContextStop()), "");
     }
-    // The runner clears the work tree once, before the second attempt.
+    // The runner clears the work tree once, before the second attempt:
+    // `git rm` and `git clean` in the project dir (its .git stays). When
+    // that fails, so does the attempt, without get_sources.
+    Failure cleared;
     if (attempt == 2) {
-      Failure cleared =
-          RunStage("clear_worktree", "rm -rf -- \"$CI_PROJECT_DIR\"\n",
-                   /*export_variables=*/true, /*cd_project=*/false,
-                   sources_deadline, job_stop);
+      Log("Deleting all tracked and untracked files due to source fetch "
+          "failure");
+      cleared = RunStage("clear_worktree",
+                         "echo 'Deleting tracked and untracked files...'\n"
+                         "if [ -d \"$CI_PROJECT_DIR\" ]; then\n"
+                         "  cd \"$CI_PROJECT_DIR\"\n"
+                         "  git rm -rf --ignore-unmatch --quiet .\n"
+                         "  git clean -ffdx -q\n"
+                         "fi\n",
+                         /*export_variables=*/true, /*cd_project=*/false,
+                         sources_deadline, job_stop);
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
-      (void)cleared;
     }
     // An unknown GIT_SUBMODULE_STRATEGY: the runner cannot write the
-    // stage's script, a system failure, and run_exec is not called.
-    before_steps =
-        settings_.git_submodule_strategy == "invalid"
-            ? Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"}
-            : RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
-                       /*export_variables=*/true, /*cd_project=*/false,
-                       sources_deadline, job_stop);
+    // stage's script, a system failure, and run_exec is not called (nor
+    // is the stage's header printed).
+    if (!cleared.ok()) {
+      before_steps = cleared;
+    } else if (settings_.git_submodule_strategy == "invalid") {
+      before_steps =
+          Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"};
+    } else {
+      Log("Getting source from Git repository");
+      before_steps =
+          RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+                   /*export_variables=*/true, /*cd_project=*/false,
+                   sources_deadline, job_stop);
+    }
     if (before_steps.ok() || interrupted() || sources_timed_out()) break;
+    // The runner's retry says so in the job log before the next attempt.
+    if (attempt < attempts) Log("WARNING: Retrying...");
   }
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
   if (!before_steps.ok() && sources_timed_out()) {
@@ -2540,7 +2833,11 @@ void RunnerEmulator::Job::RunStages() {
       }
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (restored.ok()) break;
-      if (attempt == settings_.restore_cache_attempts) before_steps = restored;
+      if (attempt == settings_.restore_cache_attempts) {
+        before_steps = restored;
+      } else {
+        Log("WARNING: Retrying...");
+      }
     }
   }
 
@@ -2566,6 +2863,8 @@ void RunnerEmulator::Job::RunStages() {
     if (downloaded.ok()) break;
     if (attempt == settings_.artifact_download_attempts) {
       before_steps = downloaded;
+    } else {
+      Log("WARNING: Retrying...");
     }
   }
 

@@ -61,6 +61,9 @@ struct RunnerConfig {
   // repository's .git/config and .git/hooks an earlier job left (the
   // custom executor's default).
   bool clean_git_config = true;
+  // `[runners.custom_build_dir] enabled`: a job may choose its project dir
+  // with GIT_CLONE_PATH (off by default for the custom executor).
+  bool custom_build_dir_enabled = false;
 
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};

@@ -529,9 +529,28 @@ TEST_F(RunnerEmulatorTest, ClearWorktreeRunsOnlyBeforeTheSecondSourcesAttempt) {
       sources_calls.push_back(call);
     }
   }
-  EXPECT_THAT(sources_calls,
-              ElementsAre("run get_sources", "run clear_worktree",
-                          "run get_sources", "run get_sources"));
+  // clear_worktree's `git rm` fails where the project dir is no git
+  // repository: the second attempt fails with it, get_sources not run.
+  EXPECT_THAT(
+      sources_calls,
+      ElementsAre("run get_sources", "run clear_worktree", "run get_sources"));
+  // Each attempt under its stage's header, a retry announced before the
+  // next one.
+  const std::vector<std::string> headers = {
+      "Getting source from Git repository",
+      "WARNING: Retrying...",
+      "Deleting all tracked and untracked files due to source fetch failure",
+      "Deleting tracked and untracked files...",
+      "WARNING: Retrying...",
+      "Getting source from Git repository",
+  };
+  std::vector<std::string> seen;
+  for (const std::string& line : log_lines_) {
+    if (std::find(headers.begin(), headers.end(), line) != headers.end()) {
+      seen.push_back(line);
+    }
+  }
+  EXPECT_EQ(seen, headers) << Log();
 }
 
 TEST_F(RunnerEmulatorTest, SystemFailureInPrepareIsRetriedWithCleanup) {
@@ -572,6 +591,51 @@ TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
   EXPECT_THAT(Calls(result), ElementsAre("config ", "prepare ", "cleanup "));
 }
 
+// config_exec's output as the runner reads it (Go's encoding/json): none at
+// all, or null, is no configuration; white space alone (a blank line) is a
+// JSON input that ends too early, a failed preparation.
+TEST_F(RunnerEmulatorTest, ConfigExecOutputIsReadAsGoReadsIt) {
+  env_["FAKE_CONFIG_JSON"] = "null";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+
+  env_["FAKE_CONFIG_JSON"] = " ";
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_EQ(result.attempts, 3);
+  EXPECT_EQ(result.message,
+            "Job failed (system failure): error while parsing JSON output: "
+            "unexpected end of JSON input");
+}
+
+// The job's image reaches the custom executor as CUSTOM_ENV_CI_JOB_IMAGE
+// (expanded), and the job as CI_JOB_IMAGE; a job without one has neither.
+TEST_F(RunnerEmulatorTest, JobImageReachesTheExecutor) {
+  options_.job.image = "python:$PY";
+  options_.job.variables.push_back({"PY", "3.12"});
+  options_.job.steps = {{"script", {"echo \"image $CI_JOB_IMAGE\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("image python:3.12"));
+  EXPECT_THAT(EnvOf(0, "config"),
+              HasSubstr("CUSTOM_ENV_CI_JOB_IMAGE=python:3.12\n"));
+
+  options_.job.image.clear();
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("image "));
+}
+
 TEST_F(RunnerEmulatorTest, MistypedConfigJsonIsRetried) {
   env_["FAKE_CONFIG_JSON"] = R"({"builds_dir": 5})";
 
@@ -595,6 +659,74 @@ TEST_F(RunnerEmulatorTest, MissingBuildsDirIsAConfigError) {
   EXPECT_EQ(log_lines_.back(),
             "ERROR: Job failed: the builds_dir is not configured");
   EXPECT_THAT(Calls(result), ElementsAre("config ", "cleanup "));
+  // The custom executor's startup line comes before the build's check.
+  EXPECT_THAT(log_lines_, Contains("Using Custom executor..."));
+}
+
+// Without run_exec the custom executor refuses its configuration before
+// running any exec, config_exec included, and says so again (a warning)
+// when it cleans up.
+TEST_F(RunnerEmulatorTest, MissingRunExecRunsNoExec) {
+  options_.config.run_exec.clear();
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(result.attempts, 1);
+  EXPECT_THAT(Calls(result), ElementsAre());
+  EXPECT_FALSE(fs::exists(rec_ + "/calls"));
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: custom executor is missing RunExec"));
+  EXPECT_THAT(log_lines_, Not(Contains("Using Custom executor...")));
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: custom executor is missing RunExec");
+}
+
+// The project dir as the runner makes it: GIT_STRATEGY empty's has
+// "-empty" after it; GIT_CLONE_PATH is refused unless custom_build_dir is
+// enabled (the custom executor's default is off), then it is the dir, when
+// it lies inside the builds dir.
+TEST_F(RunnerEmulatorTest, ProjectDirIsTheRunnersForEmptyAndGitClonePath) {
+  const std::string builds = options_.config.builds_dir;
+  options_.job.steps = {{"script", {"echo \"dir $CI_PROJECT_DIR $(pwd)\""}}};
+  options_.job.variables.push_back({"GIT_STRATEGY", "empty"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(absl::StrCat("dir ", builds, "/ml/model-empty ", builds,
+                                    "/ml/model-empty")));
+
+  options_.job.variables.back() = {"GIT_CLONE_PATH", "$CI_BUILDS_DIR/mine"};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(log_lines_.back(),
+            "ERROR: Job failed: setting GIT_CLONE_PATH is not allowed, enable "
+            "`custom_build_dir` feature");
+
+  options_.config.custom_build_dir_enabled = true;
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains(absl::StrCat("dir ", builds, "/mine ",
+                                                builds, "/mine")));
+
+  options_.job.variables.back() = {"GIT_CLONE_PATH", "/elsewhere/mine"};
+  log_lines_.clear();
+
+  result = Run();
+
+  EXPECT_EQ(result.failure_reason, "runner_configuration_error");
+  EXPECT_EQ(log_lines_.back(),
+            absl::StrCat("ERROR: Job failed: the GIT_CLONE_PATH=\"/elsewhere/"
+                         "mine\" has to be within \"",
+                         builds, "\""));
 }
 
 // A prepare_script the executor could not run is a system failure in the
@@ -889,9 +1021,11 @@ TEST_F(RunnerEmulatorTest, CommandsAreShownTrimmedAsTheRunnerDoes) {
 // empties it; neither gets the project's files. Another value is the
 // default (the files), with a warning before the preparation.
 TEST_F(RunnerEmulatorTest, GitStrategyNoneAndEmptyGetNoSources) {
-  const std::string project = dir_.path() + "/builds/ml/model";
   for (const std::string strategy : {"none", "empty", "bogus"}) {
     SCOPED_TRACE(strategy);
+    // empty's project dir is a dir of its own, as the runner names it.
+    const std::string project = dir_.path() + "/builds/ml/model" +
+                                (strategy == "empty" ? "-empty" : "");
     fs::remove_all(project);
     fs::create_directories(project);
     WriteTextFile(project + "/left.txt", "from before\n");
@@ -930,7 +1064,12 @@ TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
 
   EXPECT_EQ(result.status, JobStatus::kFailed);
   std::vector<std::string> calls = Calls(result);
-  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 10);
+  // Ten attempts; the second is clear_worktree's, which fails where the
+  // project dir is no git repository.
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 9);
+  EXPECT_EQ(
+      std::count(log_lines_.begin(), log_lines_.end(), "WARNING: Retrying..."),
+      9);
   EXPECT_THAT(log_lines_,
               Contains("WARNING: GET_SOURCES_ATTEMPTS: number of attempts out "
                        "of the range [1, 10], clamping to: 10"));
@@ -955,6 +1094,9 @@ TEST_F(RunnerEmulatorTest, AttemptSettingsAreClampedAndRetryDownloads) {
   calls = Calls(result);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "run download_artifacts"),
             3);
+  EXPECT_EQ(
+      std::count(log_lines_.begin(), log_lines_.end(), "WARNING: Retrying..."),
+      2);
   EXPECT_EQ(std::count(calls.begin(), calls.end(), "run get_sources"), 1);
   EXPECT_THAT(calls, Not(Contains("run build_script")));
   EXPECT_THAT(log_lines_,
@@ -1576,10 +1718,18 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   options_.job.variables.push_back({"GIT_CONFIG_KEY_0", "protocol.file.allow"});
   options_.job.variables.push_back({"GIT_CONFIG_VALUE_0", "always"});
   options_.job.variables.push_back({"GIT_SUBMODULE_STRATEGY", "recursive"});
+  // Where git-lfs is installed, each submodule's LFS files are pulled.
+  const std::string bin = dir_.path() + "/bin";
+  fs::create_directories(bin);
+  WriteTextFile(bin + "/git-lfs",
+                "#!/bin/sh\necho \"$* in ${PWD##*/}\" >> \"$FAKE_REC/lfs\"\n");
+  fs::permissions(bin + "/git-lfs", fs::perms::owner_all);
+  env_["PATH"] = bin + ":" + env_["PATH"];
   options_.job.steps = {{"script",
                          {"git -C lib status --porcelain && echo lib clean",
                           "cat lib/lib.txt lib/inner/inner.txt tools/tools.txt",
-                          "git submodule status --recursive | wc -l"}}};
+                          "git submodule status --recursive | wc -l",
+                          "git -C lib/inner config include.path"}}};
 
   JobResult result = Run();
 
@@ -1587,6 +1737,19 @@ TEST_F(RunnerEmulatorTest, SubmodulesAreUpdatedAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_,
               Contains("Updating/initializing submodules recursively..."));
   EXPECT_THAT(log_lines_, Contains("Updated submodules"));
+  // Every submodule includes the runner's external git config.
+  EXPECT_THAT(
+      log_lines_,
+      Contains("Configuring submodules to use parent git credentials..."));
+  EXPECT_THAT(log_lines_, Contains(options_.config.builds_dir +
+                                   "/ml/model.tmp/.gitlab-runner.ext.conf"))
+      << Log();
+  EXPECT_THAT(log_lines_, Contains("Pulling LFS files..."));
+  const std::string lfs = ReadTextFile(rec_ + "/lfs");
+  EXPECT_THAT(lfs, HasSubstr("pull in model\n"));  // The project's own.
+  EXPECT_THAT(lfs, HasSubstr("pull in lib\n"));
+  EXPECT_THAT(lfs, HasSubstr("pull in inner\n"));
+  EXPECT_THAT(lfs, HasSubstr("pull in tools\n"));
   EXPECT_THAT(log_lines_, Contains("lib clean"));
   EXPECT_THAT(log_lines_, Contains("inner.txt"));
   EXPECT_THAT(log_lines_, Contains("tools.txt"));
@@ -1927,6 +2090,153 @@ TEST_F(RunnerEmulatorTest, BuildScriptRenameIsAnnounced) {
 
   ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
   EXPECT_THAT(log_lines_, Not(Contains(warning)));
+}
+
+// get_sources leaves the repository including the runner's external git
+// config: the GitLab server's URLs (the remote's, the server's base) are
+// rewritten to ones with the job token, with GIT_SUBMODULE_FORCE_HTTPS the
+// server's SSH URLs too; with FF_GIT_URLS_WITHOUT_TOKENS no URL holds the
+// token and a credential helper hands git $CI_JOB_TOKEN instead.
+TEST_F(RunnerEmulatorTest, GitUrlsAreRewrittenAsTheRunnersExternalConfigDoes) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"CI_SERVER_URL", "https://gitlab.test"});
+  options_.job.variables.push_back({"CI_SERVER_HOST", "gitlab.test"});
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"repo $(git ls-remote --get-url "
+        "https://gitlab.test/ml/model.git)\"",
+        "echo \"other $(git ls-remote --get-url "
+        "https://gitlab.test/ml/other.git)\"",
+        "echo \"scp $(git ls-remote --get-url git@gitlab.test:ml/sub.git)\"",
+        "echo \"ssh $(git ls-remote --get-url "
+        "ssh://git@gitlab.test/ml/sub.git)\"",
+        "echo \"port $(git ls-remote --get-url "
+        "ssh://git@gitlab.test:2222/ml/sub.git)\""}}};
+  const std::string authed = "https://gitlab-ci-token:glcbt-TEST-1002@";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("repo " + authed + "gitlab.test/ml/model.git"));
+  EXPECT_THAT(log_lines_,
+              Contains("other " + authed + "gitlab.test/ml/other.git"));
+  EXPECT_THAT(log_lines_, Contains("scp git@gitlab.test:ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("ssh ssh://git@gitlab.test/ml/sub.git"));
+
+  // GIT_SUBMODULE_FORCE_HTTPS: the server's SSH URLs too.
+  options_.job.variables.push_back({"GIT_SUBMODULE_FORCE_HTTPS", "true"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("scp " + authed + "gitlab.test/ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("ssh " + authed + "gitlab.test/ml/sub.git"));
+
+  // ... at the server's SSH port, when it is not 22.
+  options_.job.variables.push_back({"CI_SERVER_SHELL_SSH_PORT", "2222"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("scp git@gitlab.test:ml/sub.git"));
+  EXPECT_THAT(log_lines_,
+              Contains("port " + authed + "gitlab.test/ml/sub.git"));
+
+  // Without tokens in URLs: plain HTTPS, the credentials from the helper.
+  options_.job.variables.pop_back();
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"git ls-remote --get-url https://gitlab.test/ml/model.git",
+        "git ls-remote --get-url git@gitlab.test:ml/sub.git",
+        "printf 'protocol=https\\nhost=gitlab.test\\n' | git credential fill",
+        "git config -l | grep -c glcbt || true"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("https://gitlab.test/ml/model.git"));
+  EXPECT_THAT(log_lines_, Contains("https://gitlab.test/ml/sub.git"));
+  EXPECT_THAT(log_lines_, Contains("username=gitlab-ci-token"));
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("0"));
+}
+
+// Unless GIT_LFS_SKIP_SMUDGE: get_sources runs with GIT_LFS_SKIP_SMUDGE=1
+// and, where git-lfs is installed, runs `git lfs pull` after the checkout
+// (an empty line after its output); without git-lfs nothing is said.
+TEST_F(RunnerEmulatorTest, LfsFilesArePulledAfterTheCheckoutWhereGitLfsIs) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.steps = {
+      {"script", {"echo \"smudge ${GIT_LFS_SKIP_SMUDGE:-unset}\""}}};
+  const std::string bin = dir_.path() + "/bin";
+  fs::create_directories(bin);
+  const std::string fake = bin + "/git-lfs";
+  WriteTextFile(fake,
+                "#!/bin/sh\n"
+                "echo \"$* $GIT_LFS_SKIP_SMUDGE\" >> \"$FAKE_REC/lfs\"\n"
+                "[ \"$1\" != pull ] || echo 'pulled LFS objects'\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string path = env_["PATH"];
+  env_["PATH"] = bin + ":" + path;
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(ReadTextFile(rec_ + "/lfs"), HasSubstr("pull 1\n"));
+  const auto pulled =
+      std::find(log_lines_.begin(), log_lines_.end(), "pulled LFS objects");
+  ASSERT_NE(pulled, log_lines_.end()) << Log();
+  ASSERT_NE(pulled + 1, log_lines_.end());
+  EXPECT_EQ(*(pulled + 1), "");
+  EXPECT_THAT(log_lines_, Contains("smudge unset"));
+
+  // The job's own GIT_LFS_SKIP_SMUDGE: no pull.
+  fs::remove(rec_ + "/lfs");
+  options_.job.variables.push_back({"GIT_LFS_SKIP_SMUDGE", "1"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(rec_ + "/lfs"));
+  EXPECT_THAT(log_lines_, Not(Contains("pulled LFS objects")));
+  EXPECT_THAT(log_lines_, Contains("smudge 1"));
+
+  // No git-lfs: nothing said, nothing failed.
+  options_.job.variables.pop_back();
+  env_["PATH"] = path;
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(rec_ + "/lfs"));
+  const auto checkout = std::find_if(
+      log_lines_.begin(), log_lines_.end(),
+      [](const std::string& line) { return line.starts_with("Checking out"); });
+  ASSERT_NE(checkout, log_lines_.end()) << Log();
+  ASSERT_NE(checkout + 1, log_lines_.end());
+  EXPECT_NE(*(checkout + 1), "") << Log();
 }
 
 }  // namespace

@@ -296,6 +296,11 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
     GDT_RETURN_IF_ERROR(ReadBool(*git, "protected", "git_info.protected",
                                  &payload.ref_protected));
   }
+  if (const Json* image = Member(root, "image"); image != nullptr) {
+    if (!image->is_object()) return TypeError("image", "an object");
+    GDT_RETURN_IF_ERROR(
+        ReadString(*image, "name", "image.name", &payload.image));
+  }
   if (const Json* runner = Member(root, "runner_info"); runner != nullptr) {
     if (!runner->is_object()) return TypeError("runner_info", "an object");
     GDT_RETURN_IF_ERROR(ReadInt(*runner, "timeout", "runner_info.timeout",
@@ -414,6 +419,7 @@ std::string SerializeJobPayload(const JobPayload& payload) {
       {"ref_type", payload.ref_type}, {"refspecs", payload.refspecs},
       {"depth", payload.depth},       {"protected", payload.ref_protected}};
   root["runner_info"] = {{"timeout", payload.timeout_seconds}};
+  if (!payload.image.empty()) root["image"] = {{"name", payload.image}};
   root["variables"] = std::move(variables);
   root["steps"] = std::move(steps);
   root["artifacts"] = std::move(artifacts);

@@ -86,6 +86,9 @@ struct JobPayload {
   bool ref_protected = false;
   // runner_info
   int64_t timeout_seconds = 0;
+  // image.name: the job's `image:` (empty: none). The runner hands it to
+  // the custom executor as CUSTOM_ENV_CI_JOB_IMAGE.
+  std::string image;
   std::vector<JobVariable> variables;
   std::vector<JobStep> steps;
   std::vector<JobArtifact> artifacts;

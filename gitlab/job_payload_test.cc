@@ -90,6 +90,14 @@ TEST(JobPayloadTest, SerialiseRoundTripsAsOneLine) {
   EXPECT_EQ(again->caches[0].policy, "pull");
   EXPECT_THAT(again->caches[0].paths, ElementsAre("vendor/"));
   EXPECT_THAT(again->caches[0].fallback_keys, ElementsAre("main-protected"));
+
+  // The job's image, when it has one.
+  EXPECT_EQ(text.find("\"image\""), std::string::npos);
+  again->image = "python:3.12";
+  absl::StatusOr<JobPayload> with_image =
+      ParseJobPayload(SerializeJobPayload(*again));
+  ASSERT_TRUE(with_image.ok()) << with_image.status();
+  EXPECT_EQ(with_image->image, "python:3.12");
 }
 
 TEST(JobPayloadTest, PipelineIdIsWrittenOnlyWhenKnown) {

@@ -59,6 +59,9 @@ EXTERNAL_FLAGS = {
     "--depth", "--prune", "--quiet", "--unshallow",  # git fetch
     "--init", "--recursive", "--hard",  # git submodule, git reset
     "--no-checkout", "--branch",  # git clone
+    "--remote",  # git submodule update
+    "--get-url",  # git ls-remote
+    "--ignore-unmatch",  # git rm
 }
 FLAG = re.compile(r"(?<![A-Za-z0-9_-])--[a-z][a-z0-9_-]*[a-z0-9]")
 
