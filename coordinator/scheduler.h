@@ -115,6 +115,10 @@ struct JoinRequest {
   std::string topology_same;
   bool topology_required = false;
   bool preemptible = false;
+  // Retries of the member's job that bring it back after a preemption
+  // (GDT_PREEMPT_RETRIES); nullopt when it does not say. A member is
+  // preemptible in an epoch only while one is left (PreemptRetriesLeft).
+  std::optional<uint32_t> preempt_retries;
   // Elastic gangs: the fewest members the gang may start with (0: all).
   uint32_t nodes_min = 0;
   // The executor's id (rendezvous::kExecutorMetadata); "" from executors

@@ -32,7 +32,8 @@ using ::testing::Not;
 
 constexpr int kGraceSeconds = 60;
 
-// `low` (2 members × 1 GPU, preemptible) resumes from the coordinator's
+// `low` (2 members × 1 GPU, preemptible; the test retries it by hand, as
+// GitLab would once: GDT_PREEMPT_RETRIES 1) resumes from the coordinator's
 // records of its gang and runs under `gdt-ckpt run`, which passes the
 // notice on as a flag file (torchrun's agent would die of SIGUSR1);
 // train.py checkpoints and stops on it. Its checkpoints (~5 KB) go to the
@@ -49,6 +50,7 @@ low:
     GDT_NPROC_PER_NODE: "1"
     GDT_LAUNCHER: torchrun
     GDT_PREEMPTIBLE: "1"
+    GDT_PREEMPT_RETRIES: "1"
     GDT_CHECKPOINT_SIGNAL: none
     GDT_CHECKPOINT_THRESHOLD: "1024"
     DDP_STEPS: "40"
@@ -228,6 +230,85 @@ TEST_F(PreemptionE2eTest,
                   ::testing::Pair("low-full-p1-pl6363-n2 1", "done"),
                   ::testing::Pair("low-p1-pl6161-n2 2", "done"),
                   ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
+}
+
+// `low` is preemptible but its `retry: 0` would not bring it back after a
+// preemption: it holds both GPUs until the test creates $RELEASE. `high`
+// outranks it and needs both GPUs.
+constexpr char kNoRetryCiFile[] = R"yaml(stages: [train]
+low:
+  stage: train
+  retry: 0
+  timeout: 10 minutes
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, preemptible: true}
+  script:
+    - until [ -e "$RELEASE" ]; do sleep 0.2; done; echo "low finished"
+high:
+  stage: train
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, priority: 5}
+  script:
+    - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
+)yaml";
+
+// A preempted job whose retry: does not bring it back would fail for good:
+// the coordinator leaves such a gang alone and the high-priority gang waits.
+TEST_F(PreemptionE2eTest, AGangWithoutARetryLeftIsNotPreempted) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml", kNoRetryCiFile);
+  const std::string release = cluster_.dir().Sub("release");
+  const std::string low_log = cluster_.run_dir() + "/logs/low-1-1.log";
+  const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";
+
+  std::unique_ptr<Subprocess> low =
+      StartRunLocal(cluster_, project, "low",
+                    {"--pipeline-id", "7171", "--var", "RELEASE=" + release});
+  ASSERT_NE(low, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadFile(low_log).find("admitted") != std::string::npos; },
+      seconds(60)))
+      << ReadFile(low_log) << cluster_.Logs();
+  EXPECT_THAT(ReadFile(low_log),
+              HasSubstr("gdt: not preemptible: its retry: does not bring a "
+                        "preempted job back (exit code 76)"));
+
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project, "high", {"--pipeline-id", "7272"});
+  ASSERT_NE(high, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(high_log).find("waiting for 1 × 2 free GPUs") !=
+               std::string::npos;
+      },
+      seconds(60)))
+      << ReadFile(high_log) << cluster_.Logs();
+  // A preemptible gang would get its notice on the next pass (a second); this
+  // one never does.
+  EXPECT_FALSE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        for (const auto& gang : (*status)["gangs"]) {
+          if (gang.value("gang_id", "") == "low-p1-pl7171-n1" &&
+              !gang.value("preemption_planned_by", "").empty()) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(5)));
+  EXPECT_THAT(cluster_.Logs(), Not(HasSubstr("event=preemption_started")));
+
+  WriteFile(release, "");
+  const CommandResult low_done = FinishRun(*low, seconds(60));
+  EXPECT_TRUE(low_done.status.success()) << low_done.output << cluster_.Logs();
+  EXPECT_THAT(ReadFile(low_log), HasSubstr("low finished"));
+  const CommandResult high_done = FinishRun(*high, seconds(60));
+  EXPECT_TRUE(high_done.status.success())
+      << high_done.output << cluster_.Logs();
+  EXPECT_THAT(ReadFile(high_log), HasSubstr("high-priority work on GPUs 0,1"));
 }
 
 }  // namespace
