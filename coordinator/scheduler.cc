@@ -130,7 +130,8 @@ absl::Status Scheduler::LoadState() {
       // A preemption under way goes on: the policy does not choose the gang
       // again, and its members hear the notice again.
       gang.preemption_planned_by = gang.preempt_by;
-      QueueNotice(gang);
+      // A withdrawn one (no deadline) is not announced again.
+      if (gang.preempt_stop_by_ms != 0) QueueNotice(gang);
     }
     gangs_[gang.id] = std::move(gang);
   }
@@ -1096,7 +1097,10 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     // not chosen again meanwhile.
     if (gang.state == state::GangState::kRunning &&
         gang.preempt_notice_ms != 0) {
-      running.end_bound_unix_s = gang.preempt_stop_by_ms / 1000;
+      // Withdrawn (no deadline): it runs to its own bound.
+      if (gang.preempt_stop_by_ms != 0) {
+        running.end_bound_unix_s = gang.preempt_stop_by_ms / 1000;
+      }
       running.preemptible = false;
     }
     if (!running.members.empty()) out.push_back(std::move(running));

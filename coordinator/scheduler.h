@@ -588,6 +588,13 @@ class Scheduler {
   // Fails `gang`, which is being preempted, as preempted and counts it;
   // `early_exit` (empty = none) says which member ended before a
   // checkpoint was recorded.
+  // Whether gang `gang_id` (a victim's preempt_by) still waits with all its
+  // members present; a victim is stopped only for such a gang.
+  bool StillWaiting(const std::string& gang_id) const;
+  // Ends the stopping of a victim whose waiting gang is gone
+  // (preempt_stop_by_ms = 0, persisted); its members' exits still end it as
+  // preempted.
+  void WithdrawPreemption(state::Gang& gang);
   absl::Status FailPreempted(state::Gang& gang, const std::string& early_exit);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const state::Gang& gang,

@@ -314,6 +314,47 @@ TEST_F(PreemptionTest, ARetryThatIsTheLastAttemptIsNotStoppedAgain) {
   EXPECT_EQ(Gang(kLow).preemptions, 1u);
 }
 
+// The waiting gang is cancelled (its member leaves) after the notice: a
+// victim that ignored the notice is not stopped at the deadline for a gang
+// that no longer waits, nor is one that checkpointed and kept running; the
+// preemption is withdrawn, also across a restart. An exit of a member (the
+// training may stop on the notice it heard) still ends it as preempted.
+TEST_F(PreemptionTest, AVictimIsNotStoppedForAGangThatNoLongerWaits) {
+  RunLow(101, 1);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 50).ok());
+  Advance(3600s);
+  JoinHigh(201, 2);
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  ASSERT_TRUE(s().Leave(Gang(kHigh).key, 1, 201).ok());
+
+  Advance(20s);
+  s().NoteCheckpoint(kLow, 1);
+  Advance(10s);
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  Advance(400s);  // Past the deadline.
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  EXPECT_EQ(Gang(kLow).preempt_stop_by_ms, 0);
+  EXPECT_EQ(Gang(kLow).preemptions, 0u);
+
+  Reopen();
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 51).ok());
+  s().TakeEvents();
+
+  // The training stopped on the notice after all: a preemption, not a
+  // success, so that its retry finishes the work.
+  ASSERT_TRUE(s().ReportExit(kLow, 1, 1, 101, 0).ok());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+  std::optional<state::MemberEvent> failed = FailedEvent(51);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_TRUE(failed->preempted);
+}
+
 TEST_F(PreemptionTest, AGangWithoutGpusIsNeverChosen) {
   // A preemptible CPU-only gang of lower priority than everything else: it
   // has lost no GPU-hours, so it would come first among the victims, but
