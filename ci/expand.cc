@@ -23,6 +23,7 @@
 #include "ci/job_file.h"
 #include "ci/rules.h"
 #include "ci/yaml_tree.h"
+#include "common/exit_code.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ci {
@@ -65,6 +66,23 @@ const std::vector<std::string>& PreemptibleValues() {
   return values;
 }
 
+// GitLab retries a job at most this many times (`retry: 0..2`).
+constexpr int64_t kMaxGitLabRetries = 2;
+
+// How many retries bring a preempted member (exit code 76) of `job` back:
+// from its effective `retry:`, or, without one, from the `retry:` expand
+// adds (max 2, script_failure). A `retry:` that does not read counts none
+// (lint reports it).
+int PreemptRetries(const std::string& job, const CiValue& effective) {
+  const auto retry = effective.find("retry");
+  if (retry == effective.end() || retry->is_null()) {
+    return static_cast<int>(kMaxGitLabRetries);
+  }
+  CiRetry read;
+  if (!ReadCiRetry(*retry, job, &read).ok()) return 0;
+  return RetriesForScriptExit(read, kPreemptedJobExitCode);
+}
+
 // The keys of a job's effective configuration (after extends and
 // default:) that expand and lint look at.
 const std::vector<std::string>& InspectedKeys() {
@@ -98,6 +116,7 @@ const std::vector<VariableRule>& InputVariables() {
       {"GDT_CHECKPOINT_STORE", VariableRule::kChoice, 0, 0,
        &CheckpointStores()},
       {"GDT_PREEMPTIBLE", VariableRule::kChoice, 0, 0, &PreemptibleValues()},
+      {"GDT_PREEMPT_RETRIES", VariableRule::kInteger, 0, kMaxGitLabRetries},
   };
   return rules;
 }
@@ -4238,6 +4257,19 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
               tags->end()) {
         tag_inherited.insert(job);
       }
+      if (spec.preemptible) {
+        spec.preempt_retries = PreemptRetries(job, effective->config);
+        if (spec.preempt_retries == 0 && report.warnings != nullptr) {
+          report.warnings->At(
+              parallel.value, key,
+              absl::StrCat(job,
+                           ": preemptible, but its retry: never brings back "
+                           "a preempted job (exit code ",
+                           kPreemptedJobExitCode,
+                           "), so gdt never preempts it; give it a retry: "
+                           "with max 1 or 2 that covers script_failure"));
+        }
+      }
       const size_t first_edit = edits.size();
       if (rewriter.Plan(spec, parallel, &edits)) {
         SortEdits(edits.begin() + static_cast<std::ptrdiff_t>(first_edit),
@@ -4482,7 +4514,10 @@ std::vector<std::pair<std::string, std::string>> GangSpec::Variables() const {
   if (!checkpoint_store.empty()) {
     v.emplace_back("GDT_CHECKPOINT_STORE", checkpoint_store);
   }
-  if (preemptible) v.emplace_back("GDT_PREEMPTIBLE", "1");
+  if (preemptible) {
+    v.emplace_back("GDT_PREEMPTIBLE", "1");
+    v.emplace_back("GDT_PREEMPT_RETRIES", std::to_string(preempt_retries));
+  }
   for (const std::string& name : cleared) v.emplace_back(name, "");
   return v;
 }

@@ -57,6 +57,11 @@ struct GangSpec {
   // The gang may be stopped (after a checkpoint notice) for a gang that
   // outranks it, and is then retried.
   bool preemptible = false;
+  // For a preemptible gang: how many retries of its job's `retry:` (its
+  // own, an inherited one, or the one expand adds) bring back the exit code
+  // of a preempted job (76). Written as GDT_PREEMPT_RETRIES; the
+  // coordinator stops a gang only while a retry is left.
+  int preempt_retries = 0;
   // GDT_* variables written empty (GitLab sends "", which gdt reads as
   // unset): ones a template's block sets that this job's block does not,
   // so that GitLab's merge of `variables` through extends keeps no stale

@@ -222,6 +222,68 @@ TEST(ExpandTest, ProcessesDefaultToTheGpusPerNode) {
             "launcher torchrun");
 }
 
+// A preemptible gang tells the coordinator how many retries bring it back
+// after a preemption (exit code 76), from the retry: GitLab will apply.
+TEST(ExpandTest, PreemptibleGangCarriesTheRetriesThatBringItBack) {
+  const std::string block =
+      "  parallel:\n    distributed: {nodes: 2, preemptible: true}\n"
+      "  script: x\n";
+  const struct {
+    std::string yaml;
+    std::string retries;
+    bool warned;
+  } cases[] = {
+      // No retry: expand's own (max 2, script_failure).
+      {"j:\n" + block, "2", false},
+      {"default:\n  retry: 1\nj:\n" + block, "1", false},
+      {"default:\n  retry: 1\nj:\n  inherit: {default: false}\n" + block, "2",
+       false},
+      {"j:\n  retry: 0\n" + block, "0", true},
+      {"j:\n  retry: {max: 2, when: [runner_system_failure]}\n" + block, "0",
+       true},
+      {"j:\n  retry: {max: 1, when: [script_failure]}\n" + block, "1", false},
+      {"j:\n  retry: {max: 2, when: always}\n" + block, "2", false},
+      {"j:\n  retry: {max: 2, exit_codes: [1, 137]}\n" + block, "0", true},
+      {"j:\n  retry: {max: 2, exit_codes: [1, 76]}\n" + block, "2", false},
+      // Both keys: only when both let 76 through.
+      {"j:\n  retry: {max: 2, when: [script_failure], exit_codes: 1}\n" + block,
+       "0", true},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    const CiExpansion expansion = ExpandCiYaml(c.yaml);
+    ASSERT_TRUE(expansion.ok()) << expansion.errors[0].message;
+    EXPECT_THAT(expansion.text,
+                HasSubstr("GDT_PREEMPT_RETRIES: \"" + c.retries + "\""));
+    const CiExpansion lint = LintCiYaml(c.yaml);
+    ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+    if (c.warned) {
+      ASSERT_EQ(lint.warnings.size(), 1u);
+      EXPECT_THAT(lint.warnings[0].message,
+                  HasSubstr("j: preemptible, but its retry: never brings back "
+                            "a preempted job (exit code 76), so gdt never "
+                            "preempts it"));
+    } else {
+      EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
+    }
+    // What expand writes, lint takes.
+    const CiExpansion relint = LintCiYaml(expansion.text);
+    EXPECT_TRUE(relint.ok()) << relint.errors[0].message;
+  }
+  // A gang that is not preemptible gets no count.
+  const CiExpansion plain = ExpandCiYaml(
+      "j:\n  parallel:\n    distributed: {nodes: 2}\n  script: x\n");
+  ASSERT_TRUE(plain.ok()) << plain.errors[0].message;
+  EXPECT_THAT(plain.text, Not(HasSubstr("GDT_PREEMPT_RETRIES")));
+  // A plain job's own value is checked like every GDT_* input.
+  const CiExpansion bad = LintCiYaml(
+      "j:\n  parallel: 2\n  tags: [gdt]\n  script: x\n"
+      "  variables: {GDT_PREEMPTIBLE: \"1\", GDT_PREEMPT_RETRIES: \"3\"}\n");
+  ASSERT_EQ(bad.errors.size(), 1u);
+  EXPECT_THAT(bad.errors[0].message,
+              HasSubstr("GDT_PREEMPT_RETRIES must be an integer from 0 to 2"));
+}
+
 TEST(ExpandTest, PreemptibleBecomesAVariable) {
   const CiExpansion expansion = ExpandCiYaml(
       "j:\n  parallel:\n    distributed: {nodes: 2, preemptible: true}\n"
@@ -451,7 +513,11 @@ TEST(GangSpecTest, VariablesInTheDocumentedOrder) {
                   Pair("GDT_TOPOLOGY_SAME", "rack"),
                   Pair("GDT_TOPOLOGY_MODE", "required")));
   spec.preemptible = true;
-  EXPECT_THAT(spec.Variables().back(), Pair("GDT_PREEMPTIBLE", "1"));
+  spec.preempt_retries = 2;
+  const auto variables = spec.Variables();
+  ASSERT_GE(variables.size(), 2u);
+  EXPECT_THAT(variables[variables.size() - 2], Pair("GDT_PREEMPTIBLE", "1"));
+  EXPECT_THAT(variables.back(), Pair("GDT_PREEMPT_RETRIES", "2"));
 }
 
 // A CI/CD component: a `spec:` header document, `---`, then the jobs.

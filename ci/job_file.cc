@@ -813,6 +813,25 @@ absl::Status CheckPages(const CiValue& node, std::string_view job) {
 
 }  // namespace
 
+int RetriesForScriptExit(const CiRetry& retry, int exit_code) {
+  const bool reason =
+      !retry.when.has_value() ||
+      std::any_of(retry.when->begin(), retry.when->end(),
+                  [](const std::string& r) {
+                    return r == "always" || r == "script_failure";
+                  });
+  const bool code =
+      !retry.exit_codes.has_value() ||
+      std::find(retry.exit_codes->begin(), retry.exit_codes->end(),
+                exit_code) != retry.exit_codes->end();
+  return reason && code ? retry.max : 0;
+}
+
+absl::Status ReadCiRetry(const CiValue& node, std::string_view job,
+                         CiRetry* out) {
+  return ReadRetry(node, job, out);
+}
+
 std::vector<std::pair<std::string, std::string>> CheckJobKeywordValues(
     const CiValue& own, std::string_view job) {
   std::vector<std::pair<std::string, std::string>> problems;

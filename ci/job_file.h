@@ -58,6 +58,17 @@ struct CiRetry {
   std::optional<std::vector<int>> exit_codes;
 };
 
+// How many retries of `retry` bring back a job whose script failed with
+// `exit_code`: its max when `when` (unset: always) has always or
+// script_failure and `exit_codes`, if given, lists the code; else 0. Both
+// must hold, the stricter reading of a `retry:` with both keys.
+int RetriesForScriptExit(const CiRetry& retry, int exit_code);
+
+// Reads a job's `retry:` value (`N` or `{max, when, exit_codes}`); an error
+// names `job` and what is wrong.
+absl::Status ReadCiRetry(const CiValue& node, std::string_view job,
+                         CiRetry* out);
+
 // One job of a `parallel: matrix:`: its name ("test: [a100, 2]") and the
 // variables it sets, in the matrix's order.
 struct CiMatrixJob {

@@ -88,6 +88,9 @@ JoinRequest FromProto(const v1::JoinGangRequest& proto) {
   request.topology_same = proto.topology_same();
   request.topology_required = proto.topology_required();
   request.preemptible = proto.preemptible();
+  if (proto.has_preempt_retries()) {
+    request.preempt_retries = proto.preempt_retries();
+  }
   request.nodes_min = proto.nodes_min();
   return request;
 }

@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_code.h"
 #include "common/logging.h"
 #include "common/retry_after.h"
 #include "common/sha256.h"
@@ -129,7 +130,8 @@ absl::Status Scheduler::LoadState() {
       // A preemption under way goes on: the policy does not choose the gang
       // again, and its members hear the notice again.
       gang.preemption_planned_by = gang.preempt_by;
-      QueueNotice(gang);
+      // A withdrawn one (no deadline) is not announced again.
+      if (gang.preempt_stop_by_ms != 0) QueueNotice(gang);
     }
     gangs_[gang.id] = std::move(gang);
   }
@@ -585,7 +587,24 @@ absl::StatusOr<std::string> Scheduler::Join(const JoinRequest& request,
   member.priority = request.priority;
   member.topology_same = request.topology_same;
   member.topology_required = request.topology_required;
-  member.preemptible = request.preemptible;
+  // Preemptible in this epoch only while a retry would bring it back: a
+  // member stopped with none left fails for good, and with it its pipeline.
+  const int64_t retries_left =
+      PreemptRetriesLeft(request.preempt_retries.has_value()
+                             ? std::optional<int64_t>(*request.preempt_retries)
+                             : std::nullopt,
+                         target->epoch);
+  member.preemptible = request.preemptible && retries_left > 0;
+  if (request.preemptible && retries_left == 0) {
+    spdlog::info(
+        "event=member_not_preemptible gang={} epoch={} member={} job={} "
+        "preempt_retries={}",
+        LogValue(target->id), target->epoch, request.member_index,
+        request.job_id,
+        request.preempt_retries.has_value()
+            ? std::to_string(*request.preempt_retries)
+            : std::string("unset"));
+  }
   const uint32_t nodes_min =
       request.nodes_min < key.size ? request.nodes_min : 0;
   // Only a new gang or new elastic bounds change the gang's stored record
@@ -1078,7 +1097,10 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     // not chosen again meanwhile.
     if (gang.state == state::GangState::kRunning &&
         gang.preempt_notice_ms != 0) {
-      running.end_bound_unix_s = gang.preempt_stop_by_ms / 1000;
+      // Withdrawn (no deadline): it runs to its own bound.
+      if (gang.preempt_stop_by_ms != 0) {
+        running.end_bound_unix_s = gang.preempt_stop_by_ms / 1000;
+      }
       running.preemptible = false;
     }
     if (!running.members.empty()) out.push_back(std::move(running));

@@ -115,6 +115,10 @@ struct JoinRequest {
   std::string topology_same;
   bool topology_required = false;
   bool preemptible = false;
+  // Retries of the member's job that bring it back after a preemption
+  // (GDT_PREEMPT_RETRIES); nullopt when it does not say. A member is
+  // preemptible in an epoch only while one is left (PreemptRetriesLeft).
+  std::optional<uint32_t> preempt_retries;
   // Elastic gangs: the fewest members the gang may start with (0: all).
   uint32_t nodes_min = 0;
   // The executor's id (rendezvous::kExecutorMetadata); "" from executors
@@ -584,6 +588,13 @@ class Scheduler {
   // Fails `gang`, which is being preempted, as preempted and counts it;
   // `early_exit` (empty = none) says which member ended before a
   // checkpoint was recorded.
+  // Whether gang `gang_id` (a victim's preempt_by) still waits with all its
+  // members present; a victim is stopped only for such a gang.
+  bool StillWaiting(const std::string& gang_id) const;
+  // Ends the stopping of a victim whose waiting gang is gone
+  // (preempt_stop_by_ms = 0, persisted); its members' exits still end it as
+  // preempted.
+  void WithdrawPreemption(state::Gang& gang);
   absl::Status FailPreempted(state::Gang& gang, const std::string& early_exit);
   // "member 2/3 (job 1002 on host gpu-07)".
   static std::string MemberLabel(const state::Gang& gang,

@@ -93,14 +93,19 @@ std::vector<std::string> Scheduler::StopPreemptedGangs() {
   const int64_t now_ms = clock_.UnixMillis();
   for (auto& [id, gang_ptr] : LiveGangs()) {
     state::Gang& gang = *gang_ptr;
+    // A withdrawn preemption (stop deadline 0) stops nothing any more.
     if (gang.state != state::GangState::kRunning ||
-        gang.preempt_notice_ms == 0) {
+        gang.preempt_notice_ms == 0 || gang.preempt_stop_by_ms == 0) {
       continue;
     }
     const bool settled =
         gang.preempt_checkpoint_ms != 0 &&
         now_ms >= gang.preempt_checkpoint_ms + kPreemptionSettle.count();
     if (!settled && now_ms < gang.preempt_stop_by_ms) continue;
+    if (!StillWaiting(gang.preempt_by)) {
+      WithdrawPreemption(gang);
+      continue;
+    }
     if (absl::Status status = FailPreempted(gang, ""); !status.ok()) {
       spdlog::error("event=preemption_stop_failed gang={} error={}",
                     LogValue(id), LogValue(status.ToString()));
@@ -109,6 +114,29 @@ std::vector<std::string> Scheduler::StopPreemptedGangs() {
     stopped.push_back(id);
   }
   return stopped;
+}
+
+bool Scheduler::StillWaiting(const std::string& gang_id) const {
+  auto head = gangs_.find(gang_id);
+  return head != gangs_.end() &&
+         head->second.state == state::GangState::kForming &&
+         Complete(head->second);
+}
+
+void Scheduler::WithdrawPreemption(state::Gang& gang) {
+  // The notice cannot be taken back: a training that heard it may still
+  // stop on it, and its exit ends the gang as preempted (never as
+  // succeeded). But the coordinator no longer stops a gang that ignored the
+  // notice, or that checkpointed and kept running, for a gang that is gone.
+  gang.preempt_stop_by_ms = 0;
+  if (absl::Status saved = store_.SaveGang(gang); !saved.ok()) {
+    spdlog::error("event=preemption_not_persisted gang={} error={}",
+                  LogValue(gang.id), LogValue(saved.ToString()));
+  }
+  spdlog::warn(
+      "event=preemption_withdrawn gang={} by={} reason=\"gang {} no longer "
+      "waits with all its members (cancelled, left or started elsewhere)\"",
+      LogValue(gang.id), LogValue(gang.preempt_by), gang.preempt_by);
 }
 
 absl::Status Scheduler::FailPreempted(state::Gang& gang,

@@ -58,12 +58,15 @@ class PreemptionTest : public ::testing::Test {
   }
 
   // Job `job_id` of the low-priority gang (all 8 GPUs for two days) joins
-  // through stream `stream` and is admitted.
-  void RunLow(int64_t job_id, uint64_t stream, bool preemptible = true) {
+  // through stream `stream` and is admitted; its retry: brings it back after
+  // a preemption `retries` times.
+  void RunLow(int64_t job_id, uint64_t stream, bool preemptible = true,
+              std::optional<uint32_t> retries = 2) {
     state::GangKey key{"https://gitlab.example.com", 5, 76, "low", 1};
     JoinRequest join = test::Joining(key, 1, 8);
     join.job_id = job_id;
     join.preemptible = preemptible;
+    join.preempt_retries = retries;
     join.job_timeout_seconds = 48 * 3600;
     ASSERT_TRUE(s().Join(join, stream).ok());
     std::vector<AdmissionProposal> proposals = s().Plan();
@@ -80,6 +83,17 @@ class PreemptionTest : public ::testing::Test {
     join.priority = 5;
     join.job_timeout_seconds = 3600;
     ASSERT_TRUE(s().Join(join, stream).ok());
+  }
+
+  // The low gang keeps running through passes that would have stopped it.
+  void ExpectLowUntouched() {
+    for (int pass = 0; pass < 3; ++pass) {
+      EXPECT_THAT(s().Plan(), IsEmpty());
+      Advance(400s);
+      EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+    }
+    EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+    EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
   }
 
   const state::Gang& Gang(const std::string& id) {
@@ -253,6 +267,94 @@ TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
   EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
 }
 
+// A gang is stopped only while its retry: would bring it back: without a
+// retry left a preemption would fail its job for good, so it keeps running
+// and the high-priority gang waits for it.
+TEST_F(PreemptionTest, AGangWhoseRetryDoesNotBringItBackIsNeverChosen) {
+  RunLow(101, 1, /*preemptible=*/true, /*retries=*/0);  // retry: 0
+  Advance(3600s);
+  JoinHigh(201, 2);
+  ExpectLowUntouched();
+  EXPECT_EQ(Gang(kLow).preemptions, 0u);
+}
+
+TEST_F(PreemptionTest, AGangThatGivesNoRetryCountIsNeverChosen) {
+  RunLow(101, 1, /*preemptible=*/true, /*retries=*/std::nullopt);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  ExpectLowUntouched();
+}
+
+// retry: 1 — preempted in its first attempt; its retry (epoch 2) is its
+// last attempt and is not stopped again, though max_preemptions allows it.
+TEST_F(PreemptionTest, ARetryThatIsTheLastAttemptIsNotStoppedAgain) {
+  options_.preemption.max_preemptions = 3;
+  Reopen();
+  RunLow(101, 1, /*preemptible=*/true, /*retries=*/1);
+  Advance(3600s);
+  JoinHigh(201, 2);
+  s().Plan();
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  s().NoteCheckpoint(kLow, 1);
+  Advance(5s);
+  ASSERT_THAT(s().StopPreemptedGangs(), SizeIs(1));
+  ASSERT_TRUE(s().Leave(Gang(kLow).key, 1, 101).ok());
+  std::vector<AdmissionProposal> proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  ASSERT_TRUE(
+      s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+  ASSERT_TRUE(s().ReportExit(kHigh, 1, 1, 201, 0).ok());
+  ASSERT_TRUE(s().Leave(Gang(kHigh).key, 1, 201).ok());
+
+  RunLow(102, 3, /*preemptible=*/true, /*retries=*/1);
+  ASSERT_EQ(Gang(kLow).epoch, 2u);
+  Advance(3600s);
+  JoinHigh(301, 4, /*pipeline=*/78);
+  ExpectLowUntouched();
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+}
+
+// The waiting gang is cancelled (its member leaves) after the notice: a
+// victim that ignored the notice is not stopped at the deadline for a gang
+// that no longer waits, nor is one that checkpointed and kept running; the
+// preemption is withdrawn, also across a restart. An exit of a member (the
+// training may stop on the notice it heard) still ends it as preempted.
+TEST_F(PreemptionTest, AVictimIsNotStoppedForAGangThatNoLongerWaits) {
+  RunLow(101, 1);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 50).ok());
+  Advance(3600s);
+  JoinHigh(201, 2);
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  ASSERT_TRUE(s().Leave(Gang(kHigh).key, 1, 201).ok());
+
+  Advance(20s);
+  s().NoteCheckpoint(kLow, 1);
+  Advance(10s);
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  Advance(400s);  // Past the deadline.
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  EXPECT_EQ(Gang(kLow).preempt_stop_by_ms, 0);
+  EXPECT_EQ(Gang(kLow).preemptions, 0u);
+
+  Reopen();
+  EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+  ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 51).ok());
+  s().TakeEvents();
+
+  // The training stopped on the notice after all: a preemption, not a
+  // success, so that its retry finishes the work.
+  ASSERT_TRUE(s().ReportExit(kLow, 1, 1, 101, 0).ok());
+  EXPECT_EQ(Gang(kLow).state, state::GangState::kFailed);
+  EXPECT_EQ(Gang(kLow).preemptions, 1u);
+  std::optional<state::MemberEvent> failed = FailedEvent(51);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_TRUE(failed->preempted);
+}
+
 TEST_F(PreemptionTest, AGangWithoutGpusIsNeverChosen) {
   // A preemptible CPU-only gang of lower priority than everything else: it
   // has lost no GPU-hours, so it would come first among the victims, but
@@ -261,6 +363,7 @@ TEST_F(PreemptionTest, AGangWithoutGpusIsNeverChosen) {
   JoinRequest cpu = test::Joining(key, 1, 0);
   cpu.job_id = 301;
   cpu.preemptible = true;
+  cpu.preempt_retries = 2;
   cpu.priority = -5;
   cpu.job_timeout_seconds = 48 * 3600;
   ASSERT_TRUE(s().Join(cpu, 3).ok());

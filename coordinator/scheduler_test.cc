@@ -515,6 +515,7 @@ TEST_F(SchedulerTest, PreemptionPlansOnlyGangsThatDeclaredThemselves) {
     state::GangKey low{"https://gitlab.example.com", 5, 76, "low", 1};
     JoinRequest low_join = test::Joining(low, 1, 8);
     low_join.preemptible = preemptible;
+    low_join.preempt_retries = 2;
     low_join.job_timeout_seconds = 48 * 3600;
     ASSERT_TRUE(s.Join(low_join, 1).ok());
     std::vector<AdmissionProposal> first = s.Plan();

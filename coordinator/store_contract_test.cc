@@ -92,6 +92,7 @@ class StoreTest : public ::testing::TestWithParam<std::string> {
     for (uint32_t index : {1u, 2u}) {
       JoinRequest join = test::Joining(test::TrainKey(2), index, 4);
       join.preemptible = true;
+      join.preempt_retries = 2;
       ASSERT_TRUE(s.Join(join, index).ok());
     }
     state::GangKey done_key = test::TrainKey(1);

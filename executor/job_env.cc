@@ -236,6 +236,14 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_PREEMPTIBLE '", preemptible, "' is not a boolean (use 1 or 0)"));
   }
+  // `gdt-ci expand` writes it from the job's `retry:`; GitLab retries a job
+  // at most twice.
+  absl::StatusOr<int64_t> preempt_retries =
+      IntVariable(env, "GDT_PREEMPT_RETRIES", -1, 0, 2);
+  if (!preempt_retries.ok()) return preempt_retries.status();
+  if (*preempt_retries >= 0) {
+    job.preempt_retries = static_cast<int>(*preempt_retries);
+  }
 
   // An elastic gang (`nodes: min..max`): `gdt-ci expand` writes max as
   // `parallel` and both ends of the range.

@@ -74,6 +74,9 @@ struct JobInfo {
   std::string topology_same;
   bool topology_required = false;
   bool preemptible = false;  // GDT_PREEMPTIBLE=1.
+  // GDT_PREEMPT_RETRIES: retries of the job's `retry:` that bring it back
+  // after a preemption; nullopt when unset (never preempted then).
+  std::optional<int> preempt_retries;
   // GDT_NODES_MIN (`nodes: min..max`): the gang may start with as few
   // members; 0 = all member_total of them.
   int nodes_min = 0;

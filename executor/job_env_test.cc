@@ -99,6 +99,7 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
                               {"CUSTOM_ENV_GDT_TOPOLOGY_SAME", "rack"},
                               {"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "required"},
                               {"CUSTOM_ENV_GDT_PREEMPTIBLE", "1"},
+                              {"CUSTOM_ENV_GDT_PREEMPT_RETRIES", "2"},
                               {"CUSTOM_ENV_GDT_NODES_MIN", "2"},
                               {"CUSTOM_ENV_GDT_NODES_MAX", "4"}}),
                      Payload("train 2/4"));
@@ -120,6 +121,7 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
   EXPECT_EQ(job->topology_same, "rack");
   EXPECT_TRUE(job->topology_required);
   EXPECT_TRUE(job->preemptible);
+  EXPECT_EQ(job->preempt_retries, 2);
   EXPECT_EQ(job->nodes_min, 2);
 }
 
@@ -134,6 +136,7 @@ TEST(ResolveJobInfoTest, DefaultsForGdtInputs) {
   EXPECT_EQ(job->topology_same, "");
   EXPECT_FALSE(job->topology_required);
   EXPECT_FALSE(job->preemptible);
+  EXPECT_EQ(job->preempt_retries, std::nullopt);
   EXPECT_EQ(job->nodes_min, 0);
 }
 
@@ -240,6 +243,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"CUSTOM_ENV_GDT_PRIORITY", "5000", "GDT_PRIORITY"},
         BadInput{"CUSTOM_ENV_GDT_TOPOLOGY_MODE", "strict", "strict"},
         BadInput{"CUSTOM_ENV_GDT_PREEMPTIBLE", "yes", "GDT_PREEMPTIBLE"},
+        BadInput{"CUSTOM_ENV_GDT_PREEMPT_RETRIES", "3", "GDT_PREEMPT_RETRIES"},
         BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "5", "GDT_NODES_MIN"},
         BadInput{"CUSTOM_ENV_GDT_NODES_MIN", "0", "GDT_NODES_MIN"},
         BadInput{"CUSTOM_ENV_GDT_NODES_MAX", "8", "GDT_NODES_MAX"},

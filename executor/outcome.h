@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/exit_code.h"
 
 namespace gdt::executor {
 
@@ -15,12 +16,12 @@ namespace gdt::executor {
 // failed: "stopped because a peer failed", distinct from any code the failing
 // member's own script returns, so `retry:exit_codes` can tell them apart.
 // Documented in docs/environment.md and docs/protocol.md.
-inline constexpr int kPeerFailureExitCode = 75;
+inline constexpr int kPeerFailureExitCode = kPeerFailureJobExitCode;
 // The code written when the member's gang was preempted: stopped, after its
 // checkpoint notice, to make room for a higher-priority gang. A script
 // failure like 75, so the default `retry:` of `gdt-ci expand` brings the
 // gang back, and it resumes from its latest checkpoint. Documented with 75.
-inline constexpr int kPreemptedExitCode = 76;
+inline constexpr int kPreemptedExitCode = kPreemptedJobExitCode;
 
 // What happened in one executor stage, as data. main() turns it into the
 // runner's exit code with FinishOutcome(); nothing else picks exit codes.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/exit_code.h"
 #include "common/log_throttle.h"
 #include "common/logging.h"
 #include "common/mutex.h"
@@ -82,6 +83,37 @@ std::string GpuList(const v1::Assignment& assignment) {
   return absl::StrJoin(assignment.gpu_indices(), ",");
 }
 
+// Whether the coordinator may preempt this member in `epoch`, and why not:
+// only while its `retry:` would bring it back (GDT_PREEMPT_RETRIES).
+std::string PreemptibleLine(const JobInfo& job, uint32_t epoch) {
+  if (!job.preempt_retries.has_value()) {
+    return "GDT_PREEMPTIBLE is set but GDT_PREEMPT_RETRIES is not, so gdt "
+           "cannot tell whether a retry would bring this job back after a "
+           "preemption; the gang is not preempted";
+  }
+  const int64_t left = PreemptRetriesLeft(*job.preempt_retries, epoch);
+  if (*job.preempt_retries == 0) {
+    return absl::StrCat(
+        "not preemptible: its retry: does not bring a preempted job back "
+        "(exit code ",
+        kPreemptedExitCode, "), so a preemption would end it for good");
+  }
+  if (left == 0) {
+    return absl::StrCat(
+        "not preemptible in this attempt: its retry: brings a preempted job "
+        "back ",
+        *job.preempt_retries, *job.preempt_retries == 1 ? " time" : " times",
+        " and the gang already had ", epoch - 1,
+        epoch == 2 ? " earlier attempt" : " earlier attempts",
+        ", so a preemption would end it for good");
+  }
+  return absl::StrCat(
+      "preemptible: a higher-priority gang may stop it after a checkpoint "
+      "notice; ",
+      left, left == 1 ? " retry" : " retries",
+      " left to bring it back (exit code ", kPreemptedExitCode, ")");
+}
+
 }  // namespace
 
 Outcome PrepareStage(const StageContext& context) {
@@ -107,6 +139,9 @@ Outcome PrepareStage(const StageContext& context) {
       static_cast<uint32_t>(job.job_timeout.count()));
   request.set_priority(job.priority);
   request.set_preemptible(job.preemptible);
+  if (job.preempt_retries.has_value()) {
+    request.set_preempt_retries(static_cast<uint32_t>(*job.preempt_retries));
+  }
   request.set_nodes_min(static_cast<uint32_t>(job.nodes_min));
   request.set_topology_same(job.topology_same);
   request.set_topology_required(job.topology_required);
@@ -299,6 +334,10 @@ Outcome PrepareStage(const StageContext& context) {
               << " (GPUs: " << GpuList(assignment) << "), master "
               << assignment.master_addr() << ":" << assignment.master_port()
               << std::endl;
+  if (job.preemptible) {
+    context.out << "gdt: " << PreemptibleLine(job, assignment.epoch())
+                << std::endl;
+  }
   spdlog::info("event=member_admitted gang={} job={} rank={} host={}",
                LogValue(assignment.gang_id()), job.job_id,
                assignment.node_rank(), LogValue(assignment.host_name()));

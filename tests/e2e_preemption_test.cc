@@ -6,6 +6,7 @@
 // preempted (exit code 76); the high gang starts within the grace plus its
 // formation, and the retried low gang resumes from the checkpoint and ends
 // with exactly the parameters of an uninterrupted run.
+#include <signal.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -32,7 +33,8 @@ using ::testing::Not;
 
 constexpr int kGraceSeconds = 60;
 
-// `low` (2 members × 1 GPU, preemptible) resumes from the coordinator's
+// `low` (2 members × 1 GPU, preemptible; the test retries it by hand, as
+// GitLab would once: GDT_PREEMPT_RETRIES 1) resumes from the coordinator's
 // records of its gang and runs under `gdt-ckpt run`, which passes the
 // notice on as a flag file (torchrun's agent would die of SIGUSR1);
 // train.py checkpoints and stops on it. Its checkpoints (~5 KB) go to the
@@ -49,6 +51,7 @@ low:
     GDT_NPROC_PER_NODE: "1"
     GDT_LAUNCHER: torchrun
     GDT_PREEMPTIBLE: "1"
+    GDT_PREEMPT_RETRIES: "1"
     GDT_CHECKPOINT_SIGNAL: none
     GDT_CHECKPOINT_THRESHOLD: "1024"
     DDP_STEPS: "40"
@@ -228,6 +231,282 @@ TEST_F(PreemptionE2eTest,
                   ::testing::Pair("low-full-p1-pl6363-n2 1", "done"),
                   ::testing::Pair("low-p1-pl6161-n2 2", "done"),
                   ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
+}
+
+// `low` is preemptible but its `retry: 0` would not bring it back after a
+// preemption: it holds both GPUs until the test creates $RELEASE. `high`
+// outranks it and needs both GPUs.
+constexpr char kNoRetryCiFile[] = R"yaml(stages: [train]
+low:
+  stage: train
+  retry: 0
+  timeout: 10 minutes
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, preemptible: true}
+  script:
+    - until [ -e "$RELEASE" ]; do sleep 0.2; done; echo "low finished"
+high:
+  stage: train
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, priority: 5}
+  script:
+    - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
+)yaml";
+
+// A preempted job whose retry: does not bring it back would fail for good:
+// the coordinator leaves such a gang alone and the high-priority gang waits.
+TEST_F(PreemptionE2eTest, AGangWithoutARetryLeftIsNotPreempted) {
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml", kNoRetryCiFile);
+  const std::string release = cluster_.dir().Sub("release");
+  const std::string low_log = cluster_.run_dir() + "/logs/low-1-1.log";
+  const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";
+
+  std::unique_ptr<Subprocess> low =
+      StartRunLocal(cluster_, project, "low",
+                    {"--pipeline-id", "7171", "--var", "RELEASE=" + release});
+  ASSERT_NE(low, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] { return ReadFile(low_log).find("admitted") != std::string::npos; },
+      seconds(60)))
+      << ReadFile(low_log) << cluster_.Logs();
+  EXPECT_THAT(ReadFile(low_log),
+              HasSubstr("gdt: not preemptible: its retry: does not bring a "
+                        "preempted job back (exit code 76)"));
+
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project, "high", {"--pipeline-id", "7272"});
+  ASSERT_NE(high, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ReadFile(high_log).find("waiting for 1 × 2 free GPUs") !=
+               std::string::npos;
+      },
+      seconds(60)))
+      << ReadFile(high_log) << cluster_.Logs();
+  // A preemptible gang would get its notice on the next pass (a second); this
+  // one never does.
+  EXPECT_FALSE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        for (const auto& gang : (*status)["gangs"]) {
+          if (gang.value("gang_id", "") == "low-p1-pl7171-n1" &&
+              !gang.value("preemption_planned_by", "").empty()) {
+            return true;
+          }
+        }
+        return false;
+      },
+      seconds(5)));
+  EXPECT_THAT(cluster_.Logs(), Not(HasSubstr("event=preemption_started")));
+
+  WriteFile(release, "");
+  const CommandResult low_done = FinishRun(*low, seconds(60));
+  EXPECT_TRUE(low_done.status.success()) << low_done.output << cluster_.Logs();
+  EXPECT_THAT(ReadFile(low_log), HasSubstr("low finished"));
+  const CommandResult high_done = FinishRun(*high, seconds(60));
+  EXPECT_TRUE(high_done.status.success())
+      << high_done.output << cluster_.Logs();
+  EXPECT_THAT(ReadFile(high_log), HasSubstr("high-priority work on GPUs 0,1"));
+}
+
+// `low` never listens for the checkpoint notice (no gdt-ckpt run): it
+// waits for $RELEASE, and a retry that finds it ends at once. Its retry: is
+// the one expand adds (2). `high` outranks it and needs both GPUs.
+constexpr char kDeafCiFile[] = R"yaml(stages: [train]
+low:
+  stage: train
+  timeout: 10 minutes
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, preemptible: true}
+  script:
+    - until [ -e "$RELEASE" ]; do sleep 0.2; done; echo "low finished"
+high:
+  stage: train
+  parallel:
+    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, priority: 5}
+  script:
+    - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
+)yaml";
+
+constexpr int kShortGraceSeconds = 5;
+
+// A coordinator with a short grace, one agent with 2 GPUs.
+class ShortGracePreemptionE2eTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_.SetCoordinatorExtraConfig(absl::StrCat(
+        "preemption:\n  enabled: true\n  grace_seconds: ", grace_s_, "\n"));
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    ASSERT_TRUE(
+        cluster_.StartAgent({.name = "local", .cpu_slots = 2, .gpus = 2}).ok())
+        << cluster_.Logs();
+    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+    project_ = cluster_.dir().Sub("project");
+    fs::create_directories(project_);
+    WriteFile(project_ + "/.gitlab-ci.yml", kDeafCiFile);
+    release_ = cluster_.dir().Sub("release");
+  }
+
+  // Starts `low` and waits for its first attempt to run.
+  std::unique_ptr<Subprocess> StartLow(const std::string& pipeline) {
+    std::unique_ptr<Subprocess> low = StartRunLocal(
+        cluster_, project_, "low",
+        {"--pipeline-id", pipeline, "--var", "RELEASE=" + release_});
+    EXPECT_NE(low, nullptr);
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return cluster_.Logs().find("stage=build_script") !=
+                 std::string::npos;
+        },
+        seconds(60)))
+        << cluster_.Logs();
+    return low;
+  }
+
+  int grace_s_ = kShortGraceSeconds;
+  GdtCluster cluster_;
+  std::string project_;
+  std::string release_;
+};
+
+// The same with a grace longer than the time the coordinator takes to
+// call a silent host down (5 s in the test cluster).
+class HostLostPreemptionE2eTest : public ShortGracePreemptionE2eTest {
+ protected:
+  HostLostPreemptionE2eTest() { grace_s_ = 60; }
+};
+
+// The victim's host dies during the grace: the gang fails at once as a lost
+// member (a system failure, as for any lost host), not at the deadline and
+// not as a preemption (nothing is counted against max_preemptions).
+TEST_F(HostLostPreemptionE2eTest, AVictimWhoseHostDiesFailsAsAHostLoss) {
+  std::unique_ptr<Subprocess> low = StartLow("7373");
+  ASSERT_NE(low, nullptr);
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project_, "high", {"--pipeline-id", "7474"});
+  ASSERT_NE(high, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find("event=preemption_notice_sent") !=
+               std::string::npos;
+      },
+      seconds(60)))
+      << cluster_.Logs();
+  const auto killed = std::chrono::steady_clock::now();
+  cluster_.StopAgent(0, SIGKILL);
+  const CommandResult low_done = FinishRun(*low, seconds(90));
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, seconds(grace_s_));
+  EXPECT_FALSE(low_done.status.success());
+  EXPECT_THAT(low_done.output,
+              HasSubstr("gdt: gang low-p1-pl7373-n1 failed: member 1/1 (job "
+                        "7373001 on host local) was lost"))
+      << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("Job failed (system failure)"));
+  EXPECT_THAT(low_done.output, Not(HasSubstr("preempted by gang")));
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  for (const auto& gang : (*status)["gangs"]) {
+    if (gang.value("gang_id", "") == "low-p1-pl7373-n1") {
+      EXPECT_EQ(gang.value("state", ""), "failed") << gang.dump();
+      EXPECT_EQ(gang.value("preemptions", -1), 0) << gang.dump();
+    }
+  }
+  high->SignalGroup(SIGTERM);
+  FinishRun(*high, seconds(60));
+}
+
+// A victim that ignores its notice is stopped when the grace runs out; its
+// job log says it lost everything since the notice (no checkpoint), and its
+// retry comes back after the high-priority gang.
+TEST_F(ShortGracePreemptionE2eTest,
+       AVictimThatIgnoresTheNoticeStopsAtTheGrace) {
+  std::unique_ptr<Subprocess> low = StartLow("8181");
+  ASSERT_NE(low, nullptr);
+  const auto high_started = std::chrono::steady_clock::now();
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project_, "high", {"--pipeline-id", "8282"});
+  ASSERT_NE(high, nullptr);
+  const CommandResult high_done = FinishRun(*high, seconds(60));
+  ASSERT_TRUE(high_done.status.success())
+      << high_done.output << cluster_.Logs();
+  EXPECT_LT(std::chrono::steady_clock::now() - high_started,
+            seconds(kShortGraceSeconds + 30));
+  EXPECT_THAT(cluster_.Logs(),
+              HasSubstr("event=preemption_started gang=low-p1-pl8181-n1"));
+
+  const CommandResult low_done = FinishRun(*low, seconds(60));
+  EXPECT_FALSE(low_done.status.success()) << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("exit code 76")) << low_done.output;
+  EXPECT_THAT(low_done.output,
+              HasSubstr(absl::StrCat("preempted by gang high-p1-pl8282-n1 "
+                                     "(priority 5) at ")))
+      << low_done.output;
+  EXPECT_THAT(low_done.output,
+              HasSubstr(absl::StrCat("without a checkpoint within the ",
+                                     kShortGraceSeconds, " s grace; lost ~")))
+      << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("(preemption 1 of at most 3)"));
+
+  // Its retry (as GitLab's: new job id, the gang's epoch 2) runs to the end.
+  WriteFile(release_, "");
+  const CommandResult retry =
+      cluster_.RunLocal(project_, "low",
+                        {"--pipeline-id", "8181", "--first-job-id", "8181500",
+                         "--var", "RELEASE=" + release_},
+                        seconds(60));
+  ASSERT_TRUE(retry.status.success()) << retry.output << cluster_.Logs();
+  EXPECT_THAT(retry.output, HasSubstr("1 retry left to bring it back"));
+  EXPECT_THAT(retry.output, HasSubstr("low finished"));
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_THAT(GangEpochStates(*status),
+              ::testing::ElementsAre(
+                  ::testing::Pair("high-p1-pl8282-n1 1", "done"),
+                  ::testing::Pair("low-p1-pl8181-n1 2", "done"),
+                  ::testing::Pair("low-p1-pl8181-n1#1 1", "failed")));
+}
+
+// The high-priority gang is cancelled after the notice: the victim is not
+// stopped at the deadline for it and runs on.
+TEST_F(ShortGracePreemptionE2eTest,
+       AVictimRunsOnWhenTheWaitingGangIsCancelled) {
+  std::unique_ptr<Subprocess> low = StartLow("9191");
+  ASSERT_NE(low, nullptr);
+  std::unique_ptr<Subprocess> high =
+      StartRunLocal(cluster_, project_, "high", {"--pipeline-id", "9292"});
+  ASSERT_NE(high, nullptr);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find("event=preemption_notice_sent") !=
+               std::string::npos;
+      },
+      seconds(60)))
+      << cluster_.Logs();
+  high->SignalGroup(SIGTERM);  // The pipeline is cancelled.
+  FinishRun(*high, seconds(60));
+  // At the deadline the coordinator finds nobody waiting.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return cluster_.Logs().find(
+                   "event=preemption_withdrawn "
+                   "gang=low-p1-pl9191-n1") != std::string::npos;
+      },
+      seconds(kShortGraceSeconds + 30)))
+      << cluster_.Logs();
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_THAT(GangEpochStates(*status), ::testing::Contains(::testing::Pair(
+                                            "low-p1-pl9191-n1 1", "running")))
+      << status->dump(2);
+  // It ends after the notice, which may be why it ends: counted as
+  // preempted (76), never as succeeded, so a retry would finish the work.
+  WriteFile(release_, "");
+  const CommandResult low_done = FinishRun(*low, seconds(60));
+  EXPECT_FALSE(low_done.status.success()) << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("exit code 76")) << low_done.output;
 }
 
 }  // namespace
