@@ -153,9 +153,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.preemption = config.preemption;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
+  CheckpointLimits checkpoint_limits;
+  checkpoint_limits.per_second = config.checkpoint_record_rate_per_gang;
+  checkpoint_limits.burst = config.checkpoint_record_burst_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(clock, std::move(store), options,
-                          server->port_checker_, kv_limits);
+                          server->port_checker_, kv_limits, checkpoint_limits);
   if (!coordinator.ok()) return coordinator.status();
   server->coordinator_ = std::move(*coordinator);
   server->coordinator_->SetObserver(*server->metrics_);
