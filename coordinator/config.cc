@@ -132,6 +132,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.kv_max_keys_per_gang = *number;
     return absl::OkStatus();
   }
+  if (key == "kv_max_total_mib") {  // Every gang's store together.
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    config.kv_max_total_mib = *number;
+    return absl::OkStatus();
+  }
   // HA.
   if (key == "etcd_endpoints") {
     // A YAML list, or one comma-separated string.

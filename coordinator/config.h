@@ -60,6 +60,9 @@ struct Config {
   PreemptionSettings preemption;
   // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;
+  // Gang key-value stores: MiB of keys and values all gangs may hold
+  // together (KvLimits::max_bytes_total); 0 = no bound.
+  uint32_t kv_max_total_mib = 1024;
   // Checkpoint records one gang may make (CheckpointLimits): units a
   // second after a burst; 0 = no limit.
   uint32_t checkpoint_record_rate_per_gang = 2;

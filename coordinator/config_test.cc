@@ -84,6 +84,7 @@ join_rate_per_project: 20
 join_burst_per_project: 100
 checkpoint_record_rate_per_gang: 4
 checkpoint_record_burst_per_gang: 128
+kv_max_total_mib: 256
 )");
 
   ASSERT_TRUE(config.ok()) << config.status();
@@ -104,6 +105,7 @@ checkpoint_record_burst_per_gang: 128
   EXPECT_EQ(config->join_burst_per_project, 100u);
   EXPECT_EQ(config->checkpoint_record_rate_per_gang, 4u);
   EXPECT_EQ(config->checkpoint_record_burst_per_gang, 128u);
+  EXPECT_EQ(config->kv_max_total_mib, 256u);
 }
 
 TEST(ConfigTest, LivenessAddressesAreHostAndPortOrOff) {

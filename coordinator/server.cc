@@ -153,6 +153,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.preemption = config.preemption;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
+  kv_limits.max_bytes_total = size_t{config.kv_max_total_mib} << 20;
   CheckpointLimits checkpoint_limits;
   checkpoint_limits.per_second = config.checkpoint_record_rate_per_gang;
   checkpoint_limits.burst = config.checkpoint_record_burst_per_gang;
