@@ -509,15 +509,6 @@ class StageReactor final
 
 }  // namespace
 
-std::optional<uint64_t> RefusalLog::Occur(const std::string& event) {
-  MutexLock lock(mu_);
-  auto it = throttles_.find(event);
-  if (it == throttles_.end()) {
-    it = throttles_.emplace(event, LogThrottle(kInterval)).first;
-  }
-  return it->second.Occur(std::chrono::steady_clock::now());
-}
-
 grpc::Status AgentService::SetupMember(grpc::ServerContext* context,
                                        const v1::SetupMemberRequest* request,
                                        v1::SetupMemberResponse* response) {

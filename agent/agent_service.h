@@ -19,24 +19,6 @@
 
 namespace gdt::agent {
 
-// Which refusals of callers get a log line. Refusals answer anyone who can
-// reach the agent (every job on its host), and one who repeats them
-// thousands of times a second must not flood the agent's log, nor use up
-// the journal's rate limit, which would drop the agent's other lines: per
-// event, the first refusal is logged, then at most one every kInterval,
-// saying how many it stands for. Thread-safe.
-class RefusalLog {
- public:
-  static constexpr std::chrono::seconds kInterval{10};
-  // Counts one refusal of `event`: the count the line to log stands for
-  // (itself and those not logged since the last line), or nullopt.
-  std::optional<uint64_t> Occur(const std::string& event);
-
- private:
-  Mutex mu_;
-  std::map<std::string, LogThrottle> throttles_ ABSL_GUARDED_BY(mu_);
-};
-
 // The gRPC face of the agent. Each handler converts the request into a
 // Supervisor call and the result back; no process handling lives here.
 // RunStage uses the callback API (a reactor per stage, fed by the stage's

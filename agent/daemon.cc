@@ -470,11 +470,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     absl::StatusOr<HostPort> advertised =
         ParseHostPort(daemon->advertise_endpoint_);
     const std::string tls_name = advertised.ok() ? advertised->host : "";
-    daemon->endpoint_watch_ = std::make_unique<EndpointWatch>(
-        daemon->bound_endpoint_, EndpointWatch::Options{},
+    daemon->endpoint_watch_ = std::make_unique<rendezvous::EndpointWatch>(
+        daemon->bound_endpoint_, rendezvous::EndpointWatch::Options{},
         [endpoint = daemon->bound_endpoint_, security = *security, tls_name] {
-          return ProbeAgentEndpoint(endpoint, security, tls_name,
-                                    kEndpointProbeDeadline);
+          return rendezvous::ProbeEndpoint("agent", endpoint, security,
+                                           tls_name, kEndpointProbeDeadline);
         },
         [raw = daemon.get()] { return raw->RestartServerWhenIdle(); });
     daemon->endpoint_watch_->Start();

@@ -9,7 +9,6 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
 #include "agent/config.h"
-#include "agent/endpoint_watch.h"
 #include "agent/exit_outbox.h"
 #include "agent/exit_reporter.h"
 #include "agent/registrar.h"
@@ -17,6 +16,7 @@
 #include "common/mutex.h"
 #include "common/work_queue.h"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/endpoint_watch.h"
 
 namespace gdt::agent {
 
@@ -91,7 +91,7 @@ class Daemon {
   std::shared_ptr<grpc::ServerCredentials> server_credentials_;
   std::string rebind_address_;
   // Stopped before server_ goes; the registrar reads it.
-  std::unique_ptr<EndpointWatch> endpoint_watch_;
+  std::unique_ptr<rendezvous::EndpointWatch> endpoint_watch_;
   std::unique_ptr<Registrar> registrar_;
   std::string bound_endpoint_;
   std::string advertise_endpoint_;

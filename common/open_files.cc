@@ -1,5 +1,6 @@
 #include "common/open_files.h"
 
+#include <dirent.h>
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -54,6 +55,46 @@ void RaiseOpenFilesLimit(const std::string& who_connects) {
                  static_cast<uint64_t>(limit.rlim_max),
                  static_cast<uint64_t>(started_with));
   }
+}
+
+namespace {
+
+// This process's open descriptors, or -1 when /proc cannot be read (errno
+// says why).
+int64_t CountOpenFiles() {
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int64_t count = 0;
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(dir);
+  return count > 0 ? count - 1 : 0;  // Less the directory's own.
+}
+
+}  // namespace
+
+std::string OpenFilesSummary() {
+  rlimit limit{};
+  const std::string of =
+      getrlimit(RLIMIT_NOFILE, &limit) == 0
+          ? absl::StrCat(" of ", static_cast<uint64_t>(limit.rlim_cur))
+          : "";
+  const int64_t count = CountOpenFiles();
+  if (count < 0) {
+    return absl::StrCat("open files: cannot count (", std::strerror(errno), ")",
+                        of.empty() ? "" : absl::StrCat("; limit", of));
+  }
+  return absl::StrCat("open files ", count, of);
+}
+
+int64_t SpareOpenFiles() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
+  const int64_t count = CountOpenFiles();
+  if (count < 0) return -1;
+  if (limit.rlim_cur == RLIM_INFINITY) return INT64_MAX;
+  return static_cast<int64_t>(limit.rlim_cur) - count;
 }
 
 }  // namespace gdt

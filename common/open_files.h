@@ -20,6 +20,14 @@ inline constexpr uint64_t kLowOpenFilesLimit = 65536;
 // `who_connects` (e.g. "a job on this host"). Safe to call more than once.
 void RaiseOpenFilesLimit(const std::string& who_connects);
 
+// This process's open descriptors and its soft RLIMIT_NOFILE, as
+// "open files 1021 of 1024" (or what could be read), for reasons and logs.
+std::string OpenFilesSummary();
+
+// How many more descriptors this process may open now (its soft
+// RLIMIT_NOFILE less those open), or -1 when that cannot be read.
+int64_t SpareOpenFiles();
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_OPEN_FILES_H_

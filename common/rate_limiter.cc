@@ -33,8 +33,9 @@ void KeyedRateLimiter::ForgetLocked(Clock::TimePoint now) {
 }
 
 bool KeyedRateLimiter::TryTake(const std::string& key,
-                               std::chrono::milliseconds* wait) {
+                               std::chrono::milliseconds* wait, double cost) {
   if (options_.per_second <= 0) return true;
+  cost = std::min(cost, options_.burst);
   const Clock::TimePoint now = clock_.Now();
   MutexLock lock(mu_);
   auto it = buckets_.find(key);
@@ -45,15 +46,15 @@ bool KeyedRateLimiter::TryTake(const std::string& key,
   Bucket& bucket = it->second;
   bucket.tokens = Refilled(bucket, now);
   bucket.at = now;
-  if (bucket.tokens < 1) {
+  if (bucket.tokens < cost) {
     if (wait != nullptr) {
       *wait = std::chrono::ceil<std::chrono::milliseconds>(
-          std::chrono::duration<double>((1 - bucket.tokens) /
+          std::chrono::duration<double>((cost - bucket.tokens) /
                                         options_.per_second));
     }
     return false;
   }
-  bucket.tokens -= 1;
+  bucket.tokens -= cost;
   return true;
 }
 

@@ -26,11 +26,12 @@ class KeyedRateLimiter {
   };
   KeyedRateLimiter(const Clock& clock, Options options);
 
-  // Takes one token from `key`'s bucket; false (taking nothing) when it is
-  // empty. Then, when `wait` is not null, sets it to how long until the
-  // bucket holds a whole token again, rounded up to the millisecond.
+  // Takes `cost` tokens (one by default; more than the burst counts as
+  // the burst) from `key`'s bucket; false (taking nothing) when it holds
+  // fewer. Then, when `wait` is not null, sets it to how long until the
+  // bucket holds them again, rounded up to the millisecond.
   bool TryTake(const std::string& key,
-               std::chrono::milliseconds* wait = nullptr);
+               std::chrono::milliseconds* wait = nullptr, double cost = 1);
 
   // Whether `key`'s bucket holds a whole token now, taking nothing (for a
   // bucket that pays only for some outcomes: look first, TryTake() after).

@@ -43,6 +43,23 @@ TEST(KeyedRateLimiterTest, ARefusalSaysHowLongUntilTheNextToken) {
   EXPECT_TRUE(limiter.TryTake("project-5", &wait));
 }
 
+TEST(KeyedRateLimiterTest, ACallMayCostMoreOrLessThanOneToken) {
+  FakeClock clock;
+  KeyedRateLimiter limiter(clock, {.per_second = 2, .burst = 4});
+  EXPECT_TRUE(limiter.TryTake("gang", nullptr, 3));
+  std::chrono::milliseconds wait{};
+  EXPECT_FALSE(limiter.TryTake("gang", &wait, 3));
+  EXPECT_EQ(wait, 1000ms);  // 1 held, 2 more at 2 a second.
+  EXPECT_TRUE(limiter.TryTake("gang", nullptr, 0.5));
+  EXPECT_TRUE(limiter.TryTake("gang", nullptr, 0.5));
+  EXPECT_FALSE(limiter.TryTake("gang", nullptr, 0.5));
+  // A cost above the burst counts as the burst: it waits, never for ever.
+  clock.Advance(1h);
+  EXPECT_TRUE(limiter.TryTake("gang", nullptr, 100));
+  EXPECT_FALSE(limiter.TryTake("gang", &wait, 100));
+  EXPECT_EQ(wait, 2000ms);
+}
+
 TEST(KeyedRateLimiterTest, HasTokenLooksWithoutTaking) {
   FakeClock clock;
   KeyedRateLimiter limiter(clock, {.per_second = 2, .burst = 2});

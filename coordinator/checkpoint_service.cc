@@ -22,6 +22,7 @@ grpc::ServerUnaryReactor* FinishWith(grpc::CallbackServerContext* context,
                   op, LogValue(caller.gang_id()), caller.epoch(),
                   LogValue(status.ToString()));
   }
+  rendezvous::AddRetryAfterTrailer(status, *context);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(rendezvous::ToGrpcStatus(status));
   return reactor;

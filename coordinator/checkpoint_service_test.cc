@@ -3,19 +3,28 @@
 // JoinGang, retried into epoch 2, and the real CheckpointClient.
 #include "coordinator/checkpoint_service.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
 
+#include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/checkpoint_client.h"
 #include "rendezvous/coordinator_client.h"
 #include "testing/coordinator_fixture.h"
+#include "testing/wait.h"
 
 namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
+using ::gdt::test::WaitFor;
 using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
@@ -116,6 +125,9 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
 // with the newest that fit in 3 MiB of manifests instead of an answer above
 // the client's 4 MiB message limit, which failed every resume of the gang.
 TEST_F(CheckpointServiceTest, ListOfLargeManifestsStaysWithinAMessage) {
+  // 32 records of 1 MiB at once are far beyond a gang's pace.
+  config_.checkpoint_record_rate_per_gang = 0;
+  ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
   const v1::Assignment first = Join(101);
   rendezvous::CheckpointClient client = ClientFor(first);
   for (int step = 0; step < 32; ++step) {
@@ -225,6 +237,85 @@ TEST_F(CheckpointServiceTest, StrangersAndBadRecordsAreRefused) {
       client.List(In(5s));
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->empty());
+}
+
+// Eight clients holding one member's token send 1 MiB manifests as fast as
+// they can (each is a write to the state under the coordinator's lock):
+// a few get in, the rest are refused with the bound and a retry hint, and
+// status calls meanwhile answer as fast as without the flood. Small
+// records at a member's pace go in.
+TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
+  const v1::Assignment member = Join(101);
+  std::atomic<bool> stop{false};
+  std::atomic<int> accepted{0};
+  std::atomic<int> refused{0};
+  std::atomic<int> other{0};
+  std::string refusal;
+  Mutex refusal_mu;
+  std::vector<std::thread> flood;
+  for (int i = 0; i < 8; ++i) {
+    flood.emplace_back([&, i] {
+      rendezvous::CheckpointClient client = ClientFor(member);
+      const std::string manifest(Coordinator::kMaxManifestBytes,
+                                 static_cast<char>('a' + i));
+      for (int step = 0; !stop; ++step) {
+        const absl::Status status =
+            client.Record(step, 0, 101, manifest, In(10s));
+        if (status.ok()) {
+          ++accepted;
+        } else if (absl::IsResourceExhausted(status)) {
+          ++refused;
+          MutexLock lock(refusal_mu);
+          refusal = std::string(status.message());
+        } else {
+          ++other;
+        }
+      }
+    });
+  }
+  std::vector<double> status_ms;
+  const auto end = std::chrono::steady_clock::now() + 4s;
+  while (std::chrono::steady_clock::now() < end) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(client_->GetStatus(v1::GetStatusRequest(), 10s).ok());
+    status_ms.push_back(std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start)
+                            .count());
+    std::this_thread::sleep_for(50ms);  // A pace, not a wait for a state.
+  }
+  stop = true;
+  for (std::thread& thread : flood) thread.join();
+  std::sort(status_ms.begin(), status_ms.end());
+  std::cout << "records accepted " << accepted << " (" << accepted
+            << " MiB), refused " << refused << "; status calls "
+            << status_ms.size() << ", median "
+            << status_ms[status_ms.size() / 2] << " ms, max "
+            << status_ms.back() << " ms\n";
+
+  // 64 units at once and 2 a second; a 1 MiB manifest costs 17.
+  EXPECT_LE(accepted, 5);
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(other, 0);
+  {
+    MutexLock lock(refusal_mu);
+    EXPECT_THAT(refusal, HasSubstr("records checkpoints faster than 2 small "
+                                   "manifests a second per member"));
+    EXPECT_THAT(refusal, HasSubstr("retry in"));
+  }
+  // A member's own pace: a small manifest every half second goes in.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return ClientFor(member)
+            .Record(1000, 0, 101, R"({"step": 1000})", In(5s))
+            .ok();
+      },
+      20s));
+  for (int step = 1001; step < 1004; ++step) {
+    std::this_thread::sleep_for(500ms);  // The member's pace.
+    EXPECT_TRUE(
+        ClientFor(member).Record(step, 0, 101, R"({"step": 1})", In(5s)).ok())
+        << step;
+  }
 }
 
 }  // namespace

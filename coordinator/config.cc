@@ -132,6 +132,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.kv_max_keys_per_gang = *number;
     return absl::OkStatus();
   }
+  if (key == "kv_max_total_mib") {  // Every gang's store together.
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    config.kv_max_total_mib = *number;
+    return absl::OkStatus();
+  }
   // HA.
   if (key == "etcd_endpoints") {
     // A YAML list, or one comma-separated string.
@@ -227,9 +233,17 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "finished_gang_retention_hours" ||
       key == "max_forming_gangs_per_pipeline" ||
       key == "max_forming_gangs_per_project" ||
-      key == "join_rate_per_project" || key == "join_burst_per_project") {
+      key == "join_rate_per_project" || key == "join_burst_per_project" ||
+      key == "checkpoint_record_rate_per_gang" ||
+      key == "checkpoint_record_burst_per_gang") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
+    if (key == "checkpoint_record_rate_per_gang") {
+      config.checkpoint_record_rate_per_gang = *number;
+    }
+    if (key == "checkpoint_record_burst_per_gang") {
+      config.checkpoint_record_burst_per_gang = *number;
+    }
     if (key == "join_rate_per_project") config.join_rate_per_project = *number;
     if (key == "join_burst_per_project") {
       config.join_burst_per_project = *number;
@@ -275,6 +289,12 @@ absl::Status ValidateConfig(const Config& config) {
   }
   if (config.state_path.empty()) {
     return absl::InvalidArgumentError("state_path must not be empty");
+  }
+  if (config.checkpoint_record_rate_per_gang > 0 &&
+      config.checkpoint_record_burst_per_gang == 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint_record_burst_per_gang must be at least 1 while "
+        "checkpoint_record_rate_per_gang is set (0 turns the limit off)");
   }
   if (config.join_rate_per_project > 0 && config.join_burst_per_project == 0) {
     return absl::InvalidArgumentError(

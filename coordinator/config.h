@@ -60,6 +60,13 @@ struct Config {
   PreemptionSettings preemption;
   // Gang key-value store: keys one gang may hold at once.
   uint32_t kv_max_keys_per_gang = 1024;
+  // Gang key-value stores: MiB of keys and values all gangs may hold
+  // together (KvLimits::max_bytes_total); 0 = no bound.
+  uint32_t kv_max_total_mib = 1024;
+  // Checkpoint records one gang may make (CheckpointLimits): units a
+  // second after a burst; 0 = no limit.
+  uint32_t checkpoint_record_rate_per_gang = 2;
+  uint32_t checkpoint_record_burst_per_gang = 64;
   // host:port for the Prometheus /metrics endpoint; empty = no endpoint.
   std::string metrics_address;
   // host:port for the read-only web dashboard; empty = no dashboard.

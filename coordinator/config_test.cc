@@ -82,6 +82,9 @@ liveness_listen_address: 0.0.0.0:7071
 liveness_advertise_endpoint: coord-hb.example.com:7071
 join_rate_per_project: 20
 join_burst_per_project: 100
+checkpoint_record_rate_per_gang: 4
+checkpoint_record_burst_per_gang: 128
+kv_max_total_mib: 256
 )");
 
   ASSERT_TRUE(config.ok()) << config.status();
@@ -100,6 +103,9 @@ join_burst_per_project: 100
   EXPECT_EQ(config->liveness_advertise_endpoint, "coord-hb.example.com:7071");
   EXPECT_EQ(config->join_rate_per_project, 20u);
   EXPECT_EQ(config->join_burst_per_project, 100u);
+  EXPECT_EQ(config->checkpoint_record_rate_per_gang, 4u);
+  EXPECT_EQ(config->checkpoint_record_burst_per_gang, 128u);
+  EXPECT_EQ(config->kv_max_total_mib, 256u);
 }
 
 TEST(ConfigTest, LivenessAddressesAreHostAndPortOrOff) {
@@ -123,6 +129,18 @@ TEST(ConfigTest, AJoinRateNeedsABurstOfAtLeastOne) {
   EXPECT_EQ(config.status().message(),
             "join_burst_per_project must be at least 1 while "
             "join_rate_per_project is set (0 turns the limit off)");
+}
+
+TEST(ConfigTest, ACheckpointRecordRateNeedsABurstOfAtLeastOne) {
+  absl::StatusOr<Config> config =
+      ParseConfig("checkpoint_record_burst_per_gang: 0\n");
+  ASSERT_FALSE(config.ok());
+  EXPECT_EQ(config.status().message(),
+            "checkpoint_record_burst_per_gang must be at least 1 while "
+            "checkpoint_record_rate_per_gang is set (0 turns the limit off)");
+  EXPECT_TRUE(ParseConfig("checkpoint_record_rate_per_gang: 0\n"
+                          "checkpoint_record_burst_per_gang: 0\n")
+                  .ok());
 }
 
 TEST(ConfigTest, UnknownKeyIsNamed) {

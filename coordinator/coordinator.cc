@@ -1,11 +1,14 @@
 #include "coordinator/coordinator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/logging.h"
 #include "common/member_token.h"
+#include "common/retry_after.h"
 #include "common/secret.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
@@ -27,7 +30,7 @@ constexpr std::chrono::seconds kMemberTokenSlack{3600};
 absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const Clock& clock, std::unique_ptr<state::StateStore> store,
     const SchedulerOptions& options, PortChecker& port_checker,
-    const kv::KvLimits& kv_limits) {
+    const kv::KvLimits& kv_limits, const CheckpointLimits& checkpoint_limits) {
   std::unique_ptr<Coordinator> coordinator(
       new Coordinator(std::move(store), port_checker, kv_limits));
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
@@ -39,6 +42,11 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     return status;
   }
   coordinator->clock_ = &clock;
+  coordinator->checkpoint_limits_ = checkpoint_limits;
+  coordinator->checkpoint_rate_ = std::make_unique<KeyedRateLimiter>(
+      clock, KeyedRateLimiter::Options{
+                 .per_second = checkpoint_limits.per_second,
+                 .burst = std::max(checkpoint_limits.burst, 1.0)});
   absl::StatusOr<std::vector<state::HostTokenRecord>> host_tokens =
       coordinator->store_->LoadHostTokens();
   if (!host_tokens.ok()) return host_tokens.status();
@@ -655,6 +663,29 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
           .count();
   {
     MutexLock lock(mu_);
+    const state::Gang* gang = scheduler_->FindGang(record.gang_id);
+    const uint32_t members =
+        gang != nullptr && gang->key.size > 0 ? gang->key.size : 1;
+    const double units = (1 + static_cast<double>(record.manifest_json.size()) /
+                                  CheckpointLimits::kUnitBytes) /
+                         members;
+    if (std::chrono::milliseconds wait{};
+        !checkpoint_rate_->TryTake(record.gang_id, &wait, units)) {
+      return WithRetryAfter(
+          absl::ResourceExhaustedError(absl::StrCat(
+              "gang ", record.gang_id, " records checkpoints faster than ",
+              checkpoint_limits_.per_second,
+              " small manifests a second per member (bursts of ",
+              checkpoint_limits_.burst, "; a manifest counts once more per ",
+              CheckpointLimits::kUnitBytes / 1024,
+              " KiB; checkpoint_record_rate_per_gang, "
+              "checkpoint_record_burst_per_gang): step ",
+              record.step, " of rank ", record.rank,
+              " is not recorded; retry in ",
+              absl::StrFormat("%.1f", static_cast<double>(wait.count()) / 1000),
+              " s")),
+          wait);
+    }
     GDT_RETURN_IF_ERROR(
         store_->SaveCheckpointRecord(record, kCheckpointsPerGang));
     scheduler_->NoteCheckpoint(record.gang_id, record.epoch);

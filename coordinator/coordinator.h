@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
+#include "common/rate_limiter.h"
 #include "coordinator/observer.h"
 #include "coordinator/port_checker.h"
 #include "coordinator/scheduler.h"
@@ -22,6 +23,18 @@
 #include "state/sqlite_store.h"
 
 namespace gdt::coordinator {
+
+// How fast one gang may record checkpoints. A record costs 1 + its
+// manifest's size / kUnitBytes units, divided among the gang's members
+// (key.size); a gang may spend `burst` units at once, then `per_second` a
+// second: with the defaults each member records a small manifest twice a
+// second after a burst of 64, and 8 clients sending 1 MiB manifests with
+// one member's token get about 4 MiB in, then one every 8.5 s.
+struct CheckpointLimits {
+  static constexpr size_t kUnitBytes = 64 * 1024;
+  double per_second = 2;  // 0: no limit.
+  double burst = 64;
+};
 
 // The thread-safe core of gdt-coord: owns the StateStore and the Scheduler,
 // runs admission passes on one scheduler thread (woken by joins, leaves,
@@ -44,7 +57,8 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(
       const Clock& clock, std::unique_ptr<state::StateStore> store,
       const SchedulerOptions& options, PortChecker& port_checker,
-      const kv::KvLimits& kv_limits = {});
+      const kv::KvLimits& kv_limits = {},
+      const CheckpointLimits& checkpoint_limits = {});
 
   ~Coordinator();  // Stops the scheduler thread.
   Coordinator(const Coordinator&) = delete;
@@ -141,6 +155,9 @@ class Coordinator {
   // `record.epoch` are taken from the caller. Keeps the newest
   // kCheckpointsPerGang. InvalidArgument for a negative step or a manifest
   // that is empty or above kMaxManifestBytes.
+  // Each record is a write to the state under the coordinator's lock, so
+  // a gang records at a bounded pace (CheckpointLimits); beyond it:
+  // ResourceExhausted naming the bound, with a retry hint (retry_after.h).
   static constexpr size_t kCheckpointsPerGang = 32;
   static constexpr size_t kMaxManifestBytes = 1 << 20;
   absl::Status RecordCheckpoint(const kv::KvCaller& caller,
@@ -223,6 +240,9 @@ class Coordinator {
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.
+  // What each gang may still spend on checkpoint records; set in Create.
+  std::unique_ptr<KeyedRateLimiter> checkpoint_rate_;
+  CheckpointLimits checkpoint_limits_;  // Set in Create.
   // Signs member tokens; from the store, set in Create.
   std::string member_token_key_;
   CondVar wake_cv_;

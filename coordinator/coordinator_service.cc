@@ -856,8 +856,11 @@ absl::Status CoordinatorService::Allow(const grpc::ServerContextBase* context,
                                        std::string_view rpc,
                                        absl::Status allowed) const {
   if (!allowed.ok()) {
-    spdlog::warn("event=rpc_refused rpc={} peer={} error={}", LogValue(rpc),
-                 LogValue(context->peer()), LogValue(allowed.ToString()));
+    if (std::optional<uint64_t> refused = refusals_.Occur(std::string(rpc))) {
+      spdlog::warn("event=rpc_refused rpc={} peer={} error={} refused={}",
+                   LogValue(rpc), LogValue(context->peer()),
+                   LogValue(allowed.ToString()), *refused);
+    }
   }
   return allowed;
 }

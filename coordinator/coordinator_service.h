@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/mutex.h"
 #include "common/work_queue.h"
 #include "coordinator/coordinator.h"
@@ -216,6 +217,9 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   ServiceSecurity security_;  // Set before serving; constant afterwards.
   std::atomic<uint64_t> next_stream_id_{1};
 
+  // Which refused calls get a log line (anyone who reaches the
+  // coordinator can repeat them).
+  mutable RefusalLog refusals_;
   Mutex mu_;  // Taken before any JoinReactor's own mutex, never after.
   std::map<uint64_t, JoinReactor*> streams_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, WatchReactor*> watches_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "grpcpp/support/server_interceptor.h"
+#include "rendezvous/endpoint_watch.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -63,6 +64,8 @@ class RpcTimingFactory final
       grpc::experimental::ServerRpcInfo* info) override {
     // "/gdt.v1.Coordinator/Heartbeat" -> "Heartbeat".
     std::string_view method = info->method() != nullptr ? info->method() : "";
+    // The coordinator's check of its own endpoints is no client's call.
+    if (method == rendezvous::kEndpointProbeMethod) return nullptr;
     if (const size_t slash = method.rfind('/');
         slash != std::string_view::npos) {
       method.remove_prefix(slash + 1);

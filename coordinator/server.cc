@@ -9,6 +9,7 @@
 #include "common/file.h"
 #include "common/host_port.h"
 #include "common/logging.h"
+#include "common/open_files.h"
 #include "common/secret.h"
 #include "coordinator/rpc_metrics.h"
 #include "grpcpp/grpcpp.h"
@@ -18,6 +19,9 @@
 
 namespace gdt::coordinator {
 namespace {
+
+// How long the coordinator's check of its own endpoints waits for an answer.
+constexpr std::chrono::seconds kEndpointProbeDeadline(3);
 
 // The service's access rules from `config`; creates `verifier` (job API)
 // or `id_token_verifier` when member verification is on. Logs one line per
@@ -149,9 +153,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   options.preemption = config.preemption;
   kv::KvLimits kv_limits;
   kv_limits.max_keys_per_gang = config.kv_max_keys_per_gang;
+  kv_limits.max_bytes_total = size_t{config.kv_max_total_mib} << 20;
+  CheckpointLimits checkpoint_limits;
+  checkpoint_limits.per_second = config.checkpoint_record_rate_per_gang;
+  checkpoint_limits.burst = config.checkpoint_record_burst_per_gang;
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(clock, std::move(store), options,
-                          server->port_checker_, kv_limits);
+                          server->port_checker_, kv_limits, checkpoint_limits);
   if (!coordinator.ok()) return coordinator.status();
   server->coordinator_ = std::move(*coordinator);
   server->coordinator_->SetObserver(*server->metrics_);
@@ -166,26 +174,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->service_->SetMasterPortRange(config.master_port_min,
                                        config.master_port_max);
 
-  if (absl::Status probe = ProbeListen(config.listen_address); !probe.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", config.listen_address, ": ", probe.message()));
-  }
-  grpc::ServerBuilder builder;
-  rendezvous::ApplyServerLimits(builder);
-  int port = 0;
-  builder.AddListeningPort(config.listen_address, *credentials, &port);
-  AddRpcMetrics(builder, *server->metrics_);
-  builder.RegisterService(server->service_.get());
+  server->credentials_ = *credentials;
   server->kv_service_ =
       std::make_unique<kv::KvService>(server->coordinator_->kv());
-  builder.RegisterService(server->kv_service_.get());
   server->checkpoint_service_ =
       std::make_unique<CheckpointService>(*server->coordinator_);
-  builder.RegisterService(server->checkpoint_service_.get());
-  server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", config.listen_address));
+  int port = 0;
+  if (absl::Status started =
+          server->StartMainServer(config.listen_address, &port);
+      !started.ok()) {
+    return started;
   }
   absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
   if (!listen.ok()) return listen.status();
@@ -202,6 +200,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
                               *server->metrics_);
     if (!liveness.ok()) return liveness.status();
     server->liveness_server_ = std::move(*liveness);
+    absl::StatusOr<HostPort> liveness_listen = ParseHostPort(address);
+    server->liveness_address_ = JoinHostPort(
+        liveness_listen.ok() ? liveness_listen->host : listen->host,
+        server->liveness_server_->port());
     server->service_->SetLivenessEndpoint(
         static_cast<uint32_t>(server->liveness_server_->port()),
         config.liveness_advertise_endpoint);
@@ -222,12 +224,144 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     server->metrics_server_ = std::move(*metrics_server);
   }
   server->coordinator_->Start();
+  // Anyone who reaches the coordinator can use up its descriptors with
+  // connections; gRPC's listener then never accepts again, while the
+  // connections made before go on. Each server's endpoint is checked and
+  // its listener restarted once descriptors are free again.
+  absl::StatusOr<HostPort> advertised = ParseHostPort(
+      config.advertise_endpoint.empty() ? server->bound_address_
+                                        : config.advertise_endpoint);
+  const std::string tls_name = advertised.ok() ? advertised->host : "";
+  server->main_watch_ =
+      server->WatchEndpoint(server->bound_address_, tls_name, *agent_security,
+                            &CoordinatorServer::RestartMainServer);
+  if (server->liveness_server_ != nullptr) {
+    server->liveness_watch_ = server->WatchEndpoint(
+        server->liveness_address_, tls_name, *agent_security,
+        &CoordinatorServer::RestartLivenessServer);
+  }
   return server;
+}
+
+absl::Status CoordinatorServer::StartMainServer(const std::string& address,
+                                                int* port) {
+  if (absl::Status probe = ProbeListen(address); !probe.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ": ", probe.message()));
+  }
+  grpc::ServerBuilder builder;
+  rendezvous::ApplyServerLimits(builder);
+  *port = 0;
+  builder.AddListeningPort(address, credentials_, port);
+  AddRpcMetrics(builder, *metrics_);
+  builder.RegisterService(service_.get());
+  builder.RegisterService(kv_service_.get());
+  builder.RegisterService(checkpoint_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || *port == 0) {
+    server_.reset();
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  return absl::OkStatus();
+}
+
+std::unique_ptr<rendezvous::EndpointWatch> CoordinatorServer::WatchEndpoint(
+    const std::string& endpoint, const std::string& tls_target_name,
+    const rendezvous::ClientSecurity& security,
+    absl::Status (CoordinatorServer::*restart)()) {
+  rendezvous::EndpointWatch::Options options;
+  options.who = "coordinator";
+  options.while_unanswered =
+      "new connections fail; the listener is restarted after repeated "
+      "failed checks, once descriptors are free";
+  options.when_answered = "accepts new connections again";
+  auto watch = std::make_unique<rendezvous::EndpointWatch>(
+      endpoint, options,
+      [endpoint, security, tls_target_name] {
+        return rendezvous::ProbeEndpoint("coordinator", endpoint, security,
+                                         tls_target_name,
+                                         kEndpointProbeDeadline);
+      },
+      [this, restart] { return (this->*restart)(); });
+  watch->Start();
+  return watch;
+}
+
+namespace {
+
+// FailedPrecondition unless kRestartSpareFiles descriptors are free: a
+// listener restarted without them fails at once, and the old server still
+// serves the connections it has.
+absl::Status CheckSpareFiles() {
+  const int64_t spare = SpareOpenFiles();
+  if (spare >= 0 && spare < CoordinatorServer::kRestartSpareFiles) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the listener is restarted once ",
+                     CoordinatorServer::kRestartSpareFiles,
+                     " descriptors are free (", OpenFilesSummary(), ")"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CoordinatorServer::RestartMainServer() {
+  if (absl::Status spare = CheckSpareFiles(); !spare.ok()) return spare;
+  spdlog::warn("event=coordinator_listener_restart address={} reason={}",
+               LogValue(bound_address_),
+               LogValue("the endpoint does not answer the coordinator's own "
+                        "check; open streams end and their clients reconnect"));
+  if (server_ != nullptr) {
+    service_->EndAllStreams("the coordinator restarts its listener");
+    coordinator_->kv().EndAllWaits("the coordinator restarts its listener");
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_.reset();
+  }
+  int port = 0;
+  if (absl::Status started = StartMainServer(bound_address_, &port);
+      !started.ok()) {
+    spdlog::error(
+        "event=coordinator_listener_restart_failed address={} "
+        "error={}",
+        LogValue(bound_address_), LogValue(started.ToString()));
+    return started;
+  }
+  spdlog::info("event=coordinator_listener_restarted address={}",
+               LogValue(bound_address_));
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::RestartLivenessServer() {
+  if (absl::Status spare = CheckSpareFiles(); !spare.ok()) return spare;
+  spdlog::warn("event=coordinator_listener_restart address={} reason={}",
+               LogValue(liveness_address_),
+               LogValue("the liveness endpoint does not answer the "
+                        "coordinator's own check"));
+  if (liveness_server_ != nullptr) {
+    liveness_server_->Shutdown();
+    liveness_server_.reset();
+  }
+  absl::StatusOr<std::unique_ptr<LivenessServer>> liveness =
+      LivenessServer::Start(liveness_address_, credentials_, *service_,
+                            *metrics_);
+  if (!liveness.ok()) {
+    spdlog::error(
+        "event=coordinator_listener_restart_failed address={} "
+        "error={}",
+        LogValue(liveness_address_), LogValue(liveness.status().ToString()));
+    return liveness.status();
+  }
+  liveness_server_ = std::move(*liveness);
+  spdlog::info("event=coordinator_listener_restarted address={}",
+               LogValue(liveness_address_));
+  return absl::OkStatus();
 }
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::Shutdown() {
+  if (main_watch_ != nullptr) main_watch_->Stop();
+  if (liveness_watch_ != nullptr) liveness_watch_->Stop();
   metrics_server_.reset();
   if (service_ != nullptr) {
     service_->EndAllStreams("coordinator is shutting down");

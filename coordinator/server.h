@@ -16,6 +16,7 @@
 #include "coordinator/metrics_server.h"
 #include "grpcpp/server.h"
 #include "kv/kv_service.h"
+#include "rendezvous/endpoint_watch.h"
 
 namespace gdt::coordinator {
 
@@ -78,8 +79,32 @@ class CoordinatorServer {
   // serving and the scheduler thread. Idempotent.
   void Shutdown();
 
+  // The endpoint watches' recovery (docs/security.md "Descriptor
+  // exhaustion"): gRPC's listener, once accept() failed with EMFILE, never
+  // accepts again. Replaces the main gRPC server with a new one on the same
+  // address (its open streams and kv waits end UNAVAILABLE, clients
+  // reconnect), or the liveness server. Called on the watch's thread.
+  // Errors: FailedPrecondition while fewer than kRestartSpareFiles
+  // descriptors are free (the new listener would fail at once, and the old
+  // server still serves the connections it has); Unavailable when the
+  // address cannot be bound again.
+  absl::Status RestartMainServer();
+  absl::Status RestartLivenessServer();
+
+  // Descriptors that must be free before a listener is restarted.
+  static constexpr int kRestartSpareFiles = 32;
+
  private:
   CoordinatorServer() = default;
+
+  // Builds and starts server_ on `address` with the services; sets *port.
+  absl::Status StartMainServer(const std::string& address, int* port);
+  // Starts a watch on `endpoint` that calls `restart` (docs/security.md
+  // "Descriptor exhaustion").
+  std::unique_ptr<rendezvous::EndpointWatch> WatchEndpoint(
+      const std::string& endpoint, const std::string& tls_target_name,
+      const rendezvous::ClientSecurity& security,
+      absl::Status (CoordinatorServer::*restart)());
 
   AgentPortChecker port_checker_;
   std::unique_ptr<MemberVerifier> verifier_;  // Null: members not verified.
@@ -93,6 +118,13 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<LivenessServer> liveness_server_;
   std::unique_ptr<MetricsServer> metrics_server_;
+  // What the restarts need: the server credentials and where to bind again.
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+  std::string liveness_address_;
+  // The watches on the main and liveness endpoints; stopped first in
+  // Shutdown(), before the servers they restart go.
+  std::unique_ptr<rendezvous::EndpointWatch> main_watch_;
+  std::unique_ptr<rendezvous::EndpointWatch> liveness_watch_;
   std::string bound_address_;
   std::string admin_token_sha256_;
   std::string status_without_token_;

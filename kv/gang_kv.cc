@@ -51,6 +51,7 @@ void GangKv::OpenGang(const std::string& gang_id, uint32_t epoch,
           earlier[store.epoch] = Sha256Hex(store.token);
         }
       }
+      total_bytes_ -= store.bytes;
       store = GangStore();
       store.epoch = epoch;
       store.token = token;
@@ -72,6 +73,7 @@ void GangKv::EndGang(const std::string& gang_id) {
     EndWaits(it->second,
              absl::AbortedError(absl::StrCat("gang ", gang_id, " ended")),
              completions);
+    total_bytes_ -= it->second.bytes;
     gangs_.erase(it);
   }
   Run(std::move(completions));
@@ -142,6 +144,20 @@ absl::Status GangKv::Put(GangStore& store, const std::string& gang_id,
         "' is above the limit of ", limits_.max_value_bytes, " bytes"));
   }
   auto it = store.values.find(key);
+  const size_t old_bytes =
+      it == store.values.end() ? 0 : key.size() + it->second.size();
+  const size_t new_bytes = key.size() + value.size();
+  if (limits_.max_bytes_total > 0 && new_bytes > old_bytes &&
+      store.bytes - old_bytes + new_bytes > limits_.guaranteed_bytes_per_gang &&
+      total_bytes_ - old_bytes + new_bytes > limits_.max_bytes_total) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the key-value stores of all gangs hold ", total_bytes_,
+        " bytes, the coordinator's limit is ", limits_.max_bytes_total,
+        " (kv_max_total_mib), and gang ", gang_id, " holds ", store.bytes,
+        " (beyond the ", limits_.guaranteed_bytes_per_gang,
+        " every gang may hold); cannot store ", value.size(), " bytes at key '",
+        key, "'"));
+  }
   if (it == store.values.end()) {
     // gdt's own keys have their own quota, so a store the user filled never
     // drops the checkpoint notice or an NCCL unique id.
@@ -161,6 +177,8 @@ absl::Status GangKv::Put(GangStore& store, const std::string& gang_id,
     if (own) ++store.gdt_keys;
   }
   it->second = std::move(value);
+  store.bytes = store.bytes - old_bytes + new_bytes;
+  total_bytes_ = total_bytes_ - old_bytes + new_bytes;
   auto waiting = store.waiting.find(key);
   if (waiting != store.waiting.end()) {
     for (uint64_t handle : waiting->second) {
@@ -325,6 +343,11 @@ absl::StatusOr<int64_t> GangKv::Add(const KvCaller& caller,
 size_t GangKv::gang_count() {
   MutexLock lock(mu_);
   return gangs_.size();
+}
+
+size_t GangKv::total_bytes() {
+  MutexLock lock(mu_);
+  return total_bytes_;
 }
 
 size_t GangKv::waiter_count() {

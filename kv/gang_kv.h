@@ -26,6 +26,15 @@ struct KvLimits {
   // ids), counted apart so that user keys never crowd them out.
   size_t max_gdt_keys_per_gang = 1024;
   size_t max_waiters_per_gang = 16384;
+  // Keys and values of every gang together (each gang may hold up to
+  // 2 x 1024 keys of 64 KiB, 128 MiB, so many admitted gangs could take
+  // the coordinator's memory); 0 = no bound. A gang's first
+  // guaranteed_bytes_per_gang are never refused for it, so that gangs that
+  // fill the stores cannot keep another gang from its rendezvous keys and
+  // NCCL ids: the stores hold at most max_bytes_total plus that much per
+  // gang.
+  size_t max_bytes_total = 1024 * 1024 * 1024;
+  size_t guaranteed_bytes_per_gang = 1024 * 1024;
 };
 
 // Who makes a call: the gang, its epoch and the token its members hold.
@@ -54,8 +63,10 @@ struct KvCasResult {
 // an earlier epoch's but the epoch named is not the current one (the caller
 // proved it was a member); InvalidArgument for an
 // empty key or one longer than max_key_bytes; ResourceExhausted naming the
-// limit for a value above max_value_bytes or a new key beyond
-// max_keys_per_gang (max_gdt_keys_per_gang for keys under kGdtKeyPrefix).
+// limit for a value above max_value_bytes, a new key beyond
+// max_keys_per_gang (max_gdt_keys_per_gang for keys under kGdtKeyPrefix),
+// or a write that would take the keys and values of all gangs together
+// above max_bytes_total.
 //
 // Thread-safe. Callbacks are never called with the store's lock held.
 class GangKv {
@@ -126,6 +137,8 @@ class GangKv {
 
   // For tests and status: open gangs and pending waits.
   size_t gang_count();
+  // Bytes of keys and values that all gangs hold together.
+  size_t total_bytes();
   size_t waiter_count();
 
  private:
@@ -141,6 +154,7 @@ class GangKv {
     std::map<uint32_t, std::string> earlier_sha256;
     std::map<std::string, std::string> values;
     size_t gdt_keys = 0;  // Keys of `values` under kGdtKeyPrefix.
+    size_t bytes = 0;     // Keys and values of `values`.
     std::map<std::string, std::vector<uint64_t>> waiting;  // Key -> handles.
     size_t waiter_count = 0;
   };
@@ -164,6 +178,8 @@ class GangKv {
   Mutex mu_;
   std::map<std::string, GangStore> gangs_ ABSL_GUARDED_BY(mu_);
   std::map<uint64_t, Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // Sum of every store's `bytes`.
+  size_t total_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
 };
 

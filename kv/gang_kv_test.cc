@@ -194,6 +194,54 @@ TEST_F(GangKvTest, GdtKeysHaveTheirOwnQuota) {
             "gang gang-a already has 3 keys, the limit; cannot add 'd'");
 }
 
+// All gangs' stores together hold at most max_bytes_total (beyond each
+// gang's guaranteed share): one gang that fills them gets a clear refusal,
+// another gang still stores its first bytes, and what an ended gang or an
+// old epoch held is given back.
+TEST(GangKvTotalTest, AllGangsTogetherAreBoundedButEachKeepsItsShare) {
+  KvLimits limits;
+  limits.max_value_bytes = 30;
+  limits.max_keys_per_gang = 100;
+  limits.max_bytes_total = 200;
+  limits.guaranteed_bytes_per_gang = 40;
+  GangKv kv(limits);
+  kv.OpenGang(kAlice.gang_id, kAlice.epoch, kAlice.token);
+  kv.OpenGang(kBob.gang_id, kBob.epoch, kBob.token);
+  const std::string value(30, 'x');  // 32 bytes with a key of 2.
+  int stored = 0;
+  absl::Status refused;
+  for (int i = 10; i < 99 && refused.ok(); ++i) {
+    refused = kv.Set(kAlice, std::to_string(i), value);
+    if (refused.ok()) ++stored;
+  }
+  EXPECT_EQ(stored, 6);  // 192 bytes; a seventh would be 224.
+  EXPECT_EQ(kv.total_bytes(), 192u);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(refused.message(),
+            "the key-value stores of all gangs hold 192 bytes, the "
+            "coordinator's limit is 200 (kv_max_total_mib), and gang gang-a "
+            "holds 192 (beyond the 40 every gang may hold); cannot store 30 "
+            "bytes at key '16'");
+  // Overwriting with no more bytes still works for the gang that filled
+  // it.
+  EXPECT_TRUE(kv.Set(kAlice, "10", "short").ok());
+  // Another gang still stores its guaranteed share, not more.
+  EXPECT_TRUE(kv.Set(kBob, "id", value).ok());
+  EXPECT_EQ(kv.Set(kBob, "id2", value).code(),
+            absl::StatusCode::kResourceExhausted);
+  // An ended gang gives its bytes back.
+  kv.EndGang(kAlice.gang_id);
+  EXPECT_EQ(kv.total_bytes(), 32u);
+  EXPECT_TRUE(kv.Set(kBob, "id2", value).ok());
+  // So does a gang's earlier epoch.
+  for (int i = 10; i < 14; ++i) {
+    ASSERT_TRUE(kv.Set(kBob, std::to_string(i), value).ok()) << i;
+  }
+  EXPECT_EQ(kv.total_bytes(), 193u);
+  kv.OpenGang(kBob.gang_id, 2, "token-b2");
+  EXPECT_EQ(kv.total_bytes(), 0u);
+}
+
 TEST_F(GangKvTest, WaitReturnsAtOnceWhenTheKeyExists) {
   ASSERT_TRUE(kv_.Set(kAlice, "k", "v").ok());
   WaitResult wait;

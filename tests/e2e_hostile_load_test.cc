@@ -21,6 +21,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +72,44 @@ double CpuSeconds(int pid) {
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
+
+// TCP connections to an endpoint that send nothing; closed when it goes
+// (or handed over with Release()).
+class IdleConnections {
+ public:
+  IdleConnections() = default;
+  IdleConnections(const IdleConnections&) = delete;
+  IdleConnections& operator=(const IdleConnections&) = delete;
+  ~IdleConnections() {
+    for (int fd : fds_) close(fd);
+  }
+
+  // Opens `count` connections to the IPv4 `endpoint` (host:port).
+  void Open(const std::string& endpoint, int count) {
+    absl::StatusOr<HostPort> parsed = ParseHostPort(endpoint);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(parsed->port));
+    ASSERT_EQ(inet_pton(AF_INET, parsed->host.c_str(), &address.sin_addr), 1)
+        << parsed->host;
+    for (int i = 0; i < count; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      ASSERT_GE(fd, 0);
+      fds_.push_back(fd);
+      ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                        sizeof(address)),
+                0)
+          << i;
+    }
+  }
+
+  // The connections, now the caller's to close.
+  std::vector<int> Release() { return std::exchange(fds_, {}); }
+
+ private:
+  std::vector<int> fds_;
+};
 
 // A member's JoinGang stream that is started and forgotten; counts how it
 // ended.
@@ -468,24 +507,8 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
   ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
   ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
 
-  absl::StatusOr<HostPort> endpoint =
-      ParseHostPort(cluster.coordinator_endpoint());
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(endpoint->port));
-  ASSERT_EQ(inet_pton(AF_INET, endpoint->host.c_str(), &address.sin_addr), 1)
-      << endpoint->host;
-  std::vector<int> idle;
-  for (int i = 0; i < 400; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    ASSERT_GE(fd, 0);
-    idle.push_back(fd);
-    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address),
-                      sizeof(address)),
-              0)
-        << i;
-  }
+  IdleConnections idle;
+  ASSERT_NO_FATAL_FAILURE(idle.Open(cluster.coordinator_endpoint(), 400));
   // The coordinator still answers while they are open.
   const bool accepted = WaitFor(
       [&] {
@@ -493,7 +516,7 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
         return status.ok();
       },
       seconds(10));
-  EXPECT_TRUE(accepted) << "gdt-coord status fails while " << idle.size()
+  EXPECT_TRUE(accepted) << "gdt-coord status fails while " << 400
                         << " idle connections are open\n"
                         << cluster.Logs();
   // A gang still forms, runs and ends.
@@ -505,7 +528,7 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
   // finished): reading it ends, after what the server sent, in EOF.
   const auto deadline = std::chrono::steady_clock::now() + seconds(30);
   int closed = 0;
-  for (int fd : idle) {
+  for (int fd : idle.Release()) {
     char buffer[4096];
     while (true) {
       const auto left = std::chrono::duration_cast<milliseconds>(
@@ -523,9 +546,59 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
     }
     close(fd);
   }
-  EXPECT_EQ(closed, 400) << "the coordinator still held "
-                         << idle.size() - closed << " idle connections 30 s "
+  EXPECT_EQ(closed, 400) << "the coordinator still held " << 400 - closed
+                         << " idle connections 30 s "
                          << "after they were opened";
+}
+
+// Idle connections beyond the coordinator's hard descriptor limit (256):
+// its listener hits EMFILE, which in gRPC stops it for good, and even the
+// connections it had are of no use to anyone else meanwhile. Once the flood
+// ends, the coordinator's check of its own endpoints finds them silent and
+// restarts its listeners: status answers and a gang runs again, without
+// restarting the coordinator.
+TEST(DescriptorFloodTest,
+     AFloodAboveTheHardLimitDoesNotStopTheListenerForGood) {
+  GdtCluster cluster;
+  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:256", "--"});
+  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
+  AgentSpec agent;
+  agent.name = "local";
+  agent.cpu_slots = 2;
+  agent.member_uid_pool = MemberAccountsIfRoot();
+  ASSERT_TRUE(cluster.StartAgent(agent).ok()) << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+
+  {
+    IdleConnections idle;
+    ASSERT_NO_FATAL_FAILURE(idle.Open(cluster.coordinator_endpoint(), 400));
+    // The coordinator accepts until it has no descriptor left; then its
+    // listener fails accept() with EMFILE.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster.Logs().find("Too many open files") !=
+                 std::string::npos;
+        },
+        seconds(20)))
+        << "the coordinator never ran out of descriptors\n"
+        << cluster.Logs();
+  }  // The flood ends: every connection is closed.
+
+  const bool answers = WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster.Status();
+        return status.ok();
+      },
+      seconds(45));
+  ASSERT_TRUE(answers) << "gdt-coord status still fails 45 s after the "
+                          "flood ended\n"
+                       << cluster.Logs();
+  EXPECT_THAT(cluster.Logs(),
+              HasSubstr("event=coordinator_listener_restarted"));
+  const std::string project = MakeShellProject(cluster.dir(), "echo trained");
+  CommandResult run = cluster.RunLocal(project, "train", {}, seconds(60));
+  EXPECT_TRUE(run.status.success()) << run.output << cluster.Logs();
+  EXPECT_THAT(run.output, HasSubstr("trained"));
 }
 
 }  // namespace

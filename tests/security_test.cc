@@ -5,6 +5,8 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -12,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
+#include "common/log_throttle.h"
 #include "common/member_token.h"
 #include "common/secret.h"
 #include "coordinator/server.h"
@@ -25,6 +28,8 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "testing/coordinator_fixture.h"
 
 namespace gdt::coordinator {
@@ -508,6 +513,38 @@ TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
   ASSERT_TRUE(status.ok());
   EXPECT_EQ(status->hosts(0).state(), v1::HOST_STATE_DRAINED);
   EXPECT_TRUE(admin_->RemoveHost("cpu-01", 5s).ok());
+}
+
+// Anyone who reaches the coordinator can repeat a refused operator call as
+// fast as it can: the first refusal is logged, then one line per interval
+// counting the rest, not a line per call (which flooded the log and the
+// journal's rate limit, dropping the coordinator's other lines).
+TEST_F(SecurityTest, RepeatedOperatorRefusalsAreLoggedOncePerInterval) {
+  auto anonymous = ClientWith("", "");
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  const auto start = std::chrono::steady_clock::now();
+  constexpr int kCalls = 300;
+  for (int i = 0; i < kCalls; ++i) {
+    EXPECT_EQ(anonymous->RemoveHost("cpu-01", 5s).code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  const auto took = std::chrono::steady_clock::now() - start;
+  spdlog::set_default_logger(previous);
+  const std::string log = captured.str();
+  size_t lines = 0;
+  for (size_t at = log.find("event=rpc_refused"); at != std::string::npos;
+       at = log.find("event=rpc_refused", at + 1)) {
+    ++lines;
+  }
+  EXPECT_THAT(log, HasSubstr("event=rpc_refused rpc="));
+  EXPECT_THAT(log, HasSubstr("removing a host needs the coordinator's admin "
+                             "token"));
+  EXPECT_THAT(log, HasSubstr(" refused=1"));
+  EXPECT_LE(lines, 1 + static_cast<size_t>(took / RefusalLog::kInterval))
+      << log;
 }
 
 TEST_F(SecurityTest, OperatorCliCommandsPresentTheTokenFromAFile) {

@@ -1,8 +1,8 @@
-// The agent's watch on its own endpoint: when it stops answering the host is
-// "not ready" with a reason, the listener is restarted after repeated
-// failures, and one answer makes it ready again; and the probe itself
-// against real sockets that refuse or never answer.
-#include "agent/endpoint_watch.h"
+// The watch the agent and the coordinator keep on their own endpoints: when
+// it stops answering there is a reason, the listener is restarted after
+// repeated failures, and one answer clears it; and the probe itself against
+// real sockets that refuse or never answer, and a real gRPC server.
+#include "rendezvous/endpoint_watch.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -16,11 +16,13 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "gdt/v1/agent.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/loopback_server.h"
 #include "testing/wait.h"
 
-namespace gdt::agent {
+namespace gdt::rendezvous {
 namespace {
 
 using namespace std::chrono_literals;
@@ -116,7 +118,7 @@ class SilentListener {
   int port_ = 0;
 };
 
-TEST(ProbeAgentEndpointTest, SilentOrClosedEndpointFailsWithinTheDeadline) {
+TEST(ProbeEndpointTest, SilentOrClosedEndpointFailsWithinTheDeadline) {
   int closed_port = 0;
   {
     SilentListener gone;  // Bound, then closed: nothing listens there.
@@ -127,7 +129,7 @@ TEST(ProbeAgentEndpointTest, SilentOrClosedEndpointFailsWithinTheDeadline) {
     const std::string endpoint = absl::StrCat("127.0.0.1:", port);
     const auto start = std::chrono::steady_clock::now();
     const absl::Status probed =
-        ProbeAgentEndpoint(endpoint, rendezvous::ClientSecurity(), "", 500ms);
+        ProbeEndpoint("agent", endpoint, ClientSecurity(), "", 500ms);
     EXPECT_FALSE(probed.ok()) << endpoint;
     EXPECT_TRUE(absl::IsUnavailable(probed) || absl::IsDeadlineExceeded(probed))
         << probed;
@@ -135,5 +137,18 @@ TEST(ProbeAgentEndpointTest, SilentOrClosedEndpointFailsWithinTheDeadline) {
   }
 }
 
+// A server that serves none of the probe's method still answers it
+// (UNIMPLEMENTED), which is all the probe asks: its listener accepted and
+// its server spoke.
+TEST(ProbeEndpointTest, ARealServerAnswersWithoutServingTheMethod) {
+  v1::Agent::Service unimplemented;  // Every method UNIMPLEMENTED.
+  test::LoopbackServer served = test::ServeOnLoopback(&unimplemented);
+  ASSERT_NE(served.server, nullptr);
+  const absl::Status probed =
+      ProbeEndpoint("agent", served.address, ClientSecurity(), "", 5s);
+  EXPECT_TRUE(probed.ok()) << probed;
+  served.server->Shutdown(std::chrono::system_clock::now());
+}
+
 }  // namespace
-}  // namespace gdt::agent
+}  // namespace gdt::rendezvous

@@ -1,27 +1,27 @@
-#include "agent/endpoint_watch.h"
+#include "rendezvous/endpoint_watch.h"
 
-#include <dirent.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
-#include "gdt/v1/agent.grpc.pb.h"
+#include "common/open_files.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/grpc_status.h"
 #include "spdlog/spdlog.h"
 
-namespace gdt::agent {
+namespace gdt::rendezvous {
 
-absl::Status ProbeAgentEndpoint(const std::string& endpoint,
-                                const rendezvous::ClientSecurity& security,
-                                const std::string& tls_target_name,
-                                std::chrono::milliseconds deadline) {
+absl::Status ProbeEndpoint(const std::string& who, const std::string& endpoint,
+                           const ClientSecurity& security,
+                           const std::string& tls_target_name,
+                           std::chrono::milliseconds deadline) {
   // Out of descriptors: say so plainly (gRPC's error names no cause), and
   // leave gRPC and the sanitizers, which need descriptors too, out of it.
   const int spare = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -43,40 +43,28 @@ absl::Status ProbeAgentEndpoint(const std::string& endpoint,
       security.tls() ? security.credentials
                      : grpc::InsecureChannelCredentials(),
       args);
-  v1::Agent::Stub stub(channel);
+  grpc::GenericStub stub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + deadline);
-  v1::CheckPortRequest request;  // Port 0: refused at once, nothing done.
-  v1::CheckPortResponse response;
-  const grpc::Status status = stub.CheckPort(&context, request, &response);
+  // One empty slice (a ByteBuffer without one is refused as no message):
+  // any message's defaults.
+  const grpc::Slice empty;
+  const grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::promise<grpc::Status> done;
+  stub.UnaryCall(&context, kEndpointProbeMethod, grpc::StubOptions(), &request,
+                 &response,
+                 [&done](grpc::Status status) { done.set_value(status); });
+  const grpc::Status status = done.get_future().get();
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE &&
       status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) {
     return absl::OkStatus();
   }
-  const absl::Status failed = rendezvous::ExplainConnectFailure(
-      rendezvous::FromGrpcStatus(status), "agent", endpoint, security);
+  const absl::Status failed =
+      ExplainConnectFailure(FromGrpcStatus(status), who, endpoint, security);
   // A TLS handshake needs a server that accepted and answered.
-  if (rendezvous::IsTlsHandshakeFailure(failed)) return absl::OkStatus();
+  if (IsTlsHandshakeFailure(failed)) return absl::OkStatus();
   return failed;
-}
-
-std::string OpenFilesSummary() {
-  rlimit limit{};
-  const std::string of =
-      getrlimit(RLIMIT_NOFILE, &limit) == 0
-          ? absl::StrCat(" of ", static_cast<uint64_t>(limit.rlim_cur))
-          : "";
-  DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) {
-    return absl::StrCat("open files: cannot count (", std::strerror(errno), ")",
-                        of.empty() ? "" : absl::StrCat("; limit", of));
-  }
-  uint64_t count = 0;
-  while (dirent* entry = readdir(dir)) {
-    if (entry->d_name[0] != '.') ++count;
-  }
-  closedir(dir);
-  return absl::StrCat("open files ", count > 0 ? count - 1 : 0, of);
 }
 
 EndpointWatch::EndpointWatch(std::string endpoint, Options options, Probe probe,
@@ -123,26 +111,25 @@ void EndpointWatch::Run() {
       failed_in_row = 0;
       MutexLock lock(mu_);
       if (!reason_.empty()) {
-        spdlog::info("event=agent_endpoint_answers endpoint={} action={}",
-                     LogValue(endpoint_),
-                     LogValue("ready: takes new members again"));
+        spdlog::info("event={}_endpoint_answers endpoint={} action={}",
+                     options_.who, LogValue(endpoint_),
+                     LogValue(options_.when_answered));
         reason_.clear();
       }
       continue;
     }
     if (++failed_in_row < options_.failures) continue;
     std::string reason =
-        absl::StrCat("its agent endpoint ", endpoint_,
-                     " does not answer the agent's own check (",
+        absl::StrCat("its ", options_.who, " endpoint ", endpoint_,
+                     " does not answer the ", options_.who, "'s own check (",
                      probed.message(), "; ", OpenFilesSummary(), ")");
     {
       MutexLock lock(mu_);
       if (reason_.empty()) {
         spdlog::error(
-            "event=agent_endpoint_unanswered endpoint={} error={} action={}",
-            LogValue(endpoint_), LogValue(reason),
-            LogValue("not ready: heartbeats tell the coordinator to place no "
-                     "new gang here until it answers again"));
+            "event={}_endpoint_unanswered endpoint={} error={} action={}",
+            options_.who, LogValue(endpoint_), LogValue(reason),
+            LogValue(options_.while_unanswered));
       }
     }
     if (recover_ && failed_in_row >= options_.recover_after) {
@@ -155,4 +142,4 @@ void EndpointWatch::Run() {
   }
 }
 
-}  // namespace gdt::agent
+}  // namespace gdt::rendezvous
