@@ -60,6 +60,9 @@ class PreemptionCoordinatorTest : public test::InProcessCoordinatorTest {
     request.set_job_timeout_seconds(48 * 3600);
     request.set_priority(priority);
     request.set_preemptible(preemptible);
+    // What expand writes for the retry: it adds (max 2, script failures):
+    // without a retry left a member is never a victim.
+    if (preemptible) request.set_preempt_retries(2);
     return request;
   }
 
