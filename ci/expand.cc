@@ -3568,6 +3568,259 @@ void CheckNeedsLimit(const std::vector<YamlNode>& documents,
   }
 }
 
+// GitLab's matrix expressions (`$[[ matrix.NAME ]]`), which it fills in,
+// in the `needs` of each job of a `parallel: matrix:`, with the values of
+// that job. Returns `text` filled in from `variables`; a name they lack is
+// added to `missing` and its expression left as it is.
+std::string FillMatrixExpressions(
+    const std::string& text,
+    const std::vector<std::pair<std::string, std::string>>& variables,
+    std::vector<std::string>* missing) {
+  std::string out;
+  size_t at = 0;
+  while (true) {
+    const size_t open = text.find("$[[", at);
+    if (open == std::string::npos) break;
+    size_t i = open + 3;
+    const auto skip_space = [&] {
+      while (i < text.size() && absl::ascii_isspace(text[i])) ++i;
+    };
+    skip_space();
+    size_t name_begin = 0;
+    size_t name_end = 0;
+    bool matched = false;
+    if (text.compare(i, 7, "matrix.") == 0) {
+      i += 7;
+      name_begin = i;
+      while (i < text.size() && (absl::ascii_isalnum(text[i]) ||
+                                 text[i] == '_' || text[i] == '-')) {
+        ++i;
+      }
+      name_end = i;
+      skip_space();
+      matched = name_end > name_begin && text.compare(i, 2, "]]") == 0;
+    }
+    if (!matched) {
+      out.append(text, at, open + 3 - at);
+      at = open + 3;
+      continue;
+    }
+    const std::string name = text.substr(name_begin, name_end - name_begin);
+    out.append(text, at, open - at);
+    at = i + 2;
+    const auto value = std::find_if(
+        variables.begin(), variables.end(),
+        [&](const auto& variable) { return variable.first == name; });
+    if (value == variables.end()) {
+      missing->push_back(name);
+      out.append(text, open, at - open);
+    } else {
+      out += value->second;
+    }
+  }
+  out.append(text, at, std::string::npos);
+  return out;
+}
+
+// `value` with every string in it filled in as by FillMatrixExpressions.
+CiValue FillMatrixValue(
+    const CiValue& value,
+    const std::vector<std::pair<std::string, std::string>>& variables,
+    std::vector<std::string>* missing) {
+  if (value.is_string()) {
+    return FillMatrixExpressions(value.get<std::string>(), variables, missing);
+  }
+  if (!value.is_array() && !value.is_object()) return value;
+  CiValue out = value;
+  for (auto it = out.begin(); it != out.end(); ++it) {
+    *it = FillMatrixValue(*it, variables, missing);
+  }
+  return out;
+}
+
+// The first scalar at or below `node` (a few levels deep) whose text holds
+// `part`; an empty node when none does.
+YamlNode ScalarHolding(const YamlNode& node, std::string_view part,
+                       int depth = 0) {
+  if (!node || depth > 8) return YamlNode();
+  if (node.IsScalar()) {
+    return node.Scalar().find(part) != std::string::npos ? node : YamlNode();
+  }
+  for (size_t i = 0; i < node.size(); ++i) {
+    if (node.IsMap()) {
+      if (YamlNode found =
+              ScalarHolding(node.Entry(i).second, part, depth + 1)) {
+        return found;
+      }
+    } else if (node.IsSequence()) {
+      if (YamlNode found = ScalarHolding(node.Item(i), part, depth + 1)) {
+        return found;
+      }
+    }
+  }
+  return YamlNode();
+}
+
+// What GitLab refuses in `needs` that select jobs of a matrix (`needs:
+// {job: X, parallel: {matrix: [...]}}`): it names each selected job
+// "X: [values]", and a name that X's jobs do not have is an undefined
+// need (X with `parallel: N` names its jobs "X 1/N", so no selector
+// matches them; X without `parallel` keeps the need as X, which GitLab
+// accepts). A selector that names only some of X's variables is
+// refused only when no job of X has its values. Matrix expressions are filled
+// in first, in each job of the needing job's matrix; one naming a variable that
+// matrix lacks is refused. A job or parallel value gdt cannot see (an unread
+// include) is not judged; an optional need is not either.
+void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
+                      const CiConfigModel& model, Reporter* report) {
+  static const std::vector<std::string> kKeys = {"parallel", "needs"};
+  static const std::vector<std::string> kParallel = {"parallel"};
+  const auto matrix_of = [](const CiValue& config) -> const CiValue* {
+    const auto parallel = config.find("parallel");
+    if (parallel == config.end() || !parallel->is_object()) return nullptr;
+    const auto matrix = parallel->find("matrix");
+    return matrix == parallel->end() ? nullptr : &*matrix;
+  };
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      if (!key.IsScalar() || !entry.second.IsMap()) continue;
+      const std::string& job = key.Scalar();
+      if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
+      const absl::StatusOr<CiConfigModel::Effective> effective =
+          model.Resolve(job, kKeys);
+      if (!effective.ok() || !effective->Known("needs") ||
+          !effective->Known("parallel")) {
+        continue;
+      }
+      const CiValue& config = effective->config;
+      const auto needs = config.find("needs");
+      if (needs == config.end() || !(needs->is_array() || needs->is_object())) {
+        continue;
+      }
+      const std::string text = needs->dump();
+      if (text.find("\"parallel\"") == std::string::npos &&
+          text.find("$[[") == std::string::npos) {
+        continue;
+      }
+      // Where to report: the job's own needs (its entry `index`), else the
+      // job's name.
+      const Entry own = FindEntry(entry.second, "needs");
+      const auto place = [&](size_t index) {
+        if (!own) return key;
+        if (own.value.IsSequence() && index < own.value.size()) {
+          const YamlNode item = own.value.Item(index);
+          if (const Entry parallel = FindEntry(item, "parallel")) {
+            return parallel.key;
+          }
+          return item;
+        }
+        return own.key;
+      };
+      std::vector<CiMatrixJob> instances;
+      const CiValue* matrix = matrix_of(config);
+      if (matrix != nullptr) {
+        if (!ReadCiMatrix(*matrix, job, &instances).ok()) continue;
+      } else {
+        instances.push_back(CiMatrixJob{job, {}});
+      }
+      std::set<std::string> reported_missing;
+      std::set<size_t> reported_needs;
+      for (const CiMatrixJob& instance : instances) {
+        std::vector<std::string> missing;
+        const CiValue filled =
+            matrix == nullptr
+                ? *needs
+                : FillMatrixValue(*needs, instance.variables, &missing);
+        if (!missing.empty()) {
+          for (const std::string& name : missing) {
+            if (!reported_missing.insert(name).second) continue;
+            const YamlNode at = ScalarHolding(own ? own.value : YamlNode(),
+                                              absl::StrCat("matrix.", name));
+            report->At(at, own ? own.key : key,
+                       absl::StrCat(job, " job: '", name,
+                                    "' does not exist in matrix "
+                                    "configuration (its parallel:matrix "
+                                    "has no variable ",
+                                    name, "); GitLab refuses the pipeline"));
+          }
+          continue;  // GitLab keeps such a job's needs unfilled.
+        }
+        const CiValue list =
+            filled.is_object() ? CiValue::array({filled}) : filled;
+        for (size_t i = 0; i < list.size(); ++i) {
+          const CiValue& need = list[i];
+          if (reported_needs.count(i) != 0 || !need.is_object()) continue;
+          const auto optional = need.find("optional");
+          if (optional != need.end() && *optional == true) continue;
+          std::string producer;
+          const auto job_name = need.find("job");
+          if (job_name == need.end() || !CiScalarText(*job_name, &producer)) {
+            continue;
+          }
+          const CiValue* selector = matrix_of(need);
+          if (selector == nullptr || !model.HasJob(producer)) continue;
+          const absl::StatusOr<CiConfigModel::Effective> made =
+              model.Resolve(producer, kParallel);
+          if (!made.ok() || !made->Known("parallel")) continue;
+          const auto parallel = made->config.find("parallel");
+          if (parallel == made->config.end() || parallel->is_null()) continue;
+          std::vector<CiMatrixJob> selected;
+          if (!ReadCiMatrix(*selector, producer, &selected).ok()) continue;
+          std::vector<CiMatrixJob> jobs;
+          if (const CiValue* jobs_matrix = matrix_of(made->config)) {
+            if (!ReadCiMatrix(*jobs_matrix, producer, &jobs).ok()) continue;
+          } else if (parallel->is_object()) {
+            continue;  // Not a number or a matrix: reported elsewhere.
+          }
+          // A selector naming some of the variables is taken to select
+          // every job that agrees on them (gdt does not refuse it).
+          const auto selects = [&](const CiMatrixJob& one) {
+            return std::any_of(
+                jobs.begin(), jobs.end(), [&](const CiMatrixJob& made_job) {
+                  return made_job.name == one.name ||
+                         std::all_of(one.variables.begin(), one.variables.end(),
+                                     [&](const auto& variable) {
+                                       return std::find(
+                                                  made_job.variables.begin(),
+                                                  made_job.variables.end(),
+                                                  variable) !=
+                                              made_job.variables.end();
+                                     });
+                });
+          };
+          for (const CiMatrixJob& one : selected) {
+            if (selects(one)) continue;
+            std::string why;
+            if (parallel->is_object()) {
+              why = absl::StrCat("no job of ", producer,
+                                 "'s parallel:matrix has these values");
+            } else {
+              std::string count;
+              if (!CiScalarText(*parallel, &count)) count = parallel->dump();
+              why = absl::StrCat(producer, " has parallel: ", count,
+                                 ", whose jobs are numbered, not a matrix");
+            }
+            if (matrix == nullptr &&
+                one.name.find("$[[") != std::string::npos) {
+              why = absl::StrCat(
+                  "GitLab fills in $[[ matrix.* ]] only in a job with "
+                  "parallel:matrix, which ",
+                  job, " has not");
+            }
+            report->At(
+                place(i), key,
+                absl::StrCat(instance.name, " job: undefined need: ", one.name,
+                             " (", why, "); GitLab refuses the pipeline"));
+            reported_needs.insert(i);
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     bool lint) {
   CiExpansion result;
@@ -4356,7 +4609,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     return result;
   }
   CheckNeedsLimit(documents, result.gangs, &report);
-  if (lint) CheckRuleExpressions(documents, &report);
+  if (lint) {
+    CheckRuleExpressions(documents, &report);
+    CheckMatrixNeeds(documents, model, &report);
+  }
   if (!result.ok()) {
     result.gangs.clear();
     return result;

@@ -1559,6 +1559,92 @@ TEST(LintTest, BadRuleExpressionsAreErrorsAtTheirPlace) {
   EXPECT_TRUE(ExpandCiYaml(text).ok());
 }
 
+// A need that selects jobs of a matrix (`needs: [{job: X, parallel:
+// {matrix: [...]}}]`) names each selected job "X: [values]"; GitLab
+// refuses the pipeline when X has no job of that name.
+TEST(LintTest, MatrixNeedsSelectingNoJobAreRefused) {
+  const std::string producers =
+      "build-int:\n  parallel: 3\n  script: [x]\n"
+      ".matrix:\n  parallel:\n    matrix:\n      - NAME: [foo, bar]\n"
+      "        ARCH: amd64\n"
+      "build-foo:\n  extends: .matrix\n  script: [x]\n"
+      "build-plain:\n  script: [x]\n";
+  const std::string text =
+      producers +
+      "numbered:\n  script: [x]\n  needs:\n    - job: build-int\n"
+      "      parallel:\n        matrix:\n          - NAME: foo\n"
+      "zero:\n  script: [x]\n  needs:\n    - build-int\n    - job: build-foo\n"
+      "      parallel:\n        matrix:\n          - NAME: [foo, nope]\n"
+      "            ARCH: amd64\n";
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:18:7: numbered job: undefined need: build-int: [foo] "
+            "(build-int has parallel: 3, whose jobs are numbered, not a "
+            "matrix); GitLab refuses the pipeline");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[1]),
+            "f:26:7: zero job: undefined need: build-foo: [nope, amd64] (no "
+            "job of build-foo's parallel:matrix has these values); GitLab "
+            "refuses the pipeline");
+  EXPECT_TRUE(ExpandCiYaml(text).ok());
+  // What GitLab accepts: a selector that matches (through extends), an
+  // optional need, a job without parallel (the need stays that job), and a
+  // job gdt cannot see; and one naming some of the variables.
+  EXPECT_TRUE(
+      LintCiYaml(producers +
+                 "ok:\n  script: [x]\n  needs:\n    - job: build-foo\n"
+                 "      parallel:\n        matrix:\n"
+                 "          - NAME: [bar, foo]\n            ARCH: amd64\n"
+                 "    - job: build-foo\n      parallel:\n        matrix:\n"
+                 "          - NAME: bar\n"
+                 "    - job: build-foo\n      optional: true\n"
+                 "      parallel:\n        matrix:\n          - NAME: nope\n"
+                 "    - job: build-plain\n      parallel:\n        matrix:\n"
+                 "          - NAME: foo\n"
+                 "    - job: elsewhere\n      parallel:\n        matrix:\n"
+                 "          - NAME: foo\n")
+          .ok());
+}
+
+// `$[[ matrix.NAME ]]` in needs is filled in for each job of the needing
+// job's matrix: a name that matrix lacks is refused, and in a job without
+// a matrix the expression stays, naming a job that does not exist.
+TEST(LintTest, MatrixExpressionsInNeedsAreChecked) {
+  const std::string build =
+      "build:\n  parallel:\n    matrix:\n      - OS: [linux, mac]\n"
+      "        ARCH: [amd64]\n  script: [x]\n";
+  const std::string text =
+      build +
+      "test:\n  parallel:\n    matrix:\n      - OS: [linux, mac]\n"
+      "  needs:\n    - job: build\n      parallel:\n        matrix:\n"
+      "          - OS: $[[ matrix.OS ]]\n            ARCH: $[[ matrix.ARCH ]]\n"
+      "  script: [x]\n"
+      "plain:\n  needs:\n    - job: build\n      parallel:\n        matrix:\n"
+      "          - OS: $[[ matrix.OS ]]\n            ARCH: amd64\n"
+      "  script: [x]\n";
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:16:19: test job: 'ARCH' does not exist in matrix configuration "
+            "(its parallel:matrix has no variable ARCH); GitLab refuses the "
+            "pipeline");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[1]),
+            "f:21:7: plain job: undefined need: build: [$[[ matrix.OS ]], "
+            "amd64] (GitLab fills in $[[ matrix.* ]] only in a job with "
+            "parallel:matrix, which plain has not); GitLab refuses the "
+            "pipeline");
+  EXPECT_TRUE(ExpandCiYaml(text).ok());
+  // A 1:1 mapping between two matrices, spaces or none.
+  EXPECT_TRUE(
+      LintCiYaml(build +
+                 "test:\n  parallel:\n    matrix:\n"
+                 "      - OS: [linux, mac]\n        ARCH: [amd64]\n"
+                 "  needs:\n    - job: build\n      parallel:\n"
+                 "        matrix:\n          - OS: ['$[[ matrix.OS ]]']\n"
+                 "            ARCH: ['$[[matrix.ARCH]]']\n  script: [x]\n")
+          .ok());
+}
+
 TEST(LintTest, InheritVariablesFalseDropsTheTopLevelOnes) {
   const std::string top =
       "variables:\n  GDT_GPUS_PER_NODE: \"8\"\n  CUDA_VISIBLE_DEVICES: \"0\"\n";

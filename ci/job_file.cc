@@ -832,6 +832,11 @@ absl::Status ReadCiRetry(const CiValue& node, std::string_view job,
   return ReadRetry(node, job, out);
 }
 
+absl::Status ReadCiMatrix(const CiValue& node, std::string_view job,
+                          std::vector<CiMatrixJob>* out) {
+  return ReadMatrix(node, job, out);
+}
+
 std::vector<std::pair<std::string, std::string>> CheckJobKeywordValues(
     const CiValue& own, std::string_view job) {
   std::vector<std::pair<std::string, std::string>> problems;

@@ -76,6 +76,12 @@ struct CiMatrixJob {
   std::vector<std::pair<std::string, std::string>> variables;
 };
 
+// Reads the list under `parallel: matrix:` into the jobs GitLab makes of
+// it for job `job` (named "job: [v1, v2]", in GitLab's order); an error
+// names `job` and what is wrong.
+absl::Status ReadCiMatrix(const CiValue& node, std::string_view job,
+                          std::vector<CiMatrixJob>* out);
+
 // One runnable job of a .gitlab-ci.yml, with the file's defaults applied.
 struct CiJob {
   std::string name;
