@@ -14,6 +14,7 @@
 #include "ckpt/checkpoint.h"
 #include "common/backoff.h"
 #include "common/file.h"
+#include "common/retry_after.h"
 #include "gitlab/curl_gitlab_api.h"
 #include "nlohmann/json.hpp"
 
@@ -229,9 +230,30 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
   }
   bool recorded = false;
   if (registry != nullptr) {
-    const absl::Status status =
-        registry->Record(manifest->step, manifest->rank, manifest->job_id,
-                         ManifestToJson(*manifest));
+    const std::string manifest_json = ManifestToJson(*manifest);
+    absl::Status status = registry->Record(manifest->step, manifest->rank,
+                                           manifest->job_id, manifest_json);
+    // A coordinator that refuses for pace (the gang records checkpoints too
+    // fast) says when to try again: wait as told, within record_wait in all.
+    std::chrono::milliseconds waited{0};
+    for (std::optional<std::chrono::milliseconds> hint = RetryAfter(status);
+         !status.ok() && hint.has_value() &&
+         waited + *hint <= options.record_wait;
+         hint = RetryAfter(status)) {
+      if (waited.count() == 0) {
+        err << "gdt-ckpt save: the coordinator asks to record step "
+            << manifest->step << " later (the gang records checkpoints too "
+            << "fast); retrying for up to "
+            << std::chrono::duration_cast<std::chrono::seconds>(
+                   options.record_wait)
+                   .count()
+            << " s\n";
+      }
+      std::this_thread::sleep_for(*hint);
+      waited += *hint;
+      status = registry->Record(manifest->step, manifest->rank,
+                                manifest->job_id, manifest_json);
+    }
     if (status.ok()) {
       recorded = true;
     } else {

@@ -51,6 +51,9 @@ struct CkptSaveOptions {
   uint64_t threshold_bytes = 0;
   int keep = 0;  // Default: $GDT_CHECKPOINT_KEEP; 0 keeps all.
   bool json = false;
+  // How long, in all, a record the coordinator refuses for pace (with a
+  // retry hint) is retried before save warns that it is not recorded.
+  std::chrono::milliseconds record_wait{std::chrono::seconds(30)};
 };
 
 struct CkptResumeOptions {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "ckpt/checkpoint.h"
+#include "common/retry_after.h"
 #include "common/zip_archive.h"
 #include "gitlab/fake_gitlab_api.h"
 #include "gmock/gmock.h"
@@ -27,6 +28,15 @@ class FakeRegistry final : public ManifestRegistry {
  public:
   absl::Status Record(int64_t step, int rank, int64_t job_id,
                       const std::string& manifest_json) override {
+    ++record_calls;
+    if (paced > 0) {
+      --paced;
+      return WithRetryAfter(
+          absl::ResourceExhaustedError(
+              "gang g records checkpoints faster than 2 small manifests a "
+              "second per member: step is not recorded; retry in 0.1 s"),
+          pace_hint);
+    }
     if (!refusal.ok()) return refusal;
     records.insert(records.begin(), manifest_json);  // Newest first.
     return absl::OkStatus();
@@ -42,6 +52,9 @@ class FakeRegistry final : public ManifestRegistry {
   }
 
   absl::Status refusal;
+  int paced = 0;  // Record calls refused for pace, with pace_hint.
+  std::chrono::milliseconds pace_hint{100};
+  int record_calls = 0;
   int outages = 0;  // List calls that fail as an unreachable coordinator.
   int lists = 0;
   std::vector<std::string> records;
@@ -392,6 +405,42 @@ TEST_F(CkptCommandTest, ResumeWithoutJobIdsUsesTheCoordinatorsRecords) {
                                    "mismatch"));
   EXPECT_THAT(err.str(),
               HasSubstr("resuming from step 10 (job 21, artifacts)"));
+}
+
+// A gang that records too fast is refused with a retry hint: save waits as
+// told and records the step; training goes on either way.
+TEST_F(CkptCommandTest, SaveWaitsOutAPaceRefusalAndRecords) {
+  WriteCheckpoint(10);
+  registry_.paced = 3;
+  registry_.pace_hint = std::chrono::milliseconds(100);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(RunCkptSave({.step = 10}, env_, &registry_, out_, err_), kCkptOk);
+  EXPECT_GE(std::chrono::steady_clock::now() - start,
+            std::chrono::milliseconds(300));
+  EXPECT_EQ(registry_.record_calls, 4);
+  EXPECT_EQ(registry_.records.size(), 1u);
+  EXPECT_EQ(err_.str(),
+            "gdt-ckpt save: the coordinator asks to record step 10 later (the "
+            "gang records checkpoints too fast); retrying for up to 30 s\n");
+}
+
+// Beyond the bound save stops waiting and warns as for any other refusal.
+TEST_F(CkptCommandTest, SaveGivesUpOnPaceRefusalsAfterItsBound) {
+  WriteCheckpoint(10);
+  registry_.paced = 1000;
+  registry_.pace_hint = std::chrono::milliseconds(100);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(RunCkptSave({.step = 10, .record_wait = std::chrono::seconds(1)},
+                        env_, &registry_, out_, err_),
+            kCkptOk);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(registry_.record_calls, 11);
+  EXPECT_TRUE(registry_.records.empty());
+  EXPECT_THAT(err_.str(), HasSubstr("retrying for up to 1 s\n"));
+  EXPECT_THAT(err_.str(),
+              HasSubstr("gdt-ckpt save: warning: step 10 is not recorded with "
+                        "the coordinator (a retry finds it only through the "
+                        "artifacts): gang g records checkpoints faster"));
 }
 
 // Records that are missing from the coordinator (e.g. the record failed) are

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/retry_after.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -250,6 +251,7 @@ TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
   std::atomic<int> accepted{0};
   std::atomic<int> refused{0};
   std::atomic<int> other{0};
+  std::atomic<int> hinted{0};
   std::string refusal;
   Mutex refusal_mu;
   std::vector<std::thread> flood;
@@ -265,6 +267,8 @@ TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
           ++accepted;
         } else if (absl::IsResourceExhausted(status)) {
           ++refused;
+          // The hint reaches the client, which gdt-ckpt save waits out.
+          if (RetryAfter(status).has_value()) ++hinted;
           MutexLock lock(refusal_mu);
           refusal = std::string(status.message());
         } else {
@@ -295,6 +299,7 @@ TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
   // 64 units at once and 2 a second; a 1 MiB manifest costs 17.
   EXPECT_LE(accepted, 5);
   EXPECT_GT(refused, 0);
+  EXPECT_EQ(hinted, refused.load());
   EXPECT_EQ(other, 0);
   {
     MutexLock lock(refusal_mu);

@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 Coordinator::~Coordinator() {
   Stop();
   MutexLock lock(mu_);
+  ++changes_;
   scheduler_.reset();  // Before the store it refers to.
 }
 
@@ -79,12 +80,14 @@ void Coordinator::SetEventSink(EventSink sink) { sink_ = std::move(sink); }
 void Coordinator::SetObserver(Observer& observer) {
   observer_ = &observer;
   MutexLock lock(mu_);
+  ++changes_;
   scheduler_->SetObserver(observer);
 }
 
 void Coordinator::Start() {
   {
     MutexLock lock(mu_);
+    ++changes_;
     stop_ = false;
   }
   thread_ = std::thread([this] { Loop(); });
@@ -93,11 +96,13 @@ void Coordinator::Start() {
 void Coordinator::Stop() {
   {
     MutexLock lock(mu_);
+    ++changes_;
     stop_ = true;
   }
   wake_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   MutexLock lock(mu_);
+  ++changes_;
   FlushStoreLocked();
 }
 
@@ -113,6 +118,7 @@ void Coordinator::FlushStoreLocked() {
 void Coordinator::Wake() {
   {
     MutexLock lock(mu_);
+    ++changes_;
     wake_ = true;
   }
   wake_cv_.NotifyAll();
@@ -123,6 +129,7 @@ void Coordinator::Loop() {
   while (true) {
     {
       MutexLock lock(mu_);
+      ++changes_;
       const auto deadline = std::chrono::steady_clock::now() + kTick;
       while (!wake_ && !stop_ && std::chrono::steady_clock::now() < deadline) {
         wake_cv_.WaitUntil(mu_, deadline);
@@ -314,6 +321,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
   std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
+    ++changes_;
     if (time_checks) {
       scheduler_->FailGangsOnLostHosts();
       scheduler_->ReleaseAbandonedMembers();
@@ -361,6 +369,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
     }
     {
       MutexLock lock(mu_);
+      ++changes_;
       if (port == 0) {
         spdlog::warn("event=gang_not_admitted gang={} reason={}",
                      LogValue(proposal.gang_id), LogValue(note));
@@ -383,6 +392,7 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->RegisterHost(spec);
     events = TakeEventsLocked();
   }
@@ -403,6 +413,7 @@ bool Coordinator::Heartbeat(
   bool known;
   {
     MutexLock lock(mu_);
+    ++changes_;
     known = scheduler_->Heartbeat(host_name, &was_down);
     if (known) {
       scheduler_->SetRunningMembers(host_name, std::move(running_members));
@@ -425,6 +436,7 @@ absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
   bool wake = false;
   {
     MutexLock lock(mu_);
+    ++changes_;
     gang_id = scheduler_->Join(request, stream_id);
     // Under the lock, so that no admission pass can come between.
     if (gang_id.ok()) observer_->MemberJoined(*gang_id);
@@ -443,6 +455,7 @@ void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
   std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
+    ++changes_;
     scheduler_->Detach(gang_id, member_index, stream_id);
     events = TakeEventsLocked();
   }
@@ -458,6 +471,7 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status =
         scheduler_->ReportExit(gang_id, epoch, member_index, job_id, exit_code,
                                cancelled, peer_suspected, exited_unix_ms);
@@ -471,6 +485,7 @@ absl::StatusOr<std::shared_ptr<const state::PeerList>> Coordinator::Peers(
     const std::string& gang_id, uint32_t epoch, uint32_t member_index,
     int64_t job_id) {
   MutexLock lock(mu_);
+  ++changes_;
   return scheduler_->Peers(gang_id, epoch, member_index, job_id);
 }
 
@@ -481,6 +496,7 @@ absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->Watch(gang_id, epoch, member_index, job_id, watch_id);
     events = TakeEventsLocked();
   }
@@ -490,6 +506,7 @@ absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
 
 void Coordinator::Unwatch(uint64_t watch_id) {
   MutexLock lock(mu_);
+  ++changes_;
   scheduler_->Unwatch(watch_id);
 }
 
@@ -500,6 +517,7 @@ absl::Status Coordinator::Leave(const state::GangKey& key,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->Leave(key, member_index, job_id, executor);
     events = TakeEventsLocked();
   }
@@ -514,6 +532,7 @@ absl::Status Coordinator::SetDrained(const std::string& host_name,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->SetDrained(host_name, drained);
     events = TakeEventsLocked();
   }
@@ -527,6 +546,7 @@ absl::Status Coordinator::RemoveHost(const std::string& host_name) {
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->RemoveHost(host_name);
     events = TakeEventsLocked();
   }
@@ -542,6 +562,7 @@ absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->MemberLost(gang_id, epoch, member_index, job_id, what);
     events = TakeEventsLocked();
   }
@@ -557,6 +578,7 @@ absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
+    ++changes_;
     status = scheduler_->MemberHung(gang_id, epoch, member_index, job_id,
                                     seconds, std::move(progress));
     events = TakeEventsLocked();
@@ -571,6 +593,7 @@ absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
   absl::StatusOr<std::string> root_cause;
   {
     MutexLock lock(mu_);
+    ++changes_;
     root_cause = scheduler_->Cancel(gang_id, note);
     events = TakeEventsLocked();
   }
@@ -586,6 +609,7 @@ absl::StatusOr<std::string> Coordinator::RefuseMember(
   absl::StatusOr<std::string> root_cause;
   {
     MutexLock lock(mu_);
+    ++changes_;
     root_cause = scheduler_->RefuseMember(key, member_index, job_id, reason);
     events = TakeEventsLocked();
   }
@@ -600,6 +624,7 @@ absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
   absl::StatusOr<std::string> line;
   {
     MutexLock lock(mu_);
+    ++changes_;
     line = scheduler_->ForceCancel(gang_id, note);
     events = TakeEventsLocked();
   }
@@ -614,6 +639,7 @@ absl::StatusOr<std::vector<std::string>> Coordinator::CancelForming(
   absl::StatusOr<std::vector<std::string>> cancelled;
   {
     MutexLock lock(mu_);
+    ++changes_;
     cancelled = scheduler_->CancelForming(project_id, pipeline_id, note);
     events = TakeEventsLocked();
   }
@@ -627,6 +653,7 @@ std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
   std::vector<std::string> ended;
   {
     MutexLock lock(mu_);
+    ++changes_;
     ended = scheduler_->EndAbandonedFormingGangs(/*now=*/true);
     events = TakeEventsLocked();
   }
@@ -636,8 +663,28 @@ std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
 }
 
 Snapshot Coordinator::GetSnapshot(bool include_finished) {
+  return *SharedSnapshot(include_finished);  // Copied without the lock.
+}
+
+std::shared_ptr<const Snapshot> Coordinator::SharedSnapshot(
+    bool include_finished) {
   MutexLock lock(mu_);
-  return scheduler_->GetSnapshot(include_finished);
+  StatusSnapshot& kept = status_snapshots_[include_finished ? 1 : 0];
+  const Clock::TimePoint now = clock_->Now();
+  if (kept.snapshot == nullptr || kept.changes != changes_ ||
+      now < kept.built || now - kept.built >= kStatusSnapshotReuse) {
+    kept.snapshot = std::make_shared<const Snapshot>(
+        scheduler_->GetSnapshot(include_finished));
+    kept.changes = changes_;
+    kept.built = now;
+    ++snapshots_built_;
+  }
+  return kept.snapshot;
+}
+
+uint64_t Coordinator::snapshots_built() {
+  MutexLock lock(mu_);
+  return snapshots_built_;
 }
 
 // Checkpoint manifest records.
@@ -663,6 +710,7 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
           .count();
   {
     MutexLock lock(mu_);
+    ++changes_;
     const state::Gang* gang = scheduler_->FindGang(record.gang_id);
     const uint32_t members =
         gang != nullptr && gang->key.size > 0 ? gang->key.size : 1;
@@ -699,6 +747,7 @@ Coordinator::ListCheckpoints(const kv::KvCaller& caller) {
   absl::StatusOr<std::vector<state::CheckpointRecord>> records;
   {
     MutexLock lock(mu_);
+    ++changes_;
     records = store_->ListCheckpointRecords(caller.gang_id);
   }
   if (!records.ok()) return records;
@@ -726,6 +775,7 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
   state::HostTokenRecord record{host_name, SecretSha256Hex(*token),
                                 clock_->UnixMillis()};
   MutexLock lock(mu_);
+  ++changes_;
   if (absl::Status status = store_->SaveHostToken(record); !status.ok()) {
     return status;
   }
@@ -735,6 +785,7 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
 
 std::vector<state::HostTokenRecord> Coordinator::ListHostTokens() {
   MutexLock lock(mu_);
+  ++changes_;
   std::vector<state::HostTokenRecord> records;
   for (const auto& [name, record] : host_tokens_) {
     records.push_back(state::HostTokenRecord{name, "", record.created_unix_ms});
@@ -744,6 +795,7 @@ std::vector<state::HostTokenRecord> Coordinator::ListHostTokens() {
 
 absl::Status Coordinator::RevokeHostToken(const std::string& host_name) {
   MutexLock lock(mu_);
+  ++changes_;
   absl::StatusOr<bool> deleted = store_->DeleteHostToken(host_name);
   if (!deleted.ok()) return deleted.status();
   if (host_tokens_.erase(host_name) == 0 && !*deleted) {
@@ -762,6 +814,7 @@ absl::StatusOr<std::string> Coordinator::HostOfToken(const std::string& token) {
   }
   const std::string hash = SecretSha256Hex(token);
   MutexLock lock(mu_);
+  ++changes_;
   for (const auto& [name, record] : host_tokens_) {
     if (SameSecret(record.sha256, hash)) return name;
   }
@@ -786,6 +839,7 @@ absl::StatusOr<MemberClaims> Coordinator::CheckMemberToken(
         member, " expired at ", state::UtcTimeOfDay(claims->expires_unix_ms)));
   }
   MutexLock lock(mu_);
+  ++changes_;
   if (!host_tokens_.contains(host_name)) {
     return absl::PermissionDeniedError(
         absl::StrCat(member, " refused: host ", host_name,
@@ -816,6 +870,7 @@ absl::StatusOr<MemberClaims> Coordinator::CheckMemberToken(
 std::string Coordinator::MemberHost(const std::string& gang_id,
                                     uint32_t member_index) {
   MutexLock lock(mu_);
+  ++changes_;
   const state::Gang* gang = scheduler_->FindGang(gang_id);
   if (gang == nullptr) return "";
   auto member = gang->members.find(member_index);

@@ -1,6 +1,8 @@
 #ifndef GDT_COORDINATOR_COORDINATOR_H_
 #define GDT_COORDINATOR_COORDINATOR_H_
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -116,7 +118,17 @@ class Coordinator {
       int64_t job_id);
   absl::Status Leave(const state::GangKey& key, uint32_t member_index,
                      int64_t job_id, const std::string& executor = "");
+  // What status shows. Status readers (GetStatus, the dashboard, /metrics)
+  // share one snapshot: it is built again once any other call has taken the
+  // coordinator's lock since (any call may change what status shows), and
+  // at least every kStatusSnapshotReuse (time-based states such as a host
+  // that stopped sending heartbeats). A flood of status reads thus costs
+  // the lock one build per change, not one per read.
   Snapshot GetSnapshot(bool include_finished);
+  std::shared_ptr<const Snapshot> SharedSnapshot(bool include_finished);
+  static constexpr std::chrono::milliseconds kStatusSnapshotReuse{250};
+  // How many snapshots were built (for tests).
+  uint64_t snapshots_built();
   absl::Status SetDrained(const std::string& host_name, bool drained);
   absl::Status RemoveHost(const std::string& host_name);
 
@@ -240,6 +252,16 @@ class Coordinator {
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.
+  // Calls that took mu_ (other than status reads), and the snapshots kept
+  // for status readers: [0] without finished gangs, [1] with them.
+  struct StatusSnapshot {
+    std::shared_ptr<const Snapshot> snapshot;
+    uint64_t changes = 0;
+    Clock::TimePoint built;
+  };
+  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  StatusSnapshot status_snapshots_[2] ABSL_GUARDED_BY(mu_);
+  uint64_t snapshots_built_ ABSL_GUARDED_BY(mu_) = 0;
   // What each gang may still spend on checkpoint records; set in Create.
   std::unique_ptr<KeyedRateLimiter> checkpoint_rate_;
   CheckpointLimits checkpoint_limits_;  // Set in Create.

@@ -1143,7 +1143,7 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
       Allow(context, "GetStatus", CheckStatusReader(context));
   if (!allowed.ok()) return Finish(context, allowed);
   absl::StatusOr<v1::GetStatusResponse> page =
-      StatusPage(coordinator_.GetSnapshot(request->include_finished()),
+      StatusPage(*coordinator_.SharedSnapshot(request->include_finished()),
                  request->page_size(), request->page_token());
   if (!page.ok()) return Finish(context, page.status());
   *response = *std::move(page);

@@ -218,7 +218,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     CoordinatorMetrics* metrics = server->metrics_.get();
     absl::StatusOr<std::unique_ptr<MetricsServer>> metrics_server =
         MetricsServer::Start(config.metrics_address, [core, metrics] {
-          return metrics->Render(core->GetSnapshot(false));
+          return metrics->Render(*core->SharedSnapshot(false));
         });
     if (!metrics_server.ok()) return metrics_server.status();
     server->metrics_server_ = std::move(*metrics_server);

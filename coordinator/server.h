@@ -58,12 +58,13 @@ class CoordinatorServer {
 
   // What GetStatus answers, finished gangs included.
   v1::GetStatusResponse Status() const {
-    return StatusResponseOf(coordinator_->GetSnapshot(true));
+    return StatusResponseOf(*coordinator_->SharedSnapshot(true));
   }
   // One page of it, as GetStatus answers (StatusPage).
   absl::StatusOr<v1::GetStatusResponse> StatusPageOf(
       uint32_t page_size, const std::string& page_token) const {
-    return StatusPage(coordinator_->GetSnapshot(true), page_size, page_token);
+    return StatusPage(*coordinator_->SharedSnapshot(true), page_size,
+                      page_token);
   }
   // Who may read status without the admin token: the SHA-256 (hex) of the
   // admin token (empty: none configured) and status_without_token.

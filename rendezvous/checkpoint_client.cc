@@ -53,7 +53,11 @@ absl::Status CheckpointClient::Record(int64_t step, uint32_t rank,
   request.mutable_record()->set_manifest_json(manifest_json);
   v1::RecordCheckpointResponse response;
   grpc::Status status = stub_->RecordCheckpoint(&context, request, &response);
-  if (!status.ok()) return Explain(status, "record", target_.endpoint);
+  if (!status.ok()) {
+    // A refusal for pace carries how long to wait before trying again.
+    return WithRetryAfterTrailer(Explain(status, "record", target_.endpoint),
+                                 context);
+  }
   return absl::OkStatus();
 }
 
