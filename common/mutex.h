@@ -2,6 +2,7 @@
 #define GDT_COMMON_MUTEX_H_
 
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 
 #include "absl/base/thread_annotations.h"
@@ -13,13 +14,23 @@ namespace gdt {
 // visible to ThreadSanitizer even though Debian's Abseil is not instrumented.
 class ABSL_LOCKABLE Mutex {
  public:
-  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
+  void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() {
+    mu_.lock();
+    ++acquisitions_;
+  }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
+  // How many times it was taken (by Lock() or on waking from a CondVar
+  // wait), counting the caller's own hold (read it while holding it): tells
+  // a holder whether anyone else held it since an earlier look, e.g. to
+  // reuse something built from what it guards.
+  uint64_t acquisitions() const { return acquisitions_; }
   // For CondVar only.
   std::mutex& native() { return mu_; }
 
  private:
+  friend class CondVar;
   std::mutex mu_;
+  uint64_t acquisitions_ = 0;
 };
 
 // Holds a Mutex for its lifetime.
@@ -48,12 +59,14 @@ class CondVar {
     const bool notified =
         cv_.wait_until(lock, deadline) == std::cv_status::no_timeout;
     lock.release();
+    ++mu.acquisitions_;
     return notified;
   }
   void Wait(Mutex& mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     std::unique_lock<std::mutex> lock(mu.native(), std::adopt_lock);
     cv_.wait(lock);
     lock.release();
+    ++mu.acquisitions_;
   }
   void NotifyAll() { cv_.notify_all(); }
 

@@ -71,7 +71,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
 Coordinator::~Coordinator() {
   Stop();
   MutexLock lock(mu_);
-  ++changes_;
   scheduler_.reset();  // Before the store it refers to.
 }
 
@@ -80,14 +79,12 @@ void Coordinator::SetEventSink(EventSink sink) { sink_ = std::move(sink); }
 void Coordinator::SetObserver(Observer& observer) {
   observer_ = &observer;
   MutexLock lock(mu_);
-  ++changes_;
   scheduler_->SetObserver(observer);
 }
 
 void Coordinator::Start() {
   {
     MutexLock lock(mu_);
-    ++changes_;
     stop_ = false;
   }
   thread_ = std::thread([this] { Loop(); });
@@ -96,13 +93,11 @@ void Coordinator::Start() {
 void Coordinator::Stop() {
   {
     MutexLock lock(mu_);
-    ++changes_;
     stop_ = true;
   }
   wake_cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   MutexLock lock(mu_);
-  ++changes_;
   FlushStoreLocked();
 }
 
@@ -118,7 +113,6 @@ void Coordinator::FlushStoreLocked() {
 void Coordinator::Wake() {
   {
     MutexLock lock(mu_);
-    ++changes_;
     wake_ = true;
   }
   wake_cv_.NotifyAll();
@@ -129,7 +123,6 @@ void Coordinator::Loop() {
   while (true) {
     {
       MutexLock lock(mu_);
-      ++changes_;
       const auto deadline = std::chrono::steady_clock::now() + kTick;
       while (!wake_ && !stop_ && std::chrono::steady_clock::now() < deadline) {
         wake_cv_.WaitUntil(mu_, deadline);
@@ -321,7 +314,6 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
   std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
-    ++changes_;
     if (time_checks) {
       scheduler_->FailGangsOnLostHosts();
       scheduler_->ReleaseAbandonedMembers();
@@ -369,7 +361,6 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
     }
     {
       MutexLock lock(mu_);
-      ++changes_;
       if (port == 0) {
         spdlog::warn("event=gang_not_admitted gang={} reason={}",
                      LogValue(proposal.gang_id), LogValue(note));
@@ -392,7 +383,6 @@ absl::Status Coordinator::RegisterHost(const state::HostSpec& spec) {
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->RegisterHost(spec);
     events = TakeEventsLocked();
   }
@@ -413,7 +403,6 @@ bool Coordinator::Heartbeat(
   bool known;
   {
     MutexLock lock(mu_);
-    ++changes_;
     known = scheduler_->Heartbeat(host_name, &was_down);
     if (known) {
       scheduler_->SetRunningMembers(host_name, std::move(running_members));
@@ -436,7 +425,6 @@ absl::StatusOr<std::string> Coordinator::Join(const JoinRequest& request,
   bool wake = false;
   {
     MutexLock lock(mu_);
-    ++changes_;
     gang_id = scheduler_->Join(request, stream_id);
     // Under the lock, so that no admission pass can come between.
     if (gang_id.ok()) observer_->MemberJoined(*gang_id);
@@ -455,7 +443,6 @@ void Coordinator::Detach(const std::string& gang_id, uint32_t member_index,
   std::vector<state::MemberEvent> events;
   {
     MutexLock lock(mu_);
-    ++changes_;
     scheduler_->Detach(gang_id, member_index, stream_id);
     events = TakeEventsLocked();
   }
@@ -471,7 +458,6 @@ absl::Status Coordinator::ReportExit(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status =
         scheduler_->ReportExit(gang_id, epoch, member_index, job_id, exit_code,
                                cancelled, peer_suspected, exited_unix_ms);
@@ -485,7 +471,6 @@ absl::StatusOr<std::shared_ptr<const state::PeerList>> Coordinator::Peers(
     const std::string& gang_id, uint32_t epoch, uint32_t member_index,
     int64_t job_id) {
   MutexLock lock(mu_);
-  ++changes_;
   return scheduler_->Peers(gang_id, epoch, member_index, job_id);
 }
 
@@ -496,7 +481,6 @@ absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->Watch(gang_id, epoch, member_index, job_id, watch_id);
     events = TakeEventsLocked();
   }
@@ -506,7 +490,6 @@ absl::Status Coordinator::Watch(const std::string& gang_id, uint32_t epoch,
 
 void Coordinator::Unwatch(uint64_t watch_id) {
   MutexLock lock(mu_);
-  ++changes_;
   scheduler_->Unwatch(watch_id);
 }
 
@@ -517,7 +500,6 @@ absl::Status Coordinator::Leave(const state::GangKey& key,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->Leave(key, member_index, job_id, executor);
     events = TakeEventsLocked();
   }
@@ -532,7 +514,6 @@ absl::Status Coordinator::SetDrained(const std::string& host_name,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->SetDrained(host_name, drained);
     events = TakeEventsLocked();
   }
@@ -546,7 +527,6 @@ absl::Status Coordinator::RemoveHost(const std::string& host_name) {
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->RemoveHost(host_name);
     events = TakeEventsLocked();
   }
@@ -562,7 +542,6 @@ absl::Status Coordinator::MemberLost(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->MemberLost(gang_id, epoch, member_index, job_id, what);
     events = TakeEventsLocked();
   }
@@ -578,7 +557,6 @@ absl::Status Coordinator::MemberHung(const std::string& gang_id, uint32_t epoch,
   absl::Status status;
   {
     MutexLock lock(mu_);
-    ++changes_;
     status = scheduler_->MemberHung(gang_id, epoch, member_index, job_id,
                                     seconds, std::move(progress));
     events = TakeEventsLocked();
@@ -593,7 +571,6 @@ absl::StatusOr<std::string> Coordinator::Cancel(const std::string& gang_id,
   absl::StatusOr<std::string> root_cause;
   {
     MutexLock lock(mu_);
-    ++changes_;
     root_cause = scheduler_->Cancel(gang_id, note);
     events = TakeEventsLocked();
   }
@@ -609,7 +586,6 @@ absl::StatusOr<std::string> Coordinator::RefuseMember(
   absl::StatusOr<std::string> root_cause;
   {
     MutexLock lock(mu_);
-    ++changes_;
     root_cause = scheduler_->RefuseMember(key, member_index, job_id, reason);
     events = TakeEventsLocked();
   }
@@ -624,7 +600,6 @@ absl::StatusOr<std::string> Coordinator::ForceCancel(const std::string& gang_id,
   absl::StatusOr<std::string> line;
   {
     MutexLock lock(mu_);
-    ++changes_;
     line = scheduler_->ForceCancel(gang_id, note);
     events = TakeEventsLocked();
   }
@@ -639,7 +614,6 @@ absl::StatusOr<std::vector<std::string>> Coordinator::CancelForming(
   absl::StatusOr<std::vector<std::string>> cancelled;
   {
     MutexLock lock(mu_);
-    ++changes_;
     cancelled = scheduler_->CancelForming(project_id, pipeline_id, note);
     events = TakeEventsLocked();
   }
@@ -653,7 +627,6 @@ std::vector<std::string> Coordinator::EndAbandonedFormingGangs() {
   std::vector<std::string> ended;
   {
     MutexLock lock(mu_);
-    ++changes_;
     ended = scheduler_->EndAbandonedFormingGangs(/*now=*/true);
     events = TakeEventsLocked();
   }
@@ -671,11 +644,17 @@ std::shared_ptr<const Snapshot> Coordinator::SharedSnapshot(
   MutexLock lock(mu_);
   StatusSnapshot& kept = status_snapshots_[include_finished ? 1 : 0];
   const Clock::TimePoint now = clock_->Now();
-  if (kept.snapshot == nullptr || kept.changes != changes_ ||
+  // Any call but a status read may change what status shows: one took the
+  // lock since the previous status read unless this hold directly follows
+  // that one's.
+  const uint64_t held = mu_.acquisitions();
+  if (held != status_read_hold_ + 1) ++status_version_;
+  status_read_hold_ = held;
+  if (kept.snapshot == nullptr || kept.version != status_version_ ||
       now < kept.built || now - kept.built >= kStatusSnapshotReuse) {
     kept.snapshot = std::make_shared<const Snapshot>(
         scheduler_->GetSnapshot(include_finished));
-    kept.changes = changes_;
+    kept.version = status_version_;
     kept.built = now;
     ++snapshots_built_;
   }
@@ -710,7 +689,6 @@ absl::Status Coordinator::RecordCheckpoint(const kv::KvCaller& caller,
           .count();
   {
     MutexLock lock(mu_);
-    ++changes_;
     const state::Gang* gang = scheduler_->FindGang(record.gang_id);
     const uint32_t members =
         gang != nullptr && gang->key.size > 0 ? gang->key.size : 1;
@@ -747,7 +725,6 @@ Coordinator::ListCheckpoints(const kv::KvCaller& caller) {
   absl::StatusOr<std::vector<state::CheckpointRecord>> records;
   {
     MutexLock lock(mu_);
-    ++changes_;
     records = store_->ListCheckpointRecords(caller.gang_id);
   }
   if (!records.ok()) return records;
@@ -775,7 +752,6 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
   state::HostTokenRecord record{host_name, SecretSha256Hex(*token),
                                 clock_->UnixMillis()};
   MutexLock lock(mu_);
-  ++changes_;
   if (absl::Status status = store_->SaveHostToken(record); !status.ok()) {
     return status;
   }
@@ -785,7 +761,6 @@ absl::StatusOr<std::string> Coordinator::CreateHostToken(
 
 std::vector<state::HostTokenRecord> Coordinator::ListHostTokens() {
   MutexLock lock(mu_);
-  ++changes_;
   std::vector<state::HostTokenRecord> records;
   for (const auto& [name, record] : host_tokens_) {
     records.push_back(state::HostTokenRecord{name, "", record.created_unix_ms});
@@ -795,7 +770,6 @@ std::vector<state::HostTokenRecord> Coordinator::ListHostTokens() {
 
 absl::Status Coordinator::RevokeHostToken(const std::string& host_name) {
   MutexLock lock(mu_);
-  ++changes_;
   absl::StatusOr<bool> deleted = store_->DeleteHostToken(host_name);
   if (!deleted.ok()) return deleted.status();
   if (host_tokens_.erase(host_name) == 0 && !*deleted) {
@@ -814,7 +788,6 @@ absl::StatusOr<std::string> Coordinator::HostOfToken(const std::string& token) {
   }
   const std::string hash = SecretSha256Hex(token);
   MutexLock lock(mu_);
-  ++changes_;
   for (const auto& [name, record] : host_tokens_) {
     if (SameSecret(record.sha256, hash)) return name;
   }
@@ -839,7 +812,6 @@ absl::StatusOr<MemberClaims> Coordinator::CheckMemberToken(
         member, " expired at ", state::UtcTimeOfDay(claims->expires_unix_ms)));
   }
   MutexLock lock(mu_);
-  ++changes_;
   if (!host_tokens_.contains(host_name)) {
     return absl::PermissionDeniedError(
         absl::StrCat(member, " refused: host ", host_name,
@@ -870,7 +842,6 @@ absl::StatusOr<MemberClaims> Coordinator::CheckMemberToken(
 std::string Coordinator::MemberHost(const std::string& gang_id,
                                     uint32_t member_index) {
   MutexLock lock(mu_);
-  ++changes_;
   const state::Gang* gang = scheduler_->FindGang(gang_id);
   if (gang == nullptr) return "";
   auto member = gang->members.find(member_index);

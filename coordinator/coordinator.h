@@ -252,14 +252,17 @@ class Coordinator {
   std::map<std::string, state::HostTokenRecord> host_tokens_
       ABSL_GUARDED_BY(mu_);
   const Clock* clock_ = nullptr;  // Set in Create.
-  // Calls that took mu_ (other than status reads), and the snapshots kept
-  // for status readers: [0] without finished gangs, [1] with them.
+  // The snapshots kept for status readers: [0] without finished gangs, [1]
+  // with them, each built at `version` of what status shows. The version
+  // moves when any other call took mu_ between two status reads
+  // (`status_read_hold_` is mu_.acquisitions() at the latest one).
   struct StatusSnapshot {
     std::shared_ptr<const Snapshot> snapshot;
-    uint64_t changes = 0;
+    uint64_t version = 0;
     Clock::TimePoint built;
   };
-  uint64_t changes_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t status_read_hold_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t status_version_ ABSL_GUARDED_BY(mu_) = 0;
   StatusSnapshot status_snapshots_[2] ABSL_GUARDED_BY(mu_);
   uint64_t snapshots_built_ ABSL_GUARDED_BY(mu_) = 0;
   // What each gang may still spend on checkpoint records; set in Create.
