@@ -50,6 +50,26 @@ class RunnerEmulatorTest : public ::testing::Test {
     return status.ok() && status->success();
   }
 
+  // Commits everything in the project directory (git init first when it is
+  // not a repository yet) and points the job at that commit on ref main.
+  ::testing::AssertionResult CommitProject(const std::string& message) {
+    const std::string project = dir_.path() + "/project";
+    std::string output;
+    const bool ok =
+        (fs::exists(project + "/.git") ||
+         Git(project, {"init", "-q"}, output)) &&
+        Git(project, {"add", "-A"}, output) &&
+        Git(project, {"commit", "-q", "--allow-empty", "-m", message},
+            output) &&
+        Git(project, {"rev-parse", "HEAD"}, output);
+    if (!ok) {
+      return ::testing::AssertionFailure() << "git: " << output;
+    }
+    options_.job.sha = output.substr(0, 40);
+    options_.job.ref = "main";
+    return ::testing::AssertionSuccess();
+  }
+
   void SetUp() override {
     ASSERT_FALSE(dir_.path().empty());
     rec_ = dir_.path() + "/rec";
@@ -1196,20 +1216,11 @@ TEST_F(RunnerEmulatorTest, DebugTraceTracesTheScripts) {
 // copied files stay, a change not committed showing as one.
 TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
   const std::string project = dir_.path() + "/project";
-  std::string output;
-  const auto git = [&](std::vector<std::string> args) {
-    return Git(project, std::move(args), output);
-  };
-  ASSERT_TRUE(git({"init", "-q"})) << output;
-  ASSERT_TRUE(git({"add", "model.py"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
+  ASSERT_TRUE(CommitProject("first"));
   WriteTextFile(project + "/model.py", "print('edited')\n");
-  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
-  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
-  const std::string sha = output.substr(0, 40);
+  ASSERT_TRUE(CommitProject("second"));
+  const std::string sha = options_.job.sha;
   WriteTextFile(project + "/model.py", "print('not committed')\n");
-  options_.job.sha = sha;
-  options_.job.ref = "main";
   options_.job.depth = 1;
   options_.job.steps = {{"script",
                          {"git rev-parse HEAD", "git status --porcelain",
@@ -1251,18 +1262,8 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
 // config and hooks an earlier job could have planted), the checkout notice,
 // the clean's lines, the submodules' notice.
 TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  const auto git = [&](std::vector<std::string> args) {
-    return Git(project, std::move(args), output);
-  };
-  ASSERT_TRUE(git({"init", "-q"})) << output;
-  ASSERT_TRUE(git({"add", "model.py"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
-  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
-  const std::string sha = output.substr(0, 40);
-  options_.job.sha = sha;
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
+  const std::string sha = options_.job.sha;
   options_.job.depth = 3;
   options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
   options_.job.steps = {{"script", {"touch leftover.txt"}}};
@@ -1331,18 +1332,8 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
 // after the depth); with older git, as without the flag, it fetches and the
 // extra flags do nothing.
 TEST_F(RunnerEmulatorTest, NativeCloneTakesCloneExtraFlagsOnNewGit) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  const auto git = [&](std::vector<std::string> args) {
-    return Git(project, std::move(args), output);
-  };
-  ASSERT_TRUE(git({"init", "-q"})) << output;
-  ASSERT_TRUE(git({"add", "model.py"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
-  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
-  const std::string sha = output.substr(0, 40);
-  options_.job.sha = sha;
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
+  const std::string sha = options_.job.sha;
   options_.job.depth = 5;
   options_.job.variables.push_back({"FF_USE_GIT_NATIVE_CLONE", "true"});
   options_.job.variables.push_back(
@@ -1403,19 +1394,12 @@ TEST_F(RunnerEmulatorTest, NativeCloneTakesCloneExtraFlagsOnNewGit) {
 TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
   const std::string project = dir_.path() + "/project";
   std::string output;
-  const auto git = [&](std::vector<std::string> args) {
-    return Git(project, std::move(args), output);
-  };
-  ASSERT_TRUE(git({"init", "-q"})) << output;
-  ASSERT_TRUE(git({"add", "model.py"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
-  ASSERT_TRUE(git({"tag", "-a", "v1.0", "-m", "one"})) << output;
+  ASSERT_TRUE(CommitProject("first"));
+  ASSERT_TRUE(Git(project, {"tag", "-a", "v1.0", "-m", "one"}, output))
+      << output;
   WriteTextFile(project + "/model.py", "print('edited')\n");
-  ASSERT_TRUE(git({"commit", "-q", "-a", "-m", "second"})) << output;
-  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
-  const std::string sha = output.substr(0, 40);
-  options_.job.sha = sha;
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("second"));
+  const std::string sha = options_.job.sha;
   options_.job.depth = 0;
   options_.job.steps = {
       {"script", {"echo \"described=$(git describe --abbrev=8)\""}}};
@@ -1427,7 +1411,8 @@ TEST_F(RunnerEmulatorTest, GetSourcesFetchesTagsAsTheRunnerDoes) {
       << Log();
 
   // With a depth, only the tags on the fetched commits come along.
-  ASSERT_TRUE(git({"tag", "-a", "v2.0", "-m", "two"})) << output;
+  ASSERT_TRUE(Git(project, {"tag", "-a", "v2.0", "-m", "two"}, output))
+      << output;
   fs::remove_all(dir_.path() + "/builds");
   options_.job.depth = 1;
   options_.job.steps = {{"script",
@@ -1609,18 +1594,9 @@ exit 0
 // depth (a --depth there wins); get_sources never prompts for credentials.
 TEST_F(RunnerEmulatorTest, CleanAndFetchFlagsTreatLeftoversAsTheRunnerDoes) {
   const std::string project = dir_.path() + "/project";
-  std::string output;
-  const auto git = [&](std::vector<std::string> args) {
-    return Git(project, std::move(args), output);
-  };
-  ASSERT_TRUE(git({"init", "-q"})) << output;
   WriteTextFile(project + "/.gitignore", "build/\n");
-  ASSERT_TRUE(git({"add", "-A"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "-m", "first"})) << output;
-  ASSERT_TRUE(git({"commit", "-q", "--allow-empty", "-m", "second"})) << output;
-  ASSERT_TRUE(git({"rev-parse", "HEAD"})) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
+  ASSERT_TRUE(CommitProject("second"));
   options_.job.depth = 2;
   const std::string leave =
       "mkdir -p build && touch build/out leftover.txt && "
@@ -2098,14 +2074,7 @@ TEST_F(RunnerEmulatorTest, BuildScriptRenameIsAnnounced) {
 // server's SSH URLs too; with FF_GIT_URLS_WITHOUT_TOKENS no URL holds the
 // token and a credential helper hands git $CI_JOB_TOKEN instead.
 TEST_F(RunnerEmulatorTest, GitUrlsAreRewrittenAsTheRunnersExternalConfigDoes) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   options_.job.variables.push_back({"CI_SERVER_URL", "https://gitlab.test"});
   options_.job.variables.push_back({"CI_SERVER_HOST", "gitlab.test"});
   options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
@@ -2178,14 +2147,7 @@ TEST_F(RunnerEmulatorTest, GitUrlsAreRewrittenAsTheRunnersExternalConfigDoes) {
 // and, where git-lfs is installed, runs `git lfs pull` after the checkout
 // (an empty line after its output); without git-lfs nothing is said.
 TEST_F(RunnerEmulatorTest, LfsFilesArePulledAfterTheCheckoutWhereGitLfsIs) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   options_.job.steps = {
       {"script", {"echo \"smudge ${GIT_LFS_SKIP_SMUDGE:-unset}\""}}};
   const std::string bin = dir_.path() + "/bin";

@@ -233,14 +233,16 @@ TEST_F(PreemptionE2eTest,
                   ::testing::Pair("low-p1-pl6161-n2#1 1", "failed")));
 }
 
-// `low` is preemptible but its `retry: 0` would not bring it back after a
-// preemption: it holds both GPUs until the test creates $RELEASE. `high`
-// outranks it and needs both GPUs.
-constexpr char kNoRetryCiFile[] = R"yaml(stages: [train]
+// Two gangs on one host with 2 GPUs: `low` is preemptible and holds both
+// GPUs until the test creates $RELEASE, never listening for the checkpoint
+// notice (no gdt-ckpt run); `high` outranks it and needs both GPUs.
+// `low_keys` are more keys of `low`.
+std::string HoldAndOutrankCiFile(const std::string& low_keys) {
+  return absl::StrCat(R"yaml(stages: [train]
 low:
   stage: train
-  retry: 0
-  timeout: 10 minutes
+)yaml",
+                      low_keys, R"yaml(  timeout: 10 minutes
   parallel:
     distributed: {nodes: 1, gpus_per_node: 2, launcher: none, preemptible: true}
   script:
@@ -251,14 +253,16 @@ high:
     distributed: {nodes: 1, gpus_per_node: 2, launcher: none, priority: 5}
   script:
     - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
-)yaml";
+)yaml");
+}
 
 // A preempted job whose retry: does not bring it back would fail for good:
 // the coordinator leaves such a gang alone and the high-priority gang waits.
 TEST_F(PreemptionE2eTest, AGangWithoutARetryLeftIsNotPreempted) {
   const std::string project = cluster_.dir().Sub("project");
   fs::create_directories(project);
-  WriteFile(project + "/.gitlab-ci.yml", kNoRetryCiFile);
+  // `retry: 0`: a preemption would fail the job for good.
+  WriteFile(project + "/.gitlab-ci.yml", HoldAndOutrankCiFile("  retry: 0\n"));
   const std::string release = cluster_.dir().Sub("release");
   const std::string low_log = cluster_.run_dir() + "/logs/low-1-1.log";
   const std::string high_log = cluster_.run_dir() + "/logs/high-1-1.log";
@@ -312,25 +316,6 @@ TEST_F(PreemptionE2eTest, AGangWithoutARetryLeftIsNotPreempted) {
   EXPECT_THAT(ReadFile(high_log), HasSubstr("high-priority work on GPUs 0,1"));
 }
 
-// `low` never listens for the checkpoint notice (no gdt-ckpt run): it
-// waits for $RELEASE, and a retry that finds it ends at once. Its retry: is
-// the one expand adds (2). `high` outranks it and needs both GPUs.
-constexpr char kDeafCiFile[] = R"yaml(stages: [train]
-low:
-  stage: train
-  timeout: 10 minutes
-  parallel:
-    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, preemptible: true}
-  script:
-    - until [ -e "$RELEASE" ]; do sleep 0.2; done; echo "low finished"
-high:
-  stage: train
-  parallel:
-    distributed: {nodes: 1, gpus_per_node: 2, launcher: none, priority: 5}
-  script:
-    - echo "high-priority work on GPUs $CUDA_VISIBLE_DEVICES"
-)yaml";
-
 constexpr int kShortGraceSeconds = 5;
 
 // A coordinator with a short grace, one agent with 2 GPUs.
@@ -346,7 +331,9 @@ class ShortGracePreemptionE2eTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
     project_ = cluster_.dir().Sub("project");
     fs::create_directories(project_);
-    WriteFile(project_ + "/.gitlab-ci.yml", kDeafCiFile);
+    // The retry: expand adds (2) brings `low` back; a retry that finds
+    // $RELEASE ends at once.
+    WriteFile(project_ + "/.gitlab-ci.yml", HoldAndOutrankCiFile(""));
     release_ = cluster_.dir().Sub("release");
   }
 
