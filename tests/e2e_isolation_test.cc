@@ -1127,6 +1127,34 @@ TEST_F(DiskLimitTest, AJobThatWritesWithoutEndIsStoppedAndOthersWrite) {
       << "free " << FreeBytes();
 }
 
+// What a member's pool account writes into /tmp counts towards its bound
+// too (not only its builds and scratch dirs), and it goes at teardown.
+TEST_F(DiskLimitTest, FilesOfItsAccountInTmpCount) {
+  const std::string project = MakeProject(
+      "dd if=/dev/zero of=/tmp/gdt-disk-limit-$CI_JOB_ID bs=1M count=12 "
+      "status=none\n"
+      "for i in $(seq 300); do sleep 0.1; done\n"
+      "echo kept-12M-in-tmp\n");
+  CommandResult run = cluster_.RunLocal(project, "train",
+                                        {"--pipeline-id", "320"}, seconds(90));
+  EXPECT_FALSE(run.status.success()) << run.output;
+  // The first member stopped fails the gang; the other one may be stopped
+  // for that before the watch gets to it.
+  int stopped = 0;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    if (absl::StrContains(log,
+                          "its account's files in /dev/shm, /tmp, "
+                          "/var/tmp, above member_disk_max")) {
+      ++stopped;
+    }
+    EXPECT_THAT(log, Not(HasSubstr("kept-12M-in-tmp"))) << log;
+    EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/gdt-disk-limit-32000", index)))
+        << "left in /tmp";
+  }
+  EXPECT_GE(stopped, 1) << MemberLogOf(cluster_, 1) << MemberLogOf(cluster_, 2);
+}
+
 // The agent's own API, called directly: an agent without host tokens takes
 // calls from anyone, yet it creates and deletes only under its builds root.
 TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {
