@@ -290,6 +290,12 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.member_memory_max = *max;
     return absl::OkStatus();
   }
+  if (key == "member_disk_max") {
+    absl::StatusOr<uint64_t> max = ReadByteSize(value, key);
+    if (!max.ok()) return max.status();
+    config.member_disk_max = *max;
+    return absl::OkStatus();
+  }
   if (key == "confine_gpu_devices") {
     absl::StatusOr<bool> confine = ReadYamlBool(value, key);
     if (!confine.ok()) return confine.status();

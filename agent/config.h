@@ -83,6 +83,12 @@ struct Config {
   // Needs the memory controller in cgroup v2; without it the agent warns
   // once and sets none.
   uint64_t member_memory_max = 0;
+  // What each member may hold on disk, in bytes: its builds and scratch
+  // dirs (HOME, TMPDIR) and, with member_uid_pool, what its account owns
+  // in /tmp, /dev/shm and /var/tmp. A member above it is stopped (its
+  // running stage fails, its cgroup is killed) so that it cannot fill the
+  // disk other members write to; 0 = no bound (the default). See DiskWatch.
+  uint64_t member_disk_max = 0;
   // Each member's cgroup may open only the device nodes of the GPUs its
   // stages are given (CUDA_VISIBLE_DEVICES, which then names them by UUID);
   // the other GPUs' nodes answer EPERM. Needs cgroups, a kernel that

@@ -148,6 +148,9 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "member_memory_max must be a size"},
       {"coordinator: c:1\nmember_memory_max: 99999999999T\n",
        "member_memory_max must be a size"},
+      {"coordinator: c:1\nmember_disk_max: 10GB\n",
+       "member_disk_max must be a size in bytes, optionally with K, M, G or "
+       "T (e.g. 64G), got '10GB'"},
       {"coordinator: c:1\nhost: {name: gpu\xff}\n",
        "host.name is not valid UTF-8: 'gpu\\xff'"},
       {"coordinator: c:1\nhost: {labels: {\"rack\xc3\": a}}\n",
@@ -223,6 +226,9 @@ TEST(ConfigTest, IsolationSettings) {
     config = ParseConfig("coordinator: c:1\nmember_memory_max: " + text + "\n");
     ASSERT_TRUE(config.ok()) << text << ": " << config.status();
     EXPECT_EQ(config->member_memory_max, bytes) << text;
+    config = ParseConfig("coordinator: c:1\nmember_disk_max: " + text + "\n");
+    ASSERT_TRUE(config.ok()) << text << ": " << config.status();
+    EXPECT_EQ(config->member_disk_max, bytes) << text;
   }
   absl::StatusOr<Config> defaults = ParseConfig("coordinator: c:1\n");
   ASSERT_TRUE(defaults.ok());
@@ -230,6 +236,7 @@ TEST(ConfigTest, IsolationSettings) {
   EXPECT_TRUE(defaults->stage_environment_passthrough.empty());
   EXPECT_EQ(defaults->member_pids_max, 32768u);
   EXPECT_EQ(defaults->member_memory_max, 0u);
+  EXPECT_EQ(defaults->member_disk_max, 0u);
   EXPECT_FALSE(defaults->confine_gpu_devices);
   config = ParseConfig("coordinator: c:1\nconfine_gpu_devices: true\n");
   ASSERT_TRUE(config.ok()) << config.status();

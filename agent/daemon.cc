@@ -525,6 +525,35 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
       });
 
   daemon->registrar_->Start();
+  if (config.member_disk_max > 0) {
+    DiskWatch::Options options;
+    options.member_max = config.member_disk_max;
+    const uint64_t max = config.member_disk_max;
+    Supervisor* supervisor = &daemon->supervisor_;
+    daemon->disk_watch_ = std::make_unique<DiskWatch>(
+        options, [supervisor] { return supervisor->MemberDiskScopes(); },
+        [supervisor, max](const std::string& member_id, const DiskUse& use,
+                          const std::string& where) {
+          const std::string line = absl::StrCat(
+              "gdt: disk limit: this member holds ", use.bytes, " bytes in ",
+              where, ", above member_disk_max (", max,
+              " bytes, in the agent's config); its processes were stopped\n");
+          absl::StatusOr<uint32_t> stopped =
+              supervisor->StopMember(member_id, line);
+          if (!stopped.ok()) {
+            spdlog::warn("event=member_disk_limit_failed member={} error={}",
+                         LogValue(member_id),
+                         LogValue(stopped.status().ToString()));
+          } else if (*stopped > 0) {
+            spdlog::warn(
+                "event=member_disk_limit member={} bytes={} "
+                "member_disk_max={} stopped={} where={}",
+                LogValue(member_id), use.bytes, max, *stopped, LogValue(where));
+          }
+        });
+    daemon->disk_watch_->Start();
+    spdlog::info("event=member_disk_limit_on member_disk_max={}", max);
+  }
   return daemon;
 }
 
@@ -609,6 +638,7 @@ void Daemon::Shutdown() {
   // Finishes the teardowns already asked for; Supervisor::Shutdown stops
   // everything else.
   lost_teardowns_.reset();
+  if (disk_watch_ != nullptr) disk_watch_->Stop();
   const size_t running = supervisor_.running_stages();
   if (running > 0) {
     spdlog::info("event=terminating_stages count={}", running);

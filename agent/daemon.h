@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "agent/agent_service.h"
 #include "agent/config.h"
+#include "agent/disk_use.h"
 #include "agent/exit_outbox.h"
 #include "agent/exit_reporter.h"
 #include "agent/registrar.h"
@@ -93,6 +94,9 @@ class Daemon {
   // Stopped before server_ goes; the registrar reads it.
   std::unique_ptr<rendezvous::EndpointWatch> endpoint_watch_;
   std::unique_ptr<Registrar> registrar_;
+  // With member_disk_max: stops members above it. Stopped before
+  // supervisor_ shuts down.
+  std::unique_ptr<DiskWatch> disk_watch_;
   std::string bound_endpoint_;
   std::string advertise_endpoint_;
   bool shut_down_ = false;

@@ -192,6 +192,14 @@ void Stage::Signal(StageSignal signal) {
   changed_.NotifyAll();
 }
 
+void Stage::StopWith(const std::string& line) {
+  MutexLock lock(mu_);
+  if (finished_ || !stop_line_.empty()) return;
+  stop_line_ = line;
+  pending_.push_back(StageSignal::kKill);
+  changed_.NotifyAll();
+}
+
 bool Stage::WaitFinished(steady_clock::time_point deadline) {
   MutexLock lock(mu_);
   while (!finished_) {
@@ -439,6 +447,16 @@ void Stage::Run() {
       observer_->OnOutput(OutputSource::kStderr, line);
       break;
     }
+  }
+  // The agent stopped it (StopWith): the reason is the last line.
+  std::string stop_line;
+  {
+    MutexLock lock(mu_);
+    stop_line = stop_line_;
+  }
+  if (!stop_line.empty()) {
+    output_tail_.append(stop_line);
+    observer_->OnOutput(OutputSource::kStderr, stop_line);
   }
   if (on_finished_) on_finished_(this);
   // Last: the observer may release the final reference to this stage.

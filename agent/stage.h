@@ -124,6 +124,11 @@ class Stage {
   // stage has finished.
   void Signal(StageSignal signal);
 
+  // Kills the stage's process group now (SIGKILL) and ends its output with
+  // `line` (a "gdt: ..." line ending in '\n' saying why the agent stopped
+  // it); does nothing once the stage has finished or was stopped so before.
+  void StopWith(const std::string& line);
+
   // Waits until the stage has finished or `deadline` passes; returns whether
   // it finished.
   bool WaitFinished(std::chrono::steady_clock::time_point deadline);
@@ -181,6 +186,7 @@ class Stage {
   CondVar changed_;
   std::vector<StageSignal> pending_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  std::string stop_line_ ABSL_GUARDED_BY(mu_);  // From StopWith().
 
   std::thread thread_;
 };

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -803,6 +804,59 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
   // Space the member used is free again: what the reserve gave is made up.
   reserve_.Refill();
   return killed;
+}
+
+std::vector<DiskWatch::Member> Supervisor::MemberDiskScopes() const {
+  std::vector<DiskWatch::Member> scopes;
+  MutexLock lock(mu_);
+  for (const auto& [id, member] : members_) {
+    DiskWatch::Member& entry = scopes.emplace_back();
+    entry.member_id = id;
+    if (!member.claimed_builds_dir.empty()) {
+      entry.scope.dirs.push_back(member.claimed_builds_dir);
+    }
+    entry.scope.dirs.push_back(ScratchDir(id));
+    if (isolation_.exclusive_accounts && member.account >= 0) {
+      const MemberAccount& account =
+          isolation_.accounts[static_cast<size_t>(member.account)];
+      entry.scope.owner = account.uid;
+      entry.scope.owner_gid = account.gid;
+      entry.scope.shared_roots = isolation_.disk_roots;
+      for (const std::string& root :
+           {isolation_.builds_root, isolation_.cache_root, scratch_root_}) {
+        if (!root.empty()) entry.scope.keep.push_back(root);
+      }
+    }
+  }
+  return scopes;
+}
+
+absl::StatusOr<uint32_t> Supervisor::StopMember(const std::string& member_id,
+                                                const std::string& line) {
+  std::vector<std::shared_ptr<Stage>> stages;
+  bool has_cgroup = false;
+  {
+    MutexLock lock(mu_);
+    stages = RunningStages(&member_id);
+    auto member = members_.find(member_id);
+    has_cgroup = member != members_.end() && !member->second.cgroup.empty();
+  }
+  uint32_t stopped = 0;
+  for (const std::shared_ptr<Stage>& stage : stages) {
+    if (stage->finished()) continue;
+    ++stopped;
+    stage->StopWith(line);
+  }
+  // What left the stages' process groups is in the cgroup.
+  if (isolation_.cgroups != nullptr && has_cgroup) {
+    absl::StatusOr<size_t> killed = isolation_.cgroups->Kill(
+        EscapePathComponent(member_id),
+        steady_clock::now() + default_kill_grace_ + kTeardownSlack);
+    if (!killed.ok()) return killed.status();
+    // The stages' own processes are among them.
+    stopped = std::max(stopped, static_cast<uint32_t>(*killed));
+  }
+  return stopped;
 }
 
 absl::StatusOr<uint32_t> Supervisor::TeardownIdleMember(

@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "agent/disk_reserve.h"
+#include "agent/disk_use.h"
 #include "agent/isolation.h"
 #include "agent/process_ledger.h"
 #include "agent/stage.h"
@@ -83,6 +84,9 @@ struct IsolationOptions {
   // account when the agent starts), see PurgeAccountLeftovers(). The
   // builds, cache and scratch roots are always kept.
   PurgeOptions purge;
+  // With `exclusive_accounts`: the shared directories in which what a
+  // member's account owns counts towards its disk use (MemberDiskScopes).
+  std::vector<std::string> disk_roots = {"/dev/shm", "/tmp", "/var/tmp"};
 };
 
 // Supervises the members placed on this host: their directories and the
@@ -142,6 +146,21 @@ class Supervisor {
   // else as TeardownMember. The builds dir is kept, handed to root (mode
   // 0700) when the member ran as a member account.
   absl::StatusOr<uint32_t> TeardownIdleMember(const std::string& member_id);
+
+  // Where each known member's files are, for DiskWatch: its builds dir
+  // (as claimed) and scratch dir and, with a pooled account, what that
+  // account owns in IsolationOptions::disk_roots.
+  std::vector<DiskWatch::Member> MemberDiskScopes() const;
+
+  // Stops the member without tearing it down: each running stage is
+  // killed and ends its output with `line` (Stage::StopWith), and whatever
+  // else runs in its cgroup is killed. Its directories stay, and later
+  // stages may start. Returns how much was stopped: the processes that
+  // were in its cgroup, or its running stages where that is more (0 =
+  // nothing ran). Errors: DeadlineExceeded when its cgroup is not empty in
+  // time.
+  absl::StatusOr<uint32_t> StopMember(const std::string& member_id,
+                                      const std::string& line);
 
   // Refuses new stages from now on, terminates every running stage and
   // returns once all have finished.

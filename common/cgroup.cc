@@ -688,6 +688,22 @@ absl::StatusOr<size_t> CgroupTree::Destroy(
     std::chrono::steady_clock::time_point deadline) const {
   const std::string dir = PathOf(name);
   if (access(dir.c_str(), F_OK) != 0) return 0;
+  absl::StatusOr<size_t> found = Kill(name, deadline);
+  if (!found.ok()) return found.status();
+  // A cgroup whose last process just died may still count it as populated
+  // for a moment; rmdir then answers EBUSY.
+  while (rmdir(dir.c_str()) != 0 && errno == EBUSY &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(kPoll);
+  }
+  return *found;
+}
+
+absl::StatusOr<size_t> CgroupTree::Kill(
+    const std::string& name,
+    std::chrono::steady_clock::time_point deadline) const {
+  const std::string dir = PathOf(name);
+  if (access(dir.c_str(), F_OK) != 0) return 0;
   const size_t found = PidsIn(dir).size();
   // cgroup.kill reaches every process, including ones forked while it runs;
   // older kernels lack it, and SIGKILL to each pid until none is left does
@@ -704,12 +720,6 @@ absl::StatusOr<size_t> CgroupTree::Destroy(
     if (!kill_file) {
       for (pid_t pid : pids) kill(pid, SIGKILL);
     }
-    std::this_thread::sleep_for(kPoll);
-  }
-  // A cgroup whose last process just died may still count it as populated
-  // for a moment; rmdir then answers EBUSY.
-  while (rmdir(dir.c_str()) != 0 && errno == EBUSY &&
-         std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(kPoll);
   }
   return found;

@@ -163,6 +163,14 @@ class CgroupTree {
       const std::string& name,
       std::chrono::steady_clock::time_point deadline) const;
 
+  // Kills every process in the cgroup of `name` as Destroy() does and waits
+  // until it is empty, but keeps the cgroup (its member may start more
+  // processes there). Returns how many processes were in it.
+  // Errors: DeadlineExceeded when it is not empty by `deadline`.
+  absl::StatusOr<size_t> Kill(
+      const std::string& name,
+      std::chrono::steady_clock::time_point deadline) const;
+
   // The child cgroups present (e.g. left by a process that died).
   std::vector<std::string> Children() const;
 

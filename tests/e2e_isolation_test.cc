@@ -1024,6 +1024,136 @@ TEST_F(DiskFullTest, AJobThatFillsTheDiskEndsCleanlyAndOthersGoOn) {
   EXPECT_TRUE(next.status.success()) << next.output << cluster_.Logs();
 }
 
+// With member_disk_max, a job that writes without end (here about 5 MB/s
+// per member, like a job saving checkpoints in a loop) is stopped at its
+// bound, long before it fills the disk, and a member of another gang on the
+// same host writes its files (its checkout, its TMPDIR) and succeeds. The
+// same small file system as DiskFullTest.
+class DiskLimitTest : public DiskFullTest {
+ protected:
+  void SetUp() override {
+    agent_yaml_ = "member_disk_max: 8M\n";
+    DiskFullTest::SetUp();
+  }
+};
+
+TEST_F(DiskLimitTest, AJobThatWritesWithoutEndIsStoppedAndOthersWrite) {
+  const std::string flags = SharedDir("flags");
+  const std::string project = cluster_.dir().Sub("project");
+  fs::create_directories(project);
+  auto job = [](const std::string& name, const std::string& script) {
+    return GangJobYaml({.name = name, .script = script});
+  };
+  WriteFile(
+      project + "/.gitlab-ci.yml",
+      absl::StrCat(
+          job("writer",
+              absl::StrCat(
+                  "for i in $(seq 1200); do [ -e ", flags,
+                  "/go ] && break; sleep 0.1; done\n"
+                  "[ -e ",
+                  flags,
+                  "/go ] || { echo never-told; exit 9; }\n"
+                  "dd if=/dev/zero of=\"$CI_PROJECT_DIR/data\" bs=1M count=4 "
+                  "status=none || { echo checkout-write-failed; exit 7; }\n"
+                  "dd if=/dev/zero of=\"$TMPDIR/data\" bs=1M count=2 "
+                  "status=none || { echo tmpdir-write-failed; exit 7; }\n"
+                  "echo writer-wrote-its-files\n")),
+          job("fill",
+              "for i in $(seq 450); do dd if=/dev/zero bs=1M count=1 "
+              "status=none >> \"$CI_PROJECT_DIR/fill\" || true; "
+              "sleep 0.2; done\n"
+              "echo wrote-for-a-minute\n")));
+
+  std::unique_ptr<Subprocess> writer =
+      StartRunLocal(cluster_, project, "writer", {"--pipeline-id", "310"});
+  ASSERT_NE(writer, nullptr);
+  std::string last;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        absl::StatusOr<nlohmann::json> status = cluster_.Status();
+        if (!status.ok()) return false;
+        last = status->dump();
+        return absl::StrContains(last, "\"running\"");
+      },
+      seconds(60)))
+      << last << cluster_.Logs();
+  std::unique_ptr<Subprocess> filler =
+      StartRunLocal(cluster_, project, "fill", {"--pipeline-id", "311"});
+  ASSERT_NE(filler, nullptr);
+  // The filling job was stopped (the first of its members stopped fails
+  // its gang, which stops the other), or, without a bound, the disk is
+  // full: the writer writes then.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return absl::StrContains(cluster_.Logs(), "event=member_disk_limit ") ||
+               FreeBytes() < (1 << 20);
+      },
+      seconds(60)))
+      << "free " << FreeBytes() << cluster_.Logs();
+  WriteFile(flags + "/go", "");
+  CommandResult wrote = FinishRun(*writer, seconds(90));
+  CommandResult fill = FinishRun(*filler, seconds(120));
+
+  EXPECT_TRUE(wrote.status.success()) << wrote.output << cluster_.Logs();
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = ReadFile(
+        absl::StrCat(cluster_.run_dir(), "/logs/writer-", index, "-2.log"));
+    EXPECT_THAT(log, HasSubstr("writer-wrote-its-files")) << log;
+  }
+  // The filling job fails as a script does, the log of each member the
+  // watch stopped ending in why.
+  EXPECT_FALSE(fill.status.success()) << fill.output;
+  EXPECT_THAT(fill.output, HasSubstr("script_failure")) << fill.output;
+  EXPECT_THAT(fill.output, Not(HasSubstr("system_failure"))) << fill.output;
+  const std::regex line(
+      "\ngdt: disk limit: this member holds [0-9]+ bytes in /[^\n]*, above "
+      "member_disk_max \\(8388608 bytes, in the agent's config\\); its "
+      "processes were stopped\n");
+  int stopped = 0;
+  std::string logs;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = ReadFile(
+        absl::StrCat(cluster_.run_dir(), "/logs/fill-", index, "-2.log"));
+    if (std::regex_search(log, line)) ++stopped;
+    EXPECT_THAT(log, Not(HasSubstr("wrote-for-a-minute"))) << log;
+    logs += log;
+  }
+  EXPECT_GE(stopped, 1) << logs;
+  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_disk_limit "));
+  // Teardown freed the space.
+  EXPECT_TRUE(WaitFor([&] { return FreeBytes() > (48 << 20); }, seconds(10)))
+      << "free " << FreeBytes();
+}
+
+// What a member's pool account writes into /tmp counts towards its bound
+// too (not only its builds and scratch dirs), and it goes at teardown.
+TEST_F(DiskLimitTest, FilesOfItsAccountInTmpCount) {
+  const std::string project = MakeProject(
+      "dd if=/dev/zero of=/tmp/gdt-disk-limit-$CI_JOB_ID bs=1M count=12 "
+      "status=none\n"
+      "for i in $(seq 300); do sleep 0.1; done\n"
+      "echo kept-12M-in-tmp\n");
+  CommandResult run = cluster_.RunLocal(project, "train",
+                                        {"--pipeline-id", "320"}, seconds(90));
+  EXPECT_FALSE(run.status.success()) << run.output;
+  // The first member stopped fails the gang; the other one may be stopped
+  // for that before the watch gets to it.
+  int stopped = 0;
+  for (int index = 1; index <= 2; ++index) {
+    const std::string log = MemberLogOf(cluster_, index);
+    if (absl::StrContains(log,
+                          "its account's files in /dev/shm, /tmp, "
+                          "/var/tmp, above member_disk_max")) {
+      ++stopped;
+    }
+    EXPECT_THAT(log, Not(HasSubstr("kept-12M-in-tmp"))) << log;
+    EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/gdt-disk-limit-32000", index)))
+        << "left in /tmp";
+  }
+  EXPECT_GE(stopped, 1) << MemberLogOf(cluster_, 1) << MemberLogOf(cluster_, 2);
+}
+
 // The agent's own API, called directly: an agent without host tokens takes
 // calls from anyone, yet it creates and deletes only under its builds root.
 TEST(IsolationApiTest, BuildsDirOutsideTheRootIsRefusedAndNothingElseDeleted) {

@@ -1,0 +1,287 @@
+#include "agent/disk_use.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::agent {
+namespace {
+
+using std::chrono::steady_clock;
+
+// Walks with descriptors (openat, O_NOFOLLOW), never leaving the file
+// system it started on, within the scope's bounds.
+class Walker {
+ public:
+  explicit Walker(const DiskUseScope& scope, DiskUse& use)
+      : scope_(scope), use_(use) {
+    for (const std::string& path : scope.keep) {
+      struct stat info = {};
+      if (stat(path.c_str(), &info) == 0)
+        keep_.emplace(info.st_dev, info.st_ino);
+    }
+  }
+
+  // Everything under `dir`, `dir` included.
+  void CountDir(const std::string& dir) {
+    const int fd =
+        open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat info = {};
+    if (fstat(fd, &info) == 0 && Add(info)) CountAll(fd, info.st_dev, 0);
+    close(fd);
+  }
+
+  // What the owner holds under `root`.
+  void CountOwned(const std::string& root) {
+    const int fd =
+        open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return;
+    struct stat info = {};
+    if (fstat(fd, &info) == 0 && !Kept(info)) ScanOwned(fd, info.st_dev, 0);
+    close(fd);
+  }
+
+ private:
+  bool Kept(const struct stat& info) const {
+    return keep_.count({info.st_dev, info.st_ino}) != 0;
+  }
+
+  // Counts one entry looked at; false once the bound is reached.
+  bool Visit() {
+    if (use_.entries >= scope_.max_entries) {
+      use_.truncated = true;
+      return false;
+    }
+    ++use_.entries;
+    return true;
+  }
+
+  // Adds the entry's blocks (an inode with several links once); false
+  // for one counted before.
+  bool Add(const struct stat& info) {
+    if (info.st_nlink > 1 || S_ISDIR(info.st_mode)) {
+      if (!seen_.emplace(info.st_dev, info.st_ino).second) return false;
+    }
+    use_.bytes += static_cast<uint64_t>(info.st_blocks) * 512;
+    return true;
+  }
+
+  // Calls `each(name)` for the entries of the directory `fd` (read through
+  // a duplicate, so that `fd` stays usable for the *at() calls) until it
+  // returns false or the bound is reached.
+  template <typename Each>
+  void ForEachName(int fd, Each each) {
+    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (copy < 0) return;
+    DIR* dir = fdopendir(copy);
+    if (dir == nullptr) {
+      close(copy);
+      return;
+    }
+    while (const dirent* entry = readdir(dir)) {
+      const char* name = entry->d_name;
+      if ((name[0] == '.' && name[1] == '\0') ||
+          (name[0] == '.' && name[1] == '.' && name[2] == '\0')) {
+        continue;
+      }
+      if (!Visit() || !each(name)) break;
+    }
+    closedir(dir);
+  }
+
+  void CountAll(int fd, dev_t dev, int depth) {
+    ForEachName(fd, [&](const char* name) {
+      struct stat info = {};
+      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) return true;
+      if (info.st_dev != dev || !Add(info) || !S_ISDIR(info.st_mode)) {
+        return true;
+      }
+      if (depth + 1 >= scope_.max_depth) {
+        use_.truncated = true;
+        return true;
+      }
+      const int child =
+          openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (child < 0) return true;
+      CountAll(child, dev, depth + 1);
+      close(child);
+      return true;
+    });
+  }
+
+  // A directory others may write to: the owner can have entries there.
+  bool Writable(const struct stat& info) const {
+    return (info.st_mode & S_IWOTH) != 0 ||
+           ((info.st_mode & S_IWGRP) != 0 && info.st_gid == scope_.owner_gid);
+  }
+
+  void ScanOwned(int fd, dev_t dev, int depth) {
+    ForEachName(fd, [&](const char* name) {
+      struct stat info = {};
+      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) return true;
+      if (Kept(info) || info.st_dev != dev) return true;
+      const bool owned = info.st_uid == *scope_.owner;
+      if (!owned && !(S_ISDIR(info.st_mode) && Writable(info))) return true;
+      if (owned && (!Add(info) || !S_ISDIR(info.st_mode))) return true;
+      if (depth + 1 >= scope_.max_depth) {
+        use_.truncated = true;
+        return true;
+      }
+      const int child =
+          openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (child < 0) return true;
+      if (owned) {
+        CountAll(child, dev, depth + 1);
+      } else {
+        ScanOwned(child, dev, depth + 1);
+      }
+      close(child);
+      return true;
+    });
+  }
+
+  const DiskUseScope& scope_;
+  DiskUse& use_;
+  std::set<std::pair<dev_t, ino_t>> keep_;
+  std::set<std::pair<dev_t, ino_t>> seen_;
+};
+
+// The paths a scope's file systems are found by.
+std::vector<std::string> PathsOf(const DiskUseScope& scope) {
+  std::vector<std::string> paths = scope.dirs;
+  if (scope.owner.has_value()) {
+    paths.insert(paths.end(), scope.shared_roots.begin(),
+                 scope.shared_roots.end());
+  }
+  return paths;
+}
+
+}  // namespace
+
+DiskUse MeasureDiskUse(const DiskUseScope& scope) {
+  DiskUse use;
+  Walker walker(scope, use);
+  for (const std::string& dir : scope.dirs) walker.CountDir(dir);
+  if (scope.owner.has_value()) {
+    for (const std::string& root : scope.shared_roots) walker.CountOwned(root);
+  }
+  return use;
+}
+
+uint64_t FileSystemsUsedBytes(const std::vector<std::string>& paths) {
+  std::set<dev_t> counted;
+  uint64_t used = 0;
+  for (const std::string& path : paths) {
+    struct stat info = {};
+    struct statvfs fs = {};
+    if (stat(path.c_str(), &info) != 0 || !counted.insert(info.st_dev).second ||
+        statvfs(path.c_str(), &fs) != 0) {
+      continue;
+    }
+    used += static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+  }
+  return used;
+}
+
+std::string DescribeDiskUseScope(const DiskUseScope& scope) {
+  std::string text = absl::StrJoin(scope.dirs, ", ");
+  if (scope.owner.has_value() && !scope.shared_roots.empty()) {
+    absl::StrAppend(&text, text.empty() ? "" : " and ",
+                    "its account's files in ",
+                    absl::StrJoin(scope.shared_roots, ", "));
+  }
+  return text;
+}
+
+DiskWatch::DiskWatch(Options options, ListMembers members, StopMember stop)
+    : options_(options), members_(std::move(members)), stop_(std::move(stop)) {}
+
+DiskWatch::~DiskWatch() { Stop(); }
+
+void DiskWatch::Start() {
+  thread_ = std::thread([this] {
+    while (true) {
+      CheckOnce();
+      MutexLock lock(mu_);
+      if (stopping_) return;
+      changed_.WaitUntil(mu_, steady_clock::now() + options_.tick);
+      if (stopping_) return;
+    }
+  });
+}
+
+void DiskWatch::Stop() {
+  {
+    MutexLock lock(mu_);
+    stopping_ = true;
+    changed_.NotifyAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t DiskWatch::walks() const {
+  MutexLock lock(mu_);
+  return walks_;
+}
+
+void DiskWatch::CheckOnce() {
+  MutexLock check(check_mu_);
+  const std::vector<Member> members = members_();
+  std::map<std::string, Known> known;
+  for (const Member& member : members) {
+    const steady_clock::time_point now = steady_clock::now();
+    const uint64_t used = FileSystemsUsedBytes(PathsOf(member.scope));
+    Known entry;
+    if (auto it = known_.find(member.member_id); it != known_.end()) {
+      entry = it->second;
+      // Whatever its file systems grew by, it may have written.
+      if (used > entry.used_then) entry.upper_bound += used - entry.used_then;
+      entry.used_then = used;
+    } else {
+      // It holds no more than is in use there.
+      entry.upper_bound = used;
+      entry.used_then = used;
+      entry.measured = now;
+    }
+    const bool may_be_above = entry.upper_bound > options_.member_max;
+    const bool due = now - entry.measured >= options_.full_every;
+    if ((may_be_above || due) && now >= entry.next_walk) {
+      const DiskUse use = MeasureDiskUse(member.scope);
+      const steady_clock::time_point done = steady_clock::now();
+      entry.upper_bound = use.bytes;
+      entry.used_then = FileSystemsUsedBytes(PathsOf(member.scope));
+      entry.measured = done;
+      // The next walk waits cost_factor times as long as this one took.
+      entry.next_walk = done + (done - now) * options_.cost_factor;
+      {
+        MutexLock lock(mu_);
+        ++walks_;
+      }
+      spdlog::debug(
+          "event=member_disk_measured member={} bytes={} entries={} "
+          "truncated={} ms={}",
+          LogValue(member.member_id), use.bytes, use.entries, use.truncated,
+          std::chrono::duration_cast<std::chrono::milliseconds>(done - now)
+              .count());
+      if (use.bytes > options_.member_max) {
+        stop_(member.member_id, use, DescribeDiskUseScope(member.scope));
+      }
+    }
+    known[member.member_id] = entry;
+  }
+  known_ = std::move(known);  // Members gone are forgotten.
+}
+
+}  // namespace gdt::agent
