@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -3666,13 +3667,17 @@ YamlNode ScalarHolding(const YamlNode& node, std::string_view part,
 // "X: [values]", and a name that X's jobs do not have is an undefined
 // need (X with `parallel: N` names its jobs "X 1/N", so no selector
 // matches them; X without `parallel` keeps the need as X, which GitLab
-// accepts). A selector that names only some of X's variables is
-// refused only when no job of X has its values. Matrix expressions are filled
-// in first, in each job of the needing job's matrix; one naming a variable that
-// matrix lacks is refused. A job or parallel value gdt cannot see (an unread
-// include) is not judged; an optional need is not either.
-void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
-                      const CiConfigModel& model, Reporter* report) {
+// accepts). The name is made of the selector's values alone, so a
+// selector that names only some of X's variables selects nothing unless a
+// job of the pipeline has exactly that name. Matrix expressions are filled
+// in first, in each job of the needing job's matrix; one naming a variable
+// that matrix lacks is refused. A job or parallel value gdt cannot see (an
+// unread include) is not judged; an optional need is not either. Jobs for
+// which `skip` holds are not checked (jobs another file defines last).
+void CheckMatrixNeeds(
+    const std::vector<YamlNode>& documents, const CiConfigModel& model,
+    Reporter* report,
+    const std::function<bool(const std::string&)>& skip = nullptr) {
   static const std::vector<std::string> kKeys = {"parallel", "needs"};
   static const std::vector<std::string> kParallel = {"parallel"};
   const auto matrix_of = [](const CiValue& config) -> const CiValue* {
@@ -3687,6 +3692,7 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
       if (!key.IsScalar() || !entry.second.IsMap()) continue;
       const std::string& job = key.Scalar();
       if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
+      if (skip && skip(job)) continue;
       const absl::StatusOr<CiConfigModel::Effective> effective =
           model.Resolve(job, kKeys);
       if (!effective.ok() || !effective->Known("needs") ||
@@ -3773,21 +3779,17 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
           } else if (parallel->is_object()) {
             continue;  // Not a number or a matrix: reported elsewhere.
           }
-          // A selector naming some of the variables is taken to select
-          // every job that agrees on them (gdt does not refuse it).
+          // GitLab names the selected job "X: [values]" from the
+          // selector's values alone, in the selector's order, and looks
+          // that name up among all jobs: a selector naming only some of
+          // X's variables (or naming them in another order) selects no
+          // job of X whose name has more values.
           const auto selects = [&](const CiMatrixJob& one) {
-            return std::any_of(
-                jobs.begin(), jobs.end(), [&](const CiMatrixJob& made_job) {
-                  return made_job.name == one.name ||
-                         std::all_of(one.variables.begin(), one.variables.end(),
-                                     [&](const auto& variable) {
-                                       return std::find(
-                                                  made_job.variables.begin(),
-                                                  made_job.variables.end(),
-                                                  variable) !=
-                                              made_job.variables.end();
-                                     });
-                });
+            return model.HasJob(one.name) ||
+                   std::any_of(jobs.begin(), jobs.end(),
+                               [&](const CiMatrixJob& made_job) {
+                                 return made_job.name == one.name;
+                               });
           };
           for (const CiMatrixJob& one : selected) {
             if (selects(one)) continue;
@@ -3795,6 +3797,25 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
             if (parallel->is_object()) {
               why = absl::StrCat("no job of ", producer,
                                  "'s parallel:matrix has these values");
+              // Some of a job's values, or all in another order: GitLab
+              // matches the whole name, not the variables.
+              for (const CiMatrixJob& made_job : jobs) {
+                if (std::all_of(one.variables.begin(), one.variables.end(),
+                                [&](const auto& variable) {
+                                  return std::find(made_job.variables.begin(),
+                                                   made_job.variables.end(),
+                                                   variable) !=
+                                         made_job.variables.end();
+                                })) {
+                  why = absl::StrCat(
+                      "GitLab names the job from the selector's values "
+                      "alone and in its order, and no job is named so; ",
+                      producer, "'s jobs are named like ", made_job.name,
+                      ", so give every variable of the job, in ", producer,
+                      "'s order");
+                  break;
+                }
+              }
             } else {
               std::string count;
               if (!CiScalarText(*parallel, &count)) count = parallel->dump();
@@ -4612,6 +4633,19 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (lint) {
     CheckRuleExpressions(documents, &report);
     CheckMatrixNeeds(documents, model, &report);
+    // Jobs that only included files define, at the last file that
+    // defines them (with or without a spec: header: GitLab leaves
+    // $[[ matrix.* ]] to the needs of each matrix job either way).
+    for (size_t f = 0; f < included.size(); ++f) {
+      Reporter at(&result.errors);
+      at.file = included[f].file->path;
+      CheckMatrixNeeds(included[f].documents, model, &at,
+                       [&](const std::string& job) {
+                         const auto last = last_file.find(job);
+                         return main_jobs.count(job) != 0 ||
+                                last == last_file.end() || last->second != f;
+                       });
+    }
   }
   if (!result.ok()) {
     result.gangs.clear();

@@ -1587,16 +1587,40 @@ TEST(LintTest, MatrixNeedsSelectingNoJobAreRefused) {
             "job of build-foo's parallel:matrix has these values); GitLab "
             "refuses the pipeline");
   EXPECT_TRUE(ExpandCiYaml(text).ok());
+  // GitLab names the selected job from the selector's values alone, in the
+  // selector's order: naming some of the variables, or all of them in
+  // another order, selects no job.
+  const CiExpansion partial =
+      LintCiYaml(producers +
+                 "some:\n  script: [x]\n  needs:\n    - job: build-foo\n"
+                 "      parallel:\n        matrix:\n          - NAME: bar\n"
+                 "swapped:\n  script: [x]\n  needs:\n    - job: build-foo\n"
+                 "      parallel:\n        matrix:\n          - ARCH: amd64\n"
+                 "            NAME: bar\n");
+  ASSERT_EQ(partial.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", partial.errors[0]),
+            "f:18:7: some job: undefined need: build-foo: [bar] (GitLab "
+            "names the job from the selector's values alone and in its "
+            "order, and no job is named so; build-foo's jobs are named like "
+            "build-foo: [bar, amd64], so give every variable of the job, in "
+            "build-foo's order); GitLab refuses the pipeline");
+  EXPECT_THAT(FormatDiagnostic("f", partial.errors[1]),
+              HasSubstr("f:25:7: swapped job: undefined need: build-foo: "
+                        "[amd64, bar] (GitLab names the job"));
   // What GitLab accepts: a selector that matches (through extends), an
-  // optional need, a job without parallel (the need stays that job), and a
-  // job gdt cannot see; and one naming some of the variables.
+  // optional need, a job without parallel (the need stays that job), a
+  // job gdt cannot see, and a selector whose name is a job's of another
+  // matrix row that has fewer variables.
   EXPECT_TRUE(
       LintCiYaml(producers +
+                 "rows:\n  script: [x]\n  parallel:\n    matrix:\n"
+                 "      - OS: [linux, mac]\n        ARCH: amd64\n"
+                 "      - OS: bsd\n"
                  "ok:\n  script: [x]\n  needs:\n    - job: build-foo\n"
                  "      parallel:\n        matrix:\n"
                  "          - NAME: [bar, foo]\n            ARCH: amd64\n"
-                 "    - job: build-foo\n      parallel:\n        matrix:\n"
-                 "          - NAME: bar\n"
+                 "    - job: rows\n      parallel:\n        matrix:\n"
+                 "          - OS: bsd\n"
                  "    - job: build-foo\n      optional: true\n"
                  "      parallel:\n        matrix:\n          - NAME: nope\n"
                  "    - job: build-plain\n      parallel:\n        matrix:\n"
@@ -2460,6 +2484,58 @@ TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
   ASSERT_EQ(lint.gangs.size(), 1u);
   // Without reading them, the same file is refused.
   EXPECT_FALSE(ExpandCiYaml(main).ok());
+}
+
+// The needs of jobs in included files are checked as the main file's:
+// GitLab fills in $[[ matrix.* ]] after merging the files, also in a file
+// with a spec: header (its input interpolation leaves them), and looks the
+// selected names up among all jobs.
+TEST_F(IncludeTest, MatrixNeedsOfIncludedJobsAreChecked) {
+  const std::string jobs =
+      "build:\n  script: [x]\n  parallel:\n    matrix:\n"
+      "      - OS: [linux, mac]\n        ARCH: amd64\n"
+      "test:\n  script: [x]\n  parallel:\n    matrix:\n"
+      "      - OS: [linux]\n  needs:\n    - job: build\n"
+      "      parallel:\n        matrix:\n"
+      "          - OS: $[[ matrix.OS ]]\n"
+      "            ARCH: $[[ matrix.NOPE ]]\n"
+      "partial:\n  script: [x]\n  needs:\n    - job: build\n"
+      "      parallel:\n        matrix:\n          - OS: linux\n";
+  Write("ci/plain.yml", jobs);
+  Write("ci/header.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n---\n" + jobs);
+  for (const std::string& file : {"ci/plain.yml", "ci/header.yml"}) {
+    SCOPED_TRACE(file);
+    const int shift = file == "ci/header.yml" ? 5 : 0;
+    const std::string main = "include:\n  - local: " + file + "\n";
+    const CiIncludes includes = Includes(main);
+    ASSERT_TRUE(includes.ok());
+    CiExpandOptions options;
+    options.includes = &includes;
+    const CiExpansion lint = LintCiYaml(main, options);
+    ASSERT_EQ(lint.errors.size(), 2u);
+    EXPECT_EQ(FormatDiagnostic(".gitlab-ci.yml", lint.errors[0]),
+              absl::StrCat(file, ":", 17 + shift,
+                           ":19: test job: 'NOPE' does not exist in matrix "
+                           "configuration (its parallel:matrix has no "
+                           "variable NOPE); GitLab refuses the pipeline"));
+    EXPECT_THAT(FormatDiagnostic(".gitlab-ci.yml", lint.errors[1]),
+                HasSubstr(absl::StrCat(file, ":", 22 + shift,
+                                       ":7: partial job: undefined need: "
+                                       "build: [linux]")));
+    // The main file's own job of the same name replaces the included
+    // needs: checked there, once.
+    const std::string fixed =
+        main +
+        "test:\n  needs:\n    - job: build\n      parallel:\n"
+        "        matrix:\n          - OS: $[[ matrix.OS ]]\n"
+        "            ARCH: amd64\n"
+        "partial:\n  needs: [build]\n";
+    const CiIncludes fixed_includes = Includes(fixed);
+    options.includes = &fixed_includes;
+    const CiExpansion ok = LintCiYaml(fixed, options);
+    EXPECT_TRUE(ok.ok()) << Lines(ok)[0];
+  }
 }
 
 TEST_F(IncludeTest, NestedIncludesAreFromTheProjectAndMergeUnderTheIncluder) {
