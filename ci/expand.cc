@@ -2721,8 +2721,8 @@ YamlNode InputInterpolation(const YamlNode& node, int depth) {
 // expanded file, where that entry holds gdt's additions (the runner tag,
 // the GDT_* variables, checkpoints/). Returns the gang job it names, or "".
 std::string GangEntryReferenced(const CiConfigModel& model,
-                                const YamlNode& node,
-                                const std::string& entry) {
+                                const YamlNode& node, const std::string& entry,
+                                bool whole_only = false) {
   const CiValue value = ToCiValue(node);
   std::vector<CiValue> references;
   if (value.is_object()) references.push_back(value);
@@ -2734,7 +2734,8 @@ std::string GangEntryReferenced(const CiConfigModel& model,
   for (const CiValue& reference : references) {
     const auto path = reference.find("!reference");
     if (path == reference.end() || !path->is_array() || path->size() < 2 ||
-        !(*path)[0].is_string() || (*path)[1] != CiValue(entry)) {
+        !(*path)[0].is_string() || (*path)[1] != CiValue(entry) ||
+        (whole_only && path->size() != 2)) {
       continue;
     }
     const std::string target = (*path)[0].get<std::string>();
@@ -2748,6 +2749,61 @@ std::string GangEntryReferenced(const CiConfigModel& model,
     }
   }
   return "";
+}
+
+// A job (or template) of an included file that is no gang but whose own
+// `tags`, `variables` or `artifacts` is a `!reference` to the whole entry
+// of a job with a parallel:distributed block. GitLab resolves references
+// after merging the files, so after expansion the entry holds what expand
+// adds to the gang's (the runner tag, the GDT_* variables, checkpoints/),
+// and the job would run as a gang member or carry the gang's settings;
+// expand rewrites only the main file, so it cannot write the entry out
+// there as it does in the main file. False after reporting that.
+bool ReferencesExpandedGang(const CiConfigModel& model, const std::string& job,
+                            const YamlNode& value,
+                            const CiExpandOptions& options, Reporter* report) {
+  bool ok = true;
+  for (const char* name : {"tags", "variables", "artifacts"}) {
+    const Entry own = FindEntry(value, name);
+    if (!own) continue;
+    const std::string gang = GangEntryReferenced(model, own.value, name, true);
+    if (gang.empty()) continue;
+    const std::string entry = name;
+    std::string added;
+    if (entry == "tags") {
+      if (options.runner_tag.empty()) continue;
+      added = absl::StrCat("the runner tag ", options.runner_tag,
+                           ", so the job would run on gdt as an unplanned "
+                           "one-member gang");
+    } else if (entry == "variables") {
+      added =
+          "the GDT_* variables expand adds, so the job would look like "
+          "a gang member";
+    } else {
+      std::string unknown;
+      const absl::StatusOr<CiValue> config = model.Extended(gang, 0, &unknown);
+      if (!config.ok()) continue;
+      std::vector<CiDiagnostic> ignored;  // Reported at the gang.
+      const std::optional<GangSpec> spec = SpecOfValue(
+          gang, config->value("parallel", CiValue()), options, &ignored);
+      if (!spec || spec->checkpoint_store != "artifacts") continue;
+      added = absl::StrCat("the ", kCheckpointPath,
+                           " path and when: always expand adds for the "
+                           "gang's checkpoints");
+    }
+    report->At(
+        own.value, own.key,
+        absl::StrCat(job, ": its ", entry, " are a !reference to ", Shown(gang),
+                     "'s, which has parallel:distributed; GitLab "
+                     "resolves it in the expanded pipeline, where "
+                     "they hold ",
+                     added,
+                     ", and gdt does not rewrite an included file; "
+                     "write its ",
+                     entry, " out"));
+    ok = false;
+  }
+  return ok;
 }
 
 // Whether `job`'s own `parallel` entry, written as something else (a
@@ -4587,6 +4643,10 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         if (!CheckUnseenParents(model, job, key, value, lint, &at)) continue;
         const CiValue inherited = InheritedBlock(model, job);
+        if (!inherited.is_object() && !FindEntry(value, "parallel") &&
+            !ReferencesExpandedGang(model, job, value, options, &at)) {
+          continue;
+        }
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {
           std::vector<CiDiagnostic> ignored;  // Reported at the template.

@@ -2538,6 +2538,65 @@ TEST_F(IncludeTest, MatrixNeedsOfIncludedJobsAreChecked) {
   }
 }
 
+// A job or template of an included file whose tags, variables or
+// artifacts are a !reference to a gang job's would get, once GitLab
+// resolves the reference in the expanded pipeline, what expand adds to the
+// gang; expand cannot rewrite the included file, so both commands refuse.
+TEST_F(IncludeTest, IncludedReferencesToAGangsEntriesAreRefused) {
+  Write("ci/other.yml",
+        ".tmpl:\n  variables: !reference [train, variables]\n"
+        "report:\n  script: [x]\n  extends: .tmpl\n"
+        "  artifacts: !reference [train, artifacts]\n"
+        "tagged:\n  script: [x]\n  tags: !reference [train, tags]\n"
+        "one:\n  script: [x]\n"
+        "  variables: {LR: !reference [train, variables, LR]}\n");
+  const std::string main =
+      "include:\n  - local: ci/other.yml\n"
+      "train:\n  script: [x]\n  variables:\n    LR: \"0.1\"\n"
+      "  artifacts:\n    paths: [out/]\n"
+      "  parallel:\n    distributed:\n      nodes: 2\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  options.runner_tag = "gdt";
+  for (const bool lint : {false, true}) {
+    SCOPED_TRACE(lint ? "lint" : "expand");
+    const CiExpansion result =
+        lint ? LintCiYaml(main, options) : ExpandCiYaml(main, options);
+    const std::vector<std::string> lines = Lines(result);
+    // Only the whole entries: one variable taken from the gang is fine,
+    // and the artifacts hold nothing gdt adds (no checkpoint block).
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0],
+              "ci/other.yml:2:25: .tmpl: its variables are a !reference to "
+              "train's, which has parallel:distributed; GitLab resolves it "
+              "in the expanded pipeline, where they hold the GDT_* variables "
+              "expand adds, so the job would look like a gang member, and gdt "
+              "does not rewrite an included file; write its variables out");
+    EXPECT_THAT(lines[1], HasSubstr("ci/other.yml:9:20: tagged: its tags are a "
+                                    "!reference to train's"));
+  }
+  // With checkpoints kept as artifacts, the artifacts are refused too.
+  const std::string checkpointed =
+      main + "      checkpoint:\n        keep: 2\n";
+  const CiIncludes more = Includes(checkpointed);
+  options.includes = &more;
+  const std::vector<std::string> lines =
+      Lines(ExpandCiYaml(checkpointed, options));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[1], HasSubstr("ci/other.yml:6:25: report: its artifacts "
+                                  "are a !reference to train's"));
+  // Written out, the same jobs are fine.
+  Write("ci/other.yml",
+        ".tmpl:\n  variables: {LR: \"0.1\"}\n"
+        "report:\n  script: [x]\n  extends: .tmpl\n"
+        "tagged:\n  script: [x]\n  tags: [cpu]\n");
+  const CiIncludes fixed = Includes(main);
+  options.includes = &fixed;
+  EXPECT_TRUE(ExpandCiYaml(main, options).ok());
+}
+
 TEST_F(IncludeTest, NestedIncludesAreFromTheProjectAndMergeUnderTheIncluder) {
   // ci/a.yml includes ci/b.yml by its path in the project, not from ci/.
   Write("ci/a.yml",
