@@ -4151,7 +4151,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   const CiConfigModel model =
       options.includes == nullptr
           ? CiConfigModel(documents)
-          : CiConfigModel(files, options.includes->unseen);
+          : CiConfigModel(files, options.includes->unseen,
+                          options.includes->unseen_over_seen);
   RunsKeyword runs(files);
   if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
   // The nodes of top-level entries (a merged block must be one of them).

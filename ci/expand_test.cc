@@ -908,6 +908,28 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
                            "train:\n  tags: [a]\n  retry: 0\n  script: x\n"
                            "  parallel:\n    distributed: {nodes: 2}\n")
                   .ok());
+  // GitLab gives a job default:'s keys only where it has none after
+  // extends: tags and retry from a template in this file are known, and
+  // kept (the template's tags plus the runner tag).
+  const CiExpansion inherited = ExpandCiYaml(
+      "include: [{local: a.yml}]\n"
+      ".tmpl:\n  tags: [shell]\n  retry: 1\n"
+      "train:\n  extends: .tmpl\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_TRUE(inherited.ok()) << inherited.errors[0].message;
+  EXPECT_THAT(inherited.text,
+              HasSubstr("  tags:\n    - \"shell\"\n    - gdt\n"));
+  EXPECT_THAT(inherited.text, Not(HasSubstr("retry:\n    max")));
+  // A key the template leaves out is still unseen.
+  const CiExpansion partly = ExpandCiYaml(
+      "include: [{local: a.yml}]\n"
+      ".tmpl:\n  tags: [shell]\n"
+      "train:\n  extends: .tmpl\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_EQ(partly.errors.size(), 1u);
+  EXPECT_THAT(partly.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits retry; give the "
+                        "job its own retry"));
   const CiExpansion deep = ExpandCiYaml(
       ".a:\n  extends: .b\n.b:\n  extends: .a\n"
       "train:\n  extends: .a\n  script: x\n  parallel:\n"
@@ -2803,6 +2825,47 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
               HasSubstr("the file includes other files, whose default: gdt "
                         "cannot read, so gdt cannot see whether it inherits "
                         "tags, retry"));
+}
+
+// GitLab gives a job default:'s keys only where it has none after extends.
+// A template in an included file whose own unread include merges under
+// it (a component's id_tokens file) keeps its tags: the job's tags are
+// known. An unread include after that file could redefine the template,
+// so there they stay unknown (above).
+TEST_F(IncludeTest, KeysOfATemplateNoUnreadIncludeCanOverrideAreKnown) {
+  Write("ci/tmpl.yml",
+        "include:\n  - project: lc-templates/id_tokens\n"
+        "    file: id_tokens.yml\n"
+        ".gpu:\n  tags: [shell, matrix]\n  retry: 1\n");
+  const std::string main =
+      "include:\n  - local: ci/tmpl.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  EXPECT_TRUE(includes.unseen);
+  EXPECT_FALSE(includes.unseen_over_seen);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expanded = ExpandCiYaml(main, options);
+  ASSERT_TRUE(expanded.ok()) << Lines(expanded)[0];
+  EXPECT_THAT(
+      expanded.text,
+      HasSubstr("  tags:\n    - \"shell\"\n    - \"matrix\"\n    - gdt\n"));
+  EXPECT_THAT(expanded.text, Not(HasSubstr("retry:\n    max")));
+  // The same unread include listed after the file: it merges over it.
+  const std::string after =
+      "include:\n  - local: ci/tmpl.yml\n"
+      "  - project: other/project\n    file: x.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes later = Includes(after);
+  EXPECT_TRUE(later.unseen_over_seen);
+  options.includes = &later;
+  const CiExpansion refused = ExpandCiYaml(after, options);
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_THAT(refused.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits tags, retry"));
 }
 
 TEST_F(IncludeTest, LintNotesEachIncludeItDoesNotRead) {

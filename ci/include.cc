@@ -843,6 +843,8 @@ class IncludeReader {
                   "gdt reads only local files of this "
                   "project") {
     out_->unseen = true;
+    // Files read so far merge under this one.
+    if (!out_->files.empty()) out_->unseen_over_seen = true;
     const YamlMark mark = node.Mark();
     out_->unread.push_back(CiIncludes::Problem{
         file == main_ ? "" : file, mark.line + 1, mark.column + 1,
