@@ -2526,6 +2526,17 @@ TEST_F(IncludeTest, MatrixNeedsOfIncludedJobsAreChecked) {
   Write("ci/plain.yml", jobs);
   Write("ci/header.yml",
         "spec:\n  inputs:\n    stage:\n      default: test\n---\n" + jobs);
+  // GitLab's input interpolation leaves any block of the matrix context
+  // as written, also without a name or with functions.
+  Write("ci/context.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n---\n"
+        "job:\n  stage: $[[ inputs.stage ]]\n"
+        "  script: echo '$[[ matrix ]] $[[ matrix.OS | truncate(0,1) ]]'\n");
+  const CiIncludes context = Includes("include:\n  - local: ci/context.yml\n");
+  ASSERT_TRUE(context.ok()) << context.errors[0].message;
+  EXPECT_THAT(
+      context.files[0].text,
+      HasSubstr("echo '$[[ matrix ]] $[[ matrix.OS | truncate(0,1) ]]'"));
   for (const std::string& file : {"ci/plain.yml", "ci/header.yml"}) {
     SCOPED_TRACE(file);
     const int shift = file == "ci/header.yml" ? 5 : 0;

@@ -721,7 +721,9 @@ class IncludeReader {
         for (std::string& part : parts) {
           part = std::string(absl::StripAsciiWhitespace(part));
         }
-        if (parts[0].rfind("matrix.", 0) == 0 ||
+        // GitLab leaves every block whose access starts with the matrix
+        // context as written (`$[[ matrix ]]` and functions on it too).
+        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0 ||
             parts[0].rfind("component.", 0) == 0) {
           // Other contexts GitLab fills in later (needs of a matrix job, a
           // component's own data): kept as written.
