@@ -2759,13 +2759,16 @@ std::string GangEntryReferenced(const CiConfigModel& model,
 // and the job would run as a gang member or carry the gang's settings;
 // expand rewrites only the main file, so it cannot write the entry out
 // there as it does in the main file. False after reporting that.
-bool ReferencesExpandedGang(const CiConfigModel& model, const std::string& job,
-                            const YamlNode& value,
-                            const CiExpandOptions& options, Reporter* report) {
+// `replaced(name)`: a later file's definition of the job sets that entry
+// itself, which replaces the reference.
+bool ReferencesExpandedGang(
+    const CiConfigModel& model, const std::string& job, const YamlNode& value,
+    const CiExpandOptions& options, Reporter* report,
+    const std::function<bool(const std::string&)>& replaced) {
   bool ok = true;
   for (const char* name : {"tags", "variables", "artifacts"}) {
     const Entry own = FindEntry(value, name);
-    if (!own) continue;
+    if (!own || replaced(name)) continue;
     const std::string gang = GangEntryReferenced(model, own.value, name, true);
     if (gang.empty()) continue;
     const std::string entry = name;
@@ -4626,6 +4629,50 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  // Every definition in an included file of a job that is no gang whose
+  // tags, variables or artifacts are a !reference to a gang job's, unless
+  // a later file's definition of the job (a later include, or the main
+  // file, which GitLab merges over them) sets that entry itself.
+  for (size_t f = 0; f < included.size(); ++f) {
+    Reporter at(&result.errors);
+    at.file = included[f].file->path;
+    for (const YamlNode& root : included[f].documents) {
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar() || !entry.second.IsMap()) continue;
+        const std::string& job = entry.first.Scalar();
+        if (IsCiKeyword(job)) continue;
+        // The later definitions of the job.
+        std::vector<YamlNode> later;
+        for (size_t g = f + 1; g < included.size(); ++g) {
+          for (const YamlNode& other : included[g].documents) {
+            if (const Entry e = FindEntry(other, job)) later.push_back(e.value);
+          }
+        }
+        for (const YamlNode& other : documents) {
+          if (const Entry e = FindEntry(other, job)) later.push_back(e.value);
+        }
+        const auto has = [&](const std::string& name) {
+          if (FindEntry(entry.second, name)) return true;
+          for (const YamlNode& one : later) {
+            if (FindEntry(one, name)) return true;
+          }
+          return false;
+        };
+        // A gang itself (a block of its own or inherited) is planned
+        // elsewhere.
+        if (has("parallel") || InheritedBlock(model, job).is_object()) {
+          continue;
+        }
+        ReferencesExpandedGang(model, job, entry.second, options, &at,
+                               [&](const std::string& name) {
+                                 for (const YamlNode& one : later) {
+                                   if (FindEntry(one, name)) return true;
+                                 }
+                                 return false;
+                               });
+      }
+    }
+  }
   for (size_t f = 0; f < included.size(); ++f) {
     Reporter at(&result.errors);
     at.file = included[f].file->path;
@@ -4644,10 +4691,6 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         if (!CheckUnseenParents(model, job, key, value, lint, &at)) continue;
         const CiValue inherited = InheritedBlock(model, job);
-        if (!inherited.is_object() && !FindEntry(value, "parallel") &&
-            !ReferencesExpandedGang(model, job, value, options, &at)) {
-          continue;
-        }
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {
           std::vector<CiDiagnostic> ignored;  // Reported at the template.

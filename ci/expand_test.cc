@@ -2620,6 +2620,22 @@ TEST_F(IncludeTest, IncludedReferencesToAGangsEntriesAreRefused) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_THAT(lines[1], HasSubstr("ci/other.yml:6:25: report: its artifacts "
                                   "are a !reference to train's"));
+  // The main file's job of the same name merges over the included one:
+  // the reference stays unless the main file sets that entry itself.
+  Write("ci/more.yml",
+        "report:\n  variables: !reference [train, variables]\n"
+        "  tags: !reference [train, tags]\n");
+  const std::string same =
+      "include:\n  - local: ci/more.yml\n"
+      "train:\n  script: [x]\n  variables:\n    LR: \"0.1\"\n"
+      "  parallel:\n    distributed:\n      nodes: 2\n"
+      "report:\n  script: [x]\n  variables: {A: b}\n";
+  const CiIncludes same_includes = Includes(same);
+  options.includes = &same_includes;
+  const std::vector<std::string> merged = Lines(ExpandCiYaml(same, options));
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_THAT(merged[0], HasSubstr("ci/more.yml:3:20: report: its tags are a "
+                                   "!reference to train's"));
   // Written out, the same jobs are fine.
   Write("ci/other.yml",
         ".tmpl:\n  variables: {LR: \"0.1\"}\n"
