@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ci/inheritance.h"
 #include "ci/job_file.h"
 #include "ci/rules.h"
@@ -3534,6 +3535,81 @@ constexpr int kGitLabNeedsLimit = 50;
 // than 50 needs: reported at the job's needs.
 // `rules:if` and `only`/`except` `variables:` expressions GitLab would
 // refuse the file for, in jobs, templates and `workflow:`.
+// A file with a `spec:` header (a pipeline that takes inputs): GitLab
+// fills in every `$[[ ... ]]` block of its configuration from the header's
+// inputs before the jobs exist, and refuses the pipeline for a block that
+// names no declared input ("unknown interpolation key"), except blocks of
+// the matrix context (and a component's own data), which it leaves for
+// later. `documents`: the configuration after the header.
+// A value already reported (a gang's input, checked with its default) is
+// not reported again: `errors` are those so far.
+void CheckHeaderInterpolations(const std::vector<YamlNode>& documents,
+                               const ComponentInputs& inputs,
+                               const std::vector<CiDiagnostic>& errors,
+                               Reporter* report) {
+  std::set<std::string> reported;
+  std::set<std::pair<int, int>> known;
+  for (const CiDiagnostic& d : errors) {
+    if (d.file.empty()) known.insert({d.line, d.column});
+  }
+  const auto check = [&](const YamlNode& node) {
+    const std::string& text = node.Scalar();
+    size_t at = 0;
+    while (true) {
+      const size_t open = text.find("$[[", at);
+      if (open == std::string::npos) return;
+      const size_t close = text.find("]]", open + 3);
+      if (close == std::string::npos) return;
+      at = close + 2;
+      const std::string data(absl::StripAsciiWhitespace(
+          absl::string_view(text).substr(open + 3, close - open - 3)));
+      // GitLab's block needs two characters or more inside.
+      if (data.size() < 2) continue;
+      const std::string access(absl::StripAsciiWhitespace(
+          absl::string_view(data).substr(0, data.find('|'))));
+      const std::vector<std::string> objects =
+          absl::StrSplit(access, absl::MaxSplits('.', 4));
+      if (objects[0] == "matrix" || objects[0] == "component") continue;
+      std::string why;
+      if (objects.size() <= 1) {
+        why = "invalid interpolation access pattern";
+      } else if (objects[0] != "inputs") {
+        why = absl::StrCat("unknown interpolation key: `", objects[0], "`");
+      } else if (inputs.defaults.count(objects[1]) == 0) {
+        why = absl::StrCat("unknown interpolation key: `", objects[1],
+                           "` (the spec: inputs header does not declare it)");
+      } else {
+        continue;
+      }
+      const YamlMark mark = node.Mark();
+      if (known.count({mark.line + 1, mark.column + 1}) != 0) return;
+      if (!reported.insert(access).second) continue;
+      report->At(node, node,
+                 absl::StrCat("'$[[ ", data, " ]]': ", why,
+                              "; GitLab fills in this file's $[[ ... ]] "
+                              "from its spec: inputs header and refuses "
+                              "the pipeline"));
+    }
+  };
+  std::function<void(const YamlNode&, int)> walk = [&](const YamlNode& node,
+                                                       int depth) {
+    if (!node || depth > kMaxDepth) return;
+    if (node.IsScalar()) {
+      if (node.Scalar().find("$[[") != std::string::npos) check(node);
+      return;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (node.IsMap()) {
+        walk(node.Entry(i).first, depth + 1);
+        walk(node.Entry(i).second, depth + 1);
+      } else if (node.IsSequence()) {
+        walk(node.Item(i), depth + 1);
+      }
+    }
+  };
+  for (const YamlNode& root : documents) walk(root, 0);
+}
+
 void CheckRuleExpressions(const std::vector<YamlNode>& documents,
                           Reporter* report) {
   const auto check = [&](const std::string& owner, const YamlNode& expression) {
@@ -4736,6 +4812,11 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   CheckNeedsLimit(documents, result.gangs, &report);
   if (lint) {
     CheckRuleExpressions(documents, &report);
+    if (inputs.header) {
+      CheckHeaderInterpolations(
+          std::vector<YamlNode>(documents.begin() + 1, documents.begin() + 2),
+          inputs, result.errors, &report);
+    }
     CheckMatrixNeeds(documents, model, &report);
     // Jobs that only included files define, at the last file that
     // defines them (with or without a spec: header: GitLab leaves

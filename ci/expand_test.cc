@@ -2445,6 +2445,36 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
             "spec: inputs header, so GitLab refuses the file");
 }
 
+// A file with a spec: header takes inputs: GitLab fills in every block of
+// its configuration and refuses the pipeline for one that names no
+// declared input, but leaves the matrix context (and a component's data)
+// as written.
+TEST(LintTest, HeaderInterpolationsNameDeclaredInputs) {
+  const std::string spec =
+      "spec:\n  inputs:\n    stage:\n      default: test\n---\n";
+  const CiExpansion lint =
+      LintCiYaml(spec +
+                 "job:\n  stage: $[[ inputs.stage ]]\n"
+                 "  script:\n    - echo $[[ inputs.nope ]]\n"
+                 "    - echo $[[ env.HOME ]] $[[ inputs ]]\n"
+                 "  needs:\n    - job: b\n      parallel:\n        matrix:\n"
+                 "          - OS: '$[[ matrix.OS ]] $[[ matrix ]]'\n"
+                 "b:\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 3u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:9:7: '$[[ inputs.nope ]]': unknown interpolation key: `nope` "
+            "(the spec: inputs header does not declare it); GitLab fills in "
+            "this file's $[[ ... ]] from its spec: inputs header and refuses "
+            "the pipeline");
+  EXPECT_THAT(lint.errors[1].message,
+              HasSubstr("'$[[ env.HOME ]]': unknown interpolation key: `env`"));
+  EXPECT_THAT(lint.errors[2].message,
+              HasSubstr("'$[[ inputs ]]': invalid interpolation access "
+                        "pattern"));
+  // Without a header GitLab leaves the text as written.
+  EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ inputs.nope ]]\n").ok());
+}
+
 // ---------------------------------------------------------------------.
 // Local includes: a project on disk, read as GitLab reads it.
 
