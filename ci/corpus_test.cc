@@ -60,6 +60,26 @@ const std::map<std::string, std::vector<std::string>>& KnownFindings() {
         "error__.gitlab-ci.yml:50:7: test-zero-match job: undefined need: "
         "build-foo: [nope] (no job of build-foo's parallel:matrix has these "
         "values); GitLab refuses the pipeline"}},
+      // gitlab-ci-local selects every job that agrees on the variables a
+      // selector names; GitLab names the need from the selector's values
+      // alone and finds no job of that name.
+      {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
+       "expressions__.gitlab-ci.yml",
+       {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
+        "expressions__.gitlab-ci.yml:56:7: linux:test-mixed: [aws, "
+        "monitoring] job: undefined need: linux:build: [aws] (GitLab names "
+        "the job from the selector's values alone and in its order, and no "
+        "job is named so; linux:build's jobs are named like linux:build: "
+        "[aws, monitoring], so give every variable of the job, in "
+        "linux:build's order); GitLab refuses the pipeline"}},
+      {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
+       "static__.gitlab-ci.yml",
+       {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
+        "static__.gitlab-ci.yml:49:7: test-partial job: undefined need: "
+        "build-multi: [x64] (GitLab names the job from the selector's values "
+        "alone and in its order, and no job is named so; build-multi's jobs "
+        "are named like build-multi: [x64, linux], so give every variable of "
+        "the job, in build-multi's order); GitLab refuses the pipeline"}},
       {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
        "expressions-non-parallel-consumer__.gitlab-ci.yml",
        {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <tuple>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ci/inheritance.h"
 #include "ci/job_file.h"
 #include "ci/rules.h"
@@ -2720,8 +2722,8 @@ YamlNode InputInterpolation(const YamlNode& node, int depth) {
 // expanded file, where that entry holds gdt's additions (the runner tag,
 // the GDT_* variables, checkpoints/). Returns the gang job it names, or "".
 std::string GangEntryReferenced(const CiConfigModel& model,
-                                const YamlNode& node,
-                                const std::string& entry) {
+                                const YamlNode& node, const std::string& entry,
+                                bool whole_only = false) {
   const CiValue value = ToCiValue(node);
   std::vector<CiValue> references;
   if (value.is_object()) references.push_back(value);
@@ -2733,7 +2735,8 @@ std::string GangEntryReferenced(const CiConfigModel& model,
   for (const CiValue& reference : references) {
     const auto path = reference.find("!reference");
     if (path == reference.end() || !path->is_array() || path->size() < 2 ||
-        !(*path)[0].is_string() || (*path)[1] != CiValue(entry)) {
+        !(*path)[0].is_string() || (*path)[1] != CiValue(entry) ||
+        (whole_only && path->size() != 2)) {
       continue;
     }
     const std::string target = (*path)[0].get<std::string>();
@@ -2747,6 +2750,64 @@ std::string GangEntryReferenced(const CiConfigModel& model,
     }
   }
   return "";
+}
+
+// A job (or template) of an included file that is no gang but whose own
+// `tags`, `variables` or `artifacts` is a `!reference` to the whole entry
+// of a job with a parallel:distributed block. GitLab resolves references
+// after merging the files, so after expansion the entry holds what expand
+// adds to the gang's (the runner tag, the GDT_* variables, checkpoints/),
+// and the job would run as a gang member or carry the gang's settings;
+// expand rewrites only the main file, so it cannot write the entry out
+// there as it does in the main file. False after reporting that.
+// `replaced(name)`: a later file's definition of the job sets that entry
+// itself, which replaces the reference.
+bool ReferencesExpandedGang(
+    const CiConfigModel& model, const std::string& job, const YamlNode& value,
+    const CiExpandOptions& options, Reporter* report,
+    const std::function<bool(const std::string&)>& replaced) {
+  bool ok = true;
+  for (const char* name : {"tags", "variables", "artifacts"}) {
+    const Entry own = FindEntry(value, name);
+    if (!own || replaced(name)) continue;
+    const std::string gang = GangEntryReferenced(model, own.value, name, true);
+    if (gang.empty()) continue;
+    const std::string entry = name;
+    std::string added;
+    if (entry == "tags") {
+      if (options.runner_tag.empty()) continue;
+      added = absl::StrCat("the runner tag ", options.runner_tag,
+                           ", so the job would run on gdt as an unplanned "
+                           "one-member gang");
+    } else if (entry == "variables") {
+      added =
+          "the GDT_* variables expand adds, so the job would look like "
+          "a gang member";
+    } else {
+      std::string unknown;
+      const absl::StatusOr<CiValue> config = model.Extended(gang, 0, &unknown);
+      if (!config.ok()) continue;
+      std::vector<CiDiagnostic> ignored;  // Reported at the gang.
+      const std::optional<GangSpec> spec = SpecOfValue(
+          gang, config->value("parallel", CiValue()), options, &ignored);
+      if (!spec || spec->checkpoint_store != "artifacts") continue;
+      added = absl::StrCat("the ", kCheckpointPath,
+                           " path and when: always expand adds for the "
+                           "gang's checkpoints");
+    }
+    report->At(
+        own.value, own.key,
+        absl::StrCat(job, ": its ", entry, " are a !reference to ", Shown(gang),
+                     "'s, which has parallel:distributed; GitLab "
+                     "resolves it in the expanded pipeline, where "
+                     "they hold ",
+                     added,
+                     ", and gdt does not rewrite an included file; "
+                     "write its ",
+                     entry, " out"));
+    ok = false;
+  }
+  return ok;
 }
 
 // Whether `job`'s own `parallel` entry, written as something else (a
@@ -3474,6 +3535,81 @@ constexpr int kGitLabNeedsLimit = 50;
 // than 50 needs: reported at the job's needs.
 // `rules:if` and `only`/`except` `variables:` expressions GitLab would
 // refuse the file for, in jobs, templates and `workflow:`.
+// A file with a `spec:` header (a pipeline that takes inputs): GitLab
+// fills in every `$[[ ... ]]` block of its configuration from the header's
+// inputs before the jobs exist, and refuses the pipeline for a block that
+// names no declared input ("unknown interpolation key"), except blocks of
+// the matrix context (and a component's own data), which it leaves for
+// later. `documents`: the configuration after the header.
+// A value already reported (a gang's input, checked with its default) is
+// not reported again: `errors` are those so far.
+void CheckHeaderInterpolations(const std::vector<YamlNode>& documents,
+                               const ComponentInputs& inputs,
+                               const std::vector<CiDiagnostic>& errors,
+                               Reporter* report) {
+  std::set<std::string> reported;
+  std::set<std::pair<int, int>> known;
+  for (const CiDiagnostic& d : errors) {
+    if (d.file.empty()) known.insert({d.line, d.column});
+  }
+  const auto check = [&](const YamlNode& node) {
+    const std::string& text = node.Scalar();
+    size_t at = 0;
+    while (true) {
+      const size_t open = text.find("$[[", at);
+      if (open == std::string::npos) return;
+      const size_t close = text.find("]]", open + 3);
+      if (close == std::string::npos) return;
+      at = close + 2;
+      const std::string data(absl::StripAsciiWhitespace(
+          absl::string_view(text).substr(open + 3, close - open - 3)));
+      // GitLab's block needs two characters or more inside.
+      if (data.size() < 2) continue;
+      const std::string access(absl::StripAsciiWhitespace(
+          absl::string_view(data).substr(0, data.find('|'))));
+      const std::vector<std::string> objects =
+          absl::StrSplit(access, absl::MaxSplits('.', 4));
+      if (objects[0] == "matrix" || objects[0] == "component") continue;
+      std::string why;
+      if (objects.size() <= 1) {
+        why = "invalid interpolation access pattern";
+      } else if (objects[0] != "inputs") {
+        why = absl::StrCat("unknown interpolation key: `", objects[0], "`");
+      } else if (inputs.defaults.count(objects[1]) == 0) {
+        why = absl::StrCat("unknown interpolation key: `", objects[1],
+                           "` (the spec: inputs header does not declare it)");
+      } else {
+        continue;
+      }
+      const YamlMark mark = node.Mark();
+      if (known.count({mark.line + 1, mark.column + 1}) != 0) return;
+      if (!reported.insert(access).second) continue;
+      report->At(node, node,
+                 absl::StrCat("'$[[ ", data, " ]]': ", why,
+                              "; GitLab fills in this file's $[[ ... ]] "
+                              "from its spec: inputs header and refuses "
+                              "the pipeline"));
+    }
+  };
+  std::function<void(const YamlNode&, int)> walk = [&](const YamlNode& node,
+                                                       int depth) {
+    if (!node || depth > kMaxDepth) return;
+    if (node.IsScalar()) {
+      if (node.Scalar().find("$[[") != std::string::npos) check(node);
+      return;
+    }
+    for (size_t i = 0; i < node.size(); ++i) {
+      if (node.IsMap()) {
+        walk(node.Entry(i).first, depth + 1);
+        walk(node.Entry(i).second, depth + 1);
+      } else if (node.IsSequence()) {
+        walk(node.Item(i), depth + 1);
+      }
+    }
+  };
+  for (const YamlNode& root : documents) walk(root, 0);
+}
+
 void CheckRuleExpressions(const std::vector<YamlNode>& documents,
                           Reporter* report) {
   const auto check = [&](const std::string& owner, const YamlNode& expression) {
@@ -3666,13 +3802,17 @@ YamlNode ScalarHolding(const YamlNode& node, std::string_view part,
 // "X: [values]", and a name that X's jobs do not have is an undefined
 // need (X with `parallel: N` names its jobs "X 1/N", so no selector
 // matches them; X without `parallel` keeps the need as X, which GitLab
-// accepts). A selector that names only some of X's variables is
-// refused only when no job of X has its values. Matrix expressions are filled
-// in first, in each job of the needing job's matrix; one naming a variable that
-// matrix lacks is refused. A job or parallel value gdt cannot see (an unread
-// include) is not judged; an optional need is not either.
-void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
-                      const CiConfigModel& model, Reporter* report) {
+// accepts). The name is made of the selector's values alone, so a
+// selector that names only some of X's variables selects nothing unless a
+// job of the pipeline has exactly that name. Matrix expressions are filled
+// in first, in each job of the needing job's matrix; one naming a variable
+// that matrix lacks is refused. A job or parallel value gdt cannot see (an
+// unread include) is not judged; an optional need is not either. Jobs for
+// which `skip` holds are not checked (jobs another file defines last).
+void CheckMatrixNeeds(
+    const std::vector<YamlNode>& documents, const CiConfigModel& model,
+    Reporter* report,
+    const std::function<bool(const std::string&)>& skip = nullptr) {
   static const std::vector<std::string> kKeys = {"parallel", "needs"};
   static const std::vector<std::string> kParallel = {"parallel"};
   const auto matrix_of = [](const CiValue& config) -> const CiValue* {
@@ -3687,6 +3827,7 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
       if (!key.IsScalar() || !entry.second.IsMap()) continue;
       const std::string& job = key.Scalar();
       if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
+      if (skip && skip(job)) continue;
       const absl::StatusOr<CiConfigModel::Effective> effective =
           model.Resolve(job, kKeys);
       if (!effective.ok() || !effective->Known("needs") ||
@@ -3773,21 +3914,17 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
           } else if (parallel->is_object()) {
             continue;  // Not a number or a matrix: reported elsewhere.
           }
-          // A selector naming some of the variables is taken to select
-          // every job that agrees on them (gdt does not refuse it).
+          // GitLab names the selected job "X: [values]" from the
+          // selector's values alone, in the selector's order, and looks
+          // that name up among all jobs: a selector naming only some of
+          // X's variables (or naming them in another order) selects no
+          // job of X whose name has more values.
           const auto selects = [&](const CiMatrixJob& one) {
-            return std::any_of(
-                jobs.begin(), jobs.end(), [&](const CiMatrixJob& made_job) {
-                  return made_job.name == one.name ||
-                         std::all_of(one.variables.begin(), one.variables.end(),
-                                     [&](const auto& variable) {
-                                       return std::find(
-                                                  made_job.variables.begin(),
-                                                  made_job.variables.end(),
-                                                  variable) !=
-                                              made_job.variables.end();
-                                     });
-                });
+            return model.HasJob(one.name) ||
+                   std::any_of(jobs.begin(), jobs.end(),
+                               [&](const CiMatrixJob& made_job) {
+                                 return made_job.name == one.name;
+                               });
           };
           for (const CiMatrixJob& one : selected) {
             if (selects(one)) continue;
@@ -3795,6 +3932,25 @@ void CheckMatrixNeeds(const std::vector<YamlNode>& documents,
             if (parallel->is_object()) {
               why = absl::StrCat("no job of ", producer,
                                  "'s parallel:matrix has these values");
+              // Some of a job's values, or all in another order: GitLab
+              // matches the whole name, not the variables.
+              for (const CiMatrixJob& made_job : jobs) {
+                if (std::all_of(one.variables.begin(), one.variables.end(),
+                                [&](const auto& variable) {
+                                  return std::find(made_job.variables.begin(),
+                                                   made_job.variables.end(),
+                                                   variable) !=
+                                         made_job.variables.end();
+                                })) {
+                  why = absl::StrCat(
+                      "GitLab names the job from the selector's values "
+                      "alone and in its order, and no job is named so; ",
+                      producer, "'s jobs are named like ", made_job.name,
+                      ", so give every variable of the job, in ", producer,
+                      "'s order");
+                  break;
+                }
+              }
             } else {
               std::string count;
               if (!CiScalarText(*parallel, &count)) count = parallel->dump();
@@ -4074,7 +4230,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   const CiConfigModel model =
       options.includes == nullptr
           ? CiConfigModel(documents)
-          : CiConfigModel(files, options.includes->unseen);
+          : CiConfigModel(files, options.includes->unseen,
+                          options.includes->unseen_over_seen);
   RunsKeyword runs(files);
   if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
   // The nodes of top-level entries (a merged block must be one of them).
@@ -4548,6 +4705,50 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       }
     }
   }
+  // Every definition in an included file of a job that is no gang whose
+  // tags, variables or artifacts are a !reference to a gang job's, unless
+  // a later file's definition of the job (a later include, or the main
+  // file, which GitLab merges over them) sets that entry itself.
+  for (size_t f = 0; f < included.size(); ++f) {
+    Reporter at(&result.errors);
+    at.file = included[f].file->path;
+    for (const YamlNode& root : included[f].documents) {
+      for (const auto& entry : root) {
+        if (!entry.first.IsScalar() || !entry.second.IsMap()) continue;
+        const std::string& job = entry.first.Scalar();
+        if (IsCiKeyword(job)) continue;
+        // The later definitions of the job.
+        std::vector<YamlNode> later;
+        for (size_t g = f + 1; g < included.size(); ++g) {
+          for (const YamlNode& other : included[g].documents) {
+            if (const Entry e = FindEntry(other, job)) later.push_back(e.value);
+          }
+        }
+        for (const YamlNode& other : documents) {
+          if (const Entry e = FindEntry(other, job)) later.push_back(e.value);
+        }
+        const auto has = [&](const std::string& name) {
+          if (FindEntry(entry.second, name)) return true;
+          for (const YamlNode& one : later) {
+            if (FindEntry(one, name)) return true;
+          }
+          return false;
+        };
+        // A gang itself (a block of its own or inherited) is planned
+        // elsewhere.
+        if (has("parallel") || InheritedBlock(model, job).is_object()) {
+          continue;
+        }
+        ReferencesExpandedGang(model, job, entry.second, options, &at,
+                               [&](const std::string& name) {
+                                 for (const YamlNode& one : later) {
+                                   if (FindEntry(one, name)) return true;
+                                 }
+                                 return false;
+                               });
+      }
+    }
+  }
   for (size_t f = 0; f < included.size(); ++f) {
     Reporter at(&result.errors);
     at.file = included[f].file->path;
@@ -4611,7 +4812,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   CheckNeedsLimit(documents, result.gangs, &report);
   if (lint) {
     CheckRuleExpressions(documents, &report);
+    if (inputs.header) {
+      CheckHeaderInterpolations(
+          std::vector<YamlNode>(documents.begin() + 1, documents.begin() + 2),
+          inputs, result.errors, &report);
+    }
     CheckMatrixNeeds(documents, model, &report);
+    // Jobs that only included files define, at the last file that
+    // defines them (with or without a spec: header: GitLab leaves
+    // $[[ matrix.* ]] to the needs of each matrix job either way).
+    for (size_t f = 0; f < included.size(); ++f) {
+      Reporter at(&result.errors);
+      at.file = included[f].file->path;
+      CheckMatrixNeeds(included[f].documents, model, &at,
+                       [&](const std::string& job) {
+                         const auto last = last_file.find(job);
+                         return main_jobs.count(job) != 0 ||
+                                last == last_file.end() || last->second != f;
+                       });
+    }
   }
   if (!result.ok()) {
     result.gangs.clear();

@@ -908,6 +908,28 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
                            "train:\n  tags: [a]\n  retry: 0\n  script: x\n"
                            "  parallel:\n    distributed: {nodes: 2}\n")
                   .ok());
+  // GitLab gives a job default:'s keys only where it has none after
+  // extends: tags and retry from a template in this file are known, and
+  // kept (the template's tags plus the runner tag).
+  const CiExpansion inherited = ExpandCiYaml(
+      "include: [{local: a.yml}]\n"
+      ".tmpl:\n  tags: [shell]\n  retry: 1\n"
+      "train:\n  extends: .tmpl\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_TRUE(inherited.ok()) << inherited.errors[0].message;
+  EXPECT_THAT(inherited.text,
+              HasSubstr("  tags:\n    - \"shell\"\n    - gdt\n"));
+  EXPECT_THAT(inherited.text, Not(HasSubstr("retry:\n    max")));
+  // A key the template leaves out is still unseen.
+  const CiExpansion partly = ExpandCiYaml(
+      "include: [{local: a.yml}]\n"
+      ".tmpl:\n  tags: [shell]\n"
+      "train:\n  extends: .tmpl\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n");
+  ASSERT_EQ(partly.errors.size(), 1u);
+  EXPECT_THAT(partly.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits retry; give the "
+                        "job its own retry"));
   const CiExpansion deep = ExpandCiYaml(
       ".a:\n  extends: .b\n.b:\n  extends: .a\n"
       "train:\n  extends: .a\n  script: x\n  parallel:\n"
@@ -1587,16 +1609,40 @@ TEST(LintTest, MatrixNeedsSelectingNoJobAreRefused) {
             "job of build-foo's parallel:matrix has these values); GitLab "
             "refuses the pipeline");
   EXPECT_TRUE(ExpandCiYaml(text).ok());
+  // GitLab names the selected job from the selector's values alone, in the
+  // selector's order: naming some of the variables, or all of them in
+  // another order, selects no job.
+  const CiExpansion partial =
+      LintCiYaml(producers +
+                 "some:\n  script: [x]\n  needs:\n    - job: build-foo\n"
+                 "      parallel:\n        matrix:\n          - NAME: bar\n"
+                 "swapped:\n  script: [x]\n  needs:\n    - job: build-foo\n"
+                 "      parallel:\n        matrix:\n          - ARCH: amd64\n"
+                 "            NAME: bar\n");
+  ASSERT_EQ(partial.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", partial.errors[0]),
+            "f:18:7: some job: undefined need: build-foo: [bar] (GitLab "
+            "names the job from the selector's values alone and in its "
+            "order, and no job is named so; build-foo's jobs are named like "
+            "build-foo: [bar, amd64], so give every variable of the job, in "
+            "build-foo's order); GitLab refuses the pipeline");
+  EXPECT_THAT(FormatDiagnostic("f", partial.errors[1]),
+              HasSubstr("f:25:7: swapped job: undefined need: build-foo: "
+                        "[amd64, bar] (GitLab names the job"));
   // What GitLab accepts: a selector that matches (through extends), an
-  // optional need, a job without parallel (the need stays that job), and a
-  // job gdt cannot see; and one naming some of the variables.
+  // optional need, a job without parallel (the need stays that job), a
+  // job gdt cannot see, and a selector whose name is a job's of another
+  // matrix row that has fewer variables.
   EXPECT_TRUE(
       LintCiYaml(producers +
+                 "rows:\n  script: [x]\n  parallel:\n    matrix:\n"
+                 "      - OS: [linux, mac]\n        ARCH: amd64\n"
+                 "      - OS: bsd\n"
                  "ok:\n  script: [x]\n  needs:\n    - job: build-foo\n"
                  "      parallel:\n        matrix:\n"
                  "          - NAME: [bar, foo]\n            ARCH: amd64\n"
-                 "    - job: build-foo\n      parallel:\n        matrix:\n"
-                 "          - NAME: bar\n"
+                 "    - job: rows\n      parallel:\n        matrix:\n"
+                 "          - OS: bsd\n"
                  "    - job: build-foo\n      optional: true\n"
                  "      parallel:\n        matrix:\n          - NAME: nope\n"
                  "    - job: build-plain\n      parallel:\n        matrix:\n"
@@ -2399,6 +2445,36 @@ TEST(LintTest, ComponentInputsInGdtVariables) {
             "spec: inputs header, so GitLab refuses the file");
 }
 
+// A file with a spec: header takes inputs: GitLab fills in every block of
+// its configuration and refuses the pipeline for one that names no
+// declared input, but leaves the matrix context (and a component's data)
+// as written.
+TEST(LintTest, HeaderInterpolationsNameDeclaredInputs) {
+  const std::string spec =
+      "spec:\n  inputs:\n    stage:\n      default: test\n---\n";
+  const CiExpansion lint =
+      LintCiYaml(spec +
+                 "job:\n  stage: $[[ inputs.stage ]]\n"
+                 "  script:\n    - echo $[[ inputs.nope ]]\n"
+                 "    - echo $[[ env.HOME ]] $[[ inputs ]]\n"
+                 "  needs:\n    - job: b\n      parallel:\n        matrix:\n"
+                 "          - OS: '$[[ matrix.OS ]] $[[ matrix ]]'\n"
+                 "b:\n  script: [x]\n");
+  ASSERT_EQ(lint.errors.size(), 3u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:9:7: '$[[ inputs.nope ]]': unknown interpolation key: `nope` "
+            "(the spec: inputs header does not declare it); GitLab fills in "
+            "this file's $[[ ... ]] from its spec: inputs header and refuses "
+            "the pipeline");
+  EXPECT_THAT(lint.errors[1].message,
+              HasSubstr("'$[[ env.HOME ]]': unknown interpolation key: `env`"));
+  EXPECT_THAT(lint.errors[2].message,
+              HasSubstr("'$[[ inputs ]]': invalid interpolation access "
+                        "pattern"));
+  // Without a header GitLab leaves the text as written.
+  EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ inputs.nope ]]\n").ok());
+}
+
 // ---------------------------------------------------------------------.
 // Local includes: a project on disk, read as GitLab reads it.
 
@@ -2460,6 +2536,144 @@ TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
   ASSERT_EQ(lint.gangs.size(), 1u);
   // Without reading them, the same file is refused.
   EXPECT_FALSE(ExpandCiYaml(main).ok());
+}
+
+// The needs of jobs in included files are checked as the main file's:
+// GitLab fills in $[[ matrix.* ]] after merging the files, also in a file
+// with a spec: header (its input interpolation leaves them), and looks the
+// selected names up among all jobs.
+TEST_F(IncludeTest, MatrixNeedsOfIncludedJobsAreChecked) {
+  const std::string jobs =
+      "build:\n  script: [x]\n  parallel:\n    matrix:\n"
+      "      - OS: [linux, mac]\n        ARCH: amd64\n"
+      "test:\n  script: [x]\n  parallel:\n    matrix:\n"
+      "      - OS: [linux]\n  needs:\n    - job: build\n"
+      "      parallel:\n        matrix:\n"
+      "          - OS: $[[ matrix.OS ]]\n"
+      "            ARCH: $[[ matrix.NOPE ]]\n"
+      "partial:\n  script: [x]\n  needs:\n    - job: build\n"
+      "      parallel:\n        matrix:\n          - OS: linux\n";
+  Write("ci/plain.yml", jobs);
+  Write("ci/header.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n---\n" + jobs);
+  // GitLab's input interpolation leaves any block of the matrix context
+  // as written, also without a name or with functions.
+  Write("ci/context.yml",
+        "spec:\n  inputs:\n    stage:\n      default: test\n---\n"
+        "job:\n  stage: $[[ inputs.stage ]]\n"
+        "  script: echo '$[[ matrix ]] $[[ matrix.OS | truncate(0,1) ]]'\n");
+  const CiIncludes context = Includes("include:\n  - local: ci/context.yml\n");
+  ASSERT_TRUE(context.ok()) << context.errors[0].message;
+  EXPECT_THAT(
+      context.files[0].text,
+      HasSubstr("echo '$[[ matrix ]] $[[ matrix.OS | truncate(0,1) ]]'"));
+  for (const std::string& file : {"ci/plain.yml", "ci/header.yml"}) {
+    SCOPED_TRACE(file);
+    const int shift = file == "ci/header.yml" ? 5 : 0;
+    const std::string main = "include:\n  - local: " + file + "\n";
+    const CiIncludes includes = Includes(main);
+    ASSERT_TRUE(includes.ok());
+    CiExpandOptions options;
+    options.includes = &includes;
+    const CiExpansion lint = LintCiYaml(main, options);
+    ASSERT_EQ(lint.errors.size(), 2u);
+    EXPECT_EQ(FormatDiagnostic(".gitlab-ci.yml", lint.errors[0]),
+              absl::StrCat(file, ":", 17 + shift,
+                           ":19: test job: 'NOPE' does not exist in matrix "
+                           "configuration (its parallel:matrix has no "
+                           "variable NOPE); GitLab refuses the pipeline"));
+    EXPECT_THAT(FormatDiagnostic(".gitlab-ci.yml", lint.errors[1]),
+                HasSubstr(absl::StrCat(file, ":", 22 + shift,
+                                       ":7: partial job: undefined need: "
+                                       "build: [linux]")));
+    // The main file's own job of the same name replaces the included
+    // needs: checked there, once.
+    const std::string fixed =
+        main +
+        "test:\n  needs:\n    - job: build\n      parallel:\n"
+        "        matrix:\n          - OS: $[[ matrix.OS ]]\n"
+        "            ARCH: amd64\n"
+        "partial:\n  needs: [build]\n";
+    const CiIncludes fixed_includes = Includes(fixed);
+    options.includes = &fixed_includes;
+    const CiExpansion ok = LintCiYaml(fixed, options);
+    EXPECT_TRUE(ok.ok()) << Lines(ok)[0];
+  }
+}
+
+// A job or template of an included file whose tags, variables or
+// artifacts are a !reference to a gang job's would get, once GitLab
+// resolves the reference in the expanded pipeline, what expand adds to the
+// gang; expand cannot rewrite the included file, so both commands refuse.
+TEST_F(IncludeTest, IncludedReferencesToAGangsEntriesAreRefused) {
+  Write("ci/other.yml",
+        ".tmpl:\n  variables: !reference [train, variables]\n"
+        "report:\n  script: [x]\n  extends: .tmpl\n"
+        "  artifacts: !reference [train, artifacts]\n"
+        "tagged:\n  script: [x]\n  tags: !reference [train, tags]\n"
+        "one:\n  script: [x]\n"
+        "  variables: {LR: !reference [train, variables, LR]}\n");
+  const std::string main =
+      "include:\n  - local: ci/other.yml\n"
+      "train:\n  script: [x]\n  variables:\n    LR: \"0.1\"\n"
+      "  artifacts:\n    paths: [out/]\n"
+      "  parallel:\n    distributed:\n      nodes: 2\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  CiExpandOptions options;
+  options.includes = &includes;
+  options.runner_tag = "gdt";
+  for (const bool lint : {false, true}) {
+    SCOPED_TRACE(lint ? "lint" : "expand");
+    const CiExpansion result =
+        lint ? LintCiYaml(main, options) : ExpandCiYaml(main, options);
+    const std::vector<std::string> lines = Lines(result);
+    // Only the whole entries: one variable taken from the gang is fine,
+    // and the artifacts hold nothing gdt adds (no checkpoint block).
+    ASSERT_EQ(lines.size(), 2u);
+    EXPECT_EQ(lines[0],
+              "ci/other.yml:2:25: .tmpl: its variables are a !reference to "
+              "train's, which has parallel:distributed; GitLab resolves it "
+              "in the expanded pipeline, where they hold the GDT_* variables "
+              "expand adds, so the job would look like a gang member, and gdt "
+              "does not rewrite an included file; write its variables out");
+    EXPECT_THAT(lines[1], HasSubstr("ci/other.yml:9:20: tagged: its tags are a "
+                                    "!reference to train's"));
+  }
+  // With checkpoints kept as artifacts, the artifacts are refused too.
+  const std::string checkpointed =
+      main + "      checkpoint:\n        keep: 2\n";
+  const CiIncludes more = Includes(checkpointed);
+  options.includes = &more;
+  const std::vector<std::string> lines =
+      Lines(ExpandCiYaml(checkpointed, options));
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[1], HasSubstr("ci/other.yml:6:25: report: its artifacts "
+                                  "are a !reference to train's"));
+  // The main file's job of the same name merges over the included one:
+  // the reference stays unless the main file sets that entry itself.
+  Write("ci/more.yml",
+        "report:\n  variables: !reference [train, variables]\n"
+        "  tags: !reference [train, tags]\n");
+  const std::string same =
+      "include:\n  - local: ci/more.yml\n"
+      "train:\n  script: [x]\n  variables:\n    LR: \"0.1\"\n"
+      "  parallel:\n    distributed:\n      nodes: 2\n"
+      "report:\n  script: [x]\n  variables: {A: b}\n";
+  const CiIncludes same_includes = Includes(same);
+  options.includes = &same_includes;
+  const std::vector<std::string> merged = Lines(ExpandCiYaml(same, options));
+  ASSERT_EQ(merged.size(), 1u);
+  EXPECT_THAT(merged[0], HasSubstr("ci/more.yml:3:20: report: its tags are a "
+                                   "!reference to train's"));
+  // Written out, the same jobs are fine.
+  Write("ci/other.yml",
+        ".tmpl:\n  variables: {LR: \"0.1\"}\n"
+        "report:\n  script: [x]\n  extends: .tmpl\n"
+        "tagged:\n  script: [x]\n  tags: [cpu]\n");
+  const CiIncludes fixed = Includes(main);
+  options.includes = &fixed;
+  EXPECT_TRUE(ExpandCiYaml(main, options).ok());
 }
 
 TEST_F(IncludeTest, NestedIncludesAreFromTheProjectAndMergeUnderTheIncluder) {
@@ -2668,6 +2882,47 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
               HasSubstr("the file includes other files, whose default: gdt "
                         "cannot read, so gdt cannot see whether it inherits "
                         "tags, retry"));
+}
+
+// GitLab gives a job default:'s keys only where it has none after extends.
+// A template in an included file whose own unread include merges under
+// it (a component's id_tokens file) keeps its tags: the job's tags are
+// known. An unread include after that file could redefine the template,
+// so there they stay unknown (above).
+TEST_F(IncludeTest, KeysOfATemplateNoUnreadIncludeCanOverrideAreKnown) {
+  Write("ci/tmpl.yml",
+        "include:\n  - project: lc-templates/id_tokens\n"
+        "    file: id_tokens.yml\n"
+        ".gpu:\n  tags: [shell, matrix]\n  retry: 1\n");
+  const std::string main =
+      "include:\n  - local: ci/tmpl.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  EXPECT_TRUE(includes.unseen);
+  EXPECT_FALSE(includes.unseen_over_seen);
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion expanded = ExpandCiYaml(main, options);
+  ASSERT_TRUE(expanded.ok()) << Lines(expanded)[0];
+  EXPECT_THAT(
+      expanded.text,
+      HasSubstr("  tags:\n    - \"shell\"\n    - \"matrix\"\n    - gdt\n"));
+  EXPECT_THAT(expanded.text, Not(HasSubstr("retry:\n    max")));
+  // The same unread include listed after the file: it merges over it.
+  const std::string after =
+      "include:\n  - local: ci/tmpl.yml\n"
+      "  - project: other/project\n    file: x.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes later = Includes(after);
+  EXPECT_TRUE(later.unseen_over_seen);
+  options.includes = &later;
+  const CiExpansion refused = ExpandCiYaml(after, options);
+  ASSERT_EQ(refused.errors.size(), 1u);
+  EXPECT_THAT(refused.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits tags, retry"));
 }
 
 TEST_F(IncludeTest, LintNotesEachIncludeItDoesNotRead) {

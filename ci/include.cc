@@ -721,7 +721,9 @@ class IncludeReader {
         for (std::string& part : parts) {
           part = std::string(absl::StripAsciiWhitespace(part));
         }
-        if (parts[0].rfind("matrix.", 0) == 0 ||
+        // GitLab leaves every block whose access starts with the matrix
+        // context as written (`$[[ matrix ]]` and functions on it too).
+        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0 ||
             parts[0].rfind("component.", 0) == 0) {
           // Other contexts GitLab fills in later (needs of a matrix job, a
           // component's own data): kept as written.
@@ -843,6 +845,8 @@ class IncludeReader {
                   "gdt reads only local files of this "
                   "project") {
     out_->unseen = true;
+    // Files read so far merge under this one.
+    if (!out_->files.empty()) out_->unseen_over_seen = true;
     const YamlMark mark = node.Mark();
     out_->unread.push_back(CiIncludes::Problem{
         file == main_ ? "" : file, mark.line + 1, mark.column + 1,

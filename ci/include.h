@@ -72,6 +72,11 @@ struct CiIncludes {
   // Some include is not a local file (project, remote, template,
   // component): what it adds is not known.
   bool unseen = false;
+  // Some unread include merges after (so over) a local file that was read:
+  // a template that file defines may get keys from it. False when every
+  // unread include merges under every file read (an included file's own
+  // includes merge under it, and the main file over everything).
+  bool unseen_over_seen = false;
   // Problems: where (`file` empty for the main file; line and column
   // 1-based, 0 without a place) and what, in one line.
   struct Problem {

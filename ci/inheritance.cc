@@ -219,13 +219,16 @@ std::vector<std::string> ExtendsList(const CiValue& job) {
 CiValue ToCiValue(const YamlNode& node) { return ToValue(node, 0); }
 
 CiConfigModel::CiConfigModel(const std::vector<YamlNode>& documents)
-    : CiConfigModel(std::vector<std::vector<YamlNode>>{documents}, false) {
+    : CiConfigModel(std::vector<std::vector<YamlNode>>{documents}, false,
+                    false) {
   has_include_ = top_.count("include") != 0;
 }
 
 CiConfigModel::CiConfigModel(const std::vector<std::vector<YamlNode>>& files,
-                             bool unseen_includes)
-    : has_include_(unseen_includes), file_count_(files.size()) {
+                             bool unseen_includes, bool unseen_over_seen)
+    : has_include_(unseen_includes),
+      unseen_over_seen_(unseen_over_seen),
+      file_count_(files.size()) {
   for (const std::vector<YamlNode>& documents : files) {
     // Within a file the last entry of a name wins; across files they merge.
     std::unordered_map<std::string, YamlNode> own;
@@ -479,6 +482,7 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
   if (has_include_ && inherits_some && effective.unknown.empty()) {
     effective.unknown =
         "the file includes other files, whose default: gdt cannot read";
+    effective.unknown_default_only = !unseen_over_seen_;
     effective.unknown_all = inherit_all;
     effective.unknown_keys = inherit_keys;
   }

@@ -59,8 +59,9 @@ class CiConfigModel {
   // over the earlier's (mappings key by key, anything else replaced).
   // `unseen_includes`: some include is not among `files` (see
   // has_include()).
+  // `unseen_over_seen`: some unseen include merges over a file read.
   CiConfigModel(const std::vector<std::vector<YamlNode>>& files,
-                bool unseen_includes);
+                bool unseen_includes, bool unseen_over_seen = true);
 
   struct Effective {
     CiValue config;  // The job's configuration as GitLab computes it.
@@ -71,8 +72,16 @@ class CiConfigModel {
     // inherits from an unseen `default:`).
     bool unknown_all = true;
     std::vector<std::string> unknown_keys;
+    // `unknown` is only an unseen `default:`, whose keys GitLab gives a
+    // job only where the job, after `extends`, has none: a key the job
+    // has (its own or a parent's) is known.
+    bool unknown_default_only = false;
     bool Known(std::string_view key) const {
       if (unknown.empty()) return true;
+      if (unknown_default_only && config.is_object()) {
+        const auto found = config.find(std::string(key));
+        if (found != config.end() && !found->is_null()) return true;
+      }
       if (unknown_all) return false;
       for (const std::string& k : unknown_keys) {
         if (k == key) return false;
@@ -159,6 +168,9 @@ class CiConfigModel {
   // Top("default"), read once.
   mutable std::optional<std::optional<CiValue>> default_;
   bool has_include_ = false;
+  // Some unseen include merges over a file read (see
+  // CiIncludes::unseen_over_seen): what a template has may not be final.
+  bool unseen_over_seen_ = false;
   size_t file_count_ = 1;
   mutable std::string reference_bomb_;
 };

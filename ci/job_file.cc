@@ -896,9 +896,10 @@ absl::StatusOr<CiJob> ParseCiJob(std::string_view yaml_text,
   std::vector<std::vector<YamlNode>> files;
   GDT_RETURN_IF_ERROR(ParseIncluded(includes, &included_trees, &files));
   files.push_back(documents);
-  const CiConfigModel model = includes == nullptr
-                                  ? CiConfigModel(documents)
-                                  : CiConfigModel(files, includes->unseen);
+  const CiConfigModel model =
+      includes == nullptr
+          ? CiConfigModel(documents)
+          : CiConfigModel(files, includes->unseen, includes->unseen_over_seen);
   const std::optional<CiValue> own = model.Top(name);
   if (!own.has_value()) {
     std::vector<std::string> jobs;
@@ -975,9 +976,10 @@ absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
     return failed(read);
   }
   files.push_back(tree->documents());
-  const CiConfigModel model = includes == nullptr
-                                  ? CiConfigModel(tree->documents())
-                                  : CiConfigModel(files, includes->unseen);
+  const CiConfigModel model =
+      includes == nullptr
+          ? CiConfigModel(tree->documents())
+          : CiConfigModel(files, includes->unseen, includes->unseen_over_seen);
   CiWorkflow workflow;
   if (std::optional<CiValue> variables = model.Top("variables")) {
     CiJob top;
