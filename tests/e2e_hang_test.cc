@@ -26,8 +26,6 @@ using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-constexpr int kPeerFailureExitCode = 75;
-
 TEST(HangWatchdogTest, MemberWithoutProgressFailsTheGangAsHungWithEvidence) {
   GdtCluster cluster;
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();

@@ -21,8 +21,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-constexpr int kPeerFailureExitCode = 75;
-
 TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   // Host 0: coordinator and runner; hosts 1 and 2: one agent each.
   absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =

@@ -97,7 +97,9 @@ std::vector<ProcessInfo> MemberRunExecs(const GdtCluster& cluster, int index);
 // "pid 123: /usr/bin/python3 train.py" lines, for failure messages.
 std::string DescribeAll(const std::vector<ProcessInfo>& processes);
 
-// The executor's documented "stopped because a peer failed" code.
+// The executor's documented "stopped because a peer failed" code, written
+// out rather than taken from common/exit_code.h: a change of the code users
+// retry on must fail these tests.
 inline constexpr int kPeerFailureExitCode = 75;
 
 // One job of a .gitlab-ci.yml: a gang (2 members unless told) without a
