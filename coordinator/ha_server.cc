@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
+#include "rendezvous/endpoint_watch.h"
 #include "rendezvous/tls.h"
 #include "spdlog/spdlog.h"
 #include "state/etcd_store.h"
@@ -102,20 +103,14 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
     return absl::UnavailableError(absl::StrCat(
         "cannot listen on ", config.listen_address, ": ", probe.message()));
   }
-  grpc::ServerBuilder builder;
-  rendezvous::ApplyServerLimits(builder);
-  int port = 0;
-  builder.AddListeningPort(config.listen_address, *credentials, &port);
+  server->credentials_ = *credentials;
   absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
   if (!listen.ok()) return listen.status();
   HaServer* self = server.get();
-  server->standby_service_ = std::make_unique<StandbyService>([self] {
-    MutexLock lock(self->mu_);
-    return StandbyService::Message(self->advertised_, self->leader_address_);
-  });
-  builder.RegisterCallbackGenericService(server->standby_service_.get());
-  std::unique_ptr<grpc::Server> standby = builder.BuildAndStart();
-  if (standby == nullptr || port == 0) {
+  int port = 0;
+  std::unique_ptr<grpc::Server> standby =
+      server->StartStandby(config.listen_address, &port);
+  if (standby == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", config.listen_address));
   }
@@ -138,6 +133,33 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
     MutexLock lock(server->mu_);
     server->standby_ = std::move(standby);
   }
+  // A standby is reachable by anyone, as the leader is: a flood of
+  // connections above its descriptor limit stops gRPC's listener for good
+  // (docs/security.md "Descriptor exhaustion"): clients that try it first
+  // then wait out their share of each call instead of being sent to the
+  // leader at once. Its endpoint is checked and its listener restarted as
+  // the leader's are, until it leads.
+  absl::StatusOr<rendezvous::ClientSecurity> security =
+      rendezvous::LoadClientSecurity(config.tls);
+  if (!security.ok()) return security.status();
+  absl::StatusOr<HostPort> advertised = ParseHostPort(server->advertised_);
+  const std::string tls_name = advertised.ok() ? advertised->host : "";
+  rendezvous::EndpointWatch::Options options;
+  options.who = "coordinator";
+  options.while_unanswered =
+      "new connections to this standby fail; its listener is restarted "
+      "after repeated failed checks, once descriptors are free";
+  options.when_answered = "the standby accepts new connections again";
+  const std::string endpoint = server->bound_address_;
+  server->standby_watch_ = std::make_unique<rendezvous::EndpointWatch>(
+      endpoint, options,
+      [endpoint, security = *security, tls_name] {
+        return rendezvous::ProbeEndpoint(
+            "coordinator", endpoint, security, tls_name,
+            CoordinatorServer::kEndpointProbeDeadline);
+      },
+      [self] { return self->RestartStandby(); });
+  server->standby_watch_->Start();
   server->election_ = std::make_unique<LeaderElection>(
       std::move(*election_client),
       state::EtcdStore::Prefix(config.etcd_cluster) + "leader",
@@ -147,6 +169,61 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
 }
 
 HaServer::~HaServer() { Shutdown(); }
+
+std::unique_ptr<grpc::Server> HaServer::StartStandby(const std::string& address,
+                                                     int* port) {
+  // gRPC takes a generic service for one server only: each standby server
+  // gets its own (the one before it is shut down by now).
+  standby_service_ = std::make_unique<StandbyService>([this] {
+    MutexLock lock(mu_);
+    return StandbyService::Message(advertised_, leader_address_);
+  });
+  grpc::ServerBuilder builder;
+  rendezvous::ApplyServerLimits(builder);
+  *port = 0;
+  builder.AddListeningPort(address, credentials_, port);
+  builder.RegisterCallbackGenericService(standby_service_.get());
+  std::unique_ptr<grpc::Server> standby = builder.BuildAndStart();
+  if (standby == nullptr || *port == 0) return nullptr;
+  return standby;
+}
+
+absl::Status HaServer::RestartStandby() {
+  if (absl::Status spare = CoordinatorServer::CheckSpareFiles(); !spare.ok()) {
+    return spare;
+  }
+  std::unique_ptr<grpc::Server> old;
+  {
+    MutexLock lock(mu_);
+    // Promote() and Shutdown() stop the watch before they take the
+    // standby server, so it is only gone once this replica leads.
+    if (stopping_ || standby_ == nullptr) return absl::OkStatus();
+    old = std::move(standby_);
+  }
+  spdlog::warn("event=coordinator_listener_restart address={} reason={}",
+               LogValue(bound_address_),
+               LogValue("the standby's endpoint does not answer its own "
+                        "check"));
+  // Outside mu_: calls in flight ask the refusal's message under it.
+  old->Shutdown(std::chrono::system_clock::now());
+  old.reset();
+  int port = 0;
+  std::unique_ptr<grpc::Server> standby = StartStandby(bound_address_, &port);
+  if (standby == nullptr) {
+    spdlog::error(
+        "event=coordinator_listener_restart_failed address={} error={}",
+        LogValue(bound_address_), LogValue("cannot listen on the address"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", bound_address_, " again"));
+  }
+  {
+    MutexLock lock(mu_);
+    standby_ = std::move(standby);
+  }
+  spdlog::info("event=coordinator_listener_restarted address={}",
+               LogValue(bound_address_));
+  return absl::OkStatus();
+}
 
 std::string HaServer::CurrentLeader() {
   MutexLock lock(mu_);
@@ -223,6 +300,8 @@ bool HaServer::Promote() {
   }
   (*store)->SetFence(state::EtcdStore::Prefix(config_.etcd_cluster) + "leader",
                      election_->revision());
+  // The leader's server watches its own endpoints.
+  if (standby_watch_ != nullptr) standby_watch_->Stop();
   std::unique_ptr<grpc::Server> standby;
   {
     MutexLock lock(mu_);
@@ -282,6 +361,7 @@ void HaServer::Shutdown() {
     cv_.NotifyAll();
   }
   if (thread_.joinable()) thread_.join();
+  if (standby_watch_ != nullptr) standby_watch_->Stop();
   std::unique_ptr<CoordinatorServer> server;
   std::unique_ptr<grpc::Server> standby;
   {

@@ -14,7 +14,9 @@
 #include "coordinator/leader_election.h"
 #include "coordinator/server.h"
 #include "coordinator/standby_service.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
+#include "rendezvous/endpoint_watch.h"
 #include "state/etcd_client.h"
 
 namespace gdt::coordinator {
@@ -61,6 +63,16 @@ class HaServer {
   // Becomes the serving leader. False when that failed (it resigned).
   bool Promote();
   std::string CurrentLeader();
+  // A standby server on `address` with a new standby_service_ (the server
+  // before it, if any, must be shut down); null when it cannot listen.
+  // `port`: the port bound.
+  std::unique_ptr<grpc::Server> StartStandby(const std::string& address,
+                                             int* port);
+  // The standby watch's recovery: replaces the standby server with a new
+  // one on the same address. Errors: FailedPrecondition while descriptors
+  // are short (CoordinatorServer::CheckSpareFiles), Unavailable when the
+  // address cannot be bound again.
+  absl::Status RestartStandby();
   // Waits up to `timeout` unless Shutdown() comes first; false then.
   bool Sleep(std::chrono::milliseconds timeout);
 
@@ -70,7 +82,12 @@ class HaServer {
   std::string advertised_;  // Written once in Start(), under mu_.
   std::shared_ptr<state::EtcdClient> store_client_;
   std::unique_ptr<LeaderElection> election_;  // Run() thread only.
+  // The standby server's service; replaced with the server (Start() and the
+  // standby watch's thread, or Promote() once the watch stopped).
   std::unique_ptr<StandbyService> standby_service_;
+  std::shared_ptr<grpc::ServerCredentials> credentials_;
+  // Checks the standby's endpoint until this replica leads (or stops).
+  std::unique_ptr<rendezvous::EndpointWatch> standby_watch_;
   std::atomic<bool> leader_{false};
   std::atomic<bool> lost_{false};
 

@@ -20,9 +20,6 @@
 namespace gdt::coordinator {
 namespace {
 
-// How long the coordinator's check of its own endpoints waits for an answer.
-constexpr std::chrono::seconds kEndpointProbeDeadline(3);
-
 // The service's access rules from `config`; creates `verifier` (job API)
 // or `id_token_verifier` when member verification is on. Logs one line per
 // check that is off.
@@ -287,12 +284,7 @@ std::unique_ptr<rendezvous::EndpointWatch> CoordinatorServer::WatchEndpoint(
   return watch;
 }
 
-namespace {
-
-// FailedPrecondition unless kRestartSpareFiles descriptors are free: a
-// listener restarted without them fails at once, and the old server still
-// serves the connections it has.
-absl::Status CheckSpareFiles() {
+absl::Status CoordinatorServer::CheckSpareFiles() {
   const int64_t spare = SpareOpenFiles();
   if (spare >= 0 && spare < CoordinatorServer::kRestartSpareFiles) {
     return absl::FailedPreconditionError(
@@ -302,8 +294,6 @@ absl::Status CheckSpareFiles() {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status CoordinatorServer::RestartMainServer() {
   if (absl::Status spare = CheckSpareFiles(); !spare.ok()) return spare;

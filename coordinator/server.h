@@ -1,6 +1,7 @@
 #ifndef GDT_COORDINATOR_SERVER_H_
 #define GDT_COORDINATOR_SERVER_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -94,6 +95,13 @@ class CoordinatorServer {
 
   // Descriptors that must be free before a listener is restarted.
   static constexpr int kRestartSpareFiles = 32;
+  // FailedPrecondition unless kRestartSpareFiles descriptors are free: a
+  // listener restarted without them fails at once, and the old server
+  // still serves the connections it has. HaServer's standby uses it too.
+  static absl::Status CheckSpareFiles();
+  // How long the check of the coordinator's own endpoints waits for an
+  // answer.
+  static constexpr std::chrono::seconds kEndpointProbeDeadline{3};
 
  private:
   CoordinatorServer() = default;

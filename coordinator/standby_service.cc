@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "rendezvous/coordinator_client.h"
+#include "rendezvous/endpoint_watch.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -9,9 +10,7 @@ namespace {
 // Answers at once; deletes itself when gRPC is done with it.
 class Refusal : public grpc::ServerGenericBidiReactor {
  public:
-  explicit Refusal(const std::string& message) {
-    Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, message));
-  }
+  explicit Refusal(grpc::Status status) { Finish(status); }
   void OnDone() override { delete this; }
 };
 
@@ -28,8 +27,14 @@ std::string StandbyService::Message(const std::string& self,
 }
 
 grpc::ServerGenericBidiReactor* StandbyService::CreateReactor(
-    grpc::GenericCallbackServerContext* /*context*/) {
-  return new Refusal(message_());
+    grpc::GenericCallbackServerContext* context) {
+  // The replica's own check of its endpoint (HaServer) is answered as any
+  // server answers a method it lacks: UNAVAILABLE would read as no answer.
+  if (context->method() == rendezvous::kEndpointProbeMethod) {
+    return new Refusal(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                    "no such method on a standby"));
+  }
+  return new Refusal(grpc::Status(grpc::StatusCode::UNAVAILABLE, message_()));
 }
 
 }  // namespace gdt::coordinator

@@ -14,7 +14,8 @@ namespace gdt::coordinator {
 // leader is elected yet"), so clients move on to the leader (see
 // rendezvous::CoordinatorClient). `message` gives the refusal's message
 // (build it with Message()); it is asked on every call and must be
-// thread-safe and quick.
+// thread-safe and quick. The endpoint check's method
+// (rendezvous::kEndpointProbeMethod) is answered UNIMPLEMENTED instead.
 class StandbyService : public grpc::CallbackGenericService {
  public:
   explicit StandbyService(std::function<std::string()> message)

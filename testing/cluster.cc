@@ -308,9 +308,12 @@ absl::Status GdtCluster::StartHaCoordinators(int count,
                            "master_port_range: {min: ", first_port, ", max: ",
                            first_port + 39, "}\n", TlsYaml(/*server=*/true)));
     const std::string log = dir_.Sub(absl::StrCat("coord-replica-", i, ".log"));
+    std::vector<std::string> prefix = Prefix(host);
+    prefix.insert(prefix.end(), coordinator_launcher_.begin(),
+                  coordinator_launcher_.end());
     absl::StatusOr<std::unique_ptr<Daemon>> daemon = Daemon::Start(
-        Prefix(host), {BinaryPath("gdt-coord"), "serve", "--config", config},
-        {}, log, milliseconds(20000));
+        prefix, {BinaryPath("gdt-coord"), "serve", "--config", config}, {}, log,
+        milliseconds(20000));
     if (!daemon.ok()) return daemon.status();
     replica_endpoints_.push_back((*daemon)->endpoint());
     replicas_.push_back(std::move(*daemon));

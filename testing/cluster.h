@@ -178,7 +178,8 @@ class GdtCluster {
   }
   // A command gdt-coord is started through (e.g. {"prlimit",
   // "--nofile=256:4096", "--"}), inside the control host's namespace; call
-  // before StartCoordinator(). It must exec gdt-coord (its pid is the
+  // before StartCoordinator() or StartHaCoordinators() (every replica is
+  // started through it). It must exec gdt-coord (its pid is the
   // coordinator's).
   void SetCoordinatorLauncher(std::vector<std::string> argv) {
     coordinator_launcher_ = std::move(argv);

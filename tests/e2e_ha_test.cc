@@ -143,6 +143,69 @@ TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
       << DescribeAll(JobProcesses(cluster));
 }
 
+// A standby is as reachable as the leader: anyone on its network can open
+// connections until it has no descriptor left, and gRPC's listener, once
+// accept() failed with EMFILE, never accepts again. The standby checks its
+// own endpoint as the leader does and restarts its listener once the flood
+// ends: it redirects clients again, and when the leader dies it takes over
+// and runs a gang.
+TEST(HaTest, AStandbyFloodedAboveItsDescriptorLimitServesAgain) {
+  absl::StatusOr<std::unique_ptr<test::EtcdTestServer>> etcd =
+      test::EtcdTestServer::Start();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  GdtCluster cluster;
+  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:256", "--"});
+  ASSERT_TRUE(cluster
+                  .StartHaCoordinators(2, (*etcd)->joined_endpoints(),
+                                       /*lease_ttl_s=*/3)
+                  .ok())
+      << cluster.Logs();
+  ASSERT_TRUE(cluster.StartAgent({.name = "local", .cpu_slots = 2}).ok())
+      << cluster.Logs();
+  ASSERT_TRUE(cluster.WaitForHosts(1, seconds(20)).ok()) << cluster.Logs();
+  const int leader = cluster.HaLeader();
+  ASSERT_GE(leader, 0);
+  const int standby = 1 - leader;
+  const std::string standby_endpoint = cluster.ReplicaEndpoint(standby);
+  // Asked alone, the standby names the leader and status follows it. (This
+  // also has the standby take a connection before the flood: the
+  // sanitizers' type check, the first time it meets a type, needs a
+  // descriptor, and a first connection made while none is free aborts the
+  // sanitized build.)
+  ASSERT_TRUE(CoordinatorStatus(standby_endpoint).ok())
+      << cluster.ReplicaLog(standby);
+
+  {
+    IdleConnections idle;
+    ASSERT_NO_FATAL_FAILURE(idle.Open(standby_endpoint, 400));
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return cluster.ReplicaLog(standby).find("Too many open files") !=
+                 std::string::npos;
+        },
+        seconds(20)))
+        << "the standby never ran out of descriptors\n"
+        << cluster.ReplicaLog(standby);
+  }  // The flood ends: every connection is closed.
+
+  const bool redirects = WaitFor(
+      [&] { return CoordinatorStatus(standby_endpoint).ok(); }, seconds(45));
+  ASSERT_TRUE(redirects) << "the standby still does not answer 45 s after "
+                            "the flood ended\n"
+                         << cluster.ReplicaLog(standby);
+  EXPECT_THAT(cluster.ReplicaLog(standby),
+              HasSubstr("event=coordinator_listener_restarted"));
+
+  cluster.StopReplica(leader, SIGKILL);
+  ASSERT_TRUE(
+      WaitFor([&] { return cluster.HaLeader() == standby; }, seconds(20)))
+      << cluster.Logs();
+  const std::string project = MakeShellProject(cluster.dir(), "echo trained");
+  CommandResult run = cluster.RunLocal(project, "train", {}, seconds(90));
+  EXPECT_TRUE(run.status.success()) << run.output << cluster.Logs();
+  EXPECT_THAT(run.output, HasSubstr("trained"));
+}
+
 // The split-brain check: the leader's host loses its route to etcd
 // (a blackhole route in its network namespace) while agents and runners can
 // still reach it. It must stop leading within its lease and admit nothing;

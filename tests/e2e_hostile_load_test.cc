@@ -73,44 +73,6 @@ double CpuSeconds(int pid) {
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
-// TCP connections to an endpoint that send nothing; closed when it goes
-// (or handed over with Release()).
-class IdleConnections {
- public:
-  IdleConnections() = default;
-  IdleConnections(const IdleConnections&) = delete;
-  IdleConnections& operator=(const IdleConnections&) = delete;
-  ~IdleConnections() {
-    for (int fd : fds_) close(fd);
-  }
-
-  // Opens `count` connections to the IPv4 `endpoint` (host:port).
-  void Open(const std::string& endpoint, int count) {
-    absl::StatusOr<HostPort> parsed = ParseHostPort(endpoint);
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_port = htons(static_cast<uint16_t>(parsed->port));
-    ASSERT_EQ(inet_pton(AF_INET, parsed->host.c_str(), &address.sin_addr), 1)
-        << parsed->host;
-    for (int i = 0; i < count; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      ASSERT_GE(fd, 0);
-      fds_.push_back(fd);
-      ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address),
-                        sizeof(address)),
-                0)
-          << i;
-    }
-  }
-
-  // The connections, now the caller's to close.
-  std::vector<int> Release() { return std::exchange(fds_, {}); }
-
- private:
-  std::vector<int> fds_;
-};
-
 // A member's JoinGang stream that is started and forgotten; counts how it
 // ended.
 class FireAndForgetJoin final

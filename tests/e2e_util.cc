@@ -1,5 +1,8 @@
 #include "tests/e2e_util.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,10 +12,34 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/host_port.h"
 #include "gtest/gtest.h"
 
 namespace gdt::test {
 namespace fs = std::filesystem;
+
+IdleConnections::~IdleConnections() {
+  for (int fd : fds_) close(fd);
+}
+
+void IdleConnections::Open(const std::string& endpoint, int count) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(endpoint);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(parsed->port));
+  ASSERT_EQ(inet_pton(AF_INET, parsed->host.c_str(), &address.sin_addr), 1)
+      << parsed->host;
+  for (int i = 0; i < count; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    fds_.push_back(fd);
+    ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&address),
+                      sizeof(address)),
+              0)
+        << i;
+  }
+}
 
 std::string MakeDdpProject(const TempDir& dir, int nodes, int procs_per_node) {
   const std::string project = dir.Sub("project");

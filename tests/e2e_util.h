@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -122,6 +123,26 @@ std::string GangJobYaml(const GangJob& job);
 // it unless empty. Returns its path (inside `dir`).
 std::string MakeShellProject(const TempDir& dir, const std::string& script,
                              const std::string& after_script = "");
+
+// TCP connections to an endpoint that send nothing (a descriptor flood);
+// closed when it goes (or handed over with Release()).
+class IdleConnections {
+ public:
+  IdleConnections() = default;
+  IdleConnections(const IdleConnections&) = delete;
+  IdleConnections& operator=(const IdleConnections&) = delete;
+  ~IdleConnections();
+
+  // Opens `count` connections to the IPv4 `endpoint` (host:port); fails the
+  // test when one cannot be made.
+  void Open(const std::string& endpoint, int count);
+
+  // The connections, now the caller's to close.
+  std::vector<int> Release() { return std::exchange(fds_, {}); }
+
+ private:
+  std::vector<int> fds_;
+};
 
 // A coordinator and one agent "local" with 2 CPU slots on loopback, up.
 class OneHostGangTest : public ::testing::Test {
