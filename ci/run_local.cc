@@ -712,6 +712,10 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     p.depth = 20;
     p.timeout_seconds = pipeline.timeout_seconds;
     p.image = job.image;
+    for (const CiService& service : job.services) {
+      p.services.push_back({service.name, service.alias, service.entrypoint,
+                            service.command, service.variables});
+    }
 
     const auto add = [&p](std::string key, std::string value,
                           bool is_public = true, bool masked = false) {

@@ -20,6 +20,7 @@ using test::WriteTextFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Pair;
 
 namespace fs = std::filesystem;
 
@@ -149,6 +150,36 @@ TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
   const std::vector<gitlab::JobPayload> plain = BuildPayloads(job, pipeline);
   EXPECT_EQ(plain[0].name, "train");
   EXPECT_EQ(VariablesOf(plain[0]).count("CI_NODE_INDEX"), 0u);
+}
+
+// The job's `services:` go into every member's payload as GitLab sends
+// them, and the response file the execs read holds them.
+TEST(BuildPayloadsTest, ServicesAreSentAsGitLabSendsThem) {
+  CiJob job;
+  job.name = "train";
+  job.parallel = 2;
+  job.script = {"true"};
+  job.services = {{"postgres:16", "db", {"run.sh"}, {"postgres"}, {{"A", "1"}}},
+                  {"redis:7", "", {}, {}, {}}};
+  LocalPipeline pipeline;
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 2u);
+  for (const gitlab::JobPayload& payload : payloads) {
+    const std::string json = gitlab::SerializeJobPayload(payload);
+    EXPECT_THAT(json, HasSubstr(R"("services":[{"name":"postgres:16",)"
+                                R"("alias":"db","command":["postgres"],)"
+                                R"("entrypoint":["run.sh"],)"
+                                R"("variables":[{"key":"A","value":"1"}]},)"
+                                R"({"name":"redis:7"}])"));
+    absl::StatusOr<gitlab::JobPayload> back = gitlab::ParseJobPayload(json);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->services.size(), 2u);
+    EXPECT_EQ(back->services[0].alias, "db");
+    EXPECT_THAT(back->services[0].variables, ElementsAre(Pair("A", "1")));
+    EXPECT_EQ(back->services[1].name, "redis:7");
+  }
 }
 
 // With a signer, every member gets its own ID token for its job id, as

@@ -744,6 +744,8 @@ class RunnerEmulator::Job {
   // them ("FF_X:true, FF_Y:false"); "" when none does.
   std::string FeatureFlagInfo() const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
+  // CI_JOB_SERVICES as the custom executor makes it for its execs.
+  std::string ServicesJson() const;
 
   // Runs one exec the way the runner spawns and kills it. `stop` is polled
   // while it runs.
@@ -984,8 +986,76 @@ std::map<std::string, std::string> RunnerEmulator::Job::Environment(
     for (const auto& [key, value] : job_env_) env[key] = value;
   }
   for (const Variable& v : Variables()) env["CUSTOM_ENV_" + v.key] = v.value;
-  env["CUSTOM_ENV_CI_JOB_SERVICES"] = "";
+  env["CUSTOM_ENV_CI_JOB_SERVICES"] = ServicesJson();
   return env;
+}
+
+std::string RunnerEmulator::Job::ServicesJson() const {
+  if (options_.job.services.empty()) return "";
+  const std::vector<Variable> vars = Variables();
+  const auto lookup = [&vars](std::string_view name) {
+    return LookupVariable(vars, name);
+  };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const gitlab::JobService& service : options_.job.services) {
+    // The build's container options: name and alias expanded; the first of
+    // the aliases (split at commas and white space) is the one named.
+    const std::string alias = ExpandVariableValue(service.alias, lookup);
+    const std::vector<std::string> aliases = absl::StrSplit(
+        alias, absl::ByAnyChar(", \t\n\v\f\r"), absl::SkipEmpty());
+    nlohmann::ordered_json entry;
+    entry["name"] = ExpandVariableValue(service.name, lookup);
+    entry["alias"] = aliases.empty() ? "" : aliases.front();
+    // Go encodes a nil list as null.
+    entry["entrypoint"] = service.entrypoint.empty()
+                              ? nlohmann::ordered_json(nullptr)
+                              : nlohmann::ordered_json(service.entrypoint);
+    entry["command"] = service.command.empty()
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(service.command);
+    if (!service.variables.empty()) {
+      // Each expanded against the job's variables and the service's own.
+      std::vector<Variable> all = vars;
+      for (const auto& [key, value] : service.variables) {
+        all.push_back({key, value, false});
+      }
+      const auto lookup_all = [&all](std::string_view name) {
+        return LookupVariable(all, name);
+      };
+      // A Go map: encoded with its keys sorted.
+      std::map<std::string, std::string> expanded;
+      for (const auto& [key, value] : service.variables) {
+        expanded[key] = ExpandVariableValue(value, lookup_all);
+      }
+      nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : expanded) variables[key] = value;
+      entry["variables"] = std::move(variables);
+    }
+    list.push_back(std::move(entry));
+  }
+  // Go's encoder: invalid UTF-8 replaced, and <, >, &, U+2028 and U+2029
+  // escaped (only string contents can hold them).
+  const std::string text = list.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else if (c == '\xe2' && i + 2 < text.size() && text[i + 1] == '\x80' &&
+               (text[i + 2] == '\xa8' || text[i + 2] == '\xa9')) {
+      out += text[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,

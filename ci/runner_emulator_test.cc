@@ -2239,5 +2239,59 @@ TEST_F(RunnerEmulatorTest, LfsFilesArePulledAfterTheCheckoutWhereGitLfsIs) {
   EXPECT_NE(*(checkout + 1), "") << Log();
 }
 
+// The custom executor runs no services; it describes the job's to its
+// execs as CUSTOM_ENV_CI_JOB_SERVICES (Go's JSON: name and alias expanded,
+// the first alias, entrypoint and command null when not given, the
+// service's variables expanded against the job's, keys sorted, HTML
+// characters escaped), empty without services. The job itself does not see
+// it.
+TEST_F(RunnerEmulatorTest,
+       ServicesReachTheExecsAsTheCustomExecutorDescribesThem) {
+  options_.job.variables.push_back({"PG", "16"});
+  options_.job.variables.push_back({"DB_NAME", "train"});
+  options_.job.services = {
+      {"postgres:$PG",
+       "db,$DB_NAME",
+       {"docker-entrypoint.sh"},
+       {"postgres", "-c", "fsync=off"},
+       {{"POSTGRES_DB", "$DB_NAME"}, {"A_FLAGS", "<x & y>"}}},
+      {"redis:7", "", {}, {}, {}}};
+  options_.job.steps = {{"script", {"echo \"services [$CI_JOB_SERVICES]\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("services []"));
+  const std::string want =
+      "CUSTOM_ENV_CI_JOB_SERVICES=["
+      "{\"name\":\"postgres:16\",\"alias\":\"db\","
+      "\"entrypoint\":[\"docker-entrypoint.sh\"],"
+      "\"command\":[\"postgres\",\"-c\",\"fsync=off\"],"
+      "\"variables\":{\"A_FLAGS\":\"\\u003cx \\u0026 y\\u003e\","
+      "\"POSTGRES_DB\":\"train\"}},"
+      "{\"name\":\"redis:7\",\"alias\":\"\",\"entrypoint\":null,"
+      "\"command\":null}]\n";
+  // Every exec call, config_exec to cleanup_exec.
+  int envs = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(rec_)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("env.", 0) != 0) continue;
+    ++envs;
+    EXPECT_THAT(ReadTextFile(entry.path().string()), HasSubstr(want)) << name;
+  }
+  EXPECT_GE(envs, 4);
+
+  options_.job.services.clear();
+  log_lines_.clear();
+  for (const fs::directory_entry& entry : fs::directory_iterator(rec_)) {
+    fs::remove_all(entry.path());
+  }
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(EnvOf(0, "config"), HasSubstr("\nCUSTOM_ENV_CI_JOB_SERVICES=\n"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
