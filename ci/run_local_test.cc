@@ -249,6 +249,42 @@ TEST(BuildPayloadsTest, ServerProjectAndCommitVariablesFollowGitLab) {
   EXPECT_EQ(vars.at("CI_SERVER_URL"), "https://gitlab.example.com:8443");
 }
 
+// The server's release and what every GitLab sends whatever it offers;
+// run-local's server offers no registry, pages or dependency proxy, so
+// their variables are not sent, as from a GitLab with them off.
+TEST(BuildPayloadsTest, ServerVersionAndRegistryVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.server_url = "https://gitlab.example.com:8443";
+
+  const gitlab::JobPayload payload = BuildPayloads(job, pipeline)[0];
+
+  const std::map<std::string, std::string> vars = VariablesOf(payload);
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION"), "19.3.0");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_MAJOR"), "19");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_MINOR"), "3");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_PATCH"), "0");
+  EXPECT_EQ(vars.at("CI_SERVER_REVISION"), "gdtlocal");
+  EXPECT_EQ(vars.at("CI_API_GRAPHQL_URL"),
+            "https://gitlab.example.com:8443/api/graphql");
+  EXPECT_EQ(vars.at("CI_TEMPLATE_REGISTRY_HOST"), "registry.gitlab.com");
+  EXPECT_EQ(vars.at("CI_REGISTRY_USER"), "gitlab-ci-token");
+  EXPECT_EQ(vars.at("CI_REGISTRY_PASSWORD"), payload.token);
+  for (const gitlab::JobVariable& v : payload.variables) {
+    if (v.key != "CI_REGISTRY_PASSWORD") continue;
+    EXPECT_TRUE(v.masked);
+    EXPECT_FALSE(v.is_public);
+  }
+  for (const char* absent :
+       {"CI_REGISTRY", "CI_REGISTRY_IMAGE", "CI_PAGES_DOMAIN", "CI_PAGES_URL",
+        "CI_PAGES_HOSTNAME", "CI_DEPENDENCY_PROXY_SERVER",
+        "CI_DEPENDENCY_PROXY_USER", "CI_DEPENDENCY_PROXY_PASSWORD"}) {
+    EXPECT_EQ(vars.count(absent), 0u) << absent;
+  }
+}
+
 TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {
   CiJob job;
   job.name = "train";

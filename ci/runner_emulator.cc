@@ -57,6 +57,26 @@ constexpr int kSystemFailureExitCode = 2;
 // gitlab-runner.
 constexpr char kRunnerVersion[] = "19.3.0";
 constexpr char kRunnerRevision[] = "gdtlocal";
+// The runner's operating system and architecture as Go names them: those
+// of a runner built for the machine run-local was built for.
+constexpr char kRunnerArch[] =
+#if defined(__x86_64__)
+    "linux/amd64";
+#elif defined(__aarch64__)
+    "linux/arm64";
+#elif defined(__i386__)
+    "linux/386";
+#elif defined(__arm__)
+    "linux/arm";
+#elif defined(__powerpc64__) && defined(__LITTLE_ENDIAN__)
+    "linux/ppc64le";
+#elif defined(__s390x__)
+    "linux/s390x";
+#elif defined(__riscv) && __riscv_xlen == 64
+    "linux/riscv64";
+#else
+    "linux/unknown";
+#endif
 
 // The runner's feature flags, in its order, with their defaults: every job
 // gets each one as a variable.
@@ -934,7 +954,7 @@ std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
   add("CI_SHARED_ENVIRONMENT", "true");
   add("CI_RUNNER_VERSION", kRunnerVersion);
   add("CI_RUNNER_REVISION", kRunnerRevision);
-  add("CI_RUNNER_EXECUTABLE_ARCH", "linux/amd64");
+  add("CI_RUNNER_EXECUTABLE_ARCH", kRunnerArch);
   add("RUNNER_TEMP_PROJECT_DIR",
       project_dir_.empty() ? "" : project_dir_ + ".tmp");
   // Build.GetAllVariables: each value but the raw ones expanded once against
