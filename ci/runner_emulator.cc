@@ -496,6 +496,11 @@ struct GitUrl {
   }
 };
 
+// The file GIT_CONFIG_GLOBAL names with FF_GIT_URLS_WITHOUT_TOKENS.
+std::string GlobalGitConfigSeedFile(const std::string& project_dir) {
+  return project_dir + ".tmp/.glr.gconf";
+}
+
 // Go's regexp.QuoteMeta.
 std::string QuoteMeta(std::string_view text) {
   std::string quoted;
@@ -799,6 +804,15 @@ class RunnerEmulator::Job {
   std::string FetchBody() const;
   std::string ExternalGitConfigBody() const;
   std::string ExternalGitConfigFile() const;
+  std::string GitCleanupBody(bool clean_configs) const;
+  bool GitUrlsWithoutTokens() const;
+  // The repository's remote as the runner's git auth helper makes it, and
+  // the job token put in (or, FF_GIT_URLS_WITHOUT_TOKENS, left out of) a URL.
+  GitUrl RemoteUrl() const;
+  GitUrl WithAuth(GitUrl url) const;
+  std::string CredentialHelperBody() const;
+  std::string TokenlessGitConfigBody() const;
+  std::string ClearGitCredentialsBody() const;
   std::string LfsPullBody() const;
   std::string FetchArguments() const;
   bool HasJobCommit() const;
@@ -1555,6 +1569,14 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
                       ShellQuote(env_file), "\n",
                       "while read -r line; do export \"$line\"; done < ",
                       ShellQuote(env_file), "\n");
+      // FF_GIT_URLS_WITHOUT_TOKENS: every git of the job reads the seed
+      // file as its global config (after GITLAB_ENV: the job cannot
+      // change it there).
+      if (GitUrlsWithoutTokens()) {
+        absl::StrAppend(&script, "export GIT_CONFIG_GLOBAL=",
+                        ShellQuote(GlobalGitConfigSeedFile(project_dir_)),
+                        "\n");
+      }
     }
   }
   if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
@@ -1861,19 +1883,8 @@ std::string RunnerEmulator::Job::ExternalGitConfigFile() const {
 // token this is (the runner takes its config.toml `url`, which is the same
 // server there), else `url`.
 std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
-  const auto flag = settings_.feature_flags.find("FF_GIT_URLS_WITHOUT_TOKENS");
-  const bool with_tokens =
-      flag == settings_.feature_flags.end() || !flag->second;
-  const auto authed = [&](GitUrl url) {
-    if (url.scheme == "ssh") {
-      if (!url.user) url.user = "git";
-    } else if (with_tokens) {
-      url.user = absl::StrCat("gitlab-ci-token:", options_.job.token);
-    } else {
-      url.user.reset();
-    }
-    return url;
-  };
+  const bool with_tokens = !GitUrlsWithoutTokens();
+  const auto authed = [this](GitUrl url) { return WithAuth(std::move(url)); };
   const auto plain = [](GitUrl url) {
     url.user.reset();
     return url;
@@ -1896,14 +1907,16 @@ std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
   };
 
   const GitUrl repo = GitUrl::Parse(options_.job.repo_url);
-  const GitUrl remote = with_tokens ? repo : authed(repo);
+  const GitUrl remote = RemoteUrl();
   std::vector<std::pair<std::string, std::string>> rewrites;
   if (remote.String() != plain(remote).String()) {
     rewrites.emplace_back(remote.String(), plain(remote).String());
   }
+  // clone_url, when it has a scheme, else the server.
   std::string server = value("CI_SERVER_URL");
   if (server.empty()) server = config_.url;
-  const GitUrl base = GitUrl::Parse(server);
+  const GitUrl clone = GitUrl::Parse(config_.clone_url);
+  const GitUrl base = clone.scheme.empty() ? GitUrl::Parse(server) : clone;
   if (base.IsHttp()) {
     if (!with_tokens) {
       for (auto& entry : ssh(base.Trimmed())) rewrites.push_back(entry);
@@ -1934,35 +1947,121 @@ std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
                     ShellQuote(entry.second), " ",
                     ShellQuote("^" + QuoteMeta(entry.second) + "$"), "\n");
   }
-  if (!with_tokens) {
-    GitUrl host = remote;
-    host.user.reset();
-    host.rest.clear();
-    const std::string section = absl::StrCat("credential.", host.String());
-    absl::StrAppend(&body, "  git config -f \"$ext\" --replace-all ",
-                    ShellQuote(section + ".helper"),
-                    " \"\" && git config -f \"$ext\" --add ",
-                    ShellQuote(section + ".helper"), " ",
-                    ShellQuote("!f(){ if [ \"$1\" = \"get\" ] ; then echo "
-                               "\"password=${CI_JOB_TOKEN}\" ; fi ; } ; f"),
-                    " && git config -f \"$ext\" ",
-                    ShellQuote(section + ".username"), " gitlab-ci-token\n");
-  }
+  if (!with_tokens) body += CredentialHelperBody();
   absl::StrAppend(&body, "  export GLR_EXT_GIT_CONFIG_PATH=\"$ext\"\n");
   return body;
 }
 
-// The runner's fetch, in its words and order. First its cleanup of an
-// earlier job's repository: lock files an interrupted git left, and (with
-// clean_git_config, the custom executor's default) the repository's config
-// and hooks, so that a job cannot plant them for the next. Then the notice,
-// `git init` with the runner's template settings (it says "Initialized empty
-// ..." or "Reinitialized existing Git repository in ..."), the origin remote
-// ("Created fresh repository." when it is new, as it is after the config
-// was removed), then the fetch, here from the checkout in "$src". The
-// origin is the checkout's own origin, else the checkout.
-std::string RunnerEmulator::Job::FetchBody() const {
-  const int64_t depth = options_.job.depth;
+bool RunnerEmulator::Job::GitUrlsWithoutTokens() const {
+  const auto flag = settings_.feature_flags.find("FF_GIT_URLS_WITHOUT_TOKENS");
+  return flag != settings_.feature_flags.end() && flag->second;
+}
+
+// SSH URLs get the user git when they have none; others the job token, or
+// with FF_GIT_URLS_WITHOUT_TOKENS no user at all.
+GitUrl RunnerEmulator::Job::WithAuth(GitUrl url) const {
+  if (url.scheme == "ssh") {
+    if (!url.user) url.user = "git";
+  } else if (!GitUrlsWithoutTokens()) {
+    url.user = absl::StrCat("gitlab-ci-token:", options_.job.token);
+  } else {
+    url.user.reset();
+  }
+  return url;
+}
+
+// The git auth helper's remote URL: with a `clone_url` that has a scheme,
+// that URL with `<CI_PROJECT_PATH>.git` joined to its path (as Go's
+// path.Join does) and the job token put in; else the job's repository URL, as
+// GitLab sent it (its token removed with FF_GIT_URLS_WITHOUT_TOKENS).
+GitUrl RunnerEmulator::Job::RemoteUrl() const {
+  GitUrl clone = GitUrl::Parse(config_.clone_url);
+  if (clone.scheme.empty()) {
+    GitUrl repo = GitUrl::Parse(options_.job.repo_url);
+    return GitUrlsWithoutTokens() ? WithAuth(std::move(repo)) : repo;
+  }
+  const size_t query =
+      std::min(clone.rest.find_first_of("?#"), clone.rest.size());
+  const std::string suffix = clone.rest.substr(query);
+  const std::string project = Setting("CI_PROJECT_PATH").value_or("");
+  clone.rest =
+      std::filesystem::path(
+          absl::StrCat("/", clone.rest.substr(0, query), "/", project, ".git"))
+          .lexically_normal()
+          .string() +
+      suffix;
+  return WithAuth(std::move(clone));
+}
+
+// The runner's credential helper in the external git config: git's other
+// helpers for the remote's server emptied, then one that hands git the job
+// token, and the user gitlab-ci-token. Uses "$ext".
+std::string RunnerEmulator::Job::CredentialHelperBody() const {
+  GitUrl host = RemoteUrl();
+  host.user.reset();
+  host.rest.clear();
+  const std::string section = absl::StrCat("credential.", host.String());
+  return absl::StrCat("  git config -f \"$ext\" --replace-all ",
+                      ShellQuote(section + ".helper"),
+                      " \"\" && git config -f \"$ext\" --add ",
+                      ShellQuote(section + ".helper"), " ",
+                      ShellQuote("!f(){ if [ \"$1\" = \"get\" ] ; then echo "
+                                 "\"password=${CI_JOB_TOKEN}\" ; fi ; } ; f"),
+                      " && git config -f \"$ext\" ",
+                      ShellQuote(section + ".username"), " gitlab-ci-token\n");
+}
+
+// FF_GIT_URLS_WITHOUT_TOKENS: get_sources first writes the file every
+// stage's GIT_CONFIG_GLOBAL names, which includes the user's global git
+// configs that are readable ($HOME's, read when the script runs) and the
+// external git config, so its credential helper reaches every git the job
+// runs, in any directory. With GIT_STRATEGY none or empty, which write no
+// external config otherwise, it is written holding the helper alone.
+std::string RunnerEmulator::Job::TokenlessGitConfigBody() const {
+  if (!GitUrlsWithoutTokens() || project_dir_.empty()) return "";
+  std::string body =
+      absl::StrCat("seed=", ShellQuote(GlobalGitConfigSeedFile(project_dir_)),
+                   "\n", "ext=", ShellQuote(ExternalGitConfigFile()), "\n",
+                   "rm -f -- \"$seed\"\n");
+  for (const char* user_config :
+       {"$HOME/.gitconfig", "$HOME/.config/git/config"}) {
+    absl::StrAppend(&body, "if [ -r \"", user_config, "\" ]; then\n",
+                    "  git config --file \"$seed\" --add include.path \"",
+                    user_config, "\"\n", "fi\n");
+  }
+  absl::StrAppend(&body,
+                  "git config --file \"$seed\" --add include.path \"$ext\"\n");
+  if (settings_.git_strategy == "none" || settings_.git_strategy == "empty") {
+    absl::StrAppend(&body, "rm -f -- \"$ext\"\n", CredentialHelperBody());
+  }
+  return body;
+}
+
+// The end of get_sources and the start of the cleanup script: `git
+// credential reject` for the remote's server and the user gitlab-ci-token,
+// so that a credential helper of the user's (credential.helper=store, ...)
+// forgets a job token it kept. Only for an http, https or ssh remote with a
+// host; its failure (or no git at all) fails nothing.
+std::string RunnerEmulator::Job::ClearGitCredentialsBody() const {
+  GitUrl remote = RemoteUrl();
+  if (remote.host.empty() ||
+      (remote.scheme != "http" && remote.scheme != "https" &&
+       remote.scheme != "ssh")) {
+    return "";
+  }
+  remote.user.reset();
+  remote.rest.clear();
+  return absl::StrCat("printf '%s\\n' ",
+                      ShellQuote(absl::StrCat("url=", remote.String(),
+                                              "\nusername=gitlab-ci-token")),
+                      " | git credential reject || true\n");
+}
+
+// The runner's git cleanup (before a fetch, and in the cleanup script):
+// lock files an interrupted git left and, with `clean_configs`, the
+// repository's config and hooks (the submodules' too with normal or
+// recursive), so that a job cannot plant them for the next.
+std::string RunnerEmulator::Job::GitCleanupBody(bool clean_configs) const {
   const bool submodules = settings_.git_submodule_strategy == "normal" ||
                           settings_.git_submodule_strategy == "recursive";
   std::string cleanup = "  git_dir=\"$CI_PROJECT_DIR/.git\"\n";
@@ -1981,11 +2080,11 @@ std::string RunnerEmulator::Job::FetchBody() const {
   absl::StrAppend(&cleanup,
                   "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" "
                   "-name '*.lock' -type f -delete\n");
-  if (config_.clean_git_config) {
+  if (clean_configs) {
     absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/config\"\n",
                     "  rm -rf -- \"$git_dir/hooks\"\n");
   }
-  if (submodules && config_.clean_git_config) {
+  if (submodules && clean_configs) {
     absl::StrAppend(
         &cleanup, "  if [ -d \"$git_dir/modules\" ]; then\n",
         "    find \"$git_dir/modules\" -name config -type f -delete\n",
@@ -1993,6 +2092,21 @@ std::string RunnerEmulator::Job::FetchBody() const {
         "-- {} +\n",
         "  fi\n");
   }
+  return cleanup;
+}
+
+// The runner's fetch, in its words and order. First its cleanup of an
+// earlier job's repository: lock files an interrupted git left, and (with
+// clean_git_config, the custom executor's default) the repository's config
+// and hooks, so that a job cannot plant them for the next. Then the notice,
+// `git init` with the runner's template settings (it says "Initialized empty
+// ..." or "Reinitialized existing Git repository in ..."), the origin remote
+// ("Created fresh repository." when it is new, as it is after the config
+// was removed), then the fetch, here from the checkout in "$src". The
+// origin is the checkout's own origin, else the checkout.
+std::string RunnerEmulator::Job::FetchBody() const {
+  const int64_t depth = options_.job.depth;
+  const std::string cleanup = GitCleanupBody(config_.clean_git_config);
   std::string template_settings;
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{
@@ -2198,9 +2312,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
-  // The runner's get_sources never asks for credentials on a terminal.
-  std::string body =
-      "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n" + lfs;
+  std::string body = lfs;
   if (settings_.git_strategy == "clone") {
     // clone starts from nothing: an earlier job's directory is removed.
     absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
@@ -2740,12 +2852,22 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
 std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   std::string body = ":\n";
   if (project_dir_.empty()) return body;
-  absl::StrAppend(&body, "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n");
+  // The runner's cleanup script: the credentials a helper kept are
+  // rejected, the job's files beside the project dir removed (GITLAB_ENV,
+  // the external git config with its token, the GIT_CONFIG_GLOBAL seed,
+  // file variables), then its git cleanup (the repository's config and
+  // hooks too, unless clean_git_config is false or GIT_STRATEGY is none).
+  absl::StrAppend(&body, ClearGitCredentialsBody(), "rm -f -- ",
+                  ShellQuote(GitlabEnvFile()), "\n", "rm -f -- ",
+                  ShellQuote(ExternalGitConfigFile()), "\n", "rm -f -- ",
+                  ShellQuote(GlobalGitConfigSeedFile(project_dir_)), "\n");
   for (const Variable& v : Variables()) {
     if (!v.file || !IsShellName(v.key)) continue;
     absl::StrAppend(&body, "rm -f -- ",
                     ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
   }
+  absl::StrAppend(&body, GitCleanupBody(config_.clean_git_config &&
+                                        settings_.git_strategy != "none"));
   return body;
 }
 
@@ -2891,7 +3013,11 @@ void RunnerEmulator::Job::RunStages() {
     } else {
       Log("Getting source from Git repository");
       before_steps =
-          RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+          RunStage("get_sources",
+                   absl::StrCat("export GIT_TERMINAL_PROMPT=0 "
+                                "GCM_INTERACTIVE=Never\n",
+                                TokenlessGitConfigBody(), GetSourcesBody(),
+                                SubmodulesBody(), ClearGitCredentialsBody()),
                    /*export_variables=*/true, /*cd_project=*/false,
                    sources_deadline, job_stop);
     }

@@ -1295,6 +1295,7 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   // whole history has no depth to name. A hook the earlier job planted is
   // gone before any git command of the next could run it.
   const std::string hook = git_dir + "hooks/post-checkout";
+  fs::create_directories(git_dir + "hooks");
   WriteTextFile(hook, "#!/bin/sh\necho planted hook ran\n");
   fs::permissions(hook, fs::perms::owner_all);
   options_.job.depth = 0;
@@ -1312,8 +1313,11 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   EXPECT_FALSE(fs::exists(hook));
 
   // clean_git_config = false keeps the repository's config: its origin is
-  // there already.
+  // there already (once a job has written it; the earlier job's cleanup
+  // removed the config, as the runner's does).
   options_.config.clean_git_config = false;
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
   log_lines_.clear();
   result = Run();
 
@@ -2291,6 +2295,158 @@ TEST_F(RunnerEmulatorTest,
 
   ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
   EXPECT_THAT(EnvOf(0, "config"), HasSubstr("\nCUSTOM_ENV_CI_JOB_SERVICES=\n"));
+}
+
+// get_sources ends, and the cleanup script starts, with `git credential
+// reject` for the remote's server and gitlab-ci-token, so a credential
+// helper of the user's forgets the job token a job's git handed it; the
+// cleanup also removes the external git config (it holds the token) and
+// the repository's config and hooks.
+TEST_F(RunnerEmulatorTest, CleanupRejectsTheJobTokenAndRemovesTheJobsGitFiles) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  const std::string store = home + "/creds";
+  WriteTextFile(home + "/.gitconfig",
+                "[credential]\n\thelper = store --file=" + store + "\n");
+  WriteTextFile(store, "https://other:keep@example.com\n");
+  env_["HOME"] = home;
+  options_.job.steps = {
+      {"script",
+       {"printf 'url=https://gitlab.test\\nusername=gitlab-ci-token\\n"
+        "password=glcbt-TEST-1002\\n' | git credential approve",
+        "echo \"kept $(grep -c gitlab.test \"$HOME/creds\")\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("kept 1"));
+  EXPECT_EQ(ReadTextFile(store), "https://other:keep@example.com\n");
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.gitlab-runner.ext.conf"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/hooks"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/HEAD"));
+  EXPECT_TRUE(fs::exists(project_dir + "/model.py"));
+}
+
+// FF_GIT_URLS_WITHOUT_TOKENS: every stage exports GIT_CONFIG_GLOBAL, a
+// file get_sources writes that includes the user's global config and the
+// external git config, so the credential helper answers git in any
+// directory (with GIT_STRATEGY none too, its external config then holding
+// the helper alone); `git config --global` writes land there, and the
+// cleanup removes it.
+TEST_F(RunnerEmulatorTest, TokenlessGitUrlsSeedAGlobalGitConfig) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  WriteTextFile(home + "/.gitconfig", "[user]\n\tname = Seed Tester\n");
+  env_["HOME"] = home;
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"global ${GIT_CONFIG_GLOBAL##*/}\"", "cd /",
+        "echo \"user $(git config --get user.name)\"",
+        "printf 'protocol=https\\nhost=gitlab.test\\n' | "
+        "GIT_TERMINAL_PROMPT=0 git credential fill || echo nofill",
+        "git config --global alias.st status",
+        "echo \"alias $(git config --global --get alias.st)\""}},
+      {"after_script", {"echo \"after ${GIT_CONFIG_GLOBAL##*/}\""}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("global .glr.gconf"));
+  EXPECT_THAT(log_lines_, Contains("user Seed Tester"));
+  EXPECT_THAT(log_lines_, Contains("username=gitlab-ci-token"));
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("alias status"));
+  EXPECT_THAT(log_lines_, Contains("after .glr.gconf"));
+  EXPECT_EQ(ReadTextFile(home + "/.gitconfig"),
+            "[user]\n\tname = Seed Tester\n");
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.glr.gconf"));
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.gitlab-runner.ext.conf"));
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("user Seed Tester"));
+}
+
+// `[[runners]] clone_url`: the remote is <clone_url>/<CI_PROJECT_PATH>.git
+// with the job token, the server's rewrites are made for clone_url, and
+// the credentials rejected at the end are clone_url's server's.
+TEST_F(RunnerEmulatorTest, CloneUrlIsTheRemoteTheRunnersGitConfigUses) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"CI_PROJECT_PATH", "ml/model"});
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.config.clone_url = "https://mirror.test:8443/git/";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  const std::string store = home + "/creds";
+  WriteTextFile(home + "/.gitconfig",
+                "[credential]\n\thelper = store --file=" + store + "\n");
+  WriteTextFile(store, "https://gitlab-ci-token:keep@gitlab.test\n");
+  env_["HOME"] = home;
+  options_.job.steps = {
+      {"script",
+       {"echo \"repo $(git ls-remote --get-url "
+        "https://mirror.test:8443/git/ml/model.git)\"",
+        "echo \"other $(git ls-remote --get-url "
+        "https://mirror.test:8443/git/ml/other.git)\"",
+        "printf 'url=https://mirror.test:8443\\nusername=gitlab-ci-token\\n"
+        "password=glcbt-TEST-1002\\n' | git credential approve"}}};
+  const std::string authed = "https://gitlab-ci-token:glcbt-TEST-1002@";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("repo " + authed + "mirror.test:8443/git/ml/model.git"));
+  EXPECT_THAT(log_lines_, Contains("other " + authed +
+                                   "mirror.test:8443/git/ml/other.git"));
+  EXPECT_EQ(ReadTextFile(store), "https://gitlab-ci-token:keep@gitlab.test\n");
+
+  // Without tokens in URLs: the helper answers for clone_url's server.
+  WriteTextFile(home + "/.gitconfig", "");
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"printf 'protocol=https\\nhost=mirror.test:8443\\n' | "
+        "GIT_TERMINAL_PROMPT=0 git credential fill || echo nofill"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
 }
 
 }  // namespace
