@@ -2449,5 +2449,19 @@ TEST_F(RunnerEmulatorTest, CloneUrlIsTheRemoteTheRunnersGitConfigUses) {
   EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
 }
 
+// The prepare script's line names the hostname config_exec gave in double
+// quotes as Go quotes it, so the shell expands what it holds.
+TEST_F(RunnerEmulatorTest, RunningOnLineQuotesTheHostnameAsTheRunnerDoes) {
+  env_["FAKE_CONFIG_JSON"] =
+      R"({"hostname": "box-$CUSTOM_ENV_CI_JOB_ID \"q\" a\\b\tc"})";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(::testing::EndsWith(" via box-1002 \"q\" a\\b\\tc...")));
+  EXPECT_THAT(log_lines_, Contains(StartsWith("Running on ")));
+}
+
 }  // namespace
 }  // namespace gdt::ci
