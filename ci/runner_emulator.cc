@@ -2955,8 +2955,10 @@ void RunnerEmulator::Job::Fail(const Failure& failure,
     case FailureKind::kBuild:
       result_.status = JobStatus::kFailed;
       result_.failure_reason = "script_failure";
-      result_.message =
-          absl::StrCat("Job failed: exit code ", failure.exit_code);
+      // The custom executor's build error reads `exit status <the first
+      // line of BUILD_EXIT_CODE_FILE, as written>` (Go's words for an
+      // exec's exit without the file), unchanged up to the final line.
+      result_.message = absl::StrCat("Job failed: ", failure.message);
       return;
     case FailureKind::kSystem:
       result_.status = JobStatus::kFailed;

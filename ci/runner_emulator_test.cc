@@ -406,7 +406,7 @@ TEST_F(RunnerEmulatorTest, ScriptFailureUsesBuildExitCodeFile) {
                           "run cleanup_file_variables", "cleanup "));
   EXPECT_THAT(log_lines_, Contains("after failed"));
   EXPECT_THAT(log_lines_, Not(Contains("never")));
-  EXPECT_THAT(log_lines_, Contains("ERROR: Job failed: exit code 7"));
+  EXPECT_THAT(log_lines_, Contains("ERROR: Job failed: exit status 7"));
   EXPECT_THAT(EnvOf(5, "run.after_script"),
               HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
 }
@@ -2461,6 +2461,40 @@ TEST_F(RunnerEmulatorTest, RunningOnLineQuotesTheHostnameAsTheRunnerDoes) {
   EXPECT_THAT(log_lines_,
               Contains(::testing::EndsWith(" via box-1002 \"q\" a\\b\\tc...")));
   EXPECT_THAT(log_lines_, Contains(StartsWith("Running on ")));
+}
+
+// A script failure ends the job log `ERROR: Job failed: exit status <the
+// first line of BUILD_EXIT_CODE_FILE as written>` (the custom executor's
+// build error), `exit status 1` (Go's words for the exec) without the file;
+// a failed after_script's warning names it the same way.
+TEST_F(RunnerEmulatorTest,
+       ScriptFailureLinesNameTheExitStatusAsTheCustomExecutorDoes) {
+  const std::string run = dir_.path() + "/run-exec";
+  WriteTextFile(run, R"(#!/usr/bin/env bash
+stage="${@: -1}"
+if [ "$stage" = build_script ]; then
+  printf '+42\n' > "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+if [ "$stage" = after_script ]; then
+  rm -f "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+exit 0
+)");
+  fs::permissions(run, fs::perms::owner_all);
+  options_.config.run_exec = run;
+  options_.config.run_args = {};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
+  EXPECT_EQ(result.exit_code, 42);
+  EXPECT_EQ(result.message, "Job failed: exit status +42");
+  EXPECT_EQ(log_lines_.back(), "ERROR: Job failed: exit status +42");
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: after_script failed, but job will continue "
+                       "unaffected: exit status 1"));
 }
 
 }  // namespace
