@@ -879,6 +879,7 @@ class RunnerEmulator::Job {
   std::string ExternalGitConfigBody() const;
   std::string ExternalGitConfigFile() const;
   std::string GitCleanupBody(bool clean_configs) const;
+  std::string BuildDirCleanupBody() const;
   bool GitUrlsWithoutTokens() const;
   // The repository's remote as the runner's git auth helper makes it, and
   // the job token put in (or, FF_GIT_URLS_WITHOUT_TOKENS, left out of) a URL.
@@ -2169,6 +2170,40 @@ std::string RunnerEmulator::Job::GitCleanupBody(bool clean_configs) const {
   return cleanup;
 }
 
+// FF_ENABLE_JOB_CLEANUP: the cleanup script also cleans the build
+// directory. clone and empty remove the project directory; fetch runs, in
+// it, `git clean` with GIT_CLEAN_FLAGS (none with `none`) and `git reset
+// --hard`, in the submodules too with normal or recursive; none only says
+// it skips the step.
+std::string RunnerEmulator::Job::BuildDirCleanupBody() const {
+  const auto flag = settings_.feature_flags.find("FF_ENABLE_JOB_CLEANUP");
+  if (flag == settings_.feature_flags.end() || !flag->second) return "";
+  const std::string& strategy = settings_.git_strategy;
+  if (strategy == "clone" || strategy == "empty") {
+    return "rm -r -f -- \"$CI_PROJECT_DIR\"\n";
+  }
+  if (strategy != "fetch") {
+    return "echo 'Skipping build directory cleanup step'\n";
+  }
+  std::string flags;
+  for (const std::string& word : settings_.git_clean_flags) {
+    absl::StrAppend(&flags, " ", ShellQuote(word));
+  }
+  std::string body = "cd \"$CI_PROJECT_DIR\"\n";
+  if (!flags.empty()) absl::StrAppend(&body, "git clean", flags, "\n");
+  absl::StrAppend(&body, "git reset --hard\n");
+  const std::string& submodules = settings_.git_submodule_strategy;
+  if (submodules == "normal" || submodules == "recursive") {
+    const std::string foreach =
+        absl::StrCat("git submodule foreach",
+                     submodules == "recursive" ? " --recursive" : "");
+    if (!flags.empty())
+      absl::StrAppend(&body, foreach, " git clean", flags, "\n");
+    absl::StrAppend(&body, foreach, " git reset --hard\n");
+  }
+  return body;
+}
+
 // The runner's fetch, in its words and order. First its cleanup of an
 // earlier job's repository: lock files an interrupted git left, and (with
 // clean_git_config, the custom executor's default) the repository's config
@@ -2940,8 +2975,9 @@ std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
     absl::StrAppend(&body, "rm -f -- ",
                     ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
   }
-  absl::StrAppend(&body, GitCleanupBody(config_.clean_git_config &&
-                                        settings_.git_strategy != "none"));
+  absl::StrAppend(&body, BuildDirCleanupBody(),
+                  GitCleanupBody(config_.clean_git_config &&
+                                 settings_.git_strategy != "none"));
   return body;
 }
 

@@ -2497,5 +2497,49 @@ exit 0
                        "unaffected: exit status 1"));
 }
 
+// FF_ENABLE_JOB_CLEANUP: the cleanup script cleans the build directory:
+// fetch cleans and resets the repository, clone removes the project
+// directory, none says it skips the step.
+TEST_F(RunnerEmulatorTest, JobCleanupFlagCleansTheBuildDirectory) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"FF_ENABLE_JOB_CLEANUP", "true"});
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+  options_.job.steps = {
+      {"script", {"echo junk > junk.txt", "echo changed > model.py"}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing junk.txt"));
+  EXPECT_THAT(log_lines_, Contains(StartsWith("HEAD is now at ")));
+  EXPECT_FALSE(fs::exists(project_dir + "/junk.txt"));
+  EXPECT_EQ(ReadTextFile(project_dir + "/model.py"), "print('hi')\n");
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "clone"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(project_dir));
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping build directory cleanup step"));
+  EXPECT_TRUE(fs::exists(project_dir + "/junk.txt"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
