@@ -560,6 +560,76 @@ std::string MissingParent(const CiConfigModel& model, const std::string& job,
   return "";
 }
 
+// `services:`: a list of names or maps with a `name` (`alias` a string,
+// `entrypoint` and `command` lists of strings, `variables` a map of scalars),
+// as GitLab accepts them; other keys of a map are left to the executors
+// that use them.
+absl::Status ReadServices(const CiValue& node, std::string_view job,
+                          std::vector<CiService>* out) {
+  out->clear();
+  if (node.is_null()) return absl::OkStatus();
+  if (!node.is_array()) return JobError(job, "services must be a list");
+  const auto strings = [&](const CiValue& value, const char* key,
+                           std::vector<std::string>* list) {
+    if (!value.is_array()) {
+      return JobError(
+          job, absl::StrCat("services ", key, " must be a list of strings"));
+    }
+    for (const CiValue& item : value) {
+      std::string text;
+      if (!item.is_string() || !CiScalarText(item, &text)) {
+        return JobError(
+            job, absl::StrCat("services ", key, " must be a list of strings"));
+      }
+      list->push_back(std::move(text));
+    }
+    return absl::OkStatus();
+  };
+  for (const CiValue& item : node) {
+    CiService service;
+    if (item.is_string()) {
+      service.name = item.get<std::string>();
+      out->push_back(std::move(service));
+      continue;
+    }
+    if (!item.is_object() || !item.contains("name") ||
+        !item["name"].is_string()) {
+      return JobError(job, "services must be names or maps with a name");
+    }
+    service.name = item["name"].get<std::string>();
+    if (const auto alias = item.find("alias"); alias != item.end()) {
+      if (!alias->is_string()) {
+        return JobError(job, "services alias must be a string");
+      }
+      service.alias = alias->get<std::string>();
+    }
+    if (const auto entrypoint = item.find("entrypoint");
+        entrypoint != item.end()) {
+      GDT_RETURN_IF_ERROR(
+          strings(*entrypoint, "entrypoint", &service.entrypoint));
+    }
+    if (const auto command = item.find("command"); command != item.end()) {
+      GDT_RETURN_IF_ERROR(strings(*command, "command", &service.command));
+    }
+    if (const auto variables = item.find("variables");
+        variables != item.end() && !variables->is_null()) {
+      if (!variables->is_object()) {
+        return JobError(job, "services variables must be a map");
+      }
+      for (const auto& [key, value] : variables->items()) {
+        std::string text;
+        if (!value.is_null() && !CiScalarText(value, &text)) {
+          return JobError(job, absl::StrCat("services variable ", key,
+                                            " must be a string"));
+        }
+        service.variables.emplace_back(key, std::move(text));
+      }
+    }
+    out->push_back(std::move(service));
+  }
+  return absl::OkStatus();
+}
+
 // The job from its effective configuration (merge keys, extends, default:
 // and !reference applied); `model` gives the top-level entries.
 absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
@@ -606,6 +676,9 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     } else if (!image->is_null()) {
       return JobError(name, "image must be a name or a map with a name");
     }
+  }
+  if (std::optional<CiValue> services = with_top_level("services")) {
+    GDT_RETURN_IF_ERROR(ReadServices(*services, name, &job.services));
   }
   const CiValue* script = entry("script");
   if (script == nullptr) {

@@ -82,6 +82,17 @@ struct CiMatrixJob {
 absl::Status ReadCiMatrix(const CiValue& node, std::string_view job,
                           std::vector<CiMatrixJob>* out);
 
+// One entry of `services:`: a name alone, or a map with its name, alias,
+// entrypoint, command and variables (the fields GitLab sends and a custom
+// executor's execs are told about).
+struct CiService {
+  std::string name;
+  std::string alias;
+  std::vector<std::string> entrypoint;
+  std::vector<std::string> command;
+  std::vector<std::pair<std::string, std::string>> variables;
+};
+
 // One runnable job of a .gitlab-ci.yml, with the file's defaults applied.
 struct CiJob {
   std::string name;
@@ -93,6 +104,9 @@ struct CiJob {
   // `image:`'s name (the job's, else `default:`'s, else the top level's);
   // empty: none. Only passed on (CI_JOB_IMAGE): run-local runs no image.
   std::string image;
+  // `services:` (the job's, else `default:`'s, else the top level's), in
+  // order. Only passed on (CUSTOM_ENV_CI_JOB_SERVICES): run-local runs none.
+  std::vector<CiService> services;
   // Top-level variables, then the job's; a job value replaces the top-level
   // entry of the same key in place. Values are strings, as GitLab sends them.
   std::vector<std::pair<std::string, std::string>> variables;

@@ -137,6 +137,67 @@ TEST(CiYamlTest, ReadsTheImageName) {
             "job bad: image must be a name or a map with a name");
 }
 
+// `services:` as GitLab reads them: names or maps, from the job, else
+// `default:` (through `extends` and `!reference` too).
+TEST(CiYamlTest, ReadsServices) {
+  constexpr char kYaml[] =
+      ".db:\n"
+      "  services:\n"
+      "    - name: \"postgres:$PG\"\n"
+      "      alias: db,pg\n"
+      "      entrypoint: [docker-entrypoint.sh]\n"
+      "      command: [postgres, -c, fsync=off]\n"
+      "      variables: {POSTGRES_DB: test, PORT: 5432}\n"
+      "default:\n"
+      "  services: [redis:7]\n"
+      "train:\n"
+      "  script: [run]\n"
+      "own:\n"
+      "  extends: .db\n"
+      "  script: [run]\n"
+      "ref:\n"
+      "  services: !reference [.db, services]\n"
+      "  script: [run]\n"
+      "plain:\n"
+      "  inherit: {default: false}\n"
+      "  script: [run]\n"
+      "bad:\n"
+      "  services: [{alias: x}]\n"
+      "  script: [run]\n"
+      "badcommand:\n"
+      "  services: [{name: x, command: run}]\n"
+      "  script: [run]\n";
+  absl::StatusOr<CiJob> train = ParseCiJob(kYaml, "train");
+  ASSERT_TRUE(train.ok()) << train.status();
+  ASSERT_EQ(train->services.size(), 1u);
+  EXPECT_EQ(train->services[0].name, "redis:7");
+  EXPECT_EQ(train->services[0].alias, "");
+  EXPECT_TRUE(train->services[0].command.empty());
+  absl::StatusOr<CiJob> own = ParseCiJob(kYaml, "own");
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_EQ(own->services.size(), 1u);
+  EXPECT_EQ(own->services[0].name, "postgres:$PG");
+  EXPECT_EQ(own->services[0].alias, "db,pg");
+  EXPECT_THAT(own->services[0].entrypoint, ElementsAre("docker-entrypoint.sh"));
+  EXPECT_THAT(own->services[0].command,
+              ElementsAre("postgres", "-c", "fsync=off"));
+  EXPECT_THAT(
+      own->services[0].variables,
+      ElementsAre(std::pair<std::string, std::string>("POSTGRES_DB", "test"),
+                  std::pair<std::string, std::string>("PORT", "5432")));
+  absl::StatusOr<CiJob> ref = ParseCiJob(kYaml, "ref");
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(ref->services.size(), 1u);
+  EXPECT_EQ(ref->services[0].alias, "db,pg");
+  absl::StatusOr<CiJob> plain = ParseCiJob(kYaml, "plain");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->services.empty());
+  EXPECT_EQ(ParseCiJob(kYaml, "bad").status().message(),
+            "job bad: services must be names or maps with a name");
+  EXPECT_EQ(ParseCiJob(kYaml, "badcommand").status().message(),
+            "job badcommand: services command must be a list of strings");
+}
+
 TEST(CiYamlTest, JobKeysOverrideDefaults) {
   absl::StatusOr<CiJob> job = ParseCiJob(kCi, "lint");
 

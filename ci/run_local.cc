@@ -712,6 +712,10 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     p.depth = 20;
     p.timeout_seconds = pipeline.timeout_seconds;
     p.image = job.image;
+    for (const CiService& service : job.services) {
+      p.services.push_back({service.name, service.alias, service.entrypoint,
+                            service.command, service.variables});
+    }
 
     const auto add = [&p](std::string key, std::string value,
                           bool is_public = true, bool masked = false) {
@@ -742,9 +746,22 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_SERVER_FQDN",
         port == default_port ? bare_host : absl::StrCat(bare_host, ":", port));
     add("CI_SERVER_NAME", "GitLab");
+    // The server's release: the GitLab release of the runner run-local
+    // follows (19.3.0), its revision named as the runner's is.
+    add("CI_SERVER_VERSION", "19.3.0");
+    add("CI_SERVER_VERSION_MAJOR", "19");
+    add("CI_SERVER_VERSION_MINOR", "3");
+    add("CI_SERVER_VERSION_PATCH", "0");
+    add("CI_SERVER_REVISION", "gdtlocal");
     add("CI_SERVER_SHELL_SSH_HOST", bare_host);
     add("CI_SERVER_SHELL_SSH_PORT", "22");
     add("CI_API_V4_URL", pipeline.server_url + "/api/v4");
+    add("CI_API_GRAPHQL_URL", pipeline.server_url + "/api/graphql");
+    // Sent by every GitLab, whatever it offers. The server run-local plays
+    // has no container registry, no pages and no dependency proxy, so, as
+    // from a GitLab with them off, CI_REGISTRY, CI_REGISTRY_IMAGE, CI_PAGES_*
+    // and CI_DEPENDENCY_PROXY_* are not sent.
+    add("CI_TEMPLATE_REGISTRY_HOST", "registry.gitlab.com");
     add("CI_PROJECT_ID", std::to_string(pipeline.project_id));
     add("CI_PROJECT_NAME", pipeline.project_name);
     add("CI_PROJECT_NAMESPACE", pipeline.namespace_path);
@@ -770,6 +787,8 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_JOB_GROUP_NAME", job.name);
     add("CI_JOB_STAGE", job.stage);
     add("CI_JOB_TOKEN", p.token, /*is_public=*/false, /*masked=*/true);
+    add("CI_REGISTRY_USER", "gitlab-ci-token");
+    add("CI_REGISTRY_PASSWORD", p.token, /*is_public=*/false, /*masked=*/true);
     add("CI_JOB_URL", absl::StrCat(project_url, "/-/jobs/", p.id));
     if (matrix) {
       add("CI_NODE_INDEX", std::to_string(job.matrix_index));

@@ -20,6 +20,7 @@ using test::WriteTextFile;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::Pair;
 
 namespace fs = std::filesystem;
 
@@ -151,6 +152,36 @@ TEST(BuildPayloadsTest, ParallelOneIsNumberedLikeGitLabDoes) {
   EXPECT_EQ(VariablesOf(plain[0]).count("CI_NODE_INDEX"), 0u);
 }
 
+// The job's `services:` go into every member's payload as GitLab sends
+// them, and the response file the execs read holds them.
+TEST(BuildPayloadsTest, ServicesAreSentAsGitLabSendsThem) {
+  CiJob job;
+  job.name = "train";
+  job.parallel = 2;
+  job.script = {"true"};
+  job.services = {{"postgres:16", "db", {"run.sh"}, {"postgres"}, {{"A", "1"}}},
+                  {"redis:7", "", {}, {}, {}}};
+  LocalPipeline pipeline;
+
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+
+  ASSERT_EQ(payloads.size(), 2u);
+  for (const gitlab::JobPayload& payload : payloads) {
+    const std::string json = gitlab::SerializeJobPayload(payload);
+    EXPECT_THAT(json, HasSubstr(R"("services":[{"name":"postgres:16",)"
+                                R"("alias":"db","command":["postgres"],)"
+                                R"("entrypoint":["run.sh"],)"
+                                R"("variables":[{"key":"A","value":"1"}]},)"
+                                R"({"name":"redis:7"}])"));
+    absl::StatusOr<gitlab::JobPayload> back = gitlab::ParseJobPayload(json);
+    ASSERT_TRUE(back.ok()) << back.status();
+    ASSERT_EQ(back->services.size(), 2u);
+    EXPECT_EQ(back->services[0].alias, "db");
+    EXPECT_THAT(back->services[0].variables, ElementsAre(Pair("A", "1")));
+    EXPECT_EQ(back->services[1].name, "redis:7");
+  }
+}
+
 // With a signer, every member gets its own ID token for its job id, as
 // GitLab issues them; the key's JWKS verifies them.
 // The commit's variables as GitLab sets them: the description is the
@@ -216,6 +247,42 @@ TEST(BuildPayloadsTest, ServerProjectAndCommitVariablesFollowGitLab) {
   EXPECT_EQ(vars.at("CI_SERVER_PROTOCOL"), "https");
   EXPECT_EQ(vars.at("CI_SERVER_FQDN"), "gitlab.example.com:8443");
   EXPECT_EQ(vars.at("CI_SERVER_URL"), "https://gitlab.example.com:8443");
+}
+
+// The server's release and what every GitLab sends whatever it offers;
+// run-local's server offers no registry, pages or dependency proxy, so
+// their variables are not sent, as from a GitLab with them off.
+TEST(BuildPayloadsTest, ServerVersionAndRegistryVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  LocalPipeline pipeline;
+  pipeline.server_url = "https://gitlab.example.com:8443";
+
+  const gitlab::JobPayload payload = BuildPayloads(job, pipeline)[0];
+
+  const std::map<std::string, std::string> vars = VariablesOf(payload);
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION"), "19.3.0");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_MAJOR"), "19");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_MINOR"), "3");
+  EXPECT_EQ(vars.at("CI_SERVER_VERSION_PATCH"), "0");
+  EXPECT_EQ(vars.at("CI_SERVER_REVISION"), "gdtlocal");
+  EXPECT_EQ(vars.at("CI_API_GRAPHQL_URL"),
+            "https://gitlab.example.com:8443/api/graphql");
+  EXPECT_EQ(vars.at("CI_TEMPLATE_REGISTRY_HOST"), "registry.gitlab.com");
+  EXPECT_EQ(vars.at("CI_REGISTRY_USER"), "gitlab-ci-token");
+  EXPECT_EQ(vars.at("CI_REGISTRY_PASSWORD"), payload.token);
+  for (const gitlab::JobVariable& v : payload.variables) {
+    if (v.key != "CI_REGISTRY_PASSWORD") continue;
+    EXPECT_TRUE(v.masked);
+    EXPECT_FALSE(v.is_public);
+  }
+  for (const char* absent :
+       {"CI_REGISTRY", "CI_REGISTRY_IMAGE", "CI_PAGES_DOMAIN", "CI_PAGES_URL",
+        "CI_PAGES_HOSTNAME", "CI_DEPENDENCY_PROXY_SERVER",
+        "CI_DEPENDENCY_PROXY_USER", "CI_DEPENDENCY_PROXY_PASSWORD"}) {
+    EXPECT_EQ(vars.count(absent), 0u) << absent;
+  }
 }
 
 TEST(BuildPayloadsTest, IssuesEachMemberItsOwnIdToken) {

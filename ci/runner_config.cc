@@ -181,6 +181,8 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
     const std::string shell_before = config.shell;
     for (absl::Status s :
          {ReadString(*runner, source, "runners.", "url", &config.url),
+          ReadString(*runner, source, "runners.", "clone_url",
+                     &config.clone_url),
           ReadString(*runner, source, "runners.", "builds_dir",
                      &config.builds_dir),
           ReadString(*runner, source, "runners.", "cache_dir",

@@ -205,5 +205,25 @@ TEST(RunnerConfigTest, BadInputIsOneLineNamingTheKey) {
       HasSubstr("gdt needs bash"));
 }
 
+TEST(RunnerConfigTest, CloneUrlIsAString) {
+  const std::string head = "[[runners]]\nexecutor = \"custom\"\n";
+  const std::string tail = "[runners.custom]\nrun_exec = \"x\"\n";
+  absl::StatusOr<RunnerConfig> config =
+      ParseRunnerConfigToml(head + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->clone_url, "");
+
+  config = ParseRunnerConfigToml(
+      head + "clone_url = \"https://mirror.test/git\"\n" + tail, "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->clone_url, "https://mirror.test/git");
+
+  EXPECT_THAT(
+      ParseRunnerConfigToml(head + "clone_url = 5\n" + tail, "c.toml", "")
+          .status()
+          .message(),
+      HasSubstr("runners.clone_url must be a string"));
+}
+
 }  // namespace
 }  // namespace gdt::ci

@@ -57,6 +57,26 @@ constexpr int kSystemFailureExitCode = 2;
 // gitlab-runner.
 constexpr char kRunnerVersion[] = "19.3.0";
 constexpr char kRunnerRevision[] = "gdtlocal";
+// The runner's operating system and architecture as Go names them: those
+// of a runner built for the machine run-local was built for.
+constexpr char kRunnerArch[] =
+#if defined(__x86_64__)
+    "linux/amd64";
+#elif defined(__aarch64__)
+    "linux/arm64";
+#elif defined(__i386__)
+    "linux/386";
+#elif defined(__arm__)
+    "linux/arm";
+#elif defined(__powerpc64__) && defined(__LITTLE_ENDIAN__)
+    "linux/ppc64le";
+#elif defined(__s390x__)
+    "linux/s390x";
+#elif defined(__riscv) && __riscv_xlen == 64
+    "linux/riscv64";
+#else
+    "linux/unknown";
+#endif
 
 // The runner's feature flags, in its order, with their defaults: every job
 // gets each one as a variable.
@@ -424,14 +444,88 @@ std::string MachineSystemId() {
   return id;
 }
 
-// Go's %q for the texts the runner quotes (printable ones).
+// Go's strconv.Quote (and %q): a double-quoted string, `"` and `\` escaped,
+// control characters as \a \b \f \n \r \t \v or \xNN, a byte that is not UTF-8
+// as \xNN; other characters kept, but for the non-ASCII ones Go does not print
+// (C1 controls, non-ASCII spaces, format characters), as \uNNNN. Written into a
+// bash script, the shell then expands $ and ` in it.
 std::string GoQuote(std::string_view text) {
-  std::string quoted = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') quoted += '\\';
-    quoted += c;
+  std::string out = "\"";
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      switch (c) {
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\a':
+          out += "\\a";
+          break;
+        case '\b':
+          out += "\\b";
+          break;
+        case '\f':
+          out += "\\f";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        case '\v':
+          out += "\\v";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out += absl::StrFormat("\\x%02x", c);
+          } else {
+            out.push_back(static_cast<char>(c));
+          }
+      }
+      ++i;
+      continue;
+    }
+    // One UTF-8 sequence (shortest form, no surrogates), else one bad byte.
+    const size_t length = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
+    uint32_t rune = length == 4 ? c & 0x07 : length == 3 ? c & 0x0f : c & 0x1f;
+    bool valid = length != 0 && c <= 0xf4 && i + length <= text.size();
+    for (size_t k = 1; valid && k < length; ++k) {
+      const unsigned char next = static_cast<unsigned char>(text[i + k]);
+      if ((next & 0xc0) != 0x80) valid = false;
+      rune = (rune << 6) | (next & 0x3f);
+    }
+    valid = valid && !(length == 3 && rune < 0x800) &&
+            !(length == 4 && (rune < 0x10000 || rune > 0x10ffff)) &&
+            !(rune >= 0xd800 && rune <= 0xdfff);
+    if (!valid) {
+      out += absl::StrFormat("\\x%02x", c);
+      ++i;
+      continue;
+    }
+    const bool printable =
+        !(rune <= 0xa0 || rune == 0xad || (rune >= 0x2000 && rune <= 0x200f) ||
+          (rune >= 0x2028 && rune <= 0x202f) ||
+          (rune >= 0x205f && rune <= 0x206f) || rune == 0x3000 ||
+          rune == 0xfeff || (rune >= 0xe000 && rune <= 0xf8ff));
+    if (printable) {
+      out.append(text.substr(i, length));
+    } else if (rune < 0x10000) {
+      out += absl::StrFormat("\\u%04x", rune);
+    } else {
+      out += absl::StrFormat("\\U%08x", rune);
+    }
+    i += length;
   }
-  return quoted + "\"";
+  out.push_back('"');
+  return out;
 }
 
 // A URL as the runner's git helpers take it apart (Go's net/url, for the
@@ -475,6 +569,11 @@ struct GitUrl {
     return text;
   }
 };
+
+// The file GIT_CONFIG_GLOBAL names with FF_GIT_URLS_WITHOUT_TOKENS.
+std::string GlobalGitConfigSeedFile(const std::string& project_dir) {
+  return project_dir + ".tmp/.glr.gconf";
+}
 
 // Go's regexp.QuoteMeta.
 std::string QuoteMeta(std::string_view text) {
@@ -744,6 +843,8 @@ class RunnerEmulator::Job {
   // them ("FF_X:true, FF_Y:false"); "" when none does.
   std::string FeatureFlagInfo() const;
   std::map<std::string, std::string> Environment(bool with_job_env) const;
+  // CI_JOB_SERVICES as the custom executor makes it for its execs.
+  std::string ServicesJson() const;
 
   // Runs one exec the way the runner spawns and kills it. `stop` is polled
   // while it runs.
@@ -777,6 +878,16 @@ class RunnerEmulator::Job {
   std::string FetchBody() const;
   std::string ExternalGitConfigBody() const;
   std::string ExternalGitConfigFile() const;
+  std::string GitCleanupBody(bool clean_configs) const;
+  std::string BuildDirCleanupBody() const;
+  bool GitUrlsWithoutTokens() const;
+  // The repository's remote as the runner's git auth helper makes it, and
+  // the job token put in (or, FF_GIT_URLS_WITHOUT_TOKENS, left out of) a URL.
+  GitUrl RemoteUrl() const;
+  GitUrl WithAuth(GitUrl url) const;
+  std::string CredentialHelperBody() const;
+  std::string TokenlessGitConfigBody() const;
+  std::string ClearGitCredentialsBody() const;
   std::string LfsPullBody() const;
   std::string FetchArguments() const;
   bool HasJobCommit() const;
@@ -932,7 +1043,7 @@ std::vector<Variable> RunnerEmulator::Job::Variables(bool for_settings) const {
   add("CI_SHARED_ENVIRONMENT", "true");
   add("CI_RUNNER_VERSION", kRunnerVersion);
   add("CI_RUNNER_REVISION", kRunnerRevision);
-  add("CI_RUNNER_EXECUTABLE_ARCH", "linux/amd64");
+  add("CI_RUNNER_EXECUTABLE_ARCH", kRunnerArch);
   add("RUNNER_TEMP_PROJECT_DIR",
       project_dir_.empty() ? "" : project_dir_ + ".tmp");
   // Build.GetAllVariables: each value but the raw ones expanded once against
@@ -984,8 +1095,76 @@ std::map<std::string, std::string> RunnerEmulator::Job::Environment(
     for (const auto& [key, value] : job_env_) env[key] = value;
   }
   for (const Variable& v : Variables()) env["CUSTOM_ENV_" + v.key] = v.value;
-  env["CUSTOM_ENV_CI_JOB_SERVICES"] = "";
+  env["CUSTOM_ENV_CI_JOB_SERVICES"] = ServicesJson();
   return env;
+}
+
+std::string RunnerEmulator::Job::ServicesJson() const {
+  if (options_.job.services.empty()) return "";
+  const std::vector<Variable> vars = Variables();
+  const auto lookup = [&vars](std::string_view name) {
+    return LookupVariable(vars, name);
+  };
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const gitlab::JobService& service : options_.job.services) {
+    // The build's container options: name and alias expanded; the first of
+    // the aliases (split at commas and white space) is the one named.
+    const std::string alias = ExpandVariableValue(service.alias, lookup);
+    const std::vector<std::string> aliases = absl::StrSplit(
+        alias, absl::ByAnyChar(", \t\n\v\f\r"), absl::SkipEmpty());
+    nlohmann::ordered_json entry;
+    entry["name"] = ExpandVariableValue(service.name, lookup);
+    entry["alias"] = aliases.empty() ? "" : aliases.front();
+    // Go encodes a nil list as null.
+    entry["entrypoint"] = service.entrypoint.empty()
+                              ? nlohmann::ordered_json(nullptr)
+                              : nlohmann::ordered_json(service.entrypoint);
+    entry["command"] = service.command.empty()
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(service.command);
+    if (!service.variables.empty()) {
+      // Each expanded against the job's variables and the service's own.
+      std::vector<Variable> all = vars;
+      for (const auto& [key, value] : service.variables) {
+        all.push_back({key, value, false});
+      }
+      const auto lookup_all = [&all](std::string_view name) {
+        return LookupVariable(all, name);
+      };
+      // A Go map: encoded with its keys sorted.
+      std::map<std::string, std::string> expanded;
+      for (const auto& [key, value] : service.variables) {
+        expanded[key] = ExpandVariableValue(value, lookup_all);
+      }
+      nlohmann::ordered_json variables = nlohmann::ordered_json::object();
+      for (const auto& [key, value] : expanded) variables[key] = value;
+      entry["variables"] = std::move(variables);
+    }
+    list.push_back(std::move(entry));
+  }
+  // Go's encoder: invalid UTF-8 replaced, and <, >, &, U+2028 and U+2029
+  // escaped (only string contents can hold them).
+  const std::string text = list.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '<') {
+      out += "\\u003c";
+    } else if (c == '>') {
+      out += "\\u003e";
+    } else if (c == '&') {
+      out += "\\u0026";
+    } else if (c == '\xe2' && i + 2 < text.size() && text[i + 1] == '\x80' &&
+               (text[i + 2] == '\xa8' || text[i + 2] == '\xa9')) {
+      out += text[i + 2] == '\xa8' ? "\\u2028" : "\\u2029";
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  return out;
 }
 
 ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
@@ -1465,6 +1644,14 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
                       ShellQuote(env_file), "\n",
                       "while read -r line; do export \"$line\"; done < ",
                       ShellQuote(env_file), "\n");
+      // FF_GIT_URLS_WITHOUT_TOKENS: every git of the job reads the seed
+      // file as its global config (after GITLAB_ENV: the job cannot
+      // change it there).
+      if (GitUrlsWithoutTokens()) {
+        absl::StrAppend(&script, "export GIT_CONFIG_GLOBAL=",
+                        ShellQuote(GlobalGitConfigSeedFile(project_dir_)),
+                        "\n");
+      }
     }
   }
   if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
@@ -1771,19 +1958,8 @@ std::string RunnerEmulator::Job::ExternalGitConfigFile() const {
 // token this is (the runner takes its config.toml `url`, which is the same
 // server there), else `url`.
 std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
-  const auto flag = settings_.feature_flags.find("FF_GIT_URLS_WITHOUT_TOKENS");
-  const bool with_tokens =
-      flag == settings_.feature_flags.end() || !flag->second;
-  const auto authed = [&](GitUrl url) {
-    if (url.scheme == "ssh") {
-      if (!url.user) url.user = "git";
-    } else if (with_tokens) {
-      url.user = absl::StrCat("gitlab-ci-token:", options_.job.token);
-    } else {
-      url.user.reset();
-    }
-    return url;
-  };
+  const bool with_tokens = !GitUrlsWithoutTokens();
+  const auto authed = [this](GitUrl url) { return WithAuth(std::move(url)); };
   const auto plain = [](GitUrl url) {
     url.user.reset();
     return url;
@@ -1806,14 +1982,16 @@ std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
   };
 
   const GitUrl repo = GitUrl::Parse(options_.job.repo_url);
-  const GitUrl remote = with_tokens ? repo : authed(repo);
+  const GitUrl remote = RemoteUrl();
   std::vector<std::pair<std::string, std::string>> rewrites;
   if (remote.String() != plain(remote).String()) {
     rewrites.emplace_back(remote.String(), plain(remote).String());
   }
+  // clone_url, when it has a scheme, else the server.
   std::string server = value("CI_SERVER_URL");
   if (server.empty()) server = config_.url;
-  const GitUrl base = GitUrl::Parse(server);
+  const GitUrl clone = GitUrl::Parse(config_.clone_url);
+  const GitUrl base = clone.scheme.empty() ? GitUrl::Parse(server) : clone;
   if (base.IsHttp()) {
     if (!with_tokens) {
       for (auto& entry : ssh(base.Trimmed())) rewrites.push_back(entry);
@@ -1844,35 +2022,121 @@ std::string RunnerEmulator::Job::ExternalGitConfigBody() const {
                     ShellQuote(entry.second), " ",
                     ShellQuote("^" + QuoteMeta(entry.second) + "$"), "\n");
   }
-  if (!with_tokens) {
-    GitUrl host = remote;
-    host.user.reset();
-    host.rest.clear();
-    const std::string section = absl::StrCat("credential.", host.String());
-    absl::StrAppend(&body, "  git config -f \"$ext\" --replace-all ",
-                    ShellQuote(section + ".helper"),
-                    " \"\" && git config -f \"$ext\" --add ",
-                    ShellQuote(section + ".helper"), " ",
-                    ShellQuote("!f(){ if [ \"$1\" = \"get\" ] ; then echo "
-                               "\"password=${CI_JOB_TOKEN}\" ; fi ; } ; f"),
-                    " && git config -f \"$ext\" ",
-                    ShellQuote(section + ".username"), " gitlab-ci-token\n");
-  }
+  if (!with_tokens) body += CredentialHelperBody();
   absl::StrAppend(&body, "  export GLR_EXT_GIT_CONFIG_PATH=\"$ext\"\n");
   return body;
 }
 
-// The runner's fetch, in its words and order. First its cleanup of an
-// earlier job's repository: lock files an interrupted git left, and (with
-// clean_git_config, the custom executor's default) the repository's config
-// and hooks, so that a job cannot plant them for the next. Then the notice,
-// `git init` with the runner's template settings (it says "Initialized empty
-// ..." or "Reinitialized existing Git repository in ..."), the origin remote
-// ("Created fresh repository." when it is new, as it is after the config
-// was removed), then the fetch, here from the checkout in "$src". The
-// origin is the checkout's own origin, else the checkout.
-std::string RunnerEmulator::Job::FetchBody() const {
-  const int64_t depth = options_.job.depth;
+bool RunnerEmulator::Job::GitUrlsWithoutTokens() const {
+  const auto flag = settings_.feature_flags.find("FF_GIT_URLS_WITHOUT_TOKENS");
+  return flag != settings_.feature_flags.end() && flag->second;
+}
+
+// SSH URLs get the user git when they have none; others the job token, or
+// with FF_GIT_URLS_WITHOUT_TOKENS no user at all.
+GitUrl RunnerEmulator::Job::WithAuth(GitUrl url) const {
+  if (url.scheme == "ssh") {
+    if (!url.user) url.user = "git";
+  } else if (!GitUrlsWithoutTokens()) {
+    url.user = absl::StrCat("gitlab-ci-token:", options_.job.token);
+  } else {
+    url.user.reset();
+  }
+  return url;
+}
+
+// The git auth helper's remote URL: with a `clone_url` that has a scheme,
+// that URL with `<CI_PROJECT_PATH>.git` joined to its path (as Go's
+// path.Join does) and the job token put in; else the job's repository URL, as
+// GitLab sent it (its token removed with FF_GIT_URLS_WITHOUT_TOKENS).
+GitUrl RunnerEmulator::Job::RemoteUrl() const {
+  GitUrl clone = GitUrl::Parse(config_.clone_url);
+  if (clone.scheme.empty()) {
+    GitUrl repo = GitUrl::Parse(options_.job.repo_url);
+    return GitUrlsWithoutTokens() ? WithAuth(std::move(repo)) : repo;
+  }
+  const size_t query =
+      std::min(clone.rest.find_first_of("?#"), clone.rest.size());
+  const std::string suffix = clone.rest.substr(query);
+  const std::string project = Setting("CI_PROJECT_PATH").value_or("");
+  clone.rest =
+      std::filesystem::path(
+          absl::StrCat("/", clone.rest.substr(0, query), "/", project, ".git"))
+          .lexically_normal()
+          .string() +
+      suffix;
+  return WithAuth(std::move(clone));
+}
+
+// The runner's credential helper in the external git config: git's other
+// helpers for the remote's server emptied, then one that hands git the job
+// token, and the user gitlab-ci-token. Uses "$ext".
+std::string RunnerEmulator::Job::CredentialHelperBody() const {
+  GitUrl host = RemoteUrl();
+  host.user.reset();
+  host.rest.clear();
+  const std::string section = absl::StrCat("credential.", host.String());
+  return absl::StrCat("  git config -f \"$ext\" --replace-all ",
+                      ShellQuote(section + ".helper"),
+                      " \"\" && git config -f \"$ext\" --add ",
+                      ShellQuote(section + ".helper"), " ",
+                      ShellQuote("!f(){ if [ \"$1\" = \"get\" ] ; then echo "
+                                 "\"password=${CI_JOB_TOKEN}\" ; fi ; } ; f"),
+                      " && git config -f \"$ext\" ",
+                      ShellQuote(section + ".username"), " gitlab-ci-token\n");
+}
+
+// FF_GIT_URLS_WITHOUT_TOKENS: get_sources first writes the file every
+// stage's GIT_CONFIG_GLOBAL names, which includes the user's global git
+// configs that are readable ($HOME's, read when the script runs) and the
+// external git config, so its credential helper reaches every git the job
+// runs, in any directory. With GIT_STRATEGY none or empty, which write no
+// external config otherwise, it is written holding the helper alone.
+std::string RunnerEmulator::Job::TokenlessGitConfigBody() const {
+  if (!GitUrlsWithoutTokens() || project_dir_.empty()) return "";
+  std::string body =
+      absl::StrCat("seed=", ShellQuote(GlobalGitConfigSeedFile(project_dir_)),
+                   "\n", "ext=", ShellQuote(ExternalGitConfigFile()), "\n",
+                   "rm -f -- \"$seed\"\n");
+  for (const char* user_config :
+       {"$HOME/.gitconfig", "$HOME/.config/git/config"}) {
+    absl::StrAppend(&body, "if [ -r \"", user_config, "\" ]; then\n",
+                    "  git config --file \"$seed\" --add include.path \"",
+                    user_config, "\"\n", "fi\n");
+  }
+  absl::StrAppend(&body,
+                  "git config --file \"$seed\" --add include.path \"$ext\"\n");
+  if (settings_.git_strategy == "none" || settings_.git_strategy == "empty") {
+    absl::StrAppend(&body, "rm -f -- \"$ext\"\n", CredentialHelperBody());
+  }
+  return body;
+}
+
+// The end of get_sources and the start of the cleanup script: `git
+// credential reject` for the remote's server and the user gitlab-ci-token,
+// so that a credential helper of the user's (credential.helper=store, ...)
+// forgets a job token it kept. Only for an http, https or ssh remote with a
+// host; its failure (or no git at all) fails nothing.
+std::string RunnerEmulator::Job::ClearGitCredentialsBody() const {
+  GitUrl remote = RemoteUrl();
+  if (remote.host.empty() ||
+      (remote.scheme != "http" && remote.scheme != "https" &&
+       remote.scheme != "ssh")) {
+    return "";
+  }
+  remote.user.reset();
+  remote.rest.clear();
+  return absl::StrCat("printf '%s\\n' ",
+                      ShellQuote(absl::StrCat("url=", remote.String(),
+                                              "\nusername=gitlab-ci-token")),
+                      " | git credential reject || true\n");
+}
+
+// The runner's git cleanup (before a fetch, and in the cleanup script):
+// lock files an interrupted git left and, with `clean_configs`, the
+// repository's config and hooks (the submodules' too with normal or
+// recursive), so that a job cannot plant them for the next.
+std::string RunnerEmulator::Job::GitCleanupBody(bool clean_configs) const {
   const bool submodules = settings_.git_submodule_strategy == "normal" ||
                           settings_.git_submodule_strategy == "recursive";
   std::string cleanup = "  git_dir=\"$CI_PROJECT_DIR/.git\"\n";
@@ -1891,11 +2155,11 @@ std::string RunnerEmulator::Job::FetchBody() const {
   absl::StrAppend(&cleanup,
                   "  [ ! -d \"$git_dir/refs\" ] || find \"$git_dir/refs\" "
                   "-name '*.lock' -type f -delete\n");
-  if (config_.clean_git_config) {
+  if (clean_configs) {
     absl::StrAppend(&cleanup, "  rm -f -- \"$git_dir/config\"\n",
                     "  rm -rf -- \"$git_dir/hooks\"\n");
   }
-  if (submodules && config_.clean_git_config) {
+  if (submodules && clean_configs) {
     absl::StrAppend(
         &cleanup, "  if [ -d \"$git_dir/modules\" ]; then\n",
         "    find \"$git_dir/modules\" -name config -type f -delete\n",
@@ -1903,6 +2167,55 @@ std::string RunnerEmulator::Job::FetchBody() const {
         "-- {} +\n",
         "  fi\n");
   }
+  return cleanup;
+}
+
+// FF_ENABLE_JOB_CLEANUP: the cleanup script also cleans the build
+// directory. clone and empty remove the project directory; fetch runs, in
+// it, `git clean` with GIT_CLEAN_FLAGS (none with `none`) and `git reset
+// --hard`, in the submodules too with normal or recursive; none only says
+// it skips the step.
+std::string RunnerEmulator::Job::BuildDirCleanupBody() const {
+  const auto flag = settings_.feature_flags.find("FF_ENABLE_JOB_CLEANUP");
+  if (flag == settings_.feature_flags.end() || !flag->second) return "";
+  const std::string& strategy = settings_.git_strategy;
+  if (strategy == "clone" || strategy == "empty") {
+    return "rm -r -f -- \"$CI_PROJECT_DIR\"\n";
+  }
+  if (strategy != "fetch") {
+    return "echo 'Skipping build directory cleanup step'\n";
+  }
+  std::string flags;
+  for (const std::string& word : settings_.git_clean_flags) {
+    absl::StrAppend(&flags, " ", ShellQuote(word));
+  }
+  std::string body = "cd \"$CI_PROJECT_DIR\"\n";
+  if (!flags.empty()) absl::StrAppend(&body, "git clean", flags, "\n");
+  absl::StrAppend(&body, "git reset --hard\n");
+  const std::string& submodules = settings_.git_submodule_strategy;
+  if (submodules == "normal" || submodules == "recursive") {
+    const std::string foreach =
+        absl::StrCat("git submodule foreach",
+                     submodules == "recursive" ? " --recursive" : "");
+    if (!flags.empty())
+      absl::StrAppend(&body, foreach, " git clean", flags, "\n");
+    absl::StrAppend(&body, foreach, " git reset --hard\n");
+  }
+  return body;
+}
+
+// The runner's fetch, in its words and order. First its cleanup of an
+// earlier job's repository: lock files an interrupted git left, and (with
+// clean_git_config, the custom executor's default) the repository's config
+// and hooks, so that a job cannot plant them for the next. Then the notice,
+// `git init` with the runner's template settings (it says "Initialized empty
+// ..." or "Reinitialized existing Git repository in ..."), the origin remote
+// ("Created fresh repository." when it is new, as it is after the config
+// was removed), then the fetch, here from the checkout in "$src". The
+// origin is the checkout's own origin, else the checkout.
+std::string RunnerEmulator::Job::FetchBody() const {
+  const int64_t depth = options_.job.depth;
+  const std::string cleanup = GitCleanupBody(config_.clean_git_config);
   std::string template_settings;
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{
@@ -2108,9 +2421,7 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
            "mkdir -p \"$CI_PROJECT_DIR\"\n"
            "echo 'Skipping Git checkout'\n";
   }
-  // The runner's get_sources never asks for credentials on a terminal.
-  std::string body =
-      "export GIT_TERMINAL_PROMPT=0 GCM_INTERACTIVE=Never\n" + lfs;
+  std::string body = lfs;
   if (settings_.git_strategy == "clone") {
     // clone starts from nothing: an earlier job's directory is removed.
     absl::StrAppend(&body, "rm -rf -- \"$CI_PROJECT_DIR\"\n");
@@ -2650,12 +2961,23 @@ Failure RunnerEmulator::Job::CheckDotenvReport() {
 std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   std::string body = ":\n";
   if (project_dir_.empty()) return body;
-  absl::StrAppend(&body, "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n");
+  // The runner's cleanup script: the credentials a helper kept are
+  // rejected, the job's files beside the project dir removed (GITLAB_ENV,
+  // the external git config with its token, the GIT_CONFIG_GLOBAL seed,
+  // file variables), then its git cleanup (the repository's config and
+  // hooks too, unless clean_git_config is false or GIT_STRATEGY is none).
+  absl::StrAppend(&body, ClearGitCredentialsBody(), "rm -f -- ",
+                  ShellQuote(GitlabEnvFile()), "\n", "rm -f -- ",
+                  ShellQuote(ExternalGitConfigFile()), "\n", "rm -f -- ",
+                  ShellQuote(GlobalGitConfigSeedFile(project_dir_)), "\n");
   for (const Variable& v : Variables()) {
     if (!v.file || !IsShellName(v.key)) continue;
     absl::StrAppend(&body, "rm -f -- ",
                     ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
   }
+  absl::StrAppend(&body, BuildDirCleanupBody(),
+                  GitCleanupBody(config_.clean_git_config &&
+                                 settings_.git_strategy != "none"));
   return body;
 }
 
@@ -2669,8 +2991,10 @@ void RunnerEmulator::Job::Fail(const Failure& failure,
     case FailureKind::kBuild:
       result_.status = JobStatus::kFailed;
       result_.failure_reason = "script_failure";
-      result_.message =
-          absl::StrCat("Job failed: exit code ", failure.exit_code);
+      // The custom executor's build error reads `exit status <the first
+      // line of BUILD_EXIT_CODE_FILE, as written>` (Go's words for an
+      // exec's exit without the file), unchanged up to the final line.
+      result_.message = absl::StrCat("Job failed: ", failure.message);
       return;
     case FailureKind::kSystem:
       result_.status = JobStatus::kFailed;
@@ -2722,13 +3046,15 @@ void RunnerEmulator::Job::RunStages() {
   };
 
   Log("Preparing environment");
+  // The bash shell's line, the hostname config_exec named quoted as Go
+  // quotes it: in double quotes, where the shell expands $ and `.
   const std::string via =
       hostname_.empty() ? "" : absl::StrCat(" via ", hostname_);
   // Like the runner's prepare script: a GITLAB_ENV file an earlier job
   // left in the same project directory is not read.
   Failure failure = RunStage(
       "prepare_script",
-      absl::StrCat("echo \"Running on $(hostname)\"", ShellQuote(via + "..."),
+      absl::StrCat("echo ", GoQuote("Running on $(hostname)" + via + "..."),
                    "\n", "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n"),
       /*export_variables=*/false, /*cd_project=*/false, ContextDeadline(),
       job_stop);
@@ -2801,7 +3127,11 @@ void RunnerEmulator::Job::RunStages() {
     } else {
       Log("Getting source from Git repository");
       before_steps =
-          RunStage("get_sources", GetSourcesBody() + SubmodulesBody(),
+          RunStage("get_sources",
+                   absl::StrCat("export GIT_TERMINAL_PROMPT=0 "
+                                "GCM_INTERACTIVE=Never\n",
+                                TokenlessGitConfigBody(), GetSourcesBody(),
+                                SubmodulesBody(), ClearGitCredentialsBody()),
                    /*export_variables=*/true, /*cd_project=*/false,
                    sources_deadline, job_stop);
     }

@@ -22,6 +22,10 @@ namespace gdt::ci {
 struct RunnerConfig {
   std::string name = "gdt-ci-local";
   std::string url = "http://gitlab.local";
+  // `[[runners]] clone_url`: with a scheme, the repository's remote is
+  // <clone_url>/<project path>.git (the job token added) and its git
+  // rewrites are made for it instead of for the server's URL.
+  std::string clone_url;
   std::string runner_short_token = "gdtlocal";
   // The "system ID" of the job log's header; empty: the one a runner on
   // this machine derives from its machine ID.

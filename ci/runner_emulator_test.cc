@@ -426,7 +426,7 @@ TEST_F(RunnerEmulatorTest, ScriptFailureUsesBuildExitCodeFile) {
                           "run cleanup_file_variables", "cleanup "));
   EXPECT_THAT(log_lines_, Contains("after failed"));
   EXPECT_THAT(log_lines_, Not(Contains("never")));
-  EXPECT_THAT(log_lines_, Contains("ERROR: Job failed: exit code 7"));
+  EXPECT_THAT(log_lines_, Contains("ERROR: Job failed: exit status 7"));
   EXPECT_THAT(EnvOf(5, "run.after_script"),
               HasSubstr("\nCUSTOM_ENV_CI_JOB_STATUS=failed\n"));
 }
@@ -1296,6 +1296,7 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   // whole history has no depth to name. A hook the earlier job planted is
   // gone before any git command of the next could run it.
   const std::string hook = git_dir + "hooks/post-checkout";
+  fs::create_directories(git_dir + "hooks");
   WriteTextFile(hook, "#!/bin/sh\necho planted hook ran\n");
   fs::permissions(hook, fs::perms::owner_all);
   options_.job.depth = 0;
@@ -1313,8 +1314,11 @@ TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   EXPECT_FALSE(fs::exists(hook));
 
   // clean_git_config = false keeps the repository's config: its origin is
-  // there already.
+  // there already (once a job has written it; the earlier job's cleanup
+  // removed the config, as the runner's does).
   options_.config.clean_git_config = false;
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
   log_lines_.clear();
   result = Run();
 
@@ -2199,6 +2203,304 @@ TEST_F(RunnerEmulatorTest, LfsFilesArePulledAfterTheCheckoutWhereGitLfsIs) {
   ASSERT_NE(checkout, log_lines_.end()) << Log();
   ASSERT_NE(checkout + 1, log_lines_.end());
   EXPECT_NE(*(checkout + 1), "") << Log();
+}
+
+// The custom executor runs no services; it describes the job's to its
+// execs as CUSTOM_ENV_CI_JOB_SERVICES (Go's JSON: name and alias expanded,
+// the first alias, entrypoint and command null when not given, the
+// service's variables expanded against the job's, keys sorted, HTML
+// characters escaped), empty without services. The job itself does not see
+// it.
+TEST_F(RunnerEmulatorTest,
+       ServicesReachTheExecsAsTheCustomExecutorDescribesThem) {
+  options_.job.variables.push_back({"PG", "16"});
+  options_.job.variables.push_back({"DB_NAME", "train"});
+  options_.job.services = {
+      {"postgres:$PG",
+       "db,$DB_NAME",
+       {"docker-entrypoint.sh"},
+       {"postgres", "-c", "fsync=off"},
+       {{"POSTGRES_DB", "$DB_NAME"}, {"A_FLAGS", "<x & y>"}}},
+      {"redis:7", "", {}, {}, {}}};
+  options_.job.steps = {{"script", {"echo \"services [$CI_JOB_SERVICES]\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("services []"));
+  const std::string want =
+      "CUSTOM_ENV_CI_JOB_SERVICES=["
+      "{\"name\":\"postgres:16\",\"alias\":\"db\","
+      "\"entrypoint\":[\"docker-entrypoint.sh\"],"
+      "\"command\":[\"postgres\",\"-c\",\"fsync=off\"],"
+      "\"variables\":{\"A_FLAGS\":\"\\u003cx \\u0026 y\\u003e\","
+      "\"POSTGRES_DB\":\"train\"}},"
+      "{\"name\":\"redis:7\",\"alias\":\"\",\"entrypoint\":null,"
+      "\"command\":null}]\n";
+  // Every exec call, config_exec to cleanup_exec.
+  int envs = 0;
+  for (const fs::directory_entry& entry : fs::directory_iterator(rec_)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("env.", 0) != 0) continue;
+    ++envs;
+    EXPECT_THAT(ReadTextFile(entry.path().string()), HasSubstr(want)) << name;
+  }
+  EXPECT_GE(envs, 4);
+
+  options_.job.services.clear();
+  log_lines_.clear();
+  for (const fs::directory_entry& entry : fs::directory_iterator(rec_)) {
+    fs::remove_all(entry.path());
+  }
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(EnvOf(0, "config"), HasSubstr("\nCUSTOM_ENV_CI_JOB_SERVICES=\n"));
+}
+
+// get_sources ends, and the cleanup script starts, with `git credential
+// reject` for the remote's server and gitlab-ci-token, so a credential
+// helper of the user's forgets the job token a job's git handed it; the
+// cleanup also removes the external git config (it holds the token) and
+// the repository's config and hooks.
+TEST_F(RunnerEmulatorTest, CleanupRejectsTheJobTokenAndRemovesTheJobsGitFiles) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  const std::string store = home + "/creds";
+  WriteTextFile(home + "/.gitconfig",
+                "[credential]\n\thelper = store --file=" + store + "\n");
+  WriteTextFile(store, "https://other:keep@example.com\n");
+  env_["HOME"] = home;
+  options_.job.steps = {
+      {"script",
+       {"printf 'url=https://gitlab.test\\nusername=gitlab-ci-token\\n"
+        "password=glcbt-TEST-1002\\n' | git credential approve",
+        "echo \"kept $(grep -c gitlab.test \"$HOME/creds\")\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("kept 1"));
+  EXPECT_EQ(ReadTextFile(store), "https://other:keep@example.com\n");
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.gitlab-runner.ext.conf"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/hooks"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/HEAD"));
+  EXPECT_TRUE(fs::exists(project_dir + "/model.py"));
+}
+
+// FF_GIT_URLS_WITHOUT_TOKENS: every stage exports GIT_CONFIG_GLOBAL, a
+// file get_sources writes that includes the user's global config and the
+// external git config, so the credential helper answers git in any
+// directory (with GIT_STRATEGY none too, its external config then holding
+// the helper alone); `git config --global` writes land there, and the
+// cleanup removes it.
+TEST_F(RunnerEmulatorTest, TokenlessGitUrlsSeedAGlobalGitConfig) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  WriteTextFile(home + "/.gitconfig", "[user]\n\tname = Seed Tester\n");
+  env_["HOME"] = home;
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"echo \"global ${GIT_CONFIG_GLOBAL##*/}\"", "cd /",
+        "echo \"user $(git config --get user.name)\"",
+        "printf 'protocol=https\\nhost=gitlab.test\\n' | "
+        "GIT_TERMINAL_PROMPT=0 git credential fill || echo nofill",
+        "git config --global alias.st status",
+        "echo \"alias $(git config --global --get alias.st)\""}},
+      {"after_script", {"echo \"after ${GIT_CONFIG_GLOBAL##*/}\""}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("global .glr.gconf"));
+  EXPECT_THAT(log_lines_, Contains("user Seed Tester"));
+  EXPECT_THAT(log_lines_, Contains("username=gitlab-ci-token"));
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("alias status"));
+  EXPECT_THAT(log_lines_, Contains("after .glr.gconf"));
+  EXPECT_EQ(ReadTextFile(home + "/.gitconfig"),
+            "[user]\n\tname = Seed Tester\n");
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.glr.gconf"));
+  EXPECT_FALSE(fs::exists(project_dir + ".tmp/.gitlab-runner.ext.conf"));
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+  EXPECT_THAT(log_lines_, Contains("user Seed Tester"));
+}
+
+// `[[runners]] clone_url`: the remote is <clone_url>/<CI_PROJECT_PATH>.git
+// with the job token, the server's rewrites are made for clone_url, and
+// the credentials rejected at the end are clone_url's server's.
+TEST_F(RunnerEmulatorTest, CloneUrlIsTheRemoteTheRunnersGitConfigUses) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"CI_PROJECT_PATH", "ml/model"});
+  options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  options_.config.clone_url = "https://mirror.test:8443/git/";
+  const std::string home = dir_.path() + "/home";
+  fs::create_directories(home);
+  const std::string store = home + "/creds";
+  WriteTextFile(home + "/.gitconfig",
+                "[credential]\n\thelper = store --file=" + store + "\n");
+  WriteTextFile(store, "https://gitlab-ci-token:keep@gitlab.test\n");
+  env_["HOME"] = home;
+  options_.job.steps = {
+      {"script",
+       {"echo \"repo $(git ls-remote --get-url "
+        "https://mirror.test:8443/git/ml/model.git)\"",
+        "echo \"other $(git ls-remote --get-url "
+        "https://mirror.test:8443/git/ml/other.git)\"",
+        "printf 'url=https://mirror.test:8443\\nusername=gitlab-ci-token\\n"
+        "password=glcbt-TEST-1002\\n' | git credential approve"}}};
+  const std::string authed = "https://gitlab-ci-token:glcbt-TEST-1002@";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("repo " + authed + "mirror.test:8443/git/ml/model.git"));
+  EXPECT_THAT(log_lines_, Contains("other " + authed +
+                                   "mirror.test:8443/git/ml/other.git"));
+  EXPECT_EQ(ReadTextFile(store), "https://gitlab-ci-token:keep@gitlab.test\n");
+
+  // Without tokens in URLs: the helper answers for clone_url's server.
+  WriteTextFile(home + "/.gitconfig", "");
+  options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
+  options_.job.steps = {
+      {"script",
+       {"printf 'protocol=https\\nhost=mirror.test:8443\\n' | "
+        "GIT_TERMINAL_PROMPT=0 git credential fill || echo nofill"}}};
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("password=glcbt-TEST-1002"));
+}
+
+// The prepare script's line names the hostname config_exec gave in double
+// quotes as Go quotes it, so the shell expands what it holds.
+TEST_F(RunnerEmulatorTest, RunningOnLineQuotesTheHostnameAsTheRunnerDoes) {
+  env_["FAKE_CONFIG_JSON"] =
+      R"({"hostname": "box-$CUSTOM_ENV_CI_JOB_ID \"q\" a\\b\tc"})";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains(::testing::EndsWith(" via box-1002 \"q\" a\\b\\tc...")));
+  EXPECT_THAT(log_lines_, Contains(StartsWith("Running on ")));
+}
+
+// A script failure ends the job log `ERROR: Job failed: exit status <the
+// first line of BUILD_EXIT_CODE_FILE as written>` (the custom executor's
+// build error), `exit status 1` (Go's words for the exec) without the file;
+// a failed after_script's warning names it the same way.
+TEST_F(RunnerEmulatorTest,
+       ScriptFailureLinesNameTheExitStatusAsTheCustomExecutorDoes) {
+  const std::string run = dir_.path() + "/run-exec";
+  WriteTextFile(run, R"(#!/usr/bin/env bash
+stage="${@: -1}"
+if [ "$stage" = build_script ]; then
+  printf '+42\n' > "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+if [ "$stage" = after_script ]; then
+  rm -f "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+exit 0
+)");
+  fs::permissions(run, fs::perms::owner_all);
+  options_.config.run_exec = run;
+  options_.config.run_args = {};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
+  EXPECT_EQ(result.exit_code, 42);
+  EXPECT_EQ(result.message, "Job failed: exit status +42");
+  EXPECT_EQ(log_lines_.back(), "ERROR: Job failed: exit status +42");
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: after_script failed, but job will continue "
+                       "unaffected: exit status 1"));
+}
+
+// FF_ENABLE_JOB_CLEANUP: the cleanup script cleans the build directory:
+// fetch cleans and resets the repository, clone removes the project
+// directory, none says it skips the step.
+TEST_F(RunnerEmulatorTest, JobCleanupFlagCleansTheBuildDirectory) {
+  const std::string project = dir_.path() + "/project";
+  std::string output;
+  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
+  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
+  options_.job.sha = output.substr(0, 40);
+  options_.job.ref = "main";
+  options_.job.variables.push_back({"FF_ENABLE_JOB_CLEANUP", "true"});
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
+  options_.job.steps = {
+      {"script", {"echo junk > junk.txt", "echo changed > model.py"}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Removing junk.txt"));
+  EXPECT_THAT(log_lines_, Contains(StartsWith("HEAD is now at ")));
+  EXPECT_FALSE(fs::exists(project_dir + "/junk.txt"));
+  EXPECT_EQ(ReadTextFile(project_dir + "/model.py"), "print('hi')\n");
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "clone"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(project_dir));
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  log_lines_.clear();
+
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("Skipping build directory cleanup step"));
+  EXPECT_TRUE(fs::exists(project_dir + "/junk.txt"));
 }
 
 }  // namespace

@@ -192,6 +192,37 @@ absl::Status ParseCache(const Json& item, const std::string& path,
   return absl::OkStatus();
 }
 
+// A `services` entry: the fields a custom executor's execs are told about;
+// the others (ports, pull_policy, executor_opts) are left out.
+absl::Status ParseService(const Json& item, const std::string& path,
+                          JobService* out) {
+  GDT_RETURN_IF_ERROR(
+      ReadString(item, "name", absl::StrCat(path, ".name"), &out->name));
+  GDT_RETURN_IF_ERROR(
+      ReadString(item, "alias", absl::StrCat(path, ".alias"), &out->alias));
+  GDT_RETURN_IF_ERROR(ReadStrings(
+      item, "entrypoint", absl::StrCat(path, ".entrypoint"), &out->entrypoint));
+  GDT_RETURN_IF_ERROR(ReadStrings(
+      item, "command", absl::StrCat(path, ".command"), &out->command));
+  const Json* variables = Member(item, "variables");
+  if (variables == nullptr) return absl::OkStatus();
+  const std::string variables_path = absl::StrCat(path, ".variables");
+  if (!variables->is_array()) return TypeError(variables_path, "an array");
+  for (size_t i = 0; i < variables->size(); ++i) {
+    const Json& variable = (*variables)[i];
+    const std::string entry = absl::StrCat(variables_path, "[", i, "]");
+    if (!variable.is_object()) return TypeError(entry, "an object");
+    std::string key;
+    std::string value;
+    GDT_RETURN_IF_ERROR(
+        ReadString(variable, "key", absl::StrCat(entry, ".key"), &key));
+    GDT_RETURN_IF_ERROR(
+        ReadString(variable, "value", absl::StrCat(entry, ".value"), &value));
+    out->variables.emplace_back(std::move(key), std::move(value));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseDependency(const Json& item, const std::string& path,
                              JobDependency* dependency) {
   GDT_RETURN_IF_ERROR(ReadInt(item, "id", path + ".id", &dependency->id));
@@ -342,7 +373,14 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
   GDT_RETURN_IF_ERROR(ForEach(root, "steps", add_step));
   GDT_RETURN_IF_ERROR(ForEach(root, "artifacts", add_artifact));
   GDT_RETURN_IF_ERROR(ForEach(root, "cache", add_cache));
+  const auto add_service = [&](const Json& item, const std::string& path) {
+    JobService service;
+    absl::Status status = ParseService(item, path, &service);
+    payload.services.push_back(std::move(service));
+    return status;
+  };
   GDT_RETURN_IF_ERROR(ForEach(root, "dependencies", add_dependency));
+  GDT_RETURN_IF_ERROR(ForEach(root, "services", add_service));
   return payload;
 }
 
@@ -434,7 +472,24 @@ std::string SerializeJobPayload(const JobPayload& payload) {
   }
   root["cache"] = std::move(caches);
   root["dependencies"] = std::move(dependencies);
-  root["services"] = OrderedJson::array();
+  // As the runner re-encodes them: alias, command and entrypoint only when
+  // set.
+  OrderedJson services = OrderedJson::array();
+  for (const JobService& service : payload.services) {
+    OrderedJson entry = {{"name", service.name}};
+    if (!service.alias.empty()) entry["alias"] = service.alias;
+    if (!service.command.empty()) entry["command"] = service.command;
+    if (!service.entrypoint.empty()) entry["entrypoint"] = service.entrypoint;
+    if (!service.variables.empty()) {
+      OrderedJson list = OrderedJson::array();
+      for (const auto& [key, value] : service.variables) {
+        list.push_back({{"key", key}, {"value", value}});
+      }
+      entry["variables"] = std::move(list);
+    }
+    services.push_back(std::move(entry));
+  }
+  root["services"] = std::move(services);
   root["features"] = {{"trace_sections", true}};
   // Replace invalid UTF-8 instead of throwing: the payload is ours to write.
   return root.dump(-1, ' ', false, OrderedJson::error_handler_t::replace) +

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +53,19 @@ struct JobCache {
   std::vector<std::string> fallback_keys;
 };
 
+// One entry of `services`, as GitLab sends a job's `services:` entry (a
+// name alone, or name, alias, entrypoint, command and variables). A custom
+// executor runs no service; the runner describes them to its execs in
+// CUSTOM_ENV_CI_JOB_SERVICES.
+struct JobService {
+  std::string name;
+  std::string alias;
+  std::vector<std::string> entrypoint;
+  std::vector<std::string> command;
+  // `variables:`, in file order, values as strings.
+  std::vector<std::pair<std::string, std::string>> variables;
+};
+
 struct JobDependency {
   int64_t id = 0;
   std::string token;
@@ -94,6 +108,7 @@ struct JobPayload {
   std::vector<JobArtifact> artifacts;
   std::vector<JobCache> caches;  // "cache" in the JSON.
   std::vector<JobDependency> dependencies;
+  std::vector<JobService> services;
 
   // The last value of variable `key` in `variables` (later entries win, as in
   // the runner), or nullopt.

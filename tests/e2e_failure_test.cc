@@ -45,8 +45,8 @@ TEST_F(GangFailureTest, OneFailingMemberStopsTheWholeGangFast) {
   const std::string log1 = MemberLog(1);
   const std::string log2 = MemberLog(2);
   EXPECT_THAT(log2, HasSubstr("member 2 fails"));
-  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 3\n")) << log2;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit status 3\n")) << log2;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
 
@@ -204,8 +204,8 @@ TEST_F(GangFailureTest, KilledTrainingStopsEveryMemberWithinSeconds) {
   const std::string log1 = MemberLog(1);
   const std::string log2 = MemberLog(2);
   // torchrun exits 1 when its worker was killed.
-  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 1\n")) << log2;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit status 1\n")) << log2;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   static const std::regex kRootCause(
@@ -247,7 +247,7 @@ TEST_F(GangFailureTest, CancelledMemberStopsTheGangAndLeavesNoProcess) {
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = MemberLog(1);
   const std::string log2 = MemberLog(2);
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   static const std::regex kRootCause(
@@ -313,7 +313,7 @@ TEST_F(GangFailureTest, OperatorCancelStopsEveryMember) {
   for (int index : {1, 2}) {
     const std::string log = MemberLog(index);
     EXPECT_THAT(log, HasSubstr("gdt: " + reason)) << log;
-    EXPECT_THAT(log, HasSubstr(absl::StrCat("Job failed: exit code ",
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("Job failed: exit status ",
                                             kPeerFailureExitCode, "\n")))
         << log;
   }
@@ -338,7 +338,7 @@ TEST_F(GangFailureTest, RetriedGangFormsTheNextEpochAndSucceeds) {
   CommandResult first = cluster_.RunLocal(
       project, "train", {"--pipeline-id", "4242"}, seconds(90));
   ASSERT_FALSE(first.status.success()) << first.output;
-  EXPECT_THAT(MemberLog(2), HasSubstr("Job failed: exit code 3\n"));
+  EXPECT_THAT(MemberLog(2), HasSubstr("Job failed: exit status 3\n"));
 
   CommandResult retry = cluster_.RunLocal(
       project, "train", {"--pipeline-id", "4242", "--first-job-id", "4242500"},
@@ -462,7 +462,7 @@ TEST_F(GangFailureTest, VanishedExecutorIsLostAndFencedAfterTheRetry) {
       R"(gdt: gang \S+ failed: member 1/2 \(job 4343001 on host local\) was lost: its executor went away \(the build_script stream to the agent on host local broke\) at \d\d:\d\d:\d\d UTC; stopping\n)");
   ASSERT_TRUE(WaitFor(
       [&] {
-        return MemberLog(2).find(absl::StrCat("Job failed: exit code ",
+        return MemberLog(2).find(absl::StrCat("Job failed: exit status ",
                                               kPeerFailureExitCode)) !=
                std::string::npos;
       },

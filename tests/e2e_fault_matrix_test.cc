@@ -537,7 +537,7 @@ void FaultMatrixTest::RunCell(const Cell& cell) {
     } else {
       EXPECT_TRUE(std::regex_search(log1, culprit)) << log1 << cluster_.Logs();
       EXPECT_TRUE(std::regex_search(log2, culprit)) << log2;
-      EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+      EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                                kPeerFailureExitCode, "\n")))
           << log1;
     }

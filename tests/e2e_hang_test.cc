@@ -71,10 +71,10 @@ TEST(HangWatchdogTest, MemberWithoutProgressFailsTheGangAsHungWithEvidence) {
   ASSERT_TRUE(std::regex_search(log2, match, kRootCause)) << log2;
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
       << log1;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
-  EXPECT_THAT(log2, Not(HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log2, Not(HasSubstr(absl::StrCat("Job failed: exit status ",
                                                kPeerFailureExitCode, "\n"))))
       << log2;
 
@@ -212,7 +212,7 @@ TEST(HangWatchdogTest, NamesTheMemberThatStoppedFirstNotTheFirstToReport) {
   EXPECT_GE(std::atof(match[2].str().c_str()), 1.9) << match[0];
   EXPECT_THAT(log2, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
       << log2;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   EXPECT_TRUE(JobProcesses(cluster).empty())

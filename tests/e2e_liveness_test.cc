@@ -94,7 +94,7 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   EXPECT_FALSE(result.status.success()) << result.output;
   const std::string log1 = log(1);
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log1;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   EXPECT_THAT(log(2), HasSubstr(absl::StrCat("gdt: ", reason, "\n"))) << log(2);
@@ -165,7 +165,7 @@ TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
   CommandResult result = FinishRun(*run, seconds(90));
   EXPECT_FALSE(result.status.success()) << result.output;
   EXPECT_THAT(log(1), HasSubstr(absl::StrCat("gdt: ", reason, "\n")));
-  EXPECT_THAT(log(1), HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log(1), HasSubstr(absl::StrCat("Job failed: exit status ",
                                              kPeerFailureExitCode, "\n")));
   EXPECT_THAT(log(2), HasSubstr(absl::StrCat("gdt: ", reason, "\n")));
   // The dead agent's training loses its peer and ends: nothing is left.

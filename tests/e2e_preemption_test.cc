@@ -181,7 +181,8 @@ TEST_F(PreemptionE2eTest,
     EXPECT_THAT(log, HasSubstr("GPU-hours (preemption 1 of at most 3)"));
     EXPECT_THAT(log, Not(HasSubstr("trained 40 steps")));
   }
-  EXPECT_THAT(preempted.output, HasSubstr("exit code 76")) << preempted.output;
+  EXPECT_THAT(preempted.output, HasSubstr("Job failed: exit status 76"))
+      << preempted.output;
 
   absl::StatusOr<nlohmann::json> status = cluster_.Status();
   ASSERT_TRUE(status.ok()) << status.status();
@@ -426,7 +427,8 @@ TEST_F(ShortGracePreemptionE2eTest,
 
   const CommandResult low_done = FinishRun(*low, seconds(60));
   EXPECT_FALSE(low_done.status.success()) << low_done.output;
-  EXPECT_THAT(low_done.output, HasSubstr("exit code 76")) << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("Job failed: exit status 76"))
+      << low_done.output;
   EXPECT_THAT(low_done.output,
               HasSubstr(absl::StrCat("preempted by gang high-p1-pl8282-n1 "
                                      "(priority 5) at ")))
@@ -493,7 +495,8 @@ TEST_F(ShortGracePreemptionE2eTest,
   WriteFile(release_, "");
   const CommandResult low_done = FinishRun(*low, seconds(60));
   EXPECT_FALSE(low_done.status.success()) << low_done.output;
-  EXPECT_THAT(low_done.output, HasSubstr("exit code 76")) << low_done.output;
+  EXPECT_THAT(low_done.output, HasSubstr("Job failed: exit status 76"))
+      << low_done.output;
 }
 
 }  // namespace

@@ -198,7 +198,7 @@ TEST_F(ReconcileTest, FailureDuringALongOutageIsNotLost) {
                  "local\\) exited 3 at ([0-9:]+) UTC")))
       << log1 << cluster_.Logs();
   EXPECT_LE(cause[1].str(), exited_by) << log1;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   EXPECT_THAT(cluster_.Logs(), HasSubstr("event=exit_delivered"));
@@ -241,7 +241,7 @@ TEST_F(ReconcileTest, KilledLocalRankBlamesItsOwnMember) {
                                     "[0-9]+ on host local\\) exited "))
         << *log;
   }
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   EXPECT_EQ(LeasedMembers(cluster_), 0) << cluster_.Status()->dump();

@@ -44,11 +44,11 @@ TEST_F(RunnerFidelityTest, StepScriptStageKeepsTheExitBarrier) {
   EXPECT_FALSE(run.status.success()) << run.output;
   const std::string log1 = MemberLog(1);
   const std::string log2 = MemberLog(2);
-  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 3\n")) << log2;
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit status 3\n")) << log2;
   EXPECT_THAT(log1, HasSubstr("member 1 done")) << log1;
   EXPECT_THAT(log1, HasSubstr("gdt: waiting for 1 other member to finish"))
       << log1;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
 }
@@ -115,7 +115,7 @@ TEST_F(RunnerFidelityTest, PreparationRetryOfAFailedGangIsASystemFailure) {
     const std::string log = MemberLog(member);
     EXPECT_THAT(log, HasSubstr("Will be retried in")) << log;
     EXPECT_THAT(log, HasSubstr("ERROR: Job failed (system failure)")) << log;
-    EXPECT_THAT(log, Not(HasSubstr("Job failed: exit code"))) << log;
+    EXPECT_THAT(log, Not(HasSubstr("Job failed: exit status"))) << log;
   }
 }
 

@@ -164,13 +164,13 @@ TEST_P(DeadRankTest, BlamesItsOwnMemberEveryTime) {
   EXPECT_EQ(match[3].str(), "1") << match[0];
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("gdt: ", match[1].str(), "\n")))
       << log1;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit code ",
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("Job failed: exit status ",
                                            kPeerFailureExitCode, "\n")))
       << log1;
   EXPECT_TRUE(log1.find("Connection closed by peer") != std::string::npos ||
               log1.find("Connection reset by peer") != std::string::npos)
       << log1;
-  EXPECT_THAT(log2, HasSubstr("Job failed: exit code 1\n")) << log2;
+  EXPECT_THAT(log2, HasSubstr("Job failed: exit status 1\n")) << log2;
   if (killed_at >= 0) {
     // The time of member 2's exit on its host: after the kill and before
     // the job ended (same clock here).
