@@ -195,9 +195,11 @@ absl::Status HaServer::RestartStandby() {
   std::unique_ptr<grpc::Server> old;
   {
     MutexLock lock(mu_);
-    // Promote() and Shutdown() stop the watch before they take the
-    // standby server, so it is only gone once this replica leads.
-    if (stopping_ || standby_ == nullptr) return absl::OkStatus();
+    // Promote() and Shutdown() stop the watch (this thread) before they
+    // take the standby server, so while the watch runs this replica is a
+    // standby; no server means the last restart could not listen, and
+    // this one tries again.
+    if (stopping_) return absl::OkStatus();
     old = std::move(standby_);
   }
   spdlog::warn("event=coordinator_listener_restart address={} reason={}",
@@ -205,8 +207,10 @@ absl::Status HaServer::RestartStandby() {
                LogValue("the standby's endpoint does not answer its own "
                         "check"));
   // Outside mu_: calls in flight ask the refusal's message under it.
-  old->Shutdown(std::chrono::system_clock::now());
-  old.reset();
+  if (old != nullptr) {
+    old->Shutdown(std::chrono::system_clock::now());
+    old.reset();
+  }
   int port = 0;
   std::unique_ptr<grpc::Server> standby = StartStandby(bound_address_, &port);
   if (standby == nullptr) {
