@@ -32,6 +32,10 @@ def frame(kind, flags, stream_id, payload):
 def literal(name, value):
     """An HPACK header without indexing, names and values short."""
     name, value = name.encode(), value.encode()
+    if len(name) > 126 or len(value) > 126:
+        raise SystemExit(f"coord_stalled_streams: header {name!r} or its value "
+                         "is longer than 126 bytes, which this script cannot "
+                         "encode")
     return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
 
@@ -44,9 +48,14 @@ def rss_kib(pid):
 
 
 def status_seconds(binary, endpoint):
+    """gdt-coord status's exit code and seconds; None when it did not answer
+    within 60 s."""
     start = time.monotonic()
-    done = subprocess.run([binary, "status", "--coordinator", endpoint],
-                          capture_output=True, timeout=60)
+    try:
+        done = subprocess.run([binary, "status", "--coordinator", endpoint],
+                              capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None, time.monotonic() - start
     return done.returncode, time.monotonic() - start
 
 
@@ -84,7 +93,8 @@ def main():
             line += f" rss {rss_kib(args.pid)} KiB"
         if args.status:
             code, seconds = status_seconds(args.status, args.endpoint)
-            line += f" status exit {code} in {seconds:.2f} s"
+            line += (" status: no answer in 60 s" if code is None else
+                     f" status exit {code} in {seconds:.2f} s")
         print(line, flush=True)
         time.sleep(min(10, max(0, end - time.monotonic())))
     for connection in sockets:
