@@ -144,22 +144,12 @@ absl::StatusOr<std::unique_ptr<HaServer>> HaServer::Start(const Config& config,
   if (!security.ok()) return security.status();
   absl::StatusOr<HostPort> advertised = ParseHostPort(server->advertised_);
   const std::string tls_name = advertised.ok() ? advertised->host : "";
-  rendezvous::EndpointWatch::Options options;
-  options.who = "coordinator";
-  options.while_unanswered =
+  server->standby_watch_ = CoordinatorServer::WatchEndpoint(
+      server->bound_address_, tls_name, *security,
       "new connections to this standby fail; its listener is restarted "
-      "after repeated failed checks, once descriptors are free";
-  options.when_answered = "the standby accepts new connections again";
-  const std::string endpoint = server->bound_address_;
-  server->standby_watch_ = std::make_unique<rendezvous::EndpointWatch>(
-      endpoint, options,
-      [endpoint, security = *security, tls_name] {
-        return rendezvous::ProbeEndpoint(
-            "coordinator", endpoint, security, tls_name,
-            CoordinatorServer::kEndpointProbeDeadline);
-      },
+      "after repeated failed checks, once descriptors are free",
+      "the standby accepts new connections again",
       [self] { return self->RestartStandby(); });
-  server->standby_watch_->Start();
   server->election_ = std::make_unique<LeaderElection>(
       std::move(*election_client),
       state::EtcdStore::Prefix(config.etcd_cluster) + "leader",

@@ -229,13 +229,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       config.advertise_endpoint.empty() ? server->bound_address_
                                         : config.advertise_endpoint);
   const std::string tls_name = advertised.ok() ? advertised->host : "";
-  server->main_watch_ =
-      server->WatchEndpoint(server->bound_address_, tls_name, *agent_security,
-                            &CoordinatorServer::RestartMainServer);
+  constexpr char kUnanswered[] =
+      "new connections fail; the listener is restarted after repeated "
+      "failed checks, once descriptors are free";
+  constexpr char kAnswered[] = "accepts new connections again";
+  CoordinatorServer* self = server.get();
+  server->main_watch_ = WatchEndpoint(
+      server->bound_address_, tls_name, *agent_security, kUnanswered, kAnswered,
+      [self] { return self->RestartMainServer(); });
   if (server->liveness_server_ != nullptr) {
-    server->liveness_watch_ = server->WatchEndpoint(
-        server->liveness_address_, tls_name, *agent_security,
-        &CoordinatorServer::RestartLivenessServer);
+    server->liveness_watch_ = WatchEndpoint(
+        server->liveness_address_, tls_name, *agent_security, kUnanswered,
+        kAnswered, [self] { return self->RestartLivenessServer(); });
   }
   return server;
 }
@@ -264,14 +269,12 @@ absl::Status CoordinatorServer::StartMainServer(const std::string& address,
 
 std::unique_ptr<rendezvous::EndpointWatch> CoordinatorServer::WatchEndpoint(
     const std::string& endpoint, const std::string& tls_target_name,
-    const rendezvous::ClientSecurity& security,
-    absl::Status (CoordinatorServer::*restart)()) {
+    const rendezvous::ClientSecurity& security, std::string while_unanswered,
+    std::string when_answered, std::function<absl::Status()> restart) {
   rendezvous::EndpointWatch::Options options;
   options.who = "coordinator";
-  options.while_unanswered =
-      "new connections fail; the listener is restarted after repeated "
-      "failed checks, once descriptors are free";
-  options.when_answered = "accepts new connections again";
+  options.while_unanswered = std::move(while_unanswered);
+  options.when_answered = std::move(when_answered);
   auto watch = std::make_unique<rendezvous::EndpointWatch>(
       endpoint, options,
       [endpoint, security, tls_target_name] {
@@ -279,7 +282,7 @@ std::unique_ptr<rendezvous::EndpointWatch> CoordinatorServer::WatchEndpoint(
                                          tls_target_name,
                                          kEndpointProbeDeadline);
       },
-      [this, restart] { return (this->*restart)(); });
+      std::move(restart));
   watch->Start();
   return watch;
 }

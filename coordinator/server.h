@@ -2,6 +2,7 @@
 #define GDT_COORDINATOR_SERVER_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -102,18 +103,20 @@ class CoordinatorServer {
   // How long the check of the coordinator's own endpoints waits for an
   // answer.
   static constexpr std::chrono::seconds kEndpointProbeDeadline{3};
+  // Starts a watch of a coordinator's own `endpoint` (its main or liveness
+  // server, or a standby's) that calls `restart` after repeated failed
+  // checks (docs/security.md "Descriptor exhaustion"); `while_unanswered`
+  // and `when_answered` end its log lines. HaServer's standby uses it too.
+  static std::unique_ptr<rendezvous::EndpointWatch> WatchEndpoint(
+      const std::string& endpoint, const std::string& tls_target_name,
+      const rendezvous::ClientSecurity& security, std::string while_unanswered,
+      std::string when_answered, std::function<absl::Status()> restart);
 
  private:
   CoordinatorServer() = default;
 
   // Builds and starts server_ on `address` with the services; sets *port.
   absl::Status StartMainServer(const std::string& address, int* port);
-  // Starts a watch on `endpoint` that calls `restart` (docs/security.md
-  // "Descriptor exhaustion").
-  std::unique_ptr<rendezvous::EndpointWatch> WatchEndpoint(
-      const std::string& endpoint, const std::string& tls_target_name,
-      const rendezvous::ClientSecurity& security,
-      absl::Status (CoordinatorServer::*restart)());
 
   AgentPortChecker port_checker_;
   std::unique_ptr<MemberVerifier> verifier_;  // Null: members not verified.
