@@ -533,22 +533,22 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
     daemon->disk_watch_ = std::make_unique<DiskWatch>(
         options, [supervisor] { return supervisor->MemberDiskScopes(); },
         [supervisor, max](const std::string& member_id, const DiskUse& use,
-                          const std::string& where) {
-          const std::string line = absl::StrCat(
-              "gdt: disk limit: this member holds ", use.bytes, " bytes in ",
-              where, ", above member_disk_max (", max,
-              " bytes, in the agent's config); its processes were stopped\n");
+                          const std::string& where, const std::string& line,
+                          bool first) {
           absl::StatusOr<uint32_t> stopped =
               supervisor->StopMember(member_id, line);
           if (!stopped.ok()) {
             spdlog::warn("event=member_disk_limit_failed member={} error={}",
                          LogValue(member_id),
                          LogValue(stopped.status().ToString()));
-          } else if (*stopped > 0) {
+          } else if (*stopped > 0 || first) {
+            // Once at least, even when nothing was left to stop (without
+            // cgroups, what left the stages' process groups is not found).
             spdlog::warn(
-                "event=member_disk_limit member={} bytes={} "
+                "event=member_disk_limit member={} bytes={} truncated={} "
                 "member_disk_max={} stopped={} where={}",
-                LogValue(member_id), use.bytes, max, *stopped, LogValue(where));
+                LogValue(member_id), use.bytes, use.truncated, max, *stopped,
+                LogValue(where));
           }
         });
     daemon->disk_watch_->Start();

@@ -1,12 +1,14 @@
 #include "agent/disk_use.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <set>
 #include <utility>
 
@@ -24,8 +26,9 @@ using std::chrono::steady_clock;
 // system it started on, within the scope's bounds.
 class Walker {
  public:
-  explicit Walker(const DiskUseScope& scope, DiskUse& use)
-      : scope_(scope), use_(use) {
+  Walker(const DiskUseScope& scope, DiskUse& use,
+         const std::atomic<bool>* cancel)
+      : scope_(scope), use_(use), cancel_(cancel) {
     for (const std::string& path : scope.keep) {
       struct stat info = {};
       if (stat(path.c_str(), &info) == 0)
@@ -37,7 +40,7 @@ class Walker {
   void CountDir(const std::string& dir) {
     const int fd =
         open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) return Failed("open", dir);
     struct stat info = {};
     if (fstat(fd, &info) == 0 && Add(info)) CountAll(fd, info.st_dev, 0);
     close(fd);
@@ -47,7 +50,7 @@ class Walker {
   void CountOwned(const std::string& root) {
     const int fd =
         open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;
+    if (fd < 0) return Failed("open", root);
     struct stat info = {};
     if (fstat(fd, &info) == 0 && !Kept(info)) ScanOwned(fd, info.st_dev, 0);
     close(fd);
@@ -58,13 +61,41 @@ class Walker {
     return keep_.count({info.st_dev, info.st_ino}) != 0;
   }
 
-  // Counts one entry looked at; false once the bound is reached.
-  bool Visit() {
-    if (use_.entries >= scope_.max_entries) {
+  // A call failed (errno says why): unless the entry went away or was
+  // replaced meanwhile, the walk missed part of the scope.
+  void Failed(const char* call, const std::string& what) {
+    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return;
+    if (!use_.incomplete) {
+      use_.incomplete = true;
+      use_.error = absl::StrCat(call, " ", what, ": ", strerror(errno));
+    }
+  }
+
+  // Reached a bound: in the member's own files, the walk is truncated;
+  // in others' (directories of a shared root), incomplete.
+  void Bound(bool own, const char* which) {
+    if (own) {
       use_.truncated = true;
+    } else if (!use_.incomplete) {
+      use_.incomplete = true;
+      use_.error = absl::StrCat("more than the ", which,
+                                " of a walk in others' entries");
+    }
+  }
+
+  // Counts one entry looked at (the member's own, or another's in a
+  // shared root); false once a bound is reached or the walk is cancelled.
+  bool Visit(bool own) {
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+      use_.cancelled = true;
       return false;
     }
-    ++use_.entries;
+    size_t& entries = own ? use_.entries : others_;
+    if (entries >= scope_.max_entries) {
+      Bound(own, "max_entries");
+      return false;
+    }
+    ++entries;
     return true;
   }
 
@@ -80,40 +111,59 @@ class Walker {
 
   // Calls `each(name)` for the entries of the directory `fd` (read through
   // a duplicate, so that `fd` stays usable for the *at() calls) until it
-  // returns false or the bound is reached.
+  // returns false or the bound is reached; `own`: the entries are the
+  // member's.
   template <typename Each>
-  void ForEachName(int fd, Each each) {
+  void ForEachName(int fd, bool own, Each each) {
+    if (use_.cancelled) return;
     const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) return;
+    if (copy < 0) return Failed("dup", "a directory");
     DIR* dir = fdopendir(copy);
     if (dir == nullptr) {
+      Failed("fdopendir", "a directory");
       close(copy);
       return;
     }
-    while (const dirent* entry = readdir(dir)) {
+    while (true) {
+      errno = 0;
+      const dirent* entry = readdir(dir);
+      if (entry == nullptr) {
+        if (errno != 0) Failed("readdir", "a directory");
+        break;
+      }
       const char* name = entry->d_name;
       if ((name[0] == '.' && name[1] == '\0') ||
           (name[0] == '.' && name[1] == '.' && name[2] == '\0')) {
         continue;
       }
-      if (!Visit() || !each(name)) break;
+      if (!Visit(own) || !each(name)) break;
     }
     closedir(dir);
   }
 
+  // The directory `name` in `fd`, or -1 (counted as failed).
+  int OpenChild(int fd, const char* name) {
+    const int child =
+        openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (child < 0) Failed("openat", name);
+    return child;
+  }
+
   void CountAll(int fd, dev_t dev, int depth) {
-    ForEachName(fd, [&](const char* name) {
+    ForEachName(fd, /*own=*/true, [&](const char* name) {
       struct stat info = {};
-      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) return true;
+      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
+        Failed("fstatat", name);
+        return true;
+      }
       if (info.st_dev != dev || !Add(info) || !S_ISDIR(info.st_mode)) {
         return true;
       }
       if (depth + 1 >= scope_.max_depth) {
-        use_.truncated = true;
+        Bound(/*own=*/true, "max_depth");
         return true;
       }
-      const int child =
-          openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int child = OpenChild(fd, name);
       if (child < 0) return true;
       CountAll(child, dev, depth + 1);
       close(child);
@@ -128,19 +178,27 @@ class Walker {
   }
 
   void ScanOwned(int fd, dev_t dev, int depth) {
-    ForEachName(fd, [&](const char* name) {
+    ForEachName(fd, /*own=*/false, [&](const char* name) {
       struct stat info = {};
-      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) return true;
+      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
+        Failed("fstatat", name);
+        return true;
+      }
       if (Kept(info) || info.st_dev != dev) return true;
       const bool owned = info.st_uid == *scope_.owner;
+      // The member's own, looked at as another's: counted as its own (so
+      // that its entries at the top of /tmp cannot pass for others').
+      if (owned) {
+        --others_;
+        if (!Visit(/*own=*/true)) return false;
+      }
       if (!owned && !(S_ISDIR(info.st_mode) && Writable(info))) return true;
       if (owned && (!Add(info) || !S_ISDIR(info.st_mode))) return true;
       if (depth + 1 >= scope_.max_depth) {
-        use_.truncated = true;
+        Bound(owned, "max_depth");
         return true;
       }
-      const int child =
-          openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int child = OpenChild(fd, name);
       if (child < 0) return true;
       if (owned) {
         CountAll(child, dev, depth + 1);
@@ -154,6 +212,8 @@ class Walker {
 
   const DiskUseScope& scope_;
   DiskUse& use_;
+  const std::atomic<bool>* const cancel_;
+  size_t others_ = 0;  // Others' entries looked at in shared roots.
   std::set<std::pair<dev_t, ino_t>> keep_;
   std::set<std::pair<dev_t, ino_t>> seen_;
 };
@@ -170,9 +230,10 @@ std::vector<std::string> PathsOf(const DiskUseScope& scope) {
 
 }  // namespace
 
-DiskUse MeasureDiskUse(const DiskUseScope& scope) {
+DiskUse MeasureDiskUse(const DiskUseScope& scope,
+                       const std::atomic<bool>* cancel) {
   DiskUse use;
-  Walker walker(scope, use);
+  Walker walker(scope, use, cancel);
   for (const std::string& dir : scope.dirs) walker.CountDir(dir);
   if (scope.owner.has_value()) {
     for (const std::string& root : scope.shared_roots) walker.CountOwned(root);
@@ -205,6 +266,23 @@ std::string DescribeDiskUseScope(const DiskUseScope& scope) {
   return text;
 }
 
+std::string DiskLimitLine(const DiskUse& use, const DiskUseScope& scope,
+                          uint64_t member_max) {
+  if (use.truncated) {
+    return absl::StrCat(
+        "gdt: disk limit: this member holds more than ", scope.max_entries,
+        " entries (or directories deeper than ", scope.max_depth,
+        " levels) in ", DescribeDiskUseScope(scope),
+        ", more than the agent measures (member_disk_max is set); its "
+        "processes were stopped\n");
+  }
+  return absl::StrCat("gdt: disk limit: this member holds ", use.bytes,
+                      " bytes in ", DescribeDiskUseScope(scope),
+                      ", above member_disk_max (", member_max,
+                      " bytes, in the agent's config); its processes were "
+                      "stopped\n");
+}
+
 DiskWatch::DiskWatch(Options options, ListMembers members, StopMember stop)
     : options_(options), members_(std::move(members)), stop_(std::move(stop)) {}
 
@@ -228,6 +306,7 @@ void DiskWatch::Stop() {
     stopping_ = true;
     changed_.NotifyAll();
   }
+  cancel_.store(true);
   if (thread_.joinable()) thread_.join();
 }
 
@@ -241,6 +320,7 @@ void DiskWatch::CheckOnce() {
   const std::vector<Member> members = members_();
   std::map<std::string, Known> known;
   for (const Member& member : members) {
+    if (cancel_.load()) return;  // Stopping: the rest waits for no walk.
     const steady_clock::time_point now = steady_clock::now();
     const uint64_t used = FileSystemsUsedBytes(PathsOf(member.scope));
     Known entry;
@@ -258,11 +338,29 @@ void DiskWatch::CheckOnce() {
     const bool may_be_above = entry.upper_bound > options_.member_max;
     const bool due = now - entry.measured >= options_.full_every;
     if ((may_be_above || due) && now >= entry.next_walk) {
-      const DiskUse use = MeasureDiskUse(member.scope);
+      const DiskUse use = MeasureDiskUse(member.scope, &cancel_);
+      if (use.cancelled) return;
       const steady_clock::time_point done = steady_clock::now();
-      entry.upper_bound = use.bytes;
-      entry.used_then = FileSystemsUsedBytes(PathsOf(member.scope));
-      entry.measured = done;
+      const uint64_t used_now = FileSystemsUsedBytes(PathsOf(member.scope));
+      if (use.incomplete && !use.truncated) {
+        // What it did not count may be anywhere below the old bound (and
+        // what was written meanwhile on top of it).
+        entry.upper_bound = std::max(use.bytes, entry.upper_bound);
+        if (used_now > entry.used_then) {
+          entry.upper_bound += used_now - entry.used_then;
+        }
+        if (std::optional<uint64_t> count = incomplete_log_.Occur(done)) {
+          spdlog::warn(
+              "event=member_disk_walk_incomplete member={} counted_bytes={} "
+              "error={} count={}",
+              LogValue(member.member_id), use.bytes, LogValue(use.error),
+              *count);
+        }
+      } else {
+        entry.upper_bound = use.bytes;
+        entry.measured = done;
+      }
+      entry.used_then = used_now;
       // The next walk waits cost_factor times as long as this one took.
       entry.next_walk = done + (done - now) * options_.cost_factor;
       {
@@ -271,12 +369,16 @@ void DiskWatch::CheckOnce() {
       }
       spdlog::debug(
           "event=member_disk_measured member={} bytes={} entries={} "
-          "truncated={} ms={}",
+          "truncated={} incomplete={} ms={}",
           LogValue(member.member_id), use.bytes, use.entries, use.truncated,
+          use.incomplete,
           std::chrono::duration_cast<std::chrono::milliseconds>(done - now)
               .count());
-      if (use.bytes > options_.member_max) {
-        stop_(member.member_id, use, DescribeDiskUseScope(member.scope));
+      if (use.truncated || use.bytes > options_.member_max) {
+        stop_(member.member_id, use, DescribeDiskUseScope(member.scope),
+              DiskLimitLine(use, member.scope, options_.member_max),
+              !entry.stopped);
+        entry.stopped = true;
       }
     }
     known[member.member_id] = entry;

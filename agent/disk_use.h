@@ -6,6 +6,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "common/log_throttle.h"
 #include "common/mutex.h"
 
 namespace gdt::agent {
@@ -43,14 +45,25 @@ struct DiskUseScope {
 
 // What MeasureDiskUse() found.
 struct DiskUse {
-  uint64_t bytes = 0;      // Allocated (st_blocks), each inode once.
-  size_t entries = 0;      // Entries looked at.
-  bool truncated = false;  // A bound was reached; the rest was not counted.
+  uint64_t bytes = 0;  // Allocated (st_blocks), each inode once.
+  size_t entries = 0;  // The member's entries looked at.
+  // The member's own entries reached a bound of the scope (max_entries of
+  // them, or an own directory max_depth deep); the rest was not counted.
+  bool truncated = false;
+  // Part of the scope could not be looked at (an error other than an
+  // entry going away, e.g. EMFILE; or others' entries in a shared root
+  // reached a bound): `bytes` may be short. `error` says why.
+  bool incomplete = false;
+  std::string error;
+  // The walk was cancelled; nothing in it counts.
+  bool cancelled = false;
 };
 
 // Walks the scope with descriptors, without following links and without
-// leaving the file system of each directory or root.
-DiskUse MeasureDiskUse(const DiskUseScope& scope);
+// leaving the file system of each directory or root. Gives up (cancelled)
+// soon after `*cancel` becomes true.
+DiskUse MeasureDiskUse(const DiskUseScope& scope,
+                       const std::atomic<bool>* cancel = nullptr);
 
 // Bytes in use on the file systems that hold `paths` (each counted once;
 // a path that does not exist is skipped): what statvfs() says, cheap.
@@ -64,6 +77,13 @@ uint64_t FileSystemsUsedBytes(const std::vector<std::string>& paths);
 // limit, or when `full_every` passed since its last walk (other members'
 // deletions hide growth from the file systems' totals). Walks take at most
 // about 1/`cost_factor` of the watch thread's time.
+//
+// A walk that reaches a bound of the scope (the member holds more entries
+// than the agent measures) counts as above the limit. A walk that could not
+// look at everything (incomplete) stops a member only when what it did
+// count is above the limit, and never lowers the member's upper bound: a
+// flood of descriptors on the agent must neither stop members nor let one
+// write without bound.
 //
 // Thread-safe.
 class DiskWatch {
@@ -79,11 +99,13 @@ class DiskWatch {
     int cost_factor = 10;
   };
   // `members` lists the members to watch now; `stop` stops one that holds
-  // `use.bytes` (> member_max) in `where` (for the job's log).
+  // `use.bytes` (> member_max; or use.truncated) in `where`, `line` saying
+  // so for the job's log (DiskLimitLine()); `first` on the first stop of
+  // that member.
   using ListMembers = std::function<std::vector<Member>()>;
-  using StopMember =
-      std::function<void(const std::string& member_id, const DiskUse& use,
-                         const std::string& where)>;
+  using StopMember = std::function<void(
+      const std::string& member_id, const DiskUse& use,
+      const std::string& where, const std::string& line, bool first)>;
   DiskWatch(Options options, ListMembers members, StopMember stop);
   ~DiskWatch();
   DiskWatch(const DiskWatch&) = delete;
@@ -91,13 +113,13 @@ class DiskWatch {
 
   // Runs CheckOnce() every tick on a thread of its own until Stop().
   void Start();
+  // Returns soon, cancelling a walk under way.
   void Stop();
   // One round: measures the members that need it and stops those above
   // the bound.
   void CheckOnce();
 
-  // How many walks were made, and how long they took in all; for the
-  // agent's log and the tests.
+  // How many walks were made; for the tests.
   size_t walks() const;
 
  private:
@@ -106,6 +128,7 @@ class DiskWatch {
     uint64_t used_then = 0;    // Its file systems' total at that time.
     std::chrono::steady_clock::time_point measured{};
     std::chrono::steady_clock::time_point next_walk{};
+    bool stopped = false;  // Stopped for its disk use before.
   };
 
   const Options options_;
@@ -119,6 +142,9 @@ class DiskWatch {
   mutable Mutex mu_;
   CondVar changed_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::atomic<bool> cancel_{false};  // Set by Stop(); read by walks.
+  LogThrottle incomplete_log_ ABSL_GUARDED_BY(check_mu_){
+      std::chrono::minutes(1)};
   size_t walks_ ABSL_GUARDED_BY(mu_) = 0;
   std::thread thread_;
 };
@@ -126,6 +152,11 @@ class DiskWatch {
 // "in DIR, DIR and its account's files in ROOT ROOT": where the scope
 // looks, for the job's log.
 std::string DescribeDiskUseScope(const DiskUseScope& scope);
+
+// The line that ends the job's log of a member stopped for `use` (above
+// `member_max`, or more entries than `scope` lets the agent measure).
+std::string DiskLimitLine(const DiskUse& use, const DiskUseScope& scope,
+                          uint64_t member_max);
 
 }  // namespace gdt::agent
 

@@ -194,7 +194,8 @@ void Stage::Signal(StageSignal signal) {
 
 void Stage::StopWith(const std::string& line) {
   MutexLock lock(mu_);
-  if (finished_ || !stop_line_.empty()) return;
+  // Once the script exited, its kill would be discarded.
+  if (finished_ || exited_ || !stop_line_.empty()) return;
   stop_line_ = line;
   pending_.push_back(StageSignal::kKill);
   changed_.NotifyAll();
@@ -383,6 +384,10 @@ void Stage::Run() {
         changed_.WaitUntil(mu_, steady_clock::now() + kTick);
     }
   }
+  {
+    MutexLock lock(mu_);
+    exited_ = true;
+  }
   // The script is gone; anything it left in its group must not outlive it.
   child_->SignalGroup(SIGKILL);
   // Killed by the teardown watch: its ranks had finished their work.
@@ -448,11 +453,12 @@ void Stage::Run() {
       break;
     }
   }
-  // The agent stopped it (StopWith): the reason is the last line.
+  // The agent stopped it (StopWith, while the script ran): the reason is
+  // the last line; not when the script ended well before its kill came.
   std::string stop_line;
   {
     MutexLock lock(mu_);
-    stop_line = stop_line_;
+    if (!status->success()) stop_line = stop_line_;
   }
   if (!stop_line.empty()) {
     output_tail_.append(stop_line);

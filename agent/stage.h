@@ -124,9 +124,12 @@ class Stage {
   // stage has finished.
   void Signal(StageSignal signal);
 
-  // Kills the stage's process group now (SIGKILL) and ends its output with
-  // `line` (a "gdt: ..." line ending in '\n' saying why the agent stopped
-  // it); does nothing once the stage has finished or was stopped so before.
+  // Has the stage's process group killed (SIGKILL) by its supervising
+  // thread at its next turn, and then ends its output with `line` (a
+  // "gdt: ..." line ending in '\n' saying why the agent stopped it);
+  // does nothing once the script has exited (its stage may still be
+  // collecting output) or was stopped so before. The line is left out when
+  // the script ended with success before the kill came.
   void StopWith(const std::string& line);
 
   // Waits until the stage has finished or `deadline` passes; returns whether
@@ -187,6 +190,7 @@ class Stage {
   std::vector<StageSignal> pending_ ABSL_GUARDED_BY(mu_);
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
   std::string stop_line_ ABSL_GUARDED_BY(mu_);  // From StopWith().
+  bool exited_ ABSL_GUARDED_BY(mu_) = false;    // The script was reaped.
 
   std::thread thread_;
 };

@@ -265,6 +265,79 @@ TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
   EXPECT_LT(observer.bytes(), 1u << 20);
 }
 
+// An observer that takes no output while the script runs (so that the
+// stage keeps collecting it for a while after the script exited), and
+// records what it is given at the end.
+class HoldingObserver : public StageObserver {
+ public:
+  bool ReadyForOutput() override { return false; }
+  void OnOutput(OutputSource, std::string_view data) override {
+    MutexLock lock(mu_);
+    output_.append(data);
+  }
+  void OnExit(const ExitStatus& status) override {
+    MutexLock lock(mu_);
+    status_ = status;
+  }
+  std::string output() {
+    MutexLock lock(mu_);
+    return output_;
+  }
+  std::optional<ExitStatus> status() {
+    MutexLock lock(mu_);
+    return status_;
+  }
+
+ private:
+  Mutex mu_;
+  std::string output_ ABSL_GUARDED_BY(mu_);
+  std::optional<ExitStatus> status_ ABSL_GUARDED_BY(mu_);
+};
+
+// The agent stops a running stage: killed, its output ends in why. A stop
+// that comes after the script exited (while the stage still collects its
+// output) kills nothing, and the job's log does not say it was stopped.
+TEST(StageStopTest, OnlyAStopThatKilledTheScriptEndsItsOutput) {
+  const std::string line = "gdt: disk limit: stopped for the test\n";
+  {
+    test::TempDir dir;
+    Recorder recorder;
+    absl::StatusOr<std::shared_ptr<Stage>> stage = Stage::Start(
+        ScriptStage(dir, "echo started\nexec sleep 60\n"), &recorder, nullptr);
+    ASSERT_TRUE(stage.ok()) << stage.status();
+    ASSERT_TRUE(test::WaitFor([&] { return recorder.output() == "started\n"; },
+                              seconds(10)));
+    (*stage)->StopWith(line);
+    ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(10)));
+    ASSERT_TRUE(test::WaitFor([&] { return recorder.status().has_value(); },
+                              seconds(5)));
+    EXPECT_EQ(recorder.status()->signal, SIGKILL);
+    EXPECT_EQ(recorder.output(), "started\n" + line);
+  }
+  test::TempDir dir;
+  const std::string pid_file = dir.Sub("script.pid");
+  HoldingObserver observer;
+  absl::StatusOr<std::shared_ptr<Stage>> stage = Stage::Start(
+      ScriptStage(dir, absl::StrCat("echo $$ > ", pid_file, "\nexit 0\n")),
+      &observer, nullptr);
+  ASSERT_TRUE(stage.ok()) << stage.status();
+  // The script was reaped: the stage saw it exit.
+  ASSERT_TRUE(test::WaitFor(
+      [&] {
+        std::ifstream in(pid_file);
+        pid_t pid = 0;
+        return (in >> pid) && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+      },
+      seconds(10)));
+  EXPECT_FALSE((*stage)->finished());
+  (*stage)->StopWith(line);
+  ASSERT_TRUE((*stage)->WaitFinished(steady_clock::now() + seconds(10)));
+  ASSERT_TRUE(
+      test::WaitFor([&] { return observer.status().has_value(); }, seconds(5)));
+  EXPECT_TRUE(observer.status()->success()) << observer.status()->code();
+  EXPECT_EQ(observer.output(), "");
+}
+
 // Two ranks under a launcher shell: rank 0 finishes, rank 1 never leaves.
 // The stage ends as a success once rank 1 has been idle for the bound, and
 // nothing of it is left.

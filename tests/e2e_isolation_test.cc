@@ -892,11 +892,13 @@ TEST_F(IsolationTest, AJobCannotPlantArtifactsUnderAnotherJobsId) {
 // CPU slots: a bystander gang runs beside the one that fills the disk.
 class DiskFullTest : public IsolationTest {
  protected:
+  // Its own accounts: tests run two at a time, and a teardown purges what
+  // its accounts left (a test derived from it sets its own).
+  DiskFullTest() {
+    accounts_ = {"61031:61031", "61032:61032", "61033:61033", "61034:61034"};
+  }
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a tmpfs";
-    // Its own accounts: tests run two at a time, and a teardown purges
-    // what its accounts left.
-    accounts_ = {"61031:61031", "61032:61032", "61033:61033", "61034:61034"};
     cpu_slots_ = 4;
     disk_ = cluster_.dir().Sub("disk");
     fs::create_directories(disk_);
@@ -1031,9 +1033,9 @@ TEST_F(DiskFullTest, AJobThatFillsTheDiskEndsCleanlyAndOthersGoOn) {
 // same small file system as DiskFullTest.
 class DiskLimitTest : public DiskFullTest {
  protected:
-  void SetUp() override {
+  DiskLimitTest() {
+    accounts_ = {"61095:61095", "61096:61096", "61097:61097", "61098:61098"};
     agent_yaml_ = "member_disk_max: 8M\n";
-    DiskFullTest::SetUp();
   }
 };
 
@@ -1126,9 +1128,27 @@ TEST_F(DiskLimitTest, AJobThatWritesWithoutEndIsStoppedAndOthersWrite) {
       << "free " << FreeBytes();
 }
 
+// Accounts of its own, and its files in /tmp go even when the agent's
+// teardown did not purge them (the test failed).
+class DiskLimitTmpTest : public DiskLimitTest {
+ protected:
+  DiskLimitTmpTest() {
+    accounts_ = {"61100:61100", "61101:61101", "61102:61102", "61103:61103"};
+  }
+  void TearDown() override {
+    for (int index = 1; index <= 2; ++index) {
+      std::error_code ignored;
+      fs::remove(absl::StrCat(kTmpFile, index), ignored);
+    }
+    DiskLimitTest::TearDown();
+  }
+  // The file of member N is kTmpFile + N (its job id is 32000N).
+  static constexpr const char* kTmpFile = "/tmp/gdt-disk-limit-32000";
+};
+
 // What a member's pool account writes into /tmp counts towards its bound
 // too (not only its builds and scratch dirs), and it goes at teardown.
-TEST_F(DiskLimitTest, FilesOfItsAccountInTmpCount) {
+TEST_F(DiskLimitTmpTest, FilesOfItsAccountInTmpCount) {
   const std::string project = MakeProject(
       "dd if=/dev/zero of=/tmp/gdt-disk-limit-$CI_JOB_ID bs=1M count=12 "
       "status=none\n"
@@ -1148,8 +1168,7 @@ TEST_F(DiskLimitTest, FilesOfItsAccountInTmpCount) {
       ++stopped;
     }
     EXPECT_THAT(log, Not(HasSubstr("kept-12M-in-tmp"))) << log;
-    EXPECT_FALSE(fs::exists(absl::StrCat("/tmp/gdt-disk-limit-32000", index)))
-        << "left in /tmp";
+    EXPECT_FALSE(fs::exists(absl::StrCat(kTmpFile, index))) << "left in /tmp";
   }
   EXPECT_GE(stopped, 1) << MemberLogOf(cluster_, 1) << MemberLogOf(cluster_, 2);
 }
