@@ -268,30 +268,9 @@ TEST(StageOutputTest, OutputAfterTheScriptExitedIsReadOnlyAsFastAsItIsTaken) {
 // An observer that takes no output while the script runs (so that the
 // stage keeps collecting it for a while after the script exited), and
 // records what it is given at the end.
-class HoldingObserver : public StageObserver {
+class HoldingObserver : public Recorder {
  public:
   bool ReadyForOutput() override { return false; }
-  void OnOutput(OutputSource, std::string_view data) override {
-    MutexLock lock(mu_);
-    output_.append(data);
-  }
-  void OnExit(const ExitStatus& status) override {
-    MutexLock lock(mu_);
-    status_ = status;
-  }
-  std::string output() {
-    MutexLock lock(mu_);
-    return output_;
-  }
-  std::optional<ExitStatus> status() {
-    MutexLock lock(mu_);
-    return status_;
-  }
-
- private:
-  Mutex mu_;
-  std::string output_ ABSL_GUARDED_BY(mu_);
-  std::optional<ExitStatus> status_ ABSL_GUARDED_BY(mu_);
 };
 
 // The agent stops a running stage: killed, its output ends in why. A stop

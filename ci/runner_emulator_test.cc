@@ -2265,14 +2265,7 @@ TEST_F(RunnerEmulatorTest,
 // cleanup also removes the external git config (it holds the token) and
 // the repository's config and hooks.
 TEST_F(RunnerEmulatorTest, CleanupRejectsTheJobTokenAndRemovesTheJobsGitFiles) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   const std::string home = dir_.path() + "/home";
   fs::create_directories(home);
   const std::string store = home + "/creds";
@@ -2306,14 +2299,7 @@ TEST_F(RunnerEmulatorTest, CleanupRejectsTheJobTokenAndRemovesTheJobsGitFiles) {
 // the helper alone); `git config --global` writes land there, and the
 // cleanup removes it.
 TEST_F(RunnerEmulatorTest, TokenlessGitUrlsSeedAGlobalGitConfig) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   const std::string home = dir_.path() + "/home";
   fs::create_directories(home);
   WriteTextFile(home + "/.gitconfig", "[user]\n\tname = Seed Tester\n");
@@ -2359,14 +2345,7 @@ TEST_F(RunnerEmulatorTest, TokenlessGitUrlsSeedAGlobalGitConfig) {
 // with the job token, the server's rewrites are made for clone_url, and
 // the credentials rejected at the end are clone_url's server's.
 TEST_F(RunnerEmulatorTest, CloneUrlIsTheRemoteTheRunnersGitConfigUses) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   options_.job.variables.push_back({"CI_PROJECT_PATH", "ml/model"});
   options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
   options_.config.clone_url = "https://mirror.test:8443/git/";
@@ -2463,14 +2442,7 @@ exit 0
 // fetch cleans and resets the repository, clone removes the project
 // directory, none says it skips the step.
 TEST_F(RunnerEmulatorTest, JobCleanupFlagCleansTheBuildDirectory) {
-  const std::string project = dir_.path() + "/project";
-  std::string output;
-  ASSERT_TRUE(Git(project, {"init", "-q"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"add", "model.py"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"commit", "-q", "-m", "first"}, output)) << output;
-  ASSERT_TRUE(Git(project, {"rev-parse", "HEAD"}, output)) << output;
-  options_.job.sha = output.substr(0, 40);
-  options_.job.ref = "main";
+  ASSERT_TRUE(CommitProject("first"));
   options_.job.variables.push_back({"FF_ENABLE_JOB_CLEANUP", "true"});
   options_.job.variables.push_back({"GIT_STRATEGY", "fetch"});
   options_.job.steps = {

@@ -925,6 +925,20 @@ class DiskFullTest : public IsolationTest {
     }
   }
 
+  // Until the coordinator's status shows a gang running (60 s).
+  void WaitForARunningGang() {
+    std::string last;
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          absl::StatusOr<nlohmann::json> status = cluster_.Status();
+          if (!status.ok()) return false;
+          last = status->dump();
+          return absl::StrContains(last, "\"running\"");
+        },
+        seconds(60)))
+        << last << cluster_.Logs();
+  }
+
   uint64_t FreeBytes() const {
     struct statvfs info = {};
     if (statvfs(disk_.c_str(), &info) != 0) return 0;
@@ -976,16 +990,7 @@ TEST_F(DiskFullTest, AJobThatFillsTheDiskEndsCleanlyAndOthersGoOn) {
   std::unique_ptr<Subprocess> bystander =
       StartRunLocal(cluster_, project, "bystander", {"--pipeline-id", "300"});
   ASSERT_NE(bystander, nullptr);
-  std::string last;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster_.Status();
-        if (!status.ok()) return false;
-        last = status->dump();
-        return absl::StrContains(last, "\"running\"");
-      },
-      seconds(60)))
-      << last << cluster_.Logs();
+  ASSERT_NO_FATAL_FAILURE(WaitForARunningGang());
   std::unique_ptr<Subprocess> filler =
       StartRunLocal(cluster_, project, "fill", {"--pipeline-id", "301"});
   ASSERT_NE(filler, nullptr);
@@ -1070,16 +1075,7 @@ TEST_F(DiskLimitTest, AJobThatWritesWithoutEndIsStoppedAndOthersWrite) {
   std::unique_ptr<Subprocess> writer =
       StartRunLocal(cluster_, project, "writer", {"--pipeline-id", "310"});
   ASSERT_NE(writer, nullptr);
-  std::string last;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster_.Status();
-        if (!status.ok()) return false;
-        last = status->dump();
-        return absl::StrContains(last, "\"running\"");
-      },
-      seconds(60)))
-      << last << cluster_.Logs();
+  ASSERT_NO_FATAL_FAILURE(WaitForARunningGang());
   std::unique_ptr<Subprocess> filler =
       StartRunLocal(cluster_, project, "fill", {"--pipeline-id", "311"});
   ASSERT_NE(filler, nullptr);
