@@ -201,24 +201,27 @@ TEST(DiskWatchTest, AMemberWithMoreEntriesThanAWalkLooksAtIsStopped) {
                          "set); its processes were stopped\n"));
 }
 
-// Runs `body` in a child process that can open only a few more
-// descriptors; its exit code (0: passed).
+// Runs `body` in a child process that can open only four more
+// descriptors (whatever it inherited); its exit code (0: passed).
 int WithFewDescriptors(const std::function<int()>& body) {
+  constexpr int kFree = 4;
   const pid_t pid = fork();
   if (pid == 0) {
     int highest = 0;
     for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
       highest = std::max(highest, std::stoi(entry.path().filename()));
     }
-    const rlimit limit = {static_cast<rlim_t>(highest + 1),
-                          static_cast<rlim_t>(highest + 1)};
+    // Room for more than kFree above the highest inherited one, so that
+    // giving back kFree leaves exactly that many however few it inherited.
+    const rlimit limit = {static_cast<rlim_t>(highest + 1 + kFree),
+                          static_cast<rlim_t>(highest + 1 + kFree)};
     if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(90);
-    // Takes every free one, then gives back three.
     std::vector<int> taken;
     for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
       taken.push_back(fd);
     }
-    for (int i = 0; i < 3 && !taken.empty(); ++i) {
+    if (taken.size() < kFree) _exit(93);
+    for (int i = 0; i < kFree; ++i) {
       close(taken.back());
       taken.pop_back();
     }
