@@ -1,22 +1,18 @@
 #include "agent/disk_use.h"
 
-#include <dirent.h>
-#include <fcntl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "testing/few_descriptors.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -201,37 +197,6 @@ TEST(DiskWatchTest, AMemberWithMoreEntriesThanAWalkLooksAtIsStopped) {
                          "set); its processes were stopped\n"));
 }
 
-// Runs `body` in a child process that can open only four more
-// descriptors (whatever it inherited); its exit code (0: passed).
-int WithFewDescriptors(const std::function<int()>& body) {
-  constexpr int kFree = 4;
-  const pid_t pid = fork();
-  if (pid == 0) {
-    int highest = 0;
-    for (const auto& entry : fs::directory_iterator("/proc/self/fd")) {
-      highest = std::max(highest, std::stoi(entry.path().filename()));
-    }
-    // Room for more than kFree above the highest inherited one, so that
-    // giving back kFree leaves exactly that many however few it inherited.
-    const rlimit limit = {static_cast<rlim_t>(highest + 1 + kFree),
-                          static_cast<rlim_t>(highest + 1 + kFree)};
-    if (setrlimit(RLIMIT_NOFILE, &limit) != 0) _exit(90);
-    std::vector<int> taken;
-    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
-      taken.push_back(fd);
-    }
-    if (taken.size() < kFree) _exit(93);
-    for (int i = 0; i < kFree; ++i) {
-      close(taken.back());
-      taken.pop_back();
-    }
-    _exit(body());
-  }
-  int status = 0;
-  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 91;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 92;
-}
-
 TEST(DiskWatchTest, AWalkThatRunsOutOfDescriptorsNeitherStopsNorForgets) {
   test::TempDir temp;
   const std::string builds = temp.Sub("builds");
@@ -240,7 +205,7 @@ TEST(DiskWatchTest, AWalkThatRunsOutOfDescriptorsNeitherStopsNorForgets) {
   WriteBytes(deep + "/data", 3 << 20);
 
   // The walk says it missed what it could not open.
-  EXPECT_EQ(WithFewDescriptors([&] {
+  EXPECT_EQ(test::WithFewDescriptors([&] {
               DiskUseScope scope;
               scope.dirs = {builds};
               const DiskUse use = MeasureDiskUse(scope);
@@ -252,7 +217,7 @@ TEST(DiskWatchTest, AWalkThatRunsOutOfDescriptorsNeitherStopsNorForgets) {
             0);
   // Not stopped for what it missed, yet measured again (its upper bound
   // stays above the bound) rather than trusted.
-  EXPECT_EQ(WithFewDescriptors([&] {
+  EXPECT_EQ(test::WithFewDescriptors([&] {
               OneMemberWatch member(builds, /*max=*/2 << 20, 1000, false);
               member.watch.CheckOnce();
               if (!member.stopped.empty()) return 1;
@@ -264,7 +229,7 @@ TEST(DiskWatchTest, AWalkThatRunsOutOfDescriptorsNeitherStopsNorForgets) {
             0);
   // What it did count, above the bound, stops it.
   WriteBytes(builds + "/top", 3 << 20);
-  EXPECT_EQ(WithFewDescriptors([&] {
+  EXPECT_EQ(test::WithFewDescriptors([&] {
               OneMemberWatch member(builds, /*max=*/2 << 20, 1000, false);
               member.watch.CheckOnce();
               return member.stopped.size() == 1 ? 0 : 1;
