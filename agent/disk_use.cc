@@ -1,19 +1,15 @@
 #include "agent/disk_use.h"
 
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/dir_walk.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
@@ -22,83 +18,48 @@ namespace {
 
 using std::chrono::steady_clock;
 
-// Walks with descriptors (openat, O_NOFOLLOW), never leaving the file
-// system it started on, within the scope's bounds.
-class Walker {
+// Counts a scope's bytes over one DirWalk: the member's own directories
+// whole, and what its account owns in the shared roots.
+class Counter {
  public:
-  Walker(const DiskUseScope& scope, DiskUse& use,
-         const std::atomic<bool>* cancel)
-      : scope_(scope), use_(use), cancel_(cancel) {
-    for (const std::string& path : scope.keep) {
-      struct stat info = {};
-      if (stat(path.c_str(), &info) == 0)
-        keep_.emplace(info.st_dev, info.st_ino);
+  Counter(const DiskUseScope& scope, const std::atomic<bool>* cancel)
+      : scope_(scope),
+        walk_(DirWalkOptions{scope.keep, scope.max_entries, scope.max_depth,
+                             cancel}) {}
+
+  DiskUse Measure() {
+    for (const std::string& dir : scope_.dirs) {
+      walk_.Root(
+          dir, /*own=*/true,
+          [this](const struct stat& info) { return Add(info); },
+          [this](int fd, const char* name, const struct stat& info, int depth) {
+            return CountAll(fd, name, info, depth);
+          });
     }
-  }
-
-  // Everything under `dir`, `dir` included.
-  void CountDir(const std::string& dir) {
-    const int fd =
-        open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Failed("open", dir);
-    struct stat info = {};
-    if (fstat(fd, &info) == 0 && Add(info)) CountAll(fd, info.st_dev, 0);
-    close(fd);
-  }
-
-  // What the owner holds under `root`.
-  void CountOwned(const std::string& root) {
-    const int fd =
-        open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return Failed("open", root);
-    struct stat info = {};
-    if (fstat(fd, &info) == 0 && !Kept(info)) ScanOwned(fd, info.st_dev, 0);
-    close(fd);
+    if (scope_.owner.has_value()) {
+      for (const std::string& root : scope_.shared_roots) {
+        // Others' entries there are looked at as others'; the member's own
+        // count as its own (so that its entries at the top of /tmp cannot
+        // pass for others').
+        walk_.FindOwned(root, *scope_.owner, scope_.owner_gid, /*own=*/false,
+                        [this](int fd, const char* name,
+                               const struct stat& info, int depth) {
+                          if (!walk_.OnRootFileSystem(info)) return true;
+                          return walk_.Claim() &&
+                                 CountAll(fd, name, info, depth);
+                        });
+      }
+    }
+    const DirWalkResult& walked = walk_.result();
+    use_.entries = walked.entries;
+    use_.truncated = walked.truncated;
+    use_.incomplete = walked.incomplete;
+    use_.error = walked.error;
+    use_.cancelled = walked.cancelled;
+    return use_;
   }
 
  private:
-  bool Kept(const struct stat& info) const {
-    return keep_.count({info.st_dev, info.st_ino}) != 0;
-  }
-
-  // A call failed (errno says why): unless the entry went away or was
-  // replaced meanwhile, the walk missed part of the scope.
-  void Failed(const char* call, const std::string& what) {
-    if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return;
-    if (!use_.incomplete) {
-      use_.incomplete = true;
-      use_.error = absl::StrCat(call, " ", what, ": ", strerror(errno));
-    }
-  }
-
-  // Reached a bound: in the member's own files, the walk is truncated;
-  // in others' (directories of a shared root), incomplete.
-  void Bound(bool own, const char* which) {
-    if (own) {
-      use_.truncated = true;
-    } else if (!use_.incomplete) {
-      use_.incomplete = true;
-      use_.error = absl::StrCat("more than the ", which,
-                                " of a walk in others' entries");
-    }
-  }
-
-  // Counts one entry looked at (the member's own, or another's in a
-  // shared root); false once a bound is reached or the walk is cancelled.
-  bool Visit(bool own) {
-    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
-      use_.cancelled = true;
-      return false;
-    }
-    size_t& entries = own ? use_.entries : others_;
-    if (entries >= scope_.max_entries) {
-      Bound(own, "max_entries");
-      return false;
-    }
-    ++entries;
-    return true;
-  }
-
   // Adds the entry's blocks (an inode with several links once); false
   // for one counted before.
   bool Add(const struct stat& info) {
@@ -109,112 +70,22 @@ class Walker {
     return true;
   }
 
-  // Calls `each(name)` for the entries of the directory `fd` (read through
-  // a duplicate, so that `fd` stays usable for the *at() calls) until it
-  // returns false or the bound is reached; `own`: the entries are the
-  // member's.
-  template <typename Each>
-  void ForEachName(int fd, bool own, Each each) {
-    if (use_.cancelled) return;
-    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) return Failed("dup", "a directory");
-    DIR* dir = fdopendir(copy);
-    if (dir == nullptr) {
-      Failed("fdopendir", "a directory");
-      close(copy);
-      return;
-    }
-    while (true) {
-      errno = 0;
-      const dirent* entry = readdir(dir);
-      if (entry == nullptr) {
-        if (errno != 0) Failed("readdir", "a directory");
-        break;
-      }
-      const char* name = entry->d_name;
-      if ((name[0] == '.' && name[1] == '\0') ||
-          (name[0] == '.' && name[1] == '.' && name[2] == '\0')) {
-        continue;
-      }
-      if (!Visit(own) || !each(name)) break;
-    }
-    closedir(dir);
-  }
-
-  // The directory `name` in `fd`, or -1 (counted as failed).
-  int OpenChild(int fd, const char* name) {
-    const int child =
-        openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (child < 0) Failed("openat", name);
-    return child;
-  }
-
-  void CountAll(int fd, dev_t dev, int depth) {
-    ForEachName(fd, /*own=*/true, [&](const char* name) {
-      struct stat info = {};
-      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
-        Failed("fstatat", name);
-        return true;
-      }
-      if (info.st_dev != dev || !Add(info) || !S_ISDIR(info.st_mode)) {
-        return true;
-      }
-      if (depth + 1 >= scope_.max_depth) {
-        Bound(/*own=*/true, "max_depth");
-        return true;
-      }
-      const int child = OpenChild(fd, name);
-      if (child < 0) return true;
-      CountAll(child, dev, depth + 1);
-      close(child);
+  // One of the member's entries, a directory with all it holds.
+  bool CountAll(int fd, const char* name, const struct stat& info, int depth) {
+    if (!walk_.OnRootFileSystem(info) || !Add(info) || !S_ISDIR(info.st_mode)) {
       return true;
-    });
-  }
-
-  // A directory others may write to: the owner can have entries there.
-  bool Writable(const struct stat& info) const {
-    return (info.st_mode & S_IWOTH) != 0 ||
-           ((info.st_mode & S_IWGRP) != 0 && info.st_gid == scope_.owner_gid);
-  }
-
-  void ScanOwned(int fd, dev_t dev, int depth) {
-    ForEachName(fd, /*own=*/false, [&](const char* name) {
-      struct stat info = {};
-      if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
-        Failed("fstatat", name);
-        return true;
-      }
-      if (Kept(info) || info.st_dev != dev) return true;
-      const bool owned = info.st_uid == *scope_.owner;
-      // The member's own, looked at as another's: counted as its own (so
-      // that its entries at the top of /tmp cannot pass for others').
-      if (owned) {
-        --others_;
-        if (!Visit(/*own=*/true)) return false;
-      }
-      if (!owned && !(S_ISDIR(info.st_mode) && Writable(info))) return true;
-      if (owned && (!Add(info) || !S_ISDIR(info.st_mode))) return true;
-      if (depth + 1 >= scope_.max_depth) {
-        Bound(owned, "max_depth");
-        return true;
-      }
-      const int child = OpenChild(fd, name);
-      if (child < 0) return true;
-      if (owned) {
-        CountAll(child, dev, depth + 1);
-      } else {
-        ScanOwned(child, dev, depth + 1);
-      }
-      close(child);
-      return true;
-    });
+    }
+    walk_.Enter(fd, name, info, depth, /*own=*/true,
+                [this](int child, const char* inner,
+                       const struct stat& inner_info, int inner_depth) {
+                  return CountAll(child, inner, inner_info, inner_depth);
+                });
+    return true;
   }
 
   const DiskUseScope& scope_;
-  DiskUse& use_;
-  const std::atomic<bool>* const cancel_;
-  size_t others_ = 0;  // Others' entries looked at in shared roots.
-  std::set<std::pair<dev_t, ino_t>> keep_;
+  DirWalk walk_;
+  DiskUse use_;
   std::set<std::pair<dev_t, ino_t>> seen_;
 };
 
@@ -232,13 +103,7 @@ std::vector<std::string> PathsOf(const DiskUseScope& scope) {
 
 DiskUse MeasureDiskUse(const DiskUseScope& scope,
                        const std::atomic<bool>* cancel) {
-  DiskUse use;
-  Walker walker(scope, use, cancel);
-  for (const std::string& dir : scope.dirs) walker.CountDir(dir);
-  if (scope.owner.has_value()) {
-    for (const std::string& root : scope.shared_roots) walker.CountOwned(root);
-  }
-  return use;
+  return Counter(scope, cancel).Measure();
 }
 
 uint64_t FileSystemsUsedBytes(const std::vector<std::string>& paths) {

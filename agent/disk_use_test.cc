@@ -237,6 +237,23 @@ TEST(DiskWatchTest, AWalkThatRunsOutOfDescriptorsNeitherStopsNorForgets) {
             0);
 }
 
+// A walk holds one descriptor per level it is down: with four free, a
+// tree four levels deep (the root and three below it) is counted whole.
+TEST(DiskUseTest, AWalkHoldsOneDescriptorPerLevel) {
+  test::TempDir temp;
+  const std::string builds = temp.Sub("builds");
+  fs::create_directories(builds + "/a/b/c");
+  WriteBytes(builds + "/a/b/c/data", 1 << 20);
+  EXPECT_EQ(test::WithFewDescriptors([&] {
+              DiskUseScope scope;
+              scope.dirs = {builds};
+              const DiskUse use = MeasureDiskUse(scope);
+              if (use.incomplete) return 1;
+              return use.bytes >= (1u << 20) ? 0 : 2;
+            }),
+            0);
+}
+
 TEST(DiskUseTest, ACancelledWalkEndsAtOnce) {
   test::TempDir temp;
   const std::string builds = temp.Sub("builds");

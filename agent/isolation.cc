@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/dir_walk.h"
 
 namespace gdt::agent {
 namespace {
@@ -71,137 +72,35 @@ size_t ProcessesOf(uid_t uid) {
   return count;
 }
 
-// Walks the roots with descriptors (openat, O_NOFOLLOW), never leaving a
-// root's file system, within the bounds.
-class Purger {
- public:
-  Purger(uid_t uid, gid_t gid, const PurgeOptions& options, PurgeCounts& counts)
-      : uid_(uid), gid_(gid), options_(options), counts_(counts) {
-    for (const std::string& path : options.keep) {
-      struct stat info = {};
-      if (stat(path.c_str(), &info) == 0)
-        keep_.emplace(info.st_dev, info.st_ino);
+// Removes `name` (`info`) in `dir`: a directory with everything in it,
+// whoever owns that (the account made the directory).
+bool RemoveEntry(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
+                 const struct stat& info, int depth) {
+  if (!S_ISDIR(info.st_mode)) {
+    if (unlinkat(dir, name, 0) == 0) {
+      ++counts.files;
+    } else if (errno != ENOENT) {
+      ++counts.failed;
     }
-  }
-
-  void PurgeRoot(const std::string& root) {
-    const int fd =
-        open(root.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0) return;  // Not there (e.g. no /dev/mqueue).
-    struct stat info = {};
-    if (fstat(fd, &info) == 0 && !Kept(info)) {
-      Scan(fd, info.st_dev, 0);
-    }
-    close(fd);
-  }
-
- private:
-  bool Kept(const struct stat& info) const {
-    return keep_.count({info.st_dev, info.st_ino}) != 0;
-  }
-
-  // Counts one entry looked at; false once the bound is reached.
-  bool Visit() {
-    if (visited_ >= options_.max_entries) {
-      counts_.truncated = true;
-      return false;
-    }
-    ++visited_;
     return true;
   }
-
-  // The names in the directory `fd` (read through a duplicate, so that
-  // `fd` stays usable for the *at() calls).
-  std::vector<std::string> Names(int fd) {
-    std::vector<std::string> names;
-    const int copy = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-    if (copy < 0) return names;
-    DIR* dir = fdopendir(copy);
-    if (dir == nullptr) {
-      close(copy);
-      return names;
-    }
-    rewinddir(dir);
-    while (const dirent* entry = readdir(dir)) {
-      const std::string name = entry->d_name;
-      if (name != "." && name != "..") names.push_back(name);
-    }
-    closedir(dir);
-    return names;
+  // A mount point, one too deep, or one that cannot be opened stays.
+  if (!walk.Enter(dir, name, info, depth, /*own=*/true,
+                  [&](int child, const char* inner,
+                      const struct stat& inner_info, int inner_depth) {
+                    return RemoveEntry(walk, counts, child, inner, inner_info,
+                                       inner_depth);
+                  })) {
+    ++counts.failed;
+    return true;
   }
-
-  // A directory others may write to: an account can own entries there.
-  bool Writable(const struct stat& info) const {
-    return (info.st_mode & S_IWOTH) != 0 ||
-           ((info.st_mode & S_IWGRP) != 0 && info.st_gid == gid_);
+  if (unlinkat(dir, name, AT_REMOVEDIR) == 0) {
+    ++counts.dirs;
+  } else if (errno != ENOENT) {
+    ++counts.failed;
   }
-
-  // Looks for the account's entries in the directory `fd`.
-  void Scan(int fd, dev_t dev, int depth) {
-    for (const std::string& name : Names(fd)) {
-      if (!Visit()) return;
-      struct stat info = {};
-      if (fstatat(fd, name.c_str(), &info, AT_SYMLINK_NOFOLLOW) != 0) continue;
-      if (Kept(info)) continue;
-      if (info.st_uid == uid_) {
-        Remove(fd, name, info, dev, depth);
-      } else if (S_ISDIR(info.st_mode) && info.st_dev == dev &&
-                 Writable(info) && depth < options_.max_depth) {
-        const int child = openat(
-            fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (child < 0) continue;
-        Scan(child, dev, depth + 1);
-        close(child);
-      }
-    }
-  }
-
-  // Removes `name` in `fd`: a directory with everything in it, whoever
-  // owns that (the account made the directory).
-  void Remove(int fd, const std::string& name, const struct stat& info,
-              dev_t dev, int depth) {
-    if (!S_ISDIR(info.st_mode)) {
-      if (unlinkat(fd, name.c_str(), 0) == 0) {
-        ++counts_.files;
-      } else if (errno != ENOENT) {
-        ++counts_.failed;
-      }
-      return;
-    }
-    if (info.st_dev != dev || depth >= options_.max_depth) {
-      ++counts_.failed;  // A mount point, or too deep.
-      return;
-    }
-    const int child = openat(fd, name.c_str(),
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (child < 0) {
-      ++counts_.failed;
-      return;
-    }
-    for (const std::string& inner : Names(child)) {
-      if (!Visit()) break;
-      struct stat inner_info = {};
-      if (fstatat(child, inner.c_str(), &inner_info, AT_SYMLINK_NOFOLLOW) !=
-          0) {
-        continue;
-      }
-      Remove(child, inner, inner_info, dev, depth + 1);
-    }
-    close(child);
-    if (unlinkat(fd, name.c_str(), AT_REMOVEDIR) == 0) {
-      ++counts_.dirs;
-    } else if (errno != ENOENT) {
-      ++counts_.failed;
-    }
-  }
-
-  const uid_t uid_;
-  const gid_t gid_;
-  const PurgeOptions& options_;
-  PurgeCounts& counts_;
-  std::set<std::pair<dev_t, ino_t>> keep_;
-  size_t visited_ = 0;
-};
+  return true;
+}
 
 // The ids of the System V IPC objects listed in /proc/sysvipc/<kind> whose
 // owner or creator is `uid`; `id_column` names the id's column.
@@ -319,11 +218,21 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
   PurgeCounts counts;
   counts.live_processes = ProcessesOf(uid);
   if (counts.live_processes > 0) return counts;
-  Purger purger(uid, gid, options, counts);
+  // Every entry looked at, the account's or another's, counts against the
+  // one bound.
+  DirWalk walk(DirWalkOptions{options.keep, options.max_entries,
+                              options.max_depth, nullptr});
   for (const std::string& root : options.roots) {
-    purger.PurgeRoot(root);
-    if (counts.truncated) break;
+    walk.FindOwned(
+        root, uid, gid, /*own=*/true,
+        [&](int dir, const char* name, const struct stat& info, int depth) {
+          return RemoveEntry(walk, counts, dir, name, info, depth);
+        });
+    if (walk.result().truncated) break;
   }
+  counts.truncated = walk.result().truncated;
+  counts.incomplete = walk.result().incomplete;
+  counts.error = walk.result().error;
   if (options.sysv_ipc) PurgeIpc(uid, counts);
   return counts;
 }

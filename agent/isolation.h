@@ -64,7 +64,8 @@ struct PurgeOptions {
   // Directories never entered or removed (the agent's builds, cache and
   // scratch roots, should they lie under a root).
   std::vector<std::string> keep;
-  // Bounds: entries looked at in all, and how deep below a root.
+  // Bounds: entries looked at in all, and how many levels below a root
+  // (its own entries are the first).
   size_t max_entries = 200000;
   int max_depth = 32;
   // Also remove the account's System V IPC objects (shared memory,
@@ -79,8 +80,15 @@ struct PurgeCounts {
   size_t shm = 0;
   size_t sem = 0;
   size_t msg = 0;
-  size_t failed = 0;       // Entries or objects that could not be removed.
-  bool truncated = false;  // A bound was reached; the rest was not looked at.
+  size_t failed = 0;  // Entries or objects that could not be removed.
+  // A bound was reached (max_entries looked at, or a directory max_depth
+  // levels below a root); the rest was not looked at.
+  bool truncated = false;
+  // Part of the roots could not be looked at (e.g. the agent ran out of
+  // descriptors): some of the account's entries may be left. `error` says
+  // why.
+  bool incomplete = false;
+  std::string error;
   // Processes of the account still alive: then nothing was removed.
   size_t live_processes = 0;
 };

@@ -17,9 +17,11 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/few_descriptors.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -40,6 +42,9 @@ constexpr uid_t kUid = 61091;
 constexpr uid_t kOtherUid = 61092;
 constexpr uid_t kBusyUid = 61093;
 constexpr uid_t kBoundedUid = 61094;
+constexpr uid_t kDeepUid = 61095;
+constexpr uid_t kStarvedUid = 61096;
+constexpr uid_t kKeptUid = 61097;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -120,6 +125,15 @@ class PurgeTest : public ::testing::Test {
     PurgeOptions options;
     options.roots = {shared_, temp_.Sub("missing")};
     return options;
+  }
+
+  // Purges the files `uid` left (not its System V objects) with `options`.
+  static PurgeCounts PurgeFiles(uid_t uid, PurgeOptions options) {
+    options.sysv_ipc = false;
+    absl::StatusOr<PurgeCounts> purged =
+        PurgeAccountLeftovers(uid, uid, options);
+    EXPECT_TRUE(purged.ok()) << purged.status();
+    return purged.value_or(PurgeCounts{});
   }
 
   test::TempDir temp_;
@@ -227,14 +241,75 @@ TEST_F(PurgeTest, TheWalkIsBounded) {
   }
   PurgeOptions options = Options();
   options.max_entries = 5;
-  options.sysv_ipc = false;
 
-  absl::StatusOr<PurgeCounts> purged =
-      PurgeAccountLeftovers(kBoundedUid, kBoundedUid, options);
+  const PurgeCounts purged = PurgeFiles(kBoundedUid, options);
 
-  ASSERT_TRUE(purged.ok()) << purged.status();
-  EXPECT_TRUE(purged->truncated);
-  EXPECT_EQ(purged->files, 5u);
+  EXPECT_TRUE(purged.truncated);
+  EXPECT_EQ(purged.files, 5u);
+}
+
+// Below max_depth levels nothing is looked at, and the purge says so.
+TEST_F(PurgeTest, TheDepthIsBoundedAndSaysSo) {
+  const std::string s = shared_ + "/";
+  MakeDir(s + "d1", 0, 0, 01777);
+  MakeDir(s + "d1/d2", 0, 0, 01777);
+  MakeDir(s + "d1/d2/d3", 0, 0, 01777);
+  Make(s + "d1/shallow", kDeepUid, kDeepUid, 0600);
+  Make(s + "d1/d2/d3/deep", kDeepUid, kDeepUid, 0600);
+  PurgeOptions options = Options();
+  options.max_depth = 2;  // The root's entries and theirs.
+
+  const PurgeCounts purged = PurgeFiles(kDeepUid, options);
+
+  EXPECT_TRUE(purged.truncated);
+  EXPECT_EQ(purged.files, 1u);
+  EXPECT_FALSE(Exists(s + "d1/shallow"));
+  EXPECT_TRUE(Exists(s + "d1/d2/d3/deep"));
+}
+
+// A purge that runs out of descriptors says what it could not look at;
+// the next one (with descriptors) removes what it left.
+TEST_F(PurgeTest, AWalkThatRunsOutOfDescriptorsSaysSo) {
+  const std::string deep = shared_ + "/a/b/c/d";
+  for (const std::string& dir :
+       {shared_ + "/a", shared_ + "/a/b", shared_ + "/a/b/c", deep}) {
+    MakeDir(dir, 0, 0, 01777);
+  }
+  Make(deep + "/left", kStarvedUid, kStarvedUid, 0600);
+  EXPECT_EQ(test::WithFewDescriptors([&] {
+              const PurgeCounts purged = PurgeFiles(kStarvedUid, Options());
+              if (!purged.incomplete) return 2;
+              if (!absl::StrContains(purged.error, "Too many open files")) {
+                return 3;
+              }
+              return purged.files == 0 ? 0 : 4;
+            }),
+            0);
+  EXPECT_TRUE(Exists(deep + "/left"));
+
+  const PurgeCounts purged = PurgeFiles(kStarvedUid, Options());
+  EXPECT_FALSE(purged.incomplete) << purged.error;
+  EXPECT_EQ(purged.files, 1u);
+  EXPECT_FALSE(Exists(deep + "/left"));
+}
+
+// A directory the agent keeps is neither entered nor removed, also inside
+// a directory of the account's.
+TEST_F(PurgeTest, AKeptDirectoryInTheAccountsOwnStays) {
+  const std::string mine = shared_ + "/mine";
+  MakeDir(mine, kKeptUid, kKeptUid, 0700);
+  Make(mine + "/file", kKeptUid, kKeptUid, 0600);
+  MakeDir(mine + "/kept", 0, 0, 0755);
+  Make(mine + "/kept/file", 0, 0, 0600);
+  PurgeOptions options = Options();
+  options.keep = {mine + "/kept"};
+
+  const PurgeCounts purged = PurgeFiles(kKeptUid, options);
+
+  EXPECT_TRUE(Exists(mine + "/kept/file"));
+  EXPECT_FALSE(Exists(mine + "/file"));
+  EXPECT_EQ(purged.files, 1u);
+  EXPECT_EQ(purged.failed, 1u);  // `mine` itself, not empty.
 }
 
 TEST(PurgeRefusalTest, NeverRootNorTheCallersOwnAccount) {

@@ -236,12 +236,15 @@ void Supervisor::PurgeAccount(const MemberAccount& account,
   const bool any = purged->files + purged->dirs + purged->shm + purged->sem +
                        purged->msg + purged->failed >
                    0;
-  if (!any && !purged->truncated && member_id.empty()) return;
+  if (!any && !purged->truncated && !purged->incomplete && member_id.empty()) {
+    return;
+  }
   spdlog::info(
       "event=member_account_purged member={} uid={} files={} dirs={} shm={} "
-      "sem={} msg={} failed={} truncated={}",
+      "sem={} msg={} failed={} truncated={} incomplete={} error={}",
       LogValue(member), account.uid, purged->files, purged->dirs, purged->shm,
-      purged->sem, purged->msg, purged->failed, purged->truncated);
+      purged->sem, purged->msg, purged->failed, purged->truncated,
+      purged->incomplete, LogValue(purged->error));
 }
 
 absl::Status Supervisor::PlaceMember(const std::string& member_id) {
