@@ -2215,7 +2215,8 @@ std::string RunnerEmulator::Job::BuildDirCleanupBody() const {
 // origin is the checkout's own origin, else the checkout.
 std::string RunnerEmulator::Job::FetchBody() const {
   const int64_t depth = options_.job.depth;
-  const std::string cleanup = GitCleanupBody(config_.clean_git_config);
+  const std::string cleanup =
+      GitCleanupBody(config_.clean_git_config.value_or(true));
   std::string template_settings;
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{
@@ -2965,7 +2966,8 @@ std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   // rejected, the job's files beside the project dir removed (GITLAB_ENV,
   // the external git config with its token, the GIT_CONFIG_GLOBAL seed,
   // file variables), then its git cleanup (the repository's config and
-  // hooks too, unless clean_git_config is false or GIT_STRATEGY is none).
+  // hooks too, as clean_git_config says, or when it is not set unless
+  // GIT_STRATEGY is none).
   absl::StrAppend(&body, ClearGitCredentialsBody(), "rm -f -- ",
                   ShellQuote(GitlabEnvFile()), "\n", "rm -f -- ",
                   ShellQuote(ExternalGitConfigFile()), "\n", "rm -f -- ",
@@ -2976,8 +2978,8 @@ std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
                     ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
   }
   absl::StrAppend(&body, BuildDirCleanupBody(),
-                  GitCleanupBody(config_.clean_git_config &&
-                                 settings_.git_strategy != "none"));
+                  GitCleanupBody(config_.clean_git_config.value_or(
+                      settings_.git_strategy != "none")));
   return body;
 }
 

@@ -2475,5 +2475,32 @@ TEST_F(RunnerEmulatorTest, JobCleanupFlagCleansTheBuildDirectory) {
   EXPECT_TRUE(fs::exists(project_dir + "/junk.txt"));
 }
 
+// With GIT_STRATEGY none the cleanup script leaves the repository's config
+// and hooks by default, but removes them when config.toml sets
+// clean_git_config = true: written out, the setting holds for every
+// strategy.
+TEST_F(RunnerEmulatorTest, CleanGitConfigWrittenOutCleansAfterGitStrategyNone) {
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  options_.job.steps = {
+      {"script",
+       {"git init -q . && git config gdt.left yes && mkdir -p .git/hooks",
+        "touch .git/hooks/pre-commit"}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/hooks/pre-commit"));
+
+  options_.config.clean_git_config = true;
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/hooks"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/HEAD"));
+}
+
 }  // namespace
 }  // namespace gdt::ci
