@@ -2502,5 +2502,19 @@ TEST_F(RunnerEmulatorTest, CleanGitConfigWrittenOutCleansAfterGitStrategyNone) {
   EXPECT_TRUE(fs::exists(project_dir + "/.git/HEAD"));
 }
 
+// The "Running on" line quotes a non-ASCII hostname as Go's strconv.Quote
+// does: printable characters as they are, format and unassigned ones as
+// \uNNNN.
+TEST_F(RunnerEmulatorTest, RunningOnLineQuotesNonAsciiAsGoDoes) {
+  env_["FAKE_CONFIG_JSON"] = R"({"hostname": "nœud-\u061c\u0378-日本"})";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(
+      log_lines_,
+      Contains(::testing::EndsWith(" via nœud-\\u061c\\u0378-日本...")));
+}
+
 }  // namespace
 }  // namespace gdt::ci
