@@ -1646,8 +1646,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
       *value = *parsed;
     } else {
       settings.errors.push_back(
-          absl::StrCat(key, ": expected bool got \"", text,
-                       "\", using default value: ", *value ? "true" : "false"));
+          absl::StrCat(key, ": expected bool got ", GoQuote(text),
+                       ", using default value: ", *value ? "true" : "false"));
     }
   };
   // An integer as Go's strconv.ParseInt reads it.
@@ -1658,8 +1658,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
       *value = *parsed;
     } else {
       settings.errors.push_back(
-          absl::StrCat(key, ": expected int got \"", text,
-                       "\", using default value: ", *value));
+          absl::StrCat(key, ": expected int got ", GoQuote(text),
+                       ", using default value: ", *value));
     }
   };
   // Settings run-local reads only to warn as the runner does.
@@ -1681,8 +1681,9 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   } else if (!strategy.empty()) {
     settings.errors.push_back(absl::StrCat(
         "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
-        "got \"",
-        strategy, "\", using default value '", settings.git_strategy, "'"));
+        "got ",
+        GoQuote(strategy), ", using default value '", settings.git_strategy,
+        "'"));
   }
   flag("GIT_CHECKOUT", &settings.git_checkout);
   const std::string submodules = Setting("GIT_SUBMODULE_STRATEGY").value_or("");
@@ -1695,8 +1696,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
     settings.git_submodule_strategy = "invalid";
     settings.errors.push_back(absl::StrCat(
         "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or "
-        "'none' got \"",
-        submodules, "\""));
+        "'none' got ",
+        GoQuote(submodules)));
   }
   integer("GIT_SUBMODULE_DEPTH", &submodule_depth);
   flag("GIT_LFS_SKIP_SMUDGE", &settings.git_lfs_skip_smudge);

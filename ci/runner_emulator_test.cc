@@ -2516,5 +2516,28 @@ TEST_F(RunnerEmulatorTest, RunningOnLineQuotesNonAsciiAsGoDoes) {
       Contains(::testing::EndsWith(" via nœud-\\u061c\\u0378-日本...")));
 }
 
+// The settings warnings quote the value as Go's %q does: a quote, a tab or
+// a newline in it is escaped, so the warning stays on one line.
+TEST_F(RunnerEmulatorTest, SettingsWarningsQuoteValuesAsGoDoes) {
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch\t\"x\""});
+  options_.job.variables.push_back({"GIT_CHECKOUT", "no\n"});
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "2\\"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "WARNING: GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or "
+      "'empty' got \"fetch\\t\\\"x\\\"\", using default value 'clone'",
+      "GIT_CHECKOUT: expected bool got \"no\\n\", using default value: true",
+      "GET_SOURCES_ATTEMPTS: expected int got \"2\\\\\", using default "
+      "value: 1"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected[0]);
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(log_lines_.end() - first, 3) << Log();
+  EXPECT_EQ(std::vector<std::string>(first, first + 3), expected);
+}
+
 }  // namespace
 }  // namespace gdt::ci
