@@ -677,6 +677,17 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
       return JobError(name, "image must be a name or a map with a name");
     }
   }
+  if (const CiValue* tags = entry("tags");
+      tags != nullptr && !tags->is_null()) {
+    if (!tags->is_array()) return JobError(name, "tags must be a list");
+    for (const CiValue& tag : *tags) {
+      std::string text;
+      if (!CiScalarText(tag, &text)) {
+        return JobError(name, "tags must be a list of strings");
+      }
+      job.tags.push_back(std::move(text));
+    }
+  }
   if (std::optional<CiValue> services = with_top_level("services")) {
     GDT_RETURN_IF_ERROR(ReadServices(*services, name, &job.services));
   }
@@ -1067,6 +1078,27 @@ absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
   if (!config.has_value() || config->is_null()) return workflow;
   if (!config->is_object()) {
     return failed(absl::InvalidArgumentError("workflow must be a map"));
+  }
+  if (const auto named = config->find("name");
+      named != config->end() && !named->is_null()) {
+    std::string name_text;
+    if (!CiScalarText(*named, &name_text)) {
+      return failed(
+          absl::InvalidArgumentError("workflow name must be a string"));
+    }
+    // GitLab's length check counts characters.
+    const size_t length = static_cast<size_t>(std::count_if(
+        name_text.begin(), name_text.end(),
+        [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+    if (length < 1) {
+      return failed(absl::InvalidArgumentError(
+          "workflow name is too short (minimum is 1 character)"));
+    }
+    if (length > 255) {
+      return failed(absl::InvalidArgumentError(
+          "workflow name is too long (maximum is 255 characters)"));
+    }
+    workflow.name = std::move(name_text);
   }
   if (const auto rules = config->find("rules"); rules != config->end()) {
     absl::StatusOr<std::vector<CiRule>> read =

@@ -104,6 +104,9 @@ struct CiJob {
   // `image:`'s name (the job's, else `default:`'s, else the top level's);
   // empty: none. Only passed on (CI_JOB_IMAGE): run-local runs no image.
   std::string image;
+  // `tags:` (the job's, else `default:`'s), in order; only passed on
+  // (CI_JOB_TAGS): run-local's runner takes any job.
+  std::vector<std::string> tags;
   // `services:` (the job's, else `default:`'s, else the top level's), in
   // order. Only passed on (CUSTOM_ENV_CI_JOB_SERVICES): run-local runs none.
   std::vector<CiService> services;
@@ -167,6 +170,8 @@ struct CiWorkflow {
   std::optional<std::vector<CiRule>> rules;  // `workflow:rules`.
   // Top-level variables (the values GitLab hands to `workflow:rules:if`).
   std::vector<std::pair<std::string, std::string>> variables;
+  // `workflow:name` as written (1 to 255 characters); none: no name.
+  std::optional<std::string> name;
 };
 
 // Returns job `job_name` of the .gitlab-ci.yml text, with its configuration

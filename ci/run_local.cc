@@ -19,6 +19,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -161,22 +162,24 @@ LocalPipeline DescribeProject(const fs::path& dir) {
     out.checkout_dir = dir.string();
     std::string ref = GitOutput(dir, {"rev-parse", "--abbrev-ref", "HEAD"});
     if (!ref.empty() && ref != "HEAD") out.ref = ref;
-    // Author, time, then the message as written.
+    // The author, and the committer's time in the committer's own offset
+    // (GitLab's commit timestamp: `+00:00`, not `Z`, for UTC).
     const std::string commit =
-        GitText(dir, {"log", "-1", "--format=%an <%ae>%n%aI%n%B"});
+        GitText(dir, {"log", "-1", "--format=%an <%ae>%n%cI"});
     const size_t author_end = commit.find('\n');
-    const size_t time_end = author_end == std::string::npos
-                                ? std::string::npos
-                                : commit.find('\n', author_end + 1);
-    if (time_end != std::string::npos) {
+    if (author_end != std::string::npos) {
       out.commit_author = commit.substr(0, author_end);
-      out.commit_timestamp =
-          commit.substr(author_end + 1, time_end - author_end - 1);
-      out.commit_message = commit.substr(time_end + 1);
-      while (absl::EndsWith(out.commit_message, "\n")) {
-        out.commit_message.pop_back();
+      out.commit_timestamp = commit.substr(
+          author_end + 1, commit.find('\n', author_end + 1) - author_end - 1);
+      // The message as stored, its final newline included: what comes
+      // after the commit object's headers.
+      const std::string object = GitText(dir, {"cat-file", "commit", sha});
+      if (const size_t body = object.find("\n\n"); body != std::string::npos) {
+        out.commit_message = object.substr(body + 2);
       }
     }
+    out.user_name = GitOutput(dir, {"config", "user.name"});
+    out.user_email = GitOutput(dir, {"config", "user.email"});
   }
   if (const char* user = getenv("USER"); user != nullptr && *user != '\0') {
     out.user = user;
@@ -204,6 +207,7 @@ CiIncludeVariables IncludeVariables(
         absl::StartsWith(v.key, "CI_JOB_") ||
         absl::StartsWith(v.key, "CI_NODE_") ||
         absl::StartsWith(v.key, "CI_RUNNER_") ||
+        absl::StartsWith(v.key, "CI_TRACE") ||
         absl::StartsWith(v.key, "GITLAB_USER_") || v.key == "CI_PIPELINE_ID" ||
         v.key == "CI_PIPELINE_IID" || v.key == "CI_PIPELINE_URL" ||
         v.key == "CI_REPOSITORY_URL";
@@ -239,6 +243,58 @@ std::string RulesVerdict(const std::vector<CiRule>& rules,
     return absl::StrCat("rules[", *index, "] has when: never");
   }
   return "";
+}
+
+// GitLab's expansion of text it expands when it creates a pipeline
+// (`workflow:name`): `$NAME`, `${NAME}` and `%NAME%` become the variable's
+// value, an unknown name nothing. The variables are expanded among
+// themselves first, the same way except that `$$` and `%%` stay as they
+// are in their values; a reference that goes round in a circle stops there.
+std::string GitLabExpand(std::string_view text,
+                         const ExpressionVariables& variables,
+                         bool in_value = false, int depth = 0) {
+  const auto name_char = [](char c, bool first) {
+    return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
+           (!first && std::isdigit(static_cast<unsigned char>(c)));
+  };
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c != '$' && c != '%') {
+      out.push_back(c);
+      continue;
+    }
+    if (in_value && i + 1 < text.size() && text[i + 1] == c) {
+      out.append(2, c);
+      ++i;
+      continue;
+    }
+    size_t start = i + 1;
+    const bool braced = c == '$' && start < text.size() && text[start] == '{';
+    if (braced) ++start;
+    size_t end = start;
+    while (end < text.size() && name_char(text[end], end == start)) ++end;
+    bool matched = end > start;
+    size_t next = end;
+    if (matched && (braced || c == '%')) {
+      const char close = braced ? '}' : '%';
+      matched = end < text.size() && text[end] == close;
+      next = end + 1;
+    }
+    if (!matched) {
+      out.push_back(c);
+      continue;
+    }
+    const auto found =
+        variables.find(std::string(text.substr(start, end - start)));
+    if (found != variables.end()) {
+      out += depth < 10 ? GitLabExpand(found->second, variables,
+                                       /*in_value=*/true, depth + 1)
+                        : found->second;
+    }
+    i = next - 1;
+  }
+  return out;
 }
 
 // Applies the rule that creates `job` to it: its when, allow_failure,
@@ -302,9 +358,10 @@ struct MemberRunContext {
   const std::atomic<int>* interrupts = nullptr;
   std::set<std::string>* log_names = nullptr;
   // Per payload: its job's `retry:` (max 0 when run-local is told not to
-  // retry), and the payload of its retry with the given job id.
+  // retry), and the payload of its retry with the given job id and retry
+  // count (1 for the first retry).
   std::vector<CiRetry> retry;
-  std::vector<std::function<gitlab::JobPayload(int64_t)>> retry_payload;
+  std::vector<std::function<gitlab::JobPayload(int64_t, int)>> retry_payload;
   // The next job id of a retry (GitLab gives it a new, higher id).
   std::atomic<int64_t>* next_retry_id = nullptr;
 };
@@ -447,7 +504,7 @@ absl::Status RunMembers(const std::vector<gitlab::JobPayload>& payloads,
         }
         const int64_t id = ctx.next_retry_id->fetch_add(1);
         absl::StatusOr<Attempt> next =
-            PrepareAttempt(ctx.retry_payload[i](id), i, ctx);
+            PrepareAttempt(ctx.retry_payload[i](id, retries + 1), i, ctx);
         {
           std::lock_guard<std::mutex> out_lock(*ctx.out_mu);
           *ctx.out << "[" << last.member.name << "] "
@@ -667,6 +724,64 @@ std::vector<gitlab::JobCache> PayloadCaches(const CiJob& job,
   return caches;
 }
 
+namespace {
+
+// A Unix time as GitLab writes a job's start and a pipeline's creation:
+// ISO 8601 in UTC, whole seconds, `Z`.
+std::string GitLabUtcTime(int64_t unix_seconds) {
+  const time_t t = static_cast<time_t>(unix_seconds);
+  struct tm utc {};
+  gmtime_r(&t, &utc);
+  char text[32];
+  strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return text;
+}
+
+// Ruby's String#length (characters, not bytes) of UTF-8 text.
+size_t RubyLength(std::string_view text) {
+  return static_cast<size_t>(std::count_if(
+      text.begin(), text.end(),
+      [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+// Ruby's String#blank?: empty or white space only.
+bool RubyBlank(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return std::isspace(static_cast<unsigned char>(c)) != 0 || c == '\0';
+  });
+}
+
+// Ruby's String#chomp: one final "\n", "\r\n" or "\r" removed.
+std::string RubyChomp(std::string text) {
+  if (absl::EndsWith(text, "\r\n")) {
+    text.resize(text.size() - 2);
+  } else if (absl::EndsWith(text, "\n") || absl::EndsWith(text, "\r")) {
+    text.pop_back();
+  }
+  return text;
+}
+
+// GitLab's CI_COMMIT_TITLE and CI_COMMIT_DESCRIPTION of a commit message:
+// the title is the message up to its first line break ("No commit message"
+// for a blank one); the description the message after its first "\n",
+// one final line break removed, or the whole message when the title is
+// 100 characters or longer.
+std::pair<std::string, std::string> CommitTitleAndDescription(
+    const std::string& message) {
+  static constexpr char kNoMessage[] = "No commit message";
+  const std::string title =
+      RubyBlank(message) ? kNoMessage
+                         : message.substr(0, message.find_first_of("\r\n"));
+  if (RubyLength(title) >= 100) return {title, message};
+  if (RubyBlank(message)) return {title, kNoMessage};
+  const size_t newline = message.find('\n');
+  return {title, newline == std::string::npos
+                     ? ""
+                     : RubyChomp(message.substr(newline + 1))};
+}
+
+}  // namespace
+
 std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
                                               const LocalPipeline& pipeline) {
   std::vector<gitlab::JobPayload> payloads;
@@ -762,30 +877,81 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     // from a GitLab with them off, CI_REGISTRY, CI_REGISTRY_IMAGE, CI_PAGES_*
     // and CI_DEPENDENCY_PROXY_* are not sent.
     add("CI_TEMPLATE_REGISTRY_HOST", "registry.gitlab.com");
+    // The project: a private project of run-local's server in a namespace
+    // of id 1, with no description, topics, detected languages or
+    // classification label (GitLab sends those empty), on a GitLab without
+    // a license (no features).
+    const std::string root_namespace = pipeline.namespace_path.substr(
+        0, std::min(pipeline.namespace_path.find('/'),
+                    pipeline.namespace_path.size()));
+    add("GITLAB_FEATURES", "");
     add("CI_PROJECT_ID", std::to_string(pipeline.project_id));
     add("CI_PROJECT_NAME", pipeline.project_name);
-    add("CI_PROJECT_NAMESPACE", pipeline.namespace_path);
-    add("CI_PROJECT_ROOT_NAMESPACE",
-        pipeline.namespace_path.substr(
-            0, std::min(pipeline.namespace_path.find('/'),
-                        pipeline.namespace_path.size())));
     add("CI_PROJECT_TITLE", pipeline.project_name);
+    add("CI_PROJECT_DESCRIPTION", "");
+    add("CI_PROJECT_NAMESPACE", pipeline.namespace_path);
+    add("CI_PROJECT_NAMESPACE_SLUG", Slugify(pipeline.namespace_path));
+    add("CI_PROJECT_NAMESPACE_ID", "1");
+    add("CI_PROJECT_ROOT_NAMESPACE", root_namespace);
+    add("CI_PROJECT_ROOT_NAMESPACE_SLUG", Slugify(root_namespace));
     add("CI_PROJECT_VISIBILITY", "private");
+    add("CI_PROJECT_REPOSITORY_LANGUAGES", "");
+    add("CI_PROJECT_TOPICS", "");
+    add("CI_PROJECT_CLASSIFICATION_LABEL", "");
     add("CI_CONFIG_PATH", ".gitlab-ci.yml");
+    // The full reference of the pipeline's configuration.
+    add("CI_CONFIG_REF_URI",
+        absl::StrCat(port == default_port ? bare_host
+                                          : absl::StrCat(bare_host, ":", port),
+                     "/", project_path, "//.gitlab-ci.yml@refs/heads/",
+                     pipeline.ref));
     add("CI_PROJECT_PATH", project_path);
     add("CI_PROJECT_PATH_SLUG", Slugify(project_path));
     add("CI_PROJECT_URL", project_url);
     add("CI_DEFAULT_BRANCH", pipeline.ref);
+    add("CI_DEFAULT_BRANCH_SLUG", ref_slug);
     add("CI_PIPELINE_ID", std::to_string(pipeline.pipeline_id));
     add("CI_PIPELINE_IID", std::to_string(pipeline.pipeline_id % 100000));
     add("CI_PIPELINE_SOURCE", "push");
     add("CI_PIPELINE_URL",
         absl::StrCat(project_url, "/-/pipelines/", pipeline.pipeline_id));
+    // Times as GitLab writes them (UTC, whole seconds): the job starts when
+    // its payload is made, the pipeline was created when run-local started.
+    const int64_t started = pipeline.now_unix > 0
+                                ? pipeline.now_unix
+                                : static_cast<int64_t>(time(nullptr));
+    const std::string started_at = GitLabUtcTime(started);
+    add("CI_PIPELINE_CREATED_AT",
+        GitLabUtcTime(pipeline.created_unix > 0 ? pipeline.created_unix
+                                                : started));
+    // GitLab sends the name empty when workflow:name gives none.
+    add("CI_PIPELINE_NAME", pipeline.pipeline_name);
     add("CI_JOB_ID", std::to_string(p.id));
     add("CI_JOB_NAME", p.name);
     add("CI_JOB_NAME_SLUG", Slugify(p.name));
     add("CI_JOB_GROUP_NAME", job.name);
     add("CI_JOB_STAGE", job.stage);
+    add("CI_JOB_STARTED_AT", started_at);
+    add("CI_JOB_STARTED_AT_SLUG", Slugify(started_at));
+    add("CI_JOB_RETRY_COUNT", std::to_string(pipeline.retry_count));
+    // The job's `tags:` as a JSON array, written as GitLab writes the
+    // runner's (`["a", "b"]`).
+    std::vector<std::string> quoted_tags;
+    for (const std::string& tag : job.tags) {
+      quoted_tags.push_back(nlohmann::json(tag).dump());
+    }
+    add("CI_JOB_TAGS",
+        absl::StrCat("[", absl::StrJoin(quoted_tags, ", "), "]"));
+    // W3C trace context: the pipeline as a zero-padded 32-digit trace id;
+    // the span a hash of the pipeline and job ids (GitLab's own hash is
+    // not documented, so the span ids differ from GitLab's).
+    add("CI_TRACEPARENT",
+        absl::StrFormat("00-%032x-%s-01",
+                        static_cast<uint64_t>(pipeline.pipeline_id),
+                        Sha256Hex(absl::StrCat(pipeline.pipeline_id, ":", p.id))
+                            .substr(0, 16)));
+    add("CI_TRACESTATE",
+        absl::StrCat("gitlab=pipeline:", pipeline.pipeline_id, ";job:", p.id));
     add("CI_JOB_TOKEN", p.token, /*is_public=*/false, /*masked=*/true);
     add("CI_REGISTRY_USER", "gitlab-ci-token");
     add("CI_REGISTRY_PASSWORD", p.token, /*is_public=*/false, /*masked=*/true);
@@ -804,26 +970,40 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     add("CI_COMMIT_REF_NAME", pipeline.ref);
     add("CI_COMMIT_REF_SLUG", ref_slug);
     add("CI_COMMIT_BRANCH", pipeline.ref);
-    if (!pipeline.commit_message.empty()) {
-      // GitLab: the description is the message without its title line,
-      // unless the title is 100 characters or longer.
-      const std::string& message = pipeline.commit_message;
-      const size_t title_end = std::min(message.find('\n'), message.size());
-      add("CI_COMMIT_MESSAGE", message);
-      add("CI_COMMIT_TITLE", message.substr(0, title_end));
-      add("CI_COMMIT_DESCRIPTION",
-          title_end < 100
-              ? message.substr(std::min(title_end + 1, message.size()))
-              : message);
-      add("CI_COMMIT_AUTHOR", pipeline.commit_author);
+    if (!pipeline.commit_timestamp.empty()) {
+      // GitLab cuts a message longer than 100,000 bytes (and the title and
+      // description made from it) to that many bytes.
+      static constexpr size_t kMaxMessageBytes = 100000;
+      const bool truncated = pipeline.commit_message.size() > kMaxMessageBytes;
+      const auto cut = [truncated](std::string text) {
+        if (truncated && text.size() > kMaxMessageBytes) {
+          text.resize(kMaxMessageBytes);
+        }
+        return text;
+      };
+      const auto [title, description] =
+          CommitTitleAndDescription(pipeline.commit_message);
+      add("CI_COMMIT_MESSAGE", cut(pipeline.commit_message));
+      add("CI_COMMIT_MESSAGE_IS_TRUNCATED", truncated ? "true" : "false");
+      add("CI_COMMIT_TITLE", cut(title));
+      add("CI_COMMIT_DESCRIPTION", cut(description));
       add("CI_COMMIT_TIMESTAMP", pipeline.commit_timestamp);
+      add("CI_COMMIT_AUTHOR", pipeline.commit_author);
+      // Empty unless the author's public profile matches the commit's
+      // email, which run-local's server has none of.
+      add("CI_COMMIT_USER_LOGIN", "");
     }
     add("CI_RUNNER_ID", "1");
     add("CI_RUNNER_DESCRIPTION", "gdt-ci run-local");
     add("CI_RUNNER_TAGS", "[]");
     add("CI_REPOSITORY_URL", p.repo_url, /*is_public=*/false);
     add("GITLAB_USER_ID", "1");
+    add("GITLAB_USER_EMAIL", pipeline.user_email.empty()
+                                 ? absl::StrCat(pipeline.user, "@", bare_host)
+                                 : pipeline.user_email);
     add("GITLAB_USER_LOGIN", pipeline.user);
+    add("GITLAB_USER_NAME",
+        pipeline.user_name.empty() ? pipeline.user : pipeline.user_name);
     for (const auto& [key, value] : job.variables) {
       add(key, value);
       // `expand: false`: GitLab sends the variable raw, and the runner
@@ -983,6 +1163,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   }
 
   LocalPipeline pipeline = described;
+  pipeline.created_unix = static_cast<int64_t>(time(nullptr));
   pipeline.pipeline_id = options.pipeline_id.value_or(
       DefaultPipelineId(std::chrono::system_clock::now()));
   if (pipeline.pipeline_id <= 0 || pipeline.pipeline_id > kMaxPipelineId) {
@@ -1052,20 +1233,27 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
                        [](const CiRule& rule) { return rule.has_exists; });
   };
   static const std::vector<std::string> kNoFiles;
-  if (workflow->rules.has_value()) {
-    CiJob top;
-    top.name = "workflow";
-    top.variables = workflow->variables;
+  // The pipeline's variables (the predefined ones, the top-level ones, then
+  // --var), none of a job's.
+  CiJob top;
+  top.name = "workflow";
+  top.variables = workflow->variables;
+  const auto pipeline_variables = [&pipeline, &top] {
     ExpressionVariables variables = RuleVariables(top, pipeline);
     for (auto it = variables.begin(); it != variables.end();) {
       const bool per_job = absl::StartsWith(it->first, "CI_JOB_") ||
-                           absl::StartsWith(it->first, "CI_NODE_");
+                           absl::StartsWith(it->first, "CI_NODE_") ||
+                           absl::StartsWith(it->first, "CI_TRACE");
       if (per_job) {
         variables.erase(it++);
       } else {
         ++it;
       }
     }
+    return variables;
+  };
+  if (workflow->rules.has_value()) {
+    ExpressionVariables variables = pipeline_variables();
     const CiRule* rule = nullptr;
     const std::string why = RulesVerdict(
         *workflow->rules, variables,
@@ -1081,6 +1269,23 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         if (job.own_variables.count(key) == 0) SetVariable(&job, key, value);
       }
     }
+    for (const auto& [key, value] : rule->variables) {
+      SetVariable(&top, key, value);
+    }
+  }
+  // GitLab names the pipeline from `workflow:name`, expanded against the
+  // pipeline's variables (the workflow rule's included) and stripped; a
+  // blank result leaves it unnamed.
+  if (workflow->name.has_value()) {
+    const std::string name = std::string(absl::StripAsciiWhitespace(
+        GitLabExpand(*workflow->name, pipeline_variables())));
+    if (RubyLength(name) > 255) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          options.ci_file,
+          ": Failed to build pipeline metadata! Name is too long (maximum is "
+          "255 characters)"));
+    }
+    pipeline.pipeline_name = name;
   }
   std::vector<std::string> not_created(jobs.size());
   for (size_t k = 0; k < jobs.size(); ++k) {
@@ -1242,7 +1447,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
     std::vector<GroupJob> group;
     std::vector<gitlab::JobPayload> group_payloads;
     std::vector<CiRetry> group_retry;
-    std::vector<std::function<gitlab::JobPayload(int64_t)>> group_retry_payload;
+    std::vector<std::function<gitlab::JobPayload(int64_t, int)>>
+        group_retry_payload;
     for (size_t k = group_start; k < group_end; ++k) {
       const CiJob& job = jobs[k];
       // GitLab's job timeout: the job's `timeout:`, else the project's;
@@ -1332,8 +1538,10 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
         // same dependencies.
         group_retry_payload.push_back(
             [&jobs, k, member, first_id, again = pipeline,
-             dependencies = payloads[member].dependencies](int64_t id) {
+             dependencies = payloads[member].dependencies](int64_t id,
+                                                           int retry_count) {
               LocalPipeline pipeline_again = again;
+              pipeline_again.retry_count = retry_count;
               pipeline_again.job_id_base =
                   id - first_id - static_cast<int64_t>(member) - 1;
               gitlab::JobPayload payload =

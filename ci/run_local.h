@@ -90,12 +90,26 @@ struct LocalPipeline {
   std::string server_url = "http://gitlab.local";
   std::string sha = "0000000000000000000000000000000000000000";
   std::string ref = "main";
-  // The commit's message, author ("Name <email>") and time (ISO 8601), for
-  // GitLab's CI_COMMIT_* variables; empty outside git (then not set).
+  // The commit's message as stored (its final newline included), author
+  // ("Name <email>") and committer time (ISO 8601 in the committer's offset,
+  // as GitLab writes it), for GitLab's CI_COMMIT_* variables; the time is
+  // empty outside git (then none of them is set).
   std::string commit_message;
   std::string commit_author;
   std::string commit_timestamp;
+  // The user who started the pipeline: login, full name and email (the
+  // checkout's git user.name and user.email; empty: the login, and
+  // <login>@<server host>).
   std::string user = "local";
+  std::string user_name;
+  std::string user_email;
+  // `workflow:name` with its variables expanded (GitLab's pipeline name);
+  // empty: the pipeline has none.
+  std::string pipeline_name;
+  // Unix seconds the pipeline was created at (0: when the job starts).
+  int64_t created_unix = 0;
+  // How many times this job was retried before (CI_JOB_RETRY_COUNT).
+  int retry_count = 0;
   // The git checkout whose commit `cache:key:files` hashes; empty outside
   // git (such keys then end in "default", as GitLab's do for files the
   // commit lacks).
@@ -111,7 +125,7 @@ struct LocalPipeline {
   std::vector<std::pair<std::string, std::string>> dotenv_variables;
   // Issues the jobs' `id_tokens:`; null: none are issued.
   std::shared_ptr<const gitlab::IdTokenSigner> id_token_signer;
-  // Unix seconds the tokens are issued at (0: now).
+  // Unix seconds the job starts and its tokens are issued at (0: now).
   int64_t now_unix = 0;
 };
 

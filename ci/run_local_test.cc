@@ -1450,5 +1450,181 @@ TEST_F(RunLocalTest, BadInputIsOneClearError) {
   EXPECT_TRUE(out.str().empty());
 }
 
+// What GitLab sends a job of a branch pipeline besides the variables
+// above: the times it started and its pipeline was created (UTC, whole
+// seconds), the project's remaining variables (empty where a project has
+// nothing to say), the user's name and email, the job's tags, retries and
+// trace context, and the commit variables as GitLab makes them from the
+// stored message.
+TEST(BuildPayloadsTest, BranchPipelineVariablesFollowGitLab) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  job.tags = {"gpu", "h100"};
+  LocalPipeline pipeline;
+  pipeline.pipeline_id = 77;
+  pipeline.project_name = "Model";
+  pipeline.namespace_path = "ML/Vision";
+  pipeline.now_unix = 1767225600;      // 2026-01-01T00:00:00Z
+  pipeline.created_unix = 1767225590;  // Ten seconds earlier.
+  pipeline.retry_count = 2;
+  pipeline.user = "ada";
+  pipeline.commit_timestamp = "2026-11-30T09:00:00+01:00";
+  pipeline.commit_author = "Ada <ada@example.com>";
+  pipeline.commit_message = "Tune the loader\r\n\nFaster.\n";
+
+  const gitlab::JobPayload payload = BuildPayloads(job, pipeline)[0];
+
+  std::map<std::string, std::string> vars = VariablesOf(payload);
+  EXPECT_EQ(vars.at("CI_JOB_STARTED_AT"), "2026-01-01T00:00:00Z");
+  EXPECT_EQ(vars.at("CI_JOB_STARTED_AT_SLUG"), "2026-01-01t00-00-00z");
+  EXPECT_EQ(vars.at("CI_PIPELINE_CREATED_AT"), "2025-12-31T23:59:50Z");
+  EXPECT_EQ(vars.at("CI_PIPELINE_NAME"), "");
+  EXPECT_EQ(vars.at("CI_JOB_RETRY_COUNT"), "2");
+  EXPECT_EQ(vars.at("CI_JOB_TAGS"), "[\"gpu\", \"h100\"]");
+  EXPECT_EQ(vars.at("CI_TRACESTATE"),
+            absl::StrCat("gitlab=pipeline:77;job:", payload.id));
+  EXPECT_THAT(vars.at("CI_TRACEPARENT"),
+              ::testing::MatchesRegex(
+                  "00-0000000000000000000000000000004d-[0-9a-f]{16}-01"));
+  EXPECT_EQ(vars.at("CI_PROJECT_NAMESPACE_ID"), "1");
+  EXPECT_EQ(vars.at("CI_PROJECT_NAMESPACE_SLUG"), "ml-vision");
+  EXPECT_EQ(vars.at("CI_PROJECT_ROOT_NAMESPACE_SLUG"), "ml");
+  EXPECT_EQ(vars.at("CI_DEFAULT_BRANCH_SLUG"), "main");
+  EXPECT_EQ(vars.at("CI_CONFIG_REF_URI"),
+            "gitlab.local/ML/Vision/Model//.gitlab-ci.yml@refs/heads/main");
+  for (const char* empty :
+       {"CI_PROJECT_DESCRIPTION", "CI_PROJECT_TOPICS",
+        "CI_PROJECT_REPOSITORY_LANGUAGES", "CI_PROJECT_CLASSIFICATION_LABEL",
+        "GITLAB_FEATURES", "CI_COMMIT_USER_LOGIN"}) {
+    ASSERT_EQ(vars.count(empty), 1u) << empty;
+    EXPECT_EQ(vars.at(empty), "") << empty;
+  }
+  EXPECT_EQ(vars.at("GITLAB_USER_LOGIN"), "ada");
+  EXPECT_EQ(vars.at("GITLAB_USER_NAME"), "ada");
+  EXPECT_EQ(vars.at("GITLAB_USER_EMAIL"), "ada@gitlab.local");
+  EXPECT_EQ(vars.at("CI_COMMIT_MESSAGE"), "Tune the loader\r\n\nFaster.\n");
+  EXPECT_EQ(vars.at("CI_COMMIT_MESSAGE_IS_TRUNCATED"), "false");
+  EXPECT_EQ(vars.at("CI_COMMIT_TITLE"), "Tune the loader");
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), "\nFaster.");
+  EXPECT_EQ(vars.at("CI_COMMIT_TIMESTAMP"), "2026-11-30T09:00:00+01:00");
+  // No tags: an empty list; the checkout's git user names the user.
+  job.tags.clear();
+  pipeline.user_name = "Ada Lovelace";
+  pipeline.user_email = "ada@example.com";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_JOB_TAGS"), "[]");
+  EXPECT_EQ(vars.at("GITLAB_USER_NAME"), "Ada Lovelace");
+  EXPECT_EQ(vars.at("GITLAB_USER_EMAIL"), "ada@example.com");
+
+  // A one-line message has no description; a blank one is GitLab's "No
+  // commit message"; a title counts characters, not bytes.
+  pipeline.commit_message = "One line\n";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_TITLE"), "One line");
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), "");
+  pipeline.commit_message = " \n";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_TITLE"), "No commit message");
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), "No commit message");
+  std::string accented;
+  for (int i = 0; i < 60; ++i) accented += "\xc3\xa9";  // 60 × é, 120 bytes.
+  pipeline.commit_message = accented + "\nbody\n";
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION"), "body");
+  // Past 100,000 bytes the message is cut, and says so.
+  pipeline.commit_message = "Big\n" + std::string(100000, 'x');
+  vars = VariablesOf(BuildPayloads(job, pipeline)[0]);
+  EXPECT_EQ(vars.at("CI_COMMIT_MESSAGE_IS_TRUNCATED"), "true");
+  EXPECT_EQ(vars.at("CI_COMMIT_MESSAGE").size(), 100000u);
+  EXPECT_EQ(vars.at("CI_COMMIT_TITLE"), "Big");
+  EXPECT_EQ(vars.at("CI_COMMIT_DESCRIPTION").size(), 100000u);
+}
+
+// A job run from a git checkout sees the commit as GitLab describes it
+// (the committer's time in its own offset, the message as stored), the
+// checkout's git user as the pipeline's user, the pipeline's name from
+// workflow:name expanded, and its retries counted.
+TEST_F(RunLocalTest, JobsSeeThePipelineAndCommitAsGitLabDescribesThem) {
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+variables:
+  MODEL: resnet
+  LABEL: "$MODEL-%CI_COMMIT_REF_NAME%"
+workflow:
+  name: '  Train $LABEL by ${GITLAB_USER_LOGIN}$UNKNOWN  '
+show:
+  tags: [gpu]
+  retry: {max: 1, when: [script_failure]}
+  script:
+    - echo "name=[$CI_PIPELINE_NAME] tags=$CI_JOB_TAGS retry=$CI_JOB_RETRY_COUNT"
+    - echo "time=$CI_COMMIT_TIMESTAMP title=$CI_COMMIT_TITLE"
+    - printf 'message=[%s]\n' "$CI_COMMIT_MESSAGE"
+    - echo "user=$GITLAB_USER_NAME <$GITLAB_USER_EMAIL>"
+    - echo "started=$CI_JOB_STARTED_AT created=$CI_PIPELINE_CREATED_AT"
+    - test "$CI_JOB_RETRY_COUNT" = 1
+)");
+  const auto git = [this](std::vector<std::string> args) {
+    std::vector<std::string> argv = {
+        "env",
+        "GIT_AUTHOR_DATE=2026-11-29T08:00:00+00:00",
+        "GIT_COMMITTER_DATE=2026-11-30T09:30:00+02:00",
+        "git",
+        "-C",
+        project_,
+        "-c",
+        "user.name=Ada Lovelace",
+        "-c",
+        "user.email=ada@example.com"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::string output;
+    absl::StatusOr<ExitStatus> status =
+        RunCommand(argv, std::chrono::seconds(30), &output);
+    return status.ok() && status->success() ? "" : output + "failed";
+  };
+  ASSERT_EQ(git({"init", "-q", "-b", "main"}), "");
+  ASSERT_EQ(git({"config", "user.name", "Ada Lovelace"}), "");
+  ASSERT_EQ(git({"config", "user.email", "ada@example.com"}), "");
+  ASSERT_EQ(git({"add", "-A"}), "");
+  ASSERT_EQ(git({"commit", "-q", "-m", "Train it\n\nWith care."}), "");
+  options_.job_name = "show";
+  options_.vars = {};
+  std::ostringstream out;
+
+  absl::StatusOr<RunLocalResult> result = RunLocal(options_, out, nullptr);
+
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->success()) << out.str();
+  const std::string user = getenv("USER") != nullptr ? getenv("USER") : "";
+  EXPECT_THAT(out.str(),
+              HasSubstr(absl::StrCat("[show] name=[Train resnet-main by ",
+                                     user.empty() ? "local" : user,
+                                     "] tags=[\"gpu\"] retry=1\n")));
+  EXPECT_THAT(out.str(), HasSubstr("[show] name=[Train resnet-main by "));
+  EXPECT_THAT(out.str(),
+              HasSubstr("[show] time=2026-11-30T09:30:00+02:00 title=Train "
+                        "it\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[show] message=[Train it\n"));
+  EXPECT_THAT(out.str(), HasSubstr("[show] With care.\n[show] ]\n"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("[show] user=Ada Lovelace <ada@example.com>\n"));
+  EXPECT_THAT(
+      out.str(),
+      ::testing::ContainsRegex(
+          "started=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z "
+          "created=[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"));
+
+  // A name that expands past 255 characters is GitLab's error.
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "variables: {LONG: " + std::string(250, 'n') +
+                    "}\nworkflow: {name: \"$LONG $LONG\"}\n"
+                    "show:\n  script: [\"true\"]\n");
+  std::ostringstream refused;
+  absl::StatusOr<RunLocalResult> too_long =
+      RunLocal(options_, refused, nullptr);
+  EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_long.status().message(),
+              HasSubstr("Name is too long (maximum is 255 characters)"));
+}
+
 }  // namespace
 }  // namespace gdt::ci

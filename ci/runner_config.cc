@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "ci/go_duration.h"
 #include "common/file.h"
+#include "common/status_macros.h"
 #include "toml++/toml.h"
 
 namespace gdt::ci {
@@ -111,6 +112,17 @@ absl::Status ReadBool(const toml::table& table, const std::string& source,
                      "a boolean");
   }
   *out = *value;
+  return absl::OkStatus();
+}
+
+// A boolean whose absence the caller tells from false.
+absl::Status ReadBool(const toml::table& table, const std::string& source,
+                      std::string_view prefix, std::string_view key,
+                      std::optional<bool>* out) {
+  if (table.get(key) == nullptr) return absl::OkStatus();
+  bool value = false;
+  GDT_RETURN_IF_ERROR(ReadBool(table, source, prefix, key, &value));
+  *out = value;
   return absl::OkStatus();
 }
 

@@ -76,19 +76,19 @@ TEST(RunnerConfigTest, FeatureFlagsAreATableOfBooleans) {
 }
 
 // `clean_git_config` is a boolean; unset, the custom executor's default
-// (true).
+// (which depends on GIT_STRATEGY).
 TEST(RunnerConfigTest, CleanGitConfigIsABoolean) {
   const std::string head = "[[runners]]\nexecutor = \"custom\"\n";
   const std::string tail = "[runners.custom]\nrun_exec = \"x\"\n";
   absl::StatusOr<RunnerConfig> config =
       ParseRunnerConfigToml(head + tail, "c.toml", "");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_TRUE(config->clean_git_config);
+  EXPECT_EQ(config->clean_git_config, std::nullopt);
 
   config = ParseRunnerConfigToml(head + "clean_git_config = false\n" + tail,
                                  "c.toml", "");
   ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_FALSE(config->clean_git_config);
+  EXPECT_EQ(config->clean_git_config, std::optional<bool>(false));
 
   EXPECT_THAT(ParseRunnerConfigToml(head + "clean_git_config = \"no\"\n" + tail,
                                     "c.toml", "")
@@ -223,6 +223,16 @@ TEST(RunnerConfigTest, CloneUrlIsAString) {
           .status()
           .message(),
       HasSubstr("runners.clone_url must be a string"));
+}
+
+// `clean_git_config = true` written out is told from the default.
+TEST(RunnerConfigTest, CleanGitConfigWrittenOutIsKnownFromTheDefault) {
+  absl::StatusOr<RunnerConfig> config = ParseRunnerConfigToml(
+      "[[runners]]\nexecutor = \"custom\"\nclean_git_config = true\n"
+      "[runners.custom]\nrun_exec = \"x\"\n",
+      "c.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->clean_git_config, std::optional<bool>(true));
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "ci/dotenv.h"
 #include "ci/go_duration.h"
+#include "ci/go_quote.h"
 #include "common/logging.h"
 #include "common/secret.h"
 #include "common/sha256.h"
@@ -442,90 +443,6 @@ std::string MachineSystemId() {
     id.push_back(kCharset[value % (sizeof(kCharset) - 1)]);
   }
   return id;
-}
-
-// Go's strconv.Quote (and %q): a double-quoted string, `"` and `\` escaped,
-// control characters as \a \b \f \n \r \t \v or \xNN, a byte that is not UTF-8
-// as \xNN; other characters kept, but for the non-ASCII ones Go does not print
-// (C1 controls, non-ASCII spaces, format characters), as \uNNNN. Written into a
-// bash script, the shell then expands $ and ` in it.
-std::string GoQuote(std::string_view text) {
-  std::string out = "\"";
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c < 0x80) {
-      switch (c) {
-        case '"':
-          out += "\\\"";
-          break;
-        case '\\':
-          out += "\\\\";
-          break;
-        case '\a':
-          out += "\\a";
-          break;
-        case '\b':
-          out += "\\b";
-          break;
-        case '\f':
-          out += "\\f";
-          break;
-        case '\n':
-          out += "\\n";
-          break;
-        case '\r':
-          out += "\\r";
-          break;
-        case '\t':
-          out += "\\t";
-          break;
-        case '\v':
-          out += "\\v";
-          break;
-        default:
-          if (c < 0x20 || c == 0x7f) {
-            out += absl::StrFormat("\\x%02x", c);
-          } else {
-            out.push_back(static_cast<char>(c));
-          }
-      }
-      ++i;
-      continue;
-    }
-    // One UTF-8 sequence (shortest form, no surrogates), else one bad byte.
-    const size_t length = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0;
-    uint32_t rune = length == 4 ? c & 0x07 : length == 3 ? c & 0x0f : c & 0x1f;
-    bool valid = length != 0 && c <= 0xf4 && i + length <= text.size();
-    for (size_t k = 1; valid && k < length; ++k) {
-      const unsigned char next = static_cast<unsigned char>(text[i + k]);
-      if ((next & 0xc0) != 0x80) valid = false;
-      rune = (rune << 6) | (next & 0x3f);
-    }
-    valid = valid && !(length == 3 && rune < 0x800) &&
-            !(length == 4 && (rune < 0x10000 || rune > 0x10ffff)) &&
-            !(rune >= 0xd800 && rune <= 0xdfff);
-    if (!valid) {
-      out += absl::StrFormat("\\x%02x", c);
-      ++i;
-      continue;
-    }
-    const bool printable =
-        !(rune <= 0xa0 || rune == 0xad || (rune >= 0x2000 && rune <= 0x200f) ||
-          (rune >= 0x2028 && rune <= 0x202f) ||
-          (rune >= 0x205f && rune <= 0x206f) || rune == 0x3000 ||
-          rune == 0xfeff || (rune >= 0xe000 && rune <= 0xf8ff));
-    if (printable) {
-      out.append(text.substr(i, length));
-    } else if (rune < 0x10000) {
-      out += absl::StrFormat("\\u%04x", rune);
-    } else {
-      out += absl::StrFormat("\\U%08x", rune);
-    }
-    i += length;
-  }
-  out.push_back('"');
-  return out;
 }
 
 // A URL as the runner's git helpers take it apart (Go's net/url, for the
@@ -1729,8 +1646,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
       *value = *parsed;
     } else {
       settings.errors.push_back(
-          absl::StrCat(key, ": expected bool got \"", text,
-                       "\", using default value: ", *value ? "true" : "false"));
+          absl::StrCat(key, ": expected bool got ", GoQuote(text),
+                       ", using default value: ", *value ? "true" : "false"));
     }
   };
   // An integer as Go's strconv.ParseInt reads it.
@@ -1741,8 +1658,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
       *value = *parsed;
     } else {
       settings.errors.push_back(
-          absl::StrCat(key, ": expected int got \"", text,
-                       "\", using default value: ", *value));
+          absl::StrCat(key, ": expected int got ", GoQuote(text),
+                       ", using default value: ", *value));
     }
   };
   // Settings run-local reads only to warn as the runner does.
@@ -1764,8 +1681,9 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
   } else if (!strategy.empty()) {
     settings.errors.push_back(absl::StrCat(
         "GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or 'empty' "
-        "got \"",
-        strategy, "\", using default value '", settings.git_strategy, "'"));
+        "got ",
+        GoQuote(strategy), ", using default value '", settings.git_strategy,
+        "'"));
   }
   flag("GIT_CHECKOUT", &settings.git_checkout);
   const std::string submodules = Setting("GIT_SUBMODULE_STRATEGY").value_or("");
@@ -1778,8 +1696,8 @@ RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
     settings.git_submodule_strategy = "invalid";
     settings.errors.push_back(absl::StrCat(
         "GIT_SUBMODULE_STRATEGY: expected either 'normal', 'recursive' or "
-        "'none' got \"",
-        submodules, "\""));
+        "'none' got ",
+        GoQuote(submodules)));
   }
   integer("GIT_SUBMODULE_DEPTH", &submodule_depth);
   flag("GIT_LFS_SKIP_SMUDGE", &settings.git_lfs_skip_smudge);
@@ -2215,7 +2133,8 @@ std::string RunnerEmulator::Job::BuildDirCleanupBody() const {
 // origin is the checkout's own origin, else the checkout.
 std::string RunnerEmulator::Job::FetchBody() const {
   const int64_t depth = options_.job.depth;
-  const std::string cleanup = GitCleanupBody(config_.clean_git_config);
+  const std::string cleanup =
+      GitCleanupBody(config_.clean_git_config.value_or(true));
   std::string template_settings;
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{
@@ -2965,7 +2884,8 @@ std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
   // rejected, the job's files beside the project dir removed (GITLAB_ENV,
   // the external git config with its token, the GIT_CONFIG_GLOBAL seed,
   // file variables), then its git cleanup (the repository's config and
-  // hooks too, unless clean_git_config is false or GIT_STRATEGY is none).
+  // hooks too, as clean_git_config says, or when it is not set unless
+  // GIT_STRATEGY is none).
   absl::StrAppend(&body, ClearGitCredentialsBody(), "rm -f -- ",
                   ShellQuote(GitlabEnvFile()), "\n", "rm -f -- ",
                   ShellQuote(ExternalGitConfigFile()), "\n", "rm -f -- ",
@@ -2976,8 +2896,8 @@ std::string RunnerEmulator::Job::CleanupFileVariablesBody() const {
                     ShellQuote(project_dir_ + ".tmp/" + v.key), "\n");
   }
   absl::StrAppend(&body, BuildDirCleanupBody(),
-                  GitCleanupBody(config_.clean_git_config &&
-                                 settings_.git_strategy != "none"));
+                  GitCleanupBody(config_.clean_git_config.value_or(
+                      settings_.git_strategy != "none")));
   return body;
 }
 

@@ -61,10 +61,12 @@ struct RunnerConfig {
   // attempt (and clear_worktree) together. Zero, or longer than the job
   // timeout: the job timeout.
   std::chrono::milliseconds get_sources_timeout{0};
-  // `[[runners]] clean_git_config`: get_sources (clone, fetch) removes the
-  // repository's .git/config and .git/hooks an earlier job left (the
-  // custom executor's default).
-  bool clean_git_config = true;
+  // `[[runners]] clean_git_config`: get_sources (clone, fetch) and the
+  // cleanup script remove the repository's .git/config and .git/hooks.
+  // Unset, the custom executor's default: on, except that the cleanup
+  // script leaves them for GIT_STRATEGY none; set, it holds for every
+  // strategy.
+  std::optional<bool> clean_git_config;
   // `[runners.custom_build_dir] enabled`: a job may choose its project dir
   // with GIT_CLONE_PATH (off by default for the custom executor).
   bool custom_build_dir_enabled = false;

@@ -2475,5 +2475,69 @@ TEST_F(RunnerEmulatorTest, JobCleanupFlagCleansTheBuildDirectory) {
   EXPECT_TRUE(fs::exists(project_dir + "/junk.txt"));
 }
 
+// With GIT_STRATEGY none the cleanup script leaves the repository's config
+// and hooks by default, but removes them when config.toml sets
+// clean_git_config = true: written out, the setting holds for every
+// strategy.
+TEST_F(RunnerEmulatorTest, CleanGitConfigWrittenOutCleansAfterGitStrategyNone) {
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  options_.job.steps = {
+      {"script",
+       {"git init -q . && git config gdt.left yes && mkdir -p .git/hooks",
+        "touch .git/hooks/pre-commit"}}};
+  const std::string project_dir = dir_.path() + "/builds/ml/model";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/hooks/pre-commit"));
+
+  options_.config.clean_git_config = true;
+  result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/config"));
+  EXPECT_FALSE(fs::exists(project_dir + "/.git/hooks"));
+  EXPECT_TRUE(fs::exists(project_dir + "/.git/HEAD"));
+}
+
+// The "Running on" line quotes a non-ASCII hostname as Go's strconv.Quote
+// does: printable characters as they are, format and unassigned ones as
+// \uNNNN.
+TEST_F(RunnerEmulatorTest, RunningOnLineQuotesNonAsciiAsGoDoes) {
+  env_["FAKE_CONFIG_JSON"] = R"({"hostname": "nœud-\u061c\u0378-日本"})";
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(
+      log_lines_,
+      Contains(::testing::EndsWith(" via nœud-\\u061c\\u0378-日本...")));
+}
+
+// The settings warnings quote the value as Go's %q does: a quote, a tab or
+// a newline in it is escaped, so the warning stays on one line.
+TEST_F(RunnerEmulatorTest, SettingsWarningsQuoteValuesAsGoDoes) {
+  options_.job.variables.push_back({"GIT_STRATEGY", "fetch\t\"x\""});
+  options_.job.variables.push_back({"GIT_CHECKOUT", "no\n"});
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "2\\"});
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {
+      "WARNING: GIT_STRATEGY: expected either 'clone', 'fetch', 'none' or "
+      "'empty' got \"fetch\\t\\\"x\\\"\", using default value 'clone'",
+      "GIT_CHECKOUT: expected bool got \"no\\n\", using default value: true",
+      "GET_SOURCES_ATTEMPTS: expected int got \"2\\\\\", using default "
+      "value: 1"};
+  const auto first =
+      std::find(log_lines_.begin(), log_lines_.end(), expected[0]);
+  ASSERT_NE(first, log_lines_.end()) << Log();
+  ASSERT_GE(log_lines_.end() - first, 3) << Log();
+  EXPECT_EQ(std::vector<std::string>(first, first + 3), expected);
+}
+
 }  // namespace
 }  // namespace gdt::ci
