@@ -12,7 +12,7 @@ open"). Usage:
 
   bench/coord_stalled_streams.py --endpoint 127.0.0.1:7070 \\
       --connections 100 --streams 255 --seconds 70 --pid $(pidof gdt-coord) \\
-      --status build-test/coordinator/gdt-coord
+      --status build-test/coordinator/gdt-coord [--source 127.0.0.2]
 """
 
 import argparse
@@ -59,6 +59,29 @@ def status_seconds(binary, endpoint):
     return done.returncode, time.monotonic() - start
 
 
+def closed_by_server(sockets):
+    """Removes from `sockets` (and closes) those the server has closed: they
+    read their end, or were reset. Returns how many."""
+    closed = 0
+    for connection in list(sockets):
+        connection.setblocking(False)
+        try:
+            while True:
+                data = connection.recv(65536)
+                if not data:
+                    ended = True
+                    break
+        except BlockingIOError:
+            ended = False
+        except OSError:
+            ended = True
+        if ended:
+            closed += 1
+            sockets.remove(connection)
+            connection.close()
+    return closed
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--endpoint", required=True)
@@ -68,6 +91,8 @@ def main():
     parser.add_argument("--method", default="/gdt.v1.Coordinator/GetStatus")
     parser.add_argument("--pid", type=int)
     parser.add_argument("--status", help="a gdt-coord binary")
+    parser.add_argument("--source", help="connect from this local address "
+                        "(e.g. 127.0.0.2, another peer than `--status`)")
     args = parser.parse_args()
     host, port = args.endpoint.rsplit(":", 1)
     headers = (literal(":method", "POST") + literal(":scheme", "http") +
@@ -77,14 +102,26 @@ def main():
     if args.pid:
         print(f"rss before: {rss_kib(args.pid)} KiB", flush=True)
     sockets = []
+    refused = 0
+    data = PREFACE + frame(4, 0, 0, b"")  # SETTINGS
+    for i in range(args.streams):
+        data += frame(1, 4, 2 * i + 1, headers)  # HEADERS, END_HEADERS
     for _ in range(args.connections):
-        connection = socket.create_connection((host, int(port)))
-        data = PREFACE + frame(4, 0, 0, b"")  # SETTINGS
-        for i in range(args.streams):
-            data += frame(1, 4, 2 * i + 1, headers)  # HEADERS, END_HEADERS
-        connection.sendall(data)
+        connection = socket.create_connection(
+            (host, int(port)),
+            source_address=(args.source, 0) if args.source else None)
+        try:
+            connection.sendall(data)
+        except OSError:  # Closed by the server on accept.
+            refused += 1
+            connection.close()
+            continue
         sockets.append(connection)
     print(f"opened {args.connections} connections x {args.streams} streams",
+          flush=True)
+    time.sleep(1)
+    refused += closed_by_server(sockets)
+    print(f"closed by the server: {refused}; held: {len(sockets)}",
           flush=True)
     end = time.monotonic() + args.seconds
     while time.monotonic() < end:
@@ -97,6 +134,9 @@ def main():
                      f" status exit {code} in {seconds:.2f} s")
         print(line, flush=True)
         time.sleep(min(10, max(0, end - time.monotonic())))
+    refused += closed_by_server(sockets)
+    print(f"at the end: closed by the server: {refused}; held: "
+          f"{len(sockets)}", flush=True)
     for connection in sockets:
         connection.close()
 

@@ -235,9 +235,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
       key == "max_forming_gangs_per_project" ||
       key == "join_rate_per_project" || key == "join_burst_per_project" ||
       key == "checkpoint_record_rate_per_gang" ||
-      key == "checkpoint_record_burst_per_gang") {
+      key == "checkpoint_record_burst_per_gang" ||
+      key == "max_connections_per_peer" || key == "max_connections") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();
+    if (key == "max_connections_per_peer") {
+      config.max_connections_per_peer = *number;
+    }
+    if (key == "max_connections") config.max_connections = *number;
     if (key == "checkpoint_record_rate_per_gang") {
       config.checkpoint_record_rate_per_gang = *number;
     }

@@ -27,6 +27,11 @@ struct Config {
   // each agent reached the coordinator at, with the liveness port.
   std::string liveness_advertise_endpoint;
   std::string state_path = "/var/lib/gdt/coord.db";
+  // Connections the main port keeps open at once from one remote address
+  // and from everyone (ConnectionGate); more are closed on accept. 0 = no
+  // cap.
+  uint32_t max_connections_per_peer = 1024;
+  uint32_t max_connections = 8192;
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
   uint32_t max_nodes_per_job = 8;

@@ -242,6 +242,20 @@ TEST(ConfigTest, MissingFileIsNotFound) {
             absl::StatusCode::kNotFound);
 }
 
+// The caps on connections to the main port.
+TEST(ConfigTest, ConnectionCaps) {
+  absl::StatusOr<Config> defaults = ParseConfig("");
+  ASSERT_TRUE(defaults.ok());
+  EXPECT_EQ(defaults->max_connections_per_peer, 1024u);
+  EXPECT_EQ(defaults->max_connections, 8192u);
+  absl::StatusOr<Config> config =
+      ParseConfig("max_connections_per_peer: 16\nmax_connections: 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_connections_per_peer, 16u);
+  EXPECT_EQ(config->max_connections, 0u);
+  EXPECT_FALSE(ParseConfig("max_connections_per_peer: -1\n").ok());
+}
+
 // The security settings.
 TEST(ConfigTest, SecuritySettings) {
   absl::StatusOr<Config> defaults = ParseConfig("");

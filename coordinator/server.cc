@@ -1,6 +1,8 @@
 #include "coordinator/server.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -176,10 +178,18 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::make_unique<kv::KvService>(server->coordinator_->kv());
   server->checkpoint_service_ =
       std::make_unique<CheckpointService>(*server->coordinator_);
-  int port = 0;
-  if (absl::Status started =
-          server->StartMainServer(config.listen_address, &port);
-      !started.ok()) {
+  ConnectionGate::Options gate;
+  gate.who = "coordinator";
+  gate.max_per_peer = static_cast<int>(
+      std::min<uint32_t>(config.max_connections_per_peer, INT_MAX));
+  gate.max_total =
+      static_cast<int>(std::min<uint32_t>(config.max_connections, INT_MAX));
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> listener =
+      ConnectionGate::Listen(config.listen_address, gate);
+  if (!listener.ok()) return listener.status();
+  server->gate_ = std::move(*listener);
+  const int port = server->gate_->port();
+  if (absl::Status started = server->StartMainServer(); !started.ok()) {
     return started;
   }
   absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
@@ -223,8 +233,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->coordinator_->Start();
   // Anyone who reaches the coordinator can use up its descriptors with
   // connections; gRPC's listener then never accepts again, while the
-  // connections made before go on. Each server's endpoint is checked and
-  // its listener restarted once descriptors are free again.
+  // connections made before go on. The liveness server's endpoint is
+  // checked and its listener restarted once descriptors are free again.
+  // (The main port's listener is gate_, which only pauses while
+  // descriptors are out.)
   absl::StatusOr<HostPort> advertised = ParseHostPort(
       config.advertise_endpoint.empty() ? server->bound_address_
                                         : config.advertise_endpoint);
@@ -234,9 +246,6 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       "failed checks, once descriptors are free";
   constexpr char kAnswered[] = "accepts new connections again";
   CoordinatorServer* self = server.get();
-  server->main_watch_ = WatchEndpoint(
-      server->bound_address_, tls_name, *agent_security, kUnanswered, kAnswered,
-      [self] { return self->RestartMainServer(); });
   if (server->liveness_server_ != nullptr) {
     server->liveness_watch_ = WatchEndpoint(
         server->liveness_address_, tls_name, *agent_security, kUnanswered,
@@ -245,25 +254,32 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   return server;
 }
 
-absl::Status CoordinatorServer::StartMainServer(const std::string& address,
-                                                int* port) {
-  if (absl::Status probe = ProbeListen(address); !probe.ok()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, ": ", probe.message()));
-  }
+absl::Status CoordinatorServer::StartMainServer() {
   grpc::ServerBuilder builder;
   rendezvous::ApplyServerLimits(builder);
-  *port = 0;
-  builder.AddListeningPort(address, credentials_, port);
+  // gate_ accepts the connections and hands them to the server.
+  std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::
+              FROM_FD,
+          credentials_);
   AddRpcMetrics(builder, *metrics_);
   builder.RegisterService(service_.get());
   builder.RegisterService(kv_service_.get());
   builder.RegisterService(checkpoint_service_.get());
   server_ = builder.BuildAndStart();
-  if (server_ == nullptr || *port == 0) {
+  if (server_ == nullptr || acceptor == nullptr) {
     server_.reset();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+    return absl::UnavailableError(absl::StrCat(
+        "cannot start the coordinator's server on ", bound_address_));
   }
+  gate_->SetHandoff([acceptor](int listener_fd, int fd) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
+        connection;
+    connection.listener_fd = listener_fd;
+    connection.fd = fd;
+    acceptor->HandleNewConnection(&connection);
+  });
   return absl::OkStatus();
 }
 
@@ -298,32 +314,6 @@ absl::Status CoordinatorServer::CheckSpareFiles() {
   return absl::OkStatus();
 }
 
-absl::Status CoordinatorServer::RestartMainServer() {
-  if (absl::Status spare = CheckSpareFiles(); !spare.ok()) return spare;
-  spdlog::warn("event=coordinator_listener_restart address={} reason={}",
-               LogValue(bound_address_),
-               LogValue("the endpoint does not answer the coordinator's own "
-                        "check; open streams end and their clients reconnect"));
-  if (server_ != nullptr) {
-    service_->EndAllStreams("the coordinator restarts its listener");
-    coordinator_->kv().EndAllWaits("the coordinator restarts its listener");
-    server_->Shutdown(std::chrono::system_clock::now());
-    server_.reset();
-  }
-  int port = 0;
-  if (absl::Status started = StartMainServer(bound_address_, &port);
-      !started.ok()) {
-    spdlog::error(
-        "event=coordinator_listener_restart_failed address={} "
-        "error={}",
-        LogValue(bound_address_), LogValue(started.ToString()));
-    return started;
-  }
-  spdlog::info("event=coordinator_listener_restarted address={}",
-               LogValue(bound_address_));
-  return absl::OkStatus();
-}
-
 absl::Status CoordinatorServer::RestartLivenessServer() {
   if (absl::Status spare = CheckSpareFiles(); !spare.ok()) return spare;
   spdlog::warn("event=coordinator_listener_restart address={} reason={}",
@@ -353,7 +343,6 @@ absl::Status CoordinatorServer::RestartLivenessServer() {
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 void CoordinatorServer::Shutdown() {
-  if (main_watch_ != nullptr) main_watch_->Stop();
   if (liveness_watch_ != nullptr) liveness_watch_->Stop();
   metrics_server_.reset();
   if (service_ != nullptr) {
@@ -363,11 +352,13 @@ void CoordinatorServer::Shutdown() {
     coordinator_->kv().EndAllWaits("coordinator is shutting down");
   }
   if (liveness_server_ != nullptr) liveness_server_->Shutdown();
+  if (gate_ != nullptr) gate_->SetHandoff(nullptr);
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() +
                       std::chrono::seconds(2));
     server_.reset();
   }
+  gate_.reset();  // Frees the port (a standby listens on it next).
   if (coordinator_ != nullptr) coordinator_->Stop();
 }
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/connection_gate.h"
 #include "coordinator/agent_port_checker.h"
 #include "coordinator/checkpoint_service.h"
 #include "coordinator/config.h"
@@ -82,16 +83,15 @@ class CoordinatorServer {
   // serving and the scheduler thread. Idempotent.
   void Shutdown();
 
-  // The endpoint watches' recovery (docs/security.md "Descriptor
+  // The liveness endpoint watch's recovery (docs/security.md "Descriptor
   // exhaustion"): gRPC's listener, once accept() failed with EMFILE, never
-  // accepts again. Replaces the main gRPC server with a new one on the same
-  // address (its open streams and kv waits end UNAVAILABLE, clients
-  // reconnect), or the liveness server. Called on the watch's thread.
+  // accepts again. Replaces the liveness server with a new one on the same
+  // address. Called on the watch's thread. (The main port needs none: its
+  // listener, gate_, resumes accepting once descriptors are free.)
   // Errors: FailedPrecondition while fewer than kRestartSpareFiles
   // descriptors are free (the new listener would fail at once, and the old
   // server still serves the connections it has); Unavailable when the
   // address cannot be bound again.
-  absl::Status RestartMainServer();
   absl::Status RestartLivenessServer();
 
   // Descriptors that must be free before a listener is restarted.
@@ -115,8 +115,8 @@ class CoordinatorServer {
  private:
   CoordinatorServer() = default;
 
-  // Builds and starts server_ on `address` with the services; sets *port.
-  absl::Status StartMainServer(const std::string& address, int* port);
+  // Builds and starts server_ with the services and points gate_ at it.
+  absl::Status StartMainServer();
 
   AgentPortChecker port_checker_;
   std::unique_ptr<MemberVerifier> verifier_;  // Null: members not verified.
@@ -127,15 +127,17 @@ class CoordinatorServer {
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<kv::KvService> kv_service_;
   std::unique_ptr<CheckpointService> checkpoint_service_;
+  // The main port's listener: accepts connections, caps them per remote
+  // address and in all, and hands the rest to server_.
+  std::unique_ptr<ConnectionGate> gate_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<LivenessServer> liveness_server_;
   std::unique_ptr<MetricsServer> metrics_server_;
   // What the restarts need: the server credentials and where to bind again.
   std::shared_ptr<grpc::ServerCredentials> credentials_;
   std::string liveness_address_;
-  // The watches on the main and liveness endpoints; stopped first in
-  // Shutdown(), before the servers they restart go.
-  std::unique_ptr<rendezvous::EndpointWatch> main_watch_;
+  // The watch on the liveness endpoint; stopped first in Shutdown(),
+  // before the server it restarts goes.
   std::unique_ptr<rendezvous::EndpointWatch> liveness_watch_;
   std::string bound_address_;
   std::string admin_token_sha256_;

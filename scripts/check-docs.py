@@ -55,7 +55,7 @@ EXTERNAL_FLAGS = {
     # Dask, Ray and the generic launcher recipes' own commands
     "--master_addr",  # torch.distributed.launch
     "--sockets", "--seconds", "--nofile", "--bin",  # bench/agent_fd_flood.py
-    "--endpoint", "--connections", "--streams", "--pid", "--status",
+    "--endpoint", "--connections", "--streams", "--pid", "--status", "--source",
     # bench/coord_stalled_streams.py
     "--sim", "--out", "--jobs",  # sim/traces/sweep.py
     "--depth", "--prune", "--quiet", "--unshallow",  # git fetch

@@ -1,0 +1,123 @@
+#ifndef GDT_COMMON_CONNECTION_GATE_H_
+#define GDT_COMMON_CONNECTION_GATE_H_
+// A listener that accepts TCP connections itself and caps how many are open
+// at once from each remote address and in all, before any server library
+// sees them. A server whose library holds every accepted connection (and
+// every call started on it) until the peer goes away can otherwise be made
+// to hold as many as a single client cares to open.
+//
+// Accepted connections within the caps are handed to a handoff function
+// (a gRPC server's external connection acceptor), which owns the descriptor
+// from then on. The gate keeps a duplicate of each handed-off socket only to
+// learn when the server shuts it down (or the peer resets it), and counts it
+// open until then. Connections over a cap are closed at once; refusals are
+// logged one line per remote address per interval, with a count.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "common/log_throttle.h"
+#include "common/mutex.h"
+
+namespace gdt {
+
+class ConnectionGate {
+ public:
+  struct Options {
+    // Names the server in log lines ("coordinator").
+    std::string who;
+    // Connections open at once from one remote address (port ignored; an
+    // IPv4 address reached over IPv6 counts as the IPv4 one). 0: no cap.
+    int max_per_peer = 0;
+    // Connections open at once from everyone. 0: no cap.
+    int max_total = 0;
+    // At most one refusal line per remote address per interval.
+    std::chrono::steady_clock::duration log_interval = std::chrono::seconds(10);
+  };
+  // Takes an accepted, non-blocking socket: `listener_fd` is the socket it
+  // was accepted on, `fd` is the connection, now owned by the callee.
+  using Handoff = std::function<void(int listener_fd, int fd)>;
+
+  // Listens on `address` ("host:port", port 0 picks a free one) on every
+  // address the host resolves to, and starts accepting. Connections that
+  // come before SetHandoff() (or while the handoff is unset) are closed.
+  // Unavailable with the system's reason when it cannot listen.
+  static absl::StatusOr<std::unique_ptr<ConnectionGate>> Listen(
+      const std::string& address, Options options);
+  // Stops accepting and closes the listeners and the duplicates it keeps;
+  // handed-off connections stay with their owner.
+  ~ConnectionGate();
+  ConnectionGate(const ConnectionGate&) = delete;
+  ConnectionGate& operator=(const ConnectionGate&) = delete;
+
+  int port() const { return port_; }
+  // Where accepted connections go from now on; an empty function closes
+  // them (e.g. while the server behind the gate restarts). Returns once no
+  // connection is being handed to the previous function.
+  void SetHandoff(Handoff handoff);
+  // Connections counted open now, in all and from `peer` (as the gate
+  // names peers: "127.0.0.1", "::1").
+  int open_connections() const;
+  int open_connections_from(const std::string& peer) const;
+  // Connections refused since start.
+  uint64_t refused() const;
+
+ private:
+  ConnectionGate(Options options, std::vector<int> listeners, int port,
+                 int epoll_fd, int wake_fd);
+  void Run();
+  void AcceptFrom(int listener_fd);
+  void Refuse(int fd, const std::string& peer, const char* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Closed(int watch_fd);
+  // The process is out of descriptors (or memory): logs it (throttled) and
+  // pauses accepting for a moment.
+  void OutOfFiles(int error);
+  struct RefusalLine {
+    std::chrono::steady_clock::time_point last;
+    uint64_t pending = 0;  // Refusals not logged yet.
+    const char* limit = "";
+  };
+  void LogRefusals(const std::string& peer, RefusalLine& line,
+                   std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Logs refusal counts an interval old, forgets peers quiet for an
+  // interval; whether any peer is still remembered.
+  bool FlushRefusals();
+
+  const Options options_;
+  const std::vector<int> listeners_;
+  const int port_;
+  const int epoll_fd_;
+  const int wake_fd_;
+  // Accepting is paused until then after the process ran out of
+  // descriptors (accept() would fail at once again); loop thread only.
+  std::chrono::steady_clock::time_point paused_until_;
+  bool paused_ = false;
+  LogThrottle out_of_files_log_{std::chrono::seconds(10)};
+
+  // Held while a connection is handed off, so that SetHandoff() returns
+  // only once the previous function is no longer called.
+  Mutex handoff_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  Handoff handoff_ ABSL_GUARDED_BY(handoff_mu_);
+
+  mutable Mutex mu_;
+  // The duplicate kept of each handed-off connection -> its peer.
+  std::map<int, std::string> open_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_peer_ ABSL_GUARDED_BY(mu_);
+  uint64_t refused_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per refused peer, for one line per interval; quiet ones are forgotten.
+  std::map<std::string, RefusalLine> refusal_lines_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_CONNECTION_GATE_H_
