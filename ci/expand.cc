@@ -3482,44 +3482,15 @@ void WarnWithoutVisibleJob(const std::vector<std::vector<YamlNode>>& files,
       ""});
 }
 
-// GitLab reads one document of a file: it splits the text at lines that//
-// GitLab reads one document of a file: it splits the text at lines that start
-// with `---` and a space or line break, at most twice, drops blank pieces, and
-// takes the first document of the first piece, or, when that is a `spec:`
-// header and more pieces follow, of the last piece. Lint warns at every other
-// document but the header: nothing there runs.
+// GitLab reads one document of a file (DocumentsGitLabReads): lint warns at
+// every other document but the header, since nothing there runs.
 void WarnAboutIgnoredDocuments(std::string_view text,
                                const std::vector<YamlNode>& documents,
                                Reporter* warn) {
-  std::vector<size_t> starts = {0};
-  for (size_t pos = 0; pos < text.size() && starts.size() < 3;) {
-    if (text.compare(pos, 3, "---") == 0 && pos + 3 < text.size() &&
-        absl::ascii_isspace(static_cast<unsigned char>(text[pos + 3]))) {
-      starts.push_back(pos + 3);
-    }
-    pos = text.find('\n', pos);
-    if (pos == std::string_view::npos) break;
-    ++pos;
-  }
-  // The first document of each piece that holds one.
-  std::vector<size_t> firsts;
-  size_t d = 0;
-  for (size_t piece = 0; piece < starts.size(); ++piece) {
-    const size_t end =
-        piece + 1 < starts.size() ? starts[piece + 1] : text.size();
-    while (d < documents.size() && documents[d].Mark().pos < starts[piece]) {
-      ++d;
-    }
-    if (d < documents.size() && documents[d].Mark().pos < end) {
-      firsts.push_back(d);
-    }
-  }
-  if (firsts.empty()) return;
-  const bool header =
-      firsts.size() > 1 && FindEntry(documents[firsts[0]], "spec");
-  const size_t read = header ? firsts.back() : firsts[0];
+  if (documents.empty()) return;
+  const GitLabDocuments read = DocumentsGitLabReads(text, documents);
   for (size_t i = 0; i < documents.size(); ++i) {
-    if (i == read || (header && i == firsts[0])) continue;
+    if (i == read.loaded || (read.header && i == 0)) continue;
     warn->At(documents[i], documents[i],
              "GitLab ignores this document: it reads only one document of "
              "a file (the first, or the jobs after a component's spec: "
@@ -4038,7 +4009,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   // A `spec:` header (the first of two or more documents): its inputs are
   // filled in by GitLab before the jobs exist.
   ComponentInputs inputs;
-  if (documents.size() > 1) {
+  if (DocumentsGitLabReads(text, documents).header) {
     if (const Entry spec = FindEntry(documents[0], "spec")) {
       inputs.header = true;
       if (const Entry declared = FindEntry(spec.value, "inputs");
@@ -4092,9 +4063,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         one.documents.push_back(root);
       }
-      // A component's `spec:` header is not configuration.
-      if (one.documents.size() > 1 && FindEntry(one.documents[0], "spec")) {
-        one.documents.erase(one.documents.begin());
+      // GitLab takes one document of an included file (not a component's
+      // `spec:` header, and not the documents it ignores).
+      if (!one.documents.empty()) {
+        const GitLabDocuments read =
+            DocumentsGitLabReads(file.text, one.documents);
+        one.documents = {one.documents[read.loaded]};
       }
       if (lint) {
         // GitLab checks an included file as it checks the main one.
@@ -4813,8 +4787,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (lint) {
     CheckRuleExpressions(documents, &report);
     if (inputs.header) {
+      // GitLab fills in the text of the piece it loads, every document
+      // of it: the ones after the second `---` line too.
+      const GitLabDocuments read = DocumentsGitLabReads(text, documents);
       CheckHeaderInterpolations(
-          std::vector<YamlNode>(documents.begin() + 1, documents.begin() + 2),
+          std::vector<YamlNode>(documents.begin() + read.loaded,
+                                documents.begin() + read.piece_end),
           inputs, result.errors, &report);
     }
     CheckMatrixNeeds(documents, model, &report);

@@ -2475,6 +2475,31 @@ TEST(LintTest, HeaderInterpolationsNameDeclaredInputs) {
   EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ inputs.nope ]]\n").ok());
 }
 
+// With more documents after the header, GitLab fills in (and takes the jobs
+// of) the text after the second `---` line, all of it, and ignores the
+// documents between: lint checks the blocks there, not the ignored ones.
+TEST(LintTest, HeaderInterpolationsAreCheckedWhereGitLabReads) {
+  const std::string spec =
+      "spec:\n  inputs:\n    stage:\n      default: test\n---\n";
+  const CiExpansion lint =
+      LintCiYaml(spec + "ignored:\n  script: echo $[[ inputs.first ]]\n---\n" +
+                 "read:\n  script: echo $[[ inputs.second ]]\n---\n" +
+                 "later:\n  script: echo $[[ inputs.third ]]\n");
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:10:11: '$[[ inputs.second ]]': unknown interpolation key: "
+            "`second` (the spec: inputs header does not declare it); GitLab "
+            "fills in this file's $[[ ... ]] from its spec: inputs header and "
+            "refuses the pipeline");
+  EXPECT_THAT(lint.errors[1].message,
+              HasSubstr("'$[[ inputs.third ]]': unknown interpolation key"));
+  // Only an ignored document names an unknown input: GitLab runs the file.
+  const CiExpansion fine =
+      LintCiYaml(spec + "ignored:\n  script: echo $[[ inputs.first ]]\n---\n" +
+                 "read:\n  script: echo $[[ inputs.stage ]]\n");
+  EXPECT_TRUE(fine.ok()) << fine.errors[0].message;
+}
+
 // ---------------------------------------------------------------------.
 // Local includes: a project on disk, read as GitLab reads it.
 
@@ -2508,6 +2533,33 @@ class IncludeTest : public ::testing::Test {
   }
   test::TempDir dir_;
 };
+
+// An included file with a header and more than one document after it:
+// GitLab fills in and takes only the text after the second `---` line; the
+// document between is ignored, inputs, jobs and includes alike.
+TEST_F(IncludeTest, AnIncludedFileGivesOnlyTheDocumentGitLabReads) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    nodes:\n      type: number\n"
+        "      default: 2\n---\n"
+        "include: ci/missing.yml\n"
+        ".ignored:\n  script: echo $[[ inputs.nope ]]\n"
+        "  variables: {GDT_GPUS_PER_NODE: \"8\"}\n---\n"
+        "train:\n  script: [x]\n  parallel: $[[ inputs.nodes ]]\n"
+        "  tags: [gdt]\n");
+  const std::string main =
+      "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 3\n"
+      "other:\n  extends: .ignored\n  parallel: 2\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  ASSERT_EQ(Paths(includes), std::vector<std::string>{"ci/train.yml"});
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].job, "train");
+  EXPECT_EQ(lint.gangs[0].nodes, 3);
+}
 
 TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
   Write("ci/templates.yml",

@@ -1037,14 +1037,18 @@ class IncludeReader {
     // A `spec:` header (the first of two or more documents) declares the
     // inputs GitLab fills in.
     YamlNode spec;
-    if (documents.size() > 1) spec = Find(documents[0], "spec");
+    const GitLabDocuments read = DocumentsGitLabReads(*text, documents);
+    if (read.header) spec = Find(documents[0], "spec");
     if (spec) {
       std::map<std::string, CiValue> values;
       if (!InputValues(file, where, path, spec, inputs, &values)) return;
-      std::optional<std::string> filled = Interpolate(
-          path, *text,
-          std::vector<YamlNode>(documents.begin() + 1, documents.end()),
-          tree->node_count(), values);
+      // GitLab fills in the text of the piece it loads, every document of
+      // it, and nothing before (documents it ignores).
+      std::optional<std::string> filled =
+          Interpolate(path, *text,
+                      std::vector<YamlNode>(documents.begin() + read.loaded,
+                                            documents.begin() + read.piece_end),
+                      tree->node_count(), values);
       if (!filled.has_value()) return;
       *text = *std::move(filled);
     } else if (inputs) {
@@ -1069,10 +1073,16 @@ class IncludeReader {
         return;
       }
     }
+    // Of the one document GitLab takes.
     YamlNode include;
+    std::vector<YamlNode> taken;
     for (const YamlNode& root :
          (filled_tree ? filled_tree : tree)->documents()) {
-      if (const YamlNode i = Find(root, "include")) include = i;
+      if (!root.IsNull()) taken.push_back(root);
+    }
+    if (!taken.empty()) {
+      include =
+          Find(taken[DocumentsGitLabReads(*text, taken).loaded], "include");
     }
     stack_.push_back(rel);
     Visit(path, include, depth + 1);
