@@ -26,14 +26,13 @@
 #include "ci/rules.h"
 #include "ci/yaml_tree.h"
 #include "common/exit_code.h"
+#include "common/gang_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ci {
 namespace {
 
 constexpr int kGitLabParallelLimit = 200;
-constexpr int64_t kMaxGpusPerNode = 64;
-constexpr int64_t kMaxProcsPerNode = 1024;
 constexpr int64_t kMaxPriority = 1000;
 constexpr int64_t kMaxGangTimeoutSeconds = 7 * 86400;
 constexpr int64_t kMaxCheckpointNoticeSeconds = 3600;
@@ -652,12 +651,14 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
       if (nodes.has_value()) spec->nodes = static_cast<int>(*nodes);
       have_nodes = true;
     } else if (key == "gpus_per_node") {
-      if (auto v = ReadInteger(e, path, 0, kMaxGpusPerNode, "from 0 to 64",
+      if (auto v = ReadInteger(e, path, 0, kMaxGpusPerNode,
+                               absl::StrCat("from 0 to ", kMaxGpusPerNode),
                                report)) {
         spec->gpus_per_node = static_cast<int>(*v);
       }
     } else if (key == "procs_per_node") {
-      if (auto v = ReadInteger(e, path, 1, kMaxProcsPerNode, "from 1 to 1024",
+      if (auto v = ReadInteger(e, path, 1, kMaxProcsPerNode,
+                               absl::StrCat("from 1 to ", kMaxProcsPerNode),
                                report)) {
         spec->procs_per_node = static_cast<int>(*v);
       }

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "ci/inheritance.h"
 #include "ci/yaml_tree.h"
+#include "common/gang_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -417,6 +419,38 @@ TEST(LintTest, AFileWithoutAVisibleJobIsWarnedAbout) {
        {"job:\n  script: x\n", "include: other.yml\n.hidden:\n  script: x\n"}) {
     const CiExpansion lint = LintCiYaml(text);
     EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
+  }
+}
+
+// Lint takes as many GPUs per member as the executor does (one bound in
+// common/), in both forms; one more is one line.
+TEST(LintTest, GpusPerNodeGoUpToTheExecutorsBound) {
+  const std::string most = std::to_string(kMaxGpusPerNode);
+  const std::string more = std::to_string(kMaxGpusPerNode + 1);
+  const auto block = [](const std::string& gpus) {
+    return LintCiYaml(
+        "train:\n  script: x\n  parallel:\n    distributed:\n"
+        "      nodes: 2\n      gpus_per_node: " +
+        gpus + "\n");
+  };
+  const auto plain = [](const std::string& gpus) {
+    return LintCiYaml(
+        "train:\n  script: x\n  parallel: 2\n  tags: [gdt]\n"
+        "  variables:\n    GDT_GPUS_PER_NODE: \"" +
+        gpus + "\"\n");
+  };
+  for (const std::function<CiExpansion(const std::string&)>& lint :
+       {std::function<CiExpansion(const std::string&)>(block),
+        std::function<CiExpansion(const std::string&)>(plain)}) {
+    const CiExpansion ok = lint(most);
+    ASSERT_TRUE(ok.ok()) << ok.errors[0].message;
+    ASSERT_EQ(ok.gangs.size(), 1u);
+    EXPECT_EQ(ok.gangs[0].gpus_per_node, kMaxGpusPerNode);
+    EXPECT_TRUE(lint("72").ok());  // Above the old lint-only bound of 64.
+    const CiExpansion refused = lint(more);
+    ASSERT_EQ(refused.errors.size(), 1u);
+    EXPECT_THAT(refused.errors[0].message, HasSubstr(most));
+    EXPECT_THAT(refused.errors[0].message, HasSubstr(more));
   }
 }
 
