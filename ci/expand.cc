@@ -1338,12 +1338,14 @@ class JobRewriter {
 
     if (!unknown_keys_.empty()) {
       const std::string keys = absl::StrJoin(unknown_keys_, ", ");
-      report_->At(job_value_, job_value_,
-                  absl::StrCat(job_, ": ", effective_.unknown,
-                               ", so gdt cannot see whether it inherits ", keys,
-                               "; give the job its own ", keys,
-                               " (gdt adds to them), or "
-                               "`inherit: {default: false}`"));
+      report_->At(
+          job_value_, job_value_,
+          absl::StrCat(job_, ": ", effective_.unknown,
+                       ", so gdt cannot see whether it inherits ", keys,
+                       "; give the job its own ", keys, " (gdt adds to them)",
+                       effective_.inherit_default_suffices
+                           ? ", or `inherit: {default: false}`"
+                           : ""));
     }
     const auto [begin, end] = EntryRange(parallel.key);
     // Ruby's YAML reader applies a merge key (`<<: *tpl`) where it stands:
@@ -4202,11 +4204,14 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::vector<std::vector<YamlNode>> files;
   for (const IncludedDocuments& one : included) files.push_back(one.documents);
   files.push_back(documents);
-  const CiConfigModel model =
-      options.includes == nullptr
-          ? CiConfigModel(documents)
-          : CiConfigModel(files, options.includes->unseen,
-                          options.includes->unseen_over_seen);
+  CiConfigModel model = options.includes == nullptr
+                            ? CiConfigModel(documents)
+                            : CiConfigModel(files, options.includes->unseen,
+                                            options.includes->unseen_over_seen);
+  if (options.includes != nullptr) {
+    model.set_unseen_names(options.includes->unread_names,
+                           options.includes->unread_over_seen_names);
+  }
   RunsKeyword runs(files);
   if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
   // The nodes of top-level entries (a merged block must be one of them).

@@ -2964,10 +2964,43 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
   options.includes = &includes;
   const CiExpansion expanded = ExpandCiYaml(main, options);
   ASSERT_EQ(expanded.errors.size(), 1u);
-  EXPECT_THAT(expanded.errors[0].message,
-              HasSubstr("the file includes other files, whose default: gdt "
-                        "cannot read, so gdt cannot see whether it inherits "
-                        "tags, retry"));
+  EXPECT_EQ(Lines(expanded)[0],
+            ".gitlab-ci.yml:5:3: train: the file includes remote "
+            "'https://example.com/x.yml' (.gitlab-ci.yml:3), which gdt does "
+            "not read and which GitLab merges over the files gdt read: its "
+            "default: or a template of the same name as one the job extends "
+            "may add entries, so gdt cannot see whether it inherits tags, "
+            "retry; give the job its own tags, retry (gdt adds to them)");
+  // Lint says the same; inherit: {default: false} does not help, since the
+  // unread file may also add to .gpu, which GitLab deep-merges.
+  EXPECT_EQ(LintCiYaml(main, options).errors.size(), 1u);
+  const std::string no_default =
+      "include:\n  - ci/ok.yml\n  - remote: 'https://example.com/x.yml'\n"
+      "train:\n  extends: .gpu\n  inherit: {default: false}\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n";
+  const CiIncludes no_default_includes = Includes(no_default);
+  options.includes = &no_default_includes;
+  const CiExpansion still = ExpandCiYaml(no_default, options);
+  ASSERT_EQ(still.errors.size(), 1u);
+  EXPECT_THAT(still.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits tags, retry"));
+  // Listed before the file read, the unread include merges under it: only
+  // its default: is unseen, and the job's tags come from .gpu.
+  const std::string before =
+      "include:\n  - template: Jobs/Build.gitlab-ci.yml\n  - ci/ok.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes before_includes = Includes(before);
+  EXPECT_FALSE(before_includes.unseen_over_seen);
+  options.includes = &before_includes;
+  const CiExpansion under = ExpandCiYaml(before, options);
+  ASSERT_EQ(under.errors.size(), 1u);
+  EXPECT_EQ(Lines(under)[0],
+            ".gitlab-ci.yml:5:3: train: the file includes template "
+            "'Jobs/Build.gitlab-ci.yml' (.gitlab-ci.yml:2), which gdt does not "
+            "read and whose default: may add entries, so gdt cannot see "
+            "whether it inherits retry; give the job its own retry (gdt adds "
+            "to them), or `inherit: {default: false}`");
 }
 
 // GitLab gives a job default:'s keys only where it has none after extends.

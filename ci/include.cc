@@ -845,9 +845,14 @@ class IncludeReader {
                   "gdt reads only local files of this "
                   "project") {
     out_->unseen = true;
-    // Files read so far merge under this one.
-    if (!out_->files.empty()) out_->unseen_over_seen = true;
     const YamlMark mark = node.Mark();
+    std::string name = absl::StrCat(what, " (", file, ":", mark.line + 1, ")");
+    // Files read so far merge under this one.
+    if (!out_->files.empty()) {
+      out_->unseen_over_seen = true;
+      out_->unread_over_seen_names.push_back(name);
+    }
+    out_->unread_names.push_back(std::move(name));
     out_->unread.push_back(CiIncludes::Problem{
         file == main_ ? "" : file, mark.line + 1, mark.column + 1,
         absl::StrCat("include: ", what, " is not read (", std::string(why),
