@@ -72,6 +72,35 @@ const std::map<std::string, std::vector<std::string>>& KnownFindings() {
         "job is named so; linux:build's jobs are named like linux:build: "
         "[aws, monitoring], so give every variable of the job, in "
         "linux:build's order); GitLab refuses the pipeline"}},
+      // gitlab-ci-local fills in component data the header does not ask
+      // for; GitLab gives a component only the fields `spec: component:`
+      // lists.
+      {"firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+       "ponent-local__templates__my-component.yml",
+       {"firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.name"
+        " ]]': unknown interpolation key: `name` (the spec: header's compon"
+        "ent: list, GitLab's component data for the file, does not give it)"
+        "; GitLab fills in this file's $[[ ... ]] from its spec: inputs hea"
+        "der and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.vers"
+        "ion ]]': unknown interpolation key: `version` (the spec: header's "
+        "component: list, GitLab's component data for the file, does not gi"
+        "ve it); GitLab fills in this file's $[[ ... ]] from its spec: inpu"
+        "ts header and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.refe"
+        "rence ]]': unknown interpolation key: `reference` (the spec: heade"
+        "r's component: list, GitLab's component data for the file, does no"
+        "t give it); GitLab fills in this file's $[[ ... ]] from its spec: "
+        "inputs header and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:10:7: '$[[ component.sha"
+        " ]]': unknown interpolation key: `sha` (the spec: header's compone"
+        "nt: list, GitLab's component data for the file, does not give it);"
+        " GitLab fills in this file's $[[ ... ]] from its spec: inputs head"
+        "er and refuses the pipeline"}},
       {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
        "static__.gitlab-ci.yml",
        {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"

@@ -272,6 +272,10 @@ std::string OneLine(std::string message) {
 struct ComponentInputs {
   bool header = false;  // The file has a `spec:` header.
   std::map<std::string, std::optional<std::string>, std::less<>> defaults;
+  // The component data the header asks for (`spec: component: [name]`):
+  // GitLab fills in `$[[ component.name ]]` only for these, and only when
+  // the file is included as a CI/CD component.
+  std::set<std::string, std::less<>> component_fields;
 };
 
 // A value holding `$[[ inputs.x ]]` with each input's default filled in, as
@@ -3543,10 +3547,31 @@ void CheckHeaderInterpolations(const std::vector<YamlNode>& documents,
           absl::string_view(data).substr(0, data.find('|'))));
       const std::vector<std::string> objects =
           absl::StrSplit(access, absl::MaxSplits('.', 4));
-      if (objects[0] == "matrix" || objects[0] == "component") continue;
+      if (objects[0] == "matrix") continue;
       std::string why;
+      if (objects[0] == "component" && objects.size() == 2 &&
+          inputs.component_fields.count(objects[1]) != 0) {
+        // Filled in only where the file is included as a component.
+        if (report->warnings != nullptr && reported.insert(access).second) {
+          report->warnings->At(
+              node, node,
+              absl::StrCat("'$[[ ", data,
+                           " ]]': GitLab fills in the component context "
+                           "only when the file is included as a CI/CD "
+                           "component (include: component:); as a "
+                           "project's pipeline or a local include GitLab "
+                           "refuses the file"));
+        }
+        continue;
+      }
       if (objects.size() <= 1) {
         why = "invalid interpolation access pattern";
+      } else if (objects[0] == "component") {
+        why = absl::StrCat(
+            "unknown interpolation key: `",
+            objects.size() == 2 ? objects[1] : objects[2],
+            "` (the spec: header's component: list, GitLab's component "
+            "data for the file, does not give it)");
       } else if (objects[0] != "inputs") {
         why = absl::StrCat("unknown interpolation key: `", objects[0], "`");
       } else if (inputs.defaults.count(objects[1]) == 0) {
@@ -4015,6 +4040,30 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (DocumentsGitLabReads(text, documents).header) {
     if (const Entry spec = FindEntry(documents[0], "spec")) {
       inputs.header = true;
+      // GitLab's component data: name, sha, version and reference.
+      if (const Entry component = FindEntry(spec.value, "component")) {
+        static const std::set<std::string> kFields = {"name", "sha", "version",
+                                                      "reference"};
+        YamlNode bad = component.value;
+        if (component.value.IsSequence()) {
+          bad = YamlNode();
+          for (size_t i = 0; i < component.value.size(); ++i) {
+            const YamlNode field = component.value.Item(i);
+            if (field.IsScalar() && kFields.count(field.Scalar()) != 0) {
+              inputs.component_fields.insert(field.Scalar());
+            } else if (!bad) {
+              bad = field;
+            }
+          }
+        }
+        if (bad) {
+          report.At(bad, component.key,
+                    "spec: component: must be a list of name, sha, version "
+                    "and reference (the component data GitLab gives a "
+                    "CI/CD component), not " +
+                        Describe(bad) + "; GitLab refuses the file");
+        }
+      }
       if (const Entry declared = FindEntry(spec.value, "inputs");
           declared && declared.value.IsMap()) {
         for (const auto& input : declared.value) {

@@ -2509,6 +2509,41 @@ TEST(LintTest, HeaderInterpolationsNameDeclaredInputs) {
   EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ inputs.nope ]]\n").ok());
 }
 
+// GitLab fills in `$[[ component.FIELD ]]` for the fields the header's
+// `spec: component:` lists (name, sha, version, reference), and only when
+// the file is included as a CI/CD component: lint warns at a listed field
+// (the file may be such a component) and refuses any other.
+TEST(LintTest, ComponentDataIsCheckedAgainstTheHeader) {
+  const std::string job =
+      "---\njob:\n  script:\n    - echo $[[ component.name ]]\n"
+      "    - echo $[[ component.version ]]\n";
+  const CiExpansion listed =
+      LintCiYaml("spec:\n  component: [name, version]\n" + job);
+  ASSERT_TRUE(listed.ok()) << listed.errors[0].message;
+  ASSERT_EQ(listed.warnings.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", listed.warnings[0]),
+            "f:6:7: '$[[ component.name ]]': GitLab fills in the component "
+            "context only when the file is included as a CI/CD component "
+            "(include: component:); as a project's pipeline or a local "
+            "include GitLab refuses the file");
+  const CiExpansion unlisted = LintCiYaml("spec:\n  component: [name]\n" + job);
+  ASSERT_EQ(unlisted.errors.size(), 1u);
+  EXPECT_THAT(FormatDiagnostic("f", unlisted.errors[0]),
+              HasSubstr("f:7:7: '$[[ component.version ]]': unknown "
+                        "interpolation key: `version`"));
+  const CiExpansion none = LintCiYaml("spec:\n  inputs: {}\n" + job);
+  EXPECT_EQ(none.errors.size(), 2u);  // One for each field.
+  const CiExpansion bad =
+      LintCiYaml("spec:\n  component: [name, branch]\n" + job);
+  ASSERT_FALSE(bad.errors.empty());
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:2:21: spec: component: must be a list of name, sha, version "
+            "and reference (the component data GitLab gives a CI/CD "
+            "component), not 'branch'; GitLab refuses the file");
+  // Without a header GitLab fills in nothing: the text stays.
+  EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ component.name ]]\n").ok());
+}
+
 // With more documents after the header, GitLab fills in (and takes the jobs
 // of) the text after the second `---` line, all of it, and ignores the
 // documents between: lint checks the blocks there, not the ignored ones.
@@ -2593,6 +2628,25 @@ TEST_F(IncludeTest, AnIncludedFileGivesOnlyTheDocumentGitLabReads) {
   ASSERT_EQ(lint.gangs.size(), 1u);
   EXPECT_EQ(lint.gangs[0].job, "train");
   EXPECT_EQ(lint.gangs[0].nodes, 3);
+}
+
+// A local include has no component data: GitLab refuses a
+// `$[[ component.name ]]` there, also when the header lists the field.
+TEST_F(IncludeTest, ComponentDataInALocalIncludeIsRefused) {
+  Write("ci/c.yml",
+        "spec:\n  component: [name]\n  inputs: {}\n---\n"
+        "job:\n  script: echo $[[ component.name ]]\n");
+  const CiIncludes includes = Includes("include:\n  - local: ci/c.yml\n");
+  ASSERT_EQ(includes.errors.size(), 1u);
+  EXPECT_EQ(includes.errors[0].file, "ci/c.yml");
+  EXPECT_EQ(includes.errors[0].line, 6);
+  EXPECT_EQ(includes.errors[0].message,
+            "'$[[ component.name ]]': GitLab fills in the component context "
+            "only in a file included as a CI/CD component (include: "
+            "component:), not in a local include, and refuses the file");
+  // Without a header nothing is filled in.
+  Write("ci/plain.yml", "job:\n  script: echo $[[ component.name ]]\n");
+  EXPECT_TRUE(Includes("include:\n  - local: ci/plain.yml\n").ok());
 }
 
 TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {

@@ -723,10 +723,18 @@ class IncludeReader {
         }
         // GitLab leaves every block whose access starts with the matrix
         // context as written (`$[[ matrix ]]` and functions on it too).
-        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0 ||
-            parts[0].rfind("component.", 0) == 0) {
-          // Other contexts GitLab fills in later (needs of a matrix job, a
-          // component's own data): kept as written.
+        if (parts[0].rfind("component.", 0) == 0) {
+          // GitLab has component data only for a file included as a
+          // CI/CD component.
+          return problem(absl::StrCat(
+              "'$[[ ", parts[0],
+              " ]]': GitLab fills in the component context only in a file "
+              "included as a CI/CD component (include: component:), not in "
+              "a local include, and refuses the file"));
+        }
+        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0) {
+          // The matrix context GitLab fills in later (needs of a matrix
+          // job): kept as written.
           filled += scalar.substr(open, close + 2 - open);
           at = close + 2;
           continue;
