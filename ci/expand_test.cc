@@ -454,6 +454,21 @@ TEST(LintTest, GpusPerNodeGoUpToTheExecutorsBound) {
   }
 }
 
+// GitLab does not check the entries of a hidden key: a snippet whose
+// `rules` is one rule (a mapping), referenced from a job's rules list, is
+// fine, while the same mapping as a job's own rules is refused.
+TEST(LintTest, HiddenKeysAreNotCheckedAsJobs) {
+  const CiExpansion snippet = LintCiYaml(
+      ".php-changes:\n  rules:\n    changes: ['**/*.php']\n"
+      "test:\n  script: x\n  rules:\n    - !reference [.php-changes, rules]\n");
+  EXPECT_TRUE(snippet.ok()) << snippet.errors[0].message;
+  const CiExpansion job =
+      LintCiYaml("test:\n  script: x\n  rules:\n    changes: [a]\n");
+  ASSERT_EQ(job.errors.size(), 1u);
+  EXPECT_THAT(job.errors[0].message,
+              HasSubstr("jobs:test:rules config should be an array"));
+}
+
 TEST(LintTest, ListsGangsOfBothForms) {
   const CiExpansion lint = LintCiYaml(
       "block:\n  parallel:\n    distributed: {nodes: 4, gpus_per_node: 8}\n"
