@@ -4266,7 +4266,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                            options.includes->unread_over_seen_names);
   }
   RunsKeyword runs(files);
-  if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
+  if (lint && !model.has_include()) {
+    // Of the main file, only the document GitLab reads has jobs.
+    std::vector<std::vector<YamlNode>> read = files;
+    read.back() = {documents[DocumentsGitLabReads(text, documents).loaded]};
+    WarnWithoutVisibleJob(read, &warnings);
+  }
   // The nodes of top-level entries (a merged block must be one of them).
   std::unordered_set<uint32_t> top_values;
   for (const YamlNode& root : documents) {

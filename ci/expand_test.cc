@@ -2664,6 +2664,27 @@ TEST_F(IncludeTest, ComponentDataInALocalIncludeIsRefused) {
   EXPECT_TRUE(Includes("include:\n  - local: ci/plain.yml\n").ok());
 }
 
+// A main file whose first document has no spec: header: GitLab reads that
+// document alone, so the includes and jobs after `---` do not exist, and
+// the pipeline has no visible job.
+TEST_F(IncludeTest, OnlyTheMainFilesReadDocumentIncludesAndHasJobs) {
+  Write("ci/a.yml", "from-include:\n  script: x\n");
+  const std::string main =
+      "image: ubuntu:latest\n---\ninclude:\n  - local: ci/a.yml\n"
+      "job:\n  script: x\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  EXPECT_TRUE(includes.files.empty());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
+  ASSERT_EQ(lint.warnings.size(), 2u);
+  EXPECT_THAT(lint.warnings[0].message, HasSubstr("has no visible job"));
+  EXPECT_THAT(lint.warnings[1].message,
+              HasSubstr("GitLab ignores this document"));
+}
+
 TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
   Write("ci/templates.yml",
         "variables:\n  GDT_PRIORITY: \"5\"\n"

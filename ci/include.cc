@@ -1131,13 +1131,18 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (!error.message.empty()) return result;  // Reported by lint/expand.
-  YamlNode include;
+  // The one document GitLab takes: its include: and variables: count.
+  std::vector<YamlNode> documents;
   for (const YamlNode& root : tree->documents()) {
-    if (const YamlNode i = Find(root, "include")) include = i;
+    if (!root.IsNull()) documents.push_back(root);
   }
+  if (documents.empty()) return result;
+  const YamlNode taken =
+      documents[DocumentsGitLabReads(text, documents).loaded];
+  const YamlNode include = Find(taken, "include");
   if (!include) return result;
   ExpressionVariables variables = known.predefined;
-  for (const YamlNode& root : tree->documents()) {
+  for (const YamlNode& root : {taken}) {
     const YamlNode declared = Find(root, "variables");
     if (!declared) continue;
     const CiValue top = ToCiValue(declared);
