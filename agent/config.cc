@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/file.h"
+#include "common/gang_limits.h"
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -136,7 +137,8 @@ absl::StatusOr<GpuConfig> ParseGpu(const YAML::Node& value,
 absl::Status ParseGpus(const YAML::Node& value, HostConfig& host) {
   host.gpus.clear();
   if (value.IsScalar()) {
-    absl::StatusOr<uint64_t> count = ReadUint(value, "host.gpus", 1024);
+    absl::StatusOr<uint64_t> count =
+        ReadUint(value, "host.gpus", kMaxGpusPerNode);
     if (!count.ok()) return count.status();
     for (uint32_t i = 0; i < *count; ++i) {
       GpuConfig gpu;

@@ -72,6 +72,35 @@ const std::map<std::string, std::vector<std::string>>& KnownFindings() {
         "job is named so; linux:build's jobs are named like linux:build: "
         "[aws, monitoring], so give every variable of the job, in "
         "linux:build's order); GitLab refuses the pipeline"}},
+      // gitlab-ci-local fills in component data the header does not ask
+      // for; GitLab gives a component only the fields `spec: component:`
+      // lists.
+      {"firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+       "ponent-local__templates__my-component.yml",
+       {"firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.name"
+        " ]]': unknown interpolation key: `name` (the spec: header's compon"
+        "ent: list, GitLab's component data for the file, does not give it)"
+        "; GitLab fills in this file's $[[ ... ]] from its spec: inputs hea"
+        "der and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.vers"
+        "ion ]]': unknown interpolation key: `version` (the spec: header's "
+        "component: list, GitLab's component data for the file, does not gi"
+        "ve it); GitLab fills in this file's $[[ ... ]] from its spec: inpu"
+        "ts header and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:9:7: '$[[ component.refe"
+        "rence ]]': unknown interpolation key: `reference` (the spec: heade"
+        "r's component: list, GitLab's component data for the file, does no"
+        "t give it); GitLab fills in this file's $[[ ... ]] from its spec: "
+        "inputs header and refuses the pipeline",
+        "firecow-gitlab-ci-local--tests__test-cases__include-component__com"
+        "ponent-local__templates__my-component.yml:10:7: '$[[ component.sha"
+        " ]]': unknown interpolation key: `sha` (the spec: header's compone"
+        "nt: list, GitLab's component data for the file, does not give it);"
+        " GitLab fills in this file's $[[ ... ]] from its spec: inputs head"
+        "er and refuses the pipeline"}},
       {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
        "static__.gitlab-ci.yml",
        {"firecow-gitlab-ci-local--tests__test-cases__needs-parallel-matrix-"
@@ -658,6 +687,47 @@ TEST(CorpusTest, InputDefaultsAreFilledInAsGitLabCiLocalExpects) {
   options.includes = &includes;
   const CiExpansion lint = LintCiYaml(main, options);
   EXPECT_TRUE(lint.ok()) << FormatDiagnostic("main", lint.errors.at(0));
+}
+
+// The Hetzner fleeting plugin's pipeline as a project: a component listed
+// after its local files merges over them, so a gang job that extends their
+// templates may inherit entries gdt cannot see; lint and expand say so in
+// one line naming the component.
+TEST(CorpusTest, AnUnreadComponentOverTheFilesReadIsNamed) {
+  test::TempDir project;
+  const std::string prefix = "hetznercloud-fleeting-plugin-hetzner--";
+  std::map<std::string, std::string> files;
+  for (const char* part :
+       {"build", "common", "release", "rules", "test", "upload"}) {
+    files[absl::StrCat(prefix, "gitlab__ci__", part, ".gitlab-ci.yml")] =
+        absl::StrCat(".gitlab/ci/", part, ".gitlab-ci.yml");
+  }
+  WriteProject(project.path(), files);
+  const std::string main =
+      test::ReadTextFile(kCorpus + "/" + prefix + "gitlab-ci.yml") +
+      "\ntrain:\n  stage: test\n  extends:\n"
+      "    - .rules:merge_request_or_release\n    - .go-cache\n"
+      "  script: [make train]\n  parallel:\n    distributed:\n"
+      "      nodes: 2\n";
+  const CiIncludes includes =
+      ReadLocalIncludes(".gitlab-ci.yml", main, project.path());
+  ASSERT_TRUE(includes.ok()) << includes.errors.at(0).message;
+  EXPECT_EQ(includes.files.size(), 6u);
+  EXPECT_TRUE(includes.unseen_over_seen);
+  CiExpandOptions options;
+  options.includes = &includes;
+  for (const CiExpansion& result :
+       {LintCiYaml(main, options), ExpandCiYaml(main, options)}) {
+    ASSERT_EQ(result.errors.size(), 1u);
+    EXPECT_THAT(result.errors[0].message,
+                ::testing::HasSubstr(
+                    "train: the file includes component "
+                    "'$CI_SERVER_FQDN/apricote/releaser-pleaser/run@v0.9.0' "
+                    "(.gitlab-ci.yml:15), which gdt does not read and which "
+                    "GitLab merges over the files gdt read"));
+    EXPECT_THAT(result.errors[0].message,
+                ::testing::HasSubstr("inherits tags, retry"));
+  }
 }
 
 }  // namespace

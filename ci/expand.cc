@@ -26,14 +26,13 @@
 #include "ci/rules.h"
 #include "ci/yaml_tree.h"
 #include "common/exit_code.h"
+#include "common/gang_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ci {
 namespace {
 
 constexpr int kGitLabParallelLimit = 200;
-constexpr int64_t kMaxGpusPerNode = 64;
-constexpr int64_t kMaxProcsPerNode = 1024;
 constexpr int64_t kMaxPriority = 1000;
 constexpr int64_t kMaxGangTimeoutSeconds = 7 * 86400;
 constexpr int64_t kMaxCheckpointNoticeSeconds = 3600;
@@ -273,6 +272,10 @@ std::string OneLine(std::string message) {
 struct ComponentInputs {
   bool header = false;  // The file has a `spec:` header.
   std::map<std::string, std::optional<std::string>, std::less<>> defaults;
+  // The component data the header asks for (`spec: component: [name]`):
+  // GitLab fills in `$[[ component.name ]]` only for these, and only when
+  // the file is included as a CI/CD component.
+  std::set<std::string, std::less<>> component_fields;
 };
 
 // A value holding `$[[ inputs.x ]]` with each input's default filled in, as
@@ -652,12 +655,14 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
       if (nodes.has_value()) spec->nodes = static_cast<int>(*nodes);
       have_nodes = true;
     } else if (key == "gpus_per_node") {
-      if (auto v = ReadInteger(e, path, 0, kMaxGpusPerNode, "from 0 to 64",
+      if (auto v = ReadInteger(e, path, 0, kMaxGpusPerNode,
+                               absl::StrCat("from 0 to ", kMaxGpusPerNode),
                                report)) {
         spec->gpus_per_node = static_cast<int>(*v);
       }
     } else if (key == "procs_per_node") {
-      if (auto v = ReadInteger(e, path, 1, kMaxProcsPerNode, "from 1 to 1024",
+      if (auto v = ReadInteger(e, path, 1, kMaxProcsPerNode,
+                               absl::StrCat("from 1 to ", kMaxProcsPerNode),
                                report)) {
         spec->procs_per_node = static_cast<int>(*v);
       }
@@ -1337,12 +1342,14 @@ class JobRewriter {
 
     if (!unknown_keys_.empty()) {
       const std::string keys = absl::StrJoin(unknown_keys_, ", ");
-      report_->At(job_value_, job_value_,
-                  absl::StrCat(job_, ": ", effective_.unknown,
-                               ", so gdt cannot see whether it inherits ", keys,
-                               "; give the job its own ", keys,
-                               " (gdt adds to them), or "
-                               "`inherit: {default: false}`"));
+      report_->At(
+          job_value_, job_value_,
+          absl::StrCat(job_, ": ", effective_.unknown,
+                       ", so gdt cannot see whether it inherits ", keys,
+                       "; give the job its own ", keys, " (gdt adds to them)",
+                       effective_.inherit_default_suffices
+                           ? ", or `inherit: {default: false}`"
+                           : ""));
     }
     const auto [begin, end] = EntryRange(parallel.key);
     // Ruby's YAML reader applies a merge key (`<<: *tpl`) where it stands:
@@ -3214,6 +3221,10 @@ void CheckTypes(const std::string& where, const YamlNode& map,
 // the wrong type makes GitLab refuse the whole pipeline.
 void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
                           Reporter* report) {
+  // GitLab checks only that a hidden key (a template, a snippet for
+  // `!reference`) is not empty: its entries may be anything until a job
+  // extends or references them.
+  if (!job.empty() && job[0] == '.') return;
   static const std::vector<KeywordType> kJob = {
       {"script", Want::kScript},
       {"before_script", Want::kScript},
@@ -3482,44 +3493,15 @@ void WarnWithoutVisibleJob(const std::vector<std::vector<YamlNode>>& files,
       ""});
 }
 
-// GitLab reads one document of a file: it splits the text at lines that//
-// GitLab reads one document of a file: it splits the text at lines that start
-// with `---` and a space or line break, at most twice, drops blank pieces, and
-// takes the first document of the first piece, or, when that is a `spec:`
-// header and more pieces follow, of the last piece. Lint warns at every other
-// document but the header: nothing there runs.
+// GitLab reads one document of a file (DocumentsGitLabReads): lint warns at
+// every other document but the header, since nothing there runs.
 void WarnAboutIgnoredDocuments(std::string_view text,
                                const std::vector<YamlNode>& documents,
                                Reporter* warn) {
-  std::vector<size_t> starts = {0};
-  for (size_t pos = 0; pos < text.size() && starts.size() < 3;) {
-    if (text.compare(pos, 3, "---") == 0 && pos + 3 < text.size() &&
-        absl::ascii_isspace(static_cast<unsigned char>(text[pos + 3]))) {
-      starts.push_back(pos + 3);
-    }
-    pos = text.find('\n', pos);
-    if (pos == std::string_view::npos) break;
-    ++pos;
-  }
-  // The first document of each piece that holds one.
-  std::vector<size_t> firsts;
-  size_t d = 0;
-  for (size_t piece = 0; piece < starts.size(); ++piece) {
-    const size_t end =
-        piece + 1 < starts.size() ? starts[piece + 1] : text.size();
-    while (d < documents.size() && documents[d].Mark().pos < starts[piece]) {
-      ++d;
-    }
-    if (d < documents.size() && documents[d].Mark().pos < end) {
-      firsts.push_back(d);
-    }
-  }
-  if (firsts.empty()) return;
-  const bool header =
-      firsts.size() > 1 && FindEntry(documents[firsts[0]], "spec");
-  const size_t read = header ? firsts.back() : firsts[0];
+  if (documents.empty()) return;
+  const GitLabDocuments read = DocumentsGitLabReads(text, documents);
   for (size_t i = 0; i < documents.size(); ++i) {
-    if (i == read || (header && i == firsts[0])) continue;
+    if (i == read.loaded || (read.header && i == 0)) continue;
     warn->At(documents[i], documents[i],
              "GitLab ignores this document: it reads only one document of "
              "a file (the first, or the jobs after a component's spec: "
@@ -3569,10 +3551,31 @@ void CheckHeaderInterpolations(const std::vector<YamlNode>& documents,
           absl::string_view(data).substr(0, data.find('|'))));
       const std::vector<std::string> objects =
           absl::StrSplit(access, absl::MaxSplits('.', 4));
-      if (objects[0] == "matrix" || objects[0] == "component") continue;
+      if (objects[0] == "matrix") continue;
       std::string why;
+      if (objects[0] == "component" && objects.size() == 2 &&
+          inputs.component_fields.count(objects[1]) != 0) {
+        // Filled in only where the file is included as a component.
+        if (report->warnings != nullptr && reported.insert(access).second) {
+          report->warnings->At(
+              node, node,
+              absl::StrCat("'$[[ ", data,
+                           " ]]': GitLab fills in the component context "
+                           "only when the file is included as a CI/CD "
+                           "component (include: component:); as a "
+                           "project's pipeline or a local include GitLab "
+                           "refuses the file"));
+        }
+        continue;
+      }
       if (objects.size() <= 1) {
         why = "invalid interpolation access pattern";
+      } else if (objects[0] == "component") {
+        why = absl::StrCat(
+            "unknown interpolation key: `",
+            objects.size() == 2 ? objects[1] : objects[2],
+            "` (the spec: header's component: list, GitLab's component "
+            "data for the file, does not give it)");
       } else if (objects[0] != "inputs") {
         why = absl::StrCat("unknown interpolation key: `", objects[0], "`");
       } else if (inputs.defaults.count(objects[1]) == 0) {
@@ -4038,9 +4041,33 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   // A `spec:` header (the first of two or more documents): its inputs are
   // filled in by GitLab before the jobs exist.
   ComponentInputs inputs;
-  if (documents.size() > 1) {
+  if (DocumentsGitLabReads(text, documents).header) {
     if (const Entry spec = FindEntry(documents[0], "spec")) {
       inputs.header = true;
+      // GitLab's component data: name, sha, version and reference.
+      if (const Entry component = FindEntry(spec.value, "component")) {
+        static const std::set<std::string> kFields = {"name", "sha", "version",
+                                                      "reference"};
+        YamlNode bad = component.value;
+        if (component.value.IsSequence()) {
+          bad = YamlNode();
+          for (size_t i = 0; i < component.value.size(); ++i) {
+            const YamlNode field = component.value.Item(i);
+            if (field.IsScalar() && kFields.count(field.Scalar()) != 0) {
+              inputs.component_fields.insert(field.Scalar());
+            } else if (!bad) {
+              bad = field;
+            }
+          }
+        }
+        if (bad) {
+          report.At(bad, component.key,
+                    "spec: component: must be a list of name, sha, version "
+                    "and reference (the component data GitLab gives a "
+                    "CI/CD component), not " +
+                        Describe(bad) + "; GitLab refuses the file");
+        }
+      }
       if (const Entry declared = FindEntry(spec.value, "inputs");
           declared && declared.value.IsMap()) {
         for (const auto& input : declared.value) {
@@ -4092,9 +4119,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
         one.documents.push_back(root);
       }
-      // A component's `spec:` header is not configuration.
-      if (one.documents.size() > 1 && FindEntry(one.documents[0], "spec")) {
-        one.documents.erase(one.documents.begin());
+      // GitLab takes one document of an included file (not a component's
+      // `spec:` header, and not the documents it ignores).
+      if (!one.documents.empty()) {
+        const GitLabDocuments read =
+            DocumentsGitLabReads(file.text, one.documents);
+        one.documents = {one.documents[read.loaded]};
       }
       if (lint) {
         // GitLab checks an included file as it checks the main one.
@@ -4227,13 +4257,21 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   std::vector<std::vector<YamlNode>> files;
   for (const IncludedDocuments& one : included) files.push_back(one.documents);
   files.push_back(documents);
-  const CiConfigModel model =
-      options.includes == nullptr
-          ? CiConfigModel(documents)
-          : CiConfigModel(files, options.includes->unseen,
-                          options.includes->unseen_over_seen);
+  CiConfigModel model = options.includes == nullptr
+                            ? CiConfigModel(documents)
+                            : CiConfigModel(files, options.includes->unseen,
+                                            options.includes->unseen_over_seen);
+  if (options.includes != nullptr) {
+    model.set_unseen_names(options.includes->unread_names,
+                           options.includes->unread_over_seen_names);
+  }
   RunsKeyword runs(files);
-  if (lint && !model.has_include()) WarnWithoutVisibleJob(files, &warnings);
+  if (lint && !model.has_include()) {
+    // Of the main file, only the document GitLab reads has jobs.
+    std::vector<std::vector<YamlNode>> read = files;
+    read.back() = {documents[DocumentsGitLabReads(text, documents).loaded]};
+    WarnWithoutVisibleJob(read, &warnings);
+  }
   // The nodes of top-level entries (a merged block must be one of them).
   std::unordered_set<uint32_t> top_values;
   for (const YamlNode& root : documents) {
@@ -4813,8 +4851,12 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (lint) {
     CheckRuleExpressions(documents, &report);
     if (inputs.header) {
+      // GitLab fills in the text of the piece it loads, every document
+      // of it: the ones after the second `---` line too.
+      const GitLabDocuments read = DocumentsGitLabReads(text, documents);
       CheckHeaderInterpolations(
-          std::vector<YamlNode>(documents.begin() + 1, documents.begin() + 2),
+          std::vector<YamlNode>(documents.begin() + read.loaded,
+                                documents.begin() + read.piece_end),
           inputs, result.errors, &report);
     }
     CheckMatrixNeeds(documents, model, &report);

@@ -8,6 +8,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "ci/inheritance.h"
 #include "ci/yaml_tree.h"
+#include "common/gang_limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -418,6 +420,53 @@ TEST(LintTest, AFileWithoutAVisibleJobIsWarnedAbout) {
     const CiExpansion lint = LintCiYaml(text);
     EXPECT_TRUE(lint.warnings.empty()) << lint.warnings[0].message;
   }
+}
+
+// Lint takes as many GPUs per member as the executor does (one bound in
+// common/), in both forms; one more is one line.
+TEST(LintTest, GpusPerNodeGoUpToTheExecutorsBound) {
+  const std::string most = std::to_string(kMaxGpusPerNode);
+  const std::string more = std::to_string(kMaxGpusPerNode + 1);
+  const auto block = [](const std::string& gpus) {
+    return LintCiYaml(
+        "train:\n  script: x\n  parallel:\n    distributed:\n"
+        "      nodes: 2\n      gpus_per_node: " +
+        gpus + "\n");
+  };
+  const auto plain = [](const std::string& gpus) {
+    return LintCiYaml(
+        "train:\n  script: x\n  parallel: 2\n  tags: [gdt]\n"
+        "  variables:\n    GDT_GPUS_PER_NODE: \"" +
+        gpus + "\"\n");
+  };
+  for (const std::function<CiExpansion(const std::string&)>& lint :
+       {std::function<CiExpansion(const std::string&)>(block),
+        std::function<CiExpansion(const std::string&)>(plain)}) {
+    const CiExpansion ok = lint(most);
+    ASSERT_TRUE(ok.ok()) << ok.errors[0].message;
+    ASSERT_EQ(ok.gangs.size(), 1u);
+    EXPECT_EQ(ok.gangs[0].gpus_per_node, kMaxGpusPerNode);
+    EXPECT_TRUE(lint("72").ok());  // Above the old lint-only bound of 64.
+    const CiExpansion refused = lint(more);
+    ASSERT_EQ(refused.errors.size(), 1u);
+    EXPECT_THAT(refused.errors[0].message, HasSubstr(most));
+    EXPECT_THAT(refused.errors[0].message, HasSubstr(more));
+  }
+}
+
+// GitLab does not check the entries of a hidden key: a snippet whose
+// `rules` is one rule (a mapping), referenced from a job's rules list, is
+// fine, while the same mapping as a job's own rules is refused.
+TEST(LintTest, HiddenKeysAreNotCheckedAsJobs) {
+  const CiExpansion snippet = LintCiYaml(
+      ".php-changes:\n  rules:\n    changes: ['**/*.php']\n"
+      "test:\n  script: x\n  rules:\n    - !reference [.php-changes, rules]\n");
+  EXPECT_TRUE(snippet.ok()) << snippet.errors[0].message;
+  const CiExpansion job =
+      LintCiYaml("test:\n  script: x\n  rules:\n    changes: [a]\n");
+  ASSERT_EQ(job.errors.size(), 1u);
+  EXPECT_THAT(job.errors[0].message,
+              HasSubstr("jobs:test:rules config should be an array"));
 }
 
 TEST(LintTest, ListsGangsOfBothForms) {
@@ -2475,6 +2524,66 @@ TEST(LintTest, HeaderInterpolationsNameDeclaredInputs) {
   EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ inputs.nope ]]\n").ok());
 }
 
+// GitLab fills in `$[[ component.FIELD ]]` for the fields the header's
+// `spec: component:` lists (name, sha, version, reference), and only when
+// the file is included as a CI/CD component: lint warns at a listed field
+// (the file may be such a component) and refuses any other.
+TEST(LintTest, ComponentDataIsCheckedAgainstTheHeader) {
+  const std::string job =
+      "---\njob:\n  script:\n    - echo $[[ component.name ]]\n"
+      "    - echo $[[ component.version ]]\n";
+  const CiExpansion listed =
+      LintCiYaml("spec:\n  component: [name, version]\n" + job);
+  ASSERT_TRUE(listed.ok()) << listed.errors[0].message;
+  ASSERT_EQ(listed.warnings.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", listed.warnings[0]),
+            "f:6:7: '$[[ component.name ]]': GitLab fills in the component "
+            "context only when the file is included as a CI/CD component "
+            "(include: component:); as a project's pipeline or a local "
+            "include GitLab refuses the file");
+  const CiExpansion unlisted = LintCiYaml("spec:\n  component: [name]\n" + job);
+  ASSERT_EQ(unlisted.errors.size(), 1u);
+  EXPECT_THAT(FormatDiagnostic("f", unlisted.errors[0]),
+              HasSubstr("f:7:7: '$[[ component.version ]]': unknown "
+                        "interpolation key: `version`"));
+  const CiExpansion none = LintCiYaml("spec:\n  inputs: {}\n" + job);
+  EXPECT_EQ(none.errors.size(), 2u);  // One for each field.
+  const CiExpansion bad =
+      LintCiYaml("spec:\n  component: [name, branch]\n" + job);
+  ASSERT_FALSE(bad.errors.empty());
+  EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
+            "f:2:21: spec: component: must be a list of name, sha, version "
+            "and reference (the component data GitLab gives a CI/CD "
+            "component), not 'branch'; GitLab refuses the file");
+  // Without a header GitLab fills in nothing: the text stays.
+  EXPECT_TRUE(LintCiYaml("job:\n  script: echo $[[ component.name ]]\n").ok());
+}
+
+// With more documents after the header, GitLab fills in (and takes the jobs
+// of) the text after the second `---` line, all of it, and ignores the
+// documents between: lint checks the blocks there, not the ignored ones.
+TEST(LintTest, HeaderInterpolationsAreCheckedWhereGitLabReads) {
+  const std::string spec =
+      "spec:\n  inputs:\n    stage:\n      default: test\n---\n";
+  const CiExpansion lint =
+      LintCiYaml(spec + "ignored:\n  script: echo $[[ inputs.first ]]\n---\n" +
+                 "read:\n  script: echo $[[ inputs.second ]]\n---\n" +
+                 "later:\n  script: echo $[[ inputs.third ]]\n");
+  ASSERT_EQ(lint.errors.size(), 2u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:10:11: '$[[ inputs.second ]]': unknown interpolation key: "
+            "`second` (the spec: inputs header does not declare it); GitLab "
+            "fills in this file's $[[ ... ]] from its spec: inputs header and "
+            "refuses the pipeline");
+  EXPECT_THAT(lint.errors[1].message,
+              HasSubstr("'$[[ inputs.third ]]': unknown interpolation key"));
+  // Only an ignored document names an unknown input: GitLab runs the file.
+  const CiExpansion fine =
+      LintCiYaml(spec + "ignored:\n  script: echo $[[ inputs.first ]]\n---\n" +
+                 "read:\n  script: echo $[[ inputs.stage ]]\n");
+  EXPECT_TRUE(fine.ok()) << fine.errors[0].message;
+}
+
 // ---------------------------------------------------------------------.
 // Local includes: a project on disk, read as GitLab reads it.
 
@@ -2508,6 +2617,73 @@ class IncludeTest : public ::testing::Test {
   }
   test::TempDir dir_;
 };
+
+// An included file with a header and more than one document after it:
+// GitLab fills in and takes only the text after the second `---` line; the
+// document between is ignored, inputs, jobs and includes alike.
+TEST_F(IncludeTest, AnIncludedFileGivesOnlyTheDocumentGitLabReads) {
+  Write("ci/train.yml",
+        "spec:\n  inputs:\n    nodes:\n      type: number\n"
+        "      default: 2\n---\n"
+        "include: ci/missing.yml\n"
+        ".ignored:\n  script: echo $[[ inputs.nope ]]\n"
+        "  variables: {GDT_GPUS_PER_NODE: \"8\"}\n---\n"
+        "train:\n  script: [x]\n  parallel: $[[ inputs.nodes ]]\n"
+        "  tags: [gdt]\n");
+  const std::string main =
+      "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 3\n"
+      "other:\n  extends: .ignored\n  parallel: 2\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
+  ASSERT_EQ(Paths(includes), std::vector<std::string>{"ci/train.yml"});
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
+  ASSERT_EQ(lint.gangs.size(), 1u);
+  EXPECT_EQ(lint.gangs[0].job, "train");
+  EXPECT_EQ(lint.gangs[0].nodes, 3);
+}
+
+// A local include has no component data: GitLab refuses a
+// `$[[ component.name ]]` there, also when the header lists the field.
+TEST_F(IncludeTest, ComponentDataInALocalIncludeIsRefused) {
+  Write("ci/c.yml",
+        "spec:\n  component: [name]\n  inputs: {}\n---\n"
+        "job:\n  script: echo $[[ component.name ]]\n");
+  const CiIncludes includes = Includes("include:\n  - local: ci/c.yml\n");
+  ASSERT_EQ(includes.errors.size(), 1u);
+  EXPECT_EQ(includes.errors[0].file, "ci/c.yml");
+  EXPECT_EQ(includes.errors[0].line, 6);
+  EXPECT_EQ(includes.errors[0].message,
+            "'$[[ component.name ]]': GitLab fills in the component context "
+            "only in a file included as a CI/CD component (include: "
+            "component:), not in a local include, and refuses the file");
+  // Without a header nothing is filled in.
+  Write("ci/plain.yml", "job:\n  script: echo $[[ component.name ]]\n");
+  EXPECT_TRUE(Includes("include:\n  - local: ci/plain.yml\n").ok());
+}
+
+// A main file whose first document has no spec: header: GitLab reads that
+// document alone, so the includes and jobs after `---` do not exist, and
+// the pipeline has no visible job.
+TEST_F(IncludeTest, OnlyTheMainFilesReadDocumentIncludesAndHasJobs) {
+  Write("ci/a.yml", "from-include:\n  script: x\n");
+  const std::string main =
+      "image: ubuntu:latest\n---\ninclude:\n  - local: ci/a.yml\n"
+      "job:\n  script: x\n";
+  const CiIncludes includes = Includes(main);
+  ASSERT_TRUE(includes.ok());
+  EXPECT_TRUE(includes.files.empty());
+  CiExpandOptions options;
+  options.includes = &includes;
+  const CiExpansion lint = LintCiYaml(main, options);
+  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
+  ASSERT_EQ(lint.warnings.size(), 2u);
+  EXPECT_THAT(lint.warnings[0].message, HasSubstr("has no visible job"));
+  EXPECT_THAT(lint.warnings[1].message,
+              HasSubstr("GitLab ignores this document"));
+}
 
 TEST_F(IncludeTest, TemplatesDefaultAndVariablesOfIncludedFilesAreSeen) {
   Write("ci/templates.yml",
@@ -2878,10 +3054,43 @@ TEST_F(IncludeTest, IncludesGdtDoesNotReadStayUnknown) {
   options.includes = &includes;
   const CiExpansion expanded = ExpandCiYaml(main, options);
   ASSERT_EQ(expanded.errors.size(), 1u);
-  EXPECT_THAT(expanded.errors[0].message,
-              HasSubstr("the file includes other files, whose default: gdt "
-                        "cannot read, so gdt cannot see whether it inherits "
-                        "tags, retry"));
+  EXPECT_EQ(Lines(expanded)[0],
+            ".gitlab-ci.yml:5:3: train: the file includes remote "
+            "'https://example.com/x.yml' (.gitlab-ci.yml:3), which gdt does "
+            "not read and which GitLab merges over the files gdt read: its "
+            "default: or a template of the same name as one the job extends "
+            "may add entries, so gdt cannot see whether it inherits tags, "
+            "retry; give the job its own tags, retry (gdt adds to them)");
+  // Lint says the same; inherit: {default: false} does not help, since the
+  // unread file may also add to .gpu, which GitLab deep-merges.
+  EXPECT_EQ(LintCiYaml(main, options).errors.size(), 1u);
+  const std::string no_default =
+      "include:\n  - ci/ok.yml\n  - remote: 'https://example.com/x.yml'\n"
+      "train:\n  extends: .gpu\n  inherit: {default: false}\n  script: x\n"
+      "  parallel:\n    distributed: {nodes: 2}\n";
+  const CiIncludes no_default_includes = Includes(no_default);
+  options.includes = &no_default_includes;
+  const CiExpansion still = ExpandCiYaml(no_default, options);
+  ASSERT_EQ(still.errors.size(), 1u);
+  EXPECT_THAT(still.errors[0].message,
+              HasSubstr("gdt cannot see whether it inherits tags, retry"));
+  // Listed before the file read, the unread include merges under it: only
+  // its default: is unseen, and the job's tags come from .gpu.
+  const std::string before =
+      "include:\n  - template: Jobs/Build.gitlab-ci.yml\n  - ci/ok.yml\n"
+      "train:\n  extends: .gpu\n  script: x\n  parallel:\n"
+      "    distributed: {nodes: 2}\n";
+  const CiIncludes before_includes = Includes(before);
+  EXPECT_FALSE(before_includes.unseen_over_seen);
+  options.includes = &before_includes;
+  const CiExpansion under = ExpandCiYaml(before, options);
+  ASSERT_EQ(under.errors.size(), 1u);
+  EXPECT_EQ(Lines(under)[0],
+            ".gitlab-ci.yml:5:3: train: the file includes template "
+            "'Jobs/Build.gitlab-ci.yml' (.gitlab-ci.yml:2), which gdt does not "
+            "read and whose default: may add entries, so gdt cannot see "
+            "whether it inherits retry; give the job its own retry (gdt adds "
+            "to them), or `inherit: {default: false}`");
 }
 
 // GitLab gives a job default:'s keys only where it has none after extends.

@@ -723,10 +723,18 @@ class IncludeReader {
         }
         // GitLab leaves every block whose access starts with the matrix
         // context as written (`$[[ matrix ]]` and functions on it too).
-        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0 ||
-            parts[0].rfind("component.", 0) == 0) {
-          // Other contexts GitLab fills in later (needs of a matrix job, a
-          // component's own data): kept as written.
+        if (parts[0].rfind("component.", 0) == 0) {
+          // GitLab has component data only for a file included as a
+          // CI/CD component.
+          return problem(absl::StrCat(
+              "'$[[ ", parts[0],
+              " ]]': GitLab fills in the component context only in a file "
+              "included as a CI/CD component (include: component:), not in "
+              "a local include, and refuses the file"));
+        }
+        if (parts[0] == "matrix" || parts[0].rfind("matrix.", 0) == 0) {
+          // The matrix context GitLab fills in later (needs of a matrix
+          // job): kept as written.
           filled += scalar.substr(open, close + 2 - open);
           at = close + 2;
           continue;
@@ -845,9 +853,14 @@ class IncludeReader {
                   "gdt reads only local files of this "
                   "project") {
     out_->unseen = true;
-    // Files read so far merge under this one.
-    if (!out_->files.empty()) out_->unseen_over_seen = true;
     const YamlMark mark = node.Mark();
+    std::string name = absl::StrCat(what, " (", file, ":", mark.line + 1, ")");
+    // Files read so far merge under this one.
+    if (!out_->files.empty()) {
+      out_->unseen_over_seen = true;
+      out_->unread_over_seen_names.push_back(name);
+    }
+    out_->unread_names.push_back(std::move(name));
     out_->unread.push_back(CiIncludes::Problem{
         file == main_ ? "" : file, mark.line + 1, mark.column + 1,
         absl::StrCat("include: ", what, " is not read (", std::string(why),
@@ -1037,14 +1050,18 @@ class IncludeReader {
     // A `spec:` header (the first of two or more documents) declares the
     // inputs GitLab fills in.
     YamlNode spec;
-    if (documents.size() > 1) spec = Find(documents[0], "spec");
+    const GitLabDocuments read = DocumentsGitLabReads(*text, documents);
+    if (read.header) spec = Find(documents[0], "spec");
     if (spec) {
       std::map<std::string, CiValue> values;
       if (!InputValues(file, where, path, spec, inputs, &values)) return;
-      std::optional<std::string> filled = Interpolate(
-          path, *text,
-          std::vector<YamlNode>(documents.begin() + 1, documents.end()),
-          tree->node_count(), values);
+      // GitLab fills in the text of the piece it loads, every document of
+      // it, and nothing before (documents it ignores).
+      std::optional<std::string> filled =
+          Interpolate(path, *text,
+                      std::vector<YamlNode>(documents.begin() + read.loaded,
+                                            documents.begin() + read.piece_end),
+                      tree->node_count(), values);
       if (!filled.has_value()) return;
       *text = *std::move(filled);
     } else if (inputs) {
@@ -1069,10 +1086,16 @@ class IncludeReader {
         return;
       }
     }
+    // Of the one document GitLab takes.
     YamlNode include;
+    std::vector<YamlNode> taken;
     for (const YamlNode& root :
          (filled_tree ? filled_tree : tree)->documents()) {
-      if (const YamlNode i = Find(root, "include")) include = i;
+      if (!root.IsNull()) taken.push_back(root);
+    }
+    if (!taken.empty()) {
+      include =
+          Find(taken[DocumentsGitLabReads(*text, taken).loaded], "include");
     }
     stack_.push_back(rel);
     Visit(path, include, depth + 1);
@@ -1108,13 +1131,18 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
   YamlError error;
   const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &error);
   if (!error.message.empty()) return result;  // Reported by lint/expand.
-  YamlNode include;
+  // The one document GitLab takes: its include: and variables: count.
+  std::vector<YamlNode> documents;
   for (const YamlNode& root : tree->documents()) {
-    if (const YamlNode i = Find(root, "include")) include = i;
+    if (!root.IsNull()) documents.push_back(root);
   }
+  if (documents.empty()) return result;
+  const YamlNode taken =
+      documents[DocumentsGitLabReads(text, documents).loaded];
+  const YamlNode include = Find(taken, "include");
   if (!include) return result;
   ExpressionVariables variables = known.predefined;
-  for (const YamlNode& root : tree->documents()) {
+  for (const YamlNode& root : {taken}) {
     const YamlNode declared = Find(root, "variables");
     if (!declared) continue;
     const CiValue top = ToCiValue(declared);

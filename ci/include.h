@@ -89,6 +89,11 @@ struct CiIncludes {
   // One note for each include that is not read (see `unseen`), at its
   // place: lint shows them as warnings.
   std::vector<Problem> unread;
+  // The same includes in a few words each, with their place
+  // ("template 'Jobs/Build.gitlab-ci.yml' (.gitlab-ci.yml:3)"), and those of
+  // them that merge over a file read (see `unseen_over_seen`).
+  std::vector<std::string> unread_names;
+  std::vector<std::string> unread_over_seen_names;
   bool ok() const { return errors.empty(); }
 };
 

@@ -479,11 +479,39 @@ absl::StatusOr<CiConfigModel::Effective> CiConfigModel::Resolve(
       }
     }
   }
-  if (has_include_ && inherits_some && effective.unknown.empty()) {
-    effective.unknown =
-        "the file includes other files, whose default: gdt cannot read";
+  // An unread include may add default: entries, and one that merges over
+  // a file read may also add entries to that file's templates (GitLab
+  // deep-merges templates of the same name), whatever `inherit:` says.
+  const bool extends_some = memo.height > 0;
+  if (has_include_ && effective.unknown.empty() &&
+      (inherits_some || (unseen_over_seen_ && extends_some))) {
+    const auto named = [](const std::vector<std::string>& names) {
+      std::string out;
+      for (size_t i = 0; i < names.size() && i < 3; ++i) {
+        absl::StrAppend(&out, i == 0 ? "" : ", ", names[i]);
+      }
+      if (names.size() > 3)
+        absl::StrAppend(&out, " and ", names.size() - 3, " more");
+      return out;
+    };
+    if (unseen_names_.empty()) {
+      effective.unknown =
+          "the file includes other files, whose default: gdt cannot read";
+    } else if (unseen_over_seen_ && extends_some) {
+      effective.unknown = absl::StrCat(
+          "the file includes ", named(unseen_over_seen_names_),
+          ", which gdt does not read and which GitLab merges over the files "
+          "gdt read: its default: or a template of the same name as one the "
+          "job extends may add entries");
+      effective.inherit_default_suffices = false;
+    } else {
+      effective.unknown =
+          absl::StrCat("the file includes ", named(unseen_names_),
+                       ", which gdt does not read and whose default: may add "
+                       "entries");
+    }
     effective.unknown_default_only = !unseen_over_seen_;
-    effective.unknown_all = inherit_all;
+    effective.unknown_all = inherit_all || (unseen_over_seen_ && extends_some);
     effective.unknown_keys = inherit_keys;
   }
 

@@ -76,6 +76,9 @@ class CiConfigModel {
     // job only where the job, after `extends`, has none: a key the job
     // has (its own or a parent's) is known.
     bool unknown_default_only = false;
+    // `inherit: {default: false}` would make everything known (no unread
+    // include can add entries to the templates the job extends).
+    bool inherit_default_suffices = true;
     bool Known(std::string_view key) const {
       if (unknown.empty()) return true;
       if (unknown_default_only && config.is_object()) {
@@ -126,6 +129,13 @@ class CiConfigModel {
   // Whether the file has an `include:` that gdt did not read (parents and
   // `default:` entries may then come from files it does not see).
   bool has_include() const { return has_include_; }
+  // Names the includes not read, for messages: all of them, and those that
+  // merge over a file read (empty: "other files").
+  void set_unseen_names(std::vector<std::string> all,
+                        std::vector<std::string> over_seen) {
+    unseen_names_ = std::move(all);
+    unseen_over_seen_names_ = std::move(over_seen);
+  }
   // How many files the model reads (the main file and those it includes).
   size_t file_count() const { return file_count_; }
 
@@ -171,6 +181,8 @@ class CiConfigModel {
   // Some unseen include merges over a file read (see
   // CiIncludes::unseen_over_seen): what a template has may not be final.
   bool unseen_over_seen_ = false;
+  std::vector<std::string> unseen_names_;
+  std::vector<std::string> unseen_over_seen_names_;
   size_t file_count_ = 1;
   mutable std::string reference_bomb_;
 };

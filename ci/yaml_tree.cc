@@ -3,6 +3,7 @@
 #include <yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -490,6 +491,47 @@ YamlElement YamlNode::Iterator::operator*() const {
     static_cast<YamlNode&>(element) = node_->Item(i_);
   }
   return element;
+}
+
+GitLabDocuments DocumentsGitLabReads(std::string_view text,
+                                     const std::vector<YamlNode>& documents) {
+  GitLabDocuments out;
+  std::vector<size_t> starts = {0};
+  for (size_t pos = 0; pos < text.size() && starts.size() < 3;) {
+    if (text.compare(pos, 3, "---") == 0 && pos + 3 < text.size() &&
+        std::isspace(static_cast<unsigned char>(text[pos + 3])) != 0) {
+      starts.push_back(pos + 3);
+    }
+    pos = text.find('\n', pos);
+    if (pos == std::string_view::npos) break;
+    ++pos;
+  }
+  // The first document of each piece that holds one.
+  std::vector<size_t> firsts;
+  size_t d = 0;
+  for (size_t piece = 0; piece < starts.size(); ++piece) {
+    const size_t end =
+        piece + 1 < starts.size() ? starts[piece + 1] : text.size();
+    while (d < documents.size() && documents[d].Mark().pos < starts[piece]) {
+      ++d;
+    }
+    if (d < documents.size() && documents[d].Mark().pos < end) {
+      firsts.push_back(d);
+    }
+  }
+  if (firsts.empty()) return out;
+  bool spec = false;
+  if (documents[firsts[0]].IsMap()) {
+    for (const auto& entry : documents[firsts[0]]) {
+      if (entry.first.IsScalar() && entry.first.Scalar() == "spec") spec = true;
+    }
+  }
+  out.header = firsts.size() > 1 && spec;
+  const size_t piece = out.header ? firsts.size() - 1 : 0;
+  out.loaded = firsts[piece];
+  out.piece_end =
+      piece + 1 < firsts.size() ? firsts[piece + 1] : documents.size();
+  return out;
 }
 
 }  // namespace gdt::ci

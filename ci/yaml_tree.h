@@ -171,6 +171,21 @@ class YamlTree {
   std::vector<YamlNode> documents_;
 };
 
+// Which documents of a CI file GitLab reads. GitLab splits the text at
+// lines that start with `---` and a space or line break, at most twice,
+// drops blank pieces, and loads the first document of one piece: of the
+// first piece, or, when that is a mapping with a `spec:` key (a header) and
+// more pieces follow, of the last one. It fills in the `$[[ ... ]]` blocks
+// of that whole piece's text before loading it. `documents` are the file's
+// documents that are not empty (comments only), in order.
+struct GitLabDocuments {
+  bool header = false;   // documents[0] is a `spec:` header.
+  size_t loaded = 0;     // The document whose configuration GitLab takes.
+  size_t piece_end = 0;  // One past the last document of its piece.
+};
+GitLabDocuments DocumentsGitLabReads(std::string_view text,
+                                     const std::vector<YamlNode>& documents);
+
 }  // namespace gdt::ci
 
 #endif  // GDT_CI_YAML_TREE_H_

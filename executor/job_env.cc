@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/gang_limits.h"
 #include "common/terminal_text.h"
 #include "executor/env_contract.h"
 
@@ -172,11 +173,11 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
   }
 
   absl::StatusOr<int64_t> gpus =
-      IntVariable(env, "GDT_GPUS_PER_NODE", 0, 0, 1024);
+      IntVariable(env, "GDT_GPUS_PER_NODE", 0, 0, kMaxGpusPerNode);
   if (!gpus.ok()) return gpus.status();
   job.gpus_per_node = static_cast<int>(*gpus);
   absl::StatusOr<int64_t> procs =
-      IntVariable(env, "GDT_NPROC_PER_NODE", 1, 1, 1024);
+      IntVariable(env, "GDT_NPROC_PER_NODE", 1, 1, kMaxProcsPerNode);
   if (!procs.ok()) return procs.status();
   job.procs_per_node = static_cast<int>(*procs);
   // 0 = no hang watchdog; at most a week.

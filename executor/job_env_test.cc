@@ -7,6 +7,8 @@
 #include <string>
 #include <variant>
 
+#include "absl/strings/str_cat.h"
+#include "common/gang_limits.h"
 #include "executor/stage_support.h"
 #include "gitlab/job_payload.h"
 #include "gmock/gmock.h"
@@ -88,6 +90,25 @@ TEST(ResolveJobInfoTest, IdTokenComesFromThePayload) {
   absl::StatusOr<JobInfo> job = ResolveJobInfo(EnvWith({}), payload);
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->id_token, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln");
+}
+
+// The executor takes as many GPUs per member as a host may have (the bound
+// gdt-ci lint checks too), and refuses one more in one line.
+TEST(ResolveJobInfoTest, GpusPerNodeGoUpToTheSharedBound) {
+  absl::StatusOr<JobInfo> most = ResolveJobInfo(
+      EnvWith(
+          {{"CUSTOM_ENV_GDT_GPUS_PER_NODE", std::to_string(kMaxGpusPerNode)}}),
+      Payload("train 2/4"));
+  ASSERT_TRUE(most.ok()) << most.status();
+  EXPECT_EQ(most->gpus_per_node, kMaxGpusPerNode);
+  absl::StatusOr<JobInfo> more =
+      ResolveJobInfo(EnvWith({{"CUSTOM_ENV_GDT_GPUS_PER_NODE",
+                               std::to_string(kMaxGpusPerNode + 1)}}),
+                     Payload("train 2/4"));
+  EXPECT_EQ(more.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(more.status().message(), HasSubstr("GDT_GPUS_PER_NODE"));
+  EXPECT_THAT(more.status().message(),
+              HasSubstr(absl::StrCat(kMaxGpusPerNode)));
 }
 
 TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
