@@ -41,8 +41,8 @@ std::string PeerOf(const sockaddr_storage& address) {
   if (address.ss_family == AF_INET6) {
     const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
     if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
-      if (inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text,
-                    sizeof(text)) == nullptr) {
+      if (inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) ==
+          nullptr) {
         return "";
       }
       return text;
@@ -92,11 +92,11 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string port_text = std::to_string(parsed->port);
-  if (const int error = getaddrinfo(parsed->host.c_str(), port_text.c_str(),
-                                    &hints, &found);
+  if (const int error =
+          getaddrinfo(parsed->host.c_str(), port_text.c_str(), &hints, &found);
       error != 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address, ": ", gai_strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ": ", gai_strerror(error)));
   }
   std::vector<int> listeners;
   int port = parsed->port;
@@ -104,9 +104,9 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
   // Every address the host resolves to ("localhost": ::1 and 127.0.0.1),
   // on one port: the first one bound picks it when the port is 0.
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = socket(a->ai_family,
-                          a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-                          a->ai_protocol);
+    const int fd =
+        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+               a->ai_protocol);
     if (fd < 0) {
       if (first_error == 0) first_error = errno;
       continue;
@@ -141,8 +141,8 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
     for (int fd : listeners) close(fd);
     if (epoll_fd >= 0) close(epoll_fd);
     if (wake_fd >= 0) close(wake_fd);
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", address, ": ", std::strerror(error)));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address, ": ", std::strerror(error)));
   }
   for (int fd : listeners) {
     epoll_event event = {};
@@ -261,9 +261,8 @@ void ConnectionGate::AcceptFrom(int listener_fd) {
   for (int batch = 0; batch < 64; ++batch) {
     sockaddr_storage address = {};
     socklen_t length = sizeof(address);
-    const int fd =
-        accept4(listener_fd, reinterpret_cast<sockaddr*>(&address), &length,
-                SOCK_NONBLOCK | SOCK_CLOEXEC);
+    const int fd = accept4(listener_fd, reinterpret_cast<sockaddr*>(&address),
+                           &length, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||

@@ -20,8 +20,8 @@
 namespace gdt {
 namespace {
 
-using std::chrono::seconds;
 using ::gdt::test::WaitFor;
+using std::chrono::seconds;
 
 // A stand-in for the server behind the gate: keeps what it is handed, and
 // ends a connection as gRPC does (shutdown, then close).
@@ -132,8 +132,8 @@ TEST(ConnectionGateTest, AConnectionTheServerEndsFreesItsPlace) {
   ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
   server.EndFirst();
   EXPECT_TRUE(first.ClosedWithin(std::chrono::seconds(10)));
-  ASSERT_TRUE(WaitFor([&] { return gate->open_connections() == 0; },
-                      seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return gate->open_connections() == 0; }, seconds(10)));
   Client second("127.0.0.1", gate->port());
   ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
   EXPECT_FALSE(second.ClosedWithin(std::chrono::milliseconds(200)));
@@ -158,8 +158,8 @@ TEST(ConnectionGateTest, WithoutAHandoffConnectionsAreClosedAndNotCounted) {
   ASSERT_NE(gate, nullptr);
   Client first("127.0.0.1", gate->port());
   EXPECT_TRUE(first.ClosedWithin(std::chrono::seconds(10)));
-  ASSERT_TRUE(WaitFor([&] { return gate->open_connections() == 0; },
-                      seconds(10)));
+  ASSERT_TRUE(
+      WaitFor([&] { return gate->open_connections() == 0; }, seconds(10)));
   Server server;
   gate->SetHandoff(server.Handoff());
   Client second("127.0.0.1", gate->port());
