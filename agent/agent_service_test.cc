@@ -29,6 +29,7 @@
 #include "rendezvous/agent_client.h"
 #include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "testing/free_ports.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 
@@ -748,17 +749,10 @@ TEST_F(AgentServiceTest, AMemberBindsOnlyItsGangsMasterPortOfTheRange) {
     ASSERT_NE(geteuid(), 0u) << check;
     GTEST_SKIP() << "bind programs need privilege: " << check;
   }
-  // Two ports in a range of 5 around a free port the kernel picks.
-  const int probe = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(probe, reinterpret_cast<const sockaddr*>(&address), length),
-            0);
-  getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length);
-  close(probe);
-  const uint32_t port = ntohs(address.sin_port);
-  ASSERT_LT(port, 65530u);
+  // Two ports in the middle of a range of 5 free ones.
+  const int free_ports = test::FreePortRange(5);
+  ASSERT_NE(free_ports, 0) << "no 5 free ports in a row";
+  const uint32_t port = free_ports + 2;
   const std::string first = std::to_string(port);
   const std::string second = std::to_string(port + 1);
   IsolationOptions isolation;
@@ -818,24 +812,25 @@ TEST_F(AgentServiceTest, AMemberConnectsOnlyToItsGangsMasterEndpoint) {
     ASSERT_NE(geteuid(), 0u) << check;
     GTEST_SKIP() << "connect programs need privilege: " << check;
   }
-  // Listeners (outside the member) on a port the kernel picks and the next.
+  // Listeners (outside the member) on the middle two of a range of 5 free
+  // ports.
+  const int free_ports = test::FreePortRange(5);
+  ASSERT_NE(free_ports, 0) << "no 5 free ports in a row";
+  const uint32_t port = free_ports + 2;
   std::vector<int> listeners;
-  uint32_t port = 0;
-  for (int i = 0; i < 2; ++i) {
+  for (uint32_t listened : {port, port + 1}) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(static_cast<uint16_t>(i == 0 ? 0 : port + 1));
-    socklen_t length = sizeof(address);
-    ASSERT_EQ(bind(fd, reinterpret_cast<const sockaddr*>(&address), length), 0)
-        << "port taken; run again";
+    address.sin_port = htons(static_cast<uint16_t>(listened));
+    ASSERT_EQ(
+        bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+        0)
+        << "port " << listened << " taken meanwhile";
     ASSERT_EQ(listen(fd, 16), 0);
-    getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    if (i == 0) port = ntohs(address.sin_port);
     listeners.push_back(fd);
   }
-  ASSERT_LT(port, 65530u);
   const std::string first = std::to_string(port);
   const std::string second = std::to_string(port + 1);
   IsolationOptions isolation;

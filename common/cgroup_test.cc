@@ -21,6 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/device_nodes.h"
+#include "testing/free_ports.h"
 
 namespace gdt {
 namespace {
@@ -294,19 +295,10 @@ TEST_F(CgroupTest, GuardedPortsAreRefusedToBindExceptTheAllowedOne) {
     GTEST_SKIP() << "bind programs need privilege: " << check;
   }
   EXPECT_TRUE(tree_->Children().empty()) << "the probe cgroup is left";
-  // A free port the kernel picks, the middle of a range of 9.
-  int probe = socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(probe, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(probe, reinterpret_cast<sockaddr*>(&address), length), 0);
-  ASSERT_EQ(getsockname(probe, reinterpret_cast<sockaddr*>(&address), &length),
-            0);
-  close(probe);
-  const int port = ntohs(address.sin_port);
-  ASSERT_GT(port, 5);
-  ASSERT_LT(port, 65530);
+  // The middle of a range of 9 free ports.
+  const int first = test::FreePortRange(9);
+  ASSERT_NE(first, 0) << "no 9 free ports in a row";
+  const int port = first + 4;
   const PortRange range{static_cast<uint16_t>(port - 4),
                         static_cast<uint16_t>(port + 4)};
   const std::string leased = absl::StrCat(port);
@@ -434,15 +426,16 @@ TEST_F(CgroupTest, GuardedPortsAreReachedOnlyAtTheAllowedEndpoint) {
     GTEST_SKIP() << "connect programs need privilege: " << check;
   }
   // Listeners (outside the member) on the middle and both ends of a range
-  // of 9 around a port the kernel picks, and on one port outside it.
+  // of 9 free ports, and on one port outside it.
   std::vector<int> fds;
-  const int port = Listen(0, fds);
-  ASSERT_GT(port, 5);
-  ASSERT_LT(port, 65530);
+  const int free_ports = test::FreePortRange(9);
+  ASSERT_NE(free_ports, 0) << "no 9 free ports in a row";
+  const int port = free_ports + 4;
+  ASSERT_EQ(Listen(port, fds), port) << "taken meanwhile";
   const PortRange range{static_cast<uint16_t>(port - 4),
                         static_cast<uint16_t>(port + 4)};
-  ASSERT_EQ(Listen(range.first, fds), range.first) << "taken; run again";
-  ASSERT_EQ(Listen(range.last, fds), range.last) << "taken; run again";
+  ASSERT_EQ(Listen(range.first, fds), range.first) << "taken meanwhile";
+  ASSERT_EQ(Listen(range.last, fds), range.last) << "taken meanwhile";
   int outside = 0;
   while (outside == 0 || (outside >= range.first && outside <= range.last)) {
     outside = Listen(0, fds);
