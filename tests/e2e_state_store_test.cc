@@ -1,11 +1,12 @@
 // End to end: the coordinator's SQLite state under an operator's bad day,
 // with the real gdt-coord, gdt-agent, executor and run-local. The state file
 // lives on a small tmpfs of the test's own, which the test fills from
-// outside while a gang runs.
+// outside, or whose file it holds locked, while a gang forms or runs.
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sqlite3.h"
 #include "testing/cluster.h"
 #include "tests/e2e_util.h"
 
@@ -208,6 +210,66 @@ TEST_F(StateStoreFaultTest, AFullStateDiskHoldsAnAdmissionUntilThereIsSpace) {
   EXPECT_EQ(CountEvents(cluster_, 0, "state_store_recovered"), 1)
       << cluster_.Logs();
   ExpectLeasesReleased(cluster_);
+}
+
+// An operator opens the state with sqlite3 and leaves a write transaction
+// open (`BEGIN EXCLUSIVE;`) while a gang's members end. Their exit reports
+// cannot be stored meanwhile; the coordinator still answers everything else
+// at once (a refused write does not hold it for seconds), logs why, and the
+// gang ends DONE once the transaction is closed.
+TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
+  const std::string flags = cluster_.dir().Sub("flags");
+  fs::create_directories(flags);
+  fs::permissions(flags, fs::perms::all);
+  const std::string project = MakeShellProject(
+      cluster_.dir(), absl::StrCat("until [ -e ", flags,
+                                   "/go ]; do sleep 0.2; done; echo finished"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  WaitForARunningGang();
+
+  sqlite3* operator_db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2((state_dir_ + "/coord.db").c_str(), &operator_db,
+                            SQLITE_OPEN_READWRITE, nullptr),
+            SQLITE_OK);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(operator_db,
+                                                     sqlite3_close_v2);
+  ASSERT_EQ(
+      sqlite3_exec(operator_db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
+      SQLITE_OK)
+      << sqlite3_errmsg(operator_db);
+  WriteFile(flags + "/go", "");
+  ASSERT_TRUE(WaitFor(
+      [&] { return CountEvents(cluster_, 0, "state_store_failing") > 0; },
+      seconds(60)))
+      << cluster_.Logs();
+  // While the members' reports are refused and retried, status answers.
+  std::chrono::milliseconds slowest{0};
+  const auto until = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < until) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<nlohmann::json> status = cluster_.Status();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start);
+    ASSERT_TRUE(status.ok()) << status.status() << cluster_.Logs();
+    slowest = std::max(slowest, took);
+    for (const auto& gang : (*status)["gangs"]) {
+      EXPECT_EQ(gang.value("state", ""), "running") << gang.dump();
+    }
+  }
+  EXPECT_LT(slowest.count(), 3000) << cluster_.Logs();
+
+  ASSERT_EQ(sqlite3_exec(operator_db, "COMMIT", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  closer.reset();
+  CommandResult result = FinishRun(*run, seconds(150));
+  EXPECT_TRUE(result.status.success()) << result.output << cluster_.Logs();
+  EXPECT_GE(CountEvents(cluster_, 0, "state_store_recovered"), 1)
+      << cluster_.Logs();
+  ExpectLeasesReleased(cluster_);
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
+      << DescribeAll(JobProcesses(cluster_));
 }
 
 }  // namespace
