@@ -44,6 +44,11 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
   } else {
     ++unlogged_failures_;
   }
+  // Other refusals (a request too large for etcd, bad input) are final.
+  if (!absl::IsInternal(status) && !absl::IsUnavailable(status) &&
+      !absl::IsDeadlineExceeded(status) && !absl::IsUnknown(status)) {
+    return status;
+  }
   return absl::UnavailableError(absl::StrCat(
       "the coordinator cannot use its state store now (nothing was changed; "
       "retry): ",

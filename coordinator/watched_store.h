@@ -23,8 +23,10 @@ namespace gdt::coordinator {
 //    minute (with the number of failures since the last line), and
 //    `event=state_store_recovered` once a call succeeds again;
 //  - reaches the caller as Unavailable (the change was not made; the same
-//    call later may succeed), naming the store's error. FailedPrecondition
-//    (a deposed HA leader) passes unchanged.
+//    call later may succeed), naming the store's error, when the store
+//    answered Internal, Unavailable, DeadlineExceeded or Unknown; other
+//    codes pass unchanged, and FailedPrecondition (a deposed HA leader) is
+//    not logged either.
 // Before Serve() (loading the state at start-up) errors pass unchanged and
 // unlogged, so that gdt-coord's start-up says what went wrong once, with its
 // own exit code.
