@@ -12,6 +12,7 @@
 #include "common/secret.h"
 #include "common/sha256.h"
 #include "common/status_macros.h"
+#include "coordinator/watched_store.h"
 #include "rendezvous/kv_keys.h"
 #include "spdlog/spdlog.h"
 
@@ -31,8 +32,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
     const Clock& clock, std::unique_ptr<state::StateStore> store,
     const SchedulerOptions& options, PortChecker& port_checker,
     const kv::KvLimits& kv_limits, const CheckpointLimits& checkpoint_limits) {
+  // Failures of a serving coordinator's store are logged (rate-limited)
+  // and answered as Unavailable (watched_store.h).
+  auto watched = std::make_unique<WatchedStore>(std::move(store), clock);
+  WatchedStore& watched_store = *watched;
   std::unique_ptr<Coordinator> coordinator(
-      new Coordinator(std::move(store), port_checker, kv_limits));
+      new Coordinator(std::move(watched), port_checker, kv_limits));
   absl::StatusOr<std::unique_ptr<Scheduler>> scheduler =
       Scheduler::Create(clock, *coordinator->store_, options);
   if (!scheduler.ok()) return scheduler.status();
@@ -65,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
         coordinator->store_->SaveSecret(kMemberTokenKeyName, *key));
   }
   coordinator->member_token_key_ = std::move(*key);
+  watched_store.Serve();
   return coordinator;
 }
 
@@ -366,7 +372,18 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
                      LogValue(proposal.gang_id), LogValue(note));
         scheduler_->Defer(proposal.gang_id, note);
       } else if (absl::Status status = scheduler_->Admit(proposal, port);
-                 !status.ok()) {
+                 absl::IsUnavailable(status)) {
+        // The state store refused the admission (it says so itself, once a
+        // minute, watched_store.h): the gang waits, saying why, and the next
+        // pass tries again.
+        spdlog::debug("event=gang_not_admitted gang={} reason={}",
+                      LogValue(proposal.gang_id), LogValue(status.ToString()));
+        scheduler_->Defer(
+            proposal.gang_id,
+            absl::StrCat("waiting for the coordinator's state store to "
+                         "accept writes (",
+                         status.message(), ")"));
+      } else if (!status.ok()) {
         spdlog::warn("event=gang_not_admitted gang={} reason={}",
                      LogValue(proposal.gang_id), LogValue(status.ToString()));
       } else {

@@ -1054,6 +1054,11 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportExit(
       spdlog::info("event=member_exited gang={} member={} code={} cancelled={}",
                    LogValue(request->gang_id()), request->member_index(),
                    request->exit_code(), request->cancelled());
+    } else if (absl::IsUnavailable(status)) {
+      // Not stored (the store logs why, once a minute); the reporter retries.
+      spdlog::debug("event=exit_report_deferred gang={} member={} error={}",
+                    LogValue(request->gang_id()), request->member_index(),
+                    LogValue(status.ToString()));
     } else {
       spdlog::warn("event=exit_report_rejected gang={} member={} error={}",
                    LogValue(request->gang_id()), request->member_index(),

@@ -403,7 +403,12 @@ SqliteStore::~SqliteStore() {
 }
 
 absl::Status SqliteStore::Init() {
-  db_.SetBusyTimeout(5000);
+  // Only another process can hold the file's write lock (the lock file keeps
+  // out a second gdt-coord): an operator's sqlite3 in a write transaction, a
+  // tool writing the file. The scheduler waits for the lock under its own
+  // mutex, so a long wait would stall every call and heartbeat behind each
+  // refused write: a write waits briefly, then fails and its caller retries.
+  db_.SetBusyTimeout(kBusyTimeoutMs);
   GDT_RETURN_IF_ERROR(db_.Exec("PRAGMA journal_mode=WAL"));
   GDT_RETURN_IF_ERROR(db_.Exec("PRAGMA synchronous=NORMAL"));
   absl::StatusOr<sqlite::Transaction> transaction =

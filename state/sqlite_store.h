@@ -20,6 +20,10 @@ namespace gdt::state {
 // Not thread-safe; the scheduler that owns it serialises access.
 class SqliteStore : public StateStore {
  public:
+  // How long a write waits for the file's lock held by another process
+  // before it fails (Internal, "database is locked").
+  static constexpr int kBusyTimeoutMs = 250;
+
   // Opens or creates the database at `path` (":memory:" for a private
   // in-memory one), creating parent directories.
   // Errors: Internal when the file cannot be created or opened;

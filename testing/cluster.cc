@@ -366,8 +366,8 @@ absl::Status GdtCluster::StartCoordinator(const std::string& listen) {
   WriteFile(
       config,
       absl::StrCat(
-          "listen_address: ", coordinator_listen_,
-          "\nstate_path: ", dir_.Sub("coord.db"),
+          "listen_address: ", coordinator_listen_, "\nstate_path: ",
+          state_path_.empty() ? dir_.Sub("coord.db") : state_path_,
           "\nheartbeat_interval_seconds: 1\n", "host_down_after_seconds: 5\n",
           "metrics_address: ", JoinHostPort(listen_host, 0), "\n",
           "dashboard_address: ", JoinHostPort(listen_host, 0), "\n",

@@ -176,6 +176,9 @@ class GdtCluster {
   void SetCoordinatorExtraConfig(std::string yaml) {
     coordinator_extra_config_ = std::move(yaml);
   }
+  // The SQLite state file of StartCoordinator() (default: coord.db in
+  // dir()); call before it.
+  void SetStatePath(std::string path) { state_path_ = std::move(path); }
   // A command gdt-coord is started through (e.g. {"prlimit",
   // "--nofile=256:4096", "--"}), inside the control host's namespace; call
   // before StartCoordinator() or StartHaCoordinators() (every replica is
@@ -272,6 +275,7 @@ class GdtCluster {
   TempDir dir_;
   std::string coordinator_listen_;
   std::string coordinator_extra_config_;
+  std::string state_path_;
   std::vector<std::string> coordinator_launcher_;
   std::string executor_extra_config_;
   std::unique_ptr<Daemon> coordinator_;

@@ -1,0 +1,150 @@
+#include "coordinator/watched_store.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "spdlog/spdlog.h"
+
+namespace gdt::coordinator {
+
+absl::Status WatchedStore::Note(const char* what, absl::Status status,
+                                Kind kind) {
+  if (!serving_) return status;
+  const Clock::TimePoint now = clock_.Now();
+  if (status.ok()) {
+    // A read, or a flush with nothing to commit, succeeds on a full disk.
+    if (kind == Kind::kWrite && failing_since_.has_value()) {
+      spdlog::info("event=state_store_recovered failures={} failing_ms={}",
+                   failures_,
+                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                       now - *failing_since_)
+                       .count());
+      failures_ = 0;
+      unlogged_failures_ = 0;
+      failing_since_.reset();
+      last_logged_.reset();
+    }
+    return status;
+  }
+  if (absl::IsFailedPrecondition(status)) return status;
+  ++failures_;
+  if (!failing_since_.has_value()) failing_since_ = now;
+  if (!last_logged_.has_value() || now - *last_logged_ >= kLogEvery) {
+    spdlog::error(
+        "event=state_store_failing call={} failures={} error={} action={}",
+        what, unlogged_failures_ + 1, LogValue(status.ToString()),
+        LogValue("the change was not made and its caller was told to retry; "
+                 "free space on (or unlock, or make writable) the state "
+                 "file's file system and the coordinator recovers by "
+                 "itself"));
+    last_logged_ = now;
+    unlogged_failures_ = 0;
+  } else {
+    ++unlogged_failures_;
+  }
+  // Other refusals (a request too large for etcd, bad input) are final.
+  if (!absl::IsInternal(status) && !absl::IsUnavailable(status) &&
+      !absl::IsDeadlineExceeded(status) && !absl::IsUnknown(status)) {
+    return status;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "the coordinator cannot use its state store now (nothing was changed; "
+      "retry): ",
+      status.message()));
+}
+
+absl::Status WatchedStore::SaveHost(const state::Host& host) {
+  return Note("SaveHost", store_->SaveHost(host));
+}
+
+absl::Status WatchedStore::SetHostDrained(const std::string& name,
+                                          bool drained) {
+  return Note("SetHostDrained", store_->SetHostDrained(name, drained));
+}
+
+absl::Status WatchedStore::DeleteHost(const std::string& name) {
+  return Note("DeleteHost", store_->DeleteHost(name));
+}
+
+absl::Status WatchedStore::SaveGang(const state::Gang& gang) {
+  return Note("SaveGang", store_->SaveGang(gang));
+}
+
+absl::Status WatchedStore::SaveMember(const state::Gang& gang,
+                                      const state::Member& member) {
+  return Note("SaveMember", store_->SaveMember(gang, member));
+}
+
+absl::Status WatchedStore::SaveJoin(const state::Gang& gang,
+                                    const state::Member& member,
+                                    bool gang_changed) {
+  return Note("SaveJoin", store_->SaveJoin(gang, member, gang_changed));
+}
+
+absl::Status WatchedStore::Flush() {
+  return Note("Flush", store_->Flush(), Kind::kRead);
+}
+
+absl::Status WatchedStore::DeleteGang(const std::string& gang_id) {
+  return Note("DeleteGang", store_->DeleteGang(gang_id));
+}
+
+absl::StatusOr<state::StoredState> WatchedStore::Load() {
+  return Note("Load", store_->Load(), Kind::kRead);
+}
+
+absl::Status WatchedStore::SaveKvToken(const state::KvToken& token) {
+  return Note("SaveKvToken", store_->SaveKvToken(token));
+}
+
+absl::Status WatchedStore::DeleteKvToken(const std::string& gang_id) {
+  return Note("DeleteKvToken", store_->DeleteKvToken(gang_id));
+}
+
+absl::StatusOr<std::vector<state::KvToken>> WatchedStore::LoadKvTokens() {
+  return Note("LoadKvTokens", store_->LoadKvTokens(), Kind::kRead);
+}
+
+absl::Status WatchedStore::SaveCheckpointRecord(
+    const state::CheckpointRecord& record, size_t keep_per_gang) {
+  return Note("SaveCheckpointRecord",
+              store_->SaveCheckpointRecord(record, keep_per_gang));
+}
+
+absl::StatusOr<std::vector<state::CheckpointRecord>>
+WatchedStore::ListCheckpointRecords(const std::string& gang_id) {
+  return Note("ListCheckpointRecords", store_->ListCheckpointRecords(gang_id),
+              Kind::kRead);
+}
+
+absl::Status WatchedStore::DeleteCheckpointRecords(const std::string& gang_id) {
+  return Note("DeleteCheckpointRecords",
+              store_->DeleteCheckpointRecords(gang_id));
+}
+
+absl::Status WatchedStore::SaveHostToken(const state::HostTokenRecord& record) {
+  return Note("SaveHostToken", store_->SaveHostToken(record));
+}
+
+absl::StatusOr<bool> WatchedStore::DeleteHostToken(
+    const std::string& host_name) {
+  return Note("DeleteHostToken", store_->DeleteHostToken(host_name));
+}
+
+absl::StatusOr<std::vector<state::HostTokenRecord>>
+WatchedStore::LoadHostTokens() {
+  return Note("LoadHostTokens", store_->LoadHostTokens(), Kind::kRead);
+}
+
+absl::Status WatchedStore::SaveSecret(const std::string& name,
+                                      const std::string& value) {
+  return Note("SaveSecret", store_->SaveSecret(name, value));
+}
+
+absl::StatusOr<std::string> WatchedStore::LoadSecret(const std::string& name) {
+  return Note("LoadSecret", store_->LoadSecret(name), Kind::kRead);
+}
+
+}  // namespace gdt::coordinator
