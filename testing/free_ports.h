@@ -29,9 +29,8 @@ inline bool PortIsFree(int port) {
   sockaddr_in6 address{};
   address.sin6_family = AF_INET6;
   address.sin6_port = htons(static_cast<uint16_t>(port));
-  const bool bound =
-      bind(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) ==
-      0;
+  const bool bound = bind(fd, reinterpret_cast<const sockaddr*>(&address),
+                          sizeof(address)) == 0;
   close(fd);
   return bound;
 }
