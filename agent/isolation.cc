@@ -228,7 +228,10 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
         [&](int dir, const char* name, const struct stat& info, int depth) {
           return RemoveEntry(walk, counts, dir, name, info, depth);
         });
-    if (walk.result().truncated) break;
+    // Only the entry bound ends the purge: a directory nested past the
+    // depth bound (which a job can make, and which stays) must not keep
+    // the roots after it from being purged.
+    if (walk.result().entries >= options.max_entries) break;
   }
   counts.truncated = walk.result().truncated;
   counts.incomplete = walk.result().incomplete;

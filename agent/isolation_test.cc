@@ -42,9 +42,10 @@ constexpr uid_t kUid = 61091;
 constexpr uid_t kOtherUid = 61092;
 constexpr uid_t kBusyUid = 61093;
 constexpr uid_t kBoundedUid = 61094;
-constexpr uid_t kDeepUid = 61095;
-constexpr uid_t kStarvedUid = 61096;
-constexpr uid_t kKeptUid = 61097;
+constexpr uid_t kDeepUid = 61104;
+constexpr uid_t kStarvedUid = 61105;
+constexpr uid_t kKeptUid = 61106;
+constexpr uid_t kChainUid = 61107;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -265,6 +266,28 @@ TEST_F(PurgeTest, TheDepthIsBoundedAndSaysSo) {
   EXPECT_EQ(purged.files, 1u);
   EXPECT_FALSE(Exists(s + "d1/shallow"));
   EXPECT_TRUE(Exists(s + "d1/d2/d3/deep"));
+}
+
+// A directory nested past the depth bound in one root (it stays: its
+// deepest entries are never reached) does not spare the roots after it.
+TEST_F(PurgeTest, ADirectoryTooDeepInOneRootDoesNotSpareTheNext) {
+  std::string chain = shared_;
+  for (int i = 0; i < 4; ++i) {
+    chain += "/c";
+    MakeDir(chain, kChainUid, kChainUid, 0700);
+  }
+  const std::string next = temp_.Sub("next");
+  MakeDir(next, 0, 0, 01777);
+  Make(next + "/left", kChainUid, kChainUid, 0600);
+  PurgeOptions options = Options();
+  options.roots = {shared_, next};
+  options.max_depth = 2;
+
+  const PurgeCounts purged = PurgeFiles(kChainUid, options);
+
+  EXPECT_TRUE(purged.truncated);
+  EXPECT_TRUE(Exists(chain));
+  EXPECT_FALSE(Exists(next + "/left")) << "the root after the deep one";
 }
 
 // A purge that runs out of descriptors says what it could not look at;
