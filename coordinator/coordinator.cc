@@ -372,7 +372,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
                      LogValue(proposal.gang_id), LogValue(note));
         scheduler_->Defer(proposal.gang_id, note);
       } else if (absl::Status status = scheduler_->Admit(proposal, port);
-                 absl::IsUnavailable(status)) {
+                 IsStateStoreRefusal(status)) {
         // The state store refused the admission (it says so itself, once a
         // minute, watched_store.h): the gang waits, saying why, and the next
         // pass tries again.

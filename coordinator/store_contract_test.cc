@@ -1,4 +1,7 @@
+#include <sqlite3.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 
 #include "absl/strings/match.h"
@@ -6,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "common/fake_clock.h"
 #include "coordinator/scheduler.h"
+#include "coordinator/watched_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "state/etcd_client.h"
@@ -632,6 +636,69 @@ TEST(SqliteStoreTest, OneStoreAtATimePerFile) {
   }
   // Closed: free again.
   EXPECT_TRUE(state::SqliteStore::Open(path).ok());
+}
+
+TEST(SqliteStoreTest, AStateFileMovedOrReplacedUnderTheStoreIsNoticed) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE((*store)->CheckStorage().ok());
+  // Moved away: writes still succeed, into the file a restart would not
+  // read, and the check says so.
+  std::filesystem::rename(path, path + ".moved");
+  EXPECT_TRUE((*store)->SaveSecret("s", "v").ok());
+  absl::Status moved = (*store)->CheckStorage();
+  EXPECT_EQ(moved.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(moved.message(),
+              ::testing::HasSubstr("state file " + path +
+                                   ": No such file or directory (removed"));
+  // Put back: fine again.
+  std::filesystem::rename(path + ".moved", path);
+  EXPECT_TRUE((*store)->CheckStorage().ok());
+  // Another file in its place.
+  std::filesystem::copy_file(path, path + ".copy");
+  std::filesystem::rename(path + ".copy", path);
+  absl::Status replaced = (*store)->CheckStorage();
+  EXPECT_EQ(replaced.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(replaced.message(), ::testing::HasSubstr("was replaced"));
+  // An in-memory store has no file to lose.
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> memory =
+      state::SqliteStore::Open(":memory:");
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  EXPECT_TRUE((*memory)->CheckStorage().ok());
+}
+
+// A serving coordinator's store answers a write that the file's lock (held
+// by another process's transaction) refuses as Unavailable, marked as the
+// store's refusal; other Unavailable errors are not the store's.
+TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  sqlite3* other = nullptr;
+  ASSERT_EQ(
+      sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
+      SQLITE_OK);
+  std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(other, sqlite3_close_v2);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+
+  const absl::Status refused = store.SaveSecret("s", "v");
+
+  EXPECT_TRUE(absl::IsUnavailable(refused)) << refused;
+  EXPECT_TRUE(coordinator::IsStateStoreRefusal(refused)) << refused;
+  EXPECT_FALSE(coordinator::IsStateStoreRefusal(
+      absl::UnavailableError("port 29510 on h1 is not available")));
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  EXPECT_TRUE(store.SaveSecret("s", "v").ok());
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

@@ -3,16 +3,29 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::coordinator {
+namespace {
+
+// Marks the Unavailable a WatchedStore returns.
+constexpr char kRefusalPayload[] = "gdt.dev/state-store-refusal";
+
+}  // namespace
+
+bool IsStateStoreRefusal(const absl::Status& status) {
+  return absl::IsUnavailable(status) &&
+         status.GetPayload(kRefusalPayload).has_value();
+}
 
 absl::Status WatchedStore::Note(const char* what, absl::Status status,
                                 Kind kind) {
   if (!serving_) return status;
   const Clock::TimePoint now = clock_.Now();
+  if (kind == Kind::kWrite) MaybeCheckStorage(now);
   if (status.ok()) {
     // A read, or a flush with nothing to commit, succeeds on a full disk.
     if (kind == Kind::kWrite && failing_since_.has_value()) {
@@ -28,7 +41,12 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
     }
     return status;
   }
-  if (absl::IsFailedPrecondition(status)) return status;
+  // Other refusals (a deposed HA leader, a request too large for etcd, bad
+  // input) are final and say nothing about the store: passed on unlogged.
+  if (!absl::IsInternal(status) && !absl::IsUnavailable(status) &&
+      !absl::IsDeadlineExceeded(status) && !absl::IsUnknown(status)) {
+    return status;
+  }
   ++failures_;
   if (!failing_since_.has_value()) failing_since_ = now;
   if (!last_logged_.has_value() || now - *last_logged_ >= kLogEvery) {
@@ -44,15 +62,40 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
   } else {
     ++unlogged_failures_;
   }
-  // Other refusals (a request too large for etcd, bad input) are final.
-  if (!absl::IsInternal(status) && !absl::IsUnavailable(status) &&
-      !absl::IsDeadlineExceeded(status) && !absl::IsUnknown(status)) {
-    return status;
-  }
-  return absl::UnavailableError(absl::StrCat(
+  absl::Status refusal = absl::UnavailableError(absl::StrCat(
       "the coordinator cannot use its state store now (nothing was changed; "
       "retry): ",
       status.message()));
+  refusal.SetPayload(kRefusalPayload, absl::Cord("1"));
+  return refusal;
+}
+
+void WatchedStore::MaybeCheckStorage(Clock::TimePoint now) {
+  if (storage_checked_.has_value() &&
+      now - *storage_checked_ < kCheckStorageEvery) {
+    return;
+  }
+  storage_checked_ = now;
+  const absl::Status storage = store_->CheckStorage();
+  if (storage.ok()) {
+    if (storage_moved_) {
+      spdlog::info("event=state_file_back");
+      storage_moved_ = false;
+      storage_logged_.reset();
+    }
+    return;
+  }
+  storage_moved_ = true;
+  if (storage_logged_.has_value() && now - *storage_logged_ < kLogEvery) {
+    return;
+  }
+  storage_logged_ = now;
+  spdlog::error(
+      "event=state_file_moved error={} action={}",
+      LogValue(std::string(storage.message())),
+      LogValue("the coordinator goes on from memory, but what it stores "
+               "from now on is lost at its next restart; put the file back "
+               "where it was, or plan the restart"));
 }
 
 absl::Status WatchedStore::SaveHost(const state::Host& host) {

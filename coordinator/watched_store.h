@@ -25,14 +25,24 @@ namespace gdt::coordinator {
 //  - reaches the caller as Unavailable (the change was not made; the same
 //    call later may succeed), naming the store's error, when the store
 //    answered Internal, Unavailable, DeadlineExceeded or Unknown; other
-//    codes pass unchanged, and FailedPrecondition (a deposed HA leader) is
-//    not logged either.
+//    codes (FailedPrecondition from a deposed HA leader, a request too
+//    large for etcd) pass unchanged and unlogged.
 // Before Serve() (loading the state at start-up) errors pass unchanged and
 // unlogged, so that gdt-coord's start-up says what went wrong once, with its
 // own exit code.
+// While serving, it also looks (at most every kCheckStorageEvery, on a
+// write) whether the store still writes where a restart reads
+// (StateStore::CheckStorage): a state file removed or replaced under the
+// coordinator is logged as `event=state_file_moved`, at most once a minute,
+// and `event=state_file_back` once it is where it was; writes go on.
+// Whether `status` is a WatchedStore's Unavailable (the store refused a
+// change), rather than another Unavailable of the same call.
+bool IsStateStoreRefusal(const absl::Status& status);
+
 class WatchedStore final : public state::StateStore {
  public:
   static constexpr std::chrono::seconds kLogEvery{60};
+  static constexpr std::chrono::seconds kCheckStorageEvery{5};
 
   WatchedStore(std::unique_ptr<state::StateStore> store, const Clock& clock)
       : store_(std::move(store)), clock_(clock) {}
@@ -65,8 +75,12 @@ class WatchedStore final : public state::StateStore {
   absl::Status SaveSecret(const std::string& name,
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
+  absl::Status CheckStorage() override { return store_->CheckStorage(); }
 
  private:
+  // On a write: CheckStorage() when it is due, and its line.
+  void MaybeCheckStorage(Clock::TimePoint now);
+
   // Whether a call's success shows that the store can be written again.
   enum class Kind { kWrite, kRead };
   // Notes the outcome of one call to the store named `what`; returns what
@@ -91,6 +105,9 @@ class WatchedStore final : public state::StateStore {
   int64_t unlogged_failures_ = 0;
   std::optional<Clock::TimePoint> last_logged_;
   std::optional<Clock::TimePoint> failing_since_;
+  std::optional<Clock::TimePoint> storage_checked_;
+  std::optional<Clock::TimePoint> storage_logged_;
+  bool storage_moved_ = false;
 };
 
 }  // namespace gdt::coordinator

@@ -390,8 +390,36 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     return absl::InternalError(
         absl::StrCat("cannot chmod 0600 ", path, ": ", std::strerror(errno)));
   }
+  if (path != ":memory:") {
+    struct stat info = {};
+    if (stat(path.c_str(), &info) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
+    }
+    store->path_ = path;
+    store->dev_ = info.st_dev;
+    store->ino_ = info.st_ino;
+  }
   GDT_RETURN_IF_ERROR(Annotated(store->Init(), path));
   return store;
+}
+
+absl::Status SqliteStore::CheckStorage() {
+  if (path_.empty()) return absl::OkStatus();
+  struct stat info = {};
+  if (stat(path_.c_str(), &info) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state file ", path_, ": ", std::strerror(errno),
+        " (removed while gdt-coord holds it open: what it writes from now on "
+        "goes to the removed file, which a restart does not read)"));
+  }
+  if (info.st_dev != dev_ || info.st_ino != ino_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state file ", path_,
+        " was replaced while gdt-coord holds the earlier one open: what it "
+        "writes goes to that one, and a restart reads the new one"));
+  }
+  return absl::OkStatus();
 }
 
 SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}

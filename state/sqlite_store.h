@@ -1,6 +1,8 @@
 #ifndef GDT_COORDINATOR_STORE_H_
 #define GDT_COORDINATOR_STORE_H_
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +105,11 @@ class SqliteStore : public StateStore {
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
 
+  // FailedPrecondition when the file at the store's path is gone or is
+  // another file than the one it opened (SQLite writes on to the file it
+  // holds open, which a restart does not read).
+  absl::Status CheckStorage() override;
+
  private:
   explicit SqliteStore(sqlite::Db db);
   absl::Status Init();
@@ -120,6 +127,10 @@ class SqliteStore : public StateStore {
   // `<path>.lock`, held (flock) while this store is open: one coordinator
   // per state file. -1 for ":memory:".
   int lock_fd_ = -1;
+  // The file it opened (empty path for ":memory:").
+  std::string path_;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
 
 }  // namespace gdt::state

@@ -153,6 +153,11 @@ class StateStore {
                                   const std::string& value) = 0;
   // The secret called `name`; empty when there is none.
   virtual absl::StatusOr<std::string> LoadSecret(const std::string& name) = 0;
+
+  // Whether what the store writes still goes where a restart reads it back
+  // (cheap; touches no record). FailedPrecondition names what changed, e.g.
+  // a state file removed or replaced while the store holds it open.
+  virtual absl::Status CheckStorage() { return absl::OkStatus(); }
 };
 
 }  // namespace gdt::state
