@@ -206,6 +206,13 @@ uint64_t ConnectionGate::refused() const {
 
 void ConnectionGate::Run() {
   epoll_event events[64];
+  // Refusal lines are looked at once per flush period (a spray from many
+  // addresses makes them many), and at once after the first refusal.
+  const auto flush_period = std::clamp<std::chrono::steady_clock::duration>(
+      options_.log_interval, std::chrono::milliseconds(1),
+      std::chrono::seconds(1));
+  std::chrono::steady_clock::time_point next_flush;
+  bool refusal_lines = false;
   while (true) {
     int timeout_ms = -1;
     if (paused_) {
@@ -225,7 +232,12 @@ void ConnectionGate::Run() {
             1);
       }
     }
-    if (FlushRefusals()) {
+    if (const auto now = std::chrono::steady_clock::now();
+        !refusal_lines || now >= next_flush) {
+      refusal_lines = FlushRefusals();
+      next_flush = now + flush_period;
+    }
+    if (refusal_lines) {
       // Wakes for the next flush: refusal counts are logged within about
       // an interval even when no later refusal comes.
       const int flush_ms = static_cast<int>(std::clamp<int64_t>(

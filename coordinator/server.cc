@@ -189,12 +189,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!listener.ok()) return listener.status();
   server->gate_ = std::move(*listener);
   const int port = server->gate_->port();
-  if (absl::Status started = server->StartMainServer(); !started.ok()) {
-    return started;
-  }
   absl::StatusOr<HostPort> listen = ParseHostPort(config.listen_address);
   if (!listen.ok()) return listen.status();
   server->bound_address_ = JoinHostPort(listen->host, port);
+  if (absl::Status started = server->StartMainServer(); !started.ok()) {
+    return started;
+  }
   server->service_->SetAdvertiseEndpoint(config.advertise_endpoint.empty()
                                              ? server->bound_address_
                                              : config.advertise_endpoint);
