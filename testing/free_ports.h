@@ -10,6 +10,7 @@
 // These ports come from above the ephemeral range (or below it, where
 // nothing is left above), which only explicit binds use, and each was free
 // on IPv4 and IPv6 when it was chosen.
+#include <errno.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -20,9 +21,21 @@
 
 namespace gdt::test {
 
-// Binds the wildcard address on `port` (both families); true if it could.
+// Binds the wildcard address on `port` (both families, or IPv4 alone on a
+// host without IPv6); true if it could.
 inline bool PortIsFree(int port) {
-  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0 && errno == EAFNOSUPPORT) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool bound = bind(fd, reinterpret_cast<const sockaddr*>(&address),
+                            sizeof(address)) == 0;
+    close(fd);
+    return bound;
+  }
   if (fd < 0) return false;
   const int no = 0;
   setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
