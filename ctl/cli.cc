@@ -128,21 +128,10 @@ int RunCoordCli(int argc, char** argv, const CoordCommands& commands) {
       "its leader lease");
   serve
       ->add_option("--config", serve_flags.config,
-                   "YAML config file (keys: listen_address, "
-                   "advertise_endpoint, state_path, master_port_range, "
-                   "max_nodes_per_job, heartbeat_interval_seconds, "
-                   "host_down_after_seconds, failed_gang_release_seconds, "
-                   "forming_gang_abandon_seconds, member_gone_after_seconds, "
-                   "finished_gang_retention_hours, kv_max_keys_per_gang, "
-                   "log_level, metrics_address, "
-                   "dashboard_address, max_forming_gangs_per_pipeline, "
-                   "max_forming_gangs_per_project, tls, "
-                   "gitlab_url, gitlab_instance_url, gitlab_ca_file, "
-                   "gitlab_timeout_seconds, "
-                   "member_cache_seconds, admin_token_file, "
-                   "status_without_token, require_host_tokens, state_store, "
-                   "etcd_endpoints, etcd_cluster, lease_ttl_s; see "
-                   "docs/security.md and docs/ha.md)")
+                   "YAML config file: examples/coord.yaml to start from; "
+                   "docs/admin-guide.md, security.md, ha.md, scheduling.md "
+                   "and operations.md describe every key, and an unknown "
+                   "key is refused by name")
       ->required();
   serve->add_option("--listen", serve_flags.listen,
                     "Address to serve on, host:port (port 0 = any free port); "
