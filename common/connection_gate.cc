@@ -84,29 +84,23 @@ void SetPort(sockaddr* address, int port) {
 
 absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
     const std::string& address, Options options) {
-  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
-  if (!parsed.ok()) return parsed.status();
-  addrinfo hints = {};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* found = nullptr;
-  const std::string port_text = std::to_string(parsed->port);
-  if (const int error =
-          getaddrinfo(parsed->host.c_str(), port_text.c_str(), &hints, &found);
-      error != 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", address, ": ", gai_strerror(error)));
+  absl::StatusOr<std::vector<ListenAddress>> addresses =
+      ResolveListenAddress(address);
+  if (!addresses.ok()) {
+    if (!absl::IsUnavailable(addresses.status())) return addresses.status();
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", address, ": ", addresses.status().message()));
   }
   std::vector<int> listeners;
-  int port = parsed->port;
+  // The port asked for (0: the first address bound picks one).
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  int port = parsed.ok() ? parsed->port : 0;
   int first_error = 0;
   // Every address the host resolves to ("localhost": ::1 and 127.0.0.1),
   // on one port: the first one bound picks it when the port is 0.
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+  for (ListenAddress& a : *addresses) {
     const int fd =
-        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-               a->ai_protocol);
+        socket(a.family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) {
       if (first_error == 0) first_error = errno;
       continue;
@@ -114,12 +108,13 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
     const int yes = 1;
     const int no = 0;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (a->ai_family == AF_INET6) {
+    if (a.family == AF_INET6) {
       // "[::]" takes IPv4 connections too, as gRPC's own listener does.
       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &no, sizeof(no));
     }
-    SetPort(a->ai_addr, port);
-    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 ||
+    SetPort(reinterpret_cast<sockaddr*>(&a.address), port);
+    if (bind(fd, reinterpret_cast<const sockaddr*>(&a.address), a.length) !=
+            0 ||
         listen(fd, SOMAXCONN) != 0) {
       if (first_error == 0) first_error = errno;
       close(fd);
@@ -128,7 +123,6 @@ absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
     if (port == 0) port = PortOf(fd);
     listeners.push_back(fd);
   }
-  freeaddrinfo(found);
   if (listeners.empty()) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address, ": ",

@@ -65,7 +65,8 @@ std::string JoinHostPort(std::string_view host, int port) {
   return absl::StrCat(std::string(host), ":", port);
 }
 
-absl::Status ProbeListen(const std::string& address) {
+absl::StatusOr<std::vector<ListenAddress>> ResolveListenAddress(
+    const std::string& address) {
   absl::StatusOr<HostPort> parsed = ParseHostPort(address);
   if (!parsed.ok()) return parsed.status();
   addrinfo hints = {};
@@ -79,26 +80,41 @@ absl::Status ProbeListen(const std::string& address) {
       error != 0) {
     return absl::UnavailableError(gai_strerror(error));
   }
-  int last_error = 0;
-  bool bound = false;
-  for (const addrinfo* a = found; a != nullptr && !bound; a = a->ai_next) {
-    const int fd =
-        socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+  std::vector<ListenAddress> addresses;
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    if ((a->ai_family != AF_INET && a->ai_family != AF_INET6) ||
+        a->ai_addrlen > sizeof(sockaddr_storage)) {
+      continue;
+    }
+    ListenAddress listen;
+    listen.family = a->ai_family;
+    std::memcpy(&listen.address, a->ai_addr, a->ai_addrlen);
+    listen.length = a->ai_addrlen;
+    addresses.push_back(listen);
+  }
+  freeaddrinfo(found);
+  return addresses;
+}
+
+absl::Status ProbeListen(const std::string& address) {
+  absl::StatusOr<std::vector<ListenAddress>> addresses =
+      ResolveListenAddress(address);
+  if (!addresses.ok()) return addresses.status();
+  int last_error = EADDRNOTAVAIL;
+  for (const ListenAddress& a : *addresses) {
+    const int fd = socket(a.family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) {
       last_error = errno;
       continue;
     }
     const int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    if (bind(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      bound = true;
-    } else {
-      last_error = errno;
-    }
+    const bool bound =
+        bind(fd, reinterpret_cast<const sockaddr*>(&a.address), a.length) == 0;
+    if (!bound) last_error = errno;
     close(fd);
+    if (bound) return absl::OkStatus();
   }
-  freeaddrinfo(found);
-  if (bound) return absl::OkStatus();
   return absl::UnavailableError(std::strerror(last_error));
 }
 
