@@ -598,6 +598,22 @@ absl::StatusOr<nlohmann::json> GdtCluster::Status() {
   return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_), env);
 }
 
+std::string GdtCluster::WaitForRunningGang(std::chrono::milliseconds timeout) {
+  std::string id;
+  WaitForStatus(
+      [&](const nlohmann::json& status) {
+        for (const auto& gang : status["gangs"]) {
+          if (gang.value("state", "") == "running") {
+            id = gang.value("gang_id", "");
+            return true;
+          }
+        }
+        return false;
+      },
+      timeout);
+  return id;
+}
+
 std::string GdtCluster::TlsYaml(bool server, const TestCerts* certs) const {
   // Daemons in network namespaces listen on non-loopback addresses, which
   // they refuse in plaintext unless told so.

@@ -249,6 +249,24 @@ class GdtCluster {
       const std::vector<std::string>& extra) const;
 
   absl::StatusOr<nlohmann::json> Status();
+  // Reads Status() until `condition` holds for it (true) or `timeout` has
+  // passed (false); a status that cannot be read counts as not yet. `last`,
+  // where given, gets the last status read, for the failure message.
+  template <typename Condition>
+  bool WaitForStatus(Condition&& condition, std::chrono::milliseconds timeout,
+                     nlohmann::json* last = nullptr) {
+    return WaitFor(
+        [&] {
+          absl::StatusOr<nlohmann::json> status = Status();
+          if (!status.ok()) return false;
+          if (last != nullptr) *last = *status;
+          return static_cast<bool>(condition(*status));
+        },
+        timeout);
+  }
+  // The id of a gang the status lists as running, waiting up to `timeout`
+  // for one; empty when none ran by then.
+  std::string WaitForRunningGang(std::chrono::milliseconds timeout);
   std::string coordinator_endpoint() const;
   // The coordinator's process id (StartCoordinator); 0 when none runs.
   int coordinator_pid() const {

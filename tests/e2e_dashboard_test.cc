@@ -114,10 +114,9 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
   std::unique_ptr<Subprocess> train = StartRunLocal(cluster, project, "train");
   ASSERT_NE(train, nullptr);
   std::string running_id;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (status.ok()) running_id = GangIdOf(*status, "train", "running");
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        running_id = GangIdOf(status, "train", "running");
         return !running_id.empty();
       },
       milliseconds(60000)))
@@ -127,14 +126,12 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
   ASSERT_NE(queued, nullptr);
   std::string forming_id;
   std::string failed_id;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok()) return false;
-        forming_id = GangIdOf(*status, "queued", "forming");
-        failed_id = GangIdOf(*status, "broken", "failed");
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        forming_id = GangIdOf(status, "queued", "forming");
+        failed_id = GangIdOf(status, "broken", "failed");
         return !forming_id.empty() && !failed_id.empty() &&
-               MembersPresent(*status) == 2;
+               MembersPresent(status) == 2;
       },
       milliseconds(60000)))
       << cluster.Logs();

@@ -140,25 +140,6 @@ bool HostsFree(GdtCluster& cluster) {
   return true;
 }
 
-// The one gang's id, once it runs.
-std::string RunningGangId(GdtCluster& cluster) {
-  std::string id;
-  WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok()) return false;
-        for (const auto& gang : (*status)["gangs"]) {
-          if (gang.value("state", "") == "running") {
-            id = gang.value("gang_id", "");
-            return true;
-          }
-        }
-        return false;
-      },
-      seconds(60));
-  return id;
-}
-
 // The acceptance case : SIGKILL to one member's training process
 // (member 2's DDP worker, as the OOM killer would) mid-run. The survivor's
 // collective breaks at once ("Connection reset by peer") and its torchrun
@@ -286,7 +267,7 @@ TEST_F(GangFailureTest, OperatorCancelStopsEveryMember) {
       },
       seconds(90)))
       << cluster_.Logs();
-  const std::string gang_id = RunningGangId(cluster_);
+  const std::string gang_id = cluster_.WaitForRunningGang(seconds(60));
   ASSERT_FALSE(gang_id.empty()) << cluster_.Logs();
 
   const std::vector<std::string> cancel = {BinaryPath("gdt-coord"), "cancel",

@@ -251,10 +251,9 @@ class FaultMatrixTest : public ::testing::Test {
     switch (phase) {
       case Phase::kWaiting:
         // Both members joined; the blocker holds the slots they need.
-        ASSERT_TRUE(WaitFor(
-            [&] {
-              absl::StatusOr<nlohmann::json> status = cluster_.Status();
-              return status.ok() && MembersPresent(*status) == 2;
+        ASSERT_TRUE(cluster_.WaitForStatus(
+            [](const nlohmann::json& status) {
+              return MembersPresent(status) == 2;
             },
             seconds(90)))
             << cluster_.Logs();

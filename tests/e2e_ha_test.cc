@@ -89,11 +89,9 @@ TEST(HaTest, LeaderKilledWhileAGangTrainsAndAnotherWaits) {
       Subprocess::Spawn(options);
   ASSERT_TRUE(second.ok()) << second.status();
   nlohmann::json waiting;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok()) return false;
-        waiting = *status;
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        waiting = status;
         const nlohmann::json* training = GangOfPipeline(waiting, 101);
         const nlohmann::json* gang = GangOfPipeline(waiting, 202);
         return training != nullptr &&

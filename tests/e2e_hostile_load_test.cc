@@ -630,12 +630,8 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
   IdleConnections idle;
   ASSERT_NO_FATAL_FAILURE(idle.Open(cluster.coordinator_endpoint(), 400));
   // The coordinator still answers while they are open.
-  const bool accepted = WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        return status.ok();
-      },
-      seconds(10));
+  const bool accepted = cluster.WaitForStatus(
+      [](const nlohmann::json&) { return true; }, seconds(10));
   EXPECT_TRUE(accepted) << "gdt-coord status fails while " << 400
                         << " idle connections are open\n"
                         << cluster.Logs();
@@ -706,12 +702,8 @@ TEST(DescriptorFloodTest,
         << cluster.Logs();
   }  // The flood ends: every connection is closed.
 
-  const bool answers = WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        return status.ok();
-      },
-      seconds(45));
+  const bool answers = cluster.WaitForStatus(
+      [](const nlohmann::json&) { return true; }, seconds(45));
   ASSERT_TRUE(answers) << "gdt-coord status still fails 45 s after the "
                           "flood ended\n"
                        << cluster.Logs();

@@ -927,16 +927,8 @@ class DiskFullTest : public IsolationTest {
 
   // Until the coordinator's status shows a gang running (60 s).
   void WaitForARunningGang() {
-    std::string last;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          absl::StatusOr<nlohmann::json> status = cluster_.Status();
-          if (!status.ok()) return false;
-          last = status->dump();
-          return absl::StrContains(last, "\"running\"");
-        },
-        seconds(60)))
-        << last << cluster_.Logs();
+    ASSERT_FALSE(cluster_.WaitForRunningGang(seconds(60)).empty())
+        << cluster_.Logs();
   }
 
   uint64_t FreeBytes() const {

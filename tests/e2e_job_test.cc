@@ -66,11 +66,8 @@ TEST(EndToEndTest, GangFormsAfterCoordinatorRestartWhileMembersWait) {
                                              /*procs_per_node=*/1);
   // No host yet: both members join and wait.
   std::unique_ptr<Subprocess> run = StartRunLocal(cluster, project, "train");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        return status.ok() && MembersPresent(*status) == 2;
-      },
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [](const nlohmann::json& status) { return MembersPresent(status) == 2; },
       seconds(60)))
       << cluster.Logs();
 

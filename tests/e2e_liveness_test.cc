@@ -70,11 +70,10 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   // Within 10 s the gang has failed naming host2, and the other host's
   // processes are gone.
   std::string reason;
-  const bool failed = WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok() || (*status)["gangs"].empty()) return false;
-        const auto& gang = (*status)["gangs"][0];
+  const bool failed = cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        if (status["gangs"].empty()) return false;
+        const auto& gang = status["gangs"][0];
         reason = gang.value("reason", "");
         return gang.value("state", "") == "failed";
       },
@@ -144,11 +143,10 @@ TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
   cluster.StopAgent(1, SIGKILL);  // host2's agent.
 
   std::string reason;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok() || (*status)["gangs"].empty()) return false;
-        const auto& gang = (*status)["gangs"][0];
+  EXPECT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        if (status["gangs"].empty()) return false;
+        const auto& gang = status["gangs"][0];
         reason = gang.value("reason", "");
         return gang.value("state", "") == "failed";
       },

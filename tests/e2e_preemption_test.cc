@@ -295,11 +295,9 @@ TEST_F(PreemptionE2eTest, AGangWithoutARetryLeftIsNotPreempted) {
       << ReadFile(high_log) << cluster_.Logs();
   // A preemptible gang would get its notice on the next pass (a second); this
   // one never does.
-  EXPECT_FALSE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster_.Status();
-        if (!status.ok()) return false;
-        for (const auto& gang : (*status)["gangs"]) {
+  EXPECT_FALSE(cluster_.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        for (const auto& gang : status["gangs"]) {
           if (gang.value("gang_id", "") == "low-p1-pl7171-n1" &&
               !gang.value("preemption_planned_by", "").empty()) {
             return true;

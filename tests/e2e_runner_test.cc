@@ -268,10 +268,9 @@ TEST_F(RunnerFidelityTest, ClosedTerminalStopsTheGangAndLeavesNothing) {
     EXPECT_FALSE(std::filesystem::exists(dir + "/torchelastic_probe")) << dir;
   }
   std::map<std::string, std::string> gangs;
-  EXPECT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster_.Status();
-        if (status.ok()) gangs = GangEpochStates(*status);
+  EXPECT_TRUE(cluster_.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        gangs = GangEpochStates(status);
         return gangs.size() == 1 && gangs.begin()->second == "failed";
       },
       seconds(30)))

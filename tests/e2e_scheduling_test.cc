@@ -102,17 +102,14 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
   absl::StatusOr<std::unique_ptr<Subprocess>> first =
       Subprocess::Spawn(first_options);
   ASSERT_TRUE(first.ok()) << first.status();
-  std::string last;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok()) return false;
-        last = status->dump();
-        const nlohmann::json* gang = GangOf(*status, "first");
+  nlohmann::json last;
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        const nlohmann::json* gang = GangOf(status, "first");
         return gang != nullptr && gang->value("state", "") == "running";
       },
-      seconds(60)))
-      << last << cluster.Logs();
+      seconds(60), &last))
+      << last.dump() << cluster.Logs();
 
   SpawnOptions second_options = first_options;
   second_options.argv =
@@ -123,11 +120,9 @@ TEST(SchedulingTest, CompetingGangsWaitWithAReasonThenRun) {
   // Status shows the running gang's placement and leases, and why the
   // second one waits.
   nlohmann::json during;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster.Status();
-        if (!status.ok()) return false;
-        during = *status;
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        during = status;
         const nlohmann::json* gang = GangOf(during, "second");
         return gang != nullptr && gang->value("state", "") == "forming" &&
                gang->value("reason", "").find("GPUs held by gang") !=
