@@ -111,10 +111,19 @@ void Coordinator::Stop() {
 void Coordinator::FlushStoreLocked() {
   // A coordinator whose state failed to load has no scheduler to flush.
   if (scheduler_ == nullptr) return;
-  if (absl::Status status = scheduler_->FlushStore(); !status.ok()) {
-    spdlog::error("event=state_commit_failed what=joins reason={}",
-                  LogValue(status.ToString()));
+  absl::Status status = scheduler_->FlushStore();
+  if (status.ok()) {
+    joins_commit_failing_ = false;
+    return;
   }
+  // The joins are kept and written again with the next change or flush
+  // (StateStore::Flush): one line while their commit keeps failing.
+  if (joins_commit_failing_) return;
+  joins_commit_failing_ = true;
+  spdlog::error("event=state_commit_failed what=joins reason={} action={}",
+                LogValue(status.ToString()),
+                LogValue("the members stay joined and their records are "
+                         "written again once the state store takes writes"));
 }
 
 void Coordinator::Wake() {

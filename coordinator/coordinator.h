@@ -277,6 +277,8 @@ class Coordinator {
   CheckpointLimits checkpoint_limits_;  // Set in Create.
   // Signs member tokens; from the store, set in Create.
   std::string member_token_key_;
+  // The last flush of held-back joins failed (logged once).
+  bool joins_commit_failing_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,6 +1,8 @@
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
 #include <iostream>
 
@@ -699,6 +701,82 @@ TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
   ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr),
             SQLITE_OK);
   EXPECT_TRUE(store.SaveSecret("s", "v").ok());
+}
+
+// While alive, a write that would make any file of this process larger
+// than `limit` bytes fails (EFBIG, which SQLite reports as an I/O error), as
+// on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t limit) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_signal_ = std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limited{limit, saved_.rlim_max};
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_signal_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_signal_)(int) = SIG_DFL;
+};
+
+// Joins are held back for one commit; when that commit fails (the disk is
+// full), they are not lost: the store writes them again with its next
+// change, and a restart finds them.
+TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  state::Gang gang;
+  gang.id = "gang-1";
+  gang.key = test::TrainKey(3);
+  gang.created_unix_ms = 1;
+  state::Member first;
+  first.index = 1;
+  first.job_id = 101;
+  state::Member second = first;
+  second.index = 2;
+  second.job_id = 202;
+  state::Member third = first;
+  third.index = 3;
+  third.job_id = 303;
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveJoin(gang, first, true).ok());
+    ASSERT_TRUE((*store)->Flush().ok());
+    ASSERT_TRUE((*store)->SaveJoin(gang, second, false).ok());
+    {
+      // The commit cannot grow the write-ahead log.
+      FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
+      const absl::Status flushed = (*store)->Flush();
+      EXPECT_FALSE(flushed.ok());
+      // Still full: refused again, and a join meanwhile waits too.
+      ASSERT_TRUE((*store)->SaveJoin(gang, third, false).ok());
+      EXPECT_FALSE((*store)->Flush().ok());
+    }
+    // Space again: the next change stores them with itself.
+    ASSERT_TRUE(
+        (*store)->SaveHost(state::Host{test::CpuHost("cpu-01", 2)}).ok());
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->gangs.size(), 1u);
+  std::vector<int64_t> jobs;
+  for (const auto& [index, member] : loaded->gangs.at(0).members) {
+    jobs.push_back(member.job_id);
+  }
+  EXPECT_THAT(jobs, ElementsAre(101, 202, 303));
+  EXPECT_EQ(loaded->hosts.size(), 1u);
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

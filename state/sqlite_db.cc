@@ -108,7 +108,9 @@ Db::Db(Db&& other) noexcept
     : db_(other.db_),
       statements_(std::move(other.statements_)),
       pending_(other.pending_),
-      depth_(other.depth_) {
+      depth_(other.depth_),
+      in_defer_(other.in_defer_),
+      deferred_(std::move(other.deferred_)) {
   other.db_ = nullptr;
   other.statements_.clear();
 }
@@ -160,16 +162,47 @@ absl::Status Db::Control(const char* sql) {
   return statement->Run();
 }
 
+absl::Status Db::ResumeDeferred() {
+  // An error can make SQLite roll the whole transaction back (a full disk,
+  // an I/O error), the deferred writes with it.
+  if (pending_ && sqlite3_get_autocommit(db_) != 0) pending_ = false;
+  if (pending_ || deferred_.empty()) return absl::OkStatus();
+  GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
+  for (const LoggedStatement& logged : deferred_) {
+    absl::Status status;
+    {
+      absl::StatusOr<Statement> statement = Prepare(logged.sql);
+      status = statement.status();
+      for (size_t i = 0; status.ok() && i < logged.args.size(); ++i) {
+        const int index = static_cast<int>(i) + 1;
+        status = std::visit(
+            [&](const auto& value) { return statement->BindOne(index, value); },
+            logged.args[i]);
+      }
+      if (status.ok()) status = statement->Run();
+    }
+    if (!status.ok()) {
+      Control("ROLLBACK").IgnoreError();
+      return status;
+    }
+  }
+  pending_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status Db::CommitPending() {
   pending_ = false;
   absl::Status status = Control("COMMIT");
-  if (!status.ok() && sqlite3_get_autocommit(db_) == 0) {
-    Control("ROLLBACK").IgnoreError();
+  if (status.ok()) {
+    deferred_.clear();
+    return status;
   }
+  if (sqlite3_get_autocommit(db_) == 0) Control("ROLLBACK").IgnoreError();
   return status;
 }
 
 absl::StatusOr<Transaction> Transaction::Begin(Db& db) {
+  if (db.depth_ == 0) GDT_RETURN_IF_ERROR(db.ResumeDeferred());
   const bool joined = db.pending_;
   GDT_RETURN_IF_ERROR(
       db.Control(joined ? "SAVEPOINT gdt_transaction" : "BEGIN IMMEDIATE"));

@@ -98,7 +98,9 @@ class StateStore {
   // coordinator, and each member joins again by job id. `gang_changed`
   // false says that the gang's own record is as last saved but for its
   // waiting reason (which a restart recomputes), so the store may write the
-  // member's record only. By default the same as SaveMember.
+  // member's record only. A commit that fails loses no join: the store
+  // keeps them and writes them again with its next change or Flush(). By
+  // default the same as SaveMember.
   virtual absl::Status SaveJoin(const Gang& gang, const Member& member,
                                 bool gang_changed) {
     (void)gang_changed;
@@ -106,7 +108,8 @@ class StateStore {
   }
 
   // Commits what SaveJoin left pending, if anything. Errors: what the commit
-  // returned; the pending joins are then not stored.
+  // returned; the pending joins are then kept for the next change or
+  // Flush().
   virtual absl::Status Flush() { return absl::OkStatus(); }
 
   // Forgets the gang (a finished one, see the scheduler's retention) in one
