@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +16,8 @@
 #include "coordinator/watched_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "state/etcd_client.h"
 #include "state/etcd_store.h"
 #include "state/sqlite_store.h"
@@ -757,6 +761,7 @@ TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
       FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
       const absl::Status flushed = (*store)->Flush();
       EXPECT_FALSE(flushed.ok());
+      EXPECT_FALSE(state::IsPermanentStoreError(flushed)) << flushed;
       // Still full: refused again, and a join meanwhile waits too.
       ASSERT_TRUE((*store)->SaveJoin(gang, third, false).ok());
       EXPECT_FALSE((*store)->Flush().ok());
@@ -777,6 +782,58 @@ TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
   }
   EXPECT_THAT(jobs, ElementsAre(101, 202, 303));
   EXPECT_EQ(loaded->hosts.size(), 1u);
+}
+
+// A state file that is no database any more (overwritten under the
+// coordinator) is a permanent error: retrying does not cure it. The log
+// line says so and what to do, at once even within the minute after a
+// transient line; a locked file is transient.
+TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  ASSERT_TRUE(store.SaveSecret("s", "v").ok());
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  {
+    sqlite3* other = nullptr;
+    ASSERT_EQ(
+        sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
+        SQLITE_OK);
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(other, sqlite3_close_v2);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    EXPECT_TRUE(coordinator::IsStateStoreRefusal(store.SaveSecret("s", "w")));
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  // Garbage in place of the database, its log and its shared index.
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    const auto size = std::filesystem::file_size(file);
+    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(out.good()) << file;
+    out << std::string(size, 'x');
+  }
+  const absl::Status refused = store.SaveSecret("s", "x");
+  spdlog::set_default_logger(previous);
+
+  EXPECT_TRUE(coordinator::IsStateStoreRefusal(refused)) << refused;
+  const std::string log = captured.str();
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       "event=state_store_failing kind=transient "
+                       "call=SaveSecret failures=1 error=\"INTERNAL: sqlite: "
+                       "database is locked"));
+  EXPECT_THAT(log,
+              ::testing::HasSubstr("event=state_store_failing kind=permanent "
+                                   "call=SaveSecret failures=1"));
+  EXPECT_THAT(log, ::testing::HasSubstr("restore the file from a backup"));
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

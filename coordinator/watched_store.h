@@ -20,8 +20,11 @@ namespace gdt::coordinator {
 // answer each caller with the store's own Internal error and leave the
 // coordinator's log silent. Once Serve() was called, a failure
 //  - is logged as one `event=state_store_failing` line, then at most once a
-//    minute (with the number of failures since the last line), and
-//    `event=state_store_recovered` once a call succeeds again;
+//    minute (with the number of failures since the last line) or when its
+//    kind changes, and `event=state_store_recovered` once a call succeeds
+//    again. `kind=permanent` (state::IsPermanentStoreError: a corrupt file,
+//    a connection that became read-only) says that retrying does not cure
+//    it and what the operator does; `kind=transient` the others;
 //  - reaches the caller as Unavailable (the change was not made; the same
 //    call later may succeed), naming the store's error, when the store
 //    answered Internal, Unavailable, DeadlineExceeded or Unknown; other
@@ -104,6 +107,7 @@ class WatchedStore final : public state::StateStore {
   int64_t failures_ = 0;
   int64_t unlogged_failures_ = 0;
   std::optional<Clock::TimePoint> last_logged_;
+  bool last_logged_permanent_ = false;  // The kind that line said.
   std::optional<Clock::TimePoint> failing_since_;
   std::optional<Clock::TimePoint> storage_checked_;
   std::optional<Clock::TimePoint> storage_logged_;

@@ -2,10 +2,36 @@
 
 #include <sqlite3.h>
 
+#include <string>
+#include <utility>
+
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "state/state_store.h"
 
 namespace gdt::state::sqlite {
 namespace {
+
+// SQLite's error `code` (primary or extended) as Internal with `message`,
+// marked permanent (state_store.h) for the codes that retrying does not
+// cure; the others (a full disk, a busy or locked file, an I/O error) may
+// pass by themselves.
+absl::Status SqliteError(int code, std::string message) {
+  absl::Status status = absl::InternalError(std::move(message));
+  switch (code & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_READONLY:  // A connection opened read-only stays so.
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      status.SetPayload(kPermanentStoreErrorPayload,
+                        absl::Cord(sqlite3_errstr(code)));
+      break;
+    default:
+      break;
+  }
+  return status;
+}
 
 // Schema scripts are long; an error names their start.
 std::string Abbreviated(std::string_view sql) {
@@ -97,9 +123,10 @@ absl::StatusOr<Db> Db::Open(const std::string& path) {
   if (rc != SQLITE_OK) {
     std::string message =
         db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    const int code = db != nullptr ? sqlite3_extended_errcode(db) : rc;
     sqlite3_close(db);
-    return absl::InternalError(
-        absl::StrCat("cannot open state database ", path, ": ", message));
+    return SqliteError(
+        code, absl::StrCat("cannot open state database ", path, ": ", message));
   }
   return Db(db);
 }
@@ -131,7 +158,8 @@ absl::Status Db::Exec(std::string_view sql) {
       SQLITE_OK) {
     std::string error = message != nullptr ? message : "unknown error";
     sqlite3_free(message);
-    return absl::InternalError(
+    return SqliteError(
+        sqlite3_extended_errcode(db_),
         absl::StrCat("sqlite: ", error, " in '", Abbreviated(sql), "'"));
   }
   return absl::OkStatus();
@@ -152,8 +180,9 @@ absl::StatusOr<Statement> Db::Prepare(const char* sql) {
 int Db::Changes() const { return sqlite3_changes(db_); }
 
 absl::Status Db::Error(std::string_view sql) const {
-  return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_),
-                                          " in '", Abbreviated(sql), "'"));
+  return SqliteError(sqlite3_extended_errcode(db_),
+                     absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in '",
+                                  Abbreviated(sql), "'"));
 }
 
 absl::Status Db::Control(const char* sql) {

@@ -192,7 +192,9 @@ class Db {
   // Rows changed by the last INSERT, UPDATE or DELETE.
   int Changes() const;
 
-  // Internal, naming `sql` and the connection's last error message.
+  // Internal, naming `sql` and the connection's last error message; marked
+  // permanent (IsPermanentStoreError) when retrying does not cure it (a
+  // corrupt file, not a database, read-only, cannot be opened).
   absl::Status Error(std::string_view sql) const;
 
  private:

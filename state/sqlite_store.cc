@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "state/sqlite_db.h"
@@ -337,8 +338,12 @@ absl::StatusOr<nlohmann::json> ParseColumn(const std::string& text,
 // Prefixes an error with what was being done.
 absl::Status Annotated(absl::Status status, const std::string& what) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(what, ": ", status.message()));
+  absl::Status annotated(status.code(),
+                         absl::StrCat(what, ": ", status.message()));
+  status.ForEachPayload([&](absl::string_view type, const absl::Cord& payload) {
+    annotated.SetPayload(type, payload);
+  });
+  return annotated;
 }
 
 }  // namespace

@@ -12,6 +12,18 @@
 
 namespace gdt::state {
 
+// Marks a store error that retrying does not cure: the file is damaged or
+// not a database, the store's connection became read-only, a file it needs
+// cannot be opened. A store error without it may pass by itself (a full
+// disk, a lock another process holds, an I/O error, an unreachable etcd).
+inline constexpr char kPermanentStoreErrorPayload[] =
+    "gdt.dev/state-store-permanent";
+
+// Whether `status` carries kPermanentStoreErrorPayload.
+inline bool IsPermanentStoreError(const absl::Status& status) {
+  return status.GetPayload(kPermanentStoreErrorPayload).has_value();
+}
+
 // Everything the store holds, as Load() returns it.
 struct StoredState {
   std::vector<Host> hosts;  // By name.
