@@ -836,6 +836,112 @@ TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
   EXPECT_THAT(log, ::testing::HasSubstr("restore the file from a backup"));
 }
 
+// A state file deleted while the store holds it open is written anew from
+// what the store holds; later writes go to the new file, and a restart
+// reads everything. A moved file is left for the operator to move back.
+TEST(SqliteStoreTest, ADeletedStateFileIsWrittenAnew) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveSecret("before", "1").ok());
+    // Moved: not restored.
+    std::filesystem::rename(path, path + ".moved");
+    EXPECT_EQ((*store)->RestoreStorage().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_FALSE(std::filesystem::exists(path));
+    std::filesystem::rename(path + ".moved", path);
+    ASSERT_TRUE((*store)->CheckStorage().ok());
+    // Nothing to restore while the file is there.
+    EXPECT_EQ((*store)->RestoreStorage().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+
+    ASSERT_TRUE(std::filesystem::remove(path));
+    ASSERT_TRUE((*store)->SaveSecret("while_deleted", "2").ok());
+    // A join held back is committed first.
+    state::Gang gang;
+    gang.id = "gang-1";
+    gang.key = test::TrainKey(2);
+    state::Member member;
+    member.index = 1;
+    member.job_id = 101;
+    ASSERT_TRUE((*store)->SaveJoin(gang, member, true).ok());
+    EXPECT_FALSE((*store)->CheckStorage().ok());
+
+    absl::StatusOr<std::string> restored = (*store)->RestoreStorage();
+
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(*restored, path);
+    EXPECT_TRUE((*store)->CheckStorage().ok());
+    EXPECT_EQ(std::filesystem::status(path).permissions() &
+                  std::filesystem::perms::all,
+              std::filesystem::perms::owner_read |
+                  std::filesystem::perms::owner_write);
+    ASSERT_TRUE((*store)->SaveSecret("after", "3").ok());
+    // No temporary file is left.
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    EXPECT_THAT(names, ElementsAre("coord.db", "coord.db-shm", "coord.db-wal",
+                                   "coord.db.lock"));
+    // Still one coordinator per file.
+    EXPECT_EQ(state::SqliteStore::Open(path).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
+    absl::StatusOr<std::string> loaded = (*reopened)->LoadSecret(name);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*loaded, value) << name;
+  }
+  absl::StatusOr<state::StoredState> state = (*reopened)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->gangs.size(), 1u);
+  EXPECT_EQ(state->gangs.at(0).members.at(1).job_id, 101);
+}
+
+// A serving coordinator's store notices a deleted state file with its next
+// write and restores it, saying so.
+TEST(WatchedStoreTest, ADeletedStateFileIsRestoredAndLogged) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  ASSERT_TRUE(store.SaveSecret("s", "1").ok());
+  ASSERT_TRUE(std::filesystem::remove(path));
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
+  const absl::Status written = store.SaveSecret("s", "2");
+  spdlog::set_default_logger(previous);
+
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_TRUE(store.CheckStorage().ok());
+  const std::string log = captured.str();
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       "event=state_file_restored path=" + path + " was="));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
+  // The write that noticed it is in the new file, and so are later ones.
+  EXPECT_EQ(store.LoadSecret("s").value_or(""), "2");
+  ASSERT_TRUE(store.SaveSecret("t", "3").ok());
+  EXPECT_EQ(test::ExecSql(path, "SELECT 1"), "");
+}
+
 // A real etcd, a client, and a store fenced by the leader key this test
 // won (as replica "a").
 struct FencedEtcd {

@@ -101,14 +101,29 @@ void WatchedStore::MaybeCheckStorage(Clock::TimePoint now) {
     }
     return;
   }
+  // A deleted file (not a moved or replaced one) is written anew.
+  absl::StatusOr<std::string> restored = store_->RestoreStorage();
+  if (restored.ok()) {
+    spdlog::warn("event=state_file_restored path={} was={}",
+                 LogValue(*restored), LogValue(std::string(storage.message())));
+    storage_moved_ = false;
+    storage_logged_.reset();
+    return;
+  }
   storage_moved_ = true;
   if (storage_logged_.has_value() && now - *storage_logged_ < kLogEvery) {
     return;
   }
   storage_logged_ = now;
+  const absl::Status& restore = restored.status();
+  const bool restore_tried =
+      !absl::IsFailedPrecondition(restore) && !absl::IsUnimplemented(restore);
   spdlog::error(
-      "event=state_file_moved error={} action={}",
+      "event=state_file_moved error={}{} action={}",
       LogValue(std::string(storage.message())),
+      restore_tried ? absl::StrCat(" restore_error=",
+                                   LogValue(std::string(restore.message())))
+                    : std::string(),
       LogValue("the coordinator goes on from memory, but what it stores "
                "from now on is lost at its next restart; put the file back "
                "where it was, or plan the restart"));

@@ -35,9 +35,12 @@ namespace gdt::coordinator {
 // own exit code.
 // While serving, it also looks (at most every kCheckStorageEvery, on a
 // write) whether the store still writes where a restart reads
-// (StateStore::CheckStorage): a state file removed or replaced under the
-// coordinator is logged as `event=state_file_moved`, at most once a minute,
-// and `event=state_file_back` once it is where it was; writes go on.
+// (StateStore::CheckStorage): a deleted state file is written anew from
+// the open database (StateStore::RestoreStorage) and logged as
+// `event=state_file_restored`; one moved or replaced under the coordinator
+// (or deleted and not restored) is logged as `event=state_file_moved`, at
+// most once a minute, and `event=state_file_back` once it is where it was;
+// writes go on.
 // Whether `status` is a WatchedStore's Unavailable (the store refused a
 // change), rather than another Unavailable of the same call.
 bool IsStateStoreRefusal(const absl::Status& status);
@@ -79,6 +82,9 @@ class WatchedStore final : public state::StateStore {
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
   absl::Status CheckStorage() override { return store_->CheckStorage(); }
+  absl::StatusOr<std::string> RestoreStorage() override {
+    return store_->RestoreStorage();
+  }
 
  private:
   // On a write: CheckStorage() when it is due, and its line.

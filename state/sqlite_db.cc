@@ -147,6 +147,62 @@ Db::~Db() {
   if (db_ != nullptr) sqlite3_close(db_);
 }
 
+Db& Db::operator=(Db&& other) noexcept {
+  if (this == &other) return *this;
+  for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
+  if (db_ != nullptr) sqlite3_close(db_);
+  db_ = other.db_;
+  statements_ = std::move(other.statements_);
+  pending_ = other.pending_;
+  depth_ = other.depth_;
+  in_defer_ = other.in_defer_;
+  deferred_ = std::move(other.deferred_);
+  other.db_ = nullptr;
+  other.statements_.clear();
+  return *this;
+}
+
+absl::Status Db::BackupTo(const std::string& path) {
+  sqlite3* destination = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &destination,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status status = SqliteError(
+        destination != nullptr ? sqlite3_extended_errcode(destination) : rc,
+        absl::StrCat("cannot create ", path, ": ",
+                     destination != nullptr ? sqlite3_errmsg(destination)
+                                            : sqlite3_errstr(rc)));
+    sqlite3_close(destination);
+    return status;
+  }
+  sqlite3_backup* backup =
+      sqlite3_backup_init(destination, "main", db_, "main");
+  if (backup == nullptr) {
+    absl::Status status =
+        SqliteError(sqlite3_extended_errcode(destination),
+                    absl::StrCat("cannot back up to ", path, ": ",
+                                 sqlite3_errmsg(destination)));
+    sqlite3_close(destination);
+    return status;
+  }
+  rc = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  absl::Status status;
+  if (rc != SQLITE_DONE) {
+    status = SqliteError(
+        rc, absl::StrCat("cannot back up to ", path, ": ", sqlite3_errstr(rc)));
+  }
+  if (sqlite3_close(destination) != SQLITE_OK && status.ok()) {
+    status = absl::InternalError(absl::StrCat("cannot close ", path));
+  }
+  return status;
+}
+
+void Db::KeepLogOnClose() {
+  int keep = 1;
+  sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
+}
+
 void Db::SetBusyTimeout(int milliseconds) {
   sqlite3_busy_timeout(db_, milliseconds);
 }

@@ -110,10 +110,21 @@ class Db {
   static absl::StatusOr<Db> Open(const std::string& path);
 
   Db(Db&& other) noexcept;
-  Db& operator=(Db&&) = delete;
+  // Closes this connection (see ~Db) and takes over `other`'s.
+  Db& operator=(Db&& other) noexcept;
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
   ~Db();
+
+  // Writes the database as committed (write-ahead log included) into a new
+  // file at `path` with SQLite's online backup API; the file is complete
+  // when this returns OK (not yet synced to disk).
+  absl::Status BackupTo(const std::string& path);
+  // Closing this connection leaves its write-ahead log and shared-memory
+  // files where they are (SQLITE_FCNTL_PERSIST_WAL) instead of deleting
+  // them by name, which would delete another connection's once those names
+  // belong to a new database file.
+  void KeepLogOnClose();
 
   void SetBusyTimeout(int milliseconds);
   // Runs one or more statements that take no parameters.

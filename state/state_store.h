@@ -173,6 +173,17 @@ class StateStore {
   // (cheap; touches no record). FailedPrecondition names what changed, e.g.
   // a state file removed or replaced while the store holds it open.
   virtual absl::Status CheckStorage() { return absl::OkStatus(); }
+
+  // After CheckStorage found the store's file deleted while the store holds
+  // it open: writes what the store holds to a new file where a restart
+  // reads it and goes on with that file. Returns the path written.
+  // Errors: FailedPrecondition when there is nothing to restore (the file
+  // is where it was, was moved rather than deleted, or another file is in
+  // its place); Unimplemented for a store without a file; others when the
+  // restore failed, leaving the store as it was.
+  virtual absl::StatusOr<std::string> RestoreStorage() {
+    return absl::UnimplementedError("the state store has no file to restore");
+  }
 };
 
 }  // namespace gdt::state
