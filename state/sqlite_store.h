@@ -64,7 +64,7 @@ class SqliteStore : public StateStore {
 
   // SaveMember's rows in a transaction left open (sqlite::Db::Defer): they
   // are committed with the next change of any other kind, at Flush() or when
-  // the store is closed.
+  // the store is closed; a commit that fails keeps them for the next one.
   absl::Status SaveJoin(const Gang& gang, const Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
