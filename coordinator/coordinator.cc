@@ -105,15 +105,25 @@ void Coordinator::Stop() {
   if (thread_.joinable()) thread_.join();
   MutexLock lock(mu_);
   FlushStoreLocked();
+  SaveUnsavedKvTokensLocked();
 }
 
 void Coordinator::FlushStoreLocked() {
   // A coordinator whose state failed to load has no scheduler to flush.
   if (scheduler_ == nullptr) return;
-  if (absl::Status status = scheduler_->FlushStore(); !status.ok()) {
-    spdlog::error("event=state_commit_failed what=joins reason={}",
-                  LogValue(status.ToString()));
+  absl::Status status = scheduler_->FlushStore();
+  if (status.ok()) {
+    joins_commit_failing_ = false;
+    return;
   }
+  // The joins are kept and written again with the next change or flush
+  // (StateStore::Flush): one line while their commit keeps failing.
+  if (joins_commit_failing_) return;
+  joins_commit_failing_ = true;
+  spdlog::error("event=state_commit_failed what=joins reason={} action={}",
+                LogValue(status.ToString()),
+                LogValue("the members stay joined and their records are "
+                         "written again once the state store takes writes"));
 }
 
 void Coordinator::Wake() {
@@ -227,14 +237,38 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
       token.earlier_sha256.erase(token.earlier_sha256.begin());
     }
   }
+  // The store refusing the token (its disk filled after the admission was
+  // stored) does not keep the gang from its store: the token serves from
+  // memory and is saved by a later pass (SaveUnsavedKvTokensLocked), so
+  // that a restart after the store recovers still knows it.
   if (absl::Status status = store_->SaveKvToken(token); !status.ok()) {
-    spdlog::error("event=gang_kv_unavailable gang={} error={}",
-                  LogValue(gang_id), LogValue(status.ToString()));
-    return "";
+    spdlog::warn(
+        "event=gang_kv_token_unsaved gang={} epoch={} error={} action={}",
+        LogValue(gang_id), epoch, LogValue(status.ToString()),
+        LogValue("the gang's members get the token; the coordinator saves it "
+                 "once its state store accepts writes again"));
+    unsaved_kv_tokens_.insert(gang_id);
+  } else {
+    unsaved_kv_tokens_.erase(gang_id);
   }
   kv_->OpenGang(gang_id, epoch, token.token, token.earlier_sha256);
   kv_tokens_[gang_id] = token;
   return token.token;
+}
+
+void Coordinator::SaveUnsavedKvTokensLocked() {
+  for (auto it = unsaved_kv_tokens_.begin(); it != unsaved_kv_tokens_.end();) {
+    auto token = kv_tokens_.find(*it);
+    if (token == kv_tokens_.end()) {
+      it = unsaved_kv_tokens_.erase(it);
+      continue;
+    }
+    // Refused again: the store says so itself (watched_store.h).
+    if (!store_->SaveKvToken(token->second).ok()) return;
+    spdlog::info("event=gang_kv_token_saved gang={} epoch={}",
+                 LogValue(token->first), token->second.epoch);
+    it = unsaved_kv_tokens_.erase(it);
+  }
 }
 
 void Coordinator::EndFinishedKvGangsLocked() {
@@ -271,6 +305,9 @@ void Coordinator::EndFinishedKvGangsLocked() {
       if (absl::Status status = store_->SaveKvToken(it->second); !status.ok()) {
         spdlog::warn("event=kv_token_forget_failed gang={} error={}",
                      LogValue(it->first), LogValue(status.ToString()));
+        unsaved_kv_tokens_.insert(it->first);  // Saved by a later pass.
+      } else {
+        unsaved_kv_tokens_.erase(it->first);
       }
       ++it;
       continue;
@@ -279,6 +316,7 @@ void Coordinator::EndFinishedKvGangsLocked() {
       spdlog::warn("event=kv_token_forget_failed gang={} error={}",
                    LogValue(it->first), LogValue(status.ToString()));
     }
+    unsaved_kv_tokens_.erase(it->first);
     it = kv_tokens_.erase(it);
   }
 }
@@ -330,6 +368,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->PruneFinishedGangs();  // Once a minute at most.
       FlushStoreLocked();
     }
+    SaveUnsavedKvTokensLocked();
     scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();
     SendPreemptionNoticesLocked();

@@ -221,9 +221,13 @@ class Coordinator {
   // Reopens the stores of gangs whose tokens were persisted.
   absl::Status LoadKvTokensLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The token of `gang_id` at `epoch`, issued (and persisted) on first use;
-  // empty when it cannot be issued (logged).
+  // empty only when no random token can be made (logged). A token the
+  // store refuses is still issued, and kept as unsaved.
   std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves the tokens the store refused before; stops at the first refusal
+  // (the next pass tries again).
+  void SaveUnsavedKvTokensLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EndFinishedKvGangsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Scheduler::FlushStore, logging a failure.
   void FlushStoreLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -245,6 +249,9 @@ class Coordinator {
   // By gang. An empty token: a failed gang whose store ended, kept with its
   // earlier tokens' hashes for a retry under the same id.
   std::map<std::string, state::KvToken> kv_tokens_ ABSL_GUARDED_BY(mu_);
+  // Gangs whose entry in kv_tokens_ the store refused: saved by a later
+  // pass.
+  std::set<std::string> unsaved_kv_tokens_ ABSL_GUARDED_BY(mu_);
   // Scheduler::EndChanges() at the last look for ended gangs; nullopt
   // before the first.
   std::optional<uint64_t> kv_end_changes_seen_ ABSL_GUARDED_BY(mu_);
@@ -270,6 +277,8 @@ class Coordinator {
   CheckpointLimits checkpoint_limits_;  // Set in Create.
   // Signs member tokens; from the store, set in Create.
   std::string member_token_key_;
+  // The last flush of held-back joins failed (logged once).
+  bool joins_commit_failing_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_cv_;
   bool wake_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

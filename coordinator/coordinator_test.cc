@@ -374,6 +374,100 @@ TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
             absl::StatusCode::kNotFound);  // Token kept, data not.
 }
 
+// The admission of a gang was stored but its key-value store token was
+// not (the state store refused it; here the token's row is missing, as
+// after a restart since). A member admitted while the store refuses writes
+// still gets a working token, not an empty one; once the store takes
+// writes again the coordinator saves it, so a restart still knows it.
+TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  std::vector<state::MemberEvent> seen;
+  const auto admitted_token = [&seen](uint64_t stream) {
+    std::optional<std::string> token;
+    for (const state::MemberEvent& event : seen) {
+      if (event.stream_id == stream &&
+          event.kind == state::MemberEvent::Kind::kAdmitted) {
+        token = event.assignment.kv_token;
+      }
+    }
+    return token;
+  };
+  const auto open = [&]() -> std::unique_ptr<Coordinator> {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
+                            checker);
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return nullptr;
+    (*coordinator)
+        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+          for (state::MemberEvent& event : events)
+            seen.push_back(std::move(event));
+        });
+    return std::move(*coordinator);
+  };
+  std::string gang;
+  {
+    std::unique_ptr<Coordinator> coordinator = open();
+    ASSERT_NE(coordinator, nullptr);
+    ASSERT_TRUE(coordinator->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    ASSERT_TRUE(
+        coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
+    coordinator->RunAdmissionPass();
+    ASSERT_TRUE(admitted_token(1).has_value());
+    gang = coordinator->GetSnapshot(false).gangs.at(0).id;
+  }
+  ASSERT_EQ(test::ExecSql(path, "DELETE FROM gang_kv_tokens"), "");
+  std::string token;
+  {
+    std::unique_ptr<Coordinator> coordinator = open();
+    ASSERT_NE(coordinator, nullptr);
+    {
+      // Another process holds the file's write lock: every write is
+      // refused.
+      sqlite3* other = nullptr;
+      ASSERT_EQ(
+          sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
+          SQLITE_OK);
+      std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(other,
+                                                         sqlite3_close_v2);
+      ASSERT_EQ(
+          sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
+          SQLITE_OK);
+      // The member's executor reconnects to the running gang.
+      ASSERT_TRUE(
+          coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 2).ok());
+      ASSERT_TRUE(admitted_token(2).has_value());
+      token = *admitted_token(2);
+      ASSERT_EQ(token.size(), 64u);
+      const kv::KvCaller member{gang, 1, token};
+      EXPECT_TRUE(coordinator->kv().Set(member, "k", "v").ok());
+      coordinator->RunAdmissionPass();  // Refused again.
+      ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr),
+                SQLITE_OK);
+    }
+    coordinator->RunAdmissionPass();  // Saves it.
+    // Joining again gives the same token.
+    ASSERT_TRUE(
+        coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 3).ok());
+    EXPECT_EQ(admitted_token(3), token);
+  }
+  // The token outlives a restart.
+  {
+    std::unique_ptr<Coordinator> restarted = open();
+    ASSERT_NE(restarted, nullptr);
+    ASSERT_TRUE(
+        restarted->Join(test::Joining(test::TrainKey(1), 1, 1), 4).ok());
+    EXPECT_EQ(admitted_token(4), token);
+  }
+}
+
 TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";

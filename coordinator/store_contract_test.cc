@@ -1,8 +1,12 @@
 #include <sqlite3.h>
+#include <sys/resource.h>
 
 #include <algorithm>
+#include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +16,8 @@
 #include "coordinator/watched_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "state/etcd_client.h"
 #include "state/etcd_store.h"
 #include "state/sqlite_store.h"
@@ -699,6 +705,241 @@ TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
   ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr),
             SQLITE_OK);
   EXPECT_TRUE(store.SaveSecret("s", "v").ok());
+}
+
+// While alive, a write that would make any file of this process larger
+// than `limit` bytes fails (EFBIG, which SQLite reports as an I/O error), as
+// on a full disk.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t limit) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    previous_signal_ = std::signal(SIGXFSZ, SIG_IGN);
+    const rlimit limited{limit, saved_.rlim_max};
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &saved_);
+    std::signal(SIGXFSZ, previous_signal_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit saved_{};
+  void (*previous_signal_)(int) = SIG_DFL;
+};
+
+// Joins are held back for one commit; when that commit fails (the disk is
+// full), they are not lost: the store writes them again with its next
+// change, and a restart finds them.
+TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  state::Gang gang;
+  gang.id = "gang-1";
+  gang.key = test::TrainKey(3);
+  gang.created_unix_ms = 1;
+  state::Member first;
+  first.index = 1;
+  first.job_id = 101;
+  state::Member second = first;
+  second.index = 2;
+  second.job_id = 202;
+  state::Member third = first;
+  third.index = 3;
+  third.job_id = 303;
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveJoin(gang, first, true).ok());
+    ASSERT_TRUE((*store)->Flush().ok());
+    ASSERT_TRUE((*store)->SaveJoin(gang, second, false).ok());
+    {
+      // The commit cannot grow the write-ahead log.
+      FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
+      const absl::Status flushed = (*store)->Flush();
+      EXPECT_FALSE(flushed.ok());
+      EXPECT_FALSE(state::IsPermanentStoreError(flushed)) << flushed;
+      // Still full: refused again, and a join meanwhile waits too.
+      ASSERT_TRUE((*store)->SaveJoin(gang, third, false).ok());
+      EXPECT_FALSE((*store)->Flush().ok());
+    }
+    // Space again: the next change stores them with itself.
+    ASSERT_TRUE(
+        (*store)->SaveHost(state::Host{test::CpuHost("cpu-01", 2)}).ok());
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  absl::StatusOr<state::StoredState> loaded = (*reopened)->Load();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_EQ(loaded->gangs.size(), 1u);
+  std::vector<int64_t> jobs;
+  for (const auto& [index, member] : loaded->gangs.at(0).members) {
+    jobs.push_back(member.job_id);
+  }
+  EXPECT_THAT(jobs, ElementsAre(101, 202, 303));
+  EXPECT_EQ(loaded->hosts.size(), 1u);
+}
+
+// A state file that is no database any more (overwritten under the
+// coordinator) is a permanent error: retrying does not cure it. The log
+// line says so and what to do, at once even within the minute after a
+// transient line; a locked file is transient.
+TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  ASSERT_TRUE(store.SaveSecret("s", "v").ok());
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  {
+    sqlite3* other = nullptr;
+    ASSERT_EQ(
+        sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
+        SQLITE_OK);
+    std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(other, sqlite3_close_v2);
+    ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    EXPECT_TRUE(coordinator::IsStateStoreRefusal(store.SaveSecret("s", "w")));
+    ASSERT_EQ(sqlite3_exec(other, "ROLLBACK", nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  // Garbage in place of the database, its log and its shared index.
+  for (const std::string& file : {path, path + "-wal", path + "-shm"}) {
+    const auto size = std::filesystem::file_size(file);
+    std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(out.good()) << file;
+    out << std::string(size, 'x');
+  }
+  const absl::Status refused = store.SaveSecret("s", "x");
+  spdlog::set_default_logger(previous);
+
+  EXPECT_TRUE(coordinator::IsStateStoreRefusal(refused)) << refused;
+  const std::string log = captured.str();
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       "event=state_store_failing kind=transient "
+                       "call=SaveSecret failures=1 error=\"INTERNAL: sqlite: "
+                       "database is locked"));
+  EXPECT_THAT(log,
+              ::testing::HasSubstr("event=state_store_failing kind=permanent "
+                                   "call=SaveSecret failures=1"));
+  EXPECT_THAT(log, ::testing::HasSubstr("restore the file from a backup"));
+}
+
+// A state file deleted while the store holds it open is written anew from
+// what the store holds; later writes go to the new file, and a restart
+// reads everything. A moved file is left for the operator to move back.
+TEST(SqliteStoreTest, ADeletedStateFileIsWrittenAnew) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->SaveSecret("before", "1").ok());
+    // Moved: not restored.
+    std::filesystem::rename(path, path + ".moved");
+    EXPECT_EQ((*store)->RestoreStorage().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    EXPECT_FALSE(std::filesystem::exists(path));
+    std::filesystem::rename(path + ".moved", path);
+    ASSERT_TRUE((*store)->CheckStorage().ok());
+    // Nothing to restore while the file is there.
+    EXPECT_EQ((*store)->RestoreStorage().status().code(),
+              absl::StatusCode::kFailedPrecondition);
+
+    ASSERT_TRUE(std::filesystem::remove(path));
+    ASSERT_TRUE((*store)->SaveSecret("while_deleted", "2").ok());
+    // A join held back is committed first.
+    state::Gang gang;
+    gang.id = "gang-1";
+    gang.key = test::TrainKey(2);
+    state::Member member;
+    member.index = 1;
+    member.job_id = 101;
+    ASSERT_TRUE((*store)->SaveJoin(gang, member, true).ok());
+    EXPECT_FALSE((*store)->CheckStorage().ok());
+
+    absl::StatusOr<std::string> restored = (*store)->RestoreStorage();
+
+    ASSERT_TRUE(restored.ok()) << restored.status();
+    EXPECT_EQ(*restored, path);
+    EXPECT_TRUE((*store)->CheckStorage().ok());
+    EXPECT_EQ(std::filesystem::status(path).permissions() &
+                  std::filesystem::perms::all,
+              std::filesystem::perms::owner_read |
+                  std::filesystem::perms::owner_write);
+    ASSERT_TRUE((*store)->SaveSecret("after", "3").ok());
+    // No temporary file is left.
+    std::vector<std::string> names;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+      names.push_back(entry.path().filename().string());
+    }
+    std::sort(names.begin(), names.end());
+    EXPECT_THAT(names, ElementsAre("coord.db", "coord.db-shm", "coord.db-wal",
+                                   "coord.db.lock"));
+    // Still one coordinator per file.
+    EXPECT_EQ(state::SqliteStore::Open(path).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
+    absl::StatusOr<std::string> loaded = (*reopened)->LoadSecret(name);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*loaded, value) << name;
+  }
+  absl::StatusOr<state::StoredState> state = (*reopened)->Load();
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->gangs.size(), 1u);
+  EXPECT_EQ(state->gangs.at(0).members.at(1).job_id, 101);
+}
+
+// A serving coordinator's store notices a deleted state file with its next
+// write and restores it, saying so.
+TEST(WatchedStoreTest, ADeletedStateFileIsRestoredAndLogged) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  ASSERT_TRUE(store.SaveSecret("s", "1").ok());
+  ASSERT_TRUE(std::filesystem::remove(path));
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
+  const absl::Status written = store.SaveSecret("s", "2");
+  spdlog::set_default_logger(previous);
+
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_TRUE(std::filesystem::exists(path));
+  EXPECT_TRUE(store.CheckStorage().ok());
+  const std::string log = captured.str();
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       "event=state_file_restored path=" + path + " was="));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
+  // The write that noticed it is in the new file, and so are later ones.
+  EXPECT_EQ(store.LoadSecret("s").value_or(""), "2");
+  ASSERT_TRUE(store.SaveSecret("t", "3").ok());
+  EXPECT_EQ(test::ExecSql(path, "SELECT 1"), "");
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

@@ -38,6 +38,7 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
       unlogged_failures_ = 0;
       failing_since_.reset();
       last_logged_.reset();
+      last_logged_permanent_ = false;
     }
     return status;
   }
@@ -49,15 +50,30 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
   }
   ++failures_;
   if (!failing_since_.has_value()) failing_since_ = now;
-  if (!last_logged_.has_value() || now - *last_logged_ >= kLogEvery) {
+  // Retrying does not cure a permanent error (a corrupt file, one the
+  // store can no longer write): said at once, even within the minute.
+  const bool permanent = state::IsPermanentStoreError(status);
+  if (!last_logged_.has_value() || now - *last_logged_ >= kLogEvery ||
+      permanent != last_logged_permanent_) {
     spdlog::error(
-        "event=state_store_failing call={} failures={} error={} action={}",
-        what, unlogged_failures_ + 1, LogValue(status.ToString()),
-        LogValue("the change was not made and its caller was told to retry; "
-                 "free space on (or unlock, or make writable) the state "
-                 "file's file system and the coordinator recovers by "
-                 "itself"));
+        "event=state_store_failing kind={} call={} failures={} error={} "
+        "action={}",
+        permanent ? "permanent" : "transient", what, unlogged_failures_ + 1,
+        LogValue(status.ToString()),
+        LogValue(
+            permanent
+                ? "the change was not made and its caller was told to retry, "
+                  "but retrying does not cure this error: the state file is "
+                  "damaged, not a database, or cannot be opened or written "
+                  "by gdt-coord; stop gdt-coord, restore the file from a "
+                  "backup (or make it and its directory readable and "
+                  "writable by gdt-coord) and start gdt-coord again"
+                : "the change was not made and its caller was told to retry; "
+                  "free space on (or unlock, or make writable) the state "
+                  "file's file system and the coordinator recovers by "
+                  "itself"));
     last_logged_ = now;
+    last_logged_permanent_ = permanent;
     unlogged_failures_ = 0;
   } else {
     ++unlogged_failures_;
@@ -85,14 +101,29 @@ void WatchedStore::MaybeCheckStorage(Clock::TimePoint now) {
     }
     return;
   }
+  // A deleted file (not a moved or replaced one) is written anew.
+  absl::StatusOr<std::string> restored = store_->RestoreStorage();
+  if (restored.ok()) {
+    spdlog::warn("event=state_file_restored path={} was={}",
+                 LogValue(*restored), LogValue(std::string(storage.message())));
+    storage_moved_ = false;
+    storage_logged_.reset();
+    return;
+  }
   storage_moved_ = true;
   if (storage_logged_.has_value() && now - *storage_logged_ < kLogEvery) {
     return;
   }
   storage_logged_ = now;
+  const absl::Status& restore = restored.status();
+  const bool restore_tried =
+      !absl::IsFailedPrecondition(restore) && !absl::IsUnimplemented(restore);
   spdlog::error(
-      "event=state_file_moved error={} action={}",
+      "event=state_file_moved error={}{} action={}",
       LogValue(std::string(storage.message())),
+      restore_tried ? absl::StrCat(" restore_error=",
+                                   LogValue(std::string(restore.message())))
+                    : std::string(),
       LogValue("the coordinator goes on from memory, but what it stores "
                "from now on is lost at its next restart; put the file back "
                "where it was, or plan the restart"));

@@ -20,8 +20,11 @@ namespace gdt::coordinator {
 // answer each caller with the store's own Internal error and leave the
 // coordinator's log silent. Once Serve() was called, a failure
 //  - is logged as one `event=state_store_failing` line, then at most once a
-//    minute (with the number of failures since the last line), and
-//    `event=state_store_recovered` once a call succeeds again;
+//    minute (with the number of failures since the last line) or when its
+//    kind changes, and `event=state_store_recovered` once a call succeeds
+//    again. `kind=permanent` (state::IsPermanentStoreError: a corrupt file,
+//    a connection that became read-only) says that retrying does not cure
+//    it and what the operator does; `kind=transient` the others;
 //  - reaches the caller as Unavailable (the change was not made; the same
 //    call later may succeed), naming the store's error, when the store
 //    answered Internal, Unavailable, DeadlineExceeded or Unknown; other
@@ -32,9 +35,12 @@ namespace gdt::coordinator {
 // own exit code.
 // While serving, it also looks (at most every kCheckStorageEvery, on a
 // write) whether the store still writes where a restart reads
-// (StateStore::CheckStorage): a state file removed or replaced under the
-// coordinator is logged as `event=state_file_moved`, at most once a minute,
-// and `event=state_file_back` once it is where it was; writes go on.
+// (StateStore::CheckStorage): a deleted state file is written anew from
+// the open database (StateStore::RestoreStorage) and logged as
+// `event=state_file_restored`; one moved or replaced under the coordinator
+// (or deleted and not restored) is logged as `event=state_file_moved`, at
+// most once a minute, and `event=state_file_back` once it is where it was;
+// writes go on.
 // Whether `status` is a WatchedStore's Unavailable (the store refused a
 // change), rather than another Unavailable of the same call.
 bool IsStateStoreRefusal(const absl::Status& status);
@@ -76,6 +82,9 @@ class WatchedStore final : public state::StateStore {
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
   absl::Status CheckStorage() override { return store_->CheckStorage(); }
+  absl::StatusOr<std::string> RestoreStorage() override {
+    return store_->RestoreStorage();
+  }
 
  private:
   // On a write: CheckStorage() when it is due, and its line.
@@ -104,6 +113,7 @@ class WatchedStore final : public state::StateStore {
   int64_t failures_ = 0;
   int64_t unlogged_failures_ = 0;
   std::optional<Clock::TimePoint> last_logged_;
+  bool last_logged_permanent_ = false;  // The kind that line said.
   std::optional<Clock::TimePoint> failing_since_;
   std::optional<Clock::TimePoint> storage_checked_;
   std::optional<Clock::TimePoint> storage_logged_;

@@ -2,10 +2,36 @@
 
 #include <sqlite3.h>
 
+#include <string>
+#include <utility>
+
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "state/state_store.h"
 
 namespace gdt::state::sqlite {
 namespace {
+
+// SQLite's error `code` (primary or extended) as Internal with `message`,
+// marked permanent (state_store.h) for the codes that retrying does not
+// cure; the others (a full disk, a busy or locked file, an I/O error) may
+// pass by themselves.
+absl::Status SqliteError(int code, std::string message) {
+  absl::Status status = absl::InternalError(std::move(message));
+  switch (code & 0xff) {
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_READONLY:  // A connection opened read-only stays so.
+    case SQLITE_CANTOPEN:
+    case SQLITE_PERM:
+      status.SetPayload(kPermanentStoreErrorPayload,
+                        absl::Cord(sqlite3_errstr(code)));
+      break;
+    default:
+      break;
+  }
+  return status;
+}
 
 // Schema scripts are long; an error names their start.
 std::string Abbreviated(std::string_view sql) {
@@ -97,9 +123,10 @@ absl::StatusOr<Db> Db::Open(const std::string& path) {
   if (rc != SQLITE_OK) {
     std::string message =
         db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
+    const int code = db != nullptr ? sqlite3_extended_errcode(db) : rc;
     sqlite3_close(db);
-    return absl::InternalError(
-        absl::StrCat("cannot open state database ", path, ": ", message));
+    return SqliteError(
+        code, absl::StrCat("cannot open state database ", path, ": ", message));
   }
   return Db(db);
 }
@@ -108,7 +135,9 @@ Db::Db(Db&& other) noexcept
     : db_(other.db_),
       statements_(std::move(other.statements_)),
       pending_(other.pending_),
-      depth_(other.depth_) {
+      depth_(other.depth_),
+      in_defer_(other.in_defer_),
+      deferred_(std::move(other.deferred_)) {
   other.db_ = nullptr;
   other.statements_.clear();
 }
@@ -116,6 +145,62 @@ Db::Db(Db&& other) noexcept
 Db::~Db() {
   for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
   if (db_ != nullptr) sqlite3_close(db_);
+}
+
+Db& Db::operator=(Db&& other) noexcept {
+  if (this == &other) return *this;
+  for (auto& [sql, statement] : statements_) sqlite3_finalize(statement);
+  if (db_ != nullptr) sqlite3_close(db_);
+  db_ = other.db_;
+  statements_ = std::move(other.statements_);
+  pending_ = other.pending_;
+  depth_ = other.depth_;
+  in_defer_ = other.in_defer_;
+  deferred_ = std::move(other.deferred_);
+  other.db_ = nullptr;
+  other.statements_.clear();
+  return *this;
+}
+
+absl::Status Db::BackupTo(const std::string& path) {
+  sqlite3* destination = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &destination,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    absl::Status status = SqliteError(
+        destination != nullptr ? sqlite3_extended_errcode(destination) : rc,
+        absl::StrCat("cannot create ", path, ": ",
+                     destination != nullptr ? sqlite3_errmsg(destination)
+                                            : sqlite3_errstr(rc)));
+    sqlite3_close(destination);
+    return status;
+  }
+  sqlite3_backup* backup =
+      sqlite3_backup_init(destination, "main", db_, "main");
+  if (backup == nullptr) {
+    absl::Status status =
+        SqliteError(sqlite3_extended_errcode(destination),
+                    absl::StrCat("cannot back up to ", path, ": ",
+                                 sqlite3_errmsg(destination)));
+    sqlite3_close(destination);
+    return status;
+  }
+  rc = sqlite3_backup_step(backup, -1);
+  sqlite3_backup_finish(backup);
+  absl::Status status;
+  if (rc != SQLITE_DONE) {
+    status = SqliteError(
+        rc, absl::StrCat("cannot back up to ", path, ": ", sqlite3_errstr(rc)));
+  }
+  if (sqlite3_close(destination) != SQLITE_OK && status.ok()) {
+    status = absl::InternalError(absl::StrCat("cannot close ", path));
+  }
+  return status;
+}
+
+void Db::KeepLogOnClose() {
+  int keep = 1;
+  sqlite3_file_control(db_, "main", SQLITE_FCNTL_PERSIST_WAL, &keep);
 }
 
 void Db::SetBusyTimeout(int milliseconds) {
@@ -129,7 +214,8 @@ absl::Status Db::Exec(std::string_view sql) {
       SQLITE_OK) {
     std::string error = message != nullptr ? message : "unknown error";
     sqlite3_free(message);
-    return absl::InternalError(
+    return SqliteError(
+        sqlite3_extended_errcode(db_),
         absl::StrCat("sqlite: ", error, " in '", Abbreviated(sql), "'"));
   }
   return absl::OkStatus();
@@ -150,8 +236,9 @@ absl::StatusOr<Statement> Db::Prepare(const char* sql) {
 int Db::Changes() const { return sqlite3_changes(db_); }
 
 absl::Status Db::Error(std::string_view sql) const {
-  return absl::InternalError(absl::StrCat("sqlite: ", sqlite3_errmsg(db_),
-                                          " in '", Abbreviated(sql), "'"));
+  return SqliteError(sqlite3_extended_errcode(db_),
+                     absl::StrCat("sqlite: ", sqlite3_errmsg(db_), " in '",
+                                  Abbreviated(sql), "'"));
 }
 
 absl::Status Db::Control(const char* sql) {
@@ -160,16 +247,47 @@ absl::Status Db::Control(const char* sql) {
   return statement->Run();
 }
 
+absl::Status Db::ResumeDeferred() {
+  // An error can make SQLite roll the whole transaction back (a full disk,
+  // an I/O error), the deferred writes with it.
+  if (pending_ && sqlite3_get_autocommit(db_) != 0) pending_ = false;
+  if (pending_ || deferred_.empty()) return absl::OkStatus();
+  GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
+  for (const LoggedStatement& logged : deferred_) {
+    absl::Status status;
+    {
+      absl::StatusOr<Statement> statement = Prepare(logged.sql);
+      status = statement.status();
+      for (size_t i = 0; status.ok() && i < logged.args.size(); ++i) {
+        const int index = static_cast<int>(i) + 1;
+        status = std::visit(
+            [&](const auto& value) { return statement->BindOne(index, value); },
+            logged.args[i]);
+      }
+      if (status.ok()) status = statement->Run();
+    }
+    if (!status.ok()) {
+      Control("ROLLBACK").IgnoreError();
+      return status;
+    }
+  }
+  pending_ = true;
+  return absl::OkStatus();
+}
+
 absl::Status Db::CommitPending() {
   pending_ = false;
   absl::Status status = Control("COMMIT");
-  if (!status.ok() && sqlite3_get_autocommit(db_) == 0) {
-    Control("ROLLBACK").IgnoreError();
+  if (status.ok()) {
+    deferred_.clear();
+    return status;
   }
+  if (sqlite3_get_autocommit(db_) == 0) Control("ROLLBACK").IgnoreError();
   return status;
 }
 
 absl::StatusOr<Transaction> Transaction::Begin(Db& db) {
+  if (db.depth_ == 0) GDT_RETURN_IF_ERROR(db.ResumeDeferred());
   const bool joined = db.pending_;
   GDT_RETURN_IF_ERROR(
       db.Control(joined ? "SAVEPOINT gdt_transaction" : "BEGIN IMMEDIATE"));

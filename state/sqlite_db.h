@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <variant>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -108,10 +110,21 @@ class Db {
   static absl::StatusOr<Db> Open(const std::string& path);
 
   Db(Db&& other) noexcept;
-  Db& operator=(Db&&) = delete;
+  // Closes this connection (see ~Db) and takes over `other`'s.
+  Db& operator=(Db&& other) noexcept;
   Db(const Db&) = delete;
   Db& operator=(const Db&) = delete;
   ~Db();
+
+  // Writes the database as committed (write-ahead log included) into a new
+  // file at `path` with SQLite's online backup API; the file is complete
+  // when this returns OK (not yet synced to disk).
+  absl::Status BackupTo(const std::string& path);
+  // Closing this connection leaves its write-ahead log and shared-memory
+  // files where they are (SQLITE_FCNTL_PERSIST_WAL) instead of deleting
+  // them by name, which would delete another connection's once those names
+  // belong to a new database file.
+  void KeepLogOnClose();
 
   void SetBusyTimeout(int milliseconds);
   // Runs one or more statements that take no parameters.
@@ -124,12 +137,17 @@ class Db {
   // together with this statement.
   template <typename... Args>
   absl::Status Run(const char* sql, const Args&... args) {
+    if (depth_ == 0) GDT_RETURN_IF_ERROR(ResumeDeferred());
     {
       absl::StatusOr<Statement> statement = Prepare(sql);
       if (!statement.ok()) return statement.status();
       GDT_RETURN_IF_ERROR(statement->Bind(args...));
       GDT_RETURN_IF_ERROR(statement->Run());
     }  // Reset before a commit.
+    if (in_defer_) {
+      deferred_.push_back(
+          LoggedStatement{sql, {LoggedValue(Statement::Value(args))...}});
+    }
     if (pending_ && depth_ == 0) return CommitPending();
     return absl::OkStatus();
   }
@@ -139,28 +157,41 @@ class Db {
   // (it joins the open one), by the next Run outside both, or by Flush().
   // When `write` fails, its own statements are undone and those pending from
   // earlier calls are kept.
+  // A commit that fails does not lose them: the Db keeps the statements
+  // that `write` ran through Run (only those: a deferred write uses Run
+  // alone) until a commit succeeds, and runs them again, in their order,
+  // at the start of the next transaction, Run or Flush.
   template <typename Write>
   absl::Status Defer(Write write) {
+    GDT_RETURN_IF_ERROR(ResumeDeferred());
     if (!pending_) {
       GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
       pending_ = true;
     }
     GDT_RETURN_IF_ERROR(Control("SAVEPOINT gdt_deferred"));
     ++depth_;
+    in_defer_ = true;
+    const size_t logged = deferred_.size();
     absl::Status status = write();
+    in_defer_ = false;
     --depth_;
     if (status.ok()) return Control("RELEASE gdt_deferred");
+    deferred_.resize(logged);
     Control("ROLLBACK TO gdt_deferred").IgnoreError();
     Control("RELEASE gdt_deferred").IgnoreError();
     return status;
   }
-  // Commits the deferred writes, if any. A failed commit rolls them back and
-  // says so.
+  // Commits the deferred writes, if any, and those a failed commit left to
+  // write again. A failed commit rolls them back and says so; they are kept
+  // for the next try.
   absl::Status Flush() {
-    return pending_ && depth_ == 0 ? CommitPending() : absl::OkStatus();
+    if (depth_ != 0) return absl::OkStatus();
+    GDT_RETURN_IF_ERROR(ResumeDeferred());
+    return pending_ ? CommitPending() : absl::OkStatus();
   }
-  // Whether deferred writes wait for a commit.
-  bool HasPending() const { return pending_; }
+  // Whether deferred writes wait for a commit (or, after a failed one, to be
+  // written again).
+  bool HasPending() const { return pending_ || !deferred_.empty(); }
   // Prepares `sql` and binds `args`, ready to step.
   template <typename... Args>
   absl::StatusOr<Statement> Query(const char* sql, const Args&... args) {
@@ -172,22 +203,43 @@ class Db {
   // Rows changed by the last INSERT, UPDATE or DELETE.
   int Changes() const;
 
-  // Internal, naming `sql` and the connection's last error message.
+  // Internal, naming `sql` and the connection's last error message; marked
+  // permanent (IsPermanentStoreError) when retrying does not cure it (a
+  // corrupt file, not a database, read-only, cannot be opened).
   absl::Status Error(std::string_view sql) const;
 
  private:
   friend class Transaction;
   explicit Db(sqlite3* db) : db_(db) {}
+  // A statement a deferred write ran, with its values, kept until the
+  // commit that stores it succeeds.
+  using Value = std::variant<std::string, int64_t>;
+  struct LoggedStatement {
+    const char* sql;
+    std::vector<Value> args;
+  };
+  static Value LoggedValue(std::string_view text) { return std::string(text); }
+  static Value LoggedValue(int64_t number) { return number; }
+
   // Runs a cached statement without parameters (transaction control).
   absl::Status Control(const char* sql);
+  // Outside any Transaction or Defer: when no deferred transaction is open
+  // but deferred writes wait to be written again (their commit failed, or
+  // SQLite rolled their transaction back after an error), opens one and
+  // runs them again. On failure nothing is open and they still wait.
+  absl::Status ResumeDeferred();
   // COMMIT of the open transaction; on failure, ROLLBACK if SQLite left it
-  // open. Either way nothing is pending afterwards.
+  // open. Either way no transaction is pending afterwards; on failure the
+  // deferred writes wait to be written again.
   absl::Status CommitPending();
 
   sqlite3* db_;
   std::map<const char*, sqlite3_stmt*> statements_;
-  bool pending_ = false;  // A transaction opened by Defer is open.
-  int depth_ = 0;         // Transactions and Defer calls in progress.
+  bool pending_ = false;   // A transaction opened by Defer is open.
+  int depth_ = 0;          // Transactions and Defer calls in progress.
+  bool in_defer_ = false;  // Run logs what it runs into deferred_.
+  // The deferred writes since the last successful commit.
+  std::vector<LoggedStatement> deferred_;
 };
 
 // BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "state/sqlite_db.h"
@@ -337,8 +338,12 @@ absl::StatusOr<nlohmann::json> ParseColumn(const std::string& text,
 // Prefixes an error with what was being done.
 absl::Status Annotated(absl::Status status, const std::string& what) {
   if (status.ok()) return status;
-  return absl::Status(status.code(),
-                      absl::StrCat(what, ": ", status.message()));
+  absl::Status annotated(status.code(),
+                         absl::StrCat(what, ": ", status.message()));
+  status.ForEachPayload([&](absl::string_view type, const absl::Cord& payload) {
+    annotated.SetPayload(type, payload);
+  });
+  return annotated;
 }
 
 }  // namespace
@@ -399,6 +404,7 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     store->path_ = path;
     store->dev_ = info.st_dev;
     store->ino_ = info.st_ino;
+    store->file_.Reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   }
   GDT_RETURN_IF_ERROR(Annotated(store->Init(), path));
   return store;
@@ -420,6 +426,109 @@ absl::Status SqliteStore::CheckStorage() {
         "writes goes to that one, and a restart reads the new one"));
   }
   return absl::OkStatus();
+}
+
+SqliteStore::HeldFd::~HeldFd() {
+  if (fd >= 0) close(fd);
+}
+
+void SqliteStore::HeldFd::Reset(int held) {
+  if (fd >= 0) close(fd);
+  fd = held;
+}
+
+absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
+  if (path_.empty()) {
+    return absl::UnimplementedError("an in-memory state has no file");
+  }
+  struct stat info = {};
+  if (stat(path_.c_str(), &info) == 0 || errno != ENOENT) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state file ", path_, " was not deleted: there is a file there"));
+  }
+  struct stat held = {};
+  if (file_.fd < 0 || fstat(file_.fd, &held) != 0 || held.st_nlink > 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state file ", path_, " was moved, not deleted: it can be moved back"));
+  }
+  // The backup copies what is committed.
+  GDT_RETURN_IF_ERROR(db_.Flush());
+  std::string temp = path_ + ".restore-XXXXXX";
+  const int temp_fd = mkstemp(temp.data());  // Mode 0600.
+  if (temp_fd < 0) {
+    return absl::InternalError(absl::StrCat("cannot create a file next to ",
+                                            path_, ": ", std::strerror(errno)));
+  }
+  close(temp_fd);
+  const auto failed = [&](absl::Status status) {
+    unlink(temp.c_str());
+    unlink((temp + "-journal").c_str());
+    return status;
+  };
+  if (absl::Status status = db_.BackupTo(temp); !status.ok()) {
+    return failed(status);
+  }
+  if (const int fd = open(temp.c_str(), O_RDONLY | O_CLOEXEC);
+      fd < 0 || fsync(fd) != 0) {
+    const int error = errno;
+    if (fd >= 0) close(fd);
+    return failed(absl::InternalError(
+        absl::StrCat("cannot sync ", temp, ": ", std::strerror(error))));
+  } else {
+    close(fd);
+  }
+  // The log and shared-memory files at the path are the deleted file's; a
+  // connection to the new file must not read them, and closing the old
+  // connection must not delete the new file's by name.
+  db_.KeepLogOnClose();
+  unlink((path_ + "-wal").c_str());
+  unlink((path_ + "-shm").c_str());
+  if (rename(temp.c_str(), path_.c_str()) != 0) {
+    return failed(absl::InternalError(absl::StrCat(
+        "cannot rename ", temp, " to ", path_, ": ", std::strerror(errno))));
+  }
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  if (const int fd =
+          open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+      fd >= 0) {
+    fsync(fd);  // Best effort: the file is in place either way.
+    close(fd);
+  }
+  // Until the new file is open the old connection goes on, and a failure
+  // leaves the path as it found it.
+  const auto undo = [&](absl::Status status) {
+    unlink(path_.c_str());
+    return status;
+  };
+  absl::StatusOr<sqlite::Db> fresh = sqlite::Db::Open(path_);
+  if (!fresh.ok()) return undo(fresh.status());
+  const int fresh_fd = open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fresh_fd < 0 || fstat(fresh_fd, &info) != 0) {
+    const int error = errno;
+    if (fresh_fd >= 0) close(fresh_fd);
+    return undo(absl::InternalError(
+        absl::StrCat("cannot open ", path_, ": ", std::strerror(error))));
+  }
+  db_ = std::move(*fresh);  // Closes the old connection.
+  file_.Reset(fresh_fd);
+  dev_ = info.st_dev;
+  ino_ = info.st_ino;
+  // One coordinator per state file: a lock file deleted with it is made
+  // and taken again.
+  const std::string lock_path = path_ + ".lock";
+  struct stat lock_info = {};
+  if (lock_fd_ >= 0 && stat(lock_path.c_str(), &lock_info) != 0) {
+    const int lock_fd =
+        open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd >= 0 && flock(lock_fd, LOCK_EX | LOCK_NB) == 0) {
+      close(lock_fd_);
+      lock_fd_ = lock_fd;
+    } else if (lock_fd >= 0) {
+      close(lock_fd);
+    }
+  }
+  GDT_RETURN_IF_ERROR(Annotated(Init(), path_));
+  return path_;
 }
 
 SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}

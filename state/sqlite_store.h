@@ -64,7 +64,7 @@ class SqliteStore : public StateStore {
 
   // SaveMember's rows in a transaction left open (sqlite::Db::Defer): they
   // are committed with the next change of any other kind, at Flush() or when
-  // the store is closed.
+  // the store is closed; a commit that fails keeps them for the next one.
   absl::Status SaveJoin(const Gang& gang, const Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
@@ -110,7 +110,28 @@ class SqliteStore : public StateStore {
   // holds open, which a restart does not read).
   absl::Status CheckStorage() override;
 
+  // A deleted state file (no file at the path, and the one held open has
+  // no name left) is written anew: the open database, as committed, is
+  // copied with SQLite's online backup API into a temporary file in the
+  // same directory, which is synced and renamed to the path; the store then
+  // reopens on it (and takes `<path>.lock` again should that be gone too).
+  // The old write-ahead log and shared-memory files at the path belong to
+  // the deleted file and are removed first. Joins held back are committed
+  // before; while their commit fails nothing is restored.
+  absl::StatusOr<std::string> RestoreStorage() override;
+
  private:
+  // An open descriptor, closed on destruction.
+  struct HeldFd {
+    int fd = -1;
+    HeldFd() = default;
+    explicit HeldFd(int held) : fd(held) {}
+    HeldFd(const HeldFd&) = delete;
+    HeldFd& operator=(const HeldFd&) = delete;
+    ~HeldFd();
+    void Reset(int held);
+  };
+
   explicit SqliteStore(sqlite::Db db);
   absl::Status Init();
   absl::Status SaveGangRows(const Gang& gang);
@@ -123,6 +144,11 @@ class SqliteStore : public StateStore {
   template <typename OnRow>
   absl::Status ForEachRow(const char* sql, OnRow on_row);
 
+  // The state file opened read-only (-1 for ":memory:"): whether the file
+  // the store writes still has a name. Declared before db_ so that it is
+  // closed after the connection (closing any descriptor of a file drops
+  // the process's POSIX locks on it, SQLite's included).
+  HeldFd file_;
   sqlite::Db db_;
   // `<path>.lock`, held (flock) while this store is open: one coordinator
   // per state file. -1 for ":memory:".

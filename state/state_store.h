@@ -12,6 +12,18 @@
 
 namespace gdt::state {
 
+// Marks a store error that retrying does not cure: the file is damaged or
+// not a database, the store's connection became read-only, a file it needs
+// cannot be opened. A store error without it may pass by itself (a full
+// disk, a lock another process holds, an I/O error, an unreachable etcd).
+inline constexpr char kPermanentStoreErrorPayload[] =
+    "gdt.dev/state-store-permanent";
+
+// Whether `status` carries kPermanentStoreErrorPayload.
+inline bool IsPermanentStoreError(const absl::Status& status) {
+  return status.GetPayload(kPermanentStoreErrorPayload).has_value();
+}
+
 // Everything the store holds, as Load() returns it.
 struct StoredState {
   std::vector<Host> hosts;  // By name.
@@ -98,7 +110,9 @@ class StateStore {
   // coordinator, and each member joins again by job id. `gang_changed`
   // false says that the gang's own record is as last saved but for its
   // waiting reason (which a restart recomputes), so the store may write the
-  // member's record only. By default the same as SaveMember.
+  // member's record only. A commit that fails loses no join: the store
+  // keeps them and writes them again with its next change or Flush(). By
+  // default the same as SaveMember.
   virtual absl::Status SaveJoin(const Gang& gang, const Member& member,
                                 bool gang_changed) {
     (void)gang_changed;
@@ -106,7 +120,8 @@ class StateStore {
   }
 
   // Commits what SaveJoin left pending, if anything. Errors: what the commit
-  // returned; the pending joins are then not stored.
+  // returned; the pending joins are then kept for the next change or
+  // Flush().
   virtual absl::Status Flush() { return absl::OkStatus(); }
 
   // Forgets the gang (a finished one, see the scheduler's retention) in one
@@ -158,6 +173,17 @@ class StateStore {
   // (cheap; touches no record). FailedPrecondition names what changed, e.g.
   // a state file removed or replaced while the store holds it open.
   virtual absl::Status CheckStorage() { return absl::OkStatus(); }
+
+  // After CheckStorage found the store's file deleted while the store holds
+  // it open: writes what the store holds to a new file where a restart
+  // reads it and goes on with that file. Returns the path written.
+  // Errors: FailedPrecondition when there is nothing to restore (the file
+  // is where it was, was moved rather than deleted, or another file is in
+  // its place); Unimplemented for a store without a file; others when the
+  // restore failed, leaving the store as it was.
+  virtual absl::StatusOr<std::string> RestoreStorage() {
+    return absl::UnimplementedError("the state store has no file to restore");
+  }
 };
 
 }  // namespace gdt::state
