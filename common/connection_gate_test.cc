@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -228,6 +229,60 @@ TEST(ConnectionGateTest, IPv6AddressesCountPerSlash64) {
   sockaddr_storage unix_socket = {};
   unix_socket.ss_family = AF_UNIX;
   EXPECT_EQ(ConnectionGate::PeerOf(unix_socket), "");
+}
+
+// An IPv6 address of this host other than loopback and link-local, or "".
+std::string HostIPv6Address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* entry = list; entry != nullptr && found.empty();
+       entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET6) {
+      continue;
+    }
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
+    if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+        IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr)) {
+      continue;
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    if (inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) != nullptr) {
+      found = text;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// A real IPv6 connection counts toward its /64.
+TEST(ConnectionGateTest, AnIPv6ConnectionCountsTowardItsSlash64) {
+  const std::string address = HostIPv6Address();
+  if (address.empty()) GTEST_SKIP() << "this host has no IPv6 address to use";
+  Server server;
+  ConnectionGate::Options options;
+  options.who = "test";
+  options.max_per_peer = 1;
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+      ConnectionGate::Listen("[" + address + "]:0", options);
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  (*gate)->SetHandoff(server.Handoff());
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_storage to = Address(address);
+  reinterpret_cast<sockaddr_in6*>(&to)->sin6_port =
+      htons(static_cast<uint16_t>((*gate)->port()));
+  const bool connected = connect(fd, reinterpret_cast<const sockaddr*>(&to),
+                                 sizeof(sockaddr_in6)) == 0;
+  EXPECT_TRUE(connected) << address << ": " << std::strerror(errno);
+  if (connected) {
+    const std::string peer = ConnectionGate::PeerOf(to);
+    EXPECT_TRUE(WaitFor(
+        [&] { return (*gate)->open_connections_from(peer) == 1; }, seconds(10)))
+        << peer;
+    EXPECT_EQ(peer.substr(peer.size() - 3), "/64");
+  }
+  close(fd);
 }
 
 // Opens `count` connections from `source`, then waits until the gate has
