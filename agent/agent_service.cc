@@ -13,7 +13,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/port_check.h"
-#include "common/host_port.h"
 #include "common/logging.h"
 #include "common/member_token.h"
 #include "common/mutex.h"
@@ -587,30 +586,51 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
 
 absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
     const std::string& listen_address, AgentService& service,
-    const std::shared_ptr<grpc::ServerCredentials>& credentials) {
-  if (absl::Status probe = ProbeListen(listen_address); !probe.ok()) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", listen_address, ": ", probe.message()));
-  }
+    const std::shared_ptr<grpc::ServerCredentials>& credentials,
+    const ConnectionLimits& limits) {
+  // Anyone who reaches the agent (every job on its host) could otherwise
+  // hold as many connections, and calls on them, as it likes: the gate
+  // accepts them and hands gRPC only those within the caps.
+  ConnectionGate::Options options;
+  options.who = "agent";
+  options.max_per_peer = limits.max_connections_per_peer;
+  options.max_total = limits.max_connections;
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+      ConnectionGate::Listen(listen_address, options);
+  if (!gate.ok()) return gate.status();
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen_address, credentials, &port);
+  std::shared_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor =
+      builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::
+              FROM_FD,
+          credentials);
   builder.RegisterService(&service);
   // A stage whose executor vanished (its host gone or cut off) is noticed
   // through missed pings and stopped like a cancelled stream.
   rendezvous::EnableKeepalive(builder);
   rendezvous::ApplyServerLimits(builder);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
+  if (server == nullptr || acceptor == nullptr) {
     return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen_address));
+        absl::StrCat("cannot start the agent's server on ", listen_address));
   }
-  return std::unique_ptr<AgentServer>(new AgentServer(std::move(server), port));
+  (*gate)->SetHandoff([acceptor](int listener_fd, int fd) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters
+        connection;
+    connection.listener_fd = listener_fd;
+    connection.fd = fd;
+    acceptor->HandleNewConnection(&connection);
+  });
+  return std::unique_ptr<AgentServer>(
+      new AgentServer(std::move(server), std::move(*gate)));
 }
 
 void AgentServer::Shutdown(std::chrono::system_clock::time_point deadline) {
   if (shut_down_) return;
   shut_down_ = true;
+  // New connections are closed from now on; the port stays taken until
+  // this object goes.
+  gate_->SetHandoff(nullptr);
   server_->Shutdown(deadline);
   server_->Wait();
 }

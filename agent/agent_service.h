@@ -12,6 +12,7 @@
 #include "agent/exit_outbox.h"
 #include "agent/member_token_cache.h"
 #include "agent/supervisor.h"
+#include "common/connection_gate.h"
 #include "common/log_throttle.h"
 #include "common/mutex.h"
 #include "gdt/v1/agent.grpc.pb.h"
@@ -88,17 +89,27 @@ class AgentService final
   std::map<std::string, int> execs_ ABSL_GUARDED_BY(execs_mu_);
 };
 
-// A started gRPC server hosting one AgentService. Not thread-safe.
+// Connections an AgentServer keeps open at once (ConnectionGate::Options);
+// 0 = no cap.
+struct ConnectionLimits {
+  int max_connections_per_peer = 0;
+  int max_connections = 0;
+};
+
+// A started gRPC server hosting one AgentService. Its port is a
+// ConnectionGate's: connections over the caps are closed as they are
+// accepted, before gRPC holds them (or any call on them). Not thread-safe.
 class AgentServer {
  public:
-  // Listens on `listen_address` (host:port; port 0 picks one).
+  // Listens on `listen_address` (host:port; port 0 picks one), without caps.
   // Errors: Unavailable when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<AgentServer>> Start(
       const std::string& listen_address, AgentService& service);
-  // The same with `credentials` (TLS, docs/security.md "TLS").
+  // The same with `credentials` (TLS, docs/security.md "TLS") and `limits`.
   static absl::StatusOr<std::unique_ptr<AgentServer>> Start(
       const std::string& listen_address, AgentService& service,
-      const std::shared_ptr<grpc::ServerCredentials>& credentials);
+      const std::shared_ptr<grpc::ServerCredentials>& credentials,
+      const ConnectionLimits& limits = {});
 
   // The bound port.
   int port() const { return port_; }
@@ -108,10 +119,15 @@ class AgentServer {
   void Shutdown(std::chrono::system_clock::time_point deadline);
 
  private:
-  AgentServer(std::unique_ptr<grpc::Server> server, int port)
-      : server_(std::move(server)), port_(port) {}
+  AgentServer(std::unique_ptr<grpc::Server> server,
+              std::unique_ptr<ConnectionGate> gate)
+      : server_(std::move(server)),
+        gate_(std::move(gate)),
+        port_(gate_->port()) {}
 
   std::unique_ptr<grpc::Server> server_;
+  // Destroyed before server_: nothing is handed to a server that is gone.
+  std::unique_ptr<ConnectionGate> gate_;
   int port_;
   bool shut_down_ = false;
 };

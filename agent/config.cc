@@ -304,6 +304,14 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     config.confine_gpu_devices = *confine;
     return absl::OkStatus();
   }
+  if (key == "max_connections_per_peer" || key == "max_connections") {
+    absl::StatusOr<uint64_t> max = ReadUint(value, key, INT_MAX);
+    if (!max.ok()) return max.status();
+    (key == "max_connections" ? config.max_connections
+                              : config.max_connections_per_peer) =
+        static_cast<uint32_t>(*max);
+    return absl::OkStatus();
+  }
   if (key == "kill_grace_seconds") {
     absl::StatusOr<uint64_t> seconds = ReadUint(value, key, 3600);
     if (!seconds.ok()) return seconds.status();

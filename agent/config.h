@@ -47,6 +47,13 @@ struct Config {
   // host:port the executor and coordinator use to reach this agent; empty =
   // <host.address>:<bound port>.
   std::string advertise_endpoint;
+  // Connections to listen_address open at once from one peer (an IPv4
+  // address or an IPv6 /64) and from everyone (ConnectionGate: past half of
+  // it a peer gets a fair share); more are closed on accept. Its peers are
+  // the coordinator, the runner hosts' executors (one connection per
+  // running stage) and gdt-rsh. 0 = no cap.
+  uint32_t max_connections_per_peer = 128;
+  uint32_t max_connections = 512;
   HostConfig host;
   std::string scratch_dir = "/var/lib/gdt/agent";
   std::chrono::seconds kill_grace{10};

@@ -23,6 +23,17 @@ TEST(ConfigTest, DefaultsNeedOnlyTheCoordinator) {
   EXPECT_EQ(config->scratch_dir, "/var/lib/gdt/agent");
   EXPECT_EQ(config->host_token_file, "");  // No host token.
   EXPECT_EQ(config->kill_grace, std::chrono::seconds(10));
+  // The agent's port is capped: its peers are few.
+  EXPECT_EQ(config->max_connections_per_peer, 128u);
+  EXPECT_EQ(config->max_connections, 512u);
+}
+
+TEST(ConfigTest, ConnectionCaps) {
+  absl::StatusOr<Config> config = ParseConfig(
+      "coordinator: c:1\nmax_connections_per_peer: 4\nmax_connections: 0\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_connections_per_peer, 4u);
+  EXPECT_EQ(config->max_connections, 0u);  // No cap.
 }
 
 TEST(ConfigTest, GpuCountBecomesIndicesWithoutDetails) {
@@ -139,6 +150,11 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "stage_environment_passthrough[0] must be a variable name"},
       {"coordinator: c:1\nmember_pids_max: -1\n",
        "member_pids_max must be an integer"},
+      {"coordinator: c:1\nmax_connections_per_peer: many\n",
+       "max_connections_per_peer must be an integer between 0 and 2147483647, "
+       "got 'many'"},
+      {"coordinator: c:1\nmax_connections: -1\n",
+       "max_connections must be an integer between 0 and 2147483647"},
       {"coordinator: c:1\nmember_memory_max: 64GB\n",
        "member_memory_max must be a size in bytes, optionally with K, M, G or "
        "T (e.g. 64G), got '64GB'"},

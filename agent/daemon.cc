@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -263,6 +264,15 @@ IsolationOptions WithMasterPortRange(IsolationOptions isolation,
   return isolation;
 }
 
+ConnectionLimits ServerLimits(const Config& config) {
+  ConnectionLimits limits;
+  limits.max_connections_per_peer = static_cast<int>(
+      std::min<uint32_t>(config.max_connections_per_peer, INT_MAX));
+  limits.max_connections =
+      static_cast<int>(std::min<uint32_t>(config.max_connections, INT_MAX));
+  return limits;
+}
+
 }  // namespace
 
 Daemon::Daemon(const Config& config, const rendezvous::ClientSecurity& security,
@@ -430,7 +440,8 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
                               : "left running by a previous gdt-agent"));
   }
   absl::StatusOr<std::unique_ptr<AgentServer>> server =
-      AgentServer::Start(config.listen_address, daemon->service_, *credentials);
+      AgentServer::Start(config.listen_address, daemon->service_, *credentials,
+                         ServerLimits(config));
   if (!server.ok()) return server.status();
   daemon->server_ = std::move(*server);
   daemon->server_credentials_ = *credentials;
@@ -445,9 +456,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   daemon->advertise_endpoint_ = !config.advertise_endpoint.empty()
                                     ? config.advertise_endpoint
                                     : JoinHostPort(config.host.address, port);
-  spdlog::info("event=agent_listening address={} host={} advertise={}",
-               LogValue(daemon->bound_endpoint_), LogValue(config.host.name),
-               LogValue(daemon->advertise_endpoint_));
+  spdlog::info(
+      "event=agent_listening address={} host={} advertise={} "
+      "max_connections_per_peer={} max_connections={}",
+      LogValue(daemon->bound_endpoint_), LogValue(config.host.name),
+      LogValue(daemon->advertise_endpoint_), config.max_connections_per_peer,
+      config.max_connections);
   // gdt-rsh finds this agent through the member's environment.
   daemon->supervisor_.AddStageVariable("GDT_AGENT_ENDPOINT",
                                        daemon->advertise_endpoint_);
@@ -463,9 +477,10 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
   }
 
   // A job on this host can use up the agent's descriptors (idle
-  // connections); its listener then never accepts again, while heartbeats,
-  // on a connection made before, go on. The agent checks its own endpoint
-  // and says in its heartbeats that it is not ready while that fails.
+  // connections, from many addresses within the caps); new connections then
+  // wait, while heartbeats, on a connection made before, go on. The agent
+  // checks its own endpoint and says in its heartbeats that it is not ready
+  // while that fails.
   {
     absl::StatusOr<HostPort> advertised =
         ParseHostPort(daemon->advertise_endpoint_);
@@ -616,8 +631,8 @@ absl::Status Daemon::RestartServerWhenIdle() {
     server_->Shutdown(std::chrono::system_clock::now());
     server_.reset();
   }
-  absl::StatusOr<std::unique_ptr<AgentServer>> server =
-      AgentServer::Start(rebind_address_, service_, server_credentials_);
+  absl::StatusOr<std::unique_ptr<AgentServer>> server = AgentServer::Start(
+      rebind_address_, service_, server_credentials_, ServerLimits(config_));
   if (!server.ok()) {
     spdlog::error("event=agent_listener_restart_failed address={} error={}",
                   LogValue(rebind_address_),

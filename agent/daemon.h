@@ -64,8 +64,7 @@ class Daemon {
   void TearDownLeftMembers(const std::vector<std::string>& left);
 
   // EndpointWatch's recovery: when no stage runs, replaces the gRPC server
-  // with a new one on the same address (a listener that hit the descriptor
-  // limit never accepts again). Errors:
+  // and its connection gate with new ones on the same address. Errors:
   // FailedPrecondition while stages run; Unavailable when the address cannot
   // be bound again.
   absl::Status RestartServerWhenIdle();

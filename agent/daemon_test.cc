@@ -14,7 +14,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "testing/fake_coordinator.h"
+#include "testing/stalled_streams.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 
@@ -26,6 +29,7 @@ using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using std::chrono::steady_clock;
+using ::testing::HasSubstr;
 using ::testing::Pair;
 using ::testing::UnorderedElementsAre;
 
@@ -35,7 +39,8 @@ class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_FALSE(root_.empty()); }
 
-  Config MakeConfig(const std::string& coordinator) {
+  Config MakeConfig(const std::string& coordinator,
+                    const std::string& extra_yaml = "") {
     absl::StatusOr<Config> config = ParseConfig(R"(
 coordinator: )" + coordinator + R"(
 listen_address: 127.0.0.1:0
@@ -49,7 +54,7 @@ host:
     - {index: 1, uuid: GPU-bbb, model: H100, memory_bytes: 1024}
   labels: {rack: r1, switch: s4}
   network_interface: lo
-)");
+)" + extra_yaml);
     EXPECT_TRUE(config.ok()) << config.status();
     return config.value_or(Config{});
   }
@@ -218,6 +223,62 @@ TEST_F(DaemonTest, ExitsOutliveCoordinatorOutagesAndAgentRestarts) {
   // Acknowledged: gone from disk.
   EXPECT_TRUE(WaitFor([&] { return fs::is_empty(outbox); }, seconds(10)))
       << "the outbox still holds reports";
+}
+
+// Anyone who reaches the agent's port (any job on its host) opens 100
+// connections from one address (127.0.0.2), each starting calls whose
+// request never comes, which gRPC would hold for as long as the client
+// likes. The agent keeps max_connections_per_peer (4) of them and closes
+// the rest as it accepts them, with a log line; a member's stage, whose
+// executor calls from another address (127.0.0.1), still runs meanwhile.
+TEST_F(DaemonTest, AFloodFromOneAddressIsCappedWhileAStageRuns) {
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  const auto capture = std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+  spdlog::set_default_logger(capture);
+  FakeCoordinator coordinator;
+  const std::string endpoint = coordinator.Serve("127.0.0.1:0");
+  ASSERT_FALSE(endpoint.empty());
+  {
+    absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+        Daemon::Start(MakeConfig(endpoint, "max_connections_per_peer: 4\n"));
+    ASSERT_TRUE(daemon.ok()) << daemon.status();
+
+    constexpr int kConnections = 100;
+    test::StalledStreams flood;
+    ASSERT_NO_FATAL_FAILURE(flood.Open("127.0.0.2", (*daemon)->bound_endpoint(),
+                                       kConnections, /*streams=*/20,
+                                       "/gdt.v1.Agent/CheckPort"));
+    int closed = 0;
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          closed = flood.Closed();
+          return closed >= kConnections - 4;
+        },
+        seconds(20)))
+        << "the agent closed " << closed << " of " << kConnections
+        << " connections from one address; it keeps 4";
+
+    rendezvous::AgentClient agent((*daemon)->bound_endpoint());
+    v1::StartStage start;
+    start.set_member_id("g1/1");
+    start.set_stage("build_script");
+    start.set_script("echo ran\n");
+    std::string output;
+    absl::StatusOr<v1::StageExit> exit = agent.RunStage(
+        start, [&](v1::OutputStream, std::string_view data) { output += data; },
+        nullptr);
+    ASSERT_TRUE(exit.ok()) << exit.status();
+    EXPECT_EQ(exit->exit_code(), 0);
+    EXPECT_EQ(output, "ran\n");
+    // The flood is still open: the agent still holds just 4 of it.
+    EXPECT_EQ(flood.Closed(), kConnections - 4);
+  }
+  spdlog::set_default_logger(previous);
+  EXPECT_THAT(captured.str(),
+              HasSubstr("event=connection_refused who=agent peer=127.0.0.2 "
+                        "limit=per_peer"));
 }
 
 TEST_F(DaemonTest, ListenFailureIsUnavailable) {

@@ -5,6 +5,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -13,6 +14,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,34 +29,9 @@ namespace {
 
 // How long accepting pauses after the process ran out of descriptors.
 constexpr std::chrono::milliseconds kOutOfFilesPause{100};
-
-// The peer's address without its port; an IPv4 address mapped into IPv6
-// ("::ffff:10.0.0.1") as the IPv4 one. Empty when it cannot be read.
-std::string PeerOf(const sockaddr_storage& address) {
-  char text[INET6_ADDRSTRLEN] = {};
-  if (address.ss_family == AF_INET) {
-    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
-    if (inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) {
-      return "";
-    }
-    return text;
-  }
-  if (address.ss_family == AF_INET6) {
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
-    if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
-      if (inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) ==
-          nullptr) {
-        return "";
-      }
-      return text;
-    }
-    if (inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) == nullptr) {
-      return "";
-    }
-    return text;
-  }
-  return "";
-}
+// The delays between attempts to build a new epoll set.
+constexpr std::chrono::milliseconds kRebuildFirstDelay{10};
+constexpr std::chrono::milliseconds kRebuildMaxDelay{1000};
 
 int PortOf(int fd) {
   sockaddr_storage bound = {};
@@ -81,6 +59,32 @@ void SetPort(sockaddr* address, int port) {
 }
 
 }  // namespace
+
+std::string ConnectionGate::PeerOf(const sockaddr_storage& address) {
+  char text[INET6_ADDRSTRLEN] = {};
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    if (inet_ntop(AF_INET, &v4->sin_addr, text, sizeof(text)) == nullptr) {
+      return "";
+    }
+    return text;
+  }
+  if (address.ss_family != AF_INET6) return "";
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+  if (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr)) {
+    if (inet_ntop(AF_INET, &v6->sin6_addr.s6_addr[12], text, sizeof(text)) ==
+        nullptr) {
+      return "";
+    }
+    return text;
+  }
+  if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) return "::1";
+  // The /64: the host part is the host's to choose.
+  in6_addr prefix = v6->sin6_addr;
+  std::fill(std::begin(prefix.s6_addr) + 8, std::end(prefix.s6_addr), 0);
+  if (inet_ntop(AF_INET6, &prefix, text, sizeof(text)) == nullptr) return "";
+  return absl::StrCat(text, "/64");
+}
 
 absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
     const std::string& address, Options options) {
@@ -163,6 +167,7 @@ ConnectionGate::ConnectionGate(Options options, std::vector<int> listeners,
       wake_fd_(wake_fd) {}
 
 ConnectionGate::~ConnectionGate() {
+  stopping_ = true;
   const uint64_t one = 1;
   if (write(wake_fd_, &one, sizeof(one)) < 0) {
     // The thread also wakes every kOutOfFilesPause at most when paused; an
@@ -244,9 +249,8 @@ void ConnectionGate::Run() {
     const int count = epoll_wait(epoll_fd_, events, 64, timeout_ms);
     if (count < 0) {
       if (errno == EINTR) continue;
-      spdlog::error("event=connection_gate_failed who={} error={}",
-                    LogValue(options_.who), LogValue(std::strerror(errno)));
-      return;
+      if (!RebuildEvents(errno)) return;
+      continue;
     }
     for (int i = 0; i < count; ++i) {
       const int fd = events[i].data.fd;
@@ -260,6 +264,91 @@ void ConnectionGate::Run() {
       }
     }
   }
+}
+
+bool ConnectionGate::RebuildEvents(int error) {
+  // epoll_wait() fails only when the number is not an epoll set (EBADF,
+  // EINVAL; EFAULT cannot happen with a local array): something else in the
+  // process closed it, and the number may now be another file. It is not
+  // closed here; a new set takes its place.
+  std::chrono::milliseconds delay = kRebuildFirstDelay;
+  while (!stopping_) {
+    if (std::optional<uint64_t> times =
+            wait_failed_log_.Occur(std::chrono::steady_clock::now())) {
+      spdlog::error(
+          "event=connection_gate_wait_failed who={} port={} error={} "
+          "times={} reason={}",
+          LogValue(options_.who), port_, LogValue(std::strerror(error)), *times,
+          LogValue("its epoll set is gone; new connections wait in the "
+                   "backlog while a new one is built"));
+    }
+    // Waits on the wake descriptor alone, so that the destructor is not
+    // kept waiting.
+    pollfd wake = {wake_fd_, POLLIN, 0};
+    if (poll(&wake, 1, static_cast<int>(delay.count())) > 0 &&
+        (wake.revents & POLLIN) != 0) {
+      return false;
+    }
+    delay = std::min(delay * 2, kRebuildMaxDelay);
+    const int fresh = NewEventSet();
+    if (fresh < 0) {
+      error = errno;
+      continue;
+    }
+    epoll_fd_ = fresh;
+    spdlog::warn("event=connection_gate_recovered who={} port={} reason={}",
+                 LogValue(options_.who), port_,
+                 LogValue("accepting again with a new epoll set"));
+    return true;
+  }
+  return false;
+}
+
+int ConnectionGate::NewEventSet() {
+  const int fresh = epoll_create1(EPOLL_CLOEXEC);
+  if (fresh < 0) return -1;
+  auto add = [fresh](int fd, uint32_t events) {
+    epoll_event event = {};
+    event.events = events;
+    event.data.fd = fd;
+    return epoll_ctl(fresh, EPOLL_CTL_ADD, fd, &event) == 0;
+  };
+  bool added = add(wake_fd_, EPOLLIN);
+  for (int fd : listeners_) {
+    // Paused listeners come back when the pause ends (EPOLL_CTL_MOD).
+    added = added && add(fd, paused_ ? 0 : EPOLLIN);
+  }
+  {
+    MutexLock lock(mu_);
+    for (const auto& [watch_fd, peer] : open_) {
+      added = added && add(watch_fd, 0);
+    }
+  }
+  if (!added) {
+    const int error = errno;
+    close(fresh);
+    errno = error;
+    return -1;
+  }
+  return fresh;
+}
+
+const char* ConnectionGate::OverLimit(const std::string& peer,
+                                      int from_peer) const {
+  if (options_.max_per_peer > 0 && from_peer >= options_.max_per_peer) {
+    return "per_peer";
+  }
+  if (options_.max_total <= 0) return nullptr;
+  const int open = static_cast<int>(open_.size());
+  if (open >= options_.max_total) return "total";
+  if (open * 2 < options_.max_total || from_peer < kFairShareFloor) {
+    return nullptr;
+  }
+  // Peers holding connections, this one included.
+  const int peers =
+      static_cast<int>(per_peer_.size()) + (per_peer_.count(peer) == 0 ? 1 : 0);
+  if (from_peer >= options_.max_total / (2 * peers)) return "fair_share";
+  return nullptr;
 }
 
 void ConnectionGate::AcceptFrom(int listener_fd) {
@@ -282,16 +371,10 @@ void ConnectionGate::AcceptFrom(int listener_fd) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     {
       MutexLock lock(mu_);
-      const int from_peer = per_peer_[peer];
-      if (options_.max_per_peer > 0 && from_peer >= options_.max_per_peer) {
-        if (from_peer == 0) per_peer_.erase(peer);
-        Refuse(fd, peer, "per_peer");
-        continue;
-      }
-      if (options_.max_total > 0 &&
-          static_cast<int>(open_.size()) >= options_.max_total) {
-        if (from_peer == 0) per_peer_.erase(peer);
-        Refuse(fd, peer, "total");
+      auto held = per_peer_.find(peer);
+      const int from_peer = held == per_peer_.end() ? 0 : held->second;
+      if (const char* limit = OverLimit(peer, from_peer); limit != nullptr) {
+        Refuse(fd, peer, limit);
         continue;
       }
     }
@@ -300,10 +383,6 @@ void ConnectionGate::AcceptFrom(int listener_fd) {
     const int watch_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (watch_fd < 0) {
       const int error = errno;
-      {
-        MutexLock lock(mu_);
-        if (per_peer_[peer] == 0) per_peer_.erase(peer);
-      }
       close(fd);
       // Out of descriptors: accepting more would only close them again
       // while taking the last descriptor from everyone else.
@@ -367,10 +446,11 @@ void ConnectionGate::LogRefusals(const std::string& peer, RefusalLine& line,
   auto from_peer = per_peer_.find(peer);
   spdlog::warn(
       "event=connection_refused who={} peer={} limit={} times={} "
-      "open_from_peer={} open={} max_per_peer={} max_total={} reason={}",
+      "open_from_peer={} open={} peers={} max_per_peer={} max_total={} "
+      "reason={}",
       LogValue(options_.who), LogValue(peer), line.limit, line.pending,
       from_peer == per_peer_.end() ? 0 : from_peer->second, open_.size(),
-      options_.max_per_peer, options_.max_total,
+      per_peer_.size(), options_.max_per_peer, options_.max_total,
       LogValue("too many connections open at once; closed before any "
                "byte was read"));
   line.last = now;

@@ -1,8 +1,8 @@
 #ifndef GDT_COMMON_CONNECTION_GATE_H_
 #define GDT_COMMON_CONNECTION_GATE_H_
 // A listener that accepts TCP connections itself and caps how many are open
-// at once from each remote address and in all, before any server library
-// sees them. A server whose library holds every accepted connection (and
+// at once from each remote peer and in all, before any server library sees
+// them. A server whose library holds every accepted connection (and
 // every call started on it) until the peer goes away can otherwise be made
 // to hold as many as a single client cares to open.
 //
@@ -11,7 +11,21 @@
 // from then on. The gate keeps a duplicate of each handed-off socket only to
 // learn when the server shuts it down (or the peer resets it), and counts it
 // open until then. Connections over a cap are closed at once; refusals are
-// logged one line per remote address per interval, with a count.
+// logged one line per peer per interval, with a count.
+//
+// A peer is what one host can be told apart by: an IPv4 address (also when
+// reached over IPv6, "::ffff:10.0.0.1"), or an IPv6 /64 ("2001:db8:1:2::/64":
+// a host usually holds a whole /64 and may pick any address in it). ::1 is
+// itself.
+//
+// The total is shared fairly: while at least half of max_total are open, a
+// peer that already holds its fair share, max_total / (2 x the peers holding
+// connections, itself included) but never fewer than kFairShareFloor, is
+// refused too. A few peers at their max_per_peer then cannot take the whole
+// total: what they leave is shared by everyone else, and a new peer gets in.
+#include <sys/socket.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -33,17 +47,24 @@ class ConnectionGate {
   struct Options {
     // Names the server in log lines ("coordinator").
     std::string who;
-    // Connections open at once from one remote address (port ignored; an
-    // IPv4 address reached over IPv6 counts as the IPv4 one). 0: no cap.
+    // Connections open at once from one peer (see above). 0: no cap.
     int max_per_peer = 0;
-    // Connections open at once from everyone. 0: no cap.
+    // Connections open at once from everyone, shared fairly (see above).
+    // 0: no cap.
     int max_total = 0;
-    // At most one refusal line per remote address per interval.
+    // At most one refusal line per peer per interval.
     std::chrono::steady_clock::duration log_interval = std::chrono::seconds(10);
   };
   // Takes an accepted, non-blocking socket: `listener_fd` is the socket it
   // was accepted on, `fd` is the connection, now owned by the callee.
   using Handoff = std::function<void(int listener_fd, int fd)>;
+  // The fair share of the total is never below this many connections.
+  static constexpr int kFairShareFloor = 8;
+
+  // The peer a remote address counts toward (see above): "10.0.0.1",
+  // "2001:db8:1:2::/64", "::1"; empty when the address is neither IPv4 nor
+  // IPv6.
+  static std::string PeerOf(const sockaddr_storage& address);
 
   // Listens on `address` ("host:port", port 0 picks a free one) on every
   // address the host resolves to, and starts accepting. Connections that
@@ -62,8 +83,8 @@ class ConnectionGate {
   // them (e.g. while the server behind the gate restarts). Returns once no
   // connection is being handed to the previous function.
   void SetHandoff(Handoff handoff);
-  // Connections counted open now, in all and from `peer` (as the gate
-  // names peers: "127.0.0.1", "::1").
+  // Connections counted open now, in all and from `peer` (as PeerOf()
+  // names it).
   int open_connections() const;
   int open_connections_from(const std::string& peer) const;
   // Connections refused since start.
@@ -73,6 +94,18 @@ class ConnectionGate {
   ConnectionGate(Options options, std::vector<int> listeners, int port,
                  int epoll_fd, int wake_fd);
   void Run();
+  // epoll_wait() failed with `error` (other than EINTR): the descriptor
+  // is no longer this gate's epoll set (someone closed it, and the number
+  // may be reused). Logs it and builds a new set, retrying with a growing
+  // delay until that works. False when the gate is stopping meanwhile.
+  bool RebuildEvents(int error);
+  // A new epoll set watching the listeners, the wake descriptor and every
+  // open connection's duplicate; -1 with errno when it cannot be made.
+  int NewEventSet();
+  // Why a connection from `peer` holding `from_peer` is refused now, or
+  // null.
+  const char* OverLimit(const std::string& peer, int from_peer) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AcceptFrom(int listener_fd);
   void Refuse(int fd, const std::string& peer, const char* why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -95,13 +128,17 @@ class ConnectionGate {
   const Options options_;
   const std::vector<int> listeners_;
   const int port_;
-  const int epoll_fd_;
+  // Replaced by RebuildEvents(); loop thread only (and the destructor, after
+  // it).
+  int epoll_fd_;
   const int wake_fd_;
+  std::atomic<bool> stopping_{false};
   // Accepting is paused until then after the process ran out of
   // descriptors (accept() would fail at once again); loop thread only.
   std::chrono::steady_clock::time_point paused_until_;
   bool paused_ = false;
   LogThrottle out_of_files_log_{std::chrono::seconds(10)};
+  LogThrottle wait_failed_log_{std::chrono::seconds(10)};
 
   // Held while a connection is handed off, so that SetHandoff() returns
   // only once the previous function is no longer called.

@@ -1,6 +1,8 @@
 #include "common/connection_gate.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -9,12 +11,18 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <memory>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/mutex.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
 #include "testing/wait.h"
 
 namespace gdt {
@@ -22,6 +30,7 @@ namespace {
 
 using ::gdt::test::WaitFor;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 // A stand-in for the server behind the gate: keeps what it is handed, and
 // ends a connection as gRPC does (shutdown, then close).
@@ -164,6 +173,233 @@ TEST(ConnectionGateTest, WithoutAHandoffConnectionsAreClosedAndNotCounted) {
   gate->SetHandoff(server.Handoff());
   Client second("127.0.0.1", gate->port());
   ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
+}
+
+// The log lines written while it lives (it outlives the gates that log).
+class LogCapture {
+ public:
+  LogCapture()
+      : previous_(spdlog::default_logger()),
+        capture_(std::make_shared<spdlog::logger>(
+            "capture",
+            std::make_shared<spdlog::sinks::ostream_sink_mt>(text_))) {
+    spdlog::set_default_logger(capture_);
+  }
+  ~LogCapture() { spdlog::set_default_logger(previous_); }
+  std::string text() {
+    capture_->flush();
+    return text_.str();
+  }
+
+ private:
+  std::ostringstream text_;
+  std::shared_ptr<spdlog::logger> previous_;
+  std::shared_ptr<spdlog::logger> capture_;
+};
+
+sockaddr_storage Address(const std::string& text) {
+  sockaddr_storage address = {};
+  if (text.find(':') == std::string::npos) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+    v4->sin_family = AF_INET;
+    EXPECT_EQ(inet_pton(AF_INET, text.c_str(), &v4->sin_addr), 1) << text;
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+    v6->sin6_family = AF_INET6;
+    EXPECT_EQ(inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr), 1) << text;
+  }
+  return address;
+}
+
+// A host with an IPv6 /64 may connect from any of its addresses: they count
+// as one peer, else the cap per peer would not cap it at all.
+TEST(ConnectionGateTest, IPv6AddressesCountPerSlash64) {
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:1:2::5")),
+            "2001:db8:1:2::/64");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:1:2:ffff:1:2:3")),
+            "2001:db8:1:2::/64");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:1:3::5")),
+            "2001:db8:1:3::/64");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("fe80::1:2:3:4")), "fe80::/64");
+  // IPv4 reached over IPv6 is the IPv4 address, each on its own.
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("::ffff:10.0.0.1")), "10.0.0.1");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("::ffff:10.0.0.2")), "10.0.0.2");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("10.0.0.1")), "10.0.0.1");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("::1")), "::1");
+  sockaddr_storage unix_socket = {};
+  unix_socket.ss_family = AF_UNIX;
+  EXPECT_EQ(ConnectionGate::PeerOf(unix_socket), "");
+}
+
+// An IPv6 address of this host other than loopback and link-local, or "".
+std::string HostIPv6Address() {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* entry = list; entry != nullptr && found.empty();
+       entry = entry->ifa_next) {
+    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET6) {
+      continue;
+    }
+    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
+    if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+        IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr)) {
+      continue;
+    }
+    char text[INET6_ADDRSTRLEN] = {};
+    if (inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) != nullptr) {
+      found = text;
+    }
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+// A real IPv6 connection counts toward its /64.
+TEST(ConnectionGateTest, AnIPv6ConnectionCountsTowardItsSlash64) {
+  const std::string address = HostIPv6Address();
+  if (address.empty()) GTEST_SKIP() << "this host has no IPv6 address to use";
+  Server server;
+  ConnectionGate::Options options;
+  options.who = "test";
+  options.max_per_peer = 1;
+  absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+      ConnectionGate::Listen("[" + address + "]:0", options);
+  ASSERT_TRUE(gate.ok()) << gate.status();
+  (*gate)->SetHandoff(server.Handoff());
+  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_storage to = Address(address);
+  reinterpret_cast<sockaddr_in6*>(&to)->sin6_port =
+      htons(static_cast<uint16_t>((*gate)->port()));
+  const bool connected = connect(fd, reinterpret_cast<const sockaddr*>(&to),
+                                 sizeof(sockaddr_in6)) == 0;
+  EXPECT_TRUE(connected) << address << ": " << std::strerror(errno);
+  if (connected) {
+    const std::string peer = ConnectionGate::PeerOf(to);
+    EXPECT_TRUE(WaitFor(
+        [&] { return (*gate)->open_connections_from(peer) == 1; }, seconds(10)))
+        << peer;
+    EXPECT_EQ(peer.substr(peer.size() - 3), "/64");
+  }
+  close(fd);
+}
+
+// Opens `count` connections from `source`, then waits until the gate has
+// taken each one in or refused it.
+void Flood(ConnectionGate& gate, const std::string& source, int count,
+           std::vector<std::unique_ptr<Client>>& clients) {
+  const uint64_t before =
+      static_cast<uint64_t>(gate.open_connections()) + gate.refused();
+  for (int i = 0; i < count; ++i) {
+    clients.push_back(std::make_unique<Client>(source, gate.port()));
+    ASSERT_TRUE(clients.back()->connected()) << source << " " << i;
+  }
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return static_cast<uint64_t>(gate.open_connections()) +
+                   gate.refused() ==
+               before + count;
+      },
+      seconds(10)))
+      << source;
+}
+
+// Eight addresses each at the cap per peer would take the whole total and
+// shut out everyone else. Past half of the total, a peer holding its fair
+// share (total / (2 x peers), at least 8) is refused: the flooders stop
+// short and the next address still gets in.
+TEST(ConnectionGateTest, AFewPeersAtTheirCapLeaveRoomForANewOne) {
+  LogCapture log;
+  Server server;
+  std::unique_ptr<ConnectionGate> gate = Gate(/*per_peer=*/16, /*total=*/128);
+  ASSERT_NE(gate, nullptr);
+  gate->SetHandoff(server.Handoff());
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 1; i <= 8; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        Flood(*gate, "127.0.0." + std::to_string(i), 16, clients));
+  }
+  // Four peers fill half the total; after that each one may hold
+  // 128 / (2 x peers): 12 of 5, 10 of 6, 9 of 7, 8 of 8.
+  EXPECT_EQ(gate->open_connections_from("127.0.0.4"), 16);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.5"), 12);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.6"), 10);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.7"), 9);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.8"), 8);
+  Client newcomer("127.0.0.9", gate->port());
+  ASSERT_TRUE(newcomer.connected());
+  EXPECT_TRUE(
+      WaitFor([&] { return gate->open_connections_from("127.0.0.9") == 1; },
+              seconds(10)))
+      << "open " << gate->open_connections() << " of 128";
+  EXPECT_EQ(gate->open_connections(), 104);
+  EXPECT_EQ(server.held(), 104u);
+  gate.reset();
+  EXPECT_THAT(log.text(),
+              HasSubstr("event=connection_refused who=test peer=127.0.0.5 "
+                        "limit=fair_share times=1 open_from_peer=12 open=76 "
+                        "peers=5 max_per_peer=16 max_total=128"));
+}
+
+// The epoll descriptors this process has open.
+std::set<int> EpollDescriptors() {
+  std::set<int> found;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/fd", error)) {
+    std::error_code link_error;
+    const std::filesystem::path target =
+        std::filesystem::read_symlink(entry.path(), link_error);
+    if (!link_error && target.string() == "anon_inode:[eventpoll]") {
+      found.insert(std::stoi(entry.path().filename().string()));
+    }
+  }
+  return found;
+}
+
+// Something else in the process closes the gate's epoll descriptor and the
+// number goes to another file: the gate says so, builds a new set and goes
+// on accepting (and counting, and capping) instead of leaving the port
+// without anyone accepting.
+TEST(ConnectionGateTest, KeepsAcceptingWhenItsEpollSetIsTakenAway) {
+  LogCapture log;
+  Server server;
+  const std::set<int> before = EpollDescriptors();
+  std::unique_ptr<ConnectionGate> gate = Gate(/*per_peer=*/1, /*total=*/0);
+  ASSERT_NE(gate, nullptr);
+  int epoll_fd = -1;
+  for (int fd : EpollDescriptors()) {
+    if (before.count(fd) == 0) epoll_fd = fd;
+  }
+  ASSERT_GE(epoll_fd, 0);
+  gate->SetHandoff(server.Handoff());
+  Client first("127.0.0.1", gate->port());
+  ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
+
+  const int other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(other, 0);
+  ASSERT_EQ(dup2(other, epoll_fd), epoll_fd);
+  close(other);
+  // The gate notices on its next wait: after this connection.
+  Client second("127.0.0.2", gate->port());
+  ASSERT_TRUE(WaitFor([&] { return server.held() == 2; }, seconds(10)));
+  Client third("127.0.0.3", gate->port());
+  EXPECT_TRUE(WaitFor([&] { return server.held() == 3; }, seconds(10)))
+      << log.text();
+  // Connections are still counted and capped.
+  Client again("127.0.0.3", gate->port());
+  EXPECT_TRUE(again.ClosedWithin(std::chrono::seconds(10)));
+  server.EndFirst();
+  EXPECT_TRUE(
+      WaitFor([&] { return gate->open_connections_from("127.0.0.1") == 0; },
+              seconds(10)));
+  gate.reset();
+  close(epoll_fd);  // The file that took the number, left alone by the gate.
+  EXPECT_THAT(log.text(),
+              HasSubstr("event=connection_gate_wait_failed who=test port="));
+  EXPECT_THAT(log.text(),
+              HasSubstr("event=connection_gate_recovered who=test port="));
 }
 
 TEST(ConnectionGateTest, AnAddressInUseIsOneLine) {

@@ -35,6 +35,7 @@
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
 #include "testing/fake_gitlab_jobs.h"
+#include "testing/stalled_streams.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -459,98 +460,6 @@ TEST_F(HostileLoadTest, HugeInstanceStrings) {
   ExpectGangSucceeds(*run);
   ExpectCoordinatorSettles(baseline);
 }
-
-// Connections from `source` (an IPv4 address of this host) to the IPv4
-// `endpoint`, each starting `streams` gRPC calls whose request message never
-// comes: HTTP/2's preface, SETTINGS and one HEADERS frame per call. Closed
-// when it goes.
-class StalledStreams {
- public:
-  StalledStreams() = default;
-  StalledStreams(const StalledStreams&) = delete;
-  StalledStreams& operator=(const StalledStreams&) = delete;
-  ~StalledStreams() {
-    for (int fd : fds_) close(fd);
-  }
-
-  void Open(const std::string& source, const std::string& endpoint,
-            int connections, int streams) {
-    absl::StatusOr<HostPort> parsed = ParseHostPort(endpoint);
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<uint16_t>(parsed->port));
-    ASSERT_EQ(inet_pton(AF_INET, parsed->host.c_str(), &to.sin_addr), 1);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    ASSERT_EQ(inet_pton(AF_INET, source.c_str(), &from.sin_addr), 1);
-    std::string data = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    data += Frame(4, 0, 0, "");  // SETTINGS
-    std::string headers;
-    for (const auto& [name, value] :
-         {std::pair<std::string, std::string>{":method", "POST"},
-          {":scheme", "http"},
-          {":path", "/gdt.v1.Coordinator/GetStatus"},
-          {":authority", parsed->host},
-          {"content-type", "application/grpc"},
-          {"te", "trailers"}}) {
-      // A literal header field without indexing, short name and value.
-      headers += '\0';
-      headers += static_cast<char>(name.size());
-      headers += name;
-      headers += static_cast<char>(value.size());
-      headers += value;
-    }
-    for (int i = 0; i < streams; ++i) {
-      data += Frame(1, 4, 2 * i + 1, headers);  // HEADERS, END_HEADERS
-    }
-    for (int i = 0; i < connections; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      ASSERT_GE(fd, 0);
-      fds_.push_back(fd);
-      ASSERT_EQ(
-          bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof(from)), 0)
-          << source << ": " << strerror(errno);
-      ASSERT_EQ(connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)),
-                0)
-          << i << ": " << strerror(errno);
-      // A connection the coordinator already closed may refuse the write.
-      (void)!send(fd, data.data(), data.size(), MSG_NOSIGNAL);
-    }
-  }
-
-  // How many connections the other end has closed (reading them ends, or
-  // they were reset) by now.
-  int Closed() const {
-    int closed = 0;
-    for (int fd : fds_) {
-      pollfd one{fd, POLLIN, 0};
-      if (poll(&one, 1, 0) != 1) continue;
-      char buffer[4096];
-      const ssize_t got = recv(fd, buffer, sizeof(buffer), MSG_PEEK);
-      if (got == 0 || (got < 0 && errno == ECONNRESET)) ++closed;
-    }
-    return closed;
-  }
-
- private:
-  static std::string Frame(int kind, int flags, uint32_t stream,
-                           const std::string& payload) {
-    std::string frame;
-    const size_t length = payload.size();
-    frame += static_cast<char>((length >> 16) & 0xff);
-    frame += static_cast<char>((length >> 8) & 0xff);
-    frame += static_cast<char>(length & 0xff);
-    frame += static_cast<char>(kind);
-    frame += static_cast<char>(flags);
-    for (int shift = 24; shift >= 0; shift -= 8) {
-      frame += static_cast<char>((stream >> shift) & 0xff);
-    }
-    return frame + payload;
-  }
-
-  std::vector<int> fds_;
-};
 
 // Calls whose request never comes: a client that can reach the coordinator
 // opens 200 connections from one address (127.0.0.2) and starts 100 such
