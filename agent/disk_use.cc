@@ -25,7 +25,7 @@ class Counter {
   Counter(const DiskUseScope& scope, const std::atomic<bool>* cancel)
       : scope_(scope),
         walk_(DirWalkOptions{scope.keep, scope.max_entries, scope.max_depth,
-                             cancel}) {}
+                             cancel, /*list_first=*/false}) {}
 
   DiskUse Measure() {
     for (const std::string& dir : scope_.dirs) {
