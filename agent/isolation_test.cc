@@ -379,9 +379,19 @@ TEST_F(PurgeTest, ADeepChainStillEndsAtTheEntryBound) {
 // disk file system the tests' temp dir is on: each directory's entries
 // are read before any is removed.
 TEST_F(PurgeTest, ADirectoryOfManyEntriesGoesWhole) {
-  char on_tmpfs[] = "/dev/shm/gdt-purge-XXXXXX";
-  ASSERT_NE(mkdtemp(on_tmpfs), nullptr);
-  for (const std::string& base : {temp_.Sub("disk"), std::string(on_tmpfs)}) {
+  struct ShmDir {
+    ShmDir() {
+      std::string pattern = "/dev/shm/gdt-test-XXXXXX";
+      if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+    }
+    ~ShmDir() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+    std::string path;
+  } on_tmpfs;
+  ASSERT_FALSE(on_tmpfs.path.empty());
+  for (const std::string& base : {temp_.Sub("disk"), on_tmpfs.path}) {
     SCOPED_TRACE(base);
     const std::string root = base + "/root";
     if (!Exists(base)) MakeDir(base, 0, 0, 0755);
@@ -409,7 +419,6 @@ TEST_F(PurgeTest, ADirectoryOfManyEntriesGoesWhole) {
     EXPECT_EQ(left.size(), 1000u);
     for (const std::string& name : left) EXPECT_EQ(name[0], 'o') << name;
   }
-  fs::remove_all(on_tmpfs);
 }
 
 // A purge that runs out of descriptors says what it could not look at;
