@@ -560,10 +560,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(const Config& config) {
             // Once at least, even when nothing was left to stop (without
             // cgroups, what left the stages' process groups is not found).
             spdlog::warn(
-                "event=member_disk_limit member={} bytes={} truncated={} "
-                "member_disk_max={} stopped={} where={}",
-                LogValue(member_id), use.bytes, use.truncated, max, *stopped,
-                LogValue(where));
+                "event=member_disk_limit member={} bytes={} "
+                "deleted_open_bytes={} truncated={} member_disk_max={} "
+                "stopped={} where={}",
+                LogValue(member_id), use.bytes, use.deleted_bytes,
+                use.truncated, max, *stopped, LogValue(where));
           }
         });
     daemon->disk_watch_->Start();

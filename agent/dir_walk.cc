@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -95,6 +97,9 @@ void DirWalk::List(int fd, bool own, int depth, Each each) {
     close(fd);
     return;
   }
+  // With list_first: the names read, shown once the listing is done (at
+  // most max_entries in all, as each counts when read).
+  std::vector<std::string> names;
   while (true) {
     errno = 0;
     const dirent* entry = readdir(listing);
@@ -108,23 +113,38 @@ void DirWalk::List(int fd, bool own, int depth, Each each) {
       continue;
     }
     if (!Visit(own)) break;
-    struct stat info = {};
-    if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
-      Failed("fstatat", name);
-      continue;
+    if (options_.list_first) {
+      names.emplace_back(name);
+    } else if (!Show(fd, name, depth, each)) {
+      break;
     }
-    if (Kept(info)) continue;
-    if (!each(fd, name, info, depth)) break;
+  }
+  for (const std::string& name : names) {
+    if (Cancelled() || !Show(fd, name.c_str(), depth, each)) break;
   }
   closedir(listing);
 }
 
-bool DirWalk::Visit(bool own) {
+bool DirWalk::Show(int fd, const char* name, int depth, Each each) {
+  struct stat info = {};
+  if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
+    Failed("fstatat", name);
+    return true;
+  }
+  if (Kept(info)) return true;
+  return each(fd, name, info, depth);
+}
+
+bool DirWalk::Cancelled() {
   if (options_.cancel != nullptr &&
       options_.cancel->load(std::memory_order_relaxed)) {
     result_.cancelled = true;
-    return false;
   }
+  return result_.cancelled;
+}
+
+bool DirWalk::Visit(bool own) {
+  if (Cancelled()) return false;
   size_t& entries = own ? result_.entries : result_.others;
   if (entries >= options_.max_entries) {
     Bound(own, "max_entries");

@@ -34,6 +34,11 @@ struct DirWalkOptions {
   int max_depth = 0;
   // Set: the walk ends soon (cancelled).
   const std::atomic<bool>* cancel = nullptr;
+  // Each directory's entries are all read (counted against max_entries)
+  // before the first is shown: for a caller that removes what it is shown,
+  // since removing entries from a directory while its listing is read may
+  // make some file systems skip others.
+  bool list_first = false;
 };
 
 // What a walk met.
@@ -85,6 +90,9 @@ class DirWalk {
   void FindOwned(const std::string& root, uid_t uid, gid_t gid, bool own,
                  Each found);
 
+  // Whether Enter() with `depth` would be refused for max_depth.
+  bool TooDeep(int depth) const { return depth + 1 >= options_.max_depth; }
+
   // The entry last shown as another's is the subject's: counted so. False
   // at the subject's bound (truncated) or once cancelled.
   bool Claim();
@@ -99,6 +107,10 @@ class DirWalk {
  private:
   // Takes `fd` (a directory `depth` deep) and closes it.
   void List(int fd, bool own, int depth, Each each);
+  // Shows the entry `name` of the directory `fd` to `each` (unless it went
+  // away or is kept); false when `each` ends the listing.
+  bool Show(int fd, const char* name, int depth, Each each);
+  bool Cancelled();
   bool Visit(bool own);
   void Bound(bool own, const char* which);
   void Failed(const char* call, const std::string& what);

@@ -1,15 +1,23 @@
 #include "agent/disk_use.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <set>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/dir_walk.h"
+#include "common/cgroup.h"
 #include "common/logging.h"
 #include "spdlog/spdlog.h"
 
@@ -18,16 +26,43 @@ namespace {
 
 using std::chrono::steady_clock;
 
+// The paths a scope's file systems are found by.
+std::vector<std::string> PathsOf(const DiskUseScope& scope) {
+  std::vector<std::string> paths = scope.dirs;
+  if (scope.owner.has_value()) {
+    paths.insert(paths.end(), scope.shared_roots.begin(),
+                 scope.shared_roots.end());
+  }
+  return paths;
+}
+
+// The file systems a scope's walk covers: those of its directories (not
+// links: the walk does not follow them).
+std::set<dev_t> FileSystemsOf(const DiskUseScope& scope) {
+  std::set<dev_t> devices;
+  for (const std::string& path : PathsOf(scope)) {
+    struct stat info = {};
+    if (lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+      devices.insert(info.st_dev);
+    }
+  }
+  return devices;
+}
+
 // Counts a scope's bytes over one DirWalk: the member's own directories
 // whole, and what its account owns in the shared roots.
 class Counter {
  public:
   Counter(const DiskUseScope& scope, const std::atomic<bool>* cancel)
       : scope_(scope),
+        cancel_(cancel),
         walk_(DirWalkOptions{scope.keep, scope.max_entries, scope.max_depth,
-                             cancel}) {}
+                             cancel, /*list_first=*/false}) {}
 
   DiskUse Measure() {
+    // Before the walk: a file found here is not counted again should it be
+    // linked meanwhile (an O_TMPFILE file can be).
+    CountDeletedOpenFiles();
     for (const std::string& dir : scope_.dirs) {
       walk_.Root(
           dir, /*own=*/true,
@@ -52,17 +87,118 @@ class Counter {
     }
     const DirWalkResult& walked = walk_.result();
     use_.entries = walked.entries;
-    use_.truncated = walked.truncated;
-    use_.incomplete = walked.incomplete;
-    use_.error = walked.error;
-    use_.cancelled = walked.cancelled;
+    use_.truncated = use_.truncated || walked.truncated;
+    if (walked.incomplete) Incomplete(walked.error);
+    use_.cancelled = use_.cancelled || walked.cancelled;
     return use_;
   }
 
  private:
+  // Regular files the cgroup's processes hold open with no link left, on
+  // the file systems the walk covers, each once: what they write there
+  // takes space no walk finds.
+  void CountDeletedOpenFiles() {
+    if (scope_.cgroup.empty()) return;
+    absl::StatusOr<std::vector<pid_t>> pids = CgroupPids(scope_.cgroup);
+    if (!pids.ok()) {
+      // A member torn down meanwhile holds nothing.
+      if (!absl::IsNotFound(pids.status())) {
+        Incomplete(std::string(pids.status().message()));
+      }
+      return;
+    }
+    const std::set<dev_t> covered = FileSystemsOf(scope_);
+    for (const pid_t pid : *pids) {
+      if (!LookAt()) return;
+      const std::string path = absl::StrCat("/proc/", pid, "/fd");
+      const int dir = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (dir < 0) {
+        Failed(path);  // Unless the process is gone.
+        continue;
+      }
+      DIR* listing = fdopendir(dir);
+      if (listing == nullptr) {
+        Failed(path);
+        close(dir);
+        continue;
+      }
+      bool more = true;
+      while (more) {
+        errno = 0;
+        const dirent* entry = readdir(listing);
+        if (entry == nullptr) {
+          if (errno != 0) Failed(path);
+          break;
+        }
+        if (entry->d_name[0] == '.') continue;
+        more = LookAt();
+        if (more) CountIfDeleted(dir, entry->d_name, covered);
+      }
+      closedir(listing);
+    }
+  }
+
+  // The file the descriptor `name` in a /proc/PID/fd directory `dir` is
+  // open on, counted when it is a regular file without links on a covered
+  // file system.
+  void CountIfDeleted(int dir, const char* name,
+                      const std::set<dev_t>& covered) {
+    // Through the link to the open file. From what the kernel holds of it
+    // (AT_STATX_DONT_SYNC): never waiting on the server of a network or
+    // FUSE file system, which a job may run.
+    struct statx info = {};
+    if (statx(dir, name, AT_STATX_DONT_SYNC,
+              STATX_TYPE | STATX_NLINK | STATX_INO | STATX_BLOCKS,
+              &info) != 0) {
+      Failed(name);  // Unless it was closed meanwhile.
+      return;
+    }
+    if (!S_ISREG(info.stx_mode) || info.stx_nlink != 0) return;
+    const dev_t dev = makedev(info.stx_dev_major, info.stx_dev_minor);
+    if (covered.count(dev) == 0 ||
+        !deleted_.emplace(dev, info.stx_ino).second) {
+      return;
+    }
+    const uint64_t bytes = info.stx_blocks * 512;
+    use_.bytes += bytes;
+    use_.deleted_bytes += bytes;
+  }
+
+  // One more process or descriptor looked at; false at the bound
+  // (truncated) or once cancelled.
+  bool LookAt() {
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+      use_.cancelled = true;
+      return false;
+    }
+    if (use_.descriptors >= scope_.max_descriptors) {
+      use_.truncated = true;
+      return false;
+    }
+    ++use_.descriptors;
+    return true;
+  }
+
+  // A call on `what` failed with errno: a process or descriptor that went
+  // away meanwhile held nothing; anything else was not looked at.
+  void Failed(const std::string& what) {
+    if (errno == ENOENT || errno == ESRCH) return;
+    Incomplete(absl::StrCat(what, ": ", std::strerror(errno)));
+  }
+
+  void Incomplete(const std::string& error) {
+    if (use_.incomplete) return;
+    use_.incomplete = true;
+    use_.error = error;
+  }
+
   // Adds the entry's blocks (an inode with several links once); false
   // for one counted before.
   bool Add(const struct stat& info) {
+    // Counted as held open after it was deleted, and linked since.
+    if (!deleted_.empty() && deleted_.count({info.st_dev, info.st_ino}) != 0) {
+      return false;
+    }
     if (info.st_nlink > 1 || S_ISDIR(info.st_mode)) {
       if (!seen_.emplace(info.st_dev, info.st_ino).second) return false;
     }
@@ -84,20 +220,13 @@ class Counter {
   }
 
   const DiskUseScope& scope_;
+  const std::atomic<bool>* const cancel_;
   DirWalk walk_;
   DiskUse use_;
   std::set<std::pair<dev_t, ino_t>> seen_;
+  // Files held open without a link, counted.
+  std::set<std::pair<dev_t, ino_t>> deleted_;
 };
-
-// The paths a scope's file systems are found by.
-std::vector<std::string> PathsOf(const DiskUseScope& scope) {
-  std::vector<std::string> paths = scope.dirs;
-  if (scope.owner.has_value()) {
-    paths.insert(paths.end(), scope.shared_roots.begin(),
-                 scope.shared_roots.end());
-  }
-  return paths;
-}
 
 }  // namespace
 
@@ -138,6 +267,10 @@ std::string DiskLimitLine(const DiskUse& use, const DiskUseScope& scope,
         "gdt: disk limit: this member holds more than ", scope.max_entries,
         " entries (or directories deeper than ", scope.max_depth,
         " levels) in ", DescribeDiskUseScope(scope),
+        scope.cgroup.empty()
+            ? ""
+            : absl::StrCat(", or more than ", scope.max_descriptors,
+                           " processes and open descriptors in its cgroup"),
         ", more than the agent measures (member_disk_max is set); its "
         "processes were stopped\n");
   }
@@ -234,9 +367,10 @@ void DiskWatch::CheckOnce() {
       }
       spdlog::debug(
           "event=member_disk_measured member={} bytes={} entries={} "
-          "truncated={} incomplete={} ms={}",
-          LogValue(member.member_id), use.bytes, use.entries, use.truncated,
-          use.incomplete,
+          "deleted_open_bytes={} descriptors={} truncated={} incomplete={} "
+          "ms={}",
+          LogValue(member.member_id), use.bytes, use.entries, use.deleted_bytes,
+          use.descriptors, use.truncated, use.incomplete,
           std::chrono::duration_cast<std::chrono::milliseconds>(done - now)
               .count());
       if (use.truncated || use.bytes > options_.member_max) {

@@ -38,17 +38,30 @@ struct DiskUseScope {
   // Directories never entered (the agent's builds, cache and scratch
   // roots, should they lie under a shared root).
   std::vector<std::string> keep;
-  // Bounds of one walk: entries looked at in all, and how deep.
+  // The member's cgroup (its directory; empty: none). Regular files its
+  // processes hold open after they were deleted (no link left, so no walk
+  // finds them) count too, where they lie on a file system of `dirs` (and
+  // of `shared_roots`, with an owner): found through /proc/PID/fd of each
+  // process in it.
+  std::string cgroup;
+  // Bounds of one walk: entries looked at in all, and how deep; and the
+  // descriptors of the cgroup's processes looked at (each process counting
+  // as one more).
   size_t max_entries = 1000000;
   int max_depth = 128;
+  size_t max_descriptors = 100000;
 };
 
 // What MeasureDiskUse() found.
 struct DiskUse {
   uint64_t bytes = 0;  // Allocated (st_blocks), each inode once.
   size_t entries = 0;  // The member's entries looked at.
+  // Of `bytes`: in files its processes hold open after they were deleted.
+  uint64_t deleted_bytes = 0;
+  size_t descriptors = 0;  // Its processes' descriptors looked at.
   // The member's own entries reached a bound of the scope (max_entries of
-  // them, or an own directory max_depth deep); the rest was not counted.
+  // them, or an own directory max_depth deep, or max_descriptors of its
+  // processes'); the rest was not counted.
   bool truncated = false;
   // Part of the scope could not be looked at (an error other than an
   // entry going away, e.g. EMFILE; or others' entries in a shared root

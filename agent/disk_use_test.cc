@@ -1,9 +1,14 @@
 #include "agent/disk_use.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -11,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/few_descriptors.h"
 #include "testing/temp_dir.h"
@@ -27,6 +33,17 @@ void WriteBytes(const std::string& path, size_t bytes) {
   for (size_t written = 0; written < bytes; written += chunk.size()) {
     out.write(chunk.data(), static_cast<std::streamsize>(
                                 std::min(chunk.size(), bytes - written)));
+  }
+}
+
+// Appends `bytes` of data to the file open as `fd`.
+void AppendBytes(int fd, size_t bytes) {
+  const std::string chunk(64 << 10, 'x');
+  for (size_t written = 0; written < bytes;) {
+    const ssize_t wrote =
+        write(fd, chunk.data(), std::min(chunk.size(), bytes - written));
+    ASSERT_GT(wrote, 0) << std::strerror(errno);
+    written += static_cast<size_t>(wrote);
   }
 }
 
@@ -99,6 +116,185 @@ TEST(DiskUseTest, TheBoundInASharedRootCountsTheMembersOwnEntries) {
   for (int i = 0; i < 5; ++i) WriteBytes(absl::StrCat(shared, "/mine-", i), 0);
   const DiskUse own = MeasureDiskUse(scope);
   EXPECT_TRUE(own.truncated);
+}
+
+// Creates `path` with `bytes` of data and deletes it: the descriptor
+// returned holds what no walk finds.
+int OpenDeleted(const std::string& path, size_t bytes) {
+  const int fd =
+      open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0) << path << ": " << std::strerror(errno);
+  AppendBytes(fd, bytes);
+  EXPECT_EQ(unlink(path.c_str()), 0) << path;
+  return fd;
+}
+
+// A child process that holds what this one has open (it inherits every
+// descriptor) until destroyed.
+class Holder {
+ public:
+  Holder() {
+    int ends[2];
+    EXPECT_EQ(pipe2(ends, O_CLOEXEC), 0);
+    pid_ = fork();
+    if (pid_ == 0) {
+      close(ends[1]);
+      char byte = 0;
+      while (read(ends[0], &byte, 1) < 0 && errno == EINTR) {
+      }
+      _exit(0);
+    }
+    close(ends[0]);
+    release_ = ends[1];
+  }
+  ~Holder() {
+    close(release_);  // Its read ends: it exits.
+    waitpid(pid_, nullptr, 0);
+  }
+  Holder(const Holder&) = delete;
+  Holder& operator=(const Holder&) = delete;
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+  int release_ = -1;
+};
+
+// A fresh directory in /dev/shm (tmpfs on most hosts), removed with what
+// it holds.
+struct ShmDir {
+  ShmDir() {
+    std::string pattern = "/dev/shm/gdt-test-XXXXXX";
+    if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+  }
+  ~ShmDir() {
+    std::error_code ignored;
+    if (!path.empty()) fs::remove_all(path, ignored);
+  }
+  ShmDir(const ShmDir&) = delete;
+  ShmDir& operator=(const ShmDir&) = delete;
+  std::string path;
+};
+
+// A directory standing for a member's cgroup: its cgroup.procs lists
+// `pids` (what CgroupPids() reads of a real one).
+std::string FakeCgroup(const test::TempDir& temp,
+                       const std::vector<pid_t>& pids) {
+  const std::string dir = temp.Sub("cgroup");
+  fs::create_directories(dir);
+  std::string procs;
+  for (const pid_t pid : pids) absl::StrAppend(&procs, pid, "\n");
+  test::WriteTextFile(dir + "/cgroup.procs", procs);
+  return dir;
+}
+
+// A job that deletes a file it keeps open (and writing to) still holds its
+// space: the walk finds no name for it, yet it counts, once however many
+// of the member's processes and descriptors hold it, and only on the file
+// systems the member's bound covers.
+TEST(DiskUseTest, FilesItsProcessesHoldOpenAfterDeletingThemCount) {
+  test::TempDir temp;
+  const std::string builds = temp.Sub("builds");
+  fs::create_directories(builds);
+  WriteBytes(builds + "/kept", 1 << 20);
+  const int gone = OpenDeleted(builds + "/gone", 2 << 20);
+  const int again = dup(gone);
+  // Open and still linked: the walk counts it, the descriptors do not
+  // again.
+  const int linked =
+      open((builds + "/kept").c_str(), O_RDONLY | O_CLOEXEC);  // NOLINT
+  ASSERT_GE(linked, 0);
+  // On a file system the bound does not cover (when /dev/shm is one).
+  char elsewhere_path[] = "/dev/shm/gdt-disk-use-XXXXXX";
+  const int elsewhere = mkstemp(elsewhere_path);
+  ASSERT_GE(elsewhere, 0);
+  AppendBytes(elsewhere, 4 << 20);
+  unlink(elsewhere_path);
+  struct stat builds_info = {};
+  struct stat elsewhere_info = {};
+  ASSERT_EQ(stat(builds.c_str(), &builds_info), 0);
+  ASSERT_EQ(fstat(elsewhere, &elsewhere_info), 0);
+  Holder holder;
+
+  DiskUseScope scope;
+  scope.dirs = {builds};
+  const DiskUse walked = MeasureDiskUse(scope);
+  EXPECT_LT(walked.bytes, 2u << 20) << "without the cgroup: the walk alone";
+
+  scope.cgroup = FakeCgroup(temp, {getpid(), holder.pid()});
+  const DiskUse use = MeasureDiskUse(scope);
+  EXPECT_FALSE(use.incomplete) << use.error;
+  EXPECT_FALSE(use.truncated);
+  EXPECT_GE(use.deleted_bytes, 2u << 20);
+  EXPECT_LT(use.deleted_bytes, 3u << 20);
+  EXPECT_EQ(use.bytes, walked.bytes + use.deleted_bytes);
+  if (elsewhere_info.st_dev != builds_info.st_dev) {
+    EXPECT_LT(use.bytes, 4u << 20) << "a file on another file system";
+  }
+  // Its processes' descriptors looked at are bounded.
+  scope.max_descriptors = 3;
+  const DiskUse bounded = MeasureDiskUse(scope);
+  EXPECT_TRUE(bounded.truncated);
+  EXPECT_EQ(bounded.descriptors, 3u);
+  EXPECT_THAT(DiskLimitLine(bounded, scope, 1 << 30),
+              testing::HasSubstr("or more than 3 processes and open "
+                                 "descriptors in its cgroup, more than the "
+                                 "agent measures"));
+  // A cgroup gone (its member torn down meanwhile) holds nothing.
+  scope.max_descriptors = 100000;
+  scope.cgroup = temp.Sub("gone-cgroup");
+  const DiskUse gone_cgroup = MeasureDiskUse(scope);
+  EXPECT_FALSE(gone_cgroup.incomplete) << gone_cgroup.error;
+  EXPECT_EQ(gone_cgroup.bytes, walked.bytes);
+  for (const int fd : {gone, again, linked, elsewhere}) close(fd);
+}
+
+// The watch walks a member again when its file systems grew (it does not
+// wait for its next full walk), and that walk counts the file the member
+// deleted and keeps writing to: the member is stopped.
+TEST(DiskWatchTest, AMemberWritingToAFileItDeletedIsStopped) {
+  // On tmpfs, where little else writes: the growth the watch sees is this.
+  const ShmDir base;
+  ASSERT_FALSE(base.path.empty());
+  const std::string builds = base.path + "/builds";
+  fs::create_directories(builds);
+  test::TempDir temp;
+  const int fd = OpenDeleted(builds + "/checkpoint", 1 << 20);
+  const std::string cgroup = FakeCgroup(temp, {getpid()});
+  std::vector<std::string> stopped;
+  DiskWatch::Options options;
+  options.member_max = 4 << 20;
+  options.cost_factor = 0;  // full_every stays a minute.
+  DiskWatch watch(
+      options,
+      [&] {
+        std::vector<DiskWatch::Member> members(1);
+        members[0].member_id = "member";
+        members[0].scope.dirs = {builds};
+        members[0].scope.cgroup = cgroup;
+        return members;
+      },
+      [&](const std::string&, const DiskUse& use, const std::string&,
+          const std::string& line, bool) {
+        EXPECT_GE(use.deleted_bytes, 5u << 20);
+        stopped.push_back(line);
+      });
+  // The first round measures it (below the bound), the next one has no
+  // cause to.
+  watch.CheckOnce();
+  watch.CheckOnce();
+  const size_t walks = watch.walks();
+  EXPECT_TRUE(stopped.empty());
+
+  AppendBytes(fd, 5 << 20);
+  watch.CheckOnce();
+  EXPECT_EQ(watch.walks(), walks + 1);
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_TRUE(
+      absl::StartsWith(stopped[0], "gdt: disk limit: this member holds "))
+      << stopped[0];
+  EXPECT_THAT(stopped[0], testing::HasSubstr("above member_disk_max (4194304"));
+  close(fd);
 }
 
 TEST(DiskWatchTest, StopsOnlyAMemberAboveTheBound) {

@@ -7,6 +7,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <stdio.h>
 #include <sys/ipc.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
@@ -72,10 +73,43 @@ size_t ProcessesOf(uid_t uid) {
   return count;
 }
 
+// One removal of an entry the account owns, found in the directory `top`
+// (`top_depth` levels below the root).
+struct Removal {
+  DirWalk& walk;
+  PurgeCounts& counts;
+  int top;
+  int top_depth;
+  // Directories too deep to enter where they were, moved into `top` under
+  // these names; removed from there.
+  std::vector<std::string> lifted;
+};
+
+// Moves the directory `name` in `dir` into the removal's top directory
+// under a fresh name, to be removed from there: a chain of directories
+// deeper than the walk goes is removed a stretch at a time, holding no more
+// descriptors than max_depth. False when it cannot be moved (e.g. a mount
+// point) or that gains no depth.
+bool Lift(Removal& removal, int dir, const char* name) {
+  if (removal.walk.TooDeep(removal.top_depth)) return false;
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    const std::string fresh = absl::StrCat(".gdt-purge-", getpid(), "-",
+                                           removal.lifted.size(), "-", attempt);
+    if (renameat2(dir, name, removal.top, fresh.c_str(), RENAME_NOREPLACE) ==
+        0) {
+      removal.lifted.push_back(fresh);
+      return true;
+    }
+    if (errno != EEXIST) return false;
+  }
+  return false;
+}
+
 // Removes `name` (`info`) in `dir`: a directory with everything in it,
 // whoever owns that (the account made the directory).
-bool RemoveEntry(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
+bool RemoveEntry(Removal& removal, int dir, const char* name,
                  const struct stat& info, int depth) {
+  PurgeCounts& counts = removal.counts;
   if (!S_ISDIR(info.st_mode)) {
     if (unlinkat(dir, name, 0) == 0) {
       ++counts.files;
@@ -84,13 +118,17 @@ bool RemoveEntry(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
     }
     return true;
   }
+  if (removal.walk.TooDeep(depth) && removal.walk.OnRootFileSystem(info) &&
+      Lift(removal, dir, name)) {
+    return true;
+  }
   // A mount point, one too deep, or one that cannot be opened stays.
-  if (!walk.Enter(dir, name, info, depth, /*own=*/true,
-                  [&](int child, const char* inner,
-                      const struct stat& inner_info, int inner_depth) {
-                    return RemoveEntry(walk, counts, child, inner, inner_info,
-                                       inner_depth);
-                  })) {
+  if (!removal.walk.Enter(dir, name, info, depth, /*own=*/true,
+                          [&](int child, const char* inner,
+                              const struct stat& inner_info, int inner_depth) {
+                            return RemoveEntry(removal, child, inner,
+                                               inner_info, inner_depth);
+                          })) {
     ++counts.failed;
     return true;
   }
@@ -98,6 +136,27 @@ bool RemoveEntry(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
     ++counts.dirs;
   } else if (errno != ENOENT) {
     ++counts.failed;
+  }
+  return true;
+}
+
+// Removes the account's entry `name` (`info`) found in `dir`, `depth`
+// levels below the root, and what was lifted out of it.
+bool RemoveOwned(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
+                 const struct stat& info, int depth) {
+  Removal removal{walk, counts, dir, depth, {}};
+  RemoveEntry(removal, dir, name, info, depth);
+  // Each lifted directory was max_depth levels down: removing the lifted
+  // ones looks at more entries each time, and ends at the entry bound.
+  while (!removal.lifted.empty()) {
+    const std::string lifted = std::move(removal.lifted.back());
+    removal.lifted.pop_back();
+    struct stat lifted_info = {};
+    if (fstatat(dir, lifted.c_str(), &lifted_info, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno != ENOENT) ++counts.failed;
+      continue;
+    }
+    RemoveEntry(removal, dir, lifted.c_str(), lifted_info, depth);
   }
   return true;
 }
@@ -220,17 +279,19 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
   if (counts.live_processes > 0) return counts;
   // Every entry looked at, the account's or another's, counts against the
   // one bound.
+  // Each directory's entries are read before any goes.
   DirWalk walk(DirWalkOptions{options.keep, options.max_entries,
-                              options.max_depth, nullptr});
+                              options.max_depth, nullptr,
+                              /*list_first=*/true});
   for (const std::string& root : options.roots) {
     walk.FindOwned(
         root, uid, gid, /*own=*/true,
         [&](int dir, const char* name, const struct stat& info, int depth) {
-          return RemoveEntry(walk, counts, dir, name, info, depth);
+          return RemoveOwned(walk, counts, dir, name, info, depth);
         });
-    // Only the entry bound ends the purge: a directory nested past the
-    // depth bound (which a job can make, and which stays) must not keep
-    // the roots after it from being purged.
+    // Only the entry bound ends the purge: others' directories nested past
+    // the depth bound (which a job can make, and which stay) must not keep
+    // the roots after them from being purged.
     if (walk.result().entries >= options.max_entries) break;
   }
   counts.truncated = walk.result().truncated;

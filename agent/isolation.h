@@ -64,8 +64,10 @@ struct PurgeOptions {
   // Directories never entered or removed (the agent's builds, cache and
   // scratch roots, should they lie under a root).
   std::vector<std::string> keep;
-  // Bounds: entries looked at in all, and how many levels below a root
-  // (its own entries are the first).
+  // Bounds: entries looked at in all, and how many levels below a root a
+  // walk descends (its own entries are the first). A chain of the
+  // account's own directories deeper than that goes all the same (see
+  // PurgeAccountLeftovers()).
   size_t max_entries = 200000;
   int max_depth = 32;
   // Also remove the account's System V IPC objects (shared memory,
@@ -81,8 +83,8 @@ struct PurgeCounts {
   size_t sem = 0;
   size_t msg = 0;
   size_t failed = 0;  // Entries or objects that could not be removed.
-  // A bound was reached (max_entries looked at, or a directory max_depth
-  // levels below a root); the rest was not looked at.
+  // A bound was reached (max_entries looked at, or others' directory
+  // max_depth levels below a root); the rest was not looked at.
   bool truncated = false;
   // Part of the roots could not be looked at (e.g. the agent ran out of
   // descriptors): some of the account's entries may be left. `error` says
@@ -99,7 +101,13 @@ struct PurgeCounts {
 // the account owns (a directory with all it holds), found without
 // following symbolic links and without leaving the root's file system,
 // descending only into directories others may write to (where an account
-// can create entries it owns without owning the directory); and its
+// can create entries it owns without owning the directory). Each
+// directory's entries are read before any goes (removing entries while a
+// listing is read makes some file systems skip others). A chain of the
+// account's directories deeper than max_depth is moved up a stretch at a
+// time (renamed to ".gdt-purge-PID-N-M" in the directory the account's
+// entry was found in) and removed from there: no more than max_depth
+// descriptors are held, and max_entries still bounds the whole. Also its
 // System V IPC objects (by owner or creator uid). Does nothing while a
 // process of `uid` still runs: that process is either another agent's
 // member sharing the account or one that escaped teardown, and removing

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,8 +17,10 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,7 +40,7 @@ using ::testing::Pair;
 // Each purging test below has its own, for the same reason: one's live
 // process or System V objects would be the other's. (61001-61002: most
 // end-to-end tests; 61011-61012, 61021-61022 and 61031-61034: the
-// isolation tests' own.)
+// isolation tests' own; 61108-61111: DiskLimitOpenTest's.)
 constexpr uid_t kUid = 61091;
 constexpr uid_t kOtherUid = 61092;
 constexpr uid_t kBusyUid = 61093;
@@ -46,6 +49,9 @@ constexpr uid_t kDeepUid = 61104;
 constexpr uid_t kStarvedUid = 61105;
 constexpr uid_t kKeptUid = 61106;
 constexpr uid_t kChainUid = 61107;
+constexpr uid_t kManyUid = 61112;
+constexpr uid_t kLiftUid = 61113;
+constexpr uid_t kLiftBoundUid = 61114;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -268,14 +274,16 @@ TEST_F(PurgeTest, TheDepthIsBoundedAndSaysSo) {
   EXPECT_TRUE(Exists(s + "d1/d2/d3/deep"));
 }
 
-// A directory nested past the depth bound in one root (it stays: its
-// deepest entries are never reached) does not spare the roots after it.
+// Others' directories nested past the depth bound in one root (they stay,
+// and so does what the account has at their bottom, never reached) do not
+// spare the roots after it.
 TEST_F(PurgeTest, ADirectoryTooDeepInOneRootDoesNotSpareTheNext) {
   std::string chain = shared_;
   for (int i = 0; i < 4; ++i) {
     chain += "/c";
-    MakeDir(chain, kChainUid, kChainUid, 0700);
+    MakeDir(chain, 0, 0, 01777);
   }
+  Make(chain + "/unreached", kChainUid, kChainUid, 0600);
   const std::string next = temp_.Sub("next");
   MakeDir(next, 0, 0, 01777);
   Make(next + "/left", kChainUid, kChainUid, 0600);
@@ -286,8 +294,131 @@ TEST_F(PurgeTest, ADirectoryTooDeepInOneRootDoesNotSpareTheNext) {
   const PurgeCounts purged = PurgeFiles(kChainUid, options);
 
   EXPECT_TRUE(purged.truncated);
-  EXPECT_TRUE(Exists(chain));
+  EXPECT_TRUE(Exists(chain + "/unreached"));
   EXPECT_FALSE(Exists(next + "/left")) << "the root after the deep one";
+}
+
+// Makes `levels` directories of `uid`, each in the last, below `top`, with
+// a file in each; returns the deepest.
+std::string MakeChain(const std::string& top, int levels, uid_t uid) {
+  std::string chain = top;
+  for (int i = 0; i < levels; ++i) {
+    chain += "/c";
+    MakeDir(chain, uid, uid, 0700);
+    Make(chain + "/f", uid, uid, 0600);
+  }
+  return chain;
+}
+
+// The names in `dir`.
+std::vector<std::string> Names(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// A chain of the account's directories deeper than the purge goes is
+// removed all the same (a stretch at a time, moved up), whether it starts
+// at the top of a root or in a world-writable directory below; the walk
+// holds no more descriptors than its depth bound, and nothing of the
+// account's is left, neither under its own name nor under another.
+TEST_F(PurgeTest, AChainDeeperThanTheDepthBoundGoesToo) {
+  MakeChain(shared_, 40, kLiftUid);
+  MakeDir(shared_ + "/public", 0, 0, 01777);
+  MakeChain(shared_ + "/public", 25, kLiftUid);
+  Make(shared_ + "/public/theirs", kOtherUid, kOtherUid, 0600);
+  PurgeOptions options = Options();
+  options.max_depth = 4;
+
+  const PurgeCounts purged = PurgeFiles(kLiftUid, options);
+
+  EXPECT_FALSE(purged.truncated);
+  EXPECT_FALSE(purged.incomplete) << purged.error;
+  EXPECT_EQ(purged.failed, 0u);
+  EXPECT_EQ(purged.dirs, 65u);
+  EXPECT_EQ(purged.files, 65u);
+  EXPECT_EQ(Names(shared_), std::vector<std::string>{"public"});
+  EXPECT_EQ(Names(shared_ + "/public"), std::vector<std::string>{"theirs"});
+
+  // With the agent's bounds (32 levels), a chain ten times as deep.
+  MakeChain(shared_, 320, kLiftUid);
+  const PurgeCounts deep = PurgeFiles(kLiftUid, Options());
+  EXPECT_FALSE(deep.truncated);
+  EXPECT_EQ(deep.failed, 0u);
+  EXPECT_EQ(deep.dirs, 320u);
+  EXPECT_EQ(Names(shared_), std::vector<std::string>{"public"});
+}
+
+// Moving a deep chain up does not lift the entry bound: a purge that
+// reaches it ends and says so, and the next one removes what it left,
+// under whatever name.
+TEST_F(PurgeTest, ADeepChainStillEndsAtTheEntryBound) {
+  MakeChain(shared_, 100, kLiftBoundUid);
+  PurgeOptions options = Options();
+  options.max_depth = 4;
+  options.max_entries = 30;
+
+  const PurgeCounts bounded = PurgeFiles(kLiftBoundUid, options);
+  EXPECT_TRUE(bounded.truncated);
+  EXPECT_FALSE(Names(shared_).empty());
+
+  options.max_entries = 1000;
+  const PurgeCounts rest = PurgeFiles(kLiftBoundUid, options);
+  EXPECT_FALSE(rest.truncated);
+  EXPECT_EQ(rest.failed, 0u);
+  EXPECT_EQ(bounded.dirs + rest.dirs, 100u);
+  EXPECT_EQ(bounded.files + rest.files, 100u);
+  EXPECT_TRUE(Names(shared_).empty());
+}
+
+// A directory of many entries (the account's among others', and one of
+// its own directories holding thousands) goes whole, on tmpfs and on the
+// disk file system the tests' temp dir is on: each directory's entries
+// are read before any is removed.
+TEST_F(PurgeTest, ADirectoryOfManyEntriesGoesWhole) {
+  struct ShmDir {
+    ShmDir() {
+      std::string pattern = "/dev/shm/gdt-test-XXXXXX";
+      if (mkdtemp(pattern.data()) != nullptr) path = pattern;
+    }
+    ~ShmDir() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+    std::string path;
+  } on_tmpfs;
+  ASSERT_FALSE(on_tmpfs.path.empty());
+  for (const std::string& base : {temp_.Sub("disk"), on_tmpfs.path}) {
+    SCOPED_TRACE(base);
+    const std::string root = base + "/root";
+    if (!Exists(base)) MakeDir(base, 0, 0, 0755);
+    MakeDir(root, 0, 0, 01777);
+    for (int i = 0; i < 3000; ++i) {
+      Make(absl::StrCat(root, "/m", i), kManyUid, kManyUid, 0600);
+      if (i % 3 == 0) {
+        Make(absl::StrCat(root, "/o", i), kOtherUid, kOtherUid, 0600);
+      }
+    }
+    MakeDir(root + "/mine", kManyUid, kManyUid, 0700);
+    for (int i = 0; i < 5000; ++i) {
+      Make(absl::StrCat(root, "/mine/f", i), kManyUid, kManyUid, 0600);
+    }
+    PurgeOptions options = Options();
+    options.roots = {root};
+
+    const PurgeCounts purged = PurgeFiles(kManyUid, options);
+
+    EXPECT_FALSE(purged.truncated);
+    EXPECT_EQ(purged.failed, 0u);
+    EXPECT_EQ(purged.files, 8000u);
+    EXPECT_EQ(purged.dirs, 1u);
+    const std::vector<std::string> left = Names(root);
+    EXPECT_EQ(left.size(), 1000u);
+    for (const std::string& name : left) EXPECT_EQ(name[0], 'o') << name;
+  }
 }
 
 // A purge that runs out of descriptors says what it could not look at;

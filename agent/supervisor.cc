@@ -819,6 +819,8 @@ std::vector<DiskWatch::Member> Supervisor::MemberDiskScopes() const {
       entry.scope.dirs.push_back(member.claimed_builds_dir);
     }
     entry.scope.dirs.push_back(ScratchDir(id));
+    // Files its processes hold open after deleting them count too.
+    entry.scope.cgroup = member.cgroup;
     if (isolation_.exclusive_accounts && member.account >= 0) {
       const MemberAccount& account =
           isolation_.accounts[static_cast<size_t>(member.account)];

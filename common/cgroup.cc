@@ -48,13 +48,7 @@ bool WriteText(const std::string& path, const std::string& text) {
 }
 
 std::vector<pid_t> PidsIn(const std::string& dir) {
-  std::vector<pid_t> pids;
-  for (absl::string_view line :
-       absl::StrSplit(ReadAll(dir + "/cgroup.procs"), '\n')) {
-    int pid = 0;
-    if (absl::SimpleAtoi(line, &pid) && pid > 0) pids.push_back(pid);
-  }
-  return pids;
+  return CgroupPids(dir).value_or(std::vector<pid_t>{});
 }
 
 bpf_insn Insn(uint8_t code, uint8_t dst, uint8_t src, int16_t off,
@@ -442,6 +436,36 @@ absl::StatusOr<DeviceNumber> CharDeviceOf(const std::string& path) {
         absl::StrCat(path, " is not a character device"));
   }
   return DeviceNumber{major(info.st_rdev), minor(info.st_rdev)};
+}
+
+absl::StatusOr<std::vector<pid_t>> CgroupPids(const std::string& dir) {
+  const std::string path = dir + "/cgroup.procs";
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string message = absl::StrCat(path, ": ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(message)
+                           : absl::InternalError(message);
+  }
+  std::string text;
+  char buffer[4096];
+  ssize_t got = 0;
+  while ((got = read(fd, buffer, sizeof buffer)) > 0) {
+    text.append(buffer, static_cast<size_t>(got));
+  }
+  const int error = errno;
+  close(fd);
+  if (got < 0) {
+    // The cgroup went away while it was read.
+    const std::string message = absl::StrCat(path, ": ", std::strerror(error));
+    return error == ENODEV ? absl::NotFoundError(message)
+                           : absl::InternalError(message);
+  }
+  std::vector<pid_t> pids;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    int pid = 0;
+    if (absl::SimpleAtoi(line, &pid) && pid > 0) pids.push_back(pid);
+  }
+  return pids;
 }
 
 absl::StatusOr<std::string> OwnCgroupDir() {

@@ -4,6 +4,8 @@
 #ifndef GDT_COMMON_CGROUP_H_
 #define GDT_COMMON_CGROUP_H_
 
+#include <sys/types.h>
+
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -20,6 +22,11 @@ namespace gdt {
 // the cgroup2 mount in /proc/self/mountinfo. Errors: NotFound when there is
 // no cgroup v2 hierarchy.
 absl::StatusOr<std::string> OwnCgroupDir();
+
+// The processes in the cgroup v2 directory `dir` (its cgroup.procs).
+// Errors: NotFound when the cgroup does not exist (or went away); Internal
+// naming the file and why it could not be read (e.g. out of descriptors).
+absl::StatusOr<std::vector<pid_t>> CgroupPids(const std::string& dir);
 
 // A device as the kernel numbers it (st_rdev of its node).
 struct DeviceNumber {
