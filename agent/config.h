@@ -48,9 +48,9 @@ struct Config {
   // <host.address>:<bound port>.
   std::string advertise_endpoint;
   // Connections to listen_address open at once from one peer (an IPv4
-  // address or an IPv6 /64) and from everyone (ConnectionGate: past half of
-  // it a peer gets a fair share); more are closed on accept. Its peers are
-  // the coordinator, the runner hosts' executors (one connection per
+  // address or an IPv6 /64) and from everyone (ConnectionGate: past three
+  // quarters of it a peer gets a fair share); more are closed on accept. Its
+  // peers are the coordinator, the runner hosts' executors (one connection per
   // running stage) and gdt-rsh. 0 = no cap.
   uint32_t max_connections_per_peer = 128;
   uint32_t max_connections = 512;

@@ -341,13 +341,14 @@ const char* ConnectionGate::OverLimit(const std::string& peer,
   if (options_.max_total <= 0) return nullptr;
   const int open = static_cast<int>(open_.size());
   if (open >= options_.max_total) return "total";
-  if (open * 2 < options_.max_total || from_peer < kFairShareFloor) {
+  if (open * 4 < options_.max_total * 3 || from_peer < kFairShareFloor) {
     return nullptr;
   }
-  // Peers holding connections, this one included.
+  // Peers holding connections, this one included; the share leaves room for
+  // one more.
   const int peers =
       static_cast<int>(per_peer_.size()) + (per_peer_.count(peer) == 0 ? 1 : 0);
-  if (from_peer >= options_.max_total / (2 * peers)) return "fair_share";
+  if (from_peer >= options_.max_total / (peers + 1)) return "fair_share";
   return nullptr;
 }
 

@@ -18,11 +18,14 @@
 // a host usually holds a whole /64 and may pick any address in it). ::1 is
 // itself.
 //
-// The total is shared fairly: while at least half of max_total are open, a
-// peer that already holds its fair share, max_total / (2 x the peers holding
-// connections, itself included) but never fewer than kFairShareFloor, is
-// refused too. A few peers at their max_per_peer then cannot take the whole
-// total: what they leave is shared by everyone else, and a new peer gets in.
+// The total is shared fairly: while at least three quarters of max_total
+// are open, a peer that already holds its fair share, max_total / (the peers
+// holding connections, itself included, + 1) but never fewer than
+// kFairShareFloor, is refused too. Peers that each hold as many as the
+// others are refused only within one share of the total (n peers holding c
+// each are refused from n x c >= max_total x n / (n + 1) on), and a few
+// peers at their max_per_peer cannot take the whole total: they leave room
+// for another one.
 #include <sys/socket.h>
 
 #include <atomic>

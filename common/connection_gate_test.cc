@@ -306,9 +306,9 @@ void Flood(ConnectionGate& gate, const std::string& source, int count,
 }
 
 // Eight addresses each at the cap per peer would take the whole total and
-// shut out everyone else. Past half of the total, a peer holding its fair
-// share (total / (2 x peers), at least 8) is refused: the flooders stop
-// short and the next address still gets in.
+// shut out everyone else. Past three quarters of the total, a peer holding
+// its fair share (total / (peers + 1), at least 8) is refused: the last
+// flooder stops short and the next address still gets in.
 TEST(ConnectionGateTest, AFewPeersAtTheirCapLeaveRoomForANewOne) {
   LogCapture log;
   Server server;
@@ -320,26 +320,45 @@ TEST(ConnectionGateTest, AFewPeersAtTheirCapLeaveRoomForANewOne) {
     ASSERT_NO_FATAL_FAILURE(
         Flood(*gate, "127.0.0." + std::to_string(i), 16, clients));
   }
-  // Four peers fill half the total; after that each one may hold
-  // 128 / (2 x peers): 12 of 5, 10 of 6, 9 of 7, 8 of 8.
-  EXPECT_EQ(gate->open_connections_from("127.0.0.4"), 16);
-  EXPECT_EQ(gate->open_connections_from("127.0.0.5"), 12);
-  EXPECT_EQ(gate->open_connections_from("127.0.0.6"), 10);
-  EXPECT_EQ(gate->open_connections_from("127.0.0.7"), 9);
-  EXPECT_EQ(gate->open_connections_from("127.0.0.8"), 8);
+  // Six peers fill three quarters of the total; after that each one may
+  // hold 128 / (peers + 1): 16 of 7 (its cap per peer), 14 of 8.
+  EXPECT_EQ(gate->open_connections_from("127.0.0.6"), 16);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.7"), 16);
+  EXPECT_EQ(gate->open_connections_from("127.0.0.8"), 14);
   Client newcomer("127.0.0.9", gate->port());
   ASSERT_TRUE(newcomer.connected());
   EXPECT_TRUE(
       WaitFor([&] { return gate->open_connections_from("127.0.0.9") == 1; },
               seconds(10)))
       << "open " << gate->open_connections() << " of 128";
-  EXPECT_EQ(gate->open_connections(), 104);
-  EXPECT_EQ(server.held(), 104u);
+  EXPECT_EQ(gate->open_connections(), 127);
+  EXPECT_EQ(server.held(), 127u);
   gate.reset();
   EXPECT_THAT(log.text(),
-              HasSubstr("event=connection_refused who=test peer=127.0.0.5 "
-                        "limit=fair_share times=1 open_from_peer=12 open=76 "
-                        "peers=5 max_per_peer=16 max_total=128"));
+              HasSubstr("event=connection_refused who=test peer=127.0.0.8 "
+                        "limit=fair_share times=1 open_from_peer=14 open=126 "
+                        "peers=8 max_per_peer=16 max_total=128"));
+}
+
+// Many peers that each hold as many connections as the others (runner
+// hosts with a few jobs each) are not refused while the total has room for
+// an even share more: nine peers of 12 leave 20 of 128 free.
+TEST(ConnectionGateTest, PeersHoldingEvenSharesAreNotRefused) {
+  Server server;
+  std::unique_ptr<ConnectionGate> gate = Gate(/*per_peer=*/16, /*total=*/128);
+  ASSERT_NE(gate, nullptr);
+  gate->SetHandoff(server.Handoff());
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 1; i <= 9; ++i) {
+    ASSERT_NO_FATAL_FAILURE(
+        Flood(*gate, "127.0.0." + std::to_string(i), 12, clients));
+  }
+  for (int i = 1; i <= 9; ++i) {
+    EXPECT_EQ(gate->open_connections_from("127.0.0." + std::to_string(i)), 12)
+        << i;
+  }
+  EXPECT_EQ(gate->open_connections(), 108);
+  EXPECT_EQ(gate->refused(), 0u);
 }
 
 // The epoll descriptors this process has open.
