@@ -152,6 +152,14 @@ absl::Status ParseGpus(const YAML::Node& value, HostConfig& host) {
         "host.gpus must be a count or a list of {index, uuid, model, "
         "memory_bytes, device}");
   }
+  // The same bound as the count form: the executor refuses a member that
+  // asks for more GPUs (GDT_GPUS_PER_NODE), so a longer list could never
+  // be used whole, and each entry costs memory and report space.
+  if (value.size() > static_cast<size_t>(kMaxGpusPerNode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("host.gpus lists ", value.size(),
+                     " GPUs; a host may have at most ", kMaxGpusPerNode));
+  }
   for (size_t i = 0; i < value.size(); ++i) {
     absl::StatusOr<GpuConfig> gpu = ParseGpu(
         value[i], absl::StrCat("host.gpus[", i, "]"), static_cast<uint32_t>(i));

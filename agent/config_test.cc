@@ -125,6 +125,8 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
       {"coordinator: c:1\nhost: {gpus: -1}\n", "host.gpus must be an integer"},
       {"coordinator: c:1\nhost: {gpus: [{index: 0}, {index: 0}]}\n",
        "index 0 twice"},
+      {"coordinator: c:1\nhost: {gpus: 1025}\n",
+       "host.gpus must be an integer between 0 and 1024, got '1025'"},
       {"coordinator: c:1\nhost: {cpu_slots: 0}\n",
        "cpu_slots must be at least"},
       {"coordinator: c:1\nkill_grace_seconds: soon\n", "kill_grace_seconds"},
@@ -183,6 +185,24 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
               std::string::npos)
         << c.yaml;
   }
+}
+
+// A list of GPUs has the count form's bound (kMaxGpusPerNode): 1024
+// entries load, one more is refused in one line before any is read.
+TEST(ConfigTest, AGpuListHasTheCountsBound) {
+  const auto list = [](int n) {
+    std::string yaml = "coordinator: c:1\nhost:\n  gpus:\n";
+    for (int i = 0; i < n; ++i) yaml += "    - {uuid: GPU-x}\n";
+    return yaml;
+  };
+  absl::StatusOr<Config> full = ParseConfig(list(1024));
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(full->host.gpus.size(), 1024u);
+  EXPECT_EQ(full->host.gpus.back().index, 1023u);
+  absl::StatusOr<Config> over = ParseConfig(list(1025));
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(over.status().message(),
+            "host.gpus lists 1025 GPUs; a host may have at most 1024");
 }
 
 // The agent serves TLS too, so it needs a certificate and key.

@@ -162,6 +162,9 @@ std::string DidYouMean(std::string_view word,
   return best.empty() ? "" : absl::StrCat(" (did you mean '", best, "'?)");
 }
 
+// GitLab's limit on `workflow:name`, in characters.
+constexpr size_t kMaxWorkflowNameCharacters = 255;
+
 // A value for a one-line message: control characters replaced, long text
 // cut.
 std::string Shown(std::string_view text) {
@@ -2632,7 +2635,7 @@ CiValue InheritedBlock(const CiConfigModel& model, const std::string& job);
 
 bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
                         const YamlNode& key, const YamlNode& value, bool lint,
-                        Reporter* report) {
+                        const CiIncludingConfig* including, Reporter* report) {
   const Entry extends = FindEntry(value, "extends");
   if (!extends) return true;
   const std::vector<std::string> parents =
@@ -2642,12 +2645,56 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
     if (!model.HasJob(parent)) missing.push_back(parent);
   }
   if (missing.empty()) return true;
-  // Only gangs: a file that is itself included (a fragment) may name
-  // parents the including file defines, which gdt never sees.
   const Entry own = FindEntry(value, "parallel");
   if (!(own && own.value.IsMap() && FindEntry(own.value, "distributed")) &&
       !InheritedBlock(model, job).is_object()) {
-    return true;
+    // Any other job: GitLab merges every include before it resolves
+    // `extends`, and refuses a name it does not find ("unknown keys") or
+    // finds as something other than a mapping ("invalid base hashes").
+    // With an include gdt does not read, the name may come from there;
+    // expand also works on a file that another one includes, which may
+    // name that file's templates, so only lint reports it.
+    if (!lint || model.has_include()) return true;
+    // A file that the project's main file includes: the names of the whole
+    // configuration count, unless some of it is not read.
+    if (including != nullptr) {
+      if (including->unseen) return true;
+      missing.erase(std::remove_if(missing.begin(), missing.end(),
+                                   [including](const std::string& m) {
+                                     return including->names.count(m) != 0;
+                                   }),
+                    missing.end());
+      if (missing.empty()) return true;
+    }
+    std::vector<std::string> unknown;
+    std::vector<std::string> not_maps;
+    for (const std::string& m : missing) {
+      (model.Top(m).has_value() ? not_maps : unknown).push_back(Shown(m));
+    }
+    report->At(
+        extends.value, extends.key,
+        absl::StrCat(
+            job, ": ",
+            unknown.empty()
+                ? absl::StrCat("invalid base hashes in `extends` (",
+                               absl::StrJoin(not_maps, ", "),
+                               "): not jobs or templates, so GitLab refuses "
+                               "it")
+                : absl::StrCat(
+                      "unknown keys in `extends` (",
+                      absl::StrJoin(unknown, ", "),
+                      including != nullptr
+                          ? absl::StrCat("): not in this file nor in ",
+                                         including->main_path,
+                                         ", which includes it, or the files "
+                                         "that includes, so GitLab refuses it")
+                      : model.file_count() > 1
+                          ? "): not in this file nor in the files it "
+                            "includes, so GitLab refuses it"
+                          : "): not in this file, which includes none, so "
+                            "GitLab refuses it (if another file includes "
+                            "this one, lint that file)")));
+    return false;
   }
   // Lint says what GitLab would refuse were this the whole configuration;
   // expand also works on a file that another one includes, where a parent
@@ -4360,6 +4407,25 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                     "default; write them as top-level variables:");
         }
       }
+      if (job == "workflow" && value.IsMap() && lint) {
+        // GitLab checks the name as written (it expands variables in it
+        // only when it creates the pipeline, and checks the result again).
+        const Entry name = FindEntry(value, "name");
+        if (name && name.value.IsScalar()) {
+          const std::string& written = name.value.Scalar();
+          const size_t characters = static_cast<size_t>(
+              std::count_if(written.begin(), written.end(), [](char c) {
+                return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+              }));
+          if (characters > kMaxWorkflowNameCharacters) {
+            report.At(name.value, name.key,
+                      absl::StrCat("workflow name is too long (maximum is ",
+                                   kMaxWorkflowNameCharacters,
+                                   " characters; this one has ", characters,
+                                   "), so GitLab refuses the file"));
+          }
+        }
+      }
       if (job == "default" && value.IsMap()) {
         // Written there, or merged in (`<<: *gang`).
         const Entry own = FindEntry(value, "parallel");
@@ -4408,7 +4474,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                  what));
         }
       }
-      if (!CheckUnseenParents(model, job, key, value, lint, &report)) continue;
+      if (!CheckUnseenParents(model, job, key, value, lint, options.including,
+                              &report))
+        continue;
       // An alias (`job: *other`) is expanded where its anchor is written.
       if (value.Mark().pos < key.Mark().pos) continue;
       const Entry parallel = FindEntry(value, "parallel");
@@ -4803,7 +4871,9 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
             last_file[job] != f) {
           continue;
         }
-        if (!CheckUnseenParents(model, job, key, value, lint, &at)) continue;
+        if (!CheckUnseenParents(model, job, key, value, lint, options.including,
+                                &at))
+          continue;
         const CiValue inherited = InheritedBlock(model, job);
         std::optional<GangSpec> template_spec;
         if (inherited.is_object()) {

@@ -87,6 +87,10 @@ struct CiExpandOptions {
   // are part of each job's configuration. Null: `include:` is not read,
   // and what it may bring is unknown.
   const CiIncludes* includes = nullptr;
+  // Lint: the project's main file, when it includes the file linted
+  // (FindIncludingConfig). An `extends` name the file does not define is
+  // then looked for in that whole configuration.
+  const CiIncludingConfig* including = nullptr;
 };
 
 // Whether `tag` can be a runner tag on gdt-ci's command line: empty (no

@@ -11,6 +11,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -2081,20 +2082,23 @@ TEST(GitLabRefusesTest, VariablesUnderDefaultAreOneLine) {
 }
 
 TEST(GitLabRefusesTest, ExtendsNamesGdtCannotSeeAreOneLine) {
-  // No include: a gang's parent defined nowhere is GitLab's "unknown keys
-  // in `extends`". Other jobs may name parents of a file that includes
-  // this one (a fragment).
+  // No include: a parent defined nowhere is GitLab's "unknown keys in
+  // `extends`", for a gang and for any other job.
   const std::string nowhere =
       ".gang:\n  parallel:\n    distributed: {nodes: 2}\ntrain:\n"
       "  extends: [.gang, .nope]\n  script: [x]\nlint:\n  extends: .x\n"
       "  script: [y]\n";
   const CiExpansion lint = LintCiYaml(nowhere);
-  ASSERT_EQ(lint.errors.size(), 1u);
+  ASSERT_EQ(lint.errors.size(), 2u);
   EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
             "f:5:12: train: unknown keys in `extends` (.nope): not in this "
             "file, which includes none, so gdt cannot see what the gang "
             "inherits (GitLab refuses it unless a file that includes this "
             "one defines them)");
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[1]),
+            "f:8:12: lint: unknown keys in `extends` (.x): not in this file, "
+            "which includes none, so GitLab refuses it (if another file "
+            "includes this one, lint that file)");
   // Expand also works on a file that another one includes, where the
   // parent listed after the gang's could replace its entries.
   const CiExpansion expand = ExpandCiYaml(nowhere);
@@ -2120,6 +2124,117 @@ TEST(GitLabRefusesTest, ExtendsNamesGdtCannotSeeAreOneLine) {
       "    distributed: {nodes: 2}\n  tags: [gpu]\n  retry: 0\n"
       "train:\n  extends: [.gpu-runner, .gang]\n  script: [x]\n";
   EXPECT_TRUE(ExpandCiYaml(earlier).ok());
+}
+
+// GitLab resolves `extends` after merging every include, in every job and
+// template, gang or not: a name it does not find, or finds as something
+// other than a mapping, refuses the file. Lint says so when it has read
+// every include; an include it cannot read may define the name, and
+// expand leaves such jobs alone (a file that another includes may name
+// that file's templates).
+TEST(GitLabRefusesTest, AnyJobsUnknownExtendsIsGitLabsError) {
+  const std::string text =
+      ".base:\n  script: [x]\nbuild:\n  extends: [.base, .missing]\n"
+      ".tpl:\n  extends: .gone\nlisted:\n  extends: .list\n"
+      "  script: [y]\n.list: [a, b]\n";
+  const CiExpansion lint = LintCiYaml(text);
+  ASSERT_EQ(lint.errors.size(), 3u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:4:12: build: unknown keys in `extends` (.missing): not in "
+            "this file, which includes none, so GitLab refuses it (if "
+            "another file includes this one, lint that file)");
+  EXPECT_THAT(FormatDiagnostic("f", lint.errors[1]),
+              HasSubstr("f:6:12: .tpl: unknown keys in `extends` (.gone)"));
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[2]),
+            "f:8:12: listed: invalid base hashes in `extends` (.list): not "
+            "jobs or templates, so GitLab refuses it");
+  EXPECT_TRUE(ExpandCiYaml(text).ok());
+
+  // An include gdt does not read may define the name.
+  EXPECT_TRUE(
+      LintCiYaml("include: {template: Jobs/Build.gitlab-ci.yml}\n" + text)
+          .ok());
+
+  // Every include read: the name is in none of the files.
+  test::TempDir dir;
+  test::WriteTextFile(dir.Sub("t.yml"), ".base:\n  script: [x]\n");
+  const std::string main =
+      "include: [{local: t.yml}]\nbuild:\n  extends: .bse\n";
+  CiExpandOptions options;
+  const CiIncludes includes =
+      ReadLocalIncludes(".gitlab-ci.yml", main, dir.path());
+  ASSERT_TRUE(includes.ok());
+  options.includes = &includes;
+  const CiExpansion read = LintCiYaml(main, options);
+  ASSERT_EQ(read.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", read.errors[0]),
+            "f:3:12: build: unknown keys in `extends` (.bse): not in this "
+            "file nor in the files it includes, so GitLab refuses it");
+  const std::string fixed =
+      "include: [{local: t.yml}]\nbuild:\n  extends: .base\n";
+  const CiIncludes fixed_includes =
+      ReadLocalIncludes(".gitlab-ci.yml", fixed, dir.path());
+  options.includes = &fixed_includes;
+  EXPECT_TRUE(LintCiYaml(fixed, options).ok());
+
+  // A file that the project's .gitlab-ci.yml includes (a fragment) is read
+  // with that whole configuration, so its names count; one that none of
+  // the files defines is still refused.
+  test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
+                      "include: [t.yml, ci/frag.yml]\nstages: [test]\n");
+  const std::string frag =
+      "a:\n  extends: .base\nb:\n  extends: [.base, .nope]\n";
+  fs::create_directories(dir.Sub("ci"));
+  test::WriteTextFile(dir.Sub("ci/frag.yml"), frag);
+  const std::optional<CiIncludingConfig> including =
+      FindIncludingConfig(dir.Sub("ci/frag.yml"), dir.path());
+  ASSERT_TRUE(including.has_value());
+  EXPECT_EQ(including->main_path, ".gitlab-ci.yml");
+  EXPECT_EQ(including->names.count(".base"), 1u);
+  EXPECT_FALSE(including->unseen);
+  CiExpandOptions fragment;
+  fragment.including = &*including;
+  const CiExpansion in_project = LintCiYaml(frag, fragment);
+  ASSERT_EQ(in_project.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("ci/frag.yml", in_project.errors[0]),
+            "ci/frag.yml:4:12: b: unknown keys in `extends` (.nope): not in "
+            "this file nor in .gitlab-ci.yml, which includes it, or the files "
+            "that includes, so GitLab refuses it");
+  // Nothing to say when the main file has an include gdt does not read.
+  test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
+                      "include: [t.yml, ci/frag.yml, {template: X.yml}]\n");
+  const std::optional<CiIncludingConfig> partly =
+      FindIncludingConfig(dir.Sub("ci/frag.yml"), dir.path());
+  ASSERT_TRUE(partly.has_value());
+  EXPECT_TRUE(partly->unseen);
+  fragment.including = &*partly;
+  EXPECT_TRUE(LintCiYaml(frag, fragment).ok());
+  // The main file itself, and a file it does not include, have no
+  // including configuration.
+  EXPECT_FALSE(
+      FindIncludingConfig(dir.Sub(".gitlab-ci.yml"), dir.path()).has_value());
+  test::WriteTextFile(dir.Sub("other.yml"), frag);
+  EXPECT_FALSE(
+      FindIncludingConfig(dir.Sub("other.yml"), dir.path()).has_value());
+}
+
+// GitLab refuses a `workflow:name` longer than 255 characters (counted as
+// characters, not bytes) as written, before expanding variables in it.
+TEST(GitLabRefusesTest, AWorkflowNameOver255CharactersIsRefused) {
+  const auto file = [](const std::string& name) {
+    return "workflow:\n  name: \"" + name + "\"\njob:\n  script: [x]\n";
+  };
+  std::string at_limit;
+  for (int i = 0; i < 255; ++i) at_limit += "\xc3\xa9";  // 255 x U+00E9.
+  EXPECT_TRUE(LintCiYaml(file(at_limit)).ok());
+  EXPECT_TRUE(LintCiYaml(file("")).ok());
+  const CiExpansion lint = LintCiYaml(file(at_limit + "x"));
+  ASSERT_EQ(lint.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]),
+            "f:2:9: workflow name is too long (maximum is 255 characters; "
+            "this one has 256), so GitLab refuses the file");
+  // Variables are expanded only when the pipeline is created.
+  EXPECT_TRUE(LintCiYaml(file("$A$B")).ok());
 }
 
 TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
@@ -2639,10 +2754,22 @@ TEST_F(IncludeTest, AnIncludedFileGivesOnlyTheDocumentGitLabReads) {
   CiExpandOptions options;
   options.includes = &includes;
   const CiExpansion lint = LintCiYaml(main, options);
-  ASSERT_TRUE(lint.ok()) << Lines(lint)[0];
-  ASSERT_EQ(lint.gangs.size(), 1u);
-  EXPECT_EQ(lint.gangs[0].job, "train");
-  EXPECT_EQ(lint.gangs[0].nodes, 3);
+  // The ignored document's template is not there for GitLab either.
+  EXPECT_THAT(Lines(lint),
+              ElementsAre(".gitlab-ci.yml:6:12: other: unknown keys in "
+                          "`extends` (.ignored): not in this file nor in the "
+                          "files it includes, so GitLab refuses it"));
+  // Without that job the configuration reads, with the gang of the
+  // document GitLab takes.
+  const std::string alone =
+      "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 3\n";
+  const CiIncludes alone_includes = Includes(alone);
+  options.includes = &alone_includes;
+  const CiExpansion read = LintCiYaml(alone, options);
+  ASSERT_TRUE(read.ok()) << Lines(read)[0];
+  ASSERT_EQ(read.gangs.size(), 1u);
+  EXPECT_EQ(read.gangs[0].job, "train");
+  EXPECT_EQ(read.gangs[0].nodes, 3);
 }
 
 // A local include has no component data: GitLab refuses a

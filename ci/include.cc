@@ -1165,4 +1165,47 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
   return result;
 }
 
+std::optional<CiIncludingConfig> FindIncludingConfig(
+    std::string_view file, const std::string& project_dir,
+    const CiIncludeVariables& known) {
+  std::error_code error;
+  const fs::path main = fs::path(project_dir) / ".gitlab-ci.yml";
+  const fs::path self = fs::weakly_canonical(fs::path(file), error);
+  if (error) return std::nullopt;
+  const fs::path main_real = fs::weakly_canonical(main, error);
+  if (error || main_real == self || !fs::is_regular_file(main_real, error)) {
+    return std::nullopt;
+  }
+  const absl::StatusOr<std::string> text =
+      ReadTextFile(main.string(), kMaxIncludedBytes);
+  if (!text.ok()) return std::nullopt;
+  const CiIncludes includes =
+      ReadLocalIncludes(".gitlab-ci.yml", *text, project_dir, known);
+  const bool included =
+      std::any_of(includes.files.begin(), includes.files.end(),
+                  [&](const CiIncludedFile& f) {
+                    std::error_code ignored;
+                    return fs::weakly_canonical(fs::path(project_dir) / f.path,
+                                                ignored) == self;
+                  });
+  if (!included) return std::nullopt;
+  CiIncludingConfig result;
+  result.main_path = ".gitlab-ci.yml";
+  result.unseen = includes.unseen;
+  const auto collect = [&result](std::string_view yaml) {
+    YamlError parse_error;
+    const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml, &parse_error);
+    if (!parse_error.message.empty()) return;
+    for (const YamlNode& root : tree->documents()) {
+      if (!root.IsMap()) continue;
+      for (const auto& entry : root) {
+        if (entry.first.IsScalar()) result.names.insert(entry.first.Scalar());
+      }
+    }
+  };
+  collect(*text);
+  for (const CiIncludedFile& f : includes.files) collect(f.text);
+  return result;
+}
+
 }  // namespace gdt::ci

@@ -34,6 +34,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -118,6 +120,25 @@ inline constexpr uint64_t kMaxGlobSteps = 20'000'000;
 CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
                              const std::string& project_dir,
                              const CiIncludeVariables& known = {});
+
+// The project's main CI file when the file being linted is one that it
+// includes (a fragment): GitLab only ever reads the fragment as part of
+// that configuration, so the names it may `extends` are those of all the
+// files read with it.
+struct CiIncludingConfig {
+  std::string main_path;  // As shown in messages (".gitlab-ci.yml").
+  // Top-level names (jobs, templates, keywords) defined by the main file
+  // and every file it includes.
+  std::set<std::string> names;
+  bool unseen = false;  // Some include of the main file is not read.
+};
+
+// `.gitlab-ci.yml` in `project_dir`, when it is not `file` itself and it
+// includes `file` (directly or through other files); nullopt otherwise,
+// also when it cannot be read.
+std::optional<CiIncludingConfig> FindIncludingConfig(
+    std::string_view file, const std::string& project_dir,
+    const CiIncludeVariables& known = {});
 
 }  // namespace gdt::ci
 

@@ -1073,6 +1073,7 @@ absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
       return failed(read);
     }
     workflow.variables = std::move(top.variables);
+    workflow.raw_variables = std::move(top.raw_variables);
   }
   const std::optional<CiValue> config = model.Top("workflow");
   if (!config.has_value() || config->is_null()) return workflow;
@@ -1086,14 +1087,11 @@ absl::StatusOr<CiWorkflow> LoadCiWorkflow(const std::string& path,
       return failed(
           absl::InvalidArgumentError("workflow name must be a string"));
     }
-    // GitLab's length check counts characters.
+    // GitLab's length check counts characters; an empty name is accepted
+    // (the pipeline stays unnamed).
     const size_t length = static_cast<size_t>(std::count_if(
         name_text.begin(), name_text.end(),
         [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
-    if (length < 1) {
-      return failed(absl::InvalidArgumentError(
-          "workflow name is too short (minimum is 1 character)"));
-    }
     if (length > 255) {
       return failed(absl::InvalidArgumentError(
           "workflow name is too long (maximum is 255 characters)"));

@@ -170,7 +170,9 @@ struct CiWorkflow {
   std::optional<std::vector<CiRule>> rules;  // `workflow:rules`.
   // Top-level variables (the values GitLab hands to `workflow:rules:if`).
   std::vector<std::pair<std::string, std::string>> variables;
-  // `workflow:name` as written (1 to 255 characters); none: no name.
+  // Those of them written `{value: ..., expand: false}`.
+  std::set<std::string> raw_variables;
+  // `workflow:name` as written (at most 255 characters); none: no name.
   std::optional<std::string> name;
 };
 

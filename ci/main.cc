@@ -173,6 +173,17 @@ int Lint(const std::string& file, bool json, const std::string& project_dir,
       ReadIncludes("lint", file, *text, project_dir, vars);
   if (!includes.has_value()) return gdt::ci::kCiUsageError;
   options.includes = &*includes;
+  // A file that the project's .gitlab-ci.yml includes is linted as part of
+  // that configuration: it may extend the templates of the others.
+  gdt::ci::CiIncludeVariables known;
+  if (absl::StatusOr<std::vector<std::pair<std::string, std::string>>> parsed =
+          gdt::ci::ParsePipelineVars(vars);
+      parsed.ok()) {
+    for (const auto& [key, value] : *parsed) known.pipeline[key] = value;
+  }
+  const std::optional<gdt::ci::CiIncludingConfig> including =
+      gdt::ci::FindIncludingConfig(file, project_dir, known);
+  if (including.has_value()) options.including = &*including;
   const gdt::ci::CiExpansion lint = gdt::ci::LintCiYaml(*text, options);
   const std::string report = gdt::ci::FormatLintReport(file, lint, json);
   if (!WriteOut("lint", json || lint.ok() ? std::cout : std::cerr, report)) {

@@ -229,6 +229,23 @@ ExpressionVariables RuleVariables(const CiJob& job, LocalPipeline pipeline) {
   return variables;
 }
 
+// The variables of `job` that GitLab sends raw (`expand: false`), after
+// every override (a rule's or the pipeline's variable of the same name is
+// not raw).
+std::set<std::string> RawVariables(const CiJob& job, LocalPipeline pipeline) {
+  pipeline.id_token_signer = nullptr;
+  std::set<std::string> raw;
+  const std::vector<gitlab::JobPayload> payloads = BuildPayloads(job, pipeline);
+  for (const gitlab::JobVariable& v : payloads.front().variables) {
+    if (v.raw) {
+      raw.insert(v.key);
+    } else {
+      raw.erase(v.key);
+    }
+  }
+  return raw;
+}
+
 // Why GitLab would not create a job or pipeline with these rules ("" when
 // it would); `*matched` is the rule that decides.
 std::string RulesVerdict(const std::vector<CiRule>& rules,
@@ -250,8 +267,11 @@ std::string RulesVerdict(const std::vector<CiRule>& rules,
 // value, an unknown name nothing. The variables are expanded among
 // themselves first, the same way except that `$$` and `%%` stay as they
 // are in their values; a reference that goes round in a circle stops there.
+// A variable in `raw` (`expand: false`) is not expanded itself: its value
+// goes in as written, `$OTHER` and all.
 std::string GitLabExpand(std::string_view text,
                          const ExpressionVariables& variables,
+                         const std::set<std::string>& raw,
                          bool in_value = false, int depth = 0) {
   const auto name_char = [](char c, bool first) {
     return std::isalpha(static_cast<unsigned char>(c)) || c == '_' ||
@@ -288,9 +308,10 @@ std::string GitLabExpand(std::string_view text,
     const auto found =
         variables.find(std::string(text.substr(start, end - start)));
     if (found != variables.end()) {
-      out += depth < 10 ? GitLabExpand(found->second, variables,
-                                       /*in_value=*/true, depth + 1)
-                        : found->second;
+      out += depth < 10 && raw.count(found->first) == 0
+                 ? GitLabExpand(found->second, variables, raw,
+                                /*in_value=*/true, depth + 1)
+                 : found->second;
     }
     i = next - 1;
   }
@@ -878,9 +899,13 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     // and CI_DEPENDENCY_PROXY_* are not sent.
     add("CI_TEMPLATE_REGISTRY_HOST", "registry.gitlab.com");
     // The project: a private project of run-local's server in a namespace
-    // of id 1, with no description, topics, detected languages or
-    // classification label (GitLab sends those empty), on a GitLab without
-    // a license (no features).
+    // of id 1, with no description, topics or classification label (GitLab
+    // sends those empty), on a GitLab without a license (no features).
+    // GitLab fills CI_PROJECT_REPOSITORY_LANGUAGES from its own language
+    // detection of the repository (Linguist's rules, kept up to date as
+    // commits come); run-local does not guess it from file names, so it is
+    // empty, as GitLab sends it for a project whose languages it has not
+    // detected. A pipeline variable (--var) of the name replaces it.
     const std::string root_namespace = pipeline.namespace_path.substr(
         0, std::min(pipeline.namespace_path.find('/'),
                     pipeline.namespace_path.size()));
@@ -1238,6 +1263,7 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   CiJob top;
   top.name = "workflow";
   top.variables = workflow->variables;
+  top.raw_variables = workflow->raw_variables;
   const auto pipeline_variables = [&pipeline, &top] {
     ExpressionVariables variables = RuleVariables(top, pipeline);
     for (auto it = variables.begin(); it != variables.end();) {
@@ -1278,7 +1304,8 @@ absl::StatusOr<RunLocalResult> RunLocal(const RunLocalOptions& options,
   // blank result leaves it unnamed.
   if (workflow->name.has_value()) {
     const std::string name = std::string(absl::StripAsciiWhitespace(
-        GitLabExpand(*workflow->name, pipeline_variables())));
+        GitLabExpand(*workflow->name, pipeline_variables(),
+                     RawVariables(top, pipeline))));
     if (RubyLength(name) > 255) {
       return absl::InvalidArgumentError(absl::StrCat(
           options.ci_file,

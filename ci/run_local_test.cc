@@ -1500,6 +1500,19 @@ TEST(BuildPayloadsTest, BranchPipelineVariablesFollowGitLab) {
     ASSERT_EQ(vars.count(empty), 1u) << empty;
     EXPECT_EQ(vars.at(empty), "") << empty;
   }
+  // The languages GitLab would detect can be given as a pipeline variable,
+  // which the job sees over the predefined (empty) one.
+  pipeline.pipeline_variables = {
+      {"CI_PROJECT_REPOSITORY_LANGUAGES", "python,c++,shell"}};
+  const gitlab::JobPayload given = BuildPayloads(job, pipeline)[0];
+  std::vector<std::string> languages;
+  for (const gitlab::JobVariable& v : given.variables) {
+    if (v.key == "CI_PROJECT_REPOSITORY_LANGUAGES")
+      languages.push_back(v.value);
+  }
+  EXPECT_THAT(languages, ::testing::ElementsAre("", "python,c++,shell"));
+  // GitLab sends CI_TRACEPARENT; the runner adds no TRACEPARENT of its own.
+  EXPECT_EQ(vars.count("TRACEPARENT"), 0u);
   EXPECT_EQ(vars.at("GITLAB_USER_LOGIN"), "ada");
   EXPECT_EQ(vars.at("GITLAB_USER_NAME"), "ada");
   EXPECT_EQ(vars.at("GITLAB_USER_EMAIL"), "ada@gitlab.local");
@@ -1624,6 +1637,33 @@ show:
   EXPECT_EQ(too_long.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(too_long.status().message(),
               HasSubstr("Name is too long (maximum is 255 characters)"));
+
+  // GitLab does not expand a variable written with `expand: false`, in the
+  // name nor in another variable that refers to it: `$JOB_VAR` reaches the
+  // name as written (the runner then expands it in CI_PIPELINE_NAME with
+  // the job's variables), where expanding it against the pipeline's
+  // variables would have left nothing. An empty name is accepted.
+  WriteTextFile(project_ + "/.gitlab-ci.yml", R"(
+variables:
+  RAW: {value: "$JOB_VAR", expand: false}
+  VIA: "<$RAW>"
+workflow:
+  name: "$RAW $VIA"
+show:
+  variables: {JOB_VAR: jv}
+  script: ['echo "raw name=[$CI_PIPELINE_NAME]"']
+)");
+  std::ostringstream raw_out;
+  absl::StatusOr<RunLocalResult> raw = RunLocal(options_, raw_out, nullptr);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_THAT(raw_out.str(), HasSubstr("[show] raw name=[jv <jv>]\n"));
+  WriteTextFile(project_ + "/.gitlab-ci.yml",
+                "workflow: {name: ''}\nshow:\n"
+                "  script: ['echo \"empty name=[$CI_PIPELINE_NAME]\"']\n");
+  std::ostringstream empty_out;
+  absl::StatusOr<RunLocalResult> empty = RunLocal(options_, empty_out, nullptr);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_THAT(empty_out.str(), HasSubstr("[show] empty name=[]\n"));
 }
 
 }  // namespace

@@ -166,8 +166,12 @@ class RunnerEmulatorTest : public ::testing::Test {
     return absl::StrSplit(ReadTextFile(rec_ + "/calls"), '\n',
                           absl::SkipEmpty());
   }
+  // The environment a fake exec recorded, one VAR=value a line, with a
+  // line break first so that "\nVAR=" finds the first variable too (the
+  // order is not fixed).
   std::string EnvOf(int n, const std::string& suffix) const {
-    return ReadTextFile(rec_ + "/env." + std::to_string(n) + "." + suffix);
+    return "\n" +
+           ReadTextFile(rec_ + "/env." + std::to_string(n) + "." + suffix);
   }
   std::string Log() const {
     std::string text;
