@@ -83,19 +83,8 @@ class StateStoreFaultTest : public ::testing::Test {
 
   // Until the coordinator's status shows a gang running (60 s).
   void WaitForARunningGang() {
-    std::string last;
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          absl::StatusOr<nlohmann::json> status = cluster_.Status();
-          if (!status.ok()) return false;
-          last = status->dump();
-          for (const auto& gang : (*status)["gangs"]) {
-            if (gang.value("state", "") == "running") return true;
-          }
-          return false;
-        },
-        seconds(60)))
-        << last << cluster_.Logs();
+    ASSERT_FALSE(cluster_.WaitForRunningGang(seconds(60)).empty())
+        << cluster_.Logs();
   }
 
   GdtCluster cluster_;
@@ -180,16 +169,13 @@ TEST_F(StateStoreFaultTest, AFullStateDiskHoldsAnAdmissionUntilThereIsSpace) {
   const std::string project = MakeShellProject(cluster_.dir(), "echo finished");
   std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
   ASSERT_NE(run, nullptr);
-  std::string last;
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        absl::StatusOr<nlohmann::json> status = cluster_.Status();
-        if (!status.ok()) return false;
-        last = status->dump();
-        return absl::StrContains(last, "state store to accept writes");
+  nlohmann::json last;
+  ASSERT_TRUE(cluster_.WaitForStatus(
+      [](const nlohmann::json& status) {
+        return absl::StrContains(status.dump(), "state store to accept writes");
       },
-      seconds(60)))
-      << last << cluster_.Logs();
+      seconds(60), &last))
+      << last.dump() << cluster_.Logs();
   // Several admission passes (one a second) while the disk stays full: the
   // gang keeps waiting with its reason.
   const auto until = std::chrono::steady_clock::now() + seconds(4);
