@@ -160,22 +160,6 @@ class Holder {
   int release_ = -1;
 };
 
-// A fresh directory in /dev/shm (tmpfs on most hosts), removed with what
-// it holds.
-struct ShmDir {
-  ShmDir() {
-    std::string pattern = "/dev/shm/gdt-test-XXXXXX";
-    if (mkdtemp(pattern.data()) != nullptr) path = pattern;
-  }
-  ~ShmDir() {
-    std::error_code ignored;
-    if (!path.empty()) fs::remove_all(path, ignored);
-  }
-  ShmDir(const ShmDir&) = delete;
-  ShmDir& operator=(const ShmDir&) = delete;
-  std::string path;
-};
-
 // A directory standing for a member's cgroup: its cgroup.procs lists
 // `pids` (what CgroupPids() reads of a real one).
 std::string FakeCgroup(const test::TempDir& temp,
@@ -254,9 +238,9 @@ TEST(DiskUseTest, FilesItsProcessesHoldOpenAfterDeletingThemCount) {
 // deleted and keeps writing to: the member is stopped.
 TEST(DiskWatchTest, AMemberWritingToAFileItDeletedIsStopped) {
   // On tmpfs, where little else writes: the growth the watch sees is this.
-  const ShmDir base;
-  ASSERT_FALSE(base.path.empty());
-  const std::string builds = base.path + "/builds";
+  const test::TempDir base("/dev/shm");
+  ASSERT_FALSE(base.path().empty());
+  const std::string builds = base.path() + "/builds";
   fs::create_directories(builds);
   test::TempDir temp;
   const int fd = OpenDeleted(builds + "/checkpoint", 1 << 20);

@@ -379,19 +379,9 @@ TEST_F(PurgeTest, ADeepChainStillEndsAtTheEntryBound) {
 // disk file system the tests' temp dir is on: each directory's entries
 // are read before any is removed.
 TEST_F(PurgeTest, ADirectoryOfManyEntriesGoesWhole) {
-  struct ShmDir {
-    ShmDir() {
-      std::string pattern = "/dev/shm/gdt-test-XXXXXX";
-      if (mkdtemp(pattern.data()) != nullptr) path = pattern;
-    }
-    ~ShmDir() {
-      std::error_code ignored;
-      if (!path.empty()) fs::remove_all(path, ignored);
-    }
-    std::string path;
-  } on_tmpfs;
-  ASSERT_FALSE(on_tmpfs.path.empty());
-  for (const std::string& base : {temp_.Sub("disk"), on_tmpfs.path}) {
+  const test::TempDir on_tmpfs("/dev/shm");
+  ASSERT_FALSE(on_tmpfs.path().empty());
+  for (const std::string& base : {temp_.Sub("disk"), on_tmpfs.path()}) {
     SCOPED_TRACE(base);
     const std::string root = base + "/root";
     if (!Exists(base)) MakeDir(base, 0, 0, 0755);

@@ -784,6 +784,61 @@ TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
   EXPECT_EQ(loaded->hosts.size(), 1u);
 }
 
+// A join the store only holds back succeeds on a full disk: it does not
+// show that the store recovered. One failing line for the outage and one
+// recovered line once a write is committed again.
+TEST(WatchedStoreTest, AHeldBackJoinIsNoRecovery) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  FakeClock clock;
+  coordinator::WatchedStore store(std::move(*opened), clock);
+  store.Serve();
+  state::Gang gang;
+  gang.id = "gang-1";
+  gang.key = test::TrainKey(3);
+  gang.created_unix_ms = 1;
+  state::Member member;
+  member.index = 1;
+  member.job_id = 101;
+  ASSERT_TRUE(store.SaveJoin(gang, member, true).ok());
+  ASSERT_TRUE(store.Flush().ok());
+  std::ostringstream captured;
+  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
+      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  {
+    FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
+    member.index = 2;
+    member.job_id = 202;
+    ASSERT_TRUE(store.SaveJoin(gang, member, false).ok());
+    EXPECT_TRUE(coordinator::IsStateStoreRefusal(store.Flush()));
+    member.index = 3;
+    member.job_id = 303;
+    EXPECT_TRUE(store.SaveJoin(gang, member, false).ok());
+    EXPECT_TRUE(coordinator::IsStateStoreRefusal(store.Flush()));
+  }
+  EXPECT_TRUE(store.SaveHost(state::Host{test::CpuHost("cpu-01", 2)}).ok());
+  spdlog::set_default_logger(previous);
+
+  const std::string log = captured.str();
+  auto count = [&](const std::string& event) {
+    size_t found = 0;
+    for (size_t at = log.find(event); at != std::string::npos;
+         at = log.find(event, at + 1)) {
+      ++found;
+    }
+    return found;
+  };
+  EXPECT_EQ(count("event=state_store_failing "), 1u) << log;
+  EXPECT_EQ(count("event=state_store_recovered "), 1u) << log;
+  EXPECT_LT(log.find("event=state_store_failing "),
+            log.find("event=state_store_recovered "))
+      << log;
+}
+
 // A state file that is no database any more (overwritten under the
 // coordinator) is a permanent error: retrying does not cure it. The log
 // line says so and what to do, at once even within the minute after a

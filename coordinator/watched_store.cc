@@ -25,7 +25,7 @@ absl::Status WatchedStore::Note(const char* what, absl::Status status,
                                 Kind kind) {
   if (!serving_) return status;
   const Clock::TimePoint now = clock_.Now();
-  if (kind == Kind::kWrite) MaybeCheckStorage(now);
+  if (kind != Kind::kRead) MaybeCheckStorage(now);
   if (status.ok()) {
     // A read, or a flush with nothing to commit, succeeds on a full disk.
     if (kind == Kind::kWrite && failing_since_.has_value()) {
@@ -154,7 +154,8 @@ absl::Status WatchedStore::SaveMember(const state::Gang& gang,
 absl::Status WatchedStore::SaveJoin(const state::Gang& gang,
                                     const state::Member& member,
                                     bool gang_changed) {
-  return Note("SaveJoin", store_->SaveJoin(gang, member, gang_changed));
+  return Note("SaveJoin", store_->SaveJoin(gang, member, gang_changed),
+              Kind::kHeldBack);
 }
 
 absl::Status WatchedStore::Flush() {

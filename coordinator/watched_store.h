@@ -90,8 +90,11 @@ class WatchedStore final : public state::StateStore {
   // On a write: CheckStorage() when it is due, and its line.
   void MaybeCheckStorage(Clock::TimePoint now);
 
-  // Whether a call's success shows that the store can be written again.
-  enum class Kind { kWrite, kRead };
+  // Whether a call's success shows that the store can be written again:
+  // a write's does; a read's does not, nor that of a write the store may
+  // only hold back for a later commit (SaveJoin), which succeeds on a full
+  // disk.
+  enum class Kind { kWrite, kHeldBack, kRead };
   // Notes the outcome of one call to the store named `what`; returns what
   // the caller gets.
   absl::Status Note(const char* what, absl::Status status,

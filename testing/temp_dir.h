@@ -15,11 +15,12 @@
 
 namespace gdt::test {
 
-// A fresh directory under testing::TempDir(), removed with its contents.
+// A fresh directory under `parent` (testing::TempDir() unless given, e.g.
+// "/dev/shm" for one on tmpfs), removed with its contents.
 class TempDir {
  public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "/gdt-test-XXXXXX";
+  explicit TempDir(const std::string& parent = ::testing::TempDir()) {
+    std::string pattern = parent + "/gdt-test-XXXXXX";
     if (mkdtemp(pattern.data()) == nullptr) {
       ADD_FAILURE() << "cannot create a temp dir from " << pattern;
       return;

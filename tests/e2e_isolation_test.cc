@@ -1034,86 +1034,103 @@ class DiskLimitTest : public DiskFullTest {
     accounts_ = {"61095:61095", "61096:61096", "61097:61097", "61098:61098"};
     agent_yaml_ = "member_disk_max: 8M\n";
   }
+
+  // Runs the 2-member gang `name`, whose `script` writes without end, beside
+  // the 2-member gang "writer" (pipelines `pipeline` and `pipeline` + 1).
+  // Once `name` is stopped (or, were it not, the disk is full) the writer
+  // writes its checkout and TMPDIR. Expects the writer to succeed, `name`
+  // to fail as a script does with the disk-limit line in a member's log,
+  // and the space to be free again after.
+  void ExpectStoppedBesideAWriter(const std::string& name,
+                                  const std::string& script, int pipeline) {
+    const std::string flags = SharedDir("flags");
+    const std::string project = cluster_.dir().Sub("project");
+    fs::create_directories(project);
+    auto job = [](const std::string& job_name, const std::string& body) {
+      return GangJobYaml({.name = job_name, .script = body});
+    };
+    WriteFile(
+        project + "/.gitlab-ci.yml",
+        absl::StrCat(
+            job("writer",
+                absl::StrCat(
+                    "for i in $(seq 1200); do [ -e ", flags,
+                    "/go ] && break; sleep 0.1; done\n"
+                    "[ -e ",
+                    flags,
+                    "/go ] || { echo never-told; exit 9; }\n"
+                    "dd if=/dev/zero of=\"$CI_PROJECT_DIR/data\" bs=1M "
+                    "count=4 status=none || { echo checkout-write-failed; "
+                    "exit 7; }\n"
+                    "dd if=/dev/zero of=\"$TMPDIR/data\" bs=1M count=2 "
+                    "status=none || { echo tmpdir-write-failed; exit 7; }\n"
+                    "echo writer-wrote-its-files\n")),
+            job(name, script)));
+
+    std::unique_ptr<Subprocess> writer =
+        StartRunLocal(cluster_, project, "writer",
+                      {"--pipeline-id", std::to_string(pipeline)});
+    ASSERT_NE(writer, nullptr);
+    ASSERT_NO_FATAL_FAILURE(WaitForARunningGang());
+    std::unique_ptr<Subprocess> filler =
+        StartRunLocal(cluster_, project, name,
+                      {"--pipeline-id", std::to_string(pipeline + 1)});
+    ASSERT_NE(filler, nullptr);
+    // The filling job was stopped (the first of its members stopped fails
+    // its gang, which stops the other), or, without a bound, the disk is
+    // full: the writer writes then.
+    ASSERT_TRUE(WaitFor(
+        [&] {
+          return absl::StrContains(cluster_.Logs(),
+                                   "event=member_disk_limit ") ||
+                 FreeBytes() < (1 << 20);
+        },
+        seconds(60)))
+        << "free " << FreeBytes() << cluster_.Logs();
+    WriteFile(flags + "/go", "");
+    CommandResult wrote = FinishRun(*writer, seconds(90));
+    CommandResult fill = FinishRun(*filler, seconds(120));
+
+    EXPECT_TRUE(wrote.status.success()) << wrote.output << cluster_.Logs();
+    for (int index = 1; index <= 2; ++index) {
+      const std::string log = ReadFile(
+          absl::StrCat(cluster_.run_dir(), "/logs/writer-", index, "-2.log"));
+      EXPECT_THAT(log, HasSubstr("writer-wrote-its-files")) << log;
+    }
+    // The filling job fails as a script does, the log of each member the
+    // watch stopped ending in why.
+    EXPECT_FALSE(fill.status.success()) << fill.output;
+    EXPECT_THAT(fill.output, HasSubstr("script_failure")) << fill.output;
+    EXPECT_THAT(fill.output, Not(HasSubstr("system_failure"))) << fill.output;
+    const std::regex line(
+        "\ngdt: disk limit: this member holds [0-9]+ bytes in /[^\n]*, "
+        "above member_disk_max \\(8388608 bytes, in the agent's config\\); "
+        "its processes were stopped\n");
+    int stopped = 0;
+    std::string logs;
+    for (int index = 1; index <= 2; ++index) {
+      const std::string log = ReadFile(absl::StrCat(
+          cluster_.run_dir(), "/logs/", name, "-", index, "-2.log"));
+      if (std::regex_search(log, line)) ++stopped;
+      EXPECT_THAT(log, Not(HasSubstr("wrote-for-a-minute"))) << log;
+      logs += log;
+    }
+    EXPECT_GE(stopped, 1) << logs;
+    EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_disk_limit "));
+    // Teardown freed the space.
+    EXPECT_TRUE(WaitFor([&] { return FreeBytes() > (48 << 20); }, seconds(10)))
+        << "free " << FreeBytes();
+  }
 };
 
 TEST_F(DiskLimitTest, AJobThatWritesWithoutEndIsStoppedAndOthersWrite) {
-  const std::string flags = SharedDir("flags");
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project);
-  auto job = [](const std::string& name, const std::string& script) {
-    return GangJobYaml({.name = name, .script = script});
-  };
-  WriteFile(
-      project + "/.gitlab-ci.yml",
-      absl::StrCat(
-          job("writer",
-              absl::StrCat(
-                  "for i in $(seq 1200); do [ -e ", flags,
-                  "/go ] && break; sleep 0.1; done\n"
-                  "[ -e ",
-                  flags,
-                  "/go ] || { echo never-told; exit 9; }\n"
-                  "dd if=/dev/zero of=\"$CI_PROJECT_DIR/data\" bs=1M count=4 "
-                  "status=none || { echo checkout-write-failed; exit 7; }\n"
-                  "dd if=/dev/zero of=\"$TMPDIR/data\" bs=1M count=2 "
-                  "status=none || { echo tmpdir-write-failed; exit 7; }\n"
-                  "echo writer-wrote-its-files\n")),
-          job("fill",
-              "for i in $(seq 450); do dd if=/dev/zero bs=1M count=1 "
-              "status=none >> \"$CI_PROJECT_DIR/fill\" || true; "
-              "sleep 0.2; done\n"
-              "echo wrote-for-a-minute\n")));
-
-  std::unique_ptr<Subprocess> writer =
-      StartRunLocal(cluster_, project, "writer", {"--pipeline-id", "310"});
-  ASSERT_NE(writer, nullptr);
-  ASSERT_NO_FATAL_FAILURE(WaitForARunningGang());
-  std::unique_ptr<Subprocess> filler =
-      StartRunLocal(cluster_, project, "fill", {"--pipeline-id", "311"});
-  ASSERT_NE(filler, nullptr);
-  // The filling job was stopped (the first of its members stopped fails
-  // its gang, which stops the other), or, without a bound, the disk is
-  // full: the writer writes then.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return absl::StrContains(cluster_.Logs(), "event=member_disk_limit ") ||
-               FreeBytes() < (1 << 20);
-      },
-      seconds(60)))
-      << "free " << FreeBytes() << cluster_.Logs();
-  WriteFile(flags + "/go", "");
-  CommandResult wrote = FinishRun(*writer, seconds(90));
-  CommandResult fill = FinishRun(*filler, seconds(120));
-
-  EXPECT_TRUE(wrote.status.success()) << wrote.output << cluster_.Logs();
-  for (int index = 1; index <= 2; ++index) {
-    const std::string log = ReadFile(
-        absl::StrCat(cluster_.run_dir(), "/logs/writer-", index, "-2.log"));
-    EXPECT_THAT(log, HasSubstr("writer-wrote-its-files")) << log;
-  }
-  // The filling job fails as a script does, the log of each member the
-  // watch stopped ending in why.
-  EXPECT_FALSE(fill.status.success()) << fill.output;
-  EXPECT_THAT(fill.output, HasSubstr("script_failure")) << fill.output;
-  EXPECT_THAT(fill.output, Not(HasSubstr("system_failure"))) << fill.output;
-  const std::regex line(
-      "\ngdt: disk limit: this member holds [0-9]+ bytes in /[^\n]*, above "
-      "member_disk_max \\(8388608 bytes, in the agent's config\\); its "
-      "processes were stopped\n");
-  int stopped = 0;
-  std::string logs;
-  for (int index = 1; index <= 2; ++index) {
-    const std::string log = ReadFile(
-        absl::StrCat(cluster_.run_dir(), "/logs/fill-", index, "-2.log"));
-    if (std::regex_search(log, line)) ++stopped;
-    EXPECT_THAT(log, Not(HasSubstr("wrote-for-a-minute"))) << log;
-    logs += log;
-  }
-  EXPECT_GE(stopped, 1) << logs;
-  EXPECT_THAT(cluster_.Logs(), HasSubstr("event=member_disk_limit "));
-  // Teardown freed the space.
-  EXPECT_TRUE(WaitFor([&] { return FreeBytes() > (48 << 20); }, seconds(10)))
-      << "free " << FreeBytes();
+  ExpectStoppedBesideAWriter(
+      "fill",
+      "for i in $(seq 450); do dd if=/dev/zero bs=1M count=1 "
+      "status=none >> \"$CI_PROJECT_DIR/fill\" || true; "
+      "sleep 0.2; done\n"
+      "echo wrote-for-a-minute\n",
+      310);
 }
 
 // Accounts of its own.
@@ -1129,83 +1146,19 @@ class DiskLimitOpenTest : public DiskLimitTest {
 // same (found through its processes' descriptors): it is stopped at its
 // bound, and a member of another gang writes its files and succeeds.
 TEST_F(DiskLimitOpenTest, AJobWritingToAFileItDeletedIsStopped) {
-  const std::string flags = SharedDir("flags");
-  const std::string project = cluster_.dir().Sub("project");
-  fs::create_directories(project);
-  auto job = [](const std::string& name, const std::string& script) {
-    return GangJobYaml({.name = name, .script = script});
-  };
-  WriteFile(
-      project + "/.gitlab-ci.yml",
-      absl::StrCat(
-          job("writer",
-              absl::StrCat(
-                  "for i in $(seq 1200); do [ -e ", flags,
-                  "/go ] && break; sleep 0.1; done\n"
-                  "[ -e ",
-                  flags,
-                  "/go ] || { echo never-told; exit 9; }\n"
-                  "dd if=/dev/zero of=\"$CI_PROJECT_DIR/data\" bs=1M count=4 "
-                  "status=none || { echo checkout-write-failed; exit 7; }\n"
-                  "dd if=/dev/zero of=\"$TMPDIR/data\" bs=1M count=2 "
-                  "status=none || { echo tmpdir-write-failed; exit 7; }\n"
-                  "echo writer-wrote-its-files\n")),
-          job("hide",
-              "exec 3>\"$TMPDIR/hidden\"\n"
-              "rm \"$TMPDIR/hidden\"\n"
-              "for i in $(seq 450); do dd if=/dev/zero bs=1M count=1 "
-              "status=none >&3 || true; sleep 0.2; done\n"
-              "echo wrote-for-a-minute\n")));
-
-  std::unique_ptr<Subprocess> writer =
-      StartRunLocal(cluster_, project, "writer", {"--pipeline-id", "315"});
-  ASSERT_NE(writer, nullptr);
-  ASSERT_NO_FATAL_FAILURE(WaitForARunningGang());
-  std::unique_ptr<Subprocess> hider =
-      StartRunLocal(cluster_, project, "hide", {"--pipeline-id", "316"});
-  ASSERT_NE(hider, nullptr);
-  // Stopped, or (were the deleted file not seen) the disk is full.
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return absl::StrContains(cluster_.Logs(), "event=member_disk_limit ") ||
-               FreeBytes() < (1 << 20);
-      },
-      seconds(60)))
-      << "free " << FreeBytes() << cluster_.Logs();
-  WriteFile(flags + "/go", "");
-  CommandResult wrote = FinishRun(*writer, seconds(90));
-  CommandResult hid = FinishRun(*hider, seconds(120));
-
-  EXPECT_TRUE(wrote.status.success()) << wrote.output << cluster_.Logs();
-  for (int index = 1; index <= 2; ++index) {
-    const std::string log = ReadFile(
-        absl::StrCat(cluster_.run_dir(), "/logs/writer-", index, "-2.log"));
-    EXPECT_THAT(log, HasSubstr("writer-wrote-its-files")) << log;
-  }
-  EXPECT_FALSE(hid.status.success()) << hid.output;
-  EXPECT_THAT(hid.output, HasSubstr("script_failure")) << hid.output;
-  const std::regex line(
-      "\ngdt: disk limit: this member holds [0-9]+ bytes in /[^\n]*, above "
-      "member_disk_max \\(8388608 bytes, in the agent's config\\); its "
-      "processes were stopped\n");
-  int stopped = 0;
-  std::string logs;
-  for (int index = 1; index <= 2; ++index) {
-    const std::string log = ReadFile(
-        absl::StrCat(cluster_.run_dir(), "/logs/hide-", index, "-2.log"));
-    if (std::regex_search(log, line)) ++stopped;
-    EXPECT_THAT(log, Not(HasSubstr("wrote-for-a-minute"))) << log;
-    logs += log;
-  }
-  EXPECT_GE(stopped, 1) << logs;
+  ASSERT_NO_FATAL_FAILURE(ExpectStoppedBesideAWriter(
+      "hide",
+      "exec 3>\"$TMPDIR/hidden\"\n"
+      "rm \"$TMPDIR/hidden\"\n"
+      "for i in $(seq 450); do dd if=/dev/zero bs=1M count=1 "
+      "status=none >&3 || true; sleep 0.2; done\n"
+      "echo wrote-for-a-minute\n",
+      315));
   // What the agent counted was the deleted file's.
   const std::regex event(
       "event=member_disk_limit member=[^ ]+ bytes=[0-9]+ "
       "deleted_open_bytes=[1-9][0-9]{6,} ");
   EXPECT_TRUE(std::regex_search(cluster_.Logs(), event)) << cluster_.Logs();
-  // Its processes gone, the space is free again.
-  EXPECT_TRUE(WaitFor([&] { return FreeBytes() > (48 << 20); }, seconds(10)))
-      << "free " << FreeBytes();
 }
 
 // Accounts of its own, and its files in /tmp go even when the agent's
