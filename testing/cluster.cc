@@ -598,6 +598,17 @@ absl::StatusOr<nlohmann::json> GdtCluster::Status() {
   return CoordinatorStatus(coordinator_endpoint(), Prefix(control_host_), env);
 }
 
+std::vector<std::string> GdtCluster::DescriptorStarvedLauncher(
+    const std::string& nofile) {
+  const char* ubsan = getenv("UBSAN_OPTIONS");
+  return {
+      "env",
+      absl::StrCat("UBSAN_OPTIONS=", ubsan != nullptr ? ubsan : "",
+                   ubsan != nullptr && *ubsan != '\0' ? ":" : "",
+                   "suppressions=", SourceDir(), "/testing/ubsan_starved.supp"),
+      "prlimit", "--nofile=" + nofile, "--"};
+}
+
 std::string GdtCluster::WaitForRunningGang(std::chrono::milliseconds timeout) {
   std::string id;
   WaitForStatus(

@@ -187,6 +187,13 @@ class GdtCluster {
   void SetCoordinatorLauncher(std::vector<std::string> argv) {
     coordinator_launcher_ = std::move(argv);
   }
+  // A launcher for SetCoordinatorLauncher() that runs gdt-coord with
+  // `nofile` ("soft:hard") as its descriptor limit, for tests that use its
+  // descriptors up on purpose. UBSan's vptr check is off in it: the check
+  // needs a free descriptor (a pipe) and, with none, takes every object it
+  // meets for the first time for one with an invalid vptr.
+  static std::vector<std::string> DescriptorStarvedLauncher(
+      const std::string& nofile);
   // YAML lines appended to the executor's config (e.g. kill_grace_seconds).
   void SetExecutorExtraConfig(std::string yaml) {
     executor_extra_config_ = std::move(yaml);

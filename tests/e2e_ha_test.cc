@@ -152,7 +152,8 @@ TEST(HaTest, AStandbyFloodedAboveItsDescriptorLimitServesAgain) {
       test::EtcdTestServer::Start();
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   GdtCluster cluster;
-  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:256", "--"});
+  cluster.SetCoordinatorLauncher(
+      GdtCluster::DescriptorStarvedLauncher("256:256"));
   ASSERT_TRUE(cluster
                   .StartHaCoordinators(2, (*etcd)->joined_endpoints(),
                                        /*lease_ttl_s=*/3)

@@ -527,7 +527,8 @@ TEST(StalledStreamTest, AFloodFromOneAddressIsCappedWhileAGangRuns) {
 // closes the connections that never finish their handshake.
 TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
   GdtCluster cluster;
-  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:4096", "--"});
+  cluster.SetCoordinatorLauncher(
+      GdtCluster::DescriptorStarvedLauncher("256:4096"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   AgentSpec agent;
   agent.name = "local";
@@ -587,7 +588,8 @@ TEST(DescriptorFloodTest, IdleConnectionsNeitherStopTheCoordinatorNorStay) {
 TEST(DescriptorFloodTest,
      AFloodAboveTheHardLimitDoesNotStopTheListenerForGood) {
   GdtCluster cluster;
-  cluster.SetCoordinatorLauncher({"prlimit", "--nofile=256:256", "--"});
+  cluster.SetCoordinatorLauncher(
+      GdtCluster::DescriptorStarvedLauncher("256:256"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   AgentSpec agent;
   agent.name = "local";
