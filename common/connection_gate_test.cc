@@ -21,13 +21,14 @@
 #include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
+#include "testing/log_capture.h"
 #include "testing/wait.h"
 
 namespace gdt {
 namespace {
 
+using ::gdt::test::LogCapture;
 using ::gdt::test::WaitFor;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
@@ -174,28 +175,6 @@ TEST(ConnectionGateTest, WithoutAHandoffConnectionsAreClosedAndNotCounted) {
   Client second("127.0.0.1", gate->port());
   ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
 }
-
-// The log lines written while it lives (it outlives the gates that log).
-class LogCapture {
- public:
-  LogCapture()
-      : previous_(spdlog::default_logger()),
-        capture_(std::make_shared<spdlog::logger>(
-            "capture",
-            std::make_shared<spdlog::sinks::ostream_sink_mt>(text_))) {
-    spdlog::set_default_logger(capture_);
-  }
-  ~LogCapture() { spdlog::set_default_logger(previous_); }
-  std::string text() {
-    capture_->flush();
-    return text_.str();
-  }
-
- private:
-  std::ostringstream text_;
-  std::shared_ptr<spdlog::logger> previous_;
-  std::shared_ptr<spdlog::logger> capture_;
-};
 
 sockaddr_storage Address(const std::string& text) {
   sockaddr_storage address = {};

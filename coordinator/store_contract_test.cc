@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -16,12 +17,12 @@
 #include "coordinator/watched_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "spdlog/sinks/ostream_sink.h"
 #include "spdlog/spdlog.h"
 #include "state/etcd_client.h"
 #include "state/etcd_store.h"
 #include "state/sqlite_store.h"
 #include "testing/etcd_test_server.h"
+#include "testing/log_capture.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/sqlite_edit.h"
 #include "testing/temp_dir.h"
@@ -805,10 +806,7 @@ TEST(WatchedStoreTest, AHeldBackJoinIsNoRecovery) {
   member.job_id = 101;
   ASSERT_TRUE(store.SaveJoin(gang, member, true).ok());
   ASSERT_TRUE(store.Flush().ok());
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  std::optional<test::LogCapture> captured(std::in_place);
   {
     FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
     member.index = 2;
@@ -821,9 +819,9 @@ TEST(WatchedStoreTest, AHeldBackJoinIsNoRecovery) {
     EXPECT_TRUE(coordinator::IsStateStoreRefusal(store.Flush()));
   }
   EXPECT_TRUE(store.SaveHost(state::Host{test::CpuHost("cpu-01", 2)}).ok());
-  spdlog::set_default_logger(previous);
+  const std::string log = captured->text();
+  captured.reset();
 
-  const std::string log = captured.str();
   auto count = [&](const std::string& event) {
     size_t found = 0;
     for (size_t at = log.find(event); at != std::string::npos;
@@ -853,10 +851,7 @@ TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
   coordinator::WatchedStore store(std::move(*opened), clock);
   store.Serve();
   ASSERT_TRUE(store.SaveSecret("s", "v").ok());
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  std::optional<test::LogCapture> captured(std::in_place);
   {
     sqlite3* other = nullptr;
     ASSERT_EQ(
@@ -877,10 +872,10 @@ TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
     out << std::string(size, 'x');
   }
   const absl::Status refused = store.SaveSecret("s", "x");
-  spdlog::set_default_logger(previous);
+  const std::string log = captured->text();
+  captured.reset();
 
   EXPECT_TRUE(coordinator::IsStateStoreRefusal(refused)) << refused;
-  const std::string log = captured.str();
   EXPECT_THAT(log, ::testing::HasSubstr(
                        "event=state_store_failing kind=transient "
                        "call=SaveSecret failures=1 error=\"INTERNAL: sqlite: "
@@ -976,18 +971,15 @@ TEST(WatchedStoreTest, ADeletedStateFileIsRestoredAndLogged) {
   store.Serve();
   ASSERT_TRUE(store.SaveSecret("s", "1").ok());
   ASSERT_TRUE(std::filesystem::remove(path));
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  std::optional<test::LogCapture> captured(std::in_place);
   clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
   const absl::Status written = store.SaveSecret("s", "2");
-  spdlog::set_default_logger(previous);
+  const std::string log = captured->text();
+  captured.reset();
 
   EXPECT_TRUE(written.ok()) << written;
   EXPECT_TRUE(std::filesystem::exists(path));
   EXPECT_TRUE(store.CheckStorage().ok());
-  const std::string log = captured.str();
   EXPECT_THAT(log, ::testing::HasSubstr(
                        "event=state_file_restored path=" + path + " was="));
   EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
