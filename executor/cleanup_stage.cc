@@ -44,7 +44,8 @@ Outcome CleanupStage(const StageContext& context) {
                    LogValue(state->member_id), *killed);
     }
     LeaveGangQuietly(coordinator, state->gang_key, state->member_index,
-                     state->job_id, rpc_timeout);
+                     state->job_id, rpc_timeout,
+                     CleanupLeaveRetry(coordinator, context.config));
     std::remove(state_path.c_str());
     return Outcome::Success();
   }
@@ -63,7 +64,7 @@ Outcome CleanupStage(const StageContext& context) {
   }
   const JobInfo& info = std::get<JobInfo>(job);
   LeaveGangQuietly(coordinator, GangKeyOf(info), info.member_index, info.job_id,
-                   rpc_timeout);
+                   rpc_timeout, CleanupLeaveRetry(coordinator, context.config));
   return Outcome::Success();
 }
 

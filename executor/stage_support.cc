@@ -1,8 +1,11 @@
 #include "executor/stage_support.h"
 
+#include <algorithm>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/backoff.h"
 #include "common/file.h"
 #include "common/logging.h"
 #include "gitlab/job_payload.h"
@@ -10,6 +13,15 @@
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
+namespace {
+
+// Between tries of a leave that may pass.
+constexpr std::chrono::milliseconds kMaxLeaveBackoff(2000);
+// The most cleanup retries its leave for with HA replicas: an election
+// takes about lease_ttl_s (5 s by default), far less than this.
+constexpr std::chrono::milliseconds kMaxCleanupLeaveRetry(30000);
+
+}  // namespace
 
 std::variant<JobInfo, Outcome> LoadJob(const JobEnv& env) {
   if (env.job_response_file.empty()) {
@@ -97,20 +109,44 @@ void PresentExecutorId(rendezvous::CoordinatorClient& coordinator,
 
 void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
                       const v1::GangKey& key, int member_index, int64_t job_id,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout,
+                      std::chrono::milliseconds retry_for) {
   v1::LeaveGangRequest request;
   *request.mutable_key() = key;
   request.set_member_index(static_cast<uint32_t>(member_index));
   request.set_job_id(job_id);
-  if (absl::Status status = coordinator.LeaveGang(request, timeout);
-      !status.ok()) {
-    spdlog::warn("event=leave_failed group={} pipeline={} job={} error={}",
-                 LogValue(key.group_name()), key.pipeline_id(), job_id,
-                 LogValue(status.ToString()));
-  } else {
-    spdlog::info("event=gang_left group={} pipeline={} job={}",
-                 LogValue(key.group_name()), key.pipeline_id(), job_id);
+  const auto give_up = std::chrono::steady_clock::now() + retry_for;
+  Backoff backoff({std::chrono::milliseconds(200), kMaxLeaveBackoff,
+                   Backoff::Jitter::kDecorrelated});
+  int tries = 0;
+  while (true) {
+    const absl::Status status = coordinator.LeaveGang(request, timeout);
+    ++tries;
+    if (status.ok()) {
+      spdlog::info("event=gang_left group={} pipeline={} job={} tries={}",
+                   LogValue(key.group_name()), key.pipeline_id(), job_id,
+                   tries);
+      return;
+    }
+    const bool transient = status.code() == absl::StatusCode::kUnavailable ||
+                           status.code() == absl::StatusCode::kDeadlineExceeded;
+    const std::chrono::milliseconds delay = backoff.Next();
+    if (!transient || std::chrono::steady_clock::now() + delay >= give_up) {
+      spdlog::warn(
+          "event=leave_failed group={} pipeline={} job={} tries={} error={}",
+          LogValue(key.group_name()), key.pipeline_id(), job_id, tries,
+          LogValue(status.ToString()));
+      return;
+    }
+    std::this_thread::sleep_for(delay);
   }
+}
+
+std::chrono::milliseconds CleanupLeaveRetry(
+    const rendezvous::CoordinatorClient& coordinator, const Config& config) {
+  if (coordinator.endpoint_count() < 2) return std::chrono::milliseconds(0);
+  return std::min<std::chrono::milliseconds>(config.exit_report_retry,
+                                             kMaxCleanupLeaveRetry);
 }
 
 std::string NotNeededLine(const v1::Assignment& assignment, int member_total) {

@@ -56,10 +56,20 @@ std::string ExecutorIdOf(const JobEnv& env, bool create);
 void PresentExecutorId(rendezvous::CoordinatorClient& coordinator,
                        const std::string& id);
 
-// Leaves the gang, logging (not returning) a failure.
-void LeaveGangQuietly(rendezvous::CoordinatorClient& coordinator,
-                      const v1::GangKey& key, int member_index, int64_t job_id,
-                      std::chrono::milliseconds timeout);
+// Leaves the gang, logging (not returning) a failure. A failure that may
+// pass (UNAVAILABLE, DEADLINE_EXCEEDED) is tried again with backoff until
+// `retry_for` has passed (0: one try).
+void LeaveGangQuietly(
+    rendezvous::CoordinatorClient& coordinator, const v1::GangKey& key,
+    int member_index, int64_t job_id, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds retry_for = std::chrono::milliseconds(0));
+
+// How long cleanup retries its leave: with HA replicas, long enough for a
+// new leader to be elected (a leave lost in the election would hold the
+// member's slots until reconciliation), at most exit_report_retry_seconds;
+// with one coordinator, no retry (its restart reconciles the member).
+std::chrono::milliseconds CleanupLeaveRetry(
+    const rendezvous::CoordinatorClient& coordinator, const Config& config);
 
 // The job-log line of a member its elastic gang started without:
 // "not needed at this size (gang runs with 1 of 2 members); nothing to run,

@@ -673,6 +673,33 @@ TEST_F(StagesTest, CleanupTearsDownAndLeaves) {
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/gdt-member.json"));
 }
 
+// With HA replicas, a leave refused while no leader is elected is tried
+// again until one is, so the member's slots are not held until
+// reconciliation; a lone coordinator's refusal is not retried (its restart
+// reconciles the member).
+TEST_F(StagesTest, CleanupRetriesALeaveUntilAReplicaLeads) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  const grpc::Status no_leader(
+      grpc::StatusCode::UNAVAILABLE,
+      "gdt-coord at " + coordinator_endpoint_ +
+          " is a standby and no leader is elected yet");
+  coordinator_.set_leave_refusals(2, no_leader);
+  config_.coordinator = ClosedEndpoint() + "," + coordinator_endpoint_;
+  config_.rpc_timeout = std::chrono::seconds(2);
+
+  EXPECT_EQ(Run({"cleanup"}).kind, OutcomeKind::kSuccess);
+  EXPECT_EQ(coordinator_.leaves().size(), 3u);
+}
+
+TEST_F(StagesTest, CleanupLeavesOnceWithALoneCoordinator) {
+  ASSERT_EQ(Run({"prepare"}).kind, OutcomeKind::kSuccess);
+  coordinator_.set_leave_refusals(
+      1, grpc::Status(grpc::StatusCode::UNAVAILABLE, "restarting"));
+
+  EXPECT_EQ(Run({"cleanup"}).kind, OutcomeKind::kSuccess);
+  EXPECT_EQ(coordinator_.leaves().size(), 1u);
+}
+
 TEST_F(StagesTest, CleanupWithoutAdmissionLeavesByPayloadKey) {
   Outcome outcome = Run({"cleanup"});
 

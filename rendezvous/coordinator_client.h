@@ -78,6 +78,9 @@ class CoordinatorClient {
   const std::string& endpoint() const { return endpoint_; }
   // The endpoint calls go to now.
   std::string current_endpoint();
+  // How many coordinator endpoints were given (more than one: HA replicas,
+  // where a call that found no leader may succeed once one is elected).
+  size_t endpoint_count() const { return endpoints_.size(); }
 
   // Sends metadata `key: value` with every later call: how callers present
   // secrets (job token, host token, "authorization: Bearer <admin token>";

@@ -126,6 +126,10 @@ grpc::Status FakeCoordinator::LeaveGang(grpc::ServerContext*,
                                         v1::LeaveGangResponse*) {
   MutexLock lock(mu_);
   leaves_.push_back(*request);
+  if (leave_refusals_ > 0) {
+    --leave_refusals_;
+    return leave_refusal_;
+  }
   return grpc::Status::OK;
 }
 
@@ -169,6 +173,13 @@ void FakeCoordinator::set_refusals(int count, const grpc::Status& status,
   refusals_ = count;
   refusal_ = status;
   refusal_retry_after_ = retry_after;
+}
+
+void FakeCoordinator::set_leave_refusals(int count,
+                                         const grpc::Status& status) {
+  MutexLock lock(mu_);
+  leave_refusals_ = count;
+  leave_refusal_ = status;
 }
 
 void FakeCoordinator::set_watch(WatchMode mode, const std::string& reason,

@@ -80,6 +80,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   // for a refusal for now); later ones are answered as usual.
   void set_refusals(int count, const grpc::Status& status,
                     std::chrono::milliseconds retry_after);
+  // The next `count` leaves fail with `status` (each is still recorded).
+  void set_leave_refusals(int count, const grpc::Status& status);
   void set_watch(
       WatchMode mode, const std::string& reason = "", int64_t culprit = 0,
       std::chrono::milliseconds delay = std::chrono::milliseconds(0));
@@ -121,6 +123,8 @@ class FakeCoordinator final : public v1::Coordinator::Service {
   grpc::Status refusal_ ABSL_GUARDED_BY(mu_);
   std::chrono::milliseconds refusal_retry_after_ ABSL_GUARDED_BY(mu_){0};
   std::vector<v1::LeaveGangRequest> leaves_ ABSL_GUARDED_BY(mu_);
+  int leave_refusals_ ABSL_GUARDED_BY(mu_) = 0;
+  grpc::Status leave_refusal_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::WatchGangRequest> watches_ ABSL_GUARDED_BY(mu_);
   WatchMode watch_mode_ ABSL_GUARDED_BY(mu_) = WatchMode::kFollowExits;
   std::string watch_reason_ ABSL_GUARDED_BY(mu_);
