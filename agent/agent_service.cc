@@ -595,6 +595,9 @@ absl::StatusOr<std::unique_ptr<AgentServer>> AgentServer::Start(
   options.who = "agent";
   options.max_per_peer = limits.max_connections_per_peer;
   options.max_total = limits.max_connections;
+  options.ipv6_prefix_length = limits.peer_ipv6_prefix_length;
+  // A job may connect from any loopback address, but only as its own uid.
+  options.loopback_peers_by_uid = true;
   absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
       ConnectionGate::Listen(listen_address, options);
   if (!gate.ok()) return gate.status();

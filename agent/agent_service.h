@@ -94,6 +94,7 @@ class AgentService final
 struct ConnectionLimits {
   int max_connections_per_peer = 0;
   int max_connections = 0;
+  int peer_ipv6_prefix_length = ConnectionGate::kDefaultIPv6PrefixLength;
 };
 
 // A started gRPC server hosting one AgentService. Its port is a

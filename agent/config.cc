@@ -320,6 +320,16 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
         static_cast<uint32_t>(*max);
     return absl::OkStatus();
   }
+  if (key == "peer_ipv6_prefix_length") {
+    absl::StatusOr<uint64_t> bits = ReadUint(value, key, 128);
+    if (!bits.ok() || *bits < 32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, " must be an integer between 32 and 128, got '",
+          value.IsScalar() ? value.Scalar() : "(not a number)", "'"));
+    }
+    config.peer_ipv6_prefix_length = static_cast<uint32_t>(*bits);
+    return absl::OkStatus();
+  }
   if (key == "kill_grace_seconds") {
     absl::StatusOr<uint64_t> seconds = ReadUint(value, key, 3600);
     if (!seconds.ok()) return seconds.status();

@@ -54,6 +54,10 @@ struct Config {
   // running stage) and gdt-rsh. 0 = no cap.
   uint32_t max_connections_per_peer = 128;
   uint32_t max_connections = 512;
+  // Leading bits of an IPv6 address that make one peer for those caps,
+  // 32..128. (A peer on this host's loopback is the uid that made its
+  // socket.)
+  uint32_t peer_ipv6_prefix_length = 64;
   HostConfig host;
   std::string scratch_dir = "/var/lib/gdt/agent";
   std::chrono::seconds kill_grace{10};

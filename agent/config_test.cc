@@ -34,6 +34,10 @@ TEST(ConfigTest, ConnectionCaps) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->max_connections_per_peer, 4u);
   EXPECT_EQ(config->max_connections, 0u);  // No cap.
+  EXPECT_EQ(config->peer_ipv6_prefix_length, 64u);
+  config = ParseConfig("coordinator: c:1\npeer_ipv6_prefix_length: 56\n");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->peer_ipv6_prefix_length, 56u);
 }
 
 TEST(ConfigTest, GpuCountBecomesIndicesWithoutDetails) {
@@ -157,6 +161,14 @@ TEST(ConfigTest, BadValuesGiveOneClearLine) {
        "got 'many'"},
       {"coordinator: c:1\nmax_connections: -1\n",
        "max_connections must be an integer between 0 and 2147483647"},
+      {"coordinator: c:1\npeer_ipv6_prefix_length: 31\n",
+       "peer_ipv6_prefix_length must be an integer between 32 and 128, got "
+       "'31'"},
+      {"coordinator: c:1\npeer_ipv6_prefix_length: 129\n",
+       "peer_ipv6_prefix_length must be an integer between 32 and 128, got "
+       "'129'"},
+      {"coordinator: c:1\npeer_ipv6_prefix_length: /64\n",
+       "peer_ipv6_prefix_length must be an integer between 32 and 128"},
       {"coordinator: c:1\nmember_memory_max: 64GB\n",
        "member_memory_max must be a size in bytes, optionally with K, M, G or "
        "T (e.g. 64G), got '64GB'"},

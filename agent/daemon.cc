@@ -270,6 +270,8 @@ ConnectionLimits ServerLimits(const Config& config) {
       std::min<uint32_t>(config.max_connections_per_peer, INT_MAX));
   limits.max_connections =
       static_cast<int>(std::min<uint32_t>(config.max_connections, INT_MAX));
+  limits.peer_ipv6_prefix_length =
+      static_cast<int>(config.peer_ipv6_prefix_length);
   return limits;
 }
 

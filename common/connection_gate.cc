@@ -14,7 +14,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <iterator>
 #include <optional>
 #include <utility>
 
@@ -22,6 +21,7 @@
 #include "common/host_port.h"
 #include "common/logging.h"
 #include "common/open_files.h"
+#include "common/tcp_socket_owner.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt {
@@ -60,7 +60,8 @@ void SetPort(sockaddr* address, int port) {
 
 }  // namespace
 
-std::string ConnectionGate::PeerOf(const sockaddr_storage& address) {
+std::string ConnectionGate::PeerOf(const sockaddr_storage& address,
+                                   int ipv6_prefix_length) {
   char text[INET6_ADDRSTRLEN] = {};
   if (address.ss_family == AF_INET) {
     const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
@@ -79,11 +80,51 @@ std::string ConnectionGate::PeerOf(const sockaddr_storage& address) {
     return text;
   }
   if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) return "::1";
-  // The /64: the host part is the host's to choose.
+  // The prefix: the rest is the host's to choose.
+  const int bits = std::clamp(ipv6_prefix_length, kMinIPv6PrefixLength,
+                              kMaxIPv6PrefixLength);
   in6_addr prefix = v6->sin6_addr;
-  std::fill(std::begin(prefix.s6_addr) + 8, std::end(prefix.s6_addr), 0);
+  for (int byte = 0; byte < 16; ++byte) {
+    const int kept = std::clamp(bits - 8 * byte, 0, 8);
+    prefix.s6_addr[byte] &= static_cast<uint8_t>(0xff00 >> kept);
+  }
   if (inet_ntop(AF_INET6, &prefix, text, sizeof(text)) == nullptr) return "";
-  return absl::StrCat(text, "/64");
+  return absl::StrCat(text, "/", bits);
+}
+
+bool ConnectionGate::IsLoopback(const sockaddr_storage& address) {
+  if (address.ss_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(&address);
+    return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (address.ss_family != AF_INET6) return false;
+  const auto* v6 = reinterpret_cast<const sockaddr_in6*>(&address);
+  if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr)) return true;
+  return IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) &&
+         v6->sin6_addr.s6_addr[12] == 127;
+}
+
+std::string ConnectionGate::PeerOfConnection(
+    int fd, const sockaddr_storage& address) const {
+  if (!options_.loopback_peers_by_uid || !IsLoopback(address)) {
+    return PeerOf(address, options_.ipv6_prefix_length);
+  }
+  // Any process of this host may connect from any loopback address, so the
+  // address tells them apart no better than a name they pick. The uid of
+  // the connecting socket does: the kernel sets it from the credentials of
+  // the process that made the socket, and nothing sent over it changes it.
+  // The other end is a socket of this host (loopback), in the namespace of
+  // this thread, which accepted it; it is found by its addresses, which are
+  // this connection's the other way round.
+  sockaddr_storage local = {};
+  socklen_t length = sizeof(local);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length) == 0) {
+    if (std::optional<uid_t> uid = TcpSocketOwner(address, local)) {
+      return absl::StrCat("uid:", *uid);
+    }
+  }
+  // Closed already, or the tables cannot be read.
+  return PeerOf(address, options_.ipv6_prefix_length);
 }
 
 absl::StatusOr<std::unique_ptr<ConnectionGate>> ConnectionGate::Listen(
@@ -367,7 +408,7 @@ void ConnectionGate::AcceptFrom(int listener_fd) {
       }
       return;  // EAGAIN: nothing more to accept now.
     }
-    const std::string peer = PeerOf(address);
+    const std::string peer = PeerOfConnection(fd, address);
     const int yes = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
     {

@@ -14,9 +14,12 @@
 // logged one line per peer per interval, with a count.
 //
 // A peer is what one host can be told apart by: an IPv4 address (also when
-// reached over IPv6, "::ffff:10.0.0.1"), or an IPv6 /64 ("2001:db8:1:2::/64":
-// a host usually holds a whole /64 and may pick any address in it). ::1 is
-// itself.
+// reached over IPv6, "::ffff:10.0.0.1"), or an IPv6 prefix, a /64 unless
+// told otherwise ("2001:db8:1:2::/64": a host usually holds a whole /64 and
+// may pick any address in it). ::1 is itself. With loopback_peers_by_uid, a
+// connection from this host's loopback (127.0.0.0/8, ::1) is the account
+// that made its socket instead ("uid:1000"): every process of the host may
+// pick any of 127.0.0.0/8's addresses, but not its uid.
 //
 // The total is shared fairly: while at least three quarters of max_total
 // are open, a peer that already holds its fair share, max_total / (the peers
@@ -47,6 +50,9 @@ namespace gdt {
 
 class ConnectionGate {
  public:
+  static constexpr int kDefaultIPv6PrefixLength = 64;
+  static constexpr int kMinIPv6PrefixLength = 32;
+  static constexpr int kMaxIPv6PrefixLength = 128;
   struct Options {
     // Names the server in log lines ("coordinator").
     std::string who;
@@ -55,6 +61,12 @@ class ConnectionGate {
     // Connections open at once from everyone, shared fairly (see above).
     // 0: no cap.
     int max_total = 0;
+    // Leading bits of an IPv6 address that make one peer, 32..128.
+    int ipv6_prefix_length = kDefaultIPv6PrefixLength;
+    // Whether a loopback peer is the uid owning the connecting socket (as
+    // /proc/net/tcp{,6} shows it) rather than its address; the address when
+    // that cannot be found.
+    bool loopback_peers_by_uid = false;
     // At most one refusal line per peer per interval.
     std::chrono::steady_clock::duration log_interval = std::chrono::seconds(10);
   };
@@ -64,10 +76,15 @@ class ConnectionGate {
   // The fair share of the total is never below this many connections.
   static constexpr int kFairShareFloor = 8;
 
-  // The peer a remote address counts toward (see above): "10.0.0.1",
-  // "2001:db8:1:2::/64", "::1"; empty when the address is neither IPv4 nor
-  // IPv6.
-  static std::string PeerOf(const sockaddr_storage& address);
+  // The peer a remote address counts toward by its address (see above):
+  // "10.0.0.1", "2001:db8:1:2::/64" (the first `ipv6_prefix_length` bits,
+  // clamped to 32..128, the rest zero), "::1"; empty when the address is
+  // neither IPv4 nor IPv6.
+  static std::string PeerOf(const sockaddr_storage& address,
+                            int ipv6_prefix_length = kDefaultIPv6PrefixLength);
+  // Whether `address` is this host's loopback: 127.0.0.0/8 (also as
+  // "::ffff:127.x.y.z") or ::1.
+  static bool IsLoopback(const sockaddr_storage& address);
 
   // Listens on `address` ("host:port", port 0 picks a free one) on every
   // address the host resolves to, and starts accepting. Connections that
@@ -107,6 +124,8 @@ class ConnectionGate {
   int NewEventSet();
   // Why a connection from `peer` holding `from_peer` is refused now, or
   // null.
+  // The peer of the connection `fd` accepted from `address`.
+  std::string PeerOfConnection(int fd, const sockaddr_storage& address) const;
   const char* OverLimit(const std::string& peer, int from_peer) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void AcceptFrom(int listener_fd);

@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -23,6 +22,8 @@
 #include "gtest/gtest.h"
 #include "spdlog/spdlog.h"
 #include "testing/log_capture.h"
+#include "testing/network_namespace.h"
+#include "testing/sockets_of_uid.h"
 #include "testing/wait.h"
 
 namespace gdt {
@@ -64,23 +65,47 @@ class Server {
   std::vector<int> fds_ ABSL_GUARDED_BY(mu_);
 };
 
-// A client connection from `source` to 127.0.0.1:`port`, closed when it
-// goes.
+sockaddr_storage Address(const std::string& text) {
+  sockaddr_storage address = {};
+  if (text.find(':') == std::string::npos) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
+    v4->sin_family = AF_INET;
+    EXPECT_EQ(inet_pton(AF_INET, text.c_str(), &v4->sin_addr), 1) << text;
+  } else {
+    auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
+    v6->sin6_family = AF_INET6;
+    EXPECT_EQ(inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr), 1) << text;
+  }
+  return address;
+}
+
+// A client connection from `source` to `to` (by default 127.0.0.1) on
+// `port`, closed when it goes; on a socket of its own, or on `fd`, which it
+// takes over.
 class Client {
  public:
-  Client(const std::string& source, int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    inet_pton(AF_INET, source.c_str(), &from.sin_addr);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  Client(const std::string& source, int port, const std::string& to = "")
+      : Client(
+            socket(source.find(':') == std::string::npos ? AF_INET : AF_INET6,
+                   SOCK_STREAM | SOCK_CLOEXEC, 0),
+            source, port, to) {}
+  Client(int fd, const std::string& source, int port,
+         const std::string& to = "")
+      : fd_(fd) {
+    sockaddr_storage from = Address(source);
+    sockaddr_storage address = Address(to.empty() ? "127.0.0.1" : to);
+    const socklen_t length =
+        from.ss_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (address.ss_family == AF_INET) {
+      reinterpret_cast<sockaddr_in*>(&address)->sin_port =
+          htons(static_cast<uint16_t>(port));
+    } else {
+      reinterpret_cast<sockaddr_in6*>(&address)->sin6_port =
+          htons(static_cast<uint16_t>(port));
+    }
     connected_ =
-        bind(fd_, reinterpret_cast<const sockaddr*>(&from), sizeof(from)) ==
-            0 &&
-        connect(fd_, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) == 0;
+        bind(fd_, reinterpret_cast<const sockaddr*>(&from), length) == 0 &&
+        connect(fd_, reinterpret_cast<const sockaddr*>(&address), length) == 0;
   }
   ~Client() { close(fd_); }
   bool connected() const { return connected_; }
@@ -176,20 +201,6 @@ TEST(ConnectionGateTest, WithoutAHandoffConnectionsAreClosedAndNotCounted) {
   ASSERT_TRUE(WaitFor([&] { return server.held() == 1; }, seconds(10)));
 }
 
-sockaddr_storage Address(const std::string& text) {
-  sockaddr_storage address = {};
-  if (text.find(':') == std::string::npos) {
-    auto* v4 = reinterpret_cast<sockaddr_in*>(&address);
-    v4->sin_family = AF_INET;
-    EXPECT_EQ(inet_pton(AF_INET, text.c_str(), &v4->sin_addr), 1) << text;
-  } else {
-    auto* v6 = reinterpret_cast<sockaddr_in6*>(&address);
-    v6->sin6_family = AF_INET6;
-    EXPECT_EQ(inet_pton(AF_INET6, text.c_str(), &v6->sin6_addr), 1) << text;
-  }
-  return address;
-}
-
 // A host with an IPv6 /64 may connect from any of its addresses: they count
 // as one peer, else the cap per peer would not cap it at all.
 TEST(ConnectionGateTest, IPv6AddressesCountPerSlash64) {
@@ -210,58 +221,161 @@ TEST(ConnectionGateTest, IPv6AddressesCountPerSlash64) {
   EXPECT_EQ(ConnectionGate::PeerOf(unix_socket), "");
 }
 
-// An IPv6 address of this host other than loopback and link-local, or "".
-std::string HostIPv6Address() {
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return "";
-  std::string found;
-  for (ifaddrs* entry = list; entry != nullptr && found.empty();
-       entry = entry->ifa_next) {
-    if (entry->ifa_addr == nullptr || entry->ifa_addr->sa_family != AF_INET6) {
-      continue;
-    }
-    const auto* v6 = reinterpret_cast<const sockaddr_in6*>(entry->ifa_addr);
-    if (IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
-        IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr)) {
-      continue;
-    }
-    char text[INET6_ADDRSTRLEN] = {};
-    if (inet_ntop(AF_INET6, &v6->sin6_addr, text, sizeof(text)) != nullptr) {
-      found = text;
-    }
-  }
-  freeifaddrs(list);
-  return found;
+// The prefix length is the operator's: a site that gives each host a /56
+// (or runs several hosts in one /64, each with its own /128) says so.
+TEST(ConnectionGateTest, IPv6PeersAreTheirPrefixOfTheLengthGiven) {
+  const sockaddr_storage host = Address("2001:db8:1:2a3:4:5:6:7");
+  EXPECT_EQ(ConnectionGate::PeerOf(host, 48), "2001:db8:1::/48");
+  EXPECT_EQ(ConnectionGate::PeerOf(host, 64), "2001:db8:1:2a3::/64");
+  EXPECT_EQ(ConnectionGate::PeerOf(host, 128), "2001:db8:1:2a3:4:5:6:7/128");
+  // Not a multiple of 8: 0x2a3 keeps its first 8 bits of 16 at /56, 12 at
+  // /60.
+  EXPECT_EQ(ConnectionGate::PeerOf(host, 56), "2001:db8:1:200::/56");
+  EXPECT_EQ(ConnectionGate::PeerOf(host, 60), "2001:db8:1:2a0::/60");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:1:2ff::1"), 56),
+            "2001:db8:1:200::/56");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:1:300::1"), 56),
+            "2001:db8:1:300::/56");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("2001:db8:ffff::1"), 33),
+            "2001:db8:8000::/33");
+  // IPv4 and ::1 are what they were.
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("::ffff:10.0.0.1"), 48), "10.0.0.1");
+  EXPECT_EQ(ConnectionGate::PeerOf(Address("::1"), 48), "::1");
 }
 
-// A real IPv6 connection counts toward its /64.
-TEST(ConnectionGateTest, AnIPv6ConnectionCountsTowardItsSlash64) {
-  const std::string address = HostIPv6Address();
-  if (address.empty()) GTEST_SKIP() << "this host has no IPv6 address to use";
+// Real IPv6 connections, from addresses of two /64s added to the loopback
+// of a network namespace of the test's own (a CI host has no IPv6 address
+// but ::1): two addresses of one /64 are one peer, another /64 is another;
+// with a prefix length of 128 each address is a peer.
+TEST(ConnectionGateTest, AnIPv6ConnectionCountsTowardItsPrefix) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: makes a network namespace";
+  const std::string first = "2001:db8:1:2::10";
+  const std::string second = "2001:db8:1:2::11";
+  const std::string elsewhere = "2001:db8:1:3::10";
+  absl::Status status = test::InNewNetworkNamespace(
+      {first + "/64", second + "/64", elsewhere + "/64"}, [&] {
+        Server server;
+        ConnectionGate::Options options;
+        options.who = "test";
+        options.max_per_peer = 2;
+        absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
+            ConnectionGate::Listen("[::]:0", options);
+        ASSERT_TRUE(gate.ok()) << gate.status();
+        (*gate)->SetHandoff(server.Handoff());
+        const int port = (*gate)->port();
+        Client a(first, port, first);
+        Client b(second, port, first);
+        ASSERT_TRUE(a.connected() && b.connected()) << std::strerror(errno);
+        ASSERT_TRUE(WaitFor([&] { return server.held() == 2; }, seconds(10)));
+        EXPECT_EQ((*gate)->open_connections_from("2001:db8:1:2::/64"), 2);
+        Client c(second, port, first);
+        ASSERT_TRUE(c.connected());
+        EXPECT_TRUE(c.ClosedWithin(std::chrono::seconds(10)))
+            << "a third connection from the /64 is over its cap of 2";
+        Client d(elsewhere, port, first);
+        ASSERT_TRUE(d.connected());
+        EXPECT_TRUE(WaitFor(
+            [&] {
+              return (*gate)->open_connections_from("2001:db8:1:3::/64") == 1;
+            },
+            seconds(10)));
+        EXPECT_FALSE(d.ClosedWithin(std::chrono::milliseconds(0)));
+        EXPECT_EQ((*gate)->refused(), 1u);
+
+        options.max_per_peer = 1;
+        options.ipv6_prefix_length = 128;
+        absl::StatusOr<std::unique_ptr<ConnectionGate>> each =
+            ConnectionGate::Listen("[::]:0", options);
+        ASSERT_TRUE(each.ok()) << each.status();
+        (*each)->SetHandoff(server.Handoff());
+        Client e(first, (*each)->port(), first);
+        Client f(second, (*each)->port(), first);
+        ASSERT_TRUE(e.connected() && f.connected());
+        EXPECT_TRUE(WaitFor(
+            [&] {
+              return (*each)->open_connections_from(first + "/128") == 1 &&
+                     (*each)->open_connections_from(second + "/128") == 1;
+            },
+            seconds(10)));
+        EXPECT_EQ((*each)->refused(), 0u);
+      });
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+// A job on the host may connect from any of 127.0.0.0/8's addresses, each
+// of which would have its own cap: with loopback_peers_by_uid its
+// connections count toward the account that made their sockets. 12
+// connections of uid 61115 from 12 addresses are one peer at its cap of 4;
+// root, and another account from one of those addresses, still get in.
+TEST(ConnectionGateTest, LoopbackConnectionsCountTowardTheirSocketsUid) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: makes sockets as uid 61115";
+  LogCapture log;
   Server server;
   ConnectionGate::Options options;
   options.who = "test";
-  options.max_per_peer = 1;
+  options.max_per_peer = 4;
+  options.loopback_peers_by_uid = true;
   absl::StatusOr<std::unique_ptr<ConnectionGate>> gate =
-      ConnectionGate::Listen("[" + address + "]:0", options);
+      ConnectionGate::Listen("127.0.0.1:0", options);
   ASSERT_TRUE(gate.ok()) << gate.status();
   (*gate)->SetHandoff(server.Handoff());
-  const int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_GE(fd, 0);
-  sockaddr_storage to = Address(address);
-  reinterpret_cast<sockaddr_in6*>(&to)->sin6_port =
-      htons(static_cast<uint16_t>((*gate)->port()));
-  const bool connected = connect(fd, reinterpret_cast<const sockaddr*>(&to),
-                                 sizeof(sockaddr_in6)) == 0;
-  EXPECT_TRUE(connected) << address << ": " << std::strerror(errno);
-  if (connected) {
-    const std::string peer = ConnectionGate::PeerOf(to);
-    EXPECT_TRUE(WaitFor(
-        [&] { return (*gate)->open_connections_from(peer) == 1; }, seconds(10)))
-        << peer;
-    EXPECT_EQ(peer.substr(peer.size() - 3), "/64");
+  const int port = (*gate)->port();
+  constexpr int kJobConnections = 12;
+  absl::StatusOr<std::vector<int>> sockets =
+      test::TcpSocketsMadeBy(61115, AF_INET, kJobConnections);
+  ASSERT_TRUE(sockets.ok()) << sockets.status();
+  std::vector<std::unique_ptr<Client>> job;
+  for (int i = 0; i < kJobConnections; ++i) {
+    job.push_back(std::make_unique<Client>(
+        (*sockets)[i], "127.0.0." + std::to_string(i + 2), port));
+    ASSERT_TRUE(job.back()->connected()) << i << ": " << std::strerror(errno);
   }
-  close(fd);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return static_cast<uint64_t>((*gate)->open_connections()) +
+                   (*gate)->refused() ==
+               kJobConnections;
+      },
+      seconds(10)));
+  EXPECT_EQ((*gate)->open_connections_from("uid:61115"), 4);
+  EXPECT_EQ((*gate)->refused(), uint64_t{kJobConnections - 4});
+  int closed = 0;
+  for (const auto& client : job) {
+    if (client->ClosedWithin(std::chrono::milliseconds(0))) ++closed;
+  }
+  EXPECT_EQ(closed, kJobConnections - 4);
+
+  Client root("127.0.0.1", port);
+  ASSERT_TRUE(root.connected());
+  EXPECT_TRUE(
+      WaitFor([&] { return (*gate)->open_connections_from("uid:0") == 1; },
+              seconds(10)));
+  EXPECT_FALSE(root.ClosedWithin(std::chrono::milliseconds(0)));
+  absl::StatusOr<std::vector<int>> other =
+      test::TcpSocketsMadeBy(61116, AF_INET, 1);
+  ASSERT_TRUE(other.ok()) << other.status();
+  Client neighbour((*other)[0], "127.0.0.2", port);
+  ASSERT_TRUE(neighbour.connected());
+  EXPECT_TRUE(
+      WaitFor([&] { return (*gate)->open_connections_from("uid:61116") == 1; },
+              seconds(10)));
+  EXPECT_EQ((*gate)->open_connections_from("127.0.0.2"), 0);
+  gate->reset();
+  EXPECT_THAT(log.text(), HasSubstr("event=connection_refused who=test "
+                                    "peer=uid:61115 limit=per_peer"));
+}
+
+// The uid is looked for only for this host's loopback addresses, also
+// reached over IPv6; any other address is a peer as it is.
+TEST(ConnectionGateTest, OnlyLoopbackAddressesAreLoopback) {
+  EXPECT_TRUE(ConnectionGate::IsLoopback(Address("127.0.0.1")));
+  EXPECT_TRUE(ConnectionGate::IsLoopback(Address("127.255.0.9")));
+  EXPECT_TRUE(ConnectionGate::IsLoopback(Address("::ffff:127.0.0.3")));
+  EXPECT_TRUE(ConnectionGate::IsLoopback(Address("::1")));
+  EXPECT_FALSE(ConnectionGate::IsLoopback(Address("128.0.0.1")));
+  EXPECT_FALSE(ConnectionGate::IsLoopback(Address("10.0.0.1")));
+  EXPECT_FALSE(ConnectionGate::IsLoopback(Address("::ffff:10.0.0.1")));
+  EXPECT_FALSE(ConnectionGate::IsLoopback(Address("::2")));
 }
 
 // Opens `count` connections from `source`, then waits until the gate has

@@ -225,6 +225,16 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     }
     return absl::OkStatus();
   }
+  if (key == "peer_ipv6_prefix_length") {
+    absl::StatusOr<uint32_t> bits = ReadUint(value, key);
+    if (!bits.ok() || *bits < 32 || *bits > 128) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          key, " must be an integer between 32 and 128, got '",
+          value.IsScalar() ? value.Scalar() : "(not a number)", "'"));
+    }
+    config.peer_ipv6_prefix_length = *bits;
+    return absl::OkStatus();
+  }
   if (key == "max_nodes_per_job" || key == "heartbeat_interval_seconds" ||
       key == "host_down_after_seconds" ||
       key == "failed_gang_release_seconds" ||

@@ -32,6 +32,9 @@ struct Config {
   // cap.
   uint32_t max_connections_per_peer = 1024;
   uint32_t max_connections = 8192;
+  // Leading bits of an IPv6 address that make one peer for those caps,
+  // 32..128.
+  uint32_t peer_ipv6_prefix_length = 64;
   uint32_t master_port_min = 29510;
   uint32_t master_port_max = 29999;
   uint32_t max_nodes_per_job = 8;

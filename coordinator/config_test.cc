@@ -254,6 +254,22 @@ TEST(ConfigTest, ConnectionCaps) {
   EXPECT_EQ(config->max_connections_per_peer, 16u);
   EXPECT_EQ(config->max_connections, 0u);
   EXPECT_FALSE(ParseConfig("max_connections_per_peer: -1\n").ok());
+  EXPECT_EQ(defaults->peer_ipv6_prefix_length, 64u);
+  for (uint32_t bits : {32u, 56u, 128u}) {
+    absl::StatusOr<Config> prefix =
+        ParseConfig("peer_ipv6_prefix_length: " + std::to_string(bits) + "\n");
+    ASSERT_TRUE(prefix.ok()) << prefix.status();
+    EXPECT_EQ(prefix->peer_ipv6_prefix_length, bits);
+  }
+  for (const char* bad : {"31", "129", "-1", "wide"}) {
+    absl::StatusOr<Config> prefix =
+        ParseConfig(std::string("peer_ipv6_prefix_length: ") + bad + "\n");
+    EXPECT_EQ(prefix.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(prefix.status().message(),
+              std::string("peer_ipv6_prefix_length must be an integer "
+                          "between 32 and 128, got '") +
+                  bad + "'");
+  }
 }
 
 // The security settings.

@@ -184,6 +184,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       std::min<uint32_t>(config.max_connections_per_peer, INT_MAX));
   gate.max_total =
       static_cast<int>(std::min<uint32_t>(config.max_connections, INT_MAX));
+  gate.ipv6_prefix_length = static_cast<int>(config.peer_ipv6_prefix_length);
   absl::StatusOr<std::unique_ptr<ConnectionGate>> listener =
       ConnectionGate::Listen(config.listen_address, gate);
   if (!listener.ok()) return listener.status();

@@ -8,11 +8,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "common/host_port.h"
 #include "gtest/gtest.h"
+#include "testing/sockets_of_uid.h"
 
 namespace gdt::test {
 
@@ -30,6 +33,9 @@ namespace gdt::test {
 class StalledStreams {
  public:
   StalledStreams() = default;
+  // Connections on sockets made by `maker` (as TcpSocketsMadeBy() makes
+  // them; root only), as another account's job would open them.
+  explicit StalledStreams(uid_t maker) : maker_(maker) {}
   StalledStreams(const StalledStreams&) = delete;
   StalledStreams& operator=(const StalledStreams&) = delete;
   ~StalledStreams() {
@@ -69,10 +75,21 @@ class StalledStreams {
     for (int i = 0; i < streams; ++i) {
       data += Frame(1, 4, 2 * i + 1, headers);  // HEADERS, END_HEADERS
     }
+    std::vector<int> made;
+    if (maker_.has_value()) {
+      absl::StatusOr<std::vector<int>> sockets =
+          TcpSocketsMadeBy(*maker_, AF_INET, connections);
+      ASSERT_TRUE(sockets.ok()) << sockets.status();
+      made = *std::move(sockets);
+      // Closed with the others whatever happens below.
+      fds_.insert(fds_.end(), made.begin(), made.end());
+    }
     for (int i = 0; i < connections; ++i) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      const int fd = maker_.has_value()
+                         ? made[i]
+                         : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
       ASSERT_GE(fd, 0);
-      fds_.push_back(fd);
+      if (!maker_.has_value()) fds_.push_back(fd);
       ASSERT_EQ(
           bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof(from)), 0)
           << source << ": " << strerror(errno);
@@ -114,6 +131,7 @@ class StalledStreams {
     return frame + payload;
   }
 
+  std::optional<uid_t> maker_;
   std::vector<int> fds_;
 };
 

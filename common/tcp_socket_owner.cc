@@ -1,0 +1,113 @@
+#include "common/tcp_socket_owner.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "common/file.h"
+
+namespace gdt {
+namespace {
+
+// One end of a connection as a table names it: "0100007F:1F90" in
+// /proc/net/tcp, 32 hex digits and the port in /proc/net/tcp6. Each 32-bit
+// word of the address is printed as the native integer its bytes (in
+// network order) make; the port as a plain number.
+std::string TableEnd(const unsigned char* bytes, int words, uint16_t port) {
+  std::string text;
+  for (int word = 0; word < words; ++word) {
+    uint32_t value = 0;
+    std::memcpy(&value, bytes + 4 * word, 4);
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08X", value);
+    text += hex;
+  }
+  char port_hex[6];
+  std::snprintf(port_hex, sizeof(port_hex), "%04X", port);
+  return absl::StrCat(text, ":", port_hex);
+}
+
+// `address` as /proc/net/tcp (`ipv4`) and /proc/net/tcp6 (`ipv6`) would
+// name it; empty where that table cannot hold it (an IPv6 address that is
+// not IPv4-mapped in /proc/net/tcp). False for other families.
+bool TableEnds(const sockaddr_storage& address, std::string& ipv4,
+               std::string& ipv6) {
+  unsigned char v4[4];
+  uint16_t port = 0;
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    std::memcpy(v4, &in->sin_addr, 4);
+    port = ntohs(in->sin_port);
+  } else if (address.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+    port = ntohs(in6->sin6_port);
+    if (!IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      ipv4.clear();
+      ipv6 = TableEnd(in6->sin6_addr.s6_addr, 4, port);
+      return true;
+    }
+    std::memcpy(v4, &in6->sin6_addr.s6_addr[12], 4);
+  } else {
+    return false;
+  }
+  ipv4 = TableEnd(v4, 1, port);
+  unsigned char mapped[16] = {};
+  mapped[10] = 0xff;
+  mapped[11] = 0xff;
+  std::memcpy(mapped + 12, v4, 4);
+  ipv6 = TableEnd(mapped, 4, port);
+  return true;
+}
+
+}  // namespace
+
+std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
+                                    const sockaddr_storage& remote) {
+  std::string local_v4, local_v6, remote_v4, remote_v6;
+  if (!TableEnds(local, local_v4, local_v6) ||
+      !TableEnds(remote, remote_v4, remote_v6)) {
+    return std::nullopt;
+  }
+  // The calling thread's namespace: /proc/net is the whole process's (its
+  // first thread's), which a thread that entered another one does not use.
+  std::vector<std::pair<std::string, std::pair<std::string, std::string>>>
+      tables;
+  if (!local_v4.empty() && !remote_v4.empty()) {
+    tables.push_back({"/proc/thread-self/net/tcp", {local_v4, remote_v4}});
+  }
+  tables.push_back({"/proc/thread-self/net/tcp6", {local_v6, remote_v6}});
+  std::optional<uid_t> owner;
+  for (const auto& [path, ends] : tables) {
+    absl::StatusOr<std::string> table = ReadTextFile(path);
+    if (!table.ok()) continue;
+    for (absl::string_view line : absl::StrSplit(*table, '\n')) {
+      const std::vector<absl::string_view> fields =
+          absl::StrSplit(line, ' ', absl::SkipEmpty());
+      // sl local_address rem_address st tx_queue:rx_queue tr:tm->when
+      // retrnsmt uid ...
+      // A socket in TIME_WAIT (06) is the kernel's remnant of a closed
+      // one and shows uid 0: no owner at all.
+      if (fields.size() < 8 || fields[1] != ends.first ||
+          fields[2] != ends.second || fields[3] == "06") {
+        continue;
+      }
+      uint32_t uid = 0;
+      if (!absl::SimpleAtoi(fields[7], &uid)) return std::nullopt;
+      if (owner.has_value() && *owner != uid) return std::nullopt;
+      owner = uid;
+    }
+  }
+  return owner;
+}
+
+}  // namespace gdt

@@ -1,0 +1,28 @@
+#ifndef GDT_COMMON_TCP_SOCKET_OWNER_H_
+#define GDT_COMMON_TCP_SOCKET_OWNER_H_
+// Which account made a TCP socket of this host: the uid column of
+// /proc/net/tcp and /proc/net/tcp6. The kernel sets it from the creator's
+// credentials when the socket is made (socket(2), or accept(2) for the
+// listener's owner) and never from anything the socket's user sends, so a
+// process can claim no uid but those whose sockets it was handed.
+
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <optional>
+
+namespace gdt {
+
+// The uid of the TCP socket whose local address is `local` and whose remote
+// address is `remote` (both IPv4 or IPv6, with ports; an IPv4 address is
+// also looked for as an IPv6 socket's "::ffff:a.b.c.d"), in the network
+// namespace of the calling thread; nullopt when there is none (it closed
+// meanwhile, or is in another namespace or on another host), when the
+// tables cannot be read, or when more than one uid matches. Reads one or
+// both tables whole: for the occasional connection, not for every packet.
+std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
+                                    const sockaddr_storage& remote);
+
+}  // namespace gdt
+
+#endif  // GDT_COMMON_TCP_SOCKET_OWNER_H_
