@@ -2683,7 +2683,16 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
                 : absl::StrCat(
                       "unknown keys in `extends` (",
                       absl::StrJoin(unknown, ", "),
-                      including != nullptr
+                      including != nullptr && !including->trigger_job.empty()
+                          ? absl::StrCat(
+                                "): not in this file nor in the other files "
+                                "of the child pipeline that job '",
+                                including->trigger_job, "' of ",
+                                including->main_path,
+                                " starts (trigger:include), so GitLab refuses "
+                                "it; a child pipeline does not see its "
+                                "parent's templates")
+                      : including != nullptr
                           ? absl::StrCat("): not in this file nor in ",
                                          including->main_path,
                                          ", which includes it, or the files "
