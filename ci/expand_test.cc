@@ -2336,6 +2336,44 @@ TEST(GitLabRefusesTest, AWorkflowNameOver255CharactersIsRefused) {
   EXPECT_TRUE(LintCiYaml(file("$A$B")).ok());
 }
 
+// GitLab merges `workflow` of the included files under the main file's
+// and checks the merged name: an included file's long name is refused,
+// unless the main file (or a file merged after it) gives its own name.
+TEST(GitLabRefusesTest, AnIncludedWorkflowNameOver255CharactersIsRefused) {
+  test::TempDir dir;
+  const std::string long_name(256, 'n');
+  test::WriteTextFile(dir.Sub("long.yml"),
+                      "workflow:\n  name: " + long_name + "\n");
+  test::WriteTextFile(dir.Sub("short.yml"), "workflow:\n  name: short\n");
+  const auto lint = [&](const std::string& main) {
+    const CiIncludes includes =
+        ReadLocalIncludes(".gitlab-ci.yml", main, dir.path());
+    EXPECT_TRUE(includes.ok());
+    CiExpandOptions options;
+    options.includes = &includes;
+    std::vector<std::string> found;
+    for (const CiDiagnostic& d : LintCiYaml(main, options).errors) {
+      found.push_back(FormatDiagnostic(".gitlab-ci.yml", d));
+    }
+    return found;
+  };
+  const std::string job = "job:\n  script: [x]\n";
+  const std::vector<std::string> refused = {
+      "long.yml:2:9: workflow name is too long (maximum is 255 characters; "
+      "this one has 256), so GitLab refuses the file"};
+  EXPECT_EQ(lint("include: [long.yml]\n" + job), refused);
+  // The main file's workflow: without a name keeps the included one.
+  EXPECT_EQ(
+      lint("include: [long.yml]\nworkflow:\n  rules: [{when: always}]\n" + job),
+      refused);
+  // A name written later wins, and is the one checked.
+  EXPECT_THAT(lint("include: [long.yml, short.yml]\n" + job),
+              ::testing::IsEmpty());
+  EXPECT_EQ(lint("include: [short.yml, long.yml]\n" + job), refused);
+  EXPECT_THAT(lint("include: [long.yml]\nworkflow:\n  name: mine\n" + job),
+              ::testing::IsEmpty());
+}
+
 TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {
   // Top-level variables reach every job: the block's job writes the GDT_*
   // names it does not set empty (unset), unless the job sets them itself.
