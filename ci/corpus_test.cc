@@ -790,5 +790,65 @@ TEST(CorpusTest, AnUnreadComponentOverTheFilesReadIsNamed) {
   }
 }
 
+// A file without a gang is no work for expand: it comes back byte for byte
+// (also read with its project's files, for pipelines whose every local
+// include is in the corpus).
+TEST(CorpusTest, ExpandLeavesAFileWithoutAGangAsItIs) {
+  int files = 0;
+  for (const std::string& name : CorpusFiles()) {
+    SCOPED_TRACE(name);
+    const std::string text = test::ReadTextFile(kCorpus + "/" + name);
+    const CiExpansion expansion = ExpandCiYaml(text);
+    ASSERT_TRUE(expansion.ok()) << FormatDiagnostic(name, expansion.errors[0]);
+    EXPECT_EQ(expansion.text, text);
+    ++files;
+  }
+  EXPECT_GE(files, 200);
+  struct Pipeline {
+    std::string prefix;
+    std::vector<std::string> paths;  // Of the included files.
+  };
+  const std::vector<Pipeline> pipelines = {
+      {"Kitware-VTK-m--",
+       {".gitlab/ci/centos7.yml", ".gitlab/ci/centos8.yml",
+        ".gitlab/ci/doxygen.yml", ".gitlab/ci/frontier.yml",
+        ".gitlab/ci/macos.yml", ".gitlab/ci/opensuse.yml",
+        ".gitlab/ci/rhel8.yml", ".gitlab/ci/ubuntu1604.yml",
+        ".gitlab/ci/ubuntu1804.yml", ".gitlab/ci/ubuntu2004.yml",
+        ".gitlab/ci/ubuntu2204.yml", ".gitlab/ci/windows10.yml"}},
+      {"LLNL-axom--",
+       {".gitlab/build_ruby.yml", ".gitlab/build_lassen.yml",
+        ".gitlab/build_tioga.yml"}},
+  };
+  for (const Pipeline& pipeline : pipelines) {
+    SCOPED_TRACE(pipeline.prefix);
+    test::TempDir project;
+    std::map<std::string, std::string> files_of;
+    for (const std::string& path : pipeline.paths) {
+      std::string corpus = path.substr(1);
+      for (size_t at = corpus.find('/'); at != std::string::npos;
+           at = corpus.find('/')) {
+        corpus.replace(at, 1, "__");
+      }
+      files_of[pipeline.prefix + corpus] = path;
+    }
+    WriteProject(project.path(), files_of);
+    const std::string main =
+        test::ReadTextFile(kCorpus + "/" + pipeline.prefix + "gitlab-ci.yml");
+    const CiIncludes includes =
+        ReadLocalIncludes(".gitlab-ci.yml", main, project.path());
+    ASSERT_TRUE(includes.ok()) << includes.errors.at(0).message;
+    EXPECT_EQ(includes.files.size(), pipeline.paths.size());
+    CiExpandOptions options;
+    options.includes = &includes;
+    const CiExpansion lint = LintCiYaml(main, options);
+    EXPECT_TRUE(lint.ok()) << FormatDiagnostic("main", lint.errors.at(0));
+    const CiExpansion expansion = ExpandCiYaml(main, options);
+    ASSERT_TRUE(expansion.ok())
+        << FormatDiagnostic("main", expansion.errors.at(0));
+    EXPECT_EQ(expansion.text, main);
+  }
+}
+
 }  // namespace
 }  // namespace gdt::ci

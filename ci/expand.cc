@@ -2625,6 +2625,25 @@ void AnchorsWithin(const YamlNode& node, size_t begin, size_t end, int depth,
   }
 }
 
+// GitLab's limit on `workflow:name`: it checks the name as written (it
+// expands variables in it only when it creates the pipeline, and checks
+// the result again).
+void CheckWorkflowName(const YamlNode& workflow, Reporter* report) {
+  const Entry name = FindEntry(workflow, "name");
+  if (!name || !name.value.IsScalar()) return;
+  const std::string& written = name.value.Scalar();
+  const size_t characters = static_cast<size_t>(std::count_if(
+      written.begin(), written.end(),
+      [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+  if (characters > kMaxWorkflowNameCharacters) {
+    report->At(
+        name.value, name.key,
+        absl::StrCat("workflow name is too long (maximum is ",
+                     kMaxWorkflowNameCharacters, " characters; this one has ",
+                     characters, "), so GitLab refuses the file"));
+  }
+}
+
 // A job's `extends` parents that this file does not define. Without
 // `include:` GitLab refuses the file ("unknown keys in `extends`"); with
 // one, a parent listed after the one that gives the job its
@@ -2683,7 +2702,16 @@ bool CheckUnseenParents(const CiConfigModel& model, const std::string& job,
                 : absl::StrCat(
                       "unknown keys in `extends` (",
                       absl::StrJoin(unknown, ", "),
-                      including != nullptr
+                      including != nullptr && !including->trigger_job.empty()
+                          ? absl::StrCat(
+                                "): not in this file nor in the other files "
+                                "of the child pipeline that job '",
+                                including->trigger_job, "' of ",
+                                including->main_path,
+                                " starts (trigger:include), so GitLab refuses "
+                                "it; a child pipeline does not see its "
+                                "parent's templates")
+                      : including != nullptr
                           ? absl::StrCat("): not in this file nor in ",
                                          including->main_path,
                                          ", which includes it, or the files "
@@ -4279,6 +4307,26 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     add_workflow_variables(one.documents, one.file->path);
   }
   if (lint) {
+    // GitLab deep-merges `workflow` of the included files under the main
+    // file's and checks the name of the result: an included file's name
+    // counts unless the main file, or a file merged later, writes one.
+    bool main_names = false;
+    for (const YamlNode& root : documents) {
+      main_names =
+          main_names || FindEntry(FindEntry(root, "workflow").value, "name");
+    }
+    for (auto one = included.rbegin(); !main_names && one != included.rend();
+         ++one) {
+      const YamlNode workflow =
+          one->documents.empty()
+              ? YamlNode()
+              : FindEntry(one->documents.back(), "workflow").value;
+      if (!FindEntry(workflow, "name")) continue;
+      Reporter at(&result.errors);
+      at.file = one->file->path;
+      CheckWorkflowName(workflow, &at);
+      break;
+    }
     for (size_t i = 0; i < pipeline_variables.size(); ++i) {
       GangSpec ignored;
       Reporter at(&result.errors);
@@ -4408,23 +4456,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         }
       }
       if (job == "workflow" && value.IsMap() && lint) {
-        // GitLab checks the name as written (it expands variables in it
-        // only when it creates the pipeline, and checks the result again).
-        const Entry name = FindEntry(value, "name");
-        if (name && name.value.IsScalar()) {
-          const std::string& written = name.value.Scalar();
-          const size_t characters = static_cast<size_t>(
-              std::count_if(written.begin(), written.end(), [](char c) {
-                return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-              }));
-          if (characters > kMaxWorkflowNameCharacters) {
-            report.At(name.value, name.key,
-                      absl::StrCat("workflow name is too long (maximum is ",
-                                   kMaxWorkflowNameCharacters,
-                                   " characters; this one has ", characters,
-                                   "), so GitLab refuses the file"));
-          }
-        }
+        CheckWorkflowName(value, &report);
       }
       if (job == "default" && value.IsMap()) {
         // Written there, or merged in (`<<: *gang`).

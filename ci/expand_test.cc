@@ -2218,6 +2218,105 @@ TEST(GitLabRefusesTest, AnyJobsUnknownExtendsIsGitLabsError) {
       FindIncludingConfig(dir.Sub("other.yml"), dir.path()).has_value());
 }
 
+// A file that only a job's `trigger:include` reads is a child pipeline's
+// configuration: GitLab reads it with the other files of that
+// `trigger:include` and their own includes, never with the parent's.
+TEST(GitLabRefusesTest, AChildPipelinesFileIsReadWithItsOwnConfiguration) {
+  test::TempDir dir;
+  fs::create_directories(dir.Sub("ci/child"));
+  // The parent: a template of its own, and a trigger template that a job
+  // extends, giving the child's path through a variable it forwards.
+  test::WriteTextFile(
+      dir.Sub(".gitlab-ci.yml"),
+      "include: [ci/parent.yml]\n"
+      ".start-child:\n  trigger:\n    include:\n"
+      "      - local: ci/child/main.yml\n"
+      "      - local: ci/child/$FLAVOUR.yml\n    strategy: depend\n"
+      "child-gpu:\n  extends: .start-child\n  variables: {FLAVOUR: gpu}\n");
+  test::WriteTextFile(dir.Sub("ci/parent.yml"),
+                      ".parent-only:\n  tags: [cpu]\n");
+  // The child's files: its main file includes a file of its own and
+  // extends templates of both that file and its trigger:include sibling.
+  const std::string child =
+      "include: [ci/child/templates.yml]\n"
+      "train:\n  extends: [.child-base, .gpu]\n  script: [x]\n";
+  test::WriteTextFile(dir.Sub("ci/child/main.yml"), child);
+  test::WriteTextFile(dir.Sub("ci/child/templates.yml"),
+                      ".child-base:\n  image: pytorch\n");
+  test::WriteTextFile(dir.Sub("ci/child/gpu.yml"),
+                      ".gpu:\n  tags: [a100]\n"
+                      "grandchild:\n  trigger:\n"
+                      "    include: ci/child/grand.yml\n");
+  test::WriteTextFile(dir.Sub("ci/child/grand.yml"),
+                      "eval:\n  extends: .gpu\n  script: [x]\n");
+
+  const auto lint = [&](const std::string& path, const std::string& text) {
+    const CiIncludes includes = ReadLocalIncludes(path, text, dir.path());
+    EXPECT_TRUE(includes.ok());
+    const std::optional<CiIncludingConfig> including =
+        FindIncludingConfig(dir.Sub(path), dir.path());
+    CiExpandOptions options;
+    options.includes = &includes;
+    if (including.has_value()) options.including = &*including;
+    std::vector<std::string> found;
+    for (const CiDiagnostic& d : LintCiYaml(text, options).errors) {
+      found.push_back(FormatDiagnostic(path, d));
+    }
+    return found;
+  };
+  const std::optional<CiIncludingConfig> config =
+      FindIncludingConfig(dir.Sub("ci/child/main.yml"), dir.path());
+  ASSERT_TRUE(config.has_value());
+  EXPECT_EQ(config->trigger_job, "child-gpu");
+  EXPECT_EQ(config->names.count(".gpu"), 1u);
+  EXPECT_EQ(config->names.count(".child-base"), 1u);
+  EXPECT_EQ(config->names.count(".parent-only"), 0u);
+  EXPECT_FALSE(config->unseen);
+  EXPECT_THAT(lint("ci/child/main.yml", child), ::testing::IsEmpty());
+
+  // The parent's template is not there for the child.
+  const std::string uses_parent =
+      "include: [ci/child/templates.yml]\n"
+      "train:\n  extends: [.child-base, .parent-only]\n  script: [x]\n";
+  test::WriteTextFile(dir.Sub("ci/child/main.yml"), uses_parent);
+  EXPECT_THAT(
+      lint("ci/child/main.yml", uses_parent),
+      ::testing::ElementsAre(
+          "ci/child/main.yml:3:12: train: unknown keys in `extends` "
+          "(.parent-only): not in this file nor in the other files of the "
+          "child pipeline that job 'child-gpu' of .gitlab-ci.yml starts "
+          "(trigger:include), so GitLab refuses it; a child pipeline does "
+          "not see its parent's templates"));
+
+  // A child pipeline's own child pipeline (GitLab nests two levels) is
+  // read with its own trigger:include alone.
+  const std::optional<CiIncludingConfig> grand =
+      FindIncludingConfig(dir.Sub("ci/child/grand.yml"), dir.path());
+  ASSERT_TRUE(grand.has_value());
+  EXPECT_EQ(grand->trigger_job, "grandchild");
+  EXPECT_EQ(grand->names.count(".gpu"), 0u);
+  EXPECT_EQ(
+      lint("ci/child/grand.yml", "eval:\n  extends: .gpu\n  script: [x]\n")
+          .size(),
+      1u);
+
+  // Without the variable the path is not known: the configuration has an
+  // include gdt does not read, and lint says nothing of the names.
+  test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
+                      "include: [ci/parent.yml]\n"
+                      "child-gpu:\n  trigger:\n    include:\n"
+                      "      - local: ci/child/main.yml\n"
+                      "      - local: ci/child/$FLAVOUR.yml\n");
+  const std::optional<CiIncludingConfig> unseen =
+      FindIncludingConfig(dir.Sub("ci/child/main.yml"), dir.path());
+  ASSERT_TRUE(unseen.has_value());
+  EXPECT_TRUE(unseen->unseen);
+  EXPECT_THAT(lint("ci/child/main.yml", uses_parent), ::testing::IsEmpty());
+  // A file that no trigger reads has no configuration but its own.
+  EXPECT_FALSE(FindIncludingConfig(dir.Sub("ci/child/grand.yml"), dir.path())
+                   .has_value());
+}
+
 // GitLab refuses a `workflow:name` longer than 255 characters (counted as
 // characters, not bytes) as written, before expanding variables in it.
 TEST(GitLabRefusesTest, AWorkflowNameOver255CharactersIsRefused) {
@@ -2235,6 +2334,44 @@ TEST(GitLabRefusesTest, AWorkflowNameOver255CharactersIsRefused) {
             "this one has 256), so GitLab refuses the file");
   // Variables are expanded only when the pipeline is created.
   EXPECT_TRUE(LintCiYaml(file("$A$B")).ok());
+}
+
+// GitLab merges `workflow` of the included files under the main file's
+// and checks the merged name: an included file's long name is refused,
+// unless the main file (or a file merged after it) gives its own name.
+TEST(GitLabRefusesTest, AnIncludedWorkflowNameOver255CharactersIsRefused) {
+  test::TempDir dir;
+  const std::string long_name(256, 'n');
+  test::WriteTextFile(dir.Sub("long.yml"),
+                      "workflow:\n  name: " + long_name + "\n");
+  test::WriteTextFile(dir.Sub("short.yml"), "workflow:\n  name: short\n");
+  const auto lint = [&](const std::string& main) {
+    const CiIncludes includes =
+        ReadLocalIncludes(".gitlab-ci.yml", main, dir.path());
+    EXPECT_TRUE(includes.ok());
+    CiExpandOptions options;
+    options.includes = &includes;
+    std::vector<std::string> found;
+    for (const CiDiagnostic& d : LintCiYaml(main, options).errors) {
+      found.push_back(FormatDiagnostic(".gitlab-ci.yml", d));
+    }
+    return found;
+  };
+  const std::string job = "job:\n  script: [x]\n";
+  const std::vector<std::string> refused = {
+      "long.yml:2:9: workflow name is too long (maximum is 255 characters; "
+      "this one has 256), so GitLab refuses the file"};
+  EXPECT_EQ(lint("include: [long.yml]\n" + job), refused);
+  // The main file's workflow: without a name keeps the included one.
+  EXPECT_EQ(
+      lint("include: [long.yml]\nworkflow:\n  rules: [{when: always}]\n" + job),
+      refused);
+  // A name written later wins, and is the one checked.
+  EXPECT_THAT(lint("include: [long.yml, short.yml]\n" + job),
+              ::testing::IsEmpty());
+  EXPECT_EQ(lint("include: [short.yml, long.yml]\n" + job), refused);
+  EXPECT_THAT(lint("include: [long.yml]\nworkflow:\n  name: mine\n" + job),
+              ::testing::IsEmpty());
 }
 
 TEST(GitLabReadsTest, TopLevelGdtVariablesDoNotChangeABlocksGang) {

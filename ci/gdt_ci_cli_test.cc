@@ -251,6 +251,40 @@ TEST(GdtCiCliTest, LintAndExpandReadLocalIncludesFromTheProject) {
   EXPECT_EQ(nlohmann::json::parse(json.output)["errors"][0]["line"], 2);
 }
 
+// A child pipeline's file, linted on its own from the project, is read as
+// GitLab reads that child pipeline: with the other files of the parent
+// job's trigger:include, not with the parent's own files.
+TEST(GdtCiCliTest, LintReadsAChildPipelinesFileWithItsTriggerInclude) {
+  TempDir dir;
+  const std::string project = dir.path();
+  std::filesystem::create_directories(project + "/ci");
+  test::WriteTextFile(project + "/.gitlab-ci.yml",
+                      "include: [ci/parent.yml]\n"
+                      "tests:\n  trigger:\n    include:\n"
+                      "      - local: ci/child.yml\n"
+                      "      - local: ci/child-templates.yml\n");
+  test::WriteTextFile(project + "/ci/parent.yml", ".cpu:\n  tags: [cpu]\n");
+  test::WriteTextFile(project + "/ci/child-templates.yml",
+                      ".gpu:\n  tags: [a100]\n");
+  const std::string child = project + "/ci/child.yml";
+  test::WriteTextFile(child, "train:\n  extends: .gpu\n  script: [x]\n");
+  const CliRun ok =
+      GdtCi({"lint", "--file", child, "--project-dir", project}, "stdout");
+  EXPECT_EQ(ok.code, 0) << ok.output;
+  EXPECT_THAT(ok.output, HasSubstr("ok (0 gang jobs)"));
+  test::WriteTextFile(child, "train:\n  extends: .cpu\n  script: [x]\n");
+  const CliRun parents =
+      GdtCi({"lint", "--file", child, "--project-dir", project}, "stderr");
+  EXPECT_EQ(parents.code, 1);
+  EXPECT_EQ(parents.output,
+            absl::StrCat(child,
+                         ":2:12: train: unknown keys in `extends` (.cpu): not "
+                         "in this file nor in the other files of the child "
+                         "pipeline that job 'tests' of .gitlab-ci.yml starts "
+                         "(trigger:include), so GitLab refuses it; a child "
+                         "pipeline does not see its parent's templates\n"));
+}
+
 // --var gives include rules the pipeline's variables: a file whose rule
 // the branch decides is read only on that branch; without the variable it
 // is read. A bad --var is one line, exit 2.

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "ci/inheritance.h"
+#include "ci/job_file.h"
 #include "ci/rules.h"
 #include "ci/yaml_tree.h"
 #include "common/file.h"
@@ -1165,6 +1166,124 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
   return result;
 }
 
+namespace {
+
+// The top-level names of `yaml`'s documents.
+void CollectNames(std::string_view yaml, std::set<std::string>* names) {
+  YamlError parse_error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml, &parse_error);
+  if (!parse_error.message.empty()) return;
+  for (const YamlNode& root : tree->documents()) {
+    if (!root.IsMap()) continue;
+    for (const auto& entry : root) {
+      if (entry.first.IsScalar()) names->insert(entry.first.Scalar());
+    }
+  }
+}
+
+// Whether `includes` read the file `self` (a canonical path).
+bool ReadsFile(const CiIncludes& includes, const std::string& project_dir,
+               const fs::path& self) {
+  return std::any_of(includes.files.begin(), includes.files.end(),
+                     [&](const CiIncludedFile& f) {
+                       std::error_code ignored;
+                       return fs::weakly_canonical(
+                                  fs::path(project_dir) / f.path, ignored) ==
+                              self;
+                     });
+}
+
+// A child pipeline that a job of a configuration starts: the job, and the
+// files its configuration reads.
+struct ChildPipeline {
+  std::string job;
+  CiIncludes includes;
+};
+
+// At most this many child pipelines are read in looking for a file.
+constexpr size_t kMaxChildPipelines = 100;
+
+// The child pipelines that the jobs of the configuration made of `texts`
+// (in GitLab's merge order) start with `trigger:include`. GitLab makes a
+// child's configuration a file of just `include:` with that value, and
+// gives the child the trigger job's variables (its own over the top-level
+// ones, unless `inherit: variables: false`) as pipeline variables.
+std::vector<ChildPipeline> ChildPipelines(
+    const std::vector<std::string_view>& texts, const std::string& project_dir,
+    const CiIncludeVariables& known) {
+  std::vector<std::unique_ptr<YamlTree>> trees;
+  std::vector<std::vector<YamlNode>> files;
+  for (const std::string_view text : texts) {
+    YamlError parse_error;
+    std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &parse_error);
+    if (!parse_error.message.empty()) continue;
+    std::vector<YamlNode> documents;
+    for (const YamlNode& root : tree->documents()) {
+      if (root.IsMap()) documents.push_back(root);
+    }
+    if (documents.empty()) continue;
+    files.push_back({documents[DocumentsGitLabReads(text, documents).loaded]});
+    trees.push_back(std::move(tree));
+  }
+  std::set<std::string> jobs;
+  for (const std::vector<YamlNode>& documents : files) {
+    for (const auto& entry : documents.front()) {
+      if (!entry.first.IsScalar() || !entry.second.IsMap()) continue;
+      const std::string& name = entry.first.Scalar();
+      if (!name.empty() && name[0] != '.' && !IsCiKeyword(name)) {
+        jobs.insert(name);
+      }
+    }
+  }
+  const CiConfigModel model(files, /*unseen_includes=*/false,
+                            /*unseen_over_seen=*/false);
+  const std::optional<CiValue> top = model.Top("variables");
+  std::vector<ChildPipeline> children;
+  for (const std::string& job : jobs) {
+    if (children.size() >= kMaxChildPipelines) break;
+    const absl::StatusOr<CiConfigModel::Effective> resolved =
+        model.Resolve(job, {"trigger", "variables", "inherit"});
+    if (!resolved.ok() || !resolved->config.is_object()) continue;
+    const CiValue& config = resolved->config;
+    const auto trigger = config.find("trigger");
+    if (trigger == config.end() || !trigger->is_object() ||
+        !trigger->contains("include")) {
+      continue;
+    }
+    CiIncludeVariables forwarded = known;
+    const auto forward = [&forwarded](const CiValue& variables) {
+      if (!variables.is_object()) return;
+      for (const auto& [name, value] : variables.items()) {
+        std::string shown;
+        if (CiScalarText(value.is_object() && value.contains("value")
+                             ? value["value"]
+                             : value,
+                         &shown)) {
+          forwarded.pipeline[name] = shown;
+        }
+      }
+    };
+    bool globals = true;
+    if (const auto inherit = config.find("inherit");
+        inherit != config.end() && inherit->is_object()) {
+      const auto v = inherit->find("variables");
+      globals = v == inherit->end() || !v->is_boolean() || v->get<bool>();
+    }
+    if (globals && top.has_value()) forward(*top);
+    if (const auto own = config.find("variables"); own != config.end()) {
+      forward(*own);
+    }
+    const std::string child_text =
+        CiValue::object({{"include", trigger->at("include")}}).dump();
+    children.push_back(ChildPipeline{
+        job, ReadLocalIncludes(absl::StrCat("trigger:include of ", job),
+                               child_text, project_dir, forwarded)});
+  }
+  return children;
+}
+
+}  // namespace
+
 std::optional<CiIncludingConfig> FindIncludingConfig(
     std::string_view file, const std::string& project_dir,
     const CiIncludeVariables& known) {
@@ -1181,30 +1300,49 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
   if (!text.ok()) return std::nullopt;
   const CiIncludes includes =
       ReadLocalIncludes(".gitlab-ci.yml", *text, project_dir, known);
-  const bool included =
-      std::any_of(includes.files.begin(), includes.files.end(),
-                  [&](const CiIncludedFile& f) {
-                    std::error_code ignored;
-                    return fs::weakly_canonical(fs::path(project_dir) / f.path,
-                                                ignored) == self;
-                  });
-  if (!included) return std::nullopt;
   CiIncludingConfig result;
   result.main_path = ".gitlab-ci.yml";
-  result.unseen = includes.unseen;
-  const auto collect = [&result](std::string_view yaml) {
-    YamlError parse_error;
-    const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml, &parse_error);
-    if (!parse_error.message.empty()) return;
-    for (const YamlNode& root : tree->documents()) {
-      if (!root.IsMap()) continue;
-      for (const auto& entry : root) {
-        if (entry.first.IsScalar()) result.names.insert(entry.first.Scalar());
+  if (ReadsFile(includes, project_dir, self)) {
+    result.unseen = includes.unseen;
+    CollectNames(*text, &result.names);
+    for (const CiIncludedFile& f : includes.files) {
+      CollectNames(f.text, &result.names);
+    }
+    return result;
+  }
+  // Not a part of the main configuration: a child pipeline's, maybe. Its
+  // configuration is only the files its trigger:include reads (the
+  // parent's templates are not there); child pipelines nest two levels.
+  std::vector<std::string_view> level = {*text};
+  for (const CiIncludedFile& f : includes.files) level.push_back(f.text);
+  std::vector<ChildPipeline> children =
+      ChildPipelines(level, project_dir, known);
+  bool found = false;
+  for (int depth = 1; depth <= 2 && !children.empty(); ++depth) {
+    std::vector<ChildPipeline> next;
+    for (const ChildPipeline& child : children) {
+      if (ReadsFile(child.includes, project_dir, self)) {
+        if (!found) result.trigger_job = child.job;
+        found = true;
+        result.unseen = result.unseen || child.includes.unseen;
+        for (const CiIncludedFile& f : child.includes.files) {
+          CollectNames(f.text, &result.names);
+        }
+      }
+      if (depth < 2 && next.size() < kMaxChildPipelines) {
+        std::vector<std::string_view> texts;
+        for (const CiIncludedFile& f : child.includes.files) {
+          texts.push_back(f.text);
+        }
+        for (ChildPipeline& grandchild :
+             ChildPipelines(texts, project_dir, known)) {
+          next.push_back(std::move(grandchild));
+        }
       }
     }
-  };
-  collect(*text);
-  for (const CiIncludedFile& f : includes.files) collect(f.text);
+    children = std::move(next);
+  }
+  if (!found) return std::nullopt;
   return result;
 }
 

@@ -121,21 +121,34 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
                              const std::string& project_dir,
                              const CiIncludeVariables& known = {});
 
-// The project's main CI file when the file being linted is one that it
-// includes (a fragment): GitLab only ever reads the fragment as part of
-// that configuration, so the names it may `extends` are those of all the
-// files read with it.
+// The configuration GitLab reads the file being linted in, when that is
+// not the file alone: the project's main CI file when it includes the file
+// (a fragment), or else a child pipeline's configuration that reads it (a
+// job's `trigger:include`, which GitLab turns into a configuration of
+// just `include:` with that value). GitLab only ever reads the file as
+// part of that configuration, so the names it may `extends` are those of
+// all the files read with it, and no others: a child pipeline does not
+// see its parent's templates.
 struct CiIncludingConfig {
   std::string main_path;  // As shown in messages (".gitlab-ci.yml").
   // Top-level names (jobs, templates, keywords) defined by the main file
-  // and every file it includes.
+  // and every file it includes; for a child pipeline, by the files its
+  // `trigger:include` reads (of every such child pipeline that reads the
+  // file).
   std::set<std::string> names;
-  bool unseen = false;  // Some include of the main file is not read.
+  bool unseen = false;  // Some include of the configuration is not read.
+  // For a child pipeline: the job that starts it (the first, when several
+  // do); empty for the main file's configuration.
+  std::string trigger_job;
 };
 
 // `.gitlab-ci.yml` in `project_dir`, when it is not `file` itself and it
-// includes `file` (directly or through other files); nullopt otherwise,
-// also when it cannot be read.
+// includes `file` (directly or through other files); otherwise the child
+// pipelines that its jobs (or, two levels down at most, the child
+// pipelines' jobs) start with `trigger:include`, when they read `file`.
+// A child pipeline's includes are read with the pipeline's variables
+// `known` and the variables the trigger job forwards (its own and the
+// top-level ones). nullopt otherwise, also when it cannot be read.
 std::optional<CiIncludingConfig> FindIncludingConfig(
     std::string_view file, const std::string& project_dir,
     const CiIncludeVariables& known = {});
