@@ -82,7 +82,7 @@ class WatchedStore final : public state::StateStore {
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
   absl::Status CheckStorage() override { return store_->CheckStorage(); }
-  absl::StatusOr<std::string> RestoreStorage() override {
+  absl::StatusOr<Restored> RestoreStorage() override {
     return store_->RestoreStorage();
   }
 
