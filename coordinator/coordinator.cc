@@ -394,6 +394,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->PruneFinishedGangs();  // Once a minute at most.
       FlushStoreLocked();
     }
+    scheduler_->ForgetDroppedJoins();
     SaveUnsavedKvTokensLocked();
     scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();

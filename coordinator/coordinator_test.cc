@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -12,6 +13,7 @@
 #include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/file_size_limit.h"
 #include "testing/log_capture.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/sqlite_edit.h"
@@ -550,6 +552,71 @@ TEST(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
   const std::vector<state::KvToken> saved = stored_tokens();
   ASSERT_EQ(saved.size(), 1u);
   EXPECT_EQ(saved.at(0).token, token);
+}
+
+// A join is held back for the next commit, that commit fails (the disk is
+// full), and when it is written again its row is refused for good (here a
+// trigger an operator added to the state file refuses it). The store
+// drops that join instead of refusing every later write: the member hears
+// why and is taken out of its gang, which waits for it again and is not
+// admitted without it, and other writes go on.
+TEST(CoordinatorHeldBackJoinTest, AJoinThatCannotBeStoredIsDroppedAndToldSo) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::unique_ptr<Coordinator>> created = Coordinator::Create(
+      clock, std::move(*store), SchedulerOptions{}, checker);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Coordinator& coordinator = **created;
+  std::vector<state::MemberEvent> seen;
+  coordinator.SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+    for (state::MemberEvent& event : events) seen.push_back(std::move(event));
+  });
+  ASSERT_TRUE(coordinator.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(coordinator.Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  coordinator.RunAdmissionPass();  // Commits it.
+  ASSERT_TRUE(coordinator.Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
+  {
+    test::FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
+    coordinator.RunAdmissionPass();  // Its commit fails; so does the gang's.
+  }
+  ASSERT_EQ(test::ExecSql(path,
+                          "CREATE TRIGGER refuse_member BEFORE INSERT ON "
+                          "members WHEN NEW.member_index = 2 BEGIN SELECT "
+                          "RAISE(ABORT, 'member 2 is refused'); END"),
+            "");
+  std::optional<test::LogCapture> captured(std::in_place);
+  coordinator.RunAdmissionPass();
+  // Another change is stored at once.
+  const absl::Status registered =
+      coordinator.RegisterHost(test::GpuHost("gpu-02", 8));
+  const std::string log = captured->text();
+  captured.reset();
+
+  EXPECT_TRUE(registered.ok()) << registered;
+  std::optional<state::MemberEvent> aborted;
+  for (const state::MemberEvent& event : seen) {
+    EXPECT_NE(event.kind, state::MemberEvent::Kind::kAdmitted);
+    if (event.stream_id == 2 &&
+        event.kind == state::MemberEvent::Kind::kAborted) {
+      aborted = event;
+    }
+  }
+  ASSERT_TRUE(aborted.has_value());
+  EXPECT_THAT(aborted->reason,
+              HasSubstr("could not store the join of member 2 (job 102)"));
+  EXPECT_THAT(aborted->reason, HasSubstr("member 2 is refused"));
+  EXPECT_THAT(log, HasSubstr("event=join_dropped gang="));
+  Snapshot snapshot = coordinator.GetSnapshot(false);
+  ASSERT_EQ(snapshot.gangs.size(), 1u);
+  EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);
+  EXPECT_EQ(snapshot.gangs.at(0).members.count(2), 0u);
+  EXPECT_THAT(snapshot.gangs.at(0).reason, HasSubstr("1/2 members present"));
+  EXPECT_EQ(snapshot.hosts.size(), 2u);
 }
 
 TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {

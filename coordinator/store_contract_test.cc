@@ -1,10 +1,8 @@
 #include <sqlite3.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -24,6 +22,7 @@
 #include "state/etcd_store.h"
 #include "state/sqlite_store.h"
 #include "testing/etcd_test_server.h"
+#include "testing/file_size_limit.h"
 #include "testing/log_capture.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/sqlite_edit.h"
@@ -33,6 +32,7 @@ namespace gdt::coordinator {
 namespace {
 
 using test::CpuHost;
+using test::FileSizeLimit;
 using test::GpuHost;
 using test::Joining;
 using test::TempDir;
@@ -709,29 +709,6 @@ TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
             SQLITE_OK);
   EXPECT_TRUE(store.SaveSecret("s", "v").ok());
 }
-
-// While alive, a write that would make any file of this process larger
-// than `limit` bytes fails (EFBIG, which SQLite reports as an I/O error), as
-// on a full disk.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t limit) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    previous_signal_ = std::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limited{limit, saved_.rlim_max};
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, previous_signal_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*previous_signal_)(int) = SIG_DFL;
-};
 
 // Joins are held back for one commit; when that commit fails (the disk is
 // full), they are not lost: the store writes them again with its next

@@ -65,6 +65,9 @@ class WatchedStore final : public state::StateStore {
   absl::Status SaveJoin(const state::Gang& gang, const state::Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
+  std::vector<DroppedJoin> TakeDroppedJoins() override {
+    return store_->TakeDroppedJoins();
+  }
   absl::Status DeleteGang(const std::string& gang_id) override;
   absl::StatusOr<state::StoredState> Load() override;
   absl::Status SaveKvToken(const state::KvToken& token) override;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -518,6 +519,9 @@ absl::StatusOr<StateStore::Restored> SqliteStore::RestoreStorage() {
     return undo(absl::InternalError(
         absl::StrCat("cannot open ", path_, ": ", std::strerror(error))));
   }
+  for (sqlite::Db::Dropped& dropped : db_.TakeDropped()) {
+    dropped_.push_back(std::move(dropped));
+  }
   db_ = std::move(*fresh);  // Closes the old connection.
   file_.Reset(fresh_fd);
   dev_ = info.st_dev;
@@ -729,12 +733,37 @@ absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
 
 absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member,
                                    bool gang_changed) {
-  return db_.Defer([&] {
-    absl::Status status = gang_changed ? SaveGangHeader(gang)
-                                       : SaveGangRow(kInsertGangIfAbsent, gang);
-    if (status.ok()) status = SaveMemberRow(gang.id, member);
-    return Annotated(status, "gang " + gang.id);
-  });
+  // The tag names the join should it be dropped (TakeDroppedJoins).
+  return db_.Defer(
+      [&] {
+        absl::Status status = gang_changed
+                                  ? SaveGangHeader(gang)
+                                  : SaveGangRow(kInsertGangIfAbsent, gang);
+        if (status.ok()) status = SaveMemberRow(gang.id, member);
+        return Annotated(status, "gang " + gang.id);
+      },
+      absl::StrCat(member.index, " ", member.job_id, " ", gang.id));
+}
+
+std::vector<StateStore::DroppedJoin> SqliteStore::TakeDroppedJoins() {
+  std::vector<sqlite::Db::Dropped> dropped = std::exchange(dropped_, {});
+  for (sqlite::Db::Dropped& more : db_.TakeDropped()) {
+    dropped.push_back(std::move(more));
+  }
+  std::vector<DroppedJoin> joins;
+  for (sqlite::Db::Dropped& one : dropped) {
+    const std::vector<std::string> parts =
+        absl::StrSplit(one.tag, absl::MaxSplits(' ', 2));
+    DroppedJoin join;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &join.member_index) ||
+        !absl::SimpleAtoi(parts[1], &join.job_id)) {
+      continue;  // Not a join's.
+    }
+    join.gang_id = parts[2];
+    join.error = std::move(one.error);
+    joins.push_back(std::move(join));
+  }
+  return joins;
 }
 
 absl::Status SqliteStore::Flush() { return db_.Flush(); }

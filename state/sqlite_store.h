@@ -69,6 +69,9 @@ class SqliteStore : public StateStore {
   absl::Status SaveJoin(const Gang& gang, const Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
+  // A held-back join is dropped when writing it again fails with an error
+  // of its own statement (sqlite::Db::Defer).
+  std::vector<DroppedJoin> TakeDroppedJoins() override;
 
   // Deletes the gang's rows from every table that holds rows by gang id.
   absl::Status DeleteGang(const std::string& gang_id) override;
@@ -166,6 +169,8 @@ class SqliteStore : public StateStore {
   ino_t ino_ = 0;
   // The file's directory when the store was opened.
   mode_t dir_mode_ = 0700;
+  // Dropped by a connection since replaced (RestoreStorage).
+  std::vector<sqlite::Db::Dropped> dropped_;
   uid_t dir_uid_ = 0;
   gid_t dir_gid_ = 0;
 };

@@ -174,6 +174,20 @@ class StateStore {
   // a state file removed or replaced while the store holds it open.
   virtual absl::Status CheckStorage() { return absl::OkStatus(); }
 
+  // A join SaveJoin held back that the store dropped: when its commit had
+  // failed and it was written again, it failed with an error that writing
+  // it again cannot cure (`error`), and it would have kept every later
+  // write from being committed.
+  struct DroppedJoin {
+    std::string gang_id;
+    uint32_t member_index = 0;
+    int64_t job_id = 0;
+    absl::Status error;
+  };
+  // The joins dropped since the last call (none for a store that holds no
+  // join back).
+  virtual std::vector<DroppedJoin> TakeDroppedJoins() { return {}; }
+
   // What RestoreStorage wrote.
   struct Restored {
     std::string path;
