@@ -163,6 +163,10 @@ absl::Status WatchedStore::SaveJoin(const state::Gang& gang,
 }
 
 absl::Status WatchedStore::Flush() {
+  // The coordinator flushes once a second: a state file deleted while it
+  // writes nothing is restored too, before a restart could lose it with
+  // the deleted file.
+  if (serving_) MaybeCheckStorage(clock_.Now());
   return Note("Flush", store_->Flush(), Kind::kRead);
 }
 

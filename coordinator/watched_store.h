@@ -34,7 +34,7 @@ namespace gdt::coordinator {
 // unlogged, so that gdt-coord's start-up says what went wrong once, with its
 // own exit code.
 // While serving, it also looks (at most every kCheckStorageEvery, on a
-// write) whether the store still writes where a restart reads
+// write or a Flush) whether the store still writes where a restart reads
 // (StateStore::CheckStorage): a deleted state file is written anew from
 // the open database (StateStore::RestoreStorage) and logged as
 // `event=state_file_restored`; one moved or replaced under the coordinator
