@@ -21,6 +21,7 @@ namespace {
 
 constexpr std::chrono::seconds kTick{1};
 constexpr char kMemberTokenKeyName[] = "member_token_key";
+constexpr char kKvTokenKeyName[] = "kv_token_key";
 // A member token lives for its job's timeout (this long when the job named
 // none) plus the slack its after_script and cleanup may take.
 constexpr std::chrono::seconds kMemberTokenDefaultLifetime{24 * 3600};
@@ -43,6 +44,23 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   if (!scheduler.ok()) return scheduler.status();
   MutexLock lock(coordinator->mu_);
   coordinator->scheduler_ = std::move(*scheduler);
+  // The member token key and the key-value store token key are made once
+  // per cluster and kept in the store, so that the tokens made with them
+  // hold across a restart and a standby that takes over knows them too.
+  const auto secret = [&](const char* name) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> key = coordinator->store_->LoadSecret(name);
+    if (!key.ok() || !key->empty()) return key;
+    key = NewSecretToken();
+    if (!key.ok()) return key.status();
+    GDT_RETURN_IF_ERROR(coordinator->store_->SaveSecret(name, *key));
+    return key;
+  };
+  absl::StatusOr<std::string> member_key = secret(kMemberTokenKeyName);
+  if (!member_key.ok()) return member_key.status();
+  coordinator->member_token_key_ = std::move(*member_key);
+  absl::StatusOr<std::string> kv_key = secret(kKvTokenKeyName);
+  if (!kv_key.ok()) return kv_key.status();
+  coordinator->kv_token_key_ = std::move(*kv_key);
   if (absl::Status status = coordinator->LoadKvTokensLocked(); !status.ok()) {
     return status;
   }
@@ -58,18 +76,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(
   for (state::HostTokenRecord& record : *host_tokens) {
     coordinator->host_tokens_[record.host_name] = std::move(record);
   }
-  // The member token key is made once per cluster and kept in the store, so
-  // tokens outlive a restart and a standby that takes over checks them too.
-  absl::StatusOr<std::string> key =
-      coordinator->store_->LoadSecret(kMemberTokenKeyName);
-  if (!key.ok()) return key.status();
-  if (key->empty()) {
-    key = NewSecretToken();
-    if (!key.ok()) return key.status();
-    GDT_RETURN_IF_ERROR(
-        coordinator->store_->SaveSecret(kMemberTokenKeyName, *key));
-  }
-  coordinator->member_token_key_ = std::move(*key);
   watched_store.Serve();
   return coordinator;
 }
@@ -206,6 +212,21 @@ absl::Status Coordinator::LoadKvTokensLocked() {
     }
     kv_tokens_[token.gang_id] = std::move(token);
   }
+  // A running gang whose token the store refused before the restart: its
+  // members hold a token derived from the gang (KvTokenLocked), which is
+  // made again, so that they keep their store (its data is gone, as for
+  // every gang across a restart).
+  for (const state::Gang& gang : scheduler_->GetSnapshot(false).gangs) {
+    if (gang.state != state::GangState::kRunning) continue;
+    auto it = kv_tokens_.find(gang.id);
+    if (it != kv_tokens_.end() && it->second.epoch == gang.epoch &&
+        !it->second.token.empty()) {
+      continue;
+    }
+    KvTokenLocked(gang.id, gang.epoch);
+    spdlog::info("event=gang_kv_token_remade gang={} epoch={}",
+                 LogValue(gang.id), gang.epoch);
+  }
   kv_end_changes_seen_.reset();  // Look at every loaded gang.
   EndFinishedKvGangsLocked();
   return absl::OkStatus();
@@ -218,13 +239,18 @@ std::string Coordinator::KvTokenLocked(const std::string& gang_id,
       !it->second.token.empty()) {
     return it->second.token;
   }
-  absl::StatusOr<std::string> secret = kv::NewKvToken();
-  if (!secret.ok()) {
-    spdlog::error("event=gang_kv_unavailable gang={} error={}",
-                  LogValue(gang_id), LogValue(secret.status().ToString()));
-    return "";
-  }
-  state::KvToken token{gang_id, epoch, *secret, {}};
+  // Derived, not drawn: the same gang, epoch and creation time always give
+  // the same token, so a coordinator that restarts before the store took
+  // it makes it again (LoadKvTokensLocked). The creation time tells apart
+  // a gang made again under an id that an earlier, pruned one had.
+  const state::Gang* gang = scheduler_->FindGang(gang_id);
+  state::KvToken token{
+      gang_id,
+      epoch,
+      HmacSha256Hex(kv_token_key_,
+                    absl::StrCat("gang-kv-token\n", gang_id, "\n", epoch, "\n",
+                                 gang != nullptr ? gang->created_unix_ms : 0)),
+      {}};
   if (it != kv_tokens_.end()) {
     // The earlier epochs' members still learn that their epoch is over.
     for (const auto& [earlier, sha256] : it->second.earlier_sha256) {
@@ -368,6 +394,7 @@ void Coordinator::RunAdmissionPass(bool time_checks) {
       scheduler_->PruneFinishedGangs();  // Once a minute at most.
       FlushStoreLocked();
     }
+    scheduler_->ForgetDroppedJoins();
     SaveUnsavedKvTokensLocked();
     scheduler_->StopPreemptedGangs();
     proposals = scheduler_->Plan();

@@ -45,10 +45,11 @@ struct CheckpointLimits {
 // call back into it.
 //
 // It also owns the gang key-value store (GangKv): when a gang is admitted it
-// issues the gang a random token for its epoch (persisted in the StateStore,
-// handed to members in Assignment.kv_token) and opens its store; once the
-// gang has ended (done, or failed and every member left) it drops the store
-// and the token.
+// issues the gang a token for its epoch, derived from a per-cluster secret
+// (persisted in the StateStore, made again after a restart should the store
+// have refused it, handed to members in Assignment.kv_token) and opens its
+// store; once the gang has ended (done, or failed and every member left) it
+// drops the store and the token.
 //
 // Thread-safe. Keeps references to `clock` and `port_checker`.
 class Coordinator {
@@ -218,11 +219,13 @@ class Coordinator {
   // holds `mu_`.
   std::vector<state::MemberEvent> TakeEventsLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reopens the stores of gangs whose tokens were persisted.
+  // Reopens the stores of gangs whose tokens were persisted, and of running
+  // gangs whose token was not (made again from the gang).
   absl::Status LoadKvTokensLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The token of `gang_id` at `epoch`, issued (and persisted) on first use;
-  // empty only when no random token can be made (logged). A token the
-  // store refuses is still issued, and kept as unsaved.
+  // The token of `gang_id` at `epoch`, issued (and persisted) on first use:
+  // HMAC-SHA256 under the cluster's kv token key of the gang's id, epoch
+  // and creation time. A token the store refuses is still issued, and kept
+  // as unsaved.
   std::string KvTokenLocked(const std::string& gang_id, uint32_t epoch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves the tokens the store refused before; stops at the first refusal
@@ -277,6 +280,8 @@ class Coordinator {
   CheckpointLimits checkpoint_limits_;  // Set in Create.
   // Signs member tokens; from the store, set in Create.
   std::string member_token_key_;
+  // The key kv tokens are derived with (KvTokenLocked); set in Create.
+  std::string kv_token_key_;
   // The last flush of held-back joins failed (logged once).
   bool joins_commit_failing_ ABSL_GUARDED_BY(mu_) = false;
   CondVar wake_cv_;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <iostream>
 #include <set>
 #include <thread>
@@ -12,6 +13,8 @@
 #include "common/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/file_size_limit.h"
+#include "testing/log_capture.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/sqlite_edit.h"
 #include "testing/temp_dir.h"
@@ -466,6 +469,154 @@ TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
         restarted->Join(test::Joining(test::TrainKey(1), 1, 1), 4).ok());
     EXPECT_EQ(admitted_token(4), token);
   }
+}
+
+// The store refused a running gang's key-value store token (its disk
+// filled between the admission and the token) and the coordinator
+// restarted before it could save it: the members still hold the token
+// they were given, and it still opens their gang's store (the data in it
+// is gone, as for every gang across a restart).
+TEST(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  std::vector<state::MemberEvent> seen;
+  const auto open = [&]() -> std::unique_ptr<Coordinator> {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
+    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
+        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
+                            checker);
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return nullptr;
+    (*coordinator)
+        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+          for (state::MemberEvent& event : events)
+            seen.push_back(std::move(event));
+        });
+    return std::move(*coordinator);
+  };
+  std::string gang;
+  std::string token;
+  {
+    std::unique_ptr<Coordinator> coordinator = open();
+    ASSERT_NE(coordinator, nullptr);
+    ASSERT_TRUE(coordinator->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    // Every other write goes through; the token's is refused.
+    ASSERT_EQ(test::ExecSql(path,
+                            "CREATE TRIGGER refuse_tokens BEFORE INSERT ON "
+                            "gang_kv_tokens BEGIN SELECT RAISE(ABORT, "
+                            "'database or disk is full'); END"),
+              "");
+    std::optional<test::LogCapture> captured(std::in_place);
+    ASSERT_TRUE(
+        coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
+    coordinator->RunAdmissionPass();
+    const std::string log = captured->text();
+    captured.reset();
+    EXPECT_THAT(log, HasSubstr("event=gang_kv_token_unsaved"));
+    for (const state::MemberEvent& event : seen) {
+      if (event.kind == state::MemberEvent::Kind::kAdmitted) {
+        token = event.assignment.kv_token;
+        gang = event.assignment.gang_id;
+      }
+    }
+    ASSERT_EQ(token.size(), 64u);
+    EXPECT_TRUE(coordinator->kv().Set({gang, 1, token}, "k", "v").ok());
+  }  // Stopped while the token is still unsaved.
+  const auto stored_tokens = [&]() -> std::vector<state::KvToken> {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+        state::SqliteStore::Open(path);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return {};
+    return (*store)->LoadKvTokens().value_or(std::vector<state::KvToken>{});
+  };
+  ASSERT_TRUE(stored_tokens().empty());
+
+  std::unique_ptr<Coordinator> restarted = open();
+  ASSERT_NE(restarted, nullptr);
+  const kv::KvCaller member{gang, 1, token};
+  EXPECT_EQ(restarted->kv().Get(member, "k").status().code(),
+            absl::StatusCode::kNotFound);  // Token kept, data not.
+  EXPECT_TRUE(restarted->kv().Set(member, "k2", "v2").ok());
+  EXPECT_EQ(restarted->kv().Get(member, "k2").value_or(""), "v2");
+  // Another token is still refused.
+  EXPECT_FALSE(restarted->kv().Get({gang, 1, std::string(64, '0')}, "k2").ok());
+  // Once the store takes it, the token is saved as it was handed out.
+  ASSERT_EQ(test::ExecSql(path, "DROP TRIGGER refuse_tokens"), "");
+  restarted->RunAdmissionPass();
+  restarted.reset();
+  const std::vector<state::KvToken> saved = stored_tokens();
+  ASSERT_EQ(saved.size(), 1u);
+  EXPECT_EQ(saved.at(0).token, token);
+}
+
+// A join is held back for the next commit, that commit fails (the disk is
+// full), and when it is written again its row is refused for good (here a
+// trigger an operator added to the state file refuses it). The store
+// drops that join instead of refusing every later write: the member hears
+// why and is taken out of its gang, which waits for it again and is not
+// admitted without it, and other writes go on.
+TEST(CoordinatorHeldBackJoinTest, AJoinThatCannotBeStoredIsDroppedAndToldSo) {
+  test::TempDir dir;
+  const std::string path = dir.path() + "/coord.db";
+  FakeClock clock;
+  FakePortChecker checker;
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::unique_ptr<Coordinator>> created = Coordinator::Create(
+      clock, std::move(*store), SchedulerOptions{}, checker);
+  ASSERT_TRUE(created.ok()) << created.status();
+  Coordinator& coordinator = **created;
+  std::vector<state::MemberEvent> seen;
+  coordinator.SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+    for (state::MemberEvent& event : events) seen.push_back(std::move(event));
+  });
+  ASSERT_TRUE(coordinator.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+  ASSERT_TRUE(coordinator.Join(test::Joining(test::TrainKey(2), 1, 1), 1).ok());
+  coordinator.RunAdmissionPass();  // Commits it.
+  ASSERT_TRUE(coordinator.Join(test::Joining(test::TrainKey(2), 2, 1), 2).ok());
+  {
+    test::FileSizeLimit full(std::filesystem::file_size(path + "-wal"));
+    coordinator.RunAdmissionPass();  // Its commit fails; so does the gang's.
+  }
+  ASSERT_EQ(test::ExecSql(path,
+                          "CREATE TRIGGER refuse_member BEFORE INSERT ON "
+                          "members WHEN NEW.member_index = 2 BEGIN SELECT "
+                          "RAISE(ABORT, 'member 2 is refused'); END"),
+            "");
+  std::optional<test::LogCapture> captured(std::in_place);
+  coordinator.RunAdmissionPass();
+  // Another change is stored at once.
+  const absl::Status registered =
+      coordinator.RegisterHost(test::GpuHost("gpu-02", 8));
+  const std::string log = captured->text();
+  captured.reset();
+
+  EXPECT_TRUE(registered.ok()) << registered;
+  std::optional<state::MemberEvent> aborted;
+  for (const state::MemberEvent& event : seen) {
+    EXPECT_NE(event.kind, state::MemberEvent::Kind::kAdmitted);
+    if (event.stream_id == 2 &&
+        event.kind == state::MemberEvent::Kind::kAborted) {
+      aborted = event;
+    }
+  }
+  ASSERT_TRUE(aborted.has_value());
+  EXPECT_THAT(aborted->reason,
+              HasSubstr("could not store the join of member 2 (job 102)"));
+  EXPECT_THAT(aborted->reason, HasSubstr("member 2 is refused"));
+  EXPECT_THAT(log, HasSubstr("event=join_dropped gang="));
+  Snapshot snapshot = coordinator.GetSnapshot(false);
+  ASSERT_EQ(snapshot.gangs.size(), 1u);
+  EXPECT_EQ(snapshot.gangs.at(0).state, state::GangState::kForming);
+  EXPECT_EQ(snapshot.gangs.at(0).members.count(2), 0u);
+  EXPECT_THAT(snapshot.gangs.at(0).reason, HasSubstr("1/2 members present"));
+  EXPECT_EQ(snapshot.hosts.size(), 2u);
 }
 
 TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {

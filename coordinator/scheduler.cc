@@ -663,6 +663,53 @@ void Scheduler::Detach(const std::string& gang_id, uint32_t member_index,
   RefreshForming(gang->second, was_complete, 0);
 }
 
+void Scheduler::ForgetDroppedJoins() {
+  for (const state::StateStore::DroppedJoin& dropped :
+       store_.TakeDroppedJoins()) {
+    auto gang = gangs_.find(dropped.gang_id);
+    auto member = gang != gangs_.end()
+                      ? gang->second.members.find(dropped.member_index)
+                      : std::map<uint32_t, state::Member>::iterator();
+    const bool forming = gang != gangs_.end() &&
+                         gang->second.state == state::GangState::kForming &&
+                         member != gang->second.members.end() &&
+                         member->second.job_id == dropped.job_id &&
+                         !member->second.left;
+    spdlog::error(
+        "event=join_dropped gang={} member={} job={} error={} action={}",
+        LogValue(dropped.gang_id), dropped.member_index, dropped.job_id,
+        LogValue(dropped.error.ToString()),
+        LogValue(forming
+                     ? "the state store cannot store this join: the member "
+                       "was taken out of its gang and its job told so; find "
+                       "what refuses the row (a trigger, a constraint added "
+                       "to the state file) and retry the job"
+                     : "the state store cannot store this join again; the "
+                       "gang has changed since, and stored the member with "
+                       "that change"));
+    if (!forming) continue;
+    state::Gang& target = gang->second;
+    const bool was_complete = Complete(target);
+    const uint64_t stream_id = member->second.stream_id;
+    target.members.erase(member);
+    NotePresence(target, dropped.member_index);
+    if (stream_id != 0) {
+      state::MemberEvent aborted;
+      aborted.stream_id = stream_id;
+      aborted.kind = state::MemberEvent::Kind::kAborted;
+      aborted.gang_id = target.id;
+      aborted.member_index = dropped.member_index;
+      aborted.reason = absl::StrCat(
+          "the coordinator could not store the join of member ",
+          dropped.member_index, " (job ", dropped.job_id, ") to gang ",
+          target.id, " and took it back: ", dropped.error.message(),
+          "; retry the job once the coordinator's state store accepts it");
+      events_.push_back(std::move(aborted));
+    }
+    RefreshForming(target, was_complete, 0);
+  }
+}
+
 absl::StatusOr<state::Gang*> Scheduler::FindMember(const std::string& gang_id,
                                                    uint32_t epoch,
                                                    uint32_t member_index,

@@ -423,6 +423,15 @@ class Scheduler {
   // crash of the coordinator can lose (their members join again).
   absl::Status FlushStore() { return store_.Flush(); }
 
+  // Takes back the joins the store dropped (StateStore::TakeDroppedJoins:
+  // held back, their commit failed, and writing them again failed for
+  // good). A member still in its forming gang is taken out of it, and its
+  // stream ends with the reason (its job fails and may be retried); the
+  // gang waits for it again. A join whose gang was admitted (or that its
+  // job gave up) since was stored by that change and stays. Logs each as
+  // `event=join_dropped`. Call before Plan().
+  void ForgetDroppedJoins();
+
   // Fails each running gang whose first failure report was only
   // `peer_suspected` once failure_attribution_window has passed without a
   // better culprit, blaming that member. Returns the ids it failed. Call

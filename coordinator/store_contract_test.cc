@@ -1,8 +1,8 @@
 #include <sqlite3.h>
-#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -22,6 +22,7 @@
 #include "state/etcd_store.h"
 #include "state/sqlite_store.h"
 #include "testing/etcd_test_server.h"
+#include "testing/file_size_limit.h"
 #include "testing/log_capture.h"
 #include "testing/scheduler_fixtures.h"
 #include "testing/sqlite_edit.h"
@@ -31,6 +32,7 @@ namespace gdt::coordinator {
 namespace {
 
 using test::CpuHost;
+using test::FileSizeLimit;
 using test::GpuHost;
 using test::Joining;
 using test::TempDir;
@@ -708,29 +710,6 @@ TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
   EXPECT_TRUE(store.SaveSecret("s", "v").ok());
 }
 
-// While alive, a write that would make any file of this process larger
-// than `limit` bytes fails (EFBIG, which SQLite reports as an I/O error), as
-// on a full disk.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t limit) {
-    getrlimit(RLIMIT_FSIZE, &saved_);
-    previous_signal_ = std::signal(SIGXFSZ, SIG_IGN);
-    const rlimit limited{limit, saved_.rlim_max};
-    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
-  }
-  ~FileSizeLimit() {
-    setrlimit(RLIMIT_FSIZE, &saved_);
-    std::signal(SIGXFSZ, previous_signal_);
-  }
-  FileSizeLimit(const FileSizeLimit&) = delete;
-  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
-
- private:
-  rlimit saved_{};
-  void (*previous_signal_)(int) = SIG_DFL;
-};
-
 // Joins are held back for one commit; when that commit fails (the disk is
 // full), they are not lost: the store writes them again with its next
 // change, and a restart finds them.
@@ -920,10 +899,12 @@ TEST(SqliteStoreTest, ADeletedStateFileIsWrittenAnew) {
     ASSERT_TRUE((*store)->SaveJoin(gang, member, true).ok());
     EXPECT_FALSE((*store)->CheckStorage().ok());
 
-    absl::StatusOr<std::string> restored = (*store)->RestoreStorage();
+    absl::StatusOr<state::StateStore::Restored> restored =
+        (*store)->RestoreStorage();
 
     ASSERT_TRUE(restored.ok()) << restored.status();
-    EXPECT_EQ(*restored, path);
+    EXPECT_EQ(restored->path, path);
+    EXPECT_EQ(restored->made_directory, "");
     EXPECT_TRUE((*store)->CheckStorage().ok());
     EXPECT_EQ(std::filesystem::status(path).permissions() &
                   std::filesystem::perms::all,
@@ -987,6 +968,57 @@ TEST(WatchedStoreTest, ADeletedStateFileIsRestoredAndLogged) {
   EXPECT_EQ(store.LoadSecret("s").value_or(""), "2");
   ASSERT_TRUE(store.SaveSecret("t", "3").ok());
   EXPECT_EQ(test::ExecSql(path, "SELECT 1"), "");
+}
+
+// A state file deleted with its directory (`rm -rf` of the state dir) is
+// restored too: the directory is made again with the mode it had, and
+// everything written before, meanwhile and after is in the new file.
+TEST(WatchedStoreTest, ADeletedStateDirectoryIsMadeAgainAndRestored) {
+  test::TempDir dir;
+  const std::string state_dir = dir.path() + "/state";
+  const std::string path = state_dir + "/coord.db";
+  ASSERT_TRUE(std::filesystem::create_directory(state_dir));
+  ASSERT_EQ(chmod(state_dir.c_str(), 0750), 0);
+  {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    FakeClock clock;
+    coordinator::WatchedStore store(std::move(*opened), clock);
+    store.Serve();
+    ASSERT_TRUE(store.SaveSecret("before", "1").ok());
+    ASSERT_GT(std::filesystem::remove_all(state_dir), 0u);
+    ASSERT_TRUE(store.SaveSecret("while_deleted", "2").ok());
+    std::optional<test::LogCapture> captured(std::in_place);
+    clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
+    const absl::Status written = store.SaveSecret("after", "3");
+    const std::string log = captured->text();
+    captured.reset();
+
+    EXPECT_TRUE(written.ok()) << written;
+    EXPECT_TRUE(store.CheckStorage().ok());
+    EXPECT_THAT(log, ::testing::HasSubstr(
+                         "event=state_file_restored path=" + path + " was="));
+    EXPECT_THAT(log, ::testing::HasSubstr(" made_dir=" + state_dir));
+    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
+    struct stat info = {};
+    ASSERT_EQ(stat(state_dir.c_str(), &info), 0);
+    EXPECT_EQ(info.st_mode & 07777, 0750u);
+    EXPECT_EQ(info.st_uid, getuid());
+    // Still one coordinator per file: the lock file was made and taken too.
+    EXPECT_EQ(state::SqliteStore::Open(path).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
+    absl::StatusOr<std::string> loaded = (*reopened)->LoadSecret(name);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*loaded, value) << name;
+  }
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

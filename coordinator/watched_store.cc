@@ -102,10 +102,14 @@ void WatchedStore::MaybeCheckStorage(Clock::TimePoint now) {
     return;
   }
   // A deleted file (not a moved or replaced one) is written anew.
-  absl::StatusOr<std::string> restored = store_->RestoreStorage();
+  absl::StatusOr<Restored> restored = store_->RestoreStorage();
   if (restored.ok()) {
-    spdlog::warn("event=state_file_restored path={} was={}",
-                 LogValue(*restored), LogValue(std::string(storage.message())));
+    spdlog::warn(
+        "event=state_file_restored path={} was={}{}", LogValue(restored->path),
+        LogValue(std::string(storage.message())),
+        restored->made_directory.empty()
+            ? std::string()
+            : absl::StrCat(" made_dir=", LogValue(restored->made_directory)));
     storage_moved_ = false;
     storage_logged_.reset();
     return;
@@ -159,6 +163,10 @@ absl::Status WatchedStore::SaveJoin(const state::Gang& gang,
 }
 
 absl::Status WatchedStore::Flush() {
+  // The coordinator flushes once a second: a state file deleted while it
+  // writes nothing is restored too, before a restart could lose it with
+  // the deleted file.
+  if (serving_) MaybeCheckStorage(clock_.Now());
   return Note("Flush", store_->Flush(), Kind::kRead);
 }
 

@@ -34,7 +34,7 @@ namespace gdt::coordinator {
 // unlogged, so that gdt-coord's start-up says what went wrong once, with its
 // own exit code.
 // While serving, it also looks (at most every kCheckStorageEvery, on a
-// write) whether the store still writes where a restart reads
+// write or a Flush) whether the store still writes where a restart reads
 // (StateStore::CheckStorage): a deleted state file is written anew from
 // the open database (StateStore::RestoreStorage) and logged as
 // `event=state_file_restored`; one moved or replaced under the coordinator
@@ -65,6 +65,9 @@ class WatchedStore final : public state::StateStore {
   absl::Status SaveJoin(const state::Gang& gang, const state::Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
+  std::vector<DroppedJoin> TakeDroppedJoins() override {
+    return store_->TakeDroppedJoins();
+  }
   absl::Status DeleteGang(const std::string& gang_id) override;
   absl::StatusOr<state::StoredState> Load() override;
   absl::Status SaveKvToken(const state::KvToken& token) override;
@@ -82,7 +85,7 @@ class WatchedStore final : public state::StateStore {
                           const std::string& value) override;
   absl::StatusOr<std::string> LoadSecret(const std::string& name) override;
   absl::Status CheckStorage() override { return store_->CheckStorage(); }
-  absl::StatusOr<std::string> RestoreStorage() override {
+  absl::StatusOr<Restored> RestoreStorage() override {
     return store_->RestoreStorage();
   }
 

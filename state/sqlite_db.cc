@@ -33,6 +33,22 @@ absl::Status SqliteError(int code, std::string message) {
   return status;
 }
 
+// Whether SQLite's error `code` belongs to one statement and its values,
+// so that running the same statement again cannot cure it (a constraint, a
+// value too big or of the wrong type), as opposed to an error of the file
+// or the moment (a full disk, a lock, a damaged file).
+bool IsStatementError(int code) {
+  switch (code & 0xff) {
+    case SQLITE_CONSTRAINT:
+    case SQLITE_MISMATCH:
+    case SQLITE_TOOBIG:
+    case SQLITE_RANGE:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Schema scripts are long; an error names their start.
 std::string Abbreviated(std::string_view sql) {
   constexpr size_t kMax = 120;
@@ -137,7 +153,11 @@ Db::Db(Db&& other) noexcept
       pending_(other.pending_),
       depth_(other.depth_),
       in_defer_(other.in_defer_),
-      deferred_(std::move(other.deferred_)) {
+      deferred_(std::move(other.deferred_)),
+      groups_(other.groups_),
+      defer_group_(other.defer_group_),
+      defer_tag_(std::move(other.defer_tag_)),
+      dropped_(std::move(other.dropped_)) {
   other.db_ = nullptr;
   other.statements_.clear();
 }
@@ -157,6 +177,10 @@ Db& Db::operator=(Db&& other) noexcept {
   depth_ = other.depth_;
   in_defer_ = other.in_defer_;
   deferred_ = std::move(other.deferred_);
+  groups_ = other.groups_;
+  defer_group_ = other.defer_group_;
+  defer_tag_ = std::move(other.defer_tag_);
+  dropped_ = std::move(other.dropped_);
   other.db_ = nullptr;
   other.statements_.clear();
   return *this;
@@ -251,27 +275,46 @@ absl::Status Db::ResumeDeferred() {
   // An error can make SQLite roll the whole transaction back (a full disk,
   // an I/O error), the deferred writes with it.
   if (pending_ && sqlite3_get_autocommit(db_) != 0) pending_ = false;
-  if (pending_ || deferred_.empty()) return absl::OkStatus();
-  GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
-  for (const LoggedStatement& logged : deferred_) {
+  // Each round that fails for good drops one deferred write, so this ends.
+  while (!pending_ && !deferred_.empty()) {
+    GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
     absl::Status status;
-    {
-      absl::StatusOr<Statement> statement = Prepare(logged.sql);
-      status = statement.status();
-      for (size_t i = 0; status.ok() && i < logged.args.size(); ++i) {
-        const int index = static_cast<int>(i) + 1;
-        status = std::visit(
-            [&](const auto& value) { return statement->BindOne(index, value); },
-            logged.args[i]);
+    int code = SQLITE_OK;
+    auto failed = deferred_.begin();
+    for (; failed != deferred_.end(); ++failed) {
+      {
+        absl::StatusOr<Statement> statement = Prepare(failed->sql);
+        status = statement.status();
+        for (size_t i = 0; status.ok() && i < failed->args.size(); ++i) {
+          const int index = static_cast<int>(i) + 1;
+          status = std::visit(
+              [&](const auto& value) {
+                return statement->BindOne(index, value);
+              },
+              failed->args[i]);
+        }
+        if (status.ok()) status = statement->Run();
       }
-      if (status.ok()) status = statement->Run();
+      if (!status.ok()) {
+        code = sqlite3_extended_errcode(db_);
+        break;
+      }
     }
-    if (!status.ok()) {
-      Control("ROLLBACK").IgnoreError();
-      return status;
+    if (status.ok()) {
+      pending_ = true;
+      break;
     }
+    Control("ROLLBACK").IgnoreError();
+    if (!IsStatementError(code)) return status;
+    // Running it again cannot cure this error (it would fail each later
+    // write as well): the write it belongs to is dropped, the others
+    // written again without it.
+    const uint64_t group = failed->group;
+    dropped_.push_back(Dropped{failed->tag, status});
+    std::erase_if(deferred_, [group](const LoggedStatement& logged) {
+      return logged.group == group;
+    });
   }
-  pending_ = true;
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -146,7 +147,10 @@ class Db {
     }  // Reset before a commit.
     if (in_defer_) {
       deferred_.push_back(
-          LoggedStatement{sql, {LoggedValue(Statement::Value(args))...}});
+          LoggedStatement{sql,
+                          {LoggedValue(Statement::Value(args))...},
+                          defer_group_,
+                          defer_tag_});
     }
     if (pending_ && depth_ == 0) return CommitPending();
     return absl::OkStatus();
@@ -161,8 +165,14 @@ class Db {
   // that `write` ran through Run (only those: a deferred write uses Run
   // alone) until a commit succeeds, and runs them again, in their order,
   // at the start of the next transaction, Run or Flush.
+  // A statement that fails when run again with an error that running it
+  // again cannot cure (SQLite's CONSTRAINT, MISMATCH, TOOBIG or RANGE: an
+  // error of the statement and its values, not of the file or the moment)
+  // would keep every later write from being committed: the whole deferred
+  // write it belongs to is dropped instead, and named by `tag` in
+  // TakeDropped().
   template <typename Write>
-  absl::Status Defer(Write write) {
+  absl::Status Defer(Write write, std::string tag = {}) {
     GDT_RETURN_IF_ERROR(ResumeDeferred());
     if (!pending_) {
       GDT_RETURN_IF_ERROR(Control("BEGIN IMMEDIATE"));
@@ -171,6 +181,8 @@ class Db {
     GDT_RETURN_IF_ERROR(Control("SAVEPOINT gdt_deferred"));
     ++depth_;
     in_defer_ = true;
+    defer_group_ = ++groups_;
+    defer_tag_ = std::move(tag);
     const size_t logged = deferred_.size();
     absl::Status status = write();
     in_defer_ = false;
@@ -192,6 +204,14 @@ class Db {
   // Whether deferred writes wait for a commit (or, after a failed one, to be
   // written again).
   bool HasPending() const { return pending_ || !deferred_.empty(); }
+  // A deferred write dropped because one of its statements failed for good
+  // when it was run again: its Defer tag and that error.
+  struct Dropped {
+    std::string tag;
+    absl::Status error;
+  };
+  // The deferred writes dropped since the last call.
+  std::vector<Dropped> TakeDropped() { return std::exchange(dropped_, {}); }
   // Prepares `sql` and binds `args`, ready to step.
   template <typename... Args>
   absl::StatusOr<Statement> Query(const char* sql, const Args&... args) {
@@ -217,6 +237,8 @@ class Db {
   struct LoggedStatement {
     const char* sql;
     std::vector<Value> args;
+    uint64_t group;   // The Defer call that ran it.
+    std::string tag;  // That call's tag.
   };
   static Value LoggedValue(std::string_view text) { return std::string(text); }
   static Value LoggedValue(int64_t number) { return number; }
@@ -240,6 +262,10 @@ class Db {
   bool in_defer_ = false;  // Run logs what it runs into deferred_.
   // The deferred writes since the last successful commit.
   std::vector<LoggedStatement> deferred_;
+  uint64_t groups_ = 0;       // Defer calls so far.
+  uint64_t defer_group_ = 0;  // The Defer call in progress, and its tag.
+  std::string defer_tag_;
+  std::vector<Dropped> dropped_;
 };
 
 // BEGIN IMMEDIATE on construction; ROLLBACK on destruction unless

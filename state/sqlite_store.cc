@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
@@ -404,6 +405,13 @@ absl::StatusOr<std::unique_ptr<SqliteStore>> SqliteStore::Open(
     store->path_ = path;
     store->dev_ = info.st_dev;
     store->ino_ = info.st_ino;
+    const std::string dir = std::filesystem::path(path).parent_path().string();
+    struct stat dir_info = {};
+    if (stat(dir.empty() ? "." : dir.c_str(), &dir_info) == 0) {
+      store->dir_mode_ = dir_info.st_mode & 07777;
+      store->dir_uid_ = dir_info.st_uid;
+      store->dir_gid_ = dir_info.st_gid;
+    }
     store->file_.Reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   }
   GDT_RETURN_IF_ERROR(Annotated(store->Init(), path));
@@ -437,7 +445,7 @@ void SqliteStore::HeldFd::Reset(int held) {
   fd = held;
 }
 
-absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
+absl::StatusOr<StateStore::Restored> SqliteStore::RestoreStorage() {
   if (path_.empty()) {
     return absl::UnimplementedError("an in-memory state has no file");
   }
@@ -453,6 +461,9 @@ absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
   }
   // The backup copies what is committed.
   GDT_RETURN_IF_ERROR(db_.Flush());
+  const std::string dir = std::filesystem::path(path_).parent_path().string();
+  absl::StatusOr<bool> made = RemakeDirectory(dir);
+  if (!made.ok()) return made.status();
   std::string temp = path_ + ".restore-XXXXXX";
   const int temp_fd = mkstemp(temp.data());  // Mode 0600.
   if (temp_fd < 0) {
@@ -487,7 +498,6 @@ absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
     return failed(absl::InternalError(absl::StrCat(
         "cannot rename ", temp, " to ", path_, ": ", std::strerror(errno))));
   }
-  const std::string dir = std::filesystem::path(path_).parent_path().string();
   if (const int fd =
           open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
       fd >= 0) {
@@ -509,6 +519,9 @@ absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
     return undo(absl::InternalError(
         absl::StrCat("cannot open ", path_, ": ", std::strerror(error))));
   }
+  for (sqlite::Db::Dropped& dropped : db_.TakeDropped()) {
+    dropped_.push_back(std::move(dropped));
+  }
   db_ = std::move(*fresh);  // Closes the old connection.
   file_.Reset(fresh_fd);
   dev_ = info.st_dev;
@@ -528,7 +541,48 @@ absl::StatusOr<std::string> SqliteStore::RestoreStorage() {
     }
   }
   GDT_RETURN_IF_ERROR(Annotated(Init(), path_));
-  return path_;
+  return Restored{path_, *made ? dir : std::string()};
+}
+
+absl::StatusOr<bool> SqliteStore::RemakeDirectory(
+    const std::string& dir) const {
+  struct stat info = {};
+  if (dir.empty() || stat(dir.c_str(), &info) == 0 || errno != ENOENT) {
+    return false;
+  }
+  std::error_code error;
+  const std::filesystem::path parent = std::filesystem::path(dir).parent_path();
+  if (!parent.empty()) std::filesystem::create_directories(parent, error);
+  if (error) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", parent.string(), ": ", error.message()));
+  }
+  // Made owner-only, then given its mode: nobody else may look in between.
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InternalError(
+        absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+  }
+  const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot open ", dir, ": ", std::strerror(errno)));
+  }
+  if (fstat(fd, &info) == 0 &&
+      (info.st_uid != dir_uid_ || info.st_gid != dir_gid_) &&
+      fchown(fd, dir_uid_, dir_gid_) != 0) {
+    // Best effort: only root may give a directory away; a member of the
+    // group may still give it its group.
+    [[maybe_unused]] const int ignored =
+        fchown(fd, static_cast<uid_t>(-1), dir_gid_);
+  }
+  const int chmodded = fchmod(fd, dir_mode_);
+  const int chmod_error = errno;
+  close(fd);
+  if (chmodded != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot chmod ", dir, ": ", std::strerror(chmod_error)));
+  }
+  return true;
 }
 
 SqliteStore::SqliteStore(sqlite::Db db) : db_(std::move(db)) {}
@@ -679,12 +733,37 @@ absl::Status SqliteStore::SaveMember(const Gang& gang, const Member& member) {
 
 absl::Status SqliteStore::SaveJoin(const Gang& gang, const Member& member,
                                    bool gang_changed) {
-  return db_.Defer([&] {
-    absl::Status status = gang_changed ? SaveGangHeader(gang)
-                                       : SaveGangRow(kInsertGangIfAbsent, gang);
-    if (status.ok()) status = SaveMemberRow(gang.id, member);
-    return Annotated(status, "gang " + gang.id);
-  });
+  // The tag names the join should it be dropped (TakeDroppedJoins).
+  return db_.Defer(
+      [&] {
+        absl::Status status = gang_changed
+                                  ? SaveGangHeader(gang)
+                                  : SaveGangRow(kInsertGangIfAbsent, gang);
+        if (status.ok()) status = SaveMemberRow(gang.id, member);
+        return Annotated(status, "gang " + gang.id);
+      },
+      absl::StrCat(member.index, " ", member.job_id, " ", gang.id));
+}
+
+std::vector<StateStore::DroppedJoin> SqliteStore::TakeDroppedJoins() {
+  std::vector<sqlite::Db::Dropped> dropped = std::exchange(dropped_, {});
+  for (sqlite::Db::Dropped& more : db_.TakeDropped()) {
+    dropped.push_back(std::move(more));
+  }
+  std::vector<DroppedJoin> joins;
+  for (sqlite::Db::Dropped& one : dropped) {
+    const std::vector<std::string> parts =
+        absl::StrSplit(one.tag, absl::MaxSplits(' ', 2));
+    DroppedJoin join;
+    if (parts.size() != 3 || !absl::SimpleAtoi(parts[0], &join.member_index) ||
+        !absl::SimpleAtoi(parts[1], &join.job_id)) {
+      continue;  // Not a join's.
+    }
+    join.gang_id = parts[2];
+    join.error = std::move(one.error);
+    joins.push_back(std::move(join));
+  }
+  return joins;
 }
 
 absl::Status SqliteStore::Flush() { return db_.Flush(); }

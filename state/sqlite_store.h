@@ -27,7 +27,8 @@ class SqliteStore : public StateStore {
   static constexpr int kBusyTimeoutMs = 250;
 
   // Opens or creates the database at `path` (":memory:" for a private
-  // in-memory one), creating parent directories.
+  // in-memory one), creating parent directories. The mode, owner and group
+  // of the file's directory are noted then, for RestoreStorage.
   // Errors: Internal when the file cannot be created or opened;
   // FailedPrecondition when it has a newer schema version, or while another
   // store (in this or another process) has it open: the store holds an
@@ -68,6 +69,9 @@ class SqliteStore : public StateStore {
   absl::Status SaveJoin(const Gang& gang, const Member& member,
                         bool gang_changed) override;
   absl::Status Flush() override;
+  // A held-back join is dropped when writing it again fails with an error
+  // of its own statement (sqlite::Db::Defer).
+  std::vector<DroppedJoin> TakeDroppedJoins() override;
 
   // Deletes the gang's rows from every table that holds rows by gang id.
   absl::Status DeleteGang(const std::string& gang_id) override;
@@ -115,10 +119,13 @@ class SqliteStore : public StateStore {
   // copied with SQLite's online backup API into a temporary file in the
   // same directory, which is synced and renamed to the path; the store then
   // reopens on it (and takes `<path>.lock` again should that be gone too).
+  // A directory deleted with the file is made again first, with the mode it
+  // had when the store was opened (and its owner and group, where the
+  // process may set them; parents it had to make get the default mode).
   // The old write-ahead log and shared-memory files at the path belong to
   // the deleted file and are removed first. Joins held back are committed
   // before; while their commit fails nothing is restored.
-  absl::StatusOr<std::string> RestoreStorage() override;
+  absl::StatusOr<Restored> RestoreStorage() override;
 
  private:
   // An open descriptor, closed on destruction.
@@ -140,6 +147,9 @@ class SqliteStore : public StateStore {
   absl::Status SaveGangHeader(const Gang& gang);
   absl::Status SaveMemberRow(const std::string& gang_id, const Member& member);
   absl::StatusOr<StoredState> LoadRows();
+  // Makes `dir` again, as it was when the store was opened, if it is gone;
+  // returns whether it did.
+  absl::StatusOr<bool> RemakeDirectory(const std::string& dir) const;
   // Calls `on_row(const sqlite::Row&)` for every row of `sql`.
   template <typename OnRow>
   absl::Status ForEachRow(const char* sql, OnRow on_row);
@@ -157,6 +167,12 @@ class SqliteStore : public StateStore {
   std::string path_;
   dev_t dev_ = 0;
   ino_t ino_ = 0;
+  // The file's directory when the store was opened.
+  mode_t dir_mode_ = 0700;
+  // Dropped by a connection since replaced (RestoreStorage).
+  std::vector<sqlite::Db::Dropped> dropped_;
+  uid_t dir_uid_ = 0;
+  gid_t dir_gid_ = 0;
 };
 
 }  // namespace gdt::state

@@ -174,14 +174,37 @@ class StateStore {
   // a state file removed or replaced while the store holds it open.
   virtual absl::Status CheckStorage() { return absl::OkStatus(); }
 
+  // A join SaveJoin held back that the store dropped: when its commit had
+  // failed and it was written again, it failed with an error that writing
+  // it again cannot cure (`error`), and it would have kept every later
+  // write from being committed.
+  struct DroppedJoin {
+    std::string gang_id;
+    uint32_t member_index = 0;
+    int64_t job_id = 0;
+    absl::Status error;
+  };
+  // The joins dropped since the last call (none for a store that holds no
+  // join back).
+  virtual std::vector<DroppedJoin> TakeDroppedJoins() { return {}; }
+
+  // What RestoreStorage wrote.
+  struct Restored {
+    std::string path;
+    // The file's directory when it was deleted too and made again; "" when
+    // it was there.
+    std::string made_directory;
+  };
+
   // After CheckStorage found the store's file deleted while the store holds
   // it open: writes what the store holds to a new file where a restart
-  // reads it and goes on with that file. Returns the path written.
+  // reads it (making its directory again, should that be gone too) and
+  // goes on with that file.
   // Errors: FailedPrecondition when there is nothing to restore (the file
   // is where it was, was moved rather than deleted, or another file is in
   // its place); Unimplemented for a store without a file; others when the
   // restore failed, leaving the store as it was.
-  virtual absl::StatusOr<std::string> RestoreStorage() {
+  virtual absl::StatusOr<Restored> RestoreStorage() {
     return absl::UnimplementedError("the state store has no file to restore");
   }
 };

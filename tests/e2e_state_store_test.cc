@@ -258,5 +258,58 @@ TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
       << DescribeAll(JobProcesses(cluster_));
 }
 
+// An operator deletes the state file (`rm coord.db`) while a gang runs.
+// The coordinator writes it anew from what it holds within seconds and
+// says so; the gang goes on and ends DONE, and a coordinator restarted on
+// the restored file still knows the finished gang.
+TEST_F(StateStoreFaultTest,
+       ADeletedStateFileIsRestoredAndARestartKnowsTheGang) {
+  const std::string flags = cluster_.dir().Sub("flags");
+  fs::create_directories(flags);
+  fs::permissions(flags, fs::perms::all);
+  const std::string project = MakeShellProject(
+      cluster_.dir(), absl::StrCat("until [ -e ", flags,
+                                   "/go ]; do sleep 0.2; done; echo finished"));
+  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
+  ASSERT_NE(run, nullptr);
+  const std::string gang = cluster_.WaitForRunningGang(seconds(60));
+  ASSERT_FALSE(gang.empty()) << cluster_.Logs();
+
+  const std::string path = state_dir_ + "/coord.db";
+  ASSERT_TRUE(fs::remove(path));
+  // Noticed with the next write or the once-a-second flush (at most every
+  // 5 s), though nothing happens in the gang meanwhile.
+  ASSERT_TRUE(WaitFor(
+      [&] { return CountEvents(cluster_, 0, "state_file_restored") > 0; },
+      seconds(30)))
+      << cluster_.Logs();
+  EXPECT_TRUE(fs::exists(path));
+  WriteFile(flags + "/go", "");
+  CommandResult result = FinishRun(*run, seconds(150));
+  EXPECT_TRUE(result.status.success()) << result.output << cluster_.Logs();
+  EXPECT_EQ(CountEvents(cluster_, 0, "state_file_restored"), 1)
+      << cluster_.Logs();
+  EXPECT_EQ(CountEvents(cluster_, 0, "state_file_moved"), 0) << cluster_.Logs();
+  EXPECT_EQ(CountEvents(cluster_, 0, "state_store_failing"), 0)
+      << cluster_.Logs();
+  ExpectLeasesReleased(cluster_);
+
+  // What the coordinator stored after the restore is in the new file.
+  cluster_.StopCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+  absl::StatusOr<nlohmann::json> status = cluster_.Status();
+  ASSERT_TRUE(status.ok()) << status.status();
+  std::vector<std::string> known;
+  for (const auto& listed : (*status)["gangs"]) {
+    known.push_back(absl::StrCat(listed.value("gang_id", ""), " ",
+                                 listed.value("state", "")));
+  }
+  EXPECT_THAT(known, ::testing::ElementsAre(gang + " done")) << status->dump();
+  ExpectLeasesReleased(cluster_);
+  EXPECT_TRUE(
+      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
+      << DescribeAll(JobProcesses(cluster_));
+}
+
 }  // namespace
 }  // namespace gdt::test
