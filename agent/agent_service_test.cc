@@ -12,7 +12,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -27,9 +26,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
-#include "spdlog/sinks/ostream_sink.h"
-#include "spdlog/spdlog.h"
 #include "testing/free_ports.h"
+#include "testing/log_capture.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 
@@ -1182,10 +1180,7 @@ TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
 // call as fast as it can gets a line for the first, then one per interval
 // counting the rest, not a line per call.
 TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  test::LogCapture captured;
   const auto start = steady_clock::now();
   constexpr int kCalls = 300;
   for (int i = 0; i < kCalls; ++i) {
@@ -1194,8 +1189,7 @@ TEST_F(AgentServiceTest, RepeatedRefusalsAreLoggedOncePerInterval) {
         absl::StatusCode::kPermissionDenied);
   }
   const auto took = steady_clock::now() - start;
-  spdlog::set_default_logger(previous);
-  const std::string log = captured.str();
+  const std::string log = captured.text();
   size_t lines = 0;
   for (size_t at = log.find("event=exec_refused"); at != std::string::npos;
        at = log.find("event=exec_refused", at + 1)) {

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -14,9 +13,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
-#include "spdlog/sinks/ostream_sink.h"
-#include "spdlog/spdlog.h"
 #include "testing/fake_coordinator.h"
+#include "testing/log_capture.h"
 #include "testing/stalled_streams.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
@@ -234,11 +232,7 @@ TEST_F(DaemonTest, ExitsOutliveCoordinatorOutagesAndAgentRestarts) {
 // account (root, here from 127.0.0.1), still runs meanwhile.
 TEST_F(DaemonTest, AFloodFromOneAccountIsCappedWhileAStageRuns) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: the flood is uid 61117's";
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  const auto capture = std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
-  spdlog::set_default_logger(capture);
+  test::LogCapture captured;
   FakeCoordinator coordinator;
   const std::string endpoint = coordinator.Serve("127.0.0.1:0");
   ASSERT_FALSE(endpoint.empty());
@@ -279,8 +273,7 @@ TEST_F(DaemonTest, AFloodFromOneAccountIsCappedWhileAStageRuns) {
     // The flood is still open: the agent still holds just 4 of it.
     EXPECT_EQ(flood.Closed(), kConnections - 4);
   }
-  spdlog::set_default_logger(previous);
-  EXPECT_THAT(captured.str(),
+  EXPECT_THAT(captured.text(),
               HasSubstr("event=connection_refused who=agent peer=uid:61117 "
                         "limit=per_peer"));
 }

@@ -9,13 +9,23 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "agent/dir_walk.h"
 #include "common/cgroup.h"
 #include "common/logging.h"
@@ -25,6 +35,45 @@ namespace gdt::agent {
 namespace {
 
 using std::chrono::steady_clock;
+
+// A line of /proc/PID/maps for a file no longer linked where it was
+// mapped from.
+struct DeletedMapping {
+  uint64_t start = 0;
+  uint64_t end = 0;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+// The mapping a maps line (`START-END PERMS OFFSET MAJOR:MINOR INODE
+// PATH`, hexadecimal but for the inode) describes, when its path ends in
+// " (deleted)".
+std::optional<DeletedMapping> ParseDeletedMapping(absl::string_view line) {
+  absl::ConsumeSuffix(&line, "\n");
+  if (!absl::EndsWith(line, " (deleted)")) return std::nullopt;
+  const std::vector<absl::string_view> fields =
+      absl::StrSplit(line, absl::MaxSplits(' ', 5));
+  if (fields.size() < 6) return std::nullopt;
+  const std::vector<absl::string_view> range =
+      absl::StrSplit(fields[0], absl::MaxSplits('-', 1));
+  const std::vector<absl::string_view> device =
+      absl::StrSplit(fields[3], absl::MaxSplits(':', 1));
+  DeletedMapping mapping;
+  uint32_t major = 0;
+  uint32_t minor = 0;
+  uint64_t ino = 0;
+  if (range.size() != 2 || device.size() != 2 ||
+      !absl::SimpleHexAtoi(range[0], &mapping.start) ||
+      !absl::SimpleHexAtoi(range[1], &mapping.end) ||
+      !absl::SimpleHexAtoi(device[0], &major) ||
+      !absl::SimpleHexAtoi(device[1], &minor) ||
+      !absl::SimpleAtoi(fields[4], &ino) || ino == 0) {
+    return std::nullopt;
+  }
+  mapping.dev = makedev(major, minor);
+  mapping.ino = static_cast<ino_t>(ino);
+  return mapping;
+}
 
 // The paths a scope's file systems are found by.
 std::vector<std::string> PathsOf(const DiskUseScope& scope) {
@@ -94,9 +143,9 @@ class Counter {
   }
 
  private:
-  // Regular files the cgroup's processes hold open with no link left, on
-  // the file systems the walk covers, each once: what they write there
-  // takes space no walk finds.
+  // Regular files the cgroup's processes hold open or map with no link
+  // left, on the file systems the walk covers, each once: what they write
+  // there takes space no walk finds.
   void CountDeletedOpenFiles() {
     if (scope_.cgroup.empty()) return;
     absl::StatusOr<std::vector<pid_t>> pids = CgroupPids(scope_.cgroup);
@@ -109,33 +158,141 @@ class Counter {
     }
     const std::set<dev_t> covered = FileSystemsOf(scope_);
     for (const pid_t pid : *pids) {
-      if (!LookAt()) return;
-      const std::string path = absl::StrCat("/proc/", pid, "/fd");
-      const int dir = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (dir < 0) {
-        Failed(path);  // Unless the process is gone.
-        continue;
+      if (!LookAt() || !CountOpenIn(pid, covered) ||
+          !CountMappedIn(pid, covered)) {
+        break;
       }
-      DIR* listing = fdopendir(dir);
-      if (listing == nullptr) {
-        Failed(path);
-        close(dir);
-        continue;
-      }
-      bool more = true;
-      while (more) {
-        errno = 0;
-        const dirent* entry = readdir(listing);
-        if (entry == nullptr) {
-          if (errno != 0) Failed(path);
-          break;
-        }
-        if (entry->d_name[0] == '.') continue;
-        more = LookAt();
-        if (more) CountIfDeleted(dir, entry->d_name, covered);
-      }
-      closedir(listing);
     }
+    // A mapped file that could not be sized was not counted, unless a
+    // descriptor holds it too.
+    for (const auto& [file, error] : unsized_) {
+      if (deleted_.count(file) == 0) {
+        Incomplete(error);
+        break;
+      }
+    }
+  }
+
+  // The files process `pid` holds open (/proc/PID/fd). False at the bound
+  // or once cancelled.
+  bool CountOpenIn(pid_t pid, const std::set<dev_t>& covered) {
+    const std::string path = absl::StrCat("/proc/", pid, "/fd");
+    const int dir = open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) {
+      Failed(path);  // Unless the process is gone.
+      return true;
+    }
+    DIR* listing = fdopendir(dir);
+    if (listing == nullptr) {
+      Failed(path);
+      close(dir);
+      return true;
+    }
+    bool more = true;
+    while (more) {
+      errno = 0;
+      const dirent* entry = readdir(listing);
+      if (entry == nullptr) {
+        if (errno != 0) Failed(path);
+        break;
+      }
+      if (entry->d_name[0] == '.') continue;
+      more = LookAt();
+      if (more) CountIfDeleted(dir, entry->d_name, covered);
+    }
+    closedir(listing);
+    return more;
+  }
+
+  // The files process `pid` maps with no link left (its /proc/PID/maps
+  // lines ending in " (deleted)"): a file mapped, then closed and deleted
+  // keeps its space with no descriptor to find it by. Each file is looked
+  // at once however often it is mapped. False at the bound or once
+  // cancelled.
+  bool CountMappedIn(pid_t pid, const std::set<dev_t>& covered) {
+    const std::string path = absl::StrCat("/proc/", pid, "/maps");
+    FILE* maps = fopen(path.c_str(), "re");
+    if (maps == nullptr) {
+      Failed(path);
+      return true;
+    }
+    const std::string files_path = absl::StrCat("/proc/", pid, "/map_files");
+    int files = -1;  // Opened at the first file mapped without a link.
+    char* line = nullptr;
+    size_t capacity = 0;
+    bool more = true;
+    while (more) {
+      errno = 0;
+      const ssize_t length = getline(&line, &capacity, maps);
+      if (length < 0) {
+        if (errno != 0) Failed(path);
+        break;
+      }
+      const std::optional<DeletedMapping> mapping =
+          ParseDeletedMapping(absl::string_view(line, length));
+      if (!mapping.has_value() ||
+          !mapped_.emplace(mapping->dev, mapping->ino).second) {
+        continue;
+      }
+      more = LookAt();
+      if (!more) break;
+      if (files < 0) {
+        files = open(files_path.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // NOLINT
+        if (files < 0) {
+          if (errno == ENOENT || errno == ESRCH) break;  // It is gone.
+          Unsized(*mapping, files_path, errno, covered);
+          continue;
+        }
+      }
+      if (!CountIfMapped(files, *mapping, files_path, covered)) {
+        // Unmapped meanwhile: another process may still map it.
+        mapped_.erase({mapping->dev, mapping->ino});
+      }
+    }
+    free(line);  // NOLINT: getline's buffer.
+    fclose(maps);
+    if (files >= 0) close(files);
+    return more;
+  }
+
+  // The file mapped as `mapping`, counted when it is a regular file without
+  // links on a covered file system; seen through its link in
+  // /proc/PID/map_files (`files`, a descriptor of `files_path`), which
+  // needs CAP_SYS_ADMIN. False when it was unmapped meanwhile.
+  bool CountIfMapped(int files, const DeletedMapping& mapping,
+                     const std::string& files_path,
+                     const std::set<dev_t>& covered) {
+    // map_files names its entries without leading zeros.
+    const std::string name =
+        absl::StrFormat("%x-%x", mapping.start, mapping.end);
+    struct statx info = {};
+    if (statx(files, name.c_str(), AT_STATX_DONT_SYNC,
+              STATX_TYPE | STATX_NLINK | STATX_INO | STATX_BLOCKS,
+              &info) != 0) {
+      const int error = errno;
+      const std::string what = absl::StrCat(files_path, "/", name);
+      if (error == EPERM || error == EACCES) {
+        Unsized(mapping, what, error, covered);
+        return true;
+      }
+      errno = error;
+      Failed(what);
+      return error != ENOENT && error != ESRCH;
+    }
+    CountIfUnlinked(info, covered);
+    return true;
+  }
+
+  // A mapped file the agent may not look at (it lacks CAP_SYS_ADMIN). The
+  // dev:inode of its maps line name it: a descriptor that holds it counts
+  // it; else it is not counted, and where that dev is a covered file
+  // system's the walk is incomplete.
+  void Unsized(const DeletedMapping& mapping, const std::string& what,
+               int error, const std::set<dev_t>& covered) {
+    if (covered.count(mapping.dev) == 0) return;
+    unsized_.emplace(std::make_pair(mapping.dev, mapping.ino),
+                     absl::StrCat(what, ": ", std::strerror(error)));
   }
 
   // The file the descriptor `name` in a /proc/PID/fd directory `dir` is
@@ -153,6 +310,13 @@ class Counter {
       Failed(name);  // Unless it was closed meanwhile.
       return;
     }
+    CountIfUnlinked(info, covered);
+  }
+
+  // Counts the file `info` describes, once, when it is a regular file
+  // without links on a covered file system.
+  void CountIfUnlinked(const struct statx& info,
+                       const std::set<dev_t>& covered) {
     if (!S_ISREG(info.stx_mode) || info.stx_nlink != 0) return;
     const dev_t dev = makedev(info.stx_dev_major, info.stx_dev_minor);
     if (covered.count(dev) == 0 ||
@@ -164,8 +328,8 @@ class Counter {
     use_.deleted_bytes += bytes;
   }
 
-  // One more process or descriptor looked at; false at the bound
-  // (truncated) or once cancelled.
+  // One more process, descriptor or mapped file looked at; false at the
+  // bound (truncated) or once cancelled.
   bool LookAt() {
     if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
       use_.cancelled = true;
@@ -224,8 +388,13 @@ class Counter {
   DirWalk walk_;
   DiskUse use_;
   std::set<std::pair<dev_t, ino_t>> seen_;
-  // Files held open without a link, counted.
+  // Files held open or mapped without a link, counted.
   std::set<std::pair<dev_t, ino_t>> deleted_;
+  // Mapped files without a link looked at, by their maps lines' dev:inode.
+  std::set<std::pair<dev_t, ino_t>> mapped_;
+  // Of those, the ones on a covered file system the agent could not look
+  // at, with why.
+  std::map<std::pair<dev_t, ino_t>, std::string> unsized_;
 };
 
 }  // namespace
@@ -270,7 +439,8 @@ std::string DiskLimitLine(const DiskUse& use, const DiskUseScope& scope,
         scope.cgroup.empty()
             ? ""
             : absl::StrCat(", or more than ", scope.max_descriptors,
-                           " processes and open descriptors in its cgroup"),
+                           " processes, open descriptors and mapped "
+                           "deleted files in its cgroup"),
         ", more than the agent measures (member_disk_max is set); its "
         "processes were stopped\n");
   }

@@ -39,14 +39,16 @@ struct DiskUseScope {
   // roots, should they lie under a shared root).
   std::vector<std::string> keep;
   // The member's cgroup (its directory; empty: none). Regular files its
-  // processes hold open after they were deleted (no link left, so no walk
-  // finds them) count too, where they lie on a file system of `dirs` (and
-  // of `shared_roots`, with an owner): found through /proc/PID/fd of each
-  // process in it.
+  // processes hold open or map after they were deleted (no link left, so
+  // no walk finds them) count too, where they lie on a file system of
+  // `dirs` (and of `shared_roots`, with an owner): found through
+  // /proc/PID/fd and /proc/PID/maps of each process in it, a mapped file
+  // looked at through /proc/PID/map_files (which needs CAP_SYS_ADMIN;
+  // without it, one no descriptor holds leaves the walk incomplete).
   std::string cgroup;
   // Bounds of one walk: entries looked at in all, and how deep; and the
-  // descriptors of the cgroup's processes looked at (each process counting
-  // as one more).
+  // descriptors and mapped deleted files of the cgroup's processes looked
+  // at (each process counting as one more, each mapped file once).
   size_t max_entries = 1000000;
   int max_depth = 128;
   size_t max_descriptors = 100000;
@@ -56,9 +58,12 @@ struct DiskUseScope {
 struct DiskUse {
   uint64_t bytes = 0;  // Allocated (st_blocks), each inode once.
   size_t entries = 0;  // The member's entries looked at.
-  // Of `bytes`: in files its processes hold open after they were deleted.
+  // Of `bytes`: in files its processes hold open or map after they were
+  // deleted.
   uint64_t deleted_bytes = 0;
-  size_t descriptors = 0;  // Its processes' descriptors looked at.
+  // Its processes, their descriptors and the deleted files they map looked
+  // at.
+  size_t descriptors = 0;
   // The member's own entries reached a bound of the scope (max_entries of
   // them, or an own directory max_depth deep, or max_descriptors of its
   // processes'); the rest was not counted.

@@ -1,17 +1,23 @@
 #include "agent/disk_use.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -25,6 +31,9 @@ namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+
+// CAP_CHECKPOINT_RESTORE, which older kernel headers do not name.
+constexpr int kCapCheckpointRestore = 40;
 
 // Writes `bytes` of data (allocated, not a hole) to `path`.
 void WriteBytes(const std::string& path, size_t bytes) {
@@ -160,6 +169,26 @@ class Holder {
   int release_ = -1;
 };
 
+// Runs `body` in a child process without CAP_SYS_ADMIN and
+// CAP_CHECKPOINT_RESTORE (what /proc/PID/map_files needs); its exit code
+// (0: passed; 90-92: the child could not be set up).
+int WithoutCapSysAdmin(const std::function<int()>& body) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+    if (syscall(SYS_capget, &header, data) != 0) _exit(90);
+    for (const int cap : {CAP_SYS_ADMIN, kCapCheckpointRestore}) {
+      data[cap / 32].effective &= ~(1u << (cap % 32));
+    }
+    if (syscall(SYS_capset, &header, data) != 0) _exit(90);
+    _exit(body());
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid) return 91;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 92;
+}
+
 // A directory standing for a member's cgroup: its cgroup.procs lists
 // `pids` (what CgroupPids() reads of a real one).
 std::string FakeCgroup(const test::TempDir& temp,
@@ -221,9 +250,9 @@ TEST(DiskUseTest, FilesItsProcessesHoldOpenAfterDeletingThemCount) {
   EXPECT_TRUE(bounded.truncated);
   EXPECT_EQ(bounded.descriptors, 3u);
   EXPECT_THAT(DiskLimitLine(bounded, scope, 1 << 30),
-              testing::HasSubstr("or more than 3 processes and open "
-                                 "descriptors in its cgroup, more than the "
-                                 "agent measures"));
+              testing::HasSubstr("or more than 3 processes, open "
+                                 "descriptors and mapped deleted files in its "
+                                 "cgroup, more than the agent measures"));
   // A cgroup gone (its member torn down meanwhile) holds nothing.
   scope.max_descriptors = 100000;
   scope.cgroup = temp.Sub("gone-cgroup");
@@ -231,6 +260,115 @@ TEST(DiskUseTest, FilesItsProcessesHoldOpenAfterDeletingThemCount) {
   EXPECT_FALSE(gone_cgroup.incomplete) << gone_cgroup.error;
   EXPECT_EQ(gone_cgroup.bytes, walked.bytes);
   for (const int fd : {gone, again, linked, elsewhere}) close(fd);
+}
+
+// Mappings of the test process, unmapped when it goes (so that no later
+// test finds them).
+class Mappings {
+ public:
+  Mappings() = default;
+  ~Mappings() {
+    for (const auto& [address, bytes] : maps_) munmap(address, bytes);
+  }
+  Mappings(const Mappings&) = delete;
+  Mappings& operator=(const Mappings&) = delete;
+
+  // Maps `bytes` of `fd` from `offset`, shared.
+  void Map(int fd, size_t bytes, off_t offset = 0) {
+    void* address = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, offset);
+    ASSERT_NE(address, MAP_FAILED) << std::strerror(errno);
+    maps_.emplace_back(address, bytes);
+  }
+
+  // Maps `bytes` of data (two mappings, one for each half) from a new file
+  // at `path`, then closes and deletes it: the mappings hold what neither
+  // a walk nor a descriptor finds.
+  void MapDeleted(const std::string& path, size_t bytes) {
+    const int fd = OpenDeleted(path, bytes);
+    Map(fd, bytes / 2);
+    Map(fd, bytes / 2, static_cast<off_t>(bytes / 2));
+    close(fd);
+  }
+
+ private:
+  std::vector<std::pair<void*, size_t>> maps_;
+};
+
+// A job may map a file, close it and delete it: it still holds the file's
+// space with no descriptor left. Such a file counts, once however many of
+// the member's mappings and processes hold it and whether or not a
+// descriptor holds it too, and only on the file systems the member's bound
+// covers.
+TEST(DiskUseTest, FilesItsProcessesMapAfterDeletingThemCount) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: reads /proc/PID/map_files";
+  test::TempDir temp;
+  const std::string builds = temp.Sub("builds");
+  fs::create_directories(builds);
+  WriteBytes(builds + "/kept", 1 << 20);
+  Mappings mappings;
+  ASSERT_NO_FATAL_FAILURE(mappings.MapDeleted(builds + "/mapped", 2 << 20));
+  // Mapped and open.
+  const int open_too = OpenDeleted(builds + "/open-too", 1 << 20);
+  ASSERT_NO_FATAL_FAILURE(mappings.Map(open_too, 1 << 20));
+  // On a file system the bound does not cover (when /dev/shm is one).
+  char elsewhere_path[] = "/dev/shm/gdt-disk-use-XXXXXX";
+  const int elsewhere = mkstemp(elsewhere_path);
+  ASSERT_GE(elsewhere, 0);
+  AppendBytes(elsewhere, 4 << 20);
+  ASSERT_NO_FATAL_FAILURE(mappings.Map(elsewhere, 4 << 20));
+  unlink(elsewhere_path);
+  struct stat builds_info = {};
+  struct stat elsewhere_info = {};
+  ASSERT_EQ(stat(builds.c_str(), &builds_info), 0);
+  ASSERT_EQ(fstat(elsewhere, &elsewhere_info), 0);
+  close(elsewhere);
+  Holder holder;  // Maps them too, and holds `open_too` open.
+
+  DiskUseScope scope;
+  scope.dirs = {builds};
+  const DiskUse walked = MeasureDiskUse(scope);
+  EXPECT_LT(walked.bytes, 2u << 20) << "without the cgroup: the walk alone";
+
+  scope.cgroup = FakeCgroup(temp, {getpid(), holder.pid()});
+  const DiskUse use = MeasureDiskUse(scope);
+  EXPECT_FALSE(use.incomplete) << use.error;
+  EXPECT_FALSE(use.truncated);
+  EXPECT_GE(use.deleted_bytes, 3u << 20);
+  EXPECT_LT(use.deleted_bytes, 4u << 20);
+  EXPECT_EQ(use.bytes, walked.bytes + use.deleted_bytes);
+  if (elsewhere_info.st_dev != builds_info.st_dev) {
+    EXPECT_LT(use.bytes, 5u << 20) << "a file on another file system";
+  }
+  // Mapped files are looked at within the same bound as descriptors.
+  scope.max_descriptors = 3;
+  const DiskUse bounded = MeasureDiskUse(scope);
+  EXPECT_TRUE(bounded.truncated);
+  EXPECT_EQ(bounded.descriptors, 3u);
+
+  // An agent that may not look at mapped files (without CAP_SYS_ADMIN)
+  // still counts the one a descriptor holds, and says that its walk left
+  // the other out.
+  scope.max_descriptors = 100000;
+  EXPECT_EQ(WithoutCapSysAdmin([&] {
+              const DiskUse partial = MeasureDiskUse(scope);
+              if (!partial.incomplete ||
+                  !absl::StrContains(partial.error, "/map_files/") ||
+                  !absl::StrContains(partial.error, std::strerror(EPERM))) {
+                fprintf(stderr, "incomplete=%d error=%s\n", partial.incomplete,
+                        partial.error.c_str());
+                return 1;
+              }
+              if (partial.deleted_bytes < (1u << 20) ||
+                  partial.deleted_bytes >= (2u << 20)) {
+                fprintf(stderr, "deleted_bytes=%llu\n",
+                        static_cast<unsigned long long>(  // NOLINT
+                            partial.deleted_bytes));
+                return 2;
+              }
+              return 0;
+            }),
+            0);
+  close(open_too);
 }
 
 // The watch walks a member again when its file systems grew (it does not

@@ -40,7 +40,8 @@ using ::testing::Pair;
 // Each purging test below has its own, for the same reason: one's live
 // process or System V objects would be the other's. (61001-61002: most
 // end-to-end tests; 61011-61012, 61021-61022 and 61031-61034: the
-// isolation tests' own; 61108-61111: DiskLimitOpenTest's.)
+// isolation tests' own; 61108-61111: DiskLimitOpenTest's; 61120-61123:
+// DiskLimitMapTest's.)
 constexpr uid_t kUid = 61091;
 constexpr uid_t kOtherUid = 61092;
 constexpr uid_t kBusyUid = 61093;

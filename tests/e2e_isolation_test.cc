@@ -1161,6 +1161,49 @@ TEST_F(DiskLimitOpenTest, AJobWritingToAFileItDeletedIsStopped) {
   EXPECT_TRUE(std::regex_search(cluster_.Logs(), event)) << cluster_.Logs();
 }
 
+// Accounts of its own.
+class DiskLimitMapTest : public DiskLimitTest {
+ protected:
+  DiskLimitMapTest() {
+    accounts_ = {"61120:61120", "61121:61121", "61122:61122", "61123:61123"};
+  }
+};
+
+// A job that maps each file it writes, then closes and deletes it, holds
+// their space with neither a name for the agent's walk nor a descriptor
+// (Python's own mmap keeps a descriptor, so libc's is called): the space
+// counts all the same (found through its processes' memory maps), it is
+// stopped at its bound, and a member of another gang writes its files and
+// succeeds.
+TEST_F(DiskLimitMapTest, AJobMappingFilesItDeletedIsStopped) {
+  ASSERT_NO_FATAL_FAILURE(ExpectStoppedBesideAWriter(
+      "map",
+      "python3 -c '\n"
+      "import ctypes, os, time\n"
+      "libc = ctypes.CDLL(None, use_errno=True)\n"
+      "libc.mmap.restype = ctypes.c_void_p\n"
+      "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, "
+      "ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n"
+      "path = os.environ[\"TMPDIR\"] + \"/hidden\"\n"
+      "for i in range(450):\n"
+      "    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)\n"
+      "    os.write(fd, bytes(1 << 20))\n"
+      "    address = libc.mmap(None, 1 << 20, 1, 1, fd, 0)\n"
+      "    if address in (None, ctypes.c_void_p(-1).value):\n"
+      "        raise SystemExit(\"mmap: \" + os.strerror(ctypes.get_errno()))\n"
+      "    os.close(fd)\n"
+      "    os.unlink(path)\n"
+      "    time.sleep(0.2)\n"
+      "'\n"
+      "echo wrote-for-a-minute\n",
+      317));
+  // What the agent counted was the deleted files'.
+  const std::regex event(
+      "event=member_disk_limit member=[^ ]+ bytes=[0-9]+ "
+      "deleted_open_bytes=[1-9][0-9]{6,} ");
+  EXPECT_TRUE(std::regex_search(cluster_.Logs(), event)) << cluster_.Logs();
+}
+
 // Accounts of its own, and its files in /tmp go even when the agent's
 // teardown did not purge them (the test failed).
 class DiskLimitTmpTest : public DiskLimitTest {

@@ -6,7 +6,6 @@
 #include <chrono>
 #include <future>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -28,9 +27,8 @@
 #include "gtest/gtest.h"
 #include "rendezvous/coordinator_client.h"
 #include "rendezvous/kv_client.h"
-#include "spdlog/sinks/ostream_sink.h"
-#include "spdlog/spdlog.h"
 #include "testing/coordinator_fixture.h"
+#include "testing/log_capture.h"
 
 namespace gdt::coordinator {
 namespace {
@@ -521,10 +519,7 @@ TEST_F(SecurityTest, OperatorCommandsNeedTheAdminToken) {
 // journal's rate limit, dropping the coordinator's other lines).
 TEST_F(SecurityTest, RepeatedOperatorRefusalsAreLoggedOncePerInterval) {
   auto anonymous = ClientWith("", "");
-  std::ostringstream captured;
-  const std::shared_ptr<spdlog::logger> previous = spdlog::default_logger();
-  spdlog::set_default_logger(std::make_shared<spdlog::logger>(
-      "capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured)));
+  test::LogCapture captured;
   const auto start = std::chrono::steady_clock::now();
   constexpr int kCalls = 300;
   for (int i = 0; i < kCalls; ++i) {
@@ -532,8 +527,7 @@ TEST_F(SecurityTest, RepeatedOperatorRefusalsAreLoggedOncePerInterval) {
               absl::StatusCode::kUnauthenticated);
   }
   const auto took = std::chrono::steady_clock::now() - start;
-  spdlog::set_default_logger(previous);
-  const std::string log = captured.str();
+  const std::string log = captured.text();
   size_t lines = 0;
   for (size_t at = log.find("event=rpc_refused"); at != std::string::npos;
        at = log.find("event=rpc_refused", at + 1)) {
