@@ -1,18 +1,18 @@
 #include "agent/member_token_cache.h"
 
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/types.h>
 
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <utility>
-#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "common/file.h"
+#include "common/tcp_socket_owner.h"
 
 namespace gdt::agent {
 namespace {
@@ -28,27 +28,24 @@ void MakeRoom(Map& map, std::chrono::steady_clock::time_point now,
   if (map.size() >= limit) map.clear();
 }
 
-// `address` as /proc/net/tcp{,6} prints it: each 32-bit word of the
-// address in network order printed as a native integer, in hex.
-std::optional<std::string> ProcNetAddress(const std::string& address,
-                                          bool* ipv6) {
-  unsigned char bytes[16] = {};
-  if (inet_pton(AF_INET, address.c_str(), bytes) == 1) {
-    *ipv6 = false;
-  } else if (inet_pton(AF_INET6, address.c_str(), bytes) == 1) {
-    *ipv6 = true;
-  } else {
-    return std::nullopt;
+// `address` (IPv4 or IPv6, without brackets) and `port` as a socket
+// address; false when `address` is neither.
+bool SocketAddress(const std::string& address, int port,
+                   sockaddr_storage& socket_address) {
+  socket_address = {};
+  auto* in = reinterpret_cast<sockaddr_in*>(&socket_address);
+  auto* in6 = reinterpret_cast<sockaddr_in6*>(&socket_address);
+  if (inet_pton(AF_INET, address.c_str(), &in->sin_addr) == 1) {
+    in->sin_family = AF_INET;
+    in->sin_port = htons(static_cast<uint16_t>(port));
+    return true;
   }
-  std::string text;
-  for (int word = 0; word < (*ipv6 ? 4 : 1); ++word) {
-    uint32_t value = 0;
-    std::memcpy(&value, bytes + 4 * word, 4);
-    char hex[9];
-    std::snprintf(hex, sizeof(hex), "%08X", value);
-    text += hex;
+  if (inet_pton(AF_INET6, address.c_str(), &in6->sin6_addr) == 1) {
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(static_cast<uint16_t>(port));
+    return true;
   }
-  return text;
+  return false;
 }
 
 }  // namespace
@@ -142,39 +139,16 @@ std::string CallerOf(std::string_view grpc_peer) {
       address.erase(address.size() - std::strlen(close));
     }
   }
-  const std::string by_address = absl::StrCat("address ", address);
-  char port_hex[8];
-  std::snprintf(port_hex, sizeof(port_hex), "%04X", port);
   // The caller's end of the connection is a socket of this host whose
-  // local address is the peer's; an IPv4 peer may have an IPv6 socket
-  // (gRPC's clients use those, with the address mapped).
-  std::vector<std::pair<std::string, std::string>> wanted;  // Table, address.
-  bool ipv6 = false;
-  if (std::optional<std::string> text = ProcNetAddress(address, &ipv6)) {
-    wanted.emplace_back(ipv6 ? "/proc/net/tcp6" : "/proc/net/tcp",
-                        absl::StrCat(*text, ":", port_hex));
-    if (!ipv6) {
-      if (std::optional<std::string> mapped =
-              ProcNetAddress("::ffff:" + address, &ipv6)) {
-        wanted.emplace_back("/proc/net/tcp6",
-                            absl::StrCat(*mapped, ":", port_hex));
-      }
+  // local address is the peer's (an IPv4 peer's may be an IPv6 socket with
+  // the address mapped, as gRPC's clients make).
+  sockaddr_storage caller_end;
+  if (port >= 0 && port <= 65535 && SocketAddress(address, port, caller_end)) {
+    if (std::optional<uid_t> uid = TcpSocketOwnerAt(caller_end)) {
+      return absl::StrCat("uid ", *uid);
     }
   }
-  std::optional<std::string> uid;
-  for (const auto& [path, local] : wanted) {
-    absl::StatusOr<std::string> table = ReadTextFile(path);
-    if (!table.ok()) continue;
-    for (absl::string_view line : absl::StrSplit(*table, '\n')) {
-      const std::vector<absl::string_view> fields =
-          absl::StrSplit(line, ' ', absl::SkipEmpty());
-      // sl local rem st tx:rx tr:when retrnsmt uid ...
-      if (fields.size() < 8 || fields[1] != local) continue;
-      if (uid.has_value() && *uid != fields[7]) return by_address;
-      uid = std::string(fields[7]);
-    }
-  }
-  return uid.has_value() ? absl::StrCat("uid ", *uid) : by_address;
+  return absl::StrCat("address ", address);
 }
 
 }  // namespace gdt::agent

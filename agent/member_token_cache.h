@@ -81,8 +81,8 @@ class MemberTokenCache {
 
 // Who made a call, from its gRPC peer ("ipv4:127.0.0.1:41234"): "uid N"
 // when the peer is a TCP connection from this host's network namespace
-// (found in /proc/net/tcp and tcp6), else "address A" (its address without
-// the port), or the peer as it is.
+// (the uid that made the caller's socket: TcpSocketOwnerAt), else
+// "address A" (its address without the port), or the peer as it is.
 std::string CallerOf(std::string_view grpc_peer);
 
 }  // namespace gdt::agent

@@ -69,20 +69,20 @@ bool TableEnds(const sockaddr_storage& address, std::string& ipv4,
   return true;
 }
 
-}  // namespace
-
-std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
-                                    const sockaddr_storage& remote) {
+// The uid of the socket at `local` whose remote address is `remote`, or at
+// `local` with any remote address when `remote` is null.
+std::optional<uid_t> Owner(const sockaddr_storage& local,
+                           const sockaddr_storage* remote) {
   std::string local_v4, local_v6, remote_v4, remote_v6;
   if (!TableEnds(local, local_v4, local_v6) ||
-      !TableEnds(remote, remote_v4, remote_v6)) {
+      (remote != nullptr && !TableEnds(*remote, remote_v4, remote_v6))) {
     return std::nullopt;
   }
   // The calling thread's namespace: /proc/net is the whole process's (its
   // first thread's), which a thread that entered another one does not use.
   std::vector<std::pair<std::string, std::pair<std::string, std::string>>>
       tables;
-  if (!local_v4.empty() && !remote_v4.empty()) {
+  if (!local_v4.empty() && (remote == nullptr || !remote_v4.empty())) {
     tables.push_back({"/proc/thread-self/net/tcp", {local_v4, remote_v4}});
   }
   tables.push_back({"/proc/thread-self/net/tcp6", {local_v6, remote_v6}});
@@ -98,7 +98,8 @@ std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
       // A socket in TIME_WAIT (06) is the kernel's remnant of a closed
       // one and shows uid 0: no owner at all.
       if (fields.size() < 8 || fields[1] != ends.first ||
-          fields[2] != ends.second || fields[3] == "06") {
+          (remote != nullptr && fields[2] != ends.second) ||
+          fields[3] == "06") {
         continue;
       }
       uint32_t uid = 0;
@@ -108,6 +109,17 @@ std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
     }
   }
   return owner;
+}
+
+}  // namespace
+
+std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
+                                    const sockaddr_storage& remote) {
+  return Owner(local, &remote);
+}
+
+std::optional<uid_t> TcpSocketOwnerAt(const sockaddr_storage& local) {
+  return Owner(local, nullptr);
 }
 
 }  // namespace gdt

@@ -23,6 +23,13 @@ namespace gdt {
 std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
                                     const sockaddr_storage& remote);
 
+// The same for the TCP socket whose local address is `local`, whatever its
+// remote address: for a server that knows only the other end of a
+// connection (its peer), whose socket on this host has the peer's address
+// as its local one. nullopt too when sockets of more than one uid have that
+// local address.
+std::optional<uid_t> TcpSocketOwnerAt(const sockaddr_storage& local);
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_TCP_SOCKET_OWNER_H_

@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -84,6 +86,10 @@ struct Connection {
   std::optional<uid_t> ClientOwner() const {
     return TcpSocketOwner(Name(accepted, true), Name(accepted, false));
   }
+  // The same found by the client's address alone (the server's peer).
+  std::optional<uid_t> ClientOwnerByPeer() const {
+    return TcpSocketOwnerAt(Name(accepted, true));
+  }
   int client = -1;
   int listener = -1;
   int accepted = -1;
@@ -94,6 +100,7 @@ TEST(TcpSocketOwnerTest, FindsTheUidOfTheOtherEndOfALoopbackConnection) {
                         "127.0.0.1", "127.0.0.1");
   ASSERT_GE(connection.accepted, 0);
   EXPECT_EQ(connection.ClientOwner(), geteuid());
+  EXPECT_EQ(connection.ClientOwnerByPeer(), geteuid());
   // The accepted end is the listener's owner's.
   EXPECT_EQ(TcpSocketOwner(Name(connection.client, true),
                            Name(connection.client, false)),
@@ -107,9 +114,43 @@ TEST(TcpSocketOwnerTest, NoSuchConnectionIsNone) {
   in->sin_port = htons(9);
   inet_pton(AF_INET, "127.0.0.9", &in->sin_addr);
   EXPECT_EQ(TcpSocketOwner(local, local), std::nullopt);
+  EXPECT_EQ(TcpSocketOwnerAt(local), std::nullopt);
   sockaddr_storage unix_socket = {};
   unix_socket.ss_family = AF_UNIX;
   EXPECT_EQ(TcpSocketOwner(unix_socket, local), std::nullopt);
+  EXPECT_EQ(TcpSocketOwnerAt(unix_socket), std::nullopt);
+}
+
+// The client closes first, so its end stays behind in TIME_WAIT (for a
+// minute), which the kernel shows as uid 0: that remnant is nobody's socket,
+// by both ends or by the client's address alone.
+TEST(TcpSocketOwnerTest, AClosedConnectionsRemnantHasNoOwner) {
+  sockaddr_storage client_end = {};
+  sockaddr_storage server_end = {};
+  {
+    Connection connection(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0),
+                          "127.0.0.1", "127.0.0.1");
+    ASSERT_GE(connection.accepted, 0);
+    client_end = Name(connection.client, false);
+    server_end = Name(connection.accepted, false);
+    ASSERT_EQ(connection.ClientOwnerByPeer(), geteuid());
+    close(connection.client);
+    connection.client = -1;
+    // The client's FIN has arrived once the accepted end reads the end of
+    // the stream; the destructor's close then answers it.
+    char byte = 0;
+    ASSERT_EQ(read(connection.accepted, &byte, 1), 0);
+  }
+  // The handshake ends on loopback within moments.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while ((TcpSocketOwnerAt(client_end).has_value() ||
+          TcpSocketOwner(client_end, server_end).has_value()) &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(TcpSocketOwnerAt(client_end), std::nullopt);
+  EXPECT_EQ(TcpSocketOwner(client_end, server_end), std::nullopt);
 }
 
 // Sockets another account made, over IPv4, ::1, and IPv4 from an IPv6
@@ -129,17 +170,20 @@ TEST(TcpSocketOwnerTest, ASocketIsItsMakersWhoeverUsesIt) {
       Connection connection((*v4)[0], "127.0.0.1", "127.0.0.1");
       ASSERT_GE(connection.accepted, 0);
       EXPECT_EQ(connection.ClientOwner(), 61118u);
+      EXPECT_EQ(connection.ClientOwnerByPeer(), 61118u);
     }
     {
       Connection connection((*v6)[0], "::1", "::1");
       ASSERT_GE(connection.accepted, 0);
       EXPECT_EQ(connection.ClientOwner(), 61118u);
+      EXPECT_EQ(connection.ClientOwnerByPeer(), 61118u);
     }
     {
       // An IPv4 listener; the client's IPv6 socket names both ends mapped.
       Connection connection((*v6)[1], "127.0.0.1", "::ffff:127.0.0.1");
       ASSERT_GE(connection.accepted, 0);
       EXPECT_EQ(connection.ClientOwner(), 61118u);
+      EXPECT_EQ(connection.ClientOwnerByPeer(), 61118u);
     }
   });
   ASSERT_TRUE(status.ok()) << status;

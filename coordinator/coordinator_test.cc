@@ -331,46 +331,83 @@ TEST_F(CoordinatorTest, TheTimeChecksForgetAFinishedGangAfterItsRetention) {
   EXPECT_EQ(coordinator_->GetSnapshot(true).gangs.at(0).epoch, 1u);
 }
 
-TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
-  test::TempDir dir;
-  const std::string path = dir.path() + "/coord.db";
-  FakeClock clock;
-  FakePortChecker checker;
-  std::string token;
-  {
+// Coordinators on one SQLite state file, each opened after the one before
+// it stopped (a restart), and the member events all of them sent.
+class CoordinatorKvTokenTest : public ::testing::Test {
+ protected:
+  // A coordinator on the state file; nullptr, with the test failed, when it
+  // does not start.
+  std::unique_ptr<Coordinator> Open() {
     absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(path);
-    ASSERT_TRUE(store.ok()) << store.status();
+        state::SqliteStore::Open(path_);
+    EXPECT_TRUE(store.ok()) << store.status();
+    if (!store.ok()) return nullptr;
     absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
-                            checker);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    std::vector<state::MemberEvent> seen;
+        Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
+                            checker_);
+    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
+    if (!coordinator.ok()) return nullptr;
     (*coordinator)
-        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
+        ->SetEventSink([this](std::vector<state::MemberEvent> events) {
           for (state::MemberEvent& event : events)
-            seen.push_back(std::move(event));
+            seen_.push_back(std::move(event));
         });
-    ASSERT_TRUE((*coordinator)->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    return std::move(*coordinator);
+  }
+
+  // Registers host gpu-01 with `coordinator` and admits a gang of one
+  // member there (stream 1).
+  void AdmitAGang(Coordinator& coordinator) {
+    ASSERT_TRUE(coordinator.RegisterHost(test::GpuHost("gpu-01", 8)).ok());
     ASSERT_TRUE(
-        (*coordinator)->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
-    (*coordinator)->RunAdmissionPass();
-    for (const state::MemberEvent& event : seen) {
-      if (event.kind == state::MemberEvent::Kind::kAdmitted) {
-        token = event.assignment.kv_token;
+        coordinator.Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
+    coordinator.RunAdmissionPass();
+  }
+
+  // What the last Admitted event on `stream_id` assigned.
+  std::optional<state::Assignment> LastAdmission(uint64_t stream_id) const {
+    std::optional<state::Assignment> assignment;
+    for (const state::MemberEvent& event : seen_) {
+      if (event.stream_id == stream_id &&
+          event.kind == state::MemberEvent::Kind::kAdmitted) {
+        assignment = event.assignment;
       }
     }
+    return assignment;
+  }
+
+  // The key-value store token the last admission on `stream_id` handed out.
+  std::optional<std::string> AdmittedToken(uint64_t stream_id) const {
+    std::optional<state::Assignment> assignment = LastAdmission(stream_id);
+    if (!assignment.has_value()) return std::nullopt;
+    return assignment->kv_token;
+  }
+
+  test::TempDir dir_;
+  const std::string path_ = dir_.path() + "/coord.db";
+  FakeClock clock_;
+  FakePortChecker checker_;
+  std::vector<state::MemberEvent> seen_;
+};
+
+TEST_F(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
+  std::string token;
+  {
+    std::unique_ptr<Coordinator> coordinator = Open();
+    ASSERT_NE(coordinator, nullptr);
+    ASSERT_NO_FATAL_FAILURE(AdmitAGang(*coordinator));
+    token = AdmittedToken(1).value_or("");
     ASSERT_EQ(token.size(), 64u);
   }
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-      state::SqliteStore::Open(path);
+      state::SqliteStore::Open(path_);
   ASSERT_TRUE(store.ok()) << store.status();
   absl::StatusOr<std::vector<state::KvToken>> tokens = (*store)->LoadKvTokens();
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ(tokens->at(0).token, token);
   absl::StatusOr<std::unique_ptr<Coordinator>> restarted = Coordinator::Create(
-      clock, std::move(*store), SchedulerOptions{}, checker);
+      clock_, std::move(*store), SchedulerOptions{}, checker_);
   ASSERT_TRUE(restarted.ok()) << restarted.status();
   const kv::KvCaller member{tokens->at(0).gang_id, tokens->at(0).epoch, token};
   EXPECT_EQ((*restarted)->kv().Get(member, "k").status().code(),
@@ -382,62 +419,27 @@ TEST(CoordinatorKvTokenTest, TokenIsPersistedAndReloaded) {
 // after a restart since). A member admitted while the store refuses writes
 // still gets a working token, not an empty one; once the store takes
 // writes again the coordinator saves it, so a restart still knows it.
-TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
-  test::TempDir dir;
-  const std::string path = dir.path() + "/coord.db";
-  FakeClock clock;
-  FakePortChecker checker;
-  std::vector<state::MemberEvent> seen;
-  const auto admitted_token = [&seen](uint64_t stream) {
-    std::optional<std::string> token;
-    for (const state::MemberEvent& event : seen) {
-      if (event.stream_id == stream &&
-          event.kind == state::MemberEvent::Kind::kAdmitted) {
-        token = event.assignment.kv_token;
-      }
-    }
-    return token;
-  };
-  const auto open = [&]() -> std::unique_ptr<Coordinator> {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(path);
-    EXPECT_TRUE(store.ok()) << store.status();
-    if (!store.ok()) return nullptr;
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
-                            checker);
-    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
-    if (!coordinator.ok()) return nullptr;
-    (*coordinator)
-        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
-          for (state::MemberEvent& event : events)
-            seen.push_back(std::move(event));
-        });
-    return std::move(*coordinator);
-  };
+TEST_F(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
   std::string gang;
   {
-    std::unique_ptr<Coordinator> coordinator = open();
+    std::unique_ptr<Coordinator> coordinator = Open();
     ASSERT_NE(coordinator, nullptr);
-    ASSERT_TRUE(coordinator->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
-    ASSERT_TRUE(
-        coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 1).ok());
-    coordinator->RunAdmissionPass();
-    ASSERT_TRUE(admitted_token(1).has_value());
+    ASSERT_NO_FATAL_FAILURE(AdmitAGang(*coordinator));
+    ASSERT_TRUE(AdmittedToken(1).has_value());
     gang = coordinator->GetSnapshot(false).gangs.at(0).id;
   }
-  ASSERT_EQ(test::ExecSql(path, "DELETE FROM gang_kv_tokens"), "");
+  ASSERT_EQ(test::ExecSql(path_, "DELETE FROM gang_kv_tokens"), "");
   std::string token;
   {
-    std::unique_ptr<Coordinator> coordinator = open();
+    std::unique_ptr<Coordinator> coordinator = Open();
     ASSERT_NE(coordinator, nullptr);
     {
       // Another process holds the file's write lock: every write is
       // refused.
       sqlite3* other = nullptr;
-      ASSERT_EQ(
-          sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
-          SQLITE_OK);
+      ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &other, SQLITE_OPEN_READWRITE,
+                                nullptr),
+                SQLITE_OK);
       std::unique_ptr<sqlite3, int (*)(sqlite3*)> closer(other,
                                                          sqlite3_close_v2);
       ASSERT_EQ(
@@ -446,8 +448,8 @@ TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
       // The member's executor reconnects to the running gang.
       ASSERT_TRUE(
           coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 2).ok());
-      ASSERT_TRUE(admitted_token(2).has_value());
-      token = *admitted_token(2);
+      ASSERT_TRUE(AdmittedToken(2).has_value());
+      token = *AdmittedToken(2);
       ASSERT_EQ(token.size(), 64u);
       const kv::KvCaller member{gang, 1, token};
       EXPECT_TRUE(coordinator->kv().Set(member, "k", "v").ok());
@@ -459,15 +461,15 @@ TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
     // Joining again gives the same token.
     ASSERT_TRUE(
         coordinator->Join(test::Joining(test::TrainKey(1), 1, 1), 3).ok());
-    EXPECT_EQ(admitted_token(3), token);
+    EXPECT_EQ(AdmittedToken(3), token);
   }
   // The token outlives a restart.
   {
-    std::unique_ptr<Coordinator> restarted = open();
+    std::unique_ptr<Coordinator> restarted = Open();
     ASSERT_NE(restarted, nullptr);
     ASSERT_TRUE(
         restarted->Join(test::Joining(test::TrainKey(1), 1, 1), 4).ok());
-    EXPECT_EQ(admitted_token(4), token);
+    EXPECT_EQ(AdmittedToken(4), token);
   }
 }
 
@@ -476,37 +478,15 @@ TEST(CoordinatorKvTokenTest, ATokenTheStoreRefusesIsHandedOutAndSavedLater) {
 // restarted before it could save it: the members still hold the token
 // they were given, and it still opens their gang's store (the data in it
 // is gone, as for every gang across a restart).
-TEST(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
-  test::TempDir dir;
-  const std::string path = dir.path() + "/coord.db";
-  FakeClock clock;
-  FakePortChecker checker;
-  std::vector<state::MemberEvent> seen;
-  const auto open = [&]() -> std::unique_ptr<Coordinator> {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(path);
-    EXPECT_TRUE(store.ok()) << store.status();
-    if (!store.ok()) return nullptr;
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
-                            checker);
-    EXPECT_TRUE(coordinator.ok()) << coordinator.status();
-    if (!coordinator.ok()) return nullptr;
-    (*coordinator)
-        ->SetEventSink([&seen](std::vector<state::MemberEvent> events) {
-          for (state::MemberEvent& event : events)
-            seen.push_back(std::move(event));
-        });
-    return std::move(*coordinator);
-  };
+TEST_F(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
   std::string gang;
   std::string token;
   {
-    std::unique_ptr<Coordinator> coordinator = open();
+    std::unique_ptr<Coordinator> coordinator = Open();
     ASSERT_NE(coordinator, nullptr);
     ASSERT_TRUE(coordinator->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
     // Every other write goes through; the token's is refused.
-    ASSERT_EQ(test::ExecSql(path,
+    ASSERT_EQ(test::ExecSql(path_,
                             "CREATE TRIGGER refuse_tokens BEFORE INSERT ON "
                             "gang_kv_tokens BEGIN SELECT RAISE(ABORT, "
                             "'database or disk is full'); END"),
@@ -518,25 +498,23 @@ TEST(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
     const std::string log = captured->text();
     captured.reset();
     EXPECT_THAT(log, HasSubstr("event=gang_kv_token_unsaved"));
-    for (const state::MemberEvent& event : seen) {
-      if (event.kind == state::MemberEvent::Kind::kAdmitted) {
-        token = event.assignment.kv_token;
-        gang = event.assignment.gang_id;
-      }
-    }
+    std::optional<state::Assignment> admitted = LastAdmission(1);
+    ASSERT_TRUE(admitted.has_value());
+    token = admitted->kv_token;
+    gang = admitted->gang_id;
     ASSERT_EQ(token.size(), 64u);
     EXPECT_TRUE(coordinator->kv().Set({gang, 1, token}, "k", "v").ok());
   }  // Stopped while the token is still unsaved.
   const auto stored_tokens = [&]() -> std::vector<state::KvToken> {
     absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(path);
+        state::SqliteStore::Open(path_);
     EXPECT_TRUE(store.ok()) << store.status();
     if (!store.ok()) return {};
     return (*store)->LoadKvTokens().value_or(std::vector<state::KvToken>{});
   };
   ASSERT_TRUE(stored_tokens().empty());
 
-  std::unique_ptr<Coordinator> restarted = open();
+  std::unique_ptr<Coordinator> restarted = Open();
   ASSERT_NE(restarted, nullptr);
   const kv::KvCaller member{gang, 1, token};
   EXPECT_EQ(restarted->kv().Get(member, "k").status().code(),
@@ -546,7 +524,7 @@ TEST(CoordinatorKvTokenTest, AnUnsavedTokenStillWorksAfterARestart) {
   // Another token is still refused.
   EXPECT_FALSE(restarted->kv().Get({gang, 1, std::string(64, '0')}, "k2").ok());
   // Once the store takes it, the token is saved as it was handed out.
-  ASSERT_EQ(test::ExecSql(path, "DROP TRIGGER refuse_tokens"), "");
+  ASSERT_EQ(test::ExecSql(path_, "DROP TRIGGER refuse_tokens"), "");
   restarted->RunAdmissionPass();
   restarted.reset();
   const std::vector<state::KvToken> saved = stored_tokens();
@@ -619,31 +597,22 @@ TEST(CoordinatorHeldBackJoinTest, AJoinThatCannotBeStoredIsDroppedAndToldSo) {
   EXPECT_EQ(snapshot.hosts.size(), 2u);
 }
 
-TEST(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {
-  test::TempDir dir;
-  const std::string path = dir.path() + "/coord.db";
-  FakeClock clock;
-  FakePortChecker checker;
+TEST_F(CoordinatorKvTokenTest, StateThatDoesNotLoadIsAnErrorNotACrash) {
   {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-        state::SqliteStore::Open(path);
-    ASSERT_TRUE(store.ok()) << store.status();
-    absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-        Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
-                            checker);
-    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-    ASSERT_TRUE((*coordinator)->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
+    std::unique_ptr<Coordinator> coordinator = Open();
+    ASSERT_NE(coordinator, nullptr);
+    ASSERT_TRUE(coordinator->RegisterHost(test::GpuHost("gpu-01", 8)).ok());
   }
   // A damaged row: the host's GPUs are not JSON.
-  ASSERT_EQ(test::ExecSql(path, "UPDATE hosts SET gpus = 'not json'"), "");
+  ASSERT_EQ(test::ExecSql(path_, "UPDATE hosts SET gpus = 'not json'"), "");
   absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
-      state::SqliteStore::Open(path);
+      state::SqliteStore::Open(path_);
   ASSERT_TRUE(store.ok()) << store.status();
   // Failing to load ends the coordinator it was building (whose destructor
   // once flushed through a scheduler that was never made).
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
-      Coordinator::Create(clock, std::move(*store), SchedulerOptions{},
-                          checker);
+      Coordinator::Create(clock_, std::move(*store), SchedulerOptions{},
+                          checker_);
   ASSERT_FALSE(coordinator.ok());
   EXPECT_THAT(std::string(coordinator.status().message()),
               ::testing::HasSubstr("gpu-01"));

@@ -679,18 +679,69 @@ TEST(SqliteStoreTest, AStateFileMovedOrReplacedUnderTheStoreIsNoticed) {
   EXPECT_TRUE((*memory)->CheckStorage().ok());
 }
 
+// A serving coordinator's store (WatchedStore) on a SQLite state file, on a
+// fake clock of its own.
+struct ServingStore {
+  // Opens the file at `path`; fails the test when it does not open.
+  void Open(const std::string& path) {
+    absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
+        state::SqliteStore::Open(path);
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    store.emplace(std::move(*opened), clock);
+    store->Serve();
+  }
+  FakeClock clock;
+  std::optional<coordinator::WatchedStore> store;
+};
+
+// The store's first write (`name` = `value`) once its storage check is due
+// finds the state file at `path` deleted, restores it and says so, and the
+// write is in the new file; what the store logged meanwhile.
+std::string ExpectRestoredByTheNextCheck(ServingStore& serving,
+                                         const std::string& path,
+                                         const std::string& name,
+                                         const std::string& value) {
+  test::LogCapture captured;
+  serving.clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
+  const absl::Status written = serving.store->SaveSecret(name, value);
+  const std::string log = captured.text();
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_TRUE(serving.store->CheckStorage().ok());
+  EXPECT_THAT(log, ::testing::HasSubstr(
+                       "event=state_file_restored path=" + path + " was="));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
+  return log;
+}
+
+// The state file at `path`, opened again once its store is gone, holds the
+// secrets the tests of a deleted state file write before it is deleted,
+// while it is gone and after it is back. The store that opened it goes to
+// `reopened` when given, for more checks.
+void ExpectSecretsOfEveryPhase(
+    const std::string& path,
+    std::unique_ptr<state::SqliteStore>* reopened = nullptr) {
+  absl::StatusOr<std::unique_ptr<state::SqliteStore>> store =
+      state::SqliteStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status();
+  for (const auto& [name, value] :
+       std::vector<std::pair<std::string, std::string>>{
+           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
+    absl::StatusOr<std::string> loaded = (*store)->LoadSecret(name);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(*loaded, value) << name;
+  }
+  if (reopened != nullptr) *reopened = std::move(*store);
+}
+
 // A serving coordinator's store answers a write that the file's lock (held
 // by another process's transaction) refuses as Unavailable, marked as the
 // store's refusal; other Unavailable errors are not the store's.
 TEST(WatchedStoreTest, ARefusedWriteIsMarkedAsTheStoresRefusal) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  FakeClock clock;
-  coordinator::WatchedStore store(std::move(*opened), clock);
-  store.Serve();
+  ServingStore serving;
+  ASSERT_NO_FATAL_FAILURE(serving.Open(path));
+  coordinator::WatchedStore& store = *serving.store;
   sqlite3* other = nullptr;
   ASSERT_EQ(
       sqlite3_open_v2(path.c_str(), &other, SQLITE_OPEN_READWRITE, nullptr),
@@ -770,12 +821,9 @@ TEST(SqliteStoreTest, JoinsWhoseCommitFailsAreWrittenAgain) {
 TEST(WatchedStoreTest, AHeldBackJoinIsNoRecovery) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  FakeClock clock;
-  coordinator::WatchedStore store(std::move(*opened), clock);
-  store.Serve();
+  ServingStore serving;
+  ASSERT_NO_FATAL_FAILURE(serving.Open(path));
+  coordinator::WatchedStore& store = *serving.store;
   state::Gang gang;
   gang.id = "gang-1";
   gang.key = test::TrainKey(3);
@@ -823,12 +871,9 @@ TEST(WatchedStoreTest, AHeldBackJoinIsNoRecovery) {
 TEST(WatchedStoreTest, APermanentStoreErrorIsLoggedAsSuch) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  FakeClock clock;
-  coordinator::WatchedStore store(std::move(*opened), clock);
-  store.Serve();
+  ServingStore serving;
+  ASSERT_NO_FATAL_FAILURE(serving.Open(path));
+  coordinator::WatchedStore& store = *serving.store;
   ASSERT_TRUE(store.SaveSecret("s", "v").ok());
   std::optional<test::LogCapture> captured(std::in_place);
   {
@@ -923,17 +968,9 @@ TEST(SqliteStoreTest, ADeletedStateFileIsWrittenAnew) {
     EXPECT_EQ(state::SqliteStore::Open(path).status().code(),
               absl::StatusCode::kFailedPrecondition);
   }
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
-  for (const auto& [name, value] :
-       std::vector<std::pair<std::string, std::string>>{
-           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
-    absl::StatusOr<std::string> loaded = (*reopened)->LoadSecret(name);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(*loaded, value) << name;
-  }
-  absl::StatusOr<state::StoredState> state = (*reopened)->Load();
+  std::unique_ptr<state::SqliteStore> reopened;
+  ASSERT_NO_FATAL_FAILURE(ExpectSecretsOfEveryPhase(path, &reopened));
+  absl::StatusOr<state::StoredState> state = reopened->Load();
   ASSERT_TRUE(state.ok()) << state.status();
   ASSERT_EQ(state->gangs.size(), 1u);
   EXPECT_EQ(state->gangs.at(0).members.at(1).job_id, 101);
@@ -944,26 +981,15 @@ TEST(SqliteStoreTest, ADeletedStateFileIsWrittenAnew) {
 TEST(WatchedStoreTest, ADeletedStateFileIsRestoredAndLogged) {
   test::TempDir dir;
   const std::string path = dir.path() + "/coord.db";
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(opened.ok()) << opened.status();
-  FakeClock clock;
-  coordinator::WatchedStore store(std::move(*opened), clock);
-  store.Serve();
+  ServingStore serving;
+  ASSERT_NO_FATAL_FAILURE(serving.Open(path));
+  coordinator::WatchedStore& store = *serving.store;
   ASSERT_TRUE(store.SaveSecret("s", "1").ok());
   ASSERT_TRUE(std::filesystem::remove(path));
-  std::optional<test::LogCapture> captured(std::in_place);
-  clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
-  const absl::Status written = store.SaveSecret("s", "2");
-  const std::string log = captured->text();
-  captured.reset();
 
-  EXPECT_TRUE(written.ok()) << written;
+  ExpectRestoredByTheNextCheck(serving, path, "s", "2");
+
   EXPECT_TRUE(std::filesystem::exists(path));
-  EXPECT_TRUE(store.CheckStorage().ok());
-  EXPECT_THAT(log, ::testing::HasSubstr(
-                       "event=state_file_restored path=" + path + " was="));
-  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
   // The write that noticed it is in the new file, and so are later ones.
   EXPECT_EQ(store.LoadSecret("s").value_or(""), "2");
   ASSERT_TRUE(store.SaveSecret("t", "3").ok());
@@ -980,27 +1006,16 @@ TEST(WatchedStoreTest, ADeletedStateDirectoryIsMadeAgainAndRestored) {
   ASSERT_TRUE(std::filesystem::create_directory(state_dir));
   ASSERT_EQ(chmod(state_dir.c_str(), 0750), 0);
   {
-    absl::StatusOr<std::unique_ptr<state::SqliteStore>> opened =
-        state::SqliteStore::Open(path);
-    ASSERT_TRUE(opened.ok()) << opened.status();
-    FakeClock clock;
-    coordinator::WatchedStore store(std::move(*opened), clock);
-    store.Serve();
-    ASSERT_TRUE(store.SaveSecret("before", "1").ok());
+    ServingStore serving;
+    ASSERT_NO_FATAL_FAILURE(serving.Open(path));
+    ASSERT_TRUE(serving.store->SaveSecret("before", "1").ok());
     ASSERT_GT(std::filesystem::remove_all(state_dir), 0u);
-    ASSERT_TRUE(store.SaveSecret("while_deleted", "2").ok());
-    std::optional<test::LogCapture> captured(std::in_place);
-    clock.Advance(coordinator::WatchedStore::kCheckStorageEvery);
-    const absl::Status written = store.SaveSecret("after", "3");
-    const std::string log = captured->text();
-    captured.reset();
+    ASSERT_TRUE(serving.store->SaveSecret("while_deleted", "2").ok());
 
-    EXPECT_TRUE(written.ok()) << written;
-    EXPECT_TRUE(store.CheckStorage().ok());
-    EXPECT_THAT(log, ::testing::HasSubstr(
-                         "event=state_file_restored path=" + path + " was="));
+    const std::string log =
+        ExpectRestoredByTheNextCheck(serving, path, "after", "3");
+
     EXPECT_THAT(log, ::testing::HasSubstr(" made_dir=" + state_dir));
-    EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("state_file_moved")));
     struct stat info = {};
     ASSERT_EQ(stat(state_dir.c_str(), &info), 0);
     EXPECT_EQ(info.st_mode & 07777, 0750u);
@@ -1009,16 +1024,7 @@ TEST(WatchedStoreTest, ADeletedStateDirectoryIsMadeAgainAndRestored) {
     EXPECT_EQ(state::SqliteStore::Open(path).status().code(),
               absl::StatusCode::kFailedPrecondition);
   }
-  absl::StatusOr<std::unique_ptr<state::SqliteStore>> reopened =
-      state::SqliteStore::Open(path);
-  ASSERT_TRUE(reopened.ok()) << reopened.status();
-  for (const auto& [name, value] :
-       std::vector<std::pair<std::string, std::string>>{
-           {"before", "1"}, {"while_deleted", "2"}, {"after", "3"}}) {
-    absl::StatusOr<std::string> loaded = (*reopened)->LoadSecret(name);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(*loaded, value) << name;
-  }
+  ASSERT_NO_FATAL_FAILURE(ExpectSecretsOfEveryPhase(path));
 }
 
 // A real etcd, a client, and a store fenced by the leader key this test

@@ -27,11 +27,35 @@
 
 namespace gdt::test {
 
+// Below SCM_MAX_FD (253): the most descriptors one message of
+// TcpSocketsMadeBy carries.
+inline constexpr int kSocketsPerMessage = 200;
+
+// One byte and room for kSocketsPerMessage descriptors, as one message of
+// TcpSocketsMadeBy is sent and received. Memory only, nothing allocated: the
+// child of a process that may have threads uses it too.
+struct SocketsMessage {
+  SocketsMessage() {
+    header.msg_iov = &data;
+    header.msg_iovlen = 1;
+    header.msg_control = control;
+    header.msg_controllen = sizeof(control);
+  }
+  SocketsMessage(const SocketsMessage&) = delete;
+  SocketsMessage& operator=(const SocketsMessage&) = delete;
+
+  static constexpr size_t kControlSize =
+      CMSG_SPACE(sizeof(int) * kSocketsPerMessage);
+  char byte = 0;
+  iovec data = {&byte, 1};
+  alignas(cmsghdr) char control[kControlSize] = {};
+  msghdr header = {};
+};
+
 // `count` unconnected TCP sockets of `family` (AF_INET, AF_INET6) made by
 // uid:gid `uid`:`uid`, close-on-exec, now the caller's to close. Needs root.
 inline absl::StatusOr<std::vector<int>> TcpSocketsMadeBy(uid_t uid, int family,
                                                          int count) {
-  constexpr int kBatch = 200;  // Below SCM_MAX_FD (253) per message.
   int pair[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pair) != 0) {
     return absl::InternalError(absl::StrCat("socketpair: ", strerror(errno)));
@@ -51,26 +75,20 @@ inline absl::StatusOr<std::vector<int>> TcpSocketsMadeBy(uid_t uid, int family,
       _exit(2);
     }
     for (int sent = 0; sent < count;) {
-      const int batch = std::min(kBatch, count - sent);
-      int fds[kBatch];
+      const int batch = std::min(kSocketsPerMessage, count - sent);
+      int fds[kSocketsPerMessage];
       for (int i = 0; i < batch; ++i) {
         fds[i] = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fds[i] < 0) _exit(3);
       }
-      char byte = 0;
-      iovec data = {&byte, 1};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kBatch)] = {};
-      msghdr message = {};
-      message.msg_iov = &data;
-      message.msg_iovlen = 1;
-      message.msg_control = control;
-      message.msg_controllen = CMSG_SPACE(sizeof(int) * batch);
-      cmsghdr* header = CMSG_FIRSTHDR(&message);
+      SocketsMessage message;
+      message.header.msg_controllen = CMSG_SPACE(sizeof(int) * batch);
+      cmsghdr* header = CMSG_FIRSTHDR(&message.header);
       header->cmsg_level = SOL_SOCKET;
       header->cmsg_type = SCM_RIGHTS;
       header->cmsg_len = CMSG_LEN(sizeof(int) * batch);
       std::memcpy(CMSG_DATA(header), fds, sizeof(int) * batch);
-      if (sendmsg(pair[1], &message, MSG_NOSIGNAL) != 1) _exit(4);
+      if (sendmsg(pair[1], &message.header, MSG_NOSIGNAL) != 1) _exit(4);
       for (int i = 0; i < batch; ++i) close(fds[i]);
       sent += batch;
     }
@@ -85,20 +103,13 @@ inline absl::StatusOr<std::vector<int>> TcpSocketsMadeBy(uid_t uid, int family,
       error = "no sockets from the child within 10 s";
       break;
     }
-    char byte = 0;
-    iovec data = {&byte, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kBatch)] = {};
-    msghdr message = {};
-    message.msg_iov = &data;
-    message.msg_iovlen = 1;
-    message.msg_control = control;
-    message.msg_controllen = sizeof(control);
-    if (recvmsg(pair[0], &message, MSG_CMSG_CLOEXEC) != 1) {
+    SocketsMessage message;
+    if (recvmsg(pair[0], &message.header, MSG_CMSG_CLOEXEC) != 1) {
       error = "the child ended before it made every socket";
       break;
     }
-    for (cmsghdr* header = CMSG_FIRSTHDR(&message); header != nullptr;
-         header = CMSG_NXTHDR(&message, header)) {
+    for (cmsghdr* header = CMSG_FIRSTHDR(&message.header); header != nullptr;
+         header = CMSG_NXTHDR(&message.header, header)) {
       if (header->cmsg_level != SOL_SOCKET || header->cmsg_type != SCM_RIGHTS) {
         continue;
       }

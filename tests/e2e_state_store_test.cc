@@ -81,15 +81,40 @@ class StateStoreFaultTest : public ::testing::Test {
     if (mounted_) umount2(state_dir_.c_str(), MNT_DETACH);
   }
 
-  // Until the coordinator's status shows a gang running (60 s).
-  void WaitForARunningGang() {
-    ASSERT_FALSE(cluster_.WaitForRunningGang(seconds(60)).empty())
-        << cluster_.Logs();
+  // Starts a run of one gang whose members wait for Go(), then print
+  // "finished" and end, into `run`, and waits until the coordinator's status
+  // shows the gang running (60 s); its id into `gang` when given.
+  void StartAGangThatWaits(std::unique_ptr<Subprocess>* run,
+                           std::string* gang = nullptr) {
+    flags_ = cluster_.dir().Sub("flags");
+    fs::create_directories(flags_);
+    fs::permissions(flags_, fs::perms::all);
+    const std::string project = MakeShellProject(
+        cluster_.dir(),
+        absl::StrCat("until [ -e ", flags_,
+                     "/go ]; do sleep 0.2; done; echo finished"));
+    *run = StartRunLocal(cluster_, project, "train");
+    ASSERT_NE(*run, nullptr);
+    const std::string running = cluster_.WaitForRunningGang(seconds(60));
+    ASSERT_FALSE(running.empty()) << cluster_.Logs();
+    if (gang != nullptr) *gang = running;
+  }
+
+  // Lets the members of StartAGangThatWaits's gang go on.
+  void Go() { WriteFile(flags_ + "/go", ""); }
+
+  // No lease is held and no job process is left (10 s).
+  void ExpectLeasesAndJobsGone() {
+    ExpectLeasesReleased(cluster_);
+    EXPECT_TRUE(
+        WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
+        << DescribeAll(JobProcesses(cluster_));
   }
 
   GdtCluster cluster_;
   std::string state_dir_;
   bool mounted_ = false;
+  std::string flags_;  // Where Go() writes.
 };
 
 // The state's file system fills up while a gang runs and its members end:
@@ -98,19 +123,12 @@ class StateStoreFaultTest : public ::testing::Test {
 // executors wait, and once there is space again the gang ends DONE by
 // itself, and a restart on the same state finds it so, its leases free.
 TEST_F(StateStoreFaultTest, AFullStateDiskDelaysExitReportsAndLosesNothing) {
-  const std::string flags = cluster_.dir().Sub("flags");
-  fs::create_directories(flags);
-  fs::permissions(flags, fs::perms::all);
-  const std::string project = MakeShellProject(
-      cluster_.dir(), absl::StrCat("until [ -e ", flags,
-                                   "/go ]; do sleep 0.2; done; echo finished"));
-  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
-  ASSERT_NE(run, nullptr);
-  WaitForARunningGang();
+  std::unique_ptr<Subprocess> run;
+  ASSERT_NO_FATAL_FAILURE(StartAGangThatWaits(&run));
 
   const std::string filler = state_dir_ + "/filler";
   ASSERT_TRUE(FillUp(filler));
-  WriteFile(flags + "/go", "");
+  Go();
   ASSERT_TRUE(WaitFor(
       [&] { return CountEvents(cluster_, 0, "state_store_failing") > 0; },
       seconds(60)))
@@ -153,10 +171,7 @@ TEST_F(StateStoreFaultTest, AFullStateDiskDelaysExitReportsAndLosesNothing) {
   // Nothing acknowledged was lost: a restart on the same state agrees.
   cluster_.StopCoordinator(SIGKILL);
   ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
-  ExpectLeasesReleased(cluster_);
-  EXPECT_TRUE(
-      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
-      << DescribeAll(JobProcesses(cluster_));
+  ExpectLeasesAndJobsGone();
 }
 
 // The state's file system is full when a gang's members join: the gang is
@@ -204,15 +219,8 @@ TEST_F(StateStoreFaultTest, AFullStateDiskHoldsAnAdmissionUntilThereIsSpace) {
 // at once (a refused write does not hold it for seconds), logs why, and the
 // gang ends DONE once the transaction is closed.
 TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
-  const std::string flags = cluster_.dir().Sub("flags");
-  fs::create_directories(flags);
-  fs::permissions(flags, fs::perms::all);
-  const std::string project = MakeShellProject(
-      cluster_.dir(), absl::StrCat("until [ -e ", flags,
-                                   "/go ]; do sleep 0.2; done; echo finished"));
-  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
-  ASSERT_NE(run, nullptr);
-  WaitForARunningGang();
+  std::unique_ptr<Subprocess> run;
+  ASSERT_NO_FATAL_FAILURE(StartAGangThatWaits(&run));
 
   sqlite3* operator_db = nullptr;
   ASSERT_EQ(sqlite3_open_v2((state_dir_ + "/coord.db").c_str(), &operator_db,
@@ -224,7 +232,7 @@ TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
       sqlite3_exec(operator_db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr),
       SQLITE_OK)
       << sqlite3_errmsg(operator_db);
-  WriteFile(flags + "/go", "");
+  Go();
   ASSERT_TRUE(WaitFor(
       [&] { return CountEvents(cluster_, 0, "state_store_failing") > 0; },
       seconds(60)))
@@ -252,10 +260,7 @@ TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
   EXPECT_TRUE(result.status.success()) << result.output << cluster_.Logs();
   EXPECT_GE(CountEvents(cluster_, 0, "state_store_recovered"), 1)
       << cluster_.Logs();
-  ExpectLeasesReleased(cluster_);
-  EXPECT_TRUE(
-      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
-      << DescribeAll(JobProcesses(cluster_));
+  ExpectLeasesAndJobsGone();
 }
 
 // An operator deletes the state file (`rm coord.db`) while a gang runs.
@@ -264,16 +269,9 @@ TEST_F(StateStoreFaultTest, AStateFileLockedFromOutsideDelaysOnlyWrites) {
 // the restored file still knows the finished gang.
 TEST_F(StateStoreFaultTest,
        ADeletedStateFileIsRestoredAndARestartKnowsTheGang) {
-  const std::string flags = cluster_.dir().Sub("flags");
-  fs::create_directories(flags);
-  fs::permissions(flags, fs::perms::all);
-  const std::string project = MakeShellProject(
-      cluster_.dir(), absl::StrCat("until [ -e ", flags,
-                                   "/go ]; do sleep 0.2; done; echo finished"));
-  std::unique_ptr<Subprocess> run = StartRunLocal(cluster_, project, "train");
-  ASSERT_NE(run, nullptr);
-  const std::string gang = cluster_.WaitForRunningGang(seconds(60));
-  ASSERT_FALSE(gang.empty()) << cluster_.Logs();
+  std::unique_ptr<Subprocess> run;
+  std::string gang;
+  ASSERT_NO_FATAL_FAILURE(StartAGangThatWaits(&run, &gang));
 
   const std::string path = state_dir_ + "/coord.db";
   ASSERT_TRUE(fs::remove(path));
@@ -284,7 +282,7 @@ TEST_F(StateStoreFaultTest,
       seconds(30)))
       << cluster_.Logs();
   EXPECT_TRUE(fs::exists(path));
-  WriteFile(flags + "/go", "");
+  Go();
   CommandResult result = FinishRun(*run, seconds(150));
   EXPECT_TRUE(result.status.success()) << result.output << cluster_.Logs();
   EXPECT_EQ(CountEvents(cluster_, 0, "state_file_restored"), 1)
@@ -305,10 +303,7 @@ TEST_F(StateStoreFaultTest,
                                  listed.value("state", "")));
   }
   EXPECT_THAT(known, ::testing::ElementsAre(gang + " done")) << status->dump();
-  ExpectLeasesReleased(cluster_);
-  EXPECT_TRUE(
-      WaitFor([&] { return JobProcesses(cluster_).empty(); }, seconds(10)))
-      << DescribeAll(JobProcesses(cluster_));
+  ExpectLeasesAndJobsGone();
 }
 
 }  // namespace
