@@ -201,6 +201,64 @@ std::string FakeCgroup(const test::TempDir& temp,
   return dir;
 }
 
+// A deleted file of `bytes` on /dev/shm, kept open (the descriptor, or
+// -1): on a file system that a bound over `dir` does not cover, when
+// /dev/shm is another one here (`*other_fs`).
+int DeletedFileOnShm(const std::string& dir, size_t bytes, bool* other_fs) {
+  char path[] = "/dev/shm/gdt-disk-use-XXXXXX";
+  const int fd = mkstemp(path);
+  if (fd < 0) return -1;
+  AppendBytes(fd, bytes);
+  unlink(path);
+  struct stat dir_info = {};
+  struct stat file_info = {};
+  *other_fs = stat(dir.c_str(), &dir_info) == 0 && fstat(fd, &file_info) == 0 &&
+              dir_info.st_dev != file_info.st_dev;
+  return fd;
+}
+
+// What MeasureDeletedFiles() measured.
+struct DeletedFileMeasures {
+  DiskUse walked;   // The walk of the dirs alone.
+  DiskUse use;      // With the cgroup's processes' deleted files.
+  DiskUse bounded;  // The same, looking at 3 items at most.
+};
+
+// Measures `scope`'s dirs alone, then with the deleted files of the
+// processes `pids` (a cgroup listing them): those add [min, max) bytes,
+// and the file on another file system (when `other_fs`) keeps the total
+// under `max_total`. A measure that may look at only 3 processes,
+// descriptors and mapped files says it was cut short. Leaves `scope` with
+// the cgroup and the default bound.
+DeletedFileMeasures MeasureDeletedFiles(const test::TempDir& temp,
+                                        DiskUseScope& scope,
+                                        const std::vector<pid_t>& pids,
+                                        uint64_t min, uint64_t max,
+                                        bool other_fs, uint64_t max_total) {
+  DeletedFileMeasures measures;
+  measures.walked = MeasureDiskUse(scope);
+  EXPECT_LT(measures.walked.bytes, 2u << 20)
+      << "without the cgroup: the walk alone";
+  scope.cgroup = FakeCgroup(temp, pids);
+  measures.use = MeasureDiskUse(scope);
+  EXPECT_FALSE(measures.use.incomplete) << measures.use.error;
+  EXPECT_FALSE(measures.use.truncated);
+  EXPECT_GE(measures.use.deleted_bytes, min);
+  EXPECT_LT(measures.use.deleted_bytes, max);
+  EXPECT_EQ(measures.use.bytes,
+            measures.walked.bytes + measures.use.deleted_bytes);
+  if (other_fs) {
+    EXPECT_LT(measures.use.bytes, max_total) << "a file on another file system";
+  }
+  const size_t unbounded = scope.max_descriptors;
+  scope.max_descriptors = 3;
+  measures.bounded = MeasureDiskUse(scope);
+  EXPECT_TRUE(measures.bounded.truncated);
+  EXPECT_EQ(measures.bounded.descriptors, 3u);
+  scope.max_descriptors = unbounded;
+  return measures;
+}
+
 // A job that deletes a file it keeps open (and writing to) still holds its
 // space: the walk finds no name for it, yet it counts, once however many
 // of the member's processes and descriptors hold it, and only on the file
@@ -218,47 +276,27 @@ TEST(DiskUseTest, FilesItsProcessesHoldOpenAfterDeletingThemCount) {
       open((builds + "/kept").c_str(), O_RDONLY | O_CLOEXEC);  // NOLINT
   ASSERT_GE(linked, 0);
   // On a file system the bound does not cover (when /dev/shm is one).
-  char elsewhere_path[] = "/dev/shm/gdt-disk-use-XXXXXX";
-  const int elsewhere = mkstemp(elsewhere_path);
+  bool other_fs = false;
+  const int elsewhere = DeletedFileOnShm(builds, 4 << 20, &other_fs);
   ASSERT_GE(elsewhere, 0);
-  AppendBytes(elsewhere, 4 << 20);
-  unlink(elsewhere_path);
-  struct stat builds_info = {};
-  struct stat elsewhere_info = {};
-  ASSERT_EQ(stat(builds.c_str(), &builds_info), 0);
-  ASSERT_EQ(fstat(elsewhere, &elsewhere_info), 0);
   Holder holder;
 
   DiskUseScope scope;
   scope.dirs = {builds};
-  const DiskUse walked = MeasureDiskUse(scope);
-  EXPECT_LT(walked.bytes, 2u << 20) << "without the cgroup: the walk alone";
-
-  scope.cgroup = FakeCgroup(temp, {getpid(), holder.pid()});
-  const DiskUse use = MeasureDiskUse(scope);
-  EXPECT_FALSE(use.incomplete) << use.error;
-  EXPECT_FALSE(use.truncated);
-  EXPECT_GE(use.deleted_bytes, 2u << 20);
-  EXPECT_LT(use.deleted_bytes, 3u << 20);
-  EXPECT_EQ(use.bytes, walked.bytes + use.deleted_bytes);
-  if (elsewhere_info.st_dev != builds_info.st_dev) {
-    EXPECT_LT(use.bytes, 4u << 20) << "a file on another file system";
-  }
-  // Its processes' descriptors looked at are bounded.
-  scope.max_descriptors = 3;
-  const DiskUse bounded = MeasureDiskUse(scope);
-  EXPECT_TRUE(bounded.truncated);
-  EXPECT_EQ(bounded.descriptors, 3u);
-  EXPECT_THAT(DiskLimitLine(bounded, scope, 1 << 30),
+  const DeletedFileMeasures measured =
+      MeasureDeletedFiles(temp, scope, {getpid(), holder.pid()}, 2u << 20,
+                          3u << 20, other_fs, 4u << 20);
+  DiskUseScope bounded_scope = scope;
+  bounded_scope.max_descriptors = 3;
+  EXPECT_THAT(DiskLimitLine(measured.bounded, bounded_scope, 1 << 30),
               testing::HasSubstr("or more than 3 processes, open "
                                  "descriptors and mapped deleted files in its "
                                  "cgroup, more than the agent measures"));
   // A cgroup gone (its member torn down meanwhile) holds nothing.
-  scope.max_descriptors = 100000;
   scope.cgroup = temp.Sub("gone-cgroup");
   const DiskUse gone_cgroup = MeasureDiskUse(scope);
   EXPECT_FALSE(gone_cgroup.incomplete) << gone_cgroup.error;
-  EXPECT_EQ(gone_cgroup.bytes, walked.bytes);
+  EXPECT_EQ(gone_cgroup.bytes, measured.walked.bytes);
   for (const int fd : {gone, again, linked, elsewhere}) close(fd);
 }
 
@@ -311,44 +349,22 @@ TEST(DiskUseTest, FilesItsProcessesMapAfterDeletingThemCount) {
   const int open_too = OpenDeleted(builds + "/open-too", 1 << 20);
   ASSERT_NO_FATAL_FAILURE(mappings.Map(open_too, 1 << 20));
   // On a file system the bound does not cover (when /dev/shm is one).
-  char elsewhere_path[] = "/dev/shm/gdt-disk-use-XXXXXX";
-  const int elsewhere = mkstemp(elsewhere_path);
+  bool other_fs = false;
+  const int elsewhere = DeletedFileOnShm(builds, 4 << 20, &other_fs);
   ASSERT_GE(elsewhere, 0);
-  AppendBytes(elsewhere, 4 << 20);
   ASSERT_NO_FATAL_FAILURE(mappings.Map(elsewhere, 4 << 20));
-  unlink(elsewhere_path);
-  struct stat builds_info = {};
-  struct stat elsewhere_info = {};
-  ASSERT_EQ(stat(builds.c_str(), &builds_info), 0);
-  ASSERT_EQ(fstat(elsewhere, &elsewhere_info), 0);
   close(elsewhere);
   Holder holder;  // Maps them too, and holds `open_too` open.
 
   DiskUseScope scope;
   scope.dirs = {builds};
-  const DiskUse walked = MeasureDiskUse(scope);
-  EXPECT_LT(walked.bytes, 2u << 20) << "without the cgroup: the walk alone";
-
-  scope.cgroup = FakeCgroup(temp, {getpid(), holder.pid()});
-  const DiskUse use = MeasureDiskUse(scope);
-  EXPECT_FALSE(use.incomplete) << use.error;
-  EXPECT_FALSE(use.truncated);
-  EXPECT_GE(use.deleted_bytes, 3u << 20);
-  EXPECT_LT(use.deleted_bytes, 4u << 20);
-  EXPECT_EQ(use.bytes, walked.bytes + use.deleted_bytes);
-  if (elsewhere_info.st_dev != builds_info.st_dev) {
-    EXPECT_LT(use.bytes, 5u << 20) << "a file on another file system";
-  }
   // Mapped files are looked at within the same bound as descriptors.
-  scope.max_descriptors = 3;
-  const DiskUse bounded = MeasureDiskUse(scope);
-  EXPECT_TRUE(bounded.truncated);
-  EXPECT_EQ(bounded.descriptors, 3u);
+  MeasureDeletedFiles(temp, scope, {getpid(), holder.pid()}, 3u << 20, 4u << 20,
+                      other_fs, 5u << 20);
 
   // An agent that may not look at mapped files (without CAP_SYS_ADMIN)
   // still counts the one a descriptor holds, and says that its walk left
   // the other out.
-  scope.max_descriptors = 100000;
   EXPECT_EQ(WithoutCapSysAdmin([&] {
               const DiskUse partial = MeasureDiskUse(scope);
               if (!partial.incomplete ||
