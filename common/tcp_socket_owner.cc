@@ -1,7 +1,14 @@
 #include "common/tcp_socket_owner.h"
 
 #include <arpa/inet.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -69,6 +76,105 @@ bool TableEnds(const sockaddr_storage& address, std::string& ipv4,
   return true;
 }
 
+// What the kernel's socket diagnostics said of one exact connection.
+enum class DiagAnswer { kFound, kNone, kCannotAsk };
+
+// The 16 address bytes and the port of `address` as family `family` puts
+// them in an inet_diag socket id; false when `address` cannot be written
+// so (an IPv6 address that is not IPv4-mapped, asked as AF_INET).
+bool DiagEnd(const sockaddr_storage& address, int family, uint32_t* bytes,
+             uint16_t* port) {
+  std::memset(bytes, 0, 16);
+  if (address.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&address);
+    *port = in->sin_port;
+    if (family == AF_INET) {
+      std::memcpy(bytes, &in->sin_addr, 4);
+    } else {
+      auto* raw = reinterpret_cast<unsigned char*>(bytes);
+      raw[10] = 0xff;
+      raw[11] = 0xff;
+      std::memcpy(raw + 12, &in->sin_addr, 4);
+    }
+    return true;
+  }
+  if (address.ss_family != AF_INET6) return false;
+  const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&address);
+  *port = in6->sin6_port;
+  if (family == AF_INET6) {
+    std::memcpy(bytes, &in6->sin6_addr, 16);
+    return true;
+  }
+  if (!IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) return false;
+  std::memcpy(bytes, &in6->sin6_addr.s6_addr[12], 4);
+  return true;
+}
+
+// Asks the kernel (NETLINK_SOCK_DIAG, one request for one exact socket,
+// whatever the number of sockets on the host) for the uid of the `family`
+// TCP socket whose own end is `local` and whose peer is `remote`.
+DiagAnswer DiagOwner(int family, const sockaddr_storage& local,
+                     const sockaddr_storage& remote, uid_t* uid) {
+  struct {
+    nlmsghdr header;
+    inet_diag_req_v2 request;
+  } message = {};
+  if (!DiagEnd(local, family, message.request.id.idiag_src,
+               &message.request.id.idiag_sport) ||
+      !DiagEnd(remote, family, message.request.id.idiag_dst,
+               &message.request.id.idiag_dport)) {
+    return DiagAnswer::kNone;
+  }
+  message.header.nlmsg_len = sizeof(message);
+  message.header.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+  message.header.nlmsg_flags = NLM_F_REQUEST;
+  message.request.sdiag_family = static_cast<uint8_t>(family);
+  message.request.sdiag_protocol = IPPROTO_TCP;
+  message.request.idiag_states = ~0u;
+  message.request.id.idiag_cookie[0] = INET_DIAG_NOCOOKIE;
+  message.request.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
+  // In the calling thread's network namespace, as the tables below.
+  const int fd =
+      socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+  if (fd < 0) return DiagAnswer::kCannotAsk;
+  const timeval limit = {.tv_sec = 1, .tv_usec = 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  sockaddr_nl kernel = {};
+  kernel.nl_family = AF_NETLINK;
+  DiagAnswer answer = DiagAnswer::kCannotAsk;
+  if (sendto(fd, &message, sizeof(message), 0,
+             reinterpret_cast<const sockaddr*>(&kernel),
+             sizeof(kernel)) == static_cast<ssize_t>(sizeof(message))) {
+    alignas(nlmsghdr) char reply[1024];
+    const ssize_t got = recv(fd, reply, sizeof(reply), 0);
+    const auto* header = reinterpret_cast<const nlmsghdr*>(reply);
+    if (got >= static_cast<ssize_t>(sizeof(nlmsghdr)) &&
+        NLMSG_OK(header, static_cast<size_t>(got))) {
+      if (header->nlmsg_type == NLMSG_ERROR) {
+        const auto* error = static_cast<const nlmsgerr*>(NLMSG_DATA(header));
+        // ENOENT: no such socket; anything else: the kernel cannot say.
+        if (header->nlmsg_len >= NLMSG_LENGTH(sizeof(nlmsgerr)) &&
+            error->error == -ENOENT) {
+          answer = DiagAnswer::kNone;
+        }
+      } else if (header->nlmsg_type == SOCK_DIAG_BY_FAMILY &&
+                 header->nlmsg_len >= NLMSG_LENGTH(sizeof(inet_diag_msg))) {
+        const auto* found =
+            static_cast<const inet_diag_msg*>(NLMSG_DATA(header));
+        // A TIME_WAIT remnant of a closed socket shows uid 0: no owner.
+        if (found->idiag_state == TCP_TIME_WAIT) {
+          answer = DiagAnswer::kNone;
+        } else {
+          *uid = found->idiag_uid;
+          answer = DiagAnswer::kFound;
+        }
+      }
+    }
+  }
+  close(fd);
+  return answer;
+}
+
 // The uid of the socket at `local` whose remote address is `remote`, or at
 // `local` with any remote address when `remote` is null.
 std::optional<uid_t> Owner(const sockaddr_storage& local,
@@ -115,6 +221,23 @@ std::optional<uid_t> Owner(const sockaddr_storage& local,
 
 std::optional<uid_t> TcpSocketOwner(const sockaddr_storage& local,
                                     const sockaddr_storage& remote) {
+  // The socket may be IPv4 or IPv6 (with IPv4-mapped addresses) whatever
+  // the family its peer accepted it as: ask for both.
+  bool asked = true;
+  for (const int family : {AF_INET, AF_INET6}) {
+    uid_t uid = 0;
+    switch (DiagOwner(family, local, remote, &uid)) {
+      case DiagAnswer::kFound:
+        return uid;
+      case DiagAnswer::kNone:
+        break;
+      case DiagAnswer::kCannotAsk:
+        asked = false;
+        break;
+    }
+  }
+  if (asked) return std::nullopt;
+  // A kernel without socket diagnostics for TCP: read the tables.
   return Owner(local, &remote);
 }
 
