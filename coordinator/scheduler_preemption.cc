@@ -33,7 +33,11 @@ void Scheduler::StartPreemption(state::Gang& gang,
   }
   const int64_t now_ms = clock_.UnixMillis();
   gang.preempt_notice_ms = now_ms;
-  gang.preempt_stop_by_ms = victim.stop_by_unix_s * 1000;
+  // The grace counts from this notice to the millisecond: the plan's
+  // deadline is in whole seconds and would cut up to one off it.
+  gang.preempt_stop_by_ms =
+      std::max(victim.stop_by_unix_s * 1000,
+               now_ms + options_.preemption.grace_s * 1000);
   gang.preempt_checkpoint_ms = 0;
   gang.preempt_by = victim.by;
   gang.preempt_by_priority = 0;
@@ -59,7 +63,7 @@ void Scheduler::StartPreemption(state::Gang& gang,
       "event=preemption_started gang={} by={} lost_gpu_hours={:.2f} "
       "stop_by_unix_s={} reason={}",
       LogValue(gang.id), LogValue(victim.by), victim.lost_gpu_hours,
-      victim.stop_by_unix_s, LogValue(victim.reason));
+      gang.preempt_stop_by_ms / 1000, LogValue(victim.reason));
 }
 
 void Scheduler::QueueNotice(const state::Gang& gang) {

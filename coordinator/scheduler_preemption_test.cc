@@ -197,6 +197,23 @@ TEST_F(PreemptionTest, VictimWithoutACheckpointStopsWhenTheGraceRunsOut) {
   EXPECT_GE(Gang(kLow).preempted_lost_gpu_seconds, 8 * 300);
 }
 
+// The grace counts from the notice to the millisecond: a notice sent late
+// in a second does not lose the rest of that second.
+TEST_F(PreemptionTest, TheGraceIsWholeWhenTheNoticeComesLateInASecond) {
+  RunLow(101, 1);
+  Advance(3600s);
+  clock_.Advance(std::chrono::milliseconds(900));
+  JoinHigh(201, 2);
+  s().Plan();
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+
+  Advance(299s);
+  clock_.Advance(std::chrono::milliseconds(999));
+  EXPECT_THAT(s().StopPreemptedGangs(), IsEmpty());
+  clock_.Advance(std::chrono::milliseconds(1));
+  EXPECT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
+}
+
 TEST_F(PreemptionTest, AMemberThatStopsOnTheNoticeNeverSucceedsTheGang) {
   RunLow(101, 1);
   ASSERT_TRUE(s().Watch(kLow, 1, 1, 101, 50).ok());
