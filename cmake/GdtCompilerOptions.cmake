@@ -7,8 +7,14 @@ function(gdt_target_defaults target)
   endif()
   if(GDT_SANITIZE)
     target_compile_options(${target} PRIVATE -fsanitize=${GDT_SANITIZE} -fno-omit-frame-pointer
-      -fno-sanitize-recover=undefined)
+      -fno-sanitize-recover=undefined -fsanitize-recover=vptr)
     target_link_options(${target} PRIVATE -fsanitize=${GDT_SANITIZE})
+    # halt_on_error=1 keeps vptr findings fatal too (see the file).
+    get_target_property(type ${target} TYPE)
+    if(type STREQUAL "EXECUTABLE" AND GDT_SANITIZE MATCHES "undefined")
+      target_sources(${target} PRIVATE
+        ${PROJECT_SOURCE_DIR}/cmake/sanitizer_defaults.cc)
+    endif()
   endif()
 endfunction()
 

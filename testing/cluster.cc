@@ -601,12 +601,11 @@ absl::StatusOr<nlohmann::json> GdtCluster::Status() {
 std::vector<std::string> GdtCluster::DescriptorStarvedLauncher(
     const std::string& nofile) {
   const char* ubsan = getenv("UBSAN_OPTIONS");
-  return {
-      "env",
-      absl::StrCat("UBSAN_OPTIONS=", ubsan != nullptr ? ubsan : "",
-                   ubsan != nullptr && *ubsan != '\0' ? ":" : "",
-                   "suppressions=", SourceDir(), "/testing/ubsan_starved.supp"),
-      "prlimit", "--nofile=" + nofile, "--"};
+  return {"env",
+          absl::StrCat("UBSAN_OPTIONS=", ubsan != nullptr ? ubsan : "",
+                       ubsan != nullptr && *ubsan != '\0' ? ":" : "",
+                       "halt_on_error=0"),
+          "prlimit", "--nofile=" + nofile, "--"};
 }
 
 std::string GdtCluster::WaitForRunningGang(std::chrono::milliseconds timeout) {

@@ -189,9 +189,10 @@ class GdtCluster {
   }
   // A launcher for SetCoordinatorLauncher() that runs gdt-coord with
   // `nofile` ("soft:hard") as its descriptor limit, for tests that use its
-  // descriptors up on purpose. UBSan's vptr check is off in it: the check
-  // needs a free descriptor (a pipe) and, with none, takes every object it
-  // meets for the first time for one with an invalid vptr.
+  // descriptors up on purpose. UBSan findings are not fatal in it: the vptr
+  // check needs a free descriptor (a pipe) and, with none, takes every
+  // object of a type it meets for the first time for one with an invalid
+  // vptr (only the vptr check can go on; cmake/sanitizer_defaults.cc).
   static std::vector<std::string> DescriptorStarvedLauncher(
       const std::string& nofile);
   // YAML lines appended to the executor's config (e.g. kill_grace_seconds).

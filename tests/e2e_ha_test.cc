@@ -166,11 +166,7 @@ TEST(HaTest, AStandbyFloodedAboveItsDescriptorLimitServesAgain) {
   ASSERT_GE(leader, 0);
   const int standby = 1 - leader;
   const std::string standby_endpoint = cluster.ReplicaEndpoint(standby);
-  // Asked alone, the standby names the leader and status follows it. (This
-  // also has the standby take a connection before the flood: the
-  // sanitizers' type check, the first time it meets a type, needs a
-  // descriptor, and a first connection made while none is free aborts the
-  // sanitized build.)
+  // Asked alone, the standby names the leader and status follows it.
   ASSERT_TRUE(CoordinatorStatus(standby_endpoint).ok())
       << cluster.ReplicaLog(standby);
 
