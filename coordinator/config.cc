@@ -188,6 +188,16 @@ absl::Status ParseEntry(const std::string& key, const YAML::Node& value,
     if (key == "status_without_token") config.status_without_token = *text;
     return absl::OkStatus();
   }
+  if (key == "jwks_refresh_seconds") {
+    absl::StatusOr<uint32_t> number = ReadUint(value, key);
+    if (!number.ok()) return number.status();
+    if (*number < 1 || *number > 3600) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "jwks_refresh_seconds must be between 1 and 3600, got ", *number));
+    }
+    config.jwks_refresh_interval = std::chrono::seconds(*number);
+    return absl::OkStatus();
+  }
   if (key == "gitlab_timeout_seconds" || key == "member_cache_seconds") {
     absl::StatusOr<uint32_t> number = ReadUint(value, key);
     if (!number.ok()) return number.status();

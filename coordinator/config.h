@@ -117,6 +117,9 @@ struct Config {
   // With id_token: where the instance publishes its keys; empty =
   // <gitlab_url>/oauth/discovery/keys.
   std::string jwks_url;
+  // With id_token: the least time between two fetches of those keys (a
+  // token naming an unknown key id waits for the next one).
+  std::chrono::seconds jwks_refresh_interval{30};
   // File holding the operators' admin token; empty = no operator
   // authentication (every RPC open, as in the local demo).
   std::string admin_token_file;

@@ -328,17 +328,20 @@ TEST(ConfigTest, IdTokenVerificationSettings) {
   ASSERT_TRUE(defaults.ok());
   EXPECT_EQ(defaults->member_verification, "job_api");
   EXPECT_EQ(defaults->jwks_url, "");
+  EXPECT_EQ(defaults->jwks_refresh_interval, std::chrono::seconds(30));
 
   absl::StatusOr<Config> config = ParseConfig(
       "gitlab_url: https://gitlab.example.com\n"
       "member_verification: id_token\n"
       "id_token_audience: https://gdt.example.com\n"
+      "jwks_refresh_seconds: 5\n"
       "jwks_url: https://gitlab.example.com/oauth/discovery/keys\n");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->member_verification, "id_token");
   EXPECT_EQ(config->id_token_audience, "https://gdt.example.com");
   EXPECT_EQ(config->jwks_url,
             "https://gitlab.example.com/oauth/discovery/keys");
+  EXPECT_EQ(config->jwks_refresh_interval, std::chrono::seconds(5));
 
   EXPECT_THAT(ParseConfig("member_verification: jwt\n").status().message(),
               HasSubstr("member_verification must be job_api or id_token, "
@@ -355,6 +358,9 @@ TEST(ConfigTest, IdTokenVerificationSettings) {
               HasSubstr("needs id_token_audience"));
   EXPECT_THAT(ParseConfig("jwks_url: gitlab/keys\n").status().message(),
               HasSubstr("jwks_url must start with https://"));
+  EXPECT_THAT(ParseConfig("jwks_refresh_seconds: 0\n").status().message(),
+              HasSubstr("jwks_refresh_seconds must be between 1 and 3600, "
+                        "got 0"));
 }
 
 }  // namespace

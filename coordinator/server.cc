@@ -34,6 +34,7 @@ absl::StatusOr<ServiceSecurity> SecurityOf(
     gitlab::IdTokenVerifier::Options token_options;
     token_options.policy.issuer = config.gitlab_url;
     token_options.policy.audience = config.id_token_audience;
+    token_options.min_refresh_interval = config.jwks_refresh_interval;
     IdTokenMemberVerifierOptions options;
     options.audience = config.id_token_audience;
     id_token_verifier = std::make_unique<IdTokenMemberVerifier>(

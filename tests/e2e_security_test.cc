@@ -168,6 +168,7 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
       absl::StrCat("gitlab_url: http://gitlab.local\n"
                    "member_verification: id_token\n"
                    "id_token_audience: https://gdt.e2e\n"
+                   "jwks_refresh_seconds: 2\n"
                    "jwks_url: ",
                    gitlab->url(), "/oauth/discovery/keys\n"));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
@@ -199,7 +200,8 @@ TEST(SecurityE2eTest, GangWithIdTokensIssuedByRunLocal) {
   EXPECT_EQ(gitlab->RequestCount("/oauth/discovery/keys"), 1);
 
   // The unknown key id is retried until the keys may be fetched again (at
-  // most every 30 s); keys fetched after the tokens then refuse them.
+  // most every jwks_refresh_seconds); keys fetched after the tokens then
+  // refuse them.
   CommandResult bad = cluster.RunLocal(
       project, "train", {"--id-token-key", unpublished_key}, seconds(180));
   EXPECT_FALSE(bad.status.success()) << bad.output;
