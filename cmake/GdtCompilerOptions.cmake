@@ -42,8 +42,9 @@ function(gdt_precompiled_headers target)
 endfunction()
 
 # gdt_test(NAME <name> SOURCES <files...> DEPS <targets...> [LABELS <labels...>] [TIMEOUT <s>])
-# One test executable per library; every case is registered with ctest and
-# gets a deadline.
+# One test executable per library. Without LABELS (unit tests) each
+# googletest suite is one ctest test, with TIMEOUT per case; with LABELS
+# each case is one, with TIMEOUT as its deadline.
 function(gdt_test)
   cmake_parse_arguments(ARG "" "NAME;TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT GDT_BUILD_TESTS)
@@ -56,6 +57,33 @@ function(gdt_test)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
   gdt_target_defaults(${ARG_NAME})
   gdt_precompiled_headers(${ARG_NAME})
+  if(NOT ARG_LABELS)
+    # Unit tests: one ctest test per googletest suite (GdtSuiteTests.cmake).
+    set(ctest_file "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}_suites.cmake")
+    add_custom_command(TARGET ${ARG_NAME} POST_BUILD
+      COMMAND ${CMAKE_COMMAND}
+        -D TEST_EXECUTABLE=$<TARGET_FILE:${ARG_NAME}>
+        -D TEST_NAME=${ARG_NAME}
+        -D CTEST_FILE=${ctest_file}
+        -D WORKING_DIR=${CMAKE_CURRENT_BINARY_DIR}
+        -D CASE_TIMEOUT=${ARG_TIMEOUT}
+        -D SUITE_TIMEOUT_MAX=600
+        -P ${PROJECT_SOURCE_DIR}/cmake/GdtSuiteTests.cmake
+      BYPRODUCTS ${ctest_file}
+      VERBATIM)
+    # Read by ctest; until the executable is built it is one failing test.
+    set(include_file "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}_include.cmake")
+    file(WRITE "${include_file}"
+      "if(EXISTS \"${ctest_file}\")\n"
+      "  include(\"${ctest_file}\")\n"
+      "else()\n"
+      "  add_test(${ARG_NAME}_NOT_BUILT ${ARG_NAME}_NOT_BUILT)\n"
+      "endif()\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${include_file}")
+    return()
+  endif()
+  # Integration tests: one ctest test per case, so that ctest runs them
+  # side by side.
   gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60
     PROPERTIES TIMEOUT ${ARG_TIMEOUT})
   # Labels are set by a script ctest reads after the discovered tests: a
