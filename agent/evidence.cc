@@ -39,14 +39,14 @@ std::string FindOnPath(const std::string& name, const std::string& path) {
   return "";
 }
 
-struct GroupProcess {
+struct ListedProcess {
   std::string pid;
   std::string line;  // As ps printed it.
   bool python = false;
 };
 
 // The processes of `group`, as `ps` lists them in tree order.
-std::vector<GroupProcess> ListGroup(pid_t group, std::string* error) {
+std::vector<ListedProcess> ListGroup(pid_t group, std::string* error) {
   std::string output;
   absl::StatusOr<ExitStatus> status = RunCommand(
       {"ps", "-e", "--forest", "-o", "pid=,ppid=,pgid=,stat=,etime=,args="},
@@ -55,14 +55,14 @@ std::vector<GroupProcess> ListGroup(pid_t group, std::string* error) {
     *error = status.ok() ? output : status.status().ToString();
     return {};
   }
-  std::vector<GroupProcess> processes;
+  std::vector<ListedProcess> processes;
   const std::string wanted = std::to_string(group);
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
     std::istringstream fields(line);
     std::string pid, ppid, pgid;
     if (!(fields >> pid >> ppid >> pgid) || pgid != wanted) continue;
-    GroupProcess process;
+    ListedProcess process;
     process.pid = pid;
     process.line = line;
     // By its executable's name (/proc/PID/comm), not its arguments.
@@ -104,10 +104,10 @@ absl::StatusOr<std::vector<std::string>> CollectEvidence(
   std::vector<std::string> written;
 
   std::string ps_error;
-  const std::vector<GroupProcess> processes =
+  const std::vector<ListedProcess> processes =
       ListGroup(request.process_group, &ps_error);
   std::string tree = "PID PPID PGID STAT ELAPSED COMMAND\n";
-  for (const GroupProcess& process : processes) {
+  for (const ListedProcess& process : processes) {
     absl::StrAppend(&tree, process.line, "\n");
   }
   if (!ps_error.empty()) absl::StrAppend(&tree, "ps failed: ", ps_error, "\n");
@@ -131,7 +131,7 @@ absl::StatusOr<std::vector<std::string>> CollectEvidence(
         "not in Debian; install it to get `py-spy dump` here)";
   } else {
     int dumped = 0;
-    for (const GroupProcess& process : processes) {
+    for (const ListedProcess& process : processes) {
       if (!process.python) continue;
       std::string output;
       absl::StatusOr<ExitStatus> status = RunCommand(

@@ -61,7 +61,7 @@ absl::StatusOr<std::vector<GpuConfig>> DiscoverNvmlGpus(
   const auto name = nvml.Get<TextFn>("nvmlDeviceGetName");
   const auto memory = nvml.Get<MemoryFn>("nvmlDeviceGetMemoryInfo");
   // Optional: without it the device node is taken to be /dev/nvidia<index>.
-  const auto minor = nvml.Get<MinorFn>("nvmlDeviceGetMinorNumber");
+  const auto minor_number = nvml.Get<MinorFn>("nvmlDeviceGetMinorNumber");
   if (!init || !shutdown || !count || !handle || !uuid || !name || !memory) {
     return absl::NotFoundError(
         absl::StrCat(library, " lacks an NVML function gdt uses"));
@@ -90,7 +90,8 @@ absl::StatusOr<std::vector<GpuConfig>> DiscoverNvmlGpus(
     if (uuid(device, text, sizeof(text)) == 0) gpu.uuid = text;
     if (name(device, text, sizeof(text)) == 0) gpu.model = text;
     if (memory(device, &info) == 0) gpu.memory_bytes = info.total;
-    if (unsigned int number = 0; minor && minor(device, &number) == 0) {
+    if (unsigned int number = 0;
+        minor_number && minor_number(device, &number) == 0) {
       gpu.device = absl::StrCat("/dev/nvidia", number);
     }
     gpus.push_back(std::move(gpu));

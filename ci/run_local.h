@@ -20,11 +20,10 @@ namespace gdt::ci {
 
 // The largest values run-local takes. Job ids are the pipeline id × 1000
 // (or the first job id) plus the members' numbers, and stay well inside
-// GitLab's 64-bit ids; a timeout is at most ten years, like a job's
-// `timeout:`; the kill grace at most a day.
+// GitLab's 64-bit ids; a timeout is at most kMaxTimeoutSeconds
+// (runner_emulator.h); the kill grace at most a day.
 inline constexpr int64_t kMaxPipelineId = 1'000'000'000'000'000;      // 1e15
 inline constexpr int64_t kMaxFirstJobId = 1'000'000'000'000'000'000;  // 1e18
-inline constexpr int64_t kMaxTimeoutSeconds = int64_t{10} * 366 * 86400;
 inline constexpr int64_t kMaxGracefulKillTimeoutSeconds = 86400;
 
 // What `gdt-ci run-local` was asked to do. Relative paths are resolved

@@ -60,10 +60,6 @@ absl::Status ReadStrings(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
-// The longest timeout taken (ten years, like a job's `timeout:`): longer
-// ones would overflow the clock's arithmetic.
-constexpr int64_t kMaxTimeoutSeconds = int64_t{10} * 366 * 86400;
-
 absl::Status ReadSeconds(const toml::table& table, const std::string& source,
                          std::string_view prefix, std::string_view key,
                          std::chrono::milliseconds* out) {

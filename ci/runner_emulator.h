@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -14,6 +15,10 @@
 #include "gitlab/job_payload.h"
 
 namespace gdt::ci {
+
+// The longest timeout gdt-ci takes (ten years, like a job's `timeout:`):
+// longer ones would overflow the clock's arithmetic.
+inline constexpr int64_t kMaxTimeoutSeconds = int64_t{10} * 366 * 86400;
 
 // The parts of a gitlab-runner `[[runners]]` entry with `executor =
 // "custom"` that matter to one job (see docs/gitlab-runner-protocol.md),

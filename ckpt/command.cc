@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ckpt/checkpoint.h"
+#include "ckpt/notice.h"
 #include "common/backoff.h"
 #include "common/file.h"
 #include "common/retry_after.h"
@@ -23,14 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string Get(const CkptEnv& env, const std::string& key) {
-  auto it = env.find(key);
-  return it == env.end() ? "" : it->second;
-}
-
 int64_t GetInt(const CkptEnv& env, const std::string& key, int64_t fallback) {
   int64_t value = 0;
-  return absl::SimpleAtoi(Get(env, key), &value) ? value : fallback;
+  return absl::SimpleAtoi(EnvValue(env, key), &value) ? value : fallback;
 }
 
 // An outage that passes: the coordinator restarting or failing over.
@@ -72,16 +68,16 @@ absl::StatusOr<std::vector<std::string>> ListRecords(ManifestRegistry& registry,
 
 absl::StatusOr<std::unique_ptr<gitlab::CurlGitLabApi>> ApiFromEnv(
     const CkptEnv& env) {
-  std::string url = Get(env, "CI_API_V4_URL");
-  if (url.empty() && !Get(env, "CI_SERVER_URL").empty()) {
-    url = Get(env, "CI_SERVER_URL") + "/api/v4";
+  std::string url = EnvValue(env, "CI_API_V4_URL");
+  if (url.empty() && !EnvValue(env, "CI_SERVER_URL").empty()) {
+    url = EnvValue(env, "CI_SERVER_URL") + "/api/v4";
   }
-  return gitlab::CurlGitLabApi::Create(url, Get(env, "CI_JOB_TOKEN"));
+  return gitlab::CurlGitLabApi::Create(url, EnvValue(env, "CI_JOB_TOKEN"));
 }
 
 // `path` relative to CI_PROJECT_DIR when inside it, else its last component.
 std::string ProjectRelative(const CkptEnv& env, const std::string& path) {
-  const std::string project = Get(env, "CI_PROJECT_DIR");
+  const std::string project = EnvValue(env, "CI_PROJECT_DIR");
   std::error_code error;
   const fs::path absolute = fs::weakly_canonical(path, error);
   if (!project.empty()) {
@@ -131,7 +127,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
         << options.store << "\"\n";
     return kCkptBadInput;
   }
-  const std::string base = Get(env, "GDT_CHECKPOINT_DIR");
+  const std::string base = EnvValue(env, "GDT_CHECKPOINT_DIR");
   std::string dir = options.dir;
   if (dir.empty()) {
     if (base.empty()) {
@@ -157,7 +153,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
   info.project_id = GetInt(env, "CI_PROJECT_ID", 0);
   // Resume and the job's artifacts see only the project: a directory
   // elsewhere would be recorded under a wrong relative path.
-  if (const std::string project = Get(env, "CI_PROJECT_DIR");
+  if (const std::string project = EnvValue(env, "CI_PROJECT_DIR");
       !project.empty()) {
     std::error_code error;
     const fs::path rel =
@@ -192,7 +188,7 @@ int RunCkptSave(const CkptSaveOptions& options, const CkptEnv& env,
   uint64_t threshold = options.threshold_bytes;
   if (threshold == 0) {
     threshold = 100ull << 20;
-    if (const std::string text = Get(env, "GDT_CHECKPOINT_THRESHOLD");
+    if (const std::string text = EnvValue(env, "GDT_CHECKPOINT_THRESHOLD");
         !text.empty() &&
         (!absl::SimpleAtoi(text, &threshold) || threshold == 0)) {
       err << "gdt-ckpt save: GDT_CHECKPOINT_THRESHOLD=" << text
@@ -288,7 +284,7 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
                   ManifestRegistry* registry, std::ostream& out,
                   std::ostream& err) {
   const std::string dest =
-      options.dest.empty() ? Get(env, "GDT_CHECKPOINT_DIR") : options.dest;
+      options.dest.empty() ? EnvValue(env, "GDT_CHECKPOINT_DIR") : options.dest;
   if (dest.empty()) {
     err << "gdt-ckpt resume: neither --dest nor GDT_CHECKPOINT_DIR is set\n";
     return kCkptBadInput;
@@ -400,9 +396,9 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
     const std::vector<std::string> warnings_before = warnings;
     while (true) {
       absl::Status outage;
-      resumed =
-          ResumeLocalFirst(api_or_null, no_api_reason, candidates,
-                           Get(env, "CI_PROJECT_DIR"), dest, warnings, &outage);
+      resumed = ResumeLocalFirst(api_or_null, no_api_reason, candidates,
+                                 EnvValue(env, "CI_PROJECT_DIR"), dest,
+                                 warnings, &outage);
       if (resumed.has_value() || outage.ok() || !retried) break;
       const auto now = std::chrono::steady_clock::now();
       if (now >= give_up) {
@@ -453,7 +449,7 @@ int RunCkptResume(const CkptResumeOptions& options, const CkptEnv& env,
   if (!resumed.has_value() && !candidates.empty()) {
     resumed =
         ResumeLocalFirst(api_or_null, no_api_reason, std::move(candidates),
-                         Get(env, "CI_PROJECT_DIR"), dest, warnings);
+                         EnvValue(env, "CI_PROJECT_DIR"), dest, warnings);
   }
   for (const std::string& w : warnings) {
     err << "gdt-ckpt resume: warning: " << w << "\n";

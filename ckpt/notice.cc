@@ -26,12 +26,6 @@ std::atomic<int> g_forward{0};
 
 void OnForwardedSignal(int signal) { g_forward.store(signal); }
 
-std::string Get(const std::map<std::string, std::string>& env,
-                const std::string& key) {
-  auto it = env.find(key);
-  return it == env.end() ? "" : it->second;
-}
-
 // How a process treats a signal, from the SigIgn/SigCgt masks in
 // /proc/<pid>/status.
 enum class Disposition { kDefault, kIgnored, kCaught, kGone };
@@ -137,7 +131,7 @@ absl::StatusOr<NoticePlan> PlanNotice(
     const std::map<std::string, std::string>& env,
     system_clock::time_point now) {
   NoticePlan plan;
-  const std::string sig = Get(env, "GDT_CHECKPOINT_SIGNAL");
+  const std::string sig = EnvValue(env, "GDT_CHECKPOINT_SIGNAL");
   if (sig.empty() || sig == "USR1" || sig == "SIGUSR1") {
     plan.signal = SIGUSR1;
   } else if (sig == "USR2" || sig == "SIGUSR2") {
@@ -152,30 +146,30 @@ absl::StatusOr<NoticePlan> PlanNotice(
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_CHECKPOINT_SIGNAL=", sig, ": use USR1, USR2, TERM, INT or none"));
   }
-  const std::string to = Get(env, "GDT_CHECKPOINT_SIGNAL_TO");
+  const std::string to = EnvValue(env, "GDT_CHECKPOINT_SIGNAL_TO");
   if (to == "workers") {
     plan.workers_only = true;
   } else if (!to.empty() && to != "group") {
     return absl::InvalidArgumentError(absl::StrCat(
         "GDT_CHECKPOINT_SIGNAL_TO=", to, ": use group or workers"));
   }
-  plan.flag_file = Get(env, "GDT_CHECKPOINT_NOTICE_FILE");
-  if (plan.flag_file.empty() && !Get(env, "GDT_CHECKPOINT_DIR").empty()) {
-    plan.flag_file = Get(env, "GDT_CHECKPOINT_DIR") + "/.notice";
+  plan.flag_file = EnvValue(env, "GDT_CHECKPOINT_NOTICE_FILE");
+  if (plan.flag_file.empty() && !EnvValue(env, "GDT_CHECKPOINT_DIR").empty()) {
+    plan.flag_file = EnvValue(env, "GDT_CHECKPOINT_DIR") + "/.notice";
   }
   if (plan.flag_file.empty()) {
     return absl::InvalidArgumentError(
         "neither GDT_CHECKPOINT_NOTICE_FILE nor GDT_CHECKPOINT_DIR is set");
   }
   int64_t notice = 300;
-  if (const std::string text = Get(env, "GDT_CHECKPOINT_NOTICE");
+  if (const std::string text = EnvValue(env, "GDT_CHECKPOINT_NOTICE");
       !text.empty()) {
     if (!absl::SimpleAtoi(text, &notice) || notice < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "GDT_CHECKPOINT_NOTICE=", text, ": not a number of seconds"));
     }
   }
-  const std::string timeout_text = Get(env, "CI_JOB_TIMEOUT");
+  const std::string timeout_text = EnvValue(env, "CI_JOB_TIMEOUT");
   if (timeout_text.empty()) return plan;
   int64_t timeout = 0;
   if (!absl::SimpleAtoi(timeout_text, &timeout) || timeout <= 0) {
@@ -183,7 +177,8 @@ absl::StatusOr<NoticePlan> PlanNotice(
         "CI_JOB_TIMEOUT=", timeout_text, ": not a positive number of seconds"));
   }
   system_clock::time_point start = now;
-  if (const std::string text = Get(env, "CI_JOB_STARTED_AT"); !text.empty()) {
+  if (const std::string text = EnvValue(env, "CI_JOB_STARTED_AT");
+      !text.empty()) {
     absl::Time parsed;
     std::string error;
     if (!absl::ParseTime(absl::RFC3339_full, text, &parsed, &error)) {
@@ -332,6 +327,12 @@ int RunWithNotice(const std::vector<std::string>& argv,
     }
     if (const int s = g_forward.exchange(0); s != 0) (*child)->SignalGroup(s);
   }
+}
+
+std::string EnvValue(const std::map<std::string, std::string>& env,
+                     const std::string& key) {
+  auto it = env.find(key);
+  return it == env.end() ? "" : it->second;
 }
 
 }  // namespace gdt::ckpt

@@ -25,6 +25,10 @@
 
 namespace gdt::ckpt {
 
+// `key`'s value in `env`; empty when it is not set.
+std::string EnvValue(const std::map<std::string, std::string>& env,
+                     const std::string& key);
+
 struct NoticePlan {
   // When to give notice; nullopt without CI_JOB_TIMEOUT (no deadline).
   std::optional<std::chrono::system_clock::time_point> notice_at;

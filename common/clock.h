@@ -29,6 +29,12 @@ class SystemClock final : public Clock {
   }
 };
 
+// A gRPC call's deadline `timeout` from now (gRPC takes the wall clock).
+inline std::chrono::system_clock::time_point DeadlineIn(
+    std::chrono::milliseconds timeout) {
+  return std::chrono::system_clock::now() + timeout;
+}
+
 }  // namespace gdt
 
 #endif  // GDT_COMMON_CLOCK_H_

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "common/retry_after.h"
 #include "gmock/gmock.h"
@@ -29,10 +30,6 @@ using ::gdt::test::WaitFor;
 using ::testing::ElementsAre;
 using ::testing::Field;
 using ::testing::HasSubstr;
-
-std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
 
 class CheckpointServiceTest : public test::InProcessCoordinatorTest {
  protected:
@@ -61,7 +58,7 @@ class CheckpointServiceTest : public test::InProcessCoordinatorTest {
     request.set_job_name("train");
     request.set_launcher(v1::LAUNCHER_NCCL);
     absl::StatusOr<v1::Assignment> assignment =
-        client_->JoinGang(request, In(20s), nullptr, nullptr);
+        client_->JoinGang(request, DeadlineIn(20s), nullptr, nullptr);
     EXPECT_TRUE(assignment.ok()) << assignment.status();
     return assignment.value_or(v1::Assignment());
   }
@@ -96,8 +93,8 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   const v1::Assignment first = Join(101);
   ASSERT_EQ(first.epoch(), 1u);
   rendezvous::CheckpointClient epoch1 = ClientFor(first);
-  ASSERT_TRUE(epoch1.Record(4, 0, 101, R"({"step": 4})", In(5s)).ok());
-  ASSERT_TRUE(epoch1.Record(8, 0, 101, R"({"step": 8})", In(5s)).ok());
+  ASSERT_TRUE(epoch1.Record(4, 0, 101, R"({"step": 4})", DeadlineIn(5s)).ok());
+  ASSERT_TRUE(epoch1.Record(8, 0, 101, R"({"step": 8})", DeadlineIn(5s)).ok());
   Fail(first, 101);
 
   // A restart in between: the records are in the coordinator's state.
@@ -107,7 +104,7 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   ASSERT_EQ(retry.epoch(), 2u);
   EXPECT_EQ(retry.gang_id(), first.gang_id());
   absl::StatusOr<std::vector<rendezvous::CheckpointRecordInfo>> listed =
-      ClientFor(retry).List(In(5s));
+      ClientFor(retry).List(DeadlineIn(5s));
   ASSERT_TRUE(listed.ok()) << listed.status();
   using Info = rendezvous::CheckpointRecordInfo;
   EXPECT_THAT(*listed,
@@ -118,7 +115,8 @@ TEST_F(CheckpointServiceTest, RetriedEpochListsTheEarlierEpochsRecords) {
   EXPECT_GT((*listed)[0].recorded_unix_ms, 0);
 
   // The old epoch's credential no longer works.
-  absl::Status stale = ClientFor(first).Record(12, 0, 101, "{}", In(5s));
+  absl::Status stale =
+      ClientFor(first).Record(12, 0, 101, "{}", DeadlineIn(5s));
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -136,19 +134,20 @@ TEST_F(CheckpointServiceTest, ListOfLargeManifestsStaysWithinAMessage) {
                     .Record(step, 0, 101,
                             std::string(Coordinator::kMaxManifestBytes,
                                         static_cast<char>('a' + step % 26)),
-                            In(10s))
+                            DeadlineIn(10s))
                     .ok());
   }
   absl::StatusOr<std::vector<rendezvous::CheckpointRecordInfo>> listed =
-      client.List(In(10s));
+      client.List(DeadlineIn(10s));
   ASSERT_TRUE(listed.ok()) << listed.status();
   using Info = rendezvous::CheckpointRecordInfo;
   EXPECT_THAT(*listed,
               ElementsAre(Field(&Info::step, 31), Field(&Info::step, 30),
                           Field(&Info::step, 29)));
   // The bound counts bytes: a small newer record pushes out the oldest.
-  ASSERT_TRUE(client.Record(40, 0, 101, R"({"step": 40})", In(5s)).ok());
-  listed = client.List(In(10s));
+  ASSERT_TRUE(
+      client.Record(40, 0, 101, R"({"step": 40})", DeadlineIn(5s)).ok());
+  listed = client.List(DeadlineIn(10s));
   ASSERT_TRUE(listed.ok()) << listed.status();
   EXPECT_THAT(*listed,
               ElementsAre(Field(&Info::step, 40), Field(&Info::step, 31),
@@ -165,27 +164,27 @@ TEST_F(CheckpointServiceTest, OnlyTheGangsTokensLearnWhetherTheGangExists) {
   ASSERT_EQ(retry.epoch(), 2u);
   ASSERT_NO_FATAL_FAILURE(RestartCoordinator());
 
-  absl::Status stale = ClientFor(first).Record(3, 0, 101, "{}", In(5s));
+  absl::Status stale = ClientFor(first).Record(3, 0, 101, "{}", DeadlineIn(5s));
   EXPECT_EQ(stale.code(), absl::StatusCode::kFailedPrecondition) << stale;
   EXPECT_THAT(stale.message(),
               HasSubstr("is at epoch 2; the store of epoch 1 is gone"));
-  EXPECT_EQ(ClientFor(first).List(In(5s)).status().code(),
+  EXPECT_EQ(ClientFor(first).List(DeadlineIn(5s)).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  ASSERT_TRUE(ClientFor(retry).Record(4, 0, 201, "{}", In(5s)).ok());
+  ASSERT_TRUE(ClientFor(retry).Record(4, 0, 201, "{}", DeadlineIn(5s)).ok());
 
   // Strangers: a guessed token for the real gang (current and old epoch), a
   // made-up gang.
   v1::Assignment guess = retry;
   guess.set_kv_token(std::string(64, '0'));
-  const absl::Status real = ClientFor(guess).List(In(5s)).status();
+  const absl::Status real = ClientFor(guess).List(DeadlineIn(5s)).status();
   EXPECT_EQ(real.code(), absl::StatusCode::kPermissionDenied) << real;
   guess.set_epoch(1);
-  const absl::Status old = ClientFor(guess).List(In(5s)).status();
+  const absl::Status old = ClientFor(guess).List(DeadlineIn(5s)).status();
   v1::Assignment made_up = guess;
   made_up.set_gang_id(retry.gang_id() + "x");
-  const absl::Status none = ClientFor(made_up).List(In(5s)).status();
+  const absl::Status none = ClientFor(made_up).List(DeadlineIn(5s)).status();
   made_up.set_epoch(2);
-  const absl::Status none2 = ClientFor(made_up).List(In(5s)).status();
+  const absl::Status none2 = ClientFor(made_up).List(DeadlineIn(5s)).status();
   auto as_other_gang = [&](const absl::Status& status) {
     std::string message(status.message());
     const std::string from = "gang " + retry.gang_id() + " ";
@@ -210,32 +209,34 @@ TEST_F(CheckpointServiceTest, OnlyTheGangsTokensLearnWhetherTheGangExists) {
   leave.set_member_index(1);
   leave.set_job_id(201);
   ASSERT_TRUE(client_->LeaveGang(leave, 5s).ok());
-  EXPECT_EQ(ClientFor(retry).List(In(5s)).status(), real);
-  EXPECT_EQ(ClientFor(first).List(In(5s)).status(), old);
+  EXPECT_EQ(ClientFor(retry).List(DeadlineIn(5s)).status(), real);
+  EXPECT_EQ(ClientFor(first).List(DeadlineIn(5s)).status(), old);
 }
 
 TEST_F(CheckpointServiceTest, StrangersAndBadRecordsAreRefused) {
   const v1::Assignment member = Join(101);
   v1::Assignment forged = member;
   forged.set_kv_token(std::string(64, '0'));
-  absl::Status denied = ClientFor(forged).Record(1, 0, 101, "{}", In(5s));
+  absl::Status denied =
+      ClientFor(forged).Record(1, 0, 101, "{}", DeadlineIn(5s));
   EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(denied.message(), HasSubstr("wrong gang token"));
   forged.set_kv_token("");
-  EXPECT_EQ(ClientFor(forged).List(In(5s)).status().code(),
+  EXPECT_EQ(ClientFor(forged).List(DeadlineIn(5s)).status().code(),
             absl::StatusCode::kUnauthenticated);
 
   rendezvous::CheckpointClient client = ClientFor(member);
-  absl::Status negative = client.Record(-1, 0, 101, "{}", In(5s));
+  absl::Status negative = client.Record(-1, 0, 101, "{}", DeadlineIn(5s));
   EXPECT_EQ(negative.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(negative.message(), HasSubstr("negative"));
-  EXPECT_EQ(client.Record(1, 0, 101, "", In(5s)).code(),
+  EXPECT_EQ(client.Record(1, 0, 101, "", DeadlineIn(5s)).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      client.Record(1, 0, 101, std::string((1 << 20) + 1, 'x'), In(5s)).code(),
+      client.Record(1, 0, 101, std::string((1 << 20) + 1, 'x'), DeadlineIn(5s))
+          .code(),
       absl::StatusCode::kInvalidArgument);
   absl::StatusOr<std::vector<rendezvous::CheckpointRecordInfo>> none =
-      client.List(In(5s));
+      client.List(DeadlineIn(5s));
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_TRUE(none->empty());
 }
@@ -262,7 +263,7 @@ TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
                                  static_cast<char>('a' + i));
       for (int step = 0; !stop; ++step) {
         const absl::Status status =
-            client.Record(step, 0, 101, manifest, In(10s));
+            client.Record(step, 0, 101, manifest, DeadlineIn(10s));
         if (status.ok()) {
           ++accepted;
         } else if (absl::IsResourceExhausted(status)) {
@@ -311,14 +312,15 @@ TEST_F(CheckpointServiceTest, AFloodOfRecordsIsRefusedAtTheGangsPace) {
   ASSERT_TRUE(WaitFor(
       [&] {
         return ClientFor(member)
-            .Record(1000, 0, 101, R"({"step": 1000})", In(5s))
+            .Record(1000, 0, 101, R"({"step": 1000})", DeadlineIn(5s))
             .ok();
       },
       20s));
   for (int step = 1001; step < 1004; ++step) {
     std::this_thread::sleep_for(500ms);  // The member's pace.
-    EXPECT_TRUE(
-        ClientFor(member).Record(step, 0, 101, R"({"step": 1})", In(5s)).ok())
+    EXPECT_TRUE(ClientFor(member)
+                    .Record(step, 0, 101, R"({"step": 1})", DeadlineIn(5s))
+                    .ok())
         << step;
   }
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
@@ -23,10 +24,6 @@ namespace gdt::coordinator {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
 
 class StatusReadFloodTest : public test::InProcessCoordinatorTest {
  protected:
@@ -65,7 +62,7 @@ class StatusReadFloodTest : public test::InProcessCoordinatorTest {
     bool joined_ok = false;
     timed("join", [&] {
       absl::StatusOr<v1::Assignment> joined =
-          client_->JoinGang(join, In(20s), nullptr, nullptr);
+          client_->JoinGang(join, DeadlineIn(20s), nullptr, nullptr);
       if (!joined.ok()) {
         ADD_FAILURE() << "join of pipeline " << pipeline << ": "
                       << joined.status();
@@ -80,8 +77,9 @@ class StatusReadFloodTest : public test::InProcessCoordinatorTest {
                                                  assignment.epoch(),
                                                  assignment.kv_token(),
                                                  {}});
-    timed("kv_set",
-          [&] { EXPECT_TRUE(kv.Set("addr", "10.0.0.1:1234", In(5s)).ok()); });
+    timed("kv_set", [&] {
+      EXPECT_TRUE(kv.Set("addr", "10.0.0.1:1234", DeadlineIn(5s)).ok());
+    });
     timed("report_exit", [&] {
       v1::ReportExitRequest exit;
       exit.set_gang_id(assignment.gang_id());
@@ -156,7 +154,7 @@ TEST_F(StatusReadFloodTest, EightReadersInALoopFailNoGangCall) {
           endpoint(), grpc::InsecureChannelCredentials(), args));
       while (!stop) {
         grpc::ClientContext context;
-        context.set_deadline(In(5s));
+        context.set_deadline(DeadlineIn(5s));
         v1::GetStatusResponse response;
         const grpc::Status status =
             stub->GetStatus(&context, v1::GetStatusRequest(), &response);

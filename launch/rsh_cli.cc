@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/clock.h"
 #include "rendezvous/agent_client.h"
 #include "rendezvous/kv_client.h"
 
@@ -40,10 +41,6 @@ absl::StatusOr<std::string> LookUp(rendezvous::KvClient& kv,
     agent = kv.Get(LegacyAgentKey(address), by);
   }
   return agent;
-}
-
-std::chrono::system_clock::time_point In(std::chrono::seconds s) {
-  return std::chrono::system_clock::now() + s;
 }
 
 }  // namespace
@@ -88,7 +85,7 @@ int RunRshCli(int argc, char** argv,
       return kExitUsage;
     }
     if (absl::Status set =
-            kv.Set(AgentKey(self), agent, In(std::chrono::seconds(30)));
+            kv.Set(AgentKey(self), agent, DeadlineIn(std::chrono::seconds(30)));
         !set.ok()) {
       err << "gdt-rsh --serve: cannot publish this member: " << set.message()
           << "\n";
@@ -114,7 +111,7 @@ int RunRshCli(int argc, char** argv,
     absl::Status problem;  // Why a member could not be looked up.
     for (const std::string& peer : peers) {
       const absl::StatusOr<std::string> agent =
-          LookUp(kv, peer, In(std::chrono::seconds(5)));
+          LookUp(kv, peer, DeadlineIn(std::chrono::seconds(5)));
       if (agent.ok()) {
         ++published;
       } else if (!absl::IsNotFound(agent.status()) && problem.ok()) {
@@ -146,15 +143,15 @@ int RunRshCli(int argc, char** argv,
       absl::StrJoin(args.begin() + i + 1, args.end(), " ");
   // Waits for the member's publication in short slices, so that a signal
   // ends gdt-rsh at once here too.
-  const auto wait_until = In(std::chrono::seconds(30));
+  const auto wait_until = DeadlineIn(std::chrono::seconds(30));
   absl::StatusOr<std::string> agent;
   do {
     agent = kv.Wait(AgentKey(host),
-                    std::min(wait_until, In(std::chrono::seconds(1))));
+                    std::min(wait_until, DeadlineIn(std::chrono::seconds(1))));
     if (absl::IsDeadlineExceeded(agent.status())) {
       // Not (yet) published under gdt/: an older gdt-rsh's publication?
       if (absl::StatusOr<std::string> legacy =
-              kv.Get(LegacyAgentKey(host), In(std::chrono::seconds(5)));
+              kv.Get(LegacyAgentKey(host), DeadlineIn(std::chrono::seconds(5)));
           legacy.ok()) {
         agent = std::move(legacy);
       }

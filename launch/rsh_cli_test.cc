@@ -10,18 +10,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
+struct RshResult {
   int code = -1;
   std::string out, err;
 };
 
-Result Rsh(std::vector<std::string> args,
-           const std::map<std::string, std::string>& env) {
+RshResult Rsh(std::vector<std::string> args,
+              const std::map<std::string, std::string>& env) {
   args.insert(args.begin(), "gdt-rsh");
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   std::ostringstream out, err;
-  Result result;
+  RshResult result;
   result.code = RunRshCli(
       static_cast<int>(argv.size()), argv.data(), env, [] { return 1; }, out,
       err);
@@ -37,26 +37,26 @@ const std::map<std::string, std::string> kMember = {
     {"GDT_KV_TOKEN", "t"}};
 
 TEST(RshCliTest, UsageErrorsAreOneLineWithExitTwo) {
-  Result none = Rsh({}, kMember);
+  RshResult none = Rsh({}, kMember);
   EXPECT_EQ(none.code, 2);
   EXPECT_THAT(none.err, HasSubstr("usage: gdt-rsh"));
 
-  Result no_env = Rsh({"10.0.0.2", "true"}, {});
+  RshResult no_env = Rsh({"10.0.0.2", "true"}, {});
   EXPECT_EQ(no_env.code, 2);
   EXPECT_THAT(no_env.err, HasSubstr("gdt-rsh: GDT_COORDINATOR"));
 
   // ssh options (with their values) are skipped; a host alone is not enough.
-  Result no_command =
+  RshResult no_command =
       Rsh({"-x", "-o", "StrictHostKeyChecking=no", "10.0.0.2"}, kMember);
   EXPECT_EQ(no_command.code, 2);
   EXPECT_EQ(no_command.err,
             "gdt-rsh: give HOST and COMMAND (gdt-rsh --help)\n");
 
-  Result serve = Rsh({"--serve"}, kMember);
+  RshResult serve = Rsh({"--serve"}, kMember);
   EXPECT_EQ(serve.code, 2);
   EXPECT_THAT(serve.err, HasSubstr("needs GDT_SELF_ADDR"));
 
-  Result ready = Rsh({"--ready"}, kMember);
+  RshResult ready = Rsh({"--ready"}, kMember);
   EXPECT_EQ(ready.code, 2);
   EXPECT_EQ(ready.err,
             "gdt-rsh --ready: GDT_PEERS is not set (run inside a gdt job)\n");
@@ -65,14 +65,14 @@ TEST(RshCliTest, UsageErrorsAreOneLineWithExitTwo) {
 TEST(RshCliTest, ReadyNamesWhyMembersCouldNotBeLookedUp) {
   std::map<std::string, std::string> member = kMember;  // Nothing on :1.
   member["GDT_PEERS"] = "10.0.0.2";
-  Result ready = Rsh({"--ready"}, member);
+  RshResult ready = Rsh({"--ready"}, member);
   EXPECT_EQ(ready.code, 1);
   EXPECT_EQ(ready.out, "0 of 1 members serve gdt-rsh\n");
   EXPECT_THAT(ready.err, HasSubstr("coordinator 127.0.0.1:1 unavailable"));
 }
 
 TEST(RshCliTest, HelpGoesToStdout) {
-  Result help = Rsh({"--help"}, {});
+  RshResult help = Rsh({"--help"}, {});
   EXPECT_EQ(help.code, 0);
   EXPECT_THAT(help.out, HasSubstr("No sshd, no keys"));
 }

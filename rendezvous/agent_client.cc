@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/channel.h"
@@ -15,10 +16,6 @@ namespace {
 
 // How often RunStage asks its caller for a signal to forward.
 constexpr std::chrono::milliseconds kSignalPoll(50);
-
-std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
 
 }  // namespace
 
@@ -49,7 +46,7 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
                                       std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   AddMetadataTo(context);
-  context.set_deadline(In(timeout));
+  context.set_deadline(DeadlineIn(timeout));
   // Idempotent, and the first call of every stage: ride out a connection
   // that a loaded host is slow to establish instead of failing the stage.
   context.set_wait_for_ready(true);
@@ -59,7 +56,7 @@ absl::Status AgentClient::SetupMember(const v1::SetupMemberRequest& request,
 
 absl::Status AgentClient::WaitUntilReachable(
     std::chrono::milliseconds timeout) {
-  if (channel_->WaitForConnected(In(timeout))) return absl::OkStatus();
+  if (channel_->WaitForConnected(DeadlineIn(timeout))) return absl::OkStatus();
   return Convert(grpc::Status(
       grpc::StatusCode::UNAVAILABLE,
       absl::StrCat("no connection within ", timeout.count(), " ms")));
@@ -149,7 +146,7 @@ absl::StatusOr<uint32_t> AgentClient::TeardownMember(
     std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   AddMetadataTo(context);
-  context.set_deadline(In(timeout));
+  context.set_deadline(DeadlineIn(timeout));
   v1::TeardownMemberResponse response;
   absl::Status status =
       Convert(stub_->TeardownMember(&context, request, &response));
@@ -161,7 +158,7 @@ absl::StatusOr<bool> AgentClient::CheckPort(uint32_t port,
                                             std::chrono::milliseconds timeout) {
   grpc::ClientContext context;
   AddMetadataTo(context);
-  context.set_deadline(In(timeout));
+  context.set_deadline(DeadlineIn(timeout));
   v1::CheckPortRequest request;
   request.set_port(port);
   v1::CheckPortResponse response;

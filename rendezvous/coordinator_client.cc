@@ -11,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/backoff.h"
+#include "common/clock.h"
 #include "common/host_port.h"
 #include "common/retry_after.h"
 #include "grpcpp/grpcpp.h"
@@ -34,10 +35,6 @@ constexpr Backoff::Options kStreamBackoff{std::chrono::milliseconds(200),
 constexpr Backoff::Options kRefusalJitter{std::chrono::milliseconds(500),
                                           std::chrono::milliseconds(8000),
                                           Backoff::Jitter::kFull};
-
-std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
 
 // Codes that mean "try again": the coordinator is down, restarting, or the
 // connection broke.
@@ -192,7 +189,7 @@ absl::Status CoordinatorClient::AwaitConnection(
 template <typename Rpc>
 absl::Status CoordinatorClient::Unary(std::chrono::milliseconds timeout,
                                       Rpc rpc) {
-  const auto deadline = In(timeout);
+  const auto deadline = DeadlineIn(timeout);
   absl::Status status;
   // Each endpoint once, plus a redirect to a leader not in the list.
   for (size_t attempt = 0; attempt <= endpoints_.size(); ++attempt) {
@@ -318,7 +315,7 @@ absl::StatusOr<bool> CoordinatorClient::Heartbeat(
       stub = slot.get();
     }
     grpc::ClientContext context;
-    context.set_deadline(In(timeout / 2));
+    context.set_deadline(DeadlineIn(timeout / 2));
     AddMetadataTo(context);
     absl::Status status =
         Convert(stub->Heartbeat(&context, request, &response), liveness);

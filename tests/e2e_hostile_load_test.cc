@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 #include "common/host_port.h"
 #include "gdt/v1/coordinator.grpc.pb.h"
 #include "gitlab/fake_gitlab_api.h"
@@ -44,10 +45,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
-
-std::chrono::system_clock::time_point In(milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
 
 // VmRSS of `pid` in MiB; -1 when unreadable.
 double RssMiB(int pid) {
@@ -97,7 +94,7 @@ class FireAndForgetJoin final
                     Outcomes* outcomes)
       : request_(std::move(request)), outcomes_(outcomes) {
     context_.AddMetadata("gdt-job-token", job_token);
-    context_.set_deadline(In(deadline));
+    context_.set_deadline(DeadlineIn(deadline));
     ++outcomes_->outstanding;
     stub->async()->JoinGang(&context_, &request_, this);
     StartRead(&event_);
@@ -373,7 +370,7 @@ TEST_F(HostileLoadTest, HugeMetadata) {
               grpc::CreateChannel(cluster_.coordinator_endpoint(),
                                   grpc::InsecureChannelCredentials()));
           grpc::ClientContext context;
-          context.set_deadline(In(seconds(30)));
+          context.set_deadline(DeadlineIn(seconds(30)));
           context.AddMetadata("x-junk", std::string(size_t{4} << 20, 'a'));
           v1::GetStatusRequest request;
           v1::GetStatusResponse response;

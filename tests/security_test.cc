@@ -36,10 +36,6 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
-std::chrono::system_clock::time_point In(std::chrono::milliseconds timeout) {
-  return std::chrono::system_clock::now() + timeout;
-}
-
 constexpr char kAdminToken[] = "admin-secret-for-tests";
 
 class SecurityTest : public test::InProcessCoordinatorTest {
@@ -108,7 +104,7 @@ class SecurityTest : public test::InProcessCoordinatorTest {
   absl::StatusOr<v1::Assignment> Join(const std::string& token,
                                       const v1::JoinGangRequest& request) {
     auto client = ClientWith(token.empty() ? "" : "gdt-job-token", token);
-    return client->JoinGang(request, In(20s), nullptr, nullptr);
+    return client->JoinGang(request, DeadlineIn(20s), nullptr, nullptr);
   }
 
   // Admits the gang of `pipeline` (jobs id1, id2 with tokens t1, t2).
@@ -203,7 +199,7 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
                                                    gang[0].epoch(),
                                                    gang[0].kv_token(),
                                                    {}});
-  ASSERT_TRUE(member.Set("nccl_id", "secret-id", In(5s)).ok());
+  ASSERT_TRUE(member.Set("nccl_id", "secret-id", DeadlineIn(5s)).ok());
 
   // Pipeline 78's and project 6's jobs claim pipeline 77 of project 5.
   absl::StatusOr<v1::Assignment> other_pipeline =
@@ -228,10 +224,10 @@ TEST_F(SecurityTest, AnotherProjectsOrPipelinesTokenCannotJoinOrReadKv) {
                                                      gang[0].epoch(),
                                                      gang_b[0].kv_token(),
                                                      {}});
-  absl::StatusOr<std::string> stolen = intruder.Get("nccl_id", In(5s));
+  absl::StatusOr<std::string> stolen = intruder.Get("nccl_id", DeadlineIn(5s));
   EXPECT_EQ(stolen.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(stolen.status().message(), HasSubstr("wrong gang token"));
-  absl::StatusOr<std::string> own = member.Get("nccl_id", In(5s));
+  absl::StatusOr<std::string> own = member.Get("nccl_id", DeadlineIn(5s));
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_EQ(*own, "secret-id");
 }
@@ -266,7 +262,7 @@ TEST_F(SecurityTest, MemberCallsAfterTheJoinNeedTheirOwnJobToken) {
             absl::StatusCode::kPermissionDenied);
   rendezvous::CallCanceller canceller;
   absl::StatusOr<v1::WatchGangEvent> watched =
-      stranger->WatchGang(watch, In(10s), nullptr, nullptr, canceller);
+      stranger->WatchGang(watch, DeadlineIn(10s), nullptr, nullptr, canceller);
   EXPECT_EQ(watched.status().code(), absl::StatusCode::kPermissionDenied);
   absl::StatusOr<v1::GetStatusResponse> status =
       admin_->GetStatus(v1::GetStatusRequest(), 5s);
@@ -369,7 +365,7 @@ TEST_F(SecurityTest, HeartbeatsAreAnsweredWhileForgedJoinsWaitOnASlowGitLab) {
   for (int i = 0; i < 40; ++i) {
     joins.push_back(std::async(std::launch::async, [&stub, i] {
       grpc::ClientContext context;
-      context.set_deadline(In(30s));
+      context.set_deadline(DeadlineIn(30s));
       context.AddMetadata("gdt-job-token", "forged-token-" + std::to_string(i));
       auto reader = stub->JoinGang(&context, Request(101, 1, 5, 77));
       v1::JoinGangEvent event;
@@ -431,7 +427,7 @@ TEST_F(SecurityTest, AJoinCancelledWhileGitLabIsAskedLeavesNoMemberBehind) {
       server_->bound_address(), grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext context;
-    context.set_deadline(In(500ms));  // Gives up before GitLab answers.
+    context.set_deadline(DeadlineIn(500ms));  // Gives up before GitLab answers.
     context.AddMetadata("gdt-job-token", "tok-a1");
     auto reader = stub->JoinGang(&context, Request(101, 1, 5, 77));
     v1::JoinGangEvent event;
@@ -442,7 +438,7 @@ TEST_F(SecurityTest, AJoinCancelledWhileGitLabIsAskedLeavesNoMemberBehind) {
   }
   // Member 2's own check ends after member 1's: it must wait for member 1.
   grpc::ClientContext context;
-  context.set_deadline(In(5s));
+  context.set_deadline(DeadlineIn(5s));
   context.AddMetadata("gdt-job-token", "tok-a2");
   auto reader = stub->JoinGang(&context, Request(102, 2, 5, 77));
   v1::JoinGangEvent event;
@@ -468,7 +464,7 @@ TEST_F(SecurityTest, HugeMetadataIsRefusedAndOthersAreServedAfterwards) {
   // than the 30 s deadline in this process, which is also the client's.
   for (const size_t size : {size_t{64} << 10, size_t{1} << 20}) {
     grpc::ClientContext context;
-    context.set_deadline(In(30s));
+    context.set_deadline(DeadlineIn(30s));
     context.AddMetadata("x-junk", std::string(size, 'a'));
     v1::GetStatusRequest request;
     v1::GetStatusResponse response;
