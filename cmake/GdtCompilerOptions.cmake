@@ -125,6 +125,18 @@ function(gdt_fuzzer)
   endif()
   add_executable(${F_NAME} ${F_SOURCES})
   target_link_libraries(${F_NAME} PRIVATE ${F_DEPS})
+  # In a unity build a parser's file stays an object of its own in its
+  # library too: an object bundling it with other files, pulled in for
+  # those, would define the parser a second time.
+  set(parsers ${F_SOURCES})
+  list(POP_FRONT parsers)
+  foreach(source IN LISTS parsers)
+    get_filename_component(path ${source} ABSOLUTE
+      BASE_DIR ${CMAKE_CURRENT_SOURCE_DIR})
+    get_filename_component(source_dir ${path} DIRECTORY)
+    set_source_files_properties(${path} DIRECTORY ${source_dir}
+      PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+  endforeach()
   gdt_target_defaults(${F_NAME})
   target_compile_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
   target_link_options(${F_NAME} PRIVATE -fsanitize=fuzzer)
