@@ -352,6 +352,46 @@ TEST(GdtCiCliTest, RunLocalRefusesIdsAndTimeoutsOutOfRange) {
   }
 }
 
+// gitlab-runner waits 3 s between preparation attempts that failed as a
+// system failure; --preparation-retry-interval sets the wait (0..60 s), and
+// the log names it.
+TEST(GdtCiCliTest, RunLocalWaitsThePreparationRetryIntervalItIsGiven) {
+  for (const std::string value : {"-1", "60.5", "soon"}) {
+    const CliRun run =
+        GdtCi({"run-local", "--job", "job", "--executor", "/bin/true",
+               "--preparation-retry-interval", value},
+              "stderr");
+    EXPECT_EQ(run.code, 2) << value << ": " << run.output;
+    EXPECT_THAT(run.output, StartsWith("--preparation-retry-interval: "))
+        << run.output;
+  }
+
+  TempDir dir;
+  const std::string project = dir.path() + "/project";
+  std::filesystem::create_directories(project);
+  test::WriteTextFile(project + "/.gitlab-ci.yml", "job: {script: echo ran}\n");
+  const std::string executor = test::WriteFakeExecutor(dir.path());
+  std::filesystem::create_directories(dir.path() + "/rec");
+  setenv("FAKE_REC", (dir.path() + "/rec").c_str(), 1);
+  // SYSTEM_FAILURE_EXIT_CODE at every attempt: three attempts, two waits.
+  setenv("FAKE_PREPARE_EXIT", "2", 1);
+  const auto start = std::chrono::steady_clock::now();
+  const CliRun run = GdtCi(
+      {"run-local", "--job", "job", "--executor", executor, "--project-dir",
+       project, "--file", project + "/.gitlab-ci.yml", "--pipeline-id", "5",
+       "--no-retry", "--preparation-retry-interval", "0.25"},
+      "stdout");
+  const auto took = std::chrono::steady_clock::now() - start;
+  unsetenv("FAKE_PREPARE_EXIT");
+  unsetenv("FAKE_REC");
+  EXPECT_EQ(run.code, 1) << run.output;
+  const std::string log = ReadTextFile(project + "/.gdt-run/5/logs/job.log");
+  EXPECT_THAT(log, HasSubstr("Will be retried in 0.25s ...")) << log;
+  EXPECT_THAT(log, HasSubstr("ERROR: Job failed (system failure)")) << log;
+  EXPECT_GE(took, std::chrono::milliseconds(500));
+  EXPECT_LT(took, std::chrono::seconds(6)) << "the runner's 3 s were waited";
+}
+
 // In a build tree gdt-executor is in executor/, not beside gdt-ci: the
 // default --executor finds it there, so the README's commands work as
 // written.

@@ -9,6 +9,8 @@
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -271,6 +273,12 @@ int main(int argc, char** argv) {
   run_local->add_option("--id-token-key", options.id_token_key,
                         "PEM RSA private key: issue the jobs' id_tokens: "
                         "signed with it, as GitLab would");
+  double preparation_retry_interval = -1;
+  run_local
+      ->add_option("--preparation-retry-interval", preparation_retry_interval,
+                   "seconds between the attempts of a preparation that "
+                   "failed as a system failure (default 3, as gitlab-runner)")
+      ->check(CLI::Range(0.0, 60.0));
   run_local->add_flag("--no-retry", options.no_retry,
                       "run each job once, ignoring its retry:");
   run_local->add_flag("--json", json, "print the summary as JSON");
@@ -390,6 +398,10 @@ int main(int argc, char** argv) {
   if (maximum_timeout != 0) options.maximum_timeout_seconds = maximum_timeout;
   if (graceful_kill_timeout != 0) {
     options.graceful_kill_timeout_seconds = graceful_kill_timeout;
+  }
+  if (preparation_retry_interval >= 0) {
+    options.preparation_retry_interval = std::chrono::milliseconds(
+        std::llround(preparation_retry_interval * 1000));
   }
 
   struct sigaction stop = {};

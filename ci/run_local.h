@@ -75,7 +75,8 @@ struct RunLocalOptions {
   // The binary the cache stages call for `cache-extractor` and
   // `cache-archiver` (gdt-ci itself; RunnerEmulator::Options).
   std::string runner_command;
-  // Emulation knob for tests (runner: 3 s).
+  // Between preparation attempts (gitlab-runner: 3 s); run-local's
+  // --preparation-retry-interval.
   std::optional<std::chrono::milliseconds> preparation_retry_interval;
 };
 
