@@ -2317,6 +2317,102 @@ TEST(GitLabRefusesTest, AChildPipelinesFileIsReadWithItsOwnConfiguration) {
                    .has_value());
 }
 
+// What a child pipeline's include paths and rules see is what GitLab gives
+// the child: the trigger job's YAML variables unless forward:yaml_variables
+// is false, the parent's pipeline variables only with
+// forward:pipeline_variables (over the YAML ones), the top-level variables
+// that inherit:variables lets the job have, and CI_PIPELINE_SOURCE
+// parent_pipeline.
+TEST(GitLabRefusesTest, AChildPipelineSeesTheVariablesItsTriggerForwards) {
+  test::TempDir dir;
+  fs::create_directories(dir.Sub("ci/child"));
+  test::WriteTextFile(dir.Sub("ci/child/main.yml"), "train:\n  script: [x]\n");
+  test::WriteTextFile(dir.Sub("ci/child/gpu.yml"), ".gpu:\n  tags: [a100]\n");
+  test::WriteTextFile(dir.Sub("ci/child/cpu.yml"), ".cpu:\n  tags: [cpu]\n");
+  const auto child_names = [&](const std::string& parent,
+                               const CiIncludeVariables& known) {
+    test::WriteTextFile(dir.Sub(".gitlab-ci.yml"), parent);
+    const std::optional<CiIncludingConfig> config =
+        FindIncludingConfig(dir.Sub("ci/child/main.yml"), dir.path(), known);
+    if (!config.has_value()) return std::string("none");
+    if (config->unseen) return std::string("unseen");
+    std::string names;
+    for (const char* name : {".gpu", ".cpu"}) {
+      if (config->names.count(name) != 0) names += name;
+    }
+    return names;
+  };
+  const std::string include =
+      "  trigger:\n    include:\n      - local: ci/child/main.yml\n"
+      "      - local: ci/child/$FLAVOUR.yml\n";
+  CiIncludeVariables pipeline_gpu;
+  pipeline_gpu.pipeline["FLAVOUR"] = "gpu";
+
+  // The parent's pipeline variable stays in the parent by default.
+  EXPECT_EQ(child_names("start:\n" + include, pipeline_gpu), "unseen");
+  EXPECT_EQ(child_names("start:\n" + include +
+                            "    forward: {pipeline_variables: true}\n",
+                        pipeline_gpu),
+            ".gpu");
+  // The job's own variable is forwarded, unless yaml_variables is false.
+  EXPECT_EQ(child_names("start:\n  variables: {FLAVOUR: cpu}\n" + include,
+                        pipeline_gpu),
+            ".cpu");
+  EXPECT_EQ(child_names("start:\n  variables: {FLAVOUR: cpu}\n" + include +
+                            "    forward: {yaml_variables: false}\n",
+                        {}),
+            "unseen");
+  // Forwarded pipeline variables win over the job's.
+  EXPECT_EQ(child_names("start:\n  variables: {FLAVOUR: cpu}\n" + include +
+                            "    forward: {pipeline_variables: true}\n",
+                        pipeline_gpu),
+            ".gpu");
+  // Top-level variables: all, none, or those inherit:variables names.
+  const std::string top = "variables: {FLAVOUR: gpu}\nstart:\n";
+  EXPECT_EQ(child_names(top + include, {}), ".gpu");
+  EXPECT_EQ(child_names(top + "  inherit: {variables: false}\n" + include, {}),
+            "unseen");
+  EXPECT_EQ(
+      child_names(top + "  inherit: {variables: [FLAVOUR]}\n" + include, {}),
+      ".gpu");
+  EXPECT_EQ(
+      child_names(top + "  inherit: {variables: [OTHER]}\n" + include, {}),
+      "unseen");
+
+  // The child is started by its parent, whatever started the parent.
+  CiIncludeVariables pushed;
+  pushed.predefined["CI_PIPELINE_SOURCE"] = "push";
+  const std::string by_source = [] {
+    std::string rules;
+    for (const char* flavour : {"gpu", "cpu"}) {
+      rules += absl::StrCat(
+          "      - local: ci/child/", flavour, ".yml\n        rules:\n",
+          "          - if: $CI_PIPELINE_SOURCE == \"",
+          std::string(flavour) == "gpu" ? "parent_pipeline" : "push", "\"\n");
+    }
+    return "start:\n  trigger:\n    include:\n"
+           "      - local: ci/child/main.yml\n" +
+           rules;
+  }();
+  EXPECT_EQ(child_names(by_source, pushed), ".gpu");
+  pushed.complete = true;
+  EXPECT_EQ(child_names(by_source, pushed), ".gpu");
+
+  // gdt-ci's --var: a predefined name (the branch) is the child's too, as
+  // it runs on the same commit; another name is a pipeline variable.
+  const CiIncludeVariables given =
+      PipelineVariablesOf({{"CI_COMMIT_BRANCH", "main"}, {"FLAVOUR", "cpu"}});
+  EXPECT_EQ(given.predefined.at("CI_COMMIT_BRANCH"), "main");
+  EXPECT_EQ(given.pipeline.at("FLAVOUR"), "cpu");
+  EXPECT_EQ(child_names("start:\n  trigger:\n    include:\n"
+                        "      - local: ci/child/main.yml\n"
+                        "      - local: ci/child/gpu.yml\n"
+                        "        rules:\n"
+                        "          - if: $CI_COMMIT_BRANCH == \"main\"\n",
+                        given),
+            ".gpu");
+}
+
 // GitLab refuses a `workflow:name` longer than 255 characters (counted as
 // characters, not bytes) as written, before expanding variables in it.
 TEST(GitLabRefusesTest, AWorkflowNameOver255CharactersIsRefused) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "ci/inheritance.h"
@@ -1125,6 +1126,17 @@ class IncludeReader {
 
 }  // namespace
 
+CiIncludeVariables PipelineVariablesOf(
+    const std::vector<std::pair<std::string, std::string>>& vars) {
+  CiIncludeVariables known;
+  for (const auto& [key, value] : vars) {
+    const bool predefined =
+        absl::StartsWith(key, "CI_") || absl::StartsWith(key, "GITLAB_");
+    (predefined ? known.predefined : known.pipeline)[key] = value;
+  }
+  return known;
+}
+
 CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
                              const std::string& project_dir,
                              const CiIncludeVariables& known) {
@@ -1193,21 +1205,54 @@ bool ReadsFile(const CiIncludes& includes, const std::string& project_dir,
                      });
 }
 
-// A child pipeline that a job of a configuration starts: the job, and the
-// files its configuration reads.
+// A child pipeline that a job of a configuration starts: the job, the
+// files its configuration reads, and the variables its include rules see.
 struct ChildPipeline {
   std::string job;
   CiIncludes includes;
+  CiIncludeVariables variables;
 };
+
+// The scalar values of a `variables:` mapping (`value:` of the long form),
+// as text; `only`, when given, names the ones taken.
+void AddScalarVariables(const CiValue& variables,
+                        const std::optional<std::set<std::string>>& only,
+                        ExpressionVariables* out) {
+  if (!variables.is_object()) return;
+  for (const auto& [name, value] : variables.items()) {
+    if (only.has_value() && only->count(name) == 0) continue;
+    std::string shown;
+    if (CiScalarText(value.is_object() && value.contains("value")
+                         ? value["value"]
+                         : value,
+                     &shown)) {
+      (*out)[name] = shown;
+    }
+  }
+}
+
+// The `trigger:forward:<key>` of a trigger job, `fallback` when unset or not
+// a boolean.
+bool Forwards(const CiValue& trigger, const char* key, bool fallback) {
+  const auto forward = trigger.find("forward");
+  if (forward == trigger.end() || !forward->is_object()) return fallback;
+  const auto value = forward->find(key);
+  if (value == forward->end() || !value->is_boolean()) return fallback;
+  return value->get<bool>();
+}
 
 // At most this many child pipelines are read in looking for a file.
 constexpr size_t kMaxChildPipelines = 100;
 
 // The child pipelines that the jobs of the configuration made of `texts`
-// (in GitLab's merge order) start with `trigger:include`. GitLab makes a
-// child's configuration a file of just `include:` with that value, and
-// gives the child the trigger job's variables (its own over the top-level
-// ones, unless `inherit: variables: false`) as pipeline variables.
+// (in GitLab's merge order) start with `trigger:include`; `known` are the
+// variables of the pipeline they are in. GitLab makes a child's
+// configuration a file of just `include:` with that value, started by the
+// parent (CI_PIPELINE_SOURCE parent_pipeline), and gives the child as its
+// pipeline variables the trigger job's YAML variables (its own over the
+// top-level ones that `inherit:variables` lets it have) unless
+// `forward:yaml_variables` is false, then the parent's pipeline variables
+// when `forward:pipeline_variables` is true.
 std::vector<ChildPipeline> ChildPipelines(
     const std::vector<std::string_view>& texts, const std::string& project_dir,
     const CiIncludeVariables& known) {
@@ -1250,34 +1295,44 @@ std::vector<ChildPipeline> ChildPipelines(
         !trigger->contains("include")) {
       continue;
     }
-    CiIncludeVariables forwarded = known;
-    const auto forward = [&forwarded](const CiValue& variables) {
-      if (!variables.is_object()) return;
-      for (const auto& [name, value] : variables.items()) {
-        std::string shown;
-        if (CiScalarText(value.is_object() && value.contains("value")
-                             ? value["value"]
-                             : value,
-                         &shown)) {
-          forwarded.pipeline[name] = shown;
+    CiIncludeVariables child;
+    child.predefined = known.predefined;
+    child.predefined["CI_PIPELINE_SOURCE"] = "parent_pipeline";
+    child.complete = known.complete;
+    if (Forwards(*trigger, "yaml_variables", true)) {
+      // inherit:variables: true (the default), false, or the names taken.
+      bool globals = true;
+      std::optional<std::set<std::string>> only;
+      if (const auto inherit = config.find("inherit");
+          inherit != config.end() && inherit->is_object()) {
+        const auto v = inherit->find("variables");
+        if (v != inherit->end() && v->is_boolean()) globals = v->get<bool>();
+        if (v != inherit->end() && v->is_array()) {
+          only.emplace();
+          for (const CiValue& name : *v) {
+            if (name.is_string()) only->insert(name.get<std::string>());
+          }
         }
       }
-    };
-    bool globals = true;
-    if (const auto inherit = config.find("inherit");
-        inherit != config.end() && inherit->is_object()) {
-      const auto v = inherit->find("variables");
-      globals = v == inherit->end() || !v->is_boolean() || v->get<bool>();
+      if (globals && top.has_value()) {
+        AddScalarVariables(*top, only, &child.pipeline);
+      }
+      if (const auto own = config.find("variables"); own != config.end()) {
+        AddScalarVariables(*own, std::nullopt, &child.pipeline);
+      }
     }
-    if (globals && top.has_value()) forward(*top);
-    if (const auto own = config.find("variables"); own != config.end()) {
-      forward(*own);
+    if (Forwards(*trigger, "pipeline_variables", false)) {
+      for (const auto& [name, value] : known.pipeline) {
+        child.pipeline[name] = value;
+      }
     }
     const std::string child_text =
         CiValue::object({{"include", trigger->at("include")}}).dump();
-    children.push_back(ChildPipeline{
-        job, ReadLocalIncludes(absl::StrCat("trigger:include of ", job),
-                               child_text, project_dir, forwarded)});
+    CiIncludes includes =
+        ReadLocalIncludes(absl::StrCat("trigger:include of ", job), child_text,
+                          project_dir, child);
+    children.push_back(
+        ChildPipeline{job, std::move(includes), std::move(child)});
   }
   return children;
 }
@@ -1335,7 +1390,7 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
           texts.push_back(f.text);
         }
         for (ChildPipeline& grandchild :
-             ChildPipelines(texts, project_dir, known)) {
+             ChildPipelines(texts, project_dir, child.variables)) {
           next.push_back(std::move(grandchild));
         }
       }

@@ -38,6 +38,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "ci/rules.h"
@@ -59,6 +60,12 @@ struct CiIncludeVariables {
   // such a rule is left to the pipeline, and the file is read.
   bool complete = false;
 };
+
+// The variables of a pipeline given as KEY=VALUE pairs (gdt-ci's --var):
+// the names GitLab predefines (CI_*, GITLAB_*) are predefined ones, e.g.
+// CI_COMMIT_BRANCH=main; the others are the pipeline's own.
+CiIncludeVariables PipelineVariablesOf(
+    const std::vector<std::pair<std::string, std::string>>& vars);
 
 // One file that the main file includes.
 struct CiIncludedFile {
@@ -146,9 +153,14 @@ struct CiIncludingConfig {
 // includes `file` (directly or through other files); otherwise the child
 // pipelines that its jobs (or, two levels down at most, the child
 // pipelines' jobs) start with `trigger:include`, when they read `file`.
-// A child pipeline's includes are read with the pipeline's variables
-// `known` and the variables the trigger job forwards (its own and the
-// top-level ones). nullopt otherwise, also when it cannot be read.
+// A child pipeline's includes are read as GitLab reads them for it: with
+// the parent's predefined variables but CI_PIPELINE_SOURCE
+// `parent_pipeline`, and as its pipeline variables what the trigger job
+// forwards: its YAML variables (its own over the top-level ones it
+// inherits) unless `trigger:forward:yaml_variables: false`, and the
+// parent's pipeline variables only with `trigger:forward:
+// pipeline_variables: true` (they win). nullopt otherwise, also when it
+// cannot be read.
 std::optional<CiIncludingConfig> FindIncludingConfig(
     std::string_view file, const std::string& project_dir,
     const CiIncludeVariables& known = {});

@@ -110,8 +110,8 @@ std::optional<gdt::ci::CiIncludes> ReadIncludes(
               << "\n";
     return std::nullopt;
   }
-  gdt::ci::CiIncludeVariables known;
-  for (const auto& [key, value] : *parsed) known.pipeline[key] = value;
+  const gdt::ci::CiIncludeVariables known =
+      gdt::ci::PipelineVariablesOf(*parsed);
   gdt::ci::CiIncludes includes =
       gdt::ci::ReadLocalIncludes(file, text, project_dir, known);
   for (const gdt::ci::CiIncludes::Problem& problem : includes.errors) {
@@ -181,7 +181,7 @@ int Lint(const std::string& file, bool json, const std::string& project_dir,
   if (absl::StatusOr<std::vector<std::pair<std::string, std::string>>> parsed =
           gdt::ci::ParsePipelineVars(vars);
       parsed.ok()) {
-    for (const auto& [key, value] : *parsed) known.pipeline[key] = value;
+    known = gdt::ci::PipelineVariablesOf(*parsed);
   }
   const std::optional<gdt::ci::CiIncludingConfig> including =
       gdt::ci::FindIncludingConfig(file, project_dir, known);
