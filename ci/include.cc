@@ -1124,6 +1124,24 @@ class IncludeReader {
   uint64_t glob_budget_ = kMaxGlobSteps;
 };
 
+// The scalar values of a `variables:` mapping (`value:` of the long form),
+// as text; `only`, when given, names the ones taken.
+void AddScalarVariables(const CiValue& variables,
+                        const std::optional<std::set<std::string>>& only,
+                        ExpressionVariables* out) {
+  if (!variables.is_object()) return;
+  for (const auto& [name, value] : variables.items()) {
+    if (only.has_value() && only->count(name) == 0) continue;
+    std::string shown;
+    if (CiScalarText(value.is_object() && value.contains("value")
+                         ? value["value"]
+                         : value,
+                     &shown)) {
+      (*out)[name] = shown;
+    }
+  }
+}
+
 }  // namespace
 
 CiIncludeVariables PipelineVariablesOf(
@@ -1155,20 +1173,8 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
   const YamlNode include = Find(taken, "include");
   if (!include) return result;
   ExpressionVariables variables = known.predefined;
-  for (const YamlNode& root : {taken}) {
-    const YamlNode declared = Find(root, "variables");
-    if (!declared) continue;
-    const CiValue top = ToCiValue(declared);
-    if (!top.is_object()) continue;
-    for (const auto& [name, value] : top.items()) {
-      std::string shown;
-      if (CiScalarText(value.is_object() && value.contains("value")
-                           ? value["value"]
-                           : value,
-                       &shown)) {
-        variables[name] = shown;
-      }
-    }
+  if (const YamlNode declared = Find(taken, "variables")) {
+    AddScalarVariables(ToCiValue(declared), std::nullopt, &variables);
   }
   for (const auto& [name, value] : known.pipeline) variables[name] = value;
   IncludeReader reader(project_dir, std::move(variables), known, &result);
@@ -1212,24 +1218,6 @@ struct ChildPipeline {
   CiIncludes includes;
   CiIncludeVariables variables;
 };
-
-// The scalar values of a `variables:` mapping (`value:` of the long form),
-// as text; `only`, when given, names the ones taken.
-void AddScalarVariables(const CiValue& variables,
-                        const std::optional<std::set<std::string>>& only,
-                        ExpressionVariables* out) {
-  if (!variables.is_object()) return;
-  for (const auto& [name, value] : variables.items()) {
-    if (only.has_value() && only->count(name) == 0) continue;
-    std::string shown;
-    if (CiScalarText(value.is_object() && value.contains("value")
-                         ? value["value"]
-                         : value,
-                     &shown)) {
-      (*out)[name] = shown;
-    }
-  }
-}
 
 // The `trigger:forward:<key>` of a trigger job, `fallback` when unset or not
 // a boolean.
