@@ -356,13 +356,15 @@ TEST(GdtCiCliTest, RunLocalRefusesIdsAndTimeoutsOutOfRange) {
 // system failure; --preparation-retry-interval sets the wait (0..60 s), and
 // the log names it.
 TEST(GdtCiCliTest, RunLocalWaitsThePreparationRetryIntervalItIsGiven) {
-  for (const std::string value : {"-1", "60.5", "soon"}) {
+  for (const std::string value : {"-1", "60.5", "soon", "nan", "inf"}) {
     const CliRun run =
         GdtCi({"run-local", "--job", "job", "--executor", "/bin/true",
                "--preparation-retry-interval", value},
               "stderr");
     EXPECT_EQ(run.code, 2) << value << ": " << run.output;
-    EXPECT_THAT(run.output, StartsWith("--preparation-retry-interval: "))
+    EXPECT_THAT(run.output,
+                StartsWith(absl::StrCat("--preparation-retry-interval: Value ",
+                                        value, " not in range 0 to 60\n")))
         << run.output;
   }
 

@@ -278,7 +278,7 @@ int main(int argc, char** argv) {
       ->add_option("--preparation-retry-interval", preparation_retry_interval,
                    "seconds between the attempts of a preparation that "
                    "failed as a system failure (default 3, as gitlab-runner)")
-      ->check(CLI::Range(0.0, 60.0));
+      ->check(gdt::FiniteRange(0, 60));
   run_local->add_flag("--no-retry", options.no_retry,
                       "run each job once, ignoring its retry:");
   run_local->add_flag("--json", json, "print the summary as JSON");
