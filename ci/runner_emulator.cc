@@ -31,6 +31,7 @@
 #include "ci/dotenv.h"
 #include "ci/go_duration.h"
 #include "ci/go_quote.h"
+#include "ci/log_masking.h"
 #include "common/logging.h"
 #include "common/secret.h"
 #include "common/sha256.h"
@@ -657,8 +658,15 @@ class RunnerEmulator::Job {
 
  private:
   // Logging.
+  // Every job log line goes through the runner's masking (ci/log_masking.h)
+  // first.
   void Log(std::string_view line) {
-    if (options_.job_log) options_.job_log(line);
+    if (!options_.job_log) return;
+    if (masker_.has_value()) {
+      options_.job_log(masker_->Mask(line));
+    } else {
+      options_.job_log(line);
+    }
   }
   // A [[runners]] stage timeout as the runner takes it: unset (0), or
   // longer than the job timeout, it is the job timeout, the latter with a
@@ -900,6 +908,9 @@ class RunnerEmulator::Job {
   int attempt_ = 1;
   std::string job_status_variable_ = "running";  // CI_JOB_STATUS.
   JobSettings settings_;
+  // Made from the job's variables when Run() starts, as the runner makes
+  // its build logger.
+  std::optional<LogMasker> masker_;
 
   // Per preparation attempt.
   std::string tmp_;
@@ -3269,6 +3280,15 @@ void RunnerEmulator::Job::RunStages() {
 JobResult RunnerEmulator::Job::Run() {
   start_ = SteadyClock::now();
   job_deadline_ = start_ + std::chrono::seconds(job_timeout_seconds_);
+  // Read once, before the preparation; bad values are reported together
+  // below. The masking needs them from the first line on.
+  settings_ = ReadSettings();
+  std::vector<std::string> masked_values;
+  for (const gitlab::JobVariable& v : options_.job.variables) {
+    if (v.masked) masked_values.push_back(v.value);
+  }
+  masker_.emplace(std::move(masked_values),
+                  settings_.feature_flags["FF_MASK_ALL_DEFAULT_TOKENS"]);
   // The runner's header: its version line (name, version, revision), then
   // the runner's name, short token and system ID.
   Log(absl::StrCat("Running with gitlab-runner ", kRunnerVersion, " (",
@@ -3276,9 +3296,6 @@ JobResult RunnerEmulator::Job::Run() {
   Log(absl::StrCat(
       "  on ", config_.name, " ", config_.runner_short_token, ", system ID: ",
       config_.system_id.empty() ? MachineSystemId() : config_.system_id));
-  // Read once, before the preparation; bad values are reported together
-  // below.
-  settings_ = ReadSettings();
   if (const std::string flags = FeatureFlagInfo(); !flags.empty()) {
     Log(absl::StrCat("  feature flags: ", flags));
   }

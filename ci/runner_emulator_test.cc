@@ -299,6 +299,37 @@ TEST_F(RunnerEmulatorTest, JobLogShowsCommandsAndOutputButNotCleanup) {
   EXPECT_THAT(diagnostics_, Contains("warn: cleanup stderr"));
 }
 
+TEST_F(RunnerEmulatorTest, SecretsAreMaskedInTheJobLogAsTheRunnerMasksThem) {
+  options_.job.variables.push_back(
+      {"WANDB_API_KEY", "wandb-0123456789", false, false, true});
+  options_.job.variables.push_back(
+      {"CI_JOB_TOKEN", options_.job.token, false, false, true});
+  options_.job.steps = {
+      {"script",
+       {"echo \"key $WANDB_API_KEY token $CI_JOB_TOKEN other glcbt-a.b_c\"",
+        "echo \"url https://h/api?private_token=$WANDB_API_KEY&x=1\""}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("key [MASKED] token [MASKED] other glcbt-[MASKED]"));
+  EXPECT_THAT(log_lines_,
+              Contains("url https://h/api?private_token=[MASKED]&x=1"));
+  EXPECT_THAT(Log(), Not(HasSubstr("wandb-0123456789")));
+  EXPECT_THAT(Log(), Not(HasSubstr("TEST-1002")));
+}
+
+TEST_F(RunnerEmulatorTest, OnlyPersonalTokensAreMaskedWithoutTheFeatureFlag) {
+  options_.job.variables.push_back({"FF_MASK_ALL_DEFAULT_TOKENS", "false"});
+  options_.job.steps = {{"script", {"echo glcbt-abc glpat-def"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_, Contains("glcbt-abc glpat-[MASKED]"));
+}
+
 TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
   JobResult result = Run();
 
@@ -2086,6 +2117,9 @@ TEST_F(RunnerEmulatorTest, GitUrlsAreRewrittenAsTheRunnersExternalConfigDoes) {
   options_.job.variables.push_back({"CI_SERVER_URL", "https://gitlab.test"});
   options_.job.variables.push_back({"CI_SERVER_HOST", "gitlab.test"});
   options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  // The log shows the token to check where it went: GitLab tokens by their
+  // prefix are masked only with this flag on.
+  options_.job.variables.push_back({"FF_MASK_ALL_DEFAULT_TOKENS", "false"});
   options_.job.steps = {
       {"script",
        {"echo \"repo $(git ls-remote --get-url "
@@ -2309,6 +2343,9 @@ TEST_F(RunnerEmulatorTest, TokenlessGitUrlsSeedAGlobalGitConfig) {
   WriteTextFile(home + "/.gitconfig", "[user]\n\tname = Seed Tester\n");
   env_["HOME"] = home;
   options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  // The log shows the token to check where it went: GitLab tokens by their
+  // prefix are masked only with this flag on.
+  options_.job.variables.push_back({"FF_MASK_ALL_DEFAULT_TOKENS", "false"});
   options_.job.variables.push_back({"FF_GIT_URLS_WITHOUT_TOKENS", "true"});
   options_.job.steps = {
       {"script",
@@ -2352,6 +2389,9 @@ TEST_F(RunnerEmulatorTest, CloneUrlIsTheRemoteTheRunnersGitConfigUses) {
   ASSERT_TRUE(CommitProject("first"));
   options_.job.variables.push_back({"CI_PROJECT_PATH", "ml/model"});
   options_.job.variables.push_back({"CI_JOB_TOKEN", "glcbt-TEST-1002"});
+  // The log shows the token to check where it went: GitLab tokens by their
+  // prefix are masked only with this flag on.
+  options_.job.variables.push_back({"FF_MASK_ALL_DEFAULT_TOKENS", "false"});
   options_.config.clone_url = "https://mirror.test:8443/git/";
   const std::string home = dir_.path() + "/home";
   fs::create_directories(home);
