@@ -3377,14 +3377,25 @@ void CheckJobKeywordTypes(const std::string& job, const YamlNode& value,
 // and 9 more) once its
 // `!reference`s are filled in: GitLab nests a referenced list where the
 // reference stands (and flattens the script only after this check).
+// What ScriptNestsWithin() found for a reference (its path, dumped) at a
+// level: nested references repeat (a "reference bomb" names one list
+// millions of times), and each is looked at once.
+using ScriptDepthMemo = std::map<std::pair<std::string, int>, bool>;
+
 bool ScriptNestsWithin(const CiConfigModel& model, const CiValue& value,
-                       int level, int hops) {
+                       int level, int hops, ScriptDepthMemo* memo) {
   if (value.is_object() && value.size() == 1 && value.contains("!reference")) {
     const CiValue& path = value["!reference"];
     // A loop, or a reference that does not resolve, is reported elsewhere.
     if (hops > 10 || !path.is_array() || path.empty() || !path[0].is_string()) {
       return true;
     }
+    const std::pair<std::string, int> key = {path.dump(), level};
+    if (const auto known = memo->find(key); known != memo->end()) {
+      return known->second;
+    }
+    // While it is looked at (a loop reaches it again): within.
+    (*memo)[key] = true;
     // A job (after its extends), or any other top-level entry (a list).
     std::string unknown;
     absl::StatusOr<CiValue> target =
@@ -3401,12 +3412,14 @@ bool ScriptNestsWithin(const CiConfigModel& model, const CiValue& value,
       if (found == at->end()) return true;
       at = &*found;
     }
-    return ScriptNestsWithin(model, *at, level, hops + 1);
+    const bool within = ScriptNestsWithin(model, *at, level, hops + 1, memo);
+    (*memo)[key] = within;
+    return within;
   }
   if (!value.is_array()) return true;
   if (level > 9) return false;
   for (const CiValue& item : value) {
-    if (!ScriptNestsWithin(model, item, level + 1, hops)) return false;
+    if (!ScriptNestsWithin(model, item, level + 1, hops, memo)) return false;
   }
   return true;
 }
@@ -3421,14 +3434,15 @@ void CheckReferencedScriptDepth(const CiConfigModel& model,
     const Entry e = FindEntry(value, key);
     if (!e || !HoldsFilledInLater(e.value, 0)) continue;
     const CiValue script = ToCiValue(e.value);
+    ScriptDepthMemo memo;
     bool within = true;
     if (script.is_array()) {
       for (const CiValue& item : script) {
-        within = within && ScriptNestsWithin(model, item, 1, 0);
+        within = within && ScriptNestsWithin(model, item, 1, 0, &memo);
       }
     } else {
       // `script: !reference [...]`: the list it names is the script.
-      within = ScriptNestsWithin(model, script, 0, 0);
+      within = ScriptNestsWithin(model, script, 0, 0, &memo);
     }
     if (!within) {
       report->At(e.value, e.key,
@@ -4359,6 +4373,27 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   if (options.includes != nullptr) {
     model.set_unseen_names(options.includes->unread_names,
                            options.includes->unread_over_seen_names);
+  }
+  // GitLab refuses a file in which any entry's extends chain is too long
+  // or loops ("nesting too deep" / "circular dependency detected in
+  // `extends`"), whatever the job; one line, at the first, and nothing
+  // else (every job below it would fail the same way).
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      if (!entry.first.IsScalar() || !entry.second.IsMap() ||
+          !FindEntry(entry.second, "extends") ||
+          !model.ExtendsTooDeep(entry.first.Scalar())) {
+        continue;
+      }
+      report.At(entry.first, entry.first,
+                absl::StrCat(Shown(entry.first.Scalar()),
+                             ": its extends chain loops or nests more than ",
+                             CiConfigModel::kMaxExtendsDepth,
+                             " levels deep; GitLab refuses the file (nesting "
+                             "too deep, or circular dependency, in extends)"));
+      result.gangs.clear();
+      return result;
+    }
   }
   RunsKeyword runs(files);
   if (lint && !model.has_include()) {

@@ -985,14 +985,73 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
       "train:\n  extends: .a\n  script: x\n  parallel:\n"
       "    distributed: {nodes: 2}\n");
   ASSERT_EQ(deep.errors.size(), 1u);
-  EXPECT_THAT(deep.errors[0].message,
-              HasSubstr("extends nests more than 11 levels (or loops)"));
+  EXPECT_THAT(
+      deep.errors[0].message,
+      HasSubstr("its extends chain loops or nests more than 11 levels deep"));
+}
+
+// GitLab refuses the whole file when any entry's extends chain is longer
+// than it merges or loops, also where no gang is involved: lint and expand
+// said "ok" of such a file, and listed a gang below a too-long chain with
+// the block it could not inherit.
+TEST(InheritanceTest, ATooLongOrLoopingExtendsChainAnywhereIsRefused) {
+  const auto chain = [](int levels, const std::string& first) {
+    std::string text = ".t0:\n" + first;
+    for (int i = 1; i < levels; ++i) {
+      absl::StrAppend(&text, ".t", i, ":\n  extends: .t", i - 1, "\n");
+    }
+    return text;
+  };
+  // job -> .t11 -> ... -> .t0 is twelve levels: one too many.
+  const std::string gang_block =
+      "  script: x\n  parallel:\n    distributed: {nodes: 2}\n";
+  const std::string too_long =
+      chain(12, gang_block) + "job:\n  extends: .t11\n  tags: [gdt]\n";
+  const std::string plain_too_long =
+      chain(13, "  script: x\n") + "job:\n  script: y\n";
+  const std::string loop =
+      ".a:\n  extends: .b\n  script: x\n.b:\n  extends: .a\n"
+      "job:\n  script: y\n";
+  for (const bool lint : {false, true}) {
+    for (const std::string& text : {too_long, plain_too_long, loop}) {
+      const CiExpansion r = lint ? LintCiYaml(text) : ExpandCiYaml(text);
+      ASSERT_EQ(r.errors.size(), 1u) << text;
+      EXPECT_THAT(r.errors[0].message,
+                  HasSubstr("its extends chain loops or nests more than 11 "
+                            "levels deep; GitLab refuses the file"));
+      EXPECT_TRUE(r.gangs.empty());
+    }
+  }
+  // Eleven levels below the job are merged.
+  const CiExpansion eleven = LintCiYaml(
+      chain(11, gang_block) + "job:\n  extends: .t10\n  tags: [gdt]\n");
+  ASSERT_TRUE(eleven.ok()) << eleven.errors[0].message;
+  ASSERT_EQ(eleven.gangs.size(), 1u);
+  EXPECT_EQ(eleven.gangs[0].nodes, 2);
+}
+
+// A script whose !reference values nest a list into itself millions of
+// times (each level names the one below ten times) is checked in moments:
+// lint walked every path of it, for minutes.
+TEST(InheritanceTest, LintChecksANestedScriptReferenceBombQuickly) {
+  std::string text = ".r0:\n  s: [a, b, c, d, e, f, g, h, i, j]\n";
+  for (int level = 1; level < 9; ++level) {
+    text += absl::StrCat(".r", level, ":\n  s:\n");
+    for (int i = 0; i < 10; ++i) {
+      text += absl::StrCat("    - !reference [.r", level - 1, ", s]\n");
+    }
+  }
+  text += "job:\n  script: !reference [.r8, s]\n";
+  const auto start = std::chrono::steady_clock::now();
+  const CiExpansion r = LintCiYaml(text);
+  // Generous for sanitizer builds on loaded cores; it did not end.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(r.ok()) << r.errors[0].message;
 }
 
 TEST(InheritanceTest, AnExtendsChainThousandsLongIsOneLine) {
   // Each template extends the one before: the chain is refused without
-  // being walked to its end by recursion (which overflowed the stack),
-  // and a job eleven levels down is still merged.
+  // being walked to its end by recursion (which overflowed the stack).
   std::string text = ".t0:\n  tags: [a]\n";
   for (int i = 1; i < 3000; ++i) {
     absl::StrAppend(&text, ".t", i, ":\n  extends: .t", i - 1, "\n");
@@ -1004,11 +1063,18 @@ TEST(InheritanceTest, AnExtendsChainThousandsLongIsOneLine) {
         lint ? LintCiYaml(text + "train:\n  extends: .t2999\n" + gang)
              : ExpandCiYaml(text + "train:\n  extends: .t2999\n" + gang);
     ASSERT_EQ(deep.errors.size(), 1u);
-    EXPECT_THAT(deep.errors[0].message,
-                HasSubstr("extends nests more than 11 levels (or loops)"));
+    EXPECT_THAT(
+        deep.errors[0].message,
+        HasSubstr("its extends chain loops or nests more than 11 levels deep"));
+  }
+  // A job eleven levels down is merged (in a file without the longer
+  // chain, which GitLab refuses even unused).
+  std::string short_chain = ".t0:\n  tags: [a]\n";
+  for (int i = 1; i <= 10; ++i) {
+    absl::StrAppend(&short_chain, ".t", i, ":\n  extends: .t", i - 1, "\n");
   }
   const CiExpansion near =
-      ExpandCiYaml(text + "train:\n  extends: .t10\n" + gang);
+      ExpandCiYaml(short_chain + "train:\n  extends: .t10\n" + gang);
   ASSERT_TRUE(near.ok()) << near.errors[0].message;
   const auto effective = EffectiveJobConfig(near.text, "train");
   ASSERT_TRUE(effective.ok()) << effective.status();

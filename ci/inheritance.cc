@@ -13,7 +13,7 @@ namespace gdt::ci {
 namespace {
 
 // GitLab documents eleven levels of `extends`.
-constexpr int kMaxExtendsDepth = 11;
+constexpr int kMaxExtendsDepth = CiConfigModel::kMaxExtendsDepth;
 // A height that stands for "too deep" (or a loop).
 constexpr int kTooDeep = kMaxExtendsDepth + 1;
 // Nesting of `!reference` inside referenced values.
@@ -276,6 +276,10 @@ absl::StatusOr<CiValue> CiConfigModel::Extended(std::string_view job, int depth,
   if (!memo.status.ok()) return memo.status;
   if (unknown->empty()) *unknown = memo.unknown;
   return memo.value;
+}
+
+bool CiConfigModel::ExtendsTooDeep(std::string_view job) const {
+  return Height(job) > kMaxExtendsDepth;
 }
 
 int CiConfigModel::Height(std::string_view start) const {

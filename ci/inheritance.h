@@ -112,6 +112,13 @@ class CiConfigModel {
   absl::StatusOr<CiValue> Extended(std::string_view job, int depth,
                                    std::string* unknown) const;
 
+  // The longest extends chain GitLab merges: an entry kMaxExtendsDepth
+  // levels below the job may not extend another.
+  static constexpr int kMaxExtendsDepth = 11;
+  // Whether `job`'s extends chain is longer than that, or loops; GitLab
+  // then refuses the whole file.
+  bool ExtendsTooDeep(std::string_view job) const;
+
   // The top-level entry `name` as GitLab reads it (nullopt when absent).
   std::optional<CiValue> Top(std::string_view name) const;
 
