@@ -22,35 +22,47 @@ namespace gdt {
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path,
                                          size_t max_bytes) {
-  // A directory opens as a stream on Linux and reads as empty text.
-  std::error_code ignored;
-  if (std::filesystem::is_directory(path, ignored)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", path, ": it is a directory, not a file"));
+  const auto error = [&path](absl::StatusCode code, absl::string_view why) {
+    return absl::Status(code, absl::StrCat("cannot read ", path, ": ", why));
+  };
+  // Opened without blocking: opening a FIFO no one writes to would wait
+  // for a writer for ever. Reads block again (a pipe's writer may be slow;
+  // a FIFO without a writer reads as empty at once).
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return error(absl::StatusCode::kNotFound, strerror(e));
+    if (e == EACCES || e == EPERM) {
+      return error(absl::StatusCode::kPermissionDenied, strerror(e));
+    }
+    return error(absl::StatusCode::kUnavailable, strerror(e));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int error = errno;
-    const std::string message =
-        absl::StrCat("cannot read ", path, ": ", std::strerror(error));
-    if (error == ENOENT) return absl::NotFoundError(message);
-    if (error == EACCES) return absl::PermissionDeniedError(message);
-    return absl::UnavailableError(message);
+  const auto closer = [](const int* f) { close(*f); };
+  const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
+  struct stat info = {};
+  if (fstat(fd, &info) != 0) {
+    return error(absl::StatusCode::kUnavailable, strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return error(absl::StatusCode::kInvalidArgument,
+                 "it is a directory, not a file");
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return error(absl::StatusCode::kUnavailable, strerror(errno));
   }
   std::string text;
   char buffer[1 << 16];
-  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
-    const auto got = static_cast<size_t>(in.gcount());
-    if (got > max_bytes - text.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot read ", path,
-                                                     ": it is larger than ",
-                                                     max_bytes >> 20, " MiB"));
+  while (true) {
+    const ssize_t n = read(fd, buffer, sizeof buffer);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return error(absl::StatusCode::kUnavailable, strerror(errno));
+    if (n == 0) break;
+    if (static_cast<size_t>(n) > max_bytes - text.size()) {
+      return error(absl::StatusCode::kInvalidArgument,
+                   absl::StrCat("it is larger than ", max_bytes >> 20, " MiB"));
     }
-    text.append(buffer, got);
-  }
-  if (in.bad()) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
+    text.append(buffer, static_cast<size_t>(n));
   }
   return text;
 }

@@ -148,6 +148,31 @@ TEST(ReadTextFileTest, ReadsWholeUpToTheLimit) {
             absl::StatusCode::kNotFound);
 }
 
+// A FIFO nobody writes to reads as empty at once (opening it for reading
+// would otherwise wait for a writer for ever); a pipe that is written to
+// is read to its end; a directory is refused.
+TEST(ReadTextFileTest, AFifoWithoutAWriterDoesNotHang) {
+  test::TempDir dir;
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  absl::StatusOr<std::string> empty = ReadTextFile(fifo);
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_EQ(*empty, "");
+
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], "job: 1\n", 7), 7);
+  close(fds[1]);
+  absl::StatusOr<std::string> piped =
+      ReadTextFile("/proc/self/fd/" + std::to_string(fds[0]));
+  close(fds[0]);
+  ASSERT_TRUE(piped.ok()) << piped.status();
+  EXPECT_EQ(*piped, "job: 1\n");
+
+  EXPECT_EQ(ReadTextFile(dir.path()).status().message(),
+            "cannot read " + dir.path() + ": it is a directory, not a file");
+}
+
 // What a less trusted account put in place is read only as the regular file
 // it wrote: a link, a FIFO, a device or a hard link to another file is not
 // opened for reading (a FIFO would block), and the size is bounded.
