@@ -147,6 +147,30 @@ absl::Status ReadFeatureFlags(const toml::table& runner,
 
 }  // namespace
 
+std::string ShortenRunnerToken(std::string_view token) {
+  const auto drop = [&token](std::string_view prefix) {
+    if (token.substr(0, prefix.size()) != prefix) return false;
+    token.remove_prefix(prefix.size());
+    return true;
+  };
+  const auto drop_partition = [&] {
+    return drop("t1_") || drop("t2_") || drop("t3_");
+  };
+  if (drop("glrt-")) {
+    drop_partition();
+  } else if (!drop_partition()) {
+    drop("glrtr-");
+  }
+  drop("glcbt-");
+  if (token.size() >= 9 && token.substr(0, 2) == "GR" &&
+      std::all_of(token.begin() + 2, token.begin() + 9, [](char c) {
+        return absl::ascii_isxdigit(static_cast<unsigned char>(c));
+      })) {
+    token.remove_prefix(9);
+  }
+  return std::string(token.substr(0, 9));
+}
+
 absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
                                                    const std::string& source,
                                                    const std::string& name) {
@@ -186,6 +210,13 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
       continue;
     }
     if (!runner_name.empty()) config.name = runner_name;
+    std::string token;
+    if (absl::Status s =
+            ReadString(*runner, source, "runners.", "token", &token);
+        !s.ok()) {
+      return s;
+    }
+    if (!token.empty()) config.runner_short_token = ShortenRunnerToken(token);
     const std::string shell_before = config.shell;
     for (absl::Status s :
          {ReadString(*runner, source, "runners.", "url", &config.url),

@@ -235,5 +235,26 @@ TEST(RunnerConfigTest, CleanGitConfigWrittenOutIsKnownFromTheDefault) {
   EXPECT_EQ(config->clean_git_config, std::optional<bool>(true));
 }
 
+// The runner shows a token without its known prefix, 9 characters long, in
+// the job log's header and CI_RUNNER_SHORT_TOKEN.
+TEST(RunnerConfigTest, TheTokenIsShownShortAsTheRunnerShowsIt) {
+  EXPECT_EQ(ShortenRunnerToken("glrt-abcdefgh12345"), "abcdefgh1");
+  EXPECT_EQ(ShortenRunnerToken("glrt-t1_abcdefgh12345"), "abcdefgh1");
+  EXPECT_EQ(ShortenRunnerToken("t2_abcdefgh12345"), "abcdefgh1");
+  EXPECT_EQ(ShortenRunnerToken("glrtr-abcdefgh12345"), "abcdefgh1");
+  EXPECT_EQ(ShortenRunnerToken("GR1348941abcdefgh12345"), "abcdefgh1");
+  EXPECT_EQ(ShortenRunnerToken("short"), "short");
+  absl::StatusOr<RunnerConfig> config = ParseRunnerConfigToml(
+      "[[runners]]\nname = \"gpu\"\ntoken = \"glrt-abcdefgh12345\"\n"
+      "executor = \"custom\"\n[runners.custom]\nrun_exec = \"/bin/true\"\n",
+      "config.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->runner_short_token, "abcdefgh1");
+  EXPECT_FALSE(ParseRunnerConfigToml("[[runners]]\ntoken = 5\n"
+                                     "executor = \"custom\"\n",
+                                     "config.toml", "")
+                   .ok());
+}
+
 }  // namespace
 }  // namespace gdt::ci

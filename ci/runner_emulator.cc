@@ -169,6 +169,8 @@ TimePoint Earlier(TimePoint a, TimePoint b) { return std::min(a, b); }
 // "90s" is "1m30s", "1.5s" stays "1.5s".
 std::string FormatSeconds(SteadyClock::duration d) {
   const int64_t ms = std::chrono::duration_cast<milliseconds>(d).count();
+  // Go's Duration.String: under a second in milliseconds ("250ms").
+  if (ms > 0 && ms < 1000) return absl::StrCat(ms, "ms");
   const int64_t hours = ms / 3600000;
   const int64_t minutes = (ms / 60000) % 60;
   const int64_t millis = ms % 60000;
@@ -724,16 +726,6 @@ class RunnerEmulator::Job {
   // An exec stopped by its own timeout (config_exec_timeout,
   // prepare_exec_timeout) rather than the job's: the runner sees a failed
   // call, not a job timeout, and retries the preparation.
-  Failure ExecTimeoutIsSystemFailure(Failure failure, std::string_view what,
-                                     milliseconds timeout) const {
-    if (failure.kind != FailureKind::kTimeout ||
-        SteadyClock::now() >= ContextDeadline()) {
-      return failure;
-    }
-    return {FailureKind::kSystem, 0,
-            absl::StrCat(std::string(what), ": did not finish within ",
-                         timeout.count() / 1000.0, " s")};
-  }
   // The end of the context preparation runs in: the job's deadline, or the
   // prepare_timeout while preparing.
   TimePoint ContextDeadline() const {
@@ -779,7 +771,19 @@ class RunnerEmulator::Job {
                       const StopCheck& stop, const OutputFn& out,
                       const OutputFn& err);
   // Classifies an exec's outcome by its exit code.
-  Failure Classify(const ExecOutcome& outcome, std::string_view what);
+  Failure Classify(const ExecOutcome& outcome);
+  // The outcome of config_exec, prepare_exec or cleanup_exec. One stopped
+  // at its own timeout (not the job's) is classified by how it then exited,
+  // as the runner's kill sequence hands back its exit: a driver that exits
+  // with 0 on SIGTERM succeeded, one killed by the signal failed as an
+  // unknown exit code.
+  Failure ClassifyOwnExec(ExecOutcome outcome) {
+    if (outcome.stopped == StopReason::kDeadline &&
+        SteadyClock::now() < ContextDeadline()) {
+      outcome.stopped = StopReason::kNone;
+    }
+    return Classify(outcome);
+  }
 
   // Preparation.
   Failure PrepareAttempt(int attempt);
@@ -1198,14 +1202,13 @@ ExecOutcome RunnerEmulator::Job::RunExec(ExecCall call, bool with_job_env,
   return outcome;
 }
 
-Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome,
-                                      std::string_view what) {
+Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome) {
   if (outcome.stopped != StopReason::kNone) {
     if (!outcome.error.empty()) Log(absl::StrCat("WARNING: ", outcome.error));
     return StopFailure(outcome.stopped);
   }
-  const std::string prefix =
-      what.empty() ? "" : absl::StrCat(std::string(what), ": ");
+  // The custom executor returns the exec's error as it is.
+  const std::string prefix;
   if (!outcome.error.empty()) {
     return {FailureKind::kSystem, outcome.exit.code(),
             absl::StrCat(prefix, outcome.error)};
@@ -1273,9 +1276,7 @@ Failure RunnerEmulator::Job::RunConfigExec(int attempt) {
       Earlier(SteadyClock::now() + config_.config_exec_timeout,
               ContextDeadline()),
       [this] { return JobContextStop(); }, capture, to_log);
-  Failure failure =
-      ExecTimeoutIsSystemFailure(Classify(outcome, "config_exec"),
-                                 "config_exec", config_.config_exec_timeout);
+  Failure failure = ClassifyOwnExec(outcome);
   if (!failure.ok()) return failure;
   (void)attempt;
 
@@ -1477,9 +1478,7 @@ Failure RunnerEmulator::Job::PrepareAttempt(int attempt) {
         Earlier(SteadyClock::now() + config_.prepare_exec_timeout,
                 ContextDeadline()),
         [this] { return JobContextStop(); }, to_log, to_log);
-    Failure failure = ExecTimeoutIsSystemFailure(
-        Classify(outcome, "prepare environment"), "prepare environment",
-        config_.prepare_exec_timeout);
+    Failure failure = ClassifyOwnExec(outcome);
     if (!failure.ok()) return failure;
   }
   return {};
@@ -1509,12 +1508,13 @@ void RunnerEmulator::Job::RunCleanupExec(int attempt) {
       call, /*with_job_env=*/config_done_,
       SteadyClock::now() + config_.cleanup_exec_timeout,
       [] { return StopReason::kNone; }, debug, warn);
-  if (!outcome.error.empty() || !outcome.exit.success()) {
-    Diagnose("warn", absl::StrCat(
-                         "Cleanup script failed: ",
-                         outcome.error.empty()
-                             ? absl::StrCat("exit status ", outcome.exit.code())
-                             : outcome.error));
+  // Its own timeout is the only one that stops it.
+  if (const Failure failure = ClassifyOwnExec(outcome); !failure.ok()) {
+    // The custom executor's build logger: the job log and the runner's.
+    const std::string line =
+        absl::StrCat("Cleanup script failed: ", failure.message);
+    Log(absl::StrCat("WARNING: ", line));
+    Diagnose("warn", line);
   }
 }
 
@@ -1640,9 +1640,9 @@ Failure RunnerEmulator::Job::RunStage(std::string_view stage,
       deadline < job_deadline_ && SteadyClock::now() < job_deadline_) {
     ExecOutcome exited = outcome;
     exited.stopped = StopReason::kNone;
-    return Classify(exited, "");
+    return Classify(exited);
   }
-  return Classify(outcome, "");
+  return Classify(outcome);
 }
 
 RunnerEmulator::Job::JobSettings RunnerEmulator::Job::ReadSettings() const {
@@ -3322,7 +3322,10 @@ JobResult RunnerEmulator::Job::Run() {
       prepared = true;
       break;
     }
-    Log(absl::StrCat("ERROR: Preparation failed: ", failure.message));
+    // The runner's retryCreateExecutor: the executor's cleanup first; a
+    // build or configuration error ends the preparation without a word;
+    // any other error is logged and waited out, after the last attempt
+    // too, before the job fails with it.
     RunCleanupExec(attempt);
     RemoveTempDir();
     if (failure.kind != FailureKind::kSystem) {
@@ -3333,15 +3336,16 @@ JobResult RunnerEmulator::Job::Run() {
       Fail(StopFailure(JobContextStop()), "prepare");
       break;
     }
-    if (attempt == kPreparationAttempts) {
-      Fail(failure, "prepare");
-      break;
-    }
+    Log(absl::StrCat("ERROR: Preparation failed: ", failure.message));
     Log(absl::StrCat("Will be retried in ",
-                     config_.preparation_retry_interval.count() / 1000.0,
-                     "s ..."));
+                     FormatSeconds(config_.preparation_retry_interval),
+                     " ..."));
     if (!PauseUnlessStopped(config_.preparation_retry_interval)) {
       Fail(StopFailure(JobContextStop()), "prepare");
+      break;
+    }
+    if (attempt == kPreparationAttempts) {
+      Fail(failure, "prepare");
       break;
     }
   }

@@ -500,7 +500,30 @@ TEST_F(RunnerEmulatorTest, PrepareExecTimeoutIsARetriedSystemFailure) {
 
   EXPECT_EQ(result.failure_reason, "runner_system_failure");
   EXPECT_EQ(result.attempts, 3);
-  EXPECT_THAT(result.message, HasSubstr("did not finish within 0.2 s"));
+  // The runner hands back how the exec ended after its SIGTERM.
+  EXPECT_THAT(result.message,
+              HasSubstr("unknown Custom executor executable exit code -1; "
+                        "executable execution terminated with: signal: "
+                        "terminated"));
+}
+
+// A driver that exits with 0 when its own timeout's SIGTERM comes did its
+// work, as far as the runner is concerned: the kill sequence hands back that
+// exit, and the job goes on.
+TEST_F(RunnerEmulatorTest, AnExecThatEndsWellAtItsTimeoutSucceeded) {
+  const std::string prepare = dir_.path() + "/slow-prepare";
+  WriteTextFile(prepare,
+                "#!/usr/bin/env bash\ntrap 'exit 0' TERM\n"
+                "while :; do sleep 0.05; done\n");
+  fs::permissions(prepare, fs::perms::owner_all);
+  options_.config.prepare_exec = prepare;
+  options_.config.prepare_args = {};
+  options_.config.prepare_exec_timeout = milliseconds(200);
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_EQ(result.attempts, 1);
 }
 
 TEST_F(RunnerEmulatorTest, PrepareTimeoutBoundsAllAttemptsTogether) {
@@ -539,7 +562,7 @@ TEST_F(RunnerEmulatorTest, PrepareTimeoutStopsAHangingPrepareExec) {
   EXPECT_EQ(result.failure_reason, "job_execution_timeout") << Log();
   EXPECT_EQ(result.attempts, 1);
   EXPECT_THAT(result.message,
-              HasSubstr("prepare timeout: exceeded timeout of 0.5s"));
+              HasSubstr("prepare timeout: exceeded timeout of 500ms"));
 }
 
 TEST_F(RunnerEmulatorTest, PrepareTimeoutLongerThanTheJobIsTheJobTimeout) {
@@ -621,6 +644,17 @@ TEST_F(RunnerEmulatorTest, SystemFailureInPrepareIsRetriedWithCleanup) {
                                          "config ", "prepare ", "cleanup "));
   EXPECT_EQ(result.calls.back().attempt, 3);
   EXPECT_TRUE(fs::is_empty(tmp_));
+  // The runner's words, after each attempt's cleanup, the last one too;
+  // the error is the exec's own.
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(),
+                       "ERROR: Preparation failed: exit status 2"),
+            3)
+      << Log();
+  EXPECT_EQ(std::count(log_lines_.begin(), log_lines_.end(),
+                       "Will be retried in 10ms ..."),
+            3)
+      << Log();
+  EXPECT_EQ(result.message, "Job failed (system failure): exit status 2");
 }
 
 TEST_F(RunnerEmulatorTest, UnknownExitCodeInPrepareIsASystemFailure) {
@@ -644,6 +678,25 @@ TEST_F(RunnerEmulatorTest, BuildFailureInPrepareIsNotRetried) {
   EXPECT_EQ(result.failure_reason, "script_failure");
   EXPECT_EQ(result.attempts, 1);
   EXPECT_THAT(Calls(result), ElementsAre("config ", "prepare ", "cleanup "));
+  // A build error ends the preparation without the retry's words.
+  EXPECT_THAT(Log(), Not(HasSubstr("Preparation failed")));
+  EXPECT_THAT(Log(), Not(HasSubstr("Will be retried")));
+}
+
+// A failed cleanup_exec is a warning in the job log (its output is not),
+// in the custom executor's words for the exit.
+TEST_F(RunnerEmulatorTest, AFailedCleanupIsAWarningInTheJobLog) {
+  env_["FAKE_CLEANUP_EXIT"] = "3";
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(log_lines_,
+              Contains("WARNING: Cleanup script failed: unknown Custom "
+                       "executor executable exit code 3; executable "
+                       "execution terminated with: exit status 3"));
+  EXPECT_EQ(log_lines_.back(), "Job succeeded");
+  EXPECT_THAT(log_lines_, Not(Contains("cleanup stdout")));
 }
 
 // config_exec's output as the runner reads it (Go's encoding/json): none at

@@ -20,7 +20,8 @@ namespace gdt::test {
 //   run:     when the stage is $FAKE_HANG_STAGE, notes SIGTERMs in
 //            $FAKE_REC/signals, ignores them and never ends; otherwise runs
 //            the script and maps a failure to BUILD_EXIT_CODE_FILE + 1.
-//   cleanup: prints to stdout and stderr, exits 0.
+//   cleanup: prints to stdout and stderr, exits $FAKE_CLEANUP_EXIT (default
+//            0).
 inline std::string WriteFakeExecutor(const std::string& dir) {
   const std::string path = dir + "/fake-executor";
   WriteTextFile(path, R"(#!/usr/bin/env bash
@@ -47,7 +48,7 @@ case "$kind" in
   cleanup)
     echo "cleanup stdout"
     echo "cleanup stderr" >&2
-    exit 0 ;;
+    exit "${FAKE_CLEANUP_EXIT:-0}" ;;
   run)
     stat -c %a "$script" > "$FAKE_REC/script_mode.$n"
     if [ "$stage" = "${FAKE_HANG_STAGE:-}" ]; then
