@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -1956,6 +1957,198 @@ bool ReadsBack(const std::string& text,
     }
   }
   return true;
+}
+
+// What the configuration GitLab computes for a gang job of the expanded
+// file (`after`: after extends, merge keys and default:) lacks of the gang
+// its block describes (`spec`, from the job's block as GitLab would merge
+// it before expansion); "" when it carries it all. `own_variables` are the
+// job's own (a plain GDT_* value of the job's own overrides on purpose).
+// Expand writes a gang's settings into the entry that holds its block, a
+// template when jobs inherit the block, and whatever else such a job
+// inherits can replace them: another parent later in its extends list, or
+// default: where the template lacks a key but the job's inherit: differs.
+std::string MissingAfterExpansion(const CiConfigModel::Effective& before,
+                                  const CiConfigModel::Effective& after,
+                                  const GangSpec& spec,
+                                  const CiValue& own_variables,
+                                  const CiExpandOptions& options) {
+  const CiValue& job = after.config;
+  const auto known = [&](const char* key) {
+    return after.Known(key) && after.unresolved.count(key) == 0 &&
+           before.Known(key) && before.unresolved.count(key) == 0;
+  };
+  // The strings of list `key` (of mapping `key`'s `sub`) in `config`: none
+  // when it is absent; nullopt when it is not a list of strings.
+  const auto items =
+      [](const CiValue& config, const char* key,
+         const char* sub) -> std::optional<std::set<std::string>> {
+    const CiValue* at = &config;
+    for (const char* name : {key, sub}) {
+      if (name == nullptr) break;
+      if (!at->is_object()) return std::set<std::string>();
+      const auto found = at->find(name);
+      if (found == at->end() || found->is_null()) {
+        return std::set<std::string>();
+      }
+      at = &*found;
+    }
+    if (!at->is_array()) return std::nullopt;
+    std::set<std::string> out;
+    for (const CiValue& item : *at) {
+      if (!item.is_string()) return std::nullopt;
+      out.insert(item.get<std::string>());
+    }
+    return out;
+  };
+  // Expansion adds `added` to the list and changes nothing else.
+  const auto only_adds = [&](const char* key, const char* sub,
+                             const std::string& added) -> std::string {
+    std::optional<std::set<std::string>> was = items(before.config, key, sub);
+    const std::optional<std::set<std::string>> is =
+        items(after.config, key, sub);
+    if (!was.has_value() || !is.has_value()) return "";
+    if (!added.empty()) was->insert(added);
+    if (*was == *is) return "";
+    const auto shown = [](const std::set<std::string>& set) {
+      std::vector<std::string> quoted;
+      for (const std::string& item : set) quoted.push_back(Shown(item));
+      return absl::StrCat("[", absl::StrJoin(quoted, ", "), "]");
+    };
+    return absl::StrCat("has ", key, sub == nullptr ? "" : ":",
+                        sub == nullptr ? "" : sub, " ", shown(*is), ", not ",
+                        shown(*was));
+  };
+  if (known("parallel")) {
+    const auto parallel = job.find("parallel");
+    if (parallel == job.end() || !parallel->is_number_integer() ||
+        parallel->get<int64_t>() != spec.nodes) {
+      return absl::StrCat(
+          "has parallel: ", parallel == job.end() ? "none" : parallel->dump(),
+          ", not ", spec.nodes);
+    }
+  }
+  if (known("variables")) {
+    const auto variables = job.find("variables");
+    for (const auto& [name, value] : spec.Variables()) {
+      // Checked below against the retry it ends up with.
+      if (name == "GDT_PREEMPT_RETRIES") continue;
+      if (own_variables.is_object() && own_variables.contains(name)) continue;
+      std::string got = "unset";
+      if (variables != job.end() && variables->is_object()) {
+        const auto v = variables->find(name);
+        if (v != variables->end()) {
+          got = v->is_string() ? Shown(v->get<std::string>()) : v->dump();
+        }
+      }
+      if (got != Shown(value)) {
+        return absl::StrCat("has ", name, " ", got, ", not ", Shown(value),
+                            " as its parallel:distributed block says");
+      }
+    }
+  }
+  // Its tags, and with checkpoints in artifacts its artifact paths, are
+  // what GitLab would give it without gdt plus what gdt adds.
+  if (known("tags")) {
+    if (std::string wrong = only_adds("tags", nullptr, options.runner_tag);
+        !wrong.empty()) {
+      return wrong;
+    }
+  }
+  if (spec.checkpoint_store == "artifacts" && known("artifacts")) {
+    if (std::string wrong = only_adds("artifacts", "paths", kCheckpointPath);
+        !wrong.empty()) {
+      return wrong;
+    }
+  }
+  if (spec.preemptible && known("retry") && known("variables")) {
+    const auto variables = job.find("variables");
+    int64_t promised = 0;
+    if (variables != job.end() && variables->is_object()) {
+      const auto v = variables->find("GDT_PREEMPT_RETRIES");
+      if (v != variables->end() && v->is_string()) {
+        promised = std::atoll(v->get<std::string>().c_str());
+      }
+    }
+    const auto retry = job.find("retry");
+    const int retries = retry == job.end() || retry->is_null()
+                            ? 0
+                            : PreemptRetries(spec.job, job);
+    if (retries != promised) {
+      return absl::StrCat("has a retry: that brings a preempted job back ",
+                          retries, " times, while GDT_PREEMPT_RETRIES says ",
+                          promised);
+    }
+  }
+  return "";
+}
+
+// Each job of the main file (`documents`) that runs as a gang, by its own
+// block or one it inherits, read again in the `expanded` text as GitLab
+// will merge it: what it lacks of its gang is an error at the job. `files`
+// are the configuration's files as `model` read them, the main file last.
+void CheckGangsAfterExpansion(const std::string& expanded,
+                              const std::vector<YamlNode>& documents,
+                              std::vector<std::vector<YamlNode>> files,
+                              const CiConfigModel& model,
+                              const CiExpandOptions& options,
+                              Reporter* report) {
+  YamlError error;
+  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(expanded, &error);
+  if (tree == nullptr || !error.message.empty()) return;  // Reported later.
+  files.back() = tree->documents();
+  const CiConfigModel after =
+      options.includes == nullptr
+          ? CiConfigModel(files.back())
+          : CiConfigModel(files, options.includes->unseen,
+                          options.includes->unseen_over_seen);
+  std::unordered_set<std::string> seen;
+  // A later document's job is the one GitLab keeps.
+  for (auto root = documents.rbegin(); root != documents.rend(); ++root) {
+    for (const auto& entry : *root) {
+      const YamlNode& key = entry.first;
+      const YamlNode& value = entry.second;
+      if (!key.IsScalar() || !value.IsMap()) continue;
+      const std::string& job = key.Scalar();
+      if (job.empty() || job[0] == '.' || IsCiKeyword(job) ||
+          !seen.insert(job).second) {
+        continue;
+      }
+      // Its block alone first (cheap): most jobs are not gangs.
+      static const std::vector<std::string> kParallel = {"parallel"};
+      const absl::StatusOr<CiConfigModel::Effective> block =
+          model.Resolve(job, kParallel);
+      if (!block.ok()) continue;
+      const auto parallel = block->config.find("parallel");
+      if (parallel == block->config.end()) continue;
+      std::vector<CiDiagnostic> ignored;  // Reported where the block is.
+      const std::optional<GangSpec> spec =
+          SpecOfValue(job, *parallel, options, &ignored);
+      if (!spec.has_value()) continue;
+      const absl::StatusOr<CiConfigModel::Effective> before =
+          model.Resolve(job, InspectedKeys());
+      if (!before.ok()) continue;
+      const absl::StatusOr<CiConfigModel::Effective> now =
+          after.Resolve(job, InspectedKeys());
+      if (!now.ok()) continue;
+      const Entry own = FindEntry(value, "variables");
+      const std::string missing = MissingAfterExpansion(
+          *before, *now, *spec, own ? ToCiValue(own.value) : CiValue(),
+          options);
+      if (missing.empty()) continue;
+      report->At(
+          key, key,
+          absl::StrCat(
+              Shown(job), ": once expanded, GitLab would give this job what ",
+              "it inherits merged so that it ", missing,
+              ": gdt writes a gang's settings where its parallel:distributed "
+              "block is, and something else this job has or inherits (its own "
+              "entries, a merge key, another parent in its extends list, "
+              "default: under another inherit:, a second block) replaces "
+              "them; give the job the block itself, or that setting with "
+              "gdt's part in it"));
+    }
+  }
 }
 
 // "UTF-16 (...)" when `text` is not UTF-8 but UTF-16 or UTF-32 (a
@@ -5050,6 +5243,15 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       result.gangs.clear();
       return result;
     }
+  }
+  if (result.ok()) {
+    // Each gang job as GitLab will merge it once expanded, in lint too (it
+    // would be expanded so).
+    std::string expanded;
+    ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
+               edits.cend(), &expanded);
+    CheckGangsAfterExpansion(expanded, documents, files, model, options,
+                             &report);
   }
   if (!lint) {
     // Each rewritten job must read back as planned. A job is read on its

@@ -990,6 +990,66 @@ TEST(InheritanceTest, WhatCannotBeSeenIsRefusedWithOneLine) {
       HasSubstr("its extends chain loops or nests more than 11 levels deep"));
 }
 
+// Expand writes a gang's settings where its block is: into the template
+// when jobs inherit the block. What else such a job inherits can undo them
+// in GitLab's merge; both commands then refuse the job, naming what it
+// would lose, instead of a pipeline whose gang runs without the runner tag
+// or with settings other than its block says.
+TEST(InheritanceTest, AGangThatWouldNotGetWhatItsBlockSaysIsRefused) {
+  const std::string gang =
+      ".gang:\n  parallel:\n    distributed:\n      nodes: 2\n"
+      "      checkpoint: {}\n      preemptible: true\n";
+  const std::string gpu =
+      ".gpu:\n  tags: [a100]\n  retry: 1\n  artifacts:\n"
+      "    paths: [logs/]\n";
+  struct Case {
+    std::string text;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      // A later parent's tags replace the template's.
+      {gang + gpu + "t:\n  extends: [.gang, .gpu]\n  script: x\n",
+       "t: once expanded, GitLab would give this job what it inherits merged "
+       "so that it has tags [a100], not [a100, gdt]"},
+      // The template's tags replace the other parent's.
+      {gpu + gang + "t:\n  extends: [.gpu, .gang]\n  script: x\n",
+       "has tags [gdt], not [a100, gdt]"},
+      // default: baked into the template for a job that opts out of it.
+      {"default:\n  tags: [a100]\n  retry: 1\n" + gang +
+           "t:\n  extends: .gang\n  inherit: {default: false}\n"
+           "  script: x\n",
+       "has tags [a100, gdt], not [gdt]"},
+      // Two templates with blocks: the second's variables win.
+      {".a:\n  parallel:\n    distributed: {nodes: 2, gpus_per_node: 8}\n"
+       ".b:\n  parallel:\n    distributed: {nodes: 4}\n"
+       "t:\n  extends: [.a, .b]\n  script: x\n",
+       "has GDT_GPUS_PER_NODE 0, not 8"},
+  };
+  for (const Case& c : cases) {
+    for (const bool lint : {false, true}) {
+      const CiExpansion r = lint ? LintCiYaml(c.text) : ExpandCiYaml(c.text);
+      ASSERT_EQ(r.errors.size(), 1u) << (lint ? "lint " : "expand ") << c.text;
+      EXPECT_THAT(r.errors[0].message, HasSubstr(c.says)) << c.text;
+      EXPECT_THAT(r.errors[0].message,
+                  HasSubstr("give the job the block itself"));
+      EXPECT_TRUE(r.text.empty());
+    }
+  }
+  // A job that only extends the template, or that sets its own tags with
+  // the runner tag, is fine.
+  for (const std::string& text :
+       {gang + "t:\n  extends: .gang\n  script: x\n",
+        gang + gpu +
+            "t:\n  extends: [.gang, .gpu]\n  tags: [a100, gdt]\n"
+            "  retry: {max: 2, when: [script_failure]}\n"
+            "  artifacts: {paths: [logs/, checkpoints/], when: always}\n"
+            "  script: x\n"}) {
+    const CiExpansion r = ExpandCiYaml(text);
+    EXPECT_TRUE(r.ok()) << text << "\n" << r.errors[0].message;
+    EXPECT_TRUE(LintCiYaml(text).ok()) << text;
+  }
+}
+
 // GitLab refuses the whole file when any entry's extends chain is longer
 // than it merges or loops, also where no gang is involved: lint and expand
 // said "ok" of such a file, and listed a gang below a too-long chain with
