@@ -20,101 +20,100 @@
 
 namespace gdt {
 
-absl::StatusOr<std::string> ReadTextFile(const std::string& path,
-                                         size_t max_bytes) {
-  const auto error = [&path](absl::StatusCode code, absl::string_view why) {
-    return absl::Status(code, absl::StrCat("cannot read ", path, ": ", why));
-  };
-  // Opened without blocking: opening a FIFO no one writes to would wait
-  // for a writer for ever. Reads block again (a pipe's writer may be slow;
-  // a FIFO without a writer reads as empty at once).
-  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return error(absl::StatusCode::kNotFound, strerror(e));
-    if (e == EACCES || e == EPERM) {
-      return error(absl::StatusCode::kPermissionDenied, strerror(e));
-    }
-    return error(absl::StatusCode::kUnavailable, strerror(e));
+namespace {
+
+absl::Status ReadError(const std::string& path, absl::StatusCode code,
+                       absl::string_view why) {
+  return absl::Status(code, absl::StrCat("cannot read ", path, ": ", why));
+}
+
+// The error of an open(2) of `path` that failed with `e`.
+absl::Status OpenError(const std::string& path, int e) {
+  if (e == ENOENT) {
+    return ReadError(path, absl::StatusCode::kNotFound, strerror(e));
   }
-  const auto closer = [](const int* f) { close(*f); };
-  const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
-  struct stat info = {};
-  if (fstat(fd, &info) != 0) {
-    return error(absl::StatusCode::kUnavailable, strerror(errno));
+  if (e == EACCES || e == EPERM) {
+    return ReadError(path, absl::StatusCode::kPermissionDenied, strerror(e));
   }
-  if (S_ISDIR(info.st_mode)) {
-    return error(absl::StatusCode::kInvalidArgument,
-                 "it is a directory, not a file");
-  }
-  const int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
-    return error(absl::StatusCode::kUnavailable, strerror(errno));
-  }
+  return ReadError(path, absl::StatusCode::kUnavailable, strerror(e));
+}
+
+// Reads `fd` to its end; more than `max_bytes` is an InvalidArgument error
+// saying "it is larger than <limit>".
+absl::StatusOr<std::string> ReadToEnd(int fd, const std::string& path,
+                                      size_t max_bytes,
+                                      const std::string& limit) {
   std::string text;
   char buffer[1 << 16];
   while (true) {
     const ssize_t n = read(fd, buffer, sizeof buffer);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return error(absl::StatusCode::kUnavailable, strerror(errno));
+    if (n < 0) {
+      return ReadError(path, absl::StatusCode::kUnavailable, strerror(errno));
+    }
     if (n == 0) break;
     if (static_cast<size_t>(n) > max_bytes - text.size()) {
-      return error(absl::StatusCode::kInvalidArgument,
-                   absl::StrCat("it is larger than ", max_bytes >> 20, " MiB"));
+      return ReadError(path, absl::StatusCode::kInvalidArgument,
+                       absl::StrCat("it is larger than ", limit));
     }
     text.append(buffer, static_cast<size_t>(n));
   }
   return text;
 }
 
+}  // namespace
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path,
+                                         size_t max_bytes) {
+  // Opened without blocking: opening a FIFO no one writes to would wait
+  // for a writer for ever. Reads block again (a pipe's writer may be slow;
+  // a FIFO without a writer reads as empty at once).
+  const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return OpenError(path, errno);
+  const auto closer = [](const int* f) { close(*f); };
+  const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
+  struct stat info = {};
+  if (fstat(fd, &info) != 0) {
+    return ReadError(path, absl::StatusCode::kUnavailable, strerror(errno));
+  }
+  if (S_ISDIR(info.st_mode)) {
+    return ReadError(path, absl::StatusCode::kInvalidArgument,
+                     "it is a directory, not a file");
+  }
+  const int flags = fcntl(fd, F_GETFL);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    return ReadError(path, absl::StatusCode::kUnavailable, strerror(errno));
+  }
+  return ReadToEnd(fd, path, max_bytes, absl::StrCat(max_bytes >> 20, " MiB"));
+}
+
 absl::StatusOr<std::string> ReadPlainFile(const std::string& path,
                                           size_t max_bytes, int dir_fd) {
-  const auto error = [&path](absl::StatusCode code, absl::string_view why) {
-    return absl::Status(code, absl::StrCat("cannot read ", path, ": ", why));
-  };
   const int fd = openat(dir_fd, path.c_str(),
                         O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return error(absl::StatusCode::kNotFound, strerror(e));
-    if (e == ELOOP) {
-      return error(absl::StatusCode::kFailedPrecondition,
-                   "it is a symbolic link, which is not followed");
+    if (errno == ELOOP) {
+      return ReadError(path, absl::StatusCode::kFailedPrecondition,
+                       "it is a symbolic link, which is not followed");
     }
-    if (e == EACCES || e == EPERM) {
-      return error(absl::StatusCode::kPermissionDenied, strerror(e));
-    }
-    return error(absl::StatusCode::kUnavailable, strerror(e));
+    return OpenError(path, errno);
   }
   const auto closer = [](const int* f) { close(*f); };
   const std::unique_ptr<const int, decltype(closer)> closed(&fd, closer);
   struct stat info = {};
   if (fstat(fd, &info) != 0) {
-    return error(absl::StatusCode::kUnavailable, strerror(errno));
+    return ReadError(path, absl::StatusCode::kUnavailable, strerror(errno));
   }
   if (!S_ISREG(info.st_mode)) {
-    return error(absl::StatusCode::kFailedPrecondition,
-                 "it is not a regular file");
+    return ReadError(path, absl::StatusCode::kFailedPrecondition,
+                     "it is not a regular file");
   }
   if (info.st_nlink != 1) {
-    return error(absl::StatusCode::kFailedPrecondition,
-                 absl::StrCat("it has ", info.st_nlink,
-                              " hard links; only a file of one is read"));
+    return ReadError(path, absl::StatusCode::kFailedPrecondition,
+                     absl::StrCat("it has ", info.st_nlink,
+                                  " hard links; only a file of one is read"));
   }
-  std::string text;
-  char buffer[1 << 16];
-  while (true) {
-    const ssize_t n = read(fd, buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return error(absl::StatusCode::kUnavailable, strerror(errno));
-    if (n == 0) break;
-    if (static_cast<size_t>(n) > max_bytes - text.size()) {
-      return error(absl::StatusCode::kInvalidArgument,
-                   absl::StrCat("it is larger than ", max_bytes, " bytes"));
-    }
-    text.append(buffer, static_cast<size_t>(n));
-  }
-  return text;
+  return ReadToEnd(fd, path, max_bytes, absl::StrCat(max_bytes, " bytes"));
 }
 
 namespace {
