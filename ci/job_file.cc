@@ -665,6 +665,25 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
     GDT_RETURN_IF_ERROR(
         ReadScript(*after, name, "after_script", &job.after_script));
   }
+  if (const CiValue* hooks = entry("hooks"); hooks != nullptr) {
+    if (!hooks->is_object()) {
+      return JobError(name, "hooks must be a map of hook names to scripts");
+    }
+    for (const auto& [hook, script] : hooks->items()) {
+      if (hook == "pre_get_sources_script") {
+        GDT_RETURN_IF_ERROR(ReadScript(script, name, "hooks:" + hook,
+                                       &job.pre_get_sources_script));
+      } else if (hook == "post_get_sources_script") {
+        GDT_RETURN_IF_ERROR(ReadScript(script, name, "hooks:" + hook,
+                                       &job.post_get_sources_script));
+      } else {
+        return JobError(
+            name, absl::StrCat("hooks: unknown hook '", hook,
+                               "' (GitLab knows pre_get_sources_script and "
+                               "post_get_sources_script)"));
+      }
+    }
+  }
   // `image:` (the job's, else `default:`'s, else the deprecated top-level
   // one): a name, or a map with its name.
   if (std::optional<CiValue> image = with_top_level("image")) {

@@ -101,6 +101,10 @@ struct CiJob {
   std::vector<std::string> before_script;
   std::vector<std::string> script;
   std::vector<std::string> after_script;
+  // `hooks:` (the job's, else `default:`'s): commands get_sources runs
+  // before and after fetching the sources.
+  std::vector<std::string> pre_get_sources_script;
+  std::vector<std::string> post_get_sources_script;
   // `image:`'s name (the job's, else `default:`'s, else the top level's);
   // empty: none. Only passed on (CI_JOB_IMAGE): run-local runs no image.
   std::string image;

@@ -139,6 +139,36 @@ TEST(CiYamlTest, ReadsTheImageName) {
 
 // `services:` as GitLab reads them: names or maps, from the job, else
 // `default:` (through `extends` and `!reference` too).
+// `hooks:` (the job's, else default:'s): the two get_sources hooks GitLab
+// knows; any other name is one line.
+TEST(CiYamlTest, ReadsHooks) {
+  constexpr char kYaml[] =
+      "default:\n"
+      "  hooks:\n"
+      "    pre_get_sources_script: [echo default pre]\n"
+      "train:\n"
+      "  script: [run]\n"
+      "own:\n"
+      "  hooks:\n"
+      "    pre_get_sources_script: echo own pre\n"
+      "    post_get_sources_script: [echo a, [echo b]]\n"
+      "  script: [run]\n"
+      "bad:\n"
+      "  hooks: {pre_build_script: [x]}\n"
+      "  script: [run]\n";
+  absl::StatusOr<CiJob> train = ParseCiJob(kYaml, "train");
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_THAT(train->pre_get_sources_script, ElementsAre("echo default pre"));
+  EXPECT_TRUE(train->post_get_sources_script.empty());
+  absl::StatusOr<CiJob> own = ParseCiJob(kYaml, "own");
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_THAT(own->pre_get_sources_script, ElementsAre("echo own pre"));
+  EXPECT_THAT(own->post_get_sources_script, ElementsAre("echo a", "echo b"));
+  EXPECT_EQ(ParseCiJob(kYaml, "bad").status().message(),
+            "job bad: hooks: unknown hook 'pre_build_script' (GitLab knows "
+            "pre_get_sources_script and post_get_sources_script)");
+}
+
 TEST(CiYamlTest, ReadsServices) {
   constexpr char kYaml[] =
       ".db:\n"

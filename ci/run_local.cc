@@ -848,6 +848,11 @@ std::vector<gitlab::JobPayload> BuildPayloads(const CiJob& job,
     p.depth = 20;
     p.timeout_seconds = pipeline.timeout_seconds;
     p.image = job.image;
+    for (const auto& [hook, script] :
+         {std::pair{"pre_get_sources_script", &job.pre_get_sources_script},
+          std::pair{"post_get_sources_script", &job.post_get_sources_script}}) {
+      if (!script->empty()) p.hooks.push_back({hook, *script});
+    }
     for (const CiService& service : job.services) {
       p.services.push_back({service.name, service.alias, service.entrypoint,
                             service.command, service.variables});

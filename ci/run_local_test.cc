@@ -182,6 +182,29 @@ TEST(BuildPayloadsTest, ServicesAreSentAsGitLabSendsThem) {
   }
 }
 
+// `hooks:` go to the runner as GitLab sends them, and read back.
+TEST(BuildPayloadsTest, HooksAreSentAsGitLabSendsThem) {
+  CiJob job;
+  job.name = "train";
+  job.script = {"true"};
+  job.pre_get_sources_script = {"echo pre"};
+  job.post_get_sources_script = {"echo a", "echo b"};
+  LocalPipeline pipeline;
+
+  const gitlab::JobPayload payload = BuildPayloads(job, pipeline)[0];
+  const std::string json = gitlab::SerializeJobPayload(payload);
+
+  EXPECT_THAT(json, HasSubstr(R"("hooks":[{"name":"pre_get_sources_script",)"
+                              R"("script":["echo pre"]},)"
+                              R"({"name":"post_get_sources_script",)"
+                              R"("script":["echo a","echo b"]}])"));
+  absl::StatusOr<gitlab::JobPayload> back = gitlab::ParseJobPayload(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->hooks.size(), 2u);
+  EXPECT_EQ(back->hooks[1].name, "post_get_sources_script");
+  EXPECT_THAT(back->hooks[1].script, ElementsAre("echo a", "echo b"));
+}
+
 // With a signer, every member gets its own ID token for its job id, as
 // GitLab issues them; the key's JWKS verifies them.
 // The commit's variables as GitLab sets them: the description is the

@@ -235,6 +235,23 @@ TEST(RunnerConfigTest, CleanGitConfigWrittenOutIsKnownFromTheDefault) {
   EXPECT_EQ(config->clean_git_config, std::optional<bool>(true));
 }
 
+// The four hook scripts of a [[runners]] entry.
+TEST(RunnerConfigTest, ReadsTheRunnersHookScripts) {
+  absl::StatusOr<RunnerConfig> config = ParseRunnerConfigToml(
+      "[[runners]]\nexecutor = \"custom\"\n"
+      "pre_get_sources_script = \"echo a\"\n"
+      "post_get_sources_script = \"echo b\"\n"
+      "pre_build_script = \"source /etc/profile\"\n"
+      "post_build_script = \"echo d\"\n"
+      "[runners.custom]\nrun_exec = \"/bin/true\"\n",
+      "config.toml", "");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->pre_get_sources_script, "echo a");
+  EXPECT_EQ(config->post_get_sources_script, "echo b");
+  EXPECT_EQ(config->pre_build_script, "source /etc/profile");
+  EXPECT_EQ(config->post_build_script, "echo d");
+}
+
 // The runner shows a token without its known prefix, 9 characters long, in
 // the job log's header and CI_RUNNER_SHORT_TOKEN.
 TEST(RunnerConfigTest, TheTokenIsShownShortAsTheRunnerShowsIt) {

@@ -726,6 +726,27 @@ class RunnerEmulator::Job {
   // An exec stopped by its own timeout (config_exec_timeout,
   // prepare_exec_timeout) rather than the job's: the runner sees a failed
   // call, not a job timeout, and retries the preparation.
+  // The wait before attempt `attempt` (2, 3, ...) of a stage the runner
+  // tries again (get_sources, restore_cache, download_artifacts): its
+  // backoff doubles from a minimum to a maximum, 5 s to 5 min with
+  // FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY (on by default), else 1 s to
+  // 5 s. RunnerConfig::stage_retry_interval, when set, is the minimum (the
+  // maximum scales with it).
+  milliseconds StageRetryWait(int attempt) const {
+    const auto flag =
+        settings_.feature_flags.find("FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY");
+    const bool exponential =
+        flag == settings_.feature_flags.end() || flag->second;
+    milliseconds low = exponential ? milliseconds(5000) : milliseconds(1000);
+    milliseconds high = exponential ? milliseconds(300000) : milliseconds(5000);
+    if (config_.stage_retry_interval.count() > 0) {
+      high = config_.stage_retry_interval * (high / low);
+      low = config_.stage_retry_interval;
+    }
+    milliseconds wait = low;
+    for (int i = 2; i < attempt && wait < high; ++i) wait *= 2;
+    return std::min(wait, high);
+  }
   // The end of the context preparation runs in: the job's deadline, or the
   // prepare_timeout while preparing.
   TimePoint ContextDeadline() const {
@@ -802,6 +823,7 @@ class RunnerEmulator::Job {
   // is stopped meanwhile; false when it was.
   bool PauseUnlessStopped(std::chrono::milliseconds interval);
   std::string GetSourcesBody() const;
+  std::string SourcesHooksBody(bool pre) const;
   std::string SubmodulesBody() const;
   std::string CheckoutBody() const;
   std::string FetchBody() const;
@@ -1542,8 +1564,11 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
   script +=
       "set -o pipefail\n"
       "set -o errexit\n"
-      "set +o noclobber\n"
-      "(\n";
+      "set +o noclobber\n";
+  // The stage's commands go to bash through `eval` in a subshell, as the
+  // runner's bash shell writes them: bash reads and runs them one at a
+  // time, so the commands before a syntax error still run.
+  std::string inner;
   if (export_variables) {
     const std::string file_dir = project_dir_ + ".tmp";
     bool made_file_dir = false;
@@ -1551,23 +1576,22 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       if (!IsShellName(v.key)) continue;
       if (v.file && !project_dir_.empty()) {
         if (!made_file_dir) {
-          absl::StrAppend(&script, "mkdir -p ", ShellQuote(file_dir), "\n");
+          absl::StrAppend(&inner, "mkdir -p ", ShellQuote(file_dir), "\n");
           made_file_dir = true;
         }
         const std::string path = file_dir + "/" + v.key;
-        absl::StrAppend(&script, "printf '%s' ", ShellQuote(v.value), " > ",
+        absl::StrAppend(&inner, "printf '%s' ", ShellQuote(v.value), " > ",
                         ShellQuote(path), "\n", "export ", v.key, "=",
                         ShellQuote(path), "\n");
         continue;
       }
-      absl::StrAppend(&script, "export ", v.key, "=", ShellQuote(v.value),
-                      "\n");
+      absl::StrAppend(&inner, "export ", v.key, "=", ShellQuote(v.value), "\n");
     }
     // GITLAB_ENV: a file the job may append KEY=VALUE lines to; every later
     // stage exports them, after the job's variables.
     if (!project_dir_.empty()) {
       const std::string env_file = GitlabEnvFile();
-      absl::StrAppend(&script, "export GITLAB_ENV=", ShellQuote(env_file), "\n",
+      absl::StrAppend(&inner, "export GITLAB_ENV=", ShellQuote(env_file), "\n",
                       "mkdir -p ", ShellQuote(file_dir), "\n", "touch ",
                       ShellQuote(env_file), "\n",
                       "while read -r line; do export \"$line\"; done < ",
@@ -1576,16 +1600,17 @@ std::string RunnerEmulator::Job::Script(std::string_view body,
       // file as its global config (after GITLAB_ENV: the job cannot
       // change it there).
       if (GitUrlsWithoutTokens()) {
-        absl::StrAppend(&script, "export GIT_CONFIG_GLOBAL=",
+        absl::StrAppend(&inner, "export GIT_CONFIG_GLOBAL=",
                         ShellQuote(GlobalGitConfigSeedFile(project_dir_)),
                         "\n");
       }
     }
   }
-  if (cd_project) absl::StrAppend(&script, "cd \"$CI_PROJECT_DIR\"\n");
-  script.append(body.data(), body.size());
-  if (!body.empty() && body.back() != '\n') script.push_back('\n');
-  absl::StrAppend(&script, ") </dev/null\nexit 0\n");
+  if (cd_project) absl::StrAppend(&inner, "cd \"$CI_PROJECT_DIR\"\n");
+  inner.append(body.data(), body.size());
+  if (!body.empty() && body.back() != '\n') inner.push_back('\n');
+  absl::StrAppend(&script, "(trap 'exit 1' TERM; eval ", ShellQuote(inner),
+                  ") < /dev/null\nexit 0\n");
   return script;
 }
 
@@ -2434,14 +2459,11 @@ std::string RunnerEmulator::Job::GetSourcesBody() const {
 
 // Like the runner's shell writer: each command without the white space
 // around it (Go's strings.TrimSpace), shown as "$ <command>" (its first line
-// and a note for a multi-line one), an empty one as an empty line;
-// after_script first says so.
-std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
+// and a note for a multi-line one), an empty one as an empty line.
+namespace {
+std::string CommandsBody(const std::vector<std::string>& commands) {
   std::string body;
-  if (step.name == "after_script") {
-    body = "printf '%s\\n' 'Running after script...'\n";
-  }
-  for (const std::string& entry : step.script) {
+  for (const std::string& entry : commands) {
     const std::string command(absl::StripAsciiWhitespace(entry));
     if (command.empty()) {
       absl::StrAppend(&body, "echo\n\n");
@@ -2454,8 +2476,49 @@ std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
     absl::StrAppend(&body, "printf '%s\\n' ", ShellQuote("$ " + shown), "\n",
                     command, "\n");
   }
+  return body;
+}
+}  // namespace
+
+// A user step's commands; after_script first says so, the others run the
+// runner's pre_build_script before them and post_build_script after them.
+std::string RunnerEmulator::Job::StepBody(const gitlab::JobStep& step) const {
+  std::string body;
+  const bool after = step.name == "after_script";
+  if (after) {
+    body = "printf '%s\\n' 'Running after script...'\n";
+  } else if (!config_.pre_build_script.empty()) {
+    body = CommandsBody({config_.pre_build_script});
+  }
+  body += CommandsBody(step.script);
+  if (!after && !config_.post_build_script.empty()) {
+    body += CommandsBody({config_.post_build_script});
+  }
   if (body.empty()) body = ":\n";
   return body;
+}
+
+// The commands get_sources runs before fetching the sources (`pre`) or
+// after them and the submodules: the runner's pre_get_sources_script, then
+// the job's hook of that name, or the job's post_get_sources_script hook,
+// then the runner's. None with GIT_STRATEGY none or empty.
+std::string RunnerEmulator::Job::SourcesHooksBody(bool pre) const {
+  if (settings_.git_strategy == "none" || settings_.git_strategy == "empty") {
+    return "";
+  }
+  const std::string name =
+      pre ? "pre_get_sources_script" : "post_get_sources_script";
+  std::vector<std::string> commands;
+  const std::string& runner_hook =
+      pre ? config_.pre_get_sources_script : config_.post_get_sources_script;
+  if (pre && !runner_hook.empty()) commands.push_back(runner_hook);
+  for (const gitlab::JobHook& hook : options_.job.hooks) {
+    if (hook.name == name) {
+      commands.insert(commands.end(), hook.script.begin(), hook.script.end());
+    }
+  }
+  if (!pre && !runner_hook.empty()) commands.push_back(runner_hook);
+  return CommandsBody(commands);
 }
 
 // Like gitlab-runner's artifacts-downloader: each dependency's artifacts
@@ -3022,9 +3085,8 @@ void RunnerEmulator::Job::RunStages() {
   for (int attempt = 1; attempt <= attempts; ++attempt) {
     if (attempt > 1) {
       const bool paused = PauseUnlessStopped(std::min<milliseconds>(
-          config_.stage_retry_interval,
-          std::chrono::duration_cast<milliseconds>(sources_deadline -
-                                                   SteadyClock::now())));
+          StageRetryWait(attempt), std::chrono::duration_cast<milliseconds>(
+                                       sources_deadline - SteadyClock::now())));
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
       if (!paused) return Fail(StopFailure(JobContextStop()), "");
     }
@@ -3057,14 +3119,16 @@ void RunnerEmulator::Job::RunStages() {
           Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"};
     } else {
       Log("Getting source from Git repository");
-      before_steps =
-          RunStage("get_sources",
-                   absl::StrCat("export GIT_TERMINAL_PROMPT=0 "
-                                "GCM_INTERACTIVE=Never\n",
-                                TokenlessGitConfigBody(), GetSourcesBody(),
-                                SubmodulesBody(), ClearGitCredentialsBody()),
-                   /*export_variables=*/true, /*cd_project=*/false,
-                   sources_deadline, job_stop);
+      before_steps = RunStage(
+          "get_sources",
+          absl::StrCat("export GIT_TERMINAL_PROMPT=0 "
+                       "GCM_INTERACTIVE=Never\n",
+                       TokenlessGitConfigBody(), SourcesHooksBody(/*pre=*/true),
+                       GetSourcesBody(), SubmodulesBody(),
+                       SourcesHooksBody(/*pre=*/false),
+                       ClearGitCredentialsBody()),
+          /*export_variables=*/true, /*cd_project=*/false, sources_deadline,
+          job_stop);
     }
     if (before_steps.ok() || interrupted() || sources_timed_out()) break;
     // The runner's retry says so in the job log before the next attempt.
@@ -3082,7 +3146,7 @@ void RunnerEmulator::Job::RunStages() {
     for (int attempt = 1; (restore.body.has_value() || !restore.failure.ok()) &&
                           attempt <= settings_.restore_cache_attempts;
          ++attempt) {
-      if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
+      if (attempt > 1 && !PauseUnlessStopped(StageRetryWait(attempt))) {
         return Fail(StopFailure(JobContextStop()), "");
       }
       Failure restored = restore.failure;
@@ -3112,7 +3176,7 @@ void RunnerEmulator::Job::RunStages() {
   for (int attempt = 1; before_steps.ok() && has_dependency_artifacts &&
                         attempt <= settings_.artifact_download_attempts;
        ++attempt) {
-    if (attempt > 1 && !PauseUnlessStopped(config_.stage_retry_interval)) {
+    if (attempt > 1 && !PauseUnlessStopped(StageRetryWait(attempt))) {
       return Fail(StopFailure(JobContextStop()), "");
     }
     Log("Downloading artifacts");

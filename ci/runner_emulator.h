@@ -76,10 +76,21 @@ struct RunnerConfig {
   // with GIT_CLONE_PATH (off by default for the custom executor).
   bool custom_build_dir_enabled = false;
 
+  // [[runners]] hooks: a command script get_sources runs before fetching
+  // the sources (before the job's own hook) and after them (after the job's
+  // own), and one every user step runs before and after its commands.
+  std::string pre_get_sources_script;
+  std::string post_get_sources_script;
+  std::string pre_build_script;
+  std::string post_build_script;
+
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};
-  // Pause between attempts of get_sources & co (runner: 1-5 s backoff).
-  std::chrono::milliseconds stage_retry_interval{1000};
+  // The first pause between attempts of get_sources & co, doubling at
+  // each attempt (the runner: 5 s up to 5 min, or 1 s up to 5 s without
+  // FF_USE_EXPONENTIAL_BACKOFF_STAGE_RETRY); the cap scales with it. 0:
+  // the runner's.
+  std::chrono::milliseconds stage_retry_interval{0};
   // How long to wait for a killed stage before going on (runner: 5 min).
   std::chrono::milliseconds build_finish_timeout{300000};
   // The stage name run_exec gets for the job's script: today's runners

@@ -330,6 +330,22 @@ TEST_F(RunnerEmulatorTest, OnlyPersonalTokensAreMaskedWithoutTheFeatureFlag) {
   EXPECT_THAT(log_lines_, Contains("glcbt-abc glpat-[MASKED]"));
 }
 
+// The runner hands a stage's commands to bash through eval, which reads
+// and runs them one at a time: a syntax error in a later command leaves the
+// earlier ones run, and fails the job at the bad one.
+TEST_F(RunnerEmulatorTest, CommandsBeforeASyntaxErrorStillRun) {
+  options_.job.steps = {
+      {"script",
+       {"echo before the error", "echo 'never closed", "echo after"}}};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(result.failure_reason, "script_failure");
+  EXPECT_THAT(log_lines_, Contains("before the error"));
+  EXPECT_THAT(log_lines_, Not(Contains("after")));
+}
+
 TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
   JobResult result = Run();
 
@@ -592,6 +608,28 @@ TEST_F(RunnerEmulatorTest, ScriptTimeoutBoundsAllStepsTogether) {
   EXPECT_THAT(log_lines_, Contains("first done"));
   EXPECT_THAT(log_lines_, Not(Contains("second done")));
   EXPECT_THAT(log_lines_, Contains("after timedout"));
+}
+
+// The runner waits longer before each further attempt of a stage it tries
+// again: its backoff doubles (5 s, 10 s, 20 s ... up to 5 min; here from
+// 100 ms).
+TEST_F(RunnerEmulatorTest, StageRetriesBackOffAsTheRunnersDo) {
+  options_.job.variables.push_back({"GET_SOURCES_ATTEMPTS", "4"});
+  options_.sources.project_dir = dir_.path() + "/no-such-project";
+  options_.config.stage_retry_interval = milliseconds(100);
+
+  const auto start = std::chrono::steady_clock::now();
+  JobResult result = Run();
+  const auto took = std::chrono::steady_clock::now() - start;
+
+  EXPECT_EQ(result.status, JobStatus::kFailed);
+  EXPECT_EQ(
+      std::count(log_lines_.begin(), log_lines_.end(), "WARNING: Retrying..."),
+      3)
+      << Log();
+  // 100 + 200 + 400 ms; a fixed pause would have been 300 ms.
+  EXPECT_GE(took, milliseconds(700));
+  EXPECT_LT(took, std::chrono::seconds(10));
 }
 
 TEST_F(RunnerEmulatorTest, ClearWorktreeRunsOnlyBeforeTheSecondSourcesAttempt) {
@@ -1279,7 +1317,8 @@ TEST_F(RunnerEmulatorTest, DebugTraceTracesTheScripts) {
   JobResult result = Run();
 
   ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
-  EXPECT_THAT(log_lines_, Contains("+ echo traced"));
+  // One level below the eval that runs the stage's commands.
+  EXPECT_THAT(log_lines_, Contains("++ echo traced"));
   EXPECT_THAT(log_lines_, Contains("traced"));
 
   options_.job.variables.back().value = "yes";
@@ -1349,6 +1388,52 @@ TEST_F(RunnerEmulatorTest, SourcesFromAGitCheckoutAreARepositoryAtTheCommit) {
 // origin (every time: the custom executor's runner removes the repository's
 // config and hooks an earlier job could have planted), the checkout notice,
 // the clean's lines, the submodules' notice.
+// The runner's hooks: config.toml's pre_get_sources_script, then the job's
+// hook, before the sources are fetched; the job's post hook, then
+// config.toml's, after them; pre_build_script and post_build_script around
+// the job's script (not after_script). None of the get_sources ones with
+// GIT_STRATEGY none.
+TEST_F(RunnerEmulatorTest, HooksRunWhereTheRunnerRunsThem) {
+  options_.config.pre_get_sources_script = "echo runner pre sources";
+  options_.config.post_get_sources_script = "echo runner post sources";
+  options_.config.pre_build_script = "echo runner pre build";
+  options_.config.post_build_script = "echo runner post build";
+  options_.job.hooks = {{"pre_get_sources_script", {"echo job pre sources"}},
+                        {"post_get_sources_script", {"echo job post sources"}}};
+
+  JobResult result = Run();
+
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  const std::vector<std::string> expected = {"$ echo runner pre sources",
+                                             "runner pre sources",
+                                             "$ echo job pre sources",
+                                             "job pre sources",
+                                             "$ echo job post sources",
+                                             "job post sources",
+                                             "$ echo runner post sources",
+                                             "runner post sources",
+                                             "$ echo runner pre build",
+                                             "runner pre build",
+                                             "hello from 2",
+                                             "$ echo runner post build",
+                                             "runner post build",
+                                             "after success"};
+  std::vector<std::string> seen;
+  for (const std::string& line : log_lines_) {
+    if (std::find(expected.begin(), expected.end(), line) != expected.end()) {
+      seen.push_back(line);
+    }
+  }
+  EXPECT_EQ(seen, expected) << Log();
+
+  options_.job.variables.push_back({"GIT_STRATEGY", "none"});
+  log_lines_.clear();
+  result = Run();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  EXPECT_THAT(Log(), Not(HasSubstr("sources")));
+  EXPECT_THAT(log_lines_, Contains("runner pre build"));
+}
+
 TEST_F(RunnerEmulatorTest, GetSourcesLogIsTheRunnersInItsOrder) {
   ASSERT_TRUE(CommitProject("first"));
   const std::string sha = options_.job.sha;

@@ -155,6 +155,12 @@ absl::Status ParseStep(const Json& item, const std::string& path,
   return absl::OkStatus();
 }
 
+absl::Status ParseHook(const Json& item, const std::string& path,
+                       JobHook* hook) {
+  GDT_RETURN_IF_ERROR(ReadString(item, "name", path + ".name", &hook->name));
+  return ReadStrings(item, "script", path + ".script", &hook->script);
+}
+
 absl::Status ParseArtifact(const Json& item, const std::string& path,
                            JobArtifact* artifact) {
   GDT_RETURN_IF_ERROR(
@@ -381,6 +387,13 @@ absl::StatusOr<JobPayload> ParseJobPayload(std::string_view json_text) {
   };
   GDT_RETURN_IF_ERROR(ForEach(root, "dependencies", add_dependency));
   GDT_RETURN_IF_ERROR(ForEach(root, "services", add_service));
+  const auto add_hook = [&](const Json& item, const std::string& path) {
+    JobHook hook;
+    absl::Status status = ParseHook(item, path, &hook);
+    payload.hooks.push_back(std::move(hook));
+    return status;
+  };
+  GDT_RETURN_IF_ERROR(ForEach(root, "hooks", add_hook));
   return payload;
 }
 
@@ -490,6 +503,13 @@ std::string SerializeJobPayload(const JobPayload& payload) {
     services.push_back(std::move(entry));
   }
   root["services"] = std::move(services);
+  if (!payload.hooks.empty()) {
+    OrderedJson hooks = OrderedJson::array();
+    for (const JobHook& hook : payload.hooks) {
+      hooks.push_back({{"name", hook.name}, {"script", hook.script}});
+    }
+    root["hooks"] = std::move(hooks);
+  }
   root["features"] = {{"trace_sections", true}};
   // Replace invalid UTF-8 instead of throwing: the payload is ours to write.
   return root.dump(-1, ' ', false, OrderedJson::error_handler_t::replace) +

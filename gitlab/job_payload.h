@@ -66,6 +66,14 @@ struct JobService {
   std::vector<std::pair<std::string, std::string>> variables;
 };
 
+// One entry of `hooks`, as GitLab sends a job's `hooks:` (only
+// pre_get_sources_script and post_get_sources_script exist): the runner runs
+// its commands in get_sources, before and after fetching the sources.
+struct JobHook {
+  std::string name;
+  std::vector<std::string> script;
+};
+
 struct JobDependency {
   int64_t id = 0;
   std::string token;
@@ -109,6 +117,7 @@ struct JobPayload {
   std::vector<JobCache> caches;  // "cache" in the JSON.
   std::vector<JobDependency> dependencies;
   std::vector<JobService> services;
+  std::vector<JobHook> hooks;
 
   // The last value of variable `key` in `variables` (later entries win, as in
   // the runner), or nullopt.
