@@ -76,6 +76,27 @@ absl::Status ReadSeconds(const toml::table& table, const std::string& source,
   return absl::OkStatus();
 }
 
+// `output_limit`: the job log's size limit in kilobytes (0 or absent: the
+// runner's default).
+absl::Status ReadOutputLimit(const toml::table& table,
+                             const std::string& source, int64_t* bytes) {
+  const toml::node* node = table.get("output_limit");
+  if (node == nullptr) return absl::OkStatus();
+  const std::optional<int64_t> value = node->value<int64_t>();
+  // GitLab's own trace limit is in the gigabytes; 1 TiB bounds the
+  // multiplication.
+  constexpr int64_t kMaxKilobytes = int64_t{1} << 30;
+  if (!node->is_integer() || !value.has_value() || *value < 0 ||
+      *value > kMaxKilobytes) {
+    return WrongType(
+        source, "runners.output_limit",
+        absl::StrCat("a non-negative integer (kilobytes), at most ",
+                     kMaxKilobytes));
+  }
+  if (*value > 0) *bytes = *value * 1024;
+  return absl::OkStatus();
+}
+
 // A Go duration string ("30s", "1h30m", "1.5m"), as gitlab-runner reads
 // `prepare_timeout`.
 absl::Status ReadDuration(const toml::table& table, const std::string& source,
@@ -227,6 +248,7 @@ absl::StatusOr<RunnerConfig> ParseRunnerConfigToml(std::string_view text,
           ReadString(*runner, source, "runners.", "cache_dir",
                      &config.cache_dir),
           ReadString(*runner, source, "runners.", "shell", &config.shell),
+          ReadOutputLimit(*runner, source, &config.output_limit_bytes),
           ReadString(*runner, source, "runners.", "pre_get_sources_script",
                      &config.pre_get_sources_script),
           ReadString(*runner, source, "runners.", "post_get_sources_script",

@@ -250,6 +250,20 @@ TEST(RunnerConfigTest, ReadsTheRunnersHookScripts) {
   EXPECT_EQ(config->post_get_sources_script, "echo b");
   EXPECT_EQ(config->pre_build_script, "source /etc/profile");
   EXPECT_EQ(config->post_build_script, "echo d");
+  // output_limit is in kilobytes; the runner's default is 4 MiB.
+  EXPECT_EQ(config->output_limit_bytes, 4 * 1024 * 1024);
+  absl::StatusOr<RunnerConfig> limited = ParseRunnerConfigToml(
+      "[[runners]]\nexecutor = \"custom\"\noutput_limit = 8\n"
+      "[runners.custom]\nrun_exec = \"/bin/true\"\n",
+      "config.toml", "");
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  EXPECT_EQ(limited->output_limit_bytes, 8192);
+  const absl::Status bad = ParseRunnerConfigToml(
+                               "[[runners]]\nexecutor = \"custom\"\n"
+                               "output_limit = -1\n",
+                               "config.toml", "")
+                               .status();
+  EXPECT_THAT(bad.message(), HasSubstr("runners.output_limit"));
 }
 
 // The runner shows a token without its known prefix, 9 characters long, in

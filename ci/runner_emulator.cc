@@ -659,16 +659,36 @@ class RunnerEmulator::Job {
   JobResult Run();
 
  private:
-  // Logging.
-  // Every job log line goes through the runner's masking (ci/log_masking.h)
-  // first.
+  // Logging. Every job log line goes through the runner's masking
+  // (ci/log_masking.h) first. The log stops at output_limit, as the
+  // runner's trace buffer does: the line that reaches it is cut (at a
+  // character boundary), the log says so, and nothing more is kept.
   void Log(std::string_view line) {
-    if (!options_.job_log) return;
-    if (masker_.has_value()) {
-      options_.job_log(masker_->Mask(line));
-    } else {
-      options_.job_log(line);
+    if (!options_.job_log || log_full_) return;
+    std::string text =
+        masker_.has_value() ? masker_->Mask(line) : std::string(line);
+    const int64_t limit = config_.output_limit_bytes;
+    const int64_t size = static_cast<int64_t>(text.size()) + 1;
+    if (limit > 0 && log_bytes_ + size >= limit) {
+      size_t keep =
+          static_cast<size_t>(std::max<int64_t>(0, limit - log_bytes_));
+      keep = std::min(keep, text.size());
+      // Not in the middle of a UTF-8 sequence.
+      while (keep > 0 && keep < text.size() &&
+             (static_cast<unsigned char>(text[keep]) & 0xC0) == 0x80) {
+        --keep;
+      }
+      if (keep > 0) options_.job_log(text.substr(0, keep));
+      options_.job_log(
+          absl::StrCat("Job's log exceeded limit of ", limit, " bytes."));
+      options_.job_log(
+          "Job execution will continue but no more output will be "
+          "collected.");
+      log_full_ = true;
+      return;
     }
+    log_bytes_ += size;
+    options_.job_log(text);
   }
   // A [[runners]] stage timeout as the runner takes it: unset (0), or
   // longer than the job timeout, it is the job timeout, the latter with a
@@ -723,9 +743,6 @@ class RunnerEmulator::Job {
     }
     return StopReason::kCancel;
   }
-  // An exec stopped by its own timeout (config_exec_timeout,
-  // prepare_exec_timeout) rather than the job's: the runner sees a failed
-  // call, not a job timeout, and retries the preparation.
   // The wait before attempt `attempt` (2, 3, ...) of a stage the runner
   // tries again (get_sources, restore_cache, download_artifacts): its
   // backoff doubles from a minimum to a maximum, 5 s to 5 min with
@@ -937,6 +954,9 @@ class RunnerEmulator::Job {
   // Made from the job's variables when Run() starts, as the runner makes
   // its build logger.
   std::optional<LogMasker> masker_;
+  // What the job log holds so far, and whether it reached output_limit.
+  int64_t log_bytes_ = 0;
+  bool log_full_ = false;
 
   // Per preparation attempt.
   std::string tmp_;
@@ -1230,10 +1250,8 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome) {
     return StopFailure(outcome.stopped);
   }
   // The custom executor returns the exec's error as it is.
-  const std::string prefix;
   if (!outcome.error.empty()) {
-    return {FailureKind::kSystem, outcome.exit.code(),
-            absl::StrCat(prefix, outcome.error)};
+    return {FailureKind::kSystem, outcome.exit.code(), outcome.error};
   }
   const ExitStatus& exit = outcome.exit;
   if (exit.success()) return {};
@@ -1241,26 +1259,28 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome) {
     bool exists = false;
     const std::string line = ReadFirstLine(exit_code_file_, &exists);
     if (!exists) {
-      return {FailureKind::kBuild, 1, absl::StrCat(prefix, "exit status 1")};
+      return {FailureKind::kBuild, 1, "exit status 1"};
     }
     const std::optional<int64_t> code = ParseGoInt(line);
     if (!code.has_value()) {
+      // The custom executor's words for a code it cannot read: the
+      // system-failure code, then how the driver exited.
       return {FailureKind::kSystem, kSystemFailureExitCode,
-              absl::StrCat(prefix,
-                           "unknown Custom executor executable exit "
-                           "code 1; BUILD_EXIT_CODE_FILE holds '",
-                           line, "', not an integer")};
+              absl::StrCat("unknown Custom executor executable exit code ",
+                           kSystemFailureExitCode,
+                           "; executable execution terminated with: exit "
+                           "status ",
+                           kBuildFailureExitCode)};
     }
     // The job's exit code is an int here; a code beyond it saturates.
     const int exit_code = static_cast<int>(
         std::clamp<int64_t>(*code, std::numeric_limits<int>::min(),
                             std::numeric_limits<int>::max()));
-    return {FailureKind::kBuild, exit_code,
-            absl::StrCat(prefix, "exit status ", line)};
+    return {FailureKind::kBuild, exit_code, absl::StrCat("exit status ", line)};
   }
   if (exit.signal == 0 && exit.exit_code == kSystemFailureExitCode) {
     return {FailureKind::kSystem, kSystemFailureExitCode,
-            absl::StrCat(prefix, "exit status ", kSystemFailureExitCode)};
+            absl::StrCat("exit status ", kSystemFailureExitCode)};
   }
   // The custom executor's words for any other exit: the code as Go's
   // ExitCode() gives it (-1 for a signal), then Go's text for the exit.
@@ -1276,7 +1296,7 @@ Failure RunnerEmulator::Job::Classify(const ExecOutcome& outcome) {
     }
   }
   return {FailureKind::kSystem, exit.code(),
-          absl::StrCat(prefix, "unknown Custom executor executable exit code ",
+          absl::StrCat("unknown Custom executor executable exit code ",
                        exit.signal != 0 ? -1 : exit.exit_code,
                        "; executable execution terminated with: ", how)};
 }

@@ -84,6 +84,10 @@ struct RunnerConfig {
   std::string pre_build_script;
   std::string post_build_script;
 
+  // `output_limit` (given in kilobytes): the job log's size; past it the
+  // log says so and takes no more output, while the job goes on.
+  int64_t output_limit_bytes = 4 * 1024 * 1024;
+
   // Emulation knobs (fixed in the real runner; shorter in tests).
   std::chrono::milliseconds preparation_retry_interval{3000};
   // The first pause between attempts of get_sources & co, doubling at

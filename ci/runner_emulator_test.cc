@@ -346,6 +346,32 @@ TEST_F(RunnerEmulatorTest, CommandsBeforeASyntaxErrorStillRun) {
   EXPECT_THAT(log_lines_, Not(Contains("after")));
 }
 
+// The job log stops at output_limit, saying so, and the job goes on (its
+// last command still runs).
+TEST_F(RunnerEmulatorTest, TheJobLogStopsAtItsOutputLimit) {
+  options_.config.output_limit_bytes = 4096;
+  options_.job.steps = {{"script",
+                         {"for i in $(seq 1 2000); do echo \"line $i\"; done",
+                          "echo done > \"$CI_PROJECT_DIR/finished\""}}};
+  options_.job.artifacts[0].paths = {"finished"};
+
+  JobResult result = Run();
+
+  EXPECT_EQ(result.status, JobStatus::kSuccess);
+  EXPECT_THAT(log_lines_, Contains("Job's log exceeded limit of 4096 bytes."));
+  EXPECT_EQ(log_lines_.back(),
+            "Job execution will continue but no more output will be "
+            "collected.");
+  EXPECT_THAT(log_lines_, Not(Contains("line 2000")));
+  size_t bytes = 0;
+  for (size_t i = 0; i + 2 < log_lines_.size(); ++i) {
+    bytes += log_lines_[i].size() + 1;
+  }
+  EXPECT_LE(bytes, 4096u);
+  // The job went on to its end: its last command ran, its artifact stored.
+  EXPECT_TRUE(fs::exists(dir_.path() + "/store/1002/finished"));
+}
+
 TEST_F(RunnerEmulatorTest, CopiesSourcesAndStoresArtifacts) {
   JobResult result = Run();
 
@@ -1763,6 +1789,25 @@ exit 0
 
   EXPECT_EQ(result.failure_reason, "script_failure") << result.message;
   EXPECT_EQ(result.exit_code, 42);
+
+  // A line Atoi cannot read is a system failure, in the custom executor's
+  // words.
+  WriteTextFile(run, R"(#!/usr/bin/env bash
+stage="${@: -1}"
+if [ "$stage" = build_script ]; then
+  echo 'forty-two' > "$BUILD_EXIT_CODE_FILE"
+  exit "$BUILD_FAILURE_EXIT_CODE"
+fi
+exit 0
+)");
+  fs::permissions(run, fs::perms::owner_all);
+  log_lines_.clear();
+  result = Run();
+  EXPECT_EQ(result.failure_reason, "runner_system_failure");
+  EXPECT_THAT(result.message,
+              HasSubstr("unknown Custom executor executable exit code 2; "
+                        "executable execution terminated with: exit status "
+                        "1"));
 }
 
 // What an earlier job left in the project directory: clone starts afresh;
