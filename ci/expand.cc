@@ -5235,21 +5235,16 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
     }
     return true;
   };
-  if (lint && !anchored.empty()) {
-    std::string expanded;
-    ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
-               edits.cend(), &expanded);
-    if (anchors_lost(expanded)) {
-      result.gangs.clear();
-      return result;
-    }
+  // The whole file as expand writes it (lint checks it too).
+  std::string expanded;
+  ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
+             edits.cend(), &expanded);
+  if (lint && anchors_lost(expanded)) {
+    result.gangs.clear();
+    return result;
   }
   if (result.ok()) {
-    // Each gang job as GitLab will merge it once expanded, in lint too (it
-    // would be expanded so).
-    std::string expanded;
-    ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
-               edits.cend(), &expanded);
+    // Each gang job as GitLab will merge it once expanded.
     CheckGangsAfterExpansion(expanded, documents, files, model, options,
                              &report);
   }
@@ -5282,8 +5277,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                                  "block mapping"));
     }
     if (result.ok()) {
-      ApplyEdits(lines, 0, static_cast<int>(lines.lines.size()), edits.cbegin(),
-                 edits.cend(), &result.text);
+      result.text = std::move(expanded);
       if (!anchors_lost(result.text) && !in_context.empty() &&
           !ReadsBack(result.text, in_context, options, tag_inherited)) {
         report.AtLine(in_context[0]->line, 1,
