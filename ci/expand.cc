@@ -28,6 +28,7 @@
 #include "ci/yaml_tree.h"
 #include "common/exit_code.h"
 #include "common/gang_limits.h"
+#include "common/terminal_text.h"
 #include "nlohmann/json.hpp"
 
 namespace gdt::ci {
@@ -2170,33 +2171,90 @@ std::string OtherEncoding(std::string_view text) {
   return "";
 }
 
-// Bare carriage returns and control characters, which YAML forbids or
-// readers take differently from GitLab. (Tabs are checked only where the
-// file does not parse: inside a block scalar, `|` or `>`, a tab after the
-// indentation is content, e.g. a Makefile recipe, for GitLab's reader too.)
+// Bytes that YAML forbids or that readers take differently from GitLab:
+// bytes that are not UTF-8, NUL and other control characters, carriage
+// returns inside a line. The first is named with its place, and a count of
+// the other lines with such bytes follows in the same line, so a binary file
+// given by mistake is one line, not one per line of it. (Tabs are checked
+// only where the file does not parse: inside a block scalar, `|` or `>`, a
+// tab after the indentation is content, e.g. a Makefile recipe, for
+// GitLab's reader too.)
 void CheckCharacters(const Lines& lines, Reporter* report) {
+  int first_line = 0;
+  int first_column = 0;
+  std::string what;  // The first one, "<what>; <hint>".
+  std::string hint;
+  bool binary = false;  // A NUL byte or a byte that is not UTF-8 seen.
+  int more = 0;
   for (size_t i = 0; i < lines.lines.size(); ++i) {
     const std::string_view line = lines.lines[i];
+    size_t at = std::string_view::npos;
+    std::string line_what;
+    std::string line_hint;
     for (size_t c = 0; c < line.size(); ++c) {
       const unsigned char u = static_cast<unsigned char>(line[c]);
       if ((u < 0x20 && u != '\t' && u != '\r' && u != '\n') || u == 0x7f) {
-        report->AtLine(
-            static_cast<int>(i + 1), static_cast<int>(c + 1),
+        at = c;
+        binary = binary || u == 0;
+        line_what =
             absl::StrCat(u == 0 ? "NUL byte" : "control character",
-                         absl::StrFormat(" (0x%02x)", u),
-                         " in the file; YAML allows none (write it as an "
-                         "escape in a double-quoted string)"));
+                         absl::StrFormat(" (0x%02x)", u), " in the file");
+        line_hint =
+            "YAML allows none (write it as an escape in a double-quoted "
+            "string)";
         break;
       }
     }
+    if (const size_t bad =
+            FirstNonUtf8(absl::string_view(line.data(), line.size()));
+        bad != std::string_view::npos) {
+      binary = true;
+      if (bad < at) {
+        at = bad;
+        line_what = absl::StrFormat("byte 0x%02x is not UTF-8",
+                                    static_cast<unsigned char>(line[bad]));
+        line_hint =
+            "GitLab reads CI files as UTF-8 (convert a Latin-1 file with "
+            "iconv -f LATIN1 -t UTF-8)";
+      }
+    }
     const size_t cr = line.find('\r');
-    if (cr != std::string::npos && cr + 1 < line.size() &&
-        line[cr + 1] != '\n') {
-      report->AtLine(static_cast<int>(i + 1), static_cast<int>(cr + 1),
-                     "carriage return inside a line; use \\n or \\r\\n line "
-                     "breaks");
+    if (cr < at && cr + 1 < line.size() && line[cr + 1] != '\n') {
+      at = cr;
+      line_what = "carriage return inside a line";
+      line_hint = "use \\n or \\r\\n line breaks";
+    }
+    if (at == std::string_view::npos) continue;
+    if (what.empty()) {
+      first_line = static_cast<int>(i + 1);
+      // Columns count characters, from after a byte-order mark.
+      std::string_view before = line.substr(0, at);
+      if (i == 0 && before.substr(0, 3) == "\xef\xbb\xbf") {
+        before.remove_prefix(3);
+      }
+      first_column = static_cast<int>(
+          DisplayWidth(absl::string_view(before.data(), before.size())) + 1);
+      what = std::move(line_what);
+      hint = std::move(line_hint);
+    } else {
+      ++more;
     }
   }
+  if (what.empty()) return;
+  if (binary && more >= 3) {
+    report->AtLine(first_line, first_column,
+                   absl::StrCat("not a text file: ", what, ", and ", more,
+                                " more lines with bytes YAML refuses; a CI "
+                                "file is YAML text in UTF-8"));
+    return;
+  }
+  std::string message = absl::StrCat(what, "; ", hint);
+  if (more > 0) {
+    absl::StrAppend(&message, " (", more,
+                    more == 1 ? " more line has" : " more lines have",
+                    " such bytes)");
+  }
+  report->AtLine(first_line, first_column, std::move(message));
 }
 
 // A gang whose job is `when: manual` (itself or through extends) is N

@@ -32,6 +32,7 @@ using test::ReadTextFile;
 using ::testing::ElementsAre;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
 using ::testing::Not;
 using ::testing::Pair;
 
@@ -197,7 +198,8 @@ TEST(ExpandTest, AUtf8ByteOrderMarkIsReadAndKept) {
   const CiExpansion bad = LintCiYaml(bom + "b: [\xFF");
   ASSERT_EQ(bad.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", bad.errors[0]),
-            "f:1:5: YAML syntax error: invalid leading UTF-8 octet");
+            "f:1:5: byte 0xff is not UTF-8; GitLab reads CI files as UTF-8 "
+            "(convert a Latin-1 file with iconv -f LATIN1 -t UTF-8)");
 }
 
 TEST(ExpandTest, AppendsAfterTheLastEntryEvenAtTheEndOfTheFile) {
@@ -1259,6 +1261,32 @@ TEST(MessagesTest, EncodingControlCharactersAndComplexKeysAreNamed) {
   EXPECT_EQ(FormatDiagnostic("f", nul.errors[0]),
             "f:2:13: NUL byte (0x00) in the file; YAML allows none (write it "
             "as an escape in a double-quoted string)");
+  // Latin-1 text: the byte, its place and the fix, in one line.
+  const CiExpansion latin1 = LintCiYaml("a:\n  script: [\"caf\xe9\"]\n");
+  ASSERT_EQ(latin1.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", latin1.errors[0]),
+            "f:2:16: byte 0xe9 is not UTF-8; GitLab reads CI files as UTF-8 "
+            "(convert a Latin-1 file with iconv -f LATIN1 -t UTF-8)");
+  // A binary file given by mistake is one line too, however many of its
+  // lines YAML refuses; a few bad lines in a text file are counted.
+  std::string binary;
+  for (int i = 0; i < 4096; ++i) {
+    binary.push_back(static_cast<char>((i * 7919 + 13) % 256));
+  }
+  for (const CiExpansion& refused :
+       {LintCiYaml(binary), ExpandCiYaml(binary)}) {
+    ASSERT_EQ(refused.errors.size(), 1u);
+    EXPECT_THAT(refused.errors[0].message,
+                MatchesRegex("not a text file: .*, and [0-9]+ more lines "
+                             "with bytes YAML refuses; a CI file is YAML text "
+                             "in UTF-8"));
+  }
+  const CiExpansion two = LintCiYaml("a: \"\x01\"\nb: 1\nc: \"\x02\"\n");
+  ASSERT_EQ(two.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", two.errors[0]),
+            "f:1:5: control character (0x01) in the file; YAML allows none "
+            "(write it as an escape in a double-quoted string) (1 more line "
+            "has such bytes)");
   const CiExpansion utf16 =
       ExpandCiYaml(std::string("\xff\xfe"
                                "a\0:\0\n\0",
@@ -1905,7 +1933,8 @@ TEST(MessagesTest, PlacesNamesAndOrderAreWhatTheUserSees) {
       "      nodes: 2\n");
   ASSERT_EQ(utf8.errors.size(), 1u);
   EXPECT_EQ(FormatDiagnostic("f", utf8.errors[0]),
-            "f:2:12: YAML syntax error: invalid leading UTF-8 octet");
+            "f:2:12: byte 0xff is not UTF-8; GitLab reads CI files as UTF-8 "
+            "(convert a Latin-1 file with iconv -f LATIN1 -t UTF-8)");
   // A job name with control characters is one line in the report.
   const CiExpansion named = LintCiYaml(
       "\"tr\\nain\\r\\e[31m\":\n  script: [x]\n  parallel:\n"

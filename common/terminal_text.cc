@@ -116,13 +116,17 @@ std::string TruncateDisplay(absl::string_view text, size_t width) {
 }
 
 bool IsValidUtf8(absl::string_view text) {
+  return FirstNonUtf8(text) == absl::string_view::npos;
+}
+
+size_t FirstNonUtf8(absl::string_view text) {
   for (size_t i = 0; i < text.size();) {
     uint32_t c = 0;
     const size_t length = DecodeUtf8(text.substr(i), &c);
-    if (length == 0) return false;
+    if (length == 0) return i;
     i += length;
   }
-  return true;
+  return absl::string_view::npos;
 }
 
 }  // namespace gdt

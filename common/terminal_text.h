@@ -22,6 +22,10 @@ std::string TerminalSafe(absl::string_view text);
 // protobuf requires of string fields: a name that is not cannot be sent.
 bool IsValidUtf8(absl::string_view text);
 
+// The offset of the first byte of `text` that does not start a UTF-8
+// character (by the rules of IsValidUtf8), or npos when there is none.
+size_t FirstNonUtf8(absl::string_view text);
+
 // How many characters (code points) `text` shows as; each byte that is not
 // UTF-8 counts as one.
 size_t DisplayWidth(absl::string_view text);

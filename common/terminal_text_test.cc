@@ -55,5 +55,11 @@ TEST(TerminalTextTest, IsValidUtf8RefusesWhatProtobufRefuses) {
   EXPECT_FALSE(IsValidUtf8("\xf4\x90\x80\x80"));  // Beyond U+10FFFF.
 }
 
+TEST(TerminalTextTest, FirstNonUtf8IsTheOffsetOfTheFirstBadByte) {
+  EXPECT_EQ(FirstNonUtf8("caf\xc3\xa9 ok"), absl::string_view::npos);
+  EXPECT_EQ(FirstNonUtf8("caf\xe9 and \xff"), 3u);  // Latin-1 'é'.
+  EXPECT_EQ(FirstNonUtf8("\xc3\xa9\xc3"), 2u);      // Cut at the end.
+}
+
 }  // namespace
 }  // namespace gdt
