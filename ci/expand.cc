@@ -515,6 +515,60 @@ std::optional<int64_t> ReadDuration(const Entry& e, const std::string& path,
   return seconds;
 }
 
+// The entries of mapping `map` as GitLab's YAML reader builds them: a merge
+// key (`<<: *a`, `<<: [*a, *b]`) puts the entries of the mappings it names
+// where it stands (of a list, the earlier mapping's entry wins), and of two
+// entries with one name the later wins, in the place of the first.
+std::vector<Entry> MergedEntries(const YamlNode& map, int depth = 0) {
+  std::vector<Entry> out;
+  if (!map || !map.IsMap() || depth > 16) return out;
+  const auto put = [&](std::vector<Entry>* into, const Entry& e) {
+    if (e.key.IsScalar()) {
+      for (Entry& have : *into) {
+        if (have.key.IsScalar() && have.key.Scalar() == e.key.Scalar()) {
+          have = e;
+          return;
+        }
+      }
+    }
+    into->push_back(e);
+  };
+  for (const auto& entry : map) {
+    const Entry e{entry.first, entry.second, true};
+    const bool merge = entry.first.IsScalar() && entry.first.IsPlain() &&
+                       entry.first.Scalar() == "<<";
+    if (merge && entry.second.IsMap()) {
+      for (const Entry& m : MergedEntries(entry.second, depth + 1)) {
+        put(&out, m);
+      }
+    } else if (merge && entry.second.IsSequence() && [&] {
+                 for (const YamlNode& item : entry.second) {
+                   if (!item.IsMap()) return false;
+                 }
+                 return true;
+               }()) {
+      std::vector<Entry> merged;
+      for (size_t i = entry.second.size(); i-- > 0;) {
+        for (const Entry& m : MergedEntries(entry.second.Item(i), depth + 1)) {
+          put(&merged, m);
+        }
+      }
+      for (const Entry& m : merged) put(&out, m);
+    } else {
+      put(&out, e);
+    }
+  }
+  return out;
+}
+
+// The entry named `name` of `map` after its merge keys (MergedEntries).
+Entry FindMergedEntry(const YamlNode& map, std::string_view name) {
+  for (const Entry& e : MergedEntries(map)) {
+    if (e.key.IsScalar() && e.key.Scalar() == name) return e;
+  }
+  return Entry{};
+}
+
 // A mapping value with only `keys`; reports anything else.
 bool CheckSubMap(const Entry& e, const std::string& path,
                  const std::vector<std::string>& keys, Reporter* report) {
@@ -526,11 +580,11 @@ bool CheckSubMap(const Entry& e, const std::string& path,
     return false;
   }
   bool ok = true;
-  for (const auto& entry : e.value) {
+  for (const Entry& entry : MergedEntries(e.value)) {
     const std::string key =
-        entry.first.IsScalar() ? entry.first.Scalar() : std::string("?");
+        entry.key.IsScalar() ? entry.key.Scalar() : std::string("?");
     if (!Contains(keys, key)) {
-      report->At(entry.first, e.value,
+      report->At(entry.key, e.value,
                  absl::StrCat(path, ": unknown key '", Shown(key), "'",
                               DidYouMean(key, keys),
                               "; keys: ", absl::StrJoin(keys, ", ")));
@@ -633,8 +687,7 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
   bool have_nodes = false;
   bool have_procs = false;
-  for (const auto& item : distributed.value) {
-    const Entry e{item.first, item.second, true};
+  for (const Entry& e : MergedEntries(distributed.value)) {
     const std::string key =
         e.key.IsScalar() ? e.key.Scalar() : std::string("?");
     const std::string path = absl::StrCat(prefix, ":", key);
@@ -687,8 +740,8 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
     } else if (key == "topology") {
       static const std::vector<std::string> keys = {"same", "mode"};
       if (!CheckSubMap(e, path, keys, report)) continue;
-      const Entry same = FindEntry(e.value, "same");
-      const Entry mode = FindEntry(e.value, "mode");
+      const Entry same = FindMergedEntry(e.value, "same");
+      const Entry mode = FindMergedEntry(e.value, "mode");
       if (!same) {
         report->At(e.value, e.key,
                    absl::StrCat(path,
@@ -729,19 +782,19 @@ bool ParseBlock(const std::string& job, const Entry& parallel,
       static const std::vector<std::string> keys = {"notice", "keep", "store"};
       if (!e.value.IsNull() && !CheckSubMap(e, path, keys, report)) continue;
       spec->checkpoint_store = "artifacts";
-      if (const Entry notice = FindEntry(e.value, "notice")) {
+      if (const Entry notice = FindMergedEntry(e.value, "notice")) {
         spec->checkpoint_notice_seconds = ReadDuration(
             notice, absl::StrCat(path, ":notice"), kMaxCheckpointNoticeSeconds,
             "from 1 second to 1 hour", report);
       }
-      if (const Entry keep = FindEntry(e.value, "keep")) {
+      if (const Entry keep = FindMergedEntry(e.value, "keep")) {
         if (auto v =
                 ReadInteger(keep, absl::StrCat(path, ":keep"), 1,
                             kMaxCheckpointKeep, "from 1 to 1000", report)) {
           spec->checkpoint_keep = static_cast<int>(*v);
         }
       }
-      if (const Entry store = FindEntry(e.value, "store")) {
+      if (const Entry store = FindMergedEntry(e.value, "store")) {
         if (auto v = ReadChoice(store, absl::StrCat(path, ":store"),
                                 CheckpointStores(), report)) {
           spec->checkpoint_store = *v;
@@ -2717,7 +2770,8 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                   const CiValue* effective, const GangSpec* template_spec,
                   const CiExpandOptions& options,
                   std::vector<GangSpec>* gangs,  // Null for a hidden job.
-                  Reporter* report) {
+                  Reporter* report,
+                  std::vector<std::string>* untagged = nullptr) {
   if (!value.IsMap()) return;  // Not a job (ci_yaml reports it on use).
   GangSpec spec;
   spec.job = job;
@@ -2756,7 +2810,13 @@ void LintPlainJob(const std::string& job, const YamlNode& key,
                                    CiValue(options.runner_tag)) != tags->end();
     }
   }
-  const bool gang = top_gdt || job_gdt || tagged || inherited;
+  // Top-level GDT_* variables reach every job, but only the jobs that go
+  // to gdt's runner (its tag) run as gangs: a job they alone would make
+  // one is listed once in a warning instead.
+  const bool top_only = top_gdt && !job_gdt && !tagged && !inherited &&
+                        !options.runner_tag.empty() && untagged != nullptr;
+  if (top_only && gangs != nullptr) untagged->push_back(job);
+  const bool gang = !top_only && (top_gdt || job_gdt || tagged || inherited);
   const int max_nodes =
       std::min(kGitLabParallelLimit, std::max(1, options.max_nodes));
   // `parallel: null` (or `~`) is how a job drops an inherited parallel.
@@ -3805,6 +3865,73 @@ void CheckJobRuns(const CiConfigModel& model, RunsKeyword* runs,
                                           : "without any of them"));
 }
 
+// The keys GitLab accepts in a job (its Job, Processable and Bridge entries,
+// with the Premium ones); any other key makes it refuse the pipeline. Hidden
+// jobs are not checked, as GitLab does not check them: a template or a
+// snippet for `!reference` may hold anything.
+void CheckJobKeys(const std::string& job, const YamlNode& value,
+                  Reporter* report) {
+  if (job.empty() || job[0] == '.' || !value.IsMap()) return;
+  static const std::vector<std::string> kKeys = absl::StrSplit(
+      "after_script allow_failure artifacts before_script cache coverage "
+      "dast_configuration dependencies environment except extends hooks "
+      "id_tokens identity image inherit inputs interruptible "
+      "manual_confirmation needs only pages pages_path_prefix parallel "
+      "publish release resource_group retry rules run script secrets "
+      "services stage start_in tags timeout trigger type variables when",
+      ' ');
+  std::vector<std::string> unknown;
+  YamlNode first;
+  const auto check = [&](const YamlNode& map, auto& self) -> void {
+    for (const auto& entry : map) {
+      if (!entry.first.IsScalar()) continue;
+      const std::string& name = entry.first.Scalar();
+      if (name == "<<") {
+        // Merged in: a mapping or a list of them.
+        if (entry.second.IsMap()) self(entry.second, self);
+        if (entry.second.IsSequence()) {
+          for (const YamlNode& item : entry.second) {
+            if (item.IsMap()) self(item, self);
+          }
+        }
+        continue;
+      }
+      if (std::find(kKeys.begin(), kKeys.end(), name) != kKeys.end() ||
+          std::find(unknown.begin(), unknown.end(), name) != unknown.end()) {
+        continue;
+      }
+      if (unknown.empty()) first = entry.first;
+      unknown.push_back(name);
+    }
+  };
+  check(value, check);
+  // GitLab's rules replace only and except; a job may not have both.
+  if (FindEntry(value, "rules")) {
+    std::vector<std::string> both;
+    YamlNode at;
+    for (const char* old : {"only", "except"}) {
+      if (const Entry e = FindEntry(value, old)) {
+        if (both.empty()) at = e.key;
+        both.push_back(old);
+      }
+    }
+    if (!both.empty()) {
+      report->At(at, at,
+                 absl::StrCat("jobs:", Shown(job),
+                              " config key may not be used with `rules`: ",
+                              absl::StrJoin(both, ", "),
+                              " (GitLab refuses the pipeline)"));
+    }
+  }
+  if (unknown.empty()) return;
+  report->At(
+      first, first,
+      absl::StrCat("jobs:", Shown(job), " config contains unknown keys: ",
+                   Shown(absl::StrJoin(unknown, ", ")),
+                   unknown.size() == 1 ? DidYouMean(unknown[0], kKeys) : "",
+                   " (GitLab refuses the pipeline)"));
+}
+
 // GitLab refuses a project's pipeline without a job that runs (one whose
 // name does not start with a dot): "jobs config should contain at least one
 // visible job", and an empty file with "Please provide content of
@@ -4138,6 +4265,156 @@ YamlNode ScalarHolding(const YamlNode& node, std::string_view part,
     }
   }
   return YamlNode();
+}
+
+// Two references GitLab refuses the pipeline for, by name: a job's stage
+// that `stages:` does not list (.pre and .post always exist; without
+// `stages:`, build, test and deploy), and a need of a job that the
+// configuration does not define. Not judged where gdt cannot see it all (an
+// include it does not read, `types:`), nor for values filled in later
+// (`$[[ ... ]]`, `!reference` left unresolved), optional needs, needs of
+// another pipeline or project, or needs with `parallel` (CheckMatrixNeeds).
+// A need of a job that exists but that rules leave out of the pipeline
+// depends on the pipeline, so it is not judged here. Jobs for which `skip`
+// holds are not checked.
+void CheckStagesAndNeeds(
+    const std::vector<YamlNode>& documents, const CiConfigModel& model,
+    const CiIncludingConfig* including, Reporter* report,
+    const std::function<bool(const std::string&)>& skip = nullptr) {
+  if (model.has_include() || model.Top("types").has_value()) return;
+  // A file that another one includes: the stages are that configuration's
+  // (not judged here) and so are the jobs, by name.
+  if (including != nullptr && including->unseen) return;
+  static const std::vector<std::string> kKeys = {"stage", "needs"};
+  std::vector<std::string> stages;
+  bool stages_known = true;
+  if (const std::optional<CiValue> listed = model.Top("stages")) {
+    // GitLab flattens lists in it (from !reference).
+    const std::function<void(const CiValue&)> flatten =
+        [&](const CiValue& value) {
+          if (value.is_array()) {
+            for (const CiValue& item : value) flatten(item);
+          } else if (value.is_string() && value.get<std::string>().find(
+                                              "$[[") == std::string::npos) {
+            stages.push_back(value.get<std::string>());
+          } else {
+            stages_known = false;
+          }
+        };
+    if (listed->is_array()) {
+      flatten(*listed);
+    } else {
+      stages_known = false;  // Its type is refused elsewhere.
+    }
+  } else {
+    stages = {"build", "test", "deploy"};
+  }
+  stages.insert(stages.begin(), ".pre");
+  stages.push_back(".post");
+  std::vector<std::string> jobs;  // This file's, for suggestions.
+  // A file alone may be a piece that another file includes.
+  const std::string alone =
+      including != nullptr
+          ? ""
+          : "; if another file includes this one, lint that file";
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      if (!key.IsScalar() || !entry.second.IsMap()) continue;
+      const std::string& job = key.Scalar();
+      if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
+      if (skip && skip(job)) continue;
+      const absl::StatusOr<CiConfigModel::Effective> effective =
+          model.Resolve(job, kKeys);
+      if (!effective.ok()) continue;
+      const CiValue& config = effective->config;
+      const auto stage = config.find("stage");
+      if (including == nullptr && stages_known && effective->Known("stage") &&
+          stage != config.end() && stage->is_string() &&
+          stage->get<std::string>().find("$[[") == std::string::npos &&
+          effective->unresolved.count("stage") == 0 &&
+          std::find(stages.begin(), stages.end(), stage->get<std::string>()) ==
+              stages.end()) {
+        const Entry own = FindEntry(entry.second, "stage");
+        report->At(own ? own.value : key, own ? own.key : key,
+                   absl::StrCat(Shown(job), " job: chosen stage ",
+                                Shown(stage->get<std::string>()),
+                                " does not exist; available stages are ",
+                                Shown(absl::StrJoin(stages, ", ")),
+                                DidYouMean(stage->get<std::string>(), stages),
+                                " (GitLab refuses the pipeline", alone, ")"));
+      }
+      const auto needs = config.find("needs");
+      if (!effective->Known("needs") || needs == config.end() ||
+          effective->unresolved.count("needs") != 0) {
+        continue;
+      }
+      const CiValue list = needs->is_object()  ? CiValue::array({*needs})
+                           : needs->is_array() ? *needs
+                                               : CiValue::array();
+      for (const CiValue& need : list) {
+        std::string name;
+        if (need.is_string()) {
+          name = need.get<std::string>();
+        } else if (need.is_object()) {
+          const auto named = need.find("job");
+          const auto optional = need.find("optional");
+          if (named == need.end() || !named->is_string() ||
+              need.contains("pipeline") || need.contains("project") ||
+              need.contains("parallel") ||
+              (optional != need.end() && *optional == true)) {
+            continue;
+          }
+          name = named->get<std::string>();
+        } else {
+          continue;
+        }
+        // The job of a matrix ("build: [a, b]") or of parallel: N ("build
+        // 1/3") is named after the job that makes it.
+        std::string made_by = name;
+        if (const size_t matrix = made_by.find(": [");
+            matrix != std::string::npos) {
+          made_by.resize(matrix);
+        } else if (const size_t space = made_by.rfind(' ');
+                   space != std::string::npos &&
+                   made_by.find('/', space) != std::string::npos) {
+          made_by.resize(space);
+        }
+        const auto defined = [&](const std::string& job_name) {
+          return model.HasJob(job_name) ||
+                 (including != nullptr &&
+                  including->names.count(job_name) != 0);
+        };
+        if (name.find("$[[") != std::string::npos || defined(name) ||
+            defined(made_by)) {
+          continue;
+        }
+        // Where: the job's own need naming it, else its needs, else the job.
+        YamlNode at = key;
+        YamlNode at_key = key;
+        if (const Entry own = FindEntry(entry.second, "needs")) {
+          at = own.value;
+          at_key = own.key;
+          if (const YamlNode item = ScalarHolding(own.value, name)) at = item;
+        }
+        if (jobs.empty()) {  // For suggestions; read once.
+          for (const YamlNode& document : documents) {
+            for (const auto& other : document) {
+              if (other.first.IsScalar() && other.second.IsMap() &&
+                  !IsCiKeyword(other.first.Scalar())) {
+                jobs.push_back(other.first.Scalar());
+              }
+            }
+          }
+        }
+        report->At(at, at_key,
+                   absl::StrCat(Shown(job), " job: undefined need: ",
+                                Shown(name), DidYouMean(name, jobs),
+                                " (GitLab refuses the pipeline", alone, ")"));
+        break;  // GitLab names the first.
+      }
+    }
+  }
 }
 
 // What GitLab refuses in `needs` that select jobs of a matrix (`needs:
@@ -4534,9 +4811,16 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
   }
 
   YamlNode top_variables;
+  YamlNode top_variables_key;
   for (const YamlNode& root : documents) {
-    if (const Entry e = FindEntry(root, "variables")) top_variables = e.value;
+    if (const Entry e = FindEntry(root, "variables")) {
+      top_variables = e.value;
+      top_variables_key = e.key;
+    }
   }
+  // Jobs that only top-level GDT_* variables would make gangs, without
+  // gdt's runner tag (lint).
+  std::vector<std::string> untagged;
   // The variables of `workflow:rules` are the pipeline's when their rule
   // matches, over the top-level ones, and reach the same jobs; so do the
   // top-level variables of included files, which GitLab merges under the
@@ -4761,6 +5045,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
       if (lint && !IsCiKeyword(job)) {
         if (value.IsMap()) {
           CheckJobKeywordTypes(job, value, &report);
+          CheckJobKeys(job, value, &report);
           CheckReferencedScriptDepth(model, job, value, &report);
         }
         CheckJobRuns(model, &runs, job, key, value, &report);
@@ -4955,7 +5240,8 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           LintPlainJob(job, key, value, top_variables, included_top,
                        effective.ok() ? &effective->config : nullptr,
                        template_spec ? &*template_spec : nullptr, options,
-                       job[0] == '.' ? nullptr : &result.gangs, &report);
+                       job[0] == '.' ? nullptr : &result.gangs, &report,
+                       &untagged);
         }
         continue;
       }
@@ -5210,7 +5496,7 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
         LintPlainJob(job, key, value, top_variables, included_top,
                      effective.ok() ? &effective->config : nullptr,
                      template_spec ? &*template_spec : nullptr, options,
-                     job[0] == '.' ? nullptr : &result.gangs, &at);
+                     job[0] == '.' ? nullptr : &result.gangs, &at, &untagged);
         for (size_t g = gangs_before; g < result.gangs.size(); ++g) {
           result.gangs[g].file = at.file;
         }
@@ -5248,18 +5534,21 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
           inputs, result.errors, &report);
     }
     CheckMatrixNeeds(documents, model, &report);
+    CheckStagesAndNeeds(documents, model, options.including, &report);
     // Jobs that only included files define, at the last file that
     // defines them (with or without a spec: header: GitLab leaves
     // $[[ matrix.* ]] to the needs of each matrix job either way).
     for (size_t f = 0; f < included.size(); ++f) {
       Reporter at(&result.errors);
       at.file = included[f].file->path;
-      CheckMatrixNeeds(included[f].documents, model, &at,
-                       [&](const std::string& job) {
-                         const auto last = last_file.find(job);
-                         return main_jobs.count(job) != 0 ||
-                                last == last_file.end() || last->second != f;
-                       });
+      const auto skip = [&](const std::string& job) {
+        const auto last = last_file.find(job);
+        return main_jobs.count(job) != 0 || last == last_file.end() ||
+               last->second != f;
+      };
+      CheckMatrixNeeds(included[f].documents, model, &at, skip);
+      CheckStagesAndNeeds(included[f].documents, model, options.including, &at,
+                          skip);
     }
   }
   if (!result.ok()) {
@@ -5354,8 +5643,32 @@ CiExpansion Process(std::string_view text, const CiExpandOptions& options,
                    [](const GangSpec& a, const GangSpec& b) {
                      return std::tie(a.file, a.line) < std::tie(b.file, b.line);
                    });
+  if (lint && !untagged.empty()) {
+    std::vector<std::string> shown;
+    for (size_t i = 0; i < untagged.size() && i < 5; ++i) {
+      shown.push_back(Shown(untagged[i]));
+    }
+    if (untagged.size() > 5) {
+      shown.push_back(absl::StrCat("and ", untagged.size() - 5, " more"));
+    }
+    const std::string message = absl::StrCat(
+        "variables: top-level GDT_* variables reach every job, but ",
+        untagged.size(), untagged.size() == 1 ? " job" : " jobs",
+        " without the ", Shown(options.runner_tag), " tag (",
+        absl::StrJoin(shown, ", "),
+        untagged.size() == 1 ? ") goes to other runners and is not a gang"
+                             : ") go to other runners and are not gangs",
+        " (unless a gdt runner also takes untagged jobs); set GDT_* in the "
+        "gang jobs or a template they extend");
+    if (top_variables_key) {
+      warn.At(top_variables_key, top_variables_key, message);
+    } else {
+      warn.AtLine(0, 0, message);
+    }
+  }
   result.warnings = std::move(warnings);
   if (lint) WarnAboutManualGangs(documents, model, result.gangs, &result);
+
   std::stable_sort(result.warnings.begin(), result.warnings.end(),
                    [](const CiDiagnostic& a, const CiDiagnostic& b) {
                      return std::tie(a.file, a.line) < std::tie(b.file, b.line);

@@ -169,6 +169,41 @@ TEST(ExpandTest, KeepsWindowsLineBreaksAndAMissingFinalNewline) {
             "  script: y");
 }
 
+// A block may take its settings from a shared mapping with a merge key,
+// read as GitLab's YAML reader reads it: an entry after the merge key
+// replaces the merged one, an entry before it is replaced, and of a list
+// of merged mappings the earlier one's entry wins.
+TEST(ExpandTest, MergeKeysInTheBlockAreReadAsGitLabReadsThem) {
+  const std::string input =
+      ".gang: &gang\n  gpus_per_node: 8\n  nodes: 3\n"
+      "  checkpoint: &ckpt {keep: 2}\n"
+      ".small: &small\n  gpus_per_node: 2\n"
+      "train:\n  parallel:\n    distributed:\n      <<: *gang\n"
+      "      nodes: 4\n      checkpoint: {<<: *ckpt, notice: 5m}\n"
+      "  script: [torchrun t.py]\n"
+      "before:\n  parallel:\n    distributed: {nodes: 2, <<: *gang}\n"
+      "  script: [x]\n"
+      "list:\n  parallel:\n    distributed: {<<: [*small, *gang]}\n"
+      "  script: [x]\n";
+  for (const CiExpansion& read : {LintCiYaml(input), ExpandCiYaml(input)}) {
+    ASSERT_TRUE(read.ok()) << FormatDiagnostic("f", read.errors[0]);
+    ASSERT_EQ(read.gangs.size(), 3u);
+    EXPECT_EQ(read.gangs[0].nodes, 4);
+    EXPECT_EQ(read.gangs[0].gpus_per_node, 8);
+    EXPECT_EQ(read.gangs[0].checkpoint_keep, 2);
+    EXPECT_EQ(read.gangs[0].checkpoint_notice_seconds, 300);
+    EXPECT_EQ(read.gangs[1].nodes, 3);  // The merged entry came later.
+    EXPECT_EQ(read.gangs[2].nodes, 3);
+    EXPECT_EQ(read.gangs[2].gpus_per_node, 2);
+  }
+  const CiExpansion typo = LintCiYaml(
+      ".g: &g {nodez: 2}\nj:\n  parallel:\n    distributed: {<<: *g}\n"
+      "  script: [x]\n");
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.errors[0].message,
+              HasSubstr("unknown key 'nodez' (did you mean 'nodes'?)"));
+}
+
 TEST(ExpandTest, AUtf8ByteOrderMarkIsReadAndKept) {
   // Editors on Windows save one; GitLab's YAML reader skips it.
   const std::string bom = "\xEF\xBB\xBF";
@@ -500,6 +535,28 @@ TEST(LintTest, ListsGangsOfBothForms) {
   EXPECT_EQ(json["gangs"][0]["form"], "distributed");
   EXPECT_EQ(json["gangs"][0]["variables"]["GDT_GPUS_PER_NODE"], "8");
   EXPECT_EQ(json["gangs"][1]["nodes"], 2);
+}
+
+TEST(LintTest, TopLevelGdtVariablesMakeGangsOnlyOfTheJobsGdtsRunnerTakes) {
+  const CiExpansion lint = LintCiYaml(
+      "variables:\n  GDT_GPUS_PER_NODE: \"2\"\n"
+      "build:\n  script: [make]\n"
+      "check:\n  tags: [cpu]\n  script: [make check]\n"
+      "train:\n  tags: [gdt]\n  parallel: 2\n  script: [torchrun t.py]\n"
+      "own:\n  variables: {GDT_NPROC_PER_NODE: \"2\"}\n  script: [x]\n");
+  ASSERT_TRUE(lint.ok()) << lint.errors[0].message;
+  std::vector<std::string> gangs;
+  for (const GangSpec& gang : lint.gangs) gangs.push_back(gang.job);
+  // A job's own GDT_* variable says it is meant as a gang.
+  EXPECT_THAT(gangs, ElementsAre("train", "own"));
+  EXPECT_EQ(lint.gangs[0].gpus_per_node, 2);
+  ASSERT_EQ(lint.warnings.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", lint.warnings[0]),
+            "f:1:1: variables: top-level GDT_* variables reach every job, "
+            "but 2 jobs without the gdt tag (build, check) go to other "
+            "runners and are not gangs (unless a gdt runner also takes "
+            "untagged jobs); set GDT_* in the gang jobs or a template they "
+            "extend");
 }
 
 TEST(LintTest, JsonCarriesEveryErrorWithItsPlace) {
@@ -3884,6 +3941,16 @@ TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
        "f:3:1: jobs build config should implement the script:, run:, or "
        "trigger: keyword (GitLab refuses the pipeline); the job is without "
        "any of them"},
+      {"build:\n  scirpt: [x]\n  script: [x]\n",
+       "f:2:3: jobs:build config contains unknown keys: scirpt (did you "
+       "mean 'script'?) (GitLab refuses the pipeline)"},
+      {".keys: &keys\n  artefacts: {}\n  color: red\nbuild:\n  <<: *keys\n"
+       "  script: [x]\n",
+       "f:2:3: jobs:build config contains unknown keys: artefacts, color "
+       "(GitLab refuses the pipeline)"},
+      {"build:\n  script: [x]\n  rules: [{when: always}]\n  only: [main]\n",
+       "f:4:3: jobs:build config key may not be used with `rules`: only "
+       "(GitLab refuses the pipeline)"},
   };
   for (const auto& [file, line] : cases) {
     const CiExpansion lint = LintCiYaml(file);
@@ -3905,6 +3972,60 @@ TEST(GitLabRefusesTest, KeywordsOfTheWrongTypeAreOneLineEach) {
            "  variables:\n  needs: []\n.t:\n  tags: [a]\n",
            ".hidden:\n",
            "include: ci/x.yml\nbuild: {}\n",
+           ".snippets:\n  anything: [x]\nbuild:\n  script: x\n  hooks: "
+           "{pre_get_sources_script: [y]}\n  id_tokens: {T: {aud: a}}\n"
+           "  when: delayed\n  start_in: 1 minute\n  release: {tag_name: v, "
+           "description: d}\n  resource_group: r\ndown:\n  trigger: a/b\n"
+           "  inherit: {default: false}\n",
+       }) {
+    const CiExpansion lint = LintCiYaml(ok);
+    EXPECT_TRUE(lint.ok()) << ok << "\n"
+                           << (lint.ok()
+                                   ? ""
+                                   : FormatDiagnostic("f", lint.errors[0]));
+  }
+}
+
+TEST(GitLabRefusesTest, AStageOrANeedThatDoesNotExistIsOneLine) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"stages: [build, test]\ntrain:\n  stage: tset\n  script: [x]\n",
+       "f:3:10: train job: chosen stage tset does not exist; available "
+       "stages are .pre, build, test, .post (did you mean 'test'?) (GitLab "
+       "refuses the pipeline; if another file includes this one, lint that "
+       "file)"},
+      // Without stages:, GitLab's own; a stage inherited through extends.
+      {".tpl:\n  stage: release\ntrain:\n  extends: .tpl\n  script: [x]\n",
+       "f:3:1: train job: chosen stage release does not exist; available "
+       "stages are .pre, build, test, deploy, .post (GitLab refuses the "
+       "pipeline; if another file includes this one, lint that file)"},
+      {"prep:\n  script: [x]\ntrain:\n  script: [x]\n  needs: [perp, "
+       "prep]\n",
+       "f:5:11: train job: undefined need: perp (did you mean 'prep'?) "
+       "(GitLab refuses the pipeline; if another file includes this one, "
+       "lint that file)"},
+      {"train:\n  script: [x]\n  needs:\n    - job: data\n      artifacts: "
+       "true\n",
+       "f:4:12: train job: undefined need: data (GitLab refuses the "
+       "pipeline; if another file includes this one, lint that file)"},
+  };
+  for (const auto& [file, line] : cases) {
+    const CiExpansion lint = LintCiYaml(file);
+    ASSERT_EQ(lint.errors.size(), 1u) << file;
+    EXPECT_EQ(FormatDiagnostic("f", lint.errors[0]), line) << file;
+  }
+  // What GitLab accepts: listed stages (nested lists flattened), .pre and
+  // .post, optional needs, needs of another pipeline or project, a job of
+  // an included file, values filled in later; and what lint cannot see.
+  for (const std::string ok : {
+           ".s: [a]\nstages: [!reference [.s], b]\nj:\n  stage: a\n  script: "
+           "x\nk:\n  stage: .post\n  script: x\n",
+           "j:\n  script: x\n  needs:\n    - {job: gone, optional: true}\n"
+           "    - {pipeline: $PARENT_PIPELINE_ID, job: gen}\n    - {project: "
+           "a/b, job: c, ref: main}\n",
+           "spec:\n  inputs:\n    s: {default: test}\n---\nj:\n  stage: $[[ "
+           "inputs.s ]]\n  script: x\n",
+           "include: ci/other.yml\nj:\n  stage: elsewhere\n  script: x\n  "
+           "needs: [from-other]\n",
        }) {
     const CiExpansion lint = LintCiYaml(ok);
     EXPECT_TRUE(lint.ok()) << ok << "\n"
@@ -3965,7 +4086,9 @@ TEST_F(IncludeTest, InputsAreCheckedAndFilledIn) {
       "variables:\n  WHERE: eu\n"
       "include:\n  - local: ci/train.yml\n    inputs:\n      nodes: 4\n"
       "      stage: deploy-$WHERE\n      mode: full\n"
-      "  - local: ci/train.yml\n    inputs: {nodes: 2}\n";
+      "  - local: ci/train.yml\n    inputs: {nodes: 2}\n"
+      // GitLab expands no variables in stage names.
+      "stages: [test, deploy-$WHERE]\n";
   const CiIncludes includes = Includes(main);
   ASSERT_TRUE(includes.ok()) << includes.errors[0].message;
   // Included twice with other inputs: two files.
