@@ -4267,6 +4267,25 @@ YamlNode ScalarHolding(const YamlNode& node, std::string_view part,
   return YamlNode();
 }
 
+// Calls `check` with each job of `documents` that runs (not hidden, not a
+// keyword), its key and its mapping, unless `skip` holds for it.
+void ForEachRunningJob(
+    const std::vector<YamlNode>& documents,
+    const std::function<bool(const std::string&)>& skip,
+    const std::function<void(const std::string&, const YamlNode&,
+                             const YamlNode&)>& check) {
+  for (const YamlNode& root : documents) {
+    for (const auto& entry : root) {
+      const YamlNode& key = entry.first;
+      if (!key.IsScalar() || !entry.second.IsMap()) continue;
+      const std::string& job = key.Scalar();
+      if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
+      if (skip && skip(job)) continue;
+      check(job, key, entry.second);
+    }
+  }
+}
+
 // Two references GitLab refuses the pipeline for, by name: a job's stage
 // that `stages:` does not list (.pre and .post always exist; without
 // `stages:`, build, test and deploy), and a need of a job that the
@@ -4317,104 +4336,99 @@ void CheckStagesAndNeeds(
       including != nullptr
           ? ""
           : "; if another file includes this one, lint that file";
-  for (const YamlNode& root : documents) {
-    for (const auto& entry : root) {
-      const YamlNode& key = entry.first;
-      if (!key.IsScalar() || !entry.second.IsMap()) continue;
-      const std::string& job = key.Scalar();
-      if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
-      if (skip && skip(job)) continue;
-      const absl::StatusOr<CiConfigModel::Effective> effective =
-          model.Resolve(job, kKeys);
-      if (!effective.ok()) continue;
-      const CiValue& config = effective->config;
-      const auto stage = config.find("stage");
-      if (including == nullptr && stages_known && effective->Known("stage") &&
-          stage != config.end() && stage->is_string() &&
-          stage->get<std::string>().find("$[[") == std::string::npos &&
-          effective->unresolved.count("stage") == 0 &&
-          std::find(stages.begin(), stages.end(), stage->get<std::string>()) ==
-              stages.end()) {
-        const Entry own = FindEntry(entry.second, "stage");
-        report->At(own ? own.value : key, own ? own.key : key,
-                   absl::StrCat(Shown(job), " job: chosen stage ",
-                                Shown(stage->get<std::string>()),
-                                " does not exist; available stages are ",
-                                Shown(absl::StrJoin(stages, ", ")),
-                                DidYouMean(stage->get<std::string>(), stages),
-                                " (GitLab refuses the pipeline", alone, ")"));
-      }
-      const auto needs = config.find("needs");
-      if (!effective->Known("needs") || needs == config.end() ||
-          effective->unresolved.count("needs") != 0) {
-        continue;
-      }
-      const CiValue list = needs->is_object()  ? CiValue::array({*needs})
-                           : needs->is_array() ? *needs
-                                               : CiValue::array();
-      for (const CiValue& need : list) {
-        std::string name;
-        if (need.is_string()) {
-          name = need.get<std::string>();
-        } else if (need.is_object()) {
-          const auto named = need.find("job");
-          const auto optional = need.find("optional");
-          if (named == need.end() || !named->is_string() ||
-              need.contains("pipeline") || need.contains("project") ||
-              need.contains("parallel") ||
-              (optional != need.end() && *optional == true)) {
+  ForEachRunningJob(
+      documents, skip,
+      [&](const std::string& job, const YamlNode& key, const YamlNode& value) {
+        const absl::StatusOr<CiConfigModel::Effective> effective =
+            model.Resolve(job, kKeys);
+        if (!effective.ok()) return;
+        const CiValue& config = effective->config;
+        const auto stage = config.find("stage");
+        if (including == nullptr && stages_known && effective->Known("stage") &&
+            stage != config.end() && stage->is_string() &&
+            stage->get<std::string>().find("$[[") == std::string::npos &&
+            effective->unresolved.count("stage") == 0 &&
+            std::find(stages.begin(), stages.end(),
+                      stage->get<std::string>()) == stages.end()) {
+          const Entry own = FindEntry(value, "stage");
+          report->At(own ? own.value : key, own ? own.key : key,
+                     absl::StrCat(Shown(job), " job: chosen stage ",
+                                  Shown(stage->get<std::string>()),
+                                  " does not exist; available stages are ",
+                                  Shown(absl::StrJoin(stages, ", ")),
+                                  DidYouMean(stage->get<std::string>(), stages),
+                                  " (GitLab refuses the pipeline", alone, ")"));
+        }
+        const auto needs = config.find("needs");
+        if (!effective->Known("needs") || needs == config.end() ||
+            effective->unresolved.count("needs") != 0) {
+          return;
+        }
+        const CiValue list = needs->is_object()  ? CiValue::array({*needs})
+                             : needs->is_array() ? *needs
+                                                 : CiValue::array();
+        for (const CiValue& need : list) {
+          std::string name;
+          if (need.is_string()) {
+            name = need.get<std::string>();
+          } else if (need.is_object()) {
+            const auto named = need.find("job");
+            const auto optional = need.find("optional");
+            if (named == need.end() || !named->is_string() ||
+                need.contains("pipeline") || need.contains("project") ||
+                need.contains("parallel") ||
+                (optional != need.end() && *optional == true)) {
+              continue;
+            }
+            name = named->get<std::string>();
+          } else {
             continue;
           }
-          name = named->get<std::string>();
-        } else {
-          continue;
-        }
-        // The job of a matrix ("build: [a, b]") or of parallel: N ("build
-        // 1/3") is named after the job that makes it.
-        std::string made_by = name;
-        if (const size_t matrix = made_by.find(": [");
-            matrix != std::string::npos) {
-          made_by.resize(matrix);
-        } else if (const size_t space = made_by.rfind(' ');
-                   space != std::string::npos &&
-                   made_by.find('/', space) != std::string::npos) {
-          made_by.resize(space);
-        }
-        const auto defined = [&](const std::string& job_name) {
-          return model.HasJob(job_name) ||
-                 (including != nullptr &&
-                  including->names.count(job_name) != 0);
-        };
-        if (name.find("$[[") != std::string::npos || defined(name) ||
-            defined(made_by)) {
-          continue;
-        }
-        // Where: the job's own need naming it, else its needs, else the job.
-        YamlNode at = key;
-        YamlNode at_key = key;
-        if (const Entry own = FindEntry(entry.second, "needs")) {
-          at = own.value;
-          at_key = own.key;
-          if (const YamlNode item = ScalarHolding(own.value, name)) at = item;
-        }
-        if (jobs.empty()) {  // For suggestions; read once.
-          for (const YamlNode& document : documents) {
-            for (const auto& other : document) {
-              if (other.first.IsScalar() && other.second.IsMap() &&
-                  !IsCiKeyword(other.first.Scalar())) {
-                jobs.push_back(other.first.Scalar());
+          // The job of a matrix ("build: [a, b]") or of parallel: N ("build
+          // 1/3") is named after the job that makes it.
+          std::string made_by = name;
+          if (const size_t matrix = made_by.find(": [");
+              matrix != std::string::npos) {
+            made_by.resize(matrix);
+          } else if (const size_t space = made_by.rfind(' ');
+                     space != std::string::npos &&
+                     made_by.find('/', space) != std::string::npos) {
+            made_by.resize(space);
+          }
+          const auto defined = [&](const std::string& job_name) {
+            return model.HasJob(job_name) ||
+                   (including != nullptr &&
+                    including->names.count(job_name) != 0);
+          };
+          if (name.find("$[[") != std::string::npos || defined(name) ||
+              defined(made_by)) {
+            continue;
+          }
+          // Where: the job's own need naming it, else its needs, else the job.
+          YamlNode at = key;
+          YamlNode at_key = key;
+          if (const Entry own = FindEntry(value, "needs")) {
+            at = own.value;
+            at_key = own.key;
+            if (const YamlNode item = ScalarHolding(own.value, name)) at = item;
+          }
+          if (jobs.empty()) {  // For suggestions; read once.
+            for (const YamlNode& document : documents) {
+              for (const auto& other : document) {
+                if (other.first.IsScalar() && other.second.IsMap() &&
+                    !IsCiKeyword(other.first.Scalar())) {
+                  jobs.push_back(other.first.Scalar());
+                }
               }
             }
           }
+          report->At(at, at_key,
+                     absl::StrCat(Shown(job), " job: undefined need: ",
+                                  Shown(name), DidYouMean(name, jobs),
+                                  " (GitLab refuses the pipeline", alone, ")"));
+          break;  // GitLab names the first.
         }
-        report->At(at, at_key,
-                   absl::StrCat(Shown(job), " job: undefined need: ",
-                                Shown(name), DidYouMean(name, jobs),
-                                " (GitLab refuses the pipeline", alone, ")"));
-        break;  // GitLab names the first.
-      }
-    }
-  }
+      });
 }
 
 // What GitLab refuses in `needs` that select jobs of a matrix (`needs:
@@ -4441,160 +4455,156 @@ void CheckMatrixNeeds(
     const auto matrix = parallel->find("matrix");
     return matrix == parallel->end() ? nullptr : &*matrix;
   };
-  for (const YamlNode& root : documents) {
-    for (const auto& entry : root) {
-      const YamlNode& key = entry.first;
-      if (!key.IsScalar() || !entry.second.IsMap()) continue;
-      const std::string& job = key.Scalar();
-      if (job.empty() || job[0] == '.' || IsCiKeyword(job)) continue;
-      if (skip && skip(job)) continue;
-      const absl::StatusOr<CiConfigModel::Effective> effective =
-          model.Resolve(job, kKeys);
-      if (!effective.ok() || !effective->Known("needs") ||
-          !effective->Known("parallel")) {
-        continue;
-      }
-      const CiValue& config = effective->config;
-      const auto needs = config.find("needs");
-      if (needs == config.end() || !(needs->is_array() || needs->is_object())) {
-        continue;
-      }
-      const std::string text = needs->dump();
-      if (text.find("\"parallel\"") == std::string::npos &&
-          text.find("$[[") == std::string::npos) {
-        continue;
-      }
-      // Where to report: the job's own needs (its entry `index`), else the
-      // job's name.
-      const Entry own = FindEntry(entry.second, "needs");
-      const auto place = [&](size_t index) {
-        if (!own) return key;
-        if (own.value.IsSequence() && index < own.value.size()) {
-          const YamlNode item = own.value.Item(index);
-          if (const Entry parallel = FindEntry(item, "parallel")) {
-            return parallel.key;
-          }
-          return item;
+  ForEachRunningJob(
+      documents, skip,
+      [&](const std::string& job, const YamlNode& key, const YamlNode& value) {
+        const absl::StatusOr<CiConfigModel::Effective> effective =
+            model.Resolve(job, kKeys);
+        if (!effective.ok() || !effective->Known("needs") ||
+            !effective->Known("parallel")) {
+          return;
         }
-        return own.key;
-      };
-      std::vector<CiMatrixJob> instances;
-      const CiValue* matrix = matrix_of(config);
-      if (matrix != nullptr) {
-        if (!ReadCiMatrix(*matrix, job, &instances).ok()) continue;
-      } else {
-        instances.push_back(CiMatrixJob{job, {}});
-      }
-      std::set<std::string> reported_missing;
-      std::set<size_t> reported_needs;
-      for (const CiMatrixJob& instance : instances) {
-        std::vector<std::string> missing;
-        const CiValue filled =
-            matrix == nullptr
-                ? *needs
-                : FillMatrixValue(*needs, instance.variables, &missing);
-        if (!missing.empty()) {
-          for (const std::string& name : missing) {
-            if (!reported_missing.insert(name).second) continue;
-            const YamlNode at = ScalarHolding(own ? own.value : YamlNode(),
-                                              absl::StrCat("matrix.", name));
-            report->At(at, own ? own.key : key,
-                       absl::StrCat(job, " job: '", name,
-                                    "' does not exist in matrix "
-                                    "configuration (its parallel:matrix "
-                                    "has no variable ",
-                                    name, "); GitLab refuses the pipeline"));
-          }
-          continue;  // GitLab keeps such a job's needs unfilled.
+        const CiValue& config = effective->config;
+        const auto needs = config.find("needs");
+        if (needs == config.end() ||
+            !(needs->is_array() || needs->is_object())) {
+          return;
         }
-        const CiValue list =
-            filled.is_object() ? CiValue::array({filled}) : filled;
-        for (size_t i = 0; i < list.size(); ++i) {
-          const CiValue& need = list[i];
-          if (reported_needs.count(i) != 0 || !need.is_object()) continue;
-          const auto optional = need.find("optional");
-          if (optional != need.end() && *optional == true) continue;
-          std::string producer;
-          const auto job_name = need.find("job");
-          if (job_name == need.end() || !CiScalarText(*job_name, &producer)) {
-            continue;
+        const std::string text = needs->dump();
+        if (text.find("\"parallel\"") == std::string::npos &&
+            text.find("$[[") == std::string::npos) {
+          return;
+        }
+        // Where to report: the job's own needs (its entry `index`), else the
+        // job's name.
+        const Entry own = FindEntry(value, "needs");
+        const auto place = [&](size_t index) {
+          if (!own) return key;
+          if (own.value.IsSequence() && index < own.value.size()) {
+            const YamlNode item = own.value.Item(index);
+            if (const Entry parallel = FindEntry(item, "parallel")) {
+              return parallel.key;
+            }
+            return item;
           }
-          const CiValue* selector = matrix_of(need);
-          if (selector == nullptr || !model.HasJob(producer)) continue;
-          const absl::StatusOr<CiConfigModel::Effective> made =
-              model.Resolve(producer, kParallel);
-          if (!made.ok() || !made->Known("parallel")) continue;
-          const auto parallel = made->config.find("parallel");
-          if (parallel == made->config.end() || parallel->is_null()) continue;
-          std::vector<CiMatrixJob> selected;
-          if (!ReadCiMatrix(*selector, producer, &selected).ok()) continue;
-          std::vector<CiMatrixJob> jobs;
-          if (const CiValue* jobs_matrix = matrix_of(made->config)) {
-            if (!ReadCiMatrix(*jobs_matrix, producer, &jobs).ok()) continue;
-          } else if (parallel->is_object()) {
-            continue;  // Not a number or a matrix: reported elsewhere.
+          return own.key;
+        };
+        std::vector<CiMatrixJob> instances;
+        const CiValue* matrix = matrix_of(config);
+        if (matrix != nullptr) {
+          if (!ReadCiMatrix(*matrix, job, &instances).ok()) return;
+        } else {
+          instances.push_back(CiMatrixJob{job, {}});
+        }
+        std::set<std::string> reported_missing;
+        std::set<size_t> reported_needs;
+        for (const CiMatrixJob& instance : instances) {
+          std::vector<std::string> missing;
+          const CiValue filled =
+              matrix == nullptr
+                  ? *needs
+                  : FillMatrixValue(*needs, instance.variables, &missing);
+          if (!missing.empty()) {
+            for (const std::string& name : missing) {
+              if (!reported_missing.insert(name).second) continue;
+              const YamlNode at = ScalarHolding(own ? own.value : YamlNode(),
+                                                absl::StrCat("matrix.", name));
+              report->At(at, own ? own.key : key,
+                         absl::StrCat(job, " job: '", name,
+                                      "' does not exist in matrix "
+                                      "configuration (its parallel:matrix "
+                                      "has no variable ",
+                                      name, "); GitLab refuses the pipeline"));
+            }
+            continue;  // GitLab keeps such a job's needs unfilled.
           }
-          // GitLab names the selected job "X: [values]" from the
-          // selector's values alone, in the selector's order, and looks
-          // that name up among all jobs: a selector naming only some of
-          // X's variables (or naming them in another order) selects no
-          // job of X whose name has more values.
-          const auto selects = [&](const CiMatrixJob& one) {
-            return model.HasJob(one.name) ||
-                   std::any_of(jobs.begin(), jobs.end(),
-                               [&](const CiMatrixJob& made_job) {
-                                 return made_job.name == one.name;
-                               });
-          };
-          for (const CiMatrixJob& one : selected) {
-            if (selects(one)) continue;
-            std::string why;
-            if (parallel->is_object()) {
-              why = absl::StrCat("no job of ", producer,
-                                 "'s parallel:matrix has these values");
-              // Some of a job's values, or all in another order: GitLab
-              // matches the whole name, not the variables.
-              for (const CiMatrixJob& made_job : jobs) {
-                if (std::all_of(one.variables.begin(), one.variables.end(),
-                                [&](const auto& variable) {
-                                  return std::find(made_job.variables.begin(),
-                                                   made_job.variables.end(),
-                                                   variable) !=
-                                         made_job.variables.end();
-                                })) {
-                  why = absl::StrCat(
-                      "GitLab names the job from the selector's values "
-                      "alone and in its order, and no job is named so; ",
-                      producer, "'s jobs are named like ", made_job.name,
-                      ", so give every variable of the job, in ", producer,
-                      "'s order");
-                  break;
+          const CiValue list =
+              filled.is_object() ? CiValue::array({filled}) : filled;
+          for (size_t i = 0; i < list.size(); ++i) {
+            const CiValue& need = list[i];
+            if (reported_needs.count(i) != 0 || !need.is_object()) continue;
+            const auto optional = need.find("optional");
+            if (optional != need.end() && *optional == true) continue;
+            std::string producer;
+            const auto job_name = need.find("job");
+            if (job_name == need.end() || !CiScalarText(*job_name, &producer)) {
+              continue;
+            }
+            const CiValue* selector = matrix_of(need);
+            if (selector == nullptr || !model.HasJob(producer)) continue;
+            const absl::StatusOr<CiConfigModel::Effective> made =
+                model.Resolve(producer, kParallel);
+            if (!made.ok() || !made->Known("parallel")) continue;
+            const auto parallel = made->config.find("parallel");
+            if (parallel == made->config.end() || parallel->is_null()) continue;
+            std::vector<CiMatrixJob> selected;
+            if (!ReadCiMatrix(*selector, producer, &selected).ok()) continue;
+            std::vector<CiMatrixJob> jobs;
+            if (const CiValue* jobs_matrix = matrix_of(made->config)) {
+              if (!ReadCiMatrix(*jobs_matrix, producer, &jobs).ok()) continue;
+            } else if (parallel->is_object()) {
+              continue;  // Not a number or a matrix: reported elsewhere.
+            }
+            // GitLab names the selected job "X: [values]" from the
+            // selector's values alone, in the selector's order, and looks
+            // that name up among all jobs: a selector naming only some of
+            // X's variables (or naming them in another order) selects no
+            // job of X whose name has more values.
+            const auto selects = [&](const CiMatrixJob& one) {
+              return model.HasJob(one.name) ||
+                     std::any_of(jobs.begin(), jobs.end(),
+                                 [&](const CiMatrixJob& made_job) {
+                                   return made_job.name == one.name;
+                                 });
+            };
+            for (const CiMatrixJob& one : selected) {
+              if (selects(one)) continue;
+              std::string why;
+              if (parallel->is_object()) {
+                why = absl::StrCat("no job of ", producer,
+                                   "'s parallel:matrix has these values");
+                // Some of a job's values, or all in another order: GitLab
+                // matches the whole name, not the variables.
+                for (const CiMatrixJob& made_job : jobs) {
+                  if (std::all_of(one.variables.begin(), one.variables.end(),
+                                  [&](const auto& variable) {
+                                    return std::find(made_job.variables.begin(),
+                                                     made_job.variables.end(),
+                                                     variable) !=
+                                           made_job.variables.end();
+                                  })) {
+                    why = absl::StrCat(
+                        "GitLab names the job from the selector's values "
+                        "alone and in its order, and no job is named so; ",
+                        producer, "'s jobs are named like ", made_job.name,
+                        ", so give every variable of the job, in ", producer,
+                        "'s order");
+                    break;
+                  }
                 }
+              } else {
+                std::string count;
+                if (!CiScalarText(*parallel, &count)) count = parallel->dump();
+                why = absl::StrCat(producer, " has parallel: ", count,
+                                   ", whose jobs are numbered, not a matrix");
               }
-            } else {
-              std::string count;
-              if (!CiScalarText(*parallel, &count)) count = parallel->dump();
-              why = absl::StrCat(producer, " has parallel: ", count,
-                                 ", whose jobs are numbered, not a matrix");
+              if (matrix == nullptr &&
+                  one.name.find("$[[") != std::string::npos) {
+                why = absl::StrCat(
+                    "GitLab fills in $[[ matrix.* ]] only in a job with "
+                    "parallel:matrix, which ",
+                    job, " has not");
+              }
+              report->At(place(i), key,
+                         absl::StrCat(instance.name,
+                                      " job: undefined need: ", one.name, " (",
+                                      why, "); GitLab refuses the pipeline"));
+              reported_needs.insert(i);
+              break;
             }
-            if (matrix == nullptr &&
-                one.name.find("$[[") != std::string::npos) {
-              why = absl::StrCat(
-                  "GitLab fills in $[[ matrix.* ]] only in a job with "
-                  "parallel:matrix, which ",
-                  job, " has not");
-            }
-            report->At(
-                place(i), key,
-                absl::StrCat(instance.name, " job: undefined need: ", one.name,
-                             " (", why, "); GitLab refuses the pipeline"));
-            reported_needs.insert(i);
-            break;
           }
         }
-      }
-    }
-  }
+      });
 }
 
 CiExpansion Process(std::string_view text, const CiExpandOptions& options,
