@@ -203,6 +203,13 @@ std::string Describe(const YamlNode& node) {
     return absl::StrCat("'", text,
                         "' (a leading zero: GitLab's YAML reads it as octal)");
   }
+  // Other integers of YAML 1.1, which GitLab's reader takes and gdt's
+  // block does not: 0x1f, 0b101, 1_000.
+  const std::optional<int64_t> yaml11 = Yaml11Integer(text);
+  if (yaml11.has_value() && absl::StrCat(*yaml11) != text) {
+    return absl::StrCat("'", text, "' (GitLab's YAML reads it as ", *yaml11,
+                        "; write that)");
+  }
   return absl::StrCat("'", Shown(text), "'");
 }
 
@@ -2359,6 +2366,12 @@ void WarnAboutManualGangs(const std::vector<YamlNode>& documents,
 
 // `name`'s value as GitLab would send it, if it is a scalar or {value: x}.
 std::optional<std::string> VariableValue(const YamlNode& value) {
+  if (IsPlain(value)) {
+    // A number as GitLab's YAML reader reads it (010 is 8), sent in decimal.
+    if (const std::optional<int64_t> n = Yaml11Integer(value.Scalar())) {
+      return absl::StrCat(*n);
+    }
+  }
   if (value.IsScalar()) return value.Scalar();
   if (value.IsNull()) return std::string();
   if (value.IsMap()) {

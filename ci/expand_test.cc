@@ -901,6 +901,29 @@ void ExpectOnlyGdtAdditions(const std::string& input, const std::string& job,
       << expansion.text;
 }
 
+// Integers as GitLab's YAML reader (YAML 1.1) reads them: a plain-form
+// gang's variables are what GitLab sends the job, so lint reports those.
+TEST(InheritanceTest, IntegersAreReadAsGitLabsYamlReaderReadsThem) {
+  EXPECT_EQ(Yaml11Integer("42"), 42);
+  EXPECT_EQ(Yaml11Integer("-7"), -7);
+  EXPECT_EQ(Yaml11Integer("010"), 8);
+  EXPECT_EQ(Yaml11Integer("0x1f"), 31);
+  EXPECT_EQ(Yaml11Integer("0b101"), 5);
+  EXPECT_EQ(Yaml11Integer("1_000"), 1000);
+  EXPECT_EQ(Yaml11Integer("0"), 0);
+  for (const char* text : {"09", "1_", "_1", "0x", "1.5", "1e3", "abc", "",
+                           "99999999999999999999"}) {
+    EXPECT_EQ(Yaml11Integer(text), std::nullopt) << text;
+  }
+  const CiExpansion ok = LintCiYaml(
+      "train:\n  tags: [gdt]\n  parallel: 2\n  variables:\n"
+      "    GDT_PRIORITY: 010\n    GDT_GPUS_PER_NODE: 0x2\n  script: [x]\n");
+  ASSERT_TRUE(ok.ok()) << ok.errors[0].message;
+  ASSERT_EQ(ok.gangs.size(), 1u);
+  EXPECT_EQ(ok.gangs[0].priority, 8);
+  EXPECT_EQ(ok.gangs[0].gpus_per_node, 2);
+}
+
 TEST(InheritanceTest, TagsFromAMergeKeyAreKept) {
   ExpectOnlyGdtAdditions(
       ".tpl: &tpl\n  tags: [gpu]\n  variables: {A: b}\n"

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <unordered_map>
 
@@ -29,6 +30,61 @@ bool AllDigits(std::string_view text) {
   return true;
 }
 
+}  // namespace
+
+std::optional<int64_t> Yaml11Integer(std::string_view text) {
+  size_t i = 0;
+  bool negative = false;
+  if (!text.empty() && (text[0] == '-' || text[0] == '+')) {
+    negative = text[0] == '-';
+    i = 1;
+  }
+  const std::string_view body = text.substr(i);
+  if (body.empty()) return std::nullopt;
+  if (body == "0") return 0;
+  int base = 10;
+  size_t start = 0;
+  if (body.size() > 2 && body[0] == '0' && (body[1] == 'b' || body[1] == 'x')) {
+    base = body[1] == 'b' ? 2 : 16;
+    start = 2;
+  } else if (body[0] == '0') {
+    base = 8;
+    start = 1;
+  } else if (body[0] < '1' || body[0] > '9') {
+    return std::nullopt;
+  }
+  int64_t value = 0;
+  bool any = false;
+  for (size_t k = start; k < body.size(); ++k) {
+    const unsigned char c = static_cast<unsigned char>(body[k]);
+    if (c == '_' || c == ',') {
+      // In a decimal, each separator comes before a digit.
+      if (base == 10 &&
+          (k + 1 >= body.size() ||
+           !std::isdigit(static_cast<unsigned char>(body[k + 1])))) {
+        return std::nullopt;
+      }
+      continue;
+    }
+    int digit = -1;
+    if (std::isdigit(c)) {
+      digit = c - '0';
+    } else if (base == 16 && std::isxdigit(c)) {
+      digit = std::tolower(c) - 'a' + 10;
+    }
+    if (digit < 0 || digit >= base) return std::nullopt;
+    if (value > (std::numeric_limits<int64_t>::max() - digit) / base) {
+      return std::nullopt;  // Beyond 64 bits: left as written.
+    }
+    value = value * base + digit;
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return negative ? -value : value;
+}
+
+namespace {
+
 // A plain scalar typed as Ruby's YAML reader (YAML 1.1) types it.
 CiValue PlainScalar(const std::string& text) {
   if (text.empty() || text == "~" || text == "null" || text == "Null" ||
@@ -45,12 +101,11 @@ CiValue PlainScalar(const std::string& text) {
   for (const char* f : kFalse) {
     if (text == f) return false;
   }
+  if (const std::optional<int64_t> integer = Yaml11Integer(text)) {
+    return *integer;
+  }
   std::string_view digits = text;
   if (digits[0] == '-' || digits[0] == '+') digits.remove_prefix(1);
-  if (AllDigits(digits) && digits.size() <= 18 &&
-      (digits.size() == 1 || digits[0] != '0')) {
-    return static_cast<int64_t>(std::strtoll(text.c_str(), nullptr, 10));
-  }
   const size_t dot = digits.find('.');
   if (dot != std::string_view::npos && digits.size() <= 30) {
     const std::string_view whole = digits.substr(0, dot);

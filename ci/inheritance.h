@@ -44,6 +44,12 @@ using CiValue = nlohmann::ordered_json;
 // `!reference [...]` kept as {"!reference": [...]}.
 CiValue ToCiValue(const YamlNode& node);
 
+// The integer Ruby's YAML reader (YAML 1.1, as GitLab reads CI files) makes
+// of plain scalar `text`: decimal, octal with a leading zero (010 is 8),
+// 0x hexadecimal, 0b binary, `_` or `,` between digits (1_000); nullopt
+// when it is no integer or does not fit in 64 bits.
+std::optional<int64_t> Yaml11Integer(std::string_view text);
+
 // A scalar as GitLab sends it to a job (numbers and booleans become their
 // text). False for null, lists and maps.
 bool CiScalarText(const CiValue& value, std::string* out);
