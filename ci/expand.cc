@@ -529,24 +529,30 @@ std::optional<int64_t> ReadDuration(const Entry& e, const std::string& path,
 std::vector<Entry> MergedEntries(const YamlNode& map, int depth = 0) {
   std::vector<Entry> out;
   if (!map || !map.IsMap() || depth > 16) return out;
-  const auto put = [&](std::vector<Entry>* into, const Entry& e) {
+  // Looked up by name: a mapping may have 100,000 entries.
+  struct Entries {
+    std::vector<Entry>* list;
+    std::unordered_map<std::string, size_t> at;
+  };
+  const auto put = [](Entries* into, const Entry& e) {
     if (e.key.IsScalar()) {
-      for (Entry& have : *into) {
-        if (have.key.IsScalar() && have.key.Scalar() == e.key.Scalar()) {
-          have = e;
-          return;
-        }
+      const auto [found, fresh] =
+          into->at.emplace(e.key.Scalar(), into->list->size());
+      if (!fresh) {
+        (*into->list)[found->second] = e;
+        return;
       }
     }
-    into->push_back(e);
+    into->list->push_back(e);
   };
+  Entries all{&out, {}};
   for (const auto& entry : map) {
     const Entry e{entry.first, entry.second, true};
     const bool merge = entry.first.IsScalar() && entry.first.IsPlain() &&
                        entry.first.Scalar() == "<<";
     if (merge && entry.second.IsMap()) {
       for (const Entry& m : MergedEntries(entry.second, depth + 1)) {
-        put(&out, m);
+        put(&all, m);
       }
     } else if (merge && entry.second.IsSequence() && [&] {
                  for (const YamlNode& item : entry.second) {
@@ -554,15 +560,16 @@ std::vector<Entry> MergedEntries(const YamlNode& map, int depth = 0) {
                  }
                  return true;
                }()) {
-      std::vector<Entry> merged;
+      std::vector<Entry> list;
+      Entries merged{&list, {}};
       for (size_t i = entry.second.size(); i-- > 0;) {
         for (const Entry& m : MergedEntries(entry.second.Item(i), depth + 1)) {
           put(&merged, m);
         }
       }
-      for (const Entry& m : merged) put(&out, m);
+      for (const Entry& m : list) put(&all, m);
     } else {
-      put(&out, e);
+      put(&all, e);
     }
   }
   return out;
@@ -3895,29 +3902,15 @@ void CheckJobKeys(const std::string& job, const YamlNode& value,
       ' ');
   std::vector<std::string> unknown;
   YamlNode first;
-  const auto check = [&](const YamlNode& map, auto& self) -> void {
-    for (const auto& entry : map) {
-      if (!entry.first.IsScalar()) continue;
-      const std::string& name = entry.first.Scalar();
-      if (name == "<<") {
-        // Merged in: a mapping or a list of them.
-        if (entry.second.IsMap()) self(entry.second, self);
-        if (entry.second.IsSequence()) {
-          for (const YamlNode& item : entry.second) {
-            if (item.IsMap()) self(item, self);
-          }
-        }
-        continue;
-      }
-      if (std::find(kKeys.begin(), kKeys.end(), name) != kKeys.end() ||
-          std::find(unknown.begin(), unknown.end(), name) != unknown.end()) {
-        continue;
-      }
-      if (unknown.empty()) first = entry.first;
-      unknown.push_back(name);
-    }
-  };
-  check(value, check);
+  // Merged-in keys count as the job's own, as GitLab reads them.
+  for (const Entry& entry : MergedEntries(value)) {
+    if (!entry.key.IsScalar()) continue;
+    const std::string& name = entry.key.Scalar();
+    // MergedEntries names each key once.
+    if (std::find(kKeys.begin(), kKeys.end(), name) != kKeys.end()) continue;
+    if (unknown.empty()) first = entry.key;
+    unknown.push_back(name);
+  }
   // GitLab's rules replace only and except; a job may not have both.
   if (FindEntry(value, "rules")) {
     std::vector<std::string> both;
