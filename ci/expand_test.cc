@@ -3620,6 +3620,24 @@ TEST_F(IncludeTest, EachBadIncludeIsOneLineWithItsPlace) {
     both.push_back(f.path);
   }
   EXPECT_THAT(both, ElementsAre("ci/deeper/c.yml"));
+  // Paths longer than a machine word: `*` still stops at each `/`.
+  const std::string wide = absl::StrCat("ci/", std::string(70, 'x'), "/",
+                                        std::string(70, 'y'), "/deep.yml");
+  Write(wide, "deep: {script: [x]}\n");
+  const auto matched = [&](const std::string& pattern) {
+    std::vector<std::string> paths;
+    for (const auto& f :
+         Includes(absl::StrCat("include: '", pattern, "'\n")).files) {
+      paths.push_back(f.path);
+    }
+    return paths;
+  };
+  EXPECT_THAT(matched("ci/*/deep.yml"), ElementsAre());
+  EXPECT_THAT(matched("ci/*/*/deep.yml"), ElementsAre(wide));
+  EXPECT_THAT(matched("ci/x*/*y/*p.yml"), ElementsAre(wide));
+  EXPECT_THAT(matched("ci/**/deep.yml"), ElementsAre(wide));
+  EXPECT_THAT(matched("ci/x*y/deep.yml"), ElementsAre());
+  EXPECT_THAT(matched("ci/x**y/deep.yml"), ElementsAre(wide));
   // run-local's work dir in the project holds no configuration.
   Write(".gdt-run/7/artifacts/1/c.yml", "c: {script: [x]}\n");
   EXPECT_EQ(Includes("include: '**c.yml'\n").files.size(), 1u);
@@ -3782,14 +3800,16 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
     Write(absl::StrCat("deep/d", i, ".yml"),
           absl::StrCat("include: deep/d", i + 1, ".yml\n"));
   }
-  // Long names that a long pattern has to be matched against in full.
-  const std::string long_name(200, 'a');
+  // Long paths that a long pattern has to be matched against in full.
+  const std::string long_name(240, 'a');
+  const std::string long_dir =
+      absl::StrCat("long/", long_name, "/", long_name, "/", long_name, "/");
   for (int i = 0; i < 600; ++i) {
-    Write(absl::StrCat("long/", long_name, i, ".yml"), "");
+    Write(absl::StrCat(long_dir, long_name, i, ".yml"), "");
   }
   std::string costly = "include: 'long/";
-  for (int i = 0; i < 150; ++i) costly += "*a";
-  costly += "*.yml'\n";
+  for (int i = 0; i < 900; ++i) costly += "**a";
+  costly += "**.yml'\n";
   std::string many = "include:\n";
   std::string same = "include:\n";
   for (int i = 0; i < 10'000; ++i) {
@@ -3803,7 +3823,7 @@ TEST_F(IncludeTest, HostileIncludesStayFast) {
       {"include: deep/d0.yml\n",
        "deep/d99.yml:1:10: include: includes nest more than 100 levels"},
       {costly,
-       ".gitlab-ci.yml:1:10: include: matching 'long/*a*a*a*a*a*a*a*a*a"},
+       ".gitlab-ci.yml:1:10: include: matching 'long/**a**a**a**a**a**a"},
   };
   for (const auto& [main, line] : cases) {
     const auto start = gdt::testing::ThreadCpuTime();

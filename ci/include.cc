@@ -1,6 +1,7 @@
 #include "ci/include.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cstdint>
 #include <cstdio>
@@ -41,8 +42,10 @@ YamlNode Find(const YamlNode& map, std::string_view name) {
 
 // A wildcard include as GitLab matches it: `**` is any text, `/`
 // included, `*` any text without `/`. Matching is dynamic programming over
-// pattern and path, so a path costs at most |pattern| x |path| steps;
-// `budget` is what all paths together may still cost.
+// pattern and path, 64 places of the path to a machine word: bit j of a row
+// says the tokens so far match the path's first j characters. A path costs
+// (tokens + 1) x words of steps; `budget` is what all paths together may
+// still cost.
 class Glob {
  public:
   explicit Glob(std::string_view pattern) {
@@ -53,15 +56,18 @@ class Glob {
     if (first_star != std::string_view::npos) {
       suffix_ = pattern.substr(pattern.rfind('*') + 1);
     }
+    char_index_.fill(-1);
     for (size_t i = 0; i < pattern.size(); ++i) {
       if (pattern[i] != '*') {
-        tokens_.push_back({kLiteral, pattern[i]});
+        const auto c = static_cast<unsigned char>(pattern[i]);
+        if (char_index_[c] < 0) char_index_[c] = char_count_++;
+        tokens_.push_back({kLiteral, char_index_[c]});
         ++literals_;
       } else if (i + 1 < pattern.size() && pattern[i + 1] == '*') {
-        tokens_.push_back({kAny, '*'});
+        tokens_.push_back({kAny, 0});
         while (i + 1 < pattern.size() && pattern[i + 1] == '*') ++i;
       } else {
-        tokens_.push_back({kSegment, '*'});
+        tokens_.push_back({kSegment, 0});
       }
     }
   }
@@ -72,39 +78,90 @@ class Glob {
         path.substr(path.size() - suffix_.size()) != suffix_) {
       return false;
     }
-    const uint64_t cost = (tokens_.size() + 1) * (path.size() + 1);
+    const size_t places = path.size() + 1;
+    words_ = (places + 63) / 64;
+    const uint64_t cost = (tokens_.size() + 1) * words_;
     if (cost > *budget) return std::nullopt;
     *budget -= cost;
-    can_.assign(path.size() + 1, 0);
-    can_[0] = 1;  // The first i tokens match path[0, j).
+    // Per place j > 0: which literal path[j - 1] is, and whether a `*` may
+    // take it (it is not `/`).
+    letters_.assign(static_cast<size_t>(char_count_) * words_, 0);
+    open_.assign(words_, 0);
+    for (size_t j = 1; j < places; ++j) {
+      const auto c = static_cast<unsigned char>(path[j - 1]);
+      const uint64_t bit = uint64_t{1} << (j % 64);
+      if (char_index_[c] >= 0) {
+        letters_[static_cast<size_t>(char_index_[c]) * words_ + j / 64] |= bit;
+      }
+      if (c != '/') open_[j / 64] |= bit;
+    }
+    const uint64_t last_word =
+        places % 64 == 0 ? ~uint64_t{0} : (uint64_t{1} << (places % 64)) - 1;
+    can_.assign(words_, 0);
+    can_[0] = 1;
+    next_.resize(words_);
     for (const Token& token : tokens_) {
-      next_.assign(path.size() + 1, 0);
-      for (size_t j = 0; j <= path.size(); ++j) {
-        if (token.kind == kLiteral) {
-          next_[j] = j > 0 && can_[j - 1] && path[j - 1] == token.c;
-        } else {
-          // A star takes nothing, or one character more than for j - 1.
-          next_[j] = can_[j] || (j > 0 && next_[j - 1] &&
-                                 (token.kind == kAny || path[j - 1] != '/'));
+      bool any = false;
+      if (token.kind == kLiteral) {
+        // The literal takes the next character where it is that letter.
+        const uint64_t* letter =
+            &letters_[static_cast<size_t>(token.index) * words_];
+        uint64_t carry = 0;
+        for (size_t k = 0; k < words_; ++k) {
+          next_[k] = ((can_[k] << 1) | carry) & letter[k];
+          carry = can_[k] >> 63;
+          any |= next_[k] != 0;
+        }
+      } else if (token.kind == kAny) {
+        // `**` reaches every place from the first one matched so far.
+        size_t k = 0;
+        while (k < words_ && can_[k] == 0) next_[k++] = 0;
+        if (k < words_) {
+          next_[k] = ~((can_[k] & -can_[k]) - 1);
+          for (++k; k < words_; ++k) next_[k] = ~uint64_t{0};
+          next_[words_ - 1] &= last_word;
+          any = true;
+        }
+      } else {
+        // `*` runs on from each place matched so far through the
+        // characters that are not `/`. Adding the starts to the runs of
+        // such characters carries through each run; what the carry flips
+        // is the reach.
+        uint64_t shift = 0;
+        uint64_t sum_carry = 0;
+        for (size_t k = 0; k < words_; ++k) {
+          const uint64_t starts = ((can_[k] << 1) | shift) & open_[k];
+          shift = can_[k] >> 63;
+          const uint64_t partial = open_[k] + starts;
+          const uint64_t sum = partial + sum_carry;
+          sum_carry = (partial < open_[k] || sum < partial) ? 1 : 0;
+          next_[k] = can_[k] | (((sum ^ open_[k]) | starts) & open_[k]);
+          any |= next_[k] != 0;
         }
       }
       can_.swap(next_);
+      if (!any) return false;
     }
-    return can_[path.size()] != 0;
+    return ((can_[path.size() / 64] >> (path.size() % 64)) & 1) != 0;
   }
 
  private:
   enum Kind { kLiteral, kSegment, kAny };
   struct Token {
     Kind kind;
-    char c;
+    int index;  // Of a literal's character.
   };
   std::vector<Token> tokens_;
+  std::array<int, 256> char_index_{};
+  int char_count_ = 0;
   size_t literals_ = 0;
   std::string_view prefix_;
   std::string_view suffix_;
-  std::vector<char> can_;
-  std::vector<char> next_;
+  size_t words_ = 0;
+  std::vector<uint64_t> letters_;
+  std::vector<uint64_t> open_;
+  std::vector<uint64_t> can_;
+  std::vector<uint64_t> next_;
 };
 
 bool HasYamlExtension(std::string_view path) {

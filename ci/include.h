@@ -113,9 +113,10 @@ inline constexpr size_t kMaxIncludedBytes = size_t{64} << 20;
 // The most directory entries a `*`/`**` pattern walks in the project.
 inline constexpr size_t kMaxGlobEntries = 200'000;
 // The most steps matching all wildcards against those entries may take
-// (pattern length x path length, summed): a long pattern in a large project
-// is refused rather than matched for minutes.
-inline constexpr uint64_t kMaxGlobSteps = 20'000'000;
+// (pattern length x path length / 64, summed: a step matches one part of
+// the pattern at 64 places of a path): a long pattern in a large project is
+// refused rather than matched for minutes.
+inline constexpr uint64_t kMaxGlobSteps = 4'000'000;
 
 // Reads the local files that `text` (the file `file`, as the user named it)
 // includes, nested, from `project_dir`. A project directory that does not
