@@ -1018,6 +1018,51 @@ class IncludeReader {
     }
   }
 
+  // The file `path` names, relative to the project's root with links
+  // followed; nullopt, said at `where`, when it is not a file of the
+  // project. Each path is looked up once: a list that names one file
+  // thousands of times costs its length, not thousands of lookups.
+  std::optional<std::string> Resolve(const std::string& file,
+                                     const YamlNode& where,
+                                     const std::string& path) {
+    if (const auto known = resolved_.find(path); known != resolved_.end()) {
+      return known->second;
+    }
+    std::error_code error;
+    const fs::path full = root_ / path;
+    if (!fs::exists(fs::symlink_status(full, error))) {
+      At(file, where,
+         absl::StrCat("include: '", path, "' does not exist in the project ",
+                      root_.string()));
+      return std::nullopt;
+    }
+    const fs::path real = fs::canonical(full, error);
+    if (error) {
+      At(file, where,
+         absl::StrCat("include: '", path,
+                      "' cannot be followed (a broken link?)"));
+      return std::nullopt;
+    }
+    std::string rel = real.lexically_relative(root_).generic_string();
+    if (rel.empty() || rel == "." || rel.rfind("..", 0) == 0) {
+      At(file, where,
+         absl::StrCat("include: '", path,
+                      "' leads outside the project directory (a symbolic "
+                      "link to ",
+                      real.string(), ")"));
+      return std::nullopt;
+    }
+    if (fs::is_directory(real, error)) {
+      At(file, where,
+         absl::StrCat("include: '", path,
+                      "' is a directory; include its files (e.g. '", path,
+                      "/*.yml')"));
+      return std::nullopt;
+    }
+    resolved_.emplace(path, rel);
+    return rel;
+  }
+
   void ReadOne(const std::string& file, const YamlNode& where,
                const std::string& path, const YamlNode& inputs, int depth) {
     if (!HasYamlExtension(path)) {
@@ -1027,37 +1072,9 @@ class IncludeReader {
                       "refuses to include"));
       return;
     }
-    std::error_code error;
-    const fs::path full = root_ / path;
-    if (!fs::exists(fs::symlink_status(full, error))) {
-      At(file, where,
-         absl::StrCat("include: '", path, "' does not exist in the project ",
-                      root_.string()));
-      return;
-    }
-    const fs::path real = fs::canonical(full, error);
-    if (error) {
-      At(file, where,
-         absl::StrCat("include: '", path,
-                      "' cannot be followed (a broken link?)"));
-      return;
-    }
-    const std::string rel = real.lexically_relative(root_).generic_string();
-    if (rel.empty() || rel == "." || rel.rfind("..", 0) == 0) {
-      At(file, where,
-         absl::StrCat("include: '", path,
-                      "' leads outside the project directory (a symbolic "
-                      "link to ",
-                      real.string(), ")"));
-      return;
-    }
-    if (fs::is_directory(real, error)) {
-      At(file, where,
-         absl::StrCat("include: '", path,
-                      "' is a directory; include its files (e.g. '", path,
-                      "/*.yml')"));
-      return;
-    }
+    const std::optional<std::string> resolved = Resolve(file, where, path);
+    if (!resolved.has_value()) return;
+    const std::string& rel = *resolved;
     if (std::find(stack_.begin(), stack_.end(), rel) != stack_.end()) {
       At(file, where,
          absl::StrCat("include: '", path, "' includes itself (through ", file,
@@ -1084,7 +1101,7 @@ class IncludeReader {
       return;
     }
     absl::StatusOr<std::string> text =
-        ReadTextFile(real.string(), kMaxIncludedBytes - bytes_);
+        ReadTextFile((root_ / rel).string(), kMaxIncludedBytes - bytes_);
     if (!text.ok()) {
       At(file, where,
          absl::StrCat("include: '", path, "': ", text.status().message(),
@@ -1179,6 +1196,7 @@ class IncludeReader {
   size_t count_ = 0;
   // Steps all wildcards together may still take.
   uint64_t glob_budget_ = kMaxGlobSteps;
+  std::map<std::string, std::string> resolved_;  // Resolve()'s answers.
 };
 
 // The scalar values of a `variables:` mapping (`value:` of the long form),
