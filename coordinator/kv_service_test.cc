@@ -232,6 +232,12 @@ TEST_F(KvServiceTest, WaitsRacingTheirDeadlinesEndCleanly) {
   std::vector<v1::Assignment> gang = AdmitGang(1);
   ASSERT_EQ(gang.size(), 1u);
   rendezvous::KvClient member = ClientFor(gang[0]);
+  // Connected first: a wait whose deadline passes before the channel ever
+  // reaches the coordinator is UNAVAILABLE (a loaded machine takes longer
+  // than the shortest deadline here to connect), and this test is about
+  // deadlines at the server.
+  ASSERT_EQ(member.Get("k0", In(5s)).status().code(),
+            absl::StatusCode::kNotFound);
   // Waiters whose deadlines fall around the moment their key is set: each
   // ends exactly once, with the value or DEADLINE_EXCEEDED, and the server
   // keeps no waiter.
