@@ -4308,12 +4308,18 @@ void CheckStagesAndNeeds(
     const std::function<bool(const std::string&)>& skip = nullptr) {
   if (model.has_include() || model.Top("types").has_value()) return;
   // A file that another one includes: the stages are that configuration's
-  // (not judged here) and so are the jobs, by name.
+  // and so are the jobs, by name.
   if (including != nullptr && including->unseen) return;
   static const std::vector<std::string> kKeys = {"stage", "needs"};
   std::vector<std::string> stages;
   bool stages_known = true;
-  if (const std::optional<CiValue> listed = model.Top("stages")) {
+  if (including != nullptr) {
+    if (including->stages.has_value()) {
+      stages = *including->stages;
+    } else {
+      stages_known = false;
+    }
+  } else if (const std::optional<CiValue> listed = model.Top("stages")) {
     // GitLab flattens lists in it (from !reference).
     const std::function<void(const CiValue&)> flatten =
         [&](const CiValue& value) {
@@ -4350,7 +4356,7 @@ void CheckStagesAndNeeds(
         if (!effective.ok()) return;
         const CiValue& config = effective->config;
         const auto stage = config.find("stage");
-        if (including == nullptr && stages_known && effective->Known("stage") &&
+        if (stages_known && effective->Known("stage") &&
             stage != config.end() && stage->is_string() &&
             stage->get<std::string>().find("$[[") == std::string::npos &&
             effective->unresolved.count("stage") == 0 &&

@@ -2435,6 +2435,49 @@ TEST(GitLabRefusesTest, AnyJobsUnknownExtendsIsGitLabsError) {
             "ci/frag.yml:4:12: b: unknown keys in `extends` (.nope): not in "
             "this file nor in .gitlab-ci.yml, which includes it, or the files "
             "that includes, so GitLab refuses it");
+  // Its stages are the configuration's: the main file's `stages:` wins
+  // over the fragment's own.
+  const std::string staged =
+      "stages: [build]\nc:\n  stage: build\n  script: [x]\n"
+      "d:\n  stage: tset\n  script: [x]\ne:\n  stage: .post\n  script: [x]\n";
+  test::WriteTextFile(dir.Sub("ci/frag.yml"), staged);
+  const std::optional<CiIncludingConfig> with_stages =
+      FindIncludingConfig(dir.Sub("ci/frag.yml"), dir.path());
+  ASSERT_TRUE(with_stages.has_value());
+  EXPECT_THAT(with_stages->stages, ::testing::Optional(ElementsAre("test")));
+  fragment.including = &*with_stages;
+  std::vector<std::string> found;
+  for (const CiDiagnostic& d : LintCiYaml(staged, fragment).errors) {
+    found.push_back(FormatDiagnostic("ci/frag.yml", d));
+  }
+  EXPECT_THAT(
+      found,
+      ElementsAre("ci/frag.yml:3:10: c job: chosen stage build does not "
+                  "exist; available stages are .pre, test, .post (GitLab "
+                  "refuses the pipeline)",
+                  "ci/frag.yml:6:10: d job: chosen stage tset does not "
+                  "exist; available stages are .pre, test, .post (did you "
+                  "mean 'test'?) (GitLab refuses the pipeline)"));
+  // Without stages: in the main file, the fragment's own count; a list
+  // gdt cannot read is not judged.
+  test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
+                      "include: [t.yml, ci/frag.yml]\n");
+  const std::optional<CiIncludingConfig> own_stages =
+      FindIncludingConfig(dir.Sub("ci/frag.yml"), dir.path());
+  ASSERT_TRUE(own_stages.has_value());
+  EXPECT_THAT(own_stages->stages, ::testing::Optional(ElementsAre("build")));
+  fragment.including = &*own_stages;
+  ASSERT_EQ(LintCiYaml(staged, fragment).errors.size(), 1u);
+  test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
+                      ".s: [test]\ninclude: [t.yml, ci/frag.yml]\n"
+                      "stages: !reference [.s]\n");
+  const std::optional<CiIncludingConfig> referenced =
+      FindIncludingConfig(dir.Sub("ci/frag.yml"), dir.path());
+  ASSERT_TRUE(referenced.has_value());
+  EXPECT_FALSE(referenced->stages.has_value());
+  fragment.including = &*referenced;
+  EXPECT_TRUE(LintCiYaml(staged, fragment).ok());
+  test::WriteTextFile(dir.Sub("ci/frag.yml"), frag);
   // Nothing to say when the main file has an include gdt does not read.
   test::WriteTextFile(dir.Sub(".gitlab-ci.yml"),
                       "include: [t.yml, ci/frag.yml, {template: X.yml}]\n");
@@ -2467,7 +2510,8 @@ TEST(GitLabRefusesTest, AChildPipelinesFileIsReadWithItsOwnConfiguration) {
       ".start-child:\n  trigger:\n    include:\n"
       "      - local: ci/child/main.yml\n"
       "      - local: ci/child/$FLAVOUR.yml\n    strategy: depend\n"
-      "child-gpu:\n  extends: .start-child\n  variables: {FLAVOUR: gpu}\n");
+      "child-gpu:\n  extends: .start-child\n  variables: {FLAVOUR: gpu}\n"
+      "stages: [test, release]\n");
   test::WriteTextFile(dir.Sub("ci/parent.yml"),
                       ".parent-only:\n  tags: [cpu]\n");
   // The child's files: its main file includes a file of its own and
@@ -2506,6 +2550,9 @@ TEST(GitLabRefusesTest, AChildPipelinesFileIsReadWithItsOwnConfiguration) {
   EXPECT_EQ(config->names.count(".gpu"), 1u);
   EXPECT_EQ(config->names.count(".child-base"), 1u);
   EXPECT_EQ(config->names.count(".parent-only"), 0u);
+  // Nor its stages: the child's are GitLab's default ones.
+  EXPECT_THAT(config->stages,
+              ::testing::Optional(ElementsAre("build", "test", "deploy")));
   EXPECT_FALSE(config->unseen);
   EXPECT_THAT(lint("ci/child/main.yml", child), ::testing::IsEmpty());
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -1274,6 +1275,48 @@ void CollectNames(std::string_view yaml, std::set<std::string>* names) {
   }
 }
 
+// The stages of a configuration of `texts`, in GitLab's merge order (so
+// the last file that lists them wins), as CiIncludingConfig::stages.
+std::optional<std::vector<std::string>> StagesOf(
+    const std::vector<std::string_view>& texts) {
+  std::vector<std::string> stages = {"build", "test", "deploy"};
+  for (const std::string_view text : texts) {
+    YamlError parse_error;
+    const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &parse_error);
+    if (!parse_error.message.empty()) return std::nullopt;
+    std::vector<YamlNode> documents;
+    for (const YamlNode& root : tree->documents()) {
+      if (!root.IsNull()) documents.push_back(root);
+    }
+    if (documents.empty()) continue;
+    const YamlNode root =
+        documents[DocumentsGitLabReads(text, documents).loaded];
+    if (Find(root, "types")) return std::nullopt;
+    const YamlNode listed = Find(root, "stages");
+    if (!listed) continue;
+    // GitLab flattens nested lists.
+    std::vector<std::string> names;
+    bool readable = true;
+    const std::function<void(const YamlNode&)> flatten =
+        [&](const YamlNode& node) {
+          if (node.IsSequence() && node.Tag() != "!reference") {
+            for (size_t i = 0; i < node.size(); ++i) flatten(node.Item(i));
+          } else if (node.IsScalar() && (node.IsPlain() || node.Tag() == "!")) {
+            names.push_back(node.Scalar());
+          } else {
+            readable = false;
+          }
+        };
+    flatten(listed);
+    // An empty list is left to GitLab.
+    if (!readable || !listed.IsSequence() || names.empty()) {
+      return std::nullopt;
+    }
+    stages = std::move(names);
+  }
+  return stages;
+}
+
 // Whether `includes` read the file `self` (a canonical path).
 bool ReadsFile(const CiIncludes& includes, const std::string& project_dir,
                const fs::path& self) {
@@ -1423,9 +1466,13 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
   if (ReadsFile(includes, project_dir, self)) {
     result.unseen = includes.unseen;
     CollectNames(*text, &result.names);
+    std::vector<std::string_view> merged;
     for (const CiIncludedFile& f : includes.files) {
       CollectNames(f.text, &result.names);
+      merged.push_back(f.text);
     }
+    merged.push_back(*text);  // The main file merges last.
+    result.stages = StagesOf(merged);
     return result;
   }
   // Not a part of the main configuration: a child pipeline's, maybe. Its
@@ -1440,12 +1487,18 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
     std::vector<ChildPipeline> next;
     for (const ChildPipeline& child : children) {
       if (ReadsFile(child.includes, project_dir, self)) {
+        std::vector<std::string_view> merged;
+        for (const CiIncludedFile& f : child.includes.files) {
+          CollectNames(f.text, &result.names);
+          merged.push_back(f.text);
+        }
+        // Children that read the file with other stages: not judged.
+        const std::optional<std::vector<std::string>> stages = StagesOf(merged);
+        result.stages =
+            !found || result.stages == stages ? stages : std::nullopt;
         if (!found) result.trigger_job = child.job;
         found = true;
         result.unseen = result.unseen || child.includes.unseen;
-        for (const CiIncludedFile& f : child.includes.files) {
-          CollectNames(f.text, &result.names);
-        }
       }
       if (depth < 2 && next.size() < kMaxChildPipelines) {
         std::vector<std::string_view> texts;

@@ -145,6 +145,12 @@ struct CiIncludingConfig {
   // file).
   std::set<std::string> names;
   bool unseen = false;  // Some include of the configuration is not read.
+  // The configuration's stages (`stages:` of the file merged last that
+  // lists them, else GitLab's build, test and deploy), without .pre and
+  // .post; nullopt when gdt cannot tell: a list it cannot read (a
+  // !reference), `types:`, or child pipelines that read the file with
+  // other stages.
+  std::optional<std::vector<std::string>> stages;
   // For a child pipeline: the job that starts it (the first, when several
   // do); empty for the main file's configuration.
   std::string trigger_job;
