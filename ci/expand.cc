@@ -200,8 +200,15 @@ std::string Describe(const YamlNode& node) {
       std::all_of(text.begin(), text.end(), [](char c) {
         return std::isdigit(static_cast<unsigned char>(c));
       })) {
+    if (const std::optional<int64_t> octal = Yaml11Integer(text)) {
+      return absl::StrCat("'", text,
+                          "' (a leading zero: GitLab's YAML reads it as "
+                          "octal, ",
+                          *octal, ")");
+    }
     return absl::StrCat("'", text,
-                        "' (a leading zero: GitLab's YAML reads it as octal)");
+                        "' (a leading zero, and not octal: GitLab's YAML "
+                        "reads it as text, not a number)");
   }
   // Other integers of YAML 1.1, which GitLab's reader takes and gdt's
   // block does not: 0x1f, 0b101, 1_000.
@@ -4552,9 +4559,13 @@ void CheckMatrixNeeds(
             std::vector<CiMatrixJob> selected;
             if (!ReadCiMatrix(*selector, producer, &selected).ok()) continue;
             std::vector<CiMatrixJob> jobs;
+            // A gang's block becomes `parallel: N`: its members are
+            // numbered jobs, as for a number.
+            const bool gang =
+                parallel->is_object() && parallel->contains("distributed");
             if (const CiValue* jobs_matrix = matrix_of(made->config)) {
               if (!ReadCiMatrix(*jobs_matrix, producer, &jobs).ok()) continue;
-            } else if (parallel->is_object()) {
+            } else if (parallel->is_object() && !gang) {
               continue;  // Not a number or a matrix: reported elsewhere.
             }
             // GitLab names the selected job "X: [values]" from the
@@ -4572,7 +4583,13 @@ void CheckMatrixNeeds(
             for (const CiMatrixJob& one : selected) {
               if (selects(one)) continue;
               std::string why;
-              if (parallel->is_object()) {
+              if (gang) {
+                why = absl::StrCat(producer,
+                                   " is a gang, whose members are numbered "
+                                   "jobs (",
+                                   producer, " 1/N), not a matrix; need ",
+                                   producer, " by its name");
+              } else if (parallel->is_object()) {
                 why = absl::StrCat("no job of ", producer,
                                    "'s parallel:matrix has these values");
                 // Some of a job's values, or all in another order: GitLab

@@ -1934,6 +1934,18 @@ TEST(LintTest, MatrixNeedsSelectingNoJobAreRefused) {
                  "    - job: elsewhere\n      parallel:\n        matrix:\n"
                  "          - NAME: foo\n")
           .ok());
+  // A gang's block becomes `parallel: N`: its members are numbered jobs
+  // too, also when the block comes from a template.
+  const CiExpansion gang = LintCiYaml(
+      ".gang:\n  parallel:\n    distributed: {nodes: 2}\n"
+      "train:\n  extends: .gang\n  tags: [gdt]\n  script: [x]\n"
+      "eval:\n  script: [x]\n  needs:\n    - job: train\n      parallel:\n"
+      "        matrix:\n          - GDT_X: a\n");
+  ASSERT_EQ(gang.errors.size(), 1u);
+  EXPECT_EQ(FormatDiagnostic("f", gang.errors[0]),
+            "f:12:7: eval job: undefined need: train: [a] (train is a gang, "
+            "whose members are numbered jobs (train 1/N), not a matrix; need "
+            "train by its name); GitLab refuses the pipeline");
 }
 
 // `$[[ matrix.NAME ]]` in needs is filled in for each job of the needing
@@ -2050,7 +2062,14 @@ TEST(LintTest, ValuesGitLabReadsOtherwiseAreNamed) {
   ASSERT_EQ(octal.errors.size(), 1u);
   EXPECT_THAT(octal.errors[0].message,
               HasSubstr("not '010' (a leading zero: GitLab's YAML reads it "
-                        "as octal)"));
+                        "as octal, 8)"));
+  const CiExpansion not_octal = LintCiYaml(
+      "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: "
+      "09\n");
+  ASSERT_EQ(not_octal.errors.size(), 1u);
+  EXPECT_THAT(not_octal.errors[0].message,
+              HasSubstr("not '09' (a leading zero, and not octal: GitLab's "
+                        "YAML reads it as text, not a number)"));
   const CiExpansion tagged = ExpandCiYaml(
       "train:\n  script: [x]\n  parallel:\n    distributed:\n      nodes: "
       "!!int 4\n");
