@@ -4327,23 +4327,10 @@ void CheckStagesAndNeeds(
       stages_known = false;
     }
   } else if (const std::optional<CiValue> listed = model.Top("stages")) {
-    // GitLab flattens lists in it (from !reference).
-    const std::function<void(const CiValue&)> flatten =
-        [&](const CiValue& value) {
-          if (value.is_array()) {
-            for (const CiValue& item : value) flatten(item);
-          } else if (value.is_string() && value.get<std::string>().find(
-                                              "$[[") == std::string::npos) {
-            stages.push_back(value.get<std::string>());
-          } else {
-            stages_known = false;
-          }
-        };
-    if (listed->is_array()) {
-      flatten(*listed);
-    } else {
-      stages_known = false;  // Its type is refused elsewhere.
-    }
+    // A type GitLab refuses is reported elsewhere.
+    std::optional<std::vector<std::string>> names = CiStageNames(*listed);
+    stages_known = names.has_value();
+    if (names.has_value()) stages = *std::move(names);
   } else {
     stages = {"build", "test", "deploy"};
   }

@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -1294,25 +1293,10 @@ std::optional<std::vector<std::string>> StagesOf(
     if (Find(root, "types")) return std::nullopt;
     const YamlNode listed = Find(root, "stages");
     if (!listed) continue;
-    // GitLab flattens nested lists.
-    std::vector<std::string> names;
-    bool readable = true;
-    const std::function<void(const YamlNode&)> flatten =
-        [&](const YamlNode& node) {
-          if (node.IsSequence() && node.Tag() != "!reference") {
-            for (size_t i = 0; i < node.size(); ++i) flatten(node.Item(i));
-          } else if (node.IsScalar() && (node.IsPlain() || node.Tag() == "!")) {
-            names.push_back(node.Scalar());
-          } else {
-            readable = false;
-          }
-        };
-    flatten(listed);
-    // An empty list is left to GitLab.
-    if (!readable || !listed.IsSequence() || names.empty()) {
-      return std::nullopt;
-    }
-    stages = std::move(names);
+    std::optional<std::vector<std::string>> names =
+        CiStageNames(ToCiValue(listed));
+    if (!names.has_value()) return std::nullopt;
+    stages = *std::move(names);
   }
   return stages;
 }

@@ -83,6 +83,26 @@ std::optional<int64_t> Yaml11Integer(std::string_view text) {
   return negative ? -value : value;
 }
 
+std::optional<std::vector<std::string>> CiStageNames(const CiValue& listed) {
+  if (!listed.is_array()) return std::nullopt;
+  std::vector<std::string> names;
+  bool readable = true;
+  const std::function<void(const CiValue&)> flatten =
+      [&](const CiValue& value) {
+        if (value.is_array()) {
+          for (const CiValue& item : value) flatten(item);
+        } else if (value.is_string() &&
+                   value.get<std::string>().find("$[[") == std::string::npos) {
+          names.push_back(value.get<std::string>());
+        } else {
+          readable = false;
+        }
+      };
+  flatten(listed);
+  if (!readable) return std::nullopt;
+  return names;
+}
+
 namespace {
 
 // A plain scalar typed as Ruby's YAML reader (YAML 1.1) types it.

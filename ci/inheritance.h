@@ -54,6 +54,11 @@ std::optional<int64_t> Yaml11Integer(std::string_view text);
 // text). False for null, lists and maps.
 bool CiScalarText(const CiValue& value, std::string* out);
 
+// The names a `stages:` value lists, nested lists flattened as GitLab
+// flattens them; nullopt when it is not a list of names gdt can read (a
+// `!reference` left unresolved, a value filled in later, another type).
+std::optional<std::vector<std::string>> CiStageNames(const CiValue& listed);
+
 // The top-level entries of a file's documents (a later document's, or a
 // later duplicate's, win), read as GitLab reads them when asked for.
 class CiConfigModel {
