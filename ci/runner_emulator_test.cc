@@ -469,6 +469,7 @@ TEST_F(RunnerEmulatorTest, PassesRunnerVariablesAndJobEnvAfterConfig) {
 }
 
 TEST_F(RunnerEmulatorTest, ResponseFileIsPrivateAndScriptsExecutable) {
+  env_["FAKE_RECORD_MODES"] = "1";
   JobResult result = Run();
 
   ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();

@@ -11,8 +11,12 @@
 namespace gdt::test {
 
 // A fake custom executor. Every call appends "<exec> <stage>" to
-// $FAKE_REC/calls and saves its environment as $FAKE_REC/env.<n>.<exec>[.
-// <stage>] and the response file's mode as $FAKE_REC/mode.<n>. Behaviour:
+// $FAKE_REC/calls and saves its environment (the exported variables, one
+// NAME=value each) as $FAKE_REC/env.<n>.<exec>[.<stage>]; with
+// $FAKE_RECORD_MODES set it also saves the response file's mode as
+// $FAKE_REC/mode.<n> and a run's script's as $FAKE_REC/script_mode.<n>.
+// Apart from those two `stat`s and a run's `bash "$script"`, it starts no
+// process: the runner tests call it thousands of times. Behaviour:
 //   config:  prints $FAKE_CONFIG_JSON (or, with $FAKE_BUILDS_ROOT, a
 //            builds_dir unique to the job), exits $FAKE_CONFIG_EXIT (default
 //            0).
@@ -24,16 +28,34 @@ namespace gdt::test {
 //            0).
 inline std::string WriteFakeExecutor(const std::string& dir) {
   const std::string path = dir + "/fake-executor";
-  WriteTextFile(path, R"(#!/usr/bin/env bash
+  WriteTextFile(path, R"sh(#!/bin/bash
 set -u
 kind="$1"; shift
 stage=""
 if [ "$kind" = run ]; then script="${@: -2:1}"; stage="${@: -1}"; fi
 n=0
-[ -f "$FAKE_REC/calls" ] && n=$(wc -l < "$FAKE_REC/calls")
+if [ -f "$FAKE_REC/calls" ]; then
+  mapfile -t recorded < "$FAKE_REC/calls"
+  n=${#recorded[@]}
+fi
 echo "$kind $stage" >> "$FAKE_REC/calls"
-env > "$FAKE_REC/env.$n.$kind${stage:+.$stage}"
-stat -c %a "$JOB_RESPONSE_FILE" > "$FAKE_REC/mode.$n"
+# The exported variables, as env(1) would list them, without starting it:
+# every variable name by its first character, kept where it is exported
+# (without -u: bash's own empty arrays count as unset).
+set +u
+for first in {A..Z} {a..z} _; do
+  eval "names=(\"\${!$first@}\")"
+  for name in "${names[@]}"; do
+    eval "attributes=\${$name@a}"
+    if [[ $attributes == *x* && -v $name ]]; then
+      printf '%s=%s\n' "$name" "${!name}"
+    fi
+  done
+done > "$FAKE_REC/env.$n.$kind${stage:+.$stage}"
+set -u
+if [ -n "${FAKE_RECORD_MODES:-}" ]; then
+  stat -c %a "$JOB_RESPONSE_FILE" > "$FAKE_REC/mode.$n"
+fi
 case "$kind" in
   config)
     if [ -n "${FAKE_CONFIG_JSON:-}" ]; then printf '%s\n' "$FAKE_CONFIG_JSON"; fi
@@ -50,7 +72,9 @@ case "$kind" in
     echo "cleanup stderr" >&2
     exit "${FAKE_CLEANUP_EXIT:-0}" ;;
   run)
-    stat -c %a "$script" > "$FAKE_REC/script_mode.$n"
+    if [ -n "${FAKE_RECORD_MODES:-}" ]; then
+      stat -c %a "$script" > "$FAKE_REC/script_mode.$n"
+    fi
     if [ "$stage" = "${FAKE_HANG_STAGE:-}" ]; then
       trap 'echo term >> "$FAKE_REC/signals"' TERM
       echo started > "$FAKE_REC/hang_started"
@@ -65,7 +89,7 @@ case "$kind" in
     exit 0 ;;
 esac
 exit 2
-)",
+)sh",
                 0755);
   return path;
 }
