@@ -1261,42 +1261,39 @@ CiIncludes ReadLocalIncludes(std::string_view file, std::string_view text,
 
 namespace {
 
-// The top-level names of `yaml`'s documents.
-void CollectNames(std::string_view yaml, std::set<std::string>* names) {
-  YamlError parse_error;
-  const std::unique_ptr<YamlTree> tree = YamlTree::Parse(yaml, &parse_error);
-  if (!parse_error.message.empty()) return;
-  for (const YamlNode& root : tree->documents()) {
-    if (!root.IsMap()) continue;
-    for (const auto& entry : root) {
-      if (entry.first.IsScalar()) names->insert(entry.first.Scalar());
-    }
-  }
-}
-
-// The stages of a configuration of `texts`, in GitLab's merge order (so
-// the last file that lists them wins), as CiIncludingConfig::stages.
-std::optional<std::vector<std::string>> StagesOf(
-    const std::vector<std::string_view>& texts) {
-  std::vector<std::string> stages = {"build", "test", "deploy"};
+// Reads a configuration made of `texts`, each parsed once: the top-level
+// names of their documents go into *names, and the result is its stages
+// as CiIncludingConfig::stages, in GitLab's merge order (the last file that
+// lists them wins).
+std::optional<std::vector<std::string>> NamesAndStagesOf(
+    const std::vector<std::string_view>& texts, std::set<std::string>* names) {
+  std::optional<std::vector<std::string>> stages =
+      std::vector<std::string>{"build", "test", "deploy"};
   for (const std::string_view text : texts) {
     YamlError parse_error;
     const std::unique_ptr<YamlTree> tree = YamlTree::Parse(text, &parse_error);
-    if (!parse_error.message.empty()) return std::nullopt;
+    if (!parse_error.message.empty()) {
+      stages = std::nullopt;
+      continue;
+    }
     std::vector<YamlNode> documents;
     for (const YamlNode& root : tree->documents()) {
+      if (root.IsMap()) {
+        for (const auto& entry : root) {
+          if (entry.first.IsScalar()) names->insert(entry.first.Scalar());
+        }
+      }
       if (!root.IsNull()) documents.push_back(root);
     }
-    if (documents.empty()) continue;
+    if (documents.empty() || !stages.has_value()) continue;
     const YamlNode root =
         documents[DocumentsGitLabReads(text, documents).loaded];
-    if (Find(root, "types")) return std::nullopt;
+    if (Find(root, "types")) {
+      stages = std::nullopt;
+      continue;
+    }
     const YamlNode listed = Find(root, "stages");
-    if (!listed) continue;
-    std::optional<std::vector<std::string>> names =
-        CiStageNames(ToCiValue(listed));
-    if (!names.has_value()) return std::nullopt;
-    stages = *std::move(names);
+    if (listed) stages = CiStageNames(ToCiValue(listed));
   }
   return stages;
 }
@@ -1449,14 +1446,10 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
   result.main_path = ".gitlab-ci.yml";
   if (ReadsFile(includes, project_dir, self)) {
     result.unseen = includes.unseen;
-    CollectNames(*text, &result.names);
     std::vector<std::string_view> merged;
-    for (const CiIncludedFile& f : includes.files) {
-      CollectNames(f.text, &result.names);
-      merged.push_back(f.text);
-    }
+    for (const CiIncludedFile& f : includes.files) merged.push_back(f.text);
     merged.push_back(*text);  // The main file merges last.
-    result.stages = StagesOf(merged);
+    result.stages = NamesAndStagesOf(merged, &result.names);
     return result;
   }
   // Not a part of the main configuration: a child pipeline's, maybe. Its
@@ -1473,11 +1466,11 @@ std::optional<CiIncludingConfig> FindIncludingConfig(
       if (ReadsFile(child.includes, project_dir, self)) {
         std::vector<std::string_view> merged;
         for (const CiIncludedFile& f : child.includes.files) {
-          CollectNames(f.text, &result.names);
           merged.push_back(f.text);
         }
         // Children that read the file with other stages: not judged.
-        const std::optional<std::vector<std::string>> stages = StagesOf(merged);
+        const std::optional<std::vector<std::string>> stages =
+            NamesAndStagesOf(merged, &result.names);
         result.stages =
             !found || result.stages == stages ? stages : std::nullopt;
         if (!found) result.trigger_job = child.job;
