@@ -637,6 +637,11 @@ absl::StatusOr<CiJob> ReadJob(const CiConfigModel& model,
   CiJob job;
   job.name = name;
   for (const auto& [key, value] : config.items()) {
+    if (key == "run") {  // GitLab's CI/CD steps, which run-local lacks.
+      return JobError(name,
+                      "run: (CI/CD steps) is not supported by run-local; "
+                      "give the job a script:");
+    }
     if (KnownJobKeys().count(key) == 0) {
       return JobError(name, absl::StrCat("unknown key '", key, "'"));
     }

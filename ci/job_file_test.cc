@@ -54,6 +54,10 @@ big:
   script: echo
 typo:
   scirpt: echo
+steps:
+  run:
+    - name: hello
+      script: echo hi
 )";
 
 TEST(CiYamlTest, ReadsAJobWithDefaults) {
@@ -304,6 +308,9 @@ TEST(CiYamlTest, RejectsJobsThatCannotRun) {
        "job big: parallel must be from 1 to 200, not 201"},
       {"typo", absl::StatusCode::kInvalidArgument,
        "job typo: unknown key 'scirpt'"},
+      {"steps", absl::StatusCode::kInvalidArgument,
+       "job steps: run: (CI/CD steps) is not supported by run-local; give the "
+       "job a script:"},
       {"variables", absl::StatusCode::kInvalidArgument,
        "'variables' is a keyword"},
   };
