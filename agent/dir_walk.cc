@@ -3,6 +3,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +15,78 @@
 #include "absl/strings/str_cat.h"
 
 namespace gdt::agent {
+namespace {
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+
+// Opens the directory `name` in `dir` unless a file system is mounted on
+// it (EXDEV then; RESOLVE_NO_XDEV stops before the mount is entered, so one
+// that never answers is not waited on). Kernels before 5.6 lack openat2,
+// and older container seccomp profiles refuse it (EPERM): there, openat,
+// after the caller has looked at the entry (a mount in place by then is
+// seen by its device, unless it is a bind mount of the same file system).
+int OpenDirHere(int dir, const char* name) {
+  struct open_how how = {};
+  how.flags = kDirFlags;
+  how.resolve = RESOLVE_NO_XDEV;
+  const int fd =
+      static_cast<int>(syscall(SYS_openat2, dir, name, &how, sizeof(how)));
+  if (fd >= 0 || (errno != ENOSYS && errno != EPERM)) return fd;
+  return openat(dir, name, kDirFlags);
+}
+
+}  // namespace
+
+int OpenDirNotMounted(const std::string& path) {
+  std::string trimmed = path;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  if (trimmed == "/") return open("/", kDirFlags);
+  const size_t slash = trimmed.rfind('/');
+  const std::string parent = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                          : trimmed.substr(0, slash);
+  const std::string name =
+      slash == std::string::npos ? trimmed : trimmed.substr(slash + 1);
+  const int at = open(parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (at < 0) return -1;
+  // Seen by its device first, for where openat2 is not to be had.
+  struct stat above = {};
+  struct stat info = {};
+  if (fstat(at, &above) == 0 && StatNoWait(at, name.c_str(), &info) &&
+      S_ISDIR(info.st_mode) && info.st_dev != above.st_dev) {
+    close(at);
+    errno = EXDEV;
+    return -1;
+  }
+  const int fd = OpenDirHere(at, name.c_str());
+  const int error = errno;
+  close(at);
+  errno = error;
+  return fd;
+}
+
+bool StatNoWait(int dir, const char* name, struct stat* info) {
+  struct statx x = {};
+  if (statx(dir, name, AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC,
+            STATX_BASIC_STATS, &x) != 0) {
+    return false;
+  }
+  *info = {};
+  info->st_dev = makedev(x.stx_dev_major, x.stx_dev_minor);
+  info->st_ino = x.stx_ino;
+  info->st_mode = x.stx_mode;
+  info->st_nlink = x.stx_nlink;
+  info->st_uid = x.stx_uid;
+  info->st_gid = x.stx_gid;
+  info->st_rdev = makedev(x.stx_rdev_major, x.stx_rdev_minor);
+  info->st_size = static_cast<off_t>(x.stx_size);
+  info->st_blksize = static_cast<blksize_t>(x.stx_blksize);
+  info->st_blocks = static_cast<blkcnt_t>(x.stx_blocks);
+  info->st_atim = {x.stx_atime.tv_sec, x.stx_atime.tv_nsec};
+  info->st_mtim = {x.stx_mtime.tv_sec, x.stx_mtime.tv_nsec};
+  info->st_ctim = {x.stx_ctime.tv_sec, x.stx_ctime.tv_nsec};
+  return true;
+}
 
 DirWalk::DirWalk(DirWalkOptions options) : options_(std::move(options)) {
   for (const std::string& path : options_.keep) {
@@ -23,8 +98,16 @@ DirWalk::DirWalk(DirWalkOptions options) : options_(std::move(options)) {
 void DirWalk::Root(const std::string& path, bool own,
                    absl::FunctionRef<bool(const struct stat&)> enter,
                    Each each) {
-  const int fd =
-      open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = OpenDirNotMounted(path);
+  if (fd < 0 && errno == EXDEV) {
+    return Incomplete(absl::StrCat(path, ": a file system is mounted there"));
+  }
+  ListRoot(fd, path, own, enter, each);
+}
+
+void DirWalk::ListRoot(int fd, const std::string& path, bool own,
+                       absl::FunctionRef<bool(const struct stat&)> enter,
+                       Each each) {
   if (fd < 0) return Failed("open", path);
   struct stat info = {};
   if (fstat(fd, &info) != 0) {
@@ -43,10 +126,10 @@ bool DirWalk::Enter(int dir, const char* name, const struct stat& info,
     Bound(own, "max_depth");
     return false;
   }
-  const int child =
-      openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int child = OpenDirHere(dir, name);
   if (child < 0) {
-    Failed("openat", name);
+    // Mounted on since it was looked at: another file system, not entered.
+    if (errno != EXDEV) Failed("openat", name);
     return false;
   }
   List(child, own, depth + 1, each);
@@ -55,8 +138,10 @@ bool DirWalk::Enter(int dir, const char* name, const struct stat& info,
 
 void DirWalk::FindOwned(const std::string& root, uid_t uid, gid_t gid, bool own,
                         Each found) {
-  Root(
-      root, own, [](const struct stat&) { return true; },
+  // Shared roots (/tmp, /dev/shm) are often file systems of their own.
+  ListRoot(
+      open(root.c_str(), kDirFlags), root, own,
+      [](const struct stat&) { return true; },
       [&](int dir, const char* name, const struct stat& info, int depth) {
         return Search(uid, gid, own, found, dir, name, info, depth);
       });
@@ -127,8 +212,8 @@ void DirWalk::List(int fd, bool own, int depth, Each each) {
 
 bool DirWalk::Show(int fd, const char* name, int depth, Each each) {
   struct stat info = {};
-  if (fstatat(fd, name, &info, AT_SYMLINK_NOFOLLOW) != 0) {
-    Failed("fstatat", name);
+  if (!StatNoWait(fd, name, &info)) {
+    Failed("statx", name);
     return true;
   }
   if (Kept(info)) return true;
@@ -168,9 +253,13 @@ void DirWalk::Failed(const char* call, const std::string& what) {
   // Gone or replaced meanwhile (or a link where a directory was): nothing
   // was missed.
   if (errno == ENOENT || errno == ENOTDIR || errno == ELOOP) return;
+  Incomplete(absl::StrCat(call, " ", what, ": ", std::strerror(errno)));
+}
+
+void DirWalk::Incomplete(std::string error) {
   if (!result_.incomplete) {
     result_.incomplete = true;
-    result_.error = absl::StrCat(call, " ", what, ": ", std::strerror(errno));
+    result_.error = std::move(error);
   }
 }
 

@@ -2,10 +2,15 @@
 // descriptors (openat with O_NOFOLLOW; each listing read through the
 // directory's own descriptor), so that neither a link nor a directory
 // swapped meanwhile can take it elsewhere. It never follows a link, never
-// enters a directory on another file system than its root's, looks at no
-// more entries and levels than its bounds, never enters nor shows the
-// directories it keeps, holds one descriptor per level, and ends soon after
-// it is cancelled. What is done with each entry is the caller's: the
+// enters a directory on another file system than its root's (nor a mount
+// point), looks at no more entries and levels than its bounds, never
+// enters nor shows the directories it keeps, holds one descriptor per
+// level, and ends soon after it is cancelled. It never waits on a file
+// system mounted in the tree: entries are looked at as the kernel holds
+// them (AT_STATX_DONT_SYNC) and directories opened without crossing into a
+// mount (RESOLVE_NO_XDEV), so a FUSE or network file system that a job
+// mounts there and that never answers cannot hold it. What is done with
+// each entry is the caller's: the
 // measure of a member's disk use (disk_use.h) and the purge of a pool
 // account's leftovers (isolation.h).
 #ifndef GDT_AGENT_DIR_WALK_H_
@@ -24,6 +29,19 @@
 #include "absl/functional/function_ref.h"
 
 namespace gdt::agent {
+
+// What the kernel holds of `name` in `dir` (or of the path `name` with
+// AT_FDCWD), not following a link and without asking the file system
+// (AT_STATX_DONT_SYNC): a FUSE or network file system mounted there, which
+// a job may run and leave unanswered, is never waited on. False with errno
+// set.
+bool StatNoWait(int dir, const char* name, struct stat* info);
+
+// Opens the directory `path` (O_RDONLY, close-on-exec) unless it is a link
+// or a file system is mounted on it (-1 with EXDEV; RESOLVE_NO_XDEV stops
+// before entering the mount, so one that never answers is not waited on).
+// Its parent is reached through links as given. -1 with errno set.
+int OpenDirNotMounted(const std::string& path);
 
 struct DirWalkOptions {
   // Directories never entered nor shown to the caller.
@@ -60,7 +78,8 @@ class DirWalk {
  public:
   // One entry (neither "." nor "..", nor a kept directory) named `name` in
   // the directory `dir`, which lies `depth` levels below the root (0: the
-  // root itself), with what fstatat() (not following a link) says of it.
+  // root itself), with what statx() says of it (not following a link; as
+  // the kernel holds it).
   // False stops the listing of `dir`. Valid only during the call.
   using Each = absl::FunctionRef<bool(int dir, const char* name,
                                       const struct stat& info, int depth)>;
@@ -71,7 +90,10 @@ class DirWalk {
 
   // Lists the directory `path` (not a link, not a kept one), its entries
   // counted as the subject's when `own`, if `enter(info)` says so. A root
-  // that is missing or a link is skipped.
+  // that is missing or a link is skipped. A root that is the top of a file
+  // system mounted there is not listed, and the walk is incomplete: a job
+  // may mount one over its own directory (FUSE, through fusermount) that
+  // never answers.
   void Root(const std::string& path, bool own,
             absl::FunctionRef<bool(const struct stat&)> enter, Each each);
 
@@ -105,6 +127,10 @@ class DirWalk {
   const DirWalkResult& result() const { return result_; }
 
  private:
+  // Lists the root `path` opened as `fd` (< 0: the open failed, errno
+  // set); see Root().
+  void ListRoot(int fd, const std::string& path, bool own,
+                absl::FunctionRef<bool(const struct stat&)> enter, Each each);
   // Takes `fd` (a directory `depth` deep) and closes it.
   void List(int fd, bool own, int depth, Each each);
   // Shows the entry `name` of the directory `fd` to `each` (unless it went
@@ -114,6 +140,7 @@ class DirWalk {
   bool Visit(bool own);
   void Bound(bool own, const char* which);
   void Failed(const char* call, const std::string& what);
+  void Incomplete(std::string error);
   bool Kept(const struct stat& info) const;
   bool Search(uid_t uid, gid_t gid, bool own, Each found, int dir,
               const char* name, const struct stat& info, int depth);

@@ -91,7 +91,7 @@ std::set<dev_t> FileSystemsOf(const DiskUseScope& scope) {
   std::set<dev_t> devices;
   for (const std::string& path : PathsOf(scope)) {
     struct stat info = {};
-    if (lstat(path.c_str(), &info) == 0 && S_ISDIR(info.st_mode)) {
+    if (StatNoWait(AT_FDCWD, path.c_str(), &info) && S_ISDIR(info.st_mode)) {
       devices.insert(info.st_dev);
     }
   }
@@ -404,17 +404,25 @@ DiskUse MeasureDiskUse(const DiskUseScope& scope,
   return Counter(scope, cancel).Measure();
 }
 
-uint64_t FileSystemsUsedBytes(const std::vector<std::string>& paths) {
+uint64_t FileSystemsUsedBytes(const DiskUseScope& scope) {
   std::set<dev_t> counted;
   uint64_t used = 0;
-  for (const std::string& path : paths) {
+  const std::vector<std::string> paths = PathsOf(scope);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    // A file system mounted on a member's own directory is the member's:
+    // statfs would ask it, and it may never answer (its walk says so).
+    const int fd = i < scope.dirs.size()
+                       ? OpenDirNotMounted(paths[i])
+                       : open(paths[i].c_str(),
+                              O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // NOLINT
+    if (fd < 0) continue;
     struct stat info = {};
     struct statvfs fs = {};
-    if (stat(path.c_str(), &info) != 0 || !counted.insert(info.st_dev).second ||
-        statvfs(path.c_str(), &fs) != 0) {
-      continue;
+    if (fstat(fd, &info) == 0 && counted.insert(info.st_dev).second &&
+        fstatvfs(fd, &fs) == 0) {
+      used += static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
     }
-    used += static_cast<uint64_t>(fs.f_blocks - fs.f_bfree) * fs.f_frsize;
+    close(fd);
   }
   return used;
 }
@@ -490,7 +498,7 @@ void DiskWatch::CheckOnce() {
   for (const Member& member : members) {
     if (cancel_.load()) return;  // Stopping: the rest waits for no walk.
     const steady_clock::time_point now = steady_clock::now();
-    const uint64_t used = FileSystemsUsedBytes(PathsOf(member.scope));
+    const uint64_t used = FileSystemsUsedBytes(member.scope);
     Known entry;
     if (auto it = known_.find(member.member_id); it != known_.end()) {
       entry = it->second;
@@ -509,7 +517,7 @@ void DiskWatch::CheckOnce() {
       const DiskUse use = MeasureDiskUse(member.scope, &cancel_);
       if (use.cancelled) return;
       const steady_clock::time_point done = steady_clock::now();
-      const uint64_t used_now = FileSystemsUsedBytes(PathsOf(member.scope));
+      const uint64_t used_now = FileSystemsUsedBytes(member.scope);
       if (use.incomplete && !use.truncated) {
         // What it did not count may be anywhere below the old bound (and
         // what was written meanwhile on top of it).

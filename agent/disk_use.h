@@ -83,9 +83,11 @@ struct DiskUse {
 DiskUse MeasureDiskUse(const DiskUseScope& scope,
                        const std::atomic<bool>* cancel = nullptr);
 
-// Bytes in use on the file systems that hold `paths` (each counted once;
-// a path that does not exist is skipped): what statvfs() says, cheap.
-uint64_t FileSystemsUsedBytes(const std::vector<std::string>& paths);
+// Bytes in use on the file systems that hold the scope's directories (and
+// shared roots, with an owner), each counted once; a path that does not
+// exist is skipped, and so is a directory of the member's own with a file
+// system mounted on it: what statvfs() says, cheap.
+uint64_t FileSystemsUsedBytes(const DiskUseScope& scope);
 
 // Stops members whose disk use goes above a bound. Walking a big checkout
 // takes a while, so a member is measured only when it may have crossed the

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/few_descriptors.h"
+#include "testing/stuck_fuse.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -586,6 +588,79 @@ TEST(DiskUseTest, AWalkHoldsOneDescriptorPerLevel) {
               return use.bytes >= (1u << 20) ? 0 : 2;
             }),
             0);
+}
+
+// A job may mount a FUSE file system (through fusermount) and never answer
+// it: inside its directory, or over the directory itself. Neither holds
+// the walk of its disk use, nor the watch of the other members.
+TEST(DiskUseTest, AFileSystemThatNeverAnswersHoldsNoWalk) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a FUSE file system";
+  test::TempDir temp;
+  const std::string builds = temp.Sub("builds");
+  const std::string covered = temp.Sub("covered");
+  const std::string big = temp.Sub("big");
+  fs::create_directories(builds + "/mnt");
+  fs::create_directories(covered);
+  fs::create_directories(big);
+  WriteBytes(builds + "/data", 1 << 20);
+  WriteBytes(big + "/data", 3 << 20);
+  test::StuckFuse inside(builds + "/mnt");
+  if (!inside.error().empty()) GTEST_SKIP() << inside.error();
+  test::StuckFuse over(covered);
+  ASSERT_TRUE(over.error().empty()) << over.error();
+
+  struct Seen {
+    DiskUse inside;
+    DiskUse over;
+    uint64_t over_used = 0;
+    std::vector<std::string> stopped;
+  };
+  std::future<Seen> measured = std::async(std::launch::async, [&] {
+    Seen seen;
+    DiskUseScope scope;
+    scope.dirs = {builds};
+    seen.inside = MeasureDiskUse(scope);
+    scope.dirs = {covered};
+    seen.over = MeasureDiskUse(scope);
+    seen.over_used = FileSystemsUsedBytes(scope);
+    DiskWatch::Options options;
+    options.member_max = 2 << 20;
+    options.cost_factor = 0;
+    DiskWatch watch(
+        options,
+        [&] {
+          std::vector<DiskWatch::Member> members(3);
+          members[0].member_id = "inside";
+          members[0].scope.dirs = {builds};
+          members[1].member_id = "over";
+          members[1].scope.dirs = {covered};
+          members[2].member_id = "big";
+          members[2].scope.dirs = {big};
+          return members;
+        },
+        [&](const std::string& member_id, const DiskUse&, const std::string&,
+            const std::string&, bool) { seen.stopped.push_back(member_id); });
+    watch.CheckOnce();
+    return seen;
+  });
+  const bool ended =
+      measured.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!ended) {  // Let the waiting calls fail, so that the thread ends.
+    inside.Release();
+    over.Release();
+  }
+  const Seen seen = measured.get();
+  ASSERT_TRUE(ended) << "the walks waited on a file system that never answers";
+
+  // Inside: another file system, not entered; the rest counted.
+  EXPECT_FALSE(seen.inside.incomplete) << seen.inside.error;
+  EXPECT_GE(seen.inside.bytes, 1u << 20);
+  // Over the directory: not walked, and said so.
+  EXPECT_TRUE(seen.over.incomplete);
+  EXPECT_EQ(seen.over.error, covered + ": a file system is mounted there");
+  EXPECT_EQ(seen.over_used, 0u);
+  // The other members are watched as ever.
+  EXPECT_EQ(seen.stopped, std::vector<std::string>{"big"});
 }
 
 TEST(DiskUseTest, ACancelledWalkEndsAtOnce) {

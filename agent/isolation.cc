@@ -152,7 +152,7 @@ bool RemoveOwned(DirWalk& walk, PurgeCounts& counts, int dir, const char* name,
     const std::string lifted = std::move(removal.lifted.back());
     removal.lifted.pop_back();
     struct stat lifted_info = {};
-    if (fstatat(dir, lifted.c_str(), &lifted_info, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (!StatNoWait(dir, lifted.c_str(), &lifted_info)) {
       if (errno != ENOENT) ++counts.failed;
       continue;
     }

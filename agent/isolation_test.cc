@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +26,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/few_descriptors.h"
+#include "testing/stuck_fuse.h"
 #include "testing/temp_dir.h"
 
 namespace gdt::agent {
@@ -53,6 +55,7 @@ constexpr uid_t kChainUid = 61107;
 constexpr uid_t kManyUid = 61112;
 constexpr uid_t kLiftUid = 61113;
 constexpr uid_t kLiftBoundUid = 61114;
+constexpr uid_t kMountUid = 61124;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -455,6 +458,33 @@ TEST_F(PurgeTest, AKeptDirectoryInTheAccountsOwnStays) {
   EXPECT_FALSE(Exists(mine + "/file"));
   EXPECT_EQ(purged.files, 1u);
   EXPECT_EQ(purged.failed, 1u);  // `mine` itself, not empty.
+}
+
+// The account mounted a FUSE file system in its directory in /tmp (through
+// fusermount) that never answers: the purge neither waits on it nor
+// enters it, and removes the rest.
+TEST_F(PurgeTest, AFileSystemThatNeverAnswersHoldsNoPurge) {
+  const std::string mine = shared_ + "/mine";
+  MakeDir(mine, kMountUid, kMountUid, 0700);
+  Make(mine + "/file", kMountUid, kMountUid, 0600);
+  MakeDir(mine + "/mnt", kMountUid, kMountUid, 0700);
+  test::StuckFuse stuck(mine + "/mnt");
+  if (!stuck.error().empty()) GTEST_SKIP() << stuck.error();
+
+  std::future<PurgeCounts> purge = std::async(
+      std::launch::async, [&] { return PurgeFiles(kMountUid, Options()); });
+  const bool ended =
+      purge.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!ended) stuck.Release();  // The waiting calls fail; the thread ends.
+  const PurgeCounts purged = purge.get();
+  ASSERT_TRUE(ended) << "the purge waited on a file system that never answers";
+
+  EXPECT_FALSE(Exists(mine + "/file"));
+  EXPECT_EQ(purged.files, 1u);
+  // The mount point (a file system of its own, not entered) stays, and so
+  // does `mine`, which holds it.
+  EXPECT_EQ(purged.failed, 2u);
+  EXPECT_FALSE(purged.incomplete) << purged.error;
 }
 
 TEST(PurgeRefusalTest, NeverRootNorTheCallersOwnAccount) {

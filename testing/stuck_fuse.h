@@ -1,0 +1,66 @@
+#ifndef GDT_TESTING_STUCK_FUSE_H_
+#define GDT_TESTING_STUCK_FUSE_H_
+
+// A FUSE file system that never answers, as a job can mount one (through
+// fusermount) and leave unanswered: every request to it waits until the
+// mount's device descriptor is closed. Test-only; needs root and
+// /dev/fuse.
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gdt::test {
+
+class StuckFuse {
+ public:
+  // Mounts it on the directory `dir`; error() says why it could not.
+  explicit StuckFuse(std::string dir) : dir_(std::move(dir)) {
+    device_ = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+    if (device_ < 0) {
+      error_ = absl::StrCat("/dev/fuse: ", std::strerror(errno));
+      return;
+    }
+    // The kernel's first request (INIT) is never read: until it is
+    // answered, every other request waits.
+    const std::string options =
+        absl::StrCat("fd=", device_, ",rootmode=40000,user_id=0,group_id=0");
+    if (mount("gdt-stuck", dir_.c_str(), "fuse", MS_NOSUID | MS_NODEV,
+              options.c_str()) != 0) {
+      error_ = absl::StrCat("mount fuse on ", dir_, ": ", std::strerror(errno));
+      Release();
+      return;
+    }
+    mounted_ = true;
+  }
+  ~StuckFuse() { Release(); }
+  StuckFuse(const StuckFuse&) = delete;
+  StuckFuse& operator=(const StuckFuse&) = delete;
+
+  const std::string& error() const { return error_; }
+
+  // Ends it: requests waiting on it fail (ENOTCONN), and it is unmounted.
+  void Release() {
+    if (device_ >= 0) close(device_);
+    device_ = -1;
+    if (mounted_) umount2(dir_.c_str(), MNT_DETACH);
+    mounted_ = false;
+  }
+
+ private:
+  std::string dir_;
+  int device_ = -1;
+  bool mounted_ = false;
+  std::string error_;
+};
+
+}  // namespace gdt::test
+
+#endif  // GDT_TESTING_STUCK_FUSE_H_
