@@ -233,7 +233,7 @@ function renderEvents(status) {
   const items = [...view.events, ...failures];
   const box = document.getElementById('events');
   if (items.length === 0) {
-    box.replaceChildren(el('li', {class: 'empty', text: 'Nothing has happened yet.'}));
+    box.replaceChildren(el('li', {class: 'empty', text: 'No change since this page was opened, and no recent failure.'}));
     return;
   }
   box.replaceChildren(...items.map((e) => el('li', {'data-kind': e.kind},
