@@ -28,6 +28,7 @@
 #include "rendezvous/agent_client.h"
 #include "testing/free_ports.h"
 #include "testing/log_capture.h"
+#include "testing/stuck_fuse.h"
 #include "testing/temp_dir.h"
 #include "testing/wait.h"
 
@@ -363,6 +364,37 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
   teardown.set_member_id("never/seen");
   EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
+}
+
+TEST_F(AgentServiceTest,
+       TeardownDetachesWhatTheMemberMountedAndRemovesItsDirs) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts FUSE file systems";
+  const std::string builds = root_ + "/builds/g1-1";
+  v1::SetupMemberRequest setup;
+  setup.set_member_id("g1/1");
+  setup.set_builds_dir(builds);
+  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());
+  const std::string scratch = supervisor_->ScratchDir("g1/1");
+  fs::create_directories(scratch + "/mnt");
+  fs::create_directories(builds + "/mnt");
+  // Mounted by the job (through fusermount), whose daemons died with it:
+  // they answer nothing and hold their mount points.
+  test::StuckFuse in_scratch(scratch + "/mnt");
+  if (!in_scratch.error().empty()) GTEST_SKIP() << in_scratch.error();
+  test::StuckFuse in_builds(builds + "/mnt");
+  ASSERT_TRUE(in_builds.error().empty()) << in_builds.error();
+  in_scratch.CloseDevice();
+  in_builds.CloseDevice();
+
+  v1::TeardownMemberRequest teardown;
+  teardown.set_member_id("g1/1");
+  teardown.set_remove_builds_dir(true);
+  absl::StatusOr<uint32_t> killed =
+      client_->TeardownMember(teardown, seconds(5));
+
+  ASSERT_TRUE(killed.ok()) << killed.status();
+  EXPECT_FALSE(fs::exists(scratch));
+  EXPECT_FALSE(fs::exists(builds));
 }
 
 TEST_F(AgentServiceTest, TeardownKeepsBuildsDirUnlessAsked) {

@@ -9,6 +9,7 @@
 #include <pwd.h>
 #include <stdio.h>
 #include <sys/ipc.h>
+#include <sys/mount.h>
 #include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
@@ -19,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <set>
@@ -31,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "agent/dir_walk.h"
+#include "common/mount_info.h"
 
 namespace gdt::agent {
 namespace {
@@ -420,6 +423,46 @@ absl::StatusOr<std::vector<IpPrefix>> MasterAddresses(const std::string& host) {
     for (const IpPrefix& prefix : local) add(prefix);
   }
   return found;
+}
+
+absl::StatusOr<size_t> DetachMountsUnder(const std::string& dir) {
+  // The parent (the agent's) resolved, the directory itself as named: a
+  // link put in its place must not lead elsewhere.
+  std::string trimmed = dir;
+  while (trimmed.size() > 1 && trimmed.back() == '/') trimmed.pop_back();
+  const std::filesystem::path named =
+      std::filesystem::path(trimmed).lexically_normal();
+  std::error_code error;
+  const std::filesystem::path parent =
+      std::filesystem::weakly_canonical(named.parent_path(), error);
+  const std::string leaf = named.filename().string();
+  if (error || !named.is_absolute() || leaf.empty() || leaf == "." ||
+      leaf == "..") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot detach the mounts under ", dir));
+  }
+  const std::string real = (parent / leaf).string();
+  std::vector<std::string> points;
+  for (const MountInfo& mount : ReadMountInfo()) {
+    if (mount.mount_point == real ||
+        absl::StartsWith(mount.mount_point, real + "/")) {
+      points.push_back(mount.mount_point);
+    }
+  }
+  // Mounted later means on top, or further down: those go first.
+  absl::Status first = absl::OkStatus();
+  size_t detached = 0;
+  for (auto point = points.rbegin(); point != points.rend(); ++point) {
+    if (umount2(point->c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
+      ++detached;
+    } else if (errno != EINVAL && errno != ENOENT && first.ok()) {
+      // EINVAL, ENOENT: gone meanwhile (with the one it was mounted on).
+      first = absl::InternalError(
+          absl::StrCat("detach ", *point, ": ", std::strerror(errno)));
+    }
+  }
+  if (!first.ok()) return first;
+  return detached;
 }
 
 }  // namespace gdt::agent

@@ -116,6 +116,16 @@ struct PurgeCounts {
 absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
                                                   const PurgeOptions& options);
 
+// Detaches (umount2 with MNT_DETACH, never following a link) every file
+// system mounted at or below the directory `dir` in this mount namespace,
+// deepest first, and says how many. A member may mount one in its own
+// directories (FUSE, through fusermount); once its processes are gone it
+// answers nothing (ENOTCONN) and its mount point cannot be removed, so a
+// member's directories are freed of them before they go. Errors: the
+// first mount that could not be detached (e.g. without CAP_SYS_ADMIN),
+// after trying the others.
+absl::StatusOr<size_t> DetachMountsUnder(const std::string& dir);
+
 // The pids.max each member cgroup gets: `configured` (member_pids_max),
 // lowered so that `members` members at their limit together hold at most
 // three quarters of `kernel_limit` (the least of the kernel's pid_max and

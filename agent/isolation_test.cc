@@ -22,6 +22,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/mount_info.h"
 #include "common/subprocess.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -485,6 +486,53 @@ TEST_F(PurgeTest, AFileSystemThatNeverAnswersHoldsNoPurge) {
   // does `mine`, which holds it.
   EXPECT_EQ(purged.failed, 2u);
   EXPECT_FALSE(purged.incomplete) << purged.error;
+}
+
+bool MountedAt(const std::string& dir) {
+  // The parent resolved: a dead FUSE mount answers no stat.
+  const std::string real = (fs::weakly_canonical(fs::path(dir).parent_path()) /
+                            fs::path(dir).filename())
+                               .string();
+  for (const MountInfo& mount : ReadMountInfo()) {
+    if (mount.mount_point == real) return true;
+  }
+  return false;
+}
+
+// A member mounted FUSE file systems in its scratch dir (through
+// fusermount); its processes, their daemons among them, are gone. Its
+// directory cannot be removed until they are detached, and only they are.
+TEST(DetachMountsTest, WhatAMemberMountedGoesAndItsDirectoryWithIt) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts FUSE file systems";
+  test::TempDir temp;
+  const std::string dir = temp.Sub("scratch");
+  const std::string beside = temp.Sub("scratch-beside");
+  fs::create_directories(dir + "/a/mnt");
+  fs::create_directories(dir + "/b");
+  fs::create_directories(beside);
+  test::StuckFuse deep(dir + "/a/mnt");
+  if (!deep.error().empty()) GTEST_SKIP() << deep.error();
+  test::StuckFuse top(dir + "/b");
+  test::StuckFuse other(beside);
+  ASSERT_TRUE(top.error().empty() && other.error().empty())
+      << top.error() << other.error();
+  deep.CloseDevice();
+  top.CloseDevice();
+  other.CloseDevice();
+  std::error_code error;
+  fs::remove_all(dir, error);
+  ASSERT_TRUE(error) << "removed with the mounts in place";
+
+  const absl::StatusOr<size_t> detached = DetachMountsUnder(dir + "/");
+
+  ASSERT_TRUE(detached.ok()) << detached.status();
+  EXPECT_EQ(*detached, 2u);
+  fs::remove_all(dir, error);
+  EXPECT_FALSE(error) << error.message();
+  EXPECT_FALSE(fs::exists(dir));
+  EXPECT_TRUE(MountedAt(beside));  // Not below it, for all its name.
+  EXPECT_EQ(DetachMountsUnder("relative/dir").status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PurgeRefusalTest, NeverRootNorTheCallersOwnAccount) {

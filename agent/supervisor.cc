@@ -778,6 +778,22 @@ absl::StatusOr<uint32_t> Supervisor::TeardownMember(
 
   std::error_code error;
   const std::string scratch = ScratchDir(member_id);
+  // File systems the member mounted in its directories (FUSE, through
+  // fusermount) answer nothing now that its processes are gone, and hold
+  // their mount points: detached first.
+  for (const std::string& dir :
+       {scratch, remove_builds_dir ? builds_dir : std::string()}) {
+    if (dir.empty()) continue;
+    const absl::StatusOr<size_t> detached = DetachMountsUnder(dir);
+    if (!detached.ok()) {
+      spdlog::warn("event=member_mounts_left member={} dir={} error={}",
+                   LogValue(member_id), LogValue(dir),
+                   LogValue(std::string(detached.status().message())));
+    } else if (*detached > 0) {
+      spdlog::info("event=member_mounts_detached member={} dir={} mounts={}",
+                   LogValue(member_id), LogValue(dir), *detached);
+    }
+  }
   fs::remove_all(scratch, error);
   if (error) return ErrorForPath("remove", scratch, error);
   fs::remove_all(EvidenceDir(member_id), error);

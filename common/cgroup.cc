@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/mount_info.h"
 #include "common/status_macros.h"
 
 namespace gdt {
@@ -477,21 +478,14 @@ absl::StatusOr<std::string> OwnCgroupDir() {
   if (own.empty()) {
     return absl::NotFoundError("this process is in no cgroup v2 hierarchy");
   }
-  for (absl::string_view line :
-       absl::StrSplit(ReadAll("/proc/self/mountinfo"), '\n')) {
-    const std::vector<std::string> fields = absl::StrSplit(line, ' ');
-    // id parent dev root mountpoint options [optional...] - type source ...
-    size_t dash = 0;
-    while (dash < fields.size() && fields[dash] != "-") ++dash;
-    if (dash + 1 >= fields.size() || fields[dash + 1] != "cgroup2" ||
-        fields.size() < 5) {
+  for (const MountInfo& mount : ReadMountInfo()) {
+    if (mount.type != "cgroup2") continue;
+    absl::string_view relative = own;
+    if (mount.root != "/" && !absl::ConsumePrefix(&relative, mount.root)) {
       continue;
     }
-    const std::string& root = fields[3];
-    absl::string_view relative = own;
-    if (root != "/" && !absl::ConsumePrefix(&relative, root)) continue;
-    if (root == "/" && relative == "/") relative = "";
-    return fields[4] + std::string(relative);
+    if (mount.root == "/" && relative == "/") relative = "";
+    return mount.mount_point + std::string(relative);
   }
   return absl::NotFoundError("no cgroup2 file system is mounted");
 }

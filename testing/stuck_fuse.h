@@ -46,6 +46,13 @@ class StuckFuse {
 
   const std::string& error() const { return error_; }
 
+  // As when its daemon dies: requests fail (ENOTCONN) from now on, and it
+  // stays mounted (until Release()).
+  void CloseDevice() {
+    if (device_ >= 0) close(device_);
+    device_ = -1;
+  }
+
   // Ends it: requests waiting on it fail (ENOTCONN), and it is unmounted.
   void Release() {
     if (device_ >= 0) close(device_);
