@@ -409,8 +409,9 @@ uint64_t FileSystemsUsedBytes(const DiskUseScope& scope) {
   uint64_t used = 0;
   const std::vector<std::string> paths = PathsOf(scope);
   for (size_t i = 0; i < paths.size(); ++i) {
-    // A file system mounted on a member's own directory is the member's:
-    // statfs would ask it, and it may never answer (its walk says so).
+    // A file system mounted on a member's own directory (PathsOf lists
+    // those first) is the member's: statfs would ask it, and it may never
+    // answer (its walk says so).
     const int fd = i < scope.dirs.size()
                        ? OpenDirNotMounted(paths[i])
                        : open(paths[i].c_str(),
