@@ -35,6 +35,19 @@ int OpenDirHere(int dir, const char* name) {
   return openat(dir, name, kDirFlags);
 }
 
+// Whether a file system is mounted on the entry `name` in `dir`, asked
+// without entering it (so without waiting on it). False where openat2 is
+// not to be had.
+bool MountedHere(int dir, const char* name) {
+  struct open_how how = {};
+  how.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC;
+  how.resolve = RESOLVE_NO_XDEV;
+  const int fd =
+      static_cast<int>(syscall(SYS_openat2, dir, name, &how, sizeof(how)));
+  if (fd >= 0) close(fd);
+  return fd < 0 && errno == EXDEV;
+}
+
 }  // namespace
 
 int OpenDirNotMounted(const std::string& path) {
@@ -213,6 +226,12 @@ void DirWalk::List(int fd, bool own, int depth, Each each) {
 bool DirWalk::Show(int fd, const char* name, int depth, Each each) {
   struct stat info = {};
   if (!StatNoWait(fd, name, &info)) {
+    // A file system mounted there that does not let the agent in (a
+    // user's FUSE mount without allow_other answers Permission denied):
+    // another file system, which no walk enters.
+    const int error = errno;
+    if (error == EACCES && MountedHere(fd, name)) return true;
+    errno = error;
     Failed("statx", name);
     return true;
   }

@@ -663,6 +663,45 @@ TEST(DiskUseTest, AFileSystemThatNeverAnswersHoldsNoWalk) {
   EXPECT_EQ(seen.stopped, std::vector<std::string>{"big"});
 }
 
+// A job's own FUSE mount, made through fusermount without allow_other,
+// answers the agent (root) only Permission denied: it is another file
+// system, left out as any other, and the walk is complete.
+TEST(DiskUseTest, AMountTheAgentMayNotEnterIsLeftOutAndTheWalkComplete) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts a FUSE file system";
+  constexpr uid_t kJobUid = 61126;
+  test::TempDir temp;
+  const std::string builds = temp.Sub("builds");
+  fs::create_directories(builds + "/mnt");
+  fs::create_directories(builds + "/gone");
+  WriteBytes(builds + "/data", 1 << 20);
+  test::StuckFuse live(builds + "/mnt", kJobUid);
+  if (!live.error().empty()) GTEST_SKIP() << live.error();
+  test::StuckFuse dead(builds + "/gone", kJobUid);
+  ASSERT_TRUE(dead.error().empty()) << dead.error();
+  dead.CloseDevice();
+  // The one whose daemon is gone: asked, it could not hold the test.
+  struct stat info = {};
+  const int looked = lstat((builds + "/gone").c_str(), &info);
+  if (looked == 0 || errno != EACCES) {
+    GTEST_SKIP() << "this kernel lets root into a user's FUSE mount "
+                    "(fuse's allow_sys_admin_access): lstat "
+                 << (looked == 0 ? "succeeded" : std::strerror(errno));
+  }
+
+  DiskUseScope scope;
+  scope.dirs = {builds};
+  std::future<DiskUse> measured =
+      std::async(std::launch::async, [&] { return MeasureDiskUse(scope); });
+  const bool ended =
+      measured.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!ended) live.Release();  // The waiting calls fail; the thread ends.
+  const DiskUse use = measured.get();
+  ASSERT_TRUE(ended) << "the walk waited on a file system that never answers";
+
+  EXPECT_FALSE(use.incomplete) << use.error;
+  EXPECT_GE(use.bytes, 1u << 20);
+}
+
 TEST(DiskUseTest, ACancelledWalkEndsAtOnce) {
   test::TempDir temp;
   const std::string builds = temp.Sub("builds");

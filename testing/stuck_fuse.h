@@ -23,8 +23,9 @@ namespace gdt::test {
 
 class StuckFuse {
  public:
-  // Mounts it on the directory `dir`; error() says why it could not.
-  explicit StuckFuse(std::string dir) : dir_(std::move(dir)) {
+  // Mounts it on the directory `dir`, as `owner` would through fusermount
+  // (its user_id and group_id); error() says why it could not.
+  explicit StuckFuse(std::string dir, uid_t owner = 0) : dir_(std::move(dir)) {
     device_ = open("/dev/fuse", O_RDWR | O_CLOEXEC);
     if (device_ < 0 && errno == ENOENT) {
       // A container without the node may still allow the device.
@@ -42,8 +43,8 @@ class StuckFuse {
     }
     // The kernel's first request (INIT) is never read: until it is
     // answered, every other request waits.
-    const std::string options =
-        absl::StrCat("fd=", device_, ",rootmode=40000,user_id=0,group_id=0");
+    const std::string options = absl::StrCat(
+        "fd=", device_, ",rootmode=40000,user_id=", owner, ",group_id=", owner);
     if (mount("gdt-stuck", dir_.c_str(), "fuse", MS_NOSUID | MS_NODEV,
               options.c_str()) != 0) {
       error_ = absl::StrCat("mount fuse on ", dir_, ": ", std::strerror(errno));
