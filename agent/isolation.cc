@@ -225,6 +225,79 @@ void PurgeIpc(uid_t uid, PurgeCounts& counts) {
   }
 }
 
+// True when `path` is `dir` or lies below it (both absolute, normal).
+bool AtOrBelow(const std::string& path, const std::string& dir) {
+  if (dir == "/") return absl::StartsWith(path, "/");
+  return path == dir || absl::StartsWith(path, dir + "/");
+}
+
+// A FUSE file system that `uid` mounted: fusermount records its caller as
+// the `user_id` option, and an account without privileges cannot name
+// another.
+bool FuseMountedBy(const MountInfo& mount, uid_t uid) {
+  if (!absl::StartsWith(mount.type, "fuse")) return false;
+  const std::string owner = absl::StrCat("user_id=", uid);
+  for (absl::string_view option :
+       absl::StrSplit(mount.super_options, ',', absl::SkipEmpty())) {
+    if (option == owner) return true;
+  }
+  return false;
+}
+
+// Detaches `points` (in mountinfo's order) last first: one mounted later
+// is on top of, or further down than, those before it. `detached` counts
+// those that went; the first error is returned after trying the rest.
+absl::Status DetachLastFirst(const std::vector<std::string>& points,
+                             size_t& detached) {
+  absl::Status first = absl::OkStatus();
+  for (auto point = points.rbegin(); point != points.rend(); ++point) {
+    if (umount2(point->c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
+      ++detached;
+    } else if (errno != EINVAL && errno != ENOENT && first.ok()) {
+      // EINVAL, ENOENT: gone meanwhile (with the one it was mounted on).
+      first = absl::InternalError(
+          absl::StrCat("detach ", *point, ": ", std::strerror(errno)));
+    }
+  }
+  return first;
+}
+
+// The FUSE file systems the account mounted under the purge's roots (not
+// under a kept directory), detached: with the account's processes gone
+// their daemons are too, so they answer nothing, and their mount points,
+// and the directories holding them, could not be removed.
+void DetachAccountMounts(uid_t uid, const PurgeOptions& options,
+                         PurgeCounts& counts) {
+  const auto resolved = [](const std::vector<std::string>& dirs) {
+    std::vector<std::string> out;
+    for (const std::string& dir : dirs) {
+      std::error_code error;
+      const std::filesystem::path real =
+          std::filesystem::weakly_canonical(dir, error);
+      if (!error && real.is_absolute()) out.push_back(real.string());
+    }
+    return out;
+  };
+  const std::vector<std::string> roots = resolved(options.roots);
+  const std::vector<std::string> keep = resolved(options.keep);
+  std::vector<std::string> points;
+  for (const MountInfo& mount : ReadMountInfo()) {
+    if (!FuseMountedBy(mount, uid)) continue;
+    const auto under = [&](const std::string& dir) {
+      return AtOrBelow(mount.mount_point, dir);
+    };
+    if (std::any_of(roots.begin(), roots.end(), under) &&
+        std::none_of(keep.begin(), keep.end(), under)) {
+      points.push_back(mount.mount_point);
+    }
+  }
+  const absl::Status detached = DetachLastFirst(points, counts.mounts);
+  if (!detached.ok()) {
+    counts.failed += points.size() - counts.mounts;
+    if (counts.error.empty()) counts.error = std::string(detached.message());
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<MemberAccount> ResolveMemberAccount(const std::string& spec) {
@@ -280,6 +353,7 @@ absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
   PurgeCounts counts;
   counts.live_processes = ProcessesOf(uid);
   if (counts.live_processes > 0) return counts;
+  DetachAccountMounts(uid, options, counts);
   // Every entry looked at, the account's or another's, counts against the
   // one bound.
   // Each directory's entries are read before any goes.
@@ -444,24 +518,11 @@ absl::StatusOr<size_t> DetachMountsUnder(const std::string& dir) {
   const std::string real = (parent / leaf).string();
   std::vector<std::string> points;
   for (const MountInfo& mount : ReadMountInfo()) {
-    if (mount.mount_point == real ||
-        absl::StartsWith(mount.mount_point, real + "/")) {
-      points.push_back(mount.mount_point);
-    }
+    if (AtOrBelow(mount.mount_point, real)) points.push_back(mount.mount_point);
   }
-  // Mounted later means on top, or further down: those go first.
-  absl::Status first = absl::OkStatus();
   size_t detached = 0;
-  for (auto point = points.rbegin(); point != points.rend(); ++point) {
-    if (umount2(point->c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
-      ++detached;
-    } else if (errno != EINVAL && errno != ENOENT && first.ok()) {
-      // EINVAL, ENOENT: gone meanwhile (with the one it was mounted on).
-      first = absl::InternalError(
-          absl::StrCat("detach ", *point, ": ", std::strerror(errno)));
-    }
-  }
-  if (!first.ok()) return first;
+  absl::Status status = DetachLastFirst(points, detached);
+  if (!status.ok()) return status;
   return detached;
 }
 

@@ -83,6 +83,8 @@ struct PurgeCounts {
   size_t sem = 0;
   size_t msg = 0;
   size_t failed = 0;  // Entries or objects that could not be removed.
+  // FUSE file systems the account had mounted under the roots, detached.
+  size_t mounts = 0;
   // A bound was reached (max_entries looked at, or others' directory
   // max_depth levels below a root); the rest was not looked at.
   bool truncated = false;
@@ -108,11 +110,14 @@ struct PurgeCounts {
 // time (renamed to ".gdt-purge-PID-N-M" in the directory the account's
 // entry was found in) and removed from there: no more than max_depth
 // descriptors are held, and max_entries still bounds the whole. Also its
-// System V IPC objects (by owner or creator uid). Does nothing while a
-// process of `uid` still runs: that process is either another agent's
-// member sharing the account or one that escaped teardown, and removing
-// files under it protects nobody. Errors: InvalidArgument for root or the
-// caller's own uid.
+// System V IPC objects (by owner or creator uid). First, the FUSE file
+// systems the account mounted under the roots (fusermount's user_id=) are
+// detached: their daemons are gone with the account's processes, so they
+// answer nothing and their mount points could not be removed. Does nothing
+// while a process of `uid` still runs: that process is either another
+// agent's member sharing the account or one that escaped teardown, and
+// removing files under it protects nobody. Errors: InvalidArgument for root or
+// the caller's own uid.
 absl::StatusOr<PurgeCounts> PurgeAccountLeftovers(uid_t uid, gid_t gid,
                                                   const PurgeOptions& options);
 

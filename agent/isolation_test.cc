@@ -57,6 +57,7 @@ constexpr uid_t kManyUid = 61112;
 constexpr uid_t kLiftUid = 61113;
 constexpr uid_t kLiftBoundUid = 61114;
 constexpr uid_t kMountUid = 61124;
+constexpr uid_t kFuseUid = 61125;
 
 void Make(const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   std::ofstream(path) << "secret of " << uid << "\n";
@@ -461,9 +462,10 @@ TEST_F(PurgeTest, AKeptDirectoryInTheAccountsOwnStays) {
   EXPECT_EQ(purged.failed, 1u);  // `mine` itself, not empty.
 }
 
-// The account mounted a FUSE file system in its directory in /tmp (through
-// fusermount) that never answers: the purge neither waits on it nor
-// enters it, and removes the rest.
+// A FUSE file system in the account's directory in /tmp that never
+// answers and is not the account's (root mounted it, letting everyone in,
+// as allow_other does): the purge neither waits on it nor enters it nor
+// detaches it, and removes the rest.
 TEST_F(PurgeTest, AFileSystemThatNeverAnswersHoldsNoPurge) {
   const std::string mine = shared_ + "/mine";
   MakeDir(mine, kMountUid, kMountUid, 0700);
@@ -497,6 +499,51 @@ bool MountedAt(const std::string& dir) {
     if (mount.mount_point == real) return true;
   }
   return false;
+}
+
+// The account mounted FUSE file systems in its directory in /tmp, as
+// fusermount does (user_id= the account), and its processes, their
+// daemons among them, are gone: they are detached, one answering nothing
+// at all and one whose daemon died, and the directory goes whole. A FUSE
+// mount of another account, and one of root, stay.
+TEST_F(PurgeTest, TheAccountsFuseMountsAreDetachedAndItsDirectoryGoes) {
+  const std::string mine = shared_ + "/mine";
+  const std::string theirs = shared_ + "/theirs";
+  MakeDir(mine, kFuseUid, kFuseUid, 0700);
+  MakeDir(mine + "/dead", kFuseUid, kFuseUid, 0700);
+  MakeDir(mine + "/dead/deeper", kFuseUid, kFuseUid, 0700);
+  MakeDir(mine + "/silent", kFuseUid, kFuseUid, 0700);
+  Make(mine + "/file", kFuseUid, kFuseUid, 0600);
+  MakeDir(theirs, kOtherUid, kOtherUid, 0700);
+  MakeDir(theirs + "/mnt", kOtherUid, kOtherUid, 0700);
+  MakeDir(shared_ + "/roots", 0, 0, 0755);
+  test::StuckFuse dead(mine + "/dead", kFuseUid);
+  if (!dead.error().empty()) GTEST_SKIP() << dead.error();
+  test::StuckFuse silent(mine + "/silent", kFuseUid);
+  test::StuckFuse other(theirs + "/mnt", kOtherUid);
+  test::StuckFuse roots(shared_ + "/roots", 0);
+  ASSERT_TRUE(silent.error().empty() && other.error().empty() &&
+              roots.error().empty())
+      << silent.error() << other.error() << roots.error();
+  dead.CloseDevice();
+
+  std::future<PurgeCounts> purge = std::async(
+      std::launch::async, [&] { return PurgeFiles(kFuseUid, Options()); });
+  const bool ended =
+      purge.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  if (!ended) silent.Release();  // The waiting calls fail; the thread ends.
+  const PurgeCounts purged = purge.get();
+  ASSERT_TRUE(ended) << "the purge waited on a file system that never answers";
+
+  EXPECT_EQ(purged.mounts, 2u);
+  EXPECT_FALSE(MountedAt(mine + "/dead"));
+  EXPECT_FALSE(MountedAt(mine + "/silent"));
+  EXPECT_FALSE(Exists(mine))
+      << "failed=" << purged.failed << " " << purged.error;
+  EXPECT_EQ(purged.failed, 0u) << purged.error;
+  EXPECT_FALSE(purged.incomplete) << purged.error;
+  EXPECT_TRUE(MountedAt(theirs + "/mnt"));
+  EXPECT_TRUE(MountedAt(shared_ + "/roots"));
 }
 
 // A member mounted FUSE file systems in its scratch dir (through

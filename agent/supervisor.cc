@@ -234,17 +234,17 @@ void Supervisor::PurgeAccount(const MemberAccount& account,
     return;
   }
   const bool any = purged->files + purged->dirs + purged->shm + purged->sem +
-                       purged->msg + purged->failed >
+                       purged->msg + purged->mounts + purged->failed >
                    0;
   if (!any && !purged->truncated && !purged->incomplete && member_id.empty()) {
     return;
   }
   spdlog::info(
       "event=member_account_purged member={} uid={} files={} dirs={} shm={} "
-      "sem={} msg={} failed={} truncated={} incomplete={} error={}",
+      "sem={} msg={} mounts={} failed={} truncated={} incomplete={} error={}",
       LogValue(member), account.uid, purged->files, purged->dirs, purged->shm,
-      purged->sem, purged->msg, purged->failed, purged->truncated,
-      purged->incomplete, LogValue(purged->error));
+      purged->sem, purged->msg, purged->mounts, purged->failed,
+      purged->truncated, purged->incomplete, LogValue(purged->error));
 }
 
 absl::Status Supervisor::PlaceMember(const std::string& member_id) {

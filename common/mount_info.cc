@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
@@ -41,8 +42,13 @@ std::vector<MountInfo> ParseMountInfo(std::string_view text) {
     size_t dash = 6;
     while (dash < fields.size() && fields[dash] != "-") ++dash;
     if (fields.size() < 7 || dash + 1 >= fields.size()) continue;
-    mounts.push_back(MountInfo{Unescape(fields[3]), Unescape(fields[4]),
-                               Unescape(fields[dash + 1])});
+    MountInfo mount{Unescape(fields[3]), Unescape(fields[4]),
+                    Unescape(fields[dash + 1]), "", ""};
+    if (dash + 2 < fields.size()) mount.source = Unescape(fields[dash + 2]);
+    if (dash + 3 < fields.size()) {
+      mount.super_options = Unescape(fields[dash + 3]);
+    }
+    mounts.push_back(std::move(mount));
   }
   return mounts;
 }

@@ -12,6 +12,9 @@ struct MountInfo {
   std::string root;         // The directory of the file system mounted.
   std::string mount_point;  // Where, in this mount namespace.
   std::string type;         // "ext4", "cgroup2", "fuse.sshfs", ...
+  std::string source;       // "/dev/sda1", "host:/x", ...
+  // The file system's own options, comma-separated ("rw,user_id=1000").
+  std::string super_options;
 };
 
 // The mounts that `text` (the contents of a mountinfo file) lists, in its

@@ -21,6 +21,9 @@ TEST(MountInfoTest, ReadsEachMountWithItsPathsUnescaped) {
   EXPECT_EQ(mounts[2].root, "/sub");
   EXPECT_EQ(mounts[2].mount_point, "/home/a b\\c");
   EXPECT_EQ(mounts[2].type, "fuse.sshfs");
+  EXPECT_EQ(mounts[2].source, "host:/x");
+  EXPECT_EQ(mounts[2].super_options, "rw,user_id=1000");
+  EXPECT_EQ(mounts[0].super_options, "rw");
 }
 
 TEST(MountInfoTest, ThisProcessHasARoot) {

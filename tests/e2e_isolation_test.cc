@@ -490,7 +490,7 @@ TEST_F(AccountReuseTest, ALaterGangFindsNothingAnEarlierOneLeft) {
                 ::testing::ContainsRegex(absl::StrCat(
                     "event=member_account_purged member=[^ ]+ uid=", uid,
                     " files=", lock_dir_ ? 4 : 3,
-                    " dirs=1 shm=1 sem=1 msg=1 failed=0")))
+                    " dirs=1 shm=1 sem=1 msg=1 mounts=0 failed=0")))
         << cluster_.Logs();
   }
 
