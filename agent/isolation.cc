@@ -244,22 +244,30 @@ bool FuseMountedBy(const MountInfo& mount, uid_t uid) {
   return false;
 }
 
+// What DetachLastFirst() did.
+struct Detached {
+  size_t detached = 0;
+  size_t failed = 0;
+  absl::Status first;  // The first failure.
+};
+
 // Detaches `points` (in mountinfo's order) last first: one mounted later
-// is on top of, or further down than, those before it. `detached` counts
-// those that went; the first error is returned after trying the rest.
-absl::Status DetachLastFirst(const std::vector<std::string>& points,
-                             size_t& detached) {
-  absl::Status first = absl::OkStatus();
+// is on top of, or further down than, those before it.
+Detached DetachLastFirst(const std::vector<std::string>& points) {
+  Detached done;
   for (auto point = points.rbegin(); point != points.rend(); ++point) {
     if (umount2(point->c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) {
-      ++detached;
-    } else if (errno != EINVAL && errno != ENOENT && first.ok()) {
+      ++done.detached;
+    } else if (errno != EINVAL && errno != ENOENT) {
       // EINVAL, ENOENT: gone meanwhile (with the one it was mounted on).
-      first = absl::InternalError(
-          absl::StrCat("detach ", *point, ": ", std::strerror(errno)));
+      ++done.failed;
+      if (done.first.ok()) {
+        done.first = absl::InternalError(
+            absl::StrCat("detach ", *point, ": ", std::strerror(errno)));
+      }
     }
   }
-  return first;
+  return done;
 }
 
 // The FUSE file systems the account mounted under the purge's roots (not
@@ -291,10 +299,11 @@ void DetachAccountMounts(uid_t uid, const PurgeOptions& options,
       points.push_back(mount.mount_point);
     }
   }
-  const absl::Status detached = DetachLastFirst(points, counts.mounts);
-  if (!detached.ok()) {
-    counts.failed += points.size() - counts.mounts;
-    if (counts.error.empty()) counts.error = std::string(detached.message());
+  const Detached done = DetachLastFirst(points);
+  counts.mounts += done.detached;
+  counts.failed += done.failed;
+  if (!done.first.ok() && counts.error.empty()) {
+    counts.error = std::string(done.first.message());
   }
 }
 
@@ -520,10 +529,9 @@ absl::StatusOr<size_t> DetachMountsUnder(const std::string& dir) {
   for (const MountInfo& mount : ReadMountInfo()) {
     if (AtOrBelow(mount.mount_point, real)) points.push_back(mount.mount_point);
   }
-  size_t detached = 0;
-  absl::Status status = DetachLastFirst(points, detached);
-  if (!status.ok()) return status;
-  return detached;
+  const Detached done = DetachLastFirst(points);
+  if (!done.first.ok()) return done.first;
+  return done.detached;
 }
 
 }  // namespace gdt::agent
