@@ -16,7 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <future>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -615,42 +615,40 @@ TEST(DiskUseTest, AFileSystemThatNeverAnswersHoldsNoWalk) {
     uint64_t over_used = 0;
     std::vector<std::string> stopped;
   };
-  std::future<Seen> measured = std::async(std::launch::async, [&] {
-    Seen seen;
-    DiskUseScope scope;
-    scope.dirs = {builds};
-    seen.inside = MeasureDiskUse(scope);
-    scope.dirs = {covered};
-    seen.over = MeasureDiskUse(scope);
-    seen.over_used = FileSystemsUsedBytes(scope);
-    DiskWatch::Options options;
-    options.member_max = 2 << 20;
-    options.cost_factor = 0;
-    DiskWatch watch(
-        options,
-        [&] {
-          std::vector<DiskWatch::Member> members(3);
-          members[0].member_id = "inside";
-          members[0].scope.dirs = {builds};
-          members[1].member_id = "over";
-          members[1].scope.dirs = {covered};
-          members[2].member_id = "big";
-          members[2].scope.dirs = {big};
-          return members;
-        },
-        [&](const std::string& member_id, const DiskUse&, const std::string&,
-            const std::string&, bool) { seen.stopped.push_back(member_id); });
-    watch.CheckOnce();
-    return seen;
-  });
-  const bool ended =
-      measured.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  if (!ended) {  // Let the waiting calls fail, so that the thread ends.
-    inside.Release();
-    over.Release();
-  }
-  const Seen seen = measured.get();
+  const std::optional<Seen> ended =
+      test::EndsWithin(std::chrono::seconds(20),
+                       [&] {
+                         Seen seen;
+                         DiskUseScope scope;
+                         scope.dirs = {builds};
+                         seen.inside = MeasureDiskUse(scope);
+                         scope.dirs = {covered};
+                         seen.over = MeasureDiskUse(scope);
+                         seen.over_used = FileSystemsUsedBytes(scope);
+                         DiskWatch::Options options;
+                         options.member_max = 2 << 20;
+                         options.cost_factor = 0;
+                         DiskWatch watch(
+                             options,
+                             [&] {
+                               std::vector<DiskWatch::Member> members(3);
+                               members[0].member_id = "inside";
+                               members[0].scope.dirs = {builds};
+                               members[1].member_id = "over";
+                               members[1].scope.dirs = {covered};
+                               members[2].member_id = "big";
+                               members[2].scope.dirs = {big};
+                               return members;
+                             },
+                             [&](const std::string& member_id, const DiskUse&,
+                                 const std::string&, const std::string&,
+                                 bool) { seen.stopped.push_back(member_id); });
+                         watch.CheckOnce();
+                         return seen;
+                       },
+                       {&inside, &over});
   ASSERT_TRUE(ended) << "the walks waited on a file system that never answers";
+  const Seen& seen = *ended;
 
   // Inside: another file system, not entered; the rest counted.
   EXPECT_FALSE(seen.inside.incomplete) << seen.inside.error;
@@ -690,13 +688,10 @@ TEST(DiskUseTest, AMountTheAgentMayNotEnterIsLeftOutAndTheWalkComplete) {
 
   DiskUseScope scope;
   scope.dirs = {builds};
-  std::future<DiskUse> measured =
-      std::async(std::launch::async, [&] { return MeasureDiskUse(scope); });
-  const bool ended =
-      measured.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  if (!ended) live.Release();  // The waiting calls fail; the thread ends.
-  const DiskUse use = measured.get();
+  const std::optional<DiskUse> ended = test::EndsWithin(
+      std::chrono::seconds(20), [&] { return MeasureDiskUse(scope); }, {&live});
   ASSERT_TRUE(ended) << "the walk waited on a file system that never answers";
+  const DiskUse& use = *ended;
 
   EXPECT_FALSE(use.incomplete) << use.error;
   EXPECT_GE(use.bytes, 1u << 20);

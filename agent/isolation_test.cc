@@ -14,9 +14,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -474,13 +474,11 @@ TEST_F(PurgeTest, AFileSystemThatNeverAnswersHoldsNoPurge) {
   test::StuckFuse stuck(mine + "/mnt");
   if (!stuck.error().empty()) GTEST_SKIP() << stuck.error();
 
-  std::future<PurgeCounts> purge = std::async(
-      std::launch::async, [&] { return PurgeFiles(kMountUid, Options()); });
-  const bool ended =
-      purge.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  if (!ended) stuck.Release();  // The waiting calls fail; the thread ends.
-  const PurgeCounts purged = purge.get();
+  const std::optional<PurgeCounts> ended = test::EndsWithin(
+      std::chrono::seconds(20),
+      [&] { return PurgeFiles(kMountUid, Options()); }, {&stuck});
   ASSERT_TRUE(ended) << "the purge waited on a file system that never answers";
+  const PurgeCounts& purged = *ended;
 
   EXPECT_FALSE(Exists(mine + "/file"));
   EXPECT_EQ(purged.files, 1u);
@@ -527,13 +525,11 @@ TEST_F(PurgeTest, TheAccountsFuseMountsAreDetachedAndItsDirectoryGoes) {
       << silent.error() << other.error() << roots.error();
   dead.CloseDevice();
 
-  std::future<PurgeCounts> purge = std::async(
-      std::launch::async, [&] { return PurgeFiles(kFuseUid, Options()); });
-  const bool ended =
-      purge.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  if (!ended) silent.Release();  // The waiting calls fail; the thread ends.
-  const PurgeCounts purged = purge.get();
+  const std::optional<PurgeCounts> ended = test::EndsWithin(
+      std::chrono::seconds(20), [&] { return PurgeFiles(kFuseUid, Options()); },
+      {&silent});
   ASSERT_TRUE(ended) << "the purge waited on a file system that never answers";
+  const PurgeCounts& purged = *ended;
 
   EXPECT_EQ(purged.mounts, 2u);
   EXPECT_FALSE(MountedAt(mine + "/dead"));

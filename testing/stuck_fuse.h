@@ -13,7 +13,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <future>
+#include <initializer_list>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -80,6 +84,20 @@ class StuckFuse {
   bool mounted_ = false;
   std::string error_;
 };
+
+// What `work` returns, run in a thread, when it ends within `bound`; none
+// when it does not, after releasing each of `stuck` so that the calls
+// waiting on them fail and the thread ends.
+template <typename Work>
+auto EndsWithin(std::chrono::seconds bound, Work work,
+                std::initializer_list<StuckFuse*> stuck)
+    -> std::optional<decltype(work())> {
+  auto result = std::async(std::launch::async, std::move(work));
+  if (result.wait_for(bound) == std::future_status::ready) return result.get();
+  for (StuckFuse* fuse : stuck) fuse->Release();
+  result.get();
+  return std::nullopt;
+}
 
 }  // namespace gdt::test
 
