@@ -135,6 +135,26 @@ class AgentServiceTest : public ::testing::Test {
     return start;
   }
 
+  // Sets member `member` up with its builds dir `builds`.
+  absl::Status SetUpMember(const std::string& member,
+                           const std::string& builds) {
+    v1::SetupMemberRequest setup;
+    setup.set_member_id(member);
+    setup.set_builds_dir(builds);
+    return client_->SetupMember(setup, seconds(5));
+  }
+
+  // Tears member `member` down, its builds dir too with `remove_builds`:
+  // how many processes the agent had to stop.
+  absl::StatusOr<uint32_t> TearDownMember(const std::string& member,
+                                          bool remove_builds,
+                                          seconds deadline = seconds(5)) {
+    v1::TeardownMemberRequest teardown;
+    teardown.set_member_id(member);
+    teardown.set_remove_builds_dir(remove_builds);
+    return client_->TeardownMember(teardown, deadline);
+  }
+
   // Runs a stage to its end. `signal_when` is asked about the output so far
   // every 50 ms; each signal it returns is sent once.
   StageResult Run(const v1::StartStage& start,
@@ -348,11 +368,7 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   EXPECT_EQ(info.st_mode & 0777, 0700u);
   ASSERT_TRUE(Run(Start("g1/1", "touch " + builds + "/artifact\n")).exit.ok());
 
-  v1::TeardownMemberRequest teardown;
-  teardown.set_member_id("g1/1");
-  teardown.set_remove_builds_dir(true);
-  absl::StatusOr<uint32_t> killed =
-      client_->TeardownMember(teardown, seconds(5));
+  absl::StatusOr<uint32_t> killed = TearDownMember("g1/1", true);
 
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_EQ(*killed, 0u);
@@ -361,19 +377,15 @@ TEST_F(AgentServiceTest, TeardownRemovesScratchAndBuildsDirOnly) {
   EXPECT_TRUE(fs::is_directory(neighbour));
   EXPECT_TRUE(fs::is_directory(cache));
   // Again, and for a member never seen: nothing to do, no error.
-  EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
-  teardown.set_member_id("never/seen");
-  EXPECT_EQ(client_->TeardownMember(teardown, seconds(5)).value_or(99), 0u);
+  EXPECT_EQ(TearDownMember("g1/1", true).value_or(99), 0u);
+  EXPECT_EQ(TearDownMember("never/seen", true).value_or(99), 0u);
 }
 
 TEST_F(AgentServiceTest,
        TeardownDetachesWhatTheMemberMountedAndRemovesItsDirs) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root: mounts FUSE file systems";
   const std::string builds = root_ + "/builds/g1-1";
-  v1::SetupMemberRequest setup;
-  setup.set_member_id("g1/1");
-  setup.set_builds_dir(builds);
-  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());
+  ASSERT_TRUE(SetUpMember("g1/1", builds).ok());
   const std::string scratch = supervisor_->ScratchDir("g1/1");
   fs::create_directories(scratch + "/mnt");
   fs::create_directories(builds + "/mnt");
@@ -386,11 +398,7 @@ TEST_F(AgentServiceTest,
   in_scratch.CloseDevice();
   in_builds.CloseDevice();
 
-  v1::TeardownMemberRequest teardown;
-  teardown.set_member_id("g1/1");
-  teardown.set_remove_builds_dir(true);
-  absl::StatusOr<uint32_t> killed =
-      client_->TeardownMember(teardown, seconds(5));
+  absl::StatusOr<uint32_t> killed = TearDownMember("g1/1", true);
 
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_FALSE(fs::exists(scratch));
@@ -399,14 +407,9 @@ TEST_F(AgentServiceTest,
 
 TEST_F(AgentServiceTest, TeardownKeepsBuildsDirUnlessAsked) {
   const std::string builds = root_ + "/builds/g1-1";
-  v1::SetupMemberRequest setup;
-  setup.set_member_id("g1/1");
-  setup.set_builds_dir(builds);
-  ASSERT_TRUE(client_->SetupMember(setup, seconds(5)).ok());
+  ASSERT_TRUE(SetUpMember("g1/1", builds).ok());
 
-  v1::TeardownMemberRequest teardown;
-  teardown.set_member_id("g1/1");
-  ASSERT_TRUE(client_->TeardownMember(teardown, seconds(5)).ok());
+  ASSERT_TRUE(TearDownMember("g1/1", false).ok());
 
   EXPECT_TRUE(fs::is_directory(builds));
   EXPECT_FALSE(fs::exists(supervisor_->ScratchDir("g1/1")));
@@ -424,10 +427,7 @@ TEST_F(AgentServiceTest, TeardownTerminatesRunningStages) {
   ASSERT_TRUE(
       WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
 
-  v1::TeardownMemberRequest teardown;
-  teardown.set_member_id("g1/1");
-  absl::StatusOr<uint32_t> killed =
-      client_->TeardownMember(teardown, seconds(20));
+  absl::StatusOr<uint32_t> killed = TearDownMember("g1/1", false, seconds(20));
   stage.join();
 
   ASSERT_TRUE(killed.ok()) << killed.status();
@@ -473,11 +473,7 @@ TEST_F(AgentServiceTest, IdleTeardownLeavesAMemberThatRunsAStage) {
 TEST_F(AgentServiceTest, SetupErrorNamesThePath) {
   const std::string file = root_ + "/plain-file";
   std::ofstream(file.c_str()) << "x";
-  v1::SetupMemberRequest setup;
-  setup.set_member_id("g1/1");
-  setup.set_builds_dir(file + "/builds");
-
-  absl::Status status = client_->SetupMember(setup, seconds(5));
+  absl::Status status = SetUpMember("g1/1", file + "/builds");
 
   EXPECT_FALSE(status.ok());
   EXPECT_THAT(status.message(), HasSubstr(file + "/builds"));
@@ -505,10 +501,7 @@ TEST_F(AgentServiceTest, StageSetsTheMemberUpBeforeItStarts) {
   EXPECT_EQ(info.st_mode & 0777, 0700u);  // As SetupMember makes it.
   EXPECT_TRUE(fs::is_directory(cache));
   // Made by this agent for the member: teardown may remove it.
-  v1::TeardownMemberRequest teardown;
-  teardown.set_member_id("g1/1");
-  teardown.set_remove_builds_dir(true);
-  ASSERT_TRUE(client_->TeardownMember(teardown, seconds(5)).ok());
+  ASSERT_TRUE(TearDownMember("g1/1", true).ok());
   EXPECT_FALSE(fs::exists(builds));
 }
 
