@@ -1,9 +1,10 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
-#include <grp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -22,6 +23,15 @@ extern char** environ;
 namespace gdt {
 namespace {
 
+// The child of Spawn runs on its own stack but in this process's memory
+// (clone with CLONE_VM | CLONE_VFORK, as posix_spawn does), until it
+// executes. So its code calls only system calls: no allocation, no lock, no
+// glibc wrapper that acts on the whole process (glibc's setuid family
+// signals every thread it knows of; the child uses the raw calls). Sanitizer
+// instrumentation stays out of it: it would account the child's stack to
+// the thread that started it.
+#define GDT_CHILD_CODE __attribute__((no_sanitize("address", "undefined")))
+
 ExitStatus FromWaitStatus(int status) {
   ExitStatus exit;
   if (WIFSIGNALED(status)) {
@@ -32,9 +42,11 @@ ExitStatus FromWaitStatus(int status) {
   return exit;
 }
 
-// Writes a message to fd 2 without allocating; for use between fork and exec.
-void ChildFail(const char* what, const char* arg) {
-  const char* err = strerror(errno);
+// Writes a message to fd 2 without allocating; for use in the child before
+// it executes.
+GDT_CHILD_CODE void ChildFail(const char* what, const char* arg) {
+  const char* err = strerrordesc_np(errno);
+  if (err == nullptr) err = "unknown error";
   (void)!write(2, what, strlen(what));
   (void)!write(2, arg, strlen(arg));
   (void)!write(2, ": ", 2);
@@ -46,9 +58,8 @@ void ChildFail(const char* what, const char* arg) {
 // only stdin, stdout and stderr: descriptors this process inherited or
 // opened without O_CLOEXEC (another thread's, between its open and exec)
 // must not reach a job. Marked rather than closed so that the exec pipe
-// still reports a failure before exec. For use between fork and exec: no
-// allocation.
-void CloseOnExecAbove2() {
+// still reports a failure before exec. For use in the child: no allocation.
+GDT_CHILD_CODE void CloseOnExecAbove2() {
 #ifndef CLOSE_RANGE_CLOEXEC
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
@@ -86,6 +97,155 @@ void CloseOnExecAbove2() {
   close(dir);
 }
 
+// What the child of Spawn needs, prepared by the parent.
+struct ChildPlan {
+  const SpawnOptions* options = nullptr;
+  char** argv = nullptr;
+  char** envp = nullptr;
+  int out_fd = -1;  // Write ends of the output pipes (capture_output).
+  int err_fd = -1;
+  int exec_fd = -1;  // Closed on exec; carries errno otherwise.
+  pid_t parent = 0;
+  uint64_t open_files = 0;
+};
+
+// Ends the child before it executes: errno to the parent through the exec
+// pipe, a line on stderr when `what` is set.
+[[noreturn]] GDT_CHILD_CODE void ChildExit(const ChildPlan& plan,
+                                           const char* what, const char* arg) {
+  const int err = errno;
+  (void)!write(plan.exec_fd, &err, sizeof(err));
+  if (what != nullptr) {
+    errno = err;
+    ChildFail(what, arg);
+  }
+  _exit(127);
+}
+
+// Signal handlers are this process's code: none may run in the child, which
+// shares its memory. Every caught signal goes back to its default; those a
+// job expects at their default go back to it even when ignored here.
+GDT_CHILD_CODE void DefaultSignals() {
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction current {};
+    if (sigaction(sig, nullptr, &current) != 0) continue;  // Reserved ones.
+    const bool caught =
+        (current.sa_flags & SA_SIGINFO) != 0 ||
+        (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
+    const bool job_default = sig == SIGTERM || sig == SIGINT || sig == SIGHUP ||
+                             sig == SIGPIPE || sig == SIGQUIT || sig == SIGCHLD;
+    if (!caught && !job_default) continue;
+    struct sigaction default_action {};
+    default_action.sa_handler = SIG_DFL;
+    sigaction(sig, &default_action, nullptr);
+  }
+}
+
+GDT_CHILD_CODE int RunChild(void* arg) {
+  const ChildPlan& plan = *static_cast<const ChildPlan*>(arg);
+  const SpawnOptions& options = *plan.options;
+  DefaultSignals();
+  if (!options.cgroup_procs.empty()) {
+    const int procs = open(options.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (procs < 0 || write(procs, "0", 1) != 1) {
+      ChildExit(plan, "cannot join cgroup ", options.cgroup_procs.c_str());
+    }
+    close(procs);
+  }
+  if (options.new_process_group) setpgid(0, 0);
+  if (plan.open_files != 0) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+      limit.rlim_cur = std::min<rlim_t>(plan.open_files, limit.rlim_max);
+      setrlimit(RLIMIT_NOFILE, &limit);
+    }
+  }
+  if (options.die_with_parent) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != plan.parent) _exit(127);
+  }
+  const int in = open(options.stdin_path.c_str(), O_RDONLY);
+  if (in >= 0) {
+    dup2(in, 0);
+    close(in);
+  }
+  if (options.capture_output) {
+    dup2(plan.out_fd, 1);
+    dup2(plan.err_fd, 2);
+  } else if (!options.output_path.empty()) {
+    const int out = open(options.output_path.c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (out < 0) ChildExit(plan, nullptr, nullptr);
+    dup2(out, 1);
+    dup2(out, 2);
+  }
+  if (options.credentials.has_value()) {
+    // The raw calls: the child is a process of its own, but glibc's
+    // wrappers would go through the thread list of the one whose memory it
+    // shares.
+    const SpawnOptions::Credentials& who = *options.credentials;
+    if (syscall(SYS_setgroups, who.groups.size(), who.groups.data()) != 0 ||
+        syscall(SYS_setgid, who.gid) != 0 ||
+        syscall(SYS_setuid, who.uid) != 0) {
+      ChildExit(plan, "cannot switch user", "");
+    }
+    // A change of credentials clears the parent-death signal.
+    if (options.die_with_parent) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != plan.parent) _exit(127);
+    }
+  }
+  CloseOnExecAbove2();
+  if (!options.working_dir.empty() && chdir(options.working_dir.c_str()) != 0) {
+    ChildExit(plan, "cannot change directory to ", options.working_dir.c_str());
+  }
+  // The parent blocked every signal around the start; the program gets an
+  // empty mask.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execvpe(plan.argv[0], plan.argv, plan.envp);
+  ChildExit(plan, "cannot execute ", plan.argv[0]);
+}
+
+// Starts RunChild(plan) as a new process. Unlike fork, it copies none of
+// this process's page tables: in a daemon with a large address space and
+// many threads, fork holds the memory map locked for milliseconds to tens
+// of milliseconds per child under load, and every other thread that touches
+// new memory (gRPC's pollers answering keepalive pings, heartbeats) waits
+// for it. The calling thread waits until the child has executed or failed.
+absl::StatusOr<pid_t> StartChild(ChildPlan& plan) {
+  // The child's stack: execvpe's path search and script fallback keep
+  // their buffers there. The lowest page guards against an overflow.
+  constexpr size_t kStackBytes = 1 << 20;
+  const long page = sysconf(_SC_PAGESIZE);
+  void* stack =
+      mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED) {
+    return absl::InternalError(
+        absl::StrCat("cannot map a stack for the child: ", strerror(errno)));
+  }
+  mprotect(stack, static_cast<size_t>(page), PROT_NONE);
+  // No handler of this process may run in the child before it has put its
+  // signals back to their defaults.
+  sigset_t all;
+  sigset_t before;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t pid = clone(RunChild, static_cast<char*>(stack) + kStackBytes,
+                          CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  munmap(stack, kStackBytes);
+  if (pid < 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot start a process: ", strerror(clone_errno)));
+  }
+  return pid;
+}
+
 }  // namespace
 
 namespace {
@@ -114,7 +274,8 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
     return absl::InternalError(absl::StrCat("pipe: ", strerror(errno)));
   }
 
-  // Everything the child needs is prepared before fork: no allocation after.
+  // Everything the child needs is prepared before it starts: it allocates
+  // nothing.
   std::vector<std::string> env_strings;
   env_strings.reserve(options.env.size());
   for (const auto& [key, value] : options.env) {
@@ -127,92 +288,25 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
   std::vector<char*> argv;
   for (std::string& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
-  const pid_t parent = getpid();
-  const uint64_t open_files = child_open_files.load();
+  ChildPlan plan;
+  plan.options = &options;
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.out_fd = out_pipe[1];
+  plan.err_fd = err_pipe[1];
+  plan.exec_fd = exec_pipe[1];
+  plan.parent = getpid();
+  plan.open_files = child_open_files.load();
 
-  const pid_t pid = fork();
-  if (pid < 0) {
-    return absl::InternalError(absl::StrCat("fork: ", strerror(errno)));
+  absl::StatusOr<pid_t> started = StartChild(plan);
+  if (!started.ok()) {
+    for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1],
+                   exec_pipe[0], exec_pipe[1]}) {
+      if (fd >= 0) close(fd);
+    }
+    return started.status();
   }
-  if (pid == 0) {
-    if (!options.cgroup_procs.empty()) {
-      const int procs =
-          open(options.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (procs < 0 || write(procs, "0", 1) != 1) {
-        const int err = errno;
-        (void)!write(exec_pipe[1], &err, sizeof(err));
-        ChildFail("cannot join cgroup ", options.cgroup_procs.c_str());
-        _exit(127);
-      }
-      close(procs);
-    }
-    if (options.new_process_group) setpgid(0, 0);
-    if (open_files != 0) {
-      rlimit limit{};
-      if (getrlimit(RLIMIT_NOFILE, &limit) == 0) {
-        limit.rlim_cur = std::min<rlim_t>(open_files, limit.rlim_max);
-        setrlimit(RLIMIT_NOFILE, &limit);
-      }
-    }
-    if (options.die_with_parent) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(127);
-    }
-    // Restore default signal handling and an empty mask for the child.
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    for (int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE, SIGQUIT, SIGCHLD}) {
-      signal(sig, SIG_DFL);
-    }
-    const int in = open(options.stdin_path.c_str(), O_RDONLY);
-    if (in >= 0) {
-      dup2(in, 0);
-      close(in);
-    }
-    if (options.capture_output) {
-      dup2(out_pipe[1], 1);
-      dup2(err_pipe[1], 2);
-    } else if (!options.output_path.empty()) {
-      const int out = open(options.output_path.c_str(),
-                           O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-      if (out < 0) {
-        const int err = errno;
-        (void)!write(exec_pipe[1], &err, sizeof(err));
-        _exit(127);
-      }
-      dup2(out, 1);
-      dup2(out, 2);
-    }
-    if (options.credentials.has_value()) {
-      const SpawnOptions::Credentials& who = *options.credentials;
-      if (setgroups(who.groups.size(), who.groups.data()) != 0 ||
-          setgid(who.gid) != 0 || setuid(who.uid) != 0) {
-        const int err = errno;
-        (void)!write(exec_pipe[1], &err, sizeof(err));
-        ChildFail("cannot switch user", "");
-        _exit(127);
-      }
-      // A change of credentials clears the parent-death signal.
-      if (options.die_with_parent) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent) _exit(127);
-      }
-    }
-    CloseOnExecAbove2();
-    if (!options.working_dir.empty() &&
-        chdir(options.working_dir.c_str()) != 0) {
-      const int err = errno;
-      (void)!write(exec_pipe[1], &err, sizeof(err));
-      ChildFail("cannot change directory to ", options.working_dir.c_str());
-      _exit(127);
-    }
-    execvpe(argv[0], argv.data(), envp.data());
-    const int err = errno;
-    (void)!write(exec_pipe[1], &err, sizeof(err));
-    ChildFail("cannot execute ", argv[0]);
-    _exit(127);
-  }
+  const pid_t pid = *started;
 
   auto child = std::unique_ptr<Subprocess>(new Subprocess());
   child->pid_ = pid;

@@ -66,7 +66,7 @@ class Subprocess {
   using OutputCallback = std::function<void(OutputSource, std::string_view)>;
 
   // Starts the child. Errors: InvalidArgument for an empty argv; NotFound if
-  // argv[0] cannot be executed; Internal for fork/pipe failures.
+  // argv[0] cannot be executed; Internal when no pipe or process can be made.
   static absl::StatusOr<std::unique_ptr<Subprocess>> Spawn(
       const SpawnOptions& options);
 

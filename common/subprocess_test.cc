@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +24,8 @@ namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 SpawnOptions Shell(const std::string& script) {
   SpawnOptions options;
@@ -210,6 +215,47 @@ TEST(SubprocessTest, ChildRunsWithTheGivenCredentials) {
       [&](OutputSource, std::string_view data) { out.append(data); });
   EXPECT_TRUE(exit.success()) << out;
   EXPECT_EQ(out, "61001:61002:61002 61003\n");
+}
+
+// The child shares this process's memory until it executes: switching its
+// user must leave every thread of this process (the agent) with its own.
+TEST(SubprocessTest, AChildsCredentialsLeaveThisProcesssThreadsTheirOwn) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
+  std::atomic<bool> done{false};
+  std::thread other([&] {
+    while (!done.load()) std::this_thread::sleep_for(milliseconds(5));
+  });
+  SpawnOptions spawn;
+  spawn.argv = {"/bin/sh", "-c", "id -u"};
+  spawn.env = {{"PATH", "/usr/bin:/bin"}};
+  spawn.credentials = SpawnOptions::Credentials{61127, 61127, {61127}};
+  spawn.die_with_parent = true;
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  std::string out;
+  if (child.ok()) {
+    (*child)->Wait(
+        [&](OutputSource, std::string_view data) { out.append(data); });
+  }
+  std::vector<std::string> threads;
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.starts_with("Uid:") || line.starts_with("Gid:") ||
+          line.starts_with("Groups:")) {
+        threads.push_back(task.path().filename().string() + " " + line);
+      }
+    }
+  }
+  done = true;
+  other.join();
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(out, "61127\n");
+  ASSERT_GE(threads.size(), 6u);  // Two threads, three lines each.
+  for (const std::string& line : threads) {
+    EXPECT_THAT(line, Not(HasSubstr("61127"))) << "a thread of this process";
+  }
 }
 
 TEST(SubprocessTest, WorkingDirTheAccountCannotEnterFailsTheSpawn) {
