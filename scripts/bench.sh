@@ -14,7 +14,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DGDT_BUILD_TESTS=OFF -DGDT_BUILD_BENCHMARKS=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target gdt-coord gdt-agent gdt-executor \
   gdt-ci gdt-bench-formation gdt-bench-rpc gdt-bench-admission gdt-bench-rss \
-  gdt-bench-state-store gdt-bench-liveness
+  gdt-bench-state-store gdt-bench-liveness gdt-bench-spawn
 
 echo "# machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -26,6 +26,7 @@ echo "# load at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$build/bench/gdt-bench-rss"
 "$build/bench/gdt-bench-state-store" "$@"  # HA: SQLite vs etcd
 "$build/bench/gdt-bench-liveness" "$@"  # heartbeats under a forged-join flood
+"$build/bench/gdt-bench-spawn"  # process starts: spawn vs fork
 if [ "${1:-}" = --quick ]; then runs=5; else runs=20; fi
 bench/executor_overhead.sh "$build" "$runs"
 bench/ci_expand_bench.sh "$build/ci/gdt-ci"
