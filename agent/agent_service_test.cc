@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "agent/port_check.h"
@@ -1151,33 +1152,56 @@ TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
       Start("g1/1", "while [ ! -e " + flag + " ]; do sleep 0.02; done\n");
   (*start.mutable_env())["GDT_GANG_ID"] = "g1";
   (*start.mutable_env())["GDT_KV_TOKEN"] = "secret";
+  constexpr int kLimit = AgentService::kMaxExecsPerMember;
+  std::vector<OutputLog> logs(kLimit);
+  std::vector<ExecResult> results(kLimit);
+  std::atomic<int> ended{0};
+  std::vector<std::thread> execs;
   std::thread stage([&] {
     StageResult result = Run(start);
     EXPECT_TRUE(result.exit.ok()) << result.exit.status();
   });
+  // However the test goes, the commands and the stage are let go and
+  // joined, so that a failed expectation ends it with its message.
+  absl::Cleanup let_go = [&] {
+    std::ofstream(release).put('\n');
+    std::ofstream(flag).put('\n');
+    for (std::thread& exec : execs) exec.join();
+    stage.join();
+  };
   ASSERT_TRUE(
       WaitFor([&] { return supervisor_->MemberRunning("g1/1"); }, seconds(10)));
 
-  constexpr int kLimit = AgentService::kMaxExecsPerMember;
-  std::vector<OutputLog> logs(kLimit);
-  std::vector<ExecResult> results(kLimit);
-  std::vector<std::thread> execs;
   for (int i = 0; i < kLimit; ++i) {
     execs.emplace_back([&, i] {
       results[i] =
           Exec(*client_, "g1", "secret",
                "echo up; while [ ! -e " + release + " ]; do sleep 0.2; done",
                &logs[i]);
+      ++ended;
     });
   }
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (OutputLog& log : logs) {
-          if (!log.StdoutContains("up")) return false;
-        }
-        return true;
-      },
-      seconds(60)));
+  const auto all_up = [&] {
+    for (OutputLog& log : logs) {
+      if (!log.StdoutContains("up")) return false;
+    }
+    return true;
+  };
+  // Until every command runs, or one has ended without.
+  WaitFor([&] { return ended.load() > 0 || all_up(); }, seconds(60));
+  if (!all_up()) {
+    std::move(let_go).Invoke();
+    for (int i = 0; i < kLimit; ++i) {
+      if (logs[i].StdoutContains("up")) continue;
+      ADD_FAILURE() << "command " << i << " did not run: "
+                    << (results[i].exit.ok()
+                            ? absl::StrCat("exit ",
+                                           results[i].exit->exit_code())
+                            : results[i].exit.status().ToString())
+                    << ", output '" << logs[i].out() << "'";
+    }
+    return;
+  }
   // One more is refused with one line naming the limit; nothing runs.
   ExecResult over = Exec(*client_, "g1", "secret", "touch " + root_ + "/ran");
   EXPECT_EQ(over.exit.status().code(), absl::StatusCode::kResourceExhausted)
@@ -1190,6 +1214,7 @@ TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
   // Once they have ended, the member may run commands again.
   std::ofstream(release).put('\n');
   for (std::thread& exec : execs) exec.join();
+  execs.clear();
   for (const ExecResult& result : results) {
     ASSERT_TRUE(result.exit.ok()) << result.exit.status();
     EXPECT_EQ(result.exit->exit_code(), 0);
@@ -1197,8 +1222,6 @@ TEST_F(AgentServiceTest, OneMemberRunsABoundedNumberOfCommandsAtOnce) {
   ExecResult again = Exec(*client_, "g1", "secret", "echo again");
   ASSERT_TRUE(again.exit.ok()) << again.exit.status();
   EXPECT_EQ(again.out, "again\n");
-  std::ofstream(flag).put('\n');
-  stage.join();
 }
 
 // Refusals answer whoever reaches the agent: a job that repeats a refused
