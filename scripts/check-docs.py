@@ -57,6 +57,7 @@ EXTERNAL_FLAGS = {
     "--sockets", "--seconds", "--nofile", "--bin",  # bench/agent_fd_flood.py
     "--endpoint", "--connections", "--streams", "--pid", "--status", "--source",
     # bench/coord_stalled_streams.py
+    "--rss-mib", "--starters", "--starts", "--busy-ms",  # bench/spawn_bench.cc
     "--sim", "--out", "--jobs",  # sim/traces/sweep.py
     "--depth", "--prune", "--quiet", "--unshallow",  # git fetch
     "--init", "--recursive", "--hard",  # git submodule, git reset
