@@ -23,9 +23,9 @@ extern char** environ;
 namespace gdt {
 namespace {
 
-// The child of Spawn runs on its own stack but in this process's memory
-// (clone with CLONE_VM | CLONE_VFORK, as posix_spawn does), until it
-// executes. So its code calls only system calls: no allocation, no lock, no
+// The child of Spawn runs on its own stack and, mostly, in this process's
+// memory (clone with CLONE_VM | CLONE_VFORK, as posix_spawn does), until
+// it executes. So its code calls only system calls: no allocation, no lock, no
 // glibc wrapper that acts on the whole process (glibc's setuid family
 // signals every thread it knows of; the child uses the raw calls). Sanitizer
 // instrumentation stays out of it: it would account the child's stack to
@@ -209,13 +209,15 @@ GDT_CHILD_CODE int RunChild(void* arg) {
   ChildExit(plan, "cannot execute ", plan.argv[0]);
 }
 
-// Starts RunChild(plan) as a new process. Unlike fork, it copies none of
-// this process's page tables: in a daemon with a large address space and
-// many threads, fork holds the memory map locked for milliseconds to tens
-// of milliseconds per child under load, and every other thread that touches
-// new memory (gRPC's pollers answering keepalive pings, heartbeats) waits
-// for it. The calling thread waits until the child has executed or failed.
-absl::StatusOr<pid_t> StartChild(ChildPlan& plan) {
+// Starts RunChild(plan) as a new process. Sharing this process's memory,
+// it copies none of its page tables: in a daemon with a large address space
+// and many threads, fork holds the memory map locked for milliseconds to
+// tens of milliseconds per child under load, and every other thread that
+// touches new memory (gRPC's pollers answering keepalive pings,
+// heartbeats) waits for it. Without sharing, the child gets a copy as fork
+// makes it (SpawnSharesMemory says when). Either way the calling thread
+// waits until the child has executed or failed.
+absl::StatusOr<pid_t> StartChild(ChildPlan& plan, bool share_memory) {
   // The child's stack: execvpe's path search and script fallback keep
   // their buffers there. The lowest page guards against an overflow.
   constexpr size_t kStackBytes = 1 << 20;
@@ -234,8 +236,9 @@ absl::StatusOr<pid_t> StartChild(ChildPlan& plan) {
   sigset_t before;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &before);
-  const pid_t pid = clone(RunChild, static_cast<char*>(stack) + kStackBytes,
-                          CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
+  const int flags = (share_memory ? CLONE_VM : 0) | CLONE_VFORK | SIGCHLD;
+  const pid_t pid =
+      clone(RunChild, static_cast<char*>(stack) + kStackBytes, flags, &plan);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
   munmap(stack, kStackBytes);
@@ -247,6 +250,19 @@ absl::StatusOr<pid_t> StartChild(ChildPlan& plan) {
 }
 
 }  // namespace
+
+bool SpawnSharesMemory(const SpawnOptions& options) {
+  const std::string& procs = options.cgroup_procs;
+  const size_t slash = procs.rfind('/');
+  if (procs.empty() || slash == std::string::npos) return true;
+  const std::string oom_group = procs.substr(0, slash) + "/memory.oom.group";
+  const int fd = open(oom_group.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return true;  // No memory controller there: no group kill.
+  char value = '0';
+  const bool read_one = read(fd, &value, 1) == 1;
+  close(fd);
+  return !(read_one && value == '1');
+}
 
 namespace {
 // See Subprocess::SetChildOpenFilesLimit.
@@ -298,7 +314,7 @@ absl::StatusOr<std::unique_ptr<Subprocess>> Subprocess::Spawn(
   plan.parent = getpid();
   plan.open_files = child_open_files.load();
 
-  absl::StatusOr<pid_t> started = StartChild(plan);
+  absl::StatusOr<pid_t> started = StartChild(plan, SpawnSharesMemory(options));
   if (!started.ok()) {
     for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1],
                    exec_pipe[0], exec_pipe[1]}) {

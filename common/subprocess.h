@@ -55,6 +55,17 @@ struct SpawnOptions {
   std::optional<Credentials> credentials;
 };
 
+// Whether Spawn starts the child of `options` in this process's memory
+// until it executes, as posix_spawn does, rather than in a copy of it, as
+// fork does. Sharing copies no page tables, so a start costs the same in a
+// large process as in a small one and holds up none of its other threads.
+// It copies for a child that joins a cgroup whose memory.oom.group is 1
+// (the agent sets it with member_memory_max): the kernel's OOM kill of such
+// a group also kills every process that shares memory with one of its
+// tasks, and a child that has not executed yet would take this process
+// with it.
+bool SpawnSharesMemory(const SpawnOptions& options);
+
 // A child process, optionally the leader of its own process group, with its
 // stdout and stderr on pipes. It gets descriptors 0, 1 and 2 only: every
 // other one of this process is closed when it executes, whether or not it

@@ -258,6 +258,41 @@ TEST(SubprocessTest, AChildsCredentialsLeaveThisProcesssThreadsTheirOwn) {
   }
 }
 
+// A child that joins a cgroup the kernel may OOM-kill as a group gets a
+// copy of this process's memory: sharing it, the kill would take this
+// process too. The files stand in for a cgroup's (this host may have no
+// memory controller in cgroup v2); the child still starts, writing its
+// "0" into the stand-in cgroup.procs.
+TEST(SubprocessTest, AChildJoiningAGroupKilledCgroupGetsACopyOfTheMemory) {
+  char dir[] = "/tmp/gdt-subprocess-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string cgroup = dir;
+  std::ofstream(cgroup + "/cgroup.procs").flush();
+  SpawnOptions spawn = Shell("echo started");
+  EXPECT_TRUE(SpawnSharesMemory(spawn));
+  spawn.cgroup_procs = cgroup + "/cgroup.procs";
+  // No memory controller there (no memory.oom.group), or no group kill.
+  EXPECT_TRUE(SpawnSharesMemory(spawn));
+  std::ofstream(cgroup + "/memory.oom.group") << "0\n";
+  EXPECT_TRUE(SpawnSharesMemory(spawn));
+  std::ofstream(cgroup + "/memory.oom.group") << "1\n";
+  EXPECT_FALSE(SpawnSharesMemory(spawn));
+
+  absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
+  std::string out;
+  if (child.ok()) {
+    (*child)->Wait(
+        [&](OutputSource, std::string_view data) { out.append(data); });
+  }
+  std::ifstream procs(cgroup + "/cgroup.procs");
+  const std::string written((std::istreambuf_iterator<char>(procs)),
+                            std::istreambuf_iterator<char>());
+  std::filesystem::remove_all(cgroup);
+  ASSERT_TRUE(child.ok()) << child.status();
+  EXPECT_EQ(out, "started\n");
+  EXPECT_EQ(written, "0");
+}
+
 TEST(SubprocessTest, WorkingDirTheAccountCannotEnterFailsTheSpawn) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
   char dir[] = "/tmp/gdt-subprocess-XXXXXX";  // mkdtemp: mode 0700, root's.
