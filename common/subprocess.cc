@@ -252,6 +252,7 @@ absl::StatusOr<pid_t> StartChild(ChildPlan& plan, bool share_memory) {
 }  // namespace
 
 bool SpawnSharesMemory(const SpawnOptions& options) {
+  if (options.credentials.has_value()) return false;
   const std::string& procs = options.cgroup_procs;
   const size_t slash = procs.rfind('/');
   if (procs.empty() || slash == std::string::npos) return true;

@@ -59,11 +59,15 @@ struct SpawnOptions {
 // until it executes, as posix_spawn does, rather than in a copy of it, as
 // fork does. Sharing copies no page tables, so a start costs the same in a
 // large process as in a small one and holds up none of its other threads.
-// It copies for a child that joins a cgroup whose memory.oom.group is 1
-// (the agent sets it with member_memory_max): the kernel's OOM kill of such
-// a group also kills every process that shares memory with one of its
-// tasks, and a child that has not executed yet would take this process
-// with it.
+// The child gets a copy when
+//   - it switches to other credentials: the kernel then makes its memory,
+//     shared with this process, undumpable for good (no core dumps of this
+//     process), and until it executes a process of that account could
+//     reach this process's memory through it wherever fs.suid_dumpable is 1;
+//   - it joins a cgroup whose memory.oom.group is 1 (the agent sets it with
+//     member_memory_max): the kernel's OOM kill of such a group also kills
+//     every process that shares memory with one of its tasks, and a child
+//     that has not executed yet would take this process with it.
 bool SpawnSharesMemory(const SpawnOptions& options);
 
 // A child process, optionally the leader of its own process group, with its

@@ -1,6 +1,7 @@
 #include "common/subprocess.h"
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -218,7 +219,8 @@ TEST(SubprocessTest, ChildRunsWithTheGivenCredentials) {
 }
 
 // The child shares this process's memory until it executes: switching its
-// user must leave every thread of this process (the agent) with its own.
+// user must leave every thread of this process (the agent) with its own,
+// and the process dumpable.
 TEST(SubprocessTest, AChildsCredentialsLeaveThisProcesssThreadsTheirOwn) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to switch users";
   std::atomic<bool> done{false};
@@ -230,6 +232,7 @@ TEST(SubprocessTest, AChildsCredentialsLeaveThisProcesssThreadsTheirOwn) {
   spawn.env = {{"PATH", "/usr/bin:/bin"}};
   spawn.credentials = SpawnOptions::Credentials{61127, 61127, {61127}};
   spawn.die_with_parent = true;
+  const int dumpable = prctl(PR_GET_DUMPABLE);
   absl::StatusOr<std::unique_ptr<Subprocess>> child = Subprocess::Spawn(spawn);
   std::string out;
   if (child.ok()) {
@@ -252,17 +255,19 @@ TEST(SubprocessTest, AChildsCredentialsLeaveThisProcesssThreadsTheirOwn) {
   other.join();
   ASSERT_TRUE(child.ok()) << child.status();
   EXPECT_EQ(out, "61127\n");
+  // And this process can still leave a core dump.
+  EXPECT_EQ(prctl(PR_GET_DUMPABLE), dumpable);
   ASSERT_GE(threads.size(), 6u);  // Two threads, three lines each.
   for (const std::string& line : threads) {
     EXPECT_THAT(line, Not(HasSubstr("61127"))) << "a thread of this process";
   }
 }
 
-// A child that joins a cgroup the kernel may OOM-kill as a group gets a
-// copy of this process's memory: sharing it, the kill would take this
-// process too. The files stand in for a cgroup's (this host may have no
-// memory controller in cgroup v2); the child still starts, writing its
-// "0" into the stand-in cgroup.procs.
+// A child that switches accounts, or joins a cgroup the kernel may OOM-kill
+// as a group, gets a copy of this process's memory (SpawnSharesMemory). The
+// files stand in for a cgroup's (this host may have no memory controller in
+// cgroup v2); the child still starts, writing its "0" into the stand-in
+// cgroup.procs.
 TEST(SubprocessTest, AChildJoiningAGroupKilledCgroupGetsACopyOfTheMemory) {
   char dir[] = "/tmp/gdt-subprocess-XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
@@ -270,6 +275,9 @@ TEST(SubprocessTest, AChildJoiningAGroupKilledCgroupGetsACopyOfTheMemory) {
   std::ofstream(cgroup + "/cgroup.procs").flush();
   SpawnOptions spawn = Shell("echo started");
   EXPECT_TRUE(SpawnSharesMemory(spawn));
+  SpawnOptions other_account = spawn;
+  other_account.credentials = SpawnOptions::Credentials{61127, 61127, {}};
+  EXPECT_FALSE(SpawnSharesMemory(other_account));
   spawn.cgroup_procs = cgroup + "/cgroup.procs";
   // No memory controller there (no memory.oom.group), or no group kill.
   EXPECT_TRUE(SpawnSharesMemory(spawn));
