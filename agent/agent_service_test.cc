@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
 #include "testing/free_ports.h"
+#include "testing/joined_thread.h"
 #include "testing/log_capture.h"
 #include "testing/stuck_fuse.h"
 #include "testing/temp_dir.h"
@@ -37,6 +38,7 @@ namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using ::gdt::test::JoinedThread;
 using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -154,6 +156,21 @@ class AgentServiceTest : public ::testing::Test {
     teardown.set_member_id(member);
     teardown.set_remove_builds_dir(remove_builds);
     return client_->TeardownMember(teardown, deadline);
+  }
+
+  // Runs g1/1's stage "echo ready; sleep 300" on a thread until the member
+  // is torn down, its output into `log` and its end into `exit`. A test
+  // that ends early shuts the supervisor down to let it go.
+  JoinedThread RunSleepingStage(OutputLog& log,
+                                absl::StatusOr<v1::StageExit>& exit) {
+    return JoinedThread(
+        [this, &log, &exit] {
+          exit = client_->RunStage(
+              Start("g1/1", "echo ready\nsleep 300\n"),
+              [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
+              nullptr);
+        },
+        [this] { supervisor_->Shutdown(); });
   }
 
   // Runs a stage to its end. `signal_when` is asked about the output so far
@@ -419,17 +436,12 @@ TEST_F(AgentServiceTest, TeardownKeepsBuildsDirUnlessAsked) {
 TEST_F(AgentServiceTest, TeardownTerminatesRunningStages) {
   OutputLog log;
   absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
-  std::thread stage([&] {
-    exit = client_->RunStage(
-        Start("g1/1", "echo ready\nsleep 300\n"),
-        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
-        nullptr);
-  });
+  JoinedThread stage = RunSleepingStage(log, exit);
   ASSERT_TRUE(
       WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
 
   absl::StatusOr<uint32_t> killed = TearDownMember("g1/1", false, seconds(20));
-  stage.join();
+  stage.Join();
 
   ASSERT_TRUE(killed.ok()) << killed.status();
   EXPECT_EQ(*killed, 1u);
@@ -442,12 +454,7 @@ TEST_F(AgentServiceTest, TeardownTerminatesRunningStages) {
 TEST_F(AgentServiceTest, IdleTeardownLeavesAMemberThatRunsAStage) {
   OutputLog log;
   absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
-  std::thread stage([&] {
-    exit = client_->RunStage(
-        Start("g1/1", "echo ready\nsleep 300\n"),
-        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
-        nullptr);
-  });
+  JoinedThread stage = RunSleepingStage(log, exit);
   ASSERT_TRUE(
       WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
   ASSERT_TRUE(supervisor_->SetupMember("g1/2", root_ + "/builds/2", {}).ok());
@@ -466,7 +473,7 @@ TEST_F(AgentServiceTest, IdleTeardownLeavesAMemberThatRunsAStage) {
   EXPECT_TRUE(supervisor_->TeardownIdleMember("unknown/1").ok());
 
   ASSERT_TRUE(supervisor_->TeardownMember("g1/1", false).ok());
-  stage.join();
+  stage.Join();
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_THAT(supervisor_->IdleMembers(), IsEmpty());
 }
@@ -977,17 +984,12 @@ TEST_F(AgentServiceTest, HeartbeatHoldsAMemberWhoseShortStageEndedMeanwhile) {
 TEST_F(AgentServiceTest, ShutdownTerminatesRunningStagesAndRefusesNewOnes) {
   OutputLog log;
   absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
-  std::thread stage([&] {
-    exit = client_->RunStage(
-        Start("g1/1", "echo ready\nsleep 300\n"),
-        [&](v1::OutputStream s, std::string_view d) { log.Append(s, d); },
-        nullptr);
-  });
+  JoinedThread stage = RunSleepingStage(log, exit);
   ASSERT_TRUE(
       WaitFor([&] { return log.StdoutContains("ready"); }, seconds(10)));
 
   supervisor_->Shutdown();
-  stage.join();
+  stage.Join();
   StageResult refused = Run(Start("g1/2", "echo never\n"));
 
   ASSERT_TRUE(exit.ok()) << exit.status();
@@ -1084,10 +1086,16 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   (*start.mutable_env())["GDT_KV_TOKEN"] = "secret";
   (*start.mutable_env())["MEMBER_ONLY"] = "m1";
   start.set_working_dir(root_ + "/work");
-  std::thread stage([&] {
-    StageResult result = Run(start);
-    EXPECT_TRUE(result.exit.ok()) << result.exit.status();
-  });
+  const auto let_go = [&] {
+    std::ofstream(flag).put('\n');
+    supervisor_->Shutdown();
+  };
+  JoinedThread stage(
+      [&] {
+        StageResult result = Run(start);
+        EXPECT_TRUE(result.exit.ok()) << result.exit.status();
+      },
+      let_go);
   ASSERT_TRUE(
       WaitFor([&] { return supervisor_->MemberRunning("g1/1"); }, seconds(10)));
 
@@ -1115,14 +1123,16 @@ TEST_F(AgentServiceTest, ExecInMemberNeedsTheGangTokenAndEndsWithTheMember) {
   // A command still running when the member's stage ends is stopped.
   OutputLog log;
   ExecResult long_running;
-  std::thread exec([&] {
-    long_running =
-        Exec(*client_, "g1", "secret", "echo up; exec sleep 60", &log);
-  });
+  JoinedThread exec(
+      [&] {
+        long_running =
+            Exec(*client_, "g1", "secret", "echo up; exec sleep 60", &log);
+      },
+      let_go);
   ASSERT_TRUE(WaitFor([&] { return log.StdoutContains("up"); }, seconds(10)));
   std::ofstream(flag).put('\n');
-  stage.join();
-  exec.join();
+  stage.Join();
+  exec.Join();
   ASSERT_TRUE(long_running.exit.ok()) << long_running.exit.status();
   EXPECT_EQ(long_running.exit->signal(), SIGTERM);
   // The member runs no stage any more: its own token hears so, others the

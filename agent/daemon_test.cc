@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/agent_client.h"
 #include "testing/fake_coordinator.h"
+#include "testing/joined_thread.h"
 #include "testing/log_capture.h"
 #include "testing/stalled_streams.h"
 #include "testing/temp_dir.h"
@@ -23,6 +24,7 @@ namespace gdt::agent {
 namespace {
 
 namespace fs = std::filesystem;
+using ::gdt::test::JoinedThread;
 using ::gdt::test::WaitFor;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
@@ -134,19 +136,21 @@ TEST_F(DaemonTest, ShutdownTerminatesRunningStages) {
   Mutex mu;
   std::string output;
   absl::StatusOr<v1::StageExit> exit = absl::UnknownError("not run");
-  std::thread stage([&] {
-    v1::StartStage start;
-    start.set_member_id("g1/1");
-    start.set_stage("build_script");
-    start.set_script("trap '' TERM\necho ready\nsleep 300\n");
-    exit = agent.RunStage(
-        start,
-        [&](v1::OutputStream, std::string_view data) {
-          MutexLock lock(mu);
-          output.append(data);
-        },
-        nullptr);
-  });
+  JoinedThread stage(
+      [&] {
+        v1::StartStage start;
+        start.set_member_id("g1/1");
+        start.set_stage("build_script");
+        start.set_script("trap '' TERM\necho ready\nsleep 300\n");
+        exit = agent.RunStage(
+            start,
+            [&](v1::OutputStream, std::string_view data) {
+              MutexLock lock(mu);
+              output.append(data);
+            },
+            nullptr);
+      },
+      [&] { (*daemon)->Shutdown(); });
   ASSERT_TRUE(WaitFor(
       [&] {
         MutexLock lock(mu);
@@ -156,7 +160,7 @@ TEST_F(DaemonTest, ShutdownTerminatesRunningStages) {
 
   const auto begin = steady_clock::now();
   (*daemon)->Shutdown();
-  stage.join();
+  stage.Join();
 
   // The stage ignored SIGTERM, so it took the 2 s grace and then SIGKILL.
   EXPECT_GE(steady_clock::now() - begin, milliseconds(1900));

@@ -1,8 +1,8 @@
 #include "coordinator/member_verifier.h"
 
 #include <chrono>
+#include <deque>
 #include <map>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +11,7 @@
 #include "common/retry_after.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/joined_thread.h"
 #include "testing/scheduler_fixtures.h"
 
 namespace gdt::coordinator {
@@ -242,18 +243,27 @@ TEST(MemberVerifierLimitsTest, SlowGitLabCallsAreBoundedInNumberAndPerPeer) {
         return absl::UnauthenticatedError("HTTP 401");
       },
       clock, options);
-  std::vector<std::thread> calls;
+  const auto let_go = [&] {
+    MutexLock lock(mu);
+    open = true;
+    released.NotifyAll();
+  };
+  std::deque<test::JoinedThread> calls;
   for (int i = 0; i < 2; ++i) {
-    calls.emplace_back([&verifier, i] {
-      (void)verifier.Verify(absl::StrCat("forged-", i),
-                            test::Joining(test::TrainKey(2), 1),
-                            "ipv4:10.0.0.9:4000" + std::to_string(i));
-    });
+    calls.emplace_back(
+        [&verifier, i] {
+          (void)verifier.Verify(absl::StrCat("forged-", i),
+                                test::Joining(test::TrainKey(2), 1),
+                                "ipv4:10.0.0.9:4000" + std::to_string(i));
+        },
+        let_go);
   }
-  calls.emplace_back([&verifier] {
-    (void)verifier.Verify("forged-x", test::Joining(test::TrainKey(2), 1),
-                          "ipv4:10.0.0.8:5000");
-  });
+  calls.emplace_back(
+      [&verifier] {
+        (void)verifier.Verify("forged-x", test::Joining(test::TrainKey(2), 1),
+                              "ipv4:10.0.0.8:5000");
+      },
+      let_go);
   {
     MutexLock lock(mu);
     const auto deadline = std::chrono::steady_clock::now() + 30s;
@@ -275,12 +285,8 @@ TEST(MemberVerifierLimitsTest, SlowGitLabCallsAreBoundedInNumberAndPerPeer) {
   EXPECT_EQ(RetryAfter(same_peer), 1s);
   EXPECT_EQ(RetryAfter(anyone), 1s);
   EXPECT_EQ(verifier.lookups(), 3);
-  {
-    MutexLock lock(mu);
-    open = true;
-    released.NotifyAll();
-  }
-  for (std::thread& call : calls) call.join();
+  let_go();
+  for (test::JoinedThread& call : calls) call.Join();
   // Slots are free again.
   EXPECT_EQ(verifier
                 .Verify("forged-5", test::Joining(test::TrainKey(2), 1),

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "gitlab/fake_id_token_issuer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/joined_thread.h"
 
 namespace gdt::gitlab {
 namespace {
@@ -332,7 +334,12 @@ TEST_F(IdTokenVerifierTest, OldKeysServeWhileARefreshIsSlow) {
   later.issued_at += 3601;
   later.expires_at += 3601;
   const std::string token = gitlab_->Issue(later);
-  std::thread refreshing([&] { EXPECT_TRUE(verifier.Verify(token).ok()); });
+  bool let_go = false;
+  const auto release_refresh = [&] {
+    if (!std::exchange(let_go, true)) release.set_value();
+  };
+  test::JoinedThread refreshing(
+      [&] { EXPECT_TRUE(verifier.Verify(token).ok()); }, release_refresh);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (calls.load() < 2 && std::chrono::steady_clock::now() < deadline) {
@@ -343,8 +350,8 @@ TEST_F(IdTokenVerifierTest, OldKeysServeWhileARefreshIsSlow) {
       std::launch::async, [&] { return verifier.Verify(token).ok(); });
   const bool answered =
       other.wait_for(std::chrono::seconds(10)) == std::future_status::ready;
-  release.set_value();
-  refreshing.join();
+  release_refresh();
+  refreshing.Join();
   EXPECT_TRUE(answered) << "a call waited for the slow refresh";
   EXPECT_TRUE(other.get());
   EXPECT_EQ(calls.load(), 2);

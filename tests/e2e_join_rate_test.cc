@@ -20,6 +20,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "testing/cluster.h"
+#include "testing/joined_thread.h"
 #include "tests/e2e_util.h"
 
 namespace gdt::test {
@@ -80,36 +81,38 @@ TEST(JoinRateLimitTest, RefusedMembersWaitAndTheJobSucceeds) {
   // takes nearly every join token as soon as it is there: each of its joins
   // gives up after 200 ms.
   std::atomic<bool> flooding{true};
-  std::thread flood([&] {
-    std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(
-        grpc::CreateChannel(cluster.coordinator_endpoint(),
-                            grpc::InsecureChannelCredentials()));
-    for (int job = 1; flooding; ++job) {
-      v1::JoinGangRequest request;
-      request.mutable_key()->set_instance("http://gitlab.local");
-      request.mutable_key()->set_project_id(1);
-      request.mutable_key()->set_pipeline_id(999);
-      request.mutable_key()->set_group_name("flood");
-      request.mutable_key()->set_size(8);
-      request.set_member_index(static_cast<uint32_t>(1 + job % 8));
-      request.set_job_id(900000 + job);
-      request.set_job_name("flood");
-      request.set_procs_per_node(1);
-      request.set_launcher(v1::LAUNCHER_NONE);
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           milliseconds(200));
-      std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
-          stub->JoinGang(&context, request);
-      v1::JoinGangEvent event;
-      while (reader->Read(&event)) {
-      }
-      reader->Finish().ok();
-      // About 50 joins a second: the bucket is empty for all but a few
-      // milliseconds of each second.
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-  });
+  test::JoinedThread flood(
+      [&] {
+        std::unique_ptr<v1::Coordinator::Stub> stub = v1::Coordinator::NewStub(
+            grpc::CreateChannel(cluster.coordinator_endpoint(),
+                                grpc::InsecureChannelCredentials()));
+        for (int job = 1; flooding; ++job) {
+          v1::JoinGangRequest request;
+          request.mutable_key()->set_instance("http://gitlab.local");
+          request.mutable_key()->set_project_id(1);
+          request.mutable_key()->set_pipeline_id(999);
+          request.mutable_key()->set_group_name("flood");
+          request.mutable_key()->set_size(8);
+          request.set_member_index(static_cast<uint32_t>(1 + job % 8));
+          request.set_job_id(900000 + job);
+          request.set_job_name("flood");
+          request.set_procs_per_node(1);
+          request.set_launcher(v1::LAUNCHER_NONE);
+          grpc::ClientContext context;
+          context.set_deadline(std::chrono::system_clock::now() +
+                               milliseconds(200));
+          std::unique_ptr<grpc::ClientReader<v1::JoinGangEvent>> reader =
+              stub->JoinGang(&context, request);
+          v1::JoinGangEvent event;
+          while (reader->Read(&event)) {
+          }
+          reader->Finish().ok();
+          // About 50 joins a second: the bucket is empty for all but a few
+          // milliseconds of each second.
+          std::this_thread::sleep_for(milliseconds(20));
+        }
+      },
+      [&] { flooding = false; });
 
   std::unique_ptr<Subprocess> run = StartRunLocal(cluster, project, "train");
   ASSERT_NE(run, nullptr);
@@ -125,7 +128,7 @@ TEST(JoinRateLimitTest, RefusedMembersWaitAndTheJobSucceeds) {
       },
       seconds(60));
   flooding = false;
-  flood.join();
+  flood.Join();
   ASSERT_TRUE(refused) << cluster.Logs();
 
   CommandResult result = FinishRun(*run, seconds(120));
