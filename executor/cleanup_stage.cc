@@ -15,8 +15,7 @@ Outcome CleanupStage(const StageContext& context) {
   const std::chrono::milliseconds rpc_timeout(context.config.rpc_timeout);
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
-  PresentJobToken(coordinator, JobTokenOf(context.env));
-  PresentIdToken(coordinator, IdTokenOf(context.env));
+  PresentCredentials(coordinator, CredentialsOf(context.env));
   PresentExecutorId(coordinator, ExecutorIdOf(context.env, /*create=*/false));
   const std::string state_path = context.env.MemberStatePath();
 

@@ -39,8 +39,7 @@ void TellTheGang(const StageContext& context, const std::string& reason) {
   request.set_reason(reason);
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
-  PresentJobToken(coordinator, who->job_token);
-  PresentIdToken(coordinator, who->id_token);
+  PresentCredentials(coordinator, who->credentials);
   absl::StatusOr<std::string> root_cause = coordinator.RefuseMember(
       request, std::min<std::chrono::milliseconds>(
                    std::chrono::milliseconds(context.config.rpc_timeout),

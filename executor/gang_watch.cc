@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log_throttle.h"
 #include "common/logging.h"
-#include "rendezvous/metadata.h"
+#include "executor/stage_support.h"
 #include "spdlog/spdlog.h"
 
 namespace gdt::executor {
@@ -23,12 +23,10 @@ constexpr std::chrono::seconds kReconnectLogInterval{30};
 GangWatch::GangWatch(const std::string& endpoint,
                      const v1::WatchGangRequest& request,
                      const rendezvous::ClientSecurity& security,
-                     const std::string& job_token,
-                     const std::string& id_token) {
-  thread_ =
-      std::thread([this, endpoint, request, security, job_token, id_token] {
-        Run(endpoint, request, security, job_token, id_token);
-      });
+                     const JobCredentials& credentials) {
+  thread_ = std::thread([this, endpoint, request, security, credentials] {
+    Run(endpoint, request, security, credentials);
+  });
 }
 
 GangWatch::~GangWatch() {
@@ -39,12 +37,9 @@ GangWatch::~GangWatch() {
 void GangWatch::Run(const std::string& endpoint,
                     const v1::WatchGangRequest& request,
                     const rendezvous::ClientSecurity& security,
-                    const std::string& job_token, const std::string& id_token) {
+                    const JobCredentials& credentials) {
   rendezvous::CoordinatorClient coordinator(endpoint, security);
-  if (!job_token.empty())
-    coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
-  if (!id_token.empty())
-    coordinator.AddMetadata(rendezvous::kIdTokenMetadata, id_token);
+  PresentCredentials(coordinator, credentials);
   absl::StatusOr<v1::WatchGangEvent> last = coordinator.WatchGang(
       request, std::chrono::system_clock::now() + kWatchDeadline,
       [this](const v1::WatchGangEvent& event) {

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "common/mutex.h"
+#include "executor/job_env.h"
 #include "gdt/v1/coordinator.pb.h"
 #include "rendezvous/coordinator_client.h"
 
@@ -25,12 +26,10 @@ class GangWatch {
   enum class Fate { kUnknown, kFailed, kSucceeded };
 
   // Starts watching through the coordinator at `endpoint`, presenting
-  // `job_token` and `id_token` (either may be empty) for coordinators that
-  // verify members.
+  // `credentials` for coordinators that verify members.
   GangWatch(const std::string& endpoint, const v1::WatchGangRequest& request,
             const rendezvous::ClientSecurity& security = {},
-            const std::string& job_token = "",
-            const std::string& id_token = "");
+            const JobCredentials& credentials = {});
   ~GangWatch();
   GangWatch(const GangWatch&) = delete;
   GangWatch& operator=(const GangWatch&) = delete;
@@ -60,7 +59,7 @@ class GangWatch {
  private:
   void Run(const std::string& endpoint, const v1::WatchGangRequest& request,
            const rendezvous::ClientSecurity& security,
-           const std::string& job_token, const std::string& id_token);
+           const JobCredentials& credentials);
 
   rendezvous::CallCanceller canceller_;
   Mutex mu_;

@@ -124,14 +124,19 @@ absl::StatusOr<v1::Launcher> ParseLauncher(std::string_view name) {
                    "' is not a launcher (use torchrun, env, nccl or none)"));
 }
 
+JobCredentials CredentialsOf(const gitlab::JobPayload& payload) {
+  return JobCredentials{
+      .job_token = payload.token,
+      .id_token = payload.Variable(kIdTokenVariable).value_or("")};
+}
+
 absl::StatusOr<JobInfo> ResolveJobIdentity(const JobEnv& env,
                                            const gitlab::JobPayload& payload) {
   JobInfo job;
   job.job_id = payload.id;
   job.job_name = payload.name;
   job.project_id = payload.project_id;
-  job.job_token = payload.token;
-  job.id_token = payload.Variable(kIdTokenVariable).value_or("");
+  job.credentials = CredentialsOf(payload);
   job.instance = env.JobVariable("CI_SERVER_URL").value_or("");
   job.project_dir = env.JobVariable("CI_PROJECT_DIR").value_or("");
 

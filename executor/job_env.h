@@ -54,6 +54,16 @@ JobEnv ReadJobEnv(const Environment& environment);
 
 // Who this member is and what it asks for: the trusted identity from the
 // payload checked against the job variables, plus the job's gdt inputs.
+// What a member shows a coordinator that verifies members (docs/security.md),
+// both from the job payload (never CUSTOM_ENV_*), sent as gRPC metadata and
+// never logged or put on a command line. Either may be empty.
+struct JobCredentials {
+  std::string job_token;  // The payload's job token.
+  // The job's GitLab CI ID token (kIdTokenVariable in the payload); empty
+  // when the job declares none.
+  std::string id_token;
+};
+
 struct JobInfo {
   int64_t job_id = 0;
   std::string job_name;  // "train 2/4".
@@ -88,14 +98,7 @@ struct JobInfo {
   // ranks ended before the agent ends it as stuck in teardown (and counts
   // it a success); 0 = never.
   uint32_t teardown_timeout_seconds = kDefaultTeardownTimeoutSeconds;
-  // The job token from the payload (never CUSTOM_ENV_*): sent to the
-  // coordinator as gRPC metadata so that it can verify the member with
-  // GitLab (docs/security.md). Never logged or put on a command line.
-  std::string job_token;
-  // The job's GitLab CI ID token (kIdTokenVariable in the payload), for
-  // coordinators that verify members by ID token; empty when the job
-  // declares none. Never logged.
-  std::string id_token;
+  JobCredentials credentials;
 };
 
 // Derives the member's identity and inputs. The job id, name, project and
@@ -116,6 +119,9 @@ absl::StatusOr<JobInfo> ResolveJobInfo(const JobEnv& env,
 // Errors: InvalidArgument for no usable pipeline id.
 absl::StatusOr<JobInfo> ResolveJobIdentity(const JobEnv& env,
                                            const gitlab::JobPayload& payload);
+
+// The payload's job token and the job's ID token.
+JobCredentials CredentialsOf(const gitlab::JobPayload& payload);
 
 // Parses a GDT_LAUNCHER value (torchrun, env, nccl, none).
 // Errors: InvalidArgument naming the value.

@@ -82,14 +82,14 @@ TEST(ResolveJobInfoTest, IdTokenComesFromThePayload) {
   absl::StatusOr<JobInfo> without = ResolveJobInfo(
       EnvWith({{"CUSTOM_ENV_GDT_ID_TOKEN", "from-env"}}), payload);
   ASSERT_TRUE(without.ok()) << without.status();
-  EXPECT_EQ(without->id_token, "");
+  EXPECT_EQ(without->credentials.id_token, "");
   gitlab::JobVariable variable;
   variable.key = "GDT_ID_TOKEN";
   variable.value = "eyJhbGciOiJSUzI1NiJ9.e30.c2ln";
   payload.variables.push_back(variable);
   absl::StatusOr<JobInfo> job = ResolveJobInfo(EnvWith({}), payload);
   ASSERT_TRUE(job.ok()) << job.status();
-  EXPECT_EQ(job->id_token, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln");
+  EXPECT_EQ(job->credentials.id_token, "eyJhbGciOiJSUzI1NiJ9.e30.c2ln");
 }
 
 // The executor takes as many GPUs per member as a host may have (the bound
@@ -127,7 +127,8 @@ TEST(ResolveJobInfoTest, TrustedNameGivesIdentity) {
 
   ASSERT_TRUE(job.ok()) << job.status();
   EXPECT_EQ(job->job_id, 1002);
-  EXPECT_EQ(job->job_token, "glcbt-TEST-1002");  // From the payload only.
+  EXPECT_EQ(job->credentials.job_token,
+            "glcbt-TEST-1002");  // From the payload only.
   EXPECT_EQ(job->group_name, "train");
   EXPECT_EQ(job->member_index, 2);
   EXPECT_EQ(job->member_total, 4);

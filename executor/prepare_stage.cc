@@ -157,8 +157,7 @@ Outcome PrepareStage(const StageContext& context) {
   auto coordinator = std::make_shared<rendezvous::CoordinatorClient>(
       config.coordinator, context.security);
   // The coordinator checks it with GitLab when it verifies members.
-  PresentJobToken(*coordinator, job.job_token);
-  PresentIdToken(*coordinator, job.id_token);
+  PresentCredentials(*coordinator, job.credentials);
   // Another executor of the same job id is refused by it, and this one's
   // calls (its leave as well) never end that one's member.
   PresentExecutorId(*coordinator, ExecutorIdOf(context.env, /*create=*/true));

@@ -55,14 +55,13 @@ constexpr std::chrono::milliseconds kMaxReportBackoff(2000);
 // `hang` non-null: its agent's watchdog saw no progress (the report carries
 // when the member last made progress, by its host's clock).
 void ReportExitQuietly(const StageContext& context, const MemberState& state,
-                       int exit_code, bool cancelled,
-                       const std::string& lost_reason = "",
+                       const JobCredentials& credentials, int exit_code,
+                       bool cancelled, const std::string& lost_reason = "",
                        const v1::HangDetected* hang = nullptr,
                        bool peer_suspected = false) {
   rendezvous::CoordinatorClient coordinator(context.config.coordinator,
                                             context.security);
-  PresentJobToken(coordinator, JobTokenOf(context.env));
-  PresentIdToken(coordinator, IdTokenOf(context.env));
+  PresentCredentials(coordinator, credentials);
   v1::ReportExitRequest request;
   request.set_gang_id(state.assignment.gang_id());
   request.set_epoch(state.assignment.epoch());
@@ -151,6 +150,7 @@ Outcome FailedGangOutcome(GangWatch& watch) {
 // the stage's outcome from the gang's fate. `stopped_for_peer`: the stage was
 // terminated because the gang failed.
 Outcome GangOutcome(const StageContext& context, const MemberState& state,
+                    const JobCredentials& credentials,
                     const std::string& stage_name, GangWatch& watch,
                     int exit_code, bool stopped_for_peer) {
   if (stopped_for_peer && watch.preempted()) return FailedGangOutcome(watch);
@@ -212,7 +212,7 @@ Outcome GangOutcome(const StageContext& context, const MemberState& state,
   }
   if (context.signal.load() != 0) {
     // Cancelled while waiting: the gang cannot succeed without this member.
-    ReportExitQuietly(context, state, 0, /*cancelled=*/true);
+    ReportExitQuietly(context, state, credentials, 0, /*cancelled=*/true);
     Outcome outcome = Outcome::ScriptFailure(128 + context.signal.load());
     if (watch.WaitForFate(RootCauseDeadline(context), nullptr) ==
         GangWatch::Fate::kFailed) {
@@ -283,6 +283,9 @@ Outcome RunScriptStage(const StageContext& context,
   }
 
   v1::StartStage start;
+  // Read with the job for user stages, the only ones that talk to the
+  // coordinator.
+  JobCredentials credentials;
   start.set_member_id(state->member_id);
   start.set_stage(stage_name);
   start.set_script(*script);
@@ -297,6 +300,7 @@ Outcome RunScriptStage(const StageContext& context,
     // Validated by prepare; the job cannot have changed since.
     std::variant<JobInfo, Outcome> job = LoadJob(context.env);
     if (const Outcome* failure = std::get_if<Outcome>(&job)) return *failure;
+    credentials = std::get<JobInfo>(job).credentials;
     start.set_hang_timeout_seconds(std::get<JobInfo>(job).hang_timeout_seconds);
     start.set_teardown_timeout_seconds(
         std::get<JobInfo>(job).teardown_timeout_seconds);
@@ -341,9 +345,9 @@ Outcome RunScriptStage(const StageContext& context,
   // build_script that exits 0 waits for the rest of the gang.
   std::unique_ptr<GangWatch> watch;
   if (IsUserStage(stage_name)) {
-    watch = std::make_unique<GangWatch>(
-        context.config.coordinator, WatchRequestFor(*state), context.security,
-        JobTokenOf(context.env), IdTokenOf(context.env));
+    watch = std::make_unique<GangWatch>(context.config.coordinator,
+                                        WatchRequestFor(*state),
+                                        context.security, credentials);
   }
   std::atomic<bool> forwarded{false};
   std::atomic<bool> stopped_for_peer{false};
@@ -375,12 +379,12 @@ Outcome RunScriptStage(const StageContext& context,
         }
         return std::nullopt;
       },
-      [&context, &state](const v1::HangDetected& hang) {
+      [&context, &state, &credentials](const v1::HangDetected& hang) {
         context.err << "gdt: no progress for " << hang.idle_seconds()
                     << " s (GDT_HANG_TIMEOUT); evidence collected, failing "
                        "the gang as hung\n";
         context.err.flush();
-        ReportExitQuietly(context, *state, 0, false, "", &hang);
+        ReportExitQuietly(context, *state, credentials, 0, false, "", &hang);
       });
   if (!exit.ok()) {
     const std::string failure =
@@ -393,7 +397,7 @@ Outcome RunScriptStage(const StageContext& context,
     // root-cause line as every other member's.
     context.err << "gdt: " << failure << "\n";
     context.err.flush();
-    ReportExitQuietly(context, *state, 0, false,
+    ReportExitQuietly(context, *state, credentials, 0, false,
                       LostReason(*state, stage_name, exit.status()));
     if (watch->WaitForFate(RootCauseDeadline(context), nullptr) ==
         GangWatch::Fate::kFailed) {
@@ -402,13 +406,13 @@ Outcome RunScriptStage(const StageContext& context,
     return Outcome::SystemFailure(failure);
   }
   if (IsMainScriptStage(stage_name)) {
-    ReportExitQuietly(context, *state, exit->exit_code(),
+    ReportExitQuietly(context, *state, credentials, exit->exit_code(),
                       context.signal.load() != 0 && !stopped_for_peer.load(),
                       "", nullptr, peer_loss.detected());
   }
   if (watch != nullptr) {
-    return GangOutcome(context, *state, stage_name, *watch, exit->exit_code(),
-                       stopped_for_peer.load());
+    return GangOutcome(context, *state, credentials, stage_name, *watch,
+                       exit->exit_code(), stopped_for_peer.load());
   }
   if (exit->exit_code() == 0) return Outcome::Success();
   return Outcome::ScriptFailure(exit->exit_code());

@@ -45,31 +45,22 @@ std::string BuildsDirOf(const Config& config, int64_t job_id) {
   return absl::StrCat(config.builds_root, "/", job_id);
 }
 
-std::string JobTokenOf(const JobEnv& env) {
-  if (env.job_response_file.empty()) return "";
+JobCredentials CredentialsOf(const JobEnv& env) {
+  if (env.job_response_file.empty()) return {};
   absl::StatusOr<gitlab::JobPayload> payload =
       gitlab::LoadJobPayload(env.job_response_file);
-  return payload.ok() ? payload->token : "";
+  return payload.ok() ? CredentialsOf(*payload) : JobCredentials{};
 }
 
-void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
-                     const std::string& job_token) {
-  if (!job_token.empty())
-    coordinator.AddMetadata(rendezvous::kJobTokenMetadata, job_token);
-}
-
-std::string IdTokenOf(const JobEnv& env) {
-  if (env.job_response_file.empty()) return "";
-  absl::StatusOr<gitlab::JobPayload> payload =
-      gitlab::LoadJobPayload(env.job_response_file);
-  if (!payload.ok()) return "";
-  return payload->Variable(kIdTokenVariable).value_or("");
-}
-
-void PresentIdToken(rendezvous::CoordinatorClient& coordinator,
-                    const std::string& id_token) {
-  if (!id_token.empty())
-    coordinator.AddMetadata(rendezvous::kIdTokenMetadata, id_token);
+void PresentCredentials(rendezvous::CoordinatorClient& coordinator,
+                        const JobCredentials& credentials) {
+  if (!credentials.job_token.empty()) {
+    coordinator.AddMetadata(rendezvous::kJobTokenMetadata,
+                            credentials.job_token);
+  }
+  if (!credentials.id_token.empty()) {
+    coordinator.AddMetadata(rendezvous::kIdTokenMetadata, credentials.id_token);
+  }
 }
 
 void PresentMemberToken(rendezvous::AgentClient& agent,

@@ -26,25 +26,16 @@ std::string BuildsDirOf(const Config& config, int64_t job_id);
 void PresentMemberToken(rendezvous::AgentClient& agent,
                         const v1::Assignment& assignment);
 
-// The job token from JOB_RESPONSE_FILE; empty when it cannot be read (a
-// coordinator that verifies members then refuses the call with a clear
-// message).
-std::string JobTokenOf(const JobEnv& env);
+// The job token and the job's GitLab CI ID token (the GDT_ID_TOKEN variable,
+// which the job declares under `id_tokens:`) from one read of
+// JOB_RESPONSE_FILE; both empty when it cannot be read (a coordinator that
+// verifies members then refuses the call with a clear message).
+JobCredentials CredentialsOf(const JobEnv& env);
 
-// Makes `coordinator` present the job token (metadata
-// "gdt-job-token"); nothing when `job_token` is empty.
-void PresentJobToken(rendezvous::CoordinatorClient& coordinator,
-                     const std::string& job_token);
-
-// The job's GitLab CI ID token (the GDT_ID_TOKEN variable of
-// JOB_RESPONSE_FILE, which the job declares under `id_tokens:`); empty when
-// there is none.
-std::string IdTokenOf(const JobEnv& env);
-
-// Makes `coordinator` present the ID token (metadata "gdt-id-token");
-// nothing when `id_token` is empty.
-void PresentIdToken(rendezvous::CoordinatorClient& coordinator,
-                    const std::string& id_token);
+// Makes `coordinator` present the job token (metadata "gdt-job-token") and
+// the ID token (metadata "gdt-id-token"), each only when it is not empty.
+void PresentCredentials(rendezvous::CoordinatorClient& coordinator,
+                        const JobCredentials& credentials);
 
 // This preparation attempt's executor id (metadata "gdt-executor"): 32 hex
 // digits kept in $TMPDIR/gdt-executor-id, which the runner gives each
