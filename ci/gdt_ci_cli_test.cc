@@ -29,6 +29,7 @@ using test::CliRun;
 using test::ReadTextFile;
 using test::RunCli;
 using test::TempDir;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -345,10 +346,12 @@ TEST(GdtCiCliTest, RunLocalRefusesIdsAndTimeoutsOutOfRange) {
         {"run-local", "--job", "job", "--executor", "/bin/true", flag, value},
         "stderr");
     EXPECT_EQ(run.code, 2) << flag << " " << value << ": " << run.output;
-    // CLI11's line for a bad flag, and its pointer to --help.
-    EXPECT_THAT(run.output, StartsWith(absl::StrCat(flag, ": Value ", value,
-                                                    " not in range 1 to ")))
+    // One line naming the flag, ending with the pointer to --help.
+    EXPECT_THAT(run.output,
+                StartsWith(absl::StrCat("gdt-ci: ", flag, ": Value ", value,
+                                        " not in range 1 to ")))
         << run.output;
+    EXPECT_THAT(run.output, EndsWith(" (--help says more)\n")) << run.output;
   }
 }
 
@@ -363,8 +366,9 @@ TEST(GdtCiCliTest, RunLocalWaitsThePreparationRetryIntervalItIsGiven) {
               "stderr");
     EXPECT_EQ(run.code, 2) << value << ": " << run.output;
     EXPECT_THAT(run.output,
-                StartsWith(absl::StrCat("--preparation-retry-interval: Value ",
-                                        value, " not in range 0 to 60\n")))
+                StartsWith(absl::StrCat(
+                    "gdt-ci: --preparation-retry-interval: Value ", value,
+                    " not in range 0 to 60 (--help says more)\n")))
         << run.output;
   }
 

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 
 namespace gdt {
 
@@ -90,20 +91,30 @@ std::string UnknownCommand(CLI::App& app, const std::string& first,
                       "; --help says more)\n");
 }
 
+// Ends the parse. --help and --version print what CLI11 has for them. A
+// parse error is one line on `err`, "<name>: <what is wrong> (--help says
+// more)", as every other mistake a gdt tool names; CLI11 itself would add
+// a second line pointing at --help.
 // CLI11 checks required options and subcommands before it complains about
 // arguments it does not know, so `tool --bogus` said "--config is required"
 // without naming `--bogus`. The unknown argument is what the user got wrong:
 // report it first.
-int ExitOnParseError(CLI::App& app, const CLI::ParseError& e, std::ostream& out,
+int ExitOnParseError(CLI::App& app, const CLI::ParseError& e,
+                     const std::string& name, std::ostream& out,
                      std::ostream& err, const CliExitCodes& codes) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
+    return app.exit(e, out, err) == 0 ? codes.ok : codes.usage;
+  }
+  std::string what = e.what();
   if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
     if (const std::vector<std::string> extra = app.remaining(true);
         !extra.empty()) {
-      return app.exit(CLI::ExtrasError(extra), out, err) == 0 ? codes.ok
-                                                              : codes.usage;
+      what = CLI::ExtrasError(extra).what();
     }
   }
-  return app.exit(e, out, err) == 0 ? codes.ok : codes.usage;
+  what = absl::StrReplaceAll(absl::StripAsciiWhitespace(what), {{"\n", "; "}});
+  err << (name.empty() ? "" : name + ": ") << what << " (--help says more)\n";
+  return codes.usage;
 }
 
 }  // namespace
@@ -112,9 +123,10 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes) {
   CheckNumbers(app);
+  const std::string name =
+      argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "";
   if (argc > 1) {
-    if (const std::string unknown = UnknownCommand(
-            app, argv[1], std::filesystem::path(argv[0]).filename().string());
+    if (const std::string unknown = UnknownCommand(app, argv[1], name);
         !unknown.empty()) {
       std::cerr << unknown;
       return codes.usage;
@@ -123,7 +135,7 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc,
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return ExitOnParseError(app, e, std::cout, std::cerr, codes);
+    return ExitOnParseError(app, e, name, std::cout, std::cerr, codes);
   }
   return std::nullopt;
 }
@@ -144,7 +156,7 @@ std::optional<int> ParseCommandLine(CLI::App& app,
   try {
     app.parse(reversed_args);
   } catch (const CLI::ParseError& e) {
-    return ExitOnParseError(app, e, out, err, codes);
+    return ExitOnParseError(app, e, app.get_name(), out, err, codes);
   }
   return std::nullopt;
 }

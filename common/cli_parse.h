@@ -19,13 +19,13 @@ struct CliExitCodes {
 };
 
 // Parses the command line into `app`. CLI11 reports --help, --version and
-// every bad flag by throwing; this lets CLI11 print what it has to say (the
-// help to `out`, one line naming the bad flag to `err`) and returns the code
-// to end the command with. nullopt: parsed, go on. Every numeric option
-// (of `app` and its subcommands) refuses an empty value, which CLI11 reads
-// as 0, an unsigned one a negative value, which it wraps, and a 64-bit one
-// a value beyond its range, which it clamps; an integer with leading zeros
-// is decimal (CLI11 reads it as octal).
+// every bad flag by throwing; this prints the help (or version) to `out`, or
+// one line to `err` for a bad flag, "<tool>: <what is wrong> (--help says
+// more)", and returns the code to end the command with. nullopt: parsed, go
+// on. Every numeric option (of `app` and its subcommands) refuses an empty
+// value, which CLI11 reads as 0, an unsigned one a negative value, which it
+// wraps, and a 64-bit one a value beyond its range, which it clamps; an
+// integer with leading zeros is decimal (CLI11 reads it as octal).
 std::optional<int> ParseCommandLine(CLI::App& app, int argc,
                                     const char* const* argv,
                                     const CliExitCodes& codes = {});

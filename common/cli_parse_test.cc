@@ -1,5 +1,6 @@
 #include "common/cli_parse.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -169,9 +170,13 @@ TEST(CliParseTest, ABadFlagEndsWithTheUsageCodeAndOneLine) {
                                              {"--hosts"}}) {
     const Parsed parsed = Parse(args);
     EXPECT_EQ(parsed.code, kExitUsage) << args[0];
-    ASSERT_FALSE(parsed.err.empty()) << args[0];
-    // One line saying what is wrong (CLI11 adds a hint to try --help).
-    EXPECT_NE(parsed.err.find("--h"), std::string::npos) << parsed.err;
+    // One line naming the tool and what is wrong, with the way to --help.
+    EXPECT_THAT(parsed.err, testing::StartsWith("tool: ")) << parsed.err;
+    EXPECT_THAT(parsed.err, testing::HasSubstr("--h")) << parsed.err;
+    EXPECT_THAT(parsed.err, testing::EndsWith(" (--help says more)\n"))
+        << parsed.err;
+    EXPECT_EQ(std::count(parsed.err.begin(), parsed.err.end(), '\n'), 1)
+        << parsed.err;
     EXPECT_EQ(parsed.out, "");
   }
 }
