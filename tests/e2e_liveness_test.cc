@@ -5,8 +5,11 @@
 #include <signal.h>
 
 #include <chrono>
+#include <memory>
 #include <regex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -21,12 +24,30 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
-  // Host 0: coordinator and runner; hosts 1 and 2: one agent each.
+// A two-member training on two hosts. Host 0: coordinator and runner;
+// hosts 1 and 2: one agent each.
+struct TwoHostTraining {
+  std::unique_ptr<NetworkNamespaces> hosts;
+  std::unique_ptr<GdtCluster> cluster;
+  std::unique_ptr<Subprocess> run;
+
+  // Member `index`'s job log.
+  std::string Log(int index) const {
+    return ReadFile(
+        absl::StrCat(cluster->run_dir(), "/logs/train-", index, "-2.log"));
+  }
+};
+
+// Starts the training through run-local and returns once both members
+// have made their first step, member 2 (node rank 1) on host2. Fails the
+// test when any of it does not come.
+void StartTwoHostTraining(TwoHostTraining& t) {
   absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
       NetworkNamespaces::Create(3);
   ASSERT_TRUE(hosts.ok()) << hosts.status();
-  GdtCluster cluster(hosts->get(), /*control_host=*/0);
+  t.hosts = *std::move(hosts);
+  t.cluster = std::make_unique<GdtCluster>(t.hosts.get(), /*control_host=*/0);
+  GdtCluster& cluster = *t.cluster;
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
   for (int i = 1; i <= 2; ++i) {
     ASSERT_TRUE(cluster
@@ -41,26 +62,29 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
   ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
   const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/2,
                                              /*procs_per_node=*/1);
-  std::unique_ptr<Subprocess> run = StartRunLocal(
+  t.run = StartRunLocal(
       cluster, project, "train",
       {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
-  ASSERT_NE(run, nullptr);
-  auto log = [&](int index) {
-    return ReadFile(
-        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
-  };
+  ASSERT_NE(t.run, nullptr);
   ASSERT_TRUE(WaitFor(
       [&] {
-        return log(1).find("first step done") != std::string::npos &&
-               log(2).find("first step done") != std::string::npos;
+        return t.Log(1).find("first step done") != std::string::npos &&
+               t.Log(2).find("first step done") != std::string::npos;
       },
       seconds(150)))
-      << log(1) << log(2) << cluster.Logs();
-  // Members are placed in index order on hosts by name: member 2 (node
-  // rank 1) runs on host2.
-  ASSERT_THAT(log(2), HasSubstr("on host host2")) << log(2);
+      << t.Log(1) << t.Log(2) << cluster.Logs();
+  // Members are placed in index order on hosts by name.
+  ASSERT_THAT(t.Log(2), HasSubstr("on host host2")) << t.Log(2);
+}
 
-  std::vector<std::string> cut = (*hosts)->Exec(2);
+TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
+  TwoHostTraining training;
+  ASSERT_NO_FATAL_FAILURE(StartTwoHostTraining(training));
+  GdtCluster& cluster = *training.cluster;
+  Subprocess* run = training.run.get();
+  auto log = [&](int index) { return training.Log(index); };
+
+  std::vector<std::string> cut = training.hosts->Exec(2);
   for (const char* arg : {"ip", "link", "set", "eth0", "down"}) {
     cut.push_back(arg);
   }
@@ -105,40 +129,11 @@ TEST(LivenessTest, HostCutOffFromTheNetworkFailsItsGangWithinSeconds) {
 }
 
 TEST(LivenessTest, KilledAgentFailsItsGangAndLeavesNoProcess) {
-  absl::StatusOr<std::unique_ptr<NetworkNamespaces>> hosts =
-      NetworkNamespaces::Create(3);
-  ASSERT_TRUE(hosts.ok()) << hosts.status();
-  GdtCluster cluster(hosts->get(), /*control_host=*/0);
-  ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 1; i <= 2; ++i) {
-    ASSERT_TRUE(cluster
-                    .StartAgent({.name = absl::StrCat("host", i),
-                                 .host = i,
-                                 .cpu_slots = 1,
-                                 .network_interface = "eth0",
-                                 .member_uid_pool = MemberAccountsIfRoot()})
-                    .ok())
-        << cluster.Logs();
-  }
-  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
-  const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/2,
-                                             /*procs_per_node=*/1);
-  std::unique_ptr<Subprocess> run = StartRunLocal(
-      cluster, project, "train",
-      {"--var", "DDP_STEPS=100000", "--var", "DDP_STEP_SECONDS=0.05"});
-  ASSERT_NE(run, nullptr);
-  auto log = [&](int index) {
-    return ReadFile(
-        absl::StrCat(cluster.run_dir(), "/logs/train-", index, "-2.log"));
-  };
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        return log(1).find("first step done") != std::string::npos &&
-               log(2).find("first step done") != std::string::npos;
-      },
-      seconds(150)))
-      << log(1) << log(2) << cluster.Logs();
-  ASSERT_THAT(log(2), HasSubstr("on host host2")) << log(2);
+  TwoHostTraining training;
+  ASSERT_NO_FATAL_FAILURE(StartTwoHostTraining(training));
+  GdtCluster& cluster = *training.cluster;
+  Subprocess* run = training.run.get();
+  auto log = [&](int index) { return training.Log(index); };
 
   cluster.StopAgent(1, SIGKILL);  // host2's agent.
 
