@@ -516,6 +516,20 @@ void GdtCluster::StopAgent(size_t index, int signal) {
   agents_.at(index)->Stop(signal);
 }
 
+absl::Status GdtCluster::StartHostAgents(int count) {
+  for (int i = 1; i <= count; ++i) {
+    // In a namespace gloo must use eth0, or it advertises 127.0.0.1.
+    absl::Status started =
+        StartAgent({.name = absl::StrCat("host", i),
+                    .host = i,
+                    .cpu_slots = 1,
+                    .network_interface = "eth0",
+                    .member_uid_pool = MemberAccountsIfRoot()});
+    if (!started.ok()) return started;
+  }
+  return WaitForHosts(count, std::chrono::seconds(20));
+}
+
 absl::Status GdtCluster::WaitForHosts(int count, milliseconds timeout) {
   std::string last;
   const bool ok = WaitFor(

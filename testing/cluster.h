@@ -243,6 +243,10 @@ class GdtCluster {
   int AgentPid(size_t index) const { return agents_.at(index)->pid(); }
   // Waits until the coordinator lists `count` hosts as up.
   absl::Status WaitForHosts(int count, std::chrono::milliseconds timeout);
+  // Starts agents host1..host`count` on namespace hosts 1..`count`, one
+  // CPU member slot each, their ranks on eth0 and member accounts when run
+  // as root, and waits (20 s at most) until the coordinator lists them up.
+  absl::Status StartHostAgents(int count);
 
   // Runs `gdt-ci run-local` for `job` of `project_dir`/.gitlab-ci.yml on the
   // control host, with `extra` arguments.

@@ -49,17 +49,8 @@ void StartTwoHostTraining(TwoHostTraining& t) {
   t.cluster = std::make_unique<GdtCluster>(t.hosts.get(), /*control_host=*/0);
   GdtCluster& cluster = *t.cluster;
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 1; i <= 2; ++i) {
-    ASSERT_TRUE(cluster
-                    .StartAgent({.name = absl::StrCat("host", i),
-                                 .host = i,
-                                 .cpu_slots = 1,
-                                 .network_interface = "eth0",
-                                 .member_uid_pool = MemberAccountsIfRoot()})
-                    .ok())
-        << cluster.Logs();
-  }
-  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
+  const absl::Status agents = cluster.StartHostAgents(2);
+  ASSERT_TRUE(agents.ok()) << agents << cluster.Logs();
   const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/2,
                                              /*procs_per_node=*/1);
   t.run = StartRunLocal(

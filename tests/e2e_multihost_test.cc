@@ -23,18 +23,8 @@ TEST(MultiHostTest, MembersOfOneGangRunOnDifferentHosts) {
   ASSERT_TRUE(hosts.ok()) << hosts.status();
   GdtCluster cluster(hosts->get(), /*control_host=*/0);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 1; i <= 3; ++i) {
-    // gloo must use eth0 in a namespace, or it advertises 127.0.0.1.
-    ASSERT_TRUE(cluster
-                    .StartAgent({.name = "host" + std::to_string(i),
-                                 .host = i,
-                                 .cpu_slots = 1,
-                                 .network_interface = "eth0",
-                                 .member_uid_pool = MemberAccountsIfRoot()})
-                    .ok())
-        << cluster.Logs();
-  }
-  ASSERT_TRUE(cluster.WaitForHosts(3, seconds(20)).ok()) << cluster.Logs();
+  const absl::Status agents = cluster.StartHostAgents(3);
+  ASSERT_TRUE(agents.ok()) << agents << cluster.Logs();
   const std::string project = MakeDdpProject(cluster.dir(), /*nodes=*/3,
                                              /*procs_per_node=*/1);
 
@@ -67,17 +57,8 @@ TEST(MultiHostTest, GangRunsOverMutualTlsAcrossHosts) {
   ASSERT_TRUE(certs.ok()) << certs.status();
   cluster.UseTls(*certs);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 1; i <= 2; ++i) {
-    ASSERT_TRUE(cluster
-                    .StartAgent({.name = "host" + std::to_string(i),
-                                 .host = i,
-                                 .cpu_slots = 1,
-                                 .network_interface = "eth0",
-                                 .member_uid_pool = MemberAccountsIfRoot()})
-                    .ok())
-        << cluster.Logs();
-  }
-  ASSERT_TRUE(cluster.WaitForHosts(2, seconds(20)).ok()) << cluster.Logs();
+  const absl::Status agents = cluster.StartHostAgents(2);
+  ASSERT_TRUE(agents.ok()) << agents << cluster.Logs();
   const std::string project = cluster.dir().Sub("project");
   std::filesystem::create_directories(project);
   WriteFile(project + "/.gitlab-ci.yml",
@@ -102,17 +83,8 @@ TEST(MultiHostTest, EnvLauncherTrainsAcrossThreeHosts) {
   ASSERT_TRUE(hosts.ok()) << hosts.status();
   GdtCluster cluster(hosts->get(), /*control_host=*/0);
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Logs();
-  for (int i = 1; i <= 3; ++i) {
-    ASSERT_TRUE(cluster
-                    .StartAgent({.name = "host" + std::to_string(i),
-                                 .host = i,
-                                 .cpu_slots = 1,
-                                 .network_interface = "eth0",
-                                 .member_uid_pool = MemberAccountsIfRoot()})
-                    .ok())
-        << cluster.Logs();
-  }
-  ASSERT_TRUE(cluster.WaitForHosts(3, seconds(20)).ok()) << cluster.Logs();
+  const absl::Status agents = cluster.StartHostAgents(3);
+  ASSERT_TRUE(agents.ok()) << agents << cluster.Logs();
   const std::string project = cluster.dir().Sub("project");
   std::filesystem::create_directories(project + "/examples/env_ddp");
   std::filesystem::copy_file(SourceDir() + "/examples/env_ddp/train.py",
