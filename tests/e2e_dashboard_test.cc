@@ -1,11 +1,13 @@
 // End to end in a real browser: headless Chromium loads gdt-coord's web
 // dashboard while a real coordinator and agent hold a failed, a running and
 // a forming gang (gdt-ci run-local → gdt-executor → gdt-coord → gdt-agent),
-// and the test reads the page's DOM as the browser built it. A screenshot is
+// or a gang being preempted and then preempted, and the test reads the
+// page's DOM as the browser built it. A screenshot is
 // kept in $GDT_TEST_ARTIFACT_DIR (default: ./artifacts under the build's
 // tests directory).
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -46,6 +48,20 @@ CommandResult RunChromium(const std::string& chromium, const std::string& dir,
       "--virtual-time-budget=6000 ",
       mode, " '", url, "' >'", out, "' 2>'", dir, "/chromium.log'");
   return RunProcess({"/bin/sh", "-c", command}, {}, milliseconds(90000));
+}
+
+// The DOM headless Chromium builds from `cluster`'s dashboard; empty, with
+// a failure, when Chromium fails.
+std::string DashboardDom(const std::string& chromium, GdtCluster& cluster) {
+  const std::string dom_file = cluster.dir().Sub("dom.html");
+  std::filesystem::remove(dom_file);
+  const CommandResult dumped =
+      RunChromium(chromium, cluster.dir().path(),
+                  absl::StrCat("http://", cluster.dashboard_endpoint(), "/"),
+                  "--dump-dom", dom_file);
+  EXPECT_EQ(dumped.status.exit_code, 0)
+      << dumped.output << ReadFile(cluster.dir().Sub("chromium.log"));
+  return dumped.status.exit_code == 0 ? ReadFile(dom_file) : "";
 }
 
 size_t Count(const std::string& text, const std::string& needle) {
@@ -138,12 +154,8 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
 
   const std::string url =
       absl::StrCat("http://", cluster.dashboard_endpoint(), "/");
-  const std::string dom_file = cluster.dir().Sub("dom.html");
-  const CommandResult dumped =
-      RunChromium(chromium, cluster.dir().path(), url, "--dump-dom", dom_file);
-  ASSERT_EQ(dumped.status.exit_code, 0)
-      << dumped.output << ReadFile(cluster.dir().Sub("chromium.log"));
-  const std::string dom = ReadFile(dom_file);
+  const std::string dom = DashboardDom(chromium, cluster);
+  ASSERT_FALSE(dom.empty());
 
   // The page ran its script against the live coordinator.
   EXPECT_THAT(dom, HasSubstr("data-state=\"live\"")) << dom;
@@ -194,6 +206,125 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
   WriteFile(release, "");
   EXPECT_EQ(FinishRun(*train, milliseconds(60000)).status.exit_code, 0);
   EXPECT_EQ(FinishRun(*queued, milliseconds(60000)).status.exit_code, 0);
+}
+
+// With preemption on: a running gang that got its checkpoint notice says
+// for which gang it makes room, and once stopped, that it was preempted, by
+// whom and about what it lost.
+class DashboardPreemptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A grace far longer than the test (and shorter than the low gang's
+    // timeout): the low gang stops when its script ends after the notice,
+    // which makes it a preemption, not at a deadline.
+    cluster_.SetCoordinatorExtraConfig(
+        "preemption:\n  enabled: true\n  grace_seconds: 600\n");
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Logs();
+    ASSERT_TRUE(
+        cluster_.StartAgent({.name = "local", .cpu_slots = 2, .gpus = 2}).ok())
+        << cluster_.Logs();
+    ASSERT_TRUE(cluster_.WaitForHosts(1, seconds(20)).ok()) << cluster_.Logs();
+  }
+
+  GdtCluster cluster_;
+};
+
+TEST_F(DashboardPreemptionTest, ChromiumShowsWhoPreemptsAGangAndWhatItLost) {
+  const std::string chromium = FindChromium();
+  ASSERT_FALSE(chromium.empty())
+      << "chromium is missing: scripts/setup.sh installs it";
+  GdtCluster& cluster = cluster_;
+  ASSERT_FALSE(cluster.dashboard_endpoint().empty()) << cluster.Logs();
+
+  // `low` holds both GPUs until released; `high` needs both at priority 5.
+  // Only a gang whose run bound (its timeout) ends after the grace is
+  // stopped: otherwise `high` waits for its end.
+  const std::string release = cluster.dir().Sub("release");
+  const std::string project = cluster.dir().Sub("project");
+  std::filesystem::create_directories(project);
+  WriteFile(project + "/.gitlab-ci.yml",
+            absl::StrCat("variables:\n"
+                         "  GDT_GPUS_PER_NODE: \"2\"\n"
+                         "  GDT_LAUNCHER: none\n"
+                         "low:\n"
+                         "  parallel: 1\n"
+                         "  timeout: 60 minutes\n"
+                         "  variables:\n"
+                         "    GDT_PREEMPTIBLE: \"1\"\n"
+                         "    GDT_PREEMPT_RETRIES: \"1\"\n"
+                         "  script:\n"
+                         "    - 'while [ ! -e ",
+                         release,
+                         " ]; do sleep 0.05; done'\n"
+                         "high:\n"
+                         "  parallel: 1\n"
+                         "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_PRIORITY: \"5\"\n"
+                         "  script:\n"
+                         "    - echo high\n"));
+  std::unique_ptr<Subprocess> low = StartRunLocal(cluster, project, "low");
+  ASSERT_NE(low, nullptr);
+  std::string low_id;
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        low_id = GangIdOf(status, "low", "running");
+        return !low_id.empty();
+      },
+      milliseconds(60000)))
+      << cluster.Logs();
+  std::unique_ptr<Subprocess> high = StartRunLocal(cluster, project, "high");
+  ASSERT_NE(high, nullptr);
+  std::string high_id;
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        high_id = GangIdOf(status, "high", "forming");
+        for (const nlohmann::json& gang : status["gangs"]) {
+          if (gang["gang_id"] == low_id) {
+            return !high_id.empty() &&
+                   gang.value("preemption_planned_by", "") == high_id &&
+                   gang.value("preemption_stop_by_unix_ms", int64_t{0}) != 0;
+          }
+        }
+        return false;
+      },
+      milliseconds(60000)))
+      << cluster.Logs();
+
+  // While it runs in its grace: marked, and the reason names the gang.
+  std::string dom = DashboardDom(chromium, cluster);
+  EXPECT_THAT(dom, HasSubstr(absl::StrCat("data-gang-id=\"", low_id,
+                                          "\" data-state=\"running\" "
+                                          "data-preempting=\"",
+                                          high_id, "\"")))
+      << dom;
+  EXPECT_THAT(dom, HasSubstr(absl::StrCat(
+                       "being preempted to make room for gang ", high_id,
+                       ": checkpoint notice sent; stops at its next "
+                       "checkpoint, or in ")))
+      << dom;
+
+  // Its script ends after the notice: a preemption. `high` then runs.
+  WriteFile(release, "");
+  ASSERT_TRUE(cluster.WaitForStatus(
+      [&](const nlohmann::json& status) {
+        return !GangIdOf(status, "low", "failed").empty() &&
+               !GangIdOf(status, "high", "done").empty();
+      },
+      milliseconds(60000)))
+      << cluster.Logs();
+  dom = DashboardDom(chromium, cluster);
+  EXPECT_THAT(dom, HasSubstr(absl::StrCat("data-gang-id=\"", low_id,
+                                          "\" data-state=\"failed\">")))
+      << dom;
+  EXPECT_THAT(dom, HasSubstr(absl::StrCat("preempted 1 time; last in epoch 1 "
+                                          "by gang ",
+                                          high_id, ", ~")))
+      << dom;
+  EXPECT_THAT(dom, HasSubstr(" GPU-hours lost")) << dom;
+
+  EXPECT_NE(FinishRun(*low, milliseconds(60000)).status.exit_code, 0);
+  EXPECT_EQ(FinishRun(*high, milliseconds(60000)).status.exit_code, 0);
 }
 
 }  // namespace

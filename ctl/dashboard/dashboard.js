@@ -147,6 +147,12 @@ function missingMembers(gang) {
   return missing;
 }
 
+// A running gang given its checkpoint notice to make room for another:
+// `gdt-coord status` says the same (PREEMPT).
+function beingPreempted(gang) {
+  return gang.state === 'running' && Boolean(gang.preemption_stop_by_unix_ms);
+}
+
 function whyText(gang) {
   const parts = [];
   if (gang.state === 'forming') {
@@ -154,6 +160,19 @@ function whyText(gang) {
     if (missing.length > 0) parts.push(`waiting for member ${missing.join(', ')} to join`);
   }
   if (gang.reason) parts.push(gang.reason);
+  if (beingPreempted(gang)) {
+    const left = Math.max(0, Math.ceil(
+      (gang.preemption_stop_by_unix_ms - Date.now() - view.serverOffsetMs) / 1000));
+    parts.push(`being preempted to make room for gang ${gang.preemption_planned_by}: ` +
+               `checkpoint notice sent; stops at its next checkpoint, or in ${left} s at the latest`);
+  }
+  // Earlier epochs preempted (PREEMPTED in `gdt-coord status`).
+  if (gang.preemptions > 0) {
+    const times = gang.preemptions === 1 ? 'time' : 'times';
+    const lost = Number(gang.preempted_lost_gpu_hours || 0).toFixed(2);
+    parts.push(`preempted ${gang.preemptions} ${times}; last in epoch ${gang.preempted_epoch} ` +
+               `by gang ${gang.preempted_by}, ~${lost} GPU-hours lost`);
+  }
   return parts.join('; ') || '-';
 }
 
@@ -177,7 +196,7 @@ function renderGangs(status) {
     const present = gang.members.filter((m) => m.present && !m.left).length;
     const swatch = el('span', {class: 'swatch'});
     swatch.style.background = gangColour(gang.gang_id);
-    return el('tr', {class: 'gang', 'data-gang-id': gang.gang_id, 'data-state': gang.state},
+    const row = el('tr', {class: 'gang', 'data-gang-id': gang.gang_id, 'data-state': gang.state},
       el('td', {class: 'mono'}, swatch, gang.gang_id),
       el('td', {text: gang.group_name}),
       el('td', {text: `${gang.project_id}/${gang.pipeline_id}`}),
@@ -185,6 +204,8 @@ function renderGangs(status) {
       el('td', {text: `${present}/${gang.size}`}),
       el('td', {class: 'mono', text: placement(gang)}),
       el('td', {class: 'why', text: whyText(gang)}));
+    if (beingPreempted(gang)) row.setAttribute('data-preempting', gang.preemption_planned_by);
+    return row;
   }));
 }
 
