@@ -117,6 +117,9 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
                          "queued:\n"
                          "  parallel: 2\n"
                          "  timeout: 5 minutes\n"
+                         "  variables:\n"
+                         "    GDT_NODES_MIN: \"1\"\n"
+                         "    GDT_NODES_MAX: \"2\"\n"
                          "  script:\n"
                          "    - ",
                          wait_for_release, "\n"));
@@ -175,6 +178,14 @@ TEST_F(EndToEndDashboardTest, ChromiumShowsFailedRunningAndFormingGangs) {
         << state << "\n"
         << dom;
   }
+  // The waiting gang is elastic: it may start with one member of two.
+  const size_t row = dom.find(
+      absl::StrCat("<tr class=\"gang\" data-gang-id=\"", forming_id, "\""));
+  ASSERT_NE(row, std::string::npos) << dom;
+  EXPECT_THAT(dom.substr(row, dom.find("</tr>", row) - row),
+              HasSubstr("<span class=\"badge forming\">forming</span> "
+                        "elastic 1..2</td>"))
+      << dom;
   // The queue names the waiting gang; the events name the failure.
   EXPECT_THAT(dom, HasSubstr(absl::StrCat("class=\"row\" data-gang-id=\"",
                                           forming_id, "\"")))

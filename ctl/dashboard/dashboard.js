@@ -200,7 +200,8 @@ function renderGangs(status) {
       el('td', {class: 'mono'}, swatch, gang.gang_id),
       el('td', {text: gang.group_name}),
       el('td', {text: `${gang.project_id}/${gang.pipeline_id}`}),
-      el('td', {}, badge(gang.state), gang.epoch > 1 ? ` epoch ${gang.epoch}` : ''),
+      el('td', {}, badge(gang.state), gang.epoch > 1 ? ` epoch ${gang.epoch}` : '',
+        gang.nodes_min > 0 ? ` elastic ${gang.nodes_min}..${gang.size}` : ''),
       el('td', {text: `${present}/${gang.size}`}),
       el('td', {class: 'mono', text: placement(gang)}),
       el('td', {class: 'why', text: whyText(gang)}));
