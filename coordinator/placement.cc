@@ -17,9 +17,7 @@
 #include "policy/topology.h"
 
 namespace gdt::coordinator {
-namespace {
 
-// Names at most three items: "a, b, c and 2 more".
 std::string FewNames(const std::vector<std::string>& names) {
   const size_t shown = std::min<size_t>(names.size(), 3);
   std::string text = absl::StrJoin(names.begin(), names.begin() + shown, ", ");
@@ -28,6 +26,8 @@ std::string FewNames(const std::vector<std::string>& names) {
   }
   return text;
 }
+
+namespace {
 
 policy::GangSpec SpecOf(const WaitingGang& gang) {
   policy::GangSpec spec;

@@ -148,6 +148,9 @@ struct PlanOutcome {
   std::vector<PreemptedGang> preempted;        // With preemption enabled.
 };
 
+// Names at most three items, for reasons: "a, b, c and 2 more".
+std::string FewNames(const std::vector<std::string>& names);
+
 // One admission pass at `now_unix_s` over `complete` gangs (every member
 // present): priority, then arrival; best-fit placement; EASY backfill
 // against the job timeouts; topology. Admitted members are rank-ordered by

@@ -1393,6 +1393,24 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
     found->second.preemption_planned_by = victim.by;
     StartPreemption(found->second, victim);
   }
+  // The running gangs told to make room for each waiting gang (notice sent,
+  // not stopped yet), for that gang's reason.
+  struct MakingRoom {
+    std::vector<std::string> victims;
+    int64_t stop_by_ms = 0;  // The latest of their stop deadlines.
+  };
+  std::map<std::string, MakingRoom> making_room;
+  if (options_.preemption.enabled && !plan.blocked.empty()) {
+    for (const auto& [id, live] : LiveGangs()) {
+      if (live->state != state::GangState::kRunning ||
+          live->preempt_stop_by_ms == 0 || live->preempt_by.empty()) {
+        continue;
+      }
+      MakingRoom& room = making_room[live->preempt_by];
+      room.victims.push_back(id);
+      room.stop_by_ms = std::max(room.stop_by_ms, live->preempt_stop_by_ms);
+    }
+  }
   std::map<std::string, const PlannedGang*> admitted;
   for (const PlannedGang& planned : plan.admitted) {
     admitted[planned.gang_id] = &planned;
@@ -1445,6 +1463,15 @@ std::vector<AdmissionProposal> Scheduler::Pass() {
     } else if (blocked != plan.blocked.end()) {
       gang->queue_position = blocked->second.queue_position;
       gang->reason = WaitingReason(*gang, &blocked->second);
+      if (auto room = making_room.find(gang->id); room != making_room.end()) {
+        const bool one = room->second.victims.size() == 1;
+        absl::StrAppend(&gang->reason, "; making room: gang", one ? " " : "s ",
+                        FewNames(room->second.victims), one ? " has" : " have",
+                        " the checkpoint notice and stop", one ? "s" : "",
+                        " at the next checkpoint, or by ",
+                        state::UtcTimeOfDay(room->second.stop_by_ms),
+                        " at the latest");
+      }
     } else {
       gang->reason = WaitingReason(*gang, nullptr);
     }

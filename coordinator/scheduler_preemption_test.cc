@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/fake_clock.h"
 #include "coordinator/metrics.h"
 #include "coordinator/scheduler.h"
@@ -135,6 +136,14 @@ TEST_F(PreemptionTest, VictimGetsTheNoticeAndStopsAtItsCheckpoint) {
   EXPECT_EQ(notices[0].gang_id, kLow);
   EXPECT_EQ(notices[0].epoch, 1u);
   EXPECT_EQ(notices[0].stop_by_unix_s, clock_.UnixMillis() / 1000 + 300);
+  // The waiting gang says which gang makes room for it, and by when.
+  EXPECT_THAT(Gang(kHigh).reason,
+              HasSubstr(absl::StrCat(
+                  "; making room: gang ", kLow,
+                  " has the checkpoint notice and stops at the next "
+                  "checkpoint, or by ",
+                  state::UtcTimeOfDay(notices[0].stop_by_unix_s * 1000),
+                  " at the latest")));
   // Later passes neither notify again nor stop it before its checkpoint.
   EXPECT_THAT(s().Plan(), IsEmpty());
   EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());

@@ -315,6 +315,11 @@ TEST_F(DashboardPreemptionTest, ChromiumShowsWhoPreemptsAGangAndWhatItLost) {
                        "checkpoint, or in ")))
       << dom;
 
+  // ... and the waiting gang names it as the one making room.
+  EXPECT_THAT(dom, HasSubstr(absl::StrCat("making room: gang ", low_id,
+                                          " has the checkpoint notice")))
+      << dom;
+
   // Its script ends after the notice: a preemption. `high` then runs.
   WriteFile(release, "");
   ASSERT_TRUE(cluster.WaitForStatus(
