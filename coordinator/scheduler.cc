@@ -1129,10 +1129,9 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     running.preemptions = gang.preemptions;
     // Preemptible only when every member says so: one member that did not
     // declare it keeps the whole gang out of preemption.
+    running.priority = gang.Priority();
     bool first = true;
     for (const auto& [index, member] : gang.members) {
-      running.priority =
-          first ? member.priority : std::max(running.priority, member.priority);
       running.preemptible = first ? member.preemptible
                                   : running.preemptible && member.preemptible;
       first = false;
@@ -1161,19 +1160,16 @@ WaitingGang Scheduler::WaitingGangOf(const state::Gang& gang) const {
   out.members = gang.key.size;
   out.sequence = gang.sequence;
   out.queue_time_unix_s = gang.created_unix_ms / 1000;
+  out.priority = gang.Priority();
   uint32_t timeout = 0;
-  bool first = true;
   for (const auto& [index, member] : gang.members) {
     out.gpus_per_member = std::max(out.gpus_per_member, member.gpus_per_node);
-    out.priority =
-        first ? member.priority : std::max(out.priority, member.priority);
     timeout = std::max(timeout, member.job_timeout_seconds);
     if (!member.topology_same.empty()) {
       out.same_label = member.topology_same;
       out.same_required = out.same_required || member.topology_required;
     }
     out.arrival_hosts[index] = member.arrival_host;
-    first = false;
   }
   out.run_bound_s = RunBound(timeout);
   if (gang.Elastic()) out.min_members = gang.nodes_min;

@@ -461,10 +461,19 @@ absl::Status Scheduler::StartNextEpoch(state::Gang& gang, int64_t job_id) {
   next.preempted_lost_gpu_seconds = gang.preempted_lost_gpu_seconds;
   next.nodes_min = gang.nodes_min;
   if (gang.preemptions > 0 && gang.preempted_epoch == gang.epoch) {
-    // A preempted gang keeps its place in the queue: it did not ask to be
-    // stopped, so its retry is not sent behind gangs that came later.
-    next.created_unix_ms = gang.created_unix_ms;
-    next.sequence = gang.sequence;
+    if (gang.requeue_after_ms > 0) {
+      // Stopped for a gang of no higher priority: it queues as if it had
+      // arrived later by the length of its run, so that its run does not
+      // count as waiting (it would come back overdue and first in line,
+      // and never be stopped again).
+      next.created_unix_ms = std::min(
+          next.created_unix_ms, gang.created_unix_ms + gang.requeue_after_ms);
+    } else {
+      // Stopped for a higher priority it keeps its place in the queue: it
+      // is not sent behind gangs that came later.
+      next.created_unix_ms = gang.created_unix_ms;
+      next.sequence = gang.sequence;
+    }
   }
   GDT_RETURN_IF_ERROR(store_.SaveGang(archived));
   GDT_RETURN_IF_ERROR(store_.SaveGang(next));

@@ -42,13 +42,7 @@ void Scheduler::StartPreemption(state::Gang& gang,
   gang.preempt_by = victim.by;
   gang.preempt_by_priority = 0;
   if (auto head = gangs_.find(victim.by); head != gangs_.end()) {
-    bool first = true;
-    for (const auto& [index, member] : head->second.members) {
-      gang.preempt_by_priority =
-          first ? member.priority
-                : std::max(gang.preempt_by_priority, member.priority);
-      first = false;
-    }
+    gang.preempt_by_priority = head->second.Priority();
   }
   gang.preempt_estimate_gpu_hours = victim.lost_gpu_hours;
   // Persisted, so a restarted coordinator still stops the gang at its
@@ -177,6 +171,13 @@ absl::Status Scheduler::FailPreempted(state::Gang& gang,
   // FailGang persists the count with the failure, so that a retried gang
   // is still bounded by max_preemptions after a restart.
   const state::Gang before = gang;
+  // Stopped for a gang of no higher priority, the gang had its turn: its
+  // retry queues as if it had arrived later by the length of this run
+  // (scheduling.md, "Preemption"). For a higher priority it keeps its place.
+  gang.requeue_after_ms =
+      gang.preempt_by_priority <= gang.Priority() && gang.started_unix_s > 0
+          ? std::max<int64_t>(0, now_ms - gang.started_unix_s * 1000)
+          : 0;
   gang.preemptions = count;
   gang.preempted_epoch = gang.epoch;
   gang.preempted_by = gang.preempt_by;

@@ -63,6 +63,16 @@ class PreemptionTest : public ::testing::Test {
   // a preemption `retries` times.
   void RunLow(int64_t job_id, uint64_t stream, bool preemptible = true,
               std::optional<uint32_t> retries = 2) {
+    JoinLow(job_id, stream, preemptible, retries);
+    std::vector<AdmissionProposal> proposals = s().Plan();
+    ASSERT_THAT(proposals, SizeIs(1));
+    ASSERT_TRUE(
+        s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+  }
+
+  // The low-priority gang's job `job_id` joins without being admitted.
+  void JoinLow(int64_t job_id, uint64_t stream, bool preemptible = true,
+               std::optional<uint32_t> retries = 2) {
     state::GangKey key{"https://gitlab.example.com", 5, 76, "low", 1};
     JoinRequest join = test::Joining(key, 1, 8);
     join.job_id = job_id;
@@ -70,10 +80,6 @@ class PreemptionTest : public ::testing::Test {
     join.preempt_retries = retries;
     join.job_timeout_seconds = 48 * 3600;
     ASSERT_TRUE(s().Join(join, stream).ok());
-    std::vector<AdmissionProposal> proposals = s().Plan();
-    ASSERT_THAT(proposals, SizeIs(1));
-    ASSERT_TRUE(
-        s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
   }
 
   // The high-priority gang (all 8 GPUs) joins as job `job_id`.
@@ -83,6 +89,17 @@ class PreemptionTest : public ::testing::Test {
     join.job_id = job_id;
     join.priority = 5;
     join.job_timeout_seconds = 3600;
+    ASSERT_TRUE(s().Join(join, stream).ok());
+  }
+
+  // A gang of the low gang's priority and run bound (all 8 GPUs) joins.
+  void JoinPeer(const std::string& name, uint32_t pipeline, int64_t job_id,
+                uint64_t stream) {
+    state::GangKey key{"https://gitlab.example.com", 5, pipeline, name, 1};
+    JoinRequest join = test::Joining(key, 1, 8);
+    join.job_id = job_id;
+    join.preemptible = true;
+    join.job_timeout_seconds = 48 * 3600;
     ASSERT_TRUE(s().Join(join, stream).ok());
   }
 
@@ -277,10 +294,13 @@ TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
   ASSERT_TRUE(s().ReportExit(kHigh, 1, 1, 201, 0).ok());
   ASSERT_TRUE(s().Leave(Gang(kHigh).key, 1, 201).ok());
 
-  // The retry: a new job id, epoch 2, after a coordinator restart.
+  // The retry: a new job id, epoch 2, after a coordinator restart. Stopped
+  // for a higher priority, it keeps its place in the queue.
+  const int64_t queued_ms = Gang(kLow).created_unix_ms;
   Reopen();
   RunLow(102, 3);
   EXPECT_EQ(Gang(kLow).epoch, 2u);
+  EXPECT_EQ(Gang(kLow).created_unix_ms, queued_ms);
   EXPECT_EQ(Gang(kLow).preemptions, 1u);
   Advance(3600s);
   JoinHigh(301, 4, /*pipeline=*/78);
@@ -291,6 +311,45 @@ TEST_F(PreemptionTest, TheCountOutlivesRetryAndRestartAndBoundsPreemptions) {
   }
   EXPECT_THAT(s().TakePreemptionNotices(), IsEmpty());
   EXPECT_EQ(Gang(kLow).state, state::GangState::kRunning);
+}
+
+// Stopped for a gang of its own priority (it had run long enough to be
+// demoted), a gang had its turn: its retry queues as if it had arrived when
+// it stopped, behind a gang of its kind that came during its run, instead
+// of first (the whole run counted as waiting made it overdue).
+TEST_F(PreemptionTest, AGangStoppedForItsOwnPriorityQueuesBehindItsRun) {
+  const int64_t queued_ms = clock_.UnixMillis();
+  RunLow(101, 1);
+  Advance(5h);  // Past min_run, 40 GPU-hours: demoted.
+  JoinPeer("first", 80, 201, 2);
+  EXPECT_THAT(s().Plan(), IsEmpty());
+  ASSERT_THAT(s().TakePreemptionNotices(), SizeIs(1));
+  Advance(60s);
+  JoinPeer("second", 81, 301, 3);
+  s().NoteCheckpoint(kLow, 1);
+  Advance(5s);
+  ASSERT_THAT(s().StopPreemptedGangs(), ::testing::ElementsAre(kLow));
+  ASSERT_TRUE(s().Leave(Gang(kLow).key, 1, 101).ok());
+  const std::string first = "first-p5-pl80-n1";
+  const std::string second = "second-p5-pl81-n1";
+  std::vector<AdmissionProposal> proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  EXPECT_EQ(proposals[0].gang_id, first);
+  ASSERT_TRUE(
+      s().Admit(proposals[0], proposals[0].candidate_ports.front()).ok());
+
+  // The retry joins a minute later; "second" came 5 s before the stop.
+  Advance(60s);
+  JoinLow(102, 4);
+  EXPECT_EQ(Gang(kLow).epoch, 2u);
+  const int64_t ran_ms = (5 * 3600 + 65) * 1000;
+  EXPECT_EQ(Gang(kLow).created_unix_ms, queued_ms + ran_ms);
+  // Once "first" ends, "second" goes before the retry.
+  ASSERT_TRUE(s().ReportExit(first, 1, 1, 201, 0).ok());
+  ASSERT_TRUE(s().Leave(Gang(first).key, 1, 201).ok());
+  proposals = s().Plan();
+  ASSERT_THAT(proposals, SizeIs(1));
+  EXPECT_EQ(proposals[0].gang_id, second);
 }
 
 // A gang is stopped only while its retry: would bring it back: without a

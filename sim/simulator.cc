@@ -76,6 +76,9 @@ struct JobState {
   policy::Seconds queued_since = 0;
   policy::Seconds waited = 0;
   double lost_gpu_seconds = 0;
+  // Stopped for a gang of no higher priority: its retry queues as if it
+  // had arrived later by the length of the run it was stopped in.
+  bool requeue_after_run = false;
 };
 
 // Nearest-rank percentile of sorted values.
@@ -607,6 +610,10 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         job.running = false;
         ++job.epoch;
         ++job.spec.preemptions;
+        // As the coordinator queues a retry: a gang stopped for one of its
+        // own priority had its turn, so the run does not count as waiting;
+        // one stopped for a higher priority keeps its place.
+        if (job.requeue_after_run) job.spec.queue_time += now - job.run_start;
         job.queued_since = now;
         --running;
         for (uint32_t m = 1; m <= job.spec.members; ++m) {
@@ -658,6 +665,9 @@ absl::StatusOr<SimResult> Simulate(const std::vector<TraceJob>& trace,
         const uint32_t j = job_of.at(preemption.gang_id);
         ++result.preemptions;
         if (!jobs[j].spec.preemptible) ++result.non_preemptible_preempted;
+        jobs[j].requeue_after_run =
+            jobs[job_of.at(preemption.by)].spec.priority <=
+            jobs[j].spec.priority;
         events.push(
             Event{preemption.stop_by, kStop, next_seq++, j, 0, jobs[j].epoch});
       }

@@ -108,7 +108,9 @@ struct SimOptions {
   // `checkpoint_interval` seconds of its run, and pays `restart_overhead`
   // seconds (GPUs held, no progress) each time it starts again after a
   // preemption. A preempted job keeps the work of its last checkpoint and
-  // loses the rest; its members are queued again like a `retry:`.
+  // loses the rest; its members are queued again like a `retry:`, and its
+  // queue time moves on by the run it was stopped in when the job it made
+  // room for had no higher priority, as the coordinator does.
   policy::PreemptOptions preempt = {};
   policy::Seconds checkpoint_interval = 1800;
   policy::Seconds restart_overhead = 120;

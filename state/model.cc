@@ -1,5 +1,6 @@
 #include "state/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -53,6 +54,15 @@ bool Member::SameRecord(const Member& other) const {
                   other.arrival_host, other.job_timeout_seconds, other.left,
                   other.node_rank, other.host_name, other.gpu_indices,
                   other.exit_code, other.preemptible);
+}
+
+int32_t Gang::Priority() const {
+  if (members.empty()) return 0;
+  int32_t priority = members.begin()->second.priority;
+  for (const auto& [index, member] : members) {
+    priority = std::max(priority, member.priority);
+  }
+  return priority;
 }
 
 uint32_t Gang::Size() const {

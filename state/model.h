@@ -182,6 +182,12 @@ struct Gang {
   std::string preempt_by;
   int32_t preempt_by_priority = 0;
   double preempt_estimate_gpu_hours = 0;
+  // Runtime only: this epoch was stopped for a gang of no higher priority
+  // after running this long (ms; 0 = not so). Its retry's queue time
+  // (created_unix_ms) moves on by as much, so that time run does not count
+  // as time waited. A restart before the retry forgets it: the retry then
+  // keeps the earlier queue time.
+  int64_t requeue_after_ms = 0;
   // A forming gang's members that were already told which members are
   // missing hear an updated count no earlier than this.
   Clock::TimePoint waiting_refresh_due{};
@@ -199,6 +205,8 @@ struct Gang {
   // How many members the gang runs with: key.size, or once an elastic gang
   // was admitted, the members that have a node rank.
   uint32_t Size() const;
+  // The highest priority among its members (GDT_PRIORITY; 0 without any).
+  int32_t Priority() const;
 };
 
 struct GpuLease {
