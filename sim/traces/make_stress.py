@@ -8,9 +8,9 @@ not be preempted being stopped). Deterministic (fixed seeds). Columns as in
 make_synthetic.py, plus `priority` and `preemptible` where a trace sets them.
 docs/scheduling.md lists what they gave.
 """
+import argparse
 import os
 import random
-import sys
 
 import make_synthetic as ms
 
@@ -30,7 +30,10 @@ def plain(jobs):
 
 
 def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else "stress"
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", nargs="?", default="stress",
+                        help="directory to write the traces into")
+    out_dir = parser.parse_args().out_dir
     os.makedirs(out_dir, exist_ok=True)
     w = lambda name, jobs, extra=(): write(out_dir, name, jobs, extra)
 
