@@ -1127,9 +1127,9 @@ std::vector<RunningGang> Scheduler::RunningGangs() const {
     running.start_unix_s = gang.started_unix_s;
     running.queue_time_unix_s = gang.created_unix_ms / 1000;
     running.preemptions = gang.preemptions;
+    running.priority = gang.Priority();
     // Preemptible only when every member says so: one member that did not
     // declare it keeps the whole gang out of preemption.
-    running.priority = gang.Priority();
     bool first = true;
     for (const auto& [index, member] : gang.members) {
       running.preemptible = first ? member.preemptible
