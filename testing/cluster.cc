@@ -2,6 +2,8 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -21,6 +23,31 @@
 
 namespace gdt::test {
 namespace fs = std::filesystem;
+
+int TestMasterPortBase() {
+  constexpr int kSlots = 318;
+  static const int base = [] {
+    const int first = static_cast<int>(getpid() % kSlots);
+    for (int i = 0; i < kSlots; ++i) {
+      const int slot = (first + i) % kSlots;
+      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) break;
+      const std::string name = absl::StrCat("gdt-test-master-ports-", slot);
+      sockaddr_un address{};
+      address.sun_family = AF_UNIX;
+      // sun_path[0] stays '\0': the abstract namespace, no file.
+      name.copy(address.sun_path + 1, name.size());
+      const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
+                                               1 + name.size());
+      if (bind(fd, reinterpret_cast<const sockaddr*>(&address), size) == 0) {
+        return 20000 + slot * 40;  // fd stays open: the claim lasts.
+      }
+      close(fd);
+    }
+    return 20000 + first * 40;
+  }();
+  return base;
+}
 using std::chrono::milliseconds;
 
 std::string SourceDir() { return GDT_SOURCE_DIR; }

@@ -140,11 +140,13 @@ struct AgentSpec {
 // The first of the 40 ports a test cluster of this process gives its
 // coordinator as master_port_range: below the kernel's ephemeral range
 // (32768 and up by default), so that no outgoing connection of a test
-// running beside it holds one, and chosen by process id, so that clusters
-// of tests running side by side mostly get ranges of their own.
-inline int TestMasterPortBase() {
-  return 20000 + static_cast<int>(getpid() % 318) * 40;
-}
+// running beside it holds one. Each test process running at the same time
+// gets a range of its own: the process claims one of 318 slots (tried from
+// its process id on) by binding an abstract Unix socket named after it,
+// which the kernel releases when the process ends. Two tests that shared a
+// range could both lease its first port, and the second rank 0 to bind it
+// failed with "address already in use".
+int TestMasterPortBase();
 
 // Two accounts for member_uid_pool that exist nowhere else on the machine
 // (numeric, without a passwd entry), so that tests running as root can run
