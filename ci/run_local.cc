@@ -465,7 +465,7 @@ absl::StatusOr<Attempt> PrepareAttempt(const gitlab::JobPayload& payload,
     log->put('\n');
     log->flush();
     std::lock_guard<std::mutex> lock(*out_mu);
-    *out << prefix << line << '\n';
+    *out << prefix << WithoutSectionMarkers(line) << '\n';
     out->flush();
   };
   runner.diagnostics = [out, out_mu, prefix](std::string_view level,

@@ -585,6 +585,27 @@ std::string ExpandVariableValue(
   return out;
 }
 
+std::string SectionMarker(std::string_view kind, std::string_view name) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  return absl::StrCat("section_", std::string(kind), ":", now, ":",
+                      std::string(name), "\r\x1b[0K");
+}
+
+std::string_view WithoutSectionMarkers(std::string_view line) {
+  constexpr std::string_view kClear = "\r\x1b[0K";
+  const auto starts_with = [&line](std::string_view prefix) {
+    return line.substr(0, prefix.size()) == prefix;
+  };
+  while (starts_with("section_start:") || starts_with("section_end:")) {
+    const size_t end = line.find(kClear);
+    if (end == std::string_view::npos) break;
+    line.remove_prefix(end + kClear.size());
+  }
+  return line;
+}
+
 std::string ShellQuote(std::string_view text) {
   std::string quoted = "'";
   for (char c : text) {
@@ -667,6 +688,10 @@ class RunnerEmulator::Job {
     if (!options_.job_log || log_full_) return;
     std::string text =
         masker_.has_value() ? masker_->Mask(line) : std::string(line);
+    if (!section_end_.empty()) {
+      text.insert(0, section_end_);
+      section_end_.clear();
+    }
     const int64_t limit = config_.output_limit_bytes;
     const int64_t size = static_cast<int64_t>(text.size()) + 1;
     if (limit > 0 && log_bytes_ + size >= limit) {
@@ -689,6 +714,22 @@ class RunnerEmulator::Job {
     }
     log_bytes_ += size;
     options_.job_log(text);
+  }
+  // GitLab's collapsible sections, as the runner writes them around each
+  // stage it runs (the payload's features.trace_sections is set): the
+  // start marker leads the stage's header line, and the end marker, written
+  // once the stage ran, leads the next line, as the runner's raw writes
+  // do. A section still open when another starts, or at the job's last
+  // line, ends there.
+  void StartSection(std::string_view name, std::string_view header) {
+    EndSection();
+    open_section_ = std::string(name);
+    Log(SectionMarker("start", open_section_) + std::string(header));
+  }
+  void EndSection() {
+    if (open_section_.empty()) return;
+    section_end_ += SectionMarker("end", open_section_);
+    open_section_.clear();
   }
   // A [[runners]] stage timeout as the runner takes it: unset (0), or
   // longer than the job timeout, it is the job timeout, the latter with a
@@ -957,6 +998,8 @@ class RunnerEmulator::Job {
   // What the job log holds so far, and whether it reached output_limit.
   int64_t log_bytes_ = 0;
   bool log_full_ = false;
+  std::string open_section_;  // Its name; empty outside a section.
+  std::string section_end_;   // End markers that lead the next line.
 
   // Per preparation attempt.
   std::string tmp_;
@@ -3059,7 +3102,7 @@ void RunnerEmulator::Job::RunStages() {
     return JobContextStop() != StopReason::kNone;
   };
 
-  Log("Preparing environment");
+  StartSection("prepare_script", "Preparing environment");
   // The bash shell's line, the hostname config_exec named quoted as Go
   // quotes it: in double quotes, where the shell expands $ and `.
   const std::string via =
@@ -3072,6 +3115,7 @@ void RunnerEmulator::Job::RunStages() {
                    "\n", "rm -f -- ", ShellQuote(GitlabEnvFile()), "\n"),
       /*export_variables=*/false, /*cd_project=*/false, ContextDeadline(),
       job_stop);
+  EndSection();
   // The runner's prepare context ends with the prepare_script stage.
   preparing_ = false;
   if (failure.kind == FailureKind::kSystem) {
@@ -3115,8 +3159,9 @@ void RunnerEmulator::Job::RunStages() {
     // that fails, so does the attempt, without get_sources.
     Failure cleared;
     if (attempt == 2) {
-      Log("Deleting all tracked and untracked files due to source fetch "
-          "failure");
+      StartSection("clear_worktree",
+                   "Deleting all tracked and untracked files due to source "
+                   "fetch failure");
       cleared = RunStage("clear_worktree",
                          "echo 'Deleting tracked and untracked files...'\n"
                          "if [ -d \"$CI_PROJECT_DIR\" ]; then\n"
@@ -3126,6 +3171,7 @@ void RunnerEmulator::Job::RunStages() {
                          "fi\n",
                          /*export_variables=*/true, /*cd_project=*/false,
                          sources_deadline, job_stop);
+      EndSection();
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (sources_timed_out()) return Fail(sources_timeout_failure, "");
     }
@@ -3138,7 +3184,7 @@ void RunnerEmulator::Job::RunStages() {
       before_steps =
           Failure{FailureKind::kSystem, 0, "unknown GIT_SUBMODULE_STRATEGY"};
     } else {
-      Log("Getting source from Git repository");
+      StartSection("get_sources", "Getting source from Git repository");
       before_steps = RunStage(
           "get_sources",
           absl::StrCat("export GIT_TERMINAL_PROMPT=0 "
@@ -3149,6 +3195,7 @@ void RunnerEmulator::Job::RunStages() {
                        ClearGitCredentialsBody()),
           /*export_variables=*/true, /*cd_project=*/false, sources_deadline,
           job_stop);
+      EndSection();
     }
     if (before_steps.ok() || interrupted() || sources_timed_out()) break;
     // The runner's retry says so in the job log before the next attempt.
@@ -3171,10 +3218,11 @@ void RunnerEmulator::Job::RunStages() {
       }
       Failure restored = restore.failure;
       if (restored.ok()) {
-        Log("Restoring cache");
+        StartSection("restore_cache", "Restoring cache");
         restored = RunStage("restore_cache", *restore.body,
                             /*export_variables=*/true, /*cd_project=*/true,
                             job_deadline_, job_stop);
+        EndSection();
       }
       if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
       if (restored.ok()) break;
@@ -3199,11 +3247,12 @@ void RunnerEmulator::Job::RunStages() {
     if (attempt > 1 && !PauseUnlessStopped(StageRetryWait(attempt))) {
       return Fail(StopFailure(JobContextStop()), "");
     }
-    Log("Downloading artifacts");
+    StartSection("download_artifacts", "Downloading artifacts");
     const Failure downloaded =
         RunStage("download_artifacts", DownloadBody(),
                  /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
                  job_stop);
+    EndSection();
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (downloaded.ok()) break;
     if (attempt == settings_.artifact_download_attempts) {
@@ -3237,7 +3286,8 @@ void RunnerEmulator::Job::RunStages() {
       }
       if (!first_failure.ok()) continue;
       const std::string stage = "step_" + step.name;
-      Log(absl::StrCat("Executing \"", stage, "\" stage of the job script"));
+      StartSection(stage, absl::StrCat("Executing \"", stage,
+                                       "\" stage of the job script"));
       const TimePoint deadline = steps_deadline;
       const StopCheck step_stop = [this] {
         const StopReason reason = JobContextStop();
@@ -3251,6 +3301,7 @@ void RunnerEmulator::Job::RunStages() {
       in_step_ = true;
       first_failure = RunStage(stage, StepBody(step), /*export_variables=*/true,
                                /*cd_project=*/true, deadline, step_stop);
+      EndSection();
       in_step_ = false;
       // Cut off by RUNNER_SCRIPT_TIMEOUT, not by the job's deadline: the
       // runner's error is the script context's own.
@@ -3286,12 +3337,13 @@ void RunnerEmulator::Job::RunStages() {
   }
   if (before_steps.ok() && after_script != nullptr &&
       !after_script->script.empty()) {
-    Log("Running after_script");
+    StartSection("after_script", "Running after_script");
     const TimePoint deadline =
         Earlier(job_deadline_, SteadyClock::now() + after_script_timeout);
     Failure after = RunStage("after_script", StepBody(*after_script),
                              /*export_variables=*/true, /*cd_project=*/true,
                              deadline, job_stop);
+    EndSection();
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (!after.ok()) {
       // AFTER_SCRIPT_IGNORE_ERRORS (a Go bool, default true): when false, a
@@ -3311,12 +3363,14 @@ void RunnerEmulator::Job::RunStages() {
   const CacheScript archive = ArchiveCacheScript(success);
   Failure archive_failure = archive.failure;
   if (archive_failure.ok() && archive.body.has_value()) {
-    Log(success ? "Saving cache for successful job"
-                : "Saving cache for failed job");
+    StartSection(success ? "archive_cache" : "archive_cache_on_failure",
+                 success ? "Saving cache for successful job"
+                         : "Saving cache for failed job");
     archive_failure = RunStage(
         success ? "archive_cache" : "archive_cache_on_failure", *archive.body,
         /*export_variables=*/true, /*cd_project=*/true, job_deadline_,
         job_stop);
+    EndSection();
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
   }
   // The runner's priority: the job's own failure, then the cache's, then
@@ -3331,7 +3385,9 @@ void RunnerEmulator::Job::RunStages() {
                             a.when == (success ? "on_success" : "on_failure"));
                   });
   if (has_upload) {
-    Log(success ? "Uploading artifacts for successful job"
+    StartSection(
+        success ? "upload_artifacts_on_success" : "upload_artifacts_on_failure",
+        success ? "Uploading artifacts for successful job"
                 : "Uploading artifacts for failed job");
     Failure upload = PrepareStore(success);
     if (upload.ok()) {
@@ -3342,13 +3398,16 @@ void RunnerEmulator::Job::RunStages() {
     }
     if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
     if (upload.ok()) upload = CheckDotenvReport();
+    EndSection();
     if (!upload.ok() && first_failure.ok()) first_failure = upload;
   }
 
-  Log("Cleaning up project directory and file based variables");
+  StartSection("cleanup_file_variables",
+               "Cleaning up project directory and file based variables");
   Failure cleanup = RunStage(
       "cleanup_file_variables", CleanupFileVariablesBody(),
       /*export_variables=*/true, /*cd_project=*/false, job_deadline_, job_stop);
+  EndSection();
   if (interrupted()) return Fail(StopFailure(JobContextStop()), "");
   if (!cleanup.ok()) {
     Diagnose("warn",
@@ -3394,7 +3453,7 @@ JobResult RunnerEmulator::Job::Run() {
     }
   }
   preparing_ = true;
-  Log("Preparing the \"custom\" executor");
+  StartSection("prepare_executor", "Preparing the \"custom\" executor");
 
   bool prepared = false;
   for (int attempt = 1; attempt <= kPreparationAttempts; ++attempt) {
@@ -3433,11 +3492,13 @@ JobResult RunnerEmulator::Job::Run() {
       break;
     }
   }
+  EndSection();
   if (prepared) {
     RunStages();
     RunCleanupExec(attempt_);
     RemoveTempDir();
   }
+  EndSection();
   if (result_.status == JobStatus::kSuccess) {
     Log("Job succeeded");
   } else {

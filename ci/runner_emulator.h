@@ -233,6 +233,16 @@ std::string ExpandVariableValue(
 // Quotes `text` for bash as one word ('...'), safe for any bytes but NUL.
 std::string ShellQuote(std::string_view text);
 
+// GitLab's trace section marker, as gitlab-runner writes one at the start
+// (`kind` "start") and end ("end") of each stage:
+// "section_<kind>:<unix seconds now>:<name>\r\e[0K". GitLab folds the
+// lines between a section's markers; a terminal, where \r\e[0K clears
+// what came before on the line, hides the markers themselves.
+std::string SectionMarker(std::string_view kind, std::string_view name);
+
+// `line` without the section markers that lead it.
+std::string_view WithoutSectionMarkers(std::string_view line);
+
 }  // namespace gdt::ci
 
 #endif  // GDT_GITLAB_RUNNER_EMULATOR_H_

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/secret.h"
@@ -124,7 +126,8 @@ class RunnerEmulatorTest : public ::testing::Test {
   JobResult Run() {
     options_.runner_environment = env_;
     options_.job_log = [this](std::string_view line) {
-      log_lines_.emplace_back(line);
+      raw_log_lines_.emplace_back(line);
+      log_lines_.emplace_back(WithoutSectionMarkers(line));
     };
     options_.diagnostics = [this](std::string_view level,
                                   std::string_view line) {
@@ -138,7 +141,8 @@ class RunnerEmulatorTest : public ::testing::Test {
   JobResult RunAndCancelWhenHung(CancelMode mode) {
     options_.runner_environment = env_;
     options_.job_log = [this](std::string_view line) {
-      log_lines_.emplace_back(line);
+      raw_log_lines_.emplace_back(line);
+      log_lines_.emplace_back(WithoutSectionMarkers(line));
     };
     RunnerEmulator runner(options_);
     JobResult result;
@@ -184,7 +188,10 @@ class RunnerEmulatorTest : public ::testing::Test {
   std::string tmp_;
   std::map<std::string, std::string> env_;
   RunnerEmulator::Options options_;
+  // The job log as a terminal shows it (section markers hidden), and as
+  // GitLab would store it.
   std::vector<std::string> log_lines_;
+  std::vector<std::string> raw_log_lines_;
   std::vector<std::string> diagnostics_;
 };
 
@@ -207,6 +214,92 @@ TEST_F(RunnerEmulatorTest, CallsStagesInRunnerOrder) {
   EXPECT_EQ(result.calls[4].argv[1], "run");
   EXPECT_THAT(result.calls[4].argv[2], HasSubstr("/script"));
   EXPECT_EQ(result.calls[4].argv[3], "build_script");
+}
+
+// Each stage that runs sits in a GitLab section named after the runner's
+// build stage, opened on its header line and closed before the next
+// section or the job's last line, with the wall-clock second of each, so
+// GitLab would fold the stage's output under its header.
+TEST_F(RunnerEmulatorTest, EachStageIsASectionOfTheJobLog) {
+  const int64_t before =
+      std::chrono::duration_cast<std::chrono::seconds>(
+          std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  JobResult result = Run();
+  const int64_t after = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+  ASSERT_EQ(result.status, JobStatus::kSuccess) << Log();
+  ASSERT_EQ(raw_log_lines_.size(), log_lines_.size());
+
+  struct Marker {
+    std::string kind;
+    int64_t time;
+    std::string name;
+    size_t line;
+  };
+  std::vector<Marker> markers;
+  std::map<std::string, std::string> header;  // Section -> its header line.
+  for (size_t i = 0; i < raw_log_lines_.size(); ++i) {
+    std::string_view rest = raw_log_lines_[i];
+    while (rest.substr(0, 8) == "section_") {
+      const size_t clear = rest.find("\r\x1b[0K");
+      ASSERT_NE(clear, std::string_view::npos) << raw_log_lines_[i];
+      const std::vector<std::string> parts =
+          absl::StrSplit(std::string(rest.substr(0, clear)), ':');
+      ASSERT_EQ(parts.size(), 3u) << raw_log_lines_[i];
+      Marker marker{parts[0], 0, parts[2], i};
+      ASSERT_TRUE(absl::SimpleAtoi(parts[1], &marker.time)) << parts[1];
+      markers.push_back(marker);
+      rest.remove_prefix(clear + 5);
+      if (marker.kind == "section_start") header[marker.name] = rest;
+    }
+    EXPECT_EQ(rest, log_lines_[i]);
+  }
+
+  std::vector<std::string> sections;
+  std::string open;
+  int64_t last = before;
+  for (const Marker& marker : markers) {
+    EXPECT_GE(marker.time, last) << marker.name;
+    EXPECT_LE(marker.time, after) << marker.name;
+    last = marker.time;
+    if (marker.kind == "section_start") {
+      EXPECT_EQ(open, "") << marker.name << " starts inside " << open;
+      open = marker.name;
+      sections.push_back(marker.name);
+    } else {
+      EXPECT_EQ(marker.kind, "section_end");
+      EXPECT_EQ(marker.name, open);
+      open.clear();
+    }
+  }
+  EXPECT_EQ(open, "");
+  EXPECT_THAT(
+      sections,
+      ElementsAre("prepare_executor", "prepare_script", "get_sources",
+                  "step_script", "after_script", "upload_artifacts_on_success",
+                  "cleanup_file_variables"));
+  EXPECT_EQ(header["prepare_executor"], "Preparing the \"custom\" executor");
+  EXPECT_EQ(header["step_script"],
+            "Executing \"step_script\" stage of the job script");
+  EXPECT_EQ(header["cleanup_file_variables"],
+            "Cleaning up project directory and file based variables");
+  // The script's output lies inside its section; the last line, after
+  // every section.
+  const auto output =
+      std::find(log_lines_.begin(), log_lines_.end(), "hello from 2");
+  ASSERT_NE(output, log_lines_.end()) << Log();
+  const size_t output_line = output - log_lines_.begin();
+  const auto step_start =
+      std::find_if(markers.begin(), markers.end(),
+                   [](const Marker& m) { return m.name == "step_script"; });
+  ASSERT_NE(step_start, markers.end());
+  EXPECT_LT(step_start->line, output_line);
+  EXPECT_GT((step_start + 1)->line, output_line);
+  EXPECT_EQ(log_lines_.back(), "Job succeeded");
+  EXPECT_EQ(markers.back().line, log_lines_.size() - 1);
+  EXPECT_EQ(markers.back().kind, "section_end");
 }
 
 // The job log's header and CI_RUNNER_VERSION / CI_RUNNER_REVISION name the
