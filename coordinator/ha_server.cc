@@ -267,7 +267,6 @@ void HaServer::Run() {
         "event=leadership_lost lease_ttl_s={} action=stop_serving detail={}",
         config_.lease_ttl_s,
         LogValue("the process exits; restart it to rejoin as a standby"));
-    lost_.store(true);
     leader_.store(false);
     std::unique_ptr<CoordinatorServer> server;
     {
@@ -275,7 +274,11 @@ void HaServer::Run() {
       server = std::move(server_);
       leader_address_.clear();
     }
+    // lost() once the address is closed: a call from then on is refused
+    // (UNAVAILABLE, so clients move on to another replica), not accepted
+    // by a server in the middle of its shutdown and cancelled.
     if (server != nullptr) server->Shutdown();
+    lost_.store(true);
     return;
   }
 }

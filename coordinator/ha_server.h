@@ -29,9 +29,9 @@ namespace gdt::coordinator {
 // CoordinatorServer on the same address whose EtcdStore is fenced on the
 // leader key: the state is loaded from etcd as after a restart, and agents
 // and executors re-attach. If it then loses the lease (LeaderElection's
-// step-down contract) it stops serving at once and lost() becomes true: the
-// process must exit and be restarted (it comes back as a standby); it
-// never serves a term it does not hold.
+// step-down contract) it stops serving at once and, once its address is
+// closed, lost() becomes true: the process must exit and be restarted (it comes
+// back as a standby); it never serves a term it does not hold.
 //
 // Thread-safe. Keeps a reference to `clock`.
 class HaServer {
