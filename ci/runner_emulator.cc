@@ -32,6 +32,7 @@
 #include "ci/go_duration.h"
 #include "ci/go_quote.h"
 #include "ci/log_masking.h"
+#include "common/clock.h"
 #include "common/logging.h"
 #include "common/secret.h"
 #include "common/sha256.h"
@@ -586,9 +587,7 @@ std::string ExpandVariableValue(
 }
 
 std::string SectionMarker(std::string_view kind, std::string_view name) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+  const int64_t now = SystemClock().UnixMillis() / 1000;
   return absl::StrCat("section_", std::string(kind), ":", now, ":",
                       std::string(name), "\r\x1b[0K");
 }

@@ -24,30 +24,36 @@
 namespace gdt::test {
 namespace fs = std::filesystem;
 
+int ClaimMasterPortSlot(int slot) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  const std::string name = absl::StrCat("gdt-test-master-ports-", slot);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  // sun_path[0] stays '\0': the abstract namespace, no file.
+  name.copy(address.sun_path + 1, name.size());
+  const auto size =
+      static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), size) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 int TestMasterPortBase() {
-  constexpr int kSlots = 318;
   static const int base = [] {
-    const int first = static_cast<int>(getpid() % kSlots);
-    for (int i = 0; i < kSlots; ++i) {
-      const int slot = (first + i) % kSlots;
-      const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) break;
-      const std::string name = absl::StrCat("gdt-test-master-ports-", slot);
-      sockaddr_un address{};
-      address.sun_family = AF_UNIX;
-      // sun_path[0] stays '\0': the abstract namespace, no file.
-      name.copy(address.sun_path + 1, name.size());
-      const auto size = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) +
-                                               1 + name.size());
-      if (bind(fd, reinterpret_cast<const sockaddr*>(&address), size) == 0) {
-        return 20000 + slot * 40;  // fd stays open: the claim lasts.
-      }
-      close(fd);
+    const int first = static_cast<int>(getpid() % kMasterPortSlots);
+    for (int i = 0; i < kMasterPortSlots; ++i) {
+      const int slot = (first + i) % kMasterPortSlots;
+      // The descriptor stays open: the claim lasts as long as the process.
+      if (ClaimMasterPortSlot(slot) >= 0) return 20000 + slot * 40;
     }
     return 20000 + first * 40;
   }();
   return base;
 }
+
 using std::chrono::milliseconds;
 
 std::string SourceDir() { return GDT_SOURCE_DIR; }

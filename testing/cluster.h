@@ -148,6 +148,12 @@ struct AgentSpec {
 // failed with "address already in use".
 int TestMasterPortBase();
 
+// The slots TestMasterPortBase() chooses from, and its claim of one: a
+// descriptor that holds slot `slot` until it is closed, or -1 when another
+// process holds it.
+inline constexpr int kMasterPortSlots = 318;
+int ClaimMasterPortSlot(int slot);
+
 // Two accounts for member_uid_pool that exist nowhere else on the machine
 // (numeric, without a passwd entry), so that tests running as root can run
 // members as unprivileged users without creating any.
